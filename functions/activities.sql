@@ -1,0 +1,144 @@
+-- Activity results: complete, fail (retry with backoff or end), heartbeat.
+-- Each final outcome wakes the workflow in the same transaction.
+
+-- The retry decision for one failed attempt of a locked activity task.
+-- Resolution order for "do not retry": the failure's own non_retryable flag, then
+-- retry.non_retryable_errors against error_type, then against the full message.
+-- Returns 'retry_scheduled', 'dead_lettered' or 'failed'.
+CREATE OR REPLACE FUNCTION harvest._fail_activity_attempt(
+    p_execution harvest.executions, p_task harvest.tasks, p_failure jsonb, p_allow_retry boolean DEFAULT true
+)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_retry jsonb := coalesce(p_task.options -> 'retry', '{}'::jsonb);
+    v_max_attempts integer := coalesce((v_retry ->> 'max_attempts')::integer, 3);
+    v_initial double precision := coalesce((v_retry ->> 'initial_interval')::double precision, 1);
+    v_backoff double precision := coalesce((v_retry ->> 'backoff')::double precision, 2);
+    v_max_interval double precision := coalesce((v_retry ->> 'max_interval')::double precision, 100);
+    v_listed jsonb := coalesce(v_retry -> 'non_retryable_errors', '[]'::jsonb);
+    v_message text := coalesce(p_failure ->> 'message', '');
+    v_error_type text := coalesce(p_failure ->> 'error_type', 'Error');
+    v_non_retryable boolean;
+    v_delay double precision;
+    v_next timestamptz;
+BEGIN
+    v_non_retryable := coalesce((p_failure ->> 'non_retryable')::boolean, false)
+        OR v_listed ? v_error_type
+        OR v_listed ? v_message
+        OR v_listed ? (v_error_type || ': ' || v_message);
+    v_delay := least(v_initial * power(v_backoff, greatest(p_task.attempt - 1, 0)), v_max_interval);
+    v_next := v_now + make_interval(secs => v_delay);
+
+    IF p_allow_retry AND NOT v_non_retryable
+       AND (v_max_attempts <= 0 OR p_task.attempt < v_max_attempts)
+       AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at) THEN
+        UPDATE harvest.tasks
+        SET status = 'pending', due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
+            last_failure = p_failure
+        WHERE id = p_task.id;
+        IF v_delay <= 0 THEN
+            PERFORM harvest._notify_queue(p_task.queue);
+        END IF;
+        RETURN 'retry_scheduled';
+    END IF;
+
+    DELETE FROM harvest.tasks WHERE id = p_task.id;
+    IF p_execution.status <> 'RUNNING' THEN
+        RETURN 'failed';
+    END IF;
+    IF coalesce((p_task.options ->> 'dead_letter')::boolean, true) THEN
+        -- Parked: the workflow keeps waiting until an operator replays or discards.
+        INSERT INTO harvest.dead_letters (
+            execution_id, workflow_name, seq, activity_name, queue, input, options, priority,
+            attempts, failure, scheduled_at, failed_at
+        ) VALUES (
+            p_execution.id, p_execution.workflow_name, p_task.seq, p_task.activity_name, p_task.queue,
+            p_task.input, p_task.options, p_task.priority, p_task.attempt, p_failure,
+            p_task.scheduled_at, v_now
+        );
+        RETURN 'dead_lettered';
+    END IF;
+    PERFORM harvest._append_event(p_execution.id, 'ActivityFailed', jsonb_build_object(
+        'seq', p_task.seq, 'failure', p_failure, 'attempt', p_task.attempt));
+    PERFORM harvest._ensure_workflow_task(p_execution.id);
+    RETURN 'failed';
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.complete_activity(
+    p_task_id bigint, p_fencing_token bigint, p_result jsonb DEFAULT 'null'::jsonb
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_task harvest.tasks;
+BEGIN
+    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity');
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    DELETE FROM harvest.tasks WHERE id = p_task_id;
+    IF v_execution.status = 'RUNNING' THEN
+        PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted', jsonb_build_object(
+            'seq', v_task.seq, 'result', coalesce(p_result, 'null'::jsonb), 'attempt', v_task.attempt));
+        PERFORM harvest._ensure_workflow_task(v_execution.id);
+    END IF;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.fail_activity(
+    p_task_id bigint, p_fencing_token bigint, p_failure jsonb
+)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_task harvest.tasks;
+BEGIN
+    IF p_failure IS NULL OR jsonb_typeof(p_failure) <> 'object' THEN
+        RAISE EXCEPTION 'failure must be a JSON object {error_type, message, non_retryable, details}'
+            USING ERRCODE = 'HR001';
+    END IF;
+    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity');
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    RETURN harvest._fail_activity_attempt(v_execution, v_task, p_failure);
+END;
+$$;
+
+-- Extend the lease (never past start_to_close), keep the details for the next
+-- attempt, and answer whether the run has been asked to cancel.
+CREATE OR REPLACE FUNCTION harvest.heartbeat_activity(
+    p_task_id bigint, p_fencing_token bigint, p_details jsonb DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task harvest.tasks;
+    v_now timestamptz := harvest.now();
+    v_cancel boolean;
+BEGIN
+    SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = p_task_id AND t.kind = 'activity' FOR UPDATE;
+    IF NOT FOUND OR v_task.status <> 'running' OR v_task.fencing_token <> p_fencing_token THEN
+        RAISE EXCEPTION 'task % is no longer held by this worker', p_task_id USING ERRCODE = 'HR004';
+    END IF;
+    IF v_task.lease_expires_at < v_now THEN
+        RAISE EXCEPTION 'task %: the lease expired at %', p_task_id, v_task.lease_expires_at
+            USING ERRCODE = 'HR004';
+    END IF;
+    UPDATE harvest.tasks
+    SET heartbeat_at = v_now,
+        heartbeat_details = coalesce(p_details, heartbeat_details),
+        lease_expires_at = least(
+            started_at + make_interval(secs => coalesce((options ->> 'start_to_close')::double precision, 300)),
+            v_now + make_interval(secs => coalesce((options ->> 'heartbeat_timeout')::double precision,
+                                                   (options ->> 'start_to_close')::double precision, 300)))
+    WHERE id = p_task_id;
+    SELECT e.cancel_requested INTO v_cancel FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
+    RETURN coalesce(v_cancel, false);
+END;
+$$;

@@ -1,0 +1,147 @@
+-- Claiming work. One call fires the due timers of the caller's queues, then
+-- claims a batch of workflow and activity tasks with FOR UPDATE SKIP LOCKED.
+--
+-- The candidate scan reads a bounded window from the head of each queue
+-- (tasks_claimable, by priority then due time), so the cost of a claim stays flat
+-- however deep the backlog grows. Admission gates of flow control (concurrency
+-- keys, rate limits, mutexes) filter the candidates in the same statement.
+
+-- Fire due timers: append TimerFired and wake the workflow. Executions that are
+-- locked elsewhere are skipped (their timers fire on the next claim), which
+-- keeps the execution-then-task lock order and never waits.
+CREATE OR REPLACE FUNCTION harvest._fire_due_timers(p_queues text [], p_limit integer DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_timer record;
+    v_fired integer := 0;
+BEGIN
+    FOR v_timer IN
+        SELECT t.id, t.execution_id, t.seq
+        FROM harvest.tasks AS t
+        WHERE t.kind = 'timer' AND t.due_at <= v_now AND t.queue = ANY(p_queues)
+        ORDER BY t.due_at
+        LIMIT p_limit
+    LOOP
+        PERFORM 1 FROM harvest.executions AS e
+        WHERE e.id = v_timer.execution_id AND e.status = 'RUNNING'
+        FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        DELETE FROM harvest.tasks AS t WHERE t.id = v_timer.id;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM harvest._append_event(v_timer.execution_id, 'TimerFired',
+            jsonb_build_object('seq', v_timer.seq));
+        PERFORM harvest._ensure_workflow_task(v_timer.execution_id);
+        v_fired := v_fired + 1;
+    END LOOP;
+    RETURN v_fired;
+END;
+$$;
+
+-- Claim up to p_limit tasks from p_queues for p_worker_id. Each claimed row gets a
+-- lease and a new fencing token; completing with an older token is refused.
+CREATE OR REPLACE FUNCTION harvest.claim_tasks(
+    p_worker_id text,
+    p_queues text [],
+    p_limit integer DEFAULT 10,
+    p_workflow_lease_secs double precision DEFAULT 30
+)
+RETURNS TABLE (
+    task_id bigint,
+    kind text,
+    execution_id uuid,
+    workflow_name text,
+    workflow_id text,
+    task_queue text,
+    queue text,
+    seq integer,
+    activity_name text,
+    input jsonb,
+    options jsonb,
+    attempt integer,
+    fencing_token bigint,
+    lease_expires_at timestamptz,
+    heartbeat_details jsonb
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    -- Look a little past the batch size so rows locked by other claimers do not
+    -- starve this one, but never scan the whole backlog.
+    v_window integer := greatest(p_limit, 1) * 4 + 16;
+BEGIN
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_queues IS NULL OR cardinality(p_queues) = 0 THEN
+        RAISE EXCEPTION 'no queues given' USING ERRCODE = 'HR001',
+            HINT = 'pass the task queues this worker polls, e.g. ARRAY[''default'']';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'claim limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
+    END IF;
+
+    PERFORM harvest._fire_due_timers(p_queues);
+
+    RETURN QUERY
+    WITH candidates AS (
+        SELECT head.id
+        FROM unnest(p_queues) AS q (name)
+        CROSS JOIN LATERAL (
+            SELECT t.id
+            FROM harvest.tasks AS t
+            WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
+              AND t.due_at <= v_now
+            ORDER BY t.priority DESC, t.due_at, t.id
+            LIMIT v_window
+        ) AS head
+    ),
+    locked AS (
+        SELECT t.id
+        FROM harvest.tasks AS t
+        WHERE t.id IN (SELECT c.id FROM candidates AS c) AND t.status = 'pending'
+        ORDER BY t.priority DESC, t.due_at, t.id
+        LIMIT p_limit
+        FOR UPDATE OF t SKIP LOCKED
+    ),
+    claimed AS (
+        UPDATE harvest.tasks AS t
+        SET status = 'running',
+            attempt = t.attempt + 1,
+            started_at = v_now,
+            heartbeat_at = NULL,
+            lease_owner = p_worker_id,
+            fencing_token = nextval('harvest.fencing_tokens'),
+            lease_expires_at = v_now + make_interval(secs => CASE
+                WHEN t.kind = 'workflow' THEN p_workflow_lease_secs
+                ELSE least(
+                    coalesce((t.options ->> 'start_to_close')::double precision, 300),
+                    coalesce((t.options ->> 'heartbeat_timeout')::double precision, 'Infinity')
+                )
+            END)
+        FROM locked
+        WHERE t.id = locked.id
+        RETURNING t.*
+    )
+    SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
+           c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+           c.lease_expires_at, c.heartbeat_details
+    FROM claimed AS c
+    JOIN harvest.executions AS e ON e.id = c.execution_id
+    ORDER BY c.priority DESC, c.due_at, c.id;
+END;
+$$;
+
+-- When the earliest not-yet-due work of these queues becomes due (timers and
+-- retry backoffs), so an idle worker can sleep exactly until then.
+CREATE OR REPLACE FUNCTION harvest.next_due_at(p_queues text [])
+RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $$
+    SELECT min(t.due_at)
+    FROM harvest.tasks AS t
+    WHERE t.queue = ANY(p_queues) AND t.status = 'pending';
+$$;

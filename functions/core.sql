@@ -1,0 +1,140 @@
+-- Core helpers shared by every other functions/ file: the clock, ids, the event
+-- append, workflow wake-ups and notifications.
+--
+-- Lock order, everywhere: an execution row first, then its task rows. A function
+-- that starts from a task id reads the task's execution id without a lock, locks
+-- the execution, then locks and re-checks the task. claim_tasks locks only task
+-- rows (SKIP LOCKED) and never waits, so it cannot join a deadlock.
+
+-- The engine's clock. Tests set `harvest.fake_now` to move time without sleeping.
+CREATE OR REPLACE FUNCTION harvest.now()
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_fake text := current_setting('harvest.fake_now', true);
+BEGIN
+    IF v_fake IS NULL OR v_fake = '' THEN
+        RETURN now();
+    END IF;
+    RETURN v_fake::timestamptz;
+END;
+$$;
+
+-- The latest applied core migration; Python refuses a schema it does not match.
+CREATE OR REPLACE FUNCTION harvest.schema_version()
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest';
+$$;
+
+-- A random UUID whose first two bytes carry the shard number, so any id routes
+-- to its shard with no directory.
+CREATE OR REPLACE FUNCTION harvest._new_execution_id(p_shard integer DEFAULT 0)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+    IF p_shard IS NULL OR p_shard < 0 OR p_shard > 65535 THEN
+        RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', p_shard
+            USING ERRCODE = 'HR001';
+    END IF;
+    RETURN encode(
+        overlay(uuid_send(gen_random_uuid())
+            PLACING decode(lpad(to_hex(p_shard), 4, '0'), 'hex') FROM 1 FOR 2),
+        'hex')::uuid;
+END;
+$$;
+
+-- The shard an execution id belongs to.
+CREATE OR REPLACE FUNCTION harvest.shard_of(p_execution_id uuid)
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (get_byte(uuid_send(p_execution_id), 0) << 8) | get_byte(uuid_send(p_execution_id), 1);
+$$;
+
+-- Append one event; the caller holds the execution row lock, which makes
+-- event ids gapless and ordered.
+CREATE OR REPLACE FUNCTION harvest._append_event(
+    p_execution_id uuid, p_event_type text, p_event_data jsonb
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_event_id bigint;
+BEGIN
+    UPDATE harvest.executions
+    SET last_event_id = last_event_id + 1
+    WHERE id = p_execution_id
+    RETURNING last_event_id INTO v_event_id;
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    VALUES (p_execution_id, v_event_id, p_event_type, coalesce(p_event_data, '{}'::jsonb), harvest.now());
+    RETURN v_event_id;
+END;
+$$;
+
+-- Tell workers of a queue that claimable work exists. Postgres folds identical
+-- notifications within a transaction, so this is one message per queue per commit.
+CREATE OR REPLACE FUNCTION harvest._notify_queue(p_queue text)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT pg_notify('harvest_tasks', p_queue);
+$$;
+
+-- Make sure the execution has a workflow task; at most one exists per execution.
+CREATE OR REPLACE FUNCTION harvest._ensure_workflow_task(p_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue text;
+    v_now timestamptz := harvest.now();
+BEGIN
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at)
+    SELECT e.id, 'workflow', e.task_queue, v_now, v_now
+    FROM harvest.executions AS e
+    WHERE e.id = p_execution_id AND e.status = 'RUNNING'
+    ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING
+    RETURNING queue INTO v_queue;
+    IF v_queue IS NOT NULL THEN
+        PERFORM harvest._notify_queue(v_queue);
+    END IF;
+END;
+$$;
+
+-- Move a locked, running execution to a terminal state and drop its open tasks.
+CREATE OR REPLACE FUNCTION harvest._close_execution(
+    p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE harvest.executions
+    SET status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
+    WHERE id = p_execution_id;
+    DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
+    PERFORM pg_notify('harvest_done', p_execution_id::text);
+END;
+$$;
+
+-- Lock an execution row or raise not-found.
+CREATE OR REPLACE FUNCTION harvest._lock_execution(p_execution_id uuid)
+RETURNS harvest.executions
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % does not exist', p_execution_id
+            USING ERRCODE = 'HR002', HINT = 'list executions with harvest.list_executions()';
+    END IF;
+    RETURN v_execution;
+END;
+$$;

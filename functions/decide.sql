@@ -1,0 +1,189 @@
+-- Workflow tasks: a worker replays the history, runs the workflow code and sends
+-- back the commands it issued. complete_workflow_task applies them atomically:
+-- a WorkflowTaskCompleted{through} marker, then one event per command, the
+-- activity tasks and timers they create, and the run's end if it ended.
+-- See docs/internals.md for the command shapes and the replay rule.
+
+-- Lock a running task of the given kind and check the caller's fencing token;
+-- the execution row is locked first (the documented lock order).
+CREATE OR REPLACE FUNCTION harvest._lock_claimed_task(
+    p_task_id bigint, p_fencing_token bigint, p_kind text
+)
+RETURNS harvest.tasks
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution_id uuid;
+    o_task harvest.tasks;
+BEGIN
+    SELECT t.execution_id INTO v_execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'task % is gone: its lease expired or the run ended, and the work '
+            'was handed on', p_task_id USING ERRCODE = 'HR004';
+    END IF;
+    PERFORM 1 FROM harvest.executions WHERE id = v_execution_id FOR UPDATE;
+    SELECT * INTO o_task FROM harvest.tasks AS t WHERE t.id = p_task_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'task % is gone: its lease expired or the run ended, and the work '
+            'was handed on', p_task_id USING ERRCODE = 'HR004';
+    END IF;
+    IF o_task.kind <> p_kind THEN
+        RAISE EXCEPTION 'task % is a % task, not a % task', p_task_id, o_task.kind, p_kind
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF o_task.status <> 'running' OR o_task.fencing_token <> p_fencing_token THEN
+        RAISE EXCEPTION 'task % was claimed again (fencing token % is stale)',
+            p_task_id, p_fencing_token USING ERRCODE = 'HR004';
+    END IF;
+    IF o_task.lease_expires_at < harvest.now() THEN
+        RAISE EXCEPTION 'task %: the lease expired at %, so this result is refused',
+            p_task_id, o_task.lease_expires_at USING ERRCODE = 'HR004',
+            HINT = 'raise the timeout (start_to_close or the workflow task lease) or heartbeat';
+    END IF;
+    RETURN o_task;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._require(p_command jsonb, p_field text, p_type text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF jsonb_typeof(p_command -> p_field) IS DISTINCT FROM p_type THEN
+        RAISE EXCEPTION 'command % needs "%" as a JSON %, got %', p_command ->> 'type', p_field,
+            p_type, coalesce(jsonb_typeof(p_command -> p_field), 'nothing') USING ERRCODE = 'HR001';
+    END IF;
+    RETURN p_command -> p_field;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
+    p_task_id bigint,
+    p_fencing_token bigint,
+    p_through bigint,
+    p_commands jsonb DEFAULT '[]'::jsonb,
+    p_worker_id text DEFAULT NULL
+)
+RETURNS TABLE (last_event_id bigint, execution_status text)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_task harvest.tasks;
+    v_now timestamptz := harvest.now();
+    v_command jsonb;
+    v_type text;
+    v_seq integer;
+    v_queue text;
+    v_options jsonb;
+    v_seen_until bigint;
+    v_closed boolean := false;
+    v_stc double precision;
+BEGIN
+    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    IF p_through IS NULL OR p_through < 1 OR p_through > v_execution.last_event_id THEN
+        RAISE EXCEPTION 'through=% is outside the history (1..%)', p_through,
+            v_execution.last_event_id USING ERRCODE = 'HR001';
+    END IF;
+    IF p_commands IS NULL OR jsonb_typeof(p_commands) <> 'array' THEN
+        RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
+    END IF;
+    v_seen_until := v_execution.last_event_id;
+
+    PERFORM harvest._append_event(v_execution.id, 'WorkflowTaskCompleted',
+        jsonb_build_object('through', p_through, 'worker_id', p_worker_id));
+
+    FOR v_command IN SELECT value FROM jsonb_array_elements(p_commands) LOOP
+        v_type := v_command ->> 'type';
+        IF v_closed THEN
+            RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
+        END IF;
+        IF v_type IN ('schedule_activity', 'start_timer', 'record_marker') THEN
+            v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
+        END IF;
+        CASE v_type
+        WHEN 'schedule_activity' THEN
+            v_queue := coalesce(v_command ->> 'queue', v_execution.task_queue);
+            v_options := coalesce(v_command -> 'options', '{}'::jsonb);
+            v_stc := (v_options ->> 'schedule_to_close')::double precision;
+            PERFORM harvest._require(v_command, 'name', 'string');
+            PERFORM harvest._append_event(v_execution.id, 'ActivityScheduled', jsonb_build_object(
+                'seq', v_seq, 'name', v_command ->> 'name', 'input', v_command -> 'input',
+                'queue', v_queue, 'options', v_options));
+            INSERT INTO harvest.tasks (
+                execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+                scheduled_at, deadline_at
+            ) VALUES (
+                v_execution.id, 'activity', v_queue, coalesce((v_options ->> 'priority')::integer, 0),
+                v_now, v_seq, v_command ->> 'name', coalesce(v_command -> 'input', '[]'::jsonb),
+                v_options, v_now,
+                CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END
+            );
+            PERFORM harvest._notify_queue(v_queue);
+        WHEN 'start_timer' THEN
+            PERFORM harvest._require(v_command, 'duration', 'number');
+            INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)
+            VALUES (v_execution.id, 'timer', v_execution.task_queue,
+                    v_now + make_interval(secs => (v_command ->> 'duration')::double precision),
+                    v_seq, v_now)
+            RETURNING due_at INTO v_now;
+            PERFORM harvest._append_event(v_execution.id, 'TimerStarted',
+                jsonb_build_object('seq', v_seq, 'fire_at', v_now));
+            v_now := harvest.now();
+        WHEN 'record_marker' THEN
+            PERFORM harvest._require(v_command, 'kind', 'string');
+            PERFORM harvest._append_event(v_execution.id, 'MarkerRecorded', jsonb_build_object(
+                'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value'));
+        WHEN 'complete_workflow' THEN
+            PERFORM harvest._append_event(v_execution.id, 'WorkflowCompleted',
+                jsonb_build_object('result', v_command -> 'result'));
+            PERFORM harvest._close_execution(v_execution.id, 'COMPLETED', v_command -> 'result', NULL);
+            v_closed := true;
+        WHEN 'fail_workflow' THEN
+            PERFORM harvest._require(v_command, 'failure', 'object');
+            PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed',
+                jsonb_build_object('failure', v_command -> 'failure'));
+            PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_command -> 'failure');
+            v_closed := true;
+        ELSE
+            RAISE EXCEPTION 'unknown command type "%"', v_type USING ERRCODE = 'HR001',
+                HINT = 'see docs/internals.md for the command shapes';
+        END CASE;
+    END LOOP;
+
+    DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
+    -- Events that arrived while this task was in flight belong to the next batch.
+    IF NOT v_closed AND v_seen_until > p_through THEN
+        PERFORM harvest._ensure_workflow_task(v_execution.id);
+    END IF;
+
+    RETURN QUERY SELECT e.last_event_id, e.status FROM harvest.executions AS e WHERE e.id = v_execution.id;
+END;
+$$;
+
+-- A workflow task that could not complete (non-determinism, a worker-side error):
+-- nothing is written to the history; the task is retried after a backoff, and the
+-- error is kept on the task for operators.
+CREATE OR REPLACE FUNCTION harvest.fail_workflow_task(
+    p_task_id bigint,
+    p_fencing_token bigint,
+    p_failure jsonb,
+    p_retry_in_secs double precision DEFAULT 5
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_task harvest.tasks;
+BEGIN
+    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    UPDATE harvest.tasks
+    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+        due_at = harvest.now() + make_interval(secs => greatest(coalesce(p_retry_in_secs, 5), 0)),
+        last_failure = p_failure
+    WHERE id = p_task_id;
+END;
+$$;

@@ -1,0 +1,141 @@
+-- Starting workflows: one transaction creates the execution, its WorkflowStarted
+-- event and its first workflow task, after resolving any prior run of the same
+-- (workflow_name, workflow_id) by the reuse and conflict policies.
+--
+-- reuse_policy decides about a terminal prior, conflict_policy about a RUNNING one:
+--
+--   prior RUNNING        unspecified conflict_policy follows reuse_policy:
+--                          allow_duplicate, allow_duplicate_failed_only -> attach
+--                          reject_duplicate -> HR003, terminate_if_running -> replace
+--                        use_existing -> attach, fail -> HR003, terminate_existing -> replace
+--   prior terminal       allow_duplicate -> attach (a retried start gets its answer)
+--                        allow_duplicate_failed_only -> new run after FAILED, CANCELLED,
+--                          TERMINATED, TIMED_OUT; attach after COMPLETED, CONTINUED_AS_NEW
+--                        reject_duplicate -> HR003; terminate_if_running -> new run
+--
+-- Concurrent starts of one key serialise on a transaction advisory lock taken
+-- before the prior is read, so they converge on one run.
+
+CREATE OR REPLACE FUNCTION harvest.start_workflow(
+    p_workflow_name text,
+    p_input jsonb DEFAULT '[]'::jsonb,
+    p_workflow_id text DEFAULT NULL,
+    p_task_queue text DEFAULT 'default',
+    p_reuse_policy text DEFAULT 'allow_duplicate',
+    p_conflict_policy text DEFAULT 'unspecified',
+    p_search_attributes jsonb DEFAULT '{}'::jsonb,
+    p_priority integer DEFAULT 0,
+    p_parent_id uuid DEFAULT NULL,
+    p_shard integer DEFAULT 0
+)
+RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_workflow_id text := coalesce(p_workflow_id, gen_random_uuid()::text);
+    v_prior harvest.executions;
+    v_action text;
+    v_id uuid;
+    v_now timestamptz := harvest.now();
+BEGIN
+    IF p_workflow_name IS NULL OR btrim(p_workflow_name) = '' THEN
+        RAISE EXCEPTION 'workflow name is empty' USING ERRCODE = 'HR001',
+            HINT = 'pass the registered name of a @workflow function';
+    END IF;
+    IF v_workflow_id = '' THEN
+        RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
+            HINT = 'omit it to have one minted, or pass a non-empty business key';
+    END IF;
+    IF p_task_queue IS NULL OR btrim(p_task_queue) = '' THEN
+        RAISE EXCEPTION 'task queue is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_input IS NULL OR jsonb_typeof(p_input) <> 'array' THEN
+        RAISE EXCEPTION 'input must be a JSON array of positional arguments, got %',
+            coalesce(jsonb_typeof(p_input), 'NULL')
+            USING ERRCODE = 'HR001', HINT = 'for one argument 42 pass ''[42]''::jsonb';
+    END IF;
+    IF p_search_attributes IS NULL OR jsonb_typeof(p_search_attributes) <> 'object' THEN
+        RAISE EXCEPTION 'search attributes must be a JSON object, got %',
+            coalesce(jsonb_typeof(p_search_attributes), 'NULL') USING ERRCODE = 'HR001';
+    END IF;
+    IF p_reuse_policy IS NULL OR p_reuse_policy NOT IN (
+        'allow_duplicate', 'allow_duplicate_failed_only', 'reject_duplicate', 'terminate_if_running'
+    ) THEN
+        RAISE EXCEPTION 'unknown reuse_policy "%"', p_reuse_policy USING ERRCODE = 'HR001',
+            HINT = 'use allow_duplicate, allow_duplicate_failed_only, reject_duplicate or terminate_if_running';
+    END IF;
+    IF p_conflict_policy IS NULL OR p_conflict_policy NOT IN (
+        'unspecified', 'use_existing', 'fail', 'terminate_existing'
+    ) THEN
+        RAISE EXCEPTION 'unknown conflict_policy "%"', p_conflict_policy USING ERRCODE = 'HR001',
+            HINT = 'use unspecified, use_existing, fail or terminate_existing';
+    END IF;
+
+    PERFORM pg_advisory_xact_lock(
+        hashtextextended('harvest.start:' || p_workflow_name || ':' || v_workflow_id, 0));
+
+    SELECT * INTO v_prior FROM harvest.executions AS e
+    WHERE e.workflow_name = p_workflow_name AND e.workflow_id = v_workflow_id
+    ORDER BY (e.status = 'RUNNING') DESC, e.created_at DESC
+    LIMIT 1
+    FOR UPDATE;
+
+    IF NOT FOUND THEN
+        v_action := 'start';
+    ELSIF v_prior.status = 'RUNNING' THEN
+        v_action := CASE p_conflict_policy
+            WHEN 'use_existing' THEN 'attach'
+            WHEN 'fail' THEN 'reject'
+            WHEN 'terminate_existing' THEN 'replace'
+            ELSE CASE p_reuse_policy
+                WHEN 'reject_duplicate' THEN 'reject'
+                WHEN 'terminate_if_running' THEN 'replace'
+                ELSE 'attach'
+            END
+        END;
+    ELSE
+        v_action := CASE p_reuse_policy
+            WHEN 'allow_duplicate' THEN 'attach'
+            WHEN 'reject_duplicate' THEN 'reject'
+            WHEN 'terminate_if_running' THEN 'start'
+            ELSE CASE WHEN v_prior.status IN ('FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT')
+                THEN 'start' ELSE 'attach' END
+        END;
+    END IF;
+
+    IF v_action = 'attach' THEN
+        RETURN QUERY SELECT v_prior.id, v_prior.workflow_id, v_prior.status, false;
+        RETURN;
+    ELSIF v_action = 'reject' THEN
+        RAISE EXCEPTION 'workflow % with id "%" already exists (execution %, %)',
+            p_workflow_name, v_workflow_id, v_prior.id, v_prior.status
+            USING ERRCODE = 'HR003',
+            DETAIL = jsonb_build_object('existing_execution_id', v_prior.id,
+                                        'existing_state', v_prior.status)::text,
+            HINT = 'attach to it, or pass another reuse_policy/conflict_policy';
+    ELSIF v_action = 'replace' THEN
+        PERFORM harvest._append_event(v_prior.id, 'WorkflowTerminated',
+            jsonb_build_object('reason', 'replaced by a new start (' || p_reuse_policy || ', '
+                                         || p_conflict_policy || ')'));
+        PERFORM harvest._close_execution(v_prior.id, 'TERMINATED', NULL,
+            jsonb_build_object('error_type', 'Terminated', 'message', 'replaced by a new start',
+                               'non_retryable', true, 'details', NULL));
+    END IF;
+
+    v_id := harvest._new_execution_id(p_shard);
+    INSERT INTO harvest.executions (
+        id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at
+    ) VALUES (
+        v_id, p_workflow_name, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+        p_parent_id, v_now
+    );
+    PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
+        'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id,
+        'input', p_input, 'task_queue', p_task_queue, 'parent_id', p_parent_id));
+    INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
+    VALUES (v_id, 'workflow', p_task_queue, coalesce(p_priority, 0), v_now, v_now);
+    PERFORM harvest._notify_queue(p_task_queue);
+
+    RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
+END;
+$$;

@@ -1,0 +1,72 @@
+-- The timeout scanner, run by every worker on a timer: crash recovery and the
+-- activity timeouts. Bounded per call; rows locked elsewhere are skipped and
+-- picked up by the next pass.
+--
+--   * a workflow task whose lease expired goes back to pending (a crashed
+--     decider's work is simply redone; it wrote nothing);
+--   * an activity whose lease expired failed that attempt with
+--     StartToCloseTimeout or HeartbeatTimeout, then retries per its policy; the
+--     attempt was counted once, when it was claimed;
+--   * an activity past its schedule_to_close deadline fails for good with
+--     ScheduleToCloseTimeout, whether pending or running.
+
+CREATE OR REPLACE FUNCTION harvest.expire_tasks(p_limit integer DEFAULT 100)
+RETURNS TABLE (task_id bigint, kind text, outcome text)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_candidate record;
+    v_execution harvest.executions;
+    v_task harvest.tasks;
+    v_heartbeat_timeout double precision;
+    v_error_type text;
+BEGIN
+    FOR v_candidate IN
+        (SELECT t.id, t.execution_id FROM harvest.tasks AS t
+         WHERE t.status = 'running' AND t.lease_expires_at < v_now
+         ORDER BY t.lease_expires_at LIMIT p_limit)
+        UNION
+        (SELECT t.id, t.execution_id FROM harvest.tasks AS t
+         WHERE t.deadline_at < v_now
+         ORDER BY t.deadline_at LIMIT p_limit)
+    LOOP
+        SELECT * INTO v_execution FROM harvest.executions AS e
+        WHERE e.id = v_candidate.execution_id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_candidate.id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+
+        IF v_task.kind = 'activity' AND v_task.deadline_at < v_now THEN
+            RETURN QUERY SELECT v_task.id, v_task.kind, harvest._fail_activity_attempt(v_execution, v_task,
+                jsonb_build_object('error_type', 'ScheduleToCloseTimeout', 'non_retryable', true,
+                    'message', 'activity ' || v_task.activity_name || ' did not finish within its '
+                               || 'schedule_to_close of ' || (v_task.options ->> 'schedule_to_close') || 's',
+                    'details', NULL), false);
+        ELSIF v_task.status = 'running' AND v_task.lease_expires_at < v_now THEN
+            IF v_task.kind = 'workflow' THEN
+                UPDATE harvest.tasks
+                SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = v_now
+                WHERE id = v_task.id;
+                PERFORM harvest._notify_queue(v_task.queue);
+                RETURN QUERY SELECT v_task.id, v_task.kind, 'released'::text;
+            ELSE
+                v_heartbeat_timeout := (v_task.options ->> 'heartbeat_timeout')::double precision;
+                v_error_type := CASE
+                    WHEN v_heartbeat_timeout IS NOT NULL
+                         AND coalesce(v_task.heartbeat_at, v_task.started_at)
+                             + make_interval(secs => v_heartbeat_timeout) <= v_now
+                         AND v_task.started_at + make_interval(secs =>
+                             coalesce((v_task.options ->> 'start_to_close')::double precision, 300)) > v_now
+                    THEN 'HeartbeatTimeout' ELSE 'StartToCloseTimeout' END;
+                RETURN QUERY SELECT v_task.id, v_task.kind, harvest._fail_activity_attempt(v_execution, v_task,
+                    jsonb_build_object('error_type', v_error_type, 'non_retryable', false,
+                        'message', 'attempt ' || v_task.attempt || ' of ' || v_task.activity_name
+                                   || ' held by ' || coalesce(v_task.lease_owner, '?')
+                                   || ' timed out (' || v_error_type || ')',
+                        'details', NULL));
+            END IF;
+        END IF;
+    END LOOP;
+END;
+$$;

@@ -1,0 +1,85 @@
+-- The worker registry. A worker registers on start, heartbeats on a timer (the
+-- answer tells it whether an operator asked it to drain), and on shutdown
+-- releases what it could not finish.
+
+CREATE OR REPLACE FUNCTION harvest.register_worker(
+    p_worker_id text, p_queues text [], p_hostname text, p_pid integer,
+    p_heartbeat_interval_secs double precision DEFAULT 10, p_metadata jsonb DEFAULT '{}'::jsonb
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+BEGIN
+    IF p_worker_id IS NULL OR p_worker_id = '' OR p_queues IS NULL OR cardinality(p_queues) = 0 THEN
+        RAISE EXCEPTION 'a worker needs an id and at least one queue' USING ERRCODE = 'HR001';
+    END IF;
+    INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at,
+                                 heartbeat_interval_secs, metadata)
+    VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, p_heartbeat_interval_secs,
+            coalesce(p_metadata, '{}'::jsonb))
+    ON CONFLICT (id) DO UPDATE
+    SET queues = excluded.queues, hostname = excluded.hostname, pid = excluded.pid,
+        status = 'active', started_at = excluded.started_at,
+        last_heartbeat_at = excluded.last_heartbeat_at,
+        heartbeat_interval_secs = excluded.heartbeat_interval_secs, metadata = excluded.metadata,
+        drain_deadline = NULL;
+END;
+$$;
+
+-- Returns the worker's status ('active', 'draining', 'stopped').
+CREATE OR REPLACE FUNCTION harvest.worker_heartbeat(p_worker_id text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    UPDATE harvest.workers SET last_heartbeat_at = harvest.now()
+    WHERE id = p_worker_id
+    RETURNING status INTO v_status;
+    IF v_status IS NULL THEN
+        RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
+    END IF;
+    RETURN v_status;
+END;
+$$;
+
+-- Give back the tasks a worker holds without counting a failed attempt, so
+-- another worker takes them at once. Returns how many were released.
+CREATE OR REPLACE FUNCTION harvest.release_worker_tasks(p_worker_id text, p_task_ids bigint [] DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_count integer;
+    v_queues text [];
+BEGIN
+    WITH released AS (
+        UPDATE harvest.tasks AS t
+        SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now(),
+            attempt = CASE WHEN t.kind = 'activity' THEN greatest(t.attempt - 1, 0) ELSE t.attempt END
+        WHERE t.status = 'running' AND t.lease_owner = p_worker_id
+          AND (p_task_ids IS NULL OR t.id = ANY(p_task_ids))
+        RETURNING t.queue
+    )
+    SELECT count(*), array_agg(DISTINCT r.queue) INTO v_count, v_queues FROM released AS r;
+    PERFORM harvest._notify_queue(q.name) FROM unnest(v_queues) AS q (name);
+    RETURN v_count;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.stop_worker(p_worker_id text)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_released integer;
+BEGIN
+    v_released := harvest.release_worker_tasks(p_worker_id);
+    UPDATE harvest.workers SET status = 'stopped', last_heartbeat_at = harvest.now()
+    WHERE id = p_worker_id;
+    RETURN v_released;
+END;
+$$;

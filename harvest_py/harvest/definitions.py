@@ -1,0 +1,335 @@
+"""The registry surface: ``@workflow``, ``@activity``, ``RetryPolicy`` and ``App``.
+
+Decorators return the user's own function, only tagged with a definition
+object, so the function stays callable and testable as written; ``App`` is the
+one place a worker learns which names map to which code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import inspect
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harvest.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
+
+__all__ = ["RetryPolicy", "ActivityDefinition", "WorkflowDefinition", "App", "workflow",
+           "activity", "parse_duration", "DEFAULT_QUEUE"]
+
+DEFAULT_QUEUE = "default"
+
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+          "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
+
+
+def parse_duration(value: Any, what: str = "duration") -> float:
+    """Seconds from ``30``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a timedelta."""
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = _parse_units(text, value, what)
+    else:
+        raise InvalidArgument(f"{what}: expected seconds or a string like '30s', '5m', '1h', "
+                              f"got {type(value).__name__} {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidArgument(f"{what}: {value!r} is not a non-negative finite duration")
+    return seconds
+
+
+def _parse_units(text: str, original: Any, what: str) -> float:
+    pos, total = 0, 0.0
+    compact = text.replace(" ", "")
+    for m in _PART.finditer(compact):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2).lower()]
+        pos = m.end()
+    if pos == 0 or pos != len(compact):
+        raise InvalidArgument(f"{what}: cannot parse {original!r}; use a number of seconds or "
+                              "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')")
+    return total
+
+
+def _opt_duration(value: Any, what: str) -> float | None:
+    return None if value is None else parse_duration(value, what)
+
+
+def _num(x: float | None) -> float | int | None:
+    """Integral seconds are written as ints, matching the wire examples."""
+    if x is None:
+        return None
+    return int(x) if float(x).is_integer() else x
+
+
+@dataclass
+class RetryPolicy:
+    """How often and how fast a failed activity is retried (all times in seconds)."""
+
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff: float = 2.0
+    max_interval: float = 100.0
+    non_retryable_errors: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int >= 1")
+        self.initial_interval = parse_duration(self.initial_interval, "initial_interval")
+        self.max_interval = parse_duration(self.max_interval, "max_interval")
+        if not isinstance(self.backoff, (int, float)) or self.backoff < 1:
+            raise InvalidArgument(f"backoff: {self.backoff!r} must be a number >= 1")
+        self.backoff = float(self.backoff)
+        if isinstance(self.non_retryable_errors, str):
+            raise InvalidArgument("non_retryable_errors: expected a list of error types, "
+                                  f"got the string {self.non_retryable_errors!r}")
+        self.non_retryable_errors = [str(e) for e in self.non_retryable_errors]
+
+    @classmethod
+    def exponential(cls, max_attempts: int = 3, initial: Any = "1s", backoff: float = 2.0,
+                    maximum: Any = "100s", non_retryable_errors: Iterable[str] = ()
+                    ) -> RetryPolicy:
+        return cls(max_attempts, parse_duration(initial, "initial"), backoff,
+                   parse_duration(maximum, "maximum"), list(non_retryable_errors))
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """A single attempt: the first failure is final."""
+        return cls(max_attempts=1)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return min(self.initial_interval * self.backoff ** max(attempt - 1, 0), self.max_interval)
+
+    def should_retry(self, failure: ActivityFailure, attempt: int) -> bool:
+        """The resolution order of internals.md: flag, then error_type, then the message."""
+        if attempt >= self.max_attempts or failure.non_retryable:
+            return False
+        return not (failure.error_type in self.non_retryable_errors
+                    or failure.message in self.non_retryable_errors)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"max_attempts": self.max_attempts,
+                "initial_interval": _num(self.initial_interval),
+                "backoff": self.backoff, "max_interval": _num(self.max_interval),
+                "non_retryable_errors": list(self.non_retryable_errors)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> RetryPolicy:
+        data = data or {}
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass
+class ActivityDefinition:
+    """Everything the engine needs to schedule and run one activity."""
+
+    name: str
+    fn: Callable[..., Any]
+    start_to_close: float = 300.0
+    schedule_to_close: float | None = None
+    heartbeat_timeout: float | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    queue: str | None = None
+    local: bool = False
+    priority: int = 0
+    dead_letter: bool = True
+    is_async: bool = True
+
+    OVERRIDABLE = ("start_to_close", "schedule_to_close", "heartbeat_timeout", "retry",
+                   "queue", "priority", "dead_letter")
+
+    def options_json(self) -> dict[str, Any]:
+        """The ``options`` object of a ``schedule_activity`` command."""
+        return {"start_to_close": _num(self.start_to_close),
+                "schedule_to_close": _num(self.schedule_to_close),
+                "heartbeat_timeout": _num(self.heartbeat_timeout),
+                "retry": self.retry.to_json(), "priority": self.priority,
+                "dead_letter": self.dead_letter}
+
+    def with_options(self, **overrides: Any) -> ActivityDefinition:
+        """A copy with per-call overrides (``start_to_close="10s"``, ``queue=...``)."""
+        unknown = sorted(set(overrides) - set(self.OVERRIDABLE))
+        if unknown:
+            raise TypeError(f"unknown activity option(s) {unknown}; accepted: "
+                            f"{list(self.OVERRIDABLE)}")
+        return dataclasses.replace(self, **_normalize_options(overrides))
+
+
+def _normalize_options(opts: dict[str, Any]) -> dict[str, Any]:
+    out = dict(opts)
+    if "start_to_close" in out:
+        out["start_to_close"] = parse_duration(out["start_to_close"], "start_to_close")
+    for key in ("schedule_to_close", "heartbeat_timeout"):
+        if key in out:
+            out[key] = _opt_duration(out[key], key)
+    if "retry" in out:
+        if out["retry"] is None:
+            out["retry"] = RetryPolicy()
+        elif not isinstance(out["retry"], RetryPolicy):
+            raise TypeError(f"retry: expected a RetryPolicy, got {type(out['retry']).__name__}")
+    if "priority" in out and (not isinstance(out["priority"], int)
+                              or isinstance(out["priority"], bool)):
+        raise InvalidArgument(f"priority: expected an int, got {out['priority']!r}")
+    if "queue" in out and out["queue"] is not None:
+        _check_name(out["queue"], "queue")
+    return out
+
+
+@dataclass
+class WorkflowDefinition:
+    """A workflow's registered name, code and task queue."""
+
+    name: str
+    fn: Callable[..., Any]
+    queue: str = DEFAULT_QUEUE
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidArgument(f"{what}: expected a non-empty string, got {name!r}")
+    return name
+
+
+def _check_takes_ctx(fn: Callable, kind: str) -> None:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
+                                            inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        raise TypeError(f"@{kind} {fn.__qualname__}: the first parameter must be the "
+                        f"context (e.g. `def {fn.__name__}(ctx, ...)`)")
+
+
+def workflow(fn: Callable | None = None, *, name: str | None = None,
+             queue: str | None = None) -> Any:
+    """Mark an ``async def`` as a workflow; usable bare or as ``@workflow(name=..., queue=...)``."""
+
+    def wrap(f: Callable) -> Callable:
+        if not inspect.iscoroutinefunction(f):
+            raise TypeError(f"@workflow {getattr(f, '__qualname__', f)!r} must be an "
+                            "`async def` (workflows are deterministic coroutines)")
+        _check_takes_ctx(f, "workflow")
+        f.__harvest_workflow__ = WorkflowDefinition(
+            name=_check_name(name or f.__name__, "workflow name"), fn=f,
+            queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE)
+        return f
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def activity(fn: Callable | None = None, *, start_to_close: Any = 300.0,
+             schedule_to_close: Any = None, heartbeat_timeout: Any = None,
+             retry: RetryPolicy | None = None, queue: str | None = None, local: bool = False,
+             name: str | None = None, priority: int = 0, dead_letter: bool = True) -> Any:
+    """Mark a function as an activity; ``async def`` runs on the loop, plain ``def`` in a thread."""
+    options = _normalize_options({
+        "start_to_close": start_to_close, "schedule_to_close": schedule_to_close,
+        "heartbeat_timeout": heartbeat_timeout, "retry": retry, "queue": queue,
+        "priority": priority, "dead_letter": bool(dead_letter)})
+
+    def wrap(f: Callable) -> Callable:
+        if not callable(f):
+            raise TypeError(f"@activity expects a function, got {f!r}")
+        if inspect.isclass(f):
+            raise TypeError(f"@activity expects a function, got the class {f.__qualname__}")
+        _check_takes_ctx(f, "activity")
+        f.__harvest_activity__ = ActivityDefinition(
+            name=_check_name(name or f.__name__, "activity name"), fn=f, local=bool(local),
+            is_async=inspect.iscoroutinefunction(f), **options)
+        return f
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def _describe(fn: Any) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+class App:
+    """The registry a worker runs: workflows and activities by name.
+
+    Later registries (queries, updates) join as keyword-only arguments here.
+    """
+
+    def __init__(self, workflows: Iterable[Any] = (), activities: Iterable[Any] = ()) -> None:
+        self.workflows: dict[str, WorkflowDefinition] = {}
+        self.activities: dict[str, ActivityDefinition] = {}
+        for item in workflows:
+            self._add(self.workflows, _as_workflow(item), "workflow")
+        for item in activities:
+            self._add(self.activities, _as_activity(item), "activity")
+
+    @staticmethod
+    def _add(table: dict, defn: Any, kind: str) -> None:
+        existing = table.get(defn.name)
+        if existing is not None:
+            if existing.fn is defn.fn:
+                return  # the same function listed twice is harmless
+            raise ConfigError(f"duplicate {kind} name {defn.name!r}: registered by "
+                              f"{_describe(existing.fn)} and {_describe(defn.fn)}")
+        table[defn.name] = defn
+
+    def workflow(self, name: Any) -> WorkflowDefinition:
+        key = _name_of(name, "__harvest_workflow__")
+        try:
+            return self.workflows[key]
+        except KeyError:
+            raise NotFound(f"no workflow named {key!r} is registered; known: "
+                           f"{sorted(self.workflows) or 'none'}") from None
+
+    def activity(self, name: Any) -> ActivityDefinition:
+        key = _name_of(name, "__harvest_activity__")
+        try:
+            return self.activities[key]
+        except KeyError:
+            raise NotFound(f"no activity named {key!r} is registered; known: "
+                           f"{sorted(self.activities) or 'none'}") from None
+
+    def find_activity(self, name: str) -> ActivityDefinition | None:
+        return self.activities.get(name)
+
+    @property
+    def queues(self) -> set[str]:
+        """Every queue a worker for this app must poll (local activities need none)."""
+        out = {w.queue for w in self.workflows.values()}
+        out.update(a.queue for a in self.activities.values() if a.queue and not a.local)
+        return out
+
+    def __repr__(self) -> str:
+        return f"App(workflows={sorted(self.workflows)}, activities={sorted(self.activities)})"
+
+
+def _name_of(item: Any, attr: str) -> str:
+    if isinstance(item, str):
+        return item
+    defn = getattr(item, attr, None) or item
+    return getattr(defn, "name", str(item))
+
+
+def _as_workflow(item: Any) -> WorkflowDefinition:
+    if isinstance(item, WorkflowDefinition):
+        return item
+    defn = getattr(item, "__harvest_workflow__", None)
+    if not isinstance(defn, WorkflowDefinition):
+        raise TypeError(f"App(workflows=...): {_describe(item)} is not decorated with @workflow")
+    return defn
+
+
+def _as_activity(item: Any) -> ActivityDefinition:
+    if isinstance(item, ActivityDefinition):
+        return item
+    defn = getattr(item, "__harvest_activity__", None)
+    if not isinstance(defn, ActivityDefinition):
+        raise TypeError(f"App(activities=...): {_describe(item)} is not decorated with @activity")
+    return defn

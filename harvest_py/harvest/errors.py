@@ -1,0 +1,173 @@
+"""One exception hierarchy for the whole package.
+
+Every SQLSTATE the SQL API raises maps to exactly one class here (see
+``docs/internals.md``); the CLI maps each class to one exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+class HarvestError(Exception):
+    """Base of every error Harvest raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(HarvestError):
+    """Harvest was set up wrongly (a missing DSN, a bad registry, ...)."""
+
+
+class DatabaseUnavailable(HarvestError):
+    """The database could not be reached."""
+
+
+class SchemaMismatch(HarvestError):
+    """The database schema is not the one this package expects."""
+
+
+class InvalidArgument(HarvestError):
+    """A caller passed a value the engine does not accept (SQLSTATE HR001)."""
+
+    exit_code = 2
+
+
+class NotFound(HarvestError):
+    """The named execution, task or dead letter does not exist (SQLSTATE HR002)."""
+
+
+class WorkflowAlreadyExists(HarvestError):
+    """A start collided with an existing run under a rejecting policy (SQLSTATE HR003)."""
+
+    def __init__(self, message: str, existing_execution_id: str | None = None,
+                 existing_state: str | None = None):
+        super().__init__(message)
+        self.existing_execution_id = existing_execution_id
+        self.existing_state = existing_state
+
+
+class StaleTask(HarvestError):
+    """A worker tried to commit work whose lease it no longer holds (SQLSTATE HR004)."""
+
+
+class WorkflowNotRunning(HarvestError):
+    """The execution has already reached a terminal state (SQLSTATE HR005)."""
+
+
+class NonDeterminismError(HarvestError):
+    """Replaying the workflow code issued commands that differ from its history."""
+
+
+class PayloadError(HarvestError, TypeError):
+    """A value cannot be encoded as JSON or decoded into the declared type."""
+
+
+class TimeoutError_(HarvestError, TimeoutError):
+    """A client-side wait ran out of time (the run itself may still finish)."""
+
+
+class ActivityFailure(HarvestError):
+    """A typed activity failure.
+
+    Raise it from an activity to choose the ``error_type`` and whether retries
+    stop at once; the workflow receives it (as ``ActivityError``'s cause) when
+    the failure is final.
+    """
+
+    def __init__(self, error_type: str, message: str, non_retryable: bool = False,
+                 details: Any = None):
+        super().__init__(f"{error_type}: {message}")
+        self.error_type = error_type
+        self.message = message
+        self.non_retryable = non_retryable
+        self.details = details
+
+    @classmethod
+    def retryable(cls, error_type: str, message: str, details: Any = None) -> ActivityFailure:
+        return cls(error_type, message, False, details)
+
+    @classmethod
+    def non_retryable_(cls, error_type: str, message: str, details: Any = None) -> ActivityFailure:
+        return cls(error_type, message, True, details)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error_type": self.error_type, "message": self.message,
+                "non_retryable": self.non_retryable, "details": self.details}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ActivityFailure:
+        return cls(data.get("error_type") or "Error", data.get("message") or "",
+                   bool(data.get("non_retryable")), data.get("details"))
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ActivityFailure:
+        """A plain exception becomes ``error_type`` = its class name."""
+        if isinstance(exc, ActivityFailure):
+            return exc
+        return cls(type(exc).__name__, str(exc), False, None)
+
+
+class ActivityError(HarvestError):
+    """Raised inside a workflow when an activity failed for good."""
+
+    def __init__(self, activity_name: str, failure: ActivityFailure):
+        super().__init__(f"activity {activity_name!r} failed: {failure}")
+        self.activity_name = activity_name
+        self.failure = failure
+        self.__cause__ = failure
+
+
+class WorkflowFailed(HarvestError):
+    """The run ended FAILED; ``failure`` holds the recorded error."""
+
+    def __init__(self, execution_id: str, failure: dict[str, Any] | None):
+        failure = failure or {}
+        super().__init__(f"workflow {execution_id} failed: "
+                         f"{failure.get('error_type', 'Error')}: {failure.get('message', '')}")
+        self.execution_id = execution_id
+        self.failure = failure
+
+
+class WorkflowCancelled(HarvestError):
+    """The run ended CANCELLED."""
+
+
+class WorkflowTerminated(HarvestError):
+    """The run ended TERMINATED."""
+
+
+class WorkflowTimedOut(HarvestError):
+    """The run ended TIMED_OUT."""
+
+
+# SQLSTATE -> exception class. The SQL API raises only these custom codes.
+SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
+    "HR001": InvalidArgument,
+    "HR002": NotFound,
+    "HR003": WorkflowAlreadyExists,
+    "HR004": StaleTask,
+    "HR005": WorkflowNotRunning,
+}
+
+
+def from_database_error(exc: Exception) -> HarvestError | None:
+    """Translate a psycopg error carrying a Harvest SQLSTATE, or return None."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    cls = SQLSTATE_ERRORS.get(sqlstate or "")
+    if cls is None:
+        return None
+    diag = getattr(exc, "diag", None)
+    message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    if cls is WorkflowAlreadyExists:
+        detail = getattr(diag, "message_detail", None)
+        info: dict[str, Any] = {}
+        if detail:
+            try:
+                info = json.loads(detail)
+            except ValueError:
+                info = {}
+        return WorkflowAlreadyExists(message, info.get("existing_execution_id"),
+                                     info.get("existing_state"))
+    return cls(message)

@@ -1,0 +1,413 @@
+"""JSON payload conversion for workflow and activity inputs and results.
+
+Everything that crosses the database (inputs, results, marker values) is JSON.
+``encode`` turns rich Python values into JSON-compatible ones and names the
+exact path of anything it cannot convert; ``decode`` rebuilds rich values from
+the type hints of the receiving function, so user code sees its own types on
+both sides of the wire. pydantic is used when installed, never required.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import inspect
+import math
+import types
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from decimal import Decimal
+from typing import Any
+
+from harvest.errors import PayloadError
+
+try:  # optional dependency
+    import pydantic as _pydantic
+except ImportError:  # pragma: no cover - exercised only without pydantic
+    _pydantic = None
+
+__all__ = ["encode", "decode", "encode_args", "decode_args", "decode_result",
+           "encode_result", "param_hints", "return_hint"]
+
+_ABSENT = object()
+
+
+def _is_pydantic_model(obj: Any) -> bool:
+    return _pydantic is not None and isinstance(obj, _pydantic.BaseModel)
+
+
+def _is_pydantic_class(tp: Any) -> bool:
+    return (_pydantic is not None and isinstance(tp, type)
+            and issubclass(tp, _pydantic.BaseModel))
+
+
+def _key_path(path: str, key: str) -> str:
+    return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
+
+
+# --------------------------------------------------------------------------- encode
+
+def encode(value: Any, path: str = "value") -> Any:
+    """Return a JSON-compatible copy of ``value`` or raise ``PayloadError`` naming the path."""
+    return _encode(value, path, set())
+
+
+def _encode(value: Any, path: str, active: set[int]) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, enum.Enum):
+        return _encode(value.value, path, active)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise PayloadError(f"{path}: cannot encode non-finite float {value!r}")
+        return float(value)
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if _is_pydantic_model(value):
+        try:
+            return value.model_dump(mode="json")
+        except Exception as exc:  # pydantic raises its own serialization errors
+            raise PayloadError(f"{path}: cannot encode {type(value).__name__}: {exc}") from exc
+    marker = id(value)
+    if marker in active:
+        raise PayloadError(f"{path}: cannot encode a circular reference")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        active.add(marker)
+        try:
+            return {f.name: _encode(getattr(value, f.name), _key_path(path, f.name), active)
+                    for f in dataclasses.fields(value)}
+        finally:
+            active.discard(marker)
+    if isinstance(value, Mapping):
+        active.add(marker)
+        try:
+            out = {}
+            for key, item in value.items():
+                if isinstance(key, enum.Enum) and isinstance(key.value, str):
+                    key = key.value
+                if not isinstance(key, str):
+                    raise PayloadError(f"{path}: cannot encode dict key {key!r} of type "
+                                       f"{type(key).__name__} (keys must be str)")
+                out[key] = _encode(item, _key_path(path, key), active)
+            return out
+        finally:
+            active.discard(marker)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = list(value)
+        if isinstance(value, (set, frozenset)):
+            try:  # a set's iteration order differs between processes: sort it
+                items = sorted(items)
+            except TypeError:
+                pass
+        active.add(marker)
+        try:
+            return [_encode(item, f"{path}[{i}]", active) for i, item in enumerate(items)]
+        finally:
+            active.discard(marker)
+    raise PayloadError(f"{path}: cannot encode object of type {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------- decode
+
+def decode(value: Any, type_hint: Any = Any, path: str = "value") -> Any:
+    """Rebuild a value of ``type_hint`` from its JSON form (``Any`` returns it as-is)."""
+    return _decode(value, type_hint, path)
+
+
+def _fail(path: str, expected: str, value: Any) -> PayloadError:
+    return PayloadError(f"{path}: expected {expected}, got {type(value).__name__} {value!r:.80}")
+
+
+def _decode(value: Any, tp: Any, path: str) -> Any:
+    if tp is Any or tp is None and value is None or tp is inspect.Parameter.empty \
+            or tp is object or isinstance(tp, typing.TypeVar):
+        return value
+    if tp is None or tp is type(None):
+        if value is not None:
+            raise _fail(path, "null", value)
+        return None
+    if isinstance(tp, str):  # an unresolved forward reference: nothing to go on
+        return value
+    supertype = getattr(tp, "__supertype__", None)  # typing.NewType
+    if supertype is not None:
+        return _decode(value, supertype, path)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is typing.Annotated:
+        return _decode(value, args[0], path)
+    if origin is typing.Union or origin is types.UnionType:
+        return _decode_union(value, args, path)
+    if origin is typing.Literal:
+        if value not in args:
+            raise _fail(path, f"one of {list(args)!r}", value)
+        return value
+    if origin is not None:
+        return _decode_generic(value, origin, args, path)
+    if isinstance(tp, type):
+        return _decode_class(value, tp, path)
+    return value
+
+
+def _decode_union(value: Any, args: tuple, path: str) -> Any:
+    if value is None and type(None) in args:
+        return None
+    candidates = [a for a in args if a is not type(None)]
+    errors = []
+    for candidate in candidates:
+        try:
+            return _decode(value, candidate, path)
+        except PayloadError as exc:
+            errors.append(str(exc))
+    if len(errors) == 1:
+        raise PayloadError(errors[0])
+    raise PayloadError(f"{path}: no member of the union accepts it ({'; '.join(errors)})")
+
+
+def _decode_generic(value: Any, origin: Any, args: tuple, path: str) -> Any:
+    if isinstance(origin, type) and issubclass(origin, Mapping):
+        if not isinstance(value, dict):
+            raise _fail(path, "object", value)
+        key_tp, val_tp = args if len(args) == 2 else (Any, Any)
+        return {_decode_key(k, key_tp, path): _decode(v, val_tp, _key_path(path, k))
+                for k, v in value.items()}
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _fail(path, "array", value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_decode(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
+        if args and len(args) != len(value):
+            raise PayloadError(f"{path}: expected an array of {len(args)} items, "
+                               f"got {len(value)}")
+        hints = args or (Any,) * len(value)
+        return tuple(_decode(v, h, f"{path}[{i}]") for i, (v, h) in enumerate(zip(value, hints)))
+    if isinstance(origin, type) and issubclass(origin, Iterable) \
+            and not issubclass(origin, (str, bytes)):
+        if not isinstance(value, list):
+            raise _fail(path, "array", value)
+        inner = args[0] if args else Any
+        items = [_decode(v, inner, f"{path}[{i}]") for i, v in enumerate(value)]
+        if issubclass(origin, frozenset):
+            return frozenset(items)
+        if issubclass(origin, AbstractSet):
+            return set(items)
+        return items
+    if origin is type:
+        return value
+    return _decode(value, origin, path)
+
+
+def _decode_key(key: str, tp: Any, path: str) -> Any:
+    if tp in (Any, str):
+        return key
+    try:
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            return tp(key)
+        if tp is int:
+            return int(key)
+    except ValueError as exc:
+        raise PayloadError(f"{path}: bad key {key!r} for {tp.__name__}") from exc
+    return _decode(key, tp, path)
+
+
+def _decode_class(value: Any, tp: type, path: str) -> Any:
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _fail(path, "bool", value)
+        return value
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _fail(path, "int", value)
+        return value
+    if tp is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise _fail(path, "number", value)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _fail(path, "string", value)
+        return value
+    if isinstance(value, tp) and not isinstance(value, (list, dict)):
+        return value  # already the right type (e.g. an in-process value)
+    try:
+        if issubclass(tp, enum.Enum):
+            return tp(value)
+        if issubclass(tp, _dt.datetime):
+            return tp.fromisoformat(_need_str(value, path, "ISO datetime"))
+        if issubclass(tp, _dt.date):
+            return tp.fromisoformat(_need_str(value, path, "ISO date"))
+        if issubclass(tp, _dt.time):
+            return tp.fromisoformat(_need_str(value, path, "ISO time"))
+        if issubclass(tp, uuid.UUID):
+            return tp(_need_str(value, path, "UUID string"))
+        if issubclass(tp, Decimal):
+            return tp(str(value))
+        if issubclass(tp, _dt.timedelta):
+            return tp(seconds=value)
+    except PayloadError:
+        raise
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise PayloadError(f"{path}: cannot decode {value!r:.80} as {tp.__name__}: {exc}") from exc
+    if _is_pydantic_class(tp):
+        try:
+            return tp.model_validate(value)
+        except Exception as exc:
+            raise PayloadError(f"{path}: cannot decode as {tp.__name__}: {exc}") from exc
+    if dataclasses.is_dataclass(tp):
+        return _decode_dataclass(value, tp, path)
+    if tp in (list, tuple, set, frozenset, dict):
+        return _decode_generic(value, tp, (), path)
+    return value
+
+
+def _need_str(value: Any, path: str, what: str) -> str:
+    if not isinstance(value, str):
+        raise _fail(path, what, value)
+    return value
+
+
+def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
+    if not isinstance(value, dict):
+        raise _fail(path, f"object for {tp.__name__}", value)
+    hints = _safe_hints(tp)
+    kwargs = {}
+    late = {}
+    for f in dataclasses.fields(tp):
+        if f.name not in value:
+            has_default = (f.default is not dataclasses.MISSING
+                           or f.default_factory is not dataclasses.MISSING)
+            if f.init and not has_default:
+                raise PayloadError(f"{_key_path(path, f.name)}: missing field of {tp.__name__}")
+            continue
+        decoded = _decode(value[f.name], hints.get(f.name, Any), _key_path(path, f.name))
+        (kwargs if f.init else late)[f.name] = decoded
+    obj = tp(**kwargs)
+    for name, decoded in late.items():
+        object.__setattr__(obj, name, decoded)
+    return obj
+
+
+# --------------------------------------------------------------------------- functions
+
+def _safe_hints(obj: Any) -> dict[str, Any]:
+    """Resolved type hints, or the raw ones where a forward reference cannot be resolved."""
+    try:
+        return typing.get_type_hints(obj, include_extras=True)
+    except Exception:
+        raw = getattr(obj, "__annotations__", {}) or {}
+        return {k: (Any if isinstance(v, str) else v) for k, v in raw.items()}
+
+
+def _params(fn: Callable) -> list[inspect.Parameter]:
+    """The parameters after the first (the ``ctx``)."""
+    return list(inspect.signature(fn).parameters.values())[1:]
+
+
+def param_hints(fn: Callable) -> dict[str, Any]:
+    hints = _safe_hints(fn)
+    return {p.name: hints.get(p.name, Any) for p in _params(fn)}
+
+
+def return_hint(fn: Callable | None) -> Any:
+    if fn is None:
+        return Any
+    return _safe_hints(fn).get("return", Any)
+
+
+def encode_args(fn: Callable | None, args: tuple | list = (), kwargs: Mapping | None = None,
+                path: str = "input") -> list:
+    """Encode a call's arguments (``ctx`` excluded) as the positional JSON array of the wire.
+
+    Keyword arguments are placed at their parameter's position; skipped parameters before a
+    supplied one get their default, trailing defaults are left out so decode applies them.
+    """
+    kwargs = dict(kwargs or {})
+    if fn is None:
+        if kwargs:
+            raise TypeError("keyword arguments need the function to place them: "
+                            f"got {sorted(kwargs)} without a function")
+        return [encode(a, f"{path}[{i}]") for i, a in enumerate(args)]
+    params = _params(fn)
+    try:
+        bound = inspect.signature(fn).bind(None, *args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"bad arguments for {getattr(fn, '__name__', fn)}: {exc}") from None
+    values: list[Any] = []
+    pending: list[Any] = []  # defaults that are only needed if a later argument is given
+    for p in params:
+        if p.kind is p.VAR_KEYWORD:
+            if bound.arguments.get(p.name):
+                raise TypeError(f"{fn.__name__}: **{p.name} cannot be sent over the wire")
+            continue
+        if p.kind is p.VAR_POSITIONAL:
+            values.extend(pending)
+            pending = []
+            values.extend(bound.arguments.get(p.name, ()))
+            continue
+        if p.name in bound.arguments:
+            values.extend(pending)
+            pending = []
+            values.append(bound.arguments[p.name])
+        else:
+            pending.append(p.default)
+    return [encode(v, f"{path}[{i}]") for i, v in enumerate(values)]
+
+
+def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
+    """Turn the wire's JSON array back into ``(args, kwargs)`` typed by ``fn``'s hints."""
+    if json_args is None:
+        json_args = []
+    if not isinstance(json_args, list):
+        raise PayloadError(f"input: expected a JSON array of arguments, got "
+                           f"{type(json_args).__name__}")
+    if fn is None:
+        return tuple(json_args), {}
+    hints = _safe_hints(fn)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    i = 0
+    for p in _params(fn):
+        if p.kind is p.VAR_KEYWORD:
+            continue
+        hint = hints.get(p.name, Any)
+        if p.kind is p.VAR_POSITIONAL:
+            args.extend(_decode(v, hint, f"input[{j}]") for j, v in
+                        enumerate(json_args[i:], start=i))
+            i = len(json_args)
+            continue
+        if i >= len(json_args):
+            if p.default is p.empty and p.kind is not p.VAR_POSITIONAL:
+                raise PayloadError(f"input: missing argument {p.name!r} of "
+                                   f"{getattr(fn, '__name__', fn)}")
+            continue
+        value = _decode(json_args[i], hint, f"input[{i}]")
+        if p.kind is p.KEYWORD_ONLY:
+            kwargs[p.name] = value
+        else:
+            args.append(value)
+        i += 1
+    if i < len(json_args):
+        raise PayloadError(f"input: {getattr(fn, '__name__', fn)} takes {i} argument(s), "
+                           f"got {len(json_args)}")
+    return tuple(args), kwargs
+
+
+def decode_result(fn: Callable | None, value: Any) -> Any:
+    """Decode a result by ``fn``'s return annotation (raw JSON when there is none)."""
+    return _decode(value, return_hint(fn), "result")
+
+
+def encode_result(value: Any) -> Any:
+    return encode(value, "result")

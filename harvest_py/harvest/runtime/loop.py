@@ -1,0 +1,176 @@
+"""A deterministic asyncio event loop for workflow code.
+
+Workflow coroutines must make the same decisions on every replay, so they run on
+a loop with no clock, no I/O and no threads: a FIFO of ready callbacks that the
+runtime steps by hand until every coroutine is blocked on a durable future. It is
+installed as the running loop only while stepping, so a worker can drive it from
+inside its own asyncio loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextvars
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from harvest.errors import NonDeterminismError
+
+__all__ = ["DeterministicEventLoop", "IllegalWorkflowOperation"]
+
+log = logging.getLogger("harvest.runtime")
+
+# A workflow that never blocks (``while True: await asyncio.sleep(0)``) would hang the worker.
+MAX_CALLBACKS_PER_STEP = 1_000_000
+
+
+class IllegalWorkflowOperation(NonDeterminismError):
+    """Workflow code did something that cannot be replayed (wall-clock sleep, threads, I/O).
+
+    It is a non-determinism error: the workflow task fails (and is retried after a fix)
+    rather than the workflow itself.
+    """
+
+
+class DeterministicEventLoop(asyncio.AbstractEventLoop):
+    """Ready-queue only; ``time()`` is the workflow's logical time."""
+
+    def __init__(self) -> None:
+        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._closed = False
+        self._stepping = False
+        self._exception_handler: Callable | None = None
+        self._task_factory: Callable | None = None
+        self.logical_time = 0.0
+        self.fatal_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ stepping
+    def run_until_idle(self) -> None:
+        """Run ready callbacks until none is left: every coroutine is blocked."""
+        if self._stepping:
+            raise RuntimeError("the workflow loop is already being stepped")
+        prev = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(self)
+        self._stepping = True
+        count = 0
+        try:
+            while self._ready:
+                handle = self._ready.popleft()
+                if handle._cancelled:
+                    continue
+                count += 1
+                if count > MAX_CALLBACKS_PER_STEP:
+                    self._illegal("the workflow ran more than "
+                                  f"{MAX_CALLBACKS_PER_STEP} callbacks without blocking; "
+                                  "a busy loop never yields to durable events")
+                handle._run()
+                if self.fatal_error is not None:
+                    break
+        except IllegalWorkflowOperation:
+            pass  # recorded in fatal_error; the run reports it
+        finally:
+            self._stepping = False
+            asyncio.events._set_running_loop(prev)
+
+    def has_ready(self) -> bool:
+        return bool(self._ready)
+
+    def _illegal(self, message: str) -> None:
+        exc = IllegalWorkflowOperation(message)
+        if self.fatal_error is None:
+            self.fatal_error = exc
+        raise exc
+
+    # ------------------------------------------------------------------ scheduling
+    def call_soon(self, callback: Callable[..., Any], *args: Any,
+                  context: contextvars.Context | None = None) -> asyncio.Handle:
+        self._check_closed()
+        handle = asyncio.Handle(callback, args, self, context)
+        self._ready.append(handle)
+        return handle
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
+                   context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        self._illegal("asyncio.sleep() and other wall-clock timers are not allowed in a "
+                      "workflow: use `await ctx.sleep(seconds)` (a durable timer) instead")
+        raise AssertionError("unreachable")
+
+    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
+                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+        return self.call_later(0, callback, *args, context=context)
+
+    def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any,
+                             context: contextvars.Context | None = None) -> asyncio.Handle:
+        self._illegal("threads are not allowed in a workflow: put the work in an activity")
+        raise AssertionError("unreachable")
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
+        self._illegal("run_in_executor / asyncio.to_thread are not allowed in a workflow: "
+                      "put blocking work in an activity")
+
+    def time(self) -> float:
+        return self.logical_time
+
+    def create_future(self) -> asyncio.Future:
+        return asyncio.Future(loop=self)
+
+    def create_task(self, coro: Any, *, name: str | None = None,
+                    context: contextvars.Context | None = None) -> asyncio.Task:
+        self._check_closed()
+        if self._task_factory is not None:
+            task = self._task_factory(self, coro)
+        else:
+            task = asyncio.Task(coro, loop=self, name=name, context=context)
+        return task
+
+    def set_task_factory(self, factory: Callable | None) -> None:
+        self._task_factory = factory
+
+    def get_task_factory(self) -> Callable | None:
+        return self._task_factory
+
+    # ------------------------------------------------------------------ state
+    def get_debug(self) -> bool:
+        return False
+
+    def set_debug(self, enabled: bool) -> None:
+        pass
+
+    def is_running(self) -> bool:
+        return self._stepping
+
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._ready.clear()
+        self._closed = True
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise RuntimeError("the workflow loop is closed")
+
+    async def shutdown_asyncgens(self) -> None:
+        pass
+
+    async def shutdown_default_executor(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ errors
+    def set_exception_handler(self, handler: Callable | None) -> None:
+        self._exception_handler = handler
+
+    def get_exception_handler(self) -> Callable | None:
+        return self._exception_handler
+
+    def default_exception_handler(self, context: dict[str, Any]) -> None:
+        # Abandoned futures of an evicted run are expected; keep them out of the logs.
+        log.debug("workflow loop: %s", context.get("message"), exc_info=context.get("exception"))
+
+    def call_exception_handler(self, context: dict[str, Any]) -> None:
+        if self._exception_handler is not None:
+            self._exception_handler(self, context)
+        else:
+            self.default_exception_handler(context)

@@ -1,0 +1,68 @@
+-- The task queue: workflow tasks, activity tasks and timers, claimed with SKIP LOCKED.
+-- A finished task is deleted, so the claimable index stays as small as the backlog.
+
+CREATE TABLE harvest.tasks (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    execution_id uuid NOT NULL,
+    kind text NOT NULL,
+    queue text NOT NULL,
+    status text NOT NULL DEFAULT 'pending',
+    priority integer NOT NULL DEFAULT 0,
+    due_at timestamptz NOT NULL,
+    seq integer,
+    activity_name text,
+    input jsonb,
+    options jsonb NOT NULL DEFAULT '{}'::jsonb,
+    attempt integer NOT NULL DEFAULT 0,
+    scheduled_at timestamptz NOT NULL,
+    -- schedule_to_close: the invocation fails for good after this, retries or not.
+    deadline_at timestamptz,
+    started_at timestamptz,
+    lease_owner text,
+    lease_expires_at timestamptz,
+    fencing_token bigint NOT NULL DEFAULT 0,
+    heartbeat_at timestamptz,
+    heartbeat_details jsonb,
+    last_failure jsonb,
+    concurrency_key text,
+    CONSTRAINT tasks_pkey PRIMARY KEY (id),
+    CONSTRAINT tasks_kind_check CHECK (kind IN ('workflow', 'activity', 'timer')),
+    CONSTRAINT tasks_status_check CHECK (status IN ('pending', 'running')),
+    CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)
+    REFERENCES harvest.executions (id) ON DELETE CASCADE
+);
+
+-- The claim path: the head of each queue, by priority then due time.
+CREATE INDEX tasks_claimable
+ON harvest.tasks (queue, priority DESC, due_at, id)
+WHERE status = 'pending' AND kind <> 'timer';
+
+-- Timers fire by due time.
+CREATE INDEX tasks_timers_due
+ON harvest.tasks (due_at)
+WHERE kind = 'timer';
+
+-- The timeout scanner: running tasks by lease expiry.
+CREATE INDEX tasks_running_lease
+ON harvest.tasks (lease_expires_at)
+WHERE status = 'running';
+
+-- At most one workflow task per execution: a wake-up finding one adds nothing.
+CREATE UNIQUE INDEX tasks_one_workflow_task
+ON harvest.tasks (execution_id)
+WHERE kind = 'workflow';
+
+-- An activity invocation (execution, seq) is one row for all its attempts.
+CREATE UNIQUE INDEX tasks_activity_invocation
+ON harvest.tasks (execution_id, seq)
+WHERE kind IN ('activity', 'timer');
+
+CREATE INDEX tasks_deadline
+ON harvest.tasks (deadline_at)
+WHERE deadline_at IS NOT NULL;
+
+CREATE INDEX tasks_execution
+ON harvest.tasks (execution_id);
+
+-- Fencing tokens come from one sequence so a token is never reused.
+CREATE SEQUENCE harvest.fencing_tokens;

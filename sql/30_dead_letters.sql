@@ -1,0 +1,29 @@
+-- Activity invocations that exhausted their retries, kept for inspection and replay.
+
+CREATE TABLE harvest.dead_letters (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    execution_id uuid NOT NULL,
+    workflow_name text NOT NULL,
+    seq integer NOT NULL,
+    activity_name text NOT NULL,
+    queue text NOT NULL,
+    input jsonb,
+    options jsonb NOT NULL DEFAULT '{}'::jsonb,
+    priority integer NOT NULL DEFAULT 0,
+    attempts integer NOT NULL,
+    failure jsonb NOT NULL,
+    scheduled_at timestamptz NOT NULL,
+    failed_at timestamptz NOT NULL,
+    CONSTRAINT dead_letters_pkey PRIMARY KEY (id),
+    CONSTRAINT dead_letters_execution_fkey FOREIGN KEY (execution_id)
+    REFERENCES harvest.executions (id) ON DELETE CASCADE
+);
+
+CREATE INDEX dead_letters_failed_at
+ON harvest.dead_letters (failed_at DESC, id);
+
+CREATE INDEX dead_letters_activity
+ON harvest.dead_letters (activity_name, failed_at DESC);
+
+CREATE INDEX dead_letters_execution
+ON harvest.dead_letters (execution_id);
