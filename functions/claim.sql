@@ -9,7 +9,7 @@
 -- Fire due timers: append TimerFired and wake the workflow. Executions that are
 -- locked elsewhere are skipped (their timers fire on the next claim), which
 -- keeps the execution-then-task lock order and never waits.
-CREATE OR REPLACE FUNCTION harvest._fire_due_timers(p_queues text [], p_limit integer DEFAULT 100)
+CREATE OR REPLACE FUNCTION harvest._fire_due_timers(p_queues text[], p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -44,7 +44,7 @@ $$;
 -- lease and a new fencing token; completing with an older token is refused.
 CREATE OR REPLACE FUNCTION harvest.claim_tasks(
     p_worker_id text,
-    p_queues text [],
+    p_queues text[],
     p_limit integer DEFAULT 10,
     p_workflow_lease_secs double precision DEFAULT 30
 )
@@ -137,7 +137,7 @@ $$;
 
 -- When the earliest not-yet-due work of these queues becomes due (timers and
 -- retry backoffs), so an idle worker can sleep exactly until then.
-CREATE OR REPLACE FUNCTION harvest.next_due_at(p_queues text [])
+CREATE OR REPLACE FUNCTION harvest.next_due_at(p_queues text[])
 RETURNS timestamptz
 LANGUAGE sql STABLE
 AS $$

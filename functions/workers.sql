@@ -3,7 +3,7 @@
 -- releases what it could not finish.
 
 CREATE OR REPLACE FUNCTION harvest.register_worker(
-    p_worker_id text, p_queues text [], p_hostname text, p_pid integer,
+    p_worker_id text, p_queues text[], p_hostname text, p_pid integer,
     p_heartbeat_interval_secs double precision DEFAULT 10, p_metadata jsonb DEFAULT '{}'::jsonb
 )
 RETURNS void
@@ -48,13 +48,13 @@ $$;
 
 -- Give back the tasks a worker holds without counting a failed attempt, so
 -- another worker takes them at once. Returns how many were released.
-CREATE OR REPLACE FUNCTION harvest.release_worker_tasks(p_worker_id text, p_task_ids bigint [] DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.release_worker_tasks(p_worker_id text, p_task_ids bigint[] DEFAULT NULL)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_count integer;
-    v_queues text [];
+    v_queues text[];
 BEGIN
     WITH released AS (
         UPDATE harvest.tasks AS t

@@ -180,7 +180,7 @@ ON harvest.dead_letters (execution_id);
 
 CREATE TABLE harvest.workers (
     id text NOT NULL,
-    queues text [] NOT NULL,
+    queues text[] NOT NULL,
     hostname text NOT NULL,
     pid integer NOT NULL,
     status text NOT NULL DEFAULT 'active',
@@ -192,4 +192,3 @@ CREATE TABLE harvest.workers (
     CONSTRAINT workers_pkey PRIMARY KEY (id),
     CONSTRAINT workers_status_check CHECK (status IN ('active', 'draining', 'stopped'))
 );
-

@@ -2,7 +2,7 @@
 
 CREATE TABLE harvest.workers (
     id text NOT NULL,
-    queues text [] NOT NULL,
+    queues text[] NOT NULL,
     hostname text NOT NULL,
     pid integer NOT NULL,
     status text NOT NULL DEFAULT 'active',

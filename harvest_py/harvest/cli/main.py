@@ -27,11 +27,12 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harvest.cli import dev, migrate, worker
+    from harvest.cli import dev, migrate, worker, workflow
 
     main.add_command(migrate.migrate)
     main.add_command(dev.dev)
     main.add_command(worker.worker)
+    main.add_command(workflow.workflow)
 
 
 _register()

@@ -10,6 +10,7 @@ import click
 
 from harvest.db.connection import describe_dsn, resolve_dsn
 from harvest.db.migrate import Migrator
+from harvest.errors import HarvestError
 
 database_url_option = click.option(
     "--database-url", envvar=None, default=None,
@@ -19,7 +20,19 @@ include_dir_option = click.option(
     help="An extra migration set to apply after Harvest's own (repeatable).")
 
 
-@click.group()
+class _MigrateGroup(click.Group):
+    """Errors become one line on stderr and the error's exit code, also when this group
+    runs on its own (``harvest.cli.migrate.migrate``) rather than under ``harvest``."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except HarvestError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_MigrateGroup)
 def migrate() -> None:
     """Apply and inspect Harvest's schema migrations."""
 

@@ -137,6 +137,11 @@ def function_files() -> list[Path]:
     return sorted(paths.functions_dir().glob("*.sql"))
 
 
+def file_checksum(path: Path) -> str:
+    """The ledger checksum of a functions/ file: SHA-256 of its bytes, exactly as on disk."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 class Migrator:
     def __init__(self, dsn: str, include_dirs: Iterable[Path] = (),
                  progress: Callable[[str], None] | None = None):
@@ -157,8 +162,7 @@ class Migrator:
         recorded = {}
         if exists:
             recorded = dict(conn.execute("SELECT file_name, checksum FROM harvest.function_files").fetchall())
-        return [p for p in function_files()
-                if recorded.get(p.name) != hashlib.sha256(p.read_bytes()).hexdigest()]
+        return [p for p in function_files() if recorded.get(p.name) != file_checksum(p)]
 
     def status(self) -> tuple[list[MigrationStatus], list[Path]]:
         """Every migration with its applied time (None = pending), and stale function files."""
@@ -197,11 +201,23 @@ class Migrator:
         return report
 
     def _run_statements(self, conn: psycopg.Connection, path: Path, sql: str) -> None:
-        for line, stmt in statements(sql):
+        try:
+            parsed = statements(sql)
+        except pglast.parser.ParseError as exc:
+            # A syntax error anywhere in the file: nothing has run yet.
+            offset = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
+            line = sql.count("\n", 0, offset) + 1
+            raise MigrationError(f"{path} line {line}: {exc.args[0]}; nothing from this file "
+                                 "was recorded, fix it and run again") from None
+        for line, stmt in parsed:
             try:
                 conn.execute(stmt, prepare=False)
             except psycopg.Error as exc:
                 message = (exc.diag.message_primary or str(exc)).strip()
+                position = exc.diag.statement_position
+                if position and position.isdigit():
+                    # The server points into the statement (1-based characters): name that line.
+                    line += stmt.count("\n", 0, int(position) - 1)
                 raise MigrationError(f"{path} line {line}: {message}; nothing from this file "
                                      "was recorded, fix it and run again") from None
 
@@ -219,7 +235,10 @@ class Migrator:
             conn.execute(ledger, args)
 
     def _apply_functions(self, conn: psycopg.Connection, path: Path) -> None:
-        sql = path.read_text()
+        data = path.read_bytes()
+        # Record the checksum of the bytes read, the same one _stale_functions compares
+        # (read_text() would turn CRLF into LF and the file would never look applied).
+        sql = data.decode()
         with conn.transaction():
             # Function files reference each other; bodies are checked when first called.
             conn.execute("SET LOCAL check_function_bodies = off")
@@ -228,7 +247,7 @@ class Migrator:
                 "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)"
                 " ON CONFLICT (file_name) DO UPDATE SET checksum = excluded.checksum,"
                 " applied_at = clock_timestamp()",
-                (path.name, hashlib.sha256(sql.encode()).hexdigest()))
+                (path.name, hashlib.sha256(data).hexdigest()))
 
 
 def check_schema(conn: psycopg.Connection) -> None:

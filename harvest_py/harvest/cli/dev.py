@@ -1,0 +1,95 @@
+"""`harvest dev`: Harvest end to end on an embedded PostgreSQL, for development only."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import shlex
+
+import click
+from psycopg import conninfo
+
+from harvest.db.embedded import EmbeddedPostgres, bin_dir
+from harvest.db.migrate import Migrator
+from harvest.errors import ConfigError
+
+DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
+
+
+def require_local(dsn: str) -> None:
+    """`harvest dev` may only touch a database on this machine."""
+    host = conninfo.conninfo_to_dict(dsn).get("host") or "localhost"
+    for part in host.split(","):
+        if part.startswith("/") or part == "localhost":
+            continue
+        try:
+            if ipaddress.ip_address(part).is_loopback:
+                continue
+        except ValueError:
+            pass
+        raise ConfigError(f"{DEV_DSN_ENV} points at host {part!r}: harvest dev only runs against a "
+                          "local database (localhost, 127.0.0.1, ::1 or a socket directory)")
+
+
+@click.command()
+@click.argument("target", required=False)
+@click.option("--demo-and-exit", is_flag=True,
+              help="Start the demo workflow, print its result and exit (a smoke test).")
+def dev(target: str | None, demo_and_exit: bool) -> None:
+    """Run a worker on an embedded PostgreSQL (or HARVEST_DEV_DATABASE_URL, local only).
+
+    TARGET is module:attribute of your App; without it the built-in demo runs.
+    Ctrl-C stops the worker, the server, and removes what it created.
+    """
+    from harvest.cli.worker import load_app
+    from harvest.worker import Worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app = load_app(target) if target else None
+    if app is None:
+        from harvest.demo import app
+    server = None
+    dsn = os.environ.get(DEV_DSN_ENV)
+    if dsn:
+        require_local(dsn)
+    else:
+        click.echo("starting an embedded PostgreSQL ...", err=True)
+        server = EmbeddedPostgres()
+        dsn = server.start()
+    try:
+        Migrator(dsn, progress=lambda msg: click.echo(msg, err=True)).run()
+        quoted = shlex.quote(dsn)
+        click.echo(f"\nHarvest is ready on {dsn}\n"
+                   f"  psql:   {bin_dir() / 'psql'} {quoted}\n")
+        if not target:
+            click.echo("Start the demo workflow, then read its result:\n"
+                       f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
+                       f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n")
+        click.echo("Ctrl-C stops everything and removes what was created.\n")
+        worker = Worker(app, dsn, poll_interval=1.0)
+        if demo_and_exit:
+            asyncio.run(_demo(worker, dsn))
+        else:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(worker.run(install_signal_handlers=True))
+    finally:
+        if server is not None:
+            click.echo("stopping the embedded PostgreSQL and removing its files", err=True)
+            server.stop()
+
+
+async def _demo(worker, dsn: str) -> None:
+    from harvest.client import AsyncClient
+    from harvest.demo import greet
+
+    running = asyncio.create_task(worker.run())
+    async with await AsyncClient.connect(dsn) as client:
+        handle = await client.start_workflow(greet, "world")
+        click.echo(f"started greet: execution {handle.execution_id}")
+        result = await handle.result(timeout=60)
+        click.echo(f"result: {result}")
+    worker.request_stop()
+    await running

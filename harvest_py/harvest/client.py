@@ -1,0 +1,278 @@
+"""Start workflows and wait for their results, over the SQL API only.
+
+``Client`` is synchronous, ``AsyncClient`` is for asyncio code; both hand out
+handles. ``handle.result()`` waits on LISTEN/NOTIFY (channel ``harvest_done``),
+never by polling. Pass ``connection=`` to ``start_workflow`` to start inside your
+own transaction: the business write and the start commit or roll back together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from harvest import payload
+from harvest.db.connection import connect, connect_async, resolve_dsn
+from harvest.db.migrate import check_schema as verify_schema
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.definitions import WorkflowDefinition
+from harvest.errors import (
+    TimeoutError_,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowTerminated,
+    WorkflowTimedOut,
+)
+
+REUSE_POLICIES = ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate",
+                  "terminate_if_running")
+CONFLICT_POLICIES = ("unspecified", "use_existing", "fail", "terminate_existing")
+
+
+def _resolve_workflow(workflow: Any) -> tuple[str, WorkflowDefinition | None]:
+    definition = getattr(workflow, "__harvest_workflow__", None)
+    if isinstance(workflow, WorkflowDefinition):
+        definition = workflow
+    if definition is not None:
+        return definition.name, definition
+    if isinstance(workflow, str) and workflow:
+        return workflow, None
+    raise TypeError(f"start_workflow needs a @workflow function or its name, got {workflow!r}")
+
+
+def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -> Any:
+    """The decoded result of a terminal execution, or its typed exception."""
+    status, execution_id = execution["status"], str(execution["id"])
+    if status == "COMPLETED":
+        return payload.decode_result(definition.fn if definition else None, execution["output"])
+    failure = execution.get("failure") or {}
+    reason = failure.get("message", "")
+    if status == "FAILED":
+        raise WorkflowFailed(execution_id, failure)
+    if status == "CANCELLED":
+        raise WorkflowCancelled(f"workflow {execution_id} was cancelled: {reason}")
+    if status == "TERMINATED":
+        raise WorkflowTerminated(f"workflow {execution_id} was terminated: {reason}")
+    if status == "TIMED_OUT":
+        raise WorkflowTimedOut(f"workflow {execution_id} timed out: {reason}")
+    raise WorkflowFailed(execution_id, {"error_type": status, "message": f"run ended {status}"})
+
+
+def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None,
+                reuse_policy: str, conflict_policy: str) -> tuple[str, WorkflowDefinition | None, list, str]:
+    name, definition = _resolve_workflow(workflow)
+    encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    queue = task_queue or (definition.queue if definition else "default")
+    return name, definition, encoded, queue
+
+
+class WorkflowHandle:
+    """One execution, seen from a synchronous client."""
+
+    def __init__(self, client: Client, execution_id: str, workflow_id: str,
+                 definition: WorkflowDefinition | None = None, started_fresh: bool = True):
+        self.client = client
+        self.execution_id = str(execution_id)
+        self.workflow_id = workflow_id
+        self.definition = definition
+        self.started_fresh = started_fresh
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self.execution_id!r}, workflow_id={self.workflow_id!r})"
+
+    def describe(self) -> dict[str, Any]:
+        with self.client._sql() as sql:
+            return sql.get_execution(self.execution_id)
+
+    def history(self) -> list[dict[str, Any]]:
+        with self.client._sql() as sql:
+            return sql.get_history(self.execution_id, 0)
+
+    def terminate(self, reason: str | None = None) -> None:
+        with self.client._sql() as sql:
+            sql.terminate_workflow(self.execution_id, reason)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the run to end; return its result or raise its typed failure."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with connect(self.client.dsn, autocommit=True) as conn:
+            conn.execute("LISTEN harvest_done")
+            sql = SqlApi(conn)
+            while True:
+                execution = sql.get_execution(self.execution_id)
+                if execution["status"] != "RUNNING":
+                    return _outcome(execution, self.definition)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
+                # Wake on our id; a periodic re-read covers a notification lost to a reconnect.
+                wait = 5.0 if remaining is None else min(remaining, 5.0)
+                for note in conn.notifies(timeout=wait):
+                    if note.payload == self.execution_id:
+                        break
+
+
+class Client:
+    """A synchronous client. ``dsn`` defaults to ``HARVEST_DATABASE_URL``."""
+
+    def __init__(self, dsn: str | None = None, *, pool_size: int = 4, check_schema: bool = True):
+        self.dsn = resolve_dsn(dsn)
+        if check_schema:
+            with connect(self.dsn, autocommit=True) as conn:
+                verify_schema(conn)
+        self._pool = ConnectionPool(self.dsn, min_size=1, max_size=pool_size,
+                                    kwargs={"autocommit": True}, open=True)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def _sql(self) -> Iterator[SqlApi]:
+        with self._pool.connection() as conn:
+            yield SqlApi(conn)
+
+    def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
+                       task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
+                       conflict_policy: str = "unspecified",
+                       search_attributes: dict[str, Any] | None = None, priority: int = 0,
+                       connection: psycopg.Connection | None = None, **kwargs: Any) -> WorkflowHandle:
+        """Start (or attach to) a run; see docs/getting-started.md for the policies."""
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                       reuse_policy, conflict_policy)
+        call = dict(workflow_name=name, input=encoded, workflow_id=workflow_id, task_queue=queue,
+                    reuse_policy=reuse_policy, conflict_policy=conflict_policy,
+                    search_attributes=payload.encode(search_attributes or {}, "search_attributes"),
+                    priority=priority)
+        if connection is not None:
+            row = SqlApi(connection).start_workflow(**call)
+        else:
+            with self._sql() as sql:
+                row = sql.start_workflow(**call)
+        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
+                              row["started_fresh"])
+
+    def get_handle(self, execution_id: str, workflow: Any = None) -> WorkflowHandle:
+        definition = _resolve_workflow(workflow)[1] if workflow is not None else None
+        return WorkflowHandle(self, execution_id, "", definition)
+
+    def sql(self):
+        """A scope yielding :class:`SqlApi` on a pooled connection (for operator calls)."""
+        return self._sql()
+
+
+class AsyncWorkflowHandle:
+    """One execution, seen from an asyncio client."""
+
+    def __init__(self, client: AsyncClient, execution_id: str, workflow_id: str,
+                 definition: WorkflowDefinition | None = None, started_fresh: bool = True):
+        self.client = client
+        self.execution_id = str(execution_id)
+        self.workflow_id = workflow_id
+        self.definition = definition
+        self.started_fresh = started_fresh
+
+    async def describe(self) -> dict[str, Any]:
+        return await self.client.sql.get_execution(self.execution_id)
+
+    async def history(self) -> list[dict[str, Any]]:
+        return await self.client.sql.get_history(self.execution_id, 0)
+
+    async def terminate(self, reason: str | None = None) -> None:
+        await self.client.sql.terminate_workflow(self.execution_id, reason)
+
+    async def result(self, timeout: float | None = None) -> Any:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        conn = await connect_async(self.client.dsn, autocommit=True)
+        async with conn:
+            await conn.execute("LISTEN harvest_done")
+            while True:
+                execution = await self.client.sql.get_execution(self.execution_id)
+                if execution["status"] != "RUNNING":
+                    return _outcome(execution, self.definition)
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
+                wait = 5.0 if remaining is None else min(remaining, 5.0)
+                try:
+                    async with asyncio.timeout(wait):
+                        async for note in conn.notifies():
+                            if note.payload == self.execution_id:
+                                break
+                except TimeoutError:
+                    pass
+
+
+class AsyncClient:
+    """An asyncio client; create with ``await AsyncClient.connect(dsn)``."""
+
+    def __init__(self, dsn: str, pool: AsyncConnectionPool):
+        self.dsn = dsn
+        self._pool = pool
+        self.sql = AsyncSqlApi(pool)
+
+    @classmethod
+    async def connect(cls, dsn: str | None = None, *, pool_size: int = 4,
+                      check_schema: bool = True) -> AsyncClient:
+        dsn = resolve_dsn(dsn)
+        if check_schema:
+            with connect(dsn, autocommit=True) as conn:
+                verify_schema(conn)
+        pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
+                                   open=False)
+        await pool.open(wait=True)
+        return cls(dsn, pool)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    async def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
+                             task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
+                             conflict_policy: str = "unspecified",
+                             search_attributes: dict[str, Any] | None = None, priority: int = 0,
+                             connection: psycopg.AsyncConnection | None = None,
+                             **kwargs: Any) -> AsyncWorkflowHandle:
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                       reuse_policy, conflict_policy)
+        call = dict(workflow_name=name, input=encoded, workflow_id=workflow_id, task_queue=queue,
+                    reuse_policy=reuse_policy, conflict_policy=conflict_policy,
+                    search_attributes=payload.encode(search_attributes or {}, "search_attributes"),
+                    priority=priority)
+        if connection is not None:
+            row = await AsyncSqlApi(_SingleConnection(connection)).start_workflow(**call)
+        else:
+            row = await self.sql.start_workflow(**call)
+        return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
+                                   row["started_fresh"])
+
+    def get_handle(self, execution_id: str, workflow: Any = None) -> AsyncWorkflowHandle:
+        definition = _resolve_workflow(workflow)[1] if workflow is not None else None
+        return AsyncWorkflowHandle(self, execution_id, "", definition)
+
+
+class _SingleConnection:
+    """Lets AsyncSqlApi run on the caller's own connection (and transaction)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection):
+        self._conn = conn
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        yield self._conn

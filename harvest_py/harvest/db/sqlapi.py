@@ -1,0 +1,216 @@
+"""Every SQL call site of the engine, one method each.
+
+Python never writes engine tables itself: it calls the ``harvest.*`` functions
+(``functions/``), and this module is the only place that does. ``SqlApi`` runs
+on a synchronous psycopg connection, ``AsyncSqlApi`` on an async one; both share
+the statements below, so the whole SQL surface reads in one screen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from harvest.errors import from_database_error
+
+START_WORKFLOW = """
+SELECT * FROM harvest.start_workflow(
+    p_workflow_name => %(workflow_name)s, p_input => %(input)s, p_workflow_id => %(workflow_id)s,
+    p_task_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
+    p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
+    p_priority => %(priority)s)
+"""
+CLAIM_TASKS = """
+SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
+"""
+NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
+COMPLETE_WORKFLOW_TASK = """
+SELECT * FROM harvest.complete_workflow_task(
+    %(task_id)s, %(fencing_token)s, %(through)s, %(commands)s, %(worker_id)s)
+"""
+FAIL_WORKFLOW_TASK = """
+SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
+"""
+COMPLETE_ACTIVITY = "SELECT harvest.complete_activity(%(task_id)s, %(fencing_token)s, %(result)s)"
+FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(failure)s) AS outcome"
+HEARTBEAT_ACTIVITY = """
+SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) AS cancel_requested
+"""
+EXPIRE_TASKS = "SELECT * FROM harvest.expire_tasks(%(limit)s)"
+GET_EXECUTION = "SELECT * FROM harvest.get_execution(%(execution_id)s)"
+GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s)"
+TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
+REGISTER_WORKER = """
+SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
+                               %(heartbeat_interval_secs)s, %(metadata)s)
+"""
+WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
+RELEASE_WORKER_TASKS = "SELECT harvest.release_worker_tasks(%(worker_id)s, %(task_ids)s) AS released"
+STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
+LIST_DEAD_LETTERS = """
+SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
+"""
+GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
+REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
+DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
+SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """Raise the Harvest exception for a Harvest SQLSTATE; anything else passes through."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        mapped = from_database_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def _jsonb(value: Any) -> Jsonb:
+    return Jsonb(value)
+
+
+class SqlApi:
+    """The SQL API over one synchronous connection (the caller owns transactions)."""
+
+    def __init__(self, conn: psycopg.Connection):
+        self.conn = conn
+
+    def _all(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+
+    def _one(self, sql: str, **params: Any) -> dict[str, Any] | None:
+        rows = self._all(sql, **params)
+        return rows[0] if rows else None
+
+    def start_workflow(self, workflow_name: str, input: list[Any], workflow_id: str | None,
+                       task_queue: str, reuse_policy: str, conflict_policy: str,
+                       search_attributes: dict[str, Any], priority: int) -> dict[str, Any]:
+        return self._one(START_WORKFLOW, workflow_name=workflow_name, input=_jsonb(input),
+                         workflow_id=workflow_id, task_queue=task_queue, reuse_policy=reuse_policy,
+                         conflict_policy=conflict_policy,
+                         search_attributes=_jsonb(search_attributes), priority=priority)
+
+    def get_execution(self, execution_id: str) -> dict[str, Any]:
+        return self._one(GET_EXECUTION, execution_id=execution_id)
+
+    def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
+        return self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
+
+    def terminate_workflow(self, execution_id: str, reason: str | None) -> None:
+        self._all(TERMINATE_WORKFLOW, execution_id=execution_id, reason=reason)
+
+    def schema_version(self) -> str | None:
+        row = self._one(SCHEMA_VERSION)
+        return row["version"] if row else None
+
+    def list_dead_letters(self, limit: int = 100, activity_name: str | None = None,
+                          workflow_name: str | None = None, before_id: int | None = None) -> list[dict]:
+        return self._all(LIST_DEAD_LETTERS, limit=limit, activity_name=activity_name,
+                         workflow_name=workflow_name, before_id=before_id)
+
+    def get_dead_letter(self, id: int) -> dict[str, Any]:
+        return self._one(GET_DEAD_LETTER, id=id)
+
+    def replay_dead_letter(self, id: int) -> int:
+        return self._one(REPLAY_DEAD_LETTER, id=id)["task_id"]
+
+    def discard_dead_letter(self, id: int) -> None:
+        self._all(DISCARD_DEAD_LETTER, id=id)
+
+
+class AsyncSqlApi:
+    """The SQL API over an async connection pool: one call, one transaction."""
+
+    def __init__(self, pool: Any):
+        self.pool = pool
+
+    async def _all(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        async with self.pool.connection() as conn:
+            with translated_errors():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(sql, params)
+                    return await cur.fetchall() if cur.description else []
+
+    async def _one(self, sql: str, **params: Any) -> dict[str, Any] | None:
+        rows = await self._all(sql, **params)
+        return rows[0] if rows else None
+
+    async def start_workflow(self, workflow_name: str, input: list[Any], workflow_id: str | None,
+                             task_queue: str, reuse_policy: str, conflict_policy: str,
+                             search_attributes: dict[str, Any], priority: int) -> dict[str, Any]:
+        return await self._one(START_WORKFLOW, workflow_name=workflow_name, input=_jsonb(input),
+                               workflow_id=workflow_id, task_queue=task_queue,
+                               reuse_policy=reuse_policy, conflict_policy=conflict_policy,
+                               search_attributes=_jsonb(search_attributes), priority=priority)
+
+    async def get_execution(self, execution_id: str) -> dict[str, Any]:
+        return await self._one(GET_EXECUTION, execution_id=execution_id)
+
+    async def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
+        return await self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
+
+    async def terminate_workflow(self, execution_id: str, reason: str | None) -> None:
+        await self._all(TERMINATE_WORKFLOW, execution_id=execution_id, reason=reason)
+
+    async def claim_tasks(self, worker_id: str, queues: list[str], limit: int,
+                          workflow_lease_secs: float) -> list[dict[str, Any]]:
+        return await self._all(CLAIM_TASKS, worker_id=worker_id, queues=queues, limit=limit,
+                               workflow_lease_secs=workflow_lease_secs)
+
+    async def next_due_at(self, queues: list[str]) -> Any:
+        return (await self._one(NEXT_DUE_AT, queues=queues))["due_at"]
+
+    async def complete_workflow_task(self, task_id: int, fencing_token: int, through: int,
+                                     commands: list[dict[str, Any]], worker_id: str) -> dict[str, Any]:
+        return await self._one(COMPLETE_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
+                               through=through, commands=_jsonb(commands), worker_id=worker_id)
+
+    async def fail_workflow_task(self, task_id: int, fencing_token: int, failure: dict[str, Any],
+                                 retry_in_secs: float) -> None:
+        await self._all(FAIL_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
+                        failure=_jsonb(failure), retry_in_secs=retry_in_secs)
+
+    async def complete_activity(self, task_id: int, fencing_token: int, result: Any) -> None:
+        await self._all(COMPLETE_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
+                        result=_jsonb(result))
+
+    async def fail_activity(self, task_id: int, fencing_token: int, failure: dict[str, Any]) -> str:
+        return (await self._one(FAIL_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
+                                failure=_jsonb(failure)))["outcome"]
+
+    async def heartbeat_activity(self, task_id: int, fencing_token: int, details: Any) -> bool:
+        row = await self._one(HEARTBEAT_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
+                              details=None if details is None else _jsonb(details))
+        return bool(row["cancel_requested"])
+
+    async def expire_tasks(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._all(EXPIRE_TASKS, limit=limit)
+
+    async def register_worker(self, worker_id: str, queues: list[str], hostname: str, pid: int,
+                              heartbeat_interval_secs: float, metadata: dict[str, Any]) -> None:
+        await self._all(REGISTER_WORKER, worker_id=worker_id, queues=queues, hostname=hostname,
+                        pid=pid, heartbeat_interval_secs=heartbeat_interval_secs,
+                        metadata=_jsonb(metadata))
+
+    async def worker_heartbeat(self, worker_id: str) -> str:
+        return (await self._one(WORKER_HEARTBEAT, worker_id=worker_id))["status"]
+
+    async def release_worker_tasks(self, worker_id: str, task_ids: list[int] | None = None) -> int:
+        return (await self._one(RELEASE_WORKER_TASKS, worker_id=worker_id, task_ids=task_ids))["released"]
+
+    async def stop_worker(self, worker_id: str) -> int:
+        return (await self._one(STOP_WORKER, worker_id=worker_id))["released"]
+
+    async def schema_version(self) -> str | None:
+        row = await self._one(SCHEMA_VERSION)
+        return row["version"] if row else None

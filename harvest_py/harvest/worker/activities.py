@@ -1,0 +1,104 @@
+"""Running one activity task: decode, call the user's function, report the outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from harvest import payload
+from harvest.errors import ActivityFailure, PayloadError, StaleTask
+from harvest.idempotency import IdempotencyKey
+
+if TYPE_CHECKING:
+    from harvest.worker.worker import Worker
+
+log = logging.getLogger("harvest.worker")
+
+
+class ActivityContext:
+    """The ``ctx`` an activity receives: identity, attempt, idempotency key, heartbeats."""
+
+    def __init__(self, worker: Worker, task: dict[str, Any]):
+        self._worker = worker
+        self._task = task
+        self._loop = asyncio.get_running_loop()
+        self.execution_id = str(task["execution_id"])
+        self.workflow_id = task["workflow_id"]
+        self.workflow_name = task["workflow_name"]
+        self.activity_name = task["activity_name"]
+        self.task_queue = task["queue"]
+        self.heartbeat_details = task.get("heartbeat_details")
+        self.cancel_requested = False
+
+    def idempotency_key(self) -> IdempotencyKey:
+        """Stable across retries, replays, restarts and duplicate dispatch of this invocation."""
+        return IdempotencyKey.for_activity(self.execution_id, self._task["seq"])
+
+    def attempt(self) -> int:
+        return int(self._task["attempt"])
+
+    async def aheartbeat(self, details: Any = None) -> bool:
+        """Extend the lease and record progress; returns True when cancellation was requested."""
+        encoded = None if details is None else payload.encode(details)
+        self.cancel_requested = await self._worker.sql.heartbeat_activity(
+            self._task["task_id"], self._task["fencing_token"], encoded)
+        return self.cancel_requested
+
+    def heartbeat(self, details: Any = None) -> bool:
+        """Heartbeat from a plain ``def`` activity running in the thread pool."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("in an async activity use `await ctx.aheartbeat(...)`")
+        future = asyncio.run_coroutine_threadsafe(self.aheartbeat(details), self._loop)
+        return future.result()
+
+
+async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
+    """Run one claimed activity task to a reported outcome (or a lost lease)."""
+    definition = worker.app.find_activity(task["activity_name"])
+    task_id, token = task["task_id"], task["fencing_token"]
+    try:
+        if definition is None:
+            raise ActivityFailure("ActivityNotRegistered",
+                                  f"no activity named {task['activity_name']!r} is registered on "
+                                  f"worker {worker.worker_id}; register it in the App of the workers "
+                                  f"polling queue {task['queue']!r}")
+        ctx = ActivityContext(worker, task)
+        args, kwargs = payload.decode_args(definition.fn, task["input"] or [])
+        timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close
+        if definition.is_async:
+            call = definition.fn(ctx, *args, **kwargs)
+        else:
+            call = asyncio.to_thread(definition.fn, ctx, *args, **kwargs)
+        result = await asyncio.wait_for(call, timeout=timeout)
+        try:
+            encoded = payload.encode(result)
+        except PayloadError as exc:
+            raise ActivityFailure("PayloadError", f"the result cannot be stored: {exc}", True) from exc
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, typed
+        if isinstance(exc, TimeoutError):
+            failure = ActivityFailure("StartToCloseTimeout",
+                                      f"attempt {task['attempt']} ran longer than its start_to_close")
+        else:
+            failure = ActivityFailure.from_exception(exc)
+        try:
+            outcome = await worker.sql.fail_activity(task_id, token, failure.to_json())
+        except StaleTask as stale:
+            log.warning("activity %s (task %s) failed after its lease was lost: %s",
+                        task["activity_name"], task_id, stale)
+            return
+        log.info("activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"],
+                 outcome, failure)
+        return
+    try:
+        await worker.sql.complete_activity(task_id, token, encoded)
+    except StaleTask as stale:
+        # Another attempt owns the invocation now; its result will be the one recorded.
+        log.warning("activity %s (task %s) finished after its lease was lost: %s",
+                    task["activity_name"], task_id, stale)

@@ -1,0 +1,227 @@
+"""The worker: claims tasks in batches, runs them, and keeps the engine's clocks turning.
+
+It holds no state a crash could lose: every claim is a lease in Postgres, and a
+killed worker's leases expire into another worker's hands. Three loops run:
+
+* the claim loop wakes on LISTEN/NOTIFY (a slow fallback poll covers a lost
+  notification, and it sleeps no longer than the next due timer or backoff),
+  claims as many tasks as it has free slots and runs each in its own asyncio task;
+* the scanner calls ``harvest.expire_tasks`` (crash recovery, activity timeouts);
+* the registry heartbeat keeps the worker row fresh and notices a remote drain.
+
+SIGTERM (or :meth:`Worker.stop`) stops claiming, lets in-flight work finish within
+``shutdown_grace`` seconds, and releases what is left so another worker takes it
+at once instead of after a lease expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from harvest.db.connection import connect_async, resolve_dsn
+from harvest.db.migrate import latest_core_version
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.definitions import App
+from harvest.errors import SchemaMismatch
+from harvest.worker.activities import run_activity_task
+from harvest.worker.workflows import StickyCache, run_workflow_task
+
+log = logging.getLogger("harvest.worker")
+
+
+class Worker:
+    def __init__(self, app: App, dsn: str | None = None, *, queues: list[str] | None = None,
+                 concurrency: int = 20, claim_batch: int = 20, poll_interval: float = 2.0,
+                 scan_interval: float = 1.0, heartbeat_interval: float = 5.0,
+                 workflow_lease: float = 30.0, shutdown_grace: float = 30.0,
+                 cache_size: int = 1000, worker_id: str | None = None):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.app = app
+        self.dsn = resolve_dsn(dsn)
+        self.queues = sorted(queues or app.queues or {"default"})
+        self.concurrency = concurrency
+        self.claim_batch = max(1, min(claim_batch, concurrency))
+        self.poll_interval = poll_interval
+        self.scan_interval = scan_interval
+        self.heartbeat_interval = heartbeat_interval
+        self.workflow_lease = workflow_lease
+        self.shutdown_grace = shutdown_grace
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.cache = StickyCache(cache_size)
+        self.sql: AsyncSqlApi | None = None
+        self._pool: AsyncConnectionPool | None = None
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._inflight: dict[int, asyncio.Task] = {}
+        self.completed_tasks = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop claiming; :meth:`run` then drains and returns."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self, install_signal_handlers: bool = False) -> None:
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.request_stop)
+        self._pool = AsyncConnectionPool(self.dsn, min_size=2, max_size=self.concurrency + 4,
+                                         kwargs={"autocommit": True}, open=False)
+        await self._pool.open(wait=True, timeout=30)
+        self.sql = AsyncSqlApi(self._pool)
+        try:
+            await self._check_schema()
+            await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
+                                           os.getpid(), self.heartbeat_interval,
+                                           {"concurrency": self.concurrency})
+            log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
+            background = [asyncio.create_task(self._listen()), asyncio.create_task(self._scan()),
+                          asyncio.create_task(self._heartbeat())]
+            try:
+                await self._claim_loop()
+            finally:
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+                await self._drain()
+        finally:
+            await self._pool.close()
+
+    async def _check_schema(self) -> None:
+        expected = latest_core_version()
+        try:
+            found = await self.sql.schema_version()
+        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+            found = None
+        if found != expected:
+            have = f"schema version {found}" if found else "no Harvest schema"
+            raise SchemaMismatch(f"the database has {have}, this worker needs {expected}: "
+                                 "run `harvest migrate run` against it")
+
+    async def _drain(self) -> None:
+        if self._inflight:
+            log.info("worker %s finishing %d in-flight task(s) (up to %.0fs)", self.worker_id,
+                     len(self._inflight), self.shutdown_grace)
+            _, pending = await asyncio.wait(list(self._inflight.values()), timeout=self.shutdown_grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        released = await self.sql.stop_worker(self.worker_id)
+        if released:
+            log.info("worker %s released %d unfinished task(s)", self.worker_id, released)
+
+    # -- claiming ------------------------------------------------------------------------
+    async def _claim_loop(self) -> None:
+        while not self._stopping.is_set():
+            free = self.concurrency - len(self._inflight)
+            claimed: list[dict[str, Any]] = []
+            if free > 0:
+                try:
+                    claimed = await self.sql.claim_tasks(self.worker_id, self.queues,
+                                                         min(free, self.claim_batch), self.workflow_lease)
+                except (psycopg.OperationalError, PoolTimeout) as exc:
+                    log.warning("claim failed (%s); retrying", exc)
+                    await self._sleep(self.poll_interval)
+                    continue
+                for task in claimed:
+                    self._spawn(task)
+            if free > 0 and len(claimed) == min(free, self.claim_batch):
+                continue  # more may be waiting: claim again at once
+            await self._idle()
+
+    def _spawn(self, task: dict[str, Any]) -> None:
+        runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
+        handle = asyncio.create_task(self._guard(runner, task))
+        self._inflight[task["task_id"]] = handle
+
+    async def _guard(self, runner, task: dict[str, Any]) -> None:
+        try:
+            await runner(self, task)
+        except asyncio.CancelledError:
+            # Shutting down before it finished: hand the task back at once.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.sql.release_worker_tasks(self.worker_id, [task["task_id"]]))
+            raise
+        except Exception:  # noqa: BLE001 - one task's bug must not stop the worker
+            log.exception("task %s (%s) crashed the handler; its lease will expire", task["task_id"],
+                          task["kind"])
+        finally:
+            self._inflight.pop(task["task_id"], None)
+            self.completed_tasks += 1
+            self._wake.set()
+
+    async def _idle(self) -> None:
+        timeout = self.poll_interval
+        if len(self._inflight) < self.concurrency:
+            with contextlib.suppress(Exception):
+                due = await self.sql.next_due_at(self.queues)
+                if due is not None:
+                    until = (due - datetime.now(timezone.utc)).total_seconds()
+                    timeout = max(0.0, min(timeout, until + 0.005))
+        await self._sleep(timeout)
+
+    async def _sleep(self, timeout: float) -> None:
+        if timeout <= 0:
+            return
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout)
+        self._wake.clear()
+
+    # -- background loops ----------------------------------------------------------------
+    async def _listen(self) -> None:
+        """Wake the claim loop when one of our queues gains work; reconnect on loss."""
+        while True:
+            try:
+                conn = await connect_async(self.dsn, autocommit=True)
+                async with conn:
+                    await conn.execute("LISTEN harvest_tasks")
+                    self._wake.set()  # anything that arrived while we were not listening
+                    async for note in conn.notifies():
+                        if note.payload in self.queues:
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("notification listener lost (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+
+    async def _scan(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval)
+            try:
+                expired = await self.sql.expire_tasks(100)
+                if expired:
+                    log.info("timeout scanner: %s", ", ".join(f"{r['kind']} {r['task_id']} {r['outcome']}"
+                                                             for r in expired))
+                    self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("timeout scan failed: %s", exc)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_interval)
+            try:
+                status = await self.sql.worker_heartbeat(self.worker_id)
+                if status != "active":
+                    log.info("worker %s is %s: stopping", self.worker_id, status)
+                    self.request_stop()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("worker heartbeat failed: %s", exc)
+

@@ -1,0 +1,111 @@
+"""Running one workflow task: fetch the unseen history, step the workflow, commit its commands.
+
+A sticky cache keeps recently stepped runs in memory, so a warm worker fetches
+and feeds only the events after the ones it has seen; a miss (or any doubt)
+replays the whole history on a fresh run. Both paths give the same commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from harvest.errors import HarvestError, NonDeterminismError, StaleTask
+from harvest.runtime import WorkflowRun
+
+if TYPE_CHECKING:
+    from harvest.worker.worker import Worker
+
+log = logging.getLogger("harvest.worker")
+
+# A workflow task that fails on the worker side (non-determinism, a bug) is retried after this.
+WORKFLOW_TASK_RETRY_SECS = 5.0
+
+
+class StickyCache:
+    """LRU of execution id -> WorkflowRun."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._runs: OrderedDict[str, WorkflowRun] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def take(self, execution_id: str) -> WorkflowRun | None:
+        run = self._runs.pop(execution_id, None)
+        if run is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return run
+
+    def put(self, execution_id: str, run: WorkflowRun) -> None:
+        if self.capacity <= 0:
+            run.close()
+            return
+        self._runs[execution_id] = run
+        while len(self._runs) > self.capacity:
+            _, evicted = self._runs.popitem(last=False)
+            evicted.close()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+
+def _event(row: dict[str, Any]) -> dict[str, Any]:
+    return {"event_id": row["event_id"], "event_type": row["event_type"], "event_data": row["event_data"]}
+
+
+async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
+    execution_id = str(task["execution_id"])
+    task_id, token = task["task_id"], task["fencing_token"]
+    run = worker.cache.take(execution_id)
+    try:
+        if run is not None:
+            events = await worker.sql.get_history(execution_id, run.last_event_id)
+            try:
+                activation = await run.advance([_event(e) for e in events])
+            except NonDeterminismError:
+                raise
+            except HarvestError:
+                # The cached run disagrees with the history (another worker moved it on,
+                # or our last commit was refused): start over from the whole history.
+                run.close()
+                run = None
+        if run is None:
+            definition = worker.app.workflow(task["workflow_name"])
+            run = WorkflowRun(worker.app, definition, execution_id, task["workflow_id"],
+                              task["task_queue"])
+            events = await worker.sql.get_history(execution_id, 0)
+            activation = await run.advance([_event(e) for e in events])
+    except Exception as exc:  # noqa: BLE001 - reported on the task, never into the history
+        if run is not None:
+            run.close()
+        kind = type(exc).__name__
+        log.error("workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, exc)
+        failure = {"error_type": kind, "message": str(exc), "non_retryable": False,
+                   "details": {"traceback": traceback.format_exc(limit=20)}}
+        try:
+            await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
+        except StaleTask:
+            pass
+        return
+
+    try:
+        await worker.sql.complete_workflow_task(task_id, token, activation.through,
+                                                activation.commands, worker.worker_id)
+    except StaleTask as stale:
+        log.warning("workflow task for %s was refused: %s", execution_id, stale)
+        run.close()
+        return
+    except Exception:
+        run.close()
+        raise
+    finished = activation.finished or any(
+        c["type"] in ("complete_workflow", "fail_workflow") for c in activation.commands)
+    if finished:
+        run.close()
+    else:
+        worker.cache.put(execution_id, run)

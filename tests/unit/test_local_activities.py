@@ -1,0 +1,154 @@
+"""Local activities run inline, retry in place, and replay from their marker."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+
+import pytest
+from history_builder import Engine, HistoryBuilder, new_run
+
+from harvest.definitions import App, RetryPolicy, activity, workflow
+from harvest.errors import ActivityFailure
+from harvest.idempotency import IdempotencyKey
+from harvest.runtime import LocalActivityContext
+
+CALLS: list[tuple] = []
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def no_sleep(seconds: float) -> None:
+    CALLS.append(("sleep", seconds))
+
+
+@activity(local=True, retry=RetryPolicy.exponential(max_attempts=3, initial="1s"))
+async def lookup(ctx, key: str) -> dict:
+    CALLS.append(("lookup", key, ctx.attempt(), str(ctx.idempotency_key())))
+    if key == "flaky" and ctx.attempt() < 3:
+        raise ConnectionError("try again")
+    if key == "broken":
+        raise ActivityFailure.non_retryable_("BadKey", f"no such key {key}")
+    return {"key": key, "thread": threading.current_thread().name}
+
+
+@activity(local=True)
+def blocking(ctx, n: int) -> int:
+    CALLS.append(("blocking", n, threading.current_thread() is threading.main_thread()))
+    return n + 1
+
+
+@activity
+async def remote(ctx, n: int) -> int:
+    return n
+
+
+@workflow
+async def uses_locals(ctx, key: str) -> list:
+    a = await ctx.execute_activity(lookup, key)
+    b, c = await asyncio.gather(ctx.execute_activity(blocking, 1),
+                                ctx.execute_activity(remote, 5))
+    d = await ctx.execute_local_activity(remote, 7)  # any activity can run locally
+    return [a["key"], b, c, d]
+
+
+app = App(workflows=[uses_locals], activities=[lookup, blocking, remote])
+
+
+def engine_for(key: str, **kw) -> Engine:
+    return Engine(app, uses_locals, [key], local_sleep=no_sleep,
+                  resolver=lambda out: [(c, ("result", c["input"][0])) for c in out], **kw)
+
+
+def test_local_activity_runs_inline_and_is_recorded_as_a_marker():
+    CALLS.clear()
+    engine = engine_for("k")
+    first = run(engine.task())
+    # lookup ran inline; then the workflow continued in the same task
+    assert first.commands[0] == {"type": "record_marker", "seq": 1, "kind": "local_activity",
+                                 "value": {"name": "lookup", "result": {
+                                     "key": "k", "thread": "MainThread"}}}
+    assert [(c["type"], c["seq"]) for c in first.commands] == [
+        ("record_marker", 1), ("record_marker", 2), ("schedule_activity", 3)]
+    assert first.commands[1]["value"] == {"name": "blocking", "result": 2}
+    assert ("blocking", 1, False) in CALLS  # a plain def runs in a thread
+    engine.resolve()
+    final = run(engine.run_to_end())
+    assert final == {"type": "complete_workflow", "result": ["k", 2, 5, 7]}
+
+
+def test_replay_reads_the_marker_and_does_not_run_the_activity_again():
+    engine = engine_for("k", check_cold=False)
+    run(engine.run_to_end())
+    CALLS.clear()
+    # drop the final task (marker, marker 4, completion): replay must recompute it
+    history = engine.history.events[:-3]
+    act = run(new_run(app, uses_locals, local_sleep=no_sleep).advance(history))
+    assert [c["type"] for c in act.commands] == ["record_marker", "complete_workflow"]
+    assert act.commands[-1] == {"type": "complete_workflow", "result": ["k", 2, 5, 7]}
+    assert CALLS == []  # markers 1 and 2 were read back; remote(7) is not a CALLS entry
+
+
+def test_retries_in_place_with_the_same_idempotency_key():
+    CALLS.clear()
+    engine = engine_for("flaky", check_cold=False)
+    act = run(engine.task())
+    attempts = [c for c in CALLS if c[0] == "lookup"]
+    assert [a[2] for a in attempts] == [1, 2, 3]
+    assert len({a[3] for a in attempts}) == 1
+    assert attempts[0][3] == str(IdempotencyKey.for_activity("exec-1", 1))
+    assert [c for c in CALLS if c[0] == "sleep"] == [("sleep", 1.0), ("sleep", 2.0)]
+    assert act.commands[0]["value"]["result"]["key"] == "flaky"
+
+
+def test_final_failure_is_recorded_and_raised_as_activity_error():
+    CALLS.clear()
+    engine = engine_for("broken", check_cold=False)
+    act = run(engine.task())
+    assert len([c for c in CALLS if c[0] == "lookup"]) == 1  # non-retryable: one attempt
+    assert act.commands[0]["value"] == {"name": "lookup", "failure": {
+        "error_type": "BadKey", "message": "no such key broken", "non_retryable": True,
+        "details": None}}
+    assert act.finished
+    assert act.commands[-1]["failure"]["error_type"] == "BadKey"
+
+
+def test_context_factory_is_injectable():
+    seen = []
+
+    def factory(execution_id, seq, attempt, name):
+        seen.append((execution_id, seq, attempt, name))
+        return LocalActivityContext(execution_id, seq, attempt, name)
+
+    engine = engine_for("k", activity_context_factory=factory)
+    run(engine.task())
+    assert seen[:2] == [("exec-1", 1, 1, "lookup"), ("exec-1", 2, 1, "blocking")]
+
+
+def test_unregistered_local_activity_fails_deterministically():
+    @workflow
+    async def unknown_local(ctx) -> str:
+        return await ctx.execute_local_activity("nope")
+
+    act = run(new_run(None, unknown_local).advance(HistoryBuilder("unknown_local").events))
+    assert act.commands[0]["value"]["failure"]["error_type"] == "NotFound"
+    assert act.commands[-1]["failure"]["error_type"] == "NotFound"
+
+
+def test_idempotency_key_derivation():
+    key = LocalActivityContext("e-1", 4, 2, "x").idempotency_key()
+    assert key.as_str() == str(uuid.uuid5(uuid.NAMESPACE_URL, "harvest:e-1:4"))
+    assert key == IdempotencyKey.for_activity("e-1", 4)
+    assert key != IdempotencyKey.for_activity("e-1", 5)
+    assert key.subkey("email") == key.subkey("email")
+    assert key.subkey("email") != key.subkey("db") != key
+    assert str(key.subkey("db")) == str(uuid.uuid5(uuid.UUID(str(key)), "db"))
+
+
+@pytest.mark.parametrize("value", ["not-a-uuid"])
+def test_idempotency_key_rejects_garbage(value):
+    with pytest.raises(ValueError):
+        IdempotencyKey(value)

@@ -1,0 +1,171 @@
+"""Code that no longer matches its history fails the task, never the workflow."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from history_builder import Engine, HistoryBuilder, new_run, resolve_all_in_order
+from workflows_fixture import app, send_email
+
+from harvest.definitions import App, workflow
+from harvest.errors import NonDeterminismError
+from harvest.runtime import HistoryMismatch, IllegalWorkflowOperation
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@workflow(name="flow")
+async def flow_v1(ctx) -> str:
+    await ctx.execute_activity(send_email, "a")
+    await asyncio.gather(ctx.execute_activity("render", 1), ctx.sleep(10))
+    await ctx.execute_activity(send_email, "b")
+    return "v1"
+
+
+def history_of_v1(tasks: int) -> HistoryBuilder:
+    engine = Engine(App(workflows=[flow_v1], activities=[send_email]), flow_v1,
+                    resolver=lambda out: [(c, ("fire",) if c["type"] == "start_timer"
+                                           else ("result", {})) for c in out])
+    for _ in range(tasks):
+        run(engine.task())
+        engine.resolve()
+    return engine.history
+
+
+def replay(wf, history: HistoryBuilder):
+    return run(new_run(app, wf).advance(history.events))
+
+
+def test_changed_activity_name_names_seq_expected_and_got():
+    @workflow(name="flow")
+    async def renamed(ctx) -> str:
+        await ctx.execute_activity("send_sms", "a")
+        return "v2"
+
+    with pytest.raises(NonDeterminismError) as err:
+        replay(renamed, history_of_v1(1))
+    message = str(err.value)
+    assert "seq 1" in message and "'send_email'" in message and "'send_sms'" in message
+    assert err.value.seq == 1
+    assert err.value.expected == "schedule_activity 'send_email'"
+    assert err.value.got == "schedule_activity 'send_sms'"
+
+
+def test_changed_command_kind_is_detected():
+    @workflow(name="flow")
+    async def sleeps_first(ctx) -> str:
+        await ctx.sleep(1)
+        return "v2"
+
+    with pytest.raises(NonDeterminismError, match="seq 1: expected schedule_activity "
+                                                  "'send_email', got start_timer"):
+        replay(sleeps_first, history_of_v1(1))
+
+
+def test_removed_command_is_detected():
+    @workflow(name="flow")
+    async def no_timer(ctx) -> str:
+        await ctx.execute_activity(send_email, "a")
+        await ctx.execute_activity("render", 1)
+        await ctx.execute_activity(send_email, "b")
+        return "v2"
+
+    with pytest.raises(NonDeterminismError) as err:
+        replay(no_timer, history_of_v1(2))
+    assert err.value.seq == 3 and err.value.expected == "start_timer"
+    assert err.value.got == "nothing"
+
+
+def test_extra_command_is_detected():
+    @workflow(name="flow")
+    async def extra(ctx) -> str:
+        await ctx.execute_activity(send_email, "a")
+        ctx.now()
+        return "v2"
+
+    with pytest.raises(NonDeterminismError, match="seq 2"):
+        replay(extra, history_of_v1(2))
+
+
+def test_changed_marker_kind_is_detected():
+    @workflow(name="m")
+    async def uses_now(ctx) -> str:
+        ctx.now()
+        await ctx.sleep(1)
+        return "x"
+
+    @workflow(name="m")
+    async def uses_random(ctx) -> str:
+        ctx.random()
+        await ctx.sleep(1)
+        return "x"
+
+    engine = Engine(App(workflows=[uses_now]), uses_now, resolver=resolve_all_in_order)
+    run(engine.task())
+    with pytest.raises(NonDeterminismError, match="record_marker 'now'.*record_marker 'random'"):
+        replay(uses_random, engine.history)
+
+
+def test_workflow_that_finishes_early_on_replay_is_nondeterministic():
+    @workflow(name="flow")
+    async def short(ctx) -> str:
+        return "done"
+
+    with pytest.raises(NonDeterminismError):
+        replay(short, history_of_v1(1))
+
+
+def test_nondeterminism_is_raised_even_if_the_workflow_catches_it():
+    @workflow(name="flow")
+    async def swallowing(ctx) -> str:
+        try:
+            await ctx.execute_activity("other", "a")
+        except Exception:
+            pass
+        return "swallowed"
+
+    r = new_run(app, swallowing)
+    with pytest.raises(NonDeterminismError):
+        run(r.advance(history_of_v1(1).events))
+    with pytest.raises(NonDeterminismError):  # the run stays broken
+        run(r.advance([]))
+
+
+def test_asyncio_sleep_in_a_workflow_tells_the_user_to_use_ctx_sleep():
+    @workflow
+    async def naps(ctx) -> None:
+        await asyncio.sleep(1)
+
+    with pytest.raises(IllegalWorkflowOperation, match=r"ctx\.sleep"):
+        run(new_run(None, naps).advance(HistoryBuilder("naps").events))
+    assert issubclass(IllegalWorkflowOperation, NonDeterminismError)
+
+
+def test_failing_side_effect_fails_the_task_not_the_workflow():
+    @workflow
+    async def flaky(ctx) -> None:
+        ctx.side_effect(lambda: 1 / 0)
+
+    with pytest.raises(IllegalWorkflowOperation, match="ZeroDivisionError"):
+        run(new_run(None, flaky).advance(HistoryBuilder("flaky").events))
+
+
+def test_cached_run_rejects_a_history_it_did_not_produce():
+    history = history_of_v1(0)
+    r = new_run(app, flow_v1)
+    act = run(r.advance(history.events))
+    # another worker answered the same task differently (e.g. after our lease expired)
+    history.complete_task(act.through, [{"type": "start_timer", "seq": 1, "duration": 1}])
+    with pytest.raises(HistoryMismatch):
+        run(r.advance(history.since(act.through)))
+
+
+def test_cached_run_rejects_a_gap_in_event_ids():
+    history = history_of_v1(1)
+    r = new_run(app, flow_v1)
+    run(r.advance(history.events[:1]))
+    with pytest.raises(HistoryMismatch, match="expected event 2"):
+        run(r.advance(history.events[2:]))
