@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
@@ -132,10 +132,10 @@ class Client:
     def close(self) -> None:
         self._pool.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     @contextlib.contextmanager
@@ -151,10 +151,10 @@ class Client:
         """Start (or attach to) a run; see docs/getting-started.md for the policies."""
         name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
                                                        reuse_policy, conflict_policy)
-        call = dict(workflow_name=name, input=encoded, workflow_id=workflow_id, task_queue=queue,
-                    reuse_policy=reuse_policy, conflict_policy=conflict_policy,
-                    search_attributes=payload.encode(search_attributes or {}, "search_attributes"),
-                    priority=priority)
+        call = {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
+                "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
+                "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+                "priority": priority}
         if connection is not None:
             row = SqlApi(connection).start_workflow(**call)
         else:
@@ -237,10 +237,10 @@ class AsyncClient:
     async def close(self) -> None:
         await self._pool.close()
 
-    async def __aenter__(self) -> AsyncClient:
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     async def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
@@ -251,10 +251,10 @@ class AsyncClient:
                              **kwargs: Any) -> AsyncWorkflowHandle:
         name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
                                                        reuse_policy, conflict_policy)
-        call = dict(workflow_name=name, input=encoded, workflow_id=workflow_id, task_queue=queue,
-                    reuse_policy=reuse_policy, conflict_policy=conflict_policy,
-                    search_attributes=payload.encode(search_attributes or {}, "search_attributes"),
-                    priority=priority)
+        call = {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
+                "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
+                "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+                "priority": priority}
         if connection is not None:
             row = await AsyncSqlApi(_SingleConnection(connection)).start_workflow(**call)
         else:

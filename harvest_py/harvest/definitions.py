@@ -18,8 +18,16 @@ from typing import Any
 
 from harvest.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
 
-__all__ = ["RetryPolicy", "ActivityDefinition", "WorkflowDefinition", "App", "workflow",
-           "activity", "parse_duration", "DEFAULT_QUEUE"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "ActivityDefinition",
+    "App",
+    "RetryPolicy",
+    "WorkflowDefinition",
+    "activity",
+    "parse_duration",
+    "workflow",
+]
 
 DEFAULT_QUEUE = "default"
 

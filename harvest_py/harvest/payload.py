@@ -29,8 +29,16 @@ try:  # optional dependency
 except ImportError:  # pragma: no cover - exercised only without pydantic
     _pydantic = None
 
-__all__ = ["encode", "decode", "encode_args", "decode_args", "decode_result",
-           "encode_result", "param_hints", "return_hint"]
+__all__ = [
+    "decode",
+    "decode_args",
+    "decode_result",
+    "encode",
+    "encode_args",
+    "encode_result",
+    "param_hints",
+    "return_hint",
+]
 
 _ABSENT = object()
 
@@ -305,7 +313,7 @@ def _safe_hints(obj: Any) -> dict[str, Any]:
     """Resolved type hints, or the raw ones where a forward reference cannot be resolved."""
     try:
         return typing.get_type_hints(obj, include_extras=True)
-    except Exception:
+    except (NameError, TypeError, AttributeError, SyntaxError):
         raw = getattr(obj, "__annotations__", {}) or {}
         return {k: (Any if isinstance(v, str) else v) for k, v in raw.items()}
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from harvest.runtime import WorkflowRun
 
-FIXED_NOW = _dt.datetime(2026, 11, 29, 9, 0, tzinfo=_dt.timezone.utc)
+FIXED_NOW = _dt.datetime(2026, 11, 29, 9, 0, tzinfo=_dt.UTC)
 
 
 class FixedRandom(random.Random):
@@ -123,7 +123,7 @@ class Engine:
     def __init__(self, app: Any, wf: Any, input: list | None = None,
                  resolver: Resolver = resolve_all_in_order, check_cold: bool = True,
                  **run_kwargs: Any):
-        name = getattr(wf, "__harvest_workflow__").name
+        name = wf.__harvest_workflow__.name
         self.app, self.wf, self.resolver = app, wf, resolver
         self.check_cold, self.run_kwargs = check_cold, run_kwargs
         self.history = HistoryBuilder(name, input)

@@ -14,7 +14,17 @@ from history_builder import (
     resolve_all_reversed,
     resolve_one_at_a_time,
 )
-from workflows_fixture import Order, app, fan_out, markers, racing, sequential, timers, tolerant
+from workflows_fixture import (
+    SIDE_EFFECT_CALLS,
+    Order,
+    app,
+    fan_out,
+    markers,
+    racing,
+    sequential,
+    timers,
+    tolerant,
+)
 
 from harvest.definitions import workflow
 
@@ -95,13 +105,12 @@ def test_markers_are_recorded_once_and_replayed():
     import random
 
     def other_clock():
-        return dt.datetime(2030, 1, 1, tzinfo=dt.timezone.utc)
+        return dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
-    calls = []
-
+    SIDE_EFFECT_CALLS.clear()
     cold = new_run(app, markers, clock=other_clock, rng=random.Random(99))
     act = run(cold.advance(engine.history.events))
-    assert calls == []
+    assert SIDE_EFFECT_CALLS == []  # read back, not run again
     assert act.finished
     result = act.commands[-1]["result"]
     assert result["now"] == FIXED_NOW.isoformat()
@@ -124,7 +133,7 @@ def test_warm_and_cold_runs_match_for_every_workflow():
     ]
     for wf, args, resolver in scenarios:
         if wf is fan_out:
-            def resolver(out, _r=resolver):  # noqa: B023 - bound by default argument
+            def resolver(out, _r=resolver):
                 return [(c, ("result", 1 if c["name"] == "render" else {}))
                         for c, _ in _r(out)]
         engine = Engine(app, wf, args, resolver=resolver)  # checks cold == warm at each task

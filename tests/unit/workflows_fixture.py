@@ -57,12 +57,20 @@ async def timers(ctx) -> str:
     return "done"
 
 
+SIDE_EFFECT_CALLS: list[int] = []
+
+
+def read_config() -> dict:
+    SIDE_EFFECT_CALLS.append(1)
+    return {"cfg": 7}
+
+
 @workflow
 async def markers(ctx) -> dict:
     now = ctx.now()
     r = ctx.random()
     u = ctx.uuid4()
-    s = ctx.side_effect(lambda: {"cfg": 7})
+    s = ctx.side_effect(read_config)
     echo = await ctx.execute_activity(send_email, str(u))
     return {"now": now.isoformat(), "r": r, "u": str(u), "s": s, "echo": echo,
             "count": ctx.history_event_count()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -17,7 +18,13 @@ def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
         raise InvalidArgument(f"give --{what}-json or --{what}-file, not both")
     text = inline
     if path is not None:
-        text = sys.stdin.read() if path == "-" else open(path).read()
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = Path(path).read_text()
+            except OSError as exc:
+                raise InvalidArgument(f"--{what}-file {path}: {exc.strerror}") from None
     if text is None:
         return None
     try:

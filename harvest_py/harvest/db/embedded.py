@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Self
 
 from harvest.errors import ConfigError
 
@@ -84,7 +85,7 @@ class EmbeddedPostgres:
             kwargs["user"] = self._user.pw_uid
             kwargs["group"] = self._user.pw_gid
             kwargs["extra_groups"] = []
-        return subprocess.run(args, **kwargs)
+        return subprocess.run(args, **kwargs)  # noqa: PLW1510 - check is set above
 
     def start(self) -> str:
         binaries = bin_dir()
@@ -96,7 +97,7 @@ class EmbeddedPostgres:
         try:
             self._run([str(binaries / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
                        "--auth=trust", "--encoding=UTF8", "--no-instructions"])
-            options = [f"-c listen_addresses=127.0.0.1", f"-p {self.port}",
+            options = ["-c listen_addresses=127.0.0.1", f"-p {self.port}",
                        f"-c unix_socket_directories={self.base_dir}"]
             options += [f"-c {key}={value}" for key, value in self.settings.items()]
             self._run([str(binaries / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
@@ -115,7 +116,7 @@ class EmbeddedPostgres:
         if self._owns_base:
             shutil.rmtree(self.base_dir, ignore_errors=True)
 
-    def __enter__(self) -> EmbeddedPostgres:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -125,7 +125,7 @@ class WorkflowContext:
     def now(self) -> _dt.datetime:
         """The current time (UTC), fixed at its first evaluation."""
         value = self._run.marker("now", lambda: self._run.clock().astimezone(
-            _dt.timezone.utc).isoformat())
+            _dt.UTC).isoformat())
         when = _dt.datetime.fromisoformat(value)
         self._run.set_logical_time(when.timestamp())
         return when

@@ -18,7 +18,7 @@ from harvest.errors import ActivityFailure, PayloadError
 from harvest.idempotency import IdempotencyKey
 from harvest.payload import encode
 
-__all__ = ["LocalActivityContext", "run_local_activity", "LOCAL_MAX_BACKOFF"]
+__all__ = ["LOCAL_MAX_BACKOFF", "LocalActivityContext", "run_local_activity"]
 
 log = logging.getLogger("harvest.runtime")
 
@@ -71,7 +71,7 @@ async def run_local_activity(defn: ActivityDefinition, args: tuple, execution_id
                 failure = ActivityFailure(type(exc).__name__, str(exc), non_retryable=True)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the activity's own failure
+        except Exception as exc:  # noqa: BLE001 - any failure of user code is the activity's
             failure = ActivityFailure.from_exception(exc)
         if not defn.retry.should_retry(failure, attempt):
             return {"name": defn.name, "failure": failure.to_json()}
@@ -89,6 +89,6 @@ async def _call(defn: ActivityDefinition, ctx: Any, args: tuple) -> Any:
         coro = asyncio.to_thread(defn.fn, ctx, *args)
     try:
         return await asyncio.wait_for(coro, timeout=defn.start_to_close or None)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise ActivityFailure("TimeoutError", f"local activity {defn.name!r} exceeded "
                               f"start_to_close of {defn.start_to_close}s") from None

@@ -16,7 +16,7 @@ import json
 import random as _random
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harvest.definitions import App, WorkflowDefinition
@@ -26,7 +26,7 @@ from harvest.runtime.context import WorkflowContext, WorkflowInfo
 from harvest.runtime.local import LocalActivityContext, run_local_activity
 from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
 
-__all__ = ["WorkflowRun", "Activation", "HistoryMismatch"]
+__all__ = ["Activation", "HistoryMismatch", "WorkflowRun"]
 
 COMMAND_EVENTS = {"ActivityScheduled": "schedule_activity", "TimerStarted": "start_timer",
                   "MarkerRecorded": "record_marker"}
@@ -59,7 +59,6 @@ class _Pending:
     args: tuple = ()
     recorded: Any = None  # a local activity's marker value, when replayed
     done: bool = False
-    extra: dict = field(default_factory=dict)
 
 
 def _describe_command(cmd: dict) -> str:
@@ -116,7 +115,7 @@ class WorkflowRun:
         self.execution_id = str(execution_id)
         self._workflow_id, self._task_queue = workflow_id, task_queue
         self.activity_context_factory = activity_context_factory or LocalActivityContext
-        self.clock = clock or (lambda: _dt.datetime.now(_dt.timezone.utc))
+        self.clock = clock or (lambda: _dt.datetime.now(_dt.UTC))
         self.rng = rng or _random.SystemRandom()
         self._local_sleep = local_sleep
         self._loop = DeterministicEventLoop()
@@ -419,7 +418,7 @@ class WorkflowRun:
     def call_side_effect(self, fn: Callable[[], Any]) -> Any:
         try:
             result = fn()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - user code; reported, never swallowed
             self._raise_fatal(IllegalWorkflowOperation(
                 f"side_effect function {getattr(fn, '__name__', fn)!r} raised "
                 f"{type(exc).__name__}: {exc}; a side effect must not fail (its failure "

@@ -23,7 +23,7 @@ import os
 import signal
 import socket
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -155,7 +155,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.sql.release_worker_tasks(self.worker_id, [task["task_id"]]))
             raise
-        except Exception:  # noqa: BLE001 - one task's bug must not stop the worker
+        except Exception:
             log.exception("task %s (%s) crashed the handler; its lease will expire", task["task_id"],
                           task["kind"])
         finally:
@@ -169,7 +169,7 @@ class Worker:
             with contextlib.suppress(Exception):
                 due = await self.sql.next_due_at(self.queues)
                 if due is not None:
-                    until = (due - datetime.now(timezone.utc)).total_seconds()
+                    until = (due - datetime.now(UTC)).total_seconds()
                     timeout = max(0.0, min(timeout, until + 0.005))
         await self._sleep(timeout)
 

@@ -1,0 +1,61 @@
+"""A replay that no longer matches its history fails the task visibly and writes nothing."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from harvest import App, Client, activity, workflow
+
+
+@activity
+async def step_a(ctx) -> str:
+    return "a"
+
+
+@activity
+async def step_b(ctx) -> str:
+    return "b"
+
+
+@workflow(name="evolving")
+async def evolving_v1(ctx) -> str:
+    first = await ctx.execute_activity(step_a)
+    await ctx.sleep(0.2)
+    return first
+
+
+@workflow(name="evolving")
+async def evolving_v2(ctx) -> str:
+    # A bad deploy: the first command changed under a running history.
+    first = await ctx.execute_activity(step_b)
+    await ctx.sleep(0.2)
+    return first
+
+
+def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: Client) -> None:
+    v1 = start_worker(App(workflows=[evolving_v1], activities=[step_a, step_b]), cache_size=0)
+    handle = client.start_workflow("evolving", workflow_id="nd")
+    deadline = time.monotonic() + 10
+    while "TimerStarted" not in [e["event_type"] for e in handle.history()]:
+        assert time.monotonic() < deadline, "the first workflow task never completed"
+        time.sleep(0.05)
+    v1.stop()
+    events_before = len(handle.history())
+
+    start_worker(App(workflows=[evolving_v2], activities=[step_a, step_b]), cache_size=0)
+    with psycopg.connect(db) as conn:
+        deadline = time.monotonic() + 10
+        failure = None
+        while failure is None and time.monotonic() < deadline:
+            row = conn.execute("SELECT last_failure FROM harvest.tasks WHERE execution_id = %s"
+                               " AND kind = 'workflow'", (handle.execution_id,)).fetchone()
+            failure = row[0] if row else None
+            time.sleep(0.05)
+    assert failure is not None and failure["error_type"] == "NonDeterminismError"
+    assert "step_a" in failure["message"] and "step_b" in failure["message"]
+    assert handle.describe()["status"] == "RUNNING"
+    # Nothing beyond the TimerFired that woke it was written.
+    history = handle.history()
+    assert [e["event_type"] for e in history[events_before:]] in ([], ["TimerFired"])

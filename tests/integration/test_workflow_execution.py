@@ -1,0 +1,207 @@
+"""End to end on a real Postgres: workflows, activities, timers, retries, results."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+
+import psycopg
+import pytest
+
+from harvest import ActivityFailure, App, Client, RetryPolicy, activity, workflow
+from harvest.errors import ActivityError, PayloadError, TimeoutError_, WorkflowFailed
+
+
+@dataclasses.dataclass
+class Order:
+    order_id: int
+    items: list[str]
+
+
+@dataclasses.dataclass
+class Receipt:
+    order_id: int
+    total_items: int
+    note: str
+
+
+calls: dict[str, int] = {}
+calls_lock = threading.Lock()
+
+
+def count(name: str) -> int:
+    with calls_lock:
+        calls[name] = calls.get(name, 0) + 1
+        return calls[name]
+
+
+@activity
+async def double(ctx, x: int) -> int:
+    return x * 2
+
+
+@activity
+def add_sync(ctx, a: int, b: int) -> int:
+    return a + b
+
+
+@activity
+async def make_receipt(ctx, order: Order) -> Receipt:
+    return Receipt(order.order_id, len(order.items), f"attempt {ctx.attempt()}")
+
+
+@workflow
+async def pipeline(ctx, x: int) -> dict:
+    doubled = await ctx.execute_activity(double, x)
+    summed = await ctx.execute_activity(add_sync, doubled, 1)
+    fanned = await asyncio.gather(*(ctx.execute_activity(double, i) for i in range(5)))
+    return {"doubled": doubled, "summed": summed, "fanned": list(fanned)}
+
+
+@workflow
+async def order_flow(ctx, order: Order) -> Receipt:
+    return await ctx.execute_activity(make_receipt, order)
+
+
+@workflow
+async def sleeper(ctx, seconds: float) -> str:
+    before = ctx.now()
+    await ctx.sleep(seconds)
+    after = ctx.now()
+    return f"{(after - before).total_seconds():.1f}"
+
+
+@activity(retry=RetryPolicy.exponential(max_attempts=3, initial="10ms"))
+async def flaky(ctx, key: str) -> dict:
+    attempt = count(f"flaky:{key}")
+    if attempt < 3:
+        raise ConnectionError(f"attempt {attempt} failed")
+    return {"attempt": ctx.attempt(), "key": str(ctx.idempotency_key())}
+
+
+@workflow
+async def flaky_flow(ctx, key: str) -> dict:
+    return await ctx.execute_activity(flaky, key)
+
+
+@activity(retry=RetryPolicy.exponential(max_attempts=5, initial="10ms",
+                                        non_retryable_errors=["InvalidInput"]), dead_letter=False)
+async def strict(ctx, mode: str) -> str:
+    count(f"strict:{mode}")
+    if mode == "typed":
+        raise ActivityFailure("InvalidInput", "amount exceeds ceiling")
+    if mode == "flag":
+        raise ActivityFailure("Whatever", "give up", non_retryable=True)
+    raise ValueError("plain failure")
+
+
+@workflow
+async def strict_flow(ctx, mode: str) -> str:
+    try:
+        return await ctx.execute_activity(strict, mode)
+    except ActivityError as exc:
+        return f"caught {exc.failure.error_type}"
+
+
+@workflow
+async def boom(ctx) -> None:
+    raise RuntimeError("the workflow itself failed")
+
+
+def test_sequential_activities_and_fan_out(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[pipeline], activities=[double, add_sync]))
+    handle = client.start_workflow(pipeline, 21)
+    assert handle.result(timeout=30) == {"doubled": 42, "summed": 43, "fanned": [0, 2, 4, 6, 8]}
+    events = [e["event_type"] for e in handle.history()]
+    assert events.count("ActivityScheduled") == 7
+    assert events.count("ActivityCompleted") == 7
+    assert events[-1] == "WorkflowCompleted"
+
+
+def test_dataclasses_round_trip_by_type_hints(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[order_flow], activities=[make_receipt]))
+    receipt = client.start_workflow(order_flow, Order(7, ["a", "b", "c"])).result(timeout=30)
+    assert receipt == Receipt(7, 3, "attempt 1")
+
+
+def test_unencodable_input_is_refused_at_the_call(client: Client) -> None:
+    with pytest.raises(PayloadError, match=r"input\[0\]"):
+        client.start_workflow(pipeline, object())
+
+
+def test_durable_timer_fires(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[sleeper]))
+    handle = client.start_workflow(sleeper, 0.3)
+    elapsed = float(handle.result(timeout=30))
+    assert elapsed >= 0.3
+    types = [e["event_type"] for e in handle.history()]
+    assert "TimerStarted" in types and "TimerFired" in types
+
+
+def test_retries_keep_one_idempotency_key(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[flaky_flow], activities=[flaky]))
+    handle = client.start_workflow(flaky_flow, "k1")
+    result = handle.result(timeout=30)
+    assert result["attempt"] == 3
+    completed = [e for e in handle.history() if e["event_type"] == "ActivityCompleted"]
+    assert len(completed) == 1 and completed[0]["event_data"]["attempt"] == 3
+
+
+@pytest.mark.parametrize(("mode", "expected", "runs"), [
+    ("typed", "caught InvalidInput", 1),   # matched on error_type: no retries
+    ("flag", "caught Whatever", 1),        # non_retryable flag: no retries
+    ("plain", "caught ValueError", 5),     # class name as error_type, retried to the limit
+])
+def test_non_retryable_resolution(start_worker, client: Client, mode: str, expected: str,
+                                  runs: int) -> None:
+    start_worker(App(workflows=[strict_flow], activities=[strict]))
+    assert client.start_workflow(strict_flow, mode).result(timeout=30) == expected
+    assert calls[f"strict:{mode}"] == runs
+
+
+def test_workflow_failure_raises_typed_error(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[boom]))
+    handle = client.start_workflow(boom)
+    with pytest.raises(WorkflowFailed) as info:
+        handle.result(timeout=30)
+    assert info.value.failure["error_type"] == "RuntimeError"
+    assert "the workflow itself failed" in info.value.failure["message"]
+
+
+def test_result_times_out_without_a_worker(client: Client) -> None:
+    handle = client.start_workflow(pipeline, 1)
+    with pytest.raises(TimeoutError_):
+        handle.result(timeout=0.3)
+
+
+def test_start_joins_the_callers_transaction(db: str, client: Client) -> None:
+    with psycopg.connect(db) as conn:
+        handle = client.start_workflow(pipeline, 1, workflow_id="tx-rolled-back", connection=conn)
+        conn.rollback()
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.executions WHERE id = %s",
+                            (handle.execution_id,)).fetchone()[0] == 0
+        handle = client.start_workflow(pipeline, 1, workflow_id="tx-committed", connection=conn)
+        conn.commit()
+    assert handle.describe()["status"] == "RUNNING"
+
+
+def test_sticky_cache_and_cache_miss_write_the_same_history(db: str, start_worker) -> None:
+    app = App(workflows=[pipeline, sleeper], activities=[double, add_sync])
+    histories = []
+    for cache_size in (1000, 0):
+        worker = start_worker(app, cache_size=cache_size)
+        with Client(db) as client:
+            handle = client.start_workflow(pipeline, 5, workflow_id=f"cache-{cache_size}")
+            handle.result(timeout=30)
+            histories.append([(e["event_type"], {k: v for k, v in e["event_data"].items()
+                                                 if k not in ("worker_id", "through")})
+                              for e in handle.history()])
+        if cache_size:
+            assert worker.worker.cache.hits > 0
+        worker.stop()
+    # Same commands in the same order; only the interleaving of completions may differ.
+    def commands(history):
+        return [h for h in history if h[0] in ("ActivityScheduled", "WorkflowCompleted")]
+    assert commands(histories[0]) == commands(histories[1])

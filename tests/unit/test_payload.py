@@ -1,0 +1,156 @@
+"""Payloads: rich values to JSON and back, with the offending path named on failure."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import json
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any, Optional
+
+import pytest
+
+from harvest.errors import PayloadError
+from harvest.payload import decode, decode_args, decode_result, encode, encode_args
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Foo:
+    pass
+
+
+@dataclass
+class Item:
+    sku: str
+    when: dt.datetime
+    color: Color = Color.RED
+
+
+@dataclass
+class Cart:
+    cart_id: uuid.UUID
+    items: list[Item]
+    notes: str | None = None
+    tags: dict[str, int] = field(default_factory=dict)
+    coupon: Item | None = None
+
+
+WHEN = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+CART = Cart(uuid.UUID(int=7), [Item("a", WHEN), Item("b", WHEN, Color.BLUE)],
+            tags={"x": 1}, coupon=Item("c", WHEN))
+
+
+def test_dataclass_round_trip_through_json_text():
+    wire = json.loads(json.dumps(encode(CART)))
+    assert wire["cart_id"] == str(uuid.UUID(int=7))
+    assert wire["items"][1] == {"sku": "b", "when": WHEN.isoformat(), "color": "blue"}
+    assert decode(wire, Cart) == CART
+
+
+def test_scalars_and_containers():
+    assert encode((1, 2.5, None, True)) == [1, 2.5, None, True]
+    assert encode({"b", "a", "c"}) == ["a", "b", "c"]  # sets are sorted for determinism
+    assert encode(dt.date(2026, 1, 2)) == "2026-01-02"
+    assert encode(Decimal("1.10")) == "1.10"
+    assert decode("1.10", Decimal) == Decimal("1.10")
+    assert decode([1, 2], tuple[int, ...]) == (1, 2)
+    assert decode([1, "a"], tuple[int, str]) == (1, "a")
+    assert decode(["a"], set[str]) == {"a"}
+    assert decode({"1": "red"}, dict[int, Color]) == {1: Color.RED}
+    assert decode(3.0, int) == 3 and decode(3, float) == 3.0
+    assert decode({"any": [1]}, Any) == {"any": [1]}
+    assert decode(None, Optional[Item]) is None  # noqa: UP045 - typing.Optional on purpose
+    assert decode("2026-01-02", dt.date) == dt.date(2026, 1, 2)
+
+
+def test_encode_error_names_the_path():
+    @dataclass
+    class Line:
+        when: Any
+
+    @dataclass
+    class Box:
+        items: list
+
+    value = Box(items=[Line(1), Line(2), Line(Foo())])
+    with pytest.raises(PayloadError) as err:
+        encode_args(None, [value])
+    assert str(err.value) == "input[0].items[2].when: cannot encode object of type Foo"
+    assert isinstance(err.value, TypeError)
+
+
+def test_other_encode_errors():
+    with pytest.raises(PayloadError, match=r"value\[1\]: cannot encode non-finite"):
+        encode([1, float("nan")])
+    with pytest.raises(PayloadError, match="keys must be str"):
+        encode({1: "a"})
+    loop: list = []
+    loop.append(loop)
+    with pytest.raises(PayloadError, match="circular"):
+        encode(loop)
+
+
+def test_decode_errors_name_the_path():
+    with pytest.raises(PayloadError, match=r"value\.items\[0\]\.when: expected ISO datetime"):
+        decode({"cart_id": str(uuid.UUID(int=1)), "items": [{"sku": "a", "when": 5}]}, Cart)
+    with pytest.raises(PayloadError, match=r"value\.items\[0\]\.sku: missing field of Item"):
+        decode({"cart_id": str(uuid.UUID(int=1)), "items": [{"when": "x"}]}, Cart)
+    with pytest.raises(PayloadError, match="expected int"):
+        decode("x", int)
+    with pytest.raises(PayloadError, match="cannot decode 'green' as Color"):
+        decode("green", Color)
+
+
+async def handler(ctx, cart: Cart, n: int = 1, *, flag: bool = False) -> list[Item]:
+    return cart.items
+
+
+def test_args_are_positional_on_the_wire():
+    wire = encode_args(handler, (CART,), {"flag": True})
+    assert len(wire) == 3 and wire[1] == 1 and wire[2] is True
+    args, kwargs = decode_args(handler, json.loads(json.dumps(wire)))
+    assert args == (CART, 1) and kwargs == {"flag": True}
+    assert encode_args(handler, (CART,), {}) == [encode(CART)]  # trailing defaults omitted
+    args, kwargs = decode_args(handler, [encode(CART)])
+    assert args == (CART,) and kwargs == {}
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="bad arguments for handler"):
+        encode_args(handler, (), {"nope": 1})
+    with pytest.raises(PayloadError, match="missing argument 'cart'"):
+        decode_args(handler, [])
+    with pytest.raises(PayloadError, match="takes 3 argument"):
+        decode_args(handler, [encode(CART), 1, True, 4])
+    with pytest.raises(PayloadError, match="expected a JSON array"):
+        decode_args(handler, {"cart": 1})
+
+
+def test_result_uses_the_return_annotation():
+    wire = encode([Item("a", WHEN)])
+    assert decode_result(handler, wire) == [Item("a", WHEN)]
+    assert decode_result(None, wire) == wire
+    assert decode_result(lambda: None, wire) == wire
+
+
+def test_pydantic_models_when_installed():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Account(pydantic.BaseModel):
+        account_id: uuid.UUID
+        opened: dt.datetime
+        items: list[Item] = pydantic.Field(default_factory=list)
+
+    acct = Account(account_id=uuid.UUID(int=3), opened=WHEN)
+    wire = encode({"acct": acct})
+    assert wire == {"acct": {"account_id": str(uuid.UUID(int=3)),
+                             "opened": "2026-01-02T03:04:05Z", "items": []}}
+    assert decode(wire["acct"], Account) == acct
+    with pytest.raises(PayloadError, match="value: cannot decode as Account"):
+        decode({"account_id": "nope"}, Account)
