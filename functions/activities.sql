@@ -24,6 +24,7 @@ DECLARE
     v_non_retryable boolean;
     v_delay double precision;
     v_next timestamptz;
+    v_failure jsonb := p_failure;
 BEGIN
     v_non_retryable := coalesce((p_failure ->> 'non_retryable')::boolean, false)
         OR v_listed ? v_error_type
@@ -45,6 +46,16 @@ BEGIN
         RETURN 'retry_scheduled';
     END IF;
 
+    IF p_allow_retry AND NOT v_non_retryable AND p_task.deadline_at IS NOT NULL
+       AND v_next >= p_task.deadline_at
+       AND (v_max_attempts <= 0 OR p_task.attempt < v_max_attempts) THEN
+        -- Retries remained, but the next one would start past schedule_to_close.
+        v_failure := jsonb_build_object('error_type', 'ScheduleToCloseTimeout', 'non_retryable', true,
+            'message', 'activity ' || p_task.activity_name || ' ran out of its schedule_to_close of '
+                       || (p_task.options ->> 'schedule_to_close') || 's after attempt ' || p_task.attempt,
+            'details', jsonb_build_object('last_failure', p_failure));
+    END IF;
+
     DELETE FROM harvest.tasks WHERE id = p_task.id;
     IF p_execution.status <> 'RUNNING' THEN
         RETURN 'failed';
@@ -56,13 +67,13 @@ BEGIN
             attempts, failure, scheduled_at, failed_at
         ) VALUES (
             p_execution.id, p_execution.workflow_name, p_task.seq, p_task.activity_name, p_task.queue,
-            p_task.input, p_task.options, p_task.priority, p_task.attempt, p_failure,
+            p_task.input, p_task.options, p_task.priority, p_task.attempt, v_failure,
             p_task.scheduled_at, v_now
         );
         RETURN 'dead_lettered';
     END IF;
     PERFORM harvest._append_event(p_execution.id, 'ActivityFailed', jsonb_build_object(
-        'seq', p_task.seq, 'failure', p_failure, 'attempt', p_task.attempt));
+        'seq', p_task.seq, 'failure', v_failure, 'attempt', p_task.attempt));
     PERFORM harvest._ensure_workflow_task(p_execution.id);
     RETURN 'failed';
 END;

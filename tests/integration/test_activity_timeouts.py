@@ -1,0 +1,163 @@
+"""Heartbeats, heartbeat timeouts, schedule_to_close, bounded in-flight work, local activities."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+
+from harvest import App, Client, RetryPolicy, activity, workflow
+from harvest.errors import WorkflowFailed
+
+progress: dict[str, list] = {}
+
+
+@activity(start_to_close="10s", heartbeat_timeout="0.5s")
+async def long_with_heartbeats(ctx, rounds: int) -> dict:
+    cancel_seen = False
+    for i in range(rounds):
+        await asyncio.sleep(0.1)
+        cancel_seen = await ctx.aheartbeat({"done": i + 1}) or cancel_seen
+    return {"rounds": rounds, "attempt": ctx.attempt(), "cancel": cancel_seen}
+
+
+@activity(start_to_close="10s", heartbeat_timeout="0.3s", retry=RetryPolicy.none(), dead_letter=False)
+async def silent(ctx) -> str:
+    await asyncio.sleep(3)
+    return "never"
+
+
+@activity(start_to_close="10s", heartbeat_timeout="0.5s")
+def sync_heartbeats(ctx, rounds: int) -> int:
+    for i in range(rounds):
+        time.sleep(0.1)
+        ctx.heartbeat(i)
+    return rounds
+
+
+@activity(schedule_to_close="0.5s", retry=RetryPolicy.exponential(max_attempts=100, initial="100ms"),
+          dead_letter=False)
+async def always_fails(ctx) -> None:
+    raise ConnectionError("still down")
+
+
+@workflow
+async def heartbeat_flow(ctx, rounds: int) -> dict:
+    return await ctx.execute_activity(long_with_heartbeats, rounds)
+
+
+@workflow
+async def silent_flow(ctx) -> str:
+    return await ctx.execute_activity(silent)
+
+
+@workflow
+async def sync_heartbeat_flow(ctx, rounds: int) -> int:
+    return await ctx.execute_activity(sync_heartbeats, rounds)
+
+
+@workflow
+async def deadline_flow(ctx) -> None:
+    await ctx.execute_activity(always_fails)
+
+
+in_flight = {"now": 0, "max": 0}
+in_flight_lock = threading.Lock()
+
+
+@activity
+async def occupy(ctx, i: int) -> int:
+    with in_flight_lock:
+        in_flight["now"] += 1
+        in_flight["max"] = max(in_flight["max"], in_flight["now"])
+    await asyncio.sleep(0.2)
+    with in_flight_lock:
+        in_flight["now"] -= 1
+    return i
+
+
+@workflow
+async def fan_out(ctx, n: int) -> list:
+    return list(await asyncio.gather(*(ctx.execute_activity(occupy, i) for i in range(n))))
+
+
+@activity(local=True, retry=RetryPolicy.exponential(max_attempts=3, initial="10ms"))
+async def local_lookup(ctx, key: str) -> dict:
+    progress.setdefault(key, []).append(ctx.attempt())
+    if ctx.attempt() < 2:
+        raise ConnectionError("cache miss")
+    return {"key": key, "idempotency_key": str(ctx.idempotency_key())}
+
+
+@workflow
+async def local_flow(ctx, key: str) -> dict:
+    return await ctx.execute_activity(local_lookup, key)
+
+
+def test_heartbeats_keep_a_long_activity_alive(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[heartbeat_flow], activities=[long_with_heartbeats]))
+    handle = client.start_workflow(heartbeat_flow, 12)  # 1.2 s of work, 0.5 s heartbeat timeout
+    assert handle.result(timeout=30) == {"rounds": 12, "attempt": 1, "cancel": False}
+
+
+def test_sync_activity_heartbeats_from_its_thread(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[sync_heartbeat_flow], activities=[sync_heartbeats]))
+    assert client.start_workflow(sync_heartbeat_flow, 10).result(timeout=30) == 10
+
+
+def test_missing_heartbeats_time_out(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[silent_flow], activities=[silent]))
+    with pytest.raises(WorkflowFailed) as info:
+        client.start_workflow(silent_flow).result(timeout=30)
+    assert info.value.failure["error_type"] == "HeartbeatTimeout"
+
+
+def test_schedule_to_close_ends_retries(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[deadline_flow], activities=[always_fails]))
+    with pytest.raises(WorkflowFailed) as info:
+        client.start_workflow(deadline_flow).result(timeout=30)
+    assert info.value.failure["error_type"] == "ScheduleToCloseTimeout"
+
+
+def test_concurrency_bounds_in_flight_tasks(start_worker, client: Client) -> None:
+    in_flight.update(now=0, max=0)
+    start_worker(App(workflows=[fan_out], activities=[occupy]), concurrency=3)
+    assert client.start_workflow(fan_out, 9).result(timeout=30) == list(range(9))
+    assert in_flight["max"] <= 3
+
+
+def test_local_activity_retries_inline_and_records_one_marker(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[local_flow], activities=[local_lookup]))
+    handle = client.start_workflow(local_flow, "k")
+    result = handle.result(timeout=30)
+    assert progress["k"] == [1, 2]
+    markers = [e for e in handle.history() if e["event_type"] == "MarkerRecorded"]
+    assert len(markers) == 1 and markers[0]["event_data"]["kind"] == "local_activity"
+    assert result["idempotency_key"] == markers[0]["event_data"]["value"]["result"]["idempotency_key"]
+    assert not [e for e in handle.history() if e["event_type"] == "ActivityScheduled"]
+
+
+def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> None:
+    """A decision enqueueing many activities notifies once, not once per row."""
+    with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
+        listener.execute("LISTEN harvest_tasks")
+        handle = client.start_workflow(fan_out, 20)
+        task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('t', ARRAY['default'], 1)"
+                            ).fetchone()
+        commands = [{"type": "schedule_activity", "seq": i + 1, "name": "occupy", "input": [i]}
+                    for i in range(20)]
+        conn.execute("SELECT harvest.complete_workflow_task(%s, %s, 1, %s::jsonb)",
+                     (task[0], task[1], psycopg.types.json.Jsonb(commands)))
+        notes = list(listener.notifies(timeout=0.5))
+    # One from the start, one from the decision that enqueued 20 activity tasks.
+    assert [n.payload for n in notes] == ["default", "default"]
+    assert handle.describe()["status"] == "RUNNING"
+
+
+def test_worker_wakes_on_notify_not_on_its_poll(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[fan_out], activities=[occupy]), poll_interval=120)
+    time.sleep(0.3)  # let it go idle on its 120 s poll
+    assert client.start_workflow(fan_out, 2).result(timeout=20) == [0, 1]
