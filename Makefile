@@ -37,5 +37,10 @@ test: install lint test-python
 test-python: install
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
+# CREATE EXTENSION harvest: writes extension/harvest--<version>.sql and extension/harvest.control;
+# copy both into the extension/ directory under `pg_config --sharedir` (docs/install.md).
+extension: install
+	$(PY) scripts/build_extension.py --output-dir extension
+
 clean:
 	rm -rf $(VENV) build dist extension *.egg-info harvest_py/*.egg-info

@@ -20,7 +20,7 @@ HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 def test_dev_runs_the_demo_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     env.pop("HARVEST_DEV_DATABASE_URL", None)
-    done = subprocess.run([*HARVEST, "dev", "--demo-and-exit"], capture_output=True, text=True,
+    done = subprocess.run([*HARVEST, "dev", "--demo-and-exit"], capture_output=True, text=True, check=False,
                           timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert "result: {" in done.stdout and "Hello, world!" in done.stdout
@@ -38,7 +38,7 @@ def test_dev_refuses_a_remote_database() -> None:
 
 def test_dev_uses_an_existing_local_database(db: str) -> None:
     env = {**os.environ, "HARVEST_DEV_DATABASE_URL": db}
-    done = subprocess.run([*HARVEST, "dev", "--demo-and-exit"], capture_output=True, text=True,
+    done = subprocess.run([*HARVEST, "dev", "--demo-and-exit"], capture_output=True, text=True, check=False,
                           timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert "Hello, world!" in done.stdout
