@@ -107,18 +107,37 @@ END;
 $$;
 
 -- Move a locked, running execution to a terminal state and drop its open tasks.
+-- Its parent hears of it, and its children get their parent-close policy, through
+-- relays (see relays.sql). A run continued-as-new leaves the parent link to its
+-- successor, but its own children get their close policy like any other close.
 CREATE OR REPLACE FUNCTION harvest._close_execution(
     p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb
 )
 RETURNS void
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_child record;
 BEGIN
     UPDATE harvest.executions
     SET status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
-    WHERE id = p_execution_id;
+    WHERE id = p_execution_id
+    RETURNING * INTO v_execution;
     DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
     PERFORM pg_notify('harvest_done', p_execution_id::text);
+    IF v_execution.parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
+        PERFORM harvest._queue_relay(v_execution.parent_id, 'child_closed', jsonb_build_object(
+            'seq', v_execution.parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
+            'result', p_output, 'failure', p_failure));
+    END IF;
+    FOR v_child IN
+        SELECT e.id, e.parent_close_policy FROM harvest.executions AS e
+        WHERE e.parent_id = p_execution_id AND e.status = 'RUNNING' AND e.parent_close_policy <> 'abandon'
+    LOOP
+        PERFORM harvest._queue_relay(v_child.id, 'parent_closed', jsonb_build_object(
+            'policy', v_child.parent_close_policy, 'parent_execution_id', p_execution_id));
+    END LOOP;
 END;
 $$;
 

@@ -99,7 +99,8 @@ BEGIN
         IF v_closed THEN
             RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
         END IF;
-        IF v_type IN ('schedule_activity', 'start_timer', 'record_marker') THEN
+        IF v_type IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer',
+                      'start_child_workflow') THEN
             v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
         END IF;
         CASE v_type
@@ -135,6 +136,25 @@ BEGIN
             PERFORM harvest._require(v_command, 'kind', 'string');
             PERFORM harvest._append_event(v_execution.id, 'MarkerRecorded', jsonb_build_object(
                 'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value'));
+        WHEN 'cancel_timer' THEN
+            PERFORM harvest._require(v_command, 'timer_seq', 'number');
+            DELETE FROM harvest.tasks AS t
+            WHERE t.execution_id = v_execution.id AND t.kind = 'timer'
+              AND t.seq = (v_command ->> 'timer_seq')::integer;
+            PERFORM harvest._append_event(v_execution.id, 'TimerCancelled', jsonb_build_object(
+                'seq', v_seq, 'timer_seq', (v_command ->> 'timer_seq')::integer));
+        WHEN 'start_child_workflow' THEN
+            PERFORM harvest._start_child(v_execution, v_seq, v_command);
+        WHEN 'cancel_workflow' THEN
+            PERFORM harvest._append_event(v_execution.id, 'WorkflowCancelled',
+                jsonb_build_object('details', v_command -> 'details'));
+            PERFORM harvest._close_execution(v_execution.id, 'CANCELLED', NULL, jsonb_build_object(
+                'error_type', 'Cancelled', 'message', coalesce(v_command ->> 'details', 'cancelled'),
+                'non_retryable', true, 'details', v_command -> 'details'));
+            v_closed := true;
+        WHEN 'continue_as_new' THEN
+            PERFORM harvest._continue_as_new(v_execution, coalesce(v_command -> 'input', '[]'::jsonb));
+            v_closed := true;
         WHEN 'complete_workflow' THEN
             PERFORM harvest._append_event(v_execution.id, 'WorkflowCompleted',
                 jsonb_build_object('result', v_command -> 'result'));
@@ -185,5 +205,78 @@ BEGIN
         due_at = harvest.now() + make_interval(secs => greatest(coalesce(p_retry_in_secs, 5), 0)),
         last_failure = p_failure
     WHERE id = p_task_id;
+END;
+$$;
+
+-- Start a child for a start_child_workflow command. A running run already holding
+-- the child's workflow_id is not adopted: the parent receives ChildWorkflowFailed
+-- (WorkflowAlreadyExists) in its next batch instead.
+CREATE OR REPLACE FUNCTION harvest._start_child(
+    p_parent harvest.executions, p_seq integer, p_command jsonb
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_name text := harvest._require(p_command, 'workflow_name', 'string') #>> '{}';
+    v_workflow_id text := coalesce(p_command ->> 'workflow_id', p_parent.workflow_id || '/' || p_seq);
+    v_policy text := coalesce(p_command ->> 'parent_close_policy', 'terminate');
+    v_child_id uuid;
+    v_failure jsonb;
+BEGIN
+    IF v_policy NOT IN ('terminate', 'request_cancel', 'abandon') THEN
+        RAISE EXCEPTION 'unknown parent_close_policy "%"', v_policy USING ERRCODE = 'HR001',
+            HINT = 'use terminate, request_cancel or abandon';
+    END IF;
+    BEGIN
+        SELECT s.execution_id INTO v_child_id FROM harvest.start_workflow(
+            p_workflow_name => v_name, p_input => coalesce(p_command -> 'input', '[]'::jsonb),
+            p_workflow_id => v_workflow_id,
+            p_task_queue => coalesce(p_command ->> 'task_queue', p_parent.task_queue),
+            p_reuse_policy => 'terminate_if_running', p_conflict_policy => 'fail',
+            p_parent_id => p_parent.id, p_shard => harvest.shard_of(p_parent.id)) AS s;
+        UPDATE harvest.executions SET parent_seq = p_seq, parent_close_policy = v_policy
+        WHERE id = v_child_id;
+    EXCEPTION WHEN SQLSTATE 'HR003' THEN
+        v_failure := jsonb_build_object('error_type', 'WorkflowAlreadyExists', 'non_retryable', true,
+            'message', 'a run of ' || v_name || ' with workflow_id ' || v_workflow_id || ' is already running',
+            'details', NULL);
+    END;
+    PERFORM harvest._append_event(p_parent.id, 'ChildWorkflowStarted', jsonb_build_object(
+        'seq', p_seq, 'workflow_name', v_name, 'workflow_id', v_workflow_id,
+        'child_execution_id', v_child_id, 'parent_close_policy', v_policy));
+    IF v_failure IS NOT NULL THEN
+        PERFORM harvest._append_event(p_parent.id, 'ChildWorkflowFailed', jsonb_build_object(
+            'seq', p_seq, 'child_execution_id', NULL, 'status', 'START_FAILED', 'failure', v_failure));
+        PERFORM harvest._ensure_workflow_task(p_parent.id);
+    END IF;
+END;
+$$;
+
+-- End this run as CONTINUED_AS_NEW and start its successor (same workflow_id,
+-- name, queue, search attributes, parent link and chain deadline) atomically.
+CREATE OR REPLACE FUNCTION harvest._continue_as_new(p_execution harvest.executions, p_input jsonb)
+RETURNS uuid
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_new_id uuid;
+BEGIN
+    PERFORM harvest._close_execution(p_execution.id, 'CONTINUED_AS_NEW', NULL, NULL);
+    SELECT s.execution_id INTO v_new_id FROM harvest.start_workflow(
+        p_workflow_name => p_execution.workflow_name, p_input => p_input,
+        p_workflow_id => p_execution.workflow_id, p_task_queue => p_execution.task_queue,
+        p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
+        p_parent_id => p_execution.parent_id, p_shard => harvest.shard_of(p_execution.id)) AS s;
+    UPDATE harvest.executions
+    SET parent_seq = p_execution.parent_seq, parent_close_policy = p_execution.parent_close_policy,
+        continued_from = p_execution.id, execution_timeout_at = p_execution.execution_timeout_at,
+        timeout_at = least(timeout_at, p_execution.execution_timeout_at)
+    WHERE id = v_new_id;
+    UPDATE harvest.executions SET output = jsonb_build_object('continued_as_new', v_new_id)
+    WHERE id = p_execution.id;
+    PERFORM harvest._append_event(p_execution.id, 'WorkflowContinuedAsNew',
+        jsonb_build_object('new_execution_id', v_new_id, 'input', p_input));
+    RETURN v_new_id;
 END;
 $$;

@@ -26,7 +26,9 @@ CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_search_attributes jsonb DEFAULT '{}'::jsonb,
     p_priority integer DEFAULT 0,
     p_parent_id uuid DEFAULT NULL,
-    p_shard integer DEFAULT 0
+    p_shard integer DEFAULT 0,
+    p_execution_timeout_secs double precision DEFAULT NULL,
+    p_run_timeout_secs double precision DEFAULT NULL
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -37,6 +39,7 @@ DECLARE
     v_action text;
     v_id uuid;
     v_now timestamptz := harvest.now();
+    v_execution_deadline timestamptz;
 BEGIN
     IF p_workflow_name IS NULL OR btrim(p_workflow_name) = '' THEN
         RAISE EXCEPTION 'workflow name is empty' USING ERRCODE = 'HR001',
@@ -70,6 +73,11 @@ BEGIN
         RAISE EXCEPTION 'unknown conflict_policy "%"', p_conflict_policy USING ERRCODE = 'HR001',
             HINT = 'use unspecified, use_existing, fail or terminate_existing';
     END IF;
+
+    IF p_execution_timeout_secs <= 0 OR p_run_timeout_secs <= 0 THEN
+        RAISE EXCEPTION 'workflow timeouts must be positive seconds' USING ERRCODE = 'HR001';
+    END IF;
+    v_execution_deadline := v_now + make_interval(secs => p_execution_timeout_secs);
 
     PERFORM pg_advisory_xact_lock(
         hashtextextended('harvest.start:' || p_workflow_name || ':' || v_workflow_id, 0));
@@ -124,10 +132,12 @@ BEGIN
 
     v_id := harvest._new_execution_id(p_shard);
     INSERT INTO harvest.executions (
-        id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at
+        id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at,
+        execution_timeout_at, timeout_at
     ) VALUES (
         v_id, p_workflow_name, v_workflow_id, p_task_queue, p_input, p_search_attributes,
-        p_parent_id, v_now
+        p_parent_id, v_now, v_execution_deadline,
+        least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs))
     );
     PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id,

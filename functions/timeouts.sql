@@ -8,7 +8,8 @@
 --     StartToCloseTimeout or HeartbeatTimeout, then retries per its policy; the
 --     attempt was counted once, when it was claimed;
 --   * an activity past its schedule_to_close deadline fails for good with
---     ScheduleToCloseTimeout, whether pending or running.
+--     ScheduleToCloseTimeout, whether pending or running;
+--   * a run past its run or execution timeout ends TIMED_OUT (expire_workflows).
 
 CREATE OR REPLACE FUNCTION harvest.expire_tasks(p_limit integer DEFAULT 100)
 RETURNS TABLE (task_id bigint, kind text, outcome text)
@@ -68,5 +69,34 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
+END;
+$$;
+
+-- End runs whose run timeout or execution timeout has passed, as TIMED_OUT.
+CREATE OR REPLACE FUNCTION harvest.expire_workflows(p_limit integer DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_id uuid;
+    v_timed_out integer := 0;
+    v_which text;
+BEGIN
+    FOR v_id IN
+        SELECT e.id FROM harvest.executions AS e
+        WHERE e.status = 'RUNNING' AND e.timeout_at < v_now
+        ORDER BY e.timeout_at LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        SELECT CASE WHEN e.execution_timeout_at <= e.timeout_at THEN 'execution' ELSE 'run' END
+        INTO v_which FROM harvest.executions AS e WHERE e.id = v_id;
+        PERFORM harvest._append_event(v_id, 'WorkflowTimedOut', jsonb_build_object('timeout', v_which));
+        PERFORM harvest._close_execution(v_id, 'TIMED_OUT', NULL, jsonb_build_object(
+            'error_type', 'WorkflowTimedOut', 'message', 'the workflow ' || v_which || ' timeout passed',
+            'non_retryable', true, 'details', NULL));
+        v_timed_out := v_timed_out + 1;
+    END LOOP;
+    RETURN v_timed_out;
 END;
 $$;

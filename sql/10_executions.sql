@@ -15,6 +15,12 @@ CREATE TABLE harvest.executions (
     cancel_requested boolean NOT NULL DEFAULT false,
     created_at timestamptz NOT NULL,
     completed_at timestamptz,
+    parent_seq integer,
+    parent_close_policy text NOT NULL DEFAULT 'terminate',
+    continued_from uuid,
+    -- The whole chain's deadline (carried across continue-as-new) and this run's.
+    execution_timeout_at timestamptz,
+    timeout_at timestamptz,
     CONSTRAINT executions_pkey PRIMARY KEY (id),
     CONSTRAINT executions_status_check CHECK (status IN (
         'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
@@ -22,6 +28,9 @@ CREATE TABLE harvest.executions (
     )),
     CONSTRAINT executions_search_attributes_object CHECK (
         jsonb_typeof(search_attributes) = 'object'
+    ),
+    CONSTRAINT executions_parent_close_policy_check CHECK (
+        parent_close_policy IN ('terminate', 'request_cancel', 'abandon')
     )
 );
 
@@ -39,6 +48,10 @@ ON harvest.executions (status, created_at DESC, id);
 CREATE INDEX executions_parent
 ON harvest.executions (parent_id)
 WHERE parent_id IS NOT NULL;
+
+CREATE INDEX executions_timeout
+ON harvest.executions (timeout_at)
+WHERE status = 'RUNNING' AND timeout_at IS NOT NULL;
 
 CREATE TABLE harvest.events (
     execution_id uuid NOT NULL,

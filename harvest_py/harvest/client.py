@@ -21,7 +21,7 @@ from harvest import payload
 from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.definitions import WorkflowDefinition
+from harvest.definitions import WorkflowDefinition, parse_duration
 from harvest.errors import (
     TimeoutError_,
     WorkflowCancelled,
@@ -49,6 +49,8 @@ def _resolve_workflow(workflow: Any) -> tuple[str, WorkflowDefinition | None]:
 def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -> Any:
     """The decoded result of a terminal execution, or its typed exception."""
     status, execution_id = execution["status"], str(execution["id"])
+    if status == "CONTINUED_AS_NEW":
+        raise _ContinuedAsNew(str(execution["output"]["continued_as_new"]))
     if status == "COMPLETED":
         return payload.decode_result(definition.fn if definition else None, execution["output"])
     failure = execution.get("failure") or {}
@@ -64,8 +66,27 @@ def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -
     raise WorkflowFailed(execution_id, {"error_type": status, "message": f"run ended {status}"})
 
 
-def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None,
-                reuse_policy: str, conflict_policy: str) -> tuple[str, WorkflowDefinition | None, list, str]:
+class _ContinuedAsNew(Exception):
+    """Internal: the run rotated; result() follows the chain to its successor."""
+
+    def __init__(self, next_execution_id: str):
+        self.next_execution_id = next_execution_id
+
+
+def _start_call(name: str, encoded: list, workflow_id: str | None, queue: str, reuse_policy: str,
+                conflict_policy: str, search_attributes: dict | None, priority: int,
+                execution_timeout: Any, run_timeout: Any) -> dict[str, Any]:
+    return {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
+            "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
+            "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+            "priority": priority,
+            "execution_timeout": None if execution_timeout is None
+            else parse_duration(execution_timeout, "execution_timeout"),
+            "run_timeout": None if run_timeout is None else parse_duration(run_timeout, "run_timeout")}
+
+
+def _start_args(workflow: Any, args: tuple, kwargs: dict,
+                task_queue: str | None) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     queue = task_queue or (definition.queue if definition else "default")
@@ -95,26 +116,46 @@ class WorkflowHandle:
             return sql.get_history(self.execution_id, 0)
 
     def terminate(self, reason: str | None = None) -> None:
+        """End the run at once; no cleanup code runs."""
         with self.client._sql() as sql:
             sql.terminate_workflow(self.execution_id, reason)
 
+    def signal(self, name: str, payload_value: Any = None) -> None:
+        """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
+        with self.client._sql() as sql:
+            sql.signal_workflow(self.execution_id, name, payload.encode(payload_value, "payload"))
+
+    def cancel(self, reason: str | None = None) -> bool:
+        """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
+        with self.client._sql() as sql:
+            return sql.cancel_workflow(self.execution_id, reason)
+
+    def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
+        with self.client._sql() as sql:
+            return sql.list_children(self.execution_id, status, depth)
+
     def result(self, timeout: float | None = None) -> Any:
-        """Wait for the run to end; return its result or raise its typed failure."""
+        """Wait for the run (and any continue-as-new successors) to end; return or raise."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        execution_id = self.execution_id
         with connect(self.client.dsn, autocommit=True) as conn:
             conn.execute("LISTEN harvest_done")
             sql = SqlApi(conn)
             while True:
-                execution = sql.get_execution(self.execution_id)
+                execution = sql.get_execution(execution_id)
                 if execution["status"] != "RUNNING":
-                    return _outcome(execution, self.definition)
+                    try:
+                        return _outcome(execution, self.definition)
+                    except _ContinuedAsNew as rotated:
+                        execution_id = rotated.next_execution_id
+                        continue
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
                 # Wake on our id; a periodic re-read covers a notification lost to a reconnect.
                 wait = 5.0 if remaining is None else min(remaining, 5.0)
                 for note in conn.notifies(timeout=wait):
-                    if note.payload == self.execution_id:
+                    if note.payload == execution_id:
                         break
 
 
@@ -147,19 +188,30 @@ class Client:
                        task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
                        conflict_policy: str = "unspecified",
                        search_attributes: dict[str, Any] | None = None, priority: int = 0,
+                       execution_timeout: Any = None, run_timeout: Any = None,
                        connection: psycopg.Connection | None = None, **kwargs: Any) -> WorkflowHandle:
-        """Start (or attach to) a run; see docs/getting-started.md for the policies."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
-                                                       reuse_policy, conflict_policy)
-        call = {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
-                "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
-                "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
-                "priority": priority}
+        """Start (or attach to) a run; see docs/workflows.md for the policies."""
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
+                           search_attributes, priority, execution_timeout, run_timeout)
         if connection is not None:
             row = SqlApi(connection).start_workflow(**call)
         else:
             with self._sql() as sql:
                 row = sql.start_workflow(**call)
+        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
+                              row["started_fresh"])
+
+    def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
+                          signal_payload: Any = None, task_queue: str | None = None,
+                          search_attributes: dict[str, Any] | None = None,
+                          **kwargs: Any) -> WorkflowHandle:
+        """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        with self._sql() as sql:
+            row = sql.signal_with_start(name, workflow_id, signal,
+                                        payload.encode(signal_payload, "signal_payload"), encoded, queue,
+                                        payload.encode(search_attributes or {}, "search_attributes"))
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                               row["started_fresh"])
 
@@ -192,15 +244,27 @@ class AsyncWorkflowHandle:
     async def terminate(self, reason: str | None = None) -> None:
         await self.client.sql.terminate_workflow(self.execution_id, reason)
 
+    async def signal(self, name: str, payload_value: Any = None) -> None:
+        await self.client.sql.signal_workflow(self.execution_id, name,
+                                              payload.encode(payload_value, "payload"))
+
+    async def cancel(self, reason: str | None = None) -> bool:
+        return await self.client.sql.cancel_workflow(self.execution_id, reason)
+
     async def result(self, timeout: float | None = None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout
+        execution_id = self.execution_id
         conn = await connect_async(self.client.dsn, autocommit=True)
         async with conn:
             await conn.execute("LISTEN harvest_done")
             while True:
-                execution = await self.client.sql.get_execution(self.execution_id)
+                execution = await self.client.sql.get_execution(execution_id)
                 if execution["status"] != "RUNNING":
-                    return _outcome(execution, self.definition)
+                    try:
+                        return _outcome(execution, self.definition)
+                    except _ContinuedAsNew as rotated:
+                        execution_id = rotated.next_execution_id
+                        continue
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
@@ -208,7 +272,7 @@ class AsyncWorkflowHandle:
                 try:
                     async with asyncio.timeout(wait):
                         async for note in conn.notifies():
-                            if note.payload == self.execution_id:
+                            if note.payload == execution_id:
                                 break
                 except TimeoutError:
                     pass
@@ -247,14 +311,12 @@ class AsyncClient:
                              task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
                              conflict_policy: str = "unspecified",
                              search_attributes: dict[str, Any] | None = None, priority: int = 0,
+                             execution_timeout: Any = None, run_timeout: Any = None,
                              connection: psycopg.AsyncConnection | None = None,
                              **kwargs: Any) -> AsyncWorkflowHandle:
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
-                                                       reuse_policy, conflict_policy)
-        call = {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
-                "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
-                "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
-                "priority": priority}
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
+                           search_attributes, priority, execution_timeout, run_timeout)
         if connection is not None:
             row = await AsyncSqlApi(_SingleConnection(connection)).start_workflow(**call)
         else:

@@ -35,8 +35,13 @@ def describe_dsn(dsn: str) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[-1] if text else type(exc).__name__
+    """libpq's first line is the cause ("Connection refused"); later lines are hints."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    # libpq prefixes the cause with where it tried: keep only what went wrong.
+    first = lines[0]
+    return first.split(" failed: ", 1)[-1] if " failed: " in first else first
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:

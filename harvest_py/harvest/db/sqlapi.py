@@ -23,8 +23,22 @@ SELECT * FROM harvest.start_workflow(
     p_workflow_name => %(workflow_name)s, p_input => %(input)s, p_workflow_id => %(workflow_id)s,
     p_task_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
     p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
-    p_priority => %(priority)s)
+    p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
+    p_run_timeout_secs => %(run_timeout)s)
 """
+SIGNAL_WORKFLOW = """
+SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s) AS event_id
+"""
+SIGNAL_WITH_START = """
+SELECT * FROM harvest.signal_with_start(
+    p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
+    p_signal_name => %(signal_name)s, p_signal_payload => %(payload)s, p_input => %(input)s,
+    p_task_queue => %(task_queue)s, p_search_attributes => %(search_attributes)s)
+"""
+CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
+LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
+DELIVER_RELAYS = "SELECT harvest.deliver_relays(%(limit)s) AS delivered"
+EXPIRE_WORKFLOWS = "SELECT harvest.expire_workflows(%(limit)s) AS timed_out"
 CLAIM_TASKS = """
 SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
@@ -94,11 +108,32 @@ class SqlApi:
 
     def start_workflow(self, workflow_name: str, input: list[Any], workflow_id: str | None,
                        task_queue: str, reuse_policy: str, conflict_policy: str,
-                       search_attributes: dict[str, Any], priority: int) -> dict[str, Any]:
+                       search_attributes: dict[str, Any], priority: int,
+                       execution_timeout: float | None = None,
+                       run_timeout: float | None = None) -> dict[str, Any]:
         return self._one(START_WORKFLOW, workflow_name=workflow_name, input=_jsonb(input),
                          workflow_id=workflow_id, task_queue=task_queue, reuse_policy=reuse_policy,
                          conflict_policy=conflict_policy,
-                         search_attributes=_jsonb(search_attributes), priority=priority)
+                         search_attributes=_jsonb(search_attributes), priority=priority,
+                         execution_timeout=execution_timeout, run_timeout=run_timeout)
+
+    def signal_workflow(self, execution_id: str, signal_name: str, payload: Any) -> int:
+        return self._one(SIGNAL_WORKFLOW, execution_id=execution_id, signal_name=signal_name,
+                         payload=_jsonb(payload))["event_id"]
+
+    def signal_with_start(self, workflow_name: str, workflow_id: str, signal_name: str, payload: Any,
+                          input: list[Any], task_queue: str,
+                          search_attributes: dict[str, Any]) -> dict[str, Any]:
+        return self._one(SIGNAL_WITH_START, workflow_name=workflow_name, workflow_id=workflow_id,
+                         signal_name=signal_name, payload=_jsonb(payload), input=_jsonb(input),
+                         task_queue=task_queue, search_attributes=_jsonb(search_attributes))
+
+    def cancel_workflow(self, execution_id: str, reason: str | None) -> bool:
+        return self._one(CANCEL_WORKFLOW, execution_id=execution_id, reason=reason)["requested"]
+
+    def list_children(self, execution_id: str, status: str | None = None,
+                      depth: int = 1) -> list[dict[str, Any]]:
+        return self._all(LIST_CHILDREN, execution_id=execution_id, status=status, depth=depth)
 
     def get_execution(self, execution_id: str) -> dict[str, Any]:
         return self._one(GET_EXECUTION, execution_id=execution_id)
@@ -147,11 +182,34 @@ class AsyncSqlApi:
 
     async def start_workflow(self, workflow_name: str, input: list[Any], workflow_id: str | None,
                              task_queue: str, reuse_policy: str, conflict_policy: str,
-                             search_attributes: dict[str, Any], priority: int) -> dict[str, Any]:
+                             search_attributes: dict[str, Any], priority: int,
+                             execution_timeout: float | None = None,
+                             run_timeout: float | None = None) -> dict[str, Any]:
         return await self._one(START_WORKFLOW, workflow_name=workflow_name, input=_jsonb(input),
                                workflow_id=workflow_id, task_queue=task_queue,
                                reuse_policy=reuse_policy, conflict_policy=conflict_policy,
-                               search_attributes=_jsonb(search_attributes), priority=priority)
+                               search_attributes=_jsonb(search_attributes), priority=priority,
+                               execution_timeout=execution_timeout, run_timeout=run_timeout)
+
+    async def signal_workflow(self, execution_id: str, signal_name: str, payload: Any) -> int:
+        return (await self._one(SIGNAL_WORKFLOW, execution_id=execution_id, signal_name=signal_name,
+                                payload=_jsonb(payload)))["event_id"]
+
+    async def signal_with_start(self, workflow_name: str, workflow_id: str, signal_name: str,
+                                payload: Any, input: list[Any], task_queue: str,
+                                search_attributes: dict[str, Any]) -> dict[str, Any]:
+        return await self._one(SIGNAL_WITH_START, workflow_name=workflow_name, workflow_id=workflow_id,
+                               signal_name=signal_name, payload=_jsonb(payload), input=_jsonb(input),
+                               task_queue=task_queue, search_attributes=_jsonb(search_attributes))
+
+    async def cancel_workflow(self, execution_id: str, reason: str | None) -> bool:
+        return (await self._one(CANCEL_WORKFLOW, execution_id=execution_id, reason=reason))["requested"]
+
+    async def deliver_relays(self, limit: int = 100) -> int:
+        return (await self._one(DELIVER_RELAYS, limit=limit))["delivered"]
+
+    async def expire_workflows(self, limit: int = 100) -> int:
+        return (await self._one(EXPIRE_WORKFLOWS, limit=limit))["timed_out"]
 
     async def get_execution(self, execution_id: str) -> dict[str, Any]:
         return await self._one(GET_EXECUTION, execution_id=execution_id)

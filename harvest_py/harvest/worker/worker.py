@@ -207,6 +207,11 @@ class Worker:
                     log.info("timeout scanner: %s", ", ".join(f"{r['kind']} {r['task_id']} {r['outcome']}"
                                                              for r in expired))
                     self._wake.set()
+                timed_out = await self.sql.expire_workflows(100)
+                if timed_out:
+                    log.info("timeout scanner: %d workflow run(s) timed out", timed_out)
+                if await self.sql.deliver_relays(100):
+                    self._wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001

@@ -1,0 +1,86 @@
+-- Signals and cancellation: durable messages into a running workflow. A signal is
+-- a SignalReceived event, so it is buffered in the history until the workflow
+-- reads it and delivered in the order the database accepted it.
+
+CREATE OR REPLACE FUNCTION harvest.signal_workflow(
+    p_execution_id uuid, p_signal_name text, p_payload jsonb DEFAULT 'null'::jsonb,
+    p_signal_id text DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_event_id bigint;
+BEGIN
+    IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
+        RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
+    END IF;
+    v_execution := harvest._lock_execution(p_execution_id);
+    IF v_execution.status <> 'RUNNING' THEN
+        RAISE EXCEPTION 'cannot signal execution %: it is already %', p_execution_id, v_execution.status
+            USING ERRCODE = 'HR005', HINT = 'signal_with_start starts a new run when none is running';
+    END IF;
+    v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
+        'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
+        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text)));
+    PERFORM harvest._ensure_workflow_task(p_execution_id);
+    RETURN v_event_id;
+END;
+$$;
+
+-- Signal the running execution of (workflow_name, workflow_id), starting one
+-- first when none is running, in one transaction.
+CREATE OR REPLACE FUNCTION harvest.signal_with_start(
+    p_workflow_name text,
+    p_workflow_id text,
+    p_signal_name text,
+    p_signal_payload jsonb DEFAULT 'null'::jsonb,
+    p_input jsonb DEFAULT '[]'::jsonb,
+    p_task_queue text DEFAULT 'default',
+    p_search_attributes jsonb DEFAULT '{}'::jsonb
+)
+RETURNS TABLE (execution_id uuid, workflow_id text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_started record;
+BEGIN
+    IF p_workflow_id IS NULL OR p_workflow_id = '' THEN
+        RAISE EXCEPTION 'signal_with_start needs a workflow_id' USING ERRCODE = 'HR001';
+    END IF;
+    -- Attach to a running run; over a terminal one (or none), start fresh.
+    SELECT * INTO v_started FROM harvest.start_workflow(
+        p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
+        p_task_queue => p_task_queue, p_reuse_policy => 'terminate_if_running',
+        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
+    PERFORM harvest.signal_workflow(v_started.execution_id, p_signal_name, p_signal_payload);
+    RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.started_fresh;
+END;
+$$;
+
+-- Ask a run to cancel. The workflow sees it at its current await point and may
+-- clean up; activities learn it on their next heartbeat. Returns false when a
+-- cancel was already requested (asking twice changes nothing).
+CREATE OR REPLACE FUNCTION harvest.cancel_workflow(p_execution_id uuid, p_reason text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    v_execution := harvest._lock_execution(p_execution_id);
+    IF v_execution.status <> 'RUNNING' THEN
+        RAISE EXCEPTION 'cannot cancel execution %: it is already %', p_execution_id, v_execution.status
+            USING ERRCODE = 'HR005';
+    END IF;
+    IF v_execution.cancel_requested THEN
+        RETURN false;
+    END IF;
+    UPDATE harvest.executions SET cancel_requested = true WHERE id = p_execution_id;
+    PERFORM harvest._append_event(p_execution_id, 'WorkflowCancelRequested',
+        jsonb_build_object('reason', p_reason));
+    PERFORM harvest._ensure_workflow_task(p_execution_id);
+    RETURN true;
+END;
+$$;

@@ -1,0 +1,448 @@
+"""`harvest migrate` and the Migrator against a real PostgreSQL (the embedded one by default).
+
+In-process tests drive the click group with CliRunner; exit codes, stderr and
+concurrency are checked on real subprocesses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from harvest.cli.migrate import migrate
+from harvest.db import migrate as m
+from harvest.errors import SchemaMismatch
+
+REPO = Path(__file__).resolve().parents[2]
+HARVEST_PY = REPO / "harvest_py"
+CLI = [sys.executable, "-c", "from harvest.cli.migrate import migrate; migrate(prog_name='harvest migrate')"]
+CORE_MIGRATIONS = sorted(p.name for p in (REPO / "migrations").glob("*.sql"))
+LATEST_CORE = CORE_MIGRATIONS[-1][:4]
+FUNCTION_FILES = sorted(p.name for p in (REPO / "functions").glob("*.sql"))
+
+
+# -- helpers ---------------------------------------------------------------------------
+
+def cli(*args: str, dsn: str | None = None) -> Result:
+    env = {"HARVEST_DATABASE_URL": dsn} if dsn else {"HARVEST_DATABASE_URL": None}
+    return CliRunner().invoke(migrate, list(args), env=env, prog_name="harvest migrate")
+
+
+def cli_env(dsn: str | None = None) -> dict[str, str]:
+    env = os.environ.copy()
+    env.pop("HARVEST_DATABASE_URL", None)
+    if dsn:
+        env["HARVEST_DATABASE_URL"] = dsn
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HARVEST_PY), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def cli_process(*args: str, dsn: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], env=cli_env(dsn), capture_output=True, text=True, timeout=timeout,
+                          check=False)
+
+
+def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def ledger(dsn: str) -> list[tuple]:
+    if query(dsn, "SELECT to_regclass('harvest.schema_migrations')")[0][0] is None:
+        return []
+    return query(dsn, "SELECT set_name, version, name, checksum, transactional, applied_at"
+                      " FROM harvest.schema_migrations ORDER BY 1, 2")
+
+
+def function_ledger(dsn: str) -> dict[str, tuple[str, object]]:
+    if query(dsn, "SELECT to_regclass('harvest.function_files')")[0][0] is None:
+        return {}
+    return {name: (checksum, at) for name, checksum, at in
+            query(dsn, "SELECT file_name, checksum, applied_at FROM harvest.function_files")}
+
+
+def relation_exists(dsn: str, name: str) -> bool:
+    return query(dsn, "SELECT to_regclass(%s) IS NOT NULL", (name,))[0][0]
+
+
+def write_set(directory: Path, files: dict[str, str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return directory
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.fixture
+def sql_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of sql/, functions/ and migrations/, used through HARVEST_SQL_DIR."""
+    root = tmp_path / "sqlroot"
+    for name in ("sql", "functions", "migrations"):
+        shutil.copytree(REPO / name, root / name)
+    monkeypatch.setenv("HARVEST_SQL_DIR", str(root))
+    return root
+
+
+# -- status, run, dry run --------------------------------------------------------------
+
+def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: str) -> None:
+    before = cli("status", "--check", dsn=fresh_db)
+    assert before.exit_code == 1, before.output
+    assert f"harvest/{CORE_MIGRATIONS[0]}" in before.stdout
+    assert f"0 applied, {len(CORE_MIGRATIONS)} pending" in before.stdout
+    assert all(f"functions/{name}" in before.stdout for name in FUNCTION_FILES)
+    assert ledger(fresh_db) == [], "status must not create anything"
+
+    run = cli("run", dsn=fresh_db)
+    assert run.exit_code == 0, run.output
+    assert (f"applied {len(CORE_MIGRATIONS)} migration(s), {len(FUNCTION_FILES)} function file(s)"
+            in run.stdout)
+
+    after = cli("status", "--check", dsn=fresh_db)
+    assert after.exit_code == 0, after.output
+    assert "pending" not in after.stdout.replace(" 0 pending", "")
+    assert f"{len(CORE_MIGRATIONS)} applied, 0 pending" in after.stdout
+
+    as_json = json.loads(cli("status", "--output", "json", dsn=fresh_db).stdout)
+    assert as_json["pending"] == 0 and as_json["stale_function_files"] == []
+    assert [(r["set"], r["version"]) for r in as_json["migrations"]] == [
+        ("harvest", name[:4]) for name in CORE_MIGRATIONS]
+    assert all(r["applied_at"] for r in as_json["migrations"])
+
+
+def test_status_without_check_exits_zero_while_pending(fresh_db: str) -> None:
+    result = cli("status", dsn=fresh_db)
+    assert result.exit_code == 0, result.output
+    assert "pending" in result.stdout
+
+
+def test_dry_run_prints_the_plan_and_changes_nothing(fresh_db: str, tmp_path: Path) -> None:
+    result = cli("run", "--dry-run", dsn=fresh_db)
+    assert result.exit_code == 0, result.output
+    assert "dry run, nothing changed" in result.stdout
+    assert f"would apply harvest/{CORE_MIGRATIONS[0]}" in result.stdout
+    assert all(f"would apply functions/{name}" in result.stdout for name in FUNCTION_FILES)
+    assert query(fresh_db, "SELECT to_regnamespace('harvest')")[0][0] is None, "a dry run created the schema"
+
+    assert cli("run", dsn=fresh_db).exit_code == 0
+    before, functions_before = ledger(fresh_db), function_ledger(fresh_db)
+    extra = write_set(tmp_path / "app", {"0001_widgets.sql": "CREATE TABLE public.widgets (id int);\n"})
+    planned = cli("run", "--dry-run", "--include-dir", str(extra), dsn=fresh_db)
+    assert planned.exit_code == 0, planned.output
+    assert "would apply app/0001_widgets.sql" in planned.stdout
+    assert "would apply harvest/" not in planned.stdout and "functions/" not in planned.stdout
+    assert ledger(fresh_db) == before and function_ledger(fresh_db) == functions_before
+    assert not relation_exists(fresh_db, "public.widgets")
+
+    nothing = cli("run", "--dry-run", dsn=fresh_db)
+    assert "nothing to do" in nothing.stdout
+
+
+def test_include_dir_brings_an_extra_set(fresh_db: str, tmp_path: Path) -> None:
+    extra = write_set(tmp_path / "app", {
+        "0001_widgets.sql": "CREATE TABLE public.widgets (id int PRIMARY KEY, name text);\n",
+        "0002_widget_rows.sql": "INSERT INTO public.widgets VALUES (1, 'one');\n",
+    })
+    result = cli("run", "--include-dir", str(extra), dsn=fresh_db)
+    assert result.exit_code == 0, result.output
+    assert f"applied {len(CORE_MIGRATIONS) + 2} migration(s)" in result.stdout
+    # The extra set runs after Harvest's own, in version order.
+    order = [line for line in result.stderr.splitlines() if line.startswith("applying ") and "/0" in line]
+    assert order == [f"applying harvest/{n}" for n in CORE_MIGRATIONS] + [
+        "applying app/0001_widgets.sql", "applying app/0002_widget_rows.sql"]
+    rows = [(s, v, n, t) for s, v, n, _c, t, _at in ledger(fresh_db)]
+    assert ("app", "0001", "widgets", True) in rows and ("app", "0002", "widget_rows", True) in rows
+    assert query(fresh_db, "SELECT id, name FROM public.widgets") == [(1, "one")]
+
+    listed = cli("status", "--check", "--include-dir", str(extra), dsn=fresh_db)
+    assert listed.exit_code == 0, listed.output
+    assert "app/0001_widgets.sql" in listed.stdout
+    core_only = cli("status", dsn=fresh_db)
+    assert "app/" not in core_only.stdout
+
+    later = write_set(extra, {"0003_more.sql": "ALTER TABLE public.widgets ADD COLUMN size int;\n"})
+    assert cli("status", "--check", "--include-dir", str(later), dsn=fresh_db).exit_code == 1
+    again = cli("run", "--include-dir", str(later), dsn=fresh_db)
+    assert "applied 1 migration(s), 0 function file(s)" in again.stdout, again.output
+
+
+def test_a_second_run_applies_nothing_and_skips_unchanged_function_files(fresh_db: str) -> None:
+    assert cli("run", dsn=fresh_db).exit_code == 0
+    migrations_before, functions_before = ledger(fresh_db), function_ledger(fresh_db)
+    assert sorted(functions_before) == FUNCTION_FILES
+    for name, (checksum, _at) in functions_before.items():
+        assert checksum == hashlib.sha256((REPO / "functions" / name).read_bytes()).hexdigest()
+
+    second = cli("run", dsn=fresh_db)
+    assert second.exit_code == 0, second.output
+    assert "applied 0 migration(s), 0 function file(s)" in second.stdout
+    assert "applying" not in second.stderr
+    assert ledger(fresh_db) == migrations_before
+    assert function_ledger(fresh_db) == functions_before, "an unchanged function file was re-run"
+
+
+def test_a_changed_function_file_is_run_again(fresh_db: str, sql_copy: Path) -> None:
+    assert cli("run", dsn=fresh_db).exit_code == 0
+    before = function_ledger(fresh_db)
+    changed = sql_copy / "functions" / "core.sql"
+    changed.write_text(changed.read_text() + "\n-- a comment is a change too\n")
+
+    status = cli("status", "--check", dsn=fresh_db)
+    assert status.exit_code == 1
+    assert "functions/core.sql" in status.stdout and "pending (changed)" in status.stdout
+    assert f"{len(CORE_MIGRATIONS)} applied, 0 pending" in status.stdout
+
+    result = cli("run", dsn=fresh_db)
+    assert result.exit_code == 0, result.output
+    assert "applied 0 migration(s), 1 function file(s)" in result.stdout
+    after = function_ledger(fresh_db)
+    assert after["core.sql"][0] == hashlib.sha256(changed.read_bytes()).hexdigest()
+    assert after["core.sql"][1] > before["core.sql"][1]
+    assert {k: v for k, v in after.items() if k != "core.sql"} == {
+        k: v for k, v in before.items() if k != "core.sql"}
+    assert cli("status", "--check", dsn=fresh_db).exit_code == 0
+
+
+def test_a_function_file_with_crlf_line_ends_is_current_after_one_run(fresh_db: str, sql_copy: Path) -> None:
+    """The checksum recorded must be the one compared: the bytes on disk, CRLF and all."""
+    path = sql_copy / "functions" / "workers.sql"
+    path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    assert cli("run", dsn=fresh_db).exit_code == 0
+    status = cli("status", "--check", dsn=fresh_db)
+    assert status.exit_code == 0, status.output
+    assert "applied 0 migration(s), 0 function file(s)" in cli("run", dsn=fresh_db).stdout
+
+
+# -- non-transactional migrations ------------------------------------------------------
+
+NT_SET = {
+    "0001_gadgets.sql": "CREATE TABLE public.gadgets (id int PRIMARY KEY, name text);\n"
+                        "INSERT INTO public.gadgets SELECT g, 'g' || g FROM generate_series(1, 100) g;\n",
+    "0002_gadgets_name_index.sql": (
+        "-- harvest:no-transaction\n"
+        "-- Built without blocking writes. Nothing rolls this file back, so every statement\n"
+        "-- must be safe to run again: IF NOT EXISTS.\n"
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS gadgets_name ON public.gadgets (name);\n"),
+}
+
+
+def test_a_marked_concurrent_index_migration_applies_and_is_reported(fresh_db: str, tmp_path: Path) -> None:
+    extra = write_set(tmp_path / "app", NT_SET)
+    result = cli("run", "--include-dir", str(extra), dsn=fresh_db)
+    assert result.exit_code == 0, result.output
+    assert "applying app/0002_gadgets_name_index.sql (non-transactional)" in result.stderr
+    assert ", 1 non-transactional" in result.stdout
+    # CREATE INDEX CONCURRENTLY errors inside a transaction block: it ran in autocommit.
+    assert query(fresh_db, "SELECT x.indisvalid FROM pg_index x"
+                           " WHERE x.indexrelid = 'public.gadgets_name'::regclass") == [(True,)]
+    rows = {(s, v): t for s, v, _n, _c, t, _at in ledger(fresh_db)}
+    assert rows[("app", "0001")] is True and rows[("app", "0002")] is False
+
+    status = cli("status", "--include-dir", str(extra), dsn=fresh_db)
+    line = next(x for x in status.stdout.splitlines() if "app/0002_gadgets_name_index.sql" in x)
+    assert "applied" in line and "(non-transactional)" in line
+    other = next(x for x in status.stdout.splitlines() if "app/0001_gadgets.sql" in x)
+    assert "non-transactional" not in other
+    as_json = json.loads(cli("status", "--output", "json", "--include-dir", str(extra), dsn=fresh_db).stdout)
+    assert {(r["set"], r["version"]): r["transactional"] for r in as_json["migrations"]}[("app", "0002")] is False
+
+    planned = cli("run", "--dry-run", "--include-dir", str(write_set(tmp_path / "other", NT_SET)),
+                  dsn=fresh_db)
+    assert "would apply other/0002_gadgets_name_index.sql (non-transactional)" in planned.stdout
+
+
+def test_an_unmarked_concurrent_index_migration_fails_and_records_nothing(fresh_db: str,
+                                                                         tmp_path: Path) -> None:
+    files = dict(NT_SET)
+    files["0002_gadgets_name_index.sql"] = files["0002_gadgets_name_index.sql"].replace(
+        "-- harvest:no-transaction\n", "")
+    extra = write_set(tmp_path / "app", files)
+    result = cli_process("run", "--include-dir", str(extra), dsn=fresh_db)
+    assert result.returncode == 1, result.stderr
+    [line] = error_lines(result.stderr)
+    assert "0002_gadgets_name_index.sql line 3" in line and "transaction block" in line
+    assert ("app", "0002") not in {(s, v) for s, v, *_ in ledger(fresh_db)}
+    assert ("app", "0001") in {(s, v) for s, v, *_ in ledger(fresh_db)}
+
+
+# -- a failing migration ---------------------------------------------------------------
+
+BROKEN_RUNTIME = ("-- statement 1 works, statement 2 works, statement 3 fails\n"
+                  "CREATE TABLE public.half_done (id int);\n"
+                  "\n"
+                  "INSERT INTO public.half_done VALUES (1);\n"
+                  "\n"
+                  "SELECT no_such_column FROM public.half_done;\n")
+BROKEN_SYNTAX = ("CREATE TABLE public.half_done (id int);\n"
+                 "INSERT INTO public.half_done VALUES (1);\n"
+                 "\n"
+                 "\n"
+                 "SELEKT 1;\n")
+BROKEN_DEEP = ("CREATE TABLE public.half_done (id int);\n"
+               "INSERT INTO public.half_done VALUES (1);\n"
+               "SELECT id,\n"
+               "       id + 1,\n"
+               "       missing_column\n"
+               "FROM public.half_done;\n")
+
+
+@pytest.mark.parametrize(("text", "line", "words"), [
+    (BROKEN_RUNTIME, 6, "no_such_column"),
+    (BROKEN_SYNTAX, 5, "SELEKT"),
+    (BROKEN_DEEP, 5, "missing_column"),
+], ids=["runtime-error", "syntax-error", "error-inside-a-statement"])
+def test_a_failing_migration_rolls_back_whole_and_names_file_and_line(
+        db: str, tmp_path: Path, text: str, line: int, words: str) -> None:
+    extra = write_set(tmp_path / "app", {"0001_ok.sql": "CREATE TABLE public.fine (id int);\n",
+                                         "0002_break.sql": text})
+    before = ledger(db)
+    result = cli_process("run", "--include-dir", str(extra), dsn=db)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    [error] = error_lines(result.stderr)
+    assert f"0002_break.sql line {line}:" in error, error
+    assert words in error
+    assert all(x.startswith("applying ") for x in result.stderr.splitlines() if x != error)
+    assert result.stdout == ""
+    assert not relation_exists(db, "public.half_done"), "statement 1 of the failed file survived"
+    # Migrations before the broken one stay applied; the broken one left no ledger row.
+    after = ledger(db)
+    assert [(s, v) for s, v, *_ in after] == sorted([(s, v) for s, v, *_ in before] + [("app", "0001")])
+    assert relation_exists(db, "public.fine")
+
+    in_process = cli("run", "--include-dir", str(extra), dsn=db)
+    assert in_process.exit_code == 1
+    assert f"0002_break.sql line {line}:" in in_process.stderr
+
+
+def test_a_failing_function_file_records_nothing(fresh_db: str, sql_copy: Path) -> None:
+    assert cli("run", dsn=fresh_db).exit_code == 0
+    before = function_ledger(fresh_db)
+    path = sql_copy / "functions" / "workers.sql"
+    path.write_text(path.read_text() + "\nCREATE OR REPLACE FUNCTION harvest.zz_broken() RETURNS int\n"
+                    "LANGUAGE sql AS $$ SELECT 1 $$;\nSELECT harvest.no_such_function();\n")
+    result = cli_process("run", dsn=fresh_db)
+    assert result.returncode == 1
+    [error] = error_lines(result.stderr)
+    assert "workers.sql line" in error and "no_such_function" in error
+    assert function_ledger(fresh_db) == before
+    assert query(fresh_db, "SELECT to_regprocedure('harvest.zz_broken()')") == [(None,)]
+
+
+# -- connection errors -----------------------------------------------------------------
+
+UNREACHABLE = "postgresql://bob:s3cret@127.0.0.1:1/nodb"
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--check"], ["run"], ["run", "--dry-run"]])
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_an_unreachable_database_is_one_line_without_the_password(command: list[str], how: str) -> None:
+    if how == "flag":
+        result = cli_process(*command, "--database-url", UNREACHABLE, timeout=60)
+    else:
+        result = cli_process(*command, dsn=UNREACHABLE, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "127.0.0.1" in lines[0] and "nodb" in lines[0]
+    assert "s3cret" not in result.stderr + result.stdout
+
+
+def test_a_missing_dsn_names_the_environment_variable() -> None:
+    result = cli_process("status")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "HARVEST_DATABASE_URL" in lines[0] and "--database-url" in lines[0]
+    in_process = cli("run")
+    assert in_process.exit_code == 1 and "HARVEST_DATABASE_URL" in in_process.stderr
+
+
+def test_database_url_flag_wins_over_the_environment(fresh_db: str) -> None:
+    result = CliRunner().invoke(migrate, ["status", "--database-url", fresh_db],
+                                env={"HARVEST_DATABASE_URL": UNREACHABLE})
+    assert result.exit_code == 0, result.output
+
+
+# -- schema version --------------------------------------------------------------------
+
+def test_schema_version_answers_the_latest_core_migration(db: str, tmp_path: Path) -> None:
+    assert query(db, "SELECT harvest.schema_version()") == [(LATEST_CORE,)]
+    assert m.latest_core_version() == LATEST_CORE
+    # Another set's versions are not Harvest's.
+    extra = write_set(tmp_path / "app", {"9999_app.sql": "SELECT 1;\n"})
+    assert cli("run", "--include-dir", str(extra), dsn=db).exit_code == 0
+    assert query(db, "SELECT harvest.schema_version()") == [(LATEST_CORE,)]
+
+
+def test_check_schema_refuses_a_fresh_database_and_passes_after_migration(fresh_db: str) -> None:
+    with psycopg.connect(fresh_db) as conn:
+        with pytest.raises(SchemaMismatch, match="harvest migrate run") as info:
+            m.check_schema(conn)
+        assert "no Harvest schema" in str(info.value) and LATEST_CORE in str(info.value)
+    m.Migrator(fresh_db).run()
+    with psycopg.connect(fresh_db) as conn:
+        m.check_schema(conn)
+    with psycopg.connect(fresh_db, autocommit=True) as conn:
+        m.check_schema(conn)
+
+
+def test_check_schema_refuses_another_version(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("UPDATE harvest.schema_migrations SET version = '0000' WHERE set_name = 'harvest'"
+                     " AND version = %s", (LATEST_CORE,))
+        if LATEST_CORE != "0001":
+            conn.execute("DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest'"
+                         " AND version > '0000'")
+        with pytest.raises(SchemaMismatch, match="schema version 0000.*harvest migrate run"):
+            m.check_schema(conn)
+        conn.execute("DROP FUNCTION harvest.schema_version()")
+        with pytest.raises(SchemaMismatch, match="no Harvest schema"):
+            m.check_schema(conn)
+
+
+# -- concurrency -----------------------------------------------------------------------
+
+def test_concurrent_runs_apply_each_migration_exactly_once(fresh_db: str, tmp_path: Path,
+                                                         sql_copy: Path) -> None:
+    slow = write_set(tmp_path / "slow", {
+        "0001_nap.sql": "SELECT pg_sleep(0.5);\nCREATE TABLE public.naps (id int);\n",
+        "0002_count.sql": "INSERT INTO public.naps VALUES (1);\n",
+    })
+    started = time.monotonic()
+    procs = [subprocess.Popen([*CLI, "run", "--include-dir", str(slow)], env=cli_env(fresh_db),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    elapsed = time.monotonic() - started
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, err
+        assert "error" not in err.lower() and "Traceback" not in err
+    applying = [line for _out, err in outputs for line in err.splitlines() if line.startswith("applying ")]
+    expected = ([f"applying harvest/{n}" for n in CORE_MIGRATIONS]
+                + ["applying slow/0001_nap.sql", "applying slow/0002_count.sql"]
+                + [f"applying functions/{n}" for n in FUNCTION_FILES])
+    assert sorted(applying) == sorted(expected), "some migration ran twice or not at all"
+    # One process did all the work; the others found nothing left.
+    totals = sorted(out.strip() for out, _err in outputs)
+    assert sum("applied 0 migration(s), 0 function file(s)" in t for t in totals) == 2, totals
+    assert query(fresh_db, "SELECT count(*) FROM public.naps") == [(1,)]
+    keys = [(s, v) for s, v, *_ in ledger(fresh_db)]
+    assert sorted(keys) == sorted([("harvest", n[:4]) for n in CORE_MIGRATIONS]
+                                  + [("slow", "0001"), ("slow", "0002")])
+    assert sorted(function_ledger(fresh_db)) == FUNCTION_FILES
+    assert cli("status", "--check", "--include-dir", str(slow), dsn=fresh_db).exit_code == 0
+    assert elapsed < 100
