@@ -7,13 +7,17 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql)
 
-.PHONY: help install dev test test-python lint pgtap extension clean
+.PHONY: help install dev test test-python test-pg15 lint pgtap extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
 	@echo "make test       install what tests need, lint, run every suite"
 	@echo "make lint       sqlfluff over the SQL, ruff over the Python"
+	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
+	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
+	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL (~8 min)"
+	@echo "make bench-quick  the same, small and one round (~1 min); prints the ratios"
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml
@@ -32,15 +36,48 @@ lint: install
 	$(BIN)/ruff check harvest_py tests bench
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
-test: install lint test-python
+test: install lint pgtap test-python test-pg15
 
 test-python: install
 	$(BIN)/pytest -q -p no:cacheprovider tests
+
+# pgTAP from Debian's package, for PostgreSQL 15 and copied into the embedded server's
+# share/extension (pgTAP is plain SQL, so the same files load in PostgreSQL 18).
+PG15_EXTENSION_DIR := /usr/share/postgresql/15/extension
+pgtap: install
+	@if [ ! -f $(PG15_EXTENSION_DIR)/pgtap.control ]; then \
+	    if [ "$$(id -u)" -eq 0 ]; then \
+	        DEBIAN_FRONTEND=noninteractive apt-get update && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y postgresql-15-pgtap; \
+	    else \
+	        echo "pgTAP is not installed: run 'sudo apt-get install -y postgresql-15-pgtap'," \
+	             "or 'sudo make pgtap'" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
+	@ext="$$($(PY) -c 'from harvest.db.embedded import share_dir; print(share_dir())')/extension" && \
+	    cp $(PG15_EXTENSION_DIR)/pgtap.control $(PG15_EXTENSION_DIR)/pgtap*.sql "$$ext"/ && \
+	    echo "pgtap: $$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$$ext"/pgtap.control) installed in $$ext"
+
+# The PostgreSQL 15 leg: pgTAP and the migration tests on a throwaway Debian cluster.
+PG15_TESTS = tests/pgtap $(wildcard tests/integration/test_migrations*.py)
+test-pg15: install pgtap
+	scripts/with-debian-pg15.sh $(BIN)/pytest -q -p no:cacheprovider $(PG15_TESTS)
 
 # CREATE EXTENSION harvest: writes extension/harvest--<version>.sql and extension/harvest.control;
 # copy both into the extension/ directory under `pg_config --sharedir` (docs/install.md).
 extension: install
 	$(PY) scripts/build_extension.py --output-dir extension
+
+# Benchmarks (docs/benchmarks.md). The peers and the plotting come from the `bench` extra.
+bench-install: install
+	$(BIN)/pip install --quiet -e '.[bench]'
+
+bench: bench-install
+	$(PY) bench/run.py
+
+bench-quick: bench-install
+	$(PY) bench/run.py --quick
 
 clean:
 	rm -rf $(VENV) build dist extension *.egg-info harvest_py/*.egg-info

@@ -83,6 +83,10 @@ BEGIN
     IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
         RAISE EXCEPTION 'claim limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
     END IF;
+    IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
+        RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+            USING ERRCODE = 'HR001';
+    END IF;
 
     PERFORM harvest._fire_due_timers(p_queues);
 

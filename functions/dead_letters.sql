@@ -114,3 +114,157 @@ BEGIN
     END IF;
 END;
 $$;
+
+-- How many dead letters, grouped by activity, workflow or error type (or all
+-- three), with the first and last failure time of each group.
+CREATE OR REPLACE FUNCTION harvest.aggregate_dead_letters(p_group_by text DEFAULT 'all')
+RETURNS TABLE (
+    activity_name text, workflow_name text, error_type text, dead_letters bigint,
+    first_failed_at timestamptz, last_failed_at timestamptz
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_by text := lower(coalesce(p_group_by, 'all'));
+BEGIN
+    IF v_by NOT IN ('all', 'activity', 'workflow', 'error_type') THEN
+        RAISE EXCEPTION 'cannot group dead letters by "%"', p_group_by USING ERRCODE = 'HR001',
+            HINT = 'group by activity, workflow, error_type or all';
+    END IF;
+    RETURN QUERY
+    SELECT g.activity_name, g.workflow_name, g.error_type, count(*), min(g.failed_at), max(g.failed_at)
+    FROM (
+        SELECT CASE WHEN v_by IN ('all', 'activity') THEN d.activity_name END AS activity_name,
+               CASE WHEN v_by IN ('all', 'workflow') THEN d.workflow_name END AS workflow_name,
+               CASE WHEN v_by IN ('all', 'error_type') THEN coalesce(d.failure ->> 'error_type', 'Error') END
+                   AS error_type,
+               d.failed_at
+        FROM harvest.dead_letters AS d
+    ) AS g
+    GROUP BY g.activity_name, g.workflow_name, g.error_type
+    ORDER BY count(*) DESC, 1, 2, 3;
+END;
+$$;
+
+-- The rows a bulk action works on: at least one filter, oldest first, at most
+-- p_limit (default 100, at most 1000). Returns (matched before the limit, ids).
+CREATE OR REPLACE FUNCTION harvest._select_dead_letters(
+    p_activity_name text, p_workflow_name text, p_failed_after timestamptz, p_failed_before timestamptz,
+    p_limit integer, OUT matched bigint, OUT ids bigint[]
+)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_activity_name IS NULL AND p_workflow_name IS NULL AND p_failed_after IS NULL
+       AND p_failed_before IS NULL THEN
+        RAISE EXCEPTION 'a bulk dead-letter action needs a filter' USING ERRCODE = 'HR001',
+            HINT = 'give at least one of activity_name, workflow_name, failed_after, failed_before';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
+    END IF;
+    SELECT count(*) INTO matched FROM harvest.dead_letters AS d
+    WHERE (p_activity_name IS NULL OR d.activity_name = p_activity_name)
+      AND (p_workflow_name IS NULL OR d.workflow_name = p_workflow_name)
+      AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+      AND (p_failed_before IS NULL OR d.failed_at < p_failed_before);
+    SELECT coalesce(array_agg(s.id ORDER BY s.failed_at, s.id), ARRAY[]::bigint[]) INTO ids FROM (
+        SELECT d.id, d.failed_at FROM harvest.dead_letters AS d
+        WHERE (p_activity_name IS NULL OR d.activity_name = p_activity_name)
+          AND (p_workflow_name IS NULL OR d.workflow_name = p_workflow_name)
+          AND (p_failed_after IS NULL OR d.failed_at >= p_failed_after)
+          AND (p_failed_before IS NULL OR d.failed_at < p_failed_before)
+        ORDER BY d.failed_at, d.id
+        LIMIT p_limit
+    ) AS s;
+END;
+$$;
+
+-- Replay or discard many dead letters by filter. Each row runs in its own
+-- subtransaction: a row that cannot be acted on (its run is no longer RUNNING,
+-- or someone replayed it meanwhile) is reported in failures, never aborts the
+-- rest. A dry run writes nothing: it reports what would be acted on (ids) and
+-- the failures it can foresee. matched counts every row the filter selects,
+-- before the limit: call again until matched is 0.
+CREATE OR REPLACE FUNCTION harvest._bulk_dead_letters(
+    p_action text, p_activity_name text, p_workflow_name text, p_failed_after timestamptz,
+    p_failed_before timestamptz, p_limit integer, p_dry_run boolean, p_operator text
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_selected record;
+    v_id bigint;
+    v_acted bigint[] := ARRAY[]::bigint[];
+    v_failures jsonb := '[]'::jsonb;
+    v_status text;
+    v_result jsonb;
+BEGIN
+    SELECT * INTO v_selected FROM harvest._select_dead_letters(
+        p_activity_name, p_workflow_name, p_failed_after, p_failed_before, p_limit);
+    FOREACH v_id IN ARRAY v_selected.ids LOOP
+        IF coalesce(p_dry_run, false) THEN
+            IF p_action = 'replay' THEN
+                SELECT e.status INTO v_status FROM harvest.dead_letters AS d
+                JOIN harvest.executions AS e ON e.id = d.execution_id WHERE d.id = v_id;
+                IF v_status <> 'RUNNING' THEN
+                    v_failures := v_failures || jsonb_build_object('id', v_id, 'sqlstate', 'HR005',
+                        'error', format('its execution is %s, so nothing waits for the activity', v_status));
+                    CONTINUE;
+                END IF;
+            END IF;
+            v_acted := v_acted || v_id;
+            CONTINUE;
+        END IF;
+        BEGIN
+            IF p_action = 'replay' THEN
+                PERFORM harvest.replay_dead_letter(v_id);
+            ELSE
+                PERFORM harvest.discard_dead_letter(v_id);
+            END IF;
+            v_acted := v_acted || v_id;
+        EXCEPTION WHEN OTHERS THEN
+            v_failures := v_failures || jsonb_build_object('id', v_id, 'sqlstate', SQLSTATE, 'error', SQLERRM);
+        END;
+    END LOOP;
+    v_result := jsonb_build_object(
+        'dry_run', coalesce(p_dry_run, false),
+        'matched', v_selected.matched,
+        'acted_on', CASE WHEN coalesce(p_dry_run, false) THEN 0 ELSE cardinality(v_acted) END,
+        'ids', to_jsonb(CASE WHEN coalesce(p_dry_run, false) THEN v_acted ELSE v_acted END),
+        'failures', v_failures);
+    IF NOT coalesce(p_dry_run, false) THEN
+        PERFORM harvest._audit('dead_letters.bulk_' || p_action, NULL, p_operator, jsonb_build_object(
+            'activity_name', p_activity_name, 'workflow_name', p_workflow_name,
+            'failed_after', p_failed_after, 'failed_before', p_failed_before, 'limit', p_limit,
+            'matched', v_selected.matched, 'acted_on', cardinality(v_acted),
+            'failed', jsonb_array_length(v_failures)));
+    END IF;
+    RETURN v_result;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.bulk_replay_dead_letters(
+    p_activity_name text DEFAULT NULL, p_workflow_name text DEFAULT NULL,
+    p_failed_after timestamptz DEFAULT NULL, p_failed_before timestamptz DEFAULT NULL,
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+    SELECT harvest._bulk_dead_letters('replay', p_activity_name, p_workflow_name, p_failed_after,
+                                      p_failed_before, p_limit, p_dry_run, p_operator);
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.bulk_discard_dead_letters(
+    p_activity_name text DEFAULT NULL, p_workflow_name text DEFAULT NULL,
+    p_failed_after timestamptz DEFAULT NULL, p_failed_before timestamptz DEFAULT NULL,
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE sql
+AS $$
+    SELECT harvest._bulk_dead_letters('discard', p_activity_name, p_workflow_name, p_failed_after,
+                                      p_failed_before, p_limit, p_dry_run, p_operator);
+$$;

@@ -90,6 +90,9 @@ BEGIN
         RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
     END IF;
     v_seen_until := v_execution.last_event_id;
+    -- Free the execution's one workflow-task slot first, so a wake-up raised while
+    -- applying these commands (a child that failed to start) enqueues a new task.
+    DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
 
     PERFORM harvest._append_event(v_execution.id, 'WorkflowTaskCompleted',
         jsonb_build_object('through', p_through, 'worker_id', p_worker_id));
@@ -172,7 +175,6 @@ BEGIN
         END CASE;
     END LOOP;
 
-    DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
     -- Events that arrived while this task was in flight belong to the next batch.
     IF NOT v_closed AND v_seen_until > p_through THEN
         PERFORM harvest._ensure_workflow_task(v_execution.id);

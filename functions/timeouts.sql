@@ -24,13 +24,17 @@ DECLARE
     v_error_type text;
 BEGIN
     FOR v_candidate IN
-        (SELECT t.id, t.execution_id FROM harvest.tasks AS t
-         WHERE t.status = 'running' AND t.lease_expires_at < v_now
-         ORDER BY t.lease_expires_at LIMIT p_limit)
-        UNION
-        (SELECT t.id, t.execution_id FROM harvest.tasks AS t
-         WHERE t.deadline_at < v_now
-         ORDER BY t.deadline_at LIMIT p_limit)
+        SELECT c.id, c.execution_id FROM (
+            (SELECT t.id, t.execution_id FROM harvest.tasks AS t
+             WHERE t.status = 'running' AND t.lease_expires_at < v_now
+             ORDER BY t.lease_expires_at LIMIT p_limit)
+            UNION
+            (SELECT t.id, t.execution_id FROM harvest.tasks AS t
+             WHERE t.deadline_at < v_now
+             ORDER BY t.deadline_at LIMIT p_limit)
+        ) AS c
+        ORDER BY c.id
+        LIMIT p_limit
     LOOP
         SELECT * INTO v_execution FROM harvest.executions AS e
         WHERE e.id = v_candidate.execution_id FOR UPDATE SKIP LOCKED;

@@ -17,7 +17,7 @@ BEGIN
     END IF;
     INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at,
                                  heartbeat_interval_secs, metadata)
-    VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, p_heartbeat_interval_secs,
+    VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, coalesce(p_heartbeat_interval_secs, 10),
             coalesce(p_metadata, '{}'::jsonb))
     ON CONFLICT (id) DO UPDATE
     SET queues = excluded.queues, hostname = excluded.hostname, pid = excluded.pid,
@@ -77,6 +77,10 @@ AS $$
 DECLARE
     v_released integer;
 BEGIN
+    PERFORM 1 FROM harvest.workers WHERE id = p_worker_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
+    END IF;
     v_released := harvest.release_worker_tasks(p_worker_id);
     UPDATE harvest.workers SET status = 'stopped', last_heartbeat_at = harvest.now()
     WHERE id = p_worker_id;

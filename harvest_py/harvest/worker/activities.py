@@ -68,7 +68,12 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                                   f"worker {worker.worker_id}; register it in the App of the workers "
                                   f"polling queue {task['queue']!r}")
         ctx = ActivityContext(worker, task)
-        args, kwargs = payload.decode_args(definition.fn, task["input"] or [])
+        try:
+            args, kwargs = payload.decode_args(definition.fn, task["input"] or [])
+        except PayloadError as exc:
+            # The same input fails the same way on every attempt: do not retry it.
+            raise ActivityFailure("PayloadError", f"the input does not fit {definition.name}'s "
+                                  f"signature: {exc}", non_retryable=True) from exc
         timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close
         if definition.is_async:
             call = definition.fn(ctx, *args, **kwargs)
@@ -87,8 +92,13 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                                       f"attempt {task['attempt']} ran longer than its start_to_close")
         else:
             failure = ActivityFailure.from_exception(exc)
+        report = failure.to_json()
         try:
-            outcome = await worker.sql.fail_activity(task_id, token, failure.to_json())
+            report["details"] = payload.encode(report["details"], "details")
+        except PayloadError:
+            report["details"] = {"repr": repr(failure.details)}
+        try:
+            outcome = await worker.sql.fail_activity(task_id, token, report)
         except StaleTask as stale:
             log.warning("activity %s (task %s) failed after its lease was lost: %s",
                         task["activity_name"], task_id, stale)

@@ -1,0 +1,197 @@
+-- functions/claim.sql: harvest.claim_tasks (order, due time, queues, leases,
+-- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at.
+BEGIN;
+SELECT plan(47);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Start a run on a queue of its own, take its first workflow task and answer it.
+CREATE FUNCTION pg_temp.decide(p_key text, p_commands jsonb) RETURNS uuid LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_run record;
+    v_task record;
+BEGIN
+    SELECT * INTO v_run FROM harvest.start_workflow('wf_' || p_key, '[]', p_key, 'wq_' || p_key);
+    SELECT * INTO v_task FROM harvest.claim_tasks('setup', ARRAY['wq_' || p_key], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, p_commands, 'setup');
+    RETURN v_run.execution_id;
+END;
+$fn$;
+
+-- Argument checks.
+SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('', ARRAY['q'])$$, 'HR001', 'worker id is empty',
+                 'an empty worker id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY[]::text[])$$, 'HR001', 'no queues given',
+                 'no queues: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 0)$$, 'HR001',
+                 'claim limit 0 is out of range 1..1000', 'limit 0: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_tasks('w', ARRAY['q'], 1001)$$, 'HR001',
+                 'claim limit 1001 is out of range 1..1000', 'limit 1001: HR001');
+SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w', ARRAY['nothing_here'])$$,
+                'an empty queue: nothing claimed');
+
+-- Order: priority first, then due time; a task due later waits.
+CREATE TEMP TABLE runs (name text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
+INSERT INTO runs SELECT 'A', execution_id FROM harvest.start_workflow('claim_wf', '[]', 'A', 'cq');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';
+INSERT INTO runs SELECT 'B', execution_id FROM harvest.start_workflow('claim_wf', '[]', 'B', 'cq');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:02+00';
+INSERT INTO runs SELECT 'C', execution_id FROM harvest.start_workflow('claim_wf', '[]', 'C', 'cq', p_priority => 5);
+INSERT INTO runs SELECT 'E', execution_id FROM harvest.start_workflow('claim_wf', '[]', 'E', 'other_q');
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:40+00';
+INSERT INTO runs SELECT 'D', execution_id FROM harvest.start_workflow('claim_wf', '[]', 'D', 'cq', p_priority => 9);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:10+00';
+
+CREATE TEMP TABLE batch1 ON COMMIT DROP AS
+SELECT row_number() OVER () AS n, c.* FROM harvest.claim_tasks('w1', ARRAY['cq'], 10, 45) AS c;
+SELECT results_eq($$SELECT workflow_id FROM batch1 ORDER BY n$$, ARRAY['C', 'A', 'B'],
+                  'claim_tasks(): highest priority first, then earliest due; a task due later is not claimed');
+SELECT results_eq(
+    $$SELECT DISTINCT kind, workflow_name, task_queue, queue, attempt, lease_expires_at FROM batch1$$,
+    $$VALUES ('workflow'::text, 'claim_wf'::text, 'cq'::text, 'cq'::text, 1,
+              '2030-01-01 00:00:55+00'::timestamptz)$$,
+    'claimed workflow tasks: attempt 1, lease = now + p_workflow_lease_secs');
+SELECT results_eq(
+    $$SELECT b.execution_id, b.task_id FROM batch1 AS b JOIN runs USING (execution_id) ORDER BY b.n$$,
+    $$SELECT t.execution_id, t.id FROM harvest.tasks AS t JOIN runs AS r USING (execution_id)
+      WHERE r.name IN ('C', 'A', 'B') ORDER BY r.name = 'C' DESC, r.name$$,
+    'claim_tasks() returns each task''s id and execution id');
+SELECT results_eq(
+    $$SELECT DISTINCT status, lease_owner, started_at, lease_expires_at FROM harvest.tasks
+      WHERE id IN (SELECT task_id FROM batch1)$$,
+    $$VALUES ('running'::text, 'w1'::text, '2030-01-01 00:00:10+00'::timestamptz,
+              '2030-01-01 00:00:55+00'::timestamptz)$$,
+    'the task rows are running, leased to the worker, started now');
+SELECT is((SELECT count(DISTINCT fencing_token) FROM batch1), 3::bigint, 'each claimed task gets its own fencing token');
+SELECT results_eq(
+    $$SELECT fencing_token FROM harvest.tasks WHERE id IN (SELECT task_id FROM batch1) ORDER BY id$$,
+    $$SELECT fencing_token FROM batch1 ORDER BY task_id$$, 'the returned tokens are the rows'' tokens');
+SELECT is((SELECT status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'D')),
+          'pending', 'the not-yet-due task stays pending');
+SELECT is((SELECT status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'E')),
+          'pending', 'a task of a queue not polled stays pending');
+SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w2', ARRAY['cq'])$$, 'running tasks are not claimed again');
+SELECT is(harvest.next_due_at(ARRAY['cq']), '2030-01-01 00:01:40+00'::timestamptz,
+          'next_due_at(): when the earliest pending task of the queues becomes due');
+SELECT is(harvest.next_due_at(ARRAY['nothing_here']), NULL::timestamptz, 'next_due_at() of idle queues: NULL');
+
+-- Later, several queues: priority orders across them; tokens keep growing.
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:40+00';
+CREATE TEMP TABLE batch2 ON COMMIT DROP AS
+SELECT row_number() OVER () AS n, c.* FROM harvest.claim_tasks('w1', ARRAY['cq', 'other_q'], 10) AS c;
+SELECT results_eq($$SELECT workflow_id FROM batch2 ORDER BY n$$, ARRAY['D', 'E'],
+                  'once due the task is claimed; priority orders across queues');
+SELECT is((SELECT lease_expires_at FROM batch2 WHERE workflow_id = 'D'), '2030-01-01 00:02:10+00'::timestamptz,
+          'the default workflow task lease is 30 s');
+SELECT cmp_ok((SELECT min(fencing_token) FROM batch2), '>', (SELECT max(fencing_token) FROM batch1),
+              'fencing tokens of a later claim are greater');
+
+-- Claiming a task again gives a greater token.
+SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{"error_type": "E"}', 0)$$,
+                        task_id, fencing_token), 'setup: the workflow task of D is handed back')
+FROM batch2 WHERE workflow_id = 'D';
+CREATE TEMP TABLE batch3 ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w9', ARRAY['cq']);
+SELECT results_eq($$SELECT task_id, attempt, workflow_id FROM batch3$$,
+                  $$SELECT task_id, 2, 'D'::text FROM batch2 WHERE workflow_id = 'D'$$,
+                  'a released task is claimed again, attempt 2');
+SELECT cmp_ok((SELECT fencing_token FROM batch3), '>', (SELECT fencing_token FROM batch2 WHERE workflow_id = 'D'),
+              'the same task claimed again gets a greater fencing token');
+SELECT is((SELECT lease_owner FROM harvest.tasks WHERE id = (SELECT task_id FROM batch3)), 'w9',
+          'the new claim owns the lease');
+
+-- The batch limit.
+INSERT INTO runs SELECT 'L' || i, s.execution_id
+FROM generate_series(1, 3) AS i, harvest.start_workflow('claim_wf', '[]', 'L' || i, 'lq') AS s;
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w1', ARRAY['lq'], 2)), 2::bigint,
+          'claim_tasks(p_limit => 2) claims two of three');
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w1', ARRAY['lq'], 2)), 1::bigint,
+          'the next claim gets the third');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE queue = 'lq' AND status = 'running'), 3::bigint,
+          'all three are running');
+
+-- Activity tasks: the lease is min(start_to_close, heartbeat_timeout), 300 s by default.
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
+INSERT INTO runs SELECT 'acts', pg_temp.decide('acts', jsonb_build_array(
+    jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'plain', 'input', '[1]'::jsonb,
+                       'queue', 'aq'),
+    jsonb_build_object('type', 'schedule_activity', 'seq', 2, 'name', 'stc', 'input', '[2]'::jsonb,
+                       'queue', 'aq', 'options', '{"start_to_close": 20}'::jsonb),
+    jsonb_build_object('type', 'schedule_activity', 'seq', 3, 'name', 'hb', 'input', '[3]'::jsonb,
+                       'queue', 'aq', 'options', '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb),
+    jsonb_build_object('type', 'schedule_activity', 'seq', 4, 'name', 'urgent', 'input', '[4]'::jsonb,
+                       'queue', 'aq', 'options', '{"priority": 3}'::jsonb)));
+CREATE TEMP TABLE acts ON COMMIT DROP AS
+SELECT row_number() OVER () AS n, c.* FROM harvest.claim_tasks('w1', ARRAY['aq'], 10) AS c;
+SELECT results_eq($$SELECT activity_name, seq, input, lease_expires_at FROM acts ORDER BY n$$,
+    $$VALUES ('urgent'::text, 4, '[4]'::jsonb, '2030-01-01 00:15:00+00'::timestamptz),
+             ('plain'::text, 1, '[1]'::jsonb, '2030-01-01 00:15:00+00'::timestamptz),
+             ('stc'::text, 2, '[2]'::jsonb, '2030-01-01 00:10:20+00'::timestamptz),
+             ('hb'::text, 3, '[3]'::jsonb, '2030-01-01 00:10:05+00'::timestamptz)$$,
+    'activity leases: 300 s by default, start_to_close, or heartbeat_timeout when shorter; priority first');
+SELECT results_eq($$SELECT DISTINCT kind, queue, task_queue, workflow_name, workflow_id, attempt FROM acts$$,
+    $$VALUES ('activity'::text, 'aq'::text, 'wq_acts'::text, 'wf_acts'::text, 'acts'::text, 1)$$,
+    'activity rows name their queue, the workflow''s task queue and the run');
+SELECT is((SELECT options FROM acts WHERE activity_name = 'hb'), '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb,
+          'the activity options are handed to the worker');
+SELECT is((SELECT heartbeat_details FROM acts WHERE activity_name = 'hb'), NULL::jsonb,
+          'a first attempt has no heartbeat details');
+
+-- Heartbeat details of an earlier attempt come back with the retry.
+SELECT is(harvest.heartbeat_activity(task_id, fencing_token, '{"progress": 7}'), false,
+          'setup: heartbeat the first attempt') FROM acts WHERE activity_name = 'plain';
+SELECT is(harvest.fail_activity(task_id, fencing_token, '{"error_type": "E", "message": "m"}'), 'retry_scheduled',
+          'setup: the first attempt fails and is retried in 1 s') FROM acts WHERE activity_name = 'plain';
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:00.5+00';
+SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w1', ARRAY['aq'])$$, 'a retry is not claimed before its backoff');
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:01+00';
+SELECT results_eq($$SELECT activity_name, attempt, heartbeat_details FROM harvest.claim_tasks('w1', ARRAY['aq'])$$,
+    $$VALUES ('plain'::text, 2, '{"progress": 7}'::jsonb)$$,
+    'the retry is claimed once due, attempt 2, with the last heartbeat details');
+
+-- Timers fire inside claim_tasks: TimerFired, then a workflow task claimed in the same call.
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';
+INSERT INTO runs SELECT 'T', pg_temp.decide('timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
+INSERT INTO runs SELECT 'T2', pg_temp.decide('timer2', '[{"type": "start_timer", "seq": 1, "duration": 30}]');
+SELECT is((SELECT due_at FROM harvest.tasks
+           WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'T') AND kind = 'timer'),
+          '2030-01-01 01:01:00+00'::timestamptz, 'a timer task is due at now + duration');
+SELECT is(harvest.next_due_at(ARRAY['wq_timer']), '2030-01-01 01:01:00+00'::timestamptz,
+          'next_due_at() counts timers');
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:59+00';
+SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w1', ARRAY['wq_timer'])$$, 'a timer not yet due: nothing claimed');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = (SELECT execution_id FROM runs WHERE name = 'T')),
+          3::bigint, 'a timer not yet due appends nothing');
+SET LOCAL harvest.fake_now = '2030-01-01 01:01:00+00';
+CREATE TEMP TABLE fired ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w1', ARRAY['wq_timer']);
+SELECT results_eq($$SELECT kind, execution_id, attempt FROM fired$$,
+    $$SELECT 'workflow'::text, execution_id, 1 FROM runs WHERE name = 'T'$$,
+    'a due timer fires inside the claim, whose batch holds the new workflow task');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'T') AND event_id > 2 ORDER BY event_id$$,
+    $$VALUES (3::bigint, 'TimerStarted'::text, '{"seq": 1, "fire_at": "2030-01-01T01:01:00+00:00"}'::jsonb),
+             (4::bigint, 'TimerFired'::text, '{"seq": 1}'::jsonb)$$,
+    'TimerFired{seq} follows TimerStarted');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE kind = 'timer'
+                  AND execution_id = (SELECT execution_id FROM runs WHERE name = 'T')$$,
+                'a fired timer task is deleted');
+SELECT is((SELECT kind FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'T2')),
+          'timer', 'a due timer of a queue not polled does not fire');
+SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w1', ARRAY['wq_timer'])$$, 'a timer fires once');
+
+-- _fire_due_timers on its own: fires, wakes the workflow, reports the count.
+SELECT is(harvest._fire_due_timers(ARRAY['wq_timer2']), 1, '_fire_due_timers() returns how many fired');
+SELECT results_eq(
+    $$SELECT kind, status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'T2')$$,
+    $$VALUES ('workflow'::text, 'pending'::text)$$, '_fire_due_timers() leaves a pending workflow task');
+SELECT is(harvest._fire_due_timers(ARRAY['wq_timer2']), 0, '_fire_due_timers() with nothing due: 0');
+
+-- A timer of a run that ended does not fire.
+SET LOCAL harvest.fake_now = '2030-01-01 02:00:00+00';
+INSERT INTO runs SELECT 'T3', pg_temp.decide('timer3', '[{"type": "start_timer", "seq": 1, "duration": 1}]');
+UPDATE harvest.executions SET status = 'CANCELLED' WHERE id = (SELECT execution_id FROM runs WHERE name = 'T3');
+SET LOCAL harvest.fake_now = '2030-01-01 02:00:05+00';
+SELECT is(harvest._fire_due_timers(ARRAY['wq_timer3']), 0, 'the timer of a run that is not RUNNING does not fire');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,116 @@
+-- functions/core.sql: the clock, execution ids and shards, the event append,
+-- workflow wake-ups, closing a run, locking an execution.
+BEGIN;
+SELECT plan(38);
+SET LOCAL TimeZone = 'UTC';
+
+-- harvest.now(): the real clock unless harvest.fake_now is set.
+SELECT has_function('harvest', 'now', ARRAY[]::text[], 'harvest.now() exists');
+SELECT is(harvest.now(), now(), 'now(): without harvest.fake_now it is the transaction clock');
+SET LOCAL harvest.fake_now = '';
+SELECT is(harvest.now(), now(), 'now(): an empty harvest.fake_now is ignored');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT is(harvest.now(), '2030-01-01 00:00:00+00'::timestamptz, 'now(): harvest.fake_now moves the clock');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:42.5+00';
+SELECT is(harvest.now(), '2030-01-01 00:00:42.5+00'::timestamptz,
+          'now(): a later SET LOCAL moves it again, with sub-second precision');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- schema_version(): the latest applied core migration.
+SELECT is(harvest.schema_version(),
+          (SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest'),
+          'schema_version() is the highest applied harvest migration');
+SELECT matches(harvest.schema_version(), '^[0-9]{4}$', 'schema_version() is a four-digit version');
+
+-- _new_execution_id / shard_of: the first two bytes carry the shard.
+SELECT is(harvest.shard_of(harvest._new_execution_id()), 0, '_new_execution_id(): shard 0 by default');
+SELECT is(harvest.shard_of(harvest._new_execution_id(1)), 1, '_new_execution_id(1) routes to shard 1');
+SELECT is(harvest.shard_of(harvest._new_execution_id(65535)), 65535,
+          '_new_execution_id(65535): the highest shard');
+SELECT is(left(harvest._new_execution_id(258)::text, 4), '0102',
+          '_new_execution_id(258): shard bytes 0x01 0x02 lead the uuid');
+SELECT is(substr(harvest._new_execution_id(7)::text, 15, 1), '4',
+          '_new_execution_id() keeps the random uuid''s version nibble');
+SELECT isnt(harvest._new_execution_id(3), harvest._new_execution_id(3),
+            '_new_execution_id(): two ids of one shard differ');
+SELECT throws_ok($$SELECT harvest._new_execution_id(-1)$$, 'HR001',
+                 'shard -1 is out of range: a shard number is 0..65535', '_new_execution_id(-1): HR001');
+SELECT throws_ok($$SELECT harvest._new_execution_id(65536)$$, 'HR001',
+                 'shard 65536 is out of range: a shard number is 0..65535', '_new_execution_id(65536): HR001');
+SELECT throws_ok($$SELECT harvest._new_execution_id(NULL)$$, 'HR001', NULL, '_new_execution_id(NULL): HR001');
+SELECT is(harvest.shard_of('abcd0000-0000-4000-8000-000000000000'), 43981,
+          'shard_of() reads the first two bytes big-endian');
+SELECT is(harvest.shard_of('0000ffff-0000-4000-8000-000000000000'), 0,
+          'shard_of() ignores the bytes after the second');
+
+-- _append_event: gapless ids from 1, stamped with harvest.now().
+CREATE TEMP TABLE run ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('core_wf', '[1]', 'core-1', 'core_q');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = (SELECT execution_id FROM run)), 1::bigint,
+          'a started run holds one event');
+SELECT is(harvest._append_event((SELECT execution_id FROM run), 'MarkerRecorded', '{"seq": 1}'), 2::bigint,
+          '_append_event() returns the next event id');
+SELECT is(harvest._append_event((SELECT execution_id FROM run), 'MarkerRecorded', NULL), 3::bigint,
+          '_append_event() counts on without gaps');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = (SELECT execution_id FROM run)), 3::bigint,
+          '_append_event() advances executions.last_event_id');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data, created_at FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM run) AND event_id > 1 ORDER BY event_id$$,
+    $$VALUES (2::bigint, 'MarkerRecorded'::text, '{"seq": 1}'::jsonb, '2030-01-01 00:00:00+00'::timestamptz),
+             (3::bigint, 'MarkerRecorded'::text, '{}'::jsonb, '2030-01-01 00:00:00+00'::timestamptz)$$,
+    '_append_event() stores type and data (NULL data as {}), stamped with harvest.now()');
+
+-- _notify_queue
+SELECT lives_ok($$SELECT harvest._notify_queue('core_q')$$, '_notify_queue() sends a notification');
+
+-- _ensure_workflow_task: at most one workflow task per execution.
+SELECT harvest._ensure_workflow_task((SELECT execution_id FROM run));
+SELECT is((SELECT count(*) FROM harvest.tasks
+           WHERE execution_id = (SELECT execution_id FROM run) AND kind = 'workflow'), 1::bigint,
+          '_ensure_workflow_task(): a wake-up finding a workflow task adds nothing');
+DELETE FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM run);
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
+SELECT harvest._ensure_workflow_task((SELECT execution_id FROM run));
+SELECT results_eq(
+    $$SELECT kind, queue, status, due_at, scheduled_at FROM harvest.tasks
+      WHERE execution_id = (SELECT execution_id FROM run)$$,
+    $$VALUES ('workflow'::text, 'core_q'::text, 'pending'::text,
+              '2030-01-01 00:01:00+00'::timestamptz, '2030-01-01 00:01:00+00'::timestamptz)$$,
+    '_ensure_workflow_task() enqueues a pending workflow task on the run''s queue, due now');
+
+-- _close_execution: terminal state, result, failure, timestamps, tasks dropped.
+SELECT harvest._close_execution((SELECT execution_id FROM run), 'FAILED', '"out"',
+                                '{"error_type": "E", "message": "m", "non_retryable": true, "details": null}');
+SELECT results_eq(
+    $$SELECT status, output, failure ->> 'error_type', completed_at FROM harvest.executions
+      WHERE id = (SELECT execution_id FROM run)$$,
+    $$VALUES ('FAILED'::text, '"out"'::jsonb, 'E'::text, '2030-01-01 00:01:00+00'::timestamptz)$$,
+    '_close_execution() sets status, output, failure and completed_at');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM run)$$,
+                '_close_execution() deletes the run''s open tasks');
+SELECT harvest._ensure_workflow_task((SELECT execution_id FROM run));
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM run)$$,
+                '_ensure_workflow_task() does nothing for a run that is not RUNNING');
+
+-- _lock_execution
+SELECT is((harvest._lock_execution((SELECT execution_id FROM run))).id, (SELECT execution_id FROM run),
+          '_lock_execution() returns the execution row');
+SELECT is((harvest._lock_execution((SELECT execution_id FROM run))).status, 'FAILED',
+          '_lock_execution() returns the current status');
+SELECT throws_ok($$SELECT harvest._lock_execution('00000000-0000-4000-8000-000000000001')$$, 'HR002',
+                 'execution 00000000-0000-4000-8000-000000000001 does not exist',
+                 '_lock_execution() of an unknown id: HR002');
+
+-- Every documented function exists.
+SELECT has_function('harvest', 'schema_version', ARRAY[]::text[], 'harvest.schema_version() exists');
+SELECT has_function('harvest', 'shard_of', ARRAY['uuid'], 'harvest.shard_of(uuid) exists');
+SELECT has_function('harvest', '_append_event', ARRAY['uuid', 'text', 'jsonb'],
+                    'harvest._append_event(uuid, text, jsonb) exists');
+SELECT has_function('harvest', '_close_execution', ARRAY['uuid', 'text', 'jsonb', 'jsonb'],
+                    'harvest._close_execution(uuid, text, jsonb, jsonb) exists');
+SELECT function_returns('harvest', 'shard_of', ARRAY['uuid'], 'integer', 'shard_of() returns integer');
+SELECT volatility_is('harvest', 'shard_of', ARRAY['uuid'], 'immutable', 'shard_of() is IMMUTABLE');
+
+SELECT * FROM finish();
+ROLLBACK;

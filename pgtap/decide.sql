@@ -1,0 +1,393 @@
+-- functions/decide.sql: harvest.complete_workflow_task (the marker, the command
+-- events, activity and timer tasks, the run's end, re-enqueue, stale tokens and
+-- expired leases), harvest.fail_workflow_task, harvest._lock_claimed_task, harvest._require.
+BEGIN;
+SELECT plan(79);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL DateStyle = 'ISO, MDY';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Start a run on a queue of its own and claim its workflow task (lease 30 s).
+CREATE TEMP TABLE claimed (key text PRIMARY KEY, execution_id uuid, task_id bigint, token bigint) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.start_and_claim(p_key text) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM harvest.start_workflow('decide_wf', '["in"]', p_key, 'dq_' || p_key);
+    INSERT INTO claimed
+    SELECT p_key, c.execution_id, c.task_id, c.fencing_token
+    FROM harvest.claim_tasks('worker-1', ARRAY['dq_' || p_key], 1, 30) AS c;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.task(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT task_id FROM claimed WHERE key = p_key;
+$fn$;
+CREATE FUNCTION pg_temp.token(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT token FROM claimed WHERE key = p_key;
+$fn$;
+CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT execution_id FROM claimed WHERE key = p_key;
+$fn$;
+
+-- Run a statement and roll it back: 'ok', or the error it raised.
+CREATE FUNCTION pg_temp.dry_run(p_sql text) RETURNS text LANGUAGE plpgsql AS $fn$
+BEGIN
+    EXECUTE p_sql;
+    RAISE EXCEPTION 'dry run' USING ERRCODE = 'P0099';
+EXCEPTION
+    WHEN SQLSTATE 'P0099' THEN RETURN 'ok';
+    WHEN OTHERS THEN RETURN SQLSTATE || ': ' || SQLERRM;
+END;
+$fn$;
+
+-- A batch of commands: the marker first, then one event per command, in order.
+SELECT pg_temp.start_and_claim('cmds');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:10+00';
+CREATE TEMP TABLE answer ON COMMIT DROP AS
+SELECT * FROM harvest.complete_workflow_task(pg_temp.task('cmds'), pg_temp.token('cmds'), 1, $$[
+    {"type": "schedule_activity", "seq": 1, "name": "send_email", "input": [42], "queue": "mail",
+     "options": {"start_to_close": 30, "schedule_to_close": 600, "priority": 4,
+                 "retry": {"max_attempts": 5}}},
+    {"type": "start_timer", "seq": 2, "duration": 3600},
+    {"type": "record_marker", "seq": 3, "kind": "now", "value": "2030-01-01T00:00:10+00:00"},
+    {"type": "schedule_activity", "seq": 4, "name": "audit"}
+]$$, 'worker-1');
+SELECT results_eq($$SELECT last_event_id, execution_status FROM answer$$,
+                  $$VALUES (6::bigint, 'RUNNING'::text)$$,
+                  'complete_workflow_task() returns the last event id and the run''s status');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events
+      WHERE execution_id = pg_temp.run('cmds') AND event_id > 1 ORDER BY event_id$$,
+    $$VALUES
+      (2::bigint, 'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "worker-1"}'::jsonb),
+      (3, 'ActivityScheduled', '{"seq": 1, "name": "send_email", "input": [42], "queue": "mail",
+          "options": {"start_to_close": 30, "schedule_to_close": 600, "priority": 4,
+                      "retry": {"max_attempts": 5}}}'),
+      (4, 'TimerStarted', '{"seq": 2, "fire_at": "2030-01-01T01:00:10+00:00"}'),
+      (5, 'MarkerRecorded', '{"seq": 3, "kind": "now", "value": "2030-01-01T00:00:10+00:00"}'),
+      (6, 'ActivityScheduled', '{"seq": 4, "name": "audit", "input": null, "queue": "dq_cmds", "options": {}}')$$,
+    'WorkflowTaskCompleted{through, worker_id} comes first, then one event per command in order');
+SELECT is((SELECT count(DISTINCT created_at) FROM harvest.events
+           WHERE execution_id = pg_temp.run('cmds') AND event_id > 1), 1::bigint,
+          'the batch''s events share the database''s clock');
+SELECT is((SELECT min(created_at) FROM harvest.events WHERE execution_id = pg_temp.run('cmds') AND event_id > 1),
+          '2030-01-01 00:00:10+00'::timestamptz, 'events are stamped with harvest.now()');
+SELECT results_eq(
+    $$SELECT kind, queue, status, priority, seq, activity_name, input, options ->> 'start_to_close', due_at,
+             scheduled_at, deadline_at, attempt
+      FROM harvest.tasks WHERE execution_id = pg_temp.run('cmds') AND kind = 'activity' ORDER BY seq$$,
+    $$VALUES ('activity'::text, 'mail'::text, 'pending'::text, 4, 1, 'send_email'::text, '[42]'::jsonb, '30'::text,
+              '2030-01-01 00:00:10+00'::timestamptz, '2030-01-01 00:00:10+00'::timestamptz,
+              '2030-01-01 00:10:10+00'::timestamptz, 0),
+             ('activity', 'dq_cmds', 'pending', 0, 4, 'audit', '[]', NULL,
+              '2030-01-01 00:00:10+00', '2030-01-01 00:00:10+00', NULL, 0)$$,
+    'schedule_activity: a pending activity task (queue defaults to the run''s, deadline from schedule_to_close)');
+SELECT results_eq(
+    $$SELECT kind, queue, seq, due_at FROM harvest.tasks WHERE execution_id = pg_temp.run('cmds') AND kind = 'timer'$$,
+    $$VALUES ('timer'::text, 'dq_cmds'::text, 2, '2030-01-01 01:00:10+00'::timestamptz)$$,
+    'start_timer: a timer task on the run''s queue, due at now + duration');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE id = pg_temp.task('cmds')$$,
+                'the completed workflow task is deleted');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cmds') AND kind = 'workflow'$$,
+                'no new workflow task when nothing arrived past through');
+
+-- The same task cannot be completed twice.
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('cmds'), pg_temp.token('cmds')), 'HR004', NULL,
+                 'completing a task again: HR004 (the task is gone)');
+
+-- Stale tokens and expired leases.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.start_and_claim('stale');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('stale'), pg_temp.token('stale') - 1), 'HR004',
+                 format('task %s was claimed again (fencing token %s is stale)',
+                        pg_temp.task('stale'), pg_temp.token('stale') - 1),
+                 'a superseded fencing token: HR004');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('stale'), pg_temp.token('stale') + 1000), 'HR004', NULL,
+                 'a token the task never had: HR004');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
+SELECT is(pg_temp.dry_run(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                                 pg_temp.task('stale'), pg_temp.token('stale'))), 'ok',
+          'completing exactly at the lease end is accepted');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:30.001+00';
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('stale'), pg_temp.token('stale')), 'HR004',
+                 format('task %s: the lease expired at 2030-01-01 00:00:30+00, so this result is refused',
+                        pg_temp.task('stale')),
+                 'completing after the lease expired: HR004');
+SELECT throws_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}')$$,
+                        pg_temp.task('stale'), pg_temp.token('stale')), 'HR004', NULL,
+                 'fail_workflow_task() after the lease expired: HR004');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('stale')), 1::bigint,
+          'a refused completion wrote nothing');
+SELECT throws_ok($$SELECT * FROM harvest.complete_workflow_task(-1, 1, 1, '[]')$$, 'HR004',
+                 'task -1 is gone: its lease expired or the run ended, and the work was handed on',
+                 'an unknown task: HR004');
+
+-- Argument checks.
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
+SELECT pg_temp.start_and_claim('args');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 0, '[]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'through=0 is outside the history (1..1)', 'through 0: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 2, '[]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'through=2 is outside the history (1..1)', 'through past the last event: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, NULL, '[]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001', NULL, 'through NULL: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '{}')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'commands must be a JSON array', 'commands not an array: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[{"type": "launch_rocket"}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'unknown command type "launch_rocket"', 'an unknown command: HR001 naming it');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[{"seq": 1}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'unknown command type "<NULL>"', 'a command without a type: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "schedule_activity", "name": "x"}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command schedule_activity needs "seq" as a JSON number, got nothing',
+                 'schedule_activity without seq: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "schedule_activity", "seq": 1}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command schedule_activity needs "name" as a JSON string, got nothing',
+                 'schedule_activity without name: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "start_timer", "seq": 1, "duration": "1h"}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command start_timer needs "duration" as a JSON number, got string',
+                 'start_timer with a string duration: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "record_marker", "seq": "1", "kind": "now"}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command record_marker needs "seq" as a JSON number, got string',
+                 'record_marker with a string seq: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "record_marker", "seq": 1}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command record_marker needs "kind" as a JSON string, got nothing',
+                 'record_marker without kind: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "fail_workflow", "failure": "boom"}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command fail_workflow needs "failure" as a JSON object, got string',
+                 'fail_workflow with a string failure: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "complete_workflow", "result": 1}, {"type": "start_timer", "seq": 1, "duration": 1}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), 'HR001',
+                 'command start_timer follows the end of the workflow', 'a command after the end: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "schedule_activity", "seq": 1, "name": "a"},
+                            {"type": "schedule_activity", "seq": 1, "name": "b"}]')$$,
+                        pg_temp.task('args'), pg_temp.token('args')), '23505', NULL,
+                 'two activities with one seq: a unique violation, nothing written');
+SELECT results_eq(
+    $$SELECT e.last_event_id, t.status FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
+      WHERE e.id = pg_temp.run('args')$$,
+    $$VALUES (1::bigint, 'running'::text)$$, 'a refused batch wrote nothing and kept the task');
+
+-- The wrong kind of task.
+SELECT pg_temp.start_and_claim('kind');
+SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                         '[{"type": "schedule_activity", "seq": 1, "name": "act", "queue": "kind_acts"}]')$$,
+                       pg_temp.task('kind'), pg_temp.token('kind')), 'setup: schedule an activity');
+INSERT INTO claimed SELECT 'kind_act', c.execution_id, c.task_id, c.fencing_token
+FROM harvest.claim_tasks('worker-1', ARRAY['kind_acts']) AS c;
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('kind_act'), pg_temp.token('kind_act')), 'HR001',
+                 format('task %s is a activity task, not a workflow task', pg_temp.task('kind_act')),
+                 'complete_workflow_task() of an activity task: HR001');
+
+-- Events that arrived while the task was in flight: re-enqueued for the next batch.
+SELECT pg_temp.start_and_claim('late');
+SELECT is(harvest._append_event(pg_temp.run('late'), 'ActivityCompleted', '{"seq": 9, "result": null, "attempt": 1}'),
+          2::bigint, 'setup: an event arrives while the workflow task is in flight');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('late') AND kind = 'workflow'),
+          1::bigint, 'while a workflow task is in flight there is still only one');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                         pg_temp.task('late'), pg_temp.token('late')),
+                  $$VALUES (3::bigint, 'RUNNING'::text)$$, 'completing with through=1 of 2');
+SELECT results_eq(
+    $$SELECT kind, status, due_at FROM harvest.tasks WHERE execution_id = pg_temp.run('late')$$,
+    $$VALUES ('workflow'::text, 'pending'::text, '2030-01-01 00:01:00+00'::timestamptz)$$,
+    'events past through re-enqueue a pending workflow task');
+SELECT isnt((SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('late')), pg_temp.task('late'),
+            'the re-enqueued task is a new row');
+
+-- complete_workflow closes the run and drops its open tasks, even ones the batch made.
+SELECT pg_temp.start_and_claim('done');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "schedule_activity", "seq": 1, "name": "a"},
+                            {"type": "start_timer", "seq": 2, "duration": 5},
+                            {"type": "complete_workflow", "result": {"approved": true}}]')$$,
+                         pg_temp.task('done'), pg_temp.token('done')),
+                  $$VALUES (5::bigint, 'COMPLETED'::text)$$, 'complete_workflow: the answer says COMPLETED');
+SELECT results_eq(
+    $$SELECT status, output, failure, completed_at FROM harvest.executions WHERE id = pg_temp.run('done')$$,
+    $$VALUES ('COMPLETED'::text, '{"approved": true}'::jsonb, NULL::jsonb, '2030-01-01 00:01:00+00'::timestamptz)$$,
+    'complete_workflow: the run is COMPLETED with its result');
+SELECT results_eq(
+    $$SELECT event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('done')
+      ORDER BY event_id DESC LIMIT 1$$,
+    $$VALUES ('WorkflowCompleted'::text, '{"result": {"approved": true}}'::jsonb)$$,
+    'complete_workflow: WorkflowCompleted{result} is the last event');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('done')$$,
+                'complete_workflow: no task of the run is left');
+
+-- A run that ends is not re-enqueued, whatever arrived past through.
+SELECT pg_temp.start_and_claim('done_late');
+SELECT is(harvest._append_event(pg_temp.run('done_late'), 'TimerFired', '{"seq": 1}'), 2::bigint,
+          'setup: an event arrives while the last workflow task is in flight');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "complete_workflow", "result": null}]')$$,
+                         pg_temp.task('done_late'), pg_temp.token('done_late')),
+                  $$VALUES (4::bigint, 'COMPLETED'::text)$$, 'complete_workflow with events past through');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('done_late')$$,
+                'a closed run gets no new workflow task');
+
+-- fail_workflow
+SELECT pg_temp.start_and_claim('failed');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "fail_workflow", "failure": {"error_type": "ValueError", "message": "bad",
+                              "non_retryable": true, "details": null}}]')$$,
+                         pg_temp.task('failed'), pg_temp.token('failed')),
+                  $$VALUES (3::bigint, 'FAILED'::text)$$, 'fail_workflow: the answer says FAILED');
+SELECT results_eq(
+    $$SELECT status, output, failure ->> 'error_type', failure ->> 'message', completed_at
+      FROM harvest.executions WHERE id = pg_temp.run('failed')$$,
+    $$VALUES ('FAILED'::text, NULL::jsonb, 'ValueError'::text, 'bad'::text, '2030-01-01 00:01:00+00'::timestamptz)$$,
+    'fail_workflow: the run is FAILED with the failure');
+SELECT results_eq(
+    $$SELECT event_type, event_data -> 'failure' ->> 'error_type' FROM harvest.events
+      WHERE execution_id = pg_temp.run('failed') ORDER BY event_id DESC LIMIT 1$$,
+    $$VALUES ('WorkflowFailed'::text, 'ValueError'::text)$$, 'fail_workflow: WorkflowFailed{failure} is the last event');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('failed')$$,
+                'fail_workflow: no task of the run is left');
+
+-- fail_workflow_task: nothing written, the task retried after a backoff.
+SELECT pg_temp.start_and_claim('ft');
+SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{"error_type": "NonDeterminism", "message": "seq 1"}', 7)$$,
+                       pg_temp.task('ft'), pg_temp.token('ft')), 'fail_workflow_task() succeeds');
+SELECT results_eq(
+    $$SELECT status, lease_owner, lease_expires_at, due_at, last_failure ->> 'error_type', attempt
+      FROM harvest.tasks WHERE id = pg_temp.task('ft')$$,
+    $$VALUES ('pending'::text, NULL::text, NULL::timestamptz, '2030-01-01 00:01:07+00'::timestamptz,
+              'NonDeterminism'::text, 1)$$,
+    'fail_workflow_task(): pending again, due after the backoff, the failure kept, the lease dropped');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('ft')), 1::bigint,
+          'fail_workflow_task() writes nothing to the history');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('ft'), pg_temp.token('ft')), 'HR004', NULL,
+                 'after fail_workflow_task() the old claim cannot complete: HR004');
+SELECT is_empty($$SELECT * FROM harvest.claim_tasks('worker-2', ARRAY['dq_ft'])$$,
+                'the failed workflow task waits out its backoff');
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:07+00';
+SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('worker-2', ARRAY['dq_ft'])$$,
+                  $$SELECT pg_temp.task('ft'), 2$$, 'then it is claimed again');
+SELECT pg_temp.start_and_claim('ft_neg');
+SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}', -5)$$,
+                       pg_temp.task('ft_neg'), pg_temp.token('ft_neg')), 'fail_workflow_task() with a negative backoff');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE id = pg_temp.task('ft_neg')), '2030-01-01 00:01:07+00'::timestamptz,
+          'a negative backoff counts as none');
+SELECT pg_temp.start_and_claim('ft_null');
+SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}', NULL)$$,
+                       pg_temp.task('ft_null'), pg_temp.token('ft_null')), 'fail_workflow_task() with a NULL backoff');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE id = pg_temp.task('ft_null')), '2030-01-01 00:01:12+00'::timestamptz,
+          'a NULL backoff is 5 s');
+SELECT throws_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}')$$,
+                        pg_temp.task('kind_act'), pg_temp.token('kind_act')), 'HR001', NULL,
+                 'fail_workflow_task() of an activity task: HR001');
+
+-- cancel_timer: the timer task is dropped, TimerCancelled recorded.
+SELECT pg_temp.start_and_claim('ct');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "start_timer", "seq": 1, "duration": 60},
+                            {"type": "cancel_timer", "seq": 2, "timer_seq": 1}]')$$,
+                         pg_temp.task('ct'), pg_temp.token('ct')),
+                  $$VALUES (4::bigint, 'RUNNING'::text)$$, 'cancel_timer: accepted');
+SELECT results_eq($$SELECT event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('ct') AND event_id = 4$$,
+                  $$VALUES ('TimerCancelled'::text, '{"seq": 2, "timer_seq": 1}'::jsonb)$$,
+                  'cancel_timer: TimerCancelled{seq, timer_seq}');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('ct')$$,
+                'cancel_timer: the timer task is gone');
+
+-- start_child_workflow (harvest._start_child): a child run linked to its parent.
+SELECT pg_temp.start_and_claim('parent');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "input": [1]}]')$$,
+                         pg_temp.task('parent'), pg_temp.token('parent')),
+                  $$VALUES (3::bigint, 'RUNNING'::text)$$, 'start_child_workflow: accepted');
+SELECT results_eq(
+    $$SELECT c.workflow_id, c.status, c.task_queue, c.input, c.parent_seq, c.parent_close_policy,
+             harvest.shard_of(c.id) = harvest.shard_of(c.parent_id)
+      FROM harvest.executions AS c WHERE c.parent_id = pg_temp.run('parent')$$,
+    $$VALUES ('parent/1'::text, 'RUNNING'::text, 'dq_parent'::text, '[1]'::jsonb, 1, 'terminate'::text, true)$$,
+    'the child runs on the parent''s queue and shard, workflow_id <parent>/<seq>, parent_close_policy terminate');
+SELECT results_eq(
+    $$SELECT event_type, event_data ->> 'workflow_id', (event_data ->> 'child_execution_id')::uuid
+      FROM harvest.events WHERE execution_id = pg_temp.run('parent') AND event_id = 3$$,
+    $$SELECT 'ChildWorkflowStarted'::text, 'parent/1'::text, id FROM harvest.executions
+      WHERE parent_id = pg_temp.run('parent')$$,
+    'the parent records ChildWorkflowStarted with the child''s execution id');
+SELECT pg_temp.start_and_claim('parent2');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "parent_close_policy": "orphan"}]')$$,
+                        pg_temp.task('parent2'), pg_temp.token('parent2')), 'HR001',
+                 'unknown parent_close_policy "orphan"', 'start_child_workflow with an unknown parent_close_policy: HR001');
+CREATE TEMP TABLE taken ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('kid', '[]', 'taken');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "workflow_id": "taken"}]')$$,
+                         pg_temp.task('parent2'), pg_temp.token('parent2')),
+                  $$VALUES (4::bigint, 'RUNNING'::text)$$, 'start_child_workflow of a running workflow_id: accepted');
+SELECT results_eq(
+    $$SELECT event_type, event_data ->> 'status', event_data -> 'failure' ->> 'error_type'
+      FROM harvest.events WHERE execution_id = pg_temp.run('parent2') AND event_id = 4$$,
+    $$VALUES ('ChildWorkflowFailed'::text, 'START_FAILED'::text, 'WorkflowAlreadyExists'::text)$$,
+    'a child whose workflow_id is running: ChildWorkflowFailed (WorkflowAlreadyExists)');
+SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('parent2')$$,
+                  $$VALUES ('workflow'::text, 'pending'::text)$$, 'and the parent is woken to hear it');
+
+-- cancel_workflow closes the run as CANCELLED.
+SELECT pg_temp.start_and_claim('cancel');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "cancel_workflow", "details": "user asked"}]')$$,
+                         pg_temp.task('cancel'), pg_temp.token('cancel')),
+                  $$VALUES (3::bigint, 'CANCELLED'::text)$$, 'cancel_workflow: the answer says CANCELLED');
+SELECT results_eq(
+    $$SELECT e.failure ->> 'error_type', ev.event_type, ev.event_data FROM harvest.executions AS e
+      JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 3 WHERE e.id = pg_temp.run('cancel')$$,
+    $$VALUES ('Cancelled'::text, 'WorkflowCancelled'::text, '{"details": "user asked"}'::jsonb)$$,
+    'cancel_workflow: WorkflowCancelled{details} and a Cancelled failure');
+
+-- continue_as_new (harvest._continue_as_new): this run ends, its successor starts.
+SELECT pg_temp.start_and_claim('can');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "continue_as_new", "input": [2]}]')$$,
+                         pg_temp.task('can'), pg_temp.token('can')),
+                  $$VALUES (3::bigint, 'CONTINUED_AS_NEW'::text)$$, 'continue_as_new: the answer says CONTINUED_AS_NEW');
+SELECT results_eq(
+    $$SELECT n.workflow_name, n.workflow_id, n.status, n.input, n.task_queue, o.output ->> 'continued_as_new'
+      FROM harvest.executions AS n JOIN harvest.executions AS o ON o.id = n.continued_from
+      WHERE o.id = pg_temp.run('can')$$,
+    $$SELECT 'decide_wf'::text, 'can'::text, 'RUNNING'::text, '[2]'::jsonb, 'dq_can'::text,
+             (SELECT id::text FROM harvest.executions WHERE continued_from = pg_temp.run('can'))$$,
+    'the successor has the same name, workflow_id and queue, the new input, and is linked both ways');
+SELECT is((SELECT event_type FROM harvest.events WHERE execution_id = pg_temp.run('can') ORDER BY event_id DESC LIMIT 1),
+          'WorkflowContinuedAsNew', 'the old run ends with WorkflowContinuedAsNew');
+
+-- The helpers on their own.
+SELECT pg_temp.start_and_claim('lock');
+SELECT is((harvest._lock_claimed_task(pg_temp.task('lock'), pg_temp.token('lock'), 'workflow')).fencing_token,
+          pg_temp.token('lock'), '_lock_claimed_task() returns the claimed row');
+SELECT throws_ok(format($$SELECT harvest._lock_claimed_task(%s, %s, 'activity')$$,
+                        pg_temp.task('lock'), pg_temp.token('lock')), 'HR001',
+                 format('task %s is a workflow task, not a activity task', pg_temp.task('lock')),
+                 '_lock_claimed_task() of the wrong kind: HR001');
+SELECT is(harvest._require('{"type": "t", "n": 3}', 'n', 'number'), '3'::jsonb, '_require() returns the field');
+SELECT throws_ok($$SELECT harvest._require('{"type": "t", "n": 3}', 'n', 'string')$$, 'HR001',
+                 'command t needs "n" as a JSON string, got number', '_require() of the wrong type: HR001');
+
+SELECT * FROM finish();
+ROLLBACK;

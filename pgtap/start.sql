@@ -1,0 +1,258 @@
+-- functions/start.sql: harvest.start_workflow — minted ids, shards, the first
+-- event and task, argument checks, and every reuse_policy x conflict_policy cell.
+BEGIN;
+SELECT plan(80);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- A fresh start with a minted workflow id.
+CREATE TEMP TABLE minted ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('start_wf', '[1, "two"]', NULL, 'start_q',
+                                     p_search_attributes => '{"customer": "c1"}', p_priority => 7);
+SELECT is((SELECT count(*) FROM minted), 1::bigint, 'start_workflow() returns one row');
+SELECT matches((SELECT workflow_id FROM minted),
+               '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$',
+               'without a workflow_id one is minted (a uuid)');
+SELECT is((SELECT status FROM minted), 'RUNNING', 'a fresh start is RUNNING');
+SELECT ok((SELECT started_fresh FROM minted), 'a fresh start reports started_fresh');
+SELECT is(harvest.shard_of((SELECT execution_id FROM minted)), 0, 'the execution id carries shard 0 by default');
+SELECT results_eq(
+    $$SELECT workflow_name, workflow_id, status, task_queue, input, search_attributes, parent_id,
+             last_event_id, created_at, completed_at
+      FROM harvest.executions WHERE id = (SELECT execution_id FROM minted)$$,
+    $$SELECT 'start_wf'::text, (SELECT workflow_id FROM minted), 'RUNNING'::text, 'start_q'::text,
+             '[1, "two"]'::jsonb, '{"customer": "c1"}'::jsonb, NULL::uuid, 1::bigint,
+             '2030-01-01 00:00:00+00'::timestamptz, NULL::timestamptz$$,
+    'the execution row holds name, id, queue, input, search attributes and one event');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM minted)$$,
+    $$SELECT 1::bigint, 'WorkflowStarted'::text, jsonb_build_object(
+             'workflow_name', 'start_wf', 'workflow_id', (SELECT workflow_id FROM minted),
+             'input', '[1, "two"]'::jsonb, 'task_queue', 'start_q', 'parent_id', NULL)$$,
+    'event 1 is WorkflowStarted{workflow_name, workflow_id, input, task_queue}');
+SELECT results_eq(
+    $$SELECT kind, queue, status, priority, due_at, attempt FROM harvest.tasks
+      WHERE execution_id = (SELECT execution_id FROM minted)$$,
+    $$VALUES ('workflow'::text, 'start_q'::text, 'pending'::text, 7, '2030-01-01 00:00:00+00'::timestamptz, 0)$$,
+    'a start enqueues one pending workflow task with the priority, due now');
+
+-- Timeouts: the run's deadline is the earlier of its run and execution timeouts.
+CREATE TEMP TABLE timed ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('start_timed', p_execution_timeout_secs => 3600, p_run_timeout_secs => 60);
+SELECT results_eq($$SELECT execution_timeout_at, timeout_at FROM harvest.executions
+                    WHERE id = (SELECT execution_id FROM timed)$$,
+                  $$VALUES ('2030-01-01 01:00:00+00'::timestamptz, '2030-01-01 00:01:00+00'::timestamptz)$$,
+                  'p_execution_timeout_secs and p_run_timeout_secs set the deadlines');
+SELECT results_eq($$SELECT execution_timeout_at, timeout_at FROM harvest.executions
+                    WHERE id = (SELECT execution_id FROM minted)$$,
+                  $$VALUES (NULL::timestamptz, NULL::timestamptz)$$, 'without timeouts there is no deadline');
+
+-- Shards and parents.
+SELECT is(harvest.shard_of((SELECT execution_id FROM harvest.start_workflow('start_wf', p_shard => 513))), 513,
+          'p_shard => 513: the execution id routes to shard 513');
+CREATE TEMP TABLE child ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('start_child', p_parent_id => (SELECT execution_id FROM minted));
+SELECT is((SELECT parent_id FROM harvest.executions WHERE id = (SELECT execution_id FROM child)),
+          (SELECT execution_id FROM minted), 'p_parent_id is stored on the child');
+SELECT is((SELECT event_data ->> 'parent_id' FROM harvest.events WHERE execution_id = (SELECT execution_id FROM child)),
+          (SELECT execution_id::text FROM minted), 'WorkflowStarted carries the parent_id');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_shard => 70000)$$, 'HR001', NULL,
+                 'a shard out of 0..65535: HR001');
+SELECT isnt((SELECT workflow_id FROM harvest.start_workflow('start_wf')),
+            (SELECT workflow_id FROM harvest.start_workflow('start_wf')),
+            'two starts without a workflow_id mint different ids');
+
+-- Argument checks: HR001 naming what was wrong.
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('')$$, 'HR001', 'workflow name is empty',
+                 'an empty workflow name: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow(NULL)$$, 'HR001', 'workflow name is empty',
+                 'a NULL workflow name: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', '')$$, 'HR001',
+                 'workflow_id is empty', 'an empty workflow_id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', 'k', ' ')$$, 'HR001',
+                 'task queue is empty', 'a blank task queue: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '{"a": 1}')$$, 'HR001',
+                 'input must be a JSON array of positional arguments, got object',
+                 'input that is an object, not an array: HR001 naming the type');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '42')$$, 'HR001',
+                 'input must be a JSON array of positional arguments, got number',
+                 'input that is a number: HR001 naming the type');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', NULL)$$, 'HR001',
+                 'input must be a JSON array of positional arguments, got NULL', 'NULL input: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_search_attributes => '[]')$$, 'HR001',
+                 'search attributes must be a JSON object, got array', 'search attributes not an object: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_reuse_policy => 'bogus_policy')$$,
+                 'HR001', 'unknown reuse_policy "bogus_policy"', 'an unknown reuse_policy: HR001 naming the value');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_reuse_policy => NULL)$$,
+                 'HR001', NULL, 'a NULL reuse_policy: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_conflict_policy => 'Use_Existing')$$,
+                 'HR001', 'unknown conflict_policy "Use_Existing"',
+                 'an unknown conflict_policy (policies are case-sensitive): HR001 naming the value');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_conflict_policy => NULL)$$,
+                 'HR001', NULL, 'a NULL conflict_policy: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_run_timeout_secs => 0)$$, 'HR001',
+                 'workflow timeouts must be positive seconds', 'a run timeout of 0: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_execution_timeout_secs => -1)$$, 'HR001',
+                 'workflow timeouts must be positive seconds', 'a negative execution timeout: HR001');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'start_wf'), 4::bigint,
+          'rejected starts created nothing');
+
+-- HR003 carries a JSON DETAIL.
+CREATE FUNCTION pg_temp.start_error(p_sql text) RETURNS jsonb LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_state text;
+    v_message text;
+    v_detail text;
+BEGIN
+    EXECUTE p_sql;
+    RETURN NULL;
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_state = RETURNED_SQLSTATE, v_message = MESSAGE_TEXT, v_detail = PG_EXCEPTION_DETAIL;
+    RETURN jsonb_build_object('sqlstate', v_state, 'message', v_message, 'detail', v_detail);
+END;
+$fn$;
+CREATE TEMP TABLE dup ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('start_dup', '[]', 'order-1');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_dup', '[]', 'order-1',
+                                                       p_reuse_policy => 'reject_duplicate')$$,
+                 'HR003', format('workflow start_dup with id "order-1" already exists (execution %s, RUNNING)',
+                                 (SELECT execution_id FROM dup)),
+                 'reject_duplicate on a RUNNING prior: HR003 naming the key and the execution');
+SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('start_dup', '[]', 'order-1',
+                                  p_reuse_policy => 'reject_duplicate')$$) ->> 'detail')::jsonb,
+          jsonb_build_object('existing_execution_id', (SELECT execution_id FROM dup), 'existing_state', 'RUNNING'),
+          'HR003 DETAIL is JSON {existing_execution_id, existing_state}');
+
+-- The policy matrix. pg_temp.outcome() makes a prior run in the given state under a
+-- key of its own, starts again with the policies and says what happened:
+-- attach (the prior answered), start (a new run beside the terminal prior),
+-- replace (the prior was terminated and a new run started), reject (HR003 with
+-- the right DETAIL). Anything else is spelled out so a failure shows it.
+CREATE FUNCTION pg_temp.outcome(p_reuse text, p_conflict text, p_prior_status text)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_key text := format('%s/%s/%s', p_reuse, p_conflict, p_prior_status);
+    v_prior uuid;
+    v_result record;
+    v_error jsonb;
+    v_prior_after harvest.executions;
+    v_runs bigint;
+BEGIN
+    SELECT s.execution_id INTO v_prior FROM harvest.start_workflow('start_matrix', '[]', v_key) AS s;
+    IF p_prior_status <> 'RUNNING' THEN
+        PERFORM harvest._close_execution(v_prior, p_prior_status, NULL, NULL);
+    END IF;
+    v_error := pg_temp.start_error(format(
+        'CREATE TEMP TABLE matrix_result ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('
+        '%L, %L, %L, p_reuse_policy => %L, p_conflict_policy => %L)',
+        'start_matrix', '["again"]', v_key, p_reuse, p_conflict));
+    IF v_error IS NOT NULL THEN
+        IF v_error ->> 'sqlstate' = 'HR003'
+           AND (v_error ->> 'detail')::jsonb = jsonb_build_object(
+               'existing_execution_id', v_prior, 'existing_state', p_prior_status) THEN
+            RETURN 'reject';
+        END IF;
+        RETURN 'error ' || v_error::text;
+    END IF;
+    SELECT * INTO v_result FROM matrix_result;
+    DROP TABLE matrix_result;
+    SELECT * INTO v_prior_after FROM harvest.executions WHERE id = v_prior;
+    SELECT count(*) INTO v_runs FROM harvest.executions
+    WHERE workflow_name = 'start_matrix' AND workflow_id = v_key;
+    IF v_result.execution_id = v_prior THEN
+        IF NOT v_result.started_fresh AND v_result.status = p_prior_status AND v_runs = 1 THEN
+            RETURN 'attach';
+        END IF;
+        RETURN format('attach with started_fresh=%s status=%s runs=%s', v_result.started_fresh,
+                      v_result.status, v_runs);
+    END IF;
+    IF NOT v_result.started_fresh OR v_result.status <> 'RUNNING' OR v_runs <> 2
+       OR harvest.shard_of(v_result.execution_id) <> 0 THEN
+        RETURN format('new run with started_fresh=%s status=%s runs=%s', v_result.started_fresh,
+                      v_result.status, v_runs);
+    END IF;
+    IF p_prior_status = 'RUNNING' THEN
+        IF v_prior_after.status = 'TERMINATED'
+           AND v_prior_after.failure ->> 'error_type' = 'Terminated'
+           AND (SELECT event_type = 'WorkflowTerminated'
+                       AND event_data ->> 'reason' = format('replaced by a new start (%s, %s)', p_reuse, p_conflict)
+                FROM harvest.events WHERE execution_id = v_prior ORDER BY event_id DESC LIMIT 1)
+           AND NOT EXISTS (SELECT 1 FROM harvest.tasks WHERE execution_id = v_prior) THEN
+            RETURN 'replace';
+        END IF;
+        RETURN format('new run but the prior is %s', v_prior_after.status);
+    END IF;
+    IF v_prior_after.status = p_prior_status THEN
+        RETURN 'start';
+    END IF;
+    RETURN format('new run and the prior changed to %s', v_prior_after.status);
+END;
+$fn$;
+
+-- Prior RUNNING: conflict_policy decides; 'unspecified' follows reuse_policy.
+SELECT is(pg_temp.outcome(reuse, conflict, 'RUNNING'), expected,
+          format('prior RUNNING, reuse_policy %s, conflict_policy %s: %s', reuse, conflict, expected))
+FROM (VALUES
+    ('allow_duplicate', 'unspecified', 'attach'),
+    ('allow_duplicate_failed_only', 'unspecified', 'attach'),
+    ('reject_duplicate', 'unspecified', 'reject'),
+    ('terminate_if_running', 'unspecified', 'replace'),
+    ('allow_duplicate', 'use_existing', 'attach'),
+    ('allow_duplicate_failed_only', 'use_existing', 'attach'),
+    ('reject_duplicate', 'use_existing', 'attach'),
+    ('terminate_if_running', 'use_existing', 'attach'),
+    ('allow_duplicate', 'fail', 'reject'),
+    ('allow_duplicate_failed_only', 'fail', 'reject'),
+    ('reject_duplicate', 'fail', 'reject'),
+    ('terminate_if_running', 'fail', 'reject'),
+    ('allow_duplicate', 'terminate_existing', 'replace'),
+    ('allow_duplicate_failed_only', 'terminate_existing', 'replace'),
+    ('reject_duplicate', 'terminate_existing', 'replace'),
+    ('terminate_if_running', 'terminate_existing', 'replace')
+) AS cells (reuse, conflict, expected);
+
+-- Prior terminal: reuse_policy decides, for every terminal state.
+SELECT is(pg_temp.outcome(reuse, 'unspecified', prior), expected,
+          format('prior %s, reuse_policy %s: %s', prior, reuse, expected))
+FROM (VALUES ('allow_duplicate'), ('allow_duplicate_failed_only'), ('reject_duplicate'), ('terminate_if_running'))
+    AS r (reuse)
+CROSS JOIN (VALUES ('COMPLETED'), ('FAILED'), ('CANCELLED'), ('TERMINATED'), ('TIMED_OUT'), ('CONTINUED_AS_NEW'))
+    AS p (prior)
+CROSS JOIN LATERAL (SELECT CASE reuse
+    WHEN 'allow_duplicate' THEN 'attach'
+    WHEN 'reject_duplicate' THEN 'reject'
+    WHEN 'terminate_if_running' THEN 'start'
+    ELSE CASE WHEN prior IN ('COMPLETED', 'CONTINUED_AS_NEW') THEN 'attach' ELSE 'start' END
+END AS expected) AS e
+ORDER BY r.reuse, p.prior;
+
+-- A terminal prior ignores conflict_policy (it speaks only about a RUNNING prior).
+SELECT is(pg_temp.outcome(reuse, conflict, prior), expected,
+          format('prior %s, reuse_policy %s, conflict_policy %s: %s (conflict_policy ignored)',
+                 prior, reuse, conflict, expected))
+FROM (VALUES
+    ('terminate_if_running', 'fail', 'COMPLETED', 'start'),
+    ('reject_duplicate', 'use_existing', 'FAILED', 'reject'),
+    ('allow_duplicate', 'terminate_existing', 'COMPLETED', 'attach'),
+    ('allow_duplicate_failed_only', 'fail', 'FAILED', 'start')
+) AS cells (reuse, conflict, prior, expected);
+
+-- With a terminal run and a RUNNING run of one key, the RUNNING one answers.
+CREATE TEMP TABLE old_run ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('start_two', '[]', 'k');
+SELECT harvest._close_execution((SELECT execution_id FROM old_run), 'COMPLETED', '1', NULL);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:05+00';
+CREATE TEMP TABLE new_run ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('start_two', '[]', 'k', p_reuse_policy => 'terminate_if_running');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:10+00';
+SELECT is((SELECT execution_id FROM harvest.start_workflow('start_two', '[]', 'k')),
+          (SELECT execution_id FROM new_run), 'attach picks the RUNNING run over an older terminal one');
+SELECT is((SELECT execution_id FROM harvest.start_workflow('start_two', '[]', 'k',
+                                                           p_conflict_policy => 'use_existing')),
+          (SELECT execution_id FROM new_run), 'use_existing attaches to the RUNNING run');
+SELECT is((SELECT execution_id FROM harvest.start_workflow('other_name', '[]', 'k')) <>
+          (SELECT execution_id FROM new_run), true, 'the key is (workflow_name, workflow_id): another name starts anew');
+SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT execution_id FROM old_run)), 'COMPLETED',
+          'the terminal prior is left as it was');
+
+SELECT * FROM finish();
+ROLLBACK;

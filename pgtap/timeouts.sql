@@ -1,0 +1,226 @@
+-- functions/timeouts.sql: harvest.expire_tasks — workflow task leases, activity
+-- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound.
+BEGIN;
+SELECT plan(45);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- A workflow task claimed by worker-w (lease 30 s) and activities claimed by worker-a.
+CREATE TEMP TABLE held (key text PRIMARY KEY, execution_id uuid, task_id bigint, token bigint) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.workflow(p_key text) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM harvest.start_workflow('to_wf', '[]', p_key, 'wq_' || p_key);
+    INSERT INTO held SELECT p_key, c.execution_id, c.task_id, c.fencing_token
+    FROM harvest.claim_tasks('worker-w', ARRAY['wq_' || p_key], 1, 30) AS c;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.act(p_key text, p_options jsonb, p_claim boolean DEFAULT true)
+RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM harvest.start_workflow('to_wf', '[]', p_key, 'wq_' || p_key);
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['wq_' || p_key], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, jsonb_build_array(
+        jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'act_' || p_key,
+                           'queue', 'aq_' || p_key, 'options', p_options)));
+    IF p_claim THEN
+        INSERT INTO held SELECT p_key, c.execution_id, c.task_id, c.fencing_token
+        FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], 1) AS c;
+    ELSE
+        INSERT INTO held SELECT p_key, t.execution_id, t.id, NULL FROM harvest.tasks AS t
+        WHERE t.queue = 'aq_' || p_key;
+    END IF;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.task(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT task_id FROM held WHERE key = p_key;
+$fn$;
+CREATE FUNCTION pg_temp.token(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT token FROM held WHERE key = p_key;
+$fn$;
+CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT execution_id FROM held WHERE key = p_key;
+$fn$;
+-- expire_tasks() once; its rows kept in `swept` for the assertions that follow.
+CREATE TEMP TABLE swept (task_id bigint, kind text, outcome text) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.sweep(p_limit integer DEFAULT 100) RETURNS bigint LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM swept;
+    INSERT INTO swept SELECT * FROM harvest.expire_tasks(p_limit);
+    RETURN (SELECT count(*) FROM swept);
+END;
+$fn$;
+
+SELECT pg_temp.workflow('wf');
+SELECT pg_temp.act('s2c', '{"start_to_close": 10}');
+SELECT pg_temp.act('hb', '{"start_to_close": 60, "heartbeat_timeout": 10}');
+SELECT pg_temp.act('hb_beat', '{"start_to_close": 60, "heartbeat_timeout": 10}');
+SELECT pg_temp.act('hb_s2c', '{"start_to_close": 20, "heartbeat_timeout": 10}');
+SELECT pg_temp.act('last', '{"start_to_close": 10, "retry": {"max_attempts": 1}}');
+SELECT pg_temp.act('last_nodl', '{"start_to_close": 10, "dead_letter": false, "retry": {"max_attempts": 1}}');
+SELECT pg_temp.act('deadline', '{"schedule_to_close": 45, "start_to_close": 100}');
+SELECT pg_temp.act('deadline_pending', '{"schedule_to_close": 45}', false);
+SELECT pg_temp.act('deadline_nodl', '{"schedule_to_close": 45, "start_to_close": 100, "dead_letter": false}');
+
+SELECT is(pg_temp.sweep(), 0::bigint, 'expire_tasks(): nothing expired, nothing done');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:10+00';
+SELECT is(pg_temp.sweep(), 0::bigint, 'a lease that ends now has not expired yet');
+
+-- Heartbeats keep hb_beat alive; hb_s2c heartbeats up to its start_to_close.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:05+00';
+SELECT is(harvest.heartbeat_activity(pg_temp.task('hb_beat'), pg_temp.token('hb_beat')), false, 'setup: hb_beat heartbeats');
+SELECT is(harvest.heartbeat_activity(pg_temp.task('hb_s2c'), pg_temp.token('hb_s2c')), false, 'setup: hb_s2c heartbeats');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:14+00';
+SELECT is(harvest.heartbeat_activity(pg_temp.task('hb_s2c'), pg_temp.token('hb_s2c')), false,
+          'setup: hb_s2c heartbeats again (its lease is now capped at start_to_close, 20 s)');
+
+-- 10.5 s: the 10 s leases of s2c, hb, last and last_nodl have expired.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:10.5+00';
+SELECT is(pg_temp.sweep(), 4::bigint, 'expire_tasks() handles the four expired activity leases');
+SELECT results_eq($$SELECT kind, outcome FROM swept WHERE task_id = pg_temp.task('s2c')$$,
+                  $$VALUES ('activity'::text, 'retry_scheduled'::text)$$,
+                  'an expired activity attempt is retried per its policy');
+SELECT results_eq(
+    $$SELECT status, attempt, lease_owner, due_at, last_failure ->> 'error_type',
+             (last_failure ->> 'non_retryable')::boolean, last_failure ->> 'message'
+      FROM harvest.tasks WHERE id = pg_temp.task('s2c')$$,
+    $$VALUES ('pending'::text, 1, NULL::text, '2030-01-01 00:00:11.5+00'::timestamptz, 'StartToCloseTimeout'::text,
+              false, 'attempt 1 of act_s2c held by worker-a timed out (StartToCloseTimeout)'::text)$$,
+    'start_to_close passed: StartToCloseTimeout, retryable, the attempt counted once, retried after the backoff');
+SELECT is((SELECT last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('hb')), 'HeartbeatTimeout',
+          'no heartbeat within heartbeat_timeout: HeartbeatTimeout');
+SELECT results_eq($$SELECT outcome FROM swept WHERE task_id IN (pg_temp.task('last'), pg_temp.task('last_nodl'))
+                    ORDER BY task_id$$,
+                  ARRAY['dead_lettered', 'failed'],
+                  'an expired last attempt: dead-lettered, or failed with dead_letter=false');
+SELECT is((SELECT failure ->> 'error_type' FROM harvest.dead_letters WHERE execution_id = pg_temp.run('last')),
+          'StartToCloseTimeout', 'the dead letter keeps the timeout failure');
+SELECT results_eq(
+    $$SELECT event_type, event_data ->> 'seq', event_data -> 'failure' ->> 'error_type', event_data ->> 'attempt'
+      FROM harvest.events WHERE execution_id = pg_temp.run('last_nodl') ORDER BY event_id DESC LIMIT 1$$,
+    $$VALUES ('ActivityFailed'::text, '1'::text, 'StartToCloseTimeout'::text, '1'::text)$$,
+    'dead_letter=false: the workflow receives ActivityFailed with the timeout');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.task('hb_beat')), 'running',
+          'an activity that heartbeats keeps its lease');
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s)$$, pg_temp.task('s2c'), pg_temp.token('s2c')),
+                 'HR004', NULL, 'the timed-out attempt can no longer complete: HR004');
+
+-- 15.5 s: hb_beat missed its next heartbeat (due by 15 s).
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:15.5+00';
+SELECT is(pg_temp.sweep(), 1::bigint, 'expire_tasks() at 15.5 s: one more');
+SELECT results_eq($$SELECT task_id, outcome FROM swept$$,
+                  $$SELECT pg_temp.task('hb_beat'), 'retry_scheduled'::text$$, 'hb_beat expired');
+SELECT is((SELECT last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('hb_beat')),
+          'HeartbeatTimeout', 'a missed heartbeat after earlier ones: HeartbeatTimeout');
+
+-- 20.5 s: hb_s2c heartbeated at 14 s, but start_to_close (20 s) ended first.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:20.5+00';
+SELECT is(pg_temp.sweep(), 1::bigint, 'expire_tasks() at 20.5 s: one more');
+SELECT is((SELECT last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('hb_s2c')),
+          'StartToCloseTimeout', 'heartbeats cannot outlive start_to_close: StartToCloseTimeout');
+
+-- 31 s: the workflow task's 30 s lease expired: back to pending, nothing counted as failed.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT is(pg_temp.sweep(), 1::bigint, 'expire_tasks() at 31 s: the workflow task');
+SELECT results_eq($$SELECT task_id, kind, outcome FROM swept$$,
+                  $$SELECT pg_temp.task('wf'), 'workflow'::text, 'released'::text$$,
+                  'an expired workflow task is released');
+SELECT results_eq(
+    $$SELECT status, lease_owner, lease_expires_at, due_at, attempt FROM harvest.tasks WHERE id = pg_temp.task('wf')$$,
+    $$VALUES ('pending'::text, NULL::text, NULL::timestamptz, '2030-01-01 00:00:31+00'::timestamptz, 1)$$,
+    'the released workflow task is pending and due now');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('wf')), 1::bigint,
+          'releasing a workflow task writes no event');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+                        pg_temp.task('wf'), pg_temp.token('wf')), 'HR004', NULL,
+                 'the crashed decider cannot complete it any more: HR004');
+SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('worker-x', ARRAY['wq_wf'])$$,
+                  $$SELECT pg_temp.task('wf'), 2$$, 'another worker claims it');
+
+-- 46 s: schedule_to_close (45 s) passed: ScheduleToCloseTimeout, running or pending, no retry.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:46+00';
+SELECT is(pg_temp.sweep(), 3::bigint, 'expire_tasks() at 46 s: the three past their deadline');
+SELECT results_eq(
+    $$SELECT outcome FROM swept WHERE task_id IN (pg_temp.task('deadline'), pg_temp.task('deadline_pending'),
+                                                   pg_temp.task('deadline_nodl')) ORDER BY task_id$$,
+    ARRAY['dead_lettered', 'dead_lettered', 'failed'],
+    'past the deadline: dead-lettered (running or pending), or failed with dead_letter=false');
+SELECT results_eq(
+    $$SELECT failure ->> 'error_type', (failure ->> 'non_retryable')::boolean, failure ->> 'message', attempts
+      FROM harvest.dead_letters WHERE execution_id = pg_temp.run('deadline')$$,
+    $$VALUES ('ScheduleToCloseTimeout'::text, true,
+              'activity act_deadline did not finish within its schedule_to_close of 45s'::text, 1)$$,
+    'ScheduleToCloseTimeout is non-retryable and names the activity and the limit');
+SELECT is((SELECT attempts FROM harvest.dead_letters WHERE execution_id = pg_temp.run('deadline_pending')), 0,
+          'a pending activity that never ran is dead-lettered with 0 attempts');
+SELECT is((SELECT event_data -> 'failure' ->> 'error_type' FROM harvest.events
+           WHERE execution_id = pg_temp.run('deadline_nodl') ORDER BY event_id DESC LIMIT 1),
+          'ScheduleToCloseTimeout', 'dead_letter=false: ActivityFailed with ScheduleToCloseTimeout');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE kind = 'activity'
+                  AND id IN (pg_temp.task('deadline'), pg_temp.task('deadline_pending'), pg_temp.task('deadline_nodl'))$$,
+                'the activities past their deadline are gone');
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s)$$, pg_temp.task('deadline'), pg_temp.token('deadline')),
+                 'HR004', NULL, 'the running attempt past its deadline can no longer complete: HR004');
+
+-- A retry that would start past the deadline is not made: the expired lease is final.
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';
+SELECT is(pg_temp.sweep(), 1::bigint, 'later the re-claimed workflow task expires too');
+SELECT pg_temp.act('tight', '{"schedule_to_close": 12, "start_to_close": 10, "retry": {"initial_interval": 5}}');
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:10.5+00';
+SELECT is(pg_temp.sweep(), 1::bigint, 'expire_tasks(): the tight activity''s lease expired');
+SELECT is((SELECT outcome FROM swept), 'dead_lettered', 'its retry would start after the deadline: dead-lettered');
+
+-- The bound: at most p_limit tasks per call.
+SET LOCAL harvest.fake_now = '2030-01-01 02:00:00+00';
+SELECT pg_temp.workflow('bound1');
+SELECT pg_temp.workflow('bound2');
+SELECT pg_temp.workflow('bound3');
+SET LOCAL harvest.fake_now = '2030-01-01 02:01:00+00';
+SELECT is(pg_temp.sweep(2), 2::bigint, 'expire_tasks(2) handles two of three expired leases');
+SELECT is(pg_temp.sweep(2), 1::bigint, 'the next call handles the third');
+
+-- The bound covers lease expiries and deadlines together.
+SET LOCAL harvest.fake_now = '2030-01-01 03:00:00+00';
+SELECT pg_temp.workflow('mixed_lease');
+SELECT pg_temp.act('mixed_deadline', '{"schedule_to_close": 5}', false);
+SET LOCAL harvest.fake_now = '2030-01-01 03:01:00+00';
+SELECT is(pg_temp.sweep(1), 1::bigint, 'expire_tasks(1) with an expired lease and a passed deadline handles one task');
+
+-- expire_workflows: runs past their run or execution timeout end TIMED_OUT.
+SET LOCAL harvest.fake_now = '2030-01-01 04:00:00+00';
+CREATE TEMP TABLE timed (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
+INSERT INTO timed SELECT 'run', execution_id
+FROM harvest.start_workflow('to_timed', '[]', 'run', p_run_timeout_secs => 60);
+INSERT INTO timed SELECT 'execution', execution_id
+FROM harvest.start_workflow('to_timed', '[]', 'execution', p_execution_timeout_secs => 30, p_run_timeout_secs => 100);
+INSERT INTO timed SELECT 'none', execution_id FROM harvest.start_workflow('to_timed', '[]', 'none');
+SET LOCAL harvest.fake_now = '2030-01-01 04:00:30+00';
+SELECT is(harvest.expire_workflows(), 0, 'expire_workflows(): a timeout that ends now has not passed');
+SET LOCAL harvest.fake_now = '2030-01-01 04:01:01+00';
+SELECT is(harvest.expire_workflows(), 2, 'expire_workflows() ends the two runs past their timeouts');
+SELECT results_eq(
+    $$SELECT t.key, e.status, e.failure ->> 'error_type', e.completed_at FROM timed AS t
+      JOIN harvest.executions AS e ON e.id = t.execution_id ORDER BY t.key$$,
+    $$VALUES ('execution'::text, 'TIMED_OUT'::text, 'WorkflowTimedOut'::text, '2030-01-01 04:01:01+00'::timestamptz),
+             ('none', 'RUNNING', NULL, NULL),
+             ('run', 'TIMED_OUT', 'WorkflowTimedOut', '2030-01-01 04:01:01+00')$$,
+    'timed-out runs are TIMED_OUT with a WorkflowTimedOut failure; a run without timeouts runs on');
+SELECT results_eq(
+    $$SELECT t.key, ev.event_type, ev.event_data FROM timed AS t
+      JOIN LATERAL (SELECT * FROM harvest.events AS ev WHERE ev.execution_id = t.execution_id
+                    ORDER BY ev.event_id DESC LIMIT 1) AS ev ON true
+      WHERE t.key <> 'none' ORDER BY t.key$$,
+    $$VALUES ('execution'::text, 'WorkflowTimedOut'::text, '{"timeout": "execution"}'::jsonb),
+             ('run', 'WorkflowTimedOut', '{"timeout": "run"}')$$,
+    'WorkflowTimedOut{timeout} names which timeout passed');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id IN (SELECT execution_id FROM timed WHERE key <> 'none')$$,
+                'a timed-out run keeps no task');
+INSERT INTO timed SELECT 'bound' || i, s.execution_id
+FROM generate_series(1, 2) AS i, harvest.start_workflow('to_timed', '[]', 'bound' || i, p_run_timeout_secs => 1) AS s;
+SET LOCAL harvest.fake_now = '2030-01-01 04:01:03+00';
+SELECT is(harvest.expire_workflows(1), 1, 'expire_workflows(1) ends one run per call');
+SELECT is(harvest.expire_workflows(1), 1, 'the next call ends the other');
+
+SELECT * FROM finish();
+ROLLBACK;

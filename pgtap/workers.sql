@@ -1,0 +1,104 @@
+-- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
+-- harvest.release_worker_tasks, harvest.stop_worker.
+BEGIN;
+SELECT plan(28);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- register_worker
+SELECT lives_ok($$SELECT harvest.register_worker('w1', ARRAY['q1', 'q2'], 'host-a', 4242, 5, '{"version": "1"}')$$,
+                'register_worker() registers a worker');
+SELECT results_eq(
+    $$SELECT queues, hostname, pid, status, started_at, last_heartbeat_at, heartbeat_interval_secs, drain_deadline,
+             metadata FROM harvest.workers WHERE id = 'w1'$$,
+    $$VALUES (ARRAY['q1', 'q2'], 'host-a'::text, 4242, 'active'::text, '2030-01-01 00:00:00+00'::timestamptz,
+              '2030-01-01 00:00:00+00'::timestamptz, 5::double precision, NULL::timestamptz, '{"version": "1"}'::jsonb)$$,
+    'the worker row: queues, host, pid, active, started and heartbeated now');
+SELECT lives_ok($$SELECT harvest.register_worker('w2', ARRAY['q1'], 'host-b', 1)$$, 'register_worker() with defaults');
+SELECT results_eq($$SELECT heartbeat_interval_secs, metadata FROM harvest.workers WHERE id = 'w2'$$,
+                  $$VALUES (10::double precision, '{}'::jsonb)$$, 'defaults: a 10 s interval, empty metadata');
+SELECT throws_ok($$SELECT harvest.register_worker('', ARRAY['q'], 'h', 1)$$, 'HR001',
+                 'a worker needs an id and at least one queue', 'register_worker() without an id: HR001');
+SELECT throws_ok($$SELECT harvest.register_worker(NULL, ARRAY['q'], 'h', 1)$$, 'HR001', NULL,
+                 'register_worker() with a NULL id: HR001');
+SELECT throws_ok($$SELECT harvest.register_worker('w3', ARRAY[]::text[], 'h', 1)$$, 'HR001', NULL,
+                 'register_worker() without queues: HR001');
+
+-- Registering again (a restart) replaces the row and makes it active.
+UPDATE harvest.workers SET status = 'draining', drain_deadline = '2030-01-01 00:10:00+00' WHERE id = 'w1';
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
+SELECT lives_ok($$SELECT harvest.register_worker('w1', ARRAY['q3'], 'host-c', 99, 2, NULL)$$,
+                'register_worker() of a known id');
+SELECT results_eq(
+    $$SELECT queues, hostname, pid, status, started_at, heartbeat_interval_secs, drain_deadline, metadata
+      FROM harvest.workers WHERE id = 'w1'$$,
+    $$VALUES (ARRAY['q3'], 'host-c'::text, 99, 'active'::text, '2030-01-01 00:01:00+00'::timestamptz,
+              2::double precision, NULL::timestamptz, '{}'::jsonb)$$,
+    're-registering replaces queues, host, pid and metadata, and is active again with no drain deadline');
+SELECT is((SELECT count(*) FROM harvest.workers WHERE id = 'w1'), 1::bigint, 'one row per worker id');
+
+-- worker_heartbeat
+SET LOCAL harvest.fake_now = '2030-01-01 00:02:00+00';
+SELECT is(harvest.worker_heartbeat('w2'), 'active', 'worker_heartbeat() answers the status');
+SELECT is((SELECT last_heartbeat_at FROM harvest.workers WHERE id = 'w2'), '2030-01-01 00:02:00+00'::timestamptz,
+          'worker_heartbeat() records the time');
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'w2';
+SELECT is(harvest.worker_heartbeat('w2'), 'draining', 'worker_heartbeat() tells a worker to drain');
+SELECT throws_ok($$SELECT harvest.worker_heartbeat('ghost')$$, 'HR002', 'worker ghost is not registered',
+                 'worker_heartbeat() of an unknown worker: HR002');
+
+-- release_worker_tasks: give back without counting a failed attempt.
+CREATE TEMP TABLE held (what text PRIMARY KEY, task_id bigint, token bigint) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.held(p_what text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT task_id FROM held WHERE what = p_what;
+$fn$;
+CREATE FUNCTION pg_temp.setup() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    -- An activity and a workflow task on queue rq, held by w1; a workflow task on rq2, held by w2.
+    PERFORM harvest.start_workflow('wk_wf', '[]', 'act', 'rq_decide');
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['rq_decide'], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
+        '[{"type": "schedule_activity", "seq": 1, "name": "work", "queue": "rq"}]');
+    PERFORM harvest.start_workflow('wk_wf', '[]', 'wf', 'rq');
+    PERFORM harvest.start_workflow('wk_wf', '[]', 'other', 'rq2');
+    INSERT INTO held SELECT c.kind, c.task_id, c.fencing_token FROM harvest.claim_tasks('w1', ARRAY['rq'], 10) AS c;
+    INSERT INTO held SELECT 'other', c.task_id, c.fencing_token FROM harvest.claim_tasks('w2', ARRAY['rq2'], 10) AS c;
+END;
+$fn$;
+SELECT pg_temp.setup();
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:00+00';
+SELECT is(harvest.release_worker_tasks('w1', ARRAY[pg_temp.held('activity')]), 1,
+          'release_worker_tasks(worker, ids) releases only the tasks named');
+SELECT results_eq(
+    $$SELECT status, lease_owner, lease_expires_at, due_at, attempt FROM harvest.tasks WHERE id = pg_temp.held('activity')$$,
+    $$VALUES ('pending'::text, NULL::text, NULL::timestamptz, '2030-01-01 00:03:00+00'::timestamptz, 0)$$,
+    'a released activity is pending, due now, and its attempt is not counted');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.held('workflow')), 'running',
+          'the worker''s other task is still held');
+SELECT is(harvest.release_worker_tasks('w1'), 1, 'release_worker_tasks(worker) releases everything it holds');
+SELECT results_eq($$SELECT status, lease_owner, attempt FROM harvest.tasks WHERE id = pg_temp.held('workflow')$$,
+                  $$VALUES ('pending'::text, NULL::text, 1)$$, 'a released workflow task is pending (attempt kept)');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE id = pg_temp.held('other')$$,
+                  $$VALUES ('running'::text, 'w2'::text)$$, 'another worker''s task is untouched');
+SELECT is(harvest.release_worker_tasks('w1'), 0, 'nothing left to release: 0');
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s)$$,
+                        pg_temp.held('activity'), (SELECT token FROM held WHERE what = 'activity')),
+                 'HR004', NULL, 'the releasing worker''s token is stale: HR004');
+SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('w9', ARRAY['rq']) WHERE kind = 'activity'$$,
+                  $$SELECT pg_temp.held('activity'), 1$$, 'another worker claims the activity as attempt 1 again');
+
+-- stop_worker: releases what it holds and marks the worker stopped.
+SET LOCAL harvest.fake_now = '2030-01-01 00:04:00+00';
+SELECT is(harvest.stop_worker('w2'), 1, 'stop_worker() returns how many tasks it released');
+SELECT results_eq($$SELECT status, last_heartbeat_at FROM harvest.workers WHERE id = 'w2'$$,
+                  $$VALUES ('stopped'::text, '2030-01-01 00:04:00+00'::timestamptz)$$, 'the worker is stopped');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.held('other')), 'pending',
+          'its task is pending again');
+SELECT is(harvest.worker_heartbeat('w2'), 'stopped', 'a stopped worker hears so on its heartbeat');
+SELECT throws_ok($$SELECT harvest.stop_worker('ghost')$$, 'HR002', 'worker ghost is not registered',
+                 'stop_worker() of an unknown worker is not found');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Run a command against a throwaway Debian PostgreSQL 15 cluster:
+#   scripts/with-debian-pg15.sh .venv/bin/pytest -q tests/pgtap
+# The command sees HARVEST_TEST_DSN (a superuser DSN on 127.0.0.1). The cluster
+# lives in a temp dir, runs as a non-root user, and is always stopped and removed.
+set -euo pipefail
+
+PG_VERSION=15
+PG_BIN=/usr/lib/postgresql/$PG_VERSION/bin
+
+if [ "$#" -eq 0 ]; then
+    echo "usage: $0 COMMAND [ARG...]" >&2
+    exit 2
+fi
+
+if [ ! -x "$PG_BIN/initdb" ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update
+        apt-get install -y "postgresql-$PG_VERSION"
+    else
+        echo "PostgreSQL $PG_VERSION is not installed: run 'sudo apt-get install -y postgresql-$PG_VERSION'" >&2
+        exit 1
+    fi
+fi
+
+# PostgreSQL refuses to run as root: as root, the cluster belongs to `postgres`
+# (created by Debian's package).
+as_owner() { "$@"; }
+if [ "$(id -u)" -eq 0 ]; then
+    if ! id postgres >/dev/null 2>&1; then
+        echo "user postgres does not exist; is postgresql-$PG_VERSION installed correctly?" >&2
+        exit 1
+    fi
+    as_owner() { runuser -u postgres -- "$@"; }
+fi
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/harvest-pg$PG_VERSION.XXXXXX")
+chmod 755 "$work"
+[ "$(id -u)" -eq 0 ] && chown postgres: "$work"
+data="$work/data"
+started=0
+cleanup() {
+    status=$?
+    if [ "$started" -eq 1 ]; then
+        as_owner "$PG_BIN/pg_ctl" -D "$data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+    rm -rf "$work"
+    exit "$status"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+as_owner "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 --no-instructions >"$work/initdb.log" \
+    || { cat "$work/initdb.log" >&2; exit 1; }
+options="-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories=$work -c fsync=off"
+options="$options -c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+started=1
+if ! as_owner "$PG_BIN/pg_ctl" -D "$data" -l "$work/server.log" -w -t 60 -o "$options" start >/dev/null; then
+    cat "$work/server.log" >&2
+    exit 1
+fi
+
+export HARVEST_TEST_DSN="postgresql://postgres@127.0.0.1:$port/postgres"
+echo "with-debian-pg15: PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port" >&2
+"$@"

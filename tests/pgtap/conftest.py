@@ -1,0 +1,207 @@
+"""pgTAP under pytest: each pgtap/*.sql file runs in a fresh clone of the migrated
+template (the session harness of tests/conftest.py), its TAP output is parsed, and
+a failing file fails with its failing assertions and their diagnostics.
+
+The files are plain SQL (no psql meta-commands), so they also run under `psql -f`
+or pg_prove. Here each statement is sent on its own so an unexpected error names
+its line; every row a statement returns is TAP text.
+
+Without the pgtap extension in the server the tests skip, except in CI (the CI
+environment variable is set), where a missing pgTAP is a failure: run `make pgtap`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pglast
+import psycopg
+import pytest
+
+PLAN = re.compile(r"^1\.\.(\d+)")
+TEST = re.compile(r"^(not )?ok\b\s*(\d+)?\s*(?:-\s*)?(.*)$")
+DIRECTIVE = re.compile(r"\s+#\s*(TODO|SKIP)\b.*$", re.IGNORECASE)
+
+
+@dataclass
+class Assertion:
+    number: int
+    ok: bool
+    description: str
+    directive: str | None = None
+    diagnostics: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        # A failing TODO test is expected to fail; a SKIP never ran.
+        return not self.ok and self.directive != "TODO"
+
+
+@dataclass
+class TapReport:
+    name: str
+    planned: int | None = None
+    assertions: list[Assertion] = field(default_factory=list)
+    diagnostics: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def failures(self) -> list[Assertion]:
+        return [a for a in self.assertions if a.failed]
+
+    @property
+    def failed_count(self) -> int:
+        """Failed assertions, plus one for an aborted file or a plan that was not met."""
+        aborted = self.error is not None or self.planned != len(self.assertions)
+        return len(self.failures) + (1 if aborted else 0)
+
+    @property
+    def problems(self) -> list[str]:
+        """Everything that makes the file fail, as readable lines."""
+        out = []
+        if self.error:
+            out.append(f"error: {self.error}")
+        if self.planned is None:
+            out.append("no plan: the file must call plan(N) (and finish())")
+        elif self.planned != len(self.assertions) and not self.error:
+            out.append(f"planned {self.planned} assertions but ran {len(self.assertions)}")
+        for assertion in self.failures:
+            out.append(f"not ok {assertion.number} - {assertion.description}")
+            out.extend(f"    {line}" for line in assertion.diagnostics)
+        return out
+
+
+def parse_tap(name: str, lines: list[str]) -> TapReport:
+    report = TapReport(name)
+    for line in lines:
+        if not line.strip():
+            continue
+        if match := PLAN.match(line):
+            report.planned = int(match.group(1))
+        elif match := TEST.match(line):
+            not_ok, number, description = match.groups()
+            directive = None
+            if found := DIRECTIVE.search(description):
+                directive = found.group(1).upper()
+                description = description[:found.start()]
+            number = int(number) if number else len(report.assertions) + 1
+            report.assertions.append(Assertion(number, not_ok is None, description.strip(), directive))
+        elif line.startswith("#"):
+            text = line[2:] if line.startswith("# ") else line[1:]
+            if report.assertions and not report.assertions[-1].ok:
+                report.assertions[-1].diagnostics.append(text)
+            else:
+                report.diagnostics.append(text)
+        else:
+            report.diagnostics.append(line)
+    return report
+
+
+def statements(sql: str) -> list[tuple[int, str]]:
+    """(line number, statement) pairs, split by the PostgreSQL parser."""
+    result = []
+    for piece in pglast.split(sql, with_parser=False, only_slices=True):
+        result.append((sql.count("\n", 0, piece.start) + 1, sql[piece]))
+    return result
+
+
+def run_file(dsn: str, path: Path) -> TapReport:
+    """Execute one pgTAP file in its own connection and parse what it printed."""
+    sql = path.read_text()
+    output: list[str] = []
+    notices: list[str] = []
+    error = None
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.add_notice_handler(lambda diag: notices.append(f"{diag.severity}: {diag.message_primary}"))
+        for line, statement in statements(sql):
+            try:
+                cursor = conn.execute(statement, prepare=False)
+            except psycopg.Error as exc:
+                diag = exc.diag
+                error = (f"{path.name} line {line}: {diag.sqlstate or ''} "
+                         f"{(diag.message_primary or str(exc)).strip()}")
+                if diag.message_detail:
+                    error += f"\n    DETAIL: {diag.message_detail}"
+                if diag.context:
+                    error += f"\n    CONTEXT: {diag.context.strip()}"
+                break
+            while True:
+                if cursor.description:
+                    for row in cursor.fetchall():
+                        if row and row[0] is not None:
+                            output.extend(str(row[0]).splitlines())
+                if not cursor.nextset():
+                    break
+    report = parse_tap(path.name, output)
+    report.error = error
+    report.diagnostics.extend(notices)
+    return report
+
+
+REPORTS = pytest.StashKey[list[TapReport]]()
+SERVER = pytest.StashKey[str]()
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def pgtap_available(pg_server, pytestconfig: pytest.Config) -> bool:
+    with pg_server.admin() as conn:
+        row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'pgtap'"
+                           ).fetchone()
+        version = conn.execute("SHOW server_version").fetchone()[0]
+    pytestconfig.stash[SERVER] = f"PostgreSQL {version}"
+    if row is None:
+        message = (f"the pgtap extension is not installed in the PostgreSQL {version} server under test: "
+                   "run `make pgtap`")
+        if in_ci():
+            pytest.fail(message + " (CI is set, so a missing pgTAP is a failure, not a skip)",
+                        pytrace=False)
+        pytest.skip(message)
+    return True
+
+
+@pytest.fixture
+def pgtap_db(db: str, pgtap_available: bool) -> str:
+    """A migrated database of its own with the pgtap extension created."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+    return db
+
+
+@pytest.fixture
+def run_pgtap(request: pytest.FixtureRequest, pgtap_db: str) -> Callable[[Path], TapReport]:
+    def run(path: Path) -> TapReport:
+        report = run_file(pgtap_db, path)
+        request.config.stash.setdefault(REPORTS, []).append(report)
+        return report
+    return run
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    reports = config.stash.get(REPORTS, [])
+    if not reports:
+        return
+    terminalreporter.write_sep("-", "pgTAP")
+    for report in reports:
+        failed = report.failed_count
+        terminalreporter.write_line(f"pgtap/{report.name}: {len(report.assertions)} assertions"
+                                    f" (planned {report.planned}), {failed} failed")
+    total = sum(len(r.assertions) for r in reports)
+    failed = sum(r.failed_count for r in reports)
+    todo = sum(1 for r in reports for a in r.assertions if a.directive == "TODO" and not a.ok)
+    server = config.stash.get(SERVER, "")
+    terminalreporter.write_line(f"pgtap: {len(reports)} files, {total} assertions, {failed} failed"
+                                + (f", {todo} known bugs (TODO)" if todo else "")
+                                + (f" on {server}" if server else ""))
+    for report in reports:
+        for assertion in report.assertions:
+            if assertion.directive == "TODO" and not assertion.ok:
+                terminalreporter.write_line(f"  TODO pgtap/{report.name} #{assertion.number}: "
+                                            f"{assertion.description}")
