@@ -8,8 +8,10 @@ from harvest.definitions import App, RetryPolicy, activity, workflow
 from harvest.errors import (
     ActivityError,
     ActivityFailure,
+    ChildWorkflowError,
     HarvestError,
     NonDeterminismError,
+    SignalTimeout,
     WorkflowAlreadyExists,
     WorkflowCancelled,
     WorkflowFailed,
@@ -17,14 +19,16 @@ from harvest.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
-from harvest.runtime import WorkflowContext
+from harvest.runtime import DEFAULT_VERSION, WorkflowContext
+from harvest.saga import Saga
 from harvest.worker import ActivityContext, Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ActivityContext", "ActivityError", "ActivityFailure", "App", "AsyncClient", "AsyncWorkflowHandle",
-    "Client", "HarvestError", "NonDeterminismError", "RetryPolicy", "Worker", "WorkflowAlreadyExists",
+    "DEFAULT_VERSION", "ActivityContext", "ActivityError", "ActivityFailure", "App", "AsyncClient",
+    "AsyncWorkflowHandle", "ChildWorkflowError", "Client", "HarvestError", "NonDeterminismError",
+    "RetryPolicy", "Saga", "SignalTimeout", "Worker", "WorkflowAlreadyExists",
     "WorkflowCancelled", "WorkflowContext", "WorkflowFailed", "WorkflowHandle", "WorkflowNotRunning",
     "WorkflowTerminated", "WorkflowTimedOut", "activity", "workflow",
 ]

@@ -142,6 +142,10 @@ class WorkflowTimedOut(HarvestError):
     """The run ended TIMED_OUT."""
 
 
+class PermissionDenied(HarvestError):
+    """The database role may not do this (SQLSTATE 42501): see docs/operations.md, Roles."""
+
+
 # SQLSTATE -> exception class. The SQL API raises only these custom codes.
 SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR001": InvalidArgument,
@@ -149,6 +153,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR003": WorkflowAlreadyExists,
     "HR004": StaleTask,
     "HR005": WorkflowNotRunning,
+    "42501": PermissionDenied,
 }
 
 
@@ -170,4 +175,41 @@ def from_database_error(exc: Exception) -> HarvestError | None:
                 info = {}
         return WorkflowAlreadyExists(message, info.get("existing_execution_id"),
                                      info.get("existing_state"))
+    if cls is PermissionDenied:
+        return PermissionDenied(f"{message} (the database role lacks this right; "
+                                "see the harvest_* roles in docs/operations.md)")
     return cls(message)
+
+
+class SignalTimeout(HarvestError, TimeoutError):
+    """``ctx.wait_for_signal(name, timeout=...)``: the timer fired before the signal came."""
+
+    def __init__(self, name: str, timeout: float):
+        super().__init__(f"no signal {name!r} arrived within {timeout:g}s")
+        self.name = name
+        self.timeout = timeout
+
+
+class ChildWorkflowError(HarvestError):
+    """Raised in a parent when its child ended FAILED, CANCELLED, TERMINATED or TIMED_OUT.
+
+    ``failure`` is the child's ``{error_type, message, non_retryable, details}`` as
+    recorded in ``ChildWorkflowFailed`` (it may be None, e.g. for a termination).
+    """
+
+    def __init__(self, status: str, failure: dict[str, Any] | None,
+                 child_execution_id: str | None = None, workflow_name: str | None = None):
+        failure = failure or None
+        what = f"child workflow {workflow_name!r}" if workflow_name else "child workflow"
+        text = f"{what} ({child_execution_id}) ended {status}"
+        if failure:
+            text += f": {failure.get('error_type', 'Error')}: {failure.get('message', '')}"
+        super().__init__(text)
+        self.status = status
+        self.failure = failure
+        self.child_execution_id = child_execution_id
+        self.workflow_name = workflow_name
+
+    @property
+    def error_type(self) -> str | None:
+        return (self.failure or {}).get("error_type")

@@ -2,7 +2,9 @@
 
 ``HistoryBuilder`` turns a run's commands into events exactly as
 ``complete_workflow_task`` does (``WorkflowTaskCompleted{through}`` first, then
-one event per command) and adds resolution events by hand. ``Engine`` drives a
+one event per command, including ``TimerCancelled``, ``ChildWorkflowStarted``,
+``WorkflowCancelled`` and ``WorkflowContinuedAsNew``) and adds resolution events
+(activity and child outcomes, timers, signals, cancel requests) by hand. ``Engine`` drives a
 workflow to its end with a caller-chosen order of results, and can check at
 every task that a fresh run replaying the full history returns the same
 commands as the cached (warm) run.
@@ -38,6 +40,7 @@ class HistoryBuilder:
     def __init__(self, workflow_name: str, input: list | None = None,
                  workflow_id: str = "wf-1", task_queue: str = "default"):
         self.events: list[dict] = []
+        self.workflow_id = workflow_id
         self.add("WorkflowStarted", workflow_name=workflow_name, workflow_id=workflow_id,
                  input=list(input or []), task_queue=task_queue)
 
@@ -72,6 +75,17 @@ class HistoryBuilder:
                 self.add("WorkflowCompleted", result=c["result"])
             elif t == "fail_workflow":
                 self.add("WorkflowFailed", failure=c["failure"])
+            elif t == "cancel_timer":
+                self.add("TimerCancelled", seq=c["seq"], timer_seq=c["timer_seq"])
+            elif t == "start_child_workflow":
+                self.add("ChildWorkflowStarted", seq=c["seq"], workflow_name=c["workflow_name"],
+                         workflow_id=c["workflow_id"] or f"{self.workflow_id}/{c['seq']}",
+                         child_execution_id=self.child_execution_id(c["seq"]),
+                         parent_close_policy=c["parent_close_policy"])
+            elif t == "cancel_workflow":
+                self.add("WorkflowCancelled", details=c["details"])
+            elif t == "continue_as_new":
+                self.add("WorkflowContinuedAsNew", new_execution_id="exec-next", input=c["input"])
             else:
                 raise AssertionError(f"unknown command {c}")
         return self.since(start)
@@ -87,6 +101,31 @@ class HistoryBuilder:
 
     def timer_fired(self, seq: int) -> dict:
         return self.add("TimerFired", seq=seq)
+
+    # the new resolution events (signals, cancellation, children)
+    @staticmethod
+    def child_execution_id(seq: int) -> str:
+        return f"child-exec-{seq}"
+
+    def signal(self, name: str, payload: Any = None, signal_id: str | None = None) -> dict:
+        return self.add("SignalReceived", name=name, payload=payload,
+                        signal_id=signal_id or f"sig-{self.last_id + 1}")
+
+    def cancel_requested(self, reason: str | None = "user asked") -> dict:
+        return self.add("WorkflowCancelRequested", reason=reason)
+
+    def child_completed(self, seq: int, result: Any) -> dict:
+        return self.add("ChildWorkflowCompleted", seq=seq,
+                        child_execution_id=self.child_execution_id(seq), result=result)
+
+    def child_failed(self, seq: int, status: str = "FAILED", error_type: str = "ValueError",
+                     message: str = "child broke") -> dict:
+        failure = None if status == "TERMINATED" else {
+            "error_type": error_type, "message": message, "non_retryable": True,
+            "details": None}
+        return self.add("ChildWorkflowFailed", seq=seq,
+                        child_execution_id=self.child_execution_id(seq), status=status,
+                        failure=failure)
 
 
 def new_run(app: Any, wf: Any, **kwargs: Any) -> WorkflowRun:
@@ -117,16 +156,19 @@ def _default_outcome(command: dict) -> tuple:
     return ("result", {"echo": command["input"], "seq": command["seq"]})
 
 
+OUTSTANDING = ("schedule_activity", "start_timer", "start_child_workflow")
+
+
 class Engine:
     """Drive one workflow to its end, optionally proving cold == warm at every task."""
 
     def __init__(self, app: Any, wf: Any, input: list | None = None,
                  resolver: Resolver = resolve_all_in_order, check_cold: bool = True,
-                 **run_kwargs: Any):
+                 history: HistoryBuilder | None = None, **run_kwargs: Any):
         name = wf.__harvest_workflow__.name
         self.app, self.wf, self.resolver = app, wf, resolver
         self.check_cold, self.run_kwargs = check_cold, run_kwargs
-        self.history = HistoryBuilder(name, input)
+        self.history = history or HistoryBuilder(name, input)
         self.run = new_run(app, wf, **run_kwargs)
         self.seen = 0
         self.outstanding: list[dict] = []
@@ -144,18 +186,24 @@ class Engine:
         if in_flight is not None:
             in_flight(self.history)  # events arriving while the task is in flight
         self.history.complete_task(act.through, act.commands)
-        self.outstanding += [c for c in act.commands
-                             if c["type"] in ("schedule_activity", "start_timer")]
+        self.outstanding += [c for c in act.commands if c["type"] in OUTSTANDING]
+        cancelled = {c["timer_seq"] for c in act.commands if c["type"] == "cancel_timer"}
+        self.outstanding = [c for c in self.outstanding if c["seq"] not in cancelled]
         self.activations.append(act)
         return act
 
     def resolve(self) -> None:
         for command, outcome in self.resolver(list(self.outstanding)):
             self.outstanding.remove(command)
+            child = command["type"] == "start_child_workflow"
             if outcome[0] == "fire":
                 self.history.timer_fired(command["seq"])
+            elif outcome[0] == "fail" and child:
+                self.history.child_failed(command["seq"], error_type=outcome[1])
             elif outcome[0] == "fail":
                 self.history.activity_failed(command["seq"], outcome[1])
+            elif child:
+                self.history.child_completed(command["seq"], outcome[1])
             else:
                 self.history.activity_completed(command["seq"], outcome[1])
 

@@ -1,4 +1,4 @@
-"""`harvest workflow`: start runs and read their state (operator commands grow here)."""
+"""`harvest workflow`: start runs, read their state, and operate on them through the SQL API."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
 from harvest.errors import InvalidArgument
 
 
@@ -70,14 +71,15 @@ def start(name: str, input_json: str | None, input_file: str | None, workflow_id
 
 @workflow.command("get")
 @click.argument("execution_id")
-@click.option("--database-url", default=None)
-@click.option("--output", type=click.Choice(["table", "json"]), default="table")
+@database_url_option
+@output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
     """Show one execution."""
-    from harvest.client import Client
-
-    with Client(database_url) as client:
-        _echo(client.get_handle(execution_id).describe(), output)
+    with sql_api(database_url, read_only=True) as sql:
+        data = sql.get_execution(execution_id)
+    emit(data, output, lambda d: mapping(d, [
+        "id", "workflow_name", "workflow_id", "status", "task_queue", "parent_id", "created_at",
+        "completed_at", "cancel_requested", "last_event_id", "search_attributes", "failure"]))
 
 
 @workflow.command("result")
@@ -95,24 +97,197 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
 
 @workflow.command("history")
 @click.argument("execution_id")
-@click.option("--database-url", default=None)
-def history(execution_id: str, database_url: str | None) -> None:
-    """Print an execution's event history, one JSON event per line."""
-    from harvest.client import Client
-
-    with Client(database_url) as client:
-        for event in client.get_handle(execution_id).history():
-            click.echo(json.dumps(event, default=str))
+@click.option("--full", is_flag=True, help="Include payload values (input, result, payload, details).")
+@database_url_option
+@output_option
+def history(execution_id: str, full: bool, database_url: str | None, output: str) -> None:
+    """Show an execution's event history (payload values redacted unless --full)."""
+    doc = _history_rows(execution_id, full, database_url)
+    if output == "json":
+        click.echo(json.dumps(doc, default=str))
+        return
+    rows = [dict(e, summary=_summary(e)) for e in doc["events"]]
+    click.echo(table(rows, ["event_id", "event_type", "created_at", "summary"]))
 
 
 @workflow.command("terminate")
 @click.argument("execution_id")
 @click.option("--reason", default=None)
-@click.option("--database-url", default=None)
-def terminate(execution_id: str, reason: str | None, database_url: str | None) -> None:
+@database_url_option
+@output_option
+def terminate(execution_id: str, reason: str | None, database_url: str | None, output: str) -> None:
     """End a run at once; no cleanup code runs."""
-    from harvest.client import Client
+    with sql_api(database_url, read_only=False) as sql:
+        sql.terminate_workflow(execution_id, reason)
+    emit({"execution_id": execution_id, "status": "TERMINATED"}, output,
+         lambda d: f"terminated {execution_id}")
 
-    with Client(database_url) as client:
-        client.get_handle(execution_id).terminate(reason)
-    click.echo(f"terminated {execution_id}")
+
+# -- the operator commands (SQL API: functions/operator.sql, signals.sql, executions.sql) -----
+
+REDACTED_KEYS = frozenset({"input", "result", "payload", "details", "output", "heartbeat_details"})
+
+
+def redact(value: Any) -> Any:
+    """Replace every payload value (input/result/payload/details, at any depth) by its size."""
+    if isinstance(value, dict):
+        out = {}
+        for key, inner in value.items():
+            if key in REDACTED_KEYS and inner is not None:
+                out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
+            else:
+                out[key] = redact(inner)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
+
+
+def _summary(event: dict[str, Any]) -> str:
+    data = event.get("event_data") or {}
+    parts = [f"{k}={data[k]}" for k in ("seq", "name", "workflow_name", "signal_id", "reason") if k in data]
+    failure = data.get("failure")
+    if isinstance(failure, dict):
+        parts.append(f"{failure.get('error_type')}: {failure.get('message')}")
+    return " ".join(str(p) for p in parts)
+
+
+@workflow.command("list")
+@click.option("--state", default=None, help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
+              "CONTINUED_AS_NEW (comma-separated for several).")
+@click.option("--workflow-name", default=None)
+@click.option("--search-attr", "search_attrs", multiple=True,
+              help="key=value (or key:value), or a typed comparison key>=10, key<2026-01-01 (repeatable, AND).")
+@click.option("--created-after", default=None, type=click.DateTime(
+    ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]))
+@click.option("--created-before", default=None, type=click.DateTime(
+    ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]))
+@click.option("--page-size", "--limit", "page_size", default=50, show_default=True, type=int,
+              help="Rows per page (max 1000).")
+@click.option("--cursor", default=None, help="next_cursor from the previous page.")
+@click.option("--order", type=click.Choice(["desc", "asc"]), default="desc", show_default=True)
+@database_url_option
+@output_option
+def list_(state, workflow_name, search_attrs, created_after, created_before, page_size, cursor, order,
+          database_url, output) -> None:
+    """List executions, newest first, with filters and keyset pagination."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_executions(state=state, workflow_name=workflow_name,
+                                   search_attributes=list(search_attrs), created_after=created_after,
+                                   created_before=created_before, page_size=page_size, cursor=cursor,
+                                   order=order)
+    next_cursor = rows[-1]["next_cursor"] if rows else None
+    for row in rows:
+        row.pop("next_cursor", None)
+
+    def render(data):
+        text = table(data["executions"], ["id", "workflow_name", "workflow_id", "status", "created_at",
+                                          "completed_at"],
+                     ["execution_id", "workflow", "workflow_id", "status", "created", "completed"])
+        text += f"\n{len(data['executions'])} execution(s)"
+        if data["next_cursor"]:
+            text += f"; next page: --cursor {data['next_cursor']}"
+        return text
+
+    emit({"executions": rows, "next_cursor": next_cursor}, output, render)
+
+
+@workflow.command("signal")
+@click.argument("execution_id")
+@click.argument("signal_name")
+@click.option("--payload-json", default=None, help="The signal payload as JSON.")
+@click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
+@database_url_option
+@output_option
+def signal(execution_id, signal_name, payload_json, payload_file, database_url, output) -> None:
+    """Send signal SIGNAL_NAME to a running execution."""
+    payload = read_json_option(payload_json, payload_file, "payload")
+    with sql_api(database_url, read_only=False) as sql:
+        event_id = sql.signal_workflow(execution_id, signal_name, payload)
+    emit({"execution_id": execution_id, "signal": signal_name, "event_id": event_id}, output,
+         lambda d: f"signalled {execution_id}: {signal_name} (event {event_id})")
+
+
+@workflow.command("cancel")
+@click.argument("execution_id")
+@click.option("--reason", default=None)
+@database_url_option
+@output_option
+def cancel(execution_id, reason, database_url, output) -> None:
+    """Ask a running execution to cancel (its code may clean up)."""
+    with sql_api(database_url, read_only=False) as sql:
+        requested = sql.cancel_workflow(execution_id, reason)
+    emit({"execution_id": execution_id, "cancel_requested": True, "first_request": requested}, output,
+         lambda d: f"cancel requested for {execution_id}" + ("" if requested else " (already requested)"))
+
+
+@workflow.command("stack")
+@click.argument("execution_id")
+@database_url_option
+@output_option
+def stack(execution_id, database_url, output) -> None:
+    """What an execution is waiting on now, and its last event id."""
+    with sql_api(database_url, read_only=True) as sql:
+        data = sql.workflow_stack(execution_id)
+
+    def render(d):
+        parts = [mapping(d, ["execution_id", "workflow_name", "workflow_id", "status", "cancel_requested",
+                             "last_event_id", "signals_since_last_task"])]
+        if d["pending_activities"]:
+            parts += ["", "activities:", table(d["pending_activities"],
+                                               ["seq", "name", "queue", "status", "attempt", "due_at",
+                                                "lease_owner"])]
+        if d["timers"]:
+            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at"])]
+        if d["children"]:
+            parts += ["", "children:", table(d["children"], ["seq", "execution_id", "workflow_name", "status"])]
+        if d.get("workflow_task"):
+            parts += ["", "workflow task: " + mapping(d["workflow_task"]).replace("\n", "; ")]
+        if not (d["pending_activities"] or d["timers"] or d["children"] or d.get("workflow_task")):
+            parts += ["", "waiting on: nothing (signals, or a terminal run)"]
+        return "\n".join(parts)
+
+    emit(data, output, render)
+
+
+@workflow.command("children")
+@click.argument("execution_id")
+@click.option("--state", default=None)
+@click.option("--depth", default=1, show_default=True, type=int)
+@database_url_option
+@output_option
+def children(execution_id, state, depth, database_url, output) -> None:
+    """List an execution's child workflows (to --depth levels)."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_children(execution_id, state, depth)
+    emit(rows, output, lambda d: table(d, ["execution_id", "workflow_name", "status", "depth", "created_at",
+                                           "completed_at", "error_summary"]))
+
+
+def _history_rows(execution_id: str, full: bool, database_url: str | None) -> dict[str, Any]:
+    with sql_api(database_url, read_only=True) as sql:
+        execution = sql.get_execution(execution_id)
+        events = sql.get_history(execution_id)
+    doc = {"execution": execution, "events": events, "redacted": not full}
+    return doc if full else redact(doc)
+
+
+@click.group("history")
+def history_group() -> None:
+    """Export execution histories."""
+
+
+@history_group.command("export")
+@click.argument("execution_id")
+@click.option("--full", is_flag=True, help="Include payload values; by default each is replaced by "
+              '{"redacted": true, "bytes": n}.')
+@click.option("--file", "path", default="-", show_default=True, help="Write here (- for stdout).")
+@database_url_option
+def export(execution_id: str, full: bool, path: str, database_url: str | None) -> None:
+    """Export an execution and its history as one JSON document (redacted by default)."""
+    text = json.dumps(_history_rows(execution_id, full, database_url), default=str, indent=2)
+    if path == "-":
+        click.echo(text)
+    else:
+        Path(path).write_text(text + "\n")
+        click.echo(f"wrote {path}", err=True)

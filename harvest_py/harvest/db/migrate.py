@@ -196,9 +196,19 @@ class Migrator:
                     self.progress(f"applying functions/{path.name}")
                     self._apply_functions(conn, path)
                     report.functions_applied.append(path.name)
+                if report.applied or report.applied_non_transactional or report.functions_applied:
+                    # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
+                    # SECURITY DEFINER and the role grants again (functions/zz_security.sql).
+                    self._secure_functions(conn)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
+
+    def _secure_functions(self, conn: psycopg.Connection) -> None:
+        exists = conn.execute("SELECT to_regprocedure('harvest._secure_functions()') IS NOT NULL").fetchone()[0]
+        if exists:
+            with conn.transaction():
+                conn.execute("SELECT harvest._secure_functions()")
 
     def _run_statements(self, conn: psycopg.Connection, path: Path, sql: str) -> None:
         try:

@@ -73,6 +73,31 @@ GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
 DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
+# -- the operator surface (functions/operator.sql, fleet.sql, retention.sql, dead_letters.sql)
+LIST_EXECUTIONS = """
+SELECT * FROM harvest.list_executions(
+    p_state => %(state)s, p_workflow_name => %(workflow_name)s,
+    p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
+    p_created_before => %(created_before)s, p_page_size => %(page_size)s, p_cursor => %(cursor)s,
+    p_order => %(order)s)
+"""
+WORKFLOW_STACK = "SELECT harvest.workflow_stack(%(execution_id)s) AS stack"
+AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.aggregate_dead_letters(%(group_by)s)"
+BULK_DEAD_LETTERS = """
+SELECT harvest.bulk_{action}_dead_letters(
+    p_activity_name => %(activity_name)s, p_workflow_name => %(workflow_name)s,
+    p_failed_after => %(failed_after)s, p_failed_before => %(failed_before)s, p_limit => %(limit)s,
+    p_dry_run => %(dry_run)s, p_operator => %(operator)s) AS result
+"""
+LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s)"
+GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
+WORKER_HEALTH = "SELECT harvest.worker_health() AS health"
+DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
+DRAIN_PREVIEW = "SELECT * FROM harvest.drain_preview(%(queue)s, %(worker_id)s)"
+LIST_AUDIT_LOG = "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s)"
+RETENTION_STATUS = "SELECT harvest.retention_status() AS status"
+SET_RETENTION = "SELECT harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS status"
+RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
 
 
 @contextlib.contextmanager
@@ -161,6 +186,63 @@ class SqlApi:
 
     def discard_dead_letter(self, id: int) -> None:
         self._all(DISCARD_DEAD_LETTER, id=id)
+
+    # -- the operator surface --------------------------------------------------------------
+    def list_executions(self, state: str | None = None, workflow_name: str | None = None,
+                        search_attributes: list[str] | None = None, created_after: Any = None,
+                        created_before: Any = None, page_size: int = 50, cursor: str | None = None,
+                        order: str = "desc") -> list[dict[str, Any]]:
+        return self._all(LIST_EXECUTIONS, state=state, workflow_name=workflow_name,
+                         search_attributes=list(search_attributes) if search_attributes else None,
+                         created_after=created_after, created_before=created_before,
+                         page_size=page_size, cursor=cursor, order=order)
+
+    def workflow_stack(self, execution_id: str) -> dict[str, Any]:
+        return self._one(WORKFLOW_STACK, execution_id=execution_id)["stack"]
+
+    def aggregate_dead_letters(self, group_by: str = "all") -> list[dict[str, Any]]:
+        return self._all(AGGREGATE_DEAD_LETTERS, group_by=group_by)
+
+    def bulk_dead_letters(self, action: str, activity_name: str | None = None,
+                          workflow_name: str | None = None, failed_after: Any = None,
+                          failed_before: Any = None, limit: int = 100, dry_run: bool = False,
+                          operator: str | None = None) -> dict[str, Any]:
+        if action not in ("replay", "discard"):
+            raise ValueError(f"unknown bulk dead-letter action {action!r}")
+        return self._one(BULK_DEAD_LETTERS.replace("{action}", action), activity_name=activity_name,
+                         workflow_name=workflow_name, failed_after=failed_after,
+                         failed_before=failed_before, limit=limit, dry_run=dry_run,
+                         operator=operator)["result"]
+
+    def list_workers(self, queue: str | None = None, status: str | None = None,
+                     health: str | None = None) -> list[dict[str, Any]]:
+        return self._all(LIST_WORKERS, queue=queue, status=status, health=health)
+
+    def get_worker(self, worker_id: str) -> dict[str, Any]:
+        return self._one(GET_WORKER, worker_id=worker_id)["worker"]
+
+    def worker_health(self) -> dict[str, Any]:
+        return self._one(WORKER_HEALTH)["health"]
+
+    def drain_worker(self, worker_id: str, deadline: Any = None, operator: str | None = None) -> dict[str, Any]:
+        return self._one(DRAIN_WORKER, worker_id=worker_id, deadline=deadline, operator=operator)["result"]
+
+    def drain_preview(self, queue: str | None = None, worker_id: str | None = None) -> list[dict[str, Any]]:
+        return self._all(DRAIN_PREVIEW, queue=queue, worker_id=worker_id)
+
+    def list_audit_log(self, limit: int = 100, operation: str | None = None) -> list[dict[str, Any]]:
+        return self._all(LIST_AUDIT_LOG, limit=limit, operation=operation)
+
+    def retention_status(self) -> dict[str, Any]:
+        return self._one(RETENTION_STATUS)["status"]
+
+    def set_retention(self, max_age: str | None, batch_size: int | None = None,
+                      operator: str | None = None) -> dict[str, Any]:
+        return self._one(SET_RETENTION, max_age=max_age, batch_size=batch_size, operator=operator)["status"]
+
+    def run_retention(self, max_age: str | None = None, batch_size: int | None = None,
+                      operator: str | None = None) -> dict[str, Any]:
+        return self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size, operator=operator)["result"]
 
 
 class AsyncSqlApi:

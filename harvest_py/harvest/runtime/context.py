@@ -8,19 +8,37 @@ recorded once as markers and read back afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from harvest.definitions import ActivityDefinition, parse_duration
+from harvest.definitions import ActivityDefinition, WorkflowDefinition, parse_duration
+from harvest.errors import InvalidArgument, SignalTimeout
 from harvest.payload import decode, decode_result, encode, encode_args, return_hint
 
 if TYPE_CHECKING:
+    from harvest.runtime.children import ChildHandle
     from harvest.runtime.run import WorkflowRun
 
-__all__ = ["WorkflowContext", "WorkflowInfo"]
+__all__ = ["DEFAULT_VERSION", "ContinueAsNew", "WorkflowContext", "WorkflowInfo"]
+
+# ``ctx.version`` returns it when replaying a history recorded before the call existed.
+DEFAULT_VERSION = -1
+PARENT_CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``: ends the run with a ``continue_as_new`` command.
+
+    A ``BaseException`` so that ``except Exception`` in workflow code does not swallow it.
+    """
+
+    def __init__(self, input: list):
+        super().__init__(f"continue as new with {input!r:.80}")
+        self.input = input
 
 
 @dataclass(frozen=True)
@@ -61,7 +79,11 @@ class WorkflowContext:
         return self._run.is_replaying
 
     def history_event_count(self) -> int:
-        """Events the current step has seen; the same on replay as on the original run."""
+        """Events loaded when the current step ran: the same on replay as on the original run.
+
+        (A live step has seen the whole history; a replayed step counts up to its
+        ``through``, which is what the original run had loaded.)
+        """
         return self._run.through
 
     # ------------------------------------------------------------------ activities
@@ -117,8 +139,7 @@ class WorkflowContext:
     async def sleep(self, duration: Any) -> None:
         """A durable timer: ``await ctx.sleep("1h")`` survives restarts."""
         seconds = parse_duration(duration, "sleep")
-        seconds_json: float | int = int(seconds) if seconds.is_integer() else seconds
-        command = {"type": "start_timer", "seq": self._run.next_seq(), "duration": seconds_json}
+        command = {"type": "start_timer", "seq": self._run.next_seq(), "duration": _secs(seconds)}
         await self._run.issue(command, "timer", None)
 
     # ------------------------------------------------------------------ markers
@@ -149,7 +170,159 @@ class WorkflowContext:
                                                               "side_effect"))
         return decode(value, return_hint(fn), "side_effect")
 
+    # ------------------------------------------------------------------ signals
+    async def wait_for_signal(self, name: str, timeout: Any = None, *,
+                              type_hint: Any = Any) -> Any:
+        """The oldest buffered payload of signal ``name``, or wait for the next one.
+
+        Signals are buffered per name in arrival order. With ``timeout`` (seconds or
+        ``"1h"``) a durable timer races the signal: if the signal wins, the timer is
+        cancelled (a ``cancel_timer`` command); if the timer wins, ``SignalTimeout``
+        is raised and a later signal stays buffered. A buffered signal is returned
+        at once, with no timer. ``type_hint`` decodes the JSON payload.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"wait_for_signal: name must be a non-empty string, got {name!r}")
+        seconds = None if timeout is None else parse_duration(timeout, "wait_for_signal timeout")
+        run = self._run
+        found, payload = run.signals.take(name)
+        if not found:
+            waiter = asyncio.get_running_loop().create_future()
+            run.signals.wait(name, waiter)
+            timer_seq = None
+            if seconds is not None:
+                timer_seq = run.next_seq()
+
+                def timed_out() -> None:
+                    if not waiter.done():
+                        waiter.set_exception(SignalTimeout(name, seconds))
+
+                run.issue({"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)},
+                          "timer", None, on_fire=timed_out)
+            try:
+                payload = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    run.signals.put_back(name, waiter.result())  # delivered, never seen
+                raise
+            if timer_seq is not None and run.timer_pending(timer_seq):
+                run.cancel_timer(timer_seq)
+        return decode(payload, type_hint, f"signal {name!r}")
+
+    def pending_signals(self, name: str | None = None) -> int:
+        """How many signals (of ``name``, or of any name) are buffered and not yet taken."""
+        return self._run.signals.count(name)
+
+    # ------------------------------------------------------------------ cancellation
+    def is_cancel_requested(self) -> bool:
+        """True once ``WorkflowCancelRequested`` reached the workflow (it raised CancelledError)."""
+        return self._run.cancel_requested
+
+    # ------------------------------------------------------------------ children
+    async def start_child_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
+                                   task_queue: str | None = None,
+                                   parent_close_policy: str = "terminate") -> ChildHandle:
+        """Start a child workflow (command ``start_child_workflow``) and return its handle.
+
+        ``workflow`` is a ``@workflow`` function or definition (its arguments are encoded
+        and its result decoded by its hints) or a registered name. ``workflow_id`` None
+        lets the database mint ``<parent workflow_id>/<seq>``; ``task_queue`` None uses
+        the child definition's queue when it is known here, else the parent's.
+        ``parent_close_policy``: ``terminate``, ``request_cancel`` or ``abandon``.
+        """
+        if parent_close_policy not in PARENT_CLOSE_POLICIES:
+            raise InvalidArgument(f"parent_close_policy: {parent_close_policy!r} is not one of "
+                                  f"{list(PARENT_CLOSE_POLICIES)}")
+        if workflow_id is not None and (not isinstance(workflow_id, str) or not workflow_id):
+            raise InvalidArgument(f"workflow_id: expected a non-empty string or None, "
+                                  f"got {workflow_id!r}")
+        if task_queue is not None and (not isinstance(task_queue, str) or not task_queue):
+            raise InvalidArgument(f"task_queue: expected a non-empty string or None, "
+                                  f"got {task_queue!r}")
+        name, defn = self._resolve_workflow(workflow)
+        fn = defn.fn if defn is not None else None
+        command = {"type": "start_child_workflow", "seq": 0, "workflow_name": name,
+                   "input": encode_args(fn, args),
+                   "workflow_id": workflow_id,
+                   "task_queue": task_queue or (defn.queue if defn is not None else None),
+                   "parent_close_policy": parent_close_policy}
+        command["seq"] = self._run.next_seq()
+        return self._run.start_child(command, lambda raw: decode_result(fn, raw))
+
+    async def execute_child_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
+                                     task_queue: str | None = None,
+                                     parent_close_policy: str = "terminate") -> Any:
+        """Start a child workflow and wait for its result; ``ChildWorkflowError`` if it failed."""
+        handle = await self.start_child_workflow(
+            workflow, *args, workflow_id=workflow_id, task_queue=task_queue,
+            parent_close_policy=parent_close_policy)
+        return await handle.result()
+
+    def _resolve_workflow(self, workflow: Any) -> tuple[str, WorkflowDefinition | None]:
+        if isinstance(workflow, str):
+            if not workflow:
+                raise InvalidArgument("child workflow name must be a non-empty string")
+            return workflow, self._run.find_workflow(workflow)
+        defn = workflow if isinstance(workflow, WorkflowDefinition) \
+            else getattr(workflow, "__harvest_workflow__", None)
+        if not isinstance(defn, WorkflowDefinition):
+            raise TypeError(f"execute_child_workflow: {workflow!r} is neither a workflow name "
+                            "nor a function decorated with @workflow")
+        return defn.name, defn
+
+    # ------------------------------------------------------------------ continue-as-new
+    def continue_as_new(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """End this run and start a fresh one (same workflow id, name and queue) with ``args``.
+
+        Raises ``ContinueAsNew`` (a ``BaseException``): ``ctx.continue_as_new(x)``,
+        ``await ctx.continue_as_new(x)`` and ``return ctx.continue_as_new(x)`` all work.
+        The arguments are encoded by this workflow function's parameter hints.
+        """
+        raise ContinueAsNew(encode_args(self._run.definition.fn, args, kwargs))
+
+    def should_continue_as_new(self) -> bool:
+        """True when the history holds more events than the run's threshold (default 10,000).
+
+        Recorded as a ``continue_as_new_suggested`` marker, so a replay gets the same answer.
+        """
+        return bool(self._run.marker(
+            "continue_as_new_suggested",
+            lambda: self.history_event_count() > self._run.continue_as_new_threshold))
+
+    # ------------------------------------------------------------------ versioning
+    def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """Which version of a code change this run follows (Temporal's ``getVersion``).
+
+        - First execution: records a ``version`` marker ``{change_id, version:
+          max_supported}`` and returns ``max_supported``.
+        - Replay: returns the recorded version. A recorded version outside
+          ``[min_supported, max_supported]`` raises ``NonDeterminismError`` (the
+          code dropped support for runs still in flight).
+        - Replay of a history recorded before this call was added (the recorded
+          command at this position is not a ``version`` marker for ``change_id``):
+          returns ``DEFAULT_VERSION`` (-1) *without consuming a seq*, but only when
+          ``min_supported == DEFAULT_VERSION``; otherwise ``NonDeterminismError``.
+        - The same ``change_id`` asked again in the same run returns the first
+          answer without a second marker.
+        """
+        if not isinstance(change_id, str) or not change_id:
+            raise InvalidArgument(f"version: change_id must be a non-empty string, "
+                                  f"got {change_id!r}")
+        for what, v in (("min_supported", min_supported), ("max_supported", max_supported)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < DEFAULT_VERSION:
+                raise InvalidArgument(f"version: {what} must be an int >= {DEFAULT_VERSION}, "
+                                      f"got {v!r}")
+        if min_supported > max_supported:
+            raise InvalidArgument(f"version: min_supported {min_supported} > max_supported "
+                                  f"{max_supported}")
+        return self._run.version(change_id, min_supported, max_supported)
+
     def __repr__(self) -> str:
         return (f"WorkflowContext(workflow={self.workflow_name!r}, "
                 f"workflow_id={self.workflow_id!r}, execution_id={self.execution_id!r})")
 
+
+
+def _secs(seconds: float) -> float | int:
+    """Integral seconds are written as ints, matching the wire examples."""
+    return int(seconds) if float(seconds).is_integer() else seconds

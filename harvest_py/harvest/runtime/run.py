@@ -6,6 +6,13 @@ events up to ``through``, run until blocked, check the issued commands against
 the command events recorded after that marker); what follows the last marker is
 the new batch, whose commands are returned. A cached run receives only new
 events and takes the same steps, so both paths return identical commands.
+
+Resolution events are delivered synchronously in ``event_id`` order before the
+code runs: activity/timer/child outcomes resolve their ``seq``'s future,
+``SignalReceived`` feeds the per-name signal buffer (``signals.py``) and
+``WorkflowCancelRequested`` cancels the main task. A child's
+``ChildWorkflowStarted`` (a command event) reaches its handle when the step that
+issued it is confirmed, so warm and cold runs see it at the same point.
 """
 
 from __future__ import annotations
@@ -20,20 +27,39 @@ from dataclasses import dataclass
 from typing import Any
 
 from harvest.definitions import App, WorkflowDefinition
-from harvest.errors import ActivityError, ActivityFailure, HarvestError, NonDeterminismError
+from harvest.errors import (
+    ActivityError,
+    ActivityFailure,
+    ChildWorkflowError,
+    HarvestError,
+    InvalidArgument,
+    NonDeterminismError,
+    PayloadError,
+)
 from harvest.payload import decode_args, encode
-from harvest.runtime.context import WorkflowContext, WorkflowInfo
+from harvest.runtime.children import ChildHandle
+from harvest.runtime.commands import (
+    COMMAND_EVENTS,
+    RESOLUTION_EVENTS,
+    TERMINAL_COMMANDS,
+    TERMINAL_EVENTS,
+    CommandIssuer,
+    Pending,
+    describe_command,
+    event_as_command,
+    failure_json,
+    nondeterminism,
+    same,
+)
+from harvest.runtime.context import ContinueAsNew, WorkflowContext, WorkflowInfo
 from harvest.runtime.local import LocalActivityContext, run_local_activity
-from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
+from harvest.runtime.loop import DeterministicEventLoop
+from harvest.runtime.signals import SignalBuffer
 
-__all__ = ["Activation", "HistoryMismatch", "WorkflowRun"]
+__all__ = ["DEFAULT_CONTINUE_AS_NEW_THRESHOLD", "Activation", "HistoryMismatch", "WorkflowRun"]
 
-COMMAND_EVENTS = {"ActivityScheduled": "schedule_activity", "TimerStarted": "start_timer",
-                  "MarkerRecorded": "record_marker"}
-RESOLUTION_EVENTS = {"ActivityCompleted": "activity", "ActivityFailed": "activity",
-                     "TimerFired": "timer"}
-TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
-                   "WorkflowCancelled", "WorkflowTimedOut", "WorkflowContinuedAsNew"}
+DEFAULT_CONTINUE_AS_NEW_THRESHOLD = 10_000
+_UNSET = object()
 
 
 class HistoryMismatch(HarvestError):
@@ -49,45 +75,7 @@ class Activation:
     finished: bool = False
 
 
-@dataclass
-class _Pending:
-    seq: int
-    kind: str  # "activity" | "timer" | "local_activity"
-    name: str | None
-    future: asyncio.Future
-    defn: Any = None
-    args: tuple = ()
-    recorded: Any = None  # a local activity's marker value, when replayed
-    done: bool = False
-
-
-def _describe_command(cmd: dict) -> str:
-    kind = cmd["type"]
-    if kind == "schedule_activity":
-        return f"schedule_activity {cmd.get('name')!r}"
-    if kind == "record_marker":
-        if cmd.get("kind") == "local_activity":
-            return f"local activity {(cmd.get('value') or {}).get('name')!r}"
-        return f"record_marker {cmd.get('kind')!r}"
-    return kind
-
-
-def _event_as_command(event: dict) -> dict:
-    return {"type": COMMAND_EVENTS[event["event_type"]], **event["event_data"]}
-
-
-def _same(cmd: dict, recorded: dict) -> bool:
-    return _describe_command(cmd) == _describe_command(recorded)
-
-
-def _nondeterminism(seq: int, expected: str, got: str, hint: str = "") -> NonDeterminismError:
-    exc = NonDeterminismError(f"non-determinism at seq {seq}: expected {expected}, got {got}"
-                              + (f" ({hint})" if hint else ""))
-    exc.seq, exc.expected, exc.got = seq, expected, got  # type: ignore[attr-defined]
-    return exc
-
-
-class WorkflowRun:
+class WorkflowRun(CommandIssuer):
     """One execution's workflow code, stepped through its history."""
 
     def __init__(self, app_or_definition: Any, workflow_definition: Any = None,
@@ -96,7 +84,8 @@ class WorkflowRun:
                  activity_context_factory: Callable[[str, int, int, str], Any] | None = None,
                  clock: Callable[[], _dt.datetime] | None = None,
                  rng: _random.Random | None = None,
-                 local_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
+                 local_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+                 continue_as_new_threshold: int = DEFAULT_CONTINUE_AS_NEW_THRESHOLD):
         if isinstance(app_or_definition, App) or app_or_definition is None:
             self.app = app_or_definition
             wf = workflow_definition
@@ -112,11 +101,15 @@ class WorkflowRun:
         self.definition: WorkflowDefinition = getattr(wf, "__harvest_workflow__", wf)
         if not isinstance(self.definition, WorkflowDefinition):
             raise TypeError(f"WorkflowRun: {wf!r} is not a @workflow")
+        if not isinstance(continue_as_new_threshold, int) or continue_as_new_threshold < 0:
+            raise InvalidArgument(f"continue_as_new_threshold: {continue_as_new_threshold!r} "
+                                  "must be an int >= 0")
         self.execution_id = str(execution_id)
         self._workflow_id, self._task_queue = workflow_id, task_queue
         self.activity_context_factory = activity_context_factory or LocalActivityContext
         self.clock = clock or (lambda: _dt.datetime.now(_dt.UTC))
         self.rng = rng or _random.SystemRandom()
+        self.continue_as_new_threshold = continue_as_new_threshold
         self._local_sleep = local_sleep
         self._loop = DeterministicEventLoop()
         self.ctx: WorkflowContext | None = None
@@ -128,12 +121,20 @@ class WorkflowRun:
         self._group_owner: int | None = None
         self._resolutions: deque[dict] = deque()
         self._terminal_event: dict | None = None
+        self._terminal_owner: int | None = None  # the marker whose step wrote the terminal event
         self._seq = 0
-        self._pending: dict[int, _Pending] = {}
+        self._pending: dict[int, Pending] = {}
         self._expected: dict[int, dict] | None = None  # recorded commands of a replayed step
         self._new_commands: list[dict] = []
         self._live: tuple[int, list[dict]] | None = None  # last activation, not yet confirmed
         self._fatal: BaseException | None = None
+        self.signals = SignalBuffer()
+        self._children: dict[int, ChildHandle] = {}
+        self._cancelled_timers: set[int] = set()
+        self._versions: dict[str, int] = {}
+        self.cancel_requested = False
+        self.cancel_reason: Any = None
+        self._cancel_details: Any = _UNSET
         self.through = 0
         self.is_replaying = False
         self.finished = False
@@ -160,10 +161,31 @@ class WorkflowRun:
                                   f"(through {self._live[0]}) was never recorded in the history")
         return await self._live_step()
 
+    def replay_history(self, events: list[dict]) -> None:
+        """Check a whole history, closed or not, against the code; produce nothing new.
+
+        Every recorded step is replayed and matched (``NonDeterminismError`` on the
+        first difference); a history closed by a command must end the same way.
+        Resolution events after the last step are not delivered, so no new command
+        is issued and no local activity runs. Used by ``harvest.testing``.
+        """
+        if self._main is not None or self._fatal is not None:
+            raise RuntimeError("replay_history needs a fresh WorkflowRun")
+        self._ingest(events)
+        self._begin()
+        while self._markers:
+            marker_id, through = self._markers.popleft()
+            self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
+        if self._terminal_owner is not None and not self._main.done():
+            recorded = self._terminal_event["event_type"]
+            self._raise_fatal(nondeterminism(None, recorded, "a workflow still running",
+                                             "the code no longer ends where the history did"))
+
     def close(self) -> None:
         """Drop an evicted run; its suspended coroutines are abandoned."""
         self._loop.close()
         self._pending.clear()
+        self._children.clear()
 
     # ------------------------------------------------------------------ history
     def _ingest(self, events: list[dict]) -> None:
@@ -193,6 +215,8 @@ class WorkflowRun:
                 self._resolutions.append(event)
             elif kind in TERMINAL_EVENTS:
                 self._terminal_event = event
+                if kind in TERMINAL_COMMANDS.values():
+                    self._terminal_owner = self._group_owner
 
     def _begin(self) -> None:
         if self._start is None:
@@ -210,25 +234,38 @@ class WorkflowRun:
     async def _run_main(self, json_input: Any) -> Any:
         fn = self.definition.fn
         args, kwargs = decode_args(fn, json_input)
-        result = await fn(self.ctx, *args, **kwargs)
+        try:
+            result = await fn(self.ctx, *args, **kwargs)
+        except asyncio.CancelledError as exc:
+            if exc.args and exc.args[0] is not None:
+                self._cancel_details = exc.args[0]
+            raise
         return encode(result, "result")
 
     # ------------------------------------------------------------------ steps
-    def _replay_step(self, marker_id: int, through: int) -> None:
+    def _replay_step(self, marker_id: int, through: int, closes: bool = False) -> None:
         self.is_replaying, self.through = True, through
-        self._expected = dict(self._groups.pop(marker_id))
+        group = self._groups.pop(marker_id)
+        self._expected = dict(group)
         self._deliver(through)
         self._run_until_blocked_replay()
-        if self._main.done():
+        if self._main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
                 f"event {through}, but its history continues (event {marker_id} onwards)")
         if self._expected:
             seq = min(self._expected)
-            expected = _describe_command(_event_as_command(self._expected[seq]))
-            self._raise_fatal(_nondeterminism(seq, expected, "nothing",
-                                              "the code no longer issues this command"))
+            expected = describe_command(event_as_command(self._expected[seq]))
+            self._raise_fatal(nondeterminism(seq, expected, "nothing",
+                                             "the code no longer issues this command"))
         self._expected = None
+        if closes and self._main.done():
+            got = TERMINAL_COMMANDS[self._terminal_command()["type"]]
+            recorded = self._terminal_event["event_type"]
+            if got != recorded:
+                self._raise_fatal(nondeterminism(None, recorded, got,
+                                                 "the workflow now ends differently"))
+        self._apply_started(group)
 
     def _run_until_blocked_replay(self) -> None:
         while True:
@@ -270,11 +307,20 @@ class WorkflowRun:
         recorded = self._groups.pop(marker_id)
         issued = {c["seq"]: c for c in commands if "seq" in c}
         if through != live_through or set(recorded) != set(issued) or not all(
-                _same(issued[s], _event_as_command(recorded[s])) for s in issued):
+                same(issued[s], event_as_command(recorded[s])) for s in issued):
             raise HistoryMismatch(f"execution {self.execution_id}: the history's step at event "
                                   f"{marker_id} (through {through}) is not the activation this "
                                   f"cached run produced (through {live_through})")
         self._live = None
+        self._apply_started(recorded)
+
+    def _apply_started(self, group: dict[int, dict]) -> None:
+        """A confirmed step's ``ChildWorkflowStarted`` events reach their handles."""
+        for seq in sorted(group):
+            event = group[seq]
+            handle = self._children.get(seq)
+            if event["event_type"] == "ChildWorkflowStarted" and handle is not None:
+                handle._set_started(event["event_data"])
 
     def _step_loop(self) -> None:
         self._loop.run_until_idle()
@@ -289,21 +335,23 @@ class WorkflowRun:
     def _terminal_command(self) -> dict:
         task = self._main
         if task.cancelled():
+            if self.cancel_requested:
+                details = self.cancel_reason if self._cancel_details is _UNSET \
+                    else self._cancel_details
+                try:
+                    details = encode(details, "details")
+                except PayloadError:
+                    details = str(details)
+                return {"type": "cancel_workflow", "details": details}
             return {"type": "fail_workflow", "failure": {
                 "error_type": "CancelledError", "message": "the workflow was cancelled",
                 "non_retryable": True, "details": None}}
         exc = task.exception()
         if exc is None:
             return {"type": "complete_workflow", "result": task.result()}
-        if isinstance(exc, ActivityError):
-            exc = exc.failure
-        if isinstance(exc, ActivityFailure):
-            failure = {"error_type": exc.error_type, "message": exc.message,
-                       "non_retryable": True, "details": exc.details}
-        else:
-            failure = {"error_type": type(exc).__name__, "message": str(exc),
-                       "non_retryable": True, "details": None}
-        return {"type": "fail_workflow", "failure": failure}
+        if isinstance(exc, ContinueAsNew):
+            return {"type": "continue_as_new", "input": exc.input}
+        return {"type": "fail_workflow", "failure": failure_json(exc)}
 
     # ------------------------------------------------------------------ resolution
     def _deliver(self, through: int | None) -> None:
@@ -318,7 +366,15 @@ class WorkflowRun:
 
     def _resolve(self, event: dict) -> None:
         data, kind = event["event_data"], event["event_type"]
+        if kind == "SignalReceived":
+            self.signals.deliver(str(data.get("name")), data.get("payload"))
+            return
+        if kind == "WorkflowCancelRequested":
+            self._request_cancel(data.get("reason"))
+            return
         seq = int(data.get("seq", 0))
+        if kind == "TimerFired" and seq in self._cancelled_timers:
+            return  # it fired before our cancel_timer reached the database; the wait is over
         pending = self._pending.pop(seq, None)
         if pending is None or pending.kind != RESOLUTION_EVENTS[kind]:
             self._fatal = NonDeterminismError(
@@ -326,15 +382,29 @@ class WorkflowRun:
                 f"but the code has no pending {RESOLUTION_EVENTS[kind]} at that seq")
             raise self._fatal
         pending.done = True
+        if pending.on_fire is not None:
+            pending.on_fire()
         if pending.future.done():  # the awaiting task was cancelled; the outcome is moot
             return
         if kind == "ActivityFailed":
             failure = ActivityFailure.from_json(data.get("failure") or {})
             pending.future.set_exception(ActivityError(pending.name or "?", failure))
+        elif kind == "ChildWorkflowFailed":
+            child_id = data.get("child_execution_id") or (
+                pending.handle.child_execution_id if pending.handle else None)
+            pending.future.set_exception(ChildWorkflowError(
+                str(data.get("status") or "FAILED"), data.get("failure"), child_id, pending.name))
         else:
             pending.future.set_result(data.get("result"))
 
-    def _resolve_local(self, pending: _Pending, value: dict) -> None:
+    def _request_cancel(self, reason: Any) -> None:
+        if self.cancel_requested:
+            return  # once per run
+        self.cancel_requested, self.cancel_reason = True, reason
+        if self._main is not None and not self._main.done():
+            self._main.cancel(msg=reason if isinstance(reason, str) else None)
+
+    def _resolve_local(self, pending: Pending, value: dict) -> None:
         pending.done = True
         self._pending.pop(pending.seq, None)
         if pending.future.done():
@@ -345,7 +415,7 @@ class WorkflowRun:
         else:
             pending.future.set_result(value.get("result"))
 
-    async def _execute_local(self, pending: _Pending) -> dict:
+    async def _execute_local(self, pending: Pending) -> dict:
         defn = pending.defn
         if defn.fn is None:
             return {"name": defn.name, "failure": {
@@ -353,78 +423,3 @@ class WorkflowRun:
                 "message": f"local activity {defn.name!r} is not registered in this App"}}
         return await run_local_activity(defn, pending.args, self.execution_id, pending.seq,
                                         self.activity_context_factory, self._local_sleep)
-
-    # ------------------------------------------------------------------ for WorkflowContext
-    def next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
-
-    def find_activity(self, name: str) -> Any:
-        return self.app.find_activity(name) if self.app is not None else None
-
-    def set_logical_time(self, timestamp: float) -> None:
-        self._loop.logical_time = timestamp
-
-    def _raise_fatal(self, exc: BaseException) -> None:
-        if self._loop.fatal_error is None:
-            self._loop.fatal_error = exc
-        self._fatal = self._fatal or exc
-        raise exc
-
-    def _match(self, command: dict) -> dict | None:
-        """Replay: check ``command`` against the history and return the recorded event data."""
-        if self._expected is None:
-            return None
-        seq = command["seq"]
-        event = self._expected.pop(seq, None)
-        got = _describe_command(command)
-        if event is None:
-            self._raise_fatal(_nondeterminism(seq, "no command (the history has none here)",
-                                              got))
-        recorded = _event_as_command(event)
-        if not _same(command, recorded):
-            self._raise_fatal(_nondeterminism(seq, _describe_command(recorded), got))
-        return event["event_data"]
-
-    def issue(self, command: dict, kind: str, name: str | None) -> asyncio.Future:
-        """Issue an activity or timer command; the future resolves from its history event."""
-        if self._match(command) is None:
-            self._new_commands.append(command)
-        future = self._loop.create_future()
-        self._pending[command["seq"]] = _Pending(command["seq"], kind, name, future)
-        return future
-
-    def issue_local(self, defn: Any, args: tuple) -> asyncio.Future:
-        seq = self.next_seq()
-        probe = {"type": "record_marker", "seq": seq, "kind": "local_activity",
-                 "value": {"name": defn.name}}
-        recorded = self._match(probe)
-        future = self._loop.create_future()
-        self._pending[seq] = _Pending(seq, "local_activity", defn.name, future, defn, tuple(args),
-                                      recorded["value"] if recorded is not None else None)
-        return future
-
-    def marker(self, kind: str, produce: Callable[[], Any]) -> Any:
-        """A recorded value: produced once, read back from the history on replay."""
-        seq = self.next_seq()
-        command = {"type": "record_marker", "seq": seq, "kind": kind, "value": None}
-        recorded = self._match(command)
-        if recorded is not None:
-            return recorded.get("value")
-        command["value"] = produce()
-        self._new_commands.append(command)
-        return command["value"]
-
-    def call_side_effect(self, fn: Callable[[], Any]) -> Any:
-        try:
-            result = fn()
-        except Exception as exc:  # noqa: BLE001 - user code; reported, never swallowed
-            self._raise_fatal(IllegalWorkflowOperation(
-                f"side_effect function {getattr(fn, '__name__', fn)!r} raised "
-                f"{type(exc).__name__}: {exc}; a side effect must not fail (its failure "
-                "cannot be replayed), so the workflow task fails and will be retried. "
-                "Use an activity for work that can fail."))
-        if asyncio.iscoroutine(result) or isinstance(result, Awaitable):
-            self._raise_fatal(IllegalWorkflowOperation(
-                "side_effect expects a plain function; use an activity for async work"))
-        return result

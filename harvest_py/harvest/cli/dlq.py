@@ -1,0 +1,163 @@
+"""`harvest dlq`: inspect, replay and discard dead letters (functions/dead_letters.sql)."""
+
+from __future__ import annotations
+
+import click
+
+from harvest.cli.output import database_url_option, emit, mapping, output_option, progress, sql_api, table
+from harvest.errors import InvalidArgument
+
+TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z",
+         "%Y-%m-%dT%H:%M:%S.%f%z"]
+
+
+@click.group()
+def dlq() -> None:
+    """Dead letters: activity invocations that exhausted their retries."""
+
+
+@dlq.command("list")
+@click.option("--activity-name", default=None)
+@click.option("--workflow-name", default=None)
+@click.option("--limit", default=100, show_default=True, type=int, help="At most this many (max 1000).")
+@click.option("--before-id", default=None, type=int, help="Page: only ids below this one.")
+@database_url_option
+@output_option
+def list_(activity_name, workflow_name, limit, before_id, database_url, output) -> None:
+    """List dead letters, newest first."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_dead_letters(limit, activity_name, workflow_name, before_id)
+    for row in rows:
+        row["error"] = f"{row['failure'].get('error_type')}: {row['failure'].get('message')}"
+    emit(rows, output, lambda d: table(d, ["id", "activity_name", "workflow_name", "execution_id", "attempts",
+                                           "failed_at", "error"]) + f"\n{len(d)} dead letter(s)")
+
+
+@dlq.command("get")
+@click.argument("dead_letter_id", type=int)
+@database_url_option
+@output_option
+def get(dead_letter_id, database_url, output) -> None:
+    """Show one dead letter with its failure."""
+    with sql_api(database_url, read_only=True) as sql:
+        row = sql.get_dead_letter(dead_letter_id)
+    emit(row, output, mapping)
+
+
+@dlq.command("aggregate")
+@click.option("--by", "group_by", type=click.Choice(["all", "activity", "workflow", "error_type"]),
+              default="all", show_default=True)
+@database_url_option
+@output_option
+def aggregate(group_by, database_url, output) -> None:
+    """Count dead letters by activity, workflow and error type."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.aggregate_dead_letters(group_by)
+    emit(rows, output, lambda d: table(d, ["activity_name", "workflow_name", "error_type", "dead_letters",
+                                           "first_failed_at", "last_failed_at"],
+                                       ["activity", "workflow", "error_type", "count", "first_failed",
+                                        "last_failed"]))
+
+
+@dlq.command("replay")
+@click.argument("dead_letter_id", type=int)
+@database_url_option
+@output_option
+def replay(dead_letter_id, database_url, output) -> None:
+    """Re-enqueue one dead letter with a fresh attempt budget."""
+    with sql_api(database_url, read_only=False) as sql:
+        task_id = sql.replay_dead_letter(dead_letter_id)
+    emit({"dead_letter_id": dead_letter_id, "task_id": task_id}, output,
+         lambda d: f"replayed dead letter {dead_letter_id} as task {task_id}")
+
+
+@dlq.command("discard")
+@click.argument("dead_letter_id", type=int)
+@database_url_option
+@output_option
+def discard(dead_letter_id, database_url, output) -> None:
+    """Discard one dead letter: its workflow receives the activity's failure."""
+    with sql_api(database_url, read_only=False) as sql:
+        sql.discard_dead_letter(dead_letter_id)
+    emit({"dead_letter_id": dead_letter_id, "discarded": True}, output,
+         lambda d: f"discarded dead letter {dead_letter_id}")
+
+
+def _bulk_options(f):
+    for option in reversed([
+        click.option("--activity-name", default=None),
+        click.option("--workflow-name", default=None),
+        click.option("--failed-after", default=None, type=click.DateTime(TIMES)),
+        click.option("--failed-before", default=None, type=click.DateTime(TIMES)),
+        click.option("--limit", default=100, show_default=True, type=int, help="Rows per call (max 1000)."),
+        click.option("--dry-run", is_flag=True, help="Write nothing: show what would be acted on."),
+        click.option("--operator", default=None, help="Who you are, for the audit log."),
+        click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 1000),
+                     help="Rows per transaction (progress is shown per batch)."),
+        database_url_option,
+        output_option,
+    ]):
+        f = option(f)
+    return f
+
+
+def _bulk(action: str, activity_name, workflow_name, failed_after, failed_before, limit, dry_run, operator,
+          batch, database_url, output) -> None:
+    if not (activity_name or workflow_name or failed_after or failed_before):
+        raise InvalidArgument("a bulk action needs at least one of --activity-name, --workflow-name, "
+                              "--failed-after, --failed-before")
+    if limit < 1 or limit > 1000:
+        raise InvalidArgument(f"--limit {limit} is out of range 1..1000")
+    filters = {"activity_name": activity_name, "workflow_name": workflow_name,
+               "failed_after": failed_after, "failed_before": failed_before}
+    with sql_api(database_url, read_only=dry_run) as sql:
+        preview = sql.bulk_dead_letters(action, **filters, limit=limit, dry_run=True)
+        if dry_run:
+            result = preview
+        else:
+            # Work through the limit in small transactions, so the bar moves and a
+            # failure mid-way keeps what was done. Rows are taken oldest first.
+            total = min(limit, preview["matched"])
+            result = {"dry_run": False, "matched": preview["matched"], "acted_on": 0, "ids": [],
+                      "failures": []}
+            done = 0
+            skip: set[int] = set()
+            with progress(total, f"{action} dead letters", enabled=output != "json") as bar:
+                while done < total:
+                    step = sql.bulk_dead_letters(action, **filters, limit=min(batch, total - done) + len(skip),
+                                                 dry_run=False, operator=operator)
+                    fresh = [f for f in step["failures"] if f["id"] not in skip]
+                    result["acted_on"] += step["acted_on"]
+                    result["ids"] += step["ids"]
+                    result["failures"] += fresh
+                    skip.update(f["id"] for f in fresh)
+                    moved = step["acted_on"] + len(fresh)
+                    bar.update(moved)
+                    done += moved
+                    if moved == 0:
+                        break
+    if dry_run:
+        render = (lambda d: f"dry run: {d['matched']} matched, {len(d['ids'])} would be {action}ed"
+                  + (f" (ids {', '.join(map(str, d['ids'][:20]))}{' …' if len(d['ids']) > 20 else ''})"
+                     if d["ids"] else "")
+                  + "".join(f"\n  would fail: {f['id']}: {f['error']}" for f in d["failures"]))
+    else:
+        render = (lambda d: f"{d['matched']} matched, {d['acted_on']} {action}ed, {len(d['failures'])} failed"
+                  + "".join(f"\n  failed: {f['id']}: {f['error']}" for f in d["failures"])
+                  + ("\nmore remain: run again until matched is 0"
+                     if d["matched"] > d["acted_on"] + len(d["failures"]) else ""))
+    emit(result, output, render)
+
+
+@dlq.command("bulk-replay")
+@_bulk_options
+def bulk_replay(**options) -> None:
+    """Replay every dead letter matching the filter (at most --limit per call)."""
+    _bulk("replay", **options)
+
+
+@dlq.command("bulk-discard")
+@_bulk_options
+def bulk_discard(**options) -> None:
+    """Discard every dead letter matching the filter (at most --limit per call)."""
+    _bulk("discard", **options)

@@ -1,0 +1,94 @@
+"""Rendering for operator commands: a readable table by default, JSON for scripts,
+a shared connection helper and a progress bar for bulk operations."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+import click
+
+from harvest.db.connection import connect, resolve_dsn
+from harvest.db.sqlapi import SqlApi, translated_errors
+
+OUTPUT_CHOICES = click.Choice(["table", "json"])
+
+
+def database_url_option(f):
+    return click.option("--database-url", default=None,
+                        help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.")(f)
+
+
+def output_option(f):
+    return click.option("--output", "-o", type=OUTPUT_CHOICES, default="table", show_default=True,
+                        help="table for people, json for scripts.")(f)
+
+
+@contextlib.contextmanager
+def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
+    """A SqlApi on one autocommit connection; read-only commands cannot write by accident."""
+    conn = connect(resolve_dsn(database_url), autocommit=True)
+    try:
+        if read_only:
+            conn.execute("SET default_transaction_read_only = on")
+        with translated_errors():
+            yield SqlApi(conn)
+    finally:
+        conn.close()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.isoformat(timespec="seconds")
+    if isinstance(value, list | tuple):
+        return ",".join(_cell(v) for v in value) if value else "-"
+    if isinstance(value, dict):
+        return json.dumps(value, default=str, separators=(",", ":"))
+    return str(value)
+
+
+def to_json(data: Any) -> str:
+    return json.dumps(data, default=str)
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None) -> str:
+    headers = [h.upper() for h in (headers or columns)]
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for r in cells:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def mapping(data: dict[str, Any], keys: Sequence[str] | None = None) -> str:
+    keys = list(keys or data.keys())
+    width = max((len(k) for k in keys), default=0)
+    return "\n".join(f"{k.ljust(width)}  {_cell(data.get(k))}" for k in keys)
+
+
+def emit(data: Any, output: str, render) -> None:
+    """JSON as-is for --output json; otherwise the render(data) text."""
+    if output == "json":
+        click.echo(to_json(data))
+    else:
+        click.echo(render(data))
+
+
+@contextlib.contextmanager
+def progress(total: int, label: str, enabled: bool = True) -> Iterator[Any]:
+    """A progress bar on stderr (JSON on stdout stays clean)."""
+    if not enabled:
+        class _Null:
+            def update(self, n: int) -> None:
+                pass
+        yield _Null()
+        return
+    with click.progressbar(length=max(total, 1), label=label, file=click.get_text_stream("stderr"),
+                           show_pos=True) as bar:
+        yield bar

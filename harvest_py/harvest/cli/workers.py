@@ -1,0 +1,124 @@
+"""`harvest worker list|get|health|drain|drain-preview`: the worker fleet (functions/fleet.sql).
+
+`harvest worker module:app` (run a worker) stays what it was: the group below
+treats a first argument that is not one of its subcommands as that target.
+"""
+
+from __future__ import annotations
+
+import click
+
+from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+
+TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
+WORKER_COLUMNS = ["worker_id", "status", "health", "queues", "hostname", "pid", "last_heartbeat_at", "in_flight"]
+
+
+def list_workers(queue, status, health, database_url, output) -> None:
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_workers(queue, status, health)
+    emit(rows, output, lambda d: table(d, WORKER_COLUMNS) + f"\n{len(d)} worker(s)")
+
+
+def register(group: click.Group) -> None:
+    """Add the fleet subcommands to the `harvest worker` group."""
+
+    @group.command("list")
+    @click.option("--queue", default=None)
+    @click.option("--status", default=None, help="active, draining or stopped.")
+    @click.option("--health", default=None, help="healthy, stale or stopped.")
+    @database_url_option
+    @output_option
+    def list_(queue, status, health, database_url, output) -> None:
+        """List registered workers (stale first within each status)."""
+        list_workers(queue, status, health, database_url, output)
+
+    @group.command("get")
+    @click.argument("worker_id")
+    @database_url_option
+    @output_option
+    def get(worker_id, database_url, output) -> None:
+        """Show one worker, with the ids of the tasks it holds."""
+        with sql_api(database_url, read_only=True) as sql:
+            data = sql.get_worker(worker_id)
+        emit(data, output, lambda d: mapping(d, [
+            "worker_id", "status", "health", "queues", "hostname", "pid", "started_at", "last_heartbeat_at",
+            "heartbeat_interval_secs", "drain_deadline", "claimed_task_ids", "metadata"]))
+
+    @group.command("health")
+    @database_url_option
+    @output_option
+    def health(database_url, output) -> None:
+        """The fleet roll-up: healthy, stale, draining, live workers per queue."""
+        with sql_api(database_url, read_only=True) as sql:
+            data = sql.worker_health()
+
+        def render(d):
+            text = mapping(d, ["healthy", "stale", "draining", "stopped", "total"])
+            queues = [{"queue": q, "live_workers": n} for q, n in sorted(d["by_queue"].items())]
+            return text + ("\n\n" + table(queues, ["queue", "live_workers"]) if queues else "")
+
+        emit(data, output, render)
+
+    @group.command("drain")
+    @click.argument("worker_id")
+    @click.option("--deadline", default=None, type=click.DateTime(TIMES),
+                  help="When the drain should be done (recorded; ISO 8601).")
+    @click.option("--operator", default=None, help="Who you are, for the audit log.")
+    @database_url_option
+    @output_option
+    def drain(worker_id, deadline, operator, database_url, output) -> None:
+        """Ask a worker to stop claiming, finish its in-flight work and stop."""
+        with sql_api(database_url, read_only=False) as sql:
+            data = sql.drain_worker(worker_id, deadline, operator)
+        emit(data, output, lambda d: mapping(d, ["worker_id", "outcome", "status", "in_flight",
+                                                 "drain_deadline", "queues"]))
+        if data["outcome"] == "not_found":
+            raise SystemExit(1)
+
+    @group.command("drain-preview")
+    @click.option("--queue", default=None)
+    @click.option("--worker-id", default=None)
+    @database_url_option
+    @output_option
+    def drain_preview(queue, worker_id, database_url, output) -> None:
+        """Who a drain would affect, their in-flight work, and queues left uncovered. Writes nothing."""
+        with sql_api(database_url, read_only=True) as sql:
+            rows = sql.drain_preview(queue, worker_id)
+        emit(rows, output, lambda d: table(d, ["worker_id", "status", "health", "queues", "in_flight",
+                                               "outcome", "uncovered_queues"]) + f"\n{len(d)} worker(s)")
+
+
+class WorkerGroup(click.Group):
+    """`harvest worker SUBCOMMAND ...` for the fleet, else `harvest worker TARGET [options]` runs a worker."""
+
+    def __init__(self, *args, run_command: click.Command, **kwargs):
+        kwargs.setdefault("context_settings", {})
+        kwargs["context_settings"].update(ignore_unknown_options=True, allow_extra_args=True)
+        super().__init__(*args, **kwargs)
+        self.run_command = run_command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            # Everything belongs to the run command: keep the group from parsing its options.
+            ctx.meta["harvest.worker.run_args"] = list(args)
+            args = ["__run__"]
+        return super().parse_args(ctx, args)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        run_args = ctx.meta.get("harvest.worker.run_args")
+        if run_args is not None:
+            return "run", self.run_command, run_args
+        return super().resolve_command(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter) -> None:
+        formatter.write_usage("harvest worker", "TARGET [OPTIONS] | COMMAND [ARGS]...")
+
+
+def worker_group(run_command: click.Command) -> click.Group:
+    group = WorkerGroup("worker", run_command=run_command, help=(
+        "Run a worker (`harvest worker module:app [OPTIONS]`, see `harvest worker run --help`), "
+        "or inspect and drain the fleet."))
+    group.add_command(run_command, "run")
+    register(group)
+    return group

@@ -1,0 +1,279 @@
+"""The history vocabulary of ``docs/internals.md`` and how commands are matched.
+
+Every command that carries a ``seq`` is recorded as exactly one *command event*
+with the same ``seq``; a replay compares the command the code issues with that
+event by kind and name (``describe_command``). *Resolution events* wake the
+workflow; *terminal events* close the run. ``CommandIssuer`` is the half of
+``WorkflowRun`` that issues and matches commands for ``WorkflowContext``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harvest.definitions import WorkflowDefinition
+from harvest.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.runtime.children import ChildHandle
+from harvest.runtime.context import DEFAULT_VERSION
+from harvest.runtime.loop import IllegalWorkflowOperation
+
+__all__ = [
+    "COMMAND_EVENTS",
+    "RESOLUTION_EVENTS",
+    "TERMINAL_COMMANDS",
+    "TERMINAL_EVENTS",
+    "CommandIssuer",
+    "Pending",
+    "describe_command",
+    "event_as_command",
+    "failure_json",
+    "nondeterminism",
+    "same",
+]
+
+# command event type -> command type
+COMMAND_EVENTS = {"ActivityScheduled": "schedule_activity", "TimerStarted": "start_timer",
+                  "MarkerRecorded": "record_marker", "TimerCancelled": "cancel_timer",
+                  "ChildWorkflowStarted": "start_child_workflow"}
+# resolution event type -> the kind of pending command it resolves (None: not seq-based)
+RESOLUTION_EVENTS: dict[str, str | None] = {
+    "ActivityCompleted": "activity", "ActivityFailed": "activity", "TimerFired": "timer",
+    "ChildWorkflowCompleted": "child", "ChildWorkflowFailed": "child",
+    "SignalReceived": None, "WorkflowCancelRequested": None}
+TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
+                   "WorkflowCancelled", "WorkflowTimedOut", "WorkflowContinuedAsNew"}
+# terminal command type -> the terminal event the SQL writes for it
+TERMINAL_COMMANDS = {"complete_workflow": "WorkflowCompleted", "fail_workflow": "WorkflowFailed",
+                     "cancel_workflow": "WorkflowCancelled",
+                     "continue_as_new": "WorkflowContinuedAsNew"}
+
+
+def describe_command(cmd: dict) -> str:
+    """What a replay compares: the command kind plus what identifies it."""
+    kind = cmd["type"]
+    if kind == "schedule_activity":
+        return f"schedule_activity {cmd.get('name')!r}"
+    if kind == "start_child_workflow":
+        return f"start_child_workflow {cmd.get('workflow_name')!r}"
+    if kind == "cancel_timer":
+        return f"cancel_timer of timer seq {cmd.get('timer_seq')}"
+    if kind == "record_marker":
+        value = cmd.get("value") or {}
+        if cmd.get("kind") == "local_activity":
+            return f"local activity {value.get('name')!r}"
+        if cmd.get("kind") == "version":
+            return f"version marker {value.get('change_id')!r}"
+        return f"record_marker {cmd.get('kind')!r}"
+    return kind
+
+
+def event_as_command(event: dict) -> dict:
+    return {"type": COMMAND_EVENTS[event["event_type"]], **event["event_data"]}
+
+
+def same(cmd: dict, recorded: dict) -> bool:
+    return describe_command(cmd) == describe_command(recorded)
+
+
+def nondeterminism(seq: int | None, expected: str, got: str, hint: str = ""
+                   ) -> NonDeterminismError:
+    where = f" at seq {seq}" if seq is not None else ""
+    exc = NonDeterminismError(f"non-determinism{where}: expected {expected}, got {got}"
+                              + (f" ({hint})" if hint else ""))
+    exc.seq, exc.expected, exc.got = seq, expected, got  # type: ignore[attr-defined]
+    return exc
+
+
+def failure_json(exc: BaseException) -> dict[str, Any]:
+    """The ``failure`` object of ``fail_workflow`` for an exception that ended the workflow."""
+    if isinstance(exc, ActivityError):
+        exc = exc.failure
+    if isinstance(exc, ChildWorkflowError):
+        return {"error_type": "ChildWorkflowError", "message": str(exc), "non_retryable": True,
+                "details": {"status": exc.status, "child_execution_id": exc.child_execution_id,
+                            "failure": exc.failure}}
+    if isinstance(exc, ActivityFailure):
+        return {"error_type": exc.error_type, "message": exc.message,
+                "non_retryable": True, "details": exc.details}
+    return {"error_type": type(exc).__name__, "message": str(exc),
+            "non_retryable": True, "details": None}
+
+
+@dataclass
+class Pending:
+    seq: int
+    kind: str  # "activity" | "timer" | "local_activity" | "child"
+    name: str | None
+    future: asyncio.Future
+    defn: Any = None
+    args: tuple = ()
+    recorded: Any = None  # a local activity's marker value, when replayed
+    done: bool = False
+    on_fire: Callable[[], None] | None = None  # run at delivery (a signal wait's timeout)
+    handle: ChildHandle | None = None  # a child workflow's
+
+
+class CommandIssuer:
+    """The half of ``WorkflowRun`` that ``WorkflowContext`` calls: numbered commands.
+
+    In a replayed step each command is checked against the recorded command event
+    at its ``seq`` (``_match``); in a live step it is queued for the database.
+    """
+
+    app: Any
+    execution_id: str
+    _seq: int
+    _expected: dict[int, dict] | None
+    _new_commands: list[dict]
+    _pending: dict[int, Pending]
+    _children: dict[int, ChildHandle]
+    _cancelled_timers: set[int]
+    _versions: dict[str, int]
+    _fatal: BaseException | None
+
+    # ------------------------------------------------------------------ for WorkflowContext
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def find_activity(self, name: str) -> Any:
+        return self.app.find_activity(name) if self.app is not None else None
+
+    def find_workflow(self, name: str) -> WorkflowDefinition | None:
+        return self.app.workflows.get(name) if self.app is not None else None
+
+    def set_logical_time(self, timestamp: float) -> None:
+        self._loop.logical_time = timestamp
+
+    def _raise_fatal(self, exc: BaseException) -> None:
+        if self._loop.fatal_error is None:
+            self._loop.fatal_error = exc
+        self._fatal = self._fatal or exc
+        raise exc
+
+    def _match(self, command: dict) -> dict | None:
+        """Replay: check ``command`` against the history and return the recorded event data."""
+        if self._expected is None:
+            return None
+        seq = command["seq"]
+        event = self._expected.pop(seq, None)
+        got = describe_command(command)
+        if event is None:
+            self._raise_fatal(nondeterminism(seq, "no command (the history has none here)",
+                                             got))
+        recorded = event_as_command(event)
+        if not same(command, recorded):
+            self._raise_fatal(nondeterminism(seq, describe_command(recorded), got))
+        return event["event_data"]
+
+    def _record(self, command: dict) -> dict | None:
+        """Match a replayed command, or queue a new one; the recorded data when replaying."""
+        recorded = self._match(command)
+        if recorded is None:
+            self._new_commands.append(command)
+        return recorded
+
+    def issue(self, command: dict, kind: str, name: str | None,
+              on_fire: Callable[[], None] | None = None) -> asyncio.Future:
+        """Issue an activity or timer command; the future resolves from its history event."""
+        self._record(command)
+        future = self._loop.create_future()
+        self._pending[command["seq"]] = Pending(command["seq"], kind, name, future,
+                                                 on_fire=on_fire)
+        return future
+
+    def issue_local(self, defn: Any, args: tuple) -> asyncio.Future:
+        seq = self.next_seq()
+        probe = {"type": "record_marker", "seq": seq, "kind": "local_activity",
+                 "value": {"name": defn.name}}
+        recorded = self._match(probe)
+        future = self._loop.create_future()
+        self._pending[seq] = Pending(seq, "local_activity", defn.name, future, defn, tuple(args),
+                                      recorded["value"] if recorded is not None else None)
+        return future
+
+    def timer_pending(self, seq: int) -> bool:
+        pending = self._pending.get(seq)
+        return pending is not None and pending.kind == "timer" and not pending.done
+
+    def cancel_timer(self, timer_seq: int) -> None:
+        """Command ``cancel_timer``: the timer's wait is over; a late ``TimerFired`` is ignored."""
+        pending = self._pending.pop(timer_seq, None)
+        if pending is not None:
+            pending.done = True
+        self._cancelled_timers.add(timer_seq)
+        self._record({"type": "cancel_timer", "seq": self.next_seq(), "timer_seq": timer_seq})
+
+    def start_child(self, command: dict, decode: Callable[[Any], Any]) -> ChildHandle:
+        """Command ``start_child_workflow``; the handle resolves from the child's events."""
+        self._record(command)
+        seq, name = command["seq"], command["workflow_name"]
+        future, started = self._loop.create_future(), self._loop.create_future()
+        handle = ChildHandle(seq, name, command.get("workflow_id"), future, started, decode)
+        self._pending[seq] = Pending(seq, "child", name, future, handle=handle)
+        self._children[seq] = handle
+        return handle
+
+    def marker(self, kind: str, produce: Callable[[], Any]) -> Any:
+        """A recorded value: produced once, read back from the history on replay."""
+        seq = self.next_seq()
+        command = {"type": "record_marker", "seq": seq, "kind": kind, "value": None}
+        recorded = self._match(command)
+        if recorded is not None:
+            return recorded.get("value")
+        command["value"] = produce()
+        self._new_commands.append(command)
+        return command["value"]
+
+    def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
+        """See ``WorkflowContext.version``."""
+        known = self._versions.get(change_id)
+        if known is None:
+            seq = self._seq + 1
+            if self._expected is not None:
+                event = self._expected.get(seq)
+                data = (event or {}).get("event_data") or {}
+                value = data.get("value") if isinstance(data.get("value"), dict) else {}
+                if event is None or event["event_type"] != "MarkerRecorded" \
+                        or data.get("kind") != "version" or value.get("change_id") != change_id:
+                    if min_supported != DEFAULT_VERSION:
+                        recorded = describe_command(event_as_command(event)) if event \
+                            else "no command"
+                        self._raise_fatal(nondeterminism(
+                            seq, recorded, f"version marker {change_id!r}",
+                            f"a history recorded before ctx.version({change_id!r}) was added "
+                            f"replays only if min_supported is DEFAULT_VERSION "
+                            f"({DEFAULT_VERSION}), not {min_supported}"))
+                    known = DEFAULT_VERSION  # old history: no marker, no seq consumed
+                else:
+                    self._match({"type": "record_marker", "seq": self.next_seq(),
+                                 "kind": "version", "value": {"change_id": change_id}})
+                    known = int(value.get("version"))
+            else:
+                known = max_supported
+                self._new_commands.append({"type": "record_marker", "seq": self.next_seq(),
+                                           "kind": "version", "value": {
+                                               "change_id": change_id, "version": known}})
+            self._versions[change_id] = known
+        if not min_supported <= known <= max_supported:
+            self._raise_fatal(NonDeterminismError(
+                f"non-determinism: version {known} recorded for change {change_id!r} is outside "
+                f"the supported range [{min_supported}, {max_supported}]"))
+        return known
+
+    def call_side_effect(self, fn: Callable[[], Any]) -> Any:
+        try:
+            result = fn()
+        except Exception as exc:  # noqa: BLE001 - user code; reported, never swallowed
+            self._raise_fatal(IllegalWorkflowOperation(
+                f"side_effect function {getattr(fn, '__name__', fn)!r} raised "
+                f"{type(exc).__name__}: {exc}; a side effect must not fail (its failure "
+                "cannot be replayed), so the workflow task fails and will be retried. "
+                "Use an activity for work that can fail."))
+        if asyncio.iscoroutine(result) or isinstance(result, Awaitable):
+            self._raise_fatal(IllegalWorkflowOperation(
+                "side_effect expects a plain function; use an activity for async work"))
+        return result

@@ -1,0 +1,49 @@
+"""Signals: buffered per name in arrival (``event_id``) order, handed to waiters FIFO.
+
+``SignalReceived`` events are delivered by the run in ``event_id`` order inside
+their batch, before the workflow code runs, so which waiter gets which payload
+and what stays buffered is decided by the history alone: a replay sees the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+__all__ = ["SignalBuffer"]
+
+
+class SignalBuffer:
+    def __init__(self) -> None:
+        self._buffers: dict[str, deque[Any]] = {}
+        self._waiters: dict[str, deque[asyncio.Future]] = {}
+
+    def deliver(self, name: str, payload: Any) -> None:
+        """Hand ``payload`` to the oldest live waiter of ``name``, or buffer it."""
+        waiters = self._waiters.get(name)
+        while waiters:
+            future = waiters.popleft()
+            if not future.done():  # a waiter that timed out or was cancelled is skipped
+                future.set_result(payload)
+                return
+        self._buffers.setdefault(name, deque()).append(payload)
+
+    def take(self, name: str) -> tuple[bool, Any]:
+        """The oldest buffered payload of ``name``: ``(True, payload)`` or ``(False, None)``."""
+        buffer = self._buffers.get(name)
+        if not buffer:
+            return False, None
+        return True, buffer.popleft()
+
+    def put_back(self, name: str, payload: Any) -> None:
+        """Return a payload its waiter never saw (it was cancelled) to the front of the line."""
+        self._buffers.setdefault(name, deque()).appendleft(payload)
+
+    def wait(self, name: str, future: asyncio.Future) -> None:
+        self._waiters.setdefault(name, deque()).append(future)
+
+    def count(self, name: str | None = None) -> int:
+        if name is not None:
+            return len(self._buffers.get(name) or ())
+        return sum(len(b) for b in self._buffers.values())

@@ -1,0 +1,107 @@
+"""Child workflows (results, failures, close policies) and continue-as-new on a real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from harvest import App, Client, activity, workflow
+from harvest.errors import ChildWorkflowError
+
+
+@activity
+async def square(ctx, x: int) -> int:
+    return x * x
+
+
+@workflow
+async def child_square(ctx, x: int) -> int:
+    return await ctx.execute_activity(square, x)
+
+
+@workflow
+async def child_fails(ctx, x: int) -> int:
+    raise ValueError(f"bad input {x}")
+
+
+@workflow
+async def child_waits(ctx) -> None:
+    await ctx.wait_for_signal("never")
+
+
+@workflow
+async def parent_sum(ctx, n: int) -> int:
+    results = await asyncio.gather(*(ctx.execute_child_workflow(child_square, i) for i in range(n)))
+    return sum(results)
+
+
+@workflow
+async def parent_handles_failure(ctx) -> str:
+    try:
+        await ctx.execute_child_workflow(child_fails, 7)
+    except ChildWorkflowError as exc:
+        return f"child {exc.status}: {exc.failure['message']}"
+    return "unreachable"
+
+
+@workflow
+async def parent_exits_early(ctx, policy: str) -> str:
+    await ctx.start_child_workflow(child_waits, parent_close_policy=policy)
+    await ctx.sleep(0.2)
+    return "parent done"
+
+
+@workflow
+async def counter(ctx, n: int, total: int) -> int:
+    if n == 0:
+        return total
+    await ctx.execute_activity(square, n)
+    await ctx.continue_as_new(n - 1, total + n)
+
+
+APP = App(workflows=[child_square, child_fails, child_waits, parent_sum, parent_handles_failure,
+                     parent_exits_early, counter], activities=[square])
+
+
+def test_children_fan_out_and_return(start_worker, client: Client) -> None:
+    start_worker(APP)
+    handle = client.start_workflow(parent_sum, 4)
+    assert handle.result(timeout=30) == 0 + 1 + 4 + 9
+    children = handle.children()
+    assert len(children) == 4 and {c["status"] for c in children} == {"COMPLETED"}
+    assert all(c["workflow_id"].startswith(handle.workflow_id + "/") for c in children)
+
+
+def test_child_failure_reaches_the_parent_typed(start_worker, client: Client) -> None:
+    start_worker(APP)
+    result = client.start_workflow(parent_handles_failure).result(timeout=30)
+    assert result == "child FAILED: bad input 7"
+
+
+@pytest.mark.parametrize(("policy", "child_status"), [
+    ("terminate", "TERMINATED"),
+    ("request_cancel", "CANCELLED"),
+    ("abandon", "RUNNING"),
+])
+def test_parent_close_policy(start_worker, client: Client, policy: str, child_status: str) -> None:
+    start_worker(APP)
+    handle = client.start_workflow(parent_exits_early, policy)
+    assert handle.result(timeout=30) == "parent done"
+    deadline = time.monotonic() + 10
+    while True:
+        children = handle.children()
+        if children and children[0]["status"] == child_status:
+            break
+        assert time.monotonic() < deadline, f"child is {children}"
+        time.sleep(0.05)
+
+
+def test_continue_as_new_rotates_runs_and_result_follows(start_worker, client: Client) -> None:
+    start_worker(APP)
+    handle = client.start_workflow(counter, 3, 0, workflow_id="counter-1")
+    assert handle.result(timeout=30) == 3 + 2 + 1
+    first = handle.describe()
+    assert first["status"] == "CONTINUED_AS_NEW"
+    assert handle.history()[-1]["event_type"] == "WorkflowContinuedAsNew"

@@ -1,0 +1,147 @@
+"""WorkflowReplayer: break a workflow on purpose and watch the replayer catch it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from history_builder import Engine
+from workflows_fixture import render, send_email
+
+from harvest.definitions import App, workflow
+from harvest.errors import NonDeterminismError
+from harvest.testing import ReplayResult, WorkflowReplayer
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@workflow(name="flow")
+async def flow_v1(ctx) -> str:
+    await ctx.execute_activity(send_email, "a")
+    await asyncio.gather(ctx.execute_activity(render, 1), ctx.sleep(10))
+    await ctx.execute_activity(send_email, "b")
+    return "v1"
+
+
+@workflow(name="flow")
+async def reordered(ctx) -> str:
+    await ctx.execute_activity(render, 1)            # swapped with send_email "a"
+    await asyncio.gather(ctx.execute_activity(send_email, "a"), ctx.sleep(10))
+    await ctx.execute_activity(send_email, "b")
+    return "v1"
+
+
+@workflow(name="flow")
+async def timer_removed(ctx) -> str:
+    await ctx.execute_activity(send_email, "a")
+    await ctx.execute_activity(render, 1)            # the sleep(10) is gone
+    await ctx.execute_activity(send_email, "b")
+    return "v1"
+
+
+@workflow(name="flow")
+async def extra_at_the_end(ctx) -> str:
+    await ctx.execute_activity(send_email, "a")
+    await asyncio.gather(ctx.execute_activity(render, 1), ctx.sleep(10))
+    await ctx.execute_activity(send_email, "b")
+    ctx.now()                                        # a new command after the last one
+    return "v1"
+
+
+@workflow(name="flow")
+async def fails_now(ctx) -> str:
+    await ctx.execute_activity(send_email, "a")
+    await asyncio.gather(ctx.execute_activity(render, 1), ctx.sleep(10))
+    await ctx.execute_activity(send_email, "b")
+    raise RuntimeError("new validation")
+
+
+@workflow(name="flow")
+async def cosmetic_change(ctx) -> str:
+    first = await ctx.execute_activity(send_email, "a")  # same commands, other local code
+    _ = first
+    await asyncio.gather(ctx.execute_activity(render, 1), ctx.sleep(10))
+    await ctx.execute_activity(send_email, "b")
+    return "v1 (renamed variables)"
+
+
+app = App(workflows=[flow_v1], activities=[send_email, render])
+
+
+def recorded_history(tasks: int | None = None) -> list[dict]:
+    def outcome(c):
+        if c["type"] == "start_timer":
+            return ("fire",)
+        return ("result", 2 if c["name"] == "render" else {"sent": c["input"][0]})
+
+    engine = Engine(app, flow_v1, resolver=lambda out: [(c, outcome(c)) for c in out])
+    if tasks is None:
+        run(engine.run_to_end())
+    else:
+        for _ in range(tasks):
+            run(engine.task())
+            engine.resolve()
+    assert tasks is not None or engine.history.events[-1]["event_type"] == "WorkflowCompleted"
+    return engine.history.events
+
+
+def test_unchanged_code_replays_cleanly_from_a_json_file(tmp_path):
+    path = tmp_path / "flow.json"
+    # as exported from the database: event_data may arrive as JSON text
+    exported = [dict(e, event_data=json.dumps(e["event_data"])) for e in recorded_history()]
+    path.write_text(json.dumps(exported))
+    result = WorkflowReplayer(app).replay(str(path))  # the workflow is named by the history
+    assert result == ReplayResult(True) and result.ok and bool(result)
+    assert WorkflowReplayer(app).replay(path, workflow=cosmetic_change).ok
+
+
+def test_open_history_replays_cleanly():
+    for tasks in (1, 2, 3):
+        assert WorkflowReplayer(app).replay(recorded_history(tasks), workflow=flow_v1).ok
+
+
+def test_reordered_activity_is_caught():
+    result = WorkflowReplayer(app).replay(recorded_history(), workflow=reordered)
+    assert not result.ok
+    assert result.seq == 1
+    assert result.expected == "schedule_activity 'send_email'"
+    assert result.got == "schedule_activity 'render'"
+    assert "NonDeterminismError" in result.error
+
+
+def test_removed_timer_is_caught():
+    result = WorkflowReplayer(app).replay(recorded_history(), workflow=timer_removed)
+    assert not result.ok
+    assert (result.seq, result.expected, result.got) == (3, "start_timer", "nothing")
+    assert "no longer issues" in result.error
+
+
+def test_removed_timer_is_caught_in_an_open_history_too():
+    result = WorkflowReplayer(app).replay(recorded_history(2), workflow=timer_removed)
+    assert (result.ok, result.seq, result.expected) == (False, 3, "start_timer")
+
+
+def test_new_command_in_the_closing_step_is_caught():
+    result = WorkflowReplayer(app).replay(recorded_history(), workflow=extra_at_the_end)
+    assert not result.ok and result.seq == 5 and result.got == "record_marker 'now'"
+
+
+def test_a_different_ending_is_caught():
+    result = WorkflowReplayer(app).replay(recorded_history(), workflow=fails_now)
+    assert not result.ok
+    assert (result.expected, result.got) == ("WorkflowCompleted", "WorkflowFailed")
+
+
+def test_replay_or_raise():
+    replayer = WorkflowReplayer(app)
+    assert replayer.replay_or_raise(recorded_history(), workflow=flow_v1).ok
+    with pytest.raises(NonDeterminismError, match="seq 1"):
+        replayer.replay_or_raise(recorded_history(), workflow=reordered)
+
+
+def test_a_history_without_a_start_is_reported():
+    result = WorkflowReplayer(app).replay([])
+    assert not result.ok and "WorkflowStarted" in result.error
