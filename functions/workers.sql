@@ -87,3 +87,26 @@ BEGIN
     RETURN v_released;
 END;
 $$;
+
+-- Give back one claimed task without counting a failed attempt, but only while
+-- the caller's claim is the current one (an older handler cannot release a newer
+-- claim of the same task). Returns whether it was released.
+CREATE OR REPLACE FUNCTION harvest.release_task(p_task_id bigint, p_fencing_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue text;
+BEGIN
+    UPDATE harvest.tasks AS t
+    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now(),
+        attempt = CASE WHEN t.kind = 'activity' THEN greatest(t.attempt - 1, 0) ELSE t.attempt END
+    WHERE t.id = p_task_id AND t.status = 'running' AND t.fencing_token = p_fencing_token
+    RETURNING t.queue INTO v_queue;
+    IF v_queue IS NULL THEN
+        RETURN false;
+    END IF;
+    PERFORM harvest._notify_queue(v_queue);
+    RETURN true;
+END;
+$$;

@@ -1,7 +1,7 @@
 -- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
--- harvest.release_worker_tasks, harvest.stop_worker.
+-- harvest.release_worker_tasks, harvest.stop_worker, harvest.release_task.
 BEGIN;
-SELECT plan(28);
+SELECT plan(32);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -100,5 +100,31 @@ SELECT is(harvest.worker_heartbeat('w2'), 'stopped', 'a stopped worker hears so 
 SELECT throws_ok($$SELECT harvest.stop_worker('ghost')$$, 'HR002', 'worker ghost is not registered',
                  'stop_worker() of an unknown worker is not found');
 
+CREATE TEMP TABLE rel (task_id bigint, token bigint) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.rel(p_what text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT CASE p_what WHEN 'id' THEN task_id ELSE token END FROM rel;
+$fn$;
+CREATE FUNCTION pg_temp.setup_release() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM harvest.start_workflow('wk_wf', '[]', 'rel-act', 'rel_decide');
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['rel_decide'], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
+        '[{"type": "schedule_activity", "seq": 1, "name": "work", "queue": "rel_q"}]');
+    INSERT INTO rel SELECT c.task_id, c.fencing_token FROM harvest.claim_tasks('w9', ARRAY['rel_q'], 1) AS c;
+END;
+$fn$;
+
+-- release_task: one task, only with the current fencing token.
+SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
+SELECT pg_temp.setup_release();
+SELECT is(harvest.release_task(pg_temp.rel('id'), pg_temp.rel('token') - 1), false,
+          'release_task() with a stale token releases nothing');
+SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.rel('id')), 'running', 'the newer claim is kept');
+SELECT is(harvest.release_task(pg_temp.rel('id'), pg_temp.rel('token')), true,
+          'release_task() with the current token releases it');
+SELECT results_eq($$SELECT status, lease_owner, attempt FROM harvest.tasks WHERE id = pg_temp.rel('id')$$,
+                  $$VALUES ('pending'::text, NULL::text, 0)$$, 'pending again, the attempt not counted');
+
 SELECT * FROM finish();
-ROLLBACK;

@@ -66,6 +66,7 @@ SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
 WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
 RELEASE_WORKER_TASKS = "SELECT harvest.release_worker_tasks(%(worker_id)s, %(task_ids)s) AS released"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
+RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
 """
@@ -347,6 +348,9 @@ class AsyncSqlApi:
 
     async def release_worker_tasks(self, worker_id: str, task_ids: list[int] | None = None) -> int:
         return (await self._one(RELEASE_WORKER_TASKS, worker_id=worker_id, task_ids=task_ids))["released"]
+
+    async def release_task(self, task_id: int, fencing_token: int) -> bool:
+        return (await self._one(RELEASE_TASK, task_id=task_id, fencing_token=fencing_token))["released"]
 
     async def stop_worker(self, worker_id: str) -> int:
         return (await self._one(STOP_WORKER, worker_id=worker_id))["released"]

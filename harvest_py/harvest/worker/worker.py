@@ -64,7 +64,9 @@ class Worker:
         self._pool: AsyncConnectionPool | None = None
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._inflight: dict[int, asyncio.Task] = {}
+        # Keyed by (task id, fencing token): a task row keeps its id across claims, and this
+        # worker may hold a newer claim of a task whose older handler is still winding down.
+        self._inflight: dict[tuple[int, int], asyncio.Task] = {}
         self.completed_tasks = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -145,7 +147,7 @@ class Worker:
     def _spawn(self, task: dict[str, Any]) -> None:
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
         handle = asyncio.create_task(self._guard(runner, task))
-        self._inflight[task["task_id"]] = handle
+        self._inflight[(task["task_id"], task["fencing_token"])] = handle
 
     async def _guard(self, runner, task: dict[str, Any]) -> None:
         try:
@@ -153,13 +155,13 @@ class Worker:
         except asyncio.CancelledError:
             # Shutting down before it finished: hand the task back at once.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.sql.release_worker_tasks(self.worker_id, [task["task_id"]]))
+                await asyncio.shield(self.sql.release_task(task["task_id"], task["fencing_token"]))
             raise
         except Exception:
             log.exception("task %s (%s) crashed the handler; its lease will expire", task["task_id"],
                           task["kind"])
         finally:
-            self._inflight.pop(task["task_id"], None)
+            self._inflight.pop((task["task_id"], task["fencing_token"]), None)
             self.completed_tasks += 1
             self._wake.set()
 

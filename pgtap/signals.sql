@@ -1,0 +1,231 @@
+-- functions/signals.sql: harvest.signal_workflow (SignalReceived, the wake-up,
+-- arrival order, argument and state checks), harvest.signal_with_start (no prior,
+-- a running prior, a terminal prior) and harvest.cancel_workflow (the flag, one
+-- WorkflowCancelRequested, the wake-up, heartbeats that learn of it).
+BEGIN;
+SELECT plan(66);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Start sig_wf with workflow_id p_key on a queue of its own (sq_<key>) and settle its
+-- first workflow task with no commands, so the run is idle: no workflow task left.
+CREATE TEMP TABLE runs (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.idle(p_key text, p_commands jsonb DEFAULT '[]') RETURNS uuid LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM harvest.start_workflow('sig_wf', '[]', p_key, 'sq_' || p_key);
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['sq_' || p_key], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, p_commands);
+    INSERT INTO runs VALUES (p_key, v_task.execution_id);
+    RETURN v_task.execution_id;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT execution_id FROM runs WHERE key = p_key;
+$fn$;
+CREATE FUNCTION pg_temp.workflow_tasks(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT count(*) FROM harvest.tasks WHERE execution_id = p_id AND kind = 'workflow';
+$fn$;
+CREATE FUNCTION pg_temp.last_event_id(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT last_event_id FROM harvest.executions WHERE id = p_id;
+$fn$;
+
+-- ---------------------------------------------------------------- signal_workflow
+SELECT isnt(pg_temp.idle('sig'), NULL, 'setup: an idle run (started, first task done)');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('sig')), 0::bigint, 'setup: the idle run has no workflow task');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:05+00';
+SELECT is(harvest.signal_workflow(pg_temp.run('sig'), 'approve', '{"by": "ann"}', 'sig-1'), 3::bigint,
+          'signal_workflow() returns the new event''s id');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data, created_at FROM harvest.events
+      WHERE execution_id = pg_temp.run('sig') AND event_id = 3$$,
+    $$VALUES (3::bigint, 'SignalReceived'::text, '{"name": "approve", "payload": {"by": "ann"}, "signal_id": "sig-1"}'::jsonb,
+              '2030-01-01 00:00:05+00'::timestamptz)$$,
+    'the signal is a SignalReceived{name, payload, signal_id} event stamped with harvest.now()');
+SELECT results_eq(
+    $$SELECT kind, queue, status, due_at FROM harvest.tasks WHERE execution_id = pg_temp.run('sig')$$,
+    $$VALUES ('workflow'::text, 'sq_sig'::text, 'pending'::text, '2030-01-01 00:00:05+00'::timestamptz)$$,
+    'the signal wakes the workflow: a pending workflow task on the run''s queue, due now');
+SELECT is(harvest.signal_workflow(pg_temp.run('sig'), 'approve'), 4::bigint, 'a second signal of the same name');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('sig')), 1::bigint,
+          'a second wake-up adds no second workflow task');
+SELECT is((SELECT event_data -> 'payload' FROM harvest.events WHERE execution_id = pg_temp.run('sig') AND event_id = 4),
+          'null'::jsonb, 'without a payload the payload is JSON null');
+SELECT matches((SELECT event_data ->> 'signal_id' FROM harvest.events
+                WHERE execution_id = pg_temp.run('sig') AND event_id = 4),
+               '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$',
+               'without a signal_id one is minted (a uuid)');
+SELECT is(harvest.signal_workflow(pg_temp.run('sig'), 'approve', NULL), 5::bigint, 'a signal with a NULL payload');
+SELECT is((SELECT event_data -> 'payload' FROM harvest.events WHERE execution_id = pg_temp.run('sig') AND event_id = 5),
+          'null'::jsonb, 'a NULL payload is stored as JSON null');
+
+-- Several signals: in the order they were accepted, by event_id, without gaps.
+SELECT isnt(pg_temp.idle('order'), NULL, 'setup: another idle run');
+SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('order'), 'step', '1');
+                  SELECT harvest.signal_workflow(pg_temp.run('order'), 'other', '"x"');
+                  SELECT harvest.signal_workflow(pg_temp.run('order'), 'step', '2');
+                  SELECT harvest.signal_workflow(pg_temp.run('order'), 'step', '3')$$,
+                'four signals, two names interleaved');
+SELECT results_eq(
+    $$SELECT event_id, event_data ->> 'name', event_data -> 'payload' FROM harvest.events
+      WHERE execution_id = pg_temp.run('order') AND event_type = 'SignalReceived' ORDER BY event_id$$,
+    $$VALUES (3::bigint, 'step'::text, '1'::jsonb), (4, 'other', '"x"'), (5, 'step', '2'), (6, 'step', '3')$$,
+    'signals take consecutive event ids in the order they arrived');
+SELECT is((SELECT count(DISTINCT event_data ->> 'signal_id') FROM harvest.events
+           WHERE execution_id = pg_temp.run('order') AND event_type = 'SignalReceived'), 4::bigint,
+          'each minted signal_id is distinct');
+
+-- A signal while the workflow task is in flight lands in the next batch.
+SELECT harvest.start_workflow('sig_wf', '[]', 'inflight', 'sq_inflight');
+CREATE TEMP TABLE inflight ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('decider', ARRAY['sq_inflight'], 1);
+SELECT is(harvest.signal_workflow((SELECT execution_id FROM inflight), 'late'), 2::bigint,
+          'signal_workflow() while the workflow task is claimed');
+SELECT results_eq($$SELECT id, status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM inflight)$$,
+                  $$SELECT task_id, 'running'::text FROM inflight$$,
+                  'the claimed task stays the only workflow task');
+SELECT results_eq($$SELECT * FROM harvest.complete_workflow_task((SELECT task_id FROM inflight),
+                                                                 (SELECT fencing_token FROM inflight), 1, '[]')$$,
+                  $$VALUES (3::bigint, 'RUNNING'::text)$$, 'completing the batch with through=1');
+SELECT results_eq($$SELECT status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM inflight)$$,
+                  $$VALUES ('pending'::text)$$, 'the signal past through re-enqueues a workflow task');
+
+-- Argument and state checks.
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, '')$$, pg_temp.run('sig')), 'HR001',
+                 'signal name is empty', 'an empty signal name: HR001');
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, '   ')$$, pg_temp.run('sig')), 'HR001',
+                 'signal name is empty', 'a blank signal name: HR001');
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, NULL)$$, pg_temp.run('sig')), 'HR001',
+                 'signal name is empty', 'a NULL signal name: HR001');
+SELECT throws_ok($$SELECT harvest.signal_workflow('00000000-0000-4000-8000-00000000abcd', 'approve')$$, 'HR002',
+                 'execution 00000000-0000-4000-8000-00000000abcd does not exist',
+                 'signalling an unknown execution: HR002');
+SELECT throws_ok($$SELECT harvest.signal_workflow(NULL, 'approve')$$, 'HR002', NULL,
+                 'signalling a NULL execution id: HR002');
+SELECT is(pg_temp.last_event_id(pg_temp.run('sig')), 5::bigint, 'refused signals wrote nothing');
+
+SELECT isnt(pg_temp.idle('done', '[{"type": "complete_workflow", "result": 1}]'), NULL, 'setup: a completed run');
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'approve')$$, pg_temp.run('done')), 'HR005',
+                 format('cannot signal execution %s: it is already COMPLETED', pg_temp.run('done')),
+                 'signalling a COMPLETED run: HR005 naming the state');
+SELECT isnt(pg_temp.idle('term'), NULL, 'setup: a run to terminate');
+SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('term'))$$, 'setup: terminate it');
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'approve')$$, pg_temp.run('term')), 'HR005',
+                 format('cannot signal execution %s: it is already TERMINATED', pg_temp.run('term')),
+                 'signalling a TERMINATED run: HR005 naming the state');
+SELECT results_eq(
+    $$SELECT pg_temp.last_event_id(pg_temp.run('done')), pg_temp.last_event_id(pg_temp.run('term')),
+             pg_temp.workflow_tasks(pg_temp.run('done')) + pg_temp.workflow_tasks(pg_temp.run('term'))$$,
+    $$VALUES (3::bigint, 3::bigint, 0::bigint)$$,
+    'a terminal run gets no event and no workflow task from a signal');
+
+-- ---------------------------------------------------------------- signal_with_start
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
+CREATE TEMP TABLE sws1 ON COMMIT DROP AS
+SELECT * FROM harvest.signal_with_start('sws_wf', 'sws-1', 'go', '{"n": 1}', '[5]', 'sws_q', '{"tenant": "t1"}');
+SELECT results_eq($$SELECT workflow_id, started_fresh FROM sws1$$, $$VALUES ('sws-1'::text, true)$$,
+                  'signal_with_start() with no prior run: a fresh start (started_fresh)');
+SELECT results_eq(
+    $$SELECT workflow_name, status, input, task_queue, search_attributes FROM harvest.executions
+      WHERE id = (SELECT execution_id FROM sws1)$$,
+    $$VALUES ('sws_wf'::text, 'RUNNING'::text, '[5]'::jsonb, 'sws_q'::text, '{"tenant": "t1"}'::jsonb)$$,
+    'the new run has the name, input, queue and search attributes');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data - 'signal_id' FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM sws1) ORDER BY event_id$$,
+    $$VALUES (1::bigint, 'WorkflowStarted'::text,
+              '{"workflow_name": "sws_wf", "workflow_id": "sws-1", "input": [5], "task_queue": "sws_q",
+                "parent_id": null}'::jsonb),
+             (2, 'SignalReceived', '{"name": "go", "payload": {"n": 1}}')$$,
+    'its history: WorkflowStarted, then the SignalReceived');
+SELECT is(pg_temp.workflow_tasks((SELECT execution_id FROM sws1)), 1::bigint, 'with one workflow task');
+
+CREATE TEMP TABLE sws2 ON COMMIT DROP AS
+SELECT * FROM harvest.signal_with_start('sws_wf', 'sws-1', 'go', '{"n": 2}');
+SELECT results_eq($$SELECT execution_id, workflow_id, started_fresh FROM sws2$$,
+                  $$SELECT execution_id, 'sws-1'::text, false FROM sws1$$,
+                  'signal_with_start() over a running run attaches to it (started_fresh false)');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data - 'signal_id' FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM sws1) AND event_id > 2$$,
+    $$VALUES (3::bigint, 'SignalReceived'::text, '{"name": "go", "payload": {"n": 2}}'::jsonb)$$,
+    'and signals it: the running run gets a second SignalReceived');
+SELECT results_eq(
+    $$SELECT count(*), count(*) FILTER (WHERE status = 'RUNNING') FROM harvest.executions WHERE workflow_id = 'sws-1'$$,
+    $$VALUES (1::bigint, 1::bigint)$$, 'no second run was started');
+SELECT is(pg_temp.workflow_tasks((SELECT execution_id FROM sws1)), 1::bigint, 'still one workflow task');
+
+SET LOCAL harvest.fake_now = '2030-01-01 00:02:00+00';
+SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM sws1))$$, 'setup: the run ends');
+CREATE TEMP TABLE sws3 ON COMMIT DROP AS
+SELECT * FROM harvest.signal_with_start('sws_wf', 'sws-1', 'go', '{"n": 3}');
+SELECT results_eq($$SELECT workflow_id, started_fresh, execution_id <> (SELECT execution_id FROM sws1) FROM sws3$$,
+                  $$VALUES ('sws-1'::text, true, true)$$,
+                  'signal_with_start() over a terminal run starts a new run');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data - 'signal_id' FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM sws3) AND event_id > 1$$,
+    $$VALUES (2::bigint, 'SignalReceived'::text, '{"name": "go", "payload": {"n": 3}}'::jsonb)$$,
+    'the new run is signalled');
+SELECT results_eq(
+    $$SELECT status, last_event_id FROM harvest.executions WHERE id = (SELECT execution_id FROM sws1)$$,
+    $$VALUES ('TERMINATED'::text, 4::bigint)$$, 'the terminal run is left as it was');
+SELECT is((SELECT task_queue FROM harvest.executions WHERE id = (SELECT execution_id FROM sws3)), 'default',
+          'p_task_queue defaults to default');
+
+SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('sws_wf', '', 'go')$$, 'HR001',
+                 'signal_with_start needs a workflow_id', 'signal_with_start() with an empty workflow_id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('sws_wf', NULL, 'go')$$, 'HR001',
+                 'signal_with_start needs a workflow_id', 'signal_with_start() with a NULL workflow_id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('sws_wf', 'sws-2', '')$$, 'HR001',
+                 'signal name is empty', 'signal_with_start() with an empty signal name: HR001');
+SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 'sws-2'$$,
+                'a refused signal_with_start() starts nothing');
+SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('', 'sws-3', 'go')$$, 'HR001',
+                 'workflow name is empty', 'signal_with_start() with an empty workflow name: HR001');
+
+-- ---------------------------------------------------------------- cancel_workflow
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:00+00';
+SELECT isnt(pg_temp.idle('cx', '[{"type": "schedule_activity", "seq": 1, "name": "slow", "queue": "cx_acts"}]'),
+            NULL, 'setup: an idle run with an activity in flight');
+CREATE TEMP TABLE cx_act ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('worker-a', ARRAY['cx_acts'], 1);
+SELECT is(harvest.heartbeat_activity((SELECT task_id FROM cx_act), (SELECT fencing_token FROM cx_act)), false,
+          'before a cancel, heartbeat_activity() returns false');
+SELECT is(harvest.cancel_workflow(pg_temp.run('cx'), 'user asked'), true, 'cancel_workflow() returns true');
+SELECT results_eq($$SELECT status, cancel_requested FROM harvest.executions WHERE id = pg_temp.run('cx')$$,
+                  $$VALUES ('RUNNING'::text, true)$$, 'the run is still RUNNING, with cancel_requested set');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('cx') AND event_id > 3$$,
+    $$VALUES (4::bigint, 'WorkflowCancelRequested'::text, '{"reason": "user asked"}'::jsonb)$$,
+    'WorkflowCancelRequested{reason} is appended');
+SELECT results_eq(
+    $$SELECT status, due_at FROM harvest.tasks WHERE execution_id = pg_temp.run('cx') AND kind = 'workflow'$$,
+    $$VALUES ('pending'::text, '2030-01-01 00:03:00+00'::timestamptz)$$, 'the workflow is woken');
+SELECT is(harvest.cancel_workflow(pg_temp.run('cx'), 'again'), false, 'asking a second time returns false');
+SELECT results_eq(
+    $$SELECT count(*), max(event_id) FROM harvest.events
+      WHERE execution_id = pg_temp.run('cx') AND event_type = 'WorkflowCancelRequested'$$,
+    $$VALUES (1::bigint, 4::bigint)$$, 'WorkflowCancelRequested is appended once per run');
+SELECT is(pg_temp.last_event_id(pg_temp.run('cx')), 4::bigint, 'the second request wrote nothing');
+SELECT is(harvest.heartbeat_activity((SELECT task_id FROM cx_act), (SELECT fencing_token FROM cx_act)), true,
+          'after the cancel, heartbeat_activity() returns true');
+
+SELECT isnt(pg_temp.idle('cx2'), NULL, 'setup: another idle run');
+SELECT is(harvest.cancel_workflow(pg_temp.run('cx2')), true, 'cancel_workflow() without a reason');
+SELECT is((SELECT event_data FROM harvest.events WHERE execution_id = pg_temp.run('cx2') AND event_id = 3),
+          '{"reason": null}'::jsonb, 'without a reason the event''s reason is null');
+
+SELECT throws_ok(format($$SELECT harvest.cancel_workflow(%L)$$, pg_temp.run('done')), 'HR005',
+                 format('cannot cancel execution %s: it is already COMPLETED', pg_temp.run('done')),
+                 'cancelling a COMPLETED run: HR005 naming the state');
+SELECT throws_ok(format($$SELECT harvest.cancel_workflow(%L)$$, pg_temp.run('term')), 'HR005',
+                 format('cannot cancel execution %s: it is already TERMINATED', pg_temp.run('term')),
+                 'cancelling a TERMINATED run: HR005');
+SELECT is((SELECT cancel_requested FROM harvest.executions WHERE id = pg_temp.run('done')), false,
+          'a refused cancel sets nothing');
+SELECT throws_ok($$SELECT harvest.cancel_workflow('00000000-0000-4000-8000-00000000abcd')$$, 'HR002',
+                 'execution 00000000-0000-4000-8000-00000000abcd does not exist',
+                 'cancelling an unknown execution: HR002');
+
+SELECT * FROM finish();
+ROLLBACK;

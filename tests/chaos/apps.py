@@ -1,0 +1,198 @@
+"""The App the chaos tests run in real worker processes.
+
+Every activity records each run durably in ``chaos_runs`` (a side table the
+test creates in the same database), through a small per-process pool on
+``HARVEST_DATABASE_URL``. Timestamps come from the database clock, so runs on
+different processes compare on one clock.
+
+``gated`` (and its local twin ``gated_local``) block on the *first* run of an
+invocation (no earlier row for the same ``(execution_id, seq)``) and return at
+once on any later run, so a test knows which run to kill and the retry on
+another worker finishes quickly. The blocking mode is the activity's argument:
+
+* ``forever``: sleep until killed or cancelled;
+* ``until_retry_done``: wait until a later run of the same invocation has
+  finished, then return ``"late"`` (a late finisher, to be refused);
+* ``sleep:<secs>``: sleep that long, then return;
+* ``stale_then:<s1>,<s2>``: the first run sleeps ``s1`` without heartbeats (it loses a
+  heartbeat lease), the second sleeps ``s2`` heartbeating every 0.3 s (it keeps its
+  lease); later runs return at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from harvest import App, RetryPolicy, activity, workflow
+
+RUNS_DDL = """
+CREATE TABLE IF NOT EXISTS chaos_runs (
+    id bigserial PRIMARY KEY,
+    execution_id text NOT NULL,
+    seq integer NOT NULL,
+    kind text NOT NULL,
+    attempt integer NOT NULL,
+    worker_pid integer NOT NULL,
+    idem_key text NOT NULL,
+    started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at timestamptz,
+    result text
+)
+"""
+
+FAST_RETRY = RetryPolicy(max_attempts=10, initial_interval=0.1, backoff=1.0, max_interval=0.2)
+
+_pool_task: asyncio.Future | None = None
+
+
+async def _open_pool() -> AsyncConnectionPool:
+    pool = AsyncConnectionPool(os.environ["HARVEST_DATABASE_URL"], min_size=1, max_size=4,
+                               kwargs={"autocommit": True}, open=False)
+    await pool.open(wait=True, timeout=30)
+    return pool
+
+
+async def _pool() -> AsyncConnectionPool:
+    global _pool_task
+    if _pool_task is None:
+        _pool_task = asyncio.ensure_future(_open_pool())
+    return await _pool_task
+
+
+def _seq(ctx: Any) -> int:
+    seq = getattr(ctx, "seq", None)  # LocalActivityContext
+    return int(seq if seq is not None else ctx._task["seq"])  # ActivityContext keeps it on the task
+
+
+async def _record_start(ctx: Any, kind: str) -> tuple[int, int]:
+    """Insert this run; returns (row id, number of earlier runs of the same invocation)."""
+    pool = await _pool()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "INSERT INTO chaos_runs (execution_id, seq, kind, attempt, worker_pid, idem_key) "
+            "VALUES (%(e)s, %(s)s, %(k)s, %(a)s, %(p)s, %(i)s) "
+            "RETURNING id, (SELECT count(*) FROM chaos_runs AS c "
+            "               WHERE c.execution_id = %(e)s AND c.seq = %(s)s) AS prior",
+            {"e": ctx.execution_id, "s": _seq(ctx), "k": kind, "a": ctx.attempt(), "p": os.getpid(),
+             "i": str(ctx.idempotency_key())})
+        row = await cur.fetchone()
+    return int(row[0]), int(row[1])
+
+
+async def _record_finish(run_id: int, result: str) -> None:
+    pool = await _pool()
+    async with pool.connection() as conn:
+        await conn.execute("UPDATE chaos_runs SET finished_at = clock_timestamp(), result = %s "
+                           "WHERE id = %s", (result, run_id))
+
+
+async def _later_run_finished(run_id: int, execution_id: str, seq: int) -> bool:
+    pool = await _pool()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT 1 FROM chaos_runs WHERE execution_id = %s AND seq = %s AND id > %s "
+            "AND finished_at IS NOT NULL", (execution_id, seq, run_id))
+        return await cur.fetchone() is not None
+
+
+async def _gated(ctx: Any, mode: str, kind: str) -> str:
+    run_id, prior = await _record_start(ctx, kind)
+    result = f"run{prior + 1}"
+    if mode.startswith("stale_then:"):
+        durations = [float(x) for x in mode.split(":", 1)[1].split(",")]
+        if prior == 0:
+            await asyncio.sleep(durations[0])
+        elif prior == 1:
+            for _ in range(int(durations[1] / 0.3)):
+                await ctx.aheartbeat()
+                await asyncio.sleep(0.3)
+    elif prior == 0:
+        if mode == "forever":
+            await asyncio.sleep(600)
+        elif mode == "until_retry_done":
+            for _ in range(600):
+                if await _later_run_finished(run_id, ctx.execution_id, _seq(ctx)):
+                    break
+                await asyncio.sleep(0.05)
+            result = "late"
+        elif mode.startswith("sleep:"):
+            await asyncio.sleep(float(mode.split(":", 1)[1]))
+        else:
+            raise ValueError(f"unknown mode {mode!r}")
+    await _record_finish(run_id, result)
+    return result
+
+
+@activity(start_to_close=2, retry=FAST_RETRY)
+async def gated(ctx, mode: str) -> str:
+    return await _gated(ctx, mode, "activity")
+
+
+@activity(local=True, start_to_close=60, retry=FAST_RETRY)
+async def gated_local(ctx, mode: str) -> str:
+    return await _gated(ctx, mode, "local")
+
+
+@activity(start_to_close=2, retry=FAST_RETRY)
+async def quick(ctx, tag: str, max_delay: float = 0.0) -> str:
+    run_id, _ = await _record_start(ctx, "activity")
+    if max_delay > 0:
+        await asyncio.sleep(random.uniform(0, max_delay))
+    result = f"{tag}:ok"
+    await _record_finish(run_id, result)
+    return result
+
+
+@workflow
+async def wf_single(ctx, mode: str, start_to_close: float, heartbeat_timeout: float | None) -> str:
+    """One gated activity with the given timeouts and a fast retry policy."""
+    return await ctx.execute_activity(gated, mode, start_to_close=start_to_close,
+                                      heartbeat_timeout=heartbeat_timeout, retry=FAST_RETRY)
+
+
+@workflow
+async def wf_decider(ctx, mode: str) -> list:
+    """A workflow task that runs long: a gated local activity runs inside it."""
+    first = await ctx.execute_activity(quick, "a")
+    ctx.now()  # a marker command in the same workflow task as the local activity
+    local = await ctx.execute_local_activity(gated_local, mode)
+    await ctx.sleep(0.1)
+    last = await ctx.execute_activity(quick, "c")
+    return [first, local, last]
+
+
+@workflow
+async def wf_race(ctx, n: int) -> list:
+    """Three activities in sequence, then a fan-out of three."""
+    out = []
+    for i in range(3):
+        out.append(await ctx.execute_activity(quick, f"{n}-s{i}"))
+    out.extend(await asyncio.gather(*(ctx.execute_activity(quick, f"{n}-p{i}") for i in range(3))))
+    return out
+
+
+def race_expected(n: int) -> list:
+    return [f"{n}-s{i}:ok" for i in range(3)] + [f"{n}-p{i}:ok" for i in range(3)]
+
+
+@workflow
+async def wf_churn(ctx, n: int) -> list:
+    """Activities with jitter, a fan-out and a timer: a target for random kills."""
+    out = [await ctx.execute_activity(quick, f"{n}-a", 0.3)]
+    out.extend(await asyncio.gather(*(ctx.execute_activity(quick, f"{n}-f{i}", 0.3) for i in range(2))))
+    await ctx.sleep(0.2)
+    out.append(await ctx.execute_activity(quick, f"{n}-z", 0.3))
+    return out
+
+
+def churn_expected(n: int) -> list:
+    return [f"{n}-a:ok", f"{n}-f0:ok", f"{n}-f1:ok", f"{n}-z:ok"]
+
+
+app = App(workflows=[wf_single, wf_decider, wf_race, wf_churn],
+          activities=[gated, gated_local, quick])
