@@ -67,7 +67,8 @@ DECLARE
     v_event_id bigint;
 BEGIN
     UPDATE harvest.executions
-    SET last_event_id = last_event_id + 1
+    SET last_event_id = last_event_id + 1,
+        history_bytes = history_bytes + pg_column_size(coalesce(p_event_data, '{}'::jsonb))
     WHERE id = p_execution_id
     RETURNING last_event_id INTO v_event_id;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)

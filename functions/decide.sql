@@ -62,7 +62,10 @@ CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
     p_fencing_token bigint,
     p_through bigint,
     p_commands jsonb DEFAULT '[]'::jsonb,
-    p_worker_id text DEFAULT NULL
+    p_worker_id text DEFAULT NULL,
+    -- Last-resort guardrails against a runaway loop; NULL means unlimited.
+    p_event_cap bigint DEFAULT 50000,
+    p_byte_cap bigint DEFAULT 52428800
 )
 RETURNS TABLE (last_event_id bigint, execution_status text)
 LANGUAGE plpgsql
@@ -79,6 +82,8 @@ DECLARE
     v_seen_until bigint;
     v_closed boolean := false;
     v_stc double precision;
+    v_cap_type text;
+    v_cap_failure jsonb;
 BEGIN
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
@@ -174,6 +179,27 @@ BEGIN
                 HINT = 'see docs/internals.md for the command shapes';
         END CASE;
     END LOOP;
+
+    -- A run past a hard cap fails with a typed reason unless it just continued as new.
+    IF NOT v_closed THEN
+        SELECT * INTO v_execution FROM harvest.executions WHERE id = v_execution.id;
+        IF v_execution.last_event_id > p_event_cap OR v_execution.history_bytes > p_byte_cap THEN
+            v_cap_type := CASE WHEN v_execution.last_event_id > p_event_cap
+                THEN 'HistoryEventCapExceeded' ELSE 'HistoryByteCapExceeded' END;
+            v_cap_failure := jsonb_build_object('error_type', v_cap_type, 'non_retryable', true,
+                'message', 'the history reached ' || v_execution.last_event_id || ' events / '
+                           || v_execution.history_bytes || ' bytes (caps ' || coalesce(p_event_cap::text, 'none')
+                           || ' events, ' || coalesce(p_byte_cap::text, 'none') || ' bytes); '
+                           || 'call ctx.continue_as_new() before the history grows this large',
+                'details', jsonb_build_object('events', v_execution.last_event_id,
+                                              'bytes', v_execution.history_bytes,
+                                              'event_cap', p_event_cap, 'byte_cap', p_byte_cap));
+            PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed',
+                jsonb_build_object('failure', v_cap_failure));
+            PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_cap_failure);
+            v_closed := true;
+        END IF;
+    END IF;
 
     -- Events that arrived while this task was in flight belong to the next batch.
     IF NOT v_closed AND v_seen_until > p_through THEN

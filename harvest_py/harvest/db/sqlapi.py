@@ -45,7 +45,8 @@ SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workfl
 NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
 COMPLETE_WORKFLOW_TASK = """
 SELECT * FROM harvest.complete_workflow_task(
-    %(task_id)s, %(fencing_token)s, %(through)s, %(commands)s, %(worker_id)s)
+    %(task_id)s, %(fencing_token)s, %(through)s, %(commands)s, %(worker_id)s,
+    %(event_cap)s, %(byte_cap)s)
 """
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
@@ -312,9 +313,12 @@ class AsyncSqlApi:
         return (await self._one(NEXT_DUE_AT, queues=queues))["due_at"]
 
     async def complete_workflow_task(self, task_id: int, fencing_token: int, through: int,
-                                     commands: list[dict[str, Any]], worker_id: str) -> dict[str, Any]:
+                                     commands: list[dict[str, Any]], worker_id: str,
+                                     event_cap: int | None = 50_000,
+                                     byte_cap: int | None = 50 * 1024 * 1024) -> dict[str, Any]:
         return await self._one(COMPLETE_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
-                               through=through, commands=_jsonb(commands), worker_id=worker_id)
+                               through=through, commands=_jsonb(commands), worker_id=worker_id,
+                               event_cap=event_cap, byte_cap=byte_cap)
 
     async def fail_workflow_task(self, task_id: int, fencing_token: int, failure: dict[str, Any],
                                  retry_in_secs: float) -> None:

@@ -45,7 +45,11 @@ class Worker:
                  concurrency: int = 20, claim_batch: int = 20, poll_interval: float = 2.0,
                  scan_interval: float = 1.0, heartbeat_interval: float = 5.0,
                  workflow_lease: float = 30.0, shutdown_grace: float = 30.0,
-                 cache_size: int = 1000, worker_id: str | None = None):
+                 cache_size: int = 1000, worker_id: str | None = None,
+                 continue_as_new_threshold: int = 10_000,
+                 history_event_hard_cap: int | None = 50_000,
+                 history_byte_hard_cap: int | None = 50 * 1024 * 1024,
+                 history_bloat_warn_fraction: float = 0.2048):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.app = app
@@ -60,6 +64,19 @@ class Worker:
         self.shutdown_grace = shutdown_grace
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.cache = StickyCache(cache_size)
+        # History guardrails (docs/workflows.md): the soft threshold feeds
+        # ctx.should_continue_as_new(); a run past a hard cap fails (None: unlimited).
+        self.continue_as_new_threshold = continue_as_new_threshold
+        self.history_event_hard_cap = history_event_hard_cap
+        self.history_byte_hard_cap = history_byte_hard_cap
+        self.history_bloat_warn_at = (None if history_event_hard_cap is None
+                                      else int(history_event_hard_cap * history_bloat_warn_fraction))
+        if (self.history_bloat_warn_at is not None
+                and self.history_bloat_warn_at <= continue_as_new_threshold):
+            log.warning("the history-bloat warning (%d events) is at or below the continue-as-new "
+                        "threshold (%d): healthy runs will warn before they are advised to rotate",
+                        self.history_bloat_warn_at, continue_as_new_threshold)
+        self._bloat_warned: set[str] = set()
         self.sql: AsyncSqlApi | None = None
         self._pool: AsyncConnectionPool | None = None
         self._wake = asyncio.Event()

@@ -77,7 +77,8 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         if run is None:
             definition = worker.app.workflow(task["workflow_name"])
             run = WorkflowRun(worker.app, definition, execution_id, task["workflow_id"],
-                              task["task_queue"])
+                              task["task_queue"],
+                              continue_as_new_threshold=worker.continue_as_new_threshold)
             events = await worker.sql.get_history(execution_id, 0)
             activation = await run.advance([_event(e) for e in events])
     except Exception as exc:  # noqa: BLE001 - reported on the task, never into the history
@@ -95,7 +96,9 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
 
     try:
         await worker.sql.complete_workflow_task(task_id, token, activation.through,
-                                                activation.commands, worker.worker_id)
+                                                activation.commands, worker.worker_id,
+                                                worker.history_event_hard_cap,
+                                                worker.history_byte_hard_cap)
     except StaleTask as stale:
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
         run.close()
@@ -103,9 +106,21 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     except Exception:
         run.close()
         raise
+    _warn_on_bloat(worker, execution_id, task["workflow_name"], run.last_event_id)
     finished = activation.finished or any(
         c["type"] in ("complete_workflow", "fail_workflow") for c in activation.commands)
     if finished:
         run.close()
     else:
         worker.cache.put(execution_id, run)
+
+
+def _warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events: int) -> None:
+    """Warn once per run as its history nears the hard cap (harvest.workflow.history_bloat)."""
+    limit = worker.history_bloat_warn_at
+    if limit is None or events < limit or execution_id in worker._bloat_warned:
+        return
+    worker._bloat_warned.add(execution_id)
+    log.warning("harvest.workflow.history_bloat: %s (%s) has %d events, past %d of the %d-event "
+                "hard cap; call ctx.continue_as_new() when ctx.should_continue_as_new() is true",
+                execution_id, workflow_name, events, limit, worker.history_event_hard_cap)

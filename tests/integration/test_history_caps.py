@@ -1,0 +1,58 @@
+"""History guardrails: the soft continue-as-new threshold and the hard caps."""
+
+from __future__ import annotations
+
+import pytest
+
+from harvest import App, Client, activity, workflow
+from harvest.errors import WorkflowFailed
+
+
+@activity
+async def tick(ctx, i: int) -> int:
+    return i
+
+
+@workflow
+async def runaway(ctx) -> None:
+    i = 0
+    while True:  # a loop that never rotates
+        i = await ctx.execute_activity(tick, i + 1)
+
+
+@workflow
+async def rotating(ctx, i: int, runs: int) -> int:
+    while True:
+        i = await ctx.execute_activity(tick, i + 1)
+        if ctx.should_continue_as_new():
+            if runs >= 2:
+                return i
+            await ctx.continue_as_new(i, runs + 1)
+
+
+def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[runaway], activities=[tick]), history_event_hard_cap=40,
+                 history_byte_hard_cap=None)
+    handle = client.start_workflow(runaway)
+    with pytest.raises(WorkflowFailed) as info:
+        handle.result(timeout=60)
+    assert info.value.failure["error_type"] == "HistoryEventCapExceeded"
+    assert "continue_as_new" in info.value.failure["message"]
+    assert handle.describe()["last_event_id"] <= 40 + 5
+
+
+def test_byte_cap_counts_stored_event_bytes(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[runaway], activities=[tick]), history_event_hard_cap=None,
+                 history_byte_hard_cap=2000)
+    with pytest.raises(WorkflowFailed) as info:
+        client.start_workflow(runaway).result(timeout=60)
+    assert info.value.failure["error_type"] == "HistoryByteCapExceeded"
+    assert info.value.failure["details"]["bytes"] > 2000
+
+
+def test_soft_threshold_advises_rotation_before_the_cap(start_worker, client: Client) -> None:
+    start_worker(App(workflows=[rotating], activities=[tick]), continue_as_new_threshold=10,
+                 history_event_hard_cap=40, history_byte_hard_cap=None)
+    handle = client.start_workflow(rotating, 0, 0)
+    assert handle.result(timeout=60) > 0
+    assert handle.describe()["status"] == "CONTINUED_AS_NEW"
