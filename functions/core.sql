@@ -55,6 +55,16 @@ AS $$
     SELECT (get_byte(uuid_send(p_execution_id), 0) << 8) | get_byte(uuid_send(p_execution_id), 1);
 $$;
 
+-- The size an event counts for in the history caps and quotas: the bytes of its
+-- JSON text. Unlike pg_column_size it does not depend on TOAST compression, so the
+-- running total, a reset fork and a backfill all agree.
+CREATE OR REPLACE FUNCTION harvest._event_bytes(p_event_data jsonb)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT octet_length(p_event_data::text)::bigint;
+$$;
+
 -- Append one event; the caller holds the execution row lock, which makes
 -- event ids gapless and ordered.
 CREATE OR REPLACE FUNCTION harvest._append_event(
@@ -68,7 +78,7 @@ DECLARE
 BEGIN
     UPDATE harvest.executions
     SET last_event_id = last_event_id + 1,
-        history_bytes = history_bytes + pg_column_size(coalesce(p_event_data, '{}'::jsonb))
+        history_bytes = history_bytes + harvest._event_bytes(coalesce(p_event_data, '{}'::jsonb))
     WHERE id = p_execution_id
     RETURNING last_event_id INTO v_event_id;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)

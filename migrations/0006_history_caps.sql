@@ -1,12 +1,12 @@
 -- 0006: history size tracking for the hard caps (and the byte measure quotas use).
--- history_bytes is the running sum of pg_column_size(event_data) over the run's events.
+-- history_bytes is the running sum of the events' JSON text bytes (harvest._event_bytes).
 
 ALTER TABLE harvest.executions
 ADD COLUMN history_bytes bigint NOT NULL DEFAULT 0;
 
 UPDATE harvest.executions AS e
 SET history_bytes = coalesce((
-    SELECT sum(pg_column_size(ev.event_data)) FROM harvest.events AS ev WHERE ev.execution_id = e.id
+    SELECT sum(octet_length(ev.event_data::text)) FROM harvest.events AS ev WHERE ev.execution_id = e.id
 ), 0);
 
 -- complete_workflow_task gained the cap parameters; drop the old signature so the

@@ -2,7 +2,7 @@
 -- events, activity and timer tasks, the run's end, re-enqueue, stale tokens and
 -- expired leases), harvest.fail_workflow_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(79);
+SELECT plan(112);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -388,6 +388,159 @@ SELECT throws_ok(format($$SELECT harvest._lock_claimed_task(%s, %s, 'activity')$
 SELECT is(harvest._require('{"type": "t", "n": 3}', 'n', 'number'), '3'::jsonb, '_require() returns the field');
 SELECT throws_ok($$SELECT harvest._require('{"type": "t", "n": 3}', 'n', 'string')$$, 'HR001',
                  'command t needs "n" as a JSON string, got number', '_require() of the wrong type: HR001');
+
+-- ---------------------------------------------------------------- history size and hard caps
+-- history_bytes (kept by harvest._append_event) and complete_workflow_task's
+-- p_event_cap / p_byte_cap: a run past a cap fails, unless the commands closed it.
+SET LOCAL harvest.fake_now = '2030-01-01 00:02:00+00';
+CREATE FUNCTION pg_temp.bytes(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT history_bytes FROM harvest.executions WHERE id = pg_temp.run(p_key);
+$fn$;
+SELECT pg_temp.start_and_claim('bytes');
+SELECT is(pg_temp.bytes('bytes'),
+          (SELECT octet_length(event_data::text)::bigint FROM harvest.events
+           WHERE execution_id = pg_temp.run('bytes') AND event_id = 1),
+          'history_bytes of a new run: the size of its WorkflowStarted data');
+CREATE TEMP TABLE bytes_seen (step text PRIMARY KEY, bytes bigint) ON COMMIT DROP;
+INSERT INTO bytes_seen VALUES ('start', pg_temp.bytes('bytes'));
+SELECT is(harvest._append_event(pg_temp.run('bytes'), 'TimerFired', '{"seq": 1}'), 2::bigint,
+          'setup: append a small event');
+SELECT is(pg_temp.bytes('bytes') - (SELECT bytes FROM bytes_seen WHERE step = 'start'),
+          octet_length('{"seq": 1}'::jsonb::text)::bigint, 'history_bytes grows by the JSON text bytes of the event data');
+INSERT INTO bytes_seen VALUES ('small', pg_temp.bytes('bytes'));
+SELECT is(harvest._append_event(pg_temp.run('bytes'), 'TimerFired', NULL), 3::bigint,
+          'setup: append an event without data');
+SELECT is(pg_temp.bytes('bytes') - (SELECT bytes FROM bytes_seen WHERE step = 'small'),
+          octet_length('{}'::jsonb::text)::bigint, 'NULL data counts as the {} it is stored as');
+INSERT INTO bytes_seen VALUES ('null', pg_temp.bytes('bytes'));
+SELECT is(harvest._append_event(pg_temp.run('bytes'), 'MarkerRecorded',
+                                jsonb_build_object('seq', 9, 'kind', 'side_effect', 'value', repeat('x', 5000))),
+          4::bigint, 'setup: append a large event');
+SELECT is(pg_temp.bytes('bytes') - (SELECT bytes FROM bytes_seen WHERE step = 'null'),
+          octet_length(jsonb_build_object('seq', 9, 'kind', 'side_effect', 'value', repeat('x', 5000))::text)::bigint,
+          'a large event counts its full JSON text size');
+INSERT INTO bytes_seen VALUES ('large', pg_temp.bytes('bytes'));
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 4, '[
+                            {"type": "schedule_activity", "seq": 1, "name": "a"},
+                            {"type": "start_timer", "seq": 2, "duration": 5}]')$$,
+                         pg_temp.task('bytes'), pg_temp.token('bytes')),
+                  $$VALUES (7::bigint, 'RUNNING'::text)$$, 'setup: a batch of two commands');
+SELECT is(pg_temp.bytes('bytes') - (SELECT bytes FROM bytes_seen WHERE step = 'large'),
+          (SELECT sum(octet_length(event_data::text))::bigint FROM harvest.events
+           WHERE execution_id = pg_temp.run('bytes') AND event_id > 4),
+          'complete_workflow_task(): history_bytes grows by the size of each event it appends');
+SELECT is(pg_temp.bytes('bytes'),
+          (SELECT sum(octet_length(event_data::text)) FROM harvest.events WHERE execution_id = pg_temp.run('bytes')),
+          'history_bytes is the sum of octet_length(event_data::text) over the run''s stored events');
+
+-- The event cap.
+SELECT pg_temp.start_and_claim('cap_ev');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "schedule_activity", "seq": 1, "name": "a"},
+                            {"type": "start_timer", "seq": 2, "duration": 5}]', p_event_cap => 3)$$,
+                         pg_temp.task('cap_ev'), pg_temp.token('cap_ev')),
+                  $$VALUES (5::bigint, 'FAILED'::text)$$, 'past the event cap: the answer says FAILED');
+SELECT results_eq(
+    $$SELECT status, failure ->> 'error_type', failure -> 'non_retryable', (failure -> 'details') - 'bytes',
+             (failure #>> '{details,bytes}')::bigint > 0, completed_at
+      FROM harvest.executions WHERE id = pg_temp.run('cap_ev')$$,
+    $$VALUES ('FAILED'::text, 'HistoryEventCapExceeded'::text, 'true'::jsonb,
+              '{"events": 4, "event_cap": 3, "byte_cap": 52428800}'::jsonb, true, '2030-01-01 00:02:00+00'::timestamptz)$$,
+    'the run is FAILED: HistoryEventCapExceeded, non-retryable, details {events, bytes, event_cap, byte_cap}');
+SELECT matches((SELECT failure ->> 'message' FROM harvest.executions WHERE id = pg_temp.run('cap_ev')),
+               '^the history reached 4 events / [0-9]+ bytes \(caps 3 events, 52428800 bytes\); call ctx\.continue_as_new\(\) before the history grows this large$',
+               'the failure message names the size, the caps and the remedy');
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data FROM harvest.events AS ev
+      WHERE ev.execution_id = pg_temp.run('cap_ev') AND ev.event_id > 4$$,
+    $$SELECT 5::bigint, 'WorkflowFailed'::text, jsonb_build_object('failure', e.failure)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('cap_ev')$$,
+    'the batch''s events are kept, then WorkflowFailed{failure} ends the history');
+SELECT is((SELECT failure #>> '{details,bytes}' FROM harvest.executions WHERE id = pg_temp.run('cap_ev'))::bigint,
+          pg_temp.bytes('cap_ev') - (SELECT octet_length(event_data::text) FROM harvest.events
+                                     WHERE execution_id = pg_temp.run('cap_ev') AND event_id = 5),
+          'details.bytes is history_bytes before the WorkflowFailed event');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cap_ev')$$,
+                'the failed run has no task left, not even the ones the batch made');
+SELECT pg_temp.start_and_claim('cap_at');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "schedule_activity", "seq": 1, "name": "a"},
+                            {"type": "start_timer", "seq": 2, "duration": 5}]', p_event_cap => 4)$$,
+                         pg_temp.task('cap_at'), pg_temp.token('cap_at')),
+                  $$VALUES (4::bigint, 'RUNNING'::text)$$, 'exactly at the event cap: the run goes on');
+
+-- The byte cap.
+SELECT pg_temp.start_and_claim('cap_b');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "record_marker", "seq": 1, "kind": "side_effect", "value": "%s"}]',
+                            p_byte_cap => 300)$$,
+                         pg_temp.task('cap_b'), pg_temp.token('cap_b'), repeat('y', 200)),
+                  $$VALUES (4::bigint, 'FAILED'::text)$$, 'past the byte cap: the answer says FAILED');
+SELECT results_eq(
+    $$SELECT status, failure ->> 'error_type', (failure -> 'details') - 'bytes', (failure #>> '{details,bytes}')::bigint > 300
+      FROM harvest.executions WHERE id = pg_temp.run('cap_b')$$,
+    $$VALUES ('FAILED'::text, 'HistoryByteCapExceeded'::text, '{"events": 3, "event_cap": 50000, "byte_cap": 300}'::jsonb, true)$$,
+    'the run is FAILED: HistoryByteCapExceeded, details name the byte cap');
+SELECT is((SELECT event_type FROM harvest.events WHERE execution_id = pg_temp.run('cap_b') AND event_id = 4),
+          'WorkflowFailed', 'byte cap: WorkflowFailed ends the history');
+SELECT pg_temp.start_and_claim('cap_both');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 1, p_byte_cap => 1)$$,
+                         pg_temp.task('cap_both'), pg_temp.token('cap_both')),
+                  $$VALUES (3::bigint, 'FAILED'::text)$$, 'past both caps: FAILED');
+SELECT is((SELECT failure ->> 'error_type' FROM harvest.executions WHERE id = pg_temp.run('cap_both')),
+          'HistoryEventCapExceeded', 'past both caps: the event cap is named');
+SELECT pg_temp.start_and_claim('cap_nb');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => NULL, p_byte_cap => 1)$$,
+                         pg_temp.task('cap_nb'), pg_temp.token('cap_nb')),
+                  $$VALUES (3::bigint, 'FAILED'::text)$$, 'no event cap, past the byte cap: FAILED');
+SELECT results_eq(
+    $$SELECT failure ->> 'error_type', failure #> '{details,event_cap}', failure ->> 'message' LIKE '%(caps none events, 1 bytes)%'
+      FROM harvest.executions WHERE id = pg_temp.run('cap_nb')$$,
+    $$VALUES ('HistoryByteCapExceeded'::text, 'null'::jsonb, true)$$,
+    'a NULL event cap is reported as none');
+
+-- NULL caps mean unlimited.
+SELECT pg_temp.start_and_claim('cap_null');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                            '[{"type": "start_timer", "seq": 1, "duration": 5}]', p_event_cap => NULL, p_byte_cap => NULL)$$,
+                         pg_temp.task('cap_null'), pg_temp.token('cap_null')),
+                  $$VALUES (3::bigint, 'RUNNING'::text)$$, 'NULL caps: unlimited, the run goes on');
+SELECT pg_temp.start_and_claim('cap_bnull');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 2, p_byte_cap => NULL)$$,
+                         pg_temp.task('cap_bnull'), pg_temp.token('cap_bnull')),
+                  $$VALUES (2::bigint, 'RUNNING'::text)$$, 'a NULL byte cap with the event cap not reached: the run goes on');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id IN (pg_temp.run('cap_null'), pg_temp.run('cap_bnull'))
+           AND event_type = 'WorkflowFailed'), 0::bigint, 'no WorkflowFailed for runs under their caps');
+
+-- Commands that close the run win over the caps.
+SELECT pg_temp.start_and_claim('cap_can');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                            '[{"type": "continue_as_new", "input": [2]}]', p_event_cap => 1, p_byte_cap => 1)$$,
+                         pg_temp.task('cap_can'), pg_temp.token('cap_can')),
+                  $$VALUES (3::bigint, 'CONTINUED_AS_NEW'::text)$$, 'continue_as_new past the caps: CONTINUED_AS_NEW, not FAILED');
+SELECT results_eq(
+    $$SELECT o.failure, ev.event_type, n.status, n.last_event_id
+      FROM harvest.executions AS o
+      JOIN harvest.events AS ev ON ev.execution_id = o.id AND ev.event_id = o.last_event_id
+      JOIN harvest.executions AS n ON n.continued_from = o.id
+      WHERE o.id = pg_temp.run('cap_can')$$,
+    $$VALUES (NULL::jsonb, 'WorkflowContinuedAsNew'::text, 'RUNNING'::text, 1::bigint)$$,
+    'the run ends with WorkflowContinuedAsNew and its successor starts fresh');
+SELECT pg_temp.start_and_claim('cap_done');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                            '[{"type": "complete_workflow", "result": 1}]', p_event_cap => 1)$$,
+                         pg_temp.task('cap_done'), pg_temp.token('cap_done')),
+                  $$VALUES (3::bigint, 'COMPLETED'::text)$$, 'complete_workflow past the event cap: COMPLETED');
+
+-- A run failed by a cap is not re-enqueued, whatever arrived past through.
+SELECT pg_temp.start_and_claim('cap_late');
+SELECT is(harvest._append_event(pg_temp.run('cap_late'), 'TimerFired', '{"seq": 1}'), 2::bigint,
+          'setup: an event arrives while the workflow task is in flight');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 2)$$,
+                         pg_temp.task('cap_late'), pg_temp.token('cap_late')),
+                  $$VALUES (4::bigint, 'FAILED'::text)$$, 'past the cap with events past through: FAILED');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cap_late')$$,
+                'a run failed by a cap gets no new workflow task');
 
 SELECT * FROM finish();
 ROLLBACK;

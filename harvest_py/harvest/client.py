@@ -17,7 +17,7 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from harvest import payload
+from harvest import messaging, payload
 from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -130,6 +130,29 @@ class WorkflowHandle:
         with self.client._sql() as sql:
             return sql.cancel_workflow(self.execution_id, reason)
 
+    def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
+              result_type: Any = Any) -> Any:
+        """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
+        return messaging.query(self.client, self.execution_id, name, arg, timeout, result_type)
+
+    def update(self, name: str, arg: Any = None, *, wait: str = "completed", timeout: Any = 30.0,
+               update_id: str | None = None, result_type: Any = Any) -> Any:
+        """Validate, record and run update ``name``: its result (``wait="completed"``) or an
+        ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
+        return messaging.update(self.client, self.execution_id, name, arg, wait, timeout,
+                                update_id, result_type)
+
+    def reset(self, to_event: int, reason: str, *, operator_id: str | None = None,
+              signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
+        """Fork the run from a completed boundary under the current code (see docs/versioning.md).
+
+        Returns the plan; without dry_run the source ends TERMINATED and the plan's
+        ``new_execution_id`` names the fork.
+        """
+        with self.client._sql() as sql:
+            return sql.reset_workflow(self.execution_id, to_event, reason, operator_id, signal_reapply,
+                                      dry_run)
+
     def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
         with self.client._sql() as sql:
             return sql.list_children(self.execution_id, status, depth)
@@ -215,6 +238,24 @@ class Client:
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                               row["started_fresh"])
 
+    def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
+                          update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
+                          update_id: str | None = None, task_queue: str | None = None,
+                          search_attributes: dict[str, Any] | None = None,
+                          result_type: Any = Any, **kwargs: Any) -> tuple[WorkflowHandle, Any]:
+        """Attach to the running run of workflow_id (or start one) and update it, atomically.
+
+        Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
+        ``wait="accepted"``."""
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
+                "arg": payload.encode(update_arg, "update_arg"), "input": encoded,
+                "task_queue": queue, "update_id": update_id,
+                "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+        row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+        return (WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
+                               row["started_fresh"]), outcome)
+
     def get_handle(self, execution_id: str, workflow: Any = None) -> WorkflowHandle:
         definition = _resolve_workflow(workflow)[1] if workflow is not None else None
         return WorkflowHandle(self, execution_id, "", definition)
@@ -250,6 +291,17 @@ class AsyncWorkflowHandle:
 
     async def cancel(self, reason: str | None = None) -> bool:
         return await self.client.sql.cancel_workflow(self.execution_id, reason)
+
+    async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
+                    result_type: Any = Any) -> Any:
+        return await messaging.aquery(self.client, self.execution_id, name, arg, timeout,
+                                      result_type)
+
+    async def update(self, name: str, arg: Any = None, *, wait: str = "completed",
+                     timeout: Any = 30.0, update_id: str | None = None,
+                     result_type: Any = Any) -> Any:
+        return await messaging.aupdate(self.client, self.execution_id, name, arg, wait, timeout,
+                                       update_id, result_type)
 
     async def result(self, timeout: float | None = None) -> Any:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 import click
+import psycopg
 
-from harvest.errors import HarvestError
+from harvest.errors import HarvestError, from_database_error
 
 
 class HarvestGroup(click.Group):
@@ -18,6 +19,12 @@ class HarvestGroup(click.Group):
         except HarvestError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except psycopg.Error as exc:
+            # A database error the SQL API has no class for: still one line, never a traceback.
+            mapped = from_database_error(exc)
+            message = str(mapped) if mapped else (exc.diag.message_primary or str(exc)).strip().splitlines()[0]
+            click.echo(f"error: {message}", err=True)
+            sys.exit(mapped.exit_code if mapped else 1)
 
 
 @click.group(cls=HarvestGroup)
@@ -27,12 +34,18 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harvest.cli import dev, migrate, worker, workflow
+    from harvest.cli import dev, dlq, migrate, preflight, replay, retention, worker, workers, workflow
 
     main.add_command(migrate.migrate)
     main.add_command(dev.dev)
-    main.add_command(worker.worker)
+    main.add_command(workers.worker_group(worker.worker))
     main.add_command(workflow.workflow)
+    main.add_command(workflow.history_group)
+    main.add_command(dlq.dlq)
+    main.add_command(retention.retention)
+    main.add_command(preflight.preflight)
+    main.add_command(replay.replay)
+    main.add_command(replay.version_usage)
 
 
 _register()

@@ -75,6 +75,22 @@ GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
 DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
+# -- flow control (functions/concurrency.sql, ratelimit.sql, quotas.sql, mutex.sql)
+DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
+CONCURRENCY_STATUS = "SELECT * FROM harvest.concurrency_status(%(key)s)"
+SET_RATE_LIMIT_OVERRIDE = """
+SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burst)s, %(ttl_secs)s)
+"""
+CLEAR_RATE_LIMIT_OVERRIDE = "SELECT harvest.clear_rate_limit_override(%(activity_name)s) AS cleared"
+GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
+QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
+MUTEX_TICK = "SELECT harvest.mutex_tick(%(limit)s) AS granted"
+MUTEX_STATUS = "SELECT * FROM harvest.mutex_status(%(key)s)"
+RESET_WORKFLOW = """
+SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
+                              %(signal_reapply)s, %(dry_run)s) AS plan
+"""
+VERSION_USAGE = "SELECT * FROM harvest.version_usage(%(change_id)s, %(version)s, %(state_group)s)"
 # -- the operator surface (functions/operator.sql, fleet.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
 SELECT * FROM harvest.list_executions(
@@ -101,6 +117,26 @@ RETENTION_STATUS = "SELECT harvest.retention_status() AS status"
 SET_RETENTION = "SELECT harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS status"
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
 
+
+# -- queries and updates (functions/queries.sql)
+REQUEST_QUERY = "SELECT harvest.request_query(%(execution_id)s, %(name)s, %(arg)s, %(timeout)s) AS request_id"
+REQUEST_UPDATE = """
+SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s)
+"""
+UPDATE_WITH_START = """
+SELECT * FROM harvest.update_with_start(
+    p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
+    p_update_name => %(name)s, p_update_arg => %(arg)s, p_input => %(input)s,
+    p_task_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
+    p_search_attributes => %(search_attributes)s)
+"""
+GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
+CLAIM_QUERIES = "SELECT * FROM harvest.claim_queries(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
+ANSWER_QUERY = """
+SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
+"""
+ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
+EXPIRE_QUERY_REQUESTS = "SELECT harvest.expire_query_requests(%(limit)s) AS expired"
 
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
@@ -175,6 +211,30 @@ class SqlApi:
         row = self._one(SCHEMA_VERSION)
         return row["version"] if row else None
 
+    # -- flow control ----------------------------------------------------------------------
+    def declare_flow_policies(self, policies: dict[str, Any]) -> int:
+        return self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies))["declared"]
+
+    def concurrency_status(self, key: str | None = None) -> list[dict[str, Any]]:
+        return self._all(CONCURRENCY_STATUS, key=key)
+
+    def set_rate_limit_override(self, activity_name: str, rps: float, burst: float | None = None,
+                                ttl_secs: float = 3600) -> dict[str, Any]:
+        return self._one(SET_RATE_LIMIT_OVERRIDE, activity_name=activity_name, rps=rps, burst=burst,
+                         ttl_secs=ttl_secs)
+
+    def clear_rate_limit_override(self, activity_name: str) -> bool:
+        return self._one(CLEAR_RATE_LIMIT_OVERRIDE, activity_name=activity_name)["cleared"]
+
+    def get_rate_limit(self, activity_name: str) -> dict[str, Any] | None:
+        return self._one(GET_RATE_LIMIT, activity_name=activity_name)
+
+    def quota_usage(self, key: str, quota: str) -> int:
+        return self._one(QUOTA_USAGE, key=key, quota=quota)["usage"]
+
+    def mutex_status(self, key: str | None = None) -> list[dict[str, Any]]:
+        return self._all(MUTEX_STATUS, key=key)
+
     def list_dead_letters(self, limit: int = 100, activity_name: str | None = None,
                           workflow_name: str | None = None, before_id: int | None = None) -> list[dict]:
         return self._all(LIST_DEAD_LETTERS, limit=limit, activity_name=activity_name,
@@ -188,6 +248,15 @@ class SqlApi:
 
     def discard_dead_letter(self, id: int) -> None:
         self._all(DISCARD_DEAD_LETTER, id=id)
+
+    def reset_workflow(self, execution_id: str, to_event: int, reason: str, operator_id: str | None,
+                       signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
+        return self._one(RESET_WORKFLOW, execution_id=execution_id, to_event=to_event, reason=reason,
+                         operator_id=operator_id, signal_reapply=signal_reapply, dry_run=dry_run)["plan"]
+
+    def version_usage(self, change_id: str, version: int | None = None,
+                      state_group: str = "active") -> list[dict[str, Any]]:
+        return self._all(VERSION_USAGE, change_id=change_id, version=version, state_group=state_group)
 
     # -- the operator surface --------------------------------------------------------------
     def list_executions(self, state: str | None = None, workflow_name: str | None = None,
@@ -246,6 +315,27 @@ class SqlApi:
                       operator: str | None = None) -> dict[str, Any]:
         return self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size, operator=operator)["result"]
 
+
+    # -- queries and updates (functions/queries.sql) ----------------------------------------
+    def request_query(self, execution_id: str, name: str, arg: Any, timeout: float) -> int:
+        return self._one(REQUEST_QUERY, execution_id=execution_id, name=name, arg=_jsonb(arg),
+                         timeout=timeout)["request_id"]
+
+    def request_update(self, execution_id: str, name: str, arg: Any, update_id: str | None,
+                       timeout: float) -> dict[str, Any]:
+        return self._one(REQUEST_UPDATE, execution_id=execution_id, name=name, arg=_jsonb(arg),
+                         update_id=update_id, timeout=timeout)
+
+    def update_with_start(self, workflow_name: str, workflow_id: str, name: str, arg: Any,
+                          input: list[Any], task_queue: str, update_id: str | None, timeout: float,
+                          search_attributes: dict[str, Any]) -> dict[str, Any]:
+        return self._one(UPDATE_WITH_START, workflow_name=workflow_name, workflow_id=workflow_id,
+                         name=name, arg=_jsonb(arg), input=_jsonb(input), task_queue=task_queue,
+                         update_id=update_id, timeout=timeout,
+                         search_attributes=_jsonb(search_attributes))
+
+    def get_query_request(self, request_id: int) -> dict[str, Any]:
+        return self._one(GET_QUERY_REQUEST, request_id=request_id)
 
 class AsyncSqlApi:
     """The SQL API over an async connection pool: one call, one transaction."""
@@ -362,3 +452,48 @@ class AsyncSqlApi:
     async def schema_version(self) -> str | None:
         row = await self._one(SCHEMA_VERSION)
         return row["version"] if row else None
+
+    async def declare_flow_policies(self, policies: dict[str, Any]) -> int:
+        return (await self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies)))["declared"]
+
+    async def mutex_tick(self, limit: int = 100) -> int:
+        return (await self._one(MUTEX_TICK, limit=limit))["granted"]
+
+
+    # -- queries and updates (functions/queries.sql) ----------------------------------------
+    async def request_query(self, execution_id: str, name: str, arg: Any, timeout: float) -> int:
+        return (await self._one(REQUEST_QUERY, execution_id=execution_id, name=name,
+                                arg=_jsonb(arg), timeout=timeout))["request_id"]
+
+    async def request_update(self, execution_id: str, name: str, arg: Any, update_id: str | None,
+                             timeout: float) -> dict[str, Any]:
+        return await self._one(REQUEST_UPDATE, execution_id=execution_id, name=name,
+                               arg=_jsonb(arg), update_id=update_id, timeout=timeout)
+
+    async def update_with_start(self, workflow_name: str, workflow_id: str, name: str, arg: Any,
+                                input: list[Any], task_queue: str, update_id: str | None,
+                                timeout: float, search_attributes: dict[str, Any]) -> dict[str, Any]:
+        return await self._one(UPDATE_WITH_START, workflow_name=workflow_name,
+                               workflow_id=workflow_id, name=name, arg=_jsonb(arg),
+                               input=_jsonb(input), task_queue=task_queue, update_id=update_id,
+                               timeout=timeout, search_attributes=_jsonb(search_attributes))
+
+    async def get_query_request(self, request_id: int) -> dict[str, Any]:
+        return await self._one(GET_QUERY_REQUEST, request_id=request_id)
+
+    async def claim_queries(self, worker_id: str, queues: list[str], limit: int,
+                            lease_secs: float) -> list[dict[str, Any]]:
+        return await self._all(CLAIM_QUERIES, worker_id=worker_id, queues=queues, limit=limit,
+                               lease_secs=lease_secs)
+
+    async def answer_query(self, request_id: int, worker_id: str, answer: Any,
+                           error: dict[str, Any] | None) -> str | None:
+        return (await self._one(ANSWER_QUERY, request_id=request_id, worker_id=worker_id,
+                                answer=None if error is not None else _jsonb(answer),
+                                error=None if error is None else _jsonb(error)))["status"]
+
+    async def accept_update(self, request_id: int, worker_id: str) -> str | None:
+        return (await self._one(ACCEPT_UPDATE, request_id=request_id, worker_id=worker_id))["status"]
+
+    async def expire_query_requests(self, limit: int = 1000) -> int:
+        return (await self._one(EXPIRE_QUERY_REQUESTS, limit=limit))["expired"]

@@ -1,0 +1,201 @@
+-- Reset: recover a running top-level workflow stuck on history its current code
+-- can no longer replay. The source run ends TERMINATED; a fork on the same shard
+-- carries the history through a completed boundary, gets a WorkflowResetFork
+-- marker, and is queued to run under the current code.
+--
+-- A boundary is valid when nothing issued at or before it is still unresolved
+-- there (activities, timers, children, updates) and it does not cut a workflow
+-- task's command group in half. Terminal runs, child runs and continue-as-new
+-- successors are refused. dry_run reports the plan and writes nothing.
+
+-- Problems that make p_to_event an invalid reset point, as readable lines.
+CREATE OR REPLACE FUNCTION harvest._reset_problems(p_execution harvest.executions, p_to_event bigint)
+RETURNS text[]
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_problems text[] := ARRAY[]::text[];
+    v_next_type text;
+    v_open record;
+BEGIN
+    IF p_execution.status <> 'RUNNING' THEN
+        v_problems := v_problems || ('the run is ' || p_execution.status || '; only running runs can be reset');
+    END IF;
+    IF p_execution.parent_id IS NOT NULL THEN
+        v_problems := v_problems || ('the run is a child of ' || p_execution.parent_id
+                                     || '; reset its top-level parent instead');
+    END IF;
+    IF p_execution.continued_from IS NOT NULL THEN
+        v_problems := v_problems || ('the run continued from ' || p_execution.continued_from
+                                     || '; continue-as-new histories cannot be reset');
+    END IF;
+    IF p_to_event IS NULL OR p_to_event < 1 OR p_to_event > p_execution.last_event_id THEN
+        RETURN v_problems || ('event ' || coalesce(p_to_event::text, 'NULL') || ' is outside the history (1..'
+                              || p_execution.last_event_id || ')');
+    END IF;
+    SELECT ev.event_type INTO v_next_type FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution.id AND ev.event_id = p_to_event + 1;
+    IF v_next_type IN ('ActivityScheduled', 'TimerStarted', 'MarkerRecorded', 'TimerCancelled',
+                       'ChildWorkflowStarted', 'UpdateCompleted') THEN
+        v_problems := v_problems || ('event ' || p_to_event || ' is inside a workflow task''s commands ('
+                                     || v_next_type || ' follows); pick the last event of that group');
+    END IF;
+    -- Every command issued at or before the boundary must be resolved by it.
+    FOR v_open IN
+        SELECT c.event_id, c.event_type, (c.event_data ->> 'seq')::integer AS seq
+        FROM harvest.events AS c
+        WHERE c.execution_id = p_execution.id AND c.event_id <= p_to_event
+          AND c.event_type IN ('ActivityScheduled', 'TimerStarted', 'ChildWorkflowStarted')
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.events AS r
+              WHERE r.execution_id = p_execution.id AND r.event_id <= p_to_event
+                AND r.event_type = ANY(CASE c.event_type
+                    WHEN 'ActivityScheduled' THEN ARRAY['ActivityCompleted', 'ActivityFailed']
+                    WHEN 'TimerStarted' THEN ARRAY['TimerFired']
+                    ELSE ARRAY['ChildWorkflowCompleted', 'ChildWorkflowFailed'] END)
+                AND (r.event_data ->> 'seq')::integer = (c.event_data ->> 'seq')::integer)
+          AND NOT (c.event_type = 'TimerStarted' AND EXISTS (
+              SELECT 1 FROM harvest.events AS x
+              WHERE x.execution_id = p_execution.id AND x.event_id <= p_to_event
+                AND x.event_type = 'TimerCancelled'
+                AND (x.event_data ->> 'timer_seq')::integer = (c.event_data ->> 'seq')::integer))
+        ORDER BY c.event_id
+    LOOP
+        v_problems := v_problems || (v_open.event_type || ' (seq ' || v_open.seq || ', event ' || v_open.event_id
+                                     || ') is unresolved at event ' || p_to_event);
+    END LOOP;
+    FOR v_open IN
+        SELECT a.event_id, a.event_data ->> 'update_id' AS update_id
+        FROM harvest.events AS a
+        WHERE a.execution_id = p_execution.id AND a.event_id <= p_to_event AND a.event_type = 'UpdateAccepted'
+          AND NOT EXISTS (
+              SELECT 1 FROM harvest.events AS d
+              WHERE d.execution_id = p_execution.id AND d.event_id <= p_to_event
+                AND d.event_type = 'UpdateCompleted'
+                AND d.event_data ->> 'update_id' = a.event_data ->> 'update_id')
+    LOOP
+        v_problems := v_problems || ('update ' || v_open.update_id || ' (event ' || v_open.event_id
+                                     || ') is unresolved at event ' || p_to_event);
+    END LOOP;
+    RETURN v_problems;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.reset_workflow(
+    p_execution_id uuid,
+    p_to_event bigint,
+    p_reason text,
+    p_operator_id text DEFAULT NULL,
+    p_signal_reapply text DEFAULT 'drop',
+    p_dry_run boolean DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_source harvest.executions;
+    v_problems text[];
+    v_fork_id uuid;
+    v_now timestamptz := harvest.now();
+    v_pending_signals integer;
+    v_signal record;
+    v_plan jsonb;
+BEGIN
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
+            HINT = 'say why, e.g. --reason "recover from bad deploy 2026-05-03"';
+    END IF;
+    IF p_signal_reapply IS NULL OR p_signal_reapply NOT IN ('drop', 'buffer') THEN
+        RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
+            HINT = 'use drop or buffer';
+    END IF;
+    v_source := harvest._lock_execution(p_execution_id);
+    v_problems := harvest._reset_problems(v_source, p_to_event);
+    SELECT count(*) INTO v_pending_signals FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_id > p_to_event AND ev.event_type = 'SignalReceived';
+    v_plan := jsonb_build_object(
+        'valid', cardinality(v_problems) = 0, 'problems', to_jsonb(v_problems),
+        'source_execution_id', p_execution_id, 'to_event', p_to_event,
+        'carried_events', least(greatest(p_to_event, 0), v_source.last_event_id),
+        'discarded_events', greatest(v_source.last_event_id - greatest(p_to_event, 0), 0),
+        'signal_reapply', p_signal_reapply, 'pending_signals', v_pending_signals,
+        'dry_run', p_dry_run, 'new_execution_id', NULL);
+    IF p_dry_run THEN
+        RETURN v_plan;
+    END IF;
+    IF cardinality(v_problems) > 0 THEN
+        RAISE EXCEPTION 'cannot reset execution % to event %: %', p_execution_id, p_to_event,
+            array_to_string(v_problems, '; ') USING ERRCODE = CASE
+                WHEN v_source.status <> 'RUNNING' THEN 'HR005' ELSE 'HR001' END,
+            HINT = 'run it with dry_run first; harvest workflow stack shows the wait state';
+    END IF;
+
+    PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated', jsonb_build_object(
+        'reason', 'reset to event ' || p_to_event || ': ' || p_reason, 'operator_id', p_operator_id));
+    PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL, jsonb_build_object(
+        'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
+        'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
+
+    v_fork_id := harvest._new_execution_id(harvest.shard_of(p_execution_id));
+    INSERT INTO harvest.executions (
+        id, workflow_name, workflow_id, task_queue, input, search_attributes, created_at,
+        execution_timeout_at, timeout_at, last_event_id, history_bytes
+    )
+    SELECT v_fork_id, s.workflow_name, s.workflow_id, s.task_queue, s.input, s.search_attributes, v_now,
+           s.execution_timeout_at, s.timeout_at, p_to_event,
+           (SELECT coalesce(sum(harvest._event_bytes(ev.event_data)), 0) FROM harvest.events AS ev
+            WHERE ev.execution_id = s.id AND ev.event_id <= p_to_event)
+    FROM harvest.executions AS s WHERE s.id = p_execution_id;
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    SELECT v_fork_id, ev.event_id, ev.event_type, ev.event_data, ev.created_at
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_id <= p_to_event;
+    PERFORM harvest._append_event(v_fork_id, 'WorkflowResetFork', jsonb_build_object(
+        'source_execution_id', p_execution_id, 'to_event', p_to_event, 'reason', p_reason,
+        'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply));
+    IF p_signal_reapply = 'buffer' THEN
+        FOR v_signal IN
+            SELECT ev.event_data FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution_id AND ev.event_id > p_to_event
+              AND ev.event_type = 'SignalReceived'
+            ORDER BY ev.event_id
+        LOOP
+            PERFORM harvest._append_event(v_fork_id, 'SignalReceived', v_signal.event_data);
+        END LOOP;
+    END IF;
+    PERFORM harvest._ensure_workflow_task(v_fork_id);
+    RETURN v_plan || jsonb_build_object('new_execution_id', v_fork_id);
+END;
+$$;
+
+-- Which recorded versions of a ctx.version() gate are still in use, so an old
+-- branch is deleted only when no run can replay through it. Read-only.
+CREATE OR REPLACE FUNCTION harvest.version_usage(
+    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active'
+)
+RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_change_id IS NULL OR p_change_id = '' THEN
+        RAISE EXCEPTION 'change_id is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_state_group IS NULL OR p_state_group NOT IN ('active', 'terminal', 'all') THEN
+        RAISE EXCEPTION 'unknown state_group "%"', p_state_group USING ERRCODE = 'HR001',
+            HINT = 'use active, terminal or all';
+    END IF;
+    RETURN QUERY
+    SELECT (ev.event_data #>> '{value,version}')::integer AS recorded,
+           CASE WHEN e.status = 'RUNNING' THEN 'active' ELSE 'terminal' END AS grp,
+           count(DISTINCT e.id),
+           (array_agg(DISTINCT e.id))[1:5]
+    FROM harvest.events AS ev
+    JOIN harvest.executions AS e ON e.id = ev.execution_id
+    WHERE ev.event_type = 'MarkerRecorded' AND ev.event_data ->> 'kind' = 'version'
+      AND ev.event_data #>> '{value,change_id}' = p_change_id
+      AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
+      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status = 'RUNNING'))
+    GROUP BY 1, 2
+    ORDER BY 1, 2;
+END;
+$$;

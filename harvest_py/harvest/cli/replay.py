@@ -1,0 +1,70 @@
+"""`harvest replay` and `harvest version-usage`: release-safety checks for workflow code changes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from harvest.errors import InvalidArgument
+
+
+@click.command()
+@click.option("--app", "target", required=True, help="module:attribute of the App holding the code.")
+@click.option("--workflow", "workflow_name", default=None,
+              help="Workflow name (default: the one the history's WorkflowStarted names).")
+@click.option("--json-path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="An exported history: a JSON list of events, or {\"events\": [...]}.")
+def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
+    """Replay an exported history against the current code; exit 0 on success, 1 on divergence."""
+    from harvest.cli.worker import load_app
+    from harvest.testing import WorkflowReplayer
+
+    app = load_app(target)
+    try:
+        history = json.loads(json_path.read_text())
+    except ValueError as exc:
+        raise InvalidArgument(f"{json_path}: not valid JSON ({exc})") from None
+    result = WorkflowReplayer(app).replay(history, workflow=workflow_name)
+    if result.ok:
+        click.echo(f"replay succeeded: {json_path}")
+        return
+    where = f" at seq {result.seq}" if result.seq is not None else ""
+    click.echo(f"replay failed{where}: {result.error}", err=True)
+    if result.expected is not None or result.got is not None:
+        click.echo(f"  history recorded: {result.expected}\n  code issued:      {result.got}", err=True)
+    sys.exit(1)
+
+
+@click.command("version-usage")
+@click.option("--change-id", required=True)
+@click.option("--version", "version", type=int, default=None, help="Only this recorded version.")
+@click.option("--state-group", type=click.Choice(["active", "terminal", "all"]), default="active",
+              show_default=True)
+@click.option("--guard", is_flag=True,
+              help="Exit 1 while any active run recorded the version (safe to delete the branch at 0).")
+@click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
+@click.option("--output", type=click.Choice(["table", "json"]), default="table")
+def version_usage(change_id: str, version: int | None, state_group: str, guard: bool,
+                  database_url: str | None, output: str) -> None:
+    """Which recorded versions of a ctx.version() gate are still in use (read-only)."""
+    from harvest.client import Client
+
+    group = "active" if guard else state_group
+    with Client(database_url) as client, client.sql() as sql:
+        rows = sql.version_usage(change_id, version, group)
+    if output == "json":
+        click.echo(json.dumps({"change_id": change_id, "version": version, "state_group": group,
+                               "usage": rows}, default=str))
+    else:
+        if not rows:
+            click.echo(f"no {group} run recorded {change_id}" + (f" version {version}" if version else ""))
+        for row in rows:
+            sample = ", ".join(str(i) for i in row["sample_execution_ids"])
+            click.echo(f"{change_id} v{row['version']}  {row['state_group']:<8} {row['executions']:>6} run(s)"
+                       f"  e.g. {sample}")
+    if guard and rows:
+        click.echo(f"guard: {sum(r['executions'] for r in rows)} active run(s) still use it", err=True)
+        sys.exit(1)

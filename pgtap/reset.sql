@@ -1,0 +1,450 @@
+-- functions/reset.sql: harvest.reset_workflow (the dry-run plan, the boundary rules of
+-- harvest._reset_problems, argument and state errors, the source's end, the fork's
+-- history, WorkflowResetFork, signal re-application, its workflow task and
+-- history_bytes) and harvest.version_usage (runs per recorded version and state group).
+BEGIN;
+SELECT plan(111);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL DateStyle = 'ISO, MDY';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Runs of reset_wf with workflow_id r-<key> on a queue of their own (rq_<key>);
+-- their activities go to ra_<key>.
+CREATE TEMP TABLE runs (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.start(p_key text, p_input jsonb DEFAULT '["in"]') RETURNS uuid LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_id uuid;
+BEGIN
+    SELECT s.execution_id INTO v_id FROM harvest.start_workflow('reset_wf', p_input, 'r-' || p_key, 'rq_' || p_key) AS s;
+    INSERT INTO runs VALUES (p_key, v_id);
+    RETURN v_id;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT execution_id FROM runs WHERE key = p_key;
+$fn$;
+-- Claim the workflow task of rq_<key> and complete it through the last event with
+-- these commands; returns the run's status.
+CREATE FUNCTION pg_temp.decide(p_key text, p_commands jsonb DEFAULT '[]') RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+    v_through bigint;
+    v_status text;
+BEGIN
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['rq_' || p_key], 1);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'setup: no workflow task on rq_%', p_key;
+    END IF;
+    SELECT e.last_event_id INTO v_through FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
+    SELECT c.execution_status INTO v_status
+    FROM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, v_through, p_commands, 'decider') AS c;
+    RETURN v_status;
+END;
+$fn$;
+-- Claim and complete every pending activity on ra_<key>; returns how many.
+CREATE FUNCTION pg_temp.finish_activities(p_key text) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+    v_count integer := 0;
+BEGIN
+    FOR v_task IN SELECT * FROM harvest.claim_tasks('acts', ARRAY['ra_' || p_key], 100) LOOP
+        PERFORM harvest.complete_activity(v_task.task_id, v_task.fencing_token, '"done"');
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END;
+$fn$;
+-- The dry-run plan of resetting a run to an event.
+CREATE FUNCTION pg_temp.dry(p_key text, p_to bigint, p_reapply text DEFAULT 'drop') RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT harvest.reset_workflow(pg_temp.run(p_key), p_to, 'dry', NULL, p_reapply, true);
+$fn$;
+CREATE FUNCTION pg_temp.problems(p_key text, p_to bigint) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT pg_temp.dry(p_key, p_to) -> 'problems';
+$fn$;
+-- Everything reset could touch, as one comparable row.
+CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $fn$
+    SELECT concat_ws(' | ',
+        (SELECT count(*) FROM harvest.events),
+        (SELECT string_agg(id || ':' || status || ':' || last_event_id || ':' || history_bytes, ',' ORDER BY id)
+         FROM harvest.executions),
+        (SELECT string_agg(id || ':' || kind || ':' || status, ',' ORDER BY id) FROM harvest.tasks));
+$fn$;
+
+-- ---------------------------------------------------------------- the main history
+-- 1 WorkflowStarted
+-- 2 WorkflowTaskCompleted, 3 ActivityScheduled(1), 4 MarkerRecorded(2, version c=2)
+-- 5 ActivityCompleted(1)
+-- 6 WorkflowTaskCompleted, 7 TimerStarted(3)
+-- 8 SignalReceived(sig-a)
+-- 9 WorkflowTaskCompleted, 10 TimerCancelled(4, timer 3)
+-- 11 SignalReceived(sig-b)
+-- 12 WorkflowTaskCompleted, 13 ChildWorkflowStarted(5)
+-- 14 SignalReceived(sig-c)
+SELECT isnt(pg_temp.start('main', '[{"order": 7}]'), NULL, 'setup: start the main run');
+SELECT is(pg_temp.decide('main', '[
+    {"type": "schedule_activity", "seq": 1, "name": "charge", "queue": "ra_main"},
+    {"type": "record_marker", "seq": 2, "kind": "version", "value": {"change_id": "c", "version": 2}}]'),
+    'RUNNING', 'setup: schedule an activity and record a version marker');
+SELECT is(pg_temp.finish_activities('main'), 1, 'setup: the activity completes');
+SELECT is(pg_temp.decide('main', '[{"type": "start_timer", "seq": 3, "duration": 60}]'), 'RUNNING',
+          'setup: start a timer');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:05+00';
+SELECT is(harvest.signal_workflow(pg_temp.run('main'), 'go', '{"n": 1}', 'sig-a'), 8::bigint, 'setup: signal a');
+SELECT is(pg_temp.decide('main', '[{"type": "cancel_timer", "seq": 4, "timer_seq": 3}]'), 'RUNNING',
+          'setup: cancel the timer');
+SELECT is(harvest.signal_workflow(pg_temp.run('main'), 'go', '{"n": 2}', 'sig-b'), 11::bigint, 'setup: signal b');
+SELECT is(pg_temp.decide('main', '[{"type": "start_child_workflow", "seq": 5, "workflow_name": "reset_kid",
+                                    "task_queue": "rq_kid"}]'), 'RUNNING', 'setup: start a child');
+SELECT is(harvest.signal_workflow(pg_temp.run('main'), 'go', '{"n": 3}', 'sig-c'), 14::bigint, 'setup: signal c');
+SELECT results_eq(
+    $$SELECT event_id, event_type FROM harvest.events WHERE execution_id = pg_temp.run('main') ORDER BY event_id$$,
+    $$VALUES (1::bigint, 'WorkflowStarted'::text), (2, 'WorkflowTaskCompleted'), (3, 'ActivityScheduled'),
+             (4, 'MarkerRecorded'), (5, 'ActivityCompleted'), (6, 'WorkflowTaskCompleted'), (7, 'TimerStarted'),
+             (8, 'SignalReceived'), (9, 'WorkflowTaskCompleted'), (10, 'TimerCancelled'), (11, 'SignalReceived'),
+             (12, 'WorkflowTaskCompleted'), (13, 'ChildWorkflowStarted'), (14, 'SignalReceived')$$,
+    'setup: the main history is the one the tests below assume');
+
+-- ---------------------------------------------------------------- dry run: the plan
+CREATE TEMP TABLE before_dry ON COMMIT DROP AS SELECT pg_temp.state() AS state;
+SELECT is(harvest.reset_workflow(pg_temp.run('main'), 5, 'looking', 'ops-1', 'buffer', true),
+          jsonb_build_object('valid', true, 'problems', '[]'::jsonb, 'source_execution_id', pg_temp.run('main'),
+                             'to_event', 5, 'carried_events', 5, 'discarded_events', 9,
+                             'signal_reapply', 'buffer', 'pending_signals', 3, 'dry_run', true,
+                             'new_execution_id', NULL),
+          'dry_run: the plan (valid, no problems, carried/discarded events, pending signals, no new execution)');
+SELECT is(harvest.reset_workflow(pg_temp.run('main'), 14, 'looking', p_dry_run => true) - 'problems',
+          jsonb_build_object('valid', false, 'source_execution_id', pg_temp.run('main'),
+                             'to_event', 14, 'carried_events', 14, 'discarded_events', 0,
+                             'signal_reapply', 'drop', 'pending_signals', 0, 'dry_run', true,
+                             'new_execution_id', NULL),
+          'dry_run of an invalid boundary still returns the plan, valid false (signal_reapply defaults to drop)');
+SELECT results_eq(
+    $$SELECT n, (pg_temp.dry('main', n) ->> 'valid')::boolean FROM generate_series(1, 14) AS n ORDER BY n$$,
+    $$VALUES (1, true), (2, false), (3, false), (4, false), (5, true), (6, false), (7, false), (8, false),
+             (9, false), (10, true), (11, true), (12, false), (13, false), (14, false)$$,
+    'the valid boundaries of the main history: 1, 5, 10 and 11');
+SELECT is(pg_temp.problems('main', 4),
+          '["ActivityScheduled (seq 1, event 3) is unresolved at event 4"]'::jsonb,
+          'an activity scheduled and not resolved by the boundary is a problem');
+SELECT is(pg_temp.problems('main', 8),
+          '["TimerStarted (seq 3, event 7) is unresolved at event 8"]'::jsonb,
+          'a timer started and neither fired nor cancelled by the boundary is a problem');
+SELECT is(pg_temp.problems('main', 10), '[]'::jsonb, 'a timer resolved by TimerCancelled is fine');
+SELECT is(pg_temp.problems('main', 14),
+          '["ChildWorkflowStarted (seq 5, event 13) is unresolved at event 14"]'::jsonb,
+          'a child started and not finished by the boundary is a problem');
+SELECT is(pg_temp.problems('main', 2),
+          '["event 2 is inside a workflow task''s commands (ActivityScheduled follows); pick the last event of that group"]'::jsonb,
+          'a boundary followed by a command event of the same task is a problem');
+SELECT is(pg_temp.problems('main', 3),
+          '["event 3 is inside a workflow task''s commands (MarkerRecorded follows); pick the last event of that group",
+            "ActivityScheduled (seq 1, event 3) is unresolved at event 3"]'::jsonb,
+          'a MarkerRecorded next is a command too; every problem is listed');
+SELECT is(pg_temp.problems('main', 9),
+          '["event 9 is inside a workflow task''s commands (TimerCancelled follows); pick the last event of that group",
+            "TimerStarted (seq 3, event 7) is unresolved at event 9"]'::jsonb,
+          'a TimerCancelled next is a command; the timer is still open at its WorkflowTaskCompleted');
+SELECT is(pg_temp.problems('main', 12),
+          '["event 12 is inside a workflow task''s commands (ChildWorkflowStarted follows); pick the last event of that group"]'::jsonb,
+          'a ChildWorkflowStarted next is a command');
+SELECT is(pg_temp.problems('main', 15), '["event 15 is outside the history (1..14)"]'::jsonb,
+          'an event past the history is a problem');
+SELECT is(pg_temp.problems('main', 0), '["event 0 is outside the history (1..14)"]'::jsonb,
+          'event 0 is a problem');
+SELECT is(pg_temp.problems('main', NULL), '["event NULL is outside the history (1..14)"]'::jsonb,
+          'a NULL event is a problem');
+SELECT results_eq(
+    $$SELECT p ->> 'valid', p ->> 'carried_events', p ->> 'discarded_events', p ->> 'pending_signals'
+      FROM (VALUES (pg_temp.dry('main', 15)), (pg_temp.dry('main', 0)), (pg_temp.dry('main', -3))) AS v (p)$$,
+    $$VALUES ('false'::text, '14'::text, '0'::text, '0'::text), ('false', '0', '14', '3'), ('false', '0', '14', '3')$$,
+    'out-of-range plans: carried and discarded events are clamped to the history');
+SELECT is(harvest._reset_problems((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('main')), 5),
+          ARRAY[]::text[], '_reset_problems() of a valid boundary: none');
+SELECT is(harvest._reset_problems((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('main')), 7),
+          ARRAY['TimerStarted (seq 3, event 7) is unresolved at event 7'],
+          '_reset_problems() returns the problems as text lines');
+SELECT is(pg_temp.state(), (SELECT state FROM before_dry), 'dry runs wrote nothing: events, runs and tasks unchanged');
+
+-- A timer resolved by TimerFired, a child resolved by ChildWorkflowFailed.
+SELECT isnt(pg_temp.start('fired'), NULL, 'setup: a run with a timer');
+SELECT is(pg_temp.decide('fired', '[{"type": "start_timer", "seq": 1, "duration": 10}]'), 'RUNNING',
+          'setup: start a 10 s timer');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:15+00';
+SELECT is(pg_temp.decide('fired'), 'RUNNING', 'setup: the timer fires (TimerFired 4) and the workflow sees it');
+SELECT results_eq(
+    $$SELECT n, pg_temp.problems('fired', n) FROM generate_series(3, 5) AS n ORDER BY n$$,
+    $$VALUES (3, '["TimerStarted (seq 1, event 3) is unresolved at event 3"]'::jsonb), (4, '[]'), (5, '[]')$$,
+    'a timer resolved by TimerFired is fine from the TimerFired on');
+SELECT isnt((SELECT s.execution_id FROM harvest.start_workflow('reset_kid', '[]', 'taken-kid', 'rq_taken') AS s), NULL,
+            'setup: a running reset_kid holds workflow_id taken-kid');
+SELECT isnt(pg_temp.start('kidfail'), NULL, 'setup: a run whose child cannot start');
+SELECT is(pg_temp.decide('kidfail', '[{"type": "start_child_workflow", "seq": 1, "workflow_name": "reset_kid",
+                                       "workflow_id": "taken-kid"}]'), 'RUNNING',
+          'setup: ChildWorkflowStarted 3, ChildWorkflowFailed 4');
+SELECT results_eq(
+    $$SELECT n, pg_temp.problems('kidfail', n) FROM generate_series(3, 4) AS n ORDER BY n$$,
+    $$VALUES (3, '["ChildWorkflowStarted (seq 1, event 3) is unresolved at event 3"]'::jsonb), (4, '[]')$$,
+    'a child resolved by ChildWorkflowFailed is fine from the ChildWorkflowFailed on');
+
+-- ---------------------------------------------------------------- runs that cannot be reset
+CREATE TEMP TABLE kid ON COMMIT DROP AS
+SELECT id FROM harvest.executions WHERE parent_id = pg_temp.run('main');
+INSERT INTO runs SELECT 'kid', id FROM kid;
+SELECT is(pg_temp.problems('kid', 1),
+          jsonb_build_array('the run is a child of ' || pg_temp.run('main') || '; reset its top-level parent instead'),
+          'a child run is refused: reset its top-level parent');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 1, 'fix')$$, pg_temp.run('kid')), 'HR001',
+                 format('cannot reset execution %s to event 1: the run is a child of %s; reset its top-level parent instead',
+                        pg_temp.run('kid'), pg_temp.run('main')),
+                 'resetting a child run: HR001 listing the problem');
+
+SELECT isnt(pg_temp.start('can'), NULL, 'setup: a run that continues as new');
+SELECT is(pg_temp.decide('can', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
+          'setup: continue as new');
+INSERT INTO runs SELECT 'can2', id FROM harvest.executions WHERE continued_from = pg_temp.run('can');
+SELECT is(pg_temp.problems('can2', 1),
+          jsonb_build_array('the run continued from ' || pg_temp.run('can') || '; continue-as-new histories cannot be reset'),
+          'a continue-as-new successor is refused');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 1, 'fix')$$, pg_temp.run('can2')), 'HR001', NULL,
+                 'resetting a continue-as-new successor: HR001');
+SELECT is(pg_temp.problems('can', 1), '["the run is CONTINUED_AS_NEW; only running runs can be reset"]'::jsonb,
+          'the run that continued as new is terminal and refused');
+
+SELECT isnt(pg_temp.start('done'), NULL, 'setup: a run that completes');
+SELECT is(pg_temp.decide('done', '[{"type": "complete_workflow", "result": 1}]'), 'COMPLETED', 'setup: it completes');
+SELECT is(pg_temp.dry('done', 1) - 'source_execution_id',
+          '{"valid": false, "problems": ["the run is COMPLETED; only running runs can be reset"], "to_event": 1,
+            "carried_events": 1, "discarded_events": 2, "signal_reapply": "drop", "pending_signals": 0,
+            "dry_run": true, "new_execution_id": null}'::jsonb,
+          'dry_run of a terminal run: the plan names its state');
+SELECT is(pg_temp.problems('done', 9),
+          '["the run is COMPLETED; only running runs can be reset", "event 9 is outside the history (1..3)"]'::jsonb,
+          'a terminal run and an out-of-range event: both listed');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 1, 'fix')$$, pg_temp.run('done')), 'HR005',
+                 format('cannot reset execution %s to event 1: the run is COMPLETED; only running runs can be reset',
+                        pg_temp.run('done')),
+                 'resetting a terminal run: HR005');
+
+-- ---------------------------------------------------------------- argument errors
+CREATE TEMP TABLE before_refused ON COMMIT DROP AS SELECT pg_temp.state() AS state;
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 4, 'fix')$$, pg_temp.run('main')), 'HR001',
+                 format('cannot reset execution %s to event 4: ActivityScheduled (seq 1, event 3) is unresolved at event 4',
+                        pg_temp.run('main')),
+                 'an invalid boundary: HR001 naming the problem');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 3, 'fix')$$, pg_temp.run('main')), 'HR001',
+                 format('cannot reset execution %s to event 3: event 3 is inside a workflow task''s commands '
+                        '(MarkerRecorded follows); pick the last event of that group; '
+                        'ActivityScheduled (seq 1, event 3) is unresolved at event 3', pg_temp.run('main')),
+                 'several problems: HR001 listing them all, separated by "; "');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 99, 'fix')$$, pg_temp.run('main')), 'HR001',
+                 format('cannot reset execution %s to event 99: event 99 is outside the history (1..14)', pg_temp.run('main')),
+                 'an event out of range: HR001');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 5, '')$$, pg_temp.run('main')), 'HR001',
+                 'a reset needs a reason', 'an empty reason: HR001');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 5, '  ')$$, pg_temp.run('main')), 'HR001',
+                 'a reset needs a reason', 'a blank reason: HR001');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 5, NULL, p_dry_run => true)$$, pg_temp.run('main')), 'HR001',
+                 'a reset needs a reason', 'a NULL reason: HR001, even for a dry run');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 5, 'fix', NULL, 'keep')$$, pg_temp.run('main')), 'HR001',
+                 'unknown signal_reapply "keep"', 'an unknown signal_reapply: HR001');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 5, 'fix', NULL, NULL)$$, pg_temp.run('main')), 'HR001',
+                 'unknown signal_reapply "<NULL>"', 'a NULL signal_reapply: HR001');
+SELECT throws_ok($$SELECT harvest.reset_workflow('00000000-0000-4000-8000-00000000abcd', 1, 'fix')$$, 'HR002',
+                 'execution 00000000-0000-4000-8000-00000000abcd does not exist', 'an unknown execution: HR002');
+SELECT throws_ok($$SELECT harvest.reset_workflow('00000000-0000-4000-8000-00000000abcd', 1, 'fix', p_dry_run => true)$$,
+                 'HR002', NULL, 'an unknown execution, dry run: HR002');
+SELECT is(pg_temp.state(), (SELECT state FROM before_refused), 'refused resets wrote nothing');
+
+-- ---------------------------------------------------------------- a valid reset (signal_reapply buffer)
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
+CREATE TEMP TABLE reset_main ON COMMIT DROP AS
+SELECT harvest.reset_workflow(pg_temp.run('main'), 10, 'bad deploy', 'ops-1', 'buffer') AS plan;
+INSERT INTO runs SELECT 'fork', (plan ->> 'new_execution_id')::uuid FROM reset_main;
+SELECT is((SELECT plan - 'new_execution_id' FROM reset_main),
+          jsonb_build_object('valid', true, 'problems', '[]'::jsonb, 'source_execution_id', pg_temp.run('main'),
+                             'to_event', 10, 'carried_events', 10, 'discarded_events', 4,
+                             'signal_reapply', 'buffer', 'pending_signals', 2, 'dry_run', false),
+          'reset_workflow() returns the plan');
+SELECT results_eq(
+    $$SELECT count(*), bool_and(id <> pg_temp.run('main')) FROM harvest.executions WHERE id = pg_temp.run('fork')$$,
+    $$VALUES (1::bigint, true)$$, 'with new_execution_id: the fork, a new run');
+
+-- The source ends TERMINATED.
+SELECT results_eq(
+    $$SELECT status, failure ->> 'error_type', failure ->> 'message', failure -> 'details', completed_at, last_event_id
+      FROM harvest.executions WHERE id = pg_temp.run('main')$$,
+    $$VALUES ('TERMINATED'::text, 'Reset'::text, 'reset to event 10: bad deploy'::text, '{"operator_id": "ops-1"}'::jsonb,
+              '2030-01-01 00:10:00+00'::timestamptz, 15::bigint)$$,
+    'the source is TERMINATED with a Reset failure');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('main') AND event_id > 14$$,
+    $$VALUES (15::bigint, 'WorkflowTerminated'::text, '{"reason": "reset to event 10: bad deploy", "operator_id": "ops-1"}'::jsonb)$$,
+    'the source''s last event is WorkflowTerminated naming the event, the reason and the operator');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('main')$$,
+                'the source has no task left');
+
+-- The fork.
+SELECT results_eq(
+    $$SELECT f.workflow_name, f.workflow_id, f.task_queue, f.input, f.search_attributes, f.status,
+             f.parent_id, f.continued_from, f.created_at, f.last_event_id, harvest.shard_of(f.id)
+      FROM harvest.executions AS f WHERE f.id = pg_temp.run('fork')$$,
+    $$SELECT s.workflow_name, s.workflow_id, s.task_queue, s.input, s.search_attributes, 'RUNNING'::text,
+             NULL::uuid, NULL::uuid, '2030-01-01 00:10:00+00'::timestamptz, 13::bigint, harvest.shard_of(s.id)
+      FROM harvest.executions AS s WHERE s.id = pg_temp.run('main')$$,
+    'the fork: same name, workflow_id, queue, input and shard; RUNNING, created now, 13 events');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data, created_at FROM harvest.events
+      WHERE execution_id = pg_temp.run('fork') AND event_id <= 10 ORDER BY event_id$$,
+    $$SELECT event_id, event_type, event_data, created_at FROM harvest.events
+      WHERE execution_id = pg_temp.run('main') AND event_id <= 10 ORDER BY event_id$$,
+    'events 1..10 are copied with the same ids, types, data and times');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data, created_at FROM harvest.events
+      WHERE execution_id = pg_temp.run('fork') AND event_id = 11$$,
+    $$VALUES (11::bigint, 'WorkflowResetFork'::text,
+              jsonb_build_object('source_execution_id', pg_temp.run('main'), 'to_event', 10, 'reason', 'bad deploy',
+                                 'operator_id', 'ops-1', 'signal_reapply', 'buffer'),
+              '2030-01-01 00:10:00+00'::timestamptz)$$,
+    'then WorkflowResetFork{source_execution_id, to_event, reason, operator_id, signal_reapply}');
+SELECT results_eq(
+    $$SELECT event_type, event_data FROM harvest.events
+      WHERE execution_id = pg_temp.run('fork') AND event_id > 11 ORDER BY event_id$$,
+    $$SELECT event_type, event_data FROM harvest.events
+      WHERE execution_id = pg_temp.run('main') AND event_id > 10 AND event_type = 'SignalReceived' ORDER BY event_id$$,
+    'buffer: the source''s signals after the boundary follow, in order');
+SELECT results_eq(
+    $$SELECT event_data ->> 'signal_id' FROM harvest.events
+      WHERE execution_id = pg_temp.run('fork') AND event_type = 'SignalReceived' ORDER BY event_id$$,
+    $$VALUES ('sig-a'::text), ('sig-b'), ('sig-c')$$,
+    'the fork holds each signal once: the carried one, then the re-applied ones');
+SELECT results_eq(
+    $$SELECT kind, status, queue, due_at FROM harvest.tasks WHERE execution_id = pg_temp.run('fork')$$,
+    $$VALUES ('workflow'::text, 'pending'::text, 'rq_main'::text, '2030-01-01 00:10:00+00'::timestamptz)$$,
+    'the fork has one pending workflow task on its queue, and nothing else');
+SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = pg_temp.run('fork')),
+          (SELECT sum(octet_length(event_data::text)) FROM harvest.events WHERE execution_id = pg_temp.run('fork')),
+          'the fork''s history_bytes is the sum of octet_length(event_data::text) over its events');
+SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = pg_temp.run('fork'))
+          - (SELECT sum(octet_length(event_data::text)) FROM harvest.events
+             WHERE execution_id = pg_temp.run('fork') AND event_id <= 10),
+          (SELECT sum(octet_length(event_data::text)) FROM harvest.events
+           WHERE execution_id = pg_temp.run('fork') AND event_id > 10),
+          'history_bytes: the carried events as stored, plus each appended event as _append_event counts it');
+SELECT is(pg_temp.decide('main'), 'RUNNING', 'the fork''s workflow task can be claimed and completed');
+SELECT results_eq(
+    $$SELECT status, count(*) FROM harvest.executions WHERE workflow_name = 'reset_wf' AND workflow_id = 'r-main'
+      GROUP BY status ORDER BY status$$,
+    $$VALUES ('RUNNING'::text, 1::bigint), ('TERMINATED', 1)$$,
+    'r-main has one running run, the fork');
+SELECT throws_ok(format($$SELECT harvest.reset_workflow(%L, 10, 'again')$$, pg_temp.run('main')), 'HR005', NULL,
+                 'the reset source is terminal: resetting it again is HR005');
+
+-- ---------------------------------------------------------------- signal_reapply drop
+SET LOCAL harvest.fake_now = '2030-01-01 00:20:00+00';
+SELECT isnt(pg_temp.start('drop'), NULL, 'setup: a run for a drop reset');
+SELECT is(pg_temp.decide('drop'), 'RUNNING', 'setup: its first task');
+SELECT is(harvest.signal_workflow(pg_temp.run('drop'), 'go', '1', 'd-1'), 3::bigint, 'setup: a signal');
+SELECT is(pg_temp.decide('drop'), 'RUNNING', 'setup: the workflow sees it');
+SELECT is(harvest.signal_workflow(pg_temp.run('drop'), 'go', '2', 'd-2'), 5::bigint, 'setup: a signal after the boundary');
+CREATE TEMP TABLE reset_drop ON COMMIT DROP AS
+SELECT harvest.reset_workflow(pg_temp.run('drop'), 4, 'retry') AS plan;
+INSERT INTO runs SELECT 'drop_fork', (plan ->> 'new_execution_id')::uuid FROM reset_drop;
+SELECT is((SELECT plan - 'new_execution_id' - 'source_execution_id' FROM reset_drop),
+          '{"valid": true, "problems": [], "to_event": 4, "carried_events": 4, "discarded_events": 1,
+            "signal_reapply": "drop", "pending_signals": 1, "dry_run": false}'::jsonb,
+          'a drop reset: the plan counts the pending signal');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('drop_fork') AND event_id > 4$$,
+    $$VALUES (5::bigint, 'WorkflowResetFork'::text,
+              jsonb_build_object('source_execution_id', pg_temp.run('drop'), 'to_event', 4, 'reason', 'retry',
+                                 'operator_id', NULL, 'signal_reapply', 'drop'))$$,
+    'drop: WorkflowResetFork is the last event, no signal re-applied');
+SELECT results_eq(
+    $$SELECT event_id, event_data ->> 'signal_id' FROM harvest.events
+      WHERE execution_id = pg_temp.run('drop_fork') AND event_type = 'SignalReceived'$$,
+    $$VALUES (3::bigint, 'd-1'::text)$$, 'drop: only the carried signal is in the fork');
+SELECT is((SELECT event_data FROM harvest.events WHERE execution_id = pg_temp.run('drop') AND event_id = 6),
+          '{"reason": "reset to event 4: retry", "operator_id": null}'::jsonb,
+          'without an operator, WorkflowTerminated says operator_id null');
+SELECT results_eq(
+    $$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('drop_fork')$$,
+    $$VALUES ('workflow'::text, 'pending'::text)$$, 'the drop fork has a pending workflow task');
+SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = pg_temp.run('drop_fork')),
+          (SELECT sum(octet_length(event_data::text)) FROM harvest.events WHERE execution_id = pg_temp.run('drop_fork')),
+          'the drop fork''s history_bytes is the sum of octet_length(event_data::text) over its events');
+
+-- ---------------------------------------------------------------- version_usage
+-- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
+-- v1fail (failed, 1). v1a also records another change and a non-version marker.
+CREATE FUNCTION pg_temp.version_marker(p_seq integer, p_change text, p_version integer) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_object('type', 'record_marker', 'seq', p_seq, 'kind', 'version',
+                              'value', jsonb_build_object('change_id', p_change, 'version', p_version));
+$fn$;
+CREATE FUNCTION pg_temp.samples(VARIADIC p_keys text[]) RETURNS uuid[] LANGUAGE sql AS $fn$
+    SELECT array_agg(execution_id ORDER BY execution_id) FROM runs WHERE key = ANY(p_keys);
+$fn$;
+SELECT isnt(pg_temp.start('v1a'), NULL, 'setup: v1a');
+SELECT is(pg_temp.decide('v1a', jsonb_build_array(pg_temp.version_marker(1, 'vc', 1), pg_temp.version_marker(2, 'other', 7),
+          '{"type": "record_marker", "seq": 3, "kind": "side_effect", "value": {"change_id": "vc", "version": 9}}'::jsonb)),
+          'RUNNING', 'setup: v1a records vc=1, other=7 and a side effect that looks like a version');
+SELECT isnt(pg_temp.start('v2a'), NULL, 'setup: v2a');
+SELECT is(pg_temp.decide('v2a', jsonb_build_array(pg_temp.version_marker(1, 'vc', 2))), 'RUNNING', 'setup: v2a records vc=2');
+SELECT isnt(pg_temp.start('v2b'), NULL, 'setup: v2b');
+SELECT is(pg_temp.decide('v2b', jsonb_build_array(pg_temp.version_marker(4, 'vc', 2))), 'RUNNING', 'setup: v2b records vc=2');
+SELECT isnt(pg_temp.start('v2done'), NULL, 'setup: v2done');
+SELECT is(pg_temp.decide('v2done', jsonb_build_array(pg_temp.version_marker(1, 'vc', 2),
+                                                     '{"type": "complete_workflow", "result": null}'::jsonb)),
+          'COMPLETED', 'setup: v2done records vc=2 and completes');
+SELECT isnt(pg_temp.start('v1fail'), NULL, 'setup: v1fail');
+SELECT is(pg_temp.decide('v1fail', jsonb_build_array(pg_temp.version_marker(1, 'vc', 1),
+          '{"type": "fail_workflow", "failure": {"error_type": "E", "message": "m", "non_retryable": true, "details": null}}'::jsonb)),
+          'FAILED', 'setup: v1fail records vc=1 and fails');
+
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('vc')$$,
+    $$VALUES (1, 'active'::text, 1::bigint, pg_temp.samples('v1a')), (2, 'active', 2, pg_temp.samples('v2a', 'v2b'))$$,
+    'version_usage(): running runs per recorded version by default, with sample ids');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('vc', NULL, 'terminal')$$,
+    $$VALUES (1, 'terminal'::text, 1::bigint, pg_temp.samples('v1fail')), (2, 'terminal', 1, pg_temp.samples('v2done'))$$,
+    'state_group terminal: ended runs only');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('vc', NULL, 'all')$$,
+    $$VALUES (1, 'active'::text, 1::bigint, pg_temp.samples('v1a')), (1, 'terminal', 1, pg_temp.samples('v1fail')),
+             (2, 'active', 2, pg_temp.samples('v2a', 'v2b')), (2, 'terminal', 1, pg_temp.samples('v2done'))$$,
+    'state_group all: both groups, ordered by version then group');
+SELECT results_eq(
+    $$SELECT version, state_group, executions FROM harvest.version_usage('vc', 2, 'all')$$,
+    $$VALUES (2, 'active'::text, 2::bigint), (2, 'terminal', 1)$$,
+    'a version filter keeps that version only');
+SELECT is_empty($$SELECT * FROM harvest.version_usage('vc', 9, 'all')$$,
+                'a version nobody recorded (a non-version marker does not count): no rows');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('other')$$,
+    $$VALUES (7, 'active'::text, 1::bigint, pg_temp.samples('v1a'))$$, 'each change id is counted on its own');
+SELECT is_empty($$SELECT * FROM harvest.version_usage('never', NULL, 'all')$$, 'an unknown change id: no rows');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('c', NULL, 'all')$$,
+    $$VALUES (2, 'active'::text, 1::bigint, pg_temp.samples('fork')), (2, 'terminal', 1, pg_temp.samples('main'))$$,
+    'a reset fork carries the version markers it copied: it counts as active, its source as terminal');
+
+SELECT lives_ok($$SELECT pg_temp.start('many' || n) FROM generate_series(1, 6) AS n$$, 'setup: six more runs');
+SELECT lives_ok($$SELECT pg_temp.decide('many' || n, jsonb_build_array(pg_temp.version_marker(1, 'vc', 5)))
+                  FROM generate_series(1, 6) AS n$$, 'setup: each records vc=5');
+SELECT results_eq(
+    $$SELECT executions, cardinality(sample_execution_ids),
+             sample_execution_ids <@ pg_temp.samples('many1', 'many2', 'many3', 'many4', 'many5', 'many6')
+      FROM harvest.version_usage('vc', 5)$$,
+    $$VALUES (6::bigint, 5, true)$$, 'at most five sample ids, all of them runs of that version');
+
+SELECT throws_ok($$SELECT * FROM harvest.version_usage('')$$, 'HR001', 'change_id is empty',
+                 'version_usage() with an empty change id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.version_usage(NULL)$$, 'HR001', 'change_id is empty',
+                 'version_usage() with a NULL change id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.version_usage('vc', NULL, 'done')$$, 'HR001', 'unknown state_group "done"',
+                 'version_usage() with an unknown state group: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.version_usage('vc', NULL, NULL)$$, 'HR001', 'unknown state_group "<NULL>"',
+                 'version_usage() with a NULL state group: HR001');
+
+SELECT * FROM finish();
+ROLLBACK;
