@@ -232,7 +232,7 @@ BEGIN
         'dry_run', coalesce(p_dry_run, false),
         'matched', v_selected.matched,
         'acted_on', CASE WHEN coalesce(p_dry_run, false) THEN 0 ELSE cardinality(v_acted) END,
-        'ids', to_jsonb(CASE WHEN coalesce(p_dry_run, false) THEN v_acted ELSE v_acted END),
+        'ids', to_jsonb(v_acted),
         'failures', v_failures);
     IF NOT coalesce(p_dry_run, false) THEN
         PERFORM harvest._audit('dead_letters.bulk_' || p_action, NULL, p_operator, jsonb_build_object(

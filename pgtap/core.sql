@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(38);
+SELECT plan(40);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set.
@@ -111,6 +111,11 @@ SELECT has_function('harvest', '_close_execution', ARRAY['uuid', 'text', 'jsonb'
                     'harvest._close_execution(uuid, text, jsonb, jsonb) exists');
 SELECT function_returns('harvest', 'shard_of', ARRAY['uuid'], 'integer', 'shard_of() returns integer');
 SELECT volatility_is('harvest', 'shard_of', ARRAY['uuid'], 'immutable', 'shard_of() is IMMUTABLE');
+
+-- _event_bytes: what an event counts for in the history caps (its JSON text bytes).
+SELECT is(harvest._event_bytes('{"a": 1}'::jsonb), 8::bigint, '_event_bytes() counts the JSON text bytes');
+SELECT is(harvest._event_bytes(jsonb_build_object('v', repeat('x', 5000))), 5009::bigint,
+          '_event_bytes() does not depend on compression');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -56,6 +56,19 @@ class WorkflowNotRunning(HarvestError):
     """The execution has already reached a terminal state (SQLSTATE HR005)."""
 
 
+class QuotaExceeded(HarvestError):
+    """A start was refused by a per-key quota (SQLSTATE HR006): ``.quota``, ``.key``, ``.usage``, ``.limit``."""
+
+    def __init__(self, message: str, quota: str | None = None, key: str | None = None,
+                 usage: int | None = None, limit: int | None = None):
+        super().__init__(message)
+        self.quota, self.key, self.usage, self.limit = quota, key, usage, limit
+
+
+class PolicyConflict(HarvestError):
+    """The request conflicts with a declared flow-control policy (SQLSTATE HR007)."""
+
+
 class NonDeterminismError(HarvestError):
     """Replaying the workflow code issued commands that differ from its history."""
 
@@ -153,6 +166,8 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR003": WorkflowAlreadyExists,
     "HR004": StaleTask,
     "HR005": WorkflowNotRunning,
+    "HR006": QuotaExceeded,
+    "HR007": PolicyConflict,
     "42501": PermissionDenied,
 }
 
@@ -175,6 +190,13 @@ def from_database_error(exc: Exception) -> HarvestError | None:
                 info = {}
         return WorkflowAlreadyExists(message, info.get("existing_execution_id"),
                                      info.get("existing_state"))
+    if cls is QuotaExceeded:
+        try:
+            info = json.loads(getattr(diag, "message_detail", None) or "{}")
+        except ValueError:
+            info = {}
+        return QuotaExceeded(message, info.get("quota"), info.get("key"), info.get("usage"),
+                             info.get("limit"))
     if cls is PermissionDenied:
         return PermissionDenied(f"{message} (the database role lacks this right; "
                                 "see the harvest_* roles in docs/operations.md)")
@@ -213,3 +235,29 @@ class ChildWorkflowError(HarvestError):
     @property
     def error_type(self) -> str | None:
         return (self.failure or {}).get("error_type")
+
+
+# -- queries and updates (docs/messages.md) ----------------------------------------------------
+
+class QueryFailed(HarvestError):
+    """A query or update could not be answered: an unknown name, a handler that raised, a
+    workflow that could not be replayed. ``error_type`` and ``details`` come from the worker."""
+
+    def __init__(self, message: str, error_type: str | None = None, details: Any = None):
+        super().__init__(message)
+        self.error_type = error_type
+        self.details = details
+
+
+class QueryTimeout(HarvestError, TimeoutError):
+    """No answer within the timeout; the message says whether any live worker polls the queue."""
+
+
+class UpdateRejected(QueryFailed):
+    """The update's validator (or the workflow: unknown update, run ended) refused it.
+    Nothing was written to the history."""
+
+
+class UpdateFailed(QueryFailed):
+    """The update was accepted and recorded, but its handler raised (``error_type`` names
+    the exception), or the run ended before the handler finished."""

@@ -1,0 +1,109 @@
+-- Retention: a janitor that deletes terminal executions older than the
+-- configured age (their events, tasks and dead letters go with them through
+-- ON DELETE CASCADE), never a RUNNING one, at most one batch per call so no
+-- transaction grows without bound. Settings live in harvest.retention_config.
+
+CREATE OR REPLACE FUNCTION harvest.set_retention(p_max_age interval, p_batch_size integer DEFAULT NULL,
+                                                 p_operator text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_max_age IS NOT NULL AND p_max_age <= interval '0' THEN
+        RAISE EXCEPTION 'retention max age % must be positive (NULL keeps everything)', p_max_age
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF p_batch_size IS NOT NULL AND (p_batch_size < 1 OR p_batch_size > 10000) THEN
+        RAISE EXCEPTION 'retention batch size % is out of range 1..10000', p_batch_size USING ERRCODE = 'HR001';
+    END IF;
+    INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
+    UPDATE harvest.retention_config
+    SET max_age = p_max_age, batch_size = coalesce(p_batch_size, batch_size), updated_at = harvest.now();
+    PERFORM harvest._audit('retention.set', NULL, p_operator,
+                           jsonb_build_object('max_age', p_max_age, 'batch_size', p_batch_size));
+    RETURN harvest.retention_status();
+END;
+$$;
+
+-- The settings, the last run, and how many executions a run would delete now.
+CREATE OR REPLACE FUNCTION harvest.retention_status()
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_config harvest.retention_config;
+    v_eligible bigint;
+BEGIN
+    SELECT * INTO v_config FROM harvest.retention_config WHERE id;
+    IF v_config.max_age IS NOT NULL THEN
+        SELECT count(*) INTO v_eligible FROM harvest.executions AS e
+        WHERE e.status <> 'RUNNING' AND e.completed_at < harvest.now() - v_config.max_age;
+    END IF;
+    RETURN jsonb_build_object(
+        'configured', v_config.max_age IS NOT NULL,
+        'max_age', v_config.max_age::text,
+        'max_age_secs', extract(epoch FROM v_config.max_age),
+        'batch_size', coalesce(v_config.batch_size, 500),
+        'updated_at', v_config.updated_at,
+        'last_run_at', v_config.last_run_at,
+        'last_run_deleted', v_config.last_run_deleted,
+        'eligible', v_eligible);
+END;
+$$;
+
+-- Delete one batch of expired terminal executions. p_max_age / p_batch_size
+-- override the settings for this call. Returns {deleted, remaining, cutoff}:
+-- call again while remaining > 0. Rows locked by someone else are skipped.
+CREATE OR REPLACE FUNCTION harvest.run_retention(p_max_age interval DEFAULT NULL,
+                                                 p_batch_size integer DEFAULT NULL,
+                                                 p_operator text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_config harvest.retention_config;
+    v_max_age interval;
+    v_batch integer;
+    v_cutoff timestamptz;
+    v_ids uuid[];
+    v_remaining bigint;
+BEGIN
+    SELECT * INTO v_config FROM harvest.retention_config WHERE id;
+    v_max_age := coalesce(p_max_age, v_config.max_age);
+    v_batch := coalesce(p_batch_size, v_config.batch_size, 500);
+    IF v_max_age IS NULL THEN
+        RAISE EXCEPTION 'retention is not configured: no max age' USING ERRCODE = 'HR001',
+            HINT = 'SELECT harvest.set_retention(''30 days''), or pass a max age';
+    END IF;
+    IF v_max_age <= interval '0' THEN
+        RAISE EXCEPTION 'retention max age % must be positive', v_max_age USING ERRCODE = 'HR001';
+    END IF;
+    IF v_batch < 1 OR v_batch > 10000 THEN
+        RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
+    END IF;
+    v_cutoff := harvest.now() - v_max_age;
+    SELECT array_agg(s.id) INTO v_ids FROM (
+        SELECT e.id FROM harvest.executions AS e
+        WHERE e.status <> 'RUNNING' AND e.completed_at < v_cutoff
+        ORDER BY e.completed_at
+        LIMIT v_batch
+        FOR UPDATE SKIP LOCKED
+    ) AS s;
+    IF v_ids IS NOT NULL THEN
+        DELETE FROM harvest.relays AS r WHERE r.target_execution_id = ANY(v_ids);
+        -- The status re-check guards against a row that changed under us.
+        DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status <> 'RUNNING';
+    END IF;
+    SELECT count(*) INTO v_remaining FROM harvest.executions AS e
+    WHERE e.status <> 'RUNNING' AND e.completed_at < v_cutoff;
+    UPDATE harvest.retention_config
+    SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
+    WHERE id;
+    IF coalesce(cardinality(v_ids), 0) > 0 OR p_operator IS NOT NULL THEN
+        PERFORM harvest._audit('retention.run', NULL, p_operator, jsonb_build_object(
+            'deleted', coalesce(cardinality(v_ids), 0), 'cutoff', v_cutoff));
+    END IF;
+    RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'remaining', v_remaining,
+                              'cutoff', v_cutoff, 'batch_size', v_batch);
+END;
+$$;

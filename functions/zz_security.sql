@@ -1,0 +1,120 @@
+-- Security: every harvest entry point runs with a pinned search_path as its owner
+-- (SECURITY DEFINER), EXECUTE is revoked from PUBLIC and granted per role. The
+-- _helpers (and the pure now/shard_of) run as invoker with no SET clause: they are
+-- only reachable through an entry point, or are harmless.
+--
+--   harvest_reader    read only: list, get, history, stack, registries, status
+--   harvest_operator  reader + start, signal, cancel, replay dead letters
+--   harvest_admin     operator + terminate, discard dead letters, retention, drain
+--   harvest_worker    claim and complete only (what harvest.Worker calls)
+--
+-- CREATE OR REPLACE (how functions/ files are applied) resets a function's
+-- SET and SECURITY options, so this is applied centrally, after everything
+-- else: this file sorts last, and the migrator calls harvest._secure_functions()
+-- at the end of every run that applied anything. A function it does not know
+-- (a new one) is granted to harvest_admin only; helpers (_name) to no role.
+
+CREATE OR REPLACE FUNCTION harvest._function_role(p_name text)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_name LIKE '\_%' THEN NULL
+        WHEN p_name IN ('claim_tasks', 'complete_workflow_task', 'fail_workflow_task', 'complete_activity',
+                        'fail_activity', 'heartbeat_activity', 'register_worker', 'worker_heartbeat',
+                        'release_worker_tasks', 'stop_worker', 'expire_tasks', 'expire_workflows',
+                        'deliver_relays', 'next_due_at', 'claim_queries', 'answer_query', 'accept_update',
+                        'expire_query_requests', 'declare_flow_policies') THEN 'harvest_worker'
+        WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_history') THEN 'harvest_reader,harvest_worker'
+        WHEN p_name IN ('get_execution', 'list_executions', 'workflow_stack', 'list_children',
+                        'list_dead_letters', 'get_dead_letter', 'aggregate_dead_letters', 'list_workers',
+                        'get_worker', 'worker_health', 'drain_preview', 'retention_status',
+                        'list_audit_log', 'concurrency_status', 'get_rate_limit', 'version_usage')
+            THEN 'harvest_reader'
+        WHEN p_name IN ('start_workflow', 'signal_with_start', 'signal_workflow', 'cancel_workflow',
+                        'replay_dead_letter', 'bulk_replay_dead_letters', 'request_query', 'request_update',
+                        'update_with_start', 'get_query_request') THEN 'harvest_operator'
+        ELSE 'harvest_admin'
+    END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._secure_functions()
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = pg_catalog, harvest, pg_temp
+AS $$
+DECLARE
+    v_role text;
+    v_fn record;
+    v_roles text;
+    v_count integer := 0;
+    v_existing text[];
+BEGIN
+    -- Roles are cluster-wide; a migrator without CREATEROLE leaves them to a superuser.
+    FOREACH v_role IN ARRAY ARRAY['harvest_reader', 'harvest_operator', 'harvest_admin', 'harvest_worker'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = v_role) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', v_role);
+            EXCEPTION
+                WHEN duplicate_object OR unique_violation THEN NULL;
+                WHEN insufficient_privilege THEN
+                    RAISE WARNING 'cannot create role %: ask a superuser to CREATE ROLE % NOLOGIN', v_role, v_role;
+            END;
+        END IF;
+    END LOOP;
+    SELECT array_agg(rolname::text) INTO v_existing FROM pg_catalog.pg_roles
+    WHERE rolname IN ('harvest_reader', 'harvest_operator', 'harvest_admin', 'harvest_worker');
+    v_existing := coalesce(v_existing, ARRAY[]::text[]);
+    BEGIN
+        IF ARRAY['harvest_reader', 'harvest_operator'] <@ v_existing
+           AND NOT pg_catalog.pg_has_role('harvest_operator', 'harvest_reader', 'MEMBER') THEN
+            GRANT harvest_reader TO harvest_operator;
+        END IF;
+        IF ARRAY['harvest_operator', 'harvest_admin'] <@ v_existing
+           AND NOT pg_catalog.pg_has_role('harvest_admin', 'harvest_operator', 'MEMBER') THEN
+            GRANT harvest_operator TO harvest_admin;
+        END IF;
+    EXCEPTION WHEN insufficient_privilege THEN
+        RAISE WARNING 'cannot grant the harvest role hierarchy: ask a superuser to GRANT harvest_reader TO '
+                      'harvest_operator and harvest_operator TO harvest_admin';
+    END;
+    FOREACH v_role IN ARRAY v_existing LOOP
+        EXECUTE format('GRANT USAGE ON SCHEMA harvest TO %I', v_role);
+    END LOOP;
+    IF 'harvest_reader' = ANY(v_existing) THEN
+        GRANT SELECT ON ALL TABLES IN SCHEMA harvest TO harvest_reader;
+    END IF;
+    FOR v_fn IN
+        SELECT p.oid::regprocedure AS sig, p.proname::text AS name
+        FROM pg_catalog.pg_proc AS p
+        WHERE p.pronamespace = 'harvest'::regnamespace AND p.prokind = 'f'
+        ORDER BY 1
+    LOOP
+        IF v_fn.name = '_secure_functions' THEN
+            NULL;
+        ELSIF v_fn.name LIKE '\_%' OR v_fn.name IN ('now', 'shard_of') THEN
+            -- Helpers only run inside an entry point, which already runs as the owner
+            -- with the pinned path; a SET clause would cost a GUC save/restore per call
+            -- on the hot path (and stop SQL functions from being inlined).
+            EXECUTE format('ALTER FUNCTION %s SECURITY INVOKER RESET search_path', v_fn.sig);
+        ELSE
+            EXECUTE format('ALTER FUNCTION %s SECURITY DEFINER SET search_path = pg_catalog, harvest, pg_temp',
+                           v_fn.sig);
+        END IF;
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', v_fn.sig);
+        FOREACH v_role IN ARRAY v_existing LOOP
+            EXECUTE format('REVOKE ALL ON FUNCTION %s FROM %I', v_fn.sig, v_role);
+        END LOOP;
+        v_roles := harvest._function_role(v_fn.name);
+        FOREACH v_role IN ARRAY string_to_array(coalesce(v_roles, ''), ',') LOOP
+            IF v_role = ANY(v_existing) THEN
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn.sig, v_role);
+            END IF;
+        END LOOP;
+        v_count := v_count + 1;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+SELECT harvest._secure_functions();

@@ -1,0 +1,198 @@
+"""`harvest preflight`: read-only deploy checks. Exit 0 = pass, 2 = warn, 1 = fail.
+
+Checks: database reachable, migrations applied (nothing pending), schema version,
+catalog consistency of an App's declared dependencies and worker coverage of its
+queues (with --app), worker health, dead-letter access, retention configured.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from harvest.cli.output import database_url_option, output_option, table, to_json
+from harvest.db.connection import connect, resolve_dsn
+from harvest.db.sqlapi import SqlApi, translated_errors
+from harvest.errors import HarvestError
+
+RANK = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
+EXIT = {"pass": 0, "warn": 2, "fail": 1}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    summary: str
+    scope: str = "-"
+    details: dict[str, Any] = field(default_factory=dict)
+    remediation: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"name": self.name, "status": self.status, "scope": self.scope, "summary": self.summary,
+               "details": self.details}
+        if self.remediation:
+            out["remediation"] = self.remediation
+        return out
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _catalog_consistency(app) -> Check:
+    failures = []
+    checked = 0
+    for name, definition in sorted(app.workflows.items()):
+        activities = getattr(definition, "declared_activities", None)
+        children = getattr(definition, "declared_children", None)
+        if activities is None and children is None:
+            continue
+        checked += 1
+        for activity in activities or ():
+            if activity.split("::")[-1].split(".")[-1] not in app.activities:
+                failures.append(f"workflow '{name}' references unregistered activity '{activity}'")
+        for child in children or ():
+            if child.split("::")[-1].split(".")[-1] not in app.workflows:
+                failures.append(f"workflow '{name}' references unregistered child workflow '{child}'")
+    if failures:
+        return Check("catalog_consistency", "fail",
+                     "registered catalog contains unresolved workflow runtime references",
+                     details={"failures": failures},
+                     remediation="Register the named handler in App(activities=[...]) / App(workflows=[...]), "
+                                 "or delete the stale entry from the workflow's declared dependencies.")
+    if not checked:
+        return Check("catalog_consistency", "skip", "no workflow declares its dependencies")
+    return Check("catalog_consistency", "pass", f"{checked} workflow(s) declare dependencies; all resolve")
+
+
+def run_checks(dsn: str, app_target: str | None) -> list[Check]:
+    from harvest.db.migrate import Migrator, latest_core_version
+
+    checks: list[Check] = []
+    try:
+        conn = connect(dsn, autocommit=True, connect_timeout=5)
+    except HarvestError as exc:
+        return [Check("database", "fail", str(exc), remediation="check HARVEST_DATABASE_URL and the server")]
+    with conn:
+        conn.execute("SET default_transaction_read_only = on")
+        sql = SqlApi(conn)
+        checks.append(Check("database", "pass", "database reachable"))
+        try:
+            rows, stale = Migrator(dsn).status()
+            pending = [r.migration.label for r in rows if r.applied_at is None]
+            if pending or stale:
+                checks.append(Check("migrations", "fail", f"{len(pending)} migration(s) and {len(stale)} "
+                                    "function file(s) pending",
+                                    details={"pending": pending, "stale_function_files": [p.name for p in stale]},
+                                    remediation="run `harvest migrate run` before rolling replicas"))
+            else:
+                checks.append(Check("migrations", "pass", f"{len(rows)} migration(s) applied, nothing pending"))
+        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+            checks.append(Check("migrations", "fail", f"cannot read the migration ledger: {exc}".splitlines()[0]))
+        expected = latest_core_version()
+        try:
+            with translated_errors():
+                found = sql.schema_version()
+        except Exception as exc:  # noqa: BLE001
+            found, error = None, str(exc).splitlines()[0]
+        else:
+            error = None
+        if found == expected:
+            checks.append(Check("schema_version", "pass", f"schema version {found}"))
+        else:
+            checks.append(Check("schema_version", "fail", error or f"database has schema version {found}, "
+                                f"this Harvest needs {expected}", details={"found": found, "expected": expected},
+                                remediation="run `harvest migrate run`"))
+        app = None
+        if app_target:
+            from harvest.cli.worker import load_app
+
+            try:
+                app = load_app(app_target)
+            except HarvestError as exc:
+                checks.append(Check("app", "fail", str(exc), scope=app_target))
+        if app is not None:
+            checks.append(_catalog_consistency(app))
+        health = None
+        try:
+            health = sql.worker_health()
+        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+            checks.append(Check("worker_health", "fail", _first_line(exc)))
+        if health is not None:
+            status = "warn" if health["stale"] else "pass"
+            checks.append(Check("worker_health", status, f"{health['healthy']} healthy, {health['stale']} stale, "
+                                f"{health['draining']} draining", details=health))
+            if app is not None:
+                queues = sorted(app.queues or {"default"})
+                uncovered = [q for q in queues if not health["by_queue"].get(q)]
+                if uncovered:
+                    checks.append(Check("queue_coverage", "warn",
+                                        f"{len(uncovered)} declared queue(s) have no live worker",
+                                        details={"uncovered": uncovered, "declared": queues},
+                                        remediation="start a worker polling: " + ", ".join(uncovered)))
+                else:
+                    checks.append(Check("queue_coverage", "pass", f"every declared queue has a live worker "
+                                        f"({', '.join(queues)})", details={"declared": queues}))
+        try:
+            dead = sql.aggregate_dead_letters("all")
+            total = sum(r["dead_letters"] for r in dead)
+            checks.append(Check("dead_letters", "pass", f"dead letters readable ({total} parked)",
+                                details={"count": total}))
+        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+            checks.append(Check("dead_letters", "fail", _first_line(exc)))
+        try:
+            retention = sql.retention_status()
+            if retention["configured"]:
+                checks.append(Check("retention", "pass", f"terminal executions kept {retention['max_age']}",
+                                    details=retention))
+            else:
+                checks.append(Check("retention", "warn", "retention is not configured: history grows forever",
+                                    details=retention,
+                                    remediation="harvest retention set --max-age '30 days'"))
+        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+            checks.append(Check("retention", "fail", _first_line(exc)))
+    return checks
+
+
+def overall(checks: list[Check]) -> str:
+    worst = max((RANK[c.status] for c in checks), default=0)
+    return {0: "pass", 1: "warn", 2: "fail"}[worst]
+
+
+@click.command()
+@click.option("--app", "app_target", default=None, help="module:app whose queues and declared dependencies "
+              "to check.")
+@database_url_option
+@output_option
+def preflight(app_target: str | None, database_url: str | None, output: str) -> None:
+    """Read-only deploy gate. Exit 0 = pass, 2 = warn, 1 = fail."""
+    checks = run_checks(resolve_dsn(database_url), app_target)
+    result = overall(checks)
+    observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    if output == "json":
+        click.echo(to_json({"overall_status": result, "observed_at": observed,
+                            "checks": [c.to_json() for c in checks]}))
+    else:
+        click.echo(f"overall_status: {result}\nobserved_at: {observed}\n")
+        click.echo(table([c.to_json() for c in checks], ["status", "name", "scope", "summary"],
+                         ["status", "check", "scope", "summary"]))
+        for c in checks:
+            if c.status in ("warn", "fail") and (c.details.get("failures") or c.details.get("uncovered")
+                                                 or c.remediation):
+                click.echo(f"\n{c.name} ({c.status})")
+                for line in c.details.get("pending") or []:
+                    click.echo(f"  - pending migration {line}")
+                for line in c.details.get("stale_function_files") or []:
+                    click.echo(f"  - changed function file functions/{line}")
+                for line in c.details.get("failures") or []:
+                    click.echo(f"  - {line}")
+                for queue in c.details.get("uncovered") or []:
+                    click.echo(f"  - queue '{queue}' has no live worker")
+                if c.remediation:
+                    click.echo(f"  remediation: {c.remediation}")
+    sys.exit(EXIT[result])

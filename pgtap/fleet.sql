@@ -1,0 +1,36 @@
+-- functions/fleet.sql: list_workers, get_worker, worker_health, drain_worker, drain_preview, list_audit_log.
+BEGIN;
+SELECT plan(16);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+SELECT harvest.register_worker('fl-live', ARRAY['email', 'default'], 'h1', 1, 5);
+SELECT harvest.register_worker('fl-other', ARRAY['default'], 'h2', 2, 5);
+SELECT harvest.register_worker('fl-stale', ARRAY['email'], 'h3', 3, 5);
+UPDATE harvest.workers SET last_heartbeat_at = '2029-12-31 23:59:00+00' WHERE id = 'fl-stale';
+
+SELECT is((SELECT health FROM harvest.list_workers() WHERE worker_id = 'fl-stale'), 'stale',
+          'silent for more than 2 heartbeat intervals is stale');
+SELECT is((SELECT array_agg(worker_id ORDER BY worker_id) FROM harvest.list_workers(p_queue => 'email')),
+          ARRAY['fl-live', 'fl-stale'], 'filter by queue');
+SELECT throws_ok($$SELECT * FROM harvest.list_workers(p_health => 'sick')$$, 'HR001', NULL, 'unknown health refused');
+SELECT is(harvest.worker_health() -> 'by_queue', '{"email": 1, "default": 2}'::jsonb, 'live workers by queue');
+SELECT is((harvest.worker_health() ->> 'stale')::int, 1, 'stale count');
+SELECT is(harvest.get_worker('fl-live') -> 'claimed_task_ids', '[]'::jsonb, 'get_worker lists claimed tasks');
+SELECT is((SELECT uncovered_queues FROM harvest.drain_preview(p_worker_id => 'fl-live')), ARRAY['email'],
+          'preview: draining fl-live leaves email without a live worker');
+SELECT is(harvest.drain_worker('fl-live', NULL, 'pgtap') ->> 'outcome', 'accepted', 'drain accepted');
+SELECT is(harvest.worker_heartbeat('fl-live'), 'draining', 'the worker hears it on its heartbeat');
+SELECT is(harvest.drain_worker('fl-live') ->> 'outcome', 'already_draining', 'twice: already_draining');
+SELECT is(harvest.drain_worker('fl-stale') ->> 'outcome', 'stale_worker', 'stale worker');
+SELECT is(harvest.drain_worker('fl-none') ->> 'outcome', 'not_found', 'unknown worker');
+SELECT is((SELECT count(*) FROM harvest.list_audit_log(p_operation => 'worker.drain')), 4::bigint,
+          'every drain request is audited');
+
+SELECT is(harvest._worker_health((SELECT w FROM harvest.workers w WHERE w.id = 'fl-other')), 'healthy',
+          '_worker_health of a fresh worker');
+SELECT is(harvest._drain_outcome((SELECT w FROM harvest.workers w WHERE w.id = 'fl-other')), 'accepted',
+          '_drain_outcome of an active worker');
+SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,243 @@
+"""The operator CLI, run as a real `harvest` process against a real database: output and exit codes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import psycopg
+import pytest
+from operator_helpers import harvest, park, start
+
+
+@pytest.fixture
+def conn(db: str):
+    with psycopg.connect(db, autocommit=True) as c:
+        yield c
+
+
+def one_error_line(result) -> str:
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_workflow_list_filters_and_pages(db: str, conn) -> None:
+    ids = [start(conn, "onboarding", f"u{i}", search_attributes={"tenant": "acme" if i % 2 else "other",
+                                                                  "amount": i * 10}) for i in range(5)]
+    other = start(conn, "billing", "b1", search_attributes={"tenant": "acme"})
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'x')", (ids[0],))
+
+    r = harvest(db, "workflow", "list", "--state", "RUNNING", "--workflow-name", "onboarding",
+                "--search-attr", "tenant=acme", "--output", "json")
+    assert r.returncode == 0, r.stderr
+    got = {e["id"] for e in json.loads(r.stdout)["executions"]}
+    assert got == {ids[1], ids[3]}
+
+    r = harvest(db, "workflow", "list", "--search-attr", "amount>=20", "--output", "json")
+    assert {e["id"] for e in json.loads(r.stdout)["executions"]} == {ids[2], ids[3], ids[4]}
+
+    # Keyset pages of 2 over 6 runs: 2 + 2 + 2, every run once, newest first.
+    seen, cursor, pages = [], None, 0
+    while True:
+        args = ["workflow", "list", "--page-size", "2", "--output", "json"] + (["--cursor", cursor] if cursor else [])
+        page = json.loads(harvest(db, *args).stdout)
+        seen += [e["id"] for e in page["executions"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert pages == 3 and sorted(seen) == sorted([*ids, other]) and len(set(seen)) == 6
+
+    table = harvest(db, "workflow", "list", "--workflow-name", "billing")
+    assert table.returncode == 0
+    assert table.stdout.splitlines()[0].split()[:4] == ["EXECUTION_ID", "WORKFLOW", "WORKFLOW_ID", "STATUS"]
+    assert other in table.stdout and "1 execution(s)" in table.stdout
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--state", "RUNNNG"], 'unknown state "RUNNNG"'),
+    (["--search-attr", "tenant"], 'search attribute filter "tenant" is malformed'),
+    (["--cursor", "not-a-cursor"], "cursor"),
+    (["--page-size", "5000"], "page size 5000 is out of range"),
+])
+def test_workflow_list_rejects_bad_filters(db: str, args: list[str], needle: str) -> None:
+    r = harvest(db, "workflow", "list", *args)
+    assert r.returncode == 2
+    assert needle in one_error_line(r)
+
+
+def test_workflow_get_signal_cancel_stack_terminate_history(db: str, conn, tmp_path) -> None:
+    execution_id, _ = park(conn, "k1")
+    r = harvest(db, "workflow", "get", execution_id, "--output", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["status"] == "RUNNING"
+    assert "RUNNING" in harvest(db, "workflow", "get", execution_id).stdout
+
+    r = harvest(db, "workflow", "signal", execution_id, "approved", "--payload-json", '{"ok": true}')
+    assert r.returncode == 0 and "signalled" in r.stdout
+    r = harvest(db, "workflow", "signal", execution_id, "note", "--payload-file", "-", stdin='{"n": 1}')
+    assert r.returncode == 0, r.stderr
+    r = harvest(db, "workflow", "signal", execution_id, "bad", "--payload-json", "{nope")
+    assert r.returncode == 2 and "--payload: not valid JSON" in one_error_line(r)
+
+    stack = json.loads(harvest(db, "workflow", "stack", execution_id, "--output", "json").stdout)
+    assert stack["signals_since_last_task"] == 2
+    [activity] = stack["pending_activities"]
+    assert activity["status"] == "dead_lettered" and activity["name"] == "act"
+    assert stack["last_event_id"] == conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s",
+                                                  (execution_id,)).fetchone()[0]
+    assert "dead_lettered" in harvest(db, "workflow", "stack", execution_id).stdout
+
+    r = harvest(db, "workflow", "cancel", execution_id, "--reason", "operator request")
+    assert r.returncode == 0 and "cancel requested" in r.stdout
+
+    redacted = json.loads(harvest(db, "workflow", "history", execution_id, "--output", "json").stdout)
+    scheduled = next(e for e in redacted["events"] if e["event_type"] == "ActivityScheduled")
+    assert scheduled["event_data"]["input"] == {"redacted": True, "bytes": len(b'["secret-input"]')}
+    assert "secret-input" not in json.dumps(redacted)
+    full = json.loads(harvest(db, "workflow", "history", execution_id, "--full", "--output", "json").stdout)
+    assert "secret-input" in json.dumps(full)
+    out = tmp_path / "h.json"
+    r = harvest(db, "history", "export", execution_id, "--file", str(out))
+    assert r.returncode == 0 and json.loads(out.read_text())["redacted"] is True
+    assert "WorkflowCancelRequested" in harvest(db, "workflow", "history", execution_id).stdout
+
+    r = harvest(db, "workflow", "terminate", execution_id, "--reason", "done")
+    assert r.returncode == 0 and "terminated" in r.stdout
+    r = harvest(db, "workflow", "terminate", execution_id)
+    assert r.returncode == 1 and "already TERMINATED" in one_error_line(r)
+    r = harvest(db, "workflow", "get", str(uuid.uuid4()))
+    assert r.returncode == 1 and "does not exist" in one_error_line(r)
+
+
+def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
+    runs = [park(conn, f"s{i}", activity="send_email", error_type="Timeout") for i in range(3)]
+    park(conn, "c1", workflow="billing", activity="charge_card")
+    # One parked row whose run has ended: replaying it is a per-row failure, not an abort.
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'gone')", (runs[0][0],))
+
+    listed = json.loads(harvest(db, "dlq", "list", "--output", "json").stdout)
+    assert len(listed) == 4
+    assert "send_email" in harvest(db, "dlq", "list", "--activity-name", "send_email").stdout
+    agg = json.loads(harvest(db, "dlq", "aggregate", "--by", "activity", "--output", "json").stdout)
+    assert {(a["activity_name"], a["dead_letters"]) for a in agg} == {("send_email", 3), ("charge_card", 1)}
+
+    r = harvest(db, "dlq", "bulk-replay", "--limit", "10")
+    assert r.returncode == 2 and "at least one of --activity-name" in one_error_line(r)
+    r = harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--limit", "5000")
+    assert r.returncode == 2
+
+    dry = json.loads(harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run",
+                             "--output", "json").stdout)
+    assert dry["dry_run"] is True and dry["matched"] == 3 and dry["acted_on"] == 0
+    assert sorted(dry["ids"]) == sorted(d for _, d in runs[1:])
+    assert [f["id"] for f in dry["failures"]] == [runs[0][1]]
+    assert conn.execute("SELECT count(*) FROM harvest.dead_letters").fetchone()[0] == 4  # nothing written
+
+    r = harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--limit", "2", "--batch", "1")
+    assert r.returncode == 0, r.stderr
+    assert "3 matched, 1 replayed, 1 failed" in r.stdout  # limit 2: the ended run's row and one more
+    r = harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--output", "json")
+    result = json.loads(r.stdout)
+    assert result["matched"] == 2 and result["acted_on"] == 1 and len(result["failures"]) == 1
+    assert "HR005" == result["failures"][0]["sqlstate"]
+    assert conn.execute("SELECT count(*) FROM harvest.tasks WHERE activity_name = 'send_email'").fetchone()[0] == 2
+
+    r = harvest(db, "dlq", "bulk-discard", "--workflow-name", "billing", "--output", "json")
+    assert json.loads(r.stdout)["acted_on"] == 1
+    audit = conn.execute("SELECT operation FROM harvest.audit_log ORDER BY id").fetchall()
+    assert ("dead_letters.bulk_discard",) in audit and ("dead_letters.bulk_replay",) in audit
+
+
+def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
+    conn.execute("SELECT harvest.register_worker('w-live', ARRAY['email', 'default'], 'h1', 1, 5)")
+    conn.execute("SELECT harvest.register_worker('w-stale', ARRAY['email'], 'h2', 2, 5)")
+    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'w-stale'")
+    conn.execute("SELECT harvest.register_worker('w-gone', ARRAY['email'], 'h3', 3, 5)")
+    conn.execute("SELECT harvest.stop_worker('w-gone')")
+
+    rows = json.loads(harvest(db, "worker", "list", "--output", "json").stdout)
+    assert {r["worker_id"]: r["health"] for r in rows} == {"w-live": "healthy", "w-stale": "stale",
+                                                          "w-gone": "stopped"}
+    stale = json.loads(harvest(db, "worker", "list", "--status", "active", "--health", "stale",
+                               "--output", "json").stdout)
+    assert [r["worker_id"] for r in stale] == ["w-stale"]
+    r = harvest(db, "worker", "list", "--status", "sleepy")
+    assert r.returncode == 2 and 'unknown worker status "sleepy"' in one_error_line(r)
+    assert "w-live" in harvest(db, "worker", "list").stdout
+
+    got = json.loads(harvest(db, "worker", "get", "w-live", "--output", "json").stdout)
+    assert got["claimed_task_ids"] == [] and got["queues"] == ["email", "default"]
+    health = json.loads(harvest(db, "worker", "health", "--output", "json").stdout)
+    assert health["healthy"] == 1 and health["stale"] == 1 and health["by_queue"] == {"email": 1, "default": 1}
+
+    preview = json.loads(harvest(db, "worker", "drain-preview", "--queue", "email", "--output", "json").stdout)
+    assert {p["worker_id"]: p["outcome"] for p in preview} == {"w-live": "accepted", "w-stale": "stale_worker"}
+    assert conn.execute("SELECT status FROM harvest.workers WHERE id = 'w-live'").fetchone()[0] == "active"
+
+    outcomes = {}
+    for worker_id in ("w-live", "w-live", "w-stale", "w-gone", "w-none"):
+        r = harvest(db, "worker", "drain", worker_id, "--deadline", "2099-01-01T00:00:00Z", "--operator", "alice",
+                    "--output", "json")
+        outcomes.setdefault(worker_id, []).append((json.loads(r.stdout)["outcome"], r.returncode))
+    assert outcomes == {"w-live": [("accepted", 0), ("already_draining", 0)], "w-stale": [("stale_worker", 0)],
+                        "w-gone": [("already_stopped", 0)], "w-none": [("not_found", 1)]}
+    audit = conn.execute("SELECT operator_id, operation, target, details ->> 'outcome' FROM harvest.audit_log"
+                         " ORDER BY id").fetchall()
+    assert audit[0] == ("alice", "worker.drain", "w-live", "accepted") and len(audit) == 5
+
+
+def test_retention_status_and_run_now(db: str, conn) -> None:
+    old = start(conn, "wf", "old")
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'x')", (old,))
+    conn.execute("UPDATE harvest.executions SET completed_at = now() - interval '40 days' WHERE id = %s", (old,))
+    running = start(conn, "wf", "running")
+    conn.execute("UPDATE harvest.executions SET created_at = now() - interval '90 days' WHERE id = %s", (running,))
+
+    status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
+    assert status["configured"] is False
+    r = harvest(db, "retention", "run-now")
+    assert r.returncode == 2 and "retention is not configured" in one_error_line(r)
+    assert harvest(db, "retention", "set", "--max-age", "30 days").returncode == 0
+    status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
+    assert status["configured"] is True and status["eligible"] == 1
+    r = harvest(db, "retention", "run-now", "--output", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["deleted"] == 1
+    left = {str(x[0]) for x in conn.execute("SELECT id FROM harvest.executions").fetchall()}
+    assert left == {running}
+    assert conn.execute("SELECT count(*) FROM harvest.events WHERE execution_id = %s", (old,)).fetchone()[0] == 0
+
+
+def test_preflight_pass_warn_and_fail(db: str, conn, fresh_db: str, tmp_path, monkeypatch) -> None:
+    # Other function files may have changed since the template was migrated: bring it current.
+    assert harvest(db, "migrate", "run").returncode == 0
+    r = harvest(db, "preflight")
+    assert r.returncode == 2, r.stdout + r.stderr  # retention not configured: warn
+    assert r.stdout.startswith("overall_status: warn")
+    assert "retention" in r.stdout and "remediation:" in r.stdout
+    conn.execute("SELECT harvest.set_retention('30 days')")
+    app_module = tmp_path / "pf_app.py"
+    app_module.write_text(
+        "from harvest import App, activity, workflow\n"
+        "@activity(queue='email')\nasync def send(ctx): return 1\n"
+        "@workflow\nasync def flow(ctx): return 1\n"
+        "app = App(workflows=[flow], activities=[send])\n")
+    monkeypatch.chdir(tmp_path)
+    r = harvest(db, "preflight", "--app", "pf_app:app", "--output", "json")
+    assert r.stdout.startswith("{"), r.stderr
+    report = json.loads(r.stdout)
+    coverage = next(c for c in report["checks"] if c["name"] == "queue_coverage")
+    assert coverage["status"] == "warn" and set(coverage["details"]["uncovered"]) == {"default", "email"}
+    assert r.returncode == 2
+    conn.execute("SELECT harvest.register_worker('w1', ARRAY['email', 'default'], 'h', 1, 5)")
+    r = harvest(db, "preflight", "--app", "pf_app:app")
+    assert r.returncode == 0, r.stdout
+    assert r.stdout.startswith("overall_status: pass")
+    r = harvest(fresh_db, "preflight", "--output", "json")
+    assert r.returncode == 1
+    failed = {c["name"] for c in json.loads(r.stdout)["checks"] if c["status"] == "fail"}
+    assert {"migrations", "schema_version"} <= failed
+    r = harvest("postgresql://nobody@127.0.0.1:1/none", "preflight")
+    assert r.returncode == 1 and "database" in r.stdout

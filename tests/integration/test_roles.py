@@ -1,0 +1,155 @@
+"""The four database roles: log in as each and prove what it may and may not do (SQLSTATE 42501)."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+from operator_helpers import harvest, park, start
+from psycopg import conninfo
+
+
+@pytest.fixture
+def login(pg_server, db: str):
+    """login(role) -> DSN of a fresh LOGIN user that is a member of `role` only."""
+    made: list[str] = []
+
+    def make(role: str) -> str:
+        user = f"u_{role.removeprefix('harvest_')}_{uuid.uuid4().hex[:8]}"
+        with pg_server.admin() as admin:
+            admin.execute(f'CREATE ROLE "{user}" LOGIN')
+            admin.execute(f'GRANT {role} TO "{user}"')
+        made.append(user)
+        return conninfo.make_conninfo(db, user=user, password="")
+
+    yield make
+    with pg_server.admin() as admin:
+        for user in made:
+            admin.execute(f'DROP ROLE IF EXISTS "{user}"')
+
+
+@pytest.fixture
+def setup(db: str):
+    with psycopg.connect(db, autocommit=True) as conn:
+        execution_id, dead_id = park(conn, "r1")
+        _, dead_id2 = park(conn, "r2")
+        other = start(conn, "wf", "plain")
+        conn.execute("SELECT harvest.register_worker('w1', ARRAY['default'], 'h', 1, 5)")
+        conn.execute("SELECT harvest.set_retention('30 days')")
+    return {"execution_id": execution_id, "dead_id": dead_id, "dead_id2": dead_id2, "other": other}
+
+
+READS = ["SELECT * FROM harvest.list_executions()", "SELECT harvest.workflow_stack(%(e)s)",
+         "SELECT * FROM harvest.get_execution(%(e)s)", "SELECT * FROM harvest.get_history(%(e)s)",
+         "SELECT * FROM harvest.list_dead_letters()", "SELECT * FROM harvest.aggregate_dead_letters()",
+         "SELECT * FROM harvest.list_workers()", "SELECT harvest.worker_health()",
+         "SELECT * FROM harvest.drain_preview()", "SELECT harvest.retention_status()",
+         "SELECT * FROM harvest.list_audit_log()", "SELECT count(*) FROM harvest.executions"]
+OPERATE = ["SELECT harvest.signal_workflow(%(e)s, 'sig')", "SELECT harvest.cancel_workflow(%(e)s)",
+           "SELECT harvest.replay_dead_letter(%(d)s)",
+           "SELECT harvest.bulk_replay_dead_letters(p_activity_name => 'nothing-matches')"]
+ADMIN = ["SELECT harvest.terminate_workflow(%(o)s)", "SELECT harvest.drain_worker('w1')",
+         "SELECT harvest.run_retention()", "SELECT harvest.set_retention('10 days')",
+         "SELECT harvest.bulk_discard_dead_letters(p_activity_name => 'nothing-matches')",
+         "SELECT harvest.discard_dead_letter(%(d2)s)"]
+WORKER = ["SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)", "SELECT harvest.worker_heartbeat('w1')",
+          "SELECT harvest.register_worker('w2', ARRAY['default'], 'h', 2, 5)", "SELECT harvest.expire_tasks(10)",
+          "SELECT harvest.deliver_relays(10)", "SELECT harvest.next_due_at(ARRAY['default'])",
+          "SELECT harvest.schema_version()", "SELECT harvest.stop_worker('w2')"]
+NEVER = [("INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at)"
+          " VALUES ('x', ARRAY['q'], 'h', 1, now(), now())"),
+         "DELETE FROM harvest.dead_letters", "SELECT harvest._append_event(%(e)s, 'X', '{}')",
+         "SELECT harvest._secure_functions()"]
+
+
+def params_attempt(dsn, sql, setup):
+    params = {"e": setup["execution_id"], "d": setup["dead_id"], "d2": setup["dead_id2"], "o": setup["other"]}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute(sql, params if "%(" in sql else None).fetchall()
+            return "ok"
+        except psycopg.Error as exc:
+            return exc.sqlstate
+
+
+def outcomes(dsn: str, statements: list[str], setup: dict) -> set[str]:
+    return {params_attempt(dsn, sql, setup) for sql in statements}
+
+
+def test_reader_reads_and_is_refused_everything_else(login, setup) -> None:
+    dsn = login("harvest_reader")
+    assert outcomes(dsn, READS, setup) == {"ok"}
+    for sql in OPERATE + ADMIN + WORKER[:-2] + NEVER:
+        assert params_attempt(dsn, sql, setup) == "42501", sql
+
+
+def test_operator_signals_cancels_replays_but_cannot_terminate(login, setup) -> None:
+    dsn = login("harvest_operator")
+    assert outcomes(dsn, READS, setup) == {"ok"}
+    for sql in OPERATE:
+        assert params_attempt(dsn, sql, setup) == "ok", sql
+    for sql in ADMIN + WORKER[:-2] + NEVER:
+        assert params_attempt(dsn, sql, setup) == "42501", sql
+
+
+def test_admin_does_everything_an_operator_does_and_more(login, setup) -> None:
+    dsn = login("harvest_admin")
+    assert outcomes(dsn, READS, setup) == {"ok"}
+    for sql in OPERATE + ADMIN:
+        assert params_attempt(dsn, sql, setup) == "ok", sql
+    for sql in WORKER[:-2] + NEVER:
+        assert params_attempt(dsn, sql, setup) == "42501", sql
+
+
+def test_worker_claims_and_completes_only(login, setup) -> None:
+    dsn = login("harvest_worker")
+    for sql in WORKER:
+        assert params_attempt(dsn, sql, setup) == "ok", sql
+    for sql in [r for r in READS if "get_history" not in r] + OPERATE + ADMIN + NEVER:
+        assert params_attempt(dsn, sql, setup) == "42501", sql
+
+
+def test_functions_pin_search_path_and_run_as_definer(db: str) -> None:
+    """Entry points run as the owner with a pinned path; helpers only run inside them."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        loose = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
+            " AND p.proname NOT LIKE '\\_%' AND p.proname NOT IN ('now', 'shard_of')"
+            " AND (NOT p.prosecdef OR NOT coalesce(p.proconfig, '{}')"
+            " @> ARRAY['search_path=pg_catalog, harvest, pg_temp'])").fetchall()
+        helpers_granted = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
+            " AND p.proname LIKE '\\_%' AND (has_function_privilege('harvest_worker', p.oid, 'EXECUTE')"
+            " OR has_function_privilege('harvest_admin', p.oid, 'EXECUTE'))").fetchall()
+        assert helpers_granted == []
+        public = conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
+            " AND has_function_privilege('public', p.oid, 'EXECUTE')").fetchall()
+    assert loose == [] and public == []
+
+
+def test_a_replaced_function_is_secured_again_by_the_migrator(db: str) -> None:
+    from harvest.db.migrate import Migrator
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text LANGUAGE sql STABLE"
+                     " AS $$ SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest' $$")
+        conn.execute("UPDATE harvest.function_files SET checksum = 'changed' WHERE file_name = 'core.sql'")
+        assert conn.execute("SELECT prosecdef FROM pg_proc WHERE oid = 'harvest.schema_version()'::regprocedure"
+                            ).fetchone()[0] is False
+    Migrator(db).run()
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT prosecdef, proconfig FROM pg_proc WHERE oid ="
+                            " 'harvest.schema_version()'::regprocedure").fetchone() == (
+            True, ["search_path=pg_catalog, harvest, pg_temp"])
+
+
+def test_cli_permission_denied_is_one_line(login, setup) -> None:
+    dsn = login("harvest_reader")
+    r = harvest(dsn, "workflow", "cancel", setup["execution_id"])
+    assert r.returncode == 1
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: permission denied"), r.stderr
+    r = harvest(dsn, "workflow", "list", "--output", "json")
+    assert r.returncode == 0, r.stderr
