@@ -33,7 +33,7 @@ dev: install
 	$(BIN)/harvest dev
 
 lint: install
-	$(BIN)/ruff check harvest_py tests bench
+	$(BIN)/ruff check harvest_py tests scripts $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
 test: install lint pgtap test-python test-pg15
