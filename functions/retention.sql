@@ -3,8 +3,10 @@
 -- ON DELETE CASCADE), never a RUNNING one, at most one batch per call so no
 -- transaction grows without bound. Settings live in harvest.retention_config.
 
-CREATE OR REPLACE FUNCTION harvest.set_retention(p_max_age interval, p_batch_size integer DEFAULT NULL,
-                                                 p_operator text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.set_retention(
+    p_max_age interval, p_batch_size integer DEFAULT NULL,
+    p_operator text DEFAULT NULL
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -54,9 +56,11 @@ $$;
 -- Delete one batch of expired terminal executions. p_max_age / p_batch_size
 -- override the settings for this call. Returns {deleted, remaining, cutoff}:
 -- call again while remaining > 0. Rows locked by someone else are skipped.
-CREATE OR REPLACE FUNCTION harvest.run_retention(p_max_age interval DEFAULT NULL,
-                                                 p_batch_size integer DEFAULT NULL,
-                                                 p_operator text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.run_retention(
+    p_max_age interval DEFAULT NULL,
+    p_batch_size integer DEFAULT NULL,
+    p_operator text DEFAULT NULL
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$

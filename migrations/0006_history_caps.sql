@@ -6,7 +6,8 @@ ADD COLUMN history_bytes bigint NOT NULL DEFAULT 0;
 
 UPDATE harvest.executions AS e
 SET history_bytes = coalesce((
-    SELECT sum(octet_length(ev.event_data::text)) FROM harvest.events AS ev WHERE ev.execution_id = e.id
+    SELECT sum(octet_length(ev.event_data::text)) FROM harvest.events AS ev
+    WHERE ev.execution_id = e.id
 ), 0);
 
 -- complete_workflow_task gained the cap parameters; drop the old signature so the
