@@ -4,7 +4,15 @@
 -- The candidate scan reads a bounded window from the head of each queue
 -- (tasks_claimable, by priority then due time), so the cost of a claim stays flat
 -- however deep the backlog grows. Admission gates of flow control (concurrency
--- keys, rate limits, mutexes) filter the candidates in the same statement.
+-- keys, rate limits) filter the candidates in the same transaction: when a
+-- candidate of the window carries a gate (tasks.concurrency_key or rate_key),
+-- harvest._admit_candidates (concurrency.sql) takes the per-key advisory locks
+-- (try-lock, sorted: the claim never waits), counts in flight in a statement
+-- that starts after the locks are held, and returns the admissible ids; the
+-- claim then takes the slots and pays the buckets before it commits. A window
+-- without a gated candidate takes the default path, which is the same single
+-- claim statement as before flow control: uncapped work pays one extra column
+-- read per candidate and nothing else.
 
 -- Fire due timers: append TimerFired and wake the workflow. Executions that are
 -- locked elsewhere are skipped (their timers fire on the next claim), which
@@ -40,6 +48,46 @@ BEGIN
 END;
 $$;
 
+-- Lock and lease the pending tasks among p_ids (at most p_limit, in claim order,
+-- skipping rows locked elsewhere); returns the claimed rows.
+CREATE OR REPLACE FUNCTION harvest._claim_ids(
+    p_ids bigint[], p_worker_id text, p_limit integer, p_workflow_lease_secs double precision,
+    p_now timestamptz
+)
+RETURNS SETOF harvest.tasks
+LANGUAGE sql
+ROWS 10  -- a claim batch, not the default 1000: the caller joins executions by key
+AS $$
+    WITH locked AS (
+        -- Join from the id list so the plan probes the primary key for each id
+        -- and never walks a queue index filtering for them.
+        SELECT t.id
+        FROM unnest(p_ids) AS c (id)
+        JOIN harvest.tasks AS t ON t.id = c.id
+        WHERE t.status = 'pending'
+        ORDER BY t.priority DESC, t.due_at, t.id
+        LIMIT p_limit
+        FOR UPDATE OF t SKIP LOCKED
+    )
+    UPDATE harvest.tasks AS t
+    SET status = 'running',
+        attempt = t.attempt + 1,
+        started_at = p_now,
+        heartbeat_at = NULL,
+        lease_owner = p_worker_id,
+        fencing_token = nextval('harvest.fencing_tokens'),
+        lease_expires_at = p_now + make_interval(secs => CASE
+            WHEN t.kind = 'workflow' THEN p_workflow_lease_secs
+            ELSE least(
+                coalesce((t.options ->> 'start_to_close')::double precision, 300),
+                coalesce((t.options ->> 'heartbeat_timeout')::double precision, 'Infinity')
+            )
+        END)
+    FROM locked
+    WHERE t.id = locked.id
+    RETURNING t.*;
+$$;
+
 -- Claim up to p_limit tasks from p_queues for p_worker_id. Each claimed row gets a
 -- lease and a new fencing token; completing with an older token is refused.
 CREATE OR REPLACE FUNCTION harvest.claim_tasks(
@@ -72,6 +120,9 @@ DECLARE
     -- Look a little past the batch size so rows locked by other claimers do not
     -- starve this one, but never scan the whole backlog.
     v_window integer := greatest(p_limit, 1) * 4 + 16;
+    v_ids bigint[];
+    v_gated boolean;
+    v_claimed bigint[];
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
         RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
@@ -90,51 +141,40 @@ BEGIN
 
     PERFORM harvest._fire_due_timers(p_queues);
 
-    RETURN QUERY
-    WITH candidates AS (
-        SELECT head.id
-        FROM unnest(p_queues) AS q (name)
-        CROSS JOIN LATERAL (
-            SELECT t.id
-            FROM harvest.tasks AS t
-            WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
-              AND t.due_at <= v_now
-            ORDER BY t.priority DESC, t.due_at, t.id
-            LIMIT v_window
-        ) AS head
-    ),
-    locked AS (
-        SELECT t.id
+    SELECT coalesce(array_agg(head.id), ARRAY[]::bigint[]), coalesce(bool_or(head.gated), false)
+    INTO v_ids, v_gated
+    FROM unnest(p_queues) AS q (name)
+    CROSS JOIN LATERAL (
+        SELECT t.id, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
         FROM harvest.tasks AS t
-        WHERE t.id IN (SELECT c.id FROM candidates AS c) AND t.status = 'pending'
+        WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
+          AND t.due_at <= v_now
         ORDER BY t.priority DESC, t.due_at, t.id
-        LIMIT p_limit
-        FOR UPDATE OF t SKIP LOCKED
-    ),
-    claimed AS (
-        UPDATE harvest.tasks AS t
-        SET status = 'running',
-            attempt = t.attempt + 1,
-            started_at = v_now,
-            heartbeat_at = NULL,
-            lease_owner = p_worker_id,
-            fencing_token = nextval('harvest.fencing_tokens'),
-            lease_expires_at = v_now + make_interval(secs => CASE
-                WHEN t.kind = 'workflow' THEN p_workflow_lease_secs
-                ELSE least(
-                    coalesce((t.options ->> 'start_to_close')::double precision, 300),
-                    coalesce((t.options ->> 'heartbeat_timeout')::double precision, 'Infinity')
-                )
-            END)
-        FROM locked
-        WHERE t.id = locked.id
-        RETURNING t.*
-    )
+        LIMIT v_window
+    ) AS head;
+
+    IF NOT v_gated THEN
+        RETURN QUERY
+        SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
+               c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+               c.lease_expires_at, c.heartbeat_details
+        FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c
+        JOIN harvest.executions AS e ON e.id = c.execution_id
+        ORDER BY c.priority DESC, c.due_at, c.id;
+        RETURN;
+    END IF;
+
+    v_ids := harvest._admit_candidates(v_ids, v_now);
+    SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
+    FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
+    PERFORM harvest._after_gated_claim(v_claimed, v_now);
+    RETURN QUERY
     SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
            c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details
-    FROM claimed AS c
+    FROM harvest.tasks AS c
     JOIN harvest.executions AS e ON e.id = c.execution_id
+    WHERE c.id = ANY(v_claimed)
     ORDER BY c.priority DESC, c.due_at, c.id;
 END;
 $$;

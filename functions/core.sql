@@ -87,13 +87,25 @@ BEGIN
 END;
 $$;
 
--- Tell workers of a queue that claimable work exists. Postgres folds identical
--- notifications within a transaction, so this is one message per queue per commit.
+-- Tell workers of a queue that claimable work exists, if any of them is asleep.
+-- NOTIFY takes one cluster-wide lock at commit, held through the WAL flush, so
+-- notifying commits go one at a time; busy workers claim again on their own, so
+-- only a worker that marked itself asleep (worker_sleep) needs the message.
+-- Postgres folds identical notifications within a transaction: one per queue.
 CREATE OR REPLACE FUNCTION harvest._notify_queue(p_queue text)
 RETURNS void
-LANGUAGE sql
+LANGUAGE plpgsql
 AS $$
-    SELECT pg_notify('harvest_tasks', p_queue);
+BEGIN
+    -- A crashed worker's stale mark stops counting after three missed heartbeats.
+    IF EXISTS (
+        SELECT 1 FROM harvest.workers AS w
+        WHERE w.sleeping AND w.status = 'active' AND p_queue = ANY(w.queues)
+          AND w.last_heartbeat_at > harvest.now() - make_interval(secs => 3 * w.heartbeat_interval_secs)
+    ) THEN
+        PERFORM pg_notify('harvest_tasks', p_queue);
+    END IF;
+END;
 $$;
 
 -- Make sure the execution has a workflow task; at most one exists per execution.

@@ -108,7 +108,7 @@ BEGIN
             RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
         END IF;
         IF v_type IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer',
-                      'start_child_workflow') THEN
+                      'start_child_workflow', 'complete_update') THEN
             v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
         END IF;
         CASE v_type
@@ -153,6 +153,8 @@ BEGIN
                 'seq', v_seq, 'timer_seq', (v_command ->> 'timer_seq')::integer));
         WHEN 'start_child_workflow' THEN
             PERFORM harvest._start_child(v_execution, v_seq, v_command);
+        WHEN 'complete_update' THEN  -- queries.sql: UpdateCompleted, answers the update's requests
+            PERFORM harvest._complete_update(v_execution, v_seq, v_command);
         WHEN 'cancel_workflow' THEN
             PERFORM harvest._append_event(v_execution.id, 'WorkflowCancelled',
                 jsonb_build_object('details', v_command -> 'details'));
@@ -251,6 +253,8 @@ DECLARE
     v_policy text := coalesce(p_command ->> 'parent_close_policy', 'terminate');
     v_child_id uuid;
     v_failure jsonb;
+    v_error_message text;
+    v_error_detail text;
 BEGIN
     IF v_policy NOT IN ('terminate', 'request_cancel', 'abandon') THEN
         RAISE EXCEPTION 'unknown parent_close_policy "%"', v_policy USING ERRCODE = 'HR001',
@@ -265,10 +269,16 @@ BEGIN
             p_parent_id => p_parent.id, p_shard => harvest.shard_of(p_parent.id)) AS s;
         UPDATE harvest.executions SET parent_seq = p_seq, parent_close_policy = v_policy
         WHERE id = v_child_id;
-    EXCEPTION WHEN SQLSTATE 'HR003' THEN
-        v_failure := jsonb_build_object('error_type', 'WorkflowAlreadyExists', 'non_retryable', true,
-            'message', 'a run of ' || v_name || ' with workflow_id ' || v_workflow_id || ' is already running',
-            'details', NULL);
+    EXCEPTION
+        WHEN SQLSTATE 'HR003' THEN
+            v_failure := jsonb_build_object('error_type', 'WorkflowAlreadyExists', 'non_retryable', true,
+                'message', 'a run of ' || v_name || ' with workflow_id ' || v_workflow_id || ' is already running',
+                'details', NULL);
+        WHEN SQLSTATE 'HR006' THEN
+            -- A quota refused the child: the parent hears it as a failed start, typed.
+            GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;
+            v_failure := jsonb_build_object('error_type', 'QuotaExceeded', 'non_retryable', true,
+                'message', v_error_message, 'details', v_error_detail::jsonb);
     END;
     PERFORM harvest._append_event(p_parent.id, 'ChildWorkflowStarted', jsonb_build_object(
         'seq', p_seq, 'workflow_name', v_name, 'workflow_id', v_workflow_id,

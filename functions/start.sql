@@ -15,6 +15,14 @@
 --
 -- Concurrent starts of one key serialise on a transaction advisory lock taken
 -- before the prior is read, so they converge on one run.
+--
+-- Flow control (docs/flow-control.md) is read from the workflow's declared
+-- policy (harvest.flow_policies) so every start path gets it: a quota is
+-- checked (quotas.sql, HR006 when exceeded) and a per-key concurrency policy
+-- stamps the run's key; "defer" gates the first workflow task at the claim,
+-- "cancel_running" supersedes the oldest runs of the key here (concurrency.sql).
+-- Lock order of a start: the start lock, then the quota key, then the
+-- concurrency key, then execution rows.
 
 CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_workflow_name text,
@@ -40,6 +48,9 @@ DECLARE
     v_id uuid;
     v_now timestamptz := harvest.now();
     v_execution_deadline timestamptz;
+    v_policy jsonb;
+    v_concurrency_key text;
+    v_quota_key text;
 BEGIN
     IF p_workflow_name IS NULL OR btrim(p_workflow_name) = '' THEN
         RAISE EXCEPTION 'workflow name is empty' USING ERRCODE = 'HR001',
@@ -130,20 +141,42 @@ BEGIN
                                'non_retryable', true, 'details', NULL));
     END IF;
 
+    SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
+    WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
+    IF v_policy ? 'quota' THEN
+        v_quota_key := harvest._resolve_key(p_input, v_policy #>> '{quota,key}');
+        IF v_quota_key IS NOT NULL THEN
+            PERFORM harvest._check_quota(p_workflow_name, v_quota_key, v_policy -> 'quota');
+        END IF;
+    END IF;
+    IF v_policy ? 'concurrency' THEN
+        v_concurrency_key := harvest._resolve_key(p_input, v_policy #>> '{concurrency,key}');
+    END IF;
+
     v_id := harvest._new_execution_id(p_shard);
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at,
-        execution_timeout_at, timeout_at
+        execution_timeout_at, timeout_at, concurrency_key, quota_key
     ) VALUES (
         v_id, p_workflow_name, v_workflow_id, p_task_queue, p_input, p_search_attributes,
         p_parent_id, v_now, v_execution_deadline,
-        least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs))
+        least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
+        v_concurrency_key, v_quota_key
     );
     PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id,
         'input', p_input, 'task_queue', p_task_queue, 'parent_id', p_parent_id));
-    INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
-    VALUES (v_id, 'workflow', p_task_queue, coalesce(p_priority, 0), v_now, v_now);
+    IF v_concurrency_key IS NOT NULL AND v_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
+        PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
+                                   (v_policy #>> '{concurrency,limit}')::integer, v_id);
+        v_concurrency_key := NULL;  -- latest wins is enforced here; the claim does not gate it
+    END IF;
+    INSERT INTO harvest.tasks (
+        execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit
+    ) VALUES (
+        v_id, 'workflow', p_task_queue, coalesce(p_priority, 0), v_now, v_now, v_concurrency_key,
+        CASE WHEN v_concurrency_key IS NOT NULL THEN (v_policy #>> '{concurrency,limit}')::integer END
+    );
     PERFORM harvest._notify_queue(p_task_queue);
 
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;

@@ -82,7 +82,7 @@ BEGIN
         RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
     END IF;
     v_released := harvest.release_worker_tasks(p_worker_id);
-    UPDATE harvest.workers SET status = 'stopped', last_heartbeat_at = harvest.now()
+    UPDATE harvest.workers SET status = 'stopped', sleeping = false, last_heartbeat_at = harvest.now()
     WHERE id = p_worker_id;
     RETURN v_released;
 END;
@@ -108,5 +108,16 @@ BEGIN
     END IF;
     PERFORM harvest._notify_queue(v_queue);
     RETURN true;
+END;
+$$;
+
+-- A worker about to wait for work marks itself asleep (producers then notify its
+-- queues) and clears the mark once it is busy again (producers stop notifying).
+CREATE OR REPLACE FUNCTION harvest.worker_sleep(p_worker_id text, p_sleeping boolean)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    UPDATE harvest.workers SET sleeping = p_sleeping WHERE id = p_worker_id AND sleeping <> p_sleeping;
 END;
 $$;

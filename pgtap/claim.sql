@@ -1,7 +1,8 @@
 -- functions/claim.sql: harvest.claim_tasks (order, due time, queues, leases,
--- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at.
+-- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
+-- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/concurrency.sql).
 BEGIN;
-SELECT plan(47);
+SELECT plan(49);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -192,6 +193,16 @@ INSERT INTO runs SELECT 'T3', pg_temp.decide('timer3', '[{"type": "start_timer",
 UPDATE harvest.executions SET status = 'CANCELLED' WHERE id = (SELECT execution_id FROM runs WHERE name = 'T3');
 SET LOCAL harvest.fake_now = '2030-01-01 02:00:05+00';
 SELECT is(harvest._fire_due_timers(ARRAY['wq_timer3']), 0, 'the timer of a run that is not RUNNING does not fire');
+
+-- _claim_ids on its own: only pending ids, at most the limit.
+INSERT INTO runs SELECT 'X' || i, s.execution_id
+FROM generate_series(1, 3) AS i, harvest.start_workflow('claim_wf', '[]', 'X' || i, 'xq') AS s;
+SELECT is((SELECT count(*) FROM harvest._claim_ids(
+              (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq'), 'wx', 2, 30, harvest.now())),
+          2::bigint, '_claim_ids() claims at most p_limit of the ids');
+SELECT is((SELECT count(*) FROM harvest._claim_ids(
+              (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq'), 'wx', 10, 30, harvest.now())),
+          1::bigint, '_claim_ids() skips ids that are already running');
 
 SELECT * FROM finish();
 ROLLBACK;

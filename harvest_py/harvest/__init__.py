@@ -11,7 +11,11 @@ from harvest.errors import (
     ChildWorkflowError,
     HarvestError,
     NonDeterminismError,
+    QueryFailed,
+    QueryTimeout,
     SignalTimeout,
+    UpdateFailed,
+    UpdateRejected,
     WorkflowAlreadyExists,
     WorkflowCancelled,
     WorkflowFailed,
@@ -19,6 +23,9 @@ from harvest.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
+from harvest.flow_control import Concurrency, Quota, RateLimit
+from harvest.handlers import describe_handlers, query, update
+from harvest.messaging import UpdateHandle
 from harvest.runtime import DEFAULT_VERSION, WorkflowContext
 from harvest.saga import Saga
 from harvest.worker import ActivityContext, Worker
@@ -26,9 +33,40 @@ from harvest.worker import ActivityContext, Worker
 __version__ = "0.1.0"
 
 __all__ = [
-    "DEFAULT_VERSION", "ActivityContext", "ActivityError", "ActivityFailure", "App", "AsyncClient",
-    "AsyncWorkflowHandle", "ChildWorkflowError", "Client", "HarvestError", "NonDeterminismError",
-    "RetryPolicy", "Saga", "SignalTimeout", "Worker", "WorkflowAlreadyExists",
-    "WorkflowCancelled", "WorkflowContext", "WorkflowFailed", "WorkflowHandle", "WorkflowNotRunning",
-    "WorkflowTerminated", "WorkflowTimedOut", "activity", "workflow",
+    "DEFAULT_VERSION",
+    "ActivityContext",
+    "ActivityError",
+    "ActivityFailure",
+    "App",
+    "AsyncClient",
+    "AsyncWorkflowHandle",
+    "ChildWorkflowError",
+    "Client",
+    "Concurrency",
+    "HarvestError",
+    "NonDeterminismError",
+    "QueryFailed",
+    "QueryTimeout",
+    "Quota",
+    "RateLimit",
+    "RetryPolicy",
+    "Saga",
+    "SignalTimeout",
+    "UpdateFailed",
+    "UpdateHandle",
+    "UpdateRejected",
+    "Worker",
+    "WorkflowAlreadyExists",
+    "WorkflowCancelled",
+    "WorkflowContext",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowNotRunning",
+    "WorkflowTerminated",
+    "WorkflowTimedOut",
+    "activity",
+    "describe_handlers",
+    "query",
+    "update",
+    "workflow",
 ]

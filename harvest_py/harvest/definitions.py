@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harvest import flow_control as _flow
 from harvest.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
 
 __all__ = [
@@ -155,6 +156,10 @@ class ActivityDefinition:
     priority: int = 0
     dead_letter: bool = True
     is_async: bool = True
+    # Flow control (docs/flow-control.md): a cap on in-flight attempts per key, a rate limit.
+    max_concurrent: int | None = None
+    concurrency_key: str | None = None
+    rate_limit: Any = None
 
     OVERRIDABLE = ("start_to_close", "schedule_to_close", "heartbeat_timeout", "retry",
                    "queue", "priority", "dead_letter")
@@ -165,7 +170,16 @@ class ActivityDefinition:
                 "schedule_to_close": _num(self.schedule_to_close),
                 "heartbeat_timeout": _num(self.heartbeat_timeout),
                 "retry": self.retry.to_json(), "priority": self.priority,
-                "dead_letter": self.dead_letter}
+                "dead_letter": self.dead_letter, **self._flow_options()}
+
+    def _flow_options(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.max_concurrent is not None:
+            out["max_concurrent"] = self.max_concurrent
+            out["concurrency_key"] = self.concurrency_key or self.name
+        if self.rate_limit is not None:
+            out["rate_limit"] = self.rate_limit.to_json()
+        return out
 
     def with_options(self, **overrides: Any) -> ActivityDefinition:
         """A copy with per-call overrides (``start_to_close="10s"``, ``queue=...``)."""
@@ -203,6 +217,8 @@ class WorkflowDefinition:
     name: str
     fn: Callable[..., Any]
     queue: str = DEFAULT_QUEUE
+    concurrency: Any = None  # harvest.flow_control.Concurrency
+    quota: Any = None  # harvest.flow_control.Quota
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -220,7 +236,7 @@ def _check_takes_ctx(fn: Callable, kind: str) -> None:
 
 
 def workflow(fn: Callable | None = None, *, name: str | None = None,
-             queue: str | None = None) -> Any:
+             queue: str | None = None, concurrency: Any = None, quota: Any = None) -> Any:
     """Mark an ``async def`` as a workflow; usable bare or as ``@workflow(name=..., queue=...)``."""
 
     def wrap(f: Callable) -> Callable:
@@ -230,7 +246,8 @@ def workflow(fn: Callable | None = None, *, name: str | None = None,
         _check_takes_ctx(f, "workflow")
         f.__harvest_workflow__ = WorkflowDefinition(
             name=_check_name(name or f.__name__, "workflow name"), fn=f,
-            queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE)
+            queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE,
+            **_flow.workflow_policies(concurrency, quota))
         return f
 
     return wrap(fn) if fn is not None else wrap
@@ -239,8 +256,11 @@ def workflow(fn: Callable | None = None, *, name: str | None = None,
 def activity(fn: Callable | None = None, *, start_to_close: Any = 300.0,
              schedule_to_close: Any = None, heartbeat_timeout: Any = None,
              retry: RetryPolicy | None = None, queue: str | None = None, local: bool = False,
-             name: str | None = None, priority: int = 0, dead_letter: bool = True) -> Any:
+             name: str | None = None, priority: int = 0, dead_letter: bool = True,
+             max_concurrent: int | None = None, concurrency_key: str | None = None,
+             rate_limit: Any = None) -> Any:
     """Mark a function as an activity; ``async def`` runs on the loop, plain ``def`` in a thread."""
+    flow = _flow.activity_policies(max_concurrent, concurrency_key, rate_limit)
     options = _normalize_options({
         "start_to_close": start_to_close, "schedule_to_close": schedule_to_close,
         "heartbeat_timeout": heartbeat_timeout, "retry": retry, "queue": queue,
@@ -254,7 +274,7 @@ def activity(fn: Callable | None = None, *, start_to_close: Any = 300.0,
         _check_takes_ctx(f, "activity")
         f.__harvest_activity__ = ActivityDefinition(
             name=_check_name(name or f.__name__, "activity name"), fn=f, local=bool(local),
-            is_async=inspect.iscoroutinefunction(f), **options)
+            is_async=inspect.iscoroutinefunction(f), **options, **flow)
         return f
 
     return wrap(fn) if fn is not None else wrap
@@ -270,13 +290,23 @@ class App:
     Later registries (queries, updates) join as keyword-only arguments here.
     """
 
-    def __init__(self, workflows: Iterable[Any] = (), activities: Iterable[Any] = ()) -> None:
+    def __init__(self, workflows: Iterable[Any] = (), activities: Iterable[Any] = (), *,
+                 queries: Iterable[Any] = (), updates: Iterable[Any] = ()) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
         for item in workflows:
             self._add(self.workflows, _as_workflow(item), "workflow")
         for item in activities:
             self._add(self.activities, _as_activity(item), "activity")
+        _flow.check_shared_keys(self.activities.values())
+        from harvest.handlers import register_handlers  # @query / @update (harvest/handlers.py)
+        # workflow name -> handler name -> HandlerDefinition
+        self.queries, self.updates = register_handlers(self.workflows, queries, updates)
+
+    def handlers(self, workflow: Any) -> dict[str, Any]:
+        """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""
+        from harvest.handlers import describe_handlers
+        return describe_handlers(self, workflow)
 
     @staticmethod
     def _add(table: dict, defn: Any, kind: str) -> None:
@@ -306,6 +336,10 @@ class App:
 
     def find_activity(self, name: str) -> ActivityDefinition | None:
         return self.activities.get(name)
+
+    def flow_policies(self) -> dict[str, Any]:
+        """The JSON ``harvest.declare_flow_policies`` takes (a worker declares it at start-up)."""
+        return _flow.policies_json(self)
 
     @property
     def queues(self) -> set[str]:

@@ -196,3 +196,53 @@ def churn_expected(n: int) -> list:
 
 app = App(workflows=[wf_single, wf_decider, wf_race, wf_churn],
           activities=[gated, gated_local, quick])
+
+
+# ---------------------------------------------------------------------- messages (signals, updates, cancel)
+@workflow
+async def wf_signals(ctx, n: int, holds: list) -> list:
+    """Collect ``n`` signals ``item`` in order. After each one, a step: a regular activity, or,
+    for a value in ``holds``, a ``gated_local("forever")`` that holds the workflow task that
+    processes the signal until its worker is killed (the rerun returns at once)."""
+    out: list = []
+    while len(out) < n:
+        value = await ctx.wait_for_signal("item")
+        out.append(value)
+        if value in holds:
+            await ctx.execute_local_activity(gated_local, "forever")
+        else:
+            await ctx.execute_activity(quick, f"sig{value}", 0.05)
+    return out
+
+
+async def _bump(ctx, arg: dict) -> dict:
+    """Update ``bump``: a gated local activity (``arg["mode"]``) inside the handler's workflow
+    task, then an activity recorded in chaos_runs, then the state change."""
+    await ctx.execute_local_activity(gated_local, arg["mode"])
+    receipt = await ctx.execute_activity(quick, arg["tag"])
+    ctx.state["n"] += 1
+    ctx.state["applied"].append(arg["tag"])
+    return {"n": ctx.state["n"], "receipt": receipt}
+
+
+@workflow
+async def wf_updates(ctx) -> dict:
+    """Applies ``bump`` updates until signal ``close``; query ``n`` reads the count."""
+    ctx.state.update(n=0, applied=[])
+    ctx.register_query_handler("n", lambda ctx: ctx.state["n"])
+    ctx.register_update_handler("bump", _bump)
+    await ctx.wait_for_signal("close")
+    await ctx.drain_admitted_updates()
+    return {"n": ctx.state["n"], "applied": ctx.state["applied"]}
+
+
+@workflow
+async def wf_short(ctx, n: int, steps: int) -> str:
+    """Completes quickly: ``steps`` (0 or more) quick activities, then a result."""
+    for i in range(steps):
+        await ctx.execute_activity(quick, f"{n}-{i}", 0.05)
+    return f"done{n}"
+
+
+app = App(workflows=[*app.workflows.values(), wf_signals, wf_updates, wf_short],
+          activities=list(app.activities.values()))

@@ -144,6 +144,8 @@ def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> 
     """A decision enqueueing many activities notifies once, not once per row."""
     with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
         listener.execute("LISTEN harvest_tasks")
+        conn.execute("SELECT harvest.register_worker('sleeper', ARRAY['default'], 'h', 1)")
+        conn.execute("SELECT harvest.worker_sleep('sleeper', true)")
         handle = client.start_workflow(fan_out, 20)
         task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('t', ARRAY['default'], 1)"
                             ).fetchone()
@@ -155,6 +157,18 @@ def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> 
     # One from the start, one from the decision that enqueued 20 activity tasks.
     assert [n.payload for n in notes] == ["default", "default"]
     assert handle.describe()["status"] == "RUNNING"
+
+
+def test_no_notification_while_no_worker_sleeps(db: str, client: Client) -> None:
+    """NOTIFY serialises commits, so producers skip it while every worker is busy."""
+    with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
+        listener.execute("LISTEN harvest_tasks")
+        conn.execute("SELECT harvest.register_worker('busy', ARRAY['default'], 'h', 1)")
+        client.start_workflow(fan_out, 1)
+        assert list(listener.notifies(timeout=0.3)) == []
+        conn.execute("SELECT harvest.worker_sleep('busy', true)")
+        client.start_workflow(fan_out, 1)
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
 
 
 def test_worker_wakes_on_notify_not_on_its_poll(start_worker, client: Client) -> None:

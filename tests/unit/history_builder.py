@@ -86,6 +86,9 @@ class HistoryBuilder:
                 self.add("WorkflowCancelled", details=c["details"])
             elif t == "continue_as_new":
                 self.add("WorkflowContinuedAsNew", new_execution_id="exec-next", input=c["input"])
+            elif t == "complete_update":
+                self.add("UpdateCompleted", seq=c["seq"], update_id=c["update_id"],
+                         result=c.get("result"), failure=c.get("failure"))
             else:
                 raise AssertionError(f"unknown command {c}")
         return self.since(start)
@@ -110,6 +113,9 @@ class HistoryBuilder:
     def signal(self, name: str, payload: Any = None, signal_id: str | None = None) -> dict:
         return self.add("SignalReceived", name=name, payload=payload,
                         signal_id=signal_id or f"sig-{self.last_id + 1}")
+
+    def update_accepted(self, update_id: str, name: str, input: Any = None) -> dict:
+        return self.add("UpdateAccepted", update_id=update_id, name=name, input=input)
 
     def cancel_requested(self, reason: str | None = "user asked") -> dict:
         return self.add("WorkflowCancelRequested", reason=reason)

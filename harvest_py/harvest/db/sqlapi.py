@@ -68,6 +68,7 @@ WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
 RELEASE_WORKER_TASKS = "SELECT harvest.release_worker_tasks(%(worker_id)s, %(task_ids)s) AS released"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
+WORKER_SLEEP = "SELECT harvest.worker_sleep(%(worker_id)s, %(sleeping)s)"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
 """
@@ -442,6 +443,9 @@ class AsyncSqlApi:
 
     async def release_worker_tasks(self, worker_id: str, task_ids: list[int] | None = None) -> int:
         return (await self._one(RELEASE_WORKER_TASKS, worker_id=worker_id, task_ids=task_ids))["released"]
+
+    async def worker_sleep(self, worker_id: str, sleeping: bool) -> None:
+        await self._all(WORKER_SLEEP, worker_id=worker_id, sleeping=sleeping)
 
     async def release_task(self, task_id: int, fencing_token: int) -> bool:
         return (await self._one(RELEASE_TASK, task_id=task_id, fencing_token=fencing_token))["released"]

@@ -38,11 +38,13 @@ __all__ = [
 COMMAND_EVENTS = {"ActivityScheduled": "schedule_activity", "TimerStarted": "start_timer",
                   "MarkerRecorded": "record_marker", "TimerCancelled": "cancel_timer",
                   "ChildWorkflowStarted": "start_child_workflow"}
+COMMAND_EVENTS["UpdateCompleted"] = "complete_update"  # queries and updates (handlers.py)
 # resolution event type -> the kind of pending command it resolves (None: not seq-based)
 RESOLUTION_EVENTS: dict[str, str | None] = {
     "ActivityCompleted": "activity", "ActivityFailed": "activity", "TimerFired": "timer",
     "ChildWorkflowCompleted": "child", "ChildWorkflowFailed": "child",
     "SignalReceived": None, "WorkflowCancelRequested": None}
+RESOLUTION_EVENTS["UpdateAccepted"] = None  # delivered to runtime/handlers.py
 TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
                    "WorkflowCancelled", "WorkflowTimedOut", "WorkflowContinuedAsNew"}
 # terminal command type -> the terminal event the SQL writes for it
@@ -67,6 +69,8 @@ def describe_command(cmd: dict) -> str:
         if cmd.get("kind") == "version":
             return f"version marker {value.get('change_id')!r}"
         return f"record_marker {cmd.get('kind')!r}"
+    if kind == "complete_update":
+        return f"complete_update of update {cmd.get('update_id')!r}"
     return kind
 
 
@@ -136,6 +140,9 @@ class CommandIssuer:
 
     # ------------------------------------------------------------------ for WorkflowContext
     def next_seq(self) -> int:
+        read_only = getattr(getattr(self, "handlers", None), "read_only", None)
+        if read_only:  # a query or validator is running (runtime/handlers.py)
+            raise IllegalWorkflowOperation(read_only)
         self._seq += 1
         return self._seq
 

@@ -317,6 +317,27 @@ class WorkflowContext:
                                   f"{max_supported}")
         return self._run.version(change_id, min_supported, max_supported)
 
+    # ------------------------------------------------------------------ queries and updates
+    @property
+    def state(self) -> dict[str, Any]:
+        """A dict the workflow keeps its queryable state in (rebuilt by replay, never stored);
+        declarative ``@query`` / ``@update`` handlers read and change it through their ctx."""
+        return self._run.handlers.state
+
+    def register_query_handler(self, name: str, fn: Callable[..., Any]) -> None:
+        """Answer query ``name`` with ``fn(ctx)`` or ``fn(ctx, arg)`` from now on (read-only)."""
+        self._run.handlers.register_query(name, fn)
+
+    def register_update_handler(self, name: str, fn: Callable[..., Any],
+                                validator: Callable[..., Any] | None = None) -> None:
+        """Handle update ``name`` with ``fn(ctx[, arg])`` (it may await, like workflow code);
+        ``validator(ctx[, arg])`` rejects an update by raising, before anything is recorded."""
+        self._run.handlers.register_update(name, fn, validator)
+
+    async def drain_admitted_updates(self) -> None:
+        """Wait until every accepted update's handler has finished (call it before returning)."""
+        await self._run.handlers.drain()
+
     def __repr__(self) -> str:
         return (f"WorkflowContext(workflow={self.workflow_name!r}, "
                 f"workflow_id={self.workflow_id!r}, execution_id={self.execution_id!r})")

@@ -52,6 +52,7 @@ from harvest.runtime.commands import (
     same,
 )
 from harvest.runtime.context import ContinueAsNew, WorkflowContext, WorkflowInfo
+from harvest.runtime.handlers import RunHandlers
 from harvest.runtime.local import LocalActivityContext, run_local_activity
 from harvest.runtime.loop import DeterministicEventLoop
 from harvest.runtime.signals import SignalBuffer
@@ -129,6 +130,7 @@ class WorkflowRun(CommandIssuer):
         self._live: tuple[int, list[dict]] | None = None  # last activation, not yet confirmed
         self._fatal: BaseException | None = None
         self.signals = SignalBuffer()
+        self.handlers = RunHandlers(self)  # queries and updates
         self._children: dict[int, ChildHandle] = {}
         self._cancelled_timers: set[int] = set()
         self._versions: dict[str, int] = {}
@@ -249,6 +251,7 @@ class WorkflowRun(CommandIssuer):
         self._expected = dict(group)
         self._deliver(through)
         self._run_until_blocked_replay()
+        self.handlers.end_of_step()
         if self._main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
@@ -295,6 +298,7 @@ class WorkflowRun(CommandIssuer):
                 self._new_commands.append({"type": "record_marker", "seq": p.seq,
                                            "kind": "local_activity", "value": value})
                 self._resolve_local(p, value)
+        self.handlers.end_of_step()
         commands = sorted(self._new_commands, key=lambda c: c["seq"])
         self._new_commands = []
         if self.finished:
@@ -366,6 +370,9 @@ class WorkflowRun(CommandIssuer):
 
     def _resolve(self, event: dict) -> None:
         data, kind = event["event_data"], event["event_type"]
+        if kind == "UpdateAccepted":
+            self.handlers.admit(data)
+            return
         if kind == "SignalReceived":
             self.signals.deliver(str(data.get("name")), data.get("payload"))
             return

@@ -35,6 +35,7 @@ from harvest.db.sqlapi import AsyncSqlApi
 from harvest.definitions import App
 from harvest.errors import SchemaMismatch
 from harvest.worker.activities import run_activity_task
+from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
@@ -80,6 +81,7 @@ class Worker:
         self.sql: AsyncSqlApi | None = None
         self._pool: AsyncConnectionPool | None = None
         self._wake = asyncio.Event()
+        self._sleeping = False  # our mark in harvest.workers.sleeping, as last written
         self._stopping = asyncio.Event()
         # Keyed by (task id, fencing token): a task row keeps its id across claims, and this
         # worker may hold a newer claim of a task whose older handler is still winding down.
@@ -106,9 +108,12 @@ class Worker:
             await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
                                            os.getpid(), self.heartbeat_interval,
                                            {"concurrency": self.concurrency})
+            # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
+            await self.sql.declare_flow_policies(self.app.flow_policies())
             log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
             background = [asyncio.create_task(self._listen()), asyncio.create_task(self._scan()),
-                          asyncio.create_task(self._heartbeat())]
+                          asyncio.create_task(self._heartbeat()),
+                          asyncio.create_task(serve_queries(self))]  # queries and updates
             try:
                 await self._claim_loop()
             finally:
@@ -145,21 +150,39 @@ class Worker:
     # -- claiming ------------------------------------------------------------------------
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            free = self.concurrency - len(self._inflight)
-            claimed: list[dict[str, Any]] = []
-            if free > 0:
-                try:
-                    claimed = await self.sql.claim_tasks(self.worker_id, self.queues,
-                                                         min(free, self.claim_batch), self.workflow_lease)
-                except (psycopg.OperationalError, PoolTimeout) as exc:
-                    log.warning("claim failed (%s); retrying", exc)
-                    await self._sleep(self.poll_interval)
-                    continue
-                for task in claimed:
-                    self._spawn(task)
-            if free > 0 and len(claimed) == min(free, self.claim_batch):
+            _, full = await self._claim()
+            if full:
                 continue  # more may be waiting: claim again at once
             await self._idle()
+
+    async def _claim(self) -> tuple[list[dict[str, Any]], bool]:
+        """Claim up to the free slots; ``full`` when the batch came back full (or no slot is free)."""
+        free = self.concurrency - len(self._inflight)
+        if free <= 0:
+            await self._set_sleeping(False)  # no room: wake-ups would be wasted
+            return [], False
+        want = min(free, self.claim_batch)
+        try:
+            claimed = await self.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            log.warning("claim failed (%s); retrying", exc)
+            await self._sleep(self.poll_interval)
+            return [], False
+        for task in claimed:
+            self._spawn(task)
+        if len(claimed) == want:
+            await self._set_sleeping(False)  # saturated with work: producers need not notify
+        return claimed, len(claimed) == want
+
+    async def _set_sleeping(self, sleeping: bool) -> None:
+        """Tell producers whether to notify us (see _notify_queue); writes only on a change."""
+        if self._sleeping is sleeping:
+            return
+        try:
+            await self.sql.worker_sleep(self.worker_id, sleeping)
+            self._sleeping = sleeping
+        except Exception as exc:  # noqa: BLE001 - the fallback poll still covers us
+            log.warning("could not update the sleep mark: %s", exc)
 
     def _spawn(self, task: dict[str, Any]) -> None:
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
@@ -183,6 +206,13 @@ class Worker:
             self._wake.set()
 
     async def _idle(self) -> None:
+        if len(self._inflight) < self.concurrency and not self._sleeping:
+            # Mark ourselves asleep, then look once more: work committed before the
+            # mark was visible to its producer came with no notification.
+            await self._set_sleeping(True)
+            claimed, _ = await self._claim()
+            if claimed:
+                return
         timeout = self.poll_interval
         if len(self._inflight) < self.concurrency:
             with contextlib.suppress(Exception):
@@ -230,6 +260,8 @@ class Worker:
                 if timed_out:
                     log.info("timeout scanner: %d workflow run(s) timed out", timed_out)
                 if await self.sql.deliver_relays(100):
+                    self._wake.set()
+                if await self.sql.mutex_tick(100):  # mutex grants a release could not hand on
                     self._wake.set()
             except asyncio.CancelledError:
                 raise

@@ -41,6 +41,10 @@ class StickyCache:
             self.hits += 1
         return run
 
+    def peek(self, execution_id: str) -> WorkflowRun | None:
+        """The cached run, left in place (queries read it; see worker/queries.py)."""
+        return self._runs.get(execution_id)
+
     def put(self, execution_id: str, run: WorkflowRun) -> None:
         if self.capacity <= 0:
             run.close()

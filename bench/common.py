@@ -1,0 +1,63 @@
+"""Shared by every benchmark script: percentiles, database stats, the result hand-off.
+
+Each system runs in its own subprocess (``python bench/<system>_bench.py ...``)
+and prints exactly one JSON object on its last stdout line; ``bench/run.py``
+collects them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any
+
+import psycopg
+
+# The settings every system gets (the issue: same machine, same settings).
+CONCURRENCY = 50  # Harvest Worker(concurrency), DBOS executor threads/queue concurrency, PgQueuer tasks
+CLAIM_BATCH = 50  # Harvest Worker(claim_batch), PgQueuer batch_size
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) of values; None when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def latency_summary(values_s: list[float]) -> dict[str, Any]:
+    """p50/p95/p99/max in milliseconds."""
+    ms = [v * 1000.0 for v in values_s]
+    return {"n": len(ms), "p50_ms": _r(percentile(ms, 50)), "p95_ms": _r(percentile(ms, 95)),
+            "p99_ms": _r(percentile(ms, 99)), "max_ms": _r(max(ms) if ms else None)}
+
+
+def _r(x: float | None, digits: int = 2) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+def xact_commits(dsn: str) -> int:
+    """Committed transactions of this DSN's database, as the statistics collector sees them.
+
+    Backends flush their counters at exit or about once a second, so callers close
+    their own connections and wait a moment before reading the "after" value.
+    """
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return int(conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                                ).fetchone()[0])
+
+
+def settle_stats() -> None:
+    """Give exited/idle backends time to flush their statistics (PGSTAT_MIN_INTERVAL is 1 s)."""
+    time.sleep(1.2)
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The subprocess' answer: one JSON line, last on stdout."""
+    sys.stdout.write("\n" + json.dumps(result, default=str) + "\n")
+    sys.stdout.flush()

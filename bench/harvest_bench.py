@@ -1,0 +1,282 @@
+"""Harvest under load, in one process: an in-process Worker plus the starters.
+
+Modes (``--mode``):
+
+* ``workflows``: the canonical workload. N runs of a workflow that calls three
+  no-op activities in sequence are started (8 concurrent starters) while the
+  worker drains them. Throughput = N / (last completed_at - first created_at) and
+  start-to-result latency per run = completed_at - created_at, both read from
+  ``harvest.executions``. Also: commits per workflow (``pg_stat_database``).
+* ``tasks``: the task layer. K workflows each fan out N/K no-op activities at
+  once; activities per second = N / (last ActivityCompleted - first
+  ActivityScheduled), both from the event log.
+* ``latency``: the canonical workflow started at a steady, moderate rate. Activity
+  dispatch latency = the activity body's clock time - the ``created_at`` of its
+  ``ActivityScheduled`` event (the same machine's clock on both sides).
+
+Prints one JSON object (see bench/common.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg
+from common import CLAIM_BATCH, CONCURRENCY, emit, latency_summary, settle_stats, xact_commits
+
+from harvest import App, AsyncClient, Worker, activity, workflow
+
+STARTERS = 8
+WORKER_OPTIONS = {"concurrency": CONCURRENCY, "claim_batch": CLAIM_BATCH, "poll_interval": 2.0,
+                  "scan_interval": 1.0, "cache_size": 10_000}
+
+# (execution_id, step) -> wall-clock seconds when the activity body ran (latency mode only).
+BODY_TIMES: dict[tuple[str, int], float] = {}
+
+
+@activity
+async def noop(ctx, step: int) -> int:
+    return step
+
+
+@activity
+async def noop_timed(ctx, step: int) -> int:
+    BODY_TIMES[(ctx.execution_id, step)] = time.time()
+    return step
+
+
+@workflow
+async def three_steps(ctx, n: int) -> int:
+    a = await ctx.execute_activity(noop, 1)
+    b = await ctx.execute_activity(noop, 2)
+    c = await ctx.execute_activity(noop, 3)
+    return a + b + c + n
+
+
+@workflow
+async def three_steps_timed(ctx, n: int) -> int:
+    a = await ctx.execute_activity(noop_timed, 1)
+    b = await ctx.execute_activity(noop_timed, 2)
+    c = await ctx.execute_activity(noop_timed, 3)
+    return a + b + c + n
+
+
+@workflow
+async def fan_out(ctx, n: int) -> int:
+    results = await asyncio.gather(*(ctx.execute_activity(noop, i) for i in range(n)))
+    return len(results)
+
+
+APP = App(workflows=[three_steps, three_steps_timed, fan_out], activities=[noop, noop_timed])
+
+
+async def _start_many(client: AsyncClient, wf, inputs: list[int]) -> None:
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in inputs:
+        queue.put_nowait(i)
+
+    async def starter() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await client.start_workflow(wf, i)
+
+    await asyncio.gather(*(starter() for _ in range(STARTERS)))
+
+
+async def _wait_done(dsn: str, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while True:
+            row = await (await conn.execute(
+                "SELECT count(*) FROM harvest.executions WHERE status <> 'RUNNING'")).fetchone()
+            if row[0] >= n:
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"harvest: only {row[0]} of {n} runs finished in {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+
+
+def _worker_ended(task: asyncio.Task) -> None:
+    """A worker that dies mid-run must end the benchmark, not leave it waiting for runs."""
+    if not task.cancelled() and task.exception() is not None:
+        sys.stderr.write(f"harvest worker crashed: {task.exception()!r}\n")
+        os._exit(3)
+
+
+class InProcessWorker:
+    def __init__(self, dsn: str):
+        self.worker = Worker(APP, dsn, **WORKER_OPTIONS)
+        self.task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> Worker:
+        self.task = asyncio.create_task(self.worker.run())
+        self.task.add_done_callback(_worker_ended)
+        while self.worker.sql is None and not self.task.done():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # LISTEN is up
+        if self.task.done():
+            self.task.result()  # the worker refused to start (e.g. schema mismatch): say why
+        return self.worker
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.worker.request_stop()
+        await self.task
+
+
+def _statements_reset(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def _statements_top(dsn: str, n_workflows: int, limit: int = 12) -> list[dict]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90), calls, total_exec_time,"
+            " mean_exec_time FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            "   AND toplevel ORDER BY total_exec_time DESC LIMIT %s", (limit,)).fetchall()
+    return [{"query": q, "calls": c, "calls_per_workflow": round(c / n_workflows, 2),
+             "total_ms": round(t, 1), "mean_ms": round(m, 3)} for q, c, t, m in rows]
+
+
+async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) -> dict:
+    if statements:
+        _statements_reset(dsn)
+    commits_before = xact_commits(dsn)
+    cpu0 = time.process_time()
+    async with InProcessWorker(dsn) as worker:
+        client = await AsyncClient.connect(dsn, pool_size=STARTERS, check_schema=False)
+        try:
+            wall0 = time.monotonic()
+            await _start_many(client, three_steps, list(range(n)))
+            start_wall = time.monotonic() - wall0
+            await _wait_done(dsn, n, timeout)
+        finally:
+            await client.close()
+    cpu = time.process_time() - cpu0
+    settle_stats()
+    commits = xact_commits(dsn) - commits_before
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT created_at, completed_at, status FROM harvest.executions").fetchall()
+        events = conn.execute("SELECT count(*) FROM harvest.events").fetchone()[0]
+    completed = [r for r in rows if r[2] == "COMPLETED"]
+    first = min(r[0] for r in rows)
+    last = max(r[1] for r in completed)
+    elapsed = (last - first).total_seconds()
+    out = {"system": "harvest", "mode": "workflows", "n": n, "completed": len(completed),
+           "elapsed_s": round(elapsed, 3), "throughput": round(len(completed) / elapsed, 1),
+           "latency": latency_summary([(r[1] - r[0]).total_seconds() for r in completed]),
+           "start_phase_s": round(start_wall, 3),
+           "commits": commits, "commits_per_workflow": round(commits / n, 2),
+           "events_per_workflow": round(events / n, 2),
+           "worker_process_cpu_s": round(cpu, 2),
+           "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
+           "worker_options": WORKER_OPTIONS, "starters": STARTERS}
+    if statements:
+        out["top_statements"] = _statements_top(dsn, n)
+    return out
+
+
+async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
+    k = max(1, n // fan)
+    async with InProcessWorker(dsn):
+        client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+        try:
+            await _start_many(client, fan_out, [fan] * k)
+            await _wait_done(dsn, k, timeout)
+        finally:
+            await client.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        first, = conn.execute("SELECT min(created_at) FROM harvest.events"
+                              " WHERE event_type = 'ActivityScheduled'").fetchone()
+        last, done = conn.execute("SELECT max(created_at), count(*) FROM harvest.events"
+                                  " WHERE event_type = 'ActivityCompleted'").fetchone()
+    elapsed = (last - first).total_seconds()
+    return {"system": "harvest", "mode": "tasks", "n": k * fan, "workflows": k, "fan_out": fan,
+            "completed": done, "elapsed_s": round(elapsed, 3), "throughput": round(done / elapsed, 1),
+            "worker_options": WORKER_OPTIONS}
+
+
+async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -> dict:
+    n = max(1, int(rate * seconds))
+    async with InProcessWorker(dsn):
+        client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+        try:
+            t0 = time.monotonic()
+            for i in range(n):
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                asyncio.ensure_future(client.start_workflow(three_steps_timed, i))
+            await _wait_done(dsn, n, timeout)
+        finally:
+            await client.close()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        scheduled = conn.execute(
+            "SELECT execution_id::text, (event_data->>'seq')::int, created_at FROM harvest.events"
+            " WHERE event_type = 'ActivityScheduled'").fetchall()
+        runs = conn.execute("SELECT created_at, completed_at FROM harvest.executions"
+                            " WHERE status = 'COMPLETED'").fetchall()
+    dispatch = []
+    for execution_id, seq, created_at in scheduled:
+        ran = BODY_TIMES.get((execution_id, seq))
+        if ran is not None:
+            dispatch.append(ran - created_at.timestamp())
+    return {"system": "harvest", "mode": "latency", "rate_wf_per_s": rate, "n": n,
+            "activity_rate_per_s": rate * 3,
+            "dispatch": latency_summary(dispatch),
+            "start_to_result": latency_summary([(b - a).total_seconds() for a, b in runs]),
+            "worker_options": WORKER_OPTIONS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--mode", choices=["workflows", "tasks", "latency"], required=True)
+    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--fan", type=int, default=100, help="activities per workflow (tasks mode)")
+    parser.add_argument("--rate", type=float, default=20.0, help="workflows/s (latency mode)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="duration (latency mode)")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--statements", action="store_true", help="add pg_stat_statements' top list")
+    parser.add_argument("--profile", help="write a pyinstrument profile (text) to this path")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+
+    if args.mode == "workflows":
+        coro = bench_workflows(args.dsn, args.n, args.timeout, args.statements)
+    elif args.mode == "tasks":
+        coro = bench_tasks(args.dsn, args.n, args.fan, args.timeout)
+    else:
+        coro = bench_latency(args.dsn, args.rate, args.seconds, args.timeout)
+
+    if args.profile:
+        from pyinstrument import Profiler
+
+        profiler = Profiler(async_mode="enabled", interval=0.001)
+        profiler.start()
+        result = asyncio.run(coro)
+        profiler.stop()
+        with open(args.profile, "w") as fh:
+            fh.write(profiler.output_text(unicode=False, color=False, show_all=False))
+        result["profile"] = args.profile
+    else:
+        result = asyncio.run(coro)
+    result["measured_at"] = datetime.now(UTC).isoformat()
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

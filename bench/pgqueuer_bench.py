@@ -1,0 +1,101 @@
+"""PgQueuer draining N no-op jobs: the task-layer peer of Harvest's activity tasks.
+
+N jobs are enqueued in one batch, then a ``QueueManager`` (``mode=drain``) with a
+no-op entrypoint runs until the queue is empty. Jobs per second = N / the time
+from the manager's start to its exit. PgQueuer runs on psycopg (its
+``PsycopgDriver``, one async connection), the driver Harvest uses too.
+Prints one JSON object (see bench/common.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg
+from common import CONCURRENCY, emit, settle_stats, xact_commits
+from pgqueuer import Job, PsycopgDriver, Queries, QueueManager
+from pgqueuer.domain.types import QueueExecutionMode
+
+BATCH = CONCURRENCY // 2  # PgQueuer requires max_concurrent_tasks >= 2 * batch_size
+SETTINGS = {"batch_size": BATCH, "max_concurrent_tasks": CONCURRENCY, "mode": "drain",
+            "driver": "PsycopgDriver"}
+
+
+async def bench(dsn: str, n: int) -> dict:
+    conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    queries = Queries(PsycopgDriver(conn))
+    try:
+        await queries.install()
+    except psycopg.errors.DuplicateObject:
+        pass
+    await conn.execute("DELETE FROM pgqueuer")
+    chunk = 1000
+    for i in range(0, n, chunk):
+        size = min(chunk, n - i)
+        await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+
+    done = 0
+    last_body = 0.0
+
+    qm = QueueManager(queries)
+
+    @qm.entrypoint("noop")
+    async def noop(job: Job) -> None:
+        nonlocal done, last_body
+        done += 1
+        last_body = time.monotonic()
+
+    settle_stats()
+    commits_before = xact_commits(dsn)
+    drained_at = 0.0
+
+    async def watch() -> None:
+        # Done = every job gone from the queue table (its completion is durable), as Harvest's
+        # figure counts only committed ActivityCompleted events.
+        nonlocal drained_at
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as side:
+            while True:
+                left = (await (await side.execute("SELECT count(*) FROM pgqueuer")).fetchone())[0]
+                if left == 0:
+                    drained_at = time.monotonic()
+                    qm.shutdown.set()
+                    return
+                await asyncio.sleep(0.02)
+
+    t0 = time.monotonic()
+    watcher = asyncio.create_task(watch())
+    await qm.run(batch_size=BATCH, max_concurrent_tasks=CONCURRENCY, mode=QueueExecutionMode.drain,
+                 dequeue_timeout=timedelta(seconds=0.5))
+    await watcher
+    elapsed = drained_at - t0
+    await conn.close()
+    settle_stats()
+    commits = xact_commits(dsn) - commits_before
+    return {"system": "pgqueuer", "mode": "tasks", "n": n, "completed": done,
+            "elapsed_s": round(elapsed, 3), "throughput": round(done / elapsed, 1),
+            "last_job_body_s": round(last_body - t0, 3),
+            "commits": commits, "commits_per_job": round(commits / n, 3), "settings": SETTINGS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--n", type=int, default=2000)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("pgqueuer").setLevel(logging.ERROR)
+    result = asyncio.run(bench(args.dsn, args.n))
+    result["measured_at"] = datetime.now(UTC).isoformat()
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Turn bench/results/*.json into a Markdown table, a PNG plot and the one-line ratios.
+
+    python bench/report.py bench/results/latest.json   # rewrite latest.md and latest.png
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def _f(x: float | None, digits: int = 1) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def ratios(results: dict) -> str:
+    s = results["summary"]
+    return (f"Harvest/DBOS direct = {s['ratio_harvest_dbos_direct']:.2f}x, "
+            f"Harvest/DBOS queue = {s['ratio_harvest_dbos_queue']:.2f}x, "
+            f"Harvest tasks/PgQueuer = {s['ratio_harvest_pgqueuer']:.2f}x, "
+            f"Harvest = {s['fraction_of_ceiling']:.1%} of ceiling/commits-per-workflow")
+
+
+def markdown(results: dict) -> str:
+    s, m, cfg = results["summary"], results["machine"], results["config"]
+    n_rounds = len(results["rounds"])
+    lines = [
+        (f"Run: `{results['kind']}` at {results['started_at'][:19]}Z, {results['total_seconds']:.0f} s. "
+        f"Machine: {m['cpu_count']} x {m['cpu_model'] or 'unknown CPU'}, {m['memory_gib']} GiB, "
+        f"{m['postgres'].split(' on ')[0]}; fsync, synchronous_commit and full_page_writes on."),
+        "",
+        (f"Canonical workload: three no-op activities in sequence, {cfg['workflows']:,} runs per round, "
+        f"{n_rounds} round(s) alternating Harvest / DBOS direct / DBOS queue; medians over rounds. "
+        "Latency is start-to-result with all runs started at once (it includes the backlog)."),
+        "",
+        "| system | workflows/s | p50 ms | p95 ms | p99 ms | commits/workflow | Harvest ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    rows = [("Harvest", "harvest", s["harvest_commits_per_workflow"], None),
+            ("DBOS direct start", "dbos_direct", s["dbos_direct_commits_per_workflow"],
+             s["ratio_harvest_dbos_direct"]),
+            ("DBOS queue", "dbos_queue", s["dbos_queue_commits_per_workflow"], s["ratio_harvest_dbos_queue"])]
+    for label, key, commits, ratio in rows:
+        lat = s[f"{key}_latency"]
+        lines.append(f"| {label} | {_f(s[key + '_wf_per_s'])} | {_f(lat['p50_ms'], 0)} | {_f(lat['p95_ms'], 0)} "
+                     f"| {_f(lat['p99_ms'], 0)} | {_f(commits, 1)} | "
+                     f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+    if s.get("async_commit"):
+        ac = s["async_commit"]
+        lines.append(f"| *extra, synchronous_commit=off:* Harvest / DBOS direct | "
+                     f"{_f(ac['harvest_wf_per_s'])} / {_f(ac['dbos_direct_wf_per_s'])} | | | | | "
+                     f"{ac['ratio']:.2f}x |")
+    lines += [
+        "",
+        (f"Task layer: {cfg['tasks']:,} no-op activities (Harvest: {cfg['tasks'] // cfg['fan_out']} workflows "
+        f"fanning out {cfg['fan_out']} each) vs {cfg['tasks']:,} no-op PgQueuer jobs."),
+        "",
+        "| system | tasks/s | ratio |",
+        "| --- | ---: | ---: |",
+        f"| Harvest activities | {_f(s['harvest_tasks_per_s'])} | {s['ratio_harvest_pgqueuer']:.2f}x |",
+        f"| PgQueuer jobs | {_f(s['pgqueuer_jobs_per_s'])} | - |",
+        "",
+        f"Latency at a steady {cfg['latency_rate']:g} workflows/s ({3 * cfg['latency_rate']:g} activities/s):",
+        "",
+        "| measure | p50 ms | p95 ms | p99 ms | n |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for label, key in (("activity dispatch (scheduled -> body runs)", "dispatch"),
+                       ("workflow start -> result", "steady_start_to_result")):
+        d = s[key]
+        lines.append(f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |")
+    lines.append(f"| signal round trip | {results.get('signal_round_trip', '-')} | | | |")
+    lines += ["", "Replay on a cache miss (fresh run, whole history, no database):", "",
+              "| history | replay time | events/s |", "| ---: | ---: | ---: |"]
+    for row in results["replay"]["sizes"]:
+        lines.append(f"| {row['events']:,} events | {row['runtime']['median_s'] * 1000:,.1f} ms "
+                     f"| {row['runtime']['events_per_s']:,} |")
+    ceiling = results["ceiling"][0]["runs"]
+    lines += ["", "Ceiling: pgbench, one-row INSERT per transaction:", "",
+              "| clients | commits/s |", "| ---: | ---: |"]
+    for run in ceiling:
+        lines.append(f"| {run['clients']} | {_f(run['commits_per_s'])} |")
+    lines += [
+        "",
+        (f"Harvest commits per workflow: {s['harvest_commits_per_workflow']:.1f} (`xact_commit`, includes "
+        f"read-only ones), of which {s['harvest_writing_xacts_per_workflow']:.1f} write (xids assigned). "
+        f"Ceiling / commits-per-workflow = {_f(s['ceiling_wf_per_s'])} wf/s; Harvest reaches "
+        f"**{s['fraction_of_ceiling']:.1%}** of it ({s['fraction_of_ceiling_writing_xacts']:.1%} counting "
+        "writing transactions only)."),
+        "",
+        "| target | goal | measured | result |",
+        "| --- | --- | --- | --- |",
+    ]
+    for t in s["targets"]:
+        lines.append(f"| {t['target']} | {t['goal']} | {t['measured']} | "
+                     f"{'met' if t['met'] else '**missed**'} ({t['by']}) |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = results["summary"]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    colors = {"Harvest": "#2e7d32", "DBOS direct": "#1565c0", "DBOS queue": "#64b5f6",
+              "PgQueuer": "#ef6c00"}
+
+    ax = axes[0]
+    names = ["Harvest", "DBOS direct", "DBOS queue"]
+    values = [s["harvest_wf_per_s"], s["dbos_direct_wf_per_s"], s["dbos_queue_wf_per_s"]]
+    bars = ax.bar(names, values, color=[colors[n] for n in names])
+    ax.axhline(s["ceiling_wf_per_s"] / 2, color="grey", linestyle="--", linewidth=1,
+               label="1/2 of ceiling / Harvest commits-per-wf")
+    ax.bar_label(bars, fmt="%.0f")
+    ax.set_title("Canonical workload (3 activities)")
+    ax.set_ylabel("workflows / s")
+    ax.legend(fontsize=8)
+
+    ax = axes[1]
+    names2 = ["Harvest", "PgQueuer"]
+    bars = ax.bar(names2, [s["harvest_tasks_per_s"], s["pgqueuer_jobs_per_s"]],
+                  color=[colors[n] for n in names2])
+    ax.bar_label(bars, fmt="%.0f")
+    ax.set_title("Task layer (no-op activities / jobs)")
+    ax.set_ylabel("tasks / s")
+
+    ax = axes[2]
+    pcts = ["p50_ms", "p95_ms", "p99_ms"]
+    width = 0.25
+    series = [("Harvest", s["harvest_latency"]), ("DBOS direct", s["dbos_direct_latency"]),
+              ("DBOS queue", s["dbos_queue_latency"])]
+    for i, (name, lat) in enumerate(series):
+        ax.bar([j + (i - 1) * width for j in range(3)], [lat[p] for p in pcts], width,
+               label=name, color=colors[name])
+    ax.set_xticks(range(3), ["p50", "p95", "p99"])
+    ax.set_ylabel("start -> result, ms (burst, backlog included)")
+    d = s["dispatch"]
+    ax.set_title(f"Latency; Harvest dispatch p50 {d['p50_ms']:.1f} / p99 {d['p99_ms']:.1f} ms")
+    ax.legend(fontsize=8)
+
+    fig.suptitle(f"Harvest benchmarks ({results['kind']}, {results['machine']['cpu_count']} cores, "
+                 "fsync + synchronous_commit on)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results" / "latest.json")
+    results = json.loads(path.read_text())
+    path.with_suffix(".md").write_text(markdown(results))
+    plot(results, path.with_suffix(".png"))
+    print(ratios(results))
+
+
+if __name__ == "__main__":
+    main()

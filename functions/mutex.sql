@@ -1,0 +1,149 @@
+-- The durable mutex (ctx.mutex(key)): one holder per key, FIFO waiters, kept in
+-- harvest.mutex_locks and harvest.mutex_waiters. Every acquire, release and
+-- grant serialises on pg_advisory_xact_lock(hashtext('harvest.mutex:' || key)).
+--
+-- A workflow asks with a record_marker command of kind "mutex_acquire" (value
+-- {key}) and gives the key back with kind "mutex_release" (value {key}); the
+-- AFTER INSERT trigger events_mutex on harvest.events applies both in the same
+-- transaction as the workflow task that issued them. A grant appends the
+-- resolution event MutexAcquired {seq, key} to the holder's history, where seq
+-- is the seq of its acquire marker, and wakes it. A run that leaves RUNNING
+-- (finish, failure, cancel, terminate, timeout, reset, supersede) releases
+-- every key it holds or waits for (trigger executions_flow_release), so a crash
+-- never leaves a key held: a crashed worker's run is still RUNNING and resumes
+-- on another worker holding its key, exactly as before the crash.
+--
+-- Granting to a waiter appends to the waiter's history, which needs its row
+-- lock. The releasing transaction already holds its own execution row, so it
+-- takes the waiter's with SKIP LOCKED and never waits; a waiter it could not
+-- lock is granted by harvest.mutex_tick(), which the worker's scanner calls.
+
+-- Apply a mutex marker of a locked running execution.
+CREATE OR REPLACE FUNCTION harvest._mutex_marker(p_execution_id uuid, p_seq integer, p_kind text, p_key text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_key IS NULL OR p_key = '' THEN
+        RAISE EXCEPTION 'mutex key is empty' USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtext('harvest.mutex:' || p_key));
+    IF p_kind = 'mutex_acquire' THEN
+        INSERT INTO harvest.mutex_waiters (lock_key, execution_id, seq, enqueued_at)
+        VALUES (p_key, p_execution_id, p_seq, harvest.now())
+        ON CONFLICT (execution_id, seq) DO NOTHING;
+    ELSE
+        DELETE FROM harvest.mutex_locks AS l
+        WHERE l.lock_key = p_key AND l.holder_execution_id = p_execution_id;
+    END IF;
+    PERFORM harvest._mutex_grant_next(p_key, p_execution_id);
+END;
+$$;
+
+-- Give a free key to its oldest waiter (the caller holds the key's advisory lock).
+-- p_self is the execution whose row the caller already holds.
+CREATE OR REPLACE FUNCTION harvest._mutex_grant_next(p_key text, p_self uuid DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_waiter harvest.mutex_waiters;
+BEGIN
+    IF EXISTS (SELECT 1 FROM harvest.mutex_locks AS l WHERE l.lock_key = p_key) THEN
+        RETURN false;
+    END IF;
+    SELECT * INTO v_waiter FROM harvest.mutex_waiters AS w
+    WHERE w.lock_key = p_key ORDER BY w.id LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF v_waiter.execution_id IS DISTINCT FROM p_self THEN
+        PERFORM 1 FROM harvest.executions AS e
+        WHERE e.id = v_waiter.execution_id AND e.status = 'RUNNING' FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN false;  -- its row is busy: mutex_tick grants it
+        END IF;
+    END IF;
+    DELETE FROM harvest.mutex_waiters AS w WHERE w.id = v_waiter.id;
+    INSERT INTO harvest.mutex_locks (lock_key, holder_execution_id, acquired_at)
+    VALUES (p_key, v_waiter.execution_id, harvest.now());
+    PERFORM harvest._append_event(v_waiter.execution_id, 'MutexAcquired',
+        jsonb_build_object('seq', v_waiter.seq, 'key', p_key));
+    PERFORM harvest._ensure_workflow_task(v_waiter.execution_id);
+    RETURN true;
+END;
+$$;
+
+-- Release every key a run holds or waits for, and hand each on.
+CREATE OR REPLACE FUNCTION harvest._mutex_release_all(p_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_key text;
+BEGIN
+    FOR v_key IN
+        SELECT k.lock_key FROM (
+            SELECT l.lock_key FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id
+            UNION
+            SELECT w.lock_key FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id
+        ) AS k ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(hashtext('harvest.mutex:' || v_key));
+        DELETE FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id AND w.lock_key = v_key;
+        DELETE FROM harvest.mutex_locks AS l
+        WHERE l.holder_execution_id = p_execution_id AND l.lock_key = v_key;
+        PERFORM harvest._mutex_grant_next(v_key, p_execution_id);
+    END LOOP;
+END;
+$$;
+
+-- Grant free keys whose head waiter could not be locked at release time.
+CREATE OR REPLACE FUNCTION harvest.mutex_tick(p_limit integer DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_key text;
+    v_granted integer := 0;
+BEGIN
+    FOR v_key IN
+        SELECT DISTINCT w.lock_key FROM harvest.mutex_waiters AS w
+        WHERE NOT EXISTS (SELECT 1 FROM harvest.mutex_locks AS l WHERE l.lock_key = w.lock_key)
+        ORDER BY 1 LIMIT p_limit
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(hashtext('harvest.mutex:' || v_key));
+        IF harvest._mutex_grant_next(v_key) THEN
+            v_granted := v_granted + 1;
+        END IF;
+    END LOOP;
+    RETURN v_granted;
+END;
+$$;
+
+-- Holders and waiters of one key (or all keys), for operators.
+CREATE OR REPLACE FUNCTION harvest.mutex_status(p_key text DEFAULT NULL)
+RETURNS TABLE (lock_key text, holder_execution_id uuid, acquired_at timestamptz, waiters jsonb)
+LANGUAGE sql STABLE
+AS $$
+    SELECT k.lock_key, l.holder_execution_id, l.acquired_at,
+           coalesce((SELECT jsonb_agg(w.execution_id ORDER BY w.id) FROM harvest.mutex_waiters AS w
+                     WHERE w.lock_key = k.lock_key), '[]'::jsonb)
+    FROM (SELECT m.lock_key FROM harvest.mutex_locks AS m
+          UNION SELECT w.lock_key FROM harvest.mutex_waiters AS w) AS k
+    LEFT JOIN harvest.mutex_locks AS l ON l.lock_key = k.lock_key
+    WHERE p_key IS NULL OR k.lock_key = p_key
+    ORDER BY 1;
+$$;
+
+-- The events_mutex trigger's work: a MarkerRecorded of kind mutex_acquire or
+-- mutex_release (the issuing execution's row is locked by complete_workflow_task).
+CREATE OR REPLACE FUNCTION harvest._mutex_on_marker(p_event harvest.events)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._mutex_marker(p_event.execution_id, (p_event.event_data ->> 'seq')::integer,
+                                  p_event.event_data ->> 'kind', p_event.event_data #>> '{value,key}');
+END;
+$$;

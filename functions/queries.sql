@@ -1,0 +1,419 @@
+-- Queries and updates: messages a worker answers from a running workflow's state.
+--
+-- A query is a row in harvest.query_requests; a worker polling the run's task
+-- queue claims it, rebuilds the workflow's state (its sticky cache or a replay of
+-- the history), runs the handler and answers. Nothing is written to the history.
+--
+-- An update is a row too. The worker runs the validator the same way; a rejection
+-- is an answer and writes nothing else. An accepted update becomes an
+-- UpdateAccepted{update_id, name, input} resolution event (accept_update), the
+-- workflow runs its handler when that event is delivered, and the handler's end
+-- is the command complete_update -> UpdateCompleted{seq, update_id, result,
+-- failure} (applied by complete_workflow_task through _complete_update), which
+-- also answers the request rows of that update id.
+--
+-- Notifications: harvest_queries (payload: the task queue) when a request needs
+-- a worker, harvest_query_answers (payload: the request id) when a request's
+-- status changed. See docs/internals.md, "Queries and updates".
+
+CREATE OR REPLACE FUNCTION harvest._notify_query_answer(p_request_id bigint)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT pg_notify('harvest_query_answers', p_request_id::text);
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._check_query_args(p_name text, p_timeout_secs double precision)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_name IS NULL OR btrim(p_name) = '' THEN
+        RAISE EXCEPTION 'query or update name is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_timeout_secs IS NULL OR NOT (p_timeout_secs > 0 AND p_timeout_secs <= 86400) THEN
+        RAISE EXCEPTION 'timeout % is out of range: give seconds in (0, 86400]', p_timeout_secs
+            USING ERRCODE = 'HR001';
+    END IF;
+END;
+$$;
+
+-- Ask a worker to answer query p_name on the run. Any run that exists can be
+-- queried (a finished one is answered from a replay of its history). Returns the
+-- request id; wait for harvest_query_answers with it, then read get_query_request.
+CREATE OR REPLACE FUNCTION harvest.request_query(
+    p_execution_id uuid, p_name text, p_arg jsonb DEFAULT 'null'::jsonb,
+    p_timeout_secs double precision DEFAULT 10
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_queue text;
+    v_id bigint;
+BEGIN
+    PERFORM harvest._check_query_args(p_name, p_timeout_secs);
+    SELECT e.task_queue INTO v_queue FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % does not exist', p_execution_id
+            USING ERRCODE = 'HR002', HINT = 'list executions with harvest.list_executions()';
+    END IF;
+    INSERT INTO harvest.query_requests (execution_id, kind, name, arg, queue, created_at, expires_at)
+    VALUES (p_execution_id, 'query', p_name, coalesce(p_arg, 'null'::jsonb), v_queue, v_now,
+            v_now + make_interval(secs => p_timeout_secs))
+    RETURNING id INTO v_id;
+    PERFORM pg_notify('harvest_queries', v_queue);
+    RETURN v_id;
+END;
+$$;
+
+-- Ask for update p_name on a running run. p_update_id (minted when NULL) makes it
+-- idempotent: asking again for the same id returns the same request, or, once
+-- the request row is gone, a fresh row answered from the history (accepted or
+-- completed). Only an update never seen before goes to a worker for validation.
+CREATE OR REPLACE FUNCTION harvest.request_update(
+    p_execution_id uuid, p_name text, p_arg jsonb DEFAULT 'null'::jsonb,
+    p_update_id text DEFAULT NULL, p_timeout_secs double precision DEFAULT 30
+)
+RETURNS TABLE (request_id bigint, update_id text, status text)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_execution harvest.executions;
+    v_update_id text := coalesce(p_update_id, gen_random_uuid()::text);
+    v_request harvest.query_requests;
+    v_accepted boolean;
+    v_done jsonb;
+    v_status text := 'pending';
+    v_answer jsonb;
+    v_error jsonb;
+BEGIN
+    PERFORM harvest._check_query_args(p_name, p_timeout_secs);
+    IF v_update_id = '' THEN
+        RAISE EXCEPTION 'update id is empty' USING ERRCODE = 'HR001';
+    END IF;
+    v_execution := harvest._lock_execution(p_execution_id);
+    DELETE FROM harvest.query_requests AS r
+    WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.update_id = v_update_id
+      AND r.expires_at <= v_now;
+    SELECT * INTO v_request FROM harvest.query_requests AS r
+    WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.update_id = v_update_id
+    FOR UPDATE;
+    IF FOUND THEN
+        IF v_request.name <> p_name THEN
+            RAISE EXCEPTION 'update id % is already used by update "%" on execution %', v_update_id,
+                v_request.name, p_execution_id USING ERRCODE = 'HR001';
+        END IF;
+        UPDATE harvest.query_requests AS r
+        SET expires_at = greatest(r.expires_at, v_now + make_interval(secs => p_timeout_secs))
+        WHERE r.id = v_request.id;
+        RETURN QUERY SELECT v_request.id, v_update_id, v_request.status;
+        RETURN;
+    END IF;
+    -- The history is the truth for an update id seen before.
+    SELECT bool_or(ev.event_type = 'UpdateAccepted'),
+           (array_agg(ev.event_data) FILTER (WHERE ev.event_type = 'UpdateCompleted'))[1]
+    INTO v_accepted, v_done
+    FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_type IN ('UpdateAccepted', 'UpdateCompleted')
+      AND ev.event_data ->> 'update_id' = v_update_id;
+    IF v_done IS NOT NULL THEN
+        v_answer := v_done -> 'result';
+        v_error := nullif(v_done -> 'failure', 'null'::jsonb);
+        v_status := CASE WHEN v_error IS NULL THEN 'completed' ELSE 'failed' END;
+    ELSIF coalesce(v_accepted, false) THEN
+        IF v_execution.status = 'RUNNING' THEN
+            v_status := 'accepted';
+        ELSE
+            v_status := 'failed';
+            v_error := jsonb_build_object('error_type', 'WorkflowNotRunning', 'non_retryable', true,
+                'details', NULL, 'message', format('the run ended %s before update %s completed',
+                                                   v_execution.status, v_update_id));
+        END IF;
+    ELSIF v_execution.status <> 'RUNNING' THEN
+        RAISE EXCEPTION 'cannot update execution %: it is already %', p_execution_id, v_execution.status
+            USING ERRCODE = 'HR005', HINT = 'update_with_start starts a new run when none is running';
+    END IF;
+    INSERT INTO harvest.query_requests (execution_id, kind, name, arg, update_id, queue, status,
+                                        answer, error, created_at, expires_at, answered_at)
+    VALUES (p_execution_id, 'update', p_name, coalesce(p_arg, 'null'::jsonb), v_update_id,
+            v_execution.task_queue, v_status, v_answer, v_error, v_now,
+            v_now + make_interval(secs => p_timeout_secs),
+            CASE WHEN v_status IN ('completed', 'failed') THEN v_now END)
+    RETURNING id INTO v_request.id;
+    IF v_status = 'pending' THEN
+        PERFORM pg_notify('harvest_queries', v_execution.task_queue);
+    END IF;
+    RETURN QUERY SELECT v_request.id, v_update_id, v_status;
+END;
+$$;
+
+-- Attach to the running run of (workflow_name, workflow_id), starting one when
+-- none runs, and request the update on it, in one transaction.
+CREATE OR REPLACE FUNCTION harvest.update_with_start(
+    p_workflow_name text,
+    p_workflow_id text,
+    p_update_name text,
+    p_update_arg jsonb DEFAULT 'null'::jsonb,
+    p_input jsonb DEFAULT '[]'::jsonb,
+    p_task_queue text DEFAULT 'default',
+    p_update_id text DEFAULT NULL,
+    p_timeout_secs double precision DEFAULT 30,
+    p_search_attributes jsonb DEFAULT '{}'::jsonb
+)
+RETURNS TABLE (
+    execution_id uuid, workflow_id text, started_fresh boolean, request_id bigint,
+    update_id text, status text
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_started record;
+    v_request record;
+BEGIN
+    IF p_workflow_id IS NULL OR p_workflow_id = '' THEN
+        RAISE EXCEPTION 'update_with_start needs a workflow_id' USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._check_query_args(p_update_name, p_timeout_secs);
+    SELECT * INTO v_started FROM harvest.start_workflow(
+        p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
+        p_task_queue => p_task_queue, p_reuse_policy => 'terminate_if_running',
+        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
+    SELECT * INTO v_request FROM harvest.request_update(v_started.execution_id, p_update_name,
+        p_update_arg, p_update_id, p_timeout_secs);
+    RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.started_fresh,
+        v_request.request_id, v_request.update_id, v_request.status;
+END;
+$$;
+
+-- A worker claims open requests of its queues (pending ones, and running ones
+-- whose claimer's lease ran out), oldest first, never waiting on a lock.
+CREATE OR REPLACE FUNCTION harvest.claim_queries(
+    p_worker_id text, p_queues text[], p_limit integer DEFAULT 10,
+    p_lease_secs double precision DEFAULT 30
+)
+RETURNS TABLE (
+    request_id bigint, kind text, execution_id uuid, workflow_name text, workflow_id text,
+    task_queue text, execution_status text, name text, arg jsonb, update_id text,
+    expires_at timestamptz
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+BEGIN
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_queues IS NULL OR cardinality(p_queues) = 0 THEN
+        RAISE EXCEPTION 'no queues given' USING ERRCODE = 'HR001';
+    END IF;
+    RETURN QUERY
+    WITH picked AS (
+        SELECT r.id FROM harvest.query_requests AS r
+        WHERE r.queue = ANY(p_queues) AND r.status IN ('pending', 'running')
+          AND (r.status = 'pending' OR r.lease_expires_at < v_now) AND r.expires_at > v_now
+        ORDER BY r.queue, r.id
+        LIMIT greatest(coalesce(p_limit, 10), 1)
+        FOR UPDATE SKIP LOCKED
+    ), claimed AS (
+        UPDATE harvest.query_requests AS r
+        SET status = 'running', claimed_by = p_worker_id,
+            lease_expires_at = v_now + make_interval(secs => greatest(coalesce(p_lease_secs, 30), 1))
+        FROM picked WHERE r.id = picked.id
+        RETURNING r.*
+    )
+    SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, e.status,
+           c.name, c.arg, c.update_id, c.expires_at
+    FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+    ORDER BY c.id;
+END;
+$$;
+
+-- Answer a claimed request: a query's answer (p_error NULL: completed, else
+-- failed), or an update's rejection (p_error required: rejected). Returns the new
+-- status, or NULL when the request is no longer this worker's to answer (it
+-- expired, or another worker claimed it after this one's lease ran out).
+CREATE OR REPLACE FUNCTION harvest.answer_query(
+    p_request_id bigint, p_worker_id text, p_answer jsonb DEFAULT NULL, p_error jsonb DEFAULT NULL
+)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_request harvest.query_requests;
+    v_status text;
+BEGIN
+    SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
+    IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
+        RETURN NULL;
+    END IF;
+    IF p_error IS NOT NULL AND jsonb_typeof(p_error) <> 'object' THEN
+        RAISE EXCEPTION 'error must be a JSON object {error_type, message, ...}' USING ERRCODE = 'HR001';
+    END IF;
+    IF v_request.kind = 'update' THEN
+        IF p_error IS NULL THEN
+            RAISE EXCEPTION 'request % is an update: accept it with accept_update(), or reject it '
+                'with an error', p_request_id USING ERRCODE = 'HR001';
+        END IF;
+        v_status := 'rejected';
+    ELSE
+        v_status := CASE WHEN p_error IS NULL THEN 'completed' ELSE 'failed' END;
+    END IF;
+    UPDATE harvest.query_requests AS r
+    SET status = v_status, answer = CASE WHEN p_error IS NULL THEN coalesce(p_answer, 'null'::jsonb) END,
+        error = p_error, answered_at = harvest.now(), lease_expires_at = NULL
+    WHERE r.id = p_request_id;
+    PERFORM harvest._notify_query_answer(p_request_id);
+    RETURN v_status;
+END;
+$$;
+
+-- The validator passed: record UpdateAccepted once per update id and wake the
+-- workflow, in one transaction. Returns 'accepted'; 'rejected' when the run has
+-- ended meanwhile (the request is answered with WorkflowNotRunning); NULL when the
+-- request is no longer this worker's.
+CREATE OR REPLACE FUNCTION harvest.accept_update(p_request_id bigint, p_worker_id text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution_id uuid;
+    v_execution harvest.executions;
+    v_request harvest.query_requests;
+BEGIN
+    SELECT r.execution_id INTO v_execution_id FROM harvest.query_requests AS r WHERE r.id = p_request_id;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    v_execution := harvest._lock_execution(v_execution_id);
+    SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
+    IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
+        RETURN NULL;
+    END IF;
+    IF v_request.kind <> 'update' THEN
+        RAISE EXCEPTION 'request % is a query, not an update', p_request_id USING ERRCODE = 'HR001';
+    END IF;
+    IF v_execution.status <> 'RUNNING' THEN
+        UPDATE harvest.query_requests AS r
+        SET status = 'rejected', answered_at = harvest.now(), lease_expires_at = NULL,
+            error = jsonb_build_object('error_type', 'WorkflowNotRunning', 'non_retryable', true,
+                'details', NULL, 'message', format('cannot update execution %s: it is already %s',
+                                                   v_execution.id, v_execution.status))
+        WHERE r.id = p_request_id;
+        PERFORM harvest._notify_query_answer(p_request_id);
+        RETURN 'rejected';
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM harvest.events AS ev
+        WHERE ev.execution_id = v_execution.id AND ev.event_type = 'UpdateAccepted'
+          AND ev.event_data ->> 'update_id' = v_request.update_id
+    ) THEN
+        PERFORM harvest._append_event(v_execution.id, 'UpdateAccepted', jsonb_build_object(
+            'update_id', v_request.update_id, 'name', v_request.name, 'input', v_request.arg));
+        PERFORM harvest._ensure_workflow_task(v_execution.id);
+    END IF;
+    UPDATE harvest.query_requests AS r
+    SET status = 'accepted', lease_expires_at = NULL
+    WHERE r.id = p_request_id;
+    PERFORM harvest._notify_query_answer(p_request_id);
+    RETURN 'accepted';
+END;
+$$;
+
+-- Command complete_update (called by complete_workflow_task, which holds the run's
+-- lock): UpdateCompleted{seq, update_id, result, failure}, and the update's open
+-- request rows answered with it.
+CREATE OR REPLACE FUNCTION harvest._complete_update(
+    p_execution harvest.executions, p_seq integer, p_command jsonb
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_update_id text := harvest._require(p_command, 'update_id', 'string') #>> '{}';
+    v_failure jsonb := nullif(p_command -> 'failure', 'null'::jsonb);
+    v_request_id bigint;
+BEGIN
+    IF v_failure IS NOT NULL AND jsonb_typeof(v_failure) <> 'object' THEN
+        RAISE EXCEPTION 'command complete_update needs "failure" as a JSON object or null'
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF NOT EXISTS (
+        SELECT 1 FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id AND ev.event_type = 'UpdateAccepted'
+          AND ev.event_data ->> 'update_id' = v_update_id
+    ) THEN
+        RAISE EXCEPTION 'complete_update: update % was never accepted by execution %', v_update_id,
+            p_execution.id USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._append_event(p_execution.id, 'UpdateCompleted', jsonb_build_object(
+        'seq', p_seq, 'update_id', v_update_id,
+        'result', CASE WHEN v_failure IS NULL THEN coalesce(p_command -> 'result', 'null'::jsonb) END,
+        'failure', v_failure));
+    FOR v_request_id IN
+        UPDATE harvest.query_requests AS r
+        SET status = CASE WHEN v_failure IS NULL THEN 'completed' ELSE 'failed' END,
+            answer = CASE WHEN v_failure IS NULL THEN coalesce(p_command -> 'result', 'null'::jsonb) END,
+            error = v_failure, answered_at = harvest.now(), lease_expires_at = NULL
+        WHERE r.execution_id = p_execution.id AND r.kind = 'update' AND r.update_id = v_update_id
+          AND r.status IN ('pending', 'running', 'accepted')
+        RETURNING r.id
+    LOOP
+        PERFORM harvest._notify_query_answer(v_request_id);
+    END LOOP;
+END;
+$$;
+
+-- A request and what a waiting client needs besides: the run's status (an update
+-- still 'accepted' on a finished run will never complete) and how many live
+-- workers poll the run's queue (none: nobody will answer).
+CREATE OR REPLACE FUNCTION harvest.get_query_request(p_request_id bigint)
+RETURNS TABLE (
+    request_id bigint, kind text, execution_id uuid, name text, update_id text, status text,
+    answer jsonb, error jsonb, created_at timestamptz, expires_at timestamptz, answered_at timestamptz,
+    claimed_by text, queue text, execution_status text, live_workers integer
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+BEGIN
+    RETURN QUERY
+    SELECT r.id, r.kind, r.execution_id, r.name, r.update_id, r.status, r.answer, r.error,
+           r.created_at, r.expires_at, r.answered_at, r.claimed_by, r.queue, e.status,
+           (SELECT count(*)::integer FROM harvest.workers AS w
+            WHERE w.status = 'active' AND r.queue = ANY(w.queues)
+              AND w.last_heartbeat_at > v_now - make_interval(secs => 2 * w.heartbeat_interval_secs))
+    FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id
+    WHERE r.id = p_request_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'query request % does not exist (it may have expired)', p_request_id
+            USING ERRCODE = 'HR002';
+    END IF;
+END;
+$$;
+
+-- The cleaner: delete requests past their deadline (answered or not). Returns
+-- how many went.
+CREATE OR REPLACE FUNCTION harvest.expire_query_requests(p_limit integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    WITH gone AS (
+        SELECT r.id FROM harvest.query_requests AS r
+        WHERE r.expires_at <= harvest.now()
+        ORDER BY r.expires_at
+        LIMIT greatest(coalesce(p_limit, 1000), 1)
+        FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM harvest.query_requests AS r USING gone WHERE r.id = gone.id;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
+END;
+$$;

@@ -1,0 +1,62 @@
+-- Per-tenant quotas, checked inside the start transaction (start.sql). The
+-- quota key is resolved from the input by the same dot-path resolver as the
+-- concurrency key (harvest._resolve_key) and stamped on executions.quota_key.
+-- Concurrent starts of one key serialise on an advisory lock taken before the
+-- usage is counted (a later statement, so it sees every committed start), so a
+-- quota is never exceeded by a race. A refused start raises HR006 naming the
+-- quota, the key, the usage and the limit; DETAIL is the same as JSON.
+--
+-- Usage: active = RUNNING runs with the key; history bytes = the sum of
+-- executions.history_bytes (stored event size) of every kept run with the key;
+-- dead letters = parked activity failures of runs with the key.
+
+CREATE OR REPLACE FUNCTION harvest._check_quota(p_workflow_name text, p_key text, p_quota jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_limit bigint;
+    v_usage bigint;
+    v_name text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('harvest.quota:' || p_key));
+    FOREACH v_name IN ARRAY ARRAY['max_active_executions', 'max_history_bytes', 'max_dead_letters'] LOOP
+        v_limit := (p_quota ->> v_name)::bigint;
+        CONTINUE WHEN v_limit IS NULL;
+        v_usage := harvest.quota_usage(p_key, v_name);
+        IF (v_name = 'max_active_executions' AND v_usage + 1 > v_limit)
+           OR (v_name <> 'max_active_executions' AND v_usage >= v_limit) THEN
+            RAISE EXCEPTION 'quota % of key "%" is exhausted: usage % of % (workflow %)',
+                v_name, p_key, v_usage, v_limit, p_workflow_name
+                USING ERRCODE = 'HR006',
+                DETAIL = jsonb_build_object('quota', v_name, 'key', p_key, 'usage', v_usage,
+                                            'limit', v_limit, 'workflow_name', p_workflow_name)::text,
+                HINT = 'wait for runs of this key to finish, or raise the quota';
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- One quota's current usage for a key.
+CREATE OR REPLACE FUNCTION harvest.quota_usage(p_key text, p_quota text)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    CASE p_quota
+    WHEN 'max_active_executions' THEN
+        RETURN (SELECT count(*) FROM harvest.executions AS e
+                WHERE e.quota_key = p_key AND e.status = 'RUNNING');
+    WHEN 'max_history_bytes' THEN
+        RETURN (SELECT coalesce(sum(e.history_bytes), 0)::bigint FROM harvest.executions AS e
+                WHERE e.quota_key = p_key);
+    WHEN 'max_dead_letters' THEN
+        RETURN (SELECT count(*) FROM harvest.executions AS e
+                JOIN harvest.dead_letters AS d ON d.execution_id = e.id
+                WHERE e.quota_key = p_key);
+    ELSE
+        RAISE EXCEPTION 'unknown quota "%"', p_quota USING ERRCODE = 'HR001',
+            HINT = 'use max_active_executions, max_history_bytes or max_dead_letters';
+    END CASE;
+END;
+$$;

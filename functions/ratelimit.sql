@@ -1,0 +1,190 @@
+-- Activity rate limits: token buckets in harvest.rate_limit_buckets, consumed
+-- inside claim_tasks, and the TTL'd pacing override an operator lays on top.
+--
+-- A bucket refills lazily: tokens = least(burst, tokens + elapsed * rps), read
+-- and written only under the bucket's row lock. The claim locks the buckets of
+-- its candidates with FOR UPDATE SKIP LOCKED (a bucket another claimer holds is
+-- skipped this round, so the claim never waits), admits as many candidates per
+-- bucket as whole tokens allow, and pays for the ones it claimed in the same
+-- transaction. A candidate refused for want of tokens steps back exactly until
+-- its token is due.
+--
+-- Bucket keys: rate:<activity> for a static limit; dyn-rate:<key path>:<value>
+-- for a limit keyed by the input (one bucket per tenant). An override targets a
+-- static bucket only: a per-key policy has no single bucket, so an override of
+-- one is refused with HR007 (conflict), as the spec's 409 says.
+
+-- The bucket's effective rate and refilled tokens at p_now (no write).
+CREATE OR REPLACE FUNCTION harvest._bucket_now(p_bucket_key text, p_now timestamptz)
+RETURNS TABLE (tokens double precision, rps double precision, burst double precision)
+LANGUAGE sql STABLE
+AS $$
+    SELECT least(x.burst, b.tokens + greatest(extract(EPOCH FROM p_now - b.refilled_at)::double precision, 0)
+                                     * x.rps),
+           x.rps, x.burst
+    FROM harvest.rate_limit_buckets AS b
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN b.override_expires_at > p_now THEN b.override_rps ELSE b.rps END AS rps,
+               CASE WHEN b.override_expires_at > p_now THEN b.override_burst ELSE b.burst END AS burst
+    ) AS x
+    WHERE b.bucket_key = p_bucket_key;
+$$;
+
+-- Create the missing buckets of these candidates (full), follow a changed
+-- declaration, and lock the ones no other claimer holds; returns their keys.
+CREATE OR REPLACE FUNCTION harvest._lock_rate_buckets(p_ids bigint[], p_now timestamptz)
+RETURNS text[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_locked text[];
+BEGIN
+    INSERT INTO harvest.rate_limit_buckets (bucket_key, activity_name, rps, burst, tokens, refilled_at, dynamic)
+    SELECT DISTINCT ON (t.rate_key) t.rate_key, t.activity_name,
+           (t.options #>> '{rate_limit,rps}')::double precision,
+           coalesce((t.options #>> '{rate_limit,burst}')::double precision,
+                    greatest((t.options #>> '{rate_limit,rps}')::double precision, 1)),
+           coalesce((t.options #>> '{rate_limit,burst}')::double precision,
+                    greatest((t.options #>> '{rate_limit,rps}')::double precision, 1)),
+           p_now, t.options #>> '{rate_limit,key}' IS NOT NULL
+    FROM harvest.tasks AS t
+    WHERE t.id = ANY(p_ids) AND t.rate_key IS NOT NULL
+    ORDER BY t.rate_key, t.id DESC
+    ON CONFLICT (bucket_key) DO NOTHING;
+
+    SELECT array_agg(b.bucket_key) INTO v_locked FROM (
+        SELECT r.bucket_key FROM harvest.rate_limit_buckets AS r
+        WHERE r.bucket_key IN (SELECT t.rate_key FROM harvest.tasks AS t WHERE t.id = ANY(p_ids))
+        ORDER BY r.bucket_key
+        FOR UPDATE SKIP LOCKED
+    ) AS b;
+
+    -- A redeployed declaration (new rps or burst) takes effect on the next claim.
+    UPDATE harvest.rate_limit_buckets AS b
+    SET rps = d.rps, burst = d.burst, tokens = least(b.tokens, d.burst)
+    FROM (
+        SELECT DISTINCT ON (t.rate_key) t.rate_key,
+               (t.options #>> '{rate_limit,rps}')::double precision AS rps,
+               coalesce((t.options #>> '{rate_limit,burst}')::double precision,
+                        greatest((t.options #>> '{rate_limit,rps}')::double precision, 1)) AS burst
+        FROM harvest.tasks AS t
+        WHERE t.id = ANY(p_ids) AND t.rate_key = ANY(v_locked)
+        ORDER BY t.rate_key, t.id DESC
+    ) AS d
+    WHERE b.bucket_key = d.rate_key AND (b.rps <> d.rps OR b.burst <> d.burst);
+    RETURN coalesce(v_locked, ARRAY[]::text[]);
+END;
+$$;
+
+-- Pay for the rate-limited activities of a claim (their buckets are locked).
+CREATE OR REPLACE FUNCTION harvest._debit_rate_buckets(p_claimed bigint[], p_now timestamptz)
+RETURNS void
+LANGUAGE sql
+AS $$
+    UPDATE harvest.rate_limit_buckets AS b
+    SET tokens = n.tokens - used.n, refilled_at = p_now
+    FROM (
+        SELECT t.rate_key, count(*) AS n FROM harvest.tasks AS t
+        WHERE t.id = ANY(p_claimed) AND t.rate_key IS NOT NULL
+        GROUP BY t.rate_key
+    ) AS used
+    CROSS JOIN LATERAL harvest._bucket_now(used.rate_key, p_now) AS n
+    WHERE b.bucket_key = used.rate_key;
+$$;
+
+-- The static bucket an override targets, or HR002 / HR007.
+CREATE OR REPLACE FUNCTION harvest._override_bucket(p_activity_name text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_policy jsonb;
+BEGIN
+    SELECT p.policy -> 'rate_limit' INTO v_policy FROM harvest.flow_policies AS p
+    WHERE p.kind = 'activity' AND p.name = p_activity_name;
+    IF v_policy ->> 'key' IS NOT NULL OR (v_policy IS NULL AND EXISTS (
+        SELECT 1 FROM harvest.rate_limit_buckets AS b
+        WHERE b.activity_name = p_activity_name AND b.dynamic)) THEN
+        RAISE EXCEPTION 'activity % declares a per-key rate limit (key %): there is no single bucket '
+            'to override', p_activity_name, coalesce(v_policy ->> 'key', '?')
+            USING ERRCODE = 'HR007',
+            HINT = 'pacing overrides apply to rate limits declared without a key';
+    END IF;
+    IF v_policy IS NULL AND NOT EXISTS (
+        SELECT 1 FROM harvest.rate_limit_buckets AS b WHERE b.bucket_key = 'rate:' || p_activity_name) THEN
+        RAISE EXCEPTION 'activity % declares no rate limit', p_activity_name USING ERRCODE = 'HR002',
+            HINT = 'declare @activity(rate_limit=RateLimit(rps=...)) and start a worker for it';
+    END IF;
+    IF v_policy IS NOT NULL THEN
+        INSERT INTO harvest.rate_limit_buckets (bucket_key, activity_name, rps, burst, tokens, refilled_at)
+        VALUES ('rate:' || p_activity_name, p_activity_name, (v_policy ->> 'rps')::double precision,
+                coalesce((v_policy ->> 'burst')::double precision, greatest((v_policy ->> 'rps')::double precision, 1)),
+                coalesce((v_policy ->> 'burst')::double precision, greatest((v_policy ->> 'rps')::double precision, 1)),
+                harvest.now())
+        ON CONFLICT (bucket_key) DO NOTHING;
+    END IF;
+    RETURN 'rate:' || p_activity_name;
+END;
+$$;
+
+-- Lay a temporary pacing override on an activity's rate limit; it reverts by
+-- itself after p_ttl_secs (each claim compares override_expires_at with now).
+CREATE OR REPLACE FUNCTION harvest.set_rate_limit_override(
+    p_activity_name text, p_rps double precision, p_burst double precision DEFAULT NULL,
+    p_ttl_secs double precision DEFAULT 3600
+)
+RETURNS TABLE (
+    activity_name text, rps double precision, burst double precision,
+    override_rps double precision, override_burst double precision, override_expires_at timestamptz
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_bucket text;
+BEGIN
+    IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
+        RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
+            p_rps, p_burst, p_ttl_secs USING ERRCODE = 'HR001';
+    END IF;
+    v_bucket := harvest._override_bucket(p_activity_name);
+    UPDATE harvest.rate_limit_buckets AS b
+    SET override_rps = p_rps, override_burst = coalesce(p_burst, greatest(p_rps, 1)),
+        override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
+    WHERE b.bucket_key = v_bucket;
+    RETURN QUERY SELECT * FROM harvest.get_rate_limit(p_activity_name);
+END;
+$$;
+
+-- Drop an override now; answers whether one was live.
+CREATE OR REPLACE FUNCTION harvest.clear_rate_limit_override(p_activity_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_bucket text := harvest._override_bucket(p_activity_name);
+    v_live boolean;
+BEGIN
+    SELECT b.override_expires_at > harvest.now() INTO v_live
+    FROM harvest.rate_limit_buckets AS b WHERE b.bucket_key = v_bucket FOR UPDATE;
+    UPDATE harvest.rate_limit_buckets AS b
+    SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL
+    WHERE b.bucket_key = v_bucket;
+    RETURN coalesce(v_live, false);
+END;
+$$;
+
+-- An activity's declared limit and its live override (an expired one reads NULL).
+CREATE OR REPLACE FUNCTION harvest.get_rate_limit(p_activity_name text)
+RETURNS TABLE (
+    activity_name text, rps double precision, burst double precision,
+    override_rps double precision, override_burst double precision, override_expires_at timestamptz
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT b.activity_name, b.rps, b.burst,
+           CASE WHEN b.override_expires_at > harvest.now() THEN b.override_rps END,
+           CASE WHEN b.override_expires_at > harvest.now() THEN b.override_burst END,
+           CASE WHEN b.override_expires_at > harvest.now() THEN b.override_expires_at END
+    FROM harvest.rate_limit_buckets AS b
+    WHERE b.bucket_key = 'rate:' || p_activity_name;
+$$;

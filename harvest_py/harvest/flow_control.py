@@ -1,0 +1,159 @@
+"""Flow-control policies declared on ``@workflow`` and ``@activity`` (docs/flow-control.md).
+
+Each is a small value object that validates itself and turns into the JSON the
+SQL side reads (``harvest.flow_policies``, activity ``options``). The gates
+themselves run inside Postgres, in the claim or start transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from harvest.errors import InvalidArgument
+
+__all__ = ["Concurrency", "Quota", "RateLimit", "check_key_path"]
+
+_KEY_PATH = re.compile(r"^input(\.[A-Za-z0-9_\-]+)*$")
+ON_CONFLICT = ("defer", "cancel_running")
+
+
+def check_key_path(path: Any, what: str) -> str:
+    """``input`` is the first positional argument; ``input.tenant_id`` its field ``tenant_id``."""
+    if not isinstance(path, str) or not _KEY_PATH.match(path):
+        raise InvalidArgument(f"{what}: key path {path!r} must be 'input' or 'input.<field>[.<field>...]' "
+                              "(input is the first positional argument)")
+    return path
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgument(f"{what}: expected an int >= 1, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """Per-key workflow concurrency: at most ``limit`` runs per key.
+
+    ``defer`` admits the start but holds its first workflow task until the key
+    has room; ``cancel_running`` (latest wins) cancels the oldest runs of the key.
+    """
+
+    key: str
+    limit: int
+    on_conflict: str = "defer"
+
+    def __post_init__(self) -> None:
+        check_key_path(self.key, "Concurrency.key")
+        _positive_int(self.limit, "Concurrency.limit")
+        if self.on_conflict not in ON_CONFLICT:
+            raise InvalidArgument(f"Concurrency.on_conflict: {self.on_conflict!r} is not one of {ON_CONFLICT}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "limit": self.limit, "on_conflict": self.on_conflict}
+
+
+@dataclass(frozen=True)
+class Quota:
+    """Per-key resource quota checked in the start transaction (HR006 -> QuotaExceeded)."""
+
+    key: str
+    max_active_executions: int | None = None
+    max_history_bytes: int | None = None
+    max_dead_letters: int | None = None
+
+    def __post_init__(self) -> None:
+        check_key_path(self.key, "Quota.key")
+        limits = {"max_active_executions": self.max_active_executions,
+                  "max_history_bytes": self.max_history_bytes, "max_dead_letters": self.max_dead_letters}
+        if all(v is None for v in limits.values()):
+            raise InvalidArgument("Quota: set at least one of " + ", ".join(limits))
+        for name, value in limits.items():
+            if value is not None:
+                _positive_int(value, f"Quota.{name}")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key}
+        for name in ("max_active_executions", "max_history_bytes", "max_dead_letters"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A token bucket: ``rps`` tokens a second, up to ``burst``; ``key`` makes one bucket per value."""
+
+    rps: float
+    burst: float | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rps, (int, float)) or isinstance(self.rps, bool) or not self.rps > 0:
+            raise InvalidArgument(f"RateLimit.rps: expected a number > 0, got {self.rps!r}")
+        if self.burst is not None and (not isinstance(self.burst, (int, float)) or self.burst < 1):
+            raise InvalidArgument(f"RateLimit.burst: expected a number >= 1, got {self.burst!r}")
+        if self.key is not None:
+            check_key_path(self.key, "RateLimit.key")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rps": self.rps, "burst": self.burst if self.burst is not None else max(self.rps, 1),
+                "key": self.key}
+
+
+# -- the hooks definitions.py calls ------------------------------------------------------
+
+def workflow_policies(concurrency: Any, quota: Any) -> dict[str, Any]:
+    if concurrency is not None and not isinstance(concurrency, Concurrency):
+        raise TypeError(f"@workflow(concurrency=...): expected a Concurrency, got {concurrency!r}")
+    if quota is not None and not isinstance(quota, Quota):
+        raise TypeError(f"@workflow(quota=...): expected a Quota, got {quota!r}")
+    return {"concurrency": concurrency, "quota": quota}
+
+
+def activity_policies(max_concurrent: Any, concurrency_key: Any, rate_limit: Any) -> dict[str, Any]:
+    if max_concurrent is not None:
+        _positive_int(max_concurrent, "@activity(max_concurrent=...)")
+    if concurrency_key is not None:
+        if max_concurrent is None:
+            raise InvalidArgument("@activity(concurrency_key=...) needs max_concurrent=N: the key names "
+                                  "a budget of N in-flight calls")
+        if not isinstance(concurrency_key, str) or not concurrency_key.strip():
+            raise InvalidArgument(f"concurrency_key: expected a non-empty string, got {concurrency_key!r}")
+    if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+        raise TypeError(f"@activity(rate_limit=...): expected a RateLimit, got {rate_limit!r}")
+    return {"max_concurrent": max_concurrent, "concurrency_key": concurrency_key, "rate_limit": rate_limit}
+
+
+def check_shared_keys(activities: Any) -> None:
+    """Activities sharing a concurrency key must declare the same max_concurrent."""
+    from harvest.errors import ConfigError
+
+    by_key: dict[str, dict[str, int]] = {}
+    for defn in activities:
+        if defn.max_concurrent is not None:
+            by_key.setdefault(defn.concurrency_key or defn.name, {})[defn.name] = defn.max_concurrent
+    for key, members in sorted(by_key.items()):
+        if len(set(members.values())) > 1:
+            listed = ", ".join(f"{name} (max_concurrent={n})" for name, n in sorted(members.items()))
+            raise ConfigError(f"concurrency key {key!r}: activities sharing it disagree on max_concurrent: "
+                              f"{listed}; give them the same value")
+
+
+def policies_json(app: Any) -> dict[str, Any]:
+    workflows: dict[str, Any] = {}
+    for defn in app.workflows.values():
+        policy: dict[str, Any] = {}
+        if getattr(defn, "concurrency", None) is not None:
+            policy["concurrency"] = defn.concurrency.to_json()
+        if getattr(defn, "quota", None) is not None:
+            policy["quota"] = defn.quota.to_json()
+        workflows[defn.name] = policy
+    activities: dict[str, Any] = {}
+    for defn in app.activities.values():
+        flow = defn._flow_options()
+        if flow:
+            activities[defn.name] = flow
+    return {"workflows": workflows, "activities": activities}

@@ -1,0 +1,252 @@
+"""The client side of queries and updates: submit a request, wait for its answer.
+
+A request is a row (``harvest.request_query`` / ``request_update`` /
+``update_with_start``); the client LISTENs on ``harvest_query_answers`` *before*
+submitting on the same connection, so no answer can slip by, and re-reads the
+row (``harvest.get_query_request``) whenever its id is notified, or at least
+every second. Outcomes map to one exception each: ``QueryFailed`` (unknown
+query, a handler that raised, a replay that failed), ``UpdateRejected``
+(validator, unknown update, run not running: nothing recorded), ``UpdateFailed``
+(recorded, but the handler raised or the run ended first) and ``QueryTimeout``
+(no answer in time; the message says whether any live worker polls the queue).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from harvest import payload
+from harvest.db.connection import connect, connect_async
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.definitions import parse_duration
+from harvest.errors import (
+    InvalidArgument,
+    NotFound,
+    QueryFailed,
+    QueryTimeout,
+    UpdateFailed,
+    UpdateRejected,
+)
+
+__all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
+
+WAIT_STAGES = ("accepted", "completed")
+CHANNEL = "harvest_query_answers"
+_RECHECK_SECS = 1.0
+
+
+def check_wait(wait: str) -> str:
+    if wait not in WAIT_STAGES:
+        raise InvalidArgument(f"wait: {wait!r} is not one of {list(WAIT_STAGES)}")
+    return wait
+
+
+def seconds(timeout: Any, what: str = "timeout") -> float:
+    value = parse_duration(timeout, what)
+    if value <= 0:
+        raise InvalidArgument(f"{what}: {timeout!r} must be more than 0 seconds")
+    return value
+
+
+def _settled(row: dict[str, Any], wait: str) -> bool:
+    status = row["status"]
+    if status in ("completed", "failed", "rejected"):
+        return True
+    if status == "accepted":
+        return wait == "accepted" or row["execution_status"] != "RUNNING"
+    return False
+
+
+def _what(row: dict[str, Any]) -> str:
+    return f"{row['kind']} {row['name']!r} on execution {row['execution_id']}"
+
+
+def _outcome(row: dict[str, Any], result_type: Any) -> Any:
+    """The decoded answer of a settled request, or its typed exception."""
+    status, error = row["status"], row.get("error") or {}
+    message = f"{_what(row)}: {error.get('error_type', 'Error')}: {error.get('message', '')}"
+    if status == "completed":
+        return payload.decode(row["answer"], result_type, f"{row['kind']} {row['name']!r} result")
+    if status == "rejected":
+        raise UpdateRejected(f"rejected {message}", error.get("error_type"), error.get("details"))
+    if status == "failed":
+        cls = UpdateFailed if row["kind"] == "update" else QueryFailed
+        raise cls(f"failed {message}", error.get("error_type"), error.get("details"))
+    if status == "accepted" and row["execution_status"] != "RUNNING":
+        raise UpdateFailed(f"update {row['name']!r} ({row['update_id']}) was accepted, but execution "
+                           f"{row['execution_id']} ended {row['execution_status']} before its "
+                           "handler finished (call ctx.drain_admitted_updates() before returning)",
+                           "WorkflowNotRunning")
+    raise AssertionError(f"unsettled request {row}")
+
+
+def _timeout(row: dict[str, Any] | None, what: str, timeout: float) -> QueryTimeout:
+    text = f"no answer to {what} within {timeout:g}s"
+    if row is None:
+        return QueryTimeout(text)
+    if row["status"] == "accepted":
+        return QueryTimeout(f"{text}: update {row['update_id']} was accepted and is recorded, but its "
+                            "handler has not finished; wait again with UpdateHandle.result()")
+    if not row["live_workers"]:
+        return QueryTimeout(f"{text}: no live worker polls task queue {row['queue']!r}")
+    return QueryTimeout(f"{text}: {row['live_workers']} live worker(s) poll task queue "
+                        f"{row['queue']!r}, but none answered (do they register the workflow?)")
+
+
+def wait_sync(dsn: str, submit: Callable[[SqlApi], int], wait: str, timeout: float,
+              what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(f"LISTEN {CHANNEL}")
+        sql = SqlApi(conn)
+        request_id = submit(sql)
+        row = None
+        while True:
+            try:
+                row = sql.get_query_request(request_id)
+            except NotFound:
+                raise _timeout(row, what, timeout) from None
+            if _settled(row, wait):
+                return row
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _timeout(row, what, timeout)
+            for note in conn.notifies(timeout=min(remaining, _RECHECK_SECS)):
+                if note.payload == str(request_id):
+                    break
+
+
+async def wait_async(dsn: str, submit: Callable[[AsyncSqlApi], Awaitable[int]], wait: str,
+                     timeout: float, what: str) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    conn = await connect_async(dsn, autocommit=True)
+    async with conn:
+        await conn.execute(f"LISTEN {CHANNEL}")
+        sql = AsyncSqlApi(_OneConnection(conn))
+        request_id = await submit(sql)
+        row = None
+        while True:
+            try:
+                row = await sql.get_query_request(request_id)
+            except NotFound:
+                raise _timeout(row, what, timeout) from None
+            if _settled(row, wait):
+                return row
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise _timeout(row, what, timeout)
+            try:
+                async with asyncio.timeout(min(remaining, _RECHECK_SECS)):
+                    async for note in conn.notifies():
+                        if note.payload == str(request_id):
+                            break
+            except TimeoutError:
+                pass
+
+
+class _OneConnection:
+    def __init__(self, conn: Any):
+        self._conn = conn
+
+    def connection(self) -> Any:
+        import contextlib
+
+        @contextlib.asynccontextmanager
+        async def scope():  # type: ignore[no-untyped-def]
+            yield self._conn
+
+        return scope()
+
+
+# ---------------------------------------------------------------------- the sync API
+def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
+          result_type: Any) -> Any:
+    secs = seconds(timeout)
+    encoded = payload.encode(arg, "query arg")
+    row = wait_sync(client.dsn, lambda sql: sql.request_query(execution_id, name, encoded, secs),
+                    "completed", secs, f"query {name!r} on execution {execution_id}")
+    return _outcome(row, result_type)
+
+
+def _update_outcome(client: Any, row: dict[str, Any], wait: str, result_type: Any,
+                    handle_cls: type) -> Any:
+    if wait == "accepted" and row["status"] == "accepted":
+        return handle_cls(client, str(row["execution_id"]), row["update_id"], row["name"],
+                          result_type)
+    value = _outcome(row, result_type)
+    if wait == "accepted":  # it already completed: the handle answers at once
+        return handle_cls(client, str(row["execution_id"]), row["update_id"], row["name"],
+                          result_type)
+    return value
+
+
+def update(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
+           update_id: str | None, result_type: Any) -> Any:
+    secs, wait = seconds(timeout), check_wait(wait)
+    encoded = payload.encode(arg, "update arg")
+    row = wait_sync(client.dsn, lambda sql: sql.request_update(
+        execution_id, name, encoded, update_id, secs)["request_id"], wait, secs,
+        f"update {name!r} on execution {execution_id}")
+    return _update_outcome(client, row, wait, result_type, UpdateHandle)
+
+
+def update_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any,
+                      result_type: Any) -> tuple[dict[str, Any], Any]:
+    secs, wait = seconds(timeout), check_wait(wait)
+    started: dict[str, Any] = {}
+
+    def submit(sql: SqlApi) -> int:
+        started.update(sql.update_with_start(**call, timeout=secs))
+        return started["request_id"]
+
+    row = wait_sync(client.dsn, submit, wait, secs,
+                    f"update {call['name']!r} on workflow {call['workflow_id']!r}")
+    return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
+
+
+class UpdateHandle:
+    """An accepted (durably recorded) update; ``result()`` waits for its handler's outcome."""
+
+    def __init__(self, client: Any, execution_id: str, update_id: str, name: str,
+                 result_type: Any = Any):
+        self.client, self.execution_id = client, execution_id
+        self.update_id, self.name, self.result_type = update_id, name, result_type
+
+    def __repr__(self) -> str:
+        return f"UpdateHandle({self.name!r}, update_id={self.update_id!r})"
+
+    def result(self, timeout: Any = 30.0) -> Any:
+        return update(self.client, self.execution_id, self.name, None, "completed", timeout,
+                      self.update_id, self.result_type)
+
+
+# ---------------------------------------------------------------------- the asyncio API
+async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
+                 result_type: Any) -> Any:
+    secs = seconds(timeout)
+    encoded = payload.encode(arg, "query arg")
+    row = await wait_async(client.dsn, lambda sql: sql.request_query(execution_id, name, encoded, secs),
+                           "completed", secs, f"query {name!r} on execution {execution_id}")
+    return _outcome(row, result_type)
+
+
+async def aupdate(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
+                  update_id: str | None, result_type: Any) -> Any:
+    secs, wait = seconds(timeout), check_wait(wait)
+    encoded = payload.encode(arg, "update arg")
+
+    async def submit(sql: AsyncSqlApi) -> int:
+        return (await sql.request_update(execution_id, name, encoded, update_id, secs))["request_id"]
+
+    row = await wait_async(client.dsn, submit, wait, secs,
+                           f"update {name!r} on execution {execution_id}")
+    return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
+
+
+class AsyncUpdateHandle(UpdateHandle):
+    async def result(self, timeout: Any = 30.0) -> Any:  # type: ignore[override]
+        return await aupdate(self.client, self.execution_id, self.name, None, "completed", timeout,
+                             self.update_id, self.result_type)

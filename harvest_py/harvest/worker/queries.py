@@ -1,0 +1,207 @@
+"""Answering queries and validating updates: the worker side of functions/queries.sql.
+
+A background loop of :class:`~harvest.worker.Worker` claims requests for its
+queues (``harvest.claim_queries``, woken by NOTIFY ``harvest_queries``), rebuilds
+the workflow's state and answers each one:
+
+* the state is the sticky cache's run when it is current (the history holds
+  nothing past the activation it produced but resolution events), else a fresh
+  run replaying the recorded steps (``WorkflowRun.replay_history``): the state as
+  of the last completed workflow task, on any worker. Nothing issues a command
+  and nothing is written to the history;
+* a query runs its handler read-only and answers (``answer_query``);
+* an update runs its validator read-only; a refusal is an answer (``rejected``),
+  a pass is ``accept_update`` (``UpdateAccepted`` + a workflow task), after which
+  the workflow itself runs the handler.
+
+A run that has not completed its first workflow task has registered no handler
+of its own yet, so an update unknown to the App is accepted for it and the
+workflow decides at its first step (``UnknownUpdate`` if it never registers one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from harvest.db.connection import connect_async
+from harvest.runtime import WorkflowRun
+from harvest.runtime.handlers import UnknownHandler, failure_of
+
+if TYPE_CHECKING:
+    from harvest.worker.worker import Worker
+
+log = logging.getLogger("harvest.worker")
+
+CLAIM_BATCH = 16
+MAX_IN_FLIGHT = 32
+LEASE_SECS = 30.0
+EXPIRE_EVERY_SECS = 5.0
+
+
+def _event(row: dict[str, Any]) -> dict[str, Any]:
+    return {"event_id": row["event_id"], "event_type": row["event_type"],
+            "event_data": row["event_data"]}
+
+
+def _is_current(run: WorkflowRun, events: list[dict[str, Any]]) -> bool:
+    """The history past the run's last event only confirms its last activation."""
+    live = run._live
+    markers = [e for e in events if e["event_type"] == "WorkflowTaskCompleted"]
+    if live is None or run.finished:
+        return False
+    return len(markers) == 1 and int((markers[0]["event_data"] or {}).get("through", -1)) == live[0]
+
+
+class QueryResponder:
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self._wake = asyncio.Event()
+        self._inflight: set[asyncio.Task] = set()
+        self.answered = 0
+
+    async def run(self) -> None:
+        listener = asyncio.create_task(self._listen())
+        last_expire = 0.0
+        try:
+            while True:
+                w = self.worker
+                free = MAX_IN_FLIGHT - len(self._inflight)
+                claimed: list[dict[str, Any]] = []
+                if free > 0:
+                    try:
+                        claimed = await w.sql.claim_queries(w.worker_id, w.queues,
+                                                            min(free, CLAIM_BATCH), LEASE_SECS)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001
+                        log.warning("claiming queries failed (%s); retrying", exc)
+                for request in claimed:
+                    task = asyncio.create_task(self._answer(request))
+                    self._inflight.add(task)
+                    task.add_done_callback(self._done)
+                if time.monotonic() - last_expire > EXPIRE_EVERY_SECS:
+                    last_expire = time.monotonic()
+                    with contextlib.suppress(Exception):
+                        await w.sql.expire_query_requests(1000)
+                if claimed and len(claimed) == min(free, CLAIM_BATCH):
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), w.poll_interval)
+                self._wake.clear()
+        finally:
+            listener.cancel()
+            for task in list(self._inflight):
+                task.cancel()
+            await asyncio.gather(listener, *self._inflight, return_exceptions=True)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._inflight.discard(task)
+        self._wake.set()
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                conn = await connect_async(self.worker.dsn, autocommit=True)
+                async with conn:
+                    await conn.execute("LISTEN harvest_queries")
+                    self._wake.set()
+                    async for note in conn.notifies():
+                        if note.payload in self.worker.queues:
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                log.warning("query listener lost (%s); reconnecting", exc)
+                await asyncio.sleep(1.0)
+
+    # ------------------------------------------------------------------ one request
+    async def _answer(self, request: dict[str, Any]) -> None:
+        w = self.worker
+        request_id, kind, name = request["request_id"], request["kind"], request["name"]
+        try:
+            run, fresh = await self._state(request)
+        except Exception as exc:  # noqa: BLE001 - reported to the caller
+            log.info("%s %r on %s: cannot rebuild the workflow state: %s", kind, name,
+                     request["execution_id"], exc)
+            await self._reply(request_id, None, failure_of(exc))
+            return
+        try:
+            if kind == "query":
+                try:
+                    answer, error = run.handlers.answer_query(name, request["arg"]), None
+                except Exception as exc:  # noqa: BLE001
+                    answer, error = None, failure_of(self._explain(run, exc))
+                await self._reply(request_id, answer, error)
+                return
+            try:
+                run.handlers.validate_update(name, request["arg"])
+            except UnknownHandler as exc:
+                if run.through != 0:  # a run that has stepped: its handlers are all known
+                    await self._reply(request_id, None, failure_of(exc))
+                    return
+            except Exception as exc:  # noqa: BLE001 - the validator said no
+                await self._reply(request_id, None, failure_of(exc))
+                return
+            await w.sql.accept_update(request_id, w.worker_id)
+            self.answered += 1
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("answering %s %r (request %s) failed", kind, name, request_id)
+        finally:
+            if fresh:
+                _dispose(run)
+            elif run.handlers.tainted:
+                evicted = w.cache.take(str(request["execution_id"]))
+                if evicted is not None:
+                    evicted.close()
+
+    async def _reply(self, request_id: int, answer: Any, error: dict | None) -> None:
+        w = self.worker
+        await w.sql.answer_query(request_id, w.worker_id, answer, error)
+        self.answered += 1
+
+    @staticmethod
+    def _explain(run: WorkflowRun, exc: Exception) -> Exception:
+        if isinstance(exc, UnknownHandler) and run.through == 0:
+            return UnknownHandler(f"{exc} (the run has not completed its first workflow task, so "
+                                  "handlers it registers itself do not exist yet)", exc.error_type)
+        return exc
+
+    async def _state(self, request: dict[str, Any]) -> tuple[WorkflowRun, bool]:
+        """The workflow's state: (the cached run, False) when current, else (a replay, True)."""
+        w = self.worker
+        execution_id = str(request["execution_id"])
+        cached = w.cache.peek(execution_id)
+        if cached is not None and request["execution_status"] == "RUNNING":
+            seen = cached.last_event_id
+            events = await w.sql.get_history(execution_id, seen)
+            if w.cache.peek(execution_id) is cached and cached.last_event_id == seen \
+                    and _is_current(cached, events):
+                return cached, False
+        definition = w.app.workflow(request["workflow_name"])
+        run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"],
+                          request["task_queue"])
+        try:
+            events = await w.sql.get_history(execution_id, 0)
+            run.replay_history([_event(e) for e in events])
+        except BaseException:
+            _dispose(run)
+            raise
+        return run, True
+
+
+def _dispose(run: WorkflowRun) -> None:
+    main = run._main
+    if main is not None and run.through == 0 and not main.done():
+        main.get_coro().close()  # never stepped: close the coroutine instead of abandoning it
+    run.close()
+
+
+async def serve_queries(worker: Worker) -> None:
+    """The worker's background loop answering queries and validating updates."""
+    await QueryResponder(worker).run()

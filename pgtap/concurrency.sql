@@ -1,0 +1,67 @@
+-- functions/concurrency.sql: harvest._resolve_key, harvest._flow_task_columns,
+-- harvest.declare_flow_policies, harvest._admit_candidates, harvest._in_flight,
+-- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
+-- harvest.concurrency_status.
+BEGIN;
+SELECT plan(22);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Key paths.
+SELECT is(harvest._resolve_key('[{"tenant_id": "acme"}]', 'input.tenant_id'), 'acme', 'input.X is the first argument''s field X');
+SELECT is(harvest._resolve_key('[{"a": {"b": 7}}]', 'input.a.b'), '7', 'nested fields; a number keys as its text');
+SELECT is(harvest._resolve_key('["k"]', 'input'), 'k', 'input alone is the first argument');
+SELECT is(harvest._resolve_key('[{}]', 'input.tenant_id'), NULL, 'a missing field: no key (no gate)');
+SELECT throws_ok($$SELECT harvest._resolve_key('[]', 'args.x')$$, 'HR001', NULL, 'a path not under input: HR001');
+
+-- Gate columns from activity options (the tasks_flow_columns trigger).
+SELECT is((harvest._flow_task_columns(jsonb_populate_record(NULL::harvest.tasks,
+          '{"kind": "activity", "activity_name": "act", "input": [{"t": "x"}],
+            "options": {"max_concurrent": 2, "concurrency_key": "k", "rate_limit": {"rps": 1, "key": "input.t"}}}'))).rate_key,
+          'dyn-rate:input.t:x', '_flow_task_columns(): a per-key rate limit gets one bucket per value');
+
+-- Policies.
+SELECT is(harvest.declare_flow_policies('{"workflows": {"wf_defer": {"concurrency": {"key": "input.t", "limit": 1}},
+    "wf_latest": {"concurrency": {"key": "input.t", "limit": 1, "on_conflict": "cancel_running"}}},
+    "activities": {"capped": {"max_concurrent": 1, "concurrency_key": "k1"}}}'), 3,
+          'declare_flow_policies() writes each declared policy');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"concurrency": {"key": "input", "limit": 0}}}}')$$,
+                 'HR001', 'workflow x: concurrency limit must be >= 1', 'a limit below 1: HR001');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"concurrency": {"key": "input", "limit": 1, "on_conflict": "nope"}}}}')$$,
+                 'HR001', NULL, 'an unknown on_conflict: HR001');
+
+-- Defer: the second run of a key waits at the claim; the slot returns when the first ends.
+CREATE TEMP TABLE d ON COMMIT DROP AS
+SELECT n, (harvest.start_workflow('wf_defer', '[{"t": "a"}]', 'd' || n, 'dq')).execution_id FROM generate_series(1, 2) AS n;
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['dq'], 10)), 1::bigint, 'defer: one run of the key is admitted');
+SELECT is(harvest._in_flight('workflow', 'a'), 1::bigint, '_in_flight(): the admitted run holds a workflow slot');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM d WHERE n = 2)),
+          '2030-01-01 00:00:00.2+00'::timestamptz, 'the refused first task steps back 200 ms');
+SELECT results_eq($$SELECT key, task_type, max_concurrent, in_flight, pending FROM harvest.concurrency_status('a')$$,
+                  $$VALUES ('a'::text, 'workflow'::text, 1, 1::bigint, 1::bigint)$$, 'concurrency_status(): a deferred run is pending');
+SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM d WHERE n = 1), 'x')$$, 'setup: the first run ends');
+SELECT is(harvest._in_flight('workflow', 'a'), 0::bigint, 'the slot returned with the run''s end (_flow_release)');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';
+SELECT results_eq($$SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['dq'], 10)$$,
+                  $$SELECT execution_id FROM d WHERE n = 2$$, 'the waiting run is admitted next');
+
+-- Activity caps through _admit_candidates and _after_gated_claim.
+SELECT harvest.start_workflow('wf_act', '[]', 'acts', 'aq0');
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
+    'type', 'schedule_activity', 'seq', i, 'name', 'capped', 'input', '[]'::jsonb, 'queue', 'aq',
+    'options', '{"max_concurrent": 2, "concurrency_key": "k2"}'::jsonb)) FROM generate_series(1, 3) AS i))
+FROM harvest.claim_tasks('w', ARRAY['aq0']) AS c;
+SELECT is(cardinality(harvest._admit_candidates((SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'aq'), harvest.now())),
+          2, '_admit_candidates(): admits up to the cap');
+SELECT lives_ok($$SELECT harvest._after_gated_claim(ARRAY[]::bigint[], harvest.now())$$, '_after_gated_claim() of nothing');
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['aq'], 10)), 2::bigint, 'claim_tasks(): two of three under a cap of 2');
+SELECT is(harvest._in_flight('activity', 'k2'), 2::bigint, 'in flight = running rows of the key');
+
+-- Latest wins.
+SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l1', 'lq');
+SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l2', 'lq');
+SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'l1'), 'CANCELLED', 'cancel_running: the older run is cancelled');
+SELECT is(cardinality(harvest._supersede('wf_latest', 'z', 1, gen_random_uuid())), 1,
+          '_supersede() sheds the runs beyond limit - 1');
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,27 @@
+-- functions/mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
+-- harvest.mutex_tick, harvest.mutex_status, harvest._mutex_on_marker (through the events_mutex trigger).
+BEGIN;
+SELECT plan(8);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+CREATE TEMP TABLE m ON COMMIT DROP AS
+SELECT n, (harvest.start_workflow('wf_m', '[]', 'm' || n, 'mq')).execution_id FROM generate_series(1, 2) AS n;
+-- Both ask for key K with a mutex_acquire marker (what ctx.mutex sends).
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1,
+    '[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "K"}}]')
+FROM harvest.claim_tasks('w', ARRAY['mq'], 10) AS c;
+SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.mutex_status('K')$$,
+    $$SELECT (SELECT execution_id FROM m WHERE n = 1), jsonb_build_array((SELECT execution_id FROM m WHERE n = 2))$$,
+    'mutex_status(): one holder, one FIFO waiter (harvest._mutex_on_marker via the trigger)');
+SELECT is((SELECT event_data FROM harvest.events WHERE event_type = 'MutexAcquired'
+           AND execution_id = (SELECT execution_id FROM m WHERE n = 1)), '{"seq": 1, "key": "K"}'::jsonb,
+          'the holder gets MutexAcquired{seq, key}');
+SELECT lives_ok($$SELECT harvest._mutex_marker((SELECT execution_id FROM m WHERE n = 1), 2, 'mutex_release', 'K')$$,
+                '_mutex_marker(): release');
+SELECT is((SELECT holder_execution_id FROM harvest.mutex_status('K')), (SELECT execution_id FROM m WHERE n = 2),
+          'the next waiter holds the key (_mutex_grant_next)');
+SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM m WHERE n = 2), 'x')$$, 'setup: the holder ends');
+SELECT is_empty($$SELECT * FROM harvest.mutex_status('K')$$, 'a run that ends releases its keys (_mutex_release_all)');
+SELECT is(harvest.mutex_tick(), 0, 'mutex_tick(): nothing to grant');
+SELECT is(harvest._mutex_grant_next('K'), false, '_mutex_grant_next() of a key nobody waits for');
+SELECT * FROM finish();
+ROLLBACK;

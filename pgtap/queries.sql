@@ -1,0 +1,290 @@
+-- functions/queries.sql: harvest.request_query, harvest.request_update,
+-- harvest.update_with_start, harvest.claim_queries, harvest.answer_query,
+-- harvest.accept_update, harvest._complete_update (the complete_update command of
+-- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
+-- and the helpers harvest._check_query_args and harvest._notify_query_answer.
+BEGIN;
+SELECT plan(98);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- An idle run of q_wf on queue qq (first workflow task done, no task left).
+CREATE TEMP TABLE runs (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.idle(p_key text) RETURNS uuid LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM harvest.start_workflow('q_wf', '[]', p_key, 'qq_' || p_key);
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['qq_' || p_key], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, '[]');
+    INSERT INTO runs VALUES (p_key, v_task.execution_id);
+    RETURN v_task.execution_id;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT execution_id FROM runs WHERE key = p_key;
+$fn$;
+CREATE FUNCTION pg_temp.last_event_id(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT last_event_id FROM harvest.executions WHERE id = p_id;
+$fn$;
+CREATE FUNCTION pg_temp.req(p_id bigint) RETURNS harvest.query_requests LANGUAGE sql AS $fn$
+    SELECT * FROM harvest.query_requests WHERE id = p_id;
+$fn$;
+CREATE TEMP TABLE ids (key text PRIMARY KEY, id bigint) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.id(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT id FROM ids WHERE key = p_key;
+$fn$;
+
+-- ---------------------------------------------------------------- request_query
+SELECT isnt(pg_temp.idle('a'), NULL, 'setup: an idle run on queue qq_a');
+SELECT lives_ok($$SELECT harvest.register_worker('w1', ARRAY['qq_a'], 'host', 1, 5)$$,
+                'setup: a live worker polls qq_a');
+INSERT INTO ids VALUES ('q1', harvest.request_query(pg_temp.run('a'), 'status', '{"verbose": true}', 60));
+SELECT ok(pg_temp.id('q1') IS NOT NULL, 'request_query() returns the request id');
+SELECT results_eq(
+    $$SELECT kind, name, arg, queue, status, update_id, created_at, expires_at FROM harvest.query_requests
+      WHERE id = pg_temp.id('q1')$$,
+    $$VALUES ('query'::text, 'status'::text, '{"verbose": true}'::jsonb, 'qq_a'::text, 'pending'::text, NULL::text,
+              '2030-01-01 00:00:00+00'::timestamptz, '2030-01-01 00:01:00+00'::timestamptz)$$,
+    'the request is a pending query row on the run''s task queue, expiring after the timeout');
+SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 2::bigint, 'a query writes nothing to the history');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('a')), 0::bigint,
+          'and wakes no workflow task');
+INSERT INTO ids VALUES ('q2', harvest.request_query(pg_temp.run('a'), 'status'));
+SELECT results_eq($$SELECT arg, expires_at FROM harvest.query_requests WHERE id = pg_temp.id('q2')$$,
+                  $$VALUES ('null'::jsonb, '2030-01-01 00:00:10+00'::timestamptz)$$,
+                  'defaults: a null arg and a 10 s timeout');
+SELECT throws_ok($$SELECT harvest.request_query('00000000-0000-4000-8000-00000000abcd', 'status')$$, 'HR002',
+                 'execution 00000000-0000-4000-8000-00000000abcd does not exist', 'an unknown execution: HR002');
+SELECT throws_ok(format($$SELECT harvest.request_query(%L, '  ')$$, pg_temp.run('a')), 'HR001',
+                 'query or update name is empty', 'a blank name: HR001');
+SELECT throws_ok(format($$SELECT harvest.request_query(%L, 's', 'null', 0)$$, pg_temp.run('a')), 'HR001',
+                 'timeout 0 is out of range: give seconds in (0, 86400]', 'a zero timeout: HR001');
+SELECT throws_ok(format($$SELECT harvest.request_query(%L, 's', 'null', NULL)$$, pg_temp.run('a')), 'HR001',
+                 NULL, 'a NULL timeout: HR001');
+SELECT throws_ok($$SELECT harvest._check_query_args('s', 86401)$$, 'HR001', NULL,
+                 '_check_query_args() refuses more than a day');
+SELECT lives_ok($$SELECT harvest._check_query_args('s', 86400)$$, '_check_query_args() takes a day');
+
+-- ---------------------------------------------------------------- claim_queries
+SELECT throws_ok($$SELECT * FROM harvest.claim_queries('', ARRAY['qq_a'])$$, 'HR001', 'worker id is empty',
+                 'claim_queries() needs a worker id');
+SELECT throws_ok($$SELECT * FROM harvest.claim_queries('w1', ARRAY[]::text[])$$, 'HR001', 'no queues given',
+                 'claim_queries() needs queues');
+SELECT is_empty($$SELECT * FROM harvest.claim_queries('w1', ARRAY['elsewhere'])$$,
+                'nothing is claimed from other queues');
+CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM harvest.claim_queries('w1', ARRAY['qq_a'], 1, 30);
+SELECT results_eq(
+    $$SELECT request_id, kind, execution_id, workflow_name, workflow_id, task_queue, execution_status, name, arg,
+             update_id FROM c1$$,
+    $$VALUES (pg_temp.id('q1'), 'query'::text, pg_temp.run('a'), 'q_wf'::text, 'a'::text, 'qq_a'::text,
+              'RUNNING'::text, 'status'::text, '{"verbose": true}'::jsonb, NULL::text)$$,
+    'claim_queries() hands out the oldest request with what the worker needs to rebuild the run');
+SELECT results_eq($$SELECT status, claimed_by, lease_expires_at FROM harvest.query_requests WHERE id = pg_temp.id('q1')$$,
+                  $$VALUES ('running'::text, 'w1'::text, '2030-01-01 00:00:30+00'::timestamptz)$$,
+                  'the claimed request is running under a lease');
+SELECT results_eq($$SELECT request_id FROM harvest.claim_queries('w1', ARRAY['qq_a'], 10)$$,
+                  $$VALUES (pg_temp.id('q2'))$$, 'a claimed request is not handed out again; the next one is');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT results_eq($$SELECT request_id FROM harvest.claim_queries('w2', ARRAY['qq_a'], 10)$$,
+                  $$VALUES (pg_temp.id('q1'))$$,
+                  'after its lease ran out another worker claims it (the expired q2 is skipped)');
+SELECT is((pg_temp.req(pg_temp.id('q1'))).claimed_by, 'w2', 'the new claimer holds it');
+
+-- ---------------------------------------------------------------- answer_query
+SELECT is(harvest.answer_query(pg_temp.id('q1'), 'w1', '"late"'), NULL,
+          'answer_query() by a worker that lost the request returns NULL');
+SELECT is(harvest.answer_query(pg_temp.id('q1'), 'w2', '{"state": "waiting"}'), 'completed',
+          'answer_query() by the claimer completes the query');
+SELECT results_eq($$SELECT status, answer, error, answered_at, lease_expires_at FROM harvest.query_requests
+                    WHERE id = pg_temp.id('q1')$$,
+                  $$VALUES ('completed'::text, '{"state": "waiting"}'::jsonb, NULL::jsonb,
+                            '2030-01-01 00:00:31+00'::timestamptz, NULL::timestamptz)$$,
+                  'the answer is stored');
+SELECT is(harvest.answer_query(pg_temp.id('q1'), 'w2', '1'), NULL, 'a second answer returns NULL');
+SELECT is((pg_temp.req(pg_temp.id('q1'))).answer, '{"state": "waiting"}'::jsonb, 'and changes nothing');
+INSERT INTO ids VALUES ('q3', harvest.request_query(pg_temp.run('a'), 'nope', 'null', 60));
+SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim q3');
+SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'w1', NULL, '"oops"')$$, pg_temp.id('q3')), 'HR001',
+                 'error must be a JSON object {error_type, message, ...}', 'an error that is not an object: HR001');
+SELECT is(harvest.answer_query(pg_temp.id('q3'), 'w1', NULL,
+                               '{"error_type": "UnknownQuery", "message": "no query handler"}'), 'failed',
+          'answer_query() with an error fails the query');
+SELECT results_eq($$SELECT status, answer, error ->> 'error_type' FROM harvest.query_requests WHERE id = pg_temp.id('q3')$$,
+                  $$VALUES ('failed'::text, NULL::jsonb, 'UnknownQuery'::text)$$, 'the error is stored, no answer');
+SELECT is(harvest.answer_query(999999, 'w1', '1'), NULL, 'answering an unknown request returns NULL');
+
+-- ---------------------------------------------------------------- request_update and accept_update
+CREATE TEMP TABLE u1 ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('a'), 'decide', '"yes"', 'u1', 60);
+SELECT results_eq($$SELECT update_id, status FROM u1$$, $$VALUES ('u1'::text, 'pending'::text)$$,
+                  'request_update() returns a pending request for the update id');
+SELECT results_eq($$SELECT kind, name, arg, update_id, status FROM harvest.query_requests
+                    WHERE id = (SELECT request_id FROM u1)$$,
+                  $$VALUES ('update'::text, 'decide'::text, '"yes"'::jsonb, 'u1'::text, 'pending'::text)$$,
+                  'an update request row');
+SELECT results_eq($$SELECT request_id, status FROM harvest.request_update(pg_temp.run('a'), 'decide', '"yes"', 'u1', 60)$$,
+                  $$SELECT request_id, 'pending'::text FROM u1$$,
+                  'asking again with the same update id returns the same request');
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'other', 'null', 'u1')$$, pg_temp.run('a')),
+                 'HR001', format('update id u1 is already used by update "decide" on execution %s', pg_temp.run('a')),
+                 'the same update id for another update: HR001');
+SELECT matches((SELECT update_id FROM harvest.request_update(pg_temp.run('a'), 'decide')),
+               '^[0-9a-f]{8}-[0-9a-f]{4}-', 'without an update id one is minted (a uuid)');
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'null', '')$$, pg_temp.run('a')),
+                 'HR001', 'update id is empty', 'an empty update id: HR001');
+SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 2::bigint, 'requesting an update writes no history');
+
+DELETE FROM harvest.query_requests WHERE kind = 'update' AND update_id <> 'u1';
+CREATE TEMP TABLE cu ON COMMIT DROP AS SELECT * FROM harvest.claim_queries('w1', ARRAY['qq_a']);
+SELECT results_eq($$SELECT kind, update_id, name FROM cu$$, $$VALUES ('update'::text, 'u1'::text, 'decide'::text)$$,
+                  'a worker claims the update to validate it');
+SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'w1', '1')$$, (SELECT request_id FROM u1)), 'HR001', NULL,
+                 'an update is not answered without an error (accept it instead): HR001');
+SELECT is(harvest.accept_update((SELECT request_id FROM u1), 'w2'), NULL, 'accept_update() by another worker: NULL');
+SELECT is(harvest.accept_update((SELECT request_id FROM u1), 'w1'), 'accepted', 'accept_update() by the claimer');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('a') AND event_id > 2$$,
+    $$VALUES (3::bigint, 'UpdateAccepted'::text, '{"update_id": "u1", "name": "decide", "input": "yes"}'::jsonb)$$,
+    'UpdateAccepted{update_id, name, input} is appended');
+SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('a')$$,
+                  $$VALUES ('workflow'::text, 'pending'::text)$$, 'the workflow is woken');
+SELECT is((pg_temp.req((SELECT request_id FROM u1))).status, 'accepted', 'the request is accepted');
+SELECT is(harvest.accept_update((SELECT request_id FROM u1), 'w1'), NULL, 'accepting twice returns NULL');
+INSERT INTO ids VALUES ('q4', harvest.request_query(pg_temp.run('a'), 'status', 'null', 60));
+SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim a query');
+SELECT throws_ok(format($$SELECT harvest.accept_update(%s, 'w1')$$, pg_temp.id('q4')), 'HR001',
+                 format('request %s is a query, not an update', pg_temp.id('q4')), 'accept_update() of a query: HR001');
+SELECT is(harvest.accept_update(999999, 'w1'), NULL, 'accept_update() of an unknown request: NULL');
+
+-- ---------------------------------------------------------------- complete_update (_complete_update)
+CREATE TEMP TABLE wt ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('decider', ARRAY['qq_a'], 1);
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 3,
+                          '[{"type": "complete_update", "seq": 1, "update_id": "never"}]')$$,
+                        (SELECT task_id FROM wt), (SELECT fencing_token FROM wt)), 'HR001',
+                 format('complete_update: update never was never accepted by execution %s', pg_temp.run('a')),
+                 'complete_update of an update id never accepted: HR001');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 3,
+                          '[{"type": "complete_update", "seq": 1}]')$$,
+                        (SELECT task_id FROM wt), (SELECT fencing_token FROM wt)), 'HR001',
+                 'command complete_update needs "update_id" as a JSON string, got nothing',
+                 'complete_update without an update_id: HR001');
+SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 3::bigint, 'refused commands wrote nothing');
+SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 3,
+                          '[{"type": "complete_update", "seq": 1, "update_id": "u1", "result": {"ok": true}}]')$$,
+                        (SELECT task_id FROM wt), (SELECT fencing_token FROM wt)),
+                  $$VALUES (5::bigint, 'RUNNING'::text)$$, 'complete_workflow_task() applies complete_update');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('a') AND event_id > 3$$,
+    $$VALUES (4::bigint, 'WorkflowTaskCompleted'::text, '{"through": 3, "worker_id": null}'::jsonb),
+             (5, 'UpdateCompleted', '{"seq": 1, "update_id": "u1", "result": {"ok": true}, "failure": null}')$$,
+    'UpdateCompleted{seq, update_id, result, failure} is the command event');
+SELECT results_eq($$SELECT status, answer, error FROM harvest.query_requests WHERE id = (SELECT request_id FROM u1)$$,
+                  $$VALUES ('completed'::text, '{"ok": true}'::jsonb, NULL::jsonb)$$,
+                  'the update''s request is answered with the result');
+
+-- A failed handler, and the history answering a re-request after the rows are gone.
+CREATE TEMP TABLE u2 ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('a'), 'decide', '"no"', 'u2', 60);
+SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u2');
+SELECT is(harvest.accept_update((SELECT request_id FROM u2), 'w1'), 'accepted', 'setup: accept u2');
+CREATE TEMP TABLE wt2 ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('decider', ARRAY['qq_a'], 1);
+SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 6,
+                         '[{"type": "complete_update", "seq": 2, "update_id": "u2",
+                            "failure": {"error_type": "KeyError", "message": "x", "non_retryable": true}}]')$$,
+                       (SELECT task_id FROM wt2), (SELECT fencing_token FROM wt2)),
+                'complete_update with a failure');
+SELECT results_eq($$SELECT status, answer, error ->> 'error_type' FROM harvest.query_requests
+                    WHERE id = (SELECT request_id FROM u2)$$,
+                  $$VALUES ('failed'::text, NULL::jsonb, 'KeyError'::text)$$, 'the request is answered failed');
+SELECT is((SELECT event_data -> 'result' FROM harvest.events WHERE execution_id = pg_temp.run('a') AND event_id = 8),
+          'null'::jsonb, 'a failed update records a null result');
+DELETE FROM harvest.query_requests WHERE kind = 'update';
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u1', 60)$$,
+                  $$VALUES ('completed'::text)$$, 'a completed update asked again is answered from the history');
+SELECT results_eq($$SELECT answer FROM harvest.query_requests WHERE update_id = 'u1'$$,
+                  $$VALUES ('{"ok": true}'::jsonb)$$, 'with its recorded result');
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u2', 60)$$,
+                  $$VALUES ('failed'::text)$$, 'a failed one is answered failed');
+SELECT is((SELECT error ->> 'error_type' FROM harvest.query_requests WHERE update_id = 'u2'), 'KeyError',
+          'with its recorded failure');
+SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 8::bigint, 'and nothing is appended');
+
+-- An accepted update asked again: accepted (running run), or failed once the run ended.
+CREATE TEMP TABLE u3 ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u3', 60);
+SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u3');
+SELECT is(harvest.accept_update((SELECT request_id FROM u3), 'w1'), 'accepted', 'setup: accept u3');
+DELETE FROM harvest.query_requests WHERE update_id = 'u3';
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u3', 60)$$,
+                  $$VALUES ('accepted'::text)$$, 'an accepted, unfinished update asked again is accepted');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('a') AND event_type = 'UpdateAccepted'
+           AND event_data ->> 'update_id' = 'u3'), 1::bigint, 'UpdateAccepted is recorded once per update id');
+
+-- ---------------------------------------------------------------- get_query_request
+SELECT is(harvest.worker_heartbeat('w1'), 'active', 'setup: w1 heartbeats');
+SELECT results_eq(
+    $$SELECT request_id, kind, status, execution_status, live_workers, queue FROM harvest.get_query_request(pg_temp.id('q1'))$$,
+    $$VALUES (pg_temp.id('q1'), 'query'::text, 'completed'::text, 'RUNNING'::text, 1, 'qq_a'::text)$$,
+    'get_query_request() returns the request, the run''s status and the live workers of its queue');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:45+00';
+SELECT is((SELECT live_workers FROM harvest.get_query_request(pg_temp.id('q1'))), 0,
+          'a worker whose heartbeat is older than twice its interval is not live');
+SELECT throws_ok($$SELECT * FROM harvest.get_query_request(999999)$$, 'HR002',
+                 'query request 999999 does not exist (it may have expired)', 'an unknown request: HR002');
+
+-- ---------------------------------------------------------------- a run that ended
+SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('a'))$$, 'setup: the run ends');
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'null', 'u4')$$, pg_temp.run('a')),
+                 'HR005', format('cannot update execution %s: it is already TERMINATED', pg_temp.run('a')),
+                 'a new update for an ended run: HR005');
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u3', 60)$$,
+                  $$VALUES ('accepted'::text)$$, 'the live row of u3 is returned as it is');
+DELETE FROM harvest.query_requests WHERE update_id = 'u3';
+SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u3', 60)$$,
+                  $$VALUES ('failed'::text)$$, 'an accepted update of an ended run that never completed is failed');
+SELECT is((SELECT error ->> 'error_type' FROM harvest.query_requests WHERE update_id = 'u3'), 'WorkflowNotRunning',
+          'with a WorkflowNotRunning error');
+SELECT ok(harvest.request_query(pg_temp.run('a'), 'status') IS NOT NULL, 'an ended run can still be queried');
+
+SELECT isnt(pg_temp.idle('b'), NULL, 'setup: another idle run');
+CREATE TEMP TABLE ub ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('b'), 'decide', 'null', 'ub', 60);
+SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_b'])), 1::bigint, 'setup: claim it');
+SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('b'))$$, 'setup: the run ends while validating');
+SELECT is(harvest.accept_update((SELECT request_id FROM ub), 'w1'), 'rejected', 'accept_update() of an ended run: rejected');
+SELECT results_eq($$SELECT status, error ->> 'error_type' FROM harvest.query_requests WHERE id = (SELECT request_id FROM ub)$$,
+                  $$VALUES ('rejected'::text, 'WorkflowNotRunning'::text)$$, 'with a WorkflowNotRunning error');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('b') AND event_type = 'UpdateAccepted'),
+          0::bigint, 'and no UpdateAccepted');
+
+-- ---------------------------------------------------------------- update_with_start
+CREATE TEMP TABLE uws1 ON COMMIT DROP AS
+SELECT * FROM harvest.update_with_start('uws_wf', 'uws-1', 'bump', '2', '[7]', 'uws_q', 'k1', 60);
+SELECT results_eq($$SELECT workflow_id, started_fresh, update_id, status FROM uws1$$,
+                  $$VALUES ('uws-1'::text, true, 'k1'::text, 'pending'::text)$$,
+                  'update_with_start() with no run: starts one and requests the update');
+SELECT results_eq($$SELECT workflow_name, input, task_queue FROM harvest.executions WHERE id = (SELECT execution_id FROM uws1)$$,
+                  $$VALUES ('uws_wf'::text, '[7]'::jsonb, 'uws_q'::text)$$, 'the run has the name, input and queue');
+SELECT results_eq($$SELECT execution_id, started_fresh, status FROM harvest.update_with_start('uws_wf', 'uws-1', 'bump', '3')$$,
+                  $$SELECT execution_id, false, 'pending'::text FROM uws1$$,
+                  'update_with_start() over a running run attaches to it');
+SELECT is((SELECT count(*) FROM harvest.query_requests WHERE execution_id = (SELECT execution_id FROM uws1)), 2::bigint,
+          'two update requests on the one run');
+SELECT throws_ok($$SELECT * FROM harvest.update_with_start('uws_wf', '', 'bump')$$, 'HR001',
+                 'update_with_start needs a workflow_id', 'update_with_start() without a workflow_id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.update_with_start('uws_wf', 'uws-2', '')$$, 'HR001',
+                 'query or update name is empty', 'update_with_start() with no update name: HR001');
+SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_id = 'uws-2'$$, 'a refused call starts nothing');
+
+-- ---------------------------------------------------------------- expire_query_requests and notifications
+SELECT lives_ok($$SELECT harvest._notify_query_answer(1)$$, '_notify_query_answer() notifies');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:59+00';
+SELECT is(harvest.expire_query_requests(), (SELECT count(*)::integer FROM harvest.query_requests
+                                            WHERE expires_at <= '2030-01-01 00:00:59+00'),
+          'expire_query_requests() deletes the requests past their deadline');
+SELECT is((SELECT count(*) FROM harvest.query_requests WHERE expires_at <= '2030-01-01 00:00:59+00'), 0::bigint,
+          'none is left');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+SELECT is(harvest.expire_query_requests(2), 2, 'expire_query_requests(limit) deletes at most limit rows');
+SELECT cmp_ok(harvest.expire_query_requests(), '>', 0, 'the rest goes on the next call');
+SELECT is_empty($$SELECT 1 FROM harvest.query_requests$$, 'the table is empty');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,39 @@
+-- functions/ratelimit.sql: harvest._bucket_now, harvest._lock_rate_buckets,
+-- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
+-- harvest.clear_rate_limit_override, harvest.get_rate_limit.
+BEGIN;
+SELECT plan(12);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+SELECT harvest.declare_flow_policies('{"activities": {"paced": {"rate_limit": {"rps": 2, "burst": 2, "key": null}},
+                                                       "keyed": {"rate_limit": {"rps": 2, "burst": 1, "key": "input.t"}}}}');
+SELECT harvest.start_workflow('wf_rate', '[]', 'r', 'rq0');
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
+    'type', 'schedule_activity', 'seq', i, 'name', 'paced', 'input', '[]'::jsonb, 'queue', 'rq',
+    'options', '{"rate_limit": {"rps": 2, "burst": 2, "key": null}}'::jsonb)) FROM generate_series(1, 5) AS i))
+FROM harvest.claim_tasks('w', ARRAY['rq0']) AS c;
+
+SELECT is((SELECT count(DISTINCT rate_key) FROM harvest.tasks WHERE queue = 'rq'), 1::bigint, 'static limit: one bucket');
+SELECT is(harvest._lock_rate_buckets((SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'rq'), harvest.now()),
+          ARRAY['rate:paced'], '_lock_rate_buckets() creates and locks the bucket');
+SELECT results_eq($$SELECT tokens, rps, burst FROM harvest._bucket_now('rate:paced', harvest.now())$$,
+                  $$VALUES (2::double precision, 2::double precision, 2::double precision)$$, 'a new bucket is full');
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 2::bigint, 'claim: the burst of 2 is admitted');
+SELECT is((SELECT tokens FROM harvest._bucket_now('rate:paced', harvest.now())), 0::double precision,
+          'the claim paid for both (_debit_rate_buckets)');
+SELECT lives_ok($$SELECT harvest._debit_rate_buckets(ARRAY[]::bigint[], harvest.now())$$, '_debit_rate_buckets() of nothing');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00.5+00';
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 1::bigint, 'half a second at 2/s: one more');
+
+-- Overrides.
+SELECT is(harvest._override_bucket('paced'), 'rate:paced', '_override_bucket(): the static bucket');
+SELECT results_eq($$SELECT override_rps, override_expires_at FROM harvest.set_rate_limit_override('paced', 20, 5, 10)$$,
+                  $$VALUES (20::double precision, '2030-01-01 00:00:10.5+00'::timestamptz)$$, 'set_rate_limit_override()');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:11+00';
+SELECT is((SELECT override_rps FROM harvest.get_rate_limit('paced')), NULL, 'get_rate_limit(): the override expired by itself');
+SELECT is(harvest.clear_rate_limit_override('paced'), false, 'clear_rate_limit_override() of an expired one: false');
+SELECT throws_ok($$SELECT * FROM harvest.set_rate_limit_override('keyed', 5)$$, 'HR007', NULL,
+                 'an override of a per-key policy is a conflict');
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,215 @@
+"""Per-key workflow concurrency (defer, latest wins), quotas and rate limits, on a real Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from harvest import App, activity, workflow
+from harvest.errors import PolicyConflict, QuotaExceeded
+from harvest.flow_control import Concurrency, Quota, RateLimit
+
+gate = threading.Event()
+
+
+@workflow(concurrency=Concurrency(key="input.tenant_id", limit=2, on_conflict="defer"))
+async def deferred(ctx, order: dict) -> str:
+    await ctx.sleep(0.3)
+    return order["tenant_id"]
+
+
+@workflow(concurrency=Concurrency(key="input.doc_id", limit=1, on_conflict="cancel_running"))
+async def indexer(ctx, doc: dict) -> str:
+    await ctx.sleep(3600)
+    return "indexed"
+
+
+@workflow(quota=Quota(key="input.tenant_id", max_active_executions=3))
+async def metered(ctx, order: dict) -> str:
+    await ctx.sleep(3600)
+    return "done"
+
+
+@activity(rate_limit=RateLimit(rps=5, burst=1))
+async def paced(ctx, n: int) -> float:
+    return time.monotonic()
+
+
+@activity(rate_limit=RateLimit(rps=5, key="input.tenant"))
+async def per_tenant(ctx, order: dict) -> None:
+    return None
+
+
+@workflow
+async def pacer(ctx, n: int) -> list:
+    return list(await asyncio.gather(*(ctx.execute_activity(paced, i) for i in range(n))))
+
+
+APP = App(workflows=[deferred, indexer, metered, pacer], activities=[paced, per_tenant])
+
+
+def declare(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+
+
+def test_defer_runs_at_most_limit_per_key_and_all_finish(db, start_worker, client) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    handles = [client.start_workflow(deferred, {"tenant_id": "acme"}) for _ in range(5)]
+    handles.append(client.start_workflow(deferred, {"tenant_id": "other"}))
+    peaks: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(db, autocommit=True) as conn:
+            while not stop.is_set():
+                peaks.append(conn.execute(
+                    "SELECT count(*) FROM harvest.workflow_slots AS s JOIN harvest.executions AS e "
+                    "ON e.id = s.execution_id WHERE s.concurrency_key = 'acme' AND e.status = 'RUNNING'"
+                ).fetchone()[0])
+                time.sleep(0.01)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        start_worker(APP, concurrency=10)
+        results = [h.result(timeout=60) for h in handles]
+    finally:
+        stop.set()
+        sampler.join()
+    assert results == ["acme"] * 5 + ["other"]
+    assert max(peaks) == 2, max(peaks)
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.workflow_slots").fetchone()[0] == 0, \
+            "slots are given back when runs end"
+
+
+def test_defer_holds_the_first_task_while_the_key_is_full(db, client) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+        ids = [client.start_workflow(deferred, {"tenant_id": "t"}).execution_id for _ in range(3)]
+        claimed = [r[0] for r in conn.execute(
+            "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchall()]
+        assert sorted(map(str, claimed)) == sorted(ids[:2])
+        status = conn.execute("SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
+                              "FROM harvest.concurrency_status('t')").fetchall()
+        assert status == [("t", "workflow", 2, 2, 1,
+                           [{"workflow_name": "deferred", "on_conflict": "defer"}])]
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'make room')", (ids[0],))
+        conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (time_plus(conn, 1),))
+        later = [r[0] for r in conn.execute(
+            "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchall()]
+        assert [str(x) for x in later] == [ids[2]]
+
+
+def time_plus(conn: psycopg.Connection, secs: float) -> str:
+    return conn.execute("SELECT (now() + make_interval(secs => %s))::text", (secs,)).fetchone()[0]
+
+
+def test_latest_wins_cancels_the_oldest_run_of_the_same_key_only(db, client) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+        a = client.start_workflow(indexer, {"doc_id": "d1"})
+        other_key = client.start_workflow(indexer, {"doc_id": "d2"})
+        b = client.start_workflow(indexer, {"doc_id": "d1"})
+        rows = dict(conn.execute("SELECT id::text, status FROM harvest.executions").fetchall())
+        assert rows[a.execution_id] == "CANCELLED"
+        assert rows[b.execution_id] == "RUNNING" and rows[other_key.execution_id] == "RUNNING"
+        event = conn.execute("SELECT event_data FROM harvest.events WHERE execution_id = %s "
+                             "AND event_type = 'WorkflowCancelled'", (a.execution_id,)).fetchone()[0]
+        assert event == {"details": {"superseded_by": b.execution_id}}
+
+
+def test_latest_wins_converges_under_concurrent_starts(db, client) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    errors: list[BaseException] = []
+
+    def starter(n: int) -> None:
+        try:
+            for _ in range(5):
+                client.start_workflow(indexer, {"doc_id": "hot"})
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=starter, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    with psycopg.connect(db, autocommit=True) as conn:
+        running = conn.execute("SELECT count(*) FROM harvest.executions WHERE concurrency_key = 'hot' "
+                               "AND status = 'RUNNING'").fetchone()[0]
+        cancelled = conn.execute("SELECT count(*) FROM harvest.executions WHERE concurrency_key = 'hot' "
+                                 "AND status = 'CANCELLED'").fetchone()[0]
+    assert (running, cancelled) == (1, 39)
+
+
+def test_quota_refuses_the_start_naming_quota_key_and_usage(db, client) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    for _ in range(3):
+        client.start_workflow(metered, {"tenant_id": "acme"})
+    client.start_workflow(metered, {"tenant_id": "beta"})
+    with pytest.raises(QuotaExceeded) as info:
+        client.start_workflow(metered, {"tenant_id": "acme"})
+    err = info.value
+    assert (err.quota, err.key, err.usage, err.limit) == ("max_active_executions", "acme", 3, 3)
+    assert "max_active_executions" in str(err) and '"acme"' in str(err) and "usage 3 of 3" in str(err)
+
+
+def test_quota_holds_under_concurrent_starts(db, client) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+    outcomes: list[str] = []
+
+    def starter() -> None:
+        for _ in range(3):
+            try:
+                client.start_workflow(metered, {"tenant_id": "race"})
+                outcomes.append("started")
+            except QuotaExceeded:
+                outcomes.append("refused")
+
+    threads = [threading.Thread(target=starter) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outcomes.count("started") == 3 and outcomes.count("refused") == 21
+
+
+def test_rate_limit_paces_claims(db, start_worker, client) -> None:
+    start_worker(APP, concurrency=10)
+    stamps = client.start_workflow(pacer, 6).result(timeout=60)
+    span = max(stamps) - min(stamps)
+    assert span >= 0.8, f"6 calls at 5/s with burst 1 take >= 1 s, took {span:.2f}s"
+
+
+def test_pacing_override_set_read_clear_and_expiry(db) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+        conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")
+        row = conn.execute("SELECT rps, burst, override_rps, override_expires_at::text "
+                           "FROM harvest.set_rate_limit_override('paced', 50, 10, 60)").fetchone()
+        assert row == (5.0, 1.0, 50.0, "2030-01-01 00:01:00+00")
+        conn.execute("SET harvest.fake_now = '2030-01-01 00:01:01+00'")
+        assert conn.execute("SELECT override_rps FROM harvest.get_rate_limit('paced')").fetchone() == (None,)
+        conn.execute("SELECT harvest.set_rate_limit_override('paced', 50)")
+        assert conn.execute("SELECT harvest.clear_rate_limit_override('paced')").fetchone() == (True,)
+        assert conn.execute("SELECT override_rps FROM harvest.get_rate_limit('paced')").fetchone() == (None,)
+
+
+def test_pacing_override_of_a_per_key_policy_is_a_conflict(db) -> None:
+    from harvest.db.sqlapi import SqlApi
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        declare(conn)
+        with pytest.raises(PolicyConflict, match="per-key rate limit"):
+            SqlApi(conn).set_rate_limit_override("per_tenant", 10)

@@ -1,0 +1,222 @@
+"""Queries and updates with a real worker on a real Postgres (docs/messages.md)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from harvest import App, Client, activity, query, update, workflow
+from harvest.errors import (
+    QueryFailed,
+    QueryTimeout,
+    UpdateFailed,
+    UpdateRejected,
+    WorkflowNotRunning,
+)
+from harvest.messaging import UpdateHandle
+
+
+def check_amount(ctx, amount: int) -> None:
+    if amount <= 0:
+        raise ValueError(f"amount must be positive, got {amount}")
+    if ctx.state["total"] + amount > 100:
+        raise ValueError("the budget is 100")
+
+
+@activity
+async def book(ctx, amount: int) -> str:
+    return f"booked {amount}"
+
+
+@workflow
+async def budget(ctx, owner: str) -> dict:
+    ctx.state.update(owner=owner, total=0, entries=[])
+    await ctx.wait_for_signal("close")
+    await ctx.drain_admitted_updates()
+    return {"total": ctx.state["total"], "entries": ctx.state["entries"]}
+
+
+@query(workflow="budget")
+def total(ctx) -> int:
+    return ctx.state["total"]
+
+
+@query(workflow="budget")
+def owner(ctx, shout: bool) -> str:
+    return ctx.state["owner"].upper() if shout else ctx.state["owner"]
+
+
+@query(workflow="budget")
+def broken(ctx) -> int:
+    raise RuntimeError("this query is broken")
+
+
+@update(workflow="budget", validator=check_amount)
+async def spend(ctx, amount: int) -> dict:
+    receipt = await ctx.execute_activity(book, amount)
+    ctx.state["total"] += amount
+    ctx.state["entries"].append(receipt)
+    return {"total": ctx.state["total"], "receipt": receipt}
+
+
+@update(workflow="budget")
+def fail_update(ctx) -> None:
+    raise KeyError("nope")
+
+
+@workflow
+async def counter(ctx) -> int:
+    count = 0
+
+    def bump(ctx, by: int) -> int:
+        nonlocal count
+        count += by
+        return count
+
+    ctx.register_query_handler("count", lambda ctx: count)
+    ctx.register_update_handler("bump", bump)
+    await ctx.wait_for_signal("stop")
+    return count
+
+
+app = App(workflows=[budget, counter], activities=[book], queries=[total, owner, broken],
+          updates=[spend, fail_update])
+
+
+def wait_until(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def event_types(handle) -> list[str]:
+    return [e["event_type"] for e in handle.history()]
+
+
+def settled(handle) -> None:
+    """The first workflow task is done and nothing is pending."""
+    wait_until(lambda: "WorkflowTaskCompleted" in event_types(handle))
+    with handle.client.sql() as sql:
+        conn = sql.conn
+        wait_until(lambda: conn.execute("SELECT count(*) FROM harvest.tasks WHERE execution_id = %s",
+                                        (handle.execution_id,)).fetchone()[0] == 0)
+
+
+def test_query_answers_from_current_state_without_writing_history(start_worker, client: Client):
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    before = len(handle.history())
+    assert handle.query("total") == 0
+    assert handle.query("owner", True) == "ANN"
+    assert handle.query("owner", False, timeout="5s") == "ann"
+    assert len(handle.history()) == before
+    with client.sql() as sql:
+        rows = sql.conn.execute("SELECT kind, status FROM harvest.query_requests").fetchall()
+    assert rows and all(r == ("query", "completed") for r in rows)
+
+
+def test_unknown_query_and_a_raising_handler_are_clear_errors(start_worker, client: Client):
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    with pytest.raises(QueryFailed, match="no query handler 'nope'; known: .*'owner'") as info:
+        handle.query("nope", timeout=10)
+    assert info.value.error_type == "UnknownQuery"
+    with pytest.raises(QueryFailed, match="RuntimeError: this query is broken"):
+        handle.query("broken", timeout=10)
+
+
+def test_no_worker_is_a_timeout_that_says_so(client: Client):
+    handle = client.start_workflow(budget, "ann")
+    started = time.monotonic()
+    with pytest.raises(QueryTimeout, match="no live worker polls task queue 'default'"):
+        handle.query("total", timeout=0.5)
+    assert time.monotonic() - started < 5
+
+
+def test_validator_rejects_without_writing_history(start_worker, client: Client):
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    before = handle.history()
+    with pytest.raises(UpdateRejected, match="amount must be positive") as info:
+        handle.update("spend", -5, timeout=10)
+    assert info.value.error_type == "ValueError"
+    with pytest.raises(UpdateRejected, match="no update handler 'nope'"):
+        handle.update("nope", 1, timeout=10)
+    with pytest.raises(UpdateRejected, match="PayloadError"):
+        handle.update("spend", "not a number", timeout=10)
+    assert handle.history() == before
+
+
+def test_accepted_update_is_recorded_once_and_returns_its_result(start_worker, client: Client):
+    start_worker(app)
+    handle = client.start_workflow(budget, "ann")
+    settled(handle)
+    assert handle.update("spend", 30, update_id="u-1", timeout=20) == {
+        "total": 30, "receipt": "booked 30"}
+    # Asking again with the same update id returns the recorded outcome; nothing runs twice.
+    assert handle.update("spend", 30, update_id="u-1", timeout=20) == {
+        "total": 30, "receipt": "booked 30"}
+    assert handle.query("total") == 30
+    with pytest.raises(UpdateRejected, match="the budget is 100"):
+        handle.update("spend", 80, timeout=10)
+    with pytest.raises(UpdateFailed, match="KeyError") as info:
+        handle.update("fail_update", timeout=10)
+    assert info.value.error_type == "KeyError"
+    handle.signal("close")
+    assert handle.result(timeout=30) == {"total": 30, "entries": ["booked 30"]}
+    types = event_types(handle)
+    assert types.count("UpdateAccepted") == 2 and types.count("UpdateCompleted") == 2
+    accepted = [e["event_data"] for e in handle.history() if e["event_type"] == "UpdateAccepted"]
+    assert accepted[0] == {"update_id": "u-1", "name": "spend", "input": 30}
+    # A finished run still answers queries (from a replay of its history), but takes no update.
+    assert handle.query("total") == 30
+    with pytest.raises(WorkflowNotRunning, match="COMPLETED"):
+        handle.update("spend", 1)
+
+
+def test_wait_accepted_returns_a_handle_and_drain_waits_for_it(start_worker, client: Client):
+    handle = client.start_workflow(budget, "bob")
+    accepted = None
+
+    # No worker yet: start one, then ask; the update returns once it is recorded.
+    start_worker(app)
+    settled(handle)
+    accepted = handle.update("spend", 10, wait="accepted", timeout=20)
+    assert isinstance(accepted, UpdateHandle)
+    assert "UpdateAccepted" in event_types(handle)
+    handle.signal("close")  # the workflow drains the admitted update before returning
+    assert accepted.result(timeout=20) == {"total": 10, "receipt": "booked 10"}
+    assert handle.result(timeout=30) == {"total": 10, "entries": ["booked 10"]}
+
+
+def test_update_with_start_starts_then_attaches(start_worker, client: Client):
+    start_worker(app)
+    first, result = client.update_with_start(counter, workflow_id="counter-1", update="bump",
+                                             update_arg=2, timeout=20)
+    assert first.started_fresh and result == 2
+    second, result = client.update_with_start(counter, workflow_id="counter-1", update="bump",
+                                              update_arg=3, timeout=20)
+    assert not second.started_fresh and second.execution_id == first.execution_id
+    assert result == 5
+    assert first.query("count") == 5
+    with pytest.raises(UpdateRejected, match="no update handler 'other'"):
+        first.update("other", 1, timeout=10)
+    first.signal("stop")
+    assert first.result(timeout=30) == 5
+
+
+def test_queries_work_from_a_cold_worker(start_worker, client: Client):
+    """A second worker with an empty cache answers from a replay of the history."""
+    worker = start_worker(app)
+    handle = client.start_workflow(counter)
+    settled(handle)
+    assert handle.update("bump", 4, timeout=20) == 4
+    worker.stop()
+    start_worker(app, cache_size=0)
+    assert handle.query("count", timeout=20) == 4
+    assert handle.update("bump", 1, timeout=20) == 5
