@@ -88,6 +88,25 @@ AS $$
     RETURNING t.*;
 $$;
 
+-- The events a worker's cached run has not seen, when that worker decided the run
+-- last (decided_through is what its cached run had read), or the whole history of
+-- a run nobody has decided yet (after event 0); NULL otherwise.
+CREATE OR REPLACE FUNCTION harvest._events_since_decision(
+    p_execution harvest.executions, p_kind text, p_worker_id text
+)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_kind = 'workflow'
+                     AND (p_execution.decided_by = p_worker_id OR p_execution.decided_through IS NULL) THEN (
+        SELECT coalesce(jsonb_agg(jsonb_build_object(
+            'event_id', ev.event_id, 'event_type', ev.event_type, 'event_data', ev.event_data
+        ) ORDER BY ev.event_id), '[]'::jsonb)
+        FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id AND ev.event_id > coalesce(p_execution.decided_through, 0)
+    ) END;
+$$;
+
 -- Claim up to p_limit tasks from p_queues for p_worker_id. Each claimed row gets a
 -- lease and a new fencing token; completing with an older token is refused.
 CREATE OR REPLACE FUNCTION harvest.claim_tasks(
@@ -111,7 +130,11 @@ RETURNS TABLE (
     attempt integer,
     fencing_token bigint,
     lease_expires_at timestamptz,
-    heartbeat_details jsonb
+    heartbeat_details jsonb,
+    -- Workflow tasks claimed by the worker that decided the run last (or of a run
+    -- never decided): the events after new_events_after. NULL otherwise.
+    new_events jsonb,
+    new_events_after bigint
 )
 LANGUAGE plpgsql
 AS $$
@@ -157,7 +180,8 @@ BEGIN
         RETURN QUERY
         SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
                c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-               c.lease_expires_at, c.heartbeat_details
+               c.lease_expires_at, c.heartbeat_details,
+               harvest._events_since_decision(e, c.kind, p_worker_id), coalesce(e.decided_through, 0)
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c
         JOIN harvest.executions AS e ON e.id = c.execution_id
         ORDER BY c.priority DESC, c.due_at, c.id;
@@ -171,7 +195,8 @@ BEGIN
     RETURN QUERY
     SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
            c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-           c.lease_expires_at, c.heartbeat_details
+           c.lease_expires_at, c.heartbeat_details,
+           harvest._events_since_decision(e, c.kind, p_worker_id), coalesce(e.decided_through, 0)
     FROM harvest.tasks AS c
     JOIN harvest.executions AS e ON e.id = c.execution_id
     WHERE c.id = ANY(v_claimed)

@@ -208,7 +208,13 @@ BEGIN
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
 
-    RETURN QUERY SELECT e.last_event_id, e.status FROM harvest.executions AS e WHERE e.id = v_execution.id;
+    -- Remember who decided and what its cached run had seen (p_through): that
+    -- worker's next claim of the run carries just the events after it.
+    RETURN QUERY
+    UPDATE harvest.executions AS e
+    SET decided_by = p_worker_id, decided_through = p_through
+    WHERE e.id = v_execution.id
+    RETURNING e.last_event_id, e.status;
 END;
 $$;
 
@@ -305,7 +311,8 @@ BEGIN
         p_workflow_name => p_execution.workflow_name, p_input => p_input,
         p_workflow_id => p_execution.workflow_id, p_task_queue => p_execution.task_queue,
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
-        p_parent_id => p_execution.parent_id, p_shard => harvest.shard_of(p_execution.id)) AS s;
+        p_parent_id => p_execution.parent_id, p_shard => harvest.shard_of(p_execution.id),
+        p_flow_gates => false) AS s;
     UPDATE harvest.executions
     SET parent_seq = p_execution.parent_seq, parent_close_policy = p_execution.parent_close_policy,
         continued_from = p_execution.id, execution_timeout_at = p_execution.execution_timeout_at,

@@ -33,8 +33,12 @@ BEGIN
         VALUES (p_key, p_execution_id, p_seq, harvest.now())
         ON CONFLICT (execution_id, seq) DO NOTHING;
     ELSE
+        -- A release gives the key back, or withdraws a request still queued (a
+        -- wait that was cancelled in the workflow).
         DELETE FROM harvest.mutex_locks AS l
         WHERE l.lock_key = p_key AND l.holder_execution_id = p_execution_id;
+        DELETE FROM harvest.mutex_waiters AS w
+        WHERE w.lock_key = p_key AND w.execution_id = p_execution_id;
     END IF;
     PERFORM harvest._mutex_grant_next(p_key, p_execution_id);
 END;

@@ -21,8 +21,10 @@
 -- checked (quotas.sql, HR006 when exceeded) and a per-key concurrency policy
 -- stamps the run's key; "defer" gates the first workflow task at the claim,
 -- "cancel_running" supersedes the oldest runs of the key here (concurrency.sql).
--- Lock order of a start: the start lock, then the quota key, then the
--- concurrency key, then execution rows.
+-- A start throttle, debounce or batch (throttle.sql) may defer the start: no
+-- execution yet, status DEFERRED; the scanner releases it later.
+-- Lock order of a start: the start-gate key, then the start lock, then the
+-- quota key, then the concurrency key, then execution rows.
 
 CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_workflow_name text,
@@ -36,7 +38,10 @@ CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_parent_id uuid DEFAULT NULL,
     p_shard integer DEFAULT 0,
     p_execution_timeout_secs double precision DEFAULT NULL,
-    p_run_timeout_secs double precision DEFAULT NULL
+    p_run_timeout_secs double precision DEFAULT NULL,
+    -- false: skip the deferring gates (throttle, debounce, batch); a released
+    -- pending start and a continue-as-new successor pass false.
+    p_flow_gates boolean DEFAULT true
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -51,6 +56,7 @@ DECLARE
     v_policy jsonb;
     v_concurrency_key text;
     v_quota_key text;
+    v_gate record;
 BEGIN
     IF p_workflow_name IS NULL OR btrim(p_workflow_name) = '' THEN
         RAISE EXCEPTION 'workflow name is empty' USING ERRCODE = 'HR001',
@@ -89,6 +95,28 @@ BEGIN
         RAISE EXCEPTION 'workflow timeouts must be positive seconds' USING ERRCODE = 'HR001';
     END IF;
     v_execution_deadline := v_now + make_interval(secs => p_execution_timeout_secs);
+
+    SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
+    WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
+    -- Throttle, debounce and batch (throttle.sql) may admit the start without an
+    -- execution: status DEFERRED, execution_id NULL, the run's workflow_id.
+    IF v_policy ?| ARRAY['throttle', 'debounce', 'batch'] AND coalesce(p_flow_gates, true)
+       AND p_parent_id IS NULL THEN
+        IF p_conflict_policy <> 'unspecified' THEN
+            RAISE EXCEPTION 'workflow % declares a start throttle, debounce or batch: conflict_policy "%" '
+                'cannot be combined with it', p_workflow_name, p_conflict_policy USING ERRCODE = 'HR001',
+                HINT = 'a deferred start has no running execution to resolve a conflict against; '
+                       'use conflict_policy unspecified';
+        END IF;
+        SELECT * INTO v_gate FROM harvest._start_gate(p_workflow_name, v_policy, p_input, p_workflow_id,
+            p_task_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
+            p_execution_timeout_secs, p_run_timeout_secs) AS g;
+        IF v_gate.action <> 'start' THEN
+            RETURN QUERY SELECT v_gate.execution_id, v_gate.workflow_id, v_gate.status, v_gate.started_fresh;
+            RETURN;
+        END IF;
+        v_workflow_id := v_gate.workflow_id;
+    END IF;
 
     PERFORM pg_advisory_xact_lock(
         hashtextextended('harvest.start:' || p_workflow_name || ':' || v_workflow_id, 0));
@@ -141,8 +169,6 @@ BEGIN
                                'non_retryable', true, 'details', NULL));
     END IF;
 
-    SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
-    WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
     IF v_policy ? 'quota' THEN
         v_quota_key := harvest._resolve_key(p_input, v_policy #>> '{quota,key}');
         IF v_quota_key IS NOT NULL THEN

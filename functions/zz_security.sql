@@ -25,13 +25,14 @@ AS $$
                         'release_worker_tasks', 'release_task', 'worker_sleep', 'stop_worker',
                         'expire_tasks', 'expire_workflows',
                         'deliver_relays', 'next_due_at', 'claim_queries', 'answer_query', 'accept_update',
-                        'expire_query_requests', 'declare_flow_policies', 'mutex_tick') THEN 'harvest_worker'
+                        'expire_query_requests', 'declare_flow_policies', 'mutex_tick',
+                        'worker_drain_deadline', 'release_pending_starts') THEN 'harvest_worker'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_history') THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'list_executions', 'workflow_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'aggregate_dead_letters', 'list_workers',
                         'get_worker', 'worker_health', 'drain_preview', 'retention_status',
                         'list_audit_log', 'concurrency_status', 'get_rate_limit', 'version_usage',
-                        'quota_usage', 'mutex_status')
+                        'quota_usage', 'mutex_status', 'pending_starts_status', 'usage_report')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'signal_with_start', 'signal_workflow', 'cancel_workflow',
                         'replay_dead_letter', 'bulk_replay_dead_letters', 'request_query', 'request_update',

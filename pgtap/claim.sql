@@ -2,7 +2,7 @@
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
 -- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/concurrency.sql).
 BEGIN;
-SELECT plan(49);
+SELECT plan(55);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -203,6 +203,47 @@ SELECT is((SELECT count(*) FROM harvest._claim_ids(
 SELECT is((SELECT count(*) FROM harvest._claim_ids(
               (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq'), 'wx', 10, 30, harvest.now())),
           1::bigint, '_claim_ids() skips ids that are already running');
+
+-- _events_since_decision: the worker that decided a run last gets its unseen events in the claim.
+CREATE TEMP TABLE sticky (what text PRIMARY KEY, v bigint) ON COMMIT DROP;
+CREATE FUNCTION pg_temp.sticky_setup() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+    v_id uuid;
+BEGIN
+    SELECT s.execution_id INTO v_id FROM harvest.start_workflow('sticky_wf', '[]', 'sticky', 'sticky_q') AS s;
+    SELECT * INTO v_task FROM harvest.claim_tasks('w-sticky', ARRAY['sticky_q'], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
+        '[{"type": "start_timer", "seq": 1, "duration": 3600}]', 'w-sticky');
+    INSERT INTO sticky VALUES ('decided', (SELECT decided_through FROM harvest.executions WHERE id = v_id));
+    PERFORM harvest.signal_workflow(v_id, 'go', '"now"');
+END;
+$fn$;
+SELECT pg_temp.sticky_setup();
+SELECT is((SELECT v FROM sticky WHERE what = 'decided'), 1::bigint,
+          'complete_workflow_task() records what the decider had seen (its through)');
+SELECT results_eq(
+    $$SELECT c.new_events_after, jsonb_array_length(c.new_events), c.new_events -> 0 ->> 'event_type',
+             c.new_events -> 2 ->> 'event_type'
+      FROM harvest.claim_tasks('w-sticky', ARRAY['sticky_q'], 1) AS c$$,
+    $$VALUES (1::bigint, 3, 'WorkflowTaskCompleted'::text, 'SignalReceived'::text)$$,
+    'the deciding worker''s claim carries its own commands and what arrived since');
+SELECT is((SELECT decided_by FROM harvest.executions WHERE workflow_id = 'sticky'), 'w-sticky',
+          'decided_by names the worker');
+-- Another worker gets no events (it has no cached run to extend).
+UPDATE harvest.tasks SET status = 'pending' WHERE execution_id = (
+    SELECT id FROM harvest.executions WHERE workflow_id = 'sticky') AND kind = 'workflow';
+SELECT results_eq(
+    $$SELECT c.new_events IS NULL FROM harvest.claim_tasks('w-other', ARRAY['sticky_q'], 1) AS c$$,
+    $$VALUES (true)$$, 'another worker''s claim carries no events');
+SELECT harvest.start_workflow('sticky_wf', '[7]', 'fresh', 'sticky_fresh_q');
+SELECT results_eq(
+    $$SELECT c.new_events_after, jsonb_array_length(c.new_events), c.new_events -> 0 ->> 'event_type'
+      FROM harvest.claim_tasks('w-any', ARRAY['sticky_fresh_q'], 1) AS c$$,
+    $$VALUES (0::bigint, 1, 'WorkflowStarted'::text)$$, 'a run nobody decided comes with its whole history');
+SELECT is(harvest._events_since_decision(
+              (SELECT e FROM harvest.executions AS e WHERE workflow_id = 'sticky'), 'activity', 'w-sticky'),
+          NULL, 'activity tasks carry no events');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
 -- harvest.mutex_tick, harvest.mutex_status, harvest._mutex_on_marker (through the events_mutex trigger).
 BEGIN;
-SELECT plan(8);
+SELECT plan(9);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE m ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_m', '[]', 'm' || n, 'mq')).execution_id FROM generate_series(1, 2) AS n;
@@ -21,6 +21,12 @@ SELECT is((SELECT holder_execution_id FROM harvest.mutex_status('K')), (SELECT e
           'the next waiter holds the key (_mutex_grant_next)');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM m WHERE n = 2), 'x')$$, 'setup: the holder ends');
 SELECT is_empty($$SELECT * FROM harvest.mutex_status('K')$$, 'a run that ends releases its keys (_mutex_release_all)');
+SELECT harvest._mutex_marker((SELECT execution_id FROM m WHERE n = 1), 10, 'mutex_acquire', 'K2');
+SELECT harvest._mutex_marker((harvest.start_workflow('wf_m', '[]', 'm3', 'mq')).execution_id, 1, 'mutex_acquire', 'K2');
+SELECT harvest._mutex_marker((SELECT id FROM harvest.executions WHERE workflow_id = 'm3'), 2, 'mutex_release', 'K2');
+SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.mutex_status('K2')$$,
+    $$SELECT (SELECT execution_id FROM m WHERE n = 1), '[]'::jsonb$$,
+    'a release by a run still waiting withdraws its request (a cancelled ctx.mutex wait)');
 SELECT is(harvest.mutex_tick(), 0, 'mutex_tick(): nothing to grant');
 SELECT is(harvest._mutex_grant_next('K'), false, '_mutex_grant_next() of a key nobody waits for');
 SELECT * FROM finish();

@@ -1,7 +1,7 @@
 -- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
--- harvest.release_worker_tasks, harvest.stop_worker, harvest.release_task.
+-- harvest.release_worker_tasks, harvest.stop_worker, harvest.release_task, harvest.worker_sleep.
 BEGIN;
-SELECT plan(32);
+SELECT plan(36);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -126,5 +126,12 @@ SELECT is(harvest.release_task(pg_temp.rel('id'), pg_temp.rel('token')), true,
           'release_task() with the current token releases it');
 SELECT results_eq($$SELECT status, lease_owner, attempt FROM harvest.tasks WHERE id = pg_temp.rel('id')$$,
                   $$VALUES ('pending'::text, NULL::text, 0)$$, 'pending again, the attempt not counted');
+
+-- worker_sleep: the mark that tells producers to notify (see _notify_queue).
+SELECT lives_ok($$SELECT harvest.register_worker('sleepy', ARRAY['zq'], 'h', 1)$$, 'setup: a worker on zq');
+SELECT lives_ok($$SELECT harvest.worker_sleep('sleepy', true)$$, 'worker_sleep() marks a worker asleep');
+SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), true, 'the mark is stored');
+SELECT harvest.worker_sleep('sleepy', false);
+SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), false, 'and cleared');
 
 SELECT * FROM finish();

@@ -23,7 +23,7 @@ from harvest.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
-from harvest.flow_control import Concurrency, Quota, RateLimit
+from harvest.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
 from harvest.handlers import describe_handlers, query, update
 from harvest.messaging import UpdateHandle
 from harvest.runtime import DEFAULT_VERSION, WorkflowContext
@@ -40,9 +40,11 @@ __all__ = [
     "App",
     "AsyncClient",
     "AsyncWorkflowHandle",
+    "Batch",
     "ChildWorkflowError",
     "Client",
     "Concurrency",
+    "Debounce",
     "HarvestError",
     "NonDeterminismError",
     "QueryFailed",
@@ -52,6 +54,7 @@ __all__ = [
     "RetryPolicy",
     "Saga",
     "SignalTimeout",
+    "Throttle",
     "UpdateFailed",
     "UpdateHandle",
     "UpdateRejected",

@@ -23,6 +23,7 @@ from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.definitions import WorkflowDefinition, parse_duration
 from harvest.errors import (
+    InvalidArgument,
     TimeoutError_,
     WorkflowCancelled,
     WorkflowFailed,
@@ -66,6 +67,13 @@ def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -
     raise WorkflowFailed(execution_id, {"error_type": status, "message": f"run ended {status}"})
 
 
+def _not_deferred(handle: Any) -> None:
+    if handle.deferred:
+        raise InvalidArgument(f"start of workflow_id {handle.workflow_id!r} was deferred by a throttle, "
+                              "debounce or batch: it has no execution yet (the worker's scanner starts "
+                              "it later under that workflow_id)")
+
+
 class _ContinuedAsNew(Exception):
     """Internal: the run rotated; result() follows the chain to its successor."""
 
@@ -96,16 +104,20 @@ def _start_args(workflow: Any, args: tuple, kwargs: dict,
 class WorkflowHandle:
     """One execution, seen from a synchronous client."""
 
-    def __init__(self, client: Client, execution_id: str, workflow_id: str,
+    def __init__(self, client: Client, execution_id: str | None, workflow_id: str,
                  definition: WorkflowDefinition | None = None, started_fresh: bool = True):
         self.client = client
-        self.execution_id = str(execution_id)
+        # A start deferred by a throttle, debounce or batch (docs/flow-control.md) has no
+        # execution yet: execution_id is None and deferred is True; workflow_id names the run.
+        self.deferred = execution_id is None
+        self.execution_id = str(execution_id) if execution_id is not None else None
         self.workflow_id = workflow_id
         self.definition = definition
         self.started_fresh = started_fresh
 
     def __repr__(self) -> str:
-        return f"WorkflowHandle({self.execution_id!r}, workflow_id={self.workflow_id!r})"
+        deferred = ", deferred=True" if self.deferred else ""
+        return f"WorkflowHandle({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
     def describe(self) -> dict[str, Any]:
         with self.client._sql() as sql:
@@ -159,6 +171,7 @@ class WorkflowHandle:
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the run (and any continue-as-new successors) to end; return or raise."""
+        _not_deferred(self)
         deadline = None if timeout is None else time.monotonic() + timeout
         execution_id = self.execution_id
         with connect(self.client.dsn, autocommit=True) as conn:
@@ -268,10 +281,11 @@ class Client:
 class AsyncWorkflowHandle:
     """One execution, seen from an asyncio client."""
 
-    def __init__(self, client: AsyncClient, execution_id: str, workflow_id: str,
+    def __init__(self, client: AsyncClient, execution_id: str | None, workflow_id: str,
                  definition: WorkflowDefinition | None = None, started_fresh: bool = True):
         self.client = client
-        self.execution_id = str(execution_id)
+        self.deferred = execution_id is None  # see WorkflowHandle
+        self.execution_id = str(execution_id) if execution_id is not None else None
         self.workflow_id = workflow_id
         self.definition = definition
         self.started_fresh = started_fresh
@@ -304,6 +318,7 @@ class AsyncWorkflowHandle:
                                        update_id, result_type)
 
     async def result(self, timeout: float | None = None) -> Any:
+        _not_deferred(self)
         deadline = None if timeout is None else time.monotonic() + timeout
         execution_id = self.execution_id
         conn = await connect_async(self.client.dsn, autocommit=True)

@@ -219,6 +219,9 @@ class WorkflowDefinition:
     queue: str = DEFAULT_QUEUE
     concurrency: Any = None  # harvest.flow_control.Concurrency
     quota: Any = None  # harvest.flow_control.Quota
+    throttle: Any = None  # harvest.flow_control.Throttle
+    debounce: Any = None  # harvest.flow_control.Debounce
+    batch: Any = None  # harvest.flow_control.Batch
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -236,7 +239,8 @@ def _check_takes_ctx(fn: Callable, kind: str) -> None:
 
 
 def workflow(fn: Callable | None = None, *, name: str | None = None,
-             queue: str | None = None, concurrency: Any = None, quota: Any = None) -> Any:
+             queue: str | None = None, concurrency: Any = None, quota: Any = None,
+             throttle: Any = None, debounce: Any = None, batch: Any = None) -> Any:
     """Mark an ``async def`` as a workflow; usable bare or as ``@workflow(name=..., queue=...)``."""
 
     def wrap(f: Callable) -> Callable:
@@ -247,7 +251,8 @@ def workflow(fn: Callable | None = None, *, name: str | None = None,
         f.__harvest_workflow__ = WorkflowDefinition(
             name=_check_name(name or f.__name__, "workflow name"), fn=f,
             queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE,
-            **_flow.workflow_policies(concurrency, quota))
+            **_flow.workflow_policies(concurrency, quota),
+            **_flow.start_gates(throttle, debounce, batch))
         return f
 
     return wrap(fn) if fn is not None else wrap

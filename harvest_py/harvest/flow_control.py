@@ -13,7 +13,13 @@ from typing import Any
 
 from harvest.errors import InvalidArgument
 
-__all__ = ["Concurrency", "Quota", "RateLimit", "check_key_path"]
+
+def _seconds(value: Any, what: str) -> float:
+    from harvest.definitions import parse_duration
+
+    return parse_duration(value, what)
+
+__all__ = ["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle", "check_key_path"]
 
 _KEY_PATH = re.compile(r"^input(\.[A-Za-z0-9_\-]+)*$")
 ON_CONFLICT = ("defer", "cancel_running")
@@ -103,6 +109,78 @@ class RateLimit:
                 "key": self.key}
 
 
+def _positive_number(value: Any, what: str, minimum: float = 0.0, strict: bool = True) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+            or not (value > minimum if strict else value >= minimum):
+        raise InvalidArgument(f"{what}: expected a number {'>' if strict else '>='} {minimum:g}, "
+                              f"got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """Start throttle: at most ``rps`` starts a second (bursts up to ``burst``) per key;
+    the rest are deferred (the start returns a handle with ``deferred=True``) and
+    released in order by the worker's scanner."""
+
+    rps: float
+    burst: float | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive_number(self.rps, "Throttle.rps")
+        if self.burst is not None:
+            _positive_number(self.burst, "Throttle.burst", 1, strict=False)
+        if self.key is not None:
+            check_key_path(self.key, "Throttle.key")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rps": self.rps, "burst": self.burst if self.burst is not None else max(self.rps, 1),
+                "key": self.key}
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Collapse a burst of starts per key into one run, started ``quiet`` after the last
+    start of the burst (never later than ``max_wait`` after its first) with the latest input."""
+
+    quiet: Any
+    key: str | None = None
+    max_wait: Any = None
+
+    def __post_init__(self) -> None:
+        _positive_number(_seconds(self.quiet, "Debounce.quiet"), "Debounce.quiet")
+        if self.max_wait is not None:
+            _positive_number(_seconds(self.max_wait, "Debounce.max_wait"), "Debounce.max_wait")
+        if self.key is not None:
+            check_key_path(self.key, "Debounce.key")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "quiet_secs": _seconds(self.quiet, "Debounce.quiet"),
+                "max_wait_secs": None if self.max_wait is None
+                else _seconds(self.max_wait, "Debounce.max_wait")}
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Gather starts per key into one run: each start passes one argument and the run
+    receives the list of them, once ``max_size`` starts gathered or ``window`` after the first."""
+
+    max_size: int
+    window: Any
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int(self.max_size, "Batch.max_size")
+        _positive_number(_seconds(self.window, "Batch.window"), "Batch.window")
+        if self.key is not None:
+            check_key_path(self.key, "Batch.key")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "max_size": self.max_size,
+                "window_secs": _seconds(self.window, "Batch.window")}
+
+
 # -- the hooks definitions.py calls ------------------------------------------------------
 
 def workflow_policies(concurrency: Any, quota: Any) -> dict[str, Any]:
@@ -111,6 +189,19 @@ def workflow_policies(concurrency: Any, quota: Any) -> dict[str, Any]:
     if quota is not None and not isinstance(quota, Quota):
         raise TypeError(f"@workflow(quota=...): expected a Quota, got {quota!r}")
     return {"concurrency": concurrency, "quota": quota}
+
+
+def start_gates(throttle: Any, debounce: Any, batch: Any) -> dict[str, Any]:
+    for what, value, cls in (("throttle", throttle, Throttle), ("debounce", debounce, Debounce),
+                             ("batch", batch, Batch)):
+        if value is not None and not isinstance(value, cls):
+            raise TypeError(f"@workflow({what}=...): expected a {cls.__name__}, got {value!r}")
+    declared = [name for name, value in (("throttle", throttle), ("debounce", debounce),
+                                         ("batch", batch)) if value is not None]
+    if len(declared) > 1:
+        raise InvalidArgument(f"@workflow: {' and '.join(declared)} cannot be combined; "
+                              "declare one of throttle, debounce, batch")
+    return {"throttle": throttle, "debounce": debounce, "batch": batch}
 
 
 def activity_policies(max_concurrent: Any, concurrency_key: Any, rate_limit: Any) -> dict[str, Any]:
@@ -150,6 +241,9 @@ def policies_json(app: Any) -> dict[str, Any]:
             policy["concurrency"] = defn.concurrency.to_json()
         if getattr(defn, "quota", None) is not None:
             policy["quota"] = defn.quota.to_json()
+        for gate in ("throttle", "debounce", "batch"):
+            if getattr(defn, gate, None) is not None:
+                policy[gate] = getattr(defn, gate).to_json()
         workflows[defn.name] = policy
     activities: dict[str, Any] = {}
     for defn in app.activities.values():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
+import functools
 import inspect
 import math
 import types
@@ -309,8 +310,13 @@ def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
 
 # --------------------------------------------------------------------------- functions
 
+@functools.lru_cache(maxsize=4096)
 def _safe_hints(obj: Any) -> dict[str, Any]:
-    """Resolved type hints, or the raw ones where a forward reference cannot be resolved."""
+    """Resolved type hints, or the raw ones where a forward reference cannot be resolved.
+
+    Cached: resolving hints costs more than the JSON work of a small payload, and a
+    function's annotations do not change. Callers must not mutate the result.
+    """
     try:
         return typing.get_type_hints(obj, include_extras=True)
     except (NameError, TypeError, AttributeError, SyntaxError):
@@ -318,9 +324,10 @@ def _safe_hints(obj: Any) -> dict[str, Any]:
         return {k: (Any if isinstance(v, str) else v) for k, v in raw.items()}
 
 
-def _params(fn: Callable) -> list[inspect.Parameter]:
+@functools.lru_cache(maxsize=4096)
+def _params(fn: Callable) -> tuple[inspect.Parameter, ...]:
     """The parameters after the first (the ``ctx``)."""
-    return list(inspect.signature(fn).parameters.values())[1:]
+    return tuple(inspect.signature(fn).parameters.values())[1:]
 
 
 def param_hints(fn: Callable) -> dict[str, Any]:

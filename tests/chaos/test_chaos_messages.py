@@ -102,6 +102,7 @@ def test_signals_sent_while_workers_die_arrive_once_in_order(chaos_db, workers, 
     # Every held step was interrupted by the kill and redone once by another worker.
     local = _first_local_runs(chaos_db, eid)
     assert len(local) == len(HOLDS) and all(r["finished_at"] is None for r in local)
+    assert all(by_pid[r["worker_pid"]].poll() is not None for r in local), "a holder survived"
     markers = [e["event_data"] for e in events if e["event_type"] == "MarkerRecorded"]
     assert [m["value"]["result"] for m in markers] == ["run2"] * len(HOLDS)
     # Each non-held signal scheduled exactly one activity.

@@ -117,6 +117,9 @@ class HistoryBuilder:
     def update_accepted(self, update_id: str, name: str, input: Any = None) -> dict:
         return self.add("UpdateAccepted", update_id=update_id, name=name, input=input)
 
+    def mutex_acquired(self, seq: int, key: str) -> dict:
+        return self.add("MutexAcquired", seq=seq, key=key)
+
     def cancel_requested(self, reason: str | None = "user asked") -> dict:
         return self.add("WorkflowCancelRequested", reason=reason)
 

@@ -34,7 +34,19 @@ def main() -> None:
 
 
 def _register() -> None:
-    from harvest.cli import dev, dlq, migrate, preflight, replay, retention, worker, workers, workflow
+    from harvest.cli import (
+        concurrency,
+        dev,
+        dlq,
+        migrate,
+        preflight,
+        queues,
+        replay,
+        retention,
+        worker,
+        workers,
+        workflow,
+    )
 
     main.add_command(migrate.migrate)
     main.add_command(dev.dev)
@@ -46,6 +58,8 @@ def _register() -> None:
     main.add_command(preflight.preflight)
     main.add_command(replay.replay)
     main.add_command(replay.version_usage)
+    main.add_command(concurrency.concurrency)
+    main.add_command(queues.queue)
 
 
 _register()

@@ -128,8 +128,11 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
             checks.append(Check("worker_health", status, f"{health['healthy']} healthy, {health['stale']} stale, "
                                 f"{health['draining']} draining", details=health))
             if app is not None:
-                queues = sorted(app.queues or {"default"})
-                uncovered = [q for q in queues if not health["by_queue"].get(q)]
+                from harvest.config import declared_queues, queue_coverage
+
+                queues = declared_queues(app)
+                # Live = active and fresh: a draining worker takes no new work, so it does not count.
+                uncovered = queue_coverage(sql, queues)["unpolled_declared_queues"]
                 if uncovered:
                     checks.append(Check("queue_coverage", "warn",
                                         f"{len(uncovered)} declared queue(s) have no live worker",

@@ -32,21 +32,62 @@ def load_app(target: str) -> App:
 
 @click.command()
 @click.argument("target")
-@click.option("--queue", "queues", multiple=True, help="Poll this task queue (repeatable; default: "
-              "every queue the App's workflows and activities use).")
-@click.option("--concurrency", default=20, show_default=True, type=click.IntRange(1, 10_000),
-              help="Tasks in flight at once.")
+@click.option("--config", "config_path", default=None, help="The config file (default: HARVEST_CONFIG, "
+              "else ./harvest.toml if present).")
+@click.option("--role", type=click.Choice(["web", "worker", "combined"]), default=None,
+              help="The process role (default: HARVEST_ROLE, else combined).")
+@click.option("--queue", "queues", multiple=True, help="Poll only this declared queue (repeatable; default: "
+              "worker.queues, else every queue the App's workflows and activities use).")
+@click.option("--worker/--no-worker", "worker_enabled", default=None,
+              help="Run the claim loop (default: follow the role).")
+@click.option("--scheduler/--no-scheduler", "scheduler_enabled", default=None,
+              help="Run the timeout scanner and relays (default: follow the role).")
+@click.option("--retention-run-on", type=click.Choice(["scheduler", "all"]), default=None,
+              help="Where the retention janitor runs (default: retention.run_on, else scheduler).")
+@click.option("--concurrency", default=None, type=click.IntRange(1, 10_000),
+              help="Tasks in flight at once (default: worker.concurrency, else 20).")
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
-@click.option("--shutdown-grace", default=30.0, show_default=True, type=float,
-              help="Seconds to finish in-flight work after SIGTERM before releasing it.")
+@click.option("--shutdown-grace", default=None, type=float,
+              help="Seconds to finish in-flight work after SIGTERM before releasing it "
+                   "(default: worker.shutdown_grace, else 30).")
 @click.option("--log-level", default="INFO", show_default=True)
-def worker(target: str, queues: tuple[str, ...], concurrency: int, database_url: str | None,
-           shutdown_grace: float, log_level: str) -> None:
-    """Run a worker for the App at TARGET (module:attribute)."""
+def worker(target: str, config_path: str | None, role: str | None, queues: tuple[str, ...],
+           worker_enabled: bool | None, scheduler_enabled: bool | None, retention_run_on: str | None,
+           concurrency: int | None, database_url: str | None, shutdown_grace: float | None,
+           log_level: str) -> None:
+    """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
+    import os
+
+    from harvest.config import load_config, resolve_queues, runtime_plan
     from harvest.worker import Worker
 
+    # The config first: a bad key stops the boot before the App is even imported.
+    config = load_config(config_path).with_overrides({
+        "role": (role, "--role"), "worker.queues": (list(queues) or None, "--queue"),
+        "worker.enabled": (worker_enabled, "--worker/--no-worker"),
+        "scheduler.enabled": (scheduler_enabled, "--scheduler/--no-scheduler"),
+        "retention.run_on": (retention_run_on, "--retention-run-on"),
+        "worker.concurrency": (concurrency, "--concurrency"),
+        "worker.shutdown_grace": (shutdown_grace, "--shutdown-grace")})
+    plan = runtime_plan(config)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = load_app(target)
-    instance = Worker(app, database_url, queues=list(queues) or None, concurrency=concurrency,
-                      shutdown_grace=shutdown_grace)
+    polled, declared, source = resolve_queues(app, config)
+    plan.log()
+    if plan.worker.value:
+        logging.getLogger("harvest.config").info("harvest worker.queues: declared %s; polled %s (source: %s)",
+                                                 ", ".join(declared), ", ".join(polled), source)
+    if not plan.runs_anything():
+        raise ConfigError(f"nothing to run: role {plan.role} places no runtime in this process (worker, "
+                          "scheduler and retention are all off); set HARVEST_ROLE=worker, or "
+                          "HARVEST_WORKER__ENABLED=true / HARVEST_SCHEDULER__ENABLED=true")
+    dsn = database_url or os.environ.get("HARVEST_DATABASE_URL") or config.get("database_url")
+    options = {"queues": polled, "concurrency": config.get("worker.concurrency", 20),
+               "shutdown_grace": config.get("worker.shutdown_grace", 30.0),
+               "run_worker": plan.worker.value, "run_scanner": plan.scheduler.value,
+               "run_retention": plan.retention.value,
+               "retention_interval": config.get("retention.interval", 60.0)}
+    if config.get("worker.heartbeat_interval") is not None:
+        options["heartbeat_interval"] = config.get("worker.heartbeat_interval")
+    instance = Worker(app, dsn, **options)
     asyncio.run(instance.run(install_signal_handlers=True))

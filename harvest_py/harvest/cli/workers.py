@@ -6,6 +6,8 @@ treats a first argument that is not one of its subcommands as that target.
 
 from __future__ import annotations
 
+from datetime import UTC
+
 import click
 
 from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
@@ -63,12 +65,15 @@ def register(group: click.Group) -> None:
     @group.command("drain")
     @click.argument("worker_id")
     @click.option("--deadline", default=None, type=click.DateTime(TIMES),
-                  help="When the drain should be done (recorded; ISO 8601).")
+                  help="When the drain must be done: the worker then releases what is still in flight "
+                  "(ISO 8601; UTC unless it carries an offset).")
     @click.option("--operator", default=None, help="Who you are, for the audit log.")
     @database_url_option
     @output_option
     def drain(worker_id, deadline, operator, database_url, output) -> None:
-        """Ask a worker to stop claiming, finish its in-flight work and stop."""
+        """Ask a worker to stop claiming, finish its in-flight work and stop (by --deadline, if given)."""
+        if deadline is not None and deadline.tzinfo is None:
+            deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
         with sql_api(database_url, read_only=False) as sql:
             data = sql.drain_worker(worker_id, deadline, operator)
         emit(data, output, lambda d: mapping(d, ["worker_id", "outcome", "status", "in_flight",

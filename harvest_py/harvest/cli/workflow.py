@@ -291,3 +291,112 @@ def export(execution_id: str, full: bool, path: str, database_url: str | None) -
     else:
         Path(path).write_text(text + "\n")
         click.echo(f"wrote {path}", err=True)
+
+
+# -- queries, updates, reset and the handler catalog ------------------------------------------
+
+@workflow.command("query")
+@click.argument("execution_id")
+@click.argument("name")
+@click.option("--arg-json", default=None, help="The query argument as JSON.")
+@click.option("--arg-file", default=None, help="Read the argument JSON from a file (- for stdin).")
+@click.option("--timeout", default=10.0, show_default=True, type=float, help="Seconds to wait for an answer.")
+@database_url_option
+@output_option
+def query(execution_id, name, arg_json, arg_file, timeout, database_url, output) -> None:
+    """Ask a running execution's query handler NAME; a live worker answers, nothing is written."""
+    from harvest.client import Client
+
+    arg = read_json_option(arg_json, arg_file, "arg")
+    with Client(database_url) as client:
+        value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
+    emit({"execution_id": execution_id, "query": name, "result": value}, output,
+         lambda d: json.dumps(d["result"], default=str, indent=2))
+
+
+@workflow.command("update")
+@click.argument("execution_id")
+@click.argument("name")
+@click.option("--input-json", default=None, help="The update argument as JSON.")
+@click.option("--input-file", default=None, help="Read the argument JSON from a file (- for stdin).")
+@click.option("--wait", type=click.Choice(["accepted", "completed"]), default="completed", show_default=True,
+              help="Return once the update is recorded (accepted) or once its handler finished.")
+@click.option("--update-id", default=None, help="An idempotency id: the same id is applied once.")
+@click.option("--timeout-secs", default=30.0, show_default=True, type=float)
+@database_url_option
+@output_option
+def update(execution_id, name, input_json, input_file, wait, update_id, timeout_secs, database_url,
+           output) -> None:
+    """Validate, record and run update NAME on a running execution."""
+    from harvest.client import Client
+    from harvest.messaging import UpdateHandle
+
+    arg = read_json_option(input_json, input_file, "input")
+    with Client(database_url) as client:
+        outcome = client.get_handle(execution_id).update(name, arg, wait=wait, timeout=timeout_secs,
+                                                         update_id=update_id)
+    if isinstance(outcome, UpdateHandle):
+        data = {"execution_id": execution_id, "update": name, "update_id": outcome.update_id,
+                "status": "accepted"}
+        emit(data, output, lambda d: f"update {name} accepted on {execution_id} (update_id {d['update_id']})")
+    else:
+        data = {"execution_id": execution_id, "update": name, "status": "completed", "result": outcome}
+        emit(data, output, lambda d: json.dumps(d["result"], default=str, indent=2))
+
+
+RESET_KEYS = ["valid", "source_execution_id", "to_event", "carried_events", "discarded_events",
+              "signal_reapply", "pending_signals", "dry_run", "new_execution_id"]
+
+
+@workflow.command("reset")
+@click.argument("execution_id")
+@click.option("--to-event", required=True, type=int, help="The last event id the fork keeps.")
+@click.option("--reason", required=True, help="Why (recorded on both runs).")
+@click.option("--operator-id", default=None, help="Who you are, for the record.")
+@click.option("--signal-reapply", type=click.Choice(["drop", "buffer"]), default="drop", show_default=True,
+              help="Signals received after the boundary: drop them, or carry them into the fork.")
+@click.option("--dry-run", is_flag=True, help="Show the plan and its problems; write nothing "
+              "(exit 1 when the plan is not valid).")
+@database_url_option
+@output_option
+def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, database_url, output) -> None:
+    """Fork a running execution from a completed boundary under the current code (admin).
+
+    The source ends TERMINATED; new_execution_id names the fork.
+    """
+    # Not read-only even for --dry-run: the plan locks the run's row (FOR UPDATE) while it reads.
+    with sql_api(database_url, read_only=False) as sql:
+        plan = sql.reset_workflow(execution_id, to_event, reason, operator_id, signal_reapply, dry_run)
+
+    def render(d):
+        text = mapping(d, RESET_KEYS)
+        if d.get("problems"):
+            text += "\nproblems:\n" + "\n".join(f"  - {p}" for p in d["problems"])
+        return text
+
+    emit(plan, output, render)
+    if not plan.get("valid"):
+        raise SystemExit(1)
+
+
+@workflow.command("handlers")
+@click.option("--app", "app_target", required=True, help="module:app that registers the workflow.")
+@click.argument("name")
+@output_option
+def handlers(app_target, name, output) -> None:
+    """The queries and updates workflow NAME declares in the App (no database needed)."""
+    from harvest.cli.worker import load_app
+    from harvest.handlers import describe_handlers
+
+    data = describe_handlers(load_app(app_target), name)
+
+    def render(d):
+        parts = [f"workflow: {d['workflow']}", "", "queries:"]
+        parts.append(table(d["queries"], ["name", "input_type_hint", "output_type_hint"])
+                     if d["queries"] else "  (none)")
+        parts += ["", "updates:"]
+        parts.append(table(d["updates"], ["name", "input_type_hint", "output_type_hint", "has_validator"])
+                     if d["updates"] else "  (none)")
+        return "\n".join(parts)
+
+    emit(data, output, render)

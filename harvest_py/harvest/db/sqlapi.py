@@ -87,6 +87,13 @@ GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
 QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
 MUTEX_TICK = "SELECT harvest.mutex_tick(%(limit)s) AS granted"
 MUTEX_STATUS = "SELECT * FROM harvest.mutex_status(%(key)s)"
+# -- start throttle / debounce / batch and the usage report (functions/throttle.sql, usage.sql)
+RELEASE_PENDING_STARTS = "SELECT harvest.release_pending_starts(%(limit)s) AS released"
+PENDING_STARTS_STATUS = "SELECT * FROM harvest.pending_starts_status(%(workflow_name)s)"
+USAGE_REPORT = """
+SELECT * FROM harvest.usage_report(%(from_)s, %(to)s, %(group_by)s,
+                                   coalesce(%(max_window)s, interval '90 days'))
+"""
 RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
                               %(signal_reapply)s, %(dry_run)s) AS plan
@@ -235,6 +242,13 @@ class SqlApi:
 
     def mutex_status(self, key: str | None = None) -> list[dict[str, Any]]:
         return self._all(MUTEX_STATUS, key=key)
+
+    def pending_starts_status(self, workflow_name: str | None = None) -> list[dict[str, Any]]:
+        return self._all(PENDING_STARTS_STATUS, workflow_name=workflow_name)
+
+    def usage_report(self, from_: Any, to: Any, group_by: str = "workflow_name",
+                     max_window: Any = None) -> list[dict[str, Any]]:
+        return self._all(USAGE_REPORT, from_=from_, to=to, group_by=group_by, max_window=max_window)
 
     def list_dead_letters(self, limit: int = 100, activity_name: str | None = None,
                           workflow_name: str | None = None, before_id: int | None = None) -> list[dict]:
@@ -463,6 +477,9 @@ class AsyncSqlApi:
     async def mutex_tick(self, limit: int = 100) -> int:
         return (await self._one(MUTEX_TICK, limit=limit))["granted"]
 
+    async def release_pending_starts(self, limit: int = 100) -> int:
+        return (await self._one(RELEASE_PENDING_STARTS, limit=limit))["released"]
+
 
     # -- queries and updates (functions/queries.sql) ----------------------------------------
     async def request_query(self, execution_id: str, name: str, arg: Any, timeout: float) -> int:
@@ -501,3 +518,15 @@ class AsyncSqlApi:
 
     async def expire_query_requests(self, limit: int = 1000) -> int:
         return (await self._one(EXPIRE_QUERY_REQUESTS, limit=limit))["expired"]
+
+    # -- process roles and drain deadlines (functions/worker_drain.sql, retention.sql) ------
+    async def worker_drain_deadline(self, worker_id: str) -> dict[str, Any] | None:
+        return await self._one(WORKER_DRAIN_DEADLINE, worker_id=worker_id)
+
+    async def run_retention(self, max_age: str | None = None, batch_size: int | None = None,
+                            operator: str | None = None) -> dict[str, Any]:
+        return (await self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size,
+                                operator=operator))["result"]
+
+
+WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.worker_drain_deadline(%(worker_id)s)"

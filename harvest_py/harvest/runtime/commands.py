@@ -45,6 +45,7 @@ RESOLUTION_EVENTS: dict[str, str | None] = {
     "ChildWorkflowCompleted": "child", "ChildWorkflowFailed": "child",
     "SignalReceived": None, "WorkflowCancelRequested": None}
 RESOLUTION_EVENTS["UpdateAccepted"] = None  # delivered to runtime/handlers.py
+RESOLUTION_EVENTS["MutexAcquired"] = "mutex"  # {seq, key}: the grant of ctx.mutex (runtime/mutex.py)
 TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
                    "WorkflowCancelled", "WorkflowTimedOut", "WorkflowContinuedAsNew"}
 # terminal command type -> the terminal event the SQL writes for it
@@ -68,6 +69,8 @@ def describe_command(cmd: dict) -> str:
             return f"local activity {value.get('name')!r}"
         if cmd.get("kind") == "version":
             return f"version marker {value.get('change_id')!r}"
+        if cmd.get("kind") in ("mutex_acquire", "mutex_release"):
+            return f"{cmd.get('kind')} {value.get('key')!r}"
         return f"record_marker {cmd.get('kind')!r}"
     if kind == "complete_update":
         return f"complete_update of update {cmd.get('update_id')!r}"
@@ -109,7 +112,7 @@ def failure_json(exc: BaseException) -> dict[str, Any]:
 @dataclass
 class Pending:
     seq: int
-    kind: str  # "activity" | "timer" | "local_activity" | "child"
+    kind: str  # "activity" | "timer" | "local_activity" | "child" | "mutex"
     name: str | None
     future: asyncio.Future
     defn: Any = None

@@ -21,6 +21,7 @@ from harvest.payload import decode, decode_result, encode, encode_args, return_h
 
 if TYPE_CHECKING:
     from harvest.runtime.children import ChildHandle
+    from harvest.runtime.mutex import WorkflowMutex
     from harvest.runtime.run import WorkflowRun
 
 __all__ = ["DEFAULT_VERSION", "ContinueAsNew", "WorkflowContext", "WorkflowInfo"]
@@ -212,6 +213,18 @@ class WorkflowContext:
     def pending_signals(self, name: str | None = None) -> int:
         """How many signals (of ``name``, or of any name) are buffered and not yet taken."""
         return self._run.signals.count(name)
+
+    # ------------------------------------------------------------------ durable mutex
+    def mutex(self, key: str) -> WorkflowMutex:
+        """A durable named lock: ``async with ctx.mutex("invoice:17"): ...``.
+
+        One holder per key among the runs of this database, FIFO waiters; released
+        when the block exits and, whatever happens, when the run ends
+        (docs/flow-control.md). Not re-entrant.
+        """
+        from harvest.runtime.mutex import WorkflowMutex
+
+        return WorkflowMutex(self._run, key)
 
     # ------------------------------------------------------------------ cancellation
     def is_cancel_requested(self) -> bool:

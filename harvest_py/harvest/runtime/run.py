@@ -134,6 +134,7 @@ class WorkflowRun(CommandIssuer):
         self._children: dict[int, ChildHandle] = {}
         self._cancelled_timers: set[int] = set()
         self._versions: dict[str, int] = {}
+        self._mutex_keys: set[str] = set()  # keys held or awaited by ctx.mutex (runtime/mutex.py)
         self.cancel_requested = False
         self.cancel_reason: Any = None
         self._cancel_details: Any = _UNSET

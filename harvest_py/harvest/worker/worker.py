@@ -33,7 +33,7 @@ from harvest.db.connection import connect_async, resolve_dsn
 from harvest.db.migrate import latest_core_version
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.definitions import App
-from harvest.errors import SchemaMismatch
+from harvest.errors import InvalidArgument, PermissionDenied, SchemaMismatch
 from harvest.worker.activities import run_activity_task
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
@@ -50,7 +50,9 @@ class Worker:
                  continue_as_new_threshold: int = 10_000,
                  history_event_hard_cap: int | None = 50_000,
                  history_byte_hard_cap: int | None = 50 * 1024 * 1024,
-                 history_bloat_warn_fraction: float = 0.2048):
+                 history_bloat_warn_fraction: float = 0.2048,
+                 run_worker: bool = True, run_scanner: bool = True, run_retention: bool = False,
+                 retention_interval: float = 60.0):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.app = app
@@ -87,6 +89,14 @@ class Worker:
         # worker may hold a newer claim of a task whose older handler is still winding down.
         self._inflight: dict[tuple[int, int], asyncio.Task] = {}
         self.completed_tasks = 0
+        # Process roles (harvest/config.py): which runtimes this process runs. run_worker is the
+        # claim loop (with its registry row, notifications, queries); run_scanner the
+        # scheduler-side loops (timeout scanner, relays, mutex grants); run_retention the janitor.
+        self.run_worker = run_worker
+        self.run_scanner = run_scanner
+        self.run_retention = run_retention
+        self.retention_interval = retention_interval
+        self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
 
     # -- lifecycle -----------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -105,22 +115,32 @@ class Worker:
         self.sql = AsyncSqlApi(self._pool)
         try:
             await self._check_schema()
-            await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
-                                           os.getpid(), self.heartbeat_interval,
-                                           {"concurrency": self.concurrency})
+            if self.run_worker:
+                await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
+                                               os.getpid(), self.heartbeat_interval,
+                                               {"concurrency": self.concurrency})
             # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
             await self.sql.declare_flow_policies(self.app.flow_policies())
-            log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
-            background = [asyncio.create_task(self._listen()), asyncio.create_task(self._scan()),
-                          asyncio.create_task(self._heartbeat()),
-                          asyncio.create_task(serve_queries(self))]  # queries and updates
+            background = []
+            if self.run_worker:
+                log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
+                background += [asyncio.create_task(self._listen()), asyncio.create_task(self._heartbeat()),
+                               asyncio.create_task(serve_queries(self))]  # queries and updates
+            if self.run_scanner:
+                background.append(asyncio.create_task(self._scan()))
+            if self.run_retention:
+                background.append(asyncio.create_task(self._retention()))
             try:
-                await self._claim_loop()
+                if self.run_worker:
+                    await self._claim_loop()
+                else:
+                    await self._stopping.wait()
             finally:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
-                await self._drain()
+                if self.run_worker:
+                    await self._drain()
         finally:
             await self._pool.close()
 
@@ -137,9 +157,15 @@ class Worker:
 
     async def _drain(self) -> None:
         if self._inflight:
+            grace = self.shutdown_grace
+            if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
+                grace = max(0.0, min(grace, self._drain_deadline_at - asyncio.get_running_loop().time()))
             log.info("worker %s finishing %d in-flight task(s) (up to %.0fs)", self.worker_id,
-                     len(self._inflight), self.shutdown_grace)
-            _, pending = await asyncio.wait(list(self._inflight.values()), timeout=self.shutdown_grace)
+                     len(self._inflight), grace)
+            _, pending = await asyncio.wait(list(self._inflight.values()), timeout=grace)
+            if pending:
+                log.info("worker %s stopping with %d task(s) still in flight: releasing them",
+                         self.worker_id, len(pending))
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -263,6 +289,8 @@ class Worker:
                     self._wake.set()
                 if await self.sql.mutex_tick(100):  # mutex grants a release could not hand on
                     self._wake.set()
+                if await self.sql.release_pending_starts(100):  # throttle, debounce, batch
+                    self._wake.set()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
@@ -274,6 +302,8 @@ class Worker:
             try:
                 status = await self.sql.worker_heartbeat(self.worker_id)
                 if status != "active":
+                    if status == "draining":
+                        await self._note_drain_deadline()
                     log.info("worker %s is %s: stopping", self.worker_id, status)
                     self.request_stop()
             except asyncio.CancelledError:
@@ -281,3 +311,32 @@ class Worker:
             except Exception as exc:  # noqa: BLE001
                 log.warning("worker heartbeat failed: %s", exc)
 
+    async def _note_drain_deadline(self) -> None:
+        """Remember when a remote drain must be done; _drain releases what is left then."""
+        row = await self.sql.worker_drain_deadline(self.worker_id)
+        if row and row["remaining_secs"] is not None:
+            self._drain_deadline_at = asyncio.get_running_loop().time() + max(0.0, row["remaining_secs"])
+            log.info("worker %s drains until %s (%.1fs)", self.worker_id, row["drain_deadline"],
+                     max(0.0, row["remaining_secs"]))
+
+    async def _retention(self) -> None:
+        """The retention janitor: one bounded batch per call, batch after batch while rows remain."""
+        while True:
+            try:
+                result = await self.sql.run_retention()
+                if result["deleted"]:
+                    log.info("retention: deleted %d execution(s), %d remaining", result["deleted"],
+                             result["remaining"])
+                if result["deleted"] and result["remaining"]:
+                    continue
+            except asyncio.CancelledError:
+                raise
+            except InvalidArgument as exc:  # not configured (yet): nothing to do
+                log.debug("retention: %s", exc)
+            except PermissionDenied as exc:
+                log.warning("retention janitor stopped: %s (connect this process as a login with "
+                            "harvest_admin, or set HARVEST_RETENTION__ENABLED=false)", exc)
+                return
+            except Exception as exc:  # noqa: BLE001
+                log.warning("retention run failed: %s", exc)
+            await asyncio.sleep(self.retention_interval)

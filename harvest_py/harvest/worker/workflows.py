@@ -68,7 +68,10 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     run = worker.cache.take(execution_id)
     try:
         if run is not None:
-            events = await worker.sql.get_history(execution_id, run.last_event_id)
+            if task.get("new_events") is not None and task.get("new_events_after") == run.last_event_id:
+                events = task["new_events"]  # we decided it last: the claim carried what is new
+            else:
+                events = await worker.sql.get_history(execution_id, run.last_event_id)
             try:
                 activation = await run.advance([_event(e) for e in events])
             except NonDeterminismError:
@@ -83,7 +86,10 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             run = WorkflowRun(worker.app, definition, execution_id, task["workflow_id"],
                               task["task_queue"],
                               continue_as_new_threshold=worker.continue_as_new_threshold)
-            events = await worker.sql.get_history(execution_id, 0)
+            if task.get("new_events") is not None and task.get("new_events_after") == 0:
+                events = task["new_events"]  # a run nobody decided yet: the claim carried it all
+            else:
+                events = await worker.sql.get_history(execution_id, 0)
             activation = await run.advance([_event(e) for e in events])
     except Exception as exc:  # noqa: BLE001 - reported on the task, never into the history
         if run is not None:

@@ -1,0 +1,297 @@
+-- Start throttle, debounce and batch: gates that admit a start without creating
+-- its execution yet (docs/flow-control.md). start_workflow calls _start_gate for
+-- a top-level start (no parent) of a workflow whose declared policy
+-- (harvest.flow_policies) holds one of them; the worker's scanner calls
+-- release_pending_starts to start what is due.
+--
+--   throttle {rps, burst, key}: a token bucket per (workflow, key). A start with
+--     a token and nobody queued ahead of it starts at once; the rest queue FIFO
+--     in harvest.pending_starts and are released at the rate. The deferred
+--     response carries the workflow_id the run will have (minted now if none
+--     was given) and no execution id.
+--   debounce {key, quiet_secs, max_wait_secs}: a burst of starts per (workflow,
+--     key) collapses into one row; each start keeps the latest input and pushes
+--     the release quiet_secs later (never past the first start + max_wait_secs).
+--     One run starts, with the latest input, after the quiet time. Every start of
+--     the burst gets the same workflow_id back (the first start's, or minted).
+--   batch {key, max_size, window_secs}: starts per (workflow, key) collect their
+--     single argument into one row; one run starts with [[arg1, arg2, ...]] when
+--     max_size starts have gathered (the start that fills the batch gets the run
+--     back) or window_secs after the first start.
+--
+-- A conflict_policy other than unspecified is refused with these gates (HR001):
+-- there is no running execution to resolve a conflict against at admission.
+-- Children and continue-as-new successors are never deferred (their caller needs
+-- the execution in the same transaction), nor is a released start itself
+-- (start_workflow p_flow_gates => false).
+--
+-- Serialisation: every admission and release of one (workflow, key) takes
+-- pg_advisory_xact_lock(hashtext('harvest.start_gate:' || workflow || ':' || key)),
+-- the release with pg_try_ (a busy key waits for the next scan).
+
+-- Check the start gates of a declared workflow policy (declare_flow_policies).
+CREATE OR REPLACE FUNCTION harvest._check_start_gates(p_workflow_name text, p_policy jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_gates text[] := ARRAY(SELECT g FROM unnest(ARRAY['throttle', 'debounce', 'batch']) AS g WHERE p_policy ? g);
+    v_spec jsonb;
+BEGIN
+    IF cardinality(v_gates) = 0 THEN
+        RETURN;
+    END IF;
+    IF cardinality(v_gates) > 1 THEN
+        RAISE EXCEPTION 'workflow %: % cannot be combined; declare one of throttle, debounce, batch',
+            p_workflow_name, array_to_string(v_gates, ' and ') USING ERRCODE = 'HR001';
+    END IF;
+    v_spec := p_policy -> v_gates[1];
+    IF jsonb_typeof(v_spec) <> 'object' THEN
+        RAISE EXCEPTION 'workflow %: % must be a JSON object', p_workflow_name, v_gates[1]
+            USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._resolve_key('[]', v_spec ->> 'key');
+    IF v_gates[1] = 'throttle' AND NOT (coalesce((v_spec ->> 'rps')::double precision, 0) > 0
+                                        AND coalesce((v_spec ->> 'burst')::double precision, 1) >= 1) THEN
+        RAISE EXCEPTION 'workflow %: throttle needs rps > 0 and burst >= 1, got %', p_workflow_name, v_spec
+            USING ERRCODE = 'HR001';
+    ELSIF v_gates[1] = 'debounce' AND NOT (coalesce((v_spec ->> 'quiet_secs')::double precision, 0) > 0
+                                           AND coalesce((v_spec ->> 'max_wait_secs')::double precision, 1) > 0) THEN
+        RAISE EXCEPTION 'workflow %: debounce needs quiet_secs > 0 (and max_wait_secs > 0 if set), got %',
+            p_workflow_name, v_spec USING ERRCODE = 'HR001';
+    ELSIF v_gates[1] = 'batch' AND NOT (coalesce((v_spec ->> 'max_size')::integer, 0) >= 1
+                                        AND coalesce((v_spec ->> 'window_secs')::double precision, 0) > 0) THEN
+        RAISE EXCEPTION 'workflow %: batch needs max_size >= 1 and window_secs > 0, got %', p_workflow_name, v_spec
+            USING ERRCODE = 'HR001';
+    END IF;
+END;
+$$;
+
+-- Take up to p_want whole tokens from a throttle bucket (the caller holds the
+-- key's advisory lock); returns how many were taken.
+CREATE OR REPLACE FUNCTION harvest._throttle_take(
+    p_workflow_name text, p_key text, p_spec jsonb, p_want integer
+)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_rps double precision := (p_spec ->> 'rps')::double precision;
+    v_burst double precision := greatest(coalesce((p_spec ->> 'burst')::double precision, 1), 1);
+    v_bucket harvest.start_throttle_buckets;
+    v_tokens double precision;
+    v_taken integer;
+BEGIN
+    INSERT INTO harvest.start_throttle_buckets (workflow_name, gate_key, tokens, refilled_at)
+    VALUES (p_workflow_name, p_key, v_burst, v_now)
+    ON CONFLICT (workflow_name, gate_key) DO NOTHING;
+    SELECT * INTO v_bucket FROM harvest.start_throttle_buckets AS b
+    WHERE b.workflow_name = p_workflow_name AND b.gate_key = p_key FOR UPDATE;
+    v_tokens := least(v_burst, v_bucket.tokens
+                      + greatest(extract(EPOCH FROM v_now - v_bucket.refilled_at)::double precision, 0) * v_rps);
+    v_taken := least(greatest(p_want, 0), floor(v_tokens)::integer);
+    UPDATE harvest.start_throttle_buckets AS b
+    SET tokens = v_tokens - v_taken, refilled_at = greatest(v_now, b.refilled_at)
+    WHERE b.workflow_name = p_workflow_name AND b.gate_key = p_key;
+    RETURN v_taken;
+END;
+$$;
+
+-- The admission of a gated start. action: 'start' (go ahead now, with
+-- workflow_id), 'deferred' (queued; no execution yet) or 'started' (this start
+-- filled a batch, whose run it returns).
+CREATE OR REPLACE FUNCTION harvest._start_gate(
+    p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_reuse_policy text, p_search_attributes jsonb, p_priority integer,
+    p_execution_timeout_secs double precision, p_run_timeout_secs double precision
+)
+RETURNS TABLE (action text, execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_kind text := CASE WHEN p_policy ? 'throttle' THEN 'throttle'
+                        WHEN p_policy ? 'debounce' THEN 'debounce' ELSE 'batch' END;
+    v_spec jsonb := p_policy -> v_kind;
+    v_key text := coalesce(harvest._resolve_key(p_input, v_spec ->> 'key'), '');
+    v_workflow_id text := coalesce(p_workflow_id, gen_random_uuid()::text);
+    v_quiet interval := make_interval(secs => coalesce((v_spec ->> 'quiet_secs')::double precision, 0));
+    v_max_wait interval := make_interval(secs => (v_spec ->> 'max_wait_secs')::double precision);
+    v_row harvest.pending_starts;
+BEGIN
+    PERFORM harvest._check_start_gates(p_workflow_name, p_policy);
+    PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':' || v_key));
+    IF v_kind = 'throttle' THEN
+        IF NOT EXISTS (SELECT 1 FROM harvest.pending_starts AS p
+                       WHERE p.kind = 'throttle' AND p.workflow_name = p_workflow_name AND p.gate_key = v_key)
+           AND harvest._throttle_take(p_workflow_name, v_key, v_spec, 1) = 1 THEN
+            RETURN QUERY SELECT 'start'::text, NULL::uuid, v_workflow_id, NULL::text, NULL::boolean;
+            RETURN;
+        END IF;
+        INSERT INTO harvest.pending_starts (
+            kind, workflow_name, gate_key, workflow_id, task_queue, input, search_attributes, priority,
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at
+        ) VALUES (
+            'throttle', p_workflow_name, v_key, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+            p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now
+        ) RETURNING * INTO v_row;
+    ELSIF v_kind = 'debounce' THEN
+        INSERT INTO harvest.pending_starts AS p (
+            kind, workflow_name, gate_key, workflow_id, task_queue, input, search_attributes, priority,
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at
+        ) VALUES (
+            'debounce', p_workflow_name, v_key, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+            p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
+            least(v_now + v_quiet, v_now + v_max_wait)
+        )
+        ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
+        SET input = excluded.input, task_queue = excluded.task_queue,
+            search_attributes = excluded.search_attributes, priority = excluded.priority,
+            reuse_policy = excluded.reuse_policy, execution_timeout_secs = excluded.execution_timeout_secs,
+            run_timeout_secs = excluded.run_timeout_secs, starts = p.starts + 1, updated_at = v_now,
+            release_at = least(v_now + v_quiet, p.created_at + v_max_wait)
+        RETURNING * INTO v_row;
+    ELSE
+        IF jsonb_array_length(p_input) <> 1 THEN
+            RAISE EXCEPTION 'workflow % batches its starts: each start passes exactly one argument, got %',
+                p_workflow_name, jsonb_array_length(p_input) USING ERRCODE = 'HR001',
+                HINT = 'the batched run receives one argument: the list of those arguments';
+        END IF;
+        INSERT INTO harvest.pending_starts AS p (
+            kind, workflow_name, gate_key, workflow_id, task_queue, input, search_attributes, priority,
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at
+        ) VALUES (
+            'batch', p_workflow_name, v_key, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+            p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
+            v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision)
+        )
+        ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
+        SET input = p.input || excluded.input, starts = p.starts + 1, updated_at = v_now
+        RETURNING * INTO v_row;
+        IF v_row.starts >= (v_spec ->> 'max_size')::integer THEN
+            RETURN QUERY SELECT 'started'::text, s.execution_id, s.workflow_id, s.status, s.started_fresh
+                FROM harvest._release_pending_start(v_row) AS s;
+            RETURN;
+        END IF;
+    END IF;
+    RETURN QUERY SELECT 'deferred'::text, NULL::uuid, v_row.workflow_id, 'DEFERRED'::text, false;
+END;
+$$;
+
+-- Start one pending start now (the caller holds its key's lock) and drop its row.
+-- The batched run's input is one argument: the list of the collected arguments.
+CREATE OR REPLACE FUNCTION harvest._release_pending_start(p_row harvest.pending_starts)
+RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM harvest.pending_starts AS p WHERE p.id = p_row.id;
+    RETURN QUERY SELECT s.execution_id, s.workflow_id, s.status, s.started_fresh
+    FROM harvest.start_workflow(
+        p_workflow_name => p_row.workflow_name,
+        p_input => CASE WHEN p_row.kind = 'batch' THEN jsonb_build_array(p_row.input) ELSE p_row.input END,
+        p_workflow_id => p_row.workflow_id, p_task_queue => p_row.task_queue,
+        p_reuse_policy => p_row.reuse_policy, p_search_attributes => p_row.search_attributes,
+        p_priority => p_row.priority, p_execution_timeout_secs => p_row.execution_timeout_secs,
+        p_run_timeout_secs => p_row.run_timeout_secs, p_flow_gates => false) AS s;
+END;
+$$;
+
+-- Release one row in a subtransaction: a start that fails (a quota, a duplicate
+-- id) keeps its row with last_error and is tried again 10 s later.
+CREATE OR REPLACE FUNCTION harvest._try_release_pending_start(p_row harvest.pending_starts)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_message text;
+BEGIN
+    BEGIN
+        PERFORM harvest._release_pending_start(p_row);
+        RETURN true;
+    EXCEPTION WHEN OTHERS THEN
+        GET STACKED DIAGNOSTICS v_message = MESSAGE_TEXT;
+        UPDATE harvest.pending_starts AS p
+        SET attempts = p.attempts + 1, last_error = v_message,
+            release_at = harvest.now() + make_interval(secs => 10)
+        WHERE p.id = p_row.id;
+        RETURN false;
+    END;
+END;
+$$;
+
+-- The scanner's pass: start the due debounce and batch rows, and as many queued
+-- throttled starts as each bucket's tokens allow (FIFO). Never waits on a key
+-- another transaction holds. Returns how many runs were started.
+CREATE OR REPLACE FUNCTION harvest.release_pending_starts(p_limit integer DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_row harvest.pending_starts;
+    v_bucket record;
+    v_spec jsonb;
+    v_tokens integer;
+    v_released integer := 0;
+BEGIN
+    FOR v_row IN
+        SELECT * FROM harvest.pending_starts AS p
+        WHERE p.release_at <= v_now AND p.kind IN ('debounce', 'batch')
+        ORDER BY p.release_at, p.id LIMIT p_limit
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(
+            hashtext('harvest.start_gate:' || v_row.workflow_name || ':' || v_row.gate_key));
+        SELECT * INTO v_row FROM harvest.pending_starts AS p WHERE p.id = v_row.id AND p.release_at <= v_now;
+        CONTINUE WHEN NOT FOUND;  -- a start moved it on meanwhile
+        IF harvest._try_release_pending_start(v_row) THEN
+            v_released := v_released + 1;
+        END IF;
+    END LOOP;
+    FOR v_bucket IN
+        SELECT DISTINCT p.workflow_name, p.gate_key FROM harvest.pending_starts AS p
+        WHERE p.kind = 'throttle' ORDER BY 1, 2 LIMIT p_limit
+    LOOP
+        CONTINUE WHEN NOT pg_try_advisory_xact_lock(
+            hashtext('harvest.start_gate:' || v_bucket.workflow_name || ':' || v_bucket.gate_key));
+        SELECT f.policy -> 'throttle' INTO v_spec FROM harvest.flow_policies AS f
+        WHERE f.kind = 'workflow' AND f.name = v_bucket.workflow_name;
+        IF v_spec IS NULL THEN
+            v_tokens := p_limit;  -- the throttle was withdrawn: release the queue
+        ELSE
+            v_tokens := harvest._throttle_take(v_bucket.workflow_name, v_bucket.gate_key, v_spec,
+                (SELECT count(*)::integer FROM harvest.pending_starts AS p
+                 WHERE p.kind = 'throttle' AND p.workflow_name = v_bucket.workflow_name
+                   AND p.gate_key = v_bucket.gate_key AND coalesce(p.release_at, v_now) <= v_now));
+        END IF;
+        FOR v_row IN
+            SELECT * FROM harvest.pending_starts AS p
+            WHERE p.kind = 'throttle' AND p.workflow_name = v_bucket.workflow_name
+              AND p.gate_key = v_bucket.gate_key AND coalesce(p.release_at, v_now) <= v_now
+            ORDER BY p.id LIMIT v_tokens
+        LOOP
+            IF harvest._try_release_pending_start(v_row) THEN
+                v_released := v_released + 1;
+            END IF;
+        END LOOP;
+    END LOOP;
+    RETURN v_released;
+END;
+$$;
+
+-- Deferred starts, for operators: one row per pending start (throttle) or
+-- collapsed burst (debounce, batch).
+CREATE OR REPLACE FUNCTION harvest.pending_starts_status(p_workflow_name text DEFAULT NULL)
+RETURNS TABLE (
+    kind text, workflow_name text, gate_key text, workflow_id text, starts integer,
+    created_at timestamptz, release_at timestamptz, attempts integer, last_error text
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT p.kind, p.workflow_name, p.gate_key, p.workflow_id, p.starts, p.created_at, p.release_at,
+           p.attempts, p.last_error
+    FROM harvest.pending_starts AS p
+    WHERE p_workflow_name IS NULL OR p.workflow_name = p_workflow_name
+    ORDER BY p.workflow_name, p.kind, p.gate_key, p.id;
+$$;

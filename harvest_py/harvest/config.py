@@ -1,0 +1,359 @@
+"""Process configuration: one ``harvest.toml`` plus ``HARVEST_*`` variables, and the process role.
+
+Precedence, highest first: an explicit command-line flag, a ``HARVEST_*`` variable,
+the config file, then the role (``HARVEST_ROLE`` = ``web`` | ``worker`` | ``combined``,
+default ``combined``), then the built-in default. The file is the path given with
+``--config``, else ``HARVEST_CONFIG``, else ``./harvest.toml`` when it exists.
+
+A variable names a key with ``__`` between section and key: ``HARVEST_WORKER__QUEUES=a,b``
+is ``[worker] queues = ["a", "b"]``. An empty variable unsets the key (it clears a list
+set in the file). An unknown key, in the file or among the ``HARVEST_*`` variables,
+stops the boot with its name and the known keys; so does a value of the wrong type,
+an unknown role or an unknown ``retention.run_on``.
+
+The role decides which runtimes a process runs:
+
+==========  ======  =========  ====================================
+role        worker  scheduler  retention (run_on = "scheduler")
+==========  ======  =========  ====================================
+web         off     off        off (runs where the scheduler runs)
+worker      on      on         on
+combined    on      on         on
+==========  ======  =========  ====================================
+
+``worker.enabled`` and ``scheduler.enabled`` are unset by default and follow the role;
+an explicit value wins, with one warning per switch that contradicts the role.
+``retention.run_on = "all"`` runs the janitor on every process, whatever its role.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harvest.errors import ConfigError
+
+log = logging.getLogger("harvest.config")
+
+ENV_PREFIX = "HARVEST_"
+CONFIG_ENV = "HARVEST_CONFIG"
+DEFAULT_FILE = "harvest.toml"
+ROLES = ("web", "worker", "combined")
+RUN_ON = ("scheduler", "all")
+# HARVEST_* variables that are not config keys (read elsewhere, or by the tests).
+NOT_CONFIG = frozenset({"HARVEST_DATABASE_URL", "HARVEST_DEV_DATABASE_URL", "HARVEST_TEST_DSN",
+                        "HARVEST_SQL_DIR", "HARVEST_CONFIG"})
+
+# key -> type: str, bool, int, float, list (of str)
+SCHEMA: dict[tuple[str, ...], type] = {
+    ("role",): str,
+    ("database_url",): str,
+    ("worker", "enabled"): bool,
+    ("worker", "queues"): list,
+    ("worker", "concurrency"): int,
+    ("worker", "shutdown_grace"): float,
+    ("worker", "heartbeat_interval"): float,
+    ("scheduler", "enabled"): bool,
+    ("retention", "enabled"): bool,
+    ("retention", "run_on"): str,
+    ("retention", "interval"): float,
+}
+SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def dotted(key: tuple[str, ...]) -> str:
+    return ".".join(key)
+
+
+def env_name(key: tuple[str, ...]) -> str:
+    return ENV_PREFIX + "__".join(part.upper() for part in key)
+
+
+def known_keys() -> str:
+    return ", ".join(dotted(k) for k in SCHEMA)
+
+
+def known_variables() -> str:
+    return ", ".join(env_name(k) for k in SCHEMA)
+
+
+@dataclass(frozen=True)
+class Setting:
+    value: Any
+    source: str  # "HARVEST_WORKER__QUEUES", "harvest.toml", "--queue", ...
+
+
+@dataclass
+class Config:
+    """The merged settings. ``get`` answers a value or ``None`` (not set)."""
+
+    settings: dict[tuple[str, ...], Setting] = field(default_factory=dict)
+    path: Path | None = None
+
+    def get(self, key: str | tuple[str, ...], default: Any = None) -> Any:
+        setting = self.settings.get(_key(key))
+        return default if setting is None or setting.value is None else setting.value
+
+    def setting(self, key: str | tuple[str, ...]) -> Setting | None:
+        setting = self.settings.get(_key(key))
+        return None if setting is None or setting.value is None else setting
+
+    def with_overrides(self, overrides: Mapping[str, tuple[Any, str]]) -> Config:
+        """A copy with explicit flags applied (``{"worker.queues": (["a"], "--queue")}``);
+        a ``None`` value means the flag was not given."""
+        merged = dict(self.settings)
+        for key, (value, source) in overrides.items():
+            if value is not None:
+                merged[_key(key)] = Setting(_coerce(_key(key), value, source), source)
+        return Config(merged, self.path)
+
+
+def _key(key: str | tuple[str, ...]) -> tuple[str, ...]:
+    out = tuple(key.split(".")) if isinstance(key, str) else tuple(key)
+    if out not in SCHEMA:
+        raise KeyError(f"unknown config key {dotted(out)!r}")
+    return out
+
+
+def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
+    """Check (file, flag) or parse (a variable's string) a value against the schema."""
+    kind = SCHEMA[key]
+    where = f"{dotted(key)} (from {source})"
+    from_env = isinstance(value, str) and source.startswith(ENV_PREFIX)
+    if from_env and value.strip() == "":
+        return None  # an empty variable unsets the key
+    if kind is list:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: expected a list of names, got {value!r}")
+        return list(value) or None  # an empty list means "not set"
+    if kind is bool:
+        if from_env:
+            lowered = value.strip().lower()
+            if lowered in _TRUE | _FALSE:
+                return lowered in _TRUE
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if kind in (int, float):
+        if from_env:
+            try:
+                return kind(value.strip())
+            except ValueError:
+                pass
+        elif isinstance(value, int | float) and not isinstance(value, bool) and (kind is float or
+                                                                               isinstance(value, int)):
+            return kind(value)
+        raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def _suggest(name: str, candidates: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def config_path(explicit: str | os.PathLike | None, env: Mapping[str, str]) -> Path | None:
+    """--config, else HARVEST_CONFIG, else ./harvest.toml if present; a named file must exist."""
+    if explicit:
+        path, what = Path(explicit), "--config"
+    elif env.get(CONFIG_ENV):
+        path, what = Path(env[CONFIG_ENV]), CONFIG_ENV
+    else:
+        path = Path(DEFAULT_FILE)
+        return path if path.is_file() else None
+    if not path.is_file():
+        raise ConfigError(f"{what} names {str(path)!r}, which is not a file")
+    return path
+
+
+def _from_file(path: Path) -> dict[tuple[str, ...], Setting]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    out: dict[tuple[str, ...], Setting] = {}
+    source = str(path)
+    for name, value in data.items():
+        if name in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name} (from {source}): expected a [{name}] table")
+            for inner, inner_value in value.items():
+                key = (name, inner)
+                if key not in SCHEMA:
+                    raise ConfigError(f"unknown config key {dotted(key)!r} in {source}"
+                                      f"{_suggest(dotted(key), map(dotted, SCHEMA))}; known keys: {known_keys()}")
+                out[key] = Setting(_coerce(key, inner_value, source), source)
+        elif (name,) in SCHEMA:
+            out[(name,)] = Setting(_coerce((name,), value, source), source)
+        else:
+            raise ConfigError(f"unknown config key {name!r} in {source}"
+                              f"{_suggest(name, map(dotted, SCHEMA))}; known keys: {known_keys()}")
+    return out
+
+
+def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
+    by_name = {env_name(k): k for k in SCHEMA}
+    out: dict[tuple[str, ...], Setting] = {}
+    for name in sorted(env):
+        if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG:
+            continue
+        key = by_name.get(name)
+        if key is None:
+            raise ConfigError(f"unknown setting {name}{_suggest(name, by_name)}; known variables: "
+                              f"{known_variables()} (and {', '.join(sorted(NOT_CONFIG))})")
+        out[key] = Setting(_coerce(key, env[name], name), name)
+    return out
+
+
+def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key."""
+    env = os.environ if env is None else env
+    file_path = config_path(path, env)
+    settings = _from_file(file_path) if file_path else {}
+    settings.update(_from_env(env))
+    config = Config(settings, file_path)
+    role = config.setting("role")
+    if role and role.value not in ROLES:
+        raise ConfigError(f"role {role.value!r} (from {role.source}) is not one of {', '.join(ROLES)}")
+    run_on = config.setting("retention.run_on")
+    if run_on and run_on.value not in RUN_ON:
+        raise ConfigError(f"retention.run_on {run_on.value!r} (from {run_on.source}) is unknown; "
+                          f"use {' or '.join(RUN_ON)}")
+    return config
+
+
+# -- the process role -------------------------------------------------------------------------
+ROLE_RUNS = {"web": {"worker": False, "scheduler": False},
+             "worker": {"worker": True, "scheduler": True},
+             "combined": {"worker": True, "scheduler": True}}
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    value: bool
+    source: str  # explicit (<where>) | role <role> | default
+
+    def line(self) -> str:
+        return f"{self.name}={'true' if self.value else 'false'} (source: {self.source})"
+
+
+@dataclass
+class RuntimePlan:
+    """Which runtimes this process runs, and why (see the module docstring)."""
+
+    role: str
+    role_source: str
+    worker: Switch
+    scheduler: Switch
+    retention: Switch
+    run_on: str
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def switches(self) -> list[Switch]:
+        return [self.worker, self.scheduler, self.retention]
+
+    def runs_anything(self) -> bool:
+        return any(s.value for s in self.switches)
+
+    def log(self, logger: logging.Logger = log) -> None:
+        """One line per switch with its value and source, then the warnings and notes."""
+        logger.info("harvest role %s (source: %s)", self.role, self.role_source)
+        for switch in self.switches:
+            logger.info("harvest %s", switch.line())
+        for warning in self.warnings:
+            logger.warning("%s", warning)
+        for note in self.notes:
+            logger.info("%s", note)
+
+
+def runtime_plan(config: Config) -> RuntimePlan:
+    role_setting = config.setting("role")
+    role = role_setting.value if role_setting else "combined"
+    if role not in ROLES:
+        raise ConfigError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    role_source = f"explicit ({role_setting.source})" if role_setting else "default"
+    warnings: list[str] = []
+
+    def switch(name: str) -> Switch:
+        by_role = ROLE_RUNS[role][name]
+        explicit = config.setting(f"{name}.enabled")
+        if explicit is None:
+            return Switch(f"{name}.enabled", by_role, f"role {role}" if role_setting else "default")
+        if explicit.value != by_role:
+            warnings.append(f"{name}.enabled={str(explicit.value).lower()} (from {explicit.source}) overrides "
+                            f"role {role}, which turns the {name} {'on' if by_role else 'off'}")
+        return Switch(f"{name}.enabled", explicit.value, f"explicit ({explicit.source})")
+
+    worker, scheduler = switch("worker"), switch("scheduler")
+    run_on = config.get("retention.run_on", "scheduler")
+    enabled = config.setting("retention.enabled")
+    notes: list[str] = []
+    if enabled is not None and not enabled.value:
+        retention = Switch("retention.enabled", False, f"explicit ({enabled.source})")
+    elif run_on == "all":
+        where = config.setting("retention.run_on")
+        retention = Switch("retention.enabled", True, f"explicit (run_on=all from {where.source})")
+    else:
+        retention = Switch("retention.enabled", scheduler.value,
+                           f"follows scheduler.enabled (run_on=scheduler): {scheduler.source}")
+        if not scheduler.value:
+            notes.append("retention is on but does not run in this process: run_on=scheduler places it "
+                         "with the scheduler, which is off here; it runs where the scheduler runs "
+                         "(set HARVEST_RETENTION__RUN_ON=all to run it here too)")
+            if not role_setting and scheduler.source.startswith("explicit"):
+                warnings.append("the scheduler is off and no role is set: retention may run nowhere "
+                                "unless another process runs the scheduler")
+    return RuntimePlan(role, role_source, worker, scheduler, retention, run_on, warnings, notes)
+
+
+# -- worker queues ----------------------------------------------------------------------------
+def declared_queues(app: Any) -> list[str]:
+    """The queues an App's workflows and activities use (code order: sorted), ``default`` if none."""
+    return sorted(app.queues or {"default"})
+
+
+def resolve_queues(app: Any, config: Config) -> tuple[list[str], list[str], str]:
+    """``(polled, declared, source)``: config (or a flag) may narrow the declared queues, never add one."""
+    declared = declared_queues(app)
+    setting = config.setting("worker.queues")
+    if setting is None:
+        return declared, declared, "code"
+    unknown = [q for q in setting.value if q not in declared]
+    if unknown:
+        raise ConfigError(f"worker.queues (from {setting.source}) names {', '.join(repr(q) for q in unknown)}, "
+                          f"which the App does not declare; declared queues: {', '.join(declared)}")
+    wanted = set(setting.value)
+    return [q for q in declared if q in wanted], declared, f"explicit ({setting.source})"
+
+
+def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
+    """Each declared queue with no live worker: active (not draining, not stopped) and not stale.
+
+    ``sql`` is a :class:`harvest.db.sqlapi.SqlApi`; the answer is
+    ``{"declared_queues", "live_workers": {queue: n}, "unpolled_declared_queues"}``.
+    """
+    declared = list(declared)
+    live: dict[str, int] = dict.fromkeys(declared, 0)
+    for row in sql.list_workers(None, "active", "healthy"):
+        for queue in row.get("queues") or []:
+            if queue in live:
+                live[queue] += 1
+    return {"declared_queues": declared, "live_workers": live,
+            "unpolled_declared_queues": [q for q in declared if not live[q]]}

@@ -1,0 +1,82 @@
+-- functions/throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
+-- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
+-- harvest.pending_starts_status, and the gates in start_workflow.
+BEGIN;
+SELECT plan(25);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.declare_flow_policies('{"workflows": {
+    "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
+    "wf_d": {"debounce": {"key": "input.doc", "quiet_secs": 5, "max_wait_secs": 12}},
+    "wf_b": {"batch": {"key": null, "max_size": 3, "window_secs": 10}}}}');
+
+-- _check_start_gates
+SELECT throws_ok($$SELECT harvest._check_start_gates('x', '{"throttle": {"rps": 1}, "debounce": {"quiet_secs": 1}}')$$,
+                 'HR001', NULL, '_check_start_gates(): two gates at once are refused');
+SELECT throws_ok($$SELECT harvest.declare_flow_policies('{"workflows": {"x": {"batch": {"max_size": 0, "window_secs": 1}}}}')$$,
+                 'HR001', NULL, 'declare_flow_policies checks the gates (batch max_size >= 1)');
+SELECT lives_ok($$SELECT harvest._check_start_gates('x', '{"quota": {"key": "input"}}')$$,
+                '_check_start_gates(): a policy without a gate');
+
+-- throttle: burst 2 starts at once, the third is deferred
+CREATE TEMP TABLE t ON COMMIT DROP AS
+SELECT n, s.* FROM generate_series(1, 4) AS n,
+    LATERAL harvest.start_workflow('wf_t', jsonb_build_array(n), 't' || n, 'tq') AS s;
+SELECT results_eq($$SELECT status, execution_id IS NULL FROM t ORDER BY n$$,
+    $$VALUES ('RUNNING'::text, false), ('RUNNING', false), ('DEFERRED', true), ('DEFERRED', true)$$,
+    'throttle: the burst starts, the rest are DEFERRED with no execution id');
+SELECT is((SELECT workflow_id FROM t WHERE n = 3), 't3', 'a deferred start returns its workflow_id');
+SELECT throws_ok($$SELECT harvest.start_workflow('wf_t', '[1]', 'tx', 'tq', 'allow_duplicate', 'use_existing')$$,
+                 'HR001', NULL, 'a conflict policy with a throttle is refused');
+SELECT is(harvest.release_pending_starts(), 0, 'release_pending_starts(): no token yet');
+SELECT set_config('harvest.fake_now', '2030-01-01 00:00:00.5+00', true);
+SELECT is(harvest.release_pending_starts(), 1, 'half a second at 2 rps: one more start (FIFO)');
+SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 't3'), 'RUNNING', 'the oldest deferred start ran first');
+SELECT is((SELECT count(*)::integer FROM harvest.pending_starts_status('wf_t')), 1, 'pending_starts_status(): one left');
+SELECT set_config('harvest.fake_now', '2030-01-01 00:00:10+00', true);
+SELECT is(harvest._throttle_take('wf_t', '', '{"rps": 2, "burst": 2}', 1), 1, '_throttle_take(): a refilled bucket pays');
+SELECT is(harvest.release_pending_starts(), 1, 'the last deferred start is released');
+
+-- debounce: a burst per key collapses into one run with the latest input
+SELECT set_config('harvest.fake_now', '2030-01-02 00:00:00+00', true);
+SELECT harvest.start_workflow('wf_d', '[{"doc": "a", "v": 1}]', NULL, 'dq');
+SELECT set_config('harvest.fake_now', '2030-01-02 00:00:03+00', true);
+SELECT is((SELECT status FROM harvest.start_workflow('wf_d', '[{"doc": "a", "v": 2}]', NULL, 'dq')), 'DEFERRED',
+          'debounce: DEFERRED');
+SELECT harvest.start_workflow('wf_d', '[{"doc": "b", "v": 9}]', NULL, 'dq');
+SELECT results_eq($$SELECT gate_key, starts, release_at FROM harvest.pending_starts_status('wf_d')$$,
+    $$VALUES ('a'::text, 2, '2030-01-02 00:00:08+00'::timestamptz), ('b', 1, '2030-01-02 00:00:08+00')$$,
+    'one row per key; each start pushes the release quiet_secs later');
+SELECT set_config('harvest.fake_now', '2030-01-02 00:00:07+00', true);
+SELECT harvest.start_workflow('wf_d', '[{"doc": "a", "v": 3}]', NULL, 'dq');
+SELECT is((SELECT release_at FROM harvest.pending_starts_status('wf_d') WHERE gate_key = 'a'),
+          '2030-01-02 00:00:12+00'::timestamptz, 'max_wait_secs caps the push');
+SELECT set_config('harvest.fake_now', '2030-01-02 00:00:08+00', true);
+SELECT is(harvest.release_pending_starts(), 1, 'the quiet key b is released');
+SELECT set_config('harvest.fake_now', '2030-01-02 00:00:12+00', true);
+SELECT is(harvest.release_pending_starts(), 1, 'key a is released at its max wait');
+SELECT is((SELECT input FROM harvest.executions WHERE workflow_name = 'wf_d' AND input -> 0 ->> 'doc' = 'a'),
+          '[{"doc": "a", "v": 3}]'::jsonb, 'one run per burst, with the latest input');
+
+-- batch: max_size starts make one run with the collected inputs
+SELECT harvest.start_workflow('wf_b', '["x"]', NULL, 'bq');
+SELECT harvest.start_workflow('wf_b', '["y"]', NULL, 'bq');
+SELECT results_eq($$SELECT status, execution_id IS NOT NULL, started_fresh FROM harvest.start_workflow('wf_b', '["z"]', NULL, 'bq')$$,
+    $$VALUES ('RUNNING'::text, true, true)$$, 'the start that fills the batch gets the run');
+SELECT is((SELECT input FROM harvest.executions WHERE workflow_name = 'wf_b'), '[["x", "y", "z"]]'::jsonb,
+          'the batched run receives the list of the arguments');
+SELECT throws_ok($$SELECT harvest.start_workflow('wf_b', '[1, 2]', NULL, 'bq')$$, 'HR001', NULL,
+                 'a batched start passes exactly one argument');
+SELECT harvest.start_workflow('wf_b', '["w"]', NULL, 'bq');
+SELECT ok(harvest._try_release_pending_start((SELECT p FROM harvest.pending_starts AS p WHERE kind = 'batch')),
+          '_try_release_pending_start(): a window-expired batch is started');
+SELECT harvest.start_workflow('wf_d', '[{"doc": "c"}]', 'dc', 'dq');
+SELECT is((SELECT s.status FROM harvest.pending_starts AS p,
+           LATERAL harvest._release_pending_start(p) AS s WHERE p.kind = 'debounce'), 'RUNNING',
+          '_release_pending_start() starts a pending start now (it skips the gates)');
+SELECT results_eq($$SELECT action, execution_id IS NULL FROM harvest._start_gate('wf_b',
+        '{"batch": {"max_size": 5, "window_secs": 1}}', '["q"]', 'wid', 'bq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
+    $$VALUES ('deferred'::text, true)$$, '_start_gate(): a batch start is deferred');
+SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE parent_id IS NULL AND workflow_name = 'wf_b'), 2,
+          'nothing else started');
+SELECT * FROM finish();
+ROLLBACK;

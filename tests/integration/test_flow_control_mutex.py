@@ -1,0 +1,98 @@
+"""The durable mutex end to end: ctx.mutex with a real worker on a real Postgres."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import psycopg
+
+from harvest import App, activity, workflow
+
+spans: dict[int, tuple[float, float]] = {}
+spans_lock = threading.Lock()
+
+
+@activity(start_to_close="30s")
+async def critical(ctx, n: int) -> None:
+    import asyncio
+
+    began = time.monotonic()
+    await asyncio.sleep(0.15)
+    with spans_lock:
+        spans[n] = (began, time.monotonic())
+
+
+@workflow
+async def serialised(ctx, n: int) -> int:
+    async with ctx.mutex("printer"):
+        await ctx.execute_activity(critical, n)
+    return n
+
+
+@workflow
+async def hog(ctx, key: str) -> None:
+    async with ctx.mutex(key):
+        await ctx.sleep(3600)
+
+
+@workflow
+async def polite(ctx, key: str) -> str:
+    async with ctx.mutex(key):
+        return "got it"
+
+
+APP = App(workflows=[serialised, hog, polite], activities=[critical])
+
+
+def wait_for(predicate, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def queue_of(conn: psycopg.Connection, key: str) -> list[str]:
+    """[holder, waiter, waiter, ...] of a key."""
+    row = conn.execute("SELECT holder_execution_id::text, waiters FROM harvest.mutex_status(%s)",
+                       (key,)).fetchone()
+    if row is None:
+        return []
+    return ([row[0]] if row[0] else []) + list(row[1])
+
+
+def test_holders_never_overlap_and_are_granted_in_fifo_order(db, start_worker, client) -> None:
+    spans.clear()
+    start_worker(APP, concurrency=8)
+    handles = []
+    with psycopg.connect(db, autocommit=True) as conn:
+        for n in range(5):  # one at a time, so the queue order is known
+            handles.append(client.start_workflow(serialised, n))
+            wait_for(lambda n=n: handles[n].execution_id in queue_of(conn, "printer")
+                     or handles[n].describe()["status"] != "RUNNING")
+    assert [h.result(timeout=60) for h in handles] == list(range(5))
+    ordered = sorted(spans.items(), key=lambda item: item[1][0])
+    assert [n for n, _ in ordered] == list(range(5)), "FIFO grant order"
+    for (_, (_, end)), (_, (begin, _)) in itertools.pairwise(ordered):
+        assert begin >= end, f"holders overlap: {ordered}"
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.mutex_locks").fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM harvest.mutex_waiters").fetchone()[0] == 0
+        kinds = [r[0] for r in conn.execute(
+            "SELECT event_type || coalesce(':' || (event_data ->> 'kind'), '') FROM harvest.events "
+            "WHERE execution_id = %s ORDER BY event_id", (handles[0].execution_id,))]
+    assert "MarkerRecorded:mutex_acquire" in kinds and "MutexAcquired" in kinds
+    assert "MarkerRecorded:mutex_release" in kinds
+
+
+def test_a_terminated_holder_releases_the_key(db, start_worker, client) -> None:
+    start_worker(APP, concurrency=4)
+    holder = client.start_workflow(hog, "door")
+    with psycopg.connect(db, autocommit=True) as conn:
+        wait_for(lambda: queue_of(conn, "door")[:1] == [holder.execution_id])
+        waiter = client.start_workflow(polite, "door")
+        wait_for(lambda: queue_of(conn, "door") == [holder.execution_id, waiter.execution_id])
+        holder.terminate("operator")
+        assert waiter.result(timeout=30) == "got it"
+        assert queue_of(conn, "door") == []
