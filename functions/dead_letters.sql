@@ -76,6 +76,12 @@ DECLARE
 BEGIN
     v_dead := harvest._lock_dead_letter(p_id);
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_dead.execution_id;
+    IF v_dead.kind = 'workflow' THEN
+        RAISE EXCEPTION 'dead letter % records run % that failed with %: a run cannot be replayed',
+            p_id, v_execution.id, v_dead.failure ->> 'error_type' USING ERRCODE = 'HR001',
+            HINT = 'start a new run, and have the workflow call ctx.continue_as_new() before the cap; '
+                   'discard the dead letter once handled';
+    END IF;
     IF v_execution.status <> 'RUNNING' THEN
         RAISE EXCEPTION 'dead letter %: its execution % is %, so nothing waits for the activity',
             p_id, v_execution.id, v_execution.status USING ERRCODE = 'HR005',
@@ -107,7 +113,7 @@ BEGIN
     v_dead := harvest._lock_dead_letter(p_id);
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_dead.execution_id;
     DELETE FROM harvest.dead_letters WHERE id = p_id;
-    IF v_execution.status = 'RUNNING' THEN
+    IF v_dead.kind = 'activity' AND v_execution.status = 'RUNNING' THEN
         PERFORM harvest._append_event(v_execution.id, 'ActivityFailed', jsonb_build_object(
             'seq', v_dead.seq, 'failure', v_dead.failure, 'attempt', v_dead.attempts));
         PERFORM harvest._ensure_workflow_task(v_execution.id);

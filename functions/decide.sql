@@ -163,7 +163,8 @@ BEGIN
                 'non_retryable', true, 'details', v_command -> 'details'));
             v_closed := true;
         WHEN 'continue_as_new' THEN
-            PERFORM harvest._continue_as_new(v_execution, coalesce(v_command -> 'input', '[]'::jsonb));
+            PERFORM harvest._continue_as_new(v_execution, coalesce(v_command -> 'input', '[]'::jsonb),
+                                             p_through, coalesce(v_command -> 'signals', '[]'::jsonb));
             v_closed := true;
         WHEN 'complete_workflow' THEN
             PERFORM harvest._append_event(v_execution.id, 'WorkflowCompleted',
@@ -199,6 +200,13 @@ BEGIN
             PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed',
                 jsonb_build_object('failure', v_cap_failure));
             PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_cap_failure);
+            -- Operators find capped runs beside exhausted activities, typed.
+            INSERT INTO harvest.dead_letters (
+                kind, execution_id, workflow_name, queue, attempts, failure, scheduled_at, failed_at
+            ) VALUES (
+                'workflow', v_execution.id, v_execution.workflow_name, v_execution.task_queue, 1,
+                v_cap_failure, v_execution.created_at, v_now
+            );
             v_closed := true;
         END IF;
     END IF;
@@ -299,12 +307,15 @@ $$;
 
 -- End this run as CONTINUED_AS_NEW and start its successor (same workflow_id,
 -- name, queue, search attributes, parent link and chain deadline) atomically.
-CREATE OR REPLACE FUNCTION harvest._continue_as_new(p_execution harvest.executions, p_input jsonb)
+CREATE OR REPLACE FUNCTION harvest._continue_as_new(
+    p_execution harvest.executions, p_input jsonb, p_through bigint, p_signals jsonb DEFAULT '[]'::jsonb
+)
 RETURNS uuid
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_new_id uuid;
+    v_signal record;
 BEGIN
     PERFORM harvest._close_execution(p_execution.id, 'CONTINUED_AS_NEW', NULL, NULL);
     SELECT s.execution_id INTO v_new_id FROM harvest.start_workflow(
@@ -312,7 +323,7 @@ BEGIN
         p_workflow_id => p_execution.workflow_id, p_task_queue => p_execution.task_queue,
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
         p_parent_id => p_execution.parent_id, p_shard => harvest.shard_of(p_execution.id),
-        p_flow_gates => false) AS s;
+        p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false) AS s;
     UPDATE harvest.executions
     SET parent_seq = p_execution.parent_seq, parent_close_policy = p_execution.parent_close_policy,
         continued_from = p_execution.id, execution_timeout_at = p_execution.execution_timeout_at,
@@ -322,6 +333,24 @@ BEGIN
     WHERE id = p_execution.id;
     PERFORM harvest._append_event(p_execution.id, 'WorkflowContinuedAsNew',
         jsonb_build_object('new_execution_id', v_new_id, 'input', p_input));
+    -- A rotation loses no signal: first those the old run received but its code had
+    -- not read yet (carried by the command), then those it never saw (after p_through).
+    FOR v_signal IN
+        SELECT jsonb_build_object('name', c.value -> 'name', 'payload', c.value -> 'payload',
+                                  'signal_id', gen_random_uuid()::text) AS event_data
+        FROM jsonb_array_elements(p_signals) WITH ORDINALITY AS c (value, n)
+        ORDER BY c.n
+    LOOP
+        PERFORM harvest._append_event(v_new_id, 'SignalReceived', v_signal.event_data);
+    END LOOP;
+    FOR v_signal IN
+        SELECT ev.event_data FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution.id AND ev.event_id > p_through
+          AND ev.event_type = 'SignalReceived'
+        ORDER BY ev.event_id
+    LOOP
+        PERFORM harvest._append_event(v_new_id, 'SignalReceived', v_signal.event_data);
+    END LOOP;
     RETURN v_new_id;
 END;
 $$;

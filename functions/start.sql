@@ -182,12 +182,12 @@ BEGIN
     v_id := harvest._new_execution_id(p_shard);
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at,
-        execution_timeout_at, timeout_at, concurrency_key, quota_key
+        execution_timeout_at, timeout_at, concurrency_key, quota_key, run_timeout_secs
     ) VALUES (
         v_id, p_workflow_name, v_workflow_id, p_task_queue, p_input, p_search_attributes,
         p_parent_id, v_now, v_execution_deadline,
         least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
-        v_concurrency_key, v_quota_key
+        v_concurrency_key, v_quota_key, p_run_timeout_secs
     );
     PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Self
 
 import psycopg
@@ -27,6 +27,7 @@ from harvest.errors import (
     TimeoutError_,
     WorkflowCancelled,
     WorkflowFailed,
+    WorkflowNotRunning,
     WorkflowTerminated,
     WorkflowTimedOut,
 )
@@ -72,6 +73,17 @@ def _not_deferred(handle: Any) -> None:
         raise InvalidArgument(f"start of workflow_id {handle.workflow_id!r} was deferred by a throttle, "
                               "debounce or batch: it has no execution yet (the worker's scanner starts "
                               "it later under that workflow_id)")
+
+
+# How many continue-as-new hops one signal/cancel/terminate call follows.
+_MAX_CHAIN = 100
+
+
+def _successor(execution: dict[str, Any]) -> str | None:
+    """The next run's id when this one continued as new."""
+    if execution.get("status") != "CONTINUED_AS_NEW":
+        return None
+    return str((execution.get("output") or {}).get("continued_as_new") or "") or None
 
 
 class _ContinuedAsNew(Exception):
@@ -127,20 +139,34 @@ class WorkflowHandle:
         with self.client._sql() as sql:
             return sql.get_history(self.execution_id, 0)
 
-    def terminate(self, reason: str | None = None) -> None:
-        """End the run at once; no cleanup code runs."""
+    def _on_current_run(self, action: Callable[[SqlApi, str], Any]) -> Any:
+        """Apply action to the run that is current now: a run that continued as new hands
+        signals, cancels and terminations on to its successor."""
+        execution_id = self.execution_id
         with self.client._sql() as sql:
-            sql.terminate_workflow(self.execution_id, reason)
+            for _ in range(_MAX_CHAIN):
+                try:
+                    return action(sql, execution_id)
+                except WorkflowNotRunning:
+                    successor = _successor(sql.get_execution(execution_id))
+                    if successor is None:
+                        raise
+                    execution_id = successor
+        raise WorkflowNotRunning(f"workflow {self.execution_id} continued as new more than {_MAX_CHAIN} "
+                                 "times while this call followed it")
+
+    def terminate(self, reason: str | None = None) -> None:
+        """End the (current) run at once; no cleanup code runs."""
+        self._on_current_run(lambda sql, run: sql.terminate_workflow(run, reason))
 
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
-        with self.client._sql() as sql:
-            sql.signal_workflow(self.execution_id, name, payload.encode(payload_value, "payload"))
+        encoded = payload.encode(payload_value, "payload")
+        self._on_current_run(lambda sql, run: sql.signal_workflow(run, name, encoded))
 
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
-        with self.client._sql() as sql:
-            return sql.cancel_workflow(self.execution_id, reason)
+        return self._on_current_run(lambda sql, run: sql.cancel_workflow(run, reason))
 
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
               result_type: Any = Any) -> Any:
@@ -296,15 +322,28 @@ class AsyncWorkflowHandle:
     async def history(self) -> list[dict[str, Any]]:
         return await self.client.sql.get_history(self.execution_id, 0)
 
+    async def _on_current_run(self, action: Callable[[str], Awaitable[Any]]) -> Any:
+        execution_id = self.execution_id
+        for _ in range(_MAX_CHAIN):
+            try:
+                return await action(execution_id)
+            except WorkflowNotRunning:
+                successor = _successor(await self.client.sql.get_execution(execution_id))
+                if successor is None:
+                    raise
+                execution_id = successor
+        raise WorkflowNotRunning(f"workflow {self.execution_id} continued as new more than {_MAX_CHAIN} "
+                                 "times while this call followed it")
+
     async def terminate(self, reason: str | None = None) -> None:
-        await self.client.sql.terminate_workflow(self.execution_id, reason)
+        await self._on_current_run(lambda run: self.client.sql.terminate_workflow(run, reason))
 
     async def signal(self, name: str, payload_value: Any = None) -> None:
-        await self.client.sql.signal_workflow(self.execution_id, name,
-                                              payload.encode(payload_value, "payload"))
+        encoded = payload.encode(payload_value, "payload")
+        await self._on_current_run(lambda run: self.client.sql.signal_workflow(run, name, encoded))
 
     async def cancel(self, reason: str | None = None) -> bool:
-        return await self.client.sql.cancel_workflow(self.execution_id, reason)
+        return await self._on_current_run(lambda run: self.client.sql.cancel_workflow(run, reason))
 
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
                     result_type: Any = Any) -> Any:

@@ -105,3 +105,64 @@ def test_continue_as_new_rotates_runs_and_result_follows(start_worker, client: C
     first = handle.describe()
     assert first["status"] == "CONTINUED_AS_NEW"
     assert handle.history()[-1]["event_type"] == "WorkflowContinuedAsNew"
+
+
+@workflow
+async def rotating_inbox(ctx, seen: list) -> list:
+    item = await ctx.wait_for_signal("item")
+    seen = [*seen, item]
+    if len(seen) < 3:
+        await ctx.continue_as_new(seen)
+    return seen
+
+
+def test_signals_follow_the_chain_to_the_current_run(start_worker, client: Client, db: str) -> None:
+    import psycopg
+
+    start_worker(App(workflows=[rotating_inbox]))
+    handle = client.start_workflow(rotating_inbox, [], workflow_id="inbox-1")
+    for rotated, item in enumerate(("a", "b", "c")):
+        handle.signal("item", item)  # sent to the first run's handle: follows its successors
+        if item == "c":
+            break
+        deadline = time.monotonic() + 10
+        with psycopg.connect(db) as conn:
+            while conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id = 'inbox-1'"
+                               " AND status = 'CONTINUED_AS_NEW'").fetchone()[0] <= rotated:
+                assert time.monotonic() < deadline, "the run did not rotate"
+                time.sleep(0.05)
+    assert handle.result(timeout=30) == ["a", "b", "c"]
+
+
+@workflow
+async def rotates_with_run_timeout(ctx, n: int) -> None:
+    if n == 0:
+        await ctx.continue_as_new(1)
+    await ctx.wait_for_signal("never")
+
+
+def test_a_successor_keeps_the_run_timeout(start_worker, client: Client) -> None:
+    from harvest.errors import WorkflowTimedOut
+
+    start_worker(App(workflows=[rotates_with_run_timeout]))
+    handle = client.start_workflow(rotates_with_run_timeout, 0, run_timeout="1s")
+    with pytest.raises(WorkflowTimedOut):
+        handle.result(timeout=30)
+
+
+@workflow
+async def slow_rotator(ctx, seen: list) -> list:
+    item = await ctx.wait_for_signal("item")
+    await ctx.execute_activity(square, 1)  # signals sent meanwhile arrive before the rotation
+    seen = [*seen, item]
+    if len(seen) < 4:
+        await ctx.continue_as_new(seen)
+    return seen
+
+
+def test_a_rotation_hands_unseen_signals_to_the_successor(start_worker, client: Client) -> None:
+    handle = client.start_workflow(slow_rotator, [], workflow_id="slow-rotator")
+    for item in ("a", "b", "c", "d"):  # sent before any worker runs: read one per run, the rest ride along
+        handle.signal("item", item)
+    start_worker(App(workflows=[slow_rotator], activities=[square]))
+    assert handle.result(timeout=30) == ["a", "b", "c", "d"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harvest import App, Client, activity, workflow
-from harvest.errors import WorkflowFailed
+from harvest.errors import InvalidArgument, WorkflowFailed
 
 
 @activity
@@ -39,6 +39,13 @@ def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client:
     assert info.value.failure["error_type"] == "HistoryEventCapExceeded"
     assert "continue_as_new" in info.value.failure["message"]
     assert handle.describe()["last_event_id"] <= 40 + 5
+    with client.sql() as sql:
+        [dead] = [d for d in sql.list_dead_letters() if d["execution_id"] == handle.describe()["id"]]
+        assert dead["kind"] == "workflow" and dead["failure"]["error_type"] == "HistoryEventCapExceeded"
+        with pytest.raises(InvalidArgument, match="cannot be replayed"):
+            sql.replay_dead_letter(dead["id"])
+        sql.discard_dead_letter(dead["id"])
+        assert sql.list_dead_letters() == []
 
 
 def test_byte_cap_counts_stored_event_bytes(start_worker, client: Client) -> None:

@@ -47,7 +47,7 @@ def pages(out):
 def test_continue_as_new_is_a_terminal_command_with_encoded_input():
     e = Engine(app, paginate, [4, [1, 2]], resolver=pages, continue_as_new_threshold=3)
     final = run(e.run_to_end())
-    assert final == {"type": "continue_as_new", "input": [5, [1, 2, 40]]}
+    assert final == {"type": "continue_as_new", "input": [5, [1, 2, 40]], "signals": []}
     marker = e.activations[1].commands[0]
     assert marker == {"type": "record_marker", "seq": 2, "kind": "continue_as_new_suggested",
                       "value": True}
@@ -81,7 +81,7 @@ def test_continue_as_new_is_not_swallowed_by_except_exception():
     history = HistoryBuilder("swallow_attempt", [{"order_id": "o", "amount": 1}])
     act = run(new_run(app, swallow_attempt).advance(history.events))
     assert act.commands == [{"type": "continue_as_new",
-                             "input": [{"order_id": "o", "amount": 2}]}]
+                             "input": [{"order_id": "o", "amount": 2}], "signals": []}]
     assert issubclass(ContinueAsNew, BaseException) and not issubclass(ContinueAsNew, Exception)
 
 

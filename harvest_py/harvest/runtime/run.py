@@ -355,7 +355,8 @@ class WorkflowRun(CommandIssuer):
         if exc is None:
             return {"type": "complete_workflow", "result": task.result()}
         if isinstance(exc, ContinueAsNew):
-            return {"type": "continue_as_new", "input": exc.input}
+            # Signals delivered but not yet read go to the next run, in order.
+            return {"type": "continue_as_new", "input": exc.input, "signals": self.signals.pending()}
         return {"type": "fail_workflow", "failure": failure_json(exc)}
 
     # ------------------------------------------------------------------ resolution

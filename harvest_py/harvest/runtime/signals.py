@@ -16,8 +16,11 @@ __all__ = ["SignalBuffer"]
 
 class SignalBuffer:
     def __init__(self) -> None:
-        self._buffers: dict[str, deque[Any]] = {}
+        # Per name, (arrival number, payload): the number keeps the global order for
+        # pending(), which a continue-as-new hands to the next run.
+        self._buffers: dict[str, deque[tuple[int, Any]]] = {}
         self._waiters: dict[str, deque[asyncio.Future]] = {}
+        self._arrivals = 0
 
     def deliver(self, name: str, payload: Any) -> None:
         """Hand ``payload`` to the oldest live waiter of ``name``, or buffer it."""
@@ -27,18 +30,20 @@ class SignalBuffer:
             if not future.done():  # a waiter that timed out or was cancelled is skipped
                 future.set_result(payload)
                 return
-        self._buffers.setdefault(name, deque()).append(payload)
+        self._arrivals += 1
+        self._buffers.setdefault(name, deque()).append((self._arrivals, payload))
 
     def take(self, name: str) -> tuple[bool, Any]:
         """The oldest buffered payload of ``name``: ``(True, payload)`` or ``(False, None)``."""
         buffer = self._buffers.get(name)
         if not buffer:
             return False, None
-        return True, buffer.popleft()
+        return True, buffer.popleft()[1]
 
     def put_back(self, name: str, payload: Any) -> None:
         """Return a payload its waiter never saw (it was cancelled) to the front of the line."""
-        self._buffers.setdefault(name, deque()).appendleft(payload)
+        buffer = self._buffers.setdefault(name, deque())
+        buffer.appendleft((buffer[0][0] - 1 if buffer else 0, payload))
 
     def wait(self, name: str, future: asyncio.Future) -> None:
         self._waiters.setdefault(name, deque()).append(future)
@@ -47,3 +52,8 @@ class SignalBuffer:
         if name is not None:
             return len(self._buffers.get(name) or ())
         return sum(len(b) for b in self._buffers.values())
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Every buffered signal, oldest first: what a continue-as-new carries over."""
+        entries = [(n, name, payload) for name, buffer in self._buffers.items() for n, payload in buffer]
+        return [{"name": name, "payload": payload} for _, name, payload in sorted(entries, key=lambda e: e[0])]
