@@ -180,3 +180,20 @@ BEGIN
     RETURN v_execution;
 END;
 $$;
+
+-- Lock an execution that must still be running for p_action (signal, cancel,
+-- terminate, ...), or raise not-found / not-running naming the state it is in.
+CREATE OR REPLACE FUNCTION harvest._lock_running_execution(p_execution_id uuid, p_action text)
+RETURNS harvest.executions
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions := harvest._lock_execution(p_execution_id);
+BEGIN
+    IF v_execution.status <> 'RUNNING' THEN
+        RAISE EXCEPTION 'cannot % execution %: it is already %', p_action, p_execution_id, v_execution.status
+            USING ERRCODE = 'HR005';
+    END IF;
+    RETURN v_execution;
+END;
+$$;

@@ -34,11 +34,7 @@ AS $$
 DECLARE
     v_execution harvest.executions;
 BEGIN
-    v_execution := harvest._lock_execution(p_execution_id);
-    IF v_execution.status <> 'RUNNING' THEN
-        RAISE EXCEPTION 'execution % is already %', p_execution_id, v_execution.status
-            USING ERRCODE = 'HR005';
-    END IF;
+    v_execution := harvest._lock_running_execution(p_execution_id, 'terminate');
     PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated',
         jsonb_build_object('reason', p_reason));
     PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL,

@@ -16,11 +16,7 @@ BEGIN
     IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
         RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
     END IF;
-    v_execution := harvest._lock_execution(p_execution_id);
-    IF v_execution.status <> 'RUNNING' THEN
-        RAISE EXCEPTION 'cannot signal execution %: it is already %', p_execution_id, v_execution.status
-            USING ERRCODE = 'HR005', HINT = 'signal_with_start starts a new run when none is running';
-    END IF;
+    v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
     v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
         'signal_id', coalesce(p_signal_id, gen_random_uuid()::text)));
@@ -69,11 +65,7 @@ AS $$
 DECLARE
     v_execution harvest.executions;
 BEGIN
-    v_execution := harvest._lock_execution(p_execution_id);
-    IF v_execution.status <> 'RUNNING' THEN
-        RAISE EXCEPTION 'cannot cancel execution %: it is already %', p_execution_id, v_execution.status
-            USING ERRCODE = 'HR005';
-    END IF;
+    v_execution := harvest._lock_running_execution(p_execution_id, 'cancel');
     IF v_execution.cancel_requested THEN
         RETURN false;
     END IF;

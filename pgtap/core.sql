@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(40);
+SELECT plan(41);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set.
@@ -116,6 +116,10 @@ SELECT volatility_is('harvest', 'shard_of', ARRAY['uuid'], 'immutable', 'shard_o
 SELECT is(harvest._event_bytes('{"a": 1}'::jsonb), 8::bigint, '_event_bytes() counts the JSON text bytes');
 SELECT is(harvest._event_bytes(jsonb_build_object('v', repeat('x', 5000))), 5009::bigint,
           '_event_bytes() does not depend on compression');
+
+-- _lock_running_execution: the one not-running refusal signal, cancel and terminate share.
+SELECT throws_ok($$SELECT harvest._lock_running_execution(gen_random_uuid(), 'poke')$$, 'HR002', NULL,
+                 '_lock_running_execution() of an unknown id: HR002');
 
 SELECT * FROM finish();
 ROLLBACK;

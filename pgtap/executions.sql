@@ -50,7 +50,7 @@ SELECT results_eq(
     'WorkflowTerminated{reason} is appended');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run()$$, 'its tasks are dropped');
 SELECT throws_ok($$SELECT harvest.terminate_workflow(pg_temp.run())$$, 'HR005',
-                 format('execution %s is already TERMINATED', pg_temp.run()), 'terminating it again: HR005');
+                 format('cannot terminate execution %s: it is already TERMINATED', pg_temp.run()), 'terminating it again: HR005');
 SELECT throws_ok($$SELECT harvest.terminate_workflow('00000000-0000-4000-8000-00000000abcd')$$, 'HR002', NULL,
                  'terminate_workflow() of an unknown id: HR002');
 SELECT is((harvest.get_execution(pg_temp.run())).status, 'TERMINATED', 'get_execution() sees the end');
