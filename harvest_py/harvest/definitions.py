@@ -160,9 +160,12 @@ class ActivityDefinition:
     max_concurrent: int | None = None
     concurrency_key: str | None = None
     rate_limit: Any = None
+    # Claim order (docs/flow-control.md): priority ageing and a fairness key path.
+    priority_aging_secs: float | None = None
+    fairness_key: str | None = None
 
     OVERRIDABLE = ("start_to_close", "schedule_to_close", "heartbeat_timeout", "retry",
-                   "queue", "priority", "dead_letter")
+                   "queue", "priority", "dead_letter", "priority_aging_secs", "fairness_key")
 
     def options_json(self) -> dict[str, Any]:
         """The ``options`` object of a ``schedule_activity`` command."""
@@ -179,6 +182,10 @@ class ActivityDefinition:
             out["concurrency_key"] = self.concurrency_key or self.name
         if self.rate_limit is not None:
             out["rate_limit"] = self.rate_limit.to_json()
+        if self.priority_aging_secs is not None:
+            out["priority_aging_secs"] = self.priority_aging_secs
+        if self.fairness_key is not None:
+            out["fairness_key"] = self.fairness_key
         return out
 
     def with_options(self, **overrides: Any) -> ActivityDefinition:
@@ -207,6 +214,12 @@ def _normalize_options(opts: dict[str, Any]) -> dict[str, Any]:
         raise InvalidArgument(f"priority: expected an int, got {out['priority']!r}")
     if "queue" in out and out["queue"] is not None:
         _check_name(out["queue"], "queue")
+    if out.get("priority_aging_secs") is not None:
+        out["priority_aging_secs"] = parse_duration(out["priority_aging_secs"], "priority_aging_secs")
+        if out["priority_aging_secs"] <= 0:
+            raise InvalidArgument("priority_aging_secs: must be positive (seconds per priority step)")
+    if out.get("fairness_key") is not None:
+        _flow.check_key_path(out["fairness_key"], "fairness_key")
     return out
 
 
@@ -222,6 +235,26 @@ class WorkflowDefinition:
     throttle: Any = None  # harvest.flow_control.Throttle
     debounce: Any = None  # harvest.flow_control.Debounce
     batch: Any = None  # harvest.flow_control.Batch
+    # What the workflow calls, declared so `harvest preflight` can prove the App
+    # registers all of it before a deploy (None: not declared, not checked).
+    declared_activities: tuple[str, ...] | None = None
+    declared_children: tuple[str, ...] | None = None
+
+
+def _declared(items: Iterable[Any] | None, attr: str, what: str) -> tuple[str, ...] | None:
+    """Names of declared dependencies: a decorated function gives its registered name."""
+    if items is None:
+        return None
+    names = []
+    for item in items:
+        definition = getattr(item, attr, None)
+        if definition is not None:
+            names.append(definition.name)
+        elif isinstance(item, str) and item.strip():
+            names.append(item)
+        else:
+            raise TypeError(f"@workflow({what}=...): {item!r} is neither a decorated function nor a name")
+    return tuple(names)
 
 
 def _check_name(name: Any, what: str) -> str:
@@ -240,8 +273,13 @@ def _check_takes_ctx(fn: Callable, kind: str) -> None:
 
 def workflow(fn: Callable | None = None, *, name: str | None = None,
              queue: str | None = None, concurrency: Any = None, quota: Any = None,
-             throttle: Any = None, debounce: Any = None, batch: Any = None) -> Any:
-    """Mark an ``async def`` as a workflow; usable bare or as ``@workflow(name=..., queue=...)``."""
+             throttle: Any = None, debounce: Any = None, batch: Any = None,
+             activities: Iterable[Any] | None = None, children: Iterable[Any] | None = None) -> Any:
+    """Mark an ``async def`` as a workflow; usable bare or as ``@workflow(name=..., queue=...)``.
+
+    ``activities=`` and ``children=`` declare what it calls (functions or names), so
+    ``harvest preflight --app`` can refuse a deploy whose App misses one.
+    """
 
     def wrap(f: Callable) -> Callable:
         if not inspect.iscoroutinefunction(f):
@@ -252,7 +290,9 @@ def workflow(fn: Callable | None = None, *, name: str | None = None,
             name=_check_name(name or f.__name__, "workflow name"), fn=f,
             queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE,
             **_flow.workflow_policies(concurrency, quota),
-            **_flow.start_gates(throttle, debounce, batch))
+            **_flow.start_gates(throttle, debounce, batch),
+            declared_activities=_declared(activities, "__harvest_activity__", "activities"),
+            declared_children=_declared(children, "__harvest_workflow__", "children"))
         return f
 
     return wrap(fn) if fn is not None else wrap
@@ -263,13 +303,15 @@ def activity(fn: Callable | None = None, *, start_to_close: Any = 300.0,
              retry: RetryPolicy | None = None, queue: str | None = None, local: bool = False,
              name: str | None = None, priority: int = 0, dead_letter: bool = True,
              max_concurrent: int | None = None, concurrency_key: str | None = None,
-             rate_limit: Any = None) -> Any:
+             rate_limit: Any = None, priority_aging_secs: Any = None,
+             fairness_key: str | None = None) -> Any:
     """Mark a function as an activity; ``async def`` runs on the loop, plain ``def`` in a thread."""
     flow = _flow.activity_policies(max_concurrent, concurrency_key, rate_limit)
     options = _normalize_options({
         "start_to_close": start_to_close, "schedule_to_close": schedule_to_close,
         "heartbeat_timeout": heartbeat_timeout, "retry": retry, "queue": queue,
-        "priority": priority, "dead_letter": bool(dead_letter)})
+        "priority": priority, "dead_letter": bool(dead_letter),
+        "priority_aging_secs": priority_aging_secs, "fairness_key": fairness_key})
 
     def wrap(f: Callable) -> Callable:
         if not callable(f):

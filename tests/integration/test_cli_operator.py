@@ -241,3 +241,24 @@ def test_preflight_pass_warn_and_fail(db: str, conn, fresh_db: str, tmp_path, mo
     assert {"migrations", "schema_version"} <= failed
     r = harvest("postgresql://nobody@127.0.0.1:1/none", "preflight")
     assert r.returncode == 1 and "database" in r.stdout
+
+
+def test_preflight_names_every_unregistered_dependency(db: str, conn, tmp_path, monkeypatch) -> None:
+    assert harvest(db, "migrate", "run").returncode == 0
+    conn.execute("SELECT harvest.set_retention('30 days')")
+    conn.execute("SELECT harvest.register_worker('w1', ARRAY['default'], 'h', 1, 5)")
+    (tmp_path / "pf_deps.py").write_text(
+        "from harvest import App, activity, workflow\n"
+        "@activity\nasync def send(ctx): return 1\n"
+        "@workflow\nasync def child(ctx): return 1\n"
+        "@workflow(activities=[send, 'charge_card'], children=[child, 'generate_report'])\n"
+        "async def flow(ctx): return 1\n"
+        "broken = App(workflows=[flow, child], activities=[send])\n")
+    monkeypatch.chdir(tmp_path)
+    r = harvest(db, "preflight", "--app", "pf_deps:broken", "--output", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "catalog_consistency")
+    assert check["status"] == "fail"
+    assert check["details"]["failures"] == [
+        "workflow 'flow' references unregistered activity 'charge_card'",
+        "workflow 'flow' references unregistered child workflow 'generate_report'"]
