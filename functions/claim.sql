@@ -13,6 +13,15 @@
 -- without a gated candidate takes the default path, which is the same single
 -- claim statement as before flow control: uncapped work pays one extra column
 -- read per candidate and nothing else.
+--
+-- Priority ageing and fairness keys (docs/flow-control.md) add two more bounded
+-- windows per queue, read only when the queue holds such tasks (one probe of an
+-- empty partial index each otherwise): the oldest ageing tasks by due time
+-- (tasks_claimable_aging), and the head of each fairness key, up to 32 keys per
+-- claim found by a skip-scan over tasks_claimable_fair that resumes where the
+-- last claim stopped (harvest.fair_queues). The union of the windows is
+-- ordered round-robin across fairness keys, then by effective priority
+-- (priority + floor(age / priority_aging_secs)), then due time.
 
 -- Fire due timers: append TimerFired and wake the workflow. Executions that are
 -- locked elsewhere are skipped (their timers fire on the next claim), which
@@ -48,8 +57,8 @@ BEGIN
 END;
 $$;
 
--- Lock and lease the pending tasks among p_ids (at most p_limit, in claim order,
--- skipping rows locked elsewhere); returns the claimed rows.
+-- Lock and lease the pending tasks among p_ids (at most p_limit, in the order of
+-- p_ids, skipping rows locked elsewhere); returns the claimed rows.
 CREATE OR REPLACE FUNCTION harvest._claim_ids(
     p_ids bigint[], p_worker_id text, p_limit integer, p_workflow_lease_secs double precision,
     p_now timestamptz
@@ -60,12 +69,13 @@ ROWS 10  -- a claim batch, not the default 1000: the caller joins executions by 
 AS $$
     WITH locked AS (
         -- Join from the id list so the plan probes the primary key for each id
-        -- and never walks a queue index filtering for them.
+        -- and never walks a queue index filtering for them. The list is in claim
+        -- order (claim_tasks ordered it), so the first p_limit unlocked ids win.
         SELECT t.id
-        FROM unnest(p_ids) AS c (id)
+        FROM unnest(p_ids) WITH ORDINALITY AS c (id, ord)
         JOIN harvest.tasks AS t ON t.id = c.id
         WHERE t.status = 'pending'
-        ORDER BY t.priority DESC, t.due_at, t.id
+        ORDER BY c.ord
         LIMIT p_limit
         FOR UPDATE OF t SKIP LOCKED
     )
@@ -107,6 +117,168 @@ AS $$
     ) END;
 $$;
 
+-- The claim-order columns of a task at insert (the BEFORE INSERT trigger
+-- tasks_claim_order_columns calls this): an activity's priority_aging_secs as
+-- given, its fairness_key resolved from the input by its key path (a missing
+-- value means no key). The first keyed task of a queue makes it a fair queue;
+-- on a fair queue a task without a key gets '' (the unkeyed group), so the
+-- fairness skip-scan finds unkeyed work (workflow tasks) behind a keyed flood.
+CREATE OR REPLACE FUNCTION harvest._claim_order_columns(p_task harvest.tasks)
+RETURNS harvest.tasks
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_task.kind = 'activity' AND p_task.options ?| ARRAY['fairness_key', 'priority_aging_secs'] THEN
+        IF p_task.options ->> 'priority_aging_secs' IS NOT NULL THEN
+            p_task.priority_aging_secs := (p_task.options ->> 'priority_aging_secs')::double precision;
+        END IF;
+        IF p_task.options ->> 'fairness_key' IS NOT NULL THEN
+            p_task.fairness_key := harvest._resolve_key(p_task.input, p_task.options ->> 'fairness_key');
+        END IF;
+    END IF;
+    IF p_task.fairness_key IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_task.queue) THEN
+            INSERT INTO harvest.fair_queues (queue) VALUES (p_task.queue) ON CONFLICT (queue) DO NOTHING;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_task.queue) THEN
+        p_task.fairness_key := '';
+    END IF;
+    RETURN p_task;
+END;
+$$;
+
+-- The first fairness key of a queue's claimable tasks after p_after (the first
+-- of all when p_after is NULL): one step of the skip-scan over tasks_claimable_fair.
+CREATE OR REPLACE FUNCTION harvest._next_fairness_key(p_queue text, p_after text)
+RETURNS text
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    -- Two statements, not one with "p_after IS NULL OR": a generic plan of that
+    -- would walk every row of the queue's first key instead of seeking past it.
+    IF p_after IS NULL THEN
+        RETURN (
+            SELECT t.fairness_key FROM harvest.tasks AS t
+            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+              AND t.fairness_key IS NOT NULL
+            ORDER BY t.fairness_key LIMIT 1
+        );
+    END IF;
+    RETURN (
+        SELECT t.fairness_key FROM harvest.tasks AS t
+        WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+          AND t.fairness_key IS NOT NULL AND t.fairness_key > p_after
+        ORDER BY t.fairness_key LIMIT 1
+    );
+END;
+$$;
+
+-- The fairness keys one claim visits on a queue: up to p_max distinct keys
+-- starting after the queue's cursor and wrapping around. When the queue holds
+-- more keys than that, the cursor moves to the last key visited (a cursor row
+-- locked by a concurrent claim is left alone: the claim never waits).
+CREATE OR REPLACE FUNCTION harvest._fairness_keys(p_queue text, p_max integer)
+RETURNS text[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_cursor text;
+    v_key text;
+    v_keys text[] := ARRAY[]::text[];
+    v_wrapped boolean := false;
+BEGIN
+    SELECT f.cursor_key INTO v_cursor FROM harvest.fair_queues AS f WHERE f.queue = p_queue;
+    v_key := harvest._next_fairness_key(p_queue, v_cursor);
+    LOOP
+        IF v_key IS NULL THEN
+            EXIT WHEN v_wrapped OR v_cursor IS NULL;
+            v_wrapped := true;
+            v_key := harvest._next_fairness_key(p_queue, NULL);
+            CONTINUE;
+        END IF;
+        EXIT WHEN v_wrapped AND v_key > v_cursor;
+        v_keys := v_keys || v_key;
+        EXIT WHEN cardinality(v_keys) >= p_max;
+        v_key := harvest._next_fairness_key(p_queue, v_key);
+    END LOOP;
+    IF cardinality(v_keys) >= p_max THEN
+        UPDATE harvest.fair_queues AS f SET cursor_key = v_keys[p_max]
+        WHERE f.queue IN (
+            SELECT l.queue FROM harvest.fair_queues AS l WHERE l.queue = p_queue
+            FOR UPDATE SKIP LOCKED
+        );
+    END IF;
+    RETURN v_keys;
+END;
+$$;
+
+-- The candidates of a claim on queues that hold ageing or fairness-keyed work:
+-- the head window (p_head) plus, per queue, the oldest ageing tasks by due time
+-- and the head of each fairness key visited, in claim order (round-robin across
+-- (queue, fairness key), then effective priority, due time, id), and whether
+-- any carries a gate.
+CREATE OR REPLACE FUNCTION harvest._order_candidates(
+    p_queues text[], p_head bigint[], p_now timestamptz, p_window integer, p_limit integer,
+    OUT ids bigint[], OUT gated boolean
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    -- Distinct fairness keys one claim visits per queue.
+    c_fair_keys constant integer := 32;
+    v_queue text;
+    v_keys text[];
+    v_more bigint[];
+BEGIN
+    ids := p_head;
+    -- The ageing window: the oldest due tasks that age, whatever their priority.
+    SELECT ids || coalesce(array_agg(o.id), ARRAY[]::bigint[]) INTO ids
+    FROM unnest(p_queues) AS q (name)
+    CROSS JOIN LATERAL (
+        SELECT t.id
+        FROM harvest.tasks AS t
+        WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
+          AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
+        ORDER BY t.due_at, t.id
+        LIMIT p_window
+    ) AS o;
+    -- The fairness window: the head of each key visited, sharing the window.
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        CONTINUE WHEN harvest._next_fairness_key(v_queue, NULL) IS NULL;
+        v_keys := harvest._fairness_keys(v_queue, c_fair_keys);
+        SELECT coalesce(array_agg(h.id), ARRAY[]::bigint[]) INTO v_more
+        FROM unnest(v_keys) AS k (fairness_key)
+        CROSS JOIN LATERAL (
+            SELECT t.id
+            FROM harvest.tasks AS t
+            WHERE t.queue = v_queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
+              AND t.kind <> 'timer' AND t.due_at <= p_now
+            ORDER BY t.priority DESC, t.due_at, t.id
+            LIMIT least(p_limit, greatest(1, ceil(p_window::numeric / greatest(cardinality(v_keys), 1))))
+        ) AS h;
+        ids := ids || v_more;
+    END LOOP;
+
+    SELECT coalesce(array_agg(r.id ORDER BY r.fair_rank, r.effective DESC, r.due_at, r.id), ARRAY[]::bigint[]),
+           coalesce(bool_or(r.gated), false)
+    INTO ids, gated
+    FROM (
+        SELECT e.id, e.due_at, e.effective, e.gated,
+               row_number() OVER (PARTITION BY e.queue, e.fairness_key
+                                  ORDER BY e.effective DESC, e.due_at, e.id) AS fair_rank
+        FROM (
+            SELECT t.id, t.queue, t.fairness_key, t.due_at,
+                   (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
+                   t.priority + coalesce(
+                       floor(extract(EPOCH FROM p_now - t.due_at) / t.priority_aging_secs), 0
+                   ) AS effective
+            FROM harvest.tasks AS t
+            WHERE t.id = ANY(ids) AND t.status = 'pending'
+        ) AS e
+    ) AS r;
+END;
+$$;
+
 -- Claim up to p_limit tasks from p_queues for p_worker_id. Each claimed row gets a
 -- lease and a new fencing token; completing with an older token is refused.
 CREATE OR REPLACE FUNCTION harvest.claim_tasks(
@@ -145,6 +317,7 @@ DECLARE
     v_window integer := greatest(p_limit, 1) * 4 + 16;
     v_ids bigint[];
     v_gated boolean;
+    v_admitted bigint[];
     v_claimed bigint[];
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
@@ -164,17 +337,33 @@ BEGIN
 
     PERFORM harvest._fire_due_timers(p_queues);
 
-    SELECT coalesce(array_agg(head.id), ARRAY[]::bigint[]), coalesce(bool_or(head.gated), false)
+    SELECT coalesce(array_agg(head.id ORDER BY head.priority DESC, head.due_at, head.id), ARRAY[]::bigint[]),
+           coalesce(bool_or(head.gated), false)
     INTO v_ids, v_gated
     FROM unnest(p_queues) AS q (name)
     CROSS JOIN LATERAL (
-        SELECT t.id, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+        SELECT t.id, t.priority, t.due_at, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
         FROM harvest.tasks AS t
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.due_at <= v_now
         ORDER BY t.priority DESC, t.due_at, t.id
         LIMIT v_window
     ) AS head;
+
+    -- Ageing or fairness-keyed work on these queues: widen and reorder the
+    -- candidates. Otherwise two probes of empty partial indexes, nothing more.
+    IF EXISTS (
+        SELECT 1 FROM harvest.tasks AS t
+        WHERE t.queue = ANY(p_queues) AND t.status = 'pending' AND t.kind <> 'timer'
+          AND t.priority_aging_secs IS NOT NULL
+    ) OR EXISTS (
+        SELECT 1 FROM harvest.tasks AS t
+        WHERE t.queue = ANY(p_queues) AND t.status = 'pending' AND t.kind <> 'timer'
+          AND t.fairness_key IS NOT NULL
+    ) THEN
+        SELECT o.ids, o.gated INTO v_ids, v_gated
+        FROM harvest._order_candidates(p_queues, v_ids, v_now, v_window, p_limit) AS o;
+    END IF;
 
     IF NOT v_gated THEN
         RETURN QUERY
@@ -188,7 +377,11 @@ BEGIN
         RETURN;
     END IF;
 
-    v_ids := harvest._admit_candidates(v_ids, v_now);
+    -- The gates return the admissible ids as a set: keep the claim order.
+    v_admitted := harvest._admit_candidates(v_ids, v_now);
+    SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
+    FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
+    WHERE u.id = ANY(v_admitted);
     SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, v_now);

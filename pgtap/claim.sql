@@ -2,7 +2,7 @@
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
 -- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/concurrency.sql).
 BEGIN;
-SELECT plan(55);
+SELECT plan(76);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -244,6 +244,110 @@ SELECT results_eq(
 SELECT is(harvest._events_since_decision(
               (SELECT e FROM harvest.executions AS e WHERE workflow_id = 'sticky'), 'activity', 'w-sticky'),
           NULL, 'activity tasks carry no events');
+
+-- Priority ageing and fairness keys.
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+-- Activity tasks of one execution on queue p_queue: p_n tasks with these options
+-- and input, due p_age_secs ago, with this priority.
+CREATE FUNCTION pg_temp.fill(
+    p_queue text, p_n integer, p_priority integer, p_age_secs integer, p_options jsonb, p_input jsonb
+) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_id uuid;
+BEGIN
+    SELECT s.execution_id INTO v_id
+    FROM harvest.start_workflow('fill_wf', '[]', 'fill-' || gen_random_uuid(), 'fill_setup_q') AS s;
+    INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name,
+                               input, options)
+    SELECT v_id, 'activity', p_queue, p_priority, harvest.now() - make_interval(secs => p_age_secs),
+           harvest.now(), g, 'act', p_input, p_options
+    FROM generate_series(1, p_n) AS g;
+END;
+$fn$;
+
+SELECT pg_temp.fill('order_q', 1, 0, 0, '{"fairness_key": "input.tenant", "priority_aging_secs": 10}',
+                    '[{"tenant": "acme"}]');
+SELECT results_eq(
+    $$SELECT fairness_key, priority_aging_secs FROM harvest.tasks WHERE queue = 'order_q'$$,
+    $$VALUES ('acme'::text, 10::double precision)$$,
+    'the insert trigger fills fairness_key (resolved from the input) and priority_aging_secs');
+SELECT is((SELECT (harvest._claim_order_columns(t)).fairness_key FROM harvest.tasks AS t WHERE queue = 'order_q'),
+          'acme', '_claim_order_columns() resolves the key path');
+SELECT pg_temp.fill('order_q2', 1, 0, 0, '{"fairness_key": "input.missing"}', '[{"tenant": "acme"}]');
+SELECT is((SELECT fairness_key FROM harvest.tasks WHERE queue = 'order_q2'), NULL,
+          'a key path missing from the input: no fairness key');
+SELECT throws_ok($$SELECT pg_temp.fill('order_q3', 1, 0, 0, '{"priority_aging_secs": 0}', '[]')$$,
+                 '23514', NULL, 'priority_aging_secs must be positive');
+
+-- Ageing: an old low-priority task behind a window-filling flood of priority 5.
+-- Due 100 s ago with priority_aging_secs 10 it counts as priority 0 + 10.
+SELECT pg_temp.fill('age_q', 60, 5, 0, '{}', '[]');
+SELECT pg_temp.fill('age_q', 1, 0, 100, '{"priority_aging_secs": 10}', '[]');
+SELECT results_eq(
+    $$SELECT priority FROM harvest.claim_tasks('w-age', ARRAY['age_q'], 1) AS c
+      JOIN harvest.tasks AS t ON t.id = c.task_id$$,
+    $$VALUES (0)$$, 'an aged low-priority task outranks a fresh flood of higher priority');
+-- Ageing at 100 s per step it counts as 0 + 1 only: the flood goes first.
+SELECT pg_temp.fill('age_q2', 60, 5, 0, '{}', '[]');
+SELECT pg_temp.fill('age_q2', 1, 0, 100, '{"priority_aging_secs": 100}', '[]');
+SELECT results_eq(
+    $$SELECT priority FROM harvest.claim_tasks('w-age', ARRAY['age_q2'], 1) AS c
+      JOIN harvest.tasks AS t ON t.id = c.task_id$$,
+    $$VALUES (5)$$, 'a task not yet aged past the flood waits');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE queue = 'age_q2' AND priority = 0 AND status = 'pending'),
+          1::bigint, 'the not-yet-aged task is still pending');
+
+-- Fairness: tenant a floods (older, 200 tasks), tenant b's 2 tasks still go in the first claim.
+SELECT pg_temp.fill('fair_q', 200, 0, 50, '{"fairness_key": "input.tenant"}', '[{"tenant": "a"}]');
+SELECT pg_temp.fill('fair_q', 2, 0, 0, '{"fairness_key": "input.tenant"}', '[{"tenant": "b"}]');
+SELECT results_eq(
+    $$SELECT t.fairness_key, count(*) FROM harvest.claim_tasks('w-fair', ARRAY['fair_q'], 4) AS c
+      JOIN harvest.tasks AS t ON t.id = c.task_id GROUP BY 1 ORDER BY 1$$,
+    $$VALUES ('a'::text, 2::bigint), ('b'::text, 2::bigint)$$,
+    'a claim of 4 takes round-robin across fairness keys: 2 of the flood, both of tenant b');
+SELECT is(harvest._next_fairness_key('fair_q', NULL), 'a', '_next_fairness_key(): the first key');
+SELECT is(harvest._next_fairness_key('fair_q', 'a'), NULL,
+          '_next_fairness_key(): claimed tasks are no key (tenant b has nothing pending now)');
+
+-- More keys than one claim visits: the cursor rotates, every key gets its turn.
+SELECT pg_temp.fill('many_q', 1, 0, 0, '{"fairness_key": "input"}', to_jsonb(ARRAY[lpad(g::text, 3, '0')]))
+FROM generate_series(1, 40) AS g;
+SELECT is(harvest._next_fairness_key('many_q', '001'), '002', '_next_fairness_key(): seeks past a key');
+SELECT is(harvest._fairness_keys('many_q', 32), (SELECT array_agg(lpad(g::text, 3, '0')) FROM generate_series(1, 32) AS g),
+          '_fairness_keys(): the first 32 keys');
+SELECT is((SELECT cursor_key FROM harvest.fair_queues WHERE queue = 'many_q'), '032',
+          'the cursor moves to the last key visited');
+SELECT is(harvest._fairness_keys('many_q', 32),
+          (SELECT array_agg(lpad(g::text, 3, '0') ORDER BY g > 32 DESC, g)
+           FROM generate_series(1, 40) AS g WHERE g > 32 OR g <= 24),
+          '_fairness_keys(): the next call starts after the cursor and wraps around');
+SELECT is(harvest._fairness_keys('fair_q', 32), ARRAY['a'], '_fairness_keys(): few keys, all of them');
+SELECT is((SELECT cursor_key FROM harvest.fair_queues WHERE queue = 'fair_q'), NULL,
+          'few keys: no cursor is written');
+
+-- _order_candidates on its own: round-robin across keys, then effective priority.
+SELECT is((SELECT array_agg(t.fairness_key ORDER BY u.ord) FROM harvest._order_candidates(
+                ARRAY['fair_q'], ARRAY[]::bigint[], harvest.now(), 20, 3) AS o,
+                unnest(o.ids) WITH ORDINALITY AS u (id, ord) JOIN harvest.tasks AS t ON t.id = u.id
+           WHERE u.ord <= 3),
+          ARRAY['a', 'a', 'a'], '_order_candidates(): once a key is gone the rest follow in order');
+SELECT is((SELECT o.gated FROM harvest._order_candidates(ARRAY['fair_q'], ARRAY[]::bigint[], harvest.now(), 20, 3)
+           AS o), false, '_order_candidates(): no gated candidate');
+
+-- _claim_ids takes the ids in the order given.
+SELECT pg_temp.fill('ids_q', 3, 0, 0, '{}', '[]');
+SELECT is((SELECT array_agg(c.id) FROM harvest._claim_ids(
+              (SELECT array_agg(id ORDER BY id DESC) FROM harvest.tasks WHERE queue = 'ids_q'), 'wx', 1, 30,
+              harvest.now()) AS c),
+          ARRAY[(SELECT max(id) FROM harvest.tasks WHERE queue = 'ids_q')],
+          '_claim_ids() claims in the order of the ids given');
+
+-- A fair queue: its first keyed task registered it; an unkeyed task there joins the group ''.
+SELECT is((SELECT count(*) FROM harvest.fair_queues WHERE queue IN ('order_q', 'fair_q', 'age_q')), 2::bigint,
+          'the first keyed task of a queue registers it as fair (order_q, fair_q; not age_q)');
+SELECT pg_temp.fill('order_q', 1, 0, 0, '{}', '[]');
+SELECT is((SELECT fairness_key FROM harvest.tasks WHERE queue = 'order_q' AND options = '{}'), '',
+          'an unkeyed task on a fair queue gets the key '''' so the skip-scan finds it');
 
 SELECT * FROM finish();
 ROLLBACK;
