@@ -139,10 +139,14 @@ BEGIN
     v_fork_id := harvest._new_execution_id(harvest.shard_of(p_execution_id));
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, task_queue, input, search_attributes, created_at,
-        execution_timeout_at, timeout_at, last_event_id, history_bytes
+        execution_timeout_at, timeout_at, run_timeout_secs, concurrency_key, quota_key,
+        last_event_id, history_bytes
     )
+    -- The fork keeps the source's deadlines and its flow-control keys (per-key
+    -- concurrency and quotas count it like the run it replaces).
     SELECT v_fork_id, s.workflow_name, s.workflow_id, s.task_queue, s.input, s.search_attributes, v_now,
-           s.execution_timeout_at, s.timeout_at, p_to_event,
+           s.execution_timeout_at, s.timeout_at, s.run_timeout_secs, s.concurrency_key, s.quota_key,
+           p_to_event,
            (SELECT coalesce(sum(harvest._event_bytes(ev.event_data)), 0) FROM harvest.events AS ev
             WHERE ev.execution_id = s.id AND ev.event_id <= p_to_event)
     FROM harvest.executions AS s WHERE s.id = p_execution_id;

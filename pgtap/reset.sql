@@ -3,7 +3,7 @@
 -- history, WorkflowResetFork, signal re-application, its workflow task and
 -- history_bytes) and harvest.version_usage (runs per recorded version and state group).
 BEGIN;
-SELECT plan(111);
+SELECT plan(112);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -445,6 +445,17 @@ SELECT throws_ok($$SELECT * FROM harvest.version_usage('vc', NULL, 'done')$$, 'H
                  'version_usage() with an unknown state group: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.version_usage('vc', NULL, NULL)$$, 'HR001', 'unknown state_group "<NULL>"',
                  'version_usage() with a NULL state group: HR001');
+
+-- The fork keeps the source's flow-control keys and run timeout.
+SELECT pg_temp.start('keyed');
+UPDATE harvest.executions SET concurrency_key = 'tenant-a', quota_key = 'tenant-a', run_timeout_secs = 60
+WHERE id = pg_temp.run('keyed');
+INSERT INTO runs SELECT 'keyed_fork', (harvest.reset_workflow(pg_temp.run('keyed'), 1, 'keys') ->> 'new_execution_id')::uuid;
+SELECT results_eq(
+    $$SELECT concurrency_key, quota_key, run_timeout_secs FROM harvest.executions
+      WHERE id = pg_temp.run('keyed_fork')$$,
+    $$VALUES ('tenant-a'::text, 'tenant-a'::text, 60::double precision)$$,
+    'the fork keeps concurrency_key, quota_key and run_timeout_secs');
 
 SELECT * FROM finish();
 ROLLBACK;
