@@ -13,6 +13,13 @@ Modes (``--mode``):
 * ``latency``: the canonical workflow started at a steady, moderate rate. Activity
   dispatch latency = the activity body's clock time - the ``created_at`` of its
   ``ActivityScheduled`` event (the same machine's clock on both sides).
+* ``signals``: the signal round trip at a steady, moderate rate. K workflows loop on
+  ``ctx.wait_for_signal("ping")``; the client sends signals round-robin at a fixed
+  rate (the sender notes each one's wall-clock send time). Per signal: *signal -> workflow
+  code* = when the workflow code got the payload (first, live execution, not a
+  replay) - the send time; *signal -> activity body* = when the no-op activity the
+  workflow starts on it runs - the send time (the workflow acting on it, seen from
+  outside). Both clocks are this process' ``time.time()``.
 
 Prints one JSON object (see bench/common.py).
 """
@@ -40,6 +47,11 @@ WORKER_OPTIONS = {"concurrency": CONCURRENCY, "claim_batch": CLAIM_BATCH, "poll_
 
 # (execution_id, step) -> wall-clock seconds when the activity body ran (latency mode only).
 BODY_TIMES: dict[tuple[str, int], float] = {}
+# (execution_id, signal number) -> wall-clock seconds (signals mode only).
+SIGNAL_SEEN: dict[tuple[str, int], float] = {}
+SIGNAL_ACTED: dict[tuple[str, int], float] = {}
+SIGNAL_SENT: dict[tuple[str, int], float] = {}
+SIGNAL_ACKED: dict[tuple[str, int], float] = {}
 
 
 @activity
@@ -75,7 +87,24 @@ async def fan_out(ctx, n: int) -> int:
     return len(results)
 
 
-APP = App(workflows=[three_steps, three_steps_timed, fan_out], activities=[noop, noop_timed])
+@activity
+async def on_ping(ctx, execution_id: str, i: int) -> int:
+    SIGNAL_ACTED.setdefault((execution_id, i), time.time())
+    return i
+
+
+@workflow
+async def ping_loop(ctx, pings: int) -> int:
+    for _ in range(pings):
+        i = await ctx.wait_for_signal("ping", type_hint=int)
+        if not ctx.is_replaying:
+            SIGNAL_SEEN.setdefault((ctx.execution_id, i), time.time())
+        await ctx.execute_activity(on_ping, ctx.execution_id, i)
+    return pings
+
+
+APP = App(workflows=[three_steps, three_steps_timed, fan_out, ping_loop],
+          activities=[noop, noop_timed, on_ping])
 
 
 async def _start_many(client: AsyncClient, wf, inputs: list[int]) -> None:
@@ -241,14 +270,67 @@ async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -
             "worker_options": WORKER_OPTIONS}
 
 
+async def _wait_for_events(dsn: str, event_type: str, n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        while True:
+            row = await (await conn.execute("SELECT count(*) FROM harvest.events WHERE event_type = %s",
+                                            (event_type,))).fetchone()
+            if row[0] >= n:
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"harvest: only {row[0]} of {n} {event_type} events in {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+
+
+async def bench_signals(dsn: str, rate: float, seconds: float, runs: int, timeout: float) -> dict:
+    n = max(runs, int(rate * seconds))
+    n -= n % runs  # the same number of pings for every run
+    per_run = n // runs
+    async with InProcessWorker(dsn):
+        client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+        try:
+            handles = [await client.start_workflow(ping_loop, per_run) for _ in range(runs)]
+            # Every run has finished its first task and waits for a signal.
+            await _wait_for_events(dsn, "WorkflowTaskCompleted", runs, timeout)
+            await asyncio.sleep(0.5)
+
+            async def send(handle, i: int) -> None:
+                key = (handle.execution_id, i)
+                SIGNAL_SENT[key] = time.time()
+                await handle.signal("ping", i)
+                SIGNAL_ACKED[key] = time.time()
+
+            sends = []
+            t0 = time.monotonic()
+            for k in range(n):
+                delay = t0 + k / rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sends.append(asyncio.ensure_future(send(handles[k % runs], k // runs)))
+            await asyncio.gather(*sends)
+            await _wait_done(dsn, runs, timeout)
+        finally:
+            await client.close()
+    seen = [SIGNAL_SEEN[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_SEEN]
+    acted = [SIGNAL_ACTED[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_ACTED]
+    acked = [SIGNAL_ACKED[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_ACKED]
+    return {"system": "harvest", "mode": "signals", "rate_signals_per_s": rate, "n": n, "runs": runs,
+            "signals_per_run_per_s": round(rate / runs, 2),
+            "round_trip": latency_summary(acted), "to_workflow_code": latency_summary(seen),
+            "send_call": latency_summary(acked), "worker_options": WORKER_OPTIONS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
-    parser.add_argument("--mode", choices=["workflows", "tasks", "latency"], required=True)
+    parser.add_argument("--mode", choices=["workflows", "tasks", "latency", "signals"], required=True)
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--fan", type=int, default=100, help="activities per workflow (tasks mode)")
-    parser.add_argument("--rate", type=float, default=20.0, help="workflows/s (latency mode)")
-    parser.add_argument("--seconds", type=float, default=10.0, help="duration (latency mode)")
+    parser.add_argument("--rate", type=float, default=20.0,
+                        help="workflows/s (latency mode) or signals/s (signals mode)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="duration (latency and signals modes)")
+    parser.add_argument("--runs", type=int, default=10, help="workflows receiving the signals (signals mode)")
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--statements", action="store_true", help="add pg_stat_statements' top list")
     parser.add_argument("--profile", help="write a pyinstrument profile (text) to this path")
@@ -259,6 +341,8 @@ def main() -> None:
         coro = bench_workflows(args.dsn, args.n, args.timeout, args.statements)
     elif args.mode == "tasks":
         coro = bench_tasks(args.dsn, args.n, args.fan, args.timeout)
+    elif args.mode == "signals":
+        coro = bench_signals(args.dsn, args.rate, args.seconds, args.runs, args.timeout)
     else:
         coro = bench_latency(args.dsn, args.rate, args.seconds, args.timeout)
 

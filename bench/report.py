@@ -70,7 +70,26 @@ def markdown(results: dict) -> str:
                        ("workflow start -> result", "steady_start_to_result")):
         d = s[key]
         lines.append(f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |")
-    lines.append(f"| signal round trip | {results.get('signal_round_trip', '-')} | | | |")
+    sig = results.get("signals")
+    if sig:
+        lines += [
+            "",
+            (f"Signal round trip at a steady {sig['rate_signals_per_s']:g} signals/s, round-robin to "
+             f"{sig['runs']} waiting runs ({sig['signals_per_run_per_s']:g} per run per second); each run "
+             "loops on `wait_for_signal` and starts a no-op activity per signal:"),
+            "",
+            "| measure | p50 ms | p95 ms | p99 ms | n |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for label, key in (("**signal round trip** (sent -> the activity the workflow starts on it runs)",
+                            "round_trip"),
+                           ("signal sent -> workflow code has it", "to_workflow_code"),
+                           ("client `handle.signal` call (its commit)", "send_call")):
+            d = sig[key]
+            lines.append(f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} "
+                         f"| {d['n']} |")
+    else:
+        lines.append(f"| signal round trip | {results.get('signal_round_trip', 'not measured')} | | | |")
     lines += ["", "Replay on a cache miss (fresh run, whole history, no database):", "",
               "| history | replay time | events/s |", "| ---: | ---: | ---: |"]
     for row in results["replay"]["sizes"]:
@@ -105,7 +124,8 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     s = results["summary"]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    sig = results.get("signals")
+    fig, axes = plt.subplots(1, 4 if sig else 3, figsize=(20 if sig else 15, 4.5))
     colors = {"Harvest": "#2e7d32", "DBOS direct": "#1565c0", "DBOS queue": "#64b5f6",
               "PgQueuer": "#ef6c00"}
 
@@ -141,6 +161,21 @@ def plot(results: dict, path: Path) -> None:
     d = s["dispatch"]
     ax.set_title(f"Latency; Harvest dispatch p50 {d['p50_ms']:.1f} / p99 {d['p99_ms']:.1f} ms")
     ax.legend(fontsize=8)
+
+    if sig:
+        ax = axes[3]
+        series = [("activity dispatch", s["dispatch"], "#2e7d32"),
+                  ("signal -> workflow code", sig["to_workflow_code"], "#81c784"),
+                  ("signal round trip", sig["round_trip"], "#1b5e20")]
+        for i, (name, lat, color) in enumerate(series):
+            ax.bar([j + (i - 1) * width for j in range(3)], [lat[p] for p in pcts], width,
+                   label=name, color=color)
+        ax.axhline(10, color="grey", linestyle=":", linewidth=1, label="signal p50 target 10 ms")
+        ax.set_xticks(range(3), ["p50", "p95", "p99"])
+        ax.set_ylabel("ms, steady moderate load")
+        ax.set_title(f"Harvest steady latency ({results['config']['latency_rate']:g} wf/s; "
+                     f"{sig['rate_signals_per_s']:g} signals/s)")
+        ax.legend(fontsize=8)
 
     fig.suptitle(f"Harvest benchmarks ({results['kind']}, {results['machine']['cpu_count']} cores, "
                  "fsync + synchronous_commit on)")

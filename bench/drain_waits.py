@@ -1,0 +1,117 @@
+"""Where a Harvest drain waits: wait events, the server/worker CPU split and NOTIFY counts.
+
+    python bench/drain_waits.py [--n 1500]
+
+A diagnostic beside `make bench` (not timed, not in latest.json). It starts an
+EmbeddedPostgres with bench/run.py's SERVER_SETTINGS, runs one canonical drain
+(`harvest_bench.py --mode workflows`) and meanwhile:
+
+* samples ``pg_stat_activity`` of the drain's active backends every 10 ms
+  (``wait_event_type / wait_event``; no wait event = on CPU);
+* sums the CPU time of the server (postmaster and its children, reaped ones included)
+  before and after, beside the bench process' own CPU (worker + starters);
+* counts the notifications a LISTEN connection receives on ``harvest_tasks`` and
+  ``harvest_done``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from run import SERVER_SETTINGS
+
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
+
+
+def server_cpu(server: EmbeddedPostgres) -> float:
+    pid = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    root = psutil.Process(pid)
+    t = root.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in root.children(recursive=True):
+        try:
+            ct = child.cpu_times()
+            total += ct.user + ct.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=1500)
+    args = parser.parse_args()
+    server = EmbeddedPostgres(settings=SERVER_SETTINGS)
+    server.start()
+    try:
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE drain")
+        dsn = server.dsn_for("drain")
+        Migrator(dsn).run()
+        waits: collections.Counter = collections.Counter()
+        notes: collections.Counter = collections.Counter()
+        done = threading.Event()
+        ticks = [0]
+
+        def sample() -> None:
+            with psycopg.connect(server.dsn, autocommit=True) as conn:
+                while not done.is_set():
+                    for kind, event in conn.execute(
+                            "SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-')"
+                            " FROM pg_stat_activity WHERE datname = 'drain' AND state = 'active'"
+                            " AND pid <> pg_backend_pid()").fetchall():
+                        waits[f"{kind} / {event}"] += 1
+                    ticks[0] += 1
+                    time.sleep(0.01)
+
+        def listen() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("LISTEN harvest_tasks")
+                conn.execute("LISTEN harvest_done")
+                while not done.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        notes[note.channel] += 1
+
+        listener = threading.Thread(target=listen)
+        listener.start()
+        time.sleep(0.3)
+        sampler = threading.Thread(target=sample)
+        cpu0 = server_cpu(server)
+        sampler.start()
+        proc = subprocess.run([sys.executable, str(HERE / "harvest_bench.py"), "--dsn", dsn, "--mode",
+                               "workflows", "--n", str(args.n)], capture_output=True, text=True, check=True)
+        time.sleep(0.5)  # the last notifications
+        done.set()
+        sampler.join()
+        listener.join()
+        cpu = server_cpu(server) - cpu0
+        result = json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1])
+    finally:
+        server.stop()
+    n = args.n
+    total = sum(waits.values()) or 1
+    print(f"drain: {result['throughput']} workflows/s, {result['elapsed_s']} s for {n} runs")
+    print(f"CPU per workflow: server {cpu / n * 1000:.2f} ms, bench process (worker + starters) "
+          f"{result['worker_process_cpu_s'] / n * 1000:.2f} ms")
+    print(f"notifications received: {dict(notes)}")
+    print(f"active backends, {ticks[0]} samples, {total / max(ticks[0], 1):.1f} active on average:")
+    for name, count in waits.most_common(10):
+        print(f"  {name:32} {count / total:6.1%}")
+
+
+if __name__ == "__main__":
+    main()
