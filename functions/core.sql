@@ -148,7 +148,11 @@ BEGIN
     WHERE id = p_execution_id
     RETURNING * INTO v_execution;
     DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
-    PERFORM pg_notify('harvest_done', p_execution_id::text);
+    -- Notify only when a client waits for this result (see results.sql).
+    DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
+    IF FOUND THEN
+        PERFORM pg_notify('harvest_done', p_execution_id::text);
+    END IF;
     IF v_execution.parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
         PERFORM harvest._queue_relay(v_execution.parent_id, 'child_closed', jsonb_build_object(
             'seq', v_execution.parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Self
 
@@ -77,6 +78,8 @@ def _not_deferred(handle: Any) -> None:
 
 # How many continue-as-new hops one signal/cancel/terminate call follows.
 _MAX_CHAIN = 100
+# result() re-reads the run this often while it waits, in case a close raced its mark.
+_RESULT_REREAD_SECS = 5.0
 
 
 def _successor(execution: dict[str, Any]) -> str | None:
@@ -200,25 +203,31 @@ class WorkflowHandle:
         _not_deferred(self)
         deadline = None if timeout is None else time.monotonic() + timeout
         execution_id = self.execution_id
+        waiter_id = str(uuid.uuid4())
         with connect(self.client.dsn, autocommit=True) as conn:
             conn.execute("LISTEN harvest_done")
             sql = SqlApi(conn)
-            while True:
-                execution = sql.get_execution(execution_id)
-                if execution["status"] != "RUNNING":
-                    try:
-                        return _outcome(execution, self.definition)
-                    except _ContinuedAsNew as rotated:
-                        execution_id = rotated.next_execution_id
-                        continue
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
-                # Wake on our id; a periodic re-read covers a notification lost to a reconnect.
-                wait = 5.0 if remaining is None else min(remaining, 5.0)
-                for note in conn.notifies(timeout=wait):
-                    if note.payload == execution_id:
-                        break
+            try:
+                while True:
+                    # Marks us as waiting (a closing run then notifies) and reads the run.
+                    execution = sql.wait_for_result(execution_id, waiter_id)
+                    if execution["status"] != "RUNNING":
+                        try:
+                            return _outcome(execution, self.definition)
+                        except _ContinuedAsNew as rotated:
+                            execution_id = rotated.next_execution_id
+                            continue
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
+                    # Wake on our id; a periodic re-read covers a close that raced our mark.
+                    wait = _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
+                    for note in conn.notifies(timeout=wait):
+                        if note.payload == execution_id:
+                            break
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    sql.stop_waiting(waiter_id)
 
 
 class Client:
@@ -360,28 +369,37 @@ class AsyncWorkflowHandle:
         _not_deferred(self)
         deadline = None if timeout is None else time.monotonic() + timeout
         execution_id = self.execution_id
+        waiter_id = str(uuid.uuid4())
         conn = await connect_async(self.client.dsn, autocommit=True)
         async with conn:
             await conn.execute("LISTEN harvest_done")
-            while True:
-                execution = await self.client.sql.get_execution(execution_id)
-                if execution["status"] != "RUNNING":
-                    try:
-                        return _outcome(execution, self.definition)
-                    except _ContinuedAsNew as rotated:
-                        execution_id = rotated.next_execution_id
-                        continue
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
-                wait = 5.0 if remaining is None else min(remaining, 5.0)
+            try:
+                return await self._wait(conn, execution_id, waiter_id, deadline, timeout)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    await self.client.sql.stop_waiting(waiter_id)
+
+    async def _wait(self, conn: psycopg.AsyncConnection, execution_id: str, waiter_id: str,
+                    deadline: float | None, timeout: float | None) -> Any:
+        while True:
+            execution = await self.client.sql.wait_for_result(execution_id, waiter_id)
+            if execution["status"] != "RUNNING":
                 try:
-                    async with asyncio.timeout(wait):
-                        async for note in conn.notifies():
-                            if note.payload == execution_id:
-                                break
-                except TimeoutError:
-                    pass
+                    return _outcome(execution, self.definition)
+                except _ContinuedAsNew as rotated:
+                    execution_id = rotated.next_execution_id
+                    continue
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
+            wait = _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
+            try:
+                async with asyncio.timeout(wait):
+                    async for note in conn.notifies():
+                        if note.payload == execution_id:
+                            break
+            except TimeoutError:
+                pass
 
 
 class AsyncClient:

@@ -171,6 +171,18 @@ def test_no_notification_while_no_worker_sleeps(db: str, client: Client) -> None
         assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
 
 
+def test_a_closing_run_notifies_only_a_waiting_client(db: str, client: Client) -> None:
+    """harvest_done costs a serialised commit, so it is sent only when result() waits."""
+    with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
+        listener.execute("LISTEN harvest_done")
+        unwatched = client.start_workflow(fan_out, 1)
+        watched = client.start_workflow(fan_out, 1)
+        conn.execute("SELECT harvest.wait_for_result(%s, gen_random_uuid())", (watched.execution_id,))
+        unwatched.terminate("x")
+        watched.terminate("x")
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == [watched.execution_id]
+
+
 def test_worker_wakes_on_notify_not_on_its_poll(start_worker, client: Client) -> None:
     start_worker(App(workflows=[fan_out], activities=[occupy]), poll_interval=120)
     time.sleep(0.3)  # let it go idle on its 120 s poll

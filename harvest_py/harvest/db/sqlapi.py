@@ -58,6 +58,8 @@ SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) A
 """
 EXPIRE_TASKS = "SELECT * FROM harvest.expire_tasks(%(limit)s)"
 GET_EXECUTION = "SELECT * FROM harvest.get_execution(%(execution_id)s)"
+WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
+STOP_WAITING = "SELECT harvest.stop_waiting(%(waiter_id)s)"
 GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s)"
 TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
 REGISTER_WORKER = """
@@ -211,6 +213,12 @@ class SqlApi:
 
     def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
         return self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
+
+    def wait_for_result(self, execution_id: str, waiter_id: str) -> dict[str, Any]:
+        return self._one(WAIT_FOR_RESULT, execution_id=execution_id, waiter_id=waiter_id)
+
+    def stop_waiting(self, waiter_id: str) -> None:
+        self._all(STOP_WAITING, waiter_id=waiter_id)
 
     def terminate_workflow(self, execution_id: str, reason: str | None) -> None:
         self._all(TERMINATE_WORKFLOW, execution_id=execution_id, reason=reason)
@@ -405,6 +413,12 @@ class AsyncSqlApi:
 
     async def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
         return await self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
+
+    async def wait_for_result(self, execution_id: str, waiter_id: str) -> dict[str, Any]:
+        return await self._one(WAIT_FOR_RESULT, execution_id=execution_id, waiter_id=waiter_id)
+
+    async def stop_waiting(self, waiter_id: str) -> None:
+        await self._all(STOP_WAITING, waiter_id=waiter_id)
 
     async def terminate_workflow(self, execution_id: str, reason: str | None) -> None:
         await self._all(TERMINATE_WORKFLOW, execution_id=execution_id, reason=reason)
