@@ -448,6 +448,21 @@ class AsyncClient:
         return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                                    row["started_fresh"])
 
+    async def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
+                                update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
+                                update_id: str | None = None, task_queue: str | None = None,
+                                search_attributes: dict[str, Any] | None = None,
+                                result_type: Any = Any, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
+        """The asyncio twin of :meth:`Client.update_with_start`."""
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
+                "arg": payload.encode(update_arg, "update_arg"), "input": encoded,
+                "task_queue": queue, "update_id": update_id,
+                "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+        row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+        return (AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
+                                    row["started_fresh"]), outcome)
+
     def get_handle(self, execution_id: str, workflow: Any = None) -> AsyncWorkflowHandle:
         definition = _resolve_workflow(workflow)[1] if workflow is not None else None
         return AsyncWorkflowHandle(self, execution_id, "", definition)

@@ -246,6 +246,20 @@ async def aupdate(client: Any, execution_id: str, name: str, arg: Any, wait: str
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 
+async def aupdate_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any,
+                             result_type: Any) -> tuple[dict[str, Any], Any]:
+    secs, wait = seconds(timeout), check_wait(wait)
+    started: dict[str, Any] = {}
+
+    async def submit(sql: AsyncSqlApi) -> int:
+        started.update(await sql.update_with_start(**call, timeout=secs))
+        return started["request_id"]
+
+    row = await wait_async(client.dsn, submit, wait, secs,
+                           f"update {call['name']!r} on workflow {call['workflow_id']!r}")
+    return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
+
+
 class AsyncUpdateHandle(UpdateHandle):
     async def result(self, timeout: Any = 30.0) -> Any:  # type: ignore[override]
         return await aupdate(self.client, self.execution_id, self.name, None, "completed", timeout,

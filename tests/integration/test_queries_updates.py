@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -208,6 +209,26 @@ def test_update_with_start_starts_then_attaches(start_worker, client: Client):
         first.update("other", 1, timeout=10)
     first.signal("stop")
     assert first.result(timeout=30) == 5
+
+
+def test_async_update_with_start(start_worker, db: str):
+    from harvest import AsyncClient
+
+    start_worker(app)
+
+    async def go() -> tuple:
+        async with await AsyncClient.connect(db) as aclient:
+            first, one = await aclient.update_with_start(counter, workflow_id="counter-async",
+                                                         update="bump", update_arg=2, timeout=20)
+            second, two = await aclient.update_with_start(counter, workflow_id="counter-async",
+                                                          update="bump", update_arg=3, timeout=20)
+            await second.signal("stop")
+            return first, one, second, two, await first.result(timeout=30)
+
+    first, one, second, two, final = asyncio.run(go())
+    assert first.started_fresh and not second.started_fresh
+    assert second.execution_id == first.execution_id
+    assert (one, two, final) == (2, 5, 5)
 
 
 def test_queries_work_from_a_cold_worker(start_worker, client: Client):
