@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from harvest import App, Client, activity, workflow
@@ -30,12 +32,15 @@ async def rotating(ctx, i: int, runs: int) -> int:
             await ctx.continue_as_new(i, runs + 1)
 
 
-def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client: Client) -> None:
+def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client: Client, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="harvest.worker")
     start_worker(App(workflows=[runaway], activities=[tick]), history_event_hard_cap=40,
-                 history_byte_hard_cap=None)
+                 history_byte_hard_cap=None, continue_as_new_threshold=4)
     handle = client.start_workflow(runaway)
     with pytest.raises(WorkflowFailed) as info:
         handle.result(timeout=60)
+    # The bloat warning fired once, at 20.48% of the cap (8 events), long before the failure.
+    assert caplog.text.count(f"history_bloat: {handle.execution_id}") == 1
     assert info.value.failure["error_type"] == "HistoryEventCapExceeded"
     assert "continue_as_new" in info.value.failure["message"]
     assert handle.describe()["last_event_id"] <= 40 + 5

@@ -79,7 +79,7 @@ class Worker:
             log.warning("the history-bloat warning (%d events) is at or below the continue-as-new "
                         "threshold (%d): healthy runs will warn before they are advised to rotate",
                         self.history_bloat_warn_at, continue_as_new_threshold)
-        self._bloat_warned: set[str] = set()
+        self._bloat_warned: dict[str, None] = {}  # insertion-ordered set of warned runs
         self.sql: AsyncSqlApi | None = None
         self._pool: AsyncConnectionPool | None = None
         self._wake = asyncio.Event()

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("harvest.worker")
 
+# How many runs' bloat warnings a worker remembers (so each run warns once, in bounded memory).
+_BLOAT_WARNED_MAX = 10_000
 # A workflow task that fails on the worker side (non-determinism, a bug) is retried after this.
 WORKFLOW_TASK_RETRY_SECS = 5.0
 
@@ -130,7 +132,10 @@ def _warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events
     limit = worker.history_bloat_warn_at
     if limit is None or events < limit or execution_id in worker._bloat_warned:
         return
-    worker._bloat_warned.add(execution_id)
+    if len(worker._bloat_warned) >= _BLOAT_WARNED_MAX:  # bounded: forget the oldest half
+        for stale in list(worker._bloat_warned)[: _BLOAT_WARNED_MAX // 2]:
+            worker._bloat_warned.pop(stale, None)
+    worker._bloat_warned[execution_id] = None
     log.warning("harvest.workflow.history_bloat: %s (%s) has %d events, past %d of the %d-event "
                 "hard cap; call ctx.continue_as_new() when ctx.should_continue_as_new() is true",
                 execution_id, workflow_name, events, limit, worker.history_event_hard_cap)
