@@ -325,9 +325,14 @@ def _safe_hints(obj: Any) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4096)
+def _signature(fn: Callable) -> inspect.Signature:
+    """Cached: building a signature costs more than encoding a small payload."""
+    return inspect.signature(fn)
+
+
 def _params(fn: Callable) -> tuple[inspect.Parameter, ...]:
     """The parameters after the first (the ``ctx``)."""
-    return tuple(inspect.signature(fn).parameters.values())[1:]
+    return tuple(_signature(fn).parameters.values())[1:]
 
 
 def param_hints(fn: Callable) -> dict[str, Any]:
@@ -356,7 +361,7 @@ def encode_args(fn: Callable | None, args: tuple | list = (), kwargs: Mapping | 
         return [encode(a, f"{path}[{i}]") for i, a in enumerate(args)]
     params = _params(fn)
     try:
-        bound = inspect.signature(fn).bind(None, *args, **kwargs)
+        bound = _signature(fn).bind(None, *args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"bad arguments for {getattr(fn, '__name__', fn)}: {exc}") from None
     values: list[Any] = []
