@@ -14,14 +14,24 @@
 -- static bucket only: a per-key policy has no single bucket, so an override of
 -- one is refused with HR007 (conflict), as the spec's 409 says.
 
+-- Lazy refill, the one token-bucket formula (rate limits and the start throttle).
+CREATE OR REPLACE FUNCTION harvest._refilled_tokens(
+    p_tokens double precision, p_refilled_at timestamptz, p_now timestamptz,
+    p_rps double precision, p_burst double precision
+)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT least(p_burst, p_tokens + greatest(extract(EPOCH FROM p_now - p_refilled_at)::double precision, 0)
+                                     * p_rps);
+$$;
+
 -- The bucket's effective rate and refilled tokens at p_now (no write).
 CREATE OR REPLACE FUNCTION harvest._bucket_now(p_bucket_key text, p_now timestamptz)
 RETURNS TABLE (tokens double precision, rps double precision, burst double precision)
 LANGUAGE sql STABLE
 AS $$
-    SELECT least(x.burst, b.tokens + greatest(extract(EPOCH FROM p_now - b.refilled_at)::double precision, 0)
-                                     * x.rps),
-           x.rps, x.burst
+    SELECT harvest._refilled_tokens(b.tokens, b.refilled_at, p_now, x.rps, x.burst), x.rps, x.burst
     FROM harvest.rate_limit_buckets AS b
     CROSS JOIN LATERAL (
         SELECT CASE WHEN b.override_expires_at > p_now THEN b.override_rps ELSE b.rps END AS rps,

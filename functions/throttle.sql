@@ -88,8 +88,7 @@ BEGIN
     ON CONFLICT (workflow_name, gate_key) DO NOTHING;
     SELECT * INTO v_bucket FROM harvest.start_throttle_buckets AS b
     WHERE b.workflow_name = p_workflow_name AND b.gate_key = p_key FOR UPDATE;
-    v_tokens := least(v_burst, v_bucket.tokens
-                      + greatest(extract(EPOCH FROM v_now - v_bucket.refilled_at)::double precision, 0) * v_rps);
+    v_tokens := harvest._refilled_tokens(v_bucket.tokens, v_bucket.refilled_at, v_now, v_rps, v_burst);
     v_taken := least(greatest(p_want, 0), floor(v_tokens)::integer);
     UPDATE harvest.start_throttle_buckets AS b
     SET tokens = v_tokens - v_taken, refilled_at = greatest(v_now, b.refilled_at)

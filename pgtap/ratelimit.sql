@@ -2,7 +2,7 @@
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;
-SELECT plan(12);
+SELECT plan(14);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -35,5 +35,11 @@ SELECT is((SELECT override_rps FROM harvest.get_rate_limit('paced')), NULL, 'get
 SELECT is(harvest.clear_rate_limit_override('paced'), false, 'clear_rate_limit_override() of an expired one: false');
 SELECT throws_ok($$SELECT * FROM harvest.set_rate_limit_override('keyed', 5)$$, 'HR007', NULL,
                  'an override of a per-key policy is a conflict');
+-- _refilled_tokens: the shared lazy refill, capped at the burst.
+SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 00:00:02+00', 0.5, 10), 2::double precision,
+          '_refilled_tokens() adds elapsed seconds times rps');
+SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 01:00:00+00', 0.5, 10), 10::double precision,
+          '_refilled_tokens() never exceeds the burst');
+
 SELECT * FROM finish();
 ROLLBACK;
