@@ -67,7 +67,6 @@ SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
                                %(heartbeat_interval_secs)s, %(metadata)s)
 """
 WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
-RELEASE_WORKER_TASKS = "SELECT harvest.release_worker_tasks(%(worker_id)s, %(task_ids)s) AS released"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 WORKER_SLEEP = "SELECT harvest.worker_sleep(%(worker_id)s, %(sleeping)s)"
@@ -468,9 +467,6 @@ class AsyncSqlApi:
 
     async def worker_heartbeat(self, worker_id: str) -> str:
         return (await self._one(WORKER_HEARTBEAT, worker_id=worker_id))["status"]
-
-    async def release_worker_tasks(self, worker_id: str, task_ids: list[int] | None = None) -> int:
-        return (await self._one(RELEASE_WORKER_TASKS, worker_id=worker_id, task_ids=task_ids))["released"]
 
     async def worker_sleep(self, worker_id: str, sleeping: bool) -> None:
         await self._all(WORKER_SLEEP, worker_id=worker_id, sleeping=sleeping)
