@@ -104,3 +104,23 @@ BEGIN
     RETURN v_timed_out;
 END;
 $$;
+
+-- One scanner pass in one round trip: what every worker runs each scan_interval.
+-- Each step is bounded by p_limit and skips rows locked elsewhere; the answer says
+-- what moved so the worker knows whether to claim at once.
+CREATE OR REPLACE FUNCTION harvest.scan(p_limit integer DEFAULT 100)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_expired jsonb;
+BEGIN
+    SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM harvest.expire_tasks(p_limit) AS x;
+    RETURN jsonb_build_object(
+        'expired_tasks', v_expired,
+        'timed_out_workflows', harvest.expire_workflows(p_limit),
+        'relays_delivered', harvest.deliver_relays(p_limit),
+        'mutex_grants', harvest.mutex_tick(p_limit),
+        'starts_released', harvest.release_pending_starts(p_limit));
+END;
+$$;

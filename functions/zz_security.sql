@@ -23,7 +23,7 @@ AS $$
         WHEN p_name IN ('claim_tasks', 'complete_workflow_task', 'fail_workflow_task', 'complete_activity',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'worker_heartbeat',
                         'release_worker_tasks', 'release_task', 'worker_sleep', 'stop_worker',
-                        'expire_tasks', 'expire_workflows',
+                        'expire_tasks', 'expire_workflows', 'scan',
                         'deliver_relays', 'next_due_at', 'claim_queries', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'mutex_tick',
                         'worker_drain_deadline', 'release_pending_starts') THEN 'harvest_worker'

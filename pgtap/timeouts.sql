@@ -1,7 +1,7 @@
 -- functions/timeouts.sql: harvest.expire_tasks — workflow task leases, activity
 -- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound.
 BEGIN;
-SELECT plan(45);
+SELECT plan(47);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -221,6 +221,12 @@ FROM generate_series(1, 2) AS i, harvest.start_workflow('to_timed', '[]', 'bound
 SET LOCAL harvest.fake_now = '2030-01-01 04:01:03+00';
 SELECT is(harvest.expire_workflows(1), 1, 'expire_workflows(1) ends one run per call');
 SELECT is(harvest.expire_workflows(1), 1, 'the next call ends the other');
+
+-- scan: the whole scanner pass in one call.
+SELECT is((SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(harvest.scan(10)) AS k),
+          ARRAY['expired_tasks', 'mutex_grants', 'relays_delivered', 'starts_released', 'timed_out_workflows'],
+          'scan() reports every step');
+SELECT is(jsonb_typeof(harvest.scan(10) -> 'expired_tasks'), 'array', 'scan() lists the expired tasks');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -37,8 +37,6 @@ SELECT * FROM harvest.signal_with_start(
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
-DELIVER_RELAYS = "SELECT harvest.deliver_relays(%(limit)s) AS delivered"
-EXPIRE_WORKFLOWS = "SELECT harvest.expire_workflows(%(limit)s) AS timed_out"
 CLAIM_TASKS = """
 SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
@@ -56,7 +54,6 @@ FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(
 HEARTBEAT_ACTIVITY = """
 SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) AS cancel_requested
 """
-EXPIRE_TASKS = "SELECT * FROM harvest.expire_tasks(%(limit)s)"
 GET_EXECUTION = "SELECT * FROM harvest.get_execution(%(execution_id)s)"
 WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
 STOP_WAITING = "SELECT harvest.stop_waiting(%(waiter_id)s)"
@@ -70,6 +67,7 @@ WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 WORKER_SLEEP = "SELECT harvest.worker_sleep(%(worker_id)s, %(sleeping)s)"
+SCAN = "SELECT harvest.scan(%(limit)s) AS moved"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
 """
@@ -86,10 +84,8 @@ SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burs
 CLEAR_RATE_LIMIT_OVERRIDE = "SELECT harvest.clear_rate_limit_override(%(activity_name)s) AS cleared"
 GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
 QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
-MUTEX_TICK = "SELECT harvest.mutex_tick(%(limit)s) AS granted"
 MUTEX_STATUS = "SELECT * FROM harvest.mutex_status(%(key)s)"
 # -- start throttle / debounce / batch and the usage report (functions/throttle.sql, usage.sql)
-RELEASE_PENDING_STARTS = "SELECT harvest.release_pending_starts(%(limit)s) AS released"
 PENDING_STARTS_STATUS = "SELECT * FROM harvest.pending_starts_status(%(workflow_name)s)"
 USAGE_REPORT = """
 SELECT * FROM harvest.usage_report(%(from_)s, %(to)s, %(group_by)s,
@@ -401,12 +397,6 @@ class AsyncSqlApi:
     async def cancel_workflow(self, execution_id: str, reason: str | None) -> bool:
         return (await self._one(CANCEL_WORKFLOW, execution_id=execution_id, reason=reason))["requested"]
 
-    async def deliver_relays(self, limit: int = 100) -> int:
-        return (await self._one(DELIVER_RELAYS, limit=limit))["delivered"]
-
-    async def expire_workflows(self, limit: int = 100) -> int:
-        return (await self._one(EXPIRE_WORKFLOWS, limit=limit))["timed_out"]
-
     async def get_execution(self, execution_id: str) -> dict[str, Any]:
         return await self._one(GET_EXECUTION, execution_id=execution_id)
 
@@ -456,9 +446,6 @@ class AsyncSqlApi:
                               details=None if details is None else _jsonb(details))
         return bool(row["cancel_requested"])
 
-    async def expire_tasks(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self._all(EXPIRE_TASKS, limit=limit)
-
     async def register_worker(self, worker_id: str, queues: list[str], hostname: str, pid: int,
                               heartbeat_interval_secs: float, metadata: dict[str, Any]) -> None:
         await self._all(REGISTER_WORKER, worker_id=worker_id, queues=queues, hostname=hostname,
@@ -467,6 +454,9 @@ class AsyncSqlApi:
 
     async def worker_heartbeat(self, worker_id: str) -> str:
         return (await self._one(WORKER_HEARTBEAT, worker_id=worker_id))["status"]
+
+    async def scan(self, limit: int = 100) -> dict[str, Any]:
+        return (await self._one(SCAN, limit=limit))["moved"]
 
     async def worker_sleep(self, worker_id: str, sleeping: bool) -> None:
         await self._all(WORKER_SLEEP, worker_id=worker_id, sleeping=sleeping)
@@ -483,12 +473,6 @@ class AsyncSqlApi:
 
     async def declare_flow_policies(self, policies: dict[str, Any]) -> int:
         return (await self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies)))["declared"]
-
-    async def mutex_tick(self, limit: int = 100) -> int:
-        return (await self._one(MUTEX_TICK, limit=limit))["granted"]
-
-    async def release_pending_starts(self, limit: int = 100) -> int:
-        return (await self._one(RELEASE_PENDING_STARTS, limit=limit))["released"]
 
 
     # -- queries and updates (functions/queries.sql) ----------------------------------------

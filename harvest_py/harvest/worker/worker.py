@@ -6,7 +6,8 @@ killed worker's leases expire into another worker's hands. Three loops run:
 * the claim loop wakes on LISTEN/NOTIFY (a slow fallback poll covers a lost
   notification, and it sleeps no longer than the next due timer or backoff),
   claims as many tasks as it has free slots and runs each in its own asyncio task;
-* the scanner calls ``harvest.expire_tasks`` (crash recovery, activity timeouts);
+* the scanner calls ``harvest.scan`` (crash recovery, timeouts, relays, mutex grants,
+  deferred starts) in one round trip;
 * the registry heartbeat keeps the worker row fresh and notices a remote drain.
 
 SIGTERM (or :meth:`Worker.stop`) stops claiming, lets in-flight work finish within
@@ -277,19 +278,15 @@ class Worker:
         while True:
             await asyncio.sleep(self.scan_interval)
             try:
-                expired = await self.sql.expire_tasks(100)
-                if expired:
+                # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
+                moved = await self.sql.scan(100)
+                if moved["expired_tasks"]:
                     log.info("timeout scanner: %s", ", ".join(f"{r['kind']} {r['task_id']} {r['outcome']}"
-                                                             for r in expired))
-                    self._wake.set()
-                timed_out = await self.sql.expire_workflows(100)
-                if timed_out:
-                    log.info("timeout scanner: %d workflow run(s) timed out", timed_out)
-                if await self.sql.deliver_relays(100):
-                    self._wake.set()
-                if await self.sql.mutex_tick(100):  # mutex grants a release could not hand on
-                    self._wake.set()
-                if await self.sql.release_pending_starts(100):  # throttle, debounce, batch
+                                                             for r in moved["expired_tasks"]))
+                if moved["timed_out_workflows"]:
+                    log.info("timeout scanner: %d workflow run(s) timed out", moved["timed_out_workflows"])
+                if (moved["expired_tasks"] or moved["relays_delivered"] or moved["mutex_grants"]
+                        or moved["starts_released"]):
                     self._wake.set()
             except asyncio.CancelledError:
                 raise
