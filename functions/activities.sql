@@ -79,24 +79,121 @@ BEGIN
 END;
 $$;
 
+-- Record a locked activity task's result and wake its workflow. With a worker
+-- given (p_worker_queues: its queues, from _hand_off_queues), the wake-up is
+-- handed to that worker when its cached run decided last and the hand-off rules
+-- allow it (claim.sql); returns the handed workflow task's id, or NULL.
+CREATE OR REPLACE FUNCTION harvest._record_activity_result(
+    p_task harvest.tasks, p_result jsonb, p_worker_id text, p_worker_queues text[],
+    p_workflow_lease_secs double precision
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_task.execution_id;
+    DELETE FROM harvest.tasks WHERE id = p_task.id;
+    IF v_execution.status <> 'RUNNING' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted', jsonb_build_object(
+        'seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb), 'attempt', p_task.attempt));
+    IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id
+       AND harvest._may_hand_off(v_execution.task_queue, 0, p_worker_queues) THEN
+        RETURN harvest._hand_workflow_task(v_execution.id, p_worker_id, p_workflow_lease_secs);
+    END IF;
+    PERFORM harvest._ensure_workflow_task(v_execution.id);
+    RETURN NULL;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.complete_activity(
     p_task_id bigint, p_fencing_token bigint, p_result jsonb DEFAULT 'null'::jsonb
 )
 RETURNS void
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_execution harvest.executions;
-    v_task harvest.tasks;
 BEGIN
-    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity');
-    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
-    DELETE FROM harvest.tasks WHERE id = p_task_id;
-    IF v_execution.status = 'RUNNING' THEN
-        PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted', jsonb_build_object(
-            'seq', v_task.seq, 'result', coalesce(p_result, 'null'::jsonb), 'attempt', v_task.attempt));
-        PERFORM harvest._ensure_workflow_task(v_execution.id);
+    PERFORM harvest._record_activity_result(
+        harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity'), p_result, NULL, NULL, NULL);
+END;
+$$;
+
+-- A worker's group commit: complete many activity tasks in one transaction.
+-- Each item succeeds or is refused on its own (outcome 'completed', or the
+-- problem of _try_lock_claimed_task with its message); a refused item changes
+-- nothing. With p_hand_off, a woken workflow task may be handed to p_worker_id
+-- (handed: the task as claim_tasks would return it, as JSON, carrying every
+-- event up to the end of this batch).
+CREATE OR REPLACE FUNCTION harvest.complete_activities(
+    p_worker_id text,
+    p_task_ids bigint[],
+    p_fencing_tokens bigint[],
+    p_results jsonb[],
+    p_hand_off boolean DEFAULT false,
+    p_workflow_lease_secs double precision DEFAULT 30
+)
+RETURNS TABLE (task_id bigint, outcome text, message text, handed jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queues text[];
+    v_item record;
+    v_try record;
+    v_ids bigint[] := ARRAY[]::bigint[];
+    v_outcomes text[] := ARRAY[]::text[];
+    v_messages text[] := ARRAY[]::text[];
+    v_handed bigint[] := ARRAY[]::bigint[];
+    v_i integer;
+    v_task harvest.tasks;
+    v_execution harvest.executions;
+BEGIN
+    IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
+       OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
+       OR cardinality(p_task_ids) <> cardinality(p_results) THEN
+        RAISE EXCEPTION 'task ids, fencing tokens and results must be arrays of one length'
+            USING ERRCODE = 'HR001';
     END IF;
+    IF p_hand_off THEN
+        IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
+            RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+                USING ERRCODE = 'HR001';
+        END IF;
+        v_queues := harvest._hand_off_queues(p_worker_id);
+    END IF;
+    -- Lock executions in one order in every batch, so two batches never deadlock.
+    FOR v_item IN
+        -- (A scalar probe per id, not a join: a cached generic plan of a join with
+        -- an id list scans the whole table.)
+        SELECT u.id, u.token, u.result
+        FROM unnest(p_task_ids, p_fencing_tokens, p_results) AS u (id, token, result)
+        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
+    LOOP
+        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
+        v_ids := v_ids || v_item.id;
+        v_outcomes := v_outcomes || coalesce(v_try.problem, 'completed');
+        v_messages := v_messages || v_try.message;
+        v_handed := v_handed || CASE WHEN v_try.problem IS NULL THEN
+            harvest._record_activity_result(v_try.task, v_item.result, p_worker_id, v_queues,
+                                            p_workflow_lease_secs)
+        END;
+    END LOOP;
+    -- Handed tasks are read after the loop, so they carry this whole batch's events.
+    -- (RETURN NEXT by primary key: a set query here would be planned on every call.)
+    FOR v_i IN 1 .. cardinality(v_ids) LOOP
+        task_id := v_ids[v_i];
+        outcome := v_outcomes[v_i];
+        message := v_messages[v_i];
+        handed := NULL;
+        IF v_handed[v_i] IS NOT NULL THEN
+            SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_handed[v_i];
+            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
+            handed := harvest._task_for_worker(v_task, v_execution, p_worker_id);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
 END;
 $$;
 
@@ -134,7 +231,7 @@ DECLARE
     v_cancel boolean;
 BEGIN
     SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = p_task_id AND t.kind = 'activity' FOR UPDATE;
-    IF NOT FOUND OR v_task.status <> 'running' OR v_task.fencing_token <> p_fencing_token THEN
+    IF NOT FOUND OR v_task.status <> 'running' OR v_task.fencing_token IS DISTINCT FROM p_fencing_token THEN
         RAISE EXCEPTION 'task % is no longer held by this worker', p_task_id USING ERRCODE = 'HR004';
     END IF;
     IF v_task.lease_expires_at < v_now THEN

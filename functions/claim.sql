@@ -43,7 +43,7 @@ BEGIN
         LIMIT p_limit
     LOOP
         PERFORM 1 FROM harvest.executions AS e
-        WHERE e.id = v_timer.execution_id AND e.status = 'RUNNING'
+        WHERE e.id = v_timer.execution_id AND (e.status = 'RUNNING') IS TRUE  -- (core.sql: IS TRUE)
         FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND;
         DELETE FROM harvest.tasks AS t WHERE t.id = v_timer.id;
@@ -57,6 +57,23 @@ BEGIN
 END;
 $$;
 
+-- How long a claim of a task leases it: a workflow task the worker's workflow
+-- lease, an activity its start_to_close, or its heartbeat timeout when shorter.
+CREATE OR REPLACE FUNCTION harvest._lease_secs(
+    p_kind text, p_options jsonb, p_workflow_lease_secs double precision
+)
+RETURNS double precision
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_kind = 'workflow' THEN p_workflow_lease_secs
+        ELSE least(
+            coalesce((p_options ->> 'start_to_close')::double precision, 300),
+            coalesce((p_options ->> 'heartbeat_timeout')::double precision, 'Infinity')
+        )
+    END;
+$$;
+
 -- Lock and lease the pending tasks among p_ids (at most p_limit, in the order of
 -- p_ids, skipping rows locked elsewhere); returns the claimed rows.
 CREATE OR REPLACE FUNCTION harvest._claim_ids(
@@ -68,16 +85,20 @@ LANGUAGE sql
 ROWS 10  -- a claim batch, not the default 1000: the caller joins executions by key
 AS $$
     WITH locked AS (
-        -- Join from the id list so the plan probes the primary key for each id
-        -- and never walks a queue index filtering for them. The list is in claim
-        -- order (claim_tasks ordered it), so the first p_limit unlocked ids win.
-        SELECT t.id
+        -- One primary-key probe per id, in claim order (claim_tasks ordered the
+        -- list), each locking as the LIMIT pulls it, so the first p_limit unlocked
+        -- ids win. LATERAL keeps it a probe per id: a plain join with the id list
+        -- may be cached as a generic plan that scans the whole table
+        -- (tests/integration/test_generic_plans.py).
+        SELECT l.id
         FROM unnest(p_ids) WITH ORDINALITY AS c (id, ord)
-        JOIN harvest.tasks AS t ON t.id = c.id
-        WHERE t.status = 'pending'
+        CROSS JOIN LATERAL (
+            SELECT t.id FROM harvest.tasks AS t
+            WHERE t.id = c.id AND t.status = 'pending'
+            FOR UPDATE SKIP LOCKED
+        ) AS l
         ORDER BY c.ord
         LIMIT p_limit
-        FOR UPDATE OF t SKIP LOCKED
     )
     UPDATE harvest.tasks AS t
     SET status = 'running',
@@ -86,13 +107,8 @@ AS $$
         heartbeat_at = NULL,
         lease_owner = p_worker_id,
         fencing_token = nextval('harvest.fencing_tokens'),
-        lease_expires_at = p_now + make_interval(secs => CASE
-            WHEN t.kind = 'workflow' THEN p_workflow_lease_secs
-            ELSE least(
-                coalesce((t.options ->> 'start_to_close')::double precision, 300),
-                coalesce((t.options ->> 'heartbeat_timeout')::double precision, 'Infinity')
-            )
-        END)
+        lease_expires_at = p_now + make_interval(
+            secs => harvest._lease_secs(t.kind, t.options, p_workflow_lease_secs))
     FROM locked
     WHERE t.id = locked.id
     RETURNING t.*;
@@ -105,16 +121,22 @@ CREATE OR REPLACE FUNCTION harvest._events_since_decision(
     p_execution harvest.executions, p_kind text, p_worker_id text
 )
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT CASE WHEN p_kind = 'workflow'
-                     AND (p_execution.decided_by = p_worker_id OR p_execution.decided_through IS NULL) THEN (
-        SELECT coalesce(jsonb_agg(jsonb_build_object(
-            'event_id', ev.event_id, 'event_type', ev.event_type, 'event_data', ev.event_data
-        ) ORDER BY ev.event_id), '[]'::jsonb)
-        FROM harvest.events AS ev
-        WHERE ev.execution_id = p_execution.id AND ev.event_id > coalesce(p_execution.decided_through, 0)
-    ) END;
+BEGIN
+    -- PL/pgSQL, not SQL: its statement keeps one cached plan per session, where a
+    -- SQL function with a composite argument was planned again on most calls.
+    IF p_kind = 'workflow' AND (p_execution.decided_by = p_worker_id OR p_execution.decided_through IS NULL) THEN
+        RETURN (
+            SELECT coalesce(jsonb_agg(jsonb_build_object(
+                'event_id', ev.event_id, 'event_type', ev.event_type, 'event_data', ev.event_data
+            ) ORDER BY ev.event_id), '[]'::jsonb)
+            FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution.id AND ev.event_id > coalesce(p_execution.decided_through, 0)
+        );
+    END IF;
+    RETURN NULL;
+END;
 $$;
 
 -- The claim-order columns of a task at insert (the BEFORE INSERT trigger
@@ -272,8 +294,12 @@ BEGIN
                    t.priority + coalesce(
                        floor(extract(EPOCH FROM p_now - t.due_at) / t.priority_aging_secs), 0
                    ) AS effective
-            FROM harvest.tasks AS t
-            WHERE t.id = ANY(ids) AND t.status = 'pending'
+            -- One primary-key probe per distinct id (a cached generic plan of
+            -- "t.id = ANY(ids)" may scan the whole table).
+            FROM (SELECT DISTINCT u.id FROM unnest(ids) AS u (id)) AS k
+            CROSS JOIN LATERAL (
+                SELECT p.* FROM harvest.tasks AS p WHERE p.id = k.id AND p.status = 'pending' OFFSET 0
+            ) AS t
         ) AS e
     ) AS r;
 END;
@@ -366,13 +392,15 @@ BEGIN
     END IF;
 
     IF NOT v_gated THEN
+        -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
+        -- join may be cached as a generic plan that scans the whole table.
         RETURN QUERY
-        SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
-               c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).task_queue,
+               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
-               harvest._events_since_decision(e, c.kind, p_worker_id), coalesce(e.decided_through, 0)
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c
-        JOIN harvest.executions AS e ON e.id = c.execution_id
+        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
         ORDER BY c.priority DESC, c.due_at, c.id;
         RETURN;
     END IF;
@@ -385,14 +413,14 @@ BEGIN
     SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, v_now);
-    RETURN QUERY
-    SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, c.queue,
-           c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+    RETURN QUERY  -- (probes per id, as above)
+    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).task_queue,
+           c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details,
-           harvest._events_since_decision(e, c.kind, p_worker_id), coalesce(e.decided_through, 0)
-    FROM harvest.tasks AS c
-    JOIN harvest.executions AS e ON e.id = c.execution_id
-    WHERE c.id = ANY(v_claimed)
+           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
+    FROM unnest(v_claimed) AS k (id)
+    CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
+    CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
     ORDER BY c.priority DESC, c.due_at, c.id;
 END;
 $$;
@@ -406,4 +434,86 @@ AS $$
     SELECT min(t.due_at)
     FROM harvest.tasks AS t
     WHERE t.queue = ANY(p_queues) AND t.status = 'pending';
+$$;
+
+-- Hand-off (docs/internals.md, "Hand-off"): the transaction that creates a task
+-- may lease it at once to the worker that asked, instead of queueing it for a
+-- claim: complete_workflow_task hands the activities it schedules to the deciding
+-- worker, complete_activities hands the workflow task it wakes to the worker
+-- whose cached run decided last. It skips the claim's round trip, its queue scan
+-- and a row update, and it is only allowed where a claim would have been free to
+-- pick the task next: the worker is active and polls the queue, the queue is not
+-- fair, holds no ageing work and no pending task of a higher priority, and the
+-- task carries no admission gate.
+
+-- The queues an active worker polls (NULL when it is not active), read once per call.
+CREATE OR REPLACE FUNCTION harvest._hand_off_queues(p_worker_id text)
+RETURNS text[]
+LANGUAGE sql STABLE
+AS $$
+    SELECT w.queues FROM harvest.workers AS w WHERE w.id = p_worker_id AND w.status = 'active';
+$$;
+
+-- Whether a new task of p_priority on p_queue may skip the queue (see above).
+CREATE OR REPLACE FUNCTION harvest._may_hand_off(p_queue text, p_priority integer, p_worker_queues text[])
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT p_queue = ANY(p_worker_queues)
+        AND NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_queue)
+        AND NOT EXISTS (
+            SELECT 1 FROM harvest.tasks AS t
+            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer' AND t.priority > p_priority
+        )
+        AND NOT EXISTS (
+            SELECT 1 FROM harvest.tasks AS t
+            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+              AND t.priority_aging_secs IS NOT NULL
+        );
+$$;
+
+-- A claimed or handed task as the worker receives it: claim_tasks' columns, as JSON.
+CREATE OR REPLACE FUNCTION harvest._task_for_worker(
+    p_task harvest.tasks, p_execution harvest.executions, p_worker_id text
+)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT jsonb_build_object(
+        'task_id', p_task.id, 'kind', p_task.kind, 'execution_id', p_task.execution_id,
+        'workflow_name', p_execution.workflow_name, 'workflow_id', p_execution.workflow_id,
+        'task_queue', p_execution.task_queue, 'queue', p_task.queue, 'seq', p_task.seq,
+        'activity_name', p_task.activity_name, 'input', p_task.input, 'options', p_task.options,
+        'attempt', p_task.attempt, 'fencing_token', p_task.fencing_token,
+        'lease_expires_at', p_task.lease_expires_at, 'heartbeat_details', p_task.heartbeat_details,
+        'new_events', harvest._events_since_decision(p_execution, p_task.kind, p_worker_id),
+        'new_events_after', coalesce(p_execution.decided_through, 0));
+$$;
+
+-- Wake a locked, running execution by handing its workflow task straight to
+-- p_worker_id (leased as a claim would); returns the task id, or NULL when the
+-- execution already has a workflow task (it will see the new events) or is not running.
+CREATE OR REPLACE FUNCTION harvest._hand_workflow_task(
+    p_execution_id uuid, p_worker_id text, p_workflow_lease_secs double precision
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_task_id bigint;
+BEGIN
+    INSERT INTO harvest.tasks (
+        execution_id, kind, queue, due_at, scheduled_at, status, attempt, started_at,
+        lease_owner, fencing_token, lease_expires_at
+    )
+    SELECT e.id, 'workflow', e.task_queue, v_now, v_now, 'running', 1, v_now,
+           p_worker_id, nextval('harvest.fencing_tokens'),
+           v_now + make_interval(secs => p_workflow_lease_secs)
+    FROM harvest.executions AS e
+    WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (core.sql: IS TRUE)
+    ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING
+    RETURNING id INTO v_task_id;
+    RETURN v_task_id;
+END;
 $$;

@@ -108,6 +108,13 @@ BEGIN
 END;
 $$;
 
+-- A note on "(e.status = 'RUNNING') IS TRUE" beside "e.id = ...": the plain
+-- equality implies the predicate of the partial index executions_active_workflow_id,
+-- and a generic plan cached on a never-analysed table (PL/pgSQL caches one per
+-- session) scans all of that index filtering on id. Written this way no partial
+-- index applies and the primary key is the only path, whatever the statistics
+-- (tests/integration/test_generic_plans.py).
+
 -- Make sure the execution has a workflow task; at most one exists per execution.
 CREATE OR REPLACE FUNCTION harvest._ensure_workflow_task(p_execution_id uuid)
 RETURNS void
@@ -120,7 +127,7 @@ BEGIN
     INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at)
     SELECT e.id, 'workflow', e.task_queue, v_now, v_now
     FROM harvest.executions AS e
-    WHERE e.id = p_execution_id AND e.status = 'RUNNING'
+    WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (see the note above)
     ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING
     RETURNING queue INTO v_queue;
     IF v_queue IS NOT NULL THEN

@@ -4,8 +4,46 @@
 -- activity tasks and timers they create, and the run's end if it ended.
 -- See docs/internals.md for the command shapes and the replay rule.
 
--- Lock a running task of the given kind and check the caller's fencing token;
--- the execution row is locked first (the documented lock order).
+-- Lock a running task of the given kind held under the caller's fencing token,
+-- or say why not without raising (problem: gone, kind, stale or expired), so a
+-- batch can refuse one item and go on. The execution row is locked first (the
+-- documented lock order).
+CREATE OR REPLACE FUNCTION harvest._try_lock_claimed_task(
+    p_task_id bigint, p_fencing_token bigint, p_kind text,
+    OUT task harvest.tasks, OUT problem text, OUT message text
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution_id uuid;
+BEGIN
+    SELECT t.execution_id INTO v_execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id;
+    IF FOUND THEN
+        PERFORM 1 FROM harvest.executions WHERE id = v_execution_id FOR UPDATE;
+        SELECT * INTO task FROM harvest.tasks AS t WHERE t.id = p_task_id FOR UPDATE;
+    END IF;
+    IF NOT FOUND THEN
+        problem := 'gone';
+        message := format('task %s is gone: its lease expired or the run ended, and the work '
+                          'was handed on', p_task_id);
+    ELSIF task.kind <> p_kind THEN
+        problem := 'kind';
+        message := format('task %s is a %s task, not a %s task', p_task_id, task.kind, p_kind);
+    ELSIF task.status <> 'running' OR task.fencing_token IS DISTINCT FROM p_fencing_token THEN
+        problem := 'stale';
+        message := format('task %s was claimed again (fencing token %s is stale)', p_task_id, p_fencing_token);
+    ELSIF task.lease_expires_at < harvest.now() THEN
+        problem := 'expired';
+        message := format('task %s: the lease expired at %s, so this result is refused',
+                          p_task_id, task.lease_expires_at);
+    END IF;
+    IF problem IS NOT NULL THEN
+        task := NULL;
+    END IF;
+END;
+$$;
+
+-- The raising form of _try_lock_claimed_task, for single-task entry points.
 CREATE OR REPLACE FUNCTION harvest._lock_claimed_task(
     p_task_id bigint, p_fencing_token bigint, p_kind text
 )
@@ -13,34 +51,20 @@ RETURNS harvest.tasks
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_execution_id uuid;
-    o_task harvest.tasks;
+    v_try record;
 BEGIN
-    SELECT t.execution_id INTO v_execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'task % is gone: its lease expired or the run ended, and the work '
-            'was handed on', p_task_id USING ERRCODE = 'HR004';
-    END IF;
-    PERFORM 1 FROM harvest.executions WHERE id = v_execution_id FOR UPDATE;
-    SELECT * INTO o_task FROM harvest.tasks AS t WHERE t.id = p_task_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'task % is gone: its lease expired or the run ended, and the work '
-            'was handed on', p_task_id USING ERRCODE = 'HR004';
-    END IF;
-    IF o_task.kind <> p_kind THEN
-        RAISE EXCEPTION 'task % is a % task, not a % task', p_task_id, o_task.kind, p_kind
-            USING ERRCODE = 'HR001';
-    END IF;
-    IF o_task.status <> 'running' OR o_task.fencing_token <> p_fencing_token THEN
-        RAISE EXCEPTION 'task % was claimed again (fencing token % is stale)',
-            p_task_id, p_fencing_token USING ERRCODE = 'HR004';
-    END IF;
-    IF o_task.lease_expires_at < harvest.now() THEN
-        RAISE EXCEPTION 'task %: the lease expired at %, so this result is refused',
-            p_task_id, o_task.lease_expires_at USING ERRCODE = 'HR004',
+    v_try := harvest._try_lock_claimed_task(p_task_id, p_fencing_token, p_kind);
+    CASE v_try.problem
+    WHEN 'kind' THEN
+        RAISE EXCEPTION '%', v_try.message USING ERRCODE = 'HR001';
+    WHEN 'expired' THEN
+        RAISE EXCEPTION '%', v_try.message USING ERRCODE = 'HR004',
             HINT = 'raise the timeout (start_to_close or the workflow task lease) or heartbeat';
-    END IF;
-    RETURN o_task;
+    WHEN 'gone', 'stale' THEN
+        RAISE EXCEPTION '%', v_try.message USING ERRCODE = 'HR004';
+    ELSE
+        RETURN v_try.task;
+    END CASE;
 END;
 $$;
 
@@ -57,6 +81,33 @@ BEGIN
 END;
 $$;
 
+-- Append a decision's WorkflowTaskCompleted{through, worker_id} marker and
+-- remember who decided and what its cached run had seen (through): that worker's
+-- next claim or hand-off of the run carries just the events after it. It is
+-- _append_event plus the decided_* columns in the same row update: the decision
+-- path is the hottest writer of executions rows, and each extra update of one
+-- row in one transaction costs a new row version.
+CREATE OR REPLACE FUNCTION harvest._append_decision_marker(
+    p_execution_id uuid, p_through bigint, p_worker_id text
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_marker jsonb := jsonb_build_object('through', p_through, 'worker_id', p_worker_id);
+    v_event_id bigint;
+BEGIN
+    UPDATE harvest.executions
+    SET last_event_id = last_event_id + 1,
+        history_bytes = history_bytes + harvest._event_bytes(v_marker),
+        decided_by = p_worker_id, decided_through = p_through
+    WHERE id = p_execution_id
+    RETURNING last_event_id INTO v_event_id;
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    VALUES (p_execution_id, v_event_id, 'WorkflowTaskCompleted', v_marker, harvest.now());
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
     p_task_id bigint,
     p_fencing_token bigint,
@@ -65,12 +116,20 @@ CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
     p_worker_id text DEFAULT NULL,
     -- Last-resort guardrails against a runaway loop; NULL means unlimited.
     p_event_cap bigint DEFAULT 50000,
-    p_byte_cap bigint DEFAULT 52428800
+    p_byte_cap bigint DEFAULT 52428800,
+    -- Up to this many scheduled activities are handed straight to p_worker_id
+    -- (claim.sql, "Hand-off") and returned in handed; 0 queues them all.
+    p_hand_off_slots integer DEFAULT 0
 )
-RETURNS TABLE (last_event_id bigint, execution_status text)
+RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb)
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    v_worker_queues text[];
+    v_priority integer;
+    v_hand boolean;
+    v_new_task harvest.tasks;
+    v_handed jsonb := '[]'::jsonb;
     v_execution harvest.executions;
     v_task harvest.tasks;
     v_now timestamptz := harvest.now();
@@ -99,8 +158,7 @@ BEGIN
     -- applying these commands (a child that failed to start) enqueues a new task.
     DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
 
-    PERFORM harvest._append_event(v_execution.id, 'WorkflowTaskCompleted',
-        jsonb_build_object('through', p_through, 'worker_id', p_worker_id));
+    PERFORM harvest._append_decision_marker(v_execution.id, p_through, p_worker_id);
 
     FOR v_command IN SELECT value FROM jsonb_array_elements(p_commands) LOOP
         v_type := v_command ->> 'type';
@@ -116,20 +174,42 @@ BEGIN
             v_queue := coalesce(v_command ->> 'queue', v_execution.task_queue);
             v_options := coalesce(v_command -> 'options', '{}'::jsonb);
             v_stc := (v_options ->> 'schedule_to_close')::double precision;
+            v_priority := coalesce((v_options ->> 'priority')::integer, 0);
             PERFORM harvest._require(v_command, 'name', 'string');
             PERFORM harvest._append_event(v_execution.id, 'ActivityScheduled', jsonb_build_object(
                 'seq', v_seq, 'name', v_command ->> 'name', 'input', v_command -> 'input',
                 'queue', v_queue, 'options', v_options));
+            -- An activity with an admission gate or a claim-order key always queues.
+            v_hand := false;
+            IF jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
+               AND NOT v_options ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
+                IF v_worker_queues IS NULL THEN
+                    v_worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
+                END IF;
+                v_hand := harvest._may_hand_off(v_queue, v_priority, v_worker_queues);
+            END IF;
             INSERT INTO harvest.tasks (
                 execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-                scheduled_at, deadline_at
+                scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
+                lease_expires_at
             ) VALUES (
-                v_execution.id, 'activity', v_queue, coalesce((v_options ->> 'priority')::integer, 0),
+                v_execution.id, 'activity', v_queue, v_priority,
                 v_now, v_seq, v_command ->> 'name', coalesce(v_command -> 'input', '[]'::jsonb),
                 v_options, v_now,
-                CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END
-            );
-            PERFORM harvest._notify_queue(v_queue);
+                CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END,
+                CASE WHEN v_hand THEN 'running' ELSE 'pending' END,
+                CASE WHEN v_hand THEN 1 ELSE 0 END,
+                CASE WHEN v_hand THEN v_now END,
+                CASE WHEN v_hand THEN p_worker_id END,
+                CASE WHEN v_hand THEN nextval('harvest.fencing_tokens') ELSE 0 END,
+                CASE WHEN v_hand THEN v_now + make_interval(secs => harvest._lease_secs('activity', v_options, 0)) END
+            ) RETURNING * INTO v_new_task;
+            IF v_hand THEN
+                v_handed := v_handed || jsonb_build_array(
+                    harvest._task_for_worker(v_new_task, v_execution, p_worker_id));
+            ELSE
+                PERFORM harvest._notify_queue(v_queue);
+            END IF;
         WHEN 'start_timer' THEN
             PERFORM harvest._require(v_command, 'duration', 'number');
             INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)
@@ -146,9 +226,11 @@ BEGIN
                 'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value'));
         WHEN 'cancel_timer' THEN
             PERFORM harvest._require(v_command, 'timer_seq', 'number');
+            -- Not "t.kind = 'timer'": that implies the partial index tasks_timers_due and
+            -- a generic plan scans every timer; this form probes (execution_id, seq).
             DELETE FROM harvest.tasks AS t
-            WHERE t.execution_id = v_execution.id AND t.kind = 'timer'
-              AND t.seq = (v_command ->> 'timer_seq')::integer;
+            WHERE t.execution_id = v_execution.id AND t.kind IN ('activity', 'timer')
+              AND (t.kind = 'timer') IS TRUE AND t.seq = (v_command ->> 'timer_seq')::integer;
             PERFORM harvest._append_event(v_execution.id, 'TimerCancelled', jsonb_build_object(
                 'seq', v_seq, 'timer_seq', (v_command ->> 'timer_seq')::integer));
         WHEN 'start_child_workflow' THEN
@@ -216,13 +298,17 @@ BEGIN
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
 
-    -- Remember who decided and what its cached run had seen (p_through): that
-    -- worker's next claim of the run carries just the events after it.
-    RETURN QUERY
-    UPDATE harvest.executions AS e
-    SET decided_by = p_worker_id, decided_through = p_through
-    WHERE e.id = v_execution.id
-    RETURNING e.last_event_id, e.status;
+    -- (RETURN NEXT, not RETURN QUERY: a query would be planned anew on every call.)
+    IF v_closed THEN
+        SELECT e.last_event_id, e.status INTO last_event_id, execution_status
+        FROM harvest.executions AS e WHERE e.id = v_execution.id;
+        handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+    ELSE
+        last_event_id := v_execution.last_event_id;  -- as read for the cap check
+        execution_status := v_execution.status;
+        handed := v_handed;
+    END IF;
+    RETURN NEXT;
 END;
 $$;
 

@@ -1,8 +1,10 @@
 -- functions/activities.sql: harvest.complete_activity, harvest.fail_activity
 -- (retries with backoff, non-retryable resolution, dead letters, schedule_to_close),
--- harvest._fail_activity_attempt, harvest.heartbeat_activity.
+-- harvest._fail_activity_attempt, harvest.heartbeat_activity, harvest.complete_activities
+-- (a group commit: refused items, the hand-off of the woken workflow task) and
+-- harvest._record_activity_result.
 BEGIN;
-SELECT plan(69);
+SELECT plan(98);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -258,6 +260,210 @@ SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.t
                  'a heartbeat with a stale token: HR004');
 SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.task('wf_task'), pg_temp.token('wf_task')),
                  'HR004', NULL, 'a heartbeat for a workflow task: HR004');
+
+-- ---------------------------------------------------------------- complete_activities
+SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
+CREATE TEMP TABLE batches (batch text, task_id bigint, outcome text, message text, handed jsonb) ON COMMIT DROP;
+-- A run on queue wq_<key> decided by p_decider (its decided_by) that scheduled p_n
+-- activities (seq 1..p_n, queue aq_<key>); worker-a claims them as acts <key>.<seq>.
+CREATE FUNCTION pg_temp.decided(p_key text, p_decider text, p_n integer DEFAULT 1) RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM harvest.start_workflow('act_wf', '[]', p_key, 'wq_' || p_key);
+    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['wq_' || p_key], 1);
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
+        (SELECT jsonb_agg(jsonb_build_object('type', 'schedule_activity', 'seq', g, 'name', 'act_' || p_key,
+                                             'queue', 'aq_' || p_key) ORDER BY g)
+         FROM generate_series(1, p_n) AS g),
+        p_decider);
+    INSERT INTO acts SELECT p_key || '.' || c.seq, c.execution_id, c.task_id, c.fencing_token
+    FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], p_n) AS c;
+END;
+$fn$;
+-- Complete the activities p_keys as p_worker in one batch, recorded as batch p_batch.
+CREATE FUNCTION pg_temp.batch(p_batch text, p_worker text, p_keys text[], p_hand_off boolean DEFAULT true)
+RETURNS void LANGUAGE sql AS $fn$
+    INSERT INTO batches
+    SELECT p_batch, c.* FROM harvest.complete_activities(
+        p_worker,
+        (SELECT array_agg(pg_temp.task(k) ORDER BY n) FROM unnest(p_keys) WITH ORDINALITY AS u (k, n)),
+        (SELECT array_agg(pg_temp.token(k) ORDER BY n) FROM unnest(p_keys) WITH ORDINALITY AS u (k, n)),
+        (SELECT array_agg(to_jsonb(k) ORDER BY n) FROM unnest(p_keys) WITH ORDINALITY AS u (k, n)),
+        p_hand_off, 45) AS c;
+$fn$;
+-- The one-item batch p_batch: its outcome and handed task, and the run's workflow task.
+CREATE FUNCTION pg_temp.woken(p_batch text)
+RETURNS TABLE (outcome text, handed jsonb, status text, lease_owner text) LANGUAGE sql AS $fn$
+    SELECT b.outcome, b.handed, t.status, t.lease_owner
+    FROM batches AS b JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run(p_batch || '.1') AND t.kind = 'workflow'
+    WHERE b.batch = p_batch;
+$fn$;
+
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[],
+                                                             ARRAY['1', '2']::jsonb[])$$,
+                 'HR001', 'task ids, fencing tokens and results must be arrays of one length',
+                 'complete_activities() with arrays of different lengths: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', NULL, ARRAY[1]::bigint[], ARRAY['1']::jsonb[])$$,
+                 'HR001', NULL, 'complete_activities() without task ids: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1]::bigint[], NULL, ARRAY['1']::jsonb[])$$,
+                 'HR001', NULL, 'complete_activities() without fencing tokens: HR001');
+SELECT is_empty($$SELECT * FROM harvest.complete_activities('w', ARRAY[]::bigint[], ARRAY[]::bigint[],
+                                                            ARRAY[]::jsonb[])$$,
+                'complete_activities() of nothing: no rows');
+
+-- A good item commits; a stale, a gone, a wrong-kind and an expired one are refused and change nothing.
+SELECT pg_temp.act('ca_good');
+SELECT pg_temp.act('ca_stale');
+INSERT INTO batches
+SELECT 'mix', c.* FROM harvest.complete_activities('worker-a',
+    ARRAY[pg_temp.task('ca_stale'), pg_temp.task('ca_good'), -1, pg_temp.task('wf_task'), pg_temp.task('late')],
+    ARRAY[pg_temp.token('ca_stale') - 1, pg_temp.token('ca_good'), 1, pg_temp.token('wf_task'), pg_temp.token('late')],
+    ARRAY['"s"', '{"n": 1}', '"g"', '"k"', '"l"']::jsonb[]) AS c;
+SELECT results_eq(
+    $$SELECT task_id, outcome, message, handed FROM batches WHERE batch = 'mix' ORDER BY outcome$$,
+    $$VALUES (pg_temp.task('ca_good'), 'completed'::text, NULL::text, NULL::jsonb),
+             (pg_temp.task('late'), 'expired',
+              format('task %s: the lease expired at 2030-01-01 00:00:10+00, so this result is refused',
+                     pg_temp.task('late')), NULL),
+             (-1, 'gone', 'task -1 is gone: its lease expired or the run ended, and the work was handed on', NULL),
+             (pg_temp.task('wf_task'), 'kind',
+              format('task %s is a workflow task, not a activity task', pg_temp.task('wf_task')), NULL),
+             (pg_temp.task('ca_stale'), 'stale',
+              format('task %s was claimed again (fencing token %s is stale)',
+                     pg_temp.task('ca_stale'), pg_temp.token('ca_stale') - 1), NULL)$$,
+    'complete_activities(): one row per item, completed or the problem with its message');
+SELECT results_eq($$SELECT * FROM pg_temp.last_event('ca_good')$$,
+                  $$VALUES ('ActivityCompleted'::text, '{"seq": 1, "result": {"n": 1}, "attempt": 1}'::jsonb)$$,
+                  'the good item: ActivityCompleted{seq, result, attempt}');
+SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('ca_good')$$,
+                  $$VALUES ('workflow'::text, 'pending'::text)$$,
+                  'the good item: its task is gone and a pending workflow task wakes the run');
+SELECT results_eq(
+    $$SELECT t.kind, t.status, t.fencing_token, t.attempt, (SELECT event_type FROM pg_temp.last_event('ca_stale'))
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ca_stale')$$,
+    $$VALUES ('activity'::text, 'running'::text, pg_temp.token('ca_stale'), 1, 'ActivityScheduled'::text)$$,
+    'the stale item: its task untouched, no event, the run not woken');
+SELECT results_eq(
+    $$SELECT t.id, t.status, e.last_event_id FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+      WHERE t.id IN (pg_temp.task('wf_task'), pg_temp.task('late')) ORDER BY t.id$$,
+    $$VALUES (pg_temp.task('wf_task'), 'running'::text, 1::bigint), (pg_temp.task('late'), 'running', 3::bigint)$$,
+    'the wrong-kind and the expired items: their tasks untouched, no event');
+SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s)$$, pg_temp.task('ca_stale'), pg_temp.token('ca_stale')),
+                'the stale item''s task still completes under its own token');
+
+-- Hand-off: the run's workflow task goes straight to the worker whose cached run decided last.
+SELECT harvest.register_worker('hw', ARRAY['wq_ho', 'wq_ho2', 'wq_ho_other', 'wq_ho_fair', 'wq_ho_prio', 'wq_ho_off'],
+                               'host', 1);
+SELECT harvest.register_worker('hw_drain', ARRAY['wq_ho_drain'], 'host', 2);
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'hw_drain';
+SELECT pg_temp.decided('ho', 'hw');
+SELECT pg_temp.batch('ho', 'hw', ARRAY['ho.1']);
+SELECT results_eq($$SELECT outcome, handed IS NOT NULL, status, lease_owner FROM pg_temp.woken('ho')$$,
+                  $$VALUES ('completed'::text, true, 'running'::text, 'hw'::text)$$,
+                  'decided_by = the worker: the woken workflow task is handed, running and leased to it');
+SELECT results_eq(
+    $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
+             h ->> 'workflow_id', h ->> 'task_queue', h ->> 'queue', (h ->> 'attempt')::integer,
+             (h ->> 'fencing_token')::bigint, (h ->> 'lease_expires_at')::timestamptz, (h ->> 'new_events_after')::bigint
+      FROM (SELECT handed AS h FROM batches WHERE batch = 'ho') AS b$$,
+    $$SELECT t.id, 'workflow'::text, t.execution_id, 'act_wf'::text, 'ho'::text, 'wq_ho'::text, 'wq_ho'::text, 1,
+             t.fencing_token, '2030-01-01 00:05:45+00'::timestamptz, 1::bigint
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ho.1') AND t.kind = 'workflow'$$,
+    'handed: the workflow task as claim_tasks returns it (attempt 1, its fencing token, lease = p_workflow_lease_secs)');
+SELECT cmp_ok((SELECT (handed ->> 'fencing_token')::bigint FROM batches WHERE batch = 'ho'), '>', pg_temp.token('ho.1'),
+              'the handed task''s fencing token is new');
+SELECT results_eq(
+    $$SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint), max((e ->> 'event_id')::bigint)
+      FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e WHERE b.batch = 'ho'$$,
+    $$SELECT ARRAY['WorkflowTaskCompleted', 'ActivityScheduled', 'ActivityCompleted'], last_event_id
+      FROM harvest.executions WHERE id = pg_temp.run('ho.1')$$,
+    'handed.new_events: every event after decided_through, through the ActivityCompleted');
+SELECT is((SELECT array_agg(k ORDER BY k) FROM batches AS b, jsonb_object_keys(b.handed) AS k WHERE b.batch = 'ho'),
+          (SELECT array_agg(a.name ORDER BY a.name)
+           FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)
+           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'),
+          'a handed task''s keys are claim_tasks'' columns');
+SELECT lives_ok(format($$SELECT handed FROM harvest.complete_workflow_task(%s, %s, 4, '[]', 'hw')$$,
+                       (SELECT handed ->> 'task_id' FROM batches WHERE batch = 'ho'),
+                       (SELECT handed ->> 'fencing_token' FROM batches WHERE batch = 'ho')),
+                'the handed workflow task completes under its fencing token');
+
+-- No hand-off: another worker decided; the worker is draining or unknown; the queue
+-- is fair or not polled; a higher-priority task is pending there; p_hand_off false.
+SELECT pg_temp.decided('ho_other', 'someone-else');
+SELECT pg_temp.batch('ho_other', 'hw', ARRAY['ho_other.1']);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_other')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'decided by another worker: not handed, a pending workflow task');
+SELECT pg_temp.decided('ho_drain', 'hw_drain');
+SELECT pg_temp.batch('ho_drain', 'hw_drain', ARRAY['ho_drain.1']);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_drain')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'a draining worker: not handed, a pending workflow task');
+SELECT pg_temp.decided('ho_ghost', 'ghost');
+SELECT pg_temp.batch('ho_ghost', 'ghost', ARRAY['ho_ghost.1']);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_ghost')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'a worker that is not registered: not handed, a pending workflow task');
+SELECT pg_temp.decided('ho_fair', 'hw');
+INSERT INTO harvest.fair_queues (queue) VALUES ('wq_ho_fair');
+SELECT pg_temp.batch('ho_fair', 'hw', ARRAY['ho_fair.1']);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_fair')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'a fair queue: not handed, a pending workflow task');
+SELECT pg_temp.decided('ho_unpolled', 'hw');
+SELECT pg_temp.batch('ho_unpolled', 'hw', ARRAY['ho_unpolled.1']);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_unpolled')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'a queue the worker does not poll: not handed, a pending workflow task');
+SELECT pg_temp.decided('ho_prio', 'hw');
+SELECT harvest.start_workflow('act_wf', '[]', 'ho_prio_blocker', 'wq_ho_prio', p_priority => 1);
+SELECT pg_temp.batch('ho_prio', 'hw', ARRAY['ho_prio.1']);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_prio')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'a pending task of a higher priority on the queue: not handed, a pending workflow task');
+SELECT pg_temp.decided('ho_off', 'hw');
+SELECT pg_temp.batch('ho_off', 'hw', ARRAY['ho_off.1'], false);
+SELECT results_eq($$SELECT * FROM pg_temp.woken('ho_off')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, 'pending'::text, NULL::text)$$,
+                  'p_hand_off false: not handed, a pending workflow task');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('hw', ARRAY[]::bigint[], ARRAY[]::bigint[],
+                                                             ARRAY[]::jsonb[], true, 0)$$,
+                 'HR001', 'workflow task lease 0 must be positive seconds',
+                 'complete_activities(p_hand_off) with a lease of 0: HR001');
+
+-- Two completions of one run in one batch: one handed task carrying both results.
+SELECT pg_temp.decided('ho2', 'hw', 2);
+SELECT pg_temp.batch('ho2', 'hw', ARRAY['ho2.2', 'ho2.1']);
+SELECT results_eq($$SELECT count(*), count(*) FILTER (WHERE outcome = 'completed'), count(handed)
+                    FROM batches WHERE batch = 'ho2'$$,
+                  $$VALUES (2::bigint, 2::bigint, 1::bigint)$$,
+                  'two items of one run: both completed, one row carries the handed task, the other NULL');
+SELECT results_eq(
+    $$SELECT array_agg((e #>> '{event_data,seq}')::integer ORDER BY (e ->> 'event_id')::bigint),
+             array_agg(e #>> '{event_data,result}' ORDER BY (e ->> 'event_id')::bigint)
+      FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e
+      WHERE b.batch = 'ho2' AND b.handed IS NOT NULL AND e ->> 'event_type' = 'ActivityCompleted'$$,
+    $$VALUES (ARRAY[1, 2], ARRAY['ho2.1', 'ho2.2'])$$,
+    'the handed task''s new_events hold both ActivityCompleted events');
+SELECT results_eq(
+    $$SELECT t.id, t.status, t.lease_owner FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ho2.1')$$,
+    $$SELECT (handed ->> 'task_id')::bigint, 'running'::text, 'hw'::text FROM batches
+      WHERE batch = 'ho2' AND handed IS NOT NULL$$,
+    'the run has that one workflow task, running, and nothing else');
+
+-- _record_activity_result on its own: records the result, and hands the wake-up
+-- only when given the worker's queues.
+SELECT pg_temp.decided('rec', 'hw');
+SELECT is(harvest._record_activity_result(
+              (SELECT t FROM harvest.tasks AS t WHERE t.id = pg_temp.task('rec.1')), '7', 'hw', NULL, 30),
+          NULL, '_record_activity_result() without worker queues: nothing handed');
+SELECT results_eq(
+    $$SELECT (SELECT event_data FROM pg_temp.last_event('rec.1')), t.kind, t.status
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('rec.1')$$,
+    $$VALUES ('{"seq": 1, "result": 7, "attempt": 1}'::jsonb, 'workflow'::text, 'pending'::text)$$,
+    '_record_activity_result(): ActivityCompleted and a pending workflow task');
 
 SELECT * FROM finish();
 ROLLBACK;

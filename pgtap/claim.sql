@@ -1,8 +1,11 @@
 -- functions/claim.sql: harvest.claim_tasks (order, due time, queues, leases,
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
--- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/concurrency.sql).
+-- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/concurrency.sql),
+-- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
+-- harvest._task_for_worker, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
+-- pgtap/activities.sql).
 BEGIN;
-SELECT plan(76);
+SELECT plan(97);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -348,6 +351,108 @@ SELECT is((SELECT count(*) FROM harvest.fair_queues WHERE queue IN ('order_q', '
 SELECT pg_temp.fill('order_q', 1, 0, 0, '{}', '[]');
 SELECT is((SELECT fairness_key FROM harvest.tasks WHERE queue = 'order_q' AND options = '{}'), '',
           'an unkeyed task on a fair queue gets the key '''' so the skip-scan finds it');
+
+-- _lease_secs: a workflow task the worker's lease; an activity start_to_close (300 s
+-- by default), or heartbeat_timeout when shorter.
+SELECT results_eq(
+    $$SELECT harvest._lease_secs('workflow', '{"start_to_close": 5}', 45),
+             harvest._lease_secs('activity', '{}', 45),
+             harvest._lease_secs('activity', '{"start_to_close": 20}', 45),
+             harvest._lease_secs('activity', '{"start_to_close": 20, "heartbeat_timeout": 5}', 45),
+             harvest._lease_secs('activity', '{"start_to_close": 20, "heartbeat_timeout": 50}', 45),
+             harvest._lease_secs('activity', '{"heartbeat_timeout": 400}', 45)$$,
+    $$VALUES (45::double precision, 300::double precision, 20::double precision, 5::double precision,
+              20::double precision, 300::double precision)$$,
+    '_lease_secs(): workflow lease; activity 300 s, start_to_close, or a shorter heartbeat_timeout');
+
+-- Hand-off (claim.sql, "Hand-off").
+SET LOCAL harvest.fake_now = '2030-01-03 00:00:00+00';
+SELECT harvest.register_worker('h-active', ARRAY['ho_q', 'ho_fair_q', 'ho_prio_q', 'ho_age_q', 'wq_ho_timer'],
+                               'host', 1);
+SELECT harvest.register_worker('h-draining', ARRAY['ho_q'], 'host', 2);
+SELECT harvest.register_worker('h-stopped', ARRAY['ho_q'], 'host', 3);
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'h-draining';
+UPDATE harvest.workers SET status = 'stopped' WHERE id = 'h-stopped';
+SELECT is(harvest._hand_off_queues('h-active'), ARRAY['ho_q', 'ho_fair_q', 'ho_prio_q', 'ho_age_q', 'wq_ho_timer'],
+          '_hand_off_queues(): the queues of an active worker');
+SELECT results_eq(
+    $$SELECT harvest._hand_off_queues('h-draining'), harvest._hand_off_queues('h-stopped'),
+             harvest._hand_off_queues('h-unknown'), harvest._hand_off_queues(NULL)$$,
+    $$VALUES (NULL::text[], NULL::text[], NULL::text[], NULL::text[])$$,
+    '_hand_off_queues(): NULL for a draining, stopped or unknown worker');
+
+-- _may_hand_off: the queue is polled, not fair, holds no pending task of a higher
+-- priority (timers and running tasks do not count) and no pending ageing task.
+SELECT is(harvest._may_hand_off('ho_q', 0, harvest._hand_off_queues('h-active')), true,
+          '_may_hand_off(): an empty polled queue');
+SELECT is(harvest._may_hand_off('ho_elsewhere', 0, harvest._hand_off_queues('h-active')), false,
+          '_may_hand_off(): a queue the worker does not poll');
+SELECT is(harvest._may_hand_off('ho_q', 0, NULL) IS NOT TRUE, true,
+          '_may_hand_off() with no worker queues: not allowed');
+INSERT INTO harvest.fair_queues (queue) VALUES ('ho_fair_q');
+SELECT is(harvest._may_hand_off('ho_fair_q', 0, harvest._hand_off_queues('h-active')), false,
+          '_may_hand_off(): a fair queue');
+SELECT pg_temp.fill('ho_prio_q', 1, 5, 0, '{}', '[]');
+SELECT results_eq(
+    $$SELECT harvest._may_hand_off('ho_prio_q', 4, q), harvest._may_hand_off('ho_prio_q', 5, q),
+             harvest._may_hand_off('ho_prio_q', 6, q)
+      FROM harvest._hand_off_queues('h-active') AS q$$,
+    $$VALUES (false, true, true)$$,
+    '_may_hand_off(): a pending task of a higher priority blocks; of the same or a lower one, not');
+SELECT is((SELECT count(*) FROM harvest.claim_tasks('w-ho', ARRAY['ho_prio_q'])), 1::bigint,
+          'setup: the priority-5 task is claimed');
+SELECT is(harvest._may_hand_off('ho_prio_q', 0, harvest._hand_off_queues('h-active')), true,
+          '_may_hand_off(): a running task of a higher priority does not block');
+INSERT INTO runs SELECT 'HO_T', pg_temp.decide('ho_timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
+UPDATE harvest.tasks SET priority = 9 WHERE kind = 'timer' AND queue = 'wq_ho_timer';
+SELECT is(harvest._may_hand_off('wq_ho_timer', 0, harvest._hand_off_queues('h-active')), true,
+          '_may_hand_off(): a timer does not block, whatever its priority');
+SELECT pg_temp.fill('ho_age_q', 1, 0, 0, '{"priority_aging_secs": 10}', '[]');
+SELECT is(harvest._may_hand_off('ho_age_q', 9, harvest._hand_off_queues('h-active')), false,
+          '_may_hand_off(): a pending ageing task blocks even a higher priority');
+
+-- _task_for_worker: the JSON of a task is the row claim_tasks returns for it.
+SELECT harvest.start_workflow('tfw_wf', '[5]', 'tfw', 'tfw_q');
+CREATE TEMP TABLE tfw_claim ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w-tfw', ARRAY['tfw_q']);
+SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t
+           JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_claim)),
+          (SELECT to_jsonb(c) FROM tfw_claim AS c),
+          '_task_for_worker() of a workflow task: claim_tasks'' row as JSON (with new_events)');
+SELECT is((SELECT jsonb_array_length(c.new_events) FROM tfw_claim AS c), 1, 'setup: the claim carried the history');
+INSERT INTO runs SELECT 'TFW_A', pg_temp.decide('tfw_act', $$[{"type": "schedule_activity", "seq": 1, "name": "a",
+    "input": [1], "queue": "tfw_aq", "options": {"start_to_close": 7}}]$$);
+CREATE TEMP TABLE tfw_act ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w-tfw', ARRAY['tfw_aq']);
+SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t
+           JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
+          (SELECT to_jsonb(c) FROM tfw_act AS c),
+          '_task_for_worker() of an activity task: claim_tasks'' row as JSON');
+
+-- _hand_workflow_task: a running workflow task leased to the worker, unless the
+-- run already has a workflow task or is not running.
+SET LOCAL harvest.fake_now = '2030-01-03 00:01:00+00';
+INSERT INTO runs SELECT 'HWT', pg_temp.decide('hwt', '[{"type": "start_timer", "seq": 1, "duration": 3600}]');
+CREATE TEMP TABLE hwt ON COMMIT DROP AS
+SELECT harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'HWT'), 'w-hand', 20) AS id;
+SELECT results_eq(
+    $$SELECT t.kind, t.queue, t.status, t.priority, t.attempt, t.lease_owner, t.started_at, t.lease_expires_at,
+             t.fencing_token > (SELECT max(fencing_token) FROM harvest.tasks AS o WHERE o.id <> t.id)
+      FROM harvest.tasks AS t WHERE t.id = (SELECT id FROM hwt)
+        AND t.execution_id = (SELECT execution_id FROM runs WHERE name = 'HWT')$$,
+    $$VALUES ('workflow'::text, 'wq_hwt'::text, 'running'::text, 0, 1, 'w-hand'::text,
+              '2030-01-03 00:01:00+00'::timestamptz, '2030-01-03 00:01:20+00'::timestamptz, true)$$,
+    '_hand_workflow_task(): a running workflow task on the run''s queue, attempt 1, a new fencing token, leased');
+SELECT is(harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'HWT'), 'w-hand', 20), NULL,
+          '_hand_workflow_task() when the run already has a workflow task: NULL');
+SELECT is(harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'T2'), 'w-hand', 20), NULL,
+          '_hand_workflow_task() when the run has a pending workflow task: NULL');
+INSERT INTO runs SELECT 'HWT_DONE', pg_temp.decide('hwt_done', '[{"type": "complete_workflow", "result": null}]');
+SELECT is(harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'HWT_DONE'), 'w-hand', 20), NULL,
+          '_hand_workflow_task() of a run that is not running: NULL');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'HWT_DONE')$$,
+                'and it inserts nothing');
+SELECT lives_ok(format($$SELECT handed FROM harvest.complete_workflow_task(%s, %s, 3, '[]', 'w-hand')$$,
+                       (SELECT id FROM hwt), (SELECT fencing_token FROM harvest.tasks WHERE id = (SELECT id FROM hwt))),
+                'the handed workflow task completes under its fencing token');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,8 +1,10 @@
 -- functions/decide.sql: harvest.complete_workflow_task (the marker, the command
 -- events, activity and timer tasks, the run's end, re-enqueue, stale tokens and
--- expired leases), harvest.fail_workflow_task, harvest._lock_claimed_task, harvest._require.
+-- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
+-- harvest._append_decision_marker, harvest._try_lock_claimed_task, harvest._lock_claimed_task,
+-- harvest._require.
 BEGIN;
-SELECT plan(112);
+SELECT plan(139);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -42,7 +44,7 @@ $fn$;
 SELECT pg_temp.start_and_claim('cmds');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:10+00';
 CREATE TEMP TABLE answer ON COMMIT DROP AS
-SELECT * FROM harvest.complete_workflow_task(pg_temp.task('cmds'), pg_temp.token('cmds'), 1, $$[
+SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(pg_temp.task('cmds'), pg_temp.token('cmds'), 1, $$[
     {"type": "schedule_activity", "seq": 1, "name": "send_email", "input": [42], "queue": "mail",
      "options": {"start_to_close": 30, "schedule_to_close": 600, "priority": 4,
                  "retry": {"max_attempts": 5}}},
@@ -90,27 +92,27 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('
                 'no new workflow task when nothing arrived past through');
 
 -- The same task cannot be completed twice.
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('cmds'), pg_temp.token('cmds')), 'HR004', NULL,
                  'completing a task again: HR004 (the task is gone)');
 
 -- Stale tokens and expired leases.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT pg_temp.start_and_claim('stale');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('stale'), pg_temp.token('stale') - 1), 'HR004',
                  format('task %s was claimed again (fencing token %s is stale)',
                         pg_temp.task('stale'), pg_temp.token('stale') - 1),
                  'a superseded fencing token: HR004');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('stale'), pg_temp.token('stale') + 1000), 'HR004', NULL,
                  'a token the task never had: HR004');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
-SELECT is(pg_temp.dry_run(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT is(pg_temp.dry_run(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                                  pg_temp.task('stale'), pg_temp.token('stale'))), 'ok',
           'completing exactly at the lease end is accepted');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:30.001+00';
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('stale'), pg_temp.token('stale')), 'HR004',
                  format('task %s: the lease expired at 2030-01-01 00:00:30+00, so this result is refused',
                         pg_temp.task('stale')),
@@ -120,65 +122,65 @@ SELECT throws_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}')$$,
                  'fail_workflow_task() after the lease expired: HR004');
 SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('stale')), 1::bigint,
           'a refused completion wrote nothing');
-SELECT throws_ok($$SELECT * FROM harvest.complete_workflow_task(-1, 1, 1, '[]')$$, 'HR004',
+SELECT throws_ok($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(-1, 1, 1, '[]')$$, 'HR004',
                  'task -1 is gone: its lease expired or the run ended, and the work was handed on',
                  'an unknown task: HR004');
 
 -- Argument checks.
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
 SELECT pg_temp.start_and_claim('args');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 0, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 0, '[]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'through=0 is outside the history (1..1)', 'through 0: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 2, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 2, '[]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'through=2 is outside the history (1..1)', 'through past the last event: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, NULL, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, NULL, '[]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001', NULL, 'through NULL: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '{}')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '{}')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'commands must be a JSON array', 'commands not an array: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[{"type": "launch_rocket"}]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[{"type": "launch_rocket"}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'unknown command type "launch_rocket"', 'an unknown command: HR001 naming it');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[{"seq": 1}]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[{"seq": 1}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'unknown command type "<NULL>"', 'a command without a type: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "schedule_activity", "name": "x"}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command schedule_activity needs "seq" as a JSON number, got nothing',
                  'schedule_activity without seq: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "schedule_activity", "seq": 1}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command schedule_activity needs "name" as a JSON string, got nothing',
                  'schedule_activity without name: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "start_timer", "seq": 1, "duration": "1h"}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command start_timer needs "duration" as a JSON number, got string',
                  'start_timer with a string duration: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "record_marker", "seq": "1", "kind": "now"}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command record_marker needs "seq" as a JSON number, got string',
                  'record_marker with a string seq: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "record_marker", "seq": 1}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command record_marker needs "kind" as a JSON string, got nothing',
                  'record_marker without kind: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "fail_workflow", "failure": "boom"}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command fail_workflow needs "failure" as a JSON object, got string',
                  'fail_workflow with a string failure: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "complete_workflow", "result": 1}, {"type": "start_timer", "seq": 1, "duration": 1}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), 'HR001',
                  'command start_timer follows the end of the workflow', 'a command after the end: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                           '[{"type": "schedule_activity", "seq": 1, "name": "a"},
                             {"type": "schedule_activity", "seq": 1, "name": "b"}]')$$,
                         pg_temp.task('args'), pg_temp.token('args')), '23505', NULL,
@@ -190,12 +192,12 @@ SELECT results_eq(
 
 -- The wrong kind of task.
 SELECT pg_temp.start_and_claim('kind');
-SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT lives_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                          '[{"type": "schedule_activity", "seq": 1, "name": "act", "queue": "kind_acts"}]')$$,
                        pg_temp.task('kind'), pg_temp.token('kind')), 'setup: schedule an activity');
 INSERT INTO claimed SELECT 'kind_act', c.execution_id, c.task_id, c.fencing_token
 FROM harvest.claim_tasks('worker-1', ARRAY['kind_acts']) AS c;
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('kind_act'), pg_temp.token('kind_act')), 'HR001',
                  format('task %s is a activity task, not a workflow task', pg_temp.task('kind_act')),
                  'complete_workflow_task() of an activity task: HR001');
@@ -206,7 +208,7 @@ SELECT is(harvest._append_event(pg_temp.run('late'), 'ActivityCompleted', '{"seq
           2::bigint, 'setup: an event arrives while the workflow task is in flight');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('late') AND kind = 'workflow'),
           1::bigint, 'while a workflow task is in flight there is still only one');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                          pg_temp.task('late'), pg_temp.token('late')),
                   $$VALUES (3::bigint, 'RUNNING'::text)$$, 'completing with through=1 of 2');
 SELECT results_eq(
@@ -218,7 +220,7 @@ SELECT isnt((SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('late
 
 -- complete_workflow closes the run and drops its open tasks, even ones the batch made.
 SELECT pg_temp.start_and_claim('done');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "schedule_activity", "seq": 1, "name": "a"},
                             {"type": "start_timer", "seq": 2, "duration": 5},
                             {"type": "complete_workflow", "result": {"approved": true}}]')$$,
@@ -240,7 +242,7 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('
 SELECT pg_temp.start_and_claim('done_late');
 SELECT is(harvest._append_event(pg_temp.run('done_late'), 'TimerFired', '{"seq": 1}'), 2::bigint,
           'setup: an event arrives while the last workflow task is in flight');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                            '[{"type": "complete_workflow", "result": null}]')$$,
                          pg_temp.task('done_late'), pg_temp.token('done_late')),
                   $$VALUES (4::bigint, 'COMPLETED'::text)$$, 'complete_workflow with events past through');
@@ -249,7 +251,7 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('
 
 -- fail_workflow
 SELECT pg_temp.start_and_claim('failed');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                            '[{"type": "fail_workflow", "failure": {"error_type": "ValueError", "message": "bad",
                               "non_retryable": true, "details": null}}]')$$,
                          pg_temp.task('failed'), pg_temp.token('failed')),
@@ -278,7 +280,7 @@ SELECT results_eq(
     'fail_workflow_task(): pending again, due after the backoff, the failure kept, the lease dropped');
 SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('ft')), 1::bigint,
           'fail_workflow_task() writes nothing to the history');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('ft'), pg_temp.token('ft')), 'HR004', NULL,
                  'after fail_workflow_task() the old claim cannot complete: HR004');
 SELECT is_empty($$SELECT * FROM harvest.claim_tasks('worker-2', ARRAY['dq_ft'])$$,
@@ -302,7 +304,7 @@ SELECT throws_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}')$$,
 
 -- cancel_timer: the timer task is dropped, TimerCancelled recorded.
 SELECT pg_temp.start_and_claim('ct');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "start_timer", "seq": 1, "duration": 60},
                             {"type": "cancel_timer", "seq": 2, "timer_seq": 1}]')$$,
                          pg_temp.task('ct'), pg_temp.token('ct')),
@@ -315,7 +317,7 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('
 
 -- start_child_workflow (harvest._start_child): a child run linked to its parent.
 SELECT pg_temp.start_and_claim('parent');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "input": [1]}]')$$,
                          pg_temp.task('parent'), pg_temp.token('parent')),
                   $$VALUES (3::bigint, 'RUNNING'::text)$$, 'start_child_workflow: accepted');
@@ -332,12 +334,12 @@ SELECT results_eq(
       WHERE parent_id = pg_temp.run('parent')$$,
     'the parent records ChildWorkflowStarted with the child''s execution id');
 SELECT pg_temp.start_and_claim('parent2');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "parent_close_policy": "orphan"}]')$$,
                         pg_temp.task('parent2'), pg_temp.token('parent2')), 'HR001',
                  'unknown parent_close_policy "orphan"', 'start_child_workflow with an unknown parent_close_policy: HR001');
 CREATE TEMP TABLE taken ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('kid', '[]', 'taken');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "workflow_id": "taken"}]')$$,
                          pg_temp.task('parent2'), pg_temp.token('parent2')),
                   $$VALUES (4::bigint, 'RUNNING'::text)$$, 'start_child_workflow of a running workflow_id: accepted');
@@ -351,7 +353,7 @@ SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = 
 
 -- cancel_workflow closes the run as CANCELLED.
 SELECT pg_temp.start_and_claim('cancel');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                            '[{"type": "cancel_workflow", "details": "user asked"}]')$$,
                          pg_temp.task('cancel'), pg_temp.token('cancel')),
                   $$VALUES (3::bigint, 'CANCELLED'::text)$$, 'cancel_workflow: the answer says CANCELLED');
@@ -363,7 +365,7 @@ SELECT results_eq(
 
 -- continue_as_new (harvest._continue_as_new): this run ends, its successor starts.
 SELECT pg_temp.start_and_claim('can');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                            '[{"type": "continue_as_new", "input": [2]}]')$$,
                          pg_temp.task('can'), pg_temp.token('can')),
                   $$VALUES (3::bigint, 'CONTINUED_AS_NEW'::text)$$, 'continue_as_new: the answer says CONTINUED_AS_NEW');
@@ -420,7 +422,7 @@ SELECT is(pg_temp.bytes('bytes') - (SELECT bytes FROM bytes_seen WHERE step = 'n
           octet_length(jsonb_build_object('seq', 9, 'kind', 'side_effect', 'value', repeat('x', 5000))::text)::bigint,
           'a large event counts its full JSON text size');
 INSERT INTO bytes_seen VALUES ('large', pg_temp.bytes('bytes'));
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 4, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 4, '[
                             {"type": "schedule_activity", "seq": 1, "name": "a"},
                             {"type": "start_timer", "seq": 2, "duration": 5}]')$$,
                          pg_temp.task('bytes'), pg_temp.token('bytes')),
@@ -435,7 +437,7 @@ SELECT is(pg_temp.bytes('bytes'),
 
 -- The event cap.
 SELECT pg_temp.start_and_claim('cap_ev');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "schedule_activity", "seq": 1, "name": "a"},
                             {"type": "start_timer", "seq": 2, "duration": 5}]', p_event_cap => 3)$$,
                          pg_temp.task('cap_ev'), pg_temp.token('cap_ev')),
@@ -463,7 +465,7 @@ SELECT is((SELECT failure #>> '{details,bytes}' FROM harvest.executions WHERE id
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cap_ev')$$,
                 'the failed run has no task left, not even the ones the batch made');
 SELECT pg_temp.start_and_claim('cap_at');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "schedule_activity", "seq": 1, "name": "a"},
                             {"type": "start_timer", "seq": 2, "duration": 5}]', p_event_cap => 4)$$,
                          pg_temp.task('cap_at'), pg_temp.token('cap_at')),
@@ -471,7 +473,7 @@ SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 
 
 -- The byte cap.
 SELECT pg_temp.start_and_claim('cap_b');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
                             {"type": "record_marker", "seq": 1, "kind": "side_effect", "value": "%s"}]',
                             p_byte_cap => 300)$$,
                          pg_temp.task('cap_b'), pg_temp.token('cap_b'), repeat('y', 200)),
@@ -484,13 +486,13 @@ SELECT results_eq(
 SELECT is((SELECT event_type FROM harvest.events WHERE execution_id = pg_temp.run('cap_b') AND event_id = 4),
           'WorkflowFailed', 'byte cap: WorkflowFailed ends the history');
 SELECT pg_temp.start_and_claim('cap_both');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 1, p_byte_cap => 1)$$,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 1, p_byte_cap => 1)$$,
                          pg_temp.task('cap_both'), pg_temp.token('cap_both')),
                   $$VALUES (3::bigint, 'FAILED'::text)$$, 'past both caps: FAILED');
 SELECT is((SELECT failure ->> 'error_type' FROM harvest.executions WHERE id = pg_temp.run('cap_both')),
           'HistoryEventCapExceeded', 'past both caps: the event cap is named');
 SELECT pg_temp.start_and_claim('cap_nb');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => NULL, p_byte_cap => 1)$$,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => NULL, p_byte_cap => 1)$$,
                          pg_temp.task('cap_nb'), pg_temp.token('cap_nb')),
                   $$VALUES (3::bigint, 'FAILED'::text)$$, 'no event cap, past the byte cap: FAILED');
 SELECT results_eq(
@@ -501,12 +503,12 @@ SELECT results_eq(
 
 -- NULL caps mean unlimited.
 SELECT pg_temp.start_and_claim('cap_null');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                             '[{"type": "start_timer", "seq": 1, "duration": 5}]', p_event_cap => NULL, p_byte_cap => NULL)$$,
                          pg_temp.task('cap_null'), pg_temp.token('cap_null')),
                   $$VALUES (3::bigint, 'RUNNING'::text)$$, 'NULL caps: unlimited, the run goes on');
 SELECT pg_temp.start_and_claim('cap_bnull');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 2, p_byte_cap => NULL)$$,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 2, p_byte_cap => NULL)$$,
                          pg_temp.task('cap_bnull'), pg_temp.token('cap_bnull')),
                   $$VALUES (2::bigint, 'RUNNING'::text)$$, 'a NULL byte cap with the event cap not reached: the run goes on');
 SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id IN (pg_temp.run('cap_null'), pg_temp.run('cap_bnull'))
@@ -514,7 +516,7 @@ SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id IN (pg_temp.ru
 
 -- Commands that close the run win over the caps.
 SELECT pg_temp.start_and_claim('cap_can');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                             '[{"type": "continue_as_new", "input": [2]}]', p_event_cap => 1, p_byte_cap => 1)$$,
                          pg_temp.task('cap_can'), pg_temp.token('cap_can')),
                   $$VALUES (3::bigint, 'CONTINUED_AS_NEW'::text)$$, 'continue_as_new past the caps: CONTINUED_AS_NEW, not FAILED');
@@ -527,7 +529,7 @@ SELECT results_eq(
     $$VALUES (NULL::jsonb, 'WorkflowContinuedAsNew'::text, 'RUNNING'::text, 1::bigint)$$,
     'the run ends with WorkflowContinuedAsNew and its successor starts fresh');
 SELECT pg_temp.start_and_claim('cap_done');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                             '[{"type": "complete_workflow", "result": 1}]', p_event_cap => 1)$$,
                          pg_temp.task('cap_done'), pg_temp.token('cap_done')),
                   $$VALUES (3::bigint, 'COMPLETED'::text)$$, 'complete_workflow past the event cap: COMPLETED');
@@ -536,11 +538,226 @@ SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 
 SELECT pg_temp.start_and_claim('cap_late');
 SELECT is(harvest._append_event(pg_temp.run('cap_late'), 'TimerFired', '{"seq": 1}'), 2::bigint,
           'setup: an event arrives while the workflow task is in flight');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 2)$$,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]', p_event_cap => 2)$$,
                          pg_temp.task('cap_late'), pg_temp.token('cap_late')),
                   $$VALUES (4::bigint, 'FAILED'::text)$$, 'past the cap with events past through: FAILED');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cap_late')$$,
                 'a run failed by a cap gets no new workflow task');
+
+-- _append_decision_marker: the WorkflowTaskCompleted marker and who decided, in one row update.
+SELECT pg_temp.start_and_claim('marker');
+SELECT lives_ok(format($$SELECT harvest._append_decision_marker('%s', 1, 'w-marker')$$, pg_temp.run('marker')),
+                '_append_decision_marker() succeeds');
+SELECT results_eq(
+    $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.history_bytes, ev.event_type, ev.event_data,
+             ev.created_at
+      FROM harvest.executions AS e JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 2
+      WHERE e.id = pg_temp.run('marker')$$,
+    $$SELECT 2::bigint, 'w-marker'::text, 1::bigint,
+             (SELECT sum(octet_length(event_data::text))::bigint FROM harvest.events
+              WHERE execution_id = pg_temp.run('marker')),
+             'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "w-marker"}'::jsonb,
+             '2030-01-01 00:02:00+00'::timestamptz$$,
+    '_append_decision_marker(): event 2 WorkflowTaskCompleted{through, worker_id}, decided_by/through and history_bytes');
+
+-- ---------------------------------------------------------------- _try_lock_claimed_task
+-- The non-raising lock: the row and no problem, or a problem (gone, kind, stale,
+-- expired) with its message and no row; _lock_claimed_task raises the same.
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:00+00';
+CREATE FUNCTION pg_temp.try_lock(p_task bigint, p_token bigint, p_kind text)
+RETURNS TABLE (task_id bigint, token bigint, problem text, message text) LANGUAGE sql AS $fn$
+    SELECT (t.task).id, (t.task).fencing_token, t.problem, t.message
+    FROM harvest._try_lock_claimed_task(p_task, p_token, p_kind) AS t;
+$fn$;
+-- _lock_claimed_task's SQLSTATE and HINT, or 'ok'.
+CREATE FUNCTION pg_temp.lock_error(p_task bigint, p_token bigint, p_kind text) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_hint text;
+BEGIN
+    PERFORM harvest._lock_claimed_task(p_task, p_token, p_kind);
+    RETURN 'ok';
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS v_hint = PG_EXCEPTION_HINT;
+    RETURN SQLSTATE || coalesce(' (hint: ' || nullif(v_hint, '') || ')', '');
+END;
+$fn$;
+SELECT pg_temp.start_and_claim('try');
+SELECT results_eq($$SELECT * FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try'), 'workflow')$$,
+                  $$SELECT pg_temp.task('try'), pg_temp.token('try'), NULL::text, NULL::text$$,
+                  '_try_lock_claimed_task(): the claimed row and no problem');
+SELECT results_eq($$SELECT * FROM pg_temp.try_lock(-1, 1, 'workflow')$$,
+                  $$VALUES (NULL::bigint, NULL::bigint, 'gone'::text,
+                            'task -1 is gone: its lease expired or the run ended, and the work was handed on'::text)$$,
+                  '_try_lock_claimed_task() of an unknown task: gone, no row');
+SELECT results_eq($$SELECT * FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try'), 'activity')$$,
+                  $$SELECT NULL::bigint, NULL::bigint, 'kind'::text,
+                           format('task %s is a workflow task, not a activity task', pg_temp.task('try'))$$,
+                  '_try_lock_claimed_task() of the wrong kind: kind, no row');
+SELECT results_eq($$SELECT * FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try') - 1, 'workflow')$$,
+                  $$SELECT NULL::bigint, NULL::bigint, 'stale'::text,
+                           format('task %s was claimed again (fencing token %s is stale)',
+                                  pg_temp.task('try'), pg_temp.token('try') - 1)$$,
+                  '_try_lock_claimed_task() with another fencing token: stale, no row');
+SELECT results_eq($$SELECT problem FROM pg_temp.try_lock(pg_temp.task('try'), NULL, 'workflow')$$,
+                  $$VALUES ('stale'::text)$$, '_try_lock_claimed_task() with no fencing token: stale');
+SELECT pg_temp.start_and_claim('try_pending');
+SELECT lives_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}', 60)$$,
+                       pg_temp.task('try_pending'), pg_temp.token('try_pending')),
+                'setup: the task is pending again, its token unchanged');
+SELECT results_eq($$SELECT problem FROM pg_temp.try_lock(pg_temp.task('try_pending'), pg_temp.token('try_pending'),
+                                                         'workflow')$$,
+                  $$VALUES ('stale'::text)$$, '_try_lock_claimed_task() of a task that is not running: stale');
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:30+00';
+SELECT is((SELECT problem FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try'), 'workflow')), NULL,
+          '_try_lock_claimed_task() exactly at the lease end: no problem');
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:31+00';
+SELECT results_eq($$SELECT * FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try'), 'workflow')$$,
+                  $$SELECT NULL::bigint, NULL::bigint, 'expired'::text,
+                           format('task %s: the lease expired at 2030-01-01 00:03:30+00, so this result is refused',
+                                  pg_temp.task('try'))$$,
+                  '_try_lock_claimed_task() past the lease: expired, no row');
+SELECT results_eq(
+    $$SELECT status, fencing_token, lease_owner FROM harvest.tasks WHERE id = pg_temp.task('try')$$,
+    $$SELECT 'running'::text, pg_temp.token('try'), 'worker-1'::text$$,
+    '_try_lock_claimed_task() refusing changes nothing');
+SELECT results_eq(
+    $$VALUES (pg_temp.lock_error(-1, 1, 'workflow')),
+             (pg_temp.lock_error(pg_temp.task('try'), pg_temp.token('try'), 'activity')),
+             (pg_temp.lock_error(pg_temp.task('try'), pg_temp.token('try') - 1, 'workflow')),
+             (pg_temp.lock_error(pg_temp.task('try'), pg_temp.token('try'), 'workflow'))$$,
+    $$VALUES ('HR004'::text), ('HR001'), ('HR004'),
+             ('HR004 (hint: raise the timeout (start_to_close or the workflow task lease) or heartbeat)')$$,
+    '_lock_claimed_task() raises: gone and stale HR004, kind HR001, expired HR004 with a hint');
+
+-- ---------------------------------------------------------------- hand-off of scheduled activities
+-- complete_workflow_task(p_hand_off_slots): up to that many scheduled activities
+-- are leased at once to p_worker_id (an active worker polling their queue) and
+-- returned in handed; the rest are queued.
+SET LOCAL harvest.fake_now = '2030-01-01 00:04:00+00';
+SELECT harvest.register_worker('hander', ARRAY['dq_hand', 'hand_q', 'gq1', 'gq2', 'gq3', 'gq4', 'gq5', 'prio_q'],
+                               'host-h', 1);
+CREATE TEMP TABLE hand_answers (key text PRIMARY KEY, last_event_id bigint, execution_status text, handed jsonb)
+ON COMMIT DROP;
+-- Start and claim run p_key, then complete it with p_commands as worker 'hander'.
+CREATE FUNCTION pg_temp.hand(p_key text, p_commands jsonb, p_slots integer, p_worker text DEFAULT 'hander')
+RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM pg_temp.start_and_claim(p_key);
+    INSERT INTO hand_answers
+    SELECT p_key, a.last_event_id, a.execution_status, a.handed
+    FROM harvest.complete_workflow_task(pg_temp.task(p_key), pg_temp.token(p_key), 1, p_commands,
+                                        p_worker_id => p_worker, p_hand_off_slots => p_slots) AS a;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.handed(p_key text) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT handed FROM hand_answers WHERE key = p_key;
+$fn$;
+
+SELECT pg_temp.hand('hand', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "first", "input": [1], "queue": "hand_q",
+     "options": {"start_to_close": 20, "heartbeat_timeout": 5}},
+    {"type": "schedule_activity", "seq": 2, "name": "second", "input": [2], "queue": "hand_q",
+     "options": {"start_to_close": 20}}]$$, 1);
+SELECT results_eq($$SELECT last_event_id, execution_status, jsonb_array_length(handed) FROM hand_answers
+                    WHERE key = 'hand'$$,
+                  $$VALUES (4::bigint, 'RUNNING'::text, 1)$$,
+                  'p_hand_off_slots 1 with two schedule_activity commands: one activity handed');
+SELECT results_eq(
+    $$SELECT seq, status, attempt, lease_owner, fencing_token > 0, started_at, lease_expires_at
+      FROM harvest.tasks WHERE execution_id = pg_temp.run('hand') ORDER BY seq$$,
+    $$VALUES (1, 'running'::text, 1, 'hander'::text, true, '2030-01-01 00:04:00+00'::timestamptz,
+              '2030-01-01 00:04:05+00'::timestamptz),
+             (2, 'pending', 0, NULL, false, NULL, NULL)$$,
+    'the first is running, leased to the worker (attempt 1, a fencing token, lease = heartbeat_timeout); the second pending');
+SELECT results_eq(
+    $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
+             h ->> 'workflow_id', h ->> 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',
+             h -> 'input', h -> 'options', (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint,
+             (h ->> 'lease_expires_at')::timestamptz, h -> 'heartbeat_details', h -> 'new_events'
+      FROM (SELECT pg_temp.handed('hand') -> 0 AS h) AS x$$,
+    $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, 'dq_hand'::text, 'hand_q'::text,
+             1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb, 1,
+             t.fencing_token, t.lease_expires_at, 'null'::jsonb, 'null'::jsonb
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand') AND t.seq = 1$$,
+    'handed holds the task as the worker receives it: its id, run, queue, input, options, attempt, token and lease');
+SELECT is((SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(pg_temp.handed('hand') -> 0) AS k),
+          (SELECT array_agg(a.name ORDER BY a.name)
+           FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)
+           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'),
+          'a handed task''s keys are claim_tasks'' columns');
+SELECT results_eq($$SELECT seq FROM harvest.claim_tasks('worker-2', ARRAY['hand_q'])$$, $$VALUES (2)$$,
+                  'a claim gets the queued activity, not the handed one');
+SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s, '"done"')$$,
+                       pg_temp.handed('hand') -> 0 ->> 'task_id', pg_temp.handed('hand') -> 0 ->> 'fencing_token'),
+                'the handed activity completes under its fencing token');
+
+-- p_hand_off_slots 0 (the default): everything is queued.
+SELECT pg_temp.hand('hand0', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_q"}]', 0);
+SELECT results_eq(
+    $$SELECT a.handed, t.status, t.fencing_token FROM hand_answers AS a
+      JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('hand0') WHERE a.key = 'hand0'$$,
+    $$VALUES ('[]'::jsonb, 'pending'::text, 0::bigint)$$,
+    'p_hand_off_slots 0: handed is [], the activity is pending');
+SELECT pg_temp.start_and_claim('hand_def');
+SELECT results_eq(
+    format($$SELECT handed FROM harvest.complete_workflow_task(%s, %s, 1, '[{"type": "schedule_activity", "seq": 1,
+                      "name": "a", "queue": "hand_q"}]', 'hander')$$,
+           pg_temp.task('hand_def'), pg_temp.token('hand_def')),
+    $$VALUES ('[]'::jsonb)$$, 'without p_hand_off_slots nothing is handed');
+
+-- Activities with an admission gate or a claim-order key are never handed.
+SELECT pg_temp.hand('gate', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "conc", "queue": "gq1",
+     "options": {"concurrency_key": "k", "max_concurrent": 5}},
+    {"type": "schedule_activity", "seq": 2, "name": "rate", "queue": "gq2", "options": {"rate_limit": {"rps": 10, "burst": 10}}},
+    {"type": "schedule_activity", "seq": 3, "name": "fair", "queue": "gq3", "input": [{"tenant": "t"}],
+     "options": {"fairness_key": "input.tenant"}},
+    {"type": "schedule_activity", "seq": 4, "name": "aging", "queue": "gq4", "options": {"priority_aging_secs": 10}},
+    {"type": "schedule_activity", "seq": 5, "name": "plain", "queue": "gq5"}]$$, 5);
+SELECT results_eq($$SELECT seq, status FROM harvest.tasks WHERE execution_id = pg_temp.run('gate') ORDER BY seq$$,
+                  $$VALUES (1, 'pending'::text), (2, 'pending'), (3, 'pending'), (4, 'pending'), (5, 'running')$$,
+                  'concurrency_key, rate_limit, fairness_key, priority_aging_secs: queued; a plain one: handed');
+SELECT is((SELECT array_agg(h ->> 'activity_name') FROM jsonb_array_elements(pg_temp.handed('gate')) AS h),
+          ARRAY['plain'], 'handed lists only the plain activity');
+
+-- A pending task of a higher priority on the queue keeps a new one from jumping it;
+-- one of the same priority does not. (The gated one queues at priority 5.)
+SELECT pg_temp.hand('prio', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "gated5", "queue": "prio_q",
+     "options": {"concurrency_key": "p", "max_concurrent": 1, "priority": 5}},
+    {"type": "schedule_activity", "seq": 2, "name": "low", "queue": "prio_q"},
+    {"type": "schedule_activity", "seq": 3, "name": "same", "queue": "prio_q", "options": {"priority": 5}}]$$, 2);
+SELECT results_eq(
+    $$SELECT seq, priority, status FROM harvest.tasks WHERE execution_id = pg_temp.run('prio') ORDER BY seq$$,
+    $$VALUES (1, 5, 'pending'::text), (2, 0, 'pending'), (3, 5, 'running')$$,
+    'a higher priority pending on the queue: queued; the same priority: handed');
+
+-- Not an active worker polling the queue: nothing handed.
+SELECT pg_temp.hand('unpolled', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "nobody_polls"}]', 1);
+SELECT pg_temp.hand('ghost', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_q"}]', 1, 'ghost');
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'hander';
+SELECT pg_temp.hand('draining', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_q"}]', 1);
+UPDATE harvest.workers SET status = 'active' WHERE id = 'hander';
+INSERT INTO harvest.fair_queues (queue) VALUES ('hand_fair_q');
+UPDATE harvest.workers SET queues = queues || 'hand_fair_q'::text WHERE id = 'hander';
+SELECT pg_temp.hand('fairq', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_fair_q"}]', 1);
+SELECT results_eq(
+    $$SELECT a.key, a.handed, t.status FROM hand_answers AS a
+      JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run(a.key) AND t.kind = 'activity'
+      WHERE a.key IN ('unpolled', 'ghost', 'draining', 'fairq') ORDER BY a.key$$,
+    $$VALUES ('draining'::text, '[]'::jsonb, 'pending'::text), ('fairq', '[]', 'pending'),
+             ('ghost', '[]', 'pending'), ('unpolled', '[]', 'pending')$$,
+    'no hand-off to a draining or unknown worker, on a queue it does not poll, or on a fair queue');
+
+-- A run that closes in the same commands hands nothing.
+SELECT pg_temp.hand('hand_done', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_q"},
+    {"type": "complete_workflow", "result": null}]$$, 1);
+SELECT results_eq($$SELECT execution_status, handed FROM hand_answers WHERE key = 'hand_done'$$,
+                  $$VALUES ('COMPLETED'::text, '[]'::jsonb)$$,
+                  'a workflow that completes in the same commands: handed is []');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('hand_done')$$,
+                'and the activity it would have handed is gone with the run');
 
 SELECT * FROM finish();
 ROLLBACK;

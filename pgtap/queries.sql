@@ -158,18 +158,18 @@ SELECT is(harvest.accept_update(999999, 'w1'), NULL, 'accept_update() of an unkn
 
 -- ---------------------------------------------------------------- complete_update (_complete_update)
 CREATE TEMP TABLE wt ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('decider', ARRAY['qq_a'], 1);
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 3,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 3,
                           '[{"type": "complete_update", "seq": 1, "update_id": "never"}]')$$,
                         (SELECT task_id FROM wt), (SELECT fencing_token FROM wt)), 'HR001',
                  format('complete_update: update never was never accepted by execution %s', pg_temp.run('a')),
                  'complete_update of an update id never accepted: HR001');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 3,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 3,
                           '[{"type": "complete_update", "seq": 1}]')$$,
                         (SELECT task_id FROM wt), (SELECT fencing_token FROM wt)), 'HR001',
                  'command complete_update needs "update_id" as a JSON string, got nothing',
                  'complete_update without an update_id: HR001');
 SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 3::bigint, 'refused commands wrote nothing');
-SELECT results_eq(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 3,
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 3,
                           '[{"type": "complete_update", "seq": 1, "update_id": "u1", "result": {"ok": true}}]')$$,
                         (SELECT task_id FROM wt), (SELECT fencing_token FROM wt)),
                   $$VALUES (5::bigint, 'RUNNING'::text)$$, 'complete_workflow_task() applies complete_update');
@@ -187,7 +187,7 @@ CREATE TEMP TABLE u2 ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_t
 SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u2');
 SELECT is(harvest.accept_update((SELECT request_id FROM u2), 'w1'), 'accepted', 'setup: accept u2');
 CREATE TEMP TABLE wt2 ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('decider', ARRAY['qq_a'], 1);
-SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 6,
+SELECT lives_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 6,
                          '[{"type": "complete_update", "seq": 2, "update_id": "u2",
                             "failure": {"error_type": "KeyError", "message": "x", "non_retryable": true}}]')$$,
                        (SELECT task_id FROM wt2), (SELECT fencing_token FROM wt2)),

@@ -84,7 +84,7 @@ SELECT is(harvest.signal_workflow((SELECT execution_id FROM inflight), 'late'), 
 SELECT results_eq($$SELECT id, status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM inflight)$$,
                   $$SELECT task_id, 'running'::text FROM inflight$$,
                   'the claimed task stays the only workflow task');
-SELECT results_eq($$SELECT * FROM harvest.complete_workflow_task((SELECT task_id FROM inflight),
+SELECT results_eq($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task((SELECT task_id FROM inflight),
                                                                  (SELECT fencing_token FROM inflight), 1, '[]')$$,
                   $$VALUES (3::bigint, 'RUNNING'::text)$$, 'completing the batch with through=1');
 SELECT results_eq($$SELECT status FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM inflight)$$,

@@ -132,7 +132,7 @@ SELECT results_eq(
     'the released workflow task is pending and due now');
 SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('wf')), 1::bigint,
           'releasing a workflow task writes no event');
-SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
+SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('wf'), pg_temp.token('wf')), 'HR004', NULL,
                  'the crashed decider cannot complete it any more: HR004');
 SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('worker-x', ARRAY['wq_wf'])$$,

@@ -44,12 +44,16 @@ NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
 COMPLETE_WORKFLOW_TASK = """
 SELECT * FROM harvest.complete_workflow_task(
     %(task_id)s, %(fencing_token)s, %(through)s, %(commands)s, %(worker_id)s,
-    %(event_cap)s, %(byte_cap)s)
+    %(event_cap)s, %(byte_cap)s, %(hand_off_slots)s)
 """
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
 COMPLETE_ACTIVITY = "SELECT harvest.complete_activity(%(task_id)s, %(fencing_token)s, %(result)s)"
+COMPLETE_ACTIVITIES = """
+SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)s, %(fencing_tokens)s,
+                                          %(results)s::jsonb[], %(hand_off)s, %(workflow_lease_secs)s)
+"""
 FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(failure)s) AS outcome"
 HEARTBEAT_ACTIVITY = """
 SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) AS cancel_requested
@@ -423,10 +427,12 @@ class AsyncSqlApi:
     async def complete_workflow_task(self, task_id: int, fencing_token: int, through: int,
                                      commands: list[dict[str, Any]], worker_id: str,
                                      event_cap: int | None = 50_000,
-                                     byte_cap: int | None = 50 * 1024 * 1024) -> dict[str, Any]:
+                                     byte_cap: int | None = 50 * 1024 * 1024,
+                                     hand_off_slots: int = 0) -> dict[str, Any]:
+        """Commit a decision; ``handed`` lists the activities leased straight to ``worker_id``."""
         return await self._one(COMPLETE_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
                                through=through, commands=_jsonb(commands), worker_id=worker_id,
-                               event_cap=event_cap, byte_cap=byte_cap)
+                               event_cap=event_cap, byte_cap=byte_cap, hand_off_slots=hand_off_slots)
 
     async def fail_workflow_task(self, task_id: int, fencing_token: int, failure: dict[str, Any],
                                  retry_in_secs: float) -> None:
@@ -436,6 +442,14 @@ class AsyncSqlApi:
     async def complete_activity(self, task_id: int, fencing_token: int, result: Any) -> None:
         await self._all(COMPLETE_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
                         result=_jsonb(result))
+
+    async def complete_activities(self, worker_id: str, items: list[tuple[int, int, Any]],
+                                  hand_off: bool, workflow_lease_secs: float) -> list[dict[str, Any]]:
+        """Complete (task id, fencing token, result) items in one transaction; one row per item."""
+        return await self._all(COMPLETE_ACTIVITIES, worker_id=worker_id,
+                               task_ids=[i[0] for i in items], fencing_tokens=[i[1] for i in items],
+                               results=[_jsonb(i[2]) for i in items], hand_off=hand_off,
+                               workflow_lease_secs=workflow_lease_secs)
 
     async def fail_activity(self, task_id: int, fencing_token: int, failure: dict[str, Any]) -> str:
         return (await self._one(FAIL_ACTIVITY, task_id=task_id, fencing_token=fencing_token,

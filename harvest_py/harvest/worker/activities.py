@@ -107,8 +107,11 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                  outcome, failure)
         return
     try:
-        await worker.sql.complete_activity(task_id, token, encoded)
+        handed = await worker.completions.complete(task_id, token, encoded)
     except StaleTask as stale:
         # Another attempt owns the invocation now; its result will be the one recorded.
         log.warning("activity %s (task %s) finished after its lease was lost: %s",
                     task["activity_name"], task_id, stale)
+        return
+    if handed is not None:  # the workflow this woke, leased to us: decide it now
+        worker.run_handed(handed)

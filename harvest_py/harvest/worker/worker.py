@@ -36,10 +36,15 @@ from harvest.db.sqlapi import AsyncSqlApi
 from harvest.definitions import App
 from harvest.errors import InvalidArgument, PermissionDenied, SchemaMismatch
 from harvest.worker.activities import run_activity_task
+from harvest.worker.completions import CompletionBatcher
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
+
+# How long a worker with tasks in flight waits for one of them to wake it before it
+# asks producers for a notification (see Worker._idle).
+BUSY_WAKE_SECS = 0.05
 
 
 class Worker:
@@ -53,7 +58,7 @@ class Worker:
                  history_byte_hard_cap: int | None = 50 * 1024 * 1024,
                  history_bloat_warn_fraction: float = 0.2048,
                  run_worker: bool = True, run_scanner: bool = True, run_retention: bool = False,
-                 retention_interval: float = 60.0):
+                 retention_interval: float = 60.0, hand_off: bool = True):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.app = app
@@ -89,6 +94,11 @@ class Worker:
         # Keyed by (task id, fencing token): a task row keeps its id across claims, and this
         # worker may hold a newer claim of a task whose older handler is still winding down.
         self._inflight: dict[tuple[int, int], asyncio.Task] = {}
+        # Slots promised to hand-offs a commit in flight may return (see reserve_slots).
+        self._reserved = 0
+        self.hand_off = hand_off
+        self.handed_tasks = 0  # tasks run by hand-off rather than claimed
+        self.completions = CompletionBatcher(self)
         self.completed_tasks = 0
         # Process roles (harvest/config.py): which runtimes this process runs. run_worker is the
         # claim loop (with its registry row, notifications, queries); run_scanner the
@@ -163,7 +173,14 @@ class Worker:
                 grace = max(0.0, min(grace, self._drain_deadline_at - asyncio.get_running_loop().time()))
             log.info("worker %s finishing %d in-flight task(s) (up to %.0fs)", self.worker_id,
                      len(self._inflight), grace)
-            _, pending = await asyncio.wait(list(self._inflight.values()), timeout=grace)
+            deadline = asyncio.get_running_loop().time() + grace
+            pending: set[asyncio.Task] = set()
+            # Handed-off tasks may join while others finish: wait until none is left.
+            while self._inflight:
+                remaining = deadline - asyncio.get_running_loop().time()
+                _, pending = await asyncio.wait(list(self._inflight.values()), timeout=max(0.0, remaining))
+                if pending and asyncio.get_running_loop().time() >= deadline:
+                    break
             if pending:
                 log.info("worker %s stopping with %d task(s) still in flight: releasing them",
                          self.worker_id, len(pending))
@@ -184,7 +201,7 @@ class Worker:
 
     async def _claim(self) -> tuple[list[dict[str, Any]], bool]:
         """Claim up to the free slots; ``full`` when the batch came back full (or no slot is free)."""
-        free = self.concurrency - len(self._inflight)
+        free = self.concurrency - len(self._inflight) - self._reserved
         if free <= 0:
             await self._set_sleeping(False)  # no room: wake-ups would be wasted
             return [], False
@@ -211,6 +228,32 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - the fallback poll still covers us
             log.warning("could not update the sleep mark: %s", exc)
 
+    # -- hand-off (claim.sql): tasks leased to us by the commit that created them -----------
+    def accepts_hand_off(self) -> bool:
+        """Whether a commit may hand us new work (not while stopping, nor when turned off)."""
+        return self.hand_off and not self._stopping.is_set()
+
+    def reserve_slots(self, wanted: int) -> int:
+        """Promise up to ``wanted`` free slots to a commit that may hand tasks back.
+
+        Called from a running task's handler, whose own slot frees when it returns,
+        so that slot counts as free. Give them back with :meth:`release_slots`.
+        """
+        if wanted <= 0 or not self.accepts_hand_off():
+            return 0
+        free = self.concurrency - len(self._inflight) - self._reserved + 1
+        granted = max(0, min(wanted, free))
+        self._reserved += granted
+        return granted
+
+    def release_slots(self, granted: int) -> None:
+        self._reserved -= granted
+
+    def run_handed(self, task: dict[str, Any]) -> None:
+        """Run a task a commit handed to this worker, as if the claim loop had claimed it."""
+        self.handed_tasks += 1
+        self._spawn(task)
+
     def _spawn(self, task: dict[str, Any]) -> None:
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
         handle = asyncio.create_task(self._guard(runner, task))
@@ -234,6 +277,11 @@ class Worker:
 
     async def _idle(self) -> None:
         if len(self._inflight) < self.concurrency and not self._sleeping:
+            # A busy worker's own finishing tasks wake this loop (and it claims again),
+            # so it asks producers to notify only after BUSY_WAKE_SECS without one:
+            # each NOTIFY serialises its producer's commit with every other notifier's.
+            if self._inflight and await self._sleep(BUSY_WAKE_SECS):
+                return
             # Mark ourselves asleep, then look once more: work committed before the
             # mark was visible to its producer came with no notification.
             await self._set_sleeping(True)
@@ -249,12 +297,15 @@ class Worker:
                     timeout = max(0.0, min(timeout, until + 0.005))
         await self._sleep(timeout)
 
-    async def _sleep(self, timeout: float) -> None:
+    async def _sleep(self, timeout: float) -> bool:
+        """Wait for a wake-up or the timeout; True when woken."""
         if timeout <= 0:
-            return
+            return False
+        woken = False
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout)
+            woken = await asyncio.wait_for(self._wake.wait(), timeout)
         self._wake.clear()
+        return woken
 
     # -- background loops ----------------------------------------------------------------
     async def _listen(self) -> None:

@@ -106,11 +106,13 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             pass
         return
 
+    # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
+    slots = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"))
     try:
-        await worker.sql.complete_workflow_task(task_id, token, activation.through,
-                                                activation.commands, worker.worker_id,
-                                                worker.history_event_hard_cap,
-                                                worker.history_byte_hard_cap)
+        outcome = await worker.sql.complete_workflow_task(task_id, token, activation.through,
+                                                          activation.commands, worker.worker_id,
+                                                          worker.history_event_hard_cap,
+                                                          worker.history_byte_hard_cap, slots)
     except StaleTask as stale:
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
         run.close()
@@ -118,6 +120,10 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     except Exception:
         run.close()
         raise
+    finally:
+        worker.release_slots(slots)
+    for handed in outcome["handed"]:
+        worker.run_handed(handed)
     _warn_on_bloat(worker, execution_id, task["workflow_name"], run.last_event_id)
     finished = activation.finished or any(
         c["type"] in ("complete_workflow", "fail_workflow") for c in activation.commands)

@@ -1,0 +1,101 @@
+"""Hand-off and group commit on a real worker (functions/claim.sql, "Hand-off";
+harvest/worker/completions.py).
+
+A decision hands the activities it schedules to the deciding worker, and an
+activity result hands the workflow task it wakes back to the worker whose cached
+run decided last, so a sequential workflow on one worker needs one claim (its
+first workflow task). The histories must be what a claim-only run writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+
+from harvest import App, Client, activity, workflow
+
+ran: dict[int, int] = {}
+ran_lock = threading.Lock()
+
+
+@activity
+async def step(ctx, x: int) -> int:
+    return x + 1
+
+
+@activity
+async def mark(ctx, i: int) -> int:
+    with ran_lock:
+        ran[i] = ran.get(i, 0) + 1
+    await asyncio.sleep(0.01)
+    return i
+
+
+@workflow
+async def three_steps(ctx, x: int) -> int:
+    x = await ctx.execute_activity(step, x)
+    x = await ctx.execute_activity(step, x)
+    return await ctx.execute_activity(step, x)
+
+
+@workflow
+async def fan_out(ctx, n: int) -> int:
+    results = await asyncio.gather(*(ctx.execute_activity(mark, i) for i in range(n)))
+    return sum(results)
+
+
+def _history(db: str, execution_id: str) -> list[tuple[str, dict]]:
+    """The events without worker ids and timestamps (what differs between two workers)."""
+    with psycopg.connect(db) as conn:
+        rows = conn.execute("SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s "
+                            "ORDER BY event_id", (execution_id,)).fetchall()
+    return [(kind, {k: v for k, v in data.items() if k not in ("worker_id", "workflow_id")})
+            for kind, data in rows]
+
+
+def test_a_sequential_workflow_runs_on_hand_offs_and_writes_the_claim_only_history(db, start_worker):
+    app = App(workflows=[three_steps], activities=[step])
+    histories = []
+    for hand_off in (True, False):
+        worker = start_worker(app, hand_off=hand_off)
+        with Client(db) as client:
+            handle = client.start_workflow(three_steps, 1, workflow_id=f"steps-{hand_off}")
+            assert handle.result(timeout=30) == 4
+        worker.stop()
+        # Three activities handed by the decisions, three workflow tasks handed by their results.
+        assert worker.worker.handed_tasks == (6 if hand_off else 0)
+        histories.append(_history(db, handle.execution_id))
+    assert histories[0] == histories[1]
+
+
+def test_concurrent_results_commit_in_batches_and_each_activity_runs_once(db, start_worker):
+    ran.clear()
+    app = App(workflows=[fan_out], activities=[mark])
+    worker = start_worker(app, concurrency=50)
+    with Client(db) as client:
+        assert client.start_workflow(fan_out, 40, workflow_id="fan").result(timeout=30) == sum(range(40))
+    batcher = worker.worker.completions
+    assert batcher.items == 40
+    assert batcher.batches < 20, f"40 results took {batcher.batches} commits"
+    assert ran == dict.fromkeys(range(40), 1)
+
+
+def test_a_draining_worker_is_handed_nothing(db, start_worker):
+    """The worker row says who may be handed work: after a remote drain, nothing is."""
+    app = App(workflows=[three_steps], activities=[step])
+    worker = start_worker(app, hand_off=True)
+    with psycopg.connect(db, autocommit=True) as conn:
+        for _ in range(200):  # until the worker has registered
+            drained = conn.execute("UPDATE harvest.workers SET status = 'draining' WHERE id = %s",
+                                   (worker.worker.worker_id,)).rowcount
+            if drained:
+                break
+            time.sleep(0.02)
+        assert drained
+    with Client(db) as client:
+        handle = client.start_workflow(three_steps, 1, workflow_id="drained")
+        assert handle.result(timeout=30) == 4
+    assert worker.worker.handed_tasks == 0
