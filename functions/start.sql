@@ -121,9 +121,19 @@ BEGIN
     PERFORM pg_advisory_xact_lock(
         hashtextextended('harvest.start:' || p_workflow_name || ':' || v_workflow_id, 0));
 
+    -- The prior: the RUNNING run of the key, else its latest. Why BETWEEN and the
+    -- leading e.workflow_id in ORDER BY: a generic plan (PL/pgSQL caches one per
+    -- session) of "e.workflow_id = v_workflow_id" on a never-analysed table costs
+    -- executions_name_created (every run of the name) the same as
+    -- executions_workflow_id_latest, and a tie-break took the former until the next
+    -- ANALYZE. A range makes no equivalence class, so workflow_id stays a sort key
+    -- that only executions_workflow_id_latest delivers: it wins on any statistics
+    -- (tests/integration/test_generic_plans.py). BETWEEN x AND x is = x, and a
+    -- constant leading sort key changes no order.
     SELECT * INTO v_prior FROM harvest.executions AS e
-    WHERE e.workflow_name = p_workflow_name AND e.workflow_id = v_workflow_id
-    ORDER BY (e.status = 'RUNNING') DESC, e.created_at DESC
+    WHERE e.workflow_name = p_workflow_name
+      AND e.workflow_id BETWEEN v_workflow_id AND v_workflow_id
+    ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
     LIMIT 1
     FOR UPDATE;
 
