@@ -361,14 +361,11 @@ class WorkflowRun(CommandIssuer):
 
     # ------------------------------------------------------------------ resolution
     def _deliver(self, through: int | None) -> None:
-        keep: deque[dict] = deque()
-        while self._resolutions:
-            event = self._resolutions.popleft()
-            if through is None or event["event_id"] <= through:
-                self._resolve(event)
-            else:
-                keep.append(event)
-        self._resolutions = keep
+        # _ingest queues resolutions in event-id order, so the ones a step saw are a
+        # prefix: stop at the first past `through` (walking the rest made replay
+        # quadratic in the history's length).
+        while self._resolutions and (through is None or self._resolutions[0]["event_id"] <= through):
+            self._resolve(self._resolutions.popleft())
 
     def _resolve(self, event: dict) -> None:
         data, kind = event["event_data"], event["event_type"]
