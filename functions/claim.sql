@@ -500,7 +500,8 @@ AS $$
         'activity_name', p_task.activity_name, 'input', p_task.input, 'options', p_task.options,
         'attempt', p_task.attempt, 'fencing_token', p_task.fencing_token,
         'lease_expires_at', p_task.lease_expires_at, 'heartbeat_details', p_task.heartbeat_details,
-        'new_events', harvest._events_since_decision(p_execution, p_task.kind, p_worker_id),
+        'new_events', CASE WHEN p_task.kind = 'workflow'
+                           THEN harvest._events_since_decision(p_execution, p_task.kind, p_worker_id) END,
         'new_events_after', coalesce(p_execution.decided_through, 0));
 $$;
 
