@@ -62,7 +62,7 @@ def test_drain_finishes_in_flight_claims_nothing_new_and_stops(db: str, start_wo
         wait_until(lambda: conn.execute("SELECT status FROM harvest.workers WHERE id = %s",
                                         (worker_id,)).fetchone()[0] == "stopped", what="status stopped")
         # Nothing new was claimed: the late run's workflow task is still pending, unowned.
-        assert started == [1, 2]
+        assert sorted(started) == [1, 2]  # in either order: each run decides on its own
         late_tasks = conn.execute("SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = %s",
                                   (late.execution_id,)).fetchall()
         assert late_tasks == [("workflow", "pending", None)]
