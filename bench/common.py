@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any
 
+import psutil
 import psycopg
 
 # The settings every system gets (the issue: same machine, same settings).
@@ -50,6 +51,27 @@ def xact_commits(dsn: str) -> int:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         return int(conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
                                 ).fetchone()[0])
+
+
+def server_cpu_seconds(dsn: str | None = None, postmaster_pid: int | None = None) -> float:
+    """CPU seconds the PostgreSQL server has used so far: the postmaster and every backend,
+    exited ones included (the postmaster's reaped children). Found from a DSN (the
+    postmaster is the parent of our backend) or given by pid. Take the difference of two
+    readings around a measured phase; each system runs alone, so the server's CPU is its."""
+    if postmaster_pid is None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        postmaster_pid = psutil.Process(backend).ppid()
+    root = psutil.Process(postmaster_pid)
+    t = root.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in root.children(recursive=True):
+        try:
+            ct = child.cpu_times()
+            total += ct.user + ct.system
+        except psutil.Error:  # exited between the listing and the read: counted once reaped
+            pass
+    return total
 
 
 def settle_stats() -> None:

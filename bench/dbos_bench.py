@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
-from common import CONCURRENCY, emit, latency_summary, settle_stats, xact_commits
+from common import CONCURRENCY, emit, latency_summary, server_cpu_seconds, settle_stats, xact_commits
 from dbos import DBOS, DBOSConfig
 
 STARTERS = 8
@@ -82,7 +82,7 @@ def main() -> None:
         conn.execute("DELETE FROM dbos.workflow_status")
     settle_stats()
     commits_before = xact_commits(args.dsn)
-    cpu0 = time.process_time()
+    cpu0, server0 = time.process_time(), server_cpu_seconds(args.dsn)
 
     def start(i: int) -> None:
         if queue is None:
@@ -95,7 +95,7 @@ def main() -> None:
         list(pool.map(start, range(args.n)))
     start_wall = time.monotonic() - wall0
     _wait_done(args.dsn, args.n, args.timeout)
-    cpu = time.process_time() - cpu0
+    cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(args.dsn) - server0
     DBOS.destroy()
     settle_stats()
     commits = xact_commits(args.dsn) - commits_before
@@ -113,6 +113,7 @@ def main() -> None:
           "start_phase_s": round(start_wall, 3),
           "commits": commits, "commits_per_workflow": round(commits / args.n, 2),
           "process_cpu_s": round(cpu, 2),
+          "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
           "settings": {"max_executor_threads": CONCURRENCY, "sys_db_pool_size": SYS_POOL,
                        "starters": STARTERS,
                        **({"queue_worker_concurrency": CONCURRENCY, "queue_polling_interval_sec": QUEUE_POLL}

@@ -25,30 +25,16 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import psycopg
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from common import server_cpu_seconds
 from run import SERVER_SETTINGS
 
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
-
-
-def server_cpu(server: EmbeddedPostgres) -> float:
-    pid = int((server.data_dir / "postmaster.pid").read_text().split()[0])
-    root = psutil.Process(pid)
-    t = root.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in root.children(recursive=True):
-        try:
-            ct = child.cpu_times()
-            total += ct.user + ct.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def main() -> None:
@@ -90,7 +76,8 @@ def main() -> None:
         listener.start()
         time.sleep(0.3)
         sampler = threading.Thread(target=sample)
-        cpu0 = server_cpu(server)
+        postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+        cpu0 = server_cpu_seconds(postmaster_pid=postmaster)
         sampler.start()
         proc = subprocess.run([sys.executable, str(HERE / "harvest_bench.py"), "--dsn", dsn, "--mode",
                                "workflows", "--n", str(args.n)], capture_output=True, text=True, check=True)
@@ -98,7 +85,7 @@ def main() -> None:
         done.set()
         sampler.join()
         listener.join()
-        cpu = server_cpu(server) - cpu0
+        cpu = server_cpu_seconds(postmaster_pid=postmaster) - cpu0
         result = json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1])
     finally:
         server.stop()

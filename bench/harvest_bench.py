@@ -37,7 +37,15 @@ from datetime import UTC, datetime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
-from common import CLAIM_BATCH, CONCURRENCY, emit, latency_summary, settle_stats, xact_commits
+from common import (
+    CLAIM_BATCH,
+    CONCURRENCY,
+    emit,
+    latency_summary,
+    server_cpu_seconds,
+    settle_stats,
+    xact_commits,
+)
 
 from harvest import App, AsyncClient, Worker, activity, workflow
 
@@ -184,7 +192,7 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
     if statements:
         _statements_reset(dsn)
     commits_before = xact_commits(dsn)
-    cpu0 = time.process_time()
+    cpu0, server0 = time.process_time(), server_cpu_seconds(dsn)
     async with InProcessWorker(dsn) as worker:
         client = await AsyncClient.connect(dsn, pool_size=STARTERS, check_schema=False)
         try:
@@ -194,7 +202,7 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
             await _wait_done(dsn, n, timeout)
         finally:
             await client.close()
-    cpu = time.process_time() - cpu0
+    cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(dsn) - server0
     settle_stats()
     commits = xact_commits(dsn) - commits_before
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -211,6 +219,7 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
            "commits": commits, "commits_per_workflow": round(commits / n, 2),
            "events_per_workflow": round(events / n, 2),
            "worker_process_cpu_s": round(cpu, 2),
+           "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
            "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
            "worker_options": WORKER_OPTIONS, "starters": STARTERS}
     if statements:

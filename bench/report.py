@@ -34,8 +34,9 @@ def markdown(results: dict) -> str:
         f"{n_rounds} round(s) alternating Harvest / DBOS direct / DBOS queue; medians over rounds. "
         "Latency is start-to-result with all runs started at once (it includes the backlog)."),
         "",
-        "| system | workflows/s | p50 ms | p95 ms | p99 ms | commits/workflow | Harvest ratio |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ("| system | workflows/s | p50 ms | p95 ms | p99 ms | commits/workflow | server CPU ms/workflow "
+         "| client CPU ms/workflow | Harvest ratio |"),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     rows = [("Harvest", "harvest", s["harvest_commits_per_workflow"], None),
             ("DBOS direct start", "dbos_direct", s["dbos_direct_commits_per_workflow"],
@@ -43,13 +44,14 @@ def markdown(results: dict) -> str:
             ("DBOS queue", "dbos_queue", s["dbos_queue_commits_per_workflow"], s["ratio_harvest_dbos_queue"])]
     for label, key, commits, ratio in rows:
         lat = s[f"{key}_latency"]
+        cpu = s.get(f"{key}_cpu_ms_per_workflow") or {}  # absent in results from before it was measured
         lines.append(f"| {label} | {_f(s[key + '_wf_per_s'])} | {_f(lat['p50_ms'], 0)} | {_f(lat['p95_ms'], 0)} "
-                     f"| {_f(lat['p99_ms'], 0)} | {_f(commits, 1)} | "
-                     f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+                     f"| {_f(lat['p99_ms'], 0)} | {_f(commits, 1)} | {_f(cpu.get('server'), 2)} "
+                     f"| {_f(cpu.get('client'), 2)} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
     if s.get("async_commit"):
         ac = s["async_commit"]
         lines.append(f"| *extra, synchronous_commit=off:* Harvest / DBOS direct | "
-                     f"{_f(ac['harvest_wf_per_s'])} / {_f(ac['dbos_direct_wf_per_s'])} | | | | | "
+                     f"{_f(ac['harvest_wf_per_s'])} / {_f(ac['dbos_direct_wf_per_s'])} | | | | | | | "
                      f"{ac['ratio']:.2f}x |")
     lines += [
         "",

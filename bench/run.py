@@ -177,6 +177,11 @@ def summarize(results: dict) -> dict:
     for key, runs in (("harvest", h), ("dbos_direct", d), ("dbos_queue", q)):
         s[f"{key}_latency"] = {p: round(statistics.median(x["latency"][p] for x in runs), 1)
                                for p in ("p50_ms", "p95_ms", "p99_ms")}
+        # CPU per workflow over the drain: the server's, and the system's own process
+        # (its workers and starters).
+        s[f"{key}_cpu_ms_per_workflow"] = {
+            side: round(statistics.median(x["cpu"][f"{side}_s"] * 1000 / x["n"] for x in runs), 2)
+            for side in ("server", "client")}
     ceiling = max(c["best_commits_per_s"] for c in results["ceiling"])
     s["ceiling_commits_per_s"] = ceiling
     per_wf = s["harvest_commits_per_workflow"]
