@@ -436,9 +436,9 @@ AS $$
     WHERE t.queue = ANY(p_queues) AND t.status = 'pending';
 $$;
 
--- Hand-off (docs/internals.md, "Hand-off"): the transaction that creates a task
--- may lease it at once to the worker that asked, instead of queueing it for a
--- claim: complete_workflow_task hands the activities it schedules to the deciding
+-- Hand-off (docs/internals.md, "Hand-off and group commit"): the transaction
+-- that creates a task may lease it at once to the worker that asked, instead of
+-- queueing it for a claim: complete_workflow_task hands the activities it schedules to the deciding
 -- worker, complete_activities hands the workflow task it wakes to the worker
 -- whose cached run decided last. It skips the claim's round trip, its queue scan
 -- and a row update, and it is only allowed where a claim would have been free to
