@@ -438,13 +438,13 @@ $$;
 
 -- Hand-off (docs/internals.md, "Hand-off and group commit"): the transaction
 -- that creates a task may lease it at once to the worker that asked, instead of
--- queueing it for a claim: complete_workflow_task hands the activities it schedules to the deciding
--- worker, complete_activities hands the workflow task it wakes to the worker
--- whose cached run decided last. It skips the claim's round trip, its queue scan
--- and a row update, and it is only allowed where a claim would have been free to
--- pick the task next: the worker is active and polls the queue, the queue is not
--- fair, holds no ageing work and no pending task of a higher priority, and the
--- task carries no admission gate.
+-- queueing it for a claim: complete_workflow_task hands the activities it
+-- schedules to the deciding worker, complete_activities hands the workflow task
+-- it wakes to the worker whose cached run decided last. It skips the claim's
+-- round trip, its queue scan and a row update, and it is only allowed where a
+-- claim would have been free to pick the task next: the worker is active and
+-- polls the queue, the queue is not fair, holds no ageing work and no pending
+-- task of a higher priority, and the task carries no admission gate.
 
 -- The queues an active worker polls (NULL when it is not active), read once per call.
 CREATE OR REPLACE FUNCTION harvest._hand_off_queues(p_worker_id text)
