@@ -61,7 +61,7 @@ def server_cpu_seconds(dsn: str | None = None, postmaster_pid: int | None = None
     if postmaster_pid is None:
         with psycopg.connect(dsn, autocommit=True) as conn:
             backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
-        postmaster_pid = psutil.Process(backend).ppid()
+            postmaster_pid = psutil.Process(backend).ppid()  # while the backend lives
     root = psutil.Process(postmaster_pid)
     t = root.cpu_times()
     total = t.user + t.system + t.children_user + t.children_system
