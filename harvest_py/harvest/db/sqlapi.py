@@ -49,7 +49,6 @@ SELECT * FROM harvest.complete_workflow_task(
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
-COMPLETE_ACTIVITY = "SELECT harvest.complete_activity(%(task_id)s, %(fencing_token)s, %(result)s)"
 COMPLETE_ACTIVITIES = """
 SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)s, %(fencing_tokens)s,
                                           %(results)s::jsonb[], %(hand_off)s, %(workflow_lease_secs)s)
@@ -438,10 +437,6 @@ class AsyncSqlApi:
                                  retry_in_secs: float) -> None:
         await self._all(FAIL_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
                         failure=_jsonb(failure), retry_in_secs=retry_in_secs)
-
-    async def complete_activity(self, task_id: int, fencing_token: int, result: Any) -> None:
-        await self._all(COMPLETE_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
-                        result=_jsonb(result))
 
     async def complete_activities(self, worker_id: str, items: list[tuple[int, int, Any]],
                                   hand_off: bool, workflow_lease_secs: float) -> list[dict[str, Any]]:
