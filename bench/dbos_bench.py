@@ -112,7 +112,6 @@ def main() -> None:
           "latency": latency_summary([(r[1] - r[0]) / 1000.0 for r in completed]),
           "start_phase_s": round(start_wall, 3),
           "commits": commits, "commits_per_workflow": round(commits / args.n, 2),
-          "process_cpu_s": round(cpu, 2),
           "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
           "settings": {"max_executor_threads": CONCURRENCY, "sys_db_pool_size": SYS_POOL,
                        "starters": STARTERS,

@@ -8,8 +8,8 @@ EmbeddedPostgres with bench/run.py's SERVER_SETTINGS, runs one canonical drain
 
 * samples ``pg_stat_activity`` of the drain's active backends every 10 ms
   (``wait_event_type / wait_event``; no wait event = on CPU);
-* sums the CPU time of the server (postmaster and its children, reaped ones included)
-  before and after, beside the bench process' own CPU (worker + starters);
+* prints the drain's CPU split as harvest_bench.py measured it: the server (postmaster
+  and its backends, exited ones included) and the bench process (worker + starters);
 * counts the notifications a LISTEN connection receives on ``harvest_tasks`` and
   ``harvest_done``.
 """
@@ -30,7 +30,6 @@ import psycopg
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from common import server_cpu_seconds
 from run import SERVER_SETTINGS
 
 from harvest.db.embedded import EmbeddedPostgres
@@ -76,8 +75,6 @@ def main() -> None:
         listener.start()
         time.sleep(0.3)
         sampler = threading.Thread(target=sample)
-        postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
-        cpu0 = server_cpu_seconds(postmaster_pid=postmaster)
         sampler.start()
         proc = subprocess.run([sys.executable, str(HERE / "harvest_bench.py"), "--dsn", dsn, "--mode",
                                "workflows", "--n", str(args.n)], capture_output=True, text=True, check=True)
@@ -85,15 +82,15 @@ def main() -> None:
         done.set()
         sampler.join()
         listener.join()
-        cpu = server_cpu_seconds(postmaster_pid=postmaster) - cpu0
         result = json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1])
     finally:
         server.stop()
     n = args.n
     total = sum(waits.values()) or 1
     print(f"drain: {result['throughput']} workflows/s, {result['elapsed_s']} s for {n} runs")
-    print(f"CPU per workflow: server {cpu / n * 1000:.2f} ms, bench process (worker + starters) "
-          f"{result['worker_process_cpu_s'] / n * 1000:.2f} ms")
+    cpu = result["cpu"]  # measured by harvest_bench.py over the drain (bench/common.py)
+    print(f"CPU per workflow: server {cpu['server_s'] / n * 1000:.2f} ms, bench process (worker + starters) "
+          f"{cpu['client_s'] / n * 1000:.2f} ms")
     print(f"notifications received: {dict(notes)}")
     print(f"active backends, {ticks[0]} samples, {total / max(ticks[0], 1):.1f} active on average:")
     for name, count in waits.most_common(10):

@@ -220,7 +220,6 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
            "start_phase_s": round(start_wall, 3),
            "commits": commits, "commits_per_workflow": round(commits / n, 2),
            "events_per_workflow": round(events / n, 2),
-           "worker_process_cpu_s": round(cpu, 2),
            "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
            "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
            "worker_options": WORKER_OPTIONS, "starters": STARTERS}
