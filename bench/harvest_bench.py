@@ -222,6 +222,10 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
            "events_per_workflow": round(events / n, 2),
            "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
            "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
+           # How the steps ran: handed tasks skipped a claim; decisions ahead rode with
+           # the result they decided on (worker/decide_ahead.py).
+           "steps": {"handed_tasks": worker.handed_tasks, "decided_ahead": worker.decided_ahead,
+                     "result_batches": worker.completions.batches},
            "worker_options": WORKER_OPTIONS, "starters": STARTERS}
     if statements:
         out["top_statements"] = _statements_top(dsn, n)

@@ -79,6 +79,27 @@ BEGIN
 END;
 $$;
 
+-- Record a locked activity task's result in the history of its locked execution
+-- and drop the task; returns the execution as it was before, or NULL (and records
+-- nothing) when the run has ended.
+CREATE OR REPLACE FUNCTION harvest._store_activity_result(p_task harvest.tasks, p_result jsonb)
+RETURNS harvest.executions
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_task.execution_id;
+    DELETE FROM harvest.tasks WHERE id = p_task.id;
+    IF v_execution.status <> 'RUNNING' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted', jsonb_build_object(
+        'seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb), 'attempt', p_task.attempt));
+    RETURN v_execution;
+END;
+$$;
+
 -- Record a locked activity task's result and wake its workflow. With a worker
 -- given (p_worker_queues: its queues, from _hand_off_queues), the wake-up is
 -- handed to that worker when its cached run decided last and the hand-off rules
@@ -93,19 +114,44 @@ AS $$
 DECLARE
     v_execution harvest.executions;
 BEGIN
-    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_task.execution_id;
-    DELETE FROM harvest.tasks WHERE id = p_task.id;
-    IF v_execution.status <> 'RUNNING' THEN
+    v_execution := harvest._store_activity_result(p_task, p_result);
+    IF v_execution.id IS NULL THEN
         RETURN NULL;
     END IF;
-    PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted', jsonb_build_object(
-        'seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb), 'attempt', p_task.attempt));
     IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id
        AND harvest._may_hand_off(v_execution.task_queue, 0, p_worker_queues) THEN
         RETURN harvest._hand_workflow_task(v_execution.id, p_worker_id, p_workflow_lease_secs);
     END IF;
     PERFORM harvest._ensure_workflow_task(v_execution.id);
     RETURN NULL;
+END;
+$$;
+
+-- Whether a worker's decision made on an activity's result, before the result was
+-- committed, is the decision the workflow task this result wakes would make, so
+-- it may be applied in the same transaction (docs/internals.md, "Deciding on a
+-- result"). It is when the worker's run had seen the whole history (nothing was
+-- appended after its last decision, event p_after), no workflow task is open, the
+-- hand-off rules would give that workflow task to this worker, and the run saw
+-- the result exactly as it is stored (p_result_text, the jsonb text).
+CREATE OR REPLACE FUNCTION harvest._may_decide_on_result(
+    p_task harvest.tasks, p_result jsonb, p_after bigint, p_result_text text,
+    p_worker_id text, p_worker_queues text[]
+)
+RETURNS boolean
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_task.execution_id;
+    IF v_execution.status IS DISTINCT FROM 'RUNNING' OR v_execution.last_event_id <> p_after
+       OR v_execution.decided_by IS DISTINCT FROM p_worker_id
+       OR coalesce(p_result, 'null'::jsonb)::text IS DISTINCT FROM p_result_text THEN
+        RETURN false;
+    END IF;
+    PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = v_execution.id AND t.kind = 'workflow';
+    RETURN NOT FOUND AND harvest._may_hand_off(v_execution.task_queue, 0, p_worker_queues);
 END;
 $$;
 
@@ -127,34 +173,50 @@ $$;
 -- nothing. With p_hand_off, a woken workflow task may be handed to p_worker_id
 -- (handed: the task as claim_tasks would return it, as JSON, carrying every
 -- event up to the end of this batch).
+--
+-- An item may carry the worker's decision on its result (p_decisions, NULL for
+-- none: {"after", "result_text", "commands", "hand_off_slots"}, see
+-- _may_decide_on_result). When it may be applied, the result and the decision
+-- commit together, as complete_workflow_task would have committed it through
+-- the woken workflow task, and decided says what the decision wrote
+-- ({"last_event_id", "execution_status", "handed"}); otherwise the result is
+-- recorded alone (decided is NULL) and the worker drops its speculative run.
 CREATE OR REPLACE FUNCTION harvest.complete_activities(
     p_worker_id text,
     p_task_ids bigint[],
     p_fencing_tokens bigint[],
     p_results jsonb[],
     p_hand_off boolean DEFAULT false,
-    p_workflow_lease_secs double precision DEFAULT 30
+    p_workflow_lease_secs double precision DEFAULT 30,
+    p_decisions jsonb[] DEFAULT NULL,
+    p_event_cap bigint DEFAULT 50000,
+    p_byte_cap bigint DEFAULT 52428800
 )
-RETURNS TABLE (task_id bigint, outcome text, message text, handed jsonb)
+RETURNS TABLE (task_id bigint, outcome text, message text, handed jsonb, decided jsonb)
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_queues text[];
     v_item record;
     v_try record;
+    v_decision jsonb;
+    v_applied record;
+    v_stored harvest.executions;
     v_ids bigint[] := ARRAY[]::bigint[];
     v_outcomes text[] := ARRAY[]::text[];
     v_messages text[] := ARRAY[]::text[];
     v_handed bigint[] := ARRAY[]::bigint[];
+    v_decided jsonb[] := ARRAY[]::jsonb[];
     v_i integer;
     v_task harvest.tasks;
     v_execution harvest.executions;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
-       OR cardinality(p_task_ids) <> cardinality(p_results) THEN
-        RAISE EXCEPTION 'task ids, fencing tokens and results must be arrays of one length'
-            USING ERRCODE = 'HR001';
+       OR cardinality(p_task_ids) <> cardinality(p_results)
+       OR cardinality(p_task_ids) <> coalesce(cardinality(p_decisions), cardinality(p_task_ids)) THEN
+        RAISE EXCEPTION 'task ids, fencing tokens, results (and decisions, if given) must be '
+            'arrays of one length' USING ERRCODE = 'HR001';
     END IF;
     IF p_hand_off THEN
         IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
@@ -167,18 +229,36 @@ BEGIN
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
         -- an id list scans the whole table.)
-        SELECT u.id, u.token, u.result
-        FROM unnest(p_task_ids, p_fencing_tokens, p_results) AS u (id, token, result)
+        SELECT u.id, u.token, u.result, u.decision
+        FROM unnest(p_task_ids, p_fencing_tokens, p_results, p_decisions) AS u (id, token, result, decision)
         ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
     LOOP
         v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
         v_ids := v_ids || v_item.id;
         v_outcomes := v_outcomes || coalesce(v_try.problem, 'completed');
         v_messages := v_messages || v_try.message;
-        v_handed := v_handed || CASE WHEN v_try.problem IS NULL THEN
-            harvest._record_activity_result(v_try.task, v_item.result, p_worker_id, v_queues,
-                                            p_workflow_lease_secs)
-        END;
+        v_decision := v_item.decision;
+        IF v_try.problem IS NOT NULL THEN
+            v_handed := v_handed || NULL::bigint;
+            v_decided := v_decided || NULL::jsonb;
+        ELSIF v_decision IS NOT NULL AND v_queues IS NOT NULL
+              AND harvest._may_decide_on_result(v_try.task, v_item.result,
+                    (v_decision ->> 'after')::bigint, v_decision ->> 'result_text',
+                    p_worker_id, v_queues) THEN
+            v_stored := harvest._store_activity_result(v_try.task, v_item.result);
+            -- The decision's through is the result's own event, the one just appended.
+            v_applied := harvest._apply_decision(v_stored.id, v_stored.last_event_id + 1,
+                v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
+                coalesce((v_decision ->> 'hand_off_slots')::integer, 0));
+            v_handed := v_handed || NULL::bigint;
+            v_decided := v_decided || jsonb_build_object(
+                'last_event_id', v_applied.last_event_id,
+                'execution_status', v_applied.execution_status, 'handed', v_applied.handed);
+        ELSE
+            v_handed := v_handed || harvest._record_activity_result(
+                v_try.task, v_item.result, p_worker_id, v_queues, p_workflow_lease_secs);
+            v_decided := v_decided || NULL::jsonb;
+        END IF;
     END LOOP;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.
     -- (RETURN NEXT by primary key: a set query here would be planned on every call.)
@@ -186,6 +266,7 @@ BEGIN
         task_id := v_ids[v_i];
         outcome := v_outcomes[v_i];
         message := v_messages[v_i];
+        decided := v_decided[v_i];
         handed := NULL;
         IF v_handed[v_i] IS NOT NULL THEN
             SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_handed[v_i];

@@ -108,20 +108,21 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
-    p_task_id bigint,
-    p_fencing_token bigint,
+-- Apply one decision to a locked, running execution whose workflow task (if it
+-- had one) is already gone: the WorkflowTaskCompleted{through} marker, then one
+-- event per command, the tasks they create, and the run's end if it ended. Both
+-- ways a decision arrives use it: complete_workflow_task, and complete_activities
+-- when the deciding worker decided on an activity's result before committing it.
+CREATE OR REPLACE FUNCTION harvest._apply_decision(
+    p_execution_id uuid,
     p_through bigint,
-    p_commands jsonb DEFAULT '[]'::jsonb,
-    p_worker_id text DEFAULT NULL,
-    -- Last-resort guardrails against a runaway loop; NULL means unlimited.
-    p_event_cap bigint DEFAULT 50000,
-    p_byte_cap bigint DEFAULT 52428800,
-    -- Up to this many scheduled activities are handed straight to p_worker_id
-    -- (claim.sql, "Hand-off") and returned in handed; 0 queues them all.
-    p_hand_off_slots integer DEFAULT 0
+    p_commands jsonb,
+    p_worker_id text,
+    p_event_cap bigint,
+    p_byte_cap bigint,
+    p_hand_off_slots integer,
+    OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
 )
-RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb)
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -131,7 +132,6 @@ DECLARE
     v_new_task harvest.tasks;
     v_handed jsonb := '[]'::jsonb;
     v_execution harvest.executions;
-    v_task harvest.tasks;
     v_now timestamptz := harvest.now();
     v_command jsonb;
     v_type text;
@@ -144,8 +144,7 @@ DECLARE
     v_cap_type text;
     v_cap_failure jsonb;
 BEGIN
-    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
-    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF p_through IS NULL OR p_through < 1 OR p_through > v_execution.last_event_id THEN
         RAISE EXCEPTION 'through=% is outside the history (1..%)', p_through,
             v_execution.last_event_id USING ERRCODE = 'HR001';
@@ -154,9 +153,6 @@ BEGIN
         RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
     END IF;
     v_seen_until := v_execution.last_event_id;
-    -- Free the execution's one workflow-task slot first, so a wake-up raised while
-    -- applying these commands (a child that failed to start) enqueues a new task.
-    DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
 
     PERFORM harvest._append_decision_marker(v_execution.id, p_through, p_worker_id);
 
@@ -298,7 +294,6 @@ BEGIN
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
 
-    -- (RETURN NEXT, not RETURN QUERY: a query would be planned anew on every call.)
     IF v_closed THEN
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status
         FROM harvest.executions AS e WHERE e.id = v_execution.id;
@@ -308,6 +303,39 @@ BEGIN
         execution_status := v_execution.status;
         handed := v_handed;
     END IF;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
+    p_task_id bigint,
+    p_fencing_token bigint,
+    p_through bigint,
+    p_commands jsonb DEFAULT '[]'::jsonb,
+    p_worker_id text DEFAULT NULL,
+    -- Last-resort guardrails against a runaway loop; NULL means unlimited.
+    p_event_cap bigint DEFAULT 50000,
+    p_byte_cap bigint DEFAULT 52428800,
+    -- Up to this many scheduled activities are handed straight to p_worker_id
+    -- (claim.sql, "Hand-off") and returned in handed; 0 queues them all.
+    p_hand_off_slots integer DEFAULT 0
+)
+RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task harvest.tasks;
+    v_decided record;
+BEGIN
+    v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
+    -- Free the execution's one workflow-task slot first, so a wake-up raised while
+    -- applying these commands (a child that failed to start) enqueues a new task.
+    DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
+    v_decided := harvest._apply_decision(v_task.execution_id, p_through, p_commands, p_worker_id,
+                                         p_event_cap, p_byte_cap, p_hand_off_slots);
+    -- (RETURN NEXT, not RETURN QUERY: a query would be planned anew on every call.)
+    last_event_id := v_decided.last_event_id;
+    execution_status := v_decided.execution_status;
+    handed := v_decided.handed;
     RETURN NEXT;
 END;
 $$;

@@ -1,10 +1,11 @@
 -- functions/activities.sql: harvest.complete_activity, harvest.fail_activity
 -- (retries with backoff, non-retryable resolution, dead letters, schedule_to_close),
 -- harvest._fail_activity_attempt, harvest.heartbeat_activity, harvest.complete_activities
--- (a group commit: refused items, the hand-off of the woken workflow task) and
--- harvest._record_activity_result.
+-- (a group commit: refused items, the hand-off of the woken workflow task, a decision
+-- committed with its result), harvest._record_activity_result, harvest._store_activity_result
+-- and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(98);
+SELECT plan(138);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -263,7 +264,8 @@ SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s)$$, pg_temp.t
 
 -- ---------------------------------------------------------------- complete_activities
 SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
-CREATE TEMP TABLE batches (batch text, task_id bigint, outcome text, message text, handed jsonb) ON COMMIT DROP;
+CREATE TEMP TABLE batches (batch text, task_id bigint, outcome text, message text, handed jsonb, decided jsonb)
+ON COMMIT DROP;
 -- A run on queue wq_<key> decided by p_decider (its decided_by) that scheduled p_n
 -- activities (seq 1..p_n, queue aq_<key>); worker-a claims them as acts <key>.<seq>.
 CREATE FUNCTION pg_temp.decided(p_key text, p_decider text, p_n integer DEFAULT 1) RETURNS void LANGUAGE plpgsql AS $fn$
@@ -302,7 +304,7 @@ $fn$;
 
 SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[],
                                                              ARRAY['1', '2']::jsonb[])$$,
-                 'HR001', 'task ids, fencing tokens and results must be arrays of one length',
+                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length',
                  'complete_activities() with arrays of different lengths: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', NULL, ARRAY[1]::bigint[], ARRAY['1']::jsonb[])$$,
                  'HR001', NULL, 'complete_activities() without task ids: HR001');
@@ -464,6 +466,303 @@ SELECT results_eq(
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('rec.1')$$,
     $$VALUES ('{"seq": 1, "result": 7, "attempt": 1}'::jsonb, 'workflow'::text, 'pending'::text)$$,
     '_record_activity_result(): ActivityCompleted and a pending workflow task');
+
+-- ---------------------------------------------------------------- deciding on a result
+-- complete_activities(p_decisions): the decision a worker's cached run made on an
+-- activity's result commits with the result when harvest._may_decide_on_result
+-- allows it; otherwise the result is recorded alone, as without a decision.
+SELECT harvest.register_worker('dw', ARRAY['wq_da', 'wq_da_plain', 'wq_da0', 'wq_da_done', 'wq_da_norm', 'wq_da_after',
+                                           'wq_da_other', 'wq_da_open', 'wq_da_text', 'wq_da_prio', 'wq_da_off',
+                                           'wq_da_stale', 'wq_da_bad', 'wq_may', 'wq_store', 'wq_store_end', 'dq_next'],
+                               'host', 3);
+SELECT harvest.register_worker('dw_drain', ARRAY['wq_da_drain'], 'host', 4);
+UPDATE harvest.workers SET status = 'draining' WHERE id = 'dw_drain';
+-- The decision a cached run made on activity p_key's result: p_commands, handing
+-- up to p_slots activities, after event p_after (by default the run's last event),
+-- on the result seen as p_result_text (by default the text of the key as JSON).
+CREATE FUNCTION pg_temp.decision(
+    p_key text, p_commands jsonb, p_slots integer DEFAULT 0, p_after bigint DEFAULT NULL, p_result_text text DEFAULT NULL
+) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_object(
+        'after', coalesce(p_after, (SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run(p_key))),
+        'result_text', coalesce(p_result_text, to_jsonb(p_key)::text),
+        'commands', p_commands, 'hand_off_slots', p_slots);
+$fn$;
+-- Complete activity p_key as p_worker with p_decision, recorded as batch p_batch
+-- (its result: p_result, by default the key as JSON).
+CREATE FUNCTION pg_temp.decide(
+    p_batch text, p_worker text, p_key text, p_decision jsonb, p_result jsonb DEFAULT NULL,
+    p_hand_off boolean DEFAULT true
+) RETURNS void LANGUAGE sql AS $fn$
+    INSERT INTO batches
+    SELECT p_batch, c.* FROM harvest.complete_activities(
+        p_worker, ARRAY[pg_temp.task(p_key)], ARRAY[pg_temp.token(p_key)], ARRAY[coalesce(p_result, to_jsonb(p_key))],
+        p_hand_off, 45, ARRAY[p_decision]) AS c;
+$fn$;
+-- A one-item batch refused its decision: its outcome and decided, whether its handed
+-- task is the run's workflow task, that task's status and owner, the run's last
+-- event and decided_through.
+CREATE FUNCTION pg_temp.alone(p_batch text, p_key text)
+RETURNS TABLE (
+    outcome text, decided jsonb, handed boolean, status text, lease_owner text, last_event text, decided_through bigint
+) LANGUAGE sql AS $fn$
+    SELECT b.outcome, b.decided, coalesce((b.handed ->> 'task_id')::bigint = t.id, false), t.status, t.lease_owner,
+           (SELECT event_type FROM pg_temp.last_event(p_key)), e.decided_through
+    FROM batches AS b
+    JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run(p_key) AND t.kind = 'workflow'
+    JOIN harvest.executions AS e ON e.id = pg_temp.run(p_key)
+    WHERE b.batch = p_batch;
+$fn$;
+
+-- Accepted: the result, the marker through it and the commands, in one transaction.
+-- A second item of the batch, without a decision, is recorded as before.
+SELECT pg_temp.decided('da', 'dw');
+SELECT pg_temp.decided('da_plain', 'dw');
+INSERT INTO batches
+SELECT 'da', c.* FROM harvest.complete_activities('dw',
+    ARRAY[pg_temp.task('da_plain.1'), pg_temp.task('da.1')], ARRAY[pg_temp.token('da_plain.1'), pg_temp.token('da.1')],
+    ARRAY['"da_plain.1"', '"da.1"']::jsonb[], true, 45,
+    ARRAY[NULL, pg_temp.decision('da.1', '[{"type": "schedule_activity", "seq": 2, "name": "next", "input": [2],
+                                          "queue": "dq_next"}]', 1)]) AS c;
+SELECT results_eq(
+    $$SELECT outcome, handed, decided - 'handed', jsonb_array_length(decided -> 'handed')
+      FROM batches WHERE batch = 'da' AND task_id = pg_temp.task('da.1')$$,
+    $$VALUES ('completed'::text, NULL::jsonb, '{"last_event_id": 6, "execution_status": "RUNNING"}'::jsonb, 1)$$,
+    'a decision accepted: completed, decided {last_event_id, execution_status RUNNING, handed}, handed NULL');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events
+      WHERE execution_id = pg_temp.run('da.1') AND event_id > 3 ORDER BY event_id$$,
+    $$VALUES (4::bigint, 'ActivityCompleted'::text, '{"seq": 1, "result": "da.1", "attempt": 1}'::jsonb),
+             (5, 'WorkflowTaskCompleted', '{"through": 4, "worker_id": "dw"}'),
+             (6, 'ActivityScheduled', '{"seq": 2, "name": "next", "input": [2], "queue": "dq_next", "options": {}}')$$,
+    'the history: ActivityCompleted, WorkflowTaskCompleted{through: the result''s event}, then the command''s event');
+SELECT results_eq(
+    $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
+    $$VALUES ('dw'::text, 4::bigint, 6::bigint, 'RUNNING'::text)$$,
+    'the run: decided_by the worker, decided_through the result''s event');
+SELECT results_eq(
+    $$SELECT kind, seq, status, lease_owner, attempt FROM harvest.tasks WHERE execution_id = pg_temp.run('da.1')$$,
+    $$VALUES ('activity'::text, 2, 'running'::text, 'dw'::text, 1)$$,
+    'no workflow task: the run''s one task is the new activity, leased to the worker (hand_off_slots 1)');
+SELECT results_eq(
+    $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'queue', (h ->> 'seq')::integer,
+             h ->> 'activity_name', h -> 'input', (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint,
+             (h ->> 'lease_expires_at')::timestamptz
+      FROM (SELECT decided -> 'handed' -> 0 AS h FROM batches WHERE batch = 'da' AND task_id = pg_temp.task('da.1')) AS b$$,
+    $$SELECT t.id, 'activity'::text, t.execution_id, 'dq_next'::text, 2, 'next'::text, '[2]'::jsonb, 1, t.fencing_token,
+             t.lease_expires_at
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('da.1')$$,
+    'decided.handed holds the new activity as the worker receives it');
+SELECT results_eq(
+    $$SELECT b.decided, (b.handed ->> 'task_id')::bigint, t.status, t.lease_owner
+      FROM batches AS b JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('da_plain.1') AND t.kind = 'workflow'
+      WHERE b.batch = 'da' AND b.task_id = pg_temp.task('da_plain.1')$$,
+    $$VALUES (NULL::jsonb, (SELECT t.id FROM harvest.tasks AS t
+                             WHERE t.execution_id = pg_temp.run('da_plain.1') AND t.kind = 'workflow'),
+              'running'::text, 'dw'::text)$$,
+    'the item without a decision: decided NULL, its woken workflow task handed as before');
+-- The worker decides on the handed activity's result in turn, after the event its
+-- decision ended with.
+INSERT INTO acts SELECT 'da.2', pg_temp.run('da.1'), (h ->> 'task_id')::bigint, (h ->> 'fencing_token')::bigint
+FROM (SELECT decided -> 'handed' -> 0 AS h FROM batches WHERE batch = 'da' AND task_id = pg_temp.task('da.1')) AS b;
+SELECT pg_temp.decide('da2', 'dw', 'da.2', pg_temp.decision('da.2', '[{"type": "complete_workflow", "result": 2}]'));
+SELECT is((SELECT decided FROM batches WHERE batch = 'da2'),
+          '{"last_event_id": 9, "execution_status": "COMPLETED", "handed": []}'::jsonb,
+          'the handed activity''s result, decided on after the decision''s last event: accepted in turn');
+
+-- hand_off_slots 0: the scheduled activity is queued.
+SELECT pg_temp.decided('da0', 'dw');
+SELECT pg_temp.decide('da0', 'dw', 'da0.1', pg_temp.decision('da0.1', '[{"type": "schedule_activity", "seq": 2,
+                                                                       "name": "next", "queue": "dq_next"}]'));
+SELECT is((SELECT decided FROM batches WHERE batch = 'da0'),
+          '{"last_event_id": 6, "execution_status": "RUNNING", "handed": []}'::jsonb,
+          'hand_off_slots 0: decided.handed is []');
+SELECT results_eq($$SELECT kind, seq, status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('da0.1')$$,
+                  $$VALUES ('activity'::text, 2, 'pending'::text, NULL::text)$$,
+                  'hand_off_slots 0: the activity is pending, and there is no workflow task');
+
+-- A decision that completes the workflow.
+SELECT pg_temp.decided('da_done', 'dw');
+SELECT pg_temp.decide('da_done', 'dw', 'da_done.1',
+                      pg_temp.decision('da_done.1', '[{"type": "complete_workflow", "result": "ok"}]', 1));
+SELECT is((SELECT decided FROM batches WHERE batch = 'da_done'),
+          '{"last_event_id": 6, "execution_status": "COMPLETED", "handed": []}'::jsonb,
+          'a decision that completes the workflow: execution_status COMPLETED');
+SELECT results_eq(
+    $$SELECT e.status, e.output, (SELECT event_type FROM pg_temp.last_event('da_done.1')),
+             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('da_done.1')$$,
+    $$VALUES ('COMPLETED'::text, '"ok"'::jsonb, 'WorkflowCompleted'::text, 0::bigint)$$,
+    'the run is COMPLETED with its result, WorkflowCompleted last, no task left');
+
+-- result_text is compared with the stored jsonb text, whatever order the worker's JSON had.
+SELECT pg_temp.decided('da_norm', 'dw');
+SELECT pg_temp.decide('da_norm', 'dw', 'da_norm.1', pg_temp.decision('da_norm.1', '[]', 0, NULL, '{"a": 2, "b": 1}'),
+                      '{"b": 1, "a": 2}');
+SELECT is((SELECT decided FROM batches WHERE batch = 'da_norm'),
+          '{"last_event_id": 5, "execution_status": "RUNNING", "handed": []}'::jsonb,
+          'result_text equal to the stored jsonb text: accepted');
+
+-- Refused: the result is recorded alone, the run woken as without a decision.
+-- (a) Something was appended after the worker's decision (after is not the last event).
+SELECT pg_temp.decided('da_after', 'dw');
+SELECT is(harvest._append_event(pg_temp.run('da_after.1'), 'SignalReceived', '{"name": "s", "payload": null}'), 4::bigint,
+          'setup: a signal is appended after the worker''s decision');
+SELECT pg_temp.decide('da_after', 'dw', 'da_after.1', pg_temp.decision('da_after.1', '[]', 0, 3));
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_after', 'da_after.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, true, 'running'::text, 'dw'::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'after is not the last event: refused; the result alone, its workflow task handed to the worker');
+SELECT is((SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint)
+           FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e WHERE b.batch = 'da_after'),
+          ARRAY['WorkflowTaskCompleted', 'ActivityScheduled', 'SignalReceived', 'ActivityCompleted'],
+          'the handed workflow task carries the signal and the result');
+-- (b) Another worker decided last.
+SELECT pg_temp.decided('da_other', 'someone-else');
+SELECT pg_temp.decide('da_other', 'dw', 'da_other.1', pg_temp.decision('da_other.1', '[]'));
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_other', 'da_other.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'another worker decided last: refused; the result alone, a pending workflow task');
+-- (c) The run has a workflow task already.
+SELECT pg_temp.decided('da_open', 'dw');
+SELECT lives_ok(format($$SELECT harvest._ensure_workflow_task('%s')$$, pg_temp.run('da_open.1')),
+                'setup: the run has a pending workflow task');
+SELECT pg_temp.decide('da_open', 'dw', 'da_open.1', pg_temp.decision('da_open.1', '[]'));
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_open', 'da_open.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'a workflow task is open: refused; the result alone, the open task left to see it');
+-- (d) The run saw the result as another text than the one stored.
+SELECT pg_temp.decided('da_text', 'dw');
+SELECT pg_temp.decide('da_text', 'dw', 'da_text.1', pg_temp.decision('da_text.1', '[]', 0, NULL, '{"b": 1, "a": 2}'),
+                      '{"a": 2, "b": 1}');
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_text', 'da_text.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, true, 'running'::text, 'dw'::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'result_text is not the stored text: refused; the result alone, handed to the worker');
+SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event('da_text.1')), '{"a": 2, "b": 1}'::jsonb,
+          'the refused item''s result is stored as sent');
+-- (e) The hand-off rules refuse: a higher-priority task pending on the run's queue,
+-- a queue the worker does not poll, a worker that is not active.
+SELECT pg_temp.decided('da_prio', 'dw');
+SELECT harvest.start_workflow('act_wf', '[]', 'da_prio_blocker', 'wq_da_prio', p_priority => 1);
+SELECT pg_temp.decide('da_prio', 'dw', 'da_prio.1', pg_temp.decision('da_prio.1', '[]'));
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_prio', 'da_prio.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'a higher-priority task pending on the queue: refused; the result alone, a pending workflow task');
+SELECT pg_temp.decided('da_unpolled', 'dw');
+SELECT pg_temp.decide('da_unpolled', 'dw', 'da_unpolled.1', pg_temp.decision('da_unpolled.1', '[]'));
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_unpolled', 'da_unpolled.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'a queue the worker does not poll: refused; the result alone, a pending workflow task');
+SELECT pg_temp.decided('da_drain', 'dw_drain');
+SELECT pg_temp.decide('da_drain', 'dw_drain', 'da_drain.1', pg_temp.decision('da_drain.1', '[]'));
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_drain', 'da_drain.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'a draining worker: refused; the result alone, a pending workflow task');
+-- (f) p_hand_off false: no decision is applied.
+SELECT pg_temp.decided('da_off', 'dw');
+SELECT pg_temp.decide('da_off', 'dw', 'da_off.1', pg_temp.decision('da_off.1', '[]'), p_hand_off => false);
+SELECT results_eq($$SELECT * FROM pg_temp.alone('da_off', 'da_off.1')$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
+                            1::bigint)$$,
+                  'p_hand_off false: the decision is not applied; the result alone, a pending workflow task');
+
+-- A refused item's decision writes nothing either.
+SELECT pg_temp.decided('da_stale', 'dw');
+INSERT INTO batches
+SELECT 'da_stale', c.* FROM harvest.complete_activities('dw', ARRAY[pg_temp.task('da_stale.1')],
+    ARRAY[pg_temp.token('da_stale.1') - 1], ARRAY['"da_stale.1"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('da_stale.1', '[{"type": "complete_workflow", "result": null}]')]) AS c;
+SELECT results_eq($$SELECT outcome, handed, decided FROM batches WHERE batch = 'da_stale'$$,
+                  $$VALUES ('stale'::text, NULL::jsonb, NULL::jsonb)$$,
+                  'a stale item with a decision: refused, decided NULL');
+SELECT results_eq(
+    $$SELECT t.kind, t.status, t.fencing_token, e.status, e.last_event_id, e.decided_through
+      FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+      WHERE t.execution_id = pg_temp.run('da_stale.1')$$,
+    $$VALUES ('activity'::text, 'running'::text, pg_temp.token('da_stale.1'), 'RUNNING'::text, 3::bigint, 1::bigint)$$,
+    'the stale item: its task untouched, no event, the run still RUNNING');
+
+-- A decision that cannot be applied (an unknown command, no commands) fails the
+-- whole call; the worker retries without decisions.
+SELECT pg_temp.decided('da_bad', 'dw');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_activities('dw', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
+                                                                    ARRAY['"da_bad.1"']::jsonb[], true, 45,
+                                                                    ARRAY['%s']::jsonb[])$$,
+                        pg_temp.task('da_bad.1'), pg_temp.token('da_bad.1'),
+                        pg_temp.decision('da_bad.1', '[{"type": "launch_rocket"}]')),
+                 'HR001', 'unknown command type "launch_rocket"',
+                 'a decision with an unknown command: HR001 for the whole call');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_activities('dw', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
+                                                                    ARRAY['"da_bad.1"']::jsonb[], true, 45,
+                                                                    ARRAY['%s']::jsonb[])$$,
+                        pg_temp.task('da_bad.1'), pg_temp.token('da_bad.1'),
+                        pg_temp.decision('da_bad.1', NULL) - 'commands'),
+                 'HR001', 'commands must be a JSON array', 'a decision without commands: HR001 for the whole call');
+SELECT results_eq(
+    $$SELECT t.status, e.last_event_id, e.decided_through FROM harvest.tasks AS t
+      JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.execution_id = pg_temp.run('da_bad.1')$$,
+    $$VALUES ('running'::text, 3::bigint, 1::bigint)$$,
+    'the failed call wrote nothing: the activity is still running, no event');
+SELECT pg_temp.batch('da_bad', 'dw', ARRAY['da_bad.1']);
+SELECT results_eq($$SELECT outcome, decided, handed IS NOT NULL FROM batches WHERE batch = 'da_bad'$$,
+                  $$VALUES ('completed'::text, NULL::jsonb, true)$$,
+                  'retried without decisions: completed, the workflow task handed');
+
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1, 2]::bigint[], ARRAY[1, 2]::bigint[],
+                                                             ARRAY['1', '2']::jsonb[], true, 45, ARRAY['{}']::jsonb[])$$,
+                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length',
+                 'complete_activities() with fewer decisions than items: HR001');
+
+-- _may_decide_on_result on its own.
+SELECT pg_temp.decided('may', 'dw');
+CREATE FUNCTION pg_temp.may(p_after bigint, p_text text, p_worker text, p_queues text[], p_result jsonb DEFAULT '"r"')
+RETURNS boolean LANGUAGE sql AS $fn$
+    SELECT harvest._may_decide_on_result((SELECT t FROM harvest.tasks AS t WHERE t.id = pg_temp.task('may.1')),
+                                         p_result, p_after, p_text, p_worker, p_queues);
+$fn$;
+SELECT results_eq(
+    $$VALUES (pg_temp.may(3, '"r"', 'dw', ARRAY['wq_may'])), (pg_temp.may(3, 'null', 'dw', ARRAY['wq_may'], NULL))$$,
+    $$VALUES (true), (true)$$,
+    '_may_decide_on_result(): true when the run is where the worker left it (a NULL result reads as null)');
+SELECT results_eq(
+    $$VALUES (pg_temp.may(2, '"r"', 'dw', ARRAY['wq_may'])), (pg_temp.may(3, '"r"', 'someone-else', ARRAY['wq_may'])),
+             (pg_temp.may(3, '"R"', 'dw', ARRAY['wq_may'])), (pg_temp.may(3, '"r"', 'dw', ARRAY['wq_other'])),
+             (pg_temp.may(3, '"r"', 'dw', NULL))$$,
+    $$VALUES (false), (false), (false), (false), (false)$$,
+    '_may_decide_on_result(): false for another after, worker, result text, or queues that do not allow the hand-off');
+SELECT lives_ok(format($$SELECT harvest._ensure_workflow_task('%s')$$, pg_temp.run('may.1')),
+                'setup: the run gets a workflow task');
+SELECT is(pg_temp.may(3, '"r"', 'dw', ARRAY['wq_may']), false,
+          '_may_decide_on_result(): false once a workflow task is open');
+
+-- _store_activity_result on its own: the result recorded, the task dropped, the run not woken.
+SELECT pg_temp.decided('store', 'dw');
+SELECT results_eq(
+    $$SELECT (s).id, (s).last_event_id, (s).status
+      FROM (SELECT harvest._store_activity_result(t, '{"x": 1}') AS s
+            FROM harvest.tasks AS t WHERE t.id = pg_temp.task('store.1')) AS r$$,
+    $$SELECT pg_temp.run('store.1'), 3::bigint, 'RUNNING'::text$$,
+    '_store_activity_result() returns the execution as it was before the result');
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data, (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = e.last_event_id
+      WHERE e.id = pg_temp.run('store.1')$$,
+    $$VALUES (4::bigint, 'ActivityCompleted'::text, '{"seq": 1, "result": {"x": 1}, "attempt": 1}'::jsonb, 0::bigint)$$,
+    '_store_activity_result(): ActivityCompleted appended, the task dropped, no workflow task');
+SELECT pg_temp.decided('store_end', 'dw');
+CREATE TEMP TABLE ended_task ON COMMIT DROP AS SELECT t FROM harvest.tasks AS t WHERE t.id = pg_temp.task('store_end.1');
+SELECT lives_ok(format($$SELECT harvest.terminate_workflow('%s')$$, pg_temp.run('store_end.1')),
+                'setup: the run is terminated');
+SELECT ok(harvest._store_activity_result((SELECT t FROM ended_task), '1') IS NULL,
+          '_store_activity_result() of a run that ended: NULL');
+SELECT is((SELECT event_type FROM pg_temp.last_event('store_end.1')), 'WorkflowTerminated',
+          'and it records nothing');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,10 +1,10 @@
 -- functions/decide.sql: harvest.complete_workflow_task (the marker, the command
 -- events, activity and timer tasks, the run's end, re-enqueue, stale tokens and
 -- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
--- harvest._append_decision_marker, harvest._try_lock_claimed_task, harvest._lock_claimed_task,
--- harvest._require.
+-- harvest._apply_decision (the decision on its own), harvest._append_decision_marker,
+-- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(139);
+SELECT plan(153);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -758,6 +758,63 @@ SELECT results_eq($$SELECT execution_status, handed FROM hand_answers WHERE key 
                   'a workflow that completes in the same commands: handed is []');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('hand_done')$$,
                 'and the activity it would have handed is gone with the run');
+
+-- ---------------------------------------------------------------- _apply_decision
+-- The decision on its own, as complete_activities applies one with an activity's
+-- result: the run's workflow task (if it had one) is already gone.
+SELECT pg_temp.start_and_claim('apply');
+CREATE FUNCTION pg_temp.apply(p_key text, p_through bigint, p_commands jsonb, p_slots integer DEFAULT 0,
+                              p_event_cap bigint DEFAULT 50000)
+RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb) LANGUAGE sql AS $fn$
+    SELECT d.last_event_id, d.execution_status, d.handed
+    FROM harvest._apply_decision(pg_temp.run(p_key), p_through, p_commands, 'hander', p_event_cap, 52428800, p_slots) AS d;
+$fn$;
+SELECT throws_ok($$SELECT * FROM pg_temp.apply('apply', 0, '[]')$$, 'HR001',
+                 'through=0 is outside the history (1..1)', '_apply_decision() with through 0: HR001');
+SELECT throws_ok($$SELECT * FROM pg_temp.apply('apply', 2, '[]')$$, 'HR001',
+                 'through=2 is outside the history (1..1)', '_apply_decision() with through past the last event: HR001');
+SELECT throws_ok($$SELECT * FROM pg_temp.apply('apply', NULL, '[]')$$, 'HR001', NULL,
+                 '_apply_decision() with through NULL: HR001');
+SELECT throws_ok($$SELECT * FROM pg_temp.apply('apply', 1, '{"type": "complete_workflow"}')$$, 'HR001',
+                 'commands must be a JSON array', '_apply_decision() with commands not an array: HR001');
+SELECT throws_ok($$SELECT * FROM pg_temp.apply('apply', 1, NULL)$$, 'HR001',
+                 'commands must be a JSON array', '_apply_decision() with NULL commands: HR001');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('apply')), 1::bigint,
+          '_apply_decision() refusing wrote nothing');
+DELETE FROM harvest.tasks WHERE id = pg_temp.task('apply');
+SELECT is(harvest._append_event(pg_temp.run('apply'), 'ActivityCompleted', '{"seq": 9, "result": 1, "attempt": 1}'),
+          2::bigint, 'setup: the workflow task is gone and a result is appended');
+SELECT results_eq(
+    $$SELECT last_event_id, execution_status, jsonb_array_length(handed), handed -> 0 ->> 'activity_name'
+      FROM pg_temp.apply('apply', 2, '[{"type": "schedule_activity", "seq": 1, "name": "a1", "queue": "hand_q"}]', 1)$$,
+    $$VALUES (4::bigint, 'RUNNING'::text, 1, 'a1'::text)$$,
+    '_apply_decision(): the last event id, the run''s status and the handed activity');
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data, e.decided_by, e.decided_through
+      FROM harvest.events AS ev JOIN harvest.executions AS e ON e.id = ev.execution_id
+      WHERE ev.execution_id = pg_temp.run('apply') AND ev.event_id > 2 ORDER BY ev.event_id$$,
+    $$VALUES (3::bigint, 'WorkflowTaskCompleted'::text, '{"through": 2, "worker_id": "hander"}'::jsonb,
+              'hander'::text, 2::bigint),
+             (4, 'ActivityScheduled', '{"seq": 1, "name": "a1", "input": null, "queue": "hand_q", "options": {}}',
+              'hander', 2)$$,
+    '_apply_decision(): the marker through p_through, then the command''s event; decided_by/through set');
+SELECT results_eq($$SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('apply')$$,
+                  $$VALUES ('activity'::text, 'running'::text, 'hander'::text)$$,
+                  '_apply_decision(): the activity handed, and no workflow task when nothing is past through');
+SELECT results_eq($$SELECT last_event_id, execution_status, handed FROM pg_temp.apply('apply', 3, '[]')$$,
+                  $$VALUES (5::bigint, 'RUNNING'::text, '[]'::jsonb)$$,
+                  '_apply_decision() through an event before the last: accepted');
+SELECT results_eq($$SELECT status FROM harvest.tasks WHERE execution_id = pg_temp.run('apply') AND kind = 'workflow'$$,
+                  $$VALUES ('pending'::text)$$,
+                  '_apply_decision(): events past through wake the run with a pending workflow task');
+SELECT results_eq($$SELECT last_event_id, execution_status, handed FROM pg_temp.apply('apply', 5, '[]', 0, 5)$$,
+                  $$VALUES (7::bigint, 'FAILED'::text, '[]'::jsonb)$$,
+                  '_apply_decision() past the event cap: FAILED');
+SELECT results_eq(
+    $$SELECT e.failure ->> 'error_type', (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('apply')$$,
+    $$VALUES ('HistoryEventCapExceeded'::text, 0::bigint)$$,
+    '_apply_decision() past the cap: HistoryEventCapExceeded, no task left');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -215,17 +215,24 @@ TRAPS = [
          {"tasks": {"tasks_pkey"}},
          f"claim.sql (fair and ageing queues): {ID_LIST}", id="_order_candidates-order"),
     case(Statement("complete_activities", r"SELECT u\.id, u\.token, u\.result",
-                   {"p_task_ids": "bigint[]", "p_fencing_tokens": "bigint[]", "p_results": "jsonb[]"}),
+                   {"p_task_ids": "bigint[]", "p_fencing_tokens": "bigint[]", "p_results": "jsonb[]",
+                    "p_decisions": "jsonb[]"}),
          {"tasks": {"tasks_pkey"}},
          f"activities.sql: {ID_LIST}, e.g. ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t "
          "WHERE t.id = u.id), u.id", id="complete_activities-order"),
-    case(Statement("complete_workflow_task", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
+    case(Statement("_may_decide_on_result", r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
+                   {"v_execution.id": "uuid"}),
+         {"tasks": {"tasks_one_workflow_task", "tasks_execution"}},
+         "activities.sql: the open workflow task of one execution, by the partial unique index "
+         "(a literal kind = 'workflow' matches its predicate in a generic plan)",
+         id="_may_decide_on_result-open-workflow-task"),
+    case(Statement("_apply_decision", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
                    {"v_execution.id": "uuid", "v_command": "jsonb"}),
          {"tasks": {"tasks_activity_invocation", "tasks_execution"}},
          "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
          "tasks_timers_due, and the planner scans every timer filtering on execution and seq; e.g. "
          "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
-         "tasks_activity_invocation (execution_id, seq)", id="complete_workflow_task-cancel_timer"),
+         "tasks_activity_invocation (execution_id, seq)", id="_apply_decision-cancel_timer"),
 ]
 
 

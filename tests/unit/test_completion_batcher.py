@@ -8,24 +8,33 @@ import psycopg
 import pytest
 
 from harvest.errors import InvalidArgument, StaleTask
-from harvest.worker.completions import CompletionBatcher
+from harvest.worker.completions import CompletionBatcher, Recorded
 
 
 class FakeSql:
-    """complete_activities: 'stale' for task ids in stale, handed tasks by id; records each batch."""
+    """complete_activities: 'stale' for task ids in stale, handed tasks by id; records each batch.
+
+    A decision is applied (decided) unless its commands hold {"type": "bad"}, which
+    fails the whole call, as the database refuses an unknown command.
+    """
 
     def __init__(self, stale=(), handed=None, fail_batches_over: int | None = None):
         self.stale = set(stale)
         self.handed = handed or {}
         self.fail_batches_over = fail_batches_over
         self.batches: list[list[int]] = []
+        self.decisions: list[list[bool]] = []  # per batch: which items carried one
 
-    async def complete_activities(self, worker_id, items, hand_off, workflow_lease_secs):
+    async def complete_activities(self, worker_id, items, hand_off, workflow_lease_secs,
+                                  event_cap, byte_cap):
         ids = [item[0] for item in items]
         self.batches.append(ids)
+        self.decisions.append([item[3] is not None for item in items])
         await asyncio.sleep(0.01)  # a round trip: results finishing meanwhile wait for the next batch
         if self.fail_batches_over is not None and len(ids) > self.fail_batches_over:
             raise psycopg.errors.DeadlockDetected("deadlock detected")
+        if any(item[3] is not None and {"type": "bad"} in item[3]["commands"] for item in items):
+            raise InvalidArgument('unknown command type "bad"')
         rows = []
         for task_id in ids:
             if task_id in self.stale:
@@ -35,14 +44,18 @@ class FakeSql:
                 rows.append({"task_id": task_id, "outcome": "kind", "message": "not an activity",
                              "handed": None})
             else:
+                decision = next(item[3] for item in items if item[0] == task_id)
                 rows.append({"task_id": task_id, "outcome": "completed", "message": None,
-                             "handed": self.handed.get(task_id)})
+                             "handed": self.handed.get(task_id),
+                             "decided": None if decision is None else {"last_event_id": 9}})
         return rows
 
 
 class FakeWorker:
     worker_id = "w"
     workflow_lease = 30.0
+    history_event_hard_cap = 50_000
+    history_byte_hard_cap = 1_000_000
 
     def __init__(self, sql: FakeSql):
         self.sql = sql
@@ -66,8 +79,8 @@ def test_results_finishing_together_share_a_commit_and_each_gets_its_answer():
         return [await first, *rest], batcher
 
     answers, batcher = run(main())
-    assert answers[2] == {"task_id": 99, "kind": "workflow"}
-    assert [a for i, a in enumerate(answers) if i != 2] == [None] * 9
+    assert answers[2] == Recorded(handed={"task_id": 99, "kind": "workflow"})
+    assert [a for i, a in enumerate(answers) if i != 2] == [Recorded()] * 9
     # The first result went alone (an idle worker adds no delay); the rest queued behind it.
     assert sql.batches == [[1], list(range(2, 11))]
     assert (batcher.batches, batcher.items) == (2, 10)
@@ -82,7 +95,7 @@ def test_a_refused_item_raises_for_its_caller_only():
                                     return_exceptions=True)
 
     one, two, three, wrong_kind = run(main())
-    assert one is None and three is None
+    assert one == Recorded() and three == Recorded()
     assert isinstance(two, StaleTask) and "stale" in str(two)
     assert isinstance(wrong_kind, InvalidArgument)
 
@@ -94,7 +107,7 @@ def test_a_failed_batch_is_retried_item_by_item():
         batcher = CompletionBatcher(FakeWorker(sql))
         return await asyncio.gather(*(batcher.complete(i, 1, None) for i in range(1, 5)))
 
-    assert run(main()) == [None] * 4
+    assert run(main()) == [Recorded()] * 4
     assert sql.batches == [[1, 2, 3, 4], [1], [2], [3], [4]]
 
 
@@ -117,3 +130,43 @@ def test_an_error_of_one_lone_item_reaches_its_caller():
 
     with pytest.raises(psycopg.errors.DeadlockDetected):
         run(main())
+
+
+def test_decisions_ride_with_their_results():
+    sql = FakeSql()
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql))
+        return await asyncio.gather(batcher.complete(1, 1, None, {"commands": []}),
+                                    batcher.complete(2, 1, None))
+
+    assert run(main()) == [Recorded(decided={"last_event_id": 9}), Recorded()]
+
+
+def test_a_refused_decision_does_not_lose_its_result_nor_sink_the_batch():
+    """The database refuses a bad decision by failing the call: every result of the
+    batch is then committed alone and without its decision."""
+    sql = FakeSql()
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql))
+        first = asyncio.create_task(batcher.complete(1, 1, None))
+        await asyncio.sleep(0.001)  # in flight: the next two share a batch
+        rest = await asyncio.gather(batcher.complete(2, 1, None, {"commands": [{"type": "bad"}]}),
+                                    batcher.complete(3, 1, None, {"commands": []}))
+        return [await first, *rest]
+
+    assert run(main()) == [Recorded()] * 3
+    assert sql.batches == [[1], [2, 3], [2], [3]]
+    assert sql.decisions == [[False], [True, True], [False], [False]]
+
+
+def test_a_lone_refused_decision_is_retried_without_it():
+    sql = FakeSql()
+
+    async def main():
+        return await CompletionBatcher(FakeWorker(sql)).complete(
+            1, 1, None, {"commands": [{"type": "bad"}]})
+
+    assert run(main()) == Recorded()
+    assert sql.decisions == [[True], [False]]

@@ -13,6 +13,7 @@ from harvest.definitions import App, RetryPolicy, activity, workflow
 from harvest.errors import ActivityFailure
 from harvest.idempotency import IdempotencyKey
 from harvest.runtime import LocalActivityContext
+from harvest.runtime.run import LocalActivitiesDeferred
 
 CALLS: list[tuple] = []
 
@@ -152,3 +153,14 @@ def test_idempotency_key_derivation():
 def test_idempotency_key_rejects_garbage(value):
     with pytest.raises(ValueError):
         IdempotencyKey(value)
+
+
+def test_a_step_that_would_run_a_local_activity_can_be_deferred():
+    """Deciding ahead (worker/decide_ahead.py) asks the run not to run local activities:
+    the step stops before any runs, and the run is dropped (it is mid-step)."""
+    CALLS.clear()
+    history = HistoryBuilder("uses_locals", ["k"])
+    with pytest.raises(LocalActivitiesDeferred, match="1 local activity"):
+        run(new_run(app, uses_locals, local_sleep=no_sleep).advance(history.events,
+                                                                      local_activities=False))
+    assert CALLS == []

@@ -86,8 +86,9 @@ ORDERS = [resolve_all_in_order, resolve_all_reversed, resolve_one_at_a_time]
 
 @pytest.mark.parametrize("order", ORDERS)
 @pytest.mark.parametrize("signals", [(), [("go", 1), ("go", 2), ("other", 3)]])
-def test_everything(order, signals):
-    final = drive(everything, [3], order, signals)
+@pytest.mark.parametrize("trust", [False, True], ids=["read-back", "trust-own-commits"])
+def test_everything(order, signals, trust):
+    final = drive(everything, [3], order, signals, trust_own_commits=trust)
     assert final["type"] == "complete_workflow"
     assert final["result"]["kids"] == [0, 1, 2] and final["result"]["v"] == 2
 
@@ -104,6 +105,26 @@ def test_everything(order, signals):
     (wait_or_timeout, [], (), None, {}),
     (notify_v2, [], (), None, {}),
 ])
-def test_scenarios(order, wf, input, signals, cancel_after, kw):
-    final = drive(wf, input, order, signals, cancel_after, **kw)
+@pytest.mark.parametrize("trust", [False, True], ids=["read-back", "trust-own-commits"])
+def test_scenarios(order, wf, input, signals, cancel_after, kw, trust):
+    final = drive(wf, input, order, signals, cancel_after, trust_own_commits=trust, **kw)
     assert final["type"] in ("complete_workflow", "cancel_workflow", "continue_as_new")
+
+
+def test_trusting_own_commits_skips_exactly_the_runs_own_events():
+    """recorded() takes a commit's events as read only when they are the activation's own:
+    not for a step that started children (their start events carry the children's ids),
+    nor after a signal landed mid-task (the marker is then not at through + 1)."""
+    e = Engine(app, everything, [2], trust_own_commits=True,
+               resolver=resolver_from(resolve_all_in_order))
+    assert [c["type"] for c in run(e.task()).commands][1:] == ["start_child_workflow"] * 2
+    assert e.recorded == 0
+    e.resolve()
+    act = run(e.task(in_flight=lambda h: h.signal("go", 1)))
+    assert [c["type"] for c in act.commands] == ["start_timer"] and e.recorded == 0
+    e.resolve()
+    act = run(e.task())  # the render activity alone: taken as read
+    assert [c["type"] for c in act.commands] == ["schedule_activity"]
+    assert e.recorded == 1 and e.run.settled
+    e.resolve()
+    assert run(e.task()).commands[-1]["result"]["sig"] == 1

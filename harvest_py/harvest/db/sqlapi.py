@@ -51,7 +51,8 @@ SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %
 """
 COMPLETE_ACTIVITIES = """
 SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)s, %(fencing_tokens)s,
-                                          %(results)s::jsonb[], %(hand_off)s, %(workflow_lease_secs)s)
+                                          %(results)s::jsonb[], %(hand_off)s, %(workflow_lease_secs)s,
+                                          %(decisions)s::jsonb[], %(event_cap)s, %(byte_cap)s)
 """
 FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(failure)s) AS outcome"
 HEARTBEAT_ACTIVITY = """
@@ -438,13 +439,22 @@ class AsyncSqlApi:
         await self._all(FAIL_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
                         failure=_jsonb(failure), retry_in_secs=retry_in_secs)
 
-    async def complete_activities(self, worker_id: str, items: list[tuple[int, int, Any]],
-                                  hand_off: bool, workflow_lease_secs: float) -> list[dict[str, Any]]:
-        """Complete (task id, fencing token, result) items in one transaction; one row per item."""
+    async def complete_activities(self, worker_id: str,
+                                  items: list[tuple[int, int, Any, dict[str, Any] | None]],
+                                  hand_off: bool, workflow_lease_secs: float,
+                                  event_cap: int | None = 50_000,
+                                  byte_cap: int | None = 50 * 1024 * 1024) -> list[dict[str, Any]]:
+        """Complete (task id, fencing token, result, decision or None) items in one transaction.
+
+        One row per item; ``decided`` is set where the item's decision was applied
+        with its result (functions/activities.sql).
+        """
         return await self._all(COMPLETE_ACTIVITIES, worker_id=worker_id,
                                task_ids=[i[0] for i in items], fencing_tokens=[i[1] for i in items],
                                results=[_jsonb(i[2]) for i in items], hand_off=hand_off,
-                               workflow_lease_secs=workflow_lease_secs)
+                               workflow_lease_secs=workflow_lease_secs,
+                               decisions=[None if i[3] is None else _jsonb(i[3]) for i in items],
+                               event_cap=event_cap, byte_cap=byte_cap)
 
     async def fail_activity(self, task_id: int, fencing_token: int, failure: dict[str, Any]) -> str:
         return (await self._one(FAIL_ACTIVITY, task_id=task_id, fencing_token=fencing_token,

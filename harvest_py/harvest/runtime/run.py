@@ -57,14 +57,24 @@ from harvest.runtime.local import LocalActivityContext, run_local_activity
 from harvest.runtime.loop import DeterministicEventLoop
 from harvest.runtime.signals import SignalBuffer
 
-__all__ = ["DEFAULT_CONTINUE_AS_NEW_THRESHOLD", "Activation", "HistoryMismatch", "WorkflowRun"]
+__all__ = ["DEFAULT_CONTINUE_AS_NEW_THRESHOLD", "Activation", "HistoryMismatch",
+           "LocalActivitiesDeferred", "WorkflowRun"]
 
 DEFAULT_CONTINUE_AS_NEW_THRESHOLD = 10_000
 _UNSET = object()
+# Commands whose one event, written by our own commit, tells the run nothing it
+# does not know (WorkflowRun.recorded). A child's start event carries the child's
+# id; a mutex marker may be followed by a grant; a terminal command ends the run.
+_SELF_RECORDING = frozenset({"schedule_activity", "start_timer", "record_marker", "cancel_timer"})
 
 
 class HistoryMismatch(HarvestError):
     """The new events do not continue this cached run; replay from the full history."""
+
+
+class LocalActivitiesDeferred(HarvestError):
+    """The step would run local activities, which the caller asked not to; the run is
+    left mid-step and must be dropped."""
 
 
 @dataclass
@@ -143,8 +153,13 @@ class WorkflowRun(CommandIssuer):
         self.finished = False
 
     # ------------------------------------------------------------------ public
-    async def advance(self, new_events: list[dict]) -> Activation:
-        """Feed events not seen before; get the commands of the new batch."""
+    async def advance(self, new_events: list[dict], *, local_activities: bool = True) -> Activation:
+        """Feed events not seen before; get the commands of the new batch.
+
+        With ``local_activities=False`` a step that would run a local activity raises
+        ``LocalActivitiesDeferred`` instead (deciding ahead must stay quick: see
+        worker/decide_ahead.py).
+        """
         if self._fatal is not None:
             raise self._fatal
         self._ingest(new_events)
@@ -162,7 +177,34 @@ class WorkflowRun(CommandIssuer):
         if self._live is not None:
             raise HistoryMismatch(f"execution {self.execution_id}: the last activation "
                                   f"(through {self._live[0]}) was never recorded in the history")
-        return await self._live_step()
+        return await self._live_step(local_activities)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the run has read its whole history: its last activation is recorded
+        and read back (or was accepted by :meth:`recorded`), and it has not ended."""
+        return self._live is None and self._fatal is None and not self.finished \
+            and self._main is not None
+
+    def recorded(self, last_event_id: int) -> bool:
+        """Our commit of the last activation succeeded and the history now ends at
+        ``last_event_id``: take its events as read, without reading them back, when
+        they can only be the activation's own (see ``_SELF_RECORDING``).
+
+        The commit wrote the marker at ``through + 1`` and one event per command
+        after it; a history ending exactly there holds nothing else. Returns whether
+        the run took the events; if not, they confirm the activation when read.
+        """
+        if self._live is None:
+            return False
+        through, commands = self._live
+        if (self.last_event_id != through or self._markers or self._resolutions
+                or last_event_id != through + 1 + len(commands)
+                or not all(c["type"] in _SELF_RECORDING for c in commands)):
+            return False
+        self._live = None
+        self.last_event_id = last_event_id
+        return True
 
     def replay_history(self, events: list[dict]) -> None:
         """Check a whole history, closed or not, against the code; produce nothing new.
@@ -281,7 +323,7 @@ class WorkflowRun(CommandIssuer):
             for p in ready:
                 self._resolve_local(p, p.recorded)
 
-    async def _live_step(self) -> Activation:
+    async def _live_step(self, local_activities: bool = True) -> Activation:
         self.is_replaying, self.through = False, self.last_event_id
         self._new_commands = []
         self._deliver(None)
@@ -294,6 +336,9 @@ class WorkflowRun(CommandIssuer):
                             if p.kind == "local_activity" and not p.done), key=lambda p: p.seq)
             if not ready:
                 break
+            if not local_activities:
+                raise LocalActivitiesDeferred(f"execution {self.execution_id}: the step runs "
+                                              f"{len(ready)} local activit{'y' if len(ready) == 1 else 'ies'}")
             values = await asyncio.gather(*(self._execute_local(p) for p in ready))
             for p, value in zip(ready, values):
                 self._new_commands.append({"type": "record_marker", "seq": p.seq,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from harvest import payload
 from harvest.errors import ActivityFailure, PayloadError, StaleTask
 from harvest.idempotency import IdempotencyKey
+from harvest.worker.decide_ahead import decide_ahead
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker
@@ -106,12 +107,19 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         log.info("activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"],
                  outcome, failure)
         return
+    # The cached run may decide on this result now, to commit both at once.
+    ahead = await decide_ahead(worker, task, encoded)
+    recorded = None
     try:
-        handed = await worker.completions.complete(task_id, token, encoded)
+        recorded = await worker.completions.complete(task_id, token, encoded,
+                                                     ahead.decision if ahead else None)
     except StaleTask as stale:
         # Another attempt owns the invocation now; its result will be the one recorded.
         log.warning("activity %s (task %s) finished after its lease was lost: %s",
                     task["activity_name"], task_id, stale)
         return
-    if handed is not None:  # the workflow this woke, leased to us: decide it now
-        worker.run_handed(handed)
+    finally:
+        if ahead is not None:
+            ahead.settle(recorded)
+    if recorded.handed is not None:  # the workflow this woke, leased to us: decide it now
+        worker.run_handed(recorded.handed)

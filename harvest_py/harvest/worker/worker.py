@@ -98,6 +98,7 @@ class Worker:
         self._reserved = 0
         self.hand_off = hand_off
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
+        self.decided_ahead = 0  # decisions committed with the result they decided on
         self.completions = CompletionBatcher(self)
         self.completed_tasks = 0
         # Process roles (harvest/config.py): which runtimes this process runs. run_worker is the

@@ -43,6 +43,14 @@ class StickyCache:
             self.hits += 1
         return run
 
+    def take_settled(self, execution_id: str) -> WorkflowRun | None:
+        """The cached run if it has read its whole history (WorkflowRun.settled), taken out."""
+        run = self._runs.get(execution_id)
+        if run is None or not run.settled:
+            return None
+        del self._runs[execution_id]
+        return run
+
     def peek(self, execution_id: str) -> WorkflowRun | None:
         """The cached run, left in place (queries read it; see worker/queries.py)."""
         return self._runs.get(execution_id)
@@ -64,15 +72,30 @@ def _event(row: dict[str, Any]) -> dict[str, Any]:
     return {"event_id": row["event_id"], "event_type": row["event_type"], "event_data": row["event_data"]}
 
 
+def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, Any]] | None:
+    """The events after ``last_event_id`` that the claim or hand-off carried, or None.
+
+    A task carries every event after its worker's last decision (new_events_after);
+    our run may have read some of them already: the ones our own commit wrote
+    (WorkflowRun.recorded).
+    """
+    events, since = task.get("new_events"), task.get("new_events_after")
+    if events is None or since is None or since > last_event_id:
+        return None
+    skip = last_event_id - since
+    if skip > len(events) or (skip < len(events) and events[skip]["event_id"] != last_event_id + 1):
+        return None
+    return events[skip:]
+
+
 async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     execution_id = str(task["execution_id"])
     task_id, token = task["task_id"], task["fencing_token"]
     run = worker.cache.take(execution_id)
     try:
         if run is not None:
-            if task.get("new_events") is not None and task.get("new_events_after") == run.last_event_id:
-                events = task["new_events"]  # we decided it last: the claim carried what is new
-            else:
+            events = _carried_after(task, run.last_event_id)  # we decided it last
+            if events is None:
                 events = await worker.sql.get_history(execution_id, run.last_event_id)
             try:
                 activation = await run.advance([_event(e) for e in events])
@@ -124,16 +147,17 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         worker.release_slots(slots)
     for handed in outcome["handed"]:
         worker.run_handed(handed)
-    _warn_on_bloat(worker, execution_id, task["workflow_name"], run.last_event_id)
-    finished = activation.finished or any(
+    warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
+    finished = activation.finished or outcome["execution_status"] != "RUNNING" or any(
         c["type"] in ("complete_workflow", "fail_workflow") for c in activation.commands)
     if finished:
         run.close()
     else:
+        run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
 
 
-def _warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events: int) -> None:
+def warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events: int) -> None:
     """Warn once per run as its history nears the hard cap (harvest.workflow.history_bloat)."""
     limit = worker.history_bloat_warn_at
     if limit is None or events < limit or execution_id in worker._bloat_warned:

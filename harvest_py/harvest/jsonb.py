@@ -1,0 +1,102 @@
+"""The text PostgreSQL prints for a JSON value after a round trip through ``jsonb``.
+
+A worker that decides a workflow's next step speculatively must feed the
+workflow code the value a later replay will read back from the database, not
+the value it holds in memory: ``jsonb`` sorts object keys, drops duplicate
+keys, and stores numbers as ``numeric`` (``1e+20`` comes back as
+``100000000000000000000``). The database accepts the speculative decision only
+when ``p_result::text`` equals the worker's ``stored_text``.
+
+For any value ``harvest.payload.encode`` produces, ``stored_text(v)`` equals
+``SELECT %s::jsonb::text`` with ``json.dumps(v)`` as the parameter, byte for
+byte; a value the database would refuse (U+0000, a lone surrogate, a
+non-finite float) raises ``ValueError`` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from json.encoder import encode_basestring
+from typing import Any
+
+__all__ = ["stored_text", "stored_value"]
+
+
+def stored_text(value: Any) -> str:
+    """Return ``value::jsonb::text`` as the database prints it."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        # jsonb escapes exactly what json.dumps(ensure_ascii=False) escapes: '"', '\\',
+        # \b \f \n \r \t, and the other C0 controls as lowercase \u00xx; the rest is raw.
+        return encode_basestring(_stored_string(value))
+    if isinstance(value, int):
+        return int.__repr__(value)  # what json.dumps writes; numeric prints an integer unchanged
+    if isinstance(value, float):
+        return _stored_float(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(map(stored_text, value)) + "]"
+    if isinstance(value, dict):
+        return _stored_object(value)
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def stored_value(value: Any) -> Any:
+    """Return what a reader of the stored ``jsonb`` gets back (``1e+20`` reads as an int)."""
+    return json.loads(stored_text(value))
+
+
+def _stored_float(value: float) -> str:
+    if not math.isfinite(value):
+        raise ValueError(f"jsonb cannot store the float {value!r}")
+    if value == 0:
+        return "0.0"  # numeric has no negative zero: -0.0 is stored as 0.0
+    # numeric keeps the literal's display scale: the digits after the point minus the
+    # exponent, never below zero, printed without an exponent (1.5e-07 -> 0.00000015,
+    # 1e+20 -> 100000000000000000000, 2.50 -> 2.50). Decimal's fixed-point format of the
+    # repr json.dumps writes follows the same rule.
+    return format(Decimal(float.__repr__(value)), "f")
+
+
+def _stored_object(value: dict) -> str:
+    members = {}
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"not a JSON object key: {type(key).__name__}")
+        # Two keys may become one on the server (a surrogate pair and the character it
+        # encodes); jsonb keeps the last, as does this assignment.
+        members[_stored_string(key)] = item
+    return "{" + ", ".join(encode_basestring(key) + ": " + stored_text(members[key])
+                           for key in sorted(members, key=_key_order)) + "}"
+
+
+def _key_order(key: str) -> tuple[int, bytes]:
+    # jsonb orders keys by UTF-8 byte length first, then bytewise (not by collation),
+    # so that it can find a key by binary search.
+    encoded = key.encode("utf-8")
+    return len(encoded), encoded
+
+
+def _stored_string(text: str) -> str:
+    """The string the server stores for ``text``, which json.dumps sends \\u-escaped."""
+    if "\x00" in text:
+        raise ValueError("jsonb cannot store the character U+0000")
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    # The text holds surrogates: the server joins an escaped high-low pair into the
+    # character it encodes and refuses a lone surrogate, as UTF-16 decoding does.
+    try:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+    except UnicodeDecodeError:
+        raise ValueError("jsonb cannot store a lone surrogate") from None

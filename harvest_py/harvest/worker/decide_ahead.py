@@ -1,0 +1,96 @@
+"""Deciding on an activity's result before it is committed (docs/internals.md, "Deciding ahead").
+
+When this worker's cached run of a workflow decided it last and has read its
+whole history, the result of one of its activities is all that the workflow
+task this result wakes would bring. So the worker feeds the result to the run
+at once, as the database will store it (``harvest.jsonb``), and sends the run's
+decision along with the result: one transaction and no workflow task, where
+the plain path takes two transactions and a workflow task row.
+
+The database applies the decision only if the run is where the worker left it
+(nothing appended since its last decision, no workflow task open, the result
+stored as the run saw it, the hand-off rules met); the history is then exactly
+the one the plain path writes. Otherwise it records the result alone, and the
+worker drops the run: it holds a step that the history does not, and the woken
+workflow task replays the history instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+
+from harvest import jsonb
+from harvest.worker.completions import Recorded
+from harvest.worker.workflows import warn_on_bloat
+
+if TYPE_CHECKING:
+    from harvest.runtime import Activation, WorkflowRun
+    from harvest.worker.worker import Worker
+
+log = logging.getLogger("harvest.worker")
+
+
+class DecisionAhead:
+    """A decision made on a result not yet committed, and the run that made it."""
+
+    def __init__(self, worker: Worker, execution_id: str, workflow_name: str, run: WorkflowRun,
+                 activation: Activation, after: int, result_text: str, slots: int):
+        self._worker = worker
+        self._execution_id = execution_id
+        self._workflow_name = workflow_name
+        self._run = run
+        self._activation = activation
+        self._slots = slots
+        # What complete_activities reads (functions/activities.sql).
+        self.decision = {"after": after, "result_text": result_text,
+                         "commands": activation.commands, "hand_off_slots": slots}
+
+    def settle(self, recorded: Recorded | None) -> None:
+        """Take the commit's answer (None: the result was not recorded at all)."""
+        worker, run = self._worker, self._run
+        worker.release_slots(self._slots)
+        decided = recorded.decided if recorded is not None else None
+        if decided is None:
+            run.close()  # it holds a step the history does not
+            return
+        worker.decided_ahead += 1
+        for handed in decided["handed"]:
+            worker.run_handed(handed)
+        if self._activation.finished or decided["execution_status"] != "RUNNING":
+            run.close()
+            return
+        run.recorded(decided["last_event_id"])
+        warn_on_bloat(worker, self._execution_id, self._workflow_name, decided["last_event_id"])
+        worker.cache.put(self._execution_id, run)
+
+
+async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> DecisionAhead | None:
+    """The cached run's decision on this activity result, or None where none can be made."""
+    if not worker.accepts_hand_off():
+        return None
+    execution_id = str(task["execution_id"])
+    run = worker.cache.take_settled(execution_id)
+    if run is None:
+        return None
+    try:
+        result_text = jsonb.stored_text(result)
+    except ValueError:  # the database will refuse this result anyway
+        worker.cache.put(execution_id, run)
+        return None
+    after = run.last_event_id
+    event = {"event_id": after + 1, "event_type": "ActivityCompleted",
+             "event_data": {"seq": task["seq"], "result": json.loads(result_text),
+                            "attempt": task["attempt"]}}
+    try:
+        # A step that runs local activities would hold the result back (and risk it with
+        # the activity's lease) for as long as they run: leave it to the workflow task.
+        activation = await run.advance([event], local_activities=False)
+    except Exception as exc:  # noqa: BLE001 - the woken workflow task replays and reports it
+        log.debug("no decision ahead for %s: %s", execution_id, exc)
+        run.close()
+        return None
+    slots = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"))
+    return DecisionAhead(worker, execution_id, task["workflow_name"], run, activation, after,
+                         result_text, slots)

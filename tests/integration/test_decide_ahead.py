@@ -1,0 +1,128 @@
+"""Deciding ahead on a real worker (harvest/worker/decide_ahead.py; docs/internals.md).
+
+A worker whose cached run decided last feeds an activity's result to the run and
+commits the run's next decision with the result. The history must be the one
+the plain path writes, the run must have seen the result as a replay reads it
+back, and where anything else reached the run first, the database must refuse
+the decision and the workflow must still end right.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+
+from harvest import App, Client, activity, workflow
+from harvest.testing import WorkflowReplayer
+
+DSN: dict[str, str] = {}
+
+
+@activity
+async def shaped(ctx) -> dict[str, Any]:
+    # Python keeps this key order and this float; jsonb sorts the keys (by length,
+    # then bytes) and stores 1e20 as numeric, which reads back as an int.
+    return {"zz": 1, "a": 1e20, "mid": [2.50]}
+
+
+@activity
+async def echo(ctx, text: str) -> str:
+    return text
+
+
+@workflow
+async def branches_on_the_stored_shape(ctx) -> str:
+    shape = await ctx.execute_activity(shaped)
+    first_key, kind = next(iter(shape)), type(shape["a"]).__name__
+    return await ctx.execute_activity(echo, f"{first_key}:{kind}")
+
+
+@activity
+def signal_own_workflow(ctx) -> int:
+    """Signal the run that waits on this activity before the result is committed."""
+    with psycopg.connect(DSN["db"], autocommit=True) as conn:
+        conn.execute("SELECT harvest.signal_workflow(%s, 'go', '7'::jsonb)", (ctx.execution_id,))
+    return 1
+
+
+@workflow
+async def waits_for_its_own_signal(ctx) -> list[int]:
+    x = await ctx.execute_activity(signal_own_workflow)
+    go = await ctx.wait_for_signal("go", type_hint=int)
+    return [x, go]
+
+
+@workflow
+async def mixed(ctx, n: int) -> int:
+    total = 0
+    for i in range(n):
+        parts = await asyncio.gather(ctx.execute_activity(echo, f"{i}a"), ctx.execute_activity(echo, f"{i}b"))
+        await ctx.sleep(0.01)
+        total += len("".join(parts))
+    return total
+
+
+def _history(db: str, execution_id: str) -> list[dict]:
+    with psycopg.connect(db) as conn:
+        rows = conn.execute("SELECT event_id, event_type, event_data FROM harvest.events "
+                            "WHERE execution_id = %s ORDER BY event_id", (execution_id,)).fetchall()
+    return [{"event_id": i, "event_type": t, "event_data": d} for i, t, d in rows]
+
+
+def _comparable(history: list[dict]) -> list[tuple[str, dict]]:
+    """Without worker and workflow ids (what differs between the two runs)."""
+    return [(e["event_type"], {k: v for k, v in e["event_data"].items()
+                               if k not in ("worker_id", "workflow_id")})
+            for e in history]
+
+
+def test_a_decision_ahead_sees_the_result_as_stored_and_writes_the_plain_history(db, start_worker):
+    app = App(workflows=[branches_on_the_stored_shape], activities=[shaped, echo])
+    histories = []
+    for hand_off in (True, False):
+        worker = start_worker(app, hand_off=hand_off)
+        with Client(db) as client:
+            handle = client.start_workflow(branches_on_the_stored_shape, workflow_id=f"shape-{hand_off}")
+            # "zz:float" would mean the run decided on the value in memory, which a replay
+            # of the stored history contradicts.
+            assert handle.result(timeout=30) == "a:int"
+        worker.stop()
+        assert worker.worker.decided_ahead == (2 if hand_off else 0)
+        history = _history(db, handle.execution_id)
+        WorkflowReplayer(app).replay_or_raise(history)
+        histories.append(_comparable(history))
+    assert histories[0] == histories[1]
+
+
+def test_an_event_that_reached_the_run_first_refuses_the_decision(db, start_worker):
+    DSN["db"] = db
+    app = App(workflows=[waits_for_its_own_signal], activities=[signal_own_workflow])
+    worker = start_worker(app)
+    with Client(db) as client:
+        handle = client.start_workflow(waits_for_its_own_signal, workflow_id="signalled")
+        assert handle.result(timeout=30) == [1, 7]
+    worker.stop()
+    # The signal landed between the decision ahead and its commit: refused, and the
+    # result was recorded alone; the woken workflow task replayed and finished the run.
+    assert worker.worker.decided_ahead == 0
+    history = _history(db, handle.execution_id)
+    kinds = [e["event_type"] for e in history]
+    assert kinds.index("SignalReceived") < kinds.index("ActivityCompleted")
+    WorkflowReplayer(app).replay_or_raise(history)
+
+
+def test_parallel_activities_and_timers_decide_ahead_and_replay(db, start_worker):
+    app = App(workflows=[mixed], activities=[echo])
+    worker = start_worker(app, concurrency=10)
+    with Client(db) as client:
+        handles = [client.start_workflow(mixed, 3, workflow_id=f"mixed-{i}") for i in range(5)]
+        assert [h.result(timeout=30) for h in handles] == [12] * 5
+    worker.stop()
+    assert worker.worker.decided_ahead > 0
+    for handle in handles:
+        history = _history(db, handle.execution_id)
+        WorkflowReplayer(app).replay_or_raise(history)
+        completed = [e["event_data"]["seq"] for e in history if e["event_type"] == "ActivityCompleted"]
+        assert sorted(completed) == sorted(set(completed)) and len(completed) == 6
