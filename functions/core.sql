@@ -65,26 +65,47 @@ AS $$
     SELECT octet_length(p_event_data::text)::bigint;
 $$;
 
--- Append one event; the caller holds the execution row lock, which makes
--- event ids gapless and ordered.
-CREATE OR REPLACE FUNCTION harvest._append_event(
-    p_execution_id uuid, p_event_type text, p_event_data jsonb
+-- Append events in order; the caller holds the execution row lock, which makes
+-- event ids gapless and ordered. Returns the id of the last one. One row update
+-- for them all (each update of the row costs a new row version), and, when
+-- p_decided_through is given, the decision that the first of them marks:
+-- decided_by/decided_through (see _apply_decision).
+CREATE OR REPLACE FUNCTION harvest._append_events(
+    p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
+    p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_event_id bigint;
+    v_count integer := cardinality(p_event_types);
+    v_last bigint;
 BEGIN
     UPDATE harvest.executions
-    SET last_event_id = last_event_id + 1,
-        history_bytes = history_bytes + harvest._event_bytes(coalesce(p_event_data, '{}'::jsonb))
+    SET last_event_id = last_event_id + v_count,
+        history_bytes = history_bytes + (
+            SELECT sum(harvest._event_bytes(coalesce(d.data, '{}'::jsonb)))
+            FROM unnest(p_event_datas) AS d (data)),
+        decided_by = CASE WHEN p_decided_through IS NULL THEN decided_by ELSE p_decided_by END,
+        decided_through = coalesce(p_decided_through, decided_through)
     WHERE id = p_execution_id
-    RETURNING last_event_id INTO v_event_id;
+    RETURNING last_event_id INTO v_last;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    VALUES (p_execution_id, v_event_id, p_event_type, coalesce(p_event_data, '{}'::jsonb), harvest.now());
-    RETURN v_event_id;
+    SELECT p_execution_id, v_last - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
+           harvest.now()
+    FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
+    RETURN v_last;
 END;
+$$;
+
+-- Append one event (see _append_events); returns its id.
+CREATE OR REPLACE FUNCTION harvest._append_event(
+    p_execution_id uuid, p_event_type text, p_event_data jsonb
+)
+RETURNS bigint
+LANGUAGE sql
+AS $$
+    SELECT harvest._append_events(p_execution_id, ARRAY[p_event_type], ARRAY[p_event_data]);
 $$;
 
 -- Tell workers of a queue that claimable work exists, if any of them is asleep.

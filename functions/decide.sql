@@ -81,33 +81,6 @@ BEGIN
 END;
 $$;
 
--- Append a decision's WorkflowTaskCompleted{through, worker_id} marker and
--- remember who decided and what its cached run had seen (through): that worker's
--- next claim or hand-off of the run carries just the events after it. It is
--- _append_event plus the decided_* columns in the same row update: the decision
--- path is the hottest writer of executions rows, and each extra update of one
--- row in one transaction costs a new row version.
-CREATE OR REPLACE FUNCTION harvest._append_decision_marker(
-    p_execution_id uuid, p_through bigint, p_worker_id text
-)
-RETURNS void
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_marker jsonb := jsonb_build_object('through', p_through, 'worker_id', p_worker_id);
-    v_event_id bigint;
-BEGIN
-    UPDATE harvest.executions
-    SET last_event_id = last_event_id + 1,
-        history_bytes = history_bytes + harvest._event_bytes(v_marker),
-        decided_by = p_worker_id, decided_through = p_through
-    WHERE id = p_execution_id
-    RETURNING last_event_id INTO v_event_id;
-    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    VALUES (p_execution_id, v_event_id, 'WorkflowTaskCompleted', v_marker, harvest.now());
-END;
-$$;
-
 -- Apply one decision to a locked, running execution whose workflow task (if it
 -- had one) is already gone: the WorkflowTaskCompleted{through} marker, then one
 -- event per command, the tasks they create, and the run's end if it ended. Both
@@ -143,6 +116,16 @@ DECLARE
     v_stc double precision;
     v_cap_type text;
     v_cap_failure jsonb;
+    -- Events not yet appended: the decision's marker and its commands' events go in
+    -- one _append_events call, flushed before a command whose own work appends
+    -- events (a child's start, an update, continue-as-new, a mutex marker, whose
+    -- trigger may append a grant), so the history's order is the commands' order.
+    v_types text[] := ARRAY['WorkflowTaskCompleted'];
+    v_datas jsonb[] := ARRAY[jsonb_build_object('through', p_through, 'worker_id', p_worker_id)];
+    v_decided_through bigint := p_through;  -- the marker's, until it is flushed
+    v_close_status text;
+    v_close_output jsonb;
+    v_close_failure jsonb;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF p_through IS NULL OR p_through < 1 OR p_through > v_execution.last_event_id THEN
@@ -154,8 +137,6 @@ BEGIN
     END IF;
     v_seen_until := v_execution.last_event_id;
 
-    PERFORM harvest._append_decision_marker(v_execution.id, p_through, p_worker_id);
-
     FOR v_command IN SELECT value FROM jsonb_array_elements(p_commands) LOOP
         v_type := v_command ->> 'type';
         IF v_closed THEN
@@ -165,6 +146,14 @@ BEGIN
                       'start_child_workflow', 'complete_update') THEN
             v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
         END IF;
+        IF (v_type IN ('start_child_workflow', 'complete_update', 'continue_as_new')
+            OR (v_type = 'record_marker' AND v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release')))
+           AND cardinality(v_types) > 0 THEN
+            PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+            v_types := ARRAY[]::text[];
+            v_datas := ARRAY[]::jsonb[];
+            v_decided_through := NULL;
+        END IF;
         CASE v_type
         WHEN 'schedule_activity' THEN
             v_queue := coalesce(v_command ->> 'queue', v_execution.task_queue);
@@ -172,9 +161,10 @@ BEGIN
             v_stc := (v_options ->> 'schedule_to_close')::double precision;
             v_priority := coalesce((v_options ->> 'priority')::integer, 0);
             PERFORM harvest._require(v_command, 'name', 'string');
-            PERFORM harvest._append_event(v_execution.id, 'ActivityScheduled', jsonb_build_object(
+            v_types := v_types || 'ActivityScheduled'::text;
+            v_datas := v_datas || jsonb_build_object(
                 'seq', v_seq, 'name', v_command ->> 'name', 'input', v_command -> 'input',
-                'queue', v_queue, 'options', v_options));
+                'queue', v_queue, 'options', v_options);
             -- An activity with an admission gate or a claim-order key always queues.
             v_hand := false;
             IF jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
@@ -213,13 +203,21 @@ BEGIN
                     v_now + make_interval(secs => (v_command ->> 'duration')::double precision),
                     v_seq, v_now)
             RETURNING due_at INTO v_now;
-            PERFORM harvest._append_event(v_execution.id, 'TimerStarted',
-                jsonb_build_object('seq', v_seq, 'fire_at', v_now));
+            v_types := v_types || 'TimerStarted'::text;
+            v_datas := v_datas || jsonb_build_object('seq', v_seq, 'fire_at', v_now);
             v_now := harvest.now();
         WHEN 'record_marker' THEN
             PERFORM harvest._require(v_command, 'kind', 'string');
-            PERFORM harvest._append_event(v_execution.id, 'MarkerRecorded', jsonb_build_object(
-                'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value'));
+            v_types := v_types || 'MarkerRecorded'::text;
+            v_datas := v_datas || jsonb_build_object(
+                'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value');
+            IF v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release') THEN
+                -- Alone, at once: the events_mutex trigger applies it, and a grant it
+                -- makes to this run is the next event.
+                PERFORM harvest._append_events(v_execution.id, v_types, v_datas);
+                v_types := ARRAY[]::text[];
+                v_datas := ARRAY[]::jsonb[];
+            END IF;
         WHEN 'cancel_timer' THEN
             PERFORM harvest._require(v_command, 'timer_seq', 'number');
             -- Not "t.kind = 'timer'": that implies the partial index tasks_timers_due and
@@ -227,39 +225,49 @@ BEGIN
             DELETE FROM harvest.tasks AS t
             WHERE t.execution_id = v_execution.id AND t.kind IN ('activity', 'timer')
               AND (t.kind = 'timer') IS TRUE AND t.seq = (v_command ->> 'timer_seq')::integer;
-            PERFORM harvest._append_event(v_execution.id, 'TimerCancelled', jsonb_build_object(
-                'seq', v_seq, 'timer_seq', (v_command ->> 'timer_seq')::integer));
+            v_types := v_types || 'TimerCancelled'::text;
+            v_datas := v_datas || jsonb_build_object(
+                'seq', v_seq, 'timer_seq', (v_command ->> 'timer_seq')::integer);
         WHEN 'start_child_workflow' THEN
             PERFORM harvest._start_child(v_execution, v_seq, v_command);
         WHEN 'complete_update' THEN  -- queries.sql: UpdateCompleted, answers the update's requests
             PERFORM harvest._complete_update(v_execution, v_seq, v_command);
         WHEN 'cancel_workflow' THEN
-            PERFORM harvest._append_event(v_execution.id, 'WorkflowCancelled',
-                jsonb_build_object('details', v_command -> 'details'));
-            PERFORM harvest._close_execution(v_execution.id, 'CANCELLED', NULL, jsonb_build_object(
+            v_types := v_types || 'WorkflowCancelled'::text;
+            v_datas := v_datas || jsonb_build_object('details', v_command -> 'details');
+            v_close_status := 'CANCELLED';
+            v_close_failure := jsonb_build_object(
                 'error_type', 'Cancelled', 'message', coalesce(v_command ->> 'details', 'cancelled'),
-                'non_retryable', true, 'details', v_command -> 'details'));
+                'non_retryable', true, 'details', v_command -> 'details');
             v_closed := true;
         WHEN 'continue_as_new' THEN
             PERFORM harvest._continue_as_new(v_execution, coalesce(v_command -> 'input', '[]'::jsonb),
                                              p_through, coalesce(v_command -> 'signals', '[]'::jsonb));
             v_closed := true;
         WHEN 'complete_workflow' THEN
-            PERFORM harvest._append_event(v_execution.id, 'WorkflowCompleted',
-                jsonb_build_object('result', v_command -> 'result'));
-            PERFORM harvest._close_execution(v_execution.id, 'COMPLETED', v_command -> 'result', NULL);
+            v_types := v_types || 'WorkflowCompleted'::text;
+            v_datas := v_datas || jsonb_build_object('result', v_command -> 'result');
+            v_close_status := 'COMPLETED';
+            v_close_output := v_command -> 'result';
             v_closed := true;
         WHEN 'fail_workflow' THEN
             PERFORM harvest._require(v_command, 'failure', 'object');
-            PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed',
-                jsonb_build_object('failure', v_command -> 'failure'));
-            PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_command -> 'failure');
+            v_types := v_types || 'WorkflowFailed'::text;
+            v_datas := v_datas || jsonb_build_object('failure', v_command -> 'failure');
+            v_close_status := 'FAILED';
+            v_close_failure := v_command -> 'failure';
             v_closed := true;
         ELSE
             RAISE EXCEPTION 'unknown command type "%"', v_type USING ERRCODE = 'HR001',
                 HINT = 'see docs/internals.md for the command shapes';
         END CASE;
     END LOOP;
+    IF cardinality(v_types) > 0 THEN
+        PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+    END IF;
+    IF v_close_status IS NOT NULL THEN  -- the run ended: its end event is appended above
+        PERFORM harvest._close_execution(v_execution.id, v_close_status, v_close_output, v_close_failure);
+    END IF;
 
     -- A run past a hard cap fails with a typed reason unless it just continued as new.
     IF NOT v_closed THEN

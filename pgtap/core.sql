@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(41);
+SELECT plan(45);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set.
@@ -60,6 +60,28 @@ SELECT results_eq(
     $$VALUES (2::bigint, 'MarkerRecorded'::text, '{"seq": 1}'::jsonb, '2030-01-01 00:00:00+00'::timestamptz),
              (3::bigint, 'MarkerRecorded'::text, '{}'::jsonb, '2030-01-01 00:00:00+00'::timestamptz)$$,
     '_append_event() stores type and data (NULL data as {}), stamped with harvest.now()');
+
+-- _append_events: several events in order, in one row update; a decision's marker.
+SELECT is(harvest._append_events((SELECT execution_id FROM run), ARRAY['TimerStarted', 'MarkerRecorded'],
+                                 ARRAY['{"seq": 2}', NULL]::jsonb[]), 5::bigint,
+          '_append_events() returns the id of the last event');
+SELECT results_eq(
+    $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.history_bytes,
+             (SELECT array_agg(ev.event_type || ' ' || ev.event_data::text ORDER BY ev.event_id)
+              FROM harvest.events AS ev WHERE ev.execution_id = e.id AND ev.event_id > 3)
+      FROM harvest.executions AS e WHERE e.id = (SELECT execution_id FROM run)$$,
+    $$SELECT 5::bigint, NULL::text, NULL::bigint,
+             (SELECT sum(octet_length(event_data::text))::bigint FROM harvest.events
+              WHERE execution_id = (SELECT execution_id FROM run)),
+             ARRAY['TimerStarted {"seq": 2}', 'MarkerRecorded {}']$$,
+    '_append_events(): ids 4 and 5 in order, the bytes counted, no decision recorded');
+SELECT is(harvest._append_events((SELECT execution_id FROM run), ARRAY['WorkflowTaskCompleted'],
+                                 ARRAY['{"through": 5, "worker_id": "w-core"}']::jsonb[], 'w-core', 5), 6::bigint,
+          '_append_events() with a decision marker');
+SELECT results_eq(
+    $$SELECT decided_by, decided_through FROM harvest.executions WHERE id = (SELECT execution_id FROM run)$$,
+    $$VALUES ('w-core'::text, 5::bigint)$$,
+    '_append_events(p_decided_by, p_decided_through) records who decided, and through what');
 
 -- _notify_queue
 SELECT lives_ok($$SELECT harvest._notify_queue('core_q')$$, '_notify_queue() sends a notification');

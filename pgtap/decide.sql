@@ -1,7 +1,7 @@
 -- functions/decide.sql: harvest.complete_workflow_task (the marker, the command
 -- events, activity and timer tasks, the run's end, re-enqueue, stale tokens and
 -- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
--- harvest._apply_decision (the decision on its own), harvest._append_decision_marker,
+-- harvest._apply_decision (the decision on its own),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
 SELECT plan(153);
@@ -544,10 +544,11 @@ SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.c
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cap_late')$$,
                 'a run failed by a cap gets no new workflow task');
 
--- _append_decision_marker: the WorkflowTaskCompleted marker and who decided, in one row update.
+-- A decision's marker: WorkflowTaskCompleted and who decided, in the same row update.
 SELECT pg_temp.start_and_claim('marker');
-SELECT lives_ok(format($$SELECT harvest._append_decision_marker('%s', 1, 'w-marker')$$, pg_temp.run('marker')),
-                '_append_decision_marker() succeeds');
+SELECT lives_ok(format($$SELECT harvest._apply_decision('%s', 1, '[]', 'w-marker', NULL, NULL, 0)$$,
+                       pg_temp.run('marker')),
+                '_apply_decision() of no commands succeeds');
 SELECT results_eq(
     $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.history_bytes, ev.event_type, ev.event_data,
              ev.created_at
@@ -558,7 +559,7 @@ SELECT results_eq(
               WHERE execution_id = pg_temp.run('marker')),
              'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "w-marker"}'::jsonb,
              '2030-01-01 00:02:00+00'::timestamptz$$,
-    '_append_decision_marker(): event 2 WorkflowTaskCompleted{through, worker_id}, decided_by/through and history_bytes');
+    '_apply_decision(): event 2 WorkflowTaskCompleted{through, worker_id}, decided_by/through and history_bytes');
 
 -- ---------------------------------------------------------------- _try_lock_claimed_task
 -- The non-raising lock: the row and no problem, or a problem (gone, kind, stale,

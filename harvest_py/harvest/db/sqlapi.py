@@ -49,10 +49,12 @@ SELECT * FROM harvest.complete_workflow_task(
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
+# The arrays go in binary (%b): psycopg's text form of an array escapes every quote
+# of every JSON element with a regular expression, a tenth of a busy worker's CPU.
 COMPLETE_ACTIVITIES = """
-SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)s, %(fencing_tokens)s,
-                                          %(results)s::jsonb[], %(hand_off)s, %(workflow_lease_secs)s,
-                                          %(decisions)s::jsonb[], %(event_cap)s, %(byte_cap)s)
+SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
+                                          %(results)b::jsonb[], %(hand_off)s, %(workflow_lease_secs)s,
+                                          %(decisions)b::jsonb[], %(event_cap)s, %(byte_cap)s)
 """
 FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(failure)s) AS outcome"
 HEARTBEAT_ACTIVITY = """
