@@ -128,3 +128,21 @@ def test_trusting_own_commits_skips_exactly_the_runs_own_events():
     assert e.recorded == 1 and e.run.settled
     e.resolve()
     assert run(e.task()).commands[-1]["result"]["sig"] == 1
+
+
+def test_a_query_reads_a_settled_run_only_while_the_history_has_nothing_new():
+    """worker/queries.py answers from the cached run when it is current: a run that took its
+    own commit's events as read is current while no event follows them."""
+    from harvest.worker.queries import _is_current
+
+    e = Engine(app, everything, [2], trust_own_commits=True,
+               resolver=resolver_from(resolve_all_in_order))
+    run(e.task())  # the children
+    e.resolve()
+    run(e.task(in_flight=lambda h: h.signal("go", 1)))  # the signal's timer
+    e.resolve()
+    run(e.task())  # the render activity: its events taken as read
+    assert e.run.settled and e.recorded == 1
+    assert _is_current(e.run, [])
+    assert not _is_current(e.run, [{"event_id": e.run.last_event_id + 1, "event_type": "SignalReceived",
+                                    "event_data": {"name": "x", "payload": None}}])

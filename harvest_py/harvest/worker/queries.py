@@ -48,11 +48,14 @@ def _event(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_current(run: WorkflowRun, events: list[dict[str, Any]]) -> bool:
-    """The history past the run's last event only confirms its last activation."""
+    """The history past the run's last event only confirms its last activation, or there is
+    none past it (the run took its own commit's events as read: WorkflowRun.recorded)."""
+    if run.settled:
+        return not events
     live = run._live
-    markers = [e for e in events if e["event_type"] == "WorkflowTaskCompleted"]
     if live is None or run.finished:
         return False
+    markers = [e for e in events if e["event_type"] == "WorkflowTaskCompleted"]
     return len(markers) == 1 and int((markers[0]["event_data"] or {}).get("through", -1)) == live[0]
 
 
