@@ -76,7 +76,7 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         return None
     try:
         result_text = jsonb.stored_text(result)
-    except ValueError:  # the database will refuse this result anyway
+    except (ValueError, TypeError):  # not storable as it stands: the plain path reports it
         worker.cache.put(execution_id, run)
         return None
     after = run.last_event_id

@@ -235,20 +235,22 @@ class Worker:
         return self.hand_off and not self._stopping.is_set()
 
     def reserve_slots(self, wanted: int) -> int:
-        """Promise up to ``wanted`` free slots to a commit that may hand tasks back.
+        """Promise up to ``wanted`` slots to a commit that may hand tasks back.
 
-        Called from a running task's handler, whose own slot frees when it returns,
-        so that slot counts as free. Give them back with :meth:`release_slots`.
+        Called from a running task's handler, whose own slot frees when it returns:
+        the first slot is that one, and only the others come out of the free ones
+        (so that many handlers finishing together can each hand on one task). Give
+        them back with :meth:`release_slots`.
         """
         if wanted <= 0 or not self.accepts_hand_off():
             return 0
-        free = self.concurrency - len(self._inflight) - self._reserved + 1
-        granted = max(0, min(wanted, free))
-        self._reserved += granted
+        free = max(0, self.concurrency - len(self._inflight) - self._reserved)
+        granted = min(wanted, 1 + free)
+        self._reserved += granted - 1
         return granted
 
     def release_slots(self, granted: int) -> None:
-        self._reserved -= granted
+        self._reserved -= max(0, granted - 1)
 
     def run_handed(self, task: dict[str, Any]) -> None:
         """Run a task a commit handed to this worker, as if the claim loop had claimed it."""

@@ -59,6 +59,9 @@ class StickyCache:
         if self.capacity <= 0:
             run.close()
             return
+        replaced = self._runs.pop(execution_id, None)
+        if replaced is not None and replaced is not run:
+            replaced.close()  # two tasks of one run raced; the later one's run stays
         self._runs[execution_id] = run
         while len(self._runs) > self.capacity:
             _, evicted = self._runs.popitem(last=False)
