@@ -348,6 +348,71 @@ BEGIN
 END;
 $$;
 
+-- A worker's group commit of decisions: complete many workflow tasks in one
+-- transaction, each as complete_workflow_task would. An item held under a stale
+-- token (or gone, or of the wrong kind, or past its lease) is refused on its own
+-- (outcome: the problem of _try_lock_claimed_task, with its message) and changes
+-- nothing; a decision the database refuses (a bad command) fails the whole call,
+-- and the worker then sends its items one by one.
+CREATE OR REPLACE FUNCTION harvest.complete_workflow_tasks(
+    p_worker_id text,
+    p_task_ids bigint[],
+    p_fencing_tokens bigint[],
+    p_throughs bigint[],
+    p_commands jsonb[],
+    p_hand_off_slots integer[],
+    p_event_cap bigint DEFAULT 50000,
+    p_byte_cap bigint DEFAULT 52428800
+)
+RETURNS TABLE (
+    task_id bigint, outcome text, message text, last_event_id bigint,
+    execution_status text, handed jsonb
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_item record;
+    v_try record;
+    v_decided record;
+    v_count integer := cardinality(p_task_ids);
+BEGIN
+    IF p_task_ids IS NULL OR v_count IS DISTINCT FROM cardinality(p_fencing_tokens)
+       OR v_count IS DISTINCT FROM cardinality(p_throughs)
+       OR v_count IS DISTINCT FROM cardinality(p_commands)
+       OR v_count IS DISTINCT FROM cardinality(p_hand_off_slots) THEN
+        RAISE EXCEPTION 'task ids, fencing tokens, throughs, commands and hand-off slots must be '
+            'arrays of one length' USING ERRCODE = 'HR001';
+    END IF;
+    -- Lock executions in one order in every batch, so two batches never deadlock.
+    -- (RETURN NEXT per item: a set query here would be planned on every call.)
+    FOR v_item IN
+        -- (A scalar probe per id, not a join: a cached generic plan of a join with
+        -- an id list scans the whole table.)
+        SELECT u.id, u.token, u.through, u.commands, u.slots
+        FROM unnest(p_task_ids, p_fencing_tokens, p_throughs, p_commands, p_hand_off_slots)
+            AS u (id, token, through, commands, slots)
+        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
+    LOOP
+        task_id := v_item.id;
+        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
+        outcome := coalesce(v_try.problem, 'completed');
+        message := v_try.message;
+        last_event_id := NULL;
+        execution_status := NULL;
+        handed := NULL;
+        IF v_try.problem IS NULL THEN
+            DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
+            v_decided := harvest._apply_decision((v_try.task).execution_id, v_item.through,
+                v_item.commands, p_worker_id, p_event_cap, p_byte_cap, v_item.slots);
+            last_event_id := v_decided.last_event_id;
+            execution_status := v_decided.execution_status;
+            handed := v_decided.handed;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;
+
 -- A workflow task that could not complete (non-determinism, a worker-side error):
 -- nothing is written to the history; the task is retried after a backoff, and the
 -- error is kept on the task for operators.

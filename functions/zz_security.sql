@@ -20,7 +20,8 @@ LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE
         WHEN p_name LIKE '\_%' THEN NULL
-        WHEN p_name IN ('claim_tasks', 'complete_workflow_task', 'fail_workflow_task', 'complete_activity',
+        WHEN p_name IN ('claim_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
+                        'fail_workflow_task', 'complete_activity',
                         'complete_activities',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'worker_heartbeat',
                         'release_worker_tasks', 'release_task', 'worker_sleep', 'stop_worker',

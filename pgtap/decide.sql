@@ -2,9 +2,10 @@
 -- events, activity and timer tasks, the run's end, re-enqueue, stale tokens and
 -- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
 -- harvest._apply_decision (the decision on its own),
+-- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(153);
+SELECT plan(180);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -816,6 +817,279 @@ SELECT results_eq(
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('apply')$$,
     $$VALUES ('HistoryEventCapExceeded'::text, 0::bigint)$$,
     '_apply_decision() past the cap: HistoryEventCapExceeded, no task left');
+
+-- ---------------------------------------------------------------- complete_workflow_tasks
+-- The worker's group commit of decisions: each item is applied as
+-- complete_workflow_task applies one, or refused on its own (gone, kind, stale,
+-- expired: its message, nothing written for it); a bad command fails the whole call.
+SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
+SELECT harvest.register_worker('batcher', ARRAY['wb_q'], 'host-b', 2);
+CREATE TEMP TABLE batch_rows (label text, n bigint, task_id bigint, outcome text, message text,
+                              last_event_id bigint, execution_status text, handed jsonb) ON COMMIT DROP;
+-- Complete the tasks of p_keys (through 1) in one call as worker 'batcher', keeping
+-- the rows in the order they came back (n); p_token_offsets shifts a token.
+CREATE FUNCTION pg_temp.batch(p_label text, p_keys text[], p_commands jsonb[], p_slots integer[],
+                              p_token_offsets bigint[] DEFAULT '{}')
+RETURNS void LANGUAGE sql AS $fn$
+    INSERT INTO batch_rows
+    SELECT p_label, r.n, r.task_id, r.outcome, r.message, r.last_event_id, r.execution_status, r.handed
+    FROM harvest.complete_workflow_tasks(
+        'batcher',
+        ARRAY(SELECT pg_temp.task(u.k) FROM unnest(p_keys) WITH ORDINALITY AS u (k, i) ORDER BY u.i),
+        ARRAY(SELECT pg_temp.token(u.k) + coalesce(p_token_offsets[u.i], 0)
+              FROM unnest(p_keys) WITH ORDINALITY AS u (k, i) ORDER BY u.i),
+        array_fill(1::bigint, ARRAY[cardinality(p_keys)]),
+        p_commands, p_slots)
+        WITH ORDINALITY AS r (task_id, outcome, message, last_event_id, execution_status, handed, n);
+$fn$;
+
+-- Two runs in one batch, hand-off slots 1 and 0; a third run decides the same as
+-- the first through complete_workflow_task.
+SELECT pg_temp.start_and_claim('wb_a');
+SELECT pg_temp.start_and_claim('wb_b');
+SELECT pg_temp.start_and_claim('wb_1');
+SELECT pg_temp.batch('pair', ARRAY['wb_a', 'wb_b'],
+    ARRAY['[{"type": "schedule_activity", "seq": 1, "name": "wb_act", "input": [1], "queue": "wb_q",
+             "options": {"start_to_close": 20}}]',
+          '[{"type": "schedule_activity", "seq": 1, "name": "wb_act", "input": [2], "queue": "wb_q",
+             "options": {"start_to_close": 20}}]']::jsonb[],
+    ARRAY[1, 0]);
+CREATE TEMP TABLE wb_single ON COMMIT DROP AS
+SELECT * FROM harvest.complete_workflow_task(pg_temp.task('wb_1'), pg_temp.token('wb_1'), 1,
+    '[{"type": "schedule_activity", "seq": 1, "name": "wb_act", "input": [1], "queue": "wb_q",
+       "options": {"start_to_close": 20}}]', 'batcher', p_hand_off_slots => 1);
+SELECT results_eq(
+    $$SELECT task_id, outcome, message, last_event_id, execution_status, jsonb_array_length(handed)
+      FROM batch_rows WHERE label = 'pair' ORDER BY task_id$$,
+    $$SELECT * FROM (VALUES (pg_temp.task('wb_a'), 'completed'::text, NULL::text, 3::bigint, 'RUNNING'::text, 1),
+                            (pg_temp.task('wb_b'), 'completed', NULL, 3, 'RUNNING', 0)) AS v ORDER BY 1$$,
+    'complete_workflow_tasks() of two runs: a row each, completed, with the last event id and RUNNING');
+SELECT results_eq(
+    $$SELECT c.key, ev.event_id, ev.event_type, ev.event_data
+      FROM harvest.events AS ev JOIN claimed AS c ON c.execution_id = ev.execution_id
+      WHERE c.key IN ('wb_a', 'wb_b') AND ev.event_id > 1 ORDER BY c.key, ev.event_id$$,
+    $$VALUES ('wb_a'::text, 2::bigint, 'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "batcher"}'::jsonb),
+             ('wb_a', 3, 'ActivityScheduled', '{"seq": 1, "name": "wb_act", "input": [1], "queue": "wb_q",
+                                               "options": {"start_to_close": 20}}'),
+             ('wb_b', 2, 'WorkflowTaskCompleted', '{"through": 1, "worker_id": "batcher"}'),
+             ('wb_b', 3, 'ActivityScheduled', '{"seq": 1, "name": "wb_act", "input": [2], "queue": "wb_q",
+                                               "options": {"start_to_close": 20}}')$$,
+    'complete_workflow_tasks(): each run gets WorkflowTaskCompleted{through, worker_id}, then its own ActivityScheduled');
+SELECT results_eq(
+    $$SELECT (h ->> 'task_id')::bigint, (h ->> 'execution_id')::uuid, h ->> 'activity_name', h -> 'input',
+             (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint, (h ->> 'lease_expires_at')::timestamptz
+      FROM batch_rows AS r, jsonb_array_elements(r.handed) AS h
+      WHERE r.label = 'pair' AND r.task_id = pg_temp.task('wb_a')$$,
+    $$SELECT t.id, t.execution_id, t.activity_name, t.input, t.attempt, t.fencing_token, t.lease_expires_at
+      FROM harvest.tasks AS t
+      WHERE t.execution_id = pg_temp.run('wb_a') AND t.status = 'running' AND t.lease_owner = 'batcher'
+        AND t.lease_expires_at = '2030-01-01 00:05:20+00'$$,
+    'complete_workflow_tasks(): slots 1: handed holds the activity, leased to the batch''s worker');
+SELECT results_eq(
+    $$SELECT r.handed, t.kind, t.status, t.fencing_token, t.lease_owner
+      FROM batch_rows AS r JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_b')
+      WHERE r.label = 'pair' AND r.task_id = pg_temp.task('wb_b')$$,
+    $$VALUES ('[]'::jsonb, 'activity'::text, 'pending'::text, 0::bigint, NULL::text)$$,
+    'complete_workflow_tasks(): slots 0: handed is [], the activity task is pending');
+SELECT is_empty(
+    $$SELECT 1 FROM harvest.tasks
+      WHERE id IN (pg_temp.task('wb_a'), pg_temp.task('wb_b'))
+         OR (execution_id IN (pg_temp.run('wb_a'), pg_temp.run('wb_b')) AND kind = 'workflow')$$,
+    'complete_workflow_tasks(): the workflow tasks are deleted, and no new one is made');
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at FROM harvest.events AS ev
+      WHERE ev.execution_id = pg_temp.run('wb_a') AND ev.event_id > 1 ORDER BY ev.event_id$$,
+    $$SELECT ev.event_id, ev.event_type, ev.event_data, ev.created_at FROM harvest.events AS ev
+      WHERE ev.execution_id = pg_temp.run('wb_1') AND ev.event_id > 1 ORDER BY ev.event_id$$,
+    'complete_workflow_tasks() writes the history complete_workflow_task writes for the same decision');
+SELECT results_eq(
+    $$SELECT e.last_event_id, e.status, e.decided_by, e.decided_through, e.history_bytes
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('wb_a')$$,
+    $$SELECT e.last_event_id, e.status, e.decided_by, e.decided_through, e.history_bytes
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('wb_1')$$,
+    'complete_workflow_tasks() leaves the run as complete_workflow_task does (decided_by/through, history_bytes)');
+SELECT results_eq(
+    $$SELECT r.last_event_id, r.execution_status,
+             (r.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'task_queue', 'fencing_token'],
+             t.kind, t.queue, t.priority, t.status, t.attempt, t.seq, t.activity_name, t.input, t.options,
+             t.due_at, t.scheduled_at, t.deadline_at, t.started_at, t.lease_owner, t.lease_expires_at
+      FROM batch_rows AS r JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_a')
+      WHERE r.label = 'pair' AND r.task_id = pg_temp.task('wb_a')$$,
+    $$SELECT s.last_event_id, s.execution_status,
+             (s.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'task_queue', 'fencing_token'],
+             t.kind, t.queue, t.priority, t.status, t.attempt, t.seq, t.activity_name, t.input, t.options,
+             t.due_at, t.scheduled_at, t.deadline_at, t.started_at, t.lease_owner, t.lease_expires_at
+      FROM wb_single AS s JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_1')$$,
+    'complete_workflow_tasks(): the answer, the handed task and its row as complete_workflow_task''s (modulo ids)');
+
+-- Refused items: a stale token and an expired lease; the batch's other item is applied.
+SELECT pg_temp.start_and_claim('wb_e');  -- its lease ends at 00:05:30
+SET LOCAL harvest.fake_now = '2030-01-01 00:06:00+00';
+SELECT pg_temp.start_and_claim('wb_s');
+SELECT pg_temp.start_and_claim('wb_f');
+SELECT pg_temp.batch('refuse', ARRAY['wb_s', 'wb_e', 'wb_f'],
+    ARRAY['[{"type": "start_timer", "seq": 1, "duration": 60}]', '[{"type": "start_timer", "seq": 1, "duration": 60}]',
+          '[{"type": "start_timer", "seq": 1, "duration": 60}]']::jsonb[],
+    ARRAY[0, 0, 0], ARRAY[-1, 0, 0]);
+SELECT results_eq(
+    $$SELECT task_id, outcome, message, last_event_id, execution_status, handed
+      FROM batch_rows WHERE label = 'refuse' ORDER BY task_id$$,
+    $$SELECT * FROM (VALUES
+        (pg_temp.task('wb_s'), 'stale'::text,
+         format('task %s was claimed again (fencing token %s is stale)', pg_temp.task('wb_s'), pg_temp.token('wb_s') - 1),
+         NULL::bigint, NULL::text, NULL::jsonb),
+        (pg_temp.task('wb_e'), 'expired',
+         format('task %s: the lease expired at 2030-01-01 00:05:30+00, so this result is refused', pg_temp.task('wb_e')),
+         NULL, NULL, NULL),
+        (pg_temp.task('wb_f'), 'completed', NULL, 3, 'RUNNING', '[]')) AS v ORDER BY 1$$,
+    'complete_workflow_tasks(): a stale token and an expired lease are refused on their own, with messages naming the task');
+SELECT results_eq(
+    $$SELECT c.key, e.last_event_id, e.decided_by, t.kind, t.status, t.fencing_token = c.token, t.lease_owner
+      FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+      JOIN harvest.tasks AS t ON t.execution_id = c.execution_id
+      WHERE c.key IN ('wb_e', 'wb_s') ORDER BY c.key$$,
+    $$VALUES ('wb_e'::text, 1::bigint, NULL::text, 'workflow'::text, 'running'::text, true, 'worker-1'::text),
+             ('wb_s', 1, NULL, 'workflow', 'running', true, 'worker-1')$$,
+    'complete_workflow_tasks(): a refused item writes nothing: no event, no timer, its workflow task as it was');
+SELECT results_eq(
+    $$SELECT ev.event_type, ev.event_data, t.kind, t.due_at
+      FROM harvest.events AS ev JOIN harvest.tasks AS t ON t.execution_id = ev.execution_id
+      WHERE ev.execution_id = pg_temp.run('wb_f') AND ev.event_id > 1 ORDER BY ev.event_id$$,
+    $$VALUES ('WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "batcher"}'::jsonb,
+              'timer'::text, '2030-01-01 00:07:00+00'::timestamptz),
+             ('TimerStarted', '{"seq": 1, "fire_at": "2030-01-01T00:07:00+00:00"}', 'timer', '2030-01-01 00:07:00+00')$$,
+    'complete_workflow_tasks(): the batch''s good item is applied beside the refused ones');
+
+-- An activity task's id: kind. A decision that completes the run: COMPLETED, handed [].
+INSERT INTO claimed
+SELECT 'wb_act', t.execution_id, t.id, t.fencing_token FROM harvest.tasks AS t
+WHERE t.execution_id = pg_temp.run('wb_b') AND t.kind = 'activity';
+SELECT pg_temp.start_and_claim('wb_c');
+SELECT pg_temp.batch('end', ARRAY['wb_act', 'wb_c'],
+    ARRAY['[]', '[{"type": "schedule_activity", "seq": 1, "name": "wb_act", "queue": "wb_q"},
+                  {"type": "complete_workflow", "result": {"ok": true}}]']::jsonb[],
+    ARRAY[0, 1]);
+SELECT results_eq(
+    $$SELECT task_id, outcome, message, last_event_id, execution_status, handed
+      FROM batch_rows WHERE label = 'end' ORDER BY task_id$$,
+    $$SELECT * FROM (VALUES
+        (pg_temp.task('wb_act'), 'kind'::text,
+         format('task %s is a activity task, not a workflow task', pg_temp.task('wb_act')),
+         NULL::bigint, NULL::text, NULL::jsonb),
+        (pg_temp.task('wb_c'), 'completed', NULL, 4, 'COMPLETED', '[]')) AS v ORDER BY 1$$,
+    'complete_workflow_tasks(): an activity task''s id: kind; complete_workflow: COMPLETED, handed [] despite slots 1');
+SELECT results_eq(
+    $$SELECT t.kind, t.status, t.fencing_token, e.last_event_id
+      FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+      WHERE t.id = pg_temp.task('wb_act')$$,
+    $$VALUES ('activity'::text, 'pending'::text, 0::bigint, 3::bigint)$$,
+    'complete_workflow_tasks(): the activity task of a kind item is left as it was');
+SELECT results_eq(
+    $$SELECT e.status, e.output, ev.event_type, (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = e.last_event_id
+      WHERE e.id = pg_temp.run('wb_c')$$,
+    $$VALUES ('COMPLETED'::text, '{"ok": true}'::jsonb, 'WorkflowCompleted'::text, 0::bigint)$$,
+    'complete_workflow_tasks(): the run is COMPLETED with its result, no task left (not the one it would have handed)');
+
+-- A bad command in one item fails the whole call. The good item's run sorts first,
+-- so it is applied before the bad one raises (the input lists the bad one first).
+SELECT pg_temp.start_and_claim('wb_x1');
+SELECT pg_temp.start_and_claim('wb_x2');
+CREATE TEMP TABLE wb_x ON COMMIT DROP AS
+SELECT key, row_number() OVER (ORDER BY execution_id) AS pos FROM claimed WHERE key IN ('wb_x1', 'wb_x2');
+CREATE FUNCTION pg_temp.x(p_pos integer) RETURNS text LANGUAGE sql AS $fn$
+    SELECT key FROM wb_x WHERE pos = p_pos;
+$fn$;
+SELECT throws_ok(
+    format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s, %s]::bigint[], ARRAY[%s, %s]::bigint[],
+               '{1, 1}', ARRAY['[{"type": "launch_rocket"}]',
+                               '[{"type": "schedule_activity", "seq": 1, "name": "wb_act", "queue": "wb_q"}]']::jsonb[],
+               '{1, 1}')$$,
+           pg_temp.task(pg_temp.x(2)), pg_temp.task(pg_temp.x(1)), pg_temp.token(pg_temp.x(2)), pg_temp.token(pg_temp.x(1))),
+    'HR001', 'unknown command type "launch_rocket"',
+    'complete_workflow_tasks(): an unknown command in one item fails the whole call: HR001');
+SELECT results_eq(
+    $$SELECT c.key, e.last_event_id, e.decided_by, t.kind, t.status, t.fencing_token = c.token
+      FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+      JOIN harvest.tasks AS t ON t.execution_id = c.execution_id
+      WHERE c.key IN ('wb_x1', 'wb_x2') ORDER BY c.key$$,
+    $$VALUES ('wb_x1'::text, 1::bigint, NULL::text, 'workflow'::text, 'running'::text, true),
+             ('wb_x2', 1, NULL, 'workflow', 'running', true)$$,
+    'complete_workflow_tasks(): nothing of the failed call is written, not even the item applied before the bad one');
+SELECT results_eq(
+    format($$SELECT outcome, last_event_id, jsonb_array_length(handed) FROM harvest.complete_workflow_tasks('batcher',
+               ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], '{1}',
+               ARRAY['[{"type": "schedule_activity", "seq": 1, "name": "wb_act", "queue": "wb_q"}]']::jsonb[], '{1}')$$,
+           pg_temp.task(pg_temp.x(1)), pg_temp.token(pg_temp.x(1))),
+    $$VALUES ('completed'::text, 3::bigint, 1)$$,
+    'complete_workflow_tasks(): the good item sent again on its own completes');
+
+-- Argument checks.
+SELECT pg_temp.start_and_claim('wb_y');
+SELECT throws_ok(
+    format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
+               '{}', ARRAY['[]']::jsonb[], '{0}')$$, pg_temp.task('wb_y'), pg_temp.token('wb_y')),
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length',
+    'complete_workflow_tasks() with p_throughs shorter: HR001');
+SELECT throws_ok(
+    format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
+               '{1}', ARRAY['[]']::jsonb[], '{0, 0}')$$, pg_temp.task('wb_y'), pg_temp.token('wb_y')),
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length',
+    'complete_workflow_tasks() with p_hand_off_slots longer: HR001');
+SELECT throws_ok(
+    $$SELECT * FROM harvest.complete_workflow_tasks('batcher', NULL, NULL, NULL, NULL, NULL)$$,
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length',
+    'complete_workflow_tasks() with NULL task ids: HR001');
+SELECT throws_ok(
+    format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], NULL, '{1}',
+               ARRAY['[]']::jsonb[], '{0}')$$, pg_temp.task('wb_y')),
+    'HR001', NULL, 'complete_workflow_tasks() with NULL fencing tokens: HR001');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('wb_y')), 1::bigint,
+          'complete_workflow_tasks(): the refused calls wrote nothing');
+SELECT is_empty($$SELECT * FROM harvest.complete_workflow_tasks('batcher', '{}', '{}', '{}', '{}', '{}')$$,
+                'complete_workflow_tasks() of empty arrays: no rows');
+
+-- One row per item, matched by task id: the items are applied (and the rows come
+-- back) in execution-id order, not in the order sent. Sent here in descending
+-- execution-id order, an unknown task first and one task twice; run wb_oN's
+-- decision starts N timers, so each row's last_event_id tells whose it is.
+SET LOCAL harvest.fake_now = '2030-01-01 00:07:00+00';
+SELECT pg_temp.start_and_claim('wb_o1');
+SELECT pg_temp.start_and_claim('wb_o2');
+SELECT pg_temp.start_and_claim('wb_o3');
+INSERT INTO claimed VALUES ('wb_gone', NULL, -1, 1);
+CREATE TEMP TABLE wb_sent ON COMMIT DROP AS
+SELECT row_number() OVER (ORDER BY c.execution_id DESC NULLS FIRST, u.i) AS i, c.key
+FROM unnest(ARRAY['wb_o1', 'wb_o1', 'wb_o2', 'wb_o3', 'wb_gone']) WITH ORDINALITY AS u (key, i)
+JOIN claimed AS c ON c.key = u.key;
+SELECT pg_temp.batch('order',
+    ARRAY(SELECT key FROM wb_sent ORDER BY i),
+    ARRAY(SELECT coalesce((SELECT jsonb_agg(jsonb_build_object('type', 'start_timer', 'seq', s, 'duration', 60))
+                           FROM generate_series(1, CASE key WHEN 'wb_gone' THEN 0 ELSE right(key, 1)::integer END) AS s),
+                          '[]')
+          FROM wb_sent ORDER BY i),
+    array_fill(0, ARRAY[5]));
+SELECT results_eq(
+    $$SELECT task_id, outcome, last_event_id, execution_status FROM batch_rows WHERE label = 'order'
+      ORDER BY task_id, outcome$$,
+    $$SELECT * FROM (VALUES (-1::bigint, 'gone'::text, NULL::bigint, NULL::text),
+                            (pg_temp.task('wb_o1'), 'completed', 3, 'RUNNING'),
+                            (pg_temp.task('wb_o1'), 'gone', NULL, NULL),
+                            (pg_temp.task('wb_o2'), 'completed', 4, 'RUNNING'),
+                            (pg_temp.task('wb_o3'), 'completed', 5, 'RUNNING')) AS v ORDER BY 1, 2$$,
+    'complete_workflow_tasks(): one row per item, each with its own item''s answer (a task sent twice: completed, then gone)');
+SELECT results_eq(
+    $$SELECT c.key, e.last_event_id FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+      WHERE c.key LIKE 'wb_o_' ORDER BY c.key$$,
+    $$VALUES ('wb_o1'::text, 3::bigint), ('wb_o2', 4), ('wb_o3', 5)$$,
+    'complete_workflow_tasks(): each decision went to its own run');
+SELECT is(ARRAY(SELECT task_id FROM batch_rows WHERE label = 'order' ORDER BY n),
+          ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN claimed AS c ON c.key = s.key
+                ORDER BY c.execution_id NULLS LAST, s.i),
+          'complete_workflow_tasks(): the rows come back in execution-id order (an unknown task last)');
+SELECT isnt(ARRAY(SELECT task_id FROM batch_rows WHERE label = 'order' ORDER BY n),
+            ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN claimed AS c ON c.key = s.key ORDER BY s.i),
+            'complete_workflow_tasks(): which is not the order the items were sent in: match rows by task_id');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -220,6 +220,11 @@ TRAPS = [
          {"tasks": {"tasks_pkey"}},
          f"activities.sql: {ID_LIST}, e.g. ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t "
          "WHERE t.id = u.id), u.id", id="complete_activities-order"),
+    case(Statement("complete_workflow_tasks", r"SELECT u\.id, u\.token, u\.through",
+                   {"p_task_ids": "bigint[]", "p_fencing_tokens": "bigint[]", "p_throughs": "bigint[]",
+                    "p_commands": "jsonb[]", "p_hand_off_slots": "integer[]"}),
+         {"tasks": {"tasks_pkey"}},
+         f"decide.sql: {ID_LIST}, as complete_activities", id="complete_workflow_tasks-order"),
     case(Statement("_may_decide_on_result", r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
                    {"v_execution.id": "uuid"}),
          {"tasks": {"tasks_one_workflow_task", "tasks_execution"}},

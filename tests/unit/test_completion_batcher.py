@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from harvest.errors import InvalidArgument, StaleTask
-from harvest.worker.completions import CompletionBatcher, Recorded
+from harvest.worker.completions import CompletionBatcher, DecisionBatcher, Recorded
 
 
 class FakeSql:
@@ -170,3 +170,58 @@ def test_a_lone_refused_decision_is_retried_without_it():
 
     assert run(main()) == Recorded()
     assert sql.decisions == [[True], [False]]
+
+
+class FakeDecisionSql:
+    """complete_workflow_tasks: 'stale' for ids in stale; a {"type": "bad"} command fails the call."""
+
+    def __init__(self, stale=()):
+        self.stale = set(stale)
+        self.batches: list[list[int]] = []
+
+    async def complete_workflow_tasks(self, worker_id, items, event_cap, byte_cap):
+        self.batches.append([item[0] for item in items])
+        await asyncio.sleep(0.01)
+        if any({"type": "bad"} in item[3] for item in items):
+            raise InvalidArgument('unknown command type "bad"')
+        return [{"task_id": task_id, "outcome": "stale" if task_id in self.stale else "completed",
+                 "message": f"task {task_id} is stale", "last_event_id": through + 1 + len(commands),
+                 "execution_status": "RUNNING", "handed": []}
+                for task_id, _token, through, commands, _slots in items]
+
+
+class FakeDecidingWorker(FakeWorker):
+    def __init__(self, sql: FakeDecisionSql):
+        self.sql = sql
+
+
+def test_decisions_made_together_share_a_commit_and_a_bad_one_fails_alone():
+    sql = FakeDecisionSql(stale={3})
+
+    async def main():
+        batcher = DecisionBatcher(FakeDecidingWorker(sql))
+        first = asyncio.create_task(batcher.complete(1, 1, 4, [], 0))
+        await asyncio.sleep(0.001)  # in flight: the next three share a batch
+        rest = await asyncio.gather(batcher.complete(2, 1, 4, [{"type": "bad"}], 0),
+                                    batcher.complete(3, 1, 4, [], 0),
+                                    batcher.complete(4, 1, 7, [{"type": "x"}], 1),
+                                    return_exceptions=True)
+        return [await first, *rest]
+
+    first, bad, stale, fine = run(main())
+    assert first["last_event_id"] == 5 and fine["last_event_id"] == 9
+    assert isinstance(bad, InvalidArgument)
+    assert isinstance(stale, StaleTask)
+    # The batch with the bad decision failed as a whole, then went item by item.
+    assert sql.batches == [[1], [2, 3, 4], [2], [3], [4]]
+
+
+def test_a_lone_decision_the_database_refuses_raises_for_its_caller():
+    sql = FakeDecisionSql()
+
+    async def main():
+        await DecisionBatcher(FakeDecidingWorker(sql)).complete(1, 1, 4, [{"type": "bad"}], 0)
+
+    with pytest.raises(InvalidArgument):
+        run(main())
+    assert sql.batches == [[1]]

@@ -46,6 +46,11 @@ SELECT * FROM harvest.complete_workflow_task(
     %(task_id)s, %(fencing_token)s, %(through)s, %(commands)s, %(worker_id)s,
     %(event_cap)s, %(byte_cap)s, %(hand_off_slots)s)
 """
+COMPLETE_WORKFLOW_TASKS = """
+SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
+                                              %(throughs)b, %(commands)b::jsonb[],
+                                              %(hand_off_slots)b::integer[], %(event_cap)s, %(byte_cap)s)
+"""
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
@@ -435,6 +440,18 @@ class AsyncSqlApi:
         return await self._one(COMPLETE_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
                                through=through, commands=_jsonb(commands), worker_id=worker_id,
                                event_cap=event_cap, byte_cap=byte_cap, hand_off_slots=hand_off_slots)
+
+    async def complete_workflow_tasks(self, worker_id: str,
+                                      items: list[tuple[int, int, int, list[dict[str, Any]], int]],
+                                      event_cap: int | None = 50_000,
+                                      byte_cap: int | None = 50 * 1024 * 1024) -> list[dict[str, Any]]:
+        """Commit (task id, fencing token, through, commands, hand-off slots) decisions in one
+        transaction; one row per item (functions/decide.sql)."""
+        return await self._all(COMPLETE_WORKFLOW_TASKS, worker_id=worker_id,
+                               task_ids=[i[0] for i in items], fencing_tokens=[i[1] for i in items],
+                               throughs=[i[2] for i in items], commands=[_jsonb(i[3]) for i in items],
+                               hand_off_slots=[i[4] for i in items], event_cap=event_cap,
+                               byte_cap=byte_cap)
 
     async def fail_workflow_task(self, task_id: int, fencing_token: int, failure: dict[str, Any],
                                  retry_in_secs: float) -> None:

@@ -36,7 +36,7 @@ from harvest.db.sqlapi import AsyncSqlApi
 from harvest.definitions import App
 from harvest.errors import InvalidArgument, PermissionDenied, SchemaMismatch
 from harvest.worker.activities import run_activity_task
-from harvest.worker.completions import CompletionBatcher
+from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
@@ -100,6 +100,7 @@ class Worker:
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
         self.decided_ahead = 0  # decisions committed with the result they decided on
         self.completions = CompletionBatcher(self)
+        self.decisions = DecisionBatcher(self)
         self.completed_tasks = 0
         # Process roles (harvest/config.py): which runtimes this process runs. run_worker is the
         # claim loop (with its registry row, notifications, queries); run_scanner the

@@ -135,10 +135,9 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
     slots = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"))
     try:
-        outcome = await worker.sql.complete_workflow_task(task_id, token, activation.through,
-                                                          activation.commands, worker.worker_id,
-                                                          worker.history_event_hard_cap,
-                                                          worker.history_byte_hard_cap, slots)
+        # Group commit (worker/completions.py): decisions made together share a transaction.
+        outcome = await worker.decisions.complete(task_id, token, activation.through,
+                                                  activation.commands, slots)
     except StaleTask as stale:
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
         run.close()
