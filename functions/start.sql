@@ -218,3 +218,52 @@ BEGIN
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
 $$;
+
+-- A client's group commit of starts: each element of p_starts (a JSON array of
+-- objects with start_workflow's arguments, without the p_ prefix) is started as
+-- start_workflow would, in one transaction; n is the element's position (from 1).
+-- Any start that raises fails the whole call; the client then starts the
+-- elements one by one, so each gets its own answer or error. Starts of named
+-- runs go in (workflow_name, workflow_id) order, so two batches take the start
+-- locks in one order.
+CREATE OR REPLACE FUNCTION harvest.start_workflows(p_starts jsonb)
+RETURNS TABLE (n integer, execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_start record;
+    v_row record;
+BEGIN
+    IF p_starts IS NULL OR jsonb_typeof(p_starts) <> 'array' THEN
+        RAISE EXCEPTION 'starts must be a JSON array of objects' USING ERRCODE = 'HR001';
+    END IF;
+    FOR v_start IN
+        SELECT s.value AS args, s.ordinality::integer AS n
+        FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
+        ORDER BY s.value ->> 'workflow_name', s.value ->> 'workflow_id' NULLS LAST, s.ordinality
+    LOOP
+        IF jsonb_typeof(v_start.args) IS DISTINCT FROM 'object'
+           OR jsonb_typeof(v_start.args -> 'workflow_name') IS DISTINCT FROM 'string' THEN
+            RAISE EXCEPTION 'start % needs "workflow_name" as a JSON string', v_start.n
+                USING ERRCODE = 'HR001';
+        END IF;
+        SELECT * INTO v_row FROM harvest.start_workflow(
+            p_workflow_name => v_start.args ->> 'workflow_name',
+            p_input => coalesce(v_start.args -> 'input', '[]'::jsonb),
+            p_workflow_id => v_start.args ->> 'workflow_id',
+            p_task_queue => coalesce(v_start.args ->> 'task_queue', 'default'),
+            p_reuse_policy => coalesce(v_start.args ->> 'reuse_policy', 'allow_duplicate'),
+            p_conflict_policy => coalesce(v_start.args ->> 'conflict_policy', 'unspecified'),
+            p_search_attributes => coalesce(v_start.args -> 'search_attributes', '{}'::jsonb),
+            p_priority => coalesce((v_start.args ->> 'priority')::integer, 0),
+            p_execution_timeout_secs => (v_start.args ->> 'execution_timeout')::double precision,
+            p_run_timeout_secs => (v_start.args ->> 'run_timeout')::double precision);
+        n := v_start.n;
+        execution_id := v_row.execution_id;
+        workflow_id := v_row.workflow_id;
+        status := v_row.status;
+        started_fresh := v_row.started_fresh;
+        RETURN NEXT;
+    END LOOP;
+END;
+$$;

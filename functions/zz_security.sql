@@ -37,7 +37,8 @@ AS $$
                         'list_audit_log', 'concurrency_status', 'get_rate_limit', 'version_usage',
                         'quota_usage', 'mutex_status', 'pending_starts_status', 'usage_report')
             THEN 'harvest_reader'
-        WHEN p_name IN ('start_workflow', 'signal_with_start', 'signal_workflow', 'cancel_workflow',
+        WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
+                        'cancel_workflow',
                         'replay_dead_letter', 'bulk_replay_dead_letters', 'request_query', 'request_update',
                         'update_with_start', 'get_query_request') THEN 'harvest_operator'
         ELSE 'harvest_admin'

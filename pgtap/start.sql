@@ -1,7 +1,7 @@
--- functions/start.sql: harvest.start_workflow — minted ids, shards, the first
+-- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(80);
+SELECT plan(89);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -253,6 +253,42 @@ SELECT is((SELECT execution_id FROM harvest.start_workflow('other_name', '[]', '
           (SELECT execution_id FROM new_run), true, 'the key is (workflow_name, workflow_id): another name starts anew');
 SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT execution_id FROM old_run)), 'COMPLETED',
           'the terminal prior is left as it was');
+
+-- start_workflows: a client's group commit of starts, each as start_workflow.
+CREATE TEMP TABLE batch ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflows($$[
+    {"workflow_name": "batch_wf", "workflow_id": "b-2", "input": [2], "task_queue": "batch_q",
+     "priority": 3, "search_attributes": {"k": "v"}, "run_timeout": 60},
+    {"workflow_name": "batch_wf", "workflow_id": "b-1", "input": [1]},
+    {"workflow_name": "batch_wf", "input": []},
+    {"workflow_name": "batch_wf", "workflow_id": "b-1", "input": [9]}
+]$$);
+SELECT results_eq(
+    $$SELECT n, workflow_id, status, started_fresh FROM batch WHERE n <> 3 ORDER BY n$$,
+    $$VALUES (1, 'b-2'::text, 'RUNNING'::text, true), (2, 'b-1'::text, 'RUNNING'::text, true),
+             (4, 'b-1'::text, 'RUNNING'::text, false)$$,
+    'start_workflows(): one row per start by position; a second start of b-1 attaches (allow_duplicate)');
+SELECT is((SELECT execution_id FROM batch WHERE n = 4), (SELECT execution_id FROM batch WHERE n = 2),
+          'the attaching start answers with the run the batch started');
+SELECT ok((SELECT started_fresh AND workflow_id IS NOT NULL FROM batch WHERE n = 3),
+          'a start without a workflow_id gets a minted one');
+SELECT results_eq(
+    $$SELECT e.task_queue, e.input, e.search_attributes, t.priority, t.queue,
+             e.timeout_at - e.created_at
+      FROM batch AS b JOIN harvest.executions AS e ON e.id = b.execution_id
+      JOIN harvest.tasks AS t ON t.execution_id = e.id WHERE b.n = 1$$,
+    $$VALUES ('batch_q'::text, '[2]'::jsonb, '{"k": "v"}'::jsonb, 3, 'batch_q'::text, interval '60 seconds')$$,
+    'each start gets its queue, input, search attributes, priority and timeout; defaults fill the rest');
+SELECT is((SELECT task_queue FROM harvest.executions WHERE id = (SELECT execution_id FROM batch WHERE n = 2)),
+          'default', 'a start without a task_queue goes to "default"');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "batch_wf", "workflow_id": "b-1",
+                                                             "reuse_policy": "reject_duplicate"}]')$$,
+                 'HR003', NULL, 'a start the policy refuses fails the call with its own error (HR003)');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"input": []}]')$$, 'HR001',
+                 'start 1 needs "workflow_name" as a JSON string', 'a start without a name: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('{"workflow_name": "x"}')$$, 'HR001',
+                 'starts must be a JSON array of objects', 'starts that are not an array: HR001');
+SELECT is_empty($$SELECT * FROM harvest.start_workflows('[]')$$, 'start_workflows() of nothing: no rows');
 
 SELECT * FROM finish();
 ROLLBACK;

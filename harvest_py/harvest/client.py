@@ -24,6 +24,7 @@ from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.definitions import WorkflowDefinition, parse_duration
 from harvest.errors import (
+    HarvestError,
     InvalidArgument,
     TimeoutError_,
     WorkflowCancelled,
@@ -32,6 +33,7 @@ from harvest.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
+from harvest.group_commit import GroupCommit
 
 REUSE_POLICIES = ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate",
                   "terminate_if_running")
@@ -402,13 +404,44 @@ class AsyncWorkflowHandle:
                 pass
 
 
+class _StartBatcher(GroupCommit):
+    """Concurrent starts of one AsyncClient share a transaction (harvest.start_workflows)."""
+
+    what = "starts"
+
+    def __init__(self, sql: AsyncSqlApi):
+        super().__init__()
+        self._sql = sql
+
+    async def start(self, call: dict[str, Any]) -> dict[str, Any]:
+        return await self._submit(call)
+
+    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+        return await self._sql.start_workflows([call for (call,) in items])
+
+    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+        by_n = {row["n"]: row for row in rows}
+        for n, (_call, future) in enumerate(batch, start=1):
+            if future.done():
+                continue
+            if n in by_n:
+                future.set_result(by_n[n])
+            else:
+                future.set_exception(HarvestError(f"start {n}: no answer in the batch"))
+
+
 class AsyncClient:
-    """An asyncio client; create with ``await AsyncClient.connect(dsn)``."""
+    """An asyncio client; create with ``await AsyncClient.connect(dsn)``.
+
+    Starts made concurrently (without ``connection=``) share a transaction: each
+    returns once its run is committed, and one that fails gets its own error.
+    """
 
     def __init__(self, dsn: str, pool: AsyncConnectionPool):
         self.dsn = dsn
         self._pool = pool
         self.sql = AsyncSqlApi(pool)
+        self._starts = _StartBatcher(self.sql)
 
     @classmethod
     async def connect(cls, dsn: str | None = None, *, pool_size: int = 4,
@@ -444,7 +477,7 @@ class AsyncClient:
         if connection is not None:
             row = await AsyncSqlApi(_SingleConnection(connection)).start_workflow(**call)
         else:
-            row = await self.sql.start_workflow(**call)
+            row = await self._starts.start(call)
         return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                                    row["started_fresh"])
 

@@ -89,3 +89,37 @@ def test_concurrent_identical_starts_converge(db: str, conflict: str) -> None:
     assert len(running) == 1
     if conflict == "use_existing":
         assert set(ids) == {running[0][0]}
+
+
+def test_concurrent_async_starts_share_commits_and_a_refused_one_fails_alone(db: str) -> None:
+    """AsyncClient group-commits concurrent starts (harvest.start_workflows); a start its policy
+    refuses fails the shared batch, which then goes start by start: only that one raises."""
+    import asyncio
+
+    from harvest import AsyncClient
+
+    async def main():
+        async with await AsyncClient.connect(db, check_schema=False) as aclient:
+            await aclient.start_workflow("wf", workflow_id="taken")
+            starts = [aclient.start_workflow("wf", 1, workflow_id=f"w-{i}") for i in range(30)]
+            starts.append(aclient.start_workflow("wf", workflow_id="taken", reuse_policy="reject_duplicate"))
+            outcomes = await asyncio.gather(*starts, return_exceptions=True)
+            before = aclient._starts.batches
+            more = await asyncio.gather(*(aclient.start_workflow("wf", workflow_id=f"m-{i}")
+                                          for i in range(20)))
+            assert len({h.execution_id for h in more}) == 20
+            assert aclient._starts.batches - before == 1  # 20 starts made together: one commit
+            return outcomes, aclient._starts
+
+    outcomes, batcher = asyncio.run(main())
+    *fine, refused = outcomes
+    assert isinstance(refused, WorkflowAlreadyExists)
+    assert all(h.started_fresh and h.execution_id for h in fine)
+    assert sorted(h.workflow_id for h in fine) == sorted(f"w-{i}" for i in range(30))
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'w-%'"
+                            ).fetchone()[0] == 30
+    # The first start went alone; the other 31, made together, were sent as one batch,
+    # which the refused start sank; they were then committed one by one (only commits
+    # that succeeded count: the first, and 30 of the 31).
+    assert (batcher.batches, batcher.items) == (32, 51)

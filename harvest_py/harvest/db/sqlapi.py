@@ -26,6 +26,7 @@ SELECT * FROM harvest.start_workflow(
     p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
     p_run_timeout_secs => %(run_timeout)s)
 """
+START_WORKFLOWS = "SELECT * FROM harvest.start_workflows(%(starts)s)"
 SIGNAL_WORKFLOW = """
 SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s) AS event_id
 """
@@ -393,6 +394,11 @@ class AsyncSqlApi:
                                reuse_policy=reuse_policy, conflict_policy=conflict_policy,
                                search_attributes=_jsonb(search_attributes), priority=priority,
                                execution_timeout=execution_timeout, run_timeout=run_timeout)
+
+    async def start_workflows(self, starts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Start many (start_workflow's arguments, by name, per start) in one transaction;
+        one row per start, ``n`` its position from 1."""
+        return await self._all(START_WORKFLOWS, starts=_jsonb(starts))
 
     async def signal_workflow(self, execution_id: str, signal_name: str, payload: Any) -> int:
         return (await self._one(SIGNAL_WORKFLOW, execution_id=execution_id, signal_name=signal_name,

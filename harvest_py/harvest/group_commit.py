@@ -1,0 +1,96 @@
+"""Group commit: many callers' writes, one transaction.
+
+A caller hands its item to a batcher and waits. One flush is in flight at a
+time; items that arrive while it runs wait for the next one, so a lone caller
+commits at once and busy ones share a transaction, one WAL flush and one round
+trip for the lot. Where a commit's WAL flush costs CPU (it cost this project's
+benchmark machine about 0.35 ms of server CPU), that is most of the saving.
+
+Used by the worker for activity results and decisions (worker/completions.py)
+and by ``AsyncClient`` for starts (client.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+log = logging.getLogger("harvest")
+
+# The most items one transaction carries (a bound on its lock set and duration).
+MAX_BATCH = 100
+
+
+class GroupCommit:
+    """One flush in flight; the items that arrive meanwhile go in the next one.
+
+    An item is a tuple whose last element is the future its caller awaits.
+    Subclasses send a batch (``_send``) and hand each caller its answer
+    (``_settle``); a batch that fails as a whole may be sent again item by item.
+    """
+
+    what = "items"
+
+    def __init__(self, max_batch: int = MAX_BATCH):
+        self._max_batch = max_batch
+        self._waiting: list[tuple] = []
+        self._flusher: asyncio.Task | None = None
+        self.batches = 0  # flushes sent (a measure of the batching, for benchmarks)
+        self.items = 0
+
+    async def _submit(self, *item: Any) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.append((*item, future))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_all())
+        # Shielded: a cancelled caller must not cancel a flush other callers wait on.
+        return await asyncio.shield(future)
+
+    async def _flush_all(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch:]
+            try:
+                await self._flush(batch)
+            except Exception as exc:  # noqa: BLE001 - every waiter hears of it
+                for *_, future in batch:
+                    if not future.done():
+                        future.set_exception(exc)
+
+    async def _flush(self, batch: list[tuple]) -> None:
+        try:
+            rows = await self._send([item[:-1] for item in batch])
+        except Exception as exc:
+            if not self._retry_alone(batch, exc):
+                raise
+            # A whole batch failed (a deadlock with another transaction, or an item the
+            # database refused outright): commit the items one by one, so that one bad
+            # item cannot sink the others.
+            log.warning("a batch of %d %s failed (%s); committing them one by one",
+                        len(batch), self.what, exc)
+            for item in batch:
+                try:
+                    await self._flush([self._alone(item)])
+                except Exception as item_exc:  # noqa: BLE001
+                    if not item[-1].done():
+                        item[-1].set_exception(item_exc)
+            return
+        self.batches += 1
+        self.items += len(batch)
+        self._settle(batch, rows)
+
+    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+        """Commit the items (each without its future); one row per item."""
+        raise NotImplementedError
+
+    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+        """Resolve each item's future from the rows."""
+        raise NotImplementedError
+
+    def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
+        """Whether a failed batch is worth committing item by item."""
+        return len(batch) > 1
+
+    def _alone(self, item: tuple) -> tuple:
+        """The item as it is sent on its own after its batch failed."""
+        return item
