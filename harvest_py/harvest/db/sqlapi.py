@@ -42,11 +42,6 @@ CLAIM_TASKS = """
 SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
 NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
-COMPLETE_WORKFLOW_TASK = """
-SELECT * FROM harvest.complete_workflow_task(
-    %(task_id)s, %(fencing_token)s, %(through)s, %(commands)s, %(worker_id)s,
-    %(event_cap)s, %(byte_cap)s, %(hand_off_slots)s)
-"""
 COMPLETE_WORKFLOW_TASKS = """
 SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
                                               %(throughs)b, %(commands)b::jsonb[],
@@ -436,16 +431,6 @@ class AsyncSqlApi:
 
     async def next_due_at(self, queues: list[str]) -> Any:
         return (await self._one(NEXT_DUE_AT, queues=queues))["due_at"]
-
-    async def complete_workflow_task(self, task_id: int, fencing_token: int, through: int,
-                                     commands: list[dict[str, Any]], worker_id: str,
-                                     event_cap: int | None = 50_000,
-                                     byte_cap: int | None = 50 * 1024 * 1024,
-                                     hand_off_slots: int = 0) -> dict[str, Any]:
-        """Commit a decision; ``handed`` lists the activities leased straight to ``worker_id``."""
-        return await self._one(COMPLETE_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
-                               through=through, commands=_jsonb(commands), worker_id=worker_id,
-                               event_cap=event_cap, byte_cap=byte_cap, hand_off_slots=hand_off_slots)
 
     async def complete_workflow_tasks(self, worker_id: str,
                                       items: list[tuple[int, int, int, list[dict[str, Any]], int]],
