@@ -126,3 +126,36 @@ def test_parallel_activities_and_timers_decide_ahead_and_replay(db, start_worker
         WorkflowReplayer(app).replay_or_raise(history)
         completed = [e["event_data"]["seq"] for e in history if e["event_type"] == "ActivityCompleted"]
         assert sorted(completed) == sorted(set(completed)) and len(completed) == 6
+
+
+@workflow
+async def child_of_ahead(ctx, n: int) -> int:
+    return await ctx.execute_activity(echo, str(n)) == str(n) and n * 10
+
+
+@workflow
+async def rotates_and_spawns(ctx, round_no: int) -> int:
+    # A decision ahead that starts a child (its start event is read back, not taken as
+    # read), one that continues as new, and one that completes.
+    got = await ctx.execute_activity(echo, f"r{round_no}")
+    if round_no < 2:
+        ctx.continue_as_new(round_no + 1)
+    child = await ctx.execute_child_workflow(child_of_ahead, len(got))
+    tail = await ctx.execute_activity(echo, "end")
+    return child + len(tail)
+
+
+def test_children_and_continue_as_new_decided_ahead_replay(db, start_worker):
+    app = App(workflows=[rotates_and_spawns, child_of_ahead], activities=[echo])
+    worker = start_worker(app)
+    with Client(db) as client:
+        handle = client.start_workflow(rotates_and_spawns, 0, workflow_id="rotates")
+        assert handle.result(timeout=30) == 23  # child 2 * 10, plus len("end")
+    worker.stop()
+    assert worker.worker.decided_ahead >= 4
+    with psycopg.connect(db) as conn:
+        runs = [r[0] for r in conn.execute(
+            "SELECT id::text FROM harvest.executions ORDER BY created_at").fetchall()]
+    assert len(runs) == 4  # three rounds of the parent and one child
+    for execution_id in runs:
+        WorkflowReplayer(app).replay_or_raise(_history(db, execution_id))
