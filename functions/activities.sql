@@ -238,6 +238,11 @@ BEGIN
         v_outcomes := v_outcomes || coalesce(v_try.problem, 'completed');
         v_messages := v_messages || v_try.message;
         v_decision := v_item.decision;
+        IF v_decision IS NOT NULL AND (jsonb_typeof(v_decision -> 'after') IS DISTINCT FROM 'number'
+                                       OR jsonb_typeof(v_decision -> 'result_text') IS DISTINCT FROM 'string') THEN
+            RAISE EXCEPTION 'the decision sent with task % needs "after" (a JSON number) and '
+                '"result_text" (a JSON string), got %', v_item.id, v_decision USING ERRCODE = 'HR001';
+        END IF;
         IF v_try.problem IS NOT NULL THEN
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;

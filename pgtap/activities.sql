@@ -5,7 +5,7 @@
 -- committed with its result), harvest._record_activity_result, harvest._store_activity_result
 -- and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(138);
+SELECT plan(139);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -704,6 +704,13 @@ SELECT throws_ok(format($$SELECT * FROM harvest.complete_activities('dw', ARRAY[
                         pg_temp.task('da_bad.1'), pg_temp.token('da_bad.1'),
                         pg_temp.decision('da_bad.1', NULL) - 'commands'),
                  'HR001', 'commands must be a JSON array', 'a decision without commands: HR001 for the whole call');
+SELECT throws_like(format($$SELECT * FROM harvest.complete_activities('dw', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
+                                                                      ARRAY['"da_bad.1"']::jsonb[], true, 45,
+                                                                      ARRAY['%s']::jsonb[])$$,
+                          pg_temp.task('da_bad.1'), pg_temp.token('da_bad.1'),
+                          pg_temp.decision('da_bad.1', '[]') || '{"after": "x"}'),
+                   'the decision sent with task % needs "after" (a JSON number) and "result_text" (a JSON string), got %',
+                   'a decision whose "after" is not a number: HR001 naming what it needs');
 SELECT results_eq(
     $$SELECT t.status, e.last_event_id, e.decided_through FROM harvest.tasks AS t
       JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.execution_id = pg_temp.run('da_bad.1')$$,
