@@ -102,3 +102,48 @@ def test_a_draining_worker_is_handed_nothing(db, start_worker):
         handle = client.start_workflow(three_steps, 1, workflow_id="drained")
         assert handle.result(timeout=30) == 4
     assert worker.worker.handed_tasks == 0
+
+
+@activity
+async def tick(ctx, i: int) -> int:
+    await asyncio.sleep(0.01)
+    return i
+
+
+@workflow
+async def long_chain(ctx, n: int) -> int:
+    for i in range(n):
+        await ctx.execute_activity(tick, i)
+    return n
+
+
+@workflow
+async def one_tick(ctx) -> int:
+    return await ctx.execute_activity(tick, 1)
+
+
+@workflow
+async def short_nap(ctx) -> str:
+    await ctx.sleep(0.1)
+    return "woke"
+
+
+def test_long_runs_handing_every_step_on_do_not_starve_new_work(db, start_worker):
+    """Two long runs on a worker of two slots keep both busy by hand-off; a slot goes back to
+    the claim loop after HAND_OFF_CHAIN_SECS, so a new run and a due timer are not held up
+    until the long runs end."""
+    app = App(workflows=[long_chain, one_tick, short_nap], activities=[tick])
+    worker = start_worker(app, concurrency=2)
+    with Client(db) as client:
+        longs = [client.start_workflow(long_chain, 150, workflow_id=f"long-{i}") for i in range(2)]
+        time.sleep(0.3)  # both slots are taken by the long runs' hand-off chains
+        short = client.start_workflow(one_tick, workflow_id="short")
+        nap = client.start_workflow(short_nap, workflow_id="nap")
+        assert short.result(timeout=30) == 1
+        assert nap.result(timeout=30) == "woke"
+        with psycopg.connect(db) as conn:
+            still = conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'long-%%'"
+                                 " AND status = 'RUNNING'").fetchone()[0]
+        assert still == 2, "the new run and the timer waited for the long runs to end"
+        assert [h.result(timeout=60) for h in longs] == [150, 150]
+    assert worker.worker.handed_tasks > 200

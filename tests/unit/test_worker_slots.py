@@ -1,8 +1,12 @@
-"""Slots promised to hand-offs (Worker.reserve_slots): a finishing handler's own slot is its to give."""
+"""Slots promised to hand-offs (Worker.reserve_slots): a finishing handler's own slot is its to
+give, for a bounded chain of hand-offs."""
 
 from __future__ import annotations
 
+import asyncio
+
 from harvest import App, Worker, activity
+from harvest.worker import worker as worker_module
 
 
 @activity
@@ -10,33 +14,74 @@ async def noop(ctx) -> None:
     return None
 
 
-def saturated_worker(concurrency: int) -> Worker:
-    worker = Worker(App(activities=[noop]), "postgresql://unused/db", concurrency=concurrency)
-    worker._inflight = {(i, 1): object() for i in range(concurrency)}  # every slot busy
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def saturated_worker(concurrency: int, clock: Clock, **options) -> Worker:
+    worker = Worker(App(activities=[noop]), "postgresql://unused/db", concurrency=concurrency, **options)
+    worker._now = clock
+    for i in range(concurrency):  # every slot busy, each claimed just now
+        worker._inflight[(i, 1)] = object()
+        worker._slot_claimed_at[(i, 1)] = clock.now
     return worker
 
 
+def task(i: int) -> dict:
+    return {"task_id": i, "fencing_token": 1}
+
+
 def test_handlers_finishing_together_can_each_hand_on_one_task():
-    worker = saturated_worker(4)
-    grants = [worker.reserve_slots(1) for _ in range(4)]
-    assert grants == [1, 1, 1, 1]  # each its own slot, none of the (zero) free ones
-    assert worker.reserve_slots(3) == 1  # more than its own needs free slots: none
-    for granted in [*grants, 1]:
-        worker.release_slots(granted)
+    worker = saturated_worker(4, Clock())
+    grants = [worker.reserve_slots(1, task(i)) for i in range(4)]
+    assert [g.slots for g in grants] == [1, 1, 1, 1]  # each its own, none of the (zero) free ones
+    assert worker.reserve_slots(3, task(0)).slots == 1  # more than its own needs free slots: none
+    for grant in grants:
+        worker.release_slots(grant)
     assert worker._reserved == 0
 
 
 def test_extra_slots_come_out_of_the_free_ones():
-    worker = saturated_worker(4)
-    worker._inflight.pop((0, 1))
-    worker._inflight.pop((1, 1))  # two free slots
-    assert worker.reserve_slots(5) == 3  # its own and both free ones
-    assert worker.reserve_slots(2) == 1  # only its own left
-    worker.release_slots(3)
-    worker.release_slots(1)
+    worker = saturated_worker(4, Clock())
+    for i in (0, 1):  # two free slots
+        del worker._inflight[(i, 1)]
+    grant = worker.reserve_slots(5, task(2))
+    assert (grant.slots, grant.from_free) == (3, 2)  # its own and both free ones
+    assert worker.reserve_slots(2, task(3)).slots == 1  # only its own left
+    worker.release_slots(grant)
     assert worker._reserved == 0
 
 
+def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims():
+    clock = Clock()
+    worker = saturated_worker(2, clock)
+
+    async def main():
+        # A handed task takes over its caller's slot, with the time that slot was claimed.
+        worker.run_handed({"task_id": 9, "fencing_token": 1, "kind": "activity"}, task(0))
+        assert worker._slot_claimed_at[(9, 1)] == 100.0
+        for spawned in list(worker._inflight.values()):
+            if isinstance(spawned, asyncio.Task):
+                spawned.cancel()
+
+    worker_module.run_activity_task, real = (lambda w, t: asyncio.sleep(3600)), worker_module.run_activity_task
+    try:
+        asyncio.run(main())
+    finally:
+        worker_module.run_activity_task = real
+    clock.now += worker_module.HAND_OFF_CHAIN_SECS - 0.01
+    assert worker.reserve_slots(1, task(9)).slots == 1  # still within the chain's time
+    clock.now += 0.02
+    # Past it: the commit hands nothing, the slot frees and the claim loop takes the
+    # oldest pending work (a new run, a signalled run, a due timer).
+    assert worker.reserve_slots(1, task(9)).slots == 0
+    assert worker.reserve_slots(1, task(1)).slots == 0  # claimed as long ago
+
+
 def test_no_slots_when_hand_off_is_off():
-    worker = Worker(App(activities=[noop]), "postgresql://unused/db", concurrency=2, hand_off=False)
-    assert worker.reserve_slots(1) == 0
+    worker = saturated_worker(2, Clock(), hand_off=False)
+    assert worker.reserve_slots(1, task(0)).slots == 0

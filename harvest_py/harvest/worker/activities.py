@@ -122,4 +122,4 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         if ahead is not None:
             ahead.settle(recorded)
     if recorded.handed is not None:  # the workflow this woke, leased to us: decide it now
-        worker.run_handed(recorded.handed)
+        worker.run_handed(recorded.handed, task)

@@ -27,7 +27,7 @@ from harvest.worker.workflows import warn_on_bloat
 
 if TYPE_CHECKING:
     from harvest.runtime import Activation, WorkflowRun
-    from harvest.worker.worker import Worker
+    from harvest.worker.worker import SlotGrant, Worker
 
 log = logging.getLogger("harvest.worker")
 
@@ -35,29 +35,30 @@ log = logging.getLogger("harvest.worker")
 class DecisionAhead:
     """A decision made on a result not yet committed, and the run that made it."""
 
-    def __init__(self, worker: Worker, execution_id: str, workflow_name: str, run: WorkflowRun,
-                 activation: Activation, after: int, result_text: str, slots: int):
+    def __init__(self, worker: Worker, task: dict[str, Any], run: WorkflowRun,
+                 activation: Activation, after: int, result_text: str, grant: SlotGrant):
         self._worker = worker
-        self._execution_id = execution_id
-        self._workflow_name = workflow_name
+        self._task = task  # the activity task whose result this decision rides with
+        self._execution_id = str(task["execution_id"])
+        self._workflow_name = task["workflow_name"]
         self._run = run
         self._activation = activation
-        self._slots = slots
+        self._grant = grant
         # What complete_activities reads (functions/activities.sql).
         self.decision = {"after": after, "result_text": result_text,
-                         "commands": activation.commands, "hand_off_slots": slots}
+                         "commands": activation.commands, "hand_off_slots": grant.slots}
 
     def settle(self, recorded: Recorded | None) -> None:
         """Take the commit's answer (None: the result was not recorded at all)."""
         worker, run = self._worker, self._run
-        worker.release_slots(self._slots)
+        worker.release_slots(self._grant)
         decided = recorded.decided if recorded is not None else None
         if decided is None:
             run.close()  # it holds a step the history does not
             return
         worker.decided_ahead += 1
         for handed in decided["handed"]:
-            worker.run_handed(handed)
+            worker.run_handed(handed, self._task)
         if self._activation.finished or decided["execution_status"] != "RUNNING":
             run.close()
             return
@@ -91,6 +92,6 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()
         return None
-    slots = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"))
-    return DecisionAhead(worker, execution_id, task["workflow_name"], run, activation, after,
-                         result_text, slots)
+    grant = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"),
+                                 task)
+    return DecisionAhead(worker, task, run, activation, after, result_text, grant)

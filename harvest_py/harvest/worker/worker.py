@@ -25,7 +25,7 @@ import signal
 import socket
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -41,6 +41,18 @@ from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
+
+class SlotGrant(NamedTuple):
+    """Slots promised to a commit's hand-offs (Worker.reserve_slots)."""
+
+    slots: int  # how many
+    from_free: int  # of them, taken from the free slots (the first is the caller's own)
+
+
+# How long a slot may pass from task to task by hand-off before it goes back to the
+# claim loop, which takes the oldest pending work (Worker.reserve_slots).
+HAND_OFF_CHAIN_SECS = 0.5
+
 
 # How long a worker with tasks in flight waits for one of them to wake it before it
 # asks producers for a notification (see Worker._idle).
@@ -96,6 +108,9 @@ class Worker:
         self._inflight: dict[tuple[int, int], asyncio.Task] = {}
         # Slots promised to hand-offs a commit in flight may return (see reserve_slots).
         self._reserved = 0
+        # When the slot of each task in flight was last claimed: a hand-off passes the
+        # slot on, and its chain of hand-offs is bounded (see reserve_slots).
+        self._slot_claimed_at: dict[tuple[int, int], float] = {}
         self.hand_off = hand_off
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
         self.decided_ahead = 0  # decisions committed with the result they decided on
@@ -235,33 +250,49 @@ class Worker:
         """Whether a commit may hand us new work (not while stopping, nor when turned off)."""
         return self.hand_off and not self._stopping.is_set()
 
-    def reserve_slots(self, wanted: int) -> int:
+    def reserve_slots(self, wanted: int, caller: dict[str, Any]) -> SlotGrant:
         """Promise up to ``wanted`` slots to a commit that may hand tasks back.
 
-        Called from a running task's handler, whose own slot frees when it returns:
-        the first slot is that one, and only the others come out of the free ones
-        (so that many handlers finishing together can each hand on one task). Give
-        them back with :meth:`release_slots`.
+        Called from the handler of the running task ``caller``, whose own slot frees
+        when it returns: the first slot is that one, and only the others come out of
+        the free ones (so that many handlers finishing together can each hand on one
+        task). A slot passed on by hand-off for HAND_OFF_CHAIN_SECS goes back to the
+        claim loop instead: a worker kept full by long runs handing every step on
+        would otherwise never claim a new run, a signalled run or a due timer. Give
+        the grant back with :meth:`release_slots` once the commit has answered.
         """
         if wanted <= 0 or not self.accepts_hand_off():
-            return 0
+            return SlotGrant(0, 0)
+        claimed_at = self._slot_claimed_at.get((caller["task_id"], caller["fencing_token"]))
+        if claimed_at is not None and self._now() - claimed_at > HAND_OFF_CHAIN_SECS:
+            return SlotGrant(0, 0)
         free = max(0, self.concurrency - len(self._inflight) - self._reserved)
         granted = min(wanted, 1 + free)
-        self._reserved += granted - 1
-        return granted
+        grant = SlotGrant(granted, granted - 1)
+        self._reserved += grant.from_free
+        return grant
 
-    def release_slots(self, granted: int) -> None:
-        self._reserved -= max(0, granted - 1)
+    def release_slots(self, grant: SlotGrant) -> None:
+        self._reserved -= grant.from_free
 
-    def run_handed(self, task: dict[str, Any]) -> None:
-        """Run a task a commit handed to this worker, as if the claim loop had claimed it."""
+    def run_handed(self, task: dict[str, Any], caller: dict[str, Any]) -> None:
+        """Run a task a commit handed to this worker, as if the claim loop had claimed it.
+
+        ``caller`` is the task whose handler made the commit: the handed task takes
+        over its slot, claimed when the caller's was.
+        """
         self.handed_tasks += 1
-        self._spawn(task)
+        self._spawn(task, self._slot_claimed_at.get((caller["task_id"], caller["fencing_token"])))
 
-    def _spawn(self, task: dict[str, Any]) -> None:
+    def _now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
+        key = (task["task_id"], task["fencing_token"])
+        self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
         handle = asyncio.create_task(self._guard(runner, task))
-        self._inflight[(task["task_id"], task["fencing_token"])] = handle
+        self._inflight[key] = handle
 
     async def _guard(self, runner, task: dict[str, Any]) -> None:
         try:
@@ -276,6 +307,7 @@ class Worker:
                           task["kind"])
         finally:
             self._inflight.pop((task["task_id"], task["fencing_token"]), None)
+            self._slot_claimed_at.pop((task["task_id"], task["fencing_token"]), None)
             self.completed_tasks += 1
             self._wake.set()
 

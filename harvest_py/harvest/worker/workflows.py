@@ -133,11 +133,12 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         return
 
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
-    slots = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"))
+    grant = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"),
+                                 task)
     try:
         # Group commit (worker/completions.py): decisions made together share a transaction.
         outcome = await worker.decisions.complete(task_id, token, activation.through,
-                                                  activation.commands, slots)
+                                                  activation.commands, grant.slots)
     except StaleTask as stale:
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
         run.close()
@@ -146,9 +147,9 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         run.close()
         raise
     finally:
-        worker.release_slots(slots)
+        worker.release_slots(grant)
     for handed in outcome["handed"]:
-        worker.run_handed(handed)
+        worker.run_handed(handed, task)
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
     finished = activation.finished or outcome["execution_status"] != "RUNNING" or any(
         c["type"] in ("complete_workflow", "fail_workflow") for c in activation.commands)
