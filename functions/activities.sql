@@ -129,8 +129,8 @@ $$;
 
 -- Whether a worker's decision made on an activity's result, before the result was
 -- committed, is the decision the workflow task this result wakes would make, so
--- it may be applied in the same transaction (docs/internals.md, "Deciding on a
--- result"). It is when the worker's run had seen the whole history (nothing was
+-- it may be applied in the same transaction (docs/internals.md, "Deciding
+-- ahead"). It is when the worker's run had seen the whole history (nothing was
 -- appended after its last decision, event p_after), no workflow task is open, the
 -- hand-off rules would give that workflow task to this worker, and the run saw
 -- the result exactly as it is stored (p_result_text, the jsonb text).

@@ -56,30 +56,32 @@ def test_extra_slots_come_out_of_the_free_ones():
     assert worker._reserved == 0
 
 
-def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims():
+def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims(monkeypatch):
     clock = Clock()
     worker = saturated_worker(2, clock)
+    release = asyncio.Event()
+
+    async def blocked_activity(_worker, _task):
+        await release.wait()
+
+    monkeypatch.setattr(worker_module, "run_activity_task", blocked_activity)
 
     async def main():
         # A handed task takes over its caller's slot, with the time that slot was claimed.
         worker.run_handed({"task_id": 9, "fencing_token": 1, "kind": "activity"}, task(0))
         assert worker._slot_claimed_at[(9, 1)] == 100.0
-        for spawned in list(worker._inflight.values()):
-            if isinstance(spawned, asyncio.Task):
-                spawned.cancel()
+        clock.now += worker_module.HAND_OFF_CHAIN_SECS - 0.01
+        assert worker.reserve_slots(1, task(9)).slots == 1  # still within the chain's time
+        clock.now += 0.02
+        # Past it: the commit hands nothing, the slot frees and the claim loop takes the
+        # oldest pending work (a new run, a signalled run, a due timer).
+        assert worker.reserve_slots(1, task(9)).slots == 0
+        assert worker.reserve_slots(1, task(1)).slots == 0  # claimed as long ago
+        release.set()
+        await worker._inflight[(9, 1)]
+        assert (9, 1) not in worker._slot_claimed_at  # forgotten with the task
 
-    worker_module.run_activity_task, real = (lambda w, t: asyncio.sleep(3600)), worker_module.run_activity_task
-    try:
-        asyncio.run(main())
-    finally:
-        worker_module.run_activity_task = real
-    clock.now += worker_module.HAND_OFF_CHAIN_SECS - 0.01
-    assert worker.reserve_slots(1, task(9)).slots == 1  # still within the chain's time
-    clock.now += 0.02
-    # Past it: the commit hands nothing, the slot frees and the claim loop takes the
-    # oldest pending work (a new run, a signalled run, a due timer).
-    assert worker.reserve_slots(1, task(9)).slots == 0
-    assert worker.reserve_slots(1, task(1)).slots == 0  # claimed as long ago
+    asyncio.run(main())
 
 
 def test_no_slots_when_hand_off_is_off():
