@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS chaos_runs (
     attempt integer NOT NULL,
     worker_pid integer NOT NULL,
     idem_key text NOT NULL,
+    mode text,  -- gated runs only: the blocking mode, so a test can tell a held run from a quick one
     started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
     finished_at timestamptz,
     result text
@@ -69,17 +70,17 @@ def _seq(ctx: Any) -> int:
     return int(seq if seq is not None else ctx._task["seq"])  # ActivityContext keeps it on the task
 
 
-async def _record_start(ctx: Any, kind: str) -> tuple[int, int]:
+async def _record_start(ctx: Any, kind: str, mode: str | None = None) -> tuple[int, int]:
     """Insert this run; returns (row id, number of earlier runs of the same invocation)."""
     pool = await _pool()
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "INSERT INTO chaos_runs (execution_id, seq, kind, attempt, worker_pid, idem_key) "
-            "VALUES (%(e)s, %(s)s, %(k)s, %(a)s, %(p)s, %(i)s) "
+            "INSERT INTO chaos_runs (execution_id, seq, kind, attempt, worker_pid, idem_key, mode) "
+            "VALUES (%(e)s, %(s)s, %(k)s, %(a)s, %(p)s, %(i)s, %(m)s) "
             "RETURNING id, (SELECT count(*) FROM chaos_runs AS c "
             "               WHERE c.execution_id = %(e)s AND c.seq = %(s)s) AS prior",
             {"e": ctx.execution_id, "s": _seq(ctx), "k": kind, "a": ctx.attempt(), "p": os.getpid(),
-             "i": str(ctx.idempotency_key())})
+             "i": str(ctx.idempotency_key()), "m": mode})
         row = await cur.fetchone()
     return int(row[0]), int(row[1])
 
@@ -101,7 +102,7 @@ async def _later_run_finished(run_id: int, execution_id: str, seq: int) -> bool:
 
 
 async def _gated(ctx: Any, mode: str, kind: str) -> str:
-    run_id, prior = await _record_start(ctx, kind)
+    run_id, prior = await _record_start(ctx, kind, mode)
     result = f"run{prior + 1}"
     if mode.startswith("stale_then:"):
         durations = [float(x) for x in mode.split(":", 1)[1].split(",")]

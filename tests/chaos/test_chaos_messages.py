@@ -123,9 +123,13 @@ def _update_events(events: list[dict], event_type: str, update_id: str) -> list[
 
 def _kill_holding_local(dsn, workers, worker, eid: str) -> None:
     """Wait until ``worker`` runs a held local activity inside a workflow task, then SIGKILL it
-    there; nothing of that task may reach the history."""
+    there; nothing of that task may reach the history.
+
+    Only a ``forever`` run holds its task: a quick one (``sleep:0``) is also unfinished for a
+    moment, and its task may commit before the kill lands."""
     wait_until(lambda: [r for r in _first_local_runs(dsn, eid)
-                        if r["finished_at"] is None and r["worker_pid"] == worker.pid],
+                        if r["finished_at"] is None and r["worker_pid"] == worker.pid
+                        and r["mode"] == "forever"],
                10, "the handler's workflow task to hold its local activity")
     before = history(dsn, eid)
     workers.kill(worker)
