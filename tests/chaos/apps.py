@@ -195,7 +195,17 @@ def churn_expected(n: int) -> list:
     return [f"{n}-a:ok", f"{n}-f0:ok", f"{n}-f1:ok", f"{n}-z:ok"]
 
 
-app = App(workflows=[wf_single, wf_decider, wf_race, wf_churn],
+@workflow
+async def wf_ahead(ctx, mode: str) -> list:
+    """A gated activity, then two quick ones: with one worker, the step after the gated
+    activity is decided ahead and committed with its result (docs/internals.md)."""
+    first = await ctx.execute_activity(gated, mode, start_to_close=2.0, retry=FAST_RETRY)
+    second = await ctx.execute_activity(quick, "b")
+    third = await ctx.execute_activity(quick, "c")
+    return [first, second, third]
+
+
+app = App(workflows=[wf_single, wf_decider, wf_race, wf_churn, wf_ahead],
           activities=[gated, gated_local, quick])
 
 
