@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PY := $(BIN)/python
-SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql)
+SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
 .PHONY: help install dev test test-python test-pg15 lint pgtap extension clean
 

@@ -19,7 +19,9 @@ def ratios(results: dict) -> str:
     return (f"Harvest/DBOS direct = {s['ratio_harvest_dbos_direct']:.2f}x, "
             f"Harvest/DBOS queue = {s['ratio_harvest_dbos_queue']:.2f}x, "
             f"Harvest tasks/PgQueuer = {s['ratio_harvest_pgqueuer']:.2f}x, "
-            f"Harvest = {s['fraction_of_ceiling']:.1%} of ceiling/commits-per-workflow")
+            f"Harvest = {s['fraction_of_ceiling']:.1%} of ceiling/commits-per-workflow"
+            + (f", {s['fraction_of_sql_path']:.0%} of its SQL path alone" if s.get("fraction_of_sql_path")
+               else ""))
 
 
 def markdown(results: dict) -> str:
@@ -109,6 +111,24 @@ def markdown(results: dict) -> str:
         f"Ceiling / commits-per-workflow = {_f(s['ceiling_wf_per_s'])} wf/s; Harvest reaches "
         f"**{s['fraction_of_ceiling']:.1%}** of it ({s['fraction_of_ceiling_writing_xacts']:.1%} counting "
         "writing transactions only)."),
+    ]
+    if s.get("sql_path_wf_per_s"):
+        sp = results["sql_path"]
+        best = max(sp["runs"], key=lambda r: r["wf_per_s"])
+        lines += [
+            "",
+            ("SQL path (not a target): the same workflow taken through Harvest's SQL functions by "
+             f"procedures that run nothing else, {best['batch']} runs per transaction as the worker's "
+             "group commits take them, no Python (`bench/sql_path.py`):"),
+            "",
+            "| clients | workflows/s |",
+            "| ---: | ---: |",
+            *(f"| {r['clients']} | {_f(r['wf_per_s'])} |" for r in sp["runs"]),
+            "",
+            (f"Harvest, with its Python worker and client, reaches **{s['fraction_of_sql_path']:.0%}** of "
+             f"its SQL path alone ({_f(s['sql_path_wf_per_s'])} workflows/s)."),
+        ]
+    lines += [
         "",
         "| target | goal | measured | result |",
         "| --- | --- | --- | --- |",

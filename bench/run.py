@@ -54,11 +54,13 @@ SERVER_SETTINGS = {
 
 FULL = {"rounds": 3, "workflows": 1500, "tasks": 3000, "fan_out": 100, "latency_rate": 20.0,
         "latency_seconds": 20.0, "signal_rate": 20.0, "signal_runs": 10, "ceiling_seconds": 5.0,
-        "replay_repeats": 5, "async_workflows": 1000, "profile": True, "async_commit": True}
+        "replay_repeats": 5, "async_workflows": 1000, "profile": True, "async_commit": True,
+        "sql_path_workflows": 3000}
 # --quick skips the profiled run and the synchronous_commit=off row.
 QUICK = {"rounds": 1, "workflows": 300, "tasks": 1000, "fan_out": 50, "latency_rate": 20.0,
          "latency_seconds": 5.0, "signal_rate": 20.0, "signal_runs": 10, "ceiling_seconds": 1.0,
-         "replay_repeats": 2, "async_workflows": 300, "profile": False, "async_commit": False}
+         "replay_repeats": 2, "async_workflows": 300, "profile": False, "async_commit": False,
+         "sql_path_workflows": 600}
 
 
 class Bench:
@@ -190,6 +192,11 @@ def summarize(results: dict) -> dict:
     writes = s["harvest_writing_xacts_per_workflow"]
     s["ceiling_wf_per_s_writing_xacts"] = round(ceiling / writes, 1)
     s["fraction_of_ceiling_writing_xacts"] = round(s["harvest_wf_per_s"] / s["ceiling_wf_per_s_writing_xacts"], 3)
+    if results.get("sql_path"):
+        # Not a target: how close the Python worker and client come to the server running
+        # Harvest's own statements back to back (bench/sql_path.py).
+        s["sql_path_wf_per_s"] = results["sql_path"]["best_wf_per_s"]
+        s["fraction_of_sql_path"] = round(s["harvest_wf_per_s"] / s["sql_path_wf_per_s"], 3)
     lat = results["latency"]
     s["dispatch"] = lat["dispatch"]
     s["steady_start_to_result"] = lat["start_to_result"]
@@ -258,6 +265,10 @@ def main() -> None:
         bench.say("ceiling: pgbench one-row inserts")
         results["ceiling"] = [bench.system("ceiling.py", "ceiling", "--clients", "1,8,50",
                                            "--seconds", str(cfg["ceiling_seconds"]))]
+
+        bench.say("SQL path: the canonical workflow through Harvest's SQL functions alone, no Python")
+        results["sql_path"] = bench.system("sql_path.py", "sqlpath", "--clients", "1,2,4",
+                                           "--n", str(cfg["sql_path_workflows"]), template=template)
 
         n, tasks = str(cfg["workflows"]), str(cfg["tasks"])
         results["rounds"] = []

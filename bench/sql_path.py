@@ -1,0 +1,101 @@
+"""Harvest's SQL path on its own: the canonical workflow driven through Harvest's
+SQL functions by backends that run nothing else.
+
+Each client is one connection running a procedure (``bench/sql_path.sql``,
+installed in a ``bench`` schema of the throwaway database, never in ``harvest``)
+that takes a batch of
+workflows at a time through the calls the worker and the client make on the
+fast path, one transaction each, as their group commits do:
+
+    start_workflows -> claim_tasks -> complete_workflow_tasks (schedules step 1,
+    handed to this worker) -> complete_activities x3 (each result with the
+    decision made on it: steps 2, 3, then complete_workflow)
+
+The commands are the ones the Python runtime issues for ``three_steps`` in
+harvest_bench.py (same activity options; every run gets input 0, so it returns
+6), and its histories replay against that workflow
+(tests/integration/test_sql_path_bench.py). There is no Python and no network
+round trip between the statements: this is what the server can do with Harvest's
+statements alone, the ceiling the Python worker works against. Each client has
+its own queue and worker id, so clients never contend for a row.
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg
+from common import CLAIM_BATCH, emit
+from harvest_bench import noop, three_steps
+
+from harvest import App
+
+PROCEDURE = (Path(__file__).resolve().parent / "sql_path.sql").read_text()
+
+
+def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: dict) -> dict:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(clients + 1)
+
+    def client(tag: str) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                barrier.wait()
+                conn.execute("CALL bench.sql_path(%s, %s, %s, %s)",
+                              (per_client, batch, tag, json.dumps(options)))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=client, args=(f"{clients}-{k}",)) for k in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done = conn.execute("SELECT count(*) FROM harvest.executions WHERE status = 'COMPLETED' "
+                            "AND task_queue LIKE %s", (f"sql-path-{clients}-%",)).fetchone()[0]
+    if done != clients * per_client:
+        raise RuntimeError(f"{done} of {clients * per_client} workflows completed")
+    return {"clients": clients, "batch": batch, "workflows": done, "seconds": round(elapsed, 3),
+            "wf_per_s": round(done / elapsed, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--clients", default="1,2,4")
+    parser.add_argument("--batch", type=int, default=CLAIM_BATCH,
+                        help="workflows a client takes through each transaction (the worker's claim batch)")
+    parser.add_argument("--n", type=int, default=1000, help="workflows per client count, split among clients")
+    args = parser.parse_args()
+    options = App(workflows=[three_steps], activities=[noop]).activities["noop"].options_json()
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        conn.execute(PROCEDURE)
+    runs = []
+    for clients in (int(c) for c in args.clients.split(",")):
+        runs.append(run_clients(args.dsn, clients, max(1, args.n // clients), args.batch, options))
+        print(f"sql path: {runs[-1]}", file=sys.stderr, flush=True)
+    emit({"system": "harvest-sql", "mode": "sql_path", "runs": runs,
+          "best_wf_per_s": max(r["wf_per_s"] for r in runs),
+          "transactions_per_batch": 6,
+          "measured_at": datetime.now(UTC).isoformat()})
+
+
+if __name__ == "__main__":
+    main()
