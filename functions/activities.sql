@@ -79,6 +79,15 @@ BEGIN
 END;
 $$;
 
+-- The data of an activity task's ActivityCompleted event.
+CREATE OR REPLACE FUNCTION harvest._activity_completed(p_task harvest.tasks, p_result jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object('seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb),
+                              'attempt', p_task.attempt);
+$$;
+
 -- Record a locked activity task's result in the history of its locked execution
 -- and drop the task; returns the execution as it was before, or NULL (and records
 -- nothing) when the run has ended.
@@ -94,11 +103,12 @@ BEGIN
     IF v_execution.status <> 'RUNNING' THEN
         RETURN NULL;
     END IF;
-    PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted', jsonb_build_object(
-        'seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb), 'attempt', p_task.attempt));
+    PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted',
+                                  harvest._activity_completed(p_task, p_result));
     RETURN v_execution;
 END;
 $$;
+
 
 -- Record a locked activity task's result and wake its workflow. With a worker
 -- given (p_worker_queues: its queues, from _hand_off_queues), the wake-up is
@@ -201,7 +211,6 @@ DECLARE
     v_try record;
     v_decision jsonb;
     v_applied record;
-    v_stored harvest.executions;
     v_ids bigint[] := ARRAY[]::bigint[];
     v_outcomes text[] := ARRAY[]::text[];
     v_messages text[] := ARRAY[]::text[];
@@ -250,11 +259,15 @@ BEGIN
               AND harvest._may_decide_on_result(v_try.task, v_item.result,
                     (v_decision ->> 'after')::bigint, v_decision ->> 'result_text',
                     p_worker_id, v_queues) THEN
-            v_stored := harvest._store_activity_result(v_try.task, v_item.result);
-            -- The decision's through is the result's own event, the one just appended.
-            v_applied := harvest._apply_decision(v_stored.id, v_stored.last_event_id + 1,
+            -- The result's event goes in with the decision's (one row update for both);
+            -- the decision is through it. _may_decide_on_result saw the run RUNNING and
+            -- its history ending at "after".
+            DELETE FROM harvest.tasks AS t WHERE t.id = (v_try.task).id;
+            v_applied := harvest._apply_decision((v_try.task).execution_id,
+                (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
-                coalesce((v_decision ->> 'hand_off_slots')::integer, 0));
+                coalesce((v_decision ->> 'hand_off_slots')::integer, 0),
+                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed(v_try.task, v_item.result)]);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
                 'last_event_id', v_applied.last_event_id,

@@ -86,6 +86,9 @@ $$;
 -- event per command, the tasks they create, and the run's end if it ended. Both
 -- ways a decision arrives use it: complete_workflow_task, and complete_activities
 -- when the deciding worker decided on an activity's result before committing it.
+-- That caller passes the result's event as p_lead (types and datas): it is
+-- appended just before the marker, in the same row update, and the decision may
+-- be through it.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -94,6 +97,8 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_event_cap bigint,
     p_byte_cap bigint,
     p_hand_off_slots integer,
+    p_lead_types text[] DEFAULT ARRAY[]::text[],
+    p_lead_datas jsonb[] DEFAULT ARRAY[]::jsonb[],
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
 )
 LANGUAGE plpgsql
@@ -120,22 +125,26 @@ DECLARE
     -- one _append_events call, flushed before a command whose own work appends
     -- events (a child's start, an update, continue-as-new, a mutex marker, whose
     -- trigger may append a grant), so the history's order is the commands' order.
-    v_types text[] := ARRAY['WorkflowTaskCompleted'];
-    v_datas jsonb[] := ARRAY[jsonb_build_object('through', p_through, 'worker_id', p_worker_id)];
+    v_types text[] := p_lead_types || 'WorkflowTaskCompleted'::text;
+    v_datas jsonb[] := p_lead_datas || jsonb_build_object('through', p_through, 'worker_id', p_worker_id);
     v_decided_through bigint := p_through;  -- the marker's, until it is flushed
     v_close_status text;
     v_close_output jsonb;
     v_close_failure jsonb;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
-    IF p_through IS NULL OR p_through < 1 OR p_through > v_execution.last_event_id THEN
+    IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
+        RAISE EXCEPTION 'the leading events need one datum per type' USING ERRCODE = 'HR001';
+    END IF;
+    -- The history the decision saw: what is stored, and the leading events.
+    v_seen_until := v_execution.last_event_id + cardinality(p_lead_types);
+    IF p_through IS NULL OR p_through < 1 OR p_through > v_seen_until THEN
         RAISE EXCEPTION 'through=% is outside the history (1..%)', p_through,
-            v_execution.last_event_id USING ERRCODE = 'HR001';
+            v_seen_until USING ERRCODE = 'HR001';
     END IF;
     IF p_commands IS NULL OR jsonb_typeof(p_commands) <> 'array' THEN
         RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
     END IF;
-    v_seen_until := v_execution.last_event_id;
 
     FOR v_command IN SELECT value FROM jsonb_array_elements(p_commands) LOOP
         v_type := v_command ->> 'type';

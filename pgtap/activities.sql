@@ -2,10 +2,10 @@
 -- (retries with backoff, non-retryable resolution, dead letters, schedule_to_close),
 -- harvest._fail_activity_attempt, harvest.heartbeat_activity, harvest.complete_activities
 -- (a group commit: refused items, the hand-off of the woken workflow task, a decision
--- committed with its result), harvest._record_activity_result, harvest._store_activity_result
--- and harvest._may_decide_on_result.
+-- committed with its result), harvest._record_activity_result, harvest._store_activity_result,
+-- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(139);
+SELECT plan(141);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -770,6 +770,14 @@ SELECT ok(harvest._store_activity_result((SELECT t FROM ended_task), '1') IS NUL
           '_store_activity_result() of a run that ended: NULL');
 SELECT is((SELECT event_type FROM pg_temp.last_event('store_end.1')), 'WorkflowTerminated',
           'and it records nothing');
+
+-- _activity_completed: the event data both paths write (a result alone, or with its decision).
+SELECT is(harvest._activity_completed((SELECT t FROM ended_task), '{"b": [1, 2]}'),
+          '{"seq": 1, "result": {"b": [1, 2]}, "attempt": 1}'::jsonb,
+          '_activity_completed(): seq, result and attempt of the task');
+SELECT is(harvest._activity_completed((SELECT t FROM ended_task), NULL),
+          '{"seq": 1, "result": null, "attempt": 1}'::jsonb,
+          '_activity_completed() of a NULL result: JSON null');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -5,7 +5,7 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(180);
+SELECT plan(186);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -817,6 +817,45 @@ SELECT results_eq(
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('apply')$$,
     $$VALUES ('HistoryEventCapExceeded'::text, 0::bigint)$$,
     '_apply_decision() past the cap: HistoryEventCapExceeded, no task left');
+
+-- Leading events (complete_activities passes an activity's result this way): they
+-- go in before the marker, in the same execution row update, and the decision may
+-- be through them.
+SELECT pg_temp.start_and_claim('lead');
+DELETE FROM harvest.tasks WHERE id = pg_temp.task('lead');
+CREATE FUNCTION pg_temp.apply_lead(p_through bigint, p_types text[], p_datas jsonb[])
+RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb) LANGUAGE sql AS $fn$
+    SELECT d.last_event_id, d.execution_status, d.handed
+    FROM harvest._apply_decision(pg_temp.run('lead'), p_through,
+        '[{"type": "schedule_activity", "seq": 2, "name": "a2", "queue": "hand_q"}]', 'hander', 50000, 52428800, 0,
+        p_types, p_datas) AS d;
+$fn$;
+SELECT throws_ok($$SELECT * FROM pg_temp.apply_lead(3, ARRAY['ActivityCompleted'], ARRAY['{"seq": 1}'::jsonb])$$,
+                 'HR001', 'through=3 is outside the history (1..2)',
+                 '_apply_decision() through past its leading events: HR001');
+SELECT throws_ok($$SELECT * FROM pg_temp.apply_lead(2, ARRAY['ActivityCompleted'], ARRAY[]::jsonb[])$$,
+                 'HR001', 'the leading events need one datum per type',
+                 '_apply_decision() with leading types and datas of different lengths: HR001');
+SELECT results_eq(
+    $$SELECT last_event_id, execution_status, handed FROM pg_temp.apply_lead(
+        2, ARRAY['ActivityCompleted'], ARRAY['{"seq": 1, "result": 7, "attempt": 1}'::jsonb])$$,
+    $$VALUES (4::bigint, 'RUNNING'::text, '[]'::jsonb)$$,
+    '_apply_decision() through its leading event: applied');
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data FROM harvest.events AS ev
+      WHERE ev.execution_id = pg_temp.run('lead') AND ev.event_id > 1 ORDER BY ev.event_id$$,
+    $$VALUES (2::bigint, 'ActivityCompleted'::text, '{"seq": 1, "result": 7, "attempt": 1}'::jsonb),
+             (3, 'WorkflowTaskCompleted', '{"through": 2, "worker_id": "hander"}'),
+             (4, 'ActivityScheduled', '{"seq": 2, "name": "a2", "input": null, "queue": "hand_q", "options": {}}')$$,
+    '_apply_decision(): the leading event, then the marker through it, then the command''s event');
+SELECT results_eq(
+    $$SELECT e.decided_by, e.decided_through, e.history_bytes = (
+          SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev WHERE ev.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('lead')$$,
+    $$VALUES ('hander'::text, 2::bigint, true)$$,
+    '_apply_decision() with a leading event: decided_by/through, and history_bytes counts every event');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('lead') AND kind = 'workflow'$$,
+                '_apply_decision(): a leading event the decision is through wakes no workflow task');
 
 -- ---------------------------------------------------------------- complete_workflow_tasks
 -- The worker's group commit of decisions: each item is applied as
