@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
+from canonical import noop, three_steps
 from common import (
     CLAIM_BATCH,
     CONCURRENCY,
@@ -63,22 +64,9 @@ SIGNAL_ACKED: dict[tuple[str, int], float] = {}
 
 
 @activity
-async def noop(ctx, step: int) -> int:
-    return step
-
-
-@activity
 async def noop_timed(ctx, step: int) -> int:
     BODY_TIMES[(ctx.execution_id, step)] = time.time()
     return step
-
-
-@workflow
-async def three_steps(ctx, n: int) -> int:
-    a = await ctx.execute_activity(noop, 1)
-    b = await ctx.execute_activity(noop, 2)
-    c = await ctx.execute_activity(noop, 3)
-    return a + b + c + n
 
 
 @workflow

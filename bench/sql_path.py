@@ -11,9 +11,9 @@ fast path, one transaction each, as their group commits do:
     handed to this worker) -> complete_activities x3 (each result with the
     decision made on it: steps 2, 3, then complete_workflow)
 
-The commands are the ones the Python runtime issues for ``three_steps`` in
-harvest_bench.py (same activity options; every run gets input 0, so it returns
-6), and its histories replay against that workflow
+The commands are the ones the Python runtime issues for ``three_steps`` of
+canonical.py (same activity options; every run gets input 0, so it returns 6),
+and its histories replay against that workflow
 (tests/integration/test_sql_path_bench.py). There is no Python and no network
 round trip between the statements: this is what the server can do with Harvest's
 statements alone, the ceiling the Python worker works against. Each client has
@@ -35,8 +35,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
+from canonical import noop, three_steps
 from common import CLAIM_BATCH, emit
-from harvest_bench import noop, three_steps
 
 from harvest import App
 

@@ -7,33 +7,31 @@ the benchmarks).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import psycopg
 from psycopg.rows import dict_row
 
-from harvest import App, activity, workflow
+from harvest import App
 from harvest.testing import WorkflowReplayer
 
-PROCEDURE = Path(__file__).resolve().parents[2] / "bench" / "sql_path.sql"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+PROCEDURE = BENCH / "sql_path.sql"
 
 
-# The canonical workflow of bench/harvest_bench.py, as the procedure drives it.
-@activity
-async def noop(ctx, step: int) -> int:
-    return step
+def _canonical():
+    """bench/canonical.py, loaded by path (bench/ is not a package, and putting it on
+    sys.path would put its common.py and run.py there too)."""
+    spec = importlib.util.spec_from_file_location("bench_canonical", BENCH / "canonical.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@workflow
-async def three_steps(ctx, n: int) -> int:
-    a = await ctx.execute_activity(noop, 1)
-    b = await ctx.execute_activity(noop, 2)
-    c = await ctx.execute_activity(noop, 3)
-    return a + b + c + n
-
-
-APP = App(workflows=[three_steps], activities=[noop])
+CANONICAL = _canonical()
+APP = App(workflows=[CANONICAL.three_steps], activities=[CANONICAL.noop])
 STEP_EVENTS = ["WorkflowTaskCompleted", "ActivityScheduled", "ActivityCompleted"]
 
 
