@@ -109,7 +109,6 @@ BEGIN
 END;
 $$;
 
-
 -- Record a locked activity task's result and wake its workflow. With a worker
 -- given (p_worker_queues: its queues, from _hand_off_queues), the wake-up is
 -- handed to that worker when its cached run decided last and the hand-off rules

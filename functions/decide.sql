@@ -86,7 +86,7 @@ $$;
 -- event per command, the tasks they create, and the run's end if it ended. Both
 -- ways a decision arrives use it: complete_workflow_task, and complete_activities
 -- when the deciding worker decided on an activity's result before committing it.
--- That caller passes the result's event as p_lead (types and datas): it is
+-- That caller passes the result's event in p_lead_types/p_lead_datas: it is
 -- appended just before the marker, in the same row update, and the decision may
 -- be through it.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
