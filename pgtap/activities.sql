@@ -514,6 +514,19 @@ RETURNS TABLE (
     WHERE b.batch = p_batch;
 $fn$;
 
+-- A refused decision: the item completed without it, and the run's workflow task is
+-- either handed to the worker (p_handed) or left pending, as without a decision.
+CREATE FUNCTION pg_temp.refused(p_batch text, p_handed boolean, p_description text)
+RETURNS text LANGUAGE sql AS $fn$
+    SELECT results_eq(
+        format($$SELECT * FROM pg_temp.alone(%L, %L)$$, p_batch, p_batch || '.1'),
+        format($$VALUES ('completed'::text, NULL::jsonb, %L::boolean, %L::text, %L::text,
+                         'ActivityCompleted'::text, 1::bigint)$$,
+               p_handed, CASE WHEN p_handed THEN 'running' ELSE 'pending' END,
+               CASE WHEN p_handed THEN 'dw' END),
+        p_description);
+$fn$;
+
 -- Accepted: the result, the marker through it and the commands, in one transaction.
 -- A second item of the batch, without a decision, is recorded as before.
 SELECT pg_temp.decided('da', 'dw');
@@ -609,10 +622,8 @@ SELECT pg_temp.decided('da_after', 'dw');
 SELECT is(harvest._append_event(pg_temp.run('da_after.1'), 'SignalReceived', '{"name": "s", "payload": null}'), 4::bigint,
           'setup: a signal is appended after the worker''s decision');
 SELECT pg_temp.decide('da_after', 'dw', 'da_after.1', pg_temp.decision('da_after.1', '[]', 0, 3));
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_after', 'da_after.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, true, 'running'::text, 'dw'::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'after is not the last event: refused; the result alone, its workflow task handed to the worker');
+SELECT pg_temp.refused('da_after', true,
+                       'after is not the last event: refused; the result alone, its workflow task handed to the worker');
 SELECT is((SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint)
            FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e WHERE b.batch = 'da_after'),
           ARRAY['WorkflowTaskCompleted', 'ActivityScheduled', 'SignalReceived', 'ActivityCompleted'],
@@ -620,27 +631,21 @@ SELECT is((SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigi
 -- (b) Another worker decided last.
 SELECT pg_temp.decided('da_other', 'someone-else');
 SELECT pg_temp.decide('da_other', 'dw', 'da_other.1', pg_temp.decision('da_other.1', '[]'));
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_other', 'da_other.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'another worker decided last: refused; the result alone, a pending workflow task');
+SELECT pg_temp.refused('da_other', false,
+                       'another worker decided last: refused; the result alone, a pending workflow task');
 -- (c) The run has a workflow task already.
 SELECT pg_temp.decided('da_open', 'dw');
 SELECT lives_ok(format($$SELECT harvest._ensure_workflow_task('%s')$$, pg_temp.run('da_open.1')),
                 'setup: the run has a pending workflow task');
 SELECT pg_temp.decide('da_open', 'dw', 'da_open.1', pg_temp.decision('da_open.1', '[]'));
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_open', 'da_open.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'a workflow task is open: refused; the result alone, the open task left to see it');
+SELECT pg_temp.refused('da_open', false,
+                       'a workflow task is open: refused; the result alone, the open task left to see it');
 -- (d) The run saw the result as another text than the one stored.
 SELECT pg_temp.decided('da_text', 'dw');
 SELECT pg_temp.decide('da_text', 'dw', 'da_text.1', pg_temp.decision('da_text.1', '[]', 0, NULL, '{"b": 1, "a": 2}'),
                       '{"a": 2, "b": 1}');
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_text', 'da_text.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, true, 'running'::text, 'dw'::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'result_text is not the stored text: refused; the result alone, handed to the worker');
+SELECT pg_temp.refused('da_text', true,
+                       'result_text is not the stored text: refused; the result alone, handed to the worker');
 SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event('da_text.1')), '{"a": 2, "b": 1}'::jsonb,
           'the refused item''s result is stored as sent');
 -- (e) The hand-off rules refuse: a higher-priority task pending on the run's queue,
@@ -648,29 +653,20 @@ SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event('da_text.1')), 
 SELECT pg_temp.decided('da_prio', 'dw');
 SELECT harvest.start_workflow('act_wf', '[]', 'da_prio_blocker', 'wq_da_prio', p_priority => 1);
 SELECT pg_temp.decide('da_prio', 'dw', 'da_prio.1', pg_temp.decision('da_prio.1', '[]'));
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_prio', 'da_prio.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'a higher-priority task pending on the queue: refused; the result alone, a pending workflow task');
+SELECT pg_temp.refused('da_prio', false,
+                       'a higher-priority task pending on the queue: refused; the result alone, a pending workflow task');
 SELECT pg_temp.decided('da_unpolled', 'dw');
 SELECT pg_temp.decide('da_unpolled', 'dw', 'da_unpolled.1', pg_temp.decision('da_unpolled.1', '[]'));
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_unpolled', 'da_unpolled.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'a queue the worker does not poll: refused; the result alone, a pending workflow task');
+SELECT pg_temp.refused('da_unpolled', false,
+                       'a queue the worker does not poll: refused; the result alone, a pending workflow task');
 SELECT pg_temp.decided('da_drain', 'dw_drain');
 SELECT pg_temp.decide('da_drain', 'dw_drain', 'da_drain.1', pg_temp.decision('da_drain.1', '[]'));
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_drain', 'da_drain.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'a draining worker: refused; the result alone, a pending workflow task');
+SELECT pg_temp.refused('da_drain', false, 'a draining worker: refused; the result alone, a pending workflow task');
 -- (f) p_hand_off false: no decision is applied.
 SELECT pg_temp.decided('da_off', 'dw');
 SELECT pg_temp.decide('da_off', 'dw', 'da_off.1', pg_temp.decision('da_off.1', '[]'), p_hand_off => false);
-SELECT results_eq($$SELECT * FROM pg_temp.alone('da_off', 'da_off.1')$$,
-                  $$VALUES ('completed'::text, NULL::jsonb, false, 'pending'::text, NULL::text, 'ActivityCompleted'::text,
-                            1::bigint)$$,
-                  'p_hand_off false: the decision is not applied; the result alone, a pending workflow task');
+SELECT pg_temp.refused('da_off', false,
+                       'p_hand_off false: the decision is not applied; the result alone, a pending workflow task');
 
 -- A refused item's decision writes nothing either.
 SELECT pg_temp.decided('da_stale', 'dw');
