@@ -60,7 +60,10 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
     threads = [threading.Thread(target=client, args=(f"{clients}-{k}",)) for k in range(clients)]
     for thread in threads:
         thread.start()
-    barrier.wait()
+    try:
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass  # a client failed before the start: its error is raised below
     started = time.perf_counter()
     for thread in threads:
         thread.join()
