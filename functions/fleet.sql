@@ -86,28 +86,50 @@ END;
 $$;
 
 -- The fleet roll-up: healthy = active and fresh; stale = not stopped and
--- silent for 2 heartbeat intervals; by_queue counts the live (not stopped,
--- not stale) workers polling each queue.
+-- silent for 2 heartbeat intervals. by_queue counts every registered worker
+-- that is not stopped (the spec's 4 healthy + 1 stale = 5), by_queue_health
+-- splits each queue's count into healthy, draining and stale, and by_shard
+-- counts the same workers per shard (one shard, 0, today).
 CREATE OR REPLACE FUNCTION harvest.worker_health()
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
     WITH w AS (
-        SELECT ws.*, harvest._worker_health(ws) AS health FROM harvest.workers AS ws
+        SELECT
+            ws.*,
+            harvest._worker_health(ws) AS health,
+            CASE
+                WHEN harvest._worker_health(ws) = 'stale' THEN 'stale'
+                WHEN ws.status = 'draining' THEN 'draining'
+                ELSE 'healthy'
+            END AS bucket
+        FROM harvest.workers AS ws
+    ),
+
+    per_queue AS (
+        SELECT
+            u.queue,
+            count(*) AS workers,
+            count(*) FILTER (WHERE w.bucket = 'healthy') AS healthy,
+            count(*) FILTER (WHERE w.bucket = 'draining') AS draining,
+            count(*) FILTER (WHERE w.bucket = 'stale') AS stale
+        FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+        WHERE w.status <> 'stopped'
+        GROUP BY u.queue
     )
+
     SELECT jsonb_build_object(
         'healthy', (SELECT count(*) FROM w WHERE w.status = 'active' AND w.health = 'healthy'),
         'stale', (SELECT count(*) FROM w WHERE w.health = 'stale'),
         'draining', (SELECT count(*) FROM w WHERE w.status = 'draining'),
         'stopped', (SELECT count(*) FROM w WHERE w.status = 'stopped'),
         'total', (SELECT count(*) FROM w),
-        'by_queue', coalesce((
-            SELECT jsonb_object_agg(q.queue, q.workers) FROM (
-                SELECT u.queue, count(*) AS workers
-                FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
-                WHERE w.health = 'healthy'
-                GROUP BY u.queue
-            ) AS q), '{}'::jsonb));
+        'by_queue', coalesce((SELECT jsonb_object_agg(p.queue, p.workers) FROM per_queue AS p), '{}'::jsonb),
+        'by_queue_health', coalesce((
+            SELECT jsonb_object_agg(p.queue, jsonb_build_object(
+                'healthy', p.healthy, 'draining', p.draining, 'stale', p.stale))
+            FROM per_queue AS p), '{}'::jsonb),
+        'by_shard', jsonb_build_object('0', (SELECT count(*) FROM w WHERE w.status <> 'stopped')));
 $$;
 
 -- What a drain of this worker would answer, without changing anything.

@@ -153,7 +153,9 @@ BEGIN
         FOREACH v_state IN ARRAY v_states LOOP
             IF v_state NOT IN ('RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
                                'CONTINUED_AS_NEW') THEN
-                RAISE EXCEPTION 'unknown state "%"', p_state USING ERRCODE = 'HR001',
+                RAISE EXCEPTION 'unknown state "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+                                'TIMED_OUT or CONTINUED_AS_NEW (comma-separated for several)', p_state
+                    USING ERRCODE = 'HR001',
                     HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW'
                            ' (comma-separated for several)';
             END IF;

@@ -109,7 +109,8 @@ BEGIN
     IF p_status IS NOT NULL AND upper(p_status) NOT IN (
         'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW'
     ) THEN
-        RAISE EXCEPTION 'unknown status "%"', p_status USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'unknown status "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+                        'TIMED_OUT or CONTINUED_AS_NEW', p_status USING ERRCODE = 'HR001',
             HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW';
     END IF;
     IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN

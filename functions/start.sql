@@ -91,8 +91,16 @@ BEGIN
             HINT = 'use unspecified, use_existing, fail or terminate_existing';
     END IF;
 
-    IF p_execution_timeout_secs <= 0 OR p_run_timeout_secs <= 0 THEN
-        RAISE EXCEPTION 'workflow timeouts must be positive seconds' USING ERRCODE = 'HR001';
+    -- NaN sorts above every number in PostgreSQL, so "<= 0" alone let it through; 100 years is
+    -- the longest duration Harvest accepts anywhere (harvest/definitions.py MAX_DURATION_SECS).
+    IF NOT (p_execution_timeout_secs > 0 AND p_execution_timeout_secs <= 3155760000)
+       OR NOT (p_run_timeout_secs > 0 AND p_run_timeout_secs <= 3155760000) THEN
+        RAISE EXCEPTION 'workflow timeouts must be positive seconds, at most 100 years: got execution_timeout %, run_timeout %',
+            coalesce(p_execution_timeout_secs::text, 'none'), coalesce(p_run_timeout_secs::text, 'none')
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF p_priority NOT BETWEEN -1000000 AND 1000000 THEN
+        RAISE EXCEPTION 'priority % is out of range -1000000 to 1000000', p_priority USING ERRCODE = 'HR001';
     END IF;
     v_execution_deadline := v_now + make_interval(secs => p_execution_timeout_secs);
 

@@ -15,6 +15,11 @@ BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' OR p_queues IS NULL OR cardinality(p_queues) = 0 THEN
         RAISE EXCEPTION 'a worker needs an id and at least one queue' USING ERRCODE = 'HR001';
     END IF;
+    -- A 0 s interval made the worker commit thousands of heartbeats a second.
+    IF NOT coalesce(p_heartbeat_interval_secs BETWEEN 0.1 AND 3600, true) THEN
+        RAISE EXCEPTION 'heartbeat_interval_secs % is out of range: allowed 0.1 to 3600 seconds',
+            p_heartbeat_interval_secs USING ERRCODE = 'HR001';
+    END IF;
     INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at,
                                  heartbeat_interval_secs, metadata)
     VALUES (p_worker_id, p_queues, p_hostname, p_pid, v_now, v_now, coalesce(p_heartbeat_interval_secs, 10),

@@ -1,6 +1,6 @@
 -- functions/fleet.sql: list_workers, get_worker, worker_health, drain_worker, drain_preview, list_audit_log.
 BEGIN;
-SELECT plan(16);
+SELECT plan(18);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT harvest.register_worker('fl-live', ARRAY['email', 'default'], 'h1', 1, 5);
@@ -13,7 +13,12 @@ SELECT is((SELECT health FROM harvest.list_workers() WHERE worker_id = 'fl-stale
 SELECT is((SELECT array_agg(worker_id ORDER BY worker_id) FROM harvest.list_workers(p_queue => 'email')),
           ARRAY['fl-live', 'fl-stale'], 'filter by queue');
 SELECT throws_ok($$SELECT * FROM harvest.list_workers(p_health => 'sick')$$, 'HR001', NULL, 'unknown health refused');
-SELECT is(harvest.worker_health() -> 'by_queue', '{"email": 1, "default": 2}'::jsonb, 'live workers by queue');
+SELECT is(harvest.worker_health() -> 'by_queue', '{"email": 2, "default": 2}'::jsonb,
+          'by_queue counts every worker that is not stopped, stale ones too (issue 12 item 19)');
+SELECT is(harvest.worker_health() -> 'by_queue_health',
+          '{"email": {"healthy": 1, "draining": 0, "stale": 1}, "default": {"healthy": 2, "draining": 0, "stale": 0}}'::jsonb,
+          'by_queue_health splits each queue into healthy, draining and stale');
+SELECT is(harvest.worker_health() -> 'by_shard', '{"0": 3}'::jsonb, 'by_shard: the one shard, 0');
 SELECT is((harvest.worker_health() ->> 'stale')::int, 1, 'stale count');
 SELECT is(harvest.get_worker('fl-live') -> 'claimed_task_ids', '[]'::jsonb, 'get_worker lists claimed tasks');
 SELECT is((SELECT uncovered_queues FROM harvest.drain_preview(p_worker_id => 'fl-live')), ARRAY['email'],

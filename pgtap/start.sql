@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(89);
+SELECT plan(94);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -68,6 +68,17 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('')$$, 'HR001', 'workflo
                  'an empty workflow name: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow(NULL)$$, 'HR001', 'workflow name is empty',
                  'a NULL workflow name: HR001');
+-- Durations and priorities out of range are refused before anything is written (issue 12 items 7, 8).
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_bad', p_execution_timeout_secs => 0)$$, 'HR001',
+                 NULL, 'a zero execution timeout: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_bad', p_run_timeout_secs => 'NaN')$$, 'HR001',
+                 NULL, 'a NaN run timeout: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_bad', p_run_timeout_secs => 1e300)$$, 'HR001',
+                 NULL, 'a run timeout beyond 100 years: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_bad', p_priority => 2000000)$$, 'HR001',
+                 'priority 2000000 is out of range -1000000 to 1000000', 'a priority out of range: HR001');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'start_bad'), 0::bigint,
+          'a refused start writes nothing');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', '')$$, 'HR001',
                  'workflow_id is empty', 'an empty workflow_id: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', '[]', 'k', ' ')$$, 'HR001',
@@ -92,9 +103,9 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_conflict_p
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_conflict_policy => NULL)$$,
                  'HR001', NULL, 'a NULL conflict_policy: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_run_timeout_secs => 0)$$, 'HR001',
-                 'workflow timeouts must be positive seconds', 'a run timeout of 0: HR001');
+                 'workflow timeouts must be positive seconds, at most 100 years: got execution_timeout none, run_timeout 0', 'a run timeout of 0: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_execution_timeout_secs => -1)$$, 'HR001',
-                 'workflow timeouts must be positive seconds', 'a negative execution timeout: HR001');
+                 'workflow timeouts must be positive seconds, at most 100 years: got execution_timeout -1, run_timeout none', 'a negative execution timeout: HR001');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'start_wf'), 4::bigint,
           'rejected starts created nothing');
 

@@ -1,7 +1,7 @@
 -- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
 -- harvest.release_worker_tasks, harvest.stop_worker, harvest.release_task, harvest.worker_sleep.
 BEGIN;
-SELECT plan(36);
+SELECT plan(38);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -17,6 +17,10 @@ SELECT results_eq(
 SELECT lives_ok($$SELECT harvest.register_worker('w2', ARRAY['q1'], 'host-b', 1)$$, 'register_worker() with defaults');
 SELECT results_eq($$SELECT heartbeat_interval_secs, metadata FROM harvest.workers WHERE id = 'w2'$$,
                   $$VALUES (10::double precision, '{}'::jsonb)$$, 'defaults: a 10 s interval, empty metadata');
+SELECT throws_ok($$SELECT harvest.register_worker('w_busy', ARRAY['q'], 'h', 1, 0)$$, 'HR001',
+                 'heartbeat_interval_secs 0 is out of range: allowed 0.1 to 3600 seconds',
+                 'a 0 s heartbeat interval: HR001 (it made a busy loop)');
+SELECT is((SELECT count(*) FROM harvest.workers WHERE id = 'w_busy'), 0::bigint, 'a refused worker is not written');
 SELECT throws_ok($$SELECT harvest.register_worker('', ARRAY['q'], 'h', 1)$$, 'HR001',
                  'a worker needs an id and at least one queue', 'register_worker() without an id: HR001');
 SELECT throws_ok($$SELECT harvest.register_worker(NULL, ARRAY['q'], 'h', 1)$$, 'HR001', NULL,

@@ -22,7 +22,7 @@ from harvest import messaging, payload
 from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.definitions import WorkflowDefinition, parse_duration
+from harvest.definitions import WorkflowDefinition, check_priority, parse_duration
 from harvest.errors import (
     HarvestError,
     InvalidArgument,
@@ -104,10 +104,11 @@ def _start_call(name: str, encoded: list, workflow_id: str | None, queue: str, r
     return {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
             "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
             "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
-            "priority": priority,
+            "priority": check_priority(priority),
             "execution_timeout": None if execution_timeout is None
-            else parse_duration(execution_timeout, "execution_timeout"),
-            "run_timeout": None if run_timeout is None else parse_duration(run_timeout, "run_timeout")}
+            else parse_duration(execution_timeout, "execution_timeout", positive=True),
+            "run_timeout": None if run_timeout is None
+            else parse_duration(run_timeout, "run_timeout", positive=True)}
 
 
 def _start_args(workflow: Any, args: tuple, kwargs: dict,

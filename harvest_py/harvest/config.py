@@ -65,6 +65,16 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("retention", "interval"): float,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
+# key -> (lowest, highest) allowed, inclusive. Zero or negative intervals made busy loops
+# (a 0 s heartbeat committed ~2,400 times a second), so every number has a floor and a ceiling.
+BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {
+    ("worker", "concurrency"): (1, 10_000),
+    ("worker", "shutdown_grace"): (0, 86_400),
+    ("worker", "heartbeat_interval"): (0.1, 3_600),
+    ("retention", "interval"): (0.1, 86_400),
+}
+UNITS = {("worker", "concurrency"): "", ("worker", "shutdown_grace"): " seconds",
+         ("worker", "heartbeat_interval"): " seconds", ("retention", "interval"): " seconds"}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -147,16 +157,29 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
     if kind in (int, float):
         if from_env:
             try:
-                return kind(value.strip())
+                return _in_bounds(key, kind(value.strip()), source)
             except ValueError:
                 pass
         elif isinstance(value, int | float) and not isinstance(value, bool) and (kind is float or
                                                                                isinstance(value, int)):
-            return kind(value)
+            return _in_bounds(key, kind(value), source)
         raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     return value
+
+
+def _in_bounds(key: tuple[str, ...], value: int | float, source: str) -> int | float:
+    """The value if it lies within BOUNDS[key] (NaN and infinities never do), else one line."""
+    low, high = BOUNDS[key]
+    if not low <= value <= high:  # False for NaN too
+        raise ConfigError(f"{dotted(key)} = {value!r} (from {source}) is out of range: allowed "
+                          f"{_num(low)} to {_num(high)}{UNITS[key]}")
+    return value
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _suggest(name: str, candidates: Iterable[str]) -> str:
@@ -234,6 +257,51 @@ def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | 
         raise ConfigError(f"retention.run_on {run_on.value!r} (from {run_on.source}) is unknown; "
                           f"use {' or '.join(RUN_ON)}")
     return config
+
+
+# -- the database URL, for every command -----------------------------------------------------------
+DSN_ENV = "HARVEST_DATABASE_URL"
+
+
+def database_url(explicit: str | None, config: Config, env: Mapping[str, str] | None = None) -> str:
+    """The DSN every command uses: ``--database-url``, else ``HARVEST_DATABASE_URL``, else the
+    config file's ``database_url``; never a silent default."""
+    env = os.environ if env is None else env
+    dsn = explicit or env.get(DSN_ENV) or config.get("database_url")
+    if not dsn:
+        where = f" or database_url in {config.path}" if config.path else " or database_url in harvest.toml"
+        raise ConfigError(f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps)"
+                          f"{where}, or pass --database-url")
+    return dsn
+
+
+# -- the Worker's numbers ---------------------------------------------------------------------
+# Worker(...) argument -> (lowest, highest), inclusive; None for an argument that may be None.
+# Every interval has a floor: a 0 s heartbeat or poll interval is a busy loop.
+WORKER_LIMITS: dict[str, tuple[float, float]] = {
+    "concurrency": (1, 10_000), "claim_batch": (1, 1_000), "poll_interval": (0.01, 3_600),
+    "scan_interval": (0.01, 3_600), "heartbeat_interval": (0.1, 3_600), "workflow_lease": (0.1, 86_400),
+    "shutdown_grace": (0, 86_400), "cache_size": (0, 10_000_000), "retention_interval": (0.01, 86_400),
+    "continue_as_new_threshold": (1, 10**9), "history_event_hard_cap": (1, 10**9),
+    "history_byte_hard_cap": (1, 2**62), "history_bloat_warn_fraction": (0, 1),
+}
+_WORKER_INTS = frozenset({"concurrency", "claim_batch", "cache_size", "continue_as_new_threshold",
+                          "history_event_hard_cap", "history_byte_hard_cap"})
+
+
+def check_worker_numbers(**values: Any) -> None:
+    """Refuse a Worker argument outside WORKER_LIMITS with one line naming it (InvalidArgument)."""
+    from harvest.errors import InvalidArgument
+
+    for name, value in values.items():
+        if value is None and name.startswith("history_") and name.endswith("_cap"):
+            continue  # None: no cap
+        low, high = WORKER_LIMITS[name]
+        integer = name in _WORKER_INTS
+        ok_type = isinstance(value, int if integer else int | float) and not isinstance(value, bool)
+        if not ok_type or not low <= value <= high:  # NaN fails the comparison
+            raise InvalidArgument(f"Worker({name}={value!r}): allowed {'an integer' if integer else 'a number'} "
+                                  f"from {_num(low)} to {_num(high)}")
 
 
 # -- the process role -------------------------------------------------------------------------

@@ -26,6 +26,7 @@ __all__ = [
     "RetryPolicy",
     "WorkflowDefinition",
     "activity",
+    "check_priority",
     "parse_duration",
     "workflow",
 ]
@@ -37,8 +38,29 @@ _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
 
 
-def parse_duration(value: Any, what: str = "duration") -> float:
-    """Seconds from ``30``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a timedelta."""
+# The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
+# arithmetic overflows, so a larger value is refused here rather than at claim time.
+MAX_DURATION_SECS = 100 * 365.25 * 86400
+# Task priorities: higher is claimed first. Bounded so priority ageing cannot overflow an integer.
+PRIORITY_RANGE = (-1_000_000, 1_000_000)
+
+
+def check_priority(value: Any, what: str = "priority") -> int:
+    """An int (not a bool, not a string) within PRIORITY_RANGE."""
+    low, high = PRIORITY_RANGE
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{what}: expected an int from {low} to {high}, got {type(value).__name__} "
+                              f"{value!r}")
+    if not low <= value <= high:
+        raise InvalidArgument(f"{what}: {value} is out of range {low} to {high}")
+    return value
+
+
+def parse_duration(value: Any, what: str = "duration", *, positive: bool = False) -> float:
+    """Seconds from ``30``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a timedelta.
+
+    ``positive`` refuses 0 too: a zero timeout or retry interval makes a busy loop.
+    """
     if isinstance(value, _dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -52,8 +74,11 @@ def parse_duration(value: Any, what: str = "duration") -> float:
     else:
         raise InvalidArgument(f"{what}: expected seconds or a string like '30s', '5m', '1h', "
                               f"got {type(value).__name__} {value!r}")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidArgument(f"{what}: {value!r} is not a non-negative finite duration")
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise InvalidArgument(f"{what}: {value!r} is not a {'positive' if positive else 'non-negative'} "
+                              "finite duration")
+    if seconds > MAX_DURATION_SECS:
+        raise InvalidArgument(f"{what}: {value!r} is longer than the longest duration allowed (100 years)")
     return seconds
 
 
@@ -71,8 +96,8 @@ def _parse_units(text: str, original: Any, what: str) -> float:
     return total
 
 
-def _opt_duration(value: Any, what: str) -> float | None:
-    return None if value is None else parse_duration(value, what)
+def _opt_duration(value: Any, what: str, *, positive: bool = False) -> float | None:
+    return None if value is None else parse_duration(value, what, positive=positive)
 
 
 def _num(x: float | None) -> float | int | None:
@@ -93,12 +118,14 @@ class RetryPolicy:
     non_retryable_errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int >= 1")
-        self.initial_interval = parse_duration(self.initial_interval, "initial_interval")
-        self.max_interval = parse_duration(self.max_interval, "max_interval")
-        if not isinstance(self.backoff, (int, float)) or self.backoff < 1:
-            raise InvalidArgument(f"backoff: {self.backoff!r} must be a number >= 1")
+        if (not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool)
+                or not 1 <= self.max_attempts <= 1_000_000):
+            raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int from 1 to 1000000")
+        self.initial_interval = parse_duration(self.initial_interval, "initial_interval", positive=True)
+        self.max_interval = parse_duration(self.max_interval, "max_interval", positive=True)
+        if (not isinstance(self.backoff, (int, float)) or isinstance(self.backoff, bool)
+                or not 1 <= self.backoff <= 100):
+            raise InvalidArgument(f"backoff: {self.backoff!r} must be a number from 1 to 100")
         self.backoff = float(self.backoff)
         if isinstance(self.non_retryable_errors, str):
             raise InvalidArgument("non_retryable_errors: expected a list of error types, "
@@ -109,8 +136,8 @@ class RetryPolicy:
     def exponential(cls, max_attempts: int = 3, initial: Any = "1s", backoff: float = 2.0,
                     maximum: Any = "100s", non_retryable_errors: Iterable[str] = ()
                     ) -> RetryPolicy:
-        return cls(max_attempts, parse_duration(initial, "initial"), backoff,
-                   parse_duration(maximum, "maximum"), list(non_retryable_errors))
+        return cls(max_attempts, parse_duration(initial, "initial", positive=True), backoff,
+                   parse_duration(maximum, "maximum", positive=True), list(non_retryable_errors))
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -200,18 +227,17 @@ class ActivityDefinition:
 def _normalize_options(opts: dict[str, Any]) -> dict[str, Any]:
     out = dict(opts)
     if "start_to_close" in out:
-        out["start_to_close"] = parse_duration(out["start_to_close"], "start_to_close")
+        out["start_to_close"] = parse_duration(out["start_to_close"], "start_to_close", positive=True)
     for key in ("schedule_to_close", "heartbeat_timeout"):
         if key in out:
-            out[key] = _opt_duration(out[key], key)
+            out[key] = _opt_duration(out[key], key, positive=True)
     if "retry" in out:
         if out["retry"] is None:
             out["retry"] = RetryPolicy()
         elif not isinstance(out["retry"], RetryPolicy):
             raise TypeError(f"retry: expected a RetryPolicy, got {type(out['retry']).__name__}")
-    if "priority" in out and (not isinstance(out["priority"], int)
-                              or isinstance(out["priority"], bool)):
-        raise InvalidArgument(f"priority: expected an int, got {out['priority']!r}")
+    if "priority" in out:
+        check_priority(out["priority"])
     if "queue" in out and out["queue"] is not None:
         _check_name(out["queue"], "queue")
     if out.get("priority_aging_secs") is not None:

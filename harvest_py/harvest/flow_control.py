@@ -7,6 +7,7 @@ themselves run inside Postgres, in the claim or start transaction.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,9 @@ def check_key_path(path: Any, what: str) -> str:
 
 
 def _positive_int(value: Any, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgument(f"{what}: expected an int >= 1, got {value!r}")
+    # At most 2^31 - 1: the SQL side stores each limit as an integer.
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 2**31 - 1:
+        raise InvalidArgument(f"{what}: expected an int from 1 to {2**31 - 1}, got {value!r}")
     return value
 
 
@@ -97,10 +99,9 @@ class RateLimit:
     key: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rps, (int, float)) or isinstance(self.rps, bool) or not self.rps > 0:
-            raise InvalidArgument(f"RateLimit.rps: expected a number > 0, got {self.rps!r}")
-        if self.burst is not None and (not isinstance(self.burst, (int, float)) or self.burst < 1):
-            raise InvalidArgument(f"RateLimit.burst: expected a number >= 1, got {self.burst!r}")
+        _positive_number(self.rps, "RateLimit.rps")
+        if self.burst is not None:
+            _positive_number(self.burst, "RateLimit.burst", 1, strict=False)
         if self.key is not None:
             check_key_path(self.key, "RateLimit.key")
 
@@ -110,7 +111,8 @@ class RateLimit:
 
 
 def _positive_number(value: Any, what: str, minimum: float = 0.0, strict: bool = True) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) \
+    # A finite number only: NaN compares false everywhere and infinity is no rate or size.
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
             or not (value > minimum if strict else value >= minimum):
         raise InvalidArgument(f"{what}: expected a number {'>' if strict else '>='} {minimum:g}, "
                               f"got {value!r}")

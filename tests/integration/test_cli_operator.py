@@ -171,7 +171,11 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
     got = json.loads(harvest(db, "worker", "get", "w-live", "--output", "json").stdout)
     assert got["claimed_task_ids"] == [] and got["queues"] == ["email", "default"]
     health = json.loads(harvest(db, "worker", "health", "--output", "json").stdout)
-    assert health["healthy"] == 1 and health["stale"] == 1 and health["by_queue"] == {"email": 1, "default": 1}
+    # by_queue counts every worker that is not stopped (the spec's 4 healthy + 1 stale = 5); the
+    # health split is by_queue_health (issue 12 item 19).
+    assert health["healthy"] == 1 and health["stale"] == 1 and health["by_queue"] == {"email": 2, "default": 1}
+    assert health["by_queue_health"]["email"] == {"healthy": 1, "draining": 0, "stale": 1}
+    assert health["by_shard"] == {"0": 2}
 
     preview = json.loads(harvest(db, "worker", "drain-preview", "--queue", "email", "--output", "json").stdout)
     assert {p["worker_id"]: p["outcome"] for p in preview} == {"w-live": "accepted", "w-stale": "stale_worker"}

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import click
 
-from harvest.cli.output import database_url_option, emit, mapping, output_option, progress, sql_api, table
+from harvest.cli.output import (
+    PAGE,
+    ROW_ID,
+    database_url_option,
+    emit,
+    mapping,
+    output_option,
+    progress,
+    sql_api,
+    table,
+)
 from harvest.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z",
@@ -19,8 +29,8 @@ def dlq() -> None:
 @dlq.command("list")
 @click.option("--activity-name", default=None)
 @click.option("--workflow-name", default=None)
-@click.option("--limit", default=100, show_default=True, type=int, help="At most this many (max 1000).")
-@click.option("--before-id", default=None, type=int, help="Page: only ids below this one.")
+@click.option("--limit", default=100, show_default=True, type=PAGE, help="At most this many (max 1000).")
+@click.option("--before-id", default=None, type=ROW_ID, help="Page: only ids below this one.")
 @database_url_option
 @output_option
 def list_(activity_name, workflow_name, limit, before_id, database_url, output) -> None:
@@ -34,7 +44,7 @@ def list_(activity_name, workflow_name, limit, before_id, database_url, output) 
 
 
 @dlq.command("get")
-@click.argument("dead_letter_id", type=int)
+@click.argument("dead_letter_id", type=ROW_ID)
 @database_url_option
 @output_option
 def get(dead_letter_id, database_url, output) -> None:
@@ -60,7 +70,7 @@ def aggregate(group_by, database_url, output) -> None:
 
 
 @dlq.command("replay")
-@click.argument("dead_letter_id", type=int)
+@click.argument("dead_letter_id", type=ROW_ID)
 @database_url_option
 @output_option
 def replay(dead_letter_id, database_url, output) -> None:
@@ -72,7 +82,7 @@ def replay(dead_letter_id, database_url, output) -> None:
 
 
 @dlq.command("discard")
-@click.argument("dead_letter_id", type=int)
+@click.argument("dead_letter_id", type=ROW_ID)
 @database_url_option
 @output_option
 def discard(dead_letter_id, database_url, output) -> None:
@@ -89,7 +99,7 @@ def _bulk_options(f):
         click.option("--workflow-name", default=None),
         click.option("--failed-after", default=None, type=click.DateTime(TIMES)),
         click.option("--failed-before", default=None, type=click.DateTime(TIMES)),
-        click.option("--limit", default=100, show_default=True, type=int, help="Rows per call (max 1000)."),
+        click.option("--limit", default=100, show_default=True, type=PAGE, help="Rows per call (max 1000)."),
         click.option("--dry-run", is_flag=True, help="Write nothing: show what would be acted on."),
         click.option("--operator", default=None, help="Who you are, for the audit log."),
         click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 1000),

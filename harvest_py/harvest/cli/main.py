@@ -19,6 +19,13 @@ class HarvestGroup(click.Group):
         except HarvestError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(exc.exit_code)
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # `harvest workflow` alone prints its help, as before
+        except click.UsageError as exc:
+            # A bad option value (--page-size 99999999999, --log-level verbose, ...): one line too.
+            where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message()}{where}", err=True)
+            sys.exit(exc.exit_code)
         except psycopg.Error as exc:
             # A database error the SQL API has no class for: still one line, never a traceback.
             mapped = from_database_error(exc)
@@ -29,8 +36,20 @@ class HarvestGroup(click.Group):
 
 @click.group(cls=HarvestGroup)
 @click.version_option(package_name="harvest-workflows")
-def main() -> None:
+@click.option("--config", "config_path", default=None,
+              help="The config file for every command (default: HARVEST_CONFIG, else ./harvest.toml if present).")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default=None,
+              help="table or json for every command that prints one (a command's own --output wins).")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None, output: str | None) -> None:
     """Harvest: durable workflows on Postgres."""
+    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, cli_config
+
+    ctx.meta[CONFIG_PATH_KEY] = config_path
+    ctx.meta[GLOBAL_OUTPUT_KEY] = output
+    # Every command reads the same configuration: a bad key in harvest.toml or a misspelled
+    # HARVEST_* variable stops `workflow list` exactly as it stops `harvest worker`.
+    cli_config()
 
 
 def _register() -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from harvest.db.connection import describe_dsn, resolve_dsn
+from harvest.cli.output import cli_dsn
+from harvest.db.connection import describe_dsn
 from harvest.db.migrate import Migrator
 from harvest.errors import HarvestError
 
@@ -44,7 +45,7 @@ def migrate() -> None:
 @click.option("--output", type=click.Choice(["table", "json"]), default="table")
 def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
     """Show which migrations are applied and which are pending."""
-    migrator = Migrator(resolve_dsn(database_url), include_dirs)
+    migrator = Migrator(cli_dsn(database_url), include_dirs)
     rows, stale = migrator.status()
     pending = [r for r in rows if r.applied_at is None]
     if output == "json":
@@ -72,7 +73,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
 def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool) -> None:
     """Apply every pending migration in version order, then changed function files."""
-    dsn = resolve_dsn(database_url)
+    dsn = cli_dsn(database_url)
     migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
     report = migrator.run(dry_run=dry_run)
     if dry_run:

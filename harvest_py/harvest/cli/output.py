@@ -11,10 +11,20 @@ from typing import Any
 
 import click
 
-from harvest.db.connection import connect, resolve_dsn
+from harvest.config import Config, database_url, load_config
+from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
 
 OUTPUT_CHOICES = click.Choice(["table", "json"])
+# Bounded numbers: an unbounded int reached the database as a numeric with no matching
+# function ("function ... does not exist"), so every count, id and timeout has its range here.
+ROW_ID = click.IntRange(1, 2**63 - 1)
+PAGE = click.IntRange(1, 1000)
+WAIT_SECS = click.FloatRange(0, 86_400, min_open=True)
+# ctx.meta keys the root `harvest` group sets (ctx.meta is shared by every nested context).
+CONFIG_PATH_KEY = "harvest.config_path"
+CONFIG_KEY = "harvest.config"
+GLOBAL_OUTPUT_KEY = "harvest.output"
 
 
 def database_url_option(f):
@@ -22,15 +32,39 @@ def database_url_option(f):
                         help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.")(f)
 
 
+def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """`harvest --output json CMD` (the spec's form) counts unless CMD's own --output is given."""
+    if ctx.get_parameter_source(param.name) is click.core.ParameterSource.DEFAULT:
+        return ctx.meta.get(GLOBAL_OUTPUT_KEY) or value
+    return value
+
+
 def output_option(f):
     return click.option("--output", "-o", type=OUTPUT_CHOICES, default="table", show_default=True,
-                        help="table for people, json for scripts.")(f)
+                        callback=_global_output,
+                        help="table for people, json for scripts (also accepted before the command: "
+                             "harvest --output json CMD).")(f)
+
+
+def cli_config() -> Config:
+    """The one configuration every command reads (harvest.toml + HARVEST_*, see harvest/config.py),
+    loaded once per invocation; an unknown key or variable stops any command the same way."""
+    ctx = click.get_current_context(silent=True)
+    meta = ctx.meta if ctx is not None else {}
+    if CONFIG_KEY not in meta:
+        meta[CONFIG_KEY] = load_config(meta.get(CONFIG_PATH_KEY))
+    return meta[CONFIG_KEY]
+
+
+def cli_dsn(explicit: str | None) -> str:
+    """--database-url, else HARVEST_DATABASE_URL, else database_url in the config file."""
+    return database_url(explicit, cli_config())
 
 
 @contextlib.contextmanager
 def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
     """A SqlApi on one autocommit connection; read-only commands cannot write by accident."""
-    conn = connect(resolve_dsn(database_url), autocommit=True)
+    conn = connect(cli_dsn(database_url), autocommit=True)
     try:
         if read_only:
             conn.execute("SET default_transaction_read_only = on")

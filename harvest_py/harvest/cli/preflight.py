@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import database_url_option, output_option, table, to_json
-from harvest.db.connection import connect, resolve_dsn
+from harvest.cli.output import cli_dsn, database_url_option, output_option, table, to_json
+from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.errors import HarvestError
 
@@ -174,7 +174,7 @@ def overall(checks: list[Check]) -> str:
 @output_option
 def preflight(app_target: str | None, database_url: str | None, output: str) -> None:
     """Read-only deploy gate. Exit 0 = pass, 2 = warn, 1 = fail."""
-    checks = run_checks(resolve_dsn(database_url), app_target)
+    checks = run_checks(cli_dsn(database_url), app_target)
     result = overall(checks)
     observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     if output == "json":

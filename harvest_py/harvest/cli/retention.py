@@ -26,7 +26,7 @@ def status(database_url, output) -> None:
 
 @retention.command("set")
 @click.option("--max-age", required=True, help="A PostgreSQL interval, e.g. '30 days'; 'off' keeps everything.")
-@click.option("--batch-size", default=None, type=int, help="Executions deleted per transaction (1..10000).")
+@click.option("--batch-size", default=None, type=click.IntRange(1, 10_000), help="Executions deleted per transaction (1..10000).")
 @click.option("--operator", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option
@@ -40,8 +40,8 @@ def set_(max_age, batch_size, operator, database_url, output) -> None:
 
 @retention.command("run-now")
 @click.option("--max-age", default=None, help="Override the configured age for this run.")
-@click.option("--batch-size", default=None, type=int)
-@click.option("--max-batches", default=1000, show_default=True, type=click.IntRange(1),
+@click.option("--batch-size", default=None, type=click.IntRange(1, 10_000))
+@click.option("--max-batches", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Stop after this many batches (each is one transaction).")
 @click.option("--operator", default=None, help="Who you are, for the audit log.")
 @database_url_option

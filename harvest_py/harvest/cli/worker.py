@@ -50,19 +50,22 @@ def load_app(target: str) -> App:
 @click.option("--shutdown-grace", default=None, type=float,
               help="Seconds to finish in-flight work after SIGTERM before releasing it "
                    "(default: worker.shutdown_grace, else 30).")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
 def worker(target: str, config_path: str | None, role: str | None, queues: tuple[str, ...],
            worker_enabled: bool | None, scheduler_enabled: bool | None, retention_run_on: str | None,
            concurrency: int | None, database_url: str | None, shutdown_grace: float | None,
            log_level: str) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
-    import os
-
+    from harvest.cli.output import CONFIG_PATH_KEY
+    from harvest.config import database_url as resolve_database_url
     from harvest.config import load_config, resolve_queues, runtime_plan
     from harvest.worker import Worker
 
-    # The config first: a bad key stops the boot before the App is even imported.
-    config = load_config(config_path).with_overrides({
+    # The config first: a bad key stops the boot before the App is even imported. This
+    # command's --config wins over `harvest --config` given before it.
+    root_path = click.get_current_context().meta.get(CONFIG_PATH_KEY)
+    config = load_config(config_path or root_path).with_overrides({
         "role": (role, "--role"), "worker.queues": (list(queues) or None, "--queue"),
         "worker.enabled": (worker_enabled, "--worker/--no-worker"),
         "scheduler.enabled": (scheduler_enabled, "--scheduler/--no-scheduler"),
@@ -81,7 +84,7 @@ def worker(target: str, config_path: str | None, role: str | None, queues: tuple
         raise ConfigError(f"nothing to run: role {plan.role} places no runtime in this process (worker, "
                           "scheduler and retention are all off); set HARVEST_ROLE=worker, or "
                           "HARVEST_WORKER__ENABLED=true / HARVEST_SCHEDULER__ENABLED=true")
-    dsn = database_url or os.environ.get("HARVEST_DATABASE_URL") or config.get("database_url")
+    dsn = resolve_database_url(database_url, config)  # the same path as every other command
     options = {"queues": polled, "concurrency": config.get("worker.concurrency", 20),
                "shutdown_grace": config.get("worker.shutdown_grace", 30.0),
                "run_worker": plan.worker.value, "run_scanner": plan.scheduler.value,

@@ -11,12 +11,19 @@ from datetime import UTC
 import click
 
 from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+from harvest.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = ["worker_id", "status", "health", "queues", "hostname", "pid", "last_heartbeat_at", "in_flight"]
 
 
-def list_workers(queue, status, health, database_url, output) -> None:
+# One shard today: every worker row lives on, and polls, shard 0 (the spec's by_shard {"0": n}).
+SHARDS = (0,)
+
+
+def list_workers(queue, status, health, database_url, output, shard_id=None) -> None:
+    if shard_id is not None and shard_id not in SHARDS:
+        raise InvalidArgument(f"--shard-id {shard_id}: no such shard; this deployment has one shard, 0")
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.list_workers(queue, status, health)
     emit(rows, output, lambda d: table(d, WORKER_COLUMNS) + f"\n{len(d)} worker(s)")
@@ -29,11 +36,12 @@ def register(group: click.Group) -> None:
     @click.option("--queue", default=None)
     @click.option("--status", default=None, help="active, draining or stopped.")
     @click.option("--health", default=None, help="healthy, stale or stopped.")
+    @click.option("--shard-id", default=None, type=int, help="Only workers on this shard (one shard, 0, today).")
     @database_url_option
     @output_option
-    def list_(queue, status, health, database_url, output) -> None:
+    def list_(queue, status, health, shard_id, database_url, output) -> None:
         """List registered workers (stale first within each status)."""
-        list_workers(queue, status, health, database_url, output)
+        list_workers(queue, status, health, database_url, output, shard_id)
 
     @group.command("get")
     @click.argument("worker_id")
@@ -51,14 +59,16 @@ def register(group: click.Group) -> None:
     @database_url_option
     @output_option
     def health(database_url, output) -> None:
-        """The fleet roll-up: healthy, stale, draining, live workers per queue."""
+        """The fleet roll-up: healthy, stale, draining; workers per queue (not stopped), split by health."""
         with sql_api(database_url, read_only=True) as sql:
             data = sql.worker_health()
 
         def render(d):
             text = mapping(d, ["healthy", "stale", "draining", "stopped", "total"])
-            queues = [{"queue": q, "live_workers": n} for q, n in sorted(d["by_queue"].items())]
-            return text + ("\n\n" + table(queues, ["queue", "live_workers"]) if queues else "")
+            split = d.get("by_queue_health") or {}
+            queues = [{"queue": q, "workers": n, **split.get(q, {})} for q, n in sorted(d["by_queue"].items())]
+            return text + ("\n\n" + table(queues, ["queue", "workers", "healthy", "draining", "stale"])
+                           if queues else "")
 
         emit(data, output, render)
 

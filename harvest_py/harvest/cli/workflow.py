@@ -9,7 +9,17 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+from harvest.cli.output import (
+    ROW_ID,
+    WAIT_SECS,
+    cli_dsn,
+    database_url_option,
+    emit,
+    mapping,
+    output_option,
+    sql_api,
+    table,
+)
 from harvest.errors import InvalidArgument
 
 
@@ -53,16 +63,19 @@ def workflow() -> None:
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
 @click.option("--conflict-policy", default="unspecified", show_default=True)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
-@click.option("--output", type=click.Choice(["table", "json"]), default="table")
+@output_option
 def start(name: str, input_json: str | None, input_file: str | None, workflow_id: str | None,
           task_queue: str, reuse_policy: str, conflict_policy: str, database_url: str | None,
           output: str) -> None:
     """Start workflow NAME (or attach to its run, per the policies)."""
     from harvest.client import Client
 
+    if not name.strip():
+        raise InvalidArgument("workflow name is empty: give the name a worker registers")
+
     value = read_json_option(input_json, input_file, "input")
     args = [] if value is None else (value if isinstance(value, list) else [value])
-    with Client(database_url) as client:
+    with Client(cli_dsn(database_url)) as client:
         handle = client.start_workflow(name, *args, workflow_id=workflow_id, task_queue=task_queue,
                                        reuse_policy=reuse_policy, conflict_policy=conflict_policy)
     _echo({"execution_id": handle.execution_id, "workflow_id": handle.workflow_id,
@@ -82,16 +95,34 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
         "completed_at", "cancel_requested", "last_event_id", "search_attributes", "failure"]))
 
 
+# `workflow result` exit codes (docs/operations.md): 0 the run COMPLETED (its result on stdout);
+# 1 it ended otherwise (failed, cancelled, terminated, timed out); 3 --timeout ran out first and
+# the run is still going; 2 a bad argument, as for every command.
+RESULT_NOT_COMPLETED = 1
+RESULT_WAIT_TIMED_OUT = 3
+
+
 @workflow.command("result")
 @click.argument("execution_id")
-@click.option("--timeout", default=None, type=float, help="Seconds to wait (default: forever).")
+@click.option("--timeout", default=None, type=WAIT_SECS, help="Seconds to wait (default: forever).")
 @click.option("--database-url", default=None)
 def result(execution_id: str, timeout: float | None, database_url: str | None) -> None:
-    """Wait for an execution to end and print its result (exit 1 if it did not complete)."""
-    from harvest.client import Client
+    """Wait for an execution to end and print its result.
 
-    with Client(database_url) as client:
-        value = client.get_handle(execution_id).result(timeout=timeout)
+    Exit 0: completed; 1: it ended without completing; 3: --timeout ran out while it still runs.
+    """
+    from harvest.client import Client
+    from harvest.errors import TimeoutError_, WorkflowCancelled, WorkflowFailed, WorkflowTerminated, WorkflowTimedOut
+
+    try:
+        with Client(cli_dsn(database_url)) as client:
+            value = client.get_handle(execution_id).result(timeout=timeout)
+    except TimeoutError_ as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(RESULT_WAIT_TIMED_OUT)
+    except (WorkflowFailed, WorkflowCancelled, WorkflowTerminated, WorkflowTimedOut) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(RESULT_NOT_COMPLETED)
     _echo(value, "json")
 
 
@@ -171,6 +202,8 @@ def _summary(event: dict[str, Any]) -> str:
 def list_(state, workflow_name, search_attrs, created_after, created_before, page_size, cursor, order,
           database_url, output) -> None:
     """List executions, newest first, with filters and keyset pagination."""
+    if not 1 <= page_size <= 1000:  # the SQL check's words; a huge int would not even reach it
+        raise InvalidArgument(f"page size {page_size} is out of range 1..1000")
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.list_executions(state=state, workflow_name=workflow_name,
                                    search_attributes=list(search_attrs), created_after=created_after,
@@ -252,8 +285,9 @@ def stack(execution_id, database_url, output) -> None:
 
 @workflow.command("children")
 @click.argument("execution_id")
-@click.option("--state", default=None)
-@click.option("--depth", default=1, show_default=True, type=int)
+@click.option("--status", "--state", "state", default=None,
+              help="Only children in this state (RUNNING, COMPLETED, FAILED, ...; case-insensitive).")
+@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 100))
 @database_url_option
 @output_option
 def children(execution_id, state, depth, database_url, output) -> None:
@@ -279,12 +313,16 @@ def history_group() -> None:
 
 @history_group.command("export")
 @click.argument("execution_id")
-@click.option("--full", is_flag=True, help="Include payload values; by default each is replaced by "
-              '{"redacted": true, "bytes": n}.')
-@click.option("--file", "path", default="-", show_default=True, help="Write here (- for stdout).")
+@click.option("--full", is_flag=True, help="Include payload values (the same as --payload-policy full).")
+@click.option("--payload-policy", type=click.Choice(["redacted", "full"]), default=None,
+              help='redacted (the default: each payload value becomes {"redacted": true, "bytes": n}) or full.')
+@click.option("--output-file", "--file", "path", default="-", show_default=True, help="Write here (- for stdout).")
 @database_url_option
-def export(execution_id: str, full: bool, path: str, database_url: str | None) -> None:
+def export(execution_id: str, full: bool, payload_policy: str | None, path: str, database_url: str | None) -> None:
     """Export an execution and its history as one JSON document (redacted by default)."""
+    if full and payload_policy == "redacted":
+        raise InvalidArgument("--full and --payload-policy redacted contradict each other: give one")
+    full = full or payload_policy == "full"
     text = json.dumps(_history_rows(execution_id, full, database_url), default=str, indent=2)
     if path == "-":
         click.echo(text)
@@ -300,7 +338,7 @@ def export(execution_id: str, full: bool, path: str, database_url: str | None) -
 @click.argument("name")
 @click.option("--arg-json", default=None, help="The query argument as JSON.")
 @click.option("--arg-file", default=None, help="Read the argument JSON from a file (- for stdin).")
-@click.option("--timeout", default=10.0, show_default=True, type=float, help="Seconds to wait for an answer.")
+@click.option("--timeout", default=10.0, show_default=True, type=WAIT_SECS, help="Seconds to wait for an answer.")
 @database_url_option
 @output_option
 def query(execution_id, name, arg_json, arg_file, timeout, database_url, output) -> None:
@@ -308,7 +346,7 @@ def query(execution_id, name, arg_json, arg_file, timeout, database_url, output)
     from harvest.client import Client
 
     arg = read_json_option(arg_json, arg_file, "arg")
-    with Client(database_url) as client:
+    with Client(cli_dsn(database_url)) as client:
         value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
     emit({"execution_id": execution_id, "query": name, "result": value}, output,
          lambda d: json.dumps(d["result"], default=str, indent=2))
@@ -322,7 +360,7 @@ def query(execution_id, name, arg_json, arg_file, timeout, database_url, output)
 @click.option("--wait", type=click.Choice(["accepted", "completed"]), default="completed", show_default=True,
               help="Return once the update is recorded (accepted) or once its handler finished.")
 @click.option("--update-id", default=None, help="An idempotency id: the same id is applied once.")
-@click.option("--timeout-secs", default=30.0, show_default=True, type=float)
+@click.option("--timeout-secs", default=30.0, show_default=True, type=WAIT_SECS)
 @database_url_option
 @output_option
 def update(execution_id, name, input_json, input_file, wait, update_id, timeout_secs, database_url,
@@ -332,7 +370,7 @@ def update(execution_id, name, input_json, input_file, wait, update_id, timeout_
     from harvest.messaging import UpdateHandle
 
     arg = read_json_option(input_json, input_file, "input")
-    with Client(database_url) as client:
+    with Client(cli_dsn(database_url)) as client:
         outcome = client.get_handle(execution_id).update(name, arg, wait=wait, timeout=timeout_secs,
                                                          update_id=update_id)
     if isinstance(outcome, UpdateHandle):
@@ -350,7 +388,7 @@ RESET_KEYS = ["valid", "source_execution_id", "to_event", "carried_events", "dis
 
 @workflow.command("reset")
 @click.argument("execution_id")
-@click.option("--to-event", required=True, type=int, help="The last event id the fork keeps.")
+@click.option("--to-event", required=True, type=ROW_ID, help="The last event id the fork keeps.")
 @click.option("--reason", required=True, help="Why (recorded on both runs).")
 @click.option("--operator-id", default=None, help="Who you are, for the record.")
 @click.option("--signal-reapply", type=click.Choice(["drop", "buffer"]), default="drop", show_default=True,

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from harvest.config import check_worker_numbers
 from harvest.db.connection import connect_async, resolve_dsn
 from harvest.db.migrate import latest_core_version
 from harvest.db.sqlapi import AsyncSqlApi
@@ -71,8 +72,12 @@ class Worker:
                  history_bloat_warn_fraction: float = 0.2048,
                  run_worker: bool = True, run_scanner: bool = True, run_retention: bool = False,
                  retention_interval: float = 60.0, hand_off: bool = True):
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        check_worker_numbers(
+            concurrency=concurrency, claim_batch=claim_batch, poll_interval=poll_interval,
+            scan_interval=scan_interval, heartbeat_interval=heartbeat_interval, workflow_lease=workflow_lease,
+            shutdown_grace=shutdown_grace, cache_size=cache_size, retention_interval=retention_interval,
+            continue_as_new_threshold=continue_as_new_threshold, history_event_hard_cap=history_event_hard_cap,
+            history_byte_hard_cap=history_byte_hard_cap, history_bloat_warn_fraction=history_bloat_warn_fraction)
         self.app = app
         self.dsn = resolve_dsn(dsn)
         self.queues = sorted(queues or app.queues or {"default"})
