@@ -4,13 +4,14 @@ the spec's forms of the commands are accepted; exit codes are distinct and docum
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 import psycopg
 import pytest
-from operator_helpers import HARVEST, REPO
+from operator_helpers import HARVEST, REPO, start
 
 
 def run(*args: str, cwd: Path | None = None, dsn: str | None = None, env: dict | None = None,
@@ -60,3 +61,216 @@ def test_worker_refuses_a_negative_shutdown_grace_flag(tmp_path: Path) -> None:
     r = run("worker", "no_such_module:app", "--shutdown-grace", "-1", cwd=tmp_path)
     assert r.returncode != 0
     assert "worker.shutdown_grace = -1.0 (from --shutdown-grace) is out of range" in one_error_line(r)
+
+
+# -- item 8: one line, never a traceback ---------------------------------------------------------------
+
+def test_workflow_start_with_an_empty_name_is_one_line(db: str) -> None:
+    r = run("workflow", "start", "", dsn=db)
+    assert r.returncode == 2 and "workflow name is empty" in one_error_line(r)
+
+
+def test_worker_with_an_unknown_log_level_is_one_line(tmp_path: Path) -> None:
+    r = run("worker", "no_such_module:app", "--log-level", "verbose", cwd=tmp_path)
+    assert r.returncode == 2
+    line = one_error_line(r)
+    assert "'verbose' is not one of" in line and "info" in line
+
+
+@pytest.mark.parametrize("content", ['{"a": 1}', "[1, 2]", "[]", '{"events": [{"event_id": "x"}]}'])
+def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, content: str) -> None:
+    (tmp_path / "replay_app.py").write_text("from harvest import App\napp = App()\n")
+    path = tmp_path / "not_history.json"
+    path.write_text(content)
+    r = run("replay", "--app", "replay_app:app", "--json-path", str(path), cwd=tmp_path)
+    assert r.returncode == 2
+    line = one_error_line(r)
+    assert "not a Harvest history" in line and "a JSON list of events" in line
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["workflow", "list", "--page-size", "99999999999"], "page size 99999999999 is out of range 1..1000"),
+    (["workflow", "list", "--state", "BOGUS"],
+     'unknown state "BOGUS": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW'),
+    (["workflow", "children", "00000000-0000-0000-0000-000000000000", "--status", "nope"],
+     'unknown status "nope": use RUNNING'),
+    (["dlq", "get", "99999999999999999999"], "is not in the range"),
+    (["dlq", "list", "--limit", "0"], "is not in the range 1<=x<=1000"),
+    (["workflow", "query", "00000000-0000-0000-0000-000000000000", "q", "--timeout", "0"], "--timeout"),
+])
+def test_bad_values_are_refused_in_one_line(db: str, args: list[str], needle: str) -> None:
+    r = run(*args, dsn=db)
+    assert r.returncode == 2
+    assert needle in one_error_line(r)
+
+
+def test_a_string_priority_is_refused_before_the_database(db: str) -> None:
+    from harvest.client import Client
+    from harvest.errors import InvalidArgument
+
+    with Client(db) as client, pytest.raises(InvalidArgument, match="priority: expected an int"):
+        client.start_workflow("wf", priority="high")
+    with psycopg.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM harvest.executions").fetchone()[0] == 0
+
+
+# -- item 12: one configuration for every command ------------------------------------------------------
+
+def test_workflow_list_reads_the_database_url_from_harvest_toml(db: str, tmp_path: Path, conn) -> None:
+    execution_id = start(conn, "from_file", "f1")
+    (tmp_path / "harvest.toml").write_text(f'database_url = "{db}"\n')
+    r = run("workflow", "list", "-o", "json", cwd=tmp_path)  # no HARVEST_DATABASE_URL, no flag
+    assert r.returncode == 0, r.stderr
+    assert [e["id"] for e in json.loads(r.stdout)["executions"]] == [execution_id]
+    # Precedence is the worker's: the flag, then HARVEST_DATABASE_URL, then the file.
+    bad = "postgresql://nobody@127.0.0.1:1/none"
+    r = run("workflow", "list", "--database-url", bad, cwd=tmp_path)
+    assert r.returncode != 0 and "127.0.0.1:1" in one_error_line(r)
+    r = run("workflow", "list", cwd=tmp_path, env={"HARVEST_DATABASE_URL": bad})
+    assert r.returncode != 0 and "127.0.0.1:1" in one_error_line(r)
+    # `harvest --config PATH` names the file for any command.
+    other = tmp_path / "sub"
+    other.mkdir()
+    r = run("--config", str(tmp_path / "harvest.toml"), "workflow", "get", execution_id, "-o", "json", cwd=other)
+    assert r.returncode == 0 and json.loads(r.stdout)["workflow_id"] == "f1"
+
+
+def test_no_database_anywhere_names_every_place_to_give_one(tmp_path: Path) -> None:
+    r = run("workflow", "list", cwd=tmp_path)
+    assert r.returncode == 1
+    line = one_error_line(r)
+    assert "HARVEST_DATABASE_URL" in line and "database_url in harvest.toml" in line and "--database-url" in line
+
+
+@pytest.mark.parametrize("args", [["workflow", "list"], ["dlq", "list"], ["preflight"], ["migrate", "status"],
+                                  ["worker", "list"], ["queue", "coverage"]])
+def test_a_misspelled_variable_stops_every_command(db: str, tmp_path: Path, args: list[str]) -> None:
+    r = run(*args, dsn=db, cwd=tmp_path, env={"HARVEST_WORKER_QUEUES": "a"})
+    assert r.returncode == 1
+    assert "unknown setting HARVEST_WORKER_QUEUES; did you mean HARVEST_WORKER__QUEUES?" in one_error_line(r)
+
+
+def test_a_bad_key_in_harvest_toml_stops_workflow_list(db: str, tmp_path: Path) -> None:
+    (tmp_path / "harvest.toml").write_text("[worker]\nconcurency = 4\n")
+    r = run("workflow", "list", dsn=db, cwd=tmp_path)
+    assert r.returncode == 1 and "unknown config key 'worker.concurency'" in one_error_line(r)
+
+
+# -- item 18: the spec's forms ----------------------------------------------------------------------
+
+def test_a_global_output_option_before_the_command(db: str) -> None:
+    for args in (["--output", "json", "preflight"], ["-o", "json", "preflight"], ["preflight", "--output", "json"]):
+        r = run(*args, dsn=db)
+        assert r.returncode in (0, 2), r.stderr  # pass or warn (no retention configured)
+        assert json.loads(r.stdout)["overall_status"] in ("pass", "warn")
+    # The command's own option wins over the global one.
+    r = run("--output", "json", "worker", "list", "--output", "table", dsn=db)
+    assert r.returncode == 0 and r.stdout.startswith("WORKER_ID")
+
+
+def _claim_and_decide(conn, queue: str, commands: list) -> None:
+    from psycopg.types.json import Jsonb
+
+    task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)",
+                        ([queue],)).fetchone()
+    conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], Jsonb(commands)))
+
+
+def _fail(conn, name: str, workflow_id: str) -> str:
+    execution_id = start(conn, name, workflow_id, queue=f"q_{workflow_id}")
+    _claim_and_decide(conn, f"q_{workflow_id}", [{"type": "fail_workflow", "failure": {
+        "error_type": "Boom", "message": "it broke", "non_retryable": True, "details": None}}])
+    return execution_id
+
+
+def test_workflow_children_status_and_start_output(db: str, conn) -> None:
+    r = run("workflow", "start", "spec_form", "--workflow-id", "s1", "-o", "json", dsn=db)
+    assert r.returncode == 0, r.stderr
+    parent = json.loads(r.stdout)["execution_id"]
+    r = run("workflow", "children", parent, "--status", "Failed", "-o", "json", dsn=db)
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+    r = run("workflow", "children", parent, "--state", "RUNNING", "-o", "json", dsn=db)
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+
+def test_history_export_payload_policy_and_output_file(db: str, conn, tmp_path: Path) -> None:
+    from psycopg.types.json import Jsonb
+
+    execution_id = conn.execute("SELECT execution_id FROM harvest.start_workflow('exp', %s)",
+                                (Jsonb(["secret-input"]),)).fetchone()[0]
+    out = tmp_path / "fixtures" / "h.json"
+    out.parent.mkdir()
+    r = run("history", "export", str(execution_id), "--payload-policy", "full", "--output-file", str(out), dsn=db)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["redacted"] is False and doc["events"][0]["event_data"]["input"] == ["secret-input"]
+    r = run("history", "export", str(execution_id), "--payload-policy", "redacted", dsn=db)
+    assert json.loads(r.stdout)["events"][0]["event_data"]["input"]["redacted"] is True
+    r = run("history", "export", str(execution_id), "--full", "--payload-policy", "redacted", dsn=db)
+    assert r.returncode == 2 and "contradict" in one_error_line(r)
+
+
+def test_worker_list_shard_id(db: str, conn) -> None:
+    conn.execute("SELECT harvest.register_worker('w-s0', ARRAY['email'], 'h', 1, 5)")
+    r = run("worker", "list", "--queue", "email", "--shard-id", "0", "-o", "json", dsn=db)
+    assert r.returncode == 0 and [w["worker_id"] for w in json.loads(r.stdout)] == ["w-s0"]
+    r = run("worker", "list", "--shard-id", "3", dsn=db)
+    assert r.returncode == 2 and "--shard-id 3: no such shard; this deployment has one shard, 0" in one_error_line(r)
+
+
+def test_queue_coverage_strict_without_app_reads_the_fleet(db: str, conn) -> None:
+    r = run("queue", "coverage", "--strict", "-o", "json", dsn=db)
+    assert r.returncode == 2  # nothing registered: unknown, and the gate fails closed
+    assert json.loads(r.stdout)["unpolled_declared_queues"] is None
+    conn.execute("SELECT harvest.register_worker('w-a', ARRAY['alpha'], 'h', 1, 5)")
+    r = run("queue", "coverage", "--strict", "-o", "json", dsn=db)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["declared_queues"] == ["alpha"]
+    conn.execute("SELECT harvest.register_worker('w-b', ARRAY['beta'], 'h', 2, 5)")
+    conn.execute("SELECT harvest.stop_worker('w-b')")  # beta is registered but nobody polls it now
+    r = run("queue", "coverage", "--strict", dsn=db)
+    assert r.returncode == 2 and "unpolled declared queues: beta" in r.stdout
+
+
+def test_workflow_result_exit_codes_differ_for_a_failed_run_and_a_timeout(db: str, conn) -> None:
+    failed = _fail(conn, "res_wf", "r-failed")
+    r = run("workflow", "result", failed, dsn=db)
+    assert r.returncode == 1 and "it broke" in one_error_line(r)
+    running = start(conn, "res_wf", "r-running")
+    r = run("workflow", "result", running, "--timeout", "0.5", dsn=db)
+    assert r.returncode == 3
+    one_error_line(r)
+    done = start(conn, "res_wf", "r-done", queue="q_done")
+    _claim_and_decide(conn, "q_done", [{"type": "complete_workflow", "result": {"ok": 1}}])
+    r = run("workflow", "result", done, dsn=db)
+    assert r.returncode == 0 and json.loads(r.stdout) == {"ok": 1}
+
+
+# -- item 19 ----------------------------------------------------------------------------------------
+
+def test_version_usage_keeps_version_zero_in_its_message(db: str) -> None:
+    r = run("version-usage", "--change-id", "gate-x", "--version", "0", dsn=db)
+    assert r.returncode == 0 and "no active run recorded gate-x version 0" in r.stdout
+    r = run("version-usage", "--change-id", "gate-x", "--version", "0", "--guard", dsn=db)
+    assert r.returncode == 0 and "version 0" in r.stdout
+
+
+def test_concurrency_status_omits_an_empty_workflows_field(db: str, conn) -> None:
+    start(conn, "cap_wf", "c1", queue="cq")
+    _claim_and_decide(conn, "cq", [{"type": "schedule_activity", "seq": 1, "name": "act", "input": [],
+                                    "queue": "caq", "options": {"max_concurrent": 1, "concurrency_key": "k1"}}])
+    r = run("concurrency", "status", "-o", "json", dsn=db)
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)
+    assert row["key"] == "k1" and row["task_type"] == "activity" and "workflows" not in row
+
+
+def test_worker_health_counts_every_live_worker_per_queue(db: str, conn) -> None:
+    conn.execute("SELECT harvest.register_worker('h-live', ARRAY['default'], 'h', 1, 5)")
+    conn.execute("SELECT harvest.register_worker('h-stale', ARRAY['default'], 'h', 2, 5)")
+    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'h-stale'")
+    data = json.loads(run("worker", "health", "-o", "json", dsn=db).stdout)
+    assert data["by_queue"] == {"default": 2} and data["by_shard"] == {"0": 2}
+    assert data["by_queue_health"] == {"default": {"healthy": 1, "draining": 0, "stale": 1}}
+    table = run("worker", "health", dsn=db).stdout
+    assert table.splitlines()[-1].split() == ["default", "2", "1", "0", "1"]
