@@ -169,7 +169,7 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
     return value
 
 
-def _in_bounds(key: tuple[str, ...], value: int | float, source: str) -> int | float:
+def _in_bounds(key: tuple[str, ...], value: float, source: str) -> int | float:
     """The value if it lies within BOUNDS[key] (NaN and infinities never do), else one line."""
     low, high = BOUNDS[key]
     if not low <= value <= high:  # False for NaN too

@@ -112,7 +112,13 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
     Exit 0: completed; 1: it ended without completing; 3: --timeout ran out while it still runs.
     """
     from harvest.client import Client
-    from harvest.errors import TimeoutError_, WorkflowCancelled, WorkflowFailed, WorkflowTerminated, WorkflowTimedOut
+    from harvest.errors import (
+        TimeoutError_,
+        WorkflowCancelled,
+        WorkflowFailed,
+        WorkflowTerminated,
+        WorkflowTimedOut,
+    )
 
     try:
         with Client(cli_dsn(database_url)) as client:
