@@ -10,8 +10,8 @@ import os
 import shlex
 
 import click
-from psycopg import conninfo
 
+from harvest.db.connection import parse_dsn
 from harvest.db.embedded import EmbeddedPostgres, bin_dir
 from harvest.db.migrate import Migrator
 from harvest.errors import ConfigError
@@ -21,7 +21,7 @@ DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
 
 def require_local(dsn: str) -> None:
     """`harvest dev` may only touch a database on this machine."""
-    host = conninfo.conninfo_to_dict(dsn).get("host") or "localhost"
+    host = parse_dsn(dsn, DEV_DSN_ENV).get("host") or "localhost"
     for part in host.split(","):
         if part.startswith("/") or part == "localhost":
             continue
