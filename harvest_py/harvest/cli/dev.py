@@ -11,7 +11,7 @@ import shlex
 
 import click
 
-from harvest.db.connection import parse_dsn
+from harvest.db.connection import parse_dsn, redact
 from harvest.db.embedded import EmbeddedPostgres, bin_dir
 from harvest.db.migrate import Migrator
 from harvest.errors import ConfigError
@@ -61,8 +61,9 @@ def dev(target: str | None, demo_and_exit: bool) -> None:
         dsn = server.start()
     try:
         Migrator(dsn, progress=lambda msg: click.echo(msg, err=True)).run()
-        quoted = shlex.quote(dsn)
-        click.echo(f"\nHarvest is ready on {dsn}\n"
+        # A DSN given in the environment may hold a password: refer to the variable instead.
+        quoted = f'"${DEV_DSN_ENV}"' if server is None else shlex.quote(dsn)
+        click.echo(f"\nHarvest is ready on {redact(dsn, dsn)}\n"
                    f"  psql:   {bin_dir() / 'psql'} {quoted}\n")
         if not target:
             click.echo("Start the demo workflow, then read its result:\n"
