@@ -126,6 +126,11 @@ def test_redact_leaves_text_without_a_password_alone() -> None:
     ('connection to server at "h", port 5432 failed: FATAL:  the database system is starting up', False),
     ('connection to server at "h", port 5432 failed: FATAL:  sorry, too many clients already', False),
     ("failed to resolve host 'db': [Errno -3] Temporary failure in name resolution", False),
+    # a TLS setup one side refuses (sslmode=verify-full against a server it cannot verify)
+    ('connection to server at "h", port 5432 failed: server does not support SSL, but SSL was required', True),
+    ('connection to server at "h", port 5432 failed: SSL error: certificate verify failed', True),
+    ('connection to server at "h", port 5432 failed: server certificate for "a" does not match host name "b"',
+     True),
 ])
 def test_is_permanent(message: str, permanent: bool) -> None:
     assert connection.is_permanent(psycopg.OperationalError(message)) is permanent

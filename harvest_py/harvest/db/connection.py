@@ -265,10 +265,12 @@ def tls_warning(dsn: str, env: Mapping[str, str] | None = None) -> str | None:
     if sslmode == "verify-full":
         return None
     shown = f"sslmode={sslmode}" if sslmode else "no sslmode (libpq then uses prefer)"
+    unchecked = ("the server's host name is not checked against its certificate" if sslmode == "verify-ca"
+                 else "the server's certificate and host name are not verified")
     return (f"the database {describe_dsn(dsn)} is not on this machine and the DSN sets {shown}: "
-            "the server's certificate and host name are not verified, so the connection (and "
-            "the password) can be intercepted. Use sslmode=verify-full with sslrootcert=<the CA "
-            "file> or sslrootcert=system (docs/security.md, TLS)")
+            f"{unchecked}, so the connection (and the password) can be intercepted. Use "
+            "sslmode=verify-full with sslrootcert=<the CA file> or sslrootcert=system "
+            "(docs/security.md, TLS)")
 
 
 def warn_if_unverified_tls(dsn: str) -> None:
