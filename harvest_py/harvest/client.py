@@ -19,7 +19,13 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from harvest import messaging, payload
-from harvest.db.connection import connect, connect_async, resolve_dsn
+from harvest.db.connection import (
+    RedactingAsyncConnection,
+    RedactingConnection,
+    connect,
+    connect_async,
+    resolve_dsn,
+)
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.definitions import WorkflowDefinition, check_priority, parse_duration
@@ -238,11 +244,14 @@ class Client:
 
     def __init__(self, dsn: str | None = None, *, pool_size: int = 4, check_schema: bool = True):
         self.dsn = resolve_dsn(dsn)
-        if check_schema:
-            with connect(self.dsn, autocommit=True) as conn:
+        # One connection first, schema check or not: a wrong password or a bad DSN fails here
+        # at once, redacted, instead of in the pool's background retries.
+        with connect(self.dsn, autocommit=True) as conn:
+            if check_schema:
                 verify_schema(conn)
         self._pool = ConnectionPool(self.dsn, min_size=1, max_size=pool_size,
-                                    kwargs={"autocommit": True}, open=True)
+                                    kwargs={"autocommit": True}, open=True,
+                                    connection_class=RedactingConnection)
 
     def close(self) -> None:
         self._pool.close()
@@ -448,11 +457,11 @@ class AsyncClient:
     async def connect(cls, dsn: str | None = None, *, pool_size: int = 4,
                       check_schema: bool = True) -> AsyncClient:
         dsn = resolve_dsn(dsn)
-        if check_schema:
-            with connect(dsn, autocommit=True) as conn:
+        with connect(dsn, autocommit=True) as conn:  # fails fast, as in Client()
+            if check_schema:
                 verify_schema(conn)
         pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
-                                   open=False)
+                                   open=False, connection_class=RedactingAsyncConnection)
         await pool.open(wait=True)
         return cls(dsn, pool)
 

@@ -21,7 +21,12 @@ class ConfigError(HarvestError):
 
 
 class DatabaseUnavailable(HarvestError):
-    """The database could not be reached."""
+    """The database could not be reached (it may come up: a starting worker waits for it)."""
+
+
+class ConnectionRejected(DatabaseUnavailable):
+    """The server answered and refused the connection (a wrong password, an unknown role or
+    database, pg_hba.conf, TLS setup): retrying cannot help, so nothing waits and retries."""
 
 
 class SchemaMismatch(HarvestError):

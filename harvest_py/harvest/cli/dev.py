@@ -10,8 +10,8 @@ import os
 import shlex
 
 import click
-from psycopg import conninfo
 
+from harvest.db.connection import parse_dsn, redact
 from harvest.db.embedded import EmbeddedPostgres, bin_dir
 from harvest.db.migrate import Migrator
 from harvest.errors import ConfigError
@@ -21,7 +21,7 @@ DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
 
 def require_local(dsn: str) -> None:
     """`harvest dev` may only touch a database on this machine."""
-    host = conninfo.conninfo_to_dict(dsn).get("host") or "localhost"
+    host = parse_dsn(dsn, DEV_DSN_ENV).get("host") or "localhost"
     for part in host.split(","):
         if part.startswith("/") or part == "localhost":
             continue
@@ -61,8 +61,9 @@ def dev(target: str | None, demo_and_exit: bool) -> None:
         dsn = server.start()
     try:
         Migrator(dsn, progress=lambda msg: click.echo(msg, err=True)).run()
-        quoted = shlex.quote(dsn)
-        click.echo(f"\nHarvest is ready on {dsn}\n"
+        # A DSN given in the environment may hold a password: refer to the variable instead.
+        quoted = f'"${DEV_DSN_ENV}"' if server is None else shlex.quote(dsn)
+        click.echo(f"\nHarvest is ready on {redact(dsn, dsn)}\n"
                    f"  psql:   {bin_dir() / 'psql'} {quoted}\n")
         if not target:
             click.echo("Start the demo workflow, then read its result:\n"

@@ -7,6 +7,7 @@ import sys
 import click
 import psycopg
 
+from harvest.cli.output import scrub
 from harvest.errors import HarvestError, from_database_error
 
 
@@ -17,7 +18,7 @@ class HarvestGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrub(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError:
             raise  # `harvest workflow` alone prints its help, as before
@@ -30,7 +31,7 @@ class HarvestGroup(click.Group):
             # A database error the SQL API has no class for: still one line, never a traceback.
             mapped = from_database_error(exc)
             message = str(mapped) if mapped else (exc.diag.message_primary or str(exc)).strip().splitlines()[0]
-            click.echo(f"error: {message}", err=True)
+            click.echo(f"error: {scrub(message)}", err=True)
             sys.exit(mapped.exit_code if mapped else 1)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from harvest.cli.output import cli_dsn
+from harvest.cli.output import cli_dsn, scrub
 from harvest.db.connection import describe_dsn
 from harvest.db.migrate import Migrator
 from harvest.errors import HarvestError
@@ -29,7 +29,7 @@ class _MigrateGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {scrub(str(exc))}", err=True)
             sys.exit(exc.exit_code)
 
 
@@ -41,12 +41,14 @@ def migrate() -> None:
 @migrate.command("status")
 @database_url_option
 @include_dir_option
-@click.option("--check", is_flag=True, help="Exit 1 while anything is pending.")
+@click.option("--check", is_flag=True, help="Exit 1 while anything is pending, or when the database is "
+              "ahead of this Harvest.")
 @click.option("--output", type=click.Choice(["table", "json"]), default="table")
 def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
     """Show which migrations are applied and which are pending."""
     migrator = Migrator(cli_dsn(database_url), include_dirs)
-    rows, stale = migrator.status()
+    report = migrator.inspect()
+    rows, stale, unknown = report.migrations, report.stale_functions, report.unknown
     pending = [r for r in rows if r.applied_at is None]
     if output == "json":
         click.echo(json.dumps({
@@ -54,16 +56,28 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                             "name": r.migration.name, "transactional": r.migration.transactional,
                             "applied_at": r.applied_at.isoformat() if r.applied_at else None}
                            for r in rows],
-            "pending": len(pending), "stale_function_files": [p.name for p in stale]}))
+            "pending": len(pending), "stale_function_files": [p.name for p in stale],
+            "unknown_migrations": [{"set": u.set_name, "version": u.version, "name": u.name,
+                                    "applied_at": u.applied_at.isoformat()} for u in unknown],
+            "database_ahead": report.ahead is not None,
+            "error": str(report.ahead) if report.ahead else None}))
     else:
         for r in rows:
             state = f"applied {r.applied_at:%Y-%m-%d %H:%M:%S}" if r.applied_at else "pending"
             mark = "" if r.migration.transactional else "  (non-transactional)"
             click.echo(f"{r.migration.label:<45} {state}{mark}")
-        for path in stale:
-            click.echo(f"{'functions/' + path.name:<45} pending (changed)")
-        click.echo(f"{len(rows) - len(pending)} applied, {len(pending)} pending")
-    if check and (pending or stale):
+        for u in unknown:
+            click.echo(f"{u.label:<45} applied {u.applied_at:%Y-%m-%d %H:%M:%S}  (unknown to this Harvest)")
+        if not report.ahead:
+            # Function files are compared only against a schema this package knows: when the
+            # database is ahead its files are newer, not "changed".
+            for path in stale:
+                click.echo(f"{'functions/' + path.name:<45} pending (changed)")
+        click.echo(f"{len(rows) - len(pending)} applied, {len(pending)} pending"
+                   + (f", {len(unknown)} unknown to this Harvest" if unknown else ""))
+        if report.ahead:
+            click.echo(str(report.ahead))
+    if check and (pending or stale or report.ahead):
         sys.exit(1)
 
 

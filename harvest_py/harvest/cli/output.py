@@ -27,6 +27,30 @@ CONFIG_KEY = "harvest.config"
 GLOBAL_OUTPUT_KEY = "harvest.output"
 
 
+def scrub(text: str) -> str:
+    """An error line without any password: the DSNs this command could have used (flag or
+    environment) are known here, so their passwords go whatever form libpq echoed them in."""
+    import os
+    import sys
+
+    from harvest.db.connection import DSN_ENV, redact
+
+    dsns = [os.environ.get(DSN_ENV), os.environ.get("HARVEST_DEV_DATABASE_URL")]
+    argv = sys.argv[1:]
+    for i, arg in enumerate(argv):
+        if arg == "--database-url" and i + 1 < len(argv):
+            dsns.append(argv[i + 1])
+        elif arg.startswith("--database-url="):
+            dsns.append(arg.split("=", 1)[1])
+    # The config file is a DSN source too (database_url in harvest.toml); a broken config
+    # must not hide the error being printed, so its own failure is ignored here.
+    with contextlib.suppress(Exception):
+        dsns.append(cli_config().get("database_url"))
+    for dsn in dsns:
+        text = redact(text, dsn)
+    return redact(text)
+
+
 def database_url_option(f):
     return click.option("--database-url", default=None,
                         help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.")(f)

@@ -83,9 +83,15 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
         sql = SqlApi(conn)
         checks.append(Check("database", "pass", "database reachable"))
         try:
-            rows, stale = Migrator(dsn).status()
+            report = Migrator(dsn).inspect()
+            rows, stale = report.migrations, report.stale_functions
             pending = [r.migration.label for r in rows if r.applied_at is None]
-            if pending or stale:
+            if report.ahead:
+                checks.append(Check("migrations", "fail", str(report.ahead),
+                                    details={"unknown": [u.label for u in report.unknown]},
+                                    remediation="upgrade Harvest (the package) to the release that wrote "
+                                                "them; do not migrate with this one"))
+            elif pending or stale:
                 checks.append(Check("migrations", "fail", f"{len(pending)} migration(s) and {len(stale)} "
                                     "function file(s) pending",
                                     details={"pending": pending, "stale_function_files": [p.name for p in stale]},
@@ -107,7 +113,8 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
         else:
             checks.append(Check("schema_version", "fail", error or f"database has schema version {found}, "
                                 f"this Harvest needs {expected}", details={"found": found, "expected": expected},
-                                remediation="run `harvest migrate run`"))
+                                remediation="upgrade Harvest (the package)" if found and found > expected
+                                else "run `harvest migrate run`"))
         app = None
         if app_target:
             from harvest.cli.worker import load_app

@@ -1,15 +1,30 @@
-"""Connections: where the DSN comes from, and errors a person can act on."""
+"""Connections: where the DSN comes from, and errors a person can act on.
+
+Every error and log line about a connection goes through :func:`redact`, so the
+password never appears, whatever the DSN's form (URI or key=value, quoted,
+percent-encoded, a ``?password=`` parameter) and even when libpq cannot parse
+it and echoes it back (docs/security.md, "Connection strings").
+"""
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
+import logging
 import os
+import re
+from collections.abc import Mapping
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import conninfo
 
-from harvest.errors import ConfigError, DatabaseUnavailable
+from harvest.errors import ConfigError, ConnectionRejected, DatabaseUnavailable
 
 DSN_ENV = "HARVEST_DATABASE_URL"
+MASK = "****"
+
+log = logging.getLogger("harvest.db")
 
 
 def resolve_dsn(explicit: str | None = None) -> str:
@@ -22,16 +37,119 @@ def resolve_dsn(explicit: str | None = None) -> str:
     return dsn
 
 
+def parse_dsn(dsn: str, what: str = "the database URL") -> dict[str, str]:
+    """libpq's reading of the DSN, or a ConfigError whose text has no password (libpq's
+    parse errors quote the DSN)."""
+    try:
+        return conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise ConfigError(f"{what} cannot be used: {redact(_one_line(exc), dsn)}") from None
+
+
 def describe_dsn(dsn: str) -> str:
     """``host:port/dbname`` for messages; the password never appears."""
     try:
         params = conninfo.conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
+    except psycopg.Error:
         return "<unparseable DSN>"
     host = params.get("host") or "localhost"
     port = params.get("port") or "5432"
     dbname = params.get("dbname") or params.get("user") or "?"
-    return f"{host}:{port}/{dbname}"
+    # A password with a raw "@" in a URI spills into what libpq reads as the host.
+    return redact(f"{host}:{port}/{dbname}", dsn, pieces_anywhere=True)
+
+
+# -- redaction -----------------------------------------------------------------------------
+
+# Generic shapes, for text that quotes a DSN we were not handed: URI userinfo (greedy up
+# to the last "@", a raw "@" may sit in the password), a ?password= parameter, a
+# password= keyword with a quoted or bare value.
+_URI_USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://[^\s:/@\"']*:)[^\s\"']*@", re.IGNORECASE)
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&\s\"']*", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s\"'&]+)", re.IGNORECASE)
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
+_PIECE_CUTS = re.compile(r"[\s@/:?#&=]+")
+# A secret this short would match inside ordinary words: replaced only as a whole token.
+_SHORT_SECRET = 4
+
+
+def _keyword_values(dsn: str) -> list[str]:
+    """Every spelling of a ``password=`` keyword's value, parseable or not."""
+    values = []
+    for match in re.finditer(r"(?:^|\s)password\s*=\s*", dsn, re.IGNORECASE):
+        rest = dsn[match.end():]
+        if rest.startswith("'"):
+            # Quoted: up to the closing unescaped quote, or the end if it never closes.
+            body = re.match(r"'((?:[^'\\]|\\.)*)'?", rest).group(1)
+            values += [body, re.sub(r"\\(.)", r"\1", body)]
+        else:
+            # Bare: libpq takes one token, but a password with a space was meant whole
+            # (libpq then reports the rest as a stray keyword): take up to the next key=.
+            whole = re.split(r"\s+[A-Za-z_]+\s*=", rest, maxsplit=1)[0].strip()
+            values += [whole, rest.split()[0] if rest.split() else ""]
+    return values
+
+
+def _secrets(dsn: str) -> set[str]:
+    """Every spelling of the DSN's password that an error message could echo."""
+    found: set[str] = set()
+    try:
+        password = conninfo.conninfo_to_dict(dsn).get("password")
+        if password:
+            found.add(password)
+    except psycopg.Error:
+        pass  # unparseable: the tolerant readings below still find it
+    userinfo = re.match(r"\s*[a-z][a-z0-9+.-]*://(.*)@", dsn, re.IGNORECASE | re.DOTALL)
+    if userinfo and ":" in userinfo.group(1):
+        found.add(userinfo.group(1).split(":", 1)[1])
+    found.update(m.group(1) for m in re.finditer(r"[?&]password=([^&]*)", dsn, re.IGNORECASE))
+    found.update(_keyword_values(dsn))
+    found |= {unquote(s) for s in found}  # libpq echoes either the raw or the decoded form
+    return {s for s in found if s}
+
+
+def redact(text: str, dsn: str | None = None, *, pieces_anywhere: bool = False) -> str:
+    """``text`` without the DSN's password, in any spelling; also any password-shaped part.
+
+    ``pieces_anywhere`` masks the pieces of a password libpq cut apart in all of ``text``, not
+    only in its quoted fragments (for short texts made of DSN fields, such as a host name)."""
+    if dsn:
+        secrets = sorted(_secrets(dsn), key=len, reverse=True)
+        for secret in secrets:
+            if len(secret) >= _SHORT_SECRET:
+                text = text.replace(secret, MASK)
+            else:
+                text = re.sub(rf"(?<![\w%]){re.escape(secret)}(?![\w%])", MASK, text)
+        # A password libpq cut apart (at a space: 'missing "=" after "ret"'; at a raw "@" of
+        # a URI: the rest became the host) reaches its messages piecemeal: each piece is
+        # masked inside the quoted fragments, where libpq echoes the DSN.
+        pieces = {p for s in secrets for p in _PIECE_CUTS.split(s) if p and p != s}
+        if pieces:
+            long = [re.escape(p) for p in sorted(pieces, key=len, reverse=True) if len(p) >= _SHORT_SECRET]
+            short = [re.escape(p) for p in pieces if len(p) < _SHORT_SECRET]
+            patterns = ([f"(?:{'|'.join(long)})"] if long else []) + (
+                [rf"(?<![\w%])(?:{'|'.join(short)})(?![\w%])"] if short else [])
+            piece = re.compile("|".join(patterns))
+            if pieces_anywhere:
+                text = piece.sub(MASK, text)
+            else:
+                text = _QUOTED.sub(lambda quoted: piece.sub(MASK, quoted.group(0)), text)
+    text = _URI_USERINFO.sub(rf"\1{MASK}@", text)
+    text = _QUERY_PASSWORD.sub(rf"\1{MASK}", text)
+    return _KEYWORD_PASSWORD.sub(rf"\1{MASK}", text)
+
+
+# -- errors --------------------------------------------------------------------------------
+
+# libpq reports a refused login as text with no SQLSTATE (the server's error never reaches a
+# result), so the cause is read from the message. These are answers, not outages: retrying
+# cannot change them (28P01/28000 authentication, 3D000 unknown database, 42501 CONNECT
+# privilege, a TLS setup the server or the client refuses).
+_PERMANENT_SQLSTATES = frozenset({"28P01", "28000", "3D000", "42501"})
+_PERMANENT = re.compile(
+    r"authentication failed|no password supplied|no pg_hba\.conf entry|does not exist"
+    r"|not permitted to log in|permission denied for database|certificate|does not support SSL"
+    r"|\binvalid\b.*\b(?:value|option)\b|SCRAM|channel binding", re.IGNORECASE)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -40,33 +158,127 @@ def _one_line(exc: BaseException) -> str:
     if not lines:
         return type(exc).__name__
     # libpq prefixes the cause with where it tried: keep only what went wrong.
-    first = lines[0]
-    return first.split(" failed: ", 1)[-1] if " failed: " in first else first
+    first = lines[0].rsplit(" failed: ", 1)[-1]
+    return re.sub(r"^FATAL:\s+", "", first)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether a connection error is an answer (wrong password, unknown database, bad DSN)
+    rather than an outage that may pass (server not up yet, network)."""
+    if isinstance(exc, psycopg.ProgrammingError | ConfigError | ConnectionRejected):
+        return True
+    if getattr(exc, "sqlstate", None) in _PERMANENT_SQLSTATES:
+        return True
+    return bool(_PERMANENT.search(str(exc)))
+
+
+def connection_error(exc: psycopg.Error, dsn: str) -> ConfigError | DatabaseUnavailable:
+    """The HarvestError for a failed connect: one line, the cause named, no password."""
+    reason = redact(_one_line(exc), dsn)
+    if isinstance(exc, psycopg.ProgrammingError):
+        return ConfigError(f"the database URL cannot be used: {reason} (check its syntax: "
+                           "percent-encode special characters in a URI, quote values with spaces)")
+    where = describe_dsn(dsn)
+    if is_permanent(exc):
+        return ConnectionRejected(f"cannot connect to database {where}: {reason} "
+                                  "(retrying will not help: check the DSN's user, password and database)")
+    return DatabaseUnavailable(f"cannot connect to database {where}: {reason}")
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
-    """Open a connection, or raise DatabaseUnavailable naming host and database."""
+    """Open a connection, or raise a HarvestError naming host and database, never the password."""
+    warn_if_unverified_tls(dsn)
     try:
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=connect_timeout)
-    except psycopg.OperationalError as exc:
-        reason = _one_line(exc)
-        # libpq may echo the DSN back; keep the password out of anything we print.
-        password = conninfo.conninfo_to_dict(dsn).get("password")
-        if password:
-            reason = reason.replace(password, "****")
-        raise DatabaseUnavailable(
-            f"cannot connect to database {describe_dsn(dsn)}: {reason}") from None
+    except psycopg.Error as exc:
+        raise connection_error(exc, dsn) from None
 
 
 async def connect_async(dsn: str, *, autocommit: bool = False,
                         connect_timeout: int = 10) -> psycopg.AsyncConnection:
+    warn_if_unverified_tls(dsn)
     try:
         return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit,
                                                      connect_timeout=connect_timeout)
-    except psycopg.OperationalError as exc:
-        reason = _one_line(exc)
-        password = conninfo.conninfo_to_dict(dsn).get("password")
-        if password:
-            reason = reason.replace(password, "****")
-        raise DatabaseUnavailable(
-            f"cannot connect to database {describe_dsn(dsn)}: {reason}") from None
+    except psycopg.Error as exc:
+        raise connection_error(exc, dsn) from None
+
+
+class RedactingConnection(psycopg.Connection):
+    """The connection class for pools: psycopg_pool logs every failed connect attempt with
+    the error's text, so that text must not carry the password."""
+
+    @classmethod
+    def connect(cls, conninfo: str = "", **kwargs):  # type: ignore[override]
+        try:
+            return super().connect(conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise type(exc)(redact(str(exc), conninfo)) from None
+
+
+class RedactingAsyncConnection(psycopg.AsyncConnection):
+    """:class:`RedactingConnection` for asyncio pools."""
+
+    @classmethod
+    async def connect(cls, conninfo: str = "", **kwargs):  # type: ignore[override]
+        try:
+            return await super().connect(conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise type(exc)(redact(str(exc), conninfo)) from None
+
+
+# -- TLS -----------------------------------------------------------------------------------
+
+_tls_warned: set[str] = set()
+
+
+def _is_local(host: str) -> bool:
+    """A unix socket directory, localhost or a loopback address."""
+    host = host.strip()
+    if not host or host.startswith(("/", "@")) or host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_warning(dsn: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The warning this DSN deserves, or None: a server off this machine reached with an
+    sslmode below verify-full, where libpq does not check that the certificate names the host
+    (or checks no certificate at all). ``env`` stands for libpq's PG* variables."""
+    env = os.environ if env is None else env
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return None  # connecting reports the DSN itself
+    # libpq connects to hostaddr when given (host then only names the certificate).
+    hosts = params.get("hostaddr") or params.get("host") or env.get("PGHOSTADDR") or env.get("PGHOST") or ""
+    remote = [h.strip() for h in hosts.split(",") if not _is_local(h)]
+    if not remote:
+        return None
+    sslmode = params.get("sslmode") or env.get("PGSSLMODE")
+    rootcert = params.get("sslrootcert") or env.get("PGSSLROOTCERT")
+    if not sslmode:
+        # libpq's default is prefer, except that sslrootcert=system implies verify-full.
+        sslmode = "verify-full" if rootcert == "system" else None
+    if sslmode == "verify-full":
+        return None
+    shown = f"sslmode={sslmode}" if sslmode else "no sslmode (libpq then uses prefer)"
+    unchecked = ("the server's host name is not checked against its certificate" if sslmode == "verify-ca"
+                 else "the server's certificate and host name are not verified")
+    return (f"the database {describe_dsn(dsn)} is not on this machine and the DSN sets {shown}: "
+            f"{unchecked}, so the connection (and the password) can be intercepted. Use "
+            "sslmode=verify-full with sslrootcert=<the CA file> or sslrootcert=system "
+            "(docs/security.md, TLS)")
+
+
+def warn_if_unverified_tls(dsn: str) -> None:
+    """Log :func:`tls_warning` once per DSN in this process."""
+    key = hashlib.sha256(dsn.encode()).hexdigest()
+    if key in _tls_warned:
+        return
+    _tls_warned.add(key)
+    message = tls_warning(dsn)
+    if message:
+        log.warning("%s", message)

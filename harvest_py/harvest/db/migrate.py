@@ -15,6 +15,7 @@ checksum differs from the one recorded, so an unchanged file is not re-run.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ import psycopg
 
 from harvest.db import paths
 from harvest.db.connection import connect
-from harvest.errors import ConfigError, HarvestError
+from harvest.errors import ConfigError, HarvestError, SchemaMismatch
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARK = "-- harvest:no-transaction"
@@ -82,6 +83,28 @@ class MigrationStatus:
     applied_at: datetime | None
 
 
+@dataclass(frozen=True)
+class UnknownMigration:
+    """A ledger row of a set this run knows, whose file this package (or directory) lacks."""
+
+    set_name: str
+    version: str
+    name: str
+    applied_at: datetime
+
+    @property
+    def label(self) -> str:
+        return f"{self.set_name}/{self.version}_{self.name}.sql"
+
+
+@dataclass
+class StatusReport:
+    migrations: list[MigrationStatus]
+    stale_functions: list[Path]
+    unknown: list[UnknownMigration]  # applied, and not in this package: the database is ahead
+    ahead: SchemaMismatch | None  # the refusal, when some set's database version is the newer
+
+
 @dataclass
 class RunReport:
     applied: list[Migration] = field(default_factory=list)
@@ -114,9 +137,20 @@ def load_set(directory: Path, set_name: str) -> list[Migration]:
 
 def discover(include_dirs: Iterable[Path] = ()) -> list[Migration]:
     migrations = load_set(paths.migrations_dir(), CORE_SET)
+    seen: dict[str, Path] = {}
     for directory in include_dirs:
         directory = Path(directory)
-        migrations.extend(load_set(directory, directory.resolve().name))
+        set_name = directory.resolve().name
+        # The ledger keys a set by its directory's name: a set named like Harvest's own, or
+        # like another included one, would mix its versions into theirs.
+        if set_name == CORE_SET:
+            raise ConfigError(f"--include-dir {directory}: a migration set may not be named "
+                              f"{CORE_SET!r}, Harvest's own set has that name; rename the directory")
+        if set_name in seen:
+            raise ConfigError(f"--include-dir {directory} and {seen[set_name]} have the same name "
+                              f"{set_name!r}: the ledger would mix their versions; rename one")
+        seen[set_name] = directory
+        migrations.extend(load_set(directory, set_name))
     return migrations
 
 
@@ -150,12 +184,40 @@ class Migrator:
         self.progress = progress or (lambda _msg: None)
 
     # -- reading -----------------------------------------------------------------------
-    def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
+    def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime]]:
         exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]
         if not exists:
-            return {}
-        rows = conn.execute("SELECT set_name, version, applied_at FROM harvest.schema_migrations").fetchall()
-        return {(s, v): at for s, v, at in rows}
+            return []
+        return conn.execute("SELECT set_name, version, name, applied_at FROM harvest.schema_migrations"
+                            " ORDER BY set_name, version").fetchall()
+
+    def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
+        return {(s, v): at for s, v, _name, at in self._ledger(conn)}
+
+    def _unknown(self, conn: psycopg.Connection) -> list[UnknownMigration]:
+        """Applied migrations of this run's sets that this run does not have. Rows of other
+        sets (an app's set not included this time) are not ours to judge."""
+        known = {(m.set_name, m.version) for m in self.migrations}
+        sets = {m.set_name for m in self.migrations} | {CORE_SET}
+        return [UnknownMigration(s, v, n, at) for s, v, n, at in self._ledger(conn)
+                if s in sets and (s, v) not in known]
+
+    def _ahead(self, unknown: list[UnknownMigration]) -> SchemaMismatch | None:
+        """The refusal when the database holds a set's migration newer than our newest: an
+        older Harvest must not migrate it, nor apply its older functions/ over the newer ones."""
+        latest: dict[str, str] = {}
+        for m in self.migrations:
+            latest[m.set_name] = max(latest.get(m.set_name, m.version), m.version)
+        newer = [u for u in unknown if u.version > latest.get(u.set_name, "")]
+        if not newer:
+            return None
+        top = max(newer, key=lambda u: (u.set_name == CORE_SET, u.version))
+        if top.set_name == CORE_SET:
+            return SchemaMismatch(ahead_message(top.version, latest[CORE_SET], [u.label for u in newer]))
+        return SchemaMismatch(
+            f"the database is ahead of migration set {top.set_name!r}: it has {top.label} applied "
+            f"(version {top.version}), the included directory goes up to {latest[top.set_name]}; "
+            "run the newer release that has it, not this one")
 
     def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
         exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]
@@ -166,22 +228,37 @@ class Migrator:
 
     def status(self) -> tuple[list[MigrationStatus], list[Path]]:
         """Every migration with its applied time (None = pending), and stale function files."""
+        report = self.inspect()
+        return report.migrations, report.stale_functions
+
+    def inspect(self) -> StatusReport:
+        """:meth:`status` plus the applied migrations this package does not know."""
         with connect(self.dsn, autocommit=True) as conn:
             applied = self._applied(conn)
             stale = self._stale_functions(conn)
-        return ([MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations], stale)
+            unknown = self._unknown(conn)
+        rows = [MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations]
+        return StatusReport(rows, stale, unknown, self._ahead(unknown))
 
     # -- writing -----------------------------------------------------------------------
     def run(self, dry_run: bool = False) -> RunReport:
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:
             if dry_run:
+                ahead = self._ahead(self._unknown(conn))
+                if ahead:
+                    raise SchemaMismatch(f"{ahead}; nothing was changed")
                 applied = self._applied(conn)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 report.functions_applied = [p.name for p in self._stale_functions(conn)]
                 return report
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
             try:
+                # Under the lock and before anything is written: a newer Harvest's schema is
+                # refused whole (its functions/ too), never downgraded.
+                ahead = self._ahead(self._unknown(conn))
+                if ahead:
+                    raise SchemaMismatch(f"{ahead}; nothing was changed")
                 conn.execute(BOOTSTRAP_SQL)
                 applied = self._applied(conn)
                 for migration in self.migrations:
@@ -260,10 +337,34 @@ class Migrator:
                 (path.name, hashlib.sha256(data).hexdigest()))
 
 
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("harvest-workflows")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def ahead_message(found: str, expected: str, labels: Iterable[str] = ()) -> str:
+    """What to do when the database's schema is newer than this package's newest migration."""
+    applied = ", ".join(labels)
+    return (f"the database is ahead of this Harvest: it has schema version {found}"
+            + (f" ({applied} applied)" if applied else "")
+            + f", this Harvest {_package_version()} knows migrations up to {expected}. Upgrade "
+            f"Harvest (the package) to the release that has {found}; `harvest migrate run` from "
+            "this older one would refuse")
+
+
+def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest") -> SchemaMismatch:
+    """The refusal of a schema this package does not match, with the right remedy."""
+    if found and found > expected:
+        return SchemaMismatch(ahead_message(found, expected))
+    have = f"schema version {found}" if found else "no Harvest schema"
+    return SchemaMismatch(f"the database has {have}, {who} needs {expected}: "
+                          "run `harvest migrate run` against it")
+
+
 def check_schema(conn: psycopg.Connection) -> None:
     """Refuse to work against a schema this package does not match."""
-    from harvest.errors import SchemaMismatch
-
     expected = latest_core_version()
     try:
         with conn.transaction():
@@ -273,6 +374,4 @@ def check_schema(conn: psycopg.Connection) -> None:
     except psycopg.errors.InvalidSchemaName:
         found = None
     if found != expected:
-        have = f"schema version {found}" if found else "no Harvest schema"
-        raise SchemaMismatch(f"the database has {have}, this Harvest needs {expected}: "
-                             "run `harvest migrate run` against it")
+        raise schema_mismatch(found, expected)

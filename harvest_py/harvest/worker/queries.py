@@ -27,7 +27,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from harvest.db.connection import connect_async
+from harvest.db.connection import connect_async, redact
 from harvest.runtime import WorkflowRun
 from harvest.runtime.handlers import UnknownHandler, failure_of
 
@@ -118,7 +118,7 @@ class QueryResponder:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                log.warning("query listener lost (%s); reconnecting", exc)
+                log.warning("query listener lost (%s); reconnecting", redact(str(exc), self.worker.dsn))
                 await asyncio.sleep(1.0)
 
     # ------------------------------------------------------------------ one request

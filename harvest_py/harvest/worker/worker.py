@@ -31,11 +31,11 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from harvest.config import check_worker_numbers
-from harvest.db.connection import connect_async, resolve_dsn
-from harvest.db.migrate import latest_core_version
+from harvest.db.connection import RedactingAsyncConnection, connect_async, is_permanent, redact, resolve_dsn
+from harvest.db.migrate import latest_core_version, schema_mismatch
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.definitions import App
-from harvest.errors import InvalidArgument, PermissionDenied, SchemaMismatch
+from harvest.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.queries import serve_queries
@@ -53,6 +53,10 @@ class SlotGrant(NamedTuple):
 # How long a slot may pass from task to task by hand-off before it goes back to the
 # claim loop, which takes the oldest pending work (Worker.reserve_slots).
 HAND_OFF_CHAIN_SECS = 0.5
+
+
+# How long a starting worker waits for an unreachable database (an outage, not a refusal).
+CONNECT_WAIT_SECS = 30.0
 
 
 # How long a worker with tasks in flight waits for one of them to wake it before it
@@ -142,9 +146,11 @@ class Worker:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
+        await self._first_connection()
         self._pool = AsyncConnectionPool(self.dsn, min_size=2, max_size=self.concurrency + 4,
-                                         kwargs={"autocommit": True}, open=False)
-        await self._pool.open(wait=True, timeout=30)
+                                         kwargs={"autocommit": True}, open=False,
+                                         connection_class=RedactingAsyncConnection)
+        await self._pool.open(wait=True, timeout=CONNECT_WAIT_SECS)
         self.sql = AsyncSqlApi(self._pool)
         try:
             await self._check_schema()
@@ -177,6 +183,27 @@ class Worker:
         finally:
             await self._pool.close()
 
+    async def _first_connection(self) -> None:
+        """Connect once before opening the pool, which would retry any error for
+        CONNECT_WAIT_SECS: an answer (a wrong password, an unknown database, a bad DSN) ends
+        the start at once; only an outage (the server not up yet) is waited for."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CONNECT_WAIT_SECS
+        delay = 0.25
+        while True:
+            try:
+                conn = await connect_async(self.dsn, autocommit=True)
+            except DatabaseUnavailable as exc:
+                left = deadline - loop.time()
+                if is_permanent(exc) or left <= delay or self._stopping.is_set():
+                    raise
+                log.warning("%s; retrying for up to %.0fs more", exc, left)
+                await self._sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            await conn.close()
+            return
+
     async def _check_schema(self) -> None:
         expected = latest_core_version()
         try:
@@ -184,9 +211,7 @@ class Worker:
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
             found = None
         if found != expected:
-            have = f"schema version {found}" if found else "no Harvest schema"
-            raise SchemaMismatch(f"the database has {have}, this worker needs {expected}: "
-                                 "run `harvest migrate run` against it")
+            raise schema_mismatch(found, expected, "this worker")
 
     async def _drain(self) -> None:
         if self._inflight:
@@ -231,7 +256,7 @@ class Worker:
         try:
             claimed = await self.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
         except (psycopg.OperationalError, PoolTimeout) as exc:
-            log.warning("claim failed (%s); retrying", exc)
+            log.warning("claim failed (%s); retrying", redact(str(exc), self.dsn))
             await self._sleep(self.poll_interval)
             return [], False
         for task in claimed:
@@ -363,7 +388,7 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                log.warning("notification listener lost (%s); reconnecting", exc)
+                log.warning("notification listener lost (%s); reconnecting", redact(str(exc), self.dsn))
                 await asyncio.sleep(1.0)
 
     async def _scan(self) -> None:
