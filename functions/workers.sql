@@ -70,6 +70,29 @@ BEGIN
 END;
 $$;
 
+-- A worker told to stop (SIGTERM, SIGINT, Worker.stop) records that it is draining
+-- before it finishes its in-flight work: the same status a remote drain sets, so
+-- the fleet sees it take no new work. A remote drain's deadline is kept; a stopped
+-- worker stays stopped. Returns the status.
+CREATE OR REPLACE FUNCTION harvest.begin_worker_drain(p_worker_id text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    UPDATE harvest.workers
+    SET status = CASE WHEN status = 'active' THEN 'draining' ELSE status END,
+        last_heartbeat_at = harvest.now()
+    WHERE id = p_worker_id
+    RETURNING status INTO v_status;
+    IF v_status IS NULL THEN
+        RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
+    END IF;
+    RETURN v_status;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.stop_worker(p_worker_id text)
 RETURNS integer
 LANGUAGE plpgsql

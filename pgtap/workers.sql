@@ -1,7 +1,8 @@
 -- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
--- harvest.release_worker_tasks, harvest.stop_worker, harvest.release_task, harvest.worker_sleep.
+-- harvest.release_worker_tasks, harvest.begin_worker_drain, harvest.stop_worker, harvest.release_task,
+-- harvest.worker_sleep.
 BEGIN;
-SELECT plan(36);
+SELECT plan(43);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -89,6 +90,20 @@ SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s)$$,
 SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('w9', ARRAY['rq']) WHERE kind = 'activity'$$,
                   $$SELECT pg_temp.held('activity'), 1$$, 'another worker claims the activity as attempt 1 again');
 
+-- begin_worker_drain: a worker told to stop records draining first (a SIGTERM).
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:30+00';
+SELECT lives_ok($$SELECT harvest.register_worker('sig', ARRAY['sq'], 'h', 1)$$, 'setup: an active worker');
+SELECT is(harvest.begin_worker_drain('sig'), 'draining', 'begin_worker_drain() marks an active worker draining');
+SELECT results_eq($$SELECT status, last_heartbeat_at, drain_deadline FROM harvest.workers WHERE id = 'sig'$$,
+                  $$VALUES ('draining'::text, '2030-01-01 00:03:30+00'::timestamptz, NULL::timestamptz)$$,
+                  'the row reads draining, heartbeated now, with no deadline');
+UPDATE harvest.workers SET drain_deadline = '2030-01-01 01:00:00+00' WHERE id = 'sig';
+SELECT is(harvest.begin_worker_drain('sig'), 'draining', 'begin_worker_drain() of a draining worker: draining');
+SELECT is((SELECT drain_deadline FROM harvest.workers WHERE id = 'sig'), '2030-01-01 01:00:00+00'::timestamptz,
+          'a remote drain''s deadline is kept');
+SELECT throws_ok($$SELECT harvest.begin_worker_drain('ghost')$$, 'HR002', 'worker ghost is not registered',
+                 'begin_worker_drain() of an unknown worker: HR002');
+
 -- stop_worker: releases what it holds and marks the worker stopped.
 SET LOCAL harvest.fake_now = '2030-01-01 00:04:00+00';
 SELECT is(harvest.stop_worker('w2'), 1, 'stop_worker() returns how many tasks it released');
@@ -97,6 +112,7 @@ SELECT results_eq($$SELECT status, last_heartbeat_at FROM harvest.workers WHERE 
 SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.held('other')), 'pending',
           'its task is pending again');
 SELECT is(harvest.worker_heartbeat('w2'), 'stopped', 'a stopped worker hears so on its heartbeat');
+SELECT is(harvest.begin_worker_drain('w2'), 'stopped', 'begin_worker_drain() leaves a stopped worker stopped');
 SELECT throws_ok($$SELECT harvest.stop_worker('ghost')$$, 'HR002', 'worker ghost is not registered',
                  'stop_worker() of an unknown worker is not found');
 
