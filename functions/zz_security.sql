@@ -25,6 +25,7 @@ AS $$
                         'complete_activities',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'worker_heartbeat',
                         'release_worker_tasks', 'release_task', 'worker_sleep', 'stop_worker', 'begin_worker_drain',
+                        'register_workflows',
                         'expire_tasks', 'expire_workflows', 'scan',
                         'deliver_relays', 'next_due_at', 'claim_queries', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'mutex_tick',

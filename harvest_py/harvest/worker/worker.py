@@ -149,6 +149,10 @@ class Worker:
                 await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
                                                os.getpid(), self.heartbeat_interval,
                                                {"concurrency": self.concurrency})
+                # The names this worker can run on each queue it polls: a start of a name no
+                # worker registered on its queue is refused up front (functions/start.sql).
+                if self.app.workflows:
+                    await self.sql.register_workflows(self.queues, sorted(self.app.workflows))
             # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
             await self.sql.declare_flow_policies(self.app.flow_policies())
             background = []
