@@ -79,8 +79,8 @@ BEGIN
     IF v_dead.kind = 'workflow' THEN
         RAISE EXCEPTION 'dead letter % records run % that failed with %: a run cannot be replayed',
             p_id, v_execution.id, v_dead.failure ->> 'error_type' USING ERRCODE = 'HR001',
-            HINT = 'start a new run, and have the workflow call ctx.continue_as_new() before the cap; '
-                   'discard the dead letter once handled';
+            HINT = 'start a new run (a capped one: have the workflow call ctx.continue_as_new() before the '
+                   'cap; an unknown_workflow one: once a worker registers it); discard the dead letter once handled';
     END IF;
     IF v_execution.status <> 'RUNNING' THEN
         RAISE EXCEPTION 'dead letter %: its execution % is %, so nothing waits for the activity',

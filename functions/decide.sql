@@ -437,9 +437,36 @@ AS $$
 DECLARE
     v_execution harvest.executions;
     v_task harvest.tasks;
+    v_failure jsonb;
+    -- Claims of a task whose workflow the claiming worker does not have before the run
+    -- fails: a worker of another deploy that has it may take any of them meanwhile.
+    c_unknown_attempts CONSTANT integer := 10;
 BEGIN
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
+    -- The backstop of the registration check at the start (start.sql): a run of a
+    -- workflow no claiming worker has fails with a typed reason after a bounded number
+    -- of attempts instead of retrying forever, and is dead-lettered beside capped runs.
+    IF p_failure ->> 'error_type' = 'UnknownWorkflow' AND v_task.attempt >= c_unknown_attempts THEN
+        v_failure := jsonb_build_object('error_type', 'UnknownWorkflow', 'reason', 'unknown_workflow',
+            'non_retryable', true,
+            'message', 'no worker that claimed it has workflow ' || v_execution.workflow_name || ' (queue '
+                       || v_task.queue || ', ' || v_task.attempt || ' attempts): start a worker whose App '
+                       || 'registers it, or start the name the App registers',
+            'details', CASE WHEN jsonb_typeof(p_failure -> 'details') = 'object' THEN p_failure -> 'details'
+                            ELSE '{}'::jsonb END || jsonb_build_object(
+                'attempts', v_task.attempt, 'workflow_name', v_execution.workflow_name,
+                'queue', v_task.queue));
+        PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed', jsonb_build_object('failure', v_failure));
+        PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_failure);
+        INSERT INTO harvest.dead_letters (
+            kind, execution_id, workflow_name, queue, attempts, failure, scheduled_at, failed_at
+        ) VALUES (
+            'workflow', v_execution.id, v_execution.workflow_name, v_task.queue, v_task.attempt,
+            v_failure, v_execution.created_at, harvest.now()
+        );
+        RETURN;
+    END IF;
     UPDATE harvest.tasks
     SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
         due_at = harvest.now() + make_interval(secs => greatest(coalesce(p_retry_in_secs, 5), 0)),
@@ -489,6 +516,11 @@ BEGIN
             GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;
             v_failure := jsonb_build_object('error_type', 'QuotaExceeded', 'non_retryable', true,
                 'message', v_error_message, 'details', v_error_detail::jsonb);
+        WHEN SQLSTATE 'HR010' THEN
+            -- No worker registered the child's name on its queue: a typed failed start.
+            GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;
+            v_failure := jsonb_build_object('error_type', 'UnknownWorkflow', 'non_retryable', true,
+                'reason', 'unknown_workflow', 'message', v_error_message, 'details', v_error_detail::jsonb);
     END;
     PERFORM harvest._append_event(p_parent.id, 'ChildWorkflowStarted', jsonb_build_object(
         'seq', p_seq, 'workflow_name', v_name, 'workflow_id', v_workflow_id,

@@ -26,6 +26,29 @@
 -- Lock order of a start: the start-gate key, then the start lock, then the
 -- quota key, then the concurrency key, then execution rows.
 
+-- Refuse a start of a workflow name that no worker registered on the queue (HR010),
+-- naming the names its workers did register. DETAIL is JSON
+-- {workflow_name, queue, registered}.
+CREATE OR REPLACE FUNCTION harvest._refuse_unregistered(p_workflow_name text, p_queue text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_registered text[];
+BEGIN
+    SELECT array_agg(r.workflow_name ORDER BY r.workflow_name) INTO v_registered
+    FROM harvest.registered_workflows AS r WHERE r.queue = p_queue;
+    RAISE EXCEPTION 'workflow "%" is not registered on queue "%" (registered there: %)',
+        p_workflow_name, p_queue,
+        coalesce(array_to_string(v_registered[1:20], ', ') || CASE WHEN cardinality(v_registered) > 20
+            THEN ', ... ' || cardinality(v_registered) - 20 || ' more' ELSE '' END, 'none')
+        USING ERRCODE = 'HR010',
+        DETAIL = jsonb_build_object('workflow_name', p_workflow_name, 'queue', p_queue,
+                                    'registered', to_jsonb(v_registered))::text,
+        HINT = 'check the name and the queue, or start a worker whose App registers the workflow';
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_workflow_name text,
     p_input jsonb DEFAULT '[]'::jsonb,
@@ -101,6 +124,16 @@ BEGIN
     END IF;
     IF p_priority NOT BETWEEN -1000000 AND 1000000 THEN
         RAISE EXCEPTION 'priority % is out of range -1000000 to 1000000', p_priority USING ERRCODE = 'HR001';
+    END IF;
+    -- A name no worker registered on a queue whose workers registered names is refused
+    -- before anything is written (harvest.registered_workflows): one primary-key probe
+    -- when the name is known. A released deferred start and a continue-as-new successor
+    -- (p_flow_gates false) were admitted already.
+    IF coalesce(p_flow_gates, true)
+       AND NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
+                       WHERE r.queue = p_task_queue AND r.workflow_name = p_workflow_name)
+       AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_task_queue) THEN
+        PERFORM harvest._refuse_unregistered(p_workflow_name, p_task_queue);
     END IF;
     v_execution_deadline := v_now + make_interval(secs => p_execution_timeout_secs);
 

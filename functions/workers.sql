@@ -75,6 +75,29 @@ BEGIN
 END;
 $$;
 
+-- A worker told to stop (SIGTERM, SIGINT, Worker.stop) records that it is draining
+-- before it finishes its in-flight work: the same status a remote drain sets, so
+-- the fleet sees it take no new work. A remote drain's deadline is kept; a stopped
+-- worker stays stopped. Returns the status.
+CREATE OR REPLACE FUNCTION harvest.begin_worker_drain(p_worker_id text)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status text;
+BEGIN
+    UPDATE harvest.workers
+    SET status = CASE WHEN status = 'active' THEN 'draining' ELSE status END,
+        last_heartbeat_at = harvest.now()
+    WHERE id = p_worker_id
+    RETURNING status INTO v_status;
+    IF v_status IS NULL THEN
+        RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
+    END IF;
+    RETURN v_status;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.stop_worker(p_worker_id text)
 RETURNS integer
 LANGUAGE plpgsql
@@ -124,5 +147,51 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     UPDATE harvest.workers SET sleeping = p_sleeping WHERE id = p_worker_id AND sleeping <> p_sleeping;
+END;
+$$;
+
+-- A starting worker registers the workflow names its App can run on each queue it
+-- polls; a start of a name no worker registered on a queue with registrations is
+-- refused (start.sql). Registering again refreshes last_registered_at. Returns how
+-- many (queue, name) pairs were new.
+CREATE OR REPLACE FUNCTION harvest.register_workflows(p_queues text[], p_workflow_names text[])
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_new integer;
+BEGIN
+    IF p_queues IS NULL OR cardinality(p_queues) = 0
+       OR EXISTS (SELECT 1 FROM unnest(p_queues) AS q (name) WHERE q.name IS NULL OR btrim(q.name) = '') THEN
+        RAISE EXCEPTION 'register_workflows needs at least one non-empty queue' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_workflow_names IS NULL
+       OR EXISTS (SELECT 1 FROM unnest(p_workflow_names) AS n (name) WHERE n.name IS NULL OR btrim(n.name) = '') THEN
+        RAISE EXCEPTION 'register_workflows needs an array of non-empty workflow names' USING ERRCODE = 'HR001';
+    END IF;
+    WITH registered AS (
+        INSERT INTO harvest.registered_workflows AS r (queue, workflow_name, first_registered_at, last_registered_at)
+        SELECT DISTINCT q.name, n.name, v_now, v_now
+        FROM unnest(p_queues) AS q (name) CROSS JOIN unnest(p_workflow_names) AS n (name)
+        ORDER BY q.name, n.name  -- one lock order for two workers registering at once
+        ON CONFLICT (queue, workflow_name) DO UPDATE SET last_registered_at = excluded.last_registered_at
+        RETURNING r.first_registered_at = v_now AS fresh
+    )
+    SELECT count(*) FILTER (WHERE fresh) INTO v_new FROM registered;
+    RETURN v_new;
+END;
+$$;
+
+-- Retire a workflow name from a queue (a workflow deleted from the code): later
+-- starts of it there are refused once other names remain registered. Returns
+-- whether it was registered.
+CREATE OR REPLACE FUNCTION harvest.unregister_workflow(p_queue text, p_workflow_name text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM harvest.registered_workflows AS r WHERE r.queue = p_queue AND r.workflow_name = p_workflow_name;
+    RETURN FOUND;
 END;
 $$;

@@ -5,7 +5,7 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(186);
+SELECT plan(195);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -303,6 +303,47 @@ SELECT throws_ok(format($$SELECT harvest.fail_workflow_task(%s, %s, '{}')$$,
                         pg_temp.task('kind_act'), pg_temp.token('kind_act')), 'HR001', NULL,
                  'fail_workflow_task() of an activity task: HR001');
 
+-- fail_workflow_task with UnknownWorkflow (the claiming worker's App lacks the workflow):
+-- retried like any failure until the task's 10th attempt, then the run fails typed.
+CREATE FUNCTION pg_temp.fail_unknown(p_times integer) RETURNS integer LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    FOR i IN 1..p_times LOOP
+        SELECT * INTO v_task FROM harvest.claim_tasks('worker-u', ARRAY['dq_unknown'], 1, 30);
+        PERFORM harvest.fail_workflow_task(v_task.task_id, v_task.fencing_token,
+            '{"error_type": "UnknownWorkflow", "message": "no such workflow",
+              "details": {"worker_registered": ["decide_wf"]}}', 0);
+    END LOOP;
+    RETURN v_task.attempt;
+END;
+$fn$;
+CREATE TEMP TABLE unknown_run ON COMMIT DROP AS
+    SELECT * FROM harvest.start_workflow('ghost_wf', '[]', 'ghost', 'dq_unknown');
+SELECT is(pg_temp.fail_unknown(9), 9, 'nine attempts of an unknown workflow');
+SELECT results_eq($$SELECT e.status, t.status FROM harvest.executions AS e JOIN harvest.tasks AS t
+                    ON t.execution_id = e.id WHERE e.id = (SELECT execution_id FROM unknown_run)$$,
+                  $$VALUES ('RUNNING'::text, 'pending'::text)$$, 'below the bound the run waits for a worker that has it');
+SELECT is(pg_temp.fail_unknown(1), 10, 'the tenth attempt');
+SELECT results_eq(
+    $$SELECT status, failure ->> 'error_type', failure ->> 'reason', (failure ->> 'non_retryable')::boolean,
+             failure -> 'details' FROM harvest.executions WHERE id = (SELECT execution_id FROM unknown_run)$$,
+    $$VALUES ('FAILED'::text, 'UnknownWorkflow'::text, 'unknown_workflow'::text, true,
+              '{"worker_registered": ["decide_wf"], "attempts": 10, "workflow_name": "ghost_wf",
+                "queue": "dq_unknown"}'::jsonb)$$,
+    'then the run is FAILED with reason unknown_workflow, the attempts and the worker''s details');
+SELECT results_eq(
+    $$SELECT event_type, event_data -> 'failure' ->> 'reason' FROM harvest.events
+      WHERE execution_id = (SELECT execution_id FROM unknown_run) ORDER BY event_id DESC LIMIT 1$$,
+    $$VALUES ('WorkflowFailed'::text, 'unknown_workflow'::text)$$, 'WorkflowFailed is the last event');
+SELECT results_eq(
+    $$SELECT kind, workflow_name, queue, attempts, failure ->> 'reason' FROM harvest.dead_letters
+      WHERE execution_id = (SELECT execution_id FROM unknown_run)$$,
+    $$VALUES ('workflow'::text, 'ghost_wf'::text, 'dq_unknown'::text, 10, 'unknown_workflow'::text)$$,
+    'and it is dead-lettered (kind workflow) with its typed reason');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM unknown_run)$$,
+                'no task of the run is left');
+
 -- cancel_timer: the timer task is dropped, TimerCancelled recorded.
 SELECT pg_temp.start_and_claim('ct');
 SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
@@ -351,6 +392,19 @@ SELECT results_eq(
     'a child whose workflow_id is running: ChildWorkflowFailed (WorkflowAlreadyExists)');
 SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('parent2')$$,
                   $$VALUES ('workflow'::text, 'pending'::text)$$, 'and the parent is woken to hear it');
+SELECT pg_temp.start_and_claim('parent3');
+SELECT harvest.register_workflows(ARRAY['dq_parent3'], ARRAY['decide_wf']);
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[
+                            {"type": "start_child_workflow", "seq": 1, "workflow_name": "no_such_kid"}]')$$,
+                         pg_temp.task('parent3'), pg_temp.token('parent3')),
+                  $$VALUES (4::bigint, 'RUNNING'::text)$$, 'start_child_workflow of an unregistered name: accepted');
+SELECT results_eq(
+    $$SELECT event_type, event_data ->> 'status', event_data -> 'failure' ->> 'error_type',
+             event_data -> 'failure' ->> 'reason', event_data -> 'failure' -> 'details' ->> 'queue'
+      FROM harvest.events WHERE execution_id = pg_temp.run('parent3') AND event_id = 4$$,
+    $$VALUES ('ChildWorkflowFailed'::text, 'START_FAILED'::text, 'UnknownWorkflow'::text, 'unknown_workflow'::text,
+              'dq_parent3'::text)$$,
+    'a child no worker registered on its queue: ChildWorkflowFailed (UnknownWorkflow), nothing started');
 
 -- cancel_workflow closes the run as CANCELLED.
 SELECT pg_temp.start_and_claim('cancel');

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(94);
+SELECT plan(104);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -300,6 +300,34 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"input": []}]')$$, '
 SELECT throws_ok($$SELECT * FROM harvest.start_workflows('{"workflow_name": "x"}')$$, 'HR001',
                  'starts must be a JSON array of objects', 'starts that are not an array: HR001');
 SELECT is_empty($$SELECT * FROM harvest.start_workflows('[]')$$, 'start_workflows() of nothing: no rows');
+
+-- Registered names (harvest.registered_workflows, harvest._refuse_unregistered): a queue
+-- whose workers registered names refuses a start of any other name, writing nothing (HR010).
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_anything', '[]', 'r-0', 'reg_q')$$,
+                'a queue with no registered name takes any name (a start before the first worker)');
+SELECT is(harvest.register_workflows(ARRAY['reg_q'], ARRAY['reg_known', 'reg_other']), 2,
+          'setup: the workers of reg_q registered two names');
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-1', 'reg_q')$$,
+                'a start of a registered name is taken');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('reg_typo', '[]', 'r-2', 'reg_q')$$, 'HR010',
+                 'workflow "reg_typo" is not registered on queue "reg_q" (registered there: reg_known, reg_other)',
+                 'a start of a name no worker registered on the queue: HR010 naming the name, queue and registered names');
+SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('reg_typo', '[]', 'r-2', 'reg_q')$$)
+           ->> 'detail')::jsonb,
+          '{"workflow_name": "reg_typo", "queue": "reg_q", "registered": ["reg_known", "reg_other"]}'::jsonb,
+          'HR010 DETAIL is JSON {workflow_name, queue, registered}');
+SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_name = 'reg_typo'
+                  UNION ALL SELECT 1 FROM harvest.events WHERE event_data ->> 'workflow_name' = 'reg_typo'$$,
+                'the refused start wrote nothing');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "reg_typo", "task_queue": "reg_q"}]')$$,
+                 'HR010', NULL, 'start_workflows() refuses it too');
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-3', 'reg_elsewhere')$$,
+                'the check is per queue: another queue with no registration takes it');
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_typo', '[]', 'r-4', 'reg_q', p_flow_gates => false)$$,
+                'a released deferred start or a continue-as-new successor (p_flow_gates false) is not checked again');
+SELECT throws_ok($$SELECT harvest._refuse_unregistered('reg_x', 'reg_none')$$, 'HR010',
+                 'workflow "reg_x" is not registered on queue "reg_none" (registered there: none)',
+                 '_refuse_unregistered() raises HR010 even with nothing registered');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,8 @@
 -- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
--- harvest.release_worker_tasks, harvest.stop_worker, harvest.release_task, harvest.worker_sleep.
+-- harvest.release_worker_tasks, harvest.begin_worker_drain, harvest.stop_worker, harvest.release_task,
+-- harvest.worker_sleep, harvest.register_workflows, harvest.unregister_workflow.
 BEGIN;
-SELECT plan(38);
+SELECT plan(54);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -93,6 +94,20 @@ SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s)$$,
 SELECT results_eq($$SELECT task_id, attempt FROM harvest.claim_tasks('w9', ARRAY['rq']) WHERE kind = 'activity'$$,
                   $$SELECT pg_temp.held('activity'), 1$$, 'another worker claims the activity as attempt 1 again');
 
+-- begin_worker_drain: a worker told to stop records draining first (a SIGTERM).
+SET LOCAL harvest.fake_now = '2030-01-01 00:03:30+00';
+SELECT lives_ok($$SELECT harvest.register_worker('sig', ARRAY['sq'], 'h', 1)$$, 'setup: an active worker');
+SELECT is(harvest.begin_worker_drain('sig'), 'draining', 'begin_worker_drain() marks an active worker draining');
+SELECT results_eq($$SELECT status, last_heartbeat_at, drain_deadline FROM harvest.workers WHERE id = 'sig'$$,
+                  $$VALUES ('draining'::text, '2030-01-01 00:03:30+00'::timestamptz, NULL::timestamptz)$$,
+                  'the row reads draining, heartbeated now, with no deadline');
+UPDATE harvest.workers SET drain_deadline = '2030-01-01 01:00:00+00' WHERE id = 'sig';
+SELECT is(harvest.begin_worker_drain('sig'), 'draining', 'begin_worker_drain() of a draining worker: draining');
+SELECT is((SELECT drain_deadline FROM harvest.workers WHERE id = 'sig'), '2030-01-01 01:00:00+00'::timestamptz,
+          'a remote drain''s deadline is kept');
+SELECT throws_ok($$SELECT harvest.begin_worker_drain('ghost')$$, 'HR002', 'worker ghost is not registered',
+                 'begin_worker_drain() of an unknown worker: HR002');
+
 -- stop_worker: releases what it holds and marks the worker stopped.
 SET LOCAL harvest.fake_now = '2030-01-01 00:04:00+00';
 SELECT is(harvest.stop_worker('w2'), 1, 'stop_worker() returns how many tasks it released');
@@ -101,6 +116,7 @@ SELECT results_eq($$SELECT status, last_heartbeat_at FROM harvest.workers WHERE 
 SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.held('other')), 'pending',
           'its task is pending again');
 SELECT is(harvest.worker_heartbeat('w2'), 'stopped', 'a stopped worker hears so on its heartbeat');
+SELECT is(harvest.begin_worker_drain('w2'), 'stopped', 'begin_worker_drain() leaves a stopped worker stopped');
 SELECT throws_ok($$SELECT harvest.stop_worker('ghost')$$, 'HR002', 'worker ghost is not registered',
                  'stop_worker() of an unknown worker is not found');
 
@@ -137,5 +153,32 @@ SELECT lives_ok($$SELECT harvest.worker_sleep('sleepy', true)$$, 'worker_sleep()
 SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), true, 'the mark is stored');
 SELECT harvest.worker_sleep('sleepy', false);
 SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), false, 'and cleared');
+
+-- register_workflows: the names a worker's App can run on each queue it polls.
+SET LOCAL harvest.fake_now = '2030-01-01 00:06:00+00';
+SELECT is(harvest.register_workflows(ARRAY['rw_a', 'rw_b'], ARRAY['wf1', 'wf2', 'wf1']), 4,
+          'register_workflows() registers every (queue, name) pair once and counts the new ones');
+SET LOCAL harvest.fake_now = '2030-01-01 00:07:00+00';
+SELECT is(harvest.register_workflows(ARRAY['rw_a'], ARRAY['wf1', 'wf3']), 1, 'registering again counts only new pairs');
+SELECT results_eq(
+    $$SELECT queue, workflow_name, first_registered_at, last_registered_at FROM harvest.registered_workflows
+      WHERE queue LIKE 'rw\_%' ORDER BY 1, 2$$,
+    $$VALUES ('rw_a'::text, 'wf1'::text, '2030-01-01 00:06:00+00'::timestamptz, '2030-01-01 00:07:00+00'::timestamptz),
+             ('rw_a', 'wf2', '2030-01-01 00:06:00+00', '2030-01-01 00:06:00+00'),
+             ('rw_a', 'wf3', '2030-01-01 00:07:00+00', '2030-01-01 00:07:00+00'),
+             ('rw_b', 'wf1', '2030-01-01 00:06:00+00', '2030-01-01 00:06:00+00'),
+             ('rw_b', 'wf2', '2030-01-01 00:06:00+00', '2030-01-01 00:06:00+00')$$,
+    'a re-registered pair keeps its first time and refreshes its last');
+SELECT is(harvest.register_workflows(ARRAY['rw_c'], ARRAY[]::text[]), 0, 'no names: nothing registered');
+SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY[]::text[], ARRAY['wf1'])$$, 'HR001',
+                 'register_workflows needs at least one non-empty queue', 'register_workflows() without a queue: HR001');
+SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['rw_a'], ARRAY['wf1', ''])$$, 'HR001',
+                 'register_workflows needs an array of non-empty workflow names',
+                 'register_workflows() with an empty name: HR001');
+SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['rw_a'], NULL)$$, 'HR001', NULL,
+                 'register_workflows() with NULL names: HR001');
+-- unregister_workflow: retire a name from a queue.
+SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), true, 'unregister_workflow() of a registered name: true');
+SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), false, 'and of a name no longer registered: false');
 
 SELECT * FROM finish();

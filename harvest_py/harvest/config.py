@@ -411,6 +411,12 @@ def resolve_queues(app: Any, config: Config) -> tuple[list[str], list[str], str]
     return [q for q in declared if q in wanted], declared, f"explicit ({setting.source})"
 
 
+def fleet_queues(sql: Any) -> list[str]:
+    """The queues the fleet registered: every worker row, stopped and stale too (a queue whose
+    workers all died is exactly the one coverage must report)."""
+    return sorted({q for row in sql.list_workers(None, None, None) for q in row.get("queues") or []})
+
+
 def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
     """Each declared queue with no live worker: active (not draining, not stopped) and not stale.
 

@@ -74,6 +74,19 @@ class PolicyConflict(HarvestError):
     """The request conflicts with a declared flow-control policy (SQLSTATE HR007)."""
 
 
+class UnknownWorkflow(HarvestError):
+    """A start named a workflow that no worker registered on its queue (SQLSTATE HR010):
+    ``.workflow_name``, ``.queue``, ``.registered`` (the names that queue's workers did register).
+    Nothing was written."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, workflow_name: str | None = None, queue: str | None = None,
+                 registered: list[str] | None = None):
+        super().__init__(message)
+        self.workflow_name, self.queue, self.registered = workflow_name, queue, registered or []
+
+
 class NonDeterminismError(HarvestError):
     """Replaying the workflow code issued commands that differ from its history."""
 
@@ -173,6 +186,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR005": WorkflowNotRunning,
     "HR006": QuotaExceeded,
     "HR007": PolicyConflict,
+    "HR010": UnknownWorkflow,
     "42501": PermissionDenied,
 }
 
@@ -202,6 +216,12 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             info = {}
         return QuotaExceeded(message, info.get("quota"), info.get("key"), info.get("usage"),
                              info.get("limit"))
+    if cls is UnknownWorkflow:
+        try:
+            info = json.loads(getattr(diag, "message_detail", None) or "{}")
+        except ValueError:
+            info = {}
+        return UnknownWorkflow(message, info.get("workflow_name"), info.get("queue"), info.get("registered"))
     if cls is PermissionDenied:
         return PermissionDenied(f"{message} (the database role lacks this right; "
                                 "see the harvest_* roles in docs/operations.md)")

@@ -37,3 +37,28 @@ def test_sigterm_releases_in_flight_activity_to_another_worker(chaos_db, workers
     assert completed == [{"seq": 1, "result": "run2", "attempt": 1}]
     [row] = query(chaos_db, "SELECT status FROM harvest.workers WHERE pid = %s", (a.pid,))
     assert row["status"] == "stopped"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_worker_is_draining_until_its_in_flight_work_is_done(chaos_db, workers, client, sig):
+    # The spec's Draining: received SIGTERM, waiting for in-flight tasks to complete.
+    a = workers.start(shutdown_grace=20.0)
+    handle = client.start_workflow(wf_single, "sleep:2", 30.0, None)
+    wait_until(lambda: runs(chaos_db, handle.execution_id), 15, "the activity to start")
+
+    def registry() -> str:
+        return query(chaos_db, "SELECT status FROM harvest.workers WHERE pid = %s", (a.pid,))[0]["status"]
+
+    workers.kill(a, sig)
+    wait_until(lambda: registry() == "draining", 5, "the worker to record that it is draining")
+    # ... while its activity is still in flight.
+    [run] = runs(chaos_db, handle.execution_id)
+    assert run["finished_at"] is None, "the activity finished before the worker said it was draining"
+    assert a.wait(timeout=20) == 0, workers.log(a)
+    assert registry() == "stopped"
+    # The in-flight activity was finished and recorded, not released.
+    [run] = runs(chaos_db, handle.execution_id)
+    assert (run["worker_pid"], run["result"]) == (a.pid, "run1")
+    completed = [e["event_data"] for e in history(chaos_db, handle.execution_id)
+                 if e["event_type"] == "ActivityCompleted"]
+    assert completed == [{"seq": 1, "result": "run1", "attempt": 1}]

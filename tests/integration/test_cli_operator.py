@@ -247,6 +247,52 @@ def test_preflight_pass_warn_and_fail(db: str, conn, fresh_db: str, tmp_path, mo
     assert r.returncode == 1 and "database" in r.stdout
 
 
+def test_preflight_resolves_dotted_registered_names(db: str, conn, tmp_path, monkeypatch) -> None:
+    # A registered name may hold dots: `charge` registered as `billing.charge` resolves as written.
+    assert harvest(db, "migrate", "run").returncode == 0
+    conn.execute("SELECT harvest.set_retention('30 days')")
+    conn.execute("SELECT harvest.register_worker('w1', ARRAY['default'], 'h', 1, 5)")
+    (tmp_path / "pf_dotted.py").write_text(
+        "from harvest import App, activity, workflow\n"
+        "@activity(name='billing.charge')\nasync def charge(ctx): return 1\n"
+        "@workflow(name='billing.refund')\nasync def refund(ctx): return 1\n"
+        "@workflow(activities=[charge, 'billing.charge'], children=[refund, 'billing.refund'])\n"
+        "async def flow(ctx): return 1\n"
+        "app = App(workflows=[flow, refund], activities=[charge])\n")
+    monkeypatch.chdir(tmp_path)
+    r = harvest(db, "preflight", "--app", "pf_dotted:app", "--output", "json")
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "catalog_consistency")
+    assert check["status"] == "pass", check
+    assert r.returncode == 0, r.stdout
+
+
+def test_preflight_coverage_reads_the_fleet_without_app(db: str, conn) -> None:
+    assert harvest(db, "migrate", "run").returncode == 0
+    conn.execute("SELECT harvest.set_retention('30 days')")
+
+    def coverage():
+        r = harvest(db, "preflight", "--output", "json")
+        report = json.loads(r.stdout)
+        return r.returncode, next(c for c in report["checks"] if c["name"] == "queue_coverage")
+
+    # No worker at all: coverage is unknown, and the gate does not pass silently.
+    code, check = coverage()
+    assert (code, check["status"]) == (2, "warn"), check
+    assert check["details"]["uncovered"] is None and "no worker has registered" in check["summary"]
+    text = harvest(db, "preflight")
+    assert text.returncode == 2 and "queue_coverage (warn)" in text.stdout
+    # The queues the fleet registered, each with a live worker: pass.
+    conn.execute("SELECT harvest.register_worker('w1', ARRAY['email', 'default'], 'h', 1, 5)")
+    code, check = coverage()
+    assert (code, check["status"]) == (0, "pass"), check
+    assert check["details"] == {"source": "fleet", "declared": ["default", "email"], "uncovered": []}
+    # Every worker of those queues stopped: each registered queue is reported uncovered.
+    conn.execute("SELECT harvest.stop_worker('w1')")
+    code, check = coverage()
+    assert (code, check["status"]) == (2, "warn"), check
+    assert check["details"]["uncovered"] == ["default", "email"]
+
+
 def test_preflight_names_every_unregistered_dependency(db: str, conn, tmp_path, monkeypatch) -> None:
     assert harvest(db, "migrate", "run").returncode == 0
     conn.execute("SELECT harvest.set_retention('30 days')")

@@ -1,8 +1,9 @@
 """`harvest preflight`: read-only deploy checks. Exit 0 = pass, 2 = warn, 1 = fail.
 
 Checks: database reachable, migrations applied (nothing pending), schema version,
-catalog consistency of an App's declared dependencies and worker coverage of its
-queues (with --app), worker health, dead-letter access, retention configured.
+catalog consistency of an App's declared dependencies (with --app), worker coverage of
+the App's queues (with --app) or of the queues the fleet registered (without), worker
+health, dead-letter access, retention configured.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
+def _resolves(name: str, catalog) -> bool:
+    """A declared name resolves when it is registered as written (``billing.charge`` is a
+    legal registered name), or, for a path like ``billing::charge``, by its last segment."""
+    return name in catalog or name.split("::")[-1].split(".")[-1] in catalog
+
+
 def _catalog_consistency(app) -> Check:
     failures = []
     checked = 0
@@ -54,10 +61,10 @@ def _catalog_consistency(app) -> Check:
             continue
         checked += 1
         for activity in activities or ():
-            if activity.split("::")[-1].split(".")[-1] not in app.activities:
+            if not _resolves(activity, app.activities):
                 failures.append(f"workflow '{name}' references unregistered activity '{activity}'")
         for child in children or ():
-            if child.split("::")[-1].split(".")[-1] not in app.workflows:
+            if not _resolves(child, app.workflows):
                 failures.append(f"workflow '{name}' references unregistered child workflow '{child}'")
     if failures:
         return Check("catalog_consistency", "fail",
@@ -68,6 +75,34 @@ def _catalog_consistency(app) -> Check:
     if not checked:
         return Check("catalog_consistency", "skip", "no workflow declares its dependencies")
     return Check("catalog_consistency", "pass", f"{checked} workflow(s) declare dependencies; all resolve")
+
+
+def _queue_coverage(sql: SqlApi, app) -> Check:
+    """Each queue with no live worker: the App's declared queues with --app, else the queues the
+    fleet registered (every worker row, stopped and stale too: a queue whose workers all died is
+    exactly the one to report). No registered worker at all: coverage is unknown, and a gate fails
+    closed on unknown (spec: `queue coverage --strict`), so it warns rather than passes."""
+    from harvest.config import declared_queues, fleet_queues, queue_coverage
+
+    if app is not None:
+        queues, source = declared_queues(app), "app"
+    else:
+        queues = fleet_queues(sql)
+        source = "fleet"
+        if not queues:
+            return Check("queue_coverage", "warn", "no worker has registered: queue coverage is unknown",
+                         details={"source": source, "declared": [], "uncovered": None},
+                         remediation="start the workers before this gate, or pass --app module:app "
+                                     "to check the queues the App declares")
+    # Live = active and fresh: a draining worker takes no new work, so it does not count.
+    uncovered = queue_coverage(sql, queues)["unpolled_declared_queues"]
+    details = {"source": source, "declared": queues, "uncovered": uncovered}
+    what = "declared" if source == "app" else "registered"
+    if uncovered:
+        return Check("queue_coverage", "warn", f"{len(uncovered)} {what} queue(s) have no live worker",
+                     details=details, remediation="start a worker polling: " + ", ".join(uncovered))
+    return Check("queue_coverage", "pass", f"every {what} queue has a live worker ({', '.join(queues)})",
+                 details=details)
 
 
 def run_checks(dsn: str, app_target: str | None) -> list[Check]:
@@ -134,20 +169,7 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
             status = "warn" if health["stale"] else "pass"
             checks.append(Check("worker_health", status, f"{health['healthy']} healthy, {health['stale']} stale, "
                                 f"{health['draining']} draining", details=health))
-            if app is not None:
-                from harvest.config import declared_queues, queue_coverage
-
-                queues = declared_queues(app)
-                # Live = active and fresh: a draining worker takes no new work, so it does not count.
-                uncovered = queue_coverage(sql, queues)["unpolled_declared_queues"]
-                if uncovered:
-                    checks.append(Check("queue_coverage", "warn",
-                                        f"{len(uncovered)} declared queue(s) have no live worker",
-                                        details={"uncovered": uncovered, "declared": queues},
-                                        remediation="start a worker polling: " + ", ".join(uncovered)))
-                else:
-                    checks.append(Check("queue_coverage", "pass", f"every declared queue has a live worker "
-                                        f"({', '.join(queues)})", details={"declared": queues}))
+            checks.append(_queue_coverage(sql, app))
         try:
             dead = sql.aggregate_dead_letters("all")
             total = sum(r["dead_letters"] for r in dead)

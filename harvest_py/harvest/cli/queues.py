@@ -26,14 +26,14 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
     declared queues are those the fleet registered (every worker row, whatever its state).
     """
     from harvest.cli.worker import load_app
-    from harvest.config import declared_queues, queue_coverage
+    from harvest.config import declared_queues, fleet_queues, queue_coverage
 
     app = load_app(app_target) if app_target else None
     with sql_api(database_url, read_only=True) as sql:
         if app is not None:
             declared, source = declared_queues(app), f"app {app_target}"
         else:
-            declared = sorted({q for row in sql.list_workers(None, None, None) for q in row.get("queues") or []})
+            declared = fleet_queues(sql)
             source = "fleet"
         data = queue_coverage(sql, declared)
     data["declared_source"] = source

@@ -71,6 +71,8 @@ SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
                                %(heartbeat_interval_secs)s, %(metadata)s)
 """
 WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
+REGISTER_WORKFLOWS = "SELECT harvest.register_workflows(%(queues)s, %(names)s) AS registered"
+BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s) AS status"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
 WORKER_SLEEP = "SELECT harvest.worker_sleep(%(worker_id)s, %(sleeping)s)"
@@ -492,6 +494,12 @@ class AsyncSqlApi:
 
     async def release_task(self, task_id: int, fencing_token: int) -> bool:
         return (await self._one(RELEASE_TASK, task_id=task_id, fencing_token=fencing_token))["released"]
+
+    async def register_workflows(self, queues: list[str], names: list[str]) -> int:
+        return (await self._one(REGISTER_WORKFLOWS, queues=queues, names=names))["registered"]
+
+    async def begin_worker_drain(self, worker_id: str) -> str:
+        return (await self._one(BEGIN_WORKER_DRAIN, worker_id=worker_id))["status"]
 
     async def stop_worker(self, worker_id: str) -> int:
         return (await self._one(STOP_WORKER, worker_id=worker_id))["released"]

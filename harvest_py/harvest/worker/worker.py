@@ -10,9 +10,11 @@ killed worker's leases expire into another worker's hands. Three loops run:
   deferred starts) in one round trip;
 * the registry heartbeat keeps the worker row fresh and notices a remote drain.
 
-SIGTERM (or :meth:`Worker.stop`) stops claiming, lets in-flight work finish within
-``shutdown_grace`` seconds, and releases what is left so another worker takes it
-at once instead of after a lease expiry.
+SIGTERM or SIGINT (or :meth:`Worker.request_stop`) stops claiming, records the worker
+``draining`` in the registry (the status a remote drain sets), lets in-flight work
+finish within ``shutdown_grace`` seconds while the heartbeat keeps the row fresh,
+releases what is left so another worker takes it at once instead of after a lease
+expiry, and ends ``stopped``.
 """
 
 from __future__ import annotations
@@ -158,12 +160,18 @@ class Worker:
                 await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
                                                os.getpid(), self.heartbeat_interval,
                                                {"concurrency": self.concurrency})
+                # The names this worker can run on each queue it polls: a start of a name no
+                # worker registered on its queue is refused up front (functions/start.sql).
+                if self.app.workflows:
+                    await self.sql.register_workflows(self.queues, sorted(self.app.workflows))
             # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
             await self.sql.declare_flow_policies(self.app.flow_policies())
             background = []
+            heartbeat = None
             if self.run_worker:
                 log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
-                background += [asyncio.create_task(self._listen()), asyncio.create_task(self._heartbeat()),
+                heartbeat = asyncio.create_task(self._heartbeat())
+                background += [asyncio.create_task(self._listen()),
                                asyncio.create_task(serve_queries(self))]  # queries and updates
             if self.run_scanner:
                 background.append(asyncio.create_task(self._scan()))
@@ -178,8 +186,14 @@ class Worker:
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
-                if self.run_worker:
-                    await self._drain()
+                try:
+                    if self.run_worker:
+                        await self._drain()
+                finally:
+                    # The heartbeat outlives the drain: a draining worker is not stale.
+                    if heartbeat is not None:
+                        heartbeat.cancel()
+                        await asyncio.gather(heartbeat, return_exceptions=True)
         finally:
             await self._pool.close()
 
@@ -214,6 +228,12 @@ class Worker:
             raise schema_mismatch(found, expected, "this worker")
 
     async def _drain(self) -> None:
+        # First say so: the fleet (worker list, health, coverage) sees this worker take no
+        # new work while it finishes what it holds (a remote drain has already said it).
+        try:
+            await self.sql.begin_worker_drain(self.worker_id)
+        except Exception as exc:  # noqa: BLE001 - the drain goes on; stop_worker ends the row
+            log.warning("worker %s could not record that it is draining: %s", self.worker_id, exc)
         if self._inflight:
             grace = self.shutdown_grace
             if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
@@ -415,7 +435,7 @@ class Worker:
             await asyncio.sleep(self.heartbeat_interval)
             try:
                 status = await self.sql.worker_heartbeat(self.worker_id)
-                if status != "active":
+                if status != "active" and not self._stopping.is_set():
                     if status == "draining":
                         await self._note_drain_deadline()
                     log.info("worker %s is %s: stopping", self.worker_id, status)

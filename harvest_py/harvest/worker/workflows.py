@@ -12,7 +12,7 @@ import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from harvest.errors import HarvestError, NonDeterminismError, StaleTask
+from harvest.errors import HarvestError, NonDeterminismError, StaleTask, UnknownWorkflow
 from harvest.runtime import WorkflowRun
 
 if TYPE_CHECKING:
@@ -110,6 +110,12 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 run.close()
                 run = None
         if run is None:
+            if task["workflow_name"] not in worker.app.workflows:
+                # Typed: after a bounded number of these the run fails (fail_workflow_task).
+                raise UnknownWorkflow(f"this worker's App has no workflow {task['workflow_name']!r} "
+                                      f"(registered: {', '.join(sorted(worker.app.workflows)) or 'none'})",
+                                      task["workflow_name"], task["task_queue"],
+                                      sorted(worker.app.workflows))
             definition = worker.app.workflow(task["workflow_name"])
             run = WorkflowRun(worker.app, definition, execution_id, task["workflow_id"],
                               task["task_queue"],
@@ -124,8 +130,12 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             run.close()
         kind = type(exc).__name__
         log.error("workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, exc)
-        failure = {"error_type": kind, "message": str(exc), "non_retryable": False,
-                   "details": {"traceback": traceback.format_exc(limit=20)}}
+        if isinstance(exc, UnknownWorkflow):
+            failure = {"error_type": kind, "message": str(exc), "non_retryable": False,
+                       "details": {"worker_id": worker.worker_id, "worker_registered": exc.registered}}
+        else:
+            failure = {"error_type": kind, "message": str(exc), "non_retryable": False,
+                       "details": {"traceback": traceback.format_exc(limit=20)}}
         try:
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         except StaleTask:

@@ -1,0 +1,92 @@
+"""Registered workflow names: a start of a name no worker registered on its queue is refused up
+front, and a run whose workflow no claiming worker has fails typed after a bounded number of
+attempts instead of retrying forever."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from operator_helpers import harvest
+
+from harvest import App, Client, workflow
+from harvest.errors import UnknownWorkflow, WorkflowFailed
+from harvest.worker import workflows as worker_workflows
+
+
+@workflow
+async def greet(ctx, name: str) -> str:
+    return f"hello {name}"
+
+
+@workflow(name="billing.invoice")
+async def invoice(ctx) -> int:
+    return 1
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def registered(db: str) -> list[tuple[str, str]]:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute("SELECT queue, workflow_name FROM harvest.registered_workflows "
+                            "ORDER BY 1, 2").fetchall()
+
+
+def executions(db: str) -> int:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM harvest.executions").fetchone()[0]
+
+
+def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker, client: Client) -> None:
+    # Before any worker registers, a start is taken (a client may deploy before its workers).
+    early = client.start_workflow("greet", "early")
+    start_worker(App(workflows=[greet, invoice]), queues=["default", "eu"])
+    expected = [("default", "billing.invoice"), ("default", "greet"), ("eu", "billing.invoice"), ("eu", "greet")]
+    wait_until(lambda: registered(db) == expected, what="the worker to register its workflow names")
+    assert early.result(timeout=20) == "hello early"
+    before = executions(db)
+
+    with pytest.raises(UnknownWorkflow) as refused:
+        client.start_workflow("greeet", "typo", task_queue="eu")
+    assert (refused.value.workflow_name, refused.value.queue) == ("greeet", "eu")
+    assert refused.value.registered == ["billing.invoice", "greet"]
+
+    r = harvest(db, "workflow", "start", "greeet", "--input-json", '["x"]')
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0] == ('error: workflow "greeet" is not registered on queue "default" '
+                        "(registered there: billing.invoice, greet)")
+    assert executions(db) == before  # nothing written
+
+    # A registered name (dots and all) is taken on either queue.
+    r = harvest(db, "workflow", "start", "billing.invoice", "--task-queue", "eu", "--output", "json")
+    assert r.returncode == 0, r.stderr
+    assert executions(db) == before + 1
+
+
+def test_a_run_no_claiming_worker_has_fails_typed_after_bounded_attempts(
+        db: str, start_worker, client: Client, monkeypatch) -> None:
+    # Started before any worker registered (so not refused), then only a worker without it polls.
+    handle = client.start_workflow("ghost", 1, workflow_id="ghost-1")
+    monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)  # the backoff, not the bound
+    start_worker(App(workflows=[greet]), poll_interval=0.05)
+    with pytest.raises(WorkflowFailed) as failed:
+        handle.result(timeout=30)
+    failure = failed.value.failure
+    assert (failure["error_type"], failure["reason"], failure["non_retryable"]) == (
+        "UnknownWorkflow", "unknown_workflow", True)
+    assert failure["details"]["attempts"] == 10
+    assert failure["details"]["worker_registered"] == ["greet"]
+    with psycopg.connect(db, autocommit=True) as conn:
+        dead = conn.execute("SELECT kind, workflow_name, attempts, failure ->> 'reason' FROM harvest.dead_letters "
+                            "WHERE execution_id = %s", (handle.execution_id,)).fetchall()
+    assert dead == [("workflow", "ghost", 10, "unknown_workflow")]
