@@ -16,6 +16,8 @@ BEGIN
     IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
         RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
+                                   harvest._payload_limit());
     v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
     v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
