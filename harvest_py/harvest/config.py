@@ -59,6 +59,7 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("worker", "concurrency"): int,
     ("worker", "shutdown_grace"): float,
     ("worker", "heartbeat_interval"): float,
+    ("worker", "max_payload_bytes"): int,
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
     ("retention", "run_on"): str,

@@ -142,6 +142,7 @@ SELECT * FROM harvest.update_with_start(
     p_task_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
     p_search_attributes => %(search_attributes)s)
 """
+PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
 GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
 CLAIM_QUERIES = "SELECT * FROM harvest.claim_queries(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
 ANSWER_QUERY = """
@@ -228,6 +229,9 @@ class SqlApi:
     def schema_version(self) -> str | None:
         row = self._one(SCHEMA_VERSION)
         return row["version"] if row else None
+
+    def payload_limit(self) -> int:
+        return self._one(PAYLOAD_LIMIT)["payload_limit"]
 
     # -- flow control ----------------------------------------------------------------------
     def declare_flow_policies(self, policies: dict[str, Any]) -> int:
@@ -499,6 +503,9 @@ class AsyncSqlApi:
     async def schema_version(self) -> str | None:
         row = await self._one(SCHEMA_VERSION)
         return row["version"] if row else None
+
+    async def payload_limit(self) -> int:
+        return (await self._one(PAYLOAD_LIMIT))["payload_limit"]
 
     async def declare_flow_policies(self, policies: dict[str, Any]) -> int:
         return (await self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies)))["declared"]

@@ -70,9 +70,17 @@ class Worker:
                  history_byte_hard_cap: int | None = 50 * 1024 * 1024,
                  history_bloat_warn_fraction: float = 0.2048,
                  run_worker: bool = True, run_scanner: bool = True, run_retention: bool = False,
-                 retention_interval: float = 60.0, hand_off: bool = True):
+                 retention_interval: float = 60.0, hand_off: bool = True,
+                 max_payload_bytes: int | None = None):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if max_payload_bytes is not None and (isinstance(max_payload_bytes, bool)
+                                              or not isinstance(max_payload_bytes, int)
+                                              or max_payload_bytes <= 0):
+            raise ValueError(f"max_payload_bytes must be a positive number of bytes, got {max_payload_bytes!r}")
+        # Results, failures and heartbeat details larger than this fail the activity here,
+        # typed and final (PayloadTooLarge); None: the server's limit, read at start.
+        self.max_payload_bytes = max_payload_bytes
         self.app = app
         self.dsn = resolve_dsn(dsn)
         self.queues = sorted(queues or app.queues or {"default"})
@@ -143,6 +151,8 @@ class Worker:
         self.sql = AsyncSqlApi(self._pool)
         try:
             await self._check_schema()
+            if self.max_payload_bytes is None:
+                self.max_payload_bytes = await self.sql.payload_limit()
             if self.run_worker:
                 await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
                                                os.getpid(), self.heartbeat_interval,
