@@ -33,7 +33,6 @@ except ImportError:  # pragma: no cover - exercised only without pydantic
 
 __all__ = [
     "check_size",
-    "payload_size",
     "decode",
     "decode_args",
     "decode_result",
@@ -41,6 +40,7 @@ __all__ = [
     "encode_args",
     "encode_result",
     "param_hints",
+    "payload_size",
     "return_hint",
 ]
 

@@ -217,6 +217,16 @@ class SqlApi:
     def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
         return self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
 
+    def iter_history(self, execution_id: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
+        """The history in order, fetched page_size events per round trip through a
+        server-side cursor (in a transaction of its own), so that a history of any size
+        streams through a bounded amount of client memory."""
+        with translated_errors(), self.conn.transaction(), \
+                self.conn.cursor(name="harvest_history", row_factory=dict_row) as cur:
+            cur.itersize = page_size
+            cur.execute(GET_HISTORY, {"execution_id": execution_id, "after_event_id": 0})
+            yield from cur
+
     def wait_for_result(self, execution_id: str, waiter_id: str) -> dict[str, Any]:
         return self._one(WAIT_FOR_RESULT, execution_id=execution_id, waiter_id=waiter_id)
 
