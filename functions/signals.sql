@@ -68,6 +68,9 @@ DECLARE
     v_execution harvest.executions;
 BEGIN
     v_execution := harvest._lock_running_execution(p_execution_id, 'cancel');
+    PERFORM harvest._audit('workflow.cancel', p_execution_id::text, NULL, jsonb_build_object(
+        'reason', p_reason, 'workflow_name', v_execution.workflow_name,
+        'already_requested', v_execution.cancel_requested));
     IF v_execution.cancel_requested THEN
         RETURN false;
     END IF;
