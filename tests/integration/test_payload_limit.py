@@ -7,8 +7,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from harvest import App, Client, RetryPolicy, activity, workflow
-from harvest.errors import ActivityError, PayloadTooLarge
+from harvest import App, Client, RetryPolicy, activity, query, workflow
+from harvest.errors import ActivityError, PayloadTooLarge, QueryFailed
 from harvest.payload import payload_size
 
 
@@ -109,3 +109,27 @@ def test_an_activity_result_over_the_limit_fails_typed_and_final(db: str, start_
                                   "WHERE event_type = 'ActivityFailed'").fetchone()
     assert attempts == [1]  # not retried
     assert running.error is None
+
+
+@workflow
+async def holder(ctx, n: int) -> None:
+    ctx.state["n"] = n
+    await ctx.wait_for_signal("stop")
+
+
+@query(workflow="holder")
+def blob(ctx) -> str:
+    return "x" * ctx.state["n"]
+
+
+def test_a_query_answer_over_the_limit_is_a_typed_failure_not_a_timeout(db: str, start_worker) -> None:
+    _set_limit(db, 1000)
+    start_worker(App(workflows=[holder], queries=[blob]))
+    with Client(db) as client:
+        handle = client.start_workflow(holder, 5000)
+        # Without the worker's check the answer was refused (HR008) and the caller waited out
+        # its timeout; now it hears why at once.
+        with pytest.raises(QueryFailed, match="the answer to query blob is 5002 bytes") as info:
+            handle.query("blob", timeout=10)
+        assert info.value.error_type == "PayloadTooLarge"
+        handle.terminate()
