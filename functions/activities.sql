@@ -171,6 +171,8 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    PERFORM harvest._check_payload(format('the result of activity task %s', p_task_id), p_result,
+                                   harvest._payload_limit());
     PERFORM harvest._record_activity_result(
         harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity'), p_result, NULL, NULL, NULL);
 END;
@@ -179,7 +181,10 @@ $$;
 -- A worker's group commit: complete many activity tasks in one transaction.
 -- Each item succeeds or is refused on its own (outcome 'completed', or the
 -- problem of _try_lock_claimed_task with its message); a refused item changes
--- nothing. With p_hand_off, a woken workflow task may be handed to p_worker_id
+-- nothing. A result over the payload limit is refused on its own too (outcome
+-- 'too_large', the message of _check_payload): the worker then fails the
+-- activity with a typed, non-retryable PayloadTooLarge. With p_hand_off, a woken
+-- workflow task may be handed to p_worker_id
 -- (handed: the task as claim_tasks would return it, as JSON, carrying every
 -- event up to the end of this batch).
 --
@@ -218,6 +223,8 @@ DECLARE
     v_i integer;
     v_task harvest.tasks;
     v_execution harvest.executions;
+    v_limit integer := harvest._payload_limit();  -- once per batch
+    v_bytes bigint;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -242,6 +249,14 @@ BEGIN
         ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
     LOOP
         v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
+        IF v_try.problem IS NULL THEN
+            v_bytes := octet_length(v_item.result::text);
+            IF v_bytes > v_limit THEN
+                v_try.problem := 'too_large';
+                v_try.message := format('the result of activity task %s is %s bytes, over the payload '
+                    'limit of %s bytes', v_item.id, v_bytes, v_limit);
+            END IF;
+        END IF;
         v_ids := v_ids || v_item.id;
         v_outcomes := v_outcomes || coalesce(v_try.problem, 'completed');
         v_messages := v_messages || v_try.message;
@@ -309,6 +324,8 @@ BEGIN
         RAISE EXCEPTION 'failure must be a JSON object {error_type, message, non_retryable, details}'
             USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._check_payload(format('the failure of activity task %s', p_task_id), p_failure,
+                                   harvest._payload_limit());
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'activity');
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_task.execution_id;
     RETURN harvest._fail_activity_attempt(v_execution, v_task, p_failure);
@@ -328,6 +345,8 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_cancel boolean;
 BEGIN
+    PERFORM harvest._check_payload(format('the heartbeat details of activity task %s', p_task_id),
+                                   p_details, harvest._payload_limit());
     SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = p_task_id AND t.kind = 'activity' FOR UPDATE;
     IF NOT FOUND OR v_task.status <> 'running' OR v_task.fencing_token IS DISTINCT FROM p_fencing_token THEN
         RAISE EXCEPTION 'task % is no longer held by this worker', p_task_id USING ERRCODE = 'HR004';

@@ -65,6 +65,54 @@ AS $$
     SELECT octet_length(p_event_data::text)::bigint;
 $$;
 
+-- Payload size (issue 12, item 11). Every entry point that stores a user payload
+-- (a workflow input, an activity result or failure, a workflow result, a signal
+-- payload, an update or query argument or answer, a child's or successor's input,
+-- a marker value) refuses one larger than harvest.engine_settings.max_payload_bytes
+-- with HR008, before it writes anything. The measure is the size of the payload's
+-- JSON text as the database prints it, octet_length(p::text): the Python client
+-- computes the same number (harvest.jsonb.stored_text) and checks before sending.
+-- An entry point reads the limit once (_payload_limit) and checks each payload
+-- against it (_check_payload).
+CREATE OR REPLACE FUNCTION harvest._payload_limit()
+RETURNS integer
+LANGUAGE sql STABLE
+AS $$
+    SELECT coalesce((SELECT s.max_payload_bytes FROM harvest.engine_settings AS s WHERE s.id), 2097152);
+$$;
+
+-- The limit, for clients and workers that check before they send (the server's
+-- own check stays the authority).
+CREATE OR REPLACE FUNCTION harvest.payload_limit()
+RETURNS integer
+LANGUAGE sql STABLE
+AS $$
+    SELECT harvest._payload_limit();
+$$;
+
+-- Raise HR008 when p_payload's JSON text is larger than p_limit bytes; p_what
+-- names the payload in the message ("the input of workflow x", ...).
+CREATE OR REPLACE FUNCTION harvest._check_payload(p_what text, p_payload jsonb, p_limit integer)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_bytes bigint;
+BEGIN
+    IF p_payload IS NULL THEN
+        RETURN;
+    END IF;
+    v_bytes := octet_length(p_payload::text);
+    IF v_bytes > p_limit THEN
+        RAISE EXCEPTION '% is % bytes, over the payload limit of % bytes', p_what, v_bytes, p_limit
+            USING ERRCODE = 'HR008',
+            DETAIL = jsonb_build_object('what', p_what, 'bytes', v_bytes, 'limit', p_limit)::text,
+            HINT = 'keep large data outside the engine (a table, object storage) and pass a reference '
+                   'to it; the limit is harvest.engine_settings.max_payload_bytes';
+    END IF;
+END;
+$$;
+
 -- Append events in order; the caller holds the execution row lock, which makes
 -- event ids gapless and ordered. Returns the id of the last one. One row update
 -- for them all (each update of the row costs a new row version), and, when

@@ -63,7 +63,9 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.replay_dead_letter(p_id bigint)
+-- Replay one dead letter (the work of replay_dead_letter, which audits it; a bulk
+-- replay audits once for all its letters).
+CREATE OR REPLACE FUNCTION harvest._replay_dead_letter(p_id bigint)
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -102,8 +104,9 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.discard_dead_letter(p_id bigint)
-RETURNS void
+-- Discard one dead letter (see _replay_dead_letter).
+CREATE OR REPLACE FUNCTION harvest._discard_dead_letter(p_id bigint)
+RETURNS harvest.dead_letters
 LANGUAGE plpgsql
 AS $$
 DECLARE
@@ -118,6 +121,35 @@ BEGIN
             'seq', v_dead.seq, 'failure', v_dead.failure, 'attempt', v_dead.attempts));
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
+    RETURN v_dead;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.replay_dead_letter(p_id bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task_id bigint := harvest._replay_dead_letter(p_id);
+BEGIN
+    PERFORM harvest._audit('dead_letter.replay', p_id::text, NULL, (
+        SELECT jsonb_build_object('execution_id', t.execution_id, 'activity_name', t.activity_name,
+                                  'task_id', t.id)
+        FROM harvest.tasks AS t WHERE t.id = v_task_id));
+    RETURN v_task_id;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest.discard_dead_letter(p_id bigint)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_dead harvest.dead_letters := harvest._discard_dead_letter(p_id);
+BEGIN
+    PERFORM harvest._audit('dead_letter.discard', p_id::text, NULL, jsonb_build_object(
+        'execution_id', v_dead.execution_id, 'kind', v_dead.kind, 'activity_name', v_dead.activity_name,
+        'error_type', v_dead.failure ->> 'error_type'));
 END;
 $$;
 
@@ -225,9 +257,9 @@ BEGIN
         END IF;
         BEGIN
             IF p_action = 'replay' THEN
-                PERFORM harvest.replay_dead_letter(v_id);
+                PERFORM harvest._replay_dead_letter(v_id);
             ELSE
-                PERFORM harvest.discard_dead_letter(v_id);
+                PERFORM harvest._discard_dead_letter(v_id);
             END IF;
             v_acted := v_acted || v_id;
         EXCEPTION WHEN OTHERS THEN

@@ -131,6 +131,7 @@ DECLARE
     v_close_status text;
     v_close_output jsonb;
     v_close_failure jsonb;
+    v_limit integer := harvest._payload_limit();  -- once per decision (core.sql, payload size)
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -170,6 +171,8 @@ BEGIN
             v_stc := (v_options ->> 'schedule_to_close')::double precision;
             v_priority := coalesce((v_options ->> 'priority')::integer, 0);
             PERFORM harvest._require(v_command, 'name', 'string');
+            PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
+                v_command ->> 'name', v_seq), v_command -> 'input', v_limit);
             v_types := v_types || 'ActivityScheduled'::text;
             v_datas := v_datas || jsonb_build_object(
                 'seq', v_seq, 'name', v_command ->> 'name', 'input', v_command -> 'input',
@@ -217,6 +220,8 @@ BEGIN
             v_now := harvest.now();
         WHEN 'record_marker' THEN
             PERFORM harvest._require(v_command, 'kind', 'string');
+            PERFORM harvest._check_payload(format('the value of marker %s (command %s)',
+                v_command ->> 'kind', v_seq), v_command -> 'value', v_limit);
             v_types := v_types || 'MarkerRecorded'::text;
             v_datas := v_datas || jsonb_build_object(
                 'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value');
@@ -240,8 +245,14 @@ BEGIN
         WHEN 'start_child_workflow' THEN
             PERFORM harvest._start_child(v_execution, v_seq, v_command);
         WHEN 'complete_update' THEN  -- queries.sql: UpdateCompleted, answers the update's requests
+            PERFORM harvest._check_payload(format('the result of update %s', v_command ->> 'update_id'),
+                                           v_command -> 'result', v_limit);
+            PERFORM harvest._check_payload(format('the failure of update %s', v_command ->> 'update_id'),
+                                           v_command -> 'failure', v_limit);
             PERFORM harvest._complete_update(v_execution, v_seq, v_command);
         WHEN 'cancel_workflow' THEN
+            PERFORM harvest._check_payload('the cancellation details of the workflow', v_command -> 'details',
+                                           v_limit);
             v_types := v_types || 'WorkflowCancelled'::text;
             v_datas := v_datas || jsonb_build_object('details', v_command -> 'details');
             v_close_status := 'CANCELLED';
@@ -250,10 +261,14 @@ BEGIN
                 'non_retryable', true, 'details', v_command -> 'details');
             v_closed := true;
         WHEN 'continue_as_new' THEN
+            PERFORM harvest._check_payload(format('the continue-as-new input of workflow %s',
+                v_execution.workflow_name), v_command -> 'input', v_limit);
             PERFORM harvest._continue_as_new(v_execution, coalesce(v_command -> 'input', '[]'::jsonb),
                                              p_through, coalesce(v_command -> 'signals', '[]'::jsonb));
             v_closed := true;
         WHEN 'complete_workflow' THEN
+            PERFORM harvest._check_payload(format('the result of workflow %s', v_execution.workflow_name),
+                                           v_command -> 'result', v_limit);
             v_types := v_types || 'WorkflowCompleted'::text;
             v_datas := v_datas || jsonb_build_object('result', v_command -> 'result');
             v_close_status := 'COMPLETED';
@@ -261,6 +276,8 @@ BEGIN
             v_closed := true;
         WHEN 'fail_workflow' THEN
             PERFORM harvest._require(v_command, 'failure', 'object');
+            PERFORM harvest._check_payload(format('the failure of workflow %s', v_execution.workflow_name),
+                                           v_command -> 'failure', v_limit);
             v_types := v_types || 'WorkflowFailed'::text;
             v_datas := v_datas || jsonb_build_object('failure', v_command -> 'failure');
             v_close_status := 'FAILED';
@@ -511,11 +528,13 @@ BEGIN
             v_failure := jsonb_build_object('error_type', 'WorkflowAlreadyExists', 'non_retryable', true,
                 'message', 'a run of ' || v_name || ' with workflow_id ' || v_workflow_id || ' is already running',
                 'details', NULL);
-        WHEN SQLSTATE 'HR006' THEN
-            -- A quota refused the child: the parent hears it as a failed start, typed.
+        WHEN SQLSTATE 'HR006' OR SQLSTATE 'HR008' THEN
+            -- A quota, or the payload limit (the child's input), refused the child: the
+            -- parent hears it as a failed start, typed, and its code may catch it.
             GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;
-            v_failure := jsonb_build_object('error_type', 'QuotaExceeded', 'non_retryable', true,
-                'message', v_error_message, 'details', v_error_detail::jsonb);
+            v_failure := jsonb_build_object(
+                'error_type', CASE WHEN SQLSTATE = 'HR006' THEN 'QuotaExceeded' ELSE 'PayloadTooLarge' END,
+                'non_retryable', true, 'message', v_error_message, 'details', v_error_detail::jsonb);
         WHEN SQLSTATE 'HR010' THEN
             -- No worker registered the child's name on its queue: a typed failed start.
             GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;

@@ -35,6 +35,8 @@ DECLARE
     v_execution harvest.executions;
 BEGIN
     v_execution := harvest._lock_running_execution(p_execution_id, 'terminate');
+    PERFORM harvest._audit('workflow.terminate', p_execution_id::text, NULL, jsonb_build_object(
+        'reason', p_reason, 'workflow_name', v_execution.workflow_name));
     PERFORM harvest._append_event(p_execution_id, 'WorkflowTerminated',
         jsonb_build_object('reason', p_reason));
     PERFORM harvest._close_execution(p_execution_id, 'TERMINATED', NULL,

@@ -54,6 +54,8 @@ DECLARE
     v_id bigint;
 BEGIN
     PERFORM harvest._check_query_args(p_name, p_timeout_secs);
+    PERFORM harvest._check_payload(format('the argument of query %s', p_name), p_arg,
+                                   harvest._payload_limit());
     SELECT e.task_queue INTO v_queue FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % does not exist', p_execution_id
@@ -94,6 +96,8 @@ BEGIN
     IF v_update_id = '' THEN
         RAISE EXCEPTION 'update id is empty' USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._check_payload(format('the argument of update %s', p_name), p_arg,
+                                   harvest._payload_limit());
     v_execution := harvest._lock_execution(p_execution_id);
     DELETE FROM harvest.query_requests AS r
     WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.update_id = v_update_id
@@ -245,6 +249,7 @@ AS $$
 DECLARE
     v_request harvest.query_requests;
     v_status text;
+    v_limit integer;
 BEGIN
     SELECT * INTO v_request FROM harvest.query_requests AS r WHERE r.id = p_request_id FOR UPDATE;
     IF NOT FOUND OR v_request.status <> 'running' OR v_request.claimed_by IS DISTINCT FROM p_worker_id THEN
@@ -253,6 +258,11 @@ BEGIN
     IF p_error IS NOT NULL AND jsonb_typeof(p_error) <> 'object' THEN
         RAISE EXCEPTION 'error must be a JSON object {error_type, message, ...}' USING ERRCODE = 'HR001';
     END IF;
+    v_limit := harvest._payload_limit();
+    PERFORM harvest._check_payload(format('the answer to %s %s', v_request.kind, v_request.name),
+                                   p_answer, v_limit);
+    PERFORM harvest._check_payload(format('the error of %s %s', v_request.kind, v_request.name),
+                                   p_error, v_limit);
     IF v_request.kind = 'update' THEN
         IF p_error IS NULL THEN
             RAISE EXCEPTION 'request % is an update: accept it with accept_update(), or reject it '

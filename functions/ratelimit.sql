@@ -161,6 +161,8 @@ BEGIN
     SET override_rps = p_rps, override_burst = coalesce(p_burst, greatest(p_rps, 1)),
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
     WHERE b.bucket_key = v_bucket;
+    PERFORM harvest._audit('rate_limit.override', p_activity_name, NULL, jsonb_build_object(
+        'rps', p_rps, 'burst', coalesce(p_burst, greatest(p_rps, 1)), 'ttl_secs', p_ttl_secs));
     RETURN QUERY SELECT * FROM harvest.get_rate_limit(p_activity_name);
 END;
 $$;
@@ -179,6 +181,8 @@ BEGIN
     UPDATE harvest.rate_limit_buckets AS b
     SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL
     WHERE b.bucket_key = v_bucket;
+    PERFORM harvest._audit('rate_limit.clear_override', p_activity_name, NULL,
+                           jsonb_build_object('was_live', coalesce(v_live, false)));
     RETURN coalesce(v_live, false);
 END;
 $$;

@@ -168,6 +168,9 @@ BEGIN
         END LOOP;
     END IF;
     PERFORM harvest._ensure_workflow_task(v_fork_id);
+    PERFORM harvest._audit('workflow.reset', p_execution_id::text, p_operator_id, jsonb_build_object(
+        'reason', p_reason, 'to_event', p_to_event, 'signal_reapply', p_signal_reapply,
+        'new_execution_id', v_fork_id));
     RETURN v_plan || jsonb_build_object('new_execution_id', v_fork_id);
 END;
 $$;

@@ -16,6 +16,8 @@ BEGIN
     IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
         RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
+                                   harvest._payload_limit());
     v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
     v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
@@ -66,6 +68,9 @@ DECLARE
     v_execution harvest.executions;
 BEGIN
     v_execution := harvest._lock_running_execution(p_execution_id, 'cancel');
+    PERFORM harvest._audit('workflow.cancel', p_execution_id::text, NULL, jsonb_build_object(
+        'reason', p_reason, 'workflow_name', v_execution.workflow_name,
+        'already_requested', v_execution.cancel_requested));
     IF v_execution.cancel_requested THEN
         RETURN false;
     END IF;

@@ -97,6 +97,8 @@ BEGIN
             coalesce(jsonb_typeof(p_input), 'NULL')
             USING ERRCODE = 'HR001', HINT = 'for one argument 42 pass ''[42]''::jsonb';
     END IF;
+    PERFORM harvest._check_payload(format('the input of workflow %s', p_workflow_name), p_input,
+                                   harvest._payload_limit());
     IF p_search_attributes IS NULL OR jsonb_typeof(p_search_attributes) <> 'object' THEN
         RAISE EXCEPTION 'search attributes must be a JSON object, got %',
             coalesce(jsonb_typeof(p_search_attributes), 'NULL') USING ERRCODE = 'HR001';

@@ -30,6 +30,7 @@ AS $$
                         'deliver_relays', 'next_due_at', 'claim_queries', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'mutex_tick',
                         'worker_drain_deadline', 'release_pending_starts') THEN 'harvest_worker'
+        WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_history', 'wait_for_result', 'stop_waiting')
             THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'list_executions', 'workflow_stack', 'list_children',

@@ -5,7 +5,7 @@
 -- committed with its result), harvest._record_activity_result, harvest._store_activity_result,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(141);
+SELECT plan(148);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -774,6 +774,36 @@ SELECT is(harvest._activity_completed((SELECT t FROM ended_task), '{"b": [1, 2]}
 SELECT is(harvest._activity_completed((SELECT t FROM ended_task), NULL),
           '{"seq": 1, "result": null, "attempt": 1}'::jsonb,
           '_activity_completed() of a NULL result: JSON null');
+
+-- Payload size: an activity's result, failure or heartbeat details over the limit.
+SELECT pg_temp.act('big', '{"dead_letter": false}');
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, to_jsonb(repeat('x', 100)))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', format('the result of activity task %s is 102 bytes, over the payload limit of 64 bytes',
+                                 pg_temp.task('big')),
+                 'complete_activity() of a result over the limit: HR008');
+SELECT results_eq(format($$SELECT outcome, message, handed, decided FROM harvest.complete_activities(
+                              'worker-a', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ARRAY[to_jsonb(repeat('x', 100))])$$,
+                         pg_temp.task('big'), pg_temp.token('big')),
+                  format($$VALUES ('too_large'::text, 'the result of activity task %s is 102 bytes, over the payload '
+                                   'limit of 64 bytes'::text, NULL::jsonb, NULL::jsonb)$$, pg_temp.task('big')),
+                  'complete_activities(): a result over the limit is refused on its own (outcome too_large)');
+SELECT results_eq(format($$SELECT status FROM harvest.tasks WHERE id = %s$$, pg_temp.task('big')),
+                  $$VALUES ('running'::text)$$, '... the refused item wrote nothing: the task is still the worker''s');
+SELECT throws_ok(format($$SELECT harvest.heartbeat_activity(%s, %s, to_jsonb(repeat('x', 100)))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', format('the heartbeat details of activity task %s is 102 bytes, over the payload limit '
+                                 'of 64 bytes', pg_temp.task('big')),
+                 'heartbeat_activity() with details over the limit: HR008');
+SELECT throws_ok(format($$SELECT harvest.fail_activity(%s, %s, jsonb_build_object('error_type', 'E',
+                              'message', repeat('x', 100)))$$, pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', NULL, 'fail_activity() with a failure over the limit: HR008');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+SELECT is(pg_temp.fail('big', '{"error_type": "PayloadTooLarge", "message": "too big", "non_retryable": true}'),
+          'failed', 'the worker''s typed, non-retryable PayloadTooLarge failure ends the activity');
+SELECT is((SELECT event_data #>> '{failure,error_type}' FROM pg_temp.last_event('big') WHERE event_type = 'ActivityFailed'),
+          'PayloadTooLarge', '... and the workflow hears ActivityFailed{PayloadTooLarge}');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(45);
+SELECT plan(52);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set.
@@ -142,6 +142,24 @@ SELECT is(harvest._event_bytes(jsonb_build_object('v', repeat('x', 5000))), 5009
 -- _lock_running_execution: the one not-running refusal signal, cancel and terminate share.
 SELECT throws_ok($$SELECT harvest._lock_running_execution(gen_random_uuid(), 'poke')$$, 'HR002', NULL,
                  '_lock_running_execution() of an unknown id: HR002');
+
+-- Payload size: the limit (harvest.engine_settings) and the check every entry point runs.
+SELECT is(harvest.payload_limit(), 2097152, 'payload_limit() is engine_settings.max_payload_bytes, 2 MiB by default');
+UPDATE harvest.engine_settings SET max_payload_bytes = 16;
+SELECT is(harvest._payload_limit(), 16, '_payload_limit() reads the one settings row');
+SELECT lives_ok($$SELECT harvest._check_payload('x', '"0123456789abcd"'::jsonb, 16)$$,
+                '_check_payload() accepts a payload of exactly the limit (16 bytes of JSON text)');
+SELECT throws_ok($$SELECT harvest._check_payload('the input of workflow w', '"0123456789abcde"'::jsonb, 16)$$,
+                 'HR008', 'the input of workflow w is 17 bytes, over the payload limit of 16 bytes',
+                 '_check_payload() one byte over: HR008 naming the payload, its size and the limit');
+SELECT throws_ok($$SELECT harvest._check_payload('v', to_jsonb(repeat('é', 8)), 16)$$,
+                 'HR008', 'v is 18 bytes, over the payload limit of 16 bytes',
+                 '_check_payload() counts the bytes of the JSON text, not its characters');
+SELECT throws_ok($$SELECT harvest._check_payload('v', '{"a":1}'::jsonb, 7)$$,
+                 'HR008', 'v is 8 bytes, over the payload limit of 7 bytes',
+                 '_check_payload() measures the text jsonb prints ({"a": 1}), not the text that was sent');
+SELECT lives_ok($$SELECT harvest._check_payload('x', NULL, 1)$$, '_check_payload() of no payload (NULL) passes');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 SELECT * FROM finish();
 ROLLBACK;

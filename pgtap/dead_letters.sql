@@ -4,7 +4,7 @@
 -- harvest.bulk_discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters) are
 -- tested in pgtap/dead_letters_bulk.sql.
 BEGIN;
-SELECT plan(33);
+SELECT plan(37);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -136,6 +136,28 @@ SELECT throws_ok($$SELECT harvest.discard_dead_letter(-1)$$, 'HR002', 'dead lett
 SELECT pg_temp.park('e', 'orders', 'pack');
 SELECT is((harvest._lock_dead_letter(pg_temp.dl('e'))).activity_name, 'pack', '_lock_dead_letter() returns the row');
 SELECT throws_ok($$SELECT harvest._lock_dead_letter(-1)$$, 'HR002', NULL, '_lock_dead_letter() of an unknown id: HR002');
+
+-- One dead letter replayed or discarded is audited (operation, target, actor, source);
+-- a client that is no Harvest face (psql here) is recorded as cli with its name kept.
+SET LOCAL application_name = 'psql';
+SELECT pg_temp.park('ra', 'audited', 'charge');
+SELECT pg_temp.park('da', 'audited', 'charge');
+SELECT lives_ok(format($$SELECT harvest.replay_dead_letter(%s)$$, pg_temp.dl('ra')), 'setup: replay one from psql');
+SELECT lives_ok(format($$SELECT harvest.discard_dead_letter(%s)$$, pg_temp.dl('da')), 'setup: discard one from psql');
+SELECT results_eq($$SELECT operation, target, actor = session_user, source, details ->> 'execution_id',
+                           details ->> 'application_name'
+                    FROM harvest.audit_log WHERE target IN (pg_temp.dl('ra')::text, pg_temp.dl('da')::text)
+                    ORDER BY id$$,
+                  $$VALUES ('dead_letter.replay'::text, pg_temp.dl('ra')::text, true, 'cli'::text,
+                            pg_temp.run('ra')::text, 'psql'::text),
+                           ('dead_letter.discard', pg_temp.dl('da')::text, true, 'cli', pg_temp.run('da')::text,
+                            'psql')$$,
+                  'replay_dead_letter() and discard_dead_letter() each write one audit row; psql is source cli');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'dead_letter.%'
+           AND target IN (pg_temp.dl('a')::text)), 1::bigint,
+          'the earlier replay of a was audited too (harvest._replay_dead_letter and '
+          'harvest._discard_dead_letter do the work, unaudited, for the bulk actions)');
+RESET application_name;
 
 SELECT * FROM finish();
 ROLLBACK;

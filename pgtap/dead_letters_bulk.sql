@@ -1,7 +1,7 @@
 -- functions/dead_letters.sql (bulk): aggregate_dead_letters, bulk_replay_dead_letters,
 -- bulk_discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters.
 BEGIN;
-SELECT plan(10);
+SELECT plan(11);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE FUNCTION pg_temp.park(p_key text, p_activity text)
@@ -40,6 +40,8 @@ SELECT is(jsonb_array_length(harvest.bulk_replay_dead_letters('send') -> 'failur
 SELECT is((harvest.bulk_discard_dead_letters(p_activity_name => 'charge') ->> 'acted_on')::int, 1, 'bulk discard');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'dead_letters.bulk_%'), 3::bigint,
           'real bulk actions are audited');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'dead_letter.%'), 0::bigint,
+          'a bulk action writes its one row, none per dead letter');
 
 SELECT * FROM finish();
 ROLLBACK;

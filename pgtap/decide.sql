@@ -5,7 +5,7 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(195);
+SELECT plan(202);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1183,6 +1183,52 @@ SELECT is(ARRAY(SELECT task_id FROM batch_rows WHERE label = 'order' ORDER BY n)
 SELECT isnt(ARRAY(SELECT task_id FROM batch_rows WHERE label = 'order' ORDER BY n),
             ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN claimed AS c ON c.key = s.key ORDER BY s.i),
             'complete_workflow_tasks(): which is not the order the items were sent in: match rows by task_id');
+
+-- Payload size: a decision whose command carries a payload over the limit is refused (HR008);
+-- a child's input over the limit is the parent's typed START_FAILED, like a quota's refusal.
+SELECT pg_temp.start_and_claim('big');
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'complete_workflow', 'result', repeat('x', 100))))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', 'the result of workflow decide_wf is 102 bytes, over the payload limit of 64 bytes',
+                 'complete_workflow with a result over the limit: HR008');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'fail_workflow', 'failure',
+                                                 jsonb_build_object('message', repeat('x', 100)))))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', 'the failure of workflow decide_wf is 115 bytes, over the payload limit of 64 bytes',
+                 'fail_workflow with a failure over the limit: HR008');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'a',
+                                                 'input', jsonb_build_array(repeat('x', 100)))))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', 'the input of activity a (command 1) is 104 bytes, over the payload limit of 64 bytes',
+                 'schedule_activity with an input over the limit: HR008');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'record_marker', 'seq', 1, 'kind', 'side_effect',
+                                                 'value', repeat('x', 100))))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', 'the value of marker side_effect (command 1) is 102 bytes, over the payload limit of 64 bytes',
+                 'record_marker with a value over the limit: HR008');
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'continue_as_new', 'input', jsonb_build_array(repeat('x', 100)))))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                 'HR008', 'the continue-as-new input of workflow decide_wf is 104 bytes, over the payload limit of 64 bytes',
+                 'continue_as_new with an input over the limit: HR008');
+SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'start_child_workflow', 'seq', 1, 'workflow_name', 'kid',
+                                                 'input', jsonb_build_array(repeat('x', 100)))))$$,
+                        pg_temp.task('big'), pg_temp.token('big')),
+                'start_child_workflow with an input over the limit: the decision commits');
+SELECT results_eq(format($$SELECT event_data ->> 'status', event_data #>> '{failure,error_type}',
+                                  event_data #>> '{failure,message}', event_data #>> '{failure,details,bytes}'
+                           FROM harvest.events WHERE execution_id = %L AND event_type = 'ChildWorkflowFailed'$$,
+                         pg_temp.run('big')),
+                  $$VALUES ('START_FAILED', 'PayloadTooLarge',
+                            'the input of workflow kid is 104 bytes, over the payload limit of 64 bytes', '104')$$,
+                  '... and the parent hears ChildWorkflowFailed{START_FAILED, PayloadTooLarge}; no child run');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 SELECT * FROM finish();
 ROLLBACK;

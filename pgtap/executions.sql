@@ -1,7 +1,7 @@
 -- functions/executions.sql: harvest.get_execution, harvest.get_history,
 -- harvest.terminate_workflow.
 BEGIN;
-SELECT plan(20);
+SELECT plan(22);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -65,6 +65,19 @@ SELECT results_eq(
     'without a reason: the message says terminated, the event''s reason is null');
 SELECT throws_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM quiet))$$, 'HR005', NULL,
                  'a terminated run cannot be terminated: HR005');
+
+-- terminate_workflow is audited: one workflow.terminate row, in the same transaction.
+SET LOCAL application_name = 'harvest-cli';
+CREATE TEMP TABLE audited_run ON COMMIT DROP AS
+SELECT s.execution_id FROM harvest.start_workflow('audit_wf', '[]', 'audit-terminate') AS s;
+SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM audited_run), 'cleanup')$$,
+                'setup: terminate a run from the CLI');
+SELECT results_eq($$SELECT operation, target, actor = session_user, operator_id, source, details FROM harvest.audit_log
+                    WHERE operation = 'workflow.terminate' AND target = (SELECT execution_id::text FROM audited_run)$$,
+                  $$SELECT 'workflow.terminate'::text, execution_id::text, true, NULL::text, 'cli'::text,
+                           '{"reason": "cleanup", "workflow_name": "audit_wf"}'::jsonb FROM audited_run$$,
+                  'terminate_workflow() writes one audit row: operation, target, actor and source cli');
+RESET application_name;
 
 SELECT * FROM finish();
 ROLLBACK;

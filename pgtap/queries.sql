@@ -4,7 +4,7 @@
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(98);
+SELECT plan(103);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -285,6 +285,25 @@ SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
 SELECT is(harvest.expire_query_requests(2), 2, 'expire_query_requests(limit) deletes at most limit rows');
 SELECT cmp_ok(harvest.expire_query_requests(), '>', 0, 'the rest goes on the next call');
 SELECT is_empty($$SELECT 1 FROM harvest.query_requests$$, 'the table is empty');
+
+-- Payload size: query and update arguments, and a worker's answer, over the limit: HR008.
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT isnt(pg_temp.idle('big'), NULL, 'setup: an idle run for the payload limit');
+SELECT throws_ok(format($$SELECT harvest.request_query(%L, 'state', to_jsonb(repeat('x', 100)))$$, pg_temp.run('big')),
+                 'HR008', 'the argument of query state is 102 bytes, over the payload limit of 64 bytes',
+                 'request_query() with an argument over the limit: HR008');
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'set', to_jsonb(repeat('x', 100)))$$, pg_temp.run('big')),
+                 'HR008', 'the argument of update set is 102 bytes, over the payload limit of 64 bytes',
+                 'request_update() with an argument over the limit: HR008');
+SELECT throws_ok($$SELECT * FROM harvest.update_with_start('q_wf', 'big-uws', 'set', to_jsonb(repeat('x', 100)))$$,
+                 'HR008', 'the argument of update set is 102 bytes, over the payload limit of 64 bytes',
+                 'update_with_start() with an update argument over the limit: HR008');
+INSERT INTO ids SELECT 'bigq', harvest.request_query(pg_temp.run('big'), 'state');
+SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'wbig', to_jsonb(repeat('x', 100)))$$,
+                        (SELECT c.request_id FROM harvest.claim_queries('wbig', ARRAY['qq_big']) AS c)),
+                 'HR008', 'the answer to query state is 102 bytes, over the payload limit of 64 bytes',
+                 'answer_query() with an answer over the limit: HR008');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,7 +2,7 @@
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;
-SELECT plan(14);
+SELECT plan(16);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -40,6 +40,20 @@ SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 00:0
           '_refilled_tokens() adds elapsed seconds times rps');
 SELECT is(harvest._refilled_tokens(1, '2030-01-01 00:00:00+00', '2030-01-01 01:00:00+00', 0.5, 10), 10::double precision,
           '_refilled_tokens() never exceeds the burst');
+
+-- Rate-limit overrides are audited, set and clear (source ui from the dashboard's sessions).
+SET LOCAL application_name = 'harvest-ui';
+CREATE TEMP TABLE audit_mark ON COMMIT DROP AS SELECT coalesce(max(id), 0) AS id FROM harvest.audit_log;
+SELECT lives_ok($$SELECT * FROM harvest.set_rate_limit_override('paced', 5, 10, 60)$$,
+                'setup: set then clear an override from the dashboard');
+SELECT harvest.clear_rate_limit_override('paced');
+SELECT results_eq($$SELECT operation, target, actor = session_user, source, details FROM harvest.audit_log
+                    WHERE id > (SELECT id FROM audit_mark) ORDER BY id$$,
+                  $$VALUES ('rate_limit.override'::text, 'paced'::text, true, 'ui'::text,
+                            '{"rps": 5, "burst": 10, "ttl_secs": 60}'::jsonb),
+                           ('rate_limit.clear_override', 'paced', true, 'ui', '{"was_live": true}')$$,
+                  'set_rate_limit_override() and clear_rate_limit_override() each write one audit row');
+RESET application_name;
 
 SELECT * FROM finish();
 ROLLBACK;

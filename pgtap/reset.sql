@@ -3,7 +3,7 @@
 -- history, WorkflowResetFork, signal re-application, its workflow task and
 -- history_bytes) and harvest.version_usage (runs per recorded version and state group).
 BEGIN;
-SELECT plan(112);
+SELECT plan(114);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -456,6 +456,19 @@ SELECT results_eq(
       WHERE id = pg_temp.run('keyed_fork')$$,
     $$VALUES ('tenant-a'::text, 'tenant-a'::text, 60::double precision)$$,
     'the fork keeps concurrency_key, quota_key and run_timeout_secs');
+
+-- Resets are audited: one workflow.reset row per real reset (the reset of main, from
+-- this session), none for dry runs or refused resets.
+SELECT results_eq($$SELECT operation, target, operator_id, actor = session_user, source, details - 'application_name'
+                    FROM harvest.audit_log WHERE target = pg_temp.run('main')::text$$,
+                  $$SELECT 'workflow.reset'::text, pg_temp.run('main')::text, 'ops-1'::text, true,
+                           'cli'::text, jsonb_build_object('reason', 'bad deploy', 'to_event', 10,
+                                                           'signal_reapply', 'buffer',
+                                                           'new_execution_id', pg_temp.run('fork'))$$,
+                  'reset_workflow() writes one audit row: operation, target, operator, actor, source');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.reset'),
+          (SELECT count(*) FROM harvest.events WHERE event_type = 'WorkflowResetFork'),
+          'one workflow.reset row per fork: dry runs and refused resets write none');
 
 SELECT * FROM finish();
 ROLLBACK;

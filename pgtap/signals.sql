@@ -3,7 +3,7 @@
 -- a running prior, a terminal prior) and harvest.cancel_workflow (the flag, one
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it).
 BEGIN;
-SELECT plan(66);
+SELECT plan(72);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -226,6 +226,32 @@ SELECT is((SELECT cancel_requested FROM harvest.executions WHERE id = pg_temp.ru
 SELECT throws_ok($$SELECT harvest.cancel_workflow('00000000-0000-4000-8000-00000000abcd')$$, 'HR002',
                  'execution 00000000-0000-4000-8000-00000000abcd does not exist',
                  'cancelling an unknown execution: HR002');
+
+-- Payload size: a signal payload over the limit is refused (HR008), with or without a start.
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT isnt(pg_temp.idle('big'), NULL, 'setup: an idle run for the payload limit');
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'bulk', to_jsonb(repeat('x', 100)))$$, pg_temp.run('big')),
+                 'HR008', 'the payload of signal bulk is 102 bytes, over the payload limit of 64 bytes',
+                 'signal_workflow() of a payload over the limit: HR008');
+SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('sig_wf', 'big-sws', 'bulk', to_jsonb(repeat('x', 100)))$$,
+                 'HR008', 'the payload of signal bulk is 102 bytes, over the payload limit of 64 bytes',
+                 'signal_with_start() of a signal payload over the limit: HR008 (and no run is started)');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+
+-- cancel_workflow is audited, each request (a repeated one says so).
+SET LOCAL application_name = 'harvest-api';
+SELECT isnt(pg_temp.idle('aud'), NULL, 'setup: an idle run to cancel');
+SELECT is(harvest.cancel_workflow(pg_temp.run('aud'), 'no longer needed') AND NOT harvest.cancel_workflow(pg_temp.run('aud')),
+          true, 'setup: cancel twice through the API');
+SELECT results_eq(format($$SELECT operation, target, actor = session_user, source, details FROM harvest.audit_log
+                           WHERE operation = 'workflow.cancel' AND target = %L ORDER BY id$$, pg_temp.run('aud')),
+                  format($$VALUES ('workflow.cancel'::text, %L::text, true, 'api'::text,
+                                   '{"reason": "no longer needed", "workflow_name": "sig_wf", "already_requested": false}'::jsonb),
+                                  ('workflow.cancel', %L, true, 'api',
+                                   '{"reason": null, "workflow_name": "sig_wf", "already_requested": true}')$$,
+                         pg_temp.run('aud'), pg_temp.run('aud')),
+                  'cancel_workflow() writes one audit row per request, source api');
+RESET application_name;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(104);
+SELECT plan(108);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -328,6 +328,21 @@ SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_typo', '[]', 'r-4', 
 SELECT throws_ok($$SELECT harvest._refuse_unregistered('reg_x', 'reg_none')$$, 'HR010',
                  'workflow "reg_x" is not registered on queue "reg_none" (registered there: none)',
                  '_refuse_unregistered() raises HR010 even with nothing registered');
+-- Payload size: an input over harvest.engine_settings.max_payload_bytes is refused (HR008).
+UPDATE harvest.engine_settings SET max_payload_bytes = 64;
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('big_wf', jsonb_build_array(repeat('x', 100)), 'big-1')$$,
+                 'HR008', 'the input of workflow big_wf is 104 bytes, over the payload limit of 64 bytes',
+                 'start_workflow() of an input over the payload limit: HR008 naming the workflow, size and limit');
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('big_wf', jsonb_build_array(repeat('x', 60)), 'big-2')$$,
+                'start_workflow() of an input of exactly the limit (64 bytes) starts');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows(jsonb_build_array(
+                     jsonb_build_object('workflow_name', 'big_wf', 'workflow_id', 'big-3'),
+                     jsonb_build_object('workflow_name', 'big_wf', 'input', jsonb_build_array(repeat('x', 100)))))$$,
+                 'HR008', 'the input of workflow big_wf is 104 bytes, over the payload limit of 64 bytes',
+                 'start_workflows() with one input over the limit: HR008 for the whole call');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'big_wf'), 1::bigint,
+          'only the start within the limit made a run');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -3,8 +3,10 @@
 -- harvest_worker). Grants are applied by harvest._secure_functions()
 -- (functions/zz_security.sql), which the migrator runs after every change.
 
--- Who did what to the engine from outside it (worker drains, bulk dead-letter
--- actions, retention runs): one row per request.
+-- Who did what to the engine from outside it (cancels, terminations, resets,
+-- dead-letter replays and discards, rate-limit overrides, worker drains,
+-- retention settings and runs): one row per request. source is the face it came
+-- through (api, cli or ui; NULL on rows written before migration 0019).
 CREATE TABLE harvest.audit_log (
     id bigint GENERATED ALWAYS AS IDENTITY,
     at timestamptz NOT NULL,
@@ -13,7 +15,9 @@ CREATE TABLE harvest.audit_log (
     operation text NOT NULL,
     target text,
     details jsonb NOT NULL DEFAULT '{}'::jsonb,
-    CONSTRAINT audit_log_pkey PRIMARY KEY (id)
+    source text,
+    CONSTRAINT audit_log_pkey PRIMARY KEY (id),
+    CONSTRAINT audit_log_source_known CHECK (source IN ('api', 'cli', 'ui'))
 );
 
 CREATE INDEX audit_log_operation_at

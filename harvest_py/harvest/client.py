@@ -117,10 +117,22 @@ def _start_call(name: str, encoded: list, workflow_id: str | None, queue: str, r
             else parse_duration(run_timeout, "run_timeout", positive=True)}
 
 
-def _start_args(workflow: Any, args: tuple, kwargs: dict,
-                task_queue: str | None) -> tuple[str, WorkflowDefinition | None, list, str]:
+def _checked(encoded: Any, what: str, limit: int | None) -> Any:
+    payload.check_size(encoded, what, limit)
+    return encoded
+
+
+def _limit(value: int | None) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        raise InvalidArgument(f"max_payload_bytes must be a positive number of bytes, got {value!r}")
+    return value
+
+
+def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None,
+                limit: int | None) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    payload.check_size(encoded, f"the input of workflow {name}", limit)
     queue = task_queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
 
@@ -174,6 +186,7 @@ class WorkflowHandle:
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
         encoded = payload.encode(payload_value, "payload")
+        payload.check_size(encoded, f"the payload of signal {name}", self.client.max_payload_bytes)
         self._on_current_run(lambda sql, run: sql.signal_workflow(run, name, encoded))
 
     def cancel(self, reason: str | None = None) -> bool:
@@ -240,10 +253,18 @@ class WorkflowHandle:
 
 
 class Client:
-    """A synchronous client. ``dsn`` defaults to ``HARVEST_DATABASE_URL``."""
+    """A synchronous client. ``dsn`` defaults to ``HARVEST_DATABASE_URL``.
 
-    def __init__(self, dsn: str | None = None, *, pool_size: int = 4, check_schema: bool = True):
+    ``max_payload_bytes``: inputs, signal payloads and update/query arguments larger
+    than this are refused here (``PayloadTooLarge``) before anything is sent; by
+    default the server's own limit (``harvest.payload_limit()``), read once. The
+    server checks again and is the authority.
+    """
+
+    def __init__(self, dsn: str | None = None, *, pool_size: int = 4, check_schema: bool = True,
+                 max_payload_bytes: int | None = None):
         self.dsn = resolve_dsn(dsn)
+        self.max_payload_bytes = _limit(max_payload_bytes)
         # One connection first, schema check or not: a wrong password or a bad DSN fails here
         # at once, redacted, instead of in the pool's background retries.
         with connect(self.dsn, autocommit=True) as conn:
@@ -252,6 +273,9 @@ class Client:
         self._pool = ConnectionPool(self.dsn, min_size=1, max_size=pool_size,
                                     kwargs={"autocommit": True}, open=True,
                                     connection_class=RedactingConnection)
+        if self.max_payload_bytes is None:
+            with self._sql() as sql:
+                self.max_payload_bytes = sql.payload_limit()
 
     def close(self) -> None:
         self._pool.close()
@@ -274,7 +298,8 @@ class Client:
                        execution_timeout: Any = None, run_timeout: Any = None,
                        connection: psycopg.Connection | None = None, **kwargs: Any) -> WorkflowHandle:
         """Start (or attach to) a run; see docs/workflows.md for the policies."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                      self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
         if connection is not None:
@@ -290,10 +315,12 @@ class Client:
                           search_attributes: dict[str, Any] | None = None,
                           **kwargs: Any) -> WorkflowHandle:
         """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                      self.max_payload_bytes)
+        signal_encoded = payload.encode(signal_payload, "signal_payload")
+        payload.check_size(signal_encoded, f"the payload of signal {signal}", self.max_payload_bytes)
         with self._sql() as sql:
-            row = sql.signal_with_start(name, workflow_id, signal,
-                                        payload.encode(signal_payload, "signal_payload"), encoded, queue,
+            row = sql.signal_with_start(name, workflow_id, signal, signal_encoded, encoded, queue,
                                         payload.encode(search_attributes or {}, "search_attributes"))
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                               row["started_fresh"])
@@ -307,9 +334,12 @@ class Client:
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                      self.max_payload_bytes)
         call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
-                "arg": payload.encode(update_arg, "update_arg"), "input": encoded,
+                "arg": _checked(payload.encode(update_arg, "update_arg"),
+                                f"the argument of update {update}", self.max_payload_bytes),
+                "input": encoded,
                 "task_queue": queue, "update_id": update_id,
                 "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
         row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
@@ -361,6 +391,7 @@ class AsyncWorkflowHandle:
 
     async def signal(self, name: str, payload_value: Any = None) -> None:
         encoded = payload.encode(payload_value, "payload")
+        payload.check_size(encoded, f"the payload of signal {name}", self.client.max_payload_bytes)
         await self._on_current_run(lambda run: self.client.sql.signal_workflow(run, name, encoded))
 
     async def cancel(self, reason: str | None = None) -> bool:
@@ -447,23 +478,28 @@ class AsyncClient:
     returns once its run is committed, and one that fails gets its own error.
     """
 
-    def __init__(self, dsn: str, pool: AsyncConnectionPool):
+    def __init__(self, dsn: str, pool: AsyncConnectionPool, max_payload_bytes: int | None = None):
         self.dsn = dsn
         self._pool = pool
         self.sql = AsyncSqlApi(pool)
         self._starts = _StartBatcher(self.sql)
+        self.max_payload_bytes = _limit(max_payload_bytes)  # see Client
 
     @classmethod
     async def connect(cls, dsn: str | None = None, *, pool_size: int = 4,
-                      check_schema: bool = True) -> AsyncClient:
+                      check_schema: bool = True, max_payload_bytes: int | None = None) -> AsyncClient:
         dsn = resolve_dsn(dsn)
+        _limit(max_payload_bytes)
         with connect(dsn, autocommit=True) as conn:  # fails fast, as in Client()
             if check_schema:
                 verify_schema(conn)
         pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
                                    open=False, connection_class=RedactingAsyncConnection)
         await pool.open(wait=True)
-        return cls(dsn, pool)
+        client = cls(dsn, pool, max_payload_bytes)
+        if client.max_payload_bytes is None:
+            client.max_payload_bytes = await client.sql.payload_limit()
+        return client
 
     async def close(self) -> None:
         await self._pool.close()
@@ -481,7 +517,8 @@ class AsyncClient:
                              execution_timeout: Any = None, run_timeout: Any = None,
                              connection: psycopg.AsyncConnection | None = None,
                              **kwargs: Any) -> AsyncWorkflowHandle:
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                      self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
         if connection is not None:
@@ -497,9 +534,12 @@ class AsyncClient:
                                 search_attributes: dict[str, Any] | None = None,
                                 result_type: Any = Any, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue)
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                                                      self.max_payload_bytes)
         call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
-                "arg": payload.encode(update_arg, "update_arg"), "input": encoded,
+                "arg": _checked(payload.encode(update_arg, "update_arg"),
+                                f"the argument of update {update}", self.max_payload_bytes),
+                "input": encoded,
                 "task_queue": queue, "update_id": update_id,
                 "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
         row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)

@@ -59,6 +59,7 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("worker", "concurrency"): int,
     ("worker", "shutdown_grace"): float,
     ("worker", "heartbeat_interval"): float,
+    ("worker", "max_payload_bytes"): int,
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
     ("retention", "run_on"): str,
@@ -284,9 +285,11 @@ WORKER_LIMITS: dict[str, tuple[float, float]] = {
     "shutdown_grace": (0, 86_400), "cache_size": (0, 10_000_000), "retention_interval": (0.01, 86_400),
     "continue_as_new_threshold": (1, 10**9), "history_event_hard_cap": (1, 10**9),
     "history_byte_hard_cap": (1, 2**62), "history_bloat_warn_fraction": (0, 1),
+    "max_payload_bytes": (1, 2**31 - 1),
 }
+_WORKER_OPTIONAL = frozenset({"history_event_hard_cap", "history_byte_hard_cap", "max_payload_bytes"})
 _WORKER_INTS = frozenset({"concurrency", "claim_batch", "cache_size", "continue_as_new_threshold",
-                          "history_event_hard_cap", "history_byte_hard_cap"})
+                          "history_event_hard_cap", "history_byte_hard_cap", "max_payload_bytes"})
 
 
 def check_worker_numbers(**values: Any) -> None:
@@ -294,8 +297,8 @@ def check_worker_numbers(**values: Any) -> None:
     from harvest.errors import InvalidArgument
 
     for name, value in values.items():
-        if value is None and name.startswith("history_") and name.endswith("_cap"):
-            continue  # None: no cap
+        if value is None and name in _WORKER_OPTIONAL:
+            continue  # None: no cap, or (max_payload_bytes) the server's limit
         low, high = WORKER_LIMITS[name]
         integer = name in _WORKER_INTS
         ok_type = isinstance(value, int if integer else int | float) and not isinstance(value, bool)

@@ -74,6 +74,20 @@ class PolicyConflict(HarvestError):
     """The request conflicts with a declared flow-control policy (SQLSTATE HR007)."""
 
 
+class PayloadTooLarge(InvalidArgument):
+    """A payload is larger than the engine accepts (SQLSTATE HR008, or the client's own check).
+
+    ``.what`` names it ("the input of workflow x"), ``.bytes`` is its size (the bytes
+    of its JSON text as the database prints it) and ``.limit`` the limit in force
+    (``harvest.engine_settings.max_payload_bytes``). Nothing was written.
+    """
+
+    def __init__(self, message: str, what: str | None = None, bytes: int | None = None,
+                 limit: int | None = None):
+        super().__init__(message)
+        self.what, self.bytes, self.limit = what, bytes, limit
+
+
 class UnknownWorkflow(HarvestError):
     """A start named a workflow that no worker registered on its queue (SQLSTATE HR010):
     ``.workflow_name``, ``.queue``, ``.registered`` (the names that queue's workers did register).
@@ -186,6 +200,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR005": WorkflowNotRunning,
     "HR006": QuotaExceeded,
     "HR007": PolicyConflict,
+    "HR008": PayloadTooLarge,
     "HR010": UnknownWorkflow,
     "42501": PermissionDenied,
 }
@@ -216,6 +231,14 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             info = {}
         return QuotaExceeded(message, info.get("quota"), info.get("key"), info.get("usage"),
                              info.get("limit"))
+    if cls is PayloadTooLarge:
+        try:
+            info = json.loads(getattr(diag, "message_detail", None) or "{}")
+        except ValueError:
+            info = {}
+        hint = getattr(diag, "message_hint", None)
+        return PayloadTooLarge(f"{message}: {hint}" if hint else message, info.get("what"),
+                               info.get("bytes"), info.get("limit"))
     if cls is UnknownWorkflow:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")

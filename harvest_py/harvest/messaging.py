@@ -166,6 +166,7 @@ def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
           result_type: Any) -> Any:
     secs = seconds(timeout)
     encoded = payload.encode(arg, "query arg")
+    payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
     row = wait_sync(client.dsn, lambda sql: sql.request_query(execution_id, name, encoded, secs),
                     "completed", secs, f"query {name!r} on execution {execution_id}")
     return _outcome(row, result_type)
@@ -187,6 +188,7 @@ def update(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeo
            update_id: str | None, result_type: Any) -> Any:
     secs, wait = seconds(timeout), check_wait(wait)
     encoded = payload.encode(arg, "update arg")
+    payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
     row = wait_sync(client.dsn, lambda sql: sql.request_update(
         execution_id, name, encoded, update_id, secs)["request_id"], wait, secs,
         f"update {name!r} on execution {execution_id}")
@@ -228,6 +230,7 @@ async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: A
                  result_type: Any) -> Any:
     secs = seconds(timeout)
     encoded = payload.encode(arg, "query arg")
+    payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
     row = await wait_async(client.dsn, lambda sql: sql.request_query(execution_id, name, encoded, secs),
                            "completed", secs, f"query {name!r} on execution {execution_id}")
     return _outcome(row, result_type)
@@ -237,6 +240,7 @@ async def aupdate(client: Any, execution_id: str, name: str, arg: Any, wait: str
                   update_id: str | None, result_type: Any) -> Any:
     secs, wait = seconds(timeout), check_wait(wait)
     encoded = payload.encode(arg, "update arg")
+    payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
 
     async def submit(sql: AsyncSqlApi) -> int:
         return (await sql.request_update(execution_id, name, encoded, update_id, secs))["request_id"]

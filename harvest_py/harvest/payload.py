@@ -23,7 +23,8 @@ from collections.abc import Set as AbstractSet
 from decimal import Decimal
 from typing import Any
 
-from harvest.errors import PayloadError
+from harvest.errors import PayloadError, PayloadTooLarge
+from harvest.jsonb import stored_text
 
 try:  # optional dependency
     import pydantic as _pydantic
@@ -31,6 +32,7 @@ except ImportError:  # pragma: no cover - exercised only without pydantic
     _pydantic = None
 
 __all__ = [
+    "check_size",
     "decode",
     "decode_args",
     "decode_result",
@@ -38,10 +40,38 @@ __all__ = [
     "encode_args",
     "encode_result",
     "param_hints",
+    "payload_size",
     "return_hint",
 ]
 
 _ABSENT = object()
+
+# What a large payload should become instead (the engine's own offload store is future work).
+PAYLOAD_HINT = ("keep large data outside the engine (a table, object storage) and pass a reference "
+                "to it; the limit is harvest.engine_settings.max_payload_bytes")
+
+
+def payload_size(value: Any) -> int:
+    """The size the engine counts for an encoded payload: the bytes of its JSON text as
+    the database prints it (``octet_length(p::jsonb::text)`` in SQL, core.sql)."""
+    try:
+        return len(stored_text(value).encode("utf-8"))
+    except ValueError:
+        return 0  # the database refuses it for another reason, and says so
+
+
+def check_size(value: Any, what: str, limit: int | None) -> None:
+    """Raise ``PayloadTooLarge`` when encoded ``value`` is over ``limit`` bytes (None: no check).
+
+    The same measure and message as the database's own check (HR008), made before a
+    payload is sent; the database checks again and is the authority.
+    """
+    if limit is None:
+        return
+    size = payload_size(value)
+    if size > limit:
+        raise PayloadTooLarge(f"{what} is {size} bytes, over the payload limit of {limit} bytes: "
+                              f"{PAYLOAD_HINT}", what, size, limit)
 
 
 def _is_pydantic_model(obj: Any) -> bool:

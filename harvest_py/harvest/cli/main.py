@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -10,11 +11,17 @@ import psycopg
 from harvest.cli.output import scrub
 from harvest.errors import HarvestError, from_database_error
 
+# The application_name of every connection a command opens (libpq reads PGAPPNAME):
+# the audit log records operator actions made through the CLI with source cli.
+CLI_APPLICATION_NAME = "harvest-cli"
+
 
 class HarvestGroup(click.Group):
     """Turn every Harvest error into one line on stderr and its exit code; no traceback."""
 
     def invoke(self, ctx: click.Context):
+        previous = os.environ.get("PGAPPNAME")
+        os.environ["PGAPPNAME"] = previous or CLI_APPLICATION_NAME
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
@@ -33,6 +40,11 @@ class HarvestGroup(click.Group):
             message = str(mapped) if mapped else (exc.diag.message_primary or str(exc)).strip().splitlines()[0]
             click.echo(f"error: {scrub(message)}", err=True)
             sys.exit(mapped.exit_code if mapped else 1)
+        finally:  # an in-process caller (a test) keeps its own environment
+            if previous is None:
+                os.environ.pop("PGAPPNAME", None)
+            else:
+                os.environ["PGAPPNAME"] = previous
 
 
 @click.group(cls=HarvestGroup)
@@ -55,6 +67,7 @@ def main(ctx: click.Context, config_path: str | None, output: str | None) -> Non
 
 def _register() -> None:
     from harvest.cli import (
+        audit,
         concurrency,
         dev,
         dlq,
@@ -80,6 +93,7 @@ def _register() -> None:
     main.add_command(replay.version_usage)
     main.add_command(concurrency.concurrency)
     main.add_command(queues.queue)
+    main.add_command(audit.audit)
 
 
 _register()

@@ -92,5 +92,7 @@ def worker(target: str, config_path: str | None, role: str | None, queues: tuple
                "retention_interval": config.get("retention.interval", 60.0)}
     if config.get("worker.heartbeat_interval") is not None:
         options["heartbeat_interval"] = config.get("worker.heartbeat_interval")
+    if config.get("worker.max_payload_bytes") is not None:
+        options["max_payload_bytes"] = config.get("worker.max_payload_bytes")
     instance = Worker(app, dsn, **options)
     asyncio.run(instance.run(install_signal_handlers=True))

@@ -312,6 +312,29 @@ def _history_rows(execution_id: str, full: bool, database_url: str | None) -> di
     return doc if full else redact(doc)
 
 
+# Events fetched per round trip by `history export` (a server-side cursor's page).
+EXPORT_PAGE_SIZE = 500
+
+
+def _indented(value: Any, level: int) -> str:
+    # json.dumps(indent=2) of a value nested `level` spaces deep: its strings hold no raw
+    # newline (JSON escapes them), so every newline starts one of its own lines.
+    return json.dumps(value, default=str, indent=2).replace("\n", "\n" + " " * level)
+
+
+def _write_history(out: Any, execution: dict[str, Any], events: Any, full: bool) -> None:
+    """Write {"execution", "events", "redacted"} exactly as json.dumps(doc, indent=2) would,
+    one event at a time as the events arrive, so no whole history is ever held."""
+    shown = execution if full else redact(execution)
+    out.write('{\n  "execution": ' + _indented(shown, 2) + ',\n  "events": [')
+    first = True
+    for event in events:
+        out.write(("\n    " if first else ",\n    ") + _indented(event if full else redact(event), 4))
+        first = False
+    out.write("]" if first else "\n  ]")
+    out.write(',\n  "redacted": ' + json.dumps(not full) + "\n}\n")
+
+
 @click.group("history")
 def history_group() -> None:
     """Export execution histories."""
@@ -325,16 +348,22 @@ def history_group() -> None:
 @click.option("--output-file", "--file", "path", default="-", show_default=True, help="Write here (- for stdout).")
 @database_url_option
 def export(execution_id: str, full: bool, payload_policy: str | None, path: str, database_url: str | None) -> None:
-    """Export an execution and its history as one JSON document (redacted by default)."""
+    """Export an execution and its history as one JSON document (redacted by default).
+
+    The events stream from a server-side cursor to the output as they are read, so an
+    export of any size needs no more memory than a page of events."""
     if full and payload_policy == "redacted":
         raise InvalidArgument("--full and --payload-policy redacted contradict each other: give one")
     full = full or payload_policy == "full"
-    text = json.dumps(_history_rows(execution_id, full, database_url), default=str, indent=2)
-    if path == "-":
-        click.echo(text)
-    else:
-        Path(path).write_text(text + "\n")
-        click.echo(f"wrote {path}", err=True)
+    with sql_api(database_url, read_only=True) as sql:
+        execution = sql.get_execution(execution_id)
+        events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
+        if path == "-":
+            _write_history(sys.stdout, execution, events, full)
+        else:
+            with open(path, "w") as out:
+                _write_history(out, execution, events, full)
+            click.echo(f"wrote {path}", err=True)
 
 
 # -- queries, updates, reset and the handler catalog ------------------------------------------

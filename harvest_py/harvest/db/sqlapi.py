@@ -144,6 +144,7 @@ SELECT * FROM harvest.update_with_start(
     p_task_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
     p_search_attributes => %(search_attributes)s)
 """
+PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
 GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
 CLAIM_QUERIES = "SELECT * FROM harvest.claim_queries(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
 ANSWER_QUERY = """
@@ -218,6 +219,16 @@ class SqlApi:
     def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
         return self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
 
+    def iter_history(self, execution_id: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
+        """The history in order, fetched page_size events per round trip through a
+        server-side cursor (in a transaction of its own), so that a history of any size
+        streams through a bounded amount of client memory."""
+        with translated_errors(), self.conn.transaction(), \
+                self.conn.cursor(name="harvest_history", row_factory=dict_row) as cur:
+            cur.itersize = page_size
+            cur.execute(GET_HISTORY, {"execution_id": execution_id, "after_event_id": 0})
+            yield from cur
+
     def wait_for_result(self, execution_id: str, waiter_id: str) -> dict[str, Any]:
         return self._one(WAIT_FOR_RESULT, execution_id=execution_id, waiter_id=waiter_id)
 
@@ -230,6 +241,9 @@ class SqlApi:
     def schema_version(self) -> str | None:
         row = self._one(SCHEMA_VERSION)
         return row["version"] if row else None
+
+    def payload_limit(self) -> int:
+        return self._one(PAYLOAD_LIMIT)["payload_limit"]
 
     # -- flow control ----------------------------------------------------------------------
     def declare_flow_policies(self, policies: dict[str, Any]) -> int:
@@ -507,6 +521,9 @@ class AsyncSqlApi:
     async def schema_version(self) -> str | None:
         row = await self._one(SCHEMA_VERSION)
         return row["version"] if row else None
+
+    async def payload_limit(self) -> int:
+        return (await self._one(PAYLOAD_LIMIT))["payload_limit"]
 
     async def declare_flow_policies(self, policies: dict[str, Any]) -> int:
         return (await self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies)))["declared"]

@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest import payload
-from harvest.errors import ActivityFailure, PayloadError, StaleTask
+from harvest.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.idempotency import IdempotencyKey
 from harvest.worker.decide_ahead import decide_ahead
 
@@ -42,6 +42,8 @@ class ActivityContext:
     async def aheartbeat(self, details: Any = None) -> bool:
         """Extend the lease and record progress; returns True when cancellation was requested."""
         encoded = None if details is None else payload.encode(details)
+        payload.check_size(encoded, f"the heartbeat details of activity {self.activity_name}",
+                           self._worker.max_payload_bytes)
         self.cancel_requested = await self._worker.sql.heartbeat_activity(
             self._task["task_id"], self._task["fencing_token"], encoded)
         return self.cancel_requested
@@ -56,6 +58,44 @@ class ActivityContext:
             raise RuntimeError("in an async activity use `await ctx.aheartbeat(...)`")
         future = asyncio.run_coroutine_threadsafe(self.aheartbeat(details), self._loop)
         return future.result()
+
+
+# A failure report's message is cut to this many characters when the report is over the limit.
+_MESSAGE_CUT = 2000
+
+
+def _typed(exc: BaseException) -> ActivityFailure:
+    """The failure an exception is reported as; a payload over the limit fails for good."""
+    if isinstance(exc, PayloadTooLarge):
+        return ActivityFailure("PayloadTooLarge", str(exc), non_retryable=True,
+                               details={"bytes": exc.bytes, "limit": exc.limit})
+    return ActivityFailure.from_exception(exc)
+
+
+async def _report_failure(worker: Worker, task: dict[str, Any], failure: ActivityFailure) -> None:
+    """Send an attempt's failure (fail_activity), made small enough to be stored."""
+    report = failure.to_json()
+    try:
+        report["details"] = payload.encode(report["details"], "details")
+    except PayloadError:
+        report["details"] = {"repr": repr(failure.details)}
+    limit = worker.max_payload_bytes
+    if limit is not None and payload.payload_size(report) > limit:
+        # A failure too large to store would be refused, and the attempt would hang until
+        # its lease expired: keep the type and the start of the message, drop the details.
+        size = payload.payload_size(report)
+        report["details"] = {"truncated": True, "bytes": size, "limit": limit}
+        report["message"] = report["message"][:_MESSAGE_CUT]
+        while payload.payload_size(report) > limit and report["message"]:
+            report["message"] = report["message"][:len(report["message"]) // 2]
+    try:
+        outcome = await worker.sql.fail_activity(task["task_id"], task["fencing_token"], report)
+    except StaleTask as stale:
+        log.warning("activity %s (task %s) failed after its lease was lost: %s",
+                    task["activity_name"], task["task_id"], stale)
+        return
+    log.info("activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"],
+             outcome, failure)
 
 
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
@@ -85,6 +125,7 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
             encoded = payload.encode(result)
         except PayloadError as exc:
             raise ActivityFailure("PayloadError", f"the result cannot be stored: {exc}", True) from exc
+        payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - every failure is reported, typed
@@ -92,20 +133,8 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
             failure = ActivityFailure("StartToCloseTimeout",
                                       f"attempt {task['attempt']} ran longer than its start_to_close")
         else:
-            failure = ActivityFailure.from_exception(exc)
-        report = failure.to_json()
-        try:
-            report["details"] = payload.encode(report["details"], "details")
-        except PayloadError:
-            report["details"] = {"repr": repr(failure.details)}
-        try:
-            outcome = await worker.sql.fail_activity(task_id, token, report)
-        except StaleTask as stale:
-            log.warning("activity %s (task %s) failed after its lease was lost: %s",
-                        task["activity_name"], task_id, stale)
-            return
-        log.info("activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"],
-                 outcome, failure)
+            failure = _typed(exc)
+        await _report_failure(worker, task, failure)
         return
     # The cached run may decide on this result now, to commit both at once.
     ahead = await decide_ahead(worker, task, encoded)
@@ -113,6 +142,11 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     try:
         recorded = await worker.completions.complete(task_id, token, encoded,
                                                      ahead.decision if ahead else None)
+    except PayloadTooLarge as exc:
+        # The server's limit is lower than ours (it is the authority): the same result
+        # would be refused on every attempt, so the activity fails for good, typed.
+        await _report_failure(worker, task, _typed(exc))
+        return
     except StaleTask as stale:
         # Another attempt owns the invocation now; its result will be the one recorded.
         log.warning("activity %s (task %s) finished after its lease was lost: %s",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from harvest.errors import HarvestError, InvalidArgument, StaleTask
+from harvest.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
 from harvest.group_commit import MAX_BATCH, GroupCommit
 
 if TYPE_CHECKING:
@@ -51,6 +51,8 @@ class _TaskGroupCommit(GroupCommit):
                 future.set_result(self._answer(row))
             elif row["outcome"] == "kind":
                 future.set_exception(InvalidArgument(row["message"]))
+            elif row["outcome"] == "too_large":  # the server's payload limit (HR008's message)
+                future.set_exception(PayloadTooLarge(row["message"]))
             else:
                 future.set_exception(StaleTask(row["message"]))
 

@@ -27,7 +27,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from harvest import payload
 from harvest.db.connection import connect_async, redact
+from harvest.errors import PayloadTooLarge
 from harvest.runtime import WorkflowRun
 from harvest.runtime.handlers import UnknownHandler, failure_of
 
@@ -136,6 +138,10 @@ class QueryResponder:
             if kind == "query":
                 try:
                     answer, error = run.handlers.answer_query(name, request["arg"]), None
+                    # An answer the database would refuse: the caller hears why, at once.
+                    payload.check_size(answer, f"the answer to query {name}", w.max_payload_bytes)
+                except PayloadTooLarge as exc:
+                    answer, error = None, failure_of(exc)
                 except Exception as exc:  # noqa: BLE001
                     answer, error = None, failure_of(self._explain(run, exc))
                 await self._reply(request_id, answer, error)

@@ -77,13 +77,18 @@ class Worker:
                  history_byte_hard_cap: int | None = 50 * 1024 * 1024,
                  history_bloat_warn_fraction: float = 0.2048,
                  run_worker: bool = True, run_scanner: bool = True, run_retention: bool = False,
-                 retention_interval: float = 60.0, hand_off: bool = True):
+                 retention_interval: float = 60.0, hand_off: bool = True,
+                 max_payload_bytes: int | None = None):
         check_worker_numbers(
             concurrency=concurrency, claim_batch=claim_batch, poll_interval=poll_interval,
             scan_interval=scan_interval, heartbeat_interval=heartbeat_interval, workflow_lease=workflow_lease,
             shutdown_grace=shutdown_grace, cache_size=cache_size, retention_interval=retention_interval,
             continue_as_new_threshold=continue_as_new_threshold, history_event_hard_cap=history_event_hard_cap,
-            history_byte_hard_cap=history_byte_hard_cap, history_bloat_warn_fraction=history_bloat_warn_fraction)
+            history_byte_hard_cap=history_byte_hard_cap, history_bloat_warn_fraction=history_bloat_warn_fraction,
+            max_payload_bytes=max_payload_bytes)
+        # Results, failures and heartbeat details larger than this fail the activity here,
+        # typed and final (PayloadTooLarge); None: the server's limit, read at start.
+        self.max_payload_bytes = max_payload_bytes
         self.app = app
         self.dsn = resolve_dsn(dsn)
         self.queues = sorted(queues or app.queues or {"default"})
@@ -156,6 +161,8 @@ class Worker:
         self.sql = AsyncSqlApi(self._pool)
         try:
             await self._check_schema()
+            if self.max_payload_bytes is None:
+                self.max_payload_bytes = await self.sql.payload_limit()
             if self.run_worker:
                 await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
                                                os.getpid(), self.heartbeat_interval,

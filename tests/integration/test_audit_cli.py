@@ -1,0 +1,36 @@
+"""Operator actions made through the CLI are audited with source cli (issue 12, item 17)."""
+
+from __future__ import annotations
+
+import json
+
+from operator_helpers import harvest, park, start
+
+
+def test_cli_actions_are_audited_with_source_cli(db: str, conn) -> None:
+    doomed = start(conn, "wf", "doomed")
+    r = harvest(db, "workflow", "terminate", doomed, "--reason", "stuck")
+    assert r.returncode == 0, r.stderr
+    _, dead_letter = park(conn, "dl")
+    r = harvest(db, "dlq", "discard", str(dead_letter))
+    assert r.returncode == 0, r.stderr
+    rows = conn.execute("SELECT operation, target, actor = session_user, source, details FROM harvest.audit_log"
+                        " ORDER BY id").fetchall()
+    assert [row[:4] for row in rows] == [("workflow.terminate", doomed, True, "cli"),
+                                         ("dead_letter.discard", str(dead_letter), True, "cli")]
+    # The CLI named its connections (harvest-cli): no unknown application name is kept.
+    assert all("application_name" not in row[4] for row in rows)
+    assert rows[0][4] == {"reason": "stuck", "workflow_name": "wf"}
+
+    listed = json.loads(harvest(db, "audit", "list", "--output", "json").stdout)
+    assert [(row["operation"], row["source"]) for row in listed] == [("dead_letter.discard", "cli"),
+                                                                      ("workflow.terminate", "cli")]
+    assert "SOURCE" in harvest(db, "audit", "list").stdout
+
+
+def test_an_unnamed_client_is_recorded_as_cli_with_its_application_name(db: str, conn) -> None:
+    run = start(conn, "wf", "other")
+    conn.execute("SET application_name = 'nightly-script'")
+    conn.execute("SELECT harvest.cancel_workflow(%s, 'cleanup')", (run,))
+    [(source, details)] = conn.execute("SELECT source, details FROM harvest.audit_log").fetchall()
+    assert source == "cli" and details["application_name"] == "nightly-script"
