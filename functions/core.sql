@@ -6,7 +6,11 @@
 -- the execution, then locks and re-checks the task. claim_tasks locks only task
 -- rows (SKIP LOCKED) and never waits, so it cannot join a deadlock.
 
--- The engine's clock. Tests set `harvest.fake_now` to move time without sleeping.
+-- The engine's clock. Tests set `harvest.fake_now` to move time without sleeping,
+-- but any session can set a custom setting, and every SECURITY DEFINER entry point
+-- reads this clock: so fake_now is honoured only while the owner-only switch
+-- harvest.engine_settings.test_clock_allowed is on (docs/security.md, "The
+-- clock"). The common path (no fake_now) reads no table: this is on every hot path.
 CREATE OR REPLACE FUNCTION harvest.now()
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -15,6 +19,11 @@ DECLARE
     v_fake text := current_setting('harvest.fake_now', true);
 BEGIN
     IF v_fake IS NULL OR v_fake = '' THEN
+        RETURN now();
+    END IF;
+    -- Read inline, not through a _helper: a reader or worker calls now() directly,
+    -- and may read engine_settings (_secure_functions) but execute no helper.
+    IF NOT coalesce((SELECT s.test_clock_allowed FROM harvest.engine_settings AS s WHERE s.id), false) THEN
         RETURN now();
     END IF;
     RETURN v_fake::timestamptz;

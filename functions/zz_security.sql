@@ -91,6 +91,14 @@ BEGIN
     IF 'harvest_reader' = ANY(v_existing) THEN
         GRANT SELECT ON ALL TABLES IN SCHEMA harvest TO harvest_reader;
     END IF;
+    -- engine_settings holds the test-clock switch (harvest.now()): readable by every
+    -- harvest role (a worker calling harvest.now() reads it), writable by none, so
+    -- only the owner or a superuser can let harvest.fake_now move the clock.
+    REVOKE ALL ON harvest.engine_settings FROM PUBLIC;
+    FOREACH v_role IN ARRAY v_existing LOOP
+        EXECUTE format('REVOKE ALL ON harvest.engine_settings FROM %I', v_role);
+        EXECUTE format('GRANT SELECT ON harvest.engine_settings TO %I', v_role);
+    END LOOP;
     FOR v_fn IN
         SELECT p.oid::regprocedure AS sig, p.proname::text AS name
         FROM pg_catalog.pg_proc AS p

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 import psycopg
 import pytest
 from operator_helpers import harvest, park, start
 from psycopg import conninfo
+from psycopg.types.json import Jsonb
 
 
 @pytest.fixture
@@ -153,3 +155,34 @@ def test_cli_permission_denied_is_one_line(login, setup) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: permission denied"), r.stderr
     r = harvest(dsn, "workflow", "list", "--output", "json")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_production_role_cannot_move_the_engine_clock(login, db: str) -> None:
+    """Issue 12 item 1, the attack as reported: with the test clock switched off (production), an
+    operator who sets harvest.fake_now to 2100 and starts throttled runs does not stamp the throttle
+    (which deferred every later start to 2100) nor the runs with 2100, and a worker who sets it is
+    not leased tasks until 2100."""
+    year_2099 = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("UPDATE harvest.engine_settings SET test_clock_allowed = false")
+        owner.execute("SELECT harvest.declare_flow_policies(%s)",
+                      (Jsonb({"workflows": {"paced": {"throttle": {"rps": 0.01, "burst": 2, "key": None}}}}),))
+    with psycopg.connect(login("harvest_operator"), autocommit=True) as operator:
+        operator.execute("SET harvest.fake_now = '2100-01-01 00:00:00+00'")
+        statuses = [operator.execute("SELECT status FROM harvest.start_workflow('paced', %s, %s, 'clock_q')",
+                                     (Jsonb([n]), f"p{n}")).fetchone()[0] for n in range(3)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            operator.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+    assert statuses == ["RUNNING", "RUNNING", "DEFERRED"]
+    with psycopg.connect(db, autocommit=True) as owner:
+        stamps = owner.execute(
+            "SELECT (SELECT max(created_at) FROM harvest.executions),"
+            " (SELECT max(refilled_at) FROM harvest.start_throttle_buckets),"
+            " (SELECT max(greatest(created_at, release_at)) FROM harvest.pending_starts)").fetchone()
+    assert all(stamp < year_2099 for stamp in stamps), stamps
+    with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
+        worker.execute("SET harvest.fake_now = '2100-01-01 00:00:00+00'")
+        leases = [lease for (lease,) in worker.execute(
+            "SELECT lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 10, 30)")]
+        assert worker.execute("SELECT harvest.now() < %s", (year_2099,)).fetchone()[0]
+    assert len(leases) == 2 and all(lease < year_2099 for lease in leases), leases
