@@ -186,3 +186,52 @@ def test_a_production_role_cannot_move_the_engine_clock(login, db: str) -> None:
             "SELECT lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 10, 30)")]
         assert worker.execute("SELECT harvest.now() < %s", (year_2099,)).fetchone()[0]
     assert len(leases) == 2 and all(lease < year_2099 for lease in leases), leases
+
+
+def test_a_start_that_can_terminate_a_live_run_needs_admin(login, db: str) -> None:
+    """Issue 12 item 4 (spec 002, "Conflict policies"): an operator is refused terminate_workflow, so
+    a start with conflict_policy terminate_existing (or reuse_policy terminate_if_running) is refused
+    too, typed in Python and one line in the CLI; an admin's works."""
+    from harvest import Client
+    from harvest.errors import PermissionDenied
+
+    with psycopg.connect(db, autocommit=True) as owner:
+        live = start(owner, "wf", "live-1")
+    operator = login("harvest_operator")
+    with Client(operator) as client:
+        for policies in ({"conflict_policy": "terminate_existing"}, {"reuse_policy": "terminate_if_running"}):
+            with pytest.raises(PermissionDenied, match="needs the harvest_admin role"):
+                client.start_workflow("wf", workflow_id="live-1", **policies)
+        attached = client.start_workflow("wf", workflow_id="live-1", reuse_policy="terminate_if_running",
+                                         conflict_policy="use_existing")
+        assert attached.execution_id == live
+    r = harvest(operator, "workflow", "start", "wf", "--workflow-id", "live-1",
+                "--conflict-policy", "terminate_existing")
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode != 0 and len(lines) == 1, r.stderr
+    assert 'conflict_policy "terminate_existing"' in lines[0] and "harvest_admin" in lines[0], lines[0]
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT status, last_event_id FROM harvest.executions WHERE workflow_id = 'live-1'"
+                             ).fetchall() == [("RUNNING", 1)]
+    with Client(login("harvest_admin")) as client:
+        replaced = client.start_workflow("wf", workflow_id="live-1", conflict_policy="terminate_existing")
+    assert replaced.execution_id != live and replaced.started_fresh
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT status FROM harvest.executions WHERE id = %s", (live,)).fetchone()[0] == \
+            "TERMINATED"
+
+
+def test_a_worker_login_continues_as_new(login, db: str) -> None:
+    """The engine's own start of a continue-as-new successor (terminate_if_running) is not an
+    operator's terminate: a worker login that is no admin still runs it."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        first = start(owner, "loop", "loop-1", queue="loop_q")
+    with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
+        task_id, token = worker.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-loop', ARRAY['loop_q'], 1)").fetchone()
+        worker.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+                       (task_id, token, Jsonb([{"type": "continue_as_new", "input": [2]}])))
+    with psycopg.connect(db, autocommit=True) as owner:
+        rows = owner.execute("SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'loop-1'"
+                             " ORDER BY created_at, status").fetchall()
+    assert (first, "CONTINUED_AS_NEW") in rows and sum(status == "RUNNING" for _, status in rows) == 1, rows
