@@ -96,7 +96,7 @@ MUTEX_STATUS = "SELECT * FROM harvest.mutex_status(%(key)s)"
 PENDING_STARTS_STATUS = "SELECT * FROM harvest.pending_starts_status(%(workflow_name)s)"
 USAGE_REPORT = """
 SELECT * FROM harvest.usage_report(%(from_)s, %(to)s, %(group_by)s,
-                                   coalesce(%(max_window)s, interval '90 days'))
+                                   %(max_window)s::interval)
 """
 RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
