@@ -6,7 +6,11 @@
 -- the execution, then locks and re-checks the task. claim_tasks locks only task
 -- rows (SKIP LOCKED) and never waits, so it cannot join a deadlock.
 
--- The engine's clock. Tests set `harvest.fake_now` to move time without sleeping.
+-- The engine's clock. Tests set `harvest.fake_now` to move time without sleeping,
+-- but any session can set a custom setting, and every SECURITY DEFINER entry point
+-- reads this clock: so fake_now is honoured only while the owner-only switch
+-- harvest.engine_settings.test_clock_allowed is on (docs/security.md, "The
+-- clock"). The common path (no fake_now) reads no table: this is on every hot path.
 CREATE OR REPLACE FUNCTION harvest.now()
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
@@ -15,6 +19,11 @@ DECLARE
     v_fake text := current_setting('harvest.fake_now', true);
 BEGIN
     IF v_fake IS NULL OR v_fake = '' THEN
+        RETURN now();
+    END IF;
+    -- Read inline, not through a _helper: a reader or worker calls now() directly,
+    -- and may read engine_settings (_secure_functions) but execute no helper.
+    IF NOT coalesce((SELECT s.test_clock_allowed FROM harvest.engine_settings AS s WHERE s.id), false) THEN
         RETURN now();
     END IF;
     RETURN v_fake::timestamptz;
@@ -55,9 +64,15 @@ AS $$
     SELECT (get_byte(uuid_send(p_execution_id), 0) << 8) | get_byte(uuid_send(p_execution_id), 1);
 $$;
 
--- The size an event counts for in the history caps and quotas: the bytes of its
--- JSON text. Unlike pg_column_size it does not depend on TOAST compression, so the
--- running total, a reset fork and a backfill all agree.
+-- The size an event counts for in the history byte cap (decide.sql) and the
+-- max_history_bytes quota (quotas.sql), the one measure of both: the bytes of its
+-- JSON text. The spec names pg_column_size(event_data); Harvest does not use it
+-- because that measures the stored datum, which depends on TOAST compression
+-- (pglz or lz4, compressed only past ~2 kB) and on the short-varlena header, so
+-- the size of a value at append time and of the same stored row differ, and the
+-- running total, a reset fork's recount and the quota would disagree. Cost: it
+-- serialises each appended event (measured ~17 us for a 700-byte event, against
+-- ~1 us for pg_column_size). docs/workflows.md, "The hard caps".
 CREATE OR REPLACE FUNCTION harvest._event_bytes(p_event_data jsonb)
 RETURNS bigint
 LANGUAGE sql IMMUTABLE

@@ -3,7 +3,8 @@
 -- preview, and the audit log every operator action writes to.
 --
 -- Health is derived at query time: a worker that is not stopped and has not
--- heartbeated within 2 x its heartbeat interval is stale (never auto-deleted).
+-- heartbeated within 2 x its heartbeat interval is stale (never auto-deleted while
+-- recent: retention.sql's worker rule deletes stopped and long-stale rows).
 
 -- Record an operator action, in the transaction of the action. actor is the
 -- database login (session_user: these functions run as their owner, so

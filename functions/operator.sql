@@ -54,6 +54,10 @@ END;
 $$;
 
 -- The SQL predicate for one parsed filter (literals quoted with format %L).
+-- A key may hold values of different JSON types across runs, so a typed cast is
+-- only ever reached inside CASE WHEN jsonb_typeof(...) = <its type>: the planner
+-- reorders AND-ed conditions by cost, and "typeof = 'boolean' AND (v)::boolean"
+-- cast a number (invalid input syntax for type boolean: "5"). CASE fixes the order.
 CREATE OR REPLACE FUNCTION harvest._search_predicate(p_filter jsonb)
 RETURNS text
 LANGUAGE plpgsql IMMUTABLE
@@ -67,15 +71,13 @@ DECLARE
     v_is_ts boolean := false;
 BEGIN
     IF v_value ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
-        IF v_op = '!=' THEN
-            RETURN format('(jsonb_typeof(%s) = ''number'' AND (%s)::numeric <> %L::numeric)', v_attr, v_text, v_value);
-        END IF;
-        RETURN format('(jsonb_typeof(%s) = ''number'' AND (%s)::numeric %s %L::numeric'
-                      || CASE WHEN v_op = '=' THEN ' OR %s = %L)' ELSE ')' END,
-                      v_attr, v_text, v_op, v_value, v_text, v_value);
+        -- A number compares numerically; "=" also matches the same text in a string.
+        RETURN format('(CASE jsonb_typeof(%s) WHEN ''number'' THEN (%s)::numeric %s %L::numeric%s ELSE false END)',
+                      v_attr, v_text, CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value,
+                      CASE WHEN v_op = '=' THEN format(' WHEN ''string'' THEN %s = %L', v_text, v_value) ELSE '' END);
     END IF;
     IF lower(v_value) IN ('true', 'false') AND v_op IN ('=', '!=') THEN
-        RETURN format('(jsonb_typeof(%s) = ''boolean'' AND (%s)::boolean %s %L::boolean)',
+        RETURN format('(CASE WHEN jsonb_typeof(%s) = ''boolean'' THEN (%s)::boolean %s %L::boolean ELSE false END)',
                       v_attr, v_text, CASE v_op WHEN '=' THEN '=' ELSE '<>' END, lower(v_value));
     END IF;
     IF v_value ~ '^\d{4}-\d{2}-\d{2}' AND v_op NOT IN ('=', '!=') THEN

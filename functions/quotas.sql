@@ -7,7 +7,8 @@
 -- quota, the key, the usage and the limit; DETAIL is the same as JSON.
 --
 -- Usage: active = RUNNING runs with the key; history bytes = the sum of
--- executions.history_bytes (stored event size) of every kept run with the key;
+-- executions.history_bytes (each event's JSON text bytes, harvest._event_bytes:
+-- the measure of the history byte cap too) of every kept run with the key;
 -- dead letters = parked activity failures of runs with the key.
 
 CREATE OR REPLACE FUNCTION harvest._check_quota(p_workflow_name text, p_key text, p_quota jsonb)

@@ -2,6 +2,12 @@
 -- configured age (their events, tasks and dead letters go with them through
 -- ON DELETE CASCADE), never a RUNNING one, at most one batch per call so no
 -- transaction grows without bound. Settings live in harvest.retention_config.
+--
+-- The worker registry has its own rule (prune_workers): a worker row is never
+-- deleted while the worker is live or was seen recently (stale rows stay
+-- visible, as the fleet view promises); a stopped or stale row whose last
+-- heartbeat is older than worker_max_age (default 7 days; NULL keeps them all)
+-- and that leases no task is deleted by the janitor.
 
 CREATE OR REPLACE FUNCTION harvest.set_retention(
     p_max_age interval, p_batch_size integer DEFAULT NULL,
@@ -35,14 +41,20 @@ AS $$
 DECLARE
     v_config harvest.retention_config;
     v_eligible bigint;
+    v_workers_eligible bigint;
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
         WHERE e.status <> 'RUNNING' AND e.completed_at < harvest.now() - v_config.max_age;
     END IF;
+    IF v_config.worker_max_age IS NOT NULL THEN
+        SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
+    END IF;
     RETURN jsonb_build_object(
         'configured', v_config.max_age IS NOT NULL,
+        'worker_max_age', v_config.worker_max_age::text,
+        'workers_eligible', v_workers_eligible,
         'max_age', v_config.max_age::text,
         'max_age_secs', extract(epoch FROM v_config.max_age),
         'batch_size', coalesce(v_config.batch_size, 500),
@@ -109,5 +121,69 @@ BEGIN
     END IF;
     RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'remaining', v_remaining,
                               'cutoff', v_cutoff, 'batch_size', v_batch);
+END;
+$$;
+
+-- The worker rows the registry rule lets go: stopped, or stale (no heartbeat
+-- within 2 x its interval), last seen before now - p_max_age, holding no lease.
+CREATE OR REPLACE FUNCTION harvest._prunable_workers(p_max_age interval)
+RETURNS SETOF text
+LANGUAGE sql STABLE
+AS $$
+    SELECT w.id FROM harvest.workers AS w
+    WHERE w.last_heartbeat_at < harvest.now() - p_max_age
+      AND harvest._worker_health(w) IN ('stopped', 'stale')
+      AND NOT EXISTS (SELECT 1 FROM harvest.tasks AS t WHERE t.lease_owner = w.id);
+$$;
+
+-- Set the worker registry rule: rows of stopped or stale workers last seen more
+-- than p_max_age ago are deleted by prune_workers (NULL keeps every row).
+CREATE OR REPLACE FUNCTION harvest.set_worker_retention(p_max_age interval, p_operator text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_max_age IS NOT NULL AND p_max_age <= interval '0' THEN
+        RAISE EXCEPTION 'worker retention max age % must be positive (NULL keeps every worker row)', p_max_age
+            USING ERRCODE = 'HR001';
+    END IF;
+    INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
+    UPDATE harvest.retention_config SET worker_max_age = p_max_age, updated_at = harvest.now() WHERE id;
+    PERFORM harvest._audit('retention.set_workers', NULL, p_operator, jsonb_build_object('worker_max_age', p_max_age));
+    RETURN harvest.retention_status();
+END;
+$$;
+
+-- Delete the worker rows the registry rule lets go (p_max_age overrides the
+-- setting for this call). The janitor calls it on every round. Returns
+-- {deleted, cutoff, worker_max_age}; nothing is deleted when no rule is set.
+CREATE OR REPLACE FUNCTION harvest.prune_workers(p_max_age interval DEFAULT NULL, p_operator text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_max_age interval := coalesce(p_max_age, (SELECT c.worker_max_age FROM harvest.retention_config AS c WHERE c.id));
+    v_ids text[];
+BEGIN
+    IF v_max_age IS NULL THEN
+        RETURN jsonb_build_object('deleted', 0, 'cutoff', NULL, 'worker_max_age', NULL);
+    END IF;
+    IF v_max_age <= interval '0' THEN
+        RAISE EXCEPTION 'worker retention max age % must be positive', v_max_age USING ERRCODE = 'HR001';
+    END IF;
+    WITH gone AS (
+        DELETE FROM harvest.workers AS w
+        WHERE w.id IN (SELECT p.id FROM harvest._prunable_workers(v_max_age) AS p (id))
+          -- re-checked on the latest row version if a late heartbeat updated it meanwhile
+          AND w.last_heartbeat_at < harvest.now() - v_max_age
+        RETURNING w.id
+    )
+    SELECT array_agg(gone.id ORDER BY gone.id) INTO v_ids FROM gone;
+    IF v_ids IS NOT NULL OR p_operator IS NOT NULL THEN
+        PERFORM harvest._audit('retention.prune_workers', NULL, p_operator, jsonb_build_object(
+            'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids), 'worker_max_age', v_max_age));
+    END IF;
+    RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest.now() - v_max_age,
+                              'worker_max_age', v_max_age::text);
 END;
 $$;

@@ -8,6 +8,7 @@
 --                          allow_duplicate, allow_duplicate_failed_only -> attach
 --                          reject_duplicate -> HR003, terminate_if_running -> replace
 --                        use_existing -> attach, fail -> HR003, terminate_existing -> replace
+--                        (a policy that can replace a running run needs harvest_admin)
 --   prior terminal       allow_duplicate -> attach (a retried start gets its answer)
 --                        allow_duplicate_failed_only -> new run after FAILED, CANCELLED,
 --                          TERMINATED, TIMED_OUT; attach after COMPLETED, CONTINUED_AS_NEW
@@ -114,6 +115,27 @@ BEGIN
     ) THEN
         RAISE EXCEPTION 'unknown conflict_policy "%"', p_conflict_policy USING ERRCODE = 'HR001',
             HINT = 'use unspecified, use_existing, fail or terminate_existing';
+    END IF;
+
+    -- A start that can end a live run needs harvest_admin, as terminate_workflow does
+    -- (spec 002, "Conflict policies"): conflict_policy terminate_existing, or
+    -- reuse_policy terminate_if_running with conflict_policy unspecified; whether a
+    -- run is live right now does not matter. Checked before anything is written.
+    -- The engine's own starts are exempt: a continue-as-new successor and a released
+    -- deferred start (p_flow_gates => false) run in a worker's session, and a
+    -- deferred start passed this check when it was deferred.
+    IF (p_conflict_policy = 'terminate_existing'
+        OR (p_conflict_policy = 'unspecified' AND p_reuse_policy = 'terminate_if_running'))
+       AND NOT harvest._session_has_role('harvest_admin')
+       AND (coalesce(p_flow_gates, true) OR NOT harvest._session_has_role('harvest_worker')) THEN
+        RAISE EXCEPTION '% can terminate a running execution, which needs the harvest_admin role; '
+            'login % does not have it',
+            CASE WHEN p_conflict_policy = 'terminate_existing' THEN 'conflict_policy "terminate_existing"'
+                 ELSE 'reuse_policy "terminate_if_running" (with conflict_policy unspecified)' END,
+            session_user
+            USING ERRCODE = '42501',
+            HINT = 'pass conflict_policy use_existing (attach to a running run) or fail, '
+                   'or ask a harvest_admin to terminate the run';
     END IF;
 
     -- NaN sorts above every number in PostgreSQL, so "<= 0" alone let it through; 100 years is

@@ -20,8 +20,10 @@
 -- Local activities are markers, not activities, and are not counted.
 --
 -- group_by: 'workflow_name' (default) or 'search_attr:<key>'; a run without the
--- key is grouped under '(unattributed)', never dropped. A window wider than
--- p_max_window (default 90 days) is refused (HR001) naming the ceiling.
+-- key is grouped under '(unattributed)', never dropped. A window wider than the
+-- ceiling is refused (HR001) naming it. The ceiling is the server's:
+-- harvest.engine_settings.usage_max_window (default 90 days, owner-only); a
+-- caller's p_max_window can narrow it, never widen it.
 --
 -- Cost: the runs considered are those alive during the window (created before
 -- its end, not closed before its start); their events are read by the events
@@ -31,7 +33,7 @@ CREATE OR REPLACE FUNCTION harvest.usage_report(
     p_from timestamptz,
     p_to timestamptz,
     p_group_by text DEFAULT 'workflow_name',
-    p_max_window interval DEFAULT interval '90 days'
+    p_max_window interval DEFAULT NULL
 )
 RETURNS TABLE (
     group_name text,
@@ -48,6 +50,10 @@ LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_attr text;
+    -- The server's ceiling; reading it here (not trusting the argument) is the point.
+    v_ceiling interval := coalesce(
+        (SELECT s.usage_max_window FROM harvest.engine_settings AS s WHERE s.id), interval '90 days');
+    v_max_window interval := least(coalesce(p_max_window, v_ceiling), v_ceiling);
 BEGIN
     IF p_from IS NULL OR p_to IS NULL THEN
         RAISE EXCEPTION 'usage report: from and to are required' USING ERRCODE = 'HR001';
@@ -55,10 +61,11 @@ BEGIN
     IF p_to <= p_from THEN
         RAISE EXCEPTION 'usage report: to (%) must be after from (%)', p_to, p_from USING ERRCODE = 'HR001';
     END IF;
-    IF p_max_window IS NOT NULL AND p_to - p_from > p_max_window THEN
+    IF p_to - p_from > v_max_window THEN
         RAISE EXCEPTION 'usage report: the window % .. % (%) is wider than the ceiling of %',
-            p_from, p_to, justify_interval(p_to - p_from), p_max_window USING ERRCODE = 'HR001',
-            HINT = 'ask for a narrower window (several reports can be added up), or raise the ceiling';
+            p_from, p_to, justify_interval(p_to - p_from), v_max_window USING ERRCODE = 'HR001',
+            HINT = 'ask for a narrower window (several reports can be added up); the server''s ceiling is '
+                   || v_ceiling || ' (harvest.engine_settings.usage_max_window, set by the schema owner)';
     END IF;
     IF coalesce(p_group_by, 'workflow_name') = 'workflow_name' THEN
         v_attr := NULL;

@@ -5,7 +5,8 @@
 --
 --   harvest_reader    read only: list, get, history, stack, registries, status
 --   harvest_operator  reader + start, signal, cancel, replay dead letters
---   harvest_admin     operator + terminate, discard dead letters, retention, drain
+--   harvest_admin     operator + terminate, discard dead letters, retention, drain,
+--                     and a start whose policy can terminate a live run (start.sql)
 --   harvest_worker    claim and complete only (what harvest.Worker calls)
 --
 -- CREATE OR REPLACE (how functions/ files are applied) resets a function's
@@ -13,6 +14,22 @@
 -- else: this file sorts last, and the migrator calls harvest._secure_functions()
 -- at the end of every run that applied anything. A function it does not know
 -- (a new one) is granted to harvest_admin only; helpers (_name) to no role.
+
+-- Whether the login (session_user: entry points run as their owner, so current_user
+-- names the owner) holds p_role: a superuser or the schema owner holds every role.
+-- For the checks an entry point makes beyond its EXECUTE grant (a start that can
+-- terminate a live run needs harvest_admin). A missing role is held by nobody.
+CREATE OR REPLACE FUNCTION harvest._session_has_role(p_role text)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_namespace AS n
+        WHERE n.nspname = 'harvest' AND pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER'))
+        OR EXISTS (
+            SELECT 1 FROM pg_catalog.pg_roles AS r
+            WHERE r.rolname = p_role AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'));
+$$;
 
 CREATE OR REPLACE FUNCTION harvest._function_role(p_name text)
 RETURNS text
@@ -93,6 +110,14 @@ BEGIN
     IF 'harvest_reader' = ANY(v_existing) THEN
         GRANT SELECT ON ALL TABLES IN SCHEMA harvest TO harvest_reader;
     END IF;
+    -- engine_settings holds the test-clock switch (harvest.now()): readable by every
+    -- harvest role (a worker calling harvest.now() reads it), writable by none, so
+    -- only the owner or a superuser can let harvest.fake_now move the clock.
+    REVOKE ALL ON harvest.engine_settings FROM PUBLIC;
+    FOREACH v_role IN ARRAY v_existing LOOP
+        EXECUTE format('REVOKE ALL ON harvest.engine_settings FROM %I', v_role);
+        EXECUTE format('GRANT SELECT ON harvest.engine_settings TO %I', v_role);
+    END LOOP;
     FOR v_fn IN
         SELECT p.oid::regprocedure AS sig, p.proname::text AS name
         FROM pg_catalog.pg_proc AS p

@@ -1,10 +1,10 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(52);
+SELECT plan(65);
 SET LOCAL TimeZone = 'UTC';
 
--- harvest.now(): the real clock unless harvest.fake_now is set.
+-- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
 SELECT has_function('harvest', 'now', ARRAY[]::text[], 'harvest.now() exists');
 SELECT is(harvest.now(), now(), 'now(): without harvest.fake_now it is the transaction clock');
 SET LOCAL harvest.fake_now = '';
@@ -160,6 +160,54 @@ SELECT throws_ok($$SELECT harvest._check_payload('v', '{"a":1}'::jsonb, 7)$$,
                  '_check_payload() measures the text jsonb prints ({"a": 1}), not the text that was sent');
 SELECT lives_ok($$SELECT harvest._check_payload('x', NULL, 1)$$, '_check_payload() of no payload (NULL) passes');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+-- The test clock is gated by the owner-only switch engine_settings.test_clock_allowed:
+-- with it off, a production role that sets harvest.fake_now sees real time, in
+-- now() and in every SECURITY DEFINER entry point; no harvest role can turn it on.
+-- (The test harness turns it on for the clones it tests; this block turns it off.)
+UPDATE harvest.engine_settings SET test_clock_allowed = false;
+SET LOCAL harvest.fake_now = '2100-01-01 00:00:00+00';
+SELECT is(harvest.now(), now(), 'now(): with the test clock switched off, harvest.fake_now is ignored');
+SET LOCAL ROLE harvest_operator;
+SELECT is(harvest.now(), now(), 'now(): a harvest_operator setting harvest.fake_now sees real time');
+CREATE TEMP TABLE clock_run ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('clock_wf', '[]', 'clock-1', 'clock_q');
+SELECT results_eq(
+    $$SELECT e.created_at, t.due_at FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
+      WHERE e.id = (SELECT execution_id FROM clock_run)$$,
+    $$SELECT now(), now()$$,
+    'start_workflow() as harvest_operator with harvest.fake_now: the run and its task are stamped with real time');
+SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_allowed = true$$, '42501', NULL,
+                 'a harvest_operator cannot turn the test clock on');
+RESET ROLE;
+SET LOCAL ROLE harvest_admin;
+SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_allowed = true$$, '42501', NULL,
+                 'a harvest_admin cannot turn the test clock on');
+SELECT throws_ok($$INSERT INTO harvest.engine_settings (id) VALUES (false)$$, '42501', NULL,
+                 'a harvest_admin cannot add a settings row');
+RESET ROLE;
+SET LOCAL ROLE harvest_worker;
+SELECT is(harvest.now(), now(), 'now(): a harvest_worker setting harvest.fake_now sees real time');
+SELECT is((SELECT c.lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 1, 30) AS c),
+          now() + interval '30 seconds',
+          'claim_tasks() as harvest_worker with harvest.fake_now: the lease runs on real time');
+SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_allowed = true$$, '42501', NULL,
+                 'a harvest_worker cannot turn the test clock on');
+SELECT throws_ok($$DELETE FROM harvest.engine_settings$$, '42501', NULL,
+                 'a harvest_worker cannot delete the settings row');
+RESET ROLE;
+SELECT is_empty(
+    $$SELECT r.rolname, p.privilege_type FROM pg_roles AS r
+      CROSS JOIN unnest(ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) AS p (privilege_type)
+      WHERE r.rolname LIKE 'harvest\_%' AND has_table_privilege(r.oid, 'harvest.engine_settings', p.privilege_type)
+        AND NOT r.rolsuper$$,
+    'no harvest role holds a write privilege on harvest.engine_settings');
+-- Switched on (by the owner), the clock moves, for a worker too (it reads the switch).
+UPDATE harvest.engine_settings SET test_clock_allowed = true;
+SELECT is(harvest.now(), '2100-01-01 00:00:00+00'::timestamptz, 'now(): with the test clock on, fake_now moves it');
+SET LOCAL ROLE harvest_worker;
+SELECT is(harvest.now(), '2100-01-01 00:00:00+00'::timestamptz,
+          'now(): with the test clock on, a harvest_worker session sees the moved clock too');
+RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;

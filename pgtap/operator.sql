@@ -1,6 +1,6 @@
 -- functions/operator.sql: harvest.list_executions, harvest.workflow_stack and their helpers.
 BEGIN;
-SELECT plan(19);
+SELECT plan(21);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -62,6 +62,28 @@ SELECT ok(harvest._search_predicate('{"key": "a", "op": "=", "value": "x''y"}') 
 SELECT is(harvest._try_timestamptz('not a time'), NULL, 'an unparseable time compares as NULL');
 SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_wf',
            p_search_attributes => ARRAY['tenant!=acme', 'amount<5'])), 2::bigint, 'typed != and <');
+
+-- One key holding booleans, numbers and strings across runs: each typed filter
+-- matches its own type and never casts another (whatever order the planner picks).
+SELECT harvest.start_workflow('mix_wf', '[]', 'mix-' || n, 'mix_q',
+                              p_search_attributes => jsonb_build_object('flag', v))
+FROM (VALUES (1, 'true'::jsonb), (2, '5'), (3, '"yes"'), (4, 'false'), (5, '7.5'), (6, '"5"'), (7, 'null'))
+    AS m (n, v);
+CREATE TEMP TABLE mixed ON COMMIT DROP AS
+SELECT f.filter, (SELECT array_agg(l.workflow_id ORDER BY l.workflow_id)
+                  FROM harvest.list_executions(p_workflow_name => 'mix_wf',
+                                               p_search_attributes => ARRAY[f.filter]) AS l) AS ids
+FROM unnest(ARRAY['flag=true', 'flag!=false', 'flag>3', 'flag=5', 'flag!=5', 'flag<6', 'flag=yes',
+                  'flag>=x']) AS f (filter);
+SELECT results_eq($$SELECT filter, ids FROM mixed$$,
+    $$VALUES ('flag=true'::text, ARRAY['mix-1']), ('flag!=false', ARRAY['mix-1']),
+             ('flag>3', ARRAY['mix-2', 'mix-5']), ('flag=5', ARRAY['mix-2', 'mix-6']),
+             ('flag!=5', ARRAY['mix-5']), ('flag<6', ARRAY['mix-2']), ('flag=yes', ARRAY['mix-3']),
+             ('flag>=x', ARRAY['mix-3'])$$,
+    'typed filters over a key of mixed JSON types: each matches its own type, none fails a cast');
+SELECT lives_ok($$SELECT * FROM harvest.list_executions(p_state => 'RUNNING',
+                      p_search_attributes => ARRAY['flag=true', 'flag>1', 'flag!=false'])$$,
+                'several typed filters of one mixed key compose without a cast error');
 
 SELECT * FROM finish();
 ROLLBACK;

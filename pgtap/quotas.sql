@@ -1,6 +1,7 @@
--- functions/quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow.
+-- functions/quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow;
+-- the history-bytes quota and the history byte cap agree.
 BEGIN;
-SELECT plan(6);
+SELECT plan(9);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {"wf_q": {"quota": {"key": "input.t", "max_active_executions": 2}}}}');
 SELECT harvest.start_workflow('wf_q', '[{"t": "a"}]', 'q' || n, 'qq') FROM generate_series(1, 2) AS n;
@@ -13,5 +14,28 @@ SELECT throws_ok($$SELECT harvest._check_quota('wf_q', 'a', '{"max_active_execut
                  '_check_quota() on its own');
 SELECT cmp_ok(harvest.quota_usage('a', 'max_history_bytes'), '>', 0::bigint, 'history bytes are counted');
 SELECT throws_ok($$SELECT harvest.quota_usage('a', 'nope')$$, 'HR001', NULL, 'an unknown quota: HR001');
+
+-- The max_history_bytes quota and the history byte cap (decide.sql) measure with one
+-- helper, harvest._event_bytes, kept in executions.history_bytes: they agree.
+CREATE TEMP TABLE qa ON COMMIT DROP AS
+SELECT c.task_id, c.fencing_token, c.execution_id FROM harvest.claim_tasks('w-q', ARRAY['qq'], 10) AS c
+JOIN harvest.executions AS e ON e.id = c.execution_id WHERE e.workflow_id = 'q1';
+SELECT harvest.complete_workflow_task(task_id, fencing_token, 1,
+    jsonb_build_array(jsonb_build_object('type', 'start_timer', 'seq', 1, 'duration', 60,
+                                         'padding', repeat('é', 3000))), p_byte_cap => 1)
+FROM qa;
+SELECT is((SELECT (failure #>> '{details,bytes}')::bigint FROM harvest.executions
+           WHERE id = (SELECT execution_id FROM qa)),
+          (SELECT sum(harvest._event_bytes(ev.event_data))::bigint FROM harvest.events AS ev
+           WHERE ev.execution_id = (SELECT execution_id FROM qa) AND ev.event_type <> 'WorkflowFailed'),
+          'the byte cap counted the sum of _event_bytes over the run''s events');
+SELECT is(harvest.quota_usage('a', 'max_history_bytes'),
+          (SELECT sum(harvest._event_bytes(ev.event_data))::bigint FROM harvest.events AS ev
+           JOIN harvest.executions AS e ON e.id = ev.execution_id WHERE e.quota_key = 'a'),
+          'the max_history_bytes quota counts the same sum over the key''s runs');
+SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = (SELECT execution_id FROM qa)),
+          (SELECT sum(octet_length(ev.event_data::text))::bigint FROM harvest.events AS ev
+           WHERE ev.execution_id = (SELECT execution_id FROM qa)),
+          'the measure is the JSON text bytes of each event (a multi-byte character counts its bytes)');
 SELECT * FROM finish();
 ROLLBACK;

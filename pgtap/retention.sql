@@ -1,6 +1,7 @@
--- functions/retention.sql: set_retention, retention_status, run_retention.
+-- functions/retention.sql: set_retention, retention_status, run_retention, and the worker
+-- registry rule: _prunable_workers, set_worker_retention, prune_workers.
 BEGIN;
-SELECT plan(9);
+SELECT plan(18);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -22,6 +23,38 @@ SELECT is((SELECT status FROM harvest.executions WHERE workflow_name = 'rt_wf'),
 SELECT is((SELECT count(*) FROM harvest.events e JOIN rt ON rt.id = e.execution_id WHERE rt.n <= 3), 0::bigint,
           'events go with their execution');
 SELECT ok((harvest.retention_status() ->> 'last_run_at') IS NOT NULL, 'the last run is recorded');
+
+-- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
+SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';
+SELECT harvest.register_worker(w, ARRAY['prune_q'], 'h', 1, 5)
+FROM unnest(ARRAY['w-old-stale', 'w-old-stopped', 'w-old-leasing']) AS w;
+SELECT harvest.stop_worker('w-old-stopped');
+SELECT harvest.start_workflow('prune_wf', '[]', 'prune-1', 'prune_q');
+SELECT count(*) FROM harvest.claim_tasks('w-old-leasing', ARRAY['prune_q'], 1);
+SET LOCAL harvest.fake_now = '2029-12-30 00:00:00+00';
+SELECT harvest.register_worker('w-recent-stale', ARRAY['prune_q'], 'h', 2, 5);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.register_worker('w-live', ARRAY['prune_q'], 'h', 3, 5);
+SELECT results_eq($$SELECT harvest.retention_status() ->> 'worker_max_age',
+                           (harvest.retention_status() ->> 'workers_eligible')::int$$,
+                  $$VALUES ('7 days'::text, 2)$$,
+                  'retention_status(): the worker rule (7 days by default) and the rows it would delete');
+SELECT is((SELECT array_agg(w ORDER BY w) FROM harvest._prunable_workers('7 days') AS w),
+          ARRAY['w-old-stale', 'w-old-stopped'], '_prunable_workers(): what the rule lets go');
+SELECT is(harvest.prune_workers() ->> 'deleted', '2',
+          'prune_workers(): the stopped and the crashed worker last seen 31 days ago are deleted');
+SELECT results_eq($$SELECT id FROM harvest.workers ORDER BY id$$,
+                  $$VALUES ('w-live'::text), ('w-old-leasing'), ('w-recent-stale')$$,
+                  'a live worker, a recently stale one and one still holding a lease are kept');
+SELECT is((SELECT details ->> 'workers' FROM harvest.audit_log WHERE operation = 'retention.prune_workers'),
+          '["w-old-stale", "w-old-stopped"]', 'the deletion is audited with the worker ids');
+SELECT is(harvest.prune_workers('1 day') ->> 'deleted', '1', 'p_max_age overrides the rule for one call');
+SELECT throws_ok($$SELECT harvest.set_worker_retention('0 days')$$, 'HR001', NULL,
+                 'set_worker_retention(): a zero age is refused');
+SELECT is(harvest.set_worker_retention(NULL, 'ops') ->> 'worker_max_age', NULL,
+          'set_worker_retention(NULL): keep every worker row');
+SET LOCAL harvest.fake_now = '2031-01-01 00:00:00+00';
+SELECT is(harvest.prune_workers() ->> 'deleted', '0', 'with no rule, nothing is deleted, however old');
 
 SELECT * FROM finish();
 ROLLBACK;

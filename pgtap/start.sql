@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(108);
+SELECT plan(122);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -343,6 +343,68 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflows(jsonb_build_array(
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'big_wf'), 1::bigint,
           'only the start within the limit made a run');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+-- A start whose policy can terminate a live run needs harvest_admin (spec 002,
+-- "Conflict policies"); the login is what counts (SET SESSION AUTHORIZATION sets it).
+SELECT harvest.declare_flow_policies('{"workflows": {"guard_paced": {"throttle": {"rps": 0.001, "burst": 1}}}}');
+CREATE TEMP TABLE live ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q');
+SELECT * FROM harvest.start_workflow('guard_paced', '[]', 'gp0', 'guard_q');  -- takes the only token
+GRANT SELECT ON live TO PUBLIC;
+SET LOCAL SESSION AUTHORIZATION harvest_operator;
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q',
+                                                       p_conflict_policy => 'terminate_existing')$$,
+                 '42501', 'conflict_policy "terminate_existing" can terminate a running execution, which needs '
+                          'the harvest_admin role; login harvest_operator does not have it',
+                 'an operator''s start with conflict_policy terminate_existing: 42501, naming the policy and role');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q',
+                                                       p_reuse_policy => 'terminate_if_running')$$,
+                 '42501', 'reuse_policy "terminate_if_running" (with conflict_policy unspecified) can terminate '
+                          'a running execution, which needs the harvest_admin role; login harvest_operator does '
+                          'not have it',
+                 'an operator''s start with reuse_policy terminate_if_running: 42501');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard', '[]', 'g-new', 'guard_q',
+                                                       p_conflict_policy => 'terminate_existing')$$,
+                 '42501', NULL, 'refused whether or not a run of the key is live (the policy decides)');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q',
+                                                       p_conflict_policy => 'terminate_existing',
+                                                       p_flow_gates => false)$$,
+                 '42501', NULL, 'p_flow_gates => false is no way around it for an operator');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows(
+                     '[{"workflow_name": "guard", "workflow_id": "g1", "conflict_policy": "terminate_existing"}]')$$,
+                 '42501', NULL, 'start_workflows(): the same refusal');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('guard_paced', '[]', 'gp1', 'guard_q',
+                                                       p_reuse_policy => 'terminate_if_running')$$,
+                 '42501', NULL, 'a start a throttle would defer is refused before it is queued');
+SELECT is((SELECT execution_id FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q',
+                                                           p_reuse_policy => 'terminate_if_running',
+                                                           p_conflict_policy => 'use_existing')),
+          (SELECT execution_id FROM live),
+          'terminate_if_running + use_existing cannot end a live run: an operator may use it (it attaches)');
+RESET SESSION AUTHORIZATION;
+SELECT results_eq(
+    $$SELECT id, status, last_event_id FROM harvest.executions WHERE workflow_name = 'guard'$$,
+    $$SELECT execution_id, 'RUNNING'::text, 1::bigint FROM live$$,
+    'the refused starts left the live run untouched and started nothing');
+SELECT is_empty($$SELECT 1 FROM harvest.pending_starts WHERE workflow_name = 'guard_paced'$$,
+                'the refused throttled start queued nothing');
+SET LOCAL SESSION AUTHORIZATION harvest_admin;
+SELECT is((SELECT started_fresh FROM harvest.start_workflow('guard', '[]', 'g1', 'guard_q',
+                                                            p_conflict_policy => 'terminate_existing')),
+          true, 'an admin''s start with terminate_existing replaces the live run');
+SELECT is((SELECT status FROM harvest.start_workflow('guard_paced', '[]', 'gp1', 'guard_q',
+                                                     p_reuse_policy => 'terminate_if_running')),
+          'DEFERRED', 'an admin''s throttled start with terminate_if_running is deferred');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT execution_id FROM live)), 'TERMINATED',
+          'the admin''s start terminated the prior run');
+-- The engine's own starts in a worker's session: a released deferred start keeps its
+-- vetted policy, and a continue-as-new successor starts (both pass p_flow_gates false).
+UPDATE harvest.pending_starts SET release_at = harvest.now() WHERE workflow_name = 'guard_paced';
+UPDATE harvest.start_throttle_buckets SET tokens = 1 WHERE workflow_name = 'guard_paced';
+SET LOCAL SESSION AUTHORIZATION harvest_worker;
+SELECT is(harvest.release_pending_starts(), 1, 'a worker session releases an admin''s deferred terminate_if_running start');
+RESET SESSION AUTHORIZATION;
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'guard_paced' AND workflow_id = 'gp1'),
+          1::bigint, 'the released start created its run');
 
 SELECT * FROM finish();
 ROLLBACK;

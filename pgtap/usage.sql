@@ -1,6 +1,6 @@
 -- functions/usage.sql: harvest.usage_report.
 BEGIN;
-SELECT plan(7);
+SELECT plan(11);
 SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';
 CREATE TEMP TABLE u ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_u', '[]', 'u' || n, 'uq',
@@ -28,8 +28,21 @@ SELECT results_eq($$SELECT group_name, workflow_starts, failed FROM harvest.usag
 SELECT is_empty($$SELECT * FROM harvest.usage_report('2030-03-02', '2030-03-03')$$, 'a window with no events is empty');
 SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01')$$, 'HR001', NULL,
                  'a window wider than 90 days is refused');
-SELECT lives_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '200 days')$$,
-                'the ceiling is a parameter');
+SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '200 days')$$,
+                 'HR001', 'usage report: the window 2030-01-01 00:00:00+00 .. 2030-06-01 00:00:00+00 (5 mons 1 day) '
+                          'is wider than the ceiling of 90 days',
+                 'a caller cannot lift the ceiling with p_max_window');
+SET LOCAL ROLE harvest_reader;
+SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '10000 days')$$,
+                 'HR001', NULL, 'nor can a harvest_reader (the issue''s report)');
+RESET ROLE;
+SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-03-01', '2030-03-02', 'workflow_name', interval '1 hour')$$,
+                 'HR001', NULL, 'a caller may ask for a narrower ceiling');
+UPDATE harvest.engine_settings SET usage_max_window = interval '200 days';
+SELECT lives_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01')$$,
+                'the owner sets the server''s ceiling (engine_settings.usage_max_window)');
+SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '90 days')$$,
+                 'HR001', NULL, 'and a caller may still narrow it');
 SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-03-02', '2030-03-01')$$, 'HR001', NULL, 'to before from');
 SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-03-01', '2030-03-02', 'tenant')$$, 'HR001', NULL,
                  'an unknown group_by');

@@ -1,14 +1,18 @@
 -- Engine-wide settings that only the schema owner (or a superuser) may change:
 -- whether the test clock (harvest.fake_now) is honoured, and the largest payload
--- (input, result, signal or update argument) the engine accepts. One row.
+-- (input, result, signal or update argument) the engine accepts, and the widest
+-- window of the usage report. One row.
 
 CREATE TABLE harvest.engine_settings (
     id boolean NOT NULL DEFAULT true,
     test_clock_allowed boolean NOT NULL DEFAULT false,
     max_payload_bytes integer NOT NULL DEFAULT 2097152,
+    -- The widest window harvest.usage_report reads (0017); a caller may ask for less.
+    usage_max_window interval NOT NULL DEFAULT interval '90 days',
     CONSTRAINT engine_settings_pkey PRIMARY KEY (id),
     CONSTRAINT engine_settings_one_row CHECK (id),
-    CONSTRAINT engine_settings_max_payload_bytes_positive CHECK (max_payload_bytes > 0)
+    CONSTRAINT engine_settings_max_payload_bytes_positive CHECK (max_payload_bytes > 0),
+    CONSTRAINT engine_settings_usage_max_window_positive CHECK (usage_max_window > interval '0')
 );
 
 INSERT INTO harvest.engine_settings DEFAULT VALUES;

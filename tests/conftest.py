@@ -59,10 +59,19 @@ def pg_server() -> Iterator[Server]:
         server.stop()
 
 
+def allow_test_clock(dsn: str, allowed: bool = True) -> None:
+    """Let harvest.fake_now move the engine's clock in this database (an owner-only switch,
+    off in production: docs/security.md, "The clock")."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = %s", (allowed,))
+
+
 @pytest.fixture(scope="session")
 def template_dsn(pg_server: Server) -> str:
     dsn = pg_server.create_database(TEMPLATE)
     Migrator(dsn).run()
+    # Tests move the clock with harvest.fake_now; every clone inherits the switch.
+    allow_test_clock(dsn)
     return dsn
 
 

@@ -214,6 +214,27 @@ def test_retention_status_and_run_now(db: str, conn) -> None:
     assert conn.execute("SELECT count(*) FROM harvest.events WHERE execution_id = %s", (old,)).fetchone()[0] == 0
 
 
+def test_retention_deletes_stopped_and_long_stale_worker_rows(db: str, conn) -> None:
+    """Issue 12 item 20: crashed workers' rows do not pile up forever; live and recent ones stay."""
+    for worker_id in ("crashed", "stopped", "recent", "live"):
+        conn.execute("SELECT harvest.register_worker(%s, ARRAY['default'], 'h', 1, 5)", (worker_id,))
+    conn.execute("SELECT harvest.stop_worker('stopped')")
+    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '30 days'"
+                 " WHERE id IN ('crashed', 'stopped')")
+    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 hour' WHERE id = 'recent'")
+    status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
+    assert status["worker_max_age"] == "7 days" and status["workers_eligible"] == 2
+    r = harvest(db, "retention", "run-now", "--output", "json")
+    assert r.returncode == 2 and "retention is not configured" in one_error_line(r)  # executions: opt-in
+    assert {x[0] for x in conn.execute("SELECT id FROM harvest.workers")} == {"recent", "live"}
+    r = harvest(db, "retention", "set", "--worker-max-age", "30 minutes", "--output", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["worker_max_age"] == "00:30:00", r.stderr
+    assert harvest(db, "retention", "set", "--max-age", "30 days").returncode == 0
+    r = harvest(db, "retention", "run-now", "--output", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["workers_deleted"] == 1, r.stdout + r.stderr
+    assert {x[0] for x in conn.execute("SELECT id FROM harvest.workers")} == {"live"}
+
+
 def test_preflight_pass_warn_and_fail(db: str, conn, fresh_db: str, tmp_path, monkeypatch) -> None:
     # Other function files may have changed since the template was migrated: bring it current.
     assert harvest(db, "migrate", "run").returncode == 0

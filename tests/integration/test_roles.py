@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 
 import psycopg
 import pytest
 from operator_helpers import harvest, park, start
 from psycopg import conninfo
+from psycopg.types.json import Jsonb
 
 
 @pytest.fixture
@@ -153,3 +155,83 @@ def test_cli_permission_denied_is_one_line(login, setup) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: permission denied"), r.stderr
     r = harvest(dsn, "workflow", "list", "--output", "json")
     assert r.returncode == 0, r.stderr
+
+
+def test_a_production_role_cannot_move_the_engine_clock(login, db: str) -> None:
+    """Issue 12 item 1, the attack as reported: with the test clock switched off (production), an
+    operator who sets harvest.fake_now to 2100 and starts throttled runs does not stamp the throttle
+    (which deferred every later start to 2100) nor the runs with 2100, and a worker who sets it is
+    not leased tasks until 2100."""
+    year_2099 = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
+    with psycopg.connect(db, autocommit=True) as owner:
+        owner.execute("UPDATE harvest.engine_settings SET test_clock_allowed = false")
+        owner.execute("SELECT harvest.declare_flow_policies(%s)",
+                      (Jsonb({"workflows": {"paced": {"throttle": {"rps": 0.01, "burst": 2, "key": None}}}}),))
+    with psycopg.connect(login("harvest_operator"), autocommit=True) as operator:
+        operator.execute("SET harvest.fake_now = '2100-01-01 00:00:00+00'")
+        statuses = [operator.execute("SELECT status FROM harvest.start_workflow('paced', %s, %s, 'clock_q')",
+                                     (Jsonb([n]), f"p{n}")).fetchone()[0] for n in range(3)]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            operator.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+    assert statuses == ["RUNNING", "RUNNING", "DEFERRED"]
+    with psycopg.connect(db, autocommit=True) as owner:
+        stamps = owner.execute(
+            "SELECT (SELECT max(created_at) FROM harvest.executions),"
+            " (SELECT max(refilled_at) FROM harvest.start_throttle_buckets),"
+            " (SELECT max(greatest(created_at, release_at)) FROM harvest.pending_starts)").fetchone()
+    assert all(stamp < year_2099 for stamp in stamps), stamps
+    with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
+        worker.execute("SET harvest.fake_now = '2100-01-01 00:00:00+00'")
+        leases = [lease for (lease,) in worker.execute(
+            "SELECT lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 10, 30)")]
+        assert worker.execute("SELECT harvest.now() < %s", (year_2099,)).fetchone()[0]
+    assert len(leases) == 2 and all(lease < year_2099 for lease in leases), leases
+
+
+def test_a_start_that_can_terminate_a_live_run_needs_admin(login, db: str) -> None:
+    """Issue 12 item 4 (spec 002, "Conflict policies"): an operator is refused terminate_workflow, so
+    a start with conflict_policy terminate_existing (or reuse_policy terminate_if_running) is refused
+    too, typed in Python and one line in the CLI; an admin's works."""
+    from harvest import Client
+    from harvest.errors import PermissionDenied
+
+    with psycopg.connect(db, autocommit=True) as owner:
+        live = start(owner, "wf", "live-1")
+    operator = login("harvest_operator")
+    with Client(operator) as client:
+        for policies in ({"conflict_policy": "terminate_existing"}, {"reuse_policy": "terminate_if_running"}):
+            with pytest.raises(PermissionDenied, match="needs the harvest_admin role"):
+                client.start_workflow("wf", workflow_id="live-1", **policies)
+        attached = client.start_workflow("wf", workflow_id="live-1", reuse_policy="terminate_if_running",
+                                         conflict_policy="use_existing")
+        assert attached.execution_id == live
+    r = harvest(operator, "workflow", "start", "wf", "--workflow-id", "live-1",
+                "--conflict-policy", "terminate_existing")
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode != 0 and len(lines) == 1, r.stderr
+    assert 'conflict_policy "terminate_existing"' in lines[0] and "harvest_admin" in lines[0], lines[0]
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT status, last_event_id FROM harvest.executions WHERE workflow_id = 'live-1'"
+                             ).fetchall() == [("RUNNING", 1)]
+    with Client(login("harvest_admin")) as client:
+        replaced = client.start_workflow("wf", workflow_id="live-1", conflict_policy="terminate_existing")
+    assert replaced.execution_id != live and replaced.started_fresh
+    with psycopg.connect(db, autocommit=True) as owner:
+        assert owner.execute("SELECT status FROM harvest.executions WHERE id = %s", (live,)).fetchone()[0] == \
+            "TERMINATED"
+
+
+def test_a_worker_login_continues_as_new(login, db: str) -> None:
+    """The engine's own start of a continue-as-new successor (terminate_if_running) is not an
+    operator's terminate: a worker login that is no admin still runs it."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        first = start(owner, "loop", "loop-1", queue="loop_q")
+    with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
+        task_id, token = worker.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-loop', ARRAY['loop_q'], 1)").fetchone()
+        worker.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+                       (task_id, token, Jsonb([{"type": "continue_as_new", "input": [2]}])))
+    with psycopg.connect(db, autocommit=True) as owner:
+        rows = owner.execute("SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'loop-1'"
+                             " ORDER BY created_at, status").fetchall()
+    assert (first, "CONTINUED_AS_NEW") in rows and sum(status == "RUNNING" for _, status in rows) == 1, rows

@@ -169,9 +169,11 @@ def pgtap_available(pg_server, pytestconfig: pytest.Config) -> bool:
 
 @pytest.fixture
 def pgtap_db(db: str, pgtap_available: bool) -> str:
-    """A migrated database of its own with the pgtap extension created."""
+    """A migrated database of its own with the pgtap extension created, and the test
+    clock allowed (the pgTAP files move it with harvest.fake_now)."""
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pgtap")
+        conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
     return db
 
 

@@ -6,7 +6,8 @@ import click
 
 from harvest.cli.output import database_url_option, emit, mapping, output_option, progress, sql_api
 
-STATUS_KEYS = ["configured", "max_age", "batch_size", "eligible", "last_run_at", "last_run_deleted", "updated_at"]
+STATUS_KEYS = ["configured", "max_age", "batch_size", "eligible", "last_run_at", "last_run_deleted", "updated_at",
+               "worker_max_age", "workers_eligible"]
 
 
 @click.group()
@@ -24,17 +25,31 @@ def status(database_url, output) -> None:
     emit(data, output, lambda d: mapping(d, STATUS_KEYS))
 
 
+def _interval_or_off(value: str) -> str | None:
+    return None if value.strip().lower() in ("off", "none", "") else value
+
+
 @retention.command("set")
-@click.option("--max-age", required=True, help="A PostgreSQL interval, e.g. '30 days'; 'off' keeps everything.")
-@click.option("--batch-size", default=None, type=click.IntRange(1, 10_000), help="Executions deleted per transaction (1..10000).")
+@click.option("--max-age", default=None,
+              help="Terminal executions: a PostgreSQL interval, e.g. '30 days'; 'off' keeps everything.")
+@click.option("--batch-size", default=None, type=click.IntRange(1, 10_000),
+              help="Executions deleted per transaction (1..10000).")
+@click.option("--worker-max-age", default=None,
+              help="Stopped or stale worker rows last seen longer ago are deleted (default 7 days); 'off' keeps them.")
 @click.option("--operator", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option
-def set_(max_age, batch_size, operator, database_url, output) -> None:
+def set_(max_age, batch_size, worker_max_age, operator, database_url, output) -> None:
     """Configure retention."""
-    value = None if max_age.strip().lower() in ("off", "none", "") else max_age
+    if max_age is None and worker_max_age is None:
+        raise click.UsageError("give --max-age, --worker-max-age or both")
+    if batch_size is not None and max_age is None:
+        raise click.UsageError("--batch-size goes with --max-age")
     with sql_api(database_url, read_only=False) as sql:
-        data = sql.set_retention(value, batch_size, operator)
+        if max_age is not None:
+            data = sql.set_retention(_interval_or_off(max_age), batch_size, operator)
+        if worker_max_age is not None:
+            data = sql.set_worker_retention(_interval_or_off(worker_max_age), operator)
     emit(data, output, lambda d: mapping(d, STATUS_KEYS))
 
 
@@ -47,10 +62,12 @@ def set_(max_age, batch_size, operator, database_url, output) -> None:
 @database_url_option
 @output_option
 def run_now(max_age, batch_size, max_batches, operator, database_url, output) -> None:
-    """Delete expired terminal executions now, batch by batch, until none remain."""
+    """Delete expired terminal executions now, batch by batch, until none remain (and the
+    stopped or stale worker rows the worker rule lets go)."""
     deleted = 0
     batches = 0
     with sql_api(database_url, read_only=False) as sql:
+        workers_deleted = sql.prune_workers(operator=operator)["deleted"]
         eligible = sql.retention_status().get("eligible") or 0
         with progress(eligible, "deleting executions", enabled=output != "json" and eligible > 0) as bar:
             while batches < max_batches:
@@ -60,6 +77,8 @@ def run_now(max_age, batch_size, max_batches, operator, database_url, output) ->
                 bar.update(result["deleted"])
                 if result["deleted"] == 0 or result["remaining"] == 0:
                     break
-    data = {"deleted": deleted, "batches": batches, "remaining": result["remaining"], "cutoff": result["cutoff"]}
+    data = {"deleted": deleted, "batches": batches, "remaining": result["remaining"], "cutoff": result["cutoff"],
+            "workers_deleted": workers_deleted}
     emit(data, output, lambda d: f"deleted {d['deleted']} execution(s) in {d['batches']} batch(es); "
-                                 f"{d['remaining']} remaining (cutoff {d['cutoff']})")
+                                 f"{d['remaining']} remaining (cutoff {d['cutoff']}); "
+                                 f"deleted {d['workers_deleted']} worker row(s)")

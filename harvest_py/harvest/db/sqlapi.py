@@ -98,7 +98,7 @@ MUTEX_STATUS = "SELECT * FROM harvest.mutex_status(%(key)s)"
 PENDING_STARTS_STATUS = "SELECT * FROM harvest.pending_starts_status(%(workflow_name)s)"
 USAGE_REPORT = """
 SELECT * FROM harvest.usage_report(%(from_)s, %(to)s, %(group_by)s,
-                                   coalesce(%(max_window)s, interval '90 days'))
+                                   %(max_window)s::interval)
 """
 RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
@@ -130,6 +130,8 @@ LIST_AUDIT_LOG = "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s)
 RETENTION_STATUS = "SELECT harvest.retention_status() AS status"
 SET_RETENTION = "SELECT harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS status"
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
+SET_WORKER_RETENTION = "SELECT harvest.set_worker_retention(%(max_age)s::interval, %(operator)s) AS status"
+PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
 
 
 # -- queries and updates (functions/queries.sql)
@@ -356,6 +358,12 @@ class SqlApi:
                       operator: str | None = None) -> dict[str, Any]:
         return self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size, operator=operator)["result"]
 
+    def set_worker_retention(self, max_age: str | None, operator: str | None = None) -> dict[str, Any]:
+        return self._one(SET_WORKER_RETENTION, max_age=max_age, operator=operator)["status"]
+
+    def prune_workers(self, max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
+        return self._one(PRUNE_WORKERS, max_age=max_age, operator=operator)["result"]
+
 
     # -- queries and updates (functions/queries.sql) ----------------------------------------
     def request_query(self, execution_id: str, name: str, arg: Any, timeout: float) -> int:
@@ -575,6 +583,9 @@ class AsyncSqlApi:
                             operator: str | None = None) -> dict[str, Any]:
         return (await self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size,
                                 operator=operator))["result"]
+
+    async def prune_workers(self, max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
+        return (await self._one(PRUNE_WORKERS, max_age=max_age, operator=operator))["result"]
 
 
 WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.worker_drain_deadline(%(worker_id)s)"

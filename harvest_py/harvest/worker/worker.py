@@ -461,9 +461,15 @@ class Worker:
                      max(0.0, row["remaining_secs"]))
 
     async def _retention(self) -> None:
-        """The retention janitor: one bounded batch per call, batch after batch while rows remain."""
+        """The retention janitor: one bounded batch per call, batch after batch while rows remain;
+        and the worker registry rule (stopped and long-stale worker rows), whether or not
+        execution retention is configured."""
         while True:
             try:
+                pruned = await self.sql.prune_workers()
+                if pruned["deleted"]:
+                    log.info("retention: deleted %d stopped or stale worker row(s) last seen before %s",
+                             pruned["deleted"], pruned["cutoff"])
                 result = await self.sql.run_retention()
                 if result["deleted"]:
                     log.info("retention: deleted %d execution(s), %d remaining", result["deleted"],
