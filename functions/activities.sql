@@ -30,7 +30,11 @@ BEGIN
         OR v_listed ? v_error_type
         OR v_listed ? v_message
         OR v_listed ? (v_error_type || ': ' || v_message);
-    v_delay := least(v_initial * power(v_backoff, greatest(p_task.attempt - 1, 0)), v_max_interval);
+    -- initial * backoff^(attempt-1), capped by max_interval, taken in log space with the
+    -- exponent bounded: power(2, 1024) overflows a double, and a policy with max_attempts 0
+    -- (unbounded) or a large count reaches such attempts.
+    v_delay := least(v_initial * exp(least(ln(greatest(v_backoff, 1e-9)) * greatest(p_task.attempt - 1, 0), 600)),
+                     v_max_interval);
     v_next := v_now + make_interval(secs => v_delay);
 
     IF p_allow_retry AND NOT v_non_retryable

@@ -5,7 +5,7 @@
 -- committed with its result), harvest._record_activity_result, harvest._store_activity_result,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(148);
+SELECT plan(150);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -153,6 +153,15 @@ SELECT is(pg_temp.reclaim('cap'), 2, 'cap: attempt 2');
 SELECT is(pg_temp.fail('cap'), 'retry_scheduled', 'cap: attempt 2 fails');
 SELECT is((SELECT due_at FROM harvest.tasks WHERE id = pg_temp.task('cap')), '2030-01-01 00:00:25+00'::timestamptz,
           'cap: the second delay (100 s) is capped at max_interval (15 s)');
+
+-- A late attempt of an unbounded policy: backoff^(attempt-1) would overflow a double at
+-- attempt 1025; the delay is max_interval, not an error.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT pg_temp.act('late_attempt', '{"retry": {"max_attempts": 0, "initial_interval": 1, "backoff": 2, "max_interval": 60}}');
+UPDATE harvest.tasks SET attempt = 2000 WHERE id = pg_temp.task('late_attempt');
+SELECT is(pg_temp.fail('late_attempt'), 'retry_scheduled', 'attempt 2000 of an unbounded policy fails: retry_scheduled');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE id = pg_temp.task('late_attempt')),
+          '2030-01-01 00:01:00+00'::timestamptz, 'its delay is max_interval (60 s), no overflow');
 
 -- The default policy: 3 attempts, 1 s then doubling.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
