@@ -152,7 +152,9 @@ def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
 
 
 def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
-    conn.execute("SELECT harvest.register_worker('w-live', ARRAY['email', 'default'], 'h1', 1, 5)")
+    # w-live beats every 300 s, so it stays healthy however slow the CLI calls below are on a
+    # loaded machine (at 5 s it went stale after 10 s of them).
+    conn.execute("SELECT harvest.register_worker('w-live', ARRAY['email', 'default'], 'h1', 1, 300)")
     conn.execute("SELECT harvest.register_worker('w-stale', ARRAY['email'], 'h2', 2, 5)")
     conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'w-stale'")
     conn.execute("SELECT harvest.register_worker('w-gone', ARRAY['email'], 'h3', 3, 5)")
