@@ -86,13 +86,23 @@ _COMMAND_PAYLOADS: dict[str, tuple[str, str]] = {
 
 
 def payload_failure(exc: PayloadTooLarge, limit: int | None) -> dict[str, Any]:
-    """The non-retryable ``PayloadTooLarge`` failure for ``exc``, itself small enough to store."""
-    failure = {"error_type": "PayloadTooLarge", "message": str(exc), "non_retryable": True,
-               "details": {"what": exc.what, "bytes": exc.bytes, "limit": exc.limit}}
-    if limit is not None and payload.payload_size(failure) > limit:  # a tiny limit: keep what fits
-        failure["details"] = None
-        while payload.payload_size(failure) > limit and failure["message"]:
-            failure["message"] = failure["message"][: len(failure["message"]) // 2]
+    """The non-retryable ``PayloadTooLarge`` failure for ``exc``, itself small enough to store.
+
+    Under a small limit it loses, in turn, the message's hint, its details and its message
+    (the smallest, ``{error_type, non_retryable}``, is 56 bytes).
+    """
+    failure: dict[str, Any] = {"error_type": "PayloadTooLarge", "message": str(exc), "non_retryable": True,
+                               "details": {"what": exc.what, "bytes": exc.bytes, "limit": exc.limit}}
+    if limit is None:
+        return failure
+    if payload.payload_size(failure) > limit and exc.what is not None:
+        failure["message"] = f"{exc.what} is {exc.bytes} bytes, over the payload limit of {exc.limit} bytes"
+    if payload.payload_size(failure) > limit:
+        del failure["details"]
+    while payload.payload_size(failure) > limit and failure.get("message"):
+        failure["message"] = failure["message"][: len(failure["message"]) // 2]
+    if payload.payload_size(failure) > limit:
+        failure.pop("message", None)
     return failure
 
 
