@@ -188,7 +188,7 @@ class WorkflowTimedOut(HarvestError):
 
 
 class PermissionDenied(HarvestError):
-    """The database role may not do this (SQLSTATE 42501): see docs/operations.md, Roles."""
+    """The database role may not do this (SQLSTATE 42501): see docs/security.md, "Roles"."""
 
 
 # SQLSTATE -> exception class. The SQL API raises only these custom codes.
@@ -247,7 +247,7 @@ def from_database_error(exc: Exception) -> HarvestError | None:
         return UnknownWorkflow(message, info.get("workflow_name"), info.get("queue"), info.get("registered"))
     if cls is PermissionDenied:
         return PermissionDenied(f"{message} (the database role lacks this right; "
-                                "see the harvest_* roles in docs/operations.md)")
+                                "see the harvest_* roles in docs/security.md, section Roles)")
     return cls(message)
 
 

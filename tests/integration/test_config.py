@@ -216,6 +216,49 @@ def test_worker_boot_stops_on_bad_config(tmp_path: Path, env: dict, toml: str | 
     assert needle in one_error_line(r)
 
 
+@pytest.mark.parametrize("args", [
+    ["worker", "--config", "other.toml", "test_config:app"],
+    ["worker", "run", "--config", "other.toml", "test_config:app"],
+    ["--config", "harvest.toml", "worker", "test_config:app", "--config", "other.toml"],
+], ids=["worker", "worker-run", "root-and-worker"])
+def test_a_subcommands_own_config_is_the_one_file_read(tmp_path: Path, args: list[str]) -> None:
+    """With a broken ./harvest.toml, `harvest worker --config other.toml` reads other.toml only:
+    the root's eager check used to load ./harvest.toml first and refuse the invocation."""
+    write(tmp_path, "[worker]\nqueue = [\"alpha\"]\n")  # broken: an unknown key
+    write(tmp_path, 'role = "web"\n', "other.toml")  # valid; a web role runs nothing here
+    r = harvest_cmd("postgresql://nobody@127.0.0.1:1/none", *args, cwd=tmp_path)
+    assert r.returncode == 1
+    assert "nothing to run: role web" in one_error_line(r)  # other.toml's role: it was the one read
+
+
+def test_one_config_file_is_loaded_per_invocation(tmp_path: Path, monkeypatch) -> None:
+    from click.testing import CliRunner
+
+    from harvest.cli import main
+    from harvest.cli import output as cli_output
+
+    write(tmp_path, "[worker]\nqueue = [\"alpha\"]\n")
+    other = write(tmp_path, 'role = "web"\n', "other.toml")
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.startswith("HARVEST_")]:
+        monkeypatch.delenv(name)
+    loaded: list = []
+
+    def counting_load(path=None, env=None):
+        loaded.append(path)
+        return load_config(path, env)
+
+    monkeypatch.setattr(cli_output, "load_config", counting_load)
+    result = CliRunner().invoke(main, ["worker", "--config", str(other), "test_config:app"])
+    assert result.exit_code == 1, result.output
+    assert loaded == [str(other)]
+    # Without a subcommand --config the root's (or ./harvest.toml) is the one: refused, typed.
+    loaded.clear()
+    result = CliRunner().invoke(main, ["worker", "test_config:app"])
+    assert result.exit_code == 1 and "unknown config key 'worker.queue'" in result.output
+    assert set(loaded) == {None}  # ./harvest.toml only (the error line's scrub tries it again)
+
+
 def test_worker_flag_queue_is_checked_too(tmp_path: Path) -> None:
     r = harvest_cmd("postgresql://nobody@127.0.0.1:1/none", "worker", "test_config:app", "--queue", "nope",
                     cwd=tmp_path)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from harvest import App, Client, RetryPolicy, activity, query, workflow
-from harvest.errors import ActivityError, PayloadTooLarge, QueryFailed
+from harvest import App, Client, RetryPolicy, activity, query, update, workflow
+from harvest.errors import ActivityError, PayloadTooLarge, QueryFailed, UpdateFailed, WorkflowFailed
 from harvest.payload import payload_size
 
 
@@ -133,3 +133,87 @@ def test_a_query_answer_over_the_limit_is_a_typed_failure_not_a_timeout(db: str,
             handle.query("blob", timeout=10)
         assert info.value.error_type == "PayloadTooLarge"
         handle.terminate()
+
+
+# A decision the database would refuse on every attempt (issue 12 leftover): the run ends,
+# typed, instead of its workflow task failing and retrying forever.
+
+@workflow
+async def returns(ctx, n: int) -> str:
+    return "x" * n
+
+
+@activity
+async def echo(ctx, value: str) -> str:
+    return value
+
+
+@workflow
+async def schedules(ctx, n: int) -> str:
+    return await ctx.execute_activity(echo, "x" * n)
+
+
+@workflow
+async def returns_after_activity(ctx, n: int) -> str:
+    await ctx.execute_activity(echo, "small")  # its result may carry the decision (decide ahead)
+    return "x" * n
+
+
+@workflow
+async def answers(ctx) -> str:
+    await ctx.wait_for_signal("stop")
+    return "done"
+
+
+@update(workflow="answers")
+def big(ctx, n: int) -> str:
+    return "x" * n
+
+
+def _failure_of(client: Client, workflow, *args) -> dict:
+    handle = client.start_workflow(workflow, *args)
+    with pytest.raises(WorkflowFailed) as info:
+        handle.result(timeout=30)  # bounded: the run ends, it does not retry forever
+    return info.value.failure
+
+
+@pytest.mark.parametrize("worker_limit", [None, 10**9], ids=["worker-checks", "server-refuses"])
+def test_a_workflow_result_over_the_limit_fails_the_run_typed(db: str, start_worker, worker_limit) -> None:
+    _set_limit(db, 1000)
+    running = start_worker(App(workflows=[returns, schedules, returns_after_activity], activities=[echo]),
+                           max_payload_bytes=worker_limit)
+    with Client(db) as client:
+        failure = _failure_of(client, returns, 5000)
+        assert failure["error_type"] == "PayloadTooLarge"
+        assert failure["non_retryable"] is True
+        assert "the result of workflow returns is 5002 bytes, over the payload limit of 1000 bytes" \
+            in failure["message"]
+        assert failure["details"] == {"what": "the result of workflow returns", "bytes": 5002, "limit": 1000}
+        # Any other payload of a decision over the limit ends the run the same way.
+        failure = _failure_of(client, schedules, 5000)
+        assert failure["error_type"] == "PayloadTooLarge"
+        assert "the input of activity" in failure["message"] and "5004 bytes" in failure["message"]
+        failure = _failure_of(client, returns_after_activity, 5000)
+        assert "the result of workflow returns_after_activity is 5002 bytes" in failure["message"]
+        # Under the limit the same workflows complete, on the same worker.
+        assert client.start_workflow(returns, 900).result(timeout=30) == "x" * 900
+        assert client.start_workflow(returns_after_activity, 900).result(timeout=30) == "x" * 900
+    with psycopg.connect(db, autocommit=True) as conn:
+        failed = conn.execute("SELECT count(*) FROM harvest.executions WHERE status = 'FAILED' "
+                              "AND failure ->> 'error_type' = 'PayloadTooLarge'").fetchone()[0]
+        retried = conn.execute("SELECT count(*) FROM harvest.tasks WHERE kind = 'workflow'").fetchone()[0]
+    assert (failed, retried) == (3, 0)  # no workflow task left retrying
+    assert running.error is None
+
+
+def test_an_update_result_over_the_limit_fails_the_update_not_the_run(db: str, start_worker) -> None:
+    _set_limit(db, 1000)
+    start_worker(App(workflows=[answers], updates=[big]))
+    with Client(db) as client:
+        handle = client.start_workflow(answers)
+        with pytest.raises(UpdateFailed, match="the result of update .* is 5002 bytes") as info:
+            handle.update("big", 5000, timeout=30)
+        assert info.value.error_type == "PayloadTooLarge"
+        assert handle.update("big", 10, timeout=30) == "x" * 10  # the run goes on
+        handle.signal("stop")
+        assert handle.result(timeout=30) == "done"

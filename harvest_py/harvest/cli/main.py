@@ -16,12 +16,42 @@ from harvest.errors import HarvestError, from_database_error
 CLI_APPLICATION_NAME = "harvest-cli"
 
 
+_OWN_CONFIG_PATH_KEY = "harvest.own_config_path"
+
+
+def _own_config_path(ctx: click.Context) -> str | None:
+    """The --config option given to the subcommand this invocation runs, if it has one.
+
+    The arguments left after the root's own options are parsed the way the subcommands
+    will parse them, leniently (no error, no callback, nothing run); any doubt returns
+    None and the real parse reports what is wrong.
+    """
+    protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+    args, command, parent = [*protected, *ctx.args], ctx.command, ctx
+    try:
+        while isinstance(command, click.Group) and args:
+            name, command, args = command.resolve_command(parent, list(args))
+            if command is None:
+                return None
+            parent = command.make_context(name, list(args), parent=parent, resilient_parsing=True)
+            if parent.params.get("config_path") is not None:
+                return parent.params["config_path"]
+            protected = parent._protected_args if hasattr(parent, "_protected_args") else parent.protected_args
+            args = [*protected, *parent.args]
+    except (click.ClickException, click.exceptions.Exit):
+        return None
+    return None
+
+
 class HarvestGroup(click.Group):
     """Turn every Harvest error into one line on stderr and its exit code; no traceback."""
 
     def invoke(self, ctx: click.Context):
         previous = os.environ.get("PGAPPNAME")
         os.environ["PGAPPNAME"] = previous or CLI_APPLICATION_NAME
+        # The invoked subcommand's own --config (`harvest worker --config x.toml app:app`) is
+        # the config file of this invocation: found before the root callback loads it.
+        ctx.meta[_OWN_CONFIG_PATH_KEY] = _own_config_path(ctx)
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
@@ -58,7 +88,8 @@ def main(ctx: click.Context, config_path: str | None, output: str | None) -> Non
     """Harvest: durable workflows on Postgres."""
     from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, cli_config
 
-    ctx.meta[CONFIG_PATH_KEY] = config_path
+    # A subcommand's own --config wins over this one: one file is read per invocation.
+    ctx.meta[CONFIG_PATH_KEY] = ctx.meta.get(_OWN_CONFIG_PATH_KEY) or config_path
     ctx.meta[GLOBAL_OUTPUT_KEY] = output
     # Every command reads the same configuration: a bad key in harvest.toml or a misspelled
     # HARVEST_* variable stops `workflow list` exactly as it stops `harvest worker`.

@@ -57,15 +57,19 @@ def worker(target: str, config_path: str | None, role: str | None, queues: tuple
            concurrency: int | None, database_url: str | None, shutdown_grace: float | None,
            log_level: str) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
-    from harvest.cli.output import CONFIG_PATH_KEY
+    from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
     from harvest.config import database_url as resolve_database_url
-    from harvest.config import load_config, resolve_queues, runtime_plan
+    from harvest.config import resolve_queues, runtime_plan
     from harvest.worker import Worker
 
     # The config first: a bad key stops the boot before the App is even imported. This
-    # command's --config wins over `harvest --config` given before it.
-    root_path = click.get_current_context().meta.get(CONFIG_PATH_KEY)
-    config = load_config(config_path or root_path).with_overrides({
+    # command's --config wins over `harvest --config` given before it; the root has
+    # loaded it already (cli/main.py), unless this command was invoked on its own.
+    meta = click.get_current_context().meta
+    if config_path is not None and meta.get(CONFIG_PATH_KEY) != config_path:
+        meta[CONFIG_PATH_KEY] = config_path
+        meta.pop(CONFIG_KEY, None)
+    config = cli_config().with_overrides({
         "role": (role, "--role"), "worker.queues": (list(queues) or None, "--queue"),
         "worker.enabled": (worker_enabled, "--worker/--no-worker"),
         "scheduler.enabled": (scheduler_enabled, "--scheduler/--no-scheduler"),

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from harvest import jsonb
 from harvest.worker.completions import Recorded
-from harvest.worker.workflows import warn_on_bloat
+from harvest.worker.workflows import payloads_fit, warn_on_bloat
 
 if TYPE_CHECKING:
     from harvest.runtime import Activation, WorkflowRun
@@ -91,6 +91,9 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
     except Exception as exc:  # noqa: BLE001 - the woken workflow task replays and reports it
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()
+        return None
+    if not payloads_fit(activation.commands, worker.max_payload_bytes, task["workflow_name"]):
+        run.close()  # the database would refuse it: the woken workflow task fails the run, typed
         return None
     grant = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"),
                                  task)

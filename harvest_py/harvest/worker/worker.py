@@ -37,7 +37,7 @@ from harvest.db.connection import RedactingAsyncConnection, connect_async, is_pe
 from harvest.db.migrate import latest_core_version, schema_mismatch
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.definitions import App
-from harvest.errors import DatabaseUnavailable, InvalidArgument, PermissionDenied
+from harvest.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.queries import serve_queries
@@ -164,13 +164,7 @@ class Worker:
             if self.max_payload_bytes is None:
                 self.max_payload_bytes = await self.sql.payload_limit()
             if self.run_worker:
-                await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
-                                               os.getpid(), self.heartbeat_interval,
-                                               {"concurrency": self.concurrency})
-                # The names this worker can run on each queue it polls: a start of a name no
-                # worker registered on its queue is refused up front (functions/start.sql).
-                if self.app.workflows:
-                    await self.sql.register_workflows(self.queues, sorted(self.app.workflows))
+                await self._register()
             # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
             await self.sql.declare_flow_policies(self.app.flow_policies())
             background = []
@@ -203,6 +197,15 @@ class Worker:
                         await asyncio.gather(heartbeat, return_exceptions=True)
         finally:
             await self._pool.close()
+
+    async def _register(self) -> None:
+        await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
+                                       os.getpid(), self.heartbeat_interval,
+                                       {"concurrency": self.concurrency})
+        # The names this worker can run on each queue it polls: a start of a name no
+        # worker registered on its queue is refused up front (functions/start.sql).
+        if self.app.workflows:
+            await self.sql.register_workflows(self.queues, sorted(self.app.workflows))
 
     async def _first_connection(self) -> None:
         """Connect once before opening the pool, which would retry any error for
@@ -261,7 +264,11 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        released = await self.sql.stop_worker(self.worker_id)
+        try:
+            released = await self.sql.stop_worker(self.worker_id)
+        except NotFound:  # our row was pruned since the last heartbeat: register to stop it
+            await self._register()
+            released = await self.sql.stop_worker(self.worker_id)
         if released:
             log.info("worker %s released %d unfinished task(s)", self.worker_id, released)
 
@@ -449,6 +456,17 @@ class Worker:
                     self.request_stop()
             except asyncio.CancelledError:
                 raise
+            except NotFound:
+                # Our row is gone: worker retention deleted it while we were silent past
+                # worker_max_age (a partition, a frozen VM). Register again and carry on.
+                log.warning("worker %s is no longer in the registry (deleted by worker retention "
+                            "after a long silence?): registering it again", self.worker_id)
+                try:
+                    await self._register()
+                    if self._stopping.is_set():  # still finishing in-flight work: say so again
+                        await self.sql.begin_worker_drain(self.worker_id)
+                except Exception as exc:  # noqa: BLE001 - the next heartbeat tries again
+                    log.warning("worker %s could not register again: %s", self.worker_id, exc)
             except Exception as exc:  # noqa: BLE001
                 log.warning("worker heartbeat failed: %s", exc)
 

@@ -12,7 +12,8 @@ import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from harvest.errors import HarvestError, NonDeterminismError, StaleTask, UnknownWorkflow
+from harvest import payload
+from harvest.errors import HarvestError, NonDeterminismError, PayloadTooLarge, StaleTask, UnknownWorkflow
 from harvest.runtime import WorkflowRun
 
 if TYPE_CHECKING:
@@ -69,6 +70,91 @@ class StickyCache:
 
     def __len__(self) -> int:
         return len(self._runs)
+
+
+# The payloads of a decision's commands that the database checks against its payload
+# limit (functions/decide.sql), and how its HR008 message names each. A child's input
+# is not here: the database turns it into a typed START_FAILED the parent can catch.
+_COMMAND_PAYLOADS: dict[str, tuple[str, str]] = {
+    "schedule_activity": ("input", "the input of activity {name} (command {seq})"),
+    "record_marker": ("value", "the value of marker {kind} (command {seq})"),
+    "cancel_workflow": ("details", "the cancellation details of the workflow"),
+    "continue_as_new": ("input", "the continue-as-new input of workflow {workflow}"),
+    "complete_workflow": ("result", "the result of workflow {workflow}"),
+    "fail_workflow": ("failure", "the failure of workflow {workflow}"),
+}
+
+
+def payload_failure(exc: PayloadTooLarge, limit: int | None) -> dict[str, Any]:
+    """The non-retryable ``PayloadTooLarge`` failure for ``exc``, itself small enough to store.
+
+    Under a small limit it loses, in turn, the message's hint, its details and its message
+    (the smallest, ``{error_type, non_retryable}``, is 56 bytes).
+    """
+    failure: dict[str, Any] = {"error_type": "PayloadTooLarge", "message": str(exc), "non_retryable": True,
+                               "details": {"what": exc.what, "bytes": exc.bytes, "limit": exc.limit}}
+    if limit is None:
+        return failure
+    if payload.payload_size(failure) > limit and exc.what is not None:
+        failure["message"] = f"{exc.what} is {exc.bytes} bytes, over the payload limit of {exc.limit} bytes"
+    if payload.payload_size(failure) > limit:
+        del failure["details"]
+    while payload.payload_size(failure) > limit and failure.get("message"):
+        failure["message"] = failure["message"][: len(failure["message"]) // 2]
+    if payload.payload_size(failure) > limit:
+        failure.pop("message", None)
+    return failure
+
+
+def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> PayloadTooLarge | None:
+    """The database's refusal of ``command`` for a payload over ``limit``, or None."""
+    kind = command["type"]
+    if kind == "complete_update":
+        field = "failure" if "failure" in command else "result"
+        what = f"the {field} of update {command.get('update_id')}"
+    elif kind in _COMMAND_PAYLOADS:
+        field, what = _COMMAND_PAYLOADS[kind]
+        what = what.format(name=command.get("name"), seq=command.get("seq"), kind=command.get("kind"),
+                           workflow=workflow_name)
+    else:
+        return None
+    try:
+        payload.check_size(command.get(field), what, limit)
+    except PayloadTooLarge as exc:
+        return exc
+    return None
+
+
+def payloads_fit(commands: list[dict[str, Any]], limit: int | None, workflow_name: str) -> bool:
+    """Whether the database would take every payload of ``commands`` (see fit_payloads)."""
+    return limit is None or not any(_oversized(c, limit, workflow_name) for c in commands)
+
+
+def fit_payloads(commands: list[dict[str, Any]], limit: int | None, workflow_name: str,
+                 execution_id: str = "") -> list[dict[str, Any]]:
+    """The decision to commit: ``commands`` when every payload fits under ``limit``.
+
+    The database would refuse a decision holding a payload over the limit on every
+    attempt, so the workflow task would retry forever. Instead an update whose result
+    (or failure) is too large fails, typed, and the run goes on; any other payload
+    over the limit ends the run: the decision becomes one ``fail_workflow`` with the
+    non-retryable ``PayloadTooLarge`` (what, size, limit), and nothing else of it is
+    written.
+    """
+    if payloads_fit(commands, limit, workflow_name):
+        return commands
+    fitted = []
+    for command in commands:
+        exc = _oversized(command, limit, workflow_name)
+        if exc is not None and command["type"] == "complete_update":
+            log.warning("workflow %s (%s): update fails: %s", execution_id, workflow_name, exc)
+            command = {k: v for k, v in command.items() if k not in ("result", "failure")}
+            command["failure"] = payload_failure(exc, limit)
+        elif exc is not None:
+            log.error("workflow %s (%s) fails: %s", execution_id, workflow_name, exc)
+            return [{"type": "fail_workflow", "failure": payload_failure(exc, limit)}]
+        fitted.append(command)
+    return fitted
 
 
 def _event(row: dict[str, Any]) -> dict[str, Any]:
@@ -142,13 +228,22 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             pass
         return
 
+    commands = fit_payloads(activation.commands, worker.max_payload_bytes, task["workflow_name"],
+                            execution_id)
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
-    grant = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"),
-                                 task)
+    grant = worker.reserve_slots(sum(1 for c in commands if c["type"] == "schedule_activity"), task)
     try:
         # Group commit (worker/completions.py): decisions made together share a transaction.
-        outcome = await worker.decisions.complete(task_id, token, activation.through,
-                                                  activation.commands, grant.slots)
+        try:
+            outcome = await worker.decisions.complete(task_id, token, activation.through, commands,
+                                                      grant.slots)
+        except PayloadTooLarge as exc:
+            # The server's limit is stricter than ours (it is the authority): the same
+            # decision would be refused on every attempt, so the run fails, typed.
+            log.error("workflow %s (%s) fails: the database refused its decision: %s",
+                      execution_id, task["workflow_name"], exc)
+            commands = [{"type": "fail_workflow", "failure": payload_failure(exc, exc.limit)}]
+            outcome = await worker.decisions.complete(task_id, token, activation.through, commands, 0)
     except StaleTask as stale:
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
         run.close()
@@ -162,7 +257,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         worker.run_handed(handed, task)
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
     finished = activation.finished or outcome["execution_status"] != "RUNNING" or any(
-        c["type"] in ("complete_workflow", "fail_workflow") for c in activation.commands)
+        c["type"] in ("complete_workflow", "fail_workflow") for c in commands)
     if finished:
         run.close()
     else:
