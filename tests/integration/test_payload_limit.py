@@ -4,6 +4,8 @@ and by the worker on activity results, which fail typed and for good."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 
@@ -111,6 +113,17 @@ def test_an_activity_result_over_the_limit_fails_typed_and_final(db: str, start_
     assert running.error is None
 
 
+def _wait_for_first_decision(db: str, execution_id: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(db, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            if conn.execute("SELECT 1 FROM harvest.events WHERE execution_id = %s"
+                            " AND event_type = 'WorkflowTaskCompleted'", (execution_id,)).fetchone():
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"execution {execution_id} completed no workflow task in {timeout} s")
+
+
 @workflow
 async def holder(ctx, n: int) -> None:
     ctx.state["n"] = n
@@ -127,6 +140,8 @@ def test_a_query_answer_over_the_limit_is_a_typed_failure_not_a_timeout(db: str,
     start_worker(App(workflows=[holder], queries=[blob]))
     with Client(db) as client:
         handle = client.start_workflow(holder, 5000)
+        # A query served before the run's first workflow task would find no state["n"] yet.
+        _wait_for_first_decision(db, handle.execution_id)
         # Without the worker's check the answer was refused (HR008) and the caller waited out
         # its timeout; now it hears why at once.
         with pytest.raises(QueryFailed, match="the answer to query blob is 5002 bytes") as info:
