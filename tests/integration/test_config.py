@@ -18,8 +18,8 @@ import pytest
 
 from harvest import App, Worker, activity, workflow
 from harvest.config import load_config, queue_coverage, resolve_queues, runtime_plan
+from harvest.core.errors import ConfigError
 from harvest.db.sqlapi import SqlApi
-from harvest.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

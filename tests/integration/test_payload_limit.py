@@ -8,8 +8,8 @@ import psycopg
 import pytest
 
 from harvest import App, Client, RetryPolicy, activity, query, workflow
-from harvest.errors import ActivityError, PayloadTooLarge, QueryFailed
-from harvest.payload import payload_size
+from harvest.core.errors import ActivityError, PayloadTooLarge, QueryFailed
+from harvest.core.payload import payload_size
 
 
 def _set_limit(db: str, limit: int) -> None:

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.definitions import WorkflowDefinition
-from harvest.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
 from harvest.runtime.loop import IllegalWorkflowOperation

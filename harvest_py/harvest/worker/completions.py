@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from harvest.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
-from harvest.group_commit import MAX_BATCH, GroupCommit
+from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
+from harvest.db.group_commit import MAX_BATCH, GroupCommit
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker

@@ -12,7 +12,7 @@ import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from harvest.errors import HarvestError, NonDeterminismError, StaleTask, UnknownWorkflow
+from harvest.core.errors import HarvestError, NonDeterminismError, StaleTask, UnknownWorkflow
 from harvest.runtime import WorkflowRun
 
 if TYPE_CHECKING:
