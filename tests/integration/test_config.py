@@ -1,4 +1,4 @@
-"""Process roles and configuration (harvest/config.py): one harvest.toml plus HARVEST_* variables,
+"""Process roles and configuration (harvest/config/): one harvest.toml plus HARVEST_* variables,
 the runtimes each role places, worker queue narrowing, queue coverage, and `harvest worker` booting
 with all of it as a real process against a real database."""
 

@@ -1,4 +1,4 @@
-"""A worker's group commit (harvest/group_commit.py) of finished tasks.
+"""A worker's group commit (harvest/db/group_commit.py) of finished tasks.
 
 A handler that finished an activity (or decided a workflow task) hands its
 outcome to a batcher and waits; busy handlers share a transaction
