@@ -321,7 +321,7 @@ class App:
         for item in activities:
             self._add(self.activities, _as_activity(item), "activity")
         _flow.check_shared_keys(self.activities.values())
-        from harvest.declare.messages import register_handlers  # @query / @update (harvest/declare/messages.py)
+        from harvest.declare.messages import register_handlers  # @query / @update (declare/messages.py)
         # workflow name -> handler name -> HandlerDefinition
         self.queries, self.updates = register_handlers(self.workflows, queries, updates)
 
