@@ -12,8 +12,8 @@ from harness import check_history, count_events, history, runs, wait_until
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from harvest.core.errors import StaleTask
 from harvest.db.sqlapi import translated_errors
-from harvest.errors import StaleTask
 
 pytestmark = pytest.mark.chaos
 

@@ -18,7 +18,7 @@ from apps import wf_short, wf_signals, wf_updates
 from harness import check_history, count_events, history, query, runs, wait_until
 
 import harvest
-from harvest.errors import WorkflowCancelled, WorkflowNotRunning
+from harvest.core.errors import WorkflowCancelled, WorkflowNotRunning
 
 pytestmark = pytest.mark.chaos
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from harvest import App, Client, RetryPolicy, activity, workflow
-from harvest.errors import WorkflowFailed
+from harvest.core.errors import WorkflowFailed
 
 progress: dict[str, list] = {}
 

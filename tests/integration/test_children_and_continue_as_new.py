@@ -8,7 +8,7 @@ import time
 import pytest
 
 from harvest import App, Client, activity, workflow
-from harvest.errors import ChildWorkflowError
+from harvest.core.errors import ChildWorkflowError
 
 
 @activity
@@ -142,7 +142,7 @@ async def rotates_with_run_timeout(ctx, n: int) -> None:
 
 
 def test_a_successor_keeps_the_run_timeout(start_worker, client: Client) -> None:
-    from harvest.errors import WorkflowTimedOut
+    from harvest.core.errors import WorkflowTimedOut
 
     start_worker(App(workflows=[rotates_with_run_timeout]))
     handle = client.start_workflow(rotates_with_run_timeout, 0, run_timeout="1s")

@@ -106,7 +106,7 @@ def test_bad_values_are_refused_in_one_line(db: str, args: list[str], needle: st
 
 def test_a_string_priority_is_refused_before_the_database(db: str) -> None:
     from harvest.client import Client
-    from harvest.errors import InvalidArgument
+    from harvest.core.errors import InvalidArgument
 
     with Client(db) as client, pytest.raises(InvalidArgument, match="priority: expected an int"):
         client.start_workflow("wf", priority="high")

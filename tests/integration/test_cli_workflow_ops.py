@@ -13,7 +13,7 @@ from psycopg.types.json import Jsonb
 from test_queries_updates import app, budget, settled
 
 from harvest import Client
-from harvest.handlers import describe_handlers
+from harvest.declare.messages import describe_handlers
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Process roles and configuration (harvest/config.py): one harvest.toml plus HARVEST_* variables,
+"""Process roles and configuration (harvest/config/): one harvest.toml plus HARVEST_* variables,
 the runtimes each role places, worker queue narrowing, queue coverage, and `harvest worker` booting
 with all of it as a real process against a real database."""
 
@@ -18,8 +18,8 @@ import pytest
 
 from harvest import App, Worker, activity, workflow
 from harvest.config import load_config, queue_coverage, resolve_queues, runtime_plan
+from harvest.core.errors import ConfigError
 from harvest.db.sqlapi import SqlApi
-from harvest.errors import ConfigError
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 
 from harvest import AsyncClient, Client, Worker
+from harvest.cli.demo import app as demo_app
 from harvest.cli.main import main
+from harvest.core.errors import ConnectionRejected, DatabaseUnavailable, HarvestError
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
-from harvest.demo import app as demo_app
-from harvest.errors import ConnectionRejected, DatabaseUnavailable, HarvestError
 from harvest.worker import worker as worker_module
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -52,7 +52,7 @@ def short_connect_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- every path, every form (item 3) -------------------------------------------------------------
 
 COMMANDS = [["workflow", "list"], ["migrate", "status"], ["migrate", "run"], ["preflight"],
-            ["worker", "harvest.demo:app"], ["dlq", "list"]]
+            ["worker", "harvest.cli.demo:app"], ["dlq", "list"]]
 
 
 @pytest.mark.parametrize(("name", "dsn", "secrets"), FORMS, ids=IDS)
@@ -85,7 +85,7 @@ def test_dev_never_prints_the_password(name: str, dsn: str, secrets: list[str],
 def test_a_real_process_prints_one_line_without_the_password(name: str, dsn: str, secrets: list[str],
                                                             how: str) -> None:
     env = env_without_dsns()
-    for command in (["workflow", "list"], ["worker", "harvest.demo:app"]):
+    for command in (["workflow", "list"], ["worker", "harvest.cli.demo:app"]):
         args = [*command, "--database-url", dsn] if how == "flag" else command
         if how == "env":
             env["HARVEST_DATABASE_URL"] = dsn
@@ -181,7 +181,7 @@ def test_harvest_worker_exits_within_seconds_on_a_wrong_password(password_server
     env = env_without_dsns()
     env["HARVEST_DATABASE_URL"] = wrong_password(password_server)
     started = time.monotonic()
-    done = subprocess.run([*HARVEST, "worker", "harvest.demo:app"], env=env, capture_output=True, text=True,
+    done = subprocess.run([*HARVEST, "worker", "harvest.cli.demo:app"], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
     elapsed = time.monotonic() - started
     assert done.returncode == 1, done.stderr

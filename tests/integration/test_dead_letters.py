@@ -7,7 +7,7 @@ import time
 import pytest
 
 from harvest import App, Client, RetryPolicy, activity, workflow
-from harvest.errors import WorkflowFailed, WorkflowNotRunning
+from harvest.core.errors import WorkflowFailed, WorkflowNotRunning
 
 state = {"healthy": False}
 

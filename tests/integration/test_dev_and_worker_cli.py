@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harvest import Client, Worker
-from harvest.demo import app as demo_app
-from harvest.errors import SchemaMismatch
+from harvest.cli.demo import app as demo_app
+from harvest.core.errors import SchemaMismatch
 
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from harvest import App, activity, workflow
-from harvest.errors import ConfigError, InvalidArgument
+from harvest.core.errors import ConfigError, InvalidArgument
 
 state = {"now": 0, "peak": 0}
 state_lock = threading.Lock()

@@ -10,7 +10,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from harvest import App, activity, workflow
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 started: list[str] = []
 started_lock = threading.Lock()

@@ -11,7 +11,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from harvest import App, Batch, Debounce, Throttle, activity, workflow
-from harvest.errors import InvalidArgument, WorkflowFailed
+from harvest.core.errors import InvalidArgument, WorkflowFailed
 
 
 @workflow(throttle=Throttle(rps=2, burst=2))

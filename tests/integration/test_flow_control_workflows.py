@@ -11,8 +11,8 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from harvest import App, activity, workflow
-from harvest.errors import PolicyConflict, QuotaExceeded
-from harvest.flow_control import Concurrency, Quota, RateLimit
+from harvest.core.errors import PolicyConflict, QuotaExceeded
+from harvest.declare.flow_control import Concurrency, Quota, RateLimit
 
 gate = threading.Event()
 

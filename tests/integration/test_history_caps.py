@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from harvest import App, Client, activity, workflow
-from harvest.errors import InvalidArgument, WorkflowFailed
+from harvest.core.errors import InvalidArgument, WorkflowFailed
 
 
 @activity

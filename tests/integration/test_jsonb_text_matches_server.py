@@ -12,7 +12,7 @@ import struct
 import psycopg
 import pytest
 
-from harvest.jsonb import stored_text
+from harvest.core.jsonb import stored_text
 
 EDGE_CASES = [
     None, True, False, 0, -1, 2**63, -(2**200), 12345678901234567890123456789,

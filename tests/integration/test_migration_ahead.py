@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from harvest import AsyncClient, Client, Worker
+from harvest.cli.demo import app as demo_app
 from harvest.cli.main import main
+from harvest.core.errors import ConfigError, SchemaMismatch
 from harvest.db import migrate as m
-from harvest.demo import app as demo_app
-from harvest.errors import ConfigError, SchemaMismatch
 
 LATEST_CORE = m.latest_core_version()
 FUTURE = "9999"

@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from harvest.cli.migrate import migrate
+from harvest.core.errors import SchemaMismatch
 from harvest.db import migrate as m
-from harvest.errors import SchemaMismatch
 
 REPO = Path(__file__).resolve().parents[2]
 HARVEST_PY = REPO / "harvest_py"

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from harvest import App, Client, RetryPolicy, activity, query, update, workflow
-from harvest.errors import ActivityError, PayloadTooLarge, QueryFailed, UpdateFailed, WorkflowFailed
-from harvest.payload import payload_size
+from harvest.core.errors import ActivityError, PayloadTooLarge, QueryFailed, UpdateFailed, WorkflowFailed
+from harvest.core.payload import payload_size
 
 
 def _set_limit(db: str, limit: int) -> None:

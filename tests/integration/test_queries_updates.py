@@ -8,14 +8,14 @@ import time
 import pytest
 
 from harvest import App, Client, activity, query, update, workflow
-from harvest.errors import (
+from harvest.client.messages import UpdateHandle
+from harvest.core.errors import (
     QueryFailed,
     QueryTimeout,
     UpdateFailed,
     UpdateRejected,
     WorkflowNotRunning,
 )
-from harvest.messaging import UpdateHandle
 
 
 def check_amount(ctx, amount: int) -> None:

@@ -11,7 +11,7 @@ import pytest
 from operator_helpers import harvest
 
 from harvest import App, Client, workflow
-from harvest.errors import UnknownWorkflow, WorkflowFailed
+from harvest.core.errors import UnknownWorkflow, WorkflowFailed
 from harvest.worker import workflows as worker_workflows
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harvest import App, Client, activity, workflow
-from harvest.errors import InvalidArgument, WorkflowNotRunning
+from harvest.core.errors import InvalidArgument, WorkflowNotRunning
 
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 

@@ -193,7 +193,7 @@ def test_a_start_that_can_terminate_a_live_run_needs_admin(login, db: str) -> No
     a start with conflict_policy terminate_existing (or reuse_policy terminate_if_running) is refused
     too, typed in Python and one line in the CLI; an admin's works."""
     from harvest import Client
-    from harvest.errors import PermissionDenied
+    from harvest.core.errors import PermissionDenied
 
     with psycopg.connect(db, autocommit=True) as owner:
         live = start(owner, "wf", "live-1")

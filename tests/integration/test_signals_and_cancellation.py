@@ -8,7 +8,7 @@ import time
 import pytest
 
 from harvest import App, Client, activity, workflow
-from harvest.errors import (
+from harvest.core.errors import (
     SignalTimeout,
     WorkflowCancelled,
     WorkflowNotRunning,

@@ -13,8 +13,8 @@ import pglast
 import pytest
 from pglast import ast
 
+from harvest.core.errors import ConfigError
 from harvest.db import migrate as m
-from harvest.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SQL_DIRS = ("sql", "functions", "migrations")

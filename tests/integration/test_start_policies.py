@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from harvest import Client
-from harvest.errors import InvalidArgument, WorkflowAlreadyExists
+from harvest.core.errors import InvalidArgument, WorkflowAlreadyExists
 
 
 def finish(db: str, execution_id: str, status: str) -> None:

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from harvest import ActivityFailure, App, Client, RetryPolicy, activity, workflow
-from harvest.errors import ActivityError, PayloadError, TimeoutError_, WorkflowFailed
+from harvest.core.errors import ActivityError, PayloadError, TimeoutError_, WorkflowFailed
 
 
 @dataclasses.dataclass

@@ -7,7 +7,7 @@ import asyncio
 from history_builder import Engine, HistoryBuilder, new_run
 from workflows_fixture import send_email
 
-from harvest.definitions import App, workflow
+from harvest.declare.definitions import App, workflow
 
 
 def run(coro):

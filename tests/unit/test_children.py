@@ -8,8 +8,8 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run, resolve_all_reversed
 from workflows_fixture import Receipt
 
-from harvest.definitions import App, workflow
-from harvest.errors import ChildWorkflowError, NonDeterminismError
+from harvest.core.errors import ChildWorkflowError, NonDeterminismError
+from harvest.declare.definitions import App, workflow
 
 
 def run(coro):

@@ -7,7 +7,7 @@ import asyncio
 import psycopg
 import pytest
 
-from harvest.errors import InvalidArgument, StaleTask
+from harvest.core.errors import InvalidArgument, StaleTask
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher, Recorded
 
 

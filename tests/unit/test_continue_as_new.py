@@ -8,8 +8,8 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run
 from workflows_fixture import Order, render
 
-from harvest.definitions import App, workflow
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
+from harvest.declare.definitions import App, workflow
 from harvest.runtime import ContinueAsNew
 
 

@@ -6,7 +6,8 @@ import datetime as dt
 
 import pytest
 
-from harvest.definitions import (
+from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
+from harvest.declare.definitions import (
     ActivityDefinition,
     App,
     RetryPolicy,
@@ -15,7 +16,6 @@ from harvest.definitions import (
     parse_duration,
     workflow,
 )
-from harvest.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
 
 
 @pytest.mark.parametrize("text, seconds", [

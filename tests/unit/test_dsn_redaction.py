@@ -13,6 +13,7 @@ import pytest
 from dsn_forms import FORMS, IDS
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from harvest.core.errors import ConfigError, DatabaseUnavailable, HarvestError
 from harvest.db import connection
 from harvest.db.connection import (
     RedactingAsyncConnection,
@@ -23,7 +24,6 @@ from harvest.db.connection import (
     redact,
     tls_warning,
 )
-from harvest.errors import ConfigError, DatabaseUnavailable, HarvestError
 
 
 def leaks(text: str, secrets: list[str]) -> list[str]:

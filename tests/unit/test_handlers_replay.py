@@ -10,10 +10,10 @@ from history_builder import Engine, HistoryBuilder, new_run
 from workflows_fixture import Order, send_email
 
 from harvest import describe_handlers, query, update
-from harvest.definitions import App, workflow
-from harvest.errors import ConfigError, NonDeterminismError, NotFound
+from harvest.core.errors import ConfigError, NonDeterminismError, NotFound
+from harvest.declare.definitions import App, workflow
 from harvest.runtime import IllegalWorkflowOperation
-from harvest.runtime.handlers import UnknownHandler
+from harvest.runtime.messages import UnknownHandler
 
 
 def run(coro):

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from harvest import RetryPolicy, activity
-from harvest.client import _start_call
+from harvest.client.client import _start_call
 from harvest.config import load_config
-from harvest.errors import ConfigError, InvalidArgument
-from harvest.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
+from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.declare.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
 
 
 async def _noop(ctx) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harvest.jsonb import stored_text, stored_value
+from harvest.core.jsonb import stored_text, stored_value
 
 
 @pytest.mark.parametrize(("value", "text"), [

@@ -9,9 +9,9 @@ import uuid
 import pytest
 from history_builder import Engine, HistoryBuilder, new_run
 
-from harvest.definitions import App, RetryPolicy, activity, workflow
-from harvest.errors import ActivityFailure
-from harvest.idempotency import IdempotencyKey
+from harvest.core.errors import ActivityFailure
+from harvest.core.idempotency import IdempotencyKey
+from harvest.declare.definitions import App, RetryPolicy, activity, workflow
 from harvest.runtime import LocalActivityContext
 from harvest.runtime.run import LocalActivitiesDeferred
 

@@ -8,8 +8,8 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run, resolve_all_in_order
 from workflows_fixture import app, send_email
 
-from harvest.definitions import App, workflow
-from harvest.errors import NonDeterminismError
+from harvest.core.errors import NonDeterminismError
+from harvest.declare.definitions import App, workflow
 from harvest.runtime import HistoryMismatch, IllegalWorkflowOperation
 
 

@@ -12,8 +12,8 @@ from typing import Any, Optional
 
 import pytest
 
-from harvest.errors import PayloadError
-from harvest.payload import decode, decode_args, decode_result, encode, encode_args
+from harvest.core.errors import PayloadError
+from harvest.core.payload import decode, decode_args, decode_result, encode, encode_args
 
 
 class Color(enum.Enum):

@@ -26,7 +26,7 @@ from workflows_fixture import (
     tolerant,
 )
 
-from harvest.definitions import workflow
+from harvest.declare.definitions import workflow
 
 
 def run(coro):

@@ -9,8 +9,8 @@ import pytest
 from history_builder import Engine
 from workflows_fixture import render, send_email
 
-from harvest.definitions import App, workflow
-from harvest.errors import NonDeterminismError
+from harvest.core.errors import NonDeterminismError
+from harvest.declare.definitions import App, workflow
 from harvest.testing import ReplayResult, WorkflowReplayer
 
 

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from history_builder import Engine
 
-from harvest.definitions import App, activity, workflow
-from harvest.saga import Saga
+from harvest.declare.definitions import App, activity, workflow
+from harvest.runtime.saga import Saga
 
 LOCAL_UNDO: list[str] = []
 

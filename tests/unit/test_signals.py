@@ -8,8 +8,8 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run
 from workflows_fixture import Order, send_email
 
-from harvest.definitions import App, workflow
-from harvest.errors import InvalidArgument, SignalTimeout
+from harvest.core.errors import InvalidArgument, SignalTimeout
+from harvest.declare.definitions import App, workflow
 
 
 def run(coro):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from harvest import App, Batch, Debounce, Throttle, workflow
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 
 def test_policies_json_carries_each_gate():

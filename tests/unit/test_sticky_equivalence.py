@@ -19,7 +19,7 @@ from test_signals import two_waiters, wait_or_timeout
 from test_versioning import notify_v2
 from workflows_fixture import render, send_email
 
-from harvest.definitions import App, workflow
+from harvest.declare.definitions import App, workflow
 from harvest.testing import WorkflowReplayer
 
 

@@ -8,8 +8,8 @@ import pytest
 from history_builder import Engine, new_run
 from workflows_fixture import send_email
 
-from harvest.definitions import App, workflow
-from harvest.errors import InvalidArgument, NonDeterminismError
+from harvest.core.errors import InvalidArgument, NonDeterminismError
+from harvest.declare.definitions import App, workflow
 from harvest.runtime import DEFAULT_VERSION
 
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from history_builder import HistoryBuilder, new_run
 
-from harvest.definitions import workflow
+from harvest.declare.definitions import workflow
 from harvest.runtime import DeterministicEventLoop, IllegalWorkflowOperation
 
 

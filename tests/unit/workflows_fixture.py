@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from harvest.definitions import App, RetryPolicy, activity, workflow
-from harvest.errors import ActivityError
+from harvest.core.errors import ActivityError
+from harvest.declare.definitions import App, RetryPolicy, activity, workflow
 
 
 @dataclass

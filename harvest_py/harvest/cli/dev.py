@@ -11,10 +11,10 @@ import shlex
 
 import click
 
+from harvest.core.errors import ConfigError
 from harvest.db.connection import parse_dsn, redact
 from harvest.db.embedded import EmbeddedPostgres, bin_dir
 from harvest.db.migrate import Migrator
-from harvest.errors import ConfigError
 
 DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
 
@@ -50,7 +50,7 @@ def dev(target: str | None, demo_and_exit: bool) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = load_app(target) if target else None
     if app is None:
-        from harvest.demo import app
+        from harvest.cli.demo import app
     server = None
     dsn = os.environ.get(DEV_DSN_ENV)
     if dsn:
@@ -83,8 +83,8 @@ def dev(target: str | None, demo_and_exit: bool) -> None:
 
 
 async def _demo(worker, dsn: str) -> None:
+    from harvest.cli.demo import greet
     from harvest.client import AsyncClient
-    from harvest.demo import greet
 
     running = asyncio.create_task(worker.run())
     async with await AsyncClient.connect(dsn) as client:

@@ -15,7 +15,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z",
          "%Y-%m-%dT%H:%M:%S.%f%z"]

@@ -9,7 +9,7 @@ import click
 import psycopg
 
 from harvest.cli.output import scrub
-from harvest.errors import HarvestError, from_database_error
+from harvest.core.errors import HarvestError, from_database_error
 
 # The application_name of every connection a command opens (libpq reads PGAPPNAME):
 # the audit log records operator actions made through the CLI with source cli.

@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 
 from harvest.cli.output import cli_dsn, scrub
+from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
 from harvest.db.migrate import Migrator
-from harvest.errors import HarvestError
 
 database_url_option = click.option(
     "--database-url", envvar=None, default=None,

@@ -71,7 +71,7 @@ def output_option(f):
 
 
 def cli_config() -> Config:
-    """The one configuration every command reads (harvest.toml + HARVEST_*, see harvest/config.py),
+    """The one configuration every command reads (harvest.toml + HARVEST_*, see harvest/config/config.py),
     loaded once per invocation; an unknown key or variable stops any command the same way."""
     ctx = click.get_current_context(silent=True)
     meta = ctx.meta if ctx is not None else {}

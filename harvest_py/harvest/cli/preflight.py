@@ -16,9 +16,9 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_dsn, database_url_option, output_option, table, to_json
+from harvest.core.errors import HarvestError
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
-from harvest.errors import HarvestError
 
 RANK = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 EXIT = {"pass": 0, "warn": 2, "fail": 1}

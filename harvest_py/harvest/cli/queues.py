@@ -1,4 +1,4 @@
-"""`harvest queue coverage`: each declared queue with no live worker (harvest/config.py)."""
+"""`harvest queue coverage`: each declared queue with no live worker (harvest/config/config.py)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from harvest.cli.output import cli_dsn, output_option
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 
 def _check_history(history: object, path: Path) -> None:

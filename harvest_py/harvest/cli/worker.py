@@ -9,8 +9,9 @@ import sys
 
 import click
 
-from harvest.definitions import App
-from harvest.errors import ConfigError
+from harvest.core.errors import ConfigError
+from harvest.declare.definitions import App
+from harvest.worker.options import WorkerOptions
 
 
 def load_app(target: str) -> App:
@@ -44,12 +45,13 @@ def load_app(target: str) -> App:
               help="Run the timeout scanner and relays (default: follow the role).")
 @click.option("--retention-run-on", type=click.Choice(["scheduler", "all"]), default=None,
               help="Where the retention janitor runs (default: retention.run_on, else scheduler).")
-@click.option("--concurrency", default=None, type=click.IntRange(1, 10_000),
-              help="Tasks in flight at once (default: worker.concurrency, else 20).")
+# Bounds are WorkerOptions', checked with the file's and the variables' (config.with_overrides).
+@click.option("--concurrency", default=None, type=int,
+              help=f"Tasks in flight at once (default: worker.concurrency, else {WorkerOptions.concurrency}).")
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @click.option("--shutdown-grace", default=None, type=float,
               help="Seconds to finish in-flight work after SIGTERM before releasing it "
-                   "(default: worker.shutdown_grace, else 30).")
+                   f"(default: worker.shutdown_grace, else {WorkerOptions.shutdown_grace:g}).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
 def worker(target: str, config_path: str | None, role: str | None, queues: tuple[str, ...],
@@ -59,7 +61,7 @@ def worker(target: str, config_path: str | None, role: str | None, queues: tuple
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
     from harvest.config import database_url as resolve_database_url
-    from harvest.config import resolve_queues, runtime_plan
+    from harvest.config import resolve_queues, runtime_plan, worker_options
     from harvest.worker import Worker
 
     # The config first: a bad key stops the boot before the App is even imported. This
@@ -89,14 +91,8 @@ def worker(target: str, config_path: str | None, role: str | None, queues: tuple
                           "scheduler and retention are all off); set HARVEST_ROLE=worker, or "
                           "HARVEST_WORKER__ENABLED=true / HARVEST_SCHEDULER__ENABLED=true")
     dsn = resolve_database_url(database_url, config)  # the same path as every other command
-    options = {"queues": polled, "concurrency": config.get("worker.concurrency", 20),
-               "shutdown_grace": config.get("worker.shutdown_grace", 30.0),
-               "run_worker": plan.worker.value, "run_scanner": plan.scheduler.value,
-               "run_retention": plan.retention.value,
-               "retention_interval": config.get("retention.interval", 60.0)}
-    if config.get("worker.heartbeat_interval") is not None:
-        options["heartbeat_interval"] = config.get("worker.heartbeat_interval")
-    if config.get("worker.max_payload_bytes") is not None:
-        options["max_payload_bytes"] = config.get("worker.max_payload_bytes")
-    instance = Worker(app, dsn, **options)
+    # One WorkerOptions: flags > HARVEST_* > file for its tunables, the role for the switches.
+    options = worker_options(config, queues=polled, run_worker=plan.worker.value,
+                             run_scanner=plan.scheduler.value, run_retention=plan.retention.value)
+    instance = Worker(app, dsn, options=options)
     asyncio.run(instance.run(install_signal_handlers=True))

@@ -11,7 +11,7 @@ from datetime import UTC
 import click
 
 from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = ["worker_id", "status", "health", "queues", "hostname", "pid", "last_heartbeat_at", "in_flight"]

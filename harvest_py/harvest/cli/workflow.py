@@ -20,7 +20,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 
 def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
@@ -112,7 +112,7 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
     Exit 0: completed; 1: it ended without completing; 3: --timeout ran out while it still runs.
     """
     from harvest.client import Client
-    from harvest.errors import (
+    from harvest.core.errors import (
         TimeoutError_,
         WorkflowCancelled,
         WorkflowFailed,
@@ -402,7 +402,7 @@ def update(execution_id, name, input_json, input_file, wait, update_id, timeout_
            output) -> None:
     """Validate, record and run update NAME on a running execution."""
     from harvest.client import Client
-    from harvest.messaging import UpdateHandle
+    from harvest.client.messages import UpdateHandle
 
     arg = read_json_option(input_json, input_file, "input")
     with Client(cli_dsn(database_url)) as client:
@@ -459,7 +459,7 @@ def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, 
 def handlers(app_target, name, output) -> None:
     """The queries and updates workflow NAME declares in the App (no database needed)."""
     from harvest.cli.worker import load_app
-    from harvest.handlers import describe_handlers
+    from harvest.declare.messages import describe_handlers
 
     data = describe_handlers(load_app(app_target), name)
 

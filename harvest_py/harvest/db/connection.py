@@ -19,7 +19,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg import conninfo
 
-from harvest.errors import ConfigError, ConnectionRejected, DatabaseUnavailable
+from harvest.core.errors import ConfigError, ConnectionRejected, DatabaseUnavailable
 
 DSN_ENV = "HARVEST_DATABASE_URL"
 MASK = "****"

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Self
 
-from harvest.errors import ConfigError
+from harvest.core.errors import ConfigError
 
 SERVICE_USER = "harvest_pg"
 

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import pglast
 import psycopg
 
-from harvest.db import paths
+from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch
+from harvest.db import SCHEMA_VERSION, paths
 from harvest.db.connection import connect
-from harvest.errors import ConfigError, HarvestError, SchemaMismatch
 
 MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 NO_TRANSACTION_MARK = "-- harvest:no-transaction"
@@ -155,11 +154,15 @@ def discover(include_dirs: Iterable[Path] = ()) -> list[Migration]:
 
 
 def latest_core_version() -> str:
+    """The newest migration's version, read from the files (the migrator's view; what a client
+    or a worker requires is the baked-in ``harvest.db.SCHEMA_VERSION``, equal to it)."""
     return load_set(paths.migrations_dir(), CORE_SET)[-1].version
 
 
 def statements(sql: str) -> list[tuple[int, str]]:
     """Split SQL into (line number, statement) pairs; the line names a failure's place."""
+    import pglast  # the parser is needed only when a migrator runs: `import harvest` stays light
+
     result = []
     for piece in pglast.split(sql, with_parser=True, only_slices=True):
         line = sql.count("\n", 0, piece.start) + 1
@@ -288,6 +291,8 @@ class Migrator:
                 conn.execute("SELECT harvest._secure_functions()")
 
     def _run_statements(self, conn: psycopg.Connection, path: Path, sql: str) -> None:
+        import pglast
+
         try:
             parsed = statements(sql)
         except pglast.parser.ParseError as exc:
@@ -365,7 +370,7 @@ def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest")
 
 def check_schema(conn: psycopg.Connection) -> None:
     """Refuse to work against a schema this package does not match."""
-    expected = latest_core_version()
+    expected = SCHEMA_VERSION
     try:
         with conn.transaction():
             found = conn.execute("SELECT harvest.schema_version()").fetchone()[0]

@@ -16,7 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from harvest.errors import from_database_error
+from harvest.core.errors import from_database_error
 
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(

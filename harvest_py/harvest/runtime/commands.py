@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.definitions import WorkflowDefinition
-from harvest.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
+from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
 from harvest.runtime.loop import IllegalWorkflowOperation
@@ -38,13 +38,13 @@ __all__ = [
 COMMAND_EVENTS = {"ActivityScheduled": "schedule_activity", "TimerStarted": "start_timer",
                   "MarkerRecorded": "record_marker", "TimerCancelled": "cancel_timer",
                   "ChildWorkflowStarted": "start_child_workflow"}
-COMMAND_EVENTS["UpdateCompleted"] = "complete_update"  # queries and updates (handlers.py)
+COMMAND_EVENTS["UpdateCompleted"] = "complete_update"  # queries and updates (runtime/messages.py)
 # resolution event type -> the kind of pending command it resolves (None: not seq-based)
 RESOLUTION_EVENTS: dict[str, str | None] = {
     "ActivityCompleted": "activity", "ActivityFailed": "activity", "TimerFired": "timer",
     "ChildWorkflowCompleted": "child", "ChildWorkflowFailed": "child",
     "SignalReceived": None, "WorkflowCancelRequested": None}
-RESOLUTION_EVENTS["UpdateAccepted"] = None  # delivered to runtime/handlers.py
+RESOLUTION_EVENTS["UpdateAccepted"] = None  # delivered to runtime/messages.py
 RESOLUTION_EVENTS["MutexAcquired"] = "mutex"  # {seq, key}: the grant of ctx.mutex (runtime/mutex.py)
 TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
                    "WorkflowCancelled", "WorkflowTimedOut", "WorkflowContinuedAsNew"}
@@ -144,7 +144,7 @@ class CommandIssuer:
     # ------------------------------------------------------------------ for WorkflowContext
     def next_seq(self) -> int:
         read_only = getattr(getattr(self, "handlers", None), "read_only", None)
-        if read_only:  # a query or validator is running (runtime/handlers.py)
+        if read_only:  # a query or validator is running (runtime/messages.py)
             raise IllegalWorkflowOperation(read_only)
         self._seq += 1
         return self._seq

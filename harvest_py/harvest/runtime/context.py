@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from harvest.definitions import ActivityDefinition, WorkflowDefinition, parse_duration
-from harvest.errors import InvalidArgument, SignalTimeout
-from harvest.payload import decode, decode_result, encode, encode_args, return_hint
+from harvest.core.durations import parse_duration
+from harvest.core.errors import InvalidArgument, SignalTimeout
+from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
+from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
 
 if TYPE_CHECKING:
     from harvest.runtime.children import ChildHandle

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from harvest.definitions import ActivityDefinition
-from harvest.errors import ActivityFailure, PayloadError
-from harvest.idempotency import IdempotencyKey
-from harvest.payload import encode
+from harvest.core.errors import ActivityFailure, PayloadError
+from harvest.core.idempotency import IdempotencyKey
+from harvest.core.payload import encode
+from harvest.declare.definitions import ActivityDefinition
 
 __all__ = ["LOCAL_MAX_BACKOFF", "LocalActivityContext", "run_local_activity"]
 

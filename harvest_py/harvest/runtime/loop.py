@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from harvest.errors import NonDeterminismError
+from harvest.core.errors import NonDeterminismError
 
 __all__ = ["DeterministicEventLoop", "IllegalWorkflowOperation"]
 

@@ -21,7 +21,7 @@ import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from harvest.errors import InvalidArgument
+from harvest.core.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from harvest.runtime.run import WorkflowRun

@@ -26,8 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.definitions import App, WorkflowDefinition
-from harvest.errors import (
+from harvest.core.errors import (
     ActivityError,
     ActivityFailure,
     ChildWorkflowError,
@@ -36,7 +35,8 @@ from harvest.errors import (
     NonDeterminismError,
     PayloadError,
 )
-from harvest.payload import decode_args, encode
+from harvest.core.payload import decode_args, encode
+from harvest.declare.definitions import App, WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.commands import (
     COMMAND_EVENTS,
@@ -52,9 +52,9 @@ from harvest.runtime.commands import (
     same,
 )
 from harvest.runtime.context import ContinueAsNew, WorkflowContext, WorkflowInfo
-from harvest.runtime.handlers import RunHandlers
 from harvest.runtime.local import LocalActivityContext, run_local_activity
 from harvest.runtime.loop import DeterministicEventLoop
+from harvest.runtime.messages import RunHandlers
 from harvest.runtime.signals import SignalBuffer
 
 __all__ = ["DEFAULT_CONTINUE_AS_NEW_THRESHOLD", "Activation", "HistoryMismatch",

@@ -6,9 +6,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from harvest import payload
-from harvest.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
-from harvest.idempotency import IdempotencyKey
+from harvest.core import payload
+from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
+from harvest.core.idempotency import IdempotencyKey
 from harvest.worker.decide_ahead import decide_ahead
 
 if TYPE_CHECKING:

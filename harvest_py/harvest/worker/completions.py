@@ -1,4 +1,4 @@
-"""A worker's group commit (harvest/group_commit.py) of finished tasks.
+"""A worker's group commit (harvest/db/group_commit.py) of finished tasks.
 
 A handler that finished an activity (or decided a workflow task) hands its
 outcome to a batcher and waits; busy handlers share a transaction
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from harvest.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
-from harvest.group_commit import MAX_BATCH, GroupCommit
+from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
+from harvest.db.group_commit import MAX_BATCH, GroupCommit
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker

@@ -3,7 +3,7 @@
 When this worker's cached run of a workflow decided it last and has read its
 whole history, the result of one of its activities is all that the workflow
 task this result wakes would bring. So the worker feeds the result to the run
-at once, as the database will store it (``harvest.jsonb``), and sends the run's
+at once, as the database will store it (``harvest.core.jsonb``), and sends the run's
 decision along with the result: one transaction and no workflow task, where
 the plain path takes two transactions and a workflow task row.
 
@@ -21,7 +21,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from harvest import jsonb
+from harvest.core import jsonb
 from harvest.worker.completions import Recorded
 from harvest.worker.workflows import payloads_fit, warn_on_bloat
 

@@ -27,11 +27,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from harvest import payload
+from harvest.core import payload
+from harvest.core.errors import PayloadTooLarge
+from harvest.db import channels
 from harvest.db.connection import connect_async, redact
-from harvest.errors import PayloadTooLarge
 from harvest.runtime import WorkflowRun
-from harvest.runtime.handlers import UnknownHandler, failure_of
+from harvest.runtime.messages import UnknownHandler, failure_of
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker
@@ -112,7 +113,7 @@ class QueryResponder:
             try:
                 conn = await connect_async(self.worker.dsn, autocommit=True)
                 async with conn:
-                    await conn.execute("LISTEN harvest_queries")
+                    await conn.execute(channels.listen(channels.QUERIES))
                     self._wake.set()
                     async for note in conn.notifies():
                         if note.payload in self.worker.queues:

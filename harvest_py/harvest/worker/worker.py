@@ -32,14 +32,15 @@ from typing import Any, NamedTuple
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from harvest.config import check_worker_numbers
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
+from harvest.db import SCHEMA_VERSION, channels
 from harvest.db.connection import RedactingAsyncConnection, connect_async, is_permanent, redact, resolve_dsn
-from harvest.db.migrate import latest_core_version, schema_mismatch
+from harvest.db.migrate import schema_mismatch
 from harvest.db.sqlapi import AsyncSqlApi
-from harvest.definitions import App
-from harvest.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
+from harvest.declare.definitions import App
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
+from harvest.worker.options import WorkerOptions
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
@@ -67,47 +68,37 @@ BUSY_WAKE_SECS = 0.05
 
 
 class Worker:
-    def __init__(self, app: App, dsn: str | None = None, *, queues: list[str] | None = None,
-                 concurrency: int = 20, claim_batch: int = 20, poll_interval: float = 2.0,
-                 scan_interval: float = 1.0, heartbeat_interval: float = 5.0,
-                 workflow_lease: float = 30.0, shutdown_grace: float = 30.0,
-                 cache_size: int = 1000, worker_id: str | None = None,
-                 continue_as_new_threshold: int = 10_000,
-                 history_event_hard_cap: int | None = 50_000,
-                 history_byte_hard_cap: int | None = 50 * 1024 * 1024,
-                 history_bloat_warn_fraction: float = 0.2048,
-                 run_worker: bool = True, run_scanner: bool = True, run_retention: bool = False,
-                 retention_interval: float = 60.0, hand_off: bool = True,
-                 max_payload_bytes: int | None = None):
-        check_worker_numbers(
-            concurrency=concurrency, claim_batch=claim_batch, poll_interval=poll_interval,
-            scan_interval=scan_interval, heartbeat_interval=heartbeat_interval, workflow_lease=workflow_lease,
-            shutdown_grace=shutdown_grace, cache_size=cache_size, retention_interval=retention_interval,
-            continue_as_new_threshold=continue_as_new_threshold, history_event_hard_cap=history_event_hard_cap,
-            history_byte_hard_cap=history_byte_hard_cap, history_bloat_warn_fraction=history_bloat_warn_fraction,
-            max_payload_bytes=max_payload_bytes)
+    def __init__(self, app: App, dsn: str | None = None, *, options: WorkerOptions | None = None,
+                 **overrides: Any):
+        """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
+        arguments of the same names (``Worker(app, dsn, concurrency=4)``) override it."""
+        options = (options or WorkerOptions()).replace(**overrides)
+        self.options = options
+        queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
+        history_event_hard_cap = options.history_event_hard_cap
+        continue_as_new_threshold = options.continue_as_new_threshold
         # Results, failures and heartbeat details larger than this fail the activity here,
         # typed and final (PayloadTooLarge); None: the server's limit, read at start.
-        self.max_payload_bytes = max_payload_bytes
+        self.max_payload_bytes = options.max_payload_bytes
         self.app = app
         self.dsn = resolve_dsn(dsn)
         self.queues = sorted(queues or app.queues or {"default"})
         self.concurrency = concurrency
         self.claim_batch = max(1, min(claim_batch, concurrency))
-        self.poll_interval = poll_interval
-        self.scan_interval = scan_interval
-        self.heartbeat_interval = heartbeat_interval
-        self.workflow_lease = workflow_lease
-        self.shutdown_grace = shutdown_grace
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.cache = StickyCache(cache_size)
+        self.poll_interval = options.poll_interval
+        self.scan_interval = options.scan_interval
+        self.heartbeat_interval = options.heartbeat_interval
+        self.workflow_lease = options.workflow_lease
+        self.shutdown_grace = options.shutdown_grace
+        self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.cache = StickyCache(options.cache_size)
         # History guardrails (docs/workflows.md): the soft threshold feeds
         # ctx.should_continue_as_new(); a run past a hard cap fails (None: unlimited).
         self.continue_as_new_threshold = continue_as_new_threshold
         self.history_event_hard_cap = history_event_hard_cap
-        self.history_byte_hard_cap = history_byte_hard_cap
+        self.history_byte_hard_cap = options.history_byte_hard_cap
         self.history_bloat_warn_at = (None if history_event_hard_cap is None
-                                      else int(history_event_hard_cap * history_bloat_warn_fraction))
+                                      else int(history_event_hard_cap * options.history_bloat_warn_fraction))
         if (self.history_bloat_warn_at is not None
                 and self.history_bloat_warn_at <= continue_as_new_threshold):
             log.warning("the history-bloat warning (%d events) is at or below the continue-as-new "
@@ -127,19 +118,19 @@ class Worker:
         # When the slot of each task in flight was last claimed: a hand-off passes the
         # slot on, and its chain of hand-offs is bounded (see reserve_slots).
         self._slot_claimed_at: dict[tuple[int, int], float] = {}
-        self.hand_off = hand_off
+        self.hand_off = options.hand_off
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
         self.decided_ahead = 0  # decisions committed with the result they decided on
         self.completions = CompletionBatcher(self)
         self.decisions = DecisionBatcher(self)
         self.completed_tasks = 0
-        # Process roles (harvest/config.py): which runtimes this process runs. run_worker is the
+        # Process roles (harvest.config): which runtimes this process runs. run_worker is the
         # claim loop (with its registry row, notifications, queries); run_scanner the
         # scheduler-side loops (timeout scanner, relays, mutex grants); run_retention the janitor.
-        self.run_worker = run_worker
-        self.run_scanner = run_scanner
-        self.run_retention = run_retention
-        self.retention_interval = retention_interval
+        self.run_worker = options.run_worker
+        self.run_scanner = options.run_scanner
+        self.run_retention = options.run_retention
+        self.retention_interval = options.retention_interval
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -229,7 +220,7 @@ class Worker:
             return
 
     async def _check_schema(self) -> None:
-        expected = latest_core_version()
+        expected = SCHEMA_VERSION
         try:
             found = await self.sql.schema_version()
         except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
@@ -414,7 +405,7 @@ class Worker:
             try:
                 conn = await connect_async(self.dsn, autocommit=True)
                 async with conn:
-                    await conn.execute("LISTEN harvest_tasks")
+                    await conn.execute(channels.listen(channels.TASKS))
                     self._wake.set()  # anything that arrived while we were not listening
                     async for note in conn.notifies():
                         if note.payload in self.queues:

@@ -12,8 +12,8 @@ import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from harvest import payload
-from harvest.errors import HarvestError, NonDeterminismError, PayloadTooLarge, StaleTask, UnknownWorkflow
+from harvest.core import payload
+from harvest.core.errors import HarvestError, NonDeterminismError, PayloadTooLarge, StaleTask, UnknownWorkflow
 from harvest.runtime import WorkflowRun
 
 if TYPE_CHECKING:

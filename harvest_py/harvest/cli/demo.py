@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harvest.definitions import App, RetryPolicy, activity, workflow
+from harvest.declare.definitions import App, RetryPolicy, activity, workflow
 
 
 @activity(start_to_close="10s", retry=RetryPolicy.exponential(max_attempts=3, initial="200ms"))

@@ -7,7 +7,7 @@ trip for the lot. Where a commit's WAL flush costs CPU (it cost this project's
 benchmark machine about 0.35 ms of server CPU), that is most of the saving.
 
 Used by the worker for activity results and decisions (worker/completions.py)
-and by ``AsyncClient`` for starts (client.py).
+and by ``AsyncClient`` for starts (client/client.py).
 """
 
 from __future__ import annotations

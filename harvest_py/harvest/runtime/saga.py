@@ -29,7 +29,7 @@ import inspect
 from types import TracebackType
 from typing import Any, Self
 
-from harvest.definitions import ActivityDefinition
+from harvest.declare.definitions import ActivityDefinition
 
 __all__ = ["Saga"]
 

@@ -18,18 +18,10 @@ from typing import Any, Self
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from harvest import messaging, payload
-from harvest.db.connection import (
-    RedactingAsyncConnection,
-    RedactingConnection,
-    connect,
-    connect_async,
-    resolve_dsn,
-)
-from harvest.db.migrate import check_schema as verify_schema
-from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.definitions import WorkflowDefinition, check_priority, parse_duration
-from harvest.errors import (
+from harvest.client import messages as messaging
+from harvest.core import payload
+from harvest.core.durations import parse_duration
+from harvest.core.errors import (
     HarvestError,
     InvalidArgument,
     TimeoutError_,
@@ -39,7 +31,18 @@ from harvest.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
-from harvest.group_commit import GroupCommit
+from harvest.db import channels
+from harvest.db.connection import (
+    RedactingAsyncConnection,
+    RedactingConnection,
+    connect,
+    connect_async,
+    resolve_dsn,
+)
+from harvest.db.group_commit import GroupCommit
+from harvest.db.migrate import check_schema as verify_schema
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.declare.definitions import WorkflowDefinition, check_priority
 
 REUSE_POLICIES = ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate",
                   "terminate_if_running")
@@ -227,7 +230,7 @@ class WorkflowHandle:
         execution_id = self.execution_id
         waiter_id = str(uuid.uuid4())
         with connect(self.client.dsn, autocommit=True) as conn:
-            conn.execute("LISTEN harvest_done")
+            conn.execute(channels.listen(channels.DONE))
             sql = SqlApi(conn)
             try:
                 while True:
@@ -415,7 +418,7 @@ class AsyncWorkflowHandle:
         waiter_id = str(uuid.uuid4())
         conn = await connect_async(self.client.dsn, autocommit=True)
         async with conn:
-            await conn.execute("LISTEN harvest_done")
+            await conn.execute(channels.listen(channels.DONE))
             try:
                 return await self._wait(conn, execution_id, waiter_id, deadline, timeout)
             finally:

@@ -8,16 +8,14 @@ one place a worker learns which names map to which code.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import inspect
-import math
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harvest import flow_control as _flow
-from harvest.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
+from harvest.core.durations import parse_duration
+from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
+from harvest.declare import flow_control as _flow
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -27,20 +25,11 @@ __all__ = [
     "WorkflowDefinition",
     "activity",
     "check_priority",
-    "parse_duration",
     "workflow",
 ]
 
 DEFAULT_QUEUE = "default"
 
-_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
-          "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
-
-
-# The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
-# arithmetic overflows, so a larger value is refused here rather than at claim time.
-MAX_DURATION_SECS = 100 * 365.25 * 86400
 # Task priorities: higher is claimed first. Bounded so priority ageing cannot overflow an integer.
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
 
@@ -54,46 +43,6 @@ def check_priority(value: Any, what: str = "priority") -> int:
     if not low <= value <= high:
         raise InvalidArgument(f"{what}: {value} is out of range {low} to {high}")
     return value
-
-
-def parse_duration(value: Any, what: str = "duration", *, positive: bool = False) -> float:
-    """Seconds from ``30``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a timedelta.
-
-    ``positive`` refuses 0 too: a zero timeout or retry interval makes a busy loop.
-    """
-    if isinstance(value, _dt.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = _parse_units(text, value, what)
-    else:
-        raise InvalidArgument(f"{what}: expected seconds or a string like '30s', '5m', '1h', "
-                              f"got {type(value).__name__} {value!r}")
-    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise InvalidArgument(f"{what}: {value!r} is not a {'positive' if positive else 'non-negative'} "
-                              "finite duration")
-    if seconds > MAX_DURATION_SECS:
-        raise InvalidArgument(f"{what}: {value!r} is longer than the longest duration allowed (100 years)")
-    return seconds
-
-
-def _parse_units(text: str, original: Any, what: str) -> float:
-    pos, total = 0, 0.0
-    compact = text.replace(" ", "")
-    for m in _PART.finditer(compact):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNITS[m.group(2).lower()]
-        pos = m.end()
-    if pos == 0 or pos != len(compact):
-        raise InvalidArgument(f"{what}: cannot parse {original!r}; use a number of seconds or "
-                              "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')")
-    return total
 
 
 def _opt_duration(value: Any, what: str, *, positive: bool = False) -> float | None:
@@ -256,11 +205,11 @@ class WorkflowDefinition:
     name: str
     fn: Callable[..., Any]
     queue: str = DEFAULT_QUEUE
-    concurrency: Any = None  # harvest.flow_control.Concurrency
-    quota: Any = None  # harvest.flow_control.Quota
-    throttle: Any = None  # harvest.flow_control.Throttle
-    debounce: Any = None  # harvest.flow_control.Debounce
-    batch: Any = None  # harvest.flow_control.Batch
+    concurrency: Any = None  # harvest.declare.flow_control.Concurrency
+    quota: Any = None  # harvest.declare.flow_control.Quota
+    throttle: Any = None  # harvest.declare.flow_control.Throttle
+    debounce: Any = None  # harvest.declare.flow_control.Debounce
+    batch: Any = None  # harvest.declare.flow_control.Batch
     # What the workflow calls, declared so `harvest preflight` can prove the App
     # registers all of it before a deploy (None: not declared, not checked).
     declared_activities: tuple[str, ...] | None = None
@@ -372,13 +321,13 @@ class App:
         for item in activities:
             self._add(self.activities, _as_activity(item), "activity")
         _flow.check_shared_keys(self.activities.values())
-        from harvest.handlers import register_handlers  # @query / @update (harvest/handlers.py)
+        from harvest.declare.messages import register_handlers  # @query / @update (declare/messages.py)
         # workflow name -> handler name -> HandlerDefinition
         self.queries, self.updates = register_handlers(self.workflows, queries, updates)
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""
-        from harvest.handlers import describe_handlers
+        from harvest.declare.messages import describe_handlers
         return describe_handlers(self, workflow)
 
     @staticmethod

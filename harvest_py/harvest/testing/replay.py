@@ -20,8 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.definitions import App
-from harvest.errors import NonDeterminismError
+from harvest.core.errors import NonDeterminismError
+from harvest.declare.definitions import App
 from harvest.runtime.run import HistoryMismatch, WorkflowRun
 
 __all__ = ["ReplayResult", "WorkflowReplayer"]

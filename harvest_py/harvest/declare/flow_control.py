@@ -12,13 +12,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.errors import InvalidArgument
+from harvest.core.durations import parse_duration
+from harvest.core.errors import InvalidArgument
 
 
 def _seconds(value: Any, what: str) -> float:
-    from harvest.definitions import parse_duration
-
     return parse_duration(value, what)
+
 
 __all__ = ["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle", "check_key_path"]
 
@@ -222,7 +222,7 @@ def activity_policies(max_concurrent: Any, concurrency_key: Any, rate_limit: Any
 
 def check_shared_keys(activities: Any) -> None:
     """Activities sharing a concurrency key must declare the same max_concurrent."""
-    from harvest.errors import ConfigError
+    from harvest.core.errors import ConfigError
 
     by_key: dict[str, dict[str, int]] = {}
     for defn in activities:

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harvest.errors import ConfigError
+from harvest.core.errors import ConfigError
+from harvest.worker.options import WorkerOptions, tunables
 
 log = logging.getLogger("harvest.config")
 
@@ -50,32 +51,25 @@ RUN_ON = ("scheduler", "all")
 NOT_CONFIG = frozenset({"HARVEST_DATABASE_URL", "HARVEST_DEV_DATABASE_URL", "HARVEST_TEST_DSN",
                         "HARVEST_SQL_DIR", "HARVEST_CONFIG"})
 
+# The numeric keys are the WorkerOptions fields that name a config key (worker/options.py
+# defines each one's name, default and bounds once): key -> that field.
+WORKER_KEYS = {t.config: t for t in tunables() if t.config}
 # key -> type: str, bool, int, float, list (of str)
 SCHEMA: dict[tuple[str, ...], type] = {
     ("role",): str,
     ("database_url",): str,
     ("worker", "enabled"): bool,
     ("worker", "queues"): list,
-    ("worker", "concurrency"): int,
-    ("worker", "shutdown_grace"): float,
-    ("worker", "heartbeat_interval"): float,
-    ("worker", "max_payload_bytes"): int,
+    **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "worker"},
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
     ("retention", "run_on"): str,
-    ("retention", "interval"): float,
+    **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "retention"},
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
-# key -> (lowest, highest) allowed, inclusive. Zero or negative intervals made busy loops
-# (a 0 s heartbeat committed ~2,400 times a second), so every number has a floor and a ceiling.
-BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {
-    ("worker", "concurrency"): (1, 10_000),
-    ("worker", "shutdown_grace"): (0, 86_400),
-    ("worker", "heartbeat_interval"): (0.1, 3_600),
-    ("retention", "interval"): (0.1, 86_400),
-}
-UNITS = {("worker", "concurrency"): "", ("worker", "shutdown_grace"): " seconds",
-         ("worker", "heartbeat_interval"): " seconds", ("retention", "interval"): " seconds"}
+# key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
+BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {key: (t.low, t.high) for key, t in WORKER_KEYS.items()}
+UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -276,35 +270,14 @@ def database_url(explicit: str | None, config: Config, env: Mapping[str, str] | 
     return dsn
 
 
-# -- the Worker's numbers ---------------------------------------------------------------------
-# Worker(...) argument -> (lowest, highest), inclusive; None for an argument that may be None.
-# Every interval has a floor: a 0 s heartbeat or poll interval is a busy loop.
-WORKER_LIMITS: dict[str, tuple[float, float]] = {
-    "concurrency": (1, 10_000), "claim_batch": (1, 1_000), "poll_interval": (0.01, 3_600),
-    "scan_interval": (0.01, 3_600), "heartbeat_interval": (0.1, 3_600), "workflow_lease": (0.1, 86_400),
-    "shutdown_grace": (0, 86_400), "cache_size": (0, 10_000_000), "retention_interval": (0.01, 86_400),
-    "continue_as_new_threshold": (1, 10**9), "history_event_hard_cap": (1, 10**9),
-    "history_byte_hard_cap": (1, 2**62), "history_bloat_warn_fraction": (0, 1),
-    "max_payload_bytes": (1, 2**31 - 1),
-}
-_WORKER_OPTIONAL = frozenset({"history_event_hard_cap", "history_byte_hard_cap", "max_payload_bytes"})
-_WORKER_INTS = frozenset({"concurrency", "claim_batch", "cache_size", "continue_as_new_threshold",
-                          "history_event_hard_cap", "history_byte_hard_cap", "max_payload_bytes"})
-
-
-def check_worker_numbers(**values: Any) -> None:
-    """Refuse a Worker argument outside WORKER_LIMITS with one line naming it (InvalidArgument)."""
-    from harvest.errors import InvalidArgument
-
-    for name, value in values.items():
-        if value is None and name in _WORKER_OPTIONAL:
-            continue  # None: no cap, or (max_payload_bytes) the server's limit
-        low, high = WORKER_LIMITS[name]
-        integer = name in _WORKER_INTS
-        ok_type = isinstance(value, int if integer else int | float) and not isinstance(value, bool)
-        if not ok_type or not low <= value <= high:  # NaN fails the comparison
-            raise InvalidArgument(f"Worker({name}={value!r}): allowed {'an integer' if integer else 'a number'} "
-                                  f"from {_num(low)} to {_num(high)}")
+# -- the Worker's options -------------------------------------------------------------------
+def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
+    """One WorkerOptions from the merged config (flags > ``HARVEST_*`` > file, already applied by
+    :meth:`Config.with_overrides`) for every key a WorkerOptions field names, plus ``fixed``
+    (what the process decides itself: the polled queues, the role's switches); an unset key
+    keeps the field's default."""
+    values = {t.name: config.get(key) for key, t in WORKER_KEYS.items() if config.get(key) is not None}
+    return WorkerOptions(**values, **fixed)
 
 
 # -- the process role -------------------------------------------------------------------------

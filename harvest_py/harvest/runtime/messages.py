@@ -28,9 +28,9 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harvest.errors import InvalidArgument, NonDeterminismError, PayloadError, QueryFailed
-from harvest.handlers import HandlerDefinition, check_handler
-from harvest.payload import encode
+from harvest.core.errors import InvalidArgument, NonDeterminismError, PayloadError, QueryFailed
+from harvest.core.payload import encode
+from harvest.declare.messages import HandlerDefinition, check_handler
 from harvest.runtime.commands import failure_json
 from harvest.runtime.loop import IllegalWorkflowOperation
 

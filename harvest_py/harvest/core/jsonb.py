@@ -7,7 +7,7 @@ keys, and stores numbers as ``numeric`` (``1e+20`` comes back as
 ``100000000000000000000``). The database accepts the speculative decision only
 when ``p_result::text`` equals the worker's ``stored_text``.
 
-For any value ``harvest.payload.encode`` produces, ``stored_text(v)`` equals
+For any value ``harvest.core.payload.encode`` produces, ``stored_text(v)`` equals
 ``SELECT %s::jsonb::text`` with ``json.dumps(v)`` as the parameter, byte for
 byte; a value the database would refuse (U+0000, a lone surrogate, a
 non-finite float) raises ``ValueError`` instead.

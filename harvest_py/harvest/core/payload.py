@@ -23,8 +23,8 @@ from collections.abc import Set as AbstractSet
 from decimal import Decimal
 from typing import Any
 
-from harvest.errors import PayloadError, PayloadTooLarge
-from harvest.jsonb import stored_text
+from harvest.core.errors import PayloadError, PayloadTooLarge
+from harvest.core.jsonb import stored_text
 
 try:  # optional dependency
     import pydantic as _pydantic

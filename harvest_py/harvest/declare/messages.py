@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.errors import ConfigError, InvalidArgument, NotFound
-from harvest.payload import _safe_hints, decode
+from harvest.core.errors import ConfigError, InvalidArgument, NotFound
+from harvest.core.payload import _safe_hints, decode
 
 __all__ = ["HandlerDefinition", "describe_handlers", "query", "register_handlers", "update"]
 

@@ -18,11 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from harvest import payload
-from harvest.db.connection import connect, connect_async
-from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.definitions import parse_duration
-from harvest.errors import (
+from harvest.core import payload
+from harvest.core.durations import parse_duration
+from harvest.core.errors import (
     InvalidArgument,
     NotFound,
     QueryFailed,
@@ -30,11 +28,14 @@ from harvest.errors import (
     UpdateFailed,
     UpdateRejected,
 )
+from harvest.db import channels
+from harvest.db.connection import connect, connect_async
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
 __all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
 
 WAIT_STAGES = ("accepted", "completed")
-CHANNEL = "harvest_query_answers"
+CHANNEL = channels.QUERY_ANSWERS
 _RECHECK_SECS = 1.0
 
 
@@ -100,7 +101,7 @@ def wait_sync(dsn: str, submit: Callable[[SqlApi], int], wait: str, timeout: flo
               what: str) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     with connect(dsn, autocommit=True) as conn:
-        conn.execute(f"LISTEN {CHANNEL}")
+        conn.execute(channels.listen(CHANNEL))
         sql = SqlApi(conn)
         request_id = submit(sql)
         row = None
@@ -124,7 +125,7 @@ async def wait_async(dsn: str, submit: Callable[[AsyncSqlApi], Awaitable[int]], 
     deadline = time.monotonic() + timeout
     conn = await connect_async(dsn, autocommit=True)
     async with conn:
-        await conn.execute(f"LISTEN {CHANNEL}")
+        await conn.execute(channels.listen(CHANNEL))
         sql = AsyncSqlApi(_OneConnection(conn))
         request_id = await submit(sql)
         row = None

@@ -1,0 +1,18 @@
+"""Process configuration (``harvest.toml`` plus ``HARVEST_*`` variables, the process role), beside
+the faces: only ``harvest.cli`` (and a process embedding a worker) reads it; no lower layer does.
+See :mod:`harvest.config.config` for precedence and the role table."""
+
+from harvest.config.config import (
+    Config,
+    database_url,
+    declared_queues,
+    fleet_queues,
+    load_config,
+    queue_coverage,
+    resolve_queues,
+    runtime_plan,
+    worker_options,
+)
+
+__all__ = ["Config", "database_url", "declared_queues", "fleet_queues", "load_config", "queue_coverage",
+           "resolve_queues", "runtime_plan", "worker_options"]

@@ -1,0 +1,2 @@
+"""The pure core: errors (SQLSTATE -> exception -> exit code), payloads and codecs, the
+server-identical JSON text, durations, idempotency keys. Imports no other layer and no psycopg."""

@@ -1,0 +1,65 @@
+"""Durations: seconds from ``30``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a timedelta.
+
+The one parser every duration goes through (decorators, RetryPolicy, flow-control values,
+the client's start arguments, ``ctx.sleep``), so each is refused the same way at the edge.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from typing import Any
+
+from harvest.core.errors import InvalidArgument
+
+__all__ = ["MAX_DURATION_SECS", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
+          "d": 86400.0, "w": 604800.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
+
+
+# The longest duration accepted anywhere (100 years): beyond it PostgreSQL's timestamp
+# arithmetic overflows, so a larger value is refused here rather than at claim time.
+MAX_DURATION_SECS = 100 * 365.25 * 86400
+
+
+def parse_duration(value: Any, what: str = "duration", *, positive: bool = False) -> float:
+    """Seconds from ``30``, ``"30s"``, ``"5m"``, ``"1h30m"``, ``"250ms"`` or a timedelta.
+
+    ``positive`` refuses 0 too: a zero timeout or retry interval makes a busy loop.
+    """
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = _parse_units(text, value, what)
+    else:
+        raise InvalidArgument(f"{what}: expected seconds or a string like '30s', '5m', '1h', "
+                              f"got {type(value).__name__} {value!r}")
+    if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
+        raise InvalidArgument(f"{what}: {value!r} is not a {'positive' if positive else 'non-negative'} "
+                              "finite duration")
+    if seconds > MAX_DURATION_SECS:
+        raise InvalidArgument(f"{what}: {value!r} is longer than the longest duration allowed (100 years)")
+    return seconds
+
+
+def _parse_units(text: str, original: Any, what: str) -> float:
+    pos, total = 0, 0.0
+    compact = text.replace(" ", "")
+    for m in _PART.finditer(compact):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2).lower()]
+        pos = m.end()
+    if pos == 0 or pos != len(compact):
+        raise InvalidArgument(f"{what}: cannot parse {original!r}; use a number of seconds or "
+                              "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')")
+    return total

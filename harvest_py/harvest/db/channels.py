@@ -1,0 +1,22 @@
+"""The LISTEN/NOTIFY channels, named once. The SQL side notifies them (``pg_notify`` in
+functions/); tests/unit/test_layers.py checks each name here is one the SQL notifies."""
+
+from __future__ import annotations
+
+# A task became claimable on a queue (payload: the queue): wakes idle workers' claim loops.
+TASKS = "harvest_tasks"
+# An execution closed (payload: its id): wakes handle.result() waits.
+DONE = "harvest_done"
+# A query or update request was queued (payload: the queue): wakes the workers serving them.
+QUERIES = "harvest_queries"
+# A query or update request was answered (payload: the request id): wakes the client waiting.
+QUERY_ANSWERS = "harvest_query_answers"
+
+ALL = (TASKS, DONE, QUERIES, QUERY_ANSWERS)
+
+
+def listen(channel: str) -> str:
+    """The LISTEN statement for one of the channels above (a name, never user input)."""
+    if channel not in ALL:
+        raise ValueError(f"unknown channel {channel!r}")
+    return f"LISTEN {channel}"

@@ -1,0 +1,121 @@
+"""The Worker's options: every tunable with its name, default and bounds, in one place.
+
+``WorkerOptions`` is shared by the constructor (``Worker(app, dsn, options=WorkerOptions(...))``,
+or the same names as keyword arguments), ``harvest.toml`` (the fields with a ``config`` key:
+``[worker] concurrency``, ``retention.interval`` ...; see ``harvest.config``) and ``harvest
+worker`` (flags > ``HARVEST_*`` variables > file, built into one ``WorkerOptions``). The config
+file's types and bounds are read from here, so a tunable is defined once.
+
+Every interval has a floor: a 0 s heartbeat or poll interval is a busy loop (a 0 s heartbeat
+committed ~2,400 times a second).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from harvest.core.errors import InvalidArgument
+
+__all__ = ["Tunable", "WorkerOptions", "tunables"]
+
+
+def _num(low: float, high: float, default: Any, *, integer: bool = False, optional: bool = False,
+         unit: str = "", config: tuple[str, str] | None = None) -> Any:
+    """A numeric tunable: ``low <= value <= high``; ``optional`` allows None; ``config`` is its
+    harvest.toml key, when the file may set it."""
+    return field(default=default, metadata={"bounds": (low, high), "integer": integer, "optional": optional,
+                                            "unit": unit, "config": config})
+
+
+def _secs(low: float, high: float, default: float, *, config: tuple[str, str] | None = None) -> Any:
+    return _num(low, high, default, unit=" seconds", config=config)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a Worker runs. Frozen: derive a variant with :meth:`replace`."""
+
+    # The queues to poll (None: every queue the App's workflows and activities use).
+    queues: list[str] | None = None
+    # Tasks in flight at once, and the most one claim takes.
+    concurrency: int = _num(1, 10_000, 20, integer=True, config=("worker", "concurrency"))
+    claim_batch: int = _num(1, 1_000, 20, integer=True)
+    # Seconds: the drain on SIGTERM, the heartbeat, the fallback poll (notifications wake the loop
+    # first), the timeout scanner's tick, a workflow task's lease, the retention janitor's tick.
+    shutdown_grace: float = _secs(0, 86_400, 30.0, config=("worker", "shutdown_grace"))
+    heartbeat_interval: float = _secs(0.1, 3_600, 5.0, config=("worker", "heartbeat_interval"))
+    poll_interval: float = _secs(0.01, 3_600, 2.0)
+    scan_interval: float = _secs(0.01, 3_600, 1.0)
+    workflow_lease: float = _secs(0.1, 86_400, 30.0)
+    retention_interval: float = _secs(0.1, 86_400, 60.0, config=("retention", "interval"))
+    # Runs kept in the sticky cache (an LRU; 0 replays every task).
+    cache_size: int = _num(0, 10_000_000, 1000, integer=True)
+    worker_id: str | None = None  # None: <host>-<pid>-<random>
+    # History guardrails (docs/workflows.md): the soft threshold feeds ctx.should_continue_as_new();
+    # a run past a hard cap fails (None: unlimited); the bloat warning fires at this fraction of
+    # the event cap.
+    continue_as_new_threshold: int = _num(1, 10**9, 10_000, integer=True)
+    history_event_hard_cap: int | None = _num(1, 10**9, 50_000, integer=True, optional=True)
+    history_byte_hard_cap: int | None = _num(1, 2**62, 50 * 1024 * 1024, integer=True, optional=True)
+    history_bloat_warn_fraction: float = _num(0, 1, 0.2048)
+    # Process roles (harvest.config): the claim loop, the scheduler-side loops, the janitor.
+    run_worker: bool = True
+    run_scanner: bool = True
+    run_retention: bool = False
+    # Hand a task a commit returned straight to a free slot (docs/workflows.md, Hand-off).
+    hand_off: bool = True
+    # Results, failures and heartbeat details larger than this fail the activity here, typed
+    # and final (PayloadTooLarge); None: the server's limit, read at start.
+    max_payload_bytes: int | None = _num(1, 2**31 - 1, None, integer=True, optional=True,
+                                         config=("worker", "max_payload_bytes"))
+
+    def __post_init__(self) -> None:
+        for tunable in tunables():
+            tunable.check(getattr(self, tunable.name))
+
+    def replace(self, **changes: Any) -> WorkerOptions:
+        """A copy with ``changes`` applied (and checked); an unknown name is a TypeError."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise TypeError(f"Worker() got unknown option(s) {', '.join(unknown)}; "
+                            f"the options are {', '.join(f.name for f in dataclasses.fields(self))}")
+        return dataclasses.replace(self, **changes) if changes else self
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """One numeric option of WorkerOptions: its name, default, bounds and harvest.toml key."""
+
+    name: str
+    default: Any
+    low: float
+    high: float
+    integer: bool
+    optional: bool  # None allowed (no cap, or the server's limit)
+    unit: str  # " seconds" or ""
+    config: tuple[str, str] | None
+
+    def check(self, value: Any) -> None:
+        """Refuse a value outside the bounds with one line naming it (InvalidArgument)."""
+        if value is None and self.optional:
+            return
+        ok_type = isinstance(value, int if self.integer else int | float) and not isinstance(value, bool)
+        if not ok_type or not self.low <= value <= self.high:  # NaN fails the comparison
+            raise InvalidArgument(f"Worker({self.name}={value!r}): allowed {'an integer' if self.integer else 'a number'} "
+                                  f"from {_text(self.low)} to {_text(self.high)}")
+
+
+def _text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def tunables() -> Iterator[Tunable]:
+    """The numeric options, in declaration order."""
+    for f in dataclasses.fields(WorkerOptions):
+        if "bounds" in f.metadata:
+            low, high = f.metadata["bounds"]
+            yield Tunable(f.name, f.default, low, high, f.metadata["integer"], f.metadata["optional"],
+                          f.metadata["unit"], f.metadata["config"])

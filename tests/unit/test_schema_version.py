@@ -1,0 +1,46 @@
+"""The schema version a Client and a Worker require is baked in (harvest.db.SCHEMA_VERSION), so
+neither reads the migration files; it must equal the newest migration's version."""
+
+from __future__ import annotations
+
+import pytest
+
+from harvest.db import SCHEMA_VERSION
+from harvest.db import migrate as m
+
+
+def test_schema_version_is_the_newest_migration() -> None:
+    newest = m.latest_core_version()
+    assert SCHEMA_VERSION == newest, (
+        f"migrations/ ends at {newest} but harvest.db.SCHEMA_VERSION is {SCHEMA_VERSION!r}: set "
+        f"SCHEMA_VERSION = {newest!r} in harvest_py/harvest/db/__init__.py (the version a Client and a "
+        "Worker require of the database) in the change that adds the migration")
+
+
+class _Conn:
+    """Answers harvest.schema_version() like a migrated database."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    def transaction(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def execute(self, sql: str):
+        assert "schema_version()" in sql
+        return self
+
+    def fetchone(self):
+        return (self.version,)
+
+
+def test_check_schema_reads_no_migration_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_files(*_args, **_kwargs):
+        raise AssertionError("check_schema read the migration files")
+
+    monkeypatch.setattr(m, "load_set", no_files)
+    m.check_schema(_Conn(SCHEMA_VERSION))  # a Client() on a current database
+    with pytest.raises(m.SchemaMismatch, match="run `harvest migrate run`"):
+        m.check_schema(_Conn("0001"))

@@ -1,0 +1,92 @@
+"""WorkerOptions (harvest/worker/options.py): one definition of each Worker tunable (name, default,
+bounds) shared by the constructor, harvest.toml / HARVEST_* and `harvest worker`'s flags."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from harvest import App, Worker
+from harvest.cli.main import main
+from harvest.config import load_config, worker_options
+from harvest.config.config import BOUNDS, SCHEMA
+from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.worker import WorkerOptions
+from harvest.worker.options import tunables
+
+DSN = "postgresql://nobody@localhost:1/none"  # never connected: the constructor does not connect
+
+
+def test_the_constructor_takes_an_options_object_and_keywords_override_it() -> None:
+    options = WorkerOptions(concurrency=4, claim_batch=2, heartbeat_interval=0.5, cache_size=0)
+    worker = Worker(App(), DSN, options=options)
+    assert (worker.concurrency, worker.claim_batch, worker.heartbeat_interval) == (4, 2, 0.5)
+    assert worker.options is options
+    worker = Worker(App(), DSN, options=options, concurrency=8, hand_off=False)
+    assert worker.concurrency == 8 and worker.claim_batch == 2 and worker.hand_off is False
+    assert options.concurrency == 4  # frozen: the caller's object is not changed
+
+
+def test_defaults_come_from_the_options() -> None:
+    worker = Worker(App(), DSN)
+    defaults = WorkerOptions()
+    assert worker.options == defaults
+    assert (worker.concurrency, worker.poll_interval, worker.shutdown_grace, worker.retention_interval) == (
+        defaults.concurrency, defaults.poll_interval, defaults.shutdown_grace, defaults.retention_interval)
+
+
+def test_an_unknown_keyword_is_refused_naming_it() -> None:
+    with pytest.raises(TypeError, match="conccurrency"):
+        Worker(App(), DSN, conccurrency=4)
+
+
+@pytest.mark.parametrize("tunable", list(tunables()), ids=lambda t: t.name)
+def test_every_bound_is_enforced_by_the_options(tunable) -> None:
+    WorkerOptions(**{tunable.name: tunable.low})
+    WorkerOptions(**{tunable.name: tunable.high})
+    for bad in (tunable.low - 1, tunable.high + 1, float("nan")):
+        with pytest.raises(InvalidArgument, match=rf"Worker\({tunable.name}="):
+            WorkerOptions(**{tunable.name: bad})
+    with pytest.raises(InvalidArgument):
+        dataclasses.replace(WorkerOptions(), **{tunable.name: True})  # a bool is not a number
+
+
+def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> None:
+    keyed = {t.config: t for t in tunables() if t.config}
+    assert set(keyed) == {("worker", "concurrency"), ("worker", "shutdown_grace"),
+                          ("worker", "heartbeat_interval"), ("worker", "max_payload_bytes"), ("retention", "interval")}
+    for key, t in keyed.items():
+        assert BOUNDS[key] == (t.low, t.high) and SCHEMA[key] is (int if t.integer else float)
+
+
+def test_max_payload_bytes_in_the_file_is_read_and_bounded(tmp_path: Path) -> None:
+    # It had a type but no bounds: setting it in harvest.toml raised a KeyError (a traceback).
+    path = tmp_path / "harvest.toml"
+    path.write_text("[worker]\nmax_payload_bytes = 1000\n")
+    assert worker_options(load_config(path, env={})).max_payload_bytes == 1000
+    path.write_text("[worker]\nmax_payload_bytes = 0\n")
+    with pytest.raises(ConfigError, match=r"worker.max_payload_bytes = 0 .* out of range: allowed 1 to 2147483647"):
+        load_config(path, env={})
+
+
+def test_one_options_object_from_flags_over_variables_over_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "harvest.toml"
+    path.write_text("[worker]\nconcurrency = 5\nshutdown_grace = 12\nheartbeat_interval = 2\n"
+                    "[retention]\ninterval = 7\n")
+    config = load_config(path, env={"HARVEST_WORKER__CONCURRENCY": "6", "HARVEST_WORKER__HEARTBEAT_INTERVAL": "3"})
+    config = config.with_overrides({"worker.concurrency": (9, "--concurrency")})
+    options = worker_options(config, queues=["a"], run_retention=True)
+    assert (options.concurrency, options.heartbeat_interval, options.shutdown_grace, options.retention_interval,
+            options.queues, options.run_retention) == (9, 3.0, 12.0, 7.0, ["a"], True)
+    assert worker_options(load_config(None, env={"HARVEST_CONFIG": ""})) == WorkerOptions()
+
+
+def test_the_concurrency_flag_is_bounded_by_the_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HARVEST_CONFIG", raising=False)
+    result = CliRunner().invoke(main, ["worker", "no_such_module:app", "--concurrency", "0"])
+    assert result.exit_code != 0
+    assert "worker.concurrency = 0 (from --concurrency) is out of range: allowed 1 to 10000" in result.output
