@@ -17,20 +17,23 @@ import catalog
 import psycopg
 import pytest
 
-from harvest.db import embedded
+from harvest.db import embedded, paths
 from harvest.db import migrate as m
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def install_canonical(dsn: str) -> None:
-    """sql/*.sql then functions/*.sql, applied directly, plus the ledger rows the runner writes."""
+    """sql/ in its install order (harvest.db.paths.SCHEMA_FILES), then functions/*.sql and
+    harvest._secure_functions(), applied directly, plus the ledger rows the runner writes."""
     with psycopg.connect(dsn) as conn:
-        for path in sorted((REPO / "sql").glob("*.sql")):
+        for path in paths.schema_files(REPO / "sql"):
             conn.execute(path.read_text())
         conn.execute("SET LOCAL check_function_bodies = off")
         for path in sorted((REPO / "functions").glob("*.sql")):
             conn.execute(path.read_text())
+        # Explicit, as the migrator does: no functions/ file has to sort last for this.
+        conn.execute("SELECT harvest._secure_functions()")
         for mig in m.load_set(REPO / "migrations", m.CORE_SET):
             conn.execute("INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
                          " VALUES (%s, %s, %s, %s, %s)",

@@ -35,25 +35,6 @@ CORE_SET = "harvest"
 # Any constant works; it only has to be the same for every migrator.
 MIGRATE_LOCK_KEY = 0x48415256  # "HARV"
 
-BOOTSTRAP_SQL = """
-CREATE SCHEMA IF NOT EXISTS harvest;
-CREATE TABLE IF NOT EXISTS harvest.schema_migrations (
-    set_name text NOT NULL,
-    version text NOT NULL,
-    name text NOT NULL,
-    checksum text NOT NULL,
-    transactional boolean NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    CONSTRAINT schema_migrations_pkey PRIMARY KEY (set_name, version)
-);
-CREATE TABLE IF NOT EXISTS harvest.function_files (
-    file_name text NOT NULL,
-    checksum text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    CONSTRAINT function_files_pkey PRIMARY KEY (file_name)
-);
-"""
-
 
 class MigrationError(HarvestError):
     """A migration failed; nothing of it was recorded."""
@@ -259,7 +240,8 @@ class Migrator:
                 ahead = self._ahead(self._unknown(conn))
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
-                conn.execute(BOOTSTRAP_SQL)
+                # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
+                conn.execute(paths.ledger_file().read_text())
                 applied = self._applied(conn)
                 for migration in self.migrations:
                     if (migration.set_name, migration.version) in applied:
