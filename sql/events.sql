@@ -7,6 +7,19 @@ CREATE TABLE harvest.events (
     event_data jsonb NOT NULL DEFAULT '{}'::jsonb,
     created_at timestamptz NOT NULL,
     CONSTRAINT events_pkey PRIMARY KEY (execution_id, event_id),
+    -- The history vocabulary (docs/internals.md); harvest.runtime.commands.EVENT_TYPES
+    -- lists the same types (tests/integration/test_vocabulary.py compares them).
+    CONSTRAINT events_event_type_check CHECK (event_type IN (
+        'ActivityCompleted', 'ActivityFailed', 'ActivityScheduled',
+        'ChildWorkflowCompleted', 'ChildWorkflowFailed', 'ChildWorkflowStarted',
+        'MarkerRecorded', 'MutexAcquired', 'SignalReceived',
+        'TimerCancelled', 'TimerFired', 'TimerStarted',
+        'UpdateAccepted', 'UpdateCompleted',
+        'WorkflowCancelRequested', 'WorkflowCancelled', 'WorkflowCompleted',
+        'WorkflowContinuedAsNew', 'WorkflowFailed', 'WorkflowResetFork',
+        'WorkflowStarted', 'WorkflowTaskCompleted', 'WorkflowTerminated',
+        'WorkflowTimedOut'
+    )),
     CONSTRAINT events_execution_fkey FOREIGN KEY (execution_id)
     REFERENCES harvest.executions (id) ON DELETE CASCADE
 );
