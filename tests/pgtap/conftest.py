@@ -2,8 +2,9 @@
 template (the session harness of tests/conftest.py), its TAP output is parsed, and
 a failing file fails with its failing assertions and their diagnostics.
 
-The files are plain SQL (no psql meta-commands), so they also run under `psql -f`
-or pg_prove. Here each statement is sent on its own so an unexpected error names
+The files are plain SQL (no psql meta-commands). A file may hold several
+transactions (BEGIN; plan(N); ... finish(); ROLLBACK;), one per topic of its
+functions/ file; their plans add up. Here each statement is sent on its own so an unexpected error names
 its line; every row a statement returns is TAP text.
 
 Without the pgtap extension in the server the tests skip, except in CI (the CI
@@ -81,7 +82,8 @@ def parse_tap(name: str, lines: list[str]) -> TapReport:
         if not line.strip():
             continue
         if match := PLAN.match(line):
-            report.planned = int(match.group(1))
+            # A file may hold several transactions, each with its own plan: they add up.
+            report.planned = (report.planned or 0) + int(match.group(1))
         elif match := TEST.match(line):
             not_ok, number, description = match.groups()
             directive = None

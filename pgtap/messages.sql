@@ -1,4 +1,4 @@
--- functions/queries.sql: harvest.request_query, harvest.request_update,
+-- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_queries, harvest.answer_query,
 -- harvest.accept_update, harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
