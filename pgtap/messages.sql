@@ -24,9 +24,6 @@ $fn$;
 CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
     SELECT execution_id FROM runs WHERE key = p_key;
 $fn$;
-CREATE FUNCTION pg_temp.last_event_id(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT last_event_id FROM harvest.executions WHERE id = p_id;
-$fn$;
 CREATE FUNCTION pg_temp.req(p_id bigint) RETURNS harvest.query_requests LANGUAGE sql AS $fn$
     SELECT * FROM harvest.query_requests WHERE id = p_id;
 $fn$;
