@@ -239,7 +239,7 @@ BEGIN
     WHERE id = p_execution_id
     RETURNING * INTO v_execution;
     DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
-    -- Notify only when a client waits for this result (see results.sql).
+    -- Notify only when a client waits for this result (see harvest.wait_for_result in executions.sql).
     DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
     IF FOUND THEN
         PERFORM pg_notify('harvest_done', p_execution_id::text);

@@ -1,4 +1,6 @@
--- Reading executions and ending them from outside.
+-- Executions: reading one run and its history, ending a run from outside, the
+-- operator's filtered, keyset-paginated list and the stack, and waiting for a
+-- run's result. Signal and cancel are signals.sql; children are relays.sql.
 
 CREATE OR REPLACE FUNCTION harvest.get_execution(p_execution_id uuid)
 RETURNS harvest.executions
@@ -43,4 +45,310 @@ BEGIN
         jsonb_build_object('error_type', 'Terminated', 'message', coalesce(p_reason, 'terminated'),
                            'non_retryable', true, 'details', NULL));
 END;
+$$;
+
+-- The operator's view of workflows: a filtered, keyset-paginated list and the
+-- stack (what a run is waiting on).
+
+-- The page cursor: base64 of "<created_at>|<id>"; opaque to callers.
+CREATE OR REPLACE FUNCTION harvest._encode_cursor(p_created_at timestamptz, p_id uuid)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT translate(encode(convert_to(
+        to_char(p_created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '|' || p_id::text,
+        'UTF8'), 'base64'), E'\n', '');
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._decode_cursor(p_cursor text, OUT created_at timestamptz, OUT id uuid)
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_text text;
+BEGIN
+    v_text := convert_from(decode(p_cursor, 'base64'), 'UTF8');
+    created_at := split_part(v_text, '|', 1)::timestamptz;
+    id := split_part(v_text, '|', 2)::uuid;
+    IF created_at IS NULL OR id IS NULL THEN
+        RAISE EXCEPTION 'empty';
+    END IF;
+EXCEPTION
+    WHEN OTHERS THEN
+        RAISE EXCEPTION 'cursor "%" is malformed', p_cursor USING ERRCODE = 'HR001',
+            HINT = 'pass the next_cursor of a previous page unchanged, or no cursor for the first page';
+END;
+$$;
+
+-- Parse one search-attribute filter "key<op>value" into {key, op, value}.
+-- Operators: = (or :), !=, >, >=, <, <=. Comparisons are typed by the value:
+-- a number compares numerically, true/false as a boolean, an ISO timestamp as a
+-- time, anything else as text.
+CREATE OR REPLACE FUNCTION harvest._parse_search_filter(p_filter text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_match text[];
+BEGIN
+    v_match := regexp_match(coalesce(p_filter, ''), '^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|!=|=|:|>|<)\s*(.*)$');
+    IF v_match IS NULL OR v_match[3] = '' THEN
+        RAISE EXCEPTION 'search attribute filter "%" is malformed', p_filter USING ERRCODE = 'HR001',
+            HINT = 'write key=value (or key:value), or key>value, key>=value, key<value, key<=value, key!=value';
+    END IF;
+    RETURN jsonb_build_object('key', v_match[1],
+                              'op', CASE v_match[2] WHEN ':' THEN '=' ELSE v_match[2] END,
+                              'value', v_match[3]);
+END;
+$$;
+
+-- The SQL predicate for one parsed filter (literals quoted with format %L).
+-- A key may hold values of different JSON types across runs, so a typed cast is
+-- only ever reached inside CASE WHEN jsonb_typeof(...) = <its type>: the planner
+-- reorders AND-ed conditions by cost, and "typeof = 'boolean' AND (v)::boolean"
+-- cast a number (invalid input syntax for type boolean: "5"). CASE fixes the order.
+CREATE OR REPLACE FUNCTION harvest._search_predicate(p_filter jsonb)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_key text := p_filter ->> 'key';
+    v_op text := p_filter ->> 'op';
+    v_value text := p_filter ->> 'value';
+    v_attr text := format('(e.search_attributes -> %L)', v_key);
+    v_text text := format('(e.search_attributes ->> %L)', v_key);
+    v_is_ts boolean := false;
+BEGIN
+    IF v_value ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+        -- A number compares numerically; "=" also matches the same text in a string.
+        RETURN format('(CASE jsonb_typeof(%s) WHEN ''number'' THEN (%s)::numeric %s %L::numeric%s ELSE false END)',
+                      v_attr, v_text, CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value,
+                      CASE WHEN v_op = '=' THEN format(' WHEN ''string'' THEN %s = %L', v_text, v_value) ELSE '' END);
+    END IF;
+    IF lower(v_value) IN ('true', 'false') AND v_op IN ('=', '!=') THEN
+        RETURN format('(CASE WHEN jsonb_typeof(%s) = ''boolean'' THEN (%s)::boolean %s %L::boolean ELSE false END)',
+                      v_attr, v_text, CASE v_op WHEN '=' THEN '=' ELSE '<>' END, lower(v_value));
+    END IF;
+    IF v_value ~ '^\d{4}-\d{2}-\d{2}' AND v_op NOT IN ('=', '!=') THEN
+        BEGIN
+            PERFORM v_value::timestamptz;
+            v_is_ts := true;
+        EXCEPTION WHEN OTHERS THEN
+            v_is_ts := false;
+        END;
+    END IF;
+    IF v_is_ts THEN
+        RETURN format('(jsonb_typeof(%s) = ''string'' AND harvest._try_timestamptz(%s) %s %L::timestamptz)',
+                      v_attr, v_text, v_op, v_value);
+    END IF;
+    IF v_op = '=' THEN
+        RETURN format('(%s = %L)', v_text, v_value);
+    END IF;
+    RETURN format('(jsonb_typeof(%s) = ''string'' AND %s %s %L)', v_attr, v_text,
+                  CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._try_timestamptz(p_value text)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    RETURN p_value::timestamptz;
+EXCEPTION WHEN OTHERS THEN
+    RETURN NULL;
+END;
+$$;
+
+-- The workflow list. Every filter is optional and they compose with AND; an
+-- unknown state, a malformed search filter, a bad order or page size, or a
+-- malformed cursor raises HR001 (it never silently matches nothing).
+-- Pages are keyset-paginated on (created_at, id): the last row of a page that
+-- has more carries next_cursor; pass it back as p_cursor for the next page.
+CREATE OR REPLACE FUNCTION harvest.list_executions(
+    p_state text DEFAULT NULL,
+    p_workflow_name text DEFAULT NULL,
+    p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL,
+    p_created_before timestamptz DEFAULT NULL,
+    p_page_size integer DEFAULT 50,
+    p_cursor text DEFAULT NULL,
+    p_order text DEFAULT 'desc'
+)
+RETURNS TABLE (
+    id uuid, workflow_name text, workflow_id text, status text, task_queue text,
+    search_attributes jsonb, parent_id uuid, created_at timestamptz, completed_at timestamptz,
+    error_summary text, next_cursor text
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_order text := lower(coalesce(p_order, 'desc'));
+    v_states text[];
+    v_state text;
+    v_where text[] := ARRAY['true'];
+    v_filter text;
+    v_cursor record;
+    v_sql text;
+    v_count integer := 0;
+    v_row record;
+BEGIN
+    IF v_order NOT IN ('asc', 'desc') THEN
+        RAISE EXCEPTION 'order "%" is not asc or desc', p_order USING ERRCODE = 'HR001';
+    END IF;
+    IF p_page_size IS NULL OR p_page_size < 1 OR p_page_size > 1000 THEN
+        RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
+    END IF;
+    IF p_state IS NOT NULL THEN
+        v_states := string_to_array(upper(replace(p_state, ' ', '')), ',');
+        FOREACH v_state IN ARRAY v_states LOOP
+            IF v_state NOT IN ('RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
+                               'CONTINUED_AS_NEW') THEN
+                RAISE EXCEPTION 'unknown state "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+                                'TIMED_OUT or CONTINUED_AS_NEW (comma-separated for several)', p_state
+                    USING ERRCODE = 'HR001',
+                    HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW'
+                           ' (comma-separated for several)';
+            END IF;
+        END LOOP;
+        v_where := v_where || format('e.status = ANY(%L::text[])', v_states);
+    END IF;
+    IF p_workflow_name IS NOT NULL THEN
+        v_where := v_where || format('e.workflow_name = %L', p_workflow_name);
+    END IF;
+    IF p_created_after IS NOT NULL THEN
+        v_where := v_where || format('e.created_at >= %L::timestamptz', p_created_after);
+    END IF;
+    IF p_created_before IS NOT NULL THEN
+        v_where := v_where || format('e.created_at < %L::timestamptz', p_created_before);
+    END IF;
+    FOREACH v_filter IN ARRAY coalesce(p_search_attributes, ARRAY[]::text[]) LOOP
+        v_where := v_where || harvest._search_predicate(harvest._parse_search_filter(v_filter));
+    END LOOP;
+    IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
+        SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);
+        v_where := v_where || format('(e.created_at, e.id) %s (%L::timestamptz, %L::uuid)',
+                                     CASE v_order WHEN 'asc' THEN '>' ELSE '<' END,
+                                     v_cursor.created_at, v_cursor.id);
+    END IF;
+    v_sql := format(
+        'SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.task_queue, e.search_attributes,'
+        ' e.parent_id, e.created_at, e.completed_at,'
+        ' (e.failure ->> ''error_type'') || '': '' || (e.failure ->> ''message'') AS error_summary'
+        ' FROM harvest.executions AS e WHERE %s ORDER BY e.created_at %s, e.id %s LIMIT %s',
+        array_to_string(v_where, ' AND '), v_order, v_order, p_page_size + 1);
+    -- Fetch one row past the page; each row is emitted one step late so the page's
+    -- last row can carry next_cursor exactly when another row follows it.
+    FOR v_row IN EXECUTE v_sql LOOP
+        v_count := v_count + 1;
+        IF v_count > 1 THEN
+            IF v_count > p_page_size THEN
+                next_cursor := harvest._encode_cursor(created_at, id);
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            RETURN NEXT;
+        END IF;
+        id := v_row.id;
+        workflow_name := v_row.workflow_name;
+        workflow_id := v_row.workflow_id;
+        status := v_row.status;
+        task_queue := v_row.task_queue;
+        search_attributes := v_row.search_attributes;
+        parent_id := v_row.parent_id;
+        created_at := v_row.created_at;
+        completed_at := v_row.completed_at;
+        error_summary := v_row.error_summary;
+        next_cursor := NULL;
+    END LOOP;
+    IF v_count > 0 THEN
+        RETURN NEXT;
+    END IF;
+END;
+$$;
+
+-- What a run is waiting on now: open activities (pending, running or parked as
+-- dead letters) with their attempt, timers with their fire time, signals
+-- received since the workflow last ran (the ones it may not have read yet),
+-- running children, the workflow task, and the last event id (a change cursor).
+CREATE OR REPLACE FUNCTION harvest.workflow_stack(p_execution_id uuid)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_last_task_event bigint;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+    END IF;
+    SELECT max(ev.event_id) INTO v_last_task_event FROM harvest.events AS ev
+    WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowTaskCompleted';
+    RETURN jsonb_build_object(
+        'execution_id', v_execution.id,
+        'workflow_name', v_execution.workflow_name,
+        'workflow_id', v_execution.workflow_id,
+        'status', v_execution.status,
+        'cancel_requested', v_execution.cancel_requested,
+        'last_event_id', v_execution.last_event_id,
+        'pending_activities', coalesce((
+            SELECT jsonb_agg(a ORDER BY a.seq) FROM (
+                SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
+                       t.lease_owner, t.lease_expires_at, t.last_failure, t.id AS task_id, NULL::bigint AS dead_letter_id
+                FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'activity'
+                UNION ALL
+                SELECT d.seq, d.activity_name, d.queue, 'dead_lettered', d.attempts, NULL, NULL, NULL, NULL,
+                       d.failure, NULL, d.id
+                FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id
+            ) AS a), '[]'::jsonb),
+        'timers', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at) ORDER BY t.due_at, t.seq)
+            FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'), '[]'::jsonb),
+        'signals_since_last_task', (
+            SELECT count(*) FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution_id AND ev.event_type = 'SignalReceived'
+              AND ev.event_id > coalesce(v_last_task_event, 0)),
+        'children', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('execution_id', c.id, 'workflow_name', c.workflow_name,
+                                                'workflow_id', c.workflow_id, 'seq', c.parent_seq,
+                                                'status', c.status, 'created_at', c.created_at)
+                             ORDER BY c.parent_seq, c.created_at)
+            FROM harvest.executions AS c WHERE c.parent_id = p_execution_id AND c.status = 'RUNNING'), '[]'::jsonb),
+        'workflow_task', (
+            SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
+                                      'lease_owner', t.lease_owner, 'attempt', t.attempt)
+            FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'workflow'),
+        'last_workflow_task_event_id', v_last_task_event
+    );
+END;
+$$;
+
+-- Waiting for results. handle.result() LISTENs on harvest_done, marks itself as a
+-- waiter for the run, then reads the run; _close_execution notifies only runs
+-- somebody waits for, so the notify lock stays off the hot path of unattended
+-- runs. A close that races the mark is caught by the waiter's periodic re-read.
+
+-- Mark p_waiter_id as waiting for p_execution_id and return the run as it is now.
+CREATE OR REPLACE FUNCTION harvest.wait_for_result(p_execution_id uuid, p_waiter_id uuid)
+RETURNS harvest.executions
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions := harvest.get_execution(p_execution_id);
+BEGIN
+    IF v_execution.status = 'RUNNING' THEN
+        INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+        VALUES (p_execution_id, p_waiter_id, harvest.now())
+        ON CONFLICT DO NOTHING;
+    END IF;
+    RETURN v_execution;
+END;
+$$;
+
+-- Drop a waiter's marks (it got its answer, timed out or gave up).
+CREATE OR REPLACE FUNCTION harvest.stop_waiting(p_waiter_id uuid)
+RETURNS void
+LANGUAGE sql
+AS $$
+    DELETE FROM harvest.result_waiters WHERE waiter_id = p_waiter_id;
 $$;

@@ -53,12 +53,6 @@ LANGUAGE sql AS $fn$
     SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = p_id
     ORDER BY event_id DESC LIMIT 1;
 $fn$;
-CREATE FUNCTION pg_temp.last_event_id(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT last_event_id FROM harvest.executions WHERE id = p_id;
-$fn$;
-CREATE FUNCTION pg_temp.workflow_tasks(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT count(*) FROM harvest.tasks WHERE execution_id = p_id AND kind = 'workflow';
-$fn$;
 
 -- ------------------------------------------- a child completes: the parent hears at once
 SELECT isnt(pg_temp.start('p_ok'), NULL, 'setup: a parent run');

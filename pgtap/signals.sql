@@ -24,12 +24,6 @@ $fn$;
 CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
     SELECT execution_id FROM runs WHERE key = p_key;
 $fn$;
-CREATE FUNCTION pg_temp.workflow_tasks(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT count(*) FROM harvest.tasks WHERE execution_id = p_id AND kind = 'workflow';
-$fn$;
-CREATE FUNCTION pg_temp.last_event_id(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT last_event_id FROM harvest.executions WHERE id = p_id;
-$fn$;
 
 -- ---------------------------------------------------------------- signal_workflow
 SELECT isnt(pg_temp.idle('sig'), NULL, 'setup: an idle run (started, first task done)');

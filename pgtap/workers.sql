@@ -1,6 +1,8 @@
 -- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
 -- harvest.release_worker_tasks, harvest.begin_worker_drain, harvest.stop_worker, harvest.release_task,
--- harvest.worker_sleep, harvest.register_workflows, harvest.unregister_workflow.
+-- harvest.worker_sleep, harvest.register_workflows, harvest.unregister_workflow; then the fleet
+-- (harvest._worker_health, harvest._drain_outcome, list_workers, get_worker, worker_health,
+-- drain_worker, drain_preview) and harvest.worker_drain_deadline, each in a transaction of its own.
 BEGIN;
 SELECT plan(54);
 SET LOCAL TimeZone = 'UTC';
@@ -182,3 +184,67 @@ SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), true, 'unregister_workflow
 SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), false, 'and of a name no longer registered: false');
 
 SELECT * FROM finish();
+ROLLBACK;
+
+-- The fleet seen by an operator: list_workers, get_worker, worker_health, drain_worker, drain_preview.
+BEGIN;
+SELECT plan(17);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+SELECT harvest.register_worker('fl-live', ARRAY['email', 'default'], 'h1', 1, 5);
+SELECT harvest.register_worker('fl-other', ARRAY['default'], 'h2', 2, 5);
+SELECT harvest.register_worker('fl-stale', ARRAY['email'], 'h3', 3, 5);
+UPDATE harvest.workers SET last_heartbeat_at = '2029-12-31 23:59:00+00' WHERE id = 'fl-stale';
+
+SELECT is((SELECT health FROM harvest.list_workers() WHERE worker_id = 'fl-stale'), 'stale',
+          'silent for more than 2 heartbeat intervals is stale');
+SELECT is((SELECT array_agg(worker_id ORDER BY worker_id) FROM harvest.list_workers(p_queue => 'email')),
+          ARRAY['fl-live', 'fl-stale'], 'filter by queue');
+SELECT throws_ok($$SELECT * FROM harvest.list_workers(p_health => 'sick')$$, 'HR001', NULL, 'unknown health refused');
+SELECT is(harvest.worker_health() -> 'by_queue', '{"email": 2, "default": 2}'::jsonb,
+          'by_queue counts every worker that is not stopped, stale ones too (issue 12 item 19)');
+SELECT is(harvest.worker_health() -> 'by_queue_health',
+          '{"email": {"healthy": 1, "draining": 0, "stale": 1}, "default": {"healthy": 2, "draining": 0, "stale": 0}}'::jsonb,
+          'by_queue_health splits each queue into healthy, draining and stale');
+SELECT is(harvest.worker_health() -> 'by_shard', '{"0": 3}'::jsonb, 'by_shard: the one shard, 0');
+SELECT is((harvest.worker_health() ->> 'stale')::int, 1, 'stale count');
+SELECT is(harvest.get_worker('fl-live') -> 'claimed_task_ids', '[]'::jsonb, 'get_worker lists claimed tasks');
+SELECT is((SELECT uncovered_queues FROM harvest.drain_preview(p_worker_id => 'fl-live')), ARRAY['email'],
+          'preview: draining fl-live leaves email without a live worker');
+SELECT is(harvest.drain_worker('fl-live', NULL, 'pgtap') ->> 'outcome', 'accepted', 'drain accepted');
+SELECT is(harvest.worker_heartbeat('fl-live'), 'draining', 'the worker hears it on its heartbeat');
+SELECT is(harvest.drain_worker('fl-live') ->> 'outcome', 'already_draining', 'twice: already_draining');
+SELECT is(harvest.drain_worker('fl-stale') ->> 'outcome', 'stale_worker', 'stale worker');
+SELECT is(harvest.drain_worker('fl-none') ->> 'outcome', 'not_found', 'unknown worker');
+SELECT is((SELECT count(*) FROM harvest.list_audit_log(p_operation => 'worker.drain')), 4::bigint,
+          'every drain request is audited');
+
+SELECT is(harvest._worker_health((SELECT w FROM harvest.workers w WHERE w.id = 'fl-other')), 'healthy',
+          '_worker_health of a fresh worker');
+SELECT is(harvest._drain_outcome((SELECT w FROM harvest.workers w WHERE w.id = 'fl-other')), 'accepted',
+          '_drain_outcome of an active worker');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A draining worker's deadline: harvest.worker_drain_deadline.
+BEGIN;
+SELECT plan(4);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+SELECT harvest.register_worker('wd', ARRAY['q'], 'h', 1, 5);
+SELECT results_eq($$SELECT drain_deadline, remaining_secs FROM harvest.worker_drain_deadline('wd')$$,
+                  $$VALUES (NULL::timestamptz, NULL::double precision)$$,
+                  'worker_drain_deadline(): no deadline, NULLs');
+SELECT harvest.drain_worker('wd', '2030-01-01 00:00:30+00', 'test');
+SELECT results_eq($$SELECT drain_deadline, remaining_secs FROM harvest.worker_drain_deadline('wd')$$,
+                  $$VALUES ('2030-01-01 00:00:30+00'::timestamptz, 30::double precision)$$,
+                  'the deadline and the seconds left by the database clock');
+SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
+SELECT is((SELECT remaining_secs FROM harvest.worker_drain_deadline('wd')), -30::double precision,
+          'negative once the deadline has passed');
+SELECT is_empty($$SELECT * FROM harvest.worker_drain_deadline('nobody')$$, 'an unknown worker: no row');
+
+SELECT * FROM finish();
+ROLLBACK;

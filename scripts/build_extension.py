@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Build Harvest as a PostgreSQL extension: ``harvest--<version>.sql`` and ``harvest.control``.
 
-The script is the canonical schema (``sql/*.sql``, in order) followed by the SQL API
-(``functions/*.sql``, in order), then the migration ledger rows and the
+The script is the canonical schema (``sql/*.sql`` in the install order of
+``harvest.db.paths.SCHEMA_FILES``) followed by the SQL API (``functions/*.sql``), the
+call to ``harvest._secure_functions()``, then the migration ledger rows and the
 function-file checksums, so ``harvest migrate status --check`` finds nothing pending
 in a database made with ``CREATE EXTENSION harvest``. The version is the one in
 pyproject.toml. Run it with ``make extension``; install the two files into
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT / "harvest_py"))
 import pglast
 
 from harvest.db.migrate import CORE_SET, file_checksum, load_set
+from harvest.db.paths import schema_files
 
 EXTENSION = "harvest"
 LEDGER_TABLES = ("schema_migrations", "function_files")
@@ -62,7 +64,7 @@ def script_text(root: Path = ROOT) -> str:
         "",
     ]
     schema_created = False
-    for path in sorted((root / "sql").glob("*.sql")):
+    for path in schema_files(root / "sql"):
         sql = path.read_text(encoding="utf-8")
         _refuse_transaction_control(path, sql)
         sql, count = CREATE_SCHEMA.subn("CREATE SCHEMA harvest;", sql)
@@ -75,6 +77,9 @@ def script_text(root: Path = ROOT) -> str:
         sql = path.read_bytes().decode("utf-8")
         _refuse_transaction_control(path, sql)
         parts += [f"-- ---- functions/{path.name}", sql.rstrip("\r\n"), ""]
+    # Options and grants after every function exists (the migrator does the same at the end of a run).
+    parts += ["-- ---- security: search_path, SECURITY DEFINER and role grants on every function",
+              "SELECT harvest._secure_functions();", ""]
 
     parts.append("-- ---- the ledgers: every core migration is applied, every function file current")
     for m in load_set(root / "migrations", CORE_SET):

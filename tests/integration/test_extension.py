@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from harvest.cli.migrate import migrate
-from harvest.db import embedded
+from harvest.db import embedded, paths
 from harvest.db import migrate as m
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,10 +38,12 @@ def build(output_dir: Path) -> tuple[Path, Path]:
 def test_build_writes_the_script_and_the_control_file(tmp_path: Path) -> None:
     script, control = build(tmp_path)
     text = script.read_text()
-    # sql/ then functions/, each in file order.
+    # sql/ in its install order, then functions/, then the one call that secures them.
     sections = re.findall(r"^-- ---- ((?:sql|functions)/\S+)$", text, re.MULTILINE)
-    assert sections == ([f"sql/{p.name}" for p in sorted((REPO / "sql").glob("*.sql"))]
+    assert sections == ([f"sql/{p.name}" for p in paths.schema_files(REPO / "sql")]
                         + [f"functions/{p.name}" for p in sorted((REPO / "functions").glob("*.sql"))])
+    last_function = text.index(f"-- ---- functions/{max((REPO / 'functions').glob('*.sql')).name}")
+    assert text.index("SELECT harvest._secure_functions();", last_function) > last_function
     assert re.search(r"^CREATE SCHEMA harvest;$", text, re.MULTILINE)
     assert "CREATE SCHEMA IF NOT EXISTS" not in text
     assert not re.search(r"^\s*(BEGIN|COMMIT|ROLLBACK)\s*;", text, re.MULTILINE | re.IGNORECASE)

@@ -216,6 +216,35 @@ def test_a_changed_function_file_is_run_again(fresh_db: str, sql_copy: Path) -> 
     assert cli("status", "--check", dsn=fresh_db).exit_code == 0
 
 
+def test_a_function_file_that_left_functions_loses_its_ledger_row(fresh_db: str, sql_copy: Path) -> None:
+    """Functions moved out of a file that then disappears: the next run applies the file
+    that took them and deletes the old name's ledger row, so the ledger names exactly the
+    files of functions/, as a fresh install's does, and status lists no ghost."""
+    assert cli("run", dsn=fresh_db).exit_code == 0
+    functions = sql_copy / "functions"
+    moved, taker = functions / "usage.sql", functions / "core.sql"
+    taker.write_text(taker.read_text() + "\n" + moved.read_text())
+    moved.unlink()
+
+    status = cli("status", "--check", dsn=fresh_db)
+    assert status.exit_code == 1, status.output
+    assert "functions/usage.sql" in status.stdout and "pending (retired" in status.stdout
+    as_json = json.loads(cli("status", "--output", "json", dsn=fresh_db).stdout)
+    assert as_json["retired_function_files"] == ["usage.sql"]
+    plan = cli("run", "--dry-run", dsn=fresh_db)
+    assert "would retire functions/usage.sql" in plan.stdout
+    assert "usage.sql" in function_ledger(fresh_db), "a dry run changes nothing"
+
+    result = cli("run", dsn=fresh_db)
+    assert result.exit_code == 0, result.output
+    assert "applied 0 migration(s), 1 function file(s), 1 retired" in result.stdout
+    assert sorted(function_ledger(fresh_db)) == sorted(p.name for p in functions.glob("*.sql"))
+    assert query(fresh_db, "SELECT to_regprocedure('harvest.usage_report(timestamptz,timestamptz,text,interval)')"
+                           " IS NOT NULL")[0][0]
+    assert cli("status", "--check", dsn=fresh_db).exit_code == 0
+    assert "retired" not in cli("run", dsn=fresh_db).stdout
+
+
 def test_a_function_file_with_crlf_line_ends_is_current_after_one_run(fresh_db: str, sql_copy: Path) -> None:
     """The checksum recorded must be the one compared: the bytes on disk, CRLF and all."""
     path = sql_copy / "functions" / "workers.sql"

@@ -17,20 +17,23 @@ import catalog
 import psycopg
 import pytest
 
-from harvest.db import embedded
+from harvest.db import embedded, paths
 from harvest.db import migrate as m
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def install_canonical(dsn: str) -> None:
-    """sql/*.sql then functions/*.sql, applied directly, plus the ledger rows the runner writes."""
+def install_canonical(dsn: str, reverse_functions: bool = False) -> None:
+    """sql/ in its install order (harvest.db.paths.SCHEMA_FILES), then functions/*.sql and
+    harvest._secure_functions(), applied directly, plus the ledger rows the runner writes."""
     with psycopg.connect(dsn) as conn:
-        for path in sorted((REPO / "sql").glob("*.sql")):
+        for path in paths.schema_files(REPO / "sql"):
             conn.execute(path.read_text())
         conn.execute("SET LOCAL check_function_bodies = off")
-        for path in sorted((REPO / "functions").glob("*.sql")):
+        for path in sorted((REPO / "functions").glob("*.sql"), reverse=reverse_functions):
             conn.execute(path.read_text())
+        # Explicit, as the migrator does: no functions/ file has to sort last for this.
+        conn.execute("SELECT harvest._secure_functions()")
         for mig in m.load_set(REPO / "migrations", m.CORE_SET):
             conn.execute("INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
                          " VALUES (%s, %s, %s, %s, %s)",
@@ -69,6 +72,20 @@ def test_fresh_install_catalog_equals_the_migrated_catalog(two_dbs: tuple[str, s
     catalog.assert_same(a, b, "sql/ + functions/", "migrations/")
     # Same ledger keys and checksums (applied_at differs and is not compared).
     assert ledger_keys(canonical) == ledger_keys(migrated)
+
+
+def test_no_functions_file_has_to_sort_last(pg_server) -> None:
+    """functions/ applied in reverse order, then secured, gives the same catalog: the install
+    order of functions/ is not encoded in any file name (security.sql need not sort last)."""
+    names = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    forward, backward = (pg_server.create_database(n) for n in names)
+    try:
+        install_canonical(forward)
+        install_canonical(backward, reverse_functions=True)
+        catalog.assert_same(catalog.snapshot(forward), catalog.snapshot(backward), "sorted", "reversed")
+    finally:
+        for name in names:
+            pg_server.drop_database(name)
 
 
 def test_catalog_snapshot_notices_a_difference(two_dbs: tuple[str, str]) -> None:

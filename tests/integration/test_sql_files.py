@@ -15,6 +15,7 @@ from pglast import ast
 
 from harvest.core.errors import ConfigError
 from harvest.db import migrate as m
+from harvest.db import paths
 
 ROOT = Path(__file__).resolve().parents[2]
 SQL_DIRS = ("sql", "functions", "migrations")
@@ -255,3 +256,76 @@ def test_the_mark_check_catches_an_unmarked_migration(tmp_path: Path) -> None:
 ])
 def test_is_transactional_reads_the_mark_in_the_first_lines(text: str, transactional: bool) -> None:
     assert m.is_transactional(text) is transactional
+
+
+# -- sql/ is the current schema, one file per entity -------------------------------------
+
+SCHEMA_FILE_NAME = re.compile(r"^[a-z]+(?:_[a-z]+)*\.sql$")
+
+
+def schema_changes(sql: str) -> list[str]:
+    """Statements that change an existing object (ALTER ..., RENAME, DROP): sql/ creates
+    each object whole, so a change belongs in its CREATE, not after it."""
+    found = []
+    for raw, text in _raw_statements(sql):
+        kind = type(raw.stmt).__name__
+        if kind.startswith("Alter") or kind in ("RenameStmt", "DropStmt"):
+            found.append(" ".join(text.split())[:80])
+    return found
+
+
+def test_sql_holds_no_alter() -> None:
+    offenders = {p.name: found for p in sorted((ROOT / "sql").glob("*.sql"))
+                 if (found := schema_changes(p.read_text()))}
+    assert not offenders, f"sql/ must create each table whole, with no ALTER: {offenders}"
+
+
+@pytest.mark.parametrize("sql", [
+    "ALTER TABLE harvest.tasks ADD COLUMN x int;",
+    "ALTER TABLE harvest.tasks ALTER COLUMN seq DROP NOT NULL;",
+    "ALTER INDEX harvest.a RENAME TO b;",
+    "DROP INDEX harvest.tasks_execution;",
+    "ALTER SEQUENCE harvest.fencing_tokens RESTART;",
+])
+def test_the_alter_check_catches_a_change(sql: str) -> None:
+    assert schema_changes("CREATE TABLE harvest.t (a int);\n" + sql)
+
+
+def test_sql_file_names_carry_no_order_and_all_are_installed() -> None:
+    """Install order lives in harvest.db.paths.SCHEMA_FILES, not in a 10_ prefix; each file
+    is named for its entity and listed there exactly once."""
+    names = sorted(p.name for p in (ROOT / "sql").iterdir() if p.is_file())
+    bad = [name for name in names if not SCHEMA_FILE_NAME.match(name)]
+    assert not bad, f"sql/ files are named for their entity (lowercase words joined by _): {bad}"
+    assert sorted(p.name for p in paths.schema_files(ROOT / "sql")) == names
+
+
+def test_schema_files_refuses_an_unlisted_or_missing_file(tmp_path: Path) -> None:
+    for name in paths.SCHEMA_FILES:
+        (tmp_path / f"{name}.sql").write_text("SELECT 1;\n")
+    assert [p.stem for p in paths.schema_files(tmp_path)] == list(paths.SCHEMA_FILES)
+    (tmp_path / "10_extra.sql").write_text("SELECT 1;\n")
+    (tmp_path / "events.sql").unlink()
+    with pytest.raises(FileNotFoundError, match="not listed: 10_extra; missing: events"):
+        paths.schema_files(tmp_path)
+
+
+def test_the_migrator_creates_the_ledgers_from_sql_ledger_file() -> None:
+    """One definition of the ledgers: sql/ledger.sql, also what the migrator runs first."""
+    assert paths.ledger_file() == paths.sql_dir() / "ledger.sql"
+    assert paths.schema_files()[0] == paths.ledger_file()
+    source = (ROOT / "harvest_py" / "harvest" / "db" / "migrate.py").read_text()
+    assert "CREATE TABLE" not in source and "paths.ledger_file()" in source
+
+
+def test_the_wheel_ships_sql_beside_functions_and_migrations() -> None:
+    """The migrator reads sql/ledger.sql at run time, so an installed package needs sql/
+    where harvest.db.paths looks for it (harvest/_sql/sql)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for name in ("sql", "functions", "migrations"):
+        package = f"harvest._sql.{name}"
+        assert setuptools["package-dir"][package] == name
+        assert package in setuptools["packages"]
+        assert setuptools["package-data"][package] == ["*.sql"]

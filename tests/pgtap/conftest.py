@@ -2,8 +2,10 @@
 template (the session harness of tests/conftest.py), its TAP output is parsed, and
 a failing file fails with its failing assertions and their diagnostics.
 
-The files are plain SQL (no psql meta-commands), so they also run under `psql -f`
-or pg_prove. Here each statement is sent on its own so an unexpected error names
+Before each file, pgtap/fixtures/common.sql (the helpers the files share) runs in
+the same connection. The files are plain SQL (no psql meta-commands). A file may hold several
+transactions (BEGIN; plan(N); ... finish(); ROLLBACK;), one per topic of its
+functions/ file; their plans add up. Here each statement is sent on its own so an unexpected error names
 its line; every row a statement returns is TAP text.
 
 Without the pgtap extension in the server the tests skip, except in CI (the CI
@@ -81,7 +83,8 @@ def parse_tap(name: str, lines: list[str]) -> TapReport:
         if not line.strip():
             continue
         if match := PLAN.match(line):
-            report.planned = int(match.group(1))
+            # A file may hold several transactions, each with its own plan: they add up.
+            report.planned = (report.planned or 0) + int(match.group(1))
         elif match := TEST.match(line):
             not_ok, number, description = match.groups()
             directive = None
@@ -109,14 +112,21 @@ def statements(sql: str) -> list[tuple[int, str]]:
     return result
 
 
-def run_file(dsn: str, path: Path) -> TapReport:
-    """Execute one pgTAP file in its own connection and parse what it printed."""
+# Helpers every pgTAP file may use (pg_temp functions), run before each file in its connection.
+FIXTURES = Path(__file__).resolve().parents[2] / "pgtap" / "fixtures" / "common.sql"
+
+
+def run_file(dsn: str, path: Path, fixtures: Path | None = FIXTURES) -> TapReport:
+    """Execute the shared fixtures, then one pgTAP file, in one connection of its own, and
+    parse what the file printed."""
     sql = path.read_text()
     output: list[str] = []
     notices: list[str] = []
     error = None
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.add_notice_handler(lambda diag: notices.append(f"{diag.severity}: {diag.message_primary}"))
+        if fixtures is not None:
+            conn.execute(fixtures.read_text(), prepare=False)
         for line, statement in statements(sql):
             try:
                 cursor = conn.execute(statement, prepare=False)

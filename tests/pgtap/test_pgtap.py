@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from harvest.db.paths import functions_dir, repo_root
 PGTAP_DIR = repo_root() / "pgtap"
 FILES = sorted(PGTAP_DIR.glob("*.sql"))
 FUNCTION = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+harvest\.(\w+)", re.IGNORECASE)
+HELPER = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+pg_temp\.(\w+)", re.IGNORECASE)
 
 
 @pytest.mark.parametrize("functions_file", sorted(functions_dir().glob("*.sql")), ids=lambda p: p.stem)
@@ -24,6 +27,28 @@ def test_every_function_has_a_pgtap_test(functions_file: Path) -> None:
                 if not re.search(rf"\bharvest\.{name}\b|'{name}'", text)]
     assert not untested, (f"pgtap/{functions_file.name} never mentions "
                           + ", ".join(f"harvest.{name}" for name in untested))
+
+
+def test_no_file_recreates_a_shared_fixture() -> None:
+    """The helpers of pgtap/fixtures/common.sql exist once: a file that created its own copy
+    would fail at run time (the name exists), and this names it before that."""
+    shared = set(HELPER.findall((PGTAP_DIR / "fixtures" / "common.sql").read_text()))
+    assert shared, "pgtap/fixtures/common.sql defines no helper"
+    copies = {p.name: sorted(shared & set(HELPER.findall(p.read_text()))) for p in FILES}
+    assert not {k: v for k, v in copies.items() if v}, copies
+
+
+def test_the_tap_parser_adds_up_the_plans_of_a_files_transactions() -> None:
+    # The runner's parser, loaded from its file: "conftest" names more than one module here.
+    spec = importlib.util.spec_from_file_location("pgtap_runner", Path(__file__).with_name("conftest.py"))
+    runner = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = runner  # its dataclasses look their module up
+    spec.loader.exec_module(runner)
+    parse_tap = runner.parse_tap
+    report = parse_tap("x.sql", ["1..2", "ok 1 - a", "ok 2 - b", "1..1", "not ok 1 - c", "# why"])
+    assert report.planned == 3 and len(report.assertions) == 3
+    assert [a.description for a in report.failures] == ["c"] and report.failures[0].diagnostics == ["why"]
+    assert parse_tap("y.sql", ["1..2", "ok 1 - a", "1..1", "ok 1 - c"]).failed_count == 1  # one short
 
 
 @pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])

@@ -1,4 +1,4 @@
-"""`harvest audit list`: the operator actions recorded in the audit log (functions/fleet.sql)."""
+"""`harvest audit list`: the operator actions recorded in the audit log (functions/audit.sql)."""
 
 from __future__ import annotations
 

@@ -57,6 +57,7 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                             "applied_at": r.applied_at.isoformat() if r.applied_at else None}
                            for r in rows],
             "pending": len(pending), "stale_function_files": [p.name for p in stale],
+            "retired_function_files": report.retired_functions,
             "unknown_migrations": [{"set": u.set_name, "version": u.version, "name": u.name,
                                     "applied_at": u.applied_at.isoformat()} for u in unknown],
             "database_ahead": report.ahead is not None,
@@ -73,11 +74,13 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
             # database is ahead its files are newer, not "changed".
             for path in stale:
                 click.echo(f"{'functions/' + path.name:<45} pending (changed)")
+            for name in report.retired_functions:
+                click.echo(f"{'functions/' + name:<45} pending (retired: no longer in this Harvest)")
         click.echo(f"{len(rows) - len(pending)} applied, {len(pending)} pending"
                    + (f", {len(unknown)} unknown to this Harvest" if unknown else ""))
         if report.ahead:
             click.echo(str(report.ahead))
-    if check and (pending or stale or report.ahead):
+    if check and (pending or stale or report.retired_functions or report.ahead):
         sys.exit(1)
 
 
@@ -96,11 +99,14 @@ def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool)
             click.echo(f"  would apply {m.label}" + ("" if m.transactional else " (non-transactional)"))
         for name in report.functions_applied:
             click.echo(f"  would apply functions/{name}")
-        if not report.applied and not report.functions_applied:
+        for name in report.functions_retired:
+            click.echo(f"  would retire functions/{name} (its ledger row)")
+        if not report.applied and not report.functions_applied and not report.functions_retired:
             click.echo("  nothing to do")
         return
     total = len(report.applied) + len(report.applied_non_transactional)
     click.echo(f"{describe_dsn(dsn)}: applied {total} migration(s)"
                + (f", {len(report.applied_non_transactional)} non-transactional"
                   if report.applied_non_transactional else "")
-               + f", {len(report.functions_applied)} function file(s)")
+               + f", {len(report.functions_applied)} function file(s)"
+               + (f", {len(report.functions_retired)} retired" if report.functions_retired else ""))

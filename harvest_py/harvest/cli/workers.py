@@ -1,4 +1,4 @@
-"""`harvest worker list|get|health|drain|drain-preview`: the worker fleet (functions/fleet.sql).
+"""`harvest worker list|get|health|drain|drain-preview`: the worker fleet (functions/workers.sql).
 
 `harvest worker module:app` (run a worker) stays what it was: the group below
 treats a first argument that is not one of its subcommands as that target.

@@ -160,7 +160,7 @@ def terminate(execution_id: str, reason: str | None, database_url: str | None, o
          lambda d: f"terminated {execution_id}")
 
 
-# -- the operator commands (SQL API: functions/operator.sql, signals.sql, executions.sql) -----
+# -- the operator commands (SQL API: functions/executions.sql, signals.sql) -----
 
 REDACTED_KEYS = frozenset({"input", "result", "payload", "details", "output", "heartbeat_details"})
 

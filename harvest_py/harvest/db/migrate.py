@@ -34,25 +34,6 @@ CORE_SET = "harvest"
 # Any constant works; it only has to be the same for every migrator.
 MIGRATE_LOCK_KEY = 0x48415256  # "HARV"
 
-BOOTSTRAP_SQL = """
-CREATE SCHEMA IF NOT EXISTS harvest;
-CREATE TABLE IF NOT EXISTS harvest.schema_migrations (
-    set_name text NOT NULL,
-    version text NOT NULL,
-    name text NOT NULL,
-    checksum text NOT NULL,
-    transactional boolean NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    CONSTRAINT schema_migrations_pkey PRIMARY KEY (set_name, version)
-);
-CREATE TABLE IF NOT EXISTS harvest.function_files (
-    file_name text NOT NULL,
-    checksum text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-    CONSTRAINT function_files_pkey PRIMARY KEY (file_name)
-);
-"""
-
 
 class MigrationError(HarvestError):
     """A migration failed; nothing of it was recorded."""
@@ -100,6 +81,8 @@ class UnknownMigration:
 class StatusReport:
     migrations: list[MigrationStatus]
     stale_functions: list[Path]
+    # ledger rows of function files this package no longer has (moved or removed): a run deletes them
+    retired_functions: list[str]
     unknown: list[UnknownMigration]  # applied, and not in this package: the database is ahead
     ahead: SchemaMismatch | None  # the refusal, when some set's database version is the newer
 
@@ -109,6 +92,7 @@ class RunReport:
     applied: list[Migration] = field(default_factory=list)
     applied_non_transactional: list[Migration] = field(default_factory=list)
     functions_applied: list[str] = field(default_factory=list)
+    functions_retired: list[str] = field(default_factory=list)
 
 
 def is_transactional(sql: str) -> bool:
@@ -229,6 +213,17 @@ class Migrator:
             recorded = dict(conn.execute("SELECT file_name, checksum FROM harvest.function_files").fetchall())
         return [p for p in function_files() if recorded.get(p.name) != file_checksum(p)]
 
+    def _retired_functions(self, conn: psycopg.Connection) -> list[str]:
+        """Ledger rows of files no longer in functions/ (a file renamed, merged or removed).
+        Left behind they would make an upgraded ledger differ from a fresh one."""
+        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]
+        if not exists:
+            return []
+        current = [p.name for p in function_files()]
+        return [name for (name,) in conn.execute(
+            "SELECT file_name FROM harvest.function_files WHERE NOT (file_name = ANY(%s)) ORDER BY 1",
+            (current,)).fetchall()]
+
     def status(self) -> tuple[list[MigrationStatus], list[Path]]:
         """Every migration with its applied time (None = pending), and stale function files."""
         report = self.inspect()
@@ -239,9 +234,10 @@ class Migrator:
         with connect(self.dsn, autocommit=True) as conn:
             applied = self._applied(conn)
             stale = self._stale_functions(conn)
+            retired = self._retired_functions(conn)
             unknown = self._unknown(conn)
         rows = [MigrationStatus(m, applied.get((m.set_name, m.version))) for m in self.migrations]
-        return StatusReport(rows, stale, unknown, self._ahead(unknown))
+        return StatusReport(rows, stale, retired, unknown, self._ahead(unknown))
 
     # -- writing -----------------------------------------------------------------------
     def run(self, dry_run: bool = False) -> RunReport:
@@ -254,6 +250,7 @@ class Migrator:
                 applied = self._applied(conn)
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 report.functions_applied = [p.name for p in self._stale_functions(conn)]
+                report.functions_retired = self._retired_functions(conn)
                 return report
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
             try:
@@ -262,7 +259,8 @@ class Migrator:
                 ahead = self._ahead(self._unknown(conn))
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
-                conn.execute(BOOTSTRAP_SQL)
+                # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
+                conn.execute(paths.ledger_file().read_text())
                 applied = self._applied(conn)
                 for migration in self.migrations:
                     if (migration.set_name, migration.version) in applied:
@@ -276,9 +274,16 @@ class Migrator:
                     self.progress(f"applying functions/{path.name}")
                     self._apply_functions(conn, path)
                     report.functions_applied.append(path.name)
+                # After the files that took over their functions were applied: the ledger
+                # names exactly the files of this package, as a fresh install's does.
+                report.functions_retired = self._retired_functions(conn)
+                if report.functions_retired:
+                    self.progress("retiring functions/" + ", functions/".join(report.functions_retired))
+                    conn.execute("DELETE FROM harvest.function_files WHERE file_name = ANY(%s)",
+                                 (report.functions_retired,))
                 if report.applied or report.applied_non_transactional or report.functions_applied:
                     # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
-                    # SECURITY DEFINER and the role grants again (functions/zz_security.sql).
+                    # SECURITY DEFINER and the role grants again (functions/security.sql).
                     self._secure_functions(conn)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))

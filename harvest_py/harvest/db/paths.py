@@ -33,5 +33,36 @@ def sql_dir() -> Path:
     return _find("sql")
 
 
+# The fresh-install order of sql/ (one file per entity), the only place it is written:
+# the ledgers and the schema first, executions before the tables whose foreign keys
+# reference it, the triggers after every table they watch. functions/ follows in any
+# order (bodies are checked when first called), then harvest._secure_functions().
+SCHEMA_FILES = (
+    "ledger", "executions", "events", "tasks", "dead_letters", "relays", "messages",
+    "result_waiters", "flow", "workers", "audit", "retention", "settings", "triggers",
+)
+
+
+def schema_files(directory: Path | None = None) -> list[Path]:
+    """sql/'s files in install order; a file missing from SCHEMA_FILES, or listed and
+    absent, is an error (a fresh install would silently lack or fail on it)."""
+    directory = directory or sql_dir()
+    present = {p.stem for p in directory.glob("*.sql")}
+    unlisted, missing = sorted(present - set(SCHEMA_FILES)), sorted(set(SCHEMA_FILES) - present)
+    if unlisted or missing:
+        raise FileNotFoundError(
+            f"{directory} does not match harvest.db.paths.SCHEMA_FILES: "
+            + (f"not listed: {', '.join(unlisted)}; " if unlisted else "")
+            + (f"missing: {', '.join(missing)}; " if missing else "")
+            + "list each sql/ file once, in install order")
+    return [directory / f"{name}.sql" for name in SCHEMA_FILES]
+
+
+def ledger_file() -> Path:
+    """The one definition of the schema and its two ledgers, which the migrator creates
+    before the first migration and a fresh install creates first."""
+    return sql_dir() / "ledger.sql"
+
+
 def repo_root() -> Path:
     return _CHECKOUT

@@ -21,7 +21,9 @@ from harvest.runtime.context import DEFAULT_VERSION
 from harvest.runtime.loop import IllegalWorkflowOperation
 
 __all__ = [
+    "BOOKKEEPING_EVENTS",
     "COMMAND_EVENTS",
+    "EVENT_TYPES",
     "RESOLUTION_EVENTS",
     "TERMINAL_COMMANDS",
     "TERMINAL_EVENTS",
@@ -52,6 +54,12 @@ TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
 TERMINAL_COMMANDS = {"complete_workflow": "WorkflowCompleted", "fail_workflow": "WorkflowFailed",
                      "cancel_workflow": "WorkflowCancelled",
                      "continue_as_new": "WorkflowContinuedAsNew"}
+# events that neither match a command nor resolve one: the run's input, the step
+# boundary marker, and the note a reset leaves on its fork (history only)
+BOOKKEEPING_EVENTS = frozenset({"WorkflowStarted", "WorkflowTaskCompleted", "WorkflowResetFork"})
+# every event type a history can hold: sql/events.sql's events_event_type_check lists the
+# same (tests/integration/test_vocabulary.py)
+EVENT_TYPES = frozenset(COMMAND_EVENTS) | frozenset(RESOLUTION_EVENTS) | TERMINAL_EVENTS | BOOKKEEPING_EVENTS
 
 
 def describe_command(cmd: dict) -> str:

@@ -1,4 +1,4 @@
-"""Answering queries and validating updates: the worker side of functions/queries.sql.
+"""Answering queries and validating updates: the worker side of functions/messages.sql.
 
 A background loop of :class:`~harvest.worker.Worker` claims requests for its
 queues (``harvest.claim_queries``, woken by NOTIFY ``harvest_queries``), rebuilds

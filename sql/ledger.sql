@@ -1,6 +1,7 @@
--- The harvest schema and its ledgers.
--- The migration runner also creates the two ledgers before the first migration
--- (it needs them to know what is applied); IF NOT EXISTS keeps both paths equal.
+-- The harvest schema and its ledgers: the first file of a fresh install, and what
+-- the migration runner runs before the first migration (it needs the ledgers to
+-- know what is applied; harvest.db.paths.ledger_file). IF NOT EXISTS makes a
+-- second run, and migration 0001's historical copy, a no-op.
 
 CREATE SCHEMA IF NOT EXISTS harvest;
 

@@ -24,10 +24,23 @@ CREATE TABLE harvest.tasks (
     heartbeat_at timestamptz,
     heartbeat_details jsonb,
     last_failure jsonb,
+    -- Flow-control gates as columns, so the claim's gate predicates read plain
+    -- columns and the partial indexes below cover exactly the gated rows:
+    -- concurrency_key names a cap, concurrency_limit is its N, rate_key names the
+    -- token bucket of a rate-limited activity (docs/flow-control.md).
     concurrency_key text,
+    concurrency_limit integer,
+    rate_key text,
+    -- Priority ageing and the fairness key (functions/claim.sql), filled from the
+    -- options at insert (sql/triggers.sql) so the claim's extra candidate windows
+    -- read plain columns over small partial indexes.
+    priority_aging_secs double precision,
+    fairness_key text,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),
     CONSTRAINT tasks_kind_check CHECK (kind IN ('workflow', 'activity', 'timer')),
     CONSTRAINT tasks_status_check CHECK (status IN ('pending', 'running')),
+    CONSTRAINT tasks_concurrency_limit_check CHECK (concurrency_limit IS NULL OR concurrency_limit >= 1),
+    CONSTRAINT tasks_priority_aging_secs_check CHECK (priority_aging_secs IS NULL OR priority_aging_secs > 0),
     CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)
     REFERENCES harvest.executions (id) ON DELETE CASCADE
 );
@@ -63,6 +76,25 @@ WHERE deadline_at IS NOT NULL;
 
 CREATE INDEX tasks_execution
 ON harvest.tasks (execution_id);
+
+-- In-flight per key: running task rows with a key. Tasks without a key are not
+-- in this index, so uncapped work pays nothing for it.
+CREATE INDEX tasks_concurrency_running
+ON harvest.tasks (concurrency_key)
+WHERE status = 'running' AND concurrency_key IS NOT NULL;
+
+-- The ageing window: the oldest claimable tasks of a queue that age. Tasks
+-- without priority_aging_secs are not in it, so a queue without ageing pays
+-- one probe of an empty index.
+CREATE INDEX tasks_claimable_aging
+ON harvest.tasks (queue, due_at, id)
+WHERE status = 'pending' AND kind <> 'timer' AND priority_aging_secs IS NOT NULL;
+
+-- The fairness window: a skip-scan over the distinct keys of a queue, and the
+-- head of each key by priority then due time. Tasks without a key are not in it.
+CREATE INDEX tasks_claimable_fair
+ON harvest.tasks (queue, fairness_key, priority DESC, due_at, id)
+WHERE status = 'pending' AND kind <> 'timer' AND fairness_key IS NOT NULL;
 
 -- Fencing tokens come from one sequence so a token is never reused.
 CREATE SEQUENCE harvest.fencing_tokens;

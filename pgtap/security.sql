@@ -1,4 +1,4 @@
--- functions/zz_security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
+-- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
 SELECT plan(14);

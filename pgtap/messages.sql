@@ -1,4 +1,4 @@
--- functions/queries.sql: harvest.request_query, harvest.request_update,
+-- functions/messages.sql: harvest.request_query, harvest.request_update,
 -- harvest.update_with_start, harvest.claim_queries, harvest.answer_query,
 -- harvest.accept_update, harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
@@ -23,9 +23,6 @@ END;
 $fn$;
 CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
     SELECT execution_id FROM runs WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.last_event_id(p_id uuid) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT last_event_id FROM harvest.executions WHERE id = p_id;
 $fn$;
 CREATE FUNCTION pg_temp.req(p_id bigint) RETURNS harvest.query_requests LANGUAGE sql AS $fn$
     SELECT * FROM harvest.query_requests WHERE id = p_id;

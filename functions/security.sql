@@ -11,9 +11,12 @@
 --
 -- CREATE OR REPLACE (how functions/ files are applied) resets a function's
 -- SET and SECURITY options, so this is applied centrally, after everything
--- else: this file sorts last, and the migrator calls harvest._secure_functions()
--- at the end of every run that applied anything. A function it does not know
--- (a new one) is granted to harvest_admin only; helpers (_name) to no role.
+-- else: every installer calls harvest._secure_functions() once all of functions/
+-- is in (the migrator at the end of every run that applied anything, the fresh
+-- install of the equivalence test and scripts/build_extension.py after the last
+-- file), so no file has to sort last. It also creates the four roles (their one
+-- creation block). A function it does not know (a new one) is granted to
+-- harvest_admin only; helpers (_name) to no role.
 
 -- Whether the login (session_user: entry points run as their owner, so current_user
 -- names the owner) holds p_role: a superuser or the schema owner holds every role.
@@ -150,5 +153,3 @@ BEGIN
     RETURN v_count;
 END;
 $$;
-
-SELECT harvest._secure_functions();

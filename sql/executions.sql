@@ -1,4 +1,6 @@
--- Executions and their append-only event log.
+-- Executions: one row per run of a workflow. Columns are in the order the
+-- migrations added them (a catalog compares column order), so a fresh install
+-- and an upgraded one hold the same table.
 
 CREATE TABLE harvest.executions (
     id uuid NOT NULL,
@@ -21,6 +23,19 @@ CREATE TABLE harvest.executions (
     -- The whole chain's deadline (carried across continue-as-new) and this run's.
     execution_timeout_at timestamptz,
     timeout_at timestamptz,
+    -- The resolved per-key workflow concurrency key and quota key of the run
+    -- (docs/flow-control.md).
+    concurrency_key text,
+    quota_key text,
+    -- History size for the hard caps: the running sum of the events' JSON text
+    -- bytes (harvest._event_bytes, maintained by _append_event).
+    history_bytes bigint NOT NULL DEFAULT 0,
+    -- Who decided the run last and through which event: a claim by that same
+    -- worker carries the newer events, so its sticky cache needs no history read.
+    decided_by text,
+    decided_through bigint,
+    -- The run's own timeout, which a continue-as-new successor inherits.
+    run_timeout_secs double precision,
     CONSTRAINT executions_pkey PRIMARY KEY (id),
     CONSTRAINT executions_status_check CHECK (status IN (
         'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
@@ -53,13 +68,24 @@ CREATE INDEX executions_timeout
 ON harvest.executions (timeout_at)
 WHERE status = 'RUNNING' AND timeout_at IS NOT NULL;
 
-CREATE TABLE harvest.events (
-    execution_id uuid NOT NULL,
-    event_id bigint NOT NULL,
-    event_type text NOT NULL,
-    event_data jsonb NOT NULL DEFAULT '{}'::jsonb,
-    created_at timestamptz NOT NULL,
-    CONSTRAINT events_pkey PRIMARY KEY (execution_id, event_id),
-    CONSTRAINT events_execution_fkey FOREIGN KEY (execution_id)
-    REFERENCES harvest.executions (id) ON DELETE CASCADE
-);
+-- The workflow list pages by (created_at, id) in both directions.
+CREATE INDEX executions_created
+ON harvest.executions (created_at, id);
+
+CREATE INDEX executions_name_created
+ON harvest.executions (workflow_name, created_at, id);
+
+-- The janitor: terminal runs by completion time.
+CREATE INDEX executions_completed
+ON harvest.executions (completed_at)
+WHERE status <> 'RUNNING';
+
+-- The supersede scan: non-terminal runs of one workflow type and key, oldest first.
+CREATE INDEX executions_concurrency_key
+ON harvest.executions (workflow_name, concurrency_key, created_at)
+WHERE status = 'RUNNING' AND concurrency_key IS NOT NULL;
+
+-- Quota usage per key.
+CREATE INDEX executions_quota_key
+ON harvest.executions (quota_key)
+WHERE quota_key IS NOT NULL;

@@ -1,7 +1,7 @@
 -- Queries and updates: requests from clients that a worker answers from the
 -- workflow's state. A query never touches the history; an update writes
 -- UpdateAccepted once its validator passed, and UpdateCompleted when its handler
--- returned (functions/queries.sql, docs/internals.md "Queries and updates").
+-- returned (functions/messages.sql, docs/internals.md "Queries and updates").
 -- A row lives until expires_at (the client's deadline), then the cleaner deletes it.
 
 CREATE TABLE harvest.query_requests (

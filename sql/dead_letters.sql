@@ -1,11 +1,13 @@
--- Activity invocations that exhausted their retries, kept for inspection and replay.
+-- Dead letters: activity invocations that exhausted their retries, kept for
+-- inspection and replay, and (kind 'workflow') runs that failed at a history
+-- hard cap, kept with their typed reason (inspected and discarded, never replayed).
 
 CREATE TABLE harvest.dead_letters (
     id bigint GENERATED ALWAYS AS IDENTITY,
     execution_id uuid NOT NULL,
     workflow_name text NOT NULL,
-    seq integer NOT NULL,
-    activity_name text NOT NULL,
+    seq integer,
+    activity_name text,
     queue text NOT NULL,
     input jsonb,
     options jsonb NOT NULL DEFAULT '{}'::jsonb,
@@ -14,7 +16,12 @@ CREATE TABLE harvest.dead_letters (
     failure jsonb NOT NULL,
     scheduled_at timestamptz NOT NULL,
     failed_at timestamptz NOT NULL,
+    kind text NOT NULL DEFAULT 'activity',
     CONSTRAINT dead_letters_pkey PRIMARY KEY (id),
+    CONSTRAINT dead_letters_kind_check CHECK (kind IN ('activity', 'workflow')),
+    CONSTRAINT dead_letters_activity_fields CHECK (
+        kind = 'workflow' OR (seq IS NOT NULL AND activity_name IS NOT NULL)
+    ),
     CONSTRAINT dead_letters_execution_fkey FOREIGN KEY (execution_id)
     REFERENCES harvest.executions (id) ON DELETE CASCADE
 );
@@ -27,3 +34,6 @@ ON harvest.dead_letters (activity_name, failed_at DESC);
 
 CREATE INDEX dead_letters_execution
 ON harvest.dead_letters (execution_id);
+
+CREATE INDEX dead_letters_workflow
+ON harvest.dead_letters (workflow_name, failed_at DESC);

@@ -1,0 +1,21 @@
+-- The audit log of operator actions.
+
+-- Who did what to the engine from outside it (cancels, terminations, resets,
+-- dead-letter replays and discards, rate-limit overrides, worker drains,
+-- retention settings and runs): one row per request. source is the face it came
+-- through (api, cli or ui; NULL on rows written before migration 0019).
+CREATE TABLE harvest.audit_log (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    at timestamptz NOT NULL,
+    actor text NOT NULL,
+    operator_id text,
+    operation text NOT NULL,
+    target text,
+    details jsonb NOT NULL DEFAULT '{}'::jsonb,
+    source text,
+    CONSTRAINT audit_log_pkey PRIMARY KEY (id),
+    CONSTRAINT audit_log_source_known CHECK (source IN ('api', 'cli', 'ui'))
+);
+
+CREATE INDEX audit_log_operation_at
+ON harvest.audit_log (operation, at DESC);

@@ -1,0 +1,25 @@
+-- The append-only event log of each execution (functions/core.sql _append_event).
+
+CREATE TABLE harvest.events (
+    execution_id uuid NOT NULL,
+    event_id bigint NOT NULL,
+    event_type text NOT NULL,
+    event_data jsonb NOT NULL DEFAULT '{}'::jsonb,
+    created_at timestamptz NOT NULL,
+    CONSTRAINT events_pkey PRIMARY KEY (execution_id, event_id),
+    -- The history vocabulary (docs/internals.md); harvest.runtime.commands.EVENT_TYPES
+    -- lists the same types (tests/integration/test_vocabulary.py compares them).
+    CONSTRAINT events_event_type_check CHECK (event_type IN (
+        'ActivityCompleted', 'ActivityFailed', 'ActivityScheduled',
+        'ChildWorkflowCompleted', 'ChildWorkflowFailed', 'ChildWorkflowStarted',
+        'MarkerRecorded', 'MutexAcquired', 'SignalReceived',
+        'TimerCancelled', 'TimerFired', 'TimerStarted',
+        'UpdateAccepted', 'UpdateCompleted',
+        'WorkflowCancelRequested', 'WorkflowCancelled', 'WorkflowCompleted',
+        'WorkflowContinuedAsNew', 'WorkflowFailed', 'WorkflowResetFork',
+        'WorkflowStarted', 'WorkflowTaskCompleted', 'WorkflowTerminated',
+        'WorkflowTimedOut'
+    )),
+    CONSTRAINT events_execution_fkey FOREIGN KEY (execution_id)
+    REFERENCES harvest.executions (id) ON DELETE CASCADE
+);

@@ -1,0 +1,143 @@
+-- Flow control: declared policies and their state: per-key concurrency slots,
+-- rate-limit buckets, the durable mutex, the start throttle / debounce / batch,
+-- and the fairness cursor (functions/concurrency.sql, ratelimit.sql, quotas.sql,
+-- mutex.sql, throttle.sql, claim.sql). Every gate is decided inside Postgres in
+-- the claim or start transaction; see docs/flow-control.md. The gate columns of
+-- a run and a task live on harvest.executions and harvest.tasks.
+
+-- Policies declared by the code (a worker declares its App's at start-up), read
+-- by start_workflow, so every start path (client, child, continue-as-new, psql)
+-- gets the same gates. kind is 'workflow' or 'activity'.
+CREATE TABLE harvest.flow_policies (
+    kind text NOT NULL,
+    name text NOT NULL,
+    policy jsonb NOT NULL DEFAULT '{}'::jsonb,
+    updated_at timestamptz NOT NULL,
+    CONSTRAINT flow_policies_pkey PRIMARY KEY (kind, name),
+    CONSTRAINT flow_policies_kind_check CHECK (kind IN ('workflow', 'activity')),
+    CONSTRAINT flow_policies_policy_object CHECK (jsonb_typeof(policy) = 'object')
+);
+
+-- Admitted runs of a per-key workflow concurrency policy ("defer"): one row from
+-- the claim of the run's first workflow task until the run leaves RUNNING.
+-- No foreign key: the claim must not lock execution rows.
+CREATE TABLE harvest.workflow_slots (
+    execution_id uuid NOT NULL,
+    concurrency_key text NOT NULL,
+    workflow_name text NOT NULL,
+    admitted_at timestamptz NOT NULL,
+    CONSTRAINT workflow_slots_pkey PRIMARY KEY (execution_id)
+);
+
+CREATE INDEX workflow_slots_key
+ON harvest.workflow_slots (concurrency_key);
+
+-- Token buckets of activity rate limits, with a TTL'd pacing override.
+CREATE TABLE harvest.rate_limit_buckets (
+    bucket_key text NOT NULL,
+    activity_name text NOT NULL,
+    rps double precision NOT NULL,
+    burst double precision NOT NULL,
+    tokens double precision NOT NULL,
+    refilled_at timestamptz NOT NULL,
+    dynamic boolean NOT NULL DEFAULT false,
+    override_rps double precision,
+    override_burst double precision,
+    override_expires_at timestamptz,
+    CONSTRAINT rate_limit_buckets_pkey PRIMARY KEY (bucket_key),
+    CONSTRAINT rate_limit_buckets_rps_check CHECK (rps > 0 AND burst >= 1),
+    CONSTRAINT rate_limit_buckets_override_check CHECK (
+        (override_expires_at IS NULL) = (override_rps IS NULL)
+        AND (override_rps IS NULL OR (override_rps > 0 AND override_burst >= 1))
+    )
+);
+
+-- The durable mutex: one holder per key, FIFO waiters.
+CREATE TABLE harvest.mutex_locks (
+    lock_key text NOT NULL,
+    holder_execution_id uuid NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    CONSTRAINT mutex_locks_pkey PRIMARY KEY (lock_key)
+);
+
+CREATE INDEX mutex_locks_holder
+ON harvest.mutex_locks (holder_execution_id);
+
+CREATE TABLE harvest.mutex_waiters (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    lock_key text NOT NULL,
+    execution_id uuid NOT NULL,
+    seq integer NOT NULL,
+    enqueued_at timestamptz NOT NULL,
+    CONSTRAINT mutex_waiters_pkey PRIMARY KEY (id),
+    CONSTRAINT mutex_waiters_execution_seq UNIQUE (execution_id, seq)
+);
+
+CREATE INDEX mutex_waiters_key
+ON harvest.mutex_waiters (lock_key, id);
+
+-- Start throttle, debounce and batch (functions/throttle.sql): starts admitted
+-- without an execution yet, released by the worker's scanner
+-- (harvest.release_pending_starts).
+-- One row per deferred start. kind throttle: one row per start, released FIFO
+-- per (workflow_name, gate_key) at the declared rate. kind debounce / batch: one
+-- row per (workflow_name, gate_key) that later starts collapse into (debounce
+-- keeps the latest input, batch appends it to the collected inputs), released at
+-- release_at. gate_key is the resolved key ('' when the policy has no key path).
+CREATE TABLE harvest.pending_starts (
+    id bigint GENERATED ALWAYS AS IDENTITY,
+    kind text NOT NULL,
+    workflow_name text NOT NULL,
+    gate_key text NOT NULL,
+    workflow_id text NOT NULL,
+    task_queue text NOT NULL,
+    input jsonb NOT NULL,
+    search_attributes jsonb NOT NULL DEFAULT '{}'::jsonb,
+    priority integer NOT NULL DEFAULT 0,
+    reuse_policy text NOT NULL DEFAULT 'allow_duplicate',
+    execution_timeout_secs double precision,
+    run_timeout_secs double precision,
+    starts integer NOT NULL DEFAULT 1,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    release_at timestamptz,
+    attempts integer NOT NULL DEFAULT 0,
+    last_error text,
+    CONSTRAINT pending_starts_pkey PRIMARY KEY (id),
+    CONSTRAINT pending_starts_kind_check CHECK (kind IN ('throttle', 'debounce', 'batch'))
+);
+
+-- The collapse target of debounce and batch: one open row per (workflow, key).
+CREATE UNIQUE INDEX pending_starts_collapse
+ON harvest.pending_starts (kind, workflow_name, gate_key)
+WHERE kind IN ('debounce', 'batch');
+
+-- Due debounce / batch rows (and throttle rows backing off after an error).
+CREATE INDEX pending_starts_release
+ON harvest.pending_starts (release_at)
+WHERE release_at IS NOT NULL;
+
+-- The FIFO of one throttle bucket.
+CREATE INDEX pending_starts_throttle
+ON harvest.pending_starts (workflow_name, gate_key, id)
+WHERE kind = 'throttle';
+
+-- Token buckets of the start throttle, one per (workflow_name, gate_key); the
+-- rate and burst are read from the declared policy when the bucket is used.
+CREATE TABLE harvest.start_throttle_buckets (
+    workflow_name text NOT NULL,
+    gate_key text NOT NULL,
+    tokens double precision NOT NULL,
+    refilled_at timestamptz NOT NULL,
+    CONSTRAINT start_throttle_buckets_pkey PRIMARY KEY (workflow_name, gate_key)
+);
+
+-- The queues that hold (or held) fairness-keyed work, and where the fairness
+-- skip-scan of each starts next when it holds more keys than one claim visits
+-- (the claim advances cursor_key, never waiting). On such a queue an unkeyed
+-- task gets the key '' (the unkeyed group), so the skip-scan finds it too.
+CREATE TABLE harvest.fair_queues (
+    queue text NOT NULL,
+    cursor_key text,
+    CONSTRAINT fair_queues_pkey PRIMARY KEY (queue)
+);

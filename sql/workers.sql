@@ -1,0 +1,33 @@
+-- The worker registry: who is polling which queues, whether it is alive, and
+-- which workflow names the workers of each queue registered.
+
+CREATE TABLE harvest.workers (
+    id text NOT NULL,
+    queues text[] NOT NULL,
+    hostname text NOT NULL,
+    pid integer NOT NULL,
+    status text NOT NULL DEFAULT 'active',
+    started_at timestamptz NOT NULL,
+    last_heartbeat_at timestamptz NOT NULL,
+    heartbeat_interval_secs double precision NOT NULL DEFAULT 10,
+    drain_deadline timestamptz,
+    metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+    -- A worker marks itself asleep before waiting for a notification, so producers
+    -- notify only when a wake-up is needed (functions/core.sql _notify_queue).
+    sleeping boolean NOT NULL DEFAULT false,
+    CONSTRAINT workers_pkey PRIMARY KEY (id),
+    CONSTRAINT workers_status_check CHECK (status IN ('active', 'draining', 'stopped'))
+);
+
+-- The workflow names the workers of each queue registered (harvest.register_workflows,
+-- called by every worker as it starts): a start of a name that no worker ever registered
+-- on a queue that has registrations is refused up front (HR010, start.sql). A name stays
+-- registered after the last worker that had it stops, so a restart or a rolling deploy
+-- never refuses a start; harvest.unregister_workflow retires one.
+CREATE TABLE harvest.registered_workflows (
+    queue text NOT NULL,
+    workflow_name text NOT NULL,
+    first_registered_at timestamptz NOT NULL,
+    last_registered_at timestamptz NOT NULL,
+    CONSTRAINT registered_workflows_pkey PRIMARY KEY (queue, workflow_name)
+);
