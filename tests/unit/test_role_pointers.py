@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from harvest.errors import PermissionDenied, from_database_error
+from harvest.core.errors import PermissionDenied, from_database_error
 
 REPO = Path(__file__).resolve().parents[2]
 
