@@ -231,13 +231,13 @@ TRAPS = [
          "activities.sql: the open workflow task of one execution, by the partial unique index "
          "(a literal kind = 'workflow' matches its predicate in a generic plan)",
          id="_may_decide_on_result-open-workflow-task"),
-    case(Statement("_apply_decision", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
-                   {"v_execution.id": "uuid", "v_command": "jsonb"}),
+    case(Statement("_decide_cancel_timer", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
+                   {"p_execution.id": "uuid", "p_command": "jsonb"}),
          {"tasks": {"tasks_activity_invocation", "tasks_execution"}},
          "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
          "tasks_timers_due, and the planner scans every timer filtering on execution and seq; e.g. "
          "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
-         "tasks_activity_invocation (execution_id, seq)", id="_apply_decision-cancel_timer"),
+         "tasks_activity_invocation (execution_id, seq)", id="_decide_cancel_timer"),
 ]
 
 
