@@ -114,8 +114,8 @@ def never_analysed(conn: psycopg.Connection) -> psycopg.Connection:
 
 # -- start_workflow: the prior run of (workflow_name, workflow_id) ----------------------------------
 
-START_LOOKUP = Statement("start_workflow", r"SELECT \* INTO v_prior FROM harvest\.executions",
-                         {"p_workflow_name": "text", "v_workflow_id": "text"})
+START_LOOKUP = Statement("_start_resolve_prior", r"SELECT \* INTO v_prior FROM harvest\.executions",
+                         {"p_workflow_name": "text", "p_workflow_id": "text"})
 # Both lead with (workflow_name, workflow_id); executions_name_created does not, and walks
 # every run of the workflow name.
 START_INDEXES = {"executions_workflow_id_latest", "executions_active_workflow_id"}
