@@ -3,6 +3,13 @@
 -- a WorkflowTaskCompleted{through} marker, then one event per command, the
 -- activity tasks and timers they create, and the run's end if it ended.
 -- See docs/internals.md for the command shapes and the replay rule.
+--
+-- Layout: the claimed-task locks (_try_lock_claimed_task, _lock_claimed_task),
+-- _require (a command's field), the command functions (_decide_<command type>,
+-- one each) and the hard caps (_decide_history_caps), their dispatcher
+-- _apply_decision, the entry points (complete_workflow_task,
+-- complete_workflow_tasks, fail_workflow_task), and the two commands whose work
+-- starts a run (_start_child, _continue_as_new).
 
 -- Lock a running task of the given kind held under the caller's fencing token,
 -- or say why not without raising (problem: gone, kind, stale or expired), so a
@@ -560,6 +567,10 @@ BEGIN
     RETURN NEXT;
 END;
 $$;
+COMMENT ON FUNCTION harvest.complete_workflow_task(bigint, bigint, bigint, jsonb, text, bigint, bigint, integer) IS
+'Complete one claimed workflow task: append WorkflowTaskCompleted{through} and one event per command, create the '
+'tasks they schedule, end the run if a command ended it; returns the last event id, the run''s status and the '
+'activities handed to the worker. The single-task form of complete_workflow_tasks, for SQL callers.';
 
 -- A worker's group commit of decisions: complete many workflow tasks in one
 -- transaction, each as complete_workflow_task would. An item held under a stale
@@ -625,6 +636,9 @@ BEGIN
     END LOOP;
 END;
 $$;
+COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint) IS
+'A worker''s group commit of decisions: each item as complete_workflow_task, in one transaction; an item under a '
+'stale token, gone, of another kind or past its lease is refused on its own (outcome). Called by the Python worker.';
 
 -- A workflow task that could not complete (non-determinism, a worker-side error):
 -- nothing is written to the history; the task is retried after a backoff, and the
@@ -678,6 +692,10 @@ BEGIN
     WHERE id = p_task_id;
 END;
 $$;
+COMMENT ON FUNCTION harvest.fail_workflow_task(bigint, bigint, jsonb, double precision) IS
+'A claimed workflow task that could not complete (non-determinism, a worker-side error): nothing is appended, the task '
+'is retried after p_retry_in_secs with the failure kept on it; UnknownWorkflow at the 10th attempt fails the run. '
+'Called by the Python worker.';
 
 -- Start a child for a start_child_workflow command. A running run already holding
 -- the child's workflow_id is not adopted: the parent receives ChildWorkflowFailed

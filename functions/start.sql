@@ -26,6 +26,11 @@
 -- execution yet, status DEFERRED; the scanner releases it later.
 -- Lock order of a start: the start-gate key, then the start lock, then the
 -- quota key, then the concurrency key, then execution rows.
+--
+-- Layout: start_workflow is a dispatcher over one function per gate, defined
+-- above it in the order it calls them (_start_check_arguments, _start_check_admin,
+-- _start_check_ranges, _start_check_registered, _start_defer, _start_resolve_prior
+-- with _start_action, _start_flow_keys, _start_insert); start_workflows is the batch.
 
 -- Refuse a start of a workflow name that no worker registered on the queue (HR010),
 -- naming the names its workers did register. DETAIL is JSON
@@ -433,6 +438,11 @@ BEGIN
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
 $$;
+COMMENT ON FUNCTION harvest.start_workflow(text, jsonb, text, text, text, text, jsonb, integer, uuid, integer, double precision, double precision, boolean) IS
+'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
+'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
+'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh. Called by clients (Python '
+'Client, CLI, psql) and by the engine for children and continue-as-new.';
 
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix) is started as
@@ -482,3 +492,7 @@ BEGIN
     END LOOP;
 END;
 $$;
+COMMENT ON FUNCTION harvest.start_workflows(jsonb) IS
+'A client''s group commit of starts: each element of a JSON array of start_workflow''s arguments (without the p_ '
+'prefix) started as start_workflow would, in one transaction; any error fails the whole call. Called by the Python '
+'Client''s batched starts.';

@@ -5,7 +5,7 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(229);
+SELECT plan(230);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1364,6 +1364,12 @@ SELECT results_eq(
       WHERE continued_from = pg_temp.run('cmd_can')$$,
     $$VALUES ('RUNNING'::text, '["next"]'::jsonb)$$,
     '... and its successor runs with the new input');
+
+-- \df+ harvest.* documents the API: every public function of this file has a comment.
+SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
+                  WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname IN ('complete_workflow_task', 'complete_workflow_tasks', 'fail_workflow_task')
+                    AND obj_description(p.oid, 'pg_proc') IS NULL$$,
+                'every public function of functions/decide.sql has a COMMENT ON FUNCTION');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(150);
+SELECT plan(151);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -516,6 +516,12 @@ SELECT results_eq(
 SELECT throws_ok($$SELECT * FROM harvest._start_defer('fn_paced', '{"throttle": {}}', '[]', 'fp-3', 'fn_q',
                        'allow_duplicate', 'fail', '{}', 0, NULL, NULL)$$, 'HR001', NULL,
                  '_start_defer() with a conflict_policy: HR001');
+
+-- \df+ harvest.* documents the API: every public function of this file has a comment.
+SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
+                  WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname IN ('start_workflow', 'start_workflows')
+                    AND obj_description(p.oid, 'pg_proc') IS NULL$$,
+                'every public function of functions/start.sql has a COMMENT ON FUNCTION');
 
 SELECT * FROM finish();
 ROLLBACK;
