@@ -3,6 +3,13 @@
 -- a WorkflowTaskCompleted{through} marker, then one event per command, the
 -- activity tasks and timers they create, and the run's end if it ended.
 -- See docs/internals.md for the command shapes and the replay rule.
+--
+-- Layout: the claimed-task locks (_try_lock_claimed_task, _lock_claimed_task),
+-- _require (a command's field), the command functions (_decide_<command type>,
+-- one each) and the hard caps (_decide_history_caps), their dispatcher
+-- _apply_decision, the entry points (complete_workflow_task,
+-- complete_workflow_tasks, fail_workflow_task), and the two commands whose work
+-- starts a run (_start_child, _continue_as_new).
 
 -- Lock a running task of the given kind held under the caller's fencing token,
 -- or say why not without raising (problem: gone, kind, stale or expired), so a
@@ -81,6 +88,304 @@ BEGIN
 END;
 $$;
 
+-- The commands of a decision, one function each (_decide_<command type>), which
+-- _apply_decision calls in the commands' order. Each checks its command, does its
+-- work (tasks, a child's start, an update's answer) and returns the one event the
+-- decision appends for it in event_type/event_data, or NULL there when it appended
+-- its own events (start_child_workflow, complete_update, continue_as_new, a mutex
+-- marker: the dispatcher appends the events buffered before such a command first).
+-- A command that ends the run sets ends_run, and close_status/close_output/
+-- close_failure when the dispatcher closes the run after the append (continue_as_new
+-- closes it itself). p_seq is the command's "seq", which the dispatcher reads for the
+-- commands that carry one; p_now and p_limit are the decision's clock reading and
+-- payload limit.
+
+-- schedule_activity: ActivityScheduled and its activity task. With p_may_hand (the
+-- decision has hand-off slots left) the task may go straight to the deciding worker,
+-- leased as a claim would (claim.sql, "Hand-off"), and is returned in handed; else it
+-- is queued. worker_queues carries the worker's queues from one command to the next,
+-- read at the first hand-off attempt.
+CREATE OR REPLACE FUNCTION harvest._decide_schedule_activity(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_worker_id text,
+    p_now timestamptz, p_limit integer, p_may_hand boolean, INOUT worker_queues text[],
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb, OUT handed jsonb
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queue text := coalesce(p_command ->> 'queue', p_execution.task_queue);
+    v_options jsonb := coalesce(p_command -> 'options', '{}'::jsonb);
+    v_stc double precision := (v_options ->> 'schedule_to_close')::double precision;
+    v_priority integer := coalesce((v_options ->> 'priority')::integer, 0);
+    v_hand boolean := false;
+    v_task harvest.tasks;
+BEGIN
+    PERFORM harvest._require(p_command, 'name', 'string');
+    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
+        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
+    event_type := 'ActivityScheduled';
+    event_data := jsonb_build_object(
+        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
+        'queue', v_queue, 'options', v_options);
+    -- An activity with an admission gate or a claim-order key always queues.
+    IF p_may_hand
+       AND NOT v_options ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
+        IF worker_queues IS NULL THEN
+            worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
+        END IF;
+        v_hand := harvest._may_hand_off(v_queue, v_priority, worker_queues);
+    END IF;
+    INSERT INTO harvest.tasks (
+        execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+        scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
+        lease_expires_at
+    ) VALUES (
+        p_execution.id, 'activity', v_queue, v_priority,
+        p_now, p_seq, p_command ->> 'name', coalesce(p_command -> 'input', '[]'::jsonb),
+        v_options, p_now,
+        CASE WHEN v_stc IS NOT NULL THEN p_now + make_interval(secs => v_stc) END,
+        CASE WHEN v_hand THEN 'running' ELSE 'pending' END,
+        CASE WHEN v_hand THEN 1 ELSE 0 END,
+        CASE WHEN v_hand THEN p_now END,
+        CASE WHEN v_hand THEN p_worker_id END,
+        CASE WHEN v_hand THEN nextval('harvest.fencing_tokens') ELSE 0 END,
+        CASE WHEN v_hand THEN p_now + make_interval(secs => harvest._lease_secs('activity', v_options, 0)) END
+    ) RETURNING * INTO v_task;
+    IF v_hand THEN
+        handed := harvest._task_for_worker(v_task, p_execution, p_worker_id);
+    ELSE
+        PERFORM harvest._notify_queue(v_queue);
+    END IF;
+END;
+$$;
+
+-- start_timer: TimerStarted{fire_at} and the timer task, due then.
+CREATE OR REPLACE FUNCTION harvest._decide_start_timer(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_now timestamptz,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_fire_at timestamptz;
+BEGIN
+    PERFORM harvest._require(p_command, 'duration', 'number');
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)
+    VALUES (p_execution.id, 'timer', p_execution.task_queue,
+            p_now + make_interval(secs => (p_command ->> 'duration')::double precision),
+            p_seq, p_now)
+    RETURNING due_at INTO v_fire_at;
+    event_type := 'TimerStarted';
+    event_data := jsonb_build_object('seq', p_seq, 'fire_at', v_fire_at);
+END;
+$$;
+
+-- record_marker: MarkerRecorded. A mutex marker is appended alone, at once: the
+-- events_mutex trigger applies it, and a grant it makes to this run is the next event.
+CREATE OR REPLACE FUNCTION harvest._decide_record_marker(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._require(p_command, 'kind', 'string');
+    PERFORM harvest._check_payload(format('the value of marker %s (command %s)',
+        p_command ->> 'kind', p_seq), p_command -> 'value', p_limit);
+    event_type := 'MarkerRecorded';
+    event_data := jsonb_build_object(
+        'seq', p_seq, 'kind', p_command ->> 'kind', 'value', p_command -> 'value');
+    IF p_command ->> 'kind' IN ('mutex_acquire', 'mutex_release') THEN
+        PERFORM harvest._append_events(p_execution.id, ARRAY[event_type], ARRAY[event_data]);
+        event_type := NULL;
+        event_data := NULL;
+    END IF;
+END;
+$$;
+
+-- cancel_timer: TimerCancelled, and the timer task is gone (a fired timer's too: its
+-- TimerFired is already in the history).
+CREATE OR REPLACE FUNCTION harvest._decide_cancel_timer(
+    p_execution harvest.executions, p_seq integer, p_command jsonb,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._require(p_command, 'timer_seq', 'number');
+    -- Not "t.kind = 'timer'": that implies the partial index tasks_timers_due and
+    -- a generic plan scans every timer; this form probes (execution_id, seq).
+    DELETE FROM harvest.tasks AS t
+    WHERE t.execution_id = p_execution.id AND t.kind IN ('activity', 'timer')
+      AND (t.kind = 'timer') IS TRUE AND t.seq = (p_command ->> 'timer_seq')::integer;
+    event_type := 'TimerCancelled';
+    event_data := jsonb_build_object(
+        'seq', p_seq, 'timer_seq', (p_command ->> 'timer_seq')::integer);
+END;
+$$;
+
+-- start_child_workflow: the child's start and ChildWorkflowStarted (or a typed failed
+-- start), appended by _start_child (below).
+CREATE OR REPLACE FUNCTION harvest._decide_start_child_workflow(
+    p_execution harvest.executions, p_seq integer, p_command jsonb,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._start_child(p_execution, p_seq, p_command);
+END;
+$$;
+
+-- complete_update: UpdateCompleted, and the update's requests answered
+-- (queries.sql, _complete_update).
+CREATE OR REPLACE FUNCTION harvest._decide_complete_update(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._check_payload(format('the result of update %s', p_command ->> 'update_id'),
+                                   p_command -> 'result', p_limit);
+    PERFORM harvest._check_payload(format('the failure of update %s', p_command ->> 'update_id'),
+                                   p_command -> 'failure', p_limit);
+    PERFORM harvest._complete_update(p_execution, p_seq, p_command);
+END;
+$$;
+
+-- cancel_workflow: WorkflowCancelled; the run ends CANCELLED.
+CREATE OR REPLACE FUNCTION harvest._decide_cancel_workflow(
+    p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._check_payload('the cancellation details of the workflow', p_command -> 'details',
+                                   p_limit);
+    event_type := 'WorkflowCancelled';
+    event_data := jsonb_build_object('details', p_command -> 'details');
+    ends_run := true;
+    close_status := 'CANCELLED';
+    close_failure := jsonb_build_object(
+        'error_type', 'Cancelled', 'message', coalesce(p_command ->> 'details', 'cancelled'),
+        'non_retryable', true, 'details', p_command -> 'details');
+END;
+$$;
+
+-- continue_as_new: the run ends CONTINUED_AS_NEW and its successor starts
+-- (_continue_as_new, below, appends and closes).
+CREATE OR REPLACE FUNCTION harvest._decide_continue_as_new(
+    p_execution harvest.executions, p_command jsonb, p_through bigint, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._check_payload(format('the continue-as-new input of workflow %s',
+        p_execution.workflow_name), p_command -> 'input', p_limit);
+    PERFORM harvest._continue_as_new(p_execution, coalesce(p_command -> 'input', '[]'::jsonb),
+                                     p_through, coalesce(p_command -> 'signals', '[]'::jsonb));
+    ends_run := true;
+END;
+$$;
+
+-- complete_workflow: WorkflowCompleted; the run ends COMPLETED with the result.
+CREATE OR REPLACE FUNCTION harvest._decide_complete_workflow(
+    p_execution harvest.executions, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._check_payload(format('the result of workflow %s', p_execution.workflow_name),
+                                   p_command -> 'result', p_limit);
+    event_type := 'WorkflowCompleted';
+    event_data := jsonb_build_object('result', p_command -> 'result');
+    ends_run := true;
+    close_status := 'COMPLETED';
+    close_output := p_command -> 'result';
+END;
+$$;
+
+-- fail_workflow: WorkflowFailed; the run ends FAILED with the failure.
+CREATE OR REPLACE FUNCTION harvest._decide_fail_workflow(
+    p_execution harvest.executions, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._require(p_command, 'failure', 'object');
+    PERFORM harvest._check_payload(format('the failure of workflow %s', p_execution.workflow_name),
+                                   p_command -> 'failure', p_limit);
+    event_type := 'WorkflowFailed';
+    event_data := jsonb_build_object('failure', p_command -> 'failure');
+    ends_run := true;
+    close_status := 'FAILED';
+    close_failure := p_command -> 'failure';
+END;
+$$;
+
+-- The hard caps, after a decision that did not end the run: a run whose history is
+-- past p_event_cap events or p_byte_cap bytes (NULL: no cap) fails with a typed
+-- reason (HistoryEventCapExceeded, HistoryByteCapExceeded) and is dead-lettered
+-- beside exhausted activities. Returns whether it did, and the run's last event id
+-- and status as read for the check (after the failure, when it failed).
+CREATE OR REPLACE FUNCTION harvest._decide_history_caps(
+    p_execution_id uuid, p_event_cap bigint, p_byte_cap bigint, p_now timestamptz,
+    OUT capped boolean, OUT last_event_id bigint, OUT execution_status text
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_cap_type text;
+    v_cap_failure jsonb;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    capped := coalesce(v_execution.last_event_id > p_event_cap OR v_execution.history_bytes > p_byte_cap, false);
+    IF NOT capped THEN
+        last_event_id := v_execution.last_event_id;
+        execution_status := v_execution.status;
+        RETURN;
+    END IF;
+    v_cap_type := CASE WHEN v_execution.last_event_id > p_event_cap
+        THEN 'HistoryEventCapExceeded' ELSE 'HistoryByteCapExceeded' END;
+    v_cap_failure := jsonb_build_object('error_type', v_cap_type, 'non_retryable', true,
+        'message', 'the history reached ' || v_execution.last_event_id || ' events / '
+                   || v_execution.history_bytes || ' bytes (caps ' || coalesce(p_event_cap::text, 'none')
+                   || ' events, ' || coalesce(p_byte_cap::text, 'none') || ' bytes); '
+                   || 'call ctx.continue_as_new() before the history grows this large',
+        'details', jsonb_build_object('events', v_execution.last_event_id,
+                                      'bytes', v_execution.history_bytes,
+                                      'event_cap', p_event_cap, 'byte_cap', p_byte_cap));
+    PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed',
+        jsonb_build_object('failure', v_cap_failure));
+    PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_cap_failure);
+    -- Operators find capped runs beside exhausted activities, typed.
+    INSERT INTO harvest.dead_letters (
+        kind, execution_id, workflow_name, queue, attempts, failure, scheduled_at, failed_at
+    ) VALUES (
+        'workflow', v_execution.id, v_execution.workflow_name, v_execution.task_queue, 1,
+        v_cap_failure, v_execution.created_at, p_now
+    );
+    SELECT e.last_event_id, e.status INTO last_event_id, execution_status
+    FROM harvest.executions AS e WHERE e.id = p_execution_id;
+END;
+$$;
+
 -- Apply one decision to a locked, running execution whose workflow task (if it
 -- had one) is already gone: the WorkflowTaskCompleted{through} marker, then one
 -- event per command, the tasks they create, and the run's end if it ended. Both
@@ -88,7 +393,8 @@ $$;
 -- when the deciding worker decided on an activity's result before committing it.
 -- That caller passes the result's event in p_lead_types/p_lead_datas: it is
 -- appended just before the marker, in the same row update, and the decision may
--- be through it.
+-- be through it. The dispatcher: each command goes to its _decide_<type> (above);
+-- this function buffers their events, hands off, ends the run, checks the caps.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -104,23 +410,21 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_worker_queues text[];
-    v_priority integer;
-    v_hand boolean;
-    v_new_task harvest.tasks;
-    v_handed jsonb := '[]'::jsonb;
     v_execution harvest.executions;
     v_now timestamptz := harvest.now();
+    v_limit integer := harvest._payload_limit();  -- once per decision (core.sql, payload size)
+    v_seen_until bigint;
     v_command jsonb;
     v_type text;
     v_seq integer;
-    v_queue text;
-    v_options jsonb;
-    v_seen_until bigint;
+    v_step record;  -- the command's _decide_<type> result
     v_closed boolean := false;
-    v_stc double precision;
-    v_cap_type text;
-    v_cap_failure jsonb;
+    v_close_status text;
+    v_close_output jsonb;
+    v_close_failure jsonb;
+    v_worker_queues text[];
+    v_handed jsonb := '[]'::jsonb;
+    v_cap record;
     -- Events not yet appended: the decision's marker and its commands' events go in
     -- one _append_events call, flushed before a command whose own work appends
     -- events (a child's start, an update, continue-as-new, a mutex marker, whose
@@ -128,10 +432,6 @@ DECLARE
     v_types text[] := p_lead_types || 'WorkflowTaskCompleted'::text;
     v_datas jsonb[] := p_lead_datas || jsonb_build_object('through', p_through, 'worker_id', p_worker_id);
     v_decided_through bigint := p_through;  -- the marker's, until it is flushed
-    v_close_status text;
-    v_close_output jsonb;
-    v_close_failure jsonb;
-    v_limit integer := harvest._payload_limit();  -- once per decision (core.sql, payload size)
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -166,127 +466,44 @@ BEGIN
         END IF;
         CASE v_type
         WHEN 'schedule_activity' THEN
-            v_queue := coalesce(v_command ->> 'queue', v_execution.task_queue);
-            v_options := coalesce(v_command -> 'options', '{}'::jsonb);
-            v_stc := (v_options ->> 'schedule_to_close')::double precision;
-            v_priority := coalesce((v_options ->> 'priority')::integer, 0);
-            PERFORM harvest._require(v_command, 'name', 'string');
-            PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
-                v_command ->> 'name', v_seq), v_command -> 'input', v_limit);
-            v_types := v_types || 'ActivityScheduled'::text;
-            v_datas := v_datas || jsonb_build_object(
-                'seq', v_seq, 'name', v_command ->> 'name', 'input', v_command -> 'input',
-                'queue', v_queue, 'options', v_options);
-            -- An activity with an admission gate or a claim-order key always queues.
-            v_hand := false;
-            IF jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
-               AND NOT v_options ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
-                IF v_worker_queues IS NULL THEN
-                    v_worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
-                END IF;
-                v_hand := harvest._may_hand_off(v_queue, v_priority, v_worker_queues);
-            END IF;
-            INSERT INTO harvest.tasks (
-                execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-                scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
-                lease_expires_at
-            ) VALUES (
-                v_execution.id, 'activity', v_queue, v_priority,
-                v_now, v_seq, v_command ->> 'name', coalesce(v_command -> 'input', '[]'::jsonb),
-                v_options, v_now,
-                CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END,
-                CASE WHEN v_hand THEN 'running' ELSE 'pending' END,
-                CASE WHEN v_hand THEN 1 ELSE 0 END,
-                CASE WHEN v_hand THEN v_now END,
-                CASE WHEN v_hand THEN p_worker_id END,
-                CASE WHEN v_hand THEN nextval('harvest.fencing_tokens') ELSE 0 END,
-                CASE WHEN v_hand THEN v_now + make_interval(secs => harvest._lease_secs('activity', v_options, 0)) END
-            ) RETURNING * INTO v_new_task;
-            IF v_hand THEN
-                v_handed := v_handed || jsonb_build_array(
-                    harvest._task_for_worker(v_new_task, v_execution, p_worker_id));
-            ELSE
-                PERFORM harvest._notify_queue(v_queue);
+            v_step := harvest._decide_schedule_activity(v_execution, v_seq, v_command, p_worker_id, v_now,
+                v_limit, jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0), v_worker_queues);
+            v_worker_queues := v_step.worker_queues;
+            IF v_step.handed IS NOT NULL THEN
+                v_handed := v_handed || jsonb_build_array(v_step.handed);
             END IF;
         WHEN 'start_timer' THEN
-            PERFORM harvest._require(v_command, 'duration', 'number');
-            INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)
-            VALUES (v_execution.id, 'timer', v_execution.task_queue,
-                    v_now + make_interval(secs => (v_command ->> 'duration')::double precision),
-                    v_seq, v_now)
-            RETURNING due_at INTO v_now;
-            v_types := v_types || 'TimerStarted'::text;
-            v_datas := v_datas || jsonb_build_object('seq', v_seq, 'fire_at', v_now);
-            v_now := harvest.now();
+            v_step := harvest._decide_start_timer(v_execution, v_seq, v_command, v_now);
         WHEN 'record_marker' THEN
-            PERFORM harvest._require(v_command, 'kind', 'string');
-            PERFORM harvest._check_payload(format('the value of marker %s (command %s)',
-                v_command ->> 'kind', v_seq), v_command -> 'value', v_limit);
-            v_types := v_types || 'MarkerRecorded'::text;
-            v_datas := v_datas || jsonb_build_object(
-                'seq', v_seq, 'kind', v_command ->> 'kind', 'value', v_command -> 'value');
-            IF v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release') THEN
-                -- Alone, at once: the events_mutex trigger applies it, and a grant it
-                -- makes to this run is the next event.
-                PERFORM harvest._append_events(v_execution.id, v_types, v_datas);
-                v_types := ARRAY[]::text[];
-                v_datas := ARRAY[]::jsonb[];
-            END IF;
+            v_step := harvest._decide_record_marker(v_execution, v_seq, v_command, v_limit);
         WHEN 'cancel_timer' THEN
-            PERFORM harvest._require(v_command, 'timer_seq', 'number');
-            -- Not "t.kind = 'timer'": that implies the partial index tasks_timers_due and
-            -- a generic plan scans every timer; this form probes (execution_id, seq).
-            DELETE FROM harvest.tasks AS t
-            WHERE t.execution_id = v_execution.id AND t.kind IN ('activity', 'timer')
-              AND (t.kind = 'timer') IS TRUE AND t.seq = (v_command ->> 'timer_seq')::integer;
-            v_types := v_types || 'TimerCancelled'::text;
-            v_datas := v_datas || jsonb_build_object(
-                'seq', v_seq, 'timer_seq', (v_command ->> 'timer_seq')::integer);
+            v_step := harvest._decide_cancel_timer(v_execution, v_seq, v_command);
         WHEN 'start_child_workflow' THEN
-            PERFORM harvest._start_child(v_execution, v_seq, v_command);
-        WHEN 'complete_update' THEN  -- queries.sql: UpdateCompleted, answers the update's requests
-            PERFORM harvest._check_payload(format('the result of update %s', v_command ->> 'update_id'),
-                                           v_command -> 'result', v_limit);
-            PERFORM harvest._check_payload(format('the failure of update %s', v_command ->> 'update_id'),
-                                           v_command -> 'failure', v_limit);
-            PERFORM harvest._complete_update(v_execution, v_seq, v_command);
+            v_step := harvest._decide_start_child_workflow(v_execution, v_seq, v_command);
+        WHEN 'complete_update' THEN
+            v_step := harvest._decide_complete_update(v_execution, v_seq, v_command, v_limit);
         WHEN 'cancel_workflow' THEN
-            PERFORM harvest._check_payload('the cancellation details of the workflow', v_command -> 'details',
-                                           v_limit);
-            v_types := v_types || 'WorkflowCancelled'::text;
-            v_datas := v_datas || jsonb_build_object('details', v_command -> 'details');
-            v_close_status := 'CANCELLED';
-            v_close_failure := jsonb_build_object(
-                'error_type', 'Cancelled', 'message', coalesce(v_command ->> 'details', 'cancelled'),
-                'non_retryable', true, 'details', v_command -> 'details');
-            v_closed := true;
+            v_step := harvest._decide_cancel_workflow(v_command, v_limit);
         WHEN 'continue_as_new' THEN
-            PERFORM harvest._check_payload(format('the continue-as-new input of workflow %s',
-                v_execution.workflow_name), v_command -> 'input', v_limit);
-            PERFORM harvest._continue_as_new(v_execution, coalesce(v_command -> 'input', '[]'::jsonb),
-                                             p_through, coalesce(v_command -> 'signals', '[]'::jsonb));
-            v_closed := true;
+            v_step := harvest._decide_continue_as_new(v_execution, v_command, p_through, v_limit);
         WHEN 'complete_workflow' THEN
-            PERFORM harvest._check_payload(format('the result of workflow %s', v_execution.workflow_name),
-                                           v_command -> 'result', v_limit);
-            v_types := v_types || 'WorkflowCompleted'::text;
-            v_datas := v_datas || jsonb_build_object('result', v_command -> 'result');
-            v_close_status := 'COMPLETED';
-            v_close_output := v_command -> 'result';
-            v_closed := true;
+            v_step := harvest._decide_complete_workflow(v_execution, v_command, v_limit);
         WHEN 'fail_workflow' THEN
-            PERFORM harvest._require(v_command, 'failure', 'object');
-            PERFORM harvest._check_payload(format('the failure of workflow %s', v_execution.workflow_name),
-                                           v_command -> 'failure', v_limit);
-            v_types := v_types || 'WorkflowFailed'::text;
-            v_datas := v_datas || jsonb_build_object('failure', v_command -> 'failure');
-            v_close_status := 'FAILED';
-            v_close_failure := v_command -> 'failure';
-            v_closed := true;
+            v_step := harvest._decide_fail_workflow(v_execution, v_command, v_limit);
         ELSE
             RAISE EXCEPTION 'unknown command type "%"', v_type USING ERRCODE = 'HR001',
                 HINT = 'see docs/internals.md for the command shapes';
         END CASE;
+        IF v_step.event_type IS NOT NULL THEN
+            v_types := v_types || v_step.event_type;
+            v_datas := v_datas || v_step.event_data;
+        END IF;
+        IF v_step.ends_run THEN
+            v_closed := true;
+            v_close_status := v_step.close_status;
+            v_close_output := v_step.close_output;
+            v_close_failure := v_step.close_failure;
+        END IF;
     END LOOP;
     IF cardinality(v_types) > 0 THEN
         PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
@@ -294,49 +511,26 @@ BEGIN
     IF v_close_status IS NOT NULL THEN  -- the run ended: its end event is appended above
         PERFORM harvest._close_execution(v_execution.id, v_close_status, v_close_output, v_close_failure);
     END IF;
-
-    -- A run past a hard cap fails with a typed reason unless it just continued as new.
-    IF NOT v_closed THEN
-        SELECT * INTO v_execution FROM harvest.executions WHERE id = v_execution.id;
-        IF v_execution.last_event_id > p_event_cap OR v_execution.history_bytes > p_byte_cap THEN
-            v_cap_type := CASE WHEN v_execution.last_event_id > p_event_cap
-                THEN 'HistoryEventCapExceeded' ELSE 'HistoryByteCapExceeded' END;
-            v_cap_failure := jsonb_build_object('error_type', v_cap_type, 'non_retryable', true,
-                'message', 'the history reached ' || v_execution.last_event_id || ' events / '
-                           || v_execution.history_bytes || ' bytes (caps ' || coalesce(p_event_cap::text, 'none')
-                           || ' events, ' || coalesce(p_byte_cap::text, 'none') || ' bytes); '
-                           || 'call ctx.continue_as_new() before the history grows this large',
-                'details', jsonb_build_object('events', v_execution.last_event_id,
-                                              'bytes', v_execution.history_bytes,
-                                              'event_cap', p_event_cap, 'byte_cap', p_byte_cap));
-            PERFORM harvest._append_event(v_execution.id, 'WorkflowFailed',
-                jsonb_build_object('failure', v_cap_failure));
-            PERFORM harvest._close_execution(v_execution.id, 'FAILED', NULL, v_cap_failure);
-            -- Operators find capped runs beside exhausted activities, typed.
-            INSERT INTO harvest.dead_letters (
-                kind, execution_id, workflow_name, queue, attempts, failure, scheduled_at, failed_at
-            ) VALUES (
-                'workflow', v_execution.id, v_execution.workflow_name, v_execution.task_queue, 1,
-                v_cap_failure, v_execution.created_at, v_now
-            );
-            v_closed := true;
-        END IF;
-    END IF;
-
-    -- Events that arrived while this task was in flight belong to the next batch.
-    IF NOT v_closed AND v_seen_until > p_through THEN
-        PERFORM harvest._ensure_workflow_task(v_execution.id);
-    END IF;
-
     IF v_closed THEN
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status
         FROM harvest.executions AS e WHERE e.id = v_execution.id;
         handed := '[]'::jsonb;  -- the close dropped the tasks handed above
-    ELSE
-        last_event_id := v_execution.last_event_id;  -- as read for the cap check
-        execution_status := v_execution.status;
-        handed := v_handed;
+        RETURN;
     END IF;
+
+    -- A run past a hard cap fails with a typed reason unless it just ended.
+    v_cap := harvest._decide_history_caps(v_execution.id, p_event_cap, p_byte_cap, v_now);
+    last_event_id := v_cap.last_event_id;
+    execution_status := v_cap.execution_status;
+    IF v_cap.capped THEN
+        handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+        RETURN;
+    END IF;
+    -- Events that arrived while this task was in flight belong to the next batch.
+    IF v_seen_until > p_through THEN
+        PERFORM harvest._ensure_workflow_task(v_execution.id);
+    END IF;
+    handed := v_handed;
 END;
 $$;
 
@@ -373,6 +567,10 @@ BEGIN
     RETURN NEXT;
 END;
 $$;
+COMMENT ON FUNCTION harvest.complete_workflow_task(bigint, bigint, bigint, jsonb, text, bigint, bigint, integer) IS
+'Complete one claimed workflow task: append WorkflowTaskCompleted{through} and one event per command, create the '
+'tasks they schedule, end the run if a command ended it; returns the last event id, the run''s status and the '
+'activities handed to the worker. The single-task form of complete_workflow_tasks, for SQL callers.';
 
 -- A worker's group commit of decisions: complete many workflow tasks in one
 -- transaction, each as complete_workflow_task would. An item held under a stale
@@ -438,6 +636,9 @@ BEGIN
     END LOOP;
 END;
 $$;
+COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint) IS
+'A worker''s group commit of decisions: each item as complete_workflow_task, in one transaction; an item under a '
+'stale token, gone, of another kind or past its lease is refused on its own (outcome). Called by the Python worker.';
 
 -- A workflow task that could not complete (non-determinism, a worker-side error):
 -- nothing is written to the history; the task is retried after a backoff, and the
@@ -491,6 +692,10 @@ BEGIN
     WHERE id = p_task_id;
 END;
 $$;
+COMMENT ON FUNCTION harvest.fail_workflow_task(bigint, bigint, jsonb, double precision) IS
+'A claimed workflow task that could not complete (non-determinism, a worker-side error): nothing is appended, the task '
+'is retried after p_retry_in_secs with the failure kept on it; UnknownWorkflow at the 10th attempt fails the run. '
+'Called by the Python worker.';
 
 -- Start a child for a start_child_workflow command. A running run already holding
 -- the child's workflow_id is not adopted: the parent receives ChildWorkflowFailed

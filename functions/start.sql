@@ -26,6 +26,11 @@
 -- execution yet, status DEFERRED; the scanner releases it later.
 -- Lock order of a start: the start-gate key, then the start lock, then the
 -- quota key, then the concurrency key, then execution rows.
+--
+-- Layout: start_workflow is a dispatcher over one function per gate, defined
+-- above it in the order it calls them (_start_check_arguments, _start_check_admin,
+-- _start_check_ranges, _start_check_registered, _start_defer, _start_resolve_prior
+-- with _start_action, _start_flow_keys, _start_insert); start_workflows is the batch.
 
 -- Refuse a start of a workflow name that no worker registered on the queue (HR010),
 -- naming the names its workers did register. DETAIL is JSON
@@ -50,43 +55,26 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.start_workflow(
-    p_workflow_name text,
-    p_input jsonb DEFAULT '[]'::jsonb,
-    p_workflow_id text DEFAULT NULL,
-    p_task_queue text DEFAULT 'default',
-    p_reuse_policy text DEFAULT 'allow_duplicate',
-    p_conflict_policy text DEFAULT 'unspecified',
-    p_search_attributes jsonb DEFAULT '{}'::jsonb,
-    p_priority integer DEFAULT 0,
-    p_parent_id uuid DEFAULT NULL,
-    p_shard integer DEFAULT 0,
-    p_execution_timeout_secs double precision DEFAULT NULL,
-    p_run_timeout_secs double precision DEFAULT NULL,
-    -- false: skip the deferring gates (throttle, debounce, batch); a released
-    -- pending start and a continue-as-new successor pass false.
-    p_flow_gates boolean DEFAULT true
+-- The gates of a start, one function each, in the order start_workflow calls them:
+-- the arguments, the admin check, the ranges, the registration check, the deferral
+-- (throttle, debounce, batch), the prior run (reuse and conflict policies), the
+-- flow keys (quota, concurrency), and the insert. A gate that refuses raises;
+-- nothing is written before the deferral.
+
+-- The arguments' shapes (HR001), and the input within the payload limit (HR008).
+CREATE OR REPLACE FUNCTION harvest._start_check_arguments(
+    p_workflow_name text, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_search_attributes jsonb, p_reuse_policy text, p_conflict_policy text
 )
-RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
+RETURNS void
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_workflow_id text := coalesce(p_workflow_id, gen_random_uuid()::text);
-    v_prior harvest.executions;
-    v_action text;
-    v_id uuid;
-    v_now timestamptz := harvest.now();
-    v_execution_deadline timestamptz;
-    v_policy jsonb;
-    v_concurrency_key text;
-    v_quota_key text;
-    v_gate record;
 BEGIN
     IF p_workflow_name IS NULL OR btrim(p_workflow_name) = '' THEN
         RAISE EXCEPTION 'workflow name is empty' USING ERRCODE = 'HR001',
             HINT = 'pass the registered name of a @workflow function';
     END IF;
-    IF v_workflow_id = '' THEN
+    IF p_workflow_id = '' THEN
         RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
             HINT = 'omit it to have one minted, or pass a non-empty business key';
     END IF;
@@ -116,14 +104,23 @@ BEGIN
         RAISE EXCEPTION 'unknown conflict_policy "%"', p_conflict_policy USING ERRCODE = 'HR001',
             HINT = 'use unspecified, use_existing, fail or terminate_existing';
     END IF;
+END;
+$$;
 
-    -- A start that can end a live run needs harvest_admin, as terminate_workflow does
-    -- (spec 002, "Conflict policies"): conflict_policy terminate_existing, or
-    -- reuse_policy terminate_if_running with conflict_policy unspecified; whether a
-    -- run is live right now does not matter. Checked before anything is written.
-    -- The engine's own starts are exempt: a continue-as-new successor and a released
-    -- deferred start (p_flow_gates => false) run in a worker's session, and a
-    -- deferred start passed this check when it was deferred.
+-- A start that can end a live run needs harvest_admin, as terminate_workflow does
+-- (spec 002, "Conflict policies"): conflict_policy terminate_existing, or
+-- reuse_policy terminate_if_running with conflict_policy unspecified; whether a
+-- run is live right now does not matter (42501). Checked before anything is written.
+-- The engine's own starts are exempt: a continue-as-new successor and a released
+-- deferred start (p_flow_gates => false) run in a worker's session, and a
+-- deferred start passed this check when it was deferred.
+CREATE OR REPLACE FUNCTION harvest._start_check_admin(
+    p_reuse_policy text, p_conflict_policy text, p_flow_gates boolean
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
     IF (p_conflict_policy = 'terminate_existing'
         OR (p_conflict_policy = 'unspecified' AND p_reuse_policy = 'terminate_if_running'))
        AND NOT harvest._session_has_role('harvest_admin')
@@ -137,7 +134,17 @@ BEGIN
             HINT = 'pass conflict_policy use_existing (attach to a running run) or fail, '
                    'or ask a harvest_admin to terminate the run';
     END IF;
+END;
+$$;
 
+-- The numbers' ranges (HR001): the timeouts, and the priority.
+CREATE OR REPLACE FUNCTION harvest._start_check_ranges(
+    p_execution_timeout_secs double precision, p_run_timeout_secs double precision, p_priority integer
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
     -- NaN sorts above every number in PostgreSQL, so "<= 0" alone let it through; 100 years is
     -- the longest duration Harvest accepts anywhere (harvest/definitions.py MAX_DURATION_SECS).
     IF NOT (p_execution_timeout_secs > 0 AND p_execution_timeout_secs <= 3155760000)
@@ -149,63 +156,69 @@ BEGIN
     IF p_priority NOT BETWEEN -1000000 AND 1000000 THEN
         RAISE EXCEPTION 'priority % is out of range -1000000 to 1000000', p_priority USING ERRCODE = 'HR001';
     END IF;
-    -- A name no worker registered on a queue whose workers registered names is refused
-    -- before anything is written (harvest.registered_workflows): one primary-key probe
-    -- when the name is known. A released deferred start and a continue-as-new successor
-    -- (p_flow_gates false) were admitted already.
+END;
+$$;
+
+-- A name no worker registered on a queue whose workers registered names is refused
+-- before anything is written (harvest.registered_workflows, HR010 from
+-- _refuse_unregistered): one primary-key probe when the name is known. A released
+-- deferred start and a continue-as-new successor (p_flow_gates false) were admitted
+-- already.
+CREATE OR REPLACE FUNCTION harvest._start_check_registered(
+    p_workflow_name text, p_task_queue text, p_flow_gates boolean
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
     IF coalesce(p_flow_gates, true)
        AND NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
                        WHERE r.queue = p_task_queue AND r.workflow_name = p_workflow_name)
        AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_task_queue) THEN
         PERFORM harvest._refuse_unregistered(p_workflow_name, p_task_queue);
     END IF;
-    v_execution_deadline := v_now + make_interval(secs => p_execution_timeout_secs);
+END;
+$$;
 
-    SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
-    WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
-    -- Throttle, debounce and batch (throttle.sql) may admit the start without an
-    -- execution: status DEFERRED, execution_id NULL, the run's workflow_id.
-    IF v_policy ?| ARRAY['throttle', 'debounce', 'batch'] AND coalesce(p_flow_gates, true)
-       AND p_parent_id IS NULL THEN
-        IF p_conflict_policy <> 'unspecified' THEN
-            RAISE EXCEPTION 'workflow % declares a start throttle, debounce or batch: conflict_policy "%" '
-                'cannot be combined with it', p_workflow_name, p_conflict_policy USING ERRCODE = 'HR001',
-                HINT = 'a deferred start has no running execution to resolve a conflict against; '
-                       'use conflict_policy unspecified';
-        END IF;
-        SELECT * INTO v_gate FROM harvest._start_gate(p_workflow_name, v_policy, p_input, p_workflow_id,
-            p_task_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
-            p_execution_timeout_secs, p_run_timeout_secs) AS g;
-        IF v_gate.action <> 'start' THEN
-            RETURN QUERY SELECT v_gate.execution_id, v_gate.workflow_id, v_gate.status, v_gate.started_fresh;
-            RETURN;
-        END IF;
-        v_workflow_id := v_gate.workflow_id;
+-- A start of a workflow whose policy declares a start throttle, debounce or batch
+-- (throttle.sql, _start_gate): action 'start' lets it through (under the
+-- workflow_id the gate chose); any other action admits it without an execution
+-- (status DEFERRED, execution_id NULL, the run's workflow_id), which
+-- start_workflow returns as it is.
+CREATE OR REPLACE FUNCTION harvest._start_defer(
+    p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_reuse_policy text, p_conflict_policy text, p_search_attributes jsonb, p_priority integer,
+    p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
+    OUT action text, OUT execution_id uuid, OUT workflow_id text, OUT status text, OUT started_fresh boolean
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_conflict_policy <> 'unspecified' THEN
+        RAISE EXCEPTION 'workflow % declares a start throttle, debounce or batch: conflict_policy "%" '
+            'cannot be combined with it', p_workflow_name, p_conflict_policy USING ERRCODE = 'HR001',
+            HINT = 'a deferred start has no running execution to resolve a conflict against; '
+                   'use conflict_policy unspecified';
     END IF;
+    SELECT * INTO action, execution_id, workflow_id, status, started_fresh
+    FROM harvest._start_gate(p_workflow_name, p_policy, p_input, p_workflow_id,
+        p_task_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
+        p_execution_timeout_secs, p_run_timeout_secs) AS g;
+END;
+$$;
 
-    PERFORM pg_advisory_xact_lock(
-        hashtextextended('harvest.start:' || p_workflow_name || ':' || v_workflow_id, 0));
-
-    -- The prior: the RUNNING run of the key, else its latest. Why BETWEEN and the
-    -- leading e.workflow_id in ORDER BY: a generic plan (PL/pgSQL caches one per
-    -- session) of "e.workflow_id = v_workflow_id" on a never-analysed table costs
-    -- executions_name_created (every run of the name) the same as
-    -- executions_workflow_id_latest, and a tie-break took the former until the next
-    -- ANALYZE. A range makes no equivalence class, so workflow_id stays a sort key
-    -- that only executions_workflow_id_latest delivers: it wins on any statistics
-    -- (tests/integration/test_generic_plans.py). BETWEEN x AND x is = x, and a
-    -- constant leading sort key changes no order.
-    SELECT * INTO v_prior FROM harvest.executions AS e
-    WHERE e.workflow_name = p_workflow_name
-      AND e.workflow_id BETWEEN v_workflow_id AND v_workflow_id
-    ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
-    LIMIT 1
-    FOR UPDATE;
-
-    IF NOT FOUND THEN
-        v_action := 'start';
-    ELSIF v_prior.status = 'RUNNING' THEN
-        v_action := CASE p_conflict_policy
+-- What a start does about the prior run of its key (NULL status: there is none), by
+-- the policies (the table at the top of this file): 'start' a new run, 'attach' to
+-- the prior, 'reject' the start, or 'replace' the running prior.
+CREATE OR REPLACE FUNCTION harvest._start_action(
+    p_prior_status text, p_reuse_policy text, p_conflict_policy text
+)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_prior_status IS NULL THEN 'start'
+        WHEN p_prior_status = 'RUNNING' THEN CASE p_conflict_policy
             WHEN 'use_existing' THEN 'attach'
             WHEN 'fail' THEN 'reject'
             WHEN 'terminate_existing' THEN 'replace'
@@ -214,75 +227,222 @@ BEGIN
                 WHEN 'terminate_if_running' THEN 'replace'
                 ELSE 'attach'
             END
-        END;
-    ELSE
-        v_action := CASE p_reuse_policy
+        END
+        ELSE CASE p_reuse_policy
             WHEN 'allow_duplicate' THEN 'attach'
             WHEN 'reject_duplicate' THEN 'reject'
             WHEN 'terminate_if_running' THEN 'start'
-            ELSE CASE WHEN v_prior.status IN ('FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT')
+            ELSE CASE WHEN p_prior_status IN ('FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT')
                 THEN 'start' ELSE 'attach' END
-        END;
+        END
+    END;
+$$;
+
+-- The prior run of the key under the reuse and conflict policies, with the start
+-- lock held: returns the run to attach to, or NULL when a new run is to start (after
+-- the running prior it replaces was terminated); a rejected start raises HR003.
+CREATE OR REPLACE FUNCTION harvest._start_resolve_prior(
+    p_workflow_name text, p_workflow_id text, p_reuse_policy text, p_conflict_policy text
+)
+RETURNS harvest.executions
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_prior harvest.executions;
+BEGIN
+    PERFORM pg_advisory_xact_lock(
+        hashtextextended('harvest.start:' || p_workflow_name || ':' || p_workflow_id, 0));
+
+    -- The prior: the RUNNING run of the key, else its latest. Why BETWEEN and the
+    -- leading e.workflow_id in ORDER BY: a generic plan (PL/pgSQL caches one per
+    -- session) of "e.workflow_id = p_workflow_id" on a never-analysed table costs
+    -- executions_name_created (every run of the name) the same as
+    -- executions_workflow_id_latest, and a tie-break took the former until the next
+    -- ANALYZE. A range makes no equivalence class, so workflow_id stays a sort key
+    -- that only executions_workflow_id_latest delivers: it wins on any statistics
+    -- (tests/integration/test_generic_plans.py). BETWEEN x AND x is = x, and a
+    -- constant leading sort key changes no order.
+    SELECT * INTO v_prior FROM harvest.executions AS e
+    WHERE e.workflow_name = p_workflow_name
+      AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
+    ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
+    LIMIT 1
+    FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
     END IF;
 
-    IF v_action = 'attach' THEN
-        RETURN QUERY SELECT v_prior.id, v_prior.workflow_id, v_prior.status, false;
-        RETURN;
-    ELSIF v_action = 'reject' THEN
+    CASE harvest._start_action(v_prior.status, p_reuse_policy, p_conflict_policy)
+    WHEN 'attach' THEN
+        RETURN v_prior;
+    WHEN 'reject' THEN
         RAISE EXCEPTION 'workflow % with id "%" already exists (execution %, %)',
-            p_workflow_name, v_workflow_id, v_prior.id, v_prior.status
+            p_workflow_name, p_workflow_id, v_prior.id, v_prior.status
             USING ERRCODE = 'HR003',
             DETAIL = jsonb_build_object('existing_execution_id', v_prior.id,
                                         'existing_state', v_prior.status)::text,
             HINT = 'attach to it, or pass another reuse_policy/conflict_policy';
-    ELSIF v_action = 'replace' THEN
+    WHEN 'replace' THEN
         PERFORM harvest._append_event(v_prior.id, 'WorkflowTerminated',
             jsonb_build_object('reason', 'replaced by a new start (' || p_reuse_policy || ', '
                                          || p_conflict_policy || ')'));
         PERFORM harvest._close_execution(v_prior.id, 'TERMINATED', NULL,
             jsonb_build_object('error_type', 'Terminated', 'message', 'replaced by a new start',
                                'non_retryable', true, 'details', NULL));
-    END IF;
+    ELSE
+        NULL;  -- 'start': a new run beside the terminal prior
+    END CASE;
+    RETURN NULL;
+END;
+$$;
 
-    IF v_policy ? 'quota' THEN
-        v_quota_key := harvest._resolve_key(p_input, v_policy #>> '{quota,key}');
-        IF v_quota_key IS NOT NULL THEN
-            PERFORM harvest._check_quota(p_workflow_name, v_quota_key, v_policy -> 'quota');
+-- The flow keys of a new run under its workflow's policy (docs/flow-control.md): a
+-- quota is checked under its key's lock (quotas.sql, HR006 when exhausted), then
+-- the concurrency key is resolved from the input.
+CREATE OR REPLACE FUNCTION harvest._start_flow_keys(
+    p_workflow_name text, p_input jsonb, p_policy jsonb,
+    OUT quota_key text, OUT concurrency_key text
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_policy ? 'quota' THEN
+        quota_key := harvest._resolve_key(p_input, p_policy #>> '{quota,key}');
+        IF quota_key IS NOT NULL THEN
+            PERFORM harvest._check_quota(p_workflow_name, quota_key, p_policy -> 'quota');
         END IF;
     END IF;
-    IF v_policy ? 'concurrency' THEN
-        v_concurrency_key := harvest._resolve_key(p_input, v_policy #>> '{concurrency,key}');
+    IF p_policy ? 'concurrency' THEN
+        concurrency_key := harvest._resolve_key(p_input, p_policy #>> '{concurrency,key}');
     END IF;
+END;
+$$;
 
+-- The new run: its execution row, WorkflowStarted, and its first workflow task, then
+-- a wake-up of its queue. A per-key concurrency policy stamps the run's key: "defer"
+-- gates the task at the claim; "cancel_running" supersedes the oldest runs of the
+-- key here (concurrency.sql). Returns the new execution's id.
+CREATE OR REPLACE FUNCTION harvest._start_insert(
+    p_workflow_name text, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_search_attributes jsonb, p_priority integer, p_parent_id uuid, p_shard integer,
+    p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
+    p_policy jsonb, p_quota_key text, p_concurrency_key text
+)
+RETURNS uuid
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_execution_deadline timestamptz := v_now + make_interval(secs => p_execution_timeout_secs);
+    v_concurrency_key text := p_concurrency_key;
+    v_id uuid;
+BEGIN
     v_id := harvest._new_execution_id(p_shard);
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at,
         execution_timeout_at, timeout_at, concurrency_key, quota_key, run_timeout_secs
     ) VALUES (
-        v_id, p_workflow_name, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+        v_id, p_workflow_name, p_workflow_id, p_task_queue, p_input, p_search_attributes,
         p_parent_id, v_now, v_execution_deadline,
         least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
-        v_concurrency_key, v_quota_key, p_run_timeout_secs
+        v_concurrency_key, p_quota_key, p_run_timeout_secs
     );
     PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
-        'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id,
+        'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
         'input', p_input, 'task_queue', p_task_queue, 'parent_id', p_parent_id));
-    IF v_concurrency_key IS NOT NULL AND v_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
+    IF v_concurrency_key IS NOT NULL AND p_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
         PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
-                                   (v_policy #>> '{concurrency,limit}')::integer, v_id);
+                                   (p_policy #>> '{concurrency,limit}')::integer, v_id);
         v_concurrency_key := NULL;  -- latest wins is enforced here; the claim does not gate it
     END IF;
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit
     ) VALUES (
         v_id, 'workflow', p_task_queue, coalesce(p_priority, 0), v_now, v_now, v_concurrency_key,
-        CASE WHEN v_concurrency_key IS NOT NULL THEN (v_policy #>> '{concurrency,limit}')::integer END
+        CASE WHEN v_concurrency_key IS NOT NULL THEN (p_policy #>> '{concurrency,limit}')::integer END
     );
     PERFORM harvest._notify_queue(p_task_queue);
+    RETURN v_id;
+END;
+$$;
 
+-- Start a run of p_workflow_name (the dispatcher of the gates above): the arguments,
+-- the admin check, the ranges and the registration are checked; a throttle,
+-- debounce or batch may defer the start; a prior run of the key is attached to,
+-- rejected or replaced; the quota and concurrency keys are resolved; the run is
+-- inserted.
+CREATE OR REPLACE FUNCTION harvest.start_workflow(
+    p_workflow_name text,
+    p_input jsonb DEFAULT '[]'::jsonb,
+    p_workflow_id text DEFAULT NULL,
+    p_task_queue text DEFAULT 'default',
+    p_reuse_policy text DEFAULT 'allow_duplicate',
+    p_conflict_policy text DEFAULT 'unspecified',
+    p_search_attributes jsonb DEFAULT '{}'::jsonb,
+    p_priority integer DEFAULT 0,
+    p_parent_id uuid DEFAULT NULL,
+    p_shard integer DEFAULT 0,
+    p_execution_timeout_secs double precision DEFAULT NULL,
+    p_run_timeout_secs double precision DEFAULT NULL,
+    -- false: skip the deferring gates (throttle, debounce, batch); a released
+    -- pending start and a continue-as-new successor pass false.
+    p_flow_gates boolean DEFAULT true
+)
+RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_workflow_id text := coalesce(p_workflow_id, gen_random_uuid()::text);
+    v_policy jsonb;
+    v_gate record;
+    v_prior harvest.executions;
+    v_keys record;
+    v_quota_key text;
+    v_concurrency_key text;
+    v_id uuid;
+BEGIN
+    PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_task_queue,
+                                           p_search_attributes, p_reuse_policy, p_conflict_policy);
+    PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
+    PERFORM harvest._start_check_ranges(p_execution_timeout_secs, p_run_timeout_secs, p_priority);
+    PERFORM harvest._start_check_registered(p_workflow_name, p_task_queue, p_flow_gates);
+
+    SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
+    WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
+    IF v_policy ?| ARRAY['throttle', 'debounce', 'batch'] AND coalesce(p_flow_gates, true)
+       AND p_parent_id IS NULL THEN
+        v_gate := harvest._start_defer(p_workflow_name, v_policy, p_input, p_workflow_id, p_task_queue,
+            p_reuse_policy, p_conflict_policy, p_search_attributes, p_priority,
+            p_execution_timeout_secs, p_run_timeout_secs);
+        IF v_gate.action <> 'start' THEN
+            RETURN QUERY SELECT v_gate.execution_id, v_gate.workflow_id, v_gate.status, v_gate.started_fresh;
+            RETURN;
+        END IF;
+        v_workflow_id := v_gate.workflow_id;
+    END IF;
+
+    v_prior := harvest._start_resolve_prior(p_workflow_name, v_workflow_id, p_reuse_policy, p_conflict_policy);
+    IF v_prior.id IS NOT NULL THEN
+        RETURN QUERY SELECT v_prior.id, v_prior.workflow_id, v_prior.status, false;
+        RETURN;
+    END IF;
+
+    IF v_policy ?| ARRAY['quota', 'concurrency'] THEN
+        v_keys := harvest._start_flow_keys(p_workflow_name, p_input, v_policy);
+        v_quota_key := v_keys.quota_key;
+        v_concurrency_key := v_keys.concurrency_key;
+    END IF;
+    v_id := harvest._start_insert(p_workflow_name, p_input, v_workflow_id, p_task_queue, p_search_attributes,
+        p_priority, p_parent_id, p_shard, p_execution_timeout_secs, p_run_timeout_secs, v_policy,
+        v_quota_key, v_concurrency_key);
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
 $$;
+COMMENT ON FUNCTION harvest.start_workflow(text, jsonb, text, text, text, text, jsonb, integer, uuid, integer, double precision, double precision, boolean) IS
+'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
+'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
+'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh. Called by clients (Python '
+'Client, CLI, psql) and by the engine for children and continue-as-new.';
 
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix) is started as
@@ -332,3 +492,7 @@ BEGIN
     END LOOP;
 END;
 $$;
+COMMENT ON FUNCTION harvest.start_workflows(jsonb) IS
+'A client''s group commit of starts: each element of a JSON array of start_workflow''s arguments (without the p_ '
+'prefix) started as start_workflow would, in one transaction; any error fails the whole call. Called by the Python '
+'Client''s batched starts.';

@@ -5,7 +5,7 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
 BEGIN;
-SELECT plan(202);
+SELECT plan(230);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1229,6 +1229,147 @@ SELECT results_eq(format($$SELECT event_data ->> 'status', event_data #>> '{fail
                             'the input of workflow kid is 104 bytes, over the payload limit of 64 bytes', '104')$$,
                   '... and the parent hears ChildWorkflowFailed{START_FAILED, PayloadTooLarge}; no child run');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+
+-- ---------------------------------------------------------------- the commands, one function each
+-- _apply_decision is a dispatcher: each command goes to its harvest._decide_<type>,
+-- which returns the event to append (or appends its own) and how the run ends.
+-- Called directly here on a running run.
+SET LOCAL harvest.fake_now = '2030-01-05 00:00:00+00';
+SELECT pg_temp.start_and_claim('cmd_fn');
+CREATE FUNCTION pg_temp.exec(p_key text) RETURNS harvest.executions LANGUAGE sql AS $fn$
+    SELECT * FROM harvest.executions WHERE id = pg_temp.run(p_key);
+$fn$;
+SELECT harvest.register_worker('fn-worker', ARRAY['fn_hand'], 'host-f', 1);
+SELECT results_eq(
+    $$SELECT d.event_type, d.event_data, d.ends_run, d.close_status, d.handed, d.worker_queues
+      FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 1,
+          '{"type": "schedule_activity", "seq": 1, "name": "act", "input": [1], "queue": "fn_q",
+            "options": {"priority": 2}}', 'fn-worker', harvest.now(), 1000, false, NULL) AS d$$,
+    $$VALUES ('ActivityScheduled'::text,
+              '{"seq": 1, "name": "act", "input": [1], "queue": "fn_q", "options": {"priority": 2}}'::jsonb,
+              NULL::boolean, NULL::text, NULL::jsonb, NULL::text[])$$,
+    '_decide_schedule_activity() returns ActivityScheduled; without p_may_hand nothing is handed and the worker''s queues are not read');
+SELECT results_eq(
+    $$SELECT queue, status, priority, seq, activity_name, due_at FROM harvest.tasks
+      WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'activity' AND seq = 1$$,
+    $$VALUES ('fn_q'::text, 'pending'::text, 2, 1, 'act'::text, '2030-01-05 00:00:00+00'::timestamptz)$$,
+    '... and queues its pending activity task, due at p_now');
+SELECT results_eq(
+    $$SELECT d.handed ->> 'activity_name', d.handed ->> 'kind', d.worker_queues
+      FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 2,
+          '{"type": "schedule_activity", "seq": 2, "name": "handed_act", "queue": "fn_hand"}',
+          'fn-worker', harvest.now(), 1000, true, NULL) AS d$$,
+    $$VALUES ('handed_act'::text, 'activity'::text, ARRAY['fn_hand'])$$,
+    '_decide_schedule_activity() with p_may_hand: handed to the worker, whose queues come back in worker_queues');
+SELECT is((SELECT status || ' by ' || lease_owner FROM harvest.tasks
+           WHERE execution_id = pg_temp.run('cmd_fn') AND seq = 2),
+          'running by fn-worker', '... the handed task is leased to the worker');
+SELECT is((SELECT d.handed FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 3,
+               '{"type": "schedule_activity", "seq": 3, "name": "a3", "queue": "fn_hand"}',
+               'fn-worker', harvest.now(), 1000, true, ARRAY['elsewhere']) AS d),
+          NULL::jsonb, '... given worker_queues it does not read them again: a queue not among them is not handed');
+SELECT throws_ok($$SELECT * FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 4,
+                       '{"type": "schedule_activity", "seq": 4, "name": "big", "input": [12345]}',
+                       'fn-worker', harvest.now(), 5, false, NULL)$$,
+                 'HR008', 'the input of activity big (command 4) is 7 bytes, over the payload limit of 5 bytes',
+                 '_decide_schedule_activity() checks the input against p_limit: HR008');
+SELECT results_eq(
+    $$SELECT d.event_type, d.event_data, d.ends_run FROM harvest._decide_start_timer(pg_temp.exec('cmd_fn'), 5,
+          '{"type": "start_timer", "seq": 5, "duration": 60}', '2030-01-05 00:00:30+00') AS d$$,
+    $$VALUES ('TimerStarted'::text, '{"seq": 5, "fire_at": "2030-01-05T00:01:30+00:00"}'::jsonb, NULL::boolean)$$,
+    '_decide_start_timer() returns TimerStarted{fire_at}: p_now plus the duration');
+SELECT is((SELECT due_at FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'timer' AND seq = 5),
+          '2030-01-05 00:01:30+00'::timestamptz, '... and its timer task is due then');
+SELECT results_eq(
+    $$SELECT d.event_type, d.event_data FROM harvest._decide_cancel_timer(pg_temp.exec('cmd_fn'), 6,
+          '{"type": "cancel_timer", "seq": 6, "timer_seq": 5}') AS d$$,
+    $$VALUES ('TimerCancelled'::text, '{"seq": 6, "timer_seq": 5}'::jsonb)$$,
+    '_decide_cancel_timer() returns TimerCancelled');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'timer'$$,
+                '... and the timer task is gone');
+CREATE TEMP TABLE fn_before ON COMMIT DROP AS
+SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('cmd_fn');
+SELECT results_eq(
+    $$SELECT d.event_type, d.event_data FROM harvest._decide_record_marker(pg_temp.exec('cmd_fn'), 7,
+          '{"type": "record_marker", "seq": 7, "kind": "side_effect", "value": 42}', 1000) AS d$$,
+    $$VALUES ('MarkerRecorded'::text, '{"seq": 7, "kind": "side_effect", "value": 42}'::jsonb)$$,
+    '_decide_record_marker() returns MarkerRecorded');
+SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('cmd_fn')),
+          (SELECT last_event_id FROM fn_before),
+          '... and appends nothing itself (the decision''s one append does, and the command functions above append nothing)');
+SELECT results_eq(
+    $$SELECT d.event_type, d.event_data, d.ends_run FROM harvest._decide_start_child_workflow(pg_temp.exec('cmd_fn'), 8,
+          '{"type": "start_child_workflow", "seq": 8, "workflow_name": "fn_kid", "workflow_id": "fn-kid"}') AS d$$,
+    $$VALUES (NULL::text, NULL::jsonb, NULL::boolean)$$,
+    '_decide_start_child_workflow() returns no event: it appends its own');
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data ->> 'workflow_id' FROM harvest.events AS ev
+      WHERE ev.execution_id = pg_temp.run('cmd_fn') AND ev.event_id > (SELECT last_event_id FROM fn_before)$$,
+    $$VALUES ((SELECT last_event_id FROM fn_before) + 1, 'ChildWorkflowStarted'::text, 'fn-kid'::text)$$,
+    '... ChildWorkflowStarted, and the child runs');
+SELECT is((SELECT status FROM harvest.executions WHERE workflow_name = 'fn_kid' AND workflow_id = 'fn-kid'),
+          'RUNNING', '... the child is RUNNING');
+SELECT throws_ok($$SELECT * FROM harvest._decide_complete_update(pg_temp.exec('cmd_fn'), 9,
+                       '{"type": "complete_update", "seq": 9, "update_id": "u1", "result": [12345]}', 5)$$,
+                 'HR008', 'the result of update u1 is 7 bytes, over the payload limit of 5 bytes',
+                 '_decide_complete_update() checks the result against p_limit: HR008');
+SELECT results_eq(
+    $$SELECT * FROM harvest._decide_cancel_workflow('{"type": "cancel_workflow", "details": "stop"}', 1000)$$,
+    $$VALUES ('WorkflowCancelled'::text, '{"details": "stop"}'::jsonb, true, 'CANCELLED'::text, NULL::jsonb,
+              '{"error_type": "Cancelled", "message": "stop", "non_retryable": true, "details": "stop"}'::jsonb)$$,
+    '_decide_cancel_workflow() returns WorkflowCancelled and ends the run CANCELLED');
+SELECT results_eq(
+    $$SELECT * FROM harvest._decide_complete_workflow(pg_temp.exec('cmd_fn'),
+          '{"type": "complete_workflow", "result": 6}', 1000)$$,
+    $$VALUES ('WorkflowCompleted'::text, '{"result": 6}'::jsonb, true, 'COMPLETED'::text, '6'::jsonb, NULL::jsonb)$$,
+    '_decide_complete_workflow() returns WorkflowCompleted and ends the run COMPLETED with the result');
+SELECT results_eq(
+    $$SELECT * FROM harvest._decide_fail_workflow(pg_temp.exec('cmd_fn'),
+          '{"type": "fail_workflow", "failure": {"error_type": "E"}}', 1000)$$,
+    $$VALUES ('WorkflowFailed'::text, '{"failure": {"error_type": "E"}}'::jsonb, true, 'FAILED'::text, NULL::jsonb,
+              '{"error_type": "E"}'::jsonb)$$,
+    '_decide_fail_workflow() returns WorkflowFailed and ends the run FAILED with the failure');
+SELECT throws_ok($$SELECT * FROM harvest._decide_fail_workflow(pg_temp.exec('cmd_fn'), '{"type": "fail_workflow"}', 1000)$$,
+                 'HR001', 'command fail_workflow needs "failure" as a JSON object, got nothing',
+                 '_decide_fail_workflow() without a failure: HR001');
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('cmd_fn')), 'RUNNING',
+          'the closing commands'' functions leave the closing to the dispatcher: the run is still RUNNING');
+SELECT results_eq(
+    $$SELECT d.capped, d.last_event_id, d.execution_status
+      FROM harvest._decide_history_caps(pg_temp.run('cmd_fn'), NULL, NULL, harvest.now()) AS d$$,
+    $$SELECT false, last_event_id, 'RUNNING'::text FROM harvest.executions WHERE id = pg_temp.run('cmd_fn')$$,
+    '_decide_history_caps() without caps: not capped, the run''s last event id and status');
+SELECT results_eq(
+    $$SELECT d.capped, d.last_event_id, d.execution_status
+      FROM harvest._decide_history_caps(pg_temp.run('cmd_fn'), 1, NULL, harvest.now()) AS d$$,
+    $$SELECT true, (SELECT last_event_id FROM fn_before) + 2, 'FAILED'::text$$,
+    '_decide_history_caps() past the event cap: capped, WorkflowFailed appended, the run FAILED');
+SELECT results_eq(
+    $$SELECT kind, failure ->> 'error_type', failed_at FROM harvest.dead_letters
+      WHERE execution_id = pg_temp.run('cmd_fn')$$,
+    $$VALUES ('workflow'::text, 'HistoryEventCapExceeded'::text, '2030-01-05 00:00:00+00'::timestamptz)$$,
+    '... and dead-lettered, typed');
+SELECT pg_temp.start_and_claim('cmd_can');
+SELECT results_eq(
+    $$SELECT d.event_type, d.ends_run, d.close_status FROM harvest._decide_continue_as_new(pg_temp.exec('cmd_can'),
+          '{"type": "continue_as_new", "input": ["next"]}', 1, 1000) AS d$$,
+    $$VALUES (NULL::text, true, NULL::text)$$,
+    '_decide_continue_as_new() ends the run and closes it itself: no event, no close status for the dispatcher');
+SELECT results_eq(
+    $$SELECT status, output ? 'continued_as_new' FROM harvest.executions WHERE id = pg_temp.run('cmd_can')$$,
+    $$VALUES ('CONTINUED_AS_NEW'::text, true)$$,
+    '... the run is CONTINUED_AS_NEW');
+SELECT results_eq(
+    $$SELECT status, input FROM harvest.executions
+      WHERE continued_from = pg_temp.run('cmd_can')$$,
+    $$VALUES ('RUNNING'::text, '["next"]'::jsonb)$$,
+    '... and its successor runs with the new input');
+
+-- \df+ harvest.* documents the API: every public function of this file has a comment.
+SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
+                  WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname IN ('complete_workflow_task', 'complete_workflow_tasks', 'fail_workflow_task')
+                    AND obj_description(p.oid, 'pg_proc') IS NULL$$,
+                'every public function of functions/decide.sql has a COMMENT ON FUNCTION');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(122);
+SELECT plan(151);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -405,6 +405,123 @@ SELECT is(harvest.release_pending_starts(), 1, 'a worker session releases an adm
 RESET SESSION AUTHORIZATION;
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'guard_paced' AND workflow_id = 'gp1'),
           1::bigint, 'the released start created its run');
+
+-- ---------------------------------------------------------------- the gates, one function each
+-- start_workflow is a dispatcher over harvest._start_<gate>; each is called directly here.
+SELECT lives_ok($$SELECT harvest._start_check_arguments('fn_wf', '[]', 'k', 'q', '{}', 'allow_duplicate', 'unspecified')$$,
+                '_start_check_arguments() takes well-formed arguments');
+SELECT throws_ok($$SELECT harvest._start_check_arguments(' ', '[]', 'k', 'q', '{}', 'allow_duplicate', 'unspecified')$$,
+                 'HR001', 'workflow name is empty', '_start_check_arguments() of a blank name: HR001');
+SELECT throws_ok($$SELECT harvest._start_check_arguments('fn_wf', '{}', 'k', 'q', '{}', 'allow_duplicate', 'unspecified')$$,
+                 'HR001', 'input must be a JSON array of positional arguments, got object',
+                 '_start_check_arguments() of an input that is not an array: HR001');
+SELECT throws_ok($$SELECT harvest._start_check_arguments('fn_wf', '[]', 'k', 'q', '{}', 'allow_duplicate', 'nope')$$,
+                 'HR001', 'unknown conflict_policy "nope"', '_start_check_arguments() of an unknown conflict_policy: HR001');
+SELECT lives_ok($$SELECT harvest._start_check_admin('terminate_if_running', 'unspecified', true)$$,
+                '_start_check_admin() lets an admin login start with a terminating policy');
+-- (Granted here so an operator's login can call the gate directly; start_workflow runs it as its owner.)
+GRANT EXECUTE ON FUNCTION harvest._start_check_admin(text, text, boolean), harvest._session_has_role(text)
+    TO harvest_operator;
+SET LOCAL SESSION AUTHORIZATION harvest_operator;
+SELECT lives_ok($$SELECT harvest._start_check_admin('terminate_if_running', 'use_existing', true)$$,
+                '_start_check_admin(): an operator may pass a policy that cannot terminate a live run');
+SELECT throws_ok($$SELECT harvest._start_check_admin('allow_duplicate', 'terminate_existing', true)$$,
+                 '42501', 'conflict_policy "terminate_existing" can terminate a running execution, which needs '
+                          'the harvest_admin role; login harvest_operator does not have it',
+                 '_start_check_admin(): not with terminate_existing (42501)');
+SELECT throws_ok($$SELECT harvest._start_check_admin('terminate_if_running', 'unspecified', false)$$,
+                 '42501', 'reuse_policy "terminate_if_running" (with conflict_policy unspecified) can terminate '
+                          'a running execution, which needs the harvest_admin role; login harvest_operator does not have it',
+                 '... nor, outside a worker''s session, with p_flow_gates false');
+RESET SESSION AUTHORIZATION;
+SELECT lives_ok($$SELECT harvest._start_check_ranges(NULL, NULL, 0)$$,
+                '_start_check_ranges() takes no timeouts and priority 0');
+SELECT throws_ok($$SELECT harvest._start_check_ranges('NaN', NULL, 0)$$, 'HR001',
+                 'workflow timeouts must be positive seconds, at most 100 years: got execution_timeout NaN, run_timeout none',
+                 '_start_check_ranges() of a NaN timeout: HR001');
+SELECT throws_ok($$SELECT harvest._start_check_ranges(NULL, NULL, 1000001)$$, 'HR001',
+                 'priority 1000001 is out of range -1000000 to 1000000', '_start_check_ranges() of a priority out of range: HR001');
+SELECT lives_ok($$SELECT harvest._start_check_registered('reg_known', 'reg_q', true)$$,
+                '_start_check_registered() takes a name registered on the queue');
+SELECT throws_ok($$SELECT harvest._start_check_registered('reg_typo', 'reg_q', true)$$, 'HR010', NULL,
+                 '_start_check_registered() refuses a name not registered there: HR010');
+SELECT lives_ok($$SELECT harvest._start_check_registered('reg_typo', 'reg_q', false)$$,
+                '... but not with p_flow_gates false');
+SELECT results_eq(
+    $$SELECT s.prior, s.reuse, s.conflict, harvest._start_action(s.prior, s.reuse, s.conflict)
+      FROM (VALUES (NULL, 'reject_duplicate', 'fail'),
+                   ('RUNNING', 'allow_duplicate', 'unspecified'), ('RUNNING', 'reject_duplicate', 'unspecified'),
+                   ('RUNNING', 'terminate_if_running', 'unspecified'), ('RUNNING', 'reject_duplicate', 'use_existing'),
+                   ('RUNNING', 'allow_duplicate', 'fail'), ('RUNNING', 'allow_duplicate', 'terminate_existing'),
+                   ('COMPLETED', 'allow_duplicate', 'fail'), ('COMPLETED', 'reject_duplicate', 'unspecified'),
+                   ('COMPLETED', 'terminate_if_running', 'unspecified'),
+                   ('COMPLETED', 'allow_duplicate_failed_only', 'unspecified'),
+                   ('TIMED_OUT', 'allow_duplicate_failed_only', 'unspecified')) AS s (prior, reuse, conflict)$$,
+    $$VALUES (NULL, 'reject_duplicate', 'fail', 'start'),
+             ('RUNNING', 'allow_duplicate', 'unspecified', 'attach'), ('RUNNING', 'reject_duplicate', 'unspecified', 'reject'),
+             ('RUNNING', 'terminate_if_running', 'unspecified', 'replace'), ('RUNNING', 'reject_duplicate', 'use_existing', 'attach'),
+             ('RUNNING', 'allow_duplicate', 'fail', 'reject'), ('RUNNING', 'allow_duplicate', 'terminate_existing', 'replace'),
+             ('COMPLETED', 'allow_duplicate', 'fail', 'attach'), ('COMPLETED', 'reject_duplicate', 'unspecified', 'reject'),
+             ('COMPLETED', 'terminate_if_running', 'unspecified', 'start'),
+             ('COMPLETED', 'allow_duplicate_failed_only', 'unspecified', 'attach'),
+             ('TIMED_OUT', 'allow_duplicate_failed_only', 'unspecified', 'start')$$,
+    '_start_action(): start without a prior; conflict_policy decides about a RUNNING prior, reuse_policy about a terminal one');
+SELECT is((harvest._start_resolve_prior('fn_wf', 'fn-none', 'allow_duplicate', 'unspecified')).id, NULL,
+          '_start_resolve_prior() without a prior: NULL (start a new run)');
+CREATE TEMP TABLE fn_prior ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('fn_wf', '[]', 'fn-1', 'fn_q');
+SELECT is((harvest._start_resolve_prior('fn_wf', 'fn-1', 'allow_duplicate', 'unspecified')).id,
+          (SELECT execution_id FROM fn_prior), '_start_resolve_prior() of attach: the prior run');
+SELECT throws_ok($$SELECT harvest._start_resolve_prior('fn_wf', 'fn-1', 'allow_duplicate', 'fail')$$, 'HR003',
+                 NULL, '_start_resolve_prior() of reject: HR003');
+SELECT is((harvest._start_resolve_prior('fn_wf', 'fn-1', 'allow_duplicate', 'terminate_existing')).id, NULL,
+          '_start_resolve_prior() of replace: NULL (start a new run) ...');
+SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT execution_id FROM fn_prior)), 'TERMINATED',
+          '... after terminating the running prior');
+SELECT results_eq(
+    $$SELECT * FROM harvest._start_flow_keys('fn_wf', '[{"t": "acme"}]',
+          '{"quota": {"key": "input.t", "max_active_executions": 5}, "concurrency": {"key": "input.t", "limit": 1}}')$$,
+    $$VALUES ('acme'::text, 'acme'::text)$$, '_start_flow_keys() resolves the quota and concurrency keys from the input');
+SELECT throws_ok($$SELECT * FROM harvest._start_flow_keys('fn_wf', '[{"t": "acme"}]',
+                       '{"quota": {"key": "input.t", "max_active_executions": 0}}')$$,
+                 'HR006', NULL, '_start_flow_keys() checks the quota: HR006 when exhausted');
+SELECT results_eq($$SELECT * FROM harvest._start_flow_keys('fn_wf', '[]', NULL)$$, $$VALUES (NULL::text, NULL::text)$$,
+                  '_start_flow_keys() without a policy: no keys');
+CREATE TEMP TABLE fn_new ON COMMIT DROP AS
+SELECT harvest._start_insert('fn_wf', '[7]', 'fn-2', 'fn_q', '{}', 3, NULL, 5, NULL, 60,
+                             '{"concurrency": {"key": "input", "limit": 2}}', NULL, 'k7') AS id;
+SELECT results_eq(
+    $$SELECT e.workflow_id, e.status, e.input, e.concurrency_key, e.last_event_id, e.timeout_at - e.created_at,
+             harvest.shard_of(e.id)
+      FROM harvest.executions AS e WHERE e.id = (SELECT id FROM fn_new)$$,
+    $$VALUES ('fn-2'::text, 'RUNNING'::text, '[7]'::jsonb, 'k7'::text, 1::bigint, interval '60 seconds', 5)$$,
+    '_start_insert() inserts the run (on its shard, with its deadline and concurrency key) and WorkflowStarted');
+SELECT results_eq(
+    $$SELECT kind, queue, priority, concurrency_key, concurrency_limit FROM harvest.tasks
+      WHERE execution_id = (SELECT id FROM fn_new)$$,
+    $$VALUES ('workflow'::text, 'fn_q'::text, 3, 'k7'::text, 2)$$,
+    '... and its first workflow task, gated by the key at the claim');
+SELECT harvest.declare_flow_policies('{"workflows": {"fn_paced": {"throttle": {"rps": 0.001, "burst": 1}}}}');
+SELECT results_eq(
+    $$SELECT action, execution_id, workflow_id, status FROM harvest._start_defer('fn_paced',
+          (SELECT policy FROM harvest.flow_policies WHERE kind = 'workflow' AND name = 'fn_paced'),
+          '[]', 'fp-1', 'fn_q', 'allow_duplicate', 'unspecified', '{}', 0, NULL, NULL)$$,
+    $$VALUES ('start'::text, NULL::uuid, 'fp-1'::text, NULL::text)$$,
+    '_start_defer() with a token: start now');
+SELECT results_eq(
+    $$SELECT action, execution_id, workflow_id, status FROM harvest._start_defer('fn_paced',
+          (SELECT policy FROM harvest.flow_policies WHERE kind = 'workflow' AND name = 'fn_paced'),
+          '[]', 'fp-2', 'fn_q', 'allow_duplicate', 'unspecified', '{}', 0, NULL, NULL)$$,
+    $$VALUES ('deferred'::text, NULL::uuid, 'fp-2'::text, 'DEFERRED'::text)$$,
+    '_start_defer() without one: deferred, no execution');
+SELECT throws_ok($$SELECT * FROM harvest._start_defer('fn_paced', '{"throttle": {}}', '[]', 'fp-3', 'fn_q',
+                       'allow_duplicate', 'fail', '{}', 0, NULL, NULL)$$, 'HR001', NULL,
+                 '_start_defer() with a conflict_policy: HR001');
+
+-- \df+ harvest.* documents the API: every public function of this file has a comment.
+SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
+                  WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname IN ('start_workflow', 'start_workflows')
+                    AND obj_description(p.oid, 'pg_proc') IS NULL$$,
+                'every public function of functions/start.sql has a COMMENT ON FUNCTION');
 
 SELECT * FROM finish();
 ROLLBACK;

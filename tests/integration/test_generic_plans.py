@@ -114,8 +114,8 @@ def never_analysed(conn: psycopg.Connection) -> psycopg.Connection:
 
 # -- start_workflow: the prior run of (workflow_name, workflow_id) ----------------------------------
 
-START_LOOKUP = Statement("start_workflow", r"SELECT \* INTO v_prior FROM harvest\.executions",
-                         {"p_workflow_name": "text", "v_workflow_id": "text"})
+START_LOOKUP = Statement("_start_resolve_prior", r"SELECT \* INTO v_prior FROM harvest\.executions",
+                         {"p_workflow_name": "text", "p_workflow_id": "text"})
 # Both lead with (workflow_name, workflow_id); executions_name_created does not, and walks
 # every run of the workflow name.
 START_INDEXES = {"executions_workflow_id_latest", "executions_active_workflow_id"}
@@ -231,13 +231,13 @@ TRAPS = [
          "activities.sql: the open workflow task of one execution, by the partial unique index "
          "(a literal kind = 'workflow' matches its predicate in a generic plan)",
          id="_may_decide_on_result-open-workflow-task"),
-    case(Statement("_apply_decision", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
-                   {"v_execution.id": "uuid", "v_command": "jsonb"}),
+    case(Statement("_decide_cancel_timer", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
+                   {"p_execution.id": "uuid", "p_command": "jsonb"}),
          {"tasks": {"tasks_activity_invocation", "tasks_execution"}},
          "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
          "tasks_timers_due, and the planner scans every timer filtering on execution and seq; e.g. "
          "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
-         "tasks_activity_invocation (execution_id, seq)", id="_apply_decision-cancel_timer"),
+         "tasks_activity_invocation (execution_id, seq)", id="_decide_cancel_timer"),
 ]
 
 
