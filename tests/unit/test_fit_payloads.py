@@ -3,7 +3,7 @@ database would refuse on every attempt becomes a typed failure instead."""
 
 from __future__ import annotations
 
-from harvest.payload import payload_size
+from harvest.core.payload import payload_size
 from harvest.worker.workflows import fit_payloads, payloads_fit
 
 BIG = "x" * 500
