@@ -727,6 +727,9 @@ def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
         def method(self, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
             return self._stream(sql if fixed else sql(values), values)
+    elif is_async and fixed and shape is rows:  # the worker's claims and completions: no shaping
+        async def method(self, *args: Any, **kwargs: Any) -> Any:
+            return await self._all(sql, params(*args, **kwargs))
     elif is_async and fixed:
         async def method(self, *args: Any, **kwargs: Any) -> Any:
             return shape(await self._all(sql, params(*args, **kwargs)))
