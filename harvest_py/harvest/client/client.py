@@ -209,10 +209,10 @@ def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None
     return name, definition, encoded, queue
 
 
-class WorkflowHandle:
-    """One execution, seen from a synchronous client."""
+class _Handle:
+    """What both handles hold: one execution, and how it was started."""
 
-    def __init__(self, client: Client, execution_id: str | None, workflow_id: str,
+    def __init__(self, client: Any, execution_id: str | None, workflow_id: str,
                  definition: WorkflowDefinition | None = None, started_fresh: bool = True):
         self.client = client
         # A start deferred by a throttle, debounce or batch (docs/flow-control.md) has no
@@ -225,7 +225,13 @@ class WorkflowHandle:
 
     def __repr__(self) -> str:
         deferred = ", deferred=True" if self.deferred else ""
-        return f"WorkflowHandle({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+        return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+
+
+class WorkflowHandle(_Handle):
+    """One execution, seen from a synchronous client."""
+
+    client: Client
 
     def _run(self, steps: Steps[Any]) -> Any:
         with self.client._sql() as sql:
@@ -377,21 +383,10 @@ class Client:
         return self._sql()
 
 
-class AsyncWorkflowHandle:
+class AsyncWorkflowHandle(_Handle):
     """One execution, seen from an asyncio client."""
 
-    def __init__(self, client: AsyncClient, execution_id: str | None, workflow_id: str,
-                 definition: WorkflowDefinition | None = None, started_fresh: bool = True):
-        self.client = client
-        self.deferred = execution_id is None  # see WorkflowHandle
-        self.execution_id = str(execution_id) if execution_id is not None else None
-        self.workflow_id = workflow_id
-        self.definition = definition
-        self.started_fresh = started_fresh
-
-    def __repr__(self) -> str:
-        deferred = ", deferred=True" if self.deferred else ""
-        return f"AsyncWorkflowHandle({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+    client: AsyncClient
 
     async def _run(self, steps: Steps[Any]) -> Any:
         return await arun_steps(steps, self.client.sql)

@@ -41,6 +41,10 @@ class Sql:
         self.args = args
         self.kwargs = kwargs
 
+    def on(self, sql: SqlApi | AsyncSqlApi) -> Any:
+        """Make the call on ``sql`` (an awaitable on an AsyncSqlApi)."""
+        return getattr(sql, self.name)(*self.args, **self.kwargs)
+
     def __repr__(self) -> str:
         return f"Sql({self.name}, {self.args!r}, {self.kwargs!r})"
 
@@ -58,44 +62,52 @@ class Notified:
 Steps = Generator[Sql | Notified, Any, T]
 
 
+class _Stepper:
+    """Where a generator stands: what to send it next (a value, or an error to throw in)."""
+
+    __slots__ = ("error", "result", "steps", "value")
+
+    def __init__(self, steps: Steps[Any]):
+        self.steps, self.value, self.error, self.result = steps, None, None, None
+
+    def next(self) -> Sql | Notified | None:
+        """The next operation, or None once the steps have returned (``result``)."""
+        try:
+            op = self.steps.send(self.value) if self.error is None else self.steps.throw(self.error)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.value = self.error = None
+        return op
+
+
 def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
     """Drive ``steps`` on a synchronous API (``Notified`` needs ``sql.conn`` to LISTEN), then,
     however they end, make the ``cleanup`` call (a database error of its own is ignored)."""
+    stepper = _Stepper(steps)
     try:
-        value: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                op = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as done:
-                return done.value
-            value = error = None
+        while (op := stepper.next()) is not None:
             try:
                 if isinstance(op, Notified):
                     for note in sql.conn.notifies(timeout=op.timeout):
                         if note.payload == op.payload:
                             break
                 else:
-                    value = getattr(sql, op.name)(*op.args, **op.kwargs)
+                    stepper.value = op.on(sql)
             except Exception as exc:  # noqa: BLE001 - thrown into the generator, which decides
-                error = exc
+                stepper.error = exc
+        return stepper.result
     finally:
         if cleanup is not None:
             with contextlib.suppress(DatabaseError):
-                getattr(sql, cleanup.name)(*cleanup.args, **cleanup.kwargs)
+                cleanup.on(sql)
 
 
 async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = None) -> T:
     """:func:`run_steps` under asyncio (``Notified`` needs ``sql`` on one connection: ``alisten``)."""
+    stepper = _Stepper(steps)
     try:
-        value: Any = None
-        error: Exception | None = None
-        while True:
-            try:
-                op = steps.send(value) if error is None else steps.throw(error)
-            except StopIteration as done:
-                return done.value
-            value = error = None
+        while (op := stepper.next()) is not None:
             try:
                 if isinstance(op, Notified):
                     async with sql.pool.connection() as conn:
@@ -103,13 +115,14 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = No
                             if note.payload == op.payload:
                                 break
                 else:
-                    value = await getattr(sql, op.name)(*op.args, **op.kwargs)
+                    stepper.value = await op.on(sql)
             except Exception as exc:  # noqa: BLE001 - thrown into the generator, which decides
-                error = exc
+                stepper.error = exc
+        return stepper.result
     finally:
         if cleanup is not None:
             with contextlib.suppress(DatabaseError):
-                await getattr(sql, cleanup.name)(*cleanup.args, **cleanup.kwargs)
+                await cleanup.on(sql)
 
 
 def listen(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None = None) -> T:
