@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
 DRIVERS = ("psycopg", "psycopg_pool", "pglast")
 # Modules outside db/ that still import psycopg itself (its exception classes, the pools they
 # open). Layer rules above keep them off core, declare and runtime; this list may only shrink.
-PSYCOPG_OUTSIDE_DB = {"harvest.client.client", "harvest.worker.worker", "harvest.cli.main"}
+PSYCOPG_OUTSIDE_DB: set[str] = set()
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@ import os
 import sys
 
 import click
-import psycopg
 
 from harvest.cli.output import scrub
-from harvest.core.errors import HarvestError, from_database_error
+from harvest.core.errors import HarvestError
+from harvest.db.connection import DatabaseError, database_error_message
 
 # The application_name of every connection a command opens (libpq reads PGAPPNAME):
 # the audit log records operator actions made through the CLI with source cli.
@@ -64,12 +64,11 @@ class HarvestGroup(click.Group):
             where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             click.echo(f"error: {exc.format_message()}{where}", err=True)
             sys.exit(exc.exit_code)
-        except psycopg.Error as exc:
+        except DatabaseError as exc:
             # A database error the SQL API has no class for: still one line, never a traceback.
-            mapped = from_database_error(exc)
-            message = str(mapped) if mapped else (exc.diag.message_primary or str(exc)).strip().splitlines()[0]
+            message, exit_code = database_error_message(exc)
             click.echo(f"error: {scrub(message)}", err=True)
-            sys.exit(mapped.exit_code if mapped else 1)
+            sys.exit(exit_code)
         finally:  # an in-process caller (a test) keeps its own environment
             if previous is None:
                 os.environ.pop("PGAPPNAME", None)

@@ -8,15 +8,11 @@ own transaction: the business write and the start commit or roll back together.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Self
-
-import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from harvest.client import messages as messaging
 from harvest.core import payload
@@ -31,17 +27,13 @@ from harvest.core.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
-from harvest.db import channels
-from harvest.db.connection import (
-    RedactingAsyncConnection,
-    RedactingConnection,
-    connect,
-    connect_async,
-    resolve_dsn,
-)
+from harvest.db import channels, sqlapi
+from harvest.db.connection import AsyncConnection, Connection, connect, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
+from harvest.db.pools import AsyncConnectionPool, open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 
 REUSE_POLICIES = ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate",
@@ -131,6 +123,83 @@ def _limit(value: int | None) -> int | None:
     return value
 
 
+def _call(call: Any, *args: Any) -> Steps[Any]:
+    """One SQL API call, as steps."""
+    return (yield Sql(call, *args))
+
+
+def _on_current_run(execution_id: str, call: Any, *args: Any) -> Steps[Any]:
+    """Apply ``call`` (a declaration of harvest.db.sqlapi: run id first, then ``args``) to the
+    run that is current now: a run that continued as new hands signals, cancels and
+    terminations on to its successor. One loop for both clients (harvest.db.steps)."""
+    run = execution_id
+    for _ in range(_MAX_CHAIN):
+        try:
+            return (yield Sql(call, run, *args))
+        except WorkflowNotRunning:
+            successor = _successor((yield Sql(sqlapi.get_execution, run)))
+            if successor is None:
+                raise
+            run = successor
+    raise WorkflowNotRunning(f"workflow {execution_id} continued as new more than {_MAX_CHAIN} "
+                             "times while this call followed it")
+
+
+def _result(handle: Any, waiter_id: str, timeout: float | None) -> Steps[Any]:
+    """Wait for the run (and any continue-as-new successors) to end; return or raise. The
+    timeout runs from now; one loop for both clients (harvest.db.steps)."""
+    _not_deferred(handle)
+    return _result_steps(handle, waiter_id, None if timeout is None else time.monotonic() + timeout, timeout)
+
+
+def _result_steps(handle: Any, waiter_id: str, deadline: float | None, timeout: float | None) -> Steps[Any]:
+    execution_id = handle.execution_id
+    while True:
+        # Marks us as waiting (a closing run then notifies) and reads the run.
+        execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
+        if execution["status"] != "RUNNING":
+            try:
+                return _outcome(execution, handle.definition)
+            except _ContinuedAsNew as rotated:
+                execution_id = rotated.next_execution_id
+                continue
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError_(f"workflow {handle.execution_id} is still running after {timeout}s")
+        # Wake on our id; a periodic re-read covers a close that raced our mark.
+        yield Notified(execution_id, _RESULT_REREAD_SECS if remaining is None
+                       else min(remaining, _RESULT_REREAD_SECS))
+
+
+def _signal_payload(name: str, value: Any, limit: int | None) -> Any:
+    encoded = payload.encode(value, "payload")
+    payload.check_size(encoded, f"the payload of signal {name}", limit)
+    return encoded
+
+
+def _signal_with_start_call(workflow: Any, args: tuple, kwargs: dict, workflow_id: str, signal: str,
+                            signal_payload: Any, task_queue: str | None, search_attributes: dict | None,
+                            limit: int | None) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue, limit)
+    signal_encoded = payload.encode(signal_payload, "signal_payload")
+    payload.check_size(signal_encoded, f"the payload of signal {signal}", limit)
+    return definition, {"workflow_name": name, "workflow_id": workflow_id, "signal_name": signal,
+                        "payload": signal_encoded, "input": encoded, "task_queue": queue,
+                        "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+
+
+def _update_with_start_call(workflow: Any, args: tuple, kwargs: dict, workflow_id: str, update: str,
+                            update_arg: Any, update_id: str | None, task_queue: str | None,
+                            search_attributes: dict | None,
+                            limit: int | None) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue, limit)
+    return definition, {"workflow_name": name, "workflow_id": workflow_id, "name": update,
+                        "arg": _checked(payload.encode(update_arg, "update_arg"),
+                                        f"the argument of update {update}", limit),
+                        "input": encoded, "task_queue": queue, "update_id": update_id,
+                        "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+
+
 def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None,
                 limit: int | None) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
@@ -140,10 +209,10 @@ def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None
     return name, definition, encoded, queue
 
 
-class WorkflowHandle:
-    """One execution, seen from a synchronous client."""
+class _Handle:
+    """What both handles hold: one execution, and how it was started."""
 
-    def __init__(self, client: Client, execution_id: str | None, workflow_id: str,
+    def __init__(self, client: Any, execution_id: str | None, workflow_id: str,
                  definition: WorkflowDefinition | None = None, started_fresh: bool = True):
         self.client = client
         # A start deferred by a throttle, debounce or batch (docs/flow-control.md) has no
@@ -156,45 +225,36 @@ class WorkflowHandle:
 
     def __repr__(self) -> str:
         deferred = ", deferred=True" if self.deferred else ""
-        return f"WorkflowHandle({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+        return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+
+
+class WorkflowHandle(_Handle):
+    """One execution, seen from a synchronous client."""
+
+    client: Client
+
+    def _run(self, steps: Steps[Any]) -> Any:
+        with self.client._sql() as sql:
+            return run_steps(steps, sql)
 
     def describe(self) -> dict[str, Any]:
-        with self.client._sql() as sql:
-            return sql.get_execution(self.execution_id)
+        return self._run(_call(sqlapi.get_execution, self.execution_id))
 
     def history(self) -> list[dict[str, Any]]:
-        with self.client._sql() as sql:
-            return sql.get_history(self.execution_id, 0)
-
-    def _on_current_run(self, action: Callable[[SqlApi, str], Any]) -> Any:
-        """Apply action to the run that is current now: a run that continued as new hands
-        signals, cancels and terminations on to its successor."""
-        execution_id = self.execution_id
-        with self.client._sql() as sql:
-            for _ in range(_MAX_CHAIN):
-                try:
-                    return action(sql, execution_id)
-                except WorkflowNotRunning:
-                    successor = _successor(sql.get_execution(execution_id))
-                    if successor is None:
-                        raise
-                    execution_id = successor
-        raise WorkflowNotRunning(f"workflow {self.execution_id} continued as new more than {_MAX_CHAIN} "
-                                 "times while this call followed it")
+        return self._run(_call(sqlapi.get_history, self.execution_id, 0))
 
     def terminate(self, reason: str | None = None) -> None:
         """End the (current) run at once; no cleanup code runs."""
-        self._on_current_run(lambda sql, run: sql.terminate_workflow(run, reason))
+        self._run(_on_current_run(self.execution_id, sqlapi.terminate_workflow, reason))
 
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
-        encoded = payload.encode(payload_value, "payload")
-        payload.check_size(encoded, f"the payload of signal {name}", self.client.max_payload_bytes)
-        self._on_current_run(lambda sql, run: sql.signal_workflow(run, name, encoded))
+        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
+        self._run(_on_current_run(self.execution_id, sqlapi.signal_workflow, name, encoded))
 
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
-        return self._on_current_run(lambda sql, run: sql.cancel_workflow(run, reason))
+        return self._run(_on_current_run(self.execution_id, sqlapi.cancel_workflow, reason))
 
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
               result_type: Any = Any) -> Any:
@@ -215,44 +275,18 @@ class WorkflowHandle:
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork.
         """
-        with self.client._sql() as sql:
-            return sql.reset_workflow(self.execution_id, to_event, reason, operator_id, signal_reapply,
-                                      dry_run)
+        return self._run(_call(sqlapi.reset_workflow, self.execution_id, to_event, reason, operator_id,
+                               signal_reapply, dry_run))
 
     def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
-        with self.client._sql() as sql:
-            return sql.list_children(self.execution_id, status, depth)
+        """The run's child workflows (``depth`` levels down), optionally of one ``status``."""
+        return self._run(_call(sqlapi.list_children, self.execution_id, status, depth))
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the run (and any continue-as-new successors) to end; return or raise."""
-        _not_deferred(self)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        execution_id = self.execution_id
         waiter_id = str(uuid.uuid4())
-        with connect(self.client.dsn, autocommit=True) as conn:
-            conn.execute(channels.listen(channels.DONE))
-            sql = SqlApi(conn)
-            try:
-                while True:
-                    # Marks us as waiting (a closing run then notifies) and reads the run.
-                    execution = sql.wait_for_result(execution_id, waiter_id)
-                    if execution["status"] != "RUNNING":
-                        try:
-                            return _outcome(execution, self.definition)
-                        except _ContinuedAsNew as rotated:
-                            execution_id = rotated.next_execution_id
-                            continue
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
-                    # Wake on our id; a periodic re-read covers a close that raced our mark.
-                    wait = _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
-                    for note in conn.notifies(timeout=wait):
-                        if note.payload == execution_id:
-                            break
-            finally:
-                with contextlib.suppress(psycopg.Error):
-                    sql.stop_waiting(waiter_id)
+        return listen(self.client.dsn, channels.DONE, _result(self, waiter_id, timeout),
+                      cleanup=Sql(sqlapi.stop_waiting, waiter_id))
 
 
 class Client:
@@ -273,9 +307,7 @@ class Client:
         with connect(self.dsn, autocommit=True) as conn:
             if check_schema:
                 verify_schema(conn)
-        self._pool = ConnectionPool(self.dsn, min_size=1, max_size=pool_size,
-                                    kwargs={"autocommit": True}, open=True,
-                                    connection_class=RedactingConnection)
+        self._pool = open_pool(self.dsn, max_size=pool_size)
         if self.max_payload_bytes is None:
             with self._sql() as sql:
                 self.max_payload_bytes = sql.payload_limit()
@@ -299,7 +331,7 @@ class Client:
                        conflict_policy: str = "unspecified",
                        search_attributes: dict[str, Any] | None = None, priority: int = 0,
                        execution_timeout: Any = None, run_timeout: Any = None,
-                       connection: psycopg.Connection | None = None, **kwargs: Any) -> WorkflowHandle:
+                       connection: Connection | None = None, **kwargs: Any) -> WorkflowHandle:
         """Start (or attach to) a run; see docs/workflows.md for the policies."""
         name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
                                                       self.max_payload_bytes)
@@ -318,13 +350,11 @@ class Client:
                           search_attributes: dict[str, Any] | None = None,
                           **kwargs: Any) -> WorkflowHandle:
         """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
-                                                      self.max_payload_bytes)
-        signal_encoded = payload.encode(signal_payload, "signal_payload")
-        payload.check_size(signal_encoded, f"the payload of signal {signal}", self.max_payload_bytes)
+        definition, call = _signal_with_start_call(workflow, args, kwargs, workflow_id, signal,
+                                                   signal_payload, task_queue, search_attributes,
+                                                   self.max_payload_bytes)
         with self._sql() as sql:
-            row = sql.signal_with_start(name, workflow_id, signal, signal_encoded, encoded, queue,
-                                        payload.encode(search_attributes or {}, "search_attributes"))
+            row = sql.signal_with_start(**call)
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                               row["started_fresh"])
 
@@ -337,14 +367,9 @@ class Client:
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
-                                                      self.max_payload_bytes)
-        call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
-                "arg": _checked(payload.encode(update_arg, "update_arg"),
-                                f"the argument of update {update}", self.max_payload_bytes),
-                "input": encoded,
-                "task_queue": queue, "update_id": update_id,
-                "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+        definition, call = _update_with_start_call(workflow, args, kwargs, workflow_id, update,
+                                                   update_arg, update_id, task_queue, search_attributes,
+                                                   self.max_payload_bytes)
         row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
         return (WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                                row["started_fresh"]), outcome)
@@ -358,47 +383,32 @@ class Client:
         return self._sql()
 
 
-class AsyncWorkflowHandle:
+class AsyncWorkflowHandle(_Handle):
     """One execution, seen from an asyncio client."""
 
-    def __init__(self, client: AsyncClient, execution_id: str | None, workflow_id: str,
-                 definition: WorkflowDefinition | None = None, started_fresh: bool = True):
-        self.client = client
-        self.deferred = execution_id is None  # see WorkflowHandle
-        self.execution_id = str(execution_id) if execution_id is not None else None
-        self.workflow_id = workflow_id
-        self.definition = definition
-        self.started_fresh = started_fresh
+    client: AsyncClient
+
+    async def _run(self, steps: Steps[Any]) -> Any:
+        return await arun_steps(steps, self.client.sql)
 
     async def describe(self) -> dict[str, Any]:
-        return await self.client.sql.get_execution(self.execution_id)
+        return await self._run(_call(sqlapi.get_execution, self.execution_id))
 
     async def history(self) -> list[dict[str, Any]]:
-        return await self.client.sql.get_history(self.execution_id, 0)
-
-    async def _on_current_run(self, action: Callable[[str], Awaitable[Any]]) -> Any:
-        execution_id = self.execution_id
-        for _ in range(_MAX_CHAIN):
-            try:
-                return await action(execution_id)
-            except WorkflowNotRunning:
-                successor = _successor(await self.client.sql.get_execution(execution_id))
-                if successor is None:
-                    raise
-                execution_id = successor
-        raise WorkflowNotRunning(f"workflow {self.execution_id} continued as new more than {_MAX_CHAIN} "
-                                 "times while this call followed it")
+        return await self._run(_call(sqlapi.get_history, self.execution_id, 0))
 
     async def terminate(self, reason: str | None = None) -> None:
-        await self._on_current_run(lambda run: self.client.sql.terminate_workflow(run, reason))
+        """See :meth:`WorkflowHandle.terminate`."""
+        await self._run(_on_current_run(self.execution_id, sqlapi.terminate_workflow, reason))
 
     async def signal(self, name: str, payload_value: Any = None) -> None:
-        encoded = payload.encode(payload_value, "payload")
-        payload.check_size(encoded, f"the payload of signal {name}", self.client.max_payload_bytes)
-        await self._on_current_run(lambda run: self.client.sql.signal_workflow(run, name, encoded))
+        """See :meth:`WorkflowHandle.signal`."""
+        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
+        await self._run(_on_current_run(self.execution_id, sqlapi.signal_workflow, name, encoded))
 
     async def cancel(self, reason: str | None = None) -> bool:
-        return await self._on_current_run(lambda run: self.client.sql.cancel_workflow(run, reason))
+        """See :meth:`WorkflowHandle.cancel`."""
+        return await self._run(_on_current_run(self.execution_id, sqlapi.cancel_workflow, reason))
 
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
                     result_type: Any = Any) -> Any:
@@ -411,41 +421,21 @@ class AsyncWorkflowHandle:
         return await messaging.aupdate(self.client, self.execution_id, name, arg, wait, timeout,
                                        update_id, result_type)
 
-    async def result(self, timeout: float | None = None) -> Any:
-        _not_deferred(self)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        execution_id = self.execution_id
-        waiter_id = str(uuid.uuid4())
-        conn = await connect_async(self.client.dsn, autocommit=True)
-        async with conn:
-            await conn.execute(channels.listen(channels.DONE))
-            try:
-                return await self._wait(conn, execution_id, waiter_id, deadline, timeout)
-            finally:
-                with contextlib.suppress(psycopg.Error):
-                    await self.client.sql.stop_waiting(waiter_id)
+    async def reset(self, to_event: int, reason: str, *, operator_id: str | None = None,
+                    signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
+        """See :meth:`WorkflowHandle.reset`."""
+        return await self._run(_call(sqlapi.reset_workflow, self.execution_id, to_event, reason,
+                                     operator_id, signal_reapply, dry_run))
 
-    async def _wait(self, conn: psycopg.AsyncConnection, execution_id: str, waiter_id: str,
-                    deadline: float | None, timeout: float | None) -> Any:
-        while True:
-            execution = await self.client.sql.wait_for_result(execution_id, waiter_id)
-            if execution["status"] != "RUNNING":
-                try:
-                    return _outcome(execution, self.definition)
-                except _ContinuedAsNew as rotated:
-                    execution_id = rotated.next_execution_id
-                    continue
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
-            wait = _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
-            try:
-                async with asyncio.timeout(wait):
-                    async for note in conn.notifies():
-                        if note.payload == execution_id:
-                            break
-            except TimeoutError:
-                pass
+    async def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
+        """See :meth:`WorkflowHandle.children`."""
+        return await self._run(_call(sqlapi.list_children, self.execution_id, status, depth))
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """See :meth:`WorkflowHandle.result`."""
+        waiter_id = str(uuid.uuid4())
+        return await alisten(self.client.dsn, channels.DONE, _result(self, waiter_id, timeout),
+                             cleanup=Sql(sqlapi.stop_waiting, waiter_id))
 
 
 class _StartBatcher(GroupCommit):
@@ -484,9 +474,15 @@ class AsyncClient:
     def __init__(self, dsn: str, pool: AsyncConnectionPool, max_payload_bytes: int | None = None):
         self.dsn = dsn
         self._pool = pool
-        self.sql = AsyncSqlApi(pool)
-        self._starts = _StartBatcher(self.sql)
+        self._sql_api = AsyncSqlApi(pool)
+        self._starts = _StartBatcher(self._sql_api)
         self.max_payload_bytes = _limit(max_payload_bytes)  # see Client
+
+    @property
+    def sql(self) -> AsyncSqlApi:
+        """The SQL API on the pool (for operator calls): each call takes a pooled connection
+        and is one transaction, so no scope is needed, unlike :meth:`Client.sql`."""
+        return self._sql_api
 
     @classmethod
     async def connect(cls, dsn: str | None = None, *, pool_size: int = 4,
@@ -496,9 +492,7 @@ class AsyncClient:
         with connect(dsn, autocommit=True) as conn:  # fails fast, as in Client()
             if check_schema:
                 verify_schema(conn)
-        pool = AsyncConnectionPool(dsn, min_size=1, max_size=pool_size, kwargs={"autocommit": True},
-                                   open=False, connection_class=RedactingAsyncConnection)
-        await pool.open(wait=True)
+        pool = await open_async_pool(dsn, max_size=pool_size)
         client = cls(dsn, pool, max_payload_bytes)
         if client.max_payload_bytes is None:
             client.max_payload_bytes = await client.sql.payload_limit()
@@ -518,16 +512,28 @@ class AsyncClient:
                              conflict_policy: str = "unspecified",
                              search_attributes: dict[str, Any] | None = None, priority: int = 0,
                              execution_timeout: Any = None, run_timeout: Any = None,
-                             connection: psycopg.AsyncConnection | None = None,
+                             connection: AsyncConnection | None = None,
                              **kwargs: Any) -> AsyncWorkflowHandle:
         name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
                                                       self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
         if connection is not None:
-            row = await AsyncSqlApi(_SingleConnection(connection)).start_workflow(**call)
+            row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
         else:
             row = await self._starts.start(call)
+        return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
+                                   row["started_fresh"])
+
+    async def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
+                                signal_payload: Any = None, task_queue: str | None = None,
+                                search_attributes: dict[str, Any] | None = None,
+                                **kwargs: Any) -> AsyncWorkflowHandle:
+        """The asyncio twin of :meth:`Client.signal_with_start`."""
+        definition, call = _signal_with_start_call(workflow, args, kwargs, workflow_id, signal,
+                                                   signal_payload, task_queue, search_attributes,
+                                                   self.max_payload_bytes)
+        row = await self.sql.signal_with_start(**call)
         return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                                    row["started_fresh"])
 
@@ -537,14 +543,9 @@ class AsyncClient:
                                 search_attributes: dict[str, Any] | None = None,
                                 result_type: Any = Any, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
-                                                      self.max_payload_bytes)
-        call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
-                "arg": _checked(payload.encode(update_arg, "update_arg"),
-                                f"the argument of update {update}", self.max_payload_bytes),
-                "input": encoded,
-                "task_queue": queue, "update_id": update_id,
-                "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+        definition, call = _update_with_start_call(workflow, args, kwargs, workflow_id, update,
+                                                   update_arg, update_id, task_queue, search_attributes,
+                                                   self.max_payload_bytes)
         row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
         return (AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
                                     row["started_fresh"]), outcome)
@@ -552,14 +553,3 @@ class AsyncClient:
     def get_handle(self, execution_id: str, workflow: Any = None) -> AsyncWorkflowHandle:
         definition = _resolve_workflow(workflow)[1] if workflow is not None else None
         return AsyncWorkflowHandle(self, execution_id, "", definition)
-
-
-class _SingleConnection:
-    """Lets AsyncSqlApi run on the caller's own connection (and transaction)."""
-
-    def __init__(self, conn: psycopg.AsyncConnection):
-        self._conn = conn
-
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        yield self._conn

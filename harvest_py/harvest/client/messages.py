@@ -13,9 +13,7 @@ query, a handler that raised, a replay that failed), ``UpdateRejected``
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harvest.core import payload
@@ -28,9 +26,8 @@ from harvest.core.errors import (
     UpdateFailed,
     UpdateRejected,
 )
-from harvest.db import channels
-from harvest.db.connection import connect, connect_async
-from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.db import channels, sqlapi
+from harvest.db.steps import Notified, Sql, Steps, alisten, listen
 
 __all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
 
@@ -97,79 +94,75 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float) -> QueryTime
                         f"{row['queue']!r}, but none answered (do they register the workflow?)")
 
 
-def wait_sync(dsn: str, submit: Callable[[SqlApi], int], wait: str, timeout: float,
-              what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    with connect(dsn, autocommit=True) as conn:
-        conn.execute(channels.listen(CHANNEL))
-        sql = SqlApi(conn)
-        request_id = submit(sql)
-        row = None
-        while True:
-            try:
-                row = sql.get_query_request(request_id)
-            except NotFound:
-                raise _timeout(row, what, timeout) from None
-            if _settled(row, wait):
-                return row
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _timeout(row, what, timeout)
-            for note in conn.notifies(timeout=min(remaining, _RECHECK_SECS)):
-                if note.payload == str(request_id):
-                    break
+def _answer(submit: Steps[int], wait: str, timeout: float, what: str) -> Steps[dict[str, Any]]:
+    """Submit the request (``submit`` yields its calls and returns the request id), then
+    re-read its row whenever its id is notified (or every _RECHECK_SECS) until it settles.
+    The one wait loop of both clients (harvest.db.steps); the timeout runs from now."""
+    return _answer_steps(submit, wait, time.monotonic() + timeout, timeout, what)
 
 
-async def wait_async(dsn: str, submit: Callable[[AsyncSqlApi], Awaitable[int]], wait: str,
-                     timeout: float, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    conn = await connect_async(dsn, autocommit=True)
-    async with conn:
-        await conn.execute(channels.listen(CHANNEL))
-        sql = AsyncSqlApi(_OneConnection(conn))
-        request_id = await submit(sql)
-        row = None
-        while True:
-            try:
-                row = await sql.get_query_request(request_id)
-            except NotFound:
-                raise _timeout(row, what, timeout) from None
-            if _settled(row, wait):
-                return row
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise _timeout(row, what, timeout)
-            try:
-                async with asyncio.timeout(min(remaining, _RECHECK_SECS)):
-                    async for note in conn.notifies():
-                        if note.payload == str(request_id):
-                            break
-            except TimeoutError:
-                pass
+def _answer_steps(submit: Steps[int], wait: str, deadline: float, timeout: float,
+                  what: str) -> Steps[dict[str, Any]]:
+    request_id = yield from submit
+    row = None
+    while True:
+        try:
+            row = yield Sql(sqlapi.get_query_request, request_id)
+        except NotFound:
+            raise _timeout(row, what, timeout) from None
+        if _settled(row, wait):
+            return row
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _timeout(row, what, timeout)
+        yield Notified(str(request_id), min(remaining, _RECHECK_SECS))
 
 
-class _OneConnection:
-    def __init__(self, conn: Any):
-        self._conn = conn
+def _request_query(execution_id: str, name: str, encoded: Any, secs: float) -> Steps[int]:
+    return (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs))
 
-    def connection(self) -> Any:
-        import contextlib
 
-        @contextlib.asynccontextmanager
-        async def scope():  # type: ignore[no-untyped-def]
-            yield self._conn
+def _request_update(execution_id: str, name: str, encoded: Any, update_id: str | None,
+                    secs: float) -> Steps[int]:
+    return (yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs))["request_id"]
 
-        return scope()
+
+def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]) -> Steps[int]:
+    started.update((yield Sql(sqlapi.update_with_start, **call, timeout=secs)))
+    return started["request_id"]
+
+
+# The steps of each operation, shared by the sync and the asyncio functions below; the
+# arguments are checked here, before any connection is opened.
+def _query_steps(client: Any, execution_id: str, name: str, arg: Any,
+                 timeout: Any) -> Steps[dict[str, Any]]:
+    secs = seconds(timeout)
+    encoded = payload.encode(arg, "query arg")
+    payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
+    return _answer(_request_query(execution_id, name, encoded, secs), "completed", secs,
+                   f"query {name!r} on execution {execution_id}")
+
+
+def _update_steps(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
+                  update_id: str | None) -> Steps[dict[str, Any]]:
+    secs, wait = seconds(timeout), check_wait(wait)
+    encoded = payload.encode(arg, "update arg")
+    payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
+    return _answer(_request_update(execution_id, name, encoded, update_id, secs), wait, secs,
+                   f"update {name!r} on execution {execution_id}")
+
+
+def _update_with_start_steps(call: dict[str, Any], wait: str, timeout: Any,
+                             started: dict[str, Any]) -> Steps[dict[str, Any]]:
+    secs, wait = seconds(timeout), check_wait(wait)
+    return _answer(_start_and_update(call, secs, started), wait, secs,
+                   f"update {call['name']!r} on workflow {call['workflow_id']!r}")
 
 
 # ---------------------------------------------------------------------- the sync API
 def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
           result_type: Any) -> Any:
-    secs = seconds(timeout)
-    encoded = payload.encode(arg, "query arg")
-    payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
-    row = wait_sync(client.dsn, lambda sql: sql.request_query(execution_id, name, encoded, secs),
-                    "completed", secs, f"query {name!r} on execution {execution_id}")
+    row = listen(client.dsn, CHANNEL, _query_steps(client, execution_id, name, arg, timeout))
     return _outcome(row, result_type)
 
 
@@ -187,26 +180,15 @@ def _update_outcome(client: Any, row: dict[str, Any], wait: str, result_type: An
 
 def update(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
            update_id: str | None, result_type: Any) -> Any:
-    secs, wait = seconds(timeout), check_wait(wait)
-    encoded = payload.encode(arg, "update arg")
-    payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
-    row = wait_sync(client.dsn, lambda sql: sql.request_update(
-        execution_id, name, encoded, update_id, secs)["request_id"], wait, secs,
-        f"update {name!r} on execution {execution_id}")
+    row = listen(client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait, timeout,
+                                                    update_id))
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
 def update_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any,
                       result_type: Any) -> tuple[dict[str, Any], Any]:
-    secs, wait = seconds(timeout), check_wait(wait)
     started: dict[str, Any] = {}
-
-    def submit(sql: SqlApi) -> int:
-        started.update(sql.update_with_start(**call, timeout=secs))
-        return started["request_id"]
-
-    row = wait_sync(client.dsn, submit, wait, secs,
-                    f"update {call['name']!r} on workflow {call['workflow_id']!r}")
+    row = listen(client.dsn, CHANNEL, _update_with_start_steps(call, wait, timeout, started))
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
@@ -229,39 +211,21 @@ class UpdateHandle:
 # ---------------------------------------------------------------------- the asyncio API
 async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
                  result_type: Any) -> Any:
-    secs = seconds(timeout)
-    encoded = payload.encode(arg, "query arg")
-    payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
-    row = await wait_async(client.dsn, lambda sql: sql.request_query(execution_id, name, encoded, secs),
-                           "completed", secs, f"query {name!r} on execution {execution_id}")
+    row = await alisten(client.dsn, CHANNEL, _query_steps(client, execution_id, name, arg, timeout))
     return _outcome(row, result_type)
 
 
 async def aupdate(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
                   update_id: str | None, result_type: Any) -> Any:
-    secs, wait = seconds(timeout), check_wait(wait)
-    encoded = payload.encode(arg, "update arg")
-    payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
-
-    async def submit(sql: AsyncSqlApi) -> int:
-        return (await sql.request_update(execution_id, name, encoded, update_id, secs))["request_id"]
-
-    row = await wait_async(client.dsn, submit, wait, secs,
-                           f"update {name!r} on execution {execution_id}")
+    row = await alisten(client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait,
+                                                           timeout, update_id))
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 
 async def aupdate_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any,
                              result_type: Any) -> tuple[dict[str, Any], Any]:
-    secs, wait = seconds(timeout), check_wait(wait)
     started: dict[str, Any] = {}
-
-    async def submit(sql: AsyncSqlApi) -> int:
-        started.update(await sql.update_with_start(**call, timeout=secs))
-        return started["request_id"]
-
-    row = await wait_async(client.dsn, submit, wait, secs,
-                           f"update {call['name']!r} on workflow {call['workflow_id']!r}")
+    row = await alisten(client.dsn, CHANNEL, _update_with_start_steps(call, wait, timeout, started))
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 

@@ -19,10 +19,15 @@ from urllib.parse import unquote
 import psycopg
 from psycopg import conninfo
 
-from harvest.core.errors import ConfigError, ConnectionRejected, DatabaseUnavailable
+from harvest.core.errors import ConfigError, ConnectionRejected, DatabaseUnavailable, from_database_error
 
 DSN_ENV = "HARVEST_DATABASE_URL"
 MASK = "****"
+
+# The driver's names the layers above need, so that only harvest.db imports psycopg.
+DatabaseError = psycopg.Error  # any error the driver raises
+Connection = psycopg.Connection  # a caller's own connection (start inside its transaction)
+AsyncConnection = psycopg.AsyncConnection
 
 log = logging.getLogger("harvest.db")
 
@@ -183,6 +188,15 @@ def connection_error(exc: psycopg.Error, dsn: str) -> ConfigError | DatabaseUnav
         return ConnectionRejected(f"cannot connect to database {where}: {reason} "
                                   "(retrying will not help: check the DSN's user, password and database)")
     return DatabaseUnavailable(f"cannot connect to database {where}: {reason}")
+
+
+def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
+    """One line and an exit code for a database error: the Harvest exception's, when the
+    SQLSTATE is one of ours, else the server's first line and 1 (the CLI prints it)."""
+    mapped = from_database_error(exc)
+    if mapped is not None:
+        return str(mapped), mapped.exit_code
+    return (exc.diag.message_primary or str(exc)).strip().splitlines()[0], 1
 
 
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -373,15 +374,27 @@ def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest")
                           "run `harvest migrate run` against it")
 
 
+# harvest.schema_version() missing, or the harvest schema itself: no Harvest schema at all.
+_NO_SCHEMA = (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName)
+
+
 def check_schema(conn: psycopg.Connection) -> None:
     """Refuse to work against a schema this package does not match."""
     expected = SCHEMA_VERSION
     try:
         with conn.transaction():
             found = conn.execute("SELECT harvest.schema_version()").fetchone()[0]
-    except psycopg.errors.UndefinedFunction:
-        found = None
-    except psycopg.errors.InvalidSchemaName:
+    except _NO_SCHEMA:
         found = None
     if found != expected:
         raise schema_mismatch(found, expected)
+
+
+async def check_schema_async(sql: Any, who: str) -> None:
+    """:func:`check_schema` over an AsyncSqlApi (the worker's pool)."""
+    try:
+        found = await sql.schema_version()
+    except _NO_SCHEMA:
+        found = None
+    if found != SCHEMA_VERSION:
+        raise schema_mismatch(found, SCHEMA_VERSION, who)

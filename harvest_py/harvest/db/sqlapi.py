@@ -1,15 +1,22 @@
-"""Every SQL call site of the engine, one method each.
+"""Every SQL call site of the engine, declared once.
 
 Python never writes engine tables itself: it calls the ``harvest.*`` functions
-(``functions/``), and this module is the only place that does. ``SqlApi`` runs
-on a synchronous psycopg connection, ``AsyncSqlApi`` on an async one; both share
-the statements below, so the whole SQL surface reads in one screen.
+(``functions/``), and this module is the only place that does. Each call is
+declared once below (``@call``: its SQL text, a function that turns the method's
+arguments into the statement's parameters, and the shape of its answer), and
+both APIs are made from those declarations: ``SqlApi`` on a synchronous psycopg
+connection (the Client's and the CLI's), ``AsyncSqlApi`` on an async pool or
+connection (the worker's and the AsyncClient's). A call therefore exists in both
+or in neither, with the same arguments and the same answer; the only code that
+differs is the two executors (``_all`` / ``_stream``), which run a statement.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import inspect
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -155,6 +162,9 @@ SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s
 ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
 EXPIRE_QUERY_REQUESTS = "SELECT harvest.expire_query_requests(%(limit)s) AS expired"
 
+WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.worker_drain_deadline(%(worker_id)s)"
+
+
 @contextlib.contextmanager
 def translated_errors() -> Iterator[None]:
     """Raise the Harvest exception for a Harvest SQLSTATE; anything else passes through."""
@@ -167,425 +177,586 @@ def translated_errors() -> Iterator[None]:
         raise mapped from None
 
 
+# -- the declarations ------------------------------------------------------------------------
+# A call is its SQL text, a parameter function (its signature is the method's signature; it
+# returns the statement's parameters) and a result shape (the rows in, the method's value out).
+# SqlApi and AsyncSqlApi get one method per call from CALLS, so a call exists in both or in
+# neither, with the same arguments and the same answer (tests/unit/test_sqlapi.py).
+
+Rows = list[dict[str, Any]]
+
+
+def rows(found: Rows) -> Rows:
+    """Every row."""
+    return found
+
+
+def first(found: Rows) -> dict[str, Any] | None:
+    """The first row, or None."""
+    return found[0] if found else None
+
+
+def nothing(found: Rows) -> None:
+    """No value (the call is made for its effect)."""
+
+
+def column(name: str) -> Callable[[Rows], Any]:
+    """The one column ``name`` of the (single) row."""
+    def shape(found: Rows) -> Any:
+        return found[0][name]
+    shape.__doc__ = f"column {name!r} of the row"
+    return shape
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    sql: str | Callable[[dict[str, Any]], str]  # a callable picks the text from the parameters
+    params: Callable[..., dict[str, Any]]
+    shape: Callable[[Rows], Any]
+    stream: bool = False  # rows one page at a time through a server-side cursor (page_size)
+
+
+CALLS: dict[str, Call] = {}
+
+
+def call(sql: str | Callable[[dict[str, Any]], str], shape: Callable[[Rows], Any] = rows, *,
+         stream: bool = False) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+    def declare(params: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        assert params.__name__ not in CALLS, f"{params.__name__} is declared twice"
+        CALLS[params.__name__] = Call(params.__name__, sql, params, shape, stream)
+        return params
+    return declare
+
+
 def _jsonb(value: Any) -> Jsonb:
     return Jsonb(value)
 
 
+def _jsonb_or_null(value: Any) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
+
+
+# -- executions: start, signal, cancel, read (functions/start.sql, signals.sql, executions.sql)
+@call(START_WORKFLOW, first)
+def start_workflow(workflow_name: str, input: list[Any], workflow_id: str | None,
+                   task_queue: str, reuse_policy: str, conflict_policy: str,
+                   search_attributes: dict[str, Any], priority: int,
+                   execution_timeout: float | None = None,
+                   run_timeout: float | None = None) -> dict[str, Any]:
+    return {"workflow_name": workflow_name, "input": _jsonb(input), "workflow_id": workflow_id,
+            "task_queue": task_queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
+            "search_attributes": _jsonb(search_attributes), "priority": priority,
+            "execution_timeout": execution_timeout, "run_timeout": run_timeout}
+
+
+@call(START_WORKFLOWS)
+def start_workflows(starts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Start many (start_workflow's arguments, by name, per start) in one transaction;
+    one row per start, ``n`` its position from 1."""
+    return {"starts": _jsonb(starts)}
+
+
+@call(SIGNAL_WORKFLOW, column("event_id"))
+def signal_workflow(execution_id: str, signal_name: str, payload: Any) -> dict[str, Any]:
+    return {"execution_id": execution_id, "signal_name": signal_name, "payload": _jsonb(payload)}
+
+
+@call(SIGNAL_WITH_START, first)
+def signal_with_start(workflow_name: str, workflow_id: str, signal_name: str, payload: Any,
+                      input: list[Any], task_queue: str, search_attributes: dict[str, Any]) -> dict[str, Any]:
+    return {"workflow_name": workflow_name, "workflow_id": workflow_id, "signal_name": signal_name,
+            "payload": _jsonb(payload), "input": _jsonb(input), "task_queue": task_queue,
+            "search_attributes": _jsonb(search_attributes)}
+
+
+@call(CANCEL_WORKFLOW, column("requested"))
+def cancel_workflow(execution_id: str, reason: str | None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason}
+
+
+@call(TERMINATE_WORKFLOW, nothing)
+def terminate_workflow(execution_id: str, reason: str | None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason}
+
+
+@call(LIST_CHILDREN)
+def list_children(execution_id: str, status: str | None = None, depth: int = 1) -> dict[str, Any]:
+    return {"execution_id": execution_id, "status": status, "depth": depth}
+
+
+@call(GET_EXECUTION, first)
+def get_execution(execution_id: str) -> dict[str, Any]:
+    return {"execution_id": execution_id}
+
+
+@call(GET_HISTORY)
+def get_history(execution_id: str, after_event_id: int = 0) -> dict[str, Any]:
+    return {"execution_id": execution_id, "after_event_id": after_event_id}
+
+
+@call(GET_HISTORY, stream=True)
+def iter_history(execution_id: str, page_size: int = 500) -> dict[str, Any]:
+    """The history in order, fetched page_size events per round trip through a server-side
+    cursor (in a transaction of its own), so that a history of any size streams through a
+    bounded amount of client memory."""
+    return {"execution_id": execution_id, "after_event_id": 0, "page_size": page_size}
+
+
+@call(WAIT_FOR_RESULT, first)
+def wait_for_result(execution_id: str, waiter_id: str) -> dict[str, Any]:
+    return {"execution_id": execution_id, "waiter_id": waiter_id}
+
+
+@call(STOP_WAITING, nothing)
+def stop_waiting(waiter_id: str) -> dict[str, Any]:
+    return {"waiter_id": waiter_id}
+
+
+@call(RESET_WORKFLOW, column("plan"))
+def reset_workflow(execution_id: str, to_event: int, reason: str, operator_id: str | None,
+                   signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
+    return {"execution_id": execution_id, "to_event": to_event, "reason": reason,
+            "operator_id": operator_id, "signal_reapply": signal_reapply, "dry_run": dry_run}
+
+
+@call(VERSION_USAGE)
+def version_usage(change_id: str, version: int | None = None, state_group: str = "active") -> dict[str, Any]:
+    return {"change_id": change_id, "version": version, "state_group": state_group}
+
+
+@call(SCHEMA_VERSION, lambda found: found[0]["version"] if found else None)
+def schema_version() -> dict[str, Any]:
+    return {}
+
+
+@call(PAYLOAD_LIMIT, column("payload_limit"))
+def payload_limit() -> dict[str, Any]:
+    return {}
+
+
+# -- the worker: claim, decide, activities, registry (functions/claim.sql, decide.sql, ...) ----
+@call(CLAIM_TASKS)
+def claim_tasks(worker_id: str, queues: list[str], limit: int, workflow_lease_secs: float) -> dict[str, Any]:
+    return {"worker_id": worker_id, "queues": queues, "limit": limit,
+            "workflow_lease_secs": workflow_lease_secs}
+
+
+@call(NEXT_DUE_AT, column("due_at"))
+def next_due_at(queues: list[str]) -> dict[str, Any]:
+    return {"queues": queues}
+
+
+@call(COMPLETE_WORKFLOW_TASKS)
+def complete_workflow_tasks(worker_id: str, items: list[tuple[int, int, int, list[dict[str, Any]], int]],
+                            event_cap: int | None = 50_000,
+                            byte_cap: int | None = 50 * 1024 * 1024) -> dict[str, Any]:
+    """Commit (task id, fencing token, through, commands, hand-off slots) decisions in one
+    transaction; one row per item (functions/decide.sql)."""
+    return {"worker_id": worker_id, "task_ids": [i[0] for i in items],
+            "fencing_tokens": [i[1] for i in items], "throughs": [i[2] for i in items],
+            "commands": [_jsonb(i[3]) for i in items], "hand_off_slots": [i[4] for i in items],
+            "event_cap": event_cap, "byte_cap": byte_cap}
+
+
+@call(FAIL_WORKFLOW_TASK, nothing)
+def fail_workflow_task(task_id: int, fencing_token: int, failure: dict[str, Any],
+                       retry_in_secs: float) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token, "failure": _jsonb(failure),
+            "retry_in_secs": retry_in_secs}
+
+
+@call(COMPLETE_ACTIVITIES)
+def complete_activities(worker_id: str, items: list[tuple[int, int, Any, dict[str, Any] | None]],
+                        hand_off: bool, workflow_lease_secs: float, event_cap: int | None = 50_000,
+                        byte_cap: int | None = 50 * 1024 * 1024) -> dict[str, Any]:
+    """Complete (task id, fencing token, result, decision or None) items in one transaction.
+
+    One row per item; ``decided`` is set where the item's decision was applied
+    with its result (functions/activities.sql).
+    """
+    return {"worker_id": worker_id, "task_ids": [i[0] for i in items],
+            "fencing_tokens": [i[1] for i in items], "results": [_jsonb(i[2]) for i in items],
+            "hand_off": hand_off, "workflow_lease_secs": workflow_lease_secs,
+            "decisions": [_jsonb_or_null(i[3]) for i in items], "event_cap": event_cap,
+            "byte_cap": byte_cap}
+
+
+@call(FAIL_ACTIVITY, column("outcome"))
+def fail_activity(task_id: int, fencing_token: int, failure: dict[str, Any]) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token, "failure": _jsonb(failure)}
+
+
+@call(HEARTBEAT_ACTIVITY, lambda found: bool(found[0]["cancel_requested"]))
+def heartbeat_activity(task_id: int, fencing_token: int, details: Any) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token, "details": _jsonb_or_null(details)}
+
+
+@call(RELEASE_TASK, column("released"))
+def release_task(task_id: int, fencing_token: int) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token}
+
+
+@call(REGISTER_WORKER, nothing)
+def register_worker(worker_id: str, queues: list[str], hostname: str, pid: int,
+                    heartbeat_interval_secs: float, metadata: dict[str, Any]) -> dict[str, Any]:
+    return {"worker_id": worker_id, "queues": queues, "hostname": hostname, "pid": pid,
+            "heartbeat_interval_secs": heartbeat_interval_secs, "metadata": _jsonb(metadata)}
+
+
+@call(REGISTER_WORKFLOWS, column("registered"))
+def register_workflows(queues: list[str], names: list[str]) -> dict[str, Any]:
+    return {"queues": queues, "names": names}
+
+
+@call(WORKER_HEARTBEAT, column("status"))
+def worker_heartbeat(worker_id: str) -> dict[str, Any]:
+    return {"worker_id": worker_id}
+
+
+@call(WORKER_SLEEP, nothing)
+def worker_sleep(worker_id: str, sleeping: bool) -> dict[str, Any]:
+    return {"worker_id": worker_id, "sleeping": sleeping}
+
+
+@call(BEGIN_WORKER_DRAIN, column("status"))
+def begin_worker_drain(worker_id: str) -> dict[str, Any]:
+    return {"worker_id": worker_id}
+
+
+@call(WORKER_DRAIN_DEADLINE, first)
+def worker_drain_deadline(worker_id: str) -> dict[str, Any]:
+    return {"worker_id": worker_id}
+
+
+@call(STOP_WORKER, column("released"))
+def stop_worker(worker_id: str) -> dict[str, Any]:
+    return {"worker_id": worker_id}
+
+
+@call(SCAN, column("moved"))
+def scan(limit: int = 100) -> dict[str, Any]:
+    return {"limit": limit}
+
+
+# -- flow control (functions/concurrency.sql, ratelimit.sql, quotas.sql, mutex.sql, throttle.sql)
+@call(DECLARE_FLOW_POLICIES, column("declared"))
+def declare_flow_policies(policies: dict[str, Any]) -> dict[str, Any]:
+    return {"policies": _jsonb(policies)}
+
+
+@call(CONCURRENCY_STATUS)
+def concurrency_status(key: str | None = None) -> dict[str, Any]:
+    return {"key": key}
+
+
+@call(SET_RATE_LIMIT_OVERRIDE, first)
+def set_rate_limit_override(activity_name: str, rps: float, burst: float | None = None,
+                            ttl_secs: float = 3600) -> dict[str, Any]:
+    return {"activity_name": activity_name, "rps": rps, "burst": burst, "ttl_secs": ttl_secs}
+
+
+@call(CLEAR_RATE_LIMIT_OVERRIDE, column("cleared"))
+def clear_rate_limit_override(activity_name: str) -> dict[str, Any]:
+    return {"activity_name": activity_name}
+
+
+@call(GET_RATE_LIMIT, first)
+def get_rate_limit(activity_name: str) -> dict[str, Any]:
+    return {"activity_name": activity_name}
+
+
+@call(QUOTA_USAGE, column("usage"))
+def quota_usage(key: str, quota: str) -> dict[str, Any]:
+    return {"key": key, "quota": quota}
+
+
+@call(MUTEX_STATUS)
+def mutex_status(key: str | None = None) -> dict[str, Any]:
+    return {"key": key}
+
+
+@call(PENDING_STARTS_STATUS)
+def pending_starts_status(workflow_name: str | None = None) -> dict[str, Any]:
+    return {"workflow_name": workflow_name}
+
+
+@call(USAGE_REPORT)
+def usage_report(from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None) -> dict[str, Any]:
+    return {"from_": from_, "to": to, "group_by": group_by, "max_window": max_window}
+
+
+# -- dead letters (functions/dead_letters.sql) -------------------------------------------------
+@call(LIST_DEAD_LETTERS)
+def list_dead_letters(limit: int = 100, activity_name: str | None = None,
+                      workflow_name: str | None = None, before_id: int | None = None) -> dict[str, Any]:
+    return {"limit": limit, "activity_name": activity_name, "workflow_name": workflow_name,
+            "before_id": before_id}
+
+
+@call(GET_DEAD_LETTER, first)
+def get_dead_letter(id: int) -> dict[str, Any]:
+    return {"id": id}
+
+
+@call(REPLAY_DEAD_LETTER, column("task_id"))
+def replay_dead_letter(id: int) -> dict[str, Any]:
+    return {"id": id}
+
+
+@call(DISCARD_DEAD_LETTER, nothing)
+def discard_dead_letter(id: int) -> dict[str, Any]:
+    return {"id": id}
+
+
+@call(AGGREGATE_DEAD_LETTERS)
+def aggregate_dead_letters(group_by: str = "all") -> dict[str, Any]:
+    return {"group_by": group_by}
+
+
+_BULK_DEAD_LETTERS = {action: BULK_DEAD_LETTERS.replace("{action}", action) for action in ("replay", "discard")}
+
+
+@call(lambda params: _BULK_DEAD_LETTERS[params["action"]], column("result"))
+def bulk_dead_letters(action: str, activity_name: str | None = None, workflow_name: str | None = None,
+                      failed_after: Any = None, failed_before: Any = None, limit: int = 100,
+                      dry_run: bool = False, operator: str | None = None) -> dict[str, Any]:
+    if action not in _BULK_DEAD_LETTERS:
+        raise ValueError(f"unknown bulk dead-letter action {action!r}")
+    return {"action": action, "activity_name": activity_name, "workflow_name": workflow_name,
+            "failed_after": failed_after, "failed_before": failed_before, "limit": limit,
+            "dry_run": dry_run, "operator": operator}
+
+
+# -- the operator surface (functions/operator.sql, fleet.sql, retention.sql) -------------------
+@call(LIST_EXECUTIONS)
+def list_executions(state: str | None = None, workflow_name: str | None = None,
+                    search_attributes: list[str] | None = None, created_after: Any = None,
+                    created_before: Any = None, page_size: int = 50, cursor: str | None = None,
+                    order: str = "desc") -> dict[str, Any]:
+    return {"state": state, "workflow_name": workflow_name,
+            "search_attributes": list(search_attributes) if search_attributes else None,
+            "created_after": created_after, "created_before": created_before,
+            "page_size": page_size, "cursor": cursor, "order": order}
+
+
+@call(WORKFLOW_STACK, column("stack"))
+def workflow_stack(execution_id: str) -> dict[str, Any]:
+    return {"execution_id": execution_id}
+
+
+@call(LIST_WORKERS)
+def list_workers(queue: str | None = None, status: str | None = None, health: str | None = None) -> dict[str, Any]:
+    return {"queue": queue, "status": status, "health": health}
+
+
+@call(GET_WORKER, column("worker"))
+def get_worker(worker_id: str) -> dict[str, Any]:
+    return {"worker_id": worker_id}
+
+
+@call(WORKER_HEALTH, column("health"))
+def worker_health() -> dict[str, Any]:
+    return {}
+
+
+@call(DRAIN_WORKER, column("result"))
+def drain_worker(worker_id: str, deadline: Any = None, operator: str | None = None) -> dict[str, Any]:
+    return {"worker_id": worker_id, "deadline": deadline, "operator": operator}
+
+
+@call(DRAIN_PREVIEW)
+def drain_preview(queue: str | None = None, worker_id: str | None = None) -> dict[str, Any]:
+    return {"queue": queue, "worker_id": worker_id}
+
+
+@call(LIST_AUDIT_LOG)
+def list_audit_log(limit: int = 100, operation: str | None = None) -> dict[str, Any]:
+    return {"limit": limit, "operation": operation}
+
+
+@call(RETENTION_STATUS, column("status"))
+def retention_status() -> dict[str, Any]:
+    return {}
+
+
+@call(SET_RETENTION, column("status"))
+def set_retention(max_age: str | None, batch_size: int | None = None, operator: str | None = None) -> dict[str, Any]:
+    return {"max_age": max_age, "batch_size": batch_size, "operator": operator}
+
+
+@call(RUN_RETENTION, column("result"))
+def run_retention(max_age: str | None = None, batch_size: int | None = None,
+                  operator: str | None = None) -> dict[str, Any]:
+    return {"max_age": max_age, "batch_size": batch_size, "operator": operator}
+
+
+@call(SET_WORKER_RETENTION, column("status"))
+def set_worker_retention(max_age: str | None, operator: str | None = None) -> dict[str, Any]:
+    return {"max_age": max_age, "operator": operator}
+
+
+@call(PRUNE_WORKERS, column("result"))
+def prune_workers(max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
+    return {"max_age": max_age, "operator": operator}
+
+
+# -- queries and updates (functions/queries.sql) ----------------------------------------------
+@call(REQUEST_QUERY, column("request_id"))
+def request_query(execution_id: str, name: str, arg: Any, timeout: float) -> dict[str, Any]:
+    return {"execution_id": execution_id, "name": name, "arg": _jsonb(arg), "timeout": timeout}
+
+
+@call(REQUEST_UPDATE, first)
+def request_update(execution_id: str, name: str, arg: Any, update_id: str | None,
+                   timeout: float) -> dict[str, Any]:
+    return {"execution_id": execution_id, "name": name, "arg": _jsonb(arg), "update_id": update_id,
+            "timeout": timeout}
+
+
+@call(UPDATE_WITH_START, first)
+def update_with_start(workflow_name: str, workflow_id: str, name: str, arg: Any, input: list[Any],
+                      task_queue: str, update_id: str | None, timeout: float,
+                      search_attributes: dict[str, Any]) -> dict[str, Any]:
+    return {"workflow_name": workflow_name, "workflow_id": workflow_id, "name": name, "arg": _jsonb(arg),
+            "input": _jsonb(input), "task_queue": task_queue, "update_id": update_id,
+            "timeout": timeout, "search_attributes": _jsonb(search_attributes)}
+
+
+@call(GET_QUERY_REQUEST, first)
+def get_query_request(request_id: int) -> dict[str, Any]:
+    return {"request_id": request_id}
+
+
+@call(CLAIM_QUERIES)
+def claim_queries(worker_id: str, queues: list[str], limit: int, lease_secs: float) -> dict[str, Any]:
+    return {"worker_id": worker_id, "queues": queues, "limit": limit, "lease_secs": lease_secs}
+
+
+@call(ANSWER_QUERY, column("status"))
+def answer_query(request_id: int, worker_id: str, answer: Any, error: dict[str, Any] | None) -> dict[str, Any]:
+    return {"request_id": request_id, "worker_id": worker_id,
+            "answer": None if error is not None else _jsonb(answer), "error": _jsonb_or_null(error)}
+
+
+@call(ACCEPT_UPDATE, column("status"))
+def accept_update(request_id: int, worker_id: str) -> dict[str, Any]:
+    return {"request_id": request_id, "worker_id": worker_id}
+
+
+@call(EXPIRE_QUERY_REQUESTS, column("expired"))
+def expire_query_requests(limit: int = 1000) -> dict[str, Any]:
+    return {"limit": limit}
+
+
+# -- the two executors -------------------------------------------------------------------------
 class SqlApi:
-    """The SQL API over one synchronous connection (the caller owns transactions)."""
+    """The SQL API over one synchronous connection (the caller owns transactions).
+
+    One method per entry of ``CALLS`` (added below), each returning what its shape makes of
+    the rows."""
 
     def __init__(self, conn: psycopg.Connection):
         self.conn = conn
 
-    def _all(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+    def _all(self, sql: str, params: dict[str, Any]) -> Rows:
         with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
-    def _one(self, sql: str, **params: Any) -> dict[str, Any] | None:
-        rows = self._all(sql, **params)
-        return rows[0] if rows else None
-
-    def start_workflow(self, workflow_name: str, input: list[Any], workflow_id: str | None,
-                       task_queue: str, reuse_policy: str, conflict_policy: str,
-                       search_attributes: dict[str, Any], priority: int,
-                       execution_timeout: float | None = None,
-                       run_timeout: float | None = None) -> dict[str, Any]:
-        return self._one(START_WORKFLOW, workflow_name=workflow_name, input=_jsonb(input),
-                         workflow_id=workflow_id, task_queue=task_queue, reuse_policy=reuse_policy,
-                         conflict_policy=conflict_policy,
-                         search_attributes=_jsonb(search_attributes), priority=priority,
-                         execution_timeout=execution_timeout, run_timeout=run_timeout)
-
-    def signal_workflow(self, execution_id: str, signal_name: str, payload: Any) -> int:
-        return self._one(SIGNAL_WORKFLOW, execution_id=execution_id, signal_name=signal_name,
-                         payload=_jsonb(payload))["event_id"]
-
-    def signal_with_start(self, workflow_name: str, workflow_id: str, signal_name: str, payload: Any,
-                          input: list[Any], task_queue: str,
-                          search_attributes: dict[str, Any]) -> dict[str, Any]:
-        return self._one(SIGNAL_WITH_START, workflow_name=workflow_name, workflow_id=workflow_id,
-                         signal_name=signal_name, payload=_jsonb(payload), input=_jsonb(input),
-                         task_queue=task_queue, search_attributes=_jsonb(search_attributes))
-
-    def cancel_workflow(self, execution_id: str, reason: str | None) -> bool:
-        return self._one(CANCEL_WORKFLOW, execution_id=execution_id, reason=reason)["requested"]
-
-    def list_children(self, execution_id: str, status: str | None = None,
-                      depth: int = 1) -> list[dict[str, Any]]:
-        return self._all(LIST_CHILDREN, execution_id=execution_id, status=status, depth=depth)
-
-    def get_execution(self, execution_id: str) -> dict[str, Any]:
-        return self._one(GET_EXECUTION, execution_id=execution_id)
-
-    def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
-        return self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
-
-    def iter_history(self, execution_id: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
-        """The history in order, fetched page_size events per round trip through a
-        server-side cursor (in a transaction of its own), so that a history of any size
-        streams through a bounded amount of client memory."""
+    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        page_size = params.pop("page_size")
         with translated_errors(), self.conn.transaction(), \
-                self.conn.cursor(name="harvest_history", row_factory=dict_row) as cur:
+                self.conn.cursor(name="harvest_stream", row_factory=dict_row) as cur:
             cur.itersize = page_size
-            cur.execute(GET_HISTORY, {"execution_id": execution_id, "after_event_id": 0})
+            cur.execute(sql, params)
             yield from cur
 
-    def wait_for_result(self, execution_id: str, waiter_id: str) -> dict[str, Any]:
-        return self._one(WAIT_FOR_RESULT, execution_id=execution_id, waiter_id=waiter_id)
 
-    def stop_waiting(self, waiter_id: str) -> None:
-        self._all(STOP_WAITING, waiter_id=waiter_id)
+class _OneConnection:
+    """A pool of one: AsyncSqlApi on a connection the caller holds (its transaction, its LISTEN)."""
 
-    def terminate_workflow(self, execution_id: str, reason: str | None) -> None:
-        self._all(TERMINATE_WORKFLOW, execution_id=execution_id, reason=reason)
+    def __init__(self, conn: psycopg.AsyncConnection):
+        self._conn = conn
 
-    def schema_version(self) -> str | None:
-        row = self._one(SCHEMA_VERSION)
-        return row["version"] if row else None
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        yield self._conn
 
-    def payload_limit(self) -> int:
-        return self._one(PAYLOAD_LIMIT)["payload_limit"]
-
-    # -- flow control ----------------------------------------------------------------------
-    def declare_flow_policies(self, policies: dict[str, Any]) -> int:
-        return self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies))["declared"]
-
-    def concurrency_status(self, key: str | None = None) -> list[dict[str, Any]]:
-        return self._all(CONCURRENCY_STATUS, key=key)
-
-    def set_rate_limit_override(self, activity_name: str, rps: float, burst: float | None = None,
-                                ttl_secs: float = 3600) -> dict[str, Any]:
-        return self._one(SET_RATE_LIMIT_OVERRIDE, activity_name=activity_name, rps=rps, burst=burst,
-                         ttl_secs=ttl_secs)
-
-    def clear_rate_limit_override(self, activity_name: str) -> bool:
-        return self._one(CLEAR_RATE_LIMIT_OVERRIDE, activity_name=activity_name)["cleared"]
-
-    def get_rate_limit(self, activity_name: str) -> dict[str, Any] | None:
-        return self._one(GET_RATE_LIMIT, activity_name=activity_name)
-
-    def quota_usage(self, key: str, quota: str) -> int:
-        return self._one(QUOTA_USAGE, key=key, quota=quota)["usage"]
-
-    def mutex_status(self, key: str | None = None) -> list[dict[str, Any]]:
-        return self._all(MUTEX_STATUS, key=key)
-
-    def pending_starts_status(self, workflow_name: str | None = None) -> list[dict[str, Any]]:
-        return self._all(PENDING_STARTS_STATUS, workflow_name=workflow_name)
-
-    def usage_report(self, from_: Any, to: Any, group_by: str = "workflow_name",
-                     max_window: Any = None) -> list[dict[str, Any]]:
-        return self._all(USAGE_REPORT, from_=from_, to=to, group_by=group_by, max_window=max_window)
-
-    def list_dead_letters(self, limit: int = 100, activity_name: str | None = None,
-                          workflow_name: str | None = None, before_id: int | None = None) -> list[dict]:
-        return self._all(LIST_DEAD_LETTERS, limit=limit, activity_name=activity_name,
-                         workflow_name=workflow_name, before_id=before_id)
-
-    def get_dead_letter(self, id: int) -> dict[str, Any]:
-        return self._one(GET_DEAD_LETTER, id=id)
-
-    def replay_dead_letter(self, id: int) -> int:
-        return self._one(REPLAY_DEAD_LETTER, id=id)["task_id"]
-
-    def discard_dead_letter(self, id: int) -> None:
-        self._all(DISCARD_DEAD_LETTER, id=id)
-
-    def reset_workflow(self, execution_id: str, to_event: int, reason: str, operator_id: str | None,
-                       signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
-        return self._one(RESET_WORKFLOW, execution_id=execution_id, to_event=to_event, reason=reason,
-                         operator_id=operator_id, signal_reapply=signal_reapply, dry_run=dry_run)["plan"]
-
-    def version_usage(self, change_id: str, version: int | None = None,
-                      state_group: str = "active") -> list[dict[str, Any]]:
-        return self._all(VERSION_USAGE, change_id=change_id, version=version, state_group=state_group)
-
-    # -- the operator surface --------------------------------------------------------------
-    def list_executions(self, state: str | None = None, workflow_name: str | None = None,
-                        search_attributes: list[str] | None = None, created_after: Any = None,
-                        created_before: Any = None, page_size: int = 50, cursor: str | None = None,
-                        order: str = "desc") -> list[dict[str, Any]]:
-        return self._all(LIST_EXECUTIONS, state=state, workflow_name=workflow_name,
-                         search_attributes=list(search_attributes) if search_attributes else None,
-                         created_after=created_after, created_before=created_before,
-                         page_size=page_size, cursor=cursor, order=order)
-
-    def workflow_stack(self, execution_id: str) -> dict[str, Any]:
-        return self._one(WORKFLOW_STACK, execution_id=execution_id)["stack"]
-
-    def aggregate_dead_letters(self, group_by: str = "all") -> list[dict[str, Any]]:
-        return self._all(AGGREGATE_DEAD_LETTERS, group_by=group_by)
-
-    def bulk_dead_letters(self, action: str, activity_name: str | None = None,
-                          workflow_name: str | None = None, failed_after: Any = None,
-                          failed_before: Any = None, limit: int = 100, dry_run: bool = False,
-                          operator: str | None = None) -> dict[str, Any]:
-        if action not in ("replay", "discard"):
-            raise ValueError(f"unknown bulk dead-letter action {action!r}")
-        return self._one(BULK_DEAD_LETTERS.replace("{action}", action), activity_name=activity_name,
-                         workflow_name=workflow_name, failed_after=failed_after,
-                         failed_before=failed_before, limit=limit, dry_run=dry_run,
-                         operator=operator)["result"]
-
-    def list_workers(self, queue: str | None = None, status: str | None = None,
-                     health: str | None = None) -> list[dict[str, Any]]:
-        return self._all(LIST_WORKERS, queue=queue, status=status, health=health)
-
-    def get_worker(self, worker_id: str) -> dict[str, Any]:
-        return self._one(GET_WORKER, worker_id=worker_id)["worker"]
-
-    def worker_health(self) -> dict[str, Any]:
-        return self._one(WORKER_HEALTH)["health"]
-
-    def drain_worker(self, worker_id: str, deadline: Any = None, operator: str | None = None) -> dict[str, Any]:
-        return self._one(DRAIN_WORKER, worker_id=worker_id, deadline=deadline, operator=operator)["result"]
-
-    def drain_preview(self, queue: str | None = None, worker_id: str | None = None) -> list[dict[str, Any]]:
-        return self._all(DRAIN_PREVIEW, queue=queue, worker_id=worker_id)
-
-    def list_audit_log(self, limit: int = 100, operation: str | None = None) -> list[dict[str, Any]]:
-        return self._all(LIST_AUDIT_LOG, limit=limit, operation=operation)
-
-    def retention_status(self) -> dict[str, Any]:
-        return self._one(RETENTION_STATUS)["status"]
-
-    def set_retention(self, max_age: str | None, batch_size: int | None = None,
-                      operator: str | None = None) -> dict[str, Any]:
-        return self._one(SET_RETENTION, max_age=max_age, batch_size=batch_size, operator=operator)["status"]
-
-    def run_retention(self, max_age: str | None = None, batch_size: int | None = None,
-                      operator: str | None = None) -> dict[str, Any]:
-        return self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size, operator=operator)["result"]
-
-    def set_worker_retention(self, max_age: str | None, operator: str | None = None) -> dict[str, Any]:
-        return self._one(SET_WORKER_RETENTION, max_age=max_age, operator=operator)["status"]
-
-    def prune_workers(self, max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
-        return self._one(PRUNE_WORKERS, max_age=max_age, operator=operator)["result"]
-
-
-    # -- queries and updates (functions/queries.sql) ----------------------------------------
-    def request_query(self, execution_id: str, name: str, arg: Any, timeout: float) -> int:
-        return self._one(REQUEST_QUERY, execution_id=execution_id, name=name, arg=_jsonb(arg),
-                         timeout=timeout)["request_id"]
-
-    def request_update(self, execution_id: str, name: str, arg: Any, update_id: str | None,
-                       timeout: float) -> dict[str, Any]:
-        return self._one(REQUEST_UPDATE, execution_id=execution_id, name=name, arg=_jsonb(arg),
-                         update_id=update_id, timeout=timeout)
-
-    def update_with_start(self, workflow_name: str, workflow_id: str, name: str, arg: Any,
-                          input: list[Any], task_queue: str, update_id: str | None, timeout: float,
-                          search_attributes: dict[str, Any]) -> dict[str, Any]:
-        return self._one(UPDATE_WITH_START, workflow_name=workflow_name, workflow_id=workflow_id,
-                         name=name, arg=_jsonb(arg), input=_jsonb(input), task_queue=task_queue,
-                         update_id=update_id, timeout=timeout,
-                         search_attributes=_jsonb(search_attributes))
-
-    def get_query_request(self, request_id: int) -> dict[str, Any]:
-        return self._one(GET_QUERY_REQUEST, request_id=request_id)
 
 class AsyncSqlApi:
-    """The SQL API over an async connection pool: one call, one transaction."""
+    """The SQL API over an async connection pool: one call, one transaction.
+
+    The same methods as :class:`SqlApi`, as coroutines (async generators for streams)."""
 
     def __init__(self, pool: Any):
         self.pool = pool
 
-    async def _all(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+    @classmethod
+    def on_connection(cls, conn: psycopg.AsyncConnection) -> AsyncSqlApi:
+        """The API on one connection the caller holds (its transaction, its LISTEN)."""
+        return cls(_OneConnection(conn))
+
+    async def _all(self, sql: str, params: dict[str, Any]) -> Rows:
         async with self.pool.connection() as conn:
             with translated_errors():
                 async with conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(sql, params)
                     return await cur.fetchall() if cur.description else []
 
-    async def _one(self, sql: str, **params: Any) -> dict[str, Any] | None:
-        rows = await self._all(sql, **params)
-        return rows[0] if rows else None
-
-    async def start_workflow(self, workflow_name: str, input: list[Any], workflow_id: str | None,
-                             task_queue: str, reuse_policy: str, conflict_policy: str,
-                             search_attributes: dict[str, Any], priority: int,
-                             execution_timeout: float | None = None,
-                             run_timeout: float | None = None) -> dict[str, Any]:
-        return await self._one(START_WORKFLOW, workflow_name=workflow_name, input=_jsonb(input),
-                               workflow_id=workflow_id, task_queue=task_queue,
-                               reuse_policy=reuse_policy, conflict_policy=conflict_policy,
-                               search_attributes=_jsonb(search_attributes), priority=priority,
-                               execution_timeout=execution_timeout, run_timeout=run_timeout)
-
-    async def start_workflows(self, starts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Start many (start_workflow's arguments, by name, per start) in one transaction;
-        one row per start, ``n`` its position from 1."""
-        return await self._all(START_WORKFLOWS, starts=_jsonb(starts))
-
-    async def signal_workflow(self, execution_id: str, signal_name: str, payload: Any) -> int:
-        return (await self._one(SIGNAL_WORKFLOW, execution_id=execution_id, signal_name=signal_name,
-                                payload=_jsonb(payload)))["event_id"]
-
-    async def signal_with_start(self, workflow_name: str, workflow_id: str, signal_name: str,
-                                payload: Any, input: list[Any], task_queue: str,
-                                search_attributes: dict[str, Any]) -> dict[str, Any]:
-        return await self._one(SIGNAL_WITH_START, workflow_name=workflow_name, workflow_id=workflow_id,
-                               signal_name=signal_name, payload=_jsonb(payload), input=_jsonb(input),
-                               task_queue=task_queue, search_attributes=_jsonb(search_attributes))
-
-    async def cancel_workflow(self, execution_id: str, reason: str | None) -> bool:
-        return (await self._one(CANCEL_WORKFLOW, execution_id=execution_id, reason=reason))["requested"]
-
-    async def get_execution(self, execution_id: str) -> dict[str, Any]:
-        return await self._one(GET_EXECUTION, execution_id=execution_id)
-
-    async def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
-        return await self._all(GET_HISTORY, execution_id=execution_id, after_event_id=after_event_id)
-
-    async def wait_for_result(self, execution_id: str, waiter_id: str) -> dict[str, Any]:
-        return await self._one(WAIT_FOR_RESULT, execution_id=execution_id, waiter_id=waiter_id)
-
-    async def stop_waiting(self, waiter_id: str) -> None:
-        await self._all(STOP_WAITING, waiter_id=waiter_id)
-
-    async def terminate_workflow(self, execution_id: str, reason: str | None) -> None:
-        await self._all(TERMINATE_WORKFLOW, execution_id=execution_id, reason=reason)
-
-    async def claim_tasks(self, worker_id: str, queues: list[str], limit: int,
-                          workflow_lease_secs: float) -> list[dict[str, Any]]:
-        return await self._all(CLAIM_TASKS, worker_id=worker_id, queues=queues, limit=limit,
-                               workflow_lease_secs=workflow_lease_secs)
-
-    async def next_due_at(self, queues: list[str]) -> Any:
-        return (await self._one(NEXT_DUE_AT, queues=queues))["due_at"]
-
-    async def complete_workflow_tasks(self, worker_id: str,
-                                      items: list[tuple[int, int, int, list[dict[str, Any]], int]],
-                                      event_cap: int | None = 50_000,
-                                      byte_cap: int | None = 50 * 1024 * 1024) -> list[dict[str, Any]]:
-        """Commit (task id, fencing token, through, commands, hand-off slots) decisions in one
-        transaction; one row per item (functions/decide.sql)."""
-        return await self._all(COMPLETE_WORKFLOW_TASKS, worker_id=worker_id,
-                               task_ids=[i[0] for i in items], fencing_tokens=[i[1] for i in items],
-                               throughs=[i[2] for i in items], commands=[_jsonb(i[3]) for i in items],
-                               hand_off_slots=[i[4] for i in items], event_cap=event_cap,
-                               byte_cap=byte_cap)
-
-    async def fail_workflow_task(self, task_id: int, fencing_token: int, failure: dict[str, Any],
-                                 retry_in_secs: float) -> None:
-        await self._all(FAIL_WORKFLOW_TASK, task_id=task_id, fencing_token=fencing_token,
-                        failure=_jsonb(failure), retry_in_secs=retry_in_secs)
-
-    async def complete_activities(self, worker_id: str,
-                                  items: list[tuple[int, int, Any, dict[str, Any] | None]],
-                                  hand_off: bool, workflow_lease_secs: float,
-                                  event_cap: int | None = 50_000,
-                                  byte_cap: int | None = 50 * 1024 * 1024) -> list[dict[str, Any]]:
-        """Complete (task id, fencing token, result, decision or None) items in one transaction.
-
-        One row per item; ``decided`` is set where the item's decision was applied
-        with its result (functions/activities.sql).
-        """
-        return await self._all(COMPLETE_ACTIVITIES, worker_id=worker_id,
-                               task_ids=[i[0] for i in items], fencing_tokens=[i[1] for i in items],
-                               results=[_jsonb(i[2]) for i in items], hand_off=hand_off,
-                               workflow_lease_secs=workflow_lease_secs,
-                               decisions=[None if i[3] is None else _jsonb(i[3]) for i in items],
-                               event_cap=event_cap, byte_cap=byte_cap)
-
-    async def fail_activity(self, task_id: int, fencing_token: int, failure: dict[str, Any]) -> str:
-        return (await self._one(FAIL_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
-                                failure=_jsonb(failure)))["outcome"]
-
-    async def heartbeat_activity(self, task_id: int, fencing_token: int, details: Any) -> bool:
-        row = await self._one(HEARTBEAT_ACTIVITY, task_id=task_id, fencing_token=fencing_token,
-                              details=None if details is None else _jsonb(details))
-        return bool(row["cancel_requested"])
-
-    async def register_worker(self, worker_id: str, queues: list[str], hostname: str, pid: int,
-                              heartbeat_interval_secs: float, metadata: dict[str, Any]) -> None:
-        await self._all(REGISTER_WORKER, worker_id=worker_id, queues=queues, hostname=hostname,
-                        pid=pid, heartbeat_interval_secs=heartbeat_interval_secs,
-                        metadata=_jsonb(metadata))
-
-    async def worker_heartbeat(self, worker_id: str) -> str:
-        return (await self._one(WORKER_HEARTBEAT, worker_id=worker_id))["status"]
-
-    async def scan(self, limit: int = 100) -> dict[str, Any]:
-        return (await self._one(SCAN, limit=limit))["moved"]
-
-    async def worker_sleep(self, worker_id: str, sleeping: bool) -> None:
-        await self._all(WORKER_SLEEP, worker_id=worker_id, sleeping=sleeping)
-
-    async def release_task(self, task_id: int, fencing_token: int) -> bool:
-        return (await self._one(RELEASE_TASK, task_id=task_id, fencing_token=fencing_token))["released"]
-
-    async def register_workflows(self, queues: list[str], names: list[str]) -> int:
-        return (await self._one(REGISTER_WORKFLOWS, queues=queues, names=names))["registered"]
-
-    async def begin_worker_drain(self, worker_id: str) -> str:
-        return (await self._one(BEGIN_WORKER_DRAIN, worker_id=worker_id))["status"]
-
-    async def stop_worker(self, worker_id: str) -> int:
-        return (await self._one(STOP_WORKER, worker_id=worker_id))["released"]
-
-    async def schema_version(self) -> str | None:
-        row = await self._one(SCHEMA_VERSION)
-        return row["version"] if row else None
-
-    async def payload_limit(self) -> int:
-        return (await self._one(PAYLOAD_LIMIT))["payload_limit"]
-
-    async def declare_flow_policies(self, policies: dict[str, Any]) -> int:
-        return (await self._one(DECLARE_FLOW_POLICIES, policies=_jsonb(policies)))["declared"]
+    async def _stream(self, sql: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        page_size = params.pop("page_size")
+        async with self.pool.connection() as conn:
+            with translated_errors():
+                async with conn.transaction(), conn.cursor(name="harvest_stream", row_factory=dict_row) as cur:
+                    cur.itersize = page_size
+                    await cur.execute(sql, params)
+                    async for row in cur:
+                        yield row
 
 
-    # -- queries and updates (functions/queries.sql) ----------------------------------------
-    async def request_query(self, execution_id: str, name: str, arg: Any, timeout: float) -> int:
-        return (await self._one(REQUEST_QUERY, execution_id=execution_id, name=name,
-                                arg=_jsonb(arg), timeout=timeout))["request_id"]
+# -- the methods, made from the declarations ---------------------------------------------------
+# A closure per call and kind: no lookup by name at call time, the same work per call as a
+# hand-written method (build the parameters, run, shape). The method carries the declaration's
+# name, docstring and signature (plus self), so help() and inspect see the real arguments.
 
-    async def request_update(self, execution_id: str, name: str, arg: Any, update_id: str | None,
-                             timeout: float) -> dict[str, Any]:
-        return await self._one(REQUEST_UPDATE, execution_id=execution_id, name=name,
-                               arg=_jsonb(arg), update_id=update_id, timeout=timeout)
-
-    async def update_with_start(self, workflow_name: str, workflow_id: str, name: str, arg: Any,
-                                input: list[Any], task_queue: str, update_id: str | None,
-                                timeout: float, search_attributes: dict[str, Any]) -> dict[str, Any]:
-        return await self._one(UPDATE_WITH_START, workflow_name=workflow_name,
-                               workflow_id=workflow_id, name=name, arg=_jsonb(arg),
-                               input=_jsonb(input), task_queue=task_queue, update_id=update_id,
-                               timeout=timeout, search_attributes=_jsonb(search_attributes))
-
-    async def get_query_request(self, request_id: int) -> dict[str, Any]:
-        return await self._one(GET_QUERY_REQUEST, request_id=request_id)
-
-    async def claim_queries(self, worker_id: str, queues: list[str], limit: int,
-                            lease_secs: float) -> list[dict[str, Any]]:
-        return await self._all(CLAIM_QUERIES, worker_id=worker_id, queues=queues, limit=limit,
-                               lease_secs=lease_secs)
-
-    async def answer_query(self, request_id: int, worker_id: str, answer: Any,
-                           error: dict[str, Any] | None) -> str | None:
-        return (await self._one(ANSWER_QUERY, request_id=request_id, worker_id=worker_id,
-                                answer=None if error is not None else _jsonb(answer),
-                                error=None if error is None else _jsonb(error)))["status"]
-
-    async def accept_update(self, request_id: int, worker_id: str) -> str | None:
-        return (await self._one(ACCEPT_UPDATE, request_id=request_id, worker_id=worker_id))["status"]
-
-    async def expire_query_requests(self, limit: int = 1000) -> int:
-        return (await self._one(EXPIRE_QUERY_REQUESTS, limit=limit))["expired"]
-
-    # -- process roles and drain deadlines (functions/worker_drain.sql, retention.sql) ------
-    async def worker_drain_deadline(self, worker_id: str) -> dict[str, Any] | None:
-        return await self._one(WORKER_DRAIN_DEADLINE, worker_id=worker_id)
-
-    async def run_retention(self, max_age: str | None = None, batch_size: int | None = None,
-                            operator: str | None = None) -> dict[str, Any]:
-        return (await self._one(RUN_RETENTION, max_age=max_age, batch_size=batch_size,
-                                operator=operator))["result"]
-
-    async def prune_workers(self, max_age: str | None = None, operator: str | None = None) -> dict[str, Any]:
-        return (await self._one(PRUNE_WORKERS, max_age=max_age, operator=operator))["result"]
+def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
+    params, shape, sql = spec.params, spec.shape, spec.sql
+    fixed = isinstance(sql, str)
+    if spec.stream:
+        def method(self, *args: Any, **kwargs: Any) -> Any:
+            values = params(*args, **kwargs)
+            return self._stream(sql if fixed else sql(values), values)
+    elif is_async and fixed and shape is rows:  # the worker's claims and completions: no shaping
+        async def method(self, *args: Any, **kwargs: Any) -> Any:
+            return await self._all(sql, params(*args, **kwargs))
+    elif is_async and fixed:
+        async def method(self, *args: Any, **kwargs: Any) -> Any:
+            return shape(await self._all(sql, params(*args, **kwargs)))
+    elif is_async:
+        async def method(self, *args: Any, **kwargs: Any) -> Any:
+            values = params(*args, **kwargs)
+            return shape(await self._all(sql(values), values))
+    elif fixed:
+        def method(self, *args: Any, **kwargs: Any) -> Any:
+            return shape(self._all(sql, params(*args, **kwargs)))
+    else:
+        def method(self, *args: Any, **kwargs: Any) -> Any:
+            values = params(*args, **kwargs)
+            return shape(self._all(sql(values), values))
+    signature = inspect.signature(params)
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    method.__signature__ = signature.replace(parameters=[self_param, *signature.parameters.values()],
+                                             return_annotation=inspect.Signature.empty)
+    method.__name__ = spec.name
+    method.__doc__ = params.__doc__ or f"harvest.{spec.name}: {shape.__doc__}"
+    return method
 
 
-WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.worker_drain_deadline(%(worker_id)s)"
+for _spec in CALLS.values():
+    for _cls, _is_async in ((SqlApi, False), (AsyncSqlApi, True)):
+        assert _spec.name not in vars(_cls), f"{_spec.name} would hide {_cls.__name__}'s own member"
+        _m = _method(_spec, _is_async)
+        _m.__qualname__ = f"{_cls.__name__}.{_spec.name}"
+        setattr(_cls, _spec.name, _m)
+del _spec, _cls, _is_async, _m

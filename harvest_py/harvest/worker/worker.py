@@ -29,13 +29,11 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-import psycopg
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
-
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
-from harvest.db import SCHEMA_VERSION, channels
-from harvest.db.connection import RedactingAsyncConnection, connect_async, is_permanent, redact, resolve_dsn
-from harvest.db.migrate import schema_mismatch
+from harvest.db import channels
+from harvest.db.connection import connect_async, is_permanent, redact, resolve_dsn
+from harvest.db.migrate import check_schema_async
+from harvest.db.pools import TRANSIENT, AsyncConnectionPool, open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.declare.definitions import App
 from harvest.worker.activities import run_activity_task
@@ -145,10 +143,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
         await self._first_connection()
-        self._pool = AsyncConnectionPool(self.dsn, min_size=2, max_size=self.concurrency + 4,
-                                         kwargs={"autocommit": True}, open=False,
-                                         connection_class=RedactingAsyncConnection)
-        await self._pool.open(wait=True, timeout=CONNECT_WAIT_SECS)
+        self._pool = await open_async_pool(self.dsn, min_size=2, max_size=self.concurrency + 4,
+                                           timeout=CONNECT_WAIT_SECS)
         self.sql = AsyncSqlApi(self._pool)
         try:
             await self._check_schema()
@@ -220,13 +216,7 @@ class Worker:
             return
 
     async def _check_schema(self) -> None:
-        expected = SCHEMA_VERSION
-        try:
-            found = await self.sql.schema_version()
-        except (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
-            found = None
-        if found != expected:
-            raise schema_mismatch(found, expected, "this worker")
+        await check_schema_async(self.sql, "this worker")
 
     async def _drain(self) -> None:
         # First say so: the fleet (worker list, health, coverage) sees this worker take no
@@ -280,7 +270,7 @@ class Worker:
         want = min(free, self.claim_batch)
         try:
             claimed = await self.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
+        except TRANSIENT as exc:
             log.warning("claim failed (%s); retrying", redact(str(exc), self.dsn))
             await self._sleep(self.poll_interval)
             return [], False

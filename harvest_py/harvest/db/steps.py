@@ -1,0 +1,141 @@
+"""One loop for the sync and the asyncio client: waits written once, as step generators.
+
+A wait that talks to the database (a run's result, a query's or an update's answer, a
+signal that follows a run's continue-as-new chain) is a generator with no I/O of its own
+(the "sans-I/O" style psycopg itself uses for its protocol): it yields what it needs and
+returns its answer.
+
+* ``Sql(call, *args, **kwargs)``: call the SQL API; ``call`` is a declaration of ``harvest.db.sqlapi``
+  (``sqlapi.get_execution``), so a misspelt call fails at import, not at run time. The
+  generator is sent the call's value, or has its exception thrown in.
+* ``Notified(payload, timeout)``: wait until a NOTIFY with this payload arrives on the
+  listening connection, or ``timeout`` seconds pass (``None`` is sent back either way).
+
+``run_steps`` drives a generator on a :class:`SqlApi`, ``arun_steps`` on an
+:class:`AsyncSqlApi`; ``listen``/``alisten`` first open a connection of their own and
+LISTEN on a channel. These four are the only code that differs between the two clients'
+waits. An operation's exception is thrown into the generator (which may catch it, as a wait
+catches NotFound); a ``cleanup`` call given to the driver runs however the steps end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator
+from typing import Any, TypeVar
+
+from harvest.db import channels
+from harvest.db.connection import DatabaseError, connect, connect_async
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+
+T = TypeVar("T")
+
+
+class Sql:
+    """A call of the SQL API (see the module docstring)."""
+
+    __slots__ = ("args", "kwargs", "name")
+
+    def __init__(self, call: Callable[..., Any], *args: Any, **kwargs: Any):
+        self.name = call.__name__
+        self.args = args
+        self.kwargs = kwargs
+
+    def on(self, sql: SqlApi | AsyncSqlApi) -> Any:
+        """Make the call on ``sql`` (an awaitable on an AsyncSqlApi)."""
+        return getattr(sql, self.name)(*self.args, **self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"Sql({self.name}, {self.args!r}, {self.kwargs!r})"
+
+
+class Notified:
+    """Wait for a NOTIFY carrying ``payload`` on the listening connection, at most ``timeout`` s."""
+
+    __slots__ = ("payload", "timeout")
+
+    def __init__(self, payload: str, timeout: float):
+        self.payload = payload
+        self.timeout = timeout
+
+
+Steps = Generator[Sql | Notified, Any, T]
+
+
+class _Stepper:
+    """Where a generator stands: what to send it next (a value, or an error to throw in)."""
+
+    __slots__ = ("error", "result", "steps", "value")
+
+    def __init__(self, steps: Steps[Any]):
+        self.steps, self.value, self.error, self.result = steps, None, None, None
+
+    def next(self) -> Sql | Notified | None:
+        """The next operation, or None once the steps have returned (``result``)."""
+        try:
+            op = self.steps.send(self.value) if self.error is None else self.steps.throw(self.error)
+        except StopIteration as done:
+            self.result = done.value
+            return None
+        self.value = self.error = None
+        return op
+
+
+def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
+    """Drive ``steps`` on a synchronous API (``Notified`` needs ``sql.conn`` to LISTEN), then,
+    however they end, make the ``cleanup`` call (a database error of its own is ignored)."""
+    stepper = _Stepper(steps)
+    try:
+        while (op := stepper.next()) is not None:
+            try:
+                if isinstance(op, Notified):
+                    for note in sql.conn.notifies(timeout=op.timeout):
+                        if note.payload == op.payload:
+                            break
+                else:
+                    stepper.value = op.on(sql)
+            except Exception as exc:  # noqa: BLE001 - thrown into the generator, which decides
+                stepper.error = exc
+        return stepper.result
+    finally:
+        if cleanup is not None:
+            with contextlib.suppress(DatabaseError):
+                cleanup.on(sql)
+
+
+async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = None) -> T:
+    """:func:`run_steps` under asyncio (``Notified`` needs ``sql`` on one connection: ``alisten``)."""
+    stepper = _Stepper(steps)
+    try:
+        while (op := stepper.next()) is not None:
+            try:
+                if isinstance(op, Notified):
+                    async with sql.pool.connection() as conn:
+                        async for note in conn.notifies(timeout=op.timeout):
+                            if note.payload == op.payload:
+                                break
+                else:
+                    stepper.value = await op.on(sql)
+            except Exception as exc:  # noqa: BLE001 - thrown into the generator, which decides
+                stepper.error = exc
+        return stepper.result
+    finally:
+        if cleanup is not None:
+            with contextlib.suppress(DatabaseError):
+                await cleanup.on(sql)
+
+
+def listen(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None = None) -> T:
+    """Drive ``steps`` on a connection of its own that LISTENs on ``channel`` first (so no
+    notification the steps wait for can come before the LISTEN)."""
+    with connect(dsn, autocommit=True) as conn:
+        conn.execute(channels.listen(channel))
+        return run_steps(steps, SqlApi(conn), cleanup)
+
+
+async def alisten(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None = None) -> T:
+    """:func:`listen` under asyncio."""
+    conn = await connect_async(dsn, autocommit=True)
+    async with conn:
+        await conn.execute(channels.listen(channel))
+        return await arun_steps(steps, AsyncSqlApi.on_connection(conn), cleanup)
