@@ -371,3 +371,21 @@ BEGIN
     RETURN coalesce(v_cancel, false);
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.complete_activity IS
+'Record a claimed activity task''s result under its fencing token and wake its workflow in the same transaction; '
+'a stale token or lost lease raises HR004, a result over payload_limit() HR008. Called by workers (role '
+'harvest_worker).';
+COMMENT ON FUNCTION harvest.complete_activities IS
+'A worker''s group commit of activity results (and of decisions made on them): each item completes or is refused '
+'on its own (outcome completed, too_large or the lock problem), in one transaction. Called by the Python worker '
+'(role harvest_worker).';
+COMMENT ON FUNCTION harvest.fail_activity IS
+'Fail one attempt of a claimed activity task: retried after its backoff, dead-lettered or failed for good per its'
+' retry policy; returns retry_scheduled, dead_lettered or failed. Called by workers (role harvest_worker); a '
+'stale token raises HR004.';
+COMMENT ON FUNCTION harvest.heartbeat_activity IS
+'Extend a running activity''s lease (never past start_to_close) and keep its details for the next attempt; '
+'returns whether the run was asked to cancel, raises HR004 once the task is no longer this claim''s. Called by '
+'workers (role harvest_worker).';

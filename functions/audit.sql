@@ -53,3 +53,9 @@ BEGIN
     ORDER BY a.id DESC LIMIT p_limit;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.list_audit_log IS
+'The audit log of operator actions (terminate, cancel, reset, dead-letter replay and discard, worker drain, '
+'retention, rate-limit overrides) with each row''s source, newest first, optionally of one operation; p_limit '
+'1..1000. For operators (role harvest_reader).';

@@ -532,3 +532,11 @@ BEGIN
     RETURN v_task_id;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.claim_tasks IS
+'Claim up to p_limit due tasks of p_queues for p_worker_id: each gets a lease and a new fencing token, and '
+'completing it under an older token is refused (HR004). Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.next_due_at IS
+'When the earliest not-yet-due work of p_queues (timers, retry backoffs) becomes due, so an idle worker sleeps '
+'exactly until then. Called by the Python worker (role harvest_worker).';

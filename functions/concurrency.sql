@@ -369,3 +369,12 @@ AS $$
     GROUP BY w.key
     ORDER BY 1, 2;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.declare_flow_policies IS
+'Declare an App''s flow policies ({"workflows": {...}, "activities": {...}}: concurrency, quotas, start gates, '
+'max_concurrent, rate limits); names not listed keep their last declaration; returns how many were written, a '
+'malformed policy raises HR001. Called by the worker at start-up (role harvest_worker).';
+COMMENT ON FUNCTION harvest.concurrency_status IS
+'Concurrency per key (one key, or all): task type, max_concurrent, in flight, pending, and for workflow keys the '
+'workflows holding live work on it. For operators (role harvest_reader).';

@@ -292,3 +292,16 @@ BEGIN
     RETURN v_execution;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.now IS
+'The engine''s clock: transaction time, or harvest.fake_now while the owner-only test clock '
+'(engine_settings.test_clock_allowed) is on. Read by every entry point (roles harvest_reader, harvest_worker).';
+COMMENT ON FUNCTION harvest.schema_version IS
+'The latest applied core migration; the Python client and worker refuse a schema they do not match. Roles '
+'harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.shard_of IS
+'The shard an execution id belongs to. Roles harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.payload_limit IS
+'The largest payload the engine accepts, in bytes, for clients and workers that check before they send (the '
+'server''s own check, HR008, stays the authority). Roles harvest_reader, harvest_worker.';

@@ -306,3 +306,26 @@ AS $$
     SELECT harvest._bulk_dead_letters('discard', p_activity_name, p_workflow_name, p_failed_after,
                                       p_failed_before, p_limit, p_dry_run, p_operator);
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.list_dead_letters IS
+'Dead letters, newest first, optionally of one activity or workflow and before an id (keyset paging); p_limit '
+'1..1000 (else HR001). For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.get_dead_letter IS
+'One dead letter; HR002 when it does not exist. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.replay_dead_letter IS
+'Re-enqueue a dead-lettered activity with a fresh attempt budget and audit it; returns the new task id. HR005 '
+'when its run is no longer RUNNING, HR001 for a run''s own dead letter. For operators (role harvest_operator).';
+COMMENT ON FUNCTION harvest.discard_dead_letter IS
+'Drop a dead letter and audit it: a RUNNING workflow receives ActivityFailed and may handle it or fail. For '
+'admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.aggregate_dead_letters IS
+'How many dead letters, grouped by activity, workflow or error type (or all three), with the first and last '
+'failure time of each group. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.bulk_replay_dead_letters IS
+'Replay the dead letters a filter selects (up to p_limit, oldest first), each on its own: a row that cannot be '
+'replayed is reported in failures, never aborts the rest; p_dry_run writes nothing; audited once. For operators '
+'(role harvest_operator).';
+COMMENT ON FUNCTION harvest.bulk_discard_dead_letters IS
+'Discard the dead letters a filter selects (up to p_limit, oldest first), each on its own, reporting failures '
+'without aborting the rest; p_dry_run writes nothing; audited once. For admins (role harvest_admin).';

@@ -570,7 +570,8 @@ $$;
 COMMENT ON FUNCTION harvest.complete_workflow_task(bigint, bigint, bigint, jsonb, text, bigint, bigint, integer) IS
 'Complete one claimed workflow task: append WorkflowTaskCompleted{through} and one event per command, create the '
 'tasks they schedule, end the run if a command ended it; returns the last event id, the run''s status and the '
-'activities handed to the worker. The single-task form of complete_workflow_tasks, for SQL callers.';
+'activities handed to the worker. The single-task form of complete_workflow_tasks, for SQL callers (role '
+'harvest_worker).';
 
 -- A worker's group commit of decisions: complete many workflow tasks in one
 -- transaction, each as complete_workflow_task would. An item held under a stale
@@ -638,7 +639,8 @@ END;
 $$;
 COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint) IS
 'A worker''s group commit of decisions: each item as complete_workflow_task, in one transaction; an item under a '
-'stale token, gone, of another kind or past its lease is refused on its own (outcome). Called by the Python worker.';
+'stale token, gone, of another kind or past its lease is refused on its own (outcome). Called by the Python worker '
+'(role harvest_worker).';
 
 -- A workflow task that could not complete (non-determinism, a worker-side error):
 -- nothing is written to the history; the task is retried after a backoff, and the
@@ -695,7 +697,7 @@ $$;
 COMMENT ON FUNCTION harvest.fail_workflow_task(bigint, bigint, jsonb, double precision) IS
 'A claimed workflow task that could not complete (non-determinism, a worker-side error): nothing is appended, the task '
 'is retried after p_retry_in_secs with the failure kept on it; UnknownWorkflow at the 10th attempt fails the run. '
-'Called by the Python worker.';
+'Called by the Python worker (role harvest_worker).';
 
 -- Start a child for a start_child_workflow command. A running run already holding
 -- the child's workflow_id is not adopted: the parent receives ChildWorkflowFailed

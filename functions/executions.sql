@@ -352,3 +352,25 @@ LANGUAGE sql
 AS $$
     DELETE FROM harvest.result_waiters WHERE waiter_id = p_waiter_id;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.get_execution IS
+'One execution row; HR002 when it does not exist. For operators and clients (role harvest_reader).';
+COMMENT ON FUNCTION harvest.get_history IS
+'A run''s history after event p_after_event_id (0 = from the start), in order. Called by clients, workers and '
+'operators (roles harvest_reader, harvest_worker).';
+COMMENT ON FUNCTION harvest.terminate_workflow IS
+'End a RUNNING run at once as TERMINATED, audited: no cleanup code runs, open activities and timers are dropped; '
+'HR005 when it has already ended. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.list_executions IS
+'The workflow list: optional filters composed with AND, keyset pages on (created_at, id) with next_cursor; an '
+'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.workflow_stack IS
+'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task and '
+'the last event id; HR002 when it does not exist. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.wait_for_result IS
+'While the run is RUNNING, mark p_waiter_id as waiting for its end; returns the run as it is now (HR002 when it '
+'does not exist). Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
+COMMENT ON FUNCTION harvest.stop_waiting IS
+'Drop a waiter''s marks (it got its answer, timed out or gave up). Called by clients (roles harvest_reader, '
+'harvest_worker).';

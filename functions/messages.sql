@@ -427,3 +427,30 @@ BEGIN
     RETURN v_count;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.request_query IS
+'Ask a worker to answer query p_name on a run (a finished run is answered from a replay); returns the request id '
+'to wait on. HR002 when the run does not exist. Called by clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.request_update IS
+'Ask for update p_name on a RUNNING run, idempotent by p_update_id (the same id returns the same request); HR005 '
+'when the run has ended. Called by clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.update_with_start IS
+'Request an update on the running run of (workflow_name, workflow_id), starting one first when none runs, in one '
+'transaction. Called by clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.claim_queries IS
+'A worker claims open query and update requests of its queues (pending, or running past their claimer''s lease), '
+'oldest first, never waiting on a lock. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.answer_query IS
+'Answer a claimed request: a query''s answer or error, or an update''s rejection; returns the new status, or NULL'
+' when the request is no longer this worker''s. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.accept_update IS
+'An update passed its validator: record UpdateAccepted once per update id and wake the workflow; returns '
+'accepted, rejected (the run ended) or NULL (no longer this worker''s). Called by the Python worker (role '
+'harvest_worker).';
+COMMENT ON FUNCTION harvest.get_query_request IS
+'A query or update request with its run''s status and how many live workers poll the run''s queue; HR002 once it '
+'is gone. Called by waiting clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.expire_query_requests IS
+'Delete query and update requests past their deadline, answered or not; returns how many went. Called by the '
+'worker''s cleaner (role harvest_worker).';

@@ -151,3 +151,10 @@ BEGIN
                                   p_event.event_data ->> 'kind', p_event.event_data #>> '{value,key}');
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.mutex_tick IS
+'Grant free mutex keys whose head waiter could not be granted at release time; returns how many were granted. '
+'Called by the scanner, harvest.scan (role harvest_worker).';
+COMMENT ON FUNCTION harvest.mutex_status IS
+'Holders and FIFO waiters of one mutex key (or all keys). For operators (role harvest_reader).';

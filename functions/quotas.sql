@@ -61,3 +61,8 @@ BEGIN
     END CASE;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.quota_usage IS
+'One quota''s current usage for a key: max_active_executions, max_history_bytes or max_dead_letters (else HR001).'
+' For operators (role harvest_reader).';

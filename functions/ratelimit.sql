@@ -202,3 +202,14 @@ AS $$
     FROM harvest.rate_limit_buckets AS b
     WHERE b.bucket_key = 'rate:' || p_activity_name;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.set_rate_limit_override IS
+'Lay a temporary rate (rps, burst) over an activity''s declared limit, reverting by itself after p_ttl_secs; '
+'audited, returns the limit as get_rate_limit. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.clear_rate_limit_override IS
+'Drop an activity''s rate-limit override now, audited; returns whether one was live. For admins (role '
+'harvest_admin).';
+COMMENT ON FUNCTION harvest.get_rate_limit IS
+'An activity''s declared rate limit and its live override (an expired one reads NULL). For operators (role '
+'harvest_reader).';

@@ -131,3 +131,11 @@ BEGIN
     ORDER BY e.created_at DESC, e.id;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.deliver_relays IS
+'Deliver relays (a child''s end to its parent, a parent''s end to its children) whose immediate delivery found '
+'the target busy; returns how many. Called by the scanner, harvest.scan (role harvest_worker).';
+COMMENT ON FUNCTION harvest.list_children IS
+'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
+'(else HR001). For operators (role harvest_reader).';

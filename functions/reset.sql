@@ -206,3 +206,12 @@ BEGIN
     ORDER BY 1, 2;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.reset_workflow IS
+'Recover a running top-level run stuck on history its code can no longer replay: it ends TERMINATED and a fork '
+'carrying the history through p_to_event runs under the current code; audited, p_dry_run only reports the plan; '
+'an invalid point raises HR001, a terminal run HR005. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.version_usage IS
+'Which recorded versions of a ctx.version() gate runs still use, so an old branch is deleted only when no run can'
+' replay through it. Read-only, for operators (role harvest_reader).';

@@ -187,3 +187,20 @@ BEGIN
                               'worker_max_age', v_max_age::text);
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.set_retention IS
+'Set how long terminal executions are kept (p_max_age; NULL keeps everything) and the batch size (1..10000), '
+'audited; returns retention_status(). For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.retention_status IS
+'The retention settings, the last run, and how many executions (and worker rows) a run would delete now. For '
+'operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.run_retention IS
+'Delete one batch of expired terminal executions (never a RUNNING one), audited; returns {deleted, remaining, '
+'cutoff}: call again while remaining > 0. HR001 when no max age is set. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.set_worker_retention IS
+'Set the worker registry rule: rows of stopped or stale workers last seen more than p_max_age ago are deleted by '
+'prune_workers (NULL keeps every row); audited. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.prune_workers IS
+'Delete the worker rows the registry rule lets go (never a live, recent or task-holding worker), audited; returns'
+' {deleted, cutoff, worker_max_age}. Run by the retention janitor (role harvest_admin).';

@@ -81,3 +81,15 @@ BEGIN
     RETURN true;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.signal_workflow IS
+'Append a SignalReceived event to a RUNNING run and wake it; returns the event id. HR005 when the run has ended, '
+'HR008 for a payload over payload_limit(). Called by clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.signal_with_start IS
+'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction. '
+'Called by clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.cancel_workflow IS
+'Ask a RUNNING run to cancel (the workflow sees it at its await point, activities on their next heartbeat), '
+'audited; returns false when already requested, HR005 when it has ended. Called by clients (role '
+'harvest_operator).';

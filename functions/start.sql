@@ -442,7 +442,8 @@ COMMENT ON FUNCTION harvest.start_workflow(text, jsonb, text, text, text, text, 
 'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
 'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
 'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh. Called by clients (Python '
-'Client, CLI, psql) and by the engine for children and continue-as-new.';
+'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run) and by '
+'the engine for children and continue-as-new.';
 
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix) is started as
@@ -495,4 +496,4 @@ $$;
 COMMENT ON FUNCTION harvest.start_workflows(jsonb) IS
 'A client''s group commit of starts: each element of a JSON array of start_workflow''s arguments (without the p_ '
 'prefix) started as start_workflow would, in one transaction; any error fails the whole call. Called by the Python '
-'Client''s batched starts.';
+'Client''s batched starts (role harvest_operator).';

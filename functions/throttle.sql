@@ -294,3 +294,12 @@ AS $$
     WHERE p_workflow_name IS NULL OR p.workflow_name = p_workflow_name
     ORDER BY p.workflow_name, p.kind, p.gate_key, p.id;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.release_pending_starts IS
+'Start the due debounce and batch starts and as many throttled starts as each bucket''s tokens allow (FIFO), '
+'never waiting on a held key; returns how many runs started. Called by the scanner, harvest.scan (role '
+'harvest_worker).';
+COMMENT ON FUNCTION harvest.pending_starts_status IS
+'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst. For operators (role '
+'harvest_reader).';

@@ -124,3 +124,16 @@ BEGIN
         'starts_released', harvest.release_pending_starts(p_limit));
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.expire_tasks IS
+'Crash recovery and activity timeouts: expired workflow-task leases go back to pending, expired activity leases '
+'fail that attempt, activities past schedule_to_close fail for good; bounded by p_limit, skipping locked rows. '
+'Called by the scanner, harvest.scan (role harvest_worker).';
+COMMENT ON FUNCTION harvest.expire_workflows IS
+'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'
+' (role harvest_worker).';
+COMMENT ON FUNCTION harvest.scan IS
+'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, mutex_tick, '
+'release_pending_starts), each bounded by p_limit; the answer says what moved. Called by every worker each '
+'scan_interval (role harvest_worker).';

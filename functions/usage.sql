@@ -124,3 +124,9 @@ BEGIN
     ORDER BY c.grp;
 END;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.usage_report IS
+'What each workflow type or search-attribute group consumed over [p_from, p_to), from the durable events (starts,'
+' outcomes, activity attempts and span); a window wider than the server''s ceiling raises HR001. For operators '
+'(role harvest_reader).';

@@ -414,3 +414,53 @@ AS $$
     FROM harvest.workers AS w
     WHERE w.id = p_worker_id;
 $$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.register_worker IS
+'Register (or re-register) a worker and its queues as active; HR001 without an id or queue or for a heartbeat '
+'interval outside 0.1..3600 s. Called by the Python worker at start (role harvest_worker).';
+COMMENT ON FUNCTION harvest.worker_heartbeat IS
+'Record a worker''s heartbeat; returns its status (active, draining or stopped), so it learns of a remote drain. '
+'HR002 when it is not registered. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.release_worker_tasks IS
+'Give back the tasks a worker holds (all, or p_task_ids) without counting a failed attempt, so another worker '
+'takes them at once; returns how many. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.begin_worker_drain IS
+'A worker told to stop records that it is draining before it finishes its in-flight work (a remote drain''s '
+'deadline is kept, a stopped worker stays stopped); returns the status. Called by the Python worker (role '
+'harvest_worker).';
+COMMENT ON FUNCTION harvest.stop_worker IS
+'Mark a worker stopped and release the tasks it still holds; returns how many. HR002 when it is not registered. '
+'Called by the Python worker at shutdown (role harvest_worker).';
+COMMENT ON FUNCTION harvest.release_task IS
+'Give back one claimed task without counting a failed attempt, only while the caller''s fencing token is the '
+'current claim; returns whether it was released. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.worker_sleep IS
+'A worker about to wait for work marks itself asleep (producers then notify its queues), and clears the mark once'
+' busy. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.register_workflows IS
+'Register the workflow names a worker can run on each of its queues; a start of a name not registered on a queue '
+'with registrations is refused (HR010). Returns how many pairs were new. Called by the Python worker at start '
+'(role harvest_worker).';
+COMMENT ON FUNCTION harvest.unregister_workflow IS
+'Retire a workflow name from a queue (a workflow deleted from the code); returns whether it was registered. For '
+'admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.list_workers IS
+'The worker registry with derived health (healthy, stale) and in-flight counts, optionally of one queue, status '
+'or health (else HR001). For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.get_worker IS
+'One worker with the ids of the tasks it holds a lease on; HR002 when it is not registered. For operators (role '
+'harvest_reader).';
+COMMENT ON FUNCTION harvest.worker_health IS
+'The fleet roll-up: healthy, draining and stale workers by queue and by shard. For operators (role '
+'harvest_reader).';
+COMMENT ON FUNCTION harvest.drain_worker IS
+'Ask a worker to drain (it stops claiming, finishes in-flight work, ends stopped), optionally by p_deadline; '
+'returns the outcome (accepted, stale_worker, already_draining, ...), every request audited. For admins (role '
+'harvest_admin).';
+COMMENT ON FUNCTION harvest.drain_preview IS
+'Who a drain would affect: each matching live worker, its in-flight tasks, the outcome a drain would have, and '
+'queues no other live worker covers. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.worker_drain_deadline IS
+'When a draining worker''s drain must be done: the deadline given to drain_worker and the seconds left by the '
+'database clock. Called by the Python worker (role harvest_worker).';

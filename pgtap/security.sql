@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(14);
+SELECT plan(18);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -14,6 +14,28 @@ SELECT ok(harvest._secure_functions() > 0, 'securing is repeatable');
 SELECT is((SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace
            AND has_function_privilege('public', p.oid, 'EXECUTE')), 0::bigint, 'nothing executable by PUBLIC');
 
+-- \df+ harvest.* documents the API: every public function carries a comment (the
+-- -- Comments: block at the end of its functions/ file) that names the roles
+-- _function_role grants it to.
+CREATE FUNCTION pg_temp.uncommented() RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(p.proname::text ORDER BY p.proname), '{}') FROM pg_proc AS p
+    WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname NOT LIKE '\_%'
+      AND coalesce(btrim(obj_description(p.oid, 'pg_proc')), '') = '';
+$$;
+CREATE FUNCTION pg_temp.comments_missing_role() RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(p.proname || ': ' || r.role ORDER BY p.proname, r.role), '{}') FROM pg_proc AS p
+    CROSS JOIN LATERAL unnest(string_to_array(harvest._function_role(p.proname), ',')) AS r (role)
+    WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname NOT LIKE '\_%'
+      AND strpos(coalesce(obj_description(p.oid, 'pg_proc'), ''), r.role) = 0;
+$$;
+SELECT is(pg_temp.uncommented(), '{}'::text[], 'every public harvest function has a COMMENT');
+SELECT is(pg_temp.comments_missing_role(), '{}'::text[], 'each COMMENT names the roles _function_role grants');
+CREATE FUNCTION harvest.zz_probe() RETURNS integer LANGUAGE sql AS 'SELECT 1';
+SELECT is(pg_temp.uncommented(), '{zz_probe}'::text[], 'a public function without a COMMENT is caught');
+COMMENT ON FUNCTION harvest.zz_probe IS 'A probe.';
+SELECT is(pg_temp.comments_missing_role(), '{"zz_probe: harvest_admin"}'::text[],
+          'a COMMENT that does not name the function''s role is caught');
+DROP FUNCTION harvest.zz_probe();
 
 -- _session_has_role: the login's roles; a superuser or the schema owner holds every one.
 SELECT ok(harvest._session_has_role('harvest_admin'), '_session_has_role(): the superuser running this holds admin');
