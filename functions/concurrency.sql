@@ -327,7 +327,7 @@ $$;
 -- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
 -- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
 -- workflows with live work on the key and their on_conflict.
-CREATE OR REPLACE FUNCTION harvest.concurrency_status(p_key text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_concurrency_keys(p_key text DEFAULT NULL)
 RETURNS TABLE (
     key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
 )

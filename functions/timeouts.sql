@@ -120,7 +120,7 @@ BEGIN
         'expired_tasks', v_expired,
         'timed_out_workflows', harvest.expire_workflows(p_limit),
         'relays_delivered', harvest.deliver_relays(p_limit),
-        'mutex_grants', harvest.mutex_tick(p_limit),
+        'mutex_grants', harvest.grant_mutexes(p_limit),
         'starts_released', harvest.release_pending_starts(p_limit));
 END;
 $$;
