@@ -280,7 +280,7 @@ BEGIN
             p_workflow_name, p_workflow_id, v_prior.id, v_prior.status
             USING ERRCODE = 'HR003',
             DETAIL = jsonb_build_object('existing_execution_id', v_prior.id,
-                                        'existing_state', v_prior.status)::text,
+                                        'existing_status', v_prior.status)::text,
             HINT = 'attach to it, or pass another reuse_policy/conflict_policy';
     WHEN 'replace' THEN
         PERFORM harvest._append_event(v_prior.id, 'WorkflowTerminated',

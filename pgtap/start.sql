@@ -131,8 +131,8 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_dup', '[]', 'orde
                  'reject_duplicate on a RUNNING prior: HR003 naming the key and the execution');
 SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('start_dup', '[]', 'order-1',
                                   p_reuse_policy => 'reject_duplicate')$$) ->> 'detail')::jsonb,
-          jsonb_build_object('existing_execution_id', (SELECT execution_id FROM dup), 'existing_state', 'RUNNING'),
-          'HR003 DETAIL is JSON {existing_execution_id, existing_state}');
+          jsonb_build_object('existing_execution_id', (SELECT execution_id FROM dup), 'existing_status', 'RUNNING'),
+          'HR003 DETAIL is JSON {existing_execution_id, existing_status}');
 
 -- The policy matrix. pg_temp.outcome() makes a prior run in the given state under a
 -- key of its own, starts again with the policies and says what happened:
@@ -160,7 +160,7 @@ BEGIN
     IF v_error IS NOT NULL THEN
         IF v_error ->> 'sqlstate' = 'HR003'
            AND (v_error ->> 'detail')::jsonb = jsonb_build_object(
-               'existing_execution_id', v_prior, 'existing_state', p_prior_status) THEN
+               'existing_execution_id', v_prior, 'existing_status', p_prior_status) THEN
             RETURN 'reject';
         END IF;
         RETURN 'error ' || v_error::text;

@@ -32,7 +32,7 @@ async def parent(ctx, n: int) -> dict:
 async def tolerant_parent(ctx) -> dict:
     try:
         await ctx.execute_child_workflow("remote_child", 1, workflow_id="fixed-id",
-                                         task_queue="elsewhere", parent_close_policy="abandon")
+                                         queue="elsewhere", parent_close_policy="abandon")
     except ChildWorkflowError as err:
         return {"status": err.status, "error_type": err.error_type,
                 "child": err.child_execution_id}

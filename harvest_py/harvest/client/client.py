@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from harvest.client import messages as messaging
 from harvest.core import payload
+from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
     HarvestError,
@@ -131,12 +132,12 @@ def _limit(value: int | None) -> int | None:
     return value
 
 
-def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None,
+def _start_args(workflow: Any, args: tuple, kwargs: dict, queue: str | None,
                 limit: int | None) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     payload.check_size(encoded, f"the input of workflow {name}", limit)
-    queue = task_queue or (definition.queue if definition else "default")
+    queue = queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
 
 
@@ -295,13 +296,14 @@ class Client:
             yield SqlApi(conn)
 
     def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                       task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
+                       queue: str | None = None, reuse_policy: str = "allow_duplicate",
                        conflict_policy: str = "unspecified",
                        search_attributes: dict[str, Any] | None = None, priority: int = 0,
                        execution_timeout: Any = None, run_timeout: Any = None,
-                       connection: psycopg.Connection | None = None, **kwargs: Any) -> WorkflowHandle:
+                       connection: psycopg.Connection | None = None, task_queue: str | None = None,
+                       **kwargs: Any) -> WorkflowHandle:
         """Start (or attach to) a run; see docs/workflows.md for the policies."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
@@ -314,11 +316,11 @@ class Client:
                               row["started_fresh"])
 
     def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
-                          signal_payload: Any = None, task_queue: str | None = None,
+                          signal_payload: Any = None, queue: str | None = None,
                           search_attributes: dict[str, Any] | None = None,
-                          **kwargs: Any) -> WorkflowHandle:
+                          task_queue: str | None = None, **kwargs: Any) -> WorkflowHandle:
         """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         signal_encoded = payload.encode(signal_payload, "signal_payload")
         payload.check_size(signal_encoded, f"the payload of signal {signal}", self.max_payload_bytes)
@@ -330,14 +332,15 @@ class Client:
 
     def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
                           update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
-                          update_id: str | None = None, task_queue: str | None = None,
+                          update_id: str | None = None, queue: str | None = None,
                           search_attributes: dict[str, Any] | None = None,
-                          result_type: Any = Any, **kwargs: Any) -> tuple[WorkflowHandle, Any]:
+                          result_type: Any = Any, task_queue: str | None = None,
+                          **kwargs: Any) -> tuple[WorkflowHandle, Any]:
         """Attach to the running run of workflow_id (or start one) and update it, atomically.
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
                 "arg": _checked(payload.encode(update_arg, "update_arg"),
@@ -514,13 +517,13 @@ class AsyncClient:
         await self.close()
 
     async def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                             task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
+                             queue: str | None = None, reuse_policy: str = "allow_duplicate",
                              conflict_policy: str = "unspecified",
                              search_attributes: dict[str, Any] | None = None, priority: int = 0,
                              execution_timeout: Any = None, run_timeout: Any = None,
                              connection: psycopg.AsyncConnection | None = None,
-                             **kwargs: Any) -> AsyncWorkflowHandle:
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                             task_queue: str | None = None, **kwargs: Any) -> AsyncWorkflowHandle:
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
@@ -533,11 +536,12 @@ class AsyncClient:
 
     async def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
                                 update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
-                                update_id: str | None = None, task_queue: str | None = None,
+                                update_id: str | None = None, queue: str | None = None,
                                 search_attributes: dict[str, Any] | None = None,
-                                result_type: Any = Any, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
+                                result_type: Any = Any, task_queue: str | None = None,
+                                **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         call = {"workflow_name": name, "workflow_id": workflow_id, "name": update,
                 "arg": _checked(payload.encode(update_arg, "update_arg"),
