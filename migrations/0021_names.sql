@@ -89,12 +89,13 @@ DROP FUNCTION IF EXISTS harvest.prune_workers(interval, text);
 DROP FUNCTION IF EXISTS harvest._bulk_dead_letters(
     text, text, text, timestamptz, timestamptz, integer, boolean, text
 );
+DROP FUNCTION IF EXISTS harvest._audit(text, text, text, jsonb);
 
 -- Every functions/ file that defined a dropped function is applied again after
 -- this migration, whatever its recorded checksum says.
 DELETE FROM harvest.function_files
 WHERE file_name IN (
-    'dead_letters.sql', 'concurrency.sql', 'executions.sql', 'messages.sql', 'mutex.sql',
+    'audit.sql', 'dead_letters.sql', 'concurrency.sql', 'executions.sql', 'messages.sql', 'mutex.sql',
     'reset.sql', 'retention.sql', 'signals.sql', 'start.sql', 'throttle.sql', 'usage.sql',
     'workers.sql'
 );
