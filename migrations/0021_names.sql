@@ -77,7 +77,7 @@ DROP FUNCTION IF EXISTS harvest._start_insert(
 
 -- p_state -> p_status, and the returned id and task_queue -> execution_id and queue.
 DROP FUNCTION IF EXISTS harvest.list_executions(
-    text, text, text [], timestamptz, timestamptz, integer, text, text
+    text, text, text[], timestamptz, timestamptz, integer, text, text
 );
 
 -- p_operator -> p_operator_id.

@@ -25,7 +25,7 @@ SCALARS = {"now", "shard_of", "schema_version", "payload_limit", "next_due_at", 
 # "Not renamed, on purpose": the scanner's one entry point.
 EXCEPTIONS = {"scan"}
 
-# CONTRIBUTING.md "Renamed in 0.1" (and CHANGELOG.md): the old name must not come back.
+# CONTRIBUTING.md "Renamed to fit" (and CHANGELOG.md): the old name must not come back.
 RETIRED = {
     "worker_heartbeat", "worker_sleep", "worker_drain_deadline", "worker_health", "drain_preview",
     "mutex_tick", "mutex_status", "concurrency_status", "pending_starts_status", "retention_status",
