@@ -25,7 +25,7 @@ from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 
 FILL = """
-INSERT INTO harvest.executions (id, workflow_name, workflow_id, task_queue, created_at)
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, queue, created_at)
 SELECT harvest._new_execution_id(0), 'bench', 'b' || g, 'bq', now() FROM generate_series(1, %(n)s) AS g
 """
 FILL_TASKS = """

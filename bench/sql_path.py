@@ -72,7 +72,7 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
         raise errors[0]
     with psycopg.connect(dsn, autocommit=True) as conn:
         done = conn.execute("SELECT count(*) FROM harvest.executions WHERE status = 'COMPLETED' "
-                            "AND task_queue LIKE %s", (f"sql-path-{clients}-%",)).fetchone()[0]
+                            "AND queue LIKE %s", (f"sql-path-{clients}-%",)).fetchone()[0]
     if done != clients * per_client:
         raise RuntimeError(f"{done} of {clients * per_client} workflows completed")
     return {"clients": clients, "batch": batch, "workflows": done, "seconds": round(elapsed, 3),

@@ -132,7 +132,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id
-       AND harvest._may_hand_off(v_execution.task_queue, 0, p_worker_queues) THEN
+       AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues) THEN
         RETURN harvest._hand_workflow_task(v_execution.id, p_worker_id, p_workflow_lease_secs);
     END IF;
     PERFORM harvest._ensure_workflow_task(v_execution.id);
@@ -164,7 +164,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = v_execution.id AND t.kind = 'workflow';
-    RETURN NOT FOUND AND harvest._may_hand_off(v_execution.task_queue, 0, p_worker_queues);
+    RETURN NOT FOUND AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues);
 END;
 $$;
 

@@ -9,12 +9,12 @@
 -- reset, dead-letter replay and discard (one by one, and in bulk), rate-limit
 -- overrides, worker drains, retention settings and runs. Starts, signals,
 -- queries and updates are application traffic, not audited.
-CREATE OR REPLACE FUNCTION harvest._audit(p_operation text, p_target text, p_operator text, p_details jsonb)
+CREATE OR REPLACE FUNCTION harvest._audit(p_operation text, p_target text, p_operator_id text, p_details jsonb)
 RETURNS bigint
 LANGUAGE sql
 AS $$
     INSERT INTO harvest.audit_log (at, actor, operator_id, operation, target, details, source)
-    SELECT harvest.now(), session_user, p_operator, p_operation, p_target,
+    SELECT harvest.now(), session_user, p_operator_id, p_operation, p_target,
            -- An application name that is not a Harvest face is kept (psql, a script, or
            -- '' for a client that gave none).
            CASE WHEN s.application_name IN ('harvest-cli', 'harvest-api', 'harvest-ui')

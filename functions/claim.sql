@@ -395,7 +395,7 @@ BEGIN
         -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
         -- join may be cached as a generic plan that scans the whole table.
         RETURN QUERY
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).task_queue,
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).queue,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
                harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
@@ -414,7 +414,7 @@ BEGIN
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, v_now);
     RETURN QUERY  -- (probes per id, as above)
-    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).task_queue,
+    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).queue,
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details,
            harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
@@ -496,7 +496,7 @@ AS $$
     SELECT jsonb_build_object(
         'task_id', p_task.id, 'kind', p_task.kind, 'execution_id', p_task.execution_id,
         'workflow_name', p_execution.workflow_name, 'workflow_id', p_execution.workflow_id,
-        'task_queue', p_execution.task_queue, 'queue', p_task.queue, 'seq', p_task.seq,
+        'task_queue', p_execution.queue, 'queue', p_task.queue, 'seq', p_task.seq,
         'activity_name', p_task.activity_name, 'input', p_task.input, 'options', p_task.options,
         'attempt', p_task.attempt, 'fencing_token', p_task.fencing_token,
         'lease_expires_at', p_task.lease_expires_at, 'heartbeat_details', p_task.heartbeat_details,
@@ -522,7 +522,7 @@ BEGIN
         execution_id, kind, queue, due_at, scheduled_at, status, attempt, started_at,
         lease_owner, fencing_token, lease_expires_at
     )
-    SELECT e.id, 'workflow', e.task_queue, v_now, v_now, 'running', 1, v_now,
+    SELECT e.id, 'workflow', e.queue, v_now, v_now, 'running', 1, v_now,
            p_worker_id, nextval('harvest.fencing_tokens'),
            v_now + make_interval(secs => p_workflow_lease_secs)
     FROM harvest.executions AS e

@@ -327,7 +327,7 @@ $$;
 -- Concurrency status per key, the shape of the spec's GET /admin/concurrency:
 -- key, task_type, max_concurrent, in_flight, pending, and for workflow keys the
 -- workflows with live work on the key and their on_conflict.
-CREATE OR REPLACE FUNCTION harvest.concurrency_status(p_key text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_concurrency_keys(p_key text DEFAULT NULL)
 RETURNS TABLE (
     key text, task_type text, max_concurrent integer, in_flight bigint, pending bigint, workflows jsonb
 )
@@ -375,6 +375,6 @@ COMMENT ON FUNCTION harvest.declare_flow_policies IS
 'Declare an App''s flow policies ({"workflows": {...}, "activities": {...}}: concurrency, quotas, start gates, '
 'max_concurrent, rate limits); names not listed keep their last declaration; returns how many were written, a '
 'malformed policy raises HR001. Called by the worker at start-up (role harvest_worker).';
-COMMENT ON FUNCTION harvest.concurrency_status IS
+COMMENT ON FUNCTION harvest.list_concurrency_keys IS
 'Concurrency per key (one key, or all): task type, max_concurrent, in flight, pending, and for workflow keys the '
 'workflows holding live work on it. For operators (role harvest_reader).';

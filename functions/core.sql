@@ -174,7 +174,7 @@ $$;
 -- Tell workers of a queue that claimable work exists, if any of them is asleep.
 -- NOTIFY takes one cluster-wide lock at commit, held through the WAL flush, so
 -- notifying commits go one at a time; busy workers claim again on their own, so
--- only a worker that marked itself asleep (worker_sleep) needs the message.
+-- only a worker that marked itself asleep (set_worker_sleeping) needs the message.
 -- Postgres folds identical notifications within a transaction: one per queue.
 CREATE OR REPLACE FUNCTION harvest._notify_queue(p_queue text)
 RETURNS void
@@ -209,7 +209,7 @@ DECLARE
     v_now timestamptz := harvest.now();
 BEGIN
     INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at)
-    SELECT e.id, 'workflow', e.task_queue, v_now, v_now
+    SELECT e.id, 'workflow', e.queue, v_now, v_now
     FROM harvest.executions AS e
     WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (see the note above)
     ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING

@@ -155,7 +155,7 @@ $$;
 
 -- How many dead letters, grouped by activity, workflow or error type (or all
 -- three), with the first and last failure time of each group.
-CREATE OR REPLACE FUNCTION harvest.aggregate_dead_letters(p_group_by text DEFAULT 'all')
+CREATE OR REPLACE FUNCTION harvest.count_dead_letters(p_group_by text DEFAULT 'all')
 RETURNS TABLE (
     activity_name text, workflow_name text, error_type text, dead_letters bigint,
     first_failed_at timestamptz, last_failed_at timestamptz
@@ -226,7 +226,7 @@ $$;
 -- before the limit: call again until matched is 0.
 CREATE OR REPLACE FUNCTION harvest._bulk_dead_letters(
     p_action text, p_activity_name text, p_workflow_name text, p_failed_after timestamptz,
-    p_failed_before timestamptz, p_limit integer, p_dry_run boolean, p_operator text
+    p_failed_before timestamptz, p_limit integer, p_dry_run boolean, p_operator_id text
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -273,7 +273,7 @@ BEGIN
         'ids', to_jsonb(v_acted),
         'failures', v_failures);
     IF NOT coalesce(p_dry_run, false) THEN
-        PERFORM harvest._audit('dead_letters.bulk_' || p_action, NULL, p_operator, jsonb_build_object(
+        PERFORM harvest._audit('dead_letters.bulk_' || p_action, NULL, p_operator_id, jsonb_build_object(
             'activity_name', p_activity_name, 'workflow_name', p_workflow_name,
             'failed_after', p_failed_after, 'failed_before', p_failed_before, 'limit', p_limit,
             'matched', v_selected.matched, 'acted_on', cardinality(v_acted),
@@ -283,28 +283,28 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.bulk_replay_dead_letters(
+CREATE OR REPLACE FUNCTION harvest.replay_dead_letters(
     p_activity_name text DEFAULT NULL, p_workflow_name text DEFAULT NULL,
     p_failed_after timestamptz DEFAULT NULL, p_failed_before timestamptz DEFAULT NULL,
-    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator text DEFAULT NULL
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE sql
 AS $$
     SELECT harvest._bulk_dead_letters('replay', p_activity_name, p_workflow_name, p_failed_after,
-                                      p_failed_before, p_limit, p_dry_run, p_operator);
+                                      p_failed_before, p_limit, p_dry_run, p_operator_id);
 $$;
 
-CREATE OR REPLACE FUNCTION harvest.bulk_discard_dead_letters(
+CREATE OR REPLACE FUNCTION harvest.discard_dead_letters(
     p_activity_name text DEFAULT NULL, p_workflow_name text DEFAULT NULL,
     p_failed_after timestamptz DEFAULT NULL, p_failed_before timestamptz DEFAULT NULL,
-    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator text DEFAULT NULL
+    p_limit integer DEFAULT 100, p_dry_run boolean DEFAULT false, p_operator_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE sql
 AS $$
     SELECT harvest._bulk_dead_letters('discard', p_activity_name, p_workflow_name, p_failed_after,
-                                      p_failed_before, p_limit, p_dry_run, p_operator);
+                                      p_failed_before, p_limit, p_dry_run, p_operator_id);
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
@@ -319,13 +319,13 @@ COMMENT ON FUNCTION harvest.replay_dead_letter IS
 COMMENT ON FUNCTION harvest.discard_dead_letter IS
 'Drop a dead letter and audit it: a RUNNING workflow receives ActivityFailed and may handle it or fail. For '
 'admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.aggregate_dead_letters IS
+COMMENT ON FUNCTION harvest.count_dead_letters IS
 'How many dead letters, grouped by activity, workflow or error type (or all three), with the first and last '
 'failure time of each group. For operators (role harvest_reader).';
-COMMENT ON FUNCTION harvest.bulk_replay_dead_letters IS
+COMMENT ON FUNCTION harvest.replay_dead_letters IS
 'Replay the dead letters a filter selects (up to p_limit, oldest first), each on its own: a row that cannot be '
 'replayed is reported in failures, never aborts the rest; p_dry_run writes nothing; audited once. For operators '
 '(role harvest_operator).';
-COMMENT ON FUNCTION harvest.bulk_discard_dead_letters IS
+COMMENT ON FUNCTION harvest.discard_dead_letters IS
 'Discard the dead letters a filter selects (up to p_limit, oldest first), each on its own, reporting failures '
 'without aborting the rest; p_dry_run writes nothing; audited once. For admins (role harvest_admin).';

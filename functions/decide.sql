@@ -114,7 +114,7 @@ CREATE OR REPLACE FUNCTION harvest._decide_schedule_activity(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_queue text := coalesce(p_command ->> 'queue', p_execution.task_queue);
+    v_queue text := coalesce(p_command ->> 'queue', p_execution.queue);
     v_options jsonb := coalesce(p_command -> 'options', '{}'::jsonb);
     v_stc double precision := (v_options ->> 'schedule_to_close')::double precision;
     v_priority integer := coalesce((v_options ->> 'priority')::integer, 0);
@@ -173,7 +173,7 @@ DECLARE
 BEGIN
     PERFORM harvest._require(p_command, 'duration', 'number');
     INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)
-    VALUES (p_execution.id, 'timer', p_execution.task_queue,
+    VALUES (p_execution.id, 'timer', p_execution.queue,
             p_now + make_interval(secs => (p_command ->> 'duration')::double precision),
             p_seq, p_now)
     RETURNING due_at INTO v_fire_at;
@@ -378,7 +378,7 @@ BEGIN
     INSERT INTO harvest.dead_letters (
         kind, execution_id, workflow_name, queue, attempts, failure, scheduled_at, failed_at
     ) VALUES (
-        'workflow', v_execution.id, v_execution.workflow_name, v_execution.task_queue, 1,
+        'workflow', v_execution.id, v_execution.workflow_name, v_execution.queue, 1,
         v_cap_failure, v_execution.created_at, p_now
     );
     SELECT e.last_event_id, e.status INTO last_event_id, execution_status
@@ -725,7 +725,7 @@ BEGIN
         SELECT s.execution_id INTO v_child_id FROM harvest.start_workflow(
             p_workflow_name => v_name, p_input => coalesce(p_command -> 'input', '[]'::jsonb),
             p_workflow_id => v_workflow_id,
-            p_task_queue => coalesce(p_command ->> 'task_queue', p_parent.task_queue),
+            p_queue => coalesce(p_command ->> 'task_queue', p_parent.queue),
             p_reuse_policy => 'terminate_if_running', p_conflict_policy => 'fail',
             p_parent_id => p_parent.id, p_shard => harvest.shard_of(p_parent.id)) AS s;
         UPDATE harvest.executions SET parent_seq = p_seq, parent_close_policy = v_policy
@@ -774,7 +774,7 @@ BEGIN
     PERFORM harvest._close_execution(p_execution.id, 'CONTINUED_AS_NEW', NULL, NULL);
     SELECT s.execution_id INTO v_new_id FROM harvest.start_workflow(
         p_workflow_name => p_execution.workflow_name, p_input => p_input,
-        p_workflow_id => p_execution.workflow_id, p_task_queue => p_execution.task_queue,
+        p_workflow_id => p_execution.workflow_id, p_queue => p_execution.queue,
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
         p_parent_id => p_execution.parent_id, p_shard => harvest.shard_of(p_execution.id),
         p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false) AS s;

@@ -165,7 +165,7 @@ $$;
 -- Pages are keyset-paginated on (created_at, id): the last row of a page that
 -- has more carries next_cursor; pass it back as p_cursor for the next page.
 CREATE OR REPLACE FUNCTION harvest.list_executions(
-    p_state text DEFAULT NULL,
+    p_status text DEFAULT NULL,
     p_workflow_name text DEFAULT NULL,
     p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL,
@@ -175,7 +175,7 @@ CREATE OR REPLACE FUNCTION harvest.list_executions(
     p_order text DEFAULT 'desc'
 )
 RETURNS TABLE (
-    id uuid, workflow_name text, workflow_id text, status text, task_queue text,
+    execution_id uuid, workflow_name text, workflow_id text, status text, queue text,
     search_attributes jsonb, parent_id uuid, created_at timestamptz, completed_at timestamptz,
     error_summary text, next_cursor text
 )
@@ -198,13 +198,13 @@ BEGIN
     IF p_page_size IS NULL OR p_page_size < 1 OR p_page_size > 1000 THEN
         RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
     END IF;
-    IF p_state IS NOT NULL THEN
-        v_states := string_to_array(upper(replace(p_state, ' ', '')), ',');
+    IF p_status IS NOT NULL THEN
+        v_states := string_to_array(upper(replace(p_status, ' ', '')), ',');
         FOREACH v_state IN ARRAY v_states LOOP
             IF v_state NOT IN ('RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
                                'CONTINUED_AS_NEW') THEN
                 RAISE EXCEPTION 'unknown state "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-                                'TIMED_OUT or CONTINUED_AS_NEW (comma-separated for several)', p_state
+                                'TIMED_OUT or CONTINUED_AS_NEW (comma-separated for several)', p_status
                     USING ERRCODE = 'HR001',
                     HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW'
                            ' (comma-separated for several)';
@@ -231,7 +231,7 @@ BEGIN
                                      v_cursor.created_at, v_cursor.id);
     END IF;
     v_sql := format(
-        'SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.task_queue, e.search_attributes,'
+        'SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.queue, e.search_attributes,'
         ' e.parent_id, e.created_at, e.completed_at,'
         ' (e.failure ->> ''error_type'') || '': '' || (e.failure ->> ''message'') AS error_summary'
         ' FROM harvest.executions AS e WHERE %s ORDER BY e.created_at %s, e.id %s LIMIT %s',
@@ -242,17 +242,17 @@ BEGIN
         v_count := v_count + 1;
         IF v_count > 1 THEN
             IF v_count > p_page_size THEN
-                next_cursor := harvest._encode_cursor(created_at, id);
+                next_cursor := harvest._encode_cursor(created_at, execution_id);
                 RETURN NEXT;
                 RETURN;
             END IF;
             RETURN NEXT;
         END IF;
-        id := v_row.id;
+        execution_id := v_row.id;
         workflow_name := v_row.workflow_name;
         workflow_id := v_row.workflow_id;
         status := v_row.status;
-        task_queue := v_row.task_queue;
+        queue := v_row.queue;
         search_attributes := v_row.search_attributes;
         parent_id := v_row.parent_id;
         created_at := v_row.created_at;
@@ -270,7 +270,7 @@ $$;
 -- dead letters) with their attempt, timers with their fire time, signals
 -- received since the workflow last ran (the ones it may not have read yet),
 -- running children, the workflow task, and the last event id (a change cursor).
-CREATE OR REPLACE FUNCTION harvest.workflow_stack(p_execution_id uuid)
+CREATE OR REPLACE FUNCTION harvest.get_execution_stack(p_execution_id uuid)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
@@ -346,7 +346,7 @@ END;
 $$;
 
 -- Drop a waiter's marks (it got its answer, timed out or gave up).
-CREATE OR REPLACE FUNCTION harvest.stop_waiting(p_waiter_id uuid)
+CREATE OR REPLACE FUNCTION harvest.stop_waiting_for_result(p_waiter_id uuid)
 RETURNS void
 LANGUAGE sql
 AS $$
@@ -365,12 +365,12 @@ COMMENT ON FUNCTION harvest.terminate_workflow IS
 COMMENT ON FUNCTION harvest.list_executions IS
 'The workflow list: optional filters composed with AND, keyset pages on (created_at, id) with next_cursor; an '
 'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';
-COMMENT ON FUNCTION harvest.workflow_stack IS
+COMMENT ON FUNCTION harvest.get_execution_stack IS
 'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task and '
 'the last event id; HR002 when it does not exist. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.wait_for_result IS
 'While the run is RUNNING, mark p_waiter_id as waiting for its end; returns the run as it is now (HR002 when it '
 'does not exist). Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
-COMMENT ON FUNCTION harvest.stop_waiting IS
+COMMENT ON FUNCTION harvest.stop_waiting_for_result IS
 'Drop a waiter''s marks (it got its answer, timed out or gave up). Called by clients (roles harvest_reader, '
 'harvest_worker).';

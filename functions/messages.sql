@@ -56,7 +56,7 @@ BEGIN
     PERFORM harvest._check_query_args(p_name, p_timeout_secs);
     PERFORM harvest._check_payload(format('the argument of query %s', p_name), p_arg,
                                    harvest._payload_limit());
-    SELECT e.task_queue INTO v_queue FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    SELECT e.queue INTO v_queue FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % does not exist', p_execution_id
             USING ERRCODE = 'HR002', HINT = 'list executions with harvest.list_executions()';
@@ -143,12 +143,12 @@ BEGIN
     INSERT INTO harvest.query_requests (execution_id, kind, name, arg, update_id, queue, status,
                                         answer, error, created_at, expires_at, answered_at)
     VALUES (p_execution_id, 'update', p_name, coalesce(p_arg, 'null'::jsonb), v_update_id,
-            v_execution.task_queue, v_status, v_answer, v_error, v_now,
+            v_execution.queue, v_status, v_answer, v_error, v_now,
             v_now + make_interval(secs => p_timeout_secs),
             CASE WHEN v_status IN ('completed', 'failed') THEN v_now END)
     RETURNING id INTO v_request.id;
     IF v_status = 'pending' THEN
-        PERFORM pg_notify('harvest_queries', v_execution.task_queue);
+        PERFORM pg_notify('harvest_queries', v_execution.queue);
     END IF;
     RETURN QUERY SELECT v_request.id, v_update_id, v_status;
 END;
@@ -162,7 +162,7 @@ CREATE OR REPLACE FUNCTION harvest.update_with_start(
     p_update_name text,
     p_update_arg jsonb DEFAULT 'null'::jsonb,
     p_input jsonb DEFAULT '[]'::jsonb,
-    p_task_queue text DEFAULT 'default',
+    p_queue text DEFAULT 'default',
     p_update_id text DEFAULT NULL,
     p_timeout_secs double precision DEFAULT 30,
     p_search_attributes jsonb DEFAULT '{}'::jsonb
@@ -183,7 +183,7 @@ BEGIN
     PERFORM harvest._check_query_args(p_update_name, p_timeout_secs);
     SELECT * INTO v_started FROM harvest.start_workflow(
         p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
-        p_task_queue => p_task_queue, p_reuse_policy => 'terminate_if_running',
+        p_queue => p_queue, p_reuse_policy => 'terminate_if_running',
         p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
     SELECT * INTO v_request FROM harvest.request_update(v_started.execution_id, p_update_name,
         p_update_arg, p_update_id, p_timeout_secs);
@@ -194,7 +194,7 @@ $$;
 
 -- A worker claims open requests of its queues (pending ones, and running ones
 -- whose claimer's lease ran out), oldest first, never waiting on a lock.
-CREATE OR REPLACE FUNCTION harvest.claim_queries(
+CREATE OR REPLACE FUNCTION harvest.claim_query_requests(
     p_worker_id text, p_queues text[], p_limit integer DEFAULT 10,
     p_lease_secs double precision DEFAULT 30
 )
@@ -229,7 +229,7 @@ BEGIN
         FROM picked WHERE r.id = picked.id
         RETURNING r.*
     )
-    SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.task_queue, e.status,
+    SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.queue, e.status,
            c.name, c.arg, c.update_id, c.expires_at
     FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
     ORDER BY c.id;
@@ -438,7 +438,7 @@ COMMENT ON FUNCTION harvest.request_update IS
 COMMENT ON FUNCTION harvest.update_with_start IS
 'Request an update on the running run of (workflow_name, workflow_id), starting one first when none runs, in one '
 'transaction. Called by clients (role harvest_operator).';
-COMMENT ON FUNCTION harvest.claim_queries IS
+COMMENT ON FUNCTION harvest.claim_query_requests IS
 'A worker claims open query and update requests of its queues (pending, or running past their claimer''s lease), '
 'oldest first, never waiting on a lock. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.answer_query IS

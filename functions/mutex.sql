@@ -16,7 +16,7 @@
 -- Granting to a waiter appends to the waiter's history, which needs its row
 -- lock. The releasing transaction already holds its own execution row, so it
 -- takes the waiter's with SKIP LOCKED and never waits; a waiter it could not
--- lock is granted by harvest.mutex_tick(), which the worker's scanner calls.
+-- lock is granted by harvest.grant_mutexes(), which the worker's scanner calls.
 
 -- Apply a mutex marker of a locked running execution.
 CREATE OR REPLACE FUNCTION harvest._mutex_marker(p_execution_id uuid, p_seq integer, p_kind text, p_key text)
@@ -65,7 +65,7 @@ BEGIN
         PERFORM 1 FROM harvest.executions AS e
         WHERE e.id = v_waiter.execution_id AND e.status = 'RUNNING' FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
-            RETURN false;  -- its row is busy: mutex_tick grants it
+            RETURN false;  -- its row is busy: grant_mutexes grants it
         END IF;
     END IF;
     DELETE FROM harvest.mutex_waiters AS w WHERE w.id = v_waiter.id;
@@ -103,7 +103,7 @@ END;
 $$;
 
 -- Grant free keys whose head waiter could not be locked at release time.
-CREATE OR REPLACE FUNCTION harvest.mutex_tick(p_limit integer DEFAULT 100)
+CREATE OR REPLACE FUNCTION harvest.grant_mutexes(p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql
 AS $$
@@ -126,7 +126,7 @@ END;
 $$;
 
 -- Holders and waiters of one key (or all keys), for operators.
-CREATE OR REPLACE FUNCTION harvest.mutex_status(p_key text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_mutexes(p_key text DEFAULT NULL)
 RETURNS TABLE (lock_key text, holder_execution_id uuid, acquired_at timestamptz, waiters jsonb)
 LANGUAGE sql STABLE
 AS $$
@@ -153,8 +153,8 @@ END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
-COMMENT ON FUNCTION harvest.mutex_tick IS
+COMMENT ON FUNCTION harvest.grant_mutexes IS
 'Grant free mutex keys whose head waiter could not be granted at release time; returns how many were granted. '
 'Called by the scanner, harvest.scan (role harvest_worker).';
-COMMENT ON FUNCTION harvest.mutex_status IS
+COMMENT ON FUNCTION harvest.list_mutexes IS
 'Holders and FIFO waiters of one mutex key (or all keys). For operators (role harvest_reader).';

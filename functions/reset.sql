@@ -138,13 +138,13 @@ BEGIN
 
     v_fork_id := harvest._new_execution_id(harvest.shard_of(p_execution_id));
     INSERT INTO harvest.executions (
-        id, workflow_name, workflow_id, task_queue, input, search_attributes, created_at,
+        id, workflow_name, workflow_id, queue, input, search_attributes, created_at,
         execution_timeout_at, timeout_at, run_timeout_secs, concurrency_key, quota_key,
         last_event_id, history_bytes
     )
     -- The fork keeps the source's deadlines and its flow-control keys (per-key
     -- concurrency and quotas count it like the run it replaces).
-    SELECT v_fork_id, s.workflow_name, s.workflow_id, s.task_queue, s.input, s.search_attributes, v_now,
+    SELECT v_fork_id, s.workflow_name, s.workflow_id, s.queue, s.input, s.search_attributes, v_now,
            s.execution_timeout_at, s.timeout_at, s.run_timeout_secs, s.concurrency_key, s.quota_key,
            p_to_event,
            (SELECT coalesce(sum(harvest._event_bytes(ev.event_data)), 0) FROM harvest.events AS ev
@@ -177,7 +177,7 @@ $$;
 
 -- Which recorded versions of a ctx.version() gate are still in use, so an old
 -- branch is deleted only when no run can replay through it. Read-only.
-CREATE OR REPLACE FUNCTION harvest.version_usage(
+CREATE OR REPLACE FUNCTION harvest.count_versions(
     p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active'
 )
 RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
@@ -212,6 +212,6 @@ COMMENT ON FUNCTION harvest.reset_workflow IS
 'Recover a running top-level run stuck on history its code can no longer replay: it ends TERMINATED and a fork '
 'carrying the history through p_to_event runs under the current code; audited, p_dry_run only reports the plan; '
 'an invalid point raises HR001, a terminal run HR005. For admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.version_usage IS
+COMMENT ON FUNCTION harvest.count_versions IS
 'Which recorded versions of a ctx.version() gate runs still use, so an old branch is deleted only when no run can'
 ' replay through it. Read-only, for operators (role harvest_reader).';

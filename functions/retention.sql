@@ -11,7 +11,7 @@
 
 CREATE OR REPLACE FUNCTION harvest.set_retention(
     p_max_age interval, p_batch_size integer DEFAULT NULL,
-    p_operator text DEFAULT NULL
+    p_operator_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -27,14 +27,14 @@ BEGIN
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config
     SET max_age = p_max_age, batch_size = coalesce(p_batch_size, batch_size), updated_at = harvest.now();
-    PERFORM harvest._audit('retention.set', NULL, p_operator,
+    PERFORM harvest._audit('retention.set', NULL, p_operator_id,
                            jsonb_build_object('max_age', p_max_age, 'batch_size', p_batch_size));
-    RETURN harvest.retention_status();
+    RETURN harvest.get_retention_status();
 END;
 $$;
 
 -- The settings, the last run, and how many executions a run would delete now.
-CREATE OR REPLACE FUNCTION harvest.retention_status()
+CREATE OR REPLACE FUNCTION harvest.get_retention_status()
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
@@ -71,7 +71,7 @@ $$;
 CREATE OR REPLACE FUNCTION harvest.run_retention(
     p_max_age interval DEFAULT NULL,
     p_batch_size integer DEFAULT NULL,
-    p_operator text DEFAULT NULL
+    p_operator_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -115,8 +115,8 @@ BEGIN
     UPDATE harvest.retention_config
     SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
     WHERE id;
-    IF coalesce(cardinality(v_ids), 0) > 0 OR p_operator IS NOT NULL THEN
-        PERFORM harvest._audit('retention.run', NULL, p_operator, jsonb_build_object(
+    IF coalesce(cardinality(v_ids), 0) > 0 OR p_operator_id IS NOT NULL THEN
+        PERFORM harvest._audit('retention.run', NULL, p_operator_id, jsonb_build_object(
             'deleted', coalesce(cardinality(v_ids), 0), 'cutoff', v_cutoff));
     END IF;
     RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'remaining', v_remaining,
@@ -138,7 +138,7 @@ $$;
 
 -- Set the worker registry rule: rows of stopped or stale workers last seen more
 -- than p_max_age ago are deleted by prune_workers (NULL keeps every row).
-CREATE OR REPLACE FUNCTION harvest.set_worker_retention(p_max_age interval, p_operator text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.set_worker_retention(p_max_age interval, p_operator_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -149,15 +149,15 @@ BEGIN
     END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config SET worker_max_age = p_max_age, updated_at = harvest.now() WHERE id;
-    PERFORM harvest._audit('retention.set_workers', NULL, p_operator, jsonb_build_object('worker_max_age', p_max_age));
-    RETURN harvest.retention_status();
+    PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', p_max_age));
+    RETURN harvest.get_retention_status();
 END;
 $$;
 
 -- Delete the worker rows the registry rule lets go (p_max_age overrides the
 -- setting for this call). The janitor calls it on every round. Returns
 -- {deleted, cutoff, worker_max_age}; nothing is deleted when no rule is set.
-CREATE OR REPLACE FUNCTION harvest.prune_workers(p_max_age interval DEFAULT NULL, p_operator text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.prune_workers(p_max_age interval DEFAULT NULL, p_operator_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -179,8 +179,8 @@ BEGIN
         RETURNING w.id
     )
     SELECT array_agg(gone.id ORDER BY gone.id) INTO v_ids FROM gone;
-    IF v_ids IS NOT NULL OR p_operator IS NOT NULL THEN
-        PERFORM harvest._audit('retention.prune_workers', NULL, p_operator, jsonb_build_object(
+    IF v_ids IS NOT NULL OR p_operator_id IS NOT NULL THEN
+        PERFORM harvest._audit('retention.prune_workers', NULL, p_operator_id, jsonb_build_object(
             'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids), 'worker_max_age', v_max_age));
     END IF;
     RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest.now() - v_max_age,
@@ -191,8 +191,8 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.set_retention IS
 'Set how long terminal executions are kept (p_max_age; NULL keeps everything) and the batch size (1..10000), '
-'audited; returns retention_status(). For admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.retention_status IS
+'audited; returns get_retention_status(). For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.get_retention_status IS
 'The retention settings, the last run, and how many executions (and worker rows) a run would delete now. For '
 'operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.run_retention IS

@@ -43,25 +43,25 @@ AS $$
         WHEN p_name IN ('claim_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
                         'fail_workflow_task', 'complete_activity',
                         'complete_activities',
-                        'fail_activity', 'heartbeat_activity', 'register_worker', 'worker_heartbeat',
-                        'release_worker_tasks', 'release_task', 'worker_sleep', 'stop_worker', 'begin_worker_drain',
+                        'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
+                        'release_worker_tasks', 'release_task', 'set_worker_sleeping', 'stop_worker', 'begin_worker_drain',
                         'register_workflows',
                         'expire_tasks', 'expire_workflows', 'scan',
-                        'deliver_relays', 'next_due_at', 'claim_queries', 'answer_query', 'accept_update',
-                        'expire_query_requests', 'declare_flow_policies', 'mutex_tick',
-                        'worker_drain_deadline', 'release_pending_starts') THEN 'harvest_worker'
+                        'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
+                        'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
+                        'get_worker_drain_deadline', 'release_pending_starts') THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
-        WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_history', 'wait_for_result', 'stop_waiting')
+        WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_history', 'wait_for_result', 'stop_waiting_for_result')
             THEN 'harvest_reader,harvest_worker'
-        WHEN p_name IN ('get_execution', 'list_executions', 'workflow_stack', 'list_children',
-                        'list_dead_letters', 'get_dead_letter', 'aggregate_dead_letters', 'list_workers',
-                        'get_worker', 'worker_health', 'drain_preview', 'retention_status',
-                        'list_audit_log', 'concurrency_status', 'get_rate_limit', 'version_usage',
-                        'quota_usage', 'mutex_status', 'pending_starts_status', 'usage_report')
+        WHEN p_name IN ('get_execution', 'list_executions', 'get_execution_stack', 'list_children',
+                        'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
+                        'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
+                        'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
+                        'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',
-                        'replay_dead_letter', 'bulk_replay_dead_letters', 'request_query', 'request_update',
+                        'replay_dead_letter', 'replay_dead_letters', 'request_query', 'request_update',
                         'update_with_start', 'get_query_request') THEN 'harvest_operator'
         ELSE 'harvest_admin'
     END;

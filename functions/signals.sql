@@ -35,7 +35,7 @@ CREATE OR REPLACE FUNCTION harvest.signal_with_start(
     p_signal_name text,
     p_signal_payload jsonb DEFAULT 'null'::jsonb,
     p_input jsonb DEFAULT '[]'::jsonb,
-    p_task_queue text DEFAULT 'default',
+    p_queue text DEFAULT 'default',
     p_search_attributes jsonb DEFAULT '{}'::jsonb
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, started_fresh boolean)
@@ -50,7 +50,7 @@ BEGIN
     -- Attach to a running run; over a terminal one (or none), start fresh.
     SELECT * INTO v_started FROM harvest.start_workflow(
         p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
-        p_task_queue => p_task_queue, p_reuse_policy => 'terminate_if_running',
+        p_queue => p_queue, p_reuse_policy => 'terminate_if_running',
         p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
     PERFORM harvest.signal_workflow(v_started.execution_id, p_signal_name, p_signal_payload);
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.started_fresh;

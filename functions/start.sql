@@ -63,7 +63,7 @@ $$;
 
 -- The arguments' shapes (HR001), and the input within the payload limit (HR008).
 CREATE OR REPLACE FUNCTION harvest._start_check_arguments(
-    p_workflow_name text, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text,
     p_search_attributes jsonb, p_reuse_policy text, p_conflict_policy text
 )
 RETURNS void
@@ -78,7 +78,7 @@ BEGIN
         RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
             HINT = 'omit it to have one minted, or pass a non-empty business key';
     END IF;
-    IF p_task_queue IS NULL OR btrim(p_task_queue) = '' THEN
+    IF p_queue IS NULL OR btrim(p_queue) = '' THEN
         RAISE EXCEPTION 'task queue is empty' USING ERRCODE = 'HR001';
     END IF;
     IF p_input IS NULL OR jsonb_typeof(p_input) <> 'array' THEN
@@ -165,7 +165,7 @@ $$;
 -- deferred start and a continue-as-new successor (p_flow_gates false) were admitted
 -- already.
 CREATE OR REPLACE FUNCTION harvest._start_check_registered(
-    p_workflow_name text, p_task_queue text, p_flow_gates boolean
+    p_workflow_name text, p_queue text, p_flow_gates boolean
 )
 RETURNS void
 LANGUAGE plpgsql
@@ -173,9 +173,9 @@ AS $$
 BEGIN
     IF coalesce(p_flow_gates, true)
        AND NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
-                       WHERE r.queue = p_task_queue AND r.workflow_name = p_workflow_name)
-       AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_task_queue) THEN
-        PERFORM harvest._refuse_unregistered(p_workflow_name, p_task_queue);
+                       WHERE r.queue = p_queue AND r.workflow_name = p_workflow_name)
+       AND EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = p_queue) THEN
+        PERFORM harvest._refuse_unregistered(p_workflow_name, p_queue);
     END IF;
 END;
 $$;
@@ -186,7 +186,7 @@ $$;
 -- (status DEFERRED, execution_id NULL, the run's workflow_id), which
 -- start_workflow returns as it is.
 CREATE OR REPLACE FUNCTION harvest._start_defer(
-    p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_conflict_policy text, p_search_attributes jsonb, p_priority integer,
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
     OUT action text, OUT execution_id uuid, OUT workflow_id text, OUT status text, OUT started_fresh boolean
@@ -202,7 +202,7 @@ BEGIN
     END IF;
     SELECT * INTO action, execution_id, workflow_id, status, started_fresh
     FROM harvest._start_gate(p_workflow_name, p_policy, p_input, p_workflow_id,
-        p_task_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
+        p_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
         p_execution_timeout_secs, p_run_timeout_secs) AS g;
 END;
 $$;
@@ -280,7 +280,7 @@ BEGIN
             p_workflow_name, p_workflow_id, v_prior.id, v_prior.status
             USING ERRCODE = 'HR003',
             DETAIL = jsonb_build_object('existing_execution_id', v_prior.id,
-                                        'existing_state', v_prior.status)::text,
+                                        'existing_status', v_prior.status)::text,
             HINT = 'attach to it, or pass another reuse_policy/conflict_policy';
     WHEN 'replace' THEN
         PERFORM harvest._append_event(v_prior.id, 'WorkflowTerminated',
@@ -323,7 +323,7 @@ $$;
 -- gates the task at the claim; "cancel_running" supersedes the oldest runs of the
 -- key here (concurrency.sql). Returns the new execution's id.
 CREATE OR REPLACE FUNCTION harvest._start_insert(
-    p_workflow_name text, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text,
     p_search_attributes jsonb, p_priority integer, p_parent_id uuid, p_shard integer,
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
     p_policy jsonb, p_quota_key text, p_concurrency_key text
@@ -339,17 +339,17 @@ DECLARE
 BEGIN
     v_id := harvest._new_execution_id(p_shard);
     INSERT INTO harvest.executions (
-        id, workflow_name, workflow_id, task_queue, input, search_attributes, parent_id, created_at,
+        id, workflow_name, workflow_id, queue, input, search_attributes, parent_id, created_at,
         execution_timeout_at, timeout_at, concurrency_key, quota_key, run_timeout_secs
     ) VALUES (
-        v_id, p_workflow_name, p_workflow_id, p_task_queue, p_input, p_search_attributes,
+        v_id, p_workflow_name, p_workflow_id, p_queue, p_input, p_search_attributes,
         p_parent_id, v_now, v_execution_deadline,
         least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
         v_concurrency_key, p_quota_key, p_run_timeout_secs
     );
     PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
-        'input', p_input, 'task_queue', p_task_queue, 'parent_id', p_parent_id));
+        'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id));
     IF v_concurrency_key IS NOT NULL AND p_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
         PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
                                    (p_policy #>> '{concurrency,limit}')::integer, v_id);
@@ -358,10 +358,10 @@ BEGIN
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, priority, due_at, scheduled_at, concurrency_key, concurrency_limit
     ) VALUES (
-        v_id, 'workflow', p_task_queue, coalesce(p_priority, 0), v_now, v_now, v_concurrency_key,
+        v_id, 'workflow', p_queue, coalesce(p_priority, 0), v_now, v_now, v_concurrency_key,
         CASE WHEN v_concurrency_key IS NOT NULL THEN (p_policy #>> '{concurrency,limit}')::integer END
     );
-    PERFORM harvest._notify_queue(p_task_queue);
+    PERFORM harvest._notify_queue(p_queue);
     RETURN v_id;
 END;
 $$;
@@ -375,7 +375,7 @@ CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_workflow_name text,
     p_input jsonb DEFAULT '[]'::jsonb,
     p_workflow_id text DEFAULT NULL,
-    p_task_queue text DEFAULT 'default',
+    p_queue text DEFAULT 'default',
     p_reuse_policy text DEFAULT 'allow_duplicate',
     p_conflict_policy text DEFAULT 'unspecified',
     p_search_attributes jsonb DEFAULT '{}'::jsonb,
@@ -401,17 +401,17 @@ DECLARE
     v_concurrency_key text;
     v_id uuid;
 BEGIN
-    PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_task_queue,
+    PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_queue,
                                            p_search_attributes, p_reuse_policy, p_conflict_policy);
     PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
     PERFORM harvest._start_check_ranges(p_execution_timeout_secs, p_run_timeout_secs, p_priority);
-    PERFORM harvest._start_check_registered(p_workflow_name, p_task_queue, p_flow_gates);
+    PERFORM harvest._start_check_registered(p_workflow_name, p_queue, p_flow_gates);
 
     SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
     WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
     IF v_policy ?| ARRAY['throttle', 'debounce', 'batch'] AND coalesce(p_flow_gates, true)
        AND p_parent_id IS NULL THEN
-        v_gate := harvest._start_defer(p_workflow_name, v_policy, p_input, p_workflow_id, p_task_queue,
+        v_gate := harvest._start_defer(p_workflow_name, v_policy, p_input, p_workflow_id, p_queue,
             p_reuse_policy, p_conflict_policy, p_search_attributes, p_priority,
             p_execution_timeout_secs, p_run_timeout_secs);
         IF v_gate.action <> 'start' THEN
@@ -432,7 +432,7 @@ BEGIN
         v_quota_key := v_keys.quota_key;
         v_concurrency_key := v_keys.concurrency_key;
     END IF;
-    v_id := harvest._start_insert(p_workflow_name, p_input, v_workflow_id, p_task_queue, p_search_attributes,
+    v_id := harvest._start_insert(p_workflow_name, p_input, v_workflow_id, p_queue, p_search_attributes,
         p_priority, p_parent_id, p_shard, p_execution_timeout_secs, p_run_timeout_secs, v_policy,
         v_quota_key, v_concurrency_key);
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
@@ -477,7 +477,7 @@ BEGIN
             p_workflow_name => v_start.args ->> 'workflow_name',
             p_input => coalesce(v_start.args -> 'input', '[]'::jsonb),
             p_workflow_id => v_start.args ->> 'workflow_id',
-            p_task_queue => coalesce(v_start.args ->> 'task_queue', 'default'),
+            p_queue => coalesce(v_start.args ->> 'task_queue', 'default'),
             p_reuse_policy => coalesce(v_start.args ->> 'reuse_policy', 'allow_duplicate'),
             p_conflict_policy => coalesce(v_start.args ->> 'conflict_policy', 'unspecified'),
             p_search_attributes => coalesce(v_start.args -> 'search_attributes', '{}'::jsonb),

@@ -101,7 +101,7 @@ $$;
 -- workflow_id), 'deferred' (queued; no execution yet) or 'started' (this start
 -- filled a batch, whose run it returns).
 CREATE OR REPLACE FUNCTION harvest._start_gate(
-    p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_task_queue text,
+    p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_search_attributes jsonb, p_priority integer,
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision
 )
@@ -129,23 +129,23 @@ BEGIN
             RETURN;
         END IF;
         INSERT INTO harvest.pending_starts (
-            kind, workflow_name, gate_key, workflow_id, task_queue, input, search_attributes, priority,
+            kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at
         ) VALUES (
-            'throttle', p_workflow_name, v_key, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+            'throttle', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now
         ) RETURNING * INTO v_row;
     ELSIF v_kind = 'debounce' THEN
         INSERT INTO harvest.pending_starts AS p (
-            kind, workflow_name, gate_key, workflow_id, task_queue, input, search_attributes, priority,
+            kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at
         ) VALUES (
-            'debounce', p_workflow_name, v_key, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+            'debounce', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
             least(v_now + v_quiet, v_now + v_max_wait)
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
-        SET input = excluded.input, task_queue = excluded.task_queue,
+        SET input = excluded.input, queue = excluded.queue,
             search_attributes = excluded.search_attributes, priority = excluded.priority,
             reuse_policy = excluded.reuse_policy, execution_timeout_secs = excluded.execution_timeout_secs,
             run_timeout_secs = excluded.run_timeout_secs, starts = p.starts + 1, updated_at = v_now,
@@ -158,10 +158,10 @@ BEGIN
                 HINT = 'the batched run receives one argument: the list of those arguments';
         END IF;
         INSERT INTO harvest.pending_starts AS p (
-            kind, workflow_name, gate_key, workflow_id, task_queue, input, search_attributes, priority,
+            kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
             reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at
         ) VALUES (
-            'batch', p_workflow_name, v_key, v_workflow_id, p_task_queue, p_input, p_search_attributes,
+            'batch', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
             v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision)
         )
@@ -190,7 +190,7 @@ BEGIN
     FROM harvest.start_workflow(
         p_workflow_name => p_row.workflow_name,
         p_input => CASE WHEN p_row.kind = 'batch' THEN jsonb_build_array(p_row.input) ELSE p_row.input END,
-        p_workflow_id => p_row.workflow_id, p_task_queue => p_row.task_queue,
+        p_workflow_id => p_row.workflow_id, p_queue => p_row.queue,
         p_reuse_policy => p_row.reuse_policy, p_search_attributes => p_row.search_attributes,
         p_priority => p_row.priority, p_execution_timeout_secs => p_row.execution_timeout_secs,
         p_run_timeout_secs => p_row.run_timeout_secs, p_flow_gates => false) AS s;
@@ -281,7 +281,7 @@ $$;
 
 -- Deferred starts, for operators: one row per pending start (throttle) or
 -- collapsed burst (debounce, batch).
-CREATE OR REPLACE FUNCTION harvest.pending_starts_status(p_workflow_name text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.list_pending_starts(p_workflow_name text DEFAULT NULL)
 RETURNS TABLE (
     kind text, workflow_name text, gate_key text, workflow_id text, starts integer,
     created_at timestamptz, release_at timestamptz, attempts integer, last_error text
@@ -300,6 +300,6 @@ COMMENT ON FUNCTION harvest.release_pending_starts IS
 'Start the due debounce and batch starts and as many throttled starts as each bucket''s tokens allow (FIFO), '
 'never waiting on a held key; returns how many runs started. Called by the scanner, harvest.scan (role '
 'harvest_worker).';
-COMMENT ON FUNCTION harvest.pending_starts_status IS
+COMMENT ON FUNCTION harvest.list_pending_starts IS
 'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst. For operators (role '
 'harvest_reader).';

@@ -120,7 +120,7 @@ BEGIN
         'expired_tasks', v_expired,
         'timed_out_workflows', harvest.expire_workflows(p_limit),
         'relays_delivered', harvest.deliver_relays(p_limit),
-        'mutex_grants', harvest.mutex_tick(p_limit),
+        'mutex_grants', harvest.grant_mutexes(p_limit),
         'starts_released', harvest.release_pending_starts(p_limit));
 END;
 $$;
@@ -134,6 +134,6 @@ COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'
 ' (role harvest_worker).';
 COMMENT ON FUNCTION harvest.scan IS
-'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, mutex_tick, '
+'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, grant_mutexes, '
 'release_pending_starts), each bounded by p_limit; the answer says what moved. Called by every worker each '
 'scan_interval (role harvest_worker).';

@@ -1,7 +1,7 @@
 -- The historical usage report (docs/flow-control.md): what each workflow type or
 -- tenant consumed over a window, computed read-only from the durable events, so
 -- a later change to an execution row (a reset, a dead-letter replay) never
--- rewrites history. The point-in-time companion is concurrency_status().
+-- rewrites history. The point-in-time companion is list_concurrency_keys().
 --
 -- Each unit is counted once, in the window its event was written, over the
 -- half-open window [from, to) (adjacent windows never count a unit twice):
@@ -29,7 +29,7 @@
 -- its end, not closed before its start); their events are read by the events
 -- primary key. No index on events.created_at is needed or added.
 
-CREATE OR REPLACE FUNCTION harvest.usage_report(
+CREATE OR REPLACE FUNCTION harvest.count_usage(
     p_from timestamptz,
     p_to timestamptz,
     p_group_by text DEFAULT 'workflow_name',
@@ -126,7 +126,7 @@ END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
-COMMENT ON FUNCTION harvest.usage_report IS
+COMMENT ON FUNCTION harvest.count_usage IS
 'What each workflow type or search-attribute group consumed over [p_from, p_to), from the durable events (starts,'
 ' outcomes, activity attempts and span); a window wider than the server''s ceiling raises HR001. For operators '
 '(role harvest_reader).';

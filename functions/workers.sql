@@ -34,7 +34,7 @@ END;
 $$;
 
 -- Returns the worker's status ('active', 'draining', 'stopped').
-CREATE OR REPLACE FUNCTION harvest.worker_heartbeat(p_worker_id text)
+CREATE OR REPLACE FUNCTION harvest.heartbeat_worker(p_worker_id text)
 RETURNS text
 LANGUAGE plpgsql
 AS $$
@@ -141,7 +141,7 @@ $$;
 
 -- A worker about to wait for work marks itself asleep (producers then notify its
 -- queues) and clears the mark once it is busy again (producers stop notifying).
-CREATE OR REPLACE FUNCTION harvest.worker_sleep(p_worker_id text, p_sleeping boolean)
+CREATE OR REPLACE FUNCTION harvest.set_worker_sleeping(p_worker_id text, p_sleeping boolean)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
@@ -276,7 +276,7 @@ $$;
 -- that is not stopped (the spec's 4 healthy + 1 stale = 5), by_queue_health
 -- splits each queue's count into healthy, draining and stale, and by_shard
 -- counts the same workers per shard (one shard, 0, today).
-CREATE OR REPLACE FUNCTION harvest.worker_health()
+CREATE OR REPLACE FUNCTION harvest.get_worker_health()
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
@@ -337,7 +337,7 @@ $$;
 -- 'stopped'. A stale worker is not marked (it cannot hear it): stale_worker.
 -- Every request, whatever its outcome, is written to the audit log.
 CREATE OR REPLACE FUNCTION harvest.drain_worker(
-    p_worker_id text, p_deadline timestamptz DEFAULT NULL, p_operator text DEFAULT NULL
+    p_worker_id text, p_deadline timestamptz DEFAULT NULL, p_operator_id text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -359,7 +359,7 @@ BEGIN
     END IF;
     SELECT count(*) INTO v_in_flight FROM harvest.tasks AS t
     WHERE t.status = 'running' AND t.lease_owner = p_worker_id;
-    PERFORM harvest._audit('worker.drain', p_worker_id, p_operator, jsonb_build_object(
+    PERFORM harvest._audit('worker.drain', p_worker_id, p_operator_id, jsonb_build_object(
         'outcome', v_outcome, 'deadline', p_deadline, 'in_flight', v_in_flight));
     RETURN jsonb_build_object(
         'worker_id', p_worker_id, 'outcome', v_outcome, 'status', v_worker.status,
@@ -372,7 +372,7 @@ $$;
 -- in-flight tasks, the outcome a drain would have, and the queues it polls
 -- that no live worker outside the drained set covers (they stall until a
 -- replacement starts).
-CREATE OR REPLACE FUNCTION harvest.drain_preview(p_queue text DEFAULT NULL, p_worker_id text DEFAULT NULL)
+CREATE OR REPLACE FUNCTION harvest.preview_drain(p_queue text DEFAULT NULL, p_worker_id text DEFAULT NULL)
 RETURNS TABLE (
     worker_id text, status text, health text, queues text[], in_flight bigint,
     claimed_task_ids bigint[], outcome text, uncovered_queues text[]
@@ -405,7 +405,7 @@ $$;
 -- (negative once it has passed). No row when the worker is unknown; NULLs when
 -- no deadline was given. The worker stops at the deadline and releases what is
 -- still in flight (harvest_py/harvest/worker/worker.py).
-CREATE OR REPLACE FUNCTION harvest.worker_drain_deadline(p_worker_id text)
+CREATE OR REPLACE FUNCTION harvest.get_worker_drain_deadline(p_worker_id text)
 RETURNS TABLE (drain_deadline timestamptz, remaining_secs double precision)
 LANGUAGE sql STABLE
 AS $$
@@ -419,7 +419,7 @@ $$;
 COMMENT ON FUNCTION harvest.register_worker IS
 'Register (or re-register) a worker and its queues as active; HR001 without an id or queue or for a heartbeat '
 'interval outside 0.1..3600 s. Called by the Python worker at start (role harvest_worker).';
-COMMENT ON FUNCTION harvest.worker_heartbeat IS
+COMMENT ON FUNCTION harvest.heartbeat_worker IS
 'Record a worker''s heartbeat; returns its status (active, draining or stopped), so it learns of a remote drain. '
 'HR002 when it is not registered. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.release_worker_tasks IS
@@ -435,7 +435,7 @@ COMMENT ON FUNCTION harvest.stop_worker IS
 COMMENT ON FUNCTION harvest.release_task IS
 'Give back one claimed task without counting a failed attempt, only while the caller''s fencing token is the '
 'current claim; returns whether it was released. Called by the Python worker (role harvest_worker).';
-COMMENT ON FUNCTION harvest.worker_sleep IS
+COMMENT ON FUNCTION harvest.set_worker_sleeping IS
 'A worker about to wait for work marks itself asleep (producers then notify its queues), and clears the mark once'
 ' busy. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.register_workflows IS
@@ -451,16 +451,16 @@ COMMENT ON FUNCTION harvest.list_workers IS
 COMMENT ON FUNCTION harvest.get_worker IS
 'One worker with the ids of the tasks it holds a lease on; HR002 when it is not registered. For operators (role '
 'harvest_reader).';
-COMMENT ON FUNCTION harvest.worker_health IS
+COMMENT ON FUNCTION harvest.get_worker_health IS
 'The fleet roll-up: healthy, draining and stale workers by queue and by shard. For operators (role '
 'harvest_reader).';
 COMMENT ON FUNCTION harvest.drain_worker IS
 'Ask a worker to drain (it stops claiming, finishes in-flight work, ends stopped), optionally by p_deadline; '
 'returns the outcome (accepted, stale_worker, already_draining, ...), every request audited. For admins (role '
 'harvest_admin).';
-COMMENT ON FUNCTION harvest.drain_preview IS
+COMMENT ON FUNCTION harvest.preview_drain IS
 'Who a drain would affect: each matching live worker, its in-flight tasks, the outcome a drain would have, and '
 'queues no other live worker covers. For operators (role harvest_reader).';
-COMMENT ON FUNCTION harvest.worker_drain_deadline IS
+COMMENT ON FUNCTION harvest.get_worker_drain_deadline IS
 'When a draining worker''s drain must be done: the deadline given to drain_worker and the seconds left by the '
 'database clock. Called by the Python worker (role harvest_worker).';

@@ -1,7 +1,7 @@
 -- functions/concurrency.sql: harvest._resolve_key, harvest._flow_task_columns,
 -- harvest.declare_flow_policies, harvest._admit_candidates, harvest._in_flight,
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
--- harvest.concurrency_status.
+-- harvest.list_concurrency_keys.
 BEGIN;
 SELECT plan(22);
 SET LOCAL TimeZone = 'UTC';
@@ -37,8 +37,8 @@ SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['dq'], 10)), 1::b
 SELECT is(harvest._in_flight('workflow', 'a'), 1::bigint, '_in_flight(): the admitted run holds a workflow slot');
 SELECT is((SELECT due_at FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM d WHERE n = 2)),
           '2030-01-01 00:00:00.2+00'::timestamptz, 'the refused first task steps back 200 ms');
-SELECT results_eq($$SELECT key, task_type, max_concurrent, in_flight, pending FROM harvest.concurrency_status('a')$$,
-                  $$VALUES ('a'::text, 'workflow'::text, 1, 1::bigint, 1::bigint)$$, 'concurrency_status(): a deferred run is pending');
+SELECT results_eq($$SELECT key, task_type, max_concurrent, in_flight, pending FROM harvest.list_concurrency_keys('a')$$,
+                  $$VALUES ('a'::text, 'workflow'::text, 1, 1::bigint, 1::bigint)$$, 'list_concurrency_keys(): a deferred run is pending');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM d WHERE n = 1), 'x')$$, 'setup: the first run ends');
 SELECT is(harvest._in_flight('workflow', 'a'), 0::bigint, 'the slot returned with the run''s end (_flow_release)');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';

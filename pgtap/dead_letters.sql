@@ -1,7 +1,7 @@
 -- functions/dead_letters.sql: harvest.list_dead_letters, harvest.get_dead_letter,
 -- harvest.replay_dead_letter, harvest.discard_dead_letter, harvest._lock_dead_letter.
--- The aggregate and bulk functions (harvest.aggregate_dead_letters, harvest.bulk_replay_dead_letters,
--- harvest.bulk_discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters) are
+-- The aggregate and bulk functions (harvest.count_dead_letters, harvest.replay_dead_letters,
+-- harvest.discard_dead_letters, harvest._select_dead_letters, harvest._bulk_dead_letters) are
 -- tested in pgtap/dead_letters_bulk.sql.
 BEGIN;
 SELECT plan(37);

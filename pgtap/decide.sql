@@ -364,7 +364,7 @@ SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.c
                          pg_temp.task('parent'), pg_temp.token('parent')),
                   $$VALUES (3::bigint, 'RUNNING'::text)$$, 'start_child_workflow: accepted');
 SELECT results_eq(
-    $$SELECT c.workflow_id, c.status, c.task_queue, c.input, c.parent_seq, c.parent_close_policy,
+    $$SELECT c.workflow_id, c.status, c.queue, c.input, c.parent_seq, c.parent_close_policy,
              harvest.shard_of(c.id) = harvest.shard_of(c.parent_id)
       FROM harvest.executions AS c WHERE c.parent_id = pg_temp.run('parent')$$,
     $$VALUES ('parent/1'::text, 'RUNNING'::text, 'dq_parent'::text, '[1]'::jsonb, 1, 'terminate'::text, true)$$,
@@ -425,7 +425,7 @@ SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.c
                          pg_temp.task('can'), pg_temp.token('can')),
                   $$VALUES (3::bigint, 'CONTINUED_AS_NEW'::text)$$, 'continue_as_new: the answer says CONTINUED_AS_NEW');
 SELECT results_eq(
-    $$SELECT n.workflow_name, n.workflow_id, n.status, n.input, n.task_queue, o.output ->> 'continued_as_new'
+    $$SELECT n.workflow_name, n.workflow_id, n.status, n.input, n.queue, o.output ->> 'continued_as_new'
       FROM harvest.executions AS n JOIN harvest.executions AS o ON o.id = n.continued_from
       WHERE o.id = pg_temp.run('can')$$,
     $$SELECT 'decide_wf'::text, 'can'::text, 'RUNNING'::text, '[2]'::jsonb, 'dq_can'::text,

@@ -12,7 +12,7 @@ CREATE FUNCTION pg_temp.run() RETURNS uuid LANGUAGE sql AS $fn$ SELECT execution
 
 -- get_execution
 SELECT results_eq(
-    $$SELECT id, workflow_name, workflow_id, status, task_queue, input FROM harvest.get_execution(pg_temp.run())$$,
+    $$SELECT id, workflow_name, workflow_id, status, queue, input FROM harvest.get_execution(pg_temp.run())$$,
     $$SELECT pg_temp.run(), 'ex_wf'::text, 'ex-1'::text, 'RUNNING'::text, 'ex_q'::text, '[7]'::jsonb$$,
     'get_execution() returns the execution row');
 SELECT throws_ok($$SELECT * FROM harvest.get_execution('00000000-0000-4000-8000-00000000abcd')$$, 'HR002',
@@ -83,7 +83,7 @@ RESET application_name;
 SELECT * FROM finish();
 ROLLBACK;
 
--- harvest.list_executions, harvest.workflow_stack and their helpers.
+-- harvest.list_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
 SELECT plan(21);
 SET LOCAL TimeZone = 'UTC';
@@ -102,9 +102,9 @@ SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_w
            p_search_attributes => ARRAY['tenant:acme', 'amount>=4'])), 1::bigint, 'key:value and a numeric comparison');
 SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_wf',
            p_search_attributes => ARRAY['vip=true'])), 1::bigint, 'boolean equality');
-SELECT is((SELECT count(*) FROM harvest.list_executions(p_state => 'completed,running',
+SELECT is((SELECT count(*) FROM harvest.list_executions(p_status => 'completed,running',
            p_workflow_name => 'op_wf')), 5::bigint, 'states are case-insensitive and comma-separated');
-SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_state => 'DONE')$$, 'HR001',
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_status => 'DONE')$$, 'HR001',
                  'unknown state "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or '
                  'CONTINUED_AS_NEW (comma-separated for several)', 'an unknown state is refused, not matched against nothing');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_search_attributes => ARRAY['tenant'])$$, 'HR001',
@@ -125,15 +125,16 @@ SELECT * FROM harvest.list_executions(p_workflow_name => 'op_wf', p_page_size =>
 CREATE TEMP TABLE page3 ON COMMIT DROP AS
 SELECT * FROM harvest.list_executions(p_workflow_name => 'op_wf', p_page_size => 2, p_order => 'asc',
     p_cursor => (SELECT next_cursor FROM page2 WHERE next_cursor IS NOT NULL));
-SELECT is((SELECT array_agg(id ORDER BY created_at, id) FROM (SELECT id, created_at FROM page1 UNION ALL
-           SELECT id, created_at FROM page2 UNION ALL SELECT id, created_at FROM page3) AS p),
+SELECT is((SELECT array_agg(execution_id ORDER BY created_at, execution_id) FROM (
+           SELECT execution_id, created_at FROM page1 UNION ALL SELECT execution_id, created_at FROM page2
+           UNION ALL SELECT execution_id, created_at FROM page3) AS p),
           (SELECT array_agg(e.id ORDER BY e.created_at, e.id) FROM harvest.executions e WHERE e.workflow_name = 'op_wf'),
           'three pages hold every run once, in order');
 SELECT is((SELECT count(*) FROM page3 WHERE next_cursor IS NOT NULL), 0::bigint, 'the last page has no cursor');
 
-SELECT is((harvest.workflow_stack((SELECT id FROM runs WHERE n = 1)) ->> 'status'), 'RUNNING',
+SELECT is((harvest.get_execution_stack((SELECT id FROM runs WHERE n = 1)) ->> 'status'), 'RUNNING',
           'stack reports the status');
-SELECT throws_ok(format('SELECT harvest.workflow_stack(%L)', gen_random_uuid()), 'HR002', NULL,
+SELECT throws_ok(format('SELECT harvest.get_execution_stack(%L)', gen_random_uuid()), 'HR002', NULL,
                  'stack of an unknown execution is not found');
 
 -- The helpers, directly.
@@ -166,14 +167,14 @@ SELECT results_eq($$SELECT filter, ids FROM mixed$$,
              ('flag!=5', ARRAY['mix-5']), ('flag<6', ARRAY['mix-2']), ('flag=yes', ARRAY['mix-3']),
              ('flag>=x', ARRAY['mix-3'])$$,
     'typed filters over a key of mixed JSON types: each matches its own type, none fails a cast');
-SELECT lives_ok($$SELECT * FROM harvest.list_executions(p_state => 'RUNNING',
+SELECT lives_ok($$SELECT * FROM harvest.list_executions(p_status => 'RUNNING',
                       p_search_attributes => ARRAY['flag=true', 'flag>1', 'flag!=false'])$$,
                 'several typed filters of one mixed key compose without a cast error');
 
 SELECT * FROM finish();
 ROLLBACK;
 
--- harvest.wait_for_result, harvest.stop_waiting, and the
+-- harvest.wait_for_result, harvest.stop_waiting_for_result, and the
 -- waiter marks _close_execution consumes (it notifies harvest_done only for them).
 BEGIN;
 SELECT plan(8);
@@ -203,8 +204,8 @@ SELECT is((harvest.wait_for_result(pg_temp.run('a'), gen_random_uuid())).status,
           'waiting on a finished run answers at once and marks nothing');
 
 SELECT harvest.wait_for_result(pg_temp.run('b'), '00000000-0000-0000-0000-0000000000b1');
-SELECT harvest.stop_waiting('00000000-0000-0000-0000-0000000000b1');
-SELECT is((SELECT count(*) FROM harvest.result_waiters), 0::bigint, 'stop_waiting() drops the waiter''s marks');
+SELECT harvest.stop_waiting_for_result('00000000-0000-0000-0000-0000000000b1');
+SELECT is((SELECT count(*) FROM harvest.result_waiters), 0::bigint, 'stop_waiting_for_result() drops the waiter''s marks');
 
 SELECT * FROM finish();
 ROLLBACK;

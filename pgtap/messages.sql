@@ -1,5 +1,5 @@
 -- functions/messages.sql: harvest.request_query, harvest.request_update,
--- harvest.update_with_start, harvest.claim_queries, harvest.answer_query,
+-- harvest.update_with_start, harvest.claim_query_requests, harvest.answer_query,
 -- harvest.accept_update, harvest._complete_update (the complete_update command of
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
@@ -63,27 +63,27 @@ SELECT throws_ok($$SELECT harvest._check_query_args('s', 86401)$$, 'HR001', NULL
                  '_check_query_args() refuses more than a day');
 SELECT lives_ok($$SELECT harvest._check_query_args('s', 86400)$$, '_check_query_args() takes a day');
 
--- ---------------------------------------------------------------- claim_queries
-SELECT throws_ok($$SELECT * FROM harvest.claim_queries('', ARRAY['qq_a'])$$, 'HR001', 'worker id is empty',
-                 'claim_queries() needs a worker id');
-SELECT throws_ok($$SELECT * FROM harvest.claim_queries('w1', ARRAY[]::text[])$$, 'HR001', 'no queues given',
-                 'claim_queries() needs queues');
-SELECT is_empty($$SELECT * FROM harvest.claim_queries('w1', ARRAY['elsewhere'])$$,
+-- ---------------------------------------------------------------- claim_query_requests
+SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('', ARRAY['qq_a'])$$, 'HR001', 'worker id is empty',
+                 'claim_query_requests() needs a worker id');
+SELECT throws_ok($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY[]::text[])$$, 'HR001', 'no queues given',
+                 'claim_query_requests() needs queues');
+SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['elsewhere'])$$,
                 'nothing is claimed from other queues');
-CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM harvest.claim_queries('w1', ARRAY['qq_a'], 1, 30);
+CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 1, 30);
 SELECT results_eq(
     $$SELECT request_id, kind, execution_id, workflow_name, workflow_id, task_queue, execution_status, name, arg,
              update_id FROM c1$$,
     $$VALUES (pg_temp.id('q1'), 'query'::text, pg_temp.run('a'), 'q_wf'::text, 'a'::text, 'qq_a'::text,
               'RUNNING'::text, 'status'::text, '{"verbose": true}'::jsonb, NULL::text)$$,
-    'claim_queries() hands out the oldest request with what the worker needs to rebuild the run');
+    'claim_query_requests() hands out the oldest request with what the worker needs to rebuild the run');
 SELECT results_eq($$SELECT status, claimed_by, lease_expires_at FROM harvest.query_requests WHERE id = pg_temp.id('q1')$$,
                   $$VALUES ('running'::text, 'w1'::text, '2030-01-01 00:00:30+00'::timestamptz)$$,
                   'the claimed request is running under a lease');
-SELECT results_eq($$SELECT request_id FROM harvest.claim_queries('w1', ARRAY['qq_a'], 10)$$,
+SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 10)$$,
                   $$VALUES (pg_temp.id('q2'))$$, 'a claimed request is not handed out again; the next one is');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
-SELECT results_eq($$SELECT request_id FROM harvest.claim_queries('w2', ARRAY['qq_a'], 10)$$,
+SELECT results_eq($$SELECT request_id FROM harvest.claim_query_requests('w2', ARRAY['qq_a'], 10)$$,
                   $$VALUES (pg_temp.id('q1'))$$,
                   'after its lease ran out another worker claims it (the expired q2 is skipped)');
 SELECT is((pg_temp.req(pg_temp.id('q1'))).claimed_by, 'w2', 'the new claimer holds it');
@@ -101,7 +101,7 @@ SELECT results_eq($$SELECT status, answer, error, answered_at, lease_expires_at 
 SELECT is(harvest.answer_query(pg_temp.id('q1'), 'w2', '1'), NULL, 'a second answer returns NULL');
 SELECT is((pg_temp.req(pg_temp.id('q1'))).answer, '{"state": "waiting"}'::jsonb, 'and changes nothing');
 INSERT INTO ids VALUES ('q3', harvest.request_query(pg_temp.run('a'), 'nope', 'null', 60));
-SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim q3');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim q3');
 SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'w1', NULL, '"oops"')$$, pg_temp.id('q3')), 'HR001',
                  'error must be a JSON object {error_type, message, ...}', 'an error that is not an object: HR001');
 SELECT is(harvest.answer_query(pg_temp.id('q3'), 'w1', NULL,
@@ -132,7 +132,7 @@ SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'nu
 SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 2::bigint, 'requesting an update writes no history');
 
 DELETE FROM harvest.query_requests WHERE kind = 'update' AND update_id <> 'u1';
-CREATE TEMP TABLE cu ON COMMIT DROP AS SELECT * FROM harvest.claim_queries('w1', ARRAY['qq_a']);
+CREATE TEMP TABLE cu ON COMMIT DROP AS SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a']);
 SELECT results_eq($$SELECT kind, update_id, name FROM cu$$, $$VALUES ('update'::text, 'u1'::text, 'decide'::text)$$,
                   'a worker claims the update to validate it');
 SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'w1', '1')$$, (SELECT request_id FROM u1)), 'HR001', NULL,
@@ -148,7 +148,7 @@ SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = 
 SELECT is((pg_temp.req((SELECT request_id FROM u1))).status, 'accepted', 'the request is accepted');
 SELECT is(harvest.accept_update((SELECT request_id FROM u1), 'w1'), NULL, 'accepting twice returns NULL');
 INSERT INTO ids VALUES ('q4', harvest.request_query(pg_temp.run('a'), 'status', 'null', 60));
-SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim a query');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim a query');
 SELECT throws_ok(format($$SELECT harvest.accept_update(%s, 'w1')$$, pg_temp.id('q4')), 'HR001',
                  format('request %s is a query, not an update', pg_temp.id('q4')), 'accept_update() of a query: HR001');
 SELECT is(harvest.accept_update(999999, 'w1'), NULL, 'accept_update() of an unknown request: NULL');
@@ -181,7 +181,7 @@ SELECT results_eq($$SELECT status, answer, error FROM harvest.query_requests WHE
 
 -- A failed handler, and the history answering a re-request after the rows are gone.
 CREATE TEMP TABLE u2 ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('a'), 'decide', '"no"', 'u2', 60);
-SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u2');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u2');
 SELECT is(harvest.accept_update((SELECT request_id FROM u2), 'w1'), 'accepted', 'setup: accept u2');
 CREATE TEMP TABLE wt2 ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('decider', ARRAY['qq_a'], 1);
 SELECT lives_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 6,
@@ -207,7 +207,7 @@ SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 8::bigint, 'and nothing is ap
 
 -- An accepted update asked again: accepted (running run), or failed once the run ended.
 CREATE TEMP TABLE u3 ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u3', 60);
-SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u3');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim u3');
 SELECT is(harvest.accept_update((SELECT request_id FROM u3), 'w1'), 'accepted', 'setup: accept u3');
 DELETE FROM harvest.query_requests WHERE update_id = 'u3';
 SELECT results_eq($$SELECT status FROM harvest.request_update(pg_temp.run('a'), 'decide', 'null', 'u3', 60)$$,
@@ -216,7 +216,7 @@ SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run(
            AND event_data ->> 'update_id' = 'u3'), 1::bigint, 'UpdateAccepted is recorded once per update id');
 
 -- ---------------------------------------------------------------- get_query_request
-SELECT is(harvest.worker_heartbeat('w1'), 'active', 'setup: w1 heartbeats');
+SELECT is(harvest.heartbeat_worker('w1'), 'active', 'setup: w1 heartbeats');
 SELECT results_eq(
     $$SELECT request_id, kind, status, execution_status, live_workers, queue FROM harvest.get_query_request(pg_temp.id('q1'))$$,
     $$VALUES (pg_temp.id('q1'), 'query'::text, 'completed'::text, 'RUNNING'::text, 1, 'qq_a'::text)$$,
@@ -243,7 +243,7 @@ SELECT ok(harvest.request_query(pg_temp.run('a'), 'status') IS NOT NULL, 'an end
 
 SELECT isnt(pg_temp.idle('b'), NULL, 'setup: another idle run');
 CREATE TEMP TABLE ub ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('b'), 'decide', 'null', 'ub', 60);
-SELECT is((SELECT count(*) FROM harvest.claim_queries('w1', ARRAY['qq_b'])), 1::bigint, 'setup: claim it');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_b'])), 1::bigint, 'setup: claim it');
 SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('b'))$$, 'setup: the run ends while validating');
 SELECT is(harvest.accept_update((SELECT request_id FROM ub), 'w1'), 'rejected', 'accept_update() of an ended run: rejected');
 SELECT results_eq($$SELECT status, error ->> 'error_type' FROM harvest.query_requests WHERE id = (SELECT request_id FROM ub)$$,
@@ -257,7 +257,7 @@ SELECT * FROM harvest.update_with_start('uws_wf', 'uws-1', 'bump', '2', '[7]', '
 SELECT results_eq($$SELECT workflow_id, started_fresh, update_id, status FROM uws1$$,
                   $$VALUES ('uws-1'::text, true, 'k1'::text, 'pending'::text)$$,
                   'update_with_start() with no run: starts one and requests the update');
-SELECT results_eq($$SELECT workflow_name, input, task_queue FROM harvest.executions WHERE id = (SELECT execution_id FROM uws1)$$,
+SELECT results_eq($$SELECT workflow_name, input, queue FROM harvest.executions WHERE id = (SELECT execution_id FROM uws1)$$,
                   $$VALUES ('uws_wf'::text, '[7]'::jsonb, 'uws_q'::text)$$, 'the run has the name, input and queue');
 SELECT results_eq($$SELECT execution_id, started_fresh, status FROM harvest.update_with_start('uws_wf', 'uws-1', 'bump', '3')$$,
                   $$SELECT execution_id, false, 'pending'::text FROM uws1$$,
@@ -297,7 +297,7 @@ SELECT throws_ok($$SELECT * FROM harvest.update_with_start('q_wf', 'big-uws', 's
                  'update_with_start() with an update argument over the limit: HR008');
 INSERT INTO ids SELECT 'bigq', harvest.request_query(pg_temp.run('big'), 'state');
 SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'wbig', to_jsonb(repeat('x', 100)))$$,
-                        (SELECT c.request_id FROM harvest.claim_queries('wbig', ARRAY['qq_big']) AS c)),
+                        (SELECT c.request_id FROM harvest.claim_query_requests('wbig', ARRAY['qq_big']) AS c)),
                  'HR008', 'the answer to query state is 102 bytes, over the payload limit of 64 bytes',
                  'answer_query() with an answer over the limit: HR008');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;

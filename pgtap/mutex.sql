@@ -1,5 +1,5 @@
 -- functions/mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
--- harvest.mutex_tick, harvest.mutex_status, harvest._mutex_on_marker (through the events_mutex trigger).
+-- harvest.grant_mutexes, harvest.list_mutexes, harvest._mutex_on_marker (through the events_mutex trigger).
 BEGIN;
 SELECT plan(9);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -9,25 +9,25 @@ SELECT n, (harvest.start_workflow('wf_m', '[]', 'm' || n, 'mq')).execution_id FR
 SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1,
     '[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "K"}}]')
 FROM harvest.claim_tasks('w', ARRAY['mq'], 10) AS c;
-SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.mutex_status('K')$$,
+SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.list_mutexes('K')$$,
     $$SELECT (SELECT execution_id FROM m WHERE n = 1), jsonb_build_array((SELECT execution_id FROM m WHERE n = 2))$$,
-    'mutex_status(): one holder, one FIFO waiter (harvest._mutex_on_marker via the trigger)');
+    'list_mutexes(): one holder, one FIFO waiter (harvest._mutex_on_marker via the trigger)');
 SELECT is((SELECT event_data FROM harvest.events WHERE event_type = 'MutexAcquired'
            AND execution_id = (SELECT execution_id FROM m WHERE n = 1)), '{"seq": 1, "key": "K"}'::jsonb,
           'the holder gets MutexAcquired{seq, key}');
 SELECT lives_ok($$SELECT harvest._mutex_marker((SELECT execution_id FROM m WHERE n = 1), 2, 'mutex_release', 'K')$$,
                 '_mutex_marker(): release');
-SELECT is((SELECT holder_execution_id FROM harvest.mutex_status('K')), (SELECT execution_id FROM m WHERE n = 2),
+SELECT is((SELECT holder_execution_id FROM harvest.list_mutexes('K')), (SELECT execution_id FROM m WHERE n = 2),
           'the next waiter holds the key (_mutex_grant_next)');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM m WHERE n = 2), 'x')$$, 'setup: the holder ends');
-SELECT is_empty($$SELECT * FROM harvest.mutex_status('K')$$, 'a run that ends releases its keys (_mutex_release_all)');
+SELECT is_empty($$SELECT * FROM harvest.list_mutexes('K')$$, 'a run that ends releases its keys (_mutex_release_all)');
 SELECT harvest._mutex_marker((SELECT execution_id FROM m WHERE n = 1), 10, 'mutex_acquire', 'K2');
 SELECT harvest._mutex_marker((harvest.start_workflow('wf_m', '[]', 'm3', 'mq')).execution_id, 1, 'mutex_acquire', 'K2');
 SELECT harvest._mutex_marker((SELECT id FROM harvest.executions WHERE workflow_id = 'm3'), 2, 'mutex_release', 'K2');
-SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.mutex_status('K2')$$,
+SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.list_mutexes('K2')$$,
     $$SELECT (SELECT execution_id FROM m WHERE n = 1), '[]'::jsonb$$,
     'a release by a run still waiting withdraws its request (a cancelled ctx.mutex wait)');
-SELECT is(harvest.mutex_tick(), 0, 'mutex_tick(): nothing to grant');
+SELECT is(harvest.grant_mutexes(), 0, 'grant_mutexes(): nothing to grant');
 SELECT is(harvest._mutex_grant_next('K'), false, '_mutex_grant_next() of a key nobody waits for');
 SELECT * FROM finish();
 ROLLBACK;

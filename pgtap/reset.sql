@@ -1,7 +1,7 @@
 -- functions/reset.sql: harvest.reset_workflow (the dry-run plan, the boundary rules of
 -- harvest._reset_problems, argument and state errors, the source's end, the fork's
 -- history, WorkflowResetFork, signal re-application, its workflow task and
--- history_bytes) and harvest.version_usage (runs per recorded version and state group).
+-- history_bytes) and harvest.count_versions (runs per recorded version and state group).
 BEGIN;
 SELECT plan(114);
 SET LOCAL TimeZone = 'UTC';
@@ -285,10 +285,10 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('
 
 -- The fork.
 SELECT results_eq(
-    $$SELECT f.workflow_name, f.workflow_id, f.task_queue, f.input, f.search_attributes, f.status,
+    $$SELECT f.workflow_name, f.workflow_id, f.queue, f.input, f.search_attributes, f.status,
              f.parent_id, f.continued_from, f.created_at, f.last_event_id, harvest.shard_of(f.id)
       FROM harvest.executions AS f WHERE f.id = pg_temp.run('fork')$$,
-    $$SELECT s.workflow_name, s.workflow_id, s.task_queue, s.input, s.search_attributes, 'RUNNING'::text,
+    $$SELECT s.workflow_name, s.workflow_id, s.queue, s.input, s.search_attributes, 'RUNNING'::text,
              NULL::uuid, NULL::uuid, '2030-01-01 00:10:00+00'::timestamptz, 13::bigint, harvest.shard_of(s.id)
       FROM harvest.executions AS s WHERE s.id = pg_temp.run('main')$$,
     'the fork: same name, workflow_id, queue, input and shard; RUNNING, created now, 13 events');
@@ -373,7 +373,7 @@ SELECT is((SELECT history_bytes FROM harvest.executions WHERE id = pg_temp.run('
           (SELECT sum(octet_length(event_data::text)) FROM harvest.events WHERE execution_id = pg_temp.run('drop_fork')),
           'the drop fork''s history_bytes is the sum of octet_length(event_data::text) over its events');
 
--- ---------------------------------------------------------------- version_usage
+-- ---------------------------------------------------------------- count_versions
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
 -- v1fail (failed, 1). v1a also records another change and a non-version marker.
 CREATE FUNCTION pg_temp.version_marker(p_seq integer, p_change text, p_version integer) RETURNS jsonb LANGUAGE sql AS $fn$
@@ -401,30 +401,30 @@ SELECT is(pg_temp.decide('v1fail', jsonb_build_array(pg_temp.version_marker(1, '
           'FAILED', 'setup: v1fail records vc=1 and fails');
 
 SELECT results_eq(
-    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('vc')$$,
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('vc')$$,
     $$VALUES (1, 'active'::text, 1::bigint, pg_temp.samples('v1a')), (2, 'active', 2, pg_temp.samples('v2a', 'v2b'))$$,
-    'version_usage(): running runs per recorded version by default, with sample ids');
+    'count_versions(): running runs per recorded version by default, with sample ids');
 SELECT results_eq(
-    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('vc', NULL, 'terminal')$$,
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('vc', NULL, 'terminal')$$,
     $$VALUES (1, 'terminal'::text, 1::bigint, pg_temp.samples('v1fail')), (2, 'terminal', 1, pg_temp.samples('v2done'))$$,
     'state_group terminal: ended runs only');
 SELECT results_eq(
-    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('vc', NULL, 'all')$$,
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('vc', NULL, 'all')$$,
     $$VALUES (1, 'active'::text, 1::bigint, pg_temp.samples('v1a')), (1, 'terminal', 1, pg_temp.samples('v1fail')),
              (2, 'active', 2, pg_temp.samples('v2a', 'v2b')), (2, 'terminal', 1, pg_temp.samples('v2done'))$$,
     'state_group all: both groups, ordered by version then group');
 SELECT results_eq(
-    $$SELECT version, state_group, executions FROM harvest.version_usage('vc', 2, 'all')$$,
+    $$SELECT version, state_group, executions FROM harvest.count_versions('vc', 2, 'all')$$,
     $$VALUES (2, 'active'::text, 2::bigint), (2, 'terminal', 1)$$,
     'a version filter keeps that version only');
-SELECT is_empty($$SELECT * FROM harvest.version_usage('vc', 9, 'all')$$,
+SELECT is_empty($$SELECT * FROM harvest.count_versions('vc', 9, 'all')$$,
                 'a version nobody recorded (a non-version marker does not count): no rows');
 SELECT results_eq(
-    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('other')$$,
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('other')$$,
     $$VALUES (7, 'active'::text, 1::bigint, pg_temp.samples('v1a'))$$, 'each change id is counted on its own');
-SELECT is_empty($$SELECT * FROM harvest.version_usage('never', NULL, 'all')$$, 'an unknown change id: no rows');
+SELECT is_empty($$SELECT * FROM harvest.count_versions('never', NULL, 'all')$$, 'an unknown change id: no rows');
 SELECT results_eq(
-    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.version_usage('c', NULL, 'all')$$,
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('c', NULL, 'all')$$,
     $$VALUES (2, 'active'::text, 1::bigint, pg_temp.samples('fork')), (2, 'terminal', 1, pg_temp.samples('main'))$$,
     'a reset fork carries the version markers it copied: it counts as active, its source as terminal');
 
@@ -434,17 +434,17 @@ SELECT lives_ok($$SELECT pg_temp.decide('many' || n, jsonb_build_array(pg_temp.v
 SELECT results_eq(
     $$SELECT executions, cardinality(sample_execution_ids),
              sample_execution_ids <@ pg_temp.samples('many1', 'many2', 'many3', 'many4', 'many5', 'many6')
-      FROM harvest.version_usage('vc', 5)$$,
+      FROM harvest.count_versions('vc', 5)$$,
     $$VALUES (6::bigint, 5, true)$$, 'at most five sample ids, all of them runs of that version');
 
-SELECT throws_ok($$SELECT * FROM harvest.version_usage('')$$, 'HR001', 'change_id is empty',
-                 'version_usage() with an empty change id: HR001');
-SELECT throws_ok($$SELECT * FROM harvest.version_usage(NULL)$$, 'HR001', 'change_id is empty',
-                 'version_usage() with a NULL change id: HR001');
-SELECT throws_ok($$SELECT * FROM harvest.version_usage('vc', NULL, 'done')$$, 'HR001', 'unknown state_group "done"',
-                 'version_usage() with an unknown state group: HR001');
-SELECT throws_ok($$SELECT * FROM harvest.version_usage('vc', NULL, NULL)$$, 'HR001', 'unknown state_group "<NULL>"',
-                 'version_usage() with a NULL state group: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('')$$, 'HR001', 'change_id is empty',
+                 'count_versions() with an empty change id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions(NULL)$$, 'HR001', 'change_id is empty',
+                 'count_versions() with a NULL change id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, 'done')$$, 'HR001', 'unknown state_group "done"',
+                 'count_versions() with an unknown state group: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, NULL)$$, 'HR001', 'unknown state_group "<NULL>"',
+                 'count_versions() with a NULL state group: HR001');
 
 -- The fork keeps the source's flow-control keys and run timeout.
 SELECT pg_temp.start('keyed');

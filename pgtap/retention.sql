@@ -1,4 +1,4 @@
--- functions/retention.sql: set_retention, retention_status, run_retention, and the worker
+-- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
 -- registry rule: _prunable_workers, set_worker_retention, prune_workers.
 BEGIN;
 SELECT plan(18);
@@ -22,7 +22,7 @@ SELECT is((SELECT status FROM harvest.executions WHERE workflow_name = 'rt_wf'),
           'a running execution is never deleted, however old');
 SELECT is((SELECT count(*) FROM harvest.events e JOIN rt ON rt.id = e.execution_id WHERE rt.n <= 3), 0::bigint,
           'events go with their execution');
-SELECT ok((harvest.retention_status() ->> 'last_run_at') IS NOT NULL, 'the last run is recorded');
+SELECT ok((harvest.get_retention_status() ->> 'last_run_at') IS NOT NULL, 'the last run is recorded');
 
 -- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
 SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';
@@ -35,10 +35,10 @@ SET LOCAL harvest.fake_now = '2029-12-30 00:00:00+00';
 SELECT harvest.register_worker('w-recent-stale', ARRAY['prune_q'], 'h', 2, 5);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.register_worker('w-live', ARRAY['prune_q'], 'h', 3, 5);
-SELECT results_eq($$SELECT harvest.retention_status() ->> 'worker_max_age',
-                           (harvest.retention_status() ->> 'workers_eligible')::int$$,
+SELECT results_eq($$SELECT harvest.get_retention_status() ->> 'worker_max_age',
+                           (harvest.get_retention_status() ->> 'workers_eligible')::int$$,
                   $$VALUES ('7 days'::text, 2)$$,
-                  'retention_status(): the worker rule (7 days by default) and the rows it would delete');
+                  'get_retention_status(): the worker rule (7 days by default) and the rows it would delete');
 SELECT is((SELECT array_agg(w ORDER BY w) FROM harvest._prunable_workers('7 days') AS w),
           ARRAY['w-old-stale', 'w-old-stopped'], '_prunable_workers(): what the rule lets go');
 SELECT is(harvest.prune_workers() ->> 'deleted', '2',

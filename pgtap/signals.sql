@@ -120,7 +120,7 @@ SELECT * FROM harvest.signal_with_start('sws_wf', 'sws-1', 'go', '{"n": 1}', '[5
 SELECT results_eq($$SELECT workflow_id, started_fresh FROM sws1$$, $$VALUES ('sws-1'::text, true)$$,
                   'signal_with_start() with no prior run: a fresh start (started_fresh)');
 SELECT results_eq(
-    $$SELECT workflow_name, status, input, task_queue, search_attributes FROM harvest.executions
+    $$SELECT workflow_name, status, input, queue, search_attributes FROM harvest.executions
       WHERE id = (SELECT execution_id FROM sws1)$$,
     $$VALUES ('sws_wf'::text, 'RUNNING'::text, '[5]'::jsonb, 'sws_q'::text, '{"tenant": "t1"}'::jsonb)$$,
     'the new run has the name, input, queue and search attributes');
@@ -164,8 +164,8 @@ SELECT results_eq(
 SELECT results_eq(
     $$SELECT status, last_event_id FROM harvest.executions WHERE id = (SELECT execution_id FROM sws1)$$,
     $$VALUES ('TERMINATED'::text, 4::bigint)$$, 'the terminal run is left as it was');
-SELECT is((SELECT task_queue FROM harvest.executions WHERE id = (SELECT execution_id FROM sws3)), 'default',
-          'p_task_queue defaults to default');
+SELECT is((SELECT queue FROM harvest.executions WHERE id = (SELECT execution_id FROM sws3)), 'default',
+          'p_queue defaults to default');
 
 SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('sws_wf', '', 'go')$$, 'HR001',
                  'signal_with_start needs a workflow_id', 'signal_with_start() with an empty workflow_id: HR001');

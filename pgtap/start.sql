@@ -17,7 +17,7 @@ SELECT is((SELECT status FROM minted), 'RUNNING', 'a fresh start is RUNNING');
 SELECT ok((SELECT started_fresh FROM minted), 'a fresh start reports started_fresh');
 SELECT is(harvest.shard_of((SELECT execution_id FROM minted)), 0, 'the execution id carries shard 0 by default');
 SELECT results_eq(
-    $$SELECT workflow_name, workflow_id, status, task_queue, input, search_attributes, parent_id,
+    $$SELECT workflow_name, workflow_id, status, queue, input, search_attributes, parent_id,
              last_event_id, created_at, completed_at
       FROM harvest.executions WHERE id = (SELECT execution_id FROM minted)$$,
     $$SELECT 'start_wf'::text, (SELECT workflow_id FROM minted), 'RUNNING'::text, 'start_q'::text,
@@ -131,8 +131,8 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_dup', '[]', 'orde
                  'reject_duplicate on a RUNNING prior: HR003 naming the key and the execution');
 SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('start_dup', '[]', 'order-1',
                                   p_reuse_policy => 'reject_duplicate')$$) ->> 'detail')::jsonb,
-          jsonb_build_object('existing_execution_id', (SELECT execution_id FROM dup), 'existing_state', 'RUNNING'),
-          'HR003 DETAIL is JSON {existing_execution_id, existing_state}');
+          jsonb_build_object('existing_execution_id', (SELECT execution_id FROM dup), 'existing_status', 'RUNNING'),
+          'HR003 DETAIL is JSON {existing_execution_id, existing_status}');
 
 -- The policy matrix. pg_temp.outcome() makes a prior run in the given state under a
 -- key of its own, starts again with the policies and says what happened:
@@ -160,7 +160,7 @@ BEGIN
     IF v_error IS NOT NULL THEN
         IF v_error ->> 'sqlstate' = 'HR003'
            AND (v_error ->> 'detail')::jsonb = jsonb_build_object(
-               'existing_execution_id', v_prior, 'existing_state', p_prior_status) THEN
+               'existing_execution_id', v_prior, 'existing_status', p_prior_status) THEN
             RETURN 'reject';
         END IF;
         RETURN 'error ' || v_error::text;
@@ -284,13 +284,13 @@ SELECT is((SELECT execution_id FROM batch WHERE n = 4), (SELECT execution_id FRO
 SELECT ok((SELECT started_fresh AND workflow_id IS NOT NULL FROM batch WHERE n = 3),
           'a start without a workflow_id gets a minted one');
 SELECT results_eq(
-    $$SELECT e.task_queue, e.input, e.search_attributes, t.priority, t.queue,
+    $$SELECT e.queue, e.input, e.search_attributes, t.priority, t.queue,
              e.timeout_at - e.created_at
       FROM batch AS b JOIN harvest.executions AS e ON e.id = b.execution_id
       JOIN harvest.tasks AS t ON t.execution_id = e.id WHERE b.n = 1$$,
     $$VALUES ('batch_q'::text, '[2]'::jsonb, '{"k": "v"}'::jsonb, 3, 'batch_q'::text, interval '60 seconds')$$,
     'each start gets its queue, input, search attributes, priority and timeout; defaults fill the rest');
-SELECT is((SELECT task_queue FROM harvest.executions WHERE id = (SELECT execution_id FROM batch WHERE n = 2)),
+SELECT is((SELECT queue FROM harvest.executions WHERE id = (SELECT execution_id FROM batch WHERE n = 2)),
           'default', 'a start without a task_queue goes to "default"');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "batch_wf", "workflow_id": "b-1",
                                                              "reuse_policy": "reject_duplicate"}]')$$,

@@ -1,6 +1,6 @@
 -- functions/throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
 -- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
--- harvest.pending_starts_status, and the gates in start_workflow.
+-- harvest.list_pending_starts, and the gates in start_workflow.
 BEGIN;
 SELECT plan(25);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -31,7 +31,7 @@ SELECT is(harvest.release_pending_starts(), 0, 'release_pending_starts(): no tok
 SELECT set_config('harvest.fake_now', '2030-01-01 00:00:00.5+00', true);
 SELECT is(harvest.release_pending_starts(), 1, 'half a second at 2 rps: one more start (FIFO)');
 SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 't3'), 'RUNNING', 'the oldest deferred start ran first');
-SELECT is((SELECT count(*)::integer FROM harvest.pending_starts_status('wf_t')), 1, 'pending_starts_status(): one left');
+SELECT is((SELECT count(*)::integer FROM harvest.list_pending_starts('wf_t')), 1, 'list_pending_starts(): one left');
 SELECT set_config('harvest.fake_now', '2030-01-01 00:00:10+00', true);
 SELECT is(harvest._throttle_take('wf_t', '', '{"rps": 2, "burst": 2}', 1), 1, '_throttle_take(): a refilled bucket pays');
 SELECT is(harvest.release_pending_starts(), 1, 'the last deferred start is released');
@@ -43,12 +43,12 @@ SELECT set_config('harvest.fake_now', '2030-01-02 00:00:03+00', true);
 SELECT is((SELECT status FROM harvest.start_workflow('wf_d', '[{"doc": "a", "v": 2}]', NULL, 'dq')), 'DEFERRED',
           'debounce: DEFERRED');
 SELECT harvest.start_workflow('wf_d', '[{"doc": "b", "v": 9}]', NULL, 'dq');
-SELECT results_eq($$SELECT gate_key, starts, release_at FROM harvest.pending_starts_status('wf_d')$$,
+SELECT results_eq($$SELECT gate_key, starts, release_at FROM harvest.list_pending_starts('wf_d')$$,
     $$VALUES ('a'::text, 2, '2030-01-02 00:00:08+00'::timestamptz), ('b', 1, '2030-01-02 00:00:08+00')$$,
     'one row per key; each start pushes the release quiet_secs later');
 SELECT set_config('harvest.fake_now', '2030-01-02 00:00:07+00', true);
 SELECT harvest.start_workflow('wf_d', '[{"doc": "a", "v": 3}]', NULL, 'dq');
-SELECT is((SELECT release_at FROM harvest.pending_starts_status('wf_d') WHERE gate_key = 'a'),
+SELECT is((SELECT release_at FROM harvest.list_pending_starts('wf_d') WHERE gate_key = 'a'),
           '2030-01-02 00:00:12+00'::timestamptz, 'max_wait_secs caps the push');
 SELECT set_config('harvest.fake_now', '2030-01-02 00:00:08+00', true);
 SELECT is(harvest.release_pending_starts(), 1, 'the quiet key b is released');

@@ -1,4 +1,4 @@
--- functions/usage.sql: harvest.usage_report.
+-- functions/usage.sql: harvest.count_usage.
 BEGIN;
 SELECT plan(11);
 SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';
@@ -19,32 +19,32 @@ SELECT harvest.terminate_workflow(execution_id, 'x') FROM u WHERE n = 3;
 
 SELECT results_eq($$SELECT group_name, workflow_starts, completed, failed, cancelled, timed_out,
                            activity_executions, activity_executions_failed, activity_span_seconds
-                    FROM harvest.usage_report('2030-03-01', '2030-03-02')$$,
+                    FROM harvest.count_usage('2030-03-01', '2030-03-02')$$,
     $$VALUES ('wf_u'::text, 3::bigint, 0::bigint, 1::bigint, 0::bigint, 0::bigint, 1::bigint, 0::bigint, 10::double precision)$$,
-    'usage_report(): by workflow name, from the events');
-SELECT results_eq($$SELECT group_name, workflow_starts, failed FROM harvest.usage_report('2030-03-01', '2030-03-02', 'search_attr:tenant')$$,
+    'count_usage(): by workflow name, from the events');
+SELECT results_eq($$SELECT group_name, workflow_starts, failed FROM harvest.count_usage('2030-03-01', '2030-03-02', 'search_attr:tenant')$$,
     $$VALUES ('(unattributed)'::text, 1::bigint, 0::bigint), ('acme', 2, 1)$$,
     'by a search attribute; runs without it are (unattributed)');
-SELECT is_empty($$SELECT * FROM harvest.usage_report('2030-03-02', '2030-03-03')$$, 'a window with no events is empty');
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01')$$, 'HR001', NULL,
+SELECT is_empty($$SELECT * FROM harvest.count_usage('2030-03-02', '2030-03-03')$$, 'a window with no events is empty');
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01')$$, 'HR001', NULL,
                  'a window wider than 90 days is refused');
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '200 days')$$,
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01', 'workflow_name', interval '200 days')$$,
                  'HR001', 'usage report: the window 2030-01-01 00:00:00+00 .. 2030-06-01 00:00:00+00 (5 mons 1 day) '
                           'is wider than the ceiling of 90 days',
                  'a caller cannot lift the ceiling with p_max_window');
 SET LOCAL ROLE harvest_reader;
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '10000 days')$$,
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01', 'workflow_name', interval '10000 days')$$,
                  'HR001', NULL, 'nor can a harvest_reader (the issue''s report)');
 RESET ROLE;
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-03-01', '2030-03-02', 'workflow_name', interval '1 hour')$$,
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-01', '2030-03-02', 'workflow_name', interval '1 hour')$$,
                  'HR001', NULL, 'a caller may ask for a narrower ceiling');
 UPDATE harvest.engine_settings SET usage_max_window = interval '200 days';
-SELECT lives_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01')$$,
+SELECT lives_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01')$$,
                 'the owner sets the server''s ceiling (engine_settings.usage_max_window)');
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-01-01', '2030-06-01', 'workflow_name', interval '90 days')$$,
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-01-01', '2030-06-01', 'workflow_name', interval '90 days')$$,
                  'HR001', NULL, 'and a caller may still narrow it');
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-03-02', '2030-03-01')$$, 'HR001', NULL, 'to before from');
-SELECT throws_ok($$SELECT * FROM harvest.usage_report('2030-03-01', '2030-03-02', 'tenant')$$, 'HR001', NULL,
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-02', '2030-03-01')$$, 'HR001', NULL, 'to before from');
+SELECT throws_ok($$SELECT * FROM harvest.count_usage('2030-03-01', '2030-03-02', 'tenant')$$, 'HR001', NULL,
                  'an unknown group_by');
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,8 +1,8 @@
--- functions/workers.sql: harvest.register_worker, harvest.worker_heartbeat,
+-- functions/workers.sql: harvest.register_worker, harvest.heartbeat_worker,
 -- harvest.release_worker_tasks, harvest.begin_worker_drain, harvest.stop_worker, harvest.release_task,
--- harvest.worker_sleep, harvest.register_workflows, harvest.unregister_workflow; then the fleet
--- (harvest._worker_health, harvest._drain_outcome, list_workers, get_worker, worker_health,
--- drain_worker, drain_preview) and harvest.worker_drain_deadline, each in a transaction of its own.
+-- harvest.set_worker_sleeping, harvest.register_workflows, harvest.unregister_workflow; then the fleet
+-- (harvest._worker_health, harvest._drain_outcome, list_workers, get_worker, get_worker_health,
+-- drain_worker, preview_drain) and harvest.get_worker_drain_deadline, each in a transaction of its own.
 BEGIN;
 SELECT plan(54);
 SET LOCAL TimeZone = 'UTC';
@@ -44,15 +44,15 @@ SELECT results_eq(
     're-registering replaces queues, host, pid and metadata, and is active again with no drain deadline');
 SELECT is((SELECT count(*) FROM harvest.workers WHERE id = 'w1'), 1::bigint, 'one row per worker id');
 
--- worker_heartbeat
+-- heartbeat_worker
 SET LOCAL harvest.fake_now = '2030-01-01 00:02:00+00';
-SELECT is(harvest.worker_heartbeat('w2'), 'active', 'worker_heartbeat() answers the status');
+SELECT is(harvest.heartbeat_worker('w2'), 'active', 'heartbeat_worker() answers the status');
 SELECT is((SELECT last_heartbeat_at FROM harvest.workers WHERE id = 'w2'), '2030-01-01 00:02:00+00'::timestamptz,
-          'worker_heartbeat() records the time');
+          'heartbeat_worker() records the time');
 UPDATE harvest.workers SET status = 'draining' WHERE id = 'w2';
-SELECT is(harvest.worker_heartbeat('w2'), 'draining', 'worker_heartbeat() tells a worker to drain');
-SELECT throws_ok($$SELECT harvest.worker_heartbeat('ghost')$$, 'HR002', 'worker ghost is not registered',
-                 'worker_heartbeat() of an unknown worker: HR002');
+SELECT is(harvest.heartbeat_worker('w2'), 'draining', 'heartbeat_worker() tells a worker to drain');
+SELECT throws_ok($$SELECT harvest.heartbeat_worker('ghost')$$, 'HR002', 'worker ghost is not registered',
+                 'heartbeat_worker() of an unknown worker: HR002');
 
 -- release_worker_tasks: give back without counting a failed attempt.
 CREATE TEMP TABLE held (what text PRIMARY KEY, task_id bigint, token bigint) ON COMMIT DROP;
@@ -117,7 +117,7 @@ SELECT results_eq($$SELECT status, last_heartbeat_at FROM harvest.workers WHERE 
                   $$VALUES ('stopped'::text, '2030-01-01 00:04:00+00'::timestamptz)$$, 'the worker is stopped');
 SELECT is((SELECT status FROM harvest.tasks WHERE id = pg_temp.held('other')), 'pending',
           'its task is pending again');
-SELECT is(harvest.worker_heartbeat('w2'), 'stopped', 'a stopped worker hears so on its heartbeat');
+SELECT is(harvest.heartbeat_worker('w2'), 'stopped', 'a stopped worker hears so on its heartbeat');
 SELECT is(harvest.begin_worker_drain('w2'), 'stopped', 'begin_worker_drain() leaves a stopped worker stopped');
 SELECT throws_ok($$SELECT harvest.stop_worker('ghost')$$, 'HR002', 'worker ghost is not registered',
                  'stop_worker() of an unknown worker is not found');
@@ -149,11 +149,11 @@ SELECT is(harvest.release_task(pg_temp.rel('id'), pg_temp.rel('token')), true,
 SELECT results_eq($$SELECT status, lease_owner, attempt FROM harvest.tasks WHERE id = pg_temp.rel('id')$$,
                   $$VALUES ('pending'::text, NULL::text, 0)$$, 'pending again, the attempt not counted');
 
--- worker_sleep: the mark that tells producers to notify (see _notify_queue).
+-- set_worker_sleeping: the mark that tells producers to notify (see _notify_queue).
 SELECT lives_ok($$SELECT harvest.register_worker('sleepy', ARRAY['zq'], 'h', 1)$$, 'setup: a worker on zq');
-SELECT lives_ok($$SELECT harvest.worker_sleep('sleepy', true)$$, 'worker_sleep() marks a worker asleep');
+SELECT lives_ok($$SELECT harvest.set_worker_sleeping('sleepy', true)$$, 'set_worker_sleeping() marks a worker asleep');
 SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), true, 'the mark is stored');
-SELECT harvest.worker_sleep('sleepy', false);
+SELECT harvest.set_worker_sleeping('sleepy', false);
 SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), false, 'and cleared');
 
 -- register_workflows: the names a worker's App can run on each queue it polls.
@@ -186,7 +186,7 @@ SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), false, 'and of a name no l
 SELECT * FROM finish();
 ROLLBACK;
 
--- The fleet seen by an operator: list_workers, get_worker, worker_health, drain_worker, drain_preview.
+-- The fleet seen by an operator: list_workers, get_worker, get_worker_health, drain_worker, preview_drain.
 BEGIN;
 SELECT plan(17);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -201,18 +201,18 @@ SELECT is((SELECT health FROM harvest.list_workers() WHERE worker_id = 'fl-stale
 SELECT is((SELECT array_agg(worker_id ORDER BY worker_id) FROM harvest.list_workers(p_queue => 'email')),
           ARRAY['fl-live', 'fl-stale'], 'filter by queue');
 SELECT throws_ok($$SELECT * FROM harvest.list_workers(p_health => 'sick')$$, 'HR001', NULL, 'unknown health refused');
-SELECT is(harvest.worker_health() -> 'by_queue', '{"email": 2, "default": 2}'::jsonb,
+SELECT is(harvest.get_worker_health() -> 'by_queue', '{"email": 2, "default": 2}'::jsonb,
           'by_queue counts every worker that is not stopped, stale ones too (issue 12 item 19)');
-SELECT is(harvest.worker_health() -> 'by_queue_health',
+SELECT is(harvest.get_worker_health() -> 'by_queue_health',
           '{"email": {"healthy": 1, "draining": 0, "stale": 1}, "default": {"healthy": 2, "draining": 0, "stale": 0}}'::jsonb,
           'by_queue_health splits each queue into healthy, draining and stale');
-SELECT is(harvest.worker_health() -> 'by_shard', '{"0": 3}'::jsonb, 'by_shard: the one shard, 0');
-SELECT is((harvest.worker_health() ->> 'stale')::int, 1, 'stale count');
+SELECT is(harvest.get_worker_health() -> 'by_shard', '{"0": 3}'::jsonb, 'by_shard: the one shard, 0');
+SELECT is((harvest.get_worker_health() ->> 'stale')::int, 1, 'stale count');
 SELECT is(harvest.get_worker('fl-live') -> 'claimed_task_ids', '[]'::jsonb, 'get_worker lists claimed tasks');
-SELECT is((SELECT uncovered_queues FROM harvest.drain_preview(p_worker_id => 'fl-live')), ARRAY['email'],
+SELECT is((SELECT uncovered_queues FROM harvest.preview_drain(p_worker_id => 'fl-live')), ARRAY['email'],
           'preview: draining fl-live leaves email without a live worker');
 SELECT is(harvest.drain_worker('fl-live', NULL, 'pgtap') ->> 'outcome', 'accepted', 'drain accepted');
-SELECT is(harvest.worker_heartbeat('fl-live'), 'draining', 'the worker hears it on its heartbeat');
+SELECT is(harvest.heartbeat_worker('fl-live'), 'draining', 'the worker hears it on its heartbeat');
 SELECT is(harvest.drain_worker('fl-live') ->> 'outcome', 'already_draining', 'twice: already_draining');
 SELECT is(harvest.drain_worker('fl-stale') ->> 'outcome', 'stale_worker', 'stale worker');
 SELECT is(harvest.drain_worker('fl-none') ->> 'outcome', 'not_found', 'unknown worker');
@@ -227,24 +227,24 @@ SELECT is(harvest._drain_outcome((SELECT w FROM harvest.workers w WHERE w.id = '
 SELECT * FROM finish();
 ROLLBACK;
 
--- A draining worker's deadline: harvest.worker_drain_deadline.
+-- A draining worker's deadline: harvest.get_worker_drain_deadline.
 BEGIN;
 SELECT plan(4);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT harvest.register_worker('wd', ARRAY['q'], 'h', 1, 5);
-SELECT results_eq($$SELECT drain_deadline, remaining_secs FROM harvest.worker_drain_deadline('wd')$$,
+SELECT results_eq($$SELECT drain_deadline, remaining_secs FROM harvest.get_worker_drain_deadline('wd')$$,
                   $$VALUES (NULL::timestamptz, NULL::double precision)$$,
-                  'worker_drain_deadline(): no deadline, NULLs');
+                  'get_worker_drain_deadline(): no deadline, NULLs');
 SELECT harvest.drain_worker('wd', '2030-01-01 00:00:30+00', 'test');
-SELECT results_eq($$SELECT drain_deadline, remaining_secs FROM harvest.worker_drain_deadline('wd')$$,
+SELECT results_eq($$SELECT drain_deadline, remaining_secs FROM harvest.get_worker_drain_deadline('wd')$$,
                   $$VALUES ('2030-01-01 00:00:30+00'::timestamptz, 30::double precision)$$,
                   'the deadline and the seconds left by the database clock');
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
-SELECT is((SELECT remaining_secs FROM harvest.worker_drain_deadline('wd')), -30::double precision,
+SELECT is((SELECT remaining_secs FROM harvest.get_worker_drain_deadline('wd')), -30::double precision,
           'negative once the deadline has passed');
-SELECT is_empty($$SELECT * FROM harvest.worker_drain_deadline('nobody')$$, 'an unknown worker: no row');
+SELECT is_empty($$SELECT * FROM harvest.get_worker_drain_deadline('nobody')$$, 'an unknown worker: no row');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -7,7 +7,7 @@ CREATE TABLE harvest.executions (
     workflow_name text NOT NULL,
     workflow_id text NOT NULL,
     status text NOT NULL DEFAULT 'RUNNING',
-    task_queue text NOT NULL DEFAULT 'default',
+    queue text NOT NULL DEFAULT 'default',
     input jsonb NOT NULL DEFAULT '[]'::jsonb,
     output jsonb,
     failure jsonb,

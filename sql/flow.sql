@@ -90,7 +90,7 @@ CREATE TABLE harvest.pending_starts (
     workflow_name text NOT NULL,
     gate_key text NOT NULL,
     workflow_id text NOT NULL,
-    task_queue text NOT NULL,
+    queue text NOT NULL,
     input jsonb NOT NULL,
     search_attributes jsonb NOT NULL DEFAULT '{}'::jsonb,
     priority integer NOT NULL DEFAULT 0,

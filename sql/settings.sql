@@ -7,7 +7,7 @@ CREATE TABLE harvest.engine_settings (
     id boolean NOT NULL DEFAULT true,
     test_clock_allowed boolean NOT NULL DEFAULT false,
     max_payload_bytes integer NOT NULL DEFAULT 2097152,
-    -- The widest window harvest.usage_report reads (0017); a caller may ask for less.
+    -- The widest window harvest.count_usage reads (0017); a caller may ask for less.
     usage_max_window interval NOT NULL DEFAULT interval '90 days',
     CONSTRAINT engine_settings_pkey PRIMARY KEY (id),
     CONSTRAINT engine_settings_one_row CHECK (id),

@@ -29,7 +29,7 @@ def start(conn: psycopg.Connection, name: str, workflow_id: str, queue: str = "d
           search_attributes: dict | None = None, input: list | None = None) -> str:
     row = conn.execute(
         "SELECT execution_id FROM harvest.start_workflow(p_workflow_name => %s, p_input => %s,"
-        " p_workflow_id => %s, p_task_queue => %s, p_search_attributes => %s)",
+        " p_workflow_id => %s, p_queue => %s, p_search_attributes => %s)",
         (name, Jsonb(input or []), workflow_id, queue, Jsonb(search_attributes or {}))).fetchone()
     return str(row[0])
 

@@ -145,7 +145,7 @@ def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> 
     with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
         listener.execute("LISTEN harvest_tasks")
         conn.execute("SELECT harvest.register_worker('sleeper', ARRAY['default'], 'h', 1)")
-        conn.execute("SELECT harvest.worker_sleep('sleeper', true)")
+        conn.execute("SELECT harvest.set_worker_sleeping('sleeper', true)")
         handle = client.start_workflow(fan_out, 20)
         task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('t', ARRAY['default'], 1)"
                             ).fetchone()
@@ -166,7 +166,7 @@ def test_no_notification_while_no_worker_sleeps(db: str, client: Client) -> None
         conn.execute("SELECT harvest.register_worker('busy', ARRAY['default'], 'h', 1)")
         client.start_workflow(fan_out, 1)
         assert list(listener.notifies(timeout=0.3)) == []
-        conn.execute("SELECT harvest.worker_sleep('busy', true)")
+        conn.execute("SELECT harvest.set_worker_sleeping('busy', true)")
         client.start_workflow(fan_out, 1)
         assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
 

@@ -121,7 +121,7 @@ def test_workflow_list_reads_the_database_url_from_harvest_toml(db: str, tmp_pat
     (tmp_path / "harvest.toml").write_text(f'database_url = "{db}"\n')
     r = run("workflow", "list", "-o", "json", cwd=tmp_path)  # no HARVEST_DATABASE_URL, no flag
     assert r.returncode == 0, r.stderr
-    assert [e["id"] for e in json.loads(r.stdout)["executions"]] == [execution_id]
+    assert [e["execution_id"] for e in json.loads(r.stdout)["executions"]] == [execution_id]
     # Precedence is the worker's: the flag, then HARVEST_DATABASE_URL, then the file.
     bad = "postgresql://nobody@127.0.0.1:1/none"
     r = run("workflow", "list", "--database-url", bad, cwd=tmp_path)

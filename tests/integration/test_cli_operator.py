@@ -33,18 +33,18 @@ def test_workflow_list_filters_and_pages(db: str, conn) -> None:
     r = harvest(db, "workflow", "list", "--state", "RUNNING", "--workflow-name", "onboarding",
                 "--search-attr", "tenant=acme", "--output", "json")
     assert r.returncode == 0, r.stderr
-    got = {e["id"] for e in json.loads(r.stdout)["executions"]}
+    got = {e["execution_id"] for e in json.loads(r.stdout)["executions"]}
     assert got == {ids[1], ids[3]}
 
     r = harvest(db, "workflow", "list", "--search-attr", "amount>=20", "--output", "json")
-    assert {e["id"] for e in json.loads(r.stdout)["executions"]} == {ids[2], ids[3], ids[4]}
+    assert {e["execution_id"] for e in json.loads(r.stdout)["executions"]} == {ids[2], ids[3], ids[4]}
 
     # Keyset pages of 2 over 6 runs: 2 + 2 + 2, every run once, newest first.
     seen, cursor, pages = [], None, 0
     while True:
         args = ["workflow", "list", "--page-size", "2", "--output", "json"] + (["--cursor", cursor] if cursor else [])
         page = json.loads(harvest(db, *args).stdout)
-        seen += [e["id"] for e in page["executions"]]
+        seen += [e["execution_id"] for e in page["executions"]]
         pages += 1
         cursor = page["next_cursor"]
         if not cursor:
@@ -121,7 +121,7 @@ def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     listed = json.loads(harvest(db, "dlq", "list", "--output", "json").stdout)
     assert len(listed) == 4
     assert "send_email" in harvest(db, "dlq", "list", "--activity-name", "send_email").stdout
-    agg = json.loads(harvest(db, "dlq", "aggregate", "--by", "activity", "--output", "json").stdout)
+    agg = json.loads(harvest(db, "dlq", "count", "--by", "activity", "--output", "json").stdout)
     assert {(a["activity_name"], a["dead_letters"]) for a in agg} == {("send_email", 3), ("charge_card", 1)}
 
     r = harvest(db, "dlq", "bulk-replay", "--limit", "10")
@@ -185,7 +185,7 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
 
     outcomes = {}
     for worker_id in ("w-live", "w-live", "w-stale", "w-gone", "w-none"):
-        r = harvest(db, "worker", "drain", worker_id, "--deadline", "2099-01-01T00:00:00Z", "--operator", "alice",
+        r = harvest(db, "worker", "drain", worker_id, "--deadline", "2099-01-01T00:00:00Z", "--operator-id", "alice",
                     "--output", "json")
         outcomes.setdefault(worker_id, []).append((json.loads(r.stdout)["outcome"], r.returncode))
     assert outcomes == {"w-live": [("accepted", 0), ("already_draining", 0)], "w-stale": [("stale_worker", 0)],

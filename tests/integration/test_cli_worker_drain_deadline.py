@@ -54,7 +54,7 @@ def test_drain_deadline_stops_the_worker_and_releases_in_flight_work(db: str, st
 
     deadline = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     began = time.monotonic()
-    r = harvest(db, "worker", "drain", worker_id, "--deadline", deadline, "--operator", "oncall",
+    r = harvest(db, "worker", "drain", worker_id, "--deadline", deadline, "--operator-id", "oncall",
                 "--output", "json")
     assert r.returncode == 0, r.stderr
     answer = json.loads(r.stdout)

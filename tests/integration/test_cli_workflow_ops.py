@@ -50,17 +50,17 @@ def test_query_and_update_through_the_cli(db: str, start_worker, client: Client)
     settled(handle)
     eid = handle.execution_id
 
-    r = harvest(db, "workflow", "query", eid, "owner", "--arg-json", "true", "--output", "json")
+    r = harvest(db, "workflow", "query", eid, "owner", "--input-json", "true", "--output", "json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"execution_id": eid, "query": "owner", "result": "ANN"}
     r = harvest(db, "workflow", "query", eid, "total")
     assert r.returncode == 0 and r.stdout.strip() == "0"
-    r = harvest(db, "workflow", "query", eid, "owner", "--arg-file", "-", stdin="false")
+    r = harvest(db, "workflow", "query", eid, "owner", "--input-file", "-", stdin="false")
     assert r.returncode == 0 and r.stdout.strip() == '"ann"'
     r = harvest(db, "workflow", "query", eid, "broken")
     assert r.returncode == 1 and "this query is broken" in one_error_line(r)
-    r = harvest(db, "workflow", "query", eid, "owner", "--arg-json", "{nope")
-    assert r.returncode == 2 and "--arg: not valid JSON" in one_error_line(r)
+    r = harvest(db, "workflow", "query", eid, "owner", "--input-json", "{nope")
+    assert r.returncode == 2 and "--input: not valid JSON" in one_error_line(r)
 
     r = harvest(db, "workflow", "update", eid, "spend", "--input-json", "30", "--output", "json")
     assert r.returncode == 0, r.stderr

@@ -94,7 +94,7 @@ def test_concurrency_status_reports_key_cap_in_flight_and_pending(db, client) ->
                      (task[0], task[1], psycopg.types.json.Jsonb(commands)))
         claimed = conn.execute("SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchone()[0]
         sampled = conn.execute("SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
-                               "FROM harvest.concurrency_status()").fetchall()
+                               "FROM harvest.list_concurrency_keys()").fetchall()
     assert handle.execution_id
     assert claimed == 3
     assert sampled == [("stripe", "activity", 3, 3, 5, None)]

@@ -55,7 +55,7 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
 
 def queue_of(conn: psycopg.Connection, key: str) -> list[str]:
     """[holder, waiter, waiter, ...] of a key."""
-    row = conn.execute("SELECT holder_execution_id::text, waiters FROM harvest.mutex_status(%s)",
+    row = conn.execute("SELECT holder_execution_id::text, waiters FROM harvest.list_mutexes(%s)",
                        (key,)).fetchone()
     if row is None:
         return []

@@ -97,7 +97,7 @@ def test_defer_holds_the_first_task_while_the_key_is_full(db, client) -> None:
             "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchall()]
         assert sorted(map(str, claimed)) == sorted(ids[:2])
         status = conn.execute("SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
-                              "FROM harvest.concurrency_status('t')").fetchall()
+                              "FROM harvest.list_concurrency_keys('t')").fetchall()
         assert status == [("t", "workflow", 2, 2, 1,
                            [{"workflow_name": "deferred", "on_conflict": "defer"}])]
         conn.execute("SELECT harvest.terminate_workflow(%s, 'make room')", (ids[0],))

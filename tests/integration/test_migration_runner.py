@@ -239,7 +239,7 @@ def test_a_function_file_that_left_functions_loses_its_ledger_row(fresh_db: str,
     assert result.exit_code == 0, result.output
     assert "applied 0 migration(s), 1 function file(s), 1 retired" in result.stdout
     assert sorted(function_ledger(fresh_db)) == sorted(p.name for p in functions.glob("*.sql"))
-    assert query(fresh_db, "SELECT to_regprocedure('harvest.usage_report(timestamptz,timestamptz,text,interval)')"
+    assert query(fresh_db, "SELECT to_regprocedure('harvest.count_usage(timestamptz,timestamptz,text,interval)')"
                            " IS NOT NULL")[0][0]
     assert cli("status", "--check", dsn=fresh_db).exit_code == 0
     assert "retired" not in cli("run", dsn=fresh_db).stdout

@@ -56,7 +56,7 @@ def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker
     before = executions(db)
 
     with pytest.raises(UnknownWorkflow) as refused:
-        client.start_workflow("greeet", "typo", task_queue="eu")
+        client.start_workflow("greeet", "typo", queue="eu")
     assert (refused.value.workflow_name, refused.value.queue) == ("greeet", "eu")
     assert refused.value.registered == ["billing.invoice", "greet"]
 
@@ -68,7 +68,7 @@ def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker
     assert executions(db) == before  # nothing written
 
     # A registered name (dots and all) is taken on either queue.
-    r = harvest(db, "workflow", "start", "billing.invoice", "--task-queue", "eu", "--output", "json")
+    r = harvest(db, "workflow", "start", "billing.invoice", "--queue", "eu", "--output", "json")
     assert r.returncode == 0, r.stderr
     assert executions(db) == before + 1
 

@@ -42,20 +42,20 @@ def setup(db: str):
     return {"execution_id": execution_id, "dead_id": dead_id, "dead_id2": dead_id2, "other": other}
 
 
-READS = ["SELECT * FROM harvest.list_executions()", "SELECT harvest.workflow_stack(%(e)s)",
+READS = ["SELECT * FROM harvest.list_executions()", "SELECT harvest.get_execution_stack(%(e)s)",
          "SELECT * FROM harvest.get_execution(%(e)s)", "SELECT * FROM harvest.get_history(%(e)s)",
-         "SELECT * FROM harvest.list_dead_letters()", "SELECT * FROM harvest.aggregate_dead_letters()",
-         "SELECT * FROM harvest.list_workers()", "SELECT harvest.worker_health()",
-         "SELECT * FROM harvest.drain_preview()", "SELECT harvest.retention_status()",
+         "SELECT * FROM harvest.list_dead_letters()", "SELECT * FROM harvest.count_dead_letters()",
+         "SELECT * FROM harvest.list_workers()", "SELECT harvest.get_worker_health()",
+         "SELECT * FROM harvest.preview_drain()", "SELECT harvest.get_retention_status()",
          "SELECT * FROM harvest.list_audit_log()", "SELECT count(*) FROM harvest.executions"]
 OPERATE = ["SELECT harvest.signal_workflow(%(e)s, 'sig')", "SELECT harvest.cancel_workflow(%(e)s)",
            "SELECT harvest.replay_dead_letter(%(d)s)",
-           "SELECT harvest.bulk_replay_dead_letters(p_activity_name => 'nothing-matches')"]
+           "SELECT harvest.replay_dead_letters(p_activity_name => 'nothing-matches')"]
 ADMIN = ["SELECT harvest.terminate_workflow(%(o)s)", "SELECT harvest.drain_worker('w1')",
          "SELECT harvest.run_retention()", "SELECT harvest.set_retention('10 days')",
-         "SELECT harvest.bulk_discard_dead_letters(p_activity_name => 'nothing-matches')",
+         "SELECT harvest.discard_dead_letters(p_activity_name => 'nothing-matches')",
          "SELECT harvest.discard_dead_letter(%(d2)s)"]
-WORKER = ["SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)", "SELECT harvest.worker_heartbeat('w1')",
+WORKER = ["SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)", "SELECT harvest.heartbeat_worker('w1')",
           "SELECT harvest.register_worker('w2', ARRAY['default'], 'h', 2, 5)", "SELECT harvest.expire_tasks(10)",
           "SELECT harvest.deliver_relays(10)", "SELECT harvest.next_due_at(ARRAY['default'])",
           "SELECT harvest.schema_version()", "SELECT harvest.stop_worker('w2')"]

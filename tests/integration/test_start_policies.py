@@ -29,7 +29,8 @@ def test_reject_duplicate_carries_the_existing_run(client: Client) -> None:
     with pytest.raises(WorkflowAlreadyExists) as info:
         client.start_workflow("wf", workflow_id="order-2", reuse_policy="reject_duplicate")
     assert info.value.existing_execution_id == first.execution_id
-    assert info.value.existing_state == "RUNNING"
+    assert info.value.existing_status == "RUNNING"
+    assert info.value.existing_state == "RUNNING", "the old name stays readable"
 
 
 @pytest.mark.parametrize(("prior_status", "policy", "fresh"), [

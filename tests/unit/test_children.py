@@ -32,7 +32,7 @@ async def parent(ctx, n: int) -> dict:
 async def tolerant_parent(ctx) -> dict:
     try:
         await ctx.execute_child_workflow("remote_child", 1, workflow_id="fixed-id",
-                                         task_queue="elsewhere", parent_close_policy="abandon")
+                                         queue="elsewhere", parent_close_policy="abandon")
     except ChildWorkflowError as err:
         return {"status": err.status, "error_type": err.error_type,
                 "child": err.child_execution_id}
@@ -142,3 +142,17 @@ def test_replaying_a_renamed_child_is_nondeterministic():
 
     with pytest.raises(NonDeterminismError, match="start_child_workflow 'charge_child'"):
         run(new_run(app, renamed).advance(e.history.events))
+
+
+@workflow
+async def old_spelling_parent(ctx) -> dict:
+    await ctx.execute_child_workflow("remote_child", 1, workflow_id="fixed-id", task_queue="elsewhere")
+    return {"status": "ok"}
+
+
+def test_task_queue_is_a_deprecated_spelling_of_queue():
+    e = Engine(app, old_spelling_parent, resolver=lambda out: [(c, ("result", None)) for c in out])
+    with pytest.warns(DeprecationWarning, match="task_queue= is deprecated: pass queue="):
+        run(e.run_to_end())
+    # The recorded command field keeps its spelling (CONTRIBUTING.md "Names").
+    assert e.activations[0].commands[0]["task_queue"] == "elsewhere"

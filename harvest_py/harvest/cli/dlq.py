@@ -9,7 +9,9 @@ from harvest.cli.output import (
     ROW_ID,
     database_url_option,
     emit,
+    hidden_alias,
     mapping,
+    operator_id_option,
     output_option,
     progress,
     sql_api,
@@ -54,12 +56,12 @@ def get(dead_letter_id, database_url, output) -> None:
     emit(row, output, mapping)
 
 
-@dlq.command("aggregate")
+@dlq.command("count")
 @click.option("--by", "group_by", type=click.Choice(["all", "activity", "workflow", "error_type"]),
               default="all", show_default=True)
 @database_url_option
 @output_option
-def aggregate(group_by, database_url, output) -> None:
+def count(group_by, database_url, output) -> None:
     """Count dead letters by activity, workflow and error type."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.aggregate_dead_letters(group_by)
@@ -67,6 +69,9 @@ def aggregate(group_by, database_url, output) -> None:
                                            "first_failed_at", "last_failed_at"],
                                        ["activity", "workflow", "error_type", "count", "first_failed",
                                         "last_failed"]))
+
+
+hidden_alias(dlq, count, "aggregate")  # the old name (CONTRIBUTING.md "Names")
 
 
 @dlq.command("replay")
@@ -101,7 +106,7 @@ def _bulk_options(f):
         click.option("--failed-before", default=None, type=click.DateTime(TIMES)),
         click.option("--limit", default=100, show_default=True, type=PAGE, help="Rows per call (max 1000)."),
         click.option("--dry-run", is_flag=True, help="Write nothing: show what would be acted on."),
-        click.option("--operator", default=None, help="Who you are, for the audit log."),
+        operator_id_option,
         click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 1000),
                      help="Rows per transaction (progress is shown per batch)."),
         database_url_option,

@@ -4,6 +4,7 @@ a shared connection helper and a progress bar for bulk operations."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -49,6 +50,30 @@ def scrub(text: str) -> str:
     for dsn in dsns:
         text = redact(text, dsn)
     return redact(text)
+
+
+class AliasedOption(click.Option):
+    """An option whose first name is the one --help shows; the later names are old spellings,
+    still accepted but no longer advertised (CONTRIBUTING.md "Names")."""
+
+    def get_help_record(self, ctx: click.Context):
+        shown, self.opts = self.opts, self.opts[:1]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> None:
+    """Keep COMMAND reachable under its old name, left out of the group's --help."""
+    alias = copy.copy(command)
+    alias.name, alias.hidden = old_name, True
+    group.add_command(alias)
+
+
+def operator_id_option(f):
+    return click.option("--operator-id", "--operator", "operator", cls=AliasedOption, default=None,
+                        help="Who you are, for the audit log.")(f)
 
 
 def database_url_option(f):

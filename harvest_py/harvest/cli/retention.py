@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import click
 
-from harvest.cli.output import database_url_option, emit, mapping, output_option, progress, sql_api
+from harvest.cli.output import (
+    database_url_option,
+    emit,
+    mapping,
+    operator_id_option,
+    output_option,
+    progress,
+    sql_api,
+)
 
 STATUS_KEYS = ["configured", "max_age", "batch_size", "eligible", "last_run_at", "last_run_deleted", "updated_at",
                "worker_max_age", "workers_eligible"]
@@ -36,7 +44,7 @@ def _interval_or_off(value: str) -> str | None:
               help="Executions deleted per transaction (1..10000).")
 @click.option("--worker-max-age", default=None,
               help="Stopped or stale worker rows last seen longer ago are deleted (default 7 days); 'off' keeps them.")
-@click.option("--operator", default=None, help="Who you are, for the audit log.")
+@operator_id_option
 @database_url_option
 @output_option
 def set_(max_age, batch_size, worker_max_age, operator, database_url, output) -> None:
@@ -58,7 +66,7 @@ def set_(max_age, batch_size, worker_max_age, operator, database_url, output) ->
 @click.option("--batch-size", default=None, type=click.IntRange(1, 10_000))
 @click.option("--max-batches", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
               help="Stop after this many batches (each is one transaction).")
-@click.option("--operator", default=None, help="Who you are, for the audit log.")
+@operator_id_option
 @database_url_option
 @output_option
 def run_now(max_age, batch_size, max_batches, operator, database_url, output) -> None:

@@ -10,7 +10,15 @@ from datetime import UTC
 
 import click
 
-from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+from harvest.cli.output import (
+    database_url_option,
+    emit,
+    mapping,
+    operator_id_option,
+    output_option,
+    sql_api,
+    table,
+)
 from harvest.core.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
@@ -77,7 +85,7 @@ def register(group: click.Group) -> None:
     @click.option("--deadline", default=None, type=click.DateTime(TIMES),
                   help="When the drain must be done: the worker then releases what is still in flight "
                   "(ISO 8601; UTC unless it carries an offset).")
-    @click.option("--operator", default=None, help="Who you are, for the audit log.")
+    @operator_id_option
     @database_url_option
     @output_option
     def drain(worker_id, deadline, operator, database_url, output) -> None:

@@ -12,6 +12,7 @@ import click
 from harvest.cli.output import (
     ROW_ID,
     WAIT_SECS,
+    AliasedOption,
     cli_dsn,
     database_url_option,
     emit,
@@ -59,13 +60,13 @@ def workflow() -> None:
 @click.option("--input-json", default=None, help="Arguments: a JSON array, or one JSON value.")
 @click.option("--input-file", default=None, help="Read the input JSON from a file (- for stdin).")
 @click.option("--workflow-id", default=None)
-@click.option("--task-queue", default="default", show_default=True)
+@click.option("--queue", "--task-queue", "queue", cls=AliasedOption, default="default", show_default=True)
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
 @click.option("--conflict-policy", default="unspecified", show_default=True)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @output_option
 def start(name: str, input_json: str | None, input_file: str | None, workflow_id: str | None,
-          task_queue: str, reuse_policy: str, conflict_policy: str, database_url: str | None,
+          queue: str, reuse_policy: str, conflict_policy: str, database_url: str | None,
           output: str) -> None:
     """Start workflow NAME (or attach to its run, per the policies)."""
     from harvest.client import Client
@@ -76,7 +77,7 @@ def start(name: str, input_json: str | None, input_file: str | None, workflow_id
     value = read_json_option(input_json, input_file, "input")
     args = [] if value is None else (value if isinstance(value, list) else [value])
     with Client(cli_dsn(database_url)) as client:
-        handle = client.start_workflow(name, *args, workflow_id=workflow_id, task_queue=task_queue,
+        handle = client.start_workflow(name, *args, workflow_id=workflow_id, queue=queue,
                                        reuse_policy=reuse_policy, conflict_policy=conflict_policy)
     _echo({"execution_id": handle.execution_id, "workflow_id": handle.workflow_id,
            "started_fresh": handle.started_fresh}, output)
@@ -91,7 +92,7 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
     with sql_api(database_url, read_only=True) as sql:
         data = sql.get_execution(execution_id)
     emit(data, output, lambda d: mapping(d, [
-        "id", "workflow_name", "workflow_id", "status", "task_queue", "parent_id", "created_at",
+        "id", "workflow_name", "workflow_id", "status", "queue", "parent_id", "created_at",
         "completed_at", "cancel_requested", "last_event_id", "search_attributes", "failure"]))
 
 
@@ -104,7 +105,8 @@ RESULT_WAIT_TIMED_OUT = 3
 
 @workflow.command("result")
 @click.argument("execution_id")
-@click.option("--timeout", default=None, type=WAIT_SECS, help="Seconds to wait (default: forever).")
+@click.option("--timeout", "--timeout-secs", "timeout", default=None, type=WAIT_SECS,
+              help="Seconds to wait (default: forever).")
 @click.option("--database-url", default=None)
 def result(execution_id: str, timeout: float | None, database_url: str | None) -> None:
     """Wait for an execution to end and print its result.
@@ -190,7 +192,7 @@ def _summary(event: dict[str, Any]) -> str:
 
 
 @workflow.command("list")
-@click.option("--state", default=None, help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
+@click.option("--state", "--status", "state", default=None, help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
               "CONTINUED_AS_NEW (comma-separated for several).")
 @click.option("--workflow-name", default=None)
 @click.option("--search-attr", "search_attrs", multiple=True,
@@ -220,7 +222,7 @@ def list_(state, workflow_name, search_attrs, created_after, created_before, pag
         row.pop("next_cursor", None)
 
     def render(data):
-        text = table(data["executions"], ["id", "workflow_name", "workflow_id", "status", "created_at",
+        text = table(data["executions"], ["execution_id", "workflow_name", "workflow_id", "status", "created_at",
                                           "completed_at"],
                      ["execution_id", "workflow", "workflow_id", "status", "created", "completed"])
         text += f"\n{len(data['executions'])} execution(s)"
@@ -371,16 +373,19 @@ def export(execution_id: str, full: bool, payload_policy: str | None, path: str,
 @workflow.command("query")
 @click.argument("execution_id")
 @click.argument("name")
-@click.option("--arg-json", default=None, help="The query argument as JSON.")
-@click.option("--arg-file", default=None, help="Read the argument JSON from a file (- for stdin).")
-@click.option("--timeout", default=10.0, show_default=True, type=WAIT_SECS, help="Seconds to wait for an answer.")
+@click.option("--input-json", "--arg-json", "input_json", cls=AliasedOption, default=None,
+              help="The query argument as JSON.")
+@click.option("--input-file", "--arg-file", "input_file", cls=AliasedOption, default=None,
+              help="Read the argument JSON from a file (- for stdin).")
+@click.option("--timeout", "--timeout-secs", "timeout", default=10.0, show_default=True, type=WAIT_SECS,
+              help="Seconds to wait for an answer.")
 @database_url_option
 @output_option
-def query(execution_id, name, arg_json, arg_file, timeout, database_url, output) -> None:
+def query(execution_id, name, input_json, input_file, timeout, database_url, output) -> None:
     """Ask a running execution's query handler NAME; a live worker answers, nothing is written."""
     from harvest.client import Client
 
-    arg = read_json_option(arg_json, arg_file, "arg")
+    arg = read_json_option(input_json, input_file, "input")
     with Client(cli_dsn(database_url)) as client:
         value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
     emit({"execution_id": execution_id, "query": name, "result": value}, output,

@@ -16,6 +16,7 @@ from typing import Any, Self
 
 from harvest.client import messages as messaging
 from harvest.core import payload
+from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
     HarvestError,
@@ -327,13 +328,13 @@ class Client:
             yield SqlApi(conn)
 
     def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                       task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
+                       queue: str | None = None, reuse_policy: str = "allow_duplicate",
                        conflict_policy: str = "unspecified",
                        search_attributes: dict[str, Any] | None = None, priority: int = 0,
                        execution_timeout: Any = None, run_timeout: Any = None,
-                       connection: Connection | None = None, **kwargs: Any) -> WorkflowHandle:
+                       connection: Connection | None = None, task_queue: str | None = None, **kwargs: Any) -> WorkflowHandle:
         """Start (or attach to) a run; see docs/workflows.md for the policies."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
@@ -346,12 +347,12 @@ class Client:
                               row["started_fresh"])
 
     def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
-                          signal_payload: Any = None, task_queue: str | None = None,
+                          signal_payload: Any = None, queue: str | None = None,
                           search_attributes: dict[str, Any] | None = None,
-                          **kwargs: Any) -> WorkflowHandle:
+                          task_queue: str | None = None, **kwargs: Any) -> WorkflowHandle:
         """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
         definition, call = _signal_with_start_call(workflow, args, kwargs, workflow_id, signal,
-                                                   signal_payload, task_queue, search_attributes,
+                                                   signal_payload, queue_alias(queue, task_queue), search_attributes,
                                                    self.max_payload_bytes)
         with self._sql() as sql:
             row = sql.signal_with_start(**call)
@@ -360,15 +361,15 @@ class Client:
 
     def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
                           update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
-                          update_id: str | None = None, task_queue: str | None = None,
+                          update_id: str | None = None, queue: str | None = None,
                           search_attributes: dict[str, Any] | None = None,
-                          result_type: Any = Any, **kwargs: Any) -> tuple[WorkflowHandle, Any]:
+                          result_type: Any = Any, task_queue: str | None = None, **kwargs: Any) -> tuple[WorkflowHandle, Any]:
         """Attach to the running run of workflow_id (or start one) and update it, atomically.
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``."""
         definition, call = _update_with_start_call(workflow, args, kwargs, workflow_id, update,
-                                                   update_arg, update_id, task_queue, search_attributes,
+                                                   update_arg, update_id, queue_alias(queue, task_queue), search_attributes,
                                                    self.max_payload_bytes)
         row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
         return (WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
@@ -508,13 +509,13 @@ class AsyncClient:
         await self.close()
 
     async def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                             task_queue: str | None = None, reuse_policy: str = "allow_duplicate",
+                             queue: str | None = None, reuse_policy: str = "allow_duplicate",
                              conflict_policy: str = "unspecified",
                              search_attributes: dict[str, Any] | None = None, priority: int = 0,
                              execution_timeout: Any = None, run_timeout: Any = None,
                              connection: AsyncConnection | None = None,
-                             **kwargs: Any) -> AsyncWorkflowHandle:
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue,
+                             task_queue: str | None = None, **kwargs: Any) -> AsyncWorkflowHandle:
+        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
                                                       self.max_payload_bytes)
         call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
                            search_attributes, priority, execution_timeout, run_timeout)
@@ -526,12 +527,12 @@ class AsyncClient:
                                    row["started_fresh"])
 
     async def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
-                                signal_payload: Any = None, task_queue: str | None = None,
+                                signal_payload: Any = None, queue: str | None = None,
                                 search_attributes: dict[str, Any] | None = None,
-                                **kwargs: Any) -> AsyncWorkflowHandle:
+                                task_queue: str | None = None, **kwargs: Any) -> AsyncWorkflowHandle:
         """The asyncio twin of :meth:`Client.signal_with_start`."""
         definition, call = _signal_with_start_call(workflow, args, kwargs, workflow_id, signal,
-                                                   signal_payload, task_queue, search_attributes,
+                                                   signal_payload, queue_alias(queue, task_queue), search_attributes,
                                                    self.max_payload_bytes)
         row = await self.sql.signal_with_start(**call)
         return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
@@ -539,12 +540,12 @@ class AsyncClient:
 
     async def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
                                 update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
-                                update_id: str | None = None, task_queue: str | None = None,
+                                update_id: str | None = None, queue: str | None = None,
                                 search_attributes: dict[str, Any] | None = None,
-                                result_type: Any = Any, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
+                                result_type: Any = Any, task_queue: str | None = None, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
         definition, call = _update_with_start_call(workflow, args, kwargs, workflow_id, update,
-                                                   update_arg, update_id, task_queue, search_attributes,
+                                                   update_arg, update_id, queue_alias(queue, task_queue), search_attributes,
                                                    self.max_payload_bytes)
         row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
         return (AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,

@@ -47,10 +47,15 @@ class WorkflowAlreadyExists(HarvestError):
     """A start collided with an existing run under a rejecting policy (SQLSTATE HR003)."""
 
     def __init__(self, message: str, existing_execution_id: str | None = None,
-                 existing_state: str | None = None):
+                 existing_status: str | None = None):
         super().__init__(message)
         self.existing_execution_id = existing_execution_id
-        self.existing_state = existing_state
+        self.existing_status = existing_status
+
+    @property
+    def existing_state(self) -> str | None:
+        """The old name of :attr:`existing_status` (CONTRIBUTING.md "Names"), read-only."""
+        return self.existing_status
 
 
 class StaleTask(HarvestError):
@@ -223,7 +228,7 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             except ValueError:
                 info = {}
         return WorkflowAlreadyExists(message, info.get("existing_execution_id"),
-                                     info.get("existing_state"))
+                                     info.get("existing_status"))
     if cls is QuotaExceeded:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")

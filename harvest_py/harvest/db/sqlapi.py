@@ -28,7 +28,7 @@ from harvest.core.errors import from_database_error
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
     p_workflow_name => %(workflow_name)s, p_input => %(input)s, p_workflow_id => %(workflow_id)s,
-    p_task_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
+    p_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
     p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
     p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
     p_run_timeout_secs => %(run_timeout)s)
@@ -41,7 +41,7 @@ SIGNAL_WITH_START = """
 SELECT * FROM harvest.signal_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_signal_name => %(signal_name)s, p_signal_payload => %(payload)s, p_input => %(input)s,
-    p_task_queue => %(task_queue)s, p_search_attributes => %(search_attributes)s)
+    p_queue => %(task_queue)s, p_search_attributes => %(search_attributes)s)
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
@@ -70,19 +70,19 @@ SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) A
 """
 GET_EXECUTION = "SELECT * FROM harvest.get_execution(%(execution_id)s)"
 WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
-STOP_WAITING = "SELECT harvest.stop_waiting(%(waiter_id)s)"
+STOP_WAITING = "SELECT harvest.stop_waiting_for_result(%(waiter_id)s)"
 GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s)"
 TERMINATE_WORKFLOW = "SELECT harvest.terminate_workflow(%(execution_id)s, %(reason)s)"
 REGISTER_WORKER = """
 SELECT harvest.register_worker(%(worker_id)s, %(queues)s, %(hostname)s, %(pid)s,
                                %(heartbeat_interval_secs)s, %(metadata)s)
 """
-WORKER_HEARTBEAT = "SELECT harvest.worker_heartbeat(%(worker_id)s) AS status"
+WORKER_HEARTBEAT = "SELECT harvest.heartbeat_worker(%(worker_id)s) AS status"
 REGISTER_WORKFLOWS = "SELECT harvest.register_workflows(%(queues)s, %(names)s) AS registered"
 BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s) AS status"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
-WORKER_SLEEP = "SELECT harvest.worker_sleep(%(worker_id)s, %(sleeping)s)"
+WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s)"
 SCAN = "SELECT harvest.scan(%(limit)s) AS moved"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
@@ -93,48 +93,48 @@ DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
 # -- flow control (functions/concurrency.sql, ratelimit.sql, quotas.sql, mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
-CONCURRENCY_STATUS = "SELECT * FROM harvest.concurrency_status(%(key)s)"
+CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
 SET_RATE_LIMIT_OVERRIDE = """
 SELECT * FROM harvest.set_rate_limit_override(%(activity_name)s, %(rps)s, %(burst)s, %(ttl_secs)s)
 """
 CLEAR_RATE_LIMIT_OVERRIDE = "SELECT harvest.clear_rate_limit_override(%(activity_name)s) AS cleared"
 GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
 QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
-MUTEX_STATUS = "SELECT * FROM harvest.mutex_status(%(key)s)"
+MUTEX_STATUS = "SELECT * FROM harvest.list_mutexes(%(key)s)"
 # -- start throttle / debounce / batch and the usage report (functions/throttle.sql, usage.sql)
-PENDING_STARTS_STATUS = "SELECT * FROM harvest.pending_starts_status(%(workflow_name)s)"
+PENDING_STARTS_STATUS = "SELECT * FROM harvest.list_pending_starts(%(workflow_name)s)"
 USAGE_REPORT = """
-SELECT * FROM harvest.usage_report(%(from_)s, %(to)s, %(group_by)s,
+SELECT * FROM harvest.count_usage(%(from_)s, %(to)s, %(group_by)s,
                                    %(max_window)s::interval)
 """
 RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
                               %(signal_reapply)s, %(dry_run)s) AS plan
 """
-VERSION_USAGE = "SELECT * FROM harvest.version_usage(%(change_id)s, %(version)s, %(state_group)s)"
+VERSION_USAGE = "SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s)"
 # -- the operator surface (functions/operator.sql, fleet.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
 SELECT * FROM harvest.list_executions(
-    p_state => %(state)s, p_workflow_name => %(workflow_name)s,
+    p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
     p_created_before => %(created_before)s, p_page_size => %(page_size)s, p_cursor => %(cursor)s,
     p_order => %(order)s)
 """
-WORKFLOW_STACK = "SELECT harvest.workflow_stack(%(execution_id)s) AS stack"
-AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.aggregate_dead_letters(%(group_by)s)"
+WORKFLOW_STACK = "SELECT harvest.get_execution_stack(%(execution_id)s) AS stack"
+AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.count_dead_letters(%(group_by)s)"
 BULK_DEAD_LETTERS = """
-SELECT harvest.bulk_{action}_dead_letters(
+SELECT harvest.{action}_dead_letters(
     p_activity_name => %(activity_name)s, p_workflow_name => %(workflow_name)s,
     p_failed_after => %(failed_after)s, p_failed_before => %(failed_before)s, p_limit => %(limit)s,
-    p_dry_run => %(dry_run)s, p_operator => %(operator)s) AS result
+    p_dry_run => %(dry_run)s, p_operator_id => %(operator)s) AS result
 """
 LIST_WORKERS = "SELECT * FROM harvest.list_workers(%(queue)s, %(status)s, %(health)s)"
 GET_WORKER = "SELECT harvest.get_worker(%(worker_id)s) AS worker"
-WORKER_HEALTH = "SELECT harvest.worker_health() AS health"
+WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
 DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
-DRAIN_PREVIEW = "SELECT * FROM harvest.drain_preview(%(queue)s, %(worker_id)s)"
+DRAIN_PREVIEW = "SELECT * FROM harvest.preview_drain(%(queue)s, %(worker_id)s)"
 LIST_AUDIT_LOG = "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s)"
-RETENTION_STATUS = "SELECT harvest.retention_status() AS status"
+RETENTION_STATUS = "SELECT harvest.get_retention_status() AS status"
 SET_RETENTION = "SELECT harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS status"
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
 SET_WORKER_RETENTION = "SELECT harvest.set_worker_retention(%(max_age)s::interval, %(operator)s) AS status"
@@ -150,19 +150,19 @@ UPDATE_WITH_START = """
 SELECT * FROM harvest.update_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_update_name => %(name)s, p_update_arg => %(arg)s, p_input => %(input)s,
-    p_task_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
+    p_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
     p_search_attributes => %(search_attributes)s)
 """
 PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
 GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
-CLAIM_QUERIES = "SELECT * FROM harvest.claim_queries(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
+CLAIM_QUERIES = "SELECT * FROM harvest.claim_query_requests(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
 ANSWER_QUERY = """
 SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
 """
 ACCEPT_UPDATE = "SELECT harvest.accept_update(%(request_id)s, %(worker_id)s) AS status"
 EXPIRE_QUERY_REQUESTS = "SELECT harvest.expire_query_requests(%(limit)s) AS expired"
 
-WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.worker_drain_deadline(%(worker_id)s)"
+WORKER_DRAIN_DEADLINE = "SELECT * FROM harvest.get_worker_drain_deadline(%(worker_id)s)"
 
 
 @contextlib.contextmanager

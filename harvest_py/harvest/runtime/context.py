@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
@@ -234,41 +235,45 @@ class WorkflowContext:
 
     # ------------------------------------------------------------------ children
     async def start_child_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                                   task_queue: str | None = None,
-                                   parent_close_policy: str = "terminate") -> ChildHandle:
+                                   queue: str | None = None,
+                                   parent_close_policy: str = "terminate",
+                                   task_queue: str | None = None) -> ChildHandle:
         """Start a child workflow (command ``start_child_workflow``) and return its handle.
 
         ``workflow`` is a ``@workflow`` function or definition (its arguments are encoded
         and its result decoded by its hints) or a registered name. ``workflow_id`` None
-        lets the database mint ``<parent workflow_id>/<seq>``; ``task_queue`` None uses
+        lets the database mint ``<parent workflow_id>/<seq>``; ``queue`` None uses
         the child definition's queue when it is known here, else the parent's.
         ``parent_close_policy``: ``terminate``, ``request_cancel`` or ``abandon``.
+        ``task_queue`` is the deprecated spelling of ``queue``.
         """
+        queue = queue_alias(queue, task_queue)
         if parent_close_policy not in PARENT_CLOSE_POLICIES:
             raise InvalidArgument(f"parent_close_policy: {parent_close_policy!r} is not one of "
                                   f"{list(PARENT_CLOSE_POLICIES)}")
         if workflow_id is not None and (not isinstance(workflow_id, str) or not workflow_id):
             raise InvalidArgument(f"workflow_id: expected a non-empty string or None, "
                                   f"got {workflow_id!r}")
-        if task_queue is not None and (not isinstance(task_queue, str) or not task_queue):
-            raise InvalidArgument(f"task_queue: expected a non-empty string or None, "
-                                  f"got {task_queue!r}")
+        if queue is not None and (not isinstance(queue, str) or not queue):
+            raise InvalidArgument(f"queue: expected a non-empty string or None, got {queue!r}")
         name, defn = self._resolve_workflow(workflow)
         fn = defn.fn if defn is not None else None
         command = {"type": "start_child_workflow", "seq": 0, "workflow_name": name,
                    "input": encode_args(fn, args),
                    "workflow_id": workflow_id,
-                   "task_queue": task_queue or (defn.queue if defn is not None else None),
+                   # The command field keeps its recorded spelling (CONTRIBUTING.md "Names").
+                   "task_queue": queue or (defn.queue if defn is not None else None),
                    "parent_close_policy": parent_close_policy}
         command["seq"] = self._run.next_seq()
         return self._run.start_child(command, lambda raw: decode_result(fn, raw))
 
     async def execute_child_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                                     task_queue: str | None = None,
-                                     parent_close_policy: str = "terminate") -> Any:
+                                     queue: str | None = None,
+                                     parent_close_policy: str = "terminate",
+                                     task_queue: str | None = None) -> Any:
         """Start a child workflow and wait for its result; ``ChildWorkflowError`` if it failed."""
         handle = await self.start_child_workflow(
-            workflow, *args, workflow_id=workflow_id, task_queue=task_queue,
+            workflow, *args, workflow_id=workflow_id, queue=queue_alias(queue, task_queue),
             parent_close_policy=parent_close_policy)
         return await handle.result()
 

@@ -1,7 +1,7 @@
 """Answering queries and validating updates: the worker side of functions/messages.sql.
 
 A background loop of :class:`~harvest.worker.Worker` claims requests for its
-queues (``harvest.claim_queries``, woken by NOTIFY ``harvest_queries``), rebuilds
+queues (``harvest.claim_query_requests``, woken by NOTIFY ``harvest_queries``), rebuilds
 the workflow's state and answers each one:
 
 * the state is the sticky cache's run when it is current (the history holds

@@ -1,0 +1,116 @@
+"""CONTRIBUTING.md "Names" carried out (migration 0021): the catalog holds no `task_queue` column and
+no parameter of the retired spellings, the old function names are gone, the Python keyword and
+attribute keep their old spelling as deprecated aliases, and the CLI keeps the old spellings as
+hidden aliases."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from operator_helpers import start
+
+from harvest.cli.main import main
+from harvest.client import Client
+
+RETIRED_FUNCTIONS = [
+    "worker_heartbeat", "worker_sleep", "worker_drain_deadline", "worker_health", "drain_preview",
+    "mutex_tick", "mutex_status", "concurrency_status", "pending_starts_status", "retention_status",
+    "workflow_stack", "aggregate_dead_letters", "usage_report", "version_usage",
+    "bulk_replay_dead_letters", "bulk_discard_dead_letters", "claim_queries", "stop_waiting",
+]
+
+
+@pytest.fixture
+def conn(db: str):
+    with psycopg.connect(db, autocommit=True) as c:
+        yield c
+
+
+def cli(db: str, *args: str):
+    return CliRunner().invoke(main, list(args), env={"HARVEST_DATABASE_URL": db}, catch_exceptions=False)
+
+
+def test_no_task_queue_column_remains(conn) -> None:
+    columns = conn.execute(
+        "SELECT c.relname || '.' || a.attname FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid"
+        " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = 'harvest' AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0"
+        " AND NOT a.attisdropped AND a.attname IN ('task_queue', 'queue')").fetchall()
+    assert {"executions.queue", "pending_starts.queue"} <= {c for (c,) in columns}
+    assert not [c for (c,) in columns if c.endswith(".task_queue")]
+    named = conn.execute("SELECT conname FROM pg_constraint WHERE connamespace = 'harvest'::regnamespace"
+                         " AND conname LIKE '%task_queue%'").fetchall()
+    assert named == []
+
+
+def test_no_parameter_keeps_a_retired_spelling(conn) -> None:
+    rows = conn.execute(
+        "SELECT p.proname, a.name FROM pg_proc AS p, unnest(p.proargnames, coalesce(p.proargmodes,"
+        " array_fill('i'::\"char\", ARRAY[cardinality(p.proargnames)]))) AS a (name, mode)"
+        " WHERE p.pronamespace = 'harvest'::regnamespace AND p.proargnames IS NOT NULL AND a.mode IN ('i', 'b', 'v')"
+        " AND a.name IN ('p_task_queue', 'p_state', 'p_operator')").fetchall()
+    assert rows == [], "p_queue, p_status and p_operator_id (CONTRIBUTING.md \"Words\")"
+    retired = conn.execute("SELECT proname FROM pg_proc WHERE pronamespace = 'harvest'::regnamespace"
+                           " AND proname = ANY(%s)", (RETIRED_FUNCTIONS,)).fetchall()
+    assert retired == []
+
+
+def test_list_executions_names_its_columns_as_the_scheme(conn) -> None:
+    execution_id = start(conn, "wf", "names-1", queue="names-q")
+    row = conn.execute("SELECT execution_id::text, queue FROM harvest.list_executions(p_status => 'running')"
+                       " WHERE execution_id = %s", (execution_id,)).fetchone()
+    assert row == (execution_id, "names-q")
+
+
+def test_task_queue_keyword_is_a_deprecated_alias_of_queue(db: str, conn) -> None:
+    with Client(db) as client:
+        fresh = client.start_workflow("wf", workflow_id="names-new", queue="q-new")
+        with pytest.warns(DeprecationWarning, match="task_queue= is deprecated: pass queue="):
+            old = client.start_workflow("wf", workflow_id="names-old", task_queue="q-old")
+    queues = dict(conn.execute("SELECT workflow_id, queue FROM harvest.executions"
+                               " WHERE workflow_id LIKE 'names-%'").fetchall())
+    assert queues == {"names-new": "q-new", "names-old": "q-old"}
+    assert fresh.execution_id != old.execution_id
+
+
+def test_old_cli_spellings_still_work_and_stay_out_of_help(db: str, conn) -> None:
+    r = cli(db, "workflow", "start", "wf", "--workflow-id", "cli-old", "--task-queue", "q-old", "-o", "json")
+    assert r.exit_code == 0, r.output
+    r = cli(db, "workflow", "start", "wf", "--workflow-id", "cli-new", "--queue", "q-new", "-o", "json")
+    assert r.exit_code == 0, r.output
+    queues = dict(conn.execute("SELECT workflow_id, queue FROM harvest.executions"
+                               " WHERE workflow_id LIKE 'cli-%'").fetchall())
+    assert queues == {"cli-old": "q-old", "cli-new": "q-new"}
+    help_text = cli(db, "workflow", "start", "--help").output
+    assert "--queue" in help_text and "--task-queue" not in help_text
+
+    # `workflow list --status` beside the spec's --state.
+    r = cli(db, "workflow", "list", "--status", "RUNNING", "--workflow-name", "wf", "-o", "json")
+    assert r.exit_code == 0 and r.output.count('"execution_id"') == 2, r.output
+
+    # `dlq aggregate` is the hidden old name of `dlq count`.
+    assert cli(db, "dlq", "aggregate", "-o", "json").output == cli(db, "dlq", "count", "-o", "json").output
+    dlq_help = cli(db, "dlq", "--help").output
+    assert "count" in dlq_help and "aggregate" not in dlq_help
+
+    # --operator is the hidden old spelling of --operator-id.
+    assert cli(db, "retention", "set", "--max-age", "30 days", "--operator", "bob").exit_code == 0
+    assert cli(db, "retention", "set", "--max-age", "31 days", "--operator-id", "carol").exit_code == 0
+    audit = conn.execute("SELECT operator_id FROM harvest.audit_log WHERE operation = 'retention.set'"
+                         " ORDER BY id").fetchall()
+    assert audit == [("bob",), ("carol",)]
+    for command in (["retention", "set"], ["retention", "run-now"], ["worker", "drain"],
+                    ["dlq", "bulk-replay"], ["dlq", "bulk-discard"]):
+        text = cli(db, *command, "--help").output
+        assert "--operator-id" in text and "--operator " not in text and "--operator," not in text, command
+
+    # workflow query: --arg-json/--arg-file are the hidden old spellings of --input-json/--input-file.
+    r = cli(db, "workflow", "query", "00000000-0000-0000-0000-000000000001", "q", "--arg-json", "{nope")
+    assert r.exit_code == 2 and "--input: not valid JSON" in r.output
+    query_help = cli(db, "workflow", "query", "--help").output
+    assert "--input-json" in query_help and "--arg-json" not in query_help and "--timeout-secs" in query_help
+
+    # workflow result: --timeout-secs beside --timeout (exit 3: the wait ran out, the run goes on).
+    running = start(conn, "wf", "cli-wait")
+    assert cli(db, "workflow", "result", running, "--timeout-secs", "0.2").exit_code == 3
