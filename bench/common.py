@@ -33,8 +33,13 @@ def percentile(values: list[float], q: float) -> float | None:
 def latency_summary(values_s: list[float]) -> dict[str, Any]:
     """p50/p95/p99/max in milliseconds."""
     ms = [v * 1000.0 for v in values_s]
-    return {"n": len(ms), "p50_ms": _r(percentile(ms, 50)), "p95_ms": _r(percentile(ms, 95)),
-            "p99_ms": _r(percentile(ms, 99)), "max_ms": _r(max(ms) if ms else None)}
+    return {
+        "n": len(ms),
+        "p50_ms": _r(percentile(ms, 50)),
+        "p95_ms": _r(percentile(ms, 95)),
+        "p99_ms": _r(percentile(ms, 99)),
+        "max_ms": _r(max(ms) if ms else None),
+    }
 
 
 def _r(x: float | None, digits: int = 2) -> float | None:
@@ -49,8 +54,11 @@ def xact_commits(dsn: str) -> int:
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        return int(conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-                                ).fetchone()[0])
+        return int(
+            conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()[0]
+        )
 
 
 def server_cpu_seconds(dsn: str | None = None, postmaster_pid: int | None = None) -> float:

@@ -51,8 +51,9 @@ def _wait_done(dsn: str, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
-            done = conn.execute("SELECT count(*) FROM dbos.workflow_status"
-                                " WHERE status IN ('SUCCESS', 'ERROR')").fetchone()[0]
+            done = conn.execute(
+                "SELECT count(*) FROM dbos.workflow_status WHERE status IN ('SUCCESS', 'ERROR')"
+            ).fetchone()[0]
             if done >= n:
                 return
             if time.monotonic() > deadline:
@@ -69,15 +70,18 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
 
-    config: DBOSConfig = {"name": "harvest-bench", "system_database_url": args.dsn,
-                          "max_executor_threads": CONCURRENCY, "sys_db_pool_size": SYS_POOL,
-                          "log_level": "ERROR"}
+    config: DBOSConfig = {
+        "name": "harvest-bench",
+        "system_database_url": args.dsn,
+        "max_executor_threads": CONCURRENCY,
+        "sys_db_pool_size": SYS_POOL,
+        "log_level": "ERROR",
+    }
     DBOS(config=config)
     DBOS.launch()
     queue = None
     if args.mode == "queue":
-        queue = DBOS.register_queue("bench", worker_concurrency=CONCURRENCY,
-                                    polling_interval_sec=QUEUE_POLL)
+        queue = DBOS.register_queue("bench", worker_concurrency=CONCURRENCY, polling_interval_sec=QUEUE_POLL)
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         conn.execute("DELETE FROM dbos.workflow_status")
     settle_stats()
@@ -101,23 +105,39 @@ def main() -> None:
     commits = xact_commits(args.dsn) - commits_before
 
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        rows = conn.execute("SELECT created_at, updated_at, status FROM dbos.workflow_status"
-                            " WHERE name LIKE '%%three_steps'").fetchall()
+        rows = conn.execute(
+            "SELECT created_at, updated_at, status FROM dbos.workflow_status WHERE name LIKE '%%three_steps'"
+        ).fetchall()
     completed = [r for r in rows if r[2] == "SUCCESS"]
     first = min(r[0] for r in rows)
     last = max(r[1] for r in completed)
     elapsed = (last - first) / 1000.0
-    emit({"system": "dbos", "mode": args.mode, "n": args.n, "completed": len(completed),
-          "elapsed_s": round(elapsed, 3), "throughput": round(len(completed) / elapsed, 1),
-          "latency": latency_summary([(r[1] - r[0]) / 1000.0 for r in completed]),
-          "start_phase_s": round(start_wall, 3),
-          "commits": commits, "commits_per_workflow": round(commits / args.n, 2),
-          "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
-          "settings": {"max_executor_threads": CONCURRENCY, "sys_db_pool_size": SYS_POOL,
-                       "starters": STARTERS,
-                       **({"queue_worker_concurrency": CONCURRENCY, "queue_polling_interval_sec": QUEUE_POLL}
-                          if queue is not None else {})},
-          "measured_at": datetime.now(UTC).isoformat()})
+    emit(
+        {
+            "system": "dbos",
+            "mode": args.mode,
+            "n": args.n,
+            "completed": len(completed),
+            "elapsed_s": round(elapsed, 3),
+            "throughput": round(len(completed) / elapsed, 1),
+            "latency": latency_summary([(r[1] - r[0]) / 1000.0 for r in completed]),
+            "start_phase_s": round(start_wall, 3),
+            "commits": commits,
+            "commits_per_workflow": round(commits / args.n, 2),
+            "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
+            "settings": {
+                "max_executor_threads": CONCURRENCY,
+                "sys_db_pool_size": SYS_POOL,
+                "starters": STARTERS,
+                **(
+                    {"queue_worker_concurrency": CONCURRENCY, "queue_polling_interval_sec": QUEUE_POLL}
+                    if queue is not None
+                    else {}
+                ),
+            },
+            "measured_at": datetime.now(UTC).isoformat(),
+        }
+    )
 
 
 if __name__ == "__main__":

@@ -56,9 +56,10 @@ def main() -> None:
             with psycopg.connect(server.dsn, autocommit=True) as conn:
                 while not done.is_set():
                     for kind, event in conn.execute(
-                            "SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-')"
-                            " FROM pg_stat_activity WHERE datname = 'drain' AND state = 'active'"
-                            " AND pid <> pg_backend_pid()").fetchall():
+                        "SELECT coalesce(wait_event_type, 'CPU'), coalesce(wait_event, '-')"
+                        " FROM pg_stat_activity WHERE datname = 'drain' AND state = 'active'"
+                        " AND pid <> pg_backend_pid()"
+                    ).fetchall():
                         waits[f"{kind} / {event}"] += 1
                     ticks[0] += 1
                     time.sleep(0.01)
@@ -76,8 +77,21 @@ def main() -> None:
         time.sleep(0.3)
         sampler = threading.Thread(target=sample)
         sampler.start()
-        proc = subprocess.run([sys.executable, str(HERE / "harvest_bench.py"), "--dsn", dsn, "--mode",
-                               "workflows", "--n", str(args.n)], capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(HERE / "harvest_bench.py"),
+                "--dsn",
+                dsn,
+                "--mode",
+                "workflows",
+                "--n",
+                str(args.n),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         time.sleep(0.5)  # the last notifications
         done.set()
         sampler.join()
@@ -89,8 +103,10 @@ def main() -> None:
     total = sum(waits.values()) or 1
     print(f"drain: {result['throughput']} workflows/s, {result['elapsed_s']} s for {n} runs")
     cpu = result["cpu"]  # measured by harvest_bench.py over the drain (bench/common.py)
-    print(f"CPU per workflow: server {cpu['server_s'] / n * 1000:.2f} ms, bench process (worker + starters) "
-          f"{cpu['client_s'] / n * 1000:.2f} ms")
+    print(
+        f"CPU per workflow: server {cpu['server_s'] / n * 1000:.2f} ms, bench process (worker + starters) "
+        f"{cpu['client_s'] / n * 1000:.2f} ms"
+    )
     print(f"notifications received: {dict(notes)}")
     print(f"active backends, {ticks[0]} samples, {total / max(ticks[0], 1):.1f} active on average:")
     for name, count in waits.most_common(10):

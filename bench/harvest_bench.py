@@ -51,8 +51,13 @@ from common import (
 from harvest import App, AsyncClient, Worker, activity, workflow
 
 STARTERS = 8
-WORKER_OPTIONS = {"concurrency": CONCURRENCY, "claim_batch": CLAIM_BATCH, "poll_interval": 2.0,
-                  "scan_interval": 1.0, "cache_size": 10_000}
+WORKER_OPTIONS = {
+    "concurrency": CONCURRENCY,
+    "claim_batch": CLAIM_BATCH,
+    "poll_interval": 2.0,
+    "scan_interval": 1.0,
+    "cache_size": 10_000,
+}
 
 # (execution_id, step) -> wall-clock seconds when the activity body ran (latency mode only).
 BODY_TIMES: dict[tuple[str, int], float] = {}
@@ -99,8 +104,9 @@ async def ping_loop(ctx, pings: int) -> int:
     return pings
 
 
-APP = App(workflows=[three_steps, three_steps_timed, fan_out, ping_loop],
-          activities=[noop, noop_timed, on_ping])
+APP = App(
+    workflows=[three_steps, three_steps_timed, fan_out, ping_loop], activities=[noop, noop_timed, on_ping]
+)
 
 
 async def _start_many(client: AsyncClient, wf, inputs: list[int]) -> None:
@@ -123,8 +129,9 @@ async def _wait_done(dsn: str, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while True:
-            row = await (await conn.execute(
-                "SELECT count(*) FROM harvest.executions WHERE status <> 'RUNNING'")).fetchone()
+            row = await (
+                await conn.execute("SELECT count(*) FROM harvest.executions WHERE status <> 'RUNNING'")
+            ).fetchone()
             if row[0] >= n:
                 return
             if time.monotonic() > deadline:
@@ -171,9 +178,19 @@ def _statements_top(dsn: str, n_workflows: int, limit: int = 12) -> list[dict]:
             "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90), calls, total_exec_time,"
             " mean_exec_time FROM pg_stat_statements"
             " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            "   AND toplevel ORDER BY total_exec_time DESC LIMIT %s", (limit,)).fetchall()
-    return [{"query": q, "calls": c, "calls_per_workflow": round(c / n_workflows, 2),
-             "total_ms": round(t, 1), "mean_ms": round(m, 3)} for q, c, t, m in rows]
+            "   AND toplevel ORDER BY total_exec_time DESC LIMIT %s",
+            (limit,),
+        ).fetchall()
+    return [
+        {
+            "query": q,
+            "calls": c,
+            "calls_per_workflow": round(c / n_workflows, 2),
+            "total_ms": round(t, 1),
+            "mean_ms": round(m, 3),
+        }
+        for q, c, t, m in rows
+    ]
 
 
 async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) -> dict:
@@ -202,19 +219,30 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
     first = min(r[0] for r in rows)
     last = max(r[1] for r in completed)
     elapsed = (last - first).total_seconds()
-    out = {"system": "harvest", "mode": "workflows", "n": n, "completed": len(completed),
-           "elapsed_s": round(elapsed, 3), "throughput": round(len(completed) / elapsed, 1),
-           "latency": latency_summary([(r[1] - r[0]).total_seconds() for r in completed]),
-           "start_phase_s": round(start_wall, 3),
-           "commits": commits, "commits_per_workflow": round(commits / n, 2),
-           "events_per_workflow": round(events / n, 2),
-           "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
-           "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
-           # How the steps ran: handed tasks skipped a claim; decisions ahead rode with
-           # the result they decided on (worker/decide_ahead.py).
-           "steps": {"handed_tasks": worker.handed_tasks, "decided_ahead": worker.decided_ahead,
-                     "result_batches": worker.completions.batches},
-           "worker_options": WORKER_OPTIONS, "starters": STARTERS}
+    out = {
+        "system": "harvest",
+        "mode": "workflows",
+        "n": n,
+        "completed": len(completed),
+        "elapsed_s": round(elapsed, 3),
+        "throughput": round(len(completed) / elapsed, 1),
+        "latency": latency_summary([(r[1] - r[0]).total_seconds() for r in completed]),
+        "start_phase_s": round(start_wall, 3),
+        "commits": commits,
+        "commits_per_workflow": round(commits / n, 2),
+        "events_per_workflow": round(events / n, 2),
+        "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
+        "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
+        # How the steps ran: handed tasks skipped a claim; decisions ahead rode with
+        # the result they decided on (worker/decide_ahead.py).
+        "steps": {
+            "handed_tasks": worker.handed_tasks,
+            "decided_ahead": worker.decided_ahead,
+            "result_batches": worker.completions.batches,
+        },
+        "worker_options": WORKER_OPTIONS,
+        "starters": STARTERS,
+    }
     if statements:
         out["top_statements"] = _statements_top(dsn, n)
     return out
@@ -230,14 +258,24 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
         finally:
             await client.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        first, = conn.execute("SELECT min(created_at) FROM harvest.events"
-                              " WHERE event_type = 'ActivityScheduled'").fetchone()
-        last, done = conn.execute("SELECT max(created_at), count(*) FROM harvest.events"
-                                  " WHERE event_type = 'ActivityCompleted'").fetchone()
+        (first,) = conn.execute(
+            "SELECT min(created_at) FROM harvest.events WHERE event_type = 'ActivityScheduled'"
+        ).fetchone()
+        last, done = conn.execute(
+            "SELECT max(created_at), count(*) FROM harvest.events WHERE event_type = 'ActivityCompleted'"
+        ).fetchone()
     elapsed = (last - first).total_seconds()
-    return {"system": "harvest", "mode": "tasks", "n": k * fan, "workflows": k, "fan_out": fan,
-            "completed": done, "elapsed_s": round(elapsed, 3), "throughput": round(done / elapsed, 1),
-            "worker_options": WORKER_OPTIONS}
+    return {
+        "system": "harvest",
+        "mode": "tasks",
+        "n": k * fan,
+        "workflows": k,
+        "fan_out": fan,
+        "completed": done,
+        "elapsed_s": round(elapsed, 3),
+        "throughput": round(done / elapsed, 1),
+        "worker_options": WORKER_OPTIONS,
+    }
 
 
 async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -> dict:
@@ -257,27 +295,35 @@ async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -
     with psycopg.connect(dsn, autocommit=True) as conn:
         scheduled = conn.execute(
             "SELECT execution_id::text, (event_data->>'seq')::int, created_at FROM harvest.events"
-            " WHERE event_type = 'ActivityScheduled'").fetchall()
-        runs = conn.execute("SELECT created_at, completed_at FROM harvest.executions"
-                            " WHERE status = 'COMPLETED'").fetchall()
+            " WHERE event_type = 'ActivityScheduled'"
+        ).fetchall()
+        runs = conn.execute(
+            "SELECT created_at, completed_at FROM harvest.executions WHERE status = 'COMPLETED'"
+        ).fetchall()
     dispatch = []
     for execution_id, seq, created_at in scheduled:
         ran = BODY_TIMES.get((execution_id, seq))
         if ran is not None:
             dispatch.append(ran - created_at.timestamp())
-    return {"system": "harvest", "mode": "latency", "rate_wf_per_s": rate, "n": n,
-            "activity_rate_per_s": rate * 3,
-            "dispatch": latency_summary(dispatch),
-            "start_to_result": latency_summary([(b - a).total_seconds() for a, b in runs]),
-            "worker_options": WORKER_OPTIONS}
+    return {
+        "system": "harvest",
+        "mode": "latency",
+        "rate_wf_per_s": rate,
+        "n": n,
+        "activity_rate_per_s": rate * 3,
+        "dispatch": latency_summary(dispatch),
+        "start_to_result": latency_summary([(b - a).total_seconds() for a, b in runs]),
+        "worker_options": WORKER_OPTIONS,
+    }
 
 
 async def _wait_for_events(dsn: str, event_type: str, n: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         while True:
-            row = await (await conn.execute("SELECT count(*) FROM harvest.events WHERE event_type = %s",
-                                            (event_type,))).fetchone()
+            row = await (
+                await conn.execute("SELECT count(*) FROM harvest.events WHERE event_type = %s", (event_type,))
+            ).fetchone()
             if row[0] >= n:
                 return
             if time.monotonic() > deadline:
@@ -317,10 +363,18 @@ async def bench_signals(dsn: str, rate: float, seconds: float, runs: int, timeou
     seen = [SIGNAL_SEEN[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_SEEN]
     acted = [SIGNAL_ACTED[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_ACTED]
     acked = [SIGNAL_ACKED[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_ACKED]
-    return {"system": "harvest", "mode": "signals", "rate_signals_per_s": rate, "n": n, "runs": runs,
-            "signals_per_run_per_s": round(rate / runs, 2),
-            "round_trip": latency_summary(acted), "to_workflow_code": latency_summary(seen),
-            "send_call": latency_summary(acked), "worker_options": WORKER_OPTIONS}
+    return {
+        "system": "harvest",
+        "mode": "signals",
+        "rate_signals_per_s": rate,
+        "n": n,
+        "runs": runs,
+        "signals_per_run_per_s": round(rate / runs, 2),
+        "round_trip": latency_summary(acted),
+        "to_workflow_code": latency_summary(seen),
+        "send_call": latency_summary(acked),
+        "worker_options": WORKER_OPTIONS,
+    }
 
 
 def main() -> None:
@@ -329,8 +383,9 @@ def main() -> None:
     parser.add_argument("--mode", choices=["workflows", "tasks", "latency", "signals"], required=True)
     parser.add_argument("--n", type=int, default=500)
     parser.add_argument("--fan", type=int, default=100, help="activities per workflow (tasks mode)")
-    parser.add_argument("--rate", type=float, default=20.0,
-                        help="workflows/s (latency mode) or signals/s (signals mode)")
+    parser.add_argument(
+        "--rate", type=float, default=20.0, help="workflows/s (latency mode) or signals/s (signals mode)"
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="duration (latency and signals modes)")
     parser.add_argument("--runs", type=int, default=10, help="workflows receiving the signals (signals mode)")
     parser.add_argument("--timeout", type=float, default=300.0)

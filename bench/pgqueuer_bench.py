@@ -19,23 +19,27 @@ from datetime import UTC, datetime, timedelta
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import contextlib
+
 import psycopg
 from common import CONCURRENCY, emit, settle_stats, xact_commits
 from pgqueuer import Job, PsycopgDriver, Queries, QueueManager
 from pgqueuer.domain.types import QueueExecutionMode
 
 BATCH = CONCURRENCY // 2  # PgQueuer requires max_concurrent_tasks >= 2 * batch_size
-SETTINGS = {"batch_size": BATCH, "max_concurrent_tasks": CONCURRENCY, "mode": "drain",
-            "driver": "PsycopgDriver"}
+SETTINGS = {
+    "batch_size": BATCH,
+    "max_concurrent_tasks": CONCURRENCY,
+    "mode": "drain",
+    "driver": "PsycopgDriver",
+}
 
 
 async def bench(dsn: str, n: int) -> dict:
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     queries = Queries(PsycopgDriver(conn))
-    try:
+    with contextlib.suppress(psycopg.errors.DuplicateObject):
         await queries.install()
-    except psycopg.errors.DuplicateObject:
-        pass
     await conn.execute("DELETE FROM pgqueuer")
     chunk = 1000
     for i in range(0, n, chunk):
@@ -72,17 +76,29 @@ async def bench(dsn: str, n: int) -> dict:
 
     t0 = time.monotonic()
     watcher = asyncio.create_task(watch())
-    await qm.run(batch_size=BATCH, max_concurrent_tasks=CONCURRENCY, mode=QueueExecutionMode.drain,
-                 dequeue_timeout=timedelta(seconds=0.5))
+    await qm.run(
+        batch_size=BATCH,
+        max_concurrent_tasks=CONCURRENCY,
+        mode=QueueExecutionMode.drain,
+        dequeue_timeout=timedelta(seconds=0.5),
+    )
     await watcher
     elapsed = drained_at - t0
     await conn.close()
     settle_stats()
     commits = xact_commits(dsn) - commits_before
-    return {"system": "pgqueuer", "mode": "tasks", "n": n, "completed": done,
-            "elapsed_s": round(elapsed, 3), "throughput": round(done / elapsed, 1),
-            "last_job_body_s": round(last_body - t0, 3),
-            "commits": commits, "commits_per_job": round(commits / n, 3), "settings": SETTINGS}
+    return {
+        "system": "pgqueuer",
+        "mode": "tasks",
+        "n": n,
+        "completed": done,
+        "elapsed_s": round(elapsed, 3),
+        "throughput": round(done / elapsed, 1),
+        "last_job_body_s": round(last_body - t0, 3),
+        "commits": commits,
+        "commits_per_job": round(commits / n, 3),
+        "settings": SETTINGS,
+    }
 
 
 def main() -> None:

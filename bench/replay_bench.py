@@ -55,8 +55,16 @@ async def build_history(target_events: int) -> list[dict]:
     """A running execution's history of at least target_events events."""
     steps = max(1, (target_events - 1) // 3)
     events: list[dict] = []
-    _event(events, "WorkflowStarted", {"workflow_name": "long_chain", "workflow_id": "bench",
-                                       "input": [steps + 10], "task_queue": "default"})
+    _event(
+        events,
+        "WorkflowStarted",
+        {
+            "workflow_name": "long_chain",
+            "workflow_id": "bench",
+            "input": [steps + 10],
+            "task_queue": "default",
+        },
+    )
     run = WorkflowRun(APP, long_chain, "exec-bench", "bench", "default")
     seen = 0
     while len(events) < target_events:
@@ -67,8 +75,9 @@ async def build_history(target_events: int) -> list[dict]:
             data = {k: v for k, v in cmd.items() if k != "type"}
             _event(events, COMMAND_EVENT[cmd["type"]], data)
             if cmd["type"] == "schedule_activity":
-                _event(events, "ActivityCompleted", {"seq": cmd["seq"], "result": cmd["input"][0],
-                                                     "attempt": 1})
+                _event(
+                    events, "ActivityCompleted", {"seq": cmd["seq"], "result": cmd["input"][0], "attempt": 1}
+                )
     run.close()
     return events
 
@@ -100,8 +109,11 @@ async def bench(sizes: list[int], repeats: int) -> dict:
                 assert new_commands == 1, "a replay of a running history issues the next command"
                 times.append(elapsed)
             best, median = min(times), sorted(times)[len(times) // 2]
-            row[label] = {"median_s": round(median, 4), "best_s": round(best, 4),
-                          "events_per_s": round(len(events) / median)}
+            row[label] = {
+                "median_s": round(median, 4),
+                "best_s": round(best, 4),
+                "events_per_s": round(len(events) / median),
+            }
         results.append(row)
     return {"system": "harvest", "mode": "replay", "repeats": repeats, "sizes": results}
 

@@ -1,6 +1,6 @@
 """Turn bench/results/*.json into a Markdown table, a PNG plot and the one-line ratios.
 
-    python bench/report.py bench/results/latest.json   # rewrite latest.md and latest.png
+python bench/report.py bench/results/latest.json   # rewrite latest.md and latest.png
 """
 
 from __future__ import annotations
@@ -16,49 +16,72 @@ def _f(x: float | None, digits: int = 1) -> str:
 
 def ratios(results: dict) -> str:
     s = results["summary"]
-    return (f"Harvest/DBOS direct = {s['ratio_harvest_dbos_direct']:.2f}x, "
-            f"Harvest/DBOS queue = {s['ratio_harvest_dbos_queue']:.2f}x, "
-            f"Harvest tasks/PgQueuer = {s['ratio_harvest_pgqueuer']:.2f}x, "
-            f"Harvest = {s['fraction_of_ceiling']:.1%} of ceiling/commits-per-workflow"
-            + (f", {s['fraction_of_sql_path']:.0%} of its SQL path alone" if s.get("fraction_of_sql_path")
-               else ""))
+    return (
+        f"Harvest/DBOS direct = {s['ratio_harvest_dbos_direct']:.2f}x, "
+        f"Harvest/DBOS queue = {s['ratio_harvest_dbos_queue']:.2f}x, "
+        f"Harvest tasks/PgQueuer = {s['ratio_harvest_pgqueuer']:.2f}x, "
+        f"Harvest = {s['fraction_of_ceiling']:.1%} of ceiling/commits-per-workflow"
+        + (
+            f", {s['fraction_of_sql_path']:.0%} of its SQL path alone"
+            if s.get("fraction_of_sql_path")
+            else ""
+        )
+    )
 
 
 def markdown(results: dict) -> str:
     s, m, cfg = results["summary"], results["machine"], results["config"]
     n_rounds = len(results["rounds"])
     lines = [
-        (f"Run: `{results['kind']}` at {results['started_at'][:19]}Z, {results['total_seconds']:.0f} s. "
-        f"Machine: {m['cpu_count']} x {m['cpu_model'] or 'unknown CPU'}, {m['memory_gib']} GiB, "
-        f"{m['postgres'].split(' on ')[0]}; fsync, synchronous_commit and full_page_writes on."),
+        (
+            f"Run: `{results['kind']}` at {results['started_at'][:19]}Z, {results['total_seconds']:.0f} s. "
+            f"Machine: {m['cpu_count']} x {m['cpu_model'] or 'unknown CPU'}, {m['memory_gib']} GiB, "
+            f"{m['postgres'].split(' on ')[0]}; fsync, synchronous_commit and full_page_writes on."
+        ),
         "",
-        (f"Canonical workload: three no-op activities in sequence, {cfg['workflows']:,} runs per round, "
-        f"{n_rounds} round(s) alternating Harvest / DBOS direct / DBOS queue; medians over rounds. "
-        "Latency is start-to-result with all runs started at once (it includes the backlog)."),
+        (
+            f"Canonical workload: three no-op activities in sequence, {cfg['workflows']:,} runs per round, "
+            f"{n_rounds} round(s) alternating Harvest / DBOS direct / DBOS queue; medians over rounds. "
+            "Latency is start-to-result with all runs started at once (it includes the backlog)."
+        ),
         "",
-        ("| system | workflows/s | p50 ms | p95 ms | p99 ms | commits/workflow | server CPU ms/workflow "
-         "| client CPU ms/workflow | Harvest ratio |"),
+        (
+            "| system | workflows/s | p50 ms | p95 ms | p99 ms | commits/workflow | server CPU ms/workflow "
+            "| client CPU ms/workflow | Harvest ratio |"
+        ),
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    rows = [("Harvest", "harvest", s["harvest_commits_per_workflow"], None),
-            ("DBOS direct start", "dbos_direct", s["dbos_direct_commits_per_workflow"],
-             s["ratio_harvest_dbos_direct"]),
-            ("DBOS queue", "dbos_queue", s["dbos_queue_commits_per_workflow"], s["ratio_harvest_dbos_queue"])]
+    rows = [
+        ("Harvest", "harvest", s["harvest_commits_per_workflow"], None),
+        (
+            "DBOS direct start",
+            "dbos_direct",
+            s["dbos_direct_commits_per_workflow"],
+            s["ratio_harvest_dbos_direct"],
+        ),
+        ("DBOS queue", "dbos_queue", s["dbos_queue_commits_per_workflow"], s["ratio_harvest_dbos_queue"]),
+    ]
     for label, key, commits, ratio in rows:
         lat = s[f"{key}_latency"]
         cpu = s.get(f"{key}_cpu_ms_per_workflow") or {}  # absent in results from before it was measured
-        lines.append(f"| {label} | {_f(s[key + '_wf_per_s'])} | {_f(lat['p50_ms'], 0)} | {_f(lat['p95_ms'], 0)} "
-                     f"| {_f(lat['p99_ms'], 0)} | {_f(commits, 1)} | {_f(cpu.get('server'), 2)} "
-                     f"| {_f(cpu.get('client'), 2)} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+        lines.append(
+            f"| {label} | {_f(s[key + '_wf_per_s'])} | {_f(lat['p50_ms'], 0)} | {_f(lat['p95_ms'], 0)} "
+            f"| {_f(lat['p99_ms'], 0)} | {_f(commits, 1)} | {_f(cpu.get('server'), 2)} "
+            f"| {_f(cpu.get('client'), 2)} | {'-' if ratio is None else f'{ratio:.2f}x'} |"
+        )
     if s.get("async_commit"):
         ac = s["async_commit"]
-        lines.append(f"| *extra, synchronous_commit=off:* Harvest / DBOS direct | "
-                     f"{_f(ac['harvest_wf_per_s'])} / {_f(ac['dbos_direct_wf_per_s'])} | | | | | | | "
-                     f"{ac['ratio']:.2f}x |")
+        lines.append(
+            f"| *extra, synchronous_commit=off:* Harvest / DBOS direct | "
+            f"{_f(ac['harvest_wf_per_s'])} / {_f(ac['dbos_direct_wf_per_s'])} | | | | | | | "
+            f"{ac['ratio']:.2f}x |"
+        )
     lines += [
         "",
-        (f"Task layer: {cfg['tasks']:,} no-op activities (Harvest: {cfg['tasks'] // cfg['fan_out']} workflows "
-        f"fanning out {cfg['fan_out']} each) vs {cfg['tasks']:,} no-op PgQueuer jobs."),
+        (
+            f"Task layer: {cfg['tasks']:,} no-op activities (Harvest: {cfg['tasks'] // cfg['fan_out']} workflows "
+            f"fanning out {cfg['fan_out']} each) vs {cfg['tasks']:,} no-op PgQueuer jobs."
+        ),
         "",
         "| system | tasks/s | ratio |",
         "| --- | ---: | ---: |",
@@ -70,63 +93,89 @@ def markdown(results: dict) -> str:
         "| measure | p50 ms | p95 ms | p99 ms | n |",
         "| --- | ---: | ---: | ---: | ---: |",
     ]
-    for label, key in (("activity dispatch (scheduled -> body runs)", "dispatch"),
-                       ("workflow start -> result", "steady_start_to_result")):
+    for label, key in (
+        ("activity dispatch (scheduled -> body runs)", "dispatch"),
+        ("workflow start -> result", "steady_start_to_result"),
+    ):
         d = s[key]
-        lines.append(f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |")
+        lines.append(
+            f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |"
+        )
     sig = results.get("signals")
     if sig:
         lines += [
             "",
-            (f"Signal round trip at a steady {sig['rate_signals_per_s']:g} signals/s, round-robin to "
-             f"{sig['runs']} waiting runs ({sig['signals_per_run_per_s']:g} per run per second); each run "
-             "loops on `wait_for_signal` and starts a no-op activity per signal:"),
+            (
+                f"Signal round trip at a steady {sig['rate_signals_per_s']:g} signals/s, round-robin to "
+                f"{sig['runs']} waiting runs ({sig['signals_per_run_per_s']:g} per run per second); each run "
+                "loops on `wait_for_signal` and starts a no-op activity per signal:"
+            ),
             "",
             "| measure | p50 ms | p95 ms | p99 ms | n |",
             "| --- | ---: | ---: | ---: | ---: |",
         ]
-        for label, key in (("**signal round trip** (sent -> the activity the workflow starts on it runs)",
-                            "round_trip"),
-                           ("signal sent -> workflow code has it", "to_workflow_code"),
-                           ("client `handle.signal` call (its commit)", "send_call")):
+        for label, key in (
+            ("**signal round trip** (sent -> the activity the workflow starts on it runs)", "round_trip"),
+            ("signal sent -> workflow code has it", "to_workflow_code"),
+            ("client `handle.signal` call (its commit)", "send_call"),
+        ):
             d = sig[key]
-            lines.append(f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} "
-                         f"| {d['n']} |")
+            lines.append(
+                f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |"
+            )
     else:
         lines.append(f"| signal round trip | {results.get('signal_round_trip', 'not measured')} | | | |")
-    lines += ["", "Replay on a cache miss (fresh run, whole history, no database):", "",
-              "| history | replay time | events/s |", "| ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "Replay on a cache miss (fresh run, whole history, no database):",
+        "",
+        "| history | replay time | events/s |",
+        "| ---: | ---: | ---: |",
+    ]
     for row in results["replay"]["sizes"]:
-        lines.append(f"| {row['events']:,} events | {row['runtime']['median_s'] * 1000:,.1f} ms "
-                     f"| {row['runtime']['events_per_s']:,} |")
+        lines.append(
+            f"| {row['events']:,} events | {row['runtime']['median_s'] * 1000:,.1f} ms "
+            f"| {row['runtime']['events_per_s']:,} |"
+        )
     ceiling = results["ceiling"][0]["runs"]
-    lines += ["", "Ceiling: pgbench, one-row INSERT per transaction:", "",
-              "| clients | commits/s |", "| ---: | ---: |"]
+    lines += [
+        "",
+        "Ceiling: pgbench, one-row INSERT per transaction:",
+        "",
+        "| clients | commits/s |",
+        "| ---: | ---: |",
+    ]
     for run in ceiling:
         lines.append(f"| {run['clients']} | {_f(run['commits_per_s'])} |")
     lines += [
         "",
-        (f"Harvest commits per workflow: {s['harvest_commits_per_workflow']:.1f} (`xact_commit`, includes "
-        f"read-only ones), of which {s['harvest_writing_xacts_per_workflow']:.1f} write (xids assigned). "
-        f"Ceiling / commits-per-workflow = {_f(s['ceiling_wf_per_s'])} wf/s; Harvest reaches "
-        f"**{s['fraction_of_ceiling']:.1%}** of it ({s['fraction_of_ceiling_writing_xacts']:.1%} counting "
-        "writing transactions only)."),
+        (
+            f"Harvest commits per workflow: {s['harvest_commits_per_workflow']:.1f} (`xact_commit`, includes "
+            f"read-only ones), of which {s['harvest_writing_xacts_per_workflow']:.1f} write (xids assigned). "
+            f"Ceiling / commits-per-workflow = {_f(s['ceiling_wf_per_s'])} wf/s; Harvest reaches "
+            f"**{s['fraction_of_ceiling']:.1%}** of it ({s['fraction_of_ceiling_writing_xacts']:.1%} counting "
+            "writing transactions only)."
+        ),
     ]
     if s.get("sql_path_wf_per_s"):
         sp = results["sql_path"]
         best = max(sp["runs"], key=lambda r: r["wf_per_s"])
         lines += [
             "",
-            ("SQL path (not a target): the same workflow taken through Harvest's SQL functions by "
-             f"procedures that run nothing else, {best['batch']} runs per transaction as the worker's "
-             "group commits take them, no Python (`bench/sql_path.py`):"),
+            (
+                "SQL path (not a target): the same workflow taken through Harvest's SQL functions by "
+                f"procedures that run nothing else, {best['batch']} runs per transaction as the worker's "
+                "group commits take them, no Python (`bench/sql_path.py`):"
+            ),
             "",
             "| clients | workflows/s |",
             "| ---: | ---: |",
             *(f"| {r['clients']} | {_f(r['wf_per_s'])} |" for r in sp["runs"]),
             "",
-            (f"Harvest, with its Python worker and client, reaches **{s['fraction_of_sql_path']:.0%}** of "
-             f"its SQL path alone ({_f(s['sql_path_wf_per_s'])} workflows/s)."),
+            (
+                f"Harvest, with its Python worker and client, reaches **{s['fraction_of_sql_path']:.0%}** of "
+                f"its SQL path alone ({_f(s['sql_path_wf_per_s'])} workflows/s)."
+            ),
         ]
     lines += [
         "",
@@ -134,8 +183,10 @@ def markdown(results: dict) -> str:
         "| --- | --- | --- | --- |",
     ]
     for t in s["targets"]:
-        lines.append(f"| {t['target']} | {t['goal']} | {t['measured']} | "
-                     f"{'met' if t['met'] else '**missed**'} ({t['by']}) |")
+        lines.append(
+            f"| {t['target']} | {t['goal']} | {t['measured']} | "
+            f"{'met' if t['met'] else '**missed**'} ({t['by']}) |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -148,15 +199,19 @@ def plot(results: dict, path: Path) -> None:
     s = results["summary"]
     sig = results.get("signals")
     fig, axes = plt.subplots(1, 4 if sig else 3, figsize=(20 if sig else 15, 4.5))
-    colors = {"Harvest": "#2e7d32", "DBOS direct": "#1565c0", "DBOS queue": "#64b5f6",
-              "PgQueuer": "#ef6c00"}
+    colors = {"Harvest": "#2e7d32", "DBOS direct": "#1565c0", "DBOS queue": "#64b5f6", "PgQueuer": "#ef6c00"}
 
     ax = axes[0]
     names = ["Harvest", "DBOS direct", "DBOS queue"]
     values = [s["harvest_wf_per_s"], s["dbos_direct_wf_per_s"], s["dbos_queue_wf_per_s"]]
     bars = ax.bar(names, values, color=[colors[n] for n in names])
-    ax.axhline(s["ceiling_wf_per_s"] / 2, color="grey", linestyle="--", linewidth=1,
-               label="1/2 of ceiling / Harvest commits-per-wf")
+    ax.axhline(
+        s["ceiling_wf_per_s"] / 2,
+        color="grey",
+        linestyle="--",
+        linewidth=1,
+        label="1/2 of ceiling / Harvest commits-per-wf",
+    )
     ax.bar_label(bars, fmt="%.0f")
     ax.set_title("Canonical workload (3 activities)")
     ax.set_ylabel("workflows / s")
@@ -164,8 +219,9 @@ def plot(results: dict, path: Path) -> None:
 
     ax = axes[1]
     names2 = ["Harvest", "PgQueuer"]
-    bars = ax.bar(names2, [s["harvest_tasks_per_s"], s["pgqueuer_jobs_per_s"]],
-                  color=[colors[n] for n in names2])
+    bars = ax.bar(
+        names2, [s["harvest_tasks_per_s"], s["pgqueuer_jobs_per_s"]], color=[colors[n] for n in names2]
+    )
     ax.bar_label(bars, fmt="%.0f")
     ax.set_title("Task layer (no-op activities / jobs)")
     ax.set_ylabel("tasks / s")
@@ -173,11 +229,19 @@ def plot(results: dict, path: Path) -> None:
     ax = axes[2]
     pcts = ["p50_ms", "p95_ms", "p99_ms"]
     width = 0.25
-    series = [("Harvest", s["harvest_latency"]), ("DBOS direct", s["dbos_direct_latency"]),
-              ("DBOS queue", s["dbos_queue_latency"])]
+    series = [
+        ("Harvest", s["harvest_latency"]),
+        ("DBOS direct", s["dbos_direct_latency"]),
+        ("DBOS queue", s["dbos_queue_latency"]),
+    ]
     for i, (name, lat) in enumerate(series):
-        ax.bar([j + (i - 1) * width for j in range(3)], [lat[p] for p in pcts], width,
-               label=name, color=colors[name])
+        ax.bar(
+            [j + (i - 1) * width for j in range(3)],
+            [lat[p] for p in pcts],
+            width,
+            label=name,
+            color=colors[name],
+        )
     ax.set_xticks(range(3), ["p50", "p95", "p99"])
     ax.set_ylabel("start -> result, ms (burst, backlog included)")
     d = s["dispatch"]
@@ -186,21 +250,32 @@ def plot(results: dict, path: Path) -> None:
 
     if sig:
         ax = axes[3]
-        series = [("activity dispatch", s["dispatch"], "#2e7d32"),
-                  ("signal -> workflow code", sig["to_workflow_code"], "#81c784"),
-                  ("signal round trip", sig["round_trip"], "#1b5e20")]
+        series = [
+            ("activity dispatch", s["dispatch"], "#2e7d32"),
+            ("signal -> workflow code", sig["to_workflow_code"], "#81c784"),
+            ("signal round trip", sig["round_trip"], "#1b5e20"),
+        ]
         for i, (name, lat, color) in enumerate(series):
-            ax.bar([j + (i - 1) * width for j in range(3)], [lat[p] for p in pcts], width,
-                   label=name, color=color)
+            ax.bar(
+                [j + (i - 1) * width for j in range(3)],
+                [lat[p] for p in pcts],
+                width,
+                label=name,
+                color=color,
+            )
         ax.axhline(10, color="grey", linestyle=":", linewidth=1, label="signal p50 target 10 ms")
         ax.set_xticks(range(3), ["p50", "p95", "p99"])
         ax.set_ylabel("ms, steady moderate load")
-        ax.set_title(f"Harvest steady latency ({results['config']['latency_rate']:g} wf/s; "
-                     f"{sig['rate_signals_per_s']:g} signals/s)")
+        ax.set_title(
+            f"Harvest steady latency ({results['config']['latency_rate']:g} wf/s; "
+            f"{sig['rate_signals_per_s']:g} signals/s)"
+        )
         ax.legend(fontsize=8)
 
-    fig.suptitle(f"Harvest benchmarks ({results['kind']}, {results['machine']['cpu_count']} cores, "
-                 "fsync + synchronous_commit on)")
+    fig.suptitle(
+        f"Harvest benchmarks ({results['kind']}, {results['machine']['cpu_count']} cores, "
+        "fsync + synchronous_commit on)"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

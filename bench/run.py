@@ -52,15 +52,39 @@ SERVER_SETTINGS = {
     "shared_preload_libraries": "pg_stat_statements",
 }
 
-FULL = {"rounds": 3, "workflows": 1500, "tasks": 3000, "fan_out": 100, "latency_rate": 20.0,
-        "latency_seconds": 20.0, "signal_rate": 20.0, "signal_runs": 10, "ceiling_seconds": 5.0,
-        "replay_repeats": 5, "async_workflows": 1000, "profile": True, "async_commit": True,
-        "sql_path_workflows": 3000}
+FULL = {
+    "rounds": 3,
+    "workflows": 1500,
+    "tasks": 3000,
+    "fan_out": 100,
+    "latency_rate": 20.0,
+    "latency_seconds": 20.0,
+    "signal_rate": 20.0,
+    "signal_runs": 10,
+    "ceiling_seconds": 5.0,
+    "replay_repeats": 5,
+    "async_workflows": 1000,
+    "profile": True,
+    "async_commit": True,
+    "sql_path_workflows": 3000,
+}
 # --quick skips the profiled run and the synchronous_commit=off row.
-QUICK = {"rounds": 1, "workflows": 300, "tasks": 1000, "fan_out": 50, "latency_rate": 20.0,
-         "latency_seconds": 5.0, "signal_rate": 20.0, "signal_runs": 10, "ceiling_seconds": 1.0,
-         "replay_repeats": 2, "async_workflows": 300, "profile": False, "async_commit": False,
-         "sql_path_workflows": 600}
+QUICK = {
+    "rounds": 1,
+    "workflows": 300,
+    "tasks": 1000,
+    "fan_out": 50,
+    "latency_rate": 20.0,
+    "latency_seconds": 5.0,
+    "signal_rate": 20.0,
+    "signal_runs": 10,
+    "ceiling_seconds": 1.0,
+    "replay_repeats": 2,
+    "async_workflows": 300,
+    "profile": False,
+    "async_commit": False,
+    "sql_path_workflows": 600,
+}
 
 
 class Bench:
@@ -95,12 +119,15 @@ class Bench:
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
         lines = [line for line in proc.stdout.splitlines() if line.strip()]
         if proc.returncode != 0 or not lines:
-            raise RuntimeError(f"{script} {' '.join(args)} failed ({proc.returncode}):\n"
-                               f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+            raise RuntimeError(
+                f"{script} {' '.join(args)} failed ({proc.returncode}):\n"
+                f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+            )
         return json.loads(lines[-1])
 
-    def system(self, script: str, prefix: str, *args: str, template: str | None = None,
-               settings: dict | None = None) -> dict:
+    def system(
+        self, script: str, prefix: str, *args: str, template: str | None = None, settings: dict | None = None
+    ) -> dict:
         dsn = self.fresh_db(prefix, template, settings)
         if template:
             # A clone of the migrated template; migrating again is a no-op unless the
@@ -130,19 +157,29 @@ def machine(server: EmbeddedPostgres) -> dict:
         pass
     with psycopg.connect(server.dsn, autocommit=True) as conn:
         version = conn.execute("SELECT version()").fetchone()[0]
-        shown = {k: conn.execute(f"SHOW {k}").fetchone()[0]
-                 for k in [*SERVER_SETTINGS, "wal_sync_method", "wal_level", "commit_delay"]}
+        shown = {
+            k: conn.execute(f"SHOW {k}").fetchone()[0]
+            for k in [*SERVER_SETTINGS, "wal_sync_method", "wal_level", "commit_delay"]
+        }
     packages = {}
     for pkg in ("dbos", "pgqueuer", "psycopg", "harvest-workflows"):
         try:
             from importlib.metadata import version as pkg_version
+
             packages[pkg] = pkg_version(pkg)
-        except Exception:  # noqa: BLE001
+        except Exception:
             packages[pkg] = None
-    return {"cpu_count": os.cpu_count(), "cpu_model": model,
-            "memory_gib": round(mem_kb / 1024 / 1024, 1), "python": platform.python_version(),
-            "kernel": platform.release(), "postgres": version, "postgres_settings": shown,
-            "packages": packages, "load_average_at_start": os.getloadavg()}
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "postgres": version,
+        "postgres_settings": shown,
+        "packages": packages,
+        "load_average_at_start": os.getloadavg(),
+    }
 
 
 def median(values: list[float]) -> float:
@@ -164,26 +201,33 @@ def summarize(results: dict) -> dict:
         "harvest_tasks_per_s": median([x["throughput"] for x in ht]),
         "pgqueuer_jobs_per_s": median([x["throughput"] for x in pq]),
         "harvest_commits_per_workflow": round(statistics.median(x["commits_per_workflow"] for x in h), 2),
-        "harvest_writing_xacts_per_workflow": round(statistics.median(
-            x["writing_xacts_per_workflow"] for x in h), 2),
+        "harvest_writing_xacts_per_workflow": round(
+            statistics.median(x["writing_xacts_per_workflow"] for x in h), 2
+        ),
         "dbos_direct_commits_per_workflow": round(statistics.median(x["commits_per_workflow"] for x in d), 2),
         "dbos_queue_commits_per_workflow": round(statistics.median(x["commits_per_workflow"] for x in q), 2),
     }
     # Ratios per round (each pair ran back to back), then their median.
-    s["ratio_harvest_dbos_direct"] = round(statistics.median(
-        a["throughput"] / b["throughput"] for a, b in zip(h, d)), 2)
-    s["ratio_harvest_dbos_queue"] = round(statistics.median(
-        a["throughput"] / b["throughput"] for a, b in zip(h, q)), 2)
-    s["ratio_harvest_pgqueuer"] = round(statistics.median(
-        a["throughput"] / b["throughput"] for a, b in zip(ht, pq)), 2)
+    s["ratio_harvest_dbos_direct"] = round(
+        statistics.median(a["throughput"] / b["throughput"] for a, b in zip(h, d, strict=False)), 2
+    )
+    s["ratio_harvest_dbos_queue"] = round(
+        statistics.median(a["throughput"] / b["throughput"] for a, b in zip(h, q, strict=False)), 2
+    )
+    s["ratio_harvest_pgqueuer"] = round(
+        statistics.median(a["throughput"] / b["throughput"] for a, b in zip(ht, pq, strict=False)), 2
+    )
     for key, runs in (("harvest", h), ("dbos_direct", d), ("dbos_queue", q)):
-        s[f"{key}_latency"] = {p: round(statistics.median(x["latency"][p] for x in runs), 1)
-                               for p in ("p50_ms", "p95_ms", "p99_ms")}
+        s[f"{key}_latency"] = {
+            p: round(statistics.median(x["latency"][p] for x in runs), 1)
+            for p in ("p50_ms", "p95_ms", "p99_ms")
+        }
         # CPU per workflow over the drain: the server's, and the system's own process
         # (its workers and starters).
         s[f"{key}_cpu_ms_per_workflow"] = {
             side: round(statistics.median(x["cpu"][f"{side}_s"] * 1000 / x["n"] for x in runs), 2)
-            for side in ("server", "client")}
+            for side in ("server", "client")
+        }
     ceiling = max(c["best_commits_per_s"] for c in results["ceiling"])
     s["ceiling_commits_per_s"] = ceiling
     per_wf = s["harvest_commits_per_workflow"]
@@ -191,7 +235,9 @@ def summarize(results: dict) -> dict:
     s["fraction_of_ceiling"] = round(s["harvest_wf_per_s"] / s["ceiling_wf_per_s"], 3)
     writes = s["harvest_writing_xacts_per_workflow"]
     s["ceiling_wf_per_s_writing_xacts"] = round(ceiling / writes, 1)
-    s["fraction_of_ceiling_writing_xacts"] = round(s["harvest_wf_per_s"] / s["ceiling_wf_per_s_writing_xacts"], 3)
+    s["fraction_of_ceiling_writing_xacts"] = round(
+        s["harvest_wf_per_s"] / s["ceiling_wf_per_s_writing_xacts"], 3
+    )
     if results.get("sql_path"):
         # Not a target: how close the Python worker and client come to the server running
         # Harvest's own statements back to back (bench/sql_path.py).
@@ -215,17 +261,31 @@ def summarize(results: dict) -> dict:
         target("Activity dispatch p99 <= 25 ms", lat["dispatch"]["p99_ms"], 25.0, "<=", " ms"),
     ]
     if sig:
-        s["targets"].append(target("Signal round trip p50 <= 10 ms (send -> activity it starts runs)",
-                                   sig["round_trip"]["p50_ms"], 10.0, "<=", " ms"))
+        s["targets"].append(
+            target(
+                "Signal round trip p50 <= 10 ms (send -> activity it starts runs)",
+                sig["round_trip"]["p50_ms"],
+                10.0,
+                "<=",
+                " ms",
+            )
+        )
     s["targets"] += [
-        target(f"{ten_k['events']:,}-event history replays in < 1 s", ten_k["runtime"]["median_s"], 1.0,
-               "<", " s"),
+        target(
+            f"{ten_k['events']:,}-event history replays in < 1 s",
+            ten_k["runtime"]["median_s"],
+            1.0,
+            "<",
+            " s",
+        ),
     ]
     if results.get("async_commit"):
         ac = results["async_commit"]
-        s["async_commit"] = {"harvest_wf_per_s": ac["harvest"]["throughput"],
-                             "dbos_direct_wf_per_s": ac["dbos_direct"]["throughput"],
-                             "ratio": round(ac["harvest"]["throughput"] / ac["dbos_direct"]["throughput"], 2)}
+        s["async_commit"] = {
+            "harvest_wf_per_s": ac["harvest"]["throughput"],
+            "dbos_direct_wf_per_s": ac["dbos_direct"]["throughput"],
+            "ratio": round(ac["harvest"]["throughput"] / ac["dbos_direct"]["throughput"], 2),
+        }
     return s
 
 
@@ -235,16 +295,22 @@ def target(name: str, value: float, goal: float, op: str, unit: str) -> dict:
         by = f"{value / goal:.2f} of the goal" if not met else f"{value / goal:.2f}x the goal"
     else:
         by = f"{goal / value:.1f}x headroom" if met and value else f"{value / goal:.1f}x over"
-    return {"target": name, "goal": f"{op} {goal:g}{unit}", "measured": f"{value:g}{unit}",
-            "met": met, "by": by}
+    return {
+        "target": name,
+        "goal": f"{op} {goal:g}{unit}",
+        "measured": f"{value:g}{unit}",
+        "met": met,
+        "by": by,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="about a minute: small N, one round")
     parser.add_argument("--no-profile", action="store_true", help="skip the profiled Harvest run")
-    parser.add_argument("--no-async-commit", action="store_true",
-                        help="skip the extra synchronous_commit=off row")
+    parser.add_argument(
+        "--no-async-commit", action="store_true", help="skip the extra synchronous_commit=off row"
+    )
     args = parser.parse_args()
     cfg = QUICK if args.quick else FULL
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -253,8 +319,11 @@ def main() -> None:
     server = EmbeddedPostgres(settings=SERVER_SETTINGS)
     server.start()
     bench = Bench(server)
-    results: dict = {"kind": "quick" if args.quick else "full", "config": cfg,
-                     "started_at": datetime.now(UTC).isoformat()}
+    results: dict = {
+        "kind": "quick" if args.quick else "full",
+        "config": cfg,
+        "started_at": datetime.now(UTC).isoformat(),
+    }
     try:
         results["machine"] = machine(server)
         bench.say(f"PostgreSQL up on port {server.port}; migrating the Harvest template")
@@ -263,12 +332,22 @@ def main() -> None:
         template = template_dsn.rsplit("/", 1)[1]
 
         bench.say("ceiling: pgbench one-row inserts")
-        results["ceiling"] = [bench.system("ceiling.py", "ceiling", "--clients", "1,8,50",
-                                           "--seconds", str(cfg["ceiling_seconds"]))]
+        results["ceiling"] = [
+            bench.system(
+                "ceiling.py", "ceiling", "--clients", "1,8,50", "--seconds", str(cfg["ceiling_seconds"])
+            )
+        ]
 
         bench.say("SQL path: the canonical workflow through Harvest's SQL functions alone, no Python")
-        results["sql_path"] = bench.system("sql_path.py", "sqlpath", "--clients", "1,2,4",
-                                           "--n", str(cfg["sql_path_workflows"]), template=template)
+        results["sql_path"] = bench.system(
+            "sql_path.py",
+            "sqlpath",
+            "--clients",
+            "1,2,4",
+            "--n",
+            str(cfg["sql_path_workflows"]),
+            template=template,
+        )
 
         n, tasks = str(cfg["workflows"]), str(cfg["tasks"])
         results["rounds"] = []
@@ -281,31 +360,65 @@ def main() -> None:
             bench.say(f"round {i + 1}: DBOS queue, {n} workflows")
             rnd["dbos_queue"] = bench.system("dbos_bench.py", "dbosq", "--mode", "queue", "--n", n)
             bench.say(f"round {i + 1}: Harvest tasks, {tasks} activities")
-            rnd["harvest_tasks"] = bench.system("harvest_bench.py", "htasks", "--mode", "tasks", "--n", tasks,
-                                                "--fan", str(cfg["fan_out"]), template=template)
+            rnd["harvest_tasks"] = bench.system(
+                "harvest_bench.py",
+                "htasks",
+                "--mode",
+                "tasks",
+                "--n",
+                tasks,
+                "--fan",
+                str(cfg["fan_out"]),
+                template=template,
+            )
             bench.say(f"round {i + 1}: PgQueuer, {tasks} jobs")
             rnd["pgqueuer"] = bench.system("pgqueuer_bench.py", "pgq", "--n", tasks)
-            bench.say("round {}: harvest {} wf/s, dbos direct {} wf/s, dbos queue {} wf/s, harvest tasks {}/s,"
-                      " pgqueuer {}/s".format(i + 1, rnd["harvest"]["throughput"],
-                                              rnd["dbos_direct"]["throughput"],
-                                              rnd["dbos_queue"]["throughput"],
-                                              rnd["harvest_tasks"]["throughput"],
-                                              rnd["pgqueuer"]["throughput"]))
+            bench.say(
+                "round {}: harvest {} wf/s, dbos direct {} wf/s, dbos queue {} wf/s, harvest tasks {}/s,"
+                " pgqueuer {}/s".format(
+                    i + 1,
+                    rnd["harvest"]["throughput"],
+                    rnd["dbos_direct"]["throughput"],
+                    rnd["dbos_queue"]["throughput"],
+                    rnd["harvest_tasks"]["throughput"],
+                    rnd["pgqueuer"]["throughput"],
+                )
+            )
             results["rounds"].append(rnd)
 
         bench.say(f"latency: Harvest at a steady {cfg['latency_rate']:g} workflows/s")
-        results["latency"] = bench.system("harvest_bench.py", "hlat", "--mode", "latency",
-                                          "--rate", str(cfg["latency_rate"]),
-                                          "--seconds", str(cfg["latency_seconds"]), template=template)
-        bench.say(f"signals: round trip at a steady {cfg['signal_rate']:g} signals/s"
-                  f" to {cfg['signal_runs']} runs")
-        results["signals"] = bench.system("harvest_bench.py", "hsig", "--mode", "signals",
-                                          "--rate", str(cfg["signal_rate"]), "--runs", str(cfg["signal_runs"]),
-                                          "--seconds", str(cfg["latency_seconds"]), template=template)
+        results["latency"] = bench.system(
+            "harvest_bench.py",
+            "hlat",
+            "--mode",
+            "latency",
+            "--rate",
+            str(cfg["latency_rate"]),
+            "--seconds",
+            str(cfg["latency_seconds"]),
+            template=template,
+        )
+        bench.say(
+            f"signals: round trip at a steady {cfg['signal_rate']:g} signals/s to {cfg['signal_runs']} runs"
+        )
+        results["signals"] = bench.system(
+            "harvest_bench.py",
+            "hsig",
+            "--mode",
+            "signals",
+            "--rate",
+            str(cfg["signal_rate"]),
+            "--runs",
+            str(cfg["signal_runs"]),
+            "--seconds",
+            str(cfg["latency_seconds"]),
+            template=template,
+        )
 
         bench.say("replay: 1K and 10K events, no database")
-        results["replay"] = bench.run("replay_bench.py", "--sizes", "1000,10000",
-                                      "--repeats", str(cfg["replay_repeats"]))
+        results["replay"] = bench.run(
+            "replay_bench.py", "--sizes", "1000,10000", "--repeats", str(cfg["replay_repeats"])
+        )
 
         if cfg["async_commit"] and not args.no_async_commit:
             an = str(cfg["async_workflows"])
@@ -313,17 +426,36 @@ def main() -> None:
             off = {"synchronous_commit": "off"}
             results["async_commit"] = {
                 "note": "NOT a headline figure: synchronous_commit=off for these databases only",
-                "harvest": bench.system("harvest_bench.py", "hasync", "--mode", "workflows", "--n", an,
-                                        template=template, settings=off),
-                "dbos_direct": bench.system("dbos_bench.py", "dasync", "--mode", "direct", "--n", an,
-                                            settings=off)}
+                "harvest": bench.system(
+                    "harvest_bench.py",
+                    "hasync",
+                    "--mode",
+                    "workflows",
+                    "--n",
+                    an,
+                    template=template,
+                    settings=off,
+                ),
+                "dbos_direct": bench.system(
+                    "dbos_bench.py", "dasync", "--mode", "direct", "--n", an, settings=off
+                ),
+            }
 
         if cfg["profile"] and not args.no_profile:
             bench.say("profile: Harvest workflows under pyinstrument + pg_stat_statements (not timed)")
             profile_path = RESULTS / ("profile_quick.txt" if args.quick else "profile.txt")
             results["profile"] = bench.system(
-                "harvest_bench.py", "hprof", "--mode", "workflows", "--n", n, "--statements",
-                "--profile", str(profile_path), template=template)
+                "harvest_bench.py",
+                "hprof",
+                "--mode",
+                "workflows",
+                "--n",
+                n,
+                "--statements",
+                "--profile",
+                str(profile_path),
+                template=template,
+            )
     except BaseException:
         (RESULTS / "partial.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
         print(f"failed; what was measured is in {RESULTS / 'partial.json'}", file=sys.stderr)

@@ -51,9 +51,10 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 barrier.wait()
-                conn.execute("CALL bench.sql_path(%s, %s, %s, %s)",
-                              (per_client, batch, tag, json.dumps(options)))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+                conn.execute(
+                    "CALL bench.sql_path(%s, %s, %s, %s)", (per_client, batch, tag, json.dumps(options))
+                )
+        except BaseException as exc:
             errors.append(exc)
             barrier.abort()
 
@@ -71,20 +72,31 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
     if errors:
         raise errors[0]
     with psycopg.connect(dsn, autocommit=True) as conn:
-        done = conn.execute("SELECT count(*) FROM harvest.executions WHERE status = 'COMPLETED' "
-                            "AND queue LIKE %s", (f"sql-path-{clients}-%",)).fetchone()[0]
+        done = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE status = 'COMPLETED' AND queue LIKE %s",
+            (f"sql-path-{clients}-%",),
+        ).fetchone()[0]
     if done != clients * per_client:
         raise RuntimeError(f"{done} of {clients * per_client} workflows completed")
-    return {"clients": clients, "batch": batch, "workflows": done, "seconds": round(elapsed, 3),
-            "wf_per_s": round(done / elapsed, 1)}
+    return {
+        "clients": clients,
+        "batch": batch,
+        "workflows": done,
+        "seconds": round(elapsed, 3),
+        "wf_per_s": round(done / elapsed, 1),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--clients", default="1,2,4")
-    parser.add_argument("--batch", type=int, default=CLAIM_BATCH,
-                        help="workflows a client takes through each transaction (the worker's claim batch)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=CLAIM_BATCH,
+        help="workflows a client takes through each transaction (the worker's claim batch)",
+    )
     parser.add_argument("--n", type=int, default=1000, help="workflows per client count, split among clients")
     args = parser.parse_args()
     options = App(workflows=[three_steps], activities=[noop]).activities["noop"].options_json()
@@ -94,10 +106,16 @@ def main() -> None:
     for clients in (int(c) for c in args.clients.split(",")):
         runs.append(run_clients(args.dsn, clients, max(1, args.n // clients), args.batch, options))
         print(f"sql path: {runs[-1]}", file=sys.stderr, flush=True)
-    emit({"system": "harvest-sql", "mode": "sql_path", "runs": runs,
-          "best_wf_per_s": max(r["wf_per_s"] for r in runs),
-          "transactions_per_batch": 6,
-          "measured_at": datetime.now(UTC).isoformat()})
+    emit(
+        {
+            "system": "harvest-sql",
+            "mode": "sql_path",
+            "runs": runs,
+            "best_wf_per_s": max(r["wf_per_s"] for r in runs),
+            "transactions_per_batch": 6,
+            "measured_at": datetime.now(UTC).isoformat(),
+        }
+    )
 
 
 if __name__ == "__main__":

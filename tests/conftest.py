@@ -20,8 +20,12 @@ from harvest.db.migrate import Migrator
 
 TEMPLATE = "harvest_template"
 # Durability is irrelevant for throwaway test databases; speed is not.
-TEST_SERVER_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-                        "max_connections": "200"}
+TEST_SERVER_SETTINGS = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "200",
+}
 
 
 class Server:

@@ -51,15 +51,34 @@ errors = _errors
 
 # public name -> the module that defines it (imported on first access)
 _WHERE: dict[str, str] = {
-    **dict.fromkeys(["AsyncClient", "AsyncWorkflowHandle", "Client", "UpdateHandle", "WorkflowHandle"],
-                    "harvest.client"),
-    **dict.fromkeys(["ActivityError", "ActivityFailure", "ChildWorkflowError", "HarvestError",
-                     "NonDeterminismError", "QueryFailed", "QueryTimeout", "SignalTimeout", "UpdateFailed",
-                     "UpdateRejected", "WorkflowAlreadyExists", "WorkflowCancelled", "WorkflowFailed",
-                     "WorkflowNotRunning", "WorkflowTerminated", "WorkflowTimedOut"], "harvest.core.errors"),
+    **dict.fromkeys(
+        ["AsyncClient", "AsyncWorkflowHandle", "Client", "UpdateHandle", "WorkflowHandle"], "harvest.client"
+    ),
+    **dict.fromkeys(
+        [
+            "ActivityError",
+            "ActivityFailure",
+            "ChildWorkflowError",
+            "HarvestError",
+            "NonDeterminismError",
+            "QueryFailed",
+            "QueryTimeout",
+            "SignalTimeout",
+            "UpdateFailed",
+            "UpdateRejected",
+            "WorkflowAlreadyExists",
+            "WorkflowCancelled",
+            "WorkflowFailed",
+            "WorkflowNotRunning",
+            "WorkflowTerminated",
+            "WorkflowTimedOut",
+        ],
+        "harvest.core.errors",
+    ),
     **dict.fromkeys(["App", "RetryPolicy", "activity", "workflow"], "harvest.declare.definitions"),
-    **dict.fromkeys(["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle"],
-                    "harvest.declare.flow_control"),
+    **dict.fromkeys(
+        ["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle"], "harvest.declare.flow_control"
+    ),
     **dict.fromkeys(["describe_handlers", "query", "update"], "harvest.declare.messages"),
     **dict.fromkeys(["DEFAULT_VERSION", "WorkflowContext"], "harvest.runtime"),
     "Saga": "harvest.runtime.saga",

@@ -52,8 +52,9 @@ _pool_task: asyncio.Future | None = None
 
 
 async def _open_pool() -> AsyncConnectionPool:
-    pool = AsyncConnectionPool(os.environ["HARVEST_DATABASE_URL"], min_size=1, max_size=4,
-                               kwargs={"autocommit": True}, open=False)
+    pool = AsyncConnectionPool(
+        os.environ["HARVEST_DATABASE_URL"], min_size=1, max_size=4, kwargs={"autocommit": True}, open=False
+    )
     await pool.open(wait=True, timeout=30)
     return pool
 
@@ -79,8 +80,16 @@ async def _record_start(ctx: Any, kind: str, mode: str | None = None) -> tuple[i
             "VALUES (%(e)s, %(s)s, %(k)s, %(a)s, %(p)s, %(i)s, %(m)s) "
             "RETURNING id, (SELECT count(*) FROM chaos_runs AS c "
             "               WHERE c.execution_id = %(e)s AND c.seq = %(s)s) AS prior",
-            {"e": ctx.execution_id, "s": _seq(ctx), "k": kind, "a": ctx.attempt(), "p": os.getpid(),
-             "i": str(ctx.idempotency_key()), "m": mode})
+            {
+                "e": ctx.execution_id,
+                "s": _seq(ctx),
+                "k": kind,
+                "a": ctx.attempt(),
+                "p": os.getpid(),
+                "i": str(ctx.idempotency_key()),
+                "m": mode,
+            },
+        )
         row = await cur.fetchone()
     return int(row[0]), int(row[1])
 
@@ -88,8 +97,10 @@ async def _record_start(ctx: Any, kind: str, mode: str | None = None) -> tuple[i
 async def _record_finish(run_id: int, result: str) -> None:
     pool = await _pool()
     async with pool.connection() as conn:
-        await conn.execute("UPDATE chaos_runs SET finished_at = clock_timestamp(), result = %s "
-                           "WHERE id = %s", (result, run_id))
+        await conn.execute(
+            "UPDATE chaos_runs SET finished_at = clock_timestamp(), result = %s WHERE id = %s",
+            (result, run_id),
+        )
 
 
 async def _later_run_finished(run_id: int, execution_id: str, seq: int) -> bool:
@@ -97,7 +108,9 @@ async def _later_run_finished(run_id: int, execution_id: str, seq: int) -> bool:
     async with pool.connection() as conn:
         cur = await conn.execute(
             "SELECT 1 FROM chaos_runs WHERE execution_id = %s AND seq = %s AND id > %s "
-            "AND finished_at IS NOT NULL", (execution_id, seq, run_id))
+            "AND finished_at IS NOT NULL",
+            (execution_id, seq, run_id),
+        )
         return await cur.fetchone() is not None
 
 
@@ -152,8 +165,9 @@ async def quick(ctx, tag: str, max_delay: float = 0.0) -> str:
 @workflow
 async def wf_single(ctx, mode: str, start_to_close: float, heartbeat_timeout: float | None) -> str:
     """One gated activity with the given timeouts and a fast retry policy."""
-    return await ctx.execute_activity(gated, mode, start_to_close=start_to_close,
-                                      heartbeat_timeout=heartbeat_timeout, retry=FAST_RETRY)
+    return await ctx.execute_activity(
+        gated, mode, start_to_close=start_to_close, heartbeat_timeout=heartbeat_timeout, retry=FAST_RETRY
+    )
 
 
 @workflow
@@ -205,8 +219,9 @@ async def wf_ahead(ctx, mode: str) -> list:
     return [first, second, third]
 
 
-app = App(workflows=[wf_single, wf_decider, wf_race, wf_churn, wf_ahead],
-          activities=[gated, gated_local, quick])
+app = App(
+    workflows=[wf_single, wf_decider, wf_race, wf_churn, wf_ahead], activities=[gated, gated_local, quick]
+)
 
 
 # ---------------------------------------------------------------------- messages (signals, updates, cancel)
@@ -255,5 +270,7 @@ async def wf_short(ctx, n: int, steps: int) -> str:
     return f"done{n}"
 
 
-app = App(workflows=[*app.workflows.values(), wf_signals, wf_updates, wf_short],
-          activities=list(app.activities.values()))
+app = App(
+    workflows=[*app.workflows.values(), wf_signals, wf_updates, wf_short],
+    activities=list(app.activities.values()),
+)

@@ -48,17 +48,35 @@ class WorkerProcs:
         self.procs: list[subprocess.Popen] = []
         self.log_paths: dict[int, Path] = {}
 
-    def start(self, *, concurrency: int = 4, workflow_lease: float = 2.0, shutdown_grace: float = 2.0,
-              wait: bool = True) -> subprocess.Popen:
+    def start(
+        self,
+        *,
+        concurrency: int = 4,
+        workflow_lease: float = 2.0,
+        shutdown_grace: float = 2.0,
+        wait: bool = True,
+    ) -> subprocess.Popen:
         n = len(self.procs) + 1
         env = dict(os.environ, HARVEST_DATABASE_URL=self.dsn, PYTHONUNBUFFERED="1")
         path = self.log_dir / f"worker-{n}.log"
         with open(path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, str(RUN_WORKER), "--concurrency", str(concurrency),
-                 "--workflow-lease", str(workflow_lease), "--shutdown-grace", str(shutdown_grace)],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True)
+                [
+                    sys.executable,
+                    str(RUN_WORKER),
+                    "--concurrency",
+                    str(concurrency),
+                    "--workflow-lease",
+                    str(workflow_lease),
+                    "--shutdown-grace",
+                    str(shutdown_grace),
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.procs.append(proc)
         self.log_paths[proc.pid] = path
         if wait:
@@ -68,10 +86,15 @@ class WorkerProcs:
     def wait_registered(self, proc: subprocess.Popen, timeout: float = 20.0) -> None:
         def registered() -> bool:
             if proc.poll() is not None:
-                raise AssertionError(f"worker {proc.pid} exited with {proc.returncode}:\n"
-                                     f"{self.log(proc)}")
-            return bool(query(self.dsn, "SELECT 1 FROM harvest.workers WHERE pid = %s AND status = "
-                                        "'active'", (proc.pid,)))
+                raise AssertionError(f"worker {proc.pid} exited with {proc.returncode}:\n{self.log(proc)}")
+            return bool(
+                query(
+                    self.dsn,
+                    "SELECT 1 FROM harvest.workers WHERE pid = %s AND status = 'active'",
+                    (proc.pid,),
+                )
+            )
+
         wait_until(registered, timeout, f"worker {proc.pid} to register")
 
     def kill(self, proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
@@ -116,13 +139,20 @@ def runs(dsn: str, execution_id: str | None = None) -> list[dict[str, Any]]:
 
 
 def history(dsn: str, execution_id: str) -> list[dict[str, Any]]:
-    return query(dsn, "SELECT event_id, event_type, event_data FROM harvest.events "
-                      "WHERE execution_id = %s ORDER BY event_id", (execution_id,))
+    return query(
+        dsn,
+        "SELECT event_id, event_type, event_data FROM harvest.events "
+        "WHERE execution_id = %s ORDER BY event_id",
+        (execution_id,),
+    )
 
 
 def count_events(events: list[dict[str, Any]], event_type: str, seq: int | None = None) -> int:
-    return sum(1 for e in events if e["event_type"] == event_type
-               and (seq is None or e["event_data"].get("seq") == seq))
+    return sum(
+        1
+        for e in events
+        if e["event_type"] == event_type and (seq is None or e["event_data"].get("seq") == seq)
+    )
 
 
 def check_history(events: list[dict[str, Any]], *, completed: bool = True) -> None:
@@ -135,27 +165,35 @@ def check_history(events: list[dict[str, Any]], *, completed: bool = True) -> No
     assert not dup, f"command applied more than once (seq: count): {dup}\n{events}"
     scheduled = {e["event_data"]["seq"] for e in events if e["event_type"] == "ActivityScheduled"}
     timers = {e["event_data"]["seq"] for e in events if e["event_type"] == "TimerStarted"}
-    resolved = Counter((e["event_type"] == "TimerFired", e["event_data"]["seq"])
-                       for e in events if e["event_type"] in RESOLUTION_EVENTS)
+    resolved = Counter(
+        (e["event_type"] == "TimerFired", e["event_data"]["seq"])
+        for e in events
+        if e["event_type"] in RESOLUTION_EVENTS
+    )
     dup = {k: n for k, n in resolved.items() if n > 1}
     assert not dup, f"an invocation was resolved more than once: {dup}\n{events}"
     for is_timer, seq in resolved:
         assert seq in (timers if is_timer else scheduled), f"resolution of unknown seq {seq}"
-    ends = [e for e in events if e["event_type"] in ("WorkflowCompleted", "WorkflowFailed",
-                                                     "WorkflowTerminated")]
+    ends = [
+        e for e in events if e["event_type"] in ("WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated")
+    ]
     if completed:
         assert [e["event_type"] for e in ends] == ["WorkflowCompleted"], ends
         assert events[-1]["event_type"] == "WorkflowCompleted", "events after the end"
-        assert resolved.keys() == {(False, s) for s in scheduled} | {(True, s) for s in timers}, \
+        assert resolved.keys() == {(False, s) for s in scheduled} | {(True, s) for s in timers}, (
             "a completed run left an invocation unresolved"
+        )
     else:
         assert len(ends) <= 1
 
 
 def check_all_histories(dsn: str) -> int:
     """check_history over every execution of the database; returns how many."""
-    rows = query(dsn, "SELECT execution_id, event_id, event_type, event_data FROM harvest.events "
-                      "ORDER BY execution_id, event_id")
+    rows = query(
+        dsn,
+        "SELECT execution_id, event_id, event_type, event_data FROM harvest.events "
+        "ORDER BY execution_id, event_id",
+    )
     by_execution: dict[Any, list[dict[str, Any]]] = {}
     for row in rows:
         by_execution.setdefault(row["execution_id"], []).append(row)
@@ -166,11 +204,14 @@ def check_all_histories(dsn: str) -> int:
 
 def overlapping_runs(dsn: str) -> list[dict[str, Any]]:
     """Pairs of finished runs of one invocation whose time intervals overlap."""
-    return query(dsn, """
+    return query(
+        dsn,
+        """
         SELECT a.execution_id, a.seq, a.id AS first_run, b.id AS second_run,
                a.started_at AS a_start, a.finished_at AS a_end, b.started_at AS b_start,
                b.finished_at AS b_end
         FROM chaos_runs AS a JOIN chaos_runs AS b
           ON a.execution_id = b.execution_id AND a.seq = b.seq AND a.kind = b.kind AND a.id < b.id
         WHERE a.finished_at IS NOT NULL AND b.finished_at IS NOT NULL
-          AND tstzrange(a.started_at, a.finished_at) && tstzrange(b.started_at, b.finished_at)""")
+          AND tstzrange(a.started_at, a.finished_at) && tstzrange(b.started_at, b.finished_at)""",
+    )

@@ -26,12 +26,22 @@ def main() -> None:
     parser.add_argument("--shutdown-grace", type=float, default=2.0)
     parser.add_argument("--worker-id", default=None)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s pid={os.getpid()} %(levelname)s %(name)s: %(message)s")
-    worker = harvest.Worker(app, os.environ["HARVEST_DATABASE_URL"], concurrency=args.concurrency,
-                            workflow_lease=args.workflow_lease, scan_interval=0.2, poll_interval=0.5,
-                            heartbeat_interval=1.0, shutdown_grace=args.shutdown_grace,
-                            worker_id=args.worker_id)
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format=f"%(asctime)s pid={os.getpid()} %(levelname)s %(name)s: %(message)s",
+    )
+    worker = harvest.Worker(
+        app,
+        os.environ["HARVEST_DATABASE_URL"],
+        concurrency=args.concurrency,
+        workflow_lease=args.workflow_lease,
+        scan_interval=0.2,
+        poll_interval=0.5,
+        heartbeat_interval=1.0,
+        shutdown_grace=args.shutdown_grace,
+        worker_id=args.worker_id,
+    )
     asyncio.run(worker.run(install_signal_handlers=True))
     logging.getLogger("chaos").info("worker %s exited cleanly", worker.worker_id)
 

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.chaos
 
 def _waiting_completion(dsn: str) -> int | None:
     """The backend whose complete_activities waits on a lock, if there is one."""
-    rows = query(dsn, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                      "AND wait_event_type = 'Lock' AND query LIKE '%complete_activities%'")
+    rows = query(
+        dsn,
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE '%complete_activities%'",
+    )
     return rows[0]["pid"] if rows else None
 
 
@@ -42,11 +45,17 @@ def test_worker_killed_while_its_decision_ahead_waits_to_commit(chaos_db, worker
 
     with psycopg.connect(chaos_db) as blocker:
         blocker.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (eid,))
-        backend = wait_until(lambda: _waiting_completion(chaos_db), 10,
-                             "the result and its decision to wait on the execution's row lock")
+        backend = wait_until(
+            lambda: _waiting_completion(chaos_db),
+            10,
+            "the result and its decision to wait on the execution's row lock",
+        )
         before = history(chaos_db, eid)
         assert [e["event_type"] for e in before] == [
-            "WorkflowStarted", "WorkflowTaskCompleted", "ActivityScheduled"]
+            "WorkflowStarted",
+            "WorkflowTaskCompleted",
+            "ActivityScheduled",
+        ]
         workers.kill(a)
         if outcome == "aborts":
             query(chaos_db, "SELECT pg_terminate_backend(%s)", (backend,))
@@ -57,11 +66,15 @@ def test_worker_killed_while_its_decision_ahead_waits_to_commit(chaos_db, worker
         # The orphaned statement runs to its end and commits the result with the decision.
         wait_until(lambda: not _backend_alive(chaos_db, backend), 10, "the orphaned statement")
         after = history(chaos_db, eid)
-        assert after[:len(before)] == before
-        assert [(e["event_type"], e["event_data"].get("seq")) for e in after[len(before):]] == [
-            ("ActivityCompleted", 1), ("WorkflowTaskCompleted", None), ("ActivityScheduled", 2)]
-        assert after[4]["event_data"] == {"through": 4, "worker_id": a_id}, \
+        assert after[: len(before)] == before
+        assert [(e["event_type"], e["event_data"].get("seq")) for e in after[len(before) :]] == [
+            ("ActivityCompleted", 1),
+            ("WorkflowTaskCompleted", None),
+            ("ActivityScheduled", 2),
+        ]
+        assert after[4]["event_data"] == {"through": 4, "worker_id": a_id}, (
             "the step was not decided ahead by the killed worker"
+        )
         # The next activity was handed to the dead worker; it waits out that lease.
         expected_first = "run1"
     else:
@@ -80,5 +93,4 @@ def test_worker_killed_while_its_decision_ahead_waits_to_commit(chaos_db, worker
     assert len(by_seq[2]) == len(by_seq[3]) == 1, "a quick activity ran twice"
     assert all(r["worker_pid"] != a.pid for r in by_seq[2] + by_seq[3])
     completed = [e["event_data"] for e in events if e["event_type"] == "ActivityCompleted"]
-    assert completed[0] == {"seq": 1, "result": expected_first,
-                            "attempt": 1 if outcome == "commits" else 2}
+    assert completed[0] == {"seq": 1, "result": expected_first, "attempt": 1 if outcome == "commits" else 2}

@@ -27,8 +27,7 @@ def test_sigterm_releases_in_flight_activity_to_another_worker(chaos_db, workers
     assert elapsed < 8, f"the hand-over took {elapsed:.1f}s: it waited for the lease"
 
     done = runs(chaos_db, handle.execution_id)
-    assert [(r["worker_pid"], r["finished_at"] is not None) for r in done] == [(a.pid, False),
-                                                                                (b.pid, True)]
+    assert [(r["worker_pid"], r["finished_at"] is not None) for r in done] == [(a.pid, False), (b.pid, True)]
     # A release is not a failed attempt: the retry still counts as attempt 1.
     assert [r["attempt"] for r in done] == [1, 1]
     events = history(chaos_db, handle.execution_id)
@@ -59,6 +58,9 @@ def test_a_signalled_worker_is_draining_until_its_in_flight_work_is_done(chaos_d
     # The in-flight activity was finished and recorded, not released.
     [run] = runs(chaos_db, handle.execution_id)
     assert (run["worker_pid"], run["result"]) == (a.pid, "run1")
-    completed = [e["event_data"] for e in history(chaos_db, handle.execution_id)
-                 if e["event_type"] == "ActivityCompleted"]
+    completed = [
+        e["event_data"]
+        for e in history(chaos_db, handle.execution_id)
+        if e["event_type"] == "ActivityCompleted"
+    ]
     assert completed == [{"seq": 1, "result": "run1", "attempt": 1}]

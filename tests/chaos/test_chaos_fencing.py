@@ -36,8 +36,12 @@ class Session:
         return self.call("SELECT * FROM harvest.claim_tasks(%s, ARRAY['default'], 10, 2)", worker_id)
 
     def complete_activity(self, task: dict, result) -> None:
-        self.call("SELECT harvest.complete_activity(%s, %s, %s)", task["task_id"],
-                  task["fencing_token"], Jsonb(result))
+        self.call(
+            "SELECT harvest.complete_activity(%s, %s, %s)",
+            task["task_id"],
+            task["fencing_token"],
+            Jsonb(result),
+        )
 
     def stale(self, sql: str, *params) -> str:
         """Run a call that must be refused as stale; return the message."""
@@ -59,12 +63,27 @@ def _schedule(session: Session, execution_id: str) -> None:
     """Play the decider by hand: schedule one activity with a 1 s start_to_close."""
     [wf_task] = session.claim("decider")
     assert wf_task["kind"] == "workflow" and str(wf_task["execution_id"]) == execution_id
-    command = {"type": "schedule_activity", "seq": 1, "name": "gated", "input": ["forever"],
-               "queue": "default", "options": {"start_to_close": 1, "schedule_to_close": None,
-                                               "heartbeat_timeout": None, "retry": FAST_RETRY.to_json(),
-                                               "priority": 0, "dead_letter": True}}
-    session.call("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider')",
-                 wf_task["task_id"], wf_task["fencing_token"], Jsonb([command]))
+    command = {
+        "type": "schedule_activity",
+        "seq": 1,
+        "name": "gated",
+        "input": ["forever"],
+        "queue": "default",
+        "options": {
+            "start_to_close": 1,
+            "schedule_to_close": None,
+            "heartbeat_timeout": None,
+            "retry": FAST_RETRY.to_json(),
+            "priority": 0,
+            "dead_letter": True,
+        },
+    }
+    session.call(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider')",
+        wf_task["task_id"],
+        wf_task["fencing_token"],
+        Jsonb([command]),
+    )
 
 
 def test_late_activity_completion_is_refused_by_fencing(chaos_db, client, session):
@@ -77,8 +96,9 @@ def test_late_activity_completion_is_refused_by_fencing(chaos_db, client, sessio
 
     # 1. The lease ran out, nobody has noticed yet: the holder's result is refused all the same.
     session.set_now(now + dt.timedelta(seconds=0.5))
-    assert "lease expired" in session.stale("SELECT harvest.complete_activity(%s, %s, '\"old\"')",
-                                            old["task_id"], old["fencing_token"])
+    assert "lease expired" in session.stale(
+        "SELECT harvest.complete_activity(%s, %s, '\"old\"')", old["task_id"], old["fencing_token"]
+    )
     session.stale("SELECT harvest.heartbeat_activity(%s, %s, NULL)", old["task_id"], old["fencing_token"])
 
     # 2. The scanner fails the attempt and schedules a retry; another worker claims it.
@@ -88,16 +108,22 @@ def test_late_activity_completion_is_refused_by_fencing(chaos_db, client, sessio
     [new] = session.claim("w-new")
     assert new["task_id"] == old["task_id"] and new["attempt"] == 2
     assert new["fencing_token"] > old["fencing_token"]
-    assert "stale" in session.stale("SELECT harvest.complete_activity(%s, %s, '\"old\"')",
-                                    old["task_id"], old["fencing_token"])
-    session.stale("SELECT harvest.fail_activity(%s, %s, %s)", old["task_id"], old["fencing_token"],
-                  Jsonb({"error_type": "Late", "message": "late", "non_retryable": True}))
+    assert "stale" in session.stale(
+        "SELECT harvest.complete_activity(%s, %s, '\"old\"')", old["task_id"], old["fencing_token"]
+    )
+    session.stale(
+        "SELECT harvest.fail_activity(%s, %s, %s)",
+        old["task_id"],
+        old["fencing_token"],
+        Jsonb({"error_type": "Late", "message": "late", "non_retryable": True}),
+    )
 
     # 3. The current holder commits; afterwards neither token works.
     session.complete_activity(new, "new")
     for task in (old, new):
-        assert "gone" in session.stale("SELECT harvest.complete_activity(%s, %s, '\"again\"')",
-                                       task["task_id"], task["fencing_token"])
+        assert "gone" in session.stale(
+            "SELECT harvest.complete_activity(%s, %s, '\"again\"')", task["task_id"], task["fencing_token"]
+        )
 
     events = history(chaos_db, handle.execution_id)
     completed = [e["event_data"] for e in events if e["event_type"] == "ActivityCompleted"]
@@ -114,18 +140,39 @@ def test_late_workflow_task_commit_is_refused_by_fencing(chaos_db, client, sessi
     [new] = session.claim("decider-new")
     assert new["task_id"] == old["task_id"] and new["fencing_token"] > old["fencing_token"]
 
-    command = {"type": "schedule_activity", "seq": 1, "name": "gated", "input": ["forever"],
-               "queue": "default", "options": {"start_to_close": 1}}
-    session.call("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider-new')",
-                 new["task_id"], new["fencing_token"], Jsonb([command]))
+    command = {
+        "type": "schedule_activity",
+        "seq": 1,
+        "name": "gated",
+        "input": ["forever"],
+        "queue": "default",
+        "options": {"start_to_close": 1},
+    }
+    session.call(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider-new')",
+        new["task_id"],
+        new["fencing_token"],
+        Jsonb([command]),
+    )
     # The old decider answers the same batch late: refused, its commands are not applied.
-    session.stale("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider-old')",
-                  old["task_id"], old["fencing_token"], Jsonb([command]))
-    session.stale("SELECT harvest.fail_workflow_task(%s, %s, %s, 0)", old["task_id"],
-                  old["fencing_token"], Jsonb({"error_type": "X", "message": "x"}))
+    session.stale(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider-old')",
+        old["task_id"],
+        old["fencing_token"],
+        Jsonb([command]),
+    )
+    session.stale(
+        "SELECT harvest.fail_workflow_task(%s, %s, %s, 0)",
+        old["task_id"],
+        old["fencing_token"],
+        Jsonb({"error_type": "X", "message": "x"}),
+    )
     events = history(chaos_db, handle.execution_id)
-    assert [e["event_type"] for e in events] == ["WorkflowStarted", "WorkflowTaskCompleted",
-                                                 "ActivityScheduled"]
+    assert [e["event_type"] for e in events] == [
+        "WorkflowStarted",
+        "WorkflowTaskCompleted",
+        "ActivityScheduled",
+    ]
     assert events[1]["event_data"]["worker_id"] == "decider-new"
     assert session.call("SELECT count(*) AS n FROM harvest.tasks WHERE kind = 'activity'")[0]["n"] == 1
 
@@ -140,8 +187,11 @@ def test_real_worker_finishing_after_its_lease_is_refused(chaos_db, workers, cli
     workers.start()
     handle = client.start_workflow(wf_single, "until_retry_done", 20.0, 1.0)
     assert handle.result(timeout=20) == "run2"
-    wait_until(lambda: "finished after its lease was lost" in workers.all_logs(), 10,
-               "the late completion to be refused")
+    wait_until(
+        lambda: "finished after its lease was lost" in workers.all_logs(),
+        10,
+        "the late completion to be refused",
+    )
     done = runs(chaos_db, handle.execution_id)
     assert [(r["attempt"], r["result"]) for r in done] == [(1, "late"), (2, "run2")]
     events = history(chaos_db, handle.execution_id)

@@ -21,7 +21,9 @@ def test_sigkill_mid_activity_retries_on_another_worker(chaos_db, workers, clien
     assert handle.result(timeout=20) == "run2"
     done = runs(chaos_db, handle.execution_id)
     assert [(r["attempt"], r["worker_pid"], r["finished_at"] is not None) for r in done] == [
-        (1, a.pid, False), (2, b.pid, True)]
+        (1, a.pid, False),
+        (2, b.pid, True),
+    ]
     assert len({r["idem_key"] for r in done}) == 1, "retries must share the idempotency key"
 
     events = history(chaos_db, handle.execution_id)
@@ -36,11 +38,21 @@ def test_sigkill_mid_decision_applies_no_command_twice(chaos_db, workers, client
     a = workers.start()
     handle = client.start_workflow(wf_decider, "forever")
     # The local activity runs inside the second workflow task: A holds that task now.
-    wait_until(lambda: [r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"], 15,
-               "the local activity to start inside the workflow task")
-    held = wait_until(lambda: query(
-        chaos_db, "SELECT lease_owner FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow' "
-                  "AND status = 'running'", (handle.execution_id,)), 5, "the running workflow task")
+    wait_until(
+        lambda: [r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"],
+        15,
+        "the local activity to start inside the workflow task",
+    )
+    held = wait_until(
+        lambda: query(
+            chaos_db,
+            "SELECT lease_owner FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow' "
+            "AND status = 'running'",
+            (handle.execution_id,),
+        ),
+        5,
+        "the running workflow task",
+    )
     assert str(a.pid) in held[0]["lease_owner"]
     before = history(chaos_db, handle.execution_id)
 
@@ -53,8 +65,7 @@ def test_sigkill_mid_decision_applies_no_command_twice(chaos_db, workers, client
     events = history(chaos_db, handle.execution_id)
     check_history(events)
     local = [r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"]
-    assert [(r["worker_pid"], r["finished_at"] is not None) for r in local] == [(a.pid, False),
-                                                                                 (b.pid, True)]
+    assert [(r["worker_pid"], r["finished_at"] is not None) for r in local] == [(a.pid, False), (b.pid, True)]
     markers = [e["event_data"] for e in events if e["event_type"] == "MarkerRecorded"]
     assert [m["kind"] for m in markers] == ["now", "local_activity"]
     assert markers[1]["value"] == {"name": "gated_local", "result": "run2"}
@@ -75,4 +86,3 @@ def test_slow_decision_past_its_lease_is_refused(chaos_db, workers, client):
     assert [r["result"] for r in local] == ["run1", "run2"]  # the slow run did finish, late
     # The refused commit wrote nothing: the history is still exactly one clean run.
     check_history(history(chaos_db, handle.execution_id))
-

@@ -22,14 +22,24 @@ from harvest.core.errors import WorkflowCancelled, WorkflowNotRunning
 
 pytestmark = pytest.mark.chaos
 
-TERMINAL_EVENTS = ("WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated", "WorkflowCancelled",
-                   "WorkflowTimedOut", "WorkflowContinuedAsNew")
+TERMINAL_EVENTS = (
+    "WorkflowCompleted",
+    "WorkflowFailed",
+    "WorkflowTerminated",
+    "WorkflowCancelled",
+    "WorkflowTimedOut",
+    "WorkflowContinuedAsNew",
+)
 
 
 def _first_local_runs(dsn: str, execution_id: str) -> list[dict]:
     """The first run of every local-activity invocation of the execution (by seq)."""
-    return query(dsn, "SELECT DISTINCT ON (seq) * FROM chaos_runs WHERE execution_id = %s "
-                      "AND kind = 'local' ORDER BY seq, id", (execution_id,))
+    return query(
+        dsn,
+        "SELECT DISTINCT ON (seq) * FROM chaos_runs WHERE execution_id = %s "
+        "AND kind = 'local' ORDER BY seq, id",
+        (execution_id,),
+    )
 
 
 # ---------------------------------------------------------------------- 1. signals
@@ -54,7 +64,7 @@ def test_signals_sent_while_workers_die_arrive_once_in_order(chaos_db, workers, 
                 handle.signal("item", i)
                 sent.append(i)
                 time.sleep(0.12)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             errors.append(exc)
 
     sender = threading.Thread(target=send, daemon=True)
@@ -67,11 +77,15 @@ def test_signals_sent_while_workers_die_arrive_once_in_order(chaos_db, workers, 
     next_random_kill = time.monotonic() + rng.uniform(0.5, 1.0)
     deadline = time.monotonic() + 30
     while sender.is_alive() or len(killed_holding) < len(HOLDS):
-        assert time.monotonic() < deadline, (f"stuck: sent {len(sent)}, held kills "
-                                             f"{len(killed_holding)}\n{history(chaos_db, eid)[-10:]}")
+        assert time.monotonic() < deadline, (
+            f"stuck: sent {len(sent)}, held kills {len(killed_holding)}\n{history(chaos_db, eid)[-10:]}"
+        )
         by_pid.update({p.pid: p for p in workers.procs})
-        held = [r for r in _first_local_runs(chaos_db, eid)
-                if r["finished_at"] is None and r["id"] not in killed_holding]
+        held = [
+            r
+            for r in _first_local_runs(chaos_db, eid)
+            if r["finished_at"] is None and r["id"] not in killed_holding
+        ]
         for row in held:
             # That worker is inside the workflow task processing a held signal: kill it there
             # (unless a random kill already did).
@@ -106,19 +120,21 @@ def test_signals_sent_while_workers_die_arrive_once_in_order(chaos_db, workers, 
     markers = [e["event_data"] for e in events if e["event_type"] == "MarkerRecorded"]
     assert [m["value"]["result"] for m in markers] == ["run2"] * len(HOLDS)
     # Each non-held signal scheduled exactly one activity.
-    scheduled = Counter(e["event_data"]["input"][0] for e in events
-                        if e["event_type"] == "ActivityScheduled")
+    scheduled = Counter(e["event_data"]["input"][0] for e in events if e["event_type"] == "ActivityScheduled")
     assert scheduled == Counter(f"sig{i}" for i in range(SIGNALS) if i not in HOLDS)
 
 
 # ---------------------------------------------------------------------- 2. updates
 UPDATES = [("u0", "forever"), ("u1", "sleep:0"), ("u2", "forever")]  # one at a time
-BURST = [("b0", "forever"), ("b1", "sleep:0"), ("b2", "sleep:0")]      # accepted together
+BURST = [("b0", "forever"), ("b1", "sleep:0"), ("b2", "sleep:0")]  # accepted together
 
 
 def _update_events(events: list[dict], event_type: str, update_id: str) -> list[dict]:
-    return [e["event_data"] for e in events
-            if e["event_type"] == event_type and e["event_data"]["update_id"] == update_id]
+    return [
+        e["event_data"]
+        for e in events
+        if e["event_type"] == event_type and e["event_data"]["update_id"] == update_id
+    ]
 
 
 def _kill_holding_local(dsn, workers, worker, eid: str) -> None:
@@ -127,10 +143,15 @@ def _kill_holding_local(dsn, workers, worker, eid: str) -> None:
 
     Only a ``forever`` run holds its task: a quick one (``sleep:0``) is also unfinished for a
     moment, and its task may commit before the kill lands."""
-    wait_until(lambda: [r for r in _first_local_runs(dsn, eid)
-                        if r["finished_at"] is None and r["worker_pid"] == worker.pid
-                        and r["mode"] == "forever"],
-               10, "the handler's workflow task to hold its local activity")
+    wait_until(
+        lambda: [
+            r
+            for r in _first_local_runs(dsn, eid)
+            if r["finished_at"] is None and r["worker_pid"] == worker.pid and r["mode"] == "forever"
+        ],
+        10,
+        "the handler's workflow task to hold its local activity",
+    )
     before = history(dsn, eid)
     workers.kill(worker)
     assert history(dsn, eid) == before, "the killed task wrote to the history"
@@ -140,15 +161,17 @@ def test_update_accepted_just_before_a_crash_is_applied_once(chaos_db, workers, 
     worker = workers.start()
     handle = client.start_workflow(wf_updates)
     eid = handle.execution_id
-    wait_until(lambda: count_events(history(chaos_db, eid), "WorkflowTaskCompleted"), 10,
-               "the first workflow task (it registers the handlers)")
+    wait_until(
+        lambda: count_events(history(chaos_db, eid), "WorkflowTaskCompleted"),
+        10,
+        "the first workflow task (it registers the handlers)",
+    )
     args = {uid: {"tag": f"t{i}", "mode": mode} for i, (uid, mode) in enumerate(UPDATES + BURST)}
     outcomes = {}
 
     # One at a time: accepted, then the worker dies before the handler's task completes.
     for i, (update_id, mode) in enumerate(UPDATES):
-        accepted = handle.update("bump", args[update_id], wait="accepted", update_id=update_id,
-                                 timeout=20)
+        accepted = handle.update("bump", args[update_id], wait="accepted", update_id=update_id, timeout=20)
         assert accepted.update_id == update_id
         if mode == "forever":
             _kill_holding_local(chaos_db, workers, worker, eid)
@@ -168,8 +191,9 @@ def test_update_accepted_just_before_a_crash_is_applied_once(chaos_db, workers, 
     burst: dict[str, object] = {}
 
     def accept(update_id: str) -> None:
-        burst[update_id] = handle.update("bump", args[update_id], wait="accepted",
-                                         update_id=update_id, timeout=20)
+        burst[update_id] = handle.update(
+            "bump", args[update_id], wait="accepted", update_id=update_id, timeout=20
+        )
 
     threads = [threading.Thread(target=accept, args=(uid,), daemon=True) for uid, _ in BURST]
     for thread in threads:
@@ -196,7 +220,7 @@ def test_update_accepted_just_before_a_crash_is_applied_once(chaos_db, workers, 
     final = handle.result(timeout=20)
     assert final["n"] == total
     assert sorted(final["applied"]) == sorted(arg["tag"] for arg in args.values())
-    assert final["applied"][:len(UPDATES)] == [f"t{i}" for i in range(len(UPDATES))]
+    assert final["applied"][: len(UPDATES)] == [f"t{i}" for i in range(len(UPDATES))]
     assert handle.update("bump", args["u0"], update_id="u0", timeout=10) == outcomes["u0"]
     assert handle.query("n", timeout=10) == total  # a replay of the finished run
     assert len(runs(chaos_db, eid)) == activity_runs, "a retried update ran something"
@@ -209,14 +233,18 @@ def test_update_accepted_just_before_a_crash_is_applied_once(chaos_db, workers, 
         assert len(done) == 1, (update_id, done)
         assert done[0]["result"] == outcomes[update_id] and done[0]["failure"] is None
     # Applied once: one activity scheduled per update, and its finished runs share one seq.
-    scheduled = Counter(e["event_data"]["input"][0] for e in events
-                        if e["event_type"] == "ActivityScheduled")
+    scheduled = Counter(e["event_data"]["input"][0] for e in events if e["event_type"] == "ActivityScheduled")
     assert scheduled == Counter(arg["tag"] for arg in args.values())
-    finished = query(chaos_db, "SELECT result, count(DISTINCT seq) AS seqs FROM chaos_runs "
-                               "WHERE execution_id = %s AND kind = 'activity' "
-                               "AND finished_at IS NOT NULL GROUP BY result ORDER BY result", (eid,))
+    finished = query(
+        chaos_db,
+        "SELECT result, count(DISTINCT seq) AS seqs FROM chaos_runs "
+        "WHERE execution_id = %s AND kind = 'activity' "
+        "AND finished_at IS NOT NULL GROUP BY result ORDER BY result",
+        (eid,),
+    )
     assert [(r["result"], r["seqs"]) for r in finished] == sorted(
-        (f"{arg['tag']}:ok", 1) for arg in args.values())
+        (f"{arg['tag']}:ok", 1) for arg in args.values()
+    )
     markers = [e["event_data"] for e in events if e["event_type"] == "MarkerRecorded"]
     assert len(markers) == total and {m["kind"] for m in markers} == {"local_activity"}
 
@@ -235,6 +263,7 @@ def test_cancel_racing_completion_ends_in_one_terminal_state(chaos_db, workers):
     outcomes: dict[str, list] = {}
     threads = []
     with harvest.Client(chaos_db, pool_size=16) as client:
+
         def cancel(handle: harvest.WorkflowHandle, delays: list[float]) -> None:
             for delay in delays:
                 time.sleep(delay)
@@ -242,7 +271,7 @@ def test_cancel_racing_completion_ends_in_one_terminal_state(chaos_db, workers):
                     outcome = handle.cancel("race")
                 except WorkflowNotRunning:
                     outcome = "not running"
-                except BaseException as exc:  # noqa: BLE001 - reported by the test
+                except BaseException as exc:
                     outcome = exc
                 outcomes[handle.execution_id].append(outcome)
 
@@ -265,11 +294,21 @@ def test_cancel_racing_completion_ends_in_one_terminal_state(chaos_db, workers):
         for thread in threads:
             thread.join(timeout=20)
 
-        wait_until(lambda: query(chaos_db, "SELECT count(*) AS n FROM harvest.executions "
-                                           "WHERE status = 'RUNNING'")[0]["n"] == 0,
-                   30, "every run to end", interval=0.1)
-        statuses = {r["id"]: r["status"] for r in query(
-            chaos_db, "SELECT id::text AS id, status FROM harvest.executions")}
+        wait_until(
+            lambda: (
+                query(chaos_db, "SELECT count(*) AS n FROM harvest.executions WHERE status = 'RUNNING'")[0][
+                    "n"
+                ]
+                == 0
+            ),
+            30,
+            "every run to end",
+            interval=0.1,
+        )
+        statuses = {
+            r["id"]: r["status"]
+            for r in query(chaos_db, "SELECT id::text AS id, status FROM harvest.executions")
+        }
         ended = Counter()
         for eid, (n, handle) in handles.items():
             calls = outcomes[eid]

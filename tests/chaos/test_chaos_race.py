@@ -14,8 +14,10 @@ pytestmark = pytest.mark.chaos
 
 def _wait_all_done(dsn: str, timeout: float) -> None:
     def done() -> bool:
-        return query(dsn, "SELECT count(*) AS n FROM harvest.executions "
-                          "WHERE status = 'RUNNING'")[0]["n"] == 0
+        return (
+            query(dsn, "SELECT count(*) AS n FROM harvest.executions WHERE status = 'RUNNING'")[0]["n"] == 0
+        )
+
     wait_until(done, timeout, "every workflow to finish", interval=0.2)
 
 
@@ -39,8 +41,7 @@ def test_racing_workers_run_each_invocation_once(chaos_db, workers, client):
     assert check_all_histories(chaos_db) == 200
 
     # Every invocation ran exactly once (no kills here, so no retries either) ...
-    per_invocation = query(chaos_db, "SELECT execution_id, seq, count(*) AS n FROM chaos_runs "
-                                     "GROUP BY 1, 2")
+    per_invocation = query(chaos_db, "SELECT execution_id, seq, count(*) AS n FROM chaos_runs GROUP BY 1, 2")
     assert len(per_invocation) == 200 * 6
     assert {r["n"] for r in per_invocation} == {1}
     assert query(chaos_db, "SELECT count(*) AS n FROM chaos_runs WHERE finished_at IS NULL")[0]["n"] == 0
@@ -70,8 +71,11 @@ def test_random_sigkills_lose_nothing_and_duplicate_nothing(chaos_db, workers, c
             handles[client.start_workflow(wf_churn, n).execution_id] = n
         time.sleep(rng.uniform(0.4, 0.8))
         victim = rng.choice(workers.alive())
-        held = query(chaos_db, "SELECT count(*) AS n FROM harvest.tasks WHERE status = 'running' "
-                               "AND lease_owner LIKE %s", (f"%-{victim.pid}-%",))[0]["n"]
+        held = query(
+            chaos_db,
+            "SELECT count(*) AS n FROM harvest.tasks WHERE status = 'running' AND lease_owner LIKE %s",
+            (f"%-{victim.pid}-%",),
+        )[0]["n"]
         workers.kill(victim)
         kills += 1
         kills_holding_work += held > 0
@@ -85,7 +89,13 @@ def test_random_sigkills_lose_nothing_and_duplicate_nothing(chaos_db, workers, c
     assert check_all_histories(chaos_db) == len(handles)
     # At least once: every invocation finished a run; a rerun only follows a killed holder,
     # so the finished runs of one invocation never overlap.
-    assert query(chaos_db, """
+    assert (
+        query(
+            chaos_db,
+            """
         SELECT execution_id, seq FROM chaos_runs GROUP BY 1, 2
-        HAVING count(*) FILTER (WHERE finished_at IS NOT NULL) = 0""") == []
+        HAVING count(*) FILTER (WHERE finished_at IS NOT NULL) = 0""",
+        )
+        == []
+    )
     assert overlapping_runs(chaos_db) == []

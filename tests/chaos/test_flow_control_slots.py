@@ -46,8 +46,10 @@ APP_MODULE = textwrap.dedent(f"""
 
 def running(dsn: str) -> list[tuple[str, int]]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute("SELECT lease_owner, id FROM harvest.tasks WHERE concurrency_key = 'scarce' "
-                            "AND status = 'running'").fetchall()
+        return conn.execute(
+            "SELECT lease_owner, id FROM harvest.tasks WHERE concurrency_key = 'scarce' "
+            "AND status = 'running'"
+        ).fetchall()
 
 
 def test_killed_workers_slots_come_back_after_their_leases_expire(db: str, tmp_path: Path) -> None:
@@ -57,8 +59,13 @@ def test_killed_workers_slots_come_back_after_their_leases_expire(db: str, tmp_p
 
     def spawn() -> subprocess.Popen:
         log = open(tmp_path / f"worker-{len(procs)}.log", "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, str(tmp_path / "fcapp.py")], env=env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(tmp_path / "fcapp.py")],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         procs.append(proc)
         return proc
 
@@ -74,6 +81,7 @@ def test_killed_workers_slots_come_back_after_their_leases_expire(db: str, tmp_p
     try:
         a, a2 = spawn(), spawn()
         import harvest
+
         with harvest.Client(db) as client:
             wait_until(lambda: running(db) or a.poll() is not None or _started(db), 20, "workers up")
             client.start_workflow("many", 8)
@@ -87,8 +95,11 @@ def test_killed_workers_slots_come_back_after_their_leases_expire(db: str, tmp_p
         assert len(running(db)) == CAP
         b = spawn()
         # ... until the leases expire; then the new worker fills the cap again.
-        again = wait_until(lambda: (r := running(db)) and len(r) == CAP
-                           and all(o not in owners for o, _ in r) and r, 40, "the cap to be reached again")
+        again = wait_until(
+            lambda: (r := running(db)) and len(r) == CAP and all(o not in owners for o, _ in r) and r,
+            40,
+            "the cap to be reached again",
+        )
         assert all(str(b.pid) in owner for owner, _ in again)
         time.sleep(1.0)
     finally:

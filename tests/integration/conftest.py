@@ -29,7 +29,7 @@ class RunningWorker:
 
         try:
             asyncio.run(go())
-        except BaseException as exc:  # noqa: BLE001 - surfaced at stop()
+        except BaseException as exc:
             self.error = exc
             self._ready.set()
 

@@ -14,40 +14,79 @@ REPO = Path(__file__).resolve().parents[2]
 HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
 
-def harvest(dsn: str | None, *args: str, timeout: float = 120, stdin: str | None = None) -> subprocess.CompletedProcess:
+def harvest(
+    dsn: str | None, *args: str, timeout: float = 120, stdin: str | None = None
+) -> subprocess.CompletedProcess:
     env = os.environ.copy()
     env.pop("HARVEST_DATABASE_URL", None)
     if dsn:
         env["HARVEST_DATABASE_URL"] = dsn
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent),
-                                                     env.get("PYTHONPATH")) if p)
-    return subprocess.run([*HARVEST, *args], env=env, capture_output=True, text=True, timeout=timeout,
-                          input=stdin, check=False)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), env.get("PYTHONPATH")) if p
+    )
+    return subprocess.run(
+        [*HARVEST, *args], env=env, capture_output=True, text=True, timeout=timeout, input=stdin, check=False
+    )
 
 
-def start(conn: psycopg.Connection, name: str, workflow_id: str, queue: str = "default",
-          search_attributes: dict | None = None, input: list | None = None) -> str:
+def start(
+    conn: psycopg.Connection,
+    name: str,
+    workflow_id: str,
+    queue: str = "default",
+    search_attributes: dict | None = None,
+    input: list | None = None,
+) -> str:
     row = conn.execute(
         "SELECT execution_id FROM harvest.start_workflow(p_workflow_name => %s, p_input => %s,"
         " p_workflow_id => %s, p_queue => %s, p_search_attributes => %s)",
-        (name, Jsonb(input or []), workflow_id, queue, Jsonb(search_attributes or {}))).fetchone()
+        (name, Jsonb(input or []), workflow_id, queue, Jsonb(search_attributes or {})),
+    ).fetchone()
     return str(row[0])
 
 
-def park(conn: psycopg.Connection, key: str, workflow: str = "wf", activity: str = "act",
-         error_type: str = "Boom") -> tuple[str, int]:
+def park(
+    conn: psycopg.Connection, key: str, workflow: str = "wf", activity: str = "act", error_type: str = "Boom"
+) -> tuple[str, int]:
     """Start wf/<key> whose activity fails non-retryably into the DLQ: (execution id, dead letter id)."""
     execution_id = start(conn, workflow, key, queue=f"wq_{key}")
-    task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)",
-                        ([f"wq_{key}"],)).fetchone()
-    conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], Jsonb([
-        {"type": "schedule_activity", "seq": 1, "name": activity, "input": ["secret-input"],
-         "queue": f"aq_{key}", "options": {}}])))
-    task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('w', %s, 1)",
-                        ([f"aq_{key}"],)).fetchone()
-    outcome = conn.execute("SELECT harvest.fail_activity(%s, %s, %s)", (task[0], task[1], Jsonb(
-        {"error_type": error_type, "message": f"failed {key}", "non_retryable": True, "details": None}))).fetchone()[0]
+    task = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", ([f"wq_{key}"],)
+    ).fetchone()
+    conn.execute(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+        (
+            task[0],
+            task[1],
+            Jsonb(
+                [
+                    {
+                        "type": "schedule_activity",
+                        "seq": 1,
+                        "name": activity,
+                        "input": ["secret-input"],
+                        "queue": f"aq_{key}",
+                        "options": {},
+                    }
+                ]
+            ),
+        ),
+    )
+    task = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', %s, 1)", ([f"aq_{key}"],)
+    ).fetchone()
+    outcome = conn.execute(
+        "SELECT harvest.fail_activity(%s, %s, %s)",
+        (
+            task[0],
+            task[1],
+            Jsonb(
+                {"error_type": error_type, "message": f"failed {key}", "non_retryable": True, "details": None}
+            ),
+        ),
+    ).fetchone()[0]
     assert outcome == "dead_lettered", outcome
-    dead_id = conn.execute("SELECT id FROM harvest.dead_letters WHERE execution_id = %s",
-                           (execution_id,)).fetchone()[0]
+    dead_id = conn.execute(
+        "SELECT id FROM harvest.dead_letters WHERE execution_id = %s", (execution_id,)
+    ).fetchone()[0]
     return execution_id, dead_id

@@ -38,8 +38,11 @@ def sync_heartbeats(ctx, rounds: int) -> int:
     return rounds
 
 
-@activity(schedule_to_close="0.5s", retry=RetryPolicy.exponential(max_attempts=100, initial="100ms"),
-          dead_letter=False)
+@activity(
+    schedule_to_close="0.5s",
+    retry=RetryPolicy.exponential(max_attempts=100, initial="100ms"),
+    dead_letter=False,
+)
 async def always_fails(ctx) -> None:
     raise ConnectionError("still down")
 
@@ -147,12 +150,16 @@ def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> 
         conn.execute("SELECT harvest.register_worker('sleeper', ARRAY['default'], 'h', 1)")
         conn.execute("SELECT harvest.set_worker_sleeping('sleeper', true)")
         handle = client.start_workflow(fan_out, 20)
-        task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('t', ARRAY['default'], 1)"
-                            ).fetchone()
-        commands = [{"type": "schedule_activity", "seq": i + 1, "name": "occupy", "input": [i]}
-                    for i in range(20)]
-        conn.execute("SELECT harvest.complete_workflow_task(%s, %s, 1, %s::jsonb)",
-                     (task[0], task[1], psycopg.types.json.Jsonb(commands)))
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('t', ARRAY['default'], 1)"
+        ).fetchone()
+        commands = [
+            {"type": "schedule_activity", "seq": i + 1, "name": "occupy", "input": [i]} for i in range(20)
+        ]
+        conn.execute(
+            "SELECT harvest.complete_workflow_task(%s, %s, 1, %s::jsonb)",
+            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
+        )
         notes = list(listener.notifies(timeout=0.5))
     # One from the start, one from the decision that enqueued 20 activity tasks.
     assert [n.payload for n in notes] == ["default", "default"]

@@ -53,10 +53,12 @@ APP = App(workflows=[child_square, parent_sum, collector, gated, rotating], acti
 def test_async_signal_with_start_starts_then_signals_the_same_run(start_worker, db: str) -> None:
     async def go() -> tuple:
         async with await AsyncClient.connect(db) as aclient:
-            first = await aclient.signal_with_start(collector, 2, workflow_id="batch-a", signal="item",
-                                                    signal_payload="a")
-            second = await aclient.signal_with_start(collector, 2, workflow_id="batch-a", signal="item",
-                                                     signal_payload="b")
+            first = await aclient.signal_with_start(
+                collector, 2, workflow_id="batch-a", signal="item", signal_payload="a"
+            )
+            second = await aclient.signal_with_start(
+                collector, 2, workflow_id="batch-a", signal="item", signal_payload="b"
+            )
             start_worker(APP)
             return first, second, await first.result(timeout=30)
 
@@ -72,8 +74,12 @@ def test_async_children_lists_the_runs_children(start_worker, db: str) -> None:
     async def go() -> tuple:
         async with await AsyncClient.connect(db) as aclient:
             handle = await aclient.start_workflow(parent_sum, 3)
-            return handle, await handle.result(timeout=30), await handle.children(), \
-                await handle.children(status="RUNNING")
+            return (
+                handle,
+                await handle.result(timeout=30),
+                await handle.children(),
+                await handle.children(status="RUNNING"),
+            )
 
     handle, result, children, running = asyncio.run(go())
     assert result == 0 + 1 + 4

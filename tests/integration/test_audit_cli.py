@@ -14,17 +14,22 @@ def test_cli_actions_are_audited_with_source_cli(db: str, conn) -> None:
     _, dead_letter = park(conn, "dl")
     r = harvest(db, "dlq", "discard", str(dead_letter))
     assert r.returncode == 0, r.stderr
-    rows = conn.execute("SELECT operation, target, actor = session_user, source, details FROM harvest.audit_log"
-                        " ORDER BY id").fetchall()
-    assert [row[:4] for row in rows] == [("workflow.terminate", doomed, True, "cli"),
-                                         ("dead_letter.discard", str(dead_letter), True, "cli")]
+    rows = conn.execute(
+        "SELECT operation, target, actor = session_user, source, details FROM harvest.audit_log ORDER BY id"
+    ).fetchall()
+    assert [row[:4] for row in rows] == [
+        ("workflow.terminate", doomed, True, "cli"),
+        ("dead_letter.discard", str(dead_letter), True, "cli"),
+    ]
     # The CLI named its connections (harvest-cli): no unknown application name is kept.
     assert all("application_name" not in row[4] for row in rows)
     assert rows[0][4] == {"reason": "stuck", "workflow_name": "wf"}
 
     listed = json.loads(harvest(db, "audit", "list", "--output", "json").stdout)
-    assert [(row["operation"], row["source"]) for row in listed] == [("dead_letter.discard", "cli"),
-                                                                      ("workflow.terminate", "cli")]
+    assert [(row["operation"], row["source"]) for row in listed] == [
+        ("dead_letter.discard", "cli"),
+        ("workflow.terminate", "cli"),
+    ]
     assert "SOURCE" in harvest(db, "audit", "list").stdout
 
 

@@ -59,10 +59,21 @@ async def counter(ctx, n: int, total: int) -> int:
         return total
     await ctx.execute_activity(square, n)
     await ctx.continue_as_new(n - 1, total + n)
+    return None
 
 
-APP = App(workflows=[child_square, child_fails, child_waits, parent_sum, parent_handles_failure,
-                     parent_exits_early, counter], activities=[square])
+APP = App(
+    workflows=[
+        child_square,
+        child_fails,
+        child_waits,
+        parent_sum,
+        parent_handles_failure,
+        parent_exits_early,
+        counter,
+    ],
+    activities=[square],
+)
 
 
 def test_children_fan_out_and_return(start_worker, client: Client) -> None:
@@ -80,11 +91,14 @@ def test_child_failure_reaches_the_parent_typed(start_worker, client: Client) ->
     assert result == "child FAILED: bad input 7"
 
 
-@pytest.mark.parametrize(("policy", "child_status"), [
-    ("terminate", "TERMINATED"),
-    ("request_cancel", "CANCELLED"),
-    ("abandon", "RUNNING"),
-])
+@pytest.mark.parametrize(
+    ("policy", "child_status"),
+    [
+        ("terminate", "TERMINATED"),
+        ("request_cancel", "CANCELLED"),
+        ("abandon", "RUNNING"),
+    ],
+)
 def test_parent_close_policy(start_worker, client: Client, policy: str, child_status: str) -> None:
     start_worker(APP)
     handle = client.start_workflow(parent_exits_early, policy)
@@ -127,8 +141,13 @@ def test_signals_follow_the_chain_to_the_current_run(start_worker, client: Clien
             break
         deadline = time.monotonic() + 10
         with psycopg.connect(db) as conn:
-            while conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id = 'inbox-1'"
-                               " AND status = 'CONTINUED_AS_NEW'").fetchone()[0] <= rotated:
+            while (
+                conn.execute(
+                    "SELECT count(*) FROM harvest.executions WHERE workflow_id = 'inbox-1'"
+                    " AND status = 'CONTINUED_AS_NEW'"
+                ).fetchone()[0]
+                <= rotated
+            ):
                 assert time.monotonic() < deadline, "the run did not rotate"
                 time.sleep(0.05)
     assert handle.result(timeout=30) == ["a", "b", "c"]

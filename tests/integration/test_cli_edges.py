@@ -14,17 +14,20 @@ import pytest
 from operator_helpers import HARVEST, REPO, start
 
 
-def run(*args: str, cwd: Path | None = None, dsn: str | None = None, env: dict | None = None,
-        timeout: float = 120) -> subprocess.CompletedProcess:
+def run(
+    *args: str, cwd: Path | None = None, dsn: str | None = None, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """`harvest ARGS` as a process; no HARVEST_* variable leaks in from the test run unless given."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
     if dsn:
         base["HARVEST_DATABASE_URL"] = dsn
     base.update(env or {})
-    base["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent),
-                                                      os.environ.get("PYTHONPATH")) if p)
-    return subprocess.run([*HARVEST, *args], cwd=cwd, env=base, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    base["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
+    )
+    return subprocess.run(
+        [*HARVEST, *args], cwd=cwd, env=base, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -43,12 +46,16 @@ def conn(db: str):
 
 # -- item 7: zero or negative numbers are refused where they enter ------------------------------------
 
-@pytest.mark.parametrize(("toml", "needle"), [
-    ("[worker]\nheartbeat_interval = 0\n", "worker.heartbeat_interval = 0.0"),
-    ("[worker]\nshutdown_grace = -10\n", "worker.shutdown_grace = -10.0"),
-    ("[retention]\ninterval = -1\n", "retention.interval = -1.0"),
-    ("[worker]\nconcurrency = 0\n", "worker.concurrency = 0"),
-])
+
+@pytest.mark.parametrize(
+    ("toml", "needle"),
+    [
+        ("[worker]\nheartbeat_interval = 0\n", "worker.heartbeat_interval = 0.0"),
+        ("[worker]\nshutdown_grace = -10\n", "worker.shutdown_grace = -10.0"),
+        ("[retention]\ninterval = -1\n", "retention.interval = -1.0"),
+        ("[worker]\nconcurrency = 0\n", "worker.concurrency = 0"),
+    ],
+)
 def test_worker_refuses_a_bad_number_in_harvest_toml(tmp_path: Path, toml: str, needle: str) -> None:
     (tmp_path / "harvest.toml").write_text(toml)
     r = run("worker", "no_such_module:app", cwd=tmp_path)
@@ -64,6 +71,7 @@ def test_worker_refuses_a_negative_shutdown_grace_flag(tmp_path: Path) -> None:
 
 
 # -- item 8: one line, never a traceback ---------------------------------------------------------------
+
 
 def test_workflow_start_with_an_empty_name_is_one_line(db: str) -> None:
     r = run("workflow", "start", "", dsn=db)
@@ -88,16 +96,26 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
     assert "not a Harvest history" in line and "a JSON list of events" in line
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["workflow", "list", "--page-size", "99999999999"], "page size 99999999999 is out of range 1..1000"),
-    (["workflow", "list", "--state", "BOGUS"],
-     'unknown state "BOGUS": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW'),
-    (["workflow", "children", "00000000-0000-0000-0000-000000000000", "--status", "nope"],
-     'unknown status "nope": use RUNNING'),
-    (["dlq", "get", "99999999999999999999"], "is not in the range"),
-    (["dlq", "list", "--limit", "0"], "is not in the range 1<=x<=1000"),
-    (["workflow", "query", "00000000-0000-0000-0000-000000000000", "q", "--timeout", "0"], "--timeout"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["workflow", "list", "--page-size", "99999999999"], "page size 99999999999 is out of range 1..1000"),
+        (
+            ["workflow", "list", "--state", "BOGUS"],
+            (
+                'unknown state "BOGUS": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT'
+                " or CONTINUED_AS_NEW"
+            ),
+        ),
+        (
+            ["workflow", "children", "00000000-0000-0000-0000-000000000000", "--status", "nope"],
+            'unknown status "nope": use RUNNING',
+        ),
+        (["dlq", "get", "99999999999999999999"], "is not in the range"),
+        (["dlq", "list", "--limit", "0"], "is not in the range 1<=x<=1000"),
+        (["workflow", "query", "00000000-0000-0000-0000-000000000000", "q", "--timeout", "0"], "--timeout"),
+    ],
+)
 def test_bad_values_are_refused_in_one_line(db: str, args: list[str], needle: str) -> None:
     r = run(*args, dsn=db)
     assert r.returncode == 2
@@ -116,6 +134,7 @@ def test_a_string_priority_is_refused_before_the_database(db: str) -> None:
 
 # -- item 12: one configuration for every command ------------------------------------------------------
 
+
 def test_workflow_list_reads_the_database_url_from_harvest_toml(db: str, tmp_path: Path, conn) -> None:
     execution_id = start(conn, "from_file", "f1")
     (tmp_path / "harvest.toml").write_text(f'database_url = "{db}"\n')
@@ -131,7 +150,9 @@ def test_workflow_list_reads_the_database_url_from_harvest_toml(db: str, tmp_pat
     # `harvest --config PATH` names the file for any command.
     other = tmp_path / "sub"
     other.mkdir()
-    r = run("--config", str(tmp_path / "harvest.toml"), "workflow", "get", execution_id, "-o", "json", cwd=other)
+    r = run(
+        "--config", str(tmp_path / "harvest.toml"), "workflow", "get", execution_id, "-o", "json", cwd=other
+    )
     assert r.returncode == 0 and json.loads(r.stdout)["workflow_id"] == "f1"
 
 
@@ -139,11 +160,22 @@ def test_no_database_anywhere_names_every_place_to_give_one(tmp_path: Path) -> N
     r = run("workflow", "list", cwd=tmp_path)
     assert r.returncode == 1
     line = one_error_line(r)
-    assert "HARVEST_DATABASE_URL" in line and "database_url in harvest.toml" in line and "--database-url" in line
+    assert (
+        "HARVEST_DATABASE_URL" in line and "database_url in harvest.toml" in line and "--database-url" in line
+    )
 
 
-@pytest.mark.parametrize("args", [["workflow", "list"], ["dlq", "list"], ["preflight"], ["migrate", "status"],
-                                  ["worker", "list"], ["queue", "coverage"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["workflow", "list"],
+        ["dlq", "list"],
+        ["preflight"],
+        ["migrate", "status"],
+        ["worker", "list"],
+        ["queue", "coverage"],
+    ],
+)
 def test_a_misspelled_variable_stops_every_command(db: str, tmp_path: Path, args: list[str]) -> None:
     r = run(*args, dsn=db, cwd=tmp_path, env={"HARVEST_WORKER_QUEUES": "a"})
     assert r.returncode == 1
@@ -158,8 +190,13 @@ def test_a_bad_key_in_harvest_toml_stops_workflow_list(db: str, tmp_path: Path) 
 
 # -- item 18: the spec's forms ----------------------------------------------------------------------
 
+
 def test_a_global_output_option_before_the_command(db: str) -> None:
-    for args in (["--output", "json", "preflight"], ["-o", "json", "preflight"], ["preflight", "--output", "json"]):
+    for args in (
+        ["--output", "json", "preflight"],
+        ["-o", "json", "preflight"],
+        ["preflight", "--output", "json"],
+    ):
         r = run(*args, dsn=db)
         assert r.returncode in (0, 2), r.stderr  # pass or warn (no retention configured)
         assert json.loads(r.stdout)["overall_status"] in ("pass", "warn")
@@ -171,15 +208,31 @@ def test_a_global_output_option_before_the_command(db: str) -> None:
 def _claim_and_decide(conn, queue: str, commands: list) -> None:
     from psycopg.types.json import Jsonb
 
-    task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)",
-                        ([queue],)).fetchone()
-    conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], Jsonb(commands)))
+    task = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', %s, 1)", ([queue],)
+    ).fetchone()
+    conn.execute(
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], Jsonb(commands))
+    )
 
 
 def _fail(conn, name: str, workflow_id: str) -> str:
     execution_id = start(conn, name, workflow_id, queue=f"q_{workflow_id}")
-    _claim_and_decide(conn, f"q_{workflow_id}", [{"type": "fail_workflow", "failure": {
-        "error_type": "Boom", "message": "it broke", "non_retryable": True, "details": None}}])
+    _claim_and_decide(
+        conn,
+        f"q_{workflow_id}",
+        [
+            {
+                "type": "fail_workflow",
+                "failure": {
+                    "error_type": "Boom",
+                    "message": "it broke",
+                    "non_retryable": True,
+                    "details": None,
+                },
+            }
+        ],
+    )
     return execution_id
 
 
@@ -196,11 +249,14 @@ def test_workflow_children_status_and_start_output(db: str, conn) -> None:
 def test_history_export_payload_policy_and_output_file(db: str, conn, tmp_path: Path) -> None:
     from psycopg.types.json import Jsonb
 
-    execution_id = conn.execute("SELECT execution_id FROM harvest.start_workflow('exp', %s)",
-                                (Jsonb(["secret-input"]),)).fetchone()[0]
+    execution_id = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow('exp', %s)", (Jsonb(["secret-input"]),)
+    ).fetchone()[0]
     out = tmp_path / "fixtures" / "h.json"
     out.parent.mkdir()
-    r = run("history", "export", str(execution_id), "--payload-policy", "full", "--output-file", str(out), dsn=db)
+    r = run(
+        "history", "export", str(execution_id), "--payload-policy", "full", "--output-file", str(out), dsn=db
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["redacted"] is False and doc["events"][0]["event_data"]["input"] == ["secret-input"]
@@ -215,7 +271,10 @@ def test_worker_list_shard_id(db: str, conn) -> None:
     r = run("worker", "list", "--queue", "email", "--shard-id", "0", "-o", "json", dsn=db)
     assert r.returncode == 0 and [w["worker_id"] for w in json.loads(r.stdout)] == ["w-s0"]
     r = run("worker", "list", "--shard-id", "3", dsn=db)
-    assert r.returncode == 2 and "--shard-id 3: no such shard; this deployment has one shard, 0" in one_error_line(r)
+    assert (
+        r.returncode == 2
+        and "--shard-id 3: no such shard; this deployment has one shard, 0" in one_error_line(r)
+    )
 
 
 def test_queue_coverage_strict_without_app_reads_the_fleet(db: str, conn) -> None:
@@ -248,6 +307,7 @@ def test_workflow_result_exit_codes_differ_for_a_failed_run_and_a_timeout(db: st
 
 # -- item 19 ----------------------------------------------------------------------------------------
 
+
 def test_version_usage_keeps_version_zero_in_its_message(db: str) -> None:
     r = run("version-usage", "--change-id", "gate-x", "--version", "0", dsn=db)
     assert r.returncode == 0 and "no active run recorded gate-x version 0" in r.stdout
@@ -257,8 +317,20 @@ def test_version_usage_keeps_version_zero_in_its_message(db: str) -> None:
 
 def test_concurrency_status_omits_an_empty_workflows_field(db: str, conn) -> None:
     start(conn, "cap_wf", "c1", queue="cq")
-    _claim_and_decide(conn, "cq", [{"type": "schedule_activity", "seq": 1, "name": "act", "input": [],
-                                    "queue": "caq", "options": {"max_concurrent": 1, "concurrency_key": "k1"}}])
+    _claim_and_decide(
+        conn,
+        "cq",
+        [
+            {
+                "type": "schedule_activity",
+                "seq": 1,
+                "name": "act",
+                "input": [],
+                "queue": "caq",
+                "options": {"max_concurrent": 1, "concurrency_key": "k1"},
+            }
+        ],
+    )
     r = run("concurrency", "status", "-o", "json", dsn=db)
     assert r.returncode == 0, r.stderr
     [row] = json.loads(r.stdout)
@@ -268,7 +340,9 @@ def test_concurrency_status_omits_an_empty_workflows_field(db: str, conn) -> Non
 def test_worker_health_counts_every_live_worker_per_queue(db: str, conn) -> None:
     conn.execute("SELECT harvest.register_worker('h-live', ARRAY['default'], 'h', 1, 5)")
     conn.execute("SELECT harvest.register_worker('h-stale', ARRAY['default'], 'h', 2, 5)")
-    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'h-stale'")
+    conn.execute(
+        "UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'h-stale'"
+    )
     data = json.loads(run("worker", "health", "-o", "json", dsn=db).stdout)
     assert data["by_queue"] == {"default": 2} and data["by_shard"] == {"0": 2}
     assert data["by_queue_health"] == {"default": {"healthy": 1, "draining": 0, "stale": 1}}

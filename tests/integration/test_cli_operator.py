@@ -25,13 +25,31 @@ def one_error_line(result) -> str:
 
 
 def test_workflow_list_filters_and_pages(db: str, conn) -> None:
-    ids = [start(conn, "onboarding", f"u{i}", search_attributes={"tenant": "acme" if i % 2 else "other",
-                                                                  "amount": i * 10}) for i in range(5)]
+    ids = [
+        start(
+            conn,
+            "onboarding",
+            f"u{i}",
+            search_attributes={"tenant": "acme" if i % 2 else "other", "amount": i * 10},
+        )
+        for i in range(5)
+    ]
     other = start(conn, "billing", "b1", search_attributes={"tenant": "acme"})
     conn.execute("SELECT harvest.terminate_workflow(%s, 'x')", (ids[0],))
 
-    r = harvest(db, "workflow", "list", "--state", "RUNNING", "--workflow-name", "onboarding",
-                "--search-attr", "tenant=acme", "--output", "json")
+    r = harvest(
+        db,
+        "workflow",
+        "list",
+        "--state",
+        "RUNNING",
+        "--workflow-name",
+        "onboarding",
+        "--search-attr",
+        "tenant=acme",
+        "--output",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     got = {e["execution_id"] for e in json.loads(r.stdout)["executions"]}
     assert got == {ids[1], ids[3]}
@@ -42,7 +60,9 @@ def test_workflow_list_filters_and_pages(db: str, conn) -> None:
     # Keyset pages of 2 over 6 runs: 2 + 2 + 2, every run once, newest first.
     seen, cursor, pages = [], None, 0
     while True:
-        args = ["workflow", "list", "--page-size", "2", "--output", "json"] + (["--cursor", cursor] if cursor else [])
+        args = ["workflow", "list", "--page-size", "2", "--output", "json"] + (
+            ["--cursor", cursor] if cursor else []
+        )
         page = json.loads(harvest(db, *args).stdout)
         seen += [e["execution_id"] for e in page["executions"]]
         pages += 1
@@ -57,12 +77,15 @@ def test_workflow_list_filters_and_pages(db: str, conn) -> None:
     assert other in table.stdout and "1 execution(s)" in table.stdout
 
 
-@pytest.mark.parametrize(("args", "needle"), [
-    (["--state", "RUNNNG"], 'unknown state "RUNNNG"'),
-    (["--search-attr", "tenant"], 'search attribute filter "tenant" is malformed'),
-    (["--cursor", "not-a-cursor"], "cursor"),
-    (["--page-size", "5000"], "page size 5000 is out of range"),
-])
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--state", "RUNNNG"], 'unknown state "RUNNNG"'),
+        (["--search-attr", "tenant"], 'search attribute filter "tenant" is malformed'),
+        (["--cursor", "not-a-cursor"], "cursor"),
+        (["--page-size", "5000"], "page size 5000 is out of range"),
+    ],
+)
 def test_workflow_list_rejects_bad_filters(db: str, args: list[str], needle: str) -> None:
     r = harvest(db, "workflow", "list", *args)
     assert r.returncode == 2
@@ -86,8 +109,12 @@ def test_workflow_get_signal_cancel_stack_terminate_history(db: str, conn, tmp_p
     assert stack["signals_since_last_task"] == 2
     [activity] = stack["pending_activities"]
     assert activity["status"] == "dead_lettered" and activity["name"] == "act"
-    assert stack["last_event_id"] == conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s",
-                                                  (execution_id,)).fetchone()[0]
+    assert (
+        stack["last_event_id"]
+        == conn.execute(
+            "SELECT last_event_id FROM harvest.executions WHERE id = %s", (execution_id,)
+        ).fetchone()[0]
+    )
     assert "dead_lettered" in harvest(db, "workflow", "stack", execution_id).stdout
 
     r = harvest(db, "workflow", "cancel", execution_id, "--reason", "operator request")
@@ -129,8 +156,11 @@ def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     r = harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--limit", "5000")
     assert r.returncode == 2
 
-    dry = json.loads(harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run",
-                             "--output", "json").stdout)
+    dry = json.loads(
+        harvest(
+            db, "dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run", "--output", "json"
+        ).stdout
+    )
     assert dry["dry_run"] is True and dry["matched"] == 3 and dry["acted_on"] == 0
     assert sorted(dry["ids"]) == sorted(d for _, d in runs[1:])
     assert [f["id"] for f in dry["failures"]] == [runs[0][1]]
@@ -142,8 +172,11 @@ def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     r = harvest(db, "dlq", "bulk-replay", "--activity-name", "send_email", "--output", "json")
     result = json.loads(r.stdout)
     assert result["matched"] == 2 and result["acted_on"] == 1 and len(result["failures"]) == 1
-    assert "HR005" == result["failures"][0]["sqlstate"]
-    assert conn.execute("SELECT count(*) FROM harvest.tasks WHERE activity_name = 'send_email'").fetchone()[0] == 2
+    assert result["failures"][0]["sqlstate"] == "HR005"
+    assert (
+        conn.execute("SELECT count(*) FROM harvest.tasks WHERE activity_name = 'send_email'").fetchone()[0]
+        == 2
+    )
 
     r = harvest(db, "dlq", "bulk-discard", "--workflow-name", "billing", "--output", "json")
     assert json.loads(r.stdout)["acted_on"] == 1
@@ -156,15 +189,21 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
     # loaded machine (at 5 s it went stale after 10 s of them).
     conn.execute("SELECT harvest.register_worker('w-live', ARRAY['email', 'default'], 'h1', 1, 300)")
     conn.execute("SELECT harvest.register_worker('w-stale', ARRAY['email'], 'h2', 2, 5)")
-    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'w-stale'")
+    conn.execute(
+        "UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 minute' WHERE id = 'w-stale'"
+    )
     conn.execute("SELECT harvest.register_worker('w-gone', ARRAY['email'], 'h3', 3, 5)")
     conn.execute("SELECT harvest.stop_worker('w-gone')")
 
     rows = json.loads(harvest(db, "worker", "list", "--output", "json").stdout)
-    assert {r["worker_id"]: r["health"] for r in rows} == {"w-live": "healthy", "w-stale": "stale",
-                                                          "w-gone": "stopped"}
-    stale = json.loads(harvest(db, "worker", "list", "--status", "active", "--health", "stale",
-                               "--output", "json").stdout)
+    assert {r["worker_id"]: r["health"] for r in rows} == {
+        "w-live": "healthy",
+        "w-stale": "stale",
+        "w-gone": "stopped",
+    }
+    stale = json.loads(
+        harvest(db, "worker", "list", "--status", "active", "--health", "stale", "--output", "json").stdout
+    )
     assert [r["worker_id"] for r in stale] == ["w-stale"]
     r = harvest(db, "worker", "list", "--status", "sleepy")
     assert r.returncode == 2 and 'unknown worker status "sleepy"' in one_error_line(r)
@@ -175,32 +214,58 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
     health = json.loads(harvest(db, "worker", "health", "--output", "json").stdout)
     # by_queue counts every worker that is not stopped (the spec's 4 healthy + 1 stale = 5); the
     # health split is by_queue_health (issue 12 item 19).
-    assert health["healthy"] == 1 and health["stale"] == 1 and health["by_queue"] == {"email": 2, "default": 1}
+    assert (
+        health["healthy"] == 1 and health["stale"] == 1 and health["by_queue"] == {"email": 2, "default": 1}
+    )
     assert health["by_queue_health"]["email"] == {"healthy": 1, "draining": 0, "stale": 1}
     assert health["by_shard"] == {"0": 2}
 
-    preview = json.loads(harvest(db, "worker", "drain-preview", "--queue", "email", "--output", "json").stdout)
-    assert {p["worker_id"]: p["outcome"] for p in preview} == {"w-live": "accepted", "w-stale": "stale_worker"}
+    preview = json.loads(
+        harvest(db, "worker", "drain-preview", "--queue", "email", "--output", "json").stdout
+    )
+    assert {p["worker_id"]: p["outcome"] for p in preview} == {
+        "w-live": "accepted",
+        "w-stale": "stale_worker",
+    }
     assert conn.execute("SELECT status FROM harvest.workers WHERE id = 'w-live'").fetchone()[0] == "active"
 
     outcomes = {}
     for worker_id in ("w-live", "w-live", "w-stale", "w-gone", "w-none"):
-        r = harvest(db, "worker", "drain", worker_id, "--deadline", "2099-01-01T00:00:00Z", "--operator-id", "alice",
-                    "--output", "json")
+        r = harvest(
+            db,
+            "worker",
+            "drain",
+            worker_id,
+            "--deadline",
+            "2099-01-01T00:00:00Z",
+            "--operator-id",
+            "alice",
+            "--output",
+            "json",
+        )
         outcomes.setdefault(worker_id, []).append((json.loads(r.stdout)["outcome"], r.returncode))
-    assert outcomes == {"w-live": [("accepted", 0), ("already_draining", 0)], "w-stale": [("stale_worker", 0)],
-                        "w-gone": [("already_stopped", 0)], "w-none": [("not_found", 1)]}
-    audit = conn.execute("SELECT operator_id, operation, target, details ->> 'outcome' FROM harvest.audit_log"
-                         " ORDER BY id").fetchall()
+    assert outcomes == {
+        "w-live": [("accepted", 0), ("already_draining", 0)],
+        "w-stale": [("stale_worker", 0)],
+        "w-gone": [("already_stopped", 0)],
+        "w-none": [("not_found", 1)],
+    }
+    audit = conn.execute(
+        "SELECT operator_id, operation, target, details ->> 'outcome' FROM harvest.audit_log ORDER BY id"
+    ).fetchall()
     assert audit[0] == ("alice", "worker.drain", "w-live", "accepted") and len(audit) == 5
 
 
 def test_retention_status_and_run_now(db: str, conn) -> None:
     old = start(conn, "wf", "old")
     conn.execute("SELECT harvest.terminate_workflow(%s, 'x')", (old,))
-    conn.execute("UPDATE harvest.executions SET completed_at = now() - interval '40 days' WHERE id = %s", (old,))
+    conn.execute(
+        "UPDATE harvest.executions SET completed_at = now() - interval '40 days' WHERE id = %s", (old,)
+    )
     running = start(conn, "wf", "running")
-    conn.execute("UPDATE harvest.executions SET created_at = now() - interval '90 days' WHERE id = %s", (running,))
+    conn.execute(
+        "UPDATE harvest.executions SET created_at = now() - interval '90 days' WHERE id = %s", (running,)
+    )
 
     status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
     assert status["configured"] is False
@@ -213,7 +278,9 @@ def test_retention_status_and_run_now(db: str, conn) -> None:
     assert r.returncode == 0 and json.loads(r.stdout)["deleted"] == 1
     left = {str(x[0]) for x in conn.execute("SELECT id FROM harvest.executions").fetchall()}
     assert left == {running}
-    assert conn.execute("SELECT count(*) FROM harvest.events WHERE execution_id = %s", (old,)).fetchone()[0] == 0
+    assert (
+        conn.execute("SELECT count(*) FROM harvest.events WHERE execution_id = %s", (old,)).fetchone()[0] == 0
+    )
 
 
 def test_retention_deletes_stopped_and_long_stale_worker_rows(db: str, conn) -> None:
@@ -221,9 +288,13 @@ def test_retention_deletes_stopped_and_long_stale_worker_rows(db: str, conn) -> 
     for worker_id in ("crashed", "stopped", "recent", "live"):
         conn.execute("SELECT harvest.register_worker(%s, ARRAY['default'], 'h', 1, 5)", (worker_id,))
     conn.execute("SELECT harvest.stop_worker('stopped')")
-    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '30 days'"
-                 " WHERE id IN ('crashed', 'stopped')")
-    conn.execute("UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 hour' WHERE id = 'recent'")
+    conn.execute(
+        "UPDATE harvest.workers SET last_heartbeat_at = now() - interval '30 days'"
+        " WHERE id IN ('crashed', 'stopped')"
+    )
+    conn.execute(
+        "UPDATE harvest.workers SET last_heartbeat_at = now() - interval '1 hour' WHERE id = 'recent'"
+    )
     status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
     assert status["worker_max_age"] == "7 days" and status["workers_eligible"] == 2
     r = harvest(db, "retention", "run-now", "--output", "json")
@@ -250,7 +321,8 @@ def test_preflight_pass_warn_and_fail(db: str, conn, fresh_db: str, tmp_path, mo
         "from harvest import App, activity, workflow\n"
         "@activity(queue='email')\nasync def send(ctx): return 1\n"
         "@workflow\nasync def flow(ctx): return 1\n"
-        "app = App(workflows=[flow], activities=[send])\n")
+        "app = App(workflows=[flow], activities=[send])\n"
+    )
     monkeypatch.chdir(tmp_path)
     r = harvest(db, "preflight", "--app", "pf_app:app", "--output", "json")
     assert r.stdout.startswith("{"), r.stderr
@@ -281,7 +353,8 @@ def test_preflight_resolves_dotted_registered_names(db: str, conn, tmp_path, mon
         "@workflow(name='billing.refund')\nasync def refund(ctx): return 1\n"
         "@workflow(activities=[charge, 'billing.charge'], children=[refund, 'billing.refund'])\n"
         "async def flow(ctx): return 1\n"
-        "app = App(workflows=[flow, refund], activities=[charge])\n")
+        "app = App(workflows=[flow, refund], activities=[charge])\n"
+    )
     monkeypatch.chdir(tmp_path)
     r = harvest(db, "preflight", "--app", "pf_dotted:app", "--output", "json")
     check = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "catalog_consistency")
@@ -326,7 +399,8 @@ def test_preflight_names_every_unregistered_dependency(db: str, conn, tmp_path, 
         "@workflow\nasync def child(ctx): return 1\n"
         "@workflow(activities=[send, 'charge_card'], children=[child, 'generate_report'])\n"
         "async def flow(ctx): return 1\n"
-        "broken = App(workflows=[flow, child], activities=[send])\n")
+        "broken = App(workflows=[flow, child], activities=[send])\n"
+    )
     monkeypatch.chdir(tmp_path)
     r = harvest(db, "preflight", "--app", "pf_deps:broken", "--output", "json")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -334,4 +408,5 @@ def test_preflight_names_every_unregistered_dependency(db: str, conn, tmp_path, 
     assert check["status"] == "fail"
     assert check["details"]["failures"] == [
         "workflow 'flow' references unregistered activity 'charge_card'",
-        "workflow 'flow' references unregistered child workflow 'generate_report'"]
+        "workflow 'flow' references unregistered child workflow 'generate_report'",
+    ]

@@ -41,8 +41,9 @@ def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_drain_deadline_stops_the_worker_and_releases_in_flight_work(db: str, start_worker,
-                                                                    client: Client) -> None:
+def test_drain_deadline_stops_the_worker_and_releases_in_flight_work(
+    db: str, start_worker, client: Client
+) -> None:
     gate.clear()
     started.clear()
     app = App(workflows=[runs_stuck], activities=[stuck])
@@ -54,22 +55,39 @@ def test_drain_deadline_stops_the_worker_and_releases_in_flight_work(db: str, st
 
     deadline = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
     began = time.monotonic()
-    r = harvest(db, "worker", "drain", worker_id, "--deadline", deadline, "--operator-id", "oncall",
-                "--output", "json")
+    r = harvest(
+        db,
+        "worker",
+        "drain",
+        worker_id,
+        "--deadline",
+        deadline,
+        "--operator-id",
+        "oncall",
+        "--output",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     answer = json.loads(r.stdout)
     assert answer["outcome"] == "accepted" and answer["in_flight"] == 1
     assert datetime.fromisoformat(answer["drain_deadline"]) == datetime.fromisoformat(deadline)
 
     with psycopg.connect(db, autocommit=True) as conn:
-        wait_until(lambda: conn.execute("SELECT status FROM harvest.workers WHERE id = %s",
-                                        (worker_id,)).fetchone()[0] == "stopped", timeout=30,
-                   what="the worker to stop")
+        wait_until(
+            lambda: (
+                conn.execute("SELECT status FROM harvest.workers WHERE id = %s", (worker_id,)).fetchone()[0]
+                == "stopped"
+            ),
+            timeout=30,
+            what="the worker to stop",
+        )
         took = time.monotonic() - began
         assert took < 15, f"the drain took {took:.1f}s: the deadline was not enforced"
         # The activity never finished: it was handed back, unowned, for another worker.
-        rows = conn.execute("SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = %s",
-                            (handle.execution_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = %s",
+            (handle.execution_id,),
+        ).fetchall()
         assert rows == [("activity", "pending", None)]
     running._thread.join(20)
     assert not running._thread.is_alive()

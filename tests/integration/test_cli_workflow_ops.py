@@ -31,7 +31,9 @@ def one_error_line(result) -> str:
 
 
 def test_handlers_prints_the_describe_handlers_shape(db: str) -> None:
-    r = harvest(None, "workflow", "handlers", "--app", "test_queries_updates:app", "budget", "--output", "json")
+    r = harvest(
+        None, "workflow", "handlers", "--app", "test_queries_updates:app", "budget", "--output", "json"
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == describe_handlers(app, "budget")
     assert {q["name"] for q in json.loads(r.stdout)["queries"]} == {"total", "owner", "broken"}
@@ -66,8 +68,21 @@ def test_query_and_update_through_the_cli(db: str, start_worker, client: Client)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["status"] == "completed" and out["result"] == {"total": 30, "receipt": "booked 30"}
-    r = harvest(db, "workflow", "update", eid, "spend", "--input-json", "5", "--wait", "accepted",
-                "--update-id", "u-5", "--output", "json")
+    r = harvest(
+        db,
+        "workflow",
+        "update",
+        eid,
+        "spend",
+        "--input-json",
+        "5",
+        "--wait",
+        "accepted",
+        "--update-id",
+        "u-5",
+        "--output",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["update_id"] == "u-5" and json.loads(r.stdout)["status"] in ("accepted",)
     r = harvest(db, "workflow", "update", eid, "spend", "--input-json", "-1")
@@ -95,20 +110,45 @@ def test_reset_dry_run_plan_then_reset(db: str, conn) -> None:
     r = harvest(db, "workflow", "reset", eid, "--to-event", "999", "--reason", "x", "--dry-run", "-o", "json")
     assert r.returncode == 1 and json.loads(r.stdout)["valid"] is False
 
-    r = harvest(db, "workflow", "reset", eid, "--to-event", "1", "--reason", "bad deploy", "--dry-run",
-                "--output", "json")
+    r = harvest(
+        db,
+        "workflow",
+        "reset",
+        eid,
+        "--to-event",
+        "1",
+        "--reason",
+        "bad deploy",
+        "--dry-run",
+        "--output",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     plan = json.loads(r.stdout)
     assert plan["valid"] and plan["dry_run"] and plan["new_execution_id"] is None and plan["problems"] == []
     status = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (eid,)).fetchone()[0]
     assert status == "RUNNING"  # the dry run wrote nothing
 
-    r = harvest(db, "workflow", "reset", eid, "--to-event", "1", "--reason", "bad deploy", "--operator-id",
-                "oncall", "--signal-reapply", "buffer")
+    r = harvest(
+        db,
+        "workflow",
+        "reset",
+        eid,
+        "--to-event",
+        "1",
+        "--reason",
+        "bad deploy",
+        "--operator-id",
+        "oncall",
+        "--signal-reapply",
+        "buffer",
+    )
     assert r.returncode == 0, r.stderr
     fork = next(line.split()[-1] for line in r.stdout.splitlines() if line.startswith("new_execution_id"))
     assert uuid.UUID(fork)
-    rows = conn.execute("SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'r1' ORDER BY created_at")
+    rows = conn.execute(
+        "SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'r1' ORDER BY created_at"
+    )
     assert rows.fetchall() == [(eid, "TERMINATED"), (fork, "RUNNING")]
 
     r = harvest(db, "workflow", "reset", eid, "--to-event", "1", "--reason", "again")
@@ -122,17 +162,25 @@ def test_reset_dry_run_plan_then_reset(db: str, conn) -> None:
 def test_concurrency_status(db: str, conn) -> None:
     r = harvest(db, "concurrency", "status", "--output", "json")
     assert r.returncode == 0 and json.loads(r.stdout) == []
-    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(
-        {"workflows": {"wf_defer": {"concurrency": {"key": "input.t", "limit": 1}}}}),))
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s)",
+        (Jsonb({"workflows": {"wf_defer": {"concurrency": {"key": "input.t", "limit": 1}}}}),),
+    )
     for n in (1, 2):
-        conn.execute("SELECT harvest.start_workflow('wf_defer', %s, %s, 'dq')", (Jsonb([{"t": "a"}]), f"d{n}"))
+        conn.execute(
+            "SELECT harvest.start_workflow('wf_defer', %s, %s, 'dq')", (Jsonb([{"t": "a"}]), f"d{n}")
+        )
     conn.execute("SELECT * FROM harvest.claim_tasks('w', ARRAY['dq'], 10)")
 
     r = harvest(db, "concurrency", "status", "--output", "json")
     assert r.returncode == 0, r.stderr
     [row] = json.loads(r.stdout)
-    assert {k: row[k] for k in ("key", "max_concurrent", "in_flight", "pending")} == \
-        {"key": "a", "max_concurrent": 1, "in_flight": 1, "pending": 1}
+    assert {k: row[k] for k in ("key", "max_concurrent", "in_flight", "pending")} == {
+        "key": "a",
+        "max_concurrent": 1,
+        "in_flight": 1,
+        "pending": 1,
+    }
     r = harvest(db, "concurrency", "status")
     assert r.returncode == 0
     assert r.stdout.splitlines()[0].split() == ["KEY", "TASK_TYPE", "MAX_CONCURRENT", "IN_FLIGHT", "PENDING"]

@@ -47,61 +47,101 @@ def write(tmp_path: Path, text: str, name: str = "harvest.toml") -> Path:
 
 # -- loading: file, variables, precedence, unknown keys -----------------------------------------
 
+
 def test_file_and_variables_merge_and_variables_win(tmp_path: Path) -> None:
-    path = write(tmp_path, 'role = "worker"\n[worker]\nqueues = ["alpha"]\nconcurrency = 5\n'
-                           '[retention]\nrun_on = "all"\ninterval = 2.5\n')
-    config = load_config(path, env={"HARVEST_WORKER__CONCURRENCY": "7", "HARVEST_DATABASE_URL": "x",
-                                    "HARVEST_TEST_DSN": "y", "PATH": "/bin"})
+    path = write(
+        tmp_path,
+        'role = "worker"\n[worker]\nqueues = ["alpha"]\nconcurrency = 5\n'
+        '[retention]\nrun_on = "all"\ninterval = 2.5\n',
+    )
+    config = load_config(
+        path,
+        env={
+            "HARVEST_WORKER__CONCURRENCY": "7",
+            "HARVEST_DATABASE_URL": "x",
+            "HARVEST_TEST_DSN": "y",
+            "PATH": "/bin",
+        },
+    )
     assert config.get("role") == "worker" and config.setting("role").source == str(path)
     assert config.get("worker.queues") == ["alpha"]
-    assert config.get("worker.concurrency") == 7 and config.setting("worker.concurrency").source == \
-        "HARVEST_WORKER__CONCURRENCY"
+    assert (
+        config.get("worker.concurrency") == 7
+        and config.setting("worker.concurrency").source == "HARVEST_WORKER__CONCURRENCY"
+    )
     assert config.get("retention.run_on") == "all" and config.get("retention.interval") == 2.5
     # An explicit flag wins over both.
     flagged = config.with_overrides({"worker.concurrency": (3, "--concurrency"), "role": (None, "--role")})
-    assert flagged.get("worker.concurrency") == 3 and flagged.setting("worker.concurrency").source == "--concurrency"
+    assert (
+        flagged.get("worker.concurrency") == 3
+        and flagged.setting("worker.concurrency").source == "--concurrency"
+    )
     assert flagged.get("role") == "worker"
 
 
 def test_lists_booleans_and_an_empty_variable_clears(tmp_path: Path) -> None:
     path = write(tmp_path, '[worker]\nqueues = ["alpha", "beta"]\n')
-    config = load_config(path, env={"HARVEST_WORKER__QUEUES": " beta , alpha ", "HARVEST_SCHEDULER__ENABLED": "off"})
+    config = load_config(
+        path, env={"HARVEST_WORKER__QUEUES": " beta , alpha ", "HARVEST_SCHEDULER__ENABLED": "off"}
+    )
     assert config.get("worker.queues") == ["beta", "alpha"] and config.get("scheduler.enabled") is False
     assert load_config(path, env={"HARVEST_WORKER__QUEUES": ""}).get("worker.queues") is None
-    assert load_config(write(tmp_path, "[worker]\nqueues = []\n", "empty.toml"), env={}).get("worker.queues") is None
+    assert (
+        load_config(write(tmp_path, "[worker]\nqueues = []\n", "empty.toml"), env={}).get("worker.queues")
+        is None
+    )
 
 
-def test_the_file_comes_from_config_then_harvest_config_then_the_working_directory(tmp_path: Path,
-                                                                                   monkeypatch) -> None:
+def test_the_file_comes_from_config_then_harvest_config_then_the_working_directory(
+    tmp_path: Path, monkeypatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert load_config(env={}).path is None  # no file anywhere: nothing read
     write(tmp_path, 'role = "web"\n')
     assert load_config(env={}).get("role") == "web"
     other = write(tmp_path, 'role = "worker"\n', "other.toml")
     assert load_config(env={"HARVEST_CONFIG": str(other)}).get("role") == "worker"
-    assert load_config(write(tmp_path, 'role = "combined"\n', "third.toml"),
-                       env={"HARVEST_CONFIG": str(other)}).get("role") == "combined"
-    with pytest.raises(ConfigError, match="HARVEST_CONFIG names .*missing.toml.*not a file"):
+    assert (
+        load_config(
+            write(tmp_path, 'role = "combined"\n', "third.toml"), env={"HARVEST_CONFIG": str(other)}
+        ).get("role")
+        == "combined"
+    )
+    with pytest.raises(ConfigError, match=r"HARVEST_CONFIG names .*missing.toml.*not a file"):
         load_config(env={"HARVEST_CONFIG": str(tmp_path / "missing.toml")})
 
 
-@pytest.mark.parametrize(("text", "env", "needle"), [
-    ("[worker]\nqueue = [\"alpha\"]\n", {}, "unknown config key 'worker.queue'"),
-    ("colour = \"red\"\n", {}, "unknown config key 'colour'"),
-    ("[wrker]\nqueues = []\n", {}, "unknown config key 'wrker'"),
-    ("", {"HARVEST_WORKER_QUEUES": "alpha"},
-     "unknown setting HARVEST_WORKER_QUEUES; did you mean HARVEST_WORKER__QUEUES?"),
-    ("", {"HARVEST_NOPE": "1"}, "unknown setting HARVEST_NOPE"),
-    ("", {"HARVEST_ROLE": "api"}, "role 'api' (from HARVEST_ROLE) is not one of web, worker, combined"),
-    ("[retention]\nrun_on = \"sometimes\"\n", {}, "retention.run_on 'sometimes'"),
-    ("", {"HARVEST_RETENTION__RUN_ON": "every"},
-     "retention.run_on 'every' (from HARVEST_RETENTION__RUN_ON) is unknown; use scheduler or all"),
-    ("", {"HARVEST_WORKER__CONCURRENCY": "lots"},
-     "worker.concurrency (from HARVEST_WORKER__CONCURRENCY): expected an integer"),
-    ("[worker]\nenabled = \"yes\"\n", {}, "worker.enabled"),
-    ("worker = 3\n", {}, "expected a [worker] table"),
-])
-def test_a_bad_key_or_value_stops_the_boot_naming_it(tmp_path: Path, text: str, env: dict, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "env", "needle"),
+    [
+        ('[worker]\nqueue = ["alpha"]\n', {}, "unknown config key 'worker.queue'"),
+        ('colour = "red"\n', {}, "unknown config key 'colour'"),
+        ("[wrker]\nqueues = []\n", {}, "unknown config key 'wrker'"),
+        (
+            "",
+            {"HARVEST_WORKER_QUEUES": "alpha"},
+            "unknown setting HARVEST_WORKER_QUEUES; did you mean HARVEST_WORKER__QUEUES?",
+        ),
+        ("", {"HARVEST_NOPE": "1"}, "unknown setting HARVEST_NOPE"),
+        ("", {"HARVEST_ROLE": "api"}, "role 'api' (from HARVEST_ROLE) is not one of web, worker, combined"),
+        ('[retention]\nrun_on = "sometimes"\n', {}, "retention.run_on 'sometimes'"),
+        (
+            "",
+            {"HARVEST_RETENTION__RUN_ON": "every"},
+            "retention.run_on 'every' (from HARVEST_RETENTION__RUN_ON) is unknown; use scheduler or all",
+        ),
+        (
+            "",
+            {"HARVEST_WORKER__CONCURRENCY": "lots"},
+            "worker.concurrency (from HARVEST_WORKER__CONCURRENCY): expected an integer",
+        ),
+        ('[worker]\nenabled = "yes"\n', {}, "worker.enabled"),
+        ("worker = 3\n", {}, "expected a [worker] table"),
+    ],
+)
+def test_a_bad_key_or_value_stops_the_boot_naming_it(
+    tmp_path: Path, text: str, env: dict, needle: str
+) -> None:
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
         load_config(path, env=env)
@@ -112,16 +152,20 @@ def test_a_bad_key_or_value_stops_the_boot_naming_it(tmp_path: Path, text: str, 
 
 # -- the role places the runtimes -----------------------------------------------------------------
 
-@pytest.mark.parametrize(("env", "worker", "scheduler", "retention"), [
-    ({}, True, True, True),
-    ({"HARVEST_ROLE": "combined"}, True, True, True),
-    ({"HARVEST_ROLE": "worker"}, True, True, True),
-    ({"HARVEST_ROLE": "web"}, False, False, False),
-    ({"HARVEST_ROLE": "web", "HARVEST_RETENTION__RUN_ON": "all"}, False, False, True),
-    ({"HARVEST_ROLE": "worker", "HARVEST_SCHEDULER__ENABLED": "false"}, True, False, False),
-    ({"HARVEST_ROLE": "web", "HARVEST_SCHEDULER__ENABLED": "true"}, False, True, True),
-    ({"HARVEST_ROLE": "worker", "HARVEST_RETENTION__ENABLED": "false"}, True, True, False),
-])
+
+@pytest.mark.parametrize(
+    ("env", "worker", "scheduler", "retention"),
+    [
+        ({}, True, True, True),
+        ({"HARVEST_ROLE": "combined"}, True, True, True),
+        ({"HARVEST_ROLE": "worker"}, True, True, True),
+        ({"HARVEST_ROLE": "web"}, False, False, False),
+        ({"HARVEST_ROLE": "web", "HARVEST_RETENTION__RUN_ON": "all"}, False, False, True),
+        ({"HARVEST_ROLE": "worker", "HARVEST_SCHEDULER__ENABLED": "false"}, True, False, False),
+        ({"HARVEST_ROLE": "web", "HARVEST_SCHEDULER__ENABLED": "true"}, False, True, True),
+        ({"HARVEST_ROLE": "worker", "HARVEST_RETENTION__ENABLED": "false"}, True, True, False),
+    ],
+)
 def test_each_role_places_each_runtime(env: dict, worker: bool, scheduler: bool, retention: bool) -> None:
     plan = runtime_plan(load_config(env={**env, "HARVEST_CONFIG": ""}))
     assert (plan.worker.value, plan.scheduler.value, plan.retention.value) == (worker, scheduler, retention)
@@ -135,16 +179,24 @@ def test_sources_and_a_warning_per_contradicting_switch() -> None:
     plan = runtime_plan(load_config(env={"HARVEST_ROLE": "worker"}))
     assert plan.worker.source == "role worker" and plan.role_source == "explicit (HARVEST_ROLE)"
 
-    plan = runtime_plan(load_config(env={"HARVEST_ROLE": "web", "HARVEST_WORKER__ENABLED": "true",
-                                         "HARVEST_SCHEDULER__ENABLED": "true"}))
+    plan = runtime_plan(
+        load_config(
+            env={
+                "HARVEST_ROLE": "web",
+                "HARVEST_WORKER__ENABLED": "true",
+                "HARVEST_SCHEDULER__ENABLED": "true",
+            }
+        )
+    )
     assert plan.worker.source == "explicit (HARVEST_WORKER__ENABLED)"
     assert len(plan.warnings) == 2
     assert all("overrides role web" in w for w in plan.warnings)
     assert plan.worker.line() == "worker.enabled=true (source: explicit (HARVEST_WORKER__ENABLED))"
 
     # An explicit value that agrees with the role is not a contradiction.
-    assert not runtime_plan(load_config(env={"HARVEST_ROLE": "worker",
-                                             "HARVEST_WORKER__ENABLED": "true"})).warnings
+    assert not runtime_plan(
+        load_config(env={"HARVEST_ROLE": "worker", "HARVEST_WORKER__ENABLED": "true"})
+    ).warnings
     # Retention on but not placed here: one note naming run_on and the fix.
     plan = runtime_plan(load_config(env={"HARVEST_ROLE": "web"}))
     assert len(plan.notes) == 1 and "run_on=scheduler" in plan.notes[0] and "RUN_ON=all" in plan.notes[0]
@@ -152,14 +204,17 @@ def test_sources_and_a_warning_per_contradicting_switch() -> None:
 
 # -- worker queues --------------------------------------------------------------------------------
 
+
 def test_queue_narrowing_keeps_code_order_and_refuses_an_undeclared_queue() -> None:
     assert resolve_queues(app, load_config(env={})) == (["alpha", "beta"], ["alpha", "beta"], "code")
     polled, _, source = resolve_queues(app, load_config(env={"HARVEST_WORKER__QUEUES": "beta,alpha"}))
     assert polled == ["alpha", "beta"] and source == "explicit (HARVEST_WORKER__QUEUES)"
     with pytest.raises(ConfigError) as caught:
         resolve_queues(app, load_config(env={"HARVEST_WORKER__QUEUES": "Alpha"}))
-    assert str(caught.value) == ("worker.queues (from HARVEST_WORKER__QUEUES) names 'Alpha', which the App does "
-                                 "not declare; declared queues: alpha, beta")
+    assert str(caught.value) == (
+        "worker.queues (from HARVEST_WORKER__QUEUES) names 'Alpha', which the App does "
+        "not declare; declared queues: alpha, beta"
+    )
 
 
 def test_queue_coverage_counts_only_live_active_workers(db: str) -> None:
@@ -171,26 +226,43 @@ def test_queue_coverage_counts_only_live_active_workers(db: str) -> None:
         assert queue_coverage(sql, ["alpha", "beta"])["unpolled_declared_queues"] == []
         conn.execute("SELECT harvest.drain_worker('w2')")  # a draining worker takes no new run
         coverage = queue_coverage(sql, ["alpha", "beta"])
-        assert coverage == {"declared_queues": ["alpha", "beta"], "live_workers": {"alpha": 1, "beta": 0},
-                            "unpolled_declared_queues": ["beta"]}
+        assert coverage == {
+            "declared_queues": ["alpha", "beta"],
+            "live_workers": {"alpha": 1, "beta": 0},
+            "unpolled_declared_queues": ["beta"],
+        }
 
 
 # -- `harvest worker` as a real process --------------------------------------------------------------
+
 
 def run_env(dsn: str | None, extra: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
     if dsn:
         env["HARVEST_DATABASE_URL"] = dsn
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "harvest_py"), str(HERE),
-                                                     env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "harvest_py"), str(HERE), env.get("PYTHONPATH")) if p
+    )
     env.update(extra)
     return env
 
 
-def harvest_cmd(dsn: str | None, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
-                timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([*HARVEST, *args], env=run_env(dsn, env or {}), cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+def harvest_cmd(
+    dsn: str | None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*HARVEST, *args],
+        env=run_env(dsn, env or {}),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:
@@ -200,31 +272,43 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize(("env", "toml", "needle"), [
-    ({"HARVEST_WORKER__QUEUES": "gamma"}, None,
-     "names 'gamma', which the App does not declare; declared queues: alpha, beta"),
-    ({"HARVEST_RETENTION__RUN_ON": "sometimes"}, None, "retention.run_on 'sometimes'"),
-    ({"HARVEST_WORKER_QUEUES": "alpha"}, None, "did you mean HARVEST_WORKER__QUEUES?"),
-    ({}, "[worker]\nqueue = [\"alpha\"]\n", "unknown config key 'worker.queue'"),
-    ({"HARVEST_ROLE": "web"}, None, "nothing to run: role web"),
-])
+@pytest.mark.parametrize(
+    ("env", "toml", "needle"),
+    [
+        (
+            {"HARVEST_WORKER__QUEUES": "gamma"},
+            None,
+            "names 'gamma', which the App does not declare; declared queues: alpha, beta",
+        ),
+        ({"HARVEST_RETENTION__RUN_ON": "sometimes"}, None, "retention.run_on 'sometimes'"),
+        ({"HARVEST_WORKER_QUEUES": "alpha"}, None, "did you mean HARVEST_WORKER__QUEUES?"),
+        ({}, '[worker]\nqueue = ["alpha"]\n', "unknown config key 'worker.queue'"),
+        ({"HARVEST_ROLE": "web"}, None, "nothing to run: role web"),
+    ],
+)
 def test_worker_boot_stops_on_bad_config(tmp_path: Path, env: dict, toml: str | None, needle: str) -> None:
     if toml is not None:
         write(tmp_path, toml)  # ./harvest.toml in the working directory
-    r = harvest_cmd("postgresql://nobody@127.0.0.1:1/none", "worker", "test_config:app", env=env, cwd=tmp_path)
+    r = harvest_cmd(
+        "postgresql://nobody@127.0.0.1:1/none", "worker", "test_config:app", env=env, cwd=tmp_path
+    )
     assert r.returncode == 1
     assert needle in one_error_line(r)
 
 
-@pytest.mark.parametrize("args", [
-    ["worker", "--config", "other.toml", "test_config:app"],
-    ["worker", "run", "--config", "other.toml", "test_config:app"],
-    ["--config", "harvest.toml", "worker", "test_config:app", "--config", "other.toml"],
-], ids=["worker", "worker-run", "root-and-worker"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["worker", "--config", "other.toml", "test_config:app"],
+        ["worker", "run", "--config", "other.toml", "test_config:app"],
+        ["--config", "harvest.toml", "worker", "test_config:app", "--config", "other.toml"],
+    ],
+    ids=["worker", "worker-run", "root-and-worker"],
+)
 def test_a_subcommands_own_config_is_the_one_file_read(tmp_path: Path, args: list[str]) -> None:
     """With a broken ./harvest.toml, `harvest worker --config other.toml` reads other.toml only:
     the root's eager check used to load ./harvest.toml first and refuse the invocation."""
-    write(tmp_path, "[worker]\nqueue = [\"alpha\"]\n")  # broken: an unknown key
+    write(tmp_path, '[worker]\nqueue = ["alpha"]\n')  # broken: an unknown key
     write(tmp_path, 'role = "web"\n', "other.toml")  # valid; a web role runs nothing here
     r = harvest_cmd("postgresql://nobody@127.0.0.1:1/none", *args, cwd=tmp_path)
     assert r.returncode == 1
@@ -237,7 +321,7 @@ def test_one_config_file_is_loaded_per_invocation(tmp_path: Path, monkeypatch) -
     from harvest.cli import main
     from harvest.cli import output as cli_output
 
-    write(tmp_path, "[worker]\nqueue = [\"alpha\"]\n")
+    write(tmp_path, '[worker]\nqueue = ["alpha"]\n')
     other = write(tmp_path, 'role = "web"\n', "other.toml")
     monkeypatch.chdir(tmp_path)
     for name in [k for k in os.environ if k.startswith("HARVEST_")]:
@@ -260,8 +344,9 @@ def test_one_config_file_is_loaded_per_invocation(tmp_path: Path, monkeypatch) -
 
 
 def test_worker_flag_queue_is_checked_too(tmp_path: Path) -> None:
-    r = harvest_cmd("postgresql://nobody@127.0.0.1:1/none", "worker", "test_config:app", "--queue", "nope",
-                    cwd=tmp_path)
+    r = harvest_cmd(
+        "postgresql://nobody@127.0.0.1:1/none", "worker", "test_config:app", "--queue", "nope", cwd=tmp_path
+    )
     assert r.returncode == 1 and "worker.queues (from --queue) names 'nope'" in one_error_line(r)
 
 
@@ -275,16 +360,25 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_worker_process_logs_each_switch_narrows_queues_and_coverage_lists_the_rest(db: str,
-                                                                                    tmp_path: Path) -> None:
+def test_worker_process_logs_each_switch_narrows_queues_and_coverage_lists_the_rest(
+    db: str, tmp_path: Path
+) -> None:
     config = write(tmp_path, 'role = "worker"\n[worker]\nqueues = ["alpha", "beta"]\n')
     env = run_env(db, {"HARVEST_SCHEDULER__ENABLED": "false", "HARVEST_WORKER__QUEUES": "alpha"})
-    proc = subprocess.Popen([*HARVEST, "worker", "test_config:app", "--config", str(config)], env=env,
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*HARVEST, "worker", "test_config:app", "--config", str(config)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         with psycopg.connect(db, autocommit=True) as conn:
-            queues = wait_until(lambda: conn.execute("SELECT queues FROM harvest.workers WHERE status = 'active'")
-                                .fetchone(), what="the worker to register")[0]
+            queues = wait_until(
+                lambda: conn.execute("SELECT queues FROM harvest.workers WHERE status = 'active'").fetchone(),
+                what="the worker to register",
+            )[0]
         assert queues == ["alpha"]
 
         r = harvest_cmd(db, "queue", "coverage", "--app", "test_config:app", "--output", "json")
@@ -300,13 +394,21 @@ def test_worker_process_logs_each_switch_narrows_queues_and_coverage_lists_the_r
     lines = stderr.splitlines()
     assert any("harvest role worker (source: explicit (" in x for x in lines), stderr
     assert sum("harvest worker.enabled=true (source: role worker)" in x for x in lines) == 1
-    assert sum("harvest scheduler.enabled=false (source: explicit (HARVEST_SCHEDULER__ENABLED))" in x
-               for x in lines) == 1
+    assert (
+        sum(
+            "harvest scheduler.enabled=false (source: explicit (HARVEST_SCHEDULER__ENABLED))" in x
+            for x in lines
+        )
+        == 1
+    )
     assert sum("harvest retention.enabled=false" in x for x in lines) == 1
-    assert sum("WARNING" in x and "scheduler.enabled=false" in x and "overrides role worker" in x
-               for x in lines) == 1
-    assert any("declared alpha, beta; polled alpha (source: explicit (HARVEST_WORKER__QUEUES))" in x
-               for x in lines), stderr
+    assert (
+        sum("WARNING" in x and "scheduler.enabled=false" in x and "overrides role worker" in x for x in lines)
+        == 1
+    )
+    assert any(
+        "declared alpha, beta; polled alpha (source: explicit (HARVEST_WORKER__QUEUES))" in x for x in lines
+    ), stderr
     with psycopg.connect(db, autocommit=True) as conn:
         assert conn.execute("SELECT status FROM harvest.workers").fetchone()[0] == "stopped"
 
@@ -321,13 +423,16 @@ def test_a_scheduler_and_retention_only_process_registers_no_worker(db: str) -> 
         time.sleep(1.2)
 
         async def main() -> None:
-            worker = Worker(app, db, run_worker=False, run_scanner=True, run_retention=True,
-                            retention_interval=0.1)
+            worker = Worker(
+                app, db, run_worker=False, run_scanner=True, run_retention=True, retention_interval=0.1
+            )
             task = asyncio.create_task(worker.run())
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-                if not conn.execute("SELECT 1 FROM harvest.executions WHERE id = %s", (execution_id,)).fetchone():
+                if not conn.execute(
+                    "SELECT 1 FROM harvest.executions WHERE id = %s", (execution_id,)
+                ).fetchone():
                     break
             worker.request_stop()
             await asyncio.wait_for(task, 20)
@@ -335,5 +440,10 @@ def test_a_scheduler_and_retention_only_process_registers_no_worker(db: str) -> 
         asyncio.run(main())
         assert conn.execute("SELECT count(*) FROM harvest.executions").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM harvest.workers").fetchone()[0] == 0
-        assert conn.execute("SELECT claimed FROM (SELECT count(*) AS claimed FROM harvest.tasks "
-                            "WHERE lease_owner IS NOT NULL) AS t").fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT claimed FROM (SELECT count(*) AS claimed FROM harvest.tasks "
+                "WHERE lease_owner IS NOT NULL) AS t"
+            ).fetchone()[0]
+            == 0
+        )

@@ -51,15 +51,26 @@ def short_connect_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # -- every path, every form (item 3) -------------------------------------------------------------
 
-COMMANDS = [["workflow", "list"], ["migrate", "status"], ["migrate", "run"], ["preflight"],
-            ["worker", "harvest.cli.demo:app"], ["dlq", "list"]]
+COMMANDS = [
+    ["workflow", "list"],
+    ["migrate", "status"],
+    ["migrate", "run"],
+    ["preflight"],
+    ["worker", "harvest.cli.demo:app"],
+    ["dlq", "list"],
+]
 
 
 @pytest.mark.parametrize(("name", "dsn", "secrets"), FORMS, ids=IDS)
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: "-".join(c))
-def test_cli_output_and_logs_never_hold_the_password(name: str, dsn: str, secrets: list[str], command: list[str],
-                                                    short_connect_wait: None,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_cli_output_and_logs_never_hold_the_password(
+    name: str,
+    dsn: str,
+    secrets: list[str],
+    command: list[str],
+    short_connect_wait: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     result = CliRunner().invoke(main, command, env={"HARVEST_DATABASE_URL": dsn, "HARVEST_CONFIG": None})
     assert result.exit_code != 0, result.output
@@ -70,27 +81,35 @@ def test_cli_output_and_logs_never_hold_the_password(name: str, dsn: str, secret
 
 
 @pytest.mark.parametrize(("name", "dsn", "secrets"), FORMS, ids=IDS)
-def test_dev_never_prints_the_password(name: str, dsn: str, secrets: list[str],
-                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_dev_never_prints_the_password(
+    name: str, dsn: str, secrets: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
     result = CliRunner().invoke(main, ["dev"], env={"HARVEST_DEV_DATABASE_URL": dsn})
     assert result.exit_code != 0
     assert not leaks(result.output + result.stderr + caplog.text, secrets), result.output + result.stderr
 
 
-@pytest.mark.parametrize(("name", "dsn", "secrets"),
-                         [f for f in FORMS if f[0] in ("uri-unclosed-ipv6", "kv-space-in-password",
-                                                       "uri-bad-percent", "query-param-bad-uri")],
-                         ids=lambda v: v if isinstance(v, str) and "=" not in v and "://" not in v else "")
+@pytest.mark.parametrize(
+    ("name", "dsn", "secrets"),
+    [
+        f
+        for f in FORMS
+        if f[0] in ("uri-unclosed-ipv6", "kv-space-in-password", "uri-bad-percent", "query-param-bad-uri")
+    ],
+    ids=lambda v: v if isinstance(v, str) and "=" not in v and "://" not in v else "",
+)
 @pytest.mark.parametrize("how", ["flag", "env"])
-def test_a_real_process_prints_one_line_without_the_password(name: str, dsn: str, secrets: list[str],
-                                                            how: str) -> None:
+def test_a_real_process_prints_one_line_without_the_password(
+    name: str, dsn: str, secrets: list[str], how: str
+) -> None:
     env = env_without_dsns()
     for command in (["workflow", "list"], ["worker", "harvest.cli.demo:app"]):
         args = [*command, "--database-url", dsn] if how == "flag" else command
         if how == "env":
             env["HARVEST_DATABASE_URL"] = dsn
-        done = subprocess.run([*HARVEST, *args], env=env, capture_output=True, text=True, timeout=60,
-                              check=False)
+        done = subprocess.run(
+            [*HARVEST, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+        )
         assert done.returncode == 1, done.stderr
         assert not leaks(done.stdout + done.stderr, secrets), done.stderr
         assert "Traceback" not in done.stderr
@@ -98,21 +117,27 @@ def test_a_real_process_prints_one_line_without_the_password(name: str, dsn: str
 
 
 @pytest.mark.parametrize(("name", "dsn", "secrets"), FORMS, ids=IDS)
-def test_clients_and_migrator_raise_without_the_password(name: str, dsn: str, secrets: list[str],
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_clients_and_migrator_raise_without_the_password(
+    name: str, dsn: str, secrets: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     errors = []
-    for attempt in (lambda: Client(dsn), lambda: Client(dsn, check_schema=False),
-                    lambda: asyncio.run(AsyncClient.connect(dsn, check_schema=False)),
-                    lambda: Migrator(dsn).run(), lambda: Migrator(dsn).status()):
+    for attempt in (
+        lambda: Client(dsn),
+        lambda: Client(dsn, check_schema=False),
+        lambda: asyncio.run(AsyncClient.connect(dsn, check_schema=False)),
+        lambda: Migrator(dsn).run(),
+        lambda: Migrator(dsn).status(),
+    ):
         with pytest.raises(HarvestError) as info:
             attempt()
         errors.append("".join(traceback.format_exception(info.value)))
     assert not leaks("".join(errors) + caplog.text, secrets), errors
 
 
-def test_worker_retry_warnings_never_hold_the_password(short_connect_wait: None,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_worker_retry_warnings_never_hold_the_password(
+    short_connect_wait: None, caplog: pytest.LogCaptureFixture
+) -> None:
     """A closed port is an outage: retried, with a warning each time, none with the password."""
     caplog.set_level(logging.DEBUG)
     dsn = "postgresql://u:Retry%20Pw99@127.0.0.1:1/db?password=Other99Pw"
@@ -126,6 +151,7 @@ def test_worker_retry_warnings_never_hold_the_password(short_connect_wait: None,
 
 # -- fail fast on a refused login (item 13) ------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def password_server() -> Iterator[EmbeddedPostgres]:
     """A server of its own that checks passwords (the shared one trusts every login)."""
@@ -135,9 +161,11 @@ def password_server() -> Iterator[EmbeddedPostgres]:
         with psycopg.connect(server.dsn, autocommit=True) as conn:
             conn.execute("CREATE ROLE pw_user LOGIN PASSWORD 'Right-Pw-123'")
             hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
-            hba.write_text("local all all trust\n"
-                           "host all postgres 127.0.0.1/32 trust\n"
-                           "host all all 127.0.0.1/32 scram-sha-256\n")
+            hba.write_text(
+                "local all all trust\n"
+                "host all postgres 127.0.0.1/32 trust\n"
+                "host all all 127.0.0.1/32 scram-sha-256\n"
+            )
             conn.execute("SELECT pg_reload_conf()")
         yield server
     finally:
@@ -159,13 +187,18 @@ def test_the_password_server_checks_passwords(password_server: EmbeddedPostgres)
         psycopg.connect(wrong_password(password_server))
 
 
-@pytest.mark.parametrize(("dsn_of", "cause"), [
-    (wrong_password, "password authentication failed"),
-    (lambda s: right_password(s, "no_such_db"), 'database "no_such_db" does not exist'),
-    (lambda s: f"postgresql://pw_user@127.0.0.1:{s.port}/postgres", "no password supplied"),
-], ids=["wrong-password", "unknown-database", "no-password"])
-def test_a_worker_fails_at_once_on_a_refused_login(password_server: EmbeddedPostgres, dsn_of, cause: str,
-                                                   caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("dsn_of", "cause"),
+    [
+        (wrong_password, "password authentication failed"),
+        (lambda s: right_password(s, "no_such_db"), 'database "no_such_db" does not exist'),
+        (lambda s: f"postgresql://pw_user@127.0.0.1:{s.port}/postgres", "no password supplied"),
+    ],
+    ids=["wrong-password", "unknown-database", "no-password"],
+)
+def test_a_worker_fails_at_once_on_a_refused_login(
+    password_server: EmbeddedPostgres, dsn_of, cause: str, caplog: pytest.LogCaptureFixture
+) -> None:
     dsn = dsn_of(password_server)
     started = time.monotonic()
     with pytest.raises(ConnectionRejected) as info:
@@ -181,8 +214,14 @@ def test_harvest_worker_exits_within_seconds_on_a_wrong_password(password_server
     env = env_without_dsns()
     env["HARVEST_DATABASE_URL"] = wrong_password(password_server)
     started = time.monotonic()
-    done = subprocess.run([*HARVEST, "worker", "harvest.cli.demo:app"], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = subprocess.run(
+        [*HARVEST, "worker", "harvest.cli.demo:app"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     elapsed = time.monotonic() - started
     assert done.returncode == 1, done.stderr
     assert elapsed < 10, f"took {elapsed:.1f}s"
@@ -194,9 +233,12 @@ def test_harvest_worker_exits_within_seconds_on_a_wrong_password(password_server
 
 def test_clients_and_commands_fail_at_once_on_a_wrong_password(password_server: EmbeddedPostgres) -> None:
     dsn = wrong_password(password_server)
-    for attempt in (lambda: Client(dsn), lambda: Client(dsn, check_schema=False),
-                    lambda: asyncio.run(AsyncClient.connect(dsn, check_schema=False)),
-                    lambda: Migrator(dsn).run()):
+    for attempt in (
+        lambda: Client(dsn),
+        lambda: Client(dsn, check_schema=False),
+        lambda: asyncio.run(AsyncClient.connect(dsn, check_schema=False)),
+        lambda: Migrator(dsn).run(),
+    ):
         started = time.monotonic()
         with pytest.raises(ConnectionRejected, match="password authentication failed"):
             attempt()

@@ -38,7 +38,7 @@ def wait_for_dead_letter(client: Client, timeout: float = 20) -> dict:
 @pytest.fixture(autouse=True)
 def unhealthy():
     state["healthy"] = False
-    yield
+    return
 
 
 def test_exhausted_activity_is_parked_and_replay_resumes(start_worker, client: Client) -> None:

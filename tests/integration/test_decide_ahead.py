@@ -66,16 +66,20 @@ async def mixed(ctx, n: int) -> int:
 
 def _history(db: str, execution_id: str) -> list[dict]:
     with psycopg.connect(db) as conn:
-        rows = conn.execute("SELECT event_id, event_type, event_data FROM harvest.events "
-                            "WHERE execution_id = %s ORDER BY event_id", (execution_id,)).fetchall()
+        rows = conn.execute(
+            "SELECT event_id, event_type, event_data FROM harvest.events "
+            "WHERE execution_id = %s ORDER BY event_id",
+            (execution_id,),
+        ).fetchall()
     return [{"event_id": i, "event_type": t, "event_data": d} for i, t, d in rows]
 
 
 def _comparable(history: list[dict]) -> list[tuple[str, dict]]:
     """Without worker and workflow ids (what differs between the two runs)."""
-    return [(e["event_type"], {k: v for k, v in e["event_data"].items()
-                               if k not in ("worker_id", "workflow_id")})
-            for e in history]
+    return [
+        (e["event_type"], {k: v for k, v in e["event_data"].items() if k not in ("worker_id", "workflow_id")})
+        for e in history
+    ]
 
 
 def test_a_decision_ahead_sees_the_result_as_stored_and_writes_the_plain_history(db, start_worker):
@@ -154,8 +158,10 @@ def test_children_and_continue_as_new_decided_ahead_replay(db, start_worker):
     worker.stop()
     assert worker.worker.decided_ahead >= 4
     with psycopg.connect(db) as conn:
-        runs = [r[0] for r in conn.execute(
-            "SELECT id::text FROM harvest.executions ORDER BY created_at").fetchall()]
+        runs = [
+            r[0]
+            for r in conn.execute("SELECT id::text FROM harvest.executions ORDER BY created_at").fetchall()
+        ]
     assert len(runs) == 4  # three rounds of the parent and one child
     for execution_id in runs:
         WorkflowReplayer(app).replay_or_raise(_history(db, execution_id))

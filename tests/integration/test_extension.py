@@ -27,8 +27,13 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 
 
 def build(output_dir: Path) -> tuple[Path, Path]:
-    result = subprocess.run([sys.executable, str(SCRIPT), "--output-dir", str(output_dir)],
-                            capture_output=True, text=True, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, str(SCRIPT), "--output-dir", str(output_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     script, control = output_dir / f"harvest--{VERSION}.sql", output_dir / "harvest.control"
     assert result.stdout.split() == [str(script), str(control)]
@@ -40,8 +45,10 @@ def test_build_writes_the_script_and_the_control_file(tmp_path: Path) -> None:
     text = script.read_text()
     # sql/ in its install order, then functions/, then the one call that secures them.
     sections = re.findall(r"^-- ---- ((?:sql|functions)/\S+)$", text, re.MULTILINE)
-    assert sections == ([f"sql/{p.name}" for p in paths.schema_files(REPO / "sql")]
-                        + [f"functions/{p.name}" for p in sorted((REPO / "functions").glob("*.sql"))])
+    assert sections == (
+        [f"sql/{p.name}" for p in paths.schema_files(REPO / "sql")]
+        + [f"functions/{p.name}" for p in sorted((REPO / "functions").glob("*.sql"))]
+    )
     last_function = text.index(f"-- ---- functions/{max((REPO / 'functions').glob('*.sql')).name}")
     assert text.index("SELECT harvest._secure_functions();", last_function) > last_function
     assert re.search(r"^CREATE SCHEMA harvest;$", text, re.MULTILINE)
@@ -63,8 +70,9 @@ def test_build_writes_the_script_and_the_control_file(tmp_path: Path) -> None:
 def test_make_extension_runs_the_build_script() -> None:
     if not shutil.which("make"):
         pytest.skip("make is not installed")
-    result = subprocess.run(["make", "-n", "-C", str(REPO), "extension"], capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "extension"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert result.returncode == 0, result.stderr
     assert "scripts/build_extension.py" in result.stdout
 
@@ -106,13 +114,15 @@ def migrated_now(pg_server) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
-def test_create_extension_equals_a_migrated_database(installed_extension: None, fresh_db: str,
-                                                     migrated_now: str) -> None:
+def test_create_extension_equals_a_migrated_database(
+    installed_extension: None, fresh_db: str, migrated_now: str
+) -> None:
     db = migrated_now
     with psycopg.connect(fresh_db, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION harvest")
         assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'harvest'").fetchone() == (
-            VERSION,)
+            VERSION,
+        )
         assert conn.execute("SELECT harvest.schema_version()").fetchone() == (m.latest_core_version(),)
     catalog.assert_same(catalog.snapshot(fresh_db), catalog.snapshot(db), "CREATE EXTENSION", "migrated")
 
@@ -129,11 +139,19 @@ def test_extension_tables_are_dumped_and_dropped_with_it(installed_extension: No
     with psycopg.connect(fresh_db, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION harvest")
         # pg_dump skips extension tables' rows unless marked: every data table is, the ledgers are not.
-        marked = {r[0] for r in conn.execute(
-            "SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS x(oid)"
-            " JOIN pg_class c ON c.oid = x.oid WHERE e.extname = 'harvest' AND c.relkind = 'r'")}
-        tables = {r[0] for r in conn.execute(
-            "SELECT relname FROM pg_class WHERE relnamespace = 'harvest'::regnamespace AND relkind = 'r'")}
+        marked = {
+            r[0]
+            for r in conn.execute(
+                "SELECT c.relname FROM pg_extension e, unnest(e.extconfig) AS x(oid)"
+                " JOIN pg_class c ON c.oid = x.oid WHERE e.extname = 'harvest' AND c.relkind = 'r'"
+            )
+        }
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT relname FROM pg_class WHERE relnamespace = 'harvest'::regnamespace AND relkind = 'r'"
+            )
+        }
         assert marked == tables - {"schema_migrations", "function_files"}
         assert {"executions", "events", "tasks"} <= marked
         # The schema belongs to the extension: dropping it leaves nothing behind.
@@ -141,7 +159,8 @@ def test_extension_tables_are_dumped_and_dropped_with_it(installed_extension: No
         assert conn.execute("SELECT to_regnamespace('harvest')").fetchone() == (None,)
 
 
-def test_create_extension_refuses_a_database_that_already_has_the_schema(installed_extension: None,
-                                                                          db: str) -> None:
+def test_create_extension_refuses_a_database_that_already_has_the_schema(
+    installed_extension: None, db: str
+) -> None:
     with psycopg.connect(db, autocommit=True) as conn, pytest.raises(psycopg.errors.DuplicateSchema):
         conn.execute("CREATE EXTENSION harvest")

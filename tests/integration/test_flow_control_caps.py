@@ -81,20 +81,38 @@ def test_concurrency_status_reports_key_cap_in_flight_and_pending(db, client) ->
     sampled: list[tuple] = []
     app = App(workflows=[fan_out], activities=[charge, refund])
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("SELECT harvest.declare_flow_policies(%s)", (psycopg.types.json.Jsonb(app.flow_policies()),))
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)", (psycopg.types.json.Jsonb(app.flow_policies()),)
+        )
         handle = client.start_workflow(fan_out, 8)
         # Decide by hand: claim the workflow task and answer it with the runtime's commands.
         from harvest.runtime import run as _run  # noqa: F401 - the worker would do this
-        task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
-                            ).fetchone()
-        commands = [{"type": "schedule_activity", "seq": i + 1, "name": "charge", "input": [i],
-                     "queue": "default", "options": charge.__harvest_activity__.options_json()}
-                    for i in range(8)]
-        conn.execute("SELECT harvest.complete_workflow_task(%s, %s, 1, %s)",
-                     (task[0], task[1], psycopg.types.json.Jsonb(commands)))
-        claimed = conn.execute("SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchone()[0]
-        sampled = conn.execute("SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
-                               "FROM harvest.list_concurrency_keys()").fetchall()
+
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+        ).fetchone()
+        commands = [
+            {
+                "type": "schedule_activity",
+                "seq": i + 1,
+                "name": "charge",
+                "input": [i],
+                "queue": "default",
+                "options": charge.__harvest_activity__.options_json(),
+            }
+            for i in range(8)
+        ]
+        conn.execute(
+            "SELECT harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (task[0], task[1], psycopg.types.json.Jsonb(commands)),
+        )
+        claimed = conn.execute(
+            "SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['default'], 10)"
+        ).fetchone()[0]
+        sampled = conn.execute(
+            "SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
+            "FROM harvest.list_concurrency_keys()"
+        ).fetchall()
     assert handle.execution_id
     assert claimed == 3
     assert sampled == [("stripe", "activity", 3, 3, 5, None)]
@@ -107,12 +125,24 @@ def test_many_claimers_never_over_admit(db) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         for r in range(runs):
             conn.execute("SELECT harvest.start_workflow('race', '[]', %s, 'race_wq')", (f"r{r}",))
-            task = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks('s', ARRAY['race_wq'], 1)"
-                                ).fetchone()
-            commands = [{"type": "schedule_activity", "seq": i + 1, "name": "capped", "input": [i],
-                         "queue": "race_q", "options": options} for i in range(per_run)]
-            conn.execute("SELECT harvest.complete_workflow_task(%s, %s, 1, %s)",
-                         (task[0], task[1], psycopg.types.json.Jsonb(commands)))
+            task = conn.execute(
+                "SELECT task_id, fencing_token FROM harvest.claim_tasks('s', ARRAY['race_wq'], 1)"
+            ).fetchone()
+            commands = [
+                {
+                    "type": "schedule_activity",
+                    "seq": i + 1,
+                    "name": "capped",
+                    "input": [i],
+                    "queue": "race_q",
+                    "options": options,
+                }
+                for i in range(per_run)
+            ]
+            conn.execute(
+                "SELECT harvest.complete_workflow_task(%s, %s, 1, %s)",
+                (task[0], task[1], psycopg.types.json.Jsonb(commands)),
+            )
     total = runs * per_run
     done: list[int] = []
     peaks: list[int] = []
@@ -123,24 +153,32 @@ def test_many_claimers_never_over_admit(db) -> None:
         try:
             with psycopg.connect(db, autocommit=True) as conn:
                 while not stop.is_set():
-                    rows = conn.execute("SELECT task_id, fencing_token FROM harvest.claim_tasks(%s, "
-                                        "ARRAY['race_q'], 5)", (f"c{n}",)).fetchall()
+                    rows = conn.execute(
+                        "SELECT task_id, fencing_token FROM harvest.claim_tasks(%s, ARRAY['race_q'], 5)",
+                        (f"c{n}",),
+                    ).fetchall()
                     time.sleep(0.01)
                     for task_id, token in rows:
                         conn.execute("SELECT harvest.complete_activity(%s, %s, '1')", (task_id, token))
                         done.append(task_id)
                     if not rows:
                         time.sleep(0.01)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     def sampler() -> None:
         with psycopg.connect(db, autocommit=True) as conn:
             while not stop.is_set():
-                peaks.append(conn.execute("SELECT count(*) FROM harvest.tasks WHERE concurrency_key = 'k' "
-                                          "AND status = 'running'").fetchone()[0])
+                peaks.append(
+                    conn.execute(
+                        "SELECT count(*) FROM harvest.tasks WHERE concurrency_key = 'k' "
+                        "AND status = 'running'"
+                    ).fetchone()[0]
+                )
 
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)] + [threading.Thread(target=sampler)]
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(8)] + [
+        threading.Thread(target=sampler)
+    ]
     for t in threads:
         t.start()
     deadline = time.monotonic() + 60

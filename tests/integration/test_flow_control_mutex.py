@@ -55,8 +55,9 @@ def wait_for(predicate, timeout: float = 20.0) -> None:
 
 def queue_of(conn: psycopg.Connection, key: str) -> list[str]:
     """[holder, waiter, waiter, ...] of a key."""
-    row = conn.execute("SELECT holder_execution_id::text, waiters FROM harvest.list_mutexes(%s)",
-                       (key,)).fetchone()
+    row = conn.execute(
+        "SELECT holder_execution_id::text, waiters FROM harvest.list_mutexes(%s)", (key,)
+    ).fetchone()
     if row is None:
         return []
     return ([row[0]] if row[0] else []) + list(row[1])
@@ -69,8 +70,12 @@ def test_holders_never_overlap_and_are_granted_in_fifo_order(db, start_worker, c
     with psycopg.connect(db, autocommit=True) as conn:
         for n in range(5):  # one at a time, so the queue order is known
             handles.append(client.start_workflow(serialised, n))
-            wait_for(lambda n=n: handles[n].execution_id in queue_of(conn, "printer")
-                     or handles[n].describe()["status"] != "RUNNING")
+            wait_for(
+                lambda n=n: (
+                    handles[n].execution_id in queue_of(conn, "printer")
+                    or handles[n].describe()["status"] != "RUNNING"
+                )
+            )
     assert [h.result(timeout=60) for h in handles] == list(range(5))
     ordered = sorted(spans.items(), key=lambda item: item[1][0])
     assert [n for n, _ in ordered] == list(range(5)), "FIFO grant order"
@@ -79,9 +84,14 @@ def test_holders_never_overlap_and_are_granted_in_fifo_order(db, start_worker, c
     with psycopg.connect(db, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM harvest.mutex_locks").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM harvest.mutex_waiters").fetchone()[0] == 0
-        kinds = [r[0] for r in conn.execute(
-            "SELECT event_type || coalesce(':' || (event_data ->> 'kind'), '') FROM harvest.events "
-            "WHERE execution_id = %s ORDER BY event_id", (handles[0].execution_id,))]
+        kinds = [
+            r[0]
+            for r in conn.execute(
+                "SELECT event_type || coalesce(':' || (event_data ->> 'kind'), '') FROM harvest.events "
+                "WHERE execution_id = %s ORDER BY event_id",
+                (handles[0].execution_id,),
+            )
+        ]
     assert "MarkerRecorded:mutex_acquire" in kinds and "MutexAcquired" in kinds
     assert "MarkerRecorded:mutex_release" in kinds
 

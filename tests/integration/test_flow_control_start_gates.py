@@ -52,8 +52,11 @@ def declare(db: str) -> None:
 
 def runs(db: str, name: str) -> list[tuple]:
     with psycopg.connect(db, autocommit=True) as conn:
-        return conn.execute("SELECT workflow_id, id::text, input, status, created_at FROM harvest.executions "
-                            "WHERE workflow_name = %s ORDER BY created_at, id", (name,)).fetchall()
+        return conn.execute(
+            "SELECT workflow_id, id::text, input, status, created_at FROM harvest.executions "
+            "WHERE workflow_name = %s ORDER BY created_at, id",
+            (name,),
+        ).fetchall()
 
 
 def wait_for(predicate, timeout: float = 20.0) -> None:
@@ -72,8 +75,11 @@ def test_throttle_admits_the_burst_and_defers_the_rest_in_order(db, start_worker
     with pytest.raises(InvalidArgument, match="deferred"):
         handles[3].result(timeout=1)
     start_worker(APP, concurrency=4)
-    wait_for(lambda: len(runs(db, "paced_start")) == 6 and all(
-        r[3] == "COMPLETED" for r in runs(db, "paced_start")))
+    wait_for(
+        lambda: (
+            len(runs(db, "paced_start")) == 6 and all(r[3] == "COMPLETED" for r in runs(db, "paced_start"))
+        )
+    )
     rows = runs(db, "paced_start")
     assert [r[0] for r in rows] == [f"p{n}" for n in range(6)], "released FIFO"
     # 4 deferred starts at 2 per second: the last starts >= 1.5 s after the first
@@ -83,7 +89,8 @@ def test_throttle_admits_the_burst_and_defers_the_rest_in_order(db, start_worker
 
 
 def test_debounce_collapses_a_burst_per_key_into_one_run_with_the_latest_input(
-        db, start_worker, client) -> None:
+    db, start_worker, client
+) -> None:
     declare(db)
     start_worker(APP, concurrency=4)
     handles = [client.start_workflow(reindex, {"doc": "a", "v": v}) for v in range(1, 6)]
@@ -119,8 +126,10 @@ def test_a_conflict_policy_with_a_start_gate_is_refused(db, client) -> None:
 
 def test_usage_report_from_durable_events(db, start_worker, client) -> None:
     before = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1)
-    handles = [client.start_workflow(metered_work, n, search_attributes={"tenant": "acme"} if n < 3 else {})
-               for n in range(1, 5)]
+    handles = [
+        client.start_workflow(metered_work, n, search_attributes={"tenant": "acme"} if n < 3 else {})
+        for n in range(1, 5)
+    ]
     start_worker(APP, concurrency=4)
     for h in handles:
         with contextlib.suppress(WorkflowFailed):  # run 3 fails on purpose
@@ -153,10 +162,12 @@ def test_concurrent_starts_collapse_and_never_over_admit(db, client) -> None:
             with psycopg.connect(db, autocommit=True) as conn:
                 barrier.wait()
                 for j in range(5):
-                    conn.execute("SELECT * FROM harvest.start_workflow('reindex', %s)",
-                                 (Jsonb([{"doc": "z", "v": i * 10 + j}]),))
+                    conn.execute(
+                        "SELECT * FROM harvest.start_workflow('reindex', %s)",
+                        (Jsonb([{"doc": "z", "v": i * 10 + j}]),),
+                    )
                     conn.execute("SELECT * FROM harvest.start_workflow('paced_start', %s)", (Jsonb([i]),))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=hammer, args=(i,)) for i in range(8)]
@@ -166,10 +177,12 @@ def test_concurrent_starts_collapse_and_never_over_admit(db, client) -> None:
         t.join()
     assert not errors, errors
     with psycopg.connect(db, autocommit=True) as conn:
-        rows = conn.execute("SELECT kind, count(*), sum(starts) FROM harvest.pending_starts "
-                            "GROUP BY kind ORDER BY kind").fetchall()
-        started = conn.execute("SELECT count(*) FROM harvest.executions "
-                               "WHERE workflow_name = 'paced_start'").fetchone()[0]
+        rows = conn.execute(
+            "SELECT kind, count(*), sum(starts) FROM harvest.pending_starts GROUP BY kind ORDER BY kind"
+        ).fetchall()
+        started = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'paced_start'"
+        ).fetchone()[0]
     assert ("debounce", 1, 40) in rows
     throttle = next(r for r in rows if r[0] == "throttle")
     # burst 2 plus at most the tokens refilled at 2/s while the 40 starts ran

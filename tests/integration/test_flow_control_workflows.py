@@ -68,10 +68,12 @@ def test_defer_runs_at_most_limit_per_key_and_all_finish(db, start_worker, clien
     def sample() -> None:
         with psycopg.connect(db, autocommit=True) as conn:
             while not stop.is_set():
-                peaks.append(conn.execute(
-                    "SELECT count(*) FROM harvest.workflow_slots AS s JOIN harvest.executions AS e "
-                    "ON e.id = s.execution_id WHERE s.concurrency_key = 'acme' AND e.status = 'RUNNING'"
-                ).fetchone()[0])
+                peaks.append(
+                    conn.execute(
+                        "SELECT count(*) FROM harvest.workflow_slots AS s JOIN harvest.executions AS e "
+                        "ON e.id = s.execution_id WHERE s.concurrency_key = 'acme' AND e.status = 'RUNNING'"
+                    ).fetchone()[0]
+                )
                 time.sleep(0.01)
 
     sampler = threading.Thread(target=sample)
@@ -85,25 +87,35 @@ def test_defer_runs_at_most_limit_per_key_and_all_finish(db, start_worker, clien
     assert results == ["acme"] * 5 + ["other"]
     assert max(peaks) == 2, max(peaks)
     with psycopg.connect(db, autocommit=True) as conn:
-        assert conn.execute("SELECT count(*) FROM harvest.workflow_slots").fetchone()[0] == 0, \
+        assert conn.execute("SELECT count(*) FROM harvest.workflow_slots").fetchone()[0] == 0, (
             "slots are given back when runs end"
+        )
 
 
 def test_defer_holds_the_first_task_while_the_key_is_full(db, client) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         declare(conn)
         ids = [client.start_workflow(deferred, {"tenant_id": "t"}).execution_id for _ in range(3)]
-        claimed = [r[0] for r in conn.execute(
-            "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchall()]
+        claimed = [
+            r[0]
+            for r in conn.execute(
+                "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)"
+            ).fetchall()
+        ]
         assert sorted(map(str, claimed)) == sorted(ids[:2])
-        status = conn.execute("SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
-                              "FROM harvest.list_concurrency_keys('t')").fetchall()
-        assert status == [("t", "workflow", 2, 2, 1,
-                           [{"workflow_name": "deferred", "on_conflict": "defer"}])]
+        status = conn.execute(
+            "SELECT key, task_type, max_concurrent, in_flight, pending, workflows "
+            "FROM harvest.list_concurrency_keys('t')"
+        ).fetchall()
+        assert status == [("t", "workflow", 2, 2, 1, [{"workflow_name": "deferred", "on_conflict": "defer"}])]
         conn.execute("SELECT harvest.terminate_workflow(%s, 'make room')", (ids[0],))
         conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (time_plus(conn, 1),))
-        later = [r[0] for r in conn.execute(
-            "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)").fetchall()]
+        later = [
+            r[0]
+            for r in conn.execute(
+                "SELECT execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 10)"
+            ).fetchall()
+        ]
         assert [str(x) for x in later] == [ids[2]]
 
 
@@ -120,8 +132,11 @@ def test_latest_wins_cancels_the_oldest_run_of_the_same_key_only(db, client) -> 
         rows = dict(conn.execute("SELECT id::text, status FROM harvest.executions").fetchall())
         assert rows[a.execution_id] == "CANCELLED"
         assert rows[b.execution_id] == "RUNNING" and rows[other_key.execution_id] == "RUNNING"
-        event = conn.execute("SELECT event_data FROM harvest.events WHERE execution_id = %s "
-                             "AND event_type = 'WorkflowCancelled'", (a.execution_id,)).fetchone()[0]
+        event = conn.execute(
+            "SELECT event_data FROM harvest.events WHERE execution_id = %s "
+            "AND event_type = 'WorkflowCancelled'",
+            (a.execution_id,),
+        ).fetchone()[0]
         assert event == {"details": {"superseded_by": b.execution_id}}
 
 
@@ -134,7 +149,7 @@ def test_latest_wins_converges_under_concurrent_starts(db, client) -> None:
         try:
             for _ in range(5):
                 client.start_workflow(indexer, {"doc_id": "hot"})
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=starter, args=(n,)) for n in range(8)]
@@ -144,10 +159,12 @@ def test_latest_wins_converges_under_concurrent_starts(db, client) -> None:
         t.join(60)
     assert not errors, errors
     with psycopg.connect(db, autocommit=True) as conn:
-        running = conn.execute("SELECT count(*) FROM harvest.executions WHERE concurrency_key = 'hot' "
-                               "AND status = 'RUNNING'").fetchone()[0]
-        cancelled = conn.execute("SELECT count(*) FROM harvest.executions WHERE concurrency_key = 'hot' "
-                                 "AND status = 'CANCELLED'").fetchone()[0]
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE concurrency_key = 'hot' AND status = 'RUNNING'"
+        ).fetchone()[0]
+        cancelled = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE concurrency_key = 'hot' AND status = 'CANCELLED'"
+        ).fetchone()[0]
     assert (running, cancelled) == (1, 39)
 
 
@@ -196,8 +213,10 @@ def test_pacing_override_set_read_clear_and_expiry(db) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         declare(conn)
         conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")
-        row = conn.execute("SELECT rps, burst, override_rps, override_expires_at::text "
-                           "FROM harvest.set_rate_limit_override('paced', 50, 10, 60)").fetchone()
+        row = conn.execute(
+            "SELECT rps, burst, override_rps, override_expires_at::text "
+            "FROM harvest.set_rate_limit_override('paced', 50, 10, 60)"
+        ).fetchone()
         assert row == (5.0, 1.0, 50.0, "2030-01-01 00:01:00+00")
         conn.execute("SET harvest.fake_now = '2030-01-01 00:01:01+00'")
         assert conn.execute("SELECT override_rps FROM harvest.get_rate_limit('paced')").fetchone() == (None,)

@@ -28,7 +28,9 @@ def function_source(conn: psycopg.Connection, name: str) -> str:
     """The body of harvest.<name> as installed, without -- comments."""
     rows = conn.execute(
         "SELECT p.prosrc FROM pg_catalog.pg_proc AS p"
-        " WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname = %s", (name,)).fetchall()
+        " WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname = %s",
+        (name,),
+    ).fetchall()
     if len(rows) != 1:
         raise LookupError(f"expected one function harvest.{name}, found {len(rows)}")
     return re.sub(r"--[^\n]*", "", rows[0][0])
@@ -48,7 +50,9 @@ def plain_sql(conn: psycopg.Connection, stmt: Statement) -> str:
     source = function_source(conn, stmt.function)
     found = re.search(rf"{stmt.start}.*?(?:;|\bLOOP\b)", source, re.DOTALL)
     if found is None:
-        raise LookupError(f"no statement matching {stmt.start!r} in harvest.{stmt.function}: update this test")
+        raise LookupError(
+            f"no statement matching {stmt.start!r} in harvest.{stmt.function}: update this test"
+        )
     sql = re.sub(r"(?:;|\bLOOP\b)$", "", found.group(0))
     sql = re.sub(r"^PERFORM\b", "SELECT", sql)
     sql = re.sub(r"^RETURN QUERY\s+", "", sql)
@@ -98,7 +102,8 @@ def assert_reads_only_through(plan: dict[str, Any], expected: dict[str, set[str]
         paths = access_paths(plan, relation)
         assert paths, f"the plan does not read harvest.{relation}:\n{sql}"
         assert set(paths) <= indexes, (
-            f"generic plan reads harvest.{relation} through {paths}, expected only {sorted(indexes)}:\n{sql}")
+            f"generic plan reads harvest.{relation} through {paths}, expected only {sorted(indexes)}:\n{sql}"
+        )
 
 
 @pytest.fixture
@@ -108,38 +113,49 @@ def never_analysed(conn: psycopg.Connection) -> psycopg.Connection:
         "SELECT c.relname, c.reltuples FROM pg_catalog.pg_class AS c"
         " WHERE c.relnamespace = 'harvest'::regnamespace AND c.relname IN ('executions', 'tasks', 'events')"
     ).fetchall()
-    assert len(stats) == 3 and all(tuples < 0 for _, tuples in stats), f"not a never-analysed database: {stats}"
+    assert len(stats) == 3 and all(tuples < 0 for _, tuples in stats), (
+        f"not a never-analysed database: {stats}"
+    )
     return conn
 
 
 # -- start_workflow: the prior run of (workflow_name, workflow_id) ----------------------------------
 
-START_LOOKUP = Statement("_start_resolve_prior", r"SELECT \* INTO v_prior FROM harvest\.executions",
-                         {"p_workflow_name": "text", "p_workflow_id": "text"})
+START_LOOKUP = Statement(
+    "_start_resolve_prior",
+    r"SELECT \* INTO v_prior FROM harvest\.executions",
+    {"p_workflow_name": "text", "p_workflow_id": "text"},
+)
 # Both lead with (workflow_name, workflow_id); executions_name_created does not, and walks
 # every run of the workflow name.
 START_INDEXES = {"executions_workflow_id_latest", "executions_active_workflow_id"}
 
-ROWS = ("INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at)"
-        " SELECT gen_random_uuid(), {name}, {workflow_id}, {status}, now() - g * interval '1 second'"
-        " FROM generate_series(1, 2000) AS g")
+ROWS = (
+    "INSERT INTO harvest.executions (id, workflow_name, workflow_id, status, created_at)"
+    " SELECT gen_random_uuid(), {name}, {workflow_id}, {status}, now() - g * interval '1 second'"
+    " FROM generate_series(1, 2000) AS g"
+)
 DISTRIBUTIONS = {
     "never analysed, empty": [],
     "analysed: one workflow name, many ids, all terminal": [
         ROWS.format(name="'wf'", workflow_id="'order-' || g", status="'COMPLETED'"),
-        "ANALYZE harvest.executions"],
+        "ANALYZE harvest.executions",
+    ],
     "analysed: a name per run, all running": [
         ROWS.format(name="'wf-' || g", workflow_id="'order-' || g", status="'RUNNING'"),
-        "ANALYZE harvest.executions"],
+        "ANALYZE harvest.executions",
+    ],
     "analysed: one key, many runs": [
         ROWS.format(name="'wf'", workflow_id="'order'", status="'FAILED'"),
-        "ANALYZE harvest.executions"],
+        "ANALYZE harvest.executions",
+    ],
 }
 
 
 @pytest.mark.parametrize("distribution", list(DISTRIBUTIONS))
-def test_start_workflow_prior_lookup_keeps_its_index(never_analysed: psycopg.Connection,
-                                                     distribution: str) -> None:
+def test_start_workflow_prior_lookup_keeps_its_index(
+    never_analysed: psycopg.Connection, distribution: str
+) -> None:
     conn = never_analysed
     for setup in DISTRIBUTIONS[distribution]:
         conn.execute(setup)
@@ -148,34 +164,47 @@ def test_start_workflow_prior_lookup_keeps_its_index(never_analysed: psycopg.Con
     assert_reads_only_through(plan, {"executions": START_INDEXES}, sql)
 
 
-def test_start_workflow_on_the_generic_plan_prefers_the_running_prior(never_analysed: psycopg.Connection) -> None:
+def test_start_workflow_on_the_generic_plan_prefers_the_running_prior(
+    never_analysed: psycopg.Connection,
+) -> None:
     """On the generic plan, with every run created at the same instant, the lookup still
     returns the RUNNING run before a terminal one."""
     conn = never_analysed
     conn.execute("SET plan_cache_mode = force_generic_plan")
     conn.execute("SET harvest.fake_now = '2030-01-01 00:00:00+00'")
-    first = conn.execute("SELECT execution_id FROM harvest.start_workflow('wf', p_workflow_id => 'k')").fetchone()
-    again = conn.execute("SELECT execution_id, started_fresh FROM harvest.start_workflow("
-                         "'wf', p_workflow_id => 'k')").fetchone()
+    first = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow('wf', p_workflow_id => 'k')"
+    ).fetchone()
+    again = conn.execute(
+        "SELECT execution_id, started_fresh FROM harvest.start_workflow('wf', p_workflow_id => 'k')"
+    ).fetchone()
     assert again == (first[0], False)
     conn.execute("SELECT harvest._close_execution(%s, 'FAILED', NULL, NULL)", first)
-    fresh = conn.execute("SELECT execution_id, started_fresh FROM harvest.start_workflow("
-                         "'wf', p_workflow_id => 'k', p_reuse_policy => 'allow_duplicate_failed_only')").fetchone()
+    fresh = conn.execute(
+        "SELECT execution_id, started_fresh FROM harvest.start_workflow("
+        "'wf', p_workflow_id => 'k', p_reuse_policy => 'allow_duplicate_failed_only')"
+    ).fetchone()
     assert fresh[1] and fresh[0] != first[0]
-    latest = conn.execute("SELECT execution_id, started_fresh FROM harvest.start_workflow("
-                          "'wf', p_workflow_id => 'k', p_reuse_policy => 'allow_duplicate_failed_only')").fetchone()
+    latest = conn.execute(
+        "SELECT execution_id, started_fresh FROM harvest.start_workflow("
+        "'wf', p_workflow_id => 'k', p_reuse_policy => 'allow_duplicate_failed_only')"
+    ).fetchone()
     assert latest == (fresh[0], False)
 
 
 # -- the other hot-path statements --------------------------------------------------------------
 
-RUNNING_TEST = ("`e.status = 'RUNNING'` implies the predicate of the partial index "
-                "executions_active_workflow_id, and the planner scans all of it filtering on id; "
-                "write the check so it does not, e.g. `(e.status = 'RUNNING') IS TRUE`, which leaves "
-                "executions_pkey the only index")
-ID_LIST = ("a lookup of a list of ids runs as a Seq Scan (a Hash Join, or a nested loop over a "
-           "materialised Seq Scan) of the whole table; probe the primary key once per id through a "
-           "LATERAL subquery the planner cannot flatten (FOR UPDATE inside, or OFFSET 0)")
+RUNNING_TEST = (
+    "`e.status = 'RUNNING'` implies the predicate of the partial index "
+    "executions_active_workflow_id, and the planner scans all of it filtering on id; "
+    "write the check so it does not, e.g. `(e.status = 'RUNNING') IS TRUE`, which leaves "
+    "executions_pkey the only index"
+)
+ID_LIST = (
+    "a lookup of a list of ids runs as a Seq Scan (a Hash Join, or a nested loop over a "
+    "materialised Seq Scan) of the whole table; probe the primary key once per id through a "
+    "LATERAL subquery the planner cannot flatten (FOR UPDATE inside, or OFFSET 0)"
+)
 BY_PK = {"executions": {"executions_pkey"}}
 
 
@@ -185,65 +214,156 @@ def case(stmt: Statement, expected: dict[str, set[str]], why: str, id: str):
 
 
 TRAPS = [
-    case(Statement("_ensure_workflow_task", r"INSERT INTO harvest\.tasks",
-                   {"p_execution_id": "uuid", "v_now": "timestamptz"}),
-         BY_PK, f"core.sql: {RUNNING_TEST}", id="_ensure_workflow_task"),
-    case(Statement("_fire_due_timers", r"PERFORM 1 FROM harvest\.executions", {"v_timer.execution_id": "uuid"}),
-         BY_PK, f"claim.sql: {RUNNING_TEST}", id="_fire_due_timers-lock"),
-    case(Statement("_hand_workflow_task", r"INSERT INTO harvest\.tasks",
-                   {"p_execution_id": "uuid", "v_now": "timestamptz", "p_worker_id": "text",
-                    "p_workflow_lease_secs": "double precision"}),
-         BY_PK, f"claim.sql: {RUNNING_TEST}", id="_hand_workflow_task"),
-    case(Statement("_claim_ids", r"WITH locked AS",
-                   {"p_ids": "bigint[]", "p_worker_id": "text", "p_limit": "integer",
-                    "p_workflow_lease_secs": "double precision", "p_now": "timestamptz"}),
-         {"tasks": {"tasks_pkey"}},
-         f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT t.id FROM harvest.tasks AS t "
-         "WHERE t.id = c.id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)", id="_claim_ids"),
-    case(Statement("claim_tasks", r"RETURN QUERY\s+SELECT c\.id[^;]*FROM harvest\._claim_ids",
-                   {"v_ids": "bigint[]", "p_worker_id": "text", "p_limit": "integer",
-                    "p_workflow_lease_secs": "double precision", "v_now": "timestamptz"}),
-         BY_PK,
-         f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x "
-         "WHERE x.id = c.execution_id OFFSET 0) AS l (e)", id="claim_tasks-executions"),
-    case(Statement("claim_tasks", r"RETURN QUERY\s+SELECT c\.id[^;]*FROM unnest\(v_claimed\)",
-                   {"v_claimed": "bigint[]", "p_worker_id": "text"}),
-         {"executions": {"executions_pkey"}, "tasks": {"tasks_pkey"}},
-         f"claim.sql (gated claims): {ID_LIST}", id="claim_tasks-gated"),
-    case(Statement("_order_candidates", r"SELECT coalesce\(array_agg\(r\.id",
-                   {"ids": "bigint[]", "p_now": "timestamptz"}),
-         {"tasks": {"tasks_pkey"}},
-         f"claim.sql (fair and ageing queues): {ID_LIST}", id="_order_candidates-order"),
-    case(Statement("complete_activities", r"SELECT u\.id, u\.token, u\.result",
-                   {"p_task_ids": "bigint[]", "p_fencing_tokens": "bigint[]", "p_results": "jsonb[]",
-                    "p_decisions": "jsonb[]"}),
-         {"tasks": {"tasks_pkey"}},
-         f"activities.sql: {ID_LIST}, e.g. ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t "
-         "WHERE t.id = u.id), u.id", id="complete_activities-order"),
-    case(Statement("complete_workflow_tasks", r"SELECT u\.id, u\.token, u\.through",
-                   {"p_task_ids": "bigint[]", "p_fencing_tokens": "bigint[]", "p_throughs": "bigint[]",
-                    "p_commands": "jsonb[]", "p_hand_off_slots": "integer[]"}),
-         {"tasks": {"tasks_pkey"}},
-         f"decide.sql: {ID_LIST}, as complete_activities", id="complete_workflow_tasks-order"),
-    case(Statement("_may_decide_on_result", r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
-                   {"v_execution.id": "uuid"}),
-         {"tasks": {"tasks_one_workflow_task", "tasks_execution"}},
-         "activities.sql: the open workflow task of one execution, by the partial unique index "
-         "(a literal kind = 'workflow' matches its predicate in a generic plan)",
-         id="_may_decide_on_result-open-workflow-task"),
-    case(Statement("_decide_cancel_timer", r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
-                   {"p_execution.id": "uuid", "p_command": "jsonb"}),
-         {"tasks": {"tasks_activity_invocation", "tasks_execution"}},
-         "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
-         "tasks_timers_due, and the planner scans every timer filtering on execution and seq; e.g. "
-         "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
-         "tasks_activity_invocation (execution_id, seq)", id="_decide_cancel_timer"),
+    case(
+        Statement(
+            "_ensure_workflow_task",
+            r"INSERT INTO harvest\.tasks",
+            {"p_execution_id": "uuid", "v_now": "timestamptz"},
+        ),
+        BY_PK,
+        f"core.sql: {RUNNING_TEST}",
+        id="_ensure_workflow_task",
+    ),
+    case(
+        Statement(
+            "_fire_due_timers", r"PERFORM 1 FROM harvest\.executions", {"v_timer.execution_id": "uuid"}
+        ),
+        BY_PK,
+        f"claim.sql: {RUNNING_TEST}",
+        id="_fire_due_timers-lock",
+    ),
+    case(
+        Statement(
+            "_hand_workflow_task",
+            r"INSERT INTO harvest\.tasks",
+            {
+                "p_execution_id": "uuid",
+                "v_now": "timestamptz",
+                "p_worker_id": "text",
+                "p_workflow_lease_secs": "double precision",
+            },
+        ),
+        BY_PK,
+        f"claim.sql: {RUNNING_TEST}",
+        id="_hand_workflow_task",
+    ),
+    case(
+        Statement(
+            "_claim_ids",
+            r"WITH locked AS",
+            {
+                "p_ids": "bigint[]",
+                "p_worker_id": "text",
+                "p_limit": "integer",
+                "p_workflow_lease_secs": "double precision",
+                "p_now": "timestamptz",
+            },
+        ),
+        {"tasks": {"tasks_pkey"}},
+        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT t.id FROM harvest.tasks AS t "
+        "WHERE t.id = c.id AND t.status = 'pending' FOR UPDATE SKIP LOCKED)",
+        id="_claim_ids",
+    ),
+    case(
+        Statement(
+            "claim_tasks",
+            r"RETURN QUERY\s+SELECT c\.id[^;]*FROM harvest\._claim_ids",
+            {
+                "v_ids": "bigint[]",
+                "p_worker_id": "text",
+                "p_limit": "integer",
+                "p_workflow_lease_secs": "double precision",
+                "v_now": "timestamptz",
+            },
+        ),
+        BY_PK,
+        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x "
+        "WHERE x.id = c.execution_id OFFSET 0) AS l (e)",
+        id="claim_tasks-executions",
+    ),
+    case(
+        Statement(
+            "claim_tasks",
+            r"RETURN QUERY\s+SELECT c\.id[^;]*FROM unnest\(v_claimed\)",
+            {"v_claimed": "bigint[]", "p_worker_id": "text"},
+        ),
+        {"executions": {"executions_pkey"}, "tasks": {"tasks_pkey"}},
+        f"claim.sql (gated claims): {ID_LIST}",
+        id="claim_tasks-gated",
+    ),
+    case(
+        Statement(
+            "_order_candidates",
+            r"SELECT coalesce\(array_agg\(r\.id",
+            {"ids": "bigint[]", "p_now": "timestamptz"},
+        ),
+        {"tasks": {"tasks_pkey"}},
+        f"claim.sql (fair and ageing queues): {ID_LIST}",
+        id="_order_candidates-order",
+    ),
+    case(
+        Statement(
+            "complete_activities",
+            r"SELECT u\.id, u\.token, u\.result",
+            {
+                "p_task_ids": "bigint[]",
+                "p_fencing_tokens": "bigint[]",
+                "p_results": "jsonb[]",
+                "p_decisions": "jsonb[]",
+            },
+        ),
+        {"tasks": {"tasks_pkey"}},
+        f"activities.sql: {ID_LIST}, e.g. ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t "
+        "WHERE t.id = u.id), u.id",
+        id="complete_activities-order",
+    ),
+    case(
+        Statement(
+            "complete_workflow_tasks",
+            r"SELECT u\.id, u\.token, u\.through",
+            {
+                "p_task_ids": "bigint[]",
+                "p_fencing_tokens": "bigint[]",
+                "p_throughs": "bigint[]",
+                "p_commands": "jsonb[]",
+                "p_hand_off_slots": "integer[]",
+            },
+        ),
+        {"tasks": {"tasks_pkey"}},
+        f"decide.sql: {ID_LIST}, as complete_activities",
+        id="complete_workflow_tasks-order",
+    ),
+    case(
+        Statement(
+            "_may_decide_on_result",
+            r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
+            {"v_execution.id": "uuid"},
+        ),
+        {"tasks": {"tasks_one_workflow_task", "tasks_execution"}},
+        "activities.sql: the open workflow task of one execution, by the partial unique index "
+        "(a literal kind = 'workflow' matches its predicate in a generic plan)",
+        id="_may_decide_on_result-open-workflow-task",
+    ),
+    case(
+        Statement(
+            "_decide_cancel_timer",
+            r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
+            {"p_execution.id": "uuid", "p_command": "jsonb"},
+        ),
+        {"tasks": {"tasks_activity_invocation", "tasks_execution"}},
+        "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
+        "tasks_timers_due, and the planner scans every timer filtering on execution and seq; e.g. "
+        "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
+        "tasks_activity_invocation (execution_id, seq)",
+        id="_decide_cancel_timer",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("stmt", "expected", "why"), TRAPS)
-def test_hot_path_statement_keeps_its_index(never_analysed: psycopg.Connection, stmt: Statement,
-                                            expected: dict[str, set[str]], why: str) -> None:
+def test_hot_path_statement_keeps_its_index(
+    never_analysed: psycopg.Connection, stmt: Statement, expected: dict[str, set[str]], why: str
+) -> None:
     sql = plain_sql(never_analysed, stmt)
     plan = generic_plan(never_analysed, sql, list(stmt.params.values()))
     assert_reads_only_through(plan, expected, f"{sql}\n(the trap: {why})")

@@ -51,10 +51,14 @@ async def fan_out(ctx, n: int) -> int:
 def _history(db: str, execution_id: str) -> list[tuple[str, dict]]:
     """The events without worker ids and timestamps (what differs between two workers)."""
     with psycopg.connect(db) as conn:
-        rows = conn.execute("SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s "
-                            "ORDER BY event_id", (execution_id,)).fetchall()
-    return [(kind, {k: v for k, v in data.items() if k not in ("worker_id", "workflow_id")})
-            for kind, data in rows]
+        rows = conn.execute(
+            "SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
+            (execution_id,),
+        ).fetchall()
+    return [
+        (kind, {k: v for k, v in data.items() if k not in ("worker_id", "workflow_id")})
+        for kind, data in rows
+    ]
 
 
 def test_a_sequential_workflow_runs_on_hand_offs_and_writes_the_claim_only_history(db, start_worker):
@@ -92,8 +96,9 @@ def test_a_draining_worker_is_handed_nothing(db, start_worker):
     worker = start_worker(app, hand_off=True)
     with psycopg.connect(db, autocommit=True) as conn:
         for _ in range(200):  # until the worker has registered
-            drained = conn.execute("UPDATE harvest.workers SET status = 'draining' WHERE id = %s",
-                                   (worker.worker.worker_id,)).rowcount
+            drained = conn.execute(
+                "UPDATE harvest.workers SET status = 'draining' WHERE id = %s", (worker.worker.worker_id,)
+            ).rowcount
             if drained:
                 break
             time.sleep(0.02)
@@ -142,8 +147,10 @@ def test_long_runs_handing_every_step_on_do_not_starve_new_work(db, start_worker
         assert short.result(timeout=30) == 1
         assert nap.result(timeout=30) == "woke"
         with psycopg.connect(db) as conn:
-            still = conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'long-%%'"
-                                 " AND status = 'RUNNING'").fetchone()[0]
+            still = conn.execute(
+                "SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'long-%%'"
+                " AND status = 'RUNNING'"
+            ).fetchone()[0]
         assert still == 2, "the new run and the timer waited for the long runs to end"
         assert [h.result(timeout=60) for h in longs] == [150, 150]
     assert worker.worker.handed_tasks > 200

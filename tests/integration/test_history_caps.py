@@ -34,8 +34,12 @@ async def rotating(ctx, i: int, runs: int) -> int:
 
 def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client: Client, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="harvest.worker")
-    start_worker(App(workflows=[runaway], activities=[tick]), history_event_hard_cap=40,
-                 history_byte_hard_cap=None, continue_as_new_threshold=4)
+    start_worker(
+        App(workflows=[runaway], activities=[tick]),
+        history_event_hard_cap=40,
+        history_byte_hard_cap=None,
+        continue_as_new_threshold=4,
+    )
     handle = client.start_workflow(runaway)
     with pytest.raises(WorkflowFailed) as info:
         handle.result(timeout=60)
@@ -54,8 +58,9 @@ def test_event_cap_fails_a_runaway_run_with_a_typed_reason(start_worker, client:
 
 
 def test_byte_cap_counts_stored_event_bytes(start_worker, client: Client) -> None:
-    start_worker(App(workflows=[runaway], activities=[tick]), history_event_hard_cap=None,
-                 history_byte_hard_cap=2000)
+    start_worker(
+        App(workflows=[runaway], activities=[tick]), history_event_hard_cap=None, history_byte_hard_cap=2000
+    )
     with pytest.raises(WorkflowFailed) as info:
         client.start_workflow(runaway).result(timeout=60)
     assert info.value.failure["error_type"] == "HistoryByteCapExceeded"
@@ -63,8 +68,12 @@ def test_byte_cap_counts_stored_event_bytes(start_worker, client: Client) -> Non
 
 
 def test_soft_threshold_advises_rotation_before_the_cap(start_worker, client: Client) -> None:
-    start_worker(App(workflows=[rotating], activities=[tick]), continue_as_new_threshold=10,
-                 history_event_hard_cap=40, history_byte_hard_cap=None)
+    start_worker(
+        App(workflows=[rotating], activities=[tick]),
+        continue_as_new_threshold=10,
+        history_event_hard_cap=40,
+        history_byte_hard_cap=None,
+    )
     handle = client.start_workflow(rotating, 0, 0)
     assert handle.result(timeout=60) > 0
     assert handle.describe()["status"] == "CONTINUED_AS_NEW"

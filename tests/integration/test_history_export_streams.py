@@ -19,9 +19,13 @@ def _run_with_signals(db: str, count: int, size: int) -> str:
     """A run whose history is its start and `count` signals of `size` characters each."""
     with psycopg.connect(db, autocommit=True) as conn:
         [execution_id] = conn.execute(
-            "SELECT execution_id FROM harvest.start_workflow('export_wf', '[\"in\"]', 'export-1')").fetchone()
-        conn.execute("SELECT harvest.signal_workflow(%s, 'note', jsonb_build_object('n', n, 'blob', "
-                     "repeat('x', %s))) FROM generate_series(1, %s) AS n", (execution_id, size, count))
+            "SELECT execution_id FROM harvest.start_workflow('export_wf', '[\"in\"]', 'export-1')"
+        ).fetchone()
+        conn.execute(
+            "SELECT harvest.signal_workflow(%s, 'note', jsonb_build_object('n', n, 'blob', "
+            "repeat('x', %s))) FROM generate_series(1, %s) AS n",
+            (execution_id, size, count),
+        )
     return str(execution_id)
 
 
@@ -29,14 +33,18 @@ def _old_document(db: str, execution_id: str, full: bool) -> str:
     """What export wrote before it streamed: the whole document, json.dumps(indent=2)."""
     with psycopg.connect(db, autocommit=True) as conn:
         sql = SqlApi(conn)
-        doc = {"execution": sql.get_execution(execution_id), "events": sql.get_history(execution_id),
-               "redacted": not full}
+        doc = {
+            "execution": sql.get_execution(execution_id),
+            "events": sql.get_history(execution_id),
+            "redacted": not full,
+        }
     return json.dumps(doc if full else workflow_cli.redact(doc), default=str, indent=2) + "\n"
 
 
 @pytest.mark.parametrize("full", [False, True], ids=["redacted", "full"])
-def test_a_history_of_many_pages_is_exported_whole_in_order_in_the_old_format(db, tmp_path, monkeypatch,
-                                                                               full) -> None:
+def test_a_history_of_many_pages_is_exported_whole_in_order_in_the_old_format(
+    db, tmp_path, monkeypatch, full
+) -> None:
     monkeypatch.setattr(workflow_cli, "EXPORT_PAGE_SIZE", 7)  # 46 events: 7 pages
     execution_id = _run_with_signals(db, 45, 10)
     pages = []
@@ -57,17 +65,22 @@ def test_a_history_of_many_pages_is_exported_whole_in_order_in_the_old_format(db
     events = json.loads(out.read_text())["events"]
     assert [e["event_id"] for e in events] == list(range(1, 47))
     # stdout gets the same document
-    stdout = CliRunner().invoke(main, args[:3] + (["--full"] if full else []), env={"HARVEST_DATABASE_URL": db})
+    stdout = CliRunner().invoke(
+        main, args[:3] + (["--full"] if full else []), env={"HARVEST_DATABASE_URL": db}
+    )
     assert stdout.exit_code == 0 and stdout.output == expected
 
 
 def test_an_export_with_no_events_matches_the_old_format(db, tmp_path) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
-        [execution_id] = conn.execute("SELECT execution_id FROM harvest.start_workflow('export_wf')").fetchone()
+        [execution_id] = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('export_wf')"
+        ).fetchone()
         conn.execute("DELETE FROM harvest.events WHERE execution_id = %s", (execution_id,))
     out = tmp_path / "h.json"
-    result = CliRunner().invoke(main, ["history", "export", str(execution_id), "--file", str(out)],
-                                env={"HARVEST_DATABASE_URL": db})
+    result = CliRunner().invoke(
+        main, ["history", "export", str(execution_id), "--file", str(out)], env={"HARVEST_DATABASE_URL": db}
+    )
     assert result.exit_code == 0, result.output
     assert out.read_text() == _old_document(db, str(execution_id), False)
 
@@ -80,13 +93,15 @@ def test_export_memory_stays_bounded_by_a_page_not_the_history(db, tmp_path, mon
     out = tmp_path / "h.json"
     tracemalloc.start()
     try:
-        result = CliRunner().invoke(main, ["history", "export", execution_id, "--full", "--file", str(out)],
-                                    env={"HARVEST_DATABASE_URL": db})
+        result = CliRunner().invoke(
+            main,
+            ["history", "export", execution_id, "--full", "--file", str(out)],
+            env={"HARVEST_DATABASE_URL": db},
+        )
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert result.exit_code == 0, result.output
     size = out.stat().st_size
     assert size > 12_000_000
-    print(f"exported {size} bytes with a peak of {peak} bytes of Python allocations")
-    assert peak < size / 4
+    assert peak < size / 4, f"exported {size} bytes with a peak of {peak} bytes of Python allocations"

@@ -36,12 +36,19 @@ def harvest(*args: str, dsn: str) -> object:
 def ahead_db(db: str) -> str:
     """A database a newer Harvest migrated: a core migration this package lacks, and a
     function file (and its body) newer than ours."""
-    query(db, "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
-              " VALUES ('harvest', %s, 'from_the_future', 'x', true)", (FUTURE,))
+    query(
+        db,
+        "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
+        " VALUES ('harvest', %s, 'from_the_future', 'x', true)",
+        (FUTURE,),
+    )
     query(db, "UPDATE harvest.function_files SET checksum = 'newer' WHERE file_name = 'core.sql'")
-    query(db, "CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text LANGUAGE sql STABLE"
-              " AS $$ SELECT max(version) FROM harvest.schema_migrations"
-              " WHERE set_name = 'harvest' /* newer body */ $$")
+    query(
+        db,
+        "CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text LANGUAGE sql STABLE"
+        " AS $$ SELECT max(version) FROM harvest.schema_migrations"
+        " WHERE set_name = 'harvest' /* newer body */ $$",
+    )
     return db
 
 
@@ -99,8 +106,11 @@ def test_worker_and_clients_say_to_upgrade_the_package(ahead_db: str) -> None:
 
 
 def test_a_behind_database_still_says_to_migrate(db: str) -> None:
-    query(db, "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s",
-          (LATEST_CORE,))
+    query(
+        db,
+        "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version = %s",
+        (LATEST_CORE,),
+    )
     with pytest.raises(SchemaMismatch, match="harvest migrate run") as info:
         Client(db)
     assert "ahead" not in str(info.value)
@@ -112,8 +122,12 @@ def test_an_included_set_is_not_the_core_set(db: str, tmp_path: Path) -> None:
     (app_set / "0001_app.sql").write_text("CREATE TABLE public.app_one (id int);\n")
     assert harvest("migrate", "run", "--include-dir", str(app_set), dsn=db).exit_code == 0
     # An app set's rows are not judged by a run that does not include it...
-    query(db, "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
-              " VALUES ('app', %s, 'later_app', 'x', true)", (FUTURE,))
+    query(
+        db,
+        "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
+        " VALUES ('app', %s, 'later_app', 'x', true)",
+        (FUTURE,),
+    )
     plain = harvest("migrate", "status", "--check", dsn=db)
     assert plain.exit_code == 0, plain.output
     assert "unknown" not in plain.stdout
@@ -130,8 +144,11 @@ def test_an_included_set_is_not_the_core_set(db: str, tmp_path: Path) -> None:
         m.discover([core_named])
     named = harvest("migrate", "run", "--include-dir", str(core_named), dsn=db)
     assert named.exit_code == 1 and "may not be named 'harvest'" in named.stderr
-    assert query(db, "SELECT count(*) FROM harvest.schema_migrations WHERE version = %s"
-                     " AND set_name = 'harvest'", (FUTURE,)) == [(0,)]
+    assert query(
+        db,
+        "SELECT count(*) FROM harvest.schema_migrations WHERE version = %s AND set_name = 'harvest'",
+        (FUTURE,),
+    ) == [(0,)]
     twin = tmp_path / "other" / "app"
     twin.mkdir(parents=True)
     with pytest.raises(ConfigError, match="same name 'app'"):

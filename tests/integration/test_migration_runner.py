@@ -33,6 +33,7 @@ FUNCTION_FILES = sorted(p.name for p in (REPO / "functions").glob("*.sql"))
 
 # -- helpers ---------------------------------------------------------------------------
 
+
 def cli(*args: str, dsn: str | None = None) -> Result:
     env = {"HARVEST_DATABASE_URL": dsn} if dsn else {"HARVEST_DATABASE_URL": None}
     return CliRunner().invoke(migrate, list(args), env=env, prog_name="harvest migrate")
@@ -48,8 +49,9 @@ def cli_env(dsn: str | None = None) -> dict[str, str]:
 
 
 def cli_process(*args: str, dsn: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], env=cli_env(dsn), capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run(
+        [*CLI, *args], env=cli_env(dsn), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
@@ -60,15 +62,22 @@ def query(dsn: str, sql: str, params: tuple = ()) -> list[tuple]:
 def ledger(dsn: str) -> list[tuple]:
     if query(dsn, "SELECT to_regclass('harvest.schema_migrations')")[0][0] is None:
         return []
-    return query(dsn, "SELECT set_name, version, name, checksum, transactional, applied_at"
-                      " FROM harvest.schema_migrations ORDER BY 1, 2")
+    return query(
+        dsn,
+        "SELECT set_name, version, name, checksum, transactional, applied_at"
+        " FROM harvest.schema_migrations ORDER BY 1, 2",
+    )
 
 
 def function_ledger(dsn: str) -> dict[str, tuple[str, object]]:
     if query(dsn, "SELECT to_regclass('harvest.function_files')")[0][0] is None:
         return {}
-    return {name: (checksum, at) for name, checksum, at in
-            query(dsn, "SELECT file_name, checksum, applied_at FROM harvest.function_files")}
+    return {
+        name: (checksum, at)
+        for name, checksum, at in query(
+            dsn, "SELECT file_name, checksum, applied_at FROM harvest.function_files"
+        )
+    }
 
 
 def relation_exists(dsn: str, name: str) -> bool:
@@ -98,6 +107,7 @@ def sql_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # -- status, run, dry run --------------------------------------------------------------
 
+
 def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: str) -> None:
     before = cli("status", "--check", dsn=fresh_db)
     assert before.exit_code == 1, before.output
@@ -108,8 +118,9 @@ def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: s
 
     run = cli("run", dsn=fresh_db)
     assert run.exit_code == 0, run.output
-    assert (f"applied {len(CORE_MIGRATIONS)} migration(s), {len(FUNCTION_FILES)} function file(s)"
-            in run.stdout)
+    assert (
+        f"applied {len(CORE_MIGRATIONS)} migration(s), {len(FUNCTION_FILES)} function file(s)" in run.stdout
+    )
 
     after = cli("status", "--check", dsn=fresh_db)
     assert after.exit_code == 0, after.output
@@ -119,7 +130,8 @@ def test_status_check_fails_on_a_fresh_database_and_passes_after_run(fresh_db: s
     as_json = json.loads(cli("status", "--output", "json", dsn=fresh_db).stdout)
     assert as_json["pending"] == 0 and as_json["stale_function_files"] == []
     assert [(r["set"], r["version"]) for r in as_json["migrations"]] == [
-        ("harvest", name[:4]) for name in CORE_MIGRATIONS]
+        ("harvest", name[:4]) for name in CORE_MIGRATIONS
+    ]
     assert all(r["applied_at"] for r in as_json["migrations"])
 
 
@@ -152,17 +164,22 @@ def test_dry_run_prints_the_plan_and_changes_nothing(fresh_db: str, tmp_path: Pa
 
 
 def test_include_dir_brings_an_extra_set(fresh_db: str, tmp_path: Path) -> None:
-    extra = write_set(tmp_path / "app", {
-        "0001_widgets.sql": "CREATE TABLE public.widgets (id int PRIMARY KEY, name text);\n",
-        "0002_widget_rows.sql": "INSERT INTO public.widgets VALUES (1, 'one');\n",
-    })
+    extra = write_set(
+        tmp_path / "app",
+        {
+            "0001_widgets.sql": "CREATE TABLE public.widgets (id int PRIMARY KEY, name text);\n",
+            "0002_widget_rows.sql": "INSERT INTO public.widgets VALUES (1, 'one');\n",
+        },
+    )
     result = cli("run", "--include-dir", str(extra), dsn=fresh_db)
     assert result.exit_code == 0, result.output
     assert f"applied {len(CORE_MIGRATIONS) + 2} migration(s)" in result.stdout
     # The extra set runs after Harvest's own, in version order.
     order = [line for line in result.stderr.splitlines() if line.startswith("applying ") and "/0" in line]
     assert order == [f"applying harvest/{n}" for n in CORE_MIGRATIONS] + [
-        "applying app/0001_widgets.sql", "applying app/0002_widget_rows.sql"]
+        "applying app/0001_widgets.sql",
+        "applying app/0002_widget_rows.sql",
+    ]
     rows = [(s, v, n, t) for s, v, n, _c, t, _at in ledger(fresh_db)]
     assert ("app", "0001", "widgets", True) in rows and ("app", "0002", "widget_rows", True) in rows
     assert query(fresh_db, "SELECT id, name FROM public.widgets") == [(1, "one")]
@@ -212,7 +229,8 @@ def test_a_changed_function_file_is_run_again(fresh_db: str, sql_copy: Path) -> 
     assert after["core.sql"][0] == hashlib.sha256(changed.read_bytes()).hexdigest()
     assert after["core.sql"][1] > before["core.sql"][1]
     assert {k: v for k, v in after.items() if k != "core.sql"} == {
-        k: v for k, v in before.items() if k != "core.sql"}
+        k: v for k, v in before.items() if k != "core.sql"
+    }
     assert cli("status", "--check", dsn=fresh_db).exit_code == 0
 
 
@@ -239,8 +257,10 @@ def test_a_function_file_that_left_functions_loses_its_ledger_row(fresh_db: str,
     assert result.exit_code == 0, result.output
     assert "applied 0 migration(s), 1 function file(s), 1 retired" in result.stdout
     assert sorted(function_ledger(fresh_db)) == sorted(p.name for p in functions.glob("*.sql"))
-    assert query(fresh_db, "SELECT to_regprocedure('harvest.count_usage(timestamptz,timestamptz,text,interval)')"
-                           " IS NOT NULL")[0][0]
+    assert query(
+        fresh_db,
+        "SELECT to_regprocedure('harvest.count_usage(timestamptz,timestamptz,text,interval)') IS NOT NULL",
+    )[0][0]
     assert cli("status", "--check", dsn=fresh_db).exit_code == 0
     assert "retired" not in cli("run", dsn=fresh_db).stdout
 
@@ -259,12 +279,13 @@ def test_a_function_file_with_crlf_line_ends_is_current_after_one_run(fresh_db: 
 
 NT_SET = {
     "0001_gadgets.sql": "CREATE TABLE public.gadgets (id int PRIMARY KEY, name text);\n"
-                        "INSERT INTO public.gadgets SELECT g, 'g' || g FROM generate_series(1, 100) g;\n",
+    "INSERT INTO public.gadgets SELECT g, 'g' || g FROM generate_series(1, 100) g;\n",
     "0002_gadgets_name_index.sql": (
         "-- harvest:no-transaction\n"
         "-- Built without blocking writes. Nothing rolls this file back, so every statement\n"
         "-- must be safe to run again: IF NOT EXISTS.\n"
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS gadgets_name ON public.gadgets (name);\n"),
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS gadgets_name ON public.gadgets (name);\n"
+    ),
 }
 
 
@@ -275,8 +296,9 @@ def test_a_marked_concurrent_index_migration_applies_and_is_reported(fresh_db: s
     assert "applying app/0002_gadgets_name_index.sql (non-transactional)" in result.stderr
     assert ", 1 non-transactional" in result.stdout
     # CREATE INDEX CONCURRENTLY errors inside a transaction block: it ran in autocommit.
-    assert query(fresh_db, "SELECT x.indisvalid FROM pg_index x"
-                           " WHERE x.indexrelid = 'public.gadgets_name'::regclass") == [(True,)]
+    assert query(
+        fresh_db, "SELECT x.indisvalid FROM pg_index x WHERE x.indexrelid = 'public.gadgets_name'::regclass"
+    ) == [(True,)]
     rows = {(s, v): t for s, v, _n, _c, t, _at in ledger(fresh_db)}
     assert rows[("app", "0001")] is True and rows[("app", "0002")] is False
 
@@ -286,18 +308,23 @@ def test_a_marked_concurrent_index_migration_applies_and_is_reported(fresh_db: s
     other = next(x for x in status.stdout.splitlines() if "app/0001_gadgets.sql" in x)
     assert "non-transactional" not in other
     as_json = json.loads(cli("status", "--output", "json", "--include-dir", str(extra), dsn=fresh_db).stdout)
-    assert {(r["set"], r["version"]): r["transactional"] for r in as_json["migrations"]}[("app", "0002")] is False
+    assert {(r["set"], r["version"]): r["transactional"] for r in as_json["migrations"]}[
+        ("app", "0002")
+    ] is False
 
-    planned = cli("run", "--dry-run", "--include-dir", str(write_set(tmp_path / "other", NT_SET)),
-                  dsn=fresh_db)
+    planned = cli(
+        "run", "--dry-run", "--include-dir", str(write_set(tmp_path / "other", NT_SET)), dsn=fresh_db
+    )
     assert "would apply other/0002_gadgets_name_index.sql (non-transactional)" in planned.stdout
 
 
-def test_an_unmarked_concurrent_index_migration_fails_and_records_nothing(fresh_db: str,
-                                                                         tmp_path: Path) -> None:
+def test_an_unmarked_concurrent_index_migration_fails_and_records_nothing(
+    fresh_db: str, tmp_path: Path
+) -> None:
     files = dict(NT_SET)
     files["0002_gadgets_name_index.sql"] = files["0002_gadgets_name_index.sql"].replace(
-        "-- harvest:no-transaction\n", "")
+        "-- harvest:no-transaction\n", ""
+    )
     extra = write_set(tmp_path / "app", files)
     result = cli_process("run", "--include-dir", str(extra), dsn=fresh_db)
     assert result.returncode == 1, result.stderr
@@ -309,34 +336,42 @@ def test_an_unmarked_concurrent_index_migration_fails_and_records_nothing(fresh_
 
 # -- a failing migration ---------------------------------------------------------------
 
-BROKEN_RUNTIME = ("-- statement 1 works, statement 2 works, statement 3 fails\n"
-                  "CREATE TABLE public.half_done (id int);\n"
-                  "\n"
-                  "INSERT INTO public.half_done VALUES (1);\n"
-                  "\n"
-                  "SELECT no_such_column FROM public.half_done;\n")
-BROKEN_SYNTAX = ("CREATE TABLE public.half_done (id int);\n"
-                 "INSERT INTO public.half_done VALUES (1);\n"
-                 "\n"
-                 "\n"
-                 "SELEKT 1;\n")
-BROKEN_DEEP = ("CREATE TABLE public.half_done (id int);\n"
-               "INSERT INTO public.half_done VALUES (1);\n"
-               "SELECT id,\n"
-               "       id + 1,\n"
-               "       missing_column\n"
-               "FROM public.half_done;\n")
+BROKEN_RUNTIME = (
+    "-- statement 1 works, statement 2 works, statement 3 fails\n"
+    "CREATE TABLE public.half_done (id int);\n"
+    "\n"
+    "INSERT INTO public.half_done VALUES (1);\n"
+    "\n"
+    "SELECT no_such_column FROM public.half_done;\n"
+)
+BROKEN_SYNTAX = (
+    "CREATE TABLE public.half_done (id int);\nINSERT INTO public.half_done VALUES (1);\n\n\nSELEKT 1;\n"
+)
+BROKEN_DEEP = (
+    "CREATE TABLE public.half_done (id int);\n"
+    "INSERT INTO public.half_done VALUES (1);\n"
+    "SELECT id,\n"
+    "       id + 1,\n"
+    "       missing_column\n"
+    "FROM public.half_done;\n"
+)
 
 
-@pytest.mark.parametrize(("text", "line", "words"), [
-    (BROKEN_RUNTIME, 6, "no_such_column"),
-    (BROKEN_SYNTAX, 5, "SELEKT"),
-    (BROKEN_DEEP, 5, "missing_column"),
-], ids=["runtime-error", "syntax-error", "error-inside-a-statement"])
+@pytest.mark.parametrize(
+    ("text", "line", "words"),
+    [
+        (BROKEN_RUNTIME, 6, "no_such_column"),
+        (BROKEN_SYNTAX, 5, "SELEKT"),
+        (BROKEN_DEEP, 5, "missing_column"),
+    ],
+    ids=["runtime-error", "syntax-error", "error-inside-a-statement"],
+)
 def test_a_failing_migration_rolls_back_whole_and_names_file_and_line(
-        db: str, tmp_path: Path, text: str, line: int, words: str) -> None:
-    extra = write_set(tmp_path / "app", {"0001_ok.sql": "CREATE TABLE public.fine (id int);\n",
-                                         "0002_break.sql": text})
+    db: str, tmp_path: Path, text: str, line: int, words: str
+) -> None:
+    extra = write_set(
+        tmp_path / "app", {"0001_ok.sql": "CREATE TABLE public.fine (id int);\n", "0002_break.sql": text}
+    )
     before = ledger(db)
     result = cli_process("run", "--include-dir", str(extra), dsn=db)
     assert result.returncode == 1, result.stderr
@@ -361,8 +396,10 @@ def test_a_failing_function_file_records_nothing(fresh_db: str, sql_copy: Path) 
     assert cli("run", dsn=fresh_db).exit_code == 0
     before = function_ledger(fresh_db)
     path = sql_copy / "functions" / "workers.sql"
-    path.write_text(path.read_text() + "\nCREATE OR REPLACE FUNCTION harvest.zz_broken() RETURNS int\n"
-                    "LANGUAGE sql AS $$ SELECT 1 $$;\nSELECT harvest.no_such_function();\n")
+    path.write_text(
+        path.read_text() + "\nCREATE OR REPLACE FUNCTION harvest.zz_broken() RETURNS int\n"
+        "LANGUAGE sql AS $$ SELECT 1 $$;\nSELECT harvest.no_such_function();\n"
+    )
     result = cli_process("run", dsn=fresh_db)
     assert result.returncode == 1
     [error] = error_lines(result.stderr)
@@ -401,12 +438,14 @@ def test_a_missing_dsn_names_the_environment_variable() -> None:
 
 
 def test_database_url_flag_wins_over_the_environment(fresh_db: str) -> None:
-    result = CliRunner().invoke(migrate, ["status", "--database-url", fresh_db],
-                                env={"HARVEST_DATABASE_URL": UNREACHABLE})
+    result = CliRunner().invoke(
+        migrate, ["status", "--database-url", fresh_db], env={"HARVEST_DATABASE_URL": UNREACHABLE}
+    )
     assert result.exit_code == 0, result.output
 
 
 # -- schema version --------------------------------------------------------------------
+
 
 def test_schema_version_answers_the_latest_core_migration(db: str, tmp_path: Path) -> None:
     assert query(db, "SELECT harvest.schema_version()") == [(LATEST_CORE,)]
@@ -431,12 +470,16 @@ def test_check_schema_refuses_a_fresh_database_and_passes_after_migration(fresh_
 
 def test_check_schema_refuses_another_version(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("UPDATE harvest.schema_migrations SET version = '0000' WHERE set_name = 'harvest'"
-                     " AND version = %s", (LATEST_CORE,))
+        conn.execute(
+            "UPDATE harvest.schema_migrations SET version = '0000' WHERE set_name = 'harvest'"
+            " AND version = %s",
+            (LATEST_CORE,),
+        )
         if LATEST_CORE != "0001":
-            conn.execute("DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest'"
-                         " AND version > '0000'")
-        with pytest.raises(SchemaMismatch, match="schema version 0000.*harvest migrate run"):
+            conn.execute(
+                "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' AND version > '0000'"
+            )
+        with pytest.raises(SchemaMismatch, match=r"schema version 0000.*harvest migrate run"):
             m.check_schema(conn)
         conn.execute("DROP FUNCTION harvest.schema_version()")
         with pytest.raises(SchemaMismatch, match="no Harvest schema"):
@@ -445,33 +488,48 @@ def test_check_schema_refuses_another_version(db: str) -> None:
 
 # -- concurrency -----------------------------------------------------------------------
 
-def test_concurrent_runs_apply_each_migration_exactly_once(fresh_db: str, tmp_path: Path,
-                                                         sql_copy: Path) -> None:
-    slow = write_set(tmp_path / "slow", {
-        "0001_nap.sql": "SELECT pg_sleep(0.5);\nCREATE TABLE public.naps (id int);\n",
-        "0002_count.sql": "INSERT INTO public.naps VALUES (1);\n",
-    })
+
+def test_concurrent_runs_apply_each_migration_exactly_once(
+    fresh_db: str, tmp_path: Path, sql_copy: Path
+) -> None:
+    slow = write_set(
+        tmp_path / "slow",
+        {
+            "0001_nap.sql": "SELECT pg_sleep(0.5);\nCREATE TABLE public.naps (id int);\n",
+            "0002_count.sql": "INSERT INTO public.naps VALUES (1);\n",
+        },
+    )
     started = time.monotonic()
-    procs = [subprocess.Popen([*CLI, "run", "--include-dir", str(slow)], env=cli_env(fresh_db),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [*CLI, "run", "--include-dir", str(slow)],
+            env=cli_env(fresh_db),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     elapsed = time.monotonic() - started
-    for proc, (out, err) in zip(procs, outputs, strict=True):
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err
         assert "error" not in err.lower() and "Traceback" not in err
     applying = [line for _out, err in outputs for line in err.splitlines() if line.startswith("applying ")]
-    expected = ([f"applying harvest/{n}" for n in CORE_MIGRATIONS]
-                + ["applying slow/0001_nap.sql", "applying slow/0002_count.sql"]
-                + [f"applying functions/{n}" for n in FUNCTION_FILES])
+    expected = (
+        [f"applying harvest/{n}" for n in CORE_MIGRATIONS]
+        + ["applying slow/0001_nap.sql", "applying slow/0002_count.sql"]
+        + [f"applying functions/{n}" for n in FUNCTION_FILES]
+    )
     assert sorted(applying) == sorted(expected), "some migration ran twice or not at all"
     # One process did all the work; the others found nothing left.
     totals = sorted(out.strip() for out, _err in outputs)
     assert sum("applied 0 migration(s), 0 function file(s)" in t for t in totals) == 2, totals
     assert query(fresh_db, "SELECT count(*) FROM public.naps") == [(1,)]
     keys = [(s, v) for s, v, *_ in ledger(fresh_db)]
-    assert sorted(keys) == sorted([("harvest", n[:4]) for n in CORE_MIGRATIONS]
-                                  + [("slow", "0001"), ("slow", "0002")])
+    assert sorted(keys) == sorted(
+        [("harvest", n[:4]) for n in CORE_MIGRATIONS] + [("slow", "0001"), ("slow", "0002")]
+    )
     assert sorted(function_ledger(fresh_db)) == FUNCTION_FILES
     assert cli("status", "--check", "--include-dir", str(slow), dsn=fresh_db).exit_code == 0
     assert elapsed < 100

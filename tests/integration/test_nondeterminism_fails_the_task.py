@@ -49,8 +49,10 @@ def test_changed_code_fails_the_task_not_the_run(db: str, start_worker, client: 
         deadline = time.monotonic() + 10
         failure = None
         while failure is None and time.monotonic() < deadline:
-            row = conn.execute("SELECT last_failure FROM harvest.tasks WHERE execution_id = %s"
-                               " AND kind = 'workflow'", (handle.execution_id,)).fetchone()
+            row = conn.execute(
+                "SELECT last_failure FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
+                (handle.execution_id,),
+            ).fetchone()
             failure = row[0] if row else None
             time.sleep(0.05)
     assert failure is not None and failure["error_type"] == "NonDeterminismError"

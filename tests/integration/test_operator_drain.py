@@ -50,21 +50,32 @@ def test_drain_finishes_in_flight_claims_nothing_new_and_stops(db: str, start_wo
         result = conn.execute("SELECT harvest.drain_worker(%s, NULL, 'test')", (worker_id,)).fetchone()[0]
         assert result["outcome"] == "accepted" and result["in_flight"] == 2
         # The worker hears it on its next heartbeat and stops claiming.
-        wait_until(lambda: not running.worker._stopping is None and running.worker._stopping.is_set(),
-                   what="the worker to notice the drain")
+        wait_until(
+            lambda: running.worker._stopping is not None and running.worker._stopping.is_set(),
+            what="the worker to notice the drain",
+        )
         late = client.start_workflow(runs_slow, 3)
         time.sleep(0.5)
         gate.set()  # let the in-flight activities finish
         # The in-flight activities complete (their results are recorded) ...
         for h in handles:
-            wait_until(lambda h=h: any(e["event_type"] == "ActivityCompleted" for e in h.history()),
-                       what="the in-flight activity to complete")
-        wait_until(lambda: conn.execute("SELECT status FROM harvest.workers WHERE id = %s",
-                                        (worker_id,)).fetchone()[0] == "stopped", what="status stopped")
+            wait_until(
+                lambda h=h: any(e["event_type"] == "ActivityCompleted" for e in h.history()),
+                what="the in-flight activity to complete",
+            )
+        wait_until(
+            lambda: (
+                conn.execute("SELECT status FROM harvest.workers WHERE id = %s", (worker_id,)).fetchone()[0]
+                == "stopped"
+            ),
+            what="status stopped",
+        )
         # Nothing new was claimed: the late run's workflow task is still pending, unowned.
         assert sorted(started) == [1, 2]  # in either order: each run decides on its own
-        late_tasks = conn.execute("SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = %s",
-                                  (late.execution_id,)).fetchall()
+        late_tasks = conn.execute(
+            "SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = %s",
+            (late.execution_id,),
+        ).fetchall()
         assert late_tasks == [("workflow", "pending", None)]
         # ... and the follow-up workflow tasks wait for another worker.
         for h in handles:

@@ -34,8 +34,11 @@ async def wants(ctx, n: int) -> dict:
     try:
         result = await ctx.execute_activity(produce, n)
     except ActivityError as exc:
-        return {"error_type": exc.failure.error_type, "non_retryable": exc.failure.non_retryable,
-                "message": exc.failure.message}
+        return {
+            "error_type": exc.failure.error_type,
+            "non_retryable": exc.failure.non_retryable,
+            "message": exc.failure.message,
+        }
     return {"length": len(result)}
 
 
@@ -45,8 +48,16 @@ async def takes(ctx, blob: str) -> int:
 
 
 def test_the_client_measures_payloads_as_the_database_does(db: str) -> None:
-    values = [None, 1e20, -0.0, 1.5e-7, "é\u00e9\n\t\"\\", {"b": 1, "a": [1, 2.50, {"ü": None}]},
-              ["x" * 1000, 12345678901234567890], {"k" * 3: True, "kk": False}]
+    values = [
+        None,
+        1e20,
+        -0.0,
+        1.5e-7,
+        'é\u00e9\n\t"\\',
+        {"b": 1, "a": [1, 2.50, {"ü": None}]},
+        ["x" * 1000, 12345678901234567890],
+        {"k" * 3: True, "kk": False},
+    ]
     with psycopg.connect(db, autocommit=True) as conn:
         for value in values:
             text = psycopg.types.json.Jsonb(value)
@@ -58,10 +69,17 @@ def test_the_client_refuses_an_input_over_the_servers_limit_before_sending(db: s
     _set_limit(db, 1000)
     with Client(db) as client:
         assert client.max_payload_bytes == 1000  # read from the server, which is the authority
-        with pytest.raises(PayloadTooLarge, match=r"the input of workflow takes is 2004 bytes, over the "
-                                                  r"payload limit of 1000 bytes") as info:
+        with pytest.raises(
+            PayloadTooLarge,
+            match=r"the input of workflow takes is 2004 bytes, over the "
+            r"payload limit of 1000 bytes",
+        ) as info:
             client.start_workflow(takes, "x" * 2000)
-        assert (info.value.what, info.value.bytes, info.value.limit) == ("the input of workflow takes", 2004, 1000)
+        assert (info.value.what, info.value.bytes, info.value.limit) == (
+            "the input of workflow takes",
+            2004,
+            1000,
+        )
         assert info.value.exit_code == 2
         handle = client.start_workflow(takes, "x" * 996)  # exactly 1000 bytes: accepted
         assert handle.execution_id
@@ -82,7 +100,11 @@ def test_the_database_refuses_what_a_laxer_client_sends(db: str) -> None:
         with pytest.raises(PayloadTooLarge) as info:
             client.start_workflow(takes, "x" * 2000)
         # HR008, mapped: what, size, limit and what to do.
-        assert (info.value.what, info.value.bytes, info.value.limit) == ("the input of workflow takes", 2004, 1000)
+        assert (info.value.what, info.value.bytes, info.value.limit) == (
+            "the input of workflow takes",
+            2004,
+            1000,
+        )
         assert "pass a reference" in str(info.value)
     assert _executions(db) == 0  # a refused call wrote nothing
 
@@ -107,8 +129,10 @@ def test_an_activity_result_over_the_limit_fails_typed_and_final(db: str, start_
         history = client.get_handle(client.start_workflow(wants, 10).execution_id).result(timeout=30)
         assert history == {"length": 10}  # the same worker goes on working
     with psycopg.connect(db, autocommit=True) as conn:
-        [attempts] = conn.execute("SELECT array_agg((event_data ->> 'attempt')::int) FROM harvest.events "
-                                  "WHERE event_type = 'ActivityFailed'").fetchone()
+        [attempts] = conn.execute(
+            "SELECT array_agg((event_data ->> 'attempt')::int) FROM harvest.events "
+            "WHERE event_type = 'ActivityFailed'"
+        ).fetchone()
     assert attempts == [1]  # not retried
     assert running.error is None
 
@@ -117,8 +141,11 @@ def _wait_for_first_decision(db: str, execution_id: str, timeout: float = 30.0) 
     deadline = time.monotonic() + timeout
     with psycopg.connect(db, autocommit=True) as conn:
         while time.monotonic() < deadline:
-            if conn.execute("SELECT 1 FROM harvest.events WHERE execution_id = %s"
-                            " AND event_type = 'WorkflowTaskCompleted'", (execution_id,)).fetchone():
+            if conn.execute(
+                "SELECT 1 FROM harvest.events WHERE execution_id = %s"
+                " AND event_type = 'WorkflowTaskCompleted'",
+                (execution_id,),
+            ).fetchone():
                 return
             time.sleep(0.05)
     raise AssertionError(f"execution {execution_id} completed no workflow task in {timeout} s")
@@ -152,6 +179,7 @@ def test_a_query_answer_over_the_limit_is_a_typed_failure_not_a_timeout(db: str,
 
 # A decision the database would refuse on every attempt (issue 12 leftover): the run ends,
 # typed, instead of its workflow task failing and retrying forever.
+
 
 @workflow
 async def returns(ctx, n: int) -> str:
@@ -195,14 +223,18 @@ def _failure_of(client: Client, workflow, *args) -> dict:
 @pytest.mark.parametrize("worker_limit", [None, 10**9], ids=["worker-checks", "server-refuses"])
 def test_a_workflow_result_over_the_limit_fails_the_run_typed(db: str, start_worker, worker_limit) -> None:
     _set_limit(db, 1000)
-    running = start_worker(App(workflows=[returns, schedules, returns_after_activity], activities=[echo]),
-                           max_payload_bytes=worker_limit)
+    running = start_worker(
+        App(workflows=[returns, schedules, returns_after_activity], activities=[echo]),
+        max_payload_bytes=worker_limit,
+    )
     with Client(db) as client:
         failure = _failure_of(client, returns, 5000)
         assert failure["error_type"] == "PayloadTooLarge"
         assert failure["non_retryable"] is True
-        assert "the result of workflow returns is 5002 bytes, over the payload limit of 1000 bytes" \
+        assert (
+            "the result of workflow returns is 5002 bytes, over the payload limit of 1000 bytes"
             in failure["message"]
+        )
         assert failure["details"] == {"what": "the result of workflow returns", "bytes": 5002, "limit": 1000}
         # Any other payload of a decision over the limit ends the run the same way.
         failure = _failure_of(client, schedules, 5000)
@@ -214,8 +246,10 @@ def test_a_workflow_result_over_the_limit_fails_the_run_typed(db: str, start_wor
         assert client.start_workflow(returns, 900).result(timeout=30) == "x" * 900
         assert client.start_workflow(returns_after_activity, 900).result(timeout=30) == "x" * 900
     with psycopg.connect(db, autocommit=True) as conn:
-        failed = conn.execute("SELECT count(*) FROM harvest.executions WHERE status = 'FAILED' "
-                              "AND failure ->> 'error_type' = 'PayloadTooLarge'").fetchone()[0]
+        failed = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE status = 'FAILED' "
+            "AND failure ->> 'error_type' = 'PayloadTooLarge'"
+        ).fetchone()[0]
         retried = conn.execute("SELECT count(*) FROM harvest.tasks WHERE kind = 'workflow'").fetchone()[0]
     assert (failed, retried) == (3, 0)  # no workflow task left retrying
     assert running.error is None
@@ -226,7 +260,7 @@ def test_an_update_result_over_the_limit_fails_the_update_not_the_run(db: str, s
     start_worker(App(workflows=[answers], updates=[big]))
     with Client(db) as client:
         handle = client.start_workflow(answers)
-        with pytest.raises(UpdateFailed, match="the result of update .* is 5002 bytes") as info:
+        with pytest.raises(UpdateFailed, match=r"the result of update .* is 5002 bytes") as info:
             handle.update("big", 5000, timeout=30)
         assert info.value.error_type == "PayloadTooLarge"
         assert handle.update("big", 10, timeout=30) == "x" * 10  # the run goes on

@@ -81,8 +81,12 @@ async def counter(ctx) -> int:
     return count
 
 
-app = App(workflows=[budget, counter], activities=[book], queries=[total, owner, broken],
-          updates=[spend, fail_update])
+app = App(
+    workflows=[budget, counter],
+    activities=[book],
+    queries=[total, owner, broken],
+    updates=[spend, fail_update],
+)
 
 
 def wait_until(predicate, timeout: float = 10.0) -> None:
@@ -101,8 +105,14 @@ def settled(handle) -> None:
     wait_until(lambda: "WorkflowTaskCompleted" in event_types(handle))
     with handle.client.sql() as sql:
         conn = sql.conn
-        wait_until(lambda: conn.execute("SELECT count(*) FROM harvest.tasks WHERE execution_id = %s",
-                                        (handle.execution_id,)).fetchone()[0] == 0)
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s", (handle.execution_id,)
+                ).fetchone()[0]
+                == 0
+            )
+        )
 
 
 def test_query_answers_from_current_state_without_writing_history(start_worker, client: Client):
@@ -123,7 +133,7 @@ def test_unknown_query_and_a_raising_handler_are_clear_errors(start_worker, clie
     start_worker(app)
     handle = client.start_workflow(budget, "ann")
     settled(handle)
-    with pytest.raises(QueryFailed, match="no query handler 'nope'; known: .*'owner'") as info:
+    with pytest.raises(QueryFailed, match=r"no query handler 'nope'; known: .*'owner'") as info:
         handle.query("nope", timeout=10)
     assert info.value.error_type == "UnknownQuery"
     with pytest.raises(QueryFailed, match="RuntimeError: this query is broken"):
@@ -157,11 +167,9 @@ def test_accepted_update_is_recorded_once_and_returns_its_result(start_worker, c
     start_worker(app)
     handle = client.start_workflow(budget, "ann")
     settled(handle)
-    assert handle.update("spend", 30, update_id="u-1", timeout=20) == {
-        "total": 30, "receipt": "booked 30"}
+    assert handle.update("spend", 30, update_id="u-1", timeout=20) == {"total": 30, "receipt": "booked 30"}
     # Asking again with the same update id returns the recorded outcome; nothing runs twice.
-    assert handle.update("spend", 30, update_id="u-1", timeout=20) == {
-        "total": 30, "receipt": "booked 30"}
+    assert handle.update("spend", 30, update_id="u-1", timeout=20) == {"total": 30, "receipt": "booked 30"}
     assert handle.query("total") == 30
     with pytest.raises(UpdateRejected, match="the budget is 100"):
         handle.update("spend", 80, timeout=10)
@@ -197,11 +205,13 @@ def test_wait_accepted_returns_a_handle_and_drain_waits_for_it(start_worker, cli
 
 def test_update_with_start_starts_then_attaches(start_worker, client: Client):
     start_worker(app)
-    first, result = client.update_with_start(counter, workflow_id="counter-1", update="bump",
-                                             update_arg=2, timeout=20)
+    first, result = client.update_with_start(
+        counter, workflow_id="counter-1", update="bump", update_arg=2, timeout=20
+    )
     assert first.started_fresh and result == 2
-    second, result = client.update_with_start(counter, workflow_id="counter-1", update="bump",
-                                              update_arg=3, timeout=20)
+    second, result = client.update_with_start(
+        counter, workflow_id="counter-1", update="bump", update_arg=3, timeout=20
+    )
     assert not second.started_fresh and second.execution_id == first.execution_id
     assert result == 5
     assert first.query("count") == 5
@@ -218,10 +228,12 @@ def test_async_update_with_start(start_worker, db: str):
 
     async def go() -> tuple:
         async with await AsyncClient.connect(db) as aclient:
-            first, one = await aclient.update_with_start(counter, workflow_id="counter-async",
-                                                         update="bump", update_arg=2, timeout=20)
-            second, two = await aclient.update_with_start(counter, workflow_id="counter-async",
-                                                          update="bump", update_arg=3, timeout=20)
+            first, one = await aclient.update_with_start(
+                counter, workflow_id="counter-async", update="bump", update_arg=2, timeout=20
+            )
+            second, two = await aclient.update_with_start(
+                counter, workflow_id="counter-async", update="bump", update_arg=3, timeout=20
+            )
             await second.signal("stop")
             return first, one, second, two, await first.result(timeout=30)
 

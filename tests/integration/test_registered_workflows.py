@@ -37,8 +37,9 @@ def wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
 
 def registered(db: str) -> list[tuple[str, str]]:
     with psycopg.connect(db, autocommit=True) as conn:
-        return conn.execute("SELECT queue, workflow_name FROM harvest.registered_workflows "
-                            "ORDER BY 1, 2").fetchall()
+        return conn.execute(
+            "SELECT queue, workflow_name FROM harvest.registered_workflows ORDER BY 1, 2"
+        ).fetchall()
 
 
 def executions(db: str) -> int:
@@ -50,7 +51,12 @@ def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker
     # Before any worker registers, a start is taken (a client may deploy before its workers).
     early = client.start_workflow("greet", "early")
     start_worker(App(workflows=[greet, invoice]), queues=["default", "eu"])
-    expected = [("default", "billing.invoice"), ("default", "greet"), ("eu", "billing.invoice"), ("eu", "greet")]
+    expected = [
+        ("default", "billing.invoice"),
+        ("default", "greet"),
+        ("eu", "billing.invoice"),
+        ("eu", "greet"),
+    ]
     wait_until(lambda: registered(db) == expected, what="the worker to register its workflow names")
     assert early.result(timeout=20) == "hello early"
     before = executions(db)
@@ -63,8 +69,10 @@ def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker
     r = harvest(db, "workflow", "start", "greeet", "--input-json", '["x"]')
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert lines[0] == ('error: workflow "greeet" is not registered on queue "default" '
-                        "(registered there: billing.invoice, greet)")
+    assert lines[0] == (
+        'error: workflow "greeet" is not registered on queue "default" '
+        "(registered there: billing.invoice, greet)"
+    )
     assert executions(db) == before  # nothing written
 
     # A registered name (dots and all) is taken on either queue.
@@ -74,7 +82,8 @@ def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker
 
 
 def test_a_run_no_claiming_worker_has_fails_typed_after_bounded_attempts(
-        db: str, start_worker, client: Client, monkeypatch) -> None:
+    db: str, start_worker, client: Client, monkeypatch
+) -> None:
     # Started before any worker registered (so not refused), then only a worker without it polls.
     handle = client.start_workflow("ghost", 1, workflow_id="ghost-1")
     monkeypatch.setattr(worker_workflows, "WORKFLOW_TASK_RETRY_SECS", 0.01)  # the backoff, not the bound
@@ -83,10 +92,16 @@ def test_a_run_no_claiming_worker_has_fails_typed_after_bounded_attempts(
         handle.result(timeout=30)
     failure = failed.value.failure
     assert (failure["error_type"], failure["reason"], failure["non_retryable"]) == (
-        "UnknownWorkflow", "unknown_workflow", True)
+        "UnknownWorkflow",
+        "unknown_workflow",
+        True,
+    )
     assert failure["details"]["attempts"] == 10
     assert failure["details"]["worker_registered"] == ["greet"]
     with psycopg.connect(db, autocommit=True) as conn:
-        dead = conn.execute("SELECT kind, workflow_name, attempts, failure ->> 'reason' FROM harvest.dead_letters "
-                            "WHERE execution_id = %s", (handle.execution_id,)).fetchall()
+        dead = conn.execute(
+            "SELECT kind, workflow_name, attempts, failure ->> 'reason' FROM harvest.dead_letters "
+            "WHERE execution_id = %s",
+            (handle.execution_id,),
+        ).fetchall()
     assert dead == [("workflow", "ghost", 10, "unknown_workflow")]

@@ -14,10 +14,24 @@ from harvest.cli.main import main
 from harvest.client import Client
 
 RETIRED_FUNCTIONS = [
-    "worker_heartbeat", "worker_sleep", "worker_drain_deadline", "worker_health", "drain_preview",
-    "mutex_tick", "mutex_status", "concurrency_status", "pending_starts_status", "retention_status",
-    "workflow_stack", "aggregate_dead_letters", "usage_report", "version_usage",
-    "bulk_replay_dead_letters", "bulk_discard_dead_letters", "claim_queries", "stop_waiting",
+    "worker_heartbeat",
+    "worker_sleep",
+    "worker_drain_deadline",
+    "worker_health",
+    "drain_preview",
+    "mutex_tick",
+    "mutex_status",
+    "concurrency_status",
+    "pending_starts_status",
+    "retention_status",
+    "workflow_stack",
+    "aggregate_dead_letters",
+    "usage_report",
+    "version_usage",
+    "bulk_replay_dead_letters",
+    "bulk_discard_dead_letters",
+    "claim_queries",
+    "stop_waiting",
 ]
 
 
@@ -36,11 +50,14 @@ def test_no_task_queue_column_remains(conn) -> None:
         "SELECT c.relname || '.' || a.attname FROM pg_attribute AS a JOIN pg_class AS c ON c.oid = a.attrelid"
         " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
         " WHERE n.nspname = 'harvest' AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0"
-        " AND NOT a.attisdropped AND a.attname IN ('task_queue', 'queue')").fetchall()
+        " AND NOT a.attisdropped AND a.attname IN ('task_queue', 'queue')"
+    ).fetchall()
     assert {"executions.queue", "pending_starts.queue"} <= {c for (c,) in columns}
     assert not [c for (c,) in columns if c.endswith(".task_queue")]
-    named = conn.execute("SELECT conname FROM pg_constraint WHERE connamespace = 'harvest'::regnamespace"
-                         " AND conname LIKE '%task_queue%'").fetchall()
+    named = conn.execute(
+        "SELECT conname FROM pg_constraint WHERE connamespace = 'harvest'::regnamespace"
+        " AND conname LIKE '%task_queue%'"
+    ).fetchall()
     assert named == []
 
 
@@ -48,18 +65,25 @@ def test_no_parameter_keeps_a_retired_spelling(conn) -> None:
     rows = conn.execute(
         "SELECT p.proname, a.name FROM pg_proc AS p, unnest(p.proargnames, coalesce(p.proargmodes,"
         " array_fill('i'::\"char\", ARRAY[cardinality(p.proargnames)]))) AS a (name, mode)"
-        " WHERE p.pronamespace = 'harvest'::regnamespace AND p.proargnames IS NOT NULL AND a.mode IN ('i', 'b', 'v')"
-        " AND a.name IN ('p_task_queue', 'p_state', 'p_operator')").fetchall()
-    assert rows == [], "p_queue, p_status and p_operator_id (CONTRIBUTING.md \"Words\")"
-    retired = conn.execute("SELECT proname FROM pg_proc WHERE pronamespace = 'harvest'::regnamespace"
-                           " AND proname = ANY(%s)", (RETIRED_FUNCTIONS,)).fetchall()
+        " WHERE p.pronamespace = 'harvest'::regnamespace AND p.proargnames IS NOT NULL"
+        " AND a.mode IN ('i', 'b', 'v')"
+        " AND a.name IN ('p_task_queue', 'p_state', 'p_operator')"
+    ).fetchall()
+    assert rows == [], 'p_queue, p_status and p_operator_id (CONTRIBUTING.md "Words")'
+    retired = conn.execute(
+        "SELECT proname FROM pg_proc WHERE pronamespace = 'harvest'::regnamespace AND proname = ANY(%s)",
+        (RETIRED_FUNCTIONS,),
+    ).fetchall()
     assert retired == []
 
 
 def test_list_executions_names_its_columns_as_the_scheme(conn) -> None:
     execution_id = start(conn, "wf", "names-1", queue="names-q")
-    row = conn.execute("SELECT execution_id::text, queue FROM harvest.list_executions(p_status => 'running')"
-                       " WHERE execution_id = %s", (execution_id,)).fetchone()
+    row = conn.execute(
+        "SELECT execution_id::text, queue FROM harvest.list_executions(p_status => 'running')"
+        " WHERE execution_id = %s",
+        (execution_id,),
+    ).fetchone()
     assert row == (execution_id, "names-q")
 
 
@@ -68,8 +92,11 @@ def test_task_queue_keyword_is_a_deprecated_alias_of_queue(db: str, conn) -> Non
         fresh = client.start_workflow("wf", workflow_id="names-new", queue="q-new")
         with pytest.warns(DeprecationWarning, match="task_queue= is deprecated: pass queue="):
             old = client.start_workflow("wf", workflow_id="names-old", task_queue="q-old")
-    queues = dict(conn.execute("SELECT workflow_id, queue FROM harvest.executions"
-                               " WHERE workflow_id LIKE 'names-%'").fetchall())
+    queues = dict(
+        conn.execute(
+            "SELECT workflow_id, queue FROM harvest.executions WHERE workflow_id LIKE 'names-%'"
+        ).fetchall()
+    )
     assert queues == {"names-new": "q-new", "names-old": "q-old"}
     assert fresh.execution_id != old.execution_id
 
@@ -79,8 +106,11 @@ def test_old_cli_spellings_still_work_and_stay_out_of_help(db: str, conn) -> Non
     assert r.exit_code == 0, r.output
     r = cli(db, "workflow", "start", "wf", "--workflow-id", "cli-new", "--queue", "q-new", "-o", "json")
     assert r.exit_code == 0, r.output
-    queues = dict(conn.execute("SELECT workflow_id, queue FROM harvest.executions"
-                               " WHERE workflow_id LIKE 'cli-%'").fetchall())
+    queues = dict(
+        conn.execute(
+            "SELECT workflow_id, queue FROM harvest.executions WHERE workflow_id LIKE 'cli-%'"
+        ).fetchall()
+    )
     assert queues == {"cli-old": "q-old", "cli-new": "q-new"}
     help_text = cli(db, "workflow", "start", "--help").output
     assert "--queue" in help_text and "--task-queue" not in help_text
@@ -97,11 +127,17 @@ def test_old_cli_spellings_still_work_and_stay_out_of_help(db: str, conn) -> Non
     # --operator is the hidden old spelling of --operator-id.
     assert cli(db, "retention", "set", "--max-age", "30 days", "--operator", "bob").exit_code == 0
     assert cli(db, "retention", "set", "--max-age", "31 days", "--operator-id", "carol").exit_code == 0
-    audit = conn.execute("SELECT operator_id FROM harvest.audit_log WHERE operation = 'retention.set'"
-                         " ORDER BY id").fetchall()
+    audit = conn.execute(
+        "SELECT operator_id FROM harvest.audit_log WHERE operation = 'retention.set' ORDER BY id"
+    ).fetchall()
     assert audit == [("bob",), ("carol",)]
-    for command in (["retention", "set"], ["retention", "run-now"], ["worker", "drain"],
-                    ["dlq", "bulk-replay"], ["dlq", "bulk-discard"]):
+    for command in (
+        ["retention", "set"],
+        ["retention", "run-now"],
+        ["worker", "drain"],
+        ["dlq", "bulk-replay"],
+        ["dlq", "bulk-discard"],
+    ):
         text = cli(db, *command, "--help").output
         assert "--operator-id" in text and "--operator " not in text and "--operator," not in text, command
 

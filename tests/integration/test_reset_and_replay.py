@@ -68,8 +68,11 @@ def test_reset_forks_a_stuck_run_onto_the_new_code(start_worker, client: Client)
     plan = handle.reset(1, "recover from bad deploy", operator_id="oncall", signal_reapply="buffer")
     assert handle.describe()["status"] == "TERMINATED"
     fork = client.get_handle(plan["new_execution_id"], deploy_v2)
-    assert [e["event_type"] for e in fork.history()][:3] == ["WorkflowStarted", "WorkflowResetFork",
-                                                            "SignalReceived"]
+    assert [e["event_type"] for e in fork.history()][:3] == [
+        "WorkflowStarted",
+        "WorkflowResetFork",
+        "SignalReceived",
+    ]
     start_worker(App(workflows=[deploy_v2], activities=[step]))
     assert fork.result(timeout=30) == ["build-v2", "approved", "v1"]
     with pytest.raises(WorkflowNotRunning):
@@ -89,14 +92,27 @@ def test_replay_cli_catches_the_divergence(start_worker, client: Client, tmp_pat
         "from harvest import App\n"
         "from tests_reset_app import deploy_v1, deploy_v2, step\n"
         "v1 = App(workflows=[deploy_v1], activities=[step])\n"
-        "v2 = App(workflows=[deploy_v2], activities=[step])\n")
+        "v2 = App(workflows=[deploy_v2], activities=[step])\n"
+    )
     (tmp_path / "tests_reset_app.py").write_text(Path(__file__).read_text())
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    ok = subprocess.run([*HARVEST, "replay", "--app", "apps_under_test:v1", "--json-path", str(history)],
-                        capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    ok = subprocess.run(
+        [*HARVEST, "replay", "--app", "apps_under_test:v1", "--json-path", str(history)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([*HARVEST, "replay", "--app", "apps_under_test:v2", "--json-path", str(history)],
-                         capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    bad = subprocess.run(
+        [*HARVEST, "replay", "--app", "apps_under_test:v2", "--json-path", str(history)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=False,
+    )
     assert bad.returncode == 1
     assert "replay failed" in bad.stderr and "Traceback" not in bad.stderr
 

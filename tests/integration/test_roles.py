@@ -42,27 +42,53 @@ def setup(db: str):
     return {"execution_id": execution_id, "dead_id": dead_id, "dead_id2": dead_id2, "other": other}
 
 
-READS = ["SELECT * FROM harvest.list_executions()", "SELECT harvest.get_execution_stack(%(e)s)",
-         "SELECT * FROM harvest.get_execution(%(e)s)", "SELECT * FROM harvest.get_history(%(e)s)",
-         "SELECT * FROM harvest.list_dead_letters()", "SELECT * FROM harvest.count_dead_letters()",
-         "SELECT * FROM harvest.list_workers()", "SELECT harvest.get_worker_health()",
-         "SELECT * FROM harvest.preview_drain()", "SELECT harvest.get_retention_status()",
-         "SELECT * FROM harvest.list_audit_log()", "SELECT count(*) FROM harvest.executions"]
-OPERATE = ["SELECT harvest.signal_workflow(%(e)s, 'sig')", "SELECT harvest.cancel_workflow(%(e)s)",
-           "SELECT harvest.replay_dead_letter(%(d)s)",
-           "SELECT harvest.replay_dead_letters(p_activity_name => 'nothing-matches')"]
-ADMIN = ["SELECT harvest.terminate_workflow(%(o)s)", "SELECT harvest.drain_worker('w1')",
-         "SELECT harvest.run_retention()", "SELECT harvest.set_retention('10 days')",
-         "SELECT harvest.discard_dead_letters(p_activity_name => 'nothing-matches')",
-         "SELECT harvest.discard_dead_letter(%(d2)s)"]
-WORKER = ["SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)", "SELECT harvest.heartbeat_worker('w1')",
-          "SELECT harvest.register_worker('w2', ARRAY['default'], 'h', 2, 5)", "SELECT harvest.expire_tasks(10)",
-          "SELECT harvest.deliver_relays(10)", "SELECT harvest.next_due_at(ARRAY['default'])",
-          "SELECT harvest.schema_version()", "SELECT harvest.stop_worker('w2')"]
-NEVER = [("INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at)"
-          " VALUES ('x', ARRAY['q'], 'h', 1, now(), now())"),
-         "DELETE FROM harvest.dead_letters", "SELECT harvest._append_event(%(e)s, 'X', '{}')",
-         "SELECT harvest._secure_functions()"]
+READS = [
+    "SELECT * FROM harvest.list_executions()",
+    "SELECT harvest.get_execution_stack(%(e)s)",
+    "SELECT * FROM harvest.get_execution(%(e)s)",
+    "SELECT * FROM harvest.get_history(%(e)s)",
+    "SELECT * FROM harvest.list_dead_letters()",
+    "SELECT * FROM harvest.count_dead_letters()",
+    "SELECT * FROM harvest.list_workers()",
+    "SELECT harvest.get_worker_health()",
+    "SELECT * FROM harvest.preview_drain()",
+    "SELECT harvest.get_retention_status()",
+    "SELECT * FROM harvest.list_audit_log()",
+    "SELECT count(*) FROM harvest.executions",
+]
+OPERATE = [
+    "SELECT harvest.signal_workflow(%(e)s, 'sig')",
+    "SELECT harvest.cancel_workflow(%(e)s)",
+    "SELECT harvest.replay_dead_letter(%(d)s)",
+    "SELECT harvest.replay_dead_letters(p_activity_name => 'nothing-matches')",
+]
+ADMIN = [
+    "SELECT harvest.terminate_workflow(%(o)s)",
+    "SELECT harvest.drain_worker('w1')",
+    "SELECT harvest.run_retention()",
+    "SELECT harvest.set_retention('10 days')",
+    "SELECT harvest.discard_dead_letters(p_activity_name => 'nothing-matches')",
+    "SELECT harvest.discard_dead_letter(%(d2)s)",
+]
+WORKER = [
+    "SELECT * FROM harvest.claim_tasks('w1', ARRAY['nothing'], 1)",
+    "SELECT harvest.heartbeat_worker('w1')",
+    "SELECT harvest.register_worker('w2', ARRAY['default'], 'h', 2, 5)",
+    "SELECT harvest.expire_tasks(10)",
+    "SELECT harvest.deliver_relays(10)",
+    "SELECT harvest.next_due_at(ARRAY['default'])",
+    "SELECT harvest.schema_version()",
+    "SELECT harvest.stop_worker('w2')",
+]
+NEVER = [
+    (
+        "INSERT INTO harvest.workers (id, queues, hostname, pid, started_at, last_heartbeat_at)"
+        " VALUES ('x', ARRAY['q'], 'h', 1, now(), now())"
+    ),
+    "DELETE FROM harvest.dead_letters",
+    "SELECT harvest._append_event(%(e)s, 'X', '{}')",
+    "SELECT harvest._secure_functions()",
+]
 
 
 def params_attempt(dsn, sql, setup):
@@ -119,15 +145,18 @@ def test_functions_pin_search_path_and_run_as_definer(db: str) -> None:
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
             " AND p.proname NOT LIKE '\\_%' AND p.proname NOT IN ('now', 'shard_of')"
             " AND (NOT p.prosecdef OR NOT coalesce(p.proconfig, '{}')"
-            " @> ARRAY['search_path=pg_catalog, harvest, pg_temp'])").fetchall()
+            " @> ARRAY['search_path=pg_catalog, harvest, pg_temp'])"
+        ).fetchall()
         helpers_granted = conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
             " AND p.proname LIKE '\\_%' AND (has_function_privilege('harvest_worker', p.oid, 'EXECUTE')"
-            " OR has_function_privilege('harvest_admin', p.oid, 'EXECUTE'))").fetchall()
+            " OR has_function_privilege('harvest_admin', p.oid, 'EXECUTE'))"
+        ).fetchall()
         assert helpers_granted == []
         public = conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
-            " AND has_function_privilege('public', p.oid, 'EXECUTE')").fetchall()
+            " AND has_function_privilege('public', p.oid, 'EXECUTE')"
+        ).fetchall()
     assert loose == [] and public == []
 
 
@@ -135,16 +164,22 @@ def test_a_replaced_function_is_secured_again_by_the_migrator(db: str) -> None:
     from harvest.db.migrate import Migrator
 
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text LANGUAGE sql STABLE"
-                     " AS $$ SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest' $$")
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text LANGUAGE sql STABLE"
+            " AS $$ SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest' $$"
+        )
         conn.execute("UPDATE harvest.function_files SET checksum = 'changed' WHERE file_name = 'core.sql'")
-        assert conn.execute("SELECT prosecdef FROM pg_proc WHERE oid = 'harvest.schema_version()'::regprocedure"
-                            ).fetchone()[0] is False
+        assert (
+            conn.execute(
+                "SELECT prosecdef FROM pg_proc WHERE oid = 'harvest.schema_version()'::regprocedure"
+            ).fetchone()[0]
+            is False
+        )
     Migrator(db).run()
     with psycopg.connect(db, autocommit=True) as conn:
-        assert conn.execute("SELECT prosecdef, proconfig FROM pg_proc WHERE oid ="
-                            " 'harvest.schema_version()'::regprocedure").fetchone() == (
-            True, ["search_path=pg_catalog, harvest, pg_temp"])
+        assert conn.execute(
+            "SELECT prosecdef, proconfig FROM pg_proc WHERE oid = 'harvest.schema_version()'::regprocedure"
+        ).fetchone() == (True, ["search_path=pg_catalog, harvest, pg_temp"])
 
 
 def test_cli_permission_denied_is_one_line(login, setup) -> None:
@@ -165,12 +200,18 @@ def test_a_production_role_cannot_move_the_engine_clock(login, db: str) -> None:
     year_2099 = dt.datetime(2099, 1, 1, tzinfo=dt.UTC)
     with psycopg.connect(db, autocommit=True) as owner:
         owner.execute("UPDATE harvest.engine_settings SET test_clock_allowed = false")
-        owner.execute("SELECT harvest.declare_flow_policies(%s)",
-                      (Jsonb({"workflows": {"paced": {"throttle": {"rps": 0.01, "burst": 2, "key": None}}}}),))
+        owner.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (Jsonb({"workflows": {"paced": {"throttle": {"rps": 0.01, "burst": 2, "key": None}}}}),),
+        )
     with psycopg.connect(login("harvest_operator"), autocommit=True) as operator:
         operator.execute("SET harvest.fake_now = '2100-01-01 00:00:00+00'")
-        statuses = [operator.execute("SELECT status FROM harvest.start_workflow('paced', %s, %s, 'clock_q')",
-                                     (Jsonb([n]), f"p{n}")).fetchone()[0] for n in range(3)]
+        statuses = [
+            operator.execute(
+                "SELECT status FROM harvest.start_workflow('paced', %s, %s, 'clock_q')", (Jsonb([n]), f"p{n}")
+            ).fetchone()[0]
+            for n in range(3)
+        ]
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             operator.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
     assert statuses == ["RUNNING", "RUNNING", "DEFERRED"]
@@ -178,12 +219,17 @@ def test_a_production_role_cannot_move_the_engine_clock(login, db: str) -> None:
         stamps = owner.execute(
             "SELECT (SELECT max(created_at) FROM harvest.executions),"
             " (SELECT max(refilled_at) FROM harvest.start_throttle_buckets),"
-            " (SELECT max(greatest(created_at, release_at)) FROM harvest.pending_starts)").fetchone()
+            " (SELECT max(greatest(created_at, release_at)) FROM harvest.pending_starts)"
+        ).fetchone()
     assert all(stamp < year_2099 for stamp in stamps), stamps
     with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
         worker.execute("SET harvest.fake_now = '2100-01-01 00:00:00+00'")
-        leases = [lease for (lease,) in worker.execute(
-            "SELECT lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 10, 30)")]
+        leases = [
+            lease
+            for (lease,) in worker.execute(
+                "SELECT lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 10, 30)"
+            )
+        ]
         assert worker.execute("SELECT harvest.now() < %s", (year_2099,)).fetchone()[0]
     assert len(leases) == 2 and all(lease < year_2099 for lease in leases), leases
 
@@ -202,23 +248,35 @@ def test_a_start_that_can_terminate_a_live_run_needs_admin(login, db: str) -> No
         for policies in ({"conflict_policy": "terminate_existing"}, {"reuse_policy": "terminate_if_running"}):
             with pytest.raises(PermissionDenied, match="needs the harvest_admin role"):
                 client.start_workflow("wf", workflow_id="live-1", **policies)
-        attached = client.start_workflow("wf", workflow_id="live-1", reuse_policy="terminate_if_running",
-                                         conflict_policy="use_existing")
+        attached = client.start_workflow(
+            "wf", workflow_id="live-1", reuse_policy="terminate_if_running", conflict_policy="use_existing"
+        )
         assert attached.execution_id == live
-    r = harvest(operator, "workflow", "start", "wf", "--workflow-id", "live-1",
-                "--conflict-policy", "terminate_existing")
+    r = harvest(
+        operator,
+        "workflow",
+        "start",
+        "wf",
+        "--workflow-id",
+        "live-1",
+        "--conflict-policy",
+        "terminate_existing",
+    )
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     assert r.returncode != 0 and len(lines) == 1, r.stderr
     assert 'conflict_policy "terminate_existing"' in lines[0] and "harvest_admin" in lines[0], lines[0]
     with psycopg.connect(db, autocommit=True) as owner:
-        assert owner.execute("SELECT status, last_event_id FROM harvest.executions WHERE workflow_id = 'live-1'"
-                             ).fetchall() == [("RUNNING", 1)]
+        assert owner.execute(
+            "SELECT status, last_event_id FROM harvest.executions WHERE workflow_id = 'live-1'"
+        ).fetchall() == [("RUNNING", 1)]
     with Client(login("harvest_admin")) as client:
         replaced = client.start_workflow("wf", workflow_id="live-1", conflict_policy="terminate_existing")
     assert replaced.execution_id != live and replaced.started_fresh
     with psycopg.connect(db, autocommit=True) as owner:
-        assert owner.execute("SELECT status FROM harvest.executions WHERE id = %s", (live,)).fetchone()[0] == \
-            "TERMINATED"
+        assert (
+            owner.execute("SELECT status FROM harvest.executions WHERE id = %s", (live,)).fetchone()[0]
+            == "TERMINATED"
+        )
 
 
 def test_a_worker_login_continues_as_new(login, db: str) -> None:
@@ -228,10 +286,15 @@ def test_a_worker_login_continues_as_new(login, db: str) -> None:
         first = start(owner, "loop", "loop-1", queue="loop_q")
     with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
         task_id, token = worker.execute(
-            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-loop', ARRAY['loop_q'], 1)").fetchone()
-        worker.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
-                       (task_id, token, Jsonb([{"type": "continue_as_new", "input": [2]}])))
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-loop', ARRAY['loop_q'], 1)"
+        ).fetchone()
+        worker.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+            (task_id, token, Jsonb([{"type": "continue_as_new", "input": [2]}])),
+        )
     with psycopg.connect(db, autocommit=True) as owner:
-        rows = owner.execute("SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'loop-1'"
-                             " ORDER BY created_at, status").fetchall()
+        rows = owner.execute(
+            "SELECT id::text, status FROM harvest.executions WHERE workflow_id = 'loop-1'"
+            " ORDER BY created_at, status"
+        ).fetchall()
     assert (first, "CONTINUED_AS_NEW") in rows and sum(status == "RUNNING" for _, status in rows) == 1, rows

@@ -35,12 +35,16 @@ def install_canonical(dsn: str, reverse_functions: bool = False) -> None:
         # Explicit, as the migrator does: no functions/ file has to sort last for this.
         conn.execute("SELECT harvest._secure_functions()")
         for mig in m.load_set(REPO / "migrations", m.CORE_SET):
-            conn.execute("INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
-                         " VALUES (%s, %s, %s, %s, %s)",
-                         (mig.set_name, mig.version, mig.name, mig.checksum, mig.transactional))
+            conn.execute(
+                "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (mig.set_name, mig.version, mig.name, mig.checksum, mig.transactional),
+            )
         for path in sorted((REPO / "functions").glob("*.sql")):
-            conn.execute("INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)",
-                         (path.name, m.file_checksum(path)))
+            conn.execute(
+                "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)",
+                (path.name, m.file_checksum(path)),
+            )
 
 
 @pytest.fixture
@@ -56,9 +60,13 @@ def two_dbs(pg_server) -> Iterator[tuple[str, str]]:
 
 def ledger_keys(dsn: str) -> tuple[list, list]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        migrations = conn.execute("SELECT set_name, version, name, checksum, transactional"
-                                  " FROM harvest.schema_migrations ORDER BY 1, 2").fetchall()
-        functions = conn.execute("SELECT file_name, checksum FROM harvest.function_files ORDER BY 1").fetchall()
+        migrations = conn.execute(
+            "SELECT set_name, version, name, checksum, transactional"
+            " FROM harvest.schema_migrations ORDER BY 1, 2"
+        ).fetchall()
+        functions = conn.execute(
+            "SELECT file_name, checksum FROM harvest.function_files ORDER BY 1"
+        ).fetchall()
     return migrations, functions
 
 
@@ -94,8 +102,13 @@ def test_catalog_snapshot_notices_a_difference(two_dbs: tuple[str, str]) -> None
     changes = [
         ("columns", "ALTER TABLE harvest.workers ALTER COLUMN heartbeat_interval_secs SET DEFAULT 11"),
         ("indexes", "DROP INDEX harvest.tasks_execution"),
-        ("functions", ("CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text"
-                       " LANGUAGE sql STABLE AS $$ SELECT '9999'::text $$")),
+        (
+            "functions",
+            (
+                "CREATE OR REPLACE FUNCTION harvest.schema_version() RETURNS text"
+                " LANGUAGE sql STABLE AS $$ SELECT '9999'::text $$"
+            ),
+        ),
         ("constraints", "ALTER TABLE harvest.workers DROP CONSTRAINT workers_status_check"),
         ("columns", "ALTER TABLE harvest.executions ALTER COLUMN output SET NOT NULL"),
     ]
@@ -112,7 +125,7 @@ def test_catalog_snapshot_notices_a_difference(two_dbs: tuple[str, str]) -> None
 def _pg_dump() -> Path:
     try:
         path = embedded.bin_dir() / "pg_dump"
-    except Exception:  # noqa: BLE001 - no embedded server: fall back to PATH
+    except Exception:
         path = None
     if path is None or not path.exists():
         found = shutil.which("pg_dump")
@@ -126,9 +139,20 @@ IGNORED_DUMP_LINES = ("--", "SET ", "SELECT pg_catalog.set_config", "\\restrict"
 
 
 def schema_dump(dsn: str) -> list[str]:
-    result = subprocess.run([str(_pg_dump()), "--schema-only", "--schema=harvest", "--no-owner",
-                             "--no-privileges", f"--dbname={dsn}"],
-                            check=False, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            str(_pg_dump()),
+            "--schema-only",
+            "--schema=harvest",
+            "--no-owner",
+            "--no-privileges",
+            f"--dbname={dsn}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     lines = []
     for line in result.stdout.splitlines():

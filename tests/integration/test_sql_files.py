@@ -38,6 +38,7 @@ def _raw_statements(sql: str) -> list[tuple[ast.RawStmt, str]]:
 
 # -- naming and versions ---------------------------------------------------------------
 
+
 def test_repository_migrations_are_named_and_versioned_strictly() -> None:
     directory = ROOT / "migrations"
     files = sorted(p.name for p in directory.iterdir() if p.is_file())
@@ -64,12 +65,22 @@ def test_load_set_rejects_a_duplicate_version(tmp_path: Path) -> None:
     assert "0001" in message and "0001_first.sql" in message and "0001_second.sql" in message
 
 
-@pytest.mark.parametrize("name", ["1_short.sql", "0001-dash.sql", "0001_Upper.sql", "0001_.sql",
-                                  "00001_five_digits.sql", "0001 space.sql", "v0001_prefix.sql"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "1_short.sql",
+        "0001-dash.sql",
+        "0001_Upper.sql",
+        "0001_.sql",
+        "00001_five_digits.sql",
+        "0001 space.sql",
+        "v0001_prefix.sql",
+    ],
+)
 def test_load_set_rejects_a_bad_name(tmp_path: Path, name: str) -> None:
     (tmp_path / "0001_good.sql").write_text("SELECT 1;\n")
     (tmp_path / name).write_text("SELECT 2;\n")
-    with pytest.raises(ConfigError, match="NNNN_description.sql"):
+    with pytest.raises(ConfigError, match=r"NNNN_description.sql"):
         m.load_set(tmp_path, "app")
 
 
@@ -79,7 +90,9 @@ def test_load_set_orders_by_version_and_reads_the_mark(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a migration\n")
     loaded = m.load_set(tmp_path, "app")
     assert [(x.version, x.name, x.transactional) for x in loaded] == [
-        ("0002", "sooner", False), ("0010", "later", True)]
+        ("0002", "sooner", False),
+        ("0010", "later", True),
+    ]
     assert all(x.set_name == "app" for x in loaded)
 
 
@@ -89,6 +102,7 @@ def test_load_set_rejects_a_missing_directory(tmp_path: Path) -> None:
 
 
 # -- parsing ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("path", sql_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_sql_file_parses(path: Path) -> None:
@@ -132,8 +146,10 @@ def test_plpgsql_check_catches_a_broken_body() -> None:
     """The body check above is real: a typo inside $$ passes parse_sql but not parse_plpgsql."""
     if not hasattr(pglast, "parse_plpgsql"):
         pytest.skip("this pglast has no parse_plpgsql")
-    sql = ("CREATE FUNCTION harvest.broken() RETURNS int LANGUAGE plpgsql AS $$\n"
-           "BEGIN\n    RETRUN 1;\nEND;\n$$;\n")
+    sql = (
+        "CREATE FUNCTION harvest.broken() RETURNS int LANGUAGE plpgsql AS $$\n"
+        "BEGIN\n    RETRUN 1;\nEND;\n$$;\n"
+    )
     pglast.parse_sql(sql)
     [(name, text)] = _plpgsql_functions(sql)
     assert name == "harvest.broken"
@@ -151,6 +167,7 @@ def test_functions_are_plpgsql_or_sql_and_found() -> None:
 
 # -- statements that cannot run in a transaction block ---------------------------------
 
+
 def non_transactional_reasons(sql: str) -> list[str]:
     """What in ``sql`` PostgreSQL refuses inside a transaction block (PostgreSQL 12 and later)."""
     reasons = []
@@ -162,10 +179,16 @@ def non_transactional_reasons(sql: str) -> list[str]:
         elif isinstance(stmt, ast.DropStmt) and stmt.concurrent:
             reasons.append(f"DROP INDEX CONCURRENTLY: {first_line}")
         elif isinstance(stmt, ast.ReindexStmt) and any(
-                p.defname == "concurrently" and (p.arg is None or getattr(p.arg, "boolval", True)
-                                                 not in (False, 0) and getattr(p.arg, "sval", "on")
-                                                 not in ("off", "false"))
-                for p in stmt.params or ()):
+            p.defname == "concurrently"
+            and (
+                p.arg is None
+                or (
+                    getattr(p.arg, "boolval", True) not in (False, 0)
+                    and getattr(p.arg, "sval", "on") not in ("off", "false")
+                )
+            )
+            for p in stmt.params or ()
+        ):
             reasons.append(f"REINDEX CONCURRENTLY: {first_line}")
         elif isinstance(stmt, (ast.CreatedbStmt, ast.DropdbStmt)):
             reasons.append(f"CREATE/DROP DATABASE: {first_line}")
@@ -180,8 +203,11 @@ def non_transactional_reasons(sql: str) -> list[str]:
         elif isinstance(stmt, ast.ClusterStmt) and stmt.relation is None:
             reasons.append(f"CLUSTER of every table: {first_line}")
         elif isinstance(stmt, ast.AlterTableStmt) and any(
-                isinstance(cmd, ast.AlterTableCmd) and isinstance(cmd.def_, ast.PartitionCmd)
-                and cmd.def_.concurrent for cmd in stmt.cmds or ()):
+            isinstance(cmd, ast.AlterTableCmd)
+            and isinstance(cmd.def_, ast.PartitionCmd)
+            and cmd.def_.concurrent
+            for cmd in stmt.cmds or ()
+        ):
             reasons.append(f"DETACH PARTITION CONCURRENTLY: {first_line}")
     return reasons
 
@@ -190,70 +216,84 @@ def transaction_control(sql: str) -> list[str]:
     return [text.strip() for raw, text in _raw_statements(sql) if isinstance(raw.stmt, ast.TransactionStmt)]
 
 
-@pytest.mark.parametrize(("sql", "expected"), [
-    ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);", True),
-    ("CREATE UNIQUE INDEX CONCURRENTLY i ON t (a);", True),
-    ("DROP INDEX CONCURRENTLY IF EXISTS i;", True),
-    ("REINDEX INDEX CONCURRENTLY i;", True),
-    ("REINDEX (CONCURRENTLY) TABLE t;", True),
-    ("CREATE DATABASE d;", True),
-    ("DROP DATABASE d;", True),
-    ("VACUUM t;", True),
-    ("VACUUM (ANALYZE) t;", True),
-    ("ALTER SYSTEM SET work_mem = '8MB';", True),
-    ("CREATE TABLESPACE ts LOCATION '/tmp/ts';", True),
-    ("ALTER TABLE p DETACH PARTITION c CONCURRENTLY;", True),
-    ("CLUSTER;", True),
-    ("CREATE INDEX i ON t (a);", False),
-    ("DROP INDEX i;", False),
-    ("REINDEX INDEX i;", False),
-    ("ANALYZE t;", False),
-    ("ALTER TABLE p DETACH PARTITION c;", False),
-    ("CLUSTER t USING i;", False),
-    ("ALTER TYPE e ADD VALUE 'x';", False),  # allowed in a transaction since PostgreSQL 12
-    ("CREATE TABLE t (a int); SELECT 1;", False),
-])
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("CREATE INDEX CONCURRENTLY IF NOT EXISTS i ON t (a);", True),
+        ("CREATE UNIQUE INDEX CONCURRENTLY i ON t (a);", True),
+        ("DROP INDEX CONCURRENTLY IF EXISTS i;", True),
+        ("REINDEX INDEX CONCURRENTLY i;", True),
+        ("REINDEX (CONCURRENTLY) TABLE t;", True),
+        ("CREATE DATABASE d;", True),
+        ("DROP DATABASE d;", True),
+        ("VACUUM t;", True),
+        ("VACUUM (ANALYZE) t;", True),
+        ("ALTER SYSTEM SET work_mem = '8MB';", True),
+        ("CREATE TABLESPACE ts LOCATION '/tmp/ts';", True),
+        ("ALTER TABLE p DETACH PARTITION c CONCURRENTLY;", True),
+        ("CLUSTER;", True),
+        ("CREATE INDEX i ON t (a);", False),
+        ("DROP INDEX i;", False),
+        ("REINDEX INDEX i;", False),
+        ("ANALYZE t;", False),
+        ("ALTER TABLE p DETACH PARTITION c;", False),
+        ("CLUSTER t USING i;", False),
+        ("ALTER TYPE e ADD VALUE 'x';", False),  # allowed in a transaction since PostgreSQL 12
+        ("CREATE TABLE t (a int); SELECT 1;", False),
+    ],
+)
 def test_non_transactional_detector(sql: str, expected: bool) -> None:
     assert bool(non_transactional_reasons(sql)) is expected, non_transactional_reasons(sql)
 
 
 def unmarked_non_transactional(migrations: list[m.Migration]) -> dict[str, list[str]]:
-    return {mig.label: reasons for mig in migrations
-            if mig.transactional and (reasons := non_transactional_reasons(mig.sql))}
+    return {
+        mig.label: reasons
+        for mig in migrations
+        if mig.transactional and (reasons := non_transactional_reasons(mig.sql))
+    }
 
 
 def test_every_non_transactional_migration_is_marked() -> None:
     migrations = m.load_set(ROOT / "migrations", m.CORE_SET)
     offenders = unmarked_non_transactional(migrations)
-    assert not offenders, (f"these migrations need `{m.NO_TRANSACTION_MARK}` in their first lines "
-                           f"(and must be idempotent): {offenders}")
+    assert not offenders, (
+        f"these migrations need `{m.NO_TRANSACTION_MARK}` in their first lines "
+        f"(and must be idempotent): {offenders}"
+    )
 
 
 def test_no_migration_or_sql_file_holds_transaction_control() -> None:
     """The runner owns the transaction; a BEGIN/COMMIT inside a file would break its atomicity."""
-    offenders = {str(p.relative_to(ROOT)): found for p in sql_files()
-                 if (found := transaction_control(p.read_text()))}
+    offenders = {
+        str(p.relative_to(ROOT)): found for p in sql_files() if (found := transaction_control(p.read_text()))
+    }
     assert not offenders, offenders
 
 
 def test_the_mark_check_catches_an_unmarked_migration(tmp_path: Path) -> None:
     (tmp_path / "0001_table.sql").write_text("CREATE TABLE t (a int);\n")
-    (tmp_path / "0002_index.sql").write_text("-- an index built without locking writes\n"
-                                             "CREATE INDEX CONCURRENTLY IF NOT EXISTS t_a ON t (a);\n")
-    (tmp_path / "0003_marked.sql").write_text(f"{m.NO_TRANSACTION_MARK}\n"
-                                              "CREATE INDEX CONCURRENTLY IF NOT EXISTS t_b ON t (a);\n")
+    (tmp_path / "0002_index.sql").write_text(
+        "-- an index built without locking writes\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_a ON t (a);\n"
+    )
+    (tmp_path / "0003_marked.sql").write_text(
+        f"{m.NO_TRANSACTION_MARK}\nCREATE INDEX CONCURRENTLY IF NOT EXISTS t_b ON t (a);\n"
+    )
     offenders = unmarked_non_transactional(m.load_set(tmp_path, "app"))
     assert list(offenders) == ["app/0002_index.sql"]
 
 
-@pytest.mark.parametrize(("text", "transactional"), [
-    (f"{m.NO_TRANSACTION_MARK}\nCREATE INDEX CONCURRENTLY i ON t (a);\n", False),
-    (f"-- why: a big table\n{m.NO_TRANSACTION_MARK}\nSELECT 1;\n", False),
-    (f"  {m.NO_TRANSACTION_MARK}  \nSELECT 1;\n", False),
-    ("SELECT 1;\n" * 6 + f"{m.NO_TRANSACTION_MARK}\n", True),  # only the first lines count
-    (f"SELECT 1; {m.NO_TRANSACTION_MARK}\n", True),  # the mark is a line of its own
-    ("CREATE INDEX CONCURRENTLY i ON t (a);\n", True),
-])
+@pytest.mark.parametrize(
+    ("text", "transactional"),
+    [
+        (f"{m.NO_TRANSACTION_MARK}\nCREATE INDEX CONCURRENTLY i ON t (a);\n", False),
+        (f"-- why: a big table\n{m.NO_TRANSACTION_MARK}\nSELECT 1;\n", False),
+        (f"  {m.NO_TRANSACTION_MARK}  \nSELECT 1;\n", False),
+        ("SELECT 1;\n" * 6 + f"{m.NO_TRANSACTION_MARK}\n", True),  # only the first lines count
+        (f"SELECT 1; {m.NO_TRANSACTION_MARK}\n", True),  # the mark is a line of its own
+        ("CREATE INDEX CONCURRENTLY i ON t (a);\n", True),
+    ],
+)
 def test_is_transactional_reads_the_mark_in_the_first_lines(text: str, transactional: bool) -> None:
     assert m.is_transactional(text) is transactional
 
@@ -275,18 +315,24 @@ def schema_changes(sql: str) -> list[str]:
 
 
 def test_sql_holds_no_alter() -> None:
-    offenders = {p.name: found for p in sorted((ROOT / "sql").glob("*.sql"))
-                 if (found := schema_changes(p.read_text()))}
+    offenders = {
+        p.name: found
+        for p in sorted((ROOT / "sql").glob("*.sql"))
+        if (found := schema_changes(p.read_text()))
+    }
     assert not offenders, f"sql/ must create each table whole, with no ALTER: {offenders}"
 
 
-@pytest.mark.parametrize("sql", [
-    "ALTER TABLE harvest.tasks ADD COLUMN x int;",
-    "ALTER TABLE harvest.tasks ALTER COLUMN seq DROP NOT NULL;",
-    "ALTER INDEX harvest.a RENAME TO b;",
-    "DROP INDEX harvest.tasks_execution;",
-    "ALTER SEQUENCE harvest.fencing_tokens RESTART;",
-])
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE harvest.tasks ADD COLUMN x int;",
+        "ALTER TABLE harvest.tasks ALTER COLUMN seq DROP NOT NULL;",
+        "ALTER INDEX harvest.a RENAME TO b;",
+        "DROP INDEX harvest.tasks_execution;",
+        "ALTER SEQUENCE harvest.fencing_tokens RESTART;",
+    ],
+)
 def test_the_alter_check_catches_a_change(sql: str) -> None:
     assert schema_changes("CREATE TABLE harvest.t (a int);\n" + sql)
 

@@ -46,15 +46,20 @@ def test_the_sql_path_procedure_writes_the_histories_the_worker_writes(db):
         assert [r["status"] for r in runs] == ["COMPLETED"] * 7
         assert cur.execute("SELECT count(*) AS n FROM harvest.tasks").fetchone()["n"] == 0
         for run in runs:
-            history = cur.execute("SELECT event_id, event_type, event_data FROM harvest.events "
-                                  "WHERE execution_id = %s ORDER BY event_id", (run["id"],)).fetchall()
+            history = cur.execute(
+                "SELECT event_id, event_type, event_data FROM harvest.events "
+                "WHERE execution_id = %s ORDER BY event_id",
+                (run["id"],),
+            ).fetchall()
             assert [e["event_type"] for e in history] == (
-                ["WorkflowStarted"] + STEP_EVENTS * 3 + ["WorkflowTaskCompleted", "WorkflowCompleted"])
+                ["WorkflowStarted"] + STEP_EVENTS * 3 + ["WorkflowTaskCompleted", "WorkflowCompleted"]
+            )
             assert history[-1]["event_data"]["result"] == 6
             scheduled = [e["event_data"] for e in history if e["event_type"] == "ActivityScheduled"]
             # What the runtime would issue (a replay compares only each command's kind and name).
             assert [(s["seq"], s["name"], s["input"], s["options"]) for s in scheduled] == [
-                (seq, "noop", [seq], options) for seq in (1, 2, 3)]
+                (seq, "noop", [seq], options) for seq in (1, 2, 3)
+            ]
             results = [e["event_data"]["result"] for e in history if e["event_type"] == "ActivityCompleted"]
             assert results == [1, 2, 3]
             WorkflowReplayer(APP).replay_or_raise(history)

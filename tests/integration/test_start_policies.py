@@ -33,13 +33,16 @@ def test_reject_duplicate_carries_the_existing_run(client: Client) -> None:
     assert info.value.existing_state == "RUNNING", "the old name stays readable"
 
 
-@pytest.mark.parametrize(("prior_status", "policy", "fresh"), [
-    ("FAILED", "allow_duplicate_failed_only", True),
-    ("CANCELLED", "allow_duplicate_failed_only", True),
-    ("COMPLETED", "allow_duplicate_failed_only", False),
-    ("COMPLETED", "allow_duplicate", False),
-    ("COMPLETED", "terminate_if_running", True),
-])
+@pytest.mark.parametrize(
+    ("prior_status", "policy", "fresh"),
+    [
+        ("FAILED", "allow_duplicate_failed_only", True),
+        ("CANCELLED", "allow_duplicate_failed_only", True),
+        ("COMPLETED", "allow_duplicate_failed_only", False),
+        ("COMPLETED", "allow_duplicate", False),
+        ("COMPLETED", "terminate_if_running", True),
+    ],
+)
 def test_terminal_prior(db: str, client: Client, prior_status: str, policy: str, fresh: bool) -> None:
     prior = client.start_workflow("wf", workflow_id="k")
     finish(db, prior.execution_id, prior_status)
@@ -48,15 +51,18 @@ def test_terminal_prior(db: str, client: Client, prior_status: str, policy: str,
     assert (handle.execution_id != prior.execution_id) is fresh
 
 
-@pytest.mark.parametrize(("reuse", "conflict", "outcome"), [
-    ("allow_duplicate", "unspecified", "attach"),
-    ("allow_duplicate_failed_only", "unspecified", "attach"),
-    ("reject_duplicate", "unspecified", "reject"),
-    ("terminate_if_running", "unspecified", "replace"),
-    ("terminate_if_running", "use_existing", "attach"),
-    ("terminate_if_running", "fail", "reject"),
-    ("allow_duplicate", "terminate_existing", "replace"),
-])
+@pytest.mark.parametrize(
+    ("reuse", "conflict", "outcome"),
+    [
+        ("allow_duplicate", "unspecified", "attach"),
+        ("allow_duplicate_failed_only", "unspecified", "attach"),
+        ("reject_duplicate", "unspecified", "reject"),
+        ("terminate_if_running", "unspecified", "replace"),
+        ("terminate_if_running", "use_existing", "attach"),
+        ("terminate_if_running", "fail", "reject"),
+        ("allow_duplicate", "terminate_existing", "replace"),
+    ],
+)
 def test_running_prior(client: Client, reuse: str, conflict: str, outcome: str) -> None:
     prior = client.start_workflow("wf", workflow_id="live")
     if outcome == "reject":
@@ -85,8 +91,9 @@ def test_concurrent_identical_starts_converge(db: str, conflict: str) -> None:
     with ThreadPoolExecutor(8) as pool:
         ids = list(pool.map(start, range(16)))
     with psycopg.connect(db) as conn:
-        running = conn.execute("SELECT id::text FROM harvest.executions WHERE workflow_id = 'race'"
-                               " AND status = 'RUNNING'").fetchall()
+        running = conn.execute(
+            "SELECT id::text FROM harvest.executions WHERE workflow_id = 'race' AND status = 'RUNNING'"
+        ).fetchall()
     assert len(running) == 1
     if conflict == "use_existing":
         assert set(ids) == {running[0][0]}
@@ -106,8 +113,9 @@ def test_concurrent_async_starts_share_commits_and_a_refused_one_fails_alone(db:
             starts.append(aclient.start_workflow("wf", workflow_id="taken", reuse_policy="reject_duplicate"))
             outcomes = await asyncio.gather(*starts, return_exceptions=True)
             before = aclient._starts.batches
-            more = await asyncio.gather(*(aclient.start_workflow("wf", workflow_id=f"m-{i}")
-                                          for i in range(20)))
+            more = await asyncio.gather(
+                *(aclient.start_workflow("wf", workflow_id=f"m-{i}") for i in range(20))
+            )
             assert len({h.execution_id for h in more}) == 20
             assert aclient._starts.batches - before == 1  # 20 starts made together: one commit
             return outcomes, aclient._starts
@@ -118,8 +126,10 @@ def test_concurrent_async_starts_share_commits_and_a_refused_one_fails_alone(db:
     assert all(h.started_fresh and h.execution_id for h in fine)
     assert sorted(h.workflow_id for h in fine) == sorted(f"w-{i}" for i in range(30))
     with psycopg.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'w-%'"
-                            ).fetchone()[0] == 30
+        assert (
+            conn.execute("SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'w-%'").fetchone()[0]
+            == 30
+        )
     # The first start went alone; the other 31, made together, were sent as one batch,
     # which the refused start sank; they were then committed one by one (only commits
     # that succeeded count: the first, and 30 of the 31).

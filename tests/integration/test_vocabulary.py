@@ -23,9 +23,11 @@ RUNTIME_COMMAND_TYPES = set(commands.COMMAND_EVENTS.values()) | set(commands.TER
 
 def check_values(dsn: str) -> set[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-                           " WHERE conrelid = 'harvest.events'::regclass"
-                           " AND conname = 'events_event_type_check'").fetchone()
+        row = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = 'harvest.events'::regclass"
+            " AND conname = 'events_event_type_check'"
+        ).fetchone()
     assert row, "harvest.events has no events_event_type_check"
     return set(re.findall(r"'(\w+)'::text", row[0]))
 
@@ -35,13 +37,21 @@ def test_the_event_type_check_lists_the_runtime_event_types(db: str) -> None:
 
 
 def test_the_event_type_check_refuses_an_unknown_type(conn: psycopg.Connection) -> None:
-    execution = conn.execute("INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)"
-                             " VALUES (gen_random_uuid(), 'greet', 'w-vocab', now()) RETURNING id").fetchone()[0]
-    conn.execute("INSERT INTO harvest.events (execution_id, event_id, event_type, created_at)"
-                 " VALUES (%s, 1, 'WorkflowStarted', now())", (execution,))
+    execution = conn.execute(
+        "INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)"
+        " VALUES (gen_random_uuid(), 'greet', 'w-vocab', now()) RETURNING id"
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO harvest.events (execution_id, event_id, event_type, created_at)"
+        " VALUES (%s, 1, 'WorkflowStarted', now())",
+        (execution,),
+    )
     with pytest.raises(psycopg.errors.CheckViolation, match="events_event_type_check"):
-        conn.execute("INSERT INTO harvest.events (execution_id, event_id, event_type, created_at)"
-                     " VALUES (%s, 2, 'WorkflowExploded', now())", (execution,))
+        conn.execute(
+            "INSERT INTO harvest.events (execution_id, event_id, event_type, created_at)"
+            " VALUES (%s, 2, 'WorkflowExploded', now())",
+            (execution,),
+        )
 
 
 def sql_written_event_types() -> set[str]:

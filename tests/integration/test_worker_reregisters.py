@@ -29,13 +29,16 @@ def _wait_until(predicate, timeout: float = 20.0, what: str = "condition"):
 
 def _row(db: str, worker_id: str):
     with psycopg.connect(db, autocommit=True) as conn:
-        return conn.execute("SELECT status, queues FROM harvest.workers WHERE id = %s", (worker_id,)).fetchone()
+        return conn.execute(
+            "SELECT status, queues FROM harvest.workers WHERE id = %s", (worker_id,)
+        ).fetchone()
 
 
 def _names(db: str) -> list[tuple[str, str]]:
     with psycopg.connect(db, autocommit=True) as conn:
-        return conn.execute("SELECT queue, workflow_name FROM harvest.registered_workflows "
-                            "ORDER BY 1, 2").fetchall()
+        return conn.execute(
+            "SELECT queue, workflow_name FROM harvest.registered_workflows ORDER BY 1, 2"
+        ).fetchall()
 
 
 def test_a_worker_whose_row_was_deleted_registers_again(db: str, start_worker, caplog) -> None:
@@ -48,8 +51,10 @@ def test_a_worker_whose_row_was_deleted_registers_again(db: str, start_worker, c
     with psycopg.connect(db, autocommit=True) as conn:  # what a prune of the row leaves
         conn.execute("DELETE FROM harvest.workers WHERE id = %s", (worker_id,))
         conn.execute("DELETE FROM harvest.registered_workflows")
-    assert _wait_until(lambda: _row(db, worker_id), what="the worker's new registration") \
-        == ("active", ["default"])
+    assert _wait_until(lambda: _row(db, worker_id), what="the worker's new registration") == (
+        "active",
+        ["default"],
+    )
     assert _wait_until(lambda: _names(db), what="its workflow names") == registered
     with Client(db) as client:  # a start of its workflow is accepted again, and runs
         assert client.start_workflow(ping).result(timeout=20) == "pong"

@@ -85,8 +85,10 @@ async def flaky_flow(ctx, key: str) -> dict:
     return await ctx.execute_activity(flaky, key)
 
 
-@activity(retry=RetryPolicy.exponential(max_attempts=5, initial="10ms",
-                                        non_retryable_errors=["InvalidInput"]), dead_letter=False)
+@activity(
+    retry=RetryPolicy.exponential(max_attempts=5, initial="10ms", non_retryable_errors=["InvalidInput"]),
+    dead_letter=False,
+)
 async def strict(ctx, mode: str) -> str:
     count(f"strict:{mode}")
     if mode == "typed":
@@ -148,13 +150,15 @@ def test_retries_keep_one_idempotency_key(start_worker, client: Client) -> None:
     assert len(completed) == 1 and completed[0]["event_data"]["attempt"] == 3
 
 
-@pytest.mark.parametrize(("mode", "expected", "runs"), [
-    ("typed", "caught InvalidInput", 1),   # matched on error_type: no retries
-    ("flag", "caught Whatever", 1),        # non_retryable flag: no retries
-    ("plain", "caught ValueError", 5),     # class name as error_type, retried to the limit
-])
-def test_non_retryable_resolution(start_worker, client: Client, mode: str, expected: str,
-                                  runs: int) -> None:
+@pytest.mark.parametrize(
+    ("mode", "expected", "runs"),
+    [
+        ("typed", "caught InvalidInput", 1),  # matched on error_type: no retries
+        ("flag", "caught Whatever", 1),  # non_retryable flag: no retries
+        ("plain", "caught ValueError", 5),  # class name as error_type, retried to the limit
+    ],
+)
+def test_non_retryable_resolution(start_worker, client: Client, mode: str, expected: str, runs: int) -> None:
     start_worker(App(workflows=[strict_flow], activities=[strict]))
     assert client.start_workflow(strict_flow, mode).result(timeout=30) == expected
     assert calls[f"strict:{mode}"] == runs
@@ -180,8 +184,12 @@ def test_start_joins_the_callers_transaction(db: str, client: Client) -> None:
         handle = client.start_workflow(pipeline, 1, workflow_id="tx-rolled-back", connection=conn)
         conn.rollback()
     with psycopg.connect(db) as conn:
-        assert conn.execute("SELECT count(*) FROM harvest.executions WHERE id = %s",
-                            (handle.execution_id,)).fetchone()[0] == 0
+        assert (
+            conn.execute(
+                "SELECT count(*) FROM harvest.executions WHERE id = %s", (handle.execution_id,)
+            ).fetchone()[0]
+            == 0
+        )
         handle = client.start_workflow(pipeline, 1, workflow_id="tx-committed", connection=conn)
         conn.commit()
     assert handle.describe()["status"] == "RUNNING"
@@ -195,13 +203,21 @@ def test_sticky_cache_and_cache_miss_write_the_same_history(db: str, start_worke
         with Client(db) as client:
             handle = client.start_workflow(pipeline, 5, workflow_id=f"cache-{cache_size}")
             handle.result(timeout=30)
-            histories.append([(e["event_type"], {k: v for k, v in e["event_data"].items()
-                                                 if k not in ("worker_id", "through")})
-                              for e in handle.history()])
+            histories.append(
+                [
+                    (
+                        e["event_type"],
+                        {k: v for k, v in e["event_data"].items() if k not in ("worker_id", "through")},
+                    )
+                    for e in handle.history()
+                ]
+            )
         if cache_size:
             assert worker.worker.cache.hits > 0
         worker.stop()
+
     # Same commands in the same order; only the interleaving of completions may differ.
     def commands(history):
         return [h for h in history if h[0] in ("ActivityScheduled", "WorkflowCompleted")]
+
     assert commands(histories[0]) == commands(histories[1])

@@ -90,7 +90,7 @@ def parse_tap(name: str, lines: list[str]) -> TapReport:
             directive = None
             if found := DIRECTIVE.search(description):
                 directive = found.group(1).upper()
-                description = description[:found.start()]
+                description = description[: found.start()]
             number = int(number) if number else len(report.assertions) + 1
             report.assertions.append(Assertion(number, not_ok is None, description.strip(), directive))
         elif line.startswith("#"):
@@ -132,8 +132,10 @@ def run_file(dsn: str, path: Path, fixtures: Path | None = FIXTURES) -> TapRepor
                 cursor = conn.execute(statement, prepare=False)
             except psycopg.Error as exc:
                 diag = exc.diag
-                error = (f"{path.name} line {line}: {diag.sqlstate or ''} "
-                         f"{(diag.message_primary or str(exc)).strip()}")
+                error = (
+                    f"{path.name} line {line}: {diag.sqlstate or ''} "
+                    f"{(diag.message_primary or str(exc)).strip()}"
+                )
                 if diag.message_detail:
                     error += f"\n    DETAIL: {diag.message_detail}"
                 if diag.context:
@@ -163,16 +165,18 @@ def in_ci() -> bool:
 @pytest.fixture(scope="session")
 def pgtap_available(pg_server, pytestconfig: pytest.Config) -> bool:
     with pg_server.admin() as conn:
-        row = conn.execute("SELECT default_version FROM pg_available_extensions WHERE name = 'pgtap'"
-                           ).fetchone()
+        row = conn.execute(
+            "SELECT default_version FROM pg_available_extensions WHERE name = 'pgtap'"
+        ).fetchone()
         version = conn.execute("SHOW server_version").fetchone()[0]
     pytestconfig.stash[SERVER] = f"PostgreSQL {version}"
     if row is None:
-        message = (f"the pgtap extension is not installed in the PostgreSQL {version} server under test: "
-                   "run `make pgtap`")
+        message = (
+            f"the pgtap extension is not installed in the PostgreSQL {version} server under test: "
+            "run `make pgtap`"
+        )
         if in_ci():
-            pytest.fail(message + " (CI is set, so a missing pgTAP is a failure, not a skip)",
-                        pytrace=False)
+            pytest.fail(message + " (CI is set, so a missing pgTAP is a failure, not a skip)", pytrace=False)
         pytest.skip(message)
     return True
 
@@ -193,6 +197,7 @@ def run_pgtap(request: pytest.FixtureRequest, pgtap_db: str) -> Callable[[Path],
         report = run_file(pgtap_db, path)
         request.config.stash.setdefault(REPORTS, []).append(report)
         return report
+
     return run
 
 
@@ -203,17 +208,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     terminalreporter.write_sep("-", "pgTAP")
     for report in reports:
         failed = report.failed_count
-        terminalreporter.write_line(f"pgtap/{report.name}: {len(report.assertions)} assertions"
-                                    f" (planned {report.planned}), {failed} failed")
+        terminalreporter.write_line(
+            f"pgtap/{report.name}: {len(report.assertions)} assertions"
+            f" (planned {report.planned}), {failed} failed"
+        )
     total = sum(len(r.assertions) for r in reports)
     failed = sum(r.failed_count for r in reports)
     todo = sum(1 for r in reports for a in r.assertions if a.directive == "TODO" and not a.ok)
     server = config.stash.get(SERVER, "")
-    terminalreporter.write_line(f"pgtap: {len(reports)} files, {total} assertions, {failed} failed"
-                                + (f", {todo} known bugs (TODO)" if todo else "")
-                                + (f" on {server}" if server else ""))
+    terminalreporter.write_line(
+        f"pgtap: {len(reports)} files, {total} assertions, {failed} failed"
+        + (f", {todo} known bugs (TODO)" if todo else "")
+        + (f" on {server}" if server else "")
+    )
     for report in reports:
         for assertion in report.assertions:
             if assertion.directive == "TODO" and not assertion.ok:
-                terminalreporter.write_line(f"  TODO pgtap/{report.name} #{assertion.number}: "
-                                            f"{assertion.description}")
+                terminalreporter.write_line(
+                    f"  TODO pgtap/{report.name} #{assertion.number}: {assertion.description}"
+                )

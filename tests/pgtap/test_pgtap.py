@@ -23,10 +23,14 @@ def test_every_function_has_a_pgtap_test(functions_file: Path) -> None:
     tests = PGTAP_DIR / functions_file.name
     assert tests.is_file(), f"functions/{functions_file.name} has no pgtap/{functions_file.name}"
     text = tests.read_text()
-    untested = [name for name in FUNCTION.findall(functions_file.read_text())
-                if not re.search(rf"\bharvest\.{name}\b|'{name}'", text)]
-    assert not untested, (f"pgtap/{functions_file.name} never mentions "
-                          + ", ".join(f"harvest.{name}" for name in untested))
+    untested = [
+        name
+        for name in FUNCTION.findall(functions_file.read_text())
+        if not re.search(rf"\bharvest\.{name}\b|'{name}'", text)
+    ]
+    assert not untested, f"pgtap/{functions_file.name} never mentions " + ", ".join(
+        f"harvest.{name}" for name in untested
+    )
 
 
 def test_no_file_recreates_a_shared_fixture() -> None:
@@ -56,5 +60,8 @@ def test_pgtap_file(path: Path, run_pgtap) -> None:
     report = run_pgtap(path)
     problems = report.problems
     if problems:
-        pytest.fail(f"pgtap/{path.name}: {len(report.failures)} of {len(report.assertions)} assertions "
-                    "failed\n" + "\n".join(problems), pytrace=False)
+        pytest.fail(
+            f"pgtap/{path.name}: {len(report.failures)} of {len(report.assertions)} assertions "
+            "failed\n" + "\n".join(problems),
+            pytrace=False,
+        )

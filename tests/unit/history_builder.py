@@ -37,12 +37,22 @@ def fixed_clock() -> _dt.datetime:
 
 
 class HistoryBuilder:
-    def __init__(self, workflow_name: str, input: list | None = None,
-                 workflow_id: str = "wf-1", task_queue: str = "default"):
+    def __init__(
+        self,
+        workflow_name: str,
+        input: list | None = None,
+        workflow_id: str = "wf-1",
+        task_queue: str = "default",
+    ):
         self.events: list[dict] = []
         self.workflow_id = workflow_id
-        self.add("WorkflowStarted", workflow_name=workflow_name, workflow_id=workflow_id,
-                 input=list(input or []), task_queue=task_queue)
+        self.add(
+            "WorkflowStarted",
+            workflow_name=workflow_name,
+            workflow_id=workflow_id,
+            input=list(input or []),
+            task_queue=task_queue,
+        )
 
     @property
     def last_id(self) -> int:
@@ -57,16 +67,21 @@ class HistoryBuilder:
         """Events with ids above ``event_id`` (what a cached run has not seen)."""
         return [e for e in self.events if e["event_id"] > event_id]
 
-    def complete_task(self, through: int, commands: list[dict], worker_id: str = "w1"
-                      ) -> list[dict]:
+    def complete_task(self, through: int, commands: list[dict], worker_id: str = "w1") -> list[dict]:
         """What ``complete_workflow_task(through, commands)`` appends."""
         start = self.last_id
         self.add("WorkflowTaskCompleted", through=through, worker_id=worker_id)
         for c in commands:
             t = c["type"]
             if t == "schedule_activity":
-                self.add("ActivityScheduled", seq=c["seq"], name=c["name"], input=c["input"],
-                         queue=c["queue"], options=c["options"])
+                self.add(
+                    "ActivityScheduled",
+                    seq=c["seq"],
+                    name=c["name"],
+                    input=c["input"],
+                    queue=c["queue"],
+                    options=c["options"],
+                )
             elif t == "start_timer":
                 self.add("TimerStarted", seq=c["seq"], fire_at="2026-11-29T10:00:00+00:00")
             elif t == "record_marker":
@@ -78,17 +93,26 @@ class HistoryBuilder:
             elif t == "cancel_timer":
                 self.add("TimerCancelled", seq=c["seq"], timer_seq=c["timer_seq"])
             elif t == "start_child_workflow":
-                self.add("ChildWorkflowStarted", seq=c["seq"], workflow_name=c["workflow_name"],
-                         workflow_id=c["workflow_id"] or f"{self.workflow_id}/{c['seq']}",
-                         child_execution_id=self.child_execution_id(c["seq"]),
-                         parent_close_policy=c["parent_close_policy"])
+                self.add(
+                    "ChildWorkflowStarted",
+                    seq=c["seq"],
+                    workflow_name=c["workflow_name"],
+                    workflow_id=c["workflow_id"] or f"{self.workflow_id}/{c['seq']}",
+                    child_execution_id=self.child_execution_id(c["seq"]),
+                    parent_close_policy=c["parent_close_policy"],
+                )
             elif t == "cancel_workflow":
                 self.add("WorkflowCancelled", details=c["details"])
             elif t == "continue_as_new":
                 self.add("WorkflowContinuedAsNew", new_execution_id="exec-next", input=c["input"])
             elif t == "complete_update":
-                self.add("UpdateCompleted", seq=c["seq"], update_id=c["update_id"],
-                         result=c.get("result"), failure=c.get("failure"))
+                self.add(
+                    "UpdateCompleted",
+                    seq=c["seq"],
+                    update_id=c["update_id"],
+                    result=c.get("result"),
+                    failure=c.get("failure"),
+                )
             else:
                 raise AssertionError(f"unknown command {c}")
         return self.since(start)
@@ -96,11 +120,25 @@ class HistoryBuilder:
     def activity_completed(self, seq: int, result: Any, attempt: int = 1) -> dict:
         return self.add("ActivityCompleted", seq=seq, result=result, attempt=attempt)
 
-    def activity_failed(self, seq: int, error_type: str = "Boom", message: str = "it broke",
-                        attempt: int = 3, details: Any = None) -> dict:
-        return self.add("ActivityFailed", seq=seq, attempt=attempt, failure={
-            "error_type": error_type, "message": message, "non_retryable": False,
-            "details": details})
+    def activity_failed(
+        self,
+        seq: int,
+        error_type: str = "Boom",
+        message: str = "it broke",
+        attempt: int = 3,
+        details: Any = None,
+    ) -> dict:
+        return self.add(
+            "ActivityFailed",
+            seq=seq,
+            attempt=attempt,
+            failure={
+                "error_type": error_type,
+                "message": message,
+                "non_retryable": False,
+                "details": details,
+            },
+        )
 
     def timer_fired(self, seq: int) -> dict:
         return self.add("TimerFired", seq=seq)
@@ -111,8 +149,9 @@ class HistoryBuilder:
         return f"child-exec-{seq}"
 
     def signal(self, name: str, payload: Any = None, signal_id: str | None = None) -> dict:
-        return self.add("SignalReceived", name=name, payload=payload,
-                        signal_id=signal_id or f"sig-{self.last_id + 1}")
+        return self.add(
+            "SignalReceived", name=name, payload=payload, signal_id=signal_id or f"sig-{self.last_id + 1}"
+        )
 
     def update_accepted(self, update_id: str, name: str, input: Any = None) -> dict:
         return self.add("UpdateAccepted", update_id=update_id, name=name, input=input)
@@ -124,17 +163,25 @@ class HistoryBuilder:
         return self.add("WorkflowCancelRequested", reason=reason)
 
     def child_completed(self, seq: int, result: Any) -> dict:
-        return self.add("ChildWorkflowCompleted", seq=seq,
-                        child_execution_id=self.child_execution_id(seq), result=result)
+        return self.add(
+            "ChildWorkflowCompleted", seq=seq, child_execution_id=self.child_execution_id(seq), result=result
+        )
 
-    def child_failed(self, seq: int, status: str = "FAILED", error_type: str = "ValueError",
-                     message: str = "child broke") -> dict:
-        failure = None if status == "TERMINATED" else {
-            "error_type": error_type, "message": message, "non_retryable": True,
-            "details": None}
-        return self.add("ChildWorkflowFailed", seq=seq,
-                        child_execution_id=self.child_execution_id(seq), status=status,
-                        failure=failure)
+    def child_failed(
+        self, seq: int, status: str = "FAILED", error_type: str = "ValueError", message: str = "child broke"
+    ) -> dict:
+        failure = (
+            None
+            if status == "TERMINATED"
+            else {"error_type": error_type, "message": message, "non_retryable": True, "details": None}
+        )
+        return self.add(
+            "ChildWorkflowFailed",
+            seq=seq,
+            child_execution_id=self.child_execution_id(seq),
+            status=status,
+            failure=failure,
+        )
 
 
 def new_run(app: Any, wf: Any, **kwargs: Any) -> WorkflowRun:
@@ -171,10 +218,17 @@ OUTSTANDING = ("schedule_activity", "start_timer", "start_child_workflow")
 class Engine:
     """Drive one workflow to its end, optionally proving cold == warm at every task."""
 
-    def __init__(self, app: Any, wf: Any, input: list | None = None,
-                 resolver: Resolver = resolve_all_in_order, check_cold: bool = True,
-                 history: HistoryBuilder | None = None, trust_own_commits: bool = False,
-                 **run_kwargs: Any):
+    def __init__(
+        self,
+        app: Any,
+        wf: Any,
+        input: list | None = None,
+        resolver: Resolver = resolve_all_in_order,
+        check_cold: bool = True,
+        history: HistoryBuilder | None = None,
+        trust_own_commits: bool = False,
+        **run_kwargs: Any,
+    ):
         name = wf.__harvest_workflow__.name
         # As the worker does after a successful commit (WorkflowRun.recorded): the warm
         # run skips reading back the events its own commit wrote, where it can.
@@ -193,8 +247,7 @@ class Engine:
         act = await self.run.advance(self.history.since(self.seen))
         self.seen = self.history.last_id
         if self.check_cold:
-            cold = await new_run(self.app, self.wf, **self.run_kwargs).advance(
-                list(self.history.events))
+            cold = await new_run(self.app, self.wf, **self.run_kwargs).advance(list(self.history.events))
             assert cold.commands == act.commands, (cold.commands, act.commands)
             assert cold.through == act.through and cold.finished == act.finished
         if in_flight is not None:

@@ -56,8 +56,7 @@ async def reports_flag(ctx) -> bool:
     return ctx.is_cancel_requested()
 
 
-app = App(workflows=[with_cleanup, shielded, plain, custom_details, reports_flag],
-          activities=[send_email])
+app = App(workflows=[with_cleanup, shielded, plain, custom_details, reports_flag], activities=[send_email])
 
 
 def engine(wf) -> Engine:
@@ -72,7 +71,8 @@ def test_cancel_during_an_activity_runs_cleanup_then_cancels():
     second = run(e.task())
     assert not second.finished
     assert [(c["type"], c["seq"], c["input"]) for c in second.commands] == [
-        ("schedule_activity", 2, ["cleanup"])]
+        ("schedule_activity", 2, ["cleanup"])
+    ]
     e.history.activity_completed(1, {"sent": "work"})  # the cancelled wait's late result: moot
     e.history.activity_completed(2, {"sent": "cleanup"})
     final = run(e.task())

@@ -30,12 +30,20 @@ def test_no_module_spells_a_channel_outside_db_channels() -> None:
         if path == Path(channels.__file__):
             continue
         tree = ast.parse(path.read_text())
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-                      and node.body and isinstance(node.body[0], ast.Expr)}
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                    and (node.value in names or re.search(r"\bLISTEN\s+harvest_", node.value))):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and (node.value in names or re.search(r"\bLISTEN\s+harvest_", node.value))
+            ):
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
     assert not bad, "use harvest.db.channels: " + "; ".join(bad)
 

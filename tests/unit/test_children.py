@@ -31,18 +31,17 @@ async def parent(ctx, n: int) -> dict:
 @workflow
 async def tolerant_parent(ctx) -> dict:
     try:
-        await ctx.execute_child_workflow("remote_child", 1, workflow_id="fixed-id",
-                                         queue="elsewhere", parent_close_policy="abandon")
+        await ctx.execute_child_workflow(
+            "remote_child", 1, workflow_id="fixed-id", queue="elsewhere", parent_close_policy="abandon"
+        )
     except ChildWorkflowError as err:
-        return {"status": err.status, "error_type": err.error_type,
-                "child": err.child_execution_id}
+        return {"status": err.status, "error_type": err.error_type, "child": err.child_execution_id}
     return {"status": "ok"}
 
 
 @workflow
 async def fan_out_children(ctx, n: int) -> list:
-    receipts = await asyncio.gather(*(ctx.execute_child_workflow(charge_child, i)
-                                      for i in range(n)))
+    receipts = await asyncio.gather(*(ctx.execute_child_workflow(charge_child, i) for i in range(n)))
     return [r.charged for r in receipts]
 
 
@@ -52,8 +51,13 @@ async def with_handle(ctx) -> dict:
     before = handle.child_execution_id
     await handle.started()
     receipt = await handle.result()
-    return {"before": before, "after": handle.child_execution_id, "seq": handle.seq,
-            "workflow_id": handle.workflow_id, "charged": receipt.charged}
+    return {
+        "before": before,
+        "after": handle.child_execution_id,
+        "seq": handle.seq,
+        "workflow_id": handle.workflow_id,
+        "charged": receipt.charged,
+    }
 
 
 app = App(workflows=[charge_child, parent, tolerant_parent, fan_out_children, with_handle])
@@ -65,28 +69,32 @@ def receipt_for(command: dict) -> dict:
 
 
 def test_child_result_is_decoded_by_its_return_hint():
-    e = Engine(app, parent, [3], resolver=lambda out: [(c, ("result", receipt_for(c)))
-                                                         for c in out])
+    e = Engine(app, parent, [3], resolver=lambda out: [(c, ("result", receipt_for(c))) for c in out])
     final = run(e.run_to_end())
-    assert e.activations[0].commands == [{
-        "type": "start_child_workflow", "seq": 1, "workflow_name": "charge_child", "input": [3],
-        "workflow_id": None, "task_queue": "billing", "parent_close_policy": "terminate"}]
+    assert e.activations[0].commands == [
+        {
+            "type": "start_child_workflow",
+            "seq": 1,
+            "workflow_name": "charge_child",
+            "input": [3],
+            "workflow_id": None,
+            "task_queue": "billing",
+            "parent_close_policy": "terminate",
+        }
+    ]
     started = e.history.events[2]
     assert started["event_type"] == "ChildWorkflowStarted"
     assert started["event_data"]["workflow_id"] == "wf-1/1"
-    assert final == {"type": "complete_workflow", "result": {
-        "receipt": {"order_id": "o-3", "charged": 3}}}
+    assert final == {"type": "complete_workflow", "result": {"receipt": {"order_id": "o-3", "charged": 3}}}
 
 
 def test_child_failure_raises_child_workflow_error_in_the_parent():
-    e = Engine(app, tolerant_parent, resolver=lambda out: [(c, ("fail", "CardDeclined"))
-                                                           for c in out])
+    e = Engine(app, tolerant_parent, resolver=lambda out: [(c, ("fail", "CardDeclined")) for c in out])
     final = run(e.run_to_end())
     command = e.activations[0].commands[0]
     assert command["workflow_name"] == "remote_child" and command["workflow_id"] == "fixed-id"
     assert command["task_queue"] == "elsewhere" and command["parent_close_policy"] == "abandon"
-    assert final["result"] == {"status": "FAILED", "error_type": "CardDeclined",
-                               "child": "child-exec-1"}
+    assert final["result"] == {"status": "FAILED", "error_type": "CardDeclined", "child": "child-exec-1"}
 
 
 @pytest.mark.parametrize("status", ["CANCELLED", "TERMINATED", "TIMED_OUT"])
@@ -108,17 +116,20 @@ def test_gather_fans_out_children_with_results_in_any_order():
 
     e = Engine(app, fan_out_children, [3], resolver=resolver)
     final = run(e.run_to_end())
-    assert [(c["seq"], c["input"]) for c in e.activations[0].commands] == [
-        (1, [0]), (2, [1]), (3, [2])]
+    assert [(c["seq"], c["input"]) for c in e.activations[0].commands] == [(1, [0]), (2, [1]), (3, [2])]
     assert final["result"] == [0, 1, 2]
 
 
 def test_handle_learns_the_child_execution_id_once_the_start_is_recorded():
-    e = Engine(app, with_handle, resolver=lambda out: [(c, ("result", receipt_for(c)))
-                                                       for c in out])
+    e = Engine(app, with_handle, resolver=lambda out: [(c, ("result", receipt_for(c))) for c in out])
     final = run(e.run_to_end())  # warm == cold at every task
-    assert final["result"] == {"before": None, "after": "child-exec-1", "seq": 1,
-                               "workflow_id": "wf-1/1", "charged": 5}
+    assert final["result"] == {
+        "before": None,
+        "after": "child-exec-1",
+        "seq": 1,
+        "workflow_id": "wf-1/1",
+        "charged": 5,
+    }
 
 
 def test_invalid_parent_close_policy_is_rejected_at_the_call():

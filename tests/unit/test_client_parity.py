@@ -25,8 +25,12 @@ ASYNC_ONLY = {"connect"}
 
 
 def public(cls: type) -> dict[str, object]:
-    return {name: member for name in dir(cls) if not name.startswith("_")
-            for member in [inspect.getattr_static(cls, name)]}
+    return {
+        name: member
+        for name in dir(cls)
+        if not name.startswith("_")
+        for member in [inspect.getattr_static(cls, name)]
+    }
 
 
 def parameters(function: object) -> list[tuple]:

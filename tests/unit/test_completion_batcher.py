@@ -25,8 +25,7 @@ class FakeSql:
         self.batches: list[list[int]] = []
         self.decisions: list[list[bool]] = []  # per batch: which items carried one
 
-    async def complete_activities(self, worker_id, items, hand_off, workflow_lease_secs,
-                                  event_cap, byte_cap):
+    async def complete_activities(self, worker_id, items, hand_off, workflow_lease_secs, event_cap, byte_cap):
         ids = [item[0] for item in items]
         self.batches.append(ids)
         self.decisions.append([item[3] is not None for item in items])
@@ -38,16 +37,29 @@ class FakeSql:
         rows = []
         for task_id in ids:
             if task_id in self.stale:
-                rows.append({"task_id": task_id, "outcome": "stale", "message": f"task {task_id} is stale",
-                             "handed": None})
+                rows.append(
+                    {
+                        "task_id": task_id,
+                        "outcome": "stale",
+                        "message": f"task {task_id} is stale",
+                        "handed": None,
+                    }
+                )
             elif task_id == -1:
-                rows.append({"task_id": task_id, "outcome": "kind", "message": "not an activity",
-                             "handed": None})
+                rows.append(
+                    {"task_id": task_id, "outcome": "kind", "message": "not an activity", "handed": None}
+                )
             else:
                 decision = next(item[3] for item in items if item[0] == task_id)
-                rows.append({"task_id": task_id, "outcome": "completed", "message": None,
-                             "handed": self.handed.get(task_id),
-                             "decided": None if decision is None else {"last_event_id": 9}})
+                rows.append(
+                    {
+                        "task_id": task_id,
+                        "outcome": "completed",
+                        "message": None,
+                        "handed": self.handed.get(task_id),
+                        "decided": None if decision is None else {"last_event_id": 9},
+                    }
+                )
         return rows
 
 
@@ -91,8 +103,9 @@ def test_a_refused_item_raises_for_its_caller_only():
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql))
-        return await asyncio.gather(*(batcher.complete(i, 1, None) for i in (1, 2, 3, -1)),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            *(batcher.complete(i, 1, None) for i in (1, 2, 3, -1)), return_exceptions=True
+        )
 
     one, two, three, wrong_kind = run(main())
     assert one == Recorded() and three == Recorded()
@@ -137,8 +150,9 @@ def test_decisions_ride_with_their_results():
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql))
-        return await asyncio.gather(batcher.complete(1, 1, None, {"commands": []}),
-                                    batcher.complete(2, 1, None))
+        return await asyncio.gather(
+            batcher.complete(1, 1, None, {"commands": []}), batcher.complete(2, 1, None)
+        )
 
     assert run(main()) == [Recorded(decided={"last_event_id": 9}), Recorded()]
 
@@ -152,8 +166,10 @@ def test_a_refused_decision_does_not_lose_its_result_nor_sink_the_batch():
         batcher = CompletionBatcher(FakeWorker(sql))
         first = asyncio.create_task(batcher.complete(1, 1, None))
         await asyncio.sleep(0.001)  # in flight: the next two share a batch
-        rest = await asyncio.gather(batcher.complete(2, 1, None, {"commands": [{"type": "bad"}]}),
-                                    batcher.complete(3, 1, None, {"commands": []}))
+        rest = await asyncio.gather(
+            batcher.complete(2, 1, None, {"commands": [{"type": "bad"}]}),
+            batcher.complete(3, 1, None, {"commands": []}),
+        )
         return [await first, *rest]
 
     assert run(main()) == [Recorded()] * 3
@@ -165,8 +181,7 @@ def test_a_lone_refused_decision_is_retried_without_it():
     sql = FakeSql()
 
     async def main():
-        return await CompletionBatcher(FakeWorker(sql)).complete(
-            1, 1, None, {"commands": [{"type": "bad"}]})
+        return await CompletionBatcher(FakeWorker(sql)).complete(1, 1, None, {"commands": [{"type": "bad"}]})
 
     assert run(main()) == Recorded()
     assert sql.decisions == [[True], [False]]
@@ -184,10 +199,17 @@ class FakeDecisionSql:
         await asyncio.sleep(0.01)
         if any({"type": "bad"} in item[3] for item in items):
             raise InvalidArgument('unknown command type "bad"')
-        return [{"task_id": task_id, "outcome": "stale" if task_id in self.stale else "completed",
-                 "message": f"task {task_id} is stale", "last_event_id": through + 1 + len(commands),
-                 "execution_status": "RUNNING", "handed": []}
-                for task_id, _token, through, commands, _slots in items]
+        return [
+            {
+                "task_id": task_id,
+                "outcome": "stale" if task_id in self.stale else "completed",
+                "message": f"task {task_id} is stale",
+                "last_event_id": through + 1 + len(commands),
+                "execution_status": "RUNNING",
+                "handed": [],
+            }
+            for task_id, _token, through, commands, _slots in items
+        ]
 
 
 class FakeDecidingWorker(FakeWorker):
@@ -202,10 +224,12 @@ def test_decisions_made_together_share_a_commit_and_a_bad_one_fails_alone():
         batcher = DecisionBatcher(FakeDecidingWorker(sql))
         first = asyncio.create_task(batcher.complete(1, 1, 4, [], 0))
         await asyncio.sleep(0.001)  # in flight: the next three share a batch
-        rest = await asyncio.gather(batcher.complete(2, 1, 4, [{"type": "bad"}], 0),
-                                    batcher.complete(3, 1, 4, [], 0),
-                                    batcher.complete(4, 1, 7, [{"type": "x"}], 1),
-                                    return_exceptions=True)
+        rest = await asyncio.gather(
+            batcher.complete(2, 1, 4, [{"type": "bad"}], 0),
+            batcher.complete(3, 1, 4, [], 0),
+            batcher.complete(4, 1, 7, [{"type": "x"}], 1),
+            return_exceptions=True,
+        )
         return [await first, *rest]
 
     first, bad, stale, fine = run(main())

@@ -18,10 +18,22 @@ from harvest.declare.definitions import (
 )
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("30s", 30), ("5m", 300), ("1h", 3600), ("1d", 86400), ("250ms", 0.25), (12, 12),
-    (1.5, 1.5), ("1h30m", 5400), ("90", 90), (" 2 m ", 120), (dt.timedelta(minutes=2), 120),
-])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30),
+        ("5m", 300),
+        ("1h", 3600),
+        ("1d", 86400),
+        ("250ms", 0.25),
+        (12, 12),
+        (1.5, 1.5),
+        ("1h30m", 5400),
+        ("90", 90),
+        (" 2 m ", 120),
+        (dt.timedelta(minutes=2), 120),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -35,12 +47,23 @@ def test_parse_duration_names_the_bad_text(bad):
 
 def test_retry_policy_defaults_and_json():
     policy = RetryPolicy()
-    assert policy.to_json() == {"max_attempts": 3, "initial_interval": 1, "backoff": 2.0,
-                                "max_interval": 100, "non_retryable_errors": []}
-    exp = RetryPolicy.exponential(max_attempts=5, initial="500ms", maximum="1m",
-                                  non_retryable_errors=("InvalidInput",))
-    assert exp.to_json() == {"max_attempts": 5, "initial_interval": 0.5, "backoff": 2.0,
-                             "max_interval": 60, "non_retryable_errors": ["InvalidInput"]}
+    assert policy.to_json() == {
+        "max_attempts": 3,
+        "initial_interval": 1,
+        "backoff": 2.0,
+        "max_interval": 100,
+        "non_retryable_errors": [],
+    }
+    exp = RetryPolicy.exponential(
+        max_attempts=5, initial="500ms", maximum="1m", non_retryable_errors=("InvalidInput",)
+    )
+    assert exp.to_json() == {
+        "max_attempts": 5,
+        "initial_interval": 0.5,
+        "backoff": 2.0,
+        "max_interval": 60,
+        "non_retryable_errors": ["InvalidInput"],
+    }
     assert RetryPolicy.from_json(exp.to_json()) == exp
     assert RetryPolicy.none().max_attempts == 1
     assert [exp.delay(a) for a in (1, 2, 3, 9)] == [0.5, 1.0, 2.0, 60]
@@ -73,10 +96,13 @@ def test_workflow_decorator_bare_and_with_arguments():
 
 def test_workflow_must_be_async():
     with pytest.raises(TypeError, match="must be an `async def`"):
+
         @workflow
         def sync_wf(ctx):
             pass
+
     with pytest.raises(TypeError, match="first parameter must be the context"):
+
         @workflow
         async def no_ctx():
             pass
@@ -87,22 +113,42 @@ def test_activity_decorator_records_options():
     async def bare(ctx) -> None:
         pass
 
-    @activity(start_to_close="30s", heartbeat_timeout="10s", retry=RetryPolicy.none(),
-              queue="io", local=True, name="fetch", priority=5, dead_letter=False)
+    @activity(
+        start_to_close="30s",
+        heartbeat_timeout="10s",
+        retry=RetryPolicy.none(),
+        queue="io",
+        local=True,
+        name="fetch",
+        priority=5,
+        dead_letter=False,
+    )
     def fetch(ctx, url: str) -> str:
         return url
 
     d = bare.__harvest_activity__
     assert isinstance(d, ActivityDefinition)
-    assert (d.name, d.start_to_close, d.queue, d.local, d.is_async) == (
-        "bare", 300.0, None, False, True)
+    assert (d.name, d.start_to_close, d.queue, d.local, d.is_async) == ("bare", 300.0, None, False, True)
     f = fetch.__harvest_activity__
-    assert (f.name, f.start_to_close, f.heartbeat_timeout, f.queue, f.local, f.priority,
-            f.dead_letter, f.is_async) == ("fetch", 30.0, 10.0, "io", True, 5, False, False)
+    assert (
+        f.name,
+        f.start_to_close,
+        f.heartbeat_timeout,
+        f.queue,
+        f.local,
+        f.priority,
+        f.dead_letter,
+        f.is_async,
+    ) == ("fetch", 30.0, 10.0, "io", True, 5, False, False)
     assert fetch(None, "u") == "u"  # still the user's own function
-    assert f.options_json() == {"start_to_close": 30, "schedule_to_close": None,
-                                "heartbeat_timeout": 10, "retry": RetryPolicy.none().to_json(),
-                                "priority": 5, "dead_letter": False}
+    assert f.options_json() == {
+        "start_to_close": 30,
+        "schedule_to_close": None,
+        "heartbeat_timeout": 10,
+        "retry": RetryPolicy.none().to_json(),
+        "priority": 5,
+        "dead_letter": False,
+    }
     g = f.with_options(start_to_close="1m", queue="other")
     assert (g.start_to_close, g.queue, f.start_to_close) == (60.0, "other", 30.0)
     with pytest.raises(TypeError, match="unknown activity option"):
@@ -129,7 +175,7 @@ def test_app_registry():
     assert app.workflow(wf).name == "wf"
     assert app.activity("act").fn is act
     assert app.queues == {"wfq", "actq"}
-    with pytest.raises(NotFound, match="no activity named 'nope'.*act"):
+    with pytest.raises(NotFound, match=r"no activity named 'nope'.*act"):
         app.activity("nope")
     with pytest.raises(NotFound, match="no workflow named 'nope'"):
         app.workflow("nope")
@@ -152,6 +198,6 @@ def test_app_rejects_undecorated_functions_and_duplicates():
     async def two(ctx) -> None:
         pass
 
-    with pytest.raises(ConfigError, match="duplicate activity name 'dup'.*one.*two"):
+    with pytest.raises(ConfigError, match=r"duplicate activity name 'dup'.*one.*two"):
         App(activities=[one, two])
     assert list(App(activities=[one, one]).activities) == ["dup"]

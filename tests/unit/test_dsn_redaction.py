@@ -46,8 +46,9 @@ def test_redact_removes_the_password_from_libpq_own_message(name: str, dsn: str,
 
 
 @pytest.mark.parametrize(("name", "dsn", "secrets"), FORMS, ids=IDS)
-def test_connect_raises_one_redacted_line(name: str, dsn: str, secrets: list[str],
-                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_connect_raises_one_redacted_line(
+    name: str, dsn: str, secrets: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     with pytest.raises(HarvestError) as info:
         connect(dsn, connect_timeout=2)
@@ -65,12 +66,14 @@ def test_connect_async_raises_redacted(name: str, dsn: str, secrets: list[str]) 
 
 
 @pytest.mark.parametrize(("name", "dsn", "secrets"), FORMS, ids=IDS)
-def test_pool_retry_warnings_are_redacted(name: str, dsn: str, secrets: list[str],
-                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_pool_retry_warnings_are_redacted(
+    name: str, dsn: str, secrets: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
     """psycopg_pool logs every failed attempt with the error's text."""
     caplog.set_level(logging.DEBUG)
-    pool = ConnectionPool(dsn, min_size=1, open=False, connection_class=RedactingConnection,
-                          kwargs={"connect_timeout": 2})
+    pool = ConnectionPool(
+        dsn, min_size=1, open=False, connection_class=RedactingConnection, kwargs={"connect_timeout": 2}
+    )
     with pytest.raises(psycopg.Error):
         pool.open(wait=True, timeout=0.5)
     pool.close()
@@ -92,8 +95,11 @@ def test_async_pool_retry_warnings_are_redacted(caplog: pytest.LogCaptureFixture
     assert "error connecting" in caplog.text and "Pw1234Secret" not in caplog.text
 
 
-@pytest.mark.parametrize(("name", "dsn", "secrets"), [f for f in FORMS if f[0].startswith(("uri-unclosed",
-                         "kv-space", "uri-bad-percent"))], ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize(
+    ("name", "dsn", "secrets"),
+    [f for f in FORMS if f[0].startswith(("uri-unclosed", "kv-space", "uri-bad-percent"))],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
 def test_parse_dsn_refuses_without_the_password(name: str, dsn: str, secrets: list[str]) -> None:
     with pytest.raises(ConfigError) as info:
         parse_dsn(dsn, "HARVEST_DEV_DATABASE_URL")
@@ -111,27 +117,49 @@ def test_redact_leaves_text_without_a_password_alone() -> None:
     text = 'connection to server at "10.0.0.1", port 5432 failed: password authentication failed'
     assert redact(text, dsn) == text
     assert redact("postgresql://a:b@h/d and password='x y' and ?password=z&a=1") == (
-        "postgresql://a:****@h/d and password=**** and ?password=****&a=1")
+        "postgresql://a:****@h/d and password=**** and ?password=****&a=1"
+    )
 
 
 # -- fail fast: which connection errors are answers rather than outages (item 13) --------------
 
-@pytest.mark.parametrize(("message", "permanent"), [
-    ('connection to server at "h", port 5432 failed: FATAL:  password authentication failed for user "u"', True),
-    ('connection to server at "h", port 5432 failed: fe_sendauth: no password supplied', True),
-    ('connection to server at "h", port 5432 failed: FATAL:  database "nodb" does not exist', True),
-    ('connection to server at "h", port 5432 failed: FATAL:  role "nobody" does not exist', True),
-    ('FATAL:  no pg_hba.conf entry for host "10.0.0.2", user "u", database "d", no encryption', True),
-    ('connection to server at "h", port 5432 failed: Connection refused', False),
-    ('connection to server at "h", port 5432 failed: FATAL:  the database system is starting up', False),
-    ('connection to server at "h", port 5432 failed: FATAL:  sorry, too many clients already', False),
-    ("failed to resolve host 'db': [Errno -3] Temporary failure in name resolution", False),
-    # a TLS setup one side refuses (sslmode=verify-full against a server it cannot verify)
-    ('connection to server at "h", port 5432 failed: server does not support SSL, but SSL was required', True),
-    ('connection to server at "h", port 5432 failed: SSL error: certificate verify failed', True),
-    ('connection to server at "h", port 5432 failed: server certificate for "a" does not match host name "b"',
-     True),
-])
+
+@pytest.mark.parametrize(
+    ("message", "permanent"),
+    [
+        (
+            (
+                'connection to server at "h", port 5432 failed: '
+                'FATAL:  password authentication failed for user "u"'
+            ),
+            True,
+        ),
+        ('connection to server at "h", port 5432 failed: fe_sendauth: no password supplied', True),
+        ('connection to server at "h", port 5432 failed: FATAL:  database "nodb" does not exist', True),
+        ('connection to server at "h", port 5432 failed: FATAL:  role "nobody" does not exist', True),
+        ('FATAL:  no pg_hba.conf entry for host "10.0.0.2", user "u", database "d", no encryption', True),
+        ('connection to server at "h", port 5432 failed: Connection refused', False),
+        ('connection to server at "h", port 5432 failed: FATAL:  the database system is starting up', False),
+        ('connection to server at "h", port 5432 failed: FATAL:  sorry, too many clients already', False),
+        ("failed to resolve host 'db': [Errno -3] Temporary failure in name resolution", False),
+        # a TLS setup one side refuses (sslmode=verify-full against a server it cannot verify)
+        (
+            (
+                'connection to server at "h", port 5432 failed: '
+                "server does not support SSL, but SSL was required"
+            ),
+            True,
+        ),
+        ('connection to server at "h", port 5432 failed: SSL error: certificate verify failed', True),
+        (
+            (
+                'connection to server at "h", port 5432 failed: '
+                'server certificate for "a" does not match host name "b"'
+            ),
+            True,
+        ),
+    ],
+)
 def test_is_permanent(message: str, permanent: bool) -> None:
     assert connection.is_permanent(psycopg.OperationalError(message)) is permanent
 
@@ -142,37 +170,41 @@ def test_a_parse_error_is_permanent() -> None:
 
 # -- TLS (item 6) ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("dsn", "env", "warns"), [
-    # local: never
-    ("postgresql://u:pw@localhost/app", {}, False),
-    ("postgresql://u@127.0.0.1:5432/app", {}, False),
-    ("postgresql://u@127.8.9.10/app", {}, False),
-    ("postgresql://u@[::1]:5432/app", {}, False),
-    ("host=/var/run/postgresql dbname=app", {}, False),
-    ("dbname=app", {}, False),  # no host: the default unix socket
-    ("postgresql:///app?host=/tmp", {}, False),
-    ("postgresql://u@localhost/app?sslmode=disable", {}, False),
-    # remote, below verify-full
-    ("postgresql://u@db.internal/app", {}, True),
-    ("postgresql://u@10.0.0.5/app", {}, True),
-    ("postgresql://u@db.internal/app?sslmode=disable", {}, True),
-    ("postgresql://u@db.internal/app?sslmode=allow", {}, True),
-    ("postgresql://u@db.internal/app?sslmode=prefer", {}, True),
-    ("postgresql://u@db.internal/app?sslmode=require", {}, True),
-    ("postgresql://u@db.internal/app?sslmode=verify-ca&sslrootcert=/ca.pem", {}, True),
-    ("host=localhost,db.internal dbname=app", {}, True),  # any remote host of a list
-    ("host=db.internal hostaddr=10.1.1.1 dbname=app sslmode=require", {}, True),
-    ("dbname=app", {"PGHOST": "db.internal"}, True),
-    ("postgresql://u@db.internal/app", {"PGSSLMODE": "require"}, True),
-    # remote, verified
-    ("postgresql://u@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem", {}, False),
-    ("host=db.internal sslmode=verify-full", {}, False),
-    ("postgresql://u@db.internal/app", {"PGSSLMODE": "verify-full"}, False),
-    ("postgresql://u@db.internal/app?sslrootcert=system", {}, False),  # libpq: implies verify-full
-    ("host=db.internal hostaddr=127.0.0.1 dbname=app", {}, False),  # connects to loopback
-    # unparseable: connecting reports it
-    ("postgresql://u:pw@[::1/db", {}, False),
-])
+
+@pytest.mark.parametrize(
+    ("dsn", "env", "warns"),
+    [
+        # local: never
+        ("postgresql://u:pw@localhost/app", {}, False),
+        ("postgresql://u@127.0.0.1:5432/app", {}, False),
+        ("postgresql://u@127.8.9.10/app", {}, False),
+        ("postgresql://u@[::1]:5432/app", {}, False),
+        ("host=/var/run/postgresql dbname=app", {}, False),
+        ("dbname=app", {}, False),  # no host: the default unix socket
+        ("postgresql:///app?host=/tmp", {}, False),
+        ("postgresql://u@localhost/app?sslmode=disable", {}, False),
+        # remote, below verify-full
+        ("postgresql://u@db.internal/app", {}, True),
+        ("postgresql://u@10.0.0.5/app", {}, True),
+        ("postgresql://u@db.internal/app?sslmode=disable", {}, True),
+        ("postgresql://u@db.internal/app?sslmode=allow", {}, True),
+        ("postgresql://u@db.internal/app?sslmode=prefer", {}, True),
+        ("postgresql://u@db.internal/app?sslmode=require", {}, True),
+        ("postgresql://u@db.internal/app?sslmode=verify-ca&sslrootcert=/ca.pem", {}, True),
+        ("host=localhost,db.internal dbname=app", {}, True),  # any remote host of a list
+        ("host=db.internal hostaddr=10.1.1.1 dbname=app sslmode=require", {}, True),
+        ("dbname=app", {"PGHOST": "db.internal"}, True),
+        ("postgresql://u@db.internal/app", {"PGSSLMODE": "require"}, True),
+        # remote, verified
+        ("postgresql://u@db.internal/app?sslmode=verify-full&sslrootcert=/etc/ssl/ca.pem", {}, False),
+        ("host=db.internal sslmode=verify-full", {}, False),
+        ("postgresql://u@db.internal/app", {"PGSSLMODE": "verify-full"}, False),
+        ("postgresql://u@db.internal/app?sslrootcert=system", {}, False),  # libpq: implies verify-full
+        ("host=db.internal hostaddr=127.0.0.1 dbname=app", {}, False),  # connects to loopback
+        # unparseable: connecting reports it
+        ("postgresql://u:pw@[::1/db", {}, False),
+    ],
+)
 def test_tls_warning_decision(dsn: str, env: dict[str, str], warns: bool) -> None:
     assert (tls_warning(dsn, env) is not None) is warns
 
@@ -186,8 +218,9 @@ def test_tls_warning_names_the_mode_and_the_fix_without_the_password() -> None:
     assert "prefer" in unset
 
 
-def test_the_tls_warning_is_logged_once_per_dsn(caplog: pytest.LogCaptureFixture,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tls_warning_is_logged_once_per_dsn(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(connection, "_tls_warned", set())
     monkeypatch.delenv("PGSSLMODE", raising=False)
     caplog.set_level(logging.WARNING, logger="harvest.db")

@@ -10,28 +10,39 @@ BIG = "x" * 500
 
 
 def test_a_decision_that_fits_is_left_alone() -> None:
-    commands = [{"type": "schedule_activity", "seq": 1, "name": "a", "input": ["small"]},
-                {"type": "start_child_workflow", "seq": 2, "workflow_name": "c", "input": [BIG]}]
+    commands = [
+        {"type": "schedule_activity", "seq": 1, "name": "a", "input": ["small"]},
+        {"type": "start_child_workflow", "seq": 2, "workflow_name": "c", "input": [BIG]},
+    ]
     # A child's input is the database's to refuse: a typed START_FAILED the parent can catch.
     assert payloads_fit(commands, 100, "wf")
     assert fit_payloads(commands, 100, "wf") is commands
-    assert fit_payloads([{"type": "complete_workflow", "result": BIG}], None, "wf")[0]["type"] == \
-        "complete_workflow"  # no known limit: no check
+    assert (
+        fit_payloads([{"type": "complete_workflow", "result": BIG}], None, "wf")[0]["type"]
+        == "complete_workflow"
+    )  # no known limit: no check
 
 
 def test_any_other_payload_over_the_limit_ends_the_run_typed() -> None:
-    commands = [{"type": "schedule_activity", "seq": 1, "name": "a", "input": ["small"]},
-                {"type": "record_marker", "seq": 2, "kind": "side_effect", "value": BIG},
-                {"type": "start_timer", "seq": 3, "duration": 1}]
+    commands = [
+        {"type": "schedule_activity", "seq": 1, "name": "a", "input": ["small"]},
+        {"type": "record_marker", "seq": 2, "kind": "side_effect", "value": BIG},
+        {"type": "start_timer", "seq": 3, "duration": 1},
+    ]
     [failed] = fit_payloads(commands, 300, "wf")
     assert failed["type"] == "fail_workflow"
     failure = failed["failure"]
     assert failure["error_type"] == "PayloadTooLarge" and failure["non_retryable"] is True
     # Under a small limit the failure keeps what fits: the hint goes first.
-    assert failure["message"] == "the value of marker side_effect (command 2) is 502 bytes, " \
-                                 "over the payload limit of 300 bytes"
-    assert failure["details"] == {"what": "the value of marker side_effect (command 2)", "bytes": 502,
-                                  "limit": 300}
+    assert (
+        failure["message"] == "the value of marker side_effect (command 2) is 502 bytes, "
+        "over the payload limit of 300 bytes"
+    )
+    assert failure["details"] == {
+        "what": "the value of marker side_effect (command 2)",
+        "bytes": 502,
+        "limit": 300,
+    }
 
 
 def test_the_failure_itself_fits_a_tiny_limit() -> None:
@@ -43,8 +54,10 @@ def test_the_failure_itself_fits_a_tiny_limit() -> None:
 
 
 def test_an_update_result_over_the_limit_fails_the_update_only() -> None:
-    commands = [{"type": "complete_update", "seq": 4, "update_id": "u1", "result": BIG},
-                {"type": "start_timer", "seq": 5, "duration": 1}]
+    commands = [
+        {"type": "complete_update", "seq": 4, "update_id": "u1", "result": BIG},
+        {"type": "start_timer", "seq": 5, "duration": 1},
+    ]
     fitted = fit_payloads(commands, 300, "wf")
     assert [c["type"] for c in fitted] == ["complete_update", "start_timer"]
     assert "result" not in fitted[0] and fitted[0]["seq"] == 4 and fitted[0]["update_id"] == "u1"

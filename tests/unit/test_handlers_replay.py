@@ -86,8 +86,12 @@ async def waits(ctx) -> int:
     return 1
 
 
-app = App(workflows=[approval, imperative], activities=[send_email], queries=[status, title, waits],
-          updates=[decide, rename])
+app = App(
+    workflows=[approval, imperative],
+    activities=[send_email],
+    queries=[status, title, waits],
+    updates=[decide, rename],
+)
 
 
 def engine(wf, input=None, history=None) -> Engine:
@@ -96,19 +100,37 @@ def engine(wf, input=None, history=None) -> Engine:
 
 # ---------------------------------------------------------------- registry and discovery
 def test_handlers_are_listed_with_type_hints_and_validators():
-    assert describe_handlers(app, "approval") == app.handlers(approval) == {
-        "workflow": "approval",
-        "queries": [
-            {"name": "status", "input_type_hint": None, "output_type_hint": "str"},
-            {"name": "title_of", "input_type_hint": "bool", "output_type_hint": "str"}],
-        "updates": [
-            {"name": "decide", "input_type_hint": "str", "output_type_hint": "str",
-             "has_validator": True},
-            {"name": "rename", "input_type_hint": "Order", "output_type_hint": "Order",
-             "has_validator": False}]}
+    assert (
+        describe_handlers(app, "approval")
+        == app.handlers(approval)
+        == {
+            "workflow": "approval",
+            "queries": [
+                {"name": "status", "input_type_hint": None, "output_type_hint": "str"},
+                {"name": "title_of", "input_type_hint": "bool", "output_type_hint": "str"},
+            ],
+            "updates": [
+                {
+                    "name": "decide",
+                    "input_type_hint": "str",
+                    "output_type_hint": "str",
+                    "has_validator": True,
+                },
+                {
+                    "name": "rename",
+                    "input_type_hint": "Order",
+                    "output_type_hint": "Order",
+                    "has_validator": False,
+                },
+            ],
+        }
+    )
     # Imperative handlers live in a running instance only.
-    assert app.handlers("imperative") == {"workflow": "imperative", "updates": [], "queries": [
-        {"name": "waits", "input_type_hint": None, "output_type_hint": "int"}]}
+    assert app.handlers("imperative") == {
+        "workflow": "imperative",
+        "updates": [],
+        "queries": [{"name": "waits", "input_type_hint": None, "output_type_hint": "int"}],
+    }
 
 
 def test_registry_refuses_mistakes():
@@ -146,7 +168,8 @@ def test_accepted_update_runs_its_handler_and_completes_once_warm_equals_cold():
     assert act.finished
     assert act.commands == [
         {"type": "complete_update", "seq": 2, "update_id": "u1", "result": "decided yes: yes"},
-        {"type": "complete_workflow", "result": {"status": "yes"}}]
+        {"type": "complete_workflow", "result": {"status": "yes"}},
+    ]
     kinds = [ev["event_type"] for ev in e.history.events]
     assert kinds.count("UpdateAccepted") == 1 and kinds.count("UpdateCompleted") == 1
 
@@ -157,8 +180,12 @@ def test_update_failure_and_decoding_are_recorded():
     e.history.update_accepted("u1", "rename", {"order_id": "A-1", "amount": 3})
     e.history.update_accepted("u2", "rename", {"order_id": "A-2"})  # missing field: fails
     act = run(e.task())
-    assert act.commands[0] == {"type": "complete_update", "seq": 1, "update_id": "u1",
-                               "result": {"order_id": "A-1", "amount": 3}}
+    assert act.commands[0] == {
+        "type": "complete_update",
+        "seq": 1,
+        "update_id": "u1",
+        "result": {"order_id": "A-1", "amount": 3},
+    }
     assert act.commands[1]["update_id"] == "u2"
     assert act.commands[1]["failure"]["error_type"] == "PayloadError"
     e.history.signal("finish")
@@ -187,21 +214,24 @@ def test_update_before_the_first_task_waits_for_the_imperative_handler():
     e.history.update_accepted("u2", "add", "b")
     act = run(e.task())
     # The timer fired first (lower event id): u1 completes, then u2 starts its timer.
-    assert act.commands == [{"type": "complete_update", "seq": 2, "update_id": "u1", "result": 1},
-                            {"type": "start_timer", "seq": 3, "duration": 1}]
+    assert act.commands == [
+        {"type": "complete_update", "seq": 2, "update_id": "u1", "result": 1},
+        {"type": "start_timer", "seq": 3, "duration": 1},
+    ]
     e.history.signal("done")
     e.history.timer_fired(3)
     act = run(e.task())
-    assert act.commands == [{"type": "complete_update", "seq": 4, "update_id": "u2", "result": 2},
-                            {"type": "complete_workflow", "result": ["a", "b"]}]
+    assert act.commands == [
+        {"type": "complete_update", "seq": 4, "update_id": "u2", "result": 2},
+        {"type": "complete_workflow", "result": ["a", "b"]},
+    ]
 
 
 def test_a_replay_that_no_longer_completes_the_update_is_non_determinism():
     history = HistoryBuilder("approval", ["Budget"])
     history.complete_task(1, [])
     history.update_accepted("u1", "rename", {"order_id": "A-1", "amount": 3})
-    history.complete_task(3, [{"type": "complete_update", "seq": 1, "update_id": "other",
-                               "result": None}])
+    history.complete_task(3, [{"type": "complete_update", "seq": 1, "update_id": "other", "result": None}])
     with pytest.raises(NonDeterminismError, match="complete_update of update 'other'"):
         new_run(app, approval).replay_history(history.events)
 
@@ -225,8 +255,11 @@ def test_query_answers_from_replayed_state_and_cached_state_alike():
     for r in (warm, cold):
         assert r.handlers.answer_query("status", None) == "no"
         assert r.handlers.answer_query("title_of", True) == "BUDGET"
-        with pytest.raises(UnknownHandler, match="no query handler 'nope'; known: "
-                           r"\['status', 'title_of'\]"):
+        with pytest.raises(
+            UnknownHandler,
+            match="no query handler 'nope'; known: "
+            r"\['status', 'title_of'\]",
+        ):
             r.handlers.answer_query("nope", None)
         with pytest.raises(ValueError, match="already decided"):
             r.handlers.validate_update("decide", "yes")

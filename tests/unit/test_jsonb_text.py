@@ -11,42 +11,48 @@ import pytest
 from harvest.core.jsonb import stored_text, stored_value
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (None, "null"),
-    (True, "true"),
-    (False, "false"),
-    (0, "0"),
-    (-42, "-42"),
-    (12345678901234567890123456789, "12345678901234567890123456789"),
-    ("", '""'),
-    ("plain", '"plain"'),
-    ([], "[]"),
-    ({}, "{}"),
-    ([[], {}], "[[], {}]"),
-    ([True, False, None], "[true, false, null]"),
-    ({"a": {"b": [1, {"c": 2}]}}, '{"a": {"b": [1, {"c": 2}]}}'),
-    ((1, "x"), '[1, "x"]'),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "null"),
+        (True, "true"),
+        (False, "false"),
+        (0, "0"),
+        (-42, "-42"),
+        (12345678901234567890123456789, "12345678901234567890123456789"),
+        ("", '""'),
+        ("plain", '"plain"'),
+        ([], "[]"),
+        ({}, "{}"),
+        ([[], {}], "[[], {}]"),
+        ([True, False, None], "[true, false, null]"),
+        ({"a": {"b": [1, {"c": 2}]}}, '{"a": {"b": [1, {"c": 2}]}}'),
+        ((1, "x"), '[1, "x"]'),
+    ],
+)
 def test_scalars_and_nesting(value, text):
     assert stored_text(value) == text
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (0.1, "0.1"),
-    (1.0, "1.0"),
-    (2.5, "2.5"),
-    (-0.0, "0.0"),  # numeric has no negative zero
-    (0.0, "0.0"),
-    (1e20, "100000000000000000000"),  # repr 1e+20: display scale 0
-    (1e16, "10000000000000000"),
-    (1e22, "10000000000000000000000"),
-    (1.5e-07, "0.00000015"),
-    (-1.5e-07, "-0.00000015"),
-    (1e-05, "0.00001"),
-    (123456789.123456789, "123456789.12345679"),  # the float's repr, not the literal
-    (1.7976931348623157e308, "17976931348623157" + "0" * 292),
-    (5e-324, "0." + "0" * 323 + "5"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (0.1, "0.1"),
+        (1.0, "1.0"),
+        (2.5, "2.5"),
+        (-0.0, "0.0"),  # numeric has no negative zero
+        (0.0, "0.0"),
+        (1e20, "100000000000000000000"),  # repr 1e+20: display scale 0
+        (1e16, "10000000000000000"),
+        (1e22, "10000000000000000000000"),
+        (1.5e-07, "0.00000015"),
+        (-1.5e-07, "-0.00000015"),
+        (1e-05, "0.00001"),
+        (123456789.123456789, "123456789.12345679"),  # the float's repr, not the literal
+        (1.7976931348623157e308, "17976931348623157" + "0" * 292),
+        (5e-324, "0." + "0" * 323 + "5"),
+    ],
+)
 def test_numbers_print_as_numeric(value, text):
     assert stored_text(value) == text
 
@@ -60,8 +66,10 @@ def test_integral_floats_with_an_exponent_read_back_as_ints():
 def test_object_keys_sort_by_utf8_length_then_bytes():
     assert stored_text({"b": 1, "aa": 3, "a": 4}) == '{"a": 4, "b": 1, "aa": 3}'
     assert stored_text({"é": 0, "z": 2, "Z": 3, "ab": 1}) == '{"Z": 3, "z": 2, "ab": 1, "é": 0}'
-    assert stored_text({"😀": 1, "abcd": 2, "abc": 3, "ÿ": 4, "Ā": 5, "": 6}) == \
-        '{"": 6, "ÿ": 4, "Ā": 5, "abc": 3, "abcd": 2, "😀": 1}'
+    assert (
+        stored_text({"😀": 1, "abcd": 2, "abc": 3, "ÿ": 4, "Ā": 5, "": 6})
+        == '{"": 6, "ÿ": 4, "Ā": 5, "abc": 3, "abcd": 2, "😀": 1}'
+    )
 
 
 def test_no_unicode_normalisation_of_keys():
@@ -79,11 +87,21 @@ def test_a_surrogate_pair_becomes_the_character_it_encodes():
     assert stored_text({"😀": 2, "\ud83d\ude00": 1}) == '{"😀": 1}'
 
 
-@pytest.mark.parametrize("value", [
-    "\x00", "a\x00b", {"\x00": 1}, ["ok", {"k": "\x00"}],  # jsonb refuses \u0000
-    "\ud800", "\udc00x", "\ud83d\ud83d\ude00",  # lone surrogates
-    float("nan"), float("inf"), [float("-inf")],
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\x00",
+        "a\x00b",
+        {"\x00": 1},
+        ["ok", {"k": "\x00"}],  # jsonb refuses \u0000
+        "\ud800",
+        "\udc00x",
+        "\ud83d\ud83d\ude00",  # lone surrogates
+        float("nan"),
+        float("inf"),
+        [float("-inf")],
+    ],
+)
 def test_values_the_database_refuses(value):
     with pytest.raises(ValueError):
         stored_text(value)

@@ -50,8 +50,7 @@ async def remote(ctx, n: int) -> int:
 @workflow
 async def uses_locals(ctx, key: str) -> list:
     a = await ctx.execute_activity(lookup, key)
-    b, c = await asyncio.gather(ctx.execute_activity(blocking, 1),
-                                ctx.execute_activity(remote, 5))
+    b, c = await asyncio.gather(ctx.execute_activity(blocking, 1), ctx.execute_activity(remote, 5))
     d = await ctx.execute_local_activity(remote, 7)  # any activity can run locally
     return [a["key"], b, c, d]
 
@@ -60,8 +59,14 @@ app = App(workflows=[uses_locals], activities=[lookup, blocking, remote])
 
 
 def engine_for(key: str, **kw) -> Engine:
-    return Engine(app, uses_locals, [key], local_sleep=no_sleep,
-                  resolver=lambda out: [(c, ("result", c["input"][0])) for c in out], **kw)
+    return Engine(
+        app,
+        uses_locals,
+        [key],
+        local_sleep=no_sleep,
+        resolver=lambda out: [(c, ("result", c["input"][0])) for c in out],
+        **kw,
+    )
 
 
 def test_local_activity_runs_inline_and_is_recorded_as_a_marker():
@@ -69,11 +74,17 @@ def test_local_activity_runs_inline_and_is_recorded_as_a_marker():
     engine = engine_for("k")
     first = run(engine.task())
     # lookup ran inline; then the workflow continued in the same task
-    assert first.commands[0] == {"type": "record_marker", "seq": 1, "kind": "local_activity",
-                                 "value": {"name": "lookup", "result": {
-                                     "key": "k", "thread": "MainThread"}}}
+    assert first.commands[0] == {
+        "type": "record_marker",
+        "seq": 1,
+        "kind": "local_activity",
+        "value": {"name": "lookup", "result": {"key": "k", "thread": "MainThread"}},
+    }
     assert [(c["type"], c["seq"]) for c in first.commands] == [
-        ("record_marker", 1), ("record_marker", 2), ("schedule_activity", 3)]
+        ("record_marker", 1),
+        ("record_marker", 2),
+        ("schedule_activity", 3),
+    ]
     assert first.commands[1]["value"] == {"name": "blocking", "result": 2}
     assert ("blocking", 1, False) in CALLS  # a plain def runs in a thread
     engine.resolve()
@@ -110,9 +121,15 @@ def test_final_failure_is_recorded_and_raised_as_activity_error():
     engine = engine_for("broken", check_cold=False)
     act = run(engine.task())
     assert len([c for c in CALLS if c[0] == "lookup"]) == 1  # non-retryable: one attempt
-    assert act.commands[0]["value"] == {"name": "lookup", "failure": {
-        "error_type": "BadKey", "message": "no such key broken", "non_retryable": True,
-        "details": None}}
+    assert act.commands[0]["value"] == {
+        "name": "lookup",
+        "failure": {
+            "error_type": "BadKey",
+            "message": "no such key broken",
+            "non_retryable": True,
+            "details": None,
+        },
+    }
     assert act.finished
     assert act.commands[-1]["failure"]["error_type"] == "BadKey"
 
@@ -161,6 +178,5 @@ def test_a_step_that_would_run_a_local_activity_can_be_deferred():
     CALLS.clear()
     history = HistoryBuilder("uses_locals", ["k"])
     with pytest.raises(LocalActivitiesDeferred, match="1 local activity"):
-        run(new_run(app, uses_locals, local_sleep=no_sleep).advance(history.events,
-                                                                      local_activities=False))
+        run(new_run(app, uses_locals, local_sleep=no_sleep).advance(history.events, local_activities=False))
     assert CALLS == []

@@ -77,8 +77,11 @@ def test_acquire_waits_for_the_grant_then_releases_on_exit():
     e.history.activity_completed(4, {"sent": "after"})
     act = run(e.task())
     assert act.finished
-    assert act.commands[-1]["result"] == {"mail": {"sent": "inside"}, "held": True,
-                                          "after": {"sent": "after"}}
+    assert act.commands[-1]["result"] == {
+        "mail": {"sent": "inside"},
+        "held": True,
+        "after": {"sent": "after"},
+    }
 
 
 def test_grant_in_the_same_batch_as_the_acquire_marker():
@@ -153,7 +156,6 @@ def test_empty_key_is_refused():
         async with ctx.mutex(""):
             pass
 
-    act = run(new_run(App(workflows=[empty]), empty).advance(
-        HistoryBuilder("empty").events))
+    act = run(new_run(App(workflows=[empty]), empty).advance(HistoryBuilder("empty").events))
     assert act.commands[-1]["type"] == "fail_workflow"
     assert act.commands[-1]["failure"]["error_type"] == InvalidArgument.__name__

@@ -13,12 +13,41 @@ FUNCTION = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+harvest\.(\w+)\s
 # Verb first (CONTRIBUTING.md "SQL functions"): the mutations' verbs and the four read verbs.
 VERBS = {
     # reads
-    "get", "list", "count", "preview",
+    "get",
+    "list",
+    "count",
+    "preview",
     # mutations
-    "accept", "answer", "begin", "cancel", "claim", "clear", "complete", "declare", "deliver",
-    "discard", "drain", "expire", "fail", "grant", "heartbeat", "prune", "register", "release",
-    "replay", "request", "reset", "run", "set", "signal", "start", "stop", "terminate",
-    "unregister", "update", "wait",
+    "accept",
+    "answer",
+    "begin",
+    "cancel",
+    "claim",
+    "clear",
+    "complete",
+    "declare",
+    "deliver",
+    "discard",
+    "drain",
+    "expire",
+    "fail",
+    "grant",
+    "heartbeat",
+    "prune",
+    "register",
+    "release",
+    "replay",
+    "request",
+    "reset",
+    "run",
+    "set",
+    "signal",
+    "start",
+    "stop",
+    "terminate",
+    "unregister",
+    "update",
+    "wait",
 }
 # Scalars are named for their value, like PostgreSQL's now() ("Scalars are named for their value").
 SCALARS = {"now", "shard_of", "schema_version", "payload_limit", "next_due_at", "quota_usage"}
@@ -27,10 +56,24 @@ EXCEPTIONS = {"scan"}
 
 # CONTRIBUTING.md "Renamed to fit" (and CHANGELOG.md): the old name must not come back.
 RETIRED = {
-    "worker_heartbeat", "worker_sleep", "worker_drain_deadline", "worker_health", "drain_preview",
-    "mutex_tick", "mutex_status", "concurrency_status", "pending_starts_status", "retention_status",
-    "workflow_stack", "aggregate_dead_letters", "usage_report", "version_usage",
-    "bulk_replay_dead_letters", "bulk_discard_dead_letters", "claim_queries", "stop_waiting",
+    "worker_heartbeat",
+    "worker_sleep",
+    "worker_drain_deadline",
+    "worker_health",
+    "drain_preview",
+    "mutex_tick",
+    "mutex_status",
+    "concurrency_status",
+    "pending_starts_status",
+    "retention_status",
+    "workflow_stack",
+    "aggregate_dead_letters",
+    "usage_report",
+    "version_usage",
+    "bulk_replay_dead_letters",
+    "bulk_discard_dead_letters",
+    "claim_queries",
+    "stop_waiting",
 }
 
 
@@ -50,10 +93,14 @@ def test_the_scan_sees_the_sql_api() -> None:
 
 
 def test_every_public_function_starts_with_a_verb_of_the_scheme() -> None:
-    misfits = sorted(f"{name} ({file})" for name, file in public_functions().items()
-                     if name not in SCALARS | EXCEPTIONS and name.split("_", 1)[0] not in VERBS)
-    assert not misfits, ("not named by CONTRIBUTING.md \"Names\" (verb first, or a scalar named "
-                         f"for its value): {misfits}")
+    misfits = sorted(
+        f"{name} ({file})"
+        for name, file in public_functions().items()
+        if name not in SCALARS | EXCEPTIONS and name.split("_", 1)[0] not in VERBS
+    )
+    assert not misfits, (
+        f'not named by CONTRIBUTING.md "Names" (verb first, or a scalar named for its value): {misfits}'
+    )
 
 
 def test_no_retired_name_is_defined_or_called() -> None:
@@ -64,5 +111,5 @@ def test_no_retired_name_is_defined_or_called() -> None:
 
 def test_no_parameter_is_named_p_task_queue_or_p_state() -> None:
     text = "\n".join(p.read_text() for p in sorted((REPO / "functions").glob("*.sql")))
-    assert not re.search(r"\bp_task_queue\b", text), "the parameter is p_queue (CONTRIBUTING.md \"Words\")"
-    assert not re.search(r"\bp_state\b", text), "the parameter is p_status (CONTRIBUTING.md \"Words\")"
+    assert not re.search(r"\bp_task_queue\b", text), 'the parameter is p_queue (CONTRIBUTING.md "Words")'
+    assert not re.search(r"\bp_state\b", text), 'the parameter is p_status (CONTRIBUTING.md "Words")'

@@ -26,9 +26,11 @@ async def flow_v1(ctx) -> str:
 
 
 def history_of_v1(tasks: int) -> HistoryBuilder:
-    engine = Engine(App(workflows=[flow_v1], activities=[send_email]), flow_v1,
-                    resolver=lambda out: [(c, ("fire",) if c["type"] == "start_timer"
-                                           else ("result", {})) for c in out])
+    engine = Engine(
+        App(workflows=[flow_v1], activities=[send_email]),
+        flow_v1,
+        resolver=lambda out: [(c, ("fire",) if c["type"] == "start_timer" else ("result", {})) for c in out],
+    )
     for _ in range(tasks):
         run(engine.task())
         engine.resolve()
@@ -60,8 +62,9 @@ def test_changed_command_kind_is_detected():
         await ctx.sleep(1)
         return "v2"
 
-    with pytest.raises(NonDeterminismError, match="seq 1: expected schedule_activity "
-                                                  "'send_email', got start_timer"):
+    with pytest.raises(
+        NonDeterminismError, match="seq 1: expected schedule_activity 'send_email', got start_timer"
+    ):
         replay(sleeps_first, history_of_v1(1))
 
 
@@ -105,7 +108,7 @@ def test_changed_marker_kind_is_detected():
 
     engine = Engine(App(workflows=[uses_now]), uses_now, resolver=resolve_all_in_order)
     run(engine.task())
-    with pytest.raises(NonDeterminismError, match="record_marker 'now'.*record_marker 'random'"):
+    with pytest.raises(NonDeterminismError, match=r"record_marker 'now'.*record_marker 'random'"):
         replay(uses_random, engine.history)
 
 

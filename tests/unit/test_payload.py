@@ -42,8 +42,9 @@ class Cart:
 
 
 WHEN = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-CART = Cart(uuid.UUID(int=7), [Item("a", WHEN), Item("b", WHEN, Color.BLUE)],
-            tags={"x": 1}, coupon=Item("c", WHEN))
+CART = Cart(
+    uuid.UUID(int=7), [Item("a", WHEN), Item("b", WHEN, Color.BLUE)], tags={"x": 1}, coupon=Item("c", WHEN)
+)
 
 
 def test_dataclass_round_trip_through_json_text():
@@ -149,8 +150,9 @@ def test_pydantic_models_when_installed():
 
     acct = Account(account_id=uuid.UUID(int=3), opened=WHEN)
     wire = encode({"acct": acct})
-    assert wire == {"acct": {"account_id": str(uuid.UUID(int=3)),
-                             "opened": "2026-01-02T03:04:05Z", "items": []}}
+    assert wire == {
+        "acct": {"account_id": str(uuid.UUID(int=3)), "opened": "2026-01-02T03:04:05Z", "items": []}
+    }
     assert decode(wire["acct"], Account) == acct
     with pytest.raises(PayloadError, match="value: cannot decode as Account"):
         decode({"account_id": "nope"}, Account)

@@ -38,16 +38,14 @@ def charge_resolver(outstanding):
     for c in outstanding:
         if c["name"] == "charge":
             order = c["input"][0]
-            out.append((c, ("result", {"order_id": order["order_id"],
-                                       "charged": order["amount"]})))
+            out.append((c, ("result", {"order_id": order["order_id"], "charged": order["amount"]})))
         else:
             out.append((c, ("result", {"sent": c["input"][0]})))
     return out
 
 
 def test_sequential_activities_issue_one_command_per_task():
-    engine = Engine(app, sequential, [{"order_id": "o-1", "amount": 42}],
-                    resolver=charge_resolver)
+    engine = Engine(app, sequential, [{"order_id": "o-1", "amount": 42}], resolver=charge_resolver)
     final = run(engine.run_to_end())
     first = engine.activations[0].commands
     assert [c["type"] for c in first] == ["schedule_activity"]
@@ -59,22 +57,29 @@ def test_sequential_activities_issue_one_command_per_task():
     assert first[0]["options"]["retry"]["initial_interval"] == 2
     second = engine.activations[1].commands
     assert second[0]["seq"] == 2 and second[0]["input"] == ["o-1@example.com"]
-    assert final == {"type": "complete_workflow", "result": {
-        "receipt": {"order_id": "o-1", "charged": 42}, "mail": {"sent": "o-1@example.com"}}}
+    assert final == {
+        "type": "complete_workflow",
+        "result": {"receipt": {"order_id": "o-1", "charged": 42}, "mail": {"sent": "o-1@example.com"}},
+    }
 
 
-@pytest.mark.parametrize("resolver", [resolve_all_in_order, resolve_all_reversed,
-                                      resolve_one_at_a_time])
+@pytest.mark.parametrize("resolver", [resolve_all_in_order, resolve_all_reversed, resolve_one_at_a_time])
 def test_gather_fan_out_with_results_in_any_order(resolver):
     def results(outstanding):
-        return [(c, ("result", c["input"][0] * 10 if c["name"] == "render" else {"ok": 1}))
-                for c, _ in resolver(outstanding)]
+        return [
+            (c, ("result", c["input"][0] * 10 if c["name"] == "render" else {"ok": 1}))
+            for c, _ in resolver(outstanding)
+        ]
 
     engine = Engine(app, fan_out, [4], resolver=results)
     final = run(engine.run_to_end())
     first = engine.activations[0].commands
     assert [(c["seq"], c["name"], c["input"]) for c in first] == [
-        (1, "render", [0]), (2, "render", [1]), (3, "render", [2]), (4, "render", [3])]
+        (1, "render", [0]),
+        (2, "render", [1]),
+        (3, "render", [2]),
+        (4, "render", [3]),
+    ]
     assert final["result"] == [[0, 10, 20, 30], {"ok": 1}]
     # the follow-up activity always takes seq 5, whatever order the results came in
     last = [c for a in engine.activations for c in a.commands if c.get("name") == "send_email"]
@@ -94,8 +99,7 @@ def test_timers_are_durable_commands():
 def test_markers_are_recorded_once_and_replayed():
     engine = Engine(app, markers, check_cold=False)
     run(engine.task())
-    recorded = {c["kind"]: c["value"] for c in engine.activations[0].commands
-                if c["type"] == "record_marker"}
+    recorded = {c["kind"]: c["value"] for c in engine.activations[0].commands if c["type"] == "record_marker"}
     assert recorded["now"] == FIXED_NOW.isoformat()
     assert recorded["random"] == 0.25 and recorded["side_effect"] == {"cfg": 7}
     engine.resolve()
@@ -133,9 +137,10 @@ def test_warm_and_cold_runs_match_for_every_workflow():
     ]
     for wf, args, resolver in scenarios:
         if wf is fan_out:
+
             def resolver(out, _r=resolver):
-                return [(c, ("result", 1 if c["name"] == "render" else {}))
-                        for c, _ in _r(out)]
+                return [(c, ("result", 1 if c["name"] == "render" else {})) for c, _ in _r(out)]
+
         engine = Engine(app, wf, args, resolver=resolver)  # checks cold == warm at each task
         final = run(engine.run_to_end())
         assert final["type"] == "complete_workflow", (wf, final)
@@ -150,21 +155,20 @@ def test_racing_with_wait_and_shield():
 def test_events_in_flight_land_in_the_next_batch():
     engine = Engine(app, fan_out, [2], resolver=lambda out: [])
     run(engine.task())  # schedules render 1 and 2 (event ids 3, 4 after marker 2)
-    engine.history.activity_completed(1, 100)          # event 5, seen by the next task
+    engine.history.activity_completed(1, 100)  # event 5, seen by the next task
 
-    def arrives_late(history):                         # event 6, during the task
+    def arrives_late(history):  # event 6, during the task
         history.activity_completed(2, 200)
 
     act = run(engine.task(in_flight=arrives_late))
-    assert act.through == 5 and act.commands == []     # only seq 1 resolved: still blocked
+    assert act.through == 5 and act.commands == []  # only seq 1 resolved: still blocked
     # replay sees exactly what the original saw: the marker says through=5
     act = run(engine.task())
     assert [c["name"] for c in act.commands] == ["send_email"]
     assert act.commands[0]["seq"] == 3
     engine.history.activity_completed(3, {"ok": 1})
     final = run(engine.task())
-    assert final.commands[-1] == {"type": "complete_workflow",
-                                  "result": [[100, 200], {"ok": 1}]}
+    assert final.commands[-1] == {"type": "complete_workflow", "result": [[100, 200], {"ok": 1}]}
 
 
 def test_finished_history_returns_no_commands():
@@ -178,9 +182,19 @@ def test_finished_history_returns_no_commands():
 
 def test_hand_built_history_replays_without_new_commands():
     h = HistoryBuilder("sequential", [{"order_id": "o", "amount": 3}])
-    h.complete_task(1, [{"type": "schedule_activity", "seq": 1, "name": "charge",
-                         "input": [{"order_id": "o", "amount": 3}], "queue": "default",
-                         "options": {}}])
+    h.complete_task(
+        1,
+        [
+            {
+                "type": "schedule_activity",
+                "seq": 1,
+                "name": "charge",
+                "input": [{"order_id": "o", "amount": 3}],
+                "queue": "default",
+                "options": {},
+            }
+        ],
+    )
     h.activity_completed(1, {"order_id": "o", "charged": 3})
     act = run(new_run(app, sequential).advance(h.events))
     assert act.through == 4
@@ -188,12 +202,22 @@ def test_hand_built_history_replays_without_new_commands():
 
 
 def test_uncaught_activity_failure_fails_the_workflow_with_its_error_type():
-    engine = Engine(app, sequential, [{"order_id": "o", "amount": 1}],
-                    resolver=lambda out: [(c, ("fail", "CardDeclined")) for c in out])
+    engine = Engine(
+        app,
+        sequential,
+        [{"order_id": "o", "amount": 1}],
+        resolver=lambda out: [(c, ("fail", "CardDeclined")) for c in out],
+    )
     final = run(engine.run_to_end())
-    assert final == {"type": "fail_workflow", "failure": {
-        "error_type": "CardDeclined", "message": "it broke", "non_retryable": True,
-        "details": None}}
+    assert final == {
+        "type": "fail_workflow",
+        "failure": {
+            "error_type": "CardDeclined",
+            "message": "it broke",
+            "non_retryable": True,
+            "details": None,
+        },
+    }
 
 
 def test_caught_activity_failure_lets_the_workflow_continue():
@@ -213,9 +237,10 @@ async def raises(ctx, n: int) -> int:
 def test_uncaught_exception_becomes_fail_workflow():
     app2 = type(app)(workflows=[raises])
     final = run(Engine(app2, raises, [1]).run_to_end())
-    assert final == {"type": "fail_workflow", "failure": {
-        "error_type": "ValueError", "message": "bad n 1", "non_retryable": True,
-        "details": None}}
+    assert final == {
+        "type": "fail_workflow",
+        "failure": {"error_type": "ValueError", "message": "bad n 1", "non_retryable": True, "details": None},
+    }
 
 
 def test_bad_input_fails_the_workflow_with_a_payload_error():

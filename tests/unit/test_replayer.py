@@ -28,7 +28,7 @@ async def flow_v1(ctx) -> str:
 
 @workflow(name="flow")
 async def reordered(ctx) -> str:
-    await ctx.execute_activity(render, 1)            # swapped with send_email "a"
+    await ctx.execute_activity(render, 1)  # swapped with send_email "a"
     await asyncio.gather(ctx.execute_activity(send_email, "a"), ctx.sleep(10))
     await ctx.execute_activity(send_email, "b")
     return "v1"
@@ -37,7 +37,7 @@ async def reordered(ctx) -> str:
 @workflow(name="flow")
 async def timer_removed(ctx) -> str:
     await ctx.execute_activity(send_email, "a")
-    await ctx.execute_activity(render, 1)            # the sleep(10) is gone
+    await ctx.execute_activity(render, 1)  # the sleep(10) is gone
     await ctx.execute_activity(send_email, "b")
     return "v1"
 
@@ -47,7 +47,7 @@ async def extra_at_the_end(ctx) -> str:
     await ctx.execute_activity(send_email, "a")
     await asyncio.gather(ctx.execute_activity(render, 1), ctx.sleep(10))
     await ctx.execute_activity(send_email, "b")
-    ctx.now()                                        # a new command after the last one
+    ctx.now()  # a new command after the last one
     return "v1"
 
 

@@ -12,8 +12,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_permission_denied_points_to_the_role_model() -> None:
-    refused = SimpleNamespace(sqlstate="42501", diag=SimpleNamespace(
-        message_primary="permission denied for function terminate_workflow"))
+    refused = SimpleNamespace(
+        sqlstate="42501",
+        diag=SimpleNamespace(message_primary="permission denied for function terminate_workflow"),
+    )
     error = from_database_error(refused)
     assert isinstance(error, PermissionDenied)
     assert "docs/security.md, section Roles" in str(error)
@@ -25,5 +27,6 @@ def test_every_docs_page_the_code_names_exists() -> None:
     named = set()
     for path in (REPO / "harvest_py" / "harvest").rglob("*.py"):
         named.update(re.findall(r"docs/([\w-]+\.md)", path.read_text()))
-    assert named and all((REPO / "docs" / page).is_file() for page in named), \
-        sorted(page for page in named if not (REPO / "docs" / page).is_file())
+    assert named and all((REPO / "docs" / page).is_file() for page in named), sorted(
+        page for page in named if not (REPO / "docs" / page).is_file()
+    )

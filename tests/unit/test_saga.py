@@ -35,10 +35,10 @@ async def trip(ctx, continue_on_error: bool) -> dict:
             await ctx.execute_activity(reserve, item)
             saga.add_compensation(release, item)
             saga.add_compensation(forget_locally, item)
-    except Exception as err:  # noqa: BLE001 - any failed step triggers compensation
+    except Exception as err:
         try:
             await saga.compensate()
-        except Exception as comp_err:  # noqa: BLE001 - continue_on_error=False
+        except Exception as comp_err:
             return {"stopped": str(comp_err), "left": saga.pending}
         return {"failed": type(err).__name__, "errors": [str(e) for e in saga.errors]}
     return {"ok": True}
@@ -62,18 +62,24 @@ def outcomes(fail_reserve: str | None, fail_release: str | None = None):
         result = []
         for c in out:
             what = c["input"][0]
-            if (c["name"] == "reserve" and what == fail_reserve) or \
-                    (c["name"] == "release" and what == fail_release):
+            if (c["name"] == "reserve" and what == fail_reserve) or (
+                c["name"] == "release" and what == fail_release
+            ):
                 result.append((c, ("fail", f"{c['name']}Failed")))
             else:
                 result.append((c, ("result", what if c["name"] == "reserve" else None)))
         return result
+
     return resolver
 
 
 def activities_issued(engine):
-    return [(c["name"], c["input"][0]) for a in engine.activations for c in a.commands
-            if c["type"] == "schedule_activity"]
+    return [
+        (c["name"], c["input"][0])
+        for a in engine.activations
+        for c in a.commands
+        if c["type"] == "schedule_activity"
+    ]
 
 
 def run(coro):
@@ -84,9 +90,13 @@ def test_compensations_run_in_reverse_order():
     LOCAL_UNDO.clear()  # plain callables are workflow code: a cold replay would run them again
     e = Engine(app, trip, [True], resolver=outcomes("flight"), check_cold=False)
     final = run(e.run_to_end())
-    assert activities_issued(e) == [("reserve", "hotel"), ("reserve", "car"),
-                                    ("reserve", "flight"), ("release", "car"),
-                                    ("release", "hotel")]
+    assert activities_issued(e) == [
+        ("reserve", "hotel"),
+        ("reserve", "car"),
+        ("reserve", "flight"),
+        ("release", "car"),
+        ("release", "hotel"),
+    ]
     assert LOCAL_UNDO == ["car", "hotel"]
     assert final["result"] == {"failed": "ActivityError", "errors": []}
 
@@ -110,8 +120,7 @@ def test_continue_on_error_false_stops_at_the_first_failing_compensation():
 def test_async_with_compensates_and_reraises():
     e = Engine(app, trip_ctx, resolver=outcomes("flight"))
     final = run(e.run_to_end())
-    assert activities_issued(e) == [("reserve", "hotel"), ("reserve", "flight"),
-                                    ("release", "hotel")]
+    assert activities_issued(e) == [("reserve", "hotel"), ("reserve", "flight"), ("release", "hotel")]
     assert final["type"] == "fail_workflow"
     assert final["failure"]["error_type"] == "reserveFailed"
 

@@ -11,10 +11,11 @@ from harvest.db import migrate as m
 
 def test_schema_version_is_the_newest_migration() -> None:
     newest = m.latest_core_version()
-    assert SCHEMA_VERSION == newest, (
+    assert newest == SCHEMA_VERSION, (
         f"migrations/ ends at {newest} but harvest.db.SCHEMA_VERSION is {SCHEMA_VERSION!r}: set "
         f"SCHEMA_VERSION = {newest!r} in harvest_py/harvest/db/__init__.py (the version a Client and a "
-        "Worker require of the database) in the change that adds the migration")
+        "Worker require of the database) in the change that adds the migration"
+    )
 
 
 class _Conn:

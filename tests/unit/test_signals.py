@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 from history_builder import Engine, HistoryBuilder, new_run
@@ -20,8 +21,12 @@ def run(coro):
 async def two_approvals(ctx) -> dict:
     first = await ctx.wait_for_signal("approve")
     second = await ctx.wait_for_signal("approve")
-    return {"first": first, "second": second, "left": ctx.pending_signals(),
-            "left_approve": ctx.pending_signals("approve")}
+    return {
+        "first": first,
+        "second": second,
+        "left": ctx.pending_signals(),
+        "left_approve": ctx.pending_signals("approve"),
+    }
 
 
 @workflow
@@ -44,12 +49,12 @@ async def wait_or_timeout(ctx) -> dict:
 
 @workflow
 async def two_waiters(ctx) -> list:
-    return list(await asyncio.gather(ctx.wait_for_signal("s"), ctx.wait_for_signal("s"),
-                                     ctx.wait_for_signal("t")))
+    return list(
+        await asyncio.gather(ctx.wait_for_signal("s"), ctx.wait_for_signal("s"), ctx.wait_for_signal("t"))
+    )
 
 
-app = App(workflows=[two_approvals, typed, wait_or_timeout, two_waiters],
-          activities=[send_email])
+app = App(workflows=[two_approvals, typed, wait_or_timeout, two_waiters], activities=[send_email])
 
 
 def engine(wf, history=None, **kw) -> Engine:
@@ -58,14 +63,15 @@ def engine(wf, history=None, **kw) -> Engine:
 
 def test_signal_buffered_before_the_wait_is_returned_at_once():
     history = HistoryBuilder("two_approvals")
-    history.signal("approve", 1)   # e.g. signal_with_start: before the first task
+    history.signal("approve", 1)  # e.g. signal_with_start: before the first task
     history.signal("approve", 2)
     history.signal("other", "x")
     e = engine(two_approvals, history)
     act = run(e.task())
     assert act.finished
-    assert act.commands == [{"type": "complete_workflow", "result": {
-        "first": 1, "second": 2, "left": 1, "left_approve": 0}}]
+    assert act.commands == [
+        {"type": "complete_workflow", "result": {"first": 1, "second": 2, "left": 1, "left_approve": 0}}
+    ]
 
 
 def test_signals_are_delivered_in_arrival_order_across_tasks():
@@ -77,8 +83,7 @@ def test_signals_are_delivered_in_arrival_order_across_tasks():
     e.history.signal("approve", "b")
     e.history.signal("approve", "c")
     act = run(e.task())  # cold replay == warm run is checked by the engine
-    assert act.commands[-1]["result"] == {"first": "a", "second": "b", "left": 2,
-                                          "left_approve": 1}
+    assert act.commands[-1]["result"] == {"first": "a", "second": "b", "left": 2, "left_approve": 1}
 
 
 def test_one_signal_per_task_wakes_the_waiter_each_time():
@@ -112,15 +117,15 @@ def test_signal_wins_the_race_and_cancels_the_timer():
     assert first.commands == [{"type": "start_timer", "seq": 1, "duration": 3600}]
     e.history.signal("go", 42)
     second = run(e.task())
-    assert second.commands == [{"type": "cancel_timer", "seq": 2, "timer_seq": 1},
-                               {"type": "start_timer", "seq": 3, "duration": 5}]
-    assert [ev["event_type"] for ev in e.history.events[-2:]] == ["TimerCancelled",
-                                                                  "TimerStarted"]
+    assert second.commands == [
+        {"type": "cancel_timer", "seq": 2, "timer_seq": 1},
+        {"type": "start_timer", "seq": 3, "duration": 5},
+    ]
+    assert [ev["event_type"] for ev in e.history.events[-2:]] == ["TimerCancelled", "TimerStarted"]
     e.history.timer_fired(1)  # fired just before the cancel reached the database: ignored
     e.history.timer_fired(3)
     final = run(e.task())
-    assert final.commands[-1] == {"type": "complete_workflow",
-                                  "result": {"got": 42, "buffered": 0}}
+    assert final.commands[-1] == {"type": "complete_workflow", "result": {"got": 42, "buffered": 0}}
 
 
 def test_timer_wins_the_race_and_raises_signal_timeout():
@@ -180,10 +185,8 @@ def test_wait_for_signal_validates_its_arguments():
 
 @workflow
 async def cancellable_wait(ctx) -> dict:
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await ctx.wait_for_signal("s")
-    except asyncio.CancelledError:
-        pass
     return {"buffered": ctx.pending_signals("s"), "next": await ctx.wait_for_signal("s")}
 
 
@@ -191,8 +194,8 @@ def test_a_signal_delivered_to_a_cancelled_wait_is_not_lost():
     local = App(workflows=[cancellable_wait])
     e = Engine(local, cancellable_wait, resolver=lambda out: [])
     run(e.task())
-    e.history.signal("s", "first")     # reaches the waiter...
-    e.history.cancel_requested()       # ...which is cancelled before it can run
+    e.history.signal("s", "first")  # reaches the waiter...
+    e.history.cancel_requested()  # ...which is cancelled before it can run
     act = run(e.task())
     assert act.commands[-1]["result"] == {"buffered": 1, "next": "first"}
 

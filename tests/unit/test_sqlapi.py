@@ -86,16 +86,48 @@ class _Conn:
         return self._cursor(self.log, self.rows)
 
 
-ROW = {"event_id": 1, "requested": True, "plan": {}, "version": "x", "payload_limit": 1, "due_at": None,
-       "outcome": "ok", "cancel_requested": 1, "released": 0, "registered": 1, "status": "s", "moved": {},
-       "declared": 1, "cleared": True, "usage": 0, "task_id": 2, "stack": {}, "worker": {}, "health": {},
-       "result": {}, "request_id": 3, "expired": 0}
-SAMPLE = {"str": "a", "str | None": None, "int": 1, "float": 1.0, "bool": False, "Any": None,
-          "list[str]": ["q"], "list[Any]": [1], "dict[str, Any]": {"k": 1},
-          "dict[str, Any] | None": None, "float | None": None, "int | None": None,
-          "list[str] | None": None, "list[dict[str, Any]]": [{"k": 1}],
-          "list[tuple[int, int, int, list[dict[str, Any]], int]]": [(1, 2, 3, [], 0)],
-          "list[tuple[int, int, Any, dict[str, Any] | None]]": [(1, 2, "r", None)]}
+ROW = {
+    "event_id": 1,
+    "requested": True,
+    "plan": {},
+    "version": "x",
+    "payload_limit": 1,
+    "due_at": None,
+    "outcome": "ok",
+    "cancel_requested": 1,
+    "released": 0,
+    "registered": 1,
+    "status": "s",
+    "moved": {},
+    "declared": 1,
+    "cleared": True,
+    "usage": 0,
+    "task_id": 2,
+    "stack": {},
+    "worker": {},
+    "health": {},
+    "result": {},
+    "request_id": 3,
+    "expired": 0,
+}
+SAMPLE = {
+    "str": "a",
+    "str | None": None,
+    "int": 1,
+    "float": 1.0,
+    "bool": False,
+    "Any": None,
+    "list[str]": ["q"],
+    "list[Any]": [1],
+    "dict[str, Any]": {"k": 1},
+    "dict[str, Any] | None": None,
+    "float | None": None,
+    "int | None": None,
+    "list[str] | None": None,
+    "list[dict[str, Any]]": [{"k": 1}],
+    "list[tuple[int, int, int, list[dict[str, Any]], int]]": [(1, 2, 3, [], 0)],
+    "list[tuple[int, int, Any, dict[str, Any] | None]]": [(1, 2, "r", None)],
+}
 
 
 @pytest.mark.parametrize("name", sorted(name for name, spec in CALLS.items() if not spec.stream))
@@ -112,6 +144,7 @@ def test_a_call_sends_the_same_statement_and_answers_the_same_in_both_apis(name:
 def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
     """One generator, two drivers: values are sent back, errors thrown in, a NOTIFY of another
     payload is skipped, and the cleanup call is made however the steps end."""
+
     def steps():
         first = yield Sql(sqlapi.get_execution, "run-1")
         try:
@@ -160,10 +193,13 @@ def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
                 yield note
 
     for name in ("get_execution", "get_query_request", "stop_waiting"):
+
         def wrap(name=name):
             async def method(self, *args):
                 return getattr(Fake, name)(self, *args)
+
             return method
+
         setattr(AsyncFake, name, wrap())
 
     sync_sql = Fake()
@@ -172,8 +208,11 @@ def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
     assert run_steps(steps(), sync_sql, cleanup) == ("RUNNING", "no request 7")
     sync_calls, calls[:] = list(calls), []
     assert asyncio.run(arun_steps(steps(), AsyncFake(), cleanup)) == ("RUNNING", "no request 7")
-    assert calls == sync_calls == [("get_execution", "run-1"), ("get_query_request", 7),
-                                   ("notifies", 0.5), ("stop_waiting", "w")]
+    assert (
+        calls
+        == sync_calls
+        == [("get_execution", "run-1"), ("get_query_request", 7), ("notifies", 0.5), ("stop_waiting", "w")]
+    )
 
     def failing():
         yield Sql(sqlapi.get_query_request, 1)

@@ -24,15 +24,18 @@ def test_policies_json_carries_each_gate():
     assert policies["b"] == {"batch": {"key": None, "max_size": 10, "window_secs": 2.0}}
 
 
-@pytest.mark.parametrize("make", [
-    lambda: Throttle(rps=0),
-    lambda: Throttle(rps=1, burst=0.5),
-    lambda: Throttle(rps=1, key="tenant"),
-    lambda: Debounce(quiet=0),
-    lambda: Debounce(quiet="1s", max_wait=-1),
-    lambda: Batch(max_size=0, window="1s"),
-    lambda: Batch(max_size=2, window=0),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Throttle(rps=0),
+        lambda: Throttle(rps=1, burst=0.5),
+        lambda: Throttle(rps=1, key="tenant"),
+        lambda: Debounce(quiet=0),
+        lambda: Debounce(quiet="1s", max_wait=-1),
+        lambda: Batch(max_size=0, window="1s"),
+        lambda: Batch(max_size=2, window=0),
+    ],
+)
 def test_bad_values_are_refused(make):
     with pytest.raises(InvalidArgument):
         make()
@@ -40,11 +43,13 @@ def test_bad_values_are_refused(make):
 
 def test_two_gates_on_one_workflow_are_refused():
     with pytest.raises(InvalidArgument, match="cannot be combined"):
+
         @workflow(throttle=Throttle(rps=1), batch=Batch(max_size=2, window=1))
         async def both(ctx, x) -> None: ...
 
 
 def test_a_gate_of_the_wrong_type_is_refused():
     with pytest.raises(TypeError, match="Debounce"):
+
         @workflow(debounce=Throttle(rps=1))
         async def wrong(ctx, x) -> None: ...

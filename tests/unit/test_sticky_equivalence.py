@@ -33,13 +33,30 @@ async def everything(ctx, n: int) -> dict:
         sig = None
     page = await ctx.execute_activity(render, n)
     suggest = ctx.should_continue_as_new()
-    return {"v": v, "kids": [k.charged for k in kids], "sig": sig, "page": page,
-            "suggest": suggest, "signals_left": ctx.pending_signals()}
+    return {
+        "v": v,
+        "kids": [k.charged for k in kids],
+        "sig": sig,
+        "page": page,
+        "suggest": suggest,
+        "signals_left": ctx.pending_signals(),
+    }
 
 
-app = App(workflows=[everything, with_cleanup, charge_child, fan_out_children, with_handle,
-                     paginate, two_waiters, wait_or_timeout, notify_v2],
-          activities=[send_email, render])
+app = App(
+    workflows=[
+        everything,
+        with_cleanup,
+        charge_child,
+        fan_out_children,
+        with_handle,
+        paginate,
+        two_waiters,
+        wait_or_timeout,
+        notify_v2,
+    ],
+    activities=[send_email, render],
+)
 
 
 def outcome(c):
@@ -60,6 +77,7 @@ def drive(wf, input, order, signals=(), cancel_after=None, **kw):
     e = Engine(app, wf, input, resolver=resolver_from(order), **kw)
     pending_signals = list(signals)
     for task_no in range(30):
+
         def in_flight(h, task_no=task_no):
             if pending_signals:
                 h.signal(*pending_signals.pop(0))  # arrives during the task: next batch
@@ -94,17 +112,20 @@ def test_everything(order, signals, trust):
 
 
 @pytest.mark.parametrize("order", ORDERS)
-@pytest.mark.parametrize("wf, input, signals, cancel_after, kw", [
-    (with_cleanup, [], (), 0, {}),
-    (with_cleanup, [], (), 1, {}),
-    (fan_out_children, [4], (), None, {}),
-    (with_handle, [], (), None, {}),
-    (paginate, [1, []], (), None, {"continue_as_new_threshold": 3}),
-    (two_waiters, [], [("s", 1), ("t", 2), ("s", 3)], None, {}),
-    (wait_or_timeout, [], [("go", 9)], None, {}),
-    (wait_or_timeout, [], (), None, {}),
-    (notify_v2, [], (), None, {}),
-])
+@pytest.mark.parametrize(
+    ("wf", "input", "signals", "cancel_after", "kw"),
+    [
+        (with_cleanup, [], (), 0, {}),
+        (with_cleanup, [], (), 1, {}),
+        (fan_out_children, [4], (), None, {}),
+        (with_handle, [], (), None, {}),
+        (paginate, [1, []], (), None, {"continue_as_new_threshold": 3}),
+        (two_waiters, [], [("s", 1), ("t", 2), ("s", 3)], None, {}),
+        (wait_or_timeout, [], [("go", 9)], None, {}),
+        (wait_or_timeout, [], (), None, {}),
+        (notify_v2, [], (), None, {}),
+    ],
+)
 @pytest.mark.parametrize("trust", [False, True], ids=["read-back", "trust-own-commits"])
 def test_scenarios(order, wf, input, signals, cancel_after, kw, trust):
     final = drive(wf, input, order, signals, cancel_after, trust_own_commits=trust, **kw)
@@ -115,8 +136,7 @@ def test_trusting_own_commits_skips_exactly_the_runs_own_events():
     """recorded() takes a commit's events as read only when they are the activation's own:
     not for a step that started children (their start events carry the children's ids),
     nor after a signal landed mid-task (the marker is then not at through + 1)."""
-    e = Engine(app, everything, [2], trust_own_commits=True,
-               resolver=resolver_from(resolve_all_in_order))
+    e = Engine(app, everything, [2], trust_own_commits=True, resolver=resolver_from(resolve_all_in_order))
     assert [c["type"] for c in run(e.task()).commands][1:] == ["start_child_workflow"] * 2
     assert e.recorded == 0
     e.resolve()
@@ -135,8 +155,7 @@ def test_a_query_reads_a_settled_run_only_while_the_history_has_nothing_new():
     own commit's events as read is current while no event follows them."""
     from harvest.worker.queries import _is_current
 
-    e = Engine(app, everything, [2], trust_own_commits=True,
-               resolver=resolver_from(resolve_all_in_order))
+    e = Engine(app, everything, [2], trust_own_commits=True, resolver=resolver_from(resolve_all_in_order))
     run(e.task())  # the children
     e.resolve()
     run(e.task(in_flight=lambda h: h.signal("go", 1)))  # the signal's timer
@@ -144,5 +163,13 @@ def test_a_query_reads_a_settled_run_only_while_the_history_has_nothing_new():
     run(e.task())  # the render activity: its events taken as read
     assert e.run.settled and e.recorded == 1
     assert _is_current(e.run, [])
-    assert not _is_current(e.run, [{"event_id": e.run.last_event_id + 1, "event_type": "SignalReceived",
-                                    "event_data": {"name": "x", "payload": None}}])
+    assert not _is_current(
+        e.run,
+        [
+            {
+                "event_id": e.run.last_event_id + 1,
+                "event_type": "SignalReceived",
+                "event_data": {"name": "x", "payload": None},
+            }
+        ],
+    )

@@ -73,8 +73,12 @@ def test_new_history_records_one_version_marker():
     e = Engine(App(workflows=[notify_v2], activities=[send_email]), notify_v2, resolver=ok)
     final = run(e.run_to_end())
     second = e.activations[1].commands
-    assert second[0] == {"type": "record_marker", "seq": 2, "kind": "version",
-                         "value": {"change_id": "use-sms", "version": 1}}
+    assert second[0] == {
+        "type": "record_marker",
+        "seq": 2,
+        "kind": "version",
+        "value": {"change_id": "use-sms", "version": 1},
+    }
     assert [(c["seq"], c.get("name")) for c in second[1:]] == [(3, "send_sms")]
     markers = [c for a in e.activations for c in a.commands if c["type"] == "record_marker"]
     assert len(markers) == 1  # asked twice, recorded once
@@ -90,8 +94,7 @@ def test_old_history_replays_on_the_default_version_without_a_marker():
 def test_old_history_still_at_the_first_step_takes_the_new_branch():
     old = history_of(notify_v1, 1)  # "a" scheduled and done; the step after it never ran
     act = replay(notify_v2, old)
-    assert [(c["type"], c["seq"]) for c in act.commands] == [("record_marker", 2),
-                                                             ("schedule_activity", 3)]
+    assert [(c["type"], c["seq"]) for c in act.commands] == [("record_marker", 2), ("schedule_activity", 3)]
     assert act.commands[1]["name"] == "send_sms"
 
 
@@ -117,7 +120,6 @@ def test_version_arguments_are_validated():
     async def bad(ctx) -> None:
         ctx.version("c", 3, 1)
 
-    act = run(new_run(None, bad).advance(
-        Engine(App(workflows=[bad]), bad).history.events))
+    act = run(new_run(None, bad).advance(Engine(App(workflows=[bad]), bad).history.events))
     assert act.commands[-1]["failure"]["error_type"] == "InvalidArgument"
     assert InvalidArgument and DEFAULT_VERSION == -1

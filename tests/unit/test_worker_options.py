@@ -35,7 +35,11 @@ def test_defaults_come_from_the_options() -> None:
     defaults = WorkerOptions()
     assert worker.options == defaults
     assert (worker.concurrency, worker.poll_interval, worker.shutdown_grace, worker.retention_interval) == (
-        defaults.concurrency, defaults.poll_interval, defaults.shutdown_grace, defaults.retention_interval)
+        defaults.concurrency,
+        defaults.poll_interval,
+        defaults.shutdown_grace,
+        defaults.retention_interval,
+    )
 
 
 def test_an_unknown_keyword_is_refused_naming_it() -> None:
@@ -56,8 +60,13 @@ def test_every_bound_is_enforced_by_the_options(tunable) -> None:
 
 def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> None:
     keyed = {t.config: t for t in tunables() if t.config}
-    assert set(keyed) == {("worker", "concurrency"), ("worker", "shutdown_grace"),
-                          ("worker", "heartbeat_interval"), ("worker", "max_payload_bytes"), ("retention", "interval")}
+    assert set(keyed) == {
+        ("worker", "concurrency"),
+        ("worker", "shutdown_grace"),
+        ("worker", "heartbeat_interval"),
+        ("worker", "max_payload_bytes"),
+        ("retention", "interval"),
+    }
     for key, t in keyed.items():
         assert BOUNDS[key] == (t.low, t.high) and SCHEMA[key] is (int if t.integer else float)
 
@@ -68,23 +77,36 @@ def test_max_payload_bytes_in_the_file_is_read_and_bounded(tmp_path: Path) -> No
     path.write_text("[worker]\nmax_payload_bytes = 1000\n")
     assert worker_options(load_config(path, env={})).max_payload_bytes == 1000
     path.write_text("[worker]\nmax_payload_bytes = 0\n")
-    with pytest.raises(ConfigError, match=r"worker.max_payload_bytes = 0 .* out of range: allowed 1 to 2147483647"):
+    with pytest.raises(
+        ConfigError, match=r"worker.max_payload_bytes = 0 .* out of range: allowed 1 to 2147483647"
+    ):
         load_config(path, env={})
 
 
 def test_one_options_object_from_flags_over_variables_over_the_file(tmp_path: Path) -> None:
     path = tmp_path / "harvest.toml"
-    path.write_text("[worker]\nconcurrency = 5\nshutdown_grace = 12\nheartbeat_interval = 2\n"
-                    "[retention]\ninterval = 7\n")
-    config = load_config(path, env={"HARVEST_WORKER__CONCURRENCY": "6", "HARVEST_WORKER__HEARTBEAT_INTERVAL": "3"})
+    path.write_text(
+        "[worker]\nconcurrency = 5\nshutdown_grace = 12\nheartbeat_interval = 2\n[retention]\ninterval = 7\n"
+    )
+    config = load_config(
+        path, env={"HARVEST_WORKER__CONCURRENCY": "6", "HARVEST_WORKER__HEARTBEAT_INTERVAL": "3"}
+    )
     config = config.with_overrides({"worker.concurrency": (9, "--concurrency")})
     options = worker_options(config, queues=["a"], run_retention=True)
-    assert (options.concurrency, options.heartbeat_interval, options.shutdown_grace, options.retention_interval,
-            options.queues, options.run_retention) == (9, 3.0, 12.0, 7.0, ["a"], True)
+    assert (
+        options.concurrency,
+        options.heartbeat_interval,
+        options.shutdown_grace,
+        options.retention_interval,
+        options.queues,
+        options.run_retention,
+    ) == (9, 3.0, 12.0, 7.0, ["a"], True)
     assert worker_options(load_config(None, env={"HARVEST_CONFIG": ""})) == WorkerOptions()
 
 
-def test_the_concurrency_flag_is_bounded_by_the_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_concurrency_flag_is_bounded_by_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HARVEST_CONFIG", raising=False)
     result = CliRunner().invoke(main, ["worker", "no_such_module:app", "--concurrency", "0"])

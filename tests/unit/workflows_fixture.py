@@ -72,8 +72,14 @@ async def markers(ctx) -> dict:
     u = ctx.uuid4()
     s = ctx.side_effect(read_config)
     echo = await ctx.execute_activity(send_email, str(u))
-    return {"now": now.isoformat(), "r": r, "u": str(u), "s": s, "echo": echo,
-            "count": ctx.history_event_count()}
+    return {
+        "now": now.isoformat(),
+        "r": r,
+        "u": str(u),
+        "s": s,
+        "echo": echo,
+        "count": ctx.history_event_count(),
+    }
 
 
 @workflow
@@ -98,5 +104,7 @@ async def racing(ctx) -> str:
     return f"{first['seq']}-{rest['seq'] if rest else None}"
 
 
-app = App(workflows=[sequential, fan_out, timers, markers, tolerant, racing],
-          activities=[charge, send_email, render])
+app = App(
+    workflows=[sequential, fan_out, timers, markers, tolerant, racing],
+    activities=[charge, send_email, render],
+)

@@ -21,5 +21,8 @@ def list_(limit: int, operation: str | None, database_url: str | None, output: s
     """List audit log rows, newest first."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.list_audit_log(limit, operation)
-    emit(rows, output, lambda d: table(d, ["id", "at", "operation", "target", "actor", "operator_id",
-                                           "source", "details"]))
+    emit(
+        rows,
+        output,
+        lambda d: table(d, ["id", "at", "operation", "target", "actor", "operator_id", "source", "details"]),
+    )

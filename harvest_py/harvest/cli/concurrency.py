@@ -1,4 +1,7 @@
-"""`harvest concurrency status`: in-flight and pending work per concurrency key (functions/concurrency.sql)."""
+"""`harvest concurrency status`: in-flight and pending work per concurrency key.
+
+SQL: functions/concurrency.sql.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +23,23 @@ def status(key: str | None, database_url: str | None, output: str) -> None:
     """One row per key: key, max_concurrent, in_flight, pending (and task_type, workflows)."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.concurrency_status(key)
-    data = [{"key": r["key"], "max_concurrent": r["max_concurrent"], "in_flight": r["in_flight"],
-             "pending": r["pending"], "task_type": r["task_type"]} for r in rows]
+    data = [
+        {
+            "key": r["key"],
+            "max_concurrent": r["max_concurrent"],
+            "in_flight": r["in_flight"],
+            "pending": r["pending"],
+            "task_type": r["task_type"],
+        }
+        for r in rows
+    ]
     for row, r in zip(data, rows, strict=True):
         if r["workflows"]:  # the spec omits the field when empty, never "workflows": null
             row["workflows"] = r["workflows"]
-    emit(data, output, lambda d: table(d, ["key", "task_type", "max_concurrent", "in_flight", "pending"])
-         + f"\n{len(d)} key(s)")
+    emit(
+        data,
+        output,
+        lambda d: (
+            table(d, ["key", "task_type", "max_concurrent", "in_flight", "pending"]) + f"\n{len(d)} key(s)"
+        ),
+    )

@@ -30,14 +30,17 @@ def require_local(dsn: str) -> None:
                 continue
         except ValueError:
             pass
-        raise ConfigError(f"{DEV_DSN_ENV} points at host {part!r}: harvest dev only runs against a "
-                          "local database (localhost, 127.0.0.1, ::1 or a socket directory)")
+        raise ConfigError(
+            f"{DEV_DSN_ENV} points at host {part!r}: harvest dev only runs against a "
+            "local database (localhost, 127.0.0.1, ::1 or a socket directory)"
+        )
 
 
 @click.command()
 @click.argument("target", required=False)
-@click.option("--demo-and-exit", is_flag=True,
-              help="Start the demo workflow, print its result and exit (a smoke test).")
+@click.option(
+    "--demo-and-exit", is_flag=True, help="Start the demo workflow, print its result and exit (a smoke test)."
+)
 def dev(target: str | None, demo_and_exit: bool) -> None:
     """Run a worker on an embedded PostgreSQL (or HARVEST_DEV_DATABASE_URL, local only).
 
@@ -63,12 +66,13 @@ def dev(target: str | None, demo_and_exit: bool) -> None:
         Migrator(dsn, progress=lambda msg: click.echo(msg, err=True)).run()
         # A DSN given in the environment may hold a password: refer to the variable instead.
         quoted = f'"${DEV_DSN_ENV}"' if server is None else shlex.quote(dsn)
-        click.echo(f"\nHarvest is ready on {redact(dsn, dsn)}\n"
-                   f"  psql:   {bin_dir() / 'psql'} {quoted}\n")
+        click.echo(f"\nHarvest is ready on {redact(dsn, dsn)}\n  psql:   {bin_dir() / 'psql'} {quoted}\n")
         if not target:
-            click.echo("Start the demo workflow, then read its result:\n"
-                       f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
-                       f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n")
+            click.echo(
+                "Start the demo workflow, then read its result:\n"
+                f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
+                f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n"
+            )
         click.echo("Ctrl-C stops everything and removes what was created.\n")
         worker = Worker(app, dsn, poll_interval=1.0)
         if demo_and_exit:

@@ -19,8 +19,13 @@ from harvest.cli.output import (
 )
 from harvest.core.errors import InvalidArgument
 
-TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z",
-         "%Y-%m-%dT%H:%M:%S.%f%z"]
+TIMES = [
+    "%Y-%m-%d",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y-%m-%dT%H:%M:%SZ",
+    "%Y-%m-%dT%H:%M:%S%z",
+    "%Y-%m-%dT%H:%M:%S.%f%z",
+]
 
 
 @click.group()
@@ -41,8 +46,16 @@ def list_(activity_name, workflow_name, limit, before_id, database_url, output) 
         rows = sql.list_dead_letters(limit, activity_name, workflow_name, before_id)
     for row in rows:
         row["error"] = f"{row['failure'].get('error_type')}: {row['failure'].get('message')}"
-    emit(rows, output, lambda d: table(d, ["id", "activity_name", "workflow_name", "execution_id", "attempts",
-                                           "failed_at", "error"]) + f"\n{len(d)} dead letter(s)")
+    emit(
+        rows,
+        output,
+        lambda d: (
+            table(
+                d, ["id", "activity_name", "workflow_name", "execution_id", "attempts", "failed_at", "error"]
+            )
+            + f"\n{len(d)} dead letter(s)"
+        ),
+    )
 
 
 @dlq.command("get")
@@ -57,18 +70,35 @@ def get(dead_letter_id, database_url, output) -> None:
 
 
 @dlq.command("count")
-@click.option("--by", "group_by", type=click.Choice(["all", "activity", "workflow", "error_type"]),
-              default="all", show_default=True)
+@click.option(
+    "--by",
+    "group_by",
+    type=click.Choice(["all", "activity", "workflow", "error_type"]),
+    default="all",
+    show_default=True,
+)
 @database_url_option
 @output_option
 def count(group_by, database_url, output) -> None:
     """Count dead letters by activity, workflow and error type."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.aggregate_dead_letters(group_by)
-    emit(rows, output, lambda d: table(d, ["activity_name", "workflow_name", "error_type", "dead_letters",
-                                           "first_failed_at", "last_failed_at"],
-                                       ["activity", "workflow", "error_type", "count", "first_failed",
-                                        "last_failed"]))
+    emit(
+        rows,
+        output,
+        lambda d: table(
+            d,
+            [
+                "activity_name",
+                "workflow_name",
+                "error_type",
+                "dead_letters",
+                "first_failed_at",
+                "last_failed_at",
+            ],
+            ["activity", "workflow", "error_type", "count", "first_failed", "last_failed"],
+        ),
+    )
 
 
 hidden_alias(dlq, count, "aggregate")  # the old name (CONTRIBUTING.md "Names")
@@ -82,8 +112,11 @@ def replay(dead_letter_id, database_url, output) -> None:
     """Re-enqueue one dead letter with a fresh attempt budget."""
     with sql_api(database_url, read_only=False) as sql:
         task_id = sql.replay_dead_letter(dead_letter_id)
-    emit({"dead_letter_id": dead_letter_id, "task_id": task_id}, output,
-         lambda d: f"replayed dead letter {dead_letter_id} as task {task_id}")
+    emit(
+        {"dead_letter_id": dead_letter_id, "task_id": task_id},
+        output,
+        lambda d: f"replayed dead letter {dead_letter_id} as task {task_id}",
+    )
 
 
 @dlq.command("discard")
@@ -94,37 +127,66 @@ def discard(dead_letter_id, database_url, output) -> None:
     """Discard one dead letter: its workflow receives the activity's failure."""
     with sql_api(database_url, read_only=False) as sql:
         sql.discard_dead_letter(dead_letter_id)
-    emit({"dead_letter_id": dead_letter_id, "discarded": True}, output,
-         lambda d: f"discarded dead letter {dead_letter_id}")
+    emit(
+        {"dead_letter_id": dead_letter_id, "discarded": True},
+        output,
+        lambda d: f"discarded dead letter {dead_letter_id}",
+    )
 
 
 def _bulk_options(f):
-    for option in reversed([
-        click.option("--activity-name", default=None),
-        click.option("--workflow-name", default=None),
-        click.option("--failed-after", default=None, type=click.DateTime(TIMES)),
-        click.option("--failed-before", default=None, type=click.DateTime(TIMES)),
-        click.option("--limit", default=100, show_default=True, type=PAGE, help="Rows per call (max 1000)."),
-        click.option("--dry-run", is_flag=True, help="Write nothing: show what would be acted on."),
-        operator_id_option,
-        click.option("--batch", default=50, show_default=True, type=click.IntRange(1, 1000),
-                     help="Rows per transaction (progress is shown per batch)."),
-        database_url_option,
-        output_option,
-    ]):
+    for option in reversed(
+        [
+            click.option("--activity-name", default=None),
+            click.option("--workflow-name", default=None),
+            click.option("--failed-after", default=None, type=click.DateTime(TIMES)),
+            click.option("--failed-before", default=None, type=click.DateTime(TIMES)),
+            click.option(
+                "--limit", default=100, show_default=True, type=PAGE, help="Rows per call (max 1000)."
+            ),
+            click.option("--dry-run", is_flag=True, help="Write nothing: show what would be acted on."),
+            operator_id_option,
+            click.option(
+                "--batch",
+                default=50,
+                show_default=True,
+                type=click.IntRange(1, 1000),
+                help="Rows per transaction (progress is shown per batch).",
+            ),
+            database_url_option,
+            output_option,
+        ]
+    ):
         f = option(f)
     return f
 
 
-def _bulk(action: str, activity_name, workflow_name, failed_after, failed_before, limit, dry_run, operator,
-          batch, database_url, output) -> None:
+def _bulk(
+    action: str,
+    activity_name,
+    workflow_name,
+    failed_after,
+    failed_before,
+    limit,
+    dry_run,
+    operator,
+    batch,
+    database_url,
+    output,
+) -> None:
     if not (activity_name or workflow_name or failed_after or failed_before):
-        raise InvalidArgument("a bulk action needs at least one of --activity-name, --workflow-name, "
-                              "--failed-after, --failed-before")
+        raise InvalidArgument(
+            "a bulk action needs at least one of --activity-name, --workflow-name, "
+            "--failed-after, --failed-before"
+        )
     if limit < 1 or limit > 1000:
         raise InvalidArgument(f"--limit {limit} is out of range 1..1000")
-    filters = {"activity_name": activity_name, "workflow_name": workflow_name,
-               "failed_after": failed_after, "failed_before": failed_before}
+    filters = {
+        "activity_name": activity_name,
+        "workflow_name": workflow_name,
+        "failed_after": failed_after,
+        "failed_before": failed_before,
+    }
     with sql_api(database_url, read_only=dry_run) as sql:
         preview = sql.bulk_dead_letters(action, **filters, limit=limit, dry_run=True)
         if dry_run:
@@ -133,14 +195,24 @@ def _bulk(action: str, activity_name, workflow_name, failed_after, failed_before
             # Work through the limit in small transactions, so the bar moves and a
             # failure mid-way keeps what was done. Rows are taken oldest first.
             total = min(limit, preview["matched"])
-            result = {"dry_run": False, "matched": preview["matched"], "acted_on": 0, "ids": [],
-                      "failures": []}
+            result = {
+                "dry_run": False,
+                "matched": preview["matched"],
+                "acted_on": 0,
+                "ids": [],
+                "failures": [],
+            }
             done = 0
             skip: set[int] = set()
             with progress(total, f"{action} dead letters", enabled=output != "json") as bar:
                 while done < total:
-                    step = sql.bulk_dead_letters(action, **filters, limit=min(batch, total - done) + len(skip),
-                                                 dry_run=False, operator=operator)
+                    step = sql.bulk_dead_letters(
+                        action,
+                        **filters,
+                        limit=min(batch, total - done) + len(skip),
+                        dry_run=False,
+                        operator=operator,
+                    )
                     fresh = [f for f in step["failures"] if f["id"] not in skip]
                     result["acted_on"] += step["acted_on"]
                     result["ids"] += step["ids"]
@@ -152,15 +224,30 @@ def _bulk(action: str, activity_name, workflow_name, failed_after, failed_before
                     if moved == 0:
                         break
     if dry_run:
-        render = (lambda d: f"dry run: {d['matched']} matched, {len(d['ids'])} would be {action}ed"
-                  + (f" (ids {', '.join(map(str, d['ids'][:20]))}{' …' if len(d['ids']) > 20 else ''})"
-                     if d["ids"] else "")
-                  + "".join(f"\n  would fail: {f['id']}: {f['error']}" for f in d["failures"]))
+
+        def render(d):
+            return (
+                f"dry run: {d['matched']} matched, {len(d['ids'])} would be {action}ed"
+                + (
+                    f" (ids {', '.join(map(str, d['ids'][:20]))}{' …' if len(d['ids']) > 20 else ''})"
+                    if d["ids"]
+                    else ""
+                )
+                + "".join(f"\n  would fail: {f['id']}: {f['error']}" for f in d["failures"])
+            )
     else:
-        render = (lambda d: f"{d['matched']} matched, {d['acted_on']} {action}ed, {len(d['failures'])} failed"
-                  + "".join(f"\n  failed: {f['id']}: {f['error']}" for f in d["failures"])
-                  + ("\nmore remain: run again until matched is 0"
-                     if d["matched"] > d["acted_on"] + len(d["failures"]) else ""))
+
+        def render(d):
+            return (
+                f"{d['matched']} matched, {d['acted_on']} {action}ed, {len(d['failures'])} failed"
+                + "".join(f"\n  failed: {f['id']}: {f['error']}" for f in d["failures"])
+                + (
+                    "\nmore remain: run again until matched is 0"
+                    if d["matched"] > d["acted_on"] + len(d["failures"])
+                    else ""
+                )
+            )
+
     emit(result, output, render)
 
 

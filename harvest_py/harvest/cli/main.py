@@ -36,7 +36,9 @@ def _own_config_path(ctx: click.Context) -> str | None:
             parent = command.make_context(name, list(args), parent=parent, resilient_parsing=True)
             if parent.params.get("config_path") is not None:
                 return parent.params["config_path"]
-            protected = parent._protected_args if hasattr(parent, "_protected_args") else parent.protected_args
+            protected = (
+                parent._protected_args if hasattr(parent, "_protected_args") else parent.protected_args
+            )
             args = [*protected, *parent.args]
     except (click.ClickException, click.exceptions.Exit):
         return None
@@ -78,10 +80,19 @@ class HarvestGroup(click.Group):
 
 @click.group(cls=HarvestGroup)
 @click.version_option(package_name="harvest-workflows")
-@click.option("--config", "config_path", default=None,
-              help="The config file for every command (default: HARVEST_CONFIG, else ./harvest.toml if present).")
-@click.option("--output", "-o", type=click.Choice(["table", "json"]), default=None,
-              help="table or json for every command that prints one (a command's own --output wins).")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    help="The config file for every command (default: HARVEST_CONFIG, else ./harvest.toml if present).",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["table", "json"]),
+    default=None,
+    help="table or json for every command that prints one (a command's own --output wins).",
+)
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, output: str | None) -> None:
     """Harvest: durable workflows on Postgres."""

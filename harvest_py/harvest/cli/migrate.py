@@ -14,11 +14,18 @@ from harvest.db.connection import describe_dsn
 from harvest.db.migrate import Migrator
 
 database_url_option = click.option(
-    "--database-url", envvar=None, default=None,
-    help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.")
+    "--database-url",
+    envvar=None,
+    default=None,
+    help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.",
+)
 include_dir_option = click.option(
-    "--include-dir", "include_dirs", multiple=True, type=click.Path(file_okay=False, path_type=Path),
-    help="An extra migration set to apply after Harvest's own (repeatable).")
+    "--include-dir",
+    "include_dirs",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="An extra migration set to apply after Harvest's own (repeatable).",
+)
 
 
 class _MigrateGroup(click.Group):
@@ -41,8 +48,11 @@ def migrate() -> None:
 @migrate.command("status")
 @database_url_option
 @include_dir_option
-@click.option("--check", is_flag=True, help="Exit 1 while anything is pending, or when the database is "
-              "ahead of this Harvest.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Exit 1 while anything is pending, or when the database is ahead of this Harvest.",
+)
 @click.option("--output", type=click.Choice(["table", "json"]), default="table")
 def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
     """Show which migrations are applied and which are pending."""
@@ -51,17 +61,36 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     rows, stale, unknown = report.migrations, report.stale_functions, report.unknown
     pending = [r for r in rows if r.applied_at is None]
     if output == "json":
-        click.echo(json.dumps({
-            "migrations": [{"set": r.migration.set_name, "version": r.migration.version,
-                            "name": r.migration.name, "transactional": r.migration.transactional,
-                            "applied_at": r.applied_at.isoformat() if r.applied_at else None}
-                           for r in rows],
-            "pending": len(pending), "stale_function_files": [p.name for p in stale],
-            "retired_function_files": report.retired_functions,
-            "unknown_migrations": [{"set": u.set_name, "version": u.version, "name": u.name,
-                                    "applied_at": u.applied_at.isoformat()} for u in unknown],
-            "database_ahead": report.ahead is not None,
-            "error": str(report.ahead) if report.ahead else None}))
+        click.echo(
+            json.dumps(
+                {
+                    "migrations": [
+                        {
+                            "set": r.migration.set_name,
+                            "version": r.migration.version,
+                            "name": r.migration.name,
+                            "transactional": r.migration.transactional,
+                            "applied_at": r.applied_at.isoformat() if r.applied_at else None,
+                        }
+                        for r in rows
+                    ],
+                    "pending": len(pending),
+                    "stale_function_files": [p.name for p in stale],
+                    "retired_function_files": report.retired_functions,
+                    "unknown_migrations": [
+                        {
+                            "set": u.set_name,
+                            "version": u.version,
+                            "name": u.name,
+                            "applied_at": u.applied_at.isoformat(),
+                        }
+                        for u in unknown
+                    ],
+                    "database_ahead": report.ahead is not None,
+                    "error": str(report.ahead) if report.ahead else None,
+                }
+            )
+        )
     else:
         for r in rows:
             state = f"applied {r.applied_at:%Y-%m-%d %H:%M:%S}" if r.applied_at else "pending"
@@ -76,8 +105,10 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
                 click.echo(f"{'functions/' + path.name:<45} pending (changed)")
             for name in report.retired_functions:
                 click.echo(f"{'functions/' + name:<45} pending (retired: no longer in this Harvest)")
-        click.echo(f"{len(rows) - len(pending)} applied, {len(pending)} pending"
-                   + (f", {len(unknown)} unknown to this Harvest" if unknown else ""))
+        click.echo(
+            f"{len(rows) - len(pending)} applied, {len(pending)} pending"
+            + (f", {len(unknown)} unknown to this Harvest" if unknown else "")
+        )
         if report.ahead:
             click.echo(str(report.ahead))
     if check and (pending or stale or report.retired_functions or report.ahead):
@@ -105,8 +136,13 @@ def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool)
             click.echo("  nothing to do")
         return
     total = len(report.applied) + len(report.applied_non_transactional)
-    click.echo(f"{describe_dsn(dsn)}: applied {total} migration(s)"
-               + (f", {len(report.applied_non_transactional)} non-transactional"
-                  if report.applied_non_transactional else "")
-               + f", {len(report.functions_applied)} function file(s)"
-               + (f", {len(report.functions_retired)} retired" if report.functions_retired else ""))
+    click.echo(
+        f"{describe_dsn(dsn)}: applied {total} migration(s)"
+        + (
+            f", {len(report.applied_non_transactional)} non-transactional"
+            if report.applied_non_transactional
+            else ""
+        )
+        + f", {len(report.functions_applied)} function file(s)"
+        + (f", {len(report.functions_retired)} retired" if report.functions_retired else "")
+    )

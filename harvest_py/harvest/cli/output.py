@@ -72,13 +72,22 @@ def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> N
 
 
 def operator_id_option(f):
-    return click.option("--operator-id", "--operator", "operator", cls=AliasedOption, default=None,
-                        help="Who you are, for the audit log.")(f)
+    return click.option(
+        "--operator-id",
+        "--operator",
+        "operator",
+        cls=AliasedOption,
+        default=None,
+        help="Who you are, for the audit log.",
+    )(f)
 
 
 def database_url_option(f):
-    return click.option("--database-url", default=None,
-                        help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.")(f)
+    return click.option(
+        "--database-url",
+        default=None,
+        help="Database DSN. Prefer HARVEST_DATABASE_URL: a command line is visible to ps.",
+    )(f)
 
 
 def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -89,10 +98,16 @@ def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> st
 
 
 def output_option(f):
-    return click.option("--output", "-o", type=OUTPUT_CHOICES, default="table", show_default=True,
-                        callback=_global_output,
-                        help="table for people, json for scripts (also accepted before the command: "
-                             "harvest --output json CMD).")(f)
+    return click.option(
+        "--output",
+        "-o",
+        type=OUTPUT_CHOICES,
+        default="table",
+        show_default=True,
+        callback=_global_output,
+        help="table for people, json for scripts (also accepted before the command: "
+        "harvest --output json CMD).",
+    )(f)
 
 
 def cli_config() -> Config:
@@ -139,7 +154,9 @@ def to_json(data: Any) -> str:
     return json.dumps(data, default=str)
 
 
-def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None) -> str:
+def table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None
+) -> str:
     headers = [h.upper() for h in (headers or columns)]
     cells = [[_cell(row.get(c)) for c in columns] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
@@ -167,11 +184,14 @@ def emit(data: Any, output: str, render) -> None:
 def progress(total: int, label: str, enabled: bool = True) -> Iterator[Any]:
     """A progress bar on stderr (JSON on stdout stays clean)."""
     if not enabled:
+
         class _Null:
             def update(self, n: int) -> None:
                 pass
+
         yield _Null()
         return
-    with click.progressbar(length=max(total, 1), label=label, file=click.get_text_stream("stderr"),
-                           show_pos=True) as bar:
+    with click.progressbar(
+        length=max(total, 1), label=label, file=click.get_text_stream("stderr"), show_pos=True
+    ) as bar:
         yield bar

@@ -34,8 +34,13 @@ class Check:
     remediation: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        out = {"name": self.name, "status": self.status, "scope": self.scope, "summary": self.summary,
-               "details": self.details}
+        out = {
+            "name": self.name,
+            "status": self.status,
+            "scope": self.scope,
+            "summary": self.summary,
+            "details": self.details,
+        }
         if self.remediation:
             out["remediation"] = self.remediation
         return out
@@ -67,11 +72,14 @@ def _catalog_consistency(app) -> Check:
             if not _resolves(child, app.workflows):
                 failures.append(f"workflow '{name}' references unregistered child workflow '{child}'")
     if failures:
-        return Check("catalog_consistency", "fail",
-                     "registered catalog contains unresolved workflow runtime references",
-                     details={"failures": failures},
-                     remediation="Register the named handler in App(activities=[...]) / App(workflows=[...]), "
-                                 "or delete the stale entry from the workflow's declared dependencies.")
+        return Check(
+            "catalog_consistency",
+            "fail",
+            "registered catalog contains unresolved workflow runtime references",
+            details={"failures": failures},
+            remediation="Register the named handler in App(activities=[...]) / App(workflows=[...]), "
+            "or delete the stale entry from the workflow's declared dependencies.",
+        )
     if not checked:
         return Check("catalog_consistency", "skip", "no workflow declares its dependencies")
     return Check("catalog_consistency", "pass", f"{checked} workflow(s) declare dependencies; all resolve")
@@ -90,19 +98,32 @@ def _queue_coverage(sql: SqlApi, app) -> Check:
         queues = fleet_queues(sql)
         source = "fleet"
         if not queues:
-            return Check("queue_coverage", "warn", "no worker has registered: queue coverage is unknown",
-                         details={"source": source, "declared": [], "uncovered": None},
-                         remediation="start the workers before this gate, or pass --app module:app "
-                                     "to check the queues the App declares")
+            return Check(
+                "queue_coverage",
+                "warn",
+                "no worker has registered: queue coverage is unknown",
+                details={"source": source, "declared": [], "uncovered": None},
+                remediation="start the workers before this gate, or pass --app module:app "
+                "to check the queues the App declares",
+            )
     # Live = active and fresh: a draining worker takes no new work, so it does not count.
     uncovered = queue_coverage(sql, queues)["unpolled_declared_queues"]
     details = {"source": source, "declared": queues, "uncovered": uncovered}
     what = "declared" if source == "app" else "registered"
     if uncovered:
-        return Check("queue_coverage", "warn", f"{len(uncovered)} {what} queue(s) have no live worker",
-                     details=details, remediation="start a worker polling: " + ", ".join(uncovered))
-    return Check("queue_coverage", "pass", f"every {what} queue has a live worker ({', '.join(queues)})",
-                 details=details)
+        return Check(
+            "queue_coverage",
+            "warn",
+            f"{len(uncovered)} {what} queue(s) have no live worker",
+            details=details,
+            remediation="start a worker polling: " + ", ".join(uncovered),
+        )
+    return Check(
+        "queue_coverage",
+        "pass",
+        f"every {what} queue has a live worker ({', '.join(queues)})",
+        details=details,
+    )
 
 
 def run_checks(dsn: str, app_target: str | None) -> list[Check]:
@@ -122,34 +143,56 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
             rows, stale = report.migrations, report.stale_functions
             pending = [r.migration.label for r in rows if r.applied_at is None]
             if report.ahead:
-                checks.append(Check("migrations", "fail", str(report.ahead),
-                                    details={"unknown": [u.label for u in report.unknown]},
-                                    remediation="upgrade Harvest (the package) to the release that wrote "
-                                                "them; do not migrate with this one"))
+                checks.append(
+                    Check(
+                        "migrations",
+                        "fail",
+                        str(report.ahead),
+                        details={"unknown": [u.label for u in report.unknown]},
+                        remediation="upgrade Harvest (the package) to the release that wrote "
+                        "them; do not migrate with this one",
+                    )
+                )
             elif pending or stale:
-                checks.append(Check("migrations", "fail", f"{len(pending)} migration(s) and {len(stale)} "
-                                    "function file(s) pending",
-                                    details={"pending": pending, "stale_function_files": [p.name for p in stale]},
-                                    remediation="run `harvest migrate run` before rolling replicas"))
+                checks.append(
+                    Check(
+                        "migrations",
+                        "fail",
+                        f"{len(pending)} migration(s) and {len(stale)} function file(s) pending",
+                        details={"pending": pending, "stale_function_files": [p.name for p in stale]},
+                        remediation="run `harvest migrate run` before rolling replicas",
+                    )
+                )
             else:
-                checks.append(Check("migrations", "pass", f"{len(rows)} migration(s) applied, nothing pending"))
-        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
-            checks.append(Check("migrations", "fail", f"cannot read the migration ledger: {exc}".splitlines()[0]))
+                checks.append(
+                    Check("migrations", "pass", f"{len(rows)} migration(s) applied, nothing pending")
+                )
+        except Exception as exc:
+            checks.append(
+                Check("migrations", "fail", f"cannot read the migration ledger: {exc}".splitlines()[0])
+            )
         expected = latest_core_version()
         try:
             with translated_errors():
                 found = sql.schema_version()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             found, error = None, str(exc).splitlines()[0]
         else:
             error = None
         if found == expected:
             checks.append(Check("schema_version", "pass", f"schema version {found}"))
         else:
-            checks.append(Check("schema_version", "fail", error or f"database has schema version {found}, "
-                                f"this Harvest needs {expected}", details={"found": found, "expected": expected},
-                                remediation="upgrade Harvest (the package)" if found and found > expected
-                                else "run `harvest migrate run`"))
+            checks.append(
+                Check(
+                    "schema_version",
+                    "fail",
+                    error or f"database has schema version {found}, this Harvest needs {expected}",
+                    details={"found": found, "expected": expected},
+                    remediation="upgrade Harvest (the package)"
+                    if found and found > expected
+                    else "run `harvest migrate run`",
+                )
+            )
         app = None
         if app_target:
             from harvest.cli.worker import load_app
@@ -163,30 +206,54 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
         health = None
         try:
             health = sql.worker_health()
-        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+        except Exception as exc:
             checks.append(Check("worker_health", "fail", _first_line(exc)))
         if health is not None:
             status = "warn" if health["stale"] else "pass"
-            checks.append(Check("worker_health", status, f"{health['healthy']} healthy, {health['stale']} stale, "
-                                f"{health['draining']} draining", details=health))
+            checks.append(
+                Check(
+                    "worker_health",
+                    status,
+                    f"{health['healthy']} healthy, {health['stale']} stale, {health['draining']} draining",
+                    details=health,
+                )
+            )
             checks.append(_queue_coverage(sql, app))
         try:
             dead = sql.aggregate_dead_letters("all")
             total = sum(r["dead_letters"] for r in dead)
-            checks.append(Check("dead_letters", "pass", f"dead letters readable ({total} parked)",
-                                details={"count": total}))
-        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+            checks.append(
+                Check(
+                    "dead_letters",
+                    "pass",
+                    f"dead letters readable ({total} parked)",
+                    details={"count": total},
+                )
+            )
+        except Exception as exc:
             checks.append(Check("dead_letters", "fail", _first_line(exc)))
         try:
             retention = sql.retention_status()
             if retention["configured"]:
-                checks.append(Check("retention", "pass", f"terminal executions kept {retention['max_age']}",
-                                    details=retention))
+                checks.append(
+                    Check(
+                        "retention",
+                        "pass",
+                        f"terminal executions kept {retention['max_age']}",
+                        details=retention,
+                    )
+                )
             else:
-                checks.append(Check("retention", "warn", "retention is not configured: history grows forever",
-                                    details=retention,
-                                    remediation="harvest retention set --max-age '30 days'"))
-        except Exception as exc:  # noqa: BLE001 - a check reports, it does not crash
+                checks.append(
+                    Check(
+                        "retention",
+                        "warn",
+                        "retention is not configured: history grows forever",
+                        details=retention,
+                        remediation="harvest retention set --max-age '30 days'",
+                    )
+                )
+        except Exception as exc:
             checks.append(Check("retention", "fail", _first_line(exc)))
     return checks
 
@@ -197,8 +264,9 @@ def overall(checks: list[Check]) -> str:
 
 
 @click.command()
-@click.option("--app", "app_target", default=None, help="module:app whose queues and declared dependencies "
-              "to check.")
+@click.option(
+    "--app", "app_target", default=None, help="module:app whose queues and declared dependencies to check."
+)
 @database_url_option
 @output_option
 def preflight(app_target: str | None, database_url: str | None, output: str) -> None:
@@ -207,15 +275,24 @@ def preflight(app_target: str | None, database_url: str | None, output: str) -> 
     result = overall(checks)
     observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     if output == "json":
-        click.echo(to_json({"overall_status": result, "observed_at": observed,
-                            "checks": [c.to_json() for c in checks]}))
+        click.echo(
+            to_json(
+                {"overall_status": result, "observed_at": observed, "checks": [c.to_json() for c in checks]}
+            )
+        )
     else:
         click.echo(f"overall_status: {result}\nobserved_at: {observed}\n")
-        click.echo(table([c.to_json() for c in checks], ["status", "name", "scope", "summary"],
-                         ["status", "check", "scope", "summary"]))
+        click.echo(
+            table(
+                [c.to_json() for c in checks],
+                ["status", "name", "scope", "summary"],
+                ["status", "check", "scope", "summary"],
+            )
+        )
         for c in checks:
-            if c.status in ("warn", "fail") and (c.details.get("failures") or c.details.get("uncovered")
-                                                 or c.remediation):
+            if c.status in ("warn", "fail") and (
+                c.details.get("failures") or c.details.get("uncovered") or c.remediation
+            ):
                 click.echo(f"\n{c.name} ({c.status})")
                 for line in c.details.get("pending") or []:
                     click.echo(f"  - pending migration {line}")

@@ -13,10 +13,18 @@ def queue() -> None:
 
 
 @queue.command("coverage")
-@click.option("--app", "app_target", default=None, help="module:app whose declared queues to check "
-              "(default: the queues the fleet's workers registered).")
-@click.option("--strict", is_flag=True, help="Exit 2 when a declared queue has no live worker, or when "
-              "the list is unknown (no --app and no worker ever registered).")
+@click.option(
+    "--app",
+    "app_target",
+    default=None,
+    help="module:app whose declared queues to check (default: the queues the fleet's workers registered).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit 2 when a declared queue has no live worker, or when "
+    "the list is unknown (no --app and no worker ever registered).",
+)
 @database_url_option
 @output_option
 def coverage(app_target: str | None, strict: bool, database_url: str | None, output: str) -> None:
@@ -42,13 +50,18 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         data["unpolled_declared_queues"] = None
 
     def render(d):
-        rows = [{"queue": q, "live_workers": n, "covered": "yes" if n else "NO"}
-                for q, n in d["live_workers"].items()]
+        rows = [
+            {"queue": q, "live_workers": n, "covered": "yes" if n else "NO"}
+            for q, n in d["live_workers"].items()
+        ]
         unpolled = d["unpolled_declared_queues"]
         if unpolled is None:
             return "no declared queue known: no worker has registered (give --app to check an App's queues)"
         return table(rows, ["queue", "live_workers", "covered"]) + (
-            f"\nunpolled declared queues: {', '.join(unpolled)}" if unpolled else "\nevery declared queue is polled")
+            f"\nunpolled declared queues: {', '.join(unpolled)}"
+            if unpolled
+            else "\nevery declared queue is polled"
+        )
 
     emit(data, output, render)
     if strict and (data["unpolled_declared_queues"] is None or data["unpolled_declared_queues"]):

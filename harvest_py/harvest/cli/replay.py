@@ -15,23 +15,38 @@ from harvest.core.errors import InvalidArgument
 def _check_history(history: object, path: Path) -> None:
     """One line, not a traceback, for a JSON file that is not an exported history."""
     events = history.get("events") if isinstance(history, dict) else history
-    shape = ("a JSON list of events, or {\"events\": [...]} as `harvest history export --full` "
-             "writes (each event with event_id, event_type and event_data)")
+    shape = (
+        'a JSON list of events, or {"events": [...]} as `harvest history export --full` '
+        "writes (each event with event_id, event_type and event_data)"
+    )
     if not isinstance(events, list) or not events:
         raise InvalidArgument(f"{path}: not a Harvest history: expected {shape}")
     for index, event in enumerate(events):
-        if not (isinstance(event, dict) and isinstance(event.get("event_type"), str)
-                and isinstance(event.get("event_id"), int) and not isinstance(event.get("event_id"), bool)):
-            raise InvalidArgument(f"{path}: not a Harvest history: item {index} is not an event; "
-                                  f"expected {shape}")
+        if not (
+            isinstance(event, dict)
+            and isinstance(event.get("event_type"), str)
+            and isinstance(event.get("event_id"), int)
+            and not isinstance(event.get("event_id"), bool)
+        ):
+            raise InvalidArgument(
+                f"{path}: not a Harvest history: item {index} is not an event; expected {shape}"
+            )
 
 
 @click.command()
 @click.option("--app", "target", required=True, help="module:attribute of the App holding the code.")
-@click.option("--workflow", "workflow_name", default=None,
-              help="Workflow name (default: the one the history's WorkflowStarted names).")
-@click.option("--json-path", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="An exported history: a JSON list of events, or {\"events\": [...]}.")
+@click.option(
+    "--workflow",
+    "workflow_name",
+    default=None,
+    help="Workflow name (default: the one the history's WorkflowStarted names).",
+)
+@click.option(
+    "--json-path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help='An exported history: a JSON list of events, or {"events": [...]}.',
+)
 def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     """Replay an exported history against the current code; exit 0 on success, 1 on divergence."""
     from harvest.cli.worker import load_app
@@ -56,15 +71,26 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
 
 @click.command("version-usage")
 @click.option("--change-id", required=True)
-@click.option("--version", "version", type=click.IntRange(0, 2**31 - 1), default=None, help="Only this recorded version.")
-@click.option("--state-group", type=click.Choice(["active", "terminal", "all"]), default="active",
-              show_default=True)
-@click.option("--guard", is_flag=True,
-              help="Exit 1 while any active run recorded the version (safe to delete the branch at 0).")
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(0, 2**31 - 1),
+    default=None,
+    help="Only this recorded version.",
+)
+@click.option(
+    "--state-group", type=click.Choice(["active", "terminal", "all"]), default="active", show_default=True
+)
+@click.option(
+    "--guard",
+    is_flag=True,
+    help="Exit 1 while any active run recorded the version (safe to delete the branch at 0).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @output_option
-def version_usage(change_id: str, version: int | None, state_group: str, guard: bool,
-                  database_url: str | None, output: str) -> None:
+def version_usage(
+    change_id: str, version: int | None, state_group: str, guard: bool, database_url: str | None, output: str
+) -> None:
     """Which recorded versions of a ctx.version() gate are still in use (read-only)."""
     from harvest.client import Client
 
@@ -72,17 +98,24 @@ def version_usage(change_id: str, version: int | None, state_group: str, guard: 
     with Client(cli_dsn(database_url)) as client, client.sql() as sql:
         rows = sql.version_usage(change_id, version, group)
     if output == "json":
-        click.echo(json.dumps({"change_id": change_id, "version": version, "state_group": group,
-                               "usage": rows}, default=str))
+        click.echo(
+            json.dumps(
+                {"change_id": change_id, "version": version, "state_group": group, "usage": rows}, default=str
+            )
+        )
     else:
         if not rows:
             # `is not None`: version 0 is a real version, not "no version given".
-            click.echo(f"no {group} run recorded {change_id}"
-                       + (f" version {version}" if version is not None else ""))
+            click.echo(
+                f"no {group} run recorded {change_id}"
+                + (f" version {version}" if version is not None else "")
+            )
         for row in rows:
             sample = ", ".join(str(i) for i in row["sample_execution_ids"])
-            click.echo(f"{change_id} v{row['version']}  {row['state_group']:<8} {row['executions']:>6} run(s)"
-                       f"  e.g. {sample}")
+            click.echo(
+                f"{change_id} v{row['version']}  {row['state_group']:<8} {row['executions']:>6} run(s)"
+                f"  e.g. {sample}"
+            )
     if guard and rows:
         what = f"{change_id} version {version}" if version is not None else change_id
         click.echo(f"guard: {sum(r['executions'] for r in rows)} active run(s) still use {what}", err=True)

@@ -14,8 +14,17 @@ from harvest.cli.output import (
     sql_api,
 )
 
-STATUS_KEYS = ["configured", "max_age", "batch_size", "eligible", "last_run_at", "last_run_deleted", "updated_at",
-               "worker_max_age", "workers_eligible"]
+STATUS_KEYS = [
+    "configured",
+    "max_age",
+    "batch_size",
+    "eligible",
+    "last_run_at",
+    "last_run_deleted",
+    "updated_at",
+    "worker_max_age",
+    "workers_eligible",
+]
 
 
 @click.group()
@@ -38,12 +47,22 @@ def _interval_or_off(value: str) -> str | None:
 
 
 @retention.command("set")
-@click.option("--max-age", default=None,
-              help="Terminal executions: a PostgreSQL interval, e.g. '30 days'; 'off' keeps everything.")
-@click.option("--batch-size", default=None, type=click.IntRange(1, 10_000),
-              help="Executions deleted per transaction (1..10000).")
-@click.option("--worker-max-age", default=None,
-              help="Stopped or stale worker rows last seen longer ago are deleted (default 7 days); 'off' keeps them.")
+@click.option(
+    "--max-age",
+    default=None,
+    help="Terminal executions: a PostgreSQL interval, e.g. '30 days'; 'off' keeps everything.",
+)
+@click.option(
+    "--batch-size",
+    default=None,
+    type=click.IntRange(1, 10_000),
+    help="Executions deleted per transaction (1..10000).",
+)
+@click.option(
+    "--worker-max-age",
+    default=None,
+    help="Stopped or stale worker rows last seen longer ago are deleted (default 7 days); 'off' keeps them.",
+)
 @operator_id_option
 @database_url_option
 @output_option
@@ -64,8 +83,13 @@ def set_(max_age, batch_size, worker_max_age, operator, database_url, output) ->
 @retention.command("run-now")
 @click.option("--max-age", default=None, help="Override the configured age for this run.")
 @click.option("--batch-size", default=None, type=click.IntRange(1, 10_000))
-@click.option("--max-batches", default=1000, show_default=True, type=click.IntRange(1, 1_000_000),
-              help="Stop after this many batches (each is one transaction).")
+@click.option(
+    "--max-batches",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1, 1_000_000),
+    help="Stop after this many batches (each is one transaction).",
+)
 @operator_id_option
 @database_url_option
 @output_option
@@ -85,8 +109,19 @@ def run_now(max_age, batch_size, max_batches, operator, database_url, output) ->
                 bar.update(result["deleted"])
                 if result["deleted"] == 0 or result["remaining"] == 0:
                     break
-    data = {"deleted": deleted, "batches": batches, "remaining": result["remaining"], "cutoff": result["cutoff"],
-            "workers_deleted": workers_deleted}
-    emit(data, output, lambda d: f"deleted {d['deleted']} execution(s) in {d['batches']} batch(es); "
-                                 f"{d['remaining']} remaining (cutoff {d['cutoff']}); "
-                                 f"deleted {d['workers_deleted']} worker row(s)")
+    data = {
+        "deleted": deleted,
+        "batches": batches,
+        "remaining": result["remaining"],
+        "cutoff": result["cutoff"],
+        "workers_deleted": workers_deleted,
+    }
+    emit(
+        data,
+        output,
+        lambda d: (
+            f"deleted {d['deleted']} execution(s) in {d['batches']} batch(es); "
+            f"{d['remaining']} remaining (cutoff {d['cutoff']}); "
+            f"deleted {d['workers_deleted']} worker row(s)"
+        ),
+    )

@@ -26,38 +26,86 @@ def load_app(target: str) -> App:
         raise ConfigError(f"cannot import {module_name!r} for {target!r}: {exc}") from None
     app = getattr(module, attribute, None)
     if not isinstance(app, App):
-        raise ConfigError(f"{target!r} is not a harvest.App (found {type(app).__name__}); "
-                          "pass module:attribute naming your App")
+        raise ConfigError(
+            f"{target!r} is not a harvest.App (found {type(app).__name__}); "
+            "pass module:attribute naming your App"
+        )
     return app
 
 
 @click.command()
 @click.argument("target")
-@click.option("--config", "config_path", default=None, help="The config file (default: HARVEST_CONFIG, "
-              "else ./harvest.toml if present).")
-@click.option("--role", type=click.Choice(["web", "worker", "combined"]), default=None,
-              help="The process role (default: HARVEST_ROLE, else combined).")
-@click.option("--queue", "queues", multiple=True, help="Poll only this declared queue (repeatable; default: "
-              "worker.queues, else every queue the App's workflows and activities use).")
-@click.option("--worker/--no-worker", "worker_enabled", default=None,
-              help="Run the claim loop (default: follow the role).")
-@click.option("--scheduler/--no-scheduler", "scheduler_enabled", default=None,
-              help="Run the timeout scanner and relays (default: follow the role).")
-@click.option("--retention-run-on", type=click.Choice(["scheduler", "all"]), default=None,
-              help="Where the retention janitor runs (default: retention.run_on, else scheduler).")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    help="The config file (default: HARVEST_CONFIG, else ./harvest.toml if present).",
+)
+@click.option(
+    "--role",
+    type=click.Choice(["web", "worker", "combined"]),
+    default=None,
+    help="The process role (default: HARVEST_ROLE, else combined).",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="Poll only this declared queue (repeatable; default: "
+    "worker.queues, else every queue the App's workflows and activities use).",
+)
+@click.option(
+    "--worker/--no-worker",
+    "worker_enabled",
+    default=None,
+    help="Run the claim loop (default: follow the role).",
+)
+@click.option(
+    "--scheduler/--no-scheduler",
+    "scheduler_enabled",
+    default=None,
+    help="Run the timeout scanner and relays (default: follow the role).",
+)
+@click.option(
+    "--retention-run-on",
+    type=click.Choice(["scheduler", "all"]),
+    default=None,
+    help="Where the retention janitor runs (default: retention.run_on, else scheduler).",
+)
 # Bounds are WorkerOptions', checked with the file's and the variables' (config.with_overrides).
-@click.option("--concurrency", default=None, type=int,
-              help=f"Tasks in flight at once (default: worker.concurrency, else {WorkerOptions.concurrency}).")
+@click.option(
+    "--concurrency",
+    default=None,
+    type=int,
+    help=f"Tasks in flight at once (default: worker.concurrency, else {WorkerOptions.concurrency}).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
-@click.option("--shutdown-grace", default=None, type=float,
-              help="Seconds to finish in-flight work after SIGTERM before releasing it "
-                   f"(default: worker.shutdown_grace, else {WorkerOptions.shutdown_grace:g}).")
-@click.option("--log-level", default="INFO", show_default=True,
-              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False))
-def worker(target: str, config_path: str | None, role: str | None, queues: tuple[str, ...],
-           worker_enabled: bool | None, scheduler_enabled: bool | None, retention_run_on: str | None,
-           concurrency: int | None, database_url: str | None, shutdown_grace: float | None,
-           log_level: str) -> None:
+@click.option(
+    "--shutdown-grace",
+    default=None,
+    type=float,
+    help="Seconds to finish in-flight work after SIGTERM before releasing it "
+    f"(default: worker.shutdown_grace, else {WorkerOptions.shutdown_grace:g}).",
+)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+)
+def worker(
+    target: str,
+    config_path: str | None,
+    role: str | None,
+    queues: tuple[str, ...],
+    worker_enabled: bool | None,
+    scheduler_enabled: bool | None,
+    retention_run_on: str | None,
+    concurrency: int | None,
+    database_url: str | None,
+    shutdown_grace: float | None,
+    log_level: str,
+) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
     from harvest.config import database_url as resolve_database_url
@@ -71,28 +119,43 @@ def worker(target: str, config_path: str | None, role: str | None, queues: tuple
     if config_path is not None and meta.get(CONFIG_PATH_KEY) != config_path:
         meta[CONFIG_PATH_KEY] = config_path
         meta.pop(CONFIG_KEY, None)
-    config = cli_config().with_overrides({
-        "role": (role, "--role"), "worker.queues": (list(queues) or None, "--queue"),
-        "worker.enabled": (worker_enabled, "--worker/--no-worker"),
-        "scheduler.enabled": (scheduler_enabled, "--scheduler/--no-scheduler"),
-        "retention.run_on": (retention_run_on, "--retention-run-on"),
-        "worker.concurrency": (concurrency, "--concurrency"),
-        "worker.shutdown_grace": (shutdown_grace, "--shutdown-grace")})
+    config = cli_config().with_overrides(
+        {
+            "role": (role, "--role"),
+            "worker.queues": (list(queues) or None, "--queue"),
+            "worker.enabled": (worker_enabled, "--worker/--no-worker"),
+            "scheduler.enabled": (scheduler_enabled, "--scheduler/--no-scheduler"),
+            "retention.run_on": (retention_run_on, "--retention-run-on"),
+            "worker.concurrency": (concurrency, "--concurrency"),
+            "worker.shutdown_grace": (shutdown_grace, "--shutdown-grace"),
+        }
+    )
     plan = runtime_plan(config)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
     app = load_app(target)
     polled, declared, source = resolve_queues(app, config)
     plan.log()
     if plan.worker.value:
-        logging.getLogger("harvest.config").info("harvest worker.queues: declared %s; polled %s (source: %s)",
-                                                 ", ".join(declared), ", ".join(polled), source)
+        logging.getLogger("harvest.config").info(
+            "harvest worker.queues: declared %s; polled %s (source: %s)",
+            ", ".join(declared),
+            ", ".join(polled),
+            source,
+        )
     if not plan.runs_anything():
-        raise ConfigError(f"nothing to run: role {plan.role} places no runtime in this process (worker, "
-                          "scheduler and retention are all off); set HARVEST_ROLE=worker, or "
-                          "HARVEST_WORKER__ENABLED=true / HARVEST_SCHEDULER__ENABLED=true")
+        raise ConfigError(
+            f"nothing to run: role {plan.role} places no runtime in this process (worker, "
+            "scheduler and retention are all off); set HARVEST_ROLE=worker, or "
+            "HARVEST_WORKER__ENABLED=true / HARVEST_SCHEDULER__ENABLED=true"
+        )
     dsn = resolve_database_url(database_url, config)  # the same path as every other command
     # One WorkerOptions: flags > HARVEST_* > file for its tunables, the role for the switches.
-    options = worker_options(config, queues=polled, run_worker=plan.worker.value,
-                             run_scanner=plan.scheduler.value, run_retention=plan.retention.value)
+    options = worker_options(
+        config,
+        queues=polled,
+        run_worker=plan.worker.value,
+        run_scanner=plan.scheduler.value,
+        run_retention=plan.retention.value,
+    )
     instance = Worker(app, dsn, options=options)
     asyncio.run(instance.run(install_signal_handlers=True))

@@ -22,7 +22,16 @@ from harvest.cli.output import (
 from harvest.core.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
-WORKER_COLUMNS = ["worker_id", "status", "health", "queues", "hostname", "pid", "last_heartbeat_at", "in_flight"]
+WORKER_COLUMNS = [
+    "worker_id",
+    "status",
+    "health",
+    "queues",
+    "hostname",
+    "pid",
+    "last_heartbeat_at",
+    "in_flight",
+]
 
 
 # One shard today: every worker row lives on, and polls, shard 0 (the spec's by_shard {"0": n}).
@@ -44,7 +53,9 @@ def register(group: click.Group) -> None:
     @click.option("--queue", default=None)
     @click.option("--status", default=None, help="active, draining or stopped.")
     @click.option("--health", default=None, help="healthy, stale or stopped.")
-    @click.option("--shard-id", default=None, type=int, help="Only workers on this shard (one shard, 0, today).")
+    @click.option(
+        "--shard-id", default=None, type=int, help="Only workers on this shard (one shard, 0, today)."
+    )
     @database_url_option
     @output_option
     def list_(queue, status, health, shard_id, database_url, output) -> None:
@@ -59,9 +70,27 @@ def register(group: click.Group) -> None:
         """Show one worker, with the ids of the tasks it holds."""
         with sql_api(database_url, read_only=True) as sql:
             data = sql.get_worker(worker_id)
-        emit(data, output, lambda d: mapping(d, [
-            "worker_id", "status", "health", "queues", "hostname", "pid", "started_at", "last_heartbeat_at",
-            "heartbeat_interval_secs", "drain_deadline", "claimed_task_ids", "metadata"]))
+        emit(
+            data,
+            output,
+            lambda d: mapping(
+                d,
+                [
+                    "worker_id",
+                    "status",
+                    "health",
+                    "queues",
+                    "hostname",
+                    "pid",
+                    "started_at",
+                    "last_heartbeat_at",
+                    "heartbeat_interval_secs",
+                    "drain_deadline",
+                    "claimed_task_ids",
+                    "metadata",
+                ],
+            ),
+        )
 
     @group.command("health")
     @database_url_option
@@ -74,17 +103,24 @@ def register(group: click.Group) -> None:
         def render(d):
             text = mapping(d, ["healthy", "stale", "draining", "stopped", "total"])
             split = d.get("by_queue_health") or {}
-            queues = [{"queue": q, "workers": n, **split.get(q, {})} for q, n in sorted(d["by_queue"].items())]
-            return text + ("\n\n" + table(queues, ["queue", "workers", "healthy", "draining", "stale"])
-                           if queues else "")
+            queues = [
+                {"queue": q, "workers": n, **split.get(q, {})} for q, n in sorted(d["by_queue"].items())
+            ]
+            return text + (
+                "\n\n" + table(queues, ["queue", "workers", "healthy", "draining", "stale"]) if queues else ""
+            )
 
         emit(data, output, render)
 
     @group.command("drain")
     @click.argument("worker_id")
-    @click.option("--deadline", default=None, type=click.DateTime(TIMES),
-                  help="When the drain must be done: the worker then releases what is still in flight "
-                  "(ISO 8601; UTC unless it carries an offset).")
+    @click.option(
+        "--deadline",
+        default=None,
+        type=click.DateTime(TIMES),
+        help="When the drain must be done: the worker then releases what is still in flight "
+        "(ISO 8601; UTC unless it carries an offset).",
+    )
     @operator_id_option
     @database_url_option
     @output_option
@@ -94,8 +130,11 @@ def register(group: click.Group) -> None:
             deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
         with sql_api(database_url, read_only=False) as sql:
             data = sql.drain_worker(worker_id, deadline, operator)
-        emit(data, output, lambda d: mapping(d, ["worker_id", "outcome", "status", "in_flight",
-                                                 "drain_deadline", "queues"]))
+        emit(
+            data,
+            output,
+            lambda d: mapping(d, ["worker_id", "outcome", "status", "in_flight", "drain_deadline", "queues"]),
+        )
         if data["outcome"] == "not_found":
             raise SystemExit(1)
 
@@ -108,8 +147,16 @@ def register(group: click.Group) -> None:
         """Who a drain would affect, their in-flight work, and queues left uncovered. Writes nothing."""
         with sql_api(database_url, read_only=True) as sql:
             rows = sql.drain_preview(queue, worker_id)
-        emit(rows, output, lambda d: table(d, ["worker_id", "status", "health", "queues", "in_flight",
-                                               "outcome", "uncovered_queues"]) + f"\n{len(d)} worker(s)")
+        emit(
+            rows,
+            output,
+            lambda d: (
+                table(
+                    d, ["worker_id", "status", "health", "queues", "in_flight", "outcome", "uncovered_queues"]
+                )
+                + f"\n{len(d)} worker(s)"
+            ),
+        )
 
 
 class WorkerGroup(click.Group):
@@ -139,9 +186,14 @@ class WorkerGroup(click.Group):
 
 
 def worker_group(run_command: click.Command) -> click.Group:
-    group = WorkerGroup("worker", run_command=run_command, help=(
-        "Run a worker (`harvest worker module:app [OPTIONS]`, see `harvest worker run --help`), "
-        "or inspect and drain the fleet."))
+    group = WorkerGroup(
+        "worker",
+        run_command=run_command,
+        help=(
+            "Run a worker (`harvest worker module:app [OPTIONS]`, see `harvest worker run --help`), "
+            "or inspect and drain the fleet."
+        ),
+    )
     group.add_command(run_command, "run")
     register(group)
     return group

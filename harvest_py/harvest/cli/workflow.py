@@ -65,9 +65,17 @@ def workflow() -> None:
 @click.option("--conflict-policy", default="unspecified", show_default=True)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @output_option
-def start(name: str, input_json: str | None, input_file: str | None, workflow_id: str | None,
-          queue: str, reuse_policy: str, conflict_policy: str, database_url: str | None,
-          output: str) -> None:
+def start(
+    name: str,
+    input_json: str | None,
+    input_file: str | None,
+    workflow_id: str | None,
+    queue: str,
+    reuse_policy: str,
+    conflict_policy: str,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Start workflow NAME (or attach to its run, per the policies)."""
     from harvest.client import Client
 
@@ -77,10 +85,22 @@ def start(name: str, input_json: str | None, input_file: str | None, workflow_id
     value = read_json_option(input_json, input_file, "input")
     args = [] if value is None else (value if isinstance(value, list) else [value])
     with Client(cli_dsn(database_url)) as client:
-        handle = client.start_workflow(name, *args, workflow_id=workflow_id, queue=queue,
-                                       reuse_policy=reuse_policy, conflict_policy=conflict_policy)
-    _echo({"execution_id": handle.execution_id, "workflow_id": handle.workflow_id,
-           "started_fresh": handle.started_fresh}, output)
+        handle = client.start_workflow(
+            name,
+            *args,
+            workflow_id=workflow_id,
+            queue=queue,
+            reuse_policy=reuse_policy,
+            conflict_policy=conflict_policy,
+        )
+    _echo(
+        {
+            "execution_id": handle.execution_id,
+            "workflow_id": handle.workflow_id,
+            "started_fresh": handle.started_fresh,
+        },
+        output,
+    )
 
 
 @workflow.command("get")
@@ -91,9 +111,27 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
     """Show one execution."""
     with sql_api(database_url, read_only=True) as sql:
         data = sql.get_execution(execution_id)
-    emit(data, output, lambda d: mapping(d, [
-        "id", "workflow_name", "workflow_id", "status", "queue", "parent_id", "created_at",
-        "completed_at", "cancel_requested", "last_event_id", "search_attributes", "failure"]))
+    emit(
+        data,
+        output,
+        lambda d: mapping(
+            d,
+            [
+                "id",
+                "workflow_name",
+                "workflow_id",
+                "status",
+                "queue",
+                "parent_id",
+                "created_at",
+                "completed_at",
+                "cancel_requested",
+                "last_event_id",
+                "search_attributes",
+                "failure",
+            ],
+        ),
+    )
 
 
 # `workflow result` exit codes (docs/operations.md): 0 the run COMPLETED (its result on stdout);
@@ -105,8 +143,14 @@ RESULT_WAIT_TIMED_OUT = 3
 
 @workflow.command("result")
 @click.argument("execution_id")
-@click.option("--timeout", "--timeout-secs", "timeout", default=None, type=WAIT_SECS,
-              help="Seconds to wait (default: forever).")
+@click.option(
+    "--timeout",
+    "--timeout-secs",
+    "timeout",
+    default=None,
+    type=WAIT_SECS,
+    help="Seconds to wait (default: forever).",
+)
 @click.option("--database-url", default=None)
 def result(execution_id: str, timeout: float | None, database_url: str | None) -> None:
     """Wait for an execution to end and print its result.
@@ -158,8 +202,9 @@ def terminate(execution_id: str, reason: str | None, database_url: str | None, o
     """End a run at once; no cleanup code runs."""
     with sql_api(database_url, read_only=False) as sql:
         sql.terminate_workflow(execution_id, reason)
-    emit({"execution_id": execution_id, "status": "TERMINATED"}, output,
-         lambda d: f"terminated {execution_id}")
+    emit(
+        {"execution_id": execution_id, "status": "TERMINATED"}, output, lambda d: f"terminated {execution_id}"
+    )
 
 
 # -- the operator commands (SQL API: functions/executions.sql, signals.sql) -----
@@ -192,39 +237,80 @@ def _summary(event: dict[str, Any]) -> str:
 
 
 @workflow.command("list")
-@click.option("--state", "--status", "state", default=None, help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
-              "CONTINUED_AS_NEW (comma-separated for several).")
+@click.option(
+    "--state",
+    "--status",
+    "state",
+    default=None,
+    help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
+    "CONTINUED_AS_NEW (comma-separated for several).",
+)
 @click.option("--workflow-name", default=None)
-@click.option("--search-attr", "search_attrs", multiple=True,
-              help="key=value (or key:value), or a typed comparison key>=10, key<2026-01-01 (repeatable, AND).")
-@click.option("--created-after", default=None, type=click.DateTime(
-    ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]))
-@click.option("--created-before", default=None, type=click.DateTime(
-    ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]))
-@click.option("--page-size", "--limit", "page_size", default=50, show_default=True, type=int,
-              help="Rows per page (max 1000).")
+@click.option(
+    "--search-attr",
+    "search_attrs",
+    multiple=True,
+    help="key=value (or key:value), or a typed comparison key>=10, key<2026-01-01 (repeatable, AND).",
+)
+@click.option(
+    "--created-after",
+    default=None,
+    type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
+)
+@click.option(
+    "--created-before",
+    default=None,
+    type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
+)
+@click.option(
+    "--page-size",
+    "--limit",
+    "page_size",
+    default=50,
+    show_default=True,
+    type=int,
+    help="Rows per page (max 1000).",
+)
 @click.option("--cursor", default=None, help="next_cursor from the previous page.")
 @click.option("--order", type=click.Choice(["desc", "asc"]), default="desc", show_default=True)
 @database_url_option
 @output_option
-def list_(state, workflow_name, search_attrs, created_after, created_before, page_size, cursor, order,
-          database_url, output) -> None:
+def list_(
+    state,
+    workflow_name,
+    search_attrs,
+    created_after,
+    created_before,
+    page_size,
+    cursor,
+    order,
+    database_url,
+    output,
+) -> None:
     """List executions, newest first, with filters and keyset pagination."""
     if not 1 <= page_size <= 1000:  # the SQL check's words; a huge int would not even reach it
         raise InvalidArgument(f"page size {page_size} is out of range 1..1000")
     with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_executions(state=state, workflow_name=workflow_name,
-                                   search_attributes=list(search_attrs), created_after=created_after,
-                                   created_before=created_before, page_size=page_size, cursor=cursor,
-                                   order=order)
+        rows = sql.list_executions(
+            state=state,
+            workflow_name=workflow_name,
+            search_attributes=list(search_attrs),
+            created_after=created_after,
+            created_before=created_before,
+            page_size=page_size,
+            cursor=cursor,
+            order=order,
+        )
     next_cursor = rows[-1]["next_cursor"] if rows else None
     for row in rows:
         row.pop("next_cursor", None)
 
     def render(data):
-        text = table(data["executions"], ["execution_id", "workflow_name", "workflow_id", "status", "created_at",
-                                          "completed_at"],
-                     ["execution_id", "workflow", "workflow_id", "status", "created", "completed"])
+        text = table(
+            data["executions"],
+            ["execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
+            ["execution_id", "workflow", "workflow_id", "status", "created", "completed"],
+        )
         text += f"\n{len(data['executions'])} execution(s)"
         if data["next_cursor"]:
             text += f"; next page: --cursor {data['next_cursor']}"
@@ -245,8 +331,11 @@ def signal(execution_id, signal_name, payload_json, payload_file, database_url, 
     payload = read_json_option(payload_json, payload_file, "payload")
     with sql_api(database_url, read_only=False) as sql:
         event_id = sql.signal_workflow(execution_id, signal_name, payload)
-    emit({"execution_id": execution_id, "signal": signal_name, "event_id": event_id}, output,
-         lambda d: f"signalled {execution_id}: {signal_name} (event {event_id})")
+    emit(
+        {"execution_id": execution_id, "signal": signal_name, "event_id": event_id},
+        output,
+        lambda d: f"signalled {execution_id}: {signal_name} (event {event_id})",
+    )
 
 
 @workflow.command("cancel")
@@ -258,8 +347,11 @@ def cancel(execution_id, reason, database_url, output) -> None:
     """Ask a running execution to cancel (its code may clean up)."""
     with sql_api(database_url, read_only=False) as sql:
         requested = sql.cancel_workflow(execution_id, reason)
-    emit({"execution_id": execution_id, "cancel_requested": True, "first_request": requested}, output,
-         lambda d: f"cancel requested for {execution_id}" + ("" if requested else " (already requested)"))
+    emit(
+        {"execution_id": execution_id, "cancel_requested": True, "first_request": requested},
+        output,
+        lambda d: f"cancel requested for {execution_id}" + ("" if requested else " (already requested)"),
+    )
 
 
 @workflow.command("stack")
@@ -272,16 +364,37 @@ def stack(execution_id, database_url, output) -> None:
         data = sql.workflow_stack(execution_id)
 
     def render(d):
-        parts = [mapping(d, ["execution_id", "workflow_name", "workflow_id", "status", "cancel_requested",
-                             "last_event_id", "signals_since_last_task"])]
+        parts = [
+            mapping(
+                d,
+                [
+                    "execution_id",
+                    "workflow_name",
+                    "workflow_id",
+                    "status",
+                    "cancel_requested",
+                    "last_event_id",
+                    "signals_since_last_task",
+                ],
+            )
+        ]
         if d["pending_activities"]:
-            parts += ["", "activities:", table(d["pending_activities"],
-                                               ["seq", "name", "queue", "status", "attempt", "due_at",
-                                                "lease_owner"])]
+            parts += [
+                "",
+                "activities:",
+                table(
+                    d["pending_activities"],
+                    ["seq", "name", "queue", "status", "attempt", "due_at", "lease_owner"],
+                ),
+            ]
         if d["timers"]:
             parts += ["", "timers:", table(d["timers"], ["seq", "fire_at"])]
         if d["children"]:
-            parts += ["", "children:", table(d["children"], ["seq", "execution_id", "workflow_name", "status"])]
+            parts += [
+                "",
+                "children:",
+                table(d["children"], ["seq", "execution_id", "workflow_name", "status"]),
+            ]
         if d.get("workflow_task"):
             parts += ["", "workflow task: " + mapping(d["workflow_task"]).replace("\n", "; ")]
         if not (d["pending_activities"] or d["timers"] or d["children"] or d.get("workflow_task")):
@@ -293,8 +406,13 @@ def stack(execution_id, database_url, output) -> None:
 
 @workflow.command("children")
 @click.argument("execution_id")
-@click.option("--status", "--state", "state", default=None,
-              help="Only children in this state (RUNNING, COMPLETED, FAILED, ...; case-insensitive).")
+@click.option(
+    "--status",
+    "--state",
+    "state",
+    default=None,
+    help="Only children in this state (RUNNING, COMPLETED, FAILED, ...; case-insensitive).",
+)
 @click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 100))
 @database_url_option
 @output_option
@@ -302,8 +420,22 @@ def children(execution_id, state, depth, database_url, output) -> None:
     """List an execution's child workflows (to --depth levels)."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.list_children(execution_id, state, depth)
-    emit(rows, output, lambda d: table(d, ["execution_id", "workflow_name", "status", "depth", "created_at",
-                                           "completed_at", "error_summary"]))
+    emit(
+        rows,
+        output,
+        lambda d: table(
+            d,
+            [
+                "execution_id",
+                "workflow_name",
+                "status",
+                "depth",
+                "created_at",
+                "completed_at",
+                "error_summary",
+            ],
+        ),
+    )
 
 
 def _history_rows(execution_id: str, full: bool, database_url: str | None) -> dict[str, Any]:
@@ -345,11 +477,19 @@ def history_group() -> None:
 @history_group.command("export")
 @click.argument("execution_id")
 @click.option("--full", is_flag=True, help="Include payload values (the same as --payload-policy full).")
-@click.option("--payload-policy", type=click.Choice(["redacted", "full"]), default=None,
-              help='redacted (the default: each payload value becomes {"redacted": true, "bytes": n}) or full.')
-@click.option("--output-file", "--file", "path", default="-", show_default=True, help="Write here (- for stdout).")
+@click.option(
+    "--payload-policy",
+    type=click.Choice(["redacted", "full"]),
+    default=None,
+    help='redacted (the default: each payload value becomes {"redacted": true, "bytes": n}) or full.',
+)
+@click.option(
+    "--output-file", "--file", "path", default="-", show_default=True, help="Write here (- for stdout)."
+)
 @database_url_option
-def export(execution_id: str, full: bool, payload_policy: str | None, path: str, database_url: str | None) -> None:
+def export(
+    execution_id: str, full: bool, payload_policy: str | None, path: str, database_url: str | None
+) -> None:
     """Export an execution and its history as one JSON document (redacted by default).
 
     The events stream from a server-side cursor to the output as they are read, so an
@@ -370,15 +510,35 @@ def export(execution_id: str, full: bool, payload_policy: str | None, path: str,
 
 # -- queries, updates, reset and the handler catalog ------------------------------------------
 
+
 @workflow.command("query")
 @click.argument("execution_id")
 @click.argument("name")
-@click.option("--input-json", "--arg-json", "input_json", cls=AliasedOption, default=None,
-              help="The query argument as JSON.")
-@click.option("--input-file", "--arg-file", "input_file", cls=AliasedOption, default=None,
-              help="Read the argument JSON from a file (- for stdin).")
-@click.option("--timeout", "--timeout-secs", "timeout", default=10.0, show_default=True, type=WAIT_SECS,
-              help="Seconds to wait for an answer.")
+@click.option(
+    "--input-json",
+    "--arg-json",
+    "input_json",
+    cls=AliasedOption,
+    default=None,
+    help="The query argument as JSON.",
+)
+@click.option(
+    "--input-file",
+    "--arg-file",
+    "input_file",
+    cls=AliasedOption,
+    default=None,
+    help="Read the argument JSON from a file (- for stdin).",
+)
+@click.option(
+    "--timeout",
+    "--timeout-secs",
+    "timeout",
+    default=10.0,
+    show_default=True,
+    type=WAIT_SECS,
+    help="Seconds to wait for an answer.",
+)
 @database_url_option
 @output_option
 def query(execution_id, name, input_json, input_file, timeout, database_url, output) -> None:
@@ -388,8 +548,11 @@ def query(execution_id, name, input_json, input_file, timeout, database_url, out
     arg = read_json_option(input_json, input_file, "input")
     with Client(cli_dsn(database_url)) as client:
         value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
-    emit({"execution_id": execution_id, "query": name, "result": value}, output,
-         lambda d: json.dumps(d["result"], default=str, indent=2))
+    emit(
+        {"execution_id": execution_id, "query": name, "result": value},
+        output,
+        lambda d: json.dumps(d["result"], default=str, indent=2),
+    )
 
 
 @workflow.command("update")
@@ -397,33 +560,53 @@ def query(execution_id, name, input_json, input_file, timeout, database_url, out
 @click.argument("name")
 @click.option("--input-json", default=None, help="The update argument as JSON.")
 @click.option("--input-file", default=None, help="Read the argument JSON from a file (- for stdin).")
-@click.option("--wait", type=click.Choice(["accepted", "completed"]), default="completed", show_default=True,
-              help="Return once the update is recorded (accepted) or once its handler finished.")
+@click.option(
+    "--wait",
+    type=click.Choice(["accepted", "completed"]),
+    default="completed",
+    show_default=True,
+    help="Return once the update is recorded (accepted) or once its handler finished.",
+)
 @click.option("--update-id", default=None, help="An idempotency id: the same id is applied once.")
 @click.option("--timeout-secs", default=30.0, show_default=True, type=WAIT_SECS)
 @database_url_option
 @output_option
-def update(execution_id, name, input_json, input_file, wait, update_id, timeout_secs, database_url,
-           output) -> None:
+def update(
+    execution_id, name, input_json, input_file, wait, update_id, timeout_secs, database_url, output
+) -> None:
     """Validate, record and run update NAME on a running execution."""
     from harvest.client import Client
     from harvest.client.messages import UpdateHandle
 
     arg = read_json_option(input_json, input_file, "input")
     with Client(cli_dsn(database_url)) as client:
-        outcome = client.get_handle(execution_id).update(name, arg, wait=wait, timeout=timeout_secs,
-                                                         update_id=update_id)
+        outcome = client.get_handle(execution_id).update(
+            name, arg, wait=wait, timeout=timeout_secs, update_id=update_id
+        )
     if isinstance(outcome, UpdateHandle):
-        data = {"execution_id": execution_id, "update": name, "update_id": outcome.update_id,
-                "status": "accepted"}
+        data = {
+            "execution_id": execution_id,
+            "update": name,
+            "update_id": outcome.update_id,
+            "status": "accepted",
+        }
         emit(data, output, lambda d: f"update {name} accepted on {execution_id} (update_id {d['update_id']})")
     else:
         data = {"execution_id": execution_id, "update": name, "status": "completed", "result": outcome}
         emit(data, output, lambda d: json.dumps(d["result"], default=str, indent=2))
 
 
-RESET_KEYS = ["valid", "source_execution_id", "to_event", "carried_events", "discarded_events",
-              "signal_reapply", "pending_signals", "dry_run", "new_execution_id"]
+RESET_KEYS = [
+    "valid",
+    "source_execution_id",
+    "to_event",
+    "carried_events",
+    "discarded_events",
+    "signal_reapply",
+    "pending_signals",
+    "dry_run",
+    "new_execution_id",
+]
 
 
 @workflow.command("reset")
@@ -431,10 +614,18 @@ RESET_KEYS = ["valid", "source_execution_id", "to_event", "carried_events", "dis
 @click.option("--to-event", required=True, type=ROW_ID, help="The last event id the fork keeps.")
 @click.option("--reason", required=True, help="Why (recorded on both runs).")
 @click.option("--operator-id", default=None, help="Who you are, for the record.")
-@click.option("--signal-reapply", type=click.Choice(["drop", "buffer"]), default="drop", show_default=True,
-              help="Signals received after the boundary: drop them, or carry them into the fork.")
-@click.option("--dry-run", is_flag=True, help="Show the plan and its problems; write nothing "
-              "(exit 1 when the plan is not valid).")
+@click.option(
+    "--signal-reapply",
+    type=click.Choice(["drop", "buffer"]),
+    default="drop",
+    show_default=True,
+    help="Signals received after the boundary: drop them, or carry them into the fork.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Show the plan and its problems; write nothing (exit 1 when the plan is not valid).",
+)
 @database_url_option
 @output_option
 def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, database_url, output) -> None:
@@ -470,11 +661,17 @@ def handlers(app_target, name, output) -> None:
 
     def render(d):
         parts = [f"workflow: {d['workflow']}", "", "queries:"]
-        parts.append(table(d["queries"], ["name", "input_type_hint", "output_type_hint"])
-                     if d["queries"] else "  (none)")
+        parts.append(
+            table(d["queries"], ["name", "input_type_hint", "output_type_hint"])
+            if d["queries"]
+            else "  (none)"
+        )
         parts += ["", "updates:"]
-        parts.append(table(d["updates"], ["name", "input_type_hint", "output_type_hint", "has_validator"])
-                     if d["updates"] else "  (none)")
+        parts.append(
+            table(d["updates"], ["name", "input_type_hint", "output_type_hint", "has_validator"])
+            if d["updates"]
+            else "  (none)"
+        )
         return "\n".join(parts)
 
     emit(data, output, render)

@@ -37,8 +37,12 @@ from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 
-REUSE_POLICIES = ("allow_duplicate", "allow_duplicate_failed_only", "reject_duplicate",
-                  "terminate_if_running")
+REUSE_POLICIES = (
+    "allow_duplicate",
+    "allow_duplicate_failed_only",
+    "reject_duplicate",
+    "terminate_if_running",
+)
 CONFLICT_POLICIES = ("unspecified", "use_existing", "fail", "terminate_existing")
 
 
@@ -75,9 +79,11 @@ def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -
 
 def _not_deferred(handle: Any) -> None:
     if handle.deferred:
-        raise InvalidArgument(f"start of workflow_id {handle.workflow_id!r} was deferred by a throttle, "
-                              "debounce or batch: it has no execution yet (the worker's scanner starts "
-                              "it later under that workflow_id)")
+        raise InvalidArgument(
+            f"start of workflow_id {handle.workflow_id!r} was deferred by a throttle, "
+            "debounce or batch: it has no execution yet (the worker's scanner starts "
+            "it later under that workflow_id)"
+        )
 
 
 # How many continue-as-new hops one signal/cancel/terminate call follows.
@@ -100,17 +106,34 @@ class _ContinuedAsNew(Exception):
         self.next_execution_id = next_execution_id
 
 
-def _start_call(name: str, encoded: list, workflow_id: str | None, queue: str, reuse_policy: str,
-                conflict_policy: str, search_attributes: dict | None, priority: int,
-                execution_timeout: Any, run_timeout: Any) -> dict[str, Any]:
-    return {"workflow_name": name, "input": encoded, "workflow_id": workflow_id,
-            "task_queue": queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
-            "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
-            "priority": check_priority(priority),
-            "execution_timeout": None if execution_timeout is None
-            else parse_duration(execution_timeout, "execution_timeout", positive=True),
-            "run_timeout": None if run_timeout is None
-            else parse_duration(run_timeout, "run_timeout", positive=True)}
+def _start_call(
+    name: str,
+    encoded: list,
+    workflow_id: str | None,
+    queue: str,
+    reuse_policy: str,
+    conflict_policy: str,
+    search_attributes: dict | None,
+    priority: int,
+    execution_timeout: Any,
+    run_timeout: Any,
+) -> dict[str, Any]:
+    return {
+        "workflow_name": name,
+        "input": encoded,
+        "workflow_id": workflow_id,
+        "task_queue": queue,
+        "reuse_policy": reuse_policy,
+        "conflict_policy": conflict_policy,
+        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+        "priority": check_priority(priority),
+        "execution_timeout": None
+        if execution_timeout is None
+        else parse_duration(execution_timeout, "execution_timeout", positive=True),
+        "run_timeout": None
+        if run_timeout is None
+        else parse_duration(run_timeout, "run_timeout", positive=True),
+    }
 
 
 def _checked(encoded: Any, what: str, limit: int | None) -> Any:
@@ -142,8 +165,9 @@ def _on_current_run(execution_id: str, call: Any, *args: Any) -> Steps[Any]:
             if successor is None:
                 raise
             run = successor
-    raise WorkflowNotRunning(f"workflow {execution_id} continued as new more than {_MAX_CHAIN} "
-                             "times while this call followed it")
+    raise WorkflowNotRunning(
+        f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times while this call followed it"
+    )
 
 
 def _result(handle: Any, waiter_id: str, timeout: float | None) -> Steps[Any]:
@@ -168,8 +192,9 @@ def _result_steps(handle: Any, waiter_id: str, deadline: float | None, timeout: 
         if remaining is not None and remaining <= 0:
             raise TimeoutError_(f"workflow {handle.execution_id} is still running after {timeout}s")
         # Wake on our id; a periodic re-read covers a close that raced our mark.
-        yield Notified(execution_id, _RESULT_REREAD_SECS if remaining is None
-                       else min(remaining, _RESULT_REREAD_SECS))
+        yield Notified(
+            execution_id, _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
+        )
 
 
 def _signal_payload(name: str, value: Any, limit: int | None) -> Any:
@@ -178,31 +203,59 @@ def _signal_payload(name: str, value: Any, limit: int | None) -> Any:
     return encoded
 
 
-def _signal_with_start_call(workflow: Any, args: tuple, kwargs: dict, workflow_id: str, signal: str,
-                            signal_payload: Any, task_queue: str | None, search_attributes: dict | None,
-                            limit: int | None) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+def _signal_with_start_call(
+    workflow: Any,
+    args: tuple,
+    kwargs: dict,
+    workflow_id: str,
+    signal: str,
+    signal_payload: Any,
+    task_queue: str | None,
+    search_attributes: dict | None,
+    limit: int | None,
+) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
     name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue, limit)
     signal_encoded = payload.encode(signal_payload, "signal_payload")
     payload.check_size(signal_encoded, f"the payload of signal {signal}", limit)
-    return definition, {"workflow_name": name, "workflow_id": workflow_id, "signal_name": signal,
-                        "payload": signal_encoded, "input": encoded, "task_queue": queue,
-                        "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+    return definition, {
+        "workflow_name": name,
+        "workflow_id": workflow_id,
+        "signal_name": signal,
+        "payload": signal_encoded,
+        "input": encoded,
+        "task_queue": queue,
+        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+    }
 
 
-def _update_with_start_call(workflow: Any, args: tuple, kwargs: dict, workflow_id: str, update: str,
-                            update_arg: Any, update_id: str | None, task_queue: str | None,
-                            search_attributes: dict | None,
-                            limit: int | None) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+def _update_with_start_call(
+    workflow: Any,
+    args: tuple,
+    kwargs: dict,
+    workflow_id: str,
+    update: str,
+    update_arg: Any,
+    update_id: str | None,
+    task_queue: str | None,
+    search_attributes: dict | None,
+    limit: int | None,
+) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
     name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue, limit)
-    return definition, {"workflow_name": name, "workflow_id": workflow_id, "name": update,
-                        "arg": _checked(payload.encode(update_arg, "update_arg"),
-                                        f"the argument of update {update}", limit),
-                        "input": encoded, "task_queue": queue, "update_id": update_id,
-                        "search_attributes": payload.encode(search_attributes or {}, "search_attributes")}
+    return definition, {
+        "workflow_name": name,
+        "workflow_id": workflow_id,
+        "name": update,
+        "arg": _checked(payload.encode(update_arg, "update_arg"), f"the argument of update {update}", limit),
+        "input": encoded,
+        "task_queue": queue,
+        "update_id": update_id,
+        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
+    }
 
 
-def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None,
-                limit: int | None) -> tuple[str, WorkflowDefinition | None, list, str]:
+def _start_args(
+    workflow: Any, args: tuple, kwargs: dict, task_queue: str | None, limit: int | None
+) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     payload.check_size(encoded, f"the input of workflow {name}", limit)
@@ -213,8 +266,14 @@ def _start_args(workflow: Any, args: tuple, kwargs: dict, task_queue: str | None
 class _Handle:
     """What both handles hold: one execution, and how it was started."""
 
-    def __init__(self, client: Any, execution_id: str | None, workflow_id: str,
-                 definition: WorkflowDefinition | None = None, started_fresh: bool = True):
+    def __init__(
+        self,
+        client: Any,
+        execution_id: str | None,
+        workflow_id: str,
+        definition: WorkflowDefinition | None = None,
+        started_fresh: bool = True,
+    ):
         self.client = client
         # A start deferred by a throttle, debounce or batch (docs/flow-control.md) has no
         # execution yet: execution_id is None and deferred is True; workflow_id names the run.
@@ -257,27 +316,51 @@ class WorkflowHandle(_Handle):
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
         return self._run(_on_current_run(self.execution_id, sqlapi.cancel_workflow, reason))
 
-    def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
-              result_type: Any = Any) -> Any:
+    def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
         return messaging.query(self.client, self.execution_id, name, arg, timeout, result_type)
 
-    def update(self, name: str, arg: Any = None, *, wait: str = "completed", timeout: Any = 30.0,
-               update_id: str | None = None, result_type: Any = Any) -> Any:
+    def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        result_type: Any = Any,
+    ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        return messaging.update(self.client, self.execution_id, name, arg, wait, timeout,
-                                update_id, result_type)
+        return messaging.update(
+            self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+        )
 
-    def reset(self, to_event: int, reason: str, *, operator_id: str | None = None,
-              signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
+    def reset(
+        self,
+        to_event: int,
+        reason: str,
+        *,
+        operator_id: str | None = None,
+        signal_reapply: str = "drop",
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         """Fork the run from a completed boundary under the current code (see docs/versioning.md).
 
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork.
         """
-        return self._run(_call(sqlapi.reset_workflow, self.execution_id, to_event, reason, operator_id,
-                               signal_reapply, dry_run))
+        return self._run(
+            _call(
+                sqlapi.reset_workflow,
+                self.execution_id,
+                to_event,
+                reason,
+                operator_id,
+                signal_reapply,
+                dry_run,
+            )
+        )
 
     def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
         """The run's child workflows (``depth`` levels down), optionally of one ``status``."""
@@ -286,8 +369,12 @@ class WorkflowHandle(_Handle):
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the run (and any continue-as-new successors) to end; return or raise."""
         waiter_id = str(uuid.uuid4())
-        return listen(self.client.dsn, channels.DONE, _result(self, waiter_id, timeout),
-                      cleanup=Sql(sqlapi.stop_waiting, waiter_id))
+        return listen(
+            self.client.dsn,
+            channels.DONE,
+            _result(self, waiter_id, timeout),
+            cleanup=Sql(sqlapi.stop_waiting, waiter_id),
+        )
 
 
 class Client:
@@ -299,8 +386,14 @@ class Client:
     server checks again and is the authority.
     """
 
-    def __init__(self, dsn: str | None = None, *, pool_size: int = 4, check_schema: bool = True,
-                 max_payload_bytes: int | None = None):
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        pool_size: int = 4,
+        check_schema: bool = True,
+        max_payload_bytes: int | None = None,
+    ):
         self.dsn = resolve_dsn(dsn)
         self.max_payload_bytes = _limit(max_payload_bytes)
         # One connection first, schema check or not: a wrong password or a bad DSN fails here
@@ -327,53 +420,110 @@ class Client:
         with self._pool.connection() as conn:
             yield SqlApi(conn)
 
-    def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                       queue: str | None = None, reuse_policy: str = "allow_duplicate",
-                       conflict_policy: str = "unspecified",
-                       search_attributes: dict[str, Any] | None = None, priority: int = 0,
-                       execution_timeout: Any = None, run_timeout: Any = None,
-                       connection: Connection | None = None, task_queue: str | None = None, **kwargs: Any) -> WorkflowHandle:
+    def start_workflow(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        reuse_policy: str = "allow_duplicate",
+        conflict_policy: str = "unspecified",
+        search_attributes: dict[str, Any] | None = None,
+        priority: int = 0,
+        execution_timeout: Any = None,
+        run_timeout: Any = None,
+        connection: Connection | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle:
         """Start (or attach to) a run; see docs/workflows.md for the policies."""
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
-                                                      self.max_payload_bytes)
-        call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
-                           search_attributes, priority, execution_timeout, run_timeout)
+        name, definition, encoded, queue = _start_args(
+            workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
+        )
+        call = _start_call(
+            name,
+            encoded,
+            workflow_id,
+            queue,
+            reuse_policy,
+            conflict_policy,
+            search_attributes,
+            priority,
+            execution_timeout,
+            run_timeout,
+        )
         if connection is not None:
             row = SqlApi(connection).start_workflow(**call)
         else:
             with self._sql() as sql:
                 row = sql.start_workflow(**call)
-        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
-                              row["started_fresh"])
+        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
-    def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
-                          signal_payload: Any = None, queue: str | None = None,
-                          search_attributes: dict[str, Any] | None = None,
-                          task_queue: str | None = None, **kwargs: Any) -> WorkflowHandle:
+    def signal_with_start(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle:
         """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
-        definition, call = _signal_with_start_call(workflow, args, kwargs, workflow_id, signal,
-                                                   signal_payload, queue_alias(queue, task_queue), search_attributes,
-                                                   self.max_payload_bytes)
+        definition, call = _signal_with_start_call(
+            workflow,
+            args,
+            kwargs,
+            workflow_id,
+            signal,
+            signal_payload,
+            queue_alias(queue, task_queue),
+            search_attributes,
+            self.max_payload_bytes,
+        )
         with self._sql() as sql:
             row = sql.signal_with_start(**call)
-        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
-                              row["started_fresh"])
+        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
-    def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
-                          update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
-                          update_id: str | None = None, queue: str | None = None,
-                          search_attributes: dict[str, Any] | None = None,
-                          result_type: Any = Any, task_queue: str | None = None, **kwargs: Any) -> tuple[WorkflowHandle, Any]:
+    def update_with_start(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[WorkflowHandle, Any]:
         """Attach to the running run of workflow_id (or start one) and update it, atomically.
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``."""
-        definition, call = _update_with_start_call(workflow, args, kwargs, workflow_id, update,
-                                                   update_arg, update_id, queue_alias(queue, task_queue), search_attributes,
-                                                   self.max_payload_bytes)
+        definition, call = _update_with_start_call(
+            workflow,
+            args,
+            kwargs,
+            workflow_id,
+            update,
+            update_arg,
+            update_id,
+            queue_alias(queue, task_queue),
+            search_attributes,
+            self.max_payload_bytes,
+        )
         row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
-        return (WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
-                               row["started_fresh"]), outcome)
+        return (
+            WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
+            outcome,
+        )
 
     def get_handle(self, execution_id: str, workflow: Any = None) -> WorkflowHandle:
         definition = _resolve_workflow(workflow)[1] if workflow is not None else None
@@ -411,22 +561,44 @@ class AsyncWorkflowHandle(_Handle):
         """See :meth:`WorkflowHandle.cancel`."""
         return await self._run(_on_current_run(self.execution_id, sqlapi.cancel_workflow, reason))
 
-    async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0,
-                    result_type: Any = Any) -> Any:
-        return await messaging.aquery(self.client, self.execution_id, name, arg, timeout,
-                                      result_type)
+    async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
+        return await messaging.aquery(self.client, self.execution_id, name, arg, timeout, result_type)
 
-    async def update(self, name: str, arg: Any = None, *, wait: str = "completed",
-                     timeout: Any = 30.0, update_id: str | None = None,
-                     result_type: Any = Any) -> Any:
-        return await messaging.aupdate(self.client, self.execution_id, name, arg, wait, timeout,
-                                       update_id, result_type)
+    async def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        result_type: Any = Any,
+    ) -> Any:
+        return await messaging.aupdate(
+            self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+        )
 
-    async def reset(self, to_event: int, reason: str, *, operator_id: str | None = None,
-                    signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
+    async def reset(
+        self,
+        to_event: int,
+        reason: str,
+        *,
+        operator_id: str | None = None,
+        signal_reapply: str = "drop",
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
         """See :meth:`WorkflowHandle.reset`."""
-        return await self._run(_call(sqlapi.reset_workflow, self.execution_id, to_event, reason,
-                                     operator_id, signal_reapply, dry_run))
+        return await self._run(
+            _call(
+                sqlapi.reset_workflow,
+                self.execution_id,
+                to_event,
+                reason,
+                operator_id,
+                signal_reapply,
+                dry_run,
+            )
+        )
 
     async def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
         """See :meth:`WorkflowHandle.children`."""
@@ -435,8 +607,12 @@ class AsyncWorkflowHandle(_Handle):
     async def result(self, timeout: float | None = None) -> Any:
         """See :meth:`WorkflowHandle.result`."""
         waiter_id = str(uuid.uuid4())
-        return await alisten(self.client.dsn, channels.DONE, _result(self, waiter_id, timeout),
-                             cleanup=Sql(sqlapi.stop_waiting, waiter_id))
+        return await alisten(
+            self.client.dsn,
+            channels.DONE,
+            _result(self, waiter_id, timeout),
+            cleanup=Sql(sqlapi.stop_waiting, waiter_id),
+        )
 
 
 class _StartBatcher(GroupCommit):
@@ -486,8 +662,14 @@ class AsyncClient:
         return self._sql_api
 
     @classmethod
-    async def connect(cls, dsn: str | None = None, *, pool_size: int = 4,
-                      check_schema: bool = True, max_payload_bytes: int | None = None) -> AsyncClient:
+    async def connect(
+        cls,
+        dsn: str | None = None,
+        *,
+        pool_size: int = 4,
+        check_schema: bool = True,
+        max_payload_bytes: int | None = None,
+    ) -> AsyncClient:
         dsn = resolve_dsn(dsn)
         _limit(max_payload_bytes)
         with connect(dsn, autocommit=True) as conn:  # fails fast, as in Client()
@@ -508,48 +690,110 @@ class AsyncClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def start_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                             queue: str | None = None, reuse_policy: str = "allow_duplicate",
-                             conflict_policy: str = "unspecified",
-                             search_attributes: dict[str, Any] | None = None, priority: int = 0,
-                             execution_timeout: Any = None, run_timeout: Any = None,
-                             connection: AsyncConnection | None = None,
-                             task_queue: str | None = None, **kwargs: Any) -> AsyncWorkflowHandle:
-        name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue_alias(queue, task_queue),
-                                                      self.max_payload_bytes)
-        call = _start_call(name, encoded, workflow_id, queue, reuse_policy, conflict_policy,
-                           search_attributes, priority, execution_timeout, run_timeout)
+    async def start_workflow(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        reuse_policy: str = "allow_duplicate",
+        conflict_policy: str = "unspecified",
+        search_attributes: dict[str, Any] | None = None,
+        priority: int = 0,
+        execution_timeout: Any = None,
+        run_timeout: Any = None,
+        connection: AsyncConnection | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle:
+        name, definition, encoded, queue = _start_args(
+            workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
+        )
+        call = _start_call(
+            name,
+            encoded,
+            workflow_id,
+            queue,
+            reuse_policy,
+            conflict_policy,
+            search_attributes,
+            priority,
+            execution_timeout,
+            run_timeout,
+        )
         if connection is not None:
             row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
         else:
             row = await self._starts.start(call)
-        return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
-                                   row["started_fresh"])
+        return AsyncWorkflowHandle(
+            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
+        )
 
-    async def signal_with_start(self, workflow: Any, *args: Any, workflow_id: str, signal: str,
-                                signal_payload: Any = None, queue: str | None = None,
-                                search_attributes: dict[str, Any] | None = None,
-                                task_queue: str | None = None, **kwargs: Any) -> AsyncWorkflowHandle:
+    async def signal_with_start(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle:
         """The asyncio twin of :meth:`Client.signal_with_start`."""
-        definition, call = _signal_with_start_call(workflow, args, kwargs, workflow_id, signal,
-                                                   signal_payload, queue_alias(queue, task_queue), search_attributes,
-                                                   self.max_payload_bytes)
+        definition, call = _signal_with_start_call(
+            workflow,
+            args,
+            kwargs,
+            workflow_id,
+            signal,
+            signal_payload,
+            queue_alias(queue, task_queue),
+            search_attributes,
+            self.max_payload_bytes,
+        )
         row = await self.sql.signal_with_start(**call)
-        return AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
-                                   row["started_fresh"])
+        return AsyncWorkflowHandle(
+            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
+        )
 
-    async def update_with_start(self, workflow: Any, *args: Any, workflow_id: str, update: str,
-                                update_arg: Any = None, wait: str = "completed", timeout: Any = 30.0,
-                                update_id: str | None = None, queue: str | None = None,
-                                search_attributes: dict[str, Any] | None = None,
-                                result_type: Any = Any, task_queue: str | None = None, **kwargs: Any) -> tuple[AsyncWorkflowHandle, Any]:
+    async def update_with_start(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[AsyncWorkflowHandle, Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
-        definition, call = _update_with_start_call(workflow, args, kwargs, workflow_id, update,
-                                                   update_arg, update_id, queue_alias(queue, task_queue), search_attributes,
-                                                   self.max_payload_bytes)
+        definition, call = _update_with_start_call(
+            workflow,
+            args,
+            kwargs,
+            workflow_id,
+            update,
+            update_arg,
+            update_id,
+            queue_alias(queue, task_queue),
+            search_attributes,
+            self.max_payload_bytes,
+        )
         row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
-        return (AsyncWorkflowHandle(self, row["execution_id"], row["workflow_id"], definition,
-                                    row["started_fresh"]), outcome)
+        return (
+            AsyncWorkflowHandle(
+                self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
+            ),
+            outcome,
+        )
 
     def get_handle(self, execution_id: str, workflow: Any = None) -> AsyncWorkflowHandle:
         definition = _resolve_workflow(workflow)[1] if workflow is not None else None

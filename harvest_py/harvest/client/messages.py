@@ -74,10 +74,12 @@ def _outcome(row: dict[str, Any], result_type: Any) -> Any:
         cls = UpdateFailed if row["kind"] == "update" else QueryFailed
         raise cls(f"failed {message}", error.get("error_type"), error.get("details"))
     if status == "accepted" and row["execution_status"] != "RUNNING":
-        raise UpdateFailed(f"update {row['name']!r} ({row['update_id']}) was accepted, but execution "
-                           f"{row['execution_id']} ended {row['execution_status']} before its "
-                           "handler finished (call ctx.drain_admitted_updates() before returning)",
-                           "WorkflowNotRunning")
+        raise UpdateFailed(
+            f"update {row['name']!r} ({row['update_id']}) was accepted, but execution "
+            f"{row['execution_id']} ended {row['execution_status']} before its "
+            "handler finished (call ctx.drain_admitted_updates() before returning)",
+            "WorkflowNotRunning",
+        )
     raise AssertionError(f"unsettled request {row}")
 
 
@@ -86,12 +88,16 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float) -> QueryTime
     if row is None:
         return QueryTimeout(text)
     if row["status"] == "accepted":
-        return QueryTimeout(f"{text}: update {row['update_id']} was accepted and is recorded, but its "
-                            "handler has not finished; wait again with UpdateHandle.result()")
+        return QueryTimeout(
+            f"{text}: update {row['update_id']} was accepted and is recorded, but its "
+            "handler has not finished; wait again with UpdateHandle.result()"
+        )
     if not row["live_workers"]:
         return QueryTimeout(f"{text}: no live worker polls task queue {row['queue']!r}")
-    return QueryTimeout(f"{text}: {row['live_workers']} live worker(s) poll task queue "
-                        f"{row['queue']!r}, but none answered (do they register the workflow?)")
+    return QueryTimeout(
+        f"{text}: {row['live_workers']} live worker(s) poll task queue "
+        f"{row['queue']!r}, but none answered (do they register the workflow?)"
+    )
 
 
 def _answer(submit: Steps[int], wait: str, timeout: float, what: str) -> Steps[dict[str, Any]]:
@@ -101,8 +107,9 @@ def _answer(submit: Steps[int], wait: str, timeout: float, what: str) -> Steps[d
     return _answer_steps(submit, wait, time.monotonic() + timeout, timeout, what)
 
 
-def _answer_steps(submit: Steps[int], wait: str, deadline: float, timeout: float,
-                  what: str) -> Steps[dict[str, Any]]:
+def _answer_steps(
+    submit: Steps[int], wait: str, deadline: float, timeout: float, what: str
+) -> Steps[dict[str, Any]]:
     request_id = yield from submit
     row = None
     while True:
@@ -122,8 +129,9 @@ def _request_query(execution_id: str, name: str, encoded: Any, secs: float) -> S
     return (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs))
 
 
-def _request_update(execution_id: str, name: str, encoded: Any, update_id: str | None,
-                    secs: float) -> Steps[int]:
+def _request_update(
+    execution_id: str, name: str, encoded: Any, update_id: str | None, secs: float
+) -> Steps[int]:
     return (yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs))["request_id"]
 
 
@@ -134,59 +142,78 @@ def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]
 
 # The steps of each operation, shared by the sync and the asyncio functions below; the
 # arguments are checked here, before any connection is opened.
-def _query_steps(client: Any, execution_id: str, name: str, arg: Any,
-                 timeout: Any) -> Steps[dict[str, Any]]:
+def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: Any) -> Steps[dict[str, Any]]:
     secs = seconds(timeout)
     encoded = payload.encode(arg, "query arg")
     payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
-    return _answer(_request_query(execution_id, name, encoded, secs), "completed", secs,
-                   f"query {name!r} on execution {execution_id}")
+    return _answer(
+        _request_query(execution_id, name, encoded, secs),
+        "completed",
+        secs,
+        f"query {name!r} on execution {execution_id}",
+    )
 
 
-def _update_steps(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
-                  update_id: str | None) -> Steps[dict[str, Any]]:
+def _update_steps(
+    client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any, update_id: str | None
+) -> Steps[dict[str, Any]]:
     secs, wait = seconds(timeout), check_wait(wait)
     encoded = payload.encode(arg, "update arg")
     payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
-    return _answer(_request_update(execution_id, name, encoded, update_id, secs), wait, secs,
-                   f"update {name!r} on execution {execution_id}")
+    return _answer(
+        _request_update(execution_id, name, encoded, update_id, secs),
+        wait,
+        secs,
+        f"update {name!r} on execution {execution_id}",
+    )
 
 
-def _update_with_start_steps(call: dict[str, Any], wait: str, timeout: Any,
-                             started: dict[str, Any]) -> Steps[dict[str, Any]]:
+def _update_with_start_steps(
+    call: dict[str, Any], wait: str, timeout: Any, started: dict[str, Any]
+) -> Steps[dict[str, Any]]:
     secs, wait = seconds(timeout), check_wait(wait)
-    return _answer(_start_and_update(call, secs, started), wait, secs,
-                   f"update {call['name']!r} on workflow {call['workflow_id']!r}")
+    return _answer(
+        _start_and_update(call, secs, started),
+        wait,
+        secs,
+        f"update {call['name']!r} on workflow {call['workflow_id']!r}",
+    )
 
 
 # ---------------------------------------------------------------------- the sync API
-def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
-          result_type: Any) -> Any:
+def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
     row = listen(client.dsn, CHANNEL, _query_steps(client, execution_id, name, arg, timeout))
     return _outcome(row, result_type)
 
 
-def _update_outcome(client: Any, row: dict[str, Any], wait: str, result_type: Any,
-                    handle_cls: type) -> Any:
+def _update_outcome(client: Any, row: dict[str, Any], wait: str, result_type: Any, handle_cls: type) -> Any:
     if wait == "accepted" and row["status"] == "accepted":
-        return handle_cls(client, str(row["execution_id"]), row["update_id"], row["name"],
-                          result_type)
+        return handle_cls(client, str(row["execution_id"]), row["update_id"], row["name"], result_type)
     value = _outcome(row, result_type)
     if wait == "accepted":  # it already completed: the handle answers at once
-        return handle_cls(client, str(row["execution_id"]), row["update_id"], row["name"],
-                          result_type)
+        return handle_cls(client, str(row["execution_id"]), row["update_id"], row["name"], result_type)
     return value
 
 
-def update(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
-           update_id: str | None, result_type: Any) -> Any:
-    row = listen(client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait, timeout,
-                                                    update_id))
+def update(
+    client: Any,
+    execution_id: str,
+    name: str,
+    arg: Any,
+    wait: str,
+    timeout: Any,
+    update_id: str | None,
+    result_type: Any,
+) -> Any:
+    row = listen(
+        client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
+    )
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
-def update_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any,
-                      result_type: Any) -> tuple[dict[str, Any], Any]:
+def update_with_start(
+    client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
+) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
     row = listen(client.dsn, CHANNEL, _update_with_start_steps(call, wait, timeout, started))
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
@@ -195,8 +222,7 @@ def update_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any
 class UpdateHandle:
     """An accepted (durably recorded) update; ``result()`` waits for its handler's outcome."""
 
-    def __init__(self, client: Any, execution_id: str, update_id: str, name: str,
-                 result_type: Any = Any):
+    def __init__(self, client: Any, execution_id: str, update_id: str, name: str, result_type: Any = Any):
         self.client, self.execution_id = client, execution_id
         self.update_id, self.name, self.result_type = update_id, name, result_type
 
@@ -204,26 +230,43 @@ class UpdateHandle:
         return f"UpdateHandle({self.name!r}, update_id={self.update_id!r})"
 
     def result(self, timeout: Any = 30.0) -> Any:
-        return update(self.client, self.execution_id, self.name, None, "completed", timeout,
-                      self.update_id, self.result_type)
+        return update(
+            self.client,
+            self.execution_id,
+            self.name,
+            None,
+            "completed",
+            timeout,
+            self.update_id,
+            self.result_type,
+        )
 
 
 # ---------------------------------------------------------------------- the asyncio API
-async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any,
-                 result_type: Any) -> Any:
+async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
     row = await alisten(client.dsn, CHANNEL, _query_steps(client, execution_id, name, arg, timeout))
     return _outcome(row, result_type)
 
 
-async def aupdate(client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any,
-                  update_id: str | None, result_type: Any) -> Any:
-    row = await alisten(client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait,
-                                                           timeout, update_id))
+async def aupdate(
+    client: Any,
+    execution_id: str,
+    name: str,
+    arg: Any,
+    wait: str,
+    timeout: Any,
+    update_id: str | None,
+    result_type: Any,
+) -> Any:
+    row = await alisten(
+        client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
+    )
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 
-async def aupdate_with_start(client: Any, call: dict[str, Any], wait: str, timeout: Any,
-                             result_type: Any) -> tuple[dict[str, Any], Any]:
+async def aupdate_with_start(
+    client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
+) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
     row = await alisten(client.dsn, CHANNEL, _update_with_start_steps(call, wait, timeout, started))
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
@@ -231,5 +274,13 @@ async def aupdate_with_start(client: Any, call: dict[str, Any], wait: str, timeo
 
 class AsyncUpdateHandle(UpdateHandle):
     async def result(self, timeout: Any = 30.0) -> Any:  # type: ignore[override]
-        return await aupdate(self.client, self.execution_id, self.name, None, "completed", timeout,
-                             self.update_id, self.result_type)
+        return await aupdate(
+            self.client,
+            self.execution_id,
+            self.name,
+            None,
+            "completed",
+            timeout,
+            self.update_id,
+            self.result_type,
+        )

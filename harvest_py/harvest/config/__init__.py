@@ -14,5 +14,14 @@ from harvest.config.config import (
     worker_options,
 )
 
-__all__ = ["Config", "database_url", "declared_queues", "fleet_queues", "load_config", "queue_coverage",
-           "resolve_queues", "runtime_plan", "worker_options"]
+__all__ = [
+    "Config",
+    "database_url",
+    "declared_queues",
+    "fleet_queues",
+    "load_config",
+    "queue_coverage",
+    "resolve_queues",
+    "runtime_plan",
+    "worker_options",
+]

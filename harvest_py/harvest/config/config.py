@@ -48,8 +48,15 @@ DEFAULT_FILE = "harvest.toml"
 ROLES = ("web", "worker", "combined")
 RUN_ON = ("scheduler", "all")
 # HARVEST_* variables that are not config keys (read elsewhere, or by the tests).
-NOT_CONFIG = frozenset({"HARVEST_DATABASE_URL", "HARVEST_DEV_DATABASE_URL", "HARVEST_TEST_DSN",
-                        "HARVEST_SQL_DIR", "HARVEST_CONFIG"})
+NOT_CONFIG = frozenset(
+    {
+        "HARVEST_DATABASE_URL",
+        "HARVEST_DEV_DATABASE_URL",
+        "HARVEST_TEST_DSN",
+        "HARVEST_SQL_DIR",
+        "HARVEST_CONFIG",
+    }
+)
 
 # The numeric keys are the WorkerOptions fields that name a config key (worker/options.py
 # defines each one's name, default and bounds once): key -> that field.
@@ -155,8 +162,11 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
                 return _in_bounds(key, kind(value.strip()), source)
             except ValueError:
                 pass
-        elif isinstance(value, int | float) and not isinstance(value, bool) and (kind is float or
-                                                                               isinstance(value, int)):
+        elif (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and (kind is float or isinstance(value, int))
+        ):
             return _in_bounds(key, kind(value), source)
         raise ConfigError(f"{where}: expected {'an integer' if kind is int else 'a number'}, got {value!r}")
     if not isinstance(value, str):
@@ -168,8 +178,10 @@ def _in_bounds(key: tuple[str, ...], value: float, source: str) -> int | float:
     """The value if it lies within BOUNDS[key] (NaN and infinities never do), else one line."""
     low, high = BOUNDS[key]
     if not low <= value <= high:  # False for NaN too
-        raise ConfigError(f"{dotted(key)} = {value!r} (from {source}) is out of range: allowed "
-                          f"{_num(low)} to {_num(high)}{UNITS[key]}")
+        raise ConfigError(
+            f"{dotted(key)} = {value!r} (from {source}) is out of range: allowed "
+            f"{_num(low)} to {_num(high)}{UNITS[key]}"
+        )
     return value
 
 
@@ -212,14 +224,18 @@ def _from_file(path: Path) -> dict[tuple[str, ...], Setting]:
             for inner, inner_value in value.items():
                 key = (name, inner)
                 if key not in SCHEMA:
-                    raise ConfigError(f"unknown config key {dotted(key)!r} in {source}"
-                                      f"{_suggest(dotted(key), map(dotted, SCHEMA))}; known keys: {known_keys()}")
+                    raise ConfigError(
+                        f"unknown config key {dotted(key)!r} in {source}"
+                        f"{_suggest(dotted(key), map(dotted, SCHEMA))}; known keys: {known_keys()}"
+                    )
                 out[key] = Setting(_coerce(key, inner_value, source), source)
         elif (name,) in SCHEMA:
             out[(name,)] = Setting(_coerce((name,), value, source), source)
         else:
-            raise ConfigError(f"unknown config key {name!r} in {source}"
-                              f"{_suggest(name, map(dotted, SCHEMA))}; known keys: {known_keys()}")
+            raise ConfigError(
+                f"unknown config key {name!r} in {source}"
+                f"{_suggest(name, map(dotted, SCHEMA))}; known keys: {known_keys()}"
+            )
     return out
 
 
@@ -231,8 +247,10 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
             continue
         key = by_name.get(name)
         if key is None:
-            raise ConfigError(f"unknown setting {name}{_suggest(name, by_name)}; known variables: "
-                              f"{known_variables()} (and {', '.join(sorted(NOT_CONFIG))})")
+            raise ConfigError(
+                f"unknown setting {name}{_suggest(name, by_name)}; known variables: "
+                f"{known_variables()} (and {', '.join(sorted(NOT_CONFIG))})"
+            )
         out[key] = Setting(_coerce(key, env[name], name), name)
     return out
 
@@ -249,8 +267,9 @@ def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | 
         raise ConfigError(f"role {role.value!r} (from {role.source}) is not one of {', '.join(ROLES)}")
     run_on = config.setting("retention.run_on")
     if run_on and run_on.value not in RUN_ON:
-        raise ConfigError(f"retention.run_on {run_on.value!r} (from {run_on.source}) is unknown; "
-                          f"use {' or '.join(RUN_ON)}")
+        raise ConfigError(
+            f"retention.run_on {run_on.value!r} (from {run_on.source}) is unknown; use {' or '.join(RUN_ON)}"
+        )
     return config
 
 
@@ -265,8 +284,10 @@ def database_url(explicit: str | None, config: Config, env: Mapping[str, str] | 
     dsn = explicit or env.get(DSN_ENV) or config.get("database_url")
     if not dsn:
         where = f" or database_url in {config.path}" if config.path else " or database_url in harvest.toml"
-        raise ConfigError(f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps)"
-                          f"{where}, or pass --database-url")
+        raise ConfigError(
+            f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps)"
+            f"{where}, or pass --database-url"
+        )
     return dsn
 
 
@@ -281,9 +302,11 @@ def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
 
 
 # -- the process role -------------------------------------------------------------------------
-ROLE_RUNS = {"web": {"worker": False, "scheduler": False},
-             "worker": {"worker": True, "scheduler": True},
-             "combined": {"worker": True, "scheduler": True}}
+ROLE_RUNS = {
+    "web": {"worker": False, "scheduler": False},
+    "worker": {"worker": True, "scheduler": True},
+    "combined": {"worker": True, "scheduler": True},
+}
 
 
 @dataclass(frozen=True)
@@ -341,8 +364,10 @@ def runtime_plan(config: Config) -> RuntimePlan:
         if explicit is None:
             return Switch(f"{name}.enabled", by_role, f"role {role}" if role_setting else "default")
         if explicit.value != by_role:
-            warnings.append(f"{name}.enabled={str(explicit.value).lower()} (from {explicit.source}) overrides "
-                            f"role {role}, which turns the {name} {'on' if by_role else 'off'}")
+            warnings.append(
+                f"{name}.enabled={str(explicit.value).lower()} (from {explicit.source}) overrides "
+                f"role {role}, which turns the {name} {'on' if by_role else 'off'}"
+            )
         return Switch(f"{name}.enabled", explicit.value, f"explicit ({explicit.source})")
 
     worker, scheduler = switch("worker"), switch("scheduler")
@@ -355,15 +380,22 @@ def runtime_plan(config: Config) -> RuntimePlan:
         where = config.setting("retention.run_on")
         retention = Switch("retention.enabled", True, f"explicit (run_on=all from {where.source})")
     else:
-        retention = Switch("retention.enabled", scheduler.value,
-                           f"follows scheduler.enabled (run_on=scheduler): {scheduler.source}")
+        retention = Switch(
+            "retention.enabled",
+            scheduler.value,
+            f"follows scheduler.enabled (run_on=scheduler): {scheduler.source}",
+        )
         if not scheduler.value:
-            notes.append("retention is on but does not run in this process: run_on=scheduler places it "
-                         "with the scheduler, which is off here; it runs where the scheduler runs "
-                         "(set HARVEST_RETENTION__RUN_ON=all to run it here too)")
+            notes.append(
+                "retention is on but does not run in this process: run_on=scheduler places it "
+                "with the scheduler, which is off here; it runs where the scheduler runs "
+                "(set HARVEST_RETENTION__RUN_ON=all to run it here too)"
+            )
             if not role_setting and scheduler.source.startswith("explicit"):
-                warnings.append("the scheduler is off and no role is set: retention may run nowhere "
-                                "unless another process runs the scheduler")
+                warnings.append(
+                    "the scheduler is off and no role is set: retention may run nowhere "
+                    "unless another process runs the scheduler"
+                )
     return RuntimePlan(role, role_source, worker, scheduler, retention, run_on, warnings, notes)
 
 
@@ -381,8 +413,10 @@ def resolve_queues(app: Any, config: Config) -> tuple[list[str], list[str], str]
         return declared, declared, "code"
     unknown = [q for q in setting.value if q not in declared]
     if unknown:
-        raise ConfigError(f"worker.queues (from {setting.source}) names {', '.join(repr(q) for q in unknown)}, "
-                          f"which the App does not declare; declared queues: {', '.join(declared)}")
+        raise ConfigError(
+            f"worker.queues (from {setting.source}) names {', '.join(repr(q) for q in unknown)}, "
+            f"which the App does not declare; declared queues: {', '.join(declared)}"
+        )
     wanted = set(setting.value)
     return [q for q in declared if q in wanted], declared, f"explicit ({setting.source})"
 
@@ -405,5 +439,8 @@ def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
         for queue in row.get("queues") or []:
             if queue in live:
                 live[queue] += 1
-    return {"declared_queues": declared, "live_workers": live,
-            "unpolled_declared_queues": [q for q in declared if not live[q]]}
+    return {
+        "declared_queues": declared,
+        "live_workers": live,
+        "unpolled_declared_queues": [q for q in declared if not live[q]],
+    }

@@ -11,8 +11,9 @@ def queue_alias(queue: str | None, task_queue: str | None, *, stacklevel: int = 
     """The queue a caller asked for with ``queue=`` or the deprecated ``task_queue=``."""
     if task_queue is None:
         return queue
-    warnings.warn("task_queue= is deprecated: pass queue= (the same value)", DeprecationWarning,
-                  stacklevel=stacklevel)
+    warnings.warn(
+        "task_queue= is deprecated: pass queue= (the same value)", DeprecationWarning, stacklevel=stacklevel
+    )
     if queue is not None and queue != task_queue:
         raise InvalidArgument(f"queue={queue!r} and task_queue={task_queue!r} disagree: pass queue= only")
     return task_queue

@@ -15,8 +15,7 @@ from harvest.core.errors import InvalidArgument
 
 __all__ = ["MAX_DURATION_SECS", "parse_duration"]
 
-_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0,
-          "d": 86400.0, "w": 604800.0}
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|sec|min|s|m|h|d|w)", re.IGNORECASE)
 
 
@@ -41,11 +40,14 @@ def parse_duration(value: Any, what: str = "duration", *, positive: bool = False
         except ValueError:
             seconds = _parse_units(text, value, what)
     else:
-        raise InvalidArgument(f"{what}: expected seconds or a string like '30s', '5m', '1h', "
-                              f"got {type(value).__name__} {value!r}")
+        raise InvalidArgument(
+            f"{what}: expected seconds or a string like '30s', '5m', '1h', "
+            f"got {type(value).__name__} {value!r}"
+        )
     if not math.isfinite(seconds) or seconds < 0 or (positive and seconds == 0):
-        raise InvalidArgument(f"{what}: {value!r} is not a {'positive' if positive else 'non-negative'} "
-                              "finite duration")
+        raise InvalidArgument(
+            f"{what}: {value!r} is not a {'positive' if positive else 'non-negative'} finite duration"
+        )
     if seconds > MAX_DURATION_SECS:
         raise InvalidArgument(f"{what}: {value!r} is longer than the longest duration allowed (100 years)")
     return seconds
@@ -60,6 +62,8 @@ def _parse_units(text: str, original: Any, what: str) -> float:
         total += float(m.group(1)) * _UNITS[m.group(2).lower()]
         pos = m.end()
     if pos == 0 or pos != len(compact):
-        raise InvalidArgument(f"{what}: cannot parse {original!r}; use a number of seconds or "
-                              "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')")
+        raise InvalidArgument(
+            f"{what}: cannot parse {original!r}; use a number of seconds or "
+            "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')"
+        )
     return total

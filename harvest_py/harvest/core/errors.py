@@ -46,8 +46,9 @@ class NotFound(HarvestError):
 class WorkflowAlreadyExists(HarvestError):
     """A start collided with an existing run under a rejecting policy (SQLSTATE HR003)."""
 
-    def __init__(self, message: str, existing_execution_id: str | None = None,
-                 existing_status: str | None = None):
+    def __init__(
+        self, message: str, existing_execution_id: str | None = None, existing_status: str | None = None
+    ):
         super().__init__(message)
         self.existing_execution_id = existing_execution_id
         self.existing_status = existing_status
@@ -67,10 +68,18 @@ class WorkflowNotRunning(HarvestError):
 
 
 class QuotaExceeded(HarvestError):
-    """A start was refused by a per-key quota (SQLSTATE HR006): ``.quota``, ``.key``, ``.usage``, ``.limit``."""
+    """A start was refused by a per-key quota (SQLSTATE HR006).
 
-    def __init__(self, message: str, quota: str | None = None, key: str | None = None,
-                 usage: int | None = None, limit: int | None = None):
+    ``.quota``, ``.key``, ``.usage``, ``.limit``."""
+
+    def __init__(
+        self,
+        message: str,
+        quota: str | None = None,
+        key: str | None = None,
+        usage: int | None = None,
+        limit: int | None = None,
+    ):
         super().__init__(message)
         self.quota, self.key, self.usage, self.limit = quota, key, usage, limit
 
@@ -87,8 +96,9 @@ class PayloadTooLarge(InvalidArgument):
     (``harvest.engine_settings.max_payload_bytes``). Nothing was written.
     """
 
-    def __init__(self, message: str, what: str | None = None, bytes: int | None = None,
-                 limit: int | None = None):
+    def __init__(
+        self, message: str, what: str | None = None, bytes: int | None = None, limit: int | None = None
+    ):
         super().__init__(message)
         self.what, self.bytes, self.limit = what, bytes, limit
 
@@ -100,8 +110,13 @@ class UnknownWorkflow(HarvestError):
 
     exit_code = 2
 
-    def __init__(self, message: str, workflow_name: str | None = None, queue: str | None = None,
-                 registered: list[str] | None = None):
+    def __init__(
+        self,
+        message: str,
+        workflow_name: str | None = None,
+        queue: str | None = None,
+        registered: list[str] | None = None,
+    ):
         super().__init__(message)
         self.workflow_name, self.queue, self.registered = workflow_name, queue, registered or []
 
@@ -126,8 +141,7 @@ class ActivityFailure(HarvestError):
     the failure is final.
     """
 
-    def __init__(self, error_type: str, message: str, non_retryable: bool = False,
-                 details: Any = None):
+    def __init__(self, error_type: str, message: str, non_retryable: bool = False, details: Any = None):
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
@@ -143,13 +157,21 @@ class ActivityFailure(HarvestError):
         return cls(error_type, message, True, details)
 
     def to_json(self) -> dict[str, Any]:
-        return {"error_type": self.error_type, "message": self.message,
-                "non_retryable": self.non_retryable, "details": self.details}
+        return {
+            "error_type": self.error_type,
+            "message": self.message,
+            "non_retryable": self.non_retryable,
+            "details": self.details,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ActivityFailure:
-        return cls(data.get("error_type") or "Error", data.get("message") or "",
-                   bool(data.get("non_retryable")), data.get("details"))
+        return cls(
+            data.get("error_type") or "Error",
+            data.get("message") or "",
+            bool(data.get("non_retryable")),
+            data.get("details"),
+        )
 
     @classmethod
     def from_exception(cls, exc: BaseException) -> ActivityFailure:
@@ -174,8 +196,10 @@ class WorkflowFailed(HarvestError):
 
     def __init__(self, execution_id: str, failure: dict[str, Any] | None):
         failure = failure or {}
-        super().__init__(f"workflow {execution_id} failed: "
-                         f"{failure.get('error_type', 'Error')}: {failure.get('message', '')}")
+        super().__init__(
+            f"workflow {execution_id} failed: "
+            f"{failure.get('error_type', 'Error')}: {failure.get('message', '')}"
+        )
         self.execution_id = execution_id
         self.failure = failure
 
@@ -227,23 +251,24 @@ def from_database_error(exc: Exception) -> HarvestError | None:
                 info = json.loads(detail)
             except ValueError:
                 info = {}
-        return WorkflowAlreadyExists(message, info.get("existing_execution_id"),
-                                     info.get("existing_status"))
+        return WorkflowAlreadyExists(message, info.get("existing_execution_id"), info.get("existing_status"))
     if cls is QuotaExceeded:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
-        return QuotaExceeded(message, info.get("quota"), info.get("key"), info.get("usage"),
-                             info.get("limit"))
+        return QuotaExceeded(
+            message, info.get("quota"), info.get("key"), info.get("usage"), info.get("limit")
+        )
     if cls is PayloadTooLarge:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
         hint = getattr(diag, "message_hint", None)
-        return PayloadTooLarge(f"{message}: {hint}" if hint else message, info.get("what"),
-                               info.get("bytes"), info.get("limit"))
+        return PayloadTooLarge(
+            f"{message}: {hint}" if hint else message, info.get("what"), info.get("bytes"), info.get("limit")
+        )
     if cls is UnknownWorkflow:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
@@ -251,8 +276,10 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             info = {}
         return UnknownWorkflow(message, info.get("workflow_name"), info.get("queue"), info.get("registered"))
     if cls is PermissionDenied:
-        return PermissionDenied(f"{message} (the database role lacks this right; "
-                                "see the harvest_* roles in docs/security.md, section Roles)")
+        return PermissionDenied(
+            f"{message} (the database role lacks this right; "
+            "see the harvest_* roles in docs/security.md, section Roles)"
+        )
     return cls(message)
 
 
@@ -272,8 +299,13 @@ class ChildWorkflowError(HarvestError):
     recorded in ``ChildWorkflowFailed`` (it may be None, e.g. for a termination).
     """
 
-    def __init__(self, status: str, failure: dict[str, Any] | None,
-                 child_execution_id: str | None = None, workflow_name: str | None = None):
+    def __init__(
+        self,
+        status: str,
+        failure: dict[str, Any] | None,
+        child_execution_id: str | None = None,
+        workflow_name: str | None = None,
+    ):
         failure = failure or None
         what = f"child workflow {workflow_name!r}" if workflow_name else "child workflow"
         text = f"{what} ({child_execution_id}) ended {status}"
@@ -291,6 +323,7 @@ class ChildWorkflowError(HarvestError):
 
 
 # -- queries and updates (docs/messages.md) ----------------------------------------------------
+
 
 class QueryFailed(HarvestError):
     """A query or update could not be answered: an unknown name, a handler that raised, a

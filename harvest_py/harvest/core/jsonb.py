@@ -72,8 +72,14 @@ def _stored_object(value: dict) -> str:
         # Two keys may become one on the server (a surrogate pair and the character it
         # encodes); jsonb keeps the last, as does this assignment.
         members[_stored_string(key)] = item
-    return "{" + ", ".join(encode_basestring(key) + ": " + stored_text(members[key])
-                           for key in sorted(members, key=_key_order)) + "}"
+    return (
+        "{"
+        + ", ".join(
+            encode_basestring(key) + ": " + stored_text(members[key])
+            for key in sorted(members, key=_key_order)
+        )
+        + "}"
+    )
 
 
 def _key_order(key: str) -> tuple[int, bytes]:

@@ -47,8 +47,10 @@ __all__ = [
 _ABSENT = object()
 
 # What a large payload should become instead (the engine's own offload store is future work).
-PAYLOAD_HINT = ("keep large data outside the engine (a table, object storage) and pass a reference "
-                "to it; the limit is harvest.engine_settings.max_payload_bytes")
+PAYLOAD_HINT = (
+    "keep large data outside the engine (a table, object storage) and pass a reference "
+    "to it; the limit is harvest.engine_settings.max_payload_bytes"
+)
 
 
 def payload_size(value: Any) -> int:
@@ -70,8 +72,12 @@ def check_size(value: Any, what: str, limit: int | None) -> None:
         return
     size = payload_size(value)
     if size > limit:
-        raise PayloadTooLarge(f"{what} is {size} bytes, over the payload limit of {limit} bytes: "
-                              f"{PAYLOAD_HINT}", what, size, limit)
+        raise PayloadTooLarge(
+            f"{what} is {size} bytes, over the payload limit of {limit} bytes: {PAYLOAD_HINT}",
+            what,
+            size,
+            limit,
+        )
 
 
 def _is_pydantic_model(obj: Any) -> bool:
@@ -79,8 +85,7 @@ def _is_pydantic_model(obj: Any) -> bool:
 
 
 def _is_pydantic_class(tp: Any) -> bool:
-    return (_pydantic is not None and isinstance(tp, type)
-            and issubclass(tp, _pydantic.BaseModel))
+    return _pydantic is not None and isinstance(tp, type) and issubclass(tp, _pydantic.BaseModel)
 
 
 def _key_path(path: str, key: str) -> str:
@@ -88,6 +93,7 @@ def _key_path(path: str, key: str) -> str:
 
 
 # --------------------------------------------------------------------------- encode
+
 
 def encode(value: Any, path: str = "value") -> Any:
     """Return a JSON-compatible copy of ``value`` or raise ``PayloadError`` naming the path."""
@@ -124,8 +130,10 @@ def _encode(value: Any, path: str, active: set[int]) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         active.add(marker)
         try:
-            return {f.name: _encode(getattr(value, f.name), _key_path(path, f.name), active)
-                    for f in dataclasses.fields(value)}
+            return {
+                f.name: _encode(getattr(value, f.name), _key_path(path, f.name), active)
+                for f in dataclasses.fields(value)
+            }
         finally:
             active.discard(marker)
     if isinstance(value, Mapping):
@@ -136,8 +144,10 @@ def _encode(value: Any, path: str, active: set[int]) -> Any:
                 if isinstance(key, enum.Enum) and isinstance(key.value, str):
                     key = key.value
                 if not isinstance(key, str):
-                    raise PayloadError(f"{path}: cannot encode dict key {key!r} of type "
-                                       f"{type(key).__name__} (keys must be str)")
+                    raise PayloadError(
+                        f"{path}: cannot encode dict key {key!r} of type "
+                        f"{type(key).__name__} (keys must be str)"
+                    )
                 out[key] = _encode(item, _key_path(path, key), active)
             return out
         finally:
@@ -159,6 +169,7 @@ def _encode(value: Any, path: str, active: set[int]) -> Any:
 
 # --------------------------------------------------------------------------- decode
 
+
 def decode(value: Any, type_hint: Any = Any, path: str = "value") -> Any:
     """Rebuild a value of ``type_hint`` from its JSON form (``Any`` returns it as-is)."""
     return _decode(value, type_hint, path)
@@ -169,8 +180,13 @@ def _fail(path: str, expected: str, value: Any) -> PayloadError:
 
 
 def _decode(value: Any, tp: Any, path: str) -> Any:
-    if tp is Any or tp is None and value is None or tp is inspect.Parameter.empty \
-            or tp is object or isinstance(tp, typing.TypeVar):
+    if (
+        tp is Any
+        or (tp is None and value is None)
+        or tp is inspect.Parameter.empty
+        or tp is object
+        or isinstance(tp, typing.TypeVar)
+    ):
         return value
     if tp is None or tp is type(None):
         if value is not None:
@@ -218,20 +234,21 @@ def _decode_generic(value: Any, origin: Any, args: tuple, path: str) -> Any:
         if not isinstance(value, dict):
             raise _fail(path, "object", value)
         key_tp, val_tp = args if len(args) == 2 else (Any, Any)
-        return {_decode_key(k, key_tp, path): _decode(v, val_tp, _key_path(path, k))
-                for k, v in value.items()}
+        return {
+            _decode_key(k, key_tp, path): _decode(v, val_tp, _key_path(path, k)) for k, v in value.items()
+        }
     if origin is tuple:
         if not isinstance(value, list):
             raise _fail(path, "array", value)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_decode(v, args[0], f"{path}[{i}]") for i, v in enumerate(value))
         if args and len(args) != len(value):
-            raise PayloadError(f"{path}: expected an array of {len(args)} items, "
-                               f"got {len(value)}")
+            raise PayloadError(f"{path}: expected an array of {len(args)} items, got {len(value)}")
         hints = args or (Any,) * len(value)
-        return tuple(_decode(v, h, f"{path}[{i}]") for i, (v, h) in enumerate(zip(value, hints)))
-    if isinstance(origin, type) and issubclass(origin, Iterable) \
-            and not issubclass(origin, (str, bytes)):
+        return tuple(
+            _decode(v, h, f"{path}[{i}]") for i, (v, h) in enumerate(zip(value, hints, strict=False))
+        )
+    if isinstance(origin, type) and issubclass(origin, Iterable) and not issubclass(origin, (str, bytes)):
         if not isinstance(value, list):
             raise _fail(path, "array", value)
         inner = args[0] if args else Any
@@ -325,8 +342,7 @@ def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
     late = {}
     for f in dataclasses.fields(tp):
         if f.name not in value:
-            has_default = (f.default is not dataclasses.MISSING
-                           or f.default_factory is not dataclasses.MISSING)
+            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             if f.init and not has_default:
                 raise PayloadError(f"{_key_path(path, f.name)}: missing field of {tp.__name__}")
             continue
@@ -339,6 +355,7 @@ def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
 
 
 # --------------------------------------------------------------------------- functions
+
 
 @functools.lru_cache(maxsize=4096)
 def _safe_hints(obj: Any) -> dict[str, Any]:
@@ -376,8 +393,9 @@ def return_hint(fn: Callable | None) -> Any:
     return _safe_hints(fn).get("return", Any)
 
 
-def encode_args(fn: Callable | None, args: tuple | list = (), kwargs: Mapping | None = None,
-                path: str = "input") -> list:
+def encode_args(
+    fn: Callable | None, args: tuple | list = (), kwargs: Mapping | None = None, path: str = "input"
+) -> list:
     """Encode a call's arguments (``ctx`` excluded) as the positional JSON array of the wire.
 
     Keyword arguments are placed at their parameter's position; skipped parameters before a
@@ -386,8 +404,9 @@ def encode_args(fn: Callable | None, args: tuple | list = (), kwargs: Mapping | 
     kwargs = dict(kwargs or {})
     if fn is None:
         if kwargs:
-            raise TypeError("keyword arguments need the function to place them: "
-                            f"got {sorted(kwargs)} without a function")
+            raise TypeError(
+                f"keyword arguments need the function to place them: got {sorted(kwargs)} without a function"
+            )
         return [encode(a, f"{path}[{i}]") for i, a in enumerate(args)]
     params = _params(fn)
     try:
@@ -420,8 +439,7 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
     if json_args is None:
         json_args = []
     if not isinstance(json_args, list):
-        raise PayloadError(f"input: expected a JSON array of arguments, got "
-                           f"{type(json_args).__name__}")
+        raise PayloadError(f"input: expected a JSON array of arguments, got {type(json_args).__name__}")
     if fn is None:
         return tuple(json_args), {}
     hints = _safe_hints(fn)
@@ -433,14 +451,12 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
             continue
         hint = hints.get(p.name, Any)
         if p.kind is p.VAR_POSITIONAL:
-            args.extend(_decode(v, hint, f"input[{j}]") for j, v in
-                        enumerate(json_args[i:], start=i))
+            args.extend(_decode(v, hint, f"input[{j}]") for j, v in enumerate(json_args[i:], start=i))
             i = len(json_args)
             continue
         if i >= len(json_args):
             if p.default is p.empty and p.kind is not p.VAR_POSITIONAL:
-                raise PayloadError(f"input: missing argument {p.name!r} of "
-                                   f"{getattr(fn, '__name__', fn)}")
+                raise PayloadError(f"input: missing argument {p.name!r} of {getattr(fn, '__name__', fn)}")
             continue
         value = _decode(json_args[i], hint, f"input[{i}]")
         if p.kind is p.KEYWORD_ONLY:
@@ -449,8 +465,9 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
             args.append(value)
         i += 1
     if i < len(json_args):
-        raise PayloadError(f"input: {getattr(fn, '__name__', fn)} takes {i} argument(s), "
-                           f"got {len(json_args)}")
+        raise PayloadError(
+            f"input: {getattr(fn, '__name__', fn)} takes {i} argument(s), got {len(json_args)}"
+        )
     return tuple(args), kwargs
 
 

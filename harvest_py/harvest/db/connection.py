@@ -38,7 +38,8 @@ def resolve_dsn(explicit: str | None = None) -> str:
     if not dsn:
         raise ConfigError(
             f"no database given: set {DSN_ENV} (preferred: a command line is visible to ps) "
-            "or pass --database-url")
+            "or pass --database-url"
+        )
     return dsn
 
 
@@ -82,7 +83,7 @@ def _keyword_values(dsn: str) -> list[str]:
     """Every spelling of a ``password=`` keyword's value, parseable or not."""
     values = []
     for match in re.finditer(r"(?:^|\s)password\s*=\s*", dsn, re.IGNORECASE):
-        rest = dsn[match.end():]
+        rest = dsn[match.end() :]
         if rest.startswith("'"):
             # Quoted: up to the closing unescaped quote, or the end if it never closes.
             body = re.match(r"'((?:[^'\\]|\\.)*)'?", rest).group(1)
@@ -133,7 +134,8 @@ def redact(text: str, dsn: str | None = None, *, pieces_anywhere: bool = False) 
             long = [re.escape(p) for p in sorted(pieces, key=len, reverse=True) if len(p) >= _SHORT_SECRET]
             short = [re.escape(p) for p in pieces if len(p) < _SHORT_SECRET]
             patterns = ([f"(?:{'|'.join(long)})"] if long else []) + (
-                [rf"(?<![\w%])(?:{'|'.join(short)})(?![\w%])"] if short else [])
+                [rf"(?<![\w%])(?:{'|'.join(short)})(?![\w%])"] if short else []
+            )
             piece = re.compile("|".join(patterns))
             if pieces_anywhere:
                 text = piece.sub(MASK, text)
@@ -154,7 +156,9 @@ _PERMANENT_SQLSTATES = frozenset({"28P01", "28000", "3D000", "42501"})
 _PERMANENT = re.compile(
     r"authentication failed|no password supplied|no pg_hba\.conf entry|does not exist"
     r"|not permitted to log in|permission denied for database|certificate|does not support SSL"
-    r"|\binvalid\b.*\b(?:value|option)\b|SCRAM|channel binding", re.IGNORECASE)
+    r"|\binvalid\b.*\b(?:value|option)\b|SCRAM|channel binding",
+    re.IGNORECASE,
+)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -181,12 +185,16 @@ def connection_error(exc: psycopg.Error, dsn: str) -> ConfigError | DatabaseUnav
     """The HarvestError for a failed connect: one line, the cause named, no password."""
     reason = redact(_one_line(exc), dsn)
     if isinstance(exc, psycopg.ProgrammingError):
-        return ConfigError(f"the database URL cannot be used: {reason} (check its syntax: "
-                           "percent-encode special characters in a URI, quote values with spaces)")
+        return ConfigError(
+            f"the database URL cannot be used: {reason} (check its syntax: "
+            "percent-encode special characters in a URI, quote values with spaces)"
+        )
     where = describe_dsn(dsn)
     if is_permanent(exc):
-        return ConnectionRejected(f"cannot connect to database {where}: {reason} "
-                                  "(retrying will not help: check the DSN's user, password and database)")
+        return ConnectionRejected(
+            f"cannot connect to database {where}: {reason} "
+            "(retrying will not help: check the DSN's user, password and database)"
+        )
     return DatabaseUnavailable(f"cannot connect to database {where}: {reason}")
 
 
@@ -208,12 +216,14 @@ def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) ->
         raise connection_error(exc, dsn) from None
 
 
-async def connect_async(dsn: str, *, autocommit: bool = False,
-                        connect_timeout: int = 10) -> psycopg.AsyncConnection:
+async def connect_async(
+    dsn: str, *, autocommit: bool = False, connect_timeout: int = 10
+) -> psycopg.AsyncConnection:
     warn_if_unverified_tls(dsn)
     try:
-        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit,
-                                                     connect_timeout=connect_timeout)
+        return await psycopg.AsyncConnection.connect(
+            dsn, autocommit=autocommit, connect_timeout=connect_timeout
+        )
     except psycopg.Error as exc:
         raise connection_error(exc, dsn) from None
 
@@ -279,12 +289,17 @@ def tls_warning(dsn: str, env: Mapping[str, str] | None = None) -> str | None:
     if sslmode == "verify-full":
         return None
     shown = f"sslmode={sslmode}" if sslmode else "no sslmode (libpq then uses prefer)"
-    unchecked = ("the server's host name is not checked against its certificate" if sslmode == "verify-ca"
-                 else "the server's certificate and host name are not verified")
-    return (f"the database {describe_dsn(dsn)} is not on this machine and the DSN sets {shown}: "
-            f"{unchecked}, so the connection (and the password) can be intercepted. Use "
-            "sslmode=verify-full with sslrootcert=<the CA file> or sslrootcert=system "
-            "(docs/security.md, TLS)")
+    unchecked = (
+        "the server's host name is not checked against its certificate"
+        if sslmode == "verify-ca"
+        else "the server's certificate and host name are not verified"
+    )
+    return (
+        f"the database {describe_dsn(dsn)} is not on this machine and the DSN sets {shown}: "
+        f"{unchecked}, so the connection (and the password) can be intercepted. Use "
+        "sslmode=verify-full with sslrootcert=<the CA file> or sslrootcert=system "
+        "(docs/security.md, TLS)"
+    )
 
 
 def warn_if_unverified_tls(dsn: str) -> None:

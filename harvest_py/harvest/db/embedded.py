@@ -44,8 +44,11 @@ def _ensure_service_user() -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(SERVICE_USER)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        SERVICE_USER], check=True, capture_output=True)
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
+            check=True,
+            capture_output=True,
+        )
         return pwd.getpwnam(SERVICE_USER)
 
 
@@ -59,8 +62,9 @@ def _open_path_for(path: Path) -> None:
 class EmbeddedPostgres:
     """Start with :meth:`start`, stop (and delete everything) with :meth:`stop`."""
 
-    def __init__(self, base_dir: Path | None = None, settings: dict[str, str] | None = None,
-                 port: int | None = None):
+    def __init__(
+        self, base_dir: Path | None = None, settings: dict[str, str] | None = None, port: int | None = None
+    ):
         self._owns_base = base_dir is None
         self.base_dir = Path(base_dir or tempfile.mkdtemp(prefix="harvest-pg-"))
         self.data_dir = self.base_dir / "data"
@@ -85,7 +89,7 @@ class EmbeddedPostgres:
             kwargs["user"] = self._user.pw_uid
             kwargs["group"] = self._user.pw_gid
             kwargs["extra_groups"] = []
-        return subprocess.run(args, **kwargs)  # noqa: PLW1510 - check is set above
+        return subprocess.run(args, **kwargs)
 
     def start(self) -> str:
         binaries = bin_dir()
@@ -95,13 +99,39 @@ class EmbeddedPostgres:
             _open_path_for(self.base_dir)
             os.chown(self.base_dir, self._user.pw_uid, self._user.pw_gid)
         try:
-            self._run([str(binaries / "initdb"), "-D", str(self.data_dir), "-U", "postgres",
-                       "--auth=trust", "--encoding=UTF8", "--no-instructions"])
-            options = ["-c listen_addresses=127.0.0.1", f"-p {self.port}",
-                       f"-c unix_socket_directories={self.base_dir}"]
+            self._run(
+                [
+                    str(binaries / "initdb"),
+                    "-D",
+                    str(self.data_dir),
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--no-instructions",
+                ]
+            )
+            options = [
+                "-c listen_addresses=127.0.0.1",
+                f"-p {self.port}",
+                f"-c unix_socket_directories={self.base_dir}",
+            ]
             options += [f"-c {key}={value}" for key, value in self.settings.items()]
-            self._run([str(binaries / "pg_ctl"), "-D", str(self.data_dir), "-l", str(self.log_file),
-                       "-w", "-t", "60", "-o", " ".join(options), "start"])
+            self._run(
+                [
+                    str(binaries / "pg_ctl"),
+                    "-D",
+                    str(self.data_dir),
+                    "-l",
+                    str(self.log_file),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    " ".join(options),
+                    "start",
+                ]
+            )
         except subprocess.CalledProcessError as exc:
             log = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
             raise ConfigError(f"the embedded PostgreSQL did not start: {exc.stderr.strip()}\n{log}") from None
@@ -110,8 +140,9 @@ class EmbeddedPostgres:
 
     def stop(self) -> None:
         if self.started:
-            self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"],
-                      check=False)
+            self._run(
+                [str(bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"], check=False
+            )
             self.started = False
         if self._owns_base:
             shutil.rmtree(self.base_dir, ignore_errors=True)

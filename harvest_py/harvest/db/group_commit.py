@@ -49,10 +49,10 @@ class GroupCommit:
 
     async def _flush_all(self) -> None:
         while self._waiting:
-            batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch:]
+            batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch :]
             try:
                 await self._flush(batch)
-            except Exception as exc:  # noqa: BLE001 - every waiter hears of it
+            except Exception as exc:
                 for *_, future in batch:
                     if not future.done():
                         future.set_exception(exc)
@@ -66,12 +66,13 @@ class GroupCommit:
             # A whole batch failed (a deadlock with another transaction, or an item the
             # database refused outright): commit the items one by one, so that one bad
             # item cannot sink the others.
-            log.warning("a batch of %d %s failed (%s); committing them one by one",
-                        len(batch), self.what, exc)
+            log.warning(
+                "a batch of %d %s failed (%s); committing them one by one", len(batch), self.what, exc
+            )
             for item in batch:
                 try:
                     await self._flush([self._alone(item)])
-                except Exception as item_exc:  # noqa: BLE001
+                except Exception as item_exc:
                     if not item[-1].done():
                         item[-1].set_exception(item_exc)
             return

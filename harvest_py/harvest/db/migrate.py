@@ -109,8 +109,10 @@ def load_set(directory: Path, set_name: str) -> list[Migration]:
     for path in sorted(directory.glob("*.sql")):
         match = MIGRATION_NAME.match(path.name)
         if not match:
-            raise ConfigError(f"{path}: migration files must be named NNNN_description.sql "
-                              "(four digits, lowercase words joined by _)")
+            raise ConfigError(
+                f"{path}: migration files must be named NNNN_description.sql "
+                "(four digits, lowercase words joined by _)"
+            )
         version, name = match.groups()
         if version in found:
             raise ConfigError(f"{path}: version {version} is also used by {found[version].path.name}")
@@ -128,11 +130,15 @@ def discover(include_dirs: Iterable[Path] = ()) -> list[Migration]:
         # The ledger keys a set by its directory's name: a set named like Harvest's own, or
         # like another included one, would mix its versions into theirs.
         if set_name == CORE_SET:
-            raise ConfigError(f"--include-dir {directory}: a migration set may not be named "
-                              f"{CORE_SET!r}, Harvest's own set has that name; rename the directory")
+            raise ConfigError(
+                f"--include-dir {directory}: a migration set may not be named "
+                f"{CORE_SET!r}, Harvest's own set has that name; rename the directory"
+            )
         if set_name in seen:
-            raise ConfigError(f"--include-dir {directory} and {seen[set_name]} have the same name "
-                              f"{set_name!r}: the ledger would mix their versions; rename one")
+            raise ConfigError(
+                f"--include-dir {directory} and {seen[set_name]} have the same name "
+                f"{set_name!r}: the ledger would mix their versions; rename one"
+            )
         seen[set_name] = directory
         migrations.extend(load_set(directory, set_name))
     return migrations
@@ -165,8 +171,9 @@ def file_checksum(path: Path) -> str:
 
 
 class Migrator:
-    def __init__(self, dsn: str, include_dirs: Iterable[Path] = (),
-                 progress: Callable[[str], None] | None = None):
+    def __init__(
+        self, dsn: str, include_dirs: Iterable[Path] = (), progress: Callable[[str], None] | None = None
+    ):
         self.dsn = dsn
         self.migrations = discover(include_dirs)
         self.progress = progress or (lambda _msg: None)
@@ -176,8 +183,10 @@ class Migrator:
         exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]
         if not exists:
             return []
-        return conn.execute("SELECT set_name, version, name, applied_at FROM harvest.schema_migrations"
-                            " ORDER BY set_name, version").fetchall()
+        return conn.execute(
+            "SELECT set_name, version, name, applied_at FROM harvest.schema_migrations"
+            " ORDER BY set_name, version"
+        ).fetchall()
 
     def _applied(self, conn: psycopg.Connection) -> dict[tuple[str, str], datetime]:
         return {(s, v): at for s, v, _name, at in self._ledger(conn)}
@@ -187,8 +196,11 @@ class Migrator:
         sets (an app's set not included this time) are not ours to judge."""
         known = {(m.set_name, m.version) for m in self.migrations}
         sets = {m.set_name for m in self.migrations} | {CORE_SET}
-        return [UnknownMigration(s, v, n, at) for s, v, n, at in self._ledger(conn)
-                if s in sets and (s, v) not in known]
+        return [
+            UnknownMigration(s, v, n, at)
+            for s, v, n, at in self._ledger(conn)
+            if s in sets and (s, v) not in known
+        ]
 
     def _ahead(self, unknown: list[UnknownMigration]) -> SchemaMismatch | None:
         """The refusal when the database holds a set's migration newer than our newest: an
@@ -205,7 +217,8 @@ class Migrator:
         return SchemaMismatch(
             f"the database is ahead of migration set {top.set_name!r}: it has {top.label} applied "
             f"(version {top.version}), the included directory goes up to {latest[top.set_name]}; "
-            "run the newer release that has it, not this one")
+            "run the newer release that has it, not this one"
+        )
 
     def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
         exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]
@@ -221,9 +234,13 @@ class Migrator:
         if not exists:
             return []
         current = [p.name for p in function_files()]
-        return [name for (name,) in conn.execute(
-            "SELECT file_name FROM harvest.function_files WHERE NOT (file_name = ANY(%s)) ORDER BY 1",
-            (current,)).fetchall()]
+        return [
+            name
+            for (name,) in conn.execute(
+                "SELECT file_name FROM harvest.function_files WHERE NOT (file_name = ANY(%s)) ORDER BY 1",
+                (current,),
+            ).fetchall()
+        ]
 
     def status(self) -> tuple[list[MigrationStatus], list[Path]]:
         """Every migration with its applied time (None = pending), and stale function files."""
@@ -266,11 +283,14 @@ class Migrator:
                 for migration in self.migrations:
                     if (migration.set_name, migration.version) in applied:
                         continue
-                    self.progress(f"applying {migration.label}"
-                                  + ("" if migration.transactional else " (non-transactional)"))
+                    self.progress(
+                        f"applying {migration.label}"
+                        + ("" if migration.transactional else " (non-transactional)")
+                    )
                     self._apply(conn, migration)
-                    (report.applied if migration.transactional
-                     else report.applied_non_transactional).append(migration)
+                    (report.applied if migration.transactional else report.applied_non_transactional).append(
+                        migration
+                    )
                 for path in self._stale_functions(conn):
                     self.progress(f"applying functions/{path.name}")
                     self._apply_functions(conn, path)
@@ -280,8 +300,10 @@ class Migrator:
                 report.functions_retired = self._retired_functions(conn)
                 if report.functions_retired:
                     self.progress("retiring functions/" + ", functions/".join(report.functions_retired))
-                    conn.execute("DELETE FROM harvest.function_files WHERE file_name = ANY(%s)",
-                                 (report.functions_retired,))
+                    conn.execute(
+                        "DELETE FROM harvest.function_files WHERE file_name = ANY(%s)",
+                        (report.functions_retired,),
+                    )
                 if report.applied or report.applied_non_transactional or report.functions_applied:
                     # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
                     # SECURITY DEFINER and the role grants again (functions/security.sql).
@@ -291,7 +313,9 @@ class Migrator:
         return report
 
     def _secure_functions(self, conn: psycopg.Connection) -> None:
-        exists = conn.execute("SELECT to_regprocedure('harvest._secure_functions()') IS NOT NULL").fetchone()[0]
+        exists = conn.execute("SELECT to_regprocedure('harvest._secure_functions()') IS NOT NULL").fetchone()[
+            0
+        ]
         if exists:
             with conn.transaction():
                 conn.execute("SELECT harvest._secure_functions()")
@@ -305,8 +329,10 @@ class Migrator:
             # A syntax error anywhere in the file: nothing has run yet.
             offset = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
             line = sql.count("\n", 0, offset) + 1
-            raise MigrationError(f"{path} line {line}: {exc.args[0]}; nothing from this file "
-                                 "was recorded, fix it and run again") from None
+            raise MigrationError(
+                f"{path} line {line}: {exc.args[0]}; nothing from this file "
+                "was recorded, fix it and run again"
+            ) from None
         for line, stmt in parsed:
             try:
                 conn.execute(stmt, prepare=False)
@@ -316,14 +342,23 @@ class Migrator:
                 if position and position.isdigit():
                     # The server points into the statement (1-based characters): name that line.
                     line += stmt.count("\n", 0, int(position) - 1)
-                raise MigrationError(f"{path} line {line}: {message}; nothing from this file "
-                                     "was recorded, fix it and run again") from None
+                raise MigrationError(
+                    f"{path} line {line}: {message}; nothing from this file "
+                    "was recorded, fix it and run again"
+                ) from None
 
     def _apply(self, conn: psycopg.Connection, migration: Migration) -> None:
-        ledger = ("INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
-                  " VALUES (%s, %s, %s, %s, %s)")
-        args = (migration.set_name, migration.version, migration.name, migration.checksum,
-                migration.transactional)
+        ledger = (
+            "INSERT INTO harvest.schema_migrations (set_name, version, name, checksum, transactional)"
+            " VALUES (%s, %s, %s, %s, %s)"
+        )
+        args = (
+            migration.set_name,
+            migration.version,
+            migration.name,
+            migration.checksum,
+            migration.transactional,
+        )
         if not migration.transactional:
             self._run_statements(conn, migration.path, migration.sql)
             conn.execute(ledger + " ON CONFLICT DO NOTHING", args)
@@ -345,7 +380,8 @@ class Migrator:
                 "INSERT INTO harvest.function_files (file_name, checksum) VALUES (%s, %s)"
                 " ON CONFLICT (file_name) DO UPDATE SET checksum = excluded.checksum,"
                 " applied_at = clock_timestamp()",
-                (path.name, hashlib.sha256(data).hexdigest()))
+                (path.name, hashlib.sha256(data).hexdigest()),
+            )
 
 
 def _package_version() -> str:
@@ -358,11 +394,13 @@ def _package_version() -> str:
 def ahead_message(found: str, expected: str, labels: Iterable[str] = ()) -> str:
     """What to do when the database's schema is newer than this package's newest migration."""
     applied = ", ".join(labels)
-    return (f"the database is ahead of this Harvest: it has schema version {found}"
-            + (f" ({applied} applied)" if applied else "")
-            + f", this Harvest {_package_version()} knows migrations up to {expected}. Upgrade "
-            f"Harvest (the package) to the release that has {found}; `harvest migrate run` from "
-            "this older one would refuse")
+    return (
+        f"the database is ahead of this Harvest: it has schema version {found}"
+        + (f" ({applied} applied)" if applied else "")
+        + f", this Harvest {_package_version()} knows migrations up to {expected}. Upgrade "
+        f"Harvest (the package) to the release that has {found}; `harvest migrate run` from "
+        "this older one would refuse"
+    )
 
 
 def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest") -> SchemaMismatch:
@@ -370,8 +408,9 @@ def schema_mismatch(found: str | None, expected: str, who: str = "this Harvest")
     if found and found > expected:
         return SchemaMismatch(ahead_message(found, expected))
     have = f"schema version {found}" if found else "no Harvest schema"
-    return SchemaMismatch(f"the database has {have}, {who} needs {expected}: "
-                          "run `harvest migrate run` against it")
+    return SchemaMismatch(
+        f"the database has {have}, {who} needs {expected}: run `harvest migrate run` against it"
+    )
 
 
 # harvest.schema_version() missing, or the harvest schema itself: no Harvest schema at all.

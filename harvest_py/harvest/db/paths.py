@@ -17,8 +17,9 @@ def _find(name: str) -> Path:
     for candidate in candidates:
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"cannot find Harvest's {name}/ directory (looked in "
-                            + ", ".join(str(c) for c in candidates) + ")")
+    raise FileNotFoundError(
+        f"cannot find Harvest's {name}/ directory (looked in " + ", ".join(str(c) for c in candidates) + ")"
+    )
 
 
 def migrations_dir() -> Path:
@@ -38,8 +39,20 @@ def sql_dir() -> Path:
 # reference it, the triggers after every table they watch. functions/ follows in any
 # order (bodies are checked when first called), then harvest._secure_functions().
 SCHEMA_FILES = (
-    "ledger", "executions", "events", "tasks", "dead_letters", "relays", "messages",
-    "result_waiters", "flow", "workers", "audit", "retention", "settings", "triggers",
+    "ledger",
+    "executions",
+    "events",
+    "tasks",
+    "dead_letters",
+    "relays",
+    "messages",
+    "result_waiters",
+    "flow",
+    "workers",
+    "audit",
+    "retention",
+    "settings",
+    "triggers",
 )
 
 
@@ -54,7 +67,8 @@ def schema_files(directory: Path | None = None) -> list[Path]:
             f"{directory} does not match harvest.db.paths.SCHEMA_FILES: "
             + (f"not listed: {', '.join(unlisted)}; " if unlisted else "")
             + (f"missing: {', '.join(missing)}; " if missing else "")
-            + "list each sql/ file once, in install order")
+            + "list each sql/ file once, in install order"
+        )
     return [directory / f"{name}.sql" for name in SCHEMA_FILES]
 
 

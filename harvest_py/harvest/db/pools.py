@@ -20,16 +20,29 @@ TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTime
 
 def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
     """An open synchronous pool (it fills in the background)."""
-    return ConnectionPool(dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True},
-                          open=True, connection_class=RedactingConnection)
+    return ConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        open=True,
+        connection_class=RedactingConnection,
+    )
 
 
-async def open_async_pool(dsn: str, *, max_size: int, min_size: int = 1,
-                          timeout: float = 30.0) -> AsyncConnectionPool:
+async def open_async_pool(
+    dsn: str, *, max_size: int, min_size: int = 1, timeout: float = 30.0
+) -> AsyncConnectionPool:
     """An asyncio pool, returned once ``min_size`` connections are up (else PoolTimeout
     after ``timeout`` seconds, and the pool is closed)."""
-    pool = AsyncConnectionPool(dsn, min_size=min_size, max_size=max_size, kwargs={"autocommit": True},
-                               open=False, connection_class=RedactingAsyncConnection)
+    pool = AsyncConnectionPool(
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        kwargs={"autocommit": True},
+        open=False,
+        connection_class=RedactingAsyncConnection,
+    )
     try:
         await pool.open(wait=True, timeout=timeout)
     except BaseException:

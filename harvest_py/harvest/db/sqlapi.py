@@ -155,7 +155,9 @@ SELECT * FROM harvest.update_with_start(
 """
 PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
 GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
-CLAIM_QUERIES = "SELECT * FROM harvest.claim_query_requests(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
+CLAIM_QUERIES = (
+    "SELECT * FROM harvest.claim_query_requests(%(worker_id)s, %(queues)s, %(limit)s, %(lease_secs)s)"
+)
 ANSWER_QUERY = """
 SELECT harvest.answer_query(%(request_id)s, %(worker_id)s, %(answer)s, %(error)s) AS status
 """
@@ -202,8 +204,10 @@ def nothing(found: Rows) -> None:
 
 def column(name: str) -> Callable[[Rows], Any]:
     """The one column ``name`` of the (single) row."""
+
     def shape(found: Rows) -> Any:
         return found[0][name]
+
     shape.__doc__ = f"column {name!r} of the row"
     return shape
 
@@ -220,12 +224,14 @@ class Call:
 CALLS: dict[str, Call] = {}
 
 
-def call(sql: str | Callable[[dict[str, Any]], str], shape: Callable[[Rows], Any] = rows, *,
-         stream: bool = False) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
+def call(
+    sql: str | Callable[[dict[str, Any]], str], shape: Callable[[Rows], Any] = rows, *, stream: bool = False
+) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
     def declare(params: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         assert params.__name__ not in CALLS, f"{params.__name__} is declared twice"
         CALLS[params.__name__] = Call(params.__name__, sql, params, shape, stream)
         return params
+
     return declare
 
 
@@ -239,15 +245,30 @@ def _jsonb_or_null(value: Any) -> Jsonb | None:
 
 # -- executions: start, signal, cancel, read (functions/start.sql, signals.sql, executions.sql)
 @call(START_WORKFLOW, first)
-def start_workflow(workflow_name: str, input: list[Any], workflow_id: str | None,
-                   task_queue: str, reuse_policy: str, conflict_policy: str,
-                   search_attributes: dict[str, Any], priority: int,
-                   execution_timeout: float | None = None,
-                   run_timeout: float | None = None) -> dict[str, Any]:
-    return {"workflow_name": workflow_name, "input": _jsonb(input), "workflow_id": workflow_id,
-            "task_queue": task_queue, "reuse_policy": reuse_policy, "conflict_policy": conflict_policy,
-            "search_attributes": _jsonb(search_attributes), "priority": priority,
-            "execution_timeout": execution_timeout, "run_timeout": run_timeout}
+def start_workflow(
+    workflow_name: str,
+    input: list[Any],
+    workflow_id: str | None,
+    task_queue: str,
+    reuse_policy: str,
+    conflict_policy: str,
+    search_attributes: dict[str, Any],
+    priority: int,
+    execution_timeout: float | None = None,
+    run_timeout: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "workflow_name": workflow_name,
+        "input": _jsonb(input),
+        "workflow_id": workflow_id,
+        "task_queue": task_queue,
+        "reuse_policy": reuse_policy,
+        "conflict_policy": conflict_policy,
+        "search_attributes": _jsonb(search_attributes),
+        "priority": priority,
+        "execution_timeout": execution_timeout,
+        "run_timeout": run_timeout,
+    }
 
 
 @call(START_WORKFLOWS)
@@ -263,11 +284,24 @@ def signal_workflow(execution_id: str, signal_name: str, payload: Any) -> dict[s
 
 
 @call(SIGNAL_WITH_START, first)
-def signal_with_start(workflow_name: str, workflow_id: str, signal_name: str, payload: Any,
-                      input: list[Any], task_queue: str, search_attributes: dict[str, Any]) -> dict[str, Any]:
-    return {"workflow_name": workflow_name, "workflow_id": workflow_id, "signal_name": signal_name,
-            "payload": _jsonb(payload), "input": _jsonb(input), "task_queue": task_queue,
-            "search_attributes": _jsonb(search_attributes)}
+def signal_with_start(
+    workflow_name: str,
+    workflow_id: str,
+    signal_name: str,
+    payload: Any,
+    input: list[Any],
+    task_queue: str,
+    search_attributes: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "workflow_name": workflow_name,
+        "workflow_id": workflow_id,
+        "signal_name": signal_name,
+        "payload": _jsonb(payload),
+        "input": _jsonb(input),
+        "task_queue": task_queue,
+        "search_attributes": _jsonb(search_attributes),
+    }
 
 
 @call(CANCEL_WORKFLOW, column("requested"))
@@ -314,10 +348,22 @@ def stop_waiting(waiter_id: str) -> dict[str, Any]:
 
 
 @call(RESET_WORKFLOW, column("plan"))
-def reset_workflow(execution_id: str, to_event: int, reason: str, operator_id: str | None,
-                   signal_reapply: str = "drop", dry_run: bool = False) -> dict[str, Any]:
-    return {"execution_id": execution_id, "to_event": to_event, "reason": reason,
-            "operator_id": operator_id, "signal_reapply": signal_reapply, "dry_run": dry_run}
+def reset_workflow(
+    execution_id: str,
+    to_event: int,
+    reason: str,
+    operator_id: str | None,
+    signal_reapply: str = "drop",
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    return {
+        "execution_id": execution_id,
+        "to_event": to_event,
+        "reason": reason,
+        "operator_id": operator_id,
+        "signal_reapply": signal_reapply,
+        "dry_run": dry_run,
+    }
 
 
 @call(VERSION_USAGE)
@@ -338,8 +384,12 @@ def payload_limit() -> dict[str, Any]:
 # -- the worker: claim, decide, activities, registry (functions/claim.sql, decide.sql, ...) ----
 @call(CLAIM_TASKS)
 def claim_tasks(worker_id: str, queues: list[str], limit: int, workflow_lease_secs: float) -> dict[str, Any]:
-    return {"worker_id": worker_id, "queues": queues, "limit": limit,
-            "workflow_lease_secs": workflow_lease_secs}
+    return {
+        "worker_id": worker_id,
+        "queues": queues,
+        "limit": limit,
+        "workflow_lease_secs": workflow_lease_secs,
+    }
 
 
 @call(NEXT_DUE_AT, column("due_at"))
@@ -348,38 +398,63 @@ def next_due_at(queues: list[str]) -> dict[str, Any]:
 
 
 @call(COMPLETE_WORKFLOW_TASKS)
-def complete_workflow_tasks(worker_id: str, items: list[tuple[int, int, int, list[dict[str, Any]], int]],
-                            event_cap: int | None = 50_000,
-                            byte_cap: int | None = 50 * 1024 * 1024) -> dict[str, Any]:
+def complete_workflow_tasks(
+    worker_id: str,
+    items: list[tuple[int, int, int, list[dict[str, Any]], int]],
+    event_cap: int | None = 50_000,
+    byte_cap: int | None = 50 * 1024 * 1024,
+) -> dict[str, Any]:
     """Commit (task id, fencing token, through, commands, hand-off slots) decisions in one
     transaction; one row per item (functions/decide.sql)."""
-    return {"worker_id": worker_id, "task_ids": [i[0] for i in items],
-            "fencing_tokens": [i[1] for i in items], "throughs": [i[2] for i in items],
-            "commands": [_jsonb(i[3]) for i in items], "hand_off_slots": [i[4] for i in items],
-            "event_cap": event_cap, "byte_cap": byte_cap}
+    return {
+        "worker_id": worker_id,
+        "task_ids": [i[0] for i in items],
+        "fencing_tokens": [i[1] for i in items],
+        "throughs": [i[2] for i in items],
+        "commands": [_jsonb(i[3]) for i in items],
+        "hand_off_slots": [i[4] for i in items],
+        "event_cap": event_cap,
+        "byte_cap": byte_cap,
+    }
 
 
 @call(FAIL_WORKFLOW_TASK, nothing)
-def fail_workflow_task(task_id: int, fencing_token: int, failure: dict[str, Any],
-                       retry_in_secs: float) -> dict[str, Any]:
-    return {"task_id": task_id, "fencing_token": fencing_token, "failure": _jsonb(failure),
-            "retry_in_secs": retry_in_secs}
+def fail_workflow_task(
+    task_id: int, fencing_token: int, failure: dict[str, Any], retry_in_secs: float
+) -> dict[str, Any]:
+    return {
+        "task_id": task_id,
+        "fencing_token": fencing_token,
+        "failure": _jsonb(failure),
+        "retry_in_secs": retry_in_secs,
+    }
 
 
 @call(COMPLETE_ACTIVITIES)
-def complete_activities(worker_id: str, items: list[tuple[int, int, Any, dict[str, Any] | None]],
-                        hand_off: bool, workflow_lease_secs: float, event_cap: int | None = 50_000,
-                        byte_cap: int | None = 50 * 1024 * 1024) -> dict[str, Any]:
+def complete_activities(
+    worker_id: str,
+    items: list[tuple[int, int, Any, dict[str, Any] | None]],
+    hand_off: bool,
+    workflow_lease_secs: float,
+    event_cap: int | None = 50_000,
+    byte_cap: int | None = 50 * 1024 * 1024,
+) -> dict[str, Any]:
     """Complete (task id, fencing token, result, decision or None) items in one transaction.
 
     One row per item; ``decided`` is set where the item's decision was applied
     with its result (functions/activities.sql).
     """
-    return {"worker_id": worker_id, "task_ids": [i[0] for i in items],
-            "fencing_tokens": [i[1] for i in items], "results": [_jsonb(i[2]) for i in items],
-            "hand_off": hand_off, "workflow_lease_secs": workflow_lease_secs,
-            "decisions": [_jsonb_or_null(i[3]) for i in items], "event_cap": event_cap,
-            "byte_cap": byte_cap}
+    return {
+        "worker_id": worker_id,
+        "task_ids": [i[0] for i in items],
+        "fencing_tokens": [i[1] for i in items],
+        "results": [_jsonb(i[2]) for i in items],
+        "hand_off": hand_off,
+        "workflow_lease_secs": workflow_lease_secs,
+        "decisions": [_jsonb_or_null(i[3]) for i in items],
+        "event_cap": event_cap,
+        "byte_cap": byte_cap,
+    }
 
 
 @call(FAIL_ACTIVITY, column("outcome"))
@@ -398,10 +473,22 @@ def release_task(task_id: int, fencing_token: int) -> dict[str, Any]:
 
 
 @call(REGISTER_WORKER, nothing)
-def register_worker(worker_id: str, queues: list[str], hostname: str, pid: int,
-                    heartbeat_interval_secs: float, metadata: dict[str, Any]) -> dict[str, Any]:
-    return {"worker_id": worker_id, "queues": queues, "hostname": hostname, "pid": pid,
-            "heartbeat_interval_secs": heartbeat_interval_secs, "metadata": _jsonb(metadata)}
+def register_worker(
+    worker_id: str,
+    queues: list[str],
+    hostname: str,
+    pid: int,
+    heartbeat_interval_secs: float,
+    metadata: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "worker_id": worker_id,
+        "queues": queues,
+        "hostname": hostname,
+        "pid": pid,
+        "heartbeat_interval_secs": heartbeat_interval_secs,
+        "metadata": _jsonb(metadata),
+    }
 
 
 @call(REGISTER_WORKFLOWS, column("registered"))
@@ -451,8 +538,9 @@ def concurrency_status(key: str | None = None) -> dict[str, Any]:
 
 
 @call(SET_RATE_LIMIT_OVERRIDE, first)
-def set_rate_limit_override(activity_name: str, rps: float, burst: float | None = None,
-                            ttl_secs: float = 3600) -> dict[str, Any]:
+def set_rate_limit_override(
+    activity_name: str, rps: float, burst: float | None = None, ttl_secs: float = 3600
+) -> dict[str, Any]:
     return {"activity_name": activity_name, "rps": rps, "burst": burst, "ttl_secs": ttl_secs}
 
 
@@ -482,16 +570,26 @@ def pending_starts_status(workflow_name: str | None = None) -> dict[str, Any]:
 
 
 @call(USAGE_REPORT)
-def usage_report(from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None) -> dict[str, Any]:
+def usage_report(
+    from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None
+) -> dict[str, Any]:
     return {"from_": from_, "to": to, "group_by": group_by, "max_window": max_window}
 
 
 # -- dead letters (functions/dead_letters.sql) -------------------------------------------------
 @call(LIST_DEAD_LETTERS)
-def list_dead_letters(limit: int = 100, activity_name: str | None = None,
-                      workflow_name: str | None = None, before_id: int | None = None) -> dict[str, Any]:
-    return {"limit": limit, "activity_name": activity_name, "workflow_name": workflow_name,
-            "before_id": before_id}
+def list_dead_letters(
+    limit: int = 100,
+    activity_name: str | None = None,
+    workflow_name: str | None = None,
+    before_id: int | None = None,
+) -> dict[str, Any]:
+    return {
+        "limit": limit,
+        "activity_name": activity_name,
+        "workflow_name": workflow_name,
+        "before_id": before_id,
+    }
 
 
 @call(GET_DEAD_LETTER, first)
@@ -514,30 +612,58 @@ def aggregate_dead_letters(group_by: str = "all") -> dict[str, Any]:
     return {"group_by": group_by}
 
 
-_BULK_DEAD_LETTERS = {action: BULK_DEAD_LETTERS.replace("{action}", action) for action in ("replay", "discard")}
+_BULK_DEAD_LETTERS = {
+    action: BULK_DEAD_LETTERS.replace("{action}", action) for action in ("replay", "discard")
+}
 
 
 @call(lambda params: _BULK_DEAD_LETTERS[params["action"]], column("result"))
-def bulk_dead_letters(action: str, activity_name: str | None = None, workflow_name: str | None = None,
-                      failed_after: Any = None, failed_before: Any = None, limit: int = 100,
-                      dry_run: bool = False, operator: str | None = None) -> dict[str, Any]:
+def bulk_dead_letters(
+    action: str,
+    activity_name: str | None = None,
+    workflow_name: str | None = None,
+    failed_after: Any = None,
+    failed_before: Any = None,
+    limit: int = 100,
+    dry_run: bool = False,
+    operator: str | None = None,
+) -> dict[str, Any]:
     if action not in _BULK_DEAD_LETTERS:
         raise ValueError(f"unknown bulk dead-letter action {action!r}")
-    return {"action": action, "activity_name": activity_name, "workflow_name": workflow_name,
-            "failed_after": failed_after, "failed_before": failed_before, "limit": limit,
-            "dry_run": dry_run, "operator": operator}
+    return {
+        "action": action,
+        "activity_name": activity_name,
+        "workflow_name": workflow_name,
+        "failed_after": failed_after,
+        "failed_before": failed_before,
+        "limit": limit,
+        "dry_run": dry_run,
+        "operator": operator,
+    }
 
 
 # -- the operator surface (functions/operator.sql, fleet.sql, retention.sql) -------------------
 @call(LIST_EXECUTIONS)
-def list_executions(state: str | None = None, workflow_name: str | None = None,
-                    search_attributes: list[str] | None = None, created_after: Any = None,
-                    created_before: Any = None, page_size: int = 50, cursor: str | None = None,
-                    order: str = "desc") -> dict[str, Any]:
-    return {"state": state, "workflow_name": workflow_name,
-            "search_attributes": list(search_attributes) if search_attributes else None,
-            "created_after": created_after, "created_before": created_before,
-            "page_size": page_size, "cursor": cursor, "order": order}
+def list_executions(
+    state: str | None = None,
+    workflow_name: str | None = None,
+    search_attributes: list[str] | None = None,
+    created_after: Any = None,
+    created_before: Any = None,
+    page_size: int = 50,
+    cursor: str | None = None,
+    order: str = "desc",
+) -> dict[str, Any]:
+    return {
+        "state": state,
+        "workflow_name": workflow_name,
+        "search_attributes": list(search_attributes) if search_attributes else None,
+        "created_after": created_after,
+        "created_before": created_before,
+        "page_size": page_size,
+        "cursor": cursor,
+        "order": order,
+    }
 
 
 @call(WORKFLOW_STACK, column("stack"))
@@ -546,7 +672,9 @@ def workflow_stack(execution_id: str) -> dict[str, Any]:
 
 
 @call(LIST_WORKERS)
-def list_workers(queue: str | None = None, status: str | None = None, health: str | None = None) -> dict[str, Any]:
+def list_workers(
+    queue: str | None = None, status: str | None = None, health: str | None = None
+) -> dict[str, Any]:
     return {"queue": queue, "status": status, "health": health}
 
 
@@ -581,13 +709,16 @@ def retention_status() -> dict[str, Any]:
 
 
 @call(SET_RETENTION, column("status"))
-def set_retention(max_age: str | None, batch_size: int | None = None, operator: str | None = None) -> dict[str, Any]:
+def set_retention(
+    max_age: str | None, batch_size: int | None = None, operator: str | None = None
+) -> dict[str, Any]:
     return {"max_age": max_age, "batch_size": batch_size, "operator": operator}
 
 
 @call(RUN_RETENTION, column("result"))
-def run_retention(max_age: str | None = None, batch_size: int | None = None,
-                  operator: str | None = None) -> dict[str, Any]:
+def run_retention(
+    max_age: str | None = None, batch_size: int | None = None, operator: str | None = None
+) -> dict[str, Any]:
     return {"max_age": max_age, "batch_size": batch_size, "operator": operator}
 
 
@@ -608,19 +739,41 @@ def request_query(execution_id: str, name: str, arg: Any, timeout: float) -> dic
 
 
 @call(REQUEST_UPDATE, first)
-def request_update(execution_id: str, name: str, arg: Any, update_id: str | None,
-                   timeout: float) -> dict[str, Any]:
-    return {"execution_id": execution_id, "name": name, "arg": _jsonb(arg), "update_id": update_id,
-            "timeout": timeout}
+def request_update(
+    execution_id: str, name: str, arg: Any, update_id: str | None, timeout: float
+) -> dict[str, Any]:
+    return {
+        "execution_id": execution_id,
+        "name": name,
+        "arg": _jsonb(arg),
+        "update_id": update_id,
+        "timeout": timeout,
+    }
 
 
 @call(UPDATE_WITH_START, first)
-def update_with_start(workflow_name: str, workflow_id: str, name: str, arg: Any, input: list[Any],
-                      task_queue: str, update_id: str | None, timeout: float,
-                      search_attributes: dict[str, Any]) -> dict[str, Any]:
-    return {"workflow_name": workflow_name, "workflow_id": workflow_id, "name": name, "arg": _jsonb(arg),
-            "input": _jsonb(input), "task_queue": task_queue, "update_id": update_id,
-            "timeout": timeout, "search_attributes": _jsonb(search_attributes)}
+def update_with_start(
+    workflow_name: str,
+    workflow_id: str,
+    name: str,
+    arg: Any,
+    input: list[Any],
+    task_queue: str,
+    update_id: str | None,
+    timeout: float,
+    search_attributes: dict[str, Any],
+) -> dict[str, Any]:
+    return {
+        "workflow_name": workflow_name,
+        "workflow_id": workflow_id,
+        "name": name,
+        "arg": _jsonb(arg),
+        "input": _jsonb(input),
+        "task_queue": task_queue,
+        "update_id": update_id,
+        "timeout": timeout,
+        "search_attributes": _jsonb(search_attributes),
+    }
 
 
 @call(GET_QUERY_REQUEST, first)
@@ -634,9 +787,15 @@ def claim_queries(worker_id: str, queues: list[str], limit: int, lease_secs: flo
 
 
 @call(ANSWER_QUERY, column("status"))
-def answer_query(request_id: int, worker_id: str, answer: Any, error: dict[str, Any] | None) -> dict[str, Any]:
-    return {"request_id": request_id, "worker_id": worker_id,
-            "answer": None if error is not None else _jsonb(answer), "error": _jsonb_or_null(error)}
+def answer_query(
+    request_id: int, worker_id: str, answer: Any, error: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "worker_id": worker_id,
+        "answer": None if error is not None else _jsonb(answer),
+        "error": _jsonb_or_null(error),
+    }
 
 
 @call(ACCEPT_UPDATE, column("status"))
@@ -666,8 +825,11 @@ class SqlApi:
 
     def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         page_size = params.pop("page_size")
-        with translated_errors(), self.conn.transaction(), \
-                self.conn.cursor(name="harvest_stream", row_factory=dict_row) as cur:
+        with (
+            translated_errors(),
+            self.conn.transaction(),
+            self.conn.cursor(name="harvest_stream", row_factory=dict_row) as cur,
+        ):
             cur.itersize = page_size
             cur.execute(sql, params)
             yield from cur
@@ -708,7 +870,10 @@ class AsyncSqlApi:
         page_size = params.pop("page_size")
         async with self.pool.connection() as conn:
             with translated_errors():
-                async with conn.transaction(), conn.cursor(name="harvest_stream", row_factory=dict_row) as cur:
+                async with (
+                    conn.transaction(),
+                    conn.cursor(name="harvest_stream", row_factory=dict_row) as cur,
+                ):
                     cur.itersize = page_size
                     await cur.execute(sql, params)
                     async for row in cur:
@@ -720,34 +885,43 @@ class AsyncSqlApi:
 # hand-written method (build the parameters, run, shape). The method carries the declaration's
 # name, docstring and signature (plus self), so help() and inspect see the real arguments.
 
+
 def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
     params, shape, sql = spec.params, spec.shape, spec.sql
     fixed = isinstance(sql, str)
     if spec.stream:
+
         def method(self, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
             return self._stream(sql if fixed else sql(values), values)
     elif is_async and fixed and shape is rows:  # the worker's claims and completions: no shaping
+
         async def method(self, *args: Any, **kwargs: Any) -> Any:
             return await self._all(sql, params(*args, **kwargs))
     elif is_async and fixed:
+
         async def method(self, *args: Any, **kwargs: Any) -> Any:
             return shape(await self._all(sql, params(*args, **kwargs)))
     elif is_async:
+
         async def method(self, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
             return shape(await self._all(sql(values), values))
     elif fixed:
+
         def method(self, *args: Any, **kwargs: Any) -> Any:
             return shape(self._all(sql, params(*args, **kwargs)))
     else:
+
         def method(self, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
             return shape(self._all(sql(values), values))
+
     signature = inspect.signature(params)
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    method.__signature__ = signature.replace(parameters=[self_param, *signature.parameters.values()],
-                                             return_annotation=inspect.Signature.empty)
+    method.__signature__ = signature.replace(
+        parameters=[self_param, *signature.parameters.values()], return_annotation=inspect.Signature.empty
+    )
     method.__name__ = spec.name
     method.__doc__ = params.__doc__ or f"harvest.{spec.name}: {shape.__doc__}"
     return method

@@ -94,7 +94,7 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
                             break
                 else:
                     stepper.value = op.on(sql)
-            except Exception as exc:  # noqa: BLE001 - thrown into the generator, which decides
+            except Exception as exc:
                 stepper.error = exc
         return stepper.result
     finally:
@@ -116,7 +116,7 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = No
                                 break
                 else:
                     stepper.value = await op.on(sql)
-            except Exception as exc:  # noqa: BLE001 - thrown into the generator, which decides
+            except Exception as exc:
                 stepper.error = exc
         return stepper.result
     finally:

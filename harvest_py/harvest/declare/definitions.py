@@ -38,8 +38,9 @@ def check_priority(value: Any, what: str = "priority") -> int:
     """An int (not a bool, not a string) within PRIORITY_RANGE."""
     low, high = PRIORITY_RANGE
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InvalidArgument(f"{what}: expected an int from {low} to {high}, got {type(value).__name__} "
-                              f"{value!r}")
+        raise InvalidArgument(
+            f"{what}: expected an int from {low} to {high}, got {type(value).__name__} {value!r}"
+        )
     if not low <= value <= high:
         raise InvalidArgument(f"{what}: {value} is out of range {low} to {high}")
     return value
@@ -67,26 +68,44 @@ class RetryPolicy:
     non_retryable_errors: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if (not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool)
-                or not 1 <= self.max_attempts <= 1_000_000):
+        if (
+            not isinstance(self.max_attempts, int)
+            or isinstance(self.max_attempts, bool)
+            or not 1 <= self.max_attempts <= 1_000_000
+        ):
             raise InvalidArgument(f"max_attempts: {self.max_attempts!r} must be an int from 1 to 1000000")
         self.initial_interval = parse_duration(self.initial_interval, "initial_interval", positive=True)
         self.max_interval = parse_duration(self.max_interval, "max_interval", positive=True)
-        if (not isinstance(self.backoff, (int, float)) or isinstance(self.backoff, bool)
-                or not 1 <= self.backoff <= 100):
+        if (
+            not isinstance(self.backoff, (int, float))
+            or isinstance(self.backoff, bool)
+            or not 1 <= self.backoff <= 100
+        ):
             raise InvalidArgument(f"backoff: {self.backoff!r} must be a number from 1 to 100")
         self.backoff = float(self.backoff)
         if isinstance(self.non_retryable_errors, str):
-            raise InvalidArgument("non_retryable_errors: expected a list of error types, "
-                                  f"got the string {self.non_retryable_errors!r}")
+            raise InvalidArgument(
+                "non_retryable_errors: expected a list of error types, "
+                f"got the string {self.non_retryable_errors!r}"
+            )
         self.non_retryable_errors = [str(e) for e in self.non_retryable_errors]
 
     @classmethod
-    def exponential(cls, max_attempts: int = 3, initial: Any = "1s", backoff: float = 2.0,
-                    maximum: Any = "100s", non_retryable_errors: Iterable[str] = ()
-                    ) -> RetryPolicy:
-        return cls(max_attempts, parse_duration(initial, "initial", positive=True), backoff,
-                   parse_duration(maximum, "maximum", positive=True), list(non_retryable_errors))
+    def exponential(
+        cls,
+        max_attempts: int = 3,
+        initial: Any = "1s",
+        backoff: float = 2.0,
+        maximum: Any = "100s",
+        non_retryable_errors: Iterable[str] = (),
+    ) -> RetryPolicy:
+        return cls(
+            max_attempts,
+            parse_duration(initial, "initial", positive=True),
+            backoff,
+            parse_duration(maximum, "maximum", positive=True),
+            list(non_retryable_errors),
+        )
 
     @classmethod
     def none(cls) -> RetryPolicy:
@@ -101,14 +120,18 @@ class RetryPolicy:
         """The resolution order of internals.md: flag, then error_type, then the message."""
         if attempt >= self.max_attempts or failure.non_retryable:
             return False
-        return not (failure.error_type in self.non_retryable_errors
-                    or failure.message in self.non_retryable_errors)
+        return not (
+            failure.error_type in self.non_retryable_errors or failure.message in self.non_retryable_errors
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"max_attempts": self.max_attempts,
-                "initial_interval": _num(self.initial_interval),
-                "backoff": self.backoff, "max_interval": _num(self.max_interval),
-                "non_retryable_errors": list(self.non_retryable_errors)}
+        return {
+            "max_attempts": self.max_attempts,
+            "initial_interval": _num(self.initial_interval),
+            "backoff": self.backoff,
+            "max_interval": _num(self.max_interval),
+            "non_retryable_errors": list(self.non_retryable_errors),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> RetryPolicy:
@@ -140,16 +163,29 @@ class ActivityDefinition:
     priority_aging_secs: float | None = None
     fairness_key: str | None = None
 
-    OVERRIDABLE = ("start_to_close", "schedule_to_close", "heartbeat_timeout", "retry",
-                   "queue", "priority", "dead_letter", "priority_aging_secs", "fairness_key")
+    OVERRIDABLE = (
+        "start_to_close",
+        "schedule_to_close",
+        "heartbeat_timeout",
+        "retry",
+        "queue",
+        "priority",
+        "dead_letter",
+        "priority_aging_secs",
+        "fairness_key",
+    )
 
     def options_json(self) -> dict[str, Any]:
         """The ``options`` object of a ``schedule_activity`` command."""
-        return {"start_to_close": _num(self.start_to_close),
-                "schedule_to_close": _num(self.schedule_to_close),
-                "heartbeat_timeout": _num(self.heartbeat_timeout),
-                "retry": self.retry.to_json(), "priority": self.priority,
-                "dead_letter": self.dead_letter, **self._flow_options()}
+        return {
+            "start_to_close": _num(self.start_to_close),
+            "schedule_to_close": _num(self.schedule_to_close),
+            "heartbeat_timeout": _num(self.heartbeat_timeout),
+            "retry": self.retry.to_json(),
+            "priority": self.priority,
+            "dead_letter": self.dead_letter,
+            **self._flow_options(),
+        }
 
     def _flow_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -168,8 +204,7 @@ class ActivityDefinition:
         """A copy with per-call overrides (``start_to_close="10s"``, ``queue=...``)."""
         unknown = sorted(set(overrides) - set(self.OVERRIDABLE))
         if unknown:
-            raise TypeError(f"unknown activity option(s) {unknown}; accepted: "
-                            f"{list(self.OVERRIDABLE)}")
+            raise TypeError(f"unknown activity option(s) {unknown}; accepted: {list(self.OVERRIDABLE)}")
         return dataclasses.replace(self, **_normalize_options(overrides))
 
 
@@ -240,16 +275,29 @@ def _check_name(name: Any, what: str) -> str:
 
 def _check_takes_ctx(fn: Callable, kind: str) -> None:
     params = list(inspect.signature(fn).parameters.values())
-    if not params or params[0].kind not in (inspect.Parameter.POSITIONAL_ONLY,
-                                            inspect.Parameter.POSITIONAL_OR_KEYWORD):
-        raise TypeError(f"@{kind} {fn.__qualname__}: the first parameter must be the "
-                        f"context (e.g. `def {fn.__name__}(ctx, ...)`)")
+    if not params or params[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise TypeError(
+            f"@{kind} {fn.__qualname__}: the first parameter must be the "
+            f"context (e.g. `def {fn.__name__}(ctx, ...)`)"
+        )
 
 
-def workflow(fn: Callable | None = None, *, name: str | None = None,
-             queue: str | None = None, concurrency: Any = None, quota: Any = None,
-             throttle: Any = None, debounce: Any = None, batch: Any = None,
-             activities: Iterable[Any] | None = None, children: Iterable[Any] | None = None) -> Any:
+def workflow(
+    fn: Callable | None = None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    concurrency: Any = None,
+    quota: Any = None,
+    throttle: Any = None,
+    debounce: Any = None,
+    batch: Any = None,
+    activities: Iterable[Any] | None = None,
+    children: Iterable[Any] | None = None,
+) -> Any:
     """Mark an ``async def`` as a workflow; usable bare or as ``@workflow(name=..., queue=...)``.
 
     ``activities=`` and ``children=`` declare what it calls (functions or names), so
@@ -258,35 +306,58 @@ def workflow(fn: Callable | None = None, *, name: str | None = None,
 
     def wrap(f: Callable) -> Callable:
         if not inspect.iscoroutinefunction(f):
-            raise TypeError(f"@workflow {getattr(f, '__qualname__', f)!r} must be an "
-                            "`async def` (workflows are deterministic coroutines)")
+            raise TypeError(
+                f"@workflow {getattr(f, '__qualname__', f)!r} must be an "
+                "`async def` (workflows are deterministic coroutines)"
+            )
         _check_takes_ctx(f, "workflow")
         f.__harvest_workflow__ = WorkflowDefinition(
-            name=_check_name(name or f.__name__, "workflow name"), fn=f,
+            name=_check_name(name or f.__name__, "workflow name"),
+            fn=f,
             queue=_check_name(queue, "queue") if queue is not None else DEFAULT_QUEUE,
             **_flow.workflow_policies(concurrency, quota),
             **_flow.start_gates(throttle, debounce, batch),
             declared_activities=_declared(activities, "__harvest_activity__", "activities"),
-            declared_children=_declared(children, "__harvest_workflow__", "children"))
+            declared_children=_declared(children, "__harvest_workflow__", "children"),
+        )
         return f
 
     return wrap(fn) if fn is not None else wrap
 
 
-def activity(fn: Callable | None = None, *, start_to_close: Any = 300.0,
-             schedule_to_close: Any = None, heartbeat_timeout: Any = None,
-             retry: RetryPolicy | None = None, queue: str | None = None, local: bool = False,
-             name: str | None = None, priority: int = 0, dead_letter: bool = True,
-             max_concurrent: int | None = None, concurrency_key: str | None = None,
-             rate_limit: Any = None, priority_aging_secs: Any = None,
-             fairness_key: str | None = None) -> Any:
+def activity(
+    fn: Callable | None = None,
+    *,
+    start_to_close: Any = 300.0,
+    schedule_to_close: Any = None,
+    heartbeat_timeout: Any = None,
+    retry: RetryPolicy | None = None,
+    queue: str | None = None,
+    local: bool = False,
+    name: str | None = None,
+    priority: int = 0,
+    dead_letter: bool = True,
+    max_concurrent: int | None = None,
+    concurrency_key: str | None = None,
+    rate_limit: Any = None,
+    priority_aging_secs: Any = None,
+    fairness_key: str | None = None,
+) -> Any:
     """Mark a function as an activity; ``async def`` runs on the loop, plain ``def`` in a thread."""
     flow = _flow.activity_policies(max_concurrent, concurrency_key, rate_limit)
-    options = _normalize_options({
-        "start_to_close": start_to_close, "schedule_to_close": schedule_to_close,
-        "heartbeat_timeout": heartbeat_timeout, "retry": retry, "queue": queue,
-        "priority": priority, "dead_letter": bool(dead_letter),
-        "priority_aging_secs": priority_aging_secs, "fairness_key": fairness_key})
+    options = _normalize_options(
+        {
+            "start_to_close": start_to_close,
+            "schedule_to_close": schedule_to_close,
+            "heartbeat_timeout": heartbeat_timeout,
+            "retry": retry,
+            "queue": queue,
+            "priority": priority,
+            "dead_letter": bool(dead_letter),
+            "priority_aging_secs": priority_aging_secs,
+            "fairness_key": fairness_key,
+        }
+    )
 
     def wrap(f: Callable) -> Callable:
         if not callable(f):
@@ -295,8 +366,13 @@ def activity(fn: Callable | None = None, *, start_to_close: Any = 300.0,
             raise TypeError(f"@activity expects a function, got the class {f.__qualname__}")
         _check_takes_ctx(f, "activity")
         f.__harvest_activity__ = ActivityDefinition(
-            name=_check_name(name or f.__name__, "activity name"), fn=f, local=bool(local),
-            is_async=inspect.iscoroutinefunction(f), **options, **flow)
+            name=_check_name(name or f.__name__, "activity name"),
+            fn=f,
+            local=bool(local),
+            is_async=inspect.iscoroutinefunction(f),
+            **options,
+            **flow,
+        )
         return f
 
     return wrap(fn) if fn is not None else wrap
@@ -312,8 +388,14 @@ class App:
     Later registries (queries, updates) join as keyword-only arguments here.
     """
 
-    def __init__(self, workflows: Iterable[Any] = (), activities: Iterable[Any] = (), *,
-                 queries: Iterable[Any] = (), updates: Iterable[Any] = ()) -> None:
+    def __init__(
+        self,
+        workflows: Iterable[Any] = (),
+        activities: Iterable[Any] = (),
+        *,
+        queries: Iterable[Any] = (),
+        updates: Iterable[Any] = (),
+    ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
         for item in workflows:
@@ -322,12 +404,14 @@ class App:
             self._add(self.activities, _as_activity(item), "activity")
         _flow.check_shared_keys(self.activities.values())
         from harvest.declare.messages import register_handlers  # @query / @update (declare/messages.py)
+
         # workflow name -> handler name -> HandlerDefinition
         self.queries, self.updates = register_handlers(self.workflows, queries, updates)
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""
         from harvest.declare.messages import describe_handlers
+
         return describe_handlers(self, workflow)
 
     @staticmethod
@@ -336,8 +420,10 @@ class App:
         if existing is not None:
             if existing.fn is defn.fn:
                 return  # the same function listed twice is harmless
-            raise ConfigError(f"duplicate {kind} name {defn.name!r}: registered by "
-                              f"{_describe(existing.fn)} and {_describe(defn.fn)}")
+            raise ConfigError(
+                f"duplicate {kind} name {defn.name!r}: registered by "
+                f"{_describe(existing.fn)} and {_describe(defn.fn)}"
+            )
         table[defn.name] = defn
 
     def workflow(self, name: Any) -> WorkflowDefinition:
@@ -345,16 +431,18 @@ class App:
         try:
             return self.workflows[key]
         except KeyError:
-            raise NotFound(f"no workflow named {key!r} is registered; known: "
-                           f"{sorted(self.workflows) or 'none'}") from None
+            raise NotFound(
+                f"no workflow named {key!r} is registered; known: {sorted(self.workflows) or 'none'}"
+            ) from None
 
     def activity(self, name: Any) -> ActivityDefinition:
         key = _name_of(name, "__harvest_activity__")
         try:
             return self.activities[key]
         except KeyError:
-            raise NotFound(f"no activity named {key!r} is registered; known: "
-                           f"{sorted(self.activities) or 'none'}") from None
+            raise NotFound(
+                f"no activity named {key!r} is registered; known: {sorted(self.activities) or 'none'}"
+            ) from None
 
     def find_activity(self, name: str) -> ActivityDefinition | None:
         return self.activities.get(name)

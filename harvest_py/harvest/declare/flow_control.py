@@ -29,8 +29,10 @@ ON_CONFLICT = ("defer", "cancel_running")
 def check_key_path(path: Any, what: str) -> str:
     """``input`` is the first positional argument; ``input.tenant_id`` its field ``tenant_id``."""
     if not isinstance(path, str) or not _KEY_PATH.match(path):
-        raise InvalidArgument(f"{what}: key path {path!r} must be 'input' or 'input.<field>[.<field>...]' "
-                              "(input is the first positional argument)")
+        raise InvalidArgument(
+            f"{what}: key path {path!r} must be 'input' or 'input.<field>[.<field>...]' "
+            "(input is the first positional argument)"
+        )
     return path
 
 
@@ -57,7 +59,9 @@ class Concurrency:
         check_key_path(self.key, "Concurrency.key")
         _positive_int(self.limit, "Concurrency.limit")
         if self.on_conflict not in ON_CONFLICT:
-            raise InvalidArgument(f"Concurrency.on_conflict: {self.on_conflict!r} is not one of {ON_CONFLICT}")
+            raise InvalidArgument(
+                f"Concurrency.on_conflict: {self.on_conflict!r} is not one of {ON_CONFLICT}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {"key": self.key, "limit": self.limit, "on_conflict": self.on_conflict}
@@ -74,8 +78,11 @@ class Quota:
 
     def __post_init__(self) -> None:
         check_key_path(self.key, "Quota.key")
-        limits = {"max_active_executions": self.max_active_executions,
-                  "max_history_bytes": self.max_history_bytes, "max_dead_letters": self.max_dead_letters}
+        limits = {
+            "max_active_executions": self.max_active_executions,
+            "max_history_bytes": self.max_history_bytes,
+            "max_dead_letters": self.max_dead_letters,
+        }
         if all(v is None for v in limits.values()):
             raise InvalidArgument("Quota: set at least one of " + ", ".join(limits))
         for name, value in limits.items():
@@ -106,16 +113,24 @@ class RateLimit:
             check_key_path(self.key, "RateLimit.key")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rps": self.rps, "burst": self.burst if self.burst is not None else max(self.rps, 1),
-                "key": self.key}
+        return {
+            "rps": self.rps,
+            "burst": self.burst if self.burst is not None else max(self.rps, 1),
+            "key": self.key,
+        }
 
 
 def _positive_number(value: Any, what: str, minimum: float = 0.0, strict: bool = True) -> float:
     # A finite number only: NaN compares false everywhere and infinity is no rate or size.
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) \
-            or not (value > minimum if strict else value >= minimum):
-        raise InvalidArgument(f"{what}: expected a number {'>' if strict else '>='} {minimum:g}, "
-                              f"got {value!r}")
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not (value > minimum if strict else value >= minimum)
+    ):
+        raise InvalidArgument(
+            f"{what}: expected a number {'>' if strict else '>='} {minimum:g}, got {value!r}"
+        )
     return value
 
 
@@ -137,8 +152,11 @@ class Throttle:
             check_key_path(self.key, "Throttle.key")
 
     def to_json(self) -> dict[str, Any]:
-        return {"rps": self.rps, "burst": self.burst if self.burst is not None else max(self.rps, 1),
-                "key": self.key}
+        return {
+            "rps": self.rps,
+            "burst": self.burst if self.burst is not None else max(self.rps, 1),
+            "key": self.key,
+        }
 
 
 @dataclass(frozen=True)
@@ -158,9 +176,11 @@ class Debounce:
             check_key_path(self.key, "Debounce.key")
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "quiet_secs": _seconds(self.quiet, "Debounce.quiet"),
-                "max_wait_secs": None if self.max_wait is None
-                else _seconds(self.max_wait, "Debounce.max_wait")}
+        return {
+            "key": self.key,
+            "quiet_secs": _seconds(self.quiet, "Debounce.quiet"),
+            "max_wait_secs": None if self.max_wait is None else _seconds(self.max_wait, "Debounce.max_wait"),
+        }
 
 
 @dataclass(frozen=True)
@@ -179,11 +199,15 @@ class Batch:
             check_key_path(self.key, "Batch.key")
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "max_size": self.max_size,
-                "window_secs": _seconds(self.window, "Batch.window")}
+        return {
+            "key": self.key,
+            "max_size": self.max_size,
+            "window_secs": _seconds(self.window, "Batch.window"),
+        }
 
 
 # -- the hooks definitions.py calls ------------------------------------------------------
+
 
 def workflow_policies(concurrency: Any, quota: Any) -> dict[str, Any]:
     if concurrency is not None and not isinstance(concurrency, Concurrency):
@@ -194,15 +218,23 @@ def workflow_policies(concurrency: Any, quota: Any) -> dict[str, Any]:
 
 
 def start_gates(throttle: Any, debounce: Any, batch: Any) -> dict[str, Any]:
-    for what, value, cls in (("throttle", throttle, Throttle), ("debounce", debounce, Debounce),
-                             ("batch", batch, Batch)):
+    for what, value, cls in (
+        ("throttle", throttle, Throttle),
+        ("debounce", debounce, Debounce),
+        ("batch", batch, Batch),
+    ):
         if value is not None and not isinstance(value, cls):
             raise TypeError(f"@workflow({what}=...): expected a {cls.__name__}, got {value!r}")
-    declared = [name for name, value in (("throttle", throttle), ("debounce", debounce),
-                                         ("batch", batch)) if value is not None]
+    declared = [
+        name
+        for name, value in (("throttle", throttle), ("debounce", debounce), ("batch", batch))
+        if value is not None
+    ]
     if len(declared) > 1:
-        raise InvalidArgument(f"@workflow: {' and '.join(declared)} cannot be combined; "
-                              "declare one of throttle, debounce, batch")
+        raise InvalidArgument(
+            f"@workflow: {' and '.join(declared)} cannot be combined; "
+            "declare one of throttle, debounce, batch"
+        )
     return {"throttle": throttle, "debounce": debounce, "batch": batch}
 
 
@@ -211,8 +243,10 @@ def activity_policies(max_concurrent: Any, concurrency_key: Any, rate_limit: Any
         _positive_int(max_concurrent, "@activity(max_concurrent=...)")
     if concurrency_key is not None:
         if max_concurrent is None:
-            raise InvalidArgument("@activity(concurrency_key=...) needs max_concurrent=N: the key names "
-                                  "a budget of N in-flight calls")
+            raise InvalidArgument(
+                "@activity(concurrency_key=...) needs max_concurrent=N: the key names "
+                "a budget of N in-flight calls"
+            )
         if not isinstance(concurrency_key, str) or not concurrency_key.strip():
             raise InvalidArgument(f"concurrency_key: expected a non-empty string, got {concurrency_key!r}")
     if rate_limit is not None and not isinstance(rate_limit, RateLimit):
@@ -231,8 +265,10 @@ def check_shared_keys(activities: Any) -> None:
     for key, members in sorted(by_key.items()):
         if len(set(members.values())) > 1:
             listed = ", ".join(f"{name} (max_concurrent={n})" for name, n in sorted(members.items()))
-            raise ConfigError(f"concurrency key {key!r}: activities sharing it disagree on max_concurrent: "
-                              f"{listed}; give them the same value")
+            raise ConfigError(
+                f"concurrency key {key!r}: activities sharing it disagree on max_concurrent: "
+                f"{listed}; give them the same value"
+            )
 
 
 def policies_json(app: Any) -> dict[str, Any]:

@@ -65,16 +65,22 @@ class HandlerDefinition:
         return (decode(raw, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
 
     def describe(self) -> dict[str, Any]:
-        out = {"name": self.name, "input_type_hint": type_hint_name(self.arg_hint()),
-               "output_type_hint": type_hint_name(self.return_hint())}
+        out = {
+            "name": self.name,
+            "input_type_hint": type_hint_name(self.arg_hint()),
+            "output_type_hint": type_hint_name(self.return_hint()),
+        }
         if self.kind == "update":
             out["has_validator"] = self.validator is not None
         return out
 
 
 def _positional(fn: Callable) -> list[inspect.Parameter]:
-    return [p for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
 
 
 def _takes_arg(fn: Callable) -> bool:
@@ -91,8 +97,10 @@ def check_handler(fn: Any, kind: str, name: str) -> Callable:
         return fn  # builtins without a signature: trust the caller
     required = [p for p in params if p.default is p.empty]
     if not params or len(required) > 2:
-        raise TypeError(f"{kind} handler {name!r} ({getattr(fn, '__qualname__', fn)}): a handler "
-                        "takes (ctx) or (ctx, arg)")
+        raise TypeError(
+            f"{kind} handler {name!r} ({getattr(fn, '__qualname__', fn)}): a handler "
+            "takes (ctx) or (ctx, arg)"
+        )
     return fn
 
 
@@ -115,8 +123,9 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
-def _decorator(kind: str, workflow: Any, name: str | None,
-               validator: Callable | None) -> Callable[[Callable], Callable]:
+def _decorator(
+    kind: str, workflow: Any, name: str | None, validator: Callable | None
+) -> Callable[[Callable], Callable]:
     wf_name = getattr(getattr(workflow, "__harvest_workflow__", None), "name", None) or workflow
     _check_name(wf_name, f"@{kind}(workflow=...)")
     if validator is not None:
@@ -125,8 +134,7 @@ def _decorator(kind: str, workflow: Any, name: str | None,
     def wrap(fn: Callable) -> Callable:
         handler_name = _check_name(name or fn.__name__, f"{kind} name")
         check_handler(fn, kind, handler_name)
-        setattr(fn, f"__harvest_{kind}__",
-                HandlerDefinition(kind, handler_name, fn, wf_name, validator))
+        setattr(fn, f"__harvest_{kind}__", HandlerDefinition(kind, handler_name, fn, wf_name, validator))
         return fn
 
     return wrap
@@ -139,34 +147,40 @@ def query(fn: Callable | None = None, *, workflow: Any = None, name: str | None 
     returns. Register it with ``App(queries=[...])``.
     """
     if fn is not None:
-        raise TypeError("@query needs the workflow: @query(workflow=\"name\")")
+        raise TypeError('@query needs the workflow: @query(workflow="name")')
     return _decorator("query", workflow, name, None)
 
 
-def update(fn: Callable | None = None, *, workflow: Any = None, name: str | None = None,
-           validator: Callable | None = None) -> Any:
+def update(
+    fn: Callable | None = None,
+    *,
+    workflow: Any = None,
+    name: str | None = None,
+    validator: Callable | None = None,
+) -> Any:
     """Declare an update handler of ``workflow``; ``validator(ctx, arg)`` rejects by raising.
 
     The handler runs inside the workflow (deterministically, like workflow code: it
     may await activities and timers); register it with ``App(updates=[...])``.
     """
     if fn is not None:
-        raise TypeError("@update needs the workflow: @update(workflow=\"name\")")
+        raise TypeError('@update needs the workflow: @update(workflow="name")')
     return _decorator("update", workflow, name, validator)
 
 
 def _as_handler(item: Any, kind: str) -> HandlerDefinition:
     defn = item if isinstance(item, HandlerDefinition) else getattr(item, f"__harvest_{kind}__", None)
     if not isinstance(defn, HandlerDefinition) or defn.kind != kind:
-        raise TypeError(f"App({kind.replace('query', 'querie')}s=...): {item!r} is not decorated "
-                        f"with @{kind}(workflow=...)")
+        raise TypeError(
+            f"App({kind.replace('query', 'querie')}s=...): {item!r} is not decorated "
+            f"with @{kind}(workflow=...)"
+        )
     return defn
 
 
-def register_handlers(workflow_names: Iterable[str], queries: Iterable[Any],
-                      updates: Iterable[Any]
-                      ) -> tuple[dict[str, dict[str, HandlerDefinition]],
-                                 dict[str, dict[str, HandlerDefinition]]]:
+def register_handlers(
+    workflow_names: Iterable[str], queries: Iterable[Any], updates: Iterable[Any]
+) -> tuple[dict[str, dict[str, HandlerDefinition]], dict[str, dict[str, HandlerDefinition]]]:
     """Build the App's tables: workflow name -> handler name -> definition."""
     known = set(workflow_names)
     tables: dict[str, dict[str, dict[str, HandlerDefinition]]] = {"query": {}, "update": {}}
@@ -174,8 +188,10 @@ def register_handlers(workflow_names: Iterable[str], queries: Iterable[Any],
         for item in items:
             defn = _as_handler(item, kind)
             if defn.workflow not in known:
-                raise ConfigError(f"@{kind} {defn.name!r} belongs to workflow {defn.workflow!r}, "
-                                  f"which this App does not register; known: {sorted(known) or 'none'}")
+                raise ConfigError(
+                    f"@{kind} {defn.name!r} belongs to workflow {defn.workflow!r}, "
+                    f"which this App does not register; known: {sorted(known) or 'none'}"
+                )
             table = tables[kind].setdefault(defn.workflow, {})
             existing = table.get(defn.name)
             if existing is not None and existing.fn is not defn.fn:
@@ -189,10 +205,11 @@ def describe_handlers(app: Any, workflow: Any) -> dict[str, Any]:
     "updates": [{..., has_validator}]}`` for one registered workflow type."""
     name = getattr(getattr(workflow, "__harvest_workflow__", None), "name", None) or workflow
     if name not in app.workflows:
-        raise NotFound(f"no workflow named {name!r} is registered; known: "
-                       f"{sorted(app.workflows) or 'none'}")
+        raise NotFound(f"no workflow named {name!r} is registered; known: {sorted(app.workflows) or 'none'}")
     queries = getattr(app, "queries", {}).get(name, {})
     updates = getattr(app, "updates", {}).get(name, {})
-    return {"workflow": name,
-            "queries": [queries[n].describe() for n in sorted(queries)],
-            "updates": [updates[n].describe() for n in sorted(updates)]}
+    return {
+        "workflow": name,
+        "queries": [queries[n].describe() for n in sorted(queries)],
+        "updates": [updates[n].describe() for n in sorted(updates)],
+    }

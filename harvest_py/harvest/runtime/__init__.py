@@ -6,6 +6,16 @@ from harvest.runtime.local import LocalActivityContext
 from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
 from harvest.runtime.run import Activation, HistoryMismatch, WorkflowRun
 
-__all__ = ["DEFAULT_VERSION", "Activation", "ChildHandle", "ContinueAsNew", "DeterministicEventLoop",
-           "HistoryMismatch", "IllegalWorkflowOperation", "LocalActivityContext", "WorkflowContext",
-           "WorkflowInfo", "WorkflowRun"]
+__all__ = [
+    "DEFAULT_VERSION",
+    "Activation",
+    "ChildHandle",
+    "ContinueAsNew",
+    "DeterministicEventLoop",
+    "HistoryMismatch",
+    "IllegalWorkflowOperation",
+    "LocalActivityContext",
+    "WorkflowContext",
+    "WorkflowInfo",
+    "WorkflowRun",
+]

@@ -18,9 +18,15 @@ __all__ = ["ChildHandle"]
 class ChildHandle:
     """A started child: ``await handle.result()``, ``await handle.started()``."""
 
-    def __init__(self, seq: int, workflow_name: str, workflow_id: str | None,
-                 result_future: asyncio.Future, started_future: asyncio.Future,
-                 decode: Callable[[Any], Any]):
+    def __init__(
+        self,
+        seq: int,
+        workflow_name: str,
+        workflow_id: str | None,
+        result_future: asyncio.Future,
+        started_future: asyncio.Future,
+        decode: Callable[[Any], Any],
+    ):
         self.seq = seq
         self.workflow_name = workflow_name
         self.workflow_id = workflow_id  # as requested; the minted one once started
@@ -52,5 +58,7 @@ class ChildHandle:
         return self._decode(raw)
 
     def __repr__(self) -> str:
-        return (f"ChildHandle(seq={self.seq}, workflow={self.workflow_name!r}, "
-                f"child_execution_id={self.child_execution_id!r})")
+        return (
+            f"ChildHandle(seq={self.seq}, workflow={self.workflow_name!r}, "
+            f"child_execution_id={self.child_execution_id!r})"
+        )

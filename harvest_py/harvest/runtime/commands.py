@@ -37,23 +37,41 @@ __all__ = [
 ]
 
 # command event type -> command type
-COMMAND_EVENTS = {"ActivityScheduled": "schedule_activity", "TimerStarted": "start_timer",
-                  "MarkerRecorded": "record_marker", "TimerCancelled": "cancel_timer",
-                  "ChildWorkflowStarted": "start_child_workflow"}
+COMMAND_EVENTS = {
+    "ActivityScheduled": "schedule_activity",
+    "TimerStarted": "start_timer",
+    "MarkerRecorded": "record_marker",
+    "TimerCancelled": "cancel_timer",
+    "ChildWorkflowStarted": "start_child_workflow",
+}
 COMMAND_EVENTS["UpdateCompleted"] = "complete_update"  # queries and updates (runtime/messages.py)
 # resolution event type -> the kind of pending command it resolves (None: not seq-based)
 RESOLUTION_EVENTS: dict[str, str | None] = {
-    "ActivityCompleted": "activity", "ActivityFailed": "activity", "TimerFired": "timer",
-    "ChildWorkflowCompleted": "child", "ChildWorkflowFailed": "child",
-    "SignalReceived": None, "WorkflowCancelRequested": None}
+    "ActivityCompleted": "activity",
+    "ActivityFailed": "activity",
+    "TimerFired": "timer",
+    "ChildWorkflowCompleted": "child",
+    "ChildWorkflowFailed": "child",
+    "SignalReceived": None,
+    "WorkflowCancelRequested": None,
+}
 RESOLUTION_EVENTS["UpdateAccepted"] = None  # delivered to runtime/messages.py
 RESOLUTION_EVENTS["MutexAcquired"] = "mutex"  # {seq, key}: the grant of ctx.mutex (runtime/mutex.py)
-TERMINAL_EVENTS = {"WorkflowCompleted", "WorkflowFailed", "WorkflowTerminated",
-                   "WorkflowCancelled", "WorkflowTimedOut", "WorkflowContinuedAsNew"}
+TERMINAL_EVENTS = {
+    "WorkflowCompleted",
+    "WorkflowFailed",
+    "WorkflowTerminated",
+    "WorkflowCancelled",
+    "WorkflowTimedOut",
+    "WorkflowContinuedAsNew",
+}
 # terminal command type -> the terminal event the SQL writes for it
-TERMINAL_COMMANDS = {"complete_workflow": "WorkflowCompleted", "fail_workflow": "WorkflowFailed",
-                     "cancel_workflow": "WorkflowCancelled",
-                     "continue_as_new": "WorkflowContinuedAsNew"}
+TERMINAL_COMMANDS = {
+    "complete_workflow": "WorkflowCompleted",
+    "fail_workflow": "WorkflowFailed",
+    "cancel_workflow": "WorkflowCancelled",
+    "continue_as_new": "WorkflowContinuedAsNew",
+}
 # events that neither match a command nor resolve one: the run's input, the step
 # boundary marker, and the note a reset leaves on its fork (history only)
 BOOKKEEPING_EVENTS = frozenset({"WorkflowStarted", "WorkflowTaskCompleted", "WorkflowResetFork"})
@@ -93,11 +111,11 @@ def same(cmd: dict, recorded: dict) -> bool:
     return describe_command(cmd) == describe_command(recorded)
 
 
-def nondeterminism(seq: int | None, expected: str, got: str, hint: str = ""
-                   ) -> NonDeterminismError:
+def nondeterminism(seq: int | None, expected: str, got: str, hint: str = "") -> NonDeterminismError:
     where = f" at seq {seq}" if seq is not None else ""
-    exc = NonDeterminismError(f"non-determinism{where}: expected {expected}, got {got}"
-                              + (f" ({hint})" if hint else ""))
+    exc = NonDeterminismError(
+        f"non-determinism{where}: expected {expected}, got {got}" + (f" ({hint})" if hint else "")
+    )
     exc.seq, exc.expected, exc.got = seq, expected, got  # type: ignore[attr-defined]
     return exc
 
@@ -107,14 +125,24 @@ def failure_json(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, ActivityError):
         exc = exc.failure
     if isinstance(exc, ChildWorkflowError):
-        return {"error_type": "ChildWorkflowError", "message": str(exc), "non_retryable": True,
-                "details": {"status": exc.status, "child_execution_id": exc.child_execution_id,
-                            "failure": exc.failure}}
+        return {
+            "error_type": "ChildWorkflowError",
+            "message": str(exc),
+            "non_retryable": True,
+            "details": {
+                "status": exc.status,
+                "child_execution_id": exc.child_execution_id,
+                "failure": exc.failure,
+            },
+        }
     if isinstance(exc, ActivityFailure):
-        return {"error_type": exc.error_type, "message": exc.message,
-                "non_retryable": True, "details": exc.details}
-    return {"error_type": type(exc).__name__, "message": str(exc),
-            "non_retryable": True, "details": None}
+        return {
+            "error_type": exc.error_type,
+            "message": exc.message,
+            "non_retryable": True,
+            "details": exc.details,
+        }
+    return {"error_type": type(exc).__name__, "message": str(exc), "non_retryable": True, "details": None}
 
 
 @dataclass
@@ -180,8 +208,7 @@ class CommandIssuer:
         event = self._expected.pop(seq, None)
         got = describe_command(command)
         if event is None:
-            self._raise_fatal(nondeterminism(seq, "no command (the history has none here)",
-                                             got))
+            self._raise_fatal(nondeterminism(seq, "no command (the history has none here)", got))
         recorded = event_as_command(event)
         if not same(command, recorded):
             self._raise_fatal(nondeterminism(seq, describe_command(recorded), got))
@@ -194,23 +221,29 @@ class CommandIssuer:
             self._new_commands.append(command)
         return recorded
 
-    def issue(self, command: dict, kind: str, name: str | None,
-              on_fire: Callable[[], None] | None = None) -> asyncio.Future:
+    def issue(
+        self, command: dict, kind: str, name: str | None, on_fire: Callable[[], None] | None = None
+    ) -> asyncio.Future:
         """Issue an activity or timer command; the future resolves from its history event."""
         self._record(command)
         future = self._loop.create_future()
-        self._pending[command["seq"]] = Pending(command["seq"], kind, name, future,
-                                                 on_fire=on_fire)
+        self._pending[command["seq"]] = Pending(command["seq"], kind, name, future, on_fire=on_fire)
         return future
 
     def issue_local(self, defn: Any, args: tuple) -> asyncio.Future:
         seq = self.next_seq()
-        probe = {"type": "record_marker", "seq": seq, "kind": "local_activity",
-                 "value": {"name": defn.name}}
+        probe = {"type": "record_marker", "seq": seq, "kind": "local_activity", "value": {"name": defn.name}}
         recorded = self._match(probe)
         future = self._loop.create_future()
-        self._pending[seq] = Pending(seq, "local_activity", defn.name, future, defn, tuple(args),
-                                      recorded["value"] if recorded is not None else None)
+        self._pending[seq] = Pending(
+            seq,
+            "local_activity",
+            defn.name,
+            future,
+            defn,
+            tuple(args),
+            recorded["value"] if recorded is not None else None,
+        )
         return future
 
     def timer_pending(self, seq: int) -> bool:
@@ -255,43 +288,71 @@ class CommandIssuer:
                 event = self._expected.get(seq)
                 data = (event or {}).get("event_data") or {}
                 value = data.get("value") if isinstance(data.get("value"), dict) else {}
-                if event is None or event["event_type"] != "MarkerRecorded" \
-                        or data.get("kind") != "version" or value.get("change_id") != change_id:
+                if (
+                    event is None
+                    or event["event_type"] != "MarkerRecorded"
+                    or data.get("kind") != "version"
+                    or value.get("change_id") != change_id
+                ):
                     if min_supported != DEFAULT_VERSION:
-                        recorded = describe_command(event_as_command(event)) if event \
-                            else "no command"
-                        self._raise_fatal(nondeterminism(
-                            seq, recorded, f"version marker {change_id!r}",
-                            f"a history recorded before ctx.version({change_id!r}) was added "
-                            f"replays only if min_supported is DEFAULT_VERSION "
-                            f"({DEFAULT_VERSION}), not {min_supported}"))
+                        recorded = describe_command(event_as_command(event)) if event else "no command"
+                        self._raise_fatal(
+                            nondeterminism(
+                                seq,
+                                recorded,
+                                f"version marker {change_id!r}",
+                                f"a history recorded before ctx.version({change_id!r}) was added "
+                                f"replays only if min_supported is DEFAULT_VERSION "
+                                f"({DEFAULT_VERSION}), not {min_supported}",
+                            )
+                        )
                     known = DEFAULT_VERSION  # old history: no marker, no seq consumed
                 else:
-                    self._match({"type": "record_marker", "seq": self.next_seq(),
-                                 "kind": "version", "value": {"change_id": change_id}})
+                    self._match(
+                        {
+                            "type": "record_marker",
+                            "seq": self.next_seq(),
+                            "kind": "version",
+                            "value": {"change_id": change_id},
+                        }
+                    )
                     known = int(value.get("version"))
             else:
                 known = max_supported
-                self._new_commands.append({"type": "record_marker", "seq": self.next_seq(),
-                                           "kind": "version", "value": {
-                                               "change_id": change_id, "version": known}})
+                self._new_commands.append(
+                    {
+                        "type": "record_marker",
+                        "seq": self.next_seq(),
+                        "kind": "version",
+                        "value": {"change_id": change_id, "version": known},
+                    }
+                )
             self._versions[change_id] = known
         if not min_supported <= known <= max_supported:
-            self._raise_fatal(NonDeterminismError(
-                f"non-determinism: version {known} recorded for change {change_id!r} is outside "
-                f"the supported range [{min_supported}, {max_supported}]"))
+            self._raise_fatal(
+                NonDeterminismError(
+                    f"non-determinism: version {known} recorded for change {change_id!r} is outside "
+                    f"the supported range [{min_supported}, {max_supported}]"
+                )
+            )
         return known
 
     def call_side_effect(self, fn: Callable[[], Any]) -> Any:
         try:
             result = fn()
-        except Exception as exc:  # noqa: BLE001 - user code; reported, never swallowed
-            self._raise_fatal(IllegalWorkflowOperation(
-                f"side_effect function {getattr(fn, '__name__', fn)!r} raised "
-                f"{type(exc).__name__}: {exc}; a side effect must not fail (its failure "
-                "cannot be replayed), so the workflow task fails and will be retried. "
-                "Use an activity for work that can fail."))
+        except Exception as exc:
+            self._raise_fatal(
+                IllegalWorkflowOperation(
+                    f"side_effect function {getattr(fn, '__name__', fn)!r} raised "
+                    f"{type(exc).__name__}: {exc}; a side effect must not fail (its failure "
+                    "cannot be replayed), so the workflow task fails and will be retried. "
+                    "Use an activity for work that can fail."
+                )
+            )
         if asyncio.iscoroutine(result) or isinstance(result, Awaitable):
-            self._raise_fatal(IllegalWorkflowOperation(
-                "side_effect expects a plain function; use an activity for async work"))
+            self._raise_fatal(
+                IllegalWorkflowOperation(
+                    "side_effect expects a plain function; use an activity for async work"
+                )
+            )
         return result

@@ -103,9 +103,14 @@ class WorkflowContext:
             return await self._local(defn, fn, args, options)
         if options:
             defn = defn.with_options(**options)
-        command = {"type": "schedule_activity", "seq": self._run.next_seq(), "name": defn.name,
-                   "input": encode_args(fn, args), "queue": defn.queue or self.task_queue,
-                   "options": defn.options_json()}
+        command = {
+            "type": "schedule_activity",
+            "seq": self._run.next_seq(),
+            "name": defn.name,
+            "input": encode_args(fn, args),
+            "queue": defn.queue or self.task_queue,
+            "options": defn.options_json(),
+        }
         future = self._run.issue(command, "activity", defn.name)
         raw = await future
         return decode_result(fn, raw) if fn is not None else raw
@@ -115,8 +120,7 @@ class WorkflowContext:
         defn, fn = self._resolve(activity)
         return await self._local(defn, fn, args, options)
 
-    async def _local(self, defn: ActivityDefinition, fn: Callable | None, args: tuple,
-                     options: dict) -> Any:
+    async def _local(self, defn: ActivityDefinition, fn: Callable | None, args: tuple, options: dict) -> Any:
         if options:
             defn = defn.with_options(**options)
         encode_args(fn, args)  # fail here, as a regular activity would, on a bad argument
@@ -135,8 +139,10 @@ class WorkflowContext:
         defn = getattr(activity, "__harvest_activity__", None)
         if isinstance(defn, ActivityDefinition):
             return defn, defn.fn
-        raise TypeError(f"execute_activity: {activity!r} is neither an activity name nor a "
-                        "function decorated with @activity")
+        raise TypeError(
+            f"execute_activity: {activity!r} is neither an activity name nor a "
+            "function decorated with @activity"
+        )
 
     # ------------------------------------------------------------------ timers
     async def sleep(self, duration: Any) -> None:
@@ -148,8 +154,7 @@ class WorkflowContext:
     # ------------------------------------------------------------------ markers
     def now(self) -> _dt.datetime:
         """The current time (UTC), fixed at its first evaluation."""
-        value = self._run.marker("now", lambda: self._run.clock().astimezone(
-            _dt.UTC).isoformat())
+        value = self._run.marker("now", lambda: self._run.clock().astimezone(_dt.UTC).isoformat())
         when = _dt.datetime.fromisoformat(value)
         self._run.set_logical_time(when.timestamp())
         return when
@@ -160,8 +165,9 @@ class WorkflowContext:
 
     def uuid4(self) -> uuid.UUID:
         """A random UUID, recorded so replays see the same one."""
-        return uuid.UUID(self._run.marker("uuid4", lambda: str(uuid.UUID(
-            int=self._run.rng.getrandbits(128), version=4))))
+        return uuid.UUID(
+            self._run.marker("uuid4", lambda: str(uuid.UUID(int=self._run.rng.getrandbits(128), version=4)))
+        )
 
     def side_effect(self, fn: Callable[[], Any]) -> Any:
         """Run ``fn()`` once and record its JSON-encodable result; replays read it back.
@@ -169,13 +175,11 @@ class WorkflowContext:
         ``fn`` must not fail: an exception fails the workflow task (which is retried),
         because a failure that is not recorded cannot be replayed.
         """
-        value = self._run.marker("side_effect", lambda: encode(self._run.call_side_effect(fn),
-                                                              "side_effect"))
+        value = self._run.marker("side_effect", lambda: encode(self._run.call_side_effect(fn), "side_effect"))
         return decode(value, return_hint(fn), "side_effect")
 
     # ------------------------------------------------------------------ signals
-    async def wait_for_signal(self, name: str, timeout: Any = None, *,
-                              type_hint: Any = Any) -> Any:
+    async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any:
         """The oldest buffered payload of signal ``name``, or wait for the next one.
 
         Signals are buffered per name in arrival order. With ``timeout`` (seconds or
@@ -200,8 +204,12 @@ class WorkflowContext:
                     if not waiter.done():
                         waiter.set_exception(SignalTimeout(name, seconds))
 
-                run.issue({"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)},
-                          "timer", None, on_fire=timed_out)
+                run.issue(
+                    {"type": "start_timer", "seq": timer_seq, "duration": _secs(seconds)},
+                    "timer",
+                    None,
+                    on_fire=timed_out,
+                )
             try:
                 payload = await waiter
             except asyncio.CancelledError:
@@ -234,10 +242,15 @@ class WorkflowContext:
         return self._run.cancel_requested
 
     # ------------------------------------------------------------------ children
-    async def start_child_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                                   queue: str | None = None,
-                                   parent_close_policy: str = "terminate",
-                                   task_queue: str | None = None) -> ChildHandle:
+    async def start_child_workflow(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        parent_close_policy: str = "terminate",
+        task_queue: str | None = None,
+    ) -> ChildHandle:
         """Start a child workflow (command ``start_child_workflow``) and return its handle.
 
         ``workflow`` is a ``@workflow`` function or definition (its arguments are encoded
@@ -249,32 +262,45 @@ class WorkflowContext:
         """
         queue = queue_alias(queue, task_queue)
         if parent_close_policy not in PARENT_CLOSE_POLICIES:
-            raise InvalidArgument(f"parent_close_policy: {parent_close_policy!r} is not one of "
-                                  f"{list(PARENT_CLOSE_POLICIES)}")
+            raise InvalidArgument(
+                f"parent_close_policy: {parent_close_policy!r} is not one of {list(PARENT_CLOSE_POLICIES)}"
+            )
         if workflow_id is not None and (not isinstance(workflow_id, str) or not workflow_id):
-            raise InvalidArgument(f"workflow_id: expected a non-empty string or None, "
-                                  f"got {workflow_id!r}")
+            raise InvalidArgument(f"workflow_id: expected a non-empty string or None, got {workflow_id!r}")
         if queue is not None and (not isinstance(queue, str) or not queue):
             raise InvalidArgument(f"queue: expected a non-empty string or None, got {queue!r}")
         name, defn = self._resolve_workflow(workflow)
         fn = defn.fn if defn is not None else None
-        command = {"type": "start_child_workflow", "seq": 0, "workflow_name": name,
-                   "input": encode_args(fn, args),
-                   "workflow_id": workflow_id,
-                   # The command field keeps its recorded spelling (CONTRIBUTING.md "Names").
-                   "task_queue": queue or (defn.queue if defn is not None else None),
-                   "parent_close_policy": parent_close_policy}
+        command = {
+            "type": "start_child_workflow",
+            "seq": 0,
+            "workflow_name": name,
+            "input": encode_args(fn, args),
+            "workflow_id": workflow_id,
+            # The command field keeps its recorded spelling (CONTRIBUTING.md "Names").
+            "task_queue": queue or (defn.queue if defn is not None else None),
+            "parent_close_policy": parent_close_policy,
+        }
         command["seq"] = self._run.next_seq()
         return self._run.start_child(command, lambda raw: decode_result(fn, raw))
 
-    async def execute_child_workflow(self, workflow: Any, *args: Any, workflow_id: str | None = None,
-                                     queue: str | None = None,
-                                     parent_close_policy: str = "terminate",
-                                     task_queue: str | None = None) -> Any:
+    async def execute_child_workflow(
+        self,
+        workflow: Any,
+        *args: Any,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        parent_close_policy: str = "terminate",
+        task_queue: str | None = None,
+    ) -> Any:
         """Start a child workflow and wait for its result; ``ChildWorkflowError`` if it failed."""
         handle = await self.start_child_workflow(
-            workflow, *args, workflow_id=workflow_id, queue=queue_alias(queue, task_queue),
-            parent_close_policy=parent_close_policy)
+            workflow,
+            *args,
+            workflow_id=workflow_id,
+            queue=queue_alias(queue, task_queue),
+            parent_close_policy=parent_close_policy,
+        )
         return await handle.result()
 
     def _resolve_workflow(self, workflow: Any) -> tuple[str, WorkflowDefinition | None]:
@@ -282,11 +308,16 @@ class WorkflowContext:
             if not workflow:
                 raise InvalidArgument("child workflow name must be a non-empty string")
             return workflow, self._run.find_workflow(workflow)
-        defn = workflow if isinstance(workflow, WorkflowDefinition) \
+        defn = (
+            workflow
+            if isinstance(workflow, WorkflowDefinition)
             else getattr(workflow, "__harvest_workflow__", None)
+        )
         if not isinstance(defn, WorkflowDefinition):
-            raise TypeError(f"execute_child_workflow: {workflow!r} is neither a workflow name "
-                            "nor a function decorated with @workflow")
+            raise TypeError(
+                f"execute_child_workflow: {workflow!r} is neither a workflow name "
+                "nor a function decorated with @workflow"
+            )
         return defn.name, defn
 
     # ------------------------------------------------------------------ continue-as-new
@@ -304,9 +335,12 @@ class WorkflowContext:
 
         Recorded as a ``continue_as_new_suggested`` marker, so a replay gets the same answer.
         """
-        return bool(self._run.marker(
-            "continue_as_new_suggested",
-            lambda: self.history_event_count() > self._run.continue_as_new_threshold))
+        return bool(
+            self._run.marker(
+                "continue_as_new_suggested",
+                lambda: self.history_event_count() > self._run.continue_as_new_threshold,
+            )
+        )
 
     # ------------------------------------------------------------------ versioning
     def version(self, change_id: str, min_supported: int, max_supported: int) -> int:
@@ -325,15 +359,12 @@ class WorkflowContext:
           answer without a second marker.
         """
         if not isinstance(change_id, str) or not change_id:
-            raise InvalidArgument(f"version: change_id must be a non-empty string, "
-                                  f"got {change_id!r}")
+            raise InvalidArgument(f"version: change_id must be a non-empty string, got {change_id!r}")
         for what, v in (("min_supported", min_supported), ("max_supported", max_supported)):
             if not isinstance(v, int) or isinstance(v, bool) or v < DEFAULT_VERSION:
-                raise InvalidArgument(f"version: {what} must be an int >= {DEFAULT_VERSION}, "
-                                      f"got {v!r}")
+                raise InvalidArgument(f"version: {what} must be an int >= {DEFAULT_VERSION}, got {v!r}")
         if min_supported > max_supported:
-            raise InvalidArgument(f"version: min_supported {min_supported} > max_supported "
-                                  f"{max_supported}")
+            raise InvalidArgument(f"version: min_supported {min_supported} > max_supported {max_supported}")
         return self._run.version(change_id, min_supported, max_supported)
 
     # ------------------------------------------------------------------ queries and updates
@@ -347,8 +378,9 @@ class WorkflowContext:
         """Answer query ``name`` with ``fn(ctx)`` or ``fn(ctx, arg)`` from now on (read-only)."""
         self._run.handlers.register_query(name, fn)
 
-    def register_update_handler(self, name: str, fn: Callable[..., Any],
-                                validator: Callable[..., Any] | None = None) -> None:
+    def register_update_handler(
+        self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None = None
+    ) -> None:
         """Handle update ``name`` with ``fn(ctx[, arg])`` (it may await, like workflow code);
         ``validator(ctx[, arg])`` rejects an update by raising, before anything is recorded."""
         self._run.handlers.register_update(name, fn, validator)
@@ -358,9 +390,10 @@ class WorkflowContext:
         await self._run.handlers.drain()
 
     def __repr__(self) -> str:
-        return (f"WorkflowContext(workflow={self.workflow_name!r}, "
-                f"workflow_id={self.workflow_id!r}, execution_id={self.execution_id!r})")
-
+        return (
+            f"WorkflowContext(workflow={self.workflow_name!r}, "
+            f"workflow_id={self.workflow_id!r}, execution_id={self.execution_id!r})"
+        )
 
 
 def _secs(seconds: float) -> float | int:

@@ -48,17 +48,24 @@ class LocalActivityContext:
         """Local activities run inside the workflow task's lease; nothing to report."""
 
     def __repr__(self) -> str:
-        return (f"LocalActivityContext(execution_id={self.execution_id!r}, seq={self.seq}, "
-                f"activity={self.activity_name!r}, attempt={self._attempt})")
+        return (
+            f"LocalActivityContext(execution_id={self.execution_id!r}, seq={self.seq}, "
+            f"activity={self.activity_name!r}, attempt={self._attempt})"
+        )
 
 
 ContextFactory = Callable[[str, int, int, str], Any]
 Sleep = Callable[[float], Awaitable[Any]]
 
 
-async def run_local_activity(defn: ActivityDefinition, args: tuple, execution_id: str, seq: int,
-                             context_factory: ContextFactory, sleep: Sleep = asyncio.sleep
-                             ) -> dict[str, Any]:
+async def run_local_activity(
+    defn: ActivityDefinition,
+    args: tuple,
+    execution_id: str,
+    seq: int,
+    context_factory: ContextFactory,
+    sleep: Sleep = asyncio.sleep,
+) -> dict[str, Any]:
     """Run ``defn`` with retries; return the marker value ``{name, result}`` or ``{name, failure}``."""
     attempt = 1
     while True:
@@ -71,24 +78,28 @@ async def run_local_activity(defn: ActivityDefinition, args: tuple, execution_id
                 failure = ActivityFailure(type(exc).__name__, str(exc), non_retryable=True)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any failure of user code is the activity's
+        except Exception as exc:
             failure = ActivityFailure.from_exception(exc)
         if not defn.retry.should_retry(failure, attempt):
             return {"name": defn.name, "failure": failure.to_json()}
         delay = min(defn.retry.delay(attempt), LOCAL_MAX_BACKOFF)
-        log.info("local activity %s (seq %s) attempt %s failed: %s; retrying in %.3fs",
-                 defn.name, seq, attempt, failure, delay)
+        log.info(
+            "local activity %s (seq %s) attempt %s failed: %s; retrying in %.3fs",
+            defn.name,
+            seq,
+            attempt,
+            failure,
+            delay,
+        )
         await sleep(delay)
         attempt += 1
 
 
 async def _call(defn: ActivityDefinition, ctx: Any, args: tuple) -> Any:
-    if defn.is_async:
-        coro = defn.fn(ctx, *args)
-    else:
-        coro = asyncio.to_thread(defn.fn, ctx, *args)
+    coro = defn.fn(ctx, *args) if defn.is_async else asyncio.to_thread(defn.fn, ctx, *args)
     try:
         return await asyncio.wait_for(coro, timeout=defn.start_to_close or None)
     except TimeoutError:
-        raise ActivityFailure("TimeoutError", f"local activity {defn.name!r} exceeded "
-                              f"start_to_close of {defn.start_to_close}s") from None
+        raise ActivityFailure(
+            "TimeoutError", f"local activity {defn.name!r} exceeded start_to_close of {defn.start_to_close}s"
+        ) from None

@@ -62,9 +62,11 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
                     continue
                 count += 1
                 if count > MAX_CALLBACKS_PER_STEP:
-                    self._illegal("the workflow ran more than "
-                                  f"{MAX_CALLBACKS_PER_STEP} callbacks without blocking; "
-                                  "a busy loop never yields to durable events")
+                    self._illegal(
+                        "the workflow ran more than "
+                        f"{MAX_CALLBACKS_PER_STEP} callbacks without blocking; "
+                        "a busy loop never yields to durable events"
+                    )
                 handle._run()
                 if self.fatal_error is not None:
                     break
@@ -84,31 +86,47 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         raise exc
 
     # ------------------------------------------------------------------ scheduling
-    def call_soon(self, callback: Callable[..., Any], *args: Any,
-                  context: contextvars.Context | None = None) -> asyncio.Handle:
+    def call_soon(
+        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
         self._check_closed()
         handle = asyncio.Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any,
-                   context: contextvars.Context | None = None) -> asyncio.TimerHandle:
-        self._illegal("asyncio.sleep() and other wall-clock timers are not allowed in a "
-                      "workflow: use `await ctx.sleep(seconds)` (a durable timer) instead")
+    def call_later(
+        self,
+        delay: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
+        self._illegal(
+            "asyncio.sleep() and other wall-clock timers are not allowed in a "
+            "workflow: use `await ctx.sleep(seconds)` (a durable timer) instead"
+        )
         raise AssertionError("unreachable")
 
-    def call_at(self, when: float, callback: Callable[..., Any], *args: Any,
-                context: contextvars.Context | None = None) -> asyncio.TimerHandle:
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[..., Any],
+        *args: Any,
+        context: contextvars.Context | None = None,
+    ) -> asyncio.TimerHandle:
         return self.call_later(0, callback, *args, context=context)
 
-    def call_soon_threadsafe(self, callback: Callable[..., Any], *args: Any,
-                             context: contextvars.Context | None = None) -> asyncio.Handle:
+    def call_soon_threadsafe(
+        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+    ) -> asyncio.Handle:
         self._illegal("threads are not allowed in a workflow: put the work in an activity")
         raise AssertionError("unreachable")
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
-        self._illegal("run_in_executor / asyncio.to_thread are not allowed in a workflow: "
-                      "put blocking work in an activity")
+        self._illegal(
+            "run_in_executor / asyncio.to_thread are not allowed in a workflow: "
+            "put blocking work in an activity"
+        )
 
     def time(self) -> float:
         return self.logical_time
@@ -116,8 +134,9 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def create_future(self) -> asyncio.Future:
         return asyncio.Future(loop=self)
 
-    def create_task(self, coro: Any, *, name: str | None = None,
-                    context: contextvars.Context | None = None) -> asyncio.Task:
+    def create_task(
+        self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None
+    ) -> asyncio.Task:
         self._check_closed()
         if self._task_factory is not None:
             task = self._task_factory(self, coro)

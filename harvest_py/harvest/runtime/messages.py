@@ -75,18 +75,22 @@ class RunHandlers:
     def _unknown(self, kind: str, name: str) -> UnknownHandler:
         return UnknownHandler(
             f"workflow {self.run.definition.name!r} has no {kind} handler {name!r}; "
-            f"known: {self.known(kind) or 'none'}", f"Unknown{kind.capitalize()}")
+            f"known: {self.known(kind) or 'none'}",
+            f"Unknown{kind.capitalize()}",
+        )
 
     # ------------------------------------------------------------------ registration
     def register_query(self, name: str, fn: Callable) -> None:
         self.queries[_name(name, "query")] = HandlerDefinition(
-            "query", name, check_handler(fn, "query", name))
+            "query", name, check_handler(fn, "query", name)
+        )
 
     def register_update(self, name: str, fn: Callable, validator: Callable | None = None) -> None:
         if validator is not None:
             check_handler(validator, "update validator", name)
-        defn = HandlerDefinition("update", _name(name, "update"),
-                                 check_handler(fn, "update", name), None, validator)
+        defn = HandlerDefinition(
+            "update", _name(name, "update"), check_handler(fn, "update", name), None, validator
+        )
         self.updates[name] = defn
         waiting = [d for d in self._admitted if d.get("name") == name]
         self._admitted = [d for d in self._admitted if d.get("name") != name]
@@ -123,15 +127,18 @@ class RunHandlers:
             raise
         except asyncio.CancelledError:
             failure = _failure("CancelledError", f"update {handler.name!r} was cancelled")
-        except Exception as exc:  # noqa: BLE001 - user code: the failure is the update's outcome
+        except Exception as exc:
             failure = failure_json(exc)
         finally:
             self._running.pop(update_id, None)
         self._complete(update_id, result, failure)
 
     def _complete(self, update_id: str, result: Any, failure: dict | None) -> None:
-        command: dict[str, Any] = {"type": "complete_update", "seq": self.run.next_seq(),
-                                   "update_id": update_id}
+        command: dict[str, Any] = {
+            "type": "complete_update",
+            "seq": self.run.next_seq(),
+            "update_id": update_id,
+        }
         if failure is None:
             command["result"] = result
         else:
@@ -146,8 +153,9 @@ class RunHandlers:
         for data in admitted:
             name = str(data.get("name"))
             exc = self._unknown("update", name)
-            self._complete(str(data.get("update_id")), None,
-                           _failure(exc.error_type or "UnknownUpdate", str(exc)))
+            self._complete(
+                str(data.get("update_id")), None, _failure(exc.error_type or "UnknownUpdate", str(exc))
+            )
 
     def _wake_drainers(self) -> None:
         if self._running:
@@ -184,15 +192,22 @@ class RunHandlers:
             raise self._unknown("update", name)
         args = handler.decode_arg(raw_arg)
         if handler.validator is not None:
-            self._read_only(handler.validator, args if _takes_arg_or_none(handler.validator)
-                            else (), f"the validator of update {name!r}")
+            self._read_only(
+                handler.validator,
+                args if _takes_arg_or_none(handler.validator) else (),
+                f"the validator of update {name!r}",
+            )
 
     def _read_only(self, fn: Callable, args: tuple, what: str) -> Any:
         run = self.run
         before = (run._seq, len(run._new_commands), run.signals.count())
-        previous, self.read_only = self.read_only, (
-            f"{what} tried to act on the workflow: queries and validators only read its state "
-            "(no activities, timers, signals, markers or other commands)")
+        previous, self.read_only = (
+            self.read_only,
+            (
+                f"{what} tried to act on the workflow: queries and validators only read its state "
+                "(no activities, timers, signals, markers or other commands)"
+            ),
+        )
         try:
             value = fn(run.ctx, *args)
             if inspect.isawaitable(value):
@@ -209,8 +224,16 @@ class RunHandlers:
 
 def _takes_arg_or_none(fn: Callable) -> bool:
     try:
-        return len([p for p in inspect.signature(fn).parameters.values()
-                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 2
+        return (
+            len(
+                [
+                    p
+                    for p in inspect.signature(fn).parameters.values()
+                    if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                ]
+            )
+            >= 2
+        )
     except (TypeError, ValueError):
         return True
 
@@ -223,8 +246,9 @@ def _finish_without_waiting(awaitable: Any, what: str) -> Any:
     except StopIteration as stop:
         return stop.value
     awaitable.close()
-    raise IllegalWorkflowOperation(f"{what} waited for something: queries and validators cannot "
-                                   "wait; read the state and return")
+    raise IllegalWorkflowOperation(
+        f"{what} waited for something: queries and validators cannot wait; read the state and return"
+    )
 
 
 def _failure(error_type: str, message: str) -> dict[str, Any]:

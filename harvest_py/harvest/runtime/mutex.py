@@ -51,11 +51,16 @@ class WorkflowMutex:
             raise InvalidArgument(f"mutex {self.key!r}: this ctx.mutex() object was already used")
         keys = self._keys()
         if self.key in keys:
-            raise InvalidArgument(f"mutex {self.key!r} is already held or awaited by this run; "
-                                  "ctx.mutex is not re-entrant (a second acquire would wait forever)")
+            raise InvalidArgument(
+                f"mutex {self.key!r} is already held or awaited by this run; "
+                "ctx.mutex is not re-entrant (a second acquire would wait forever)"
+            )
         self.seq = self._run.next_seq()
-        future = self._run.issue({"type": "record_marker", "seq": self.seq, "kind": MUTEX_ACQUIRE,
-                                  "value": {"key": self.key}}, "mutex", self.key)
+        future = self._run.issue(
+            {"type": "record_marker", "seq": self.seq, "kind": MUTEX_ACQUIRE, "value": {"key": self.key}},
+            "mutex",
+            self.key,
+        )
         keys.add(self.key)
         try:
             await future
@@ -65,15 +70,22 @@ class WorkflowMutex:
         self.held = True
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._release()
 
     def _release(self) -> None:
         self.held = False
         self._keys().discard(self.key)
-        self._run._record({"type": "record_marker", "seq": self._run.next_seq(),
-                           "kind": MUTEX_RELEASE, "value": {"key": self.key}})
+        self._run._record(
+            {
+                "type": "record_marker",
+                "seq": self._run.next_seq(),
+                "kind": MUTEX_RELEASE,
+                "value": {"key": self.key},
+            }
+        )
 
     def __repr__(self) -> str:
         return f"WorkflowMutex({self.key!r}, seq={self.seq}, held={self.held})"

@@ -57,8 +57,13 @@ from harvest.runtime.loop import DeterministicEventLoop
 from harvest.runtime.messages import RunHandlers
 from harvest.runtime.signals import SignalBuffer
 
-__all__ = ["DEFAULT_CONTINUE_AS_NEW_THRESHOLD", "Activation", "HistoryMismatch",
-           "LocalActivitiesDeferred", "WorkflowRun"]
+__all__ = [
+    "DEFAULT_CONTINUE_AS_NEW_THRESHOLD",
+    "Activation",
+    "HistoryMismatch",
+    "LocalActivitiesDeferred",
+    "WorkflowRun",
+]
 
 DEFAULT_CONTINUE_AS_NEW_THRESHOLD = 10_000
 _UNSET = object()
@@ -89,22 +94,30 @@ class Activation:
 class WorkflowRun(CommandIssuer):
     """One execution's workflow code, stepped through its history."""
 
-    def __init__(self, app_or_definition: Any, workflow_definition: Any = None,
-                 execution_id: str = "", workflow_id: str | None = None,
-                 task_queue: str | None = None, *,
-                 activity_context_factory: Callable[[str, int, int, str], Any] | None = None,
-                 clock: Callable[[], _dt.datetime] | None = None,
-                 rng: _random.Random | None = None,
-                 local_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                 continue_as_new_threshold: int = DEFAULT_CONTINUE_AS_NEW_THRESHOLD):
+    def __init__(
+        self,
+        app_or_definition: Any,
+        workflow_definition: Any = None,
+        execution_id: str = "",
+        workflow_id: str | None = None,
+        task_queue: str | None = None,
+        *,
+        activity_context_factory: Callable[[str, int, int, str], Any] | None = None,
+        clock: Callable[[], _dt.datetime] | None = None,
+        rng: _random.Random | None = None,
+        local_sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        continue_as_new_threshold: int = DEFAULT_CONTINUE_AS_NEW_THRESHOLD,
+    ):
         if isinstance(app_or_definition, App) or app_or_definition is None:
             self.app = app_or_definition
             wf = workflow_definition
         elif workflow_definition is None:
             self.app, wf = None, app_or_definition
         else:
-            raise TypeError("WorkflowRun(app_or_definition, workflow_definition, ...): "
-                            "the first argument must be an App (or None) when both are given")
+            raise TypeError(
+                "WorkflowRun(app_or_definition, workflow_definition, ...): "
+                "the first argument must be an App (or None) when both are given"
+            )
         if isinstance(wf, str):
             if self.app is None:
                 raise TypeError("a workflow name needs an App to look it up")
@@ -113,8 +126,9 @@ class WorkflowRun(CommandIssuer):
         if not isinstance(self.definition, WorkflowDefinition):
             raise TypeError(f"WorkflowRun: {wf!r} is not a @workflow")
         if not isinstance(continue_as_new_threshold, int) or continue_as_new_threshold < 0:
-            raise InvalidArgument(f"continue_as_new_threshold: {continue_as_new_threshold!r} "
-                                  "must be an int >= 0")
+            raise InvalidArgument(
+                f"continue_as_new_threshold: {continue_as_new_threshold!r} must be an int >= 0"
+            )
         self.execution_id = str(execution_id)
         self._workflow_id, self._task_queue = workflow_id, task_queue
         self.activity_context_factory = activity_context_factory or LocalActivityContext
@@ -175,16 +189,17 @@ class WorkflowRun(CommandIssuer):
             else:
                 self._replay_step(marker_id, through)
         if self._live is not None:
-            raise HistoryMismatch(f"execution {self.execution_id}: the last activation "
-                                  f"(through {self._live[0]}) was never recorded in the history")
+            raise HistoryMismatch(
+                f"execution {self.execution_id}: the last activation "
+                f"(through {self._live[0]}) was never recorded in the history"
+            )
         return await self._live_step(local_activities)
 
     @property
     def settled(self) -> bool:
         """Whether the run has read its whole history: its last activation is recorded
         and read back (or was accepted by :meth:`recorded`), and it has not ended."""
-        return self._live is None and self._fatal is None and not self.finished \
-            and self._main is not None
+        return self._live is None and self._fatal is None and not self.finished and self._main is not None
 
     def recorded(self, last_event_id: int) -> bool:
         """Our commit of the last activation succeeded and the history now ends at
@@ -198,9 +213,13 @@ class WorkflowRun(CommandIssuer):
         if self._live is None:
             return False
         through, commands = self._live
-        if (self.last_event_id != through or self._markers or self._resolutions
-                or last_event_id != through + 1 + len(commands)
-                or not all(c["type"] in _SELF_RECORDING for c in commands)):
+        if (
+            self.last_event_id != through
+            or self._markers
+            or self._resolutions
+            or last_event_id != through + 1 + len(commands)
+            or not all(c["type"] in _SELF_RECORDING for c in commands)
+        ):
             return False
         self._live = None
         self.last_event_id = last_event_id
@@ -223,8 +242,14 @@ class WorkflowRun(CommandIssuer):
             self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
         if self._terminal_owner is not None and not self._main.done():
             recorded = self._terminal_event["event_type"]
-            self._raise_fatal(nondeterminism(None, recorded, "a workflow still running",
-                                             "the code no longer ends where the history did"))
+            self._raise_fatal(
+                nondeterminism(
+                    None,
+                    recorded,
+                    "a workflow still running",
+                    "the code no longer ends where the history did",
+                )
+            )
 
     def close(self) -> None:
         """Drop an evicted run; its suspended coroutines are abandoned."""
@@ -237,8 +262,9 @@ class WorkflowRun(CommandIssuer):
         for event in events:
             event_id = int(event["event_id"])
             if event_id != self.last_event_id + 1:
-                raise HistoryMismatch(f"execution {self.execution_id}: expected event "
-                                      f"{self.last_event_id + 1}, got {event_id}")
+                raise HistoryMismatch(
+                    f"execution {self.execution_id}: expected event {self.last_event_id + 1}, got {event_id}"
+                )
             self.last_event_id = event_id
             data = event.get("event_data") or {}
             if isinstance(data, str):
@@ -253,8 +279,7 @@ class WorkflowRun(CommandIssuer):
                 self._group_owner = event_id
             elif kind in COMMAND_EVENTS:
                 if self._group_owner is None:
-                    raise HistoryMismatch(f"event {event_id} {kind} precedes any "
-                                          "WorkflowTaskCompleted")
+                    raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
                 self._groups[self._group_owner][int(data["seq"])] = event
             elif kind in RESOLUTION_EVENTS:
                 self._resolutions.append(event)
@@ -265,14 +290,15 @@ class WorkflowRun(CommandIssuer):
 
     def _begin(self) -> None:
         if self._start is None:
-            raise HistoryMismatch(f"execution {self.execution_id}: the history must begin "
-                                  "with WorkflowStarted")
+            raise HistoryMismatch(
+                f"execution {self.execution_id}: the history must begin with WorkflowStarted"
+            )
         info = WorkflowInfo(
             workflow_id=str(self._workflow_id or self._start.get("workflow_id") or ""),
             execution_id=self.execution_id,
             workflow_name=self._start.get("workflow_name") or self.definition.name,
-            task_queue=self._task_queue or self._start.get("task_queue")
-            or self.definition.queue)
+            task_queue=self._task_queue or self._start.get("task_queue") or self.definition.queue,
+        )
         self.ctx = WorkflowContext(self, info)
         self._main = self._loop.create_task(self._run_main(self._start.get("input")))
 
@@ -298,26 +324,29 @@ class WorkflowRun(CommandIssuer):
         if self._main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
-                f"event {through}, but its history continues (event {marker_id} onwards)")
+                f"event {through}, but its history continues (event {marker_id} onwards)"
+            )
         if self._expected:
             seq = min(self._expected)
             expected = describe_command(event_as_command(self._expected[seq]))
-            self._raise_fatal(nondeterminism(seq, expected, "nothing",
-                                             "the code no longer issues this command"))
+            self._raise_fatal(
+                nondeterminism(seq, expected, "nothing", "the code no longer issues this command")
+            )
         self._expected = None
         if closes and self._main.done():
             got = TERMINAL_COMMANDS[self._terminal_command()["type"]]
             recorded = self._terminal_event["event_type"]
             if got != recorded:
-                self._raise_fatal(nondeterminism(None, recorded, got,
-                                                 "the workflow now ends differently"))
+                self._raise_fatal(nondeterminism(None, recorded, got, "the workflow now ends differently"))
         self._apply_started(group)
 
     def _run_until_blocked_replay(self) -> None:
         while True:
             self._step_loop()
-            ready = sorted((p for p in self._pending.values()
-                            if p.kind == "local_activity" and not p.done), key=lambda p: p.seq)
+            ready = sorted(
+                (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
+                key=lambda p: p.seq,
+            )
             if self._main.done() or not ready:
                 return
             for p in ready:
@@ -332,17 +361,22 @@ class WorkflowRun(CommandIssuer):
             if self._main.done():
                 self.finished = True
                 break
-            ready = sorted((p for p in self._pending.values()
-                            if p.kind == "local_activity" and not p.done), key=lambda p: p.seq)
+            ready = sorted(
+                (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
+                key=lambda p: p.seq,
+            )
             if not ready:
                 break
             if not local_activities:
-                raise LocalActivitiesDeferred(f"execution {self.execution_id}: the step runs "
-                                              f"{len(ready)} local activit{'y' if len(ready) == 1 else 'ies'}")
+                raise LocalActivitiesDeferred(
+                    f"execution {self.execution_id}: the step runs "
+                    f"{len(ready)} local activit{'y' if len(ready) == 1 else 'ies'}"
+                )
             values = await asyncio.gather(*(self._execute_local(p) for p in ready))
-            for p, value in zip(ready, values):
-                self._new_commands.append({"type": "record_marker", "seq": p.seq,
-                                           "kind": "local_activity", "value": value})
+            for p, value in zip(ready, values, strict=False):
+                self._new_commands.append(
+                    {"type": "record_marker", "seq": p.seq, "kind": "local_activity", "value": value}
+                )
                 self._resolve_local(p, value)
         self.handlers.end_of_step()
         commands = sorted(self._new_commands, key=lambda c: c["seq"])
@@ -356,11 +390,16 @@ class WorkflowRun(CommandIssuer):
         live_through, commands = self._live
         recorded = self._groups.pop(marker_id)
         issued = {c["seq"]: c for c in commands if "seq" in c}
-        if through != live_through or set(recorded) != set(issued) or not all(
-                same(issued[s], event_as_command(recorded[s])) for s in issued):
-            raise HistoryMismatch(f"execution {self.execution_id}: the history's step at event "
-                                  f"{marker_id} (through {through}) is not the activation this "
-                                  f"cached run produced (through {live_through})")
+        if (
+            through != live_through
+            or set(recorded) != set(issued)
+            or not all(same(issued[s], event_as_command(recorded[s])) for s in issued)
+        ):
+            raise HistoryMismatch(
+                f"execution {self.execution_id}: the history's step at event "
+                f"{marker_id} (through {through}) is not the activation this "
+                f"cached run produced (through {live_through})"
+            )
         self._live = None
         self._apply_started(recorded)
 
@@ -377,8 +416,11 @@ class WorkflowRun(CommandIssuer):
         if self._loop.fatal_error is not None:
             self._fatal = self._loop.fatal_error
             raise self._fatal
-        if self._main.done() and not self._main.cancelled() \
-                and isinstance(self._main.exception(), NonDeterminismError):
+        if (
+            self._main.done()
+            and not self._main.cancelled()
+            and isinstance(self._main.exception(), NonDeterminismError)
+        ):
             self._fatal = self._main.exception()
             raise self._fatal
 
@@ -386,16 +428,21 @@ class WorkflowRun(CommandIssuer):
         task = self._main
         if task.cancelled():
             if self.cancel_requested:
-                details = self.cancel_reason if self._cancel_details is _UNSET \
-                    else self._cancel_details
+                details = self.cancel_reason if self._cancel_details is _UNSET else self._cancel_details
                 try:
                     details = encode(details, "details")
                 except PayloadError:
                     details = str(details)
                 return {"type": "cancel_workflow", "details": details}
-            return {"type": "fail_workflow", "failure": {
-                "error_type": "CancelledError", "message": "the workflow was cancelled",
-                "non_retryable": True, "details": None}}
+            return {
+                "type": "fail_workflow",
+                "failure": {
+                    "error_type": "CancelledError",
+                    "message": "the workflow was cancelled",
+                    "non_retryable": True,
+                    "details": None,
+                },
+            }
         exc = task.exception()
         if exc is None:
             return {"type": "complete_workflow", "result": task.result()}
@@ -430,7 +477,8 @@ class WorkflowRun(CommandIssuer):
         if pending is None or pending.kind != RESOLUTION_EVENTS[kind]:
             self._fatal = NonDeterminismError(
                 f"non-determinism: event {event['event_id']} {kind} resolves seq {seq}, "
-                f"but the code has no pending {RESOLUTION_EVENTS[kind]} at that seq")
+                f"but the code has no pending {RESOLUTION_EVENTS[kind]} at that seq"
+            )
             raise self._fatal
         pending.done = True
         if pending.on_fire is not None:
@@ -442,9 +490,13 @@ class WorkflowRun(CommandIssuer):
             pending.future.set_exception(ActivityError(pending.name or "?", failure))
         elif kind == "ChildWorkflowFailed":
             child_id = data.get("child_execution_id") or (
-                pending.handle.child_execution_id if pending.handle else None)
-            pending.future.set_exception(ChildWorkflowError(
-                str(data.get("status") or "FAILED"), data.get("failure"), child_id, pending.name))
+                pending.handle.child_execution_id if pending.handle else None
+            )
+            pending.future.set_exception(
+                ChildWorkflowError(
+                    str(data.get("status") or "FAILED"), data.get("failure"), child_id, pending.name
+                )
+            )
         else:
             pending.future.set_result(data.get("result"))
 
@@ -469,8 +521,20 @@ class WorkflowRun(CommandIssuer):
     async def _execute_local(self, pending: Pending) -> dict:
         defn = pending.defn
         if defn.fn is None:
-            return {"name": defn.name, "failure": {
-                "error_type": "NotFound", "non_retryable": True, "details": None,
-                "message": f"local activity {defn.name!r} is not registered in this App"}}
-        return await run_local_activity(defn, pending.args, self.execution_id, pending.seq,
-                                        self.activity_context_factory, self._local_sleep)
+            return {
+                "name": defn.name,
+                "failure": {
+                    "error_type": "NotFound",
+                    "non_retryable": True,
+                    "details": None,
+                    "message": f"local activity {defn.name!r} is not registered in this App",
+                },
+            }
+        return await run_local_activity(
+            defn,
+            pending.args,
+            self.execution_id,
+            pending.seq,
+            self.activity_context_factory,
+            self._local_sleep,
+        )

@@ -35,8 +35,9 @@ __all__ = ["Saga"]
 
 
 def _is_activity(step: Any) -> bool:
-    return (isinstance(step, (str, ActivityDefinition))
-            or isinstance(getattr(step, "__harvest_activity__", None), ActivityDefinition))
+    return isinstance(step, (str, ActivityDefinition)) or isinstance(
+        getattr(step, "__harvest_activity__", None), ActivityDefinition
+    )
 
 
 class Saga:
@@ -84,8 +85,9 @@ class Saga:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> bool:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         if exc is not None and isinstance(exc, (Exception, asyncio.CancelledError)):
             await self.compensate()
         return False  # the original exception propagates

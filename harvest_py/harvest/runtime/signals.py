@@ -56,4 +56,6 @@ class SignalBuffer:
     def pending(self) -> list[dict[str, Any]]:
         """Every buffered signal, oldest first: what a continue-as-new carries over."""
         entries = [(n, name, payload) for name, buffer in self._buffers.items() for n, payload in buffer]
-        return [{"name": name, "payload": payload} for _, name, payload in sorted(entries, key=lambda e: e[0])]
+        return [
+            {"name": name, "payload": payload} for _, name, payload in sorted(entries, key=lambda e: e[0])
+        ]

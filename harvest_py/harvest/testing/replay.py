@@ -50,8 +50,10 @@ def load_history(history: Any) -> list[dict]:
     if isinstance(history, dict):
         history = history.get("events")
     if not isinstance(history, list):
-        raise TypeError("a history is a list of {event_id, event_type, event_data} (or the path "
-                        f"of a JSON file holding one), got {type(history).__name__}")
+        raise TypeError(
+            "a history is a list of {event_id, event_type, event_data} (or the path "
+            f"of a JSON file holding one), got {type(history).__name__}"
+        )
     return sorted(history, key=lambda e: int(e["event_id"]))
 
 
@@ -79,8 +81,14 @@ class WorkflowReplayer:
         try:
             run.replay_history(events)
         except (NonDeterminismError, HistoryMismatch) as exc:
-            return ReplayResult(False, f"{type(exc).__name__}: {exc}", getattr(exc, "seq", None),
-                                getattr(exc, "expected", None), getattr(exc, "got", None), exc)
+            return ReplayResult(
+                False,
+                f"{type(exc).__name__}: {exc}",
+                getattr(exc, "seq", None),
+                getattr(exc, "expected", None),
+                getattr(exc, "got", None),
+                exc,
+            )
         finally:
             run.close()
         return ReplayResult(True)

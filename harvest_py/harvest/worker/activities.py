@@ -42,10 +42,12 @@ class ActivityContext:
     async def aheartbeat(self, details: Any = None) -> bool:
         """Extend the lease and record progress; returns True when cancellation was requested."""
         encoded = None if details is None else payload.encode(details)
-        payload.check_size(encoded, f"the heartbeat details of activity {self.activity_name}",
-                           self._worker.max_payload_bytes)
+        payload.check_size(
+            encoded, f"the heartbeat details of activity {self.activity_name}", self._worker.max_payload_bytes
+        )
         self.cancel_requested = await self._worker.sql.heartbeat_activity(
-            self._task["task_id"], self._task["fencing_token"], encoded)
+            self._task["task_id"], self._task["fencing_token"], encoded
+        )
         return self.cancel_requested
 
     def heartbeat(self, details: Any = None) -> bool:
@@ -67,8 +69,9 @@ _MESSAGE_CUT = 2000
 def _typed(exc: BaseException) -> ActivityFailure:
     """The failure an exception is reported as; a payload over the limit fails for good."""
     if isinstance(exc, PayloadTooLarge):
-        return ActivityFailure("PayloadTooLarge", str(exc), non_retryable=True,
-                               details={"bytes": exc.bytes, "limit": exc.limit})
+        return ActivityFailure(
+            "PayloadTooLarge", str(exc), non_retryable=True, details={"bytes": exc.bytes, "limit": exc.limit}
+        )
     return ActivityFailure.from_exception(exc)
 
 
@@ -87,15 +90,20 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         report["details"] = {"truncated": True, "bytes": size, "limit": limit}
         report["message"] = report["message"][:_MESSAGE_CUT]
         while payload.payload_size(report) > limit and report["message"]:
-            report["message"] = report["message"][:len(report["message"]) // 2]
+            report["message"] = report["message"][: len(report["message"]) // 2]
     try:
         outcome = await worker.sql.fail_activity(task["task_id"], task["fencing_token"], report)
     except StaleTask as stale:
-        log.warning("activity %s (task %s) failed after its lease was lost: %s",
-                    task["activity_name"], task["task_id"], stale)
+        log.warning(
+            "activity %s (task %s) failed after its lease was lost: %s",
+            task["activity_name"],
+            task["task_id"],
+            stale,
+        )
         return
-    log.info("activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"],
-             outcome, failure)
+    log.info(
+        "activity %s attempt %s failed (%s): %s", task["activity_name"], task["attempt"], outcome, failure
+    )
 
 
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
@@ -104,17 +112,22 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     task_id, token = task["task_id"], task["fencing_token"]
     try:
         if definition is None:
-            raise ActivityFailure("ActivityNotRegistered",
-                                  f"no activity named {task['activity_name']!r} is registered on "
-                                  f"worker {worker.worker_id}; register it in the App of the workers "
-                                  f"polling queue {task['queue']!r}")
+            raise ActivityFailure(
+                "ActivityNotRegistered",
+                f"no activity named {task['activity_name']!r} is registered on "
+                f"worker {worker.worker_id}; register it in the App of the workers "
+                f"polling queue {task['queue']!r}",
+            )
         ctx = ActivityContext(worker, task)
         try:
             args, kwargs = payload.decode_args(definition.fn, task["input"] or [])
         except PayloadError as exc:
             # The same input fails the same way on every attempt: do not retry it.
-            raise ActivityFailure("PayloadError", f"the input does not fit {definition.name}'s "
-                                  f"signature: {exc}", non_retryable=True) from exc
+            raise ActivityFailure(
+                "PayloadError",
+                f"the input does not fit {definition.name}'s signature: {exc}",
+                non_retryable=True,
+            ) from exc
         timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close
         if definition.is_async:
             call = definition.fn(ctx, *args, **kwargs)
@@ -128,10 +141,11 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure is reported, typed
+    except Exception as exc:
         if isinstance(exc, TimeoutError):
-            failure = ActivityFailure("StartToCloseTimeout",
-                                      f"attempt {task['attempt']} ran longer than its start_to_close")
+            failure = ActivityFailure(
+                "StartToCloseTimeout", f"attempt {task['attempt']} ran longer than its start_to_close"
+            )
         else:
             failure = _typed(exc)
         await _report_failure(worker, task, failure)
@@ -140,8 +154,9 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     ahead = await decide_ahead(worker, task, encoded)
     recorded = None
     try:
-        recorded = await worker.completions.complete(task_id, token, encoded,
-                                                     ahead.decision if ahead else None)
+        recorded = await worker.completions.complete(
+            task_id, token, encoded, ahead.decision if ahead else None
+        )
     except PayloadTooLarge as exc:
         # The server's limit is lower than ours (it is the authority): the same result
         # would be refused on every attempt, so the activity fails for good, typed.
@@ -149,8 +164,12 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         return
     except StaleTask as stale:
         # Another attempt owns the invocation now; its result will be the one recorded.
-        log.warning("activity %s (task %s) finished after its lease was lost: %s",
-                    task["activity_name"], task_id, stale)
+        log.warning(
+            "activity %s (task %s) finished after its lease was lost: %s",
+            task["activity_name"],
+            task_id,
+            stale,
+        )
         return
     finally:
         if ahead is not None:

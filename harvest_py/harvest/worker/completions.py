@@ -65,8 +65,9 @@ class CompletionBatcher(_TaskGroupCommit):
 
     what = "activity results"
 
-    async def complete(self, task_id: int, fencing_token: int, result: Any,
-                       decision: dict[str, Any] | None = None) -> Recorded:
+    async def complete(
+        self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
+    ) -> Recorded:
         """Record one activity result, with the decision made on it if any.
 
         Raises StaleTask when the task is no longer ours (its lease was lost).
@@ -76,9 +77,13 @@ class CompletionBatcher(_TaskGroupCommit):
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker
         return await worker.sql.complete_activities(
-            worker.worker_id, items, hand_off=worker.accepts_hand_off(),
+            worker.worker_id,
+            items,
+            hand_off=worker.accepts_hand_off(),
             workflow_lease_secs=worker.workflow_lease,
-            event_cap=worker.history_event_hard_cap, byte_cap=worker.history_byte_hard_cap)
+            event_cap=worker.history_event_hard_cap,
+            byte_cap=worker.history_byte_hard_cap,
+        )
 
     def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
         # A decision the database refuses fails the call: retry without decisions, so
@@ -101,8 +106,14 @@ class DecisionBatcher(_TaskGroupCommit):
 
     what = "decisions"
 
-    async def complete(self, task_id: int, fencing_token: int, through: int,
-                       commands: list[dict[str, Any]], hand_off_slots: int) -> dict[str, Any]:
+    async def complete(
+        self,
+        task_id: int,
+        fencing_token: int,
+        through: int,
+        commands: list[dict[str, Any]],
+        hand_off_slots: int,
+    ) -> dict[str, Any]:
         """Commit one decision; returns its row (last_event_id, execution_status, handed).
 
         Raises StaleTask when the task is no longer ours, InvalidArgument (or the
@@ -113,8 +124,11 @@ class DecisionBatcher(_TaskGroupCommit):
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker
         return await worker.sql.complete_workflow_tasks(
-            worker.worker_id, items, event_cap=worker.history_event_hard_cap,
-            byte_cap=worker.history_byte_hard_cap)
+            worker.worker_id,
+            items,
+            event_cap=worker.history_event_hard_cap,
+            byte_cap=worker.history_byte_hard_cap,
+        )
 
     def _answer(self, row: dict[str, Any]) -> dict[str, Any]:
         return row

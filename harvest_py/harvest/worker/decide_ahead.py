@@ -35,8 +35,16 @@ log = logging.getLogger("harvest.worker")
 class DecisionAhead:
     """A decision made on a result not yet committed, and the run that made it."""
 
-    def __init__(self, worker: Worker, task: dict[str, Any], run: WorkflowRun,
-                 activation: Activation, after: int, result_text: str, grant: SlotGrant):
+    def __init__(
+        self,
+        worker: Worker,
+        task: dict[str, Any],
+        run: WorkflowRun,
+        activation: Activation,
+        after: int,
+        result_text: str,
+        grant: SlotGrant,
+    ):
         self._worker = worker
         self._task = task  # the activity task whose result this decision rides with
         self._execution_id = str(task["execution_id"])
@@ -45,8 +53,12 @@ class DecisionAhead:
         self._activation = activation
         self._grant = grant
         # What complete_activities reads (functions/activities.sql).
-        self.decision = {"after": after, "result_text": result_text,
-                         "commands": activation.commands, "hand_off_slots": grant.slots}
+        self.decision = {
+            "after": after,
+            "result_text": result_text,
+            "commands": activation.commands,
+            "hand_off_slots": grant.slots,
+        }
 
     def settle(self, recorded: Recorded | None) -> None:
         """Take the commit's answer (None: the result was not recorded at all)."""
@@ -81,20 +93,23 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         worker.cache.put(execution_id, run)
         return None
     after = run.last_event_id
-    event = {"event_id": after + 1, "event_type": "ActivityCompleted",
-             "event_data": {"seq": task["seq"], "result": json.loads(result_text),
-                            "attempt": task["attempt"]}}
+    event = {
+        "event_id": after + 1,
+        "event_type": "ActivityCompleted",
+        "event_data": {"seq": task["seq"], "result": json.loads(result_text), "attempt": task["attempt"]},
+    }
     try:
         # A step that runs local activities would hold the result back (and risk it with
         # the activity's lease) for as long as they run: leave it to the workflow task.
         activation = await run.advance([event], local_activities=False)
-    except Exception as exc:  # noqa: BLE001 - the woken workflow task replays and reports it
+    except Exception as exc:
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()
         return None
     if not payloads_fit(activation.commands, worker.max_payload_bytes, task["workflow_name"]):
         run.close()  # the database would refuse it: the woken workflow task fails the run, typed
         return None
-    grant = worker.reserve_slots(sum(1 for c in activation.commands if c["type"] == "schedule_activity"),
-                                 task)
+    grant = worker.reserve_slots(
+        sum(1 for c in activation.commands if c["type"] == "schedule_activity"), task
+    )
     return DecisionAhead(worker, task, run, activation, after, result_text, grant)

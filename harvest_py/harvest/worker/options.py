@@ -22,12 +22,28 @@ from harvest.core.errors import InvalidArgument
 __all__ = ["Tunable", "WorkerOptions", "tunables"]
 
 
-def _num(low: float, high: float, default: Any, *, integer: bool = False, optional: bool = False,
-         unit: str = "", config: tuple[str, str] | None = None) -> Any:
+def _num(
+    low: float,
+    high: float,
+    default: Any,
+    *,
+    integer: bool = False,
+    optional: bool = False,
+    unit: str = "",
+    config: tuple[str, str] | None = None,
+) -> Any:
     """A numeric tunable: ``low <= value <= high``; ``optional`` allows None; ``config`` is its
     harvest.toml key, when the file may set it."""
-    return field(default=default, metadata={"bounds": (low, high), "integer": integer, "optional": optional,
-                                            "unit": unit, "config": config})
+    return field(
+        default=default,
+        metadata={
+            "bounds": (low, high),
+            "integer": integer,
+            "optional": optional,
+            "unit": unit,
+            "config": config,
+        },
+    )
 
 
 def _secs(low: float, high: float, default: float, *, config: tuple[str, str] | None = None) -> Any:
@@ -69,8 +85,9 @@ class WorkerOptions:
     hand_off: bool = True
     # Results, failures and heartbeat details larger than this fail the activity here, typed
     # and final (PayloadTooLarge); None: the server's limit, read at start.
-    max_payload_bytes: int | None = _num(1, 2**31 - 1, None, integer=True, optional=True,
-                                         config=("worker", "max_payload_bytes"))
+    max_payload_bytes: int | None = _num(
+        1, 2**31 - 1, None, integer=True, optional=True, config=("worker", "max_payload_bytes")
+    )
 
     def __post_init__(self) -> None:
         for tunable in tunables():
@@ -80,8 +97,10 @@ class WorkerOptions:
         """A copy with ``changes`` applied (and checked); an unknown name is a TypeError."""
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
-            raise TypeError(f"Worker() got unknown option(s) {', '.join(unknown)}; "
-                            f"the options are {', '.join(f.name for f in dataclasses.fields(self))}")
+            raise TypeError(
+                f"Worker() got unknown option(s) {', '.join(unknown)}; "
+                f"the options are {', '.join(f.name for f in dataclasses.fields(self))}"
+            )
         return dataclasses.replace(self, **changes) if changes else self
 
 
@@ -104,8 +123,10 @@ class Tunable:
             return
         ok_type = isinstance(value, int if self.integer else int | float) and not isinstance(value, bool)
         if not ok_type or not self.low <= value <= self.high:  # NaN fails the comparison
-            raise InvalidArgument(f"Worker({self.name}={value!r}): allowed {'an integer' if self.integer else 'a number'} "
-                                  f"from {_text(self.low)} to {_text(self.high)}")
+            raise InvalidArgument(
+                f"Worker({self.name}={value!r}): allowed {'an integer' if self.integer else 'a number'} "
+                f"from {_text(self.low)} to {_text(self.high)}"
+            )
 
 
 def _text(x: float) -> str:
@@ -117,5 +138,13 @@ def tunables() -> Iterator[Tunable]:
     for f in dataclasses.fields(WorkerOptions):
         if "bounds" in f.metadata:
             low, high = f.metadata["bounds"]
-            yield Tunable(f.name, f.default, low, high, f.metadata["integer"], f.metadata["optional"],
-                          f.metadata["unit"], f.metadata["config"])
+            yield Tunable(
+                f.name,
+                f.default,
+                low,
+                high,
+                f.metadata["integer"],
+                f.metadata["optional"],
+                f.metadata["unit"],
+                f.metadata["config"],
+            )

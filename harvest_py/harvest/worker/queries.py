@@ -46,8 +46,7 @@ EXPIRE_EVERY_SECS = 5.0
 
 
 def _event(row: dict[str, Any]) -> dict[str, Any]:
-    return {"event_id": row["event_id"], "event_type": row["event_type"],
-            "event_data": row["event_data"]}
+    return {"event_id": row["event_id"], "event_type": row["event_type"], "event_data": row["event_data"]}
 
 
 def _is_current(run: WorkflowRun, events: list[dict[str, Any]]) -> bool:
@@ -79,11 +78,12 @@ class QueryResponder:
                 claimed: list[dict[str, Any]] = []
                 if free > 0:
                     try:
-                        claimed = await w.sql.claim_queries(w.worker_id, w.queues,
-                                                            min(free, CLAIM_BATCH), LEASE_SECS)
+                        claimed = await w.sql.claim_queries(
+                            w.worker_id, w.queues, min(free, CLAIM_BATCH), LEASE_SECS
+                        )
                     except asyncio.CancelledError:
                         raise
-                    except Exception as exc:  # noqa: BLE001
+                    except Exception as exc:
                         log.warning("claiming queries failed (%s); retrying", exc)
                 for request in claimed:
                     task = asyncio.create_task(self._answer(request))
@@ -120,7 +120,7 @@ class QueryResponder:
                             self._wake.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("query listener lost (%s); reconnecting", redact(str(exc), self.worker.dsn))
                 await asyncio.sleep(1.0)
 
@@ -130,9 +130,10 @@ class QueryResponder:
         request_id, kind, name = request["request_id"], request["kind"], request["name"]
         try:
             run, fresh = await self._state(request)
-        except Exception as exc:  # noqa: BLE001 - reported to the caller
-            log.info("%s %r on %s: cannot rebuild the workflow state: %s", kind, name,
-                     request["execution_id"], exc)
+        except Exception as exc:
+            log.info(
+                "%s %r on %s: cannot rebuild the workflow state: %s", kind, name, request["execution_id"], exc
+            )
             await self._reply(request_id, None, failure_of(exc))
             return
         try:
@@ -143,7 +144,7 @@ class QueryResponder:
                     payload.check_size(answer, f"the answer to query {name}", w.max_payload_bytes)
                 except PayloadTooLarge as exc:
                     answer, error = None, failure_of(exc)
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     answer, error = None, failure_of(self._explain(run, exc))
                 await self._reply(request_id, answer, error)
                 return
@@ -153,7 +154,7 @@ class QueryResponder:
                 if run.through != 0:  # a run that has stepped: its handlers are all known
                     await self._reply(request_id, None, failure_of(exc))
                     return
-            except Exception as exc:  # noqa: BLE001 - the validator said no
+            except Exception as exc:
                 await self._reply(request_id, None, failure_of(exc))
                 return
             await w.sql.accept_update(request_id, w.worker_id)
@@ -178,8 +179,11 @@ class QueryResponder:
     @staticmethod
     def _explain(run: WorkflowRun, exc: Exception) -> Exception:
         if isinstance(exc, UnknownHandler) and run.through == 0:
-            return UnknownHandler(f"{exc} (the run has not completed its first workflow task, so "
-                                  "handlers it registers itself do not exist yet)", exc.error_type)
+            return UnknownHandler(
+                f"{exc} (the run has not completed its first workflow task, so "
+                "handlers it registers itself do not exist yet)",
+                exc.error_type,
+            )
         return exc
 
     async def _state(self, request: dict[str, Any]) -> tuple[WorkflowRun, bool]:
@@ -190,12 +194,14 @@ class QueryResponder:
         if cached is not None and request["execution_status"] == "RUNNING":
             seen = cached.last_event_id
             events = await w.sql.get_history(execution_id, seen)
-            if w.cache.peek(execution_id) is cached and cached.last_event_id == seen \
-                    and _is_current(cached, events):
+            if (
+                w.cache.peek(execution_id) is cached
+                and cached.last_event_id == seen
+                and _is_current(cached, events)
+            ):
                 return cached, False
         definition = w.app.workflow(request["workflow_name"])
-        run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"],
-                          request["task_queue"])
+        run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"], request["task_queue"])
         try:
             events = await w.sql.get_history(execution_id, 0)
             run.replay_history([_event(e) for e in events])

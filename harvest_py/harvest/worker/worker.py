@@ -44,6 +44,7 @@ from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
 
+
 class SlotGrant(NamedTuple):
     """Slots promised to a commit's hand-offs (Worker.reserve_slots)."""
 
@@ -66,8 +67,9 @@ BUSY_WAKE_SECS = 0.05
 
 
 class Worker:
-    def __init__(self, app: App, dsn: str | None = None, *, options: WorkerOptions | None = None,
-                 **overrides: Any):
+    def __init__(
+        self, app: App, dsn: str | None = None, *, options: WorkerOptions | None = None, **overrides: Any
+    ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
         arguments of the same names (``Worker(app, dsn, concurrency=4)``) override it."""
         options = (options or WorkerOptions()).replace(**overrides)
@@ -95,13 +97,18 @@ class Worker:
         self.continue_as_new_threshold = continue_as_new_threshold
         self.history_event_hard_cap = history_event_hard_cap
         self.history_byte_hard_cap = options.history_byte_hard_cap
-        self.history_bloat_warn_at = (None if history_event_hard_cap is None
-                                      else int(history_event_hard_cap * options.history_bloat_warn_fraction))
-        if (self.history_bloat_warn_at is not None
-                and self.history_bloat_warn_at <= continue_as_new_threshold):
-            log.warning("the history-bloat warning (%d events) is at or below the continue-as-new "
-                        "threshold (%d): healthy runs will warn before they are advised to rotate",
-                        self.history_bloat_warn_at, continue_as_new_threshold)
+        self.history_bloat_warn_at = (
+            None
+            if history_event_hard_cap is None
+            else int(history_event_hard_cap * options.history_bloat_warn_fraction)
+        )
+        if self.history_bloat_warn_at is not None and self.history_bloat_warn_at <= continue_as_new_threshold:
+            log.warning(
+                "the history-bloat warning (%d events) is at or below the continue-as-new "
+                "threshold (%d): healthy runs will warn before they are advised to rotate",
+                self.history_bloat_warn_at,
+                continue_as_new_threshold,
+            )
         self._bloat_warned: dict[str, None] = {}  # insertion-ordered set of warned runs
         self.sql: AsyncSqlApi | None = None
         self._pool: AsyncConnectionPool | None = None
@@ -143,8 +150,9 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
         await self._first_connection()
-        self._pool = await open_async_pool(self.dsn, min_size=2, max_size=self.concurrency + 4,
-                                           timeout=CONNECT_WAIT_SECS)
+        self._pool = await open_async_pool(
+            self.dsn, min_size=2, max_size=self.concurrency + 4, timeout=CONNECT_WAIT_SECS
+        )
         self.sql = AsyncSqlApi(self._pool)
         try:
             await self._check_schema()
@@ -159,8 +167,10 @@ class Worker:
             if self.run_worker:
                 log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
                 heartbeat = asyncio.create_task(self._heartbeat())
-                background += [asyncio.create_task(self._listen()),
-                               asyncio.create_task(serve_queries(self))]  # queries and updates
+                background += [
+                    asyncio.create_task(self._listen()),
+                    asyncio.create_task(serve_queries(self)),
+                ]  # queries and updates
             if self.run_scanner:
                 background.append(asyncio.create_task(self._scan()))
             if self.run_retention:
@@ -186,9 +196,14 @@ class Worker:
             await self._pool.close()
 
     async def _register(self) -> None:
-        await self.sql.register_worker(self.worker_id, self.queues, socket.gethostname(),
-                                       os.getpid(), self.heartbeat_interval,
-                                       {"concurrency": self.concurrency})
+        await self.sql.register_worker(
+            self.worker_id,
+            self.queues,
+            socket.gethostname(),
+            os.getpid(),
+            self.heartbeat_interval,
+            {"concurrency": self.concurrency},
+        )
         # The names this worker can run on each queue it polls: a start of a name no
         # worker registered on its queue is refused up front (functions/start.sql).
         if self.app.workflows:
@@ -223,14 +238,18 @@ class Worker:
         # new work while it finishes what it holds (a remote drain has already said it).
         try:
             await self.sql.begin_worker_drain(self.worker_id)
-        except Exception as exc:  # noqa: BLE001 - the drain goes on; stop_worker ends the row
+        except Exception as exc:
             log.warning("worker %s could not record that it is draining: %s", self.worker_id, exc)
         if self._inflight:
             grace = self.shutdown_grace
             if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
                 grace = max(0.0, min(grace, self._drain_deadline_at - asyncio.get_running_loop().time()))
-            log.info("worker %s finishing %d in-flight task(s) (up to %.0fs)", self.worker_id,
-                     len(self._inflight), grace)
+            log.info(
+                "worker %s finishing %d in-flight task(s) (up to %.0fs)",
+                self.worker_id,
+                len(self._inflight),
+                grace,
+            )
             deadline = asyncio.get_running_loop().time() + grace
             pending: set[asyncio.Task] = set()
             # Handed-off tasks may join while others finish: wait until none is left.
@@ -240,8 +259,11 @@ class Worker:
                 if pending and asyncio.get_running_loop().time() >= deadline:
                     break
             if pending:
-                log.info("worker %s stopping with %d task(s) still in flight: releasing them",
-                         self.worker_id, len(pending))
+                log.info(
+                    "worker %s stopping with %d task(s) still in flight: releasing them",
+                    self.worker_id,
+                    len(pending),
+                )
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -287,7 +309,7 @@ class Worker:
         try:
             await self.sql.worker_sleep(self.worker_id, sleeping)
             self._sleeping = sleeping
-        except Exception as exc:  # noqa: BLE001 - the fallback poll still covers us
+        except Exception as exc:
             log.warning("could not update the sleep mark: %s", exc)
 
     # -- hand-off (claim.sql): tasks leased to us by the commit that created them -----------
@@ -348,8 +370,9 @@ class Worker:
                 await asyncio.shield(self.sql.release_task(task["task_id"], task["fencing_token"]))
             raise
         except Exception:
-            log.exception("task %s (%s) crashed the handler; its lease will expire", task["task_id"],
-                          task["kind"])
+            log.exception(
+                "task %s (%s) crashed the handler; its lease will expire", task["task_id"], task["kind"]
+            )
         finally:
             self._inflight.pop((task["task_id"], task["fencing_token"]), None)
             self._slot_claimed_at.pop((task["task_id"], task["fencing_token"]), None)
@@ -402,7 +425,7 @@ class Worker:
                             self._wake.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("notification listener lost (%s); reconnecting", redact(str(exc), self.dsn))
                 await asyncio.sleep(1.0)
 
@@ -413,16 +436,24 @@ class Worker:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 moved = await self.sql.scan(100)
                 if moved["expired_tasks"]:
-                    log.info("timeout scanner: %s", ", ".join(f"{r['kind']} {r['task_id']} {r['outcome']}"
-                                                             for r in moved["expired_tasks"]))
+                    log.info(
+                        "timeout scanner: %s",
+                        ", ".join(
+                            f"{r['kind']} {r['task_id']} {r['outcome']}" for r in moved["expired_tasks"]
+                        ),
+                    )
                 if moved["timed_out_workflows"]:
                     log.info("timeout scanner: %d workflow run(s) timed out", moved["timed_out_workflows"])
-                if (moved["expired_tasks"] or moved["relays_delivered"] or moved["mutex_grants"]
-                        or moved["starts_released"]):
+                if (
+                    moved["expired_tasks"]
+                    or moved["relays_delivered"]
+                    or moved["mutex_grants"]
+                    or moved["starts_released"]
+                ):
                     self._wake.set()
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("timeout scan failed: %s", exc)
 
     async def _heartbeat(self) -> None:
@@ -440,15 +471,18 @@ class Worker:
             except NotFound:
                 # Our row is gone: worker retention deleted it while we were silent past
                 # worker_max_age (a partition, a frozen VM). Register again and carry on.
-                log.warning("worker %s is no longer in the registry (deleted by worker retention "
-                            "after a long silence?): registering it again", self.worker_id)
+                log.warning(
+                    "worker %s is no longer in the registry (deleted by worker retention "
+                    "after a long silence?): registering it again",
+                    self.worker_id,
+                )
                 try:
                     await self._register()
                     if self._stopping.is_set():  # still finishing in-flight work: say so again
                         await self.sql.begin_worker_drain(self.worker_id)
-                except Exception as exc:  # noqa: BLE001 - the next heartbeat tries again
+                except Exception as exc:
                     log.warning("worker %s could not register again: %s", self.worker_id, exc)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("worker heartbeat failed: %s", exc)
 
     async def _note_drain_deadline(self) -> None:
@@ -456,8 +490,12 @@ class Worker:
         row = await self.sql.worker_drain_deadline(self.worker_id)
         if row and row["remaining_secs"] is not None:
             self._drain_deadline_at = asyncio.get_running_loop().time() + max(0.0, row["remaining_secs"])
-            log.info("worker %s drains until %s (%.1fs)", self.worker_id, row["drain_deadline"],
-                     max(0.0, row["remaining_secs"]))
+            log.info(
+                "worker %s drains until %s (%.1fs)",
+                self.worker_id,
+                row["drain_deadline"],
+                max(0.0, row["remaining_secs"]),
+            )
 
     async def _retention(self) -> None:
         """The retention janitor: one bounded batch per call, batch after batch while rows remain;
@@ -467,12 +505,18 @@ class Worker:
             try:
                 pruned = await self.sql.prune_workers()
                 if pruned["deleted"]:
-                    log.info("retention: deleted %d stopped or stale worker row(s) last seen before %s",
-                             pruned["deleted"], pruned["cutoff"])
+                    log.info(
+                        "retention: deleted %d stopped or stale worker row(s) last seen before %s",
+                        pruned["deleted"],
+                        pruned["cutoff"],
+                    )
                 result = await self.sql.run_retention()
                 if result["deleted"]:
-                    log.info("retention: deleted %d execution(s), %d remaining", result["deleted"],
-                             result["remaining"])
+                    log.info(
+                        "retention: deleted %d execution(s), %d remaining",
+                        result["deleted"],
+                        result["remaining"],
+                    )
                 if result["deleted"] and result["remaining"]:
                     continue
             except asyncio.CancelledError:
@@ -480,9 +524,12 @@ class Worker:
             except InvalidArgument as exc:  # not configured (yet): nothing to do
                 log.debug("retention: %s", exc)
             except PermissionDenied as exc:
-                log.warning("retention janitor stopped: %s (connect this process as a login with "
-                            "harvest_admin, or set HARVEST_RETENTION__ENABLED=false)", exc)
+                log.warning(
+                    "retention janitor stopped: %s (connect this process as a login with "
+                    "harvest_admin, or set HARVEST_RETENTION__ENABLED=false)",
+                    exc,
+                )
                 return
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("retention run failed: %s", exc)
             await asyncio.sleep(self.retention_interval)

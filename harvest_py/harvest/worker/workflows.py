@@ -7,6 +7,7 @@ replays the whole history on a fresh run. Both paths give the same commands.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import traceback
 from collections import OrderedDict
@@ -91,8 +92,12 @@ def payload_failure(exc: PayloadTooLarge, limit: int | None) -> dict[str, Any]:
     Under a small limit it loses, in turn, the message's hint, its details and its message
     (the smallest, ``{error_type, non_retryable}``, is 56 bytes).
     """
-    failure: dict[str, Any] = {"error_type": "PayloadTooLarge", "message": str(exc), "non_retryable": True,
-                               "details": {"what": exc.what, "bytes": exc.bytes, "limit": exc.limit}}
+    failure: dict[str, Any] = {
+        "error_type": "PayloadTooLarge",
+        "message": str(exc),
+        "non_retryable": True,
+        "details": {"what": exc.what, "bytes": exc.bytes, "limit": exc.limit},
+    }
     if limit is None:
         return failure
     if payload.payload_size(failure) > limit and exc.what is not None:
@@ -114,8 +119,9 @@ def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> Paylo
         what = f"the {field} of update {command.get('update_id')}"
     elif kind in _COMMAND_PAYLOADS:
         field, what = _COMMAND_PAYLOADS[kind]
-        what = what.format(name=command.get("name"), seq=command.get("seq"), kind=command.get("kind"),
-                           workflow=workflow_name)
+        what = what.format(
+            name=command.get("name"), seq=command.get("seq"), kind=command.get("kind"), workflow=workflow_name
+        )
     else:
         return None
     try:
@@ -130,8 +136,9 @@ def payloads_fit(commands: list[dict[str, Any]], limit: int | None, workflow_nam
     return limit is None or not any(_oversized(c, limit, workflow_name) for c in commands)
 
 
-def fit_payloads(commands: list[dict[str, Any]], limit: int | None, workflow_name: str,
-                 execution_id: str = "") -> list[dict[str, Any]]:
+def fit_payloads(
+    commands: list[dict[str, Any]], limit: int | None, workflow_name: str, execution_id: str = ""
+) -> list[dict[str, Any]]:
     """The decision to commit: ``commands`` when every payload fits under ``limit``.
 
     The database would refuse a decision holding a payload over the limit on every
@@ -198,50 +205,70 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         if run is None:
             if task["workflow_name"] not in worker.app.workflows:
                 # Typed: after a bounded number of these the run fails (fail_workflow_task).
-                raise UnknownWorkflow(f"this worker's App has no workflow {task['workflow_name']!r} "
-                                      f"(registered: {', '.join(sorted(worker.app.workflows)) or 'none'})",
-                                      task["workflow_name"], task["task_queue"],
-                                      sorted(worker.app.workflows))
+                raise UnknownWorkflow(
+                    f"this worker's App has no workflow {task['workflow_name']!r} "
+                    f"(registered: {', '.join(sorted(worker.app.workflows)) or 'none'})",
+                    task["workflow_name"],
+                    task["task_queue"],
+                    sorted(worker.app.workflows),
+                )
             definition = worker.app.workflow(task["workflow_name"])
-            run = WorkflowRun(worker.app, definition, execution_id, task["workflow_id"],
-                              task["task_queue"],
-                              continue_as_new_threshold=worker.continue_as_new_threshold)
+            run = WorkflowRun(
+                worker.app,
+                definition,
+                execution_id,
+                task["workflow_id"],
+                task["task_queue"],
+                continue_as_new_threshold=worker.continue_as_new_threshold,
+            )
             if task.get("new_events") is not None and task.get("new_events_after") == 0:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
             else:
                 events = await worker.sql.get_history(execution_id, 0)
             activation = await run.advance([_event(e) for e in events])
-    except Exception as exc:  # noqa: BLE001 - reported on the task, never into the history
+    except Exception as exc:
         if run is not None:
             run.close()
         kind = type(exc).__name__
         log.error("workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, exc)
         if isinstance(exc, UnknownWorkflow):
-            failure = {"error_type": kind, "message": str(exc), "non_retryable": False,
-                       "details": {"worker_id": worker.worker_id, "worker_registered": exc.registered}}
+            failure = {
+                "error_type": kind,
+                "message": str(exc),
+                "non_retryable": False,
+                "details": {"worker_id": worker.worker_id, "worker_registered": exc.registered},
+            }
         else:
-            failure = {"error_type": kind, "message": str(exc), "non_retryable": False,
-                       "details": {"traceback": traceback.format_exc(limit=20)}}
-        try:
+            failure = {
+                "error_type": kind,
+                "message": str(exc),
+                "non_retryable": False,
+                "details": {"traceback": traceback.format_exc(limit=20)},
+            }
+        with contextlib.suppress(StaleTask):
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
-        except StaleTask:
-            pass
         return
 
-    commands = fit_payloads(activation.commands, worker.max_payload_bytes, task["workflow_name"],
-                            execution_id)
+    commands = fit_payloads(
+        activation.commands, worker.max_payload_bytes, task["workflow_name"], execution_id
+    )
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
     grant = worker.reserve_slots(sum(1 for c in commands if c["type"] == "schedule_activity"), task)
     try:
         # Group commit (worker/completions.py): decisions made together share a transaction.
         try:
-            outcome = await worker.decisions.complete(task_id, token, activation.through, commands,
-                                                      grant.slots)
+            outcome = await worker.decisions.complete(
+                task_id, token, activation.through, commands, grant.slots
+            )
         except PayloadTooLarge as exc:
             # The server's limit is stricter than ours (it is the authority): the same
             # decision would be refused on every attempt, so the run fails, typed.
-            log.error("workflow %s (%s) fails: the database refused its decision: %s",
-                      execution_id, task["workflow_name"], exc)
+            log.error(
+                "workflow %s (%s) fails: the database refused its decision: %s",
+                execution_id,
+                task["workflow_name"],
+                exc,
+            )
             commands = [{"type": "fail_workflow", "failure": payload_failure(exc, exc.limit)}]
             outcome = await worker.decisions.complete(task_id, token, activation.through, commands, 0)
     except StaleTask as stale:
@@ -256,8 +283,11 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     for handed in outcome["handed"]:
         worker.run_handed(handed, task)
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
-    finished = activation.finished or outcome["execution_status"] != "RUNNING" or any(
-        c["type"] in ("complete_workflow", "fail_workflow") for c in commands)
+    finished = (
+        activation.finished
+        or outcome["execution_status"] != "RUNNING"
+        or any(c["type"] in ("complete_workflow", "fail_workflow") for c in commands)
+    )
     if finished:
         run.close()
     else:
@@ -274,6 +304,12 @@ def warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events:
         for stale in list(worker._bloat_warned)[: _BLOAT_WARNED_MAX // 2]:
             worker._bloat_warned.pop(stale, None)
     worker._bloat_warned[execution_id] = None
-    log.warning("harvest.workflow.history_bloat: %s (%s) has %d events, past %d of the %d-event "
-                "hard cap; call ctx.continue_as_new() when ctx.should_continue_as_new() is true",
-                execution_id, workflow_name, events, limit, worker.history_event_hard_cap)
+    log.warning(
+        "harvest.workflow.history_bloat: %s (%s) has %d events, past %d of the %d-event "
+        "hard cap; call ctx.continue_as_new() when ctx.should_continue_as_new() is true",
+        execution_id,
+        workflow_name,
+        events,
+        limit,
+        worker.history_event_hard_cap,
+    )
