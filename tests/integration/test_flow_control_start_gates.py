@@ -136,10 +136,10 @@ def test_usage_report_from_durable_events(db, start_worker, client) -> None:
             h.result(timeout=30)
     after = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=1)
     with client.sql() as sql:
-        by_name = sql.usage_report(before, after)
-        by_tenant = sql.usage_report(before, after, "search_attr:tenant")
+        by_name = sql.count_usage(before, after)
+        by_tenant = sql.count_usage(before, after, "search_attr:tenant")
         with pytest.raises(InvalidArgument, match="ceiling"):
-            sql.usage_report(before - dt.timedelta(days=100), after)
+            sql.count_usage(before - dt.timedelta(days=100), after)
     row = next(r for r in by_name if r["group_name"] == "metered_work")
     assert (row["workflow_starts"], row["completed"], row["failed"]) == (4, 3, 1)
     assert (row["activity_executions"], row["activity_executions_failed"]) == (4, 0)

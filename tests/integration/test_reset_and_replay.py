@@ -130,4 +130,4 @@ def test_version_usage_guard(start_worker, client: Client, db: str) -> None:
     free = subprocess.run(guard, capture_output=True, text=True, env=env, check=False)
     assert free.returncode == 0, free.stderr
     with client.sql() as sql:
-        assert sql.version_usage("gate-first", None, "terminal")[0]["executions"] == 1
+        assert sql.count_versions("gate-first", None, "terminal")[0]["executions"] == 1

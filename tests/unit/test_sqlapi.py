@@ -169,8 +169,8 @@ def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
             calls.append(("get_query_request", request_id))
             raise NotFound("no request 7")
 
-        def stop_waiting(self, waiter_id):
-            calls.append(("stop_waiting", waiter_id))
+        def stop_waiting_for_result(self, waiter_id):
+            calls.append(("stop_waiting_for_result", waiter_id))
 
     class SyncConn:
         def notifies(self, timeout):
@@ -192,7 +192,7 @@ def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
             for note in SyncConn().notifies(timeout):
                 yield note
 
-    for name in ("get_execution", "get_query_request", "stop_waiting"):
+    for name in ("get_execution", "get_query_request", "stop_waiting_for_result"):
 
         def wrap(name=name):
             async def method(self, *args):
@@ -204,14 +204,19 @@ def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
 
     sync_sql = Fake()
     sync_sql.conn = SyncConn()
-    cleanup = Sql(sqlapi.stop_waiting, "w")
+    cleanup = Sql(sqlapi.stop_waiting_for_result, "w")
     assert run_steps(steps(), sync_sql, cleanup) == ("RUNNING", "no request 7")
     sync_calls, calls[:] = list(calls), []
     assert asyncio.run(arun_steps(steps(), AsyncFake(), cleanup)) == ("RUNNING", "no request 7")
     assert (
         calls
         == sync_calls
-        == [("get_execution", "run-1"), ("get_query_request", 7), ("notifies", 0.5), ("stop_waiting", "w")]
+        == [
+            ("get_execution", "run-1"),
+            ("get_query_request", 7),
+            ("notifies", 0.5),
+            ("stop_waiting_for_result", "w"),
+        ]
     )
 
     def failing():
@@ -220,4 +225,4 @@ def test_the_steps_of_a_wait_run_the_same_under_both_drivers() -> None:
     calls.clear()
     with pytest.raises(NotFound):
         run_steps(failing(), sync_sql, cleanup)
-    assert calls[-1] == ("stop_waiting", "w")  # the cleanup ran on the way out
+    assert calls[-1] == ("stop_waiting_for_result", "w")  # the cleanup ran on the way out

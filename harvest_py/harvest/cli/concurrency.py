@@ -22,7 +22,7 @@ def concurrency() -> None:
 def status(key: str | None, database_url: str | None, output: str) -> None:
     """One row per key: key, max_concurrent, in_flight, pending (and task_type, workflows)."""
     with sql_api(database_url, read_only=True) as sql:
-        rows = sql.concurrency_status(key)
+        rows = sql.list_concurrency_keys(key)
     data = [
         {
             "key": r["key"],

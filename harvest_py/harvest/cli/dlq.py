@@ -82,7 +82,7 @@ def get(dead_letter_id, database_url, output) -> None:
 def count(group_by, database_url, output) -> None:
     """Count dead letters by activity, workflow and error type."""
     with sql_api(database_url, read_only=True) as sql:
-        rows = sql.aggregate_dead_letters(group_by)
+        rows = sql.count_dead_letters(group_by)
     emit(
         rows,
         output,

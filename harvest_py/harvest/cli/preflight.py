@@ -205,7 +205,7 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
             checks.append(_catalog_consistency(app))
         health = None
         try:
-            health = sql.worker_health()
+            health = sql.get_worker_health()
         except Exception as exc:
             checks.append(Check("worker_health", "fail", _first_line(exc)))
         if health is not None:
@@ -220,7 +220,7 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
             )
             checks.append(_queue_coverage(sql, app))
         try:
-            dead = sql.aggregate_dead_letters("all")
+            dead = sql.count_dead_letters("all")
             total = sum(r["dead_letters"] for r in dead)
             checks.append(
                 Check(
@@ -233,7 +233,7 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
         except Exception as exc:
             checks.append(Check("dead_letters", "fail", _first_line(exc)))
         try:
-            retention = sql.retention_status()
+            retention = sql.get_retention_status()
             if retention["configured"]:
                 checks.append(
                     Check(

@@ -96,7 +96,7 @@ def version_usage(
 
     group = "active" if guard else state_group
     with Client(cli_dsn(database_url)) as client, client.sql() as sql:
-        rows = sql.version_usage(change_id, version, group)
+        rows = sql.count_versions(change_id, version, group)
     if output == "json":
         click.echo(
             json.dumps(

@@ -38,7 +38,7 @@ def retention() -> None:
 def status(database_url, output) -> None:
     """Show the settings, the last run and how many executions a run would delete."""
     with sql_api(database_url, read_only=True) as sql:
-        data = sql.retention_status()
+        data = sql.get_retention_status()
     emit(data, output, lambda d: mapping(d, STATUS_KEYS))
 
 
@@ -100,7 +100,7 @@ def run_now(max_age, batch_size, max_batches, operator, database_url, output) ->
     batches = 0
     with sql_api(database_url, read_only=False) as sql:
         workers_deleted = sql.prune_workers(operator=operator)["deleted"]
-        eligible = sql.retention_status().get("eligible") or 0
+        eligible = sql.get_retention_status().get("eligible") or 0
         with progress(eligible, "deleting executions", enabled=output != "json" and eligible > 0) as bar:
             while batches < max_batches:
                 result = sql.run_retention(max_age, batch_size, operator)

@@ -98,7 +98,7 @@ def register(group: click.Group) -> None:
     def health(database_url, output) -> None:
         """The fleet roll-up: healthy, stale, draining; workers per queue (not stopped), split by health."""
         with sql_api(database_url, read_only=True) as sql:
-            data = sql.worker_health()
+            data = sql.get_worker_health()
 
         def render(d):
             text = mapping(d, ["healthy", "stale", "draining", "stopped", "total"])
@@ -146,7 +146,7 @@ def register(group: click.Group) -> None:
     def drain_preview(queue, worker_id, database_url, output) -> None:
         """Who a drain would affect, their in-flight work, and queues left uncovered. Writes nothing."""
         with sql_api(database_url, read_only=True) as sql:
-            rows = sql.drain_preview(queue, worker_id)
+            rows = sql.preview_drain(queue, worker_id)
         emit(
             rows,
             output,

@@ -361,7 +361,7 @@ def cancel(execution_id, reason, database_url, output) -> None:
 def stack(execution_id, database_url, output) -> None:
     """What an execution is waiting on now, and its last event id."""
     with sql_api(database_url, read_only=True) as sql:
-        data = sql.workflow_stack(execution_id)
+        data = sql.get_execution_stack(execution_id)
 
     def render(d):
         parts = [

@@ -373,7 +373,7 @@ class WorkflowHandle(_Handle):
             self.client.dsn,
             channels.DONE,
             _result(self, waiter_id, timeout),
-            cleanup=Sql(sqlapi.stop_waiting, waiter_id),
+            cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
         )
 
 
@@ -611,7 +611,7 @@ class AsyncWorkflowHandle(_Handle):
             self.client.dsn,
             channels.DONE,
             _result(self, waiter_id, timeout),
-            cleanup=Sql(sqlapi.stop_waiting, waiter_id),
+            cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
         )
 
 

@@ -343,7 +343,7 @@ def wait_for_result(execution_id: str, waiter_id: str) -> dict[str, Any]:
 
 
 @call(STOP_WAITING, nothing)
-def stop_waiting(waiter_id: str) -> dict[str, Any]:
+def stop_waiting_for_result(waiter_id: str) -> dict[str, Any]:
     return {"waiter_id": waiter_id}
 
 
@@ -367,7 +367,7 @@ def reset_workflow(
 
 
 @call(VERSION_USAGE)
-def version_usage(change_id: str, version: int | None = None, state_group: str = "active") -> dict[str, Any]:
+def count_versions(change_id: str, version: int | None = None, state_group: str = "active") -> dict[str, Any]:
     return {"change_id": change_id, "version": version, "state_group": state_group}
 
 
@@ -497,12 +497,12 @@ def register_workflows(queues: list[str], names: list[str]) -> dict[str, Any]:
 
 
 @call(WORKER_HEARTBEAT, column("status"))
-def worker_heartbeat(worker_id: str) -> dict[str, Any]:
+def heartbeat_worker(worker_id: str) -> dict[str, Any]:
     return {"worker_id": worker_id}
 
 
 @call(WORKER_SLEEP, nothing)
-def worker_sleep(worker_id: str, sleeping: bool) -> dict[str, Any]:
+def set_worker_sleeping(worker_id: str, sleeping: bool) -> dict[str, Any]:
     return {"worker_id": worker_id, "sleeping": sleeping}
 
 
@@ -512,7 +512,7 @@ def begin_worker_drain(worker_id: str) -> dict[str, Any]:
 
 
 @call(WORKER_DRAIN_DEADLINE, first)
-def worker_drain_deadline(worker_id: str) -> dict[str, Any]:
+def get_worker_drain_deadline(worker_id: str) -> dict[str, Any]:
     return {"worker_id": worker_id}
 
 
@@ -533,7 +533,7 @@ def declare_flow_policies(policies: dict[str, Any]) -> dict[str, Any]:
 
 
 @call(CONCURRENCY_STATUS)
-def concurrency_status(key: str | None = None) -> dict[str, Any]:
+def list_concurrency_keys(key: str | None = None) -> dict[str, Any]:
     return {"key": key}
 
 
@@ -560,17 +560,17 @@ def quota_usage(key: str, quota: str) -> dict[str, Any]:
 
 
 @call(MUTEX_STATUS)
-def mutex_status(key: str | None = None) -> dict[str, Any]:
+def list_mutexes(key: str | None = None) -> dict[str, Any]:
     return {"key": key}
 
 
 @call(PENDING_STARTS_STATUS)
-def pending_starts_status(workflow_name: str | None = None) -> dict[str, Any]:
+def list_pending_starts(workflow_name: str | None = None) -> dict[str, Any]:
     return {"workflow_name": workflow_name}
 
 
 @call(USAGE_REPORT)
-def usage_report(
+def count_usage(
     from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None
 ) -> dict[str, Any]:
     return {"from_": from_, "to": to, "group_by": group_by, "max_window": max_window}
@@ -608,7 +608,7 @@ def discard_dead_letter(id: int) -> dict[str, Any]:
 
 
 @call(AGGREGATE_DEAD_LETTERS)
-def aggregate_dead_letters(group_by: str = "all") -> dict[str, Any]:
+def count_dead_letters(group_by: str = "all") -> dict[str, Any]:
     return {"group_by": group_by}
 
 
@@ -667,7 +667,7 @@ def list_executions(
 
 
 @call(WORKFLOW_STACK, column("stack"))
-def workflow_stack(execution_id: str) -> dict[str, Any]:
+def get_execution_stack(execution_id: str) -> dict[str, Any]:
     return {"execution_id": execution_id}
 
 
@@ -684,7 +684,7 @@ def get_worker(worker_id: str) -> dict[str, Any]:
 
 
 @call(WORKER_HEALTH, column("health"))
-def worker_health() -> dict[str, Any]:
+def get_worker_health() -> dict[str, Any]:
     return {}
 
 
@@ -694,7 +694,7 @@ def drain_worker(worker_id: str, deadline: Any = None, operator: str | None = No
 
 
 @call(DRAIN_PREVIEW)
-def drain_preview(queue: str | None = None, worker_id: str | None = None) -> dict[str, Any]:
+def preview_drain(queue: str | None = None, worker_id: str | None = None) -> dict[str, Any]:
     return {"queue": queue, "worker_id": worker_id}
 
 
@@ -704,7 +704,7 @@ def list_audit_log(limit: int = 100, operation: str | None = None) -> dict[str, 
 
 
 @call(RETENTION_STATUS, column("status"))
-def retention_status() -> dict[str, Any]:
+def get_retention_status() -> dict[str, Any]:
     return {}
 
 
@@ -782,7 +782,7 @@ def get_query_request(request_id: int) -> dict[str, Any]:
 
 
 @call(CLAIM_QUERIES)
-def claim_queries(worker_id: str, queues: list[str], limit: int, lease_secs: float) -> dict[str, Any]:
+def claim_query_requests(worker_id: str, queues: list[str], limit: int, lease_secs: float) -> dict[str, Any]:
     return {"worker_id": worker_id, "queues": queues, "limit": limit, "lease_secs": lease_secs}
 
 

@@ -78,7 +78,7 @@ class QueryResponder:
                 claimed: list[dict[str, Any]] = []
                 if free > 0:
                     try:
-                        claimed = await w.sql.claim_queries(
+                        claimed = await w.sql.claim_query_requests(
                             w.worker_id, w.queues, min(free, CLAIM_BATCH), LEASE_SECS
                         )
                     except asyncio.CancelledError:

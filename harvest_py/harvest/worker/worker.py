@@ -307,7 +307,7 @@ class Worker:
         if self._sleeping is sleeping:
             return
         try:
-            await self.sql.worker_sleep(self.worker_id, sleeping)
+            await self.sql.set_worker_sleeping(self.worker_id, sleeping)
             self._sleeping = sleeping
         except Exception as exc:
             log.warning("could not update the sleep mark: %s", exc)
@@ -460,7 +460,7 @@ class Worker:
         while True:
             await asyncio.sleep(self.heartbeat_interval)
             try:
-                status = await self.sql.worker_heartbeat(self.worker_id)
+                status = await self.sql.heartbeat_worker(self.worker_id)
                 if status != "active" and not self._stopping.is_set():
                     if status == "draining":
                         await self._note_drain_deadline()
@@ -487,7 +487,7 @@ class Worker:
 
     async def _note_drain_deadline(self) -> None:
         """Remember when a remote drain must be done; _drain releases what is left then."""
-        row = await self.sql.worker_drain_deadline(self.worker_id)
+        row = await self.sql.get_worker_drain_deadline(self.worker_id)
         if row and row["remaining_secs"] is not None:
             self._drain_deadline_at = asyncio.get_running_loop().time() + max(0.0, row["remaining_secs"])
             log.info(
