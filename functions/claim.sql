@@ -6,7 +6,7 @@
 -- however deep the backlog grows. Admission gates of flow control (concurrency
 -- keys, rate limits) filter the candidates in the same transaction: when a
 -- candidate of the window carries a gate (tasks.concurrency_key or rate_key),
--- harvest._admit_candidates (concurrency.sql) takes the per-key advisory locks
+-- harvest._admit_candidates (flow_concurrency.sql) takes the per-key advisory locks
 -- (try-lock, sorted: the claim never waits), counts in flight in a statement
 -- that starts after the locks are held, and returns the admissible ids; the
 -- claim then takes the slots and pays the buckets before it commits. A window

@@ -65,7 +65,7 @@ AS $$
 $$;
 
 -- The size an event counts for in the history byte cap (decide.sql) and the
--- max_history_bytes quota (quotas.sql), the one measure of both: the bytes of its
+-- max_history_bytes quota (flow_quotas.sql), the one measure of both: the bytes of its
 -- JSON text. The spec names pg_column_size(event_data); Harvest does not use it
 -- because that measures the stored datum, which depends on TOAST compression
 -- (pglz or lz4, compressed only past ~2 kB) and on the short-varlena header, so

@@ -19,10 +19,10 @@
 --
 -- Flow control (docs/flow-control.md) is read from the workflow's declared
 -- policy (harvest.flow_policies) so every start path gets it: a quota is
--- checked (quotas.sql, HR006 when exceeded) and a per-key concurrency policy
+-- checked (flow_quotas.sql, HR006 when exceeded) and a per-key concurrency policy
 -- stamps the run's key; "defer" gates the first workflow task at the claim,
--- "cancel_running" supersedes the oldest runs of the key here (concurrency.sql).
--- A start throttle, debounce or batch (throttle.sql) may defer the start: no
+-- "cancel_running" supersedes the oldest runs of the key here (flow_concurrency.sql).
+-- A start throttle, debounce or batch (flow_throttle.sql) may defer the start: no
 -- execution yet, status DEFERRED; the scanner releases it later.
 -- Lock order of a start: the start-gate key, then the start lock, then the
 -- quota key, then the concurrency key, then execution rows.
@@ -181,7 +181,7 @@ END;
 $$;
 
 -- A start of a workflow whose policy declares a start throttle, debounce or batch
--- (throttle.sql, _start_gate): action 'start' lets it through (under the
+-- (flow_throttle.sql, _start_gate): action 'start' lets it through (under the
 -- workflow_id the gate chose); any other action admits it without an execution
 -- (status DEFERRED, execution_id NULL, the run's workflow_id), which
 -- start_workflow returns as it is.
@@ -297,7 +297,7 @@ END;
 $$;
 
 -- The flow keys of a new run under its workflow's policy (docs/flow-control.md): a
--- quota is checked under its key's lock (quotas.sql, HR006 when exhausted), then
+-- quota is checked under its key's lock (flow_quotas.sql, HR006 when exhausted), then
 -- the concurrency key is resolved from the input.
 CREATE OR REPLACE FUNCTION harvest._start_flow_keys(
     p_workflow_name text, p_input jsonb, p_policy jsonb,
@@ -321,7 +321,7 @@ $$;
 -- The new run: its execution row, WorkflowStarted, and its first workflow task, then
 -- a wake-up of its queue. A per-key concurrency policy stamps the run's key: "defer"
 -- gates the task at the claim; "cancel_running" supersedes the oldest runs of the
--- key here (concurrency.sql). Returns the new execution's id.
+-- key here (flow_concurrency.sql). Returns the new execution's id.
 CREATE OR REPLACE FUNCTION harvest._start_insert(
     p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text,
     p_search_attributes jsonb, p_priority integer, p_parent_id uuid, p_shard integer,

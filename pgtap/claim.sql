@@ -1,6 +1,6 @@
 -- functions/claim.sql: harvest.claim_tasks (order, due time, queues, leases,
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
--- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/concurrency.sql),
+-- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
 -- harvest._task_for_worker, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
 -- pgtap/activities.sql).

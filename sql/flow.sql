@@ -1,7 +1,7 @@
 -- Flow control: declared policies and their state: per-key concurrency slots,
 -- rate-limit buckets, the durable mutex, the start throttle / debounce / batch,
--- and the fairness cursor (functions/concurrency.sql, ratelimit.sql, quotas.sql,
--- mutex.sql, throttle.sql, claim.sql). Every gate is decided inside Postgres in
+-- and the fairness cursor (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql,
+-- flow_mutex.sql, flow_throttle.sql, claim.sql). Every gate is decided inside Postgres in
 -- the claim or start transaction; see docs/flow-control.md. The gate columns of
 -- a run and a task live on harvest.executions and harvest.tasks.
 
@@ -76,7 +76,7 @@ CREATE TABLE harvest.mutex_waiters (
 CREATE INDEX mutex_waiters_key
 ON harvest.mutex_waiters (lock_key, id);
 
--- Start throttle, debounce and batch (functions/throttle.sql): starts admitted
+-- Start throttle, debounce and batch (functions/flow_throttle.sql): starts admitted
 -- without an execution yet, released by the worker's scanner
 -- (harvest.release_pending_starts).
 -- One row per deferred start. kind throttle: one row per start, released FIFO

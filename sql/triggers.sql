@@ -1,6 +1,6 @@
 -- Triggers, after every table: they keep derived columns and flow-control state
 -- in step with the rows they watch. The work is in the functions they call
--- (functions/concurrency.sql, mutex.sql and claim.sql); these wrappers only bind
+-- (functions/flow_concurrency.sql, flow_mutex.sql and claim.sql); these wrappers only bind
 -- them to the tables.
 
 -- Activity task rows take their gate columns from their options at insert
@@ -41,7 +41,7 @@ WHEN (old.status = 'RUNNING' AND new.status <> 'RUNNING')
 EXECUTE FUNCTION harvest._executions_flow_release();
 
 -- Mutex markers (record_marker kind mutex_acquire / mutex_release) take effect
--- in the transaction that records them (functions/mutex.sql).
+-- in the transaction that records them (functions/flow_mutex.sql).
 CREATE FUNCTION harvest._events_mutex()
 RETURNS trigger
 LANGUAGE plpgsql

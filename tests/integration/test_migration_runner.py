@@ -240,18 +240,18 @@ def test_a_function_file_that_left_functions_loses_its_ledger_row(fresh_db: str,
     files of functions/, as a fresh install's does, and status lists no ghost."""
     assert cli("run", dsn=fresh_db).exit_code == 0
     functions = sql_copy / "functions"
-    moved, taker = functions / "usage.sql", functions / "core.sql"
+    moved, taker = functions / "flow_usage.sql", functions / "core.sql"
     taker.write_text(taker.read_text() + "\n" + moved.read_text())
     moved.unlink()
 
     status = cli("status", "--check", dsn=fresh_db)
     assert status.exit_code == 1, status.output
-    assert "functions/usage.sql" in status.stdout and "pending (retired" in status.stdout
+    assert "functions/flow_usage.sql" in status.stdout and "pending (retired" in status.stdout
     as_json = json.loads(cli("status", "--output", "json", dsn=fresh_db).stdout)
-    assert as_json["retired_function_files"] == ["usage.sql"]
+    assert as_json["retired_function_files"] == ["flow_usage.sql"]
     plan = cli("run", "--dry-run", dsn=fresh_db)
-    assert "would retire functions/usage.sql" in plan.stdout
-    assert "usage.sql" in function_ledger(fresh_db), "a dry run changes nothing"
+    assert "would retire functions/flow_usage.sql" in plan.stdout
+    assert "flow_usage.sql" in function_ledger(fresh_db), "a dry run changes nothing"
 
     result = cli("run", dsn=fresh_db)
     assert result.exit_code == 0, result.output

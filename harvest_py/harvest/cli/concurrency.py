@@ -1,6 +1,6 @@
 """`harvest concurrency status`: in-flight and pending work per concurrency key.
 
-SQL: functions/concurrency.sql.
+SQL: functions/flow_concurrency.sql.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
 DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
-# -- flow control (functions/concurrency.sql, ratelimit.sql, quotas.sql, mutex.sql)
+# -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
 SET_RATE_LIMIT_OVERRIDE = """
@@ -101,7 +101,7 @@ CLEAR_RATE_LIMIT_OVERRIDE = "SELECT harvest.clear_rate_limit_override(%(activity
 GET_RATE_LIMIT = "SELECT * FROM harvest.get_rate_limit(%(activity_name)s)"
 QUOTA_USAGE = "SELECT harvest.quota_usage(%(key)s, %(quota)s) AS usage"
 MUTEX_STATUS = "SELECT * FROM harvest.list_mutexes(%(key)s)"
-# -- start throttle / debounce / batch and the usage report (functions/throttle.sql, usage.sql)
+# -- start throttle / debounce / batch and the usage report (functions/flow_throttle.sql, flow_usage.sql)
 PENDING_STARTS_STATUS = "SELECT * FROM harvest.list_pending_starts(%(workflow_name)s)"
 USAGE_REPORT = """
 SELECT * FROM harvest.count_usage(%(from_)s, %(to)s, %(group_by)s,
@@ -526,7 +526,7 @@ def scan(limit: int = 100) -> dict[str, Any]:
     return {"limit": limit}
 
 
-# -- flow control (functions/concurrency.sql, ratelimit.sql, quotas.sql, mutex.sql, throttle.sql)
+# -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql, flow_throttle.sql)
 @call(DECLARE_FLOW_POLICIES, column("declared"))
 def declare_flow_policies(policies: dict[str, Any]) -> dict[str, Any]:
     return {"policies": _jsonb(policies)}

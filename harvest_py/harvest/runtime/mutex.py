@@ -5,7 +5,7 @@ database queues the run for the key (FIFO) and, when the key is this run's,
 appends the resolution event ``MutexAcquired {seq, key}`` (``seq`` = the acquire
 marker's), which resolves the waiting future. Leaving the block, by any path,
 issues ``record_marker {kind: "mutex_release", value: {key}}``. A run that ends
-gives back every key it holds or waits for in the database (functions/mutex.sql),
+gives back every key it holds or waits for in the database (functions/flow_mutex.sql),
 so a block the code never leaves (a crash, a termination) never holds a key forever.
 
 If the wait is cancelled (``WorkflowCancelRequested``), the release marker is

@@ -133,7 +133,7 @@ BEGIN
                 END IF;
             END IF;
             PERFORM harvest._resolve_key('[]', v_entry.policy #>> '{quota,key}');
-            PERFORM harvest._check_start_gates(v_entry.name, v_entry.policy);  -- throttle.sql
+            PERFORM harvest._check_start_gates(v_entry.name, v_entry.policy);  -- flow_throttle.sql
             PERFORM harvest._resolve_key('[]', v_entry.policy #>> '{rate_limit,key}');
             INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)
             VALUES (v_kind, v_entry.name, v_entry.policy, harvest.now())

@@ -1,4 +1,4 @@
--- functions/quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow;
+-- functions/flow_quotas.sql: harvest._check_quota, harvest.quota_usage, and the check in start_workflow;
 -- the history-bytes quota and the history byte cap agree.
 BEGIN;
 SELECT plan(9);

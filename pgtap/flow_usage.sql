@@ -1,4 +1,4 @@
--- functions/usage.sql: harvest.count_usage.
+-- functions/flow_usage.sql: harvest.count_usage.
 BEGIN;
 SELECT plan(11);
 SET LOCAL harvest.fake_now = '2030-03-01 00:00:00+00';

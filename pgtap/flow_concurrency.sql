@@ -1,4 +1,4 @@
--- functions/concurrency.sql: harvest._resolve_key, harvest._flow_task_columns,
+-- functions/flow_concurrency.sql: harvest._resolve_key, harvest._flow_task_columns,
 -- harvest.declare_flow_policies, harvest._admit_candidates, harvest._in_flight,
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
 -- harvest.list_concurrency_keys.

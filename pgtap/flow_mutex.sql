@@ -1,4 +1,4 @@
--- functions/mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
+-- functions/flow_mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
 -- harvest.grant_mutexes, harvest.list_mutexes, harvest._mutex_on_marker (through the events_mutex trigger).
 BEGIN;
 SELECT plan(9);

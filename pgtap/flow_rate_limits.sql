@@ -1,4 +1,4 @@
--- functions/ratelimit.sql: harvest._bucket_now, harvest._lock_rate_buckets,
+-- functions/flow_rate_limits.sql: harvest._bucket_now, harvest._lock_rate_buckets,
 -- harvest._debit_rate_buckets, harvest._override_bucket, harvest.set_rate_limit_override,
 -- harvest.clear_rate_limit_override, harvest.get_rate_limit.
 BEGIN;

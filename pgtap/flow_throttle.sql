@@ -1,4 +1,4 @@
--- functions/throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
+-- functions/flow_throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
 -- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
 -- harvest.list_pending_starts, and the gates in start_workflow.
 BEGIN;
