@@ -526,7 +526,8 @@ def scan(limit: int = 100) -> dict[str, Any]:
     return {"limit": limit}
 
 
-# -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql, flow_throttle.sql)
+# -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql,
+#    flow_mutex.sql, flow_throttle.sql)
 @call(DECLARE_FLOW_POLICIES, column("declared"))
 def declare_flow_policies(policies: dict[str, Any]) -> dict[str, Any]:
     return {"policies": _jsonb(policies)}
