@@ -192,7 +192,12 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     DELETE FROM harvest.registered_workflows AS r WHERE r.queue = p_queue AND r.workflow_name = p_workflow_name;
-    RETURN FOUND;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- An operator mutation: starts of this name on this queue are refused from now on.
+    PERFORM harvest._audit('workflow.unregister', p_workflow_name, NULL, jsonb_build_object('queue', p_queue));
+    RETURN true;
 END;
 $$;
 
@@ -443,7 +448,7 @@ COMMENT ON FUNCTION harvest.register_workflows IS
 'with registrations is refused (HR010). Returns how many pairs were new. Called by the Python worker at start '
 '(role harvest_worker).';
 COMMENT ON FUNCTION harvest.unregister_workflow IS
-'Retire a workflow name from a queue (a workflow deleted from the code); returns whether it was registered. For '
+'Retire a workflow name from a queue (a workflow deleted from the code); returns whether it was registered; audited. For '
 'admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.list_workers IS
 'The worker registry with derived health (healthy, stale) and in-flight counts, optionally of one queue, status '

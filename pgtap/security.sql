@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(18);
+SELECT plan(27);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -37,6 +37,39 @@ SELECT is(pg_temp.comments_missing_role(), '{"zz_probe: harvest_admin"}'::text[]
           'a COMMENT that does not name the function''s role is caught');
 DROP FUNCTION harvest.zz_probe();
 
+-- Every public function: each harvest role may EXECUTE it exactly when _function_role grants
+-- it to that role or to a role it inherits (admin > operator > reader; worker apart).
+CREATE FUNCTION pg_temp.grant_mismatches() RETURNS text[] LANGUAGE sql AS $$
+    SELECT coalesce(array_agg(p.proname || ': ' || r.rolname ORDER BY p.proname, r.rolname), '{}')
+    FROM pg_proc AS p
+    CROSS JOIN (SELECT rolname FROM pg_roles WHERE rolname IN
+                ('harvest_reader', 'harvest_operator', 'harvest_admin', 'harvest_worker')) AS r
+    WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname NOT LIKE '\_%'
+      AND has_function_privilege(r.rolname, p.oid, 'EXECUTE') IS DISTINCT FROM EXISTS (
+          SELECT 1 FROM unnest(string_to_array(harvest._function_role(p.proname), ',')) AS g (grantee)
+          WHERE pg_has_role(r.rolname, g.grantee, 'USAGE'));
+$$;
+SELECT is(pg_temp.grant_mismatches(), '{}'::text[],
+          'each role executes exactly the functions _function_role grants it (or a role it inherits)');
+-- The entry points issue 12 added, refused to the roles that must not call them.
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.unregister_workflow('q', 'wf')$$, '42501', NULL,
+                 'unregister_workflow(): refused to an operator (admin only)');
+SELECT throws_ok($$SELECT harvest.prune_workers()$$, '42501', NULL, 'prune_workers(): refused to an operator');
+SELECT throws_ok($$SELECT harvest.set_worker_retention('1 day')$$, '42501', NULL,
+                 'set_worker_retention(): refused to an operator');
+SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$, '42501', NULL,
+                 'register_workflows(): refused to an operator (workers only)');
+SELECT throws_ok($$SELECT harvest.begin_worker_drain('w')$$, '42501', NULL,
+                 'begin_worker_drain(): refused to an operator (workers only)');
+SET LOCAL ROLE harvest_worker;
+SELECT throws_ok($$SELECT harvest.unregister_workflow('q', 'wf')$$, '42501', NULL,
+                 'unregister_workflow(): refused to a worker');
+SELECT throws_ok($$SELECT harvest.prune_workers()$$, '42501', NULL, 'prune_workers(): refused to a worker');
+SET LOCAL ROLE harvest_reader;
+SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$, '42501', NULL,
+                 'register_workflows(): refused to a reader');
+RESET ROLE;
 -- _session_has_role: the login's roles; a superuser or the schema owner holds every one.
 SELECT ok(harvest._session_has_role('harvest_admin'), '_session_has_role(): the superuser running this holds admin');
 GRANT EXECUTE ON FUNCTION harvest._session_has_role(text) TO harvest_operator;  -- for this test only

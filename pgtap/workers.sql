@@ -4,7 +4,7 @@
 -- (harvest._worker_health, harvest._drain_outcome, list_workers, get_worker, get_worker_health,
 -- drain_worker, preview_drain) and harvest.get_worker_drain_deadline, each in a transaction of its own.
 BEGIN;
-SELECT plan(54);
+SELECT plan(55);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -182,6 +182,9 @@ SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['rw_a'], NULL)$$, 'HR
 -- unregister_workflow: retire a name from a queue.
 SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), true, 'unregister_workflow() of a registered name: true');
 SELECT is(harvest.unregister_workflow('rw_a', 'wf3'), false, 'and of a name no longer registered: false');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.unregister' AND target = 'wf3'
+           AND details ->> 'queue' = 'rw_a'), 1::bigint,
+          'unregister_workflow() is audited once, for the call that removed the name');
 
 SELECT * FROM finish();
 ROLLBACK;
