@@ -29,9 +29,10 @@ from harvest.core.errors import (
     WorkflowTimedOut,
 )
 from harvest.db import channels, sqlapi
-from harvest.db.connection import AsyncConnection, Connection, connect, resolve_dsn
+from harvest.db.connection import AsyncConnection, Connection, connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
+from harvest.db.migrate import check_schema_async
 from harvest.db.pools import AsyncConnectionPool, open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
@@ -398,13 +399,13 @@ class Client:
         self.max_payload_bytes = _limit(max_payload_bytes)
         # One connection first, schema check or not: a wrong password or a bad DSN fails here
         # at once, redacted, instead of in the pool's background retries.
+        # The same connection reads the server's payload limit: no second round trip.
         with connect(self.dsn, autocommit=True) as conn:
             if check_schema:
                 verify_schema(conn)
+            if self.max_payload_bytes is None:
+                self.max_payload_bytes = SqlApi(conn).payload_limit()
         self._pool = open_pool(self.dsn, max_size=pool_size)
-        if self.max_payload_bytes is None:
-            with self._sql() as sql:
-                self.max_payload_bytes = sql.payload_limit()
 
     def close(self) -> None:
         self._pool.close()
@@ -671,15 +672,20 @@ class AsyncClient:
         max_payload_bytes: int | None = None,
     ) -> AsyncClient:
         dsn = resolve_dsn(dsn)
-        _limit(max_payload_bytes)
-        with connect(dsn, autocommit=True) as conn:  # fails fast, as in Client()
+        limit = _limit(max_payload_bytes)
+        # One connection first, as in Client(), opened without blocking the event loop; it
+        # checks the schema and reads the server's payload limit.
+        conn = await connect_async(dsn, autocommit=True)
+        try:
+            first = AsyncSqlApi.on_connection(conn)
             if check_schema:
-                verify_schema(conn)
+                await check_schema_async(first, "this Harvest")
+            if limit is None:
+                limit = await first.payload_limit()
+        finally:
+            await conn.close()
         pool = await open_async_pool(dsn, max_size=pool_size)
-        client = cls(dsn, pool, max_payload_bytes)
-        if client.max_payload_bytes is None:
-            client.max_payload_bytes = await client.sql.payload_limit()
-        return client
+        return cls(dsn, pool, limit)
 
     async def close(self) -> None:
         await self._pool.close()
