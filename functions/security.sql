@@ -51,7 +51,8 @@ AS $$
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts') THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
-        WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_history', 'wait_for_result', 'stop_waiting_for_result')
+        WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',
+                        'stop_waiting_for_result')
             THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'list_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',

@@ -28,7 +28,7 @@
 -- quota key, then the concurrency key, then execution rows.
 --
 -- Layout: start_workflow is a dispatcher over one function per gate, defined
--- above it in the order it calls them (_start_check_arguments, _start_check_admin,
+-- above it in the order it calls them (_start_check_shard, _start_check_arguments, _start_check_admin,
 -- _start_check_ranges, _start_check_registered, _start_defer, _start_resolve_prior
 -- with _start_action, _start_flow_keys, _start_insert); start_workflows is the batch.
 
@@ -56,7 +56,7 @@ END;
 $$;
 
 -- The gates of a start, one function each, in the order start_workflow calls them:
--- the arguments, the admin check, the ranges, the registration check, the deferral
+-- the shard, the arguments, the admin check, the ranges, the registration check, the deferral
 -- (throttle, debounce, batch), the prior run (reuse and conflict policies), the
 -- flow keys (quota, concurrency), and the insert. A gate that refuses raises;
 -- nothing is written before the deferral.
@@ -134,6 +134,32 @@ BEGIN
             HINT = 'pass conflict_policy use_existing (attach to a running run) or fail, '
                    'or ask a harvest_admin to terminate the run';
     END IF;
+END;
+$$;
+
+-- The shard the run's id is minted for: this database's (harvest.shard_identity, one
+-- primary-key read). A p_shard that names another is refused (HR011, WrongShard)
+-- before anything is written, naming both numbers: the id would route to a shard
+-- that does not hold the run. NULL means this database's shard.
+CREATE OR REPLACE FUNCTION harvest._start_check_shard(p_shard integer)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_shard integer;
+BEGIN
+    SELECT s.shard_id INTO v_shard FROM harvest.shard_identity AS s WHERE s.id;
+    IF p_shard IS NULL OR p_shard = v_shard THEN
+        RETURN v_shard;
+    END IF;
+    IF p_shard < 0 OR p_shard > 65535 THEN
+        RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', p_shard
+            USING ERRCODE = 'HR001';
+    END IF;
+    RAISE EXCEPTION 'start addressed to shard % reached shard %', p_shard, v_shard
+        USING ERRCODE = 'HR011',
+        DETAIL = jsonb_build_object('requested_shard_id', p_shard, 'shard_id', v_shard)::text,
+        HINT = 'start it on the database of that shard (check the shard urls), or omit the shard';
 END;
 $$;
 
@@ -381,7 +407,8 @@ CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_search_attributes jsonb DEFAULT '{}'::jsonb,
     p_priority integer DEFAULT 0,
     p_parent_id uuid DEFAULT NULL,
-    p_shard integer DEFAULT 0,
+    -- NULL: this database's shard; another shard's number is refused (HR011).
+    p_shard integer DEFAULT NULL,
     p_execution_timeout_secs double precision DEFAULT NULL,
     p_run_timeout_secs double precision DEFAULT NULL,
     -- false: skip the deferring gates (throttle, debounce, batch); a released
@@ -400,7 +427,9 @@ DECLARE
     v_quota_key text;
     v_concurrency_key text;
     v_id uuid;
+    v_shard integer;
 BEGIN
+    v_shard := harvest._start_check_shard(p_shard);
     PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_queue,
                                            p_search_attributes, p_reuse_policy, p_conflict_policy);
     PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
@@ -433,7 +462,7 @@ BEGIN
         v_concurrency_key := v_keys.concurrency_key;
     END IF;
     v_id := harvest._start_insert(p_workflow_name, p_input, v_workflow_id, p_queue, p_search_attributes,
-        p_priority, p_parent_id, p_shard, p_execution_timeout_secs, p_run_timeout_secs, v_policy,
+        p_priority, p_parent_id, v_shard, p_execution_timeout_secs, p_run_timeout_secs, v_policy,
         v_quota_key, v_concurrency_key);
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
@@ -441,12 +470,14 @@ $$;
 COMMENT ON FUNCTION harvest.start_workflow(text, jsonb, text, text, text, text, jsonb, integer, uuid, integer, double precision, double precision, boolean) IS
 'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
 'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
-'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh. Called by clients (Python '
+'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh; the id is minted for this '
+'database''s shard, and a p_shard naming another is refused with HR011. Called by clients (Python '
 'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run) and by '
 'the engine for children and continue-as-new.';
 
 -- A client's group commit of starts: each element of p_starts (a JSON array of
--- objects with start_workflow's arguments, without the p_ prefix) is started as
+-- objects with start_workflow's arguments, without the p_ prefix; "shard" is
+-- p_shard, refused with HR011 when it is not this database's) is started as
 -- start_workflow would, in one transaction; n is the element's position (from 1).
 -- Any start that raises fails the whole call; the client then starts the
 -- elements one by one, so each gets its own answer or error. Starts of named
@@ -482,6 +513,7 @@ BEGIN
             p_conflict_policy => coalesce(v_start.args ->> 'conflict_policy', 'unspecified'),
             p_search_attributes => coalesce(v_start.args -> 'search_attributes', '{}'::jsonb),
             p_priority => coalesce((v_start.args ->> 'priority')::integer, 0),
+            p_shard => (v_start.args ->> 'shard')::integer,
             p_execution_timeout_secs => (v_start.args ->> 'execution_timeout')::double precision,
             p_run_timeout_secs => (v_start.args ->> 'run_timeout')::double precision);
         n := v_start.n;
@@ -495,5 +527,6 @@ END;
 $$;
 COMMENT ON FUNCTION harvest.start_workflows(jsonb) IS
 'A client''s group commit of starts: each element of a JSON array of start_workflow''s arguments (without the p_ '
-'prefix) started as start_workflow would, in one transaction; any error fails the whole call. Called by the Python '
+'prefix, "shard" for p_shard) started as start_workflow would, in one transaction; any error (HR011 for a '
+'shard that is not this database''s) fails the whole call. Called by the Python '
 'Client''s batched starts (role harvest_operator).';

@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(27);
+SELECT plan(30);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -62,10 +62,13 @@ SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$,
                  'register_workflows(): refused to an operator (workers only)');
 SELECT throws_ok($$SELECT harvest.begin_worker_drain('w')$$, '42501', NULL,
                  'begin_worker_drain(): refused to an operator (workers only)');
+SELECT throws_ok($$SELECT harvest.set_shard_id(7)$$, '42501', NULL, 'set_shard_id(): refused to an operator');
 SET LOCAL ROLE harvest_worker;
 SELECT throws_ok($$SELECT harvest.unregister_workflow('q', 'wf')$$, '42501', NULL,
                  'unregister_workflow(): refused to a worker');
 SELECT throws_ok($$SELECT harvest.prune_workers()$$, '42501', NULL, 'prune_workers(): refused to a worker');
+SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a worker reads the shard number (its boot check)');
+SELECT throws_ok($$SELECT harvest.set_shard_id(7)$$, '42501', NULL, 'set_shard_id(): refused to a worker');
 SET LOCAL ROLE harvest_reader;
 SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$, '42501', NULL,
                  'register_workflows(): refused to a reader');

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(151);
+SELECT plan(153);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -49,8 +49,8 @@ SELECT results_eq($$SELECT execution_timeout_at, timeout_at FROM harvest.executi
                   $$VALUES (NULL::timestamptz, NULL::timestamptz)$$, 'without timeouts there is no deadline');
 
 -- Shards and parents.
-SELECT is(harvest.shard_of((SELECT execution_id FROM harvest.start_workflow('start_wf', p_shard => 513))), 513,
-          'p_shard => 513: the execution id routes to shard 513');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_shard => 513)$$, 'HR011',
+                 'start addressed to shard 513 reached shard 0', 'p_shard => 513 on shard 0: HR011 (WrongShard)');
 CREATE TEMP TABLE child ON COMMIT DROP AS
 SELECT * FROM harvest.start_workflow('start_child', p_parent_id => (SELECT execution_id FROM minted));
 SELECT is((SELECT parent_id FROM harvest.executions WHERE id = (SELECT execution_id FROM child)),
@@ -59,6 +59,8 @@ SELECT is((SELECT event_data ->> 'parent_id' FROM harvest.events WHERE execution
           (SELECT execution_id::text FROM minted), 'WorkflowStarted carries the parent_id');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_shard => 70000)$$, 'HR001', NULL,
                  'a shard out of 0..65535: HR001');
+SELECT is(harvest._start_check_shard(NULL), 0, '_start_check_shard(): NULL is this database''s shard (0)');
+SELECT is(harvest._start_check_shard(0), 0, '_start_check_shard(): this database''s shard is accepted');
 SELECT isnt((SELECT workflow_id FROM harvest.start_workflow('start_wf')),
             (SELECT workflow_id FROM harvest.start_workflow('start_wf')),
             'two starts without a workflow_id mint different ids');
@@ -106,8 +108,8 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_run_timeou
                  'workflow timeouts must be positive seconds, at most 100 years: got execution_timeout none, run_timeout 0', 'a run timeout of 0: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_execution_timeout_secs => -1)$$, 'HR001',
                  'workflow timeouts must be positive seconds, at most 100 years: got execution_timeout -1, run_timeout none', 'a negative execution timeout: HR001');
-SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'start_wf'), 4::bigint,
-          'rejected starts created nothing');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'start_wf'), 3::bigint,
+          'rejected starts (the wrong shard among them) created nothing');
 
 -- HR003 carries a JSON DETAIL.
 CREATE FUNCTION pg_temp.start_error(p_sql text) RETURNS jsonb LANGUAGE plpgsql AS $fn$

@@ -52,6 +52,7 @@ SCHEMA_FILES = (
     "audit",
     "retention",
     "settings",
+    "shards",
     "triggers",
 )
 

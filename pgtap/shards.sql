@@ -1,0 +1,58 @@
+-- functions/shards.sql: get_shard_id, set_shard_id (and its id-range helpers
+-- _shard_low_id, _shard_high_id), and the start path's refusal of another shard's start.
+BEGIN;
+SELECT plan(22);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
+SELECT is(harvest._shard_low_id(258), '01020000-0000-0000-0000-000000000000'::uuid,
+          '_shard_low_id(): the shard''s two bytes, then zeros');
+SELECT is(harvest._shard_high_id(258), '0102ffff-ffff-ffff-ffff-ffffffffffff'::uuid,
+          '_shard_high_id(): the shard''s two bytes, then ones');
+SELECT ok(harvest._new_execution_id(258) BETWEEN harvest._shard_low_id(258) AND harvest._shard_high_id(258),
+          'a minted id of a shard lies in its range');
+
+-- Argument checks.
+SELECT throws_ok($$SELECT harvest.set_shard_id(70000)$$, 'HR001', NULL, 'set_shard_id(): out of 0..65535 is HR001');
+SELECT throws_ok($$SELECT harvest.set_shard_id(-1)$$, 'HR001', NULL, 'set_shard_id(): a negative number is HR001');
+SELECT throws_ok($$SELECT harvest.set_shard_id(NULL)$$, 'HR001', NULL, 'set_shard_id(): NULL is HR001');
+
+-- An empty database takes any number; the same number again changes nothing.
+SELECT is(harvest.set_shard_id(0), '{"shard_id": 0, "previous_shard_id": 0, "changed": false}'::jsonb,
+          'set_shard_id(): the number it already has changes nothing');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'shard.set_id'), 0::bigint,
+          'set_shard_id(): no change, no audit row');
+SELECT is(harvest.set_shard_id(3, 'ops-1'), '{"shard_id": 3, "previous_shard_id": 0, "changed": true}'::jsonb,
+          'set_shard_id(): an empty database becomes shard 3');
+SELECT is(harvest.get_shard_id(), 3, 'get_shard_id(): reads the new number');
+SELECT results_eq($$SELECT target, operator_id, details - 'application_name' FROM harvest.audit_log
+                    WHERE operation = 'shard.set_id'$$,
+                  $$VALUES ('3'::text, 'ops-1'::text, '{"shard_id": 3, "previous_shard_id": 0}'::jsonb)$$,
+                  'set_shard_id(): the change is audited with the operator and both numbers');
+
+-- Starts mint this shard's ids; another shard's start is refused before anything is written.
+SELECT is(harvest.shard_of((SELECT execution_id FROM harvest.start_workflow('sh_wf', p_workflow_id => 'a'))), 3,
+          'start_workflow() without p_shard mints an id of this database''s shard');
+SELECT is(harvest.shard_of((SELECT execution_id FROM harvest.start_workflow('sh_wf', p_shard => 3))), 3,
+          'start_workflow(p_shard => this shard) is accepted');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('sh_wf', p_workflow_id => 'b', p_shard => 0)$$,
+                 'HR011', 'start addressed to shard 0 reached shard 3',
+                 'start_workflow(p_shard => another shard): HR011 naming both numbers');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_id = 'b'), 0::bigint,
+          'the refused start wrote nothing');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "sh_wf"}, {"workflow_name": "sh_wf", "shard": 1}]')$$,
+                 'HR011', 'start addressed to shard 1 reached shard 3',
+                 'start_workflows(): an element addressed to another shard fails the batch with HR011');
+SELECT is((SELECT harvest.shard_of(execution_id) FROM harvest.start_workflows('[{"workflow_name": "sh_wf", "shard": 3}]')),
+          3, 'start_workflows(): an element addressed to this shard starts');
+SELECT is(harvest._start_check_shard(NULL), 3, '_start_check_shard(): NULL means this database''s shard');
+SELECT throws_ok($$SELECT harvest._start_check_shard(70000)$$, 'HR001', NULL,
+                 '_start_check_shard(): a number out of 0..65535 is HR001');
+
+-- A database that holds runs of its shard cannot change its number.
+SELECT throws_ok($$SELECT harvest.set_shard_id(1)$$, 'HR011', NULL,
+                 'set_shard_id(): refused while executions of another shard (3, now) are held');
+SELECT is(harvest.get_shard_id(), 3, 'the refused change left the number');
+
+SELECT * FROM finish();
+ROLLBACK;
