@@ -24,6 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 #   declare   what users declare: @workflow/@activity, App, RetryPolicy, @query/@update, flow control
 #   runtime   deterministic execution: a history in, commands out (no database)
 #   db        the only importer of psycopg: connections, SQL calls, channels, migrations
+#   shard     beside db: the router (pure), a pool per shard (over db); never the client or worker
 #   client    start, signal, query, update, result, over db
 #   worker    claim loop, dispatch, heartbeats, scanners, WorkerOptions
 #   testing   the user-facing test kit (the replayer)
@@ -32,14 +33,15 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 #             Nothing below the faces imports it (the Worker takes a WorkerOptions instead).
 #   cli       the `harvest` command (a face)
 # "harvest" is the package's own __init__: the public names, resolved lazily from the layers.
-BELOW_FACES = {"core", "declare", "runtime", "db", "client", "worker"}
+BELOW_FACES = {"core", "declare", "runtime", "db", "shard", "client", "worker"}
 ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
     "declare": {"core", "declare"},
     "runtime": {"core", "declare", "runtime"},
     "db": {"core", "db"},
-    "client": {"core", "declare", "db", "client"},
-    "worker": {"core", "declare", "runtime", "db", "worker"},
+    "shard": {"core", "db", "shard"},
+    "client": {"core", "declare", "db", "shard", "client"},
+    "worker": {"core", "declare", "runtime", "db", "shard", "worker"},
     "testing": BELOW_FACES | {"testing"},
     "config": BELOW_FACES | {"config"},
     "cli": BELOW_FACES | {"testing", "config", "cli"},
@@ -220,6 +222,26 @@ def test_the_pure_layers_import_no_database() -> None:
         and (edge.target in DRIVERS or layer_of(edge.target) == "db")
     ]
     assert not bad, "\n".join(bad)
+
+
+def test_the_shard_router_imports_no_database() -> None:
+    # The router is pure (placement, hashing, topology): only the pools reach the database.
+    pure = {"harvest.shard", "harvest.shard.router"}
+    bad = [
+        edge.where()
+        for edge in graph()
+        if edge.source in pure
+        and not edge.type_only
+        and (edge.target in DRIVERS or layer_of(edge.target) == "db" or edge.target == "harvest.shard.pools")
+        and not (edge.source == "harvest.shard" and edge.target == "harvest.shard.pools")
+    ]
+    assert not bad, "\n".join(bad)
+    code = (
+        "import sys, harvest.shard.router, harvest.shard\n"
+        "loaded = [m for m in ('psycopg', 'psycopg_pool') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_no_import_cycles_between_modules() -> None:

@@ -109,6 +109,7 @@ ROW = {
     "result": {},
     "request_id": 3,
     "expired": 0,
+    "shard_id": 0,
 }
 SAMPLE = {
     "str": "a",

@@ -119,11 +119,26 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
 @database_url_option
 @include_dir_option
 @click.option("--dry-run", is_flag=True, help="Print the plan and change nothing.")
-def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool) -> None:
-    """Apply every pending migration in version order, then changed function files."""
+@click.option(
+    "--shard-id",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="After migrating, make this database shard N (idempotent; refused when it holds "
+    "another shard's executions).",
+)
+@click.option("--operator-id", default=None, help="Who sets the shard id, for the audit log.")
+def run(
+    database_url: str | None,
+    include_dirs: tuple[Path, ...],
+    dry_run: bool,
+    shard_id: int | None,
+    operator_id: str | None,
+) -> None:
+    """Apply every pending migration in version order, then changed function files; with
+    --shard-id N, then make the database shard N."""
     dsn = cli_dsn(database_url)
     migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
-    report = migrator.run(dry_run=dry_run)
+    report = migrator.run(dry_run=dry_run, shard_id=shard_id, operator_id=operator_id)
     if dry_run:
         click.echo(f"plan for {describe_dsn(dsn)} (dry run, nothing changed):")
         for m in report.applied:
@@ -132,7 +147,21 @@ def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool)
             click.echo(f"  would apply functions/{name}")
         for name in report.functions_retired:
             click.echo(f"  would retire functions/{name} (its ledger row)")
-        if not report.applied and not report.functions_applied and not report.functions_retired:
+        if report.shard is not None:
+            if report.shard["changed"]:
+                was = report.shard["previous_shard_id"]
+                click.echo(
+                    f"  would set shard id {shard_id}"
+                    + (f" (now {was})" if was is not None else " (after migration 0023)")
+                )
+            else:
+                click.echo(f"  shard id is already {shard_id}")
+        if (
+            not report.applied
+            and not report.functions_applied
+            and not report.functions_retired
+            and not (report.shard and report.shard["changed"])
+        ):
             click.echo("  nothing to do")
         return
     total = len(report.applied) + len(report.applied_non_transactional)
@@ -145,4 +174,11 @@ def run(database_url: str | None, include_dirs: tuple[Path, ...], dry_run: bool)
         )
         + f", {len(report.functions_applied)} function file(s)"
         + (f", {len(report.functions_retired)} retired" if report.functions_retired else "")
+        + (_shard_note(report.shard) if report.shard is not None else "")
     )
+
+
+def _shard_note(shard: dict) -> str:
+    if shard["changed"]:
+        return f"; shard id set to {shard['shard_id']} (was {shard['previous_shard_id']})"
+    return f"; shard id {shard['shard_id']} (unchanged)"

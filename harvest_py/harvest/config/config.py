@@ -58,6 +58,22 @@ NOT_CONFIG = frozenset(
     }
 )
 
+
+class ShardList(list):
+    """The kind of a config key that lists shard numbers (``shards.readable``, ...)."""
+
+
+class ShardUrls(dict):
+    """The kind of ``shards.urls``: shard number (a string key in TOML) -> database URL."""
+
+
+class ShardResidency(dict):
+    """The kind of ``shards.residency``: residency key -> shard number."""
+
+
+TABLES = (ShardUrls, ShardResidency)
+MAX_SHARD = 65535
+
 # The numeric keys are the WorkerOptions fields that name a config key (worker/options.py
 # defines each one's name, default and bounds once): key -> that field.
 WORKER_KEYS = {t.config: t for t in tunables() if t.config}
@@ -72,11 +88,19 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("retention", "enabled"): bool,
     ("retention", "run_on"): str,
     **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "retention"},
+    ("shards", "default"): int,
+    ("shards", "readable"): ShardList,
+    ("shards", "writable"): ShardList,
+    ("shards", "reserved"): ShardList,
+    ("shards", "urls"): ShardUrls,
+    ("shards", "residency"): ShardResidency,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
 BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {key: (t.low, t.high) for key, t in WORKER_KEYS.items()}
+BOUNDS[("shards", "default")] = (0, MAX_SHARD)
 UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
+UNITS[("shards", "default")] = ""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -90,11 +114,18 @@ def env_name(key: tuple[str, ...]) -> str:
 
 
 def known_keys() -> str:
-    return ", ".join(dotted(k) for k in SCHEMA)
+    return ", ".join(
+        dotted(k) + (".<N>" if SCHEMA[k] is ShardUrls else ".<KEY>" if SCHEMA[k] is ShardResidency else "")
+        for k in SCHEMA
+    )
 
 
 def known_variables() -> str:
-    return ", ".join(env_name(k) for k in SCHEMA)
+    return ", ".join(
+        env_name(k)
+        + ("__<N>" if SCHEMA[k] is ShardUrls else "__<KEY>" if SCHEMA[k] is ShardResidency else "")
+        for k in SCHEMA
+    )
 
 
 @dataclass(frozen=True)
@@ -142,6 +173,19 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
     from_env = isinstance(value, str) and source.startswith(ENV_PREFIX)
     if from_env and value.strip() == "":
         return None  # an empty variable unsets the key
+    if kind is ShardList:
+        if isinstance(value, str):
+            parts = [part.strip() for part in value.split(",") if part.strip()]
+            value = [int(p) if p.isdigit() else p for p in parts]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list of shard numbers, got {value!r}")
+        for v in value:
+            _shard_number(v, where)
+        return list(value) or None  # an empty list means "not set"
+    if kind in TABLES:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a [{dotted(key)}] table, got {value!r}")
+        return kind({k: _table_entry(key, k, v, source) for k, v in value.items()}) or None
     if kind is list:
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
@@ -172,6 +216,29 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
     if not isinstance(value, str):
         raise ConfigError(f"{where}: expected a string, got {value!r}")
     return value
+
+
+def _shard_number(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHARD:
+        raise ConfigError(f"{where}: {value!r} is not a shard number 0..{MAX_SHARD}")
+    return value
+
+
+def _table_entry(key: tuple[str, ...], name: str, value: Any, source: str) -> Any:
+    """One entry of ``shards.urls`` (shard number -> URL) or ``shards.residency`` (key -> shard)."""
+    where = f"{dotted(key)}.{name} (from {source})"
+    from_env = isinstance(value, str) and source.startswith(ENV_PREFIX)
+    if SCHEMA[key] is ShardUrls:
+        if not name.isdigit() or int(name) > MAX_SHARD:
+            raise ConfigError(f"{where}: {name!r} is not a shard number 0..{MAX_SHARD}")
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: expected the shard's database URL")
+        return value
+    if not name.strip():
+        raise ConfigError(f"{dotted(key)} (from {source}) has a blank key: name each residency key")
+    if from_env and value.strip().isdigit():
+        value = int(value.strip())
+    return _shard_number(value, where)
 
 
 def _in_bounds(key: tuple[str, ...], value: float, source: str) -> int | float:
@@ -241,9 +308,23 @@ def _from_file(path: Path) -> dict[tuple[str, ...], Setting]:
 
 def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     by_name = {env_name(k): k for k in SCHEMA}
+    tables = {env_name(k) + "__": k for k in SCHEMA if SCHEMA[k] in TABLES}
     out: dict[tuple[str, ...], Setting] = {}
     for name in sorted(env):
         if not name.startswith(ENV_PREFIX) or name in NOT_CONFIG:
+            continue
+        table = next((k for prefix, k in tables.items() if name.startswith(prefix)), None)
+        if table is not None:
+            # HARVEST_SHARDS__URLS__1, HARVEST_SHARDS__RESIDENCY__EU: one entry of a table
+            # (a residency key is lower-cased); an empty variable unsets the entry.
+            entry = name[len(env_name(table)) + 2 :].lower()
+            merged = dict(out[table].value) if table in out else {}
+            if env[name].strip() == "":
+                merged.pop(entry, None)
+            else:
+                merged[entry] = _table_entry(table, entry, env[name], name)
+            sources = (out[table].source + ", " if table in out else "") + name
+            out[table] = Setting(SCHEMA[table](merged), sources)
             continue
         key = by_name.get(name)
         if key is None:
@@ -260,7 +341,14 @@ def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | 
     env = os.environ if env is None else env
     file_path = config_path(path, env)
     settings = _from_file(file_path) if file_path else {}
-    settings.update(_from_env(env))
+    for key, setting in _from_env(env).items():
+        if SCHEMA[key] in TABLES and key in settings:
+            # A table merges entry by entry: a variable adds or overrides one shard's URL (the
+            # place for a password) and keeps the file's other entries.
+            merged = {**settings[key].value, **setting.value}
+            settings[key] = Setting(SCHEMA[key](merged), f"{settings[key].source}, {setting.source}")
+        else:
+            settings[key] = setting
     config = Config(settings, file_path)
     role = config.setting("role")
     if role and role.value not in ROLES:
@@ -289,6 +377,17 @@ def database_url(explicit: str | None, config: Config, env: Mapping[str, str] | 
             f"{where}, or pass --database-url"
         )
     return dsn
+
+
+# -- shards ------------------------------------------------------------------------------------
+def shard_urls(config: Config, database_url: str | None = None) -> dict[int, str]:
+    """Each shard's database URL: ``shards.urls`` (``HARVEST_SHARDS__URLS__<N>`` win per
+    shard), and shard 0 on ``database_url`` unless ``shards.urls`` names it. Without a
+    ``[shards]`` section that is ``{0: database_url}``, today's single database."""
+    urls = {int(k): v for k, v in (config.get("shards.urls") or {}).items()}
+    if 0 not in urls and database_url:
+        urls[0] = database_url
+    return dict(sorted(urls.items()))
 
 
 # -- the Worker's options -------------------------------------------------------------------

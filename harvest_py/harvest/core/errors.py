@@ -121,6 +121,30 @@ class UnknownWorkflow(HarvestError):
         self.workflow_name, self.queue, self.registered = workflow_name, queue, registered or []
 
 
+class WrongShard(HarvestError):
+    """A start reached a database that is not the shard it was addressed to (SQLSTATE HR011),
+    or a database asked to become another shard holds executions of its current one.
+    ``.requested_shard`` and ``.shard`` (this database's) when the database said them.
+    Nothing was written."""
+
+    def __init__(self, message: str, requested_shard: int | None = None, shard: int | None = None):
+        super().__init__(message)
+        self.requested_shard, self.shard = requested_shard, shard
+
+
+class ShardUnavailable(DatabaseUnavailable):
+    """The database of shard ``.shard`` has no pool in this process or cannot be reached now.
+    Retryable (``.retryable`` is True): nothing was done there. The message names the shard,
+    never its DSN."""
+
+    retryable = True
+
+    def __init__(self, shard: int, reason: str = "cannot be reached"):
+        super().__init__(f"shard {shard} is unavailable: {reason}; retry once it is back")
+        self.shard = shard
+        self.reason = reason
+
+
 class NonDeterminismError(HarvestError):
     """Replaying the workflow code issued commands that differ from its history."""
 
@@ -231,6 +255,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR007": PolicyConflict,
     "HR008": PayloadTooLarge,
     "HR010": UnknownWorkflow,
+    "HR011": WrongShard,
     "42501": PermissionDenied,
 }
 
@@ -275,6 +300,17 @@ def from_database_error(exc: Exception) -> HarvestError | None:
         except ValueError:
             info = {}
         return UnknownWorkflow(message, info.get("workflow_name"), info.get("queue"), info.get("registered"))
+    if cls is WrongShard:
+        try:
+            info = json.loads(getattr(diag, "message_detail", None) or "{}")
+        except ValueError:
+            info = {}
+        hint = getattr(diag, "message_hint", None)
+        return WrongShard(
+            f"{message}: {hint}" if hint else message,
+            info.get("requested_shard_id"),
+            info.get("shard_id"),
+        )
     if cls is PermissionDenied:
         return PermissionDenied(
             f"{message} (the database role lacks this right; "

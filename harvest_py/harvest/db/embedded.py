@@ -111,32 +111,54 @@ class EmbeddedPostgres:
                     "--no-instructions",
                 ]
             )
-            options = [
-                "-c listen_addresses=127.0.0.1",
-                f"-p {self.port}",
-                f"-c unix_socket_directories={self.base_dir}",
-            ]
-            options += [f"-c {key}={value}" for key, value in self.settings.items()]
-            self._run(
-                [
-                    str(binaries / "pg_ctl"),
-                    "-D",
-                    str(self.data_dir),
-                    "-l",
-                    str(self.log_file),
-                    "-w",
-                    "-t",
-                    "60",
-                    "-o",
-                    " ".join(options),
-                    "start",
-                ]
-            )
+            self._pg_ctl_start()
         except subprocess.CalledProcessError as exc:
             log = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
             raise ConfigError(f"the embedded PostgreSQL did not start: {exc.stderr.strip()}\n{log}") from None
         self.started = True
         return self.dsn
+
+    def _pg_ctl_start(self) -> None:
+        options = [
+            "-c listen_addresses=127.0.0.1",
+            f"-p {self.port}",
+            f"-c unix_socket_directories={self.base_dir}",
+        ]
+        options += [f"-c {key}={value}" for key, value in self.settings.items()]
+        self._run(
+            [
+                str(bin_dir() / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                " ".join(options),
+                "start",
+            ]
+        )
+
+    def pause(self) -> None:
+        """Stop the server (fast shutdown: sessions are cut) and keep its data, so
+        :meth:`resume` brings the same databases back on the same port (outage tests)."""
+        if self.started:
+            self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"])
+            self.started = False
+
+    def resume(self) -> None:
+        """Start a server :meth:`pause` stopped, with its data, settings and port."""
+        if not self.started:
+            try:
+                self._pg_ctl_start()
+            except subprocess.CalledProcessError as exc:
+                log = self.log_file.read_text()[-2000:] if self.log_file.exists() else ""
+                raise ConfigError(
+                    f"the embedded PostgreSQL did not restart: {exc.stderr.strip()}\n{log}"
+                ) from None
+            self.started = True
 
     def stop(self) -> None:
         if self.started:

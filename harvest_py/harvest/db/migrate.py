@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch
+from harvest.core.errors import ConfigError, HarvestError, SchemaMismatch, from_database_error
 from harvest.db import SCHEMA_VERSION, paths
 from harvest.db.connection import connect
 
@@ -94,6 +94,9 @@ class RunReport:
     applied_non_transactional: list[Migration] = field(default_factory=list)
     functions_applied: list[str] = field(default_factory=list)
     functions_retired: list[str] = field(default_factory=list)
+    # run(shard_id=N): harvest.set_shard_id's answer {shard_id, previous_shard_id, changed}
+    # (a dry run: what it would be, "changed" meaning it would change)
+    shard: dict[str, Any] | None = None
 
 
 def is_transactional(sql: str) -> bool:
@@ -258,7 +261,14 @@ class Migrator:
         return StatusReport(rows, stale, retired, unknown, self._ahead(unknown))
 
     # -- writing -----------------------------------------------------------------------
-    def run(self, dry_run: bool = False) -> RunReport:
+    def run(
+        self, dry_run: bool = False, *, shard_id: int | None = None, operator_id: str | None = None
+    ) -> RunReport:
+        """Apply what is pending; then, with ``shard_id``, make the database that shard
+        (``harvest.set_shard_id``: idempotent, refused with WrongShard when the database holds
+        executions of another shard, audited as ``operator_id``)."""
+        if shard_id is not None and (isinstance(shard_id, bool) or not 0 <= shard_id <= 65535):
+            raise ConfigError(f"--shard-id {shard_id} is not a shard number 0..65535")
         report = RunReport()
         with connect(self.dsn, autocommit=True) as conn:
             if dry_run:
@@ -269,6 +279,13 @@ class Migrator:
                 report.applied = [m for m in self.migrations if (m.set_name, m.version) not in applied]
                 report.functions_applied = [p.name for p in self._stale_functions(conn)]
                 report.functions_retired = self._retired_functions(conn)
+                if shard_id is not None:
+                    current = self._current_shard(conn)
+                    report.shard = {
+                        "shard_id": shard_id,
+                        "previous_shard_id": current,
+                        "changed": current != shard_id,
+                    }
                 return report
             conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATE_LOCK_KEY,))
             try:
@@ -308,9 +325,33 @@ class Migrator:
                     # CREATE OR REPLACE reset the options of what it replaced: pin search_path,
                     # SECURITY DEFINER and the role grants again (functions/security.sql).
                     self._secure_functions(conn)
+                if shard_id is not None:
+                    report.shard = self._set_shard_id(conn, shard_id, operator_id)
             finally:
                 conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATE_LOCK_KEY,))
         return report
+
+    def _current_shard(self, conn: psycopg.Connection) -> int | None:
+        """The database's shard number; None before shard identity exists (0023 pending)."""
+        if not conn.execute("SELECT to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()[0]:
+            return None
+        return conn.execute("SELECT shard_id FROM harvest.shard_identity WHERE id").fetchone()[0]
+
+    def _set_shard_id(
+        self, conn: psycopg.Connection, shard_id: int, operator_id: str | None
+    ) -> dict[str, Any]:
+        try:
+            with conn.transaction():
+                return conn.execute(
+                    "SELECT harvest.set_shard_id(%s, %s)", (shard_id, operator_id), prepare=False
+                ).fetchone()[0]
+        except psycopg.Error as exc:
+            mapped = from_database_error(exc)
+            if mapped is not None:
+                raise mapped from None
+            raise MigrationError(
+                f"setting shard id {shard_id} failed: {(exc.diag.message_primary or str(exc)).strip()}"
+            ) from None
 
     def _secure_functions(self, conn: psycopg.Connection) -> None:
         exists = conn.execute("SELECT to_regprocedure('harvest._secure_functions()') IS NOT NULL").fetchone()[

@@ -31,7 +31,7 @@ SELECT * FROM harvest.start_workflow(
     p_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
     p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
     p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
-    p_run_timeout_secs => %(run_timeout)s)
+    p_run_timeout_secs => %(run_timeout)s, p_shard => %(shard)s)
 """
 START_WORKFLOWS = "SELECT * FROM harvest.start_workflows(%(starts)s)"
 SIGNAL_WORKFLOW = """
@@ -91,6 +91,9 @@ GET_DEAD_LETTER = "SELECT * FROM harvest.get_dead_letter(%(id)s)"
 REPLAY_DEAD_LETTER = "SELECT harvest.replay_dead_letter(%(id)s) AS task_id"
 DISCARD_DEAD_LETTER = "SELECT harvest.discard_dead_letter(%(id)s)"
 SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
+# -- shard identity (functions/shards.sql)
+GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
+SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -256,8 +259,12 @@ def start_workflow(
     priority: int,
     execution_timeout: float | None = None,
     run_timeout: float | None = None,
+    shard: int | None = None,
 ) -> dict[str, Any]:
+    """Start one run; ``shard`` None mints an id of this database's shard, another shard's
+    number is refused with WrongShard (HR011)."""
     return {
+        "shard": shard,
         "workflow_name": workflow_name,
         "input": _jsonb(input),
         "workflow_id": workflow_id,
@@ -374,6 +381,19 @@ def count_versions(change_id: str, version: int | None = None, state_group: str 
 @call(SCHEMA_VERSION, lambda found: found[0]["version"] if found else None)
 def schema_version() -> dict[str, Any]:
     return {}
+
+
+@call(GET_SHARD_ID, column("shard_id"))
+def get_shard_id() -> dict[str, Any]:
+    """This database's shard number (harvest.shard_identity)."""
+    return {}
+
+
+@call(SET_SHARD_ID, column("result"))
+def set_shard_id(shard_id: int, operator_id: str | None = None) -> dict[str, Any]:
+    """Make this database shard ``shard_id`` (admin): ``{shard_id, previous_shard_id, changed}``;
+    WrongShard when it holds executions of another shard."""
+    return {"shard_id": shard_id, "operator_id": operator_id}
 
 
 @call(PAYLOAD_LIMIT, column("payload_limit"))

@@ -1,0 +1,241 @@
+"""A connection pool per shard (over ``harvest.db.pools``), and the boot check that each pool
+reaches the shard it was configured for.
+
+``api(shard)`` lends the SQL API on one connection of that shard's pool. A shard with no
+pool in this process, or whose database cannot be reached now, raises
+:class:`ShardUnavailable` (retryable; its message names the shard, never the DSN): a call
+pinned to a shard never falls back to another database. A pool's first connection checks
+the database's ``harvest.get_shard_id()`` against the configured number, so a pool pointed
+at the wrong database fails with a :class:`ConfigError` naming both numbers before it
+serves anything; :meth:`ShardPools.check_identities` does that for every pool at boot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from harvest.core.errors import ConfigError, ShardUnavailable
+from harvest.db.connection import DatabaseError, parse_dsn
+from harvest.db.pools import TRANSIENT, AsyncConnectionPool, ConnectionPool, open_async_pool, open_pool
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.shard.router import ShardRouter
+
+__all__ = ["AsyncShardPools", "ShardPools"]
+
+# SQLSTATE 42883 (undefined function): a database migrated before shard identity (0023).
+_UNDEFINED_FUNCTION = "42883"
+
+
+def _checked_dsns(dsns: Mapping[int, str]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for shard, dsn in dsns.items():
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= 65535:
+            raise ConfigError(f"shards.urls: {shard!r} is not a shard number 0..65535")
+        if not isinstance(dsn, str) or not dsn.strip():
+            raise ConfigError(f"shards.urls.{shard} is empty: give the shard's database URL")
+        parse_dsn(dsn, f"shards.urls.{shard}")  # a bad URL fails here, redacted
+        out[shard] = dsn
+    return dict(sorted(out.items()))
+
+
+def _identity_error(shard: int, found: int) -> ConfigError:
+    return ConfigError(
+        f"shards.urls.{shard} reaches the database of shard {found}, not shard {shard}: point it at "
+        f"shard {shard}'s database, or give an empty one that number (harvest migrate run --shard-id {shard})"
+    )
+
+
+def _missing_identity(shard: int) -> ConfigError:
+    return ConfigError(
+        f"shard {shard}'s database has no shard identity (harvest.get_shard_id): run "
+        f"harvest migrate run --shard-id {shard} against it"
+    )
+
+
+class _Base:
+    def __init__(
+        self, router: ShardRouter, dsns: Mapping[int, str], *, max_size: int, acquire_timeout: float
+    ):
+        if max_size < 1:
+            raise ConfigError(f"max_size {max_size} must be at least 1")
+        self.router = router
+        self._dsns = _checked_dsns(dsns)
+        self.max_size = max_size
+        self.acquire_timeout = acquire_timeout
+        self._verified: set[int] = set()
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        """The shards this process has a pool for (opened or not yet)."""
+        return tuple(self._dsns)
+
+    def _dsn(self, shard: int) -> str:
+        dsn = self._dsns.get(shard)
+        if dsn is None:
+            raise ShardUnavailable(shard, "this process has no pool for it")
+        return dsn
+
+    def _compare(self, shard: int, found: Any) -> None:
+        if found != shard:
+            raise _identity_error(shard, found)
+        self._verified.add(shard)
+
+
+class ShardPools(_Base):
+    """Synchronous pools, one per shard, each opened on first use (the Client's, the CLI's).
+
+    ``dsns`` maps a shard number to its database URL; ``acquire_timeout`` bounds how long
+    ``api()`` waits for a connection before the shard counts as unavailable."""
+
+    def __init__(
+        self,
+        router: ShardRouter,
+        dsns: Mapping[int, str],
+        *,
+        max_size: int = 10,
+        acquire_timeout: float = 10.0,
+    ):
+        super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
+        self._pools: dict[int, ConnectionPool] = {}
+        self._lock = threading.Lock()
+
+    def _pool(self, shard: int) -> ConnectionPool:
+        pool = self._pools.get(shard)
+        if pool is None:
+            dsn = self._dsn(shard)
+            with self._lock:
+                pool = self._pools.get(shard)
+                if pool is None:
+                    pool = self._pools[shard] = open_pool(dsn, max_size=self.max_size)
+        return pool
+
+    @contextlib.contextmanager
+    def api(self, shard: int) -> Iterator[SqlApi]:
+        """The SQL API on one connection of ``shard``'s pool, for one or more calls.
+
+        ShardUnavailable when the process has no pool for it, no connection comes within
+        ``acquire_timeout``, or the connection is lost during the calls."""
+        pool = self._pool(shard)
+        try:
+            with pool.connection(timeout=self.acquire_timeout) as conn:
+                sql = SqlApi(conn)
+                if shard not in self._verified:
+                    self._verify(shard, sql)
+                yield sql
+        except TRANSIENT:
+            raise ShardUnavailable(shard) from None
+
+    def _verify(self, shard: int, sql: SqlApi) -> None:
+        try:
+            found = sql.get_shard_id()
+        except DatabaseError as exc:
+            if getattr(exc, "sqlstate", None) == _UNDEFINED_FUNCTION:
+                raise _missing_identity(shard) from None
+            raise
+        self._compare(shard, found)
+
+    def check_identities(self) -> tuple[int, ...]:
+        """Check every pool's database is the shard it is configured as: a ConfigError naming
+        both numbers at the first that is not. Returns the shards that could not be reached
+        (unchecked: each is checked on its first use instead)."""
+        unreachable = []
+        for shard in self.shards:
+            try:
+                with self.api(shard):
+                    pass  # the first connection of a pool verifies it
+            except ShardUnavailable:
+                unreachable.append(shard)
+        return tuple(unreachable)
+
+    def close(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close()
+
+    def __enter__(self) -> ShardPools:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncShardPools(_Base):
+    """:class:`ShardPools` for asyncio (the worker's, the AsyncClient's): ``async with
+    pools.api(shard) as sql`` lends an :class:`AsyncSqlApi` on one connection."""
+
+    def __init__(
+        self,
+        router: ShardRouter,
+        dsns: Mapping[int, str],
+        *,
+        max_size: int = 10,
+        acquire_timeout: float = 10.0,
+    ):
+        super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
+        self._pools: dict[int, AsyncConnectionPool] = {}
+        self._opening: dict[int, asyncio.Lock] = {}
+
+    async def _pool(self, shard: int) -> AsyncConnectionPool:
+        pool = self._pools.get(shard)
+        if pool is not None:
+            return pool
+        dsn = self._dsn(shard)
+        lock = self._opening.setdefault(shard, asyncio.Lock())
+        async with lock:
+            pool = self._pools.get(shard)
+            if pool is None:
+                try:
+                    pool = await open_async_pool(dsn, max_size=self.max_size, timeout=self.acquire_timeout)
+                except TRANSIENT:
+                    raise ShardUnavailable(shard) from None
+                self._pools[shard] = pool
+        return pool
+
+    @contextlib.asynccontextmanager
+    async def api(self, shard: int) -> AsyncIterator[AsyncSqlApi]:
+        """The async SQL API on one connection of ``shard``'s pool (see :meth:`ShardPools.api`)."""
+        pool = await self._pool(shard)
+        try:
+            async with pool.connection(timeout=self.acquire_timeout) as conn:
+                sql = AsyncSqlApi.on_connection(conn)
+                if shard not in self._verified:
+                    await self._verify(shard, sql)
+                yield sql
+        except TRANSIENT:
+            raise ShardUnavailable(shard) from None
+
+    async def _verify(self, shard: int, sql: AsyncSqlApi) -> None:
+        try:
+            found = await sql.get_shard_id()
+        except DatabaseError as exc:
+            if getattr(exc, "sqlstate", None) == _UNDEFINED_FUNCTION:
+                raise _missing_identity(shard) from None
+            raise
+        self._compare(shard, found)
+
+    async def check_identities(self) -> tuple[int, ...]:
+        """See :meth:`ShardPools.check_identities`."""
+        unreachable = []
+        for shard in self.shards:
+            try:
+                async with self.api(shard):
+                    pass  # the first connection of a pool verifies it
+            except ShardUnavailable:
+                unreachable.append(shard)
+        return tuple(unreachable)
+
+    async def close(self) -> None:
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
+
+    async def __aenter__(self) -> AsyncShardPools:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,280 @@
+"""Where a workflow lives: the shard router (pure: no database, no psycopg).
+
+A new workflow's shard is chosen by rendezvous hashing over (workflow name, workflow id)
+across the writable, unreserved shards; an explicit placement pins it by shard number or by
+an operator-declared residency key (never a hash); every later call routes by the shard its
+execution id carries. docs/sharding.md is the user's page.
+
+Every refusal of a configuration is a one-line :class:`ConfigError` naming its key
+(``shards.readable``, ``shards.residency.eu``, ...), raised when the router is built, so a
+bad map fails the boot rather than the first request. A refused placement is a terse
+:class:`InvalidArgument` that names what the caller asked for and never the deployment's
+shard set, drain state or declared keys; the full detail goes to the ``harvest.shard`` log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.ids import MAX_SHARD, shard_of
+
+log = logging.getLogger("harvest.shard")
+
+__all__ = ["ShardRouter", "rendezvous"]
+
+
+def _score(key: bytes, shard: int) -> int:
+    digest = hashlib.blake2b(key, digest_size=8, person=b"harvest-shard", salt=shard.to_bytes(4, "big"))
+    return int.from_bytes(digest.digest(), "big")
+
+
+def rendezvous(key: str, shards: Iterable[int]) -> int:
+    """The shard of ``shards`` that ``key`` hashes to (highest random weight).
+
+    Stable across processes and versions of Python (hashlib, never ``hash()``); adding a
+    shard moves about 1/N of the keys, all of them to the new shard, and removing one moves
+    only the keys it held. An empty set raises ``ValueError``."""
+    data = key.encode()
+    best: tuple[int, int] | None = None
+    for shard in shards:
+        # Ties (one in 2**64) go to the lower shard number, whatever the iteration order.
+        candidate = (_score(data, shard), -shard)
+        if best is None or candidate > best:
+            best = candidate
+    if best is None:
+        raise ValueError("rendezvous over no shards")
+    return -best[1]
+
+
+def _workflow_key(workflow_name: str, workflow_id: str) -> str:
+    # Length-prefixed, so ("a:b", "c") and ("a", "b:c") never share a key.
+    return f"{len(workflow_name)}:{workflow_name}:{workflow_id}"
+
+
+def _shard_number(value: Any, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SHARD:
+        raise ConfigError(f"{key}: {value!r} is not a shard number 0..{MAX_SHARD}")
+    return value
+
+
+def _shard_set(values: Iterable[Any] | None, key: str) -> tuple[int, ...]:
+    if values is None:
+        return ()
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise ConfigError(f"{key}: expected a list of shard numbers, got {values!r}")
+    return tuple(sorted({_shard_number(v, key) for v in values}))
+
+
+class ShardRouter:
+    """The shards a process knows and where new work goes.
+
+    ``readable``: shards whose ids this process may route to; ``writable``: shards that take
+    new workflows (a subset of readable: a readable-only shard is being added or drained);
+    ``default``: the shared shard (schedules, unencoded ids land on it); ``reserved``: tenant
+    cells, reached only by an explicit pin; ``residency_map``: residency key -> shard."""
+
+    __slots__ = ("_placeable", "default", "readable", "reserved", "residency_map", "writable")
+
+    def __init__(
+        self,
+        readable: Iterable[int],
+        writable: Iterable[int],
+        default: int,
+        *,
+        residency_map: Mapping[str, int] | None = None,
+        reserved: Iterable[int] = (),
+    ):
+        self.readable: tuple[int, ...] = _shard_set(readable, "shards.readable")
+        self.writable: tuple[int, ...] = _shard_set(writable, "shards.writable")
+        self.default: int = _shard_number(default, "shards.default")
+        self.reserved: frozenset[int] = frozenset(_shard_set(reserved, "shards.reserved"))
+        if not self.readable:
+            raise ConfigError("shards.readable is empty: list at least the default shard")
+        if not self.writable:
+            raise ConfigError("shards.writable is empty: new workflows need at least one writable shard")
+        for shard in self.writable:
+            if shard not in self.readable:
+                raise ConfigError(
+                    f"shards.writable names shard {shard}, which is not in shards.readable: "
+                    "a writable shard must be readable"
+                )
+        if self.default not in self.readable:
+            raise ConfigError(f"shards.default = {self.default} is not in shards.readable: add it there")
+        for shard in sorted(self.reserved):
+            if shard not in self.readable:
+                raise ConfigError(f"shards.reserved names shard {shard}, which is not in shards.readable")
+        if self.default in self.reserved:
+            raise ConfigError(
+                f"shards.reserved names the default shard {self.default}: the default stays shared "
+                "(schedules and unencoded ids land on it); reserve another shard"
+            )
+        self._placeable = tuple(s for s in self.writable if s not in self.reserved)
+        if not self._placeable:
+            raise ConfigError(
+                "shards.reserved leaves no unreserved writable shard: keep at least one writable shard "
+                "unreserved for unpinned starts"
+            )
+        residency: dict[str, int] = {}
+        for name, shard in dict(residency_map or {}).items():
+            if not isinstance(name, str) or not name.strip():
+                raise ConfigError(f"shards.residency has a blank key {name!r}: name each residency key")
+            key = f"shards.residency.{name}"
+            shard = _shard_number(shard, key)
+            if shard not in self.readable:
+                raise ConfigError(f"{key} = {shard} names a shard that is not in shards.readable")
+            if shard not in self.writable:
+                # A legitimate mid-drain state: starts under the key are refused until it is writable.
+                log.warning(
+                    "%s = %d names a readable shard that is not writable: starts under residency key %r "
+                    "are refused until shard %d is writable again",
+                    key,
+                    shard,
+                    name,
+                    shard,
+                )
+            residency[name] = shard
+        self.residency_map: Mapping[str, int] = MappingProxyType(dict(sorted(residency.items())))
+
+    @classmethod
+    def single(cls, shard: int = 0) -> ShardRouter:
+        """One database: ``shard`` is readable, writable and the default (today's deployment)."""
+        return cls([shard], [shard], shard)
+
+    @classmethod
+    def from_config(cls, config: Any) -> ShardRouter:
+        """The router a ``harvest.config.Config`` declares (``[shards]``, ``HARVEST_SHARDS__*``);
+        :meth:`single` (shard 0) when nothing under ``shards`` is set.
+
+        Defaults: ``readable`` every shard with a url (shard 0's is ``database_url``),
+        ``writable`` the readable ones, ``default`` 0, ``reserved`` none."""
+        urls = config.get("shards.urls") or {}
+        residency = config.get("shards.residency") or {}
+        explicit = [config.get(f"shards.{k}") for k in ("default", "readable", "writable", "reserved")]
+        if all(v is None for v in explicit) and not urls and not residency:
+            return cls.single(0)
+        default = config.get("shards.default", 0)
+        readable = config.get("shards.readable") or sorted({0, *(int(k) for k in urls)})
+        writable = config.get("shards.writable") or readable
+        return cls(
+            readable,
+            writable,
+            default,
+            residency_map=residency,
+            reserved=config.get("shards.reserved") or (),
+        )
+
+    # -- placement --------------------------------------------------------------------------------
+    def pick_for_new_workflow(self, workflow_name: str, workflow_id: str) -> int:
+        """The shard an unpinned start of (name, id) goes to: rendezvous over the writable,
+        unreserved shards. The same answer in every process with the same configuration."""
+        return rendezvous(_workflow_key(workflow_name, workflow_id), self._placeable)
+
+    def place(
+        self,
+        workflow_name: str,
+        workflow_id: str | None,
+        *,
+        shard_id: int | None = None,
+        residency_key: str | None = None,
+    ) -> int:
+        """The shard a start goes to: pinned by ``shard_id`` or ``residency_key`` (at most one),
+        else hashed (which needs the ``workflow_id``).
+
+        Refused with :class:`InvalidArgument`: both pins; a residency key not in the map (never
+        hashed instead); a shard, or a key's shard, that is not writable; a shard this router
+        does not know. Whether the shard has a pool is the pools' question
+        (``ShardUnavailable``)."""
+        if shard_id is not None and residency_key is not None:
+            raise InvalidArgument("shard_id and residency_key are mutually exclusive: pass one")
+        if residency_key is not None:
+            if not isinstance(residency_key, str) or not residency_key.strip():
+                raise InvalidArgument("residency_key is blank: pass a declared residency key")
+            shard = self.residency_map.get(residency_key)
+            if shard is None:
+                log.warning(
+                    "refused residency_key %r: not in the residency map (declared keys: %s)",
+                    residency_key,
+                    ", ".join(self.residency_map) or "none",
+                )
+                raise InvalidArgument(f"unknown residency_key {residency_key!r}")
+            if shard not in self.writable:
+                log.warning(
+                    "refused residency_key %r: it maps to shard %d, which is readable but not writable "
+                    "(writable: %s)",
+                    residency_key,
+                    shard,
+                    list(self.writable),
+                )
+                raise InvalidArgument(
+                    f"residency_key {residency_key!r} maps to a shard that is not accepting new workflows"
+                )
+            return shard
+        if shard_id is not None:
+            if isinstance(shard_id, bool) or not isinstance(shard_id, int) or not 0 <= shard_id <= MAX_SHARD:
+                raise InvalidArgument(f"shard_id {shard_id!r} is not a shard number 0..{MAX_SHARD}")
+            if shard_id not in self.readable:
+                log.warning(
+                    "refused shard_id %d: not a shard of this router (readable: %s)",
+                    shard_id,
+                    list(self.readable),
+                )
+                raise InvalidArgument(f"shard_id {shard_id} is not a shard of this deployment")
+            if shard_id not in self.writable:
+                log.warning(
+                    "refused shard_id %d: readable but not writable (writable: %s)",
+                    shard_id,
+                    list(self.writable),
+                )
+                raise InvalidArgument(f"shard_id {shard_id} is not accepting new workflows")
+            return shard_id
+        if workflow_id is None:
+            raise InvalidArgument("an unpinned start needs a workflow_id to hash: pass one or mint one first")
+        return self.pick_for_new_workflow(workflow_name, workflow_id)
+
+    def mint_workflow_id(self, workflow_name: str, shard: int, *, max_tries: int = 4096) -> str:
+        """A fresh workflow id (a uuid4 string) that :meth:`pick_for_new_workflow` sends to
+        ``shard``, so a later unpinned start of the same id finds the pinned run. A shard no
+        unpinned start can reach (reserved, not writable) has no such id: a plain uuid4."""
+        if shard not in self._placeable:
+            return str(uuid.uuid4())
+        for _ in range(max_tries):
+            candidate = str(uuid.uuid4())
+            if self.pick_for_new_workflow(workflow_name, candidate) == shard:
+                return candidate
+        return str(uuid.uuid4())  # 1/N per try: unreachable in practice for any sane N
+
+    # -- routing ----------------------------------------------------------------------------------
+    def route(self, execution_id: str | uuid.UUID) -> int:
+        """The shard that holds an execution: the one its id carries."""
+        return shard_of(execution_id)
+
+    def topology(self) -> dict[str, Any]:
+        """The placement-affecting state, sorted, so ``json.dumps`` of it is byte-stable and a
+        plain diff across replicas is meaningful (the guide's ``shard_topology``)."""
+        return {
+            "default_shard": self.default,
+            "readable_shards": list(self.readable),
+            "reserved_shards": sorted(self.reserved),
+            "residency_map": dict(sorted(self.residency_map.items())),
+            "shard_forwards": {},
+            "writable_shards": list(self.writable),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardRouter(readable={list(self.readable)}, writable={list(self.writable)}, "
+            f"default={self.default}, reserved={sorted(self.reserved)}, "
+            f"residency_map={dict(self.residency_map)})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ShardRouter) and self.topology() == other.topology()
+
+    def __hash__(self) -> int:
+        return hash(repr(self))

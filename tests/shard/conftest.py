@@ -1,0 +1,118 @@
+"""Shard fixtures: three embedded PostgreSQL servers (not three databases on one server), each
+with a migrated template; per test, a clone on each server given its shard id 0, 1, 2 with
+harvest.set_shard_id; and a way to stop one server mid-test and start it again.
+
+The servers are embedded ones even when HARVEST_TEST_DSN names another server: the point is
+several servers, one of which can be taken down.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import psycopg
+import pytest
+
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
+
+SHARD_COUNT = 3
+TEMPLATE = "harvest_shard_template"
+SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off", "max_connections": "100"}
+
+
+def _admin(server: EmbeddedPostgres) -> psycopg.Connection:
+    return psycopg.connect(server.dsn, autocommit=True)
+
+
+@dataclass
+class ShardServers:
+    """The session's servers: ``servers[n]`` hosts shard n's databases."""
+
+    servers: list[EmbeddedPostgres]
+
+    def create_database(self, shard: int, name: str, template: str | None = TEMPLATE) -> str:
+        server = self.servers[shard]
+        with _admin(server) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        return server.dsn_for(name)
+
+    def drop_database(self, shard: int, name: str) -> None:
+        server = self.servers[shard]
+        if not server.started:
+            server.resume()
+        with _admin(server) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@dataclass
+class ShardCluster:
+    """One test's shards: ``dsns[n]`` is shard n's database (on server n, shard id n).
+
+    ``stop(n)`` takes server n down (its sessions are cut), ``start(n)`` brings it back with
+    its data; the fixture restarts any server a test left stopped."""
+
+    servers: ShardServers
+    dsns: dict[int, str]
+    names: dict[int, str] = field(default_factory=dict)
+
+    def stop(self, shard: int) -> None:
+        self.servers.servers[shard].pause()
+
+    def start(self, shard: int) -> None:
+        self.servers.servers[shard].resume()
+
+    def is_up(self, shard: int) -> bool:
+        return self.servers.servers[shard].started
+
+    def connect(self, shard: int) -> psycopg.Connection:
+        return psycopg.connect(self.dsns[shard], autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def shard_servers() -> Iterator[ShardServers]:
+    servers: list[EmbeddedPostgres] = []
+    try:
+        for _ in range(SHARD_COUNT):
+            server = EmbeddedPostgres(settings=SETTINGS)
+            servers.append(server)
+            server.start()
+            with _admin(server) as conn:
+                conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+            template = server.dsn_for(TEMPLATE)
+            Migrator(template).run()
+            with psycopg.connect(template, autocommit=True) as conn:
+                conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = true")
+        yield ShardServers(servers)
+    finally:
+        for server in servers:
+            server.stop()
+
+
+@pytest.fixture
+def shards(shard_servers: ShardServers) -> Iterator[ShardCluster]:
+    """A fresh database on each of the three servers, shard ids 0, 1, 2 (harvest.set_shard_id)."""
+    name = f"s_{uuid.uuid4().hex[:12]}"
+    cluster = ShardCluster(shard_servers, {})
+    try:
+        for shard in range(SHARD_COUNT):
+            cluster.dsns[shard] = shard_servers.create_database(shard, name)
+            cluster.names[shard] = name
+            with cluster.connect(shard) as conn:
+                conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
+        yield cluster
+    finally:
+        for shard, db in cluster.names.items():
+            shard_servers.drop_database(shard, db)
+
+
+@pytest.fixture
+def empty_db(shard_servers: ShardServers) -> Iterator[tuple[int, str]]:
+    """An empty database (no Harvest schema) on server 1: (server, dsn), for migrate tests."""
+    name = f"e_{uuid.uuid4().hex[:12]}"
+    dsn = shard_servers.create_database(1, name, template=None)
+    yield 1, dsn
+    shard_servers.drop_database(1, name)
