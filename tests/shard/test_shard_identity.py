@@ -80,7 +80,7 @@ def test_async_pools_check_identities_and_refuse_the_wrong_database(shards) -> N
                 assert await sql.get_shard_id() == 2
         swapped = {0: shards.dsns[1], 1: shards.dsns[0]}
         async with AsyncShardPools(_router(), swapped, max_size=1) as pools:
-            with pytest.raises(ConfigError, match="shard 0.*shard 1|shard 1.*shard 0"):
+            with pytest.raises(ConfigError, match=r"shard 0.*shard 1|shard 1.*shard 0"):
                 await pools.check_identities()
 
     asyncio.run(go())
@@ -90,24 +90,21 @@ def test_a_stopped_server_is_shard_unavailable_and_comes_back(shards) -> None:
     with ShardPools(_router(), shards.dsns, max_size=1, acquire_timeout=1.0) as pools:
         with pools.api(2) as sql:
             assert sql.get_shard_id() == 2
-        with pytest.raises(ShardUnavailable) as no_pool:
-            with pools.api(7):
-                pass
+        with pytest.raises(ShardUnavailable) as no_pool, pools.api(7):
+            pass
         assert no_pool.value.shard == 7 and no_pool.value.retryable
         shards.stop(2)
         try:
-            with pytest.raises(ShardUnavailable) as caught:
-                with pools.api(2) as sql:
-                    sql.get_shard_id()
+            with pytest.raises(ShardUnavailable) as caught, pools.api(2) as sql:
+                sql.get_shard_id()
             assert caught.value.shard == 2 and caught.value.retryable
             message = str(caught.value)
             assert "shard 2" in message and "127.0.0.1" not in message and "postgres" not in message
             # The other shards keep serving.
             with pools.api(0) as sql:
                 assert sql.get_shard_id() == 0
-            with pytest.raises(ShardUnavailable):
-                with pools.api(2) as sql:
-                    sql.get_shard_id()
+            with pytest.raises(ShardUnavailable), pools.api(2) as sql:
+                sql.get_shard_id()
         finally:
             shards.start(2)
         for _ in range(50):  # the pool replaces its dead connection in the background

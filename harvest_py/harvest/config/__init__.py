@@ -11,6 +11,7 @@ from harvest.config.config import (
     queue_coverage,
     resolve_queues,
     runtime_plan,
+    shard_urls,
     worker_options,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "queue_coverage",
     "resolve_queues",
     "runtime_plan",
+    "shard_urls",
     "worker_options",
 ]
