@@ -139,8 +139,8 @@ class ShardUnavailable(DatabaseUnavailable):
 
     retryable = True
 
-    def __init__(self, shard: int, reason: str = "cannot be reached"):
-        super().__init__(f"shard {shard} is unavailable: {reason}; retry once it is back")
+    def __init__(self, shard: int, reason: str = "its database cannot be reached now; retry once it is back"):
+        super().__init__(f"shard {shard} is unavailable: {reason}")
         self.shard = shard
         self.reason = reason
 

@@ -76,7 +76,7 @@ class _Base:
     def _dsn(self, shard: int) -> str:
         dsn = self._dsns.get(shard)
         if dsn is None:
-            raise ShardUnavailable(shard, "this process has no pool for it")
+            raise ShardUnavailable(shard, "this process has no pool for it (give it a url in shards.urls)")
         return dsn
 
     def _compare(self, shard: int, found: Any) -> None:
