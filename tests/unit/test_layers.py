@@ -24,6 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 #   declare   what users declare: @workflow/@activity, App, RetryPolicy, @query/@update, flow control
 #   runtime   deterministic execution: a history in, commands out (no database)
 #   db        the only importer of psycopg: connections, SQL calls, channels, migrations
+#   shard     beside db: the router (pure), a pool per shard, fan-out reads (over db's APIs)
 #   client    start, signal, query, update, result, over db
 #   worker    claim loop, dispatch, heartbeats, scanners, WorkerOptions
 #   testing   the user-facing test kit (the replayer)
@@ -38,11 +39,12 @@ ALLOWED: dict[str, set[str]] = {
     "declare": {"core", "declare"},
     "runtime": {"core", "declare", "runtime"},
     "db": {"core", "db"},
+    "shard": {"core", "db", "shard"},
     "client": {"core", "declare", "db", "client"},
     "worker": {"core", "declare", "runtime", "db", "worker"},
     "testing": BELOW_FACES | {"testing"},
     "config": BELOW_FACES | {"config"},
-    "cli": BELOW_FACES | {"testing", "config", "cli"},
+    "cli": BELOW_FACES | {"testing", "config", "cli", "shard"},
     "harvest": BELOW_FACES,
 }
 DRIVERS = ("psycopg", "psycopg_pool", "pglast")
