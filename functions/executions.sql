@@ -166,7 +166,7 @@ CREATE OR REPLACE FUNCTION harvest._execution_filters(
     p_status text, p_workflow_name text, p_search_attributes text[], p_created_after timestamptz,
     p_created_before timestamptz
 )
-RETURNS text []
+RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -291,7 +291,7 @@ CREATE OR REPLACE FUNCTION harvest.count_executions(
     p_group_by text DEFAULT 'status',
     p_status text DEFAULT NULL,
     p_workflow_name text DEFAULT NULL,
-    p_search_attributes text [] DEFAULT NULL,
+    p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL,
     p_created_before timestamptz DEFAULT NULL
 )

@@ -85,7 +85,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(25);
+SELECT plan(26);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -126,6 +126,10 @@ SELECT throws_ok($$SELECT * FROM harvest.count_executions('tenant')$$, 'HR001',
                  'cannot count executions by "tenant"', 'an unknown grouping is refused');
 SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_status => 'DONE')$$, 'HR001', NULL,
                  'an unknown state is refused by the count as by the list');
+
+SELECT is(harvest._execution_filters('running', 'w', NULL, NULL, NULL),
+          ARRAY['true', 'e.status = ANY(''{RUNNING}''::text[])', 'e.workflow_name = ''w'''],
+          '_execution_filters: one condition per filter given, states upper-cased');
 
 -- Keyset pages of 2: the last row of a page carries the cursor; the last page carries none.
 CREATE TEMP TABLE page1 ON COMMIT DROP AS

@@ -461,8 +461,9 @@ def list_workflows(
     (ties on created_at broken by id, which is unique across shards). A shard unavailable for
     a page keeps its own position in the cursor: when it answers again, its rows from that
     position on come in the following pages, merged into them (so such a row can come after
-    rows that sort later than it; it is never skipped, and no row comes twice). While a shard is unavailable next_cursor stays
-    set, even on a page that is otherwise the last: "could not inspect" is not "no more rows".
+    rows that sort later than it; it is never skipped, and no row comes twice). While a shard
+    is unavailable next_cursor stays set, even on a page that is otherwise the last: "could
+    not inspect" is not "no more rows".
     """
     order = (order or "desc").lower()
     if order not in ("asc", "desc"):
@@ -832,11 +833,13 @@ def list_dead_letters(
     activity_name: str | None = None,
     workflow_name: str | None = None,
     cursor: str | None = None,
+    before_id: int | None = None,
 ) -> Plan:
     """A page of dead letters over every shard, newest failure first, each row with its
     ``shard_id`` (a dead letter is named by (shard_id, id): ids are per shard). Each shard is
     read from its own position in the cursor, so a shard unavailable for a page loses nothing:
-    its rows come when it answers again."""
+    its rows come when it answers again. ``before_id`` (the one-shard way to page) is refused
+    when more than one shard is read: an id names a row of one shard only."""
     if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
     filters = _fingerprint({"activity_name": activity_name, "workflow_name": workflow_name})
@@ -848,13 +851,19 @@ def list_dead_letters(
                 "the cursor was issued for other filters: pass the same filters as the first page, "
                 "or no cursor to start again"
             )
+    if before_id is not None and cursor:
+        raise InvalidArgument("give a cursor or before_id, not both")
     ask = min(limit + 1, MAX_PAGE)
 
     def read(api: Any, shard: int) -> Any:
-        return api.list_dead_letters(ask, activity_name, workflow_name, state.positions.get(shard))
+        return api.list_dead_letters(ask, activity_name, workflow_name, state.positions.get(shard, before_id))
 
     fan = yield Step(read, skip=state.done)  # a shard read to the end is not asked again
     results = fan.results
+    if before_id is not None and len(results) + len(fan.unavailable_shards) > 1:
+        raise InvalidArgument(
+            "before_id names a dead letter of one shard; with several shards, page with next_cursor"
+        )
     streams = [[{**row, "shard_id": s} for row in rows] for s, rows in results.items()]
     merged = heapq.merge(*streams, key=lambda r: (r["failed_at"], -r["shard_id"], r["id"]), reverse=True)
     page = [row for _, row in zip(range(limit), merged, strict=False)]
