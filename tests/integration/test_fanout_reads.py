@@ -205,3 +205,61 @@ def test_cli_reads_go_through_the_seam_and_print_partial(shards, monkeypatch) ->
 
     out = runner.invoke(main, ["worker", "health", "--output", "json"])
     assert out.exit_code == 0 and json.loads(out.stdout)["unavailable_shards"] == [3]
+
+
+def test_cli_pages_usage_and_dead_letters_over_three_shards(shards, monkeypatch) -> None:
+    live = {s: shards[s] for s in (0, 1, 2)}
+    made = set()
+    for s, dsn in live.items():
+        for i in range(3):
+            made.add(start(dsn, T0 + timedelta(seconds=i), name=f"wf{s}"))
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO harvest.dead_letters (execution_id, workflow_name, seq, activity_name, queue,"
+                " attempts, failure, scheduled_at, failed_at)"
+                " SELECT id, workflow_name, 1, 'act', 'fan_q', 3, '{\"error_type\": \"Boom\"}', now(), %s"
+                " FROM harvest.executions",
+                (T0,),
+            )
+
+    @contextlib.contextmanager
+    def seam(config, database_url=None):
+        yield apis_for(live)
+
+    monkeypatch.setattr(cli_shards, "shard_apis", seam)
+    runner = CliRunner()
+
+    def pages(*args: str) -> list[dict]:
+        got, cursor = [], None
+        for _ in range(20):
+            out = runner.invoke(main, [*args, "-o", "json", *(["--cursor", cursor] if cursor else [])])
+            assert out.exit_code == 0, out.output
+            got.append(json.loads(out.stdout))
+            cursor = got[-1]["next_cursor"]
+            if cursor is None:
+                return got
+        raise AssertionError("paging did not end")
+
+    listed = pages("workflow", "list", "--page-size", "4")
+    assert {e["execution_id"] for p in listed for e in p["executions"]} == made and len(listed) == 3
+    dead = pages("dlq", "list", "--limit", "4")
+    assert sorted((d["shard_id"], d["id"]) for p in dead for d in p["dead_letters"]) == [
+        (s, i) for s in (0, 1, 2) for i in (1, 2, 3)
+    ]
+    out = runner.invoke(main, ["dlq", "list", "--before-id", "2"])
+    assert out.exit_code == 2 and "before_id names a dead letter of one shard" in out.output
+    out = runner.invoke(main, ["workflow", "list", "--cursor", "wf1.bm90IGpzb24"])
+    assert out.exit_code == 2 and "malformed" in out.output
+
+    out = runner.invoke(
+        main, ["usage", "--from", (T0 - timedelta(days=1)).isoformat(), "--to", "2031-03-02", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    report = json.loads(out.stdout)
+    assert {g["group"]: g["workflow_starts"] for g in report["groups"]} == {"wf0": 3, "wf1": 3, "wf2": 3}
+    assert report["status"] == "complete" and report["group_by"] == "workflow_name"
+    out = runner.invoke(main, ["usage", "--from", "24h"])
+    # The runs carry a fake time in 2031: none in the last day.
+    assert out.exit_code == 0 and "0 group(s)" in out.stdout
+    out = runner.invoke(main, ["usage", "--from", "last tuesday"])
+    assert out.exit_code == 2 and "neither an RFC 3339 time" in out.output
