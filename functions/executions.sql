@@ -159,45 +159,22 @@ EXCEPTION WHEN OTHERS THEN
 END;
 $$;
 
--- The workflow list. Every filter is optional and they compose with AND; an
--- unknown state, a malformed search filter, a bad order or page size, or a
--- malformed cursor raises HR001 (it never silently matches nothing).
--- Pages are keyset-paginated on (created_at, id): the last row of a page that
--- has more carries next_cursor; pass it back as p_cursor for the next page.
-CREATE OR REPLACE FUNCTION harvest.list_executions(
-    p_status text DEFAULT NULL,
-    p_workflow_name text DEFAULT NULL,
-    p_search_attributes text[] DEFAULT NULL,
-    p_created_after timestamptz DEFAULT NULL,
-    p_created_before timestamptz DEFAULT NULL,
-    p_page_size integer DEFAULT 50,
-    p_cursor text DEFAULT NULL,
-    p_order text DEFAULT 'desc'
+-- The WHERE conditions (over alias e) of the workflow list's filters, shared by
+-- list_executions and count_executions so both read the same rows. An unknown
+-- state or a malformed search filter raises HR001.
+CREATE OR REPLACE FUNCTION harvest._execution_filters(
+    p_status text, p_workflow_name text, p_search_attributes text[], p_created_after timestamptz,
+    p_created_before timestamptz
 )
-RETURNS TABLE (
-    execution_id uuid, workflow_name text, workflow_id text, status text, queue text,
-    search_attributes jsonb, parent_id uuid, created_at timestamptz, completed_at timestamptz,
-    error_summary text, next_cursor text
-)
+RETURNS text[]
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_order text := lower(coalesce(p_order, 'desc'));
     v_states text[];
     v_state text;
     v_where text[] := ARRAY['true'];
     v_filter text;
-    v_cursor record;
-    v_sql text;
-    v_count integer := 0;
-    v_row record;
 BEGIN
-    IF v_order NOT IN ('asc', 'desc') THEN
-        RAISE EXCEPTION 'order "%" is not asc or desc', p_order USING ERRCODE = 'HR001';
-    END IF;
-    IF p_page_size IS NULL OR p_page_size < 1 OR p_page_size > 1000 THEN
-        RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
-    END IF;
     IF p_status IS NOT NULL THEN
         v_states := string_to_array(upper(replace(p_status, ' ', '')), ',');
         FOREACH v_state IN ARRAY v_states LOOP
@@ -224,6 +201,48 @@ BEGIN
     FOREACH v_filter IN ARRAY coalesce(p_search_attributes, ARRAY[]::text[]) LOOP
         v_where := v_where || harvest._search_predicate(harvest._parse_search_filter(v_filter));
     END LOOP;
+    RETURN v_where;
+END;
+$$;
+
+-- The workflow list. Every filter is optional and they compose with AND; an
+-- unknown state, a malformed search filter, a bad order or page size, or a
+-- malformed cursor raises HR001 (it never silently matches nothing).
+-- Pages are keyset-paginated on (created_at, id): the last row of a page that
+-- has more carries next_cursor; pass it back as p_cursor for the next page.
+CREATE OR REPLACE FUNCTION harvest.list_executions(
+    p_status text DEFAULT NULL,
+    p_workflow_name text DEFAULT NULL,
+    p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL,
+    p_created_before timestamptz DEFAULT NULL,
+    p_page_size integer DEFAULT 50,
+    p_cursor text DEFAULT NULL,
+    p_order text DEFAULT 'desc'
+)
+RETURNS TABLE (
+    execution_id uuid, workflow_name text, workflow_id text, status text, queue text,
+    search_attributes jsonb, parent_id uuid, created_at timestamptz, completed_at timestamptz,
+    error_summary text, next_cursor text
+)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_order text := lower(coalesce(p_order, 'desc'));
+    v_where text[];
+    v_cursor record;
+    v_sql text;
+    v_count integer := 0;
+    v_row record;
+BEGIN
+    IF v_order NOT IN ('asc', 'desc') THEN
+        RAISE EXCEPTION 'order "%" is not asc or desc', p_order USING ERRCODE = 'HR001';
+    END IF;
+    IF p_page_size IS NULL OR p_page_size < 1 OR p_page_size > 1000 THEN
+        RAISE EXCEPTION 'page size % is out of range 1..1000', p_page_size USING ERRCODE = 'HR001';
+    END IF;
+    v_where := harvest._execution_filters(p_status, p_workflow_name, p_search_attributes, p_created_after,
+                                          p_created_before);
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
         SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);
         v_where := v_where || format('(e.created_at, e.id) %s (%L::timestamptz, %L::uuid)',
@@ -263,6 +282,35 @@ BEGIN
     IF v_count > 0 THEN
         RETURN NEXT;
     END IF;
+END;
+$$;
+
+-- How many executions match the workflow list's filters, per status (default),
+-- per workflow name, or per both ('all'); the column not grouped on is NULL.
+CREATE OR REPLACE FUNCTION harvest.count_executions(
+    p_group_by text DEFAULT 'status',
+    p_status text DEFAULT NULL,
+    p_workflow_name text DEFAULT NULL,
+    p_search_attributes text[] DEFAULT NULL,
+    p_created_after timestamptz DEFAULT NULL,
+    p_created_before timestamptz DEFAULT NULL
+)
+RETURNS TABLE (status text, workflow_name text, executions bigint)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_by text := lower(coalesce(p_group_by, 'status'));
+BEGIN
+    IF v_by NOT IN ('status', 'workflow_name', 'all') THEN
+        RAISE EXCEPTION 'cannot count executions by "%"', p_group_by USING ERRCODE = 'HR001',
+            HINT = 'group by status, workflow_name or all';
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT %s, %s, count(*) FROM harvest.executions AS e WHERE %s GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2',
+        CASE WHEN v_by IN ('status', 'all') THEN 'e.status' ELSE 'NULL::text' END,
+        CASE WHEN v_by IN ('workflow_name', 'all') THEN 'e.workflow_name' ELSE 'NULL::text' END,
+        array_to_string(harvest._execution_filters(p_status, p_workflow_name, p_search_attributes,
+                                                   p_created_after, p_created_before), ' AND '));
 END;
 $$;
 
@@ -365,6 +413,9 @@ COMMENT ON FUNCTION harvest.terminate_workflow IS
 COMMENT ON FUNCTION harvest.list_executions IS
 'The workflow list: optional filters composed with AND, keyset pages on (created_at, id) with next_cursor; an '
 'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.count_executions IS
+'How many executions match the workflow list''s filters, per status, workflow_name or both (p_group_by status, '
+'workflow_name, all); a bad filter or group raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
 'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task and '
 'the last event id; HR002 when it does not exist. For operators (role harvest_reader).';

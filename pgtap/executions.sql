@@ -83,9 +83,9 @@ RESET application_name;
 SELECT * FROM finish();
 ROLLBACK;
 
--- harvest.list_executions, harvest.get_execution_stack and their helpers.
+-- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(21);
+SELECT plan(26);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -115,6 +115,21 @@ SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_cursor => 'garbage')$
                  'a malformed cursor is refused');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_order => 'sideways')$$, 'HR001', NULL,
                  'order is asc or desc');
+
+-- count_executions reads the same rows as the list, grouped.
+SELECT is((SELECT array_agg(array[c.status, c.executions::text]) FROM harvest.count_executions(
+           p_workflow_name => 'op_wf') AS c), ARRAY[ARRAY['RUNNING', '5']], 'counts per status');
+SELECT is((SELECT c.executions FROM harvest.count_executions('workflow_name', p_workflow_name => 'op_wf',
+           p_search_attributes => ARRAY['tenant=acme']) AS c WHERE c.status IS NULL AND c.workflow_name = 'op_wf'),
+          2::bigint, 'counts per workflow name with the list''s search filter');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions('tenant')$$, 'HR001',
+                 'cannot count executions by "tenant"', 'an unknown grouping is refused');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_status => 'DONE')$$, 'HR001', NULL,
+                 'an unknown state is refused by the count as by the list');
+
+SELECT is(harvest._execution_filters('running', 'w', NULL, NULL, NULL),
+          ARRAY['true', 'e.status = ANY(''{RUNNING}''::text[])', 'e.workflow_name = ''w'''],
+          '_execution_filters: one condition per filter given, states upper-cased');
 
 -- Keyset pages of 2: the last row of a page carries the cursor; the last page carries none.
 CREATE TEMP TABLE page1 ON COMMIT DROP AS

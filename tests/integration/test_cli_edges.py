@@ -241,9 +241,13 @@ def test_workflow_children_status_and_start_output(db: str, conn) -> None:
     assert r.returncode == 0, r.stderr
     parent = json.loads(r.stdout)["execution_id"]
     r = run("workflow", "children", parent, "--status", "Failed", "-o", "json", dsn=db)
-    assert r.returncode == 0 and json.loads(r.stdout) == []
+    assert r.returncode == 0 and json.loads(r.stdout) == {
+        "items": [],
+        "status": "complete",
+        "unavailable_shards": [],
+    }
     r = run("workflow", "children", parent, "--state", "RUNNING", "-o", "json", dsn=db)
-    assert r.returncode == 0 and json.loads(r.stdout) == []
+    assert r.returncode == 0 and json.loads(r.stdout)["items"] == []
 
 
 def test_history_export_payload_policy_and_output_file(db: str, conn, tmp_path: Path) -> None:
@@ -269,12 +273,9 @@ def test_history_export_payload_policy_and_output_file(db: str, conn, tmp_path: 
 def test_worker_list_shard_id(db: str, conn) -> None:
     conn.execute("SELECT harvest.register_worker('w-s0', ARRAY['email'], 'h', 1, 5)")
     r = run("worker", "list", "--queue", "email", "--shard-id", "0", "-o", "json", dsn=db)
-    assert r.returncode == 0 and [w["worker_id"] for w in json.loads(r.stdout)] == ["w-s0"]
+    assert r.returncode == 0 and [w["worker_id"] for w in json.loads(r.stdout)["workers"]] == ["w-s0"]
     r = run("worker", "list", "--shard-id", "3", dsn=db)
-    assert (
-        r.returncode == 2
-        and "--shard-id 3: no such shard; this deployment has one shard, 0" in one_error_line(r)
-    )
+    assert r.returncode == 2 and "--shard-id 3: no such shard; the shards here are 0" in one_error_line(r)
 
 
 def test_queue_coverage_strict_without_app_reads_the_fleet(db: str, conn) -> None:
@@ -333,7 +334,7 @@ def test_concurrency_status_omits_an_empty_workflows_field(db: str, conn) -> Non
     )
     r = run("concurrency", "status", "-o", "json", dsn=db)
     assert r.returncode == 0, r.stderr
-    [row] = json.loads(r.stdout)
+    [row] = json.loads(r.stdout)["keys"]
     assert row["key"] == "k1" and row["task_type"] == "activity" and "workflows" not in row
 
 

@@ -146,10 +146,14 @@ def test_dlq_list_aggregate_bulk_replay_and_discard(db: str, conn) -> None:
     conn.execute("SELECT harvest.terminate_workflow(%s, 'gone')", (runs[0][0],))
 
     listed = json.loads(harvest(db, "dlq", "list", "--output", "json").stdout)
-    assert len(listed) == 4
+    assert len(listed["dead_letters"]) == 4 and listed["status"] == "complete"
+    assert listed["unavailable_shards"] == [] and listed["next_cursor"] is None
     assert "send_email" in harvest(db, "dlq", "list", "--activity-name", "send_email").stdout
     agg = json.loads(harvest(db, "dlq", "count", "--by", "activity", "--output", "json").stdout)
-    assert {(a["activity_name"], a["dead_letters"]) for a in agg} == {("send_email", 3), ("charge_card", 1)}
+    assert {(a["activity_name"], a["dead_letters"]) for a in agg["groups"]} == {
+        ("send_email", 3),
+        ("charge_card", 1),
+    }
 
     r = harvest(db, "dlq", "bulk-replay", "--limit", "10")
     assert r.returncode == 2 and "at least one of --activity-name" in one_error_line(r)
@@ -196,7 +200,7 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
     conn.execute("SELECT harvest.stop_worker('w-gone')")
 
     rows = json.loads(harvest(db, "worker", "list", "--output", "json").stdout)
-    assert {r["worker_id"]: r["health"] for r in rows} == {
+    assert {r["worker_id"]: r["health"] for r in rows["workers"]} == {
         "w-live": "healthy",
         "w-stale": "stale",
         "w-gone": "stopped",
@@ -204,7 +208,7 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
     stale = json.loads(
         harvest(db, "worker", "list", "--status", "active", "--health", "stale", "--output", "json").stdout
     )
-    assert [r["worker_id"] for r in stale] == ["w-stale"]
+    assert [r["worker_id"] for r in stale["workers"]] == ["w-stale"]
     r = harvest(db, "worker", "list", "--status", "sleepy")
     assert r.returncode == 2 and 'unknown worker status "sleepy"' in one_error_line(r)
     assert "w-live" in harvest(db, "worker", "list").stdout
@@ -219,6 +223,7 @@ def test_worker_fleet_commands_and_drain(db: str, conn) -> None:
     )
     assert health["by_queue_health"]["email"] == {"healthy": 1, "draining": 0, "stale": 1}
     assert health["by_shard"] == {"0": 2}
+    assert health["status"] == "complete" and health["unavailable_shards"] == []
 
     preview = json.loads(
         harvest(db, "worker", "drain-preview", "--queue", "email", "--output", "json").stdout

@@ -161,7 +161,7 @@ def test_reset_dry_run_plan_then_reset(db: str, conn) -> None:
 
 def test_concurrency_status(db: str, conn) -> None:
     r = harvest(db, "concurrency", "status", "--output", "json")
-    assert r.returncode == 0 and json.loads(r.stdout) == []
+    assert r.returncode == 0 and json.loads(r.stdout)["keys"] == []
     conn.execute(
         "SELECT harvest.declare_flow_policies(%s)",
         (Jsonb({"workflows": {"wf_defer": {"concurrency": {"key": "input.t", "limit": 1}}}}),),
@@ -174,7 +174,7 @@ def test_concurrency_status(db: str, conn) -> None:
 
     r = harvest(db, "concurrency", "status", "--output", "json")
     assert r.returncode == 0, r.stderr
-    [row] = json.loads(r.stdout)
+    [row] = json.loads(r.stdout)["keys"]
     assert {k: row[k] for k in ("key", "max_concurrent", "in_flight", "pending")} == {
         "key": "a",
         "max_concurrent": 1,
@@ -185,6 +185,6 @@ def test_concurrency_status(db: str, conn) -> None:
     assert r.returncode == 0
     assert r.stdout.splitlines()[0].split() == ["KEY", "TASK_TYPE", "MAX_CONCURRENT", "IN_FLIGHT", "PENDING"]
     assert r.stdout.splitlines()[1].split() == ["a", "workflow", "1", "1", "1"] and "1 key(s)" in r.stdout
-    assert json.loads(harvest(db, "concurrency", "status", "--key", "zzz", "-o", "json").stdout) == []
+    assert json.loads(harvest(db, "concurrency", "status", "--key", "zzz", "-o", "json").stdout)["keys"] == []
     r = harvest(None, "concurrency", "status")
     assert r.returncode == 1 and "HARVEST_DATABASE_URL" in one_error_line(r)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import click
 
-from harvest.cli.output import database_url_option, emit, output_option, sql_api, table
+from harvest.cli.output import database_url_option, output_option, table
+from harvest.cli.shards import emit_merged, read_shards
 
 
 @click.group("concurrency")
@@ -20,9 +21,9 @@ def concurrency() -> None:
 @database_url_option
 @output_option
 def status(key: str | None, database_url: str | None, output: str) -> None:
-    """One row per key: key, max_concurrent, in_flight, pending (and task_type, workflows)."""
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_concurrency_keys(key)
+    """One row per key over every shard: key, max_concurrent, in_flight, pending (and task_type,
+    workflows, shards). Each shard enforces max_concurrent on its own: in_flight is their sum."""
+    merged = read_shards(database_url, lambda reads: reads.list_concurrency_keys(key))
     data = [
         {
             "key": r["key"],
@@ -30,14 +31,17 @@ def status(key: str | None, database_url: str | None, output: str) -> None:
             "in_flight": r["in_flight"],
             "pending": r["pending"],
             "task_type": r["task_type"],
+            "shards": r["shards"],
         }
-        for r in rows
+        for r in merged.value
     ]
-    for row, r in zip(data, rows, strict=True):
+    for row, r in zip(data, merged.value, strict=True):
         if r["workflows"]:  # the spec omits the field when empty, never "workflows": null
             row["workflows"] = r["workflows"]
-    emit(
-        data,
+    merged.value = data
+    emit_merged(
+        merged,
+        "keys",
         output,
         lambda d: (
             table(d, ["key", "task_type", "max_concurrent", "in_flight", "pending"]) + f"\n{len(d)} key(s)"

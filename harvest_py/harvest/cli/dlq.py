@@ -17,6 +17,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
+from harvest.cli.shards import emit_merged, read_shards
 from harvest.core.errors import InvalidArgument
 
 TIMES = [
@@ -37,25 +38,39 @@ def dlq() -> None:
 @click.option("--activity-name", default=None)
 @click.option("--workflow-name", default=None)
 @click.option("--limit", default=100, show_default=True, type=PAGE, help="At most this many (max 1000).")
-@click.option("--before-id", default=None, type=ROW_ID, help="Page: only ids below this one.")
+@click.option("--before-id", default=None, type=ROW_ID, help="Page on one shard: only ids below this one.")
+@click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
 @database_url_option
 @output_option
-def list_(activity_name, workflow_name, limit, before_id, database_url, output) -> None:
-    """List dead letters, newest first."""
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_dead_letters(limit, activity_name, workflow_name, before_id)
-    for row in rows:
-        row["error"] = f"{row['failure'].get('error_type')}: {row['failure'].get('message')}"
-    emit(
-        rows,
-        output,
-        lambda d: (
-            table(
-                d, ["id", "activity_name", "workflow_name", "execution_id", "attempts", "failed_at", "error"]
-            )
-            + f"\n{len(d)} dead letter(s)"
-        ),
+def list_(activity_name, workflow_name, limit, before_id, cursor, database_url, output) -> None:
+    """List dead letters over every shard, newest failure first."""
+    merged = read_shards(
+        database_url,
+        lambda reads: reads.list_dead_letters(limit, activity_name, workflow_name, cursor, before_id),
     )
+    for row in merged.value:
+        row["error"] = f"{row['failure'].get('error_type')}: {row['failure'].get('message')}"
+
+    def render(rows):
+        text = table(
+            rows,
+            [
+                "shard_id",
+                "id",
+                "activity_name",
+                "workflow_name",
+                "execution_id",
+                "attempts",
+                "failed_at",
+                "error",
+            ],
+        )
+        text += f"\n{len(rows)} dead letter(s)"
+        if merged.next_cursor:
+            text += f"; next page: --cursor {merged.next_cursor}"
+        return text
+
+    emit_merged(merged, "dead_letters", output, render)
 
 
 @dlq.command("get")
@@ -80,11 +95,11 @@ def get(dead_letter_id, database_url, output) -> None:
 @database_url_option
 @output_option
 def count(group_by, database_url, output) -> None:
-    """Count dead letters by activity, workflow and error type."""
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.count_dead_letters(group_by)
-    emit(
-        rows,
+    """Count dead letters by activity, workflow and error type, over every shard."""
+    merged = read_shards(database_url, lambda reads: reads.count_dead_letters(group_by))
+    emit_merged(
+        merged,
+        "groups",
         output,
         lambda d: table(
             d,

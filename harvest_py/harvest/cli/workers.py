@@ -19,6 +19,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
+from harvest.cli.shards import emit_merged, read_shards
 from harvest.core.errors import InvalidArgument
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
@@ -34,16 +35,20 @@ WORKER_COLUMNS = [
 ]
 
 
-# One shard today: every worker row lives on, and polls, shard 0 (the spec's by_shard {"0": n}).
-SHARDS = (0,)
-
-
 def list_workers(queue, status, health, database_url, output, shard_id=None) -> None:
-    if shard_id is not None and shard_id not in SHARDS:
-        raise InvalidArgument(f"--shard-id {shard_id}: no such shard; this deployment has one shard, 0")
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_workers(queue, status, health)
-    emit(rows, output, lambda d: table(d, WORKER_COLUMNS) + f"\n{len(d)} worker(s)")
+    def read(reads):
+        if shard_id is not None and shard_id not in reads.apis:
+            shards = ", ".join(str(s) for s in sorted(reads.apis))
+            raise InvalidArgument(f"--shard-id {shard_id}: no such shard; the shards here are {shards}")
+        return reads.list_workers(queue, status, health, shard_id)
+
+    merged = read_shards(database_url, read)
+    emit_merged(
+        merged,
+        "workers",
+        output,
+        lambda d: table(d, [*WORKER_COLUMNS, "shard_id"]) + f"\n{len(d)} worker(s)",
+    )
 
 
 def register(group: click.Group) -> None:
@@ -54,7 +59,7 @@ def register(group: click.Group) -> None:
     @click.option("--status", default=None, help="active, draining or stopped.")
     @click.option("--health", default=None, help="healthy, stale or stopped.")
     @click.option(
-        "--shard-id", default=None, type=int, help="Only workers on this shard (one shard, 0, today)."
+        "--shard-id", default=None, type=int, help="Only workers on this shard (the shard they poll)."
     )
     @database_url_option
     @output_option
@@ -96,12 +101,12 @@ def register(group: click.Group) -> None:
     @database_url_option
     @output_option
     def health(database_url, output) -> None:
-        """The fleet roll-up: healthy, stale, draining; workers per queue (not stopped), split by health."""
-        with sql_api(database_url, read_only=True) as sql:
-            data = sql.get_worker_health()
+        """The fleet roll-up over every shard: healthy, stale, draining; workers per queue and per
+        shard (not stopped), split by health."""
+        merged = read_shards(database_url, lambda reads: reads.get_worker_health())
 
         def render(d):
-            text = mapping(d, ["healthy", "stale", "draining", "stopped", "total"])
+            text = mapping(d, ["healthy", "stale", "draining", "stopped", "total", "by_shard"])
             split = d.get("by_queue_health") or {}
             queues = [
                 {"queue": q, "workers": n, **split.get(q, {})} for q, n in sorted(d["by_queue"].items())
@@ -110,7 +115,7 @@ def register(group: click.Group) -> None:
                 "\n\n" + table(queues, ["queue", "workers", "healthy", "draining", "stale"]) if queues else ""
             )
 
-        emit(data, output, render)
+        emit_merged(merged, None, output, render)
 
     @group.command("drain")
     @click.argument("worker_id")

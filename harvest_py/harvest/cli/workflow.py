@@ -21,6 +21,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
+from harvest.cli.shards import emit_merged, read_shards
 from harvest.core.errors import InvalidArgument
 
 
@@ -236,6 +237,9 @@ def _summary(event: dict[str, Any]) -> str:
     return " ".join(str(p) for p in parts)
 
 
+CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]
+
+
 @workflow.command("list")
 @click.option(
     "--state",
@@ -252,16 +256,8 @@ def _summary(event: dict[str, Any]) -> str:
     multiple=True,
     help="key=value (or key:value), or a typed comparison key>=10, key<2026-01-01 (repeatable, AND).",
 )
-@click.option(
-    "--created-after",
-    default=None,
-    type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
-)
-@click.option(
-    "--created-before",
-    default=None,
-    type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
-)
+@click.option("--created-after", default=None, type=click.DateTime(CREATED_TIMES))
+@click.option("--created-before", default=None, type=click.DateTime(CREATED_TIMES))
 @click.option(
     "--page-size",
     "--limit",
@@ -287,11 +283,12 @@ def list_(
     database_url,
     output,
 ) -> None:
-    """List executions, newest first, with filters and keyset pagination."""
+    """List executions, newest first, with filters and keyset pagination, over every shard."""
     if not 1 <= page_size <= 1000:  # the SQL check's words; a huge int would not even reach it
         raise InvalidArgument(f"page size {page_size} is out of range 1..1000")
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_executions(
+    merged = read_shards(
+        database_url,
+        lambda reads: reads.list_workflows(
             state=state,
             workflow_name=workflow_name,
             search_attributes=list(search_attrs),
@@ -300,23 +297,64 @@ def list_(
             page_size=page_size,
             cursor=cursor,
             order=order,
-        )
-    next_cursor = rows[-1]["next_cursor"] if rows else None
-    for row in rows:
-        row.pop("next_cursor", None)
+        ),
+    )
 
-    def render(data):
+    def render(rows):
         text = table(
-            data["executions"],
+            rows,
             ["execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
             ["execution_id", "workflow", "workflow_id", "status", "created", "completed"],
         )
-        text += f"\n{len(data['executions'])} execution(s)"
-        if data["next_cursor"]:
-            text += f"; next page: --cursor {data['next_cursor']}"
+        text += f"\n{len(rows)} execution(s)"
+        if merged.next_cursor:
+            text += f"; next page: --cursor {merged.next_cursor}"
         return text
 
-    emit({"executions": rows, "next_cursor": next_cursor}, output, render)
+    emit_merged(merged, "executions", output, render)
+
+
+@workflow.command("count")
+@click.option(
+    "--by",
+    "group_by",
+    type=click.Choice(["status", "workflow_name", "all"]),
+    default="status",
+    show_default=True,
+    help="Group by status, by workflow name, or by both.",
+)
+@click.option("--state", "--status", "state", default=None, help="Only these states (comma-separated).")
+@click.option("--workflow-name", default=None)
+@click.option(
+    "--search-attr", "search_attrs", multiple=True, help="As for `workflow list` (repeatable, AND)."
+)
+@click.option("--created-after", default=None, type=click.DateTime(CREATED_TIMES))
+@click.option("--created-before", default=None, type=click.DateTime(CREATED_TIMES))
+@database_url_option
+@output_option
+def count(group_by, state, workflow_name, search_attrs, created_after, created_before, database_url, output):
+    """Count executions (per status by default) over every shard, with the list's filters."""
+    merged = read_shards(
+        database_url,
+        lambda reads: reads.count_executions(
+            group_by=group_by,
+            state=state,
+            workflow_name=workflow_name,
+            search_attributes=list(search_attrs),
+            created_after=created_after,
+            created_before=created_before,
+        ),
+    )
+    columns = {"status": ["status"], "workflow_name": ["workflow_name"], "all": ["status", "workflow_name"]}
+    emit_merged(
+        merged,
+        "counts",
+        output,
+        lambda rows: (
+            table(rows, [*columns[group_by], "executions"])
+            + f"\n{sum(r['executions'] for r in rows)} execution(s)"
+        ),
+    )
 
 
 @workflow.command("signal")
@@ -417,11 +455,11 @@ def stack(execution_id, database_url, output) -> None:
 @database_url_option
 @output_option
 def children(execution_id, state, depth, database_url, output) -> None:
-    """List an execution's child workflows (to --depth levels)."""
-    with sql_api(database_url, read_only=True) as sql:
-        rows = sql.list_children(execution_id, state, depth)
-    emit(
-        rows,
+    """List an execution's child workflows (to --depth levels), on every shard, newest first."""
+    merged = read_shards(database_url, lambda reads: reads.list_children(execution_id, state, depth))
+    emit_merged(
+        merged,
+        "items",
         output,
         lambda d: table(
             d,
@@ -430,6 +468,7 @@ def children(execution_id, state, depth, database_url, output) -> None:
                 "workflow_name",
                 "status",
                 "depth",
+                "shard_id",
                 "created_at",
                 "completed_at",
                 "error_summary",

@@ -123,6 +123,18 @@ SELECT * FROM harvest.list_executions(
     p_created_before => %(created_before)s, p_page_size => %(page_size)s, p_cursor => %(cursor)s,
     p_order => %(order)s)
 """
+COUNT_EXECUTIONS = """
+SELECT * FROM harvest.count_executions(
+    p_group_by => %(group_by)s, p_status => %(state)s, p_workflow_name => %(workflow_name)s,
+    p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
+    p_created_before => %(created_before)s)
+"""
+# The children of several executions in one statement (a fan-out level of the tree: a child
+# may live on another shard than its parent, so each level asks every shard for all of them).
+LIST_CHILDREN_OF = """
+SELECT c.* FROM unnest(%(execution_ids)s::uuid[]) AS p (id)
+CROSS JOIN LATERAL harvest.list_children(p.id, NULL, 1) AS c
+"""
 WORKFLOW_STACK = "SELECT harvest.get_execution_stack(%(execution_id)s) AS stack"
 AGGREGATE_DEAD_LETTERS = "SELECT * FROM harvest.count_dead_letters(%(group_by)s)"
 BULK_DEAD_LETTERS = """
@@ -324,6 +336,12 @@ def terminate_workflow(execution_id: str, reason: str | None) -> dict[str, Any]:
 @call(LIST_CHILDREN)
 def list_children(execution_id: str, status: str | None = None, depth: int = 1) -> dict[str, Any]:
     return {"execution_id": execution_id, "status": status, "depth": depth}
+
+
+@call(LIST_CHILDREN_OF)
+def list_children_of(execution_ids: list[str]) -> dict[str, Any]:
+    """harvest.list_children (one level) of each of ``execution_ids``, in one statement."""
+    return {"execution_ids": [str(i) for i in execution_ids]}
 
 
 @call(GET_EXECUTION, first)
@@ -684,6 +702,25 @@ def list_executions(
         "page_size": page_size,
         "cursor": cursor,
         "order": order,
+    }
+
+
+@call(COUNT_EXECUTIONS)
+def count_executions(
+    group_by: str = "status",
+    state: str | None = None,
+    workflow_name: str | None = None,
+    search_attributes: list[str] | None = None,
+    created_after: Any = None,
+    created_before: Any = None,
+) -> dict[str, Any]:
+    return {
+        "group_by": group_by,
+        "state": state,
+        "workflow_name": workflow_name,
+        "search_attributes": list(search_attributes) if search_attributes else None,
+        "created_after": created_after,
+        "created_before": created_before,
     }
 
 

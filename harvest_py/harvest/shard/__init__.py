@@ -1,4 +1,4 @@
-"""Sharding: the router (pure), a pool per shard (over ``harvest.db``).
+"""Sharding: the router (pure), a pool per shard (over ``harvest.db``), fan-out reads.
 
 Layer: beside ``db/``; it imports ``core/`` and ``db/`` only, never the client or the worker
 (tests/unit/test_layers.py). docs/sharding.md is the user's page.

@@ -1,0 +1,938 @@
+"""Fan-out reads: one read asked of every shard, the answers merged, a shard that is down named.
+
+Every read here takes ``apis``, a ``Mapping[int, provider]`` from shard number to one of:
+
+* an API object (``SqlApi``, ``AsyncSqlApi``, or anything with the same methods), used as is;
+* a zero-argument callable returning a context manager (an async context manager for the
+  async runner) that yields such an object, e.g. ``functools.partial(pools.api, shard)``.
+
+A shard whose connection fails (``harvest.db.pools.TRANSIENT``, ``DatabaseUnavailable``, or a
+``ShardUnavailable``) is named in ``unavailable_shards`` and the read goes on with the others:
+``status`` is ``"complete"`` (every shard answered), ``"partial"`` (some did) or
+``"unavailable"`` (none did). Any other error (an ``InvalidArgument`` every shard would raise
+alike, a bug) is raised. Nothing here retries; the caller decides what partial means to it.
+
+The workflow list is a k-way keyset merge on ``(created_at, id)``: each shard is asked for
+``page_size`` rows after the cursor (its ``list_executions`` reads ``page_size + 1`` to know
+whether more follow), so one page reads at most ``N x (page_size + 1)`` rows on N shards. The
+cursor guarantees are in docs/sharding.md, "Fan-out reads", and on :func:`list_workflows`.
+
+Each read is a *plan*: a generator that yields :class:`Step` (one call to ask each shard) and
+receives the :class:`FanOut` of answers, then returns the merged :class:`Merged`. :func:`run` and
+:func:`run_async` drive a plan, so the sync and async readers share every merge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import functools
+import hashlib
+import heapq
+import inspect
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument
+from harvest.db.pools import TRANSIENT
+
+__all__ = [
+    "COMPLETE",
+    "PARTIAL",
+    "UNAVAILABLE",
+    "AsyncShardReads",
+    "FanOut",
+    "Merged",
+    "ShardReads",
+    "Step",
+    "count_dead_letters",
+    "count_executions",
+    "count_usage",
+    "fan_out",
+    "fan_out_async",
+    "get_worker_health",
+    "is_shard_failure",
+    "list_children",
+    "list_concurrency_keys",
+    "list_dead_letters",
+    "list_tree",
+    "list_workers",
+    "list_workflows",
+    "run",
+    "run_async",
+    "status_of",
+]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+COMPLETE, PARTIAL, UNAVAILABLE = "complete", "partial", "unavailable"
+MAX_PAGE = 1000  # list_executions' and list_dead_letters' own bound
+EXECUTION_STATUSES = (
+    "RUNNING",
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TERMINATED",
+    "TIMED_OUT",
+    "CONTINUED_AS_NEW",
+)
+
+
+# -- the result types --------------------------------------------------------------------------
+def status_of(answered: int, unavailable: int) -> str:
+    """complete when no shard was missing, unavailable when none answered, else partial."""
+    if not unavailable:
+        return COMPLETE
+    return UNAVAILABLE if not answered else PARTIAL
+
+
+@dataclass
+class FanOut(Generic[T]):
+    """One call's answers, per shard (the contract's type, docs/sharding.md)."""
+
+    results: dict[int, T]
+    unavailable_shards: list[int]
+    status: str
+
+    @classmethod
+    def of(cls, results: dict[int, T], unavailable: Iterable[int]) -> FanOut[T]:
+        missing = sorted(set(unavailable))
+        return cls(dict(sorted(results.items())), missing, status_of(len(results), len(missing)))
+
+
+@dataclass
+class Merged(Generic[R]):
+    """A merged read: its ``value`` (rows or one object), which shards could not be read and
+    the status; ``next_cursor`` for the paginated ones (None: nothing after this page)."""
+
+    value: R
+    unavailable_shards: list[int] = field(default_factory=list)
+    status: str = COMPLETE
+    next_cursor: str | None = None
+
+    def envelope(self, key: str) -> dict[str, Any]:
+        """The JSON shape the CLI prints: {key: value, status, unavailable_shards[, next_cursor]}."""
+        out: dict[str, Any] = {
+            key: self.value,
+            "status": self.status,
+            "unavailable_shards": self.unavailable_shards,
+        }
+        if self.next_cursor is not None or key in ("executions", "dead_letters"):
+            out["next_cursor"] = self.next_cursor
+        return out
+
+
+# -- which failures make a shard "unavailable" -------------------------------------------------
+def _is_named_shard_unavailable(exc: BaseException) -> bool:
+    # shard/pools.py's ShardUnavailable (core/errors.py) by name, so this module does not
+    # depend on where or when it lands.
+    return isinstance(exc, HarvestError) and any(c.__name__ == "ShardUnavailable" for c in type(exc).__mro__)
+
+
+def is_shard_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says the shard could not be read (rather than that the read was wrong)."""
+    return isinstance(exc, (*TRANSIENT, DatabaseUnavailable, TimeoutError)) or _is_named_shard_unavailable(
+        exc
+    )
+
+
+# -- the runners -------------------------------------------------------------------------------
+# Internally a read gets (api, shard): the workflow list gives each shard its own position.
+def _call_sync(provider: Any, read: Callable[[Any, int], T], shard: int) -> T:
+    if callable(provider):
+        with provider() as api:
+            return read(api, shard)
+    return read(provider, shard)
+
+
+async def _call_async(provider: Any, read: Callable[[Any, int], Any], shard: int) -> Any:
+    if callable(provider):
+        async with provider() as api:
+            answer = read(api, shard)
+            return await answer if inspect.isawaitable(answer) else answer
+    answer = read(provider, shard)
+    return await answer if inspect.isawaitable(answer) else answer
+
+
+def _targets(
+    apis: Mapping[int, Any], shards: Iterable[int] | None, skip: Iterable[int] = ()
+) -> tuple[list[int], list[int]]:
+    """(shards to ask, shards asked for that have no provider: unavailable)."""
+    wanted = sorted((set(apis) if shards is None else set(shards)) - set(skip))
+    return [s for s in wanted if s in apis], [s for s in wanted if s not in apis]
+
+
+def _per_shard(read: Callable[[Any], T]) -> Callable[[Any, int], T]:
+    return lambda api, _shard: read(api)
+
+
+def fan_out(
+    apis: Mapping[int, Any],
+    read: Callable[[Any], T],
+    *,
+    shards: Iterable[int] | None = None,
+    concurrent: bool = True,
+) -> FanOut[T]:
+    """``read(api)`` on every shard (or on ``shards``), in threads when there are several.
+
+    A shard that cannot be reached lands in ``unavailable_shards``; a shard asked for that has
+    no provider too. Another error is raised (the first one, in shard order)."""
+    return _fan_out(apis, _per_shard(read), shards=shards, concurrent=concurrent)
+
+
+def _fan_out(
+    apis: Mapping[int, Any],
+    read: Callable[[Any, int], T],
+    *,
+    shards: Iterable[int] | None = None,
+    concurrent: bool = True,
+    skip: Iterable[int] = (),
+) -> FanOut[T]:
+    asked, missing = _targets(apis, shards, skip)
+    outcomes: dict[int, Any] = {}
+    if concurrent and len(asked) > 1:
+        with ThreadPoolExecutor(max_workers=min(len(asked), 16)) as pool:
+            futures = {s: pool.submit(_call_sync, apis[s], read, s) for s in asked}
+            for s, future in futures.items():
+                try:
+                    outcomes[s] = future.result()
+                except Exception as exc:  # sorted in _collect: a shard failure or a real error
+                    outcomes[s] = exc
+    else:
+        for s in asked:
+            try:
+                outcomes[s] = _call_sync(apis[s], read, s)
+            except Exception as exc:
+                outcomes[s] = exc
+    return _collect(outcomes, missing)
+
+
+async def fan_out_async(
+    apis: Mapping[int, Any],
+    read: Callable[[Any], Awaitable[T] | T],
+    *,
+    shards: Iterable[int] | None = None,
+    timeout: float | None = None,
+) -> FanOut[T]:
+    """The async :func:`fan_out`: every shard at once; ``timeout`` (seconds) bounds each shard's
+    answer, and a shard that does not answer in time counts as unavailable."""
+    return await _fan_out_async(apis, _per_shard(read), shards=shards, timeout=timeout)
+
+
+async def _fan_out_async(
+    apis: Mapping[int, Any],
+    read: Callable[[Any, int], Any],
+    *,
+    shards: Iterable[int] | None = None,
+    timeout: float | None = None,
+    skip: Iterable[int] = (),
+) -> FanOut[Any]:
+    asked, missing = _targets(apis, shards, skip)
+
+    async def one(s: int) -> Any:
+        if timeout is None:
+            return await _call_async(apis[s], read, s)
+        return await asyncio.wait_for(_call_async(apis[s], read, s), timeout)
+
+    answers = await asyncio.gather(*(one(s) for s in asked), return_exceptions=True)
+    for answer in answers:  # cancellation and the like are not a shard's answer
+        if isinstance(answer, BaseException) and not isinstance(answer, Exception):
+            raise answer
+    return _collect(dict(zip(asked, answers, strict=True)), missing)
+
+
+def _collect(outcomes: dict[int, Any], missing: list[int]) -> FanOut[Any]:
+    results: dict[int, Any] = {}
+    unavailable = list(missing)
+    for s in sorted(outcomes):
+        outcome = outcomes[s]
+        if isinstance(outcome, Exception):
+            if is_shard_failure(outcome):
+                unavailable.append(s)
+                continue
+            raise outcome
+        results[s] = outcome
+    return FanOut.of(results, unavailable)
+
+
+# -- plans ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Step:
+    """One round of a plan: ``read(api, shard)`` on ``shards`` (None: every shard); ``read``
+    returns its answer (or an awaitable of it, for the async APIs)."""
+
+    read: Callable[[Any, int], Any]
+    shards: tuple[int, ...] | None = None
+    skip: frozenset[int] = frozenset()  # shards not to ask (read to the end already)
+
+
+Plan = Generator[Step, FanOut[Any], Merged[Any]]
+
+
+def run(apis: Mapping[int, Any], plan: Plan, *, concurrent: bool = True) -> Merged[Any]:
+    """Drive a plan with the synchronous APIs."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(
+                _fan_out(apis, step.read, shards=step.shards, concurrent=concurrent, skip=step.skip)
+            )
+    except StopIteration as done:
+        return done.value
+
+
+async def run_async(apis: Mapping[int, Any], plan: Plan, *, timeout: float | None = None) -> Merged[Any]:
+    """Drive a plan with the async APIs (every shard of a round at once)."""
+    try:
+        step = next(plan)
+        while True:
+            step = plan.send(
+                await _fan_out_async(apis, step.read, shards=step.shards, timeout=timeout, skip=step.skip)
+            )
+    except StopIteration as done:
+        return done.value
+
+
+def _tagged(fan: FanOut[list[dict[str, Any]]]) -> Iterable[dict[str, Any]]:
+    """Every row of every shard, with its shard_id."""
+    for s, rows in fan.results.items():
+        for row in rows:
+            yield {**row, "shard_id": s}
+
+
+# -- cursors ---------------------------------------------------------------------------------------
+def _encode_token(prefix: str, body: dict[str, Any]) -> str:
+    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
+    return prefix + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_token(prefix: str, token: str, what: str) -> dict[str, Any]:
+    bad = InvalidArgument(
+        f"{what} cursor {token[:40]!r} is malformed: pass the next_cursor of a previous page "
+        "unchanged, or no cursor for the first page"
+    )
+    if not isinstance(token, str) or not token.startswith(prefix):
+        raise bad
+    text = token[len(prefix) :]
+    try:
+        body = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        raise bad from None
+    if not isinstance(body, dict):
+        raise bad
+    return body
+
+
+def _fingerprint(filters: dict[str, Any]) -> str:
+    text = json.dumps(filters, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _shard_key(value: Any, what: str) -> int:
+    try:
+        shard = int(value)
+    except (TypeError, ValueError):
+        raise InvalidArgument(f"{what} cursor is malformed: {value!r} is not a shard number") from None
+    if not 0 <= shard <= 65535 or str(shard) != str(value):
+        raise InvalidArgument(f"{what} cursor is malformed: {value!r} is not a shard number")
+    return shard
+
+
+# A position in the workflow list: the (created_at, id) of the last row delivered, or None
+# (nothing delivered yet: start from the first row).
+Position = tuple[datetime, uuid.UUID] | None
+
+
+def _position_out(pos: Position) -> list[str] | None:
+    if pos is None:
+        return None
+    return [pos[0].astimezone(UTC).isoformat(timespec="microseconds"), str(pos[1])]
+
+
+def _position_in(value: Any) -> Position:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, str) for v in value):
+        raise ValueError("position")
+    created_at = datetime.fromisoformat(value[0])
+    if created_at.tzinfo is None:
+        raise ValueError("naive time")
+    return created_at, uuid.UUID(value[1])
+
+
+def shard_cursor(pos: Position) -> str | None:
+    """The one-shard cursor of harvest.list_executions for a position (its _encode_cursor form:
+    base64 of "<created_at UTC, microseconds>|<id>")."""
+    if pos is None:
+        return None
+    text = pos[0].astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") + "|" + str(pos[1])
+    return base64.b64encode(text.encode()).decode()
+
+
+@dataclass(frozen=True)
+class ListCursor:
+    """The workflow list's cross-shard cursor: the anchor (the last row of the page it follows)
+    and the shards still behind it (unavailable when an earlier page was made), each with its
+    own position. A shard not named in ``behind`` is at the anchor."""
+
+    order: str
+    anchor: Position
+    behind: dict[int, Position]
+    filters: str
+
+    def position(self, shard: int) -> Position:
+        return self.behind.get(shard, self.anchor)
+
+    def encode(self) -> str:
+        return _encode_token(
+            "wf1.",
+            {
+                "o": self.order,
+                "a": _position_out(self.anchor),
+                "b": {str(s): _position_out(p) for s, p in sorted(self.behind.items())},
+                "f": self.filters,
+            },
+        )
+
+    @classmethod
+    def decode(cls, token: str) -> ListCursor:
+        body = _decode_token("wf1.", token, "workflow list")
+        try:
+            order = body["o"]
+            if (
+                order not in ("asc", "desc")
+                or not isinstance(body["f"], str)
+                or not isinstance(body["b"], dict)
+            ):
+                raise ValueError("fields")
+            anchor = _position_in(body["a"])
+            behind = {_shard_key(s, "workflow list"): _position_in(p) for s, p in body["b"].items()}
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgument(
+                f"workflow list cursor {token[:40]!r} is malformed: pass the next_cursor of a previous "
+                "page unchanged, or no cursor for the first page"
+            ) from None
+        if anchor is None and not behind:
+            raise InvalidArgument(f"workflow list cursor {token[:40]!r} is malformed: it names no position")
+        return cls(order, anchor, behind, body["f"])
+
+
+def _key(row: dict[str, Any]) -> tuple[datetime, uuid.UUID]:
+    execution_id = row["execution_id"]
+    return row["created_at"], execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(
+        str(execution_id)
+    )
+
+
+def _later(a: Position, b: Position, order: str) -> Position:
+    """The further along of two positions in ``order`` (None is before everything)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if order == "asc":
+        return max(a, b)
+    return min(a, b)
+
+
+# -- the workflow list: k-way keyset merge -------------------------------------------------------
+def list_workflows(
+    *,
+    state: str | None = None,
+    workflow_name: str | None = None,
+    search_attributes: list[str] | None = None,
+    created_after: Any = None,
+    created_before: Any = None,
+    page_size: int = 50,
+    cursor: str | None = None,
+    order: str = "desc",
+) -> Plan:
+    """One page of the workflow list across shards, ordered by (created_at, id).
+
+    Cursor guarantees (docs/sharding.md, "Fan-out reads"): paging from the first page to the
+    last with every shard up delivers every row that existed throughout exactly once, in order
+    (ties on created_at broken by id, which is unique across shards). A shard unavailable for
+    a page keeps its own position in the cursor: when it answers again, its rows from that
+    position on come in the following pages, merged into them (so such a row can come after
+    rows that sort later than it; it is never skipped, and no row comes twice). While a shard
+    is unavailable next_cursor stays set, even on a page that is otherwise the last: "could
+    not inspect" is not "no more rows".
+    """
+    order = (order or "desc").lower()
+    if order not in ("asc", "desc"):
+        raise InvalidArgument(f"order {order!r} is not asc or desc")
+    if not isinstance(page_size, int) or not 1 <= page_size <= MAX_PAGE:
+        raise InvalidArgument(f"page size {page_size} is out of range 1..{MAX_PAGE}")
+    filters = _fingerprint(
+        {
+            "state": state,
+            "workflow_name": workflow_name,
+            "search_attributes": list(search_attributes or []),
+            "created_after": created_after,
+            "created_before": created_before,
+        }
+    )
+    start: ListCursor | None = None
+    if cursor:
+        start = ListCursor.decode(cursor)
+        if start.order != order:
+            raise InvalidArgument(
+                f"the cursor was issued for order {start.order}, not {order}: pass the same order, "
+                "or no cursor for the first page"
+            )
+        if start.filters != filters:
+            raise InvalidArgument(
+                "the cursor was issued for other filters: pass the same filters as the first page, "
+                "or no cursor to start again"
+            )
+    anchor: Position = start.anchor if start else None
+    behind: dict[int, Position] = dict(start.behind) if start else {}
+
+    def position(s: int) -> Position:
+        return behind.get(s, anchor)
+
+    def read(api: Any, shard: int) -> Any:
+        return api.list_executions(
+            state=state,
+            workflow_name=workflow_name,
+            search_attributes=list(search_attributes) if search_attributes else None,
+            created_after=created_after,
+            created_before=created_before,
+            page_size=page_size,
+            cursor=shard_cursor(position(shard)),
+            order=order,
+        )
+
+    fan = yield Step(read)
+    # Shards still behind that this process has no API for: asked nothing, still behind.
+    missing = [s for s in behind if s not in fan.results and s not in fan.unavailable_shards]
+    unavailable = sorted(set(fan.unavailable_shards) | set(missing))
+    rows: list[dict[str, Any]] = []
+    more = False
+    for s, answer in fan.results.items():
+        if answer and answer[-1].get("next_cursor"):
+            more = True  # this shard has rows past the ones it sent
+        for row in answer:
+            tagged = {k: v for k, v in row.items() if k != "next_cursor"}
+            tagged["shard_id"] = s
+            rows.append(tagged)
+    rows.sort(key=_key, reverse=order == "desc")
+    page, more = rows[:page_size], more or len(rows) > page_size
+    if page:
+        last = _key(page[-1])
+        # Every shard that answered delivered all its rows up to `last` (it sent page_size
+        # rows after its position, or all it had), so it moves to `last` (or stays, if
+        # ahead). A shard that did not answer keeps its position.
+        positions = {s: _later(position(s), last, order) for s in fan.results}
+    else:
+        positions = {s: position(s) for s in fan.results}
+    for s in unavailable:
+        positions[s] = position(s)
+    next_cursor = None
+    if more or unavailable:
+        new_anchor: Position = None
+        for p in positions.values():
+            new_anchor = _later(new_anchor, p, order)
+        new_behind = {s: p for s, p in positions.items() if p != new_anchor}
+        if new_anchor is None:  # nothing delivered yet anywhere: every shard from the top
+            new_behind = dict.fromkeys(positions)
+        next_cursor = ListCursor(order, new_anchor, new_behind, filters).encode()
+    return Merged(page, unavailable, status_of(len(fan.results), len(unavailable)), next_cursor)
+
+
+# -- counts --------------------------------------------------------------------------------------
+def _summed(
+    fan: FanOut[list[dict[str, Any]]],
+    keys: tuple[str, ...],
+    sums: tuple[str, ...],
+    mins: tuple[str, ...] = (),
+    maxes: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """The shards' grouped rows added up per group (``keys``): ``sums`` summed, ``mins`` /
+    ``maxes`` their least / greatest non-null value."""
+    groups: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for rows in fan.results.values():
+        for row in rows:
+            group = tuple(row.get(k) for k in keys)
+            into = groups.get(group)
+            if into is None:
+                groups[group] = dict(row)
+                continue
+            for k in sums:
+                into[k] = (into.get(k) or 0) + (row.get(k) or 0)
+            for k, pick in [(k, min) for k in mins] + [(k, max) for k in maxes]:
+                values = [v for v in (into.get(k), row.get(k)) if v is not None]
+                into[k] = pick(values) if values else None
+    return list(groups.values())
+
+
+def count_executions(
+    *,
+    group_by: str = "status",
+    state: str | None = None,
+    workflow_name: str | None = None,
+    search_attributes: list[str] | None = None,
+    created_after: Any = None,
+    created_before: Any = None,
+) -> Plan:
+    """How many executions match, per status (or workflow name, or both), over every shard."""
+    fan = yield Step(
+        lambda api, _s: api.count_executions(
+            group_by=group_by,
+            state=state,
+            workflow_name=workflow_name,
+            search_attributes=list(search_attributes) if search_attributes else None,
+            created_after=created_after,
+            created_before=created_before,
+        )
+    )
+    rows = _summed(fan, ("status", "workflow_name"), ("executions",))
+    rows.sort(key=lambda r: (-r["executions"], r.get("status") or "", r.get("workflow_name") or ""))
+    return Merged(rows, fan.unavailable_shards, fan.status)
+
+
+def count_dead_letters(group_by: str = "all") -> Plan:
+    """Dead letters per activity, workflow and error type, added up over every shard."""
+    fan = yield Step(lambda api, _s: api.count_dead_letters(group_by))
+    rows = _summed(
+        fan,
+        ("activity_name", "workflow_name", "error_type"),
+        ("dead_letters",),
+        mins=("first_failed_at",),
+        maxes=("last_failed_at",),
+    )
+    rows.sort(
+        key=lambda r: (
+            -r["dead_letters"],
+            r.get("activity_name") or "",
+            r.get("workflow_name") or "",
+            r.get("error_type") or "",
+        )
+    )
+    return Merged(rows, fan.unavailable_shards, fan.status)
+
+
+USAGE_SUMS = (
+    "workflow_starts",
+    "completed",
+    "failed",
+    "cancelled",
+    "timed_out",
+    "activity_executions",
+    "activity_executions_failed",
+    "activity_span_seconds",
+)
+
+
+def count_usage(from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None) -> Plan:
+    """The usage report summed per group over every shard (no roll-up of a long tail: a
+    chargeback report that dropped small tenants would be wrong)."""
+    fan = yield Step(lambda api, _s: api.count_usage(from_, to, group_by, max_window))
+    rows = _summed(fan, ("group_name",), USAGE_SUMS)
+    rows.sort(key=lambda r: r["group_name"] or "")
+    return Merged(rows, fan.unavailable_shards, fan.status)
+
+
+def list_concurrency_keys(key: str | None = None) -> Plan:
+    """Per concurrency key: in_flight and pending summed over the shards (each shard enforces
+    max_concurrent on its own, so the sum may exceed it), the workflows on it merged, and
+    ``shards``: where the key has live work."""
+    fan = yield Step(lambda api, _s: api.list_concurrency_keys(key))
+    groups: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for s, rows in fan.results.items():
+        for row in rows:
+            group = (row["key"], row["task_type"])
+            into = groups.setdefault(
+                group, {**row, "in_flight": 0, "pending": 0, "workflows": None, "shards": []}
+            )
+            into["in_flight"] += row["in_flight"] or 0
+            into["pending"] += row["pending"] or 0
+            if row.get("max_concurrent") is not None:
+                into["max_concurrent"] = max(into.get("max_concurrent") or 0, row["max_concurrent"])
+            if row.get("workflows"):
+                seen = {json.dumps(w, sort_keys=True): w for w in (into["workflows"] or [])}
+                seen.update({json.dumps(w, sort_keys=True): w for w in row["workflows"]})
+                into["workflows"] = [seen[k] for k in sorted(seen)]
+            into["shards"].append(s)
+    rows = [groups[g] for g in sorted(groups)]
+    return Merged(rows, fan.unavailable_shards, fan.status)
+
+
+# -- workers -------------------------------------------------------------------------------------
+_STATUS_RANK = {"active": 0, "draining": 1}
+
+
+def list_workers(
+    queue: str | None = None,
+    status: str | None = None,
+    health: str | None = None,
+    shard_id: int | None = None,
+) -> Plan:
+    """Every shard's workers (each row pinned to the shard it polls: ``shard_id``), stale first
+    within each status group, as on one shard; ``shard_id`` asks that shard only."""
+    shards = None if shard_id is None else (shard_id,)
+    fan = yield Step(lambda api, _s: api.list_workers(queue, status, health), shards)
+    rows = list(_tagged(fan))
+    rows.sort(
+        key=lambda r: (
+            _STATUS_RANK.get(r["status"], 2),
+            r.get("health") != "stale",
+            r["worker_id"],
+            r["shard_id"],
+        )
+    )
+    return Merged(rows, fan.unavailable_shards, fan.status)
+
+
+_HEALTH_COUNTS = ("healthy", "stale", "draining", "stopped", "total")
+
+
+def get_worker_health() -> Plan:
+    """The fleet roll-up over every shard: counts and by_queue added up, by_queue_health split
+    added up, and by_shard with one entry per shard that answered (its workers not stopped).
+
+    by_shard is keyed by the shard number of the mapping: each shard's own get_worker_health()
+    reports its workers under "0" until the shard identity (harvest.get_shard_id()) lands."""
+    fan = yield Step(lambda api, _s: api.get_worker_health())
+    total: dict[str, Any] = dict.fromkeys(_HEALTH_COUNTS, 0)
+    by_queue: dict[str, int] = {}
+    by_queue_health: dict[str, dict[str, int]] = {}
+    by_shard: dict[str, int] = {}
+    for s, health in fan.results.items():
+        for k in _HEALTH_COUNTS:
+            total[k] += health.get(k) or 0
+        for q, n in (health.get("by_queue") or {}).items():
+            by_queue[q] = by_queue.get(q, 0) + n
+        for q, split in (health.get("by_queue_health") or {}).items():
+            into = by_queue_health.setdefault(q, {})
+            for k, n in split.items():
+                into[k] = into.get(k, 0) + n
+        by_shard[str(s)] = sum((health.get("by_shard") or {}).values())
+    total["by_queue"] = dict(sorted(by_queue.items()))
+    total["by_queue_health"] = dict(sorted(by_queue_health.items()))
+    total["by_shard"] = by_shard
+    return Merged(total, fan.unavailable_shards, fan.status)
+
+
+# -- children and the tree -----------------------------------------------------------------------
+def _check_children_args(status: str | None, depth: int) -> str | None:
+    if status is not None and status.upper() not in EXECUTION_STATUSES:
+        raise InvalidArgument(
+            f'unknown status "{status}": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+            "TIMED_OUT or CONTINUED_AS_NEW"
+        )
+    if not isinstance(depth, int) or not 1 <= depth <= 100:
+        raise InvalidArgument(f"depth {depth} is out of range 1..100")
+    return status.upper() if status is not None else None
+
+
+def _descendants(
+    execution_id: Any, depth: int
+) -> Generator[Step, FanOut[Any], tuple[list[dict[str, Any]], set[int], int]]:
+    """Breadth first: each level asks every shard for the children of the whole level before
+    (a child may live on any shard), so a tree of depth d costs d rounds of one query per shard.
+    Returns (rows with shard_id and depth, the shards unavailable in some round, shards asked)."""
+    frontier = [str(execution_id)]
+    seen = set(frontier)
+    found: list[dict[str, Any]] = []
+    unavailable: set[int] = set()
+    answered: set[int] = set()
+    for level in range(1, depth + 1):
+        ids = list(frontier)
+        fan = yield Step(lambda api, _s, ids=ids: api.list_children_of(ids))
+        unavailable |= set(fan.unavailable_shards)
+        answered |= set(fan.results)
+        frontier = []
+        for row in _tagged(fan):
+            child = str(row["execution_id"])
+            if child in seen:
+                continue
+            seen.add(child)
+            found.append({**row, "depth": level})
+            frontier.append(child)
+        if not frontier:
+            break
+    return found, unavailable, len(answered - unavailable)
+
+
+def list_children(execution_id: Any, status: str | None = None, depth: int = 1) -> Plan:
+    """An execution's children (to ``depth`` levels) on every shard, newest first (created_at
+    DESC, then id), each row with its ``shard_id`` and ``depth``; ``status`` filters the rows
+    shown, never the walk."""
+    wanted = _check_children_args(status, depth)
+    found, unavailable, answered = yield from _descendants(execution_id, depth)
+    rows = [r for r in found if wanted is None or r["status"] == wanted]
+    rows.sort(key=_key)
+    rows.sort(key=lambda r: r["created_at"], reverse=True)
+    return Merged(rows, sorted(unavailable), status_of(answered, len(unavailable)))
+
+
+def list_tree(execution_id: Any, depth: int = 100) -> Plan:
+    """The descendants of an execution as a tree: {execution_id, children: [...]}, each node
+    with its row (shard_id, depth); siblings newest first."""
+    _check_children_args(None, depth)
+    found, unavailable, answered = yield from _descendants(execution_id, depth)
+    nodes = {str(r["execution_id"]): {**r, "children": []} for r in found}
+    root: dict[str, Any] = {"execution_id": str(execution_id), "children": []}
+    for r in sorted(found, key=lambda r: (r["created_at"], str(r["execution_id"])), reverse=True):
+        parent = nodes.get(str(r["parent_id"]), root)
+        parent["children"].append(nodes[str(r["execution_id"])])
+    return Merged(root, sorted(unavailable), status_of(answered, len(unavailable)))
+
+
+# -- dead letters --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeadLetterCursor:
+    """Dead-letter ids are per shard, so this cursor holds one position per shard: the id
+    below which that shard continues (None: from its newest), and the shards already read to
+    the end."""
+
+    positions: dict[int, int | None]
+    done: frozenset[int]
+    filters: str
+
+    def encode(self) -> str:
+        return _encode_token(
+            "dl1.",
+            {
+                "p": {str(s): p for s, p in sorted(self.positions.items())},
+                "d": sorted(self.done),
+                "f": self.filters,
+            },
+        )
+
+    @classmethod
+    def decode(cls, token: str) -> DeadLetterCursor:
+        body = _decode_token("dl1.", token, "dead-letter")
+        try:
+            positions = {}
+            for s, p in body["p"].items():
+                if p is not None and (not isinstance(p, int) or isinstance(p, bool) or p < 1):
+                    raise ValueError("id")
+                positions[_shard_key(s, "dead-letter")] = p
+            done = frozenset(_shard_key(s, "dead-letter") for s in body["d"])
+            if not isinstance(body["f"], str):
+                raise ValueError("filters")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise InvalidArgument(
+                f"dead-letter cursor {token[:40]!r} is malformed: pass the next_cursor of a previous "
+                "page unchanged, or no cursor for the first page"
+            ) from None
+        return cls(positions, done, body["f"])
+
+
+def list_dead_letters(
+    limit: int = 100,
+    activity_name: str | None = None,
+    workflow_name: str | None = None,
+    cursor: str | None = None,
+    before_id: int | None = None,
+) -> Plan:
+    """A page of dead letters over every shard, newest failure first, each row with its
+    ``shard_id`` (a dead letter is named by (shard_id, id): ids are per shard). Each shard is
+    read from its own position in the cursor, so a shard unavailable for a page loses nothing:
+    its rows come when it answers again. ``before_id`` (the one-shard way to page) is refused
+    when more than one shard is read: an id names a row of one shard only."""
+    if not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"limit {limit} is out of range 1..{MAX_PAGE}")
+    filters = _fingerprint({"activity_name": activity_name, "workflow_name": workflow_name})
+    state = DeadLetterCursor({}, frozenset(), filters)
+    if cursor:
+        state = DeadLetterCursor.decode(cursor)
+        if state.filters != filters:
+            raise InvalidArgument(
+                "the cursor was issued for other filters: pass the same filters as the first page, "
+                "or no cursor to start again"
+            )
+    if before_id is not None and cursor:
+        raise InvalidArgument("give a cursor or before_id, not both")
+    ask = min(limit + 1, MAX_PAGE)
+
+    def read(api: Any, shard: int) -> Any:
+        return api.list_dead_letters(ask, activity_name, workflow_name, state.positions.get(shard, before_id))
+
+    fan = yield Step(read, skip=state.done)  # a shard read to the end is not asked again
+    results = fan.results
+    if before_id is not None and len(results) + len(fan.unavailable_shards) > 1:
+        raise InvalidArgument(
+            "before_id names a dead letter of one shard; with several shards, page with next_cursor"
+        )
+    streams = [[{**row, "shard_id": s} for row in rows] for s, rows in results.items()]
+    merged = heapq.merge(*streams, key=lambda r: (r["failed_at"], -r["shard_id"], r["id"]), reverse=True)
+    page = [row for _, row in zip(range(limit), merged, strict=False)]
+    positions = dict(state.positions)
+    done = set(state.done)
+    taken: dict[int, int] = {}
+    for row in page:
+        taken[row["shard_id"]] = taken.get(row["shard_id"], 0) + 1
+        positions[row["shard_id"]] = row["id"]
+    for s, rows in results.items():
+        if len(rows) < ask and taken.get(s, 0) == len(rows):
+            done.add(s)
+    # A shard the cursor has a position for that this process has no API for: still unread.
+    asked = set(results) | set(fan.unavailable_shards)
+    unavailable = sorted(
+        set(fan.unavailable_shards) | {s for s in positions if s not in asked and s not in done}
+    )
+    more = any(s not in done for s in results) or bool(unavailable)
+    next_cursor = DeadLetterCursor(positions, frozenset(done), filters).encode() if more else None
+    return Merged(page, unavailable, status_of(len(results), len(unavailable)), next_cursor)
+
+
+# -- the readers: every plan as a method, over one mapping ----------------------------------------
+PLANS: dict[str, Callable[..., Plan]] = {
+    "list_workflows": list_workflows,
+    "count_executions": count_executions,
+    "list_children": list_children,
+    "list_tree": list_tree,
+    "count_usage": count_usage,
+    "list_concurrency_keys": list_concurrency_keys,
+    "list_dead_letters": list_dead_letters,
+    "count_dead_letters": count_dead_letters,
+    "list_workers": list_workers,
+    "get_worker_health": get_worker_health,
+}
+
+
+class ShardReads:
+    """The fan-out reads over a mapping of synchronous APIs: ``ShardReads(apis).list_workflows(...)``
+    returns a :class:`Merged`. One method per entry of PLANS, with the plan's arguments."""
+
+    def __init__(self, apis: Mapping[int, Any], *, concurrent: bool = True):
+        self.apis, self.concurrent = apis, concurrent
+
+
+class AsyncShardReads:
+    """The same reads over async APIs (every shard at once); ``timeout`` bounds each shard."""
+
+    def __init__(self, apis: Mapping[int, Any], *, timeout: float | None = None):
+        self.apis, self.timeout = apis, timeout
+
+
+def _sync_method(plan: Callable[..., Plan]) -> Callable[..., Merged[Any]]:
+    @functools.wraps(plan)
+    def method(self: ShardReads, *args: Any, **kwargs: Any) -> Merged[Any]:
+        return run(self.apis, plan(*args, **kwargs), concurrent=self.concurrent)
+
+    return method
+
+
+def _async_method(plan: Callable[..., Plan]) -> Callable[..., Awaitable[Merged[Any]]]:
+    @functools.wraps(plan)
+    async def method(self: AsyncShardReads, *args: Any, **kwargs: Any) -> Merged[Any]:
+        return await run_async(self.apis, plan(*args, **kwargs), timeout=self.timeout)
+
+    return method
+
+
+for _name, _plan in PLANS.items():
+    setattr(ShardReads, _name, _sync_method(_plan))
+    setattr(AsyncShardReads, _name, _async_method(_plan))
+del _name, _plan

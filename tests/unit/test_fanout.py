@@ -1,0 +1,305 @@
+"""The fan-out merges over fake shards (no database): harvest/shard/fanout.py.
+
+The fakes answer as the SQL functions do (list_executions: keyset on (created_at, id), at most
+page_size rows, next_cursor on the last one when more follow; list_dead_letters: id DESC below
+before_id), so the property checked is the real one: paging through yields exactly the sorted
+union, whatever the rows, ties, order and page size, and a shard that was down loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from harvest.core.errors import HarvestError, InvalidArgument
+from harvest.shard import fanout
+from harvest.shard.fanout import AsyncShardReads, FanOut, ShardReads, fan_out, fan_out_async
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _decode_shard_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    created, ident = base64.b64decode(cursor).decode().split("|")
+    return datetime.fromisoformat(created.replace("Z", "+00:00")), uuid.UUID(ident)
+
+
+class FakeShard:
+    """list_executions and list_dead_letters as the SQL answers them; ``down`` raises the
+    driver's connection error, as a dead server does."""
+
+    def __init__(self, executions: list[dict[str, Any]], dead_letters: list[dict[str, Any]] = ()):
+        self.executions = executions
+        self.dead_letters = list(dead_letters)
+        self.down = False
+        self.rows_read = 0
+
+    def _check(self) -> None:
+        if self.down:
+            raise psycopg.OperationalError("connection refused")
+
+    def list_executions(self, *, page_size: int, cursor: str | None, order: str, **_: Any) -> list[dict]:
+        self._check()
+        rows = sorted(
+            self.executions, key=lambda r: (r["created_at"], r["execution_id"]), reverse=order == "desc"
+        )
+        if cursor:
+            at = _decode_shard_cursor(cursor)
+            after = (lambda k: k > at) if order == "asc" else (lambda k: k < at)
+            rows = [r for r in rows if after((r["created_at"], r["execution_id"]))]
+        fetched = rows[: page_size + 1]
+        self.rows_read += len(fetched)
+        page = [dict(r, next_cursor=None) for r in fetched[:page_size]]
+        if len(fetched) > page_size:
+            page[-1]["next_cursor"] = "more"
+        return page
+
+    def list_dead_letters(self, limit, activity_name=None, workflow_name=None, before_id=None) -> list[dict]:
+        self._check()
+        rows = sorted(self.dead_letters, key=lambda r: r["id"], reverse=True)
+        return [r for r in rows if before_id is None or r["id"] < before_id][:limit]
+
+
+def make_shards(rng: random.Random, sizes: tuple[int, ...], tie_pool: int) -> dict[int, FakeShard]:
+    """Rows whose created_at is drawn from a small pool of instants, so ties across shards are
+    the rule, not the exception."""
+    instants = [T0 + timedelta(microseconds=rng.randrange(10**6)) for _ in range(tie_pool)]
+    return {
+        s: FakeShard(
+            [
+                {
+                    "execution_id": uuid.UUID(int=rng.getrandbits(128)),
+                    "created_at": rng.choice(instants),
+                    "n": i,
+                }
+                for i in range(n)
+            ]
+        )
+        for s, n in enumerate(sizes)
+    }
+
+
+def page_through(reads: ShardReads, page_size: int, order: str, limit: int = 10_000, **kw: Any) -> list[list]:
+    pages, cursor = [], None
+    for _ in range(limit):
+        page = reads.list_workflows(page_size=page_size, cursor=cursor, order=order, **kw)
+        pages.append(page)
+        cursor = page.next_cursor
+        if cursor is None:
+            return pages
+    raise AssertionError("paging did not end")
+
+
+def expected(shards: dict[int, FakeShard], order: str) -> list[tuple]:
+    keys = [(r["created_at"], r["execution_id"]) for shard in shards.values() for r in shard.executions]
+    return sorted(keys, reverse=order == "desc")
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+@pytest.mark.parametrize("page_size", range(1, 8))
+def test_paging_yields_exactly_the_sorted_union(order: str, page_size: int) -> None:
+    for seed in range(12):
+        rng = random.Random(seed * 31 + page_size)
+        sizes = tuple(rng.randrange(0, 15) for _ in range(3))
+        shards = make_shards(rng, sizes, tie_pool=rng.choice([1, 2, 5, 50]))
+        pages = page_through(ShardReads(shards, concurrent=False), page_size, order)
+        got = [(r["created_at"], r["execution_id"]) for p in pages for r in p.value]
+        assert got == expected(shards, order), (seed, sizes)
+        assert all(len(p.value) <= page_size for p in pages)
+        assert all(p.status == "complete" and p.unavailable_shards == [] for p in pages)
+        # Every row says where it lives.
+        homes = {r["execution_id"]: s for s, sh in shards.items() for r in sh.executions}
+        assert all(homes[r["execution_id"]] == r["shard_id"] for p in pages for r in p.value)
+
+
+def test_a_page_reads_at_most_n_times_page_size_plus_one_rows() -> None:
+    rng = random.Random(7)
+    shards = make_shards(rng, (40, 40, 40), tie_pool=3)
+    reads = ShardReads(shards, concurrent=False)
+    page = reads.list_workflows(page_size=10)
+    assert len(page.value) == 10
+    assert sum(s.rows_read for s in shards.values()) <= 3 * (10 + 1)
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_a_shard_down_for_some_pages_loses_and_repeats_nothing(order: str) -> None:
+    for seed in range(20):
+        rng = random.Random(seed)
+        shards = make_shards(
+            rng, (rng.randrange(1, 12), rng.randrange(1, 12), rng.randrange(1, 12)), tie_pool=4
+        )
+        reads = ShardReads(shards, concurrent=False)
+        page_size = rng.randrange(1, 5)
+        seen: list[tuple] = []
+        cursor = None
+        for step in range(500):
+            victim = rng.randrange(3)
+            shards[victim].down = step < 6 and rng.random() < 0.6  # outages early, then all up
+            page = reads.list_workflows(page_size=page_size, cursor=cursor, order=order)
+            if shards[victim].down:
+                assert page.unavailable_shards == [victim] and page.status == "partial"
+                assert page.next_cursor is not None, "a shard down is never 'no more rows'"
+            shards[victim].down = False
+            seen += [(r["created_at"], r["execution_id"]) for r in page.value]
+            assert page.value == sorted(page.value, key=fanout._key, reverse=order == "desc")
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        assert sorted(seen) == sorted(expected(shards, order)), seed  # every row, once
+        assert len(seen) == len(set(seen))
+
+
+def test_every_shard_down_is_unavailable_and_keeps_the_place() -> None:
+    shards = make_shards(random.Random(1), (3, 3, 3), tie_pool=9)
+    reads = ShardReads(shards, concurrent=False)
+    first = reads.list_workflows(page_size=4)
+    for s in shards.values():
+        s.down = True
+    stalled = reads.list_workflows(page_size=4, cursor=first.next_cursor)
+    assert (stalled.value, stalled.status, stalled.unavailable_shards) == ([], "unavailable", [0, 1, 2])
+    for s in shards.values():
+        s.down = False
+    rest = page_through(reads, 4, "desc")  # from the top, for the expected set
+    resumed = reads.list_workflows(page_size=100, cursor=stalled.next_cursor)
+    assert first.value + resumed.value == [r for p in rest for r in p.value]
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    ["garbage", "wf1.", "wf1.!!!", "wf1." + base64.urlsafe_b64encode(b"[1]").decode(), "dl1.e30"],
+)
+def test_a_malformed_cursor_is_invalid_argument(cursor: str) -> None:
+    reads = ShardReads({0: FakeShard([])})
+    with pytest.raises(InvalidArgument, match="malformed"):
+        reads.list_workflows(cursor=cursor)
+
+
+def test_a_cursor_belongs_to_its_order_and_filters() -> None:
+    shards = make_shards(random.Random(3), (5, 5), tie_pool=5)
+    reads = ShardReads(shards)
+    cursor = reads.list_workflows(page_size=2, workflow_name="a").next_cursor
+    with pytest.raises(InvalidArgument, match="order desc, not asc"):
+        reads.list_workflows(page_size=2, workflow_name="a", cursor=cursor, order="asc")
+    with pytest.raises(InvalidArgument, match="other filters"):
+        reads.list_workflows(page_size=2, workflow_name="b", cursor=cursor)
+    with pytest.raises(InvalidArgument, match="page size 0"):
+        reads.list_workflows(page_size=0)
+
+
+def test_another_error_is_raised_not_hidden() -> None:
+    class Broken(FakeShard):
+        def list_executions(self, **_: Any) -> list[dict]:
+            raise InvalidArgument("unknown state")
+
+    with pytest.raises(InvalidArgument, match="unknown state"):
+        ShardReads({0: FakeShard([]), 1: Broken([])}).list_workflows()
+
+
+def test_shard_unavailable_is_recognised_by_name() -> None:
+    class ShardUnavailable(HarvestError):
+        pass
+
+    def read(api):
+        if api == "down":
+            raise ShardUnavailable("shard 1 is unavailable")
+        return api
+
+    fan = fan_out({0: "up", 1: "down", 2: "up"}, read)
+    assert fan == FanOut({0: "up", 2: "up"}, [1], "partial")
+    assert fan_out({1: "down"}, read).status == "unavailable"
+    assert fan_out({0: "up"}, read, shards=[0, 5]).unavailable_shards == [5]  # no API for it
+
+
+def test_providers_may_be_context_manager_factories() -> None:
+    import contextlib
+
+    opened: list[int] = []
+
+    def provider(shard: int):
+        @contextlib.contextmanager
+        def api():
+            opened.append(shard)
+            yield FakeShard([{"execution_id": uuid.UUID(int=shard), "created_at": T0}])
+
+        return api
+
+    page = ShardReads({s: provider(s) for s in range(3)}).list_workflows()
+    assert [r["shard_id"] for r in page.value] == [2, 1, 0] and sorted(opened) == [0, 1, 2]
+
+
+def test_async_runner_asks_every_shard_at_once_and_bounds_each() -> None:
+    class Slow:
+        def __init__(self, delay: float, fail: bool = False):
+            self.delay, self.fail = delay, fail
+
+        async def get_worker_health(self) -> dict:
+            await asyncio.sleep(self.delay)
+            if self.fail:
+                raise psycopg.OperationalError("server closed the connection")
+            return {"healthy": 1, "total": 1, "by_queue": {"q": 1}, "by_shard": {"0": 1}}
+
+    apis = {0: Slow(0.01), 1: Slow(0.01, fail=True), 2: Slow(5)}
+    health = asyncio.run(AsyncShardReads(apis, timeout=0.5).get_worker_health())
+    assert health.status == "partial" and health.unavailable_shards == [1, 2]
+    assert health.value["by_shard"] == {"0": 1} and health.value["by_queue"] == {"q": 1}
+    fan = asyncio.run(fan_out_async({0: Slow(0.01)}, lambda api: api.get_worker_health()))
+    assert fan.status == "complete" and fan.results[0]["healthy"] == 1
+
+
+def _dead_letters(rng: random.Random, n: int) -> list[dict]:
+    return [
+        {"id": i + 1, "failed_at": T0 + timedelta(seconds=rng.randrange(5)), "activity_name": "a"}
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3, 7])
+def test_dead_letter_pages_hold_every_row_once_even_across_an_outage(limit: int) -> None:
+    for seed in range(10):
+        rng = random.Random(seed)
+        shards = {s: FakeShard([], _dead_letters(rng, rng.randrange(0, 10))) for s in range(3)}
+        reads = ShardReads(shards, concurrent=False)
+        seen, cursor = [], None
+        for step in range(200):
+            shards[1].down = step in (0, 2)
+            page = reads.list_dead_letters(limit, cursor=cursor)
+            shards[1].down = False
+            assert len(page.value) <= limit
+            seen += [(r["shard_id"], r["id"]) for r in page.value]
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        want = [(s, r["id"]) for s, sh in shards.items() for r in sh.dead_letters]
+        assert sorted(seen) == sorted(want) and len(seen) == len(set(seen)), seed
+    with pytest.raises(InvalidArgument, match="malformed"):
+        reads.list_dead_letters(cursor="dl1.eyJwIjp7IngiOjF9fQ")  # {"p":{"x":1}}
+
+
+def test_counts_add_up_per_group_and_name_the_missing_shard() -> None:
+    class Counts:
+        def __init__(self, rows, down=False):
+            self.rows, self.down = rows, down
+
+        def count_dead_letters(self, group_by):
+            if self.down:
+                raise psycopg.OperationalError("no route to host")
+            return self.rows
+
+    row = {"activity_name": "a", "workflow_name": None, "error_type": None}
+    apis = {
+        0: Counts([{**row, "dead_letters": 2, "first_failed_at": T0, "last_failed_at": T0}]),
+        1: Counts([{**row, "dead_letters": 3, "first_failed_at": T0 - timedelta(1), "last_failed_at": T0}]),
+        2: Counts([], down=True),
+    }
+    merged = ShardReads(apis).count_dead_letters("activity")
+    assert merged.value == [
+        {**row, "dead_letters": 5, "first_failed_at": T0 - timedelta(1), "last_failed_at": T0}
+    ]
+    assert (merged.status, merged.unavailable_shards) == ("partial", [2])
+    assert merged.envelope("dead_letters")["unavailable_shards"] == [2]
