@@ -4,6 +4,11 @@
 handles. ``handle.result()`` waits on LISTEN/NOTIFY (channel ``harvest_done``),
 never by polling. Pass ``connection=`` to ``start_workflow`` to start inside your
 own transaction: the business write and the start commit or roll back together.
+
+Over one database (``Client(dsn)``) or over shards (``Client(shards=ShardPools)``):
+a sharded client places each start (hash, or a ``shard_id`` / ``residency_key`` pin)
+and sends every call about an execution to the shard its id carries
+(harvest/client/routing.py, docs/sharding.md "Routing").
 """
 
 from __future__ import annotations
@@ -11,16 +16,18 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any, Self
 
 from harvest.client import messages as messaging
+from harvest.client import routing
 from harvest.core import payload
 from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
+    DatabaseUnavailable,
     HarvestError,
     InvalidArgument,
+    ShardUnavailable,
     TimeoutError_,
     WorkflowCancelled,
     WorkflowFailed,
@@ -28,15 +35,17 @@ from harvest.core.errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
+from harvest.core.ids import shard_of
 from harvest.db import channels, sqlapi
 from harvest.db.connection import AsyncConnection, Connection, connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
-from harvest.db.pools import AsyncConnectionPool, open_async_pool, open_pool
+from harvest.db.pools import open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
+from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 
 REUSE_POLICIES = (
     "allow_duplicate",
@@ -107,6 +116,28 @@ class _ContinuedAsNew(Exception):
         self.next_execution_id = next_execution_id
 
 
+class _Hop(Exception):
+    """Internal: a continue-as-new chain goes on on another shard; the handle reconnects there."""
+
+    def __init__(self, execution_id: str):
+        self.execution_id = execution_id
+
+
+def _same_shard(route: Any, run: str, successor: str) -> bool:
+    return route is None or route(run) == route(successor)
+
+
+class Children(list):
+    """An execution's children (a list of rows) and how complete it is: ``status``
+    ``"complete"``, or ``"partial"`` with the shards that could not be read in
+    ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md)."""
+
+    def __init__(self, rows: Any = (), status: str = COMPLETE, unavailable_shards: Any = ()):
+        super().__init__(rows)
+        self.status = status
+        self.unavailable_shards = list(unavailable_shards)
+
+
 def _start_call(
     name: str,
     encoded: list,
@@ -153,10 +184,11 @@ def _call(call: Any, *args: Any) -> Steps[Any]:
     return (yield Sql(call, *args))
 
 
-def _on_current_run(execution_id: str, call: Any, *args: Any) -> Steps[Any]:
+def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None) -> Steps[Any]:
     """Apply ``call`` (a declaration of harvest.db.sqlapi: run id first, then ``args``) to the
     run that is current now: a run that continued as new hands signals, cancels and
-    terminations on to its successor. One loop for both clients (harvest.db.steps)."""
+    terminations on to its successor. One loop for both clients (harvest.db.steps); a successor
+    on another shard (``route``) raises _Hop for the handle to go on there."""
     run = execution_id
     for _ in range(_MAX_CHAIN):
         try:
@@ -165,21 +197,31 @@ def _on_current_run(execution_id: str, call: Any, *args: Any) -> Steps[Any]:
             successor = _successor((yield Sql(sqlapi.get_execution, run)))
             if successor is None:
                 raise
+            if not _same_shard(route, run, successor):
+                raise _Hop(successor) from None
             run = successor
     raise WorkflowNotRunning(
         f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times while this call followed it"
     )
 
 
-def _result(handle: Any, waiter_id: str, timeout: float | None) -> Steps[Any]:
-    """Wait for the run (and any continue-as-new successors) to end; return or raise. The
-    timeout runs from now; one loop for both clients (harvest.db.steps)."""
-    _not_deferred(handle)
-    return _result_steps(handle, waiter_id, None if timeout is None else time.monotonic() + timeout, timeout)
+def _chain_too_long(execution_id: str | None) -> WorkflowNotRunning:
+    return WorkflowNotRunning(
+        f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times while this call followed it"
+    )
 
 
-def _result_steps(handle: Any, waiter_id: str, deadline: float | None, timeout: float | None) -> Steps[Any]:
-    execution_id = handle.execution_id
+def _result_steps(
+    handle: Any,
+    execution_id: str,
+    waiter_id: str,
+    deadline: float | None,
+    timeout: float | None,
+    route: Any = None,
+) -> Steps[Any]:
+    """Wait for the run (and any continue-as-new successors) to end; return or raise. One loop
+    for both clients (harvest.db.steps); a successor on another shard (``route``) raises _Hop
+    for the handle to wait there, under the same deadline."""
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
         execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
@@ -187,7 +229,10 @@ def _result_steps(handle: Any, waiter_id: str, deadline: float | None, timeout: 
             try:
                 return _outcome(execution, handle.definition)
             except _ContinuedAsNew as rotated:
-                execution_id = rotated.next_execution_id
+                successor = rotated.next_execution_id
+                if not _same_shard(route, execution_id, successor):
+                    raise _Hop(successor) from None
+                execution_id = successor
                 continue
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
@@ -264,6 +309,48 @@ def _start_args(
     return name, definition, encoded, queue
 
 
+def _shard_or_none(execution_id: Any) -> int | None:
+    try:
+        return shard_of(execution_id)
+    except ValueError:
+        return None
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _children(merged: Any) -> Children:
+    if merged.status == UNAVAILABLE:
+        shards = ", ".join(str(s) for s in merged.unavailable_shards)
+        raise DatabaseUnavailable(f"no shard could be read for the children (shard(s) {shards}); retry")
+    return Children(merged.value, merged.status, merged.unavailable_shards)
+
+
+def _start_in_transaction(conn: Any, call: dict[str, Any], placement: routing.Placement) -> dict[str, Any]:
+    """A pinned start in a transaction of its own (a savepoint inside the caller's), so the
+    refusal of a pin the database deferred by a debounce or a batch rolls it back."""
+    with conn.transaction():
+        sql = SqlApi(conn)
+        row = sql.start_workflow(**call, shard=placement.shard)
+        if routing.pin_was_deferred(call["workflow_name"], placement, row):
+            routing.refuse_pending(call["workflow_name"], row, sql.list_pending_starts(call["workflow_name"]))
+    return row
+
+
+async def _astart_in_transaction(
+    conn: Any, call: dict[str, Any], placement: routing.Placement
+) -> dict[str, Any]:
+    """:func:`_start_in_transaction` under asyncio."""
+    async with conn.transaction():
+        sql = AsyncSqlApi.on_connection(conn)
+        row = await sql.start_workflow(**call, shard=placement.shard)
+        if routing.pin_was_deferred(call["workflow_name"], placement, row):
+            pending = await sql.list_pending_starts(call["workflow_name"])
+            routing.refuse_pending(call["workflow_name"], row, pending)
+    return row
+
+
 class _Handle:
     """What both handles hold: one execution, and how it was started."""
 
@@ -274,6 +361,7 @@ class _Handle:
         workflow_id: str,
         definition: WorkflowDefinition | None = None,
         started_fresh: bool = True,
+        shard_id: int | None = None,
     ):
         self.client = client
         # A start deferred by a throttle, debounce or batch (docs/flow-control.md) has no
@@ -283,20 +371,37 @@ class _Handle:
         self.workflow_id = workflow_id
         self.definition = definition
         self.started_fresh = started_fresh
+        # The shard the run lives on: the one its id carries (a throttled pinned start has no
+        # id yet: the shard it was placed on).
+        self.shard_id = shard_id if execution_id is None else _shard_or_none(execution_id)
 
     def __repr__(self) -> str:
         deferred = ", deferred=True" if self.deferred else ""
         return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
+    def _shard(self, execution_id: str | None = None) -> int:
+        return self.client._target.route(execution_id or self.execution_id)
+
 
 class WorkflowHandle(_Handle):
-    """One execution, seen from a synchronous client."""
+    """One execution, seen from a synchronous client. Every call goes to the shard of the
+    execution's id (a one-database client: its database)."""
 
     client: Client
 
-    def _run(self, steps: Steps[Any]) -> Any:
-        with self.client._sql() as sql:
+    def _run(self, steps: Steps[Any], execution_id: str | None = None) -> Any:
+        with routing.api(self.client._target, self._shard(execution_id)) as sql:
             return run_steps(steps, sql)
+
+    def _on_current(self, call: Any, *args: Any) -> Any:
+        """``call`` on the run current now, following continue-as-new across shards."""
+        run = self.execution_id
+        for _ in range(_MAX_CHAIN):
+            try:
+                return self._run(_on_current_run(run, call, *args, route=self.client._target.route), run)
+            except _Hop as hop:
+                run = hop.execution_id
+        raise _chain_too_long(self.execution_id)
 
     def describe(self) -> dict[str, Any]:
         return self._run(_call(sqlapi.get_execution, self.execution_id))
@@ -306,16 +411,16 @@ class WorkflowHandle(_Handle):
 
     def terminate(self, reason: str | None = None) -> None:
         """End the (current) run at once; no cleanup code runs."""
-        self._run(_on_current_run(self.execution_id, sqlapi.terminate_workflow, reason))
+        self._on_current(sqlapi.terminate_workflow, reason)
 
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
-        self._run(_on_current_run(self.execution_id, sqlapi.signal_workflow, name, encoded))
+        self._on_current(sqlapi.signal_workflow, name, encoded)
 
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
-        return self._run(_on_current_run(self.execution_id, sqlapi.cancel_workflow, reason))
+        return self._on_current(sqlapi.cancel_workflow, reason)
 
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
@@ -349,7 +454,7 @@ class WorkflowHandle(_Handle):
         """Fork the run from a completed boundary under the current code (see docs/versioning.md).
 
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
-        ``new_execution_id`` names the fork.
+        ``new_execution_id`` names the fork (on the source's shard).
         """
         return self._run(
             _call(
@@ -363,52 +468,98 @@ class WorkflowHandle(_Handle):
             )
         )
 
-    def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
-        """The run's child workflows (``depth`` levels down), optionally of one ``status``."""
-        return self._run(_call(sqlapi.list_children, self.execution_id, status, depth))
+    def children(self, status: str | None = None, depth: int = 1) -> Children:
+        """The run's child workflows (``depth`` levels down), optionally of one ``status``: a
+        :class:`Children` list. A sharded client asks every readable shard (a child may live on
+        any); its rows carry ``shard_id``, and a shard that cannot be read makes it ``partial``."""
+        target = self.client._target
+        if not target.sharded:
+            return Children(self._run(_call(sqlapi.list_children, self.execution_id, status, depth)))
+        return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
 
     def result(self, timeout: float | None = None) -> Any:
-        """Wait for the run (and any continue-as-new successors) to end; return or raise."""
-        waiter_id = str(uuid.uuid4())
-        return listen(
-            self.client.dsn,
-            channels.DONE,
-            _result(self, waiter_id, timeout),
-            cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
-        )
+        """Wait for the run (and any continue-as-new successors) to end; return or raise. It
+        LISTENs on the shard of the run, and on each successor's shard in turn."""
+        _not_deferred(self)
+        waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
+        target, run = self.client._target, self.execution_id
+        for _ in range(_MAX_CHAIN):
+            try:
+                return listen(
+                    target.dsn_of(target.route(run)),
+                    channels.DONE,
+                    _result_steps(self, run, waiter_id, deadline, timeout, target.route),
+                    cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
+                )
+            except _Hop as hop:
+                run = hop.execution_id
+        raise _chain_too_long(self.execution_id)
 
 
 class Client:
-    """A synchronous client. ``dsn`` defaults to ``HARVEST_DATABASE_URL``.
+    """A synchronous client, over one database or over shards.
+
+    ``Client(dsn)``: one database; ``dsn`` defaults to ``HARVEST_DATABASE_URL``. The client
+    opens a pool of ``pool_size`` connections and closes it in :meth:`close`.
+
+    ``Client(shards=pools)``: a :class:`harvest.shard.ShardPools` (``harvest.config.shard_pools
+    (load_config())`` builds one from ``[shards]``). Starts are placed by ``pools.router`` (a
+    hash, or ``shard_id=`` / ``residency_key=``) and every call about an execution goes to
+    the shard its id carries. The pools are the caller's: the client does not close them, and
+    ``pool_size`` does not apply. ``dsn`` is None; ``router`` and ``pools`` say where calls go.
 
     ``max_payload_bytes``: inputs, signal payloads and update/query arguments larger
     than this are refused here (``PayloadTooLarge``) before anything is sent; by
-    default the server's own limit (``harvest.payload_limit()``), read once. The
-    server checks again and is the authority.
+    default the server's own limit (``harvest.payload_limit()``), read once (from the
+    first shard that answers, default shard first). The server checks again and is the
+    authority.
     """
 
     def __init__(
         self,
         dsn: str | None = None,
         *,
+        shards: Any = None,
         pool_size: int = 4,
         check_schema: bool = True,
         max_payload_bytes: int | None = None,
     ):
-        self.dsn = resolve_dsn(dsn)
         self.max_payload_bytes = _limit(max_payload_bytes)
-        # One connection first, schema check or not: a wrong password or a bad DSN fails here
-        # at once, redacted, instead of in the pool's background retries.
-        # The same connection reads the server's payload limit: no second round trip.
-        with connect(self.dsn, autocommit=True) as conn:
-            if check_schema:
-                verify_schema(conn)
-            if self.max_payload_bytes is None:
-                self.max_payload_bytes = SqlApi(conn).payload_limit()
-        self._pool = open_pool(self.dsn, max_size=pool_size)
+        self.pools = shards
+        if shards is not None:
+            if dsn is not None:
+                raise InvalidArgument("give the client a dsn or shards=, not both")
+            self.dsn = None
+            self._target: Any = routing.Sharded(shards)
+            self._first_connections(check_schema)
+        else:
+            self.dsn = resolve_dsn(dsn)
+            # One connection first, schema check or not: a wrong password or a bad DSN fails here
+            # at once, redacted, instead of in the pool's background retries.
+            # The same connection reads the server's payload limit: no second round trip.
+            with connect(self.dsn, autocommit=True) as conn:
+                if check_schema:
+                    verify_schema(conn)
+                if self.max_payload_bytes is None:
+                    self.max_payload_bytes = SqlApi(conn).payload_limit()
+            self._target = routing.OneDatabase(self.dsn, open_pool(self.dsn, max_size=pool_size))
+        self.router = self._target.router
+
+    def _first_connections(self, check_schema: bool) -> None:
+        """Each shard that answers: its identity (the pool's first connection checks it), its
+        schema; the payload limit from the first. A shard down now is checked on first use."""
+        for shard in routing.boot_order(self.router, self.pools.shards):
+            try:
+                with self.pools.connection(shard) as conn:
+                    if check_schema:
+                        verify_schema(conn)
+                    if self.max_payload_bytes is None:
+                        self.max_payload_bytes = SqlApi(conn).payload_limit()
+            except ShardUnavailable:
+                continue
 
     def close(self) -> None:
-        self._pool.close()
+        self._target.close()
 
     def __enter__(self) -> Self:
         return self
@@ -416,10 +567,15 @@ class Client:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @contextlib.contextmanager
-    def _sql(self) -> Iterator[SqlApi]:
-        with self._pool.connection() as conn:
-            yield SqlApi(conn)
+    def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
+        return routing.api(self._target, self.router.default if shard is None else shard)
+
+    def _dsn_of(self, execution_id: str) -> str:
+        """The database a LISTEN about ``execution_id`` opens its connection to."""
+        return self._target.dsn_of(self._target.route(execution_id))
+
+    def _dsn_of_key(self, name: str, workflow_id: str) -> str:
+        return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
     def start_workflow(
         self,
@@ -433,18 +589,27 @@ class Client:
         priority: int = 0,
         execution_timeout: Any = None,
         run_timeout: Any = None,
+        shard_id: int | None = None,
+        residency_key: str | None = None,
         connection: Connection | None = None,
         task_queue: str | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
-        """Start (or attach to) a run; see docs/workflows.md for the policies."""
+        """Start (or attach to) a run; see docs/workflows.md for the policies.
+
+        Placement (docs/sharding.md): ``shard_id=`` or ``residency_key=`` (not both) pins the
+        run to a shard; without either, a sharded client hashes (name, workflow_id) over the
+        writable shards. Without a ``workflow_id`` a pinned start mints one that hashes to its
+        shard. ``connection=`` starts in your transaction on that connection's database (a
+        pin is checked by that database: another shard's is refused with WrongShard)."""
         name, definition, encoded, queue = _start_args(
             workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
         )
+        placement = routing.place_start(self._target, name, workflow_id, shard_id, residency_key, definition)
         call = _start_call(
             name,
             encoded,
-            workflow_id,
+            placement.workflow_id,
             queue,
             reuse_policy,
             conflict_policy,
@@ -454,11 +619,21 @@ class Client:
             run_timeout,
         )
         if connection is not None:
-            row = SqlApi(connection).start_workflow(**call)
+            if placement.pinned:
+                row = _start_in_transaction(connection, call, placement)
+            else:
+                row = SqlApi(connection).start_workflow(**call)
+        elif placement.pinned:
+            with self._target.connection(placement.shard) as conn:
+                row = _start_in_transaction(conn, call, placement)
         else:
-            with self._sql() as sql:
-                row = sql.start_workflow(**call)
-        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
+            with routing.api(
+                self._target, routing.ONE if placement.shard is None else placement.shard
+            ) as sql:
+                row = sql.start_workflow(**call, shard=placement.shard)
+        return WorkflowHandle(
+            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
+        )
 
     def signal_with_start(
         self,
@@ -472,7 +647,9 @@ class Client:
         task_queue: str | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
-        """Signal the running run of workflow_id, starting one first if none runs (atomically)."""
+        """Signal the running run of workflow_id, starting one first if none runs (atomically).
+
+        On shards it goes where an unpinned start of (name, workflow_id) would: no placement."""
         definition, call = _signal_with_start_call(
             workflow,
             args,
@@ -484,7 +661,8 @@ class Client:
             search_attributes,
             self.max_payload_bytes,
         )
-        with self._sql() as sql:
+        shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
+        with routing.api(self._target, shard) as sql:
             row = sql.signal_with_start(**call)
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
@@ -507,7 +685,7 @@ class Client:
         """Attach to the running run of workflow_id (or start one) and update it, atomically.
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
-        ``wait="accepted"``."""
+        ``wait="accepted"``. On shards it goes where an unpinned start would: no placement."""
         definition, call = _update_with_start_call(
             workflow,
             args,
@@ -531,7 +709,8 @@ class Client:
         return WorkflowHandle(self, execution_id, "", definition)
 
     def sql(self):
-        """A scope yielding :class:`SqlApi` on a pooled connection (for operator calls)."""
+        """A scope yielding :class:`SqlApi` on a pooled connection (for operator calls); on
+        shards, a connection of the default shard (``client.pools.api(n)`` for another)."""
         return self._sql()
 
 
@@ -540,8 +719,20 @@ class AsyncWorkflowHandle(_Handle):
 
     client: AsyncClient
 
-    async def _run(self, steps: Steps[Any]) -> Any:
-        return await arun_steps(steps, self.client.sql)
+    async def _run(self, steps: Steps[Any], execution_id: str | None = None) -> Any:
+        return await arun_steps(steps, self.client._target.sql(self._shard(execution_id)))
+
+    async def _on_current(self, call: Any, *args: Any) -> Any:
+        """See :meth:`WorkflowHandle._on_current`."""
+        run = self.execution_id
+        for _ in range(_MAX_CHAIN):
+            try:
+                return await self._run(
+                    _on_current_run(run, call, *args, route=self.client._target.route), run
+                )
+            except _Hop as hop:
+                run = hop.execution_id
+        raise _chain_too_long(self.execution_id)
 
     async def describe(self) -> dict[str, Any]:
         return await self._run(_call(sqlapi.get_execution, self.execution_id))
@@ -551,16 +742,16 @@ class AsyncWorkflowHandle(_Handle):
 
     async def terminate(self, reason: str | None = None) -> None:
         """See :meth:`WorkflowHandle.terminate`."""
-        await self._run(_on_current_run(self.execution_id, sqlapi.terminate_workflow, reason))
+        await self._on_current(sqlapi.terminate_workflow, reason)
 
     async def signal(self, name: str, payload_value: Any = None) -> None:
         """See :meth:`WorkflowHandle.signal`."""
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
-        await self._run(_on_current_run(self.execution_id, sqlapi.signal_workflow, name, encoded))
+        await self._on_current(sqlapi.signal_workflow, name, encoded)
 
     async def cancel(self, reason: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.cancel`."""
-        return await self._run(_on_current_run(self.execution_id, sqlapi.cancel_workflow, reason))
+        return await self._on_current(sqlapi.cancel_workflow, reason)
 
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         return await messaging.aquery(self.client, self.execution_id, name, arg, timeout, result_type)
@@ -601,23 +792,34 @@ class AsyncWorkflowHandle(_Handle):
             )
         )
 
-    async def children(self, status: str | None = None, depth: int = 1) -> list[dict[str, Any]]:
+    async def children(self, status: str | None = None, depth: int = 1) -> Children:
         """See :meth:`WorkflowHandle.children`."""
-        return await self._run(_call(sqlapi.list_children, self.execution_id, status, depth))
+        target = self.client._target
+        if not target.sharded:
+            return Children(await self._run(_call(sqlapi.list_children, self.execution_id, status, depth)))
+        reads = AsyncShardReads(target.providers())
+        return _children(await reads.list_children(self.execution_id, status, depth))
 
     async def result(self, timeout: float | None = None) -> Any:
         """See :meth:`WorkflowHandle.result`."""
-        waiter_id = str(uuid.uuid4())
-        return await alisten(
-            self.client.dsn,
-            channels.DONE,
-            _result(self, waiter_id, timeout),
-            cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
-        )
+        _not_deferred(self)
+        waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
+        target, run = self.client._target, self.execution_id
+        for _ in range(_MAX_CHAIN):
+            try:
+                return await alisten(
+                    target.dsn_of(target.route(run)),
+                    channels.DONE,
+                    _result_steps(self, run, waiter_id, deadline, timeout, target.route),
+                    cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
+                )
+            except _Hop as hop:
+                run = hop.execution_id
+        raise _chain_too_long(self.execution_id)
 
 
 class _StartBatcher(GroupCommit):
-    """Concurrent starts of one AsyncClient share a transaction (harvest.start_workflows)."""
+    """Concurrent starts of one AsyncClient to one shard share a transaction (harvest.start_workflows)."""
 
     what = "starts"
 
@@ -642,37 +844,89 @@ class _StartBatcher(GroupCommit):
                 future.set_exception(HarvestError(f"start {n}: no answer in the batch"))
 
 
-class AsyncClient:
-    """An asyncio client; create with ``await AsyncClient.connect(dsn)``.
+class _ShardStarts:
+    """One _StartBatcher per shard: a batch never spans two databases. ``batches`` and
+    ``items`` add up every shard's."""
 
-    Starts made concurrently (without ``connection=``) share a transaction: each
-    returns once its run is committed, and one that fails gets its own error.
+    def __init__(self, target: Any):
+        self._target = target
+        self._by_shard: dict[int, _StartBatcher] = {}
+
+    def batcher(self, shard: int) -> _StartBatcher:
+        batcher = self._by_shard.get(shard)
+        if batcher is None:
+            batcher = self._by_shard[shard] = _StartBatcher(self._target.sql(shard))
+        return batcher
+
+    async def start(self, call: dict[str, Any], shard: int | None = None) -> dict[str, Any]:
+        if shard is not None:
+            call = {**call, "shard": shard}
+        return await self.batcher(routing.ONE if shard is None else shard).start(call)
+
+    @property
+    def batches(self) -> int:
+        return sum(b.batches for b in self._by_shard.values())
+
+    @property
+    def items(self) -> int:
+        return sum(b.items for b in self._by_shard.values())
+
+
+class AsyncClient:
+    """An asyncio client; create with ``await AsyncClient.connect(dsn)`` (one database) or
+    ``await AsyncClient.connect(shards=pools)`` (an :class:`harvest.shard.AsyncShardPools`,
+    ``harvest.config.async_shard_pools(load_config())``; see :class:`Client`).
+
+    Starts made concurrently (without ``connection=``) share a transaction per shard: each
+    returns once its run is committed, and one that fails gets its own error. A pinned start
+    (``shard_id=`` / ``residency_key=``) commits on its own.
     """
 
-    def __init__(self, dsn: str, pool: AsyncConnectionPool, max_payload_bytes: int | None = None):
+    def __init__(
+        self, dsn: str | None, pool: Any, max_payload_bytes: int | None = None, *, shards: Any = None
+    ):
         self.dsn = dsn
-        self._pool = pool
-        self._sql_api = AsyncSqlApi(pool)
-        self._starts = _StartBatcher(self._sql_api)
+        self.pools = shards
+        self._target: Any = (
+            routing.AsyncSharded(shards) if shards is not None else routing.AsyncOneDatabase(dsn, pool)
+        )
+        self.router = self._target.router
+        self._starts = _ShardStarts(self._target)
         self.max_payload_bytes = _limit(max_payload_bytes)  # see Client
 
     @property
     def sql(self) -> AsyncSqlApi:
         """The SQL API on the pool (for operator calls): each call takes a pooled connection
-        and is one transaction, so no scope is needed, unlike :meth:`Client.sql`."""
-        return self._sql_api
+        and is one transaction, so no scope is needed, unlike :meth:`Client.sql`. On shards,
+        the default shard's pool (``client.pools.api(n)`` for another)."""
+        return self._target.sql(self.router.default)
 
     @classmethod
     async def connect(
         cls,
         dsn: str | None = None,
         *,
+        shards: Any = None,
         pool_size: int = 4,
         check_schema: bool = True,
         max_payload_bytes: int | None = None,
     ) -> AsyncClient:
-        dsn = resolve_dsn(dsn)
         limit = _limit(max_payload_bytes)
+        if shards is not None:
+            if dsn is not None:
+                raise InvalidArgument("give the client a dsn or shards=, not both")
+            for shard in routing.boot_order(shards.router, shards.shards):
+                try:
+                    async with shards.connection(shard) as conn:
+                        first = AsyncSqlApi.on_connection(conn)
+                        if check_schema:
+                            await check_schema_async(first, "this Harvest")
+                        if limit is None:
+                            limit = await first.payload_limit()
+                except ShardUnavailable:
+                    continue
+            return cls(None, None, limit, shards=shards)
+        dsn = resolve_dsn(dsn)
         # One connection first, as in Client(), opened without blocking the event loop; it
         # checks the schema and reads the server's payload limit.
         conn = await connect_async(dsn, autocommit=True)
@@ -688,13 +942,19 @@ class AsyncClient:
         return cls(dsn, pool, limit)
 
     async def close(self) -> None:
-        await self._pool.close()
+        await self._target.close()
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    def _dsn_of(self, execution_id: str) -> str:
+        return self._target.dsn_of(self._target.route(execution_id))
+
+    def _dsn_of_key(self, name: str, workflow_id: str) -> str:
+        return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
     async def start_workflow(
         self,
@@ -708,17 +968,21 @@ class AsyncClient:
         priority: int = 0,
         execution_timeout: Any = None,
         run_timeout: Any = None,
+        shard_id: int | None = None,
+        residency_key: str | None = None,
         connection: AsyncConnection | None = None,
         task_queue: str | None = None,
         **kwargs: Any,
     ) -> AsyncWorkflowHandle:
+        """See :meth:`Client.start_workflow`."""
         name, definition, encoded, queue = _start_args(
             workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
         )
+        placement = routing.place_start(self._target, name, workflow_id, shard_id, residency_key, definition)
         call = _start_call(
             name,
             encoded,
-            workflow_id,
+            placement.workflow_id,
             queue,
             reuse_policy,
             conflict_policy,
@@ -728,11 +992,17 @@ class AsyncClient:
             run_timeout,
         )
         if connection is not None:
-            row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
+            if placement.pinned:
+                row = await _astart_in_transaction(connection, call, placement)
+            else:
+                row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
+        elif placement.pinned:
+            async with self._target.connection(placement.shard) as conn:
+                row = await _astart_in_transaction(conn, call, placement)
         else:
-            row = await self._starts.start(call)
+            row = await self._starts.start(call, placement.shard)
         return AsyncWorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
+            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
 
     async def signal_with_start(
@@ -759,7 +1029,8 @@ class AsyncClient:
             search_attributes,
             self.max_payload_bytes,
         )
-        row = await self.sql.signal_with_start(**call)
+        shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
+        row = await self._target.sql(shard).signal_with_start(**call)
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )

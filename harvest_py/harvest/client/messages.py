@@ -1,14 +1,15 @@
 """The client side of queries and updates: submit a request, wait for its answer.
 
 A request is a row (``harvest.request_query`` / ``request_update`` /
-``update_with_start``); the client LISTENs on ``harvest_query_answers`` *before*
-submitting on the same connection, so no answer can slip by, and re-reads the
-row (``harvest.get_query_request``) whenever its id is notified, or at least
-every second. Outcomes map to one exception each: ``QueryFailed`` (unknown
-query, a handler that raised, a replay that failed), ``UpdateRejected``
-(validator, unknown update, run not running: nothing recorded), ``UpdateFailed``
-(recorded, but the handler raised or the run ended first) and ``QueryTimeout``
-(no answer in time; the message says whether any live worker polls the queue).
+``update_with_start``) on the shard of the execution; the client LISTENs on
+``harvest_query_answers`` there *before* submitting on the same connection, so
+no answer can slip by, and re-reads the row (``harvest.get_query_request``)
+whenever its id is notified, or at least every second. Outcomes map to one
+exception each: ``QueryFailed`` (unknown query, a handler that raised, a replay
+that failed), ``UpdateRejected`` (validator, unknown update, run not running:
+nothing recorded), ``UpdateFailed`` (recorded, but the handler raised or the run
+ended first) and ``QueryTimeout`` (no answer in time; the message says whether
+any live worker polls the queue).
 """
 
 from __future__ import annotations
@@ -180,9 +181,16 @@ def _update_with_start_steps(
     )
 
 
+def _key_dsn(client: Any, call: dict[str, Any]) -> str:
+    """update_with_start goes where an unpinned start of its (name, workflow_id) would."""
+    return client._dsn_of_key(call["workflow_name"], call["workflow_id"])
+
+
 # ---------------------------------------------------------------------- the sync API
 def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
-    row = listen(client.dsn, CHANNEL, _query_steps(client, execution_id, name, arg, timeout))
+    row = listen(
+        client._dsn_of(execution_id), CHANNEL, _query_steps(client, execution_id, name, arg, timeout)
+    )
     return _outcome(row, result_type)
 
 
@@ -206,7 +214,9 @@ def update(
     result_type: Any,
 ) -> Any:
     row = listen(
-        client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
+        client._dsn_of(execution_id),
+        CHANNEL,
+        _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
     )
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
 
@@ -215,7 +225,7 @@ def update_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
-    row = listen(client.dsn, CHANNEL, _update_with_start_steps(call, wait, timeout, started))
+    row = listen(_key_dsn(client, call), CHANNEL, _update_with_start_steps(call, wait, timeout, started))
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
@@ -244,7 +254,9 @@ class UpdateHandle:
 
 # ---------------------------------------------------------------------- the asyncio API
 async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
-    row = await alisten(client.dsn, CHANNEL, _query_steps(client, execution_id, name, arg, timeout))
+    row = await alisten(
+        client._dsn_of(execution_id), CHANNEL, _query_steps(client, execution_id, name, arg, timeout)
+    )
     return _outcome(row, result_type)
 
 
@@ -259,7 +271,9 @@ async def aupdate(
     result_type: Any,
 ) -> Any:
     row = await alisten(
-        client.dsn, CHANNEL, _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
+        client._dsn_of(execution_id),
+        CHANNEL,
+        _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
     )
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
@@ -268,7 +282,9 @@ async def aupdate_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
-    row = await alisten(client.dsn, CHANNEL, _update_with_start_steps(call, wait, timeout, started))
+    row = await alisten(
+        _key_dsn(client, call), CHANNEL, _update_with_start_steps(call, wait, timeout, started)
+    )
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 

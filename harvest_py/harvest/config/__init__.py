@@ -4,6 +4,7 @@ See :mod:`harvest.config.config` for precedence and the role table."""
 
 from harvest.config.config import (
     Config,
+    async_shard_pools,
     database_url,
     declared_queues,
     fleet_queues,
@@ -11,12 +12,15 @@ from harvest.config.config import (
     queue_coverage,
     resolve_queues,
     runtime_plan,
+    shard_pools,
     shard_urls,
+    shards_configured,
     worker_options,
 )
 
 __all__ = [
     "Config",
+    "async_shard_pools",
     "database_url",
     "declared_queues",
     "fleet_queues",
@@ -24,6 +28,8 @@ __all__ = [
     "queue_coverage",
     "resolve_queues",
     "runtime_plan",
+    "shard_pools",
     "shard_urls",
+    "shards_configured",
     "worker_options",
 ]

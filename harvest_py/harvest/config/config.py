@@ -390,6 +390,48 @@ def shard_urls(config: Config, database_url: str | None = None) -> dict[int, str
     return dict(sorted(urls.items()))
 
 
+def shards_configured(config: Config) -> bool:
+    """Whether the configuration says anything under ``shards`` (else: one database)."""
+    if config.get("shards.default") is not None:
+        return True
+    return any(
+        config.get(f"shards.{key}") for key in ("readable", "writable", "reserved", "urls", "residency")
+    )
+
+
+def _pool_arguments(config: Config, explicit: str | None) -> tuple[Any, dict[int, str]]:
+    from harvest.shard.router import ShardRouter
+
+    router = ShardRouter.from_config(config)
+    try:
+        dsn: str | None = database_url(explicit, config)
+    except ConfigError:
+        if not config.get("shards.urls"):
+            raise
+        dsn = None  # every shard may have its url in shards.urls
+    return router, shard_urls(config, dsn)
+
+
+def shard_pools(config: Config, database_url: str | None = None, **options: Any) -> Any:
+    """A :class:`harvest.shard.ShardPools` for the shards ``config`` declares (the router from
+    ``[shards]``, shard 0 on ``database_url`` / ``HARVEST_DATABASE_URL`` / the file's
+    ``database_url`` unless ``shards.urls`` names it); ``options`` are ShardPools' own
+    (``max_size``, ``acquire_timeout``). What ``Client(shards=...)`` and the CLI use."""
+    from harvest.shard.pools import ShardPools
+
+    router, urls = _pool_arguments(config, database_url)
+    return ShardPools(router, urls, **options)
+
+
+def async_shard_pools(config: Config, database_url: str | None = None, **options: Any) -> Any:
+    """:func:`shard_pools` for asyncio: a :class:`harvest.shard.AsyncShardPools`
+    (``AsyncClient.connect(shards=...)``, the worker)."""
+    from harvest.shard.pools import AsyncShardPools
+
+    router, urls = _pool_arguments(config, database_url)
+    return AsyncShardPools(router, urls, **options)
+
+
 # -- the Worker's options -------------------------------------------------------------------
 def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
     """One WorkerOptions from the merged config (flags > ``HARVEST_*`` > file, already applied by

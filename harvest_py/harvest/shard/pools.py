@@ -79,6 +79,11 @@ class _Base:
             raise ShardUnavailable(shard, "this process has no pool for it (give it a url in shards.urls)")
         return dsn
 
+    def dsn(self, shard: int) -> str:
+        """``shard``'s database URL, for a connection of its own (a LISTEN that outlives a
+        call); ShardUnavailable when this process has no pool for it. Never print it."""
+        return self._dsn(shard)
+
     def _compare(self, shard: int, found: Any) -> None:
         if found != shard:
             raise _identity_error(shard, found)
@@ -114,20 +119,26 @@ class ShardPools(_Base):
         return pool
 
     @contextlib.contextmanager
+    def connection(self, shard: int) -> Iterator[Any]:
+        """One autocommit connection of ``shard``'s pool, its identity checked (for a
+        transaction of several calls: ``with conn.transaction()``); errors as :meth:`api`."""
+        pool = self._pool(shard)
+        try:
+            with pool.connection(timeout=self.acquire_timeout) as conn:
+                if shard not in self._verified:
+                    self._verify(shard, SqlApi(conn))
+                yield conn
+        except TRANSIENT:
+            raise ShardUnavailable(shard) from None
+
+    @contextlib.contextmanager
     def api(self, shard: int) -> Iterator[SqlApi]:
         """The SQL API on one connection of ``shard``'s pool, for one or more calls.
 
         ShardUnavailable when the process has no pool for it, no connection comes within
         ``acquire_timeout``, or the connection is lost during the calls."""
-        pool = self._pool(shard)
-        try:
-            with pool.connection(timeout=self.acquire_timeout) as conn:
-                sql = SqlApi(conn)
-                if shard not in self._verified:
-                    self._verify(shard, sql)
-                yield sql
-        except TRANSIENT:
-            raise ShardUnavailable(shard) from None
+        with self.connection(shard) as conn:
+            yield SqlApi(conn)
 
     def _verify(self, shard: int, sql: SqlApi) -> None:
         try:
@@ -197,17 +208,22 @@ class AsyncShardPools(_Base):
         return pool
 
     @contextlib.asynccontextmanager
-    async def api(self, shard: int) -> AsyncIterator[AsyncSqlApi]:
-        """The async SQL API on one connection of ``shard``'s pool (see :meth:`ShardPools.api`)."""
+    async def connection(self, shard: int) -> AsyncIterator[Any]:
+        """One autocommit connection of ``shard``'s pool (see :meth:`ShardPools.connection`)."""
         pool = await self._pool(shard)
         try:
             async with pool.connection(timeout=self.acquire_timeout) as conn:
-                sql = AsyncSqlApi.on_connection(conn)
                 if shard not in self._verified:
-                    await self._verify(shard, sql)
-                yield sql
+                    await self._verify(shard, AsyncSqlApi.on_connection(conn))
+                yield conn
         except TRANSIENT:
             raise ShardUnavailable(shard) from None
+
+    @contextlib.asynccontextmanager
+    async def api(self, shard: int) -> AsyncIterator[AsyncSqlApi]:
+        """The async SQL API on one connection of ``shard``'s pool (see :meth:`ShardPools.api`)."""
+        async with self.connection(shard) as conn:
+            yield AsyncSqlApi.on_connection(conn)
 
     async def _verify(self, shard: int, sql: AsyncSqlApi) -> None:
         try:

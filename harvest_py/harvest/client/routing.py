@@ -1,0 +1,266 @@
+"""Where a client's calls go: its one database, or the shard an id or a placement names.
+
+A client holds one of these *targets*. ``OneDatabase`` / ``AsyncOneDatabase`` are
+``Client(dsn)`` and ``AsyncClient.connect(dsn)``: every call goes to that database, whatever
+shard an id carries (today's behaviour, unchanged). ``Sharded`` / ``AsyncSharded`` are
+``Client(shards=pools)`` and ``AsyncClient.connect(shards=pools)``: a start goes to the shard the
+router places it on, and every call about an execution to the shard its id carries
+(``router.route``), over that shard's pool; a shard with no pool, or one that cannot be reached,
+raises ``ShardUnavailable`` and nothing falls back to another shard. docs/sharding.md, "Routing".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from harvest.core.errors import InvalidArgument
+from harvest.db.pools import AsyncConnectionPool, ConnectionPool
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.shard.router import ShardRouter
+
+__all__ = [
+    "AsyncOneDatabase",
+    "AsyncSharded",
+    "OneDatabase",
+    "Placement",
+    "Sharded",
+    "boot_order",
+    "hashed_shard",
+    "place_start",
+]
+
+# The one shard number of a one-database client: ids route nowhere else.
+ONE = 0
+
+
+class Placement:
+    """Where a start goes: ``shard`` (None: the database's own, a one-database client's
+    unpinned start), the ``workflow_id`` to start under (minted when the caller gave none and
+    the shard had to be known first) and whether the caller asked for the placement."""
+
+    __slots__ = ("pinned", "shard", "workflow_id")
+
+    def __init__(self, shard: int | None, workflow_id: str | None, pinned: bool):
+        self.shard, self.workflow_id, self.pinned = shard, workflow_id, pinned
+
+
+def place_start(
+    target: Any,
+    name: str,
+    workflow_id: str | None,
+    shard_id: int | None,
+    residency_key: str | None,
+    definition: Any = None,
+) -> Placement:
+    """The guide's placement of a new workflow (docs/sharding.md, "Placement"):
+
+    * a pin (``shard_id`` or ``residency_key``, not both) through ``router.place``, with its
+      terse refusals (InvalidArgument); a pin of a workflow that declares a debounce or a batch
+      is refused too (a deferred start has nothing to place); without a workflow_id, one is
+      minted that hashes to the pinned shard, so a later unpinned start of it finds the run;
+    * unpinned on a sharded client: rendezvous over (name, workflow_id), minting the id first
+      when there is none;
+    * unpinned on a one-database client: the database's own shard, as before."""
+    router: ShardRouter = target.router
+    if shard_id is not None or residency_key is not None:
+        shard = router.place(name, workflow_id, shard_id=shard_id, residency_key=residency_key)
+        if definition is not None:
+            refuse_deferring_pin(
+                name, "debounce" if definition.debounce else "batch" if definition.batch else None
+            )
+        if workflow_id is None:
+            workflow_id = router.mint_workflow_id(name, shard)
+        return Placement(shard, workflow_id, True)
+    if not target.sharded:
+        return Placement(None, workflow_id, False)
+    if workflow_id is None:
+        workflow_id = str(uuid.uuid4())
+    return Placement(router.pick_for_new_workflow(name, workflow_id), workflow_id, False)
+
+
+def refuse_deferring_pin(name: str, kind: str | None) -> None:
+    """A pin combined with a debounce or a batch: InvalidArgument (``kind`` None: neither)."""
+    if kind:
+        raise InvalidArgument(
+            f"workflow {name} declares a {kind}: a deferred start has no execution to place, "
+            "so it cannot take shard_id or residency_key; start it unpinned"
+        )
+
+
+def pin_was_deferred(name: str, placement: Placement, row: dict[str, Any]) -> bool:
+    """Read a pinned start's answer inside its own transaction: True when the database deferred
+    it (the caller then reads the pending starts and calls :func:`refuse_pending`); refused
+    at once when it was merged into another start's batch. Raising rolls the start back."""
+    if row["execution_id"] is None:
+        return True
+    if row["workflow_id"] != placement.workflow_id:
+        refuse_deferring_pin(name, "batch")
+    return False
+
+
+def refuse_pending(name: str, row: dict[str, Any], pending: list[dict[str, Any]]) -> None:
+    """A deferred pinned start keeps its pin only when a throttle deferred it (its release runs
+    on the pinned shard); a debounce or a batch is refused."""
+    kinds = {p["kind"] for p in pending if p["workflow_id"] == row["workflow_id"]}
+    if kinds != {"throttle"}:
+        refuse_deferring_pin(name, " or ".join(sorted(kinds - {"throttle"})) or "debounce or batch")
+
+
+def hashed_shard(target: Any, name: str, workflow_id: str) -> int:
+    """Where signal_with_start and update_with_start go: an unpinned start's shard (they carry
+    no placement, as the guide says); a one-database client's one database."""
+    return target.router.pick_for_new_workflow(name, workflow_id) if target.sharded else ONE
+
+
+def boot_order(router: ShardRouter, shards: Any) -> list[int]:
+    """The shards with a pool, the default first: where a client makes its first connections."""
+    return sorted(shards, key=lambda s: (s != router.default, s))
+
+
+def route_id(router: ShardRouter, execution_id: Any) -> int:
+    try:
+        return router.route(execution_id)
+    except ValueError:
+        raise InvalidArgument(f"{execution_id!r} is not an execution id (a UUID)") from None
+
+
+# -- the synchronous targets --------------------------------------------------------------------
+class OneDatabase:
+    """``Client(dsn)``: one database and its pool; every shard is that database."""
+
+    sharded = False
+
+    def __init__(self, dsn: str, pool: ConnectionPool):
+        self.dsn, self.pool = dsn, pool
+        self.router = ShardRouter.single(ONE)
+
+    def route(self, execution_id: Any) -> int:
+        return ONE
+
+    @contextlib.contextmanager
+    def connection(self, shard: int) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            yield conn
+
+    def dsn_of(self, shard: int) -> str:
+        return self.dsn
+
+    def providers(self) -> Mapping[int, Any]:
+        return {ONE: functools.partial(_api, self, ONE)}
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class Sharded:
+    """``Client(shards=pools)``: a pool per shard (the caller's ShardPools, closed by the caller)."""
+
+    sharded = True
+
+    def __init__(self, pools: Any):
+        self.pools, self.router = pools, pools.router
+
+    def route(self, execution_id: Any) -> int:
+        return route_id(self.router, execution_id)
+
+    def connection(self, shard: int) -> Any:
+        return self.pools.connection(shard)
+
+    def dsn_of(self, shard: int) -> str:
+        return self.pools.dsn(shard)
+
+    def providers(self) -> Mapping[int, Any]:
+        """Every readable shard: one with no pool is named unavailable by the fan-out."""
+        return {s: functools.partial(self.pools.api, s) for s in self.router.readable}
+
+    def close(self) -> None:
+        """The pools are the caller's: nothing to close here."""
+
+
+@contextlib.contextmanager
+def _api(target: Any, shard: int) -> Iterator[SqlApi]:
+    with target.connection(shard) as conn:
+        yield SqlApi(conn)
+
+
+def api(target: Any, shard: int) -> contextlib.AbstractContextManager[SqlApi]:
+    """The SQL API on one connection of ``shard`` (each call its own transaction)."""
+    return _api(target, shard)
+
+
+# -- the asyncio targets --------------------------------------------------------------------------
+class _ShardConnections:
+    """One shard of AsyncShardPools, shaped as a pool for AsyncSqlApi (``connection()``)."""
+
+    def __init__(self, pools: Any, shard: int):
+        self._pools, self._shard = pools, shard
+
+    def connection(self) -> Any:
+        return self._pools.connection(self._shard)
+
+
+class AsyncOneDatabase:
+    """``AsyncClient.connect(dsn)``: one database and its pool."""
+
+    sharded = False
+
+    def __init__(self, dsn: str, pool: AsyncConnectionPool):
+        self.dsn, self.pool = dsn, pool
+        self.router = ShardRouter.single(ONE)
+        self._sql = AsyncSqlApi(pool)
+
+    def route(self, execution_id: Any) -> int:
+        return ONE
+
+    def sql(self, shard: int) -> AsyncSqlApi:
+        return self._sql
+
+    @contextlib.asynccontextmanager
+    async def connection(self, shard: int) -> AsyncIterator[Any]:
+        async with self.pool.connection() as conn:
+            yield conn
+
+    def dsn_of(self, shard: int) -> str:
+        return self.dsn
+
+    def providers(self) -> Mapping[int, Any]:
+        return {ONE: self._sql}
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+class AsyncSharded:
+    """``AsyncClient.connect(shards=pools)``: the caller's AsyncShardPools."""
+
+    sharded = True
+
+    def __init__(self, pools: Any):
+        self.pools, self.router = pools, pools.router
+        self._sql: dict[int, AsyncSqlApi] = {}
+
+    def route(self, execution_id: Any) -> int:
+        return route_id(self.router, execution_id)
+
+    def sql(self, shard: int) -> AsyncSqlApi:
+        """The SQL API on ``shard``'s pool: each call takes a connection and is one transaction."""
+        sql = self._sql.get(shard)
+        if sql is None:
+            sql = self._sql[shard] = AsyncSqlApi(_ShardConnections(self.pools, shard))
+        return sql
+
+    def connection(self, shard: int) -> Any:
+        return self.pools.connection(shard)
+
+    def dsn_of(self, shard: int) -> str:
+        return self.pools.dsn(shard)
+
+    def providers(self) -> Mapping[int, Any]:
+        return {s: functools.partial(self.pools.api, s) for s in self.router.readable}
+
+    async def close(self) -> None:
+        """The pools are the caller's."""
