@@ -14,10 +14,9 @@ from harvest.cli.output import (
     operator_id_option,
     output_option,
     progress,
-    sql_api,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards
+from harvest.cli.shards import emit_merged, read_shards, shard_api
 from harvest.core.errors import InvalidArgument
 
 TIMES = [
@@ -73,13 +72,24 @@ def list_(activity_name, workflow_name, limit, before_id, cursor, database_url, 
     emit_merged(merged, "dead_letters", output, render)
 
 
+def shard_id_option(f):
+    return click.option(
+        "--shard-id",
+        type=click.IntRange(0, 65535),
+        default=None,
+        help="The shard the dead letter is on (dlq list shows it); default: the default shard. "
+        "A dead letter's id is unique on its shard only.",
+    )(f)
+
+
 @dlq.command("get")
 @click.argument("dead_letter_id", type=ROW_ID)
+@shard_id_option
 @database_url_option
 @output_option
-def get(dead_letter_id, database_url, output) -> None:
+def get(dead_letter_id, shard_id, database_url, output) -> None:
     """Show one dead letter with its failure."""
-    with sql_api(database_url, read_only=True) as sql:
+    with shard_api(database_url, shard_id, read_only=True) as sql:
         row = sql.get_dead_letter(dead_letter_id)
     emit(row, output, mapping)
 
@@ -121,11 +131,12 @@ hidden_alias(dlq, count, "aggregate")  # the old name (CONTRIBUTING.md "Names")
 
 @dlq.command("replay")
 @click.argument("dead_letter_id", type=ROW_ID)
+@shard_id_option
 @database_url_option
 @output_option
-def replay(dead_letter_id, database_url, output) -> None:
+def replay(dead_letter_id, shard_id, database_url, output) -> None:
     """Re-enqueue one dead letter with a fresh attempt budget."""
-    with sql_api(database_url, read_only=False) as sql:
+    with shard_api(database_url, shard_id, read_only=False) as sql:
         task_id = sql.replay_dead_letter(dead_letter_id)
     emit(
         {"dead_letter_id": dead_letter_id, "task_id": task_id},
@@ -136,11 +147,12 @@ def replay(dead_letter_id, database_url, output) -> None:
 
 @dlq.command("discard")
 @click.argument("dead_letter_id", type=ROW_ID)
+@shard_id_option
 @database_url_option
 @output_option
-def discard(dead_letter_id, database_url, output) -> None:
+def discard(dead_letter_id, shard_id, database_url, output) -> None:
     """Discard one dead letter: its workflow receives the activity's failure."""
-    with sql_api(database_url, read_only=False) as sql:
+    with shard_api(database_url, shard_id, read_only=False) as sql:
         sql.discard_dead_letter(dead_letter_id)
     emit(
         {"dead_letter_id": dead_letter_id, "discarded": True},
@@ -168,6 +180,12 @@ def _bulk_options(f):
                 type=click.IntRange(1, 1000),
                 help="Rows per transaction (progress is shown per batch).",
             ),
+            click.option(
+                "--shard-id",
+                type=click.IntRange(0, 65535),
+                default=None,
+                help="The shard to act on (default: the default shard); a bulk action reads one shard.",
+            ),
             database_url_option,
             output_option,
         ]
@@ -186,6 +204,7 @@ def _bulk(
     dry_run,
     operator,
     batch,
+    shard_id,
     database_url,
     output,
 ) -> None:
@@ -202,7 +221,7 @@ def _bulk(
         "failed_after": failed_after,
         "failed_before": failed_before,
     }
-    with sql_api(database_url, read_only=dry_run) as sql:
+    with shard_api(database_url, shard_id, read_only=dry_run) as sql:
         preview = sql.bulk_dead_letters(action, **filters, limit=limit, dry_run=True)
         if dry_run:
             result = preview

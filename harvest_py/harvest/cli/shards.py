@@ -1,22 +1,51 @@
-"""The CLI's one door to every shard: :func:`shard_apis` (the seam), and reading and printing a
-fan-out read (harvest/shard/fanout.py, docs/sharding.md "Fan-out reads").
+"""The CLI's one door to every shard: where the pools come from (:func:`cli_pools`), the fan-out
+seam (:func:`shard_apis`), the one database of an id-routed command (:func:`routed_api`,
+:func:`shard_api`), the client (:func:`cli_client`), and reading and printing a fan-out read
+(harvest/shard/fanout.py, docs/sharding.md "Fan-out reads" and "Routing").
 
-Every command that lists or counts across shards goes through :func:`read_shards`, which gets
-its APIs from :func:`shard_apis` and nowhere else.
+Without a ``[shards]`` section (and no ``HARVEST_SHARDS__*``) every command keeps its one
+database (``--database-url``, ``HARVEST_DATABASE_URL``, ``database_url``) on one connection, as
+before. With one, every command reads its shards through pools built here, and nowhere else:
+shard 0 on that same database URL unless ``shards.urls`` names it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import click
 
-from harvest.cli.output import cli_config, emit, sql_api
-from harvest.config import Config
-from harvest.core.errors import DatabaseUnavailable
+from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
+from harvest.config import Config, shard_pools, shards_configured
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
+from harvest.db.sqlapi import SqlApi, translated_errors
 from harvest.shard.fanout import PARTIAL, UNAVAILABLE, Merged, ShardReads
+
+# How long a command waits for a shard's connection before it counts the shard unavailable.
+CLI_ACQUIRE_SECS = 5.0
+
+
+@contextlib.contextmanager
+def cli_pools(config: Config, database_url: str | None = None) -> Iterator[Any]:
+    """The ShardPools of this command (``[shards]``; shard 0 on ``database_url`` unless
+    ``shards.urls`` names it), closed when the command ends. The only place the CLI builds
+    pools."""
+    with shard_pools(config, database_url, max_size=2, acquire_timeout=CLI_ACQUIRE_SECS) as pools:
+        yield pools
+
+
+@contextlib.contextmanager
+def _pooled_api(pools: Any, shard: int, *, read_only: bool) -> Iterator[SqlApi]:
+    with pools.connection(shard) as conn, translated_errors():
+        if not read_only:
+            yield SqlApi(conn)
+            return
+        with conn.transaction():
+            conn.execute("SET TRANSACTION READ ONLY")  # a read-only command cannot write by accident
+            yield SqlApi(conn)
 
 
 @contextlib.contextmanager
@@ -24,13 +53,81 @@ def shard_apis(config: Config, database_url: str | None = None) -> Iterator[Mapp
     """Shard number -> API provider (an API, or a zero-argument callable returning a context
     manager that yields one), for the fan-out reads.
 
-    THE SEAM: today one database, shard 0, on one read-only connection opened here (so a
-    database that cannot be reached fails the command as before, with its own message). With
-    [shards] configured, this is where ShardPools comes in: a provider per readable shard,
-    ``functools.partial(pools.api, shard)``, each opened when read and closed after."""
-    del config  # the [shards] section is read here once ShardPools lands
-    with sql_api(database_url, read_only=True) as sql:
-        yield {0: sql}
+    THE SEAM. One database (no ``[shards]``): shard 0 on one read-only connection opened here
+    (a database that cannot be reached fails the command with its own message). Shards: one
+    read-only provider per readable shard over :func:`cli_pools`, each connecting when read,
+    so a shard that cannot be reached (or has no url) is named unavailable, not fatal."""
+    if not shards_configured(config):
+        with sql_api(database_url, read_only=True) as sql:
+            yield {0: sql}
+        return
+    with cli_pools(config, database_url) as pools:
+        yield {s: functools.partial(_pooled_api, pools, s, read_only=True) for s in pools.router.readable}
+
+
+def _check_identity(sql: SqlApi, shard: int) -> None:
+    found = sql.get_shard_id()
+    if found != shard:
+        raise WrongShard(
+            f"--shard-id {shard}: this database is shard {found}; point --database-url at shard "
+            f"{shard}'s database, or configure [shards]",
+            shard,
+            found,
+        )
+
+
+@contextlib.contextmanager
+def shard_api(database_url: str | None, shard: int | None, *, read_only: bool) -> Iterator[SqlApi]:
+    """The SQL API on one shard's database: ``shard`` (None: the default shard), for what is
+    addressed by a number that is only unique per shard (a dead letter's id). One database
+    (no ``[shards]``): that database, which must be ``shard`` when one is given."""
+    config = cli_config()
+    if not shards_configured(config):
+        with sql_api(database_url, read_only=read_only) as sql:
+            if shard is not None:
+                _check_identity(sql, shard)
+            yield sql
+        return
+    with cli_pools(config, database_url) as pools:
+        target = pools.router.default if shard is None else shard
+        if target not in pools.router.readable:
+            raise InvalidArgument(f"--shard-id {target} is not a shard of this deployment")
+        with _pooled_api(pools, target, read_only=read_only) as sql:
+            yield sql
+
+
+@contextlib.contextmanager
+def routed_api(database_url: str | None, execution_id: str, *, read_only: bool) -> Iterator[SqlApi]:
+    """The SQL API on the database of the shard ``execution_id`` carries (one database: that
+    database, as before). A shard with no url, or down, is ShardUnavailable (exit 1), never
+    another shard's database."""
+    config = cli_config()
+    if not shards_configured(config):
+        with sql_api(database_url, read_only=read_only) as sql:
+            yield sql
+        return
+    with cli_pools(config, database_url) as pools:
+        try:
+            shard = pools.router.route(execution_id)
+        except ValueError:
+            raise InvalidArgument(f"{execution_id!r} is not an execution id (a UUID)") from None
+        with _pooled_api(pools, shard, read_only=read_only) as sql:
+            yield sql
+
+
+@contextlib.contextmanager
+def cli_client(database_url: str | None) -> Iterator[Any]:
+    """A Client for this command: ``Client(dsn)`` for one database, ``Client(shards=...)`` over
+    :func:`cli_pools` with ``[shards]`` (placement, and every call routed by its id)."""
+    from harvest.client import Client
+
+    config = cli_config()
+    if not shards_configured(config):
+        with Client(cli_dsn(database_url)) as client:
+            yield client
+        return
+    with cli_pools(config, database_url) as pools, Client(shards=pools) as client:
+        yield client
 
 
 def read_shards(database_url: str | None, read: Callable[[ShardReads], Merged[Any]]) -> Merged[Any]:

@@ -13,15 +13,13 @@ from harvest.cli.output import (
     ROW_ID,
     WAIT_SECS,
     AliasedOption,
-    cli_dsn,
     database_url_option,
     emit,
     mapping,
     output_option,
-    sql_api,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards
+from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_api
 from harvest.core.errors import InvalidArgument
 
 
@@ -64,6 +62,17 @@ def workflow() -> None:
 @click.option("--queue", "--task-queue", "queue", cls=AliasedOption, default="default", show_default=True)
 @click.option("--reuse-policy", default="allow_duplicate", show_default=True)
 @click.option("--conflict-policy", default="unspecified", show_default=True)
+@click.option(
+    "--shard-id",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Pin the run to this shard (must be writable); not with --residency-key.",
+)
+@click.option(
+    "--residency-key",
+    default=None,
+    help="Pin the run to the shard this declared key maps to ([shards.residency]).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @output_option
 def start(
@@ -74,18 +83,22 @@ def start(
     queue: str,
     reuse_policy: str,
     conflict_policy: str,
+    shard_id: int | None,
+    residency_key: str | None,
     database_url: str | None,
     output: str,
 ) -> None:
-    """Start workflow NAME (or attach to its run, per the policies)."""
-    from harvest.client import Client
+    """Start workflow NAME (or attach to its run, per the policies).
 
+    Without --shard-id or --residency-key a sharded deployment hashes NAME and the workflow id
+    over the writable shards; with one, the run is placed there and the output names its
+    shard_id."""
     if not name.strip():
         raise InvalidArgument("workflow name is empty: give the name a worker registers")
 
     value = read_json_option(input_json, input_file, "input")
     args = [] if value is None else (value if isinstance(value, list) else [value])
-    with Client(cli_dsn(database_url)) as client:
+    with cli_client(database_url) as client:
         handle = client.start_workflow(
             name,
             *args,
@@ -93,15 +106,17 @@ def start(
             queue=queue,
             reuse_policy=reuse_policy,
             conflict_policy=conflict_policy,
+            shard_id=shard_id,
+            residency_key=residency_key,
         )
-    _echo(
-        {
-            "execution_id": handle.execution_id,
-            "workflow_id": handle.workflow_id,
-            "started_fresh": handle.started_fresh,
-        },
-        output,
-    )
+    data = {
+        "execution_id": handle.execution_id,
+        "workflow_id": handle.workflow_id,
+        "started_fresh": handle.started_fresh,
+    }
+    if shard_id is not None or residency_key is not None:
+        data["shard_id"] = handle.shard_id  # only when placement was asked for, as the guide says
+    _echo(data, output)
 
 
 @workflow.command("get")
@@ -110,7 +125,7 @@ def start(
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
     """Show one execution."""
-    with sql_api(database_url, read_only=True) as sql:
+    with routed_api(database_url, execution_id, read_only=True) as sql:
         data = sql.get_execution(execution_id)
     emit(
         data,
@@ -158,7 +173,6 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
 
     Exit 0: completed; 1: it ended without completing; 3: --timeout ran out while it still runs.
     """
-    from harvest.client import Client
     from harvest.core.errors import (
         TimeoutError_,
         WorkflowCancelled,
@@ -168,7 +182,7 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
     )
 
     try:
-        with Client(cli_dsn(database_url)) as client:
+        with cli_client(database_url) as client:
             value = client.get_handle(execution_id).result(timeout=timeout)
     except TimeoutError_ as exc:
         click.echo(f"error: {exc}", err=True)
@@ -201,7 +215,7 @@ def history(execution_id: str, full: bool, database_url: str | None, output: str
 @output_option
 def terminate(execution_id: str, reason: str | None, database_url: str | None, output: str) -> None:
     """End a run at once; no cleanup code runs."""
-    with sql_api(database_url, read_only=False) as sql:
+    with routed_api(database_url, execution_id, read_only=False) as sql:
         sql.terminate_workflow(execution_id, reason)
     emit(
         {"execution_id": execution_id, "status": "TERMINATED"}, output, lambda d: f"terminated {execution_id}"
@@ -367,7 +381,7 @@ def count(group_by, state, workflow_name, search_attrs, created_after, created_b
 def signal(execution_id, signal_name, payload_json, payload_file, database_url, output) -> None:
     """Send signal SIGNAL_NAME to a running execution."""
     payload = read_json_option(payload_json, payload_file, "payload")
-    with sql_api(database_url, read_only=False) as sql:
+    with routed_api(database_url, execution_id, read_only=False) as sql:
         event_id = sql.signal_workflow(execution_id, signal_name, payload)
     emit(
         {"execution_id": execution_id, "signal": signal_name, "event_id": event_id},
@@ -383,7 +397,7 @@ def signal(execution_id, signal_name, payload_json, payload_file, database_url, 
 @output_option
 def cancel(execution_id, reason, database_url, output) -> None:
     """Ask a running execution to cancel (its code may clean up)."""
-    with sql_api(database_url, read_only=False) as sql:
+    with routed_api(database_url, execution_id, read_only=False) as sql:
         requested = sql.cancel_workflow(execution_id, reason)
     emit(
         {"execution_id": execution_id, "cancel_requested": True, "first_request": requested},
@@ -398,7 +412,7 @@ def cancel(execution_id, reason, database_url, output) -> None:
 @output_option
 def stack(execution_id, database_url, output) -> None:
     """What an execution is waiting on now, and its last event id."""
-    with sql_api(database_url, read_only=True) as sql:
+    with routed_api(database_url, execution_id, read_only=True) as sql:
         data = sql.get_execution_stack(execution_id)
 
     def render(d):
@@ -478,7 +492,7 @@ def children(execution_id, state, depth, database_url, output) -> None:
 
 
 def _history_rows(execution_id: str, full: bool, database_url: str | None) -> dict[str, Any]:
-    with sql_api(database_url, read_only=True) as sql:
+    with routed_api(database_url, execution_id, read_only=True) as sql:
         execution = sql.get_execution(execution_id)
         events = sql.get_history(execution_id)
     doc = {"execution": execution, "events": events, "redacted": not full}
@@ -536,7 +550,7 @@ def export(
     if full and payload_policy == "redacted":
         raise InvalidArgument("--full and --payload-policy redacted contradict each other: give one")
     full = full or payload_policy == "full"
-    with sql_api(database_url, read_only=True) as sql:
+    with routed_api(database_url, execution_id, read_only=True) as sql:
         execution = sql.get_execution(execution_id)
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if path == "-":
@@ -582,10 +596,8 @@ def export(
 @output_option
 def query(execution_id, name, input_json, input_file, timeout, database_url, output) -> None:
     """Ask a running execution's query handler NAME; a live worker answers, nothing is written."""
-    from harvest.client import Client
-
     arg = read_json_option(input_json, input_file, "input")
-    with Client(cli_dsn(database_url)) as client:
+    with cli_client(database_url) as client:
         value = client.get_handle(execution_id).query(name, arg, timeout=timeout)
     emit(
         {"execution_id": execution_id, "query": name, "result": value},
@@ -614,11 +626,10 @@ def update(
     execution_id, name, input_json, input_file, wait, update_id, timeout_secs, database_url, output
 ) -> None:
     """Validate, record and run update NAME on a running execution."""
-    from harvest.client import Client
     from harvest.client.messages import UpdateHandle
 
     arg = read_json_option(input_json, input_file, "input")
-    with Client(cli_dsn(database_url)) as client:
+    with cli_client(database_url) as client:
         outcome = client.get_handle(execution_id).update(
             name, arg, wait=wait, timeout=timeout_secs, update_id=update_id
         )
@@ -673,7 +684,7 @@ def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, 
     The source ends TERMINATED; new_execution_id names the fork.
     """
     # Not read-only even for --dry-run: the plan locks the run's row (FOR UPDATE) while it reads.
-    with sql_api(database_url, read_only=False) as sql:
+    with routed_api(database_url, execution_id, read_only=False) as sql:
         plan = sql.reset_workflow(execution_id, to_event, reason, operator_id, signal_reapply, dry_run)
 
     def render(d):
