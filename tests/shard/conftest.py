@@ -8,6 +8,8 @@ several servers, one of which can be taken down.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -116,3 +118,60 @@ def empty_db(shard_servers: ShardServers) -> Iterator[tuple[int, str]]:
     dsn = shard_servers.create_database(1, name, template=None)
     yield 1, dsn
     shard_servers.drop_database(1, name)
+
+
+class PerShardWorkers:
+    """One ordinary single-database Worker per shard database, all on one event loop in a thread:
+    everything of a run lives on its shard, so a worker per shard runs every run."""
+
+    def __init__(self, workers: list):
+        self.workers = workers
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        async def go() -> None:
+            self.loop = asyncio.get_running_loop()
+            self._ready.set()
+            await asyncio.gather(*(worker.run() for worker in self.workers))
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+
+    def start(self) -> PerShardWorkers:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self.loop is not None and self._thread.is_alive():
+            for worker in self.workers:
+                self.loop.call_soon_threadsafe(worker.request_stop)
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.fixture
+def per_shard_workers(shards: ShardCluster) -> Iterator:
+    """per_shard_workers(app, shard_ids=(0, 1, 2), **worker_options): a Worker on each of those
+    shards' databases, stopped after the test (until the worker itself is shard-aware)."""
+    from harvest import Worker
+
+    running: list[PerShardWorkers] = []
+
+    def start(app, shard_ids=tuple(range(SHARD_COUNT)), **options) -> PerShardWorkers:
+        options.setdefault("poll_interval", 0.5)
+        options.setdefault("scan_interval", 0.2)
+        group = PerShardWorkers([Worker(app, shards.dsns[s], **options) for s in shard_ids]).start()
+        running.append(group)
+        return group
+
+    yield start
+    for group in running:
+        group.stop()

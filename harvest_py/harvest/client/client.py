@@ -531,6 +531,7 @@ class Client:
                 raise InvalidArgument("give the client a dsn or shards=, not both")
             self.dsn = None
             self._target: Any = routing.Sharded(shards)
+            self.router = self._target.router
             self._first_connections(check_schema)
         else:
             self.dsn = resolve_dsn(dsn)
