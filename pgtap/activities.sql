@@ -375,10 +375,10 @@ SELECT results_eq($$SELECT outcome, handed IS NOT NULL, status, lease_owner FROM
                   'decided_by = the worker: the woken workflow task is handed, running and leased to it');
 SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
-             h ->> 'workflow_id', h ->> 'task_queue', h ->> 'queue', (h ->> 'attempt')::integer,
+             h ->> 'workflow_id', h ? 'task_queue', h ->> 'queue', (h ->> 'attempt')::integer,
              (h ->> 'fencing_token')::bigint, (h ->> 'lease_expires_at')::timestamptz, (h ->> 'new_events_after')::bigint
       FROM (SELECT handed AS h FROM batches WHERE batch = 'ho') AS b$$,
-    $$SELECT t.id, 'workflow'::text, t.execution_id, 'act_wf'::text, 'ho'::text, 'wq_ho'::text, 'wq_ho'::text, 1,
+    $$SELECT t.id, 'workflow'::text, t.execution_id, 'act_wf'::text, 'ho'::text, false, 'wq_ho'::text, 1,
              t.fencing_token, '2030-01-01 00:05:45+00'::timestamptz, 1::bigint
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ho.1') AND t.kind = 'workflow'$$,
     'handed: the workflow task as claim_tasks returns it (attempt 1, its fencing token, lease = p_workflow_lease_secs)');

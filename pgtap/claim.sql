@@ -51,8 +51,8 @@ SELECT row_number() OVER () AS n, c.* FROM harvest.claim_tasks('w1', ARRAY['cq']
 SELECT results_eq($$SELECT workflow_id FROM batch1 ORDER BY n$$, ARRAY['C', 'A', 'B'],
                   'claim_tasks(): highest priority first, then earliest due; a task due later is not claimed');
 SELECT results_eq(
-    $$SELECT DISTINCT kind, workflow_name, task_queue, queue, attempt, lease_expires_at FROM batch1$$,
-    $$VALUES ('workflow'::text, 'claim_wf'::text, 'cq'::text, 'cq'::text, 1,
+    $$SELECT DISTINCT kind, workflow_name, queue, attempt, lease_expires_at FROM batch1$$,
+    $$VALUES ('workflow'::text, 'claim_wf'::text, 'cq'::text, 1,
               '2030-01-01 00:00:55+00'::timestamptz)$$,
     'claimed workflow tasks: attempt 1, lease = now + p_workflow_lease_secs');
 SELECT results_eq(
@@ -132,9 +132,9 @@ SELECT results_eq($$SELECT activity_name, seq, input, lease_expires_at FROM acts
              ('stc'::text, 2, '[2]'::jsonb, '2030-01-01 00:10:20+00'::timestamptz),
              ('hb'::text, 3, '[3]'::jsonb, '2030-01-01 00:10:05+00'::timestamptz)$$,
     'activity leases: 300 s by default, start_to_close, or heartbeat_timeout when shorter; priority first');
-SELECT results_eq($$SELECT DISTINCT kind, queue, task_queue, workflow_name, workflow_id, attempt FROM acts$$,
-    $$VALUES ('activity'::text, 'aq'::text, 'wq_acts'::text, 'wf_acts'::text, 'acts'::text, 1)$$,
-    'activity rows name their queue, the workflow''s task queue and the run');
+SELECT results_eq($$SELECT DISTINCT kind, queue, workflow_name, workflow_id, attempt FROM acts$$,
+    $$VALUES ('activity'::text, 'aq'::text, 'wf_acts'::text, 'acts'::text, 1)$$,
+    'activity rows name their own queue and the run');
 SELECT is((SELECT options FROM acts WHERE activity_name = 'hb'), '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb,
           'the activity options are handed to the worker');
 SELECT is((SELECT heartbeat_details FROM acts WHERE activity_name = 'hb'), NULL::jsonb,

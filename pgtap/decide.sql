@@ -727,11 +727,11 @@ SELECT results_eq(
     'the first is running, leased to the worker (attempt 1, a fencing token, lease = heartbeat_timeout); the second pending');
 SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
-             h ->> 'workflow_id', h ->> 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',
+             h ->> 'workflow_id', h ? 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',
              h -> 'input', h -> 'options', (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint,
              (h ->> 'lease_expires_at')::timestamptz, h -> 'heartbeat_details', h -> 'new_events'
       FROM (SELECT pg_temp.handed('hand') -> 0 AS h) AS x$$,
-    $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, 'dq_hand'::text, 'hand_q'::text,
+    $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, false, 'hand_q'::text,
              1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb, 1,
              t.fencing_token, t.lease_expires_at, 'null'::jsonb, 'null'::jsonb
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand') AND t.seq = 1$$,
@@ -1003,13 +1003,13 @@ SELECT results_eq(
     'complete_workflow_tasks() leaves the run as complete_workflow_task does (decided_by/through, history_bytes)');
 SELECT results_eq(
     $$SELECT r.last_event_id, r.execution_status,
-             (r.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'task_queue', 'fencing_token'],
+             (r.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'fencing_token'],
              t.kind, t.queue, t.priority, t.status, t.attempt, t.seq, t.activity_name, t.input, t.options,
              t.due_at, t.scheduled_at, t.deadline_at, t.started_at, t.lease_owner, t.lease_expires_at
       FROM batch_rows AS r JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_a')
       WHERE r.label = 'pair' AND r.task_id = pg_temp.task('wb_a')$$,
     $$SELECT s.last_event_id, s.execution_status,
-             (s.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'task_queue', 'fencing_token'],
+             (s.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'fencing_token'],
              t.kind, t.queue, t.priority, t.status, t.attempt, t.seq, t.activity_name, t.input, t.options,
              t.due_at, t.scheduled_at, t.deadline_at, t.started_at, t.lease_owner, t.lease_expires_at
       FROM wb_single AS s JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_1')$$,

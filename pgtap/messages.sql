@@ -72,7 +72,7 @@ SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['elsewh
                 'nothing is claimed from other queues');
 CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 1, 30);
 SELECT results_eq(
-    $$SELECT request_id, kind, execution_id, workflow_name, workflow_id, task_queue, execution_status, name, arg,
+    $$SELECT request_id, kind, execution_id, workflow_name, workflow_id, queue, execution_status, name, arg,
              update_id FROM c1$$,
     $$VALUES (pg_temp.id('q1'), 'query'::text, pg_temp.run('a'), 'q_wf'::text, 'a'::text, 'qq_a'::text,
               'RUNNING'::text, 'status'::text, '{"verbose": true}'::jsonb, NULL::text)$$,
