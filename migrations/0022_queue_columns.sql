@@ -12,4 +12,5 @@ DROP FUNCTION IF EXISTS harvest.claim_query_requests(text, text[], integer, doub
 
 -- The files that define them are applied again after this migration, whatever
 -- their recorded checksums say.
-DELETE FROM harvest.function_files WHERE file_name IN ('claim.sql', 'messages.sql');
+DELETE FROM harvest.function_files
+WHERE file_name IN ('claim.sql', 'messages.sql');
