@@ -28,7 +28,7 @@ from harvest.core.errors import from_database_error
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
     p_workflow_name => %(workflow_name)s, p_input => %(input)s, p_workflow_id => %(workflow_id)s,
-    p_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
+    p_queue => %(queue)s, p_reuse_policy => %(reuse_policy)s,
     p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
     p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
     p_run_timeout_secs => %(run_timeout)s, p_shard => %(shard)s)
@@ -41,7 +41,7 @@ SIGNAL_WITH_START = """
 SELECT * FROM harvest.signal_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_signal_name => %(signal_name)s, p_signal_payload => %(payload)s, p_input => %(input)s,
-    p_queue => %(task_queue)s, p_search_attributes => %(search_attributes)s)
+    p_queue => %(queue)s, p_search_attributes => %(search_attributes)s)
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
@@ -165,7 +165,7 @@ UPDATE_WITH_START = """
 SELECT * FROM harvest.update_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_update_name => %(name)s, p_update_arg => %(arg)s, p_input => %(input)s,
-    p_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
+    p_queue => %(queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
     p_search_attributes => %(search_attributes)s)
 """
 PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
@@ -264,7 +264,7 @@ def start_workflow(
     workflow_name: str,
     input: list[Any],
     workflow_id: str | None,
-    task_queue: str,
+    queue: str,
     reuse_policy: str,
     conflict_policy: str,
     search_attributes: dict[str, Any],
@@ -280,7 +280,7 @@ def start_workflow(
         "workflow_name": workflow_name,
         "input": _jsonb(input),
         "workflow_id": workflow_id,
-        "task_queue": task_queue,
+        "queue": queue,
         "reuse_policy": reuse_policy,
         "conflict_policy": conflict_policy,
         "search_attributes": _jsonb(search_attributes),
@@ -309,7 +309,7 @@ def signal_with_start(
     signal_name: str,
     payload: Any,
     input: list[Any],
-    task_queue: str,
+    queue: str,
     search_attributes: dict[str, Any],
 ) -> dict[str, Any]:
     return {
@@ -318,7 +318,7 @@ def signal_with_start(
         "signal_name": signal_name,
         "payload": _jsonb(payload),
         "input": _jsonb(input),
-        "task_queue": task_queue,
+        "queue": queue,
         "search_attributes": _jsonb(search_attributes),
     }
 
@@ -816,7 +816,7 @@ def update_with_start(
     name: str,
     arg: Any,
     input: list[Any],
-    task_queue: str,
+    queue: str,
     update_id: str | None,
     timeout: float,
     search_attributes: dict[str, Any],
@@ -827,7 +827,7 @@ def update_with_start(
         "name": name,
         "arg": _jsonb(arg),
         "input": _jsonb(input),
-        "task_queue": task_queue,
+        "queue": queue,
         "update_id": update_id,
         "timeout": timeout,
         "search_attributes": _jsonb(search_attributes),
