@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(153);
+SELECT plan(155);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
