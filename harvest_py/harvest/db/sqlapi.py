@@ -115,7 +115,7 @@ SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(oper
                               %(signal_reapply)s, %(dry_run)s) AS plan
 """
 VERSION_USAGE = "SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s)"
-# -- the operator surface (functions/operator.sql, fleet.sql, retention.sql, dead_letters.sql)
+# -- the operator surface (functions/executions.sql, workers.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
 SELECT * FROM harvest.list_executions(
     p_status => %(state)s, p_workflow_name => %(workflow_name)s,
@@ -156,7 +156,7 @@ SET_WORKER_RETENTION = "SELECT harvest.set_worker_retention(%(max_age)s::interva
 PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
 
 
-# -- queries and updates (functions/queries.sql)
+# -- queries and updates (functions/messages.sql)
 REQUEST_QUERY = "SELECT harvest.request_query(%(execution_id)s, %(name)s, %(arg)s, %(timeout)s) AS request_id"
 REQUEST_UPDATE = """
 SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s)
@@ -681,7 +681,7 @@ def bulk_dead_letters(
     }
 
 
-# -- the operator surface (functions/operator.sql, fleet.sql, retention.sql) -------------------
+# -- the operator surface (functions/executions.sql, workers.sql, retention.sql) ----------------
 @call(LIST_EXECUTIONS)
 def list_executions(
     state: str | None = None,
@@ -790,7 +790,7 @@ def prune_workers(max_age: str | None = None, operator: str | None = None) -> di
     return {"max_age": max_age, "operator": operator}
 
 
-# -- queries and updates (functions/queries.sql) ----------------------------------------------
+# -- queries and updates (functions/messages.sql) ----------------------------------------------
 @call(REQUEST_QUERY, column("request_id"))
 def request_query(execution_id: str, name: str, arg: Any, timeout: float) -> dict[str, Any]:
     return {"execution_id": execution_id, "name": name, "arg": _jsonb(arg), "timeout": timeout}
