@@ -60,8 +60,10 @@ pgtap: install
 	    cp $(PG15_EXTENSION_DIR)/pgtap.control $(PG15_EXTENSION_DIR)/pgtap*.sql "$$ext"/ && \
 	    echo "pgtap: $$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$$ext"/pgtap.control) installed in $$ext"
 
-# The PostgreSQL 15 leg: pgTAP and the migration tests on a throwaway Debian cluster.
-PG15_TESTS = tests/pgtap $(wildcard tests/integration/test_migrations*.py)
+# The PostgreSQL 15 leg: pgTAP and the migration tests (fresh install vs migrations, and the
+# upgrade of the previous release's database) on a throwaway Debian cluster.
+PG15_TESTS = tests/pgtap tests/integration/test_schema_equivalence.py \
+	tests/integration/test_upgrade_from_previous_release.py tests/integration/test_migration_runner.py
 test-pg15: install pgtap
 	scripts/with-debian-pg15.sh $(BIN)/pytest -q -p no:cacheprovider $(PG15_TESTS)
 

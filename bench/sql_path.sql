@@ -29,7 +29,7 @@ BEGIN
         PERFORM harvest.start_workflows((
             SELECT jsonb_agg(jsonb_build_object('workflow_name', 'three_steps',
                                                 'input', '[0]'::jsonb,
-                                                'task_queue', v_queue))
+                                                'queue', v_queue))
             FROM generate_series(1, v_size) AS k));
         COMMIT;
         -- Claim the batch's workflow tasks and decide step 1 of each.

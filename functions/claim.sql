@@ -319,7 +319,7 @@ RETURNS TABLE (
     execution_id uuid,
     workflow_name text,
     workflow_id text,
-    task_queue text,
+    -- The task's queue; a workflow task's is its execution's queue.
     queue text,
     seq integer,
     activity_name text,
@@ -395,7 +395,7 @@ BEGIN
         -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
         -- join may be cached as a generic plan that scans the whole table.
         RETURN QUERY
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).queue,
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
                harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
@@ -414,7 +414,7 @@ BEGIN
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, v_now);
     RETURN QUERY  -- (probes per id, as above)
-    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).queue,
+    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details,
            harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
@@ -496,7 +496,7 @@ AS $$
     SELECT jsonb_build_object(
         'task_id', p_task.id, 'kind', p_task.kind, 'execution_id', p_task.execution_id,
         'workflow_name', p_execution.workflow_name, 'workflow_id', p_execution.workflow_id,
-        'task_queue', p_execution.queue, 'queue', p_task.queue, 'seq', p_task.seq,
+        'queue', p_task.queue, 'seq', p_task.seq,
         'activity_name', p_task.activity_name, 'input', p_task.input, 'options', p_task.options,
         'attempt', p_task.attempt, 'fencing_token', p_task.fencing_token,
         'lease_expires_at', p_task.lease_expires_at, 'heartbeat_details', p_task.heartbeat_details,

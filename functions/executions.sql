@@ -1,6 +1,8 @@
 -- Executions: reading one run and its history, ending a run from outside, the
--- operator's filtered, keyset-paginated list and the stack, and waiting for a
--- run's result. Signal and cancel are signals.sql; children are relays.sql.
+-- operator's filtered, keyset-paginated list, the stack up (get_execution_stack)
+-- and the children down (list_children), the runs per recorded version
+-- (count_versions), and waiting for a run's result. Signal and cancel are
+-- signals.sql; a child's and a parent's ends reaching each other are relays.sql.
 
 CREATE OR REPLACE FUNCTION harvest.get_execution(p_execution_id uuid)
 RETURNS harvest.executions
@@ -371,6 +373,43 @@ BEGIN
 END;
 $$;
 
+-- An execution's children (direct, or down to p_depth levels), newest first.
+CREATE OR REPLACE FUNCTION harvest.list_children(
+    p_execution_id uuid, p_status text DEFAULT NULL, p_depth integer DEFAULT 1
+)
+RETURNS TABLE (
+    execution_id uuid, parent_id uuid, workflow_name text, workflow_id text, status text,
+    created_at timestamptz, completed_at timestamptz, error_summary text, depth integer
+)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_status IS NOT NULL AND upper(p_status) NOT IN (
+        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW'
+    ) THEN
+        RAISE EXCEPTION 'unknown status "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+                        'TIMED_OUT or CONTINUED_AS_NEW', p_status USING ERRCODE = 'HR001',
+            HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW';
+    END IF;
+    IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN
+        RAISE EXCEPTION 'depth % is out of range 1..100', p_depth USING ERRCODE = 'HR001';
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE tree AS (
+        SELECT e.id, e.parent_id, 1 AS depth FROM harvest.executions AS e WHERE e.parent_id = p_execution_id
+        UNION ALL
+        SELECT e.id, e.parent_id, t.depth + 1
+        FROM harvest.executions AS e JOIN tree AS t ON e.parent_id = t.id
+        WHERE t.depth < p_depth
+    )
+    SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
+           (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), t.depth
+    FROM tree AS t JOIN harvest.executions AS e ON e.id = t.id
+    WHERE p_status IS NULL OR e.status = upper(p_status)
+    ORDER BY e.created_at DESC, e.id;
+END;
+$$;
+
 -- Waiting for results. handle.result() LISTENs on harvest_done, marks itself as a
 -- waiter for the run, then reads the run; _close_execution notifies only runs
 -- somebody waits for, so the notify lock stays off the hot path of unattended
@@ -401,6 +440,38 @@ AS $$
     DELETE FROM harvest.result_waiters WHERE waiter_id = p_waiter_id;
 $$;
 
+-- Which recorded versions of a ctx.version() gate are still in use, so an old
+-- branch is deleted only when no run can replay through it. Read-only.
+CREATE OR REPLACE FUNCTION harvest.count_versions(
+    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active'
+)
+RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_change_id IS NULL OR p_change_id = '' THEN
+        RAISE EXCEPTION 'change_id is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_state_group IS NULL OR p_state_group NOT IN ('active', 'terminal', 'all') THEN
+        RAISE EXCEPTION 'unknown state_group "%"', p_state_group USING ERRCODE = 'HR001',
+            HINT = 'use active, terminal or all';
+    END IF;
+    RETURN QUERY
+    SELECT (ev.event_data #>> '{value,version}')::integer AS recorded,
+           CASE WHEN e.status = 'RUNNING' THEN 'active' ELSE 'terminal' END AS grp,
+           count(DISTINCT e.id),
+           (array_agg(DISTINCT e.id))[1:5]
+    FROM harvest.events AS ev
+    JOIN harvest.executions AS e ON e.id = ev.execution_id
+    WHERE ev.event_type = 'MarkerRecorded' AND ev.event_data ->> 'kind' = 'version'
+      AND ev.event_data #>> '{value,change_id}' = p_change_id
+      AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
+      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status = 'RUNNING'))
+    GROUP BY 1, 2
+    ORDER BY 1, 2;
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.get_execution IS
 'One execution row; HR002 when it does not exist. For operators and clients (role harvest_reader).';
@@ -419,9 +490,15 @@ COMMENT ON FUNCTION harvest.count_executions IS
 COMMENT ON FUNCTION harvest.get_execution_stack IS
 'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task and '
 'the last event id; HR002 when it does not exist. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.list_children IS
+'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
+'(else HR001). For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.wait_for_result IS
 'While the run is RUNNING, mark p_waiter_id as waiting for its end; returns the run as it is now (HR002 when it '
 'does not exist). Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.stop_waiting_for_result IS
 'Drop a waiter''s marks (it got its answer, timed out or gave up). Called by clients (roles harvest_reader, '
 'harvest_worker).';
+COMMENT ON FUNCTION harvest.count_versions IS
+'Which recorded versions of a ctx.version() gate runs still use, so an old branch is deleted only when no run can'
+' replay through it. Read-only, for operators (role harvest_reader).';

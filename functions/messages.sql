@@ -200,7 +200,7 @@ CREATE OR REPLACE FUNCTION harvest.claim_query_requests(
 )
 RETURNS TABLE (
     request_id bigint, kind text, execution_id uuid, workflow_name text, workflow_id text,
-    task_queue text, execution_status text, name text, arg jsonb, update_id text,
+    queue text, execution_status text, name text, arg jsonb, update_id text,
     expires_at timestamptz
 )
 LANGUAGE plpgsql

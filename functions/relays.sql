@@ -95,47 +95,7 @@ BEGIN
 END;
 $$;
 
--- An execution's children (direct, or down to p_depth levels), newest first.
-CREATE OR REPLACE FUNCTION harvest.list_children(
-    p_execution_id uuid, p_status text DEFAULT NULL, p_depth integer DEFAULT 1
-)
-RETURNS TABLE (
-    execution_id uuid, parent_id uuid, workflow_name text, workflow_id text, status text,
-    created_at timestamptz, completed_at timestamptz, error_summary text, depth integer
-)
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    IF p_status IS NOT NULL AND upper(p_status) NOT IN (
-        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW'
-    ) THEN
-        RAISE EXCEPTION 'unknown status "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-                        'TIMED_OUT or CONTINUED_AS_NEW', p_status USING ERRCODE = 'HR001',
-            HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW';
-    END IF;
-    IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN
-        RAISE EXCEPTION 'depth % is out of range 1..100', p_depth USING ERRCODE = 'HR001';
-    END IF;
-    RETURN QUERY
-    WITH RECURSIVE tree AS (
-        SELECT e.id, e.parent_id, 1 AS depth FROM harvest.executions AS e WHERE e.parent_id = p_execution_id
-        UNION ALL
-        SELECT e.id, e.parent_id, t.depth + 1
-        FROM harvest.executions AS e JOIN tree AS t ON e.parent_id = t.id
-        WHERE t.depth < p_depth
-    )
-    SELECT e.id, e.parent_id, e.workflow_name, e.workflow_id, e.status, e.created_at, e.completed_at,
-           (e.failure ->> 'error_type') || ': ' || (e.failure ->> 'message'), t.depth
-    FROM tree AS t JOIN harvest.executions AS e ON e.id = t.id
-    WHERE p_status IS NULL OR e.status = upper(p_status)
-    ORDER BY e.created_at DESC, e.id;
-END;
-$$;
-
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.deliver_relays IS
 'Deliver relays (a child''s end to its parent, a parent''s end to its children) whose immediate delivery found '
 'the target busy; returns how many. Called by the scanner, harvest.scan (role harvest_worker).';
-COMMENT ON FUNCTION harvest.list_children IS
-'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
-'(else HR001). For operators (role harvest_reader).';

@@ -175,43 +175,8 @@ BEGIN
 END;
 $$;
 
--- Which recorded versions of a ctx.version() gate are still in use, so an old
--- branch is deleted only when no run can replay through it. Read-only.
-CREATE OR REPLACE FUNCTION harvest.count_versions(
-    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active'
-)
-RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
-LANGUAGE plpgsql STABLE
-AS $$
-BEGIN
-    IF p_change_id IS NULL OR p_change_id = '' THEN
-        RAISE EXCEPTION 'change_id is empty' USING ERRCODE = 'HR001';
-    END IF;
-    IF p_state_group IS NULL OR p_state_group NOT IN ('active', 'terminal', 'all') THEN
-        RAISE EXCEPTION 'unknown state_group "%"', p_state_group USING ERRCODE = 'HR001',
-            HINT = 'use active, terminal or all';
-    END IF;
-    RETURN QUERY
-    SELECT (ev.event_data #>> '{value,version}')::integer AS recorded,
-           CASE WHEN e.status = 'RUNNING' THEN 'active' ELSE 'terminal' END AS grp,
-           count(DISTINCT e.id),
-           (array_agg(DISTINCT e.id))[1:5]
-    FROM harvest.events AS ev
-    JOIN harvest.executions AS e ON e.id = ev.execution_id
-    WHERE ev.event_type = 'MarkerRecorded' AND ev.event_data ->> 'kind' = 'version'
-      AND ev.event_data #>> '{value,change_id}' = p_change_id
-      AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
-      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status = 'RUNNING'))
-    GROUP BY 1, 2
-    ORDER BY 1, 2;
-END;
-$$;
-
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.reset_workflow IS
 'Recover a running top-level run stuck on history its code can no longer replay: it ends TERMINATED and a fork '
 'carrying the history through p_to_event runs under the current code; audited, p_dry_run only reports the plan; '
 'an invalid point raises HR001, a terminal run HR005. For admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.count_versions IS
-'Which recorded versions of a ctx.version() gate runs still use, so an old branch is deleted only when no run can'
-' replay through it. Read-only, for operators (role harvest_reader).';

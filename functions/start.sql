@@ -477,7 +477,8 @@ COMMENT ON FUNCTION harvest.start_workflow(text, jsonb, text, text, text, text, 
 
 -- A client's group commit of starts: each element of p_starts (a JSON array of
 -- objects with start_workflow's arguments, without the p_ prefix; "shard" is
--- p_shard, refused with HR011 when it is not this database's) is started as
+-- p_shard, refused with HR011 when it is not this database's; "task_queue" is
+-- still read as the deprecated spelling of "queue") is started as
 -- start_workflow would, in one transaction; n is the element's position (from 1).
 -- Any start that raises fails the whole call; the client then starts the
 -- elements one by one, so each gets its own answer or error. Starts of named
@@ -504,11 +505,18 @@ BEGIN
             RAISE EXCEPTION 'start % needs "workflow_name" as a JSON string', v_start.n
                 USING ERRCODE = 'HR001';
         END IF;
+        -- "task_queue" is the deprecated spelling of "queue" (accepted for one release).
+        IF v_start.args ? 'queue' AND v_start.args ? 'task_queue'
+           AND v_start.args -> 'queue' IS DISTINCT FROM v_start.args -> 'task_queue' THEN
+            RAISE EXCEPTION 'start % gives "queue" % and "task_queue" %, which disagree', v_start.n,
+                v_start.args -> 'queue', v_start.args -> 'task_queue' USING ERRCODE = 'HR001',
+                HINT = 'pass "queue" only ("task_queue" is its deprecated spelling)';
+        END IF;
         SELECT * INTO v_row FROM harvest.start_workflow(
             p_workflow_name => v_start.args ->> 'workflow_name',
             p_input => coalesce(v_start.args -> 'input', '[]'::jsonb),
             p_workflow_id => v_start.args ->> 'workflow_id',
-            p_queue => coalesce(v_start.args ->> 'task_queue', 'default'),
+            p_queue => coalesce(v_start.args ->> 'queue', v_start.args ->> 'task_queue', 'default'),
             p_reuse_policy => coalesce(v_start.args ->> 'reuse_policy', 'allow_duplicate'),
             p_conflict_policy => coalesce(v_start.args ->> 'conflict_policy', 'unspecified'),
             p_search_attributes => coalesce(v_start.args -> 'search_attributes', '{}'::jsonb),

@@ -1,6 +1,7 @@
--- The timeout scanner, run by every worker on a timer: crash recovery and the
--- activity timeouts. Bounded per call; rows locked elsewhere are skipped and
--- picked up by the next pass.
+-- Timeouts: crash recovery and the activity and workflow timeouts, swept by the
+-- scanner (harvest.scan in scanner.sql) that every worker runs on a timer.
+-- Bounded per call; rows locked elsewhere are skipped and picked up by the next
+-- pass.
 --
 --   * a workflow task whose lease expired goes back to pending (a crashed
 --     decider's work is simply redone; it wrote nothing);
@@ -105,26 +106,6 @@ BEGIN
 END;
 $$;
 
--- One scanner pass in one round trip: what every worker runs each scan_interval.
--- Each step is bounded by p_limit and skips rows locked elsewhere; the answer says
--- what moved so the worker knows whether to claim at once.
-CREATE OR REPLACE FUNCTION harvest.scan(p_limit integer DEFAULT 100)
-RETURNS jsonb
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_expired jsonb;
-BEGIN
-    SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM harvest.expire_tasks(p_limit) AS x;
-    RETURN jsonb_build_object(
-        'expired_tasks', v_expired,
-        'timed_out_workflows', harvest.expire_workflows(p_limit),
-        'relays_delivered', harvest.deliver_relays(p_limit),
-        'mutex_grants', harvest.grant_mutexes(p_limit),
-        'starts_released', harvest.release_pending_starts(p_limit));
-END;
-$$;
-
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.expire_tasks IS
 'Crash recovery and activity timeouts: expired workflow-task leases go back to pending, expired activity leases '
@@ -133,7 +114,3 @@ COMMENT ON FUNCTION harvest.expire_tasks IS
 COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'
 ' (role harvest_worker).';
-COMMENT ON FUNCTION harvest.scan IS
-'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, grant_mutexes, '
-'release_pending_starts), each bounded by p_limit; the answer says what moved. Called by every worker each '
-'scan_interval (role harvest_worker).';

@@ -10,55 +10,27 @@ SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- One activity per key: a run on queue wq_<key> schedules activity act_<key> (seq 1,
--- queue aq_<key>, the given options), and worker-a claims it.
-CREATE TEMP TABLE acts (key text PRIMARY KEY, execution_id uuid, task_id bigint, token bigint) ON COMMIT DROP;
-CREATE FUNCTION pg_temp.act(p_key text, p_options jsonb DEFAULT '{}') RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('act_wf', '[]', p_key, 'wq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['wq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, jsonb_build_array(
-        jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'act_' || p_key,
-                           'input', jsonb_build_array(p_key), 'queue', 'aq_' || p_key, 'options', p_options)));
-    -- The workflow task is done; only the activity is left to claim.
-    INSERT INTO acts SELECT p_key, c.execution_id, c.task_id, c.fencing_token
+-- queue aq_<key>, the given options), and worker-a claims it (pg_temp.start_activity).
+CREATE FUNCTION pg_temp.act(p_key text, p_options jsonb DEFAULT '{}') RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_activity(p_key, 'act_wf', 'wq_' || p_key, 'act_' || p_key, 'aq_' || p_key,
+                                  jsonb_build_array(p_key), p_options);
+$fn$;
+-- Claim the activity of p_key again (after a retry); returns the attempt.
+CREATE FUNCTION pg_temp.reclaim(p_key text) RETURNS integer LANGUAGE sql AS $fn$
+    SELECT pg_temp.remember(p_key, c.execution_id, c.task_id, c.fencing_token)
     FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], 1) AS c;
-END;
-$fn$;
--- Claim the key's activity again (after a retry backoff); returns the attempt.
-CREATE FUNCTION pg_temp.reclaim(p_key text) RETURNS integer LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    SELECT * INTO v_task FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], 1);
-    UPDATE acts SET task_id = v_task.task_id, token = v_task.fencing_token WHERE key = p_key;
-    RETURN v_task.attempt;
-END;
-$fn$;
-CREATE FUNCTION pg_temp.task(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT task_id FROM acts WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.token(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT token FROM acts WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM acts WHERE key = p_key;
+    SELECT attempt FROM harvest.tasks WHERE id = pg_temp.task(p_key);
 $fn$;
 CREATE FUNCTION pg_temp.fail(p_key text, p_failure jsonb DEFAULT '{"error_type": "IOError", "message": "flaky"}')
 RETURNS text LANGUAGE sql AS $fn$
     SELECT harvest.fail_activity(pg_temp.task(p_key), pg_temp.token(p_key), p_failure);
-$fn$;
-CREATE FUNCTION pg_temp.last_event(p_key text) RETURNS TABLE (event_type text, event_data jsonb) LANGUAGE sql AS $fn$
-    SELECT event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run(p_key)
-    ORDER BY event_id DESC LIMIT 1;
 $fn$;
 
 -- complete_activity: ActivityCompleted, the task gone, the workflow woken.
 SELECT pg_temp.act('ok');
 SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s, '{"sent": true}')$$,
                        pg_temp.task('ok'), pg_temp.token('ok')), 'complete_activity() succeeds');
-SELECT results_eq($$SELECT * FROM pg_temp.last_event('ok')$$,
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('ok'))$$,
                   $$VALUES ('ActivityCompleted'::text, '{"seq": 1, "result": {"sent": true}, "attempt": 1}'::jsonb)$$,
                   'complete_activity(): ActivityCompleted{seq, result, attempt}');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE id = pg_temp.task('ok')$$, 'the activity task is deleted');
@@ -70,7 +42,7 @@ SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s, '1')$$, pg_te
 SELECT pg_temp.act('ok_null');
 SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s, NULL)$$,
                        pg_temp.task('ok_null'), pg_temp.token('ok_null')), 'complete_activity() with a NULL result');
-SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event('ok_null')), 'null'::jsonb,
+SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event(pg_temp.run('ok_null'))), 'null'::jsonb,
           'a NULL result is stored as JSON null');
 
 SELECT pg_temp.act('stale');
@@ -89,7 +61,7 @@ SELECT throws_ok(format($$SELECT harvest.fail_activity(%s, %s, NULL)$$,
                         pg_temp.task('stale'), pg_temp.token('stale')), 'HR001', NULL,
                  'fail_activity() with a NULL failure: HR001');
 CREATE TEMP TABLE wf_task ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('act_wf', '[]', 'wf_task', 'wq_wf_task');
-INSERT INTO acts SELECT 'wf_task', c.execution_id, c.task_id, c.fencing_token
+SELECT pg_temp.remember('wf_task', c.execution_id, c.task_id, c.fencing_token)
 FROM harvest.claim_tasks('worker-a', ARRAY['wq_wf_task']) AS c;
 SELECT throws_ok(format($$SELECT harvest.complete_activity(%s, %s)$$, pg_temp.task('wf_task'), pg_temp.token('wf_task')),
                  'HR001', format('task %s is a workflow task, not a activity task', pg_temp.task('wf_task')),
@@ -115,7 +87,7 @@ SELECT results_eq(
     $$VALUES ('pending'::text, 1, '2030-01-01 00:00:02+00'::timestamptz, NULL::text, NULL::timestamptz,
               '{"error_type": "IOError", "message": "flaky"}'::jsonb)$$,
     'the same row waits initial_interval (2 s), lease dropped, failure kept');
-SELECT is((SELECT event_type FROM pg_temp.last_event('retry')), 'ActivityScheduled',
+SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('retry'))), 'ActivityScheduled',
           'a scheduled retry writes no event');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('retry') AND kind = 'workflow'$$,
                 'a scheduled retry does not wake the workflow');
@@ -138,7 +110,7 @@ SELECT results_eq(
              '{"retry": {"max_attempts": 3, "initial_interval": 2, "backoff": 3, "max_interval": 100}}'::jsonb,
              0, 3, 'still flaky'::text, '2030-01-01 00:00:00+00'::timestamptz, '2030-01-01 00:00:08+00'::timestamptz$$,
     'the dead letter keeps the invocation, the attempts and the last failure');
-SELECT is((SELECT event_type FROM pg_temp.last_event('retry')), 'ActivityScheduled',
+SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('retry'))), 'ActivityScheduled',
           'a dead letter writes no ActivityFailed: the workflow keeps waiting');
 SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('retry')), 'RUNNING', 'the run stays RUNNING');
 
@@ -212,7 +184,7 @@ SELECT is(pg_temp.fail('flag_false', '{"error_type": "E", "message": "m", "non_r
 SELECT pg_temp.act('nodl', '{"dead_letter": false, "retry": {"max_attempts": 1}}');
 SELECT is(pg_temp.fail('nodl', '{"error_type": "E", "message": "no luck", "non_retryable": false, "details": null}'),
           'failed', 'dead_letter=false, attempts exhausted: failed');
-SELECT results_eq($$SELECT * FROM pg_temp.last_event('nodl')$$,
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('nodl'))$$,
     $$VALUES ('ActivityFailed'::text, '{"seq": 1, "attempt": 1, "failure": {"error_type": "E", "message": "no luck",
               "non_retryable": false, "details": null}}'::jsonb)$$,
     'dead_letter=false: ActivityFailed{seq, failure, attempt} is appended');
@@ -277,20 +249,14 @@ CREATE TEMP TABLE batches (batch text, task_id bigint, outcome text, message tex
 ON COMMIT DROP;
 -- A run on queue wq_<key> decided by p_decider (its decided_by) that scheduled p_n
 -- activities (seq 1..p_n, queue aq_<key>); worker-a claims them as acts <key>.<seq>.
-CREATE FUNCTION pg_temp.decided(p_key text, p_decider text, p_n integer DEFAULT 1) RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('act_wf', '[]', p_key, 'wq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['wq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
+CREATE FUNCTION pg_temp.decided(p_key text, p_decider text, p_n integer DEFAULT 1) RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_decided(p_key, 'act_wf', 'wq_' || p_key,
         (SELECT jsonb_agg(jsonb_build_object('type', 'schedule_activity', 'seq', g, 'name', 'act_' || p_key,
                                              'queue', 'aq_' || p_key) ORDER BY g)
          FROM generate_series(1, p_n) AS g),
-        p_decider);
-    INSERT INTO acts SELECT p_key || '.' || c.seq, c.execution_id, c.task_id, c.fencing_token
+        p_decided_by => p_decider);
+    SELECT pg_temp.remember(p_key || '.' || c.seq, c.execution_id, c.task_id, c.fencing_token)
     FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], p_n) AS c;
-END;
 $fn$;
 -- Complete the activities p_keys as p_worker in one batch, recorded as batch p_batch.
 CREATE FUNCTION pg_temp.batch(p_batch text, p_worker text, p_keys text[], p_hand_off boolean DEFAULT true)
@@ -344,14 +310,14 @@ SELECT results_eq(
               format('task %s was claimed again (fencing token %s is stale)',
                      pg_temp.task('ca_stale'), pg_temp.token('ca_stale') - 1), NULL)$$,
     'complete_activities(): one row per item, completed or the problem with its message');
-SELECT results_eq($$SELECT * FROM pg_temp.last_event('ca_good')$$,
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('ca_good'))$$,
                   $$VALUES ('ActivityCompleted'::text, '{"seq": 1, "result": {"n": 1}, "attempt": 1}'::jsonb)$$,
                   'the good item: ActivityCompleted{seq, result, attempt}');
 SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('ca_good')$$,
                   $$VALUES ('workflow'::text, 'pending'::text)$$,
                   'the good item: its task is gone and a pending workflow task wakes the run');
 SELECT results_eq(
-    $$SELECT t.kind, t.status, t.fencing_token, t.attempt, (SELECT event_type FROM pg_temp.last_event('ca_stale'))
+    $$SELECT t.kind, t.status, t.fencing_token, t.attempt, (SELECT event_type FROM pg_temp.last_event(pg_temp.run('ca_stale')))
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ca_stale')$$,
     $$VALUES ('activity'::text, 'running'::text, pg_temp.token('ca_stale'), 1, 'ActivityScheduled'::text)$$,
     'the stale item: its task untouched, no event, the run not woken');
@@ -375,10 +341,10 @@ SELECT results_eq($$SELECT outcome, handed IS NOT NULL, status, lease_owner FROM
                   'decided_by = the worker: the woken workflow task is handed, running and leased to it');
 SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
-             h ->> 'workflow_id', h ->> 'task_queue', h ->> 'queue', (h ->> 'attempt')::integer,
+             h ->> 'workflow_id', h ? 'task_queue', h ->> 'queue', (h ->> 'attempt')::integer,
              (h ->> 'fencing_token')::bigint, (h ->> 'lease_expires_at')::timestamptz, (h ->> 'new_events_after')::bigint
       FROM (SELECT handed AS h FROM batches WHERE batch = 'ho') AS b$$,
-    $$SELECT t.id, 'workflow'::text, t.execution_id, 'act_wf'::text, 'ho'::text, 'wq_ho'::text, 'wq_ho'::text, 1,
+    $$SELECT t.id, 'workflow'::text, t.execution_id, 'act_wf'::text, 'ho'::text, false, 'wq_ho'::text, 1,
              t.fencing_token, '2030-01-01 00:05:45+00'::timestamptz, 1::bigint
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ho.1') AND t.kind = 'workflow'$$,
     'handed: the workflow task as claim_tasks returns it (attempt 1, its fencing token, lease = p_workflow_lease_secs)');
@@ -471,7 +437,7 @@ SELECT is(harvest._record_activity_result(
               (SELECT t FROM harvest.tasks AS t WHERE t.id = pg_temp.task('rec.1')), '7', 'hw', NULL, 30),
           NULL, '_record_activity_result() without worker queues: nothing handed');
 SELECT results_eq(
-    $$SELECT (SELECT event_data FROM pg_temp.last_event('rec.1')), t.kind, t.status
+    $$SELECT (SELECT event_data FROM pg_temp.last_event(pg_temp.run('rec.1'))), t.kind, t.status
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('rec.1')$$,
     $$VALUES ('{"seq": 1, "result": 7, "attempt": 1}'::jsonb, 'workflow'::text, 'pending'::text)$$,
     '_record_activity_result(): ActivityCompleted and a pending workflow task');
@@ -499,7 +465,7 @@ CREATE FUNCTION pg_temp.decision(
 $fn$;
 -- Complete activity p_key as p_worker with p_decision, recorded as batch p_batch
 -- (its result: p_result, by default the key as JSON).
-CREATE FUNCTION pg_temp.decide(
+CREATE FUNCTION pg_temp.decide_with_result(
     p_batch text, p_worker text, p_key text, p_decision jsonb, p_result jsonb DEFAULT NULL,
     p_hand_off boolean DEFAULT true
 ) RETURNS void LANGUAGE sql AS $fn$
@@ -516,7 +482,7 @@ RETURNS TABLE (
     outcome text, decided jsonb, handed boolean, status text, lease_owner text, last_event text, decided_through bigint
 ) LANGUAGE sql AS $fn$
     SELECT b.outcome, b.decided, coalesce((b.handed ->> 'task_id')::bigint = t.id, false), t.status, t.lease_owner,
-           (SELECT event_type FROM pg_temp.last_event(p_key)), e.decided_through
+           (SELECT event_type FROM pg_temp.last_event(pg_temp.run(p_key))), e.decided_through
     FROM batches AS b
     JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run(p_key) AND t.kind = 'workflow'
     JOIN harvest.executions AS e ON e.id = pg_temp.run(p_key)
@@ -585,16 +551,16 @@ SELECT results_eq(
     'the item without a decision: decided NULL, its woken workflow task handed as before');
 -- The worker decides on the handed activity's result in turn, after the event its
 -- decision ended with.
-INSERT INTO acts SELECT 'da.2', pg_temp.run('da.1'), (h ->> 'task_id')::bigint, (h ->> 'fencing_token')::bigint
+SELECT pg_temp.remember('da.2', pg_temp.run('da.1'), (h ->> 'task_id')::bigint, (h ->> 'fencing_token')::bigint)
 FROM (SELECT decided -> 'handed' -> 0 AS h FROM batches WHERE batch = 'da' AND task_id = pg_temp.task('da.1')) AS b;
-SELECT pg_temp.decide('da2', 'dw', 'da.2', pg_temp.decision('da.2', '[{"type": "complete_workflow", "result": 2}]'));
+SELECT pg_temp.decide_with_result('da2', 'dw', 'da.2', pg_temp.decision('da.2', '[{"type": "complete_workflow", "result": 2}]'));
 SELECT is((SELECT decided FROM batches WHERE batch = 'da2'),
           '{"last_event_id": 9, "execution_status": "COMPLETED", "handed": []}'::jsonb,
           'the handed activity''s result, decided on after the decision''s last event: accepted in turn');
 
 -- hand_off_slots 0: the scheduled activity is queued.
 SELECT pg_temp.decided('da0', 'dw');
-SELECT pg_temp.decide('da0', 'dw', 'da0.1', pg_temp.decision('da0.1', '[{"type": "schedule_activity", "seq": 2,
+SELECT pg_temp.decide_with_result('da0', 'dw', 'da0.1', pg_temp.decision('da0.1', '[{"type": "schedule_activity", "seq": 2,
                                                                        "name": "next", "queue": "dq_next"}]'));
 SELECT is((SELECT decided FROM batches WHERE batch = 'da0'),
           '{"last_event_id": 6, "execution_status": "RUNNING", "handed": []}'::jsonb,
@@ -605,13 +571,13 @@ SELECT results_eq($$SELECT kind, seq, status, lease_owner FROM harvest.tasks WHE
 
 -- A decision that completes the workflow.
 SELECT pg_temp.decided('da_done', 'dw');
-SELECT pg_temp.decide('da_done', 'dw', 'da_done.1',
+SELECT pg_temp.decide_with_result('da_done', 'dw', 'da_done.1',
                       pg_temp.decision('da_done.1', '[{"type": "complete_workflow", "result": "ok"}]', 1));
 SELECT is((SELECT decided FROM batches WHERE batch = 'da_done'),
           '{"last_event_id": 6, "execution_status": "COMPLETED", "handed": []}'::jsonb,
           'a decision that completes the workflow: execution_status COMPLETED');
 SELECT results_eq(
-    $$SELECT e.status, e.output, (SELECT event_type FROM pg_temp.last_event('da_done.1')),
+    $$SELECT e.status, e.output, (SELECT event_type FROM pg_temp.last_event(pg_temp.run('da_done.1'))),
              (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('da_done.1')$$,
     $$VALUES ('COMPLETED'::text, '"ok"'::jsonb, 'WorkflowCompleted'::text, 0::bigint)$$,
@@ -619,7 +585,7 @@ SELECT results_eq(
 
 -- result_text is compared with the stored jsonb text, whatever order the worker's JSON had.
 SELECT pg_temp.decided('da_norm', 'dw');
-SELECT pg_temp.decide('da_norm', 'dw', 'da_norm.1', pg_temp.decision('da_norm.1', '[]', 0, NULL, '{"a": 2, "b": 1}'),
+SELECT pg_temp.decide_with_result('da_norm', 'dw', 'da_norm.1', pg_temp.decision('da_norm.1', '[]', 0, NULL, '{"a": 2, "b": 1}'),
                       '{"b": 1, "a": 2}');
 SELECT is((SELECT decided FROM batches WHERE batch = 'da_norm'),
           '{"last_event_id": 5, "execution_status": "RUNNING", "handed": []}'::jsonb,
@@ -630,7 +596,7 @@ SELECT is((SELECT decided FROM batches WHERE batch = 'da_norm'),
 SELECT pg_temp.decided('da_after', 'dw');
 SELECT is(harvest._append_event(pg_temp.run('da_after.1'), 'SignalReceived', '{"name": "s", "payload": null}'), 4::bigint,
           'setup: a signal is appended after the worker''s decision');
-SELECT pg_temp.decide('da_after', 'dw', 'da_after.1', pg_temp.decision('da_after.1', '[]', 0, 3));
+SELECT pg_temp.decide_with_result('da_after', 'dw', 'da_after.1', pg_temp.decision('da_after.1', '[]', 0, 3));
 SELECT pg_temp.refused('da_after', true,
                        'after is not the last event: refused; the result alone, its workflow task handed to the worker');
 SELECT is((SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint)
@@ -639,41 +605,41 @@ SELECT is((SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigi
           'the handed workflow task carries the signal and the result');
 -- (b) Another worker decided last.
 SELECT pg_temp.decided('da_other', 'someone-else');
-SELECT pg_temp.decide('da_other', 'dw', 'da_other.1', pg_temp.decision('da_other.1', '[]'));
+SELECT pg_temp.decide_with_result('da_other', 'dw', 'da_other.1', pg_temp.decision('da_other.1', '[]'));
 SELECT pg_temp.refused('da_other', false,
                        'another worker decided last: refused; the result alone, a pending workflow task');
 -- (c) The run has a workflow task already.
 SELECT pg_temp.decided('da_open', 'dw');
 SELECT lives_ok(format($$SELECT harvest._ensure_workflow_task('%s')$$, pg_temp.run('da_open.1')),
                 'setup: the run has a pending workflow task');
-SELECT pg_temp.decide('da_open', 'dw', 'da_open.1', pg_temp.decision('da_open.1', '[]'));
+SELECT pg_temp.decide_with_result('da_open', 'dw', 'da_open.1', pg_temp.decision('da_open.1', '[]'));
 SELECT pg_temp.refused('da_open', false,
                        'a workflow task is open: refused; the result alone, the open task left to see it');
 -- (d) The run saw the result as another text than the one stored.
 SELECT pg_temp.decided('da_text', 'dw');
-SELECT pg_temp.decide('da_text', 'dw', 'da_text.1', pg_temp.decision('da_text.1', '[]', 0, NULL, '{"b": 1, "a": 2}'),
+SELECT pg_temp.decide_with_result('da_text', 'dw', 'da_text.1', pg_temp.decision('da_text.1', '[]', 0, NULL, '{"b": 1, "a": 2}'),
                       '{"a": 2, "b": 1}');
 SELECT pg_temp.refused('da_text', true,
                        'result_text is not the stored text: refused; the result alone, handed to the worker');
-SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event('da_text.1')), '{"a": 2, "b": 1}'::jsonb,
+SELECT is((SELECT event_data -> 'result' FROM pg_temp.last_event(pg_temp.run('da_text.1'))), '{"a": 2, "b": 1}'::jsonb,
           'the refused item''s result is stored as sent');
 -- (e) The hand-off rules refuse: a higher-priority task pending on the run's queue,
 -- a queue the worker does not poll, a worker that is not active.
 SELECT pg_temp.decided('da_prio', 'dw');
 SELECT harvest.start_workflow('act_wf', '[]', 'da_prio_blocker', 'wq_da_prio', p_priority => 1);
-SELECT pg_temp.decide('da_prio', 'dw', 'da_prio.1', pg_temp.decision('da_prio.1', '[]'));
+SELECT pg_temp.decide_with_result('da_prio', 'dw', 'da_prio.1', pg_temp.decision('da_prio.1', '[]'));
 SELECT pg_temp.refused('da_prio', false,
                        'a higher-priority task pending on the queue: refused; the result alone, a pending workflow task');
 SELECT pg_temp.decided('da_unpolled', 'dw');
-SELECT pg_temp.decide('da_unpolled', 'dw', 'da_unpolled.1', pg_temp.decision('da_unpolled.1', '[]'));
+SELECT pg_temp.decide_with_result('da_unpolled', 'dw', 'da_unpolled.1', pg_temp.decision('da_unpolled.1', '[]'));
 SELECT pg_temp.refused('da_unpolled', false,
                        'a queue the worker does not poll: refused; the result alone, a pending workflow task');
 SELECT pg_temp.decided('da_drain', 'dw_drain');
-SELECT pg_temp.decide('da_drain', 'dw_drain', 'da_drain.1', pg_temp.decision('da_drain.1', '[]'));
+SELECT pg_temp.decide_with_result('da_drain', 'dw_drain', 'da_drain.1', pg_temp.decision('da_drain.1', '[]'));
 SELECT pg_temp.refused('da_drain', false, 'a draining worker: refused; the result alone, a pending workflow task');
 -- (f) p_hand_off false: no decision is applied.
 SELECT pg_temp.decided('da_off', 'dw');
-SELECT pg_temp.decide('da_off', 'dw', 'da_off.1', pg_temp.decision('da_off.1', '[]'), p_hand_off => false);
+SELECT pg_temp.decide_with_result('da_off', 'dw', 'da_off.1', pg_temp.decision('da_off.1', '[]'), p_hand_off => false);
 SELECT pg_temp.refused('da_off', false,
                        'p_hand_off false: the decision is not applied; the result alone, a pending workflow task');
 
@@ -773,7 +739,7 @@ SELECT lives_ok(format($$SELECT harvest.terminate_workflow('%s')$$, pg_temp.run(
                 'setup: the run is terminated');
 SELECT ok(harvest._store_activity_result((SELECT t FROM ended_task), '1') IS NULL,
           '_store_activity_result() of a run that ended: NULL');
-SELECT is((SELECT event_type FROM pg_temp.last_event('store_end.1')), 'WorkflowTerminated',
+SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('store_end.1'))), 'WorkflowTerminated',
           'and it records nothing');
 
 -- _activity_completed: the event data both paths write (a result alone, or with its decision).
@@ -811,7 +777,7 @@ SELECT throws_ok(format($$SELECT harvest.fail_activity(%s, %s, jsonb_build_objec
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 SELECT is(pg_temp.fail('big', '{"error_type": "PayloadTooLarge", "message": "too big", "non_retryable": true}'),
           'failed', 'the worker''s typed, non-retryable PayloadTooLarge failure ends the activity');
-SELECT is((SELECT event_data #>> '{failure,error_type}' FROM pg_temp.last_event('big') WHERE event_type = 'ActivityFailed'),
+SELECT is((SELECT event_data #>> '{failure,error_type}' FROM pg_temp.last_event(pg_temp.run('big')) WHERE event_type = 'ActivityFailed'),
           'PayloadTooLarge', '... and the workflow hears ActivityFailed{PayloadTooLarge}');
 
 SELECT * FROM finish();

@@ -9,17 +9,10 @@ SELECT plan(97);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- Start a run on a queue of its own, take its first workflow task and answer it.
-CREATE FUNCTION pg_temp.decide(p_key text, p_commands jsonb) RETURNS uuid LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_run record;
-    v_task record;
-BEGIN
-    SELECT * INTO v_run FROM harvest.start_workflow('wf_' || p_key, '[]', p_key, 'wq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('setup', ARRAY['wq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, p_commands, 'setup');
-    RETURN v_run.execution_id;
-END;
+-- Start wf_<key> on a queue of its own (wq_<key>); worker "setup" takes its first
+-- workflow task and answers it with p_commands. Returns the run's id.
+CREATE FUNCTION pg_temp.setup_run(p_key text, p_commands jsonb) RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_decided(p_key, 'wf_' || p_key, 'wq_' || p_key, p_commands, 'setup', 'setup');
 $fn$;
 
 -- Argument checks.
@@ -51,8 +44,8 @@ SELECT row_number() OVER () AS n, c.* FROM harvest.claim_tasks('w1', ARRAY['cq']
 SELECT results_eq($$SELECT workflow_id FROM batch1 ORDER BY n$$, ARRAY['C', 'A', 'B'],
                   'claim_tasks(): highest priority first, then earliest due; a task due later is not claimed');
 SELECT results_eq(
-    $$SELECT DISTINCT kind, workflow_name, task_queue, queue, attempt, lease_expires_at FROM batch1$$,
-    $$VALUES ('workflow'::text, 'claim_wf'::text, 'cq'::text, 'cq'::text, 1,
+    $$SELECT DISTINCT kind, workflow_name, queue, attempt, lease_expires_at FROM batch1$$,
+    $$VALUES ('workflow'::text, 'claim_wf'::text, 'cq'::text, 1,
               '2030-01-01 00:00:55+00'::timestamptz)$$,
     'claimed workflow tasks: attempt 1, lease = now + p_workflow_lease_secs');
 SELECT results_eq(
@@ -115,7 +108,7 @@ SELECT is((SELECT count(*) FROM harvest.tasks WHERE queue = 'lq' AND status = 'r
 
 -- Activity tasks: the lease is min(start_to_close, heartbeat_timeout), 300 s by default.
 SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
-INSERT INTO runs SELECT 'acts', pg_temp.decide('acts', jsonb_build_array(
+INSERT INTO runs SELECT 'acts', pg_temp.setup_run('acts', jsonb_build_array(
     jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'plain', 'input', '[1]'::jsonb,
                        'queue', 'aq'),
     jsonb_build_object('type', 'schedule_activity', 'seq', 2, 'name', 'stc', 'input', '[2]'::jsonb,
@@ -132,9 +125,9 @@ SELECT results_eq($$SELECT activity_name, seq, input, lease_expires_at FROM acts
              ('stc'::text, 2, '[2]'::jsonb, '2030-01-01 00:10:20+00'::timestamptz),
              ('hb'::text, 3, '[3]'::jsonb, '2030-01-01 00:10:05+00'::timestamptz)$$,
     'activity leases: 300 s by default, start_to_close, or heartbeat_timeout when shorter; priority first');
-SELECT results_eq($$SELECT DISTINCT kind, queue, task_queue, workflow_name, workflow_id, attempt FROM acts$$,
-    $$VALUES ('activity'::text, 'aq'::text, 'wq_acts'::text, 'wf_acts'::text, 'acts'::text, 1)$$,
-    'activity rows name their queue, the workflow''s task queue and the run');
+SELECT results_eq($$SELECT DISTINCT kind, queue, workflow_name, workflow_id, attempt FROM acts$$,
+    $$VALUES ('activity'::text, 'aq'::text, 'wf_acts'::text, 'acts'::text, 1)$$,
+    'activity rows name their own queue and the run');
 SELECT is((SELECT options FROM acts WHERE activity_name = 'hb'), '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb,
           'the activity options are handed to the worker');
 SELECT is((SELECT heartbeat_details FROM acts WHERE activity_name = 'hb'), NULL::jsonb,
@@ -154,8 +147,8 @@ SELECT results_eq($$SELECT activity_name, attempt, heartbeat_details FROM harves
 
 -- Timers fire inside claim_tasks: TimerFired, then a workflow task claimed in the same call.
 SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';
-INSERT INTO runs SELECT 'T', pg_temp.decide('timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
-INSERT INTO runs SELECT 'T2', pg_temp.decide('timer2', '[{"type": "start_timer", "seq": 1, "duration": 30}]');
+INSERT INTO runs SELECT 'T', pg_temp.setup_run('timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
+INSERT INTO runs SELECT 'T2', pg_temp.setup_run('timer2', '[{"type": "start_timer", "seq": 1, "duration": 30}]');
 SELECT is((SELECT due_at FROM harvest.tasks
            WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'T') AND kind = 'timer'),
           '2030-01-01 01:01:00+00'::timestamptz, 'a timer task is due at now + duration');
@@ -192,7 +185,7 @@ SELECT is(harvest._fire_due_timers(ARRAY['wq_timer2']), 0, '_fire_due_timers() w
 
 -- A timer of a run that ended does not fire.
 SET LOCAL harvest.fake_now = '2030-01-01 02:00:00+00';
-INSERT INTO runs SELECT 'T3', pg_temp.decide('timer3', '[{"type": "start_timer", "seq": 1, "duration": 1}]');
+INSERT INTO runs SELECT 'T3', pg_temp.setup_run('timer3', '[{"type": "start_timer", "seq": 1, "duration": 1}]');
 UPDATE harvest.executions SET status = 'CANCELLED' WHERE id = (SELECT execution_id FROM runs WHERE name = 'T3');
 SET LOCAL harvest.fake_now = '2030-01-01 02:00:05+00';
 SELECT is(harvest._fire_due_timers(ARRAY['wq_timer3']), 0, 'the timer of a run that is not RUNNING does not fire');
@@ -403,7 +396,7 @@ SELECT is((SELECT count(*) FROM harvest.claim_tasks('w-ho', ARRAY['ho_prio_q']))
           'setup: the priority-5 task is claimed');
 SELECT is(harvest._may_hand_off('ho_prio_q', 0, harvest._hand_off_queues('h-active')), true,
           '_may_hand_off(): a running task of a higher priority does not block');
-INSERT INTO runs SELECT 'HO_T', pg_temp.decide('ho_timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
+INSERT INTO runs SELECT 'HO_T', pg_temp.setup_run('ho_timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
 UPDATE harvest.tasks SET priority = 9 WHERE kind = 'timer' AND queue = 'wq_ho_timer';
 SELECT is(harvest._may_hand_off('wq_ho_timer', 0, harvest._hand_off_queues('h-active')), true,
           '_may_hand_off(): a timer does not block, whatever its priority');
@@ -419,7 +412,7 @@ SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS 
           (SELECT to_jsonb(c) FROM tfw_claim AS c),
           '_task_for_worker() of a workflow task: claim_tasks'' row as JSON (with new_events)');
 SELECT is((SELECT jsonb_array_length(c.new_events) FROM tfw_claim AS c), 1, 'setup: the claim carried the history');
-INSERT INTO runs SELECT 'TFW_A', pg_temp.decide('tfw_act', $$[{"type": "schedule_activity", "seq": 1, "name": "a",
+INSERT INTO runs SELECT 'TFW_A', pg_temp.setup_run('tfw_act', $$[{"type": "schedule_activity", "seq": 1, "name": "a",
     "input": [1], "queue": "tfw_aq", "options": {"start_to_close": 7}}]$$);
 CREATE TEMP TABLE tfw_act ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w-tfw', ARRAY['tfw_aq']);
 SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t
@@ -430,7 +423,7 @@ SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS 
 -- _hand_workflow_task: a running workflow task leased to the worker, unless the
 -- run already has a workflow task or is not running.
 SET LOCAL harvest.fake_now = '2030-01-03 00:01:00+00';
-INSERT INTO runs SELECT 'HWT', pg_temp.decide('hwt', '[{"type": "start_timer", "seq": 1, "duration": 3600}]');
+INSERT INTO runs SELECT 'HWT', pg_temp.setup_run('hwt', '[{"type": "start_timer", "seq": 1, "duration": 3600}]');
 CREATE TEMP TABLE hwt ON COMMIT DROP AS
 SELECT harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'HWT'), 'w-hand', 20) AS id;
 SELECT results_eq(
@@ -445,7 +438,7 @@ SELECT is(harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name 
           '_hand_workflow_task() when the run already has a workflow task: NULL');
 SELECT is(harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'T2'), 'w-hand', 20), NULL,
           '_hand_workflow_task() when the run has a pending workflow task: NULL');
-INSERT INTO runs SELECT 'HWT_DONE', pg_temp.decide('hwt_done', '[{"type": "complete_workflow", "result": null}]');
+INSERT INTO runs SELECT 'HWT_DONE', pg_temp.setup_run('hwt_done', '[{"type": "complete_workflow", "result": null}]');
 SELECT is(harvest._hand_workflow_task((SELECT execution_id FROM runs WHERE name = 'HWT_DONE'), 'w-hand', 20), NULL,
           '_hand_workflow_task() of a run that is not running: NULL');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'HWT_DONE')$$,

@@ -8,34 +8,15 @@ SELECT plan(37);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- A run wf_<workflow>/<key> whose activity <activity> (seq 1) fails non-retryably
--- and is dead-lettered. Returns the dead letter's id.
-CREATE TEMP TABLE parked (key text PRIMARY KEY, execution_id uuid, dead_letter_id bigint) ON COMMIT DROP;
+-- A run of <workflow> (key <key>) whose activity <activity> (seq 1) fails
+-- non-retryably and is dead-lettered (pg_temp.dead_letter); parked keeps its id.
+CREATE TEMP TABLE parked (key text PRIMARY KEY, dead_letter_id bigint) ON COMMIT DROP;
 CREATE FUNCTION pg_temp.park(p_key text, p_workflow text, p_activity text, p_options jsonb DEFAULT '{}')
-RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow(p_workflow, '[]', p_key, 'wq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['wq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, jsonb_build_array(
-        jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', p_activity, 'input', '["x"]'::jsonb,
-                           'queue', 'aq_' || p_key, 'options', p_options)));
-    SELECT * INTO v_task FROM harvest.claim_tasks('worker', ARRAY['aq_' || p_key], 1);
-    IF harvest.fail_activity(v_task.task_id, v_task.fencing_token, jsonb_build_object(
-           'error_type', 'Boom', 'message', 'failed ' || p_key, 'non_retryable', true, 'details', NULL))
-       <> 'dead_lettered' THEN
-        RAISE EXCEPTION 'setup: % was not dead-lettered', p_key;
-    END IF;
-    INSERT INTO parked SELECT p_key, v_task.execution_id, d.id FROM harvest.dead_letters AS d
-    WHERE d.execution_id = v_task.execution_id;
-END;
+RETURNS void LANGUAGE sql AS $fn$
+    INSERT INTO parked VALUES (p_key, pg_temp.dead_letter(p_key, p_workflow, p_activity, p_options));
 $fn$;
 CREATE FUNCTION pg_temp.dl(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
     SELECT dead_letter_id FROM parked WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM parked WHERE key = p_key;
 $fn$;
 
 SELECT pg_temp.park('a', 'orders', 'charge', '{"schedule_to_close": 600, "priority": 2}');

@@ -4,24 +4,8 @@ BEGIN;
 SELECT plan(11);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
-CREATE FUNCTION pg_temp.park(p_key text, p_activity text)
-RETURNS bigint LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('bk_wf', '[]', p_key, 'bq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['bq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, jsonb_build_array(
-        jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', p_activity, 'input', '[]'::jsonb,
-                           'queue', 'ba_' || p_key, 'options', '{}'::jsonb)));
-    SELECT * INTO v_task FROM harvest.claim_tasks('worker', ARRAY['ba_' || p_key], 1);
-    PERFORM harvest.fail_activity(v_task.task_id, v_task.fencing_token, jsonb_build_object(
-        'error_type', 'Boom', 'message', 'x', 'non_retryable', true, 'details', NULL));
-    RETURN (SELECT d.id FROM harvest.dead_letters d WHERE d.execution_id = v_task.execution_id);
-END;
-$fn$;
-SELECT pg_temp.park('b' || n, 'send') FROM generate_series(1, 3) AS n;
-SELECT pg_temp.park('c1', 'charge');
+SELECT pg_temp.dead_letter('b' || n, 'bk_wf', 'send') FROM generate_series(1, 3) AS n;
+SELECT pg_temp.dead_letter('c1', 'bk_wf', 'charge');
 SELECT harvest.terminate_workflow(e.id) FROM harvest.executions e WHERE e.workflow_id = 'b1';
 
 SELECT is((SELECT dead_letters FROM harvest.count_dead_letters('activity') WHERE activity_name = 'send'),

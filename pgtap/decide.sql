@@ -10,24 +10,10 @@ SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- Start a run on a queue of its own and claim its workflow task (lease 30 s).
-CREATE TEMP TABLE claimed (key text PRIMARY KEY, execution_id uuid, task_id bigint, token bigint) ON COMMIT DROP;
-CREATE FUNCTION pg_temp.start_and_claim(p_key text) RETURNS void LANGUAGE plpgsql AS $fn$
-BEGIN
-    PERFORM harvest.start_workflow('decide_wf', '["in"]', p_key, 'dq_' || p_key);
-    INSERT INTO claimed
-    SELECT p_key, c.execution_id, c.task_id, c.fencing_token
-    FROM harvest.claim_tasks('worker-1', ARRAY['dq_' || p_key], 1, 30) AS c;
-END;
-$fn$;
-CREATE FUNCTION pg_temp.task(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT task_id FROM claimed WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.token(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT token FROM claimed WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM claimed WHERE key = p_key;
+-- Start a run on a queue of its own (dq_<key>) and claim its workflow task as
+-- worker-1 (lease 30 s); the key holds the task and its token.
+CREATE FUNCTION pg_temp.start_and_claim(p_key text) RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_claimed(p_key, 'decide_wf', 'dq_' || p_key, 'worker-1', '["in"]');
 $fn$;
 
 -- Run a statement and roll it back: 'ok', or the error it raised.
@@ -196,7 +182,7 @@ SELECT pg_temp.start_and_claim('kind');
 SELECT lives_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
                          '[{"type": "schedule_activity", "seq": 1, "name": "act", "queue": "kind_acts"}]')$$,
                        pg_temp.task('kind'), pg_temp.token('kind')), 'setup: schedule an activity');
-INSERT INTO claimed SELECT 'kind_act', c.execution_id, c.task_id, c.fencing_token
+INSERT INTO keyed SELECT 'kind_act', c.execution_id, c.task_id, c.fencing_token
 FROM harvest.claim_tasks('worker-1', ARRAY['kind_acts']) AS c;
 SELECT throws_ok(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1, '[]')$$,
                         pg_temp.task('kind_act'), pg_temp.token('kind_act')), 'HR001',
@@ -727,11 +713,11 @@ SELECT results_eq(
     'the first is running, leased to the worker (attempt 1, a fencing token, lease = heartbeat_timeout); the second pending');
 SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
-             h ->> 'workflow_id', h ->> 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',
+             h ->> 'workflow_id', h ? 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',
              h -> 'input', h -> 'options', (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint,
              (h ->> 'lease_expires_at')::timestamptz, h -> 'heartbeat_details', h -> 'new_events'
       FROM (SELECT pg_temp.handed('hand') -> 0 AS h) AS x$$,
-    $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, 'dq_hand'::text, 'hand_q'::text,
+    $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, false, 'hand_q'::text,
              1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb, 1,
              t.fencing_token, t.lease_expires_at, 'null'::jsonb, 'null'::jsonb
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand') AND t.seq = 1$$,
@@ -959,7 +945,7 @@ SELECT results_eq(
     'complete_workflow_tasks() of two runs: a row each, completed, with the last event id and RUNNING');
 SELECT results_eq(
     $$SELECT c.key, ev.event_id, ev.event_type, ev.event_data
-      FROM harvest.events AS ev JOIN claimed AS c ON c.execution_id = ev.execution_id
+      FROM harvest.events AS ev JOIN keyed AS c ON c.execution_id = ev.execution_id
       WHERE c.key IN ('wb_a', 'wb_b') AND ev.event_id > 1 ORDER BY c.key, ev.event_id$$,
     $$VALUES ('wb_a'::text, 2::bigint, 'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "batcher"}'::jsonb),
              ('wb_a', 3, 'ActivityScheduled', '{"seq": 1, "name": "wb_act", "input": [1], "queue": "wb_q",
@@ -1003,13 +989,13 @@ SELECT results_eq(
     'complete_workflow_tasks() leaves the run as complete_workflow_task does (decided_by/through, history_bytes)');
 SELECT results_eq(
     $$SELECT r.last_event_id, r.execution_status,
-             (r.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'task_queue', 'fencing_token'],
+             (r.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'fencing_token'],
              t.kind, t.queue, t.priority, t.status, t.attempt, t.seq, t.activity_name, t.input, t.options,
              t.due_at, t.scheduled_at, t.deadline_at, t.started_at, t.lease_owner, t.lease_expires_at
       FROM batch_rows AS r JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_a')
       WHERE r.label = 'pair' AND r.task_id = pg_temp.task('wb_a')$$,
     $$SELECT s.last_event_id, s.execution_status,
-             (s.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'task_queue', 'fencing_token'],
+             (s.handed -> 0) - ARRAY['task_id', 'execution_id', 'workflow_id', 'fencing_token'],
              t.kind, t.queue, t.priority, t.status, t.attempt, t.seq, t.activity_name, t.input, t.options,
              t.due_at, t.scheduled_at, t.deadline_at, t.started_at, t.lease_owner, t.lease_expires_at
       FROM wb_single AS s JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('wb_1')$$,
@@ -1038,7 +1024,7 @@ SELECT results_eq(
     'complete_workflow_tasks(): a stale token and an expired lease are refused on their own, with messages naming the task');
 SELECT results_eq(
     $$SELECT c.key, e.last_event_id, e.decided_by, t.kind, t.status, t.fencing_token = c.token, t.lease_owner
-      FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+      FROM keyed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
       JOIN harvest.tasks AS t ON t.execution_id = c.execution_id
       WHERE c.key IN ('wb_e', 'wb_s') ORDER BY c.key$$,
     $$VALUES ('wb_e'::text, 1::bigint, NULL::text, 'workflow'::text, 'running'::text, true, 'worker-1'::text),
@@ -1054,7 +1040,7 @@ SELECT results_eq(
     'complete_workflow_tasks(): the batch''s good item is applied beside the refused ones');
 
 -- An activity task's id: kind. A decision that completes the run: COMPLETED, handed [].
-INSERT INTO claimed
+INSERT INTO keyed
 SELECT 'wb_act', t.execution_id, t.id, t.fencing_token FROM harvest.tasks AS t
 WHERE t.execution_id = pg_temp.run('wb_b') AND t.kind = 'activity';
 SELECT pg_temp.start_and_claim('wb_c');
@@ -1089,7 +1075,7 @@ SELECT results_eq(
 SELECT pg_temp.start_and_claim('wb_x1');
 SELECT pg_temp.start_and_claim('wb_x2');
 CREATE TEMP TABLE wb_x ON COMMIT DROP AS
-SELECT key, row_number() OVER (ORDER BY execution_id) AS pos FROM claimed WHERE key IN ('wb_x1', 'wb_x2');
+SELECT key, row_number() OVER (ORDER BY execution_id) AS pos FROM keyed WHERE key IN ('wb_x1', 'wb_x2');
 CREATE FUNCTION pg_temp.x(p_pos integer) RETURNS text LANGUAGE sql AS $fn$
     SELECT key FROM wb_x WHERE pos = p_pos;
 $fn$;
@@ -1103,7 +1089,7 @@ SELECT throws_ok(
     'complete_workflow_tasks(): an unknown command in one item fails the whole call: HR001');
 SELECT results_eq(
     $$SELECT c.key, e.last_event_id, e.decided_by, t.kind, t.status, t.fencing_token = c.token
-      FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+      FROM keyed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
       JOIN harvest.tasks AS t ON t.execution_id = c.execution_id
       WHERE c.key IN ('wb_x1', 'wb_x2') ORDER BY c.key$$,
     $$VALUES ('wb_x1'::text, 1::bigint, NULL::text, 'workflow'::text, 'running'::text, true),
@@ -1150,11 +1136,11 @@ SET LOCAL harvest.fake_now = '2030-01-01 00:07:00+00';
 SELECT pg_temp.start_and_claim('wb_o1');
 SELECT pg_temp.start_and_claim('wb_o2');
 SELECT pg_temp.start_and_claim('wb_o3');
-INSERT INTO claimed VALUES ('wb_gone', NULL, -1, 1);
+INSERT INTO keyed VALUES ('wb_gone', NULL, -1, 1);
 CREATE TEMP TABLE wb_sent ON COMMIT DROP AS
 SELECT row_number() OVER (ORDER BY c.execution_id DESC NULLS FIRST, u.i) AS i, c.key
 FROM unnest(ARRAY['wb_o1', 'wb_o1', 'wb_o2', 'wb_o3', 'wb_gone']) WITH ORDINALITY AS u (key, i)
-JOIN claimed AS c ON c.key = u.key;
+JOIN keyed AS c ON c.key = u.key;
 SELECT pg_temp.batch('order',
     ARRAY(SELECT key FROM wb_sent ORDER BY i),
     ARRAY(SELECT coalesce((SELECT jsonb_agg(jsonb_build_object('type', 'start_timer', 'seq', s, 'duration', 60))
@@ -1172,16 +1158,16 @@ SELECT results_eq(
                             (pg_temp.task('wb_o3'), 'completed', 5, 'RUNNING')) AS v ORDER BY 1, 2$$,
     'complete_workflow_tasks(): one row per item, each with its own item''s answer (a task sent twice: completed, then gone)');
 SELECT results_eq(
-    $$SELECT c.key, e.last_event_id FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
+    $$SELECT c.key, e.last_event_id FROM keyed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
       WHERE c.key LIKE 'wb_o_' ORDER BY c.key$$,
     $$VALUES ('wb_o1'::text, 3::bigint), ('wb_o2', 4), ('wb_o3', 5)$$,
     'complete_workflow_tasks(): each decision went to its own run');
 SELECT is(ARRAY(SELECT task_id FROM batch_rows WHERE label = 'order' ORDER BY n),
-          ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN claimed AS c ON c.key = s.key
+          ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN keyed AS c ON c.key = s.key
                 ORDER BY c.execution_id NULLS LAST, s.i),
           'complete_workflow_tasks(): the rows come back in execution-id order (an unknown task last)');
 SELECT isnt(ARRAY(SELECT task_id FROM batch_rows WHERE label = 'order' ORDER BY n),
-            ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN claimed AS c ON c.key = s.key ORDER BY s.i),
+            ARRAY(SELECT c.task_id FROM wb_sent AS s JOIN keyed AS c ON c.key = s.key ORDER BY s.i),
             'complete_workflow_tasks(): which is not the order the items were sent in: match rows by task_id');
 
 -- Payload size: a decision whose command carries a payload over the limit is refused (HR008);

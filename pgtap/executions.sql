@@ -1,19 +1,18 @@
 -- functions/executions.sql: harvest.get_execution, harvest.get_history,
--- harvest.terminate_workflow; then the list and the stack, then waiting for a
--- result, each in a transaction of its own.
+-- harvest.terminate_workflow; then the list and the stack, waiting for a result,
+-- the children (list_children) and the runs per version (count_versions), each in a
+-- transaction of its own.
 BEGIN;
 SELECT plan(22);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
-CREATE TEMP TABLE run ON COMMIT DROP AS
-SELECT * FROM harvest.start_workflow('ex_wf', '[7]', 'ex-1', 'ex_q');
-CREATE FUNCTION pg_temp.run() RETURNS uuid LANGUAGE sql AS $fn$ SELECT execution_id FROM run $fn$;
+SELECT pg_temp.start_run('ex-1', 'ex_wf', 'ex_q', '[7]');
 
 -- get_execution
 SELECT results_eq(
-    $$SELECT id, workflow_name, workflow_id, status, queue, input FROM harvest.get_execution(pg_temp.run())$$,
-    $$SELECT pg_temp.run(), 'ex_wf'::text, 'ex-1'::text, 'RUNNING'::text, 'ex_q'::text, '[7]'::jsonb$$,
+    $$SELECT id, workflow_name, workflow_id, status, queue, input FROM harvest.get_execution(pg_temp.run('ex-1'))$$,
+    $$SELECT pg_temp.run('ex-1'), 'ex_wf'::text, 'ex-1'::text, 'RUNNING'::text, 'ex_q'::text, '[7]'::jsonb$$,
     'get_execution() returns the execution row');
 SELECT throws_ok($$SELECT * FROM harvest.get_execution('00000000-0000-4000-8000-00000000abcd')$$, 'HR002',
                  'execution 00000000-0000-4000-8000-00000000abcd does not exist',
@@ -22,39 +21,39 @@ SELECT throws_ok($$SELECT * FROM harvest.get_execution(NULL)$$, 'HR002', NULL, '
 
 -- get_history: in event order, after a given id.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';
-SELECT is(harvest._append_event(pg_temp.run(), 'MarkerRecorded', '{"seq": 1}'), 2::bigint, 'setup: event 2');
-SELECT is(harvest._append_event(pg_temp.run(), 'MarkerRecorded', '{"seq": 2}'), 3::bigint, 'setup: event 3');
-SELECT results_eq($$SELECT event_id, event_type FROM harvest.get_history(pg_temp.run())$$,
+SELECT is(harvest._append_event(pg_temp.run('ex-1'), 'MarkerRecorded', '{"seq": 1}'), 2::bigint, 'setup: event 2');
+SELECT is(harvest._append_event(pg_temp.run('ex-1'), 'MarkerRecorded', '{"seq": 2}'), 3::bigint, 'setup: event 3');
+SELECT results_eq($$SELECT event_id, event_type FROM harvest.get_history(pg_temp.run('ex-1'))$$,
                   $$VALUES (1::bigint, 'WorkflowStarted'::text), (2, 'MarkerRecorded'), (3, 'MarkerRecorded')$$,
                   'get_history(): the whole history in event order');
-SELECT results_eq($$SELECT event_id, event_data, created_at FROM harvest.get_history(pg_temp.run(), 1)$$,
+SELECT results_eq($$SELECT event_id, event_data, created_at FROM harvest.get_history(pg_temp.run('ex-1'), 1)$$,
                   $$VALUES (2::bigint, '{"seq": 1}'::jsonb, '2030-01-01 00:00:01+00'::timestamptz),
                            (3, '{"seq": 2}', '2030-01-01 00:00:01+00')$$,
                   'get_history(p_after_event_id => 1): the events after 1, with data and time');
-SELECT is_empty($$SELECT * FROM harvest.get_history(pg_temp.run(), 3)$$, 'get_history() after the last event: empty');
-SELECT is((SELECT count(*) FROM harvest.get_history(pg_temp.run(), NULL)), 3::bigint,
+SELECT is_empty($$SELECT * FROM harvest.get_history(pg_temp.run('ex-1'), 3)$$, 'get_history() after the last event: empty');
+SELECT is((SELECT count(*) FROM harvest.get_history(pg_temp.run('ex-1'), NULL)), 3::bigint,
           'get_history(p_after_event_id => NULL) starts at the beginning');
 SELECT is_empty($$SELECT * FROM harvest.get_history('00000000-0000-4000-8000-00000000abcd')$$,
                 'get_history() of an unknown id: empty');
 
 -- terminate_workflow: ends the run at once, open tasks dropped.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:02+00';
-SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run(), 'operator said so')$$, 'terminate_workflow()');
+SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('ex-1'), 'operator said so')$$, 'terminate_workflow()');
 SELECT results_eq(
-    $$SELECT status, output, failure, completed_at FROM harvest.executions WHERE id = pg_temp.run()$$,
+    $$SELECT status, output, failure, completed_at FROM harvest.executions WHERE id = pg_temp.run('ex-1')$$,
     $$VALUES ('TERMINATED'::text, NULL::jsonb, '{"error_type": "Terminated", "message": "operator said so",
               "non_retryable": true, "details": null}'::jsonb, '2030-01-01 00:00:02+00'::timestamptz)$$,
     'the run is TERMINATED with a Terminated failure carrying the reason');
 SELECT results_eq(
-    $$SELECT event_id, event_type, event_data FROM harvest.get_history(pg_temp.run(), 3)$$,
+    $$SELECT event_id, event_type, event_data FROM harvest.get_history(pg_temp.run('ex-1'), 3)$$,
     $$VALUES (4::bigint, 'WorkflowTerminated'::text, '{"reason": "operator said so"}'::jsonb)$$,
     'WorkflowTerminated{reason} is appended');
-SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run()$$, 'its tasks are dropped');
-SELECT throws_ok($$SELECT harvest.terminate_workflow(pg_temp.run())$$, 'HR005',
-                 format('cannot terminate execution %s: it is already TERMINATED', pg_temp.run()), 'terminating it again: HR005');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('ex-1')$$, 'its tasks are dropped');
+SELECT throws_ok($$SELECT harvest.terminate_workflow(pg_temp.run('ex-1'))$$, 'HR005',
+                 format('cannot terminate execution %s: it is already TERMINATED', pg_temp.run('ex-1')), 'terminating it again: HR005');
 SELECT throws_ok($$SELECT harvest.terminate_workflow('00000000-0000-4000-8000-00000000abcd')$$, 'HR002', NULL,
                  'terminate_workflow() of an unknown id: HR002');
-SELECT is((harvest.get_execution(pg_temp.run())).status, 'TERMINATED', 'get_execution() sees the end');
+SELECT is((harvest.get_execution(pg_temp.run('ex-1'))).status, 'TERMINATED', 'get_execution() sees the end');
 
 CREATE TEMP TABLE quiet ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('ex_wf', '[]', 'ex-2');
 SELECT lives_ok($$SELECT harvest.terminate_workflow((SELECT execution_id FROM quiet))$$,
@@ -194,12 +193,8 @@ ROLLBACK;
 BEGIN;
 SELECT plan(8);
 
-CREATE TEMP TABLE runs (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
-INSERT INTO runs SELECT 'a', execution_id FROM harvest.start_workflow('res_wf', '[]', 'res-a');
-INSERT INTO runs SELECT 'b', execution_id FROM harvest.start_workflow('res_wf', '[]', 'res-b');
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM runs WHERE key = p_key;
-$fn$;
+SELECT pg_temp.start_run('a', 'res_wf', 'default', p_workflow_id => 'res-a');
+SELECT pg_temp.start_run('b', 'res_wf', 'default', p_workflow_id => 'res-b');
 
 SELECT is((harvest.wait_for_result(pg_temp.run('a'), '00000000-0000-0000-0000-0000000000a1')).status,
           'RUNNING', 'wait_for_result() returns the run as it is');
@@ -221,6 +216,137 @@ SELECT is((harvest.wait_for_result(pg_temp.run('a'), gen_random_uuid())).status,
 SELECT harvest.wait_for_result(pg_temp.run('b'), '00000000-0000-0000-0000-0000000000b1');
 SELECT harvest.stop_waiting_for_result('00000000-0000-0000-0000-0000000000b1');
 SELECT is((SELECT count(*) FROM harvest.result_waiters), 0::bigint, 'stop_waiting_for_result() drops the waiter''s marks');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- harvest.list_children: an execution's children, down to a depth, by status. A root
+-- of rl_parent (key lc_root, queue rq_lc_root) starts children with pg_temp.child.
+BEGIN;
+SELECT plan(17);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
+SELECT isnt(pg_temp.start_run('lc_root', 'rl_parent', 'rq_lc_root'), NULL, 'setup: a root');
+SELECT is(pg_temp.decide('lc_root', jsonb_build_array(pg_temp.child(1, 'lc_a'))), 'RUNNING', 'setup: child lc_a');
+SET LOCAL harvest.fake_now = '2030-01-01 00:11:00+00';
+SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('lc_root'), 'more')$$, 'setup: wake the root');
+SELECT is(pg_temp.decide('lc_root', jsonb_build_array(pg_temp.child(2, 'lc_b'))), 'RUNNING', 'setup: child lc_b');
+SET LOCAL harvest.fake_now = '2030-01-01 00:12:00+00';
+SELECT is(pg_temp.decide('lc_a', jsonb_build_array(pg_temp.child(1, 'lc_a1'))), 'RUNNING', 'setup: grandchild lc_a1');
+SET LOCAL harvest.fake_now = '2030-01-01 00:13:00+00';
+SELECT is(pg_temp.decide('lc_b', '[{"type": "fail_workflow", "failure": {"error_type": "ValueError", "message": "bad"}}]'),
+          'FAILED', 'setup: lc_b fails');
+
+SELECT results_eq(
+    $$SELECT execution_id, parent_id, workflow_name, workflow_id, status, created_at, completed_at, error_summary, depth
+      FROM harvest.list_children(pg_temp.run('lc_root'))$$,
+    $$VALUES (pg_temp.run('lc_b'), pg_temp.run('lc_root'), 'rl_child'::text, 'lc_b'::text, 'FAILED'::text,
+              '2030-01-01 00:11:00+00'::timestamptz, '2030-01-01 00:13:00+00'::timestamptz, 'ValueError: bad'::text, 1),
+             (pg_temp.run('lc_a'), pg_temp.run('lc_root'), 'rl_child', 'lc_a', 'RUNNING',
+              '2030-01-01 00:10:00+00', NULL, NULL, 1)$$,
+    'list_children(): the direct children, newest first, with status, times, error summary and depth 1');
+SELECT results_eq(
+    $$SELECT workflow_id, parent_id, depth FROM harvest.list_children(pg_temp.run('lc_root'), p_depth => 2)$$,
+    $$VALUES ('lc_a1'::text, pg_temp.run('lc_a'), 2), ('lc_b', pg_temp.run('lc_root'), 1),
+             ('lc_a', pg_temp.run('lc_root'), 1)$$,
+    'list_children(p_depth => 2) adds the grandchildren, each with its own parent and depth');
+SELECT results_eq(
+    $$SELECT workflow_id, depth FROM harvest.list_children(pg_temp.run('lc_root'), 'running', 2)$$,
+    $$VALUES ('lc_a1'::text, 2), ('lc_a', 1)$$,
+    'a status filter (case-insensitive) applies at every depth');
+SELECT results_eq(
+    $$SELECT workflow_id FROM harvest.list_children(pg_temp.run('lc_root'), 'FAILED')$$,
+    $$VALUES ('lc_b'::text)$$, 'list_children(p_status => FAILED)');
+SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'COMPLETED', 100)$$,
+                'a status no child has: empty (depth 100 is allowed)');
+SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_a1'))$$, 'a leaf has no children');
+SELECT is_empty($$SELECT * FROM harvest.list_children('00000000-0000-4000-8000-00000000abcd')$$,
+                'an unknown execution has no children');
+SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'DONE')$$, 'HR001',
+                 'unknown status "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or '
+                 'CONTINUED_AS_NEW', 'an unknown status: HR001 naming it');
+SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 0)$$, 'HR001',
+                 'depth 0 is out of range 1..100', 'depth 0: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 101)$$, 'HR001',
+                 'depth 101 is out of range 1..100', 'depth 101: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, NULL)$$, 'HR001',
+                 'depth <NULL> is out of range 1..100', 'depth NULL: HR001');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
+-- Runs of ver_wf with workflow id <key> on queue vq_<key>.
+BEGIN;
+SELECT plan(24);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
+-- v1fail (failed, 1). v1a also records another change and a non-version marker.
+CREATE FUNCTION pg_temp.version_marker(p_seq integer, p_change text, p_version integer) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_object('type', 'record_marker', 'seq', p_seq, 'kind', 'version',
+                              'value', jsonb_build_object('change_id', p_change, 'version', p_version));
+$fn$;
+CREATE FUNCTION pg_temp.samples(VARIADIC p_keys text[]) RETURNS uuid[] LANGUAGE sql AS $fn$
+    SELECT array_agg(execution_id ORDER BY execution_id) FROM keyed WHERE key = ANY(p_keys);
+$fn$;
+SELECT isnt(pg_temp.start_run('v1a', 'ver_wf', 'vq_v1a'), NULL, 'setup: v1a');
+SELECT is(pg_temp.decide('v1a', jsonb_build_array(pg_temp.version_marker(1, 'vc', 1), pg_temp.version_marker(2, 'other', 7),
+          '{"type": "record_marker", "seq": 3, "kind": "side_effect", "value": {"change_id": "vc", "version": 9}}'::jsonb)),
+          'RUNNING', 'setup: v1a records vc=1, other=7 and a side effect that looks like a version');
+SELECT isnt(pg_temp.start_run('v2a', 'ver_wf', 'vq_v2a'), NULL, 'setup: v2a');
+SELECT is(pg_temp.decide('v2a', jsonb_build_array(pg_temp.version_marker(1, 'vc', 2))), 'RUNNING', 'setup: v2a records vc=2');
+SELECT isnt(pg_temp.start_run('v2b', 'ver_wf', 'vq_v2b'), NULL, 'setup: v2b');
+SELECT is(pg_temp.decide('v2b', jsonb_build_array(pg_temp.version_marker(4, 'vc', 2))), 'RUNNING', 'setup: v2b records vc=2');
+SELECT isnt(pg_temp.start_run('v2done', 'ver_wf', 'vq_v2done'), NULL, 'setup: v2done');
+SELECT is(pg_temp.decide('v2done', jsonb_build_array(pg_temp.version_marker(1, 'vc', 2),
+                                                     '{"type": "complete_workflow", "result": null}'::jsonb)),
+          'COMPLETED', 'setup: v2done records vc=2 and completes');
+SELECT isnt(pg_temp.start_run('v1fail', 'ver_wf', 'vq_v1fail'), NULL, 'setup: v1fail');
+SELECT is(pg_temp.decide('v1fail', jsonb_build_array(pg_temp.version_marker(1, 'vc', 1),
+          '{"type": "fail_workflow", "failure": {"error_type": "E", "message": "m", "non_retryable": true, "details": null}}'::jsonb)),
+          'FAILED', 'setup: v1fail records vc=1 and fails');
+
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('vc')$$,
+    $$VALUES (1, 'active'::text, 1::bigint, pg_temp.samples('v1a')), (2, 'active', 2, pg_temp.samples('v2a', 'v2b'))$$,
+    'count_versions(): running runs per recorded version by default, with sample ids');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('vc', NULL, 'terminal')$$,
+    $$VALUES (1, 'terminal'::text, 1::bigint, pg_temp.samples('v1fail')), (2, 'terminal', 1, pg_temp.samples('v2done'))$$,
+    'state_group terminal: ended runs only');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('vc', NULL, 'all')$$,
+    $$VALUES (1, 'active'::text, 1::bigint, pg_temp.samples('v1a')), (1, 'terminal', 1, pg_temp.samples('v1fail')),
+             (2, 'active', 2, pg_temp.samples('v2a', 'v2b')), (2, 'terminal', 1, pg_temp.samples('v2done'))$$,
+    'state_group all: both groups, ordered by version then group');
+SELECT results_eq(
+    $$SELECT version, state_group, executions FROM harvest.count_versions('vc', 2, 'all')$$,
+    $$VALUES (2, 'active'::text, 2::bigint), (2, 'terminal', 1)$$,
+    'a version filter keeps that version only');
+SELECT is_empty($$SELECT * FROM harvest.count_versions('vc', 9, 'all')$$,
+                'a version nobody recorded (a non-version marker does not count): no rows');
+SELECT results_eq(
+    $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('other')$$,
+    $$VALUES (7, 'active'::text, 1::bigint, pg_temp.samples('v1a'))$$, 'each change id is counted on its own');
+SELECT is_empty($$SELECT * FROM harvest.count_versions('never', NULL, 'all')$$, 'an unknown change id: no rows');
+SELECT lives_ok($$SELECT pg_temp.start_run('many' || n, 'ver_wf', 'vq_many' || n) FROM generate_series(1, 6) AS n$$, 'setup: six more runs');
+SELECT lives_ok($$SELECT pg_temp.decide('many' || n, jsonb_build_array(pg_temp.version_marker(1, 'vc', 5)))
+                  FROM generate_series(1, 6) AS n$$, 'setup: each records vc=5');
+SELECT results_eq(
+    $$SELECT executions, cardinality(sample_execution_ids),
+             sample_execution_ids <@ pg_temp.samples('many1', 'many2', 'many3', 'many4', 'many5', 'many6')
+      FROM harvest.count_versions('vc', 5)$$,
+    $$VALUES (6::bigint, 5, true)$$, 'at most five sample ids, all of them runs of that version');
+
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('')$$, 'HR001', 'change_id is empty',
+                 'count_versions() with an empty change id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions(NULL)$$, 'HR001', 'change_id is empty',
+                 'count_versions() with a NULL change id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, 'done')$$, 'HR001', 'unknown state_group "done"',
+                 'count_versions() with an unknown state group: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, NULL)$$, 'HR001', 'unknown state_group "<NULL>"',
+                 'count_versions() with a NULL state group: HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

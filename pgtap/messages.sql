@@ -8,22 +8,8 @@ SELECT plan(103);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- An idle run of q_wf on queue qq (first workflow task done, no task left).
-CREATE TEMP TABLE runs (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
-CREATE FUNCTION pg_temp.idle(p_key text) RETURNS uuid LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('q_wf', '[]', p_key, 'qq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['qq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, '[]');
-    INSERT INTO runs VALUES (p_key, v_task.execution_id);
-    RETURN v_task.execution_id;
-END;
-$fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM runs WHERE key = p_key;
-$fn$;
+-- Idle runs of q_wf on queue qq_<key> (pg_temp.start_decided: first workflow task
+-- done, no task left). A query request by id:
 CREATE FUNCTION pg_temp.req(p_id bigint) RETURNS harvest.query_requests LANGUAGE sql AS $fn$
     SELECT * FROM harvest.query_requests WHERE id = p_id;
 $fn$;
@@ -33,7 +19,7 @@ CREATE FUNCTION pg_temp.id(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
 $fn$;
 
 -- ---------------------------------------------------------------- request_query
-SELECT isnt(pg_temp.idle('a'), NULL, 'setup: an idle run on queue qq_a');
+SELECT isnt(pg_temp.start_decided('a', 'q_wf', 'qq_a'), NULL, 'setup: an idle run on queue qq_a');
 SELECT lives_ok($$SELECT harvest.register_worker('w1', ARRAY['qq_a'], 'host', 1, 5)$$,
                 'setup: a live worker polls qq_a');
 INSERT INTO ids VALUES ('q1', harvest.request_query(pg_temp.run('a'), 'status', '{"verbose": true}', 60));
@@ -72,7 +58,7 @@ SELECT is_empty($$SELECT * FROM harvest.claim_query_requests('w1', ARRAY['elsewh
                 'nothing is claimed from other queues');
 CREATE TEMP TABLE c1 ON COMMIT DROP AS SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a'], 1, 30);
 SELECT results_eq(
-    $$SELECT request_id, kind, execution_id, workflow_name, workflow_id, task_queue, execution_status, name, arg,
+    $$SELECT request_id, kind, execution_id, workflow_name, workflow_id, queue, execution_status, name, arg,
              update_id FROM c1$$,
     $$VALUES (pg_temp.id('q1'), 'query'::text, pg_temp.run('a'), 'q_wf'::text, 'a'::text, 'qq_a'::text,
               'RUNNING'::text, 'status'::text, '{"verbose": true}'::jsonb, NULL::text)$$,
@@ -241,7 +227,7 @@ SELECT is((SELECT error ->> 'error_type' FROM harvest.query_requests WHERE updat
           'with a WorkflowNotRunning error');
 SELECT ok(harvest.request_query(pg_temp.run('a'), 'status') IS NOT NULL, 'an ended run can still be queried');
 
-SELECT isnt(pg_temp.idle('b'), NULL, 'setup: another idle run');
+SELECT isnt(pg_temp.start_decided('b', 'q_wf', 'qq_b'), NULL, 'setup: another idle run');
 CREATE TEMP TABLE ub ON COMMIT DROP AS SELECT * FROM harvest.request_update(pg_temp.run('b'), 'decide', 'null', 'ub', 60);
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_b'])), 1::bigint, 'setup: claim it');
 SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('b'))$$, 'setup: the run ends while validating');
@@ -285,7 +271,7 @@ SELECT is_empty($$SELECT 1 FROM harvest.query_requests$$, 'the table is empty');
 
 -- Payload size: query and update arguments, and a worker's answer, over the limit: HR008.
 UPDATE harvest.engine_settings SET max_payload_bytes = 64;
-SELECT isnt(pg_temp.idle('big'), NULL, 'setup: an idle run for the payload limit');
+SELECT isnt(pg_temp.start_decided('big', 'q_wf', 'qq_big'), NULL, 'setup: an idle run for the payload limit');
 SELECT throws_ok(format($$SELECT harvest.request_query(%L, 'state', to_jsonb(repeat('x', 100)))$$, pg_temp.run('big')),
                  'HR008', 'the argument of query state is 102 bytes, over the payload limit of 64 bytes',
                  'request_query() with an argument over the limit: HR008');

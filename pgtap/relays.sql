@@ -1,57 +1,22 @@
 -- functions/relays.sql: harvest._queue_relay and harvest._deliver_relay (a child's
 -- end reaching its parent, a parent's end reaching its children under each
--- parent_close_policy, targets that are gone or no longer running), the scanner
--- pass harvest.deliver_relays, and harvest.list_children.
+-- parent_close_policy, targets that are gone or no longer running) and the scanner's
+-- sweep harvest.deliver_relays. (harvest.list_children is pgtap/executions.sql.)
 --
 -- A relay whose target row is locked by another session stays queued; one pgTAP
 -- transaction cannot hold a lock from another session, so such relays are made
 -- here by inserting rows into harvest.relays directly and delivered by
 -- harvest.deliver_relays().
 BEGIN;
-SELECT plan(103);
+SELECT plan(86);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- Every run here has workflow_id p_key and a queue of its own, rq_<key>; children are
--- started with "workflow_id": key and "task_queue": "rq_<key>".
+-- Every run here has workflow_id <key> and a queue of its own, rq_<key>; children are
+-- started by pg_temp.child (rl_child, "workflow_id": key on rq_<key>). pg_temp.run(key) is
+-- a parent started here, else the running (or latest) run of workflow_id key.
 CREATE FUNCTION pg_temp.start(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM harvest.start_workflow('rl_parent', '[]', p_key, 'rq_' || p_key);
-$fn$;
--- The running execution of workflow_id p_key, else its latest one.
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT id FROM harvest.executions WHERE workflow_id = p_key
-    ORDER BY (status = 'RUNNING') DESC, created_at DESC LIMIT 1;
-$fn$;
--- Claim p_key's workflow task and complete it with p_commands, through the last
--- event; returns the run's status afterwards.
-CREATE FUNCTION pg_temp.decide(p_key text, p_commands jsonb) RETURNS text LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-    v_status text;
-BEGIN
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['rq_' || p_key], 1, 30);
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'setup: % has no workflow task to claim', p_key;
-    END IF;
-    SELECT c.execution_status INTO v_status
-    FROM harvest.complete_workflow_task(
-        v_task.task_id, v_task.fencing_token,
-        (SELECT e.last_event_id FROM harvest.executions AS e WHERE e.id = v_task.execution_id),
-        p_commands, 'decider') AS c;
-    RETURN v_status;
-END;
-$fn$;
--- A start_child_workflow command for child p_key.
-CREATE FUNCTION pg_temp.child(p_seq integer, p_key text, p_policy text DEFAULT NULL) RETURNS jsonb
-LANGUAGE sql AS $fn$
-    SELECT jsonb_strip_nulls(jsonb_build_object(
-        'type', 'start_child_workflow', 'seq', p_seq, 'workflow_name', 'rl_child', 'input', jsonb_build_array(p_key),
-        'workflow_id', p_key, 'task_queue', 'rq_' || p_key, 'parent_close_policy', p_policy));
-$fn$;
-CREATE FUNCTION pg_temp.last_event(p_id uuid) RETURNS TABLE (event_id bigint, event_type text, event_data jsonb)
-LANGUAGE sql AS $fn$
-    SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = p_id
-    ORDER BY event_id DESC LIMIT 1;
+    SELECT pg_temp.start_run(p_key, 'rl_parent', 'rq_' || p_key);
 $fn$;
 
 -- ------------------------------------------- a child completes: the parent hears at once
@@ -295,54 +260,6 @@ SELECT results_eq(
                                                   WHERE ev.execution_id = e.id AND ev.event_type = 'WorkflowCancelRequested')
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('t_rc')$$,
     $$VALUES (true, 2::bigint, 1::bigint)$$, 'a repeated request_cancel relay appends one WorkflowCancelRequested');
-
--- ------------------------------------------- list_children
-SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
-SELECT isnt(pg_temp.start('lc_root'), NULL, 'setup: a root');
-SELECT is(pg_temp.decide('lc_root', jsonb_build_array(pg_temp.child(1, 'lc_a'))), 'RUNNING', 'setup: child lc_a');
-SET LOCAL harvest.fake_now = '2030-01-01 00:11:00+00';
-SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('lc_root'), 'more')$$, 'setup: wake the root');
-SELECT is(pg_temp.decide('lc_root', jsonb_build_array(pg_temp.child(2, 'lc_b'))), 'RUNNING', 'setup: child lc_b');
-SET LOCAL harvest.fake_now = '2030-01-01 00:12:00+00';
-SELECT is(pg_temp.decide('lc_a', jsonb_build_array(pg_temp.child(1, 'lc_a1'))), 'RUNNING', 'setup: grandchild lc_a1');
-SET LOCAL harvest.fake_now = '2030-01-01 00:13:00+00';
-SELECT is(pg_temp.decide('lc_b', '[{"type": "fail_workflow", "failure": {"error_type": "ValueError", "message": "bad"}}]'),
-          'FAILED', 'setup: lc_b fails');
-
-SELECT results_eq(
-    $$SELECT execution_id, parent_id, workflow_name, workflow_id, status, created_at, completed_at, error_summary, depth
-      FROM harvest.list_children(pg_temp.run('lc_root'))$$,
-    $$VALUES (pg_temp.run('lc_b'), pg_temp.run('lc_root'), 'rl_child'::text, 'lc_b'::text, 'FAILED'::text,
-              '2030-01-01 00:11:00+00'::timestamptz, '2030-01-01 00:13:00+00'::timestamptz, 'ValueError: bad'::text, 1),
-             (pg_temp.run('lc_a'), pg_temp.run('lc_root'), 'rl_child', 'lc_a', 'RUNNING',
-              '2030-01-01 00:10:00+00', NULL, NULL, 1)$$,
-    'list_children(): the direct children, newest first, with status, times, error summary and depth 1');
-SELECT results_eq(
-    $$SELECT workflow_id, parent_id, depth FROM harvest.list_children(pg_temp.run('lc_root'), p_depth => 2)$$,
-    $$VALUES ('lc_a1'::text, pg_temp.run('lc_a'), 2), ('lc_b', pg_temp.run('lc_root'), 1),
-             ('lc_a', pg_temp.run('lc_root'), 1)$$,
-    'list_children(p_depth => 2) adds the grandchildren, each with its own parent and depth');
-SELECT results_eq(
-    $$SELECT workflow_id, depth FROM harvest.list_children(pg_temp.run('lc_root'), 'running', 2)$$,
-    $$VALUES ('lc_a1'::text, 2), ('lc_a', 1)$$,
-    'a status filter (case-insensitive) applies at every depth');
-SELECT results_eq(
-    $$SELECT workflow_id FROM harvest.list_children(pg_temp.run('lc_root'), 'FAILED')$$,
-    $$VALUES ('lc_b'::text)$$, 'list_children(p_status => FAILED)');
-SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'COMPLETED', 100)$$,
-                'a status no child has: empty (depth 100 is allowed)');
-SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_a1'))$$, 'a leaf has no children');
-SELECT is_empty($$SELECT * FROM harvest.list_children('00000000-0000-4000-8000-00000000abcd')$$,
-                'an unknown execution has no children');
-SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'DONE')$$, 'HR001',
-                 'unknown status "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or '
-                 'CONTINUED_AS_NEW', 'an unknown status: HR001 naming it');
-SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 0)$$, 'HR001',
-                 'depth 0 is out of range 1..100', 'depth 0: HR001');
-SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 101)$$, 'HR001',
-                 'depth 101 is out of range 1..100', 'depth 101: HR001');
-SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, NULL)$$, 'HR001',
-                 'depth <NULL> is out of range 1..100', 'depth NULL: HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -7,26 +7,12 @@ SELECT plan(72);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- Start sig_wf with workflow_id p_key on a queue of its own (sq_<key>) and settle its
--- first workflow task with no commands, so the run is idle: no workflow task left.
-CREATE TEMP TABLE runs (key text PRIMARY KEY, execution_id uuid) ON COMMIT DROP;
-CREATE FUNCTION pg_temp.idle(p_key text, p_commands jsonb DEFAULT '[]') RETURNS uuid LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('sig_wf', '[]', p_key, 'sq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['sq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, p_commands);
-    INSERT INTO runs VALUES (p_key, v_task.execution_id);
-    RETURN v_task.execution_id;
-END;
-$fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM runs WHERE key = p_key;
-$fn$;
+-- Runs of sig_wf with workflow_id <key> on a queue of their own (sq_<key>), their
+-- first workflow task settled (pg_temp.start_decided), so they are idle: no
+-- workflow task left.
 
 -- ---------------------------------------------------------------- signal_workflow
-SELECT isnt(pg_temp.idle('sig'), NULL, 'setup: an idle run (started, first task done)');
+SELECT isnt(pg_temp.start_decided('sig', 'sig_wf', 'sq_sig'), NULL, 'setup: an idle run (started, first task done)');
 SELECT is(pg_temp.workflow_tasks(pg_temp.run('sig')), 0::bigint, 'setup: the idle run has no workflow task');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:05+00';
 SELECT is(harvest.signal_workflow(pg_temp.run('sig'), 'approve', '{"by": "ann"}', 'sig-1'), 3::bigint,
@@ -55,7 +41,7 @@ SELECT is((SELECT event_data -> 'payload' FROM harvest.events WHERE execution_id
           'null'::jsonb, 'a NULL payload is stored as JSON null');
 
 -- Several signals: in the order they were accepted, by event_id, without gaps.
-SELECT isnt(pg_temp.idle('order'), NULL, 'setup: another idle run');
+SELECT isnt(pg_temp.start_decided('order', 'sig_wf', 'sq_order'), NULL, 'setup: another idle run');
 SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('order'), 'step', '1');
                   SELECT harvest.signal_workflow(pg_temp.run('order'), 'other', '"x"');
                   SELECT harvest.signal_workflow(pg_temp.run('order'), 'step', '2');
@@ -98,11 +84,11 @@ SELECT throws_ok($$SELECT harvest.signal_workflow(NULL, 'approve')$$, 'HR002', N
                  'signalling a NULL execution id: HR002');
 SELECT is(pg_temp.last_event_id(pg_temp.run('sig')), 5::bigint, 'refused signals wrote nothing');
 
-SELECT isnt(pg_temp.idle('done', '[{"type": "complete_workflow", "result": 1}]'), NULL, 'setup: a completed run');
+SELECT isnt(pg_temp.start_decided('done', 'sig_wf', 'sq_done', '[{"type": "complete_workflow", "result": 1}]'), NULL, 'setup: a completed run');
 SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'approve')$$, pg_temp.run('done')), 'HR005',
                  format('cannot signal execution %s: it is already COMPLETED', pg_temp.run('done')),
                  'signalling a COMPLETED run: HR005 naming the state');
-SELECT isnt(pg_temp.idle('term'), NULL, 'setup: a run to terminate');
+SELECT isnt(pg_temp.start_decided('term', 'sig_wf', 'sq_term'), NULL, 'setup: a run to terminate');
 SELECT lives_ok($$SELECT harvest.terminate_workflow(pg_temp.run('term'))$$, 'setup: terminate it');
 SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'approve')$$, pg_temp.run('term')), 'HR005',
                  format('cannot signal execution %s: it is already TERMINATED', pg_temp.run('term')),
@@ -180,7 +166,7 @@ SELECT throws_ok($$SELECT * FROM harvest.signal_with_start('', 'sws-3', 'go')$$,
 
 -- ---------------------------------------------------------------- cancel_workflow
 SET LOCAL harvest.fake_now = '2030-01-01 00:03:00+00';
-SELECT isnt(pg_temp.idle('cx', '[{"type": "schedule_activity", "seq": 1, "name": "slow", "queue": "cx_acts"}]'),
+SELECT isnt(pg_temp.start_decided('cx', 'sig_wf', 'sq_cx', '[{"type": "schedule_activity", "seq": 1, "name": "slow", "queue": "cx_acts"}]'),
             NULL, 'setup: an idle run with an activity in flight');
 CREATE TEMP TABLE cx_act ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('worker-a', ARRAY['cx_acts'], 1);
 SELECT is(harvest.heartbeat_activity((SELECT task_id FROM cx_act), (SELECT fencing_token FROM cx_act)), false,
@@ -204,7 +190,7 @@ SELECT is(pg_temp.last_event_id(pg_temp.run('cx')), 4::bigint, 'the second reque
 SELECT is(harvest.heartbeat_activity((SELECT task_id FROM cx_act), (SELECT fencing_token FROM cx_act)), true,
           'after the cancel, heartbeat_activity() returns true');
 
-SELECT isnt(pg_temp.idle('cx2'), NULL, 'setup: another idle run');
+SELECT isnt(pg_temp.start_decided('cx2', 'sig_wf', 'sq_cx2'), NULL, 'setup: another idle run');
 SELECT is(harvest.cancel_workflow(pg_temp.run('cx2')), true, 'cancel_workflow() without a reason');
 SELECT is((SELECT event_data FROM harvest.events WHERE execution_id = pg_temp.run('cx2') AND event_id = 3),
           '{"reason": null}'::jsonb, 'without a reason the event''s reason is null');
@@ -223,7 +209,7 @@ SELECT throws_ok($$SELECT harvest.cancel_workflow('00000000-0000-4000-8000-00000
 
 -- Payload size: a signal payload over the limit is refused (HR008), with or without a start.
 UPDATE harvest.engine_settings SET max_payload_bytes = 64;
-SELECT isnt(pg_temp.idle('big'), NULL, 'setup: an idle run for the payload limit');
+SELECT isnt(pg_temp.start_decided('big', 'sig_wf', 'sq_big'), NULL, 'setup: an idle run for the payload limit');
 SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'bulk', to_jsonb(repeat('x', 100)))$$, pg_temp.run('big')),
                  'HR008', 'the payload of signal bulk is 102 bytes, over the payload limit of 64 bytes',
                  'signal_workflow() of a payload over the limit: HR008');
@@ -234,7 +220,7 @@ UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 
 -- cancel_workflow is audited, each request (a repeated one says so).
 SET LOCAL application_name = 'harvest-api';
-SELECT isnt(pg_temp.idle('aud'), NULL, 'setup: an idle run to cancel');
+SELECT isnt(pg_temp.start_decided('aud', 'sig_wf', 'sq_aud'), NULL, 'setup: an idle run to cancel');
 SELECT is(harvest.cancel_workflow(pg_temp.run('aud'), 'no longer needed') AND NOT harvest.cancel_workflow(pg_temp.run('aud')),
           true, 'setup: cancel twice through the API');
 SELECT results_eq(format($$SELECT operation, target, actor = session_user, source, details FROM harvest.audit_log

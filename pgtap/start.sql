@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(153);
+SELECT plan(155);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -270,7 +270,7 @@ SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT execution_id
 -- start_workflows: a client's group commit of starts, each as start_workflow.
 CREATE TEMP TABLE batch ON COMMIT DROP AS
 SELECT * FROM harvest.start_workflows($$[
-    {"workflow_name": "batch_wf", "workflow_id": "b-2", "input": [2], "task_queue": "batch_q",
+    {"workflow_name": "batch_wf", "workflow_id": "b-2", "input": [2], "queue": "batch_q",
      "priority": 3, "search_attributes": {"k": "v"}, "run_timeout": 60},
     {"workflow_name": "batch_wf", "workflow_id": "b-1", "input": [1]},
     {"workflow_name": "batch_wf", "input": []},
@@ -293,7 +293,19 @@ SELECT results_eq(
     $$VALUES ('batch_q'::text, '[2]'::jsonb, '{"k": "v"}'::jsonb, 3, 'batch_q'::text, interval '60 seconds')$$,
     'each start gets its queue, input, search attributes, priority and timeout; defaults fill the rest');
 SELECT is((SELECT queue FROM harvest.executions WHERE id = (SELECT execution_id FROM batch WHERE n = 2)),
-          'default', 'a start without a task_queue goes to "default"');
+          'default', 'a start without a queue goes to "default"');
+CREATE TEMP TABLE old_spelling ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflows('[
+    {"workflow_name": "batch_wf", "workflow_id": "old-1", "task_queue": "old_q"},
+    {"workflow_name": "batch_wf", "workflow_id": "old-2", "task_queue": "same_q", "queue": "same_q"}]');
+SELECT results_eq(
+    $$SELECT e.queue FROM old_spelling AS b JOIN harvest.executions AS e ON e.id = b.execution_id ORDER BY b.n$$,
+    ARRAY['old_q', 'same_q'],
+    'a start''s "task_queue" is still read as the deprecated spelling of "queue" (alone, or agreeing with it)');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "batch_wf", "queue": "a_q",
+                                                             "task_queue": "b_q"}]')$$, 'HR001',
+                 'start 1 gives "queue" "a_q" and "task_queue" "b_q", which disagree',
+                 'a start whose "queue" and "task_queue" disagree is refused (HR001)');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "batch_wf", "workflow_id": "b-1",
                                                              "reuse_policy": "reject_duplicate"}]')$$,
                  'HR003', NULL, 'a start the policy refuses fails the call with its own error (HR003)');
@@ -321,7 +333,7 @@ SELECT is((pg_temp.start_error($$SELECT * FROM harvest.start_workflow('reg_typo'
 SELECT is_empty($$SELECT 1 FROM harvest.executions WHERE workflow_name = 'reg_typo'
                   UNION ALL SELECT 1 FROM harvest.events WHERE event_data ->> 'workflow_name' = 'reg_typo'$$,
                 'the refused start wrote nothing');
-SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "reg_typo", "task_queue": "reg_q"}]')$$,
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "reg_typo", "queue": "reg_q"}]')$$,
                  'HR010', NULL, 'start_workflows() refuses it too');
 SELECT lives_ok($$SELECT * FROM harvest.start_workflow('reg_known', '[]', 'r-3', 'reg_elsewhere')$$,
                 'the check is per queue: another queue with no registration takes it');

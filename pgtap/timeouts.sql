@@ -1,46 +1,20 @@
 -- functions/timeouts.sql: harvest.expire_tasks — workflow task leases, activity
--- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound.
+-- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound —
+-- and harvest.expire_workflows. The scanner pass that runs them is pgtap/scanner.sql.
 BEGIN;
-SELECT plan(47);
+SELECT plan(45);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
--- A workflow task claimed by worker-w (lease 30 s) and activities claimed by worker-a.
-CREATE TEMP TABLE held (key text PRIMARY KEY, execution_id uuid, task_id bigint, token bigint) ON COMMIT DROP;
-CREATE FUNCTION pg_temp.workflow(p_key text) RETURNS void LANGUAGE plpgsql AS $fn$
-BEGIN
-    PERFORM harvest.start_workflow('to_wf', '[]', p_key, 'wq_' || p_key);
-    INSERT INTO held SELECT p_key, c.execution_id, c.task_id, c.fencing_token
-    FROM harvest.claim_tasks('worker-w', ARRAY['wq_' || p_key], 1, 30) AS c;
-END;
+-- A workflow task claimed by worker-w (lease 30 s) and activities claimed by
+-- worker-a (or left pending), each run of to_wf on a queue of its own (wq_<key>).
+CREATE FUNCTION pg_temp.workflow(p_key text) RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_claimed(p_key, 'to_wf', 'wq_' || p_key, 'worker-w');
 $fn$;
 CREATE FUNCTION pg_temp.act(p_key text, p_options jsonb, p_claim boolean DEFAULT true)
-RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('to_wf', '[]', p_key, 'wq_' || p_key);
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['wq_' || p_key], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1, jsonb_build_array(
-        jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'act_' || p_key,
-                           'queue', 'aq_' || p_key, 'options', p_options)));
-    IF p_claim THEN
-        INSERT INTO held SELECT p_key, c.execution_id, c.task_id, c.fencing_token
-        FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], 1) AS c;
-    ELSE
-        INSERT INTO held SELECT p_key, t.execution_id, t.id, NULL FROM harvest.tasks AS t
-        WHERE t.queue = 'aq_' || p_key;
-    END IF;
-END;
-$fn$;
-CREATE FUNCTION pg_temp.task(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT task_id FROM held WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.token(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT token FROM held WHERE key = p_key;
-$fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT execution_id FROM held WHERE key = p_key;
+RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_activity(p_key, 'to_wf', 'wq_' || p_key, 'act_' || p_key, 'aq_' || p_key,
+                                  p_options => p_options, p_claim => p_claim);
 $fn$;
 -- expire_tasks() once; its rows kept in `swept` for the assertions that follow.
 CREATE TEMP TABLE swept (task_id bigint, kind text, outcome text) ON COMMIT DROP;
@@ -221,12 +195,6 @@ FROM generate_series(1, 2) AS i, harvest.start_workflow('to_timed', '[]', 'bound
 SET LOCAL harvest.fake_now = '2030-01-01 04:01:03+00';
 SELECT is(harvest.expire_workflows(1), 1, 'expire_workflows(1) ends one run per call');
 SELECT is(harvest.expire_workflows(1), 1, 'the next call ends the other');
-
--- scan: the whole scanner pass in one call.
-SELECT is((SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(harvest.scan(10)) AS k),
-          ARRAY['expired_tasks', 'mutex_grants', 'relays_delivered', 'starts_released', 'timed_out_workflows'],
-          'scan() reports every step');
-SELECT is(jsonb_typeof(harvest.scan(10) -> 'expired_tasks'), 'array', 'scan() lists the expired tasks');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -59,20 +59,14 @@ CREATE TEMP TABLE held (what text PRIMARY KEY, task_id bigint, token bigint) ON 
 CREATE FUNCTION pg_temp.held(p_what text) RETURNS bigint LANGUAGE sql AS $fn$
     SELECT task_id FROM held WHERE what = p_what;
 $fn$;
-CREATE FUNCTION pg_temp.setup() RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
+CREATE FUNCTION pg_temp.setup() RETURNS void LANGUAGE sql AS $fn$
     -- An activity and a workflow task on queue rq, held by w1; a workflow task on rq2, held by w2.
-    PERFORM harvest.start_workflow('wk_wf', '[]', 'act', 'rq_decide');
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['rq_decide'], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
-        '[{"type": "schedule_activity", "seq": 1, "name": "work", "queue": "rq"}]');
-    PERFORM harvest.start_workflow('wk_wf', '[]', 'wf', 'rq');
-    PERFORM harvest.start_workflow('wk_wf', '[]', 'other', 'rq2');
+    SELECT pg_temp.start_decided('act', 'wk_wf', 'rq_decide',
+                                 '[{"type": "schedule_activity", "seq": 1, "name": "work", "queue": "rq"}]');
+    SELECT pg_temp.start_run('wf', 'wk_wf', 'rq');
+    SELECT pg_temp.start_run('other', 'wk_wf', 'rq2');
     INSERT INTO held SELECT c.kind, c.task_id, c.fencing_token FROM harvest.claim_tasks('w1', ARRAY['rq'], 10) AS c;
     INSERT INTO held SELECT 'other', c.task_id, c.fencing_token FROM harvest.claim_tasks('w2', ARRAY['rq2'], 10) AS c;
-END;
 $fn$;
 SELECT pg_temp.setup();
 SET LOCAL harvest.fake_now = '2030-01-01 00:03:00+00';
@@ -126,16 +120,10 @@ CREATE TEMP TABLE rel (task_id bigint, token bigint) ON COMMIT DROP;
 CREATE FUNCTION pg_temp.rel(p_what text) RETURNS bigint LANGUAGE sql AS $fn$
     SELECT CASE p_what WHEN 'id' THEN task_id ELSE token END FROM rel;
 $fn$;
-CREATE FUNCTION pg_temp.setup_release() RETURNS void LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-BEGIN
-    PERFORM harvest.start_workflow('wk_wf', '[]', 'rel-act', 'rel_decide');
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['rel_decide'], 1);
-    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
-        '[{"type": "schedule_activity", "seq": 1, "name": "work", "queue": "rel_q"}]');
+CREATE FUNCTION pg_temp.setup_release() RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_decided('rel-act', 'wk_wf', 'rel_decide',
+                                 '[{"type": "schedule_activity", "seq": 1, "name": "work", "queue": "rel_q"}]');
     INSERT INTO rel SELECT c.task_id, c.fencing_token FROM harvest.claim_tasks('w9', ARRAY['rel_q'], 1) AS c;
-END;
 $fn$;
 
 -- release_task: one task, only with the current fencing token.

@@ -343,6 +343,39 @@ def test_one_config_file_is_loaded_per_invocation(tmp_path: Path, monkeypatch) -
     assert set(loaded) == {None}  # ./harvest.toml only (the error line's scrub tries it again)
 
 
+def _command_paths(group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = [prefix]
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            paths.extend(_command_paths(command, (*prefix, name)))
+        else:
+            paths.append((*prefix, name))
+    return paths
+
+
+def test_every_help_works_with_a_broken_config_file(tmp_path: Path, monkeypatch) -> None:
+    """--help reads no configuration: `harvest worker --help` in a folder whose ./harvest.toml
+    is broken prints the help (the root used to load the file before the subcommand's --help
+    was parsed); running a command there is still refused, naming the bad key."""
+    from click.testing import CliRunner
+
+    from harvest.cli import main
+
+    write(tmp_path, '[worker]\nqueue = ["alpha"]\n')  # broken: an unknown key
+    monkeypatch.chdir(tmp_path)
+    for name in [k for k in os.environ if k.startswith("HARVEST_")]:
+        monkeypatch.delenv(name)
+    paths = _command_paths(main)
+    assert ("worker",) in paths and ("worker", "run") in paths and ("workflow", "list") in paths
+    for path in paths:
+        result = CliRunner().invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, f"harvest {' '.join(path)} --help: {result.output}"
+        assert "Usage:" in result.output and "unknown config key" not in result.output, path
+    for args in (["workflow", "list"], ["worker", "test_config:app"], ["dlq", "count"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "unknown config key 'worker.queue'" in result.output, args
+
+
 def test_worker_flag_queue_is_checked_too(tmp_path: Path) -> None:
     r = harvest_cmd(
         "postgresql://nobody@127.0.0.1:1/none", "worker", "test_config:app", "--queue", "nope", cwd=tmp_path

@@ -1,9 +1,12 @@
-"""CONTRIBUTING.md "Names" carried out (migration 0021): the catalog holds no `task_queue` column and
+"""CONTRIBUTING.md "Names" carried out (migrations 0021 and 0022): the catalog holds no `task_queue` column
+(of a table or of a function's result) and
 no parameter of the retired spellings, the old function names are gone, the Python keyword and
 attribute keep their old spelling as deprecated aliases, and the CLI keeps the old spellings as
 hidden aliases."""
 
 from __future__ import annotations
+
+import json
 
 import psycopg
 import pytest
@@ -59,6 +62,35 @@ def test_no_task_queue_column_remains(conn) -> None:
         " AND conname LIKE '%task_queue%'"
     ).fetchall()
     assert named == []
+
+
+def test_no_function_returns_a_task_queue_column(conn) -> None:
+    """Migration 0022: claim_tasks returns one `queue` (the task's, a workflow task's is its
+    execution's) and claim_query_requests returns `queue`; no function returns `task_queue`."""
+    outs = conn.execute(
+        "SELECT p.proname, a.name FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)"
+        " WHERE p.pronamespace = 'harvest'::regnamespace AND p.proargmodes IS NOT NULL"
+        " AND a.mode IN ('o', 't', 'b') AND a.name IN ('task_queue', 'queue')"
+    ).fetchall()
+    assert {("claim_tasks", "queue"), ("claim_query_requests", "queue")} <= set(outs)
+    assert [name for name, column in outs if column == "task_queue"] == []
+
+
+def test_start_workflows_reads_task_queue_as_a_deprecated_spelling_of_queue(conn) -> None:
+    starts = [
+        {"workflow_name": "wf", "workflow_id": "sw-new", "queue": "q-new"},
+        {"workflow_name": "wf", "workflow_id": "sw-old", "task_queue": "q-old"},
+    ]
+    ids = [
+        row[0]
+        for row in conn.execute(
+            "SELECT execution_id FROM harvest.start_workflows(%s::jsonb) ORDER BY n", (json.dumps(starts),)
+        ).fetchall()
+    ]
+    queues = conn.execute(
+        "SELECT workflow_id, queue FROM harvest.executions WHERE id = ANY(%s) ORDER BY workflow_id", (ids,)
+    ).fetchall()
+    assert queues == [("sw-new", "q-new"), ("sw-old", "q-old")]
 
 
 def test_no_parameter_keeps_a_retired_spelling(conn) -> None:

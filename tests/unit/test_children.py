@@ -167,3 +167,32 @@ def test_task_queue_is_a_deprecated_spelling_of_queue():
         run(e.run_to_end())
     # The recorded command field keeps its spelling (CONTRIBUTING.md "Names").
     assert e.activations[0].commands[0]["task_queue"] == "elsewhere"
+
+
+@workflow
+async def reads_its_queue(ctx) -> dict:
+    return {"queue": ctx.queue, "info": ctx.info.queue}
+
+
+def test_the_run_knows_its_queue_and_task_queue_is_a_deprecated_attribute():
+    """WorkflowInfo.queue and ctx.queue (migration 0022's spelling); WorkflowInfo.task_queue and
+    ctx.task_queue read the same value with a DeprecationWarning, and WorkflowRun(task_queue=) is
+    the deprecated keyword of its queue argument."""
+    from harvest.runtime.context import WorkflowInfo
+
+    h = HistoryBuilder("reads_its_queue", task_queue="recorded_q")
+    r = new_run(app, reads_its_queue, queue="claimed_q")
+    activation = run(r.advance(h.events))
+    assert activation.commands[-1]["type"] == "complete_workflow"
+    assert activation.commands[-1]["result"] == {"queue": "claimed_q", "info": "claimed_q"}
+    with pytest.warns(DeprecationWarning, match=r"ctx.task_queue is deprecated: read queue"):
+        assert r.ctx.task_queue == "claimed_q"
+    info = WorkflowInfo(workflow_id="w", execution_id="e", workflow_name="n", queue="q")
+    with pytest.warns(DeprecationWarning, match=r"WorkflowInfo.task_queue is deprecated: read queue"):
+        assert info.task_queue == "q"
+    # Without a claimed queue the run reads the one its WorkflowStarted recorded.
+    r = new_run(app, reads_its_queue)
+    assert run(r.advance(h.events)).commands[-1]["result"]["queue"] == "recorded_q"
+    with pytest.warns(DeprecationWarning, match="task_queue= is deprecated: pass queue="):
+        r = new_run(app, reads_its_queue, task_queue="old_kw_q")
+    assert run(r.advance(h.events)).commands[-1]["result"]["queue"] == "old_kw_q"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -96,14 +97,38 @@ class HarvestGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None, output: str | None) -> None:
     """Harvest: durable workflows on Postgres."""
-    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, cli_config
+    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY
 
     # A subcommand's own --config wins over this one: one file is read per invocation.
     ctx.meta[CONFIG_PATH_KEY] = ctx.meta.get(_OWN_CONFIG_PATH_KEY) or config_path
     ctx.meta[GLOBAL_OUTPUT_KEY] = output
-    # Every command reads the same configuration: a bad key in harvest.toml or a misspelled
-    # HARVEST_* variable stops `workflow list` exactly as it stops `harvest worker`.
-    cli_config()
+    # The configuration is not read here: this callback runs before the subcommand's own
+    # arguments are parsed, so `harvest worker --help` would need a valid ./harvest.toml.
+    # Each command reads it as it starts (_reads_config_first).
+
+
+def _reads_config_first(command: click.Command) -> None:
+    """Every command reads the same configuration before it runs, once its arguments (and
+    --help) are parsed: a bad key in harvest.toml or a misspelled HARVEST_* variable stops
+    `workflow list` exactly as it stops `harvest worker`, and never stops a --help."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _reads_config_first(sub)
+        return
+    callback = command.callback
+    if callback is None or getattr(callback, "_harvest_reads_config", False):
+        return
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        from harvest.cli.output import cli_config
+
+        if kwargs.get("config_path") is None:  # a command's own --config: it reads that file
+            cli_config()
+        return callback(*args, **kwargs)
+
+    run._harvest_reads_config = True
+    command.callback = run
 
 
 def _register() -> None:
@@ -137,6 +162,7 @@ def _register() -> None:
     main.add_command(queues.queue)
     main.add_command(audit.audit)
     main.add_command(usage.usage)
+    _reads_config_first(main)
 
 
 _register()

@@ -154,7 +154,7 @@ def _start_call(
         "workflow_name": name,
         "input": encoded,
         "workflow_id": workflow_id,
-        "task_queue": queue,
+        "queue": queue,
         "reuse_policy": reuse_policy,
         "conflict_policy": conflict_policy,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
@@ -256,11 +256,11 @@ def _signal_with_start_call(
     workflow_id: str,
     signal: str,
     signal_payload: Any,
-    task_queue: str | None,
+    queue: str | None,
     search_attributes: dict | None,
     limit: int | None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue, limit)
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit)
     signal_encoded = payload.encode(signal_payload, "signal_payload")
     payload.check_size(signal_encoded, f"the payload of signal {signal}", limit)
     return definition, {
@@ -269,7 +269,7 @@ def _signal_with_start_call(
         "signal_name": signal,
         "payload": signal_encoded,
         "input": encoded,
-        "task_queue": queue,
+        "queue": queue,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
@@ -282,30 +282,30 @@ def _update_with_start_call(
     update: str,
     update_arg: Any,
     update_id: str | None,
-    task_queue: str | None,
+    queue: str | None,
     search_attributes: dict | None,
     limit: int | None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, task_queue, limit)
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit)
     return definition, {
         "workflow_name": name,
         "workflow_id": workflow_id,
         "name": update,
         "arg": _checked(payload.encode(update_arg, "update_arg"), f"the argument of update {update}", limit),
         "input": encoded,
-        "task_queue": queue,
+        "queue": queue,
         "update_id": update_id,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
 def _start_args(
-    workflow: Any, args: tuple, kwargs: dict, task_queue: str | None, limit: int | None
+    workflow: Any, args: tuple, kwargs: dict, queue: str | None, limit: int | None
 ) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     payload.check_size(encoded, f"the input of workflow {name}", limit)
-    queue = task_queue or (definition.queue if definition else "default")
+    queue = queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
 
 

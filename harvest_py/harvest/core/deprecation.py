@@ -17,3 +17,13 @@ def queue_alias(queue: str | None, task_queue: str | None, *, stacklevel: int = 
     if queue is not None and queue != task_queue:
         raise InvalidArgument(f"queue={queue!r} and task_queue={task_queue!r} disagree: pass queue= only")
     return task_queue
+
+
+def renamed_attribute(new: str, old: str) -> property:
+    """A read-only ``old`` attribute that reads ``new``, with a DeprecationWarning."""
+
+    def read(self):
+        warnings.warn(f"{old} is deprecated: read {new} (the same value)", DeprecationWarning, stacklevel=2)
+        return getattr(self, new)
+
+    return property(read, doc=f"Deprecated spelling of ``{new}``.")

@@ -28,7 +28,7 @@ from harvest.core.errors import from_database_error
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
     p_workflow_name => %(workflow_name)s, p_input => %(input)s, p_workflow_id => %(workflow_id)s,
-    p_queue => %(task_queue)s, p_reuse_policy => %(reuse_policy)s,
+    p_queue => %(queue)s, p_reuse_policy => %(reuse_policy)s,
     p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
     p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
     p_run_timeout_secs => %(run_timeout)s, p_shard => %(shard)s)
@@ -41,7 +41,7 @@ SIGNAL_WITH_START = """
 SELECT * FROM harvest.signal_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_signal_name => %(signal_name)s, p_signal_payload => %(payload)s, p_input => %(input)s,
-    p_queue => %(task_queue)s, p_search_attributes => %(search_attributes)s)
+    p_queue => %(queue)s, p_search_attributes => %(search_attributes)s)
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
@@ -115,7 +115,7 @@ SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(oper
                               %(signal_reapply)s, %(dry_run)s) AS plan
 """
 VERSION_USAGE = "SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s)"
-# -- the operator surface (functions/operator.sql, fleet.sql, retention.sql, dead_letters.sql)
+# -- the operator surface (functions/executions.sql, workers.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
 SELECT * FROM harvest.list_executions(
     p_status => %(state)s, p_workflow_name => %(workflow_name)s,
@@ -156,7 +156,7 @@ SET_WORKER_RETENTION = "SELECT harvest.set_worker_retention(%(max_age)s::interva
 PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
 
 
-# -- queries and updates (functions/queries.sql)
+# -- queries and updates (functions/messages.sql)
 REQUEST_QUERY = "SELECT harvest.request_query(%(execution_id)s, %(name)s, %(arg)s, %(timeout)s) AS request_id"
 REQUEST_UPDATE = """
 SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s)
@@ -165,7 +165,7 @@ UPDATE_WITH_START = """
 SELECT * FROM harvest.update_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_update_name => %(name)s, p_update_arg => %(arg)s, p_input => %(input)s,
-    p_queue => %(task_queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
+    p_queue => %(queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
     p_search_attributes => %(search_attributes)s)
 """
 PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
@@ -264,7 +264,7 @@ def start_workflow(
     workflow_name: str,
     input: list[Any],
     workflow_id: str | None,
-    task_queue: str,
+    queue: str,
     reuse_policy: str,
     conflict_policy: str,
     search_attributes: dict[str, Any],
@@ -280,7 +280,7 @@ def start_workflow(
         "workflow_name": workflow_name,
         "input": _jsonb(input),
         "workflow_id": workflow_id,
-        "task_queue": task_queue,
+        "queue": queue,
         "reuse_policy": reuse_policy,
         "conflict_policy": conflict_policy,
         "search_attributes": _jsonb(search_attributes),
@@ -309,7 +309,7 @@ def signal_with_start(
     signal_name: str,
     payload: Any,
     input: list[Any],
-    task_queue: str,
+    queue: str,
     search_attributes: dict[str, Any],
 ) -> dict[str, Any]:
     return {
@@ -318,7 +318,7 @@ def signal_with_start(
         "signal_name": signal_name,
         "payload": _jsonb(payload),
         "input": _jsonb(input),
-        "task_queue": task_queue,
+        "queue": queue,
         "search_attributes": _jsonb(search_attributes),
     }
 
@@ -681,7 +681,7 @@ def bulk_dead_letters(
     }
 
 
-# -- the operator surface (functions/operator.sql, fleet.sql, retention.sql) -------------------
+# -- the operator surface (functions/executions.sql, workers.sql, retention.sql) ----------------
 @call(LIST_EXECUTIONS)
 def list_executions(
     state: str | None = None,
@@ -790,7 +790,7 @@ def prune_workers(max_age: str | None = None, operator: str | None = None) -> di
     return {"max_age": max_age, "operator": operator}
 
 
-# -- queries and updates (functions/queries.sql) ----------------------------------------------
+# -- queries and updates (functions/messages.sql) ----------------------------------------------
 @call(REQUEST_QUERY, column("request_id"))
 def request_query(execution_id: str, name: str, arg: Any, timeout: float) -> dict[str, Any]:
     return {"execution_id": execution_id, "name": name, "arg": _jsonb(arg), "timeout": timeout}
@@ -816,7 +816,7 @@ def update_with_start(
     name: str,
     arg: Any,
     input: list[Any],
-    task_queue: str,
+    queue: str,
     update_id: str | None,
     timeout: float,
     search_attributes: dict[str, Any],
@@ -827,7 +827,7 @@ def update_with_start(
         "name": name,
         "arg": _jsonb(arg),
         "input": _jsonb(input),
-        "task_queue": task_queue,
+        "queue": queue,
         "update_id": update_id,
         "timeout": timeout,
         "search_attributes": _jsonb(search_attributes),

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from harvest.core.deprecation import queue_alias
+from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
@@ -49,7 +49,9 @@ class WorkflowInfo:
     workflow_id: str
     execution_id: str
     workflow_name: str
-    task_queue: str
+    queue: str
+
+    task_queue = renamed_attribute("queue", "WorkflowInfo.task_queue")
 
 
 class WorkflowContext:
@@ -73,8 +75,11 @@ class WorkflowContext:
         return self.info.workflow_name
 
     @property
-    def task_queue(self) -> str:
-        return self.info.task_queue
+    def queue(self) -> str:
+        """The queue this run's workflow tasks go to (its activities' and children's default)."""
+        return self.info.queue
+
+    task_queue = renamed_attribute("queue", "ctx.task_queue")
 
     @property
     def is_replaying(self) -> bool:
@@ -108,7 +113,7 @@ class WorkflowContext:
             "seq": self._run.next_seq(),
             "name": defn.name,
             "input": encode_args(fn, args),
-            "queue": defn.queue or self.task_queue,
+            "queue": defn.queue or self.queue,
             "options": defn.options_json(),
         }
         future = self._run.issue(command, "activity", defn.name)

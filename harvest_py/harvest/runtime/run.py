@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harvest.core.deprecation import queue_alias
 from harvest.core.errors import (
     ActivityError,
     ActivityFailure,
@@ -100,8 +101,9 @@ class WorkflowRun(CommandIssuer):
         workflow_definition: Any = None,
         execution_id: str = "",
         workflow_id: str | None = None,
-        task_queue: str | None = None,
+        queue: str | None = None,
         *,
+        task_queue: str | None = None,
         activity_context_factory: Callable[[str, int, int, str], Any] | None = None,
         clock: Callable[[], _dt.datetime] | None = None,
         rng: _random.Random | None = None,
@@ -130,7 +132,7 @@ class WorkflowRun(CommandIssuer):
                 f"continue_as_new_threshold: {continue_as_new_threshold!r} must be an int >= 0"
             )
         self.execution_id = str(execution_id)
-        self._workflow_id, self._task_queue = workflow_id, task_queue
+        self._workflow_id, self._queue = workflow_id, queue_alias(queue, task_queue)
         self.activity_context_factory = activity_context_factory or LocalActivityContext
         self.clock = clock or (lambda: _dt.datetime.now(_dt.UTC))
         self.rng = rng or _random.SystemRandom()
@@ -297,7 +299,7 @@ class WorkflowRun(CommandIssuer):
             workflow_id=str(self._workflow_id or self._start.get("workflow_id") or ""),
             execution_id=self.execution_id,
             workflow_name=self._start.get("workflow_name") or self.definition.name,
-            task_queue=self._task_queue or self._start.get("task_queue") or self.definition.queue,
+            queue=self._queue or self._start.get("task_queue") or self.definition.queue,
         )
         self.ctx = WorkflowContext(self, info)
         self._main = self._loop.create_task(self._run_main(self._start.get("input")))

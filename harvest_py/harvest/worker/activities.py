@@ -7,6 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
+from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
 from harvest.worker.decide_ahead import decide_ahead
@@ -20,6 +21,8 @@ log = logging.getLogger("harvest.worker")
 class ActivityContext:
     """The ``ctx`` an activity receives: identity, attempt, idempotency key, heartbeats."""
 
+    task_queue = renamed_attribute("queue", "ctx.task_queue")
+
     def __init__(self, worker: Worker, task: dict[str, Any]):
         self._worker = worker
         self._task = task
@@ -28,7 +31,7 @@ class ActivityContext:
         self.workflow_id = task["workflow_id"]
         self.workflow_name = task["workflow_name"]
         self.activity_name = task["activity_name"]
-        self.task_queue = task["queue"]
+        self.queue = task["queue"]
         self.heartbeat_details = task.get("heartbeat_details")
         self.cancel_requested = False
 

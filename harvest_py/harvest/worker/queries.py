@@ -201,7 +201,7 @@ class QueryResponder:
             ):
                 return cached, False
         definition = w.app.workflow(request["workflow_name"])
-        run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"], request["task_queue"])
+        run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"], request["queue"])
         try:
             events = await w.sql.get_history(execution_id, 0)
             run.replay_history([_event(e) for e in events])

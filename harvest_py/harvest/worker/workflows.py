@@ -209,7 +209,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                     f"this worker's App has no workflow {task['workflow_name']!r} "
                     f"(registered: {', '.join(sorted(worker.app.workflows)) or 'none'})",
                     task["workflow_name"],
-                    task["task_queue"],
+                    task["queue"],
                     sorted(worker.app.workflows),
                 )
             definition = worker.app.workflow(task["workflow_name"])
@@ -218,7 +218,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 definition,
                 execution_id,
                 task["workflow_id"],
-                task["task_queue"],
+                task["queue"],
                 continue_as_new_threshold=worker.continue_as_new_threshold,
             )
             if task.get("new_events") is not None and task.get("new_events_after") == 0:

@@ -1,0 +1,31 @@
+-- The scanner: the pass every worker runs on a timer (worker/scanner.py), one
+-- round trip over the bounded sweeps of the domains it serves: timeouts
+-- (expire_tasks, expire_workflows), relays (deliver_relays), flow control
+-- (grant_mutexes) and gated starts (release_pending_starts). Each sweep lives in
+-- its own domain's file; this file only runs them together.
+
+-- One scanner pass in one round trip: what every worker runs each scan_interval.
+-- Each step is bounded by p_limit and skips rows locked elsewhere; the answer says
+-- what moved so the worker knows whether to claim at once.
+CREATE OR REPLACE FUNCTION harvest.scan(p_limit integer DEFAULT 100)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_expired jsonb;
+BEGIN
+    SELECT coalesce(jsonb_agg(to_jsonb(x)), '[]'::jsonb) INTO v_expired FROM harvest.expire_tasks(p_limit) AS x;
+    RETURN jsonb_build_object(
+        'expired_tasks', v_expired,
+        'timed_out_workflows', harvest.expire_workflows(p_limit),
+        'relays_delivered', harvest.deliver_relays(p_limit),
+        'mutex_grants', harvest.grant_mutexes(p_limit),
+        'starts_released', harvest.release_pending_starts(p_limit));
+END;
+$$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.scan IS
+'One scanner pass in one round trip (expire_tasks, expire_workflows, deliver_relays, grant_mutexes, '
+'release_pending_starts), each bounded by p_limit; the answer says what moved. Called by every worker each '
+'scan_interval (role harvest_worker).';

@@ -1,0 +1,160 @@
+"""A real upgrade: a database exactly as the previous release left it, live runs included, is
+migrated by this release and ends equal to a fresh install, and its runs finish on this
+release's worker.
+
+The previous release is frozen in tests/fixtures/previous_release/harvest_previous_release.sql
+(generate.py made it from that release's commit with that release's own migrator, client and
+worker; never read from git here, so a shallow clone runs this test). Its runs: done-1
+completed; sleep-1 waiting on a timer; charge-1 whose activity was dead-lettered; slow-1 whose
+activity was running when its worker was killed (the lease left behind); pending-1, a workflow
+task no worker touched. CONTRIBUTING.md ("Upgrading from the previous release") says when to
+make the file again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import catalog
+import psycopg
+import pytest
+from test_schema_equivalence import ledger_keys, schema_dump
+
+from harvest import Worker
+from harvest.db import migrate as m
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "previous_release"
+DUMP = FIXTURES / "harvest_previous_release.sql"
+sys.path.insert(0, str(FIXTURES))
+
+from upgrade_app import QUEUE, app  # noqa: E402  (the fixture's workflows, on sys.path above)
+
+
+@pytest.fixture
+def previous_and_fresh(pg_server, template_dsn: str) -> Iterator[tuple[str, str]]:
+    """The previous release's database (loaded from the fixture, not migrated yet), and an
+    empty one. template_dsn: the cluster's harvest_* roles exist (the dump grants to them)."""
+    names = [f"t_{uuid.uuid4().hex[:12]}" for _ in range(2)]
+    previous, fresh = (pg_server.create_database(n) for n in names)
+    with psycopg.connect(previous, autocommit=True) as conn:
+        conn.execute(DUMP.read_text())
+    yield previous, fresh
+    for name in names:
+        pg_server.drop_database(name)
+
+
+def live_state(dsn: str) -> dict[str, tuple]:
+    """Each fixture run: its status, what its tasks are doing, and whether it has a dead letter."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT e.workflow_id, e.status,"
+            " coalesce((SELECT array_agg(t.kind || ':' || t.status ||"
+            "  CASE WHEN t.lease_expires_at < now() THEN ':lease-expired' ELSE '' END ORDER BY t.id)"
+            "  FROM harvest.tasks AS t WHERE t.execution_id = e.id), '{}'),"
+            " EXISTS (SELECT 1 FROM harvest.dead_letters AS d WHERE d.execution_id = e.id)"
+            " FROM harvest.executions AS e ORDER BY 1"
+        ).fetchall()
+    return {workflow_id: (status, tasks, dead) for workflow_id, status, tasks, dead in rows}
+
+
+def test_the_fixture_holds_the_previous_release_with_live_runs(previous_and_fresh) -> None:
+    """What the upgrade below starts from: the previous schema, mid-flight."""
+    previous, _ = previous_and_fresh
+    assert live_state(previous) == {
+        "charge-1": ("RUNNING", [], True),
+        "done-1": ("COMPLETED", [], False),
+        "pending-1": ("RUNNING", ["workflow:pending"], False),
+        "sleep-1": ("RUNNING", ["timer:pending"], False),
+        "slow-1": ("RUNNING", ["activity:running:lease-expired"], False),
+    }
+    with psycopg.connect(previous, autocommit=True) as conn:
+        version = conn.execute("SELECT max(version) FROM harvest.schema_migrations").fetchone()[0]
+        columns = {
+            r[0]
+            for r in conn.execute(
+                "SELECT attname FROM pg_attribute"
+                " WHERE attrelid = 'harvest.executions'::regclass AND attnum > 0"
+            ).fetchall()
+        }
+    assert version < m.latest_core_version() and "task_queue" in columns  # an older schema indeed
+
+
+def test_upgrading_the_previous_release_equals_a_fresh_install(previous_and_fresh) -> None:
+    previous, fresh = previous_and_fresh
+    report = m.Migrator(previous).run()
+    assert report.applied, "the fixture is the previous release: some migrations must be new to it"
+    m.Migrator(fresh).run()
+    # Catalog (tables, columns, constraints, indexes, functions and their comments, ...).
+    catalog.assert_same(catalog.snapshot(fresh), catalog.snapshot(previous), "fresh install", "upgraded")
+    # The ledgers: the same migrations and the same functions/ files with their checksums; the
+    # rows of the files the previous release had and this one does not are gone.
+    assert ledger_keys(previous) == ledger_keys(fresh)
+    assert set(report.functions_retired) >= {"fleet.sql", "zz_security.sql"}
+    assert schema_dump(previous) == schema_dump(fresh)
+    # A second run has nothing left to do.
+    again = m.Migrator(previous).run()
+    assert not (again.applied or again.functions_applied or again.functions_retired)
+
+
+def _run_worker(dsn: str, stop: threading.Event, errors: list[BaseException]) -> None:
+    async def go() -> None:
+        worker = Worker(app, dsn, queues=[QUEUE], poll_interval=0.2, scan_interval=0.2)
+        task = asyncio.ensure_future(worker.run())
+        while not stop.is_set() and not task.done():
+            await asyncio.sleep(0.05)
+        worker.request_stop()
+        await task
+
+    try:
+        asyncio.run(go())
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def test_the_live_runs_complete_on_the_current_worker(previous_and_fresh) -> None:
+    previous, _ = previous_and_fresh
+    m.Migrator(previous).run()
+    with psycopg.connect(previous, autocommit=True) as conn:
+        # The operator replays the dead letter with this release's SQL API.
+        (dead_letter,) = conn.execute("SELECT id FROM harvest.dead_letters").fetchone()
+        conn.execute("SELECT harvest.replay_dead_letter(%s)", (dead_letter,))
+    stop, errors = threading.Event(), []
+    thread = threading.Thread(target=_run_worker, args=(previous, stop, errors), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = live_state(previous)
+            if all(status != "RUNNING" for status, _, _ in state.values()) or errors:
+                break
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
+    with psycopg.connect(previous, autocommit=True) as conn:
+        results = dict(
+            conn.execute(
+                "SELECT workflow_id, status || ' ' || output::text FROM harvest.executions"
+            ).fetchall()
+        )
+        slow_attempts = conn.execute(
+            "SELECT (event_data ->> 'attempt')::integer FROM harvest.events AS ev"
+            " JOIN harvest.executions AS e ON e.id = ev.execution_id"
+            " WHERE e.workflow_id = 'slow-1' AND ev.event_type = 'ActivityCompleted'"
+        ).fetchall()
+    assert results == {
+        "done-1": "COMPLETED 2",
+        "sleep-1": "COMPLETED 6",
+        "charge-1": "COMPLETED " + json.dumps("charged o-1"),
+        "slow-1": "COMPLETED 40",
+        "pending-1": "COMPLETED 42",
+    }
+    assert slow_attempts == [(2,)], "the killed worker's attempt expired and was retried once"
