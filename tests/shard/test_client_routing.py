@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from harvest import App, AsyncClient, Client, Debounce, Throttle, workflow
 from harvest.cli.main import main
-from harvest.core.errors import InvalidArgument, ShardUnavailable, WorkflowCancelled
+from harvest.core.errors import InvalidArgument, ShardUnavailable, WorkflowCancelled, WorkflowNotRunning
 from harvest.core.ids import shard_of
 from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
 
@@ -271,3 +271,41 @@ def test_cli_list_reads_every_shard_and_goes_partial_with_one_stopped(shards) ->
         assert out.exit_code == 1 and "shard 2" in out.output
     finally:
         shards.start(2)
+
+
+def test_a_continue_as_new_chain_is_followed_onto_another_shard(shards, per_shard_workers) -> None:
+    """Today a successor is minted on its predecessor's shard; once a run can move (rebalancing,
+    cross-shard successors) the next run of a chain can live elsewhere. The chain is stood up
+    by hand here: run A on shard 1 continued as new into run B on shard 2."""
+    per_shard_workers(APP)
+    with ShardPools(_router(), shards.dsns, max_size=4) as pools, Client(shards=pools) as client:
+        first = client.start_workflow(waiter, shard_id=1)
+        second = client.start_workflow(waiter, shard_id=2)
+        with shards.connect(1) as conn:
+            conn.execute(
+                "UPDATE harvest.executions SET status = 'CONTINUED_AS_NEW', completed_at = now(),"
+                " output = jsonb_build_object('continued_as_new', %s::text) WHERE id = %s",
+                (second.execution_id, first.execution_id),
+            )
+        fresh = client.get_handle(first.execution_id)
+        fresh.signal("go", "hopped")  # A is not running: the signal goes on to B, on shard 2
+        assert fresh.result(timeout=30) == "hopped"
+
+        third = client.start_workflow(waiter, shard_id=0)
+        with shards.connect(0) as conn:
+            conn.execute(
+                "UPDATE harvest.executions SET status = 'CONTINUED_AS_NEW', completed_at = now(),"
+                " output = jsonb_build_object('continued_as_new', %s::text) WHERE id = %s",
+                (first.execution_id, third.execution_id),
+            )
+
+    async def go():  # 0 -> 1 -> 2: two hops, the async handle
+        apools = AsyncShardPools(_router(), shards.dsns, max_size=4)
+        async with apools, await AsyncClient.connect(shards=apools) as aclient:
+            handle = aclient.get_handle(third.execution_id)
+            value = await handle.result(timeout=30)
+            with pytest.raises(WorkflowNotRunning):  # followed to B, which has completed
+                await handle.cancel("late")
+            return value
+
+    assert asyncio.run(go()) == "hopped"

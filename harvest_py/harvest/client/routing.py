@@ -28,6 +28,7 @@ __all__ = [
     "OneDatabase",
     "Placement",
     "Sharded",
+    "api",
     "boot_order",
     "hashed_shard",
     "place_start",
@@ -128,36 +129,25 @@ def route_id(router: ShardRouter, execution_id: Any) -> int:
         raise InvalidArgument(f"{execution_id!r} is not an execution id (a UUID)") from None
 
 
-# -- the synchronous targets --------------------------------------------------------------------
-class OneDatabase:
-    """``Client(dsn)``: one database and its pool; every shard is that database."""
+# -- the targets ------------------------------------------------------------------------------
+class _One:
+    """One database: every shard is it."""
 
     sharded = False
 
-    def __init__(self, dsn: str, pool: ConnectionPool):
+    def __init__(self, dsn: str, pool: Any):
         self.dsn, self.pool = dsn, pool
         self.router = ShardRouter.single(ONE)
 
     def route(self, execution_id: Any) -> int:
         return ONE
 
-    @contextlib.contextmanager
-    def connection(self, shard: int) -> Iterator[Any]:
-        with self.pool.connection() as conn:
-            yield conn
-
     def dsn_of(self, shard: int) -> str:
         return self.dsn
 
-    def providers(self) -> Mapping[int, Any]:
-        return {ONE: functools.partial(_api, self, ONE)}
 
-    def close(self) -> None:
-        self.pool.close()
-
-
-class Sharded:
-    """``Client(shards=pools)``: a pool per shard (the caller's ShardPools, closed by the caller)."""
+class _Shards:
+    """A pool per shard (the caller's pools, which the caller closes)."""
 
     sharded = True
 
@@ -177,22 +167,39 @@ class Sharded:
         """Every readable shard: one with no pool is named unavailable by the fan-out."""
         return {s: functools.partial(self.pools.api, s) for s in self.router.readable}
 
+
+class OneDatabase(_One):
+    """``Client(dsn)``: one database and its pool."""
+
+    pool: ConnectionPool
+
+    @contextlib.contextmanager
+    def connection(self, shard: int) -> Iterator[Any]:
+        with self.pool.connection() as conn:
+            yield conn
+
+    def providers(self) -> Mapping[int, Any]:
+        return {ONE: functools.partial(api, self, ONE)}
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class Sharded(_Shards):
+    """``Client(shards=ShardPools)``."""
+
     def close(self) -> None:
         """The pools are the caller's: nothing to close here."""
 
 
 @contextlib.contextmanager
-def _api(target: Any, shard: int) -> Iterator[SqlApi]:
+def api(target: Any, shard: int) -> Iterator[SqlApi]:
+    """The SQL API on one connection of ``shard`` of a synchronous target (each call its own
+    transaction)."""
     with target.connection(shard) as conn:
         yield SqlApi(conn)
 
 
-def api(target: Any, shard: int) -> contextlib.AbstractContextManager[SqlApi]:
-    """The SQL API on one connection of ``shard`` (each call its own transaction)."""
-    return _api(target, shard)
-
-
-# -- the asyncio targets --------------------------------------------------------------------------
 class _ShardConnections:
     """One shard of AsyncShardPools, shaped as a pool for AsyncSqlApi (``connection()``)."""
 
@@ -203,18 +210,14 @@ class _ShardConnections:
         return self._pools.connection(self._shard)
 
 
-class AsyncOneDatabase:
+class AsyncOneDatabase(_One):
     """``AsyncClient.connect(dsn)``: one database and its pool."""
 
-    sharded = False
+    pool: AsyncConnectionPool
 
     def __init__(self, dsn: str, pool: AsyncConnectionPool):
-        self.dsn, self.pool = dsn, pool
-        self.router = ShardRouter.single(ONE)
+        super().__init__(dsn, pool)
         self._sql = AsyncSqlApi(pool)
-
-    def route(self, execution_id: Any) -> int:
-        return ONE
 
     def sql(self, shard: int) -> AsyncSqlApi:
         return self._sql
@@ -224,9 +227,6 @@ class AsyncOneDatabase:
         async with self.pool.connection() as conn:
             yield conn
 
-    def dsn_of(self, shard: int) -> str:
-        return self.dsn
-
     def providers(self) -> Mapping[int, Any]:
         return {ONE: self._sql}
 
@@ -234,17 +234,12 @@ class AsyncOneDatabase:
         await self.pool.close()
 
 
-class AsyncSharded:
-    """``AsyncClient.connect(shards=pools)``: the caller's AsyncShardPools."""
-
-    sharded = True
+class AsyncSharded(_Shards):
+    """``AsyncClient.connect(shards=AsyncShardPools)``."""
 
     def __init__(self, pools: Any):
-        self.pools, self.router = pools, pools.router
+        super().__init__(pools)
         self._sql: dict[int, AsyncSqlApi] = {}
-
-    def route(self, execution_id: Any) -> int:
-        return route_id(self.router, execution_id)
 
     def sql(self, shard: int) -> AsyncSqlApi:
         """The SQL API on ``shard``'s pool: each call takes a connection and is one transaction."""
@@ -252,15 +247,6 @@ class AsyncSharded:
         if sql is None:
             sql = self._sql[shard] = AsyncSqlApi(_ShardConnections(self.pools, shard))
         return sql
-
-    def connection(self, shard: int) -> Any:
-        return self.pools.connection(shard)
-
-    def dsn_of(self, shard: int) -> str:
-        return self.pools.dsn(shard)
-
-    def providers(self) -> Mapping[int, Any]:
-        return {s: functools.partial(self.pools.api, s) for s in self.router.readable}
 
     async def close(self) -> None:
         """The pools are the caller's."""
