@@ -156,6 +156,13 @@ def test_placement_refusals_write_nothing(shards, caplog) -> None:
         # Unpinned, the debounce applies as always (on whatever shard the id hashes to).
         assert client.start_workflow("debounced", workflow_id="d-1").deferred
 
+    # The client takes the pools of its kind, and not a dsn besides.
+    with ShardPools(_router(), shards.dsns, max_size=1) as pools:
+        with pytest.raises(InvalidArgument, match="a dsn or shards=, not both"):
+            Client(shards.dsns[0], shards=pools)
+        with pytest.raises(InvalidArgument, match="takes an AsyncShardPools, got ShardPools"):
+            asyncio.run(AsyncClient.connect(shards=pools))
+
     # A pin to a shard the router accepts but this process has no pool for: 503, no fallback.
     with ShardPools(_router(), {s: shards.dsns[s] for s in (0, 1)}, max_size=2) as pools:
         with Client(shards=pools) as client, pytest.raises(ShardUnavailable) as caught:

@@ -507,6 +507,8 @@ class Client:
     hash, or ``shard_id=`` / ``residency_key=``) and every call about an execution goes to
     the shard its id carries. The pools are the caller's: the client does not close them, and
     ``pool_size`` does not apply. ``dsn`` is None; ``router`` and ``pools`` say where calls go.
+    ``check_schema`` checks the first shard that answers (the default first); each shard's
+    pool checks that its database is that shard on first use.
 
     ``max_payload_bytes``: inputs, signal payloads and update/query arguments larger
     than this are refused here (``PayloadTooLarge``) before anything is sent; by
@@ -529,6 +531,7 @@ class Client:
         if shards is not None:
             if dsn is not None:
                 raise InvalidArgument("give the client a dsn or shards=, not both")
+            routing.check_pools(shards, asynchronous=False)
             self.dsn = None
             self._target: Any = routing.Sharded(shards)
             self.router = self._target.router
@@ -547,8 +550,9 @@ class Client:
         self.router = self._target.router
 
     def _first_connections(self, check_schema: bool) -> None:
-        """Each shard that answers: its identity (the pool's first connection checks it), its
-        schema; the payload limit from the first. A shard down now is checked on first use."""
+        """The first shard that answers (the default first): its identity (a pool's first
+        connection checks it), its schema, the payload limit. Every other shard's identity is
+        checked by its pool on first use, so a shard that is down does not hold up the client."""
         for shard in routing.boot_order(self.router, self.pools.shards):
             try:
                 with self.pools.connection(shard) as conn:
@@ -556,6 +560,7 @@ class Client:
                         verify_schema(conn)
                     if self.max_payload_bytes is None:
                         self.max_payload_bytes = SqlApi(conn).payload_limit()
+                return
             except ShardUnavailable:
                 continue
 
@@ -916,6 +921,7 @@ class AsyncClient:
         if shards is not None:
             if dsn is not None:
                 raise InvalidArgument("give the client a dsn or shards=, not both")
+            routing.check_pools(shards, asynchronous=True)
             for shard in routing.boot_order(shards.router, shards.shards):
                 try:
                     async with shards.connection(shard) as conn:
@@ -924,6 +930,7 @@ class AsyncClient:
                             await check_schema_async(first, "this Harvest")
                         if limit is None:
                             limit = await first.payload_limit()
+                    break
                 except ShardUnavailable:
                     continue
             return cls(None, None, limit, shards=shards)

@@ -117,6 +117,19 @@ def hashed_shard(target: Any, name: str, workflow_id: str) -> int:
     return target.router.pick_for_new_workflow(name, workflow_id) if target.sharded else ONE
 
 
+def check_pools(pools: Any, *, asynchronous: bool) -> None:
+    """``Client(shards=)`` takes a ShardPools, ``AsyncClient.connect(shards=)`` an AsyncShardPools."""
+    from harvest.shard.pools import AsyncShardPools, ShardPools
+
+    wanted = AsyncShardPools if asynchronous else ShardPools
+    if not isinstance(pools, wanted):
+        who = "AsyncClient.connect" if asynchronous else "Client"
+        article = "an" if asynchronous else "a"
+        raise InvalidArgument(
+            f"{who}(shards=...) takes {article} {wanted.__name__}, got {type(pools).__name__}"
+        )
+
+
 def boot_order(router: ShardRouter, shards: Any) -> list[int]:
     """The shards with a pool, the default first: where a client makes its first connections."""
     return sorted(shards, key=lambda s: (s != router.default, s))
