@@ -231,6 +231,16 @@ def test_cli_places_by_residency_key_and_routes_by_id(shards, per_shard_workers)
     out = runner.invoke(main, ["workflow", "history", execution_id, "-o", "json"])
     assert out.exit_code == 0 and json.loads(out.stdout)["events"]
 
+    # --shard-id pins by number; terminate and stack follow the id to shard 1.
+    out = runner.invoke(main, ["workflow", "start", "waiter", "--shard-id", "1", "-o", "json"])
+    assert out.exit_code == 0, out.output
+    on_one = json.loads(out.stdout)
+    assert on_one["shard_id"] == 1 and shard_of(on_one["execution_id"]) == 1
+    out = runner.invoke(main, ["workflow", "terminate", on_one["execution_id"], "--reason", "cli"])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(main, ["workflow", "stack", on_one["execution_id"], "-o", "json"])
+    assert out.exit_code == 0 and json.loads(out.stdout)["status"] == "TERMINATED"
+
     # An unpinned start's output is the old shape: no shard_id.
     out = runner.invoke(main, ["workflow", "start", "leaf", "--input-json", "[1]", "-o", "json"])
     assert out.exit_code == 0 and "shard_id" not in json.loads(out.stdout)
