@@ -57,6 +57,11 @@ WHERE status = 'RUNNING';
 CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 
+-- A business key without its workflow name (an external signal or cancel by
+-- workflow_id alone, functions/relays.sql; 0024).
+CREATE INDEX executions_workflow_id
+ON harvest.executions (workflow_id);
+
 CREATE INDEX executions_status_created
 ON harvest.executions (status, created_at DESC, id);
 
