@@ -354,7 +354,7 @@ ROLLBACK;
 -- cross-shard pump's harvest.claim_remote_relays, harvest.deliver_external_relay,
 -- harvest.complete_relay and harvest.release_relay, driven here on one database.)
 BEGIN;
-SELECT plan(78);
+SELECT plan(80);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -499,6 +499,14 @@ SELECT is(pg_temp.decide('xs_src', pg_temp.cancel(11, jsonb_build_object('execut
           'RUNNING', 'a cancel of a completed run');
 SELECT is((SELECT event_type || ':' || (event_data ->> 'reason') FROM pg_temp.event(pg_temp.run('xs_src'))),
           'ExternalCancelFailed:not_running', 'ExternalCancelFailed{reason: not_running}');
+
+-- A run may signal itself: its own row is locked by its decision, which counts as free.
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(20, jsonb_build_object('execution_id', pg_temp.run('xs_src')),
+                                                  'self')), 'RUNNING', 'a run signals itself');
+SELECT results_eq($$SELECT event_type, event_data ->> 'name' FROM harvest.events
+                    WHERE execution_id = pg_temp.run('xs_src') ORDER BY event_id DESC LIMIT 2$$,
+    $$VALUES ('ExternalSignalDelivered'::text, NULL::text), ('SignalReceived', 'self')$$,
+    'its SignalReceived, then the outcome, in the same transaction');
 
 -- ------------------------------------------- ambiguity, and a relay found busy
 SELECT isnt(pg_temp.start('xs_tgt', 'xs_other'), NULL, 'setup: a second running workflow with workflow_id xs_tgt');
