@@ -223,9 +223,15 @@ BEGIN
                           p_workflow_id);
         RETURN;
     END IF;
-    SELECT e.id, e.status INTO v_run FROM harvest.executions AS e
-    WHERE e.workflow_id = p_workflow_id AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
-    ORDER BY e.created_at DESC, e.id DESC LIMIT 1;
+    -- (OFFSET 0 keeps the key's runs a subquery found by workflow_id, then sorted: a
+    -- plan may otherwise walk executions_created newest first filtering on the key,
+    -- through every newer run; tests/integration/test_generic_plans.py.)
+    SELECT k.id, k.status INTO v_run FROM (
+        SELECT e.id, e.status, e.created_at FROM harvest.executions AS e
+        WHERE e.workflow_id = p_workflow_id AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
+        OFFSET 0
+    ) AS k
+    ORDER BY k.created_at DESC, k.id DESC LIMIT 1;
     IF FOUND THEN
         outcome := 'not_running';
         execution_id := v_run.id;

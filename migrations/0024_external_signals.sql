@@ -65,7 +65,8 @@ CREATE TABLE harvest.relay_receipts (
     )
 );
 
--- A target named by workflow_id alone (functions/relays.sql, _locate_external_target).
-CREATE INDEX executions_workflow_id ON harvest.executions (workflow_id);
+-- A target named by workflow_id alone (functions/relays.sql, _locate_external_target);
+-- a hash index, so the start path's range lookup never picks it (sql/executions.sql).
+CREATE INDEX executions_workflow_id ON harvest.executions USING hash (workflow_id);
 
 ALTER TABLE harvest.engine_settings ADD COLUMN cross_shard_relays boolean NOT NULL DEFAULT false;

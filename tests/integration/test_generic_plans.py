@@ -192,6 +192,45 @@ def test_start_workflow_on_the_generic_plan_prefers_the_running_prior(
     assert latest == (fresh[0], False)
 
 
+# -- an external signal or cancel by business key: the running run, else the latest ----------------
+
+EXTERNAL_LOOKUPS = [
+    Statement(
+        "_locate_external_target",
+        r"SELECT count\(\*\), min",
+        {"p_workflow_id": "text", "p_workflow_name": "text"},
+    ),
+    Statement(
+        "_locate_external_target",
+        r"SELECT k\.id, k\.status INTO v_run FROM \(",
+        {"p_workflow_id": "text", "p_workflow_name": "text"},
+    ),
+]
+# The workflow name may be NULL (a workflow_id alone): the hash index on workflow_id serves it
+# (sql/executions.sql); never a scan of every run.
+EXTERNAL_INDEXES = {
+    "executions_workflow_id",
+    "executions_active_workflow_id",
+    "executions_workflow_id_latest",
+}
+# Not "analysed: one key, many runs": there every run has the key, and reading them all (a
+# sequential scan) is what the latest-run lookup must do anyway.
+EXTERNAL_DISTRIBUTIONS = [d for d in DISTRIBUTIONS if d != "analysed: one key, many runs"]
+
+
+@pytest.mark.parametrize("distribution", EXTERNAL_DISTRIBUTIONS)
+@pytest.mark.parametrize("stmt", EXTERNAL_LOOKUPS, ids=["running", "latest"])
+def test_an_external_target_by_business_key_is_found_through_an_index(
+    never_analysed: psycopg.Connection, distribution: str, stmt: Statement
+) -> None:
+    conn = never_analysed
+    for setup in DISTRIBUTIONS[distribution]:
+        conn.execute(setup)
+    sql = plain_sql(conn, stmt)
+    plan = generic_plan(conn, sql, list(stmt.params.values()))
+    assert_reads_only_through(plan, {"executions": EXTERNAL_INDEXES}, sql)
+
+
 # -- the other hot-path statements --------------------------------------------------------------
 
 RUNNING_TEST = (
