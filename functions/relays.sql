@@ -161,6 +161,22 @@ $$;
 
 -- ------------------------------------------------------------ external signal and cancel
 
+-- Every workflow name this database holds a run of, read off the executions_name_created
+-- index one probe per name (a loose index scan), for a business key given without its name.
+CREATE OR REPLACE FUNCTION harvest._workflow_names()
+RETURNS text[]
+LANGUAGE sql STABLE
+AS $$
+    WITH RECURSIVE names (workflow_name) AS (
+        (SELECT e.workflow_name FROM harvest.executions AS e ORDER BY e.workflow_name LIMIT 1)
+        UNION ALL
+        SELECT (SELECT e.workflow_name FROM harvest.executions AS e
+                WHERE e.workflow_name > n.workflow_name ORDER BY e.workflow_name LIMIT 1)
+        FROM names AS n WHERE n.workflow_name IS NOT NULL
+    )
+    SELECT coalesce(array_agg(n.workflow_name), ARRAY[]::text[]) FROM names AS n WHERE n.workflow_name IS NOT NULL;
+$$;
+
 -- Where an external target is on this database: the run that is current for an
 -- execution id (following continue-as-new successors, as a client's signal does)
 -- or for a business key (the RUNNING run of workflow_id, of workflow_name when
@@ -179,6 +195,11 @@ DECLARE
     v_run record;
     v_count integer;
     v_hops integer := 0;
+    v_names text[];
+    v_candidate record;
+    v_latest_id uuid;
+    v_latest_at timestamptz;
+    v_latest_status text;
 BEGIN
     IF p_execution_id IS NOT NULL THEN
         IF harvest.shard_of(p_execution_id) <> v_local THEN
@@ -209,9 +230,32 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-    SELECT count(*), min(e.id::text)::uuid INTO v_count, execution_id FROM harvest.executions AS e
-    WHERE e.workflow_id = p_workflow_id AND e.status = 'RUNNING'
-      AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name);
+    -- A workflow_id alone is looked for under every workflow name: the names are read
+    -- off an index one probe each (a loose index scan), then each (name, workflow_id) is
+    -- one probe, written as start_workflow's prior lookup is (start.sql,
+    -- _start_resolve_prior: its running run first, else its latest), which keeps its
+    -- index in every plan. No index on workflow_id alone is kept: it would cost every start.
+    v_names := CASE WHEN p_workflow_name IS NOT NULL THEN ARRAY[p_workflow_name]
+                    ELSE harvest._workflow_names() END;
+    v_count := 0;
+    FOR v_candidate IN
+        SELECT r.id, r.status, r.created_at FROM unnest(v_names) AS n (workflow_name)
+        CROSS JOIN LATERAL (
+            SELECT e.id, e.status, e.created_at FROM harvest.executions AS e
+            WHERE e.workflow_name = n.workflow_name AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
+            ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
+            LIMIT 1
+        ) AS r
+    LOOP
+        IF v_candidate.status = 'RUNNING' THEN
+            v_count := v_count + 1;
+            execution_id := v_candidate.id;
+        ELSIF v_latest_id IS NULL OR (v_candidate.created_at, v_candidate.id) > (v_latest_at, v_latest_id) THEN
+            v_latest_id := v_candidate.id;
+            v_latest_at := v_candidate.created_at;
+            v_latest_status := v_candidate.status;
+        END IF;
+    END LOOP;
     IF v_count = 1 THEN
         outcome := 'found';
         RETURN;
@@ -223,20 +267,11 @@ BEGIN
                           p_workflow_id);
         RETURN;
     END IF;
-    -- (OFFSET 0 keeps the key's runs a subquery found by workflow_id, then sorted: a
-    -- plan may otherwise walk executions_created newest first filtering on the key,
-    -- through every newer run; tests/integration/test_generic_plans.py.)
-    SELECT k.id, k.status INTO v_run FROM (
-        SELECT e.id, e.status, e.created_at FROM harvest.executions AS e
-        WHERE e.workflow_id = p_workflow_id AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
-        OFFSET 0
-    ) AS k
-    ORDER BY k.created_at DESC, k.id DESC LIMIT 1;
-    IF FOUND THEN
+    IF v_latest_id IS NOT NULL THEN
         outcome := 'not_running';
-        execution_id := v_run.id;
+        execution_id := v_latest_id;
         message := format('no run of workflow_id %s%s is running (the latest, %s, is %s)', p_workflow_id,
-                          coalesce(' (' || p_workflow_name || ')', ''), v_run.id, v_run.status);
+                          coalesce(' (' || p_workflow_name || ')', ''), v_latest_id, v_latest_status);
     ELSE
         outcome := 'not_found';
         message := format('no run of workflow_id %s%s exists', p_workflow_id,

@@ -5,8 +5,7 @@
 -- key, and the columns a cross-shard pump claims by; relay_receipts make a
 -- relay applied for another shard idempotent; engine_settings.cross_shard_relays
 -- says whether another shard may hold a relay's target (docs/internals.md,
--- "Relays across shards"); an index finds a run by workflow_id alone. Every
--- existing row satisfies the new checks.
+-- "Relays across shards"). Every existing row satisfies the new checks.
 
 ALTER TABLE harvest.events DROP CONSTRAINT events_event_type_check;
 ALTER TABLE harvest.events
@@ -64,9 +63,5 @@ CREATE TABLE harvest.relay_receipts (
         outcome IN ('delivered', 'already_requested')
     )
 );
-
--- A target named by workflow_id alone (functions/relays.sql, _locate_external_target);
--- a hash index, so the start path's range lookup never picks it (sql/executions.sql).
-CREATE INDEX executions_workflow_id ON harvest.executions USING hash (workflow_id);
 
 ALTER TABLE harvest.engine_settings ADD COLUMN cross_shard_relays boolean NOT NULL DEFAULT false;

@@ -349,12 +349,12 @@ ROLLBACK;
 
 -- ======================================================= external signal and cancel
 -- (harvest._decide_external and the relays of kinds external_signal and external_cancel:
--- harvest._relay_local_shard, harvest._locate_external_target, harvest._apply_external,
+-- harvest._relay_local_shard, harvest._workflow_names, harvest._locate_external_target, harvest._apply_external,
 -- harvest._settle_external, harvest._report_external, harvest._deliver_external; the
 -- cross-shard pump's harvest.claim_remote_relays, harvest.deliver_external_relay,
 -- harvest.complete_relay and harvest.release_relay, driven here on one database.)
 BEGIN;
-SELECT plan(80);
+SELECT plan(81);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -512,6 +512,8 @@ SELECT results_eq($$SELECT event_type, event_data ->> 'name' FROM harvest.events
 SELECT isnt(pg_temp.start('xs_tgt', 'xs_other'), NULL, 'setup: a second running workflow with workflow_id xs_tgt');
 SELECT results_eq($$SELECT outcome, execution_id FROM harvest._locate_external_target(NULL, NULL, 'xs_tgt')$$,
     $$VALUES ('ambiguous'::text, NULL::uuid)$$, '_locate_external_target(): workflow_id alone matching two: ambiguous');
+SELECT ok(harvest._workflow_names() @> ARRAY['xs_other', 'xs_sender', 'xs_wf'],
+          '_workflow_names(): every workflow name with a run here (for a workflow_id given alone)');
 SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target(NULL, 'xs_other', 'xs_tgt')$$,
     $$VALUES ('found'::text)$$, 'naming the workflow resolves it');
 -- A relay whose immediate delivery found its target busy stays queued; the scanner delivers it.

@@ -57,13 +57,6 @@ WHERE status = 'RUNNING';
 CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);
 
--- A business key without its workflow name (an external signal or cancel by
--- workflow_id alone, functions/relays.sql; 0024). A hash index: it serves only
--- "workflow_id = x", so the start path's prior lookup (functions/start.sql,
--- "workflow_id BETWEEN x AND x") keeps its own indexes in every plan.
-CREATE INDEX executions_workflow_id
-ON harvest.executions USING hash (workflow_id);
-
 CREATE INDEX executions_status_created
 ON harvest.executions (status, created_at DESC, id);
 
