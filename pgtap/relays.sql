@@ -600,11 +600,11 @@ SELECT throws_ok($$SELECT * FROM harvest.deliver_external_relay(0, 1, 'external_
                  'deliver_external_relay(): a target is required');
 SELECT throws_ok($$SELECT * FROM harvest.claim_remote_relays(0)$$, 'HR001', 'limit 0 is out of range 1..1000',
                  'claim_remote_relays(): the limit is bounded');
--- A busy target, as the scanner meets it: _apply_external without waiting reports busy.
+-- _apply_external without waiting (the scanner's and the decision's way) on a free target.
 SELECT results_eq(
     $$SELECT outcome FROM harvest._apply_external('external_signal', pg_temp.run('xs_can'), NULL, NULL,
         '{"signal_name": "x"}', pg_temp.run('xs_src'), 'probe', false)$$,
-    $$VALUES ('delivered'::text)$$, '_apply_external(): a free target (our own lock counts as free) is delivered');
+    $$VALUES ('delivered'::text)$$, '_apply_external(): a target whose row is free is delivered without waiting');
 SELECT lives_ok($$SELECT harvest._settle_external(r, 'not_found', NULL, 'gone')
                   FROM harvest.relays AS r WHERE r.target_shard = 1$$,
                 '_settle_external(): settles a row directly');
