@@ -278,27 +278,7 @@ SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 CREATE FUNCTION pg_temp.start(p_key text, p_name text DEFAULT 'xs_wf') RETURNS uuid LANGUAGE sql AS $fn$
     SELECT execution_id FROM harvest.start_workflow(p_name, '[]', p_key, 'xq_' || p_key);
 $fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
-    SELECT id FROM harvest.executions WHERE workflow_id = p_key
-    ORDER BY (status = 'RUNNING') DESC, created_at DESC LIMIT 1;
-$fn$;
-CREATE FUNCTION pg_temp.decide(p_key text, p_commands jsonb) RETURNS text LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_task record;
-    v_status text;
-BEGIN
-    SELECT * INTO v_task FROM harvest.claim_tasks('decider', ARRAY['xq_' || p_key], 1, 30);
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'setup: % has no workflow task to claim', p_key;
-    END IF;
-    SELECT c.execution_status INTO v_status
-    FROM harvest.complete_workflow_task(
-        v_task.task_id, v_task.fencing_token,
-        (SELECT e.last_event_id FROM harvest.executions AS e WHERE e.id = v_task.execution_id),
-        p_commands, 'decider') AS c;
-    RETURN v_status;
-END;
-$fn$;
+-- pg_temp.run and pg_temp.decide come from pgtap/fixtures/common.sql.
 CREATE FUNCTION pg_temp.event(p_id uuid, p_back integer DEFAULT 0)
 RETURNS TABLE (event_type text, event_data jsonb) LANGUAGE sql AS $fn$
     SELECT event_type, event_data FROM harvest.events WHERE execution_id = p_id
