@@ -93,7 +93,9 @@ $$;
 -- work (tasks, a child's start, an update's answer) and returns the one event the
 -- decision appends for it in event_type/event_data, or NULL there when it appended
 -- its own events (start_child_workflow, complete_update, continue_as_new, a mutex
--- marker: the dispatcher appends the events buffered before such a command first).
+-- marker, signal_external_workflow and cancel_external_workflow, whose outcome may
+-- follow at once: the dispatcher appends the events buffered before such a command
+-- first).
 -- A command that ends the run sets ends_run, and close_status/close_output/
 -- close_failure when the dispatcher closes the run after the append (continue_as_new
 -- closes it itself). p_seq is the command's "seq", which the dispatcher reads for the
@@ -257,6 +259,50 @@ BEGIN
     PERFORM harvest._check_payload(format('the failure of update %s', p_command ->> 'update_id'),
                                    p_command -> 'failure', p_limit);
     PERFORM harvest._complete_update(p_execution, p_seq, p_command);
+END;
+$$;
+
+-- signal_external_workflow: ExternalSignalRequested{seq, execution_id, workflow_id,
+-- workflow_name, signal_name, payload} and its relay (relays.sql, _decide_external);
+-- the outcome comes back as ExternalSignalDelivered or ExternalSignalFailed. The
+-- payload is held to the limit a client's signal is (HR008).
+CREATE OR REPLACE FUNCTION harvest._decide_signal_external_workflow(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._require(p_command, 'signal_name', 'string');
+    IF btrim(p_command ->> 'signal_name') = '' THEN
+        RAISE EXCEPTION 'command signal_external_workflow has an empty signal_name' USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._check_payload(format('the payload of signal %s', p_command ->> 'signal_name'),
+                                   p_command -> 'payload', p_limit);
+    PERFORM harvest._decide_external(p_execution, p_seq, p_command, 'external_signal', jsonb_build_object(
+        'signal_name', p_command ->> 'signal_name', 'payload', coalesce(p_command -> 'payload', 'null'::jsonb)));
+END;
+$$;
+
+-- cancel_external_workflow: ExternalCancelRequested{seq, execution_id, workflow_id,
+-- workflow_name, reason} and its relay; the outcome comes back as
+-- ExternalCancelDelivered{already_requested} or ExternalCancelFailed.
+CREATE OR REPLACE FUNCTION harvest._decide_cancel_external_workflow(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF jsonb_typeof(p_command -> 'reason') NOT IN ('string', 'null') THEN
+        RAISE EXCEPTION 'command cancel_external_workflow needs "reason" as a JSON string or null, got %',
+            jsonb_typeof(p_command -> 'reason') USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._check_payload('the reason of an external cancel', p_command -> 'reason', p_limit);
+    PERFORM harvest._decide_external(p_execution, p_seq, p_command, 'external_cancel',
+                                     jsonb_build_object('reason', coalesce(p_command -> 'reason', 'null'::jsonb)));
 END;
 $$;
 
@@ -453,10 +499,12 @@ BEGIN
             RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
         END IF;
         IF v_type IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer',
-                      'start_child_workflow', 'complete_update') THEN
+                      'start_child_workflow', 'complete_update', 'signal_external_workflow',
+                      'cancel_external_workflow') THEN
             v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
         END IF;
-        IF (v_type IN ('start_child_workflow', 'complete_update', 'continue_as_new')
+        IF (v_type IN ('start_child_workflow', 'complete_update', 'continue_as_new', 'signal_external_workflow',
+                       'cancel_external_workflow')
             OR (v_type = 'record_marker' AND v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release')))
            AND cardinality(v_types) > 0 THEN
             PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
@@ -482,6 +530,10 @@ BEGIN
             v_step := harvest._decide_start_child_workflow(v_execution, v_seq, v_command);
         WHEN 'complete_update' THEN
             v_step := harvest._decide_complete_update(v_execution, v_seq, v_command, v_limit);
+        WHEN 'signal_external_workflow' THEN
+            v_step := harvest._decide_signal_external_workflow(v_execution, v_seq, v_command, v_limit);
+        WHEN 'cancel_external_workflow' THEN
+            v_step := harvest._decide_cancel_external_workflow(v_execution, v_seq, v_command, v_limit);
         WHEN 'cancel_workflow' THEN
             v_step := harvest._decide_cancel_workflow(v_command, v_limit);
         WHEN 'continue_as_new' THEN

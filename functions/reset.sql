@@ -4,7 +4,8 @@
 -- marker, and is queued to run under the current code.
 --
 -- A boundary is valid when nothing issued at or before it is still unresolved
--- there (activities, timers, children, updates) and it does not cut a workflow
+-- there (activities, timers, children, updates, external signals and cancels)
+-- and it does not cut a workflow
 -- task's command group in half. Terminal runs, child runs and continue-as-new
 -- successors are refused. dry_run reports the plan and writes nothing.
 
@@ -36,7 +37,8 @@ BEGIN
     SELECT ev.event_type INTO v_next_type FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution.id AND ev.event_id = p_to_event + 1;
     IF v_next_type IN ('ActivityScheduled', 'TimerStarted', 'MarkerRecorded', 'TimerCancelled',
-                       'ChildWorkflowStarted', 'UpdateCompleted') THEN
+                       'ChildWorkflowStarted', 'UpdateCompleted', 'ExternalSignalRequested',
+                       'ExternalCancelRequested') THEN
         v_problems := v_problems || ('event ' || p_to_event || ' is inside a workflow task''s commands ('
                                      || v_next_type || ' follows); pick the last event of that group');
     END IF;
@@ -45,13 +47,16 @@ BEGIN
         SELECT c.event_id, c.event_type, (c.event_data ->> 'seq')::integer AS seq
         FROM harvest.events AS c
         WHERE c.execution_id = p_execution.id AND c.event_id <= p_to_event
-          AND c.event_type IN ('ActivityScheduled', 'TimerStarted', 'ChildWorkflowStarted')
+          AND c.event_type IN ('ActivityScheduled', 'TimerStarted', 'ChildWorkflowStarted',
+                               'ExternalSignalRequested', 'ExternalCancelRequested')
           AND NOT EXISTS (
               SELECT 1 FROM harvest.events AS r
               WHERE r.execution_id = p_execution.id AND r.event_id <= p_to_event
                 AND r.event_type = ANY(CASE c.event_type
                     WHEN 'ActivityScheduled' THEN ARRAY['ActivityCompleted', 'ActivityFailed']
                     WHEN 'TimerStarted' THEN ARRAY['TimerFired']
+                    WHEN 'ExternalSignalRequested' THEN ARRAY['ExternalSignalDelivered', 'ExternalSignalFailed']
+                    WHEN 'ExternalCancelRequested' THEN ARRAY['ExternalCancelDelivered', 'ExternalCancelFailed']
                     ELSE ARRAY['ChildWorkflowCompleted', 'ChildWorkflowFailed'] END)
                 AND (r.event_data ->> 'seq')::integer = (c.event_data ->> 'seq')::integer)
           AND NOT (c.event_type = 'TimerStarted' AND EXISTS (

@@ -106,10 +106,15 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     ) AS s;
     IF v_ids IS NOT NULL THEN
-        DELETE FROM harvest.relays AS r WHERE r.target_execution_id = ANY(v_ids);
+        -- An external signal or cancel keeps its row: its source still hears the
+        -- outcome (not_found, once its target is gone).
+        DELETE FROM harvest.relays AS r
+        WHERE r.target_execution_id = ANY(v_ids) AND r.source_execution_id IS NULL;
         -- The status re-check guards against a row that changed under us.
         DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status <> 'RUNNING';
     END IF;
+    -- Receipts of relays applied for other shards (relays.sql) past the window.
+    DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
     SELECT count(*) INTO v_remaining FROM harvest.executions AS e
     WHERE e.status <> 'RUNNING' AND e.completed_at < v_cutoff;
     UPDATE harvest.retention_config

@@ -3,9 +3,10 @@
 -- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
 -- harvest._apply_decision (the decision on its own),
 -- harvest.complete_workflow_tasks (the group commit of decisions),
--- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require.
+-- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require, the
+-- checks of the external signal and cancel commands.
 BEGIN;
-SELECT plan(230);
+SELECT plan(239);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1202,6 +1203,45 @@ SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1
                         pg_temp.task('big'), pg_temp.token('big')),
                  'HR008', 'the continue-as-new input of workflow decide_wf is 104 bytes, over the payload limit of 64 bytes',
                  'continue_as_new with an input over the limit: HR008');
+-- harvest._decide_signal_external_workflow and harvest._decide_cancel_external_workflow check
+-- their commands (their delivery is tested in pgtap/relays.sql): the payload limit, as a
+-- client's signal has it, and the target.
+CREATE FUNCTION pg_temp.external(p_command jsonb) RETURNS text LANGUAGE sql AS $fn$
+    SELECT format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(%L::jsonb))$$,
+                  pg_temp.task('big'), pg_temp.token('big'), p_command);
+$fn$;
+SELECT throws_ok(pg_temp.external(jsonb_build_object('type', 'signal_external_workflow', 'seq', 1,
+                     'workflow_id', 'w', 'signal_name', 'go', 'payload', repeat('x', 100))),
+                 'HR008', 'the payload of signal go is 102 bytes, over the payload limit of 64 bytes',
+                 'signal_external_workflow with a payload over the limit: HR008, as a client''s signal');
+SELECT throws_ok(pg_temp.external(jsonb_build_object('type', 'cancel_external_workflow', 'seq', 1,
+                     'workflow_id', 'w', 'reason', repeat('x', 100))),
+                 'HR008', 'the reason of an external cancel is 102 bytes, over the payload limit of 64 bytes',
+                 'cancel_external_workflow with a reason over the limit: HR008');
+SELECT throws_ok(pg_temp.external('{"type": "signal_external_workflow", "seq": 1, "signal_name": "go"}'),
+                 'HR001', 'command signal_external_workflow needs its target as exactly one of "execution_id" and '
+                          '"workflow_id"', 'an external signal with no target: HR001');
+SELECT throws_ok(pg_temp.external('{"type": "cancel_external_workflow", "seq": 1, "workflow_id": "w",
+                                    "execution_id": "00000000-0000-4000-8000-000000000001"}'),
+                 'HR001', 'command cancel_external_workflow needs its target as exactly one of "execution_id" and '
+                          '"workflow_id"', 'an external cancel with two targets: HR001');
+SELECT throws_ok(pg_temp.external('{"type": "signal_external_workflow", "seq": 1, "signal_name": "go",
+                                    "execution_id": "nope"}'),
+                 'HR001', 'command signal_external_workflow needs "execution_id" as a UUID, got nope',
+                 'an execution id that is not a UUID: HR001');
+SELECT throws_ok(pg_temp.external('{"type": "signal_external_workflow", "seq": 1, "signal_name": "go",
+                                    "execution_id": "00000000-0000-4000-8000-000000000001", "workflow_name": "n"}'),
+                 'HR001', 'command signal_external_workflow names "workflow_name" with an "execution_id": a name '
+                          'goes with a workflow_id', 'a workflow name beside an execution id: HR001');
+SELECT throws_ok(pg_temp.external('{"type": "signal_external_workflow", "seq": 1, "workflow_id": "w"}'),
+                 'HR001', 'command signal_external_workflow needs "signal_name" as a JSON string, got nothing',
+                 'an external signal without a name: HR001');
+SELECT throws_ok(pg_temp.external('{"type": "signal_external_workflow", "seq": 1, "workflow_id": "w",
+                                    "signal_name": " "}'),
+                 'HR001', 'command signal_external_workflow has an empty signal_name', 'an empty signal name: HR001');
+SELECT throws_ok(pg_temp.external('{"type": "cancel_external_workflow", "seq": 1, "workflow_id": "w", "reason": 3}'),
+                 'HR001', 'command cancel_external_workflow needs "reason" as a JSON string or null, got number',
+                 'a cancel reason that is not a string: HR001');
 SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
                               jsonb_build_object('type', 'start_child_workflow', 'seq', 1, 'workflow_name', 'kid',
                                                  'input', jsonb_build_array(repeat('x', 100)))))$$,

@@ -263,3 +263,253 @@ SELECT results_eq(
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- ======================================================= external signal and cancel
+-- (harvest._decide_external and the relays of kinds external_signal and external_cancel:
+-- harvest._workflow_names, harvest._locate_external_target, harvest._apply_external,
+-- harvest._settle_external, harvest._report_external, harvest._deliver_external; the
+-- cross-shard pump's harvest.claim_remote_relays, harvest.deliver_external_relay,
+-- harvest.complete_relay and harvest.release_relay, driven here on one database.)
+BEGIN;
+SELECT plan(81);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+CREATE FUNCTION pg_temp.start(p_key text, p_name text DEFAULT 'xs_wf') RETURNS uuid LANGUAGE sql AS $fn$
+    SELECT execution_id FROM harvest.start_workflow(p_name, '[]', p_key, 'xq_' || p_key);
+$fn$;
+-- pg_temp.run and pg_temp.decide come from pgtap/fixtures/common.sql.
+CREATE FUNCTION pg_temp.event(p_id uuid, p_back integer DEFAULT 0)
+RETURNS TABLE (event_type text, event_data jsonb) LANGUAGE sql AS $fn$
+    SELECT event_type, event_data FROM harvest.events WHERE execution_id = p_id
+    ORDER BY event_id DESC OFFSET p_back LIMIT 1;
+$fn$;
+CREATE FUNCTION pg_temp.signal(p_seq integer, p_target jsonb, p_name text DEFAULT 'go',
+                               p_payload jsonb DEFAULT '{"n": 1}') RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_array(jsonb_build_object('type', 'signal_external_workflow', 'seq', p_seq,
+        'signal_name', p_name, 'payload', p_payload) || p_target);
+$fn$;
+CREATE FUNCTION pg_temp.cancel(p_seq integer, p_target jsonb, p_reason text DEFAULT 'enough')
+RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_array(jsonb_build_object('type', 'cancel_external_workflow', 'seq', p_seq,
+        'reason', p_reason) || p_target);
+$fn$;
+
+SELECT is(harvest.get_shard_id(), 0, 'setup: this database is shard 0');
+SELECT isnt(pg_temp.start('xs_src', 'xs_sender'), NULL, 'setup: the sending run');
+SELECT isnt(pg_temp.start('xs_tgt'), NULL, 'setup: the target run');
+SELECT is(pg_temp.decide('xs_tgt', '[]'), 'RUNNING', 'setup: the target waits');
+
+-- ------------------------------------------- a signal by execution id, delivered inline
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(1, jsonb_build_object('execution_id', pg_temp.run('xs_tgt')))),
+          'RUNNING', 'a decision signals the target by execution id');
+SELECT results_eq(
+    $$SELECT event_type, event_data FROM harvest.events WHERE execution_id = pg_temp.run('xs_src') AND event_id > 2
+      ORDER BY event_id$$,
+    $$VALUES ('ExternalSignalRequested'::text, jsonb_build_object('seq', 1, 'execution_id', pg_temp.run('xs_tgt'),
+                'workflow_id', NULL, 'workflow_name', NULL, 'signal_name', 'go', 'payload', '{"n": 1}'::jsonb)),
+             ('ExternalSignalDelivered', jsonb_build_object('seq', 1, 'execution_id', pg_temp.run('xs_tgt')))$$,
+    'the sender''s history: ExternalSignalRequested, then ExternalSignalDelivered in the same transaction');
+SELECT results_eq(
+    $$SELECT event_type, event_data - 'signal_id' FROM pg_temp.event(pg_temp.run('xs_tgt'))$$,
+    $$VALUES ('SignalReceived'::text, jsonb_build_object('name', 'go', 'payload', '{"n": 1}'::jsonb,
+                'sender_execution_id', pg_temp.run('xs_src')))$$,
+    'the target receives SignalReceived naming the sender (sender_execution_id)');
+SELECT matches((SELECT event_data ->> 'signal_id' FROM pg_temp.event(pg_temp.run('xs_tgt'))), '^0:[0-9]+$',
+               'its signal_id is <source shard>:<relay id>');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('xs_tgt')), 1::bigint, 'the target is woken');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('xs_src')), 1::bigint, 'the sender is woken by its outcome');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'nothing is left in relays');
+
+-- ------------------------------------------- by business key, with and without the name
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(2, '{"workflow_id": "xs_tgt"}', 'by_key')), 'RUNNING',
+          'a signal by workflow_id alone');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalDelivered'::text, jsonb_build_object('seq', 2, 'execution_id', pg_temp.run('xs_tgt')))$$,
+    'by workflow_id: delivered to the running run, whose id the outcome names');
+SELECT is((SELECT event_data ->> 'name' FROM pg_temp.event(pg_temp.run('xs_tgt'))), 'by_key', 'the target has it');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(3, '{"workflow_id": "xs_tgt", "workflow_name": "xs_wf"}')),
+          'RUNNING', 'a signal by workflow_id and name');
+SELECT is((SELECT event_type FROM pg_temp.event(pg_temp.run('xs_src'))), 'ExternalSignalDelivered',
+          'by workflow_id and name: delivered');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(4, '{"workflow_id": "xs_tgt", "workflow_name": "other"}')),
+          'RUNNING', 'a signal to a name that has no such workflow_id');
+SELECT results_eq($$SELECT event_type, event_data - 'message' FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalFailed'::text, '{"seq": 4, "reason": "not_found", "execution_id": null}'::jsonb)$$,
+    'not found: ExternalSignalFailed{reason: not_found}');
+SELECT is((SELECT event_data ->> 'message' FROM pg_temp.event(pg_temp.run('xs_src'))),
+          'no run of workflow_id xs_tgt (other) exists', 'the failure says what was not found');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(5, '{"execution_id": "00000000-0000-4000-8000-0000000000ab"}')),
+          'RUNNING', 'a signal to an unknown execution id');
+SELECT is((SELECT event_data ->> 'reason' FROM pg_temp.event(pg_temp.run('xs_src'))), 'not_found',
+          'an unknown execution id: not_found');
+
+-- ------------------------------------------- the target has ended, or continued as new
+SELECT isnt(pg_temp.start('xs_done'), NULL, 'setup: a run that completes');
+SELECT is(pg_temp.decide('xs_done', '[{"type": "complete_workflow", "result": 1}]'), 'COMPLETED', 'setup: completed');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(6, jsonb_build_object('execution_id', pg_temp.run('xs_done')))),
+          'RUNNING', 'a signal to a completed run by id');
+SELECT results_eq($$SELECT event_type, event_data - 'message' FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalFailed'::text, jsonb_build_object('seq', 6, 'reason', 'not_running',
+                'execution_id', pg_temp.run('xs_done')))$$,
+    'a completed target: ExternalSignalFailed{reason: not_running, execution_id}');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(7, '{"workflow_id": "xs_done"}')), 'RUNNING',
+          'a signal to a business key whose only run completed');
+SELECT is((SELECT event_data ->> 'message' FROM pg_temp.event(pg_temp.run('xs_src'))),
+          format('no run of workflow_id xs_done is running (the latest, %s, is COMPLETED)', pg_temp.run('xs_done')),
+          'by key: not_running, naming the latest run and its status');
+SELECT isnt(pg_temp.start('xs_can'), NULL, 'setup: a run that continues as new');
+CREATE TEMP TABLE xs_first AS SELECT pg_temp.run('xs_can') AS id;
+SELECT is(pg_temp.decide('xs_can', '[{"type": "continue_as_new", "input": []}]'), 'CONTINUED_AS_NEW',
+          'setup: continued as new');
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(8, jsonb_build_object('execution_id', (SELECT id FROM xs_first)))),
+          'RUNNING', 'a signal to the first run of a chain, by its id');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalDelivered'::text, jsonb_build_object('seq', 8, 'execution_id', pg_temp.run('xs_can')))$$,
+    'it follows continue-as-new to the running successor, as a client''s signal does');
+
+-- ------------------------------------------- cancel
+SELECT is(pg_temp.decide('xs_src', pg_temp.cancel(9, jsonb_build_object('execution_id', pg_temp.run('xs_can')))),
+          'RUNNING', 'a decision cancels a run by id');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.event(pg_temp.run('xs_src'), 1)$$,
+    $$VALUES ('ExternalCancelRequested'::text, jsonb_build_object('seq', 9, 'execution_id', pg_temp.run('xs_can'),
+                'workflow_id', NULL, 'workflow_name', NULL, 'reason', 'enough'))$$,
+    'the sender records ExternalCancelRequested{reason}');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalCancelDelivered'::text, jsonb_build_object('seq', 9, 'execution_id', pg_temp.run('xs_can'),
+                'already_requested', false))$$,
+    'and hears ExternalCancelDelivered{already_requested: false}');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.event(pg_temp.run('xs_can'))$$,
+    $$VALUES ('WorkflowCancelRequested'::text, '{"reason": "enough"}'::jsonb)$$,
+    'the target gets WorkflowCancelRequested{reason}, as cancel_workflow writes it');
+SELECT ok((SELECT cancel_requested FROM harvest.executions WHERE id = pg_temp.run('xs_can')), 'marked cancel_requested');
+SELECT is((SELECT details ->> 'requested_by' FROM harvest.audit_log WHERE operation = 'workflow.cancel'
+           AND target = pg_temp.run('xs_can')::text), pg_temp.run('xs_src')::text,
+          'audited as workflow.cancel, requested_by the sender');
+SELECT is(pg_temp.decide('xs_src', pg_temp.cancel(10, '{"workflow_id": "xs_can"}', NULL)), 'RUNNING',
+          'a second cancel, by business key and without a reason');
+SELECT is((SELECT event_data -> 'already_requested' FROM pg_temp.event(pg_temp.run('xs_src'))), 'true'::jsonb,
+          'already requested: delivered with already_requested true, nothing appended to the target');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xs_can')
+           AND event_type = 'WorkflowCancelRequested'), 1::bigint, 'the target has one cancel request');
+SELECT is(pg_temp.decide('xs_src', pg_temp.cancel(11, jsonb_build_object('execution_id', pg_temp.run('xs_done')))),
+          'RUNNING', 'a cancel of a completed run');
+SELECT is((SELECT event_type || ':' || (event_data ->> 'reason') FROM pg_temp.event(pg_temp.run('xs_src'))),
+          'ExternalCancelFailed:not_running', 'ExternalCancelFailed{reason: not_running}');
+
+-- A run may signal itself: its own row is locked by its decision, which counts as free.
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(20, jsonb_build_object('execution_id', pg_temp.run('xs_src')),
+                                                  'self')), 'RUNNING', 'a run signals itself');
+SELECT results_eq($$SELECT event_type, event_data ->> 'name' FROM harvest.events
+                    WHERE execution_id = pg_temp.run('xs_src') ORDER BY event_id DESC LIMIT 2$$,
+    $$VALUES ('ExternalSignalDelivered'::text, NULL::text), ('SignalReceived', 'self')$$,
+    'its SignalReceived, then the outcome, in the same transaction');
+
+-- ------------------------------------------- ambiguity, and a relay found busy
+SELECT isnt(pg_temp.start('xs_tgt', 'xs_other'), NULL, 'setup: a second running workflow with workflow_id xs_tgt');
+SELECT results_eq($$SELECT outcome, execution_id FROM harvest._locate_external_target(NULL, NULL, 'xs_tgt')$$,
+    $$VALUES ('ambiguous'::text, NULL::uuid)$$, '_locate_external_target(): workflow_id alone matching two: ambiguous');
+SELECT ok(harvest._workflow_names() @> ARRAY['xs_other', 'xs_sender', 'xs_wf'],
+          '_workflow_names(): every workflow name with a run here (for a workflow_id given alone)');
+SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target(NULL, 'xs_other', 'xs_tgt')$$,
+    $$VALUES ('found'::text)$$, 'naming the workflow resolves it');
+-- A relay whose immediate delivery found its target busy stays queued; the scanner delivers it.
+INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at, source_execution_id, source_seq)
+VALUES (pg_temp.run('xs_can'), 'external_signal', '{"signal_name": "late", "payload": 5}', harvest.now(),
+        pg_temp.run('xs_src'), 12);
+SELECT is(harvest.deliver_relays(), 1, 'deliver_relays() delivers a queued external signal');
+SELECT results_eq($$SELECT event_type, event_data -> 'seq' FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalDelivered'::text, '12'::jsonb)$$, 'and reports its outcome to the sender');
+SELECT is((SELECT event_data ->> 'name' FROM pg_temp.event(pg_temp.run('xs_can'))), 'late', 'the target has it');
+
+-- ------------------------------------------- a target minted for another shard
+CREATE TEMP TABLE xs_far AS SELECT harvest._new_execution_id(1) AS id;
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(13, jsonb_build_object('execution_id', (SELECT id FROM xs_far)))),
+          'RUNNING', 'a signal to an id of shard 1, cross_shard_relays off');
+SELECT results_eq($$SELECT event_type, event_data ->> 'reason' FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalFailed'::text, 'wrong_shard'::text)$$,
+    'reported at once: ExternalSignalFailed{reason: wrong_shard}, not a silent drop and not not_found');
+SELECT matches((SELECT event_data ->> 'message' FROM pg_temp.event(pg_temp.run('xs_src'))),
+               'belongs to shard 1, and this database \(shard 0\) relays to no other shard', 'naming both shards');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'no relay row is left behind');
+
+-- ------------------------------------------- cross-shard relays: what the pump drives
+UPDATE harvest.engine_settings SET cross_shard_relays = true;
+SELECT is(pg_temp.decide('xs_src', pg_temp.signal(14, '{"workflow_id": "xs_can"}')
+                                   || pg_temp.signal(15, jsonb_build_object('execution_id', (SELECT id FROM xs_far)))),
+          'RUNNING', 'cross_shard_relays on: a signal by business key and one to shard 1');
+SELECT results_eq(
+    $$SELECT kind, remote, target_shard, source_seq FROM harvest.relays ORDER BY id$$,
+    $$VALUES ('external_signal'::text, true, NULL::integer, 14), ('external_signal', true, 1, 15)$$,
+    'both wait for the pump (remote): a business key for every shard, the id for its own');
+SELECT is(harvest.deliver_relays(), 0, 'deliver_relays() leaves remote relays to the pump');
+CREATE TEMP TABLE xs_claimed AS SELECT * FROM harvest.claim_remote_relays(10, 30);
+SELECT results_eq($$SELECT r.source_seq, c.target_shard, c.source_shard, c.attempts
+                    FROM xs_claimed AS c JOIN harvest.relays AS r ON r.id = c.relay_id ORDER BY c.relay_id$$,
+    $$VALUES (14, NULL::integer, 0, 1), (15, 1, 0, 1)$$,
+    'claim_remote_relays(): both, with this shard as source_shard, attempt 1');
+SELECT is_empty($$SELECT * FROM harvest.claim_remote_relays(10, 30)$$, 'leased: a second claim gets nothing');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT is((SELECT array_agg(attempts ORDER BY relay_id) FROM harvest.claim_remote_relays(10, 30)), '{2,2}'::integer[],
+          'once the lease ran out they are claimed again, attempt 2');
+-- The pump, on the target's shard (here the same database): by business key.
+CREATE TEMP TABLE xs_key AS SELECT * FROM xs_claimed WHERE target_execution_id IS NULL;
+SELECT results_eq(
+    $$SELECT outcome, execution_id FROM xs_key AS k, harvest.deliver_external_relay(k.source_shard, k.relay_id, k.kind,
+        k.target_execution_id, k.target_workflow_name, k.target_workflow_id, k.payload, k.source_execution_id)$$,
+    $$VALUES ('delivered'::text, pg_temp.run('xs_can'))$$,
+    'deliver_external_relay(): applies the signal on the target shard');
+SELECT results_eq(
+    $$SELECT outcome, execution_id FROM xs_key AS k, harvest.deliver_external_relay(k.source_shard, k.relay_id, k.kind,
+        k.target_execution_id, k.target_workflow_name, k.target_workflow_id, k.payload, k.source_execution_id)$$,
+    $$VALUES ('delivered'::text, pg_temp.run('xs_can'))$$,
+    'delivered again (a pump that lost the answer): the same outcome, from the receipt');
+SELECT is((SELECT count(*) FROM harvest.events AS e, xs_key AS k WHERE e.execution_id = pg_temp.run('xs_can')
+           AND e.event_data ->> 'signal_id' = '0:' || k.relay_id), 1::bigint,
+          'the target holds the signal once (signal_id <source shard>:<relay id>)');
+SELECT is((SELECT count(*) FROM harvest.relay_receipts), 1::bigint, 'one receipt, keyed (source shard, relay id)');
+SELECT results_eq(
+    $$SELECT outcome FROM xs_claimed AS k, harvest.deliver_external_relay(k.source_shard, k.relay_id, k.kind,
+        k.target_execution_id, k.target_workflow_name, k.target_workflow_id, k.payload, k.source_execution_id)
+      WHERE k.target_execution_id IS NOT NULL$$,
+    $$VALUES ('wrong_shard'::text)$$, 'an id of another shard asked of this one: wrong_shard, and nothing is kept');
+SELECT is((SELECT count(*) FROM harvest.relay_receipts), 1::bigint, 'a negative outcome leaves no receipt');
+-- Back on the source shard.
+SELECT ok(harvest.complete_relay((SELECT relay_id FROM xs_key), 'delivered', pg_temp.run('xs_can')),
+          'complete_relay(): records the outcome');
+SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalDelivered'::text, jsonb_build_object('seq', 14, 'execution_id', pg_temp.run('xs_can')))$$,
+    'the sender hears ExternalSignalDelivered');
+SELECT ok(NOT harvest.complete_relay((SELECT relay_id FROM xs_key), 'delivered', pg_temp.run('xs_can')),
+          'settling again: false, nothing appended');
+SELECT ok(harvest.release_relay((SELECT relay_id FROM xs_claimed WHERE target_shard = 1), 'shard 1: connection refused'),
+          'release_relay(): an attempt that could not inspect shard 1 keeps the row');
+SELECT results_eq($$SELECT last_error, claimed_until FROM harvest.relays WHERE target_shard = 1$$,
+    $$VALUES ('shard 1: connection refused'::text, '2030-01-01 00:00:41+00'::timestamptz)$$,
+    'with its error, claimable again after min(attempts, 6) x 5 s');
+SELECT throws_ok($$SELECT harvest.complete_relay(1, 'lost')$$, 'HR001', 'relay outcome "lost" is not final',
+                 'complete_relay(): an outcome that is not final is refused');
+SELECT throws_ok($$SELECT * FROM harvest.deliver_external_relay(0, 1, 'child_closed', NULL, NULL, 'x', '{}',
+                   gen_random_uuid())$$, 'HR001', 'relay kind "child_closed" is not external_signal or external_cancel',
+                 'deliver_external_relay(): only external kinds');
+SELECT throws_ok($$SELECT * FROM harvest.deliver_external_relay(0, 1, 'external_signal', NULL, NULL, NULL, '{}',
+                   gen_random_uuid())$$, 'HR001', 'a relay targets exactly one of an execution id and a workflow_id',
+                 'deliver_external_relay(): a target is required');
+SELECT throws_ok($$SELECT * FROM harvest.claim_remote_relays(0)$$, 'HR001', 'limit 0 is out of range 1..1000',
+                 'claim_remote_relays(): the limit is bounded');
+-- _apply_external without waiting (the scanner's and the decision's way) on a free target.
+SELECT results_eq(
+    $$SELECT outcome FROM harvest._apply_external('external_signal', pg_temp.run('xs_can'), NULL, NULL,
+        '{"signal_name": "x"}', pg_temp.run('xs_src'), 'probe', false)$$,
+    $$VALUES ('delivered'::text)$$, '_apply_external(): a target whose row is free is delivered without waiting');
+SELECT lives_ok($$SELECT harvest._settle_external(r, 'not_found', NULL, 'gone')
+                  FROM harvest.relays AS r WHERE r.target_shard = 1$$,
+                '_settle_external(): settles a row directly');
+SELECT results_eq($$SELECT event_type, event_data ->> 'reason' FROM pg_temp.event(pg_temp.run('xs_src'))$$,
+    $$VALUES ('ExternalSignalFailed'::text, 'not_found'::text)$$, 'and reports it through _report_external');
+SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'every relay is settled');
+SELECT lives_ok($$SELECT harvest._deliver_external(NULL::harvest.relays)$$,
+                '_deliver_external() of no row changes nothing');
+
+SELECT * FROM finish();
+ROLLBACK;

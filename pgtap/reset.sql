@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(90);
+SELECT plan(94);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -159,6 +159,18 @@ SELECT results_eq(
     $$SELECT n, pg_temp.problems('kidfail', n) FROM generate_series(3, 4) AS n ORDER BY n$$,
     $$VALUES (3, '["ChildWorkflowStarted (seq 1, event 3) is unresolved at event 3"]'::jsonb), (4, '[]')$$,
     'a child resolved by ChildWorkflowFailed is fine from the ChildWorkflowFailed on');
+
+-- An external signal is open from its ExternalSignalRequested to its outcome (here in the same
+-- decision: the target was free).
+SELECT isnt(pg_temp.start('extsig'), NULL, 'setup: a run that signals another');
+SELECT isnt(pg_temp.start('extsig_t'), NULL, 'setup: the run it signals');
+SELECT is(pg_temp.decide('extsig', jsonb_build_array(jsonb_build_object('type', 'signal_external_workflow',
+              'seq', 1, 'execution_id', pg_temp.run('extsig_t'), 'signal_name', 'poke'))), 'RUNNING',
+          'setup: ExternalSignalRequested 3, ExternalSignalDelivered 4');
+SELECT results_eq(
+    $$SELECT n, pg_temp.problems('extsig', n) FROM generate_series(3, 4) AS n ORDER BY n$$,
+    $$VALUES (3, '["ExternalSignalRequested (seq 1, event 3) is unresolved at event 3"]'::jsonb), (4, '[]')$$,
+    'an external signal is fine from its ExternalSignalDelivered on');
 
 -- ---------------------------------------------------------------- runs that cannot be reset
 CREATE TEMP TABLE kid ON COMMIT DROP AS

@@ -1,7 +1,7 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
 -- registry rule: _prunable_workers, set_worker_retention, prune_workers.
 BEGIN;
-SELECT plan(18);
+SELECT plan(21);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -10,6 +10,16 @@ FROM generate_series(1, 4) AS n;
 SELECT harvest.terminate_workflow(id, 'old') FROM rt WHERE n <= 3;
 UPDATE harvest.executions SET completed_at = '2029-01-01' WHERE id IN (SELECT id FROM rt WHERE n <= 3);
 UPDATE harvest.executions SET created_at = '2028-01-01' WHERE id = (SELECT id FROM rt WHERE n = 4);
+-- Relays whose target is one of the old runs: a child's end goes with it; an external signal
+-- from the running run stays, so its sender still hears (not_found). A receipt of a relay
+-- applied for another shard goes once it is older than the window.
+INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at, source_execution_id, source_seq)
+SELECT id, 'child_closed', '{}'::jsonb, '2029-01-01'::timestamptz, NULL::uuid, NULL::integer FROM rt WHERE n = 1
+UNION ALL
+SELECT (SELECT id FROM rt WHERE n = 2), 'external_signal', '{"signal_name": "s"}', '2029-01-01', id, 1
+FROM rt WHERE n = 4;
+INSERT INTO harvest.relay_receipts (source_shard, relay_id, outcome, received_at)
+VALUES (1, 10, 'delivered', '2029-01-01'), (1, 11, 'delivered', '2029-12-31');
 
 SELECT throws_ok($$SELECT harvest.run_retention()$$, 'HR001', NULL, 'not configured: refused');
 SELECT throws_ok($$SELECT harvest.set_retention('-1 day')$$, 'HR001', NULL, 'a negative age is refused');
@@ -23,6 +33,12 @@ SELECT is((SELECT status FROM harvest.executions WHERE workflow_name = 'rt_wf'),
 SELECT is((SELECT count(*) FROM harvest.events e JOIN rt ON rt.id = e.execution_id WHERE rt.n <= 3), 0::bigint,
           'events go with their execution');
 SELECT ok((harvest.get_retention_status() ->> 'last_run_at') IS NOT NULL, 'the last run is recorded');
+SELECT is((SELECT array_agg(kind) FROM harvest.relays), ARRAY['external_signal'],
+          'a relay to a deleted run goes, unless it is an external signal or cancel whose sender awaits it');
+SELECT is((SELECT array_agg(relay_id) FROM harvest.relay_receipts), ARRAY[11::bigint],
+          'relay receipts older than the window go');
+DELETE FROM harvest.relays;
+SELECT pass('setup: relays cleared');
 
 -- The worker registry rule: stopped or long-stale rows go, live and recent ones stay.
 SET LOCAL harvest.fake_now = '2029-12-01 00:00:00+00';

@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(30);
+SELECT plan(36);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -72,6 +72,15 @@ SELECT throws_ok($$SELECT harvest.set_shard_id(7)$$, '42501', NULL, 'set_shard_i
 SET LOCAL ROLE harvest_reader;
 SELECT throws_ok($$SELECT harvest.register_workflows(ARRAY['q'], ARRAY['wf'])$$, '42501', NULL,
                  'register_workflows(): refused to a reader');
+RESET ROLE;
+-- The cross-shard pump's relay functions are the worker's (it runs the pump), no one else's.
+SELECT is(harvest._function_role(f), 'harvest_worker', f || ': granted to harvest_worker')
+FROM unnest(ARRAY['claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay']) AS f;
+SET LOCAL ROLE harvest_worker;
+SELECT lives_ok($$SELECT * FROM harvest.claim_remote_relays(1)$$, 'claim_remote_relays(): a worker may call it');
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.complete_relay(1, 'delivered')$$, '42501', NULL,
+                 'complete_relay(): refused to an operator (workers only)');
 RESET ROLE;
 -- _session_has_role: the login's roles; a superuser or the schema owner holds every one.
 SELECT ok(harvest._session_has_role('harvest_admin'), '_session_has_role(): the superuser running this holds admin');

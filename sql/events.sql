@@ -12,6 +12,8 @@ CREATE TABLE harvest.events (
     CONSTRAINT events_event_type_check CHECK (event_type IN (
         'ActivityCompleted', 'ActivityFailed', 'ActivityScheduled',
         'ChildWorkflowCompleted', 'ChildWorkflowFailed', 'ChildWorkflowStarted',
+        'ExternalCancelDelivered', 'ExternalCancelFailed', 'ExternalCancelRequested',
+        'ExternalSignalDelivered', 'ExternalSignalFailed', 'ExternalSignalRequested',
         'MarkerRecorded', 'MutexAcquired', 'SignalReceived',
         'TimerCancelled', 'TimerFired', 'TimerStarted',
         'UpdateAccepted', 'UpdateCompleted',

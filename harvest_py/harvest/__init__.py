@@ -19,6 +19,10 @@ if TYPE_CHECKING:
         ActivityError,
         ActivityFailure,
         ChildWorkflowError,
+        ExternalWorkflowError,
+        ExternalWorkflowNotFound,
+        ExternalWorkflowNotRunning,
+        ExternalWorkflowUnreachable,
         HarvestError,
         NonDeterminismError,
         QueryFailed,
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from harvest.declare.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
     from harvest.declare.messages import describe_handlers, query, update
     from harvest.runtime import DEFAULT_VERSION, WorkflowContext
+    from harvest.runtime.external import ExternalWorkflow
     from harvest.runtime.saga import Saga
     from harvest.worker import ActivityContext, Worker
 
@@ -59,6 +64,10 @@ _WHERE: dict[str, str] = {
             "ActivityError",
             "ActivityFailure",
             "ChildWorkflowError",
+            "ExternalWorkflowError",
+            "ExternalWorkflowNotFound",
+            "ExternalWorkflowNotRunning",
+            "ExternalWorkflowUnreachable",
             "HarvestError",
             "NonDeterminismError",
             "QueryFailed",
@@ -82,6 +91,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["describe_handlers", "query", "update"], "harvest.declare.messages"),
     **dict.fromkeys(["DEFAULT_VERSION", "WorkflowContext"], "harvest.runtime"),
     "Saga": "harvest.runtime.saga",
+    "ExternalWorkflow": "harvest.runtime.external",
     **dict.fromkeys(["ActivityContext", "Worker"], "harvest.worker"),
 }
 
@@ -98,6 +108,11 @@ __all__ = [
     "Client",
     "Concurrency",
     "Debounce",
+    "ExternalWorkflow",
+    "ExternalWorkflowError",
+    "ExternalWorkflowNotFound",
+    "ExternalWorkflowNotRunning",
+    "ExternalWorkflowUnreachable",
     "HarvestError",
     "NonDeterminismError",
     "QueryFailed",

@@ -274,3 +274,20 @@ app = App(
     workflows=[*app.workflows.values(), wf_signals, wf_updates, wf_short],
     activities=list(app.activities.values()),
 )
+
+
+# ---------------------------------------------------------------------- another workflow (external signal)
+@workflow
+async def wf_ext_sender(ctx, target: str, hold: bool) -> str:
+    """Signal ``item`` ("from-sender") to the run ``target``. With ``hold``, the same step runs
+    ``gated_local("forever")``: the signal is decided but the decision waits to commit until
+    its worker is killed (the rerun's local activity returns at once)."""
+    sent = ctx.signal_external_workflow(target, "item", "from-sender")
+    if hold:
+        await asyncio.gather(sent, ctx.execute_local_activity(gated_local, "forever"))
+    else:
+        await sent
+    return "sent"
+
+
+app = App(workflows=[*app.workflows.values(), wf_ext_sender], activities=list(app.activities.values()))

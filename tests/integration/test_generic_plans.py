@@ -192,6 +192,45 @@ def test_start_workflow_on_the_generic_plan_prefers_the_running_prior(
     assert latest == (fresh[0], False)
 
 
+# -- an external signal or cancel by business key: the running run, else the latest ----------------
+
+EXTERNAL_LOOKUPS = [
+    Statement(
+        "_locate_external_target",
+        r"SELECT r\.id, r\.status, r\.created_at FROM unnest",
+        {"v_names": "text[]", "p_workflow_id": "text"},
+    ),
+]
+# Under the workflow name(s) (all of them, read by _workflow_names, for a workflow_id alone):
+# the indexes leading with (workflow_name, workflow_id), never a scan of every run.
+EXTERNAL_INDEXES = START_INDEXES
+
+
+@pytest.mark.parametrize("distribution", list(DISTRIBUTIONS))
+@pytest.mark.parametrize("stmt", EXTERNAL_LOOKUPS, ids=["by name"])
+def test_an_external_target_by_business_key_is_found_through_an_index(
+    never_analysed: psycopg.Connection, distribution: str, stmt: Statement
+) -> None:
+    conn = never_analysed
+    for setup in DISTRIBUTIONS[distribution]:
+        conn.execute(setup)
+    sql = plain_sql(conn, stmt)
+    plan = generic_plan(conn, sql, list(stmt.params.values()))
+    assert_reads_only_through(plan, {"executions": EXTERNAL_INDEXES}, sql)
+
+
+def test_the_workflow_names_are_read_one_index_probe_each(never_analysed: psycopg.Connection) -> None:
+    """_workflow_names() (a workflow_id given without its name) reads the names off an index,
+    never every run."""
+    conn = never_analysed
+    conn.execute(ROWS.format(name="'wf-' || (g % 3)", workflow_id="'order-' || g", status="'COMPLETED'"))
+    conn.execute("ANALYZE harvest.executions")
+    assert conn.execute("SELECT harvest._workflow_names()").fetchone()[0] == ["wf-0", "wf-1", "wf-2"]
+    source = function_source(conn, "_workflow_names").strip().rstrip(";")
+    (explained,) = conn.execute(f"EXPLAIN (FORMAT JSON) {source}").fetchone()
+    assert "Seq Scan" not in {n["Node Type"] for n in nodes(explained[0]["Plan"])}, explained
+
+
 # -- the other hot-path statements --------------------------------------------------------------
 
 RUNNING_TEST = (

@@ -76,6 +76,13 @@ WORKER = [
     "SELECT harvest.register_worker('w2', ARRAY['default'], 'h', 2, 5)",
     "SELECT harvest.expire_tasks(10)",
     "SELECT harvest.deliver_relays(10)",
+    "SELECT * FROM harvest.claim_remote_relays(10)",
+    (
+        "SELECT * FROM harvest.deliver_external_relay(0, 1, 'external_signal', NULL, NULL, 'nobody',"
+        ' \'{"signal_name": "s"}\', %(e)s)'
+    ),
+    "SELECT harvest.complete_relay(0, 'not_found')",
+    "SELECT harvest.release_relay(0, 'unreachable')",
     "SELECT harvest.next_due_at(ARRAY['default'])",
     "SELECT harvest.schema_version()",
     "SELECT harvest.stop_worker('w2')",
@@ -298,3 +305,30 @@ def test_a_worker_login_continues_as_new(login, db: str) -> None:
             " ORDER BY created_at, status"
         ).fetchall()
     assert (first, "CONTINUED_AS_NEW") in rows and sum(status == "RUNNING" for _, status in rows) == 1, rows
+
+
+def test_a_worker_login_signals_and_cancels_another_workflow(login, db: str) -> None:
+    """Workflow code runs as the worker role: its external signal and cancel, and their
+    delivery through the relay, need no operator right."""
+    with psycopg.connect(db, autocommit=True) as owner:
+        start(owner, "sender", "ext-sender", queue="ext_q")
+        target = start(owner, "target", "ext-target", queue="ext_t")
+    with psycopg.connect(login("harvest_worker"), autocommit=True) as worker:
+        task_id, token = worker.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-ext', ARRAY['ext_q'], 1)"
+        ).fetchone()
+        commands = [
+            {"type": "signal_external_workflow", "seq": 1, "execution_id": target, "signal_name": "go"},
+            {"type": "cancel_external_workflow", "seq": 2, "workflow_id": "ext-target", "reason": "done"},
+        ]
+        worker.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task_id, token, Jsonb(commands))
+        )
+    with psycopg.connect(db, autocommit=True) as owner:
+        types = [
+            r[0]
+            for r in owner.execute(
+                "SELECT event_type FROM harvest.events WHERE execution_id = %s ORDER BY event_id", (target,)
+            )
+        ]
+    assert types == ["WorkflowStarted", "SignalReceived", "WorkflowCancelRequested"], types

@@ -113,6 +113,25 @@ class HistoryBuilder:
                     result=c.get("result"),
                     failure=c.get("failure"),
                 )
+            elif t == "signal_external_workflow":
+                self.add(
+                    "ExternalSignalRequested",
+                    seq=c["seq"],
+                    execution_id=c["execution_id"],
+                    workflow_id=c["workflow_id"],
+                    workflow_name=c["workflow_name"],
+                    signal_name=c["signal_name"],
+                    payload=c["payload"],
+                )
+            elif t == "cancel_external_workflow":
+                self.add(
+                    "ExternalCancelRequested",
+                    seq=c["seq"],
+                    execution_id=c["execution_id"],
+                    workflow_id=c["workflow_id"],
+                    workflow_name=c["workflow_name"],
+                    reason=c["reason"],
+                )
             else:
                 raise AssertionError(f"unknown command {c}")
         return self.since(start)
@@ -162,6 +181,22 @@ class HistoryBuilder:
     def cancel_requested(self, reason: str | None = "user asked") -> dict:
         return self.add("WorkflowCancelRequested", reason=reason)
 
+    def external_delivered(
+        self, seq: int, kind: str, execution_id: str, already_requested: bool = False
+    ) -> dict:
+        """The outcome of an external signal (kind "signal") or cancel ("cancel") that arrived."""
+        if kind == "signal":
+            return self.add("ExternalSignalDelivered", seq=seq, execution_id=execution_id)
+        return self.add(
+            "ExternalCancelDelivered", seq=seq, execution_id=execution_id, already_requested=already_requested
+        )
+
+    def external_failed(self, seq: int, kind: str, reason: str, execution_id: str | None = None) -> dict:
+        event_type = "ExternalSignalFailed" if kind == "signal" else "ExternalCancelFailed"
+        return self.add(
+            event_type, seq=seq, execution_id=execution_id, reason=reason, message=f"it is {reason}"
+        )
+
     def child_completed(self, seq: int, result: Any) -> dict:
         return self.add(
             "ChildWorkflowCompleted", seq=seq, child_execution_id=self.child_execution_id(seq), result=result
@@ -209,10 +244,17 @@ def resolve_one_at_a_time(outstanding: list[dict]) -> list[tuple[dict, tuple]]:
 def _default_outcome(command: dict) -> tuple:
     if command["type"] == "start_timer":
         return ("fire",)
-    return ("result", {"echo": command["input"], "seq": command["seq"]})
+    return ("result", {"echo": command.get("input"), "seq": command["seq"]})
 
 
-OUTSTANDING = ("schedule_activity", "start_timer", "start_child_workflow")
+OUTSTANDING = (
+    "schedule_activity",
+    "start_timer",
+    "start_child_workflow",
+    "signal_external_workflow",
+    "cancel_external_workflow",
+)
+EXTERNAL = {"signal_external_workflow": "signal", "cancel_external_workflow": "cancel"}
 
 
 class Engine:
@@ -266,7 +308,13 @@ class Engine:
         for command, outcome in self.resolver(list(self.outstanding)):
             self.outstanding.remove(command)
             child = command["type"] == "start_child_workflow"
-            if outcome[0] == "fire":
+            external = EXTERNAL.get(command["type"])
+            target = command.get("execution_id") or f"run-of-{command.get('workflow_id')}"
+            if external and outcome[0] == "fail":
+                self.history.external_failed(command["seq"], external, outcome[1], target)
+            elif external:
+                self.history.external_delivered(command["seq"], external, target)
+            elif outcome[0] == "fire":
                 self.history.timer_fired(command["seq"])
             elif outcome[0] == "fail" and child:
                 self.history.child_failed(command["seq"], error_type=outcome[1])

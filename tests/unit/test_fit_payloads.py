@@ -64,3 +64,22 @@ def test_an_update_result_over_the_limit_fails_the_update_only() -> None:
     assert fitted[0]["failure"]["error_type"] == "PayloadTooLarge"
     assert "the result of update u1 is 502 bytes" in fitted[0]["failure"]["message"]
     assert commands[0]["result"] == BIG  # the run's own command is not changed
+
+
+def test_an_external_signal_payload_over_the_limit_ends_the_run_typed() -> None:
+    """As the database names it (functions/decide.sql, _decide_signal_external_workflow)."""
+    signal = {
+        "type": "signal_external_workflow",
+        "seq": 1,
+        "execution_id": None,
+        "workflow_id": "w",
+        "workflow_name": None,
+        "signal_name": "capture",
+        "payload": BIG,
+    }
+    [failed] = fit_payloads([signal], 300, "wf")
+    assert failed["failure"]["details"]["what"] == "the payload of signal capture"
+    cancel = {"type": "cancel_external_workflow", "seq": 1, "workflow_id": "w", "reason": BIG}
+    [failed] = fit_payloads([cancel], 300, "wf")
+    assert failed["failure"]["details"]["what"] == "the reason of an external cancel"
+    assert payloads_fit([{**signal, "payload": "small"}], 300, "wf")

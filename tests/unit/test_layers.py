@@ -24,8 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 #   declare   what users declare: @workflow/@activity, App, RetryPolicy, @query/@update, flow control
 #   runtime   deterministic execution: a history in, commands out (no database)
 #   db        the only importer of psycopg: connections, SQL calls, channels, migrations
-#   shard     beside db: the router (pure), a pool per shard (over db), fan-out reads;
-#             never the client or worker
+#   shard     beside db: the router (pure), a pool per shard, fan-out reads; never the client or worker
 #   client    start, signal, query, update, result, over db (one database) or shard (pools)
 #   worker    claim loop, dispatch, heartbeats, scanners, WorkerOptions
 #   testing   the user-facing test kit (the replayer)
@@ -291,6 +290,11 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "Client",
         "Concurrency",
         "Debounce",
+        "ExternalWorkflow",
+        "ExternalWorkflowError",
+        "ExternalWorkflowNotFound",
+        "ExternalWorkflowNotRunning",
+        "ExternalWorkflowUnreachable",
         "HarvestError",
         "NonDeterminismError",
         "QueryFailed",

@@ -358,6 +358,50 @@ class ChildWorkflowError(HarvestError):
         return (self.failure or {}).get("error_type")
 
 
+# -- signalling and cancelling another workflow (docs/messages.md) ----------------------------
+
+
+class ExternalWorkflowError(HarvestError):
+    """``ctx.signal_external_workflow`` / ``ctx.cancel_external_workflow`` did not reach
+    its target: ``.reason`` is the recorded outcome (``not_found``, ``not_running``,
+    ``ambiguous``, ``wrong_shard``), ``.action`` ``"signal"`` or ``"cancel"``,
+    ``.execution_id`` the run it found or was given (None when none), ``.message``
+    the database's explanation. Nothing was delivered."""
+
+    def __init__(self, action: str, reason: str, execution_id: str | None = None, message: str | None = None):
+        super().__init__(f"could not {action} the external workflow ({reason}): {message or reason}")
+        self.action, self.reason, self.execution_id, self.message = action, reason, execution_id, message
+
+
+class ExternalWorkflowNotFound(ExternalWorkflowError):
+    """The target does not exist: no run has that execution id, or no run ever had
+    that workflow_id (and name) on any shard that was asked."""
+
+
+class ExternalWorkflowNotRunning(ExternalWorkflowError):
+    """The target exists but has already ended (``.execution_id`` is the ended run)."""
+
+
+class ExternalWorkflowUnreachable(ExternalWorkflowError):
+    """The target's execution id was minted for another shard, and this database relays
+    to no other shard (``harvest.engine_settings.cross_shard_relays`` is off)."""
+
+
+EXTERNAL_WORKFLOW_ERRORS: dict[str, type[ExternalWorkflowError]] = {
+    "not_found": ExternalWorkflowNotFound,
+    "not_running": ExternalWorkflowNotRunning,
+    "wrong_shard": ExternalWorkflowUnreachable,
+}
+
+
+def external_workflow_error(action: str, data: dict[str, Any]) -> ExternalWorkflowError:
+    """The exception for an ``ExternalSignalFailed`` / ``ExternalCancelFailed`` event's data."""
+    reason = str(data.get("reason") or "failed")
+    cls = EXTERNAL_WORKFLOW_ERRORS.get(reason, ExternalWorkflowError)
+    execution_id = data.get("execution_id")
+    return cls(action, reason, str(execution_id) if execution_id else None, data.get("message"))
+
+
 # -- queries and updates (docs/messages.md) ----------------------------------------------------
 
 

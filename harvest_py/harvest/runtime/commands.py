@@ -18,6 +18,7 @@ from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowErr
 from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
+from harvest.runtime.external import describe_target
 from harvest.runtime.loop import IllegalWorkflowOperation
 
 __all__ = [
@@ -45,6 +46,9 @@ COMMAND_EVENTS = {
     "ChildWorkflowStarted": "start_child_workflow",
 }
 COMMAND_EVENTS["UpdateCompleted"] = "complete_update"  # queries and updates (runtime/messages.py)
+# signalling and cancelling another workflow (runtime/external.py)
+COMMAND_EVENTS["ExternalSignalRequested"] = "signal_external_workflow"
+COMMAND_EVENTS["ExternalCancelRequested"] = "cancel_external_workflow"
 # resolution event type -> the kind of pending command it resolves (None: not seq-based)
 RESOLUTION_EVENTS: dict[str, str | None] = {
     "ActivityCompleted": "activity",
@@ -57,6 +61,18 @@ RESOLUTION_EVENTS: dict[str, str | None] = {
 }
 RESOLUTION_EVENTS["UpdateAccepted"] = None  # delivered to runtime/messages.py
 RESOLUTION_EVENTS["MutexAcquired"] = "mutex"  # {seq, key}: the grant of ctx.mutex (runtime/mutex.py)
+# {seq, execution_id, ...}: the outcome of an external signal or cancel (runtime/external.py)
+RESOLUTION_EVENTS.update(
+    dict.fromkeys(
+        [
+            "ExternalSignalDelivered",
+            "ExternalSignalFailed",
+            "ExternalCancelDelivered",
+            "ExternalCancelFailed",
+        ],
+        "external",
+    )
+)
 TERMINAL_EVENTS = {
     "WorkflowCompleted",
     "WorkflowFailed",
@@ -100,6 +116,10 @@ def describe_command(cmd: dict) -> str:
         return f"record_marker {cmd.get('kind')!r}"
     if kind == "complete_update":
         return f"complete_update of update {cmd.get('update_id')!r}"
+    if kind == "signal_external_workflow":
+        return f"signal_external_workflow {cmd.get('signal_name')!r} to {describe_target(cmd)}"
+    if kind == "cancel_external_workflow":
+        return f"cancel_external_workflow of {describe_target(cmd)}"
     return kind
 
 
@@ -148,7 +168,7 @@ def failure_json(exc: BaseException) -> dict[str, Any]:
 @dataclass
 class Pending:
     seq: int
-    kind: str  # "activity" | "timer" | "local_activity" | "child" | "mutex"
+    kind: str  # "activity" | "timer" | "local_activity" | "child" | "mutex" | "external"
     name: str | None
     future: asyncio.Future
     defn: Any = None

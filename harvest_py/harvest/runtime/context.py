@@ -20,6 +20,7 @@ from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
+from harvest.runtime.external import external_target
 
 if TYPE_CHECKING:
     from harvest.runtime.children import ChildHandle
@@ -228,6 +229,52 @@ class WorkflowContext:
     def pending_signals(self, name: str | None = None) -> int:
         """How many signals (of ``name``, or of any name) are buffered and not yet taken."""
         return self._run.signals.count(name)
+
+    # ------------------------------------------------------------------ other workflows
+    async def signal_external_workflow(self, target: Any, signal_name: str, payload: Any = None) -> None:
+        """Send signal ``signal_name`` with ``payload`` to another workflow (durable command).
+
+        ``target`` is an execution id (a string or ``uuid.UUID``), a ``ChildHandle``, or
+        ``ExternalWorkflow(workflow_id=..., workflow_name=None)`` for the run of a business
+        key. The target receives it as a client's signal (its history names this run as
+        ``sender_execution_id``). Returns once it is delivered; raises
+        ``ExternalWorkflowNotFound``, ``ExternalWorkflowNotRunning`` or another
+        ``ExternalWorkflowError`` when it could not be (docs/messages.md).
+        """
+        if not isinstance(signal_name, str) or not signal_name.strip():
+            raise InvalidArgument(
+                f"signal_external_workflow: signal_name must be a non-empty string, got {signal_name!r}"
+            )
+        where = external_target(target)
+        command = {
+            "type": "signal_external_workflow",
+            "seq": 0,
+            **where.fields(),
+            "signal_name": signal_name,
+            "payload": encode(payload, f"signal {signal_name!r}"),
+        }
+        command["seq"] = self._run.next_seq()
+        await self._run.issue(command, "external", signal_name)
+
+    async def cancel_external_workflow(self, target: Any, reason: str | None = None) -> bool:
+        """Ask another workflow to cancel, as ``handle.cancel(reason)`` does (durable command).
+
+        ``target`` as for :meth:`signal_external_workflow`. Returns True when this request
+        cancelled it, False when a cancel was already requested; raises an
+        ``ExternalWorkflowError`` when the target was not found or has ended.
+        """
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidArgument(
+                f"cancel_external_workflow: reason must be a string or None, got {reason!r}"
+            )
+        where = external_target(target)
+        command = {
+            "type": "cancel_external_workflow",
+            "seq": self._run.next_seq(),
+            **where.fields(),
+            "reason": reason,
+        }
+        return bool(await self._run.issue(command, "external", None))
 
     # ------------------------------------------------------------------ durable mutex
     def mutex(self, key: str) -> WorkflowMutex:

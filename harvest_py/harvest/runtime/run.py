@@ -35,6 +35,7 @@ from harvest.core.errors import (
     InvalidArgument,
     NonDeterminismError,
     PayloadError,
+    external_workflow_error,
 )
 from harvest.core.payload import decode_args, encode
 from harvest.declare.definitions import App, WorkflowDefinition
@@ -499,6 +500,11 @@ class WorkflowRun(CommandIssuer):
                     str(data.get("status") or "FAILED"), data.get("failure"), child_id, pending.name
                 )
             )
+        elif kind in ("ExternalSignalFailed", "ExternalCancelFailed"):
+            action = "signal" if kind == "ExternalSignalFailed" else "cancel"
+            pending.future.set_exception(external_workflow_error(action, data))
+        elif kind == "ExternalCancelDelivered":
+            pending.future.set_result(not data.get("already_requested"))
         else:
             pending.future.set_result(data.get("result"))
 

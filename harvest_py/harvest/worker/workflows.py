@@ -80,6 +80,8 @@ _COMMAND_PAYLOADS: dict[str, tuple[str, str]] = {
     "schedule_activity": ("input", "the input of activity {name} (command {seq})"),
     "record_marker": ("value", "the value of marker {kind} (command {seq})"),
     "cancel_workflow": ("details", "the cancellation details of the workflow"),
+    "signal_external_workflow": ("payload", "the payload of signal {signal_name}"),
+    "cancel_external_workflow": ("reason", "the reason of an external cancel"),
     "continue_as_new": ("input", "the continue-as-new input of workflow {workflow}"),
     "complete_workflow": ("result", "the result of workflow {workflow}"),
     "fail_workflow": ("failure", "the failure of workflow {workflow}"),
@@ -120,7 +122,11 @@ def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> Paylo
     elif kind in _COMMAND_PAYLOADS:
         field, what = _COMMAND_PAYLOADS[kind]
         what = what.format(
-            name=command.get("name"), seq=command.get("seq"), kind=command.get("kind"), workflow=workflow_name
+            name=command.get("name"),
+            seq=command.get("seq"),
+            kind=command.get("kind"),
+            workflow=workflow_name,
+            signal_name=command.get("signal_name"),
         )
     else:
         return None
