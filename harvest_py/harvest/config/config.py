@@ -413,7 +413,6 @@ def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
     return WorkerOptions(**values, **fixed)
 
 
-
 # -- the process role -------------------------------------------------------------------------
 ROLE_RUNS = {
     "web": {"worker": False, "scheduler": False},

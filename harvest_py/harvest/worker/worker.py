@@ -318,7 +318,10 @@ class Worker:
         if lane.sql is None:
             lane.sql = await self._pools.sql(lane.shard)  # verifies the database's shard id
         else:
-            await lane.sql.get_shard_id()  # one round trip: is it back?
+            # Back? Drop the connections the outage broke first, so the first claim after it
+            # does not meet one and count a second outage.
+            await lane.sql.pool.check()
+            await lane.sql.get_shard_id()
         if not lane.ready:
             await self._set_up(lane)
 
