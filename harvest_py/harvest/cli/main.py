@@ -117,6 +117,7 @@ def _register() -> None:
         queues,
         replay,
         retention,
+        shard,
         worker,
         workers,
         workflow,
@@ -135,6 +136,7 @@ def _register() -> None:
     main.add_command(concurrency.concurrency)
     main.add_command(queues.queue)
     main.add_command(audit.audit)
+    main.add_command(shard.shard)
 
 
 _register()
