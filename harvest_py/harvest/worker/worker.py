@@ -453,6 +453,24 @@ class Worker:
         if free <= 0:
             await self._set_sleeping(False)  # no room: wake-ups would be wasted
             return [], False
+        want = min(free, self.claim_batch)
+        if not self._sharded:  # one database: one claim, as it always was
+            lane = self.lanes[0]
+            try:
+                claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
+            except TRANSIENT as exc:
+                log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
+                await self._sleep(self.poll_interval)
+                return [], False
+            for task in claimed:
+                task["_lane"] = lane
+                self._spawn(task)
+            if len(claimed) == want:
+                await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
+            return claimed, len(claimed) == want
+        return await self._claim_round(free)
+
+    async def _claim_round(self, free: int) -> tuple[list[dict[str, Any]], bool]:
         lanes = self.lanes
         count = len(lanes)
         start = self._next_lane
@@ -470,12 +488,10 @@ class Worker:
                 break
             try:
                 claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
-            except TRANSIENT as exc:
-                if lane.note_failure(exc, "claiming"):
-                    continue
-                log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
-                await self._sleep(self.poll_interval)
-                return [], False
+            except OUTAGE as exc:
+                if not lane.note_failure(exc, "claiming"):
+                    raise
+                continue
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
@@ -483,8 +499,6 @@ class Worker:
             if len(claimed) == want:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
                 full = True
-            if count == 1:
-                return claimed, full
             claimed_all += claimed
         return claimed_all, full
 
@@ -604,6 +618,8 @@ class Worker:
 
     def _all_sleeping(self) -> bool:
         """Whether every shard we can reach has our mark asking its producers to notify us."""
+        if not self._sharded:
+            return self.lanes[0].sleeping is True
         return all(lane.sleeping is True for lane in self.lanes if lane.usable)
 
     async def _sleep(self, timeout: float) -> bool:
