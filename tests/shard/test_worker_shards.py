@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -252,3 +256,82 @@ def test_a_remote_drain_on_one_shard_drains_the_worker_on_every_shard(shards, ru
             assert conn.execute(
                 "SELECT status FROM harvest.workers WHERE id = %s", (worker_id,)
             ).fetchone() == ("stopped",)
+
+
+APP_MODULE = """
+from harvest import App, activity, workflow
+
+@activity
+async def double(ctx, n: int) -> int:
+    return n * 2
+
+@workflow
+async def doubled(ctx, n: int) -> int:
+    return await ctx.execute_activity(double, n)
+
+app = App(workflows=[doubled], activities=[double])
+"""
+
+
+def _harvest_worker(tmp_path, env: dict[str, str], *args: str) -> subprocess.Popen:
+    (tmp_path / "sw_app.py").write_text(APP_MODULE)
+    full = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
+    full.update(env, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen(
+        [sys.executable, "-c", "from harvest.cli import main; main()", "worker", "sw_app:app", *args],
+        cwd=tmp_path,
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_harvest_worker_polls_the_configured_shards_and_drains_them_on_sigterm(shards, tmp_path) -> None:
+    env = {
+        "HARVEST_SHARDS__URLS__0": shards.dsns[0],
+        "HARVEST_SHARDS__URLS__1": shards.dsns[1],
+        "HARVEST_WORKER__SHARD_ASSIGNMENTS": "auto",
+        "HARVEST_WORKER__HEARTBEAT_INTERVAL": "0.5",
+    }
+    process = _harvest_worker(tmp_path, env)
+    try:
+        deadline = time.monotonic() + 30
+        ids: dict[int, str] = {}
+        while len(ids) < 2:
+            assert process.poll() is None, process.stderr.read()
+            assert time.monotonic() < deadline, "harvest worker never registered on both shards"
+            for shard in (0, 1):
+                with shards.connect(shard) as conn:
+                    row = conn.execute("SELECT id FROM harvest.workers WHERE status = 'active'").fetchone()
+                    if row:
+                        ids[shard] = row[0]
+            time.sleep(0.1)
+        assert ids[0] == ids[1], "one worker, one row on each shard"
+        for shard in (0, 1):
+            with Client(shards.dsns[shard]) as client:
+                assert client.start_workflow("doubled", 5 + shard).result(timeout=30) == (5 + shard) * 2
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr
+    assert "on shard(s) 0, 1" in stderr
+    for shard in (0, 1):
+        with shards.connect(shard) as conn:
+            assert conn.execute("SELECT status FROM harvest.workers WHERE id = %s", (ids[0],)).fetchone() == (
+                "stopped",
+            )
+
+
+def test_harvest_worker_refuses_an_assigned_shard_with_no_url_in_one_line(shards, tmp_path) -> None:
+    env = {"HARVEST_DATABASE_URL": shards.dsns[0], "HARVEST_WORKER__SHARD_ASSIGNMENTS": "0,3"}
+    process = _harvest_worker(tmp_path, env)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert lines == [
+        (
+            "error: worker.shard_assignments names shard 3, which has no url: add shards.urls.3 "
+            "(HARVEST_SHARDS__URLS__3) or remove it from worker.shard_assignments"
+        )
+    ]
