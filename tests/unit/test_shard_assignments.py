@@ -5,6 +5,7 @@ naming the key. No database here: a Worker is only constructed."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,50 @@ def test_one_database_is_one_lane_on_shard_0_with_no_outage_handling() -> None:
     with pytest.raises(ConfigError) as caught:  # no [shards]: only shard 0 has a url
         Worker(APP, "postgresql://a@h/db", shard_assignments=[1])
     assert "shards.urls.1" in str(caught.value)
+
+
+class RecordingSql:
+    """A shard's SQL API that records claims and answers none (or fails, when told to)."""
+
+    def __init__(self, shard: int, calls: list[int]):
+        self.shard, self.calls, self.fail = shard, calls, None
+
+    async def claim_tasks(self, worker_id, queues, limit, lease):
+        self.calls.append(self.shard)
+        if self.fail is not None:
+            raise self.fail
+        return []
+
+    async def set_worker_sleeping(self, worker_id, sleeping):
+        return None
+
+
+def test_claims_go_round_the_shards_starting_one_further_each_round_and_skip_a_down_one(caplog) -> None:
+    import psycopg
+
+    calls: list[int] = []
+    worker = Worker(APP, shards={s: f"postgresql://a@h{s}/db" for s in (0, 1, 2)})
+    for lane in worker.lanes:
+        lane.sql, lane.ready = RecordingSql(lane.shard, calls), True
+
+    async def main() -> None:
+        rounds = []
+        for _ in range(3):
+            calls.clear()
+            await worker._claim()
+            rounds.append(list(calls))
+        assert rounds == [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+        # Shard 1's server goes away: the failure marks it down (one warning), the round goes on.
+        worker.lanes[1].sql.fail = psycopg.OperationalError("server closed the connection unexpectedly")
+        calls.clear()
+        await worker._claim()  # starts at shard 0 again
+        assert calls == [0, 1, 2] and worker.lanes[1].down
+        calls.clear()
+        await worker._claim()
+        await worker._claim()
+        assert 1 not in calls, "a down shard is skipped until its probe brings it back"
+        await worker.lanes[1].close()
+
+    asyncio.run(main())
+    warnings = [r.getMessage() for r in caplog.records if "is unavailable" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("shard 1 is unavailable")
