@@ -150,6 +150,9 @@ def test_a_worker_assigned_to_two_shards_runs_the_workflows_started_on_each(shar
     with shards.connect(2) as conn:  # not assigned: no row, no registration there
         assert conn.execute("SELECT count(*) FROM harvest.workers").fetchone()[0] == 0
     assert {f"s{shard}-{i}": 1 for shard in (0, 1) for i in range(5)} == RAN
+    # Each shard's tasks were dispatched from its own lane: a workflow task, an activity, a
+    # workflow task per run at least (hand-off may run some without a claim).
+    assert [lane.dispatched >= 5 * 2 for lane in worker.lanes] == [True, True]
     running.stop()
     for shard in (0, 1):  # the drain covered every shard
         with shards.connect(shard) as conn:

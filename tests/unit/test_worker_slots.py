@@ -34,7 +34,7 @@ def saturated_worker(concurrency: int, clock: Clock, **options) -> Worker:
 
 # A task in flight is keyed by (shard, task id, fencing token), its shard the lane it came
 # from (worker/lanes.py): one database is shard 0.
-SHARD_0 = SimpleNamespace(shard=0)
+SHARD_0 = SimpleNamespace(shard=0, dispatched=0)
 
 
 def key(i: int) -> tuple[int, int, int]:

@@ -55,6 +55,8 @@ class ShardLane:
         self.ready = False  # schema checked, registered (if the worker claims), policies declared
         self.down = False
         self.outages = 0  # times this lane went down (for tests and logs)
+        # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
+        self.dispatched = 0
         self.handles_outages = handles_outages
         self._probe: asyncio.Task | None = None
 

@@ -564,6 +564,7 @@ class Worker:
 
     def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
+        task["_lane"].dispatched += 1
         key = _key(task)
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
         handle = asyncio.create_task(self._guard(runner, task))
