@@ -54,13 +54,13 @@ AS $$
             THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',
-                        'stop_waiting_for_result')
+                        'stop_waiting_for_result', 'count_stranded_tasks')
             THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
                         'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
-                        'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage')
+                        'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',

@@ -70,6 +70,126 @@ AS $$
     SELECT (lpad(to_hex(p_shard), 4, '0') || 'ffff-ffff-ffff-ffff-ffffffffffff')::uuid;
 $$;
 
+-- The stranded-work gauge (docs/sharding.md, "Observing stranded work"): claimable
+-- tasks (pending, due, not a timer) on each queue that no live worker of this shard
+-- polls. A worker's registry row lives on the shard it polls, so "no live row here
+-- lists the queue" is "no worker drains it". Healthy steady state: no row.
+CREATE OR REPLACE FUNCTION harvest.count_stranded_tasks()
+RETURNS TABLE (queue text, pending bigint, oldest_due_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT
+        t.queue,
+        count(*) AS pending,
+        min(t.due_at) AS oldest_due_at
+    FROM harvest.tasks AS t
+    WHERE
+        t.status = 'pending'
+        AND t.kind <> 'timer'
+        AND t.due_at <= harvest.now()
+        AND NOT EXISTS (
+            SELECT 1 FROM harvest.workers AS w
+            WHERE
+                w.status = 'active'
+                AND t.queue = ANY(w.queues)
+                AND harvest._worker_health(w) = 'healthy'
+        )
+    GROUP BY t.queue
+    ORDER BY t.queue;
+$$;
+
+-- This shard's facts for `harvest shard health` in one round trip: its number and
+-- schema version, its workers (live = active and fresh), each queue's live workers and
+-- work (pending, claimable now, running, the oldest claimable due time), the declared
+-- queues no live worker polls (p_queues, else every queue a worker row here names),
+-- the stranded work (count_stranded_tasks) and the dead letters parked here.
+CREATE OR REPLACE FUNCTION harvest.get_shard_health(p_queues text[] DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    WITH w AS (
+        SELECT
+            ws.queues,
+            ws.status,
+            harvest._worker_health(ws) AS health
+        FROM harvest.workers AS ws
+    ),
+
+    live AS (
+        SELECT
+            u.queue,
+            count(*) AS workers
+        FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+        WHERE w.status = 'active' AND w.health = 'healthy'
+        GROUP BY u.queue
+    ),
+
+    work AS (
+        SELECT
+            t.queue,
+            count(*) FILTER (WHERE t.status = 'pending') AS pending,
+            count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= harvest.now()) AS claimable,
+            count(*) FILTER (WHERE t.status = 'running') AS running,
+            min(t.due_at) FILTER (
+                WHERE t.status = 'pending' AND t.due_at <= harvest.now()
+            ) AS oldest_claimable_at
+        FROM harvest.tasks AS t
+        WHERE t.kind <> 'timer'
+        GROUP BY t.queue
+    ),
+
+    declared AS (
+        SELECT DISTINCT d.queue
+        FROM unnest(coalesce(p_queues, (
+            SELECT array_agg(u.queue) FROM w CROSS JOIN LATERAL unnest(w.queues) AS u (queue)
+        ))) AS d (queue)
+    ),
+
+    queues AS (
+        SELECT
+            q.queue,
+            coalesce(l.workers, 0) AS live_workers,
+            coalesce(k.pending, 0) AS pending,
+            coalesce(k.claimable, 0) AS claimable,
+            coalesce(k.running, 0) AS running,
+            k.oldest_claimable_at,
+            q.queue IN (SELECT d.queue FROM declared AS d) AS declared
+        FROM (SELECT d.queue FROM declared AS d UNION SELECT k.queue FROM work AS k) AS q
+        LEFT JOIN live AS l ON q.queue = l.queue
+        LEFT JOIN work AS k ON q.queue = k.queue
+    )
+
+    SELECT jsonb_build_object(
+        'shard_id', harvest.get_shard_id(),
+        'schema_version', harvest.schema_version(),
+        'observed_at', harvest.now(),
+        'workers', jsonb_build_object(
+            'live', (SELECT count(*) FROM w WHERE w.status = 'active' AND w.health = 'healthy'),
+            'stale', (SELECT count(*) FROM w WHERE w.health = 'stale'),
+            'draining', (SELECT count(*) FROM w WHERE w.status = 'draining'),
+            'stopped', (SELECT count(*) FROM w WHERE w.status = 'stopped')
+        ),
+        'queues', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'queue', q.queue, 'live_workers', q.live_workers, 'pending', q.pending,
+                'claimable', q.claimable, 'running', q.running,
+                'oldest_claimable_at', q.oldest_claimable_at
+            ) ORDER BY q.queue)
+            FROM queues AS q
+        ), '[]'::jsonb),
+        'unpolled_queues', coalesce((
+            SELECT jsonb_agg(q.queue ORDER BY q.queue) FROM queues AS q
+            WHERE q.declared AND q.live_workers = 0
+        ), '[]'::jsonb),
+        'stranded', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
+            FROM harvest.count_stranded_tasks() AS s
+        ), '[]'::jsonb),
+        'stranded_pending', (SELECT coalesce(sum(s.pending), 0) FROM harvest.count_stranded_tasks() AS s),
+        'dead_letters', (SELECT count(*) FROM harvest.dead_letters)
+    );
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.get_shard_id IS
 'This database''s shard number (0..65535; 0 until set_shard_id). Read at boot by clients and workers to check '
@@ -78,3 +198,11 @@ COMMENT ON FUNCTION harvest.set_shard_id IS
 'Make this database shard p_shard_id (harvest migrate run --shard-id N); HR011 while it holds executions minted '
 'for another shard, HR001 out of 0..65535; idempotent, audited when the number changes. Returns {shard_id, '
 'previous_shard_id, changed}. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.count_stranded_tasks IS
+'The stranded-work gauge: claimable tasks (pending, due, not timers) per queue that no live worker of this shard '
+'polls, with the oldest due time; no row is the healthy state. Read by harvest shard health and metrics. Roles '
+'harvest_reader, harvest_worker.';
+COMMENT ON FUNCTION harvest.get_shard_health IS
+'This shard''s health facts in one object: shard id, schema version, live/stale/draining/stopped workers, per-queue '
+'live workers and work, the declared queues (p_queues, else the registered ones) no live worker polls, stranded work '
+'and dead letters. Read by harvest shard health. For operators (role harvest_reader).';

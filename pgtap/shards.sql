@@ -1,7 +1,8 @@
 -- functions/shards.sql: get_shard_id, set_shard_id (and its id-range helpers
--- _shard_low_id, _shard_high_id), and the start path's refusal of another shard's start.
+-- _shard_low_id, _shard_high_id), the start path's refusal of another shard's start,
+-- and the health facts: count_stranded_tasks, get_shard_health.
 BEGIN;
-SELECT plan(22);
+SELECT plan(32);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT is(harvest.get_shard_id(), 0, 'get_shard_id(): a database is shard 0 until told otherwise');
@@ -53,6 +54,35 @@ SELECT throws_ok($$SELECT harvest._start_check_shard(70000)$$, 'HR001', NULL,
 SELECT throws_ok($$SELECT harvest.set_shard_id(1)$$, 'HR011', NULL,
                  'set_shard_id(): refused while executions of another shard (3, now) are held');
 SELECT is(harvest.get_shard_id(), 3, 'the refused change left the number');
+
+-- Health facts. The three runs started above wait on queue default, which no worker polls.
+SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
+                  $$VALUES ('default'::text, 3::bigint)$$,
+                  'count_stranded_tasks(): claimable work on a queue no live worker polls, per queue');
+SELECT is(harvest.get_shard_health() -> 'stranded_pending', '3'::jsonb,
+          'get_shard_health(): stranded_pending is the gauge''s total');
+SELECT is(harvest.get_shard_health() -> 'shard_id', '3'::jsonb, 'get_shard_health(): this database''s shard');
+SELECT is(harvest.get_shard_health() ->> 'schema_version', harvest.schema_version(),
+          'get_shard_health(): the schema version');
+SELECT is(harvest.get_shard_health() -> 'unpolled_queues', '[]'::jsonb,
+          'get_shard_health(): no worker row and no p_queues: no declared queue to report');
+SELECT is(harvest.get_shard_health(ARRAY['default', 'reports']) -> 'unpolled_queues', '["default", "reports"]'::jsonb,
+          'get_shard_health(p_queues): each declared queue with no live worker');
+SELECT harvest.register_worker('w-health', ARRAY['default'], 'host', 1, 10, '{}');
+SELECT is((SELECT count(*) FROM harvest.count_stranded_tasks()), 0::bigint,
+          'count_stranded_tasks(): a live worker on the queue drains it, nothing is stranded');
+SELECT is(harvest.get_shard_health(ARRAY['default', 'reports']) - ARRAY['observed_at', 'schema_version', 'queues'],
+          '{"shard_id": 3, "workers": {"live": 1, "stale": 0, "draining": 0, "stopped": 0},
+            "unpolled_queues": ["reports"], "stranded": [], "stranded_pending": 0, "dead_letters": 0}'::jsonb,
+          'get_shard_health(): live workers, the queue they leave uncovered, nothing stranded');
+SELECT is(jsonb_path_query_first(harvest.get_shard_health(), '$.queues[*] ? (@.queue == "default")'),
+          jsonb_build_object('queue', 'default', 'live_workers', 1, 'pending', 3, 'claimable', 3, 'running', 0,
+                             'oldest_claimable_at', (SELECT min(due_at) FROM harvest.tasks)),
+          'get_shard_health(): a queue''s live workers and work');
+UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '1 hour' WHERE id = 'w-health';
+SELECT results_eq($$SELECT queue, pending FROM harvest.count_stranded_tasks()$$,
+                  $$VALUES ('default'::text, 3::bigint)$$,
+                  'count_stranded_tasks(): a stale worker does not count: the work is stranded again');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -4,6 +4,7 @@ give, for a bounded chain of hand-offs."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 from harvest import App, Worker, activity
 from harvest.worker import worker as worker_module
@@ -26,13 +27,22 @@ def saturated_worker(concurrency: int, clock: Clock, **options) -> Worker:
     worker = Worker(App(activities=[noop]), "postgresql://unused/db", concurrency=concurrency, **options)
     worker._now = clock
     for i in range(concurrency):  # every slot busy, each claimed just now
-        worker._inflight[(i, 1)] = object()
-        worker._slot_claimed_at[(i, 1)] = clock.now
+        worker._inflight[key(i)] = object()
+        worker._slot_claimed_at[key(i)] = clock.now
     return worker
 
 
+# A task in flight is keyed by (shard, task id, fencing token), its shard the lane it came
+# from (worker/lanes.py): one database is shard 0.
+SHARD_0 = SimpleNamespace(shard=0, dispatched=0)
+
+
+def key(i: int) -> tuple[int, int, int]:
+    return (0, i, 1)
+
+
 def task(i: int) -> dict:
-    return {"task_id": i, "fencing_token": 1}
+    return {"task_id": i, "fencing_token": 1, "_lane": SHARD_0}
 
 
 def test_handlers_finishing_together_can_each_hand_on_one_task():
@@ -48,7 +58,7 @@ def test_handlers_finishing_together_can_each_hand_on_one_task():
 def test_extra_slots_come_out_of_the_free_ones():
     worker = saturated_worker(4, Clock())
     for i in (0, 1):  # two free slots
-        del worker._inflight[(i, 1)]
+        del worker._inflight[key(i)]
     grant = worker.reserve_slots(5, task(2))
     assert (grant.slots, grant.from_free) == (3, 2)  # its own and both free ones
     assert worker.reserve_slots(2, task(3)).slots == 1  # only its own left
@@ -69,7 +79,7 @@ def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims(monkeypatch):
     async def main():
         # A handed task takes over its caller's slot, with the time that slot was claimed.
         worker.run_handed({"task_id": 9, "fencing_token": 1, "kind": "activity"}, task(0))
-        assert worker._slot_claimed_at[(9, 1)] == 100.0
+        assert worker._slot_claimed_at[key(9)] == 100.0
         clock.now += worker_module.HAND_OFF_CHAIN_SECS - 0.01
         assert worker.reserve_slots(1, task(9)).slots == 1  # still within the chain's time
         clock.now += 0.02
@@ -78,8 +88,8 @@ def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims(monkeypatch):
         assert worker.reserve_slots(1, task(9)).slots == 0
         assert worker.reserve_slots(1, task(1)).slots == 0  # claimed as long ago
         release.set()
-        await worker._inflight[(9, 1)]
-        assert (9, 1) not in worker._slot_claimed_at  # forgotten with the task
+        await worker._inflight[key(9)]
+        assert key(9) not in worker._slot_claimed_at  # forgotten with the task
 
     asyncio.run(main())
 

@@ -142,6 +142,7 @@ def _register() -> None:
         queues,
         replay,
         retention,
+        shard,
         usage,
         worker,
         workers,
@@ -161,6 +162,7 @@ def _register() -> None:
     main.add_command(concurrency.concurrency)
     main.add_command(queues.queue)
     main.add_command(audit.audit)
+    main.add_command(shard.shard)
     main.add_command(usage.usage)
     _reads_config_first(main)
 

@@ -4,6 +4,10 @@ Checks: database reachable, migrations applied (nothing pending), schema version
 catalog consistency of an App's declared dependencies (with --app), worker coverage of
 the App's queues (with --app) or of the queues the fleet registered (without), worker
 health, dead-letter access, retention configured.
+
+With a ``[shards]`` configuration the database checks run on every configured shard (scope
+``shard N``), each with an ``identity`` check (the database is that shard), and a ``shards``
+check says whether every writable shard is reachable, migrated and itself.
 """
 
 from __future__ import annotations
@@ -127,13 +131,81 @@ def _queue_coverage(sql: SqlApi, app) -> Check:
 
 
 def run_checks(dsn: str, app_target: str | None) -> list[Check]:
+    """The checks of one database (no [shards] configuration)."""
+    return _database_checks(dsn, app_target, {})
+
+
+def run_shard_checks(router: Any, urls: dict[int, str], app_target: str | None) -> list[Check]:
+    """The checks of every configured shard, each scoped ``shard N`` (reachability, migrations,
+    schema version, identity, workers, coverage, dead letters, retention), then one ``shards``
+    check: every writable shard reachable and on this schema with its own identity."""
+    app_cache: dict[str, Any] = {}
+    checks: list[Check] = []
+    broken: list[str] = []
+    for shard in sorted({*router.readable, *urls}):
+        scope = f"shard {shard}"
+        dsn = urls.get(shard)
+        if dsn is None:
+            found = [
+                Check(
+                    "database",
+                    "fail",
+                    f"no url for shard {shard}",
+                    scope=scope,
+                    remediation=f"set shards.urls.{shard} (HARVEST_SHARDS__URLS__{shard})",
+                )
+            ]
+        else:
+            found = _database_checks(dsn, app_target, app_cache, scope=scope, shard=shard)
+        checks += found
+        if shard in router.writable and any(
+            c.status == "fail" and c.name in ("database", "migrations", "schema_version", "identity")
+            for c in found
+        ):
+            broken.append(str(shard))
+    writable = ", ".join(map(str, router.writable))
+    if broken:
+        checks.append(
+            Check(
+                "shards",
+                "fail",
+                f"writable shard(s) {', '.join(broken)} cannot take work",
+                details={"writable": list(router.writable), "not_ready": [int(b) for b in broken]},
+                remediation="see the shard's checks above; harvest shard health shows each shard's reasons",
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                "shards",
+                "pass",
+                f"every writable shard ({writable}) is reachable, migrated and itself",
+                details={"writable": list(router.writable), "readable": list(router.readable)},
+            )
+        )
+    return checks
+
+
+def _database_checks(
+    dsn: str, app_target: str | None, app_cache: dict[str, Any], *, scope: str = "-", shard: int | None = None
+) -> list[Check]:
     from harvest.db.migrate import Migrator, latest_core_version
 
     checks: list[Check] = []
     try:
         conn = connect(dsn, autocommit=True, connect_timeout=5)
     except HarvestError as exc:
-        return [Check("database", "fail", str(exc), remediation="check HARVEST_DATABASE_URL and the server")]
+        return [
+            Check(
+                "database",
+                "fail",
+                str(exc),
+                scope=scope,
+                remediation="check HARVEST_DATABASE_URL and the server"
+                if shard is None
+                else f"check shards.urls.{shard} and the server",
+            )
+        ]
     with conn:
         conn.execute("SET default_transaction_read_only = on")
         sql = SqlApi(conn)
@@ -193,15 +265,22 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
                     else "run `harvest migrate run`",
                 )
             )
+        if shard is not None:
+            checks.append(_identity(sql, shard))
         app = None
-        if app_target:
+        first = "app" not in app_cache
+        if app_target and first:
             from harvest.cli.worker import load_app
 
             try:
-                app = load_app(app_target)
+                app_cache["app"] = load_app(app_target)
             except HarvestError as exc:
+                app_cache["app"] = None
                 checks.append(Check("app", "fail", str(exc), scope=app_target))
-        if app is not None:
+        elif first:
+            app_cache["app"] = None
+        app = app_cache["app"]
+        if app is not None and first:
             checks.append(_catalog_consistency(app))
         health = None
         try:
@@ -255,7 +334,33 @@ def run_checks(dsn: str, app_target: str | None) -> list[Check]:
                 )
         except Exception as exc:
             checks.append(Check("retention", "fail", _first_line(exc)))
+    if shard is not None:
+        for check in checks:
+            if check.scope == "-":
+                check.scope = scope
     return checks
+
+
+def _identity(sql: SqlApi, shard: int) -> Check:
+    """The database is the shard it is configured as (harvest.get_shard_id)."""
+    try:
+        found = sql.get_shard_id()
+    except Exception as exc:
+        return Check(
+            "identity",
+            "fail",
+            _first_line(exc),
+            remediation=f"run harvest migrate run --shard-id {shard} against it",
+        )
+    if found != shard:
+        return Check(
+            "identity",
+            "fail",
+            f"the database of shard {found} is configured as shard {shard}",
+            details={"configured": shard, "found": found},
+            remediation=f"point shards.urls.{shard} at shard {shard}'s database",
+        )
+    return Check("identity", "pass", f"the database is shard {shard}", details={"shard_id": found})
 
 
 def overall(checks: list[Check]) -> str:
@@ -271,7 +376,15 @@ def overall(checks: list[Check]) -> str:
 @output_option
 def preflight(app_target: str | None, database_url: str | None, output: str) -> None:
     """Read-only deploy gate. Exit 0 = pass, 2 = warn, 1 = fail."""
-    checks = run_checks(cli_dsn(database_url), app_target)
+    from harvest.cli.output import cli_config
+    from harvest.cli.shard import shard_targets
+    from harvest.shard.router import ShardRouter
+
+    config = cli_config()
+    if config.get("shards.urls") or ShardRouter.from_config(config) != ShardRouter.single(0):
+        checks = run_shard_checks(*shard_targets(database_url), app_target)
+    else:
+        checks = run_checks(cli_dsn(database_url), app_target)
     result = overall(checks)
     observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     if output == "json":

@@ -109,7 +109,8 @@ def worker(
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
     from harvest.config import database_url as resolve_database_url
-    from harvest.config import resolve_queues, runtime_plan, worker_options
+    from harvest.config import resolve_queues, runtime_plan, shard_urls, worker_options
+    from harvest.shard.router import ShardRouter
     from harvest.worker import Worker
 
     # The config first: a bad key stops the boot before the App is even imported. This
@@ -148,7 +149,16 @@ def worker(
             "scheduler and retention are all off); set HARVEST_ROLE=worker, or "
             "HARVEST_WORKER__ENABLED=true / HARVEST_SCHEDULER__ENABLED=true"
         )
-    dsn = resolve_database_url(database_url, config)  # the same path as every other command
+    # One database, or a pool per shard ([shards]: docs/sharding.md); worker.shard_assignments
+    # picks the shards to poll (auto: every shard with a url), each of which must have a url.
+    router = ShardRouter.from_config(config)
+    sharded = bool(config.get("shards.urls")) or router != ShardRouter.single(0)
+    try:
+        dsn = resolve_database_url(database_url, config)  # the same path as every other command
+    except ConfigError:
+        if not sharded or "0" not in (config.get("shards.urls") or {}):
+            raise
+        dsn = None  # shard 0's url is shards.urls.0
     # One WorkerOptions: flags > HARVEST_* > file for its tunables, the role for the switches.
     options = worker_options(
         config,
@@ -157,5 +167,8 @@ def worker(
         run_scanner=plan.scheduler.value,
         run_retention=plan.retention.value,
     )
-    instance = Worker(app, dsn, options=options)
+    if sharded:
+        instance = Worker(app, options=options, shards=shard_urls(config, dsn), router=router)
+    else:
+        instance = Worker(app, dsn, options=options)
     asyncio.run(instance.run(install_signal_handlers=True))

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harvest.core.errors import ConfigError
-from harvest.worker.options import WorkerOptions, tunables
+from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
 log = logging.getLogger("harvest.config")
 
@@ -71,6 +71,10 @@ class ShardResidency(dict):
     """The kind of ``shards.residency``: residency key -> shard number."""
 
 
+class ShardAssignments(str):
+    """The kind of ``worker.shard_assignments``: ``"auto"`` or a list of shard numbers."""
+
+
 TABLES = (ShardUrls, ShardResidency)
 MAX_SHARD = 65535
 
@@ -83,6 +87,7 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("database_url",): str,
     ("worker", "enabled"): bool,
     ("worker", "queues"): list,
+    ("worker", "shard_assignments"): ShardAssignments,
     **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "worker"},
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
@@ -173,6 +178,11 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
     from_env = isinstance(value, str) and source.startswith(ENV_PREFIX)
     if from_env and value.strip() == "":
         return None  # an empty variable unsets the key
+    if kind is ShardAssignments:
+        try:
+            return parse_shard_assignments(value, where)
+        except InvalidArgument as exc:
+            raise ConfigError(str(exc)) from None
     if kind is ShardList:
         if isinstance(value, str):
             parts = [part.strip() for part in value.split(",") if part.strip()]
@@ -439,6 +449,9 @@ def worker_options(config: Config, **fixed: Any) -> WorkerOptions:
     (what the process decides itself: the polled queues, the role's switches); an unset key
     keeps the field's default."""
     values = {t.name: config.get(key) for key, t in WORKER_KEYS.items() if config.get(key) is not None}
+    assignments = config.get("worker.shard_assignments")
+    if assignments is not None and "shard_assignments" not in fixed:
+        values["shard_assignments"] = assignments
     return WorkerOptions(**values, **fixed)
 
 

@@ -94,6 +94,8 @@ SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
 # -- shard identity (functions/shards.sql)
 GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
+GET_SHARD_HEALTH = "SELECT harvest.get_shard_health(%(queues)s) AS health"
+COUNT_STRANDED_TASKS = "SELECT * FROM harvest.count_stranded_tasks()"
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -412,6 +414,21 @@ def set_shard_id(shard_id: int, operator_id: str | None = None) -> dict[str, Any
     """Make this database shard ``shard_id`` (admin): ``{shard_id, previous_shard_id, changed}``;
     WrongShard when it holds executions of another shard."""
     return {"shard_id": shard_id, "operator_id": operator_id}
+
+
+@call(GET_SHARD_HEALTH, column("health"))
+def get_shard_health(queues: list[str] | None = None) -> dict[str, Any]:
+    """This shard's health facts (harvest shard health): shard id, schema version, workers,
+    per-queue work and live workers, unpolled declared queues (``queues``, else the
+    registered ones), stranded work, dead letters."""
+    return {"queues": queues}
+
+
+@call(COUNT_STRANDED_TASKS, rows)
+def count_stranded_tasks() -> dict[str, Any]:
+    """The stranded-work gauge: ``{queue, pending, oldest_due_at}`` per queue with claimable
+    work and no live worker on this shard."""
+    return {}
 
 
 @call(PAYLOAD_LIMIT, column("payload_limit"))

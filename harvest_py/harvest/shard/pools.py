@@ -186,8 +186,10 @@ class AsyncShardPools(_Base):
         *,
         max_size: int = 10,
         acquire_timeout: float = 10.0,
+        min_size: int = 1,
     ):
         super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
+        self.min_size = min(min_size, max_size)
         self._pools: dict[int, AsyncConnectionPool] = {}
         self._opening: dict[int, asyncio.Lock] = {}
 
@@ -201,7 +203,9 @@ class AsyncShardPools(_Base):
             pool = self._pools.get(shard)
             if pool is None:
                 try:
-                    pool = await open_async_pool(dsn, max_size=self.max_size, timeout=self.acquire_timeout)
+                    pool = await open_async_pool(
+                        dsn, min_size=self.min_size, max_size=self.max_size, timeout=self.acquire_timeout
+                    )
                 except TRANSIENT:
                     raise ShardUnavailable(shard) from None
                 self._pools[shard] = pool
@@ -224,6 +228,16 @@ class AsyncShardPools(_Base):
         """The async SQL API on one connection of ``shard``'s pool (see :meth:`ShardPools.api`)."""
         async with self.connection(shard) as conn:
             yield AsyncSqlApi.on_connection(conn)
+
+    async def sql(self, shard: int) -> AsyncSqlApi:
+        """The async SQL API over ``shard``'s whole pool (each call takes a connection, as
+        ``AsyncSqlApi(pool)`` does: the worker's hot path), once the pool's database has been
+        verified as that shard. ShardUnavailable when it cannot be reached now; a ConfigError
+        when it is another shard's database."""
+        if shard not in self._verified:
+            async with self.api(shard):
+                pass  # the first connection of a pool verifies it
+        return AsyncSqlApi(await self._pool(shard))
 
     async def _verify(self, shard: int, sql: AsyncSqlApi) -> None:
         try:

@@ -11,6 +11,7 @@ from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
 from harvest.worker.decide_ahead import decide_ahead
+from harvest.worker.lanes import lane_of
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker
@@ -48,7 +49,7 @@ class ActivityContext:
         payload.check_size(
             encoded, f"the heartbeat details of activity {self.activity_name}", self._worker.max_payload_bytes
         )
-        self.cancel_requested = await self._worker.sql.heartbeat_activity(
+        self.cancel_requested = await lane_of(self._task).sql.heartbeat_activity(
             self._task["task_id"], self._task["fencing_token"], encoded
         )
         return self.cancel_requested
@@ -95,7 +96,7 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         while payload.payload_size(report) > limit and report["message"]:
             report["message"] = report["message"][: len(report["message"]) // 2]
     try:
-        outcome = await worker.sql.fail_activity(task["task_id"], task["fencing_token"], report)
+        outcome = await lane_of(task).sql.fail_activity(task["task_id"], task["fencing_token"], report)
     except StaleTask as stale:
         log.warning(
             "activity %s (task %s) failed after its lease was lost: %s",
@@ -157,7 +158,7 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     ahead = await decide_ahead(worker, task, encoded)
     recorded = None
     try:
-        recorded = await worker.completions.complete(
+        recorded = await lane_of(task).completions.complete(
             task_id, token, encoded, ahead.decision if ahead else None
         )
     except PayloadTooLarge as exc:

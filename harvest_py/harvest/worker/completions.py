@@ -21,6 +21,7 @@ from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, 
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
 
 if TYPE_CHECKING:
+    from harvest.worker.lanes import ShardLane
     from harvest.worker.worker import Worker
 
 
@@ -34,9 +35,11 @@ class Recorded(NamedTuple):
 class _TaskGroupCommit(GroupCommit):
     """A worker's batch of finished tasks: one row per task id, accepted or refused."""
 
-    def __init__(self, worker: Worker, max_batch: int = MAX_BATCH):
+    def __init__(self, worker: Worker, max_batch: int = MAX_BATCH, *, lane: ShardLane | None = None):
         super().__init__(max_batch)
         self._worker = worker
+        # The shard the batch commits to: its lane's database (the worker's own without one).
+        self._on = lane or worker
 
     def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
         by_id = {row["task_id"]: row for row in rows}
@@ -76,7 +79,7 @@ class CompletionBatcher(_TaskGroupCommit):
 
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker
-        return await worker.sql.complete_activities(
+        return await self._on.sql.complete_activities(
             worker.worker_id,
             items,
             hand_off=worker.accepts_hand_off(),
@@ -123,7 +126,7 @@ class DecisionBatcher(_TaskGroupCommit):
 
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker
-        return await worker.sql.complete_workflow_tasks(
+        return await self._on.sql.complete_workflow_tasks(
             worker.worker_id,
             items,
             event_cap=worker.history_event_hard_cap,

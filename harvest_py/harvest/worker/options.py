@@ -13,13 +13,68 @@ committed ~2,400 times a second).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.ids import MAX_SHARD
 
-__all__ = ["Tunable", "WorkerOptions", "tunables"]
+__all__ = [
+    "AUTO",
+    "Tunable",
+    "WorkerOptions",
+    "parse_shard_assignments",
+    "resolve_shard_assignments",
+    "tunables",
+]
+
+# shard_assignments' default: every shard this process has a pool for.
+AUTO = "auto"
+
+
+def parse_shard_assignments(value: Any, key: str = "Worker(shard_assignments)") -> tuple[int, ...] | str:
+    """``"auto"`` or the sorted, distinct shard numbers of a list (or of a string ``"0,1"``, as a
+    ``HARVEST_*`` variable gives it); anything else is an InvalidArgument naming ``key``."""
+    if value is None:
+        return AUTO
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() == AUTO:
+            return AUTO
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        value = [int(p) if p.isdigit() else p for p in parts]
+    if isinstance(value, bytes) or not isinstance(value, list | tuple | set | frozenset):
+        raise InvalidArgument(f'{key}: expected "auto" or a list of shard numbers, got {value!r}')
+    for shard in value:
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard <= MAX_SHARD:
+            raise InvalidArgument(f"{key}: {shard!r} is not a shard number 0..{MAX_SHARD}")
+    if not value:
+        raise InvalidArgument(
+            f'{key} is empty: list the shards to poll, or "auto" for every shard with a url'
+        )
+    return tuple(sorted(set(value)))
+
+
+def resolve_shard_assignments(
+    assignments: tuple[int, ...] | str, configured: Iterable[int]
+) -> tuple[int, ...]:
+    """The shards a worker polls: every ``configured`` shard (the shards with a url) for
+    ``"auto"``, else the assigned ones, each of which must be configured: a ConfigError naming
+    the key and the shard otherwise, so the worker refuses to start."""
+    configured = sorted(set(configured))
+    if assignments == AUTO:
+        if not configured:
+            raise ConfigError("worker.shard_assignments is auto and no shard has a url: set database_url")
+        return tuple(configured)
+    missing = [s for s in assignments if s not in configured]
+    if missing:
+        shard = missing[0]
+        raise ConfigError(
+            f"worker.shard_assignments names shard {shard}, which has no url: add shards.urls.{shard} "
+            f"(HARVEST_SHARDS__URLS__{shard}) or remove it from worker.shard_assignments"
+        )
+    return tuple(assignments)
 
 
 def _num(
@@ -88,10 +143,15 @@ class WorkerOptions:
     max_payload_bytes: int | None = _num(
         1, 2**31 - 1, None, integer=True, optional=True, config=("worker", "max_payload_bytes")
     )
+    # The shards whose tasks this worker claims (docs/sharding.md, Workers and shard assignments):
+    # "auto" = every shard this process has a pool for (shards.urls, shard 0 = the database
+    # url), or shard numbers; config key worker.shard_assignments.
+    shard_assignments: tuple[int, ...] | str = AUTO
 
     def __post_init__(self) -> None:
         for tunable in tunables():
             tunable.check(getattr(self, tunable.name))
+        object.__setattr__(self, "shard_assignments", parse_shard_assignments(self.shard_assignments))
 
     def replace(self, **changes: Any) -> WorkerOptions:
         """A copy with ``changes`` applied (and checked); an unknown name is a TypeError."""

@@ -35,6 +35,7 @@ from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 
 if TYPE_CHECKING:
+    from harvest.worker.lanes import ShardLane
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
@@ -62,8 +63,11 @@ def _is_current(run: WorkflowRun, events: list[dict[str, Any]]) -> bool:
 
 
 class QueryResponder:
-    def __init__(self, worker: Worker):
+    """Answers the requests of one shard (``lane``): a request lives on its execution's shard."""
+
+    def __init__(self, worker: Worker, lane: ShardLane):
         self.worker = worker
+        self.lane = lane
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task] = set()
         self.answered = 0
@@ -73,26 +77,27 @@ class QueryResponder:
         last_expire = 0.0
         try:
             while True:
-                w = self.worker
+                w, lane = self.worker, self.lane
                 free = MAX_IN_FLIGHT - len(self._inflight)
                 claimed: list[dict[str, Any]] = []
-                if free > 0:
+                if free > 0 and lane.usable:
                     try:
-                        claimed = await w.sql.claim_query_requests(
+                        claimed = await lane.sql.claim_query_requests(
                             w.worker_id, w.queues, min(free, CLAIM_BATCH), LEASE_SECS
                         )
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:
-                        log.warning("claiming queries failed (%s); retrying", exc)
+                        if not lane.note_failure(exc, "claiming queries"):
+                            log.warning("claiming queries failed (%s); retrying", exc)
                 for request in claimed:
                     task = asyncio.create_task(self._answer(request))
                     self._inflight.add(task)
                     task.add_done_callback(self._done)
-                if time.monotonic() - last_expire > EXPIRE_EVERY_SECS:
+                if time.monotonic() - last_expire > EXPIRE_EVERY_SECS and lane.usable:
                     last_expire = time.monotonic()
                     with contextlib.suppress(Exception):
-                        await w.sql.expire_query_requests(1000)
+                        await lane.sql.expire_query_requests(1000)
                 if claimed and len(claimed) == min(free, CLAIM_BATCH):
                     continue
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -109,9 +114,10 @@ class QueryResponder:
         self._wake.set()
 
     async def _listen(self) -> None:
+        lane = self.lane
         while True:
             try:
-                conn = await connect_async(self.worker.dsn, autocommit=True)
+                conn = await connect_async(lane.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(channels.listen(channels.QUERIES))
                     self._wake.set()
@@ -121,7 +127,8 @@ class QueryResponder:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("query listener lost (%s); reconnecting", redact(str(exc), self.worker.dsn))
+                if not lane.note_failure(exc, "query listener"):
+                    log.warning("query listener lost (%s); reconnecting", redact(str(exc), lane.dsn))
                 await asyncio.sleep(1.0)
 
     # ------------------------------------------------------------------ one request
@@ -157,7 +164,7 @@ class QueryResponder:
             except Exception as exc:
                 await self._reply(request_id, None, failure_of(exc))
                 return
-            await w.sql.accept_update(request_id, w.worker_id)
+            await self.lane.sql.accept_update(request_id, w.worker_id)
             self.answered += 1
         except asyncio.CancelledError:
             raise
@@ -173,7 +180,7 @@ class QueryResponder:
 
     async def _reply(self, request_id: int, answer: Any, error: dict | None) -> None:
         w = self.worker
-        await w.sql.answer_query(request_id, w.worker_id, answer, error)
+        await self.lane.sql.answer_query(request_id, w.worker_id, answer, error)
         self.answered += 1
 
     @staticmethod
@@ -193,7 +200,7 @@ class QueryResponder:
         cached = w.cache.peek(execution_id)
         if cached is not None and request["execution_status"] == "RUNNING":
             seen = cached.last_event_id
-            events = await w.sql.get_history(execution_id, seen)
+            events = await self.lane.sql.get_history(execution_id, seen)
             if (
                 w.cache.peek(execution_id) is cached
                 and cached.last_event_id == seen
@@ -203,7 +210,7 @@ class QueryResponder:
         definition = w.app.workflow(request["workflow_name"])
         run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"], request["queue"])
         try:
-            events = await w.sql.get_history(execution_id, 0)
+            events = await self.lane.sql.get_history(execution_id, 0)
             run.replay_history([_event(e) for e in events])
         except BaseException:
             _dispose(run)
@@ -218,6 +225,6 @@ def _dispose(run: WorkflowRun) -> None:
     run.close()
 
 
-async def serve_queries(worker: Worker) -> None:
-    """The worker's background loop answering queries and validating updates."""
-    await QueryResponder(worker).run()
+async def serve_queries(worker: Worker, lane: ShardLane) -> None:
+    """The worker's background loop answering queries and validating updates on one shard."""
+    await QueryResponder(worker, lane).run()

@@ -15,6 +15,12 @@ SIGTERM or SIGINT (or :meth:`Worker.request_stop`) stops claiming, records the w
 finish within ``shutdown_grace`` seconds while the heartbeat keeps the row fresh,
 releases what is left so another worker takes it at once instead of after a lease
 expiry, and ends ``stopped``.
+
+With several shards (``shards=``, ``WorkerOptions.shard_assignments``) the worker polls each
+assigned shard through its own lane (worker/lanes.py): one pool, registry row, heartbeat,
+listener, query responder and scanner per shard; claims go round the shards in turn, every
+task is finished on the shard it came from, and a shard that stops answering is skipped
+until it is back. One database is one lane, as it always was.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -33,12 +40,14 @@ from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, 
 from harvest.db import channels
 from harvest.db.connection import connect_async, is_permanent, redact, resolve_dsn
 from harvest.db.migrate import check_schema_async
-from harvest.db.pools import TRANSIENT, AsyncConnectionPool, open_async_pool
+from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.declare.definitions import App
+from harvest.shard.router import ShardRouter
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
-from harvest.worker.options import WorkerOptions
+from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
+from harvest.worker.options import WorkerOptions, resolve_shard_assignments
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
@@ -66,12 +75,32 @@ CONNECT_WAIT_SECS = 30.0
 BUSY_WAKE_SECS = 0.05
 
 
+def _key(task: dict[str, Any]) -> tuple[int, int, int]:
+    """A task in flight: its shard, id and fencing token (ids are per shard; a task row keeps
+    its id across claims, and this worker may hold a newer claim of a task whose older
+    handler is still winding down)."""
+    return (task["_lane"].shard, task["task_id"], task["fencing_token"])
+
+
 class Worker:
     def __init__(
-        self, app: App, dsn: str | None = None, *, options: WorkerOptions | None = None, **overrides: Any
+        self,
+        app: App,
+        dsn: str | None = None,
+        *,
+        options: WorkerOptions | None = None,
+        shards: Mapping[int, str] | None = None,
+        router: ShardRouter | None = None,
+        **overrides: Any,
     ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
-        arguments of the same names (``Worker(app, dsn, concurrency=4)``) override it."""
+        arguments of the same names (``Worker(app, dsn, concurrency=4)``) override it.
+
+        ``shards`` maps each shard with a pool in this process to its database URL
+        (``harvest.config.shard_urls``); the worker polls ``options.shard_assignments`` of them
+        (``"auto"``: all). Without it the worker polls the one database ``dsn`` names. An
+        assigned shard with no URL is a ConfigError naming the key. ``router``, when given,
+        names the writable shards this worker is warned it does not cover."""
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
@@ -81,7 +110,11 @@ class Worker:
         # typed and final (PayloadTooLarge); None: the server's limit, read at start.
         self.max_payload_bytes = options.max_payload_bytes
         self.app = app
-        self.dsn = resolve_dsn(dsn)
+        # One database (today's deployment) or a pool per shard (docs/sharding.md).
+        self._sharded = shards is not None
+        dsns = dict(shards) if shards is not None else {0: resolve_dsn(dsn)}
+        self.shard_assignments = resolve_shard_assignments(options.shard_assignments, dsns)
+        self.router = router
         self.queues = sorted(queues or app.queues or {"default"})
         self.concurrency = concurrency
         self.claim_batch = max(1, min(claim_batch, concurrency))
@@ -110,24 +143,26 @@ class Worker:
                 continue_as_new_threshold,
             )
         self._bloat_warned: dict[str, None] = {}  # insertion-ordered set of warned runs
-        self.sql: AsyncSqlApi | None = None
-        self._pool: AsyncConnectionPool | None = None
+        self.lanes = [
+            ShardLane(self, shard, dsns[shard], handles_outages=self._sharded)
+            for shard in self.shard_assignments
+        ]
+        self.dsn = self.lanes[0].dsn
+        self._next_lane = 0  # where the next claim round starts (round-robin)
+        self._close_pools: Any = None
+        self._pools: Any = None  # AsyncShardPools, with shards=
         self._wake = asyncio.Event()
-        self._sleeping = False  # our mark in harvest.workers.sleeping, as last written
         self._stopping = asyncio.Event()
-        # Keyed by (task id, fencing token): a task row keeps its id across claims, and this
-        # worker may hold a newer claim of a task whose older handler is still winding down.
-        self._inflight: dict[tuple[int, int], asyncio.Task] = {}
+        # Keyed by _key: (shard, task id, fencing token).
+        self._inflight: dict[tuple[int, int, int], asyncio.Task] = {}
         # Slots promised to hand-offs a commit in flight may return (see reserve_slots).
         self._reserved = 0
         # When the slot of each task in flight was last claimed: a hand-off passes the
         # slot on, and its chain of hand-offs is bounded (see reserve_slots).
-        self._slot_claimed_at: dict[tuple[int, int], float] = {}
+        self._slot_claimed_at: dict[tuple[int, int, int], float] = {}
         self.hand_off = options.hand_off
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
         self.decided_ahead = 0  # decisions committed with the result they decided on
-        self.completions = CompletionBatcher(self)
-        self.decisions = DecisionBatcher(self)
         self.completed_tasks = 0
         # Process roles (harvest.config): which runtimes this process runs. run_worker is the
         # claim loop (with its registry row, notifications, queries); run_scanner the
@@ -137,6 +172,30 @@ class Worker:
         self.run_retention = options.run_retention
         self.retention_interval = options.retention_interval
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
+
+    # -- the first shard's lane (the only one with one database) ---------------------------
+    @property
+    def sql(self) -> AsyncSqlApi | None:
+        """The SQL API of the first assigned shard (None until :meth:`run` has connected)."""
+        return self.lanes[0].sql
+
+    @property
+    def completions(self) -> CompletionBatcher:
+        """The first assigned shard's batch of activity results."""
+        return self.lanes[0].completions
+
+    @property
+    def decisions(self) -> DecisionBatcher:
+        """The first assigned shard's batch of decisions."""
+        return self.lanes[0].decisions
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def wake(self) -> None:
+        """Wake the claim loop (work may be waiting)."""
+        self._wake.set()
 
     # -- lifecycle -----------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -149,32 +208,29 @@ class Worker:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
-        await self._first_connection()
-        self._pool = await open_async_pool(
-            self.dsn, min_size=2, max_size=self.concurrency + 4, timeout=CONNECT_WAIT_SECS
-        )
-        self.sql = AsyncSqlApi(self._pool)
         try:
-            await self._check_schema()
+            await self._open_lanes()
             if self.max_payload_bytes is None:
-                self.max_payload_bytes = await self.sql.payload_limit()
-            if self.run_worker:
-                await self._register()
-            # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
-            await self.sql.declare_flow_policies(self.app.flow_policies())
+                self.max_payload_bytes = await self._first_usable().sql.payload_limit()
             background = []
-            heartbeat = None
+            heartbeats = []
             if self.run_worker:
-                log.info("worker %s polling %s", self.worker_id, ", ".join(self.queues))
-                heartbeat = asyncio.create_task(self._heartbeat())
-                background += [
-                    asyncio.create_task(self._listen()),
-                    asyncio.create_task(serve_queries(self)),
-                ]  # queries and updates
-            if self.run_scanner:
-                background.append(asyncio.create_task(self._scan()))
-            if self.run_retention:
-                background.append(asyncio.create_task(self._retention()))
+                shards = (
+                    "" if not self._sharded else f" on shard(s) {', '.join(map(str, self.shard_assignments))}"
+                )
+                log.info("worker %s polling %s%s", self.worker_id, ", ".join(self.queues), shards)
+                self._warn_uncovered()
+            for lane in self.lanes:
+                if self.run_worker:
+                    heartbeats.append(asyncio.create_task(self._heartbeat(lane)))
+                    background += [
+                        asyncio.create_task(self._listen(lane)),
+                        asyncio.create_task(serve_queries(self, lane)),
+                    ]  # queries and updates
+                if self.run_scanner:
+                    background.append(asyncio.create_task(self._scan(lane)))
+                if self.run_retention:
+                    background.append(asyncio.create_task(self._retention(lane)))
             try:
                 if self.run_worker:
                     await self._claim_loop()
@@ -189,57 +245,154 @@ class Worker:
                         await self._drain()
                 finally:
                     # The heartbeat outlives the drain: a draining worker is not stale.
-                    if heartbeat is not None:
-                        heartbeat.cancel()
-                        await asyncio.gather(heartbeat, return_exceptions=True)
+                    for task in heartbeats:
+                        task.cancel()
+                    await asyncio.gather(*heartbeats, return_exceptions=True)
         finally:
-            await self._pool.close()
+            for lane in self.lanes:
+                await lane.close()
+            if self._close_pools is not None:
+                await self._close_pools()
 
-    async def _register(self) -> None:
-        await self.sql.register_worker(
+    def _first_usable(self) -> ShardLane:
+        return next(lane for lane in self.lanes if lane.usable)
+
+    def _warn_uncovered(self) -> None:
+        """The guide's boot warning: a writable shard of the router that this worker does not poll."""
+        if self.router is None:
+            return
+        uncovered = [s for s in self.router.writable if s not in self.shard_assignments]
+        if uncovered:
+            log.warning(
+                "worker %s does not poll writable shard(s) %s (worker.shard_assignments = %s): "
+                "another worker must, or work started there waits",
+                self.worker_id,
+                ", ".join(map(str, uncovered)),
+                ", ".join(map(str, self.shard_assignments)),
+            )
+
+    async def _open_lanes(self) -> None:
+        """Connect to every assigned shard, open its pool, check its schema and identity and
+        register there. One database: as it always was (an unreachable one is waited for up to
+        CONNECT_WAIT_SECS, then the start fails). Several: a shard that stays unreachable while
+        another answers starts down (skipped, probed until it is back); none reachable, a
+        refusal, a wrong identity or a wrong schema fails the start."""
+        reachable, unreachable = await self._first_connections()
+        if not self._sharded:
+            lane = self.lanes[0]
+            pool = await open_async_pool(
+                lane.dsn, min_size=2, max_size=self.concurrency + 4, timeout=CONNECT_WAIT_SECS
+            )
+            self._close_pools = pool.close
+            lane.sql = AsyncSqlApi(pool)
+            await self._set_up(lane)
+            return
+        from harvest.shard.pools import AsyncShardPools
+
+        pools = AsyncShardPools(
+            self.router
+            or ShardRouter(list(self.shard_assignments), list(self.shard_assignments), self.lanes[0].shard),
+            {lane.shard: lane.dsn for lane in self.lanes},
+            min_size=2,
+            max_size=self.concurrency + 4,
+            acquire_timeout=CONNECT_WAIT_SECS,
+        )
+        self._pools = pools
+        self._close_pools = pools.close
+        up = []
+        for lane in reachable:
+            try:
+                await self.bring_up(lane)  # a ConfigError (another shard's database) ends the start
+            except OUTAGE as exc:
+                unreachable.append((lane, exc))
+            else:
+                up.append(lane)
+        if not up:
+            raise unreachable[0][1]
+        for lane, exc in unreachable:
+            lane.note_failure(exc, "connecting at start")
+
+    async def bring_up(self, lane: ShardLane) -> None:
+        """Open (or check) a shard's pool and set the lane up if it never was: identity,
+        schema, registration. Raises what the shard answered (an outage, or a refusal)."""
+        if lane.sql is None:
+            lane.sql = await self._pools.sql(lane.shard)  # verifies the database's shard id
+        else:
+            # Back? Drop the connections the outage broke first, so the first claim after it
+            # does not meet one and count a second outage.
+            await lane.sql.pool.check()
+            await lane.sql.get_shard_id()
+        if not lane.ready:
+            await self._set_up(lane)
+
+    async def _set_up(self, lane: ShardLane) -> None:
+        await check_schema_async(lane.sql, "this worker" if not self._sharded else f"shard {lane.shard}")
+        if self.run_worker:
+            await self._register(lane)
+        # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
+        await lane.sql.declare_flow_policies(self.app.flow_policies())
+        lane.ready = True
+
+    async def _register(self, lane: ShardLane) -> None:
+        metadata: dict[str, Any] = {"concurrency": self.concurrency}
+        if self._sharded:
+            metadata["shard_assignments"] = list(self.shard_assignments)
+        await lane.sql.register_worker(
             self.worker_id,
             self.queues,
             socket.gethostname(),
             os.getpid(),
             self.heartbeat_interval,
-            {"concurrency": self.concurrency},
+            metadata,
         )
         # The names this worker can run on each queue it polls: a start of a name no
         # worker registered on its queue is refused up front (functions/start.sql).
         if self.app.workflows:
-            await self.sql.register_workflows(self.queues, sorted(self.app.workflows))
+            await lane.sql.register_workflows(self.queues, sorted(self.app.workflows))
 
-    async def _first_connection(self) -> None:
-        """Connect once before opening the pool, which would retry any error for
+    async def _first_connections(self) -> tuple[list[ShardLane], list[tuple[ShardLane, Exception]]]:
+        """Connect once to each shard before opening its pool, which would retry any error for
         CONNECT_WAIT_SECS: an answer (a wrong password, an unknown database, a bad DSN) ends
-        the start at once; only an outage (the server not up yet) is waited for."""
+        the start at once; only an outage (the server not up yet) is waited for, and only
+        while no shard answers. Returns (reachable, [(unreachable, its error)])."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONNECT_WAIT_SECS
         delay = 0.25
         while True:
-            try:
-                conn = await connect_async(self.dsn, autocommit=True)
-            except DatabaseUnavailable as exc:
-                left = deadline - loop.time()
-                if is_permanent(exc) or left <= delay or self._stopping.is_set():
-                    raise
-                log.warning("%s; retrying for up to %.0fs more", exc, left)
-                await self._sleep(delay)
-                delay = min(delay * 2, 5.0)
-                continue
-            await conn.close()
-            return
-
-    async def _check_schema(self) -> None:
-        await check_schema_async(self.sql, "this worker")
+            answers = await asyncio.gather(
+                *(connect_async(lane.dsn, autocommit=True) for lane in self.lanes), return_exceptions=True
+            )
+            reachable, unreachable = [], []
+            for lane, answer in zip(self.lanes, answers, strict=True):
+                if isinstance(answer, BaseException):
+                    unreachable.append((lane, answer))
+                else:
+                    await answer.close()
+                    reachable.append(lane)
+            for _, answer in unreachable:
+                if not isinstance(answer, DatabaseUnavailable) or is_permanent(answer):
+                    raise answer
+            if reachable:
+                return reachable, unreachable
+            exc = unreachable[0][1]
+            left = deadline - loop.time()
+            if left <= delay or self._stopping.is_set():
+                raise exc
+            log.warning("%s; retrying for up to %.0fs more", exc, left)
+            await self._sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def _drain(self) -> None:
-        # First say so: the fleet (worker list, health, coverage) sees this worker take no
-        # new work while it finishes what it holds (a remote drain has already said it).
-        try:
-            await self.sql.begin_worker_drain(self.worker_id)
-        except Exception as exc:
-            log.warning("worker %s could not record that it is draining: %s", self.worker_id, exc)
+        # First say so, on every shard: the fleet (worker list, health, coverage) sees this
+        # worker take no new work while it finishes what it holds (a remote drain has already
+        # said it on its shard).
+        for lane in self.lanes:
+            if not lane.usable:
+                continue
+            try:
+                await lane.sql.begin_worker_drain(self.worker_id)
+            except Exception as exc:
+                log.warning("worker %s could not record that it is draining: %s", self.worker_id, exc)
         if self._inflight:
             grace = self.shutdown_grace
             if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
@@ -267,13 +420,22 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-        try:
-            released = await self.sql.stop_worker(self.worker_id)
-        except NotFound:  # our row was pruned since the last heartbeat: register to stop it
-            await self._register()
-            released = await self.sql.stop_worker(self.worker_id)
-        if released:
-            log.info("worker %s released %d unfinished task(s)", self.worker_id, released)
+        for lane in self.lanes:
+            if not lane.usable:
+                # Down now: its row goes stale and its leases expire into other hands.
+                continue
+            try:
+                try:
+                    released = await lane.sql.stop_worker(self.worker_id)
+                except NotFound:  # our row was pruned since the last heartbeat: register to stop it
+                    await self._register(lane)
+                    released = await lane.sql.stop_worker(self.worker_id)
+            except Exception as exc:
+                if not lane.note_failure(exc, "stopping"):
+                    raise
+                continue
+            if released:
+                log.info("worker %s released %d unfinished task(s)", self.worker_id, released)
 
     # -- claiming ------------------------------------------------------------------------
     async def _claim_loop(self) -> None:
@@ -284,33 +446,78 @@ class Worker:
             await self._idle()
 
     async def _claim(self) -> tuple[list[dict[str, Any]], bool]:
-        """Claim up to the free slots; ``full`` when the batch came back full (or no slot is free)."""
+        """Claim up to the free slots, one claim per usable shard, starting at the next shard in
+        turn (a backlog on one cannot starve another); ``full`` when a batch came back full
+        (or no slot is free)."""
         free = self.concurrency - len(self._inflight) - self._reserved
         if free <= 0:
             await self._set_sleeping(False)  # no room: wake-ups would be wasted
             return [], False
         want = min(free, self.claim_batch)
-        try:
-            claimed = await self.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
-        except TRANSIENT as exc:
-            log.warning("claim failed (%s); retrying", redact(str(exc), self.dsn))
-            await self._sleep(self.poll_interval)
-            return [], False
-        for task in claimed:
-            self._spawn(task)
-        if len(claimed) == want:
-            await self._set_sleeping(False)  # saturated with work: producers need not notify
-        return claimed, len(claimed) == want
+        if not self._sharded:  # one database: one claim, as it always was
+            lane = self.lanes[0]
+            try:
+                claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
+            except TRANSIENT as exc:
+                log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
+                await self._sleep(self.poll_interval)
+                return [], False
+            for task in claimed:
+                task["_lane"] = lane
+                self._spawn(task)
+            if len(claimed) == want:
+                await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
+            return claimed, len(claimed) == want
+        return await self._claim_round(free)
+
+    async def _claim_round(self, free: int) -> tuple[list[dict[str, Any]], bool]:
+        lanes = self.lanes
+        count = len(lanes)
+        start = self._next_lane
+        if count > 1:
+            self._next_lane = (start + 1) % count
+        claimed_all: list[dict[str, Any]] = []
+        full = False
+        for i in range(count):
+            lane = lanes[(start + i) % count]
+            if not lane.usable:
+                continue
+            want = min(free, self.claim_batch)
+            if want <= 0:
+                full = True
+                break
+            try:
+                claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
+            except OUTAGE as exc:
+                if not lane.note_failure(exc, "claiming"):
+                    raise
+                continue
+            for task in claimed:
+                task["_lane"] = lane
+                self._spawn(task)
+            free -= len(claimed)
+            if len(claimed) == want:
+                await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
+                full = True
+            claimed_all += claimed
+        return claimed_all, full
 
     async def _set_sleeping(self, sleeping: bool) -> None:
-        """Tell producers whether to notify us (see _notify_queue); writes only on a change."""
-        if self._sleeping is sleeping:
+        """Tell producers on every shard whether to notify us (see _notify_queue)."""
+        for lane in self.lanes:
+            if lane.usable:
+                await self._set_lane_sleeping(lane, sleeping)
+
+    async def _set_lane_sleeping(self, lane: ShardLane, sleeping: bool) -> None:
+        """Tell one shard's producers whether to notify us; writes only on a change."""
+        if lane.sleeping is sleeping:
             return
         try:
-            await self.sql.set_worker_sleeping(self.worker_id, sleeping)
-            self._sleeping = sleeping
+            await lane.sql.set_worker_sleeping(self.worker_id, sleeping)
+            lane.sleeping = sleeping
         except Exception as exc:
-            log.warning("could not update the sleep mark: %s", exc)
+            if not lane.note_failure(exc, "updating the sleep mark"):
+                log.warning("could not update the sleep mark: %s", exc)
 
     # -- hand-off (claim.sql): tasks leased to us by the commit that created them -----------
     def accepts_hand_off(self) -> bool:
@@ -330,7 +537,7 @@ class Worker:
         """
         if wanted <= 0 or not self.accepts_hand_off():
             return SlotGrant(0, 0)
-        claimed_at = self._slot_claimed_at.get((caller["task_id"], caller["fencing_token"]))
+        claimed_at = self._slot_claimed_at.get(_key(caller))
         if claimed_at is not None and self._now() - claimed_at > HAND_OFF_CHAIN_SECS:
             return SlotGrant(0, 0)
         free = max(0, self.concurrency - len(self._inflight) - self._reserved)
@@ -346,17 +553,19 @@ class Worker:
         """Run a task a commit handed to this worker, as if the claim loop had claimed it.
 
         ``caller`` is the task whose handler made the commit: the handed task takes
-        over its slot, claimed when the caller's was.
+        over its slot, claimed when the caller's was, and lives on the caller's shard.
         """
         self.handed_tasks += 1
-        self._spawn(task, self._slot_claimed_at.get((caller["task_id"], caller["fencing_token"])))
+        task["_lane"] = caller["_lane"]
+        self._spawn(task, self._slot_claimed_at.get(_key(caller)))
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
     def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
-        key = (task["task_id"], task["fencing_token"])
+        task["_lane"].dispatched += 1
+        key = _key(task)
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
         handle = asyncio.create_task(self._guard(runner, task))
         self._inflight[key] = handle
@@ -367,20 +576,21 @@ class Worker:
         except asyncio.CancelledError:
             # Shutting down before it finished: hand the task back at once.
             with contextlib.suppress(Exception):
-                await asyncio.shield(self.sql.release_task(task["task_id"], task["fencing_token"]))
+                await asyncio.shield(lane_of(task).sql.release_task(task["task_id"], task["fencing_token"]))
             raise
         except Exception:
             log.exception(
                 "task %s (%s) crashed the handler; its lease will expire", task["task_id"], task["kind"]
             )
         finally:
-            self._inflight.pop((task["task_id"], task["fencing_token"]), None)
-            self._slot_claimed_at.pop((task["task_id"], task["fencing_token"]), None)
+            key = _key(task)
+            self._inflight.pop(key, None)
+            self._slot_claimed_at.pop(key, None)
             self.completed_tasks += 1
             self._wake.set()
 
     async def _idle(self) -> None:
-        if len(self._inflight) < self.concurrency and not self._sleeping:
+        if len(self._inflight) < self.concurrency and not self._all_sleeping():
             # A busy worker's own finishing tasks wake this loop (and it claims again),
             # so it asks producers to notify only after BUSY_WAKE_SECS without one:
             # each NOTIFY serialises its producer's commit with every other notifier's.
@@ -394,12 +604,24 @@ class Worker:
                 return
         timeout = self.poll_interval
         if len(self._inflight) < self.concurrency:
-            with contextlib.suppress(Exception):
-                due = await self.sql.next_due_at(self.queues)
+            for lane in self.lanes:
+                if not lane.usable:
+                    continue
+                try:
+                    due = await lane.sql.next_due_at(self.queues)
+                except Exception as exc:
+                    lane.note_failure(exc, "reading the next due time")
+                    continue
                 if due is not None:
                     until = (due - datetime.now(UTC)).total_seconds()
                     timeout = max(0.0, min(timeout, until + 0.005))
         await self._sleep(timeout)
+
+    def _all_sleeping(self) -> bool:
+        """Whether every shard we can reach has our mark asking its producers to notify us."""
+        if not self._sharded:
+            return self.lanes[0].sleeping is True
+        return all(lane.sleeping is True for lane in self.lanes if lane.usable)
 
     async def _sleep(self, timeout: float) -> bool:
         """Wait for a wake-up or the timeout; True when woken."""
@@ -412,11 +634,11 @@ class Worker:
         return woken
 
     # -- background loops ----------------------------------------------------------------
-    async def _listen(self) -> None:
-        """Wake the claim loop when one of our queues gains work; reconnect on loss."""
+    async def _listen(self, lane: ShardLane) -> None:
+        """Wake the claim loop when one of our queues gains work on the shard; reconnect on loss."""
         while True:
             try:
-                conn = await connect_async(self.dsn, autocommit=True)
+                conn = await connect_async(lane.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(channels.listen(channels.TASKS))
                     self._wake.set()  # anything that arrived while we were not listening
@@ -426,15 +648,19 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("notification listener lost (%s); reconnecting", redact(str(exc), self.dsn))
+                if not lane.note_failure(exc, "notification listener"):
+                    log.warning("notification listener lost (%s); reconnecting", redact(str(exc), lane.dsn))
                 await asyncio.sleep(1.0)
 
-    async def _scan(self) -> None:
+    async def _scan(self, lane: ShardLane) -> None:
+        """The scanner of one shard (each shard's timeouts, relays, ... are its own)."""
         while True:
             await asyncio.sleep(self.scan_interval)
+            if not lane.usable:
+                continue
             try:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
-                moved = await self.sql.scan(100)
+                moved = await lane.sql.scan(100)
                 if moved["expired_tasks"]:
                     log.info(
                         "timeout scanner: %s",
@@ -454,16 +680,21 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("timeout scan failed: %s", exc)
+                if not lane.note_failure(exc, "scanning"):
+                    log.warning("timeout scan failed: %s", exc)
 
-    async def _heartbeat(self) -> None:
+    async def _heartbeat(self, lane: ShardLane) -> None:
+        """Keep our registry row on the shard fresh; a drain of it (on any shard) drains the
+        whole worker, on every shard."""
         while True:
             await asyncio.sleep(self.heartbeat_interval)
+            if not lane.usable:
+                continue
             try:
-                status = await self.sql.heartbeat_worker(self.worker_id)
+                status = await lane.sql.heartbeat_worker(self.worker_id)
                 if status != "active" and not self._stopping.is_set():
                     if status == "draining":
-                        await self._note_drain_deadline()
+                        await self._note_drain_deadline(lane)
                     log.info("worker %s is %s: stopping", self.worker_id, status)
                     self.request_stop()
             except asyncio.CancelledError:
@@ -477,17 +708,18 @@ class Worker:
                     self.worker_id,
                 )
                 try:
-                    await self._register()
+                    await self._register(lane)
                     if self._stopping.is_set():  # still finishing in-flight work: say so again
-                        await self.sql.begin_worker_drain(self.worker_id)
+                        await lane.sql.begin_worker_drain(self.worker_id)
                 except Exception as exc:
                     log.warning("worker %s could not register again: %s", self.worker_id, exc)
             except Exception as exc:
-                log.warning("worker heartbeat failed: %s", exc)
+                if not lane.note_failure(exc, "heartbeat"):
+                    log.warning("worker heartbeat failed: %s", exc)
 
-    async def _note_drain_deadline(self) -> None:
+    async def _note_drain_deadline(self, lane: ShardLane) -> None:
         """Remember when a remote drain must be done; _drain releases what is left then."""
-        row = await self.sql.get_worker_drain_deadline(self.worker_id)
+        row = await lane.sql.get_worker_drain_deadline(self.worker_id)
         if row and row["remaining_secs"] is not None:
             self._drain_deadline_at = asyncio.get_running_loop().time() + max(0.0, row["remaining_secs"])
             log.info(
@@ -497,20 +729,23 @@ class Worker:
                 max(0.0, row["remaining_secs"]),
             )
 
-    async def _retention(self) -> None:
-        """The retention janitor: one bounded batch per call, batch after batch while rows remain;
-        and the worker registry rule (stopped and long-stale worker rows), whether or not
-        execution retention is configured."""
+    async def _retention(self, lane: ShardLane) -> None:
+        """The retention janitor of one shard: one bounded batch per call, batch after batch while
+        rows remain; and the worker registry rule (stopped and long-stale worker rows), whether
+        or not execution retention is configured."""
         while True:
+            if not lane.usable:
+                await asyncio.sleep(self.retention_interval)
+                continue
             try:
-                pruned = await self.sql.prune_workers()
+                pruned = await lane.sql.prune_workers()
                 if pruned["deleted"]:
                     log.info(
                         "retention: deleted %d stopped or stale worker row(s) last seen before %s",
                         pruned["deleted"],
                         pruned["cutoff"],
                     )
-                result = await self.sql.run_retention()
+                result = await lane.sql.run_retention()
                 if result["deleted"]:
                     log.info(
                         "retention: deleted %d execution(s), %d remaining",
@@ -531,5 +766,6 @@ class Worker:
                 )
                 return
             except Exception as exc:
-                log.warning("retention run failed: %s", exc)
+                if not lane.note_failure(exc, "retention"):
+                    log.warning("retention run failed: %s", exc)
             await asyncio.sleep(self.retention_interval)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from harvest.core import payload
 from harvest.core.errors import HarvestError, NonDeterminismError, PayloadTooLarge, StaleTask, UnknownWorkflow
 from harvest.runtime import WorkflowRun
+from harvest.worker.lanes import lane_of
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker
@@ -198,7 +199,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         if run is not None:
             events = _carried_after(task, run.last_event_id)  # we decided it last
             if events is None:
-                events = await worker.sql.get_history(execution_id, run.last_event_id)
+                events = await lane_of(task).sql.get_history(execution_id, run.last_event_id)
             try:
                 activation = await run.advance([_event(e) for e in events])
             except NonDeterminismError:
@@ -230,7 +231,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             if task.get("new_events") is not None and task.get("new_events_after") == 0:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
             else:
-                events = await worker.sql.get_history(execution_id, 0)
+                events = await lane_of(task).sql.get_history(execution_id, 0)
             activation = await run.advance([_event(e) for e in events])
     except Exception as exc:
         if run is not None:
@@ -252,7 +253,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 "details": {"traceback": traceback.format_exc(limit=20)},
             }
         with contextlib.suppress(StaleTask):
-            await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
+            await lane_of(task).sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
 
     commands = fit_payloads(
@@ -263,7 +264,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     try:
         # Group commit (worker/completions.py): decisions made together share a transaction.
         try:
-            outcome = await worker.decisions.complete(
+            outcome = await lane_of(task).decisions.complete(
                 task_id, token, activation.through, commands, grant.slots
             )
         except PayloadTooLarge as exc:
@@ -276,7 +277,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 exc,
             )
             commands = [{"type": "fail_workflow", "failure": payload_failure(exc, exc.limit)}]
-            outcome = await worker.decisions.complete(task_id, token, activation.through, commands, 0)
+            outcome = await lane_of(task).decisions.complete(task_id, token, activation.through, commands, 0)
     except StaleTask as stale:
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
         run.close()

@@ -1,0 +1,233 @@
+"""Shard health and the stranded-work gauge (docs/sharding.md, "Shard health and adding a shard").
+
+:func:`shard_health` reads every configured shard on its own connection (read-only, a short
+connect timeout) and answers one row per shard: its roles, whether it answers, its schema and
+identity, its live and stale workers, the declared queues no live worker polls, its queue and
+dead-letter pressure and its stranded work (``harvest.get_shard_health``, one round trip), with
+machine-readable reason codes and a readiness of ``ready``, ``degraded`` or ``unavailable``.
+A shard that cannot be inspected is a row that says so, never an exception: the answer for the
+other shards stands. ``harvest shard health`` and ``harvest preflight`` print it.
+
+:func:`stranded_work` is the gauge alone (``harvest.count_stranded_tasks`` on each shard), for
+a metrics exporter: per shard, claimable tasks per queue that no live worker of that shard
+polls, or None for a shard that could not be read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from harvest.core.errors import HarvestError
+from harvest.db import SCHEMA_VERSION
+from harvest.db.connection import DatabaseError, connect, redact
+from harvest.db.sqlapi import SqlApi, translated_errors
+from harvest.shard.router import ShardRouter
+
+__all__ = ["READINESS", "REASONS", "overall_readiness", "shard_health", "shard_roles", "stranded_work"]
+
+# Worst last: the overall readiness is the worst of the gating rows.
+READINESS = ("ready", "degraded", "unavailable")
+
+# Each reason code, and the readiness it leaves a shard at (at best).
+REASONS = {
+    "not_configured": "unavailable",  # no url for it in this process (shards.urls)
+    "unreachable": "unavailable",  # the database did not answer
+    "identity_mismatch": "unavailable",  # the database is another shard's
+    "schema_migration_missing": "degraded",  # no Harvest schema, or migrations or function files pending
+    "schema_ahead": "degraded",  # migrated by a newer Harvest than this one
+    "no_live_worker": "degraded",  # no active, fresh worker polls this shard
+    "queue_uncovered": "degraded",  # a declared queue with no live worker here
+    "stranded_work": "degraded",  # claimable work on a queue no live worker here polls
+}
+
+# SQLSTATEs of a database that lacks the schema or one of its functions.
+_MISSING = {"3F000": "schema", "42P01": "schema", "42883": "function"}
+
+# Schedules do not exist in this Harvest yet: their freshness is reported as not applicable.
+SCHEDULER_NOT_APPLICABLE = {"status": "not_applicable", "reason": "this Harvest has no schedules"}
+
+
+def shard_roles(router: ShardRouter, shard: int, candidate: int | None = None) -> list[str]:
+    """The roles a shard has in this configuration (readable, writable, reserved, default,
+    candidate)."""
+    roles = [
+        name
+        for name, member in (
+            ("readable", shard in router.readable),
+            ("writable", shard in router.writable),
+            ("reserved", shard in router.reserved),
+            ("default", shard == router.default),
+        )
+        if member
+    ]
+    if shard == candidate:
+        roles.append("candidate")
+    return roles
+
+
+def _first_line(exc: BaseException, dsn: str | None) -> str:
+    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return redact(text, dsn) if dsn else redact(text)
+
+
+def _inspect(
+    shard: int, dsn: str, queues: list[str] | None, row: dict[str, Any], connect_timeout: int
+) -> None:
+    """Fill ``row`` with what the shard's database says (reasons appended as found)."""
+    reasons: list[str] = row["reason_codes"]
+    try:
+        conn = connect(dsn, autocommit=True, connect_timeout=connect_timeout)
+    except HarvestError as exc:
+        reasons.append("unreachable")
+        row["error"] = _first_line(exc, dsn)
+        return
+    row["reachable"] = True
+    with conn:
+        conn.execute("SET default_transaction_read_only = on")
+        sql = SqlApi(conn)
+        schema = row["schema"]
+        try:
+            with translated_errors():
+                found = sql.schema_version()
+        except DatabaseError as exc:
+            if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
+                raise
+            reasons.append("schema_migration_missing")
+            row["error"] = f"no Harvest schema: run harvest migrate run --shard-id {shard} against it"
+            return
+        schema["version"] = found
+        if found is None or found < SCHEMA_VERSION:
+            reasons.append("schema_migration_missing")
+        elif found > SCHEMA_VERSION:
+            reasons.append("schema_ahead")
+        try:
+            identity = sql.get_shard_id()
+        except DatabaseError as exc:
+            if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
+                raise
+            identity = None  # migrated before shard identity: counted as a missing migration above
+            if "schema_migration_missing" not in reasons:
+                reasons.append("schema_migration_missing")
+        schema["identity"] = identity
+        schema["identity_matches"] = identity == shard if identity is not None else None
+        if identity is not None and identity != shard:
+            reasons.append("identity_mismatch")
+            row["error"] = f"the database of shard {identity} is configured as shard {shard}"
+            return
+        try:
+            facts = sql.get_shard_health(queues)
+        except DatabaseError as exc:
+            if _MISSING.get(getattr(exc, "sqlstate", "")) is None:
+                raise
+            if "schema_migration_missing" not in reasons:
+                reasons.append("schema_migration_missing")
+            row["error"] = "harvest.get_shard_health is missing: run harvest migrate run against it"
+            return
+    schema["ready"] = not any(r.startswith("schema") for r in reasons)
+    workers = facts["workers"]
+    row["workers"] = {"live": workers["live"], "stale": workers["stale"], "draining": workers["draining"]}
+    declared = queues if queues is not None else sorted({q["queue"] for q in facts["queues"]})
+    row["queue_coverage"] = {"declared": declared, "unpolled": facts["unpolled_queues"]}
+    row["queues"] = facts["queues"]
+    row["pressure"] = {
+        "pending": sum(q["pending"] for q in facts["queues"]),
+        "claimable": sum(q["claimable"] for q in facts["queues"]),
+        "running": sum(q["running"] for q in facts["queues"]),
+        "oldest_claimable_at": min(
+            (q["oldest_claimable_at"] for q in facts["queues"] if q["oldest_claimable_at"]), default=None
+        ),
+        "dead_letters": facts["dead_letters"],
+    }
+    row["stranded"] = facts["stranded"]
+    row["stranded_pending"] = facts["stranded_pending"]
+    if not workers["live"]:
+        reasons.append("no_live_worker")
+    elif facts["unpolled_queues"]:
+        reasons.append("queue_uncovered")
+    if facts["stranded_pending"]:
+        reasons.append("stranded_work")
+
+
+def _readiness(reasons: Iterable[str]) -> str:
+    return max((REASONS[r] for r in reasons), key=READINESS.index, default="ready")
+
+
+def overall_readiness(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The worst readiness of the rows that gate: the writable shards and the candidate."""
+    gating = [r["readiness"] for r in rows if r["gates"]]
+    return max(gating, key=READINESS.index, default="ready")
+
+
+def shard_health(
+    router: ShardRouter,
+    urls: Mapping[int, str],
+    *,
+    candidate: int | None = None,
+    queues: list[str] | None = None,
+    connect_timeout: int = 5,
+) -> dict[str, Any]:
+    """One row per configured shard (the router's readable shards, every shard with a url, and
+    the candidate), and the overall readiness of the writable shards and the candidate.
+
+    ``queues``: the declared queues to check coverage of (an App's), else each shard's
+    registered ones. Never raises for one shard: its row carries the reason."""
+    shards = sorted({*router.readable, *urls, *([candidate] if candidate is not None else [])})
+    rows = []
+    for shard in shards:
+        roles = shard_roles(router, shard, candidate)
+        row: dict[str, Any] = {
+            "shard_id": shard,
+            "roles": roles,
+            "gates": "writable" in roles or shard == candidate,
+            "reachable": False,
+            "schema": {"version": None, "expected": SCHEMA_VERSION, "ready": False, "identity": None},
+            "workers": None,
+            "queue_coverage": None,
+            "scheduler": SCHEDULER_NOT_APPLICABLE,
+            "pressure": None,
+            "stranded": None,
+            "stranded_pending": None,
+            "reason_codes": [],
+        }
+        dsn = urls.get(shard)
+        if dsn is None:
+            row["reason_codes"].append("not_configured")
+            row["error"] = (
+                f"no url for shard {shard}: set shards.urls.{shard} (HARVEST_SHARDS__URLS__{shard})"
+            )
+        else:
+            try:
+                _inspect(shard, dsn, queues, row, connect_timeout)
+            except (HarvestError, DatabaseError) as exc:  # it answered something unexpected: say so, go on
+                if row["reachable"]:
+                    row["reason_codes"].append("unreachable")
+                    row["reachable"] = False
+                elif "unreachable" not in row["reason_codes"]:
+                    row["reason_codes"].append("unreachable")
+                row["error"] = _first_line(exc, dsn)
+        row["readiness"] = _readiness(row["reason_codes"])
+        rows.append(row)
+    return {
+        "readiness": overall_readiness(rows),
+        "observed_at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "candidate_shard": candidate,
+        "shards": rows,
+    }
+
+
+def stranded_work(urls: Mapping[int, str], *, connect_timeout: int = 5) -> dict[int, dict[str, int] | None]:
+    """The stranded-work gauge of each shard: ``{shard: {queue: claimable tasks}}`` for the
+    queues no live worker of that shard polls (``{}`` is healthy), None for a shard that could
+    not be read. What ``harvest_shard_stranded_pending{shard, queue}`` exports."""
+    out: dict[int, dict[str, int] | None] = {}
+    for shard, dsn in sorted(urls.items()):
+        try:
+            with connect(dsn, autocommit=True, connect_timeout=connect_timeout) as conn:
+                conn.execute("SET default_transaction_read_only = on")
+                with translated_errors():
+                    out[shard] = {r["queue"]: r["pending"] for r in SqlApi(conn).count_stranded_tasks()}
+        except (HarvestError, DatabaseError):
+            out[shard] = None
+    return out

@@ -1,0 +1,131 @@
+"""One assigned shard of a worker: its SQL API, its batchers, its sleep mark and its outages.
+
+A worker polls every shard in ``WorkerOptions.shard_assignments`` (docs/sharding.md, "Workers
+and shard assignments"); each is a :class:`ShardLane`. Everything a task does after its claim
+goes to the lane it was claimed from (its completion, heartbeats, failure, release), since a
+task row lives on one shard only. The worker's registry row, heartbeat, scanners, query
+responder and notification listener run once per lane, on that lane's database.
+
+A lane whose database stops answering is *down*: the claim loop skips it, the failure is
+logged once (not once per call), and a probe retries it with a growing backoff; when it
+answers again the lane is set up if it never was (schema check, registration), logged once
+more, and claimed from again. The other lanes never wait for it. With one database (no
+``[shards]`` configuration) there is one lane and no outage handling: a failure is logged
+and retried as it always was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from harvest.core.errors import DatabaseUnavailable
+from harvest.db.connection import redact
+from harvest.db.pools import TRANSIENT
+from harvest.worker.completions import CompletionBatcher, DecisionBatcher
+
+if TYPE_CHECKING:
+    from harvest.db.sqlapi import AsyncSqlApi
+    from harvest.worker.worker import Worker
+
+log = logging.getLogger("harvest.worker")
+
+# The errors that mean "this shard's database cannot be reached now".
+OUTAGE: tuple[type[BaseException], ...] = (*TRANSIENT, DatabaseUnavailable)
+
+# A down lane's probe: the first retry after this many seconds, doubling up to the cap.
+PROBE_FIRST_SECS = 0.25
+PROBE_MAX_SECS = 5.0
+
+
+class ShardLane:
+    """One shard a worker polls (see the module docstring)."""
+
+    def __init__(self, worker: Worker, shard: int, dsn: str, *, handles_outages: bool):
+        self.worker = worker
+        self.shard = shard
+        self.dsn = dsn
+        self.sql: AsyncSqlApi | None = None
+        self.completions = CompletionBatcher(worker, lane=self)
+        self.decisions = DecisionBatcher(worker, lane=self)
+        # Our mark in harvest.workers.sleeping on this shard, as last written (None: unknown).
+        self.sleeping: bool | None = False
+        self.ready = False  # schema checked, registered (if the worker claims), policies declared
+        self.down = False
+        self.outages = 0  # times this lane went down (for tests and logs)
+        # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
+        self.dispatched = 0
+        self.handles_outages = handles_outages
+        self._probe: asyncio.Task | None = None
+
+    @property
+    def usable(self) -> bool:
+        """Set up, and not known to be down: the claim loop and the scanners may call it."""
+        return self.ready and not self.down and self.sql is not None
+
+    def note_failure(self, exc: BaseException, what: str) -> bool:
+        """Whether ``exc`` is an outage of this shard that the lane now handles (it marks itself
+        down, logs once, and probes until it is back). False with one database (the caller logs
+        and retries as before) and for any error that is not an outage."""
+        if not self.handles_outages or not isinstance(exc, OUTAGE):
+            return False
+        if not self.down:
+            self.down = True
+            self.outages += 1
+            log.warning(
+                "shard %d is unavailable (%s: %s): worker %s skips it and retries with backoff; "
+                "the other shards are served meanwhile",
+                self.shard,
+                what,
+                redact(
+                    str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, self.dsn
+                ),
+                self.worker.worker_id,
+            )
+            self._start_probe()
+        return True
+
+    def _start_probe(self) -> None:
+        if self._probe is None or self._probe.done():
+            self._probe = asyncio.get_running_loop().create_task(self._probe_until_up())
+
+    async def _probe_until_up(self) -> None:
+        delay = PROBE_FIRST_SECS
+        refused = None
+        while not self.worker.stopping:
+            await asyncio.sleep(delay)
+            try:
+                await self.worker.bring_up(self)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                message = redact(str(exc), self.dsn)
+                if isinstance(exc, OUTAGE) or message == refused:
+                    log.debug("shard %d still unavailable: %s", self.shard, message)
+                else:  # it answers, and refuses (another shard's database, an old schema): say so once
+                    refused = message
+                    log.error("shard %d answers but cannot be served: %s", self.shard, message)
+                delay = min(delay * 2, PROBE_MAX_SECS)
+                continue
+            self.down = False
+            self.sleeping = None  # rewrite the mark: the row may say anything now
+            log.info("shard %d is back: worker %s claims from it again", self.shard, self.worker.worker_id)
+            self.worker.wake()
+            return
+
+    async def close(self) -> None:
+        if self._probe is not None:
+            self._probe.cancel()
+            with contextlib.suppress(BaseException):
+                await self._probe
+
+    def __repr__(self) -> str:
+        state = "down" if self.down else "ready" if self.ready else "new"
+        return f"ShardLane(shard={self.shard}, {state})"
+
+
+def lane_of(task: dict[str, Any]) -> ShardLane:
+    """The lane a task was claimed from (or handed by): where everything about it is written."""
+    return task["_lane"]

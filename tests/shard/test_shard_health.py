@@ -1,0 +1,207 @@
+"""`harvest shard health` and `harvest preflight` across shards, on three real servers: one row
+per configured shard with its roles, reachability, schema, live workers, coverage, pressure,
+stranded work and reason codes; exit 0 when every writable shard and the candidate are ready,
+2 when the worst is degraded (no live worker, a candidate not migrated), 1 when one is
+unavailable (stopped, another shard's database, no url). The stranded-work gauge counts
+claimable work on a queue no live worker of that shard polls."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from harvest.cli.main import main
+from harvest.shard.health import stranded_work
+
+pytestmark = pytest.mark.shard
+
+
+def _env(shards, readable=(0, 1), writable=(0, 1), urls=None, **extra) -> dict[str, str]:
+    urls = urls if urls is not None else {s: shards.dsns[s] for s in readable}
+    env = {
+        "HARVEST_DATABASE_URL": "",
+        "HARVEST_SHARDS__READABLE": ",".join(map(str, readable)),
+        "HARVEST_SHARDS__WRITABLE": ",".join(map(str, writable)),
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in urls.items()},
+    }
+    env.update(extra)
+    return env
+
+
+def _run(env: dict[str, str], *args: str):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def _health(env: dict[str, str], *args: str) -> tuple[int, dict]:
+    result = _run(env, "--output", "json", "shard", "health", *args)
+    return result.exit_code, json.loads(result.output)
+
+
+def _live_worker(shards, shard: int, queue: str = "default", worker_id: str | None = None) -> None:
+    with shards.connect(shard) as conn:
+        conn.execute(
+            "SELECT harvest.register_worker(%s, ARRAY[%s], 'host', 1, 60, '{}')",
+            (worker_id or f"w{shard}", queue),
+        )
+
+
+def _row(data: dict, shard: int) -> dict:
+    return next(r for r in data["shards"] if r["shard_id"] == shard)
+
+
+def test_every_writable_shard_ready_exits_0_with_one_row_per_shard(shards) -> None:
+    for shard in (0, 1):
+        _live_worker(shards, shard)
+    code, data = _health(_env(shards))
+    assert code == 0, data
+    assert data["readiness"] == "ready"
+    assert [r["shard_id"] for r in data["shards"]] == [0, 1]
+    zero, one = _row(data, 0), _row(data, 1)
+    assert zero["roles"] == ["readable", "writable", "default"] and one["roles"] == ["readable", "writable"]
+    for row in (zero, one):
+        assert row["reachable"] and row["schema"]["ready"] and row["schema"]["identity_matches"]
+        assert row["workers"] == {"live": 1, "stale": 0, "draining": 0}
+        assert row["reason_codes"] == [] and row["readiness"] == "ready"
+        assert row["stranded_pending"] == 0
+        assert row["scheduler"]["status"] == "not_applicable"
+    table = _run(_env(shards), "shard", "health")
+    assert table.exit_code == 0 and "readiness: ready" in table.output
+
+
+def test_a_writable_shard_with_no_live_worker_is_degraded_exit_2_and_its_work_is_stranded(shards) -> None:
+    _live_worker(shards, 0)
+    with shards.connect(1) as conn:
+        conn.execute("SELECT harvest.start_workflow('stuck', p_workflow_id => 'x')")
+    code, data = _health(_env(shards))
+    assert code == 2
+    assert data["readiness"] == "degraded"
+    one = _row(data, 1)
+    assert one["readiness"] == "degraded"
+    assert one["reason_codes"] == ["no_live_worker", "stranded_work"]
+    assert one["stranded"] == [{"queue": "default", "pending": 1}] and one["stranded_pending"] == 1
+    assert one["pressure"]["pending"] == 1
+    assert _row(data, 0)["readiness"] == "ready"
+    # The gauge alone, per shard and queue (what a metrics exporter reads).
+    assert stranded_work({0: shards.dsns[0], 1: shards.dsns[1]}) == {0: {}, 1: {"default": 1}}
+    # A live worker on the queue drains it: nothing stranded, ready.
+    _live_worker(shards, 1)
+    code, data = _health(_env(shards))
+    assert code == 0 and _row(data, 1)["stranded_pending"] == 0
+
+
+def test_a_declared_queue_with_no_live_worker_is_reported(shards) -> None:
+    _live_worker(shards, 0)
+    _live_worker(shards, 1, queue="reports")
+    _live_worker(shards, 1, queue="default", worker_id="gone")
+    with shards.connect(1) as conn:
+        conn.execute("SELECT harvest.stop_worker('gone')")
+    code, data = _health(_env(shards))
+    assert code == 2
+    one = _row(data, 1)
+    assert one["reason_codes"] == ["queue_uncovered"]
+    assert one["queue_coverage"]["unpolled"] == ["default"]
+
+
+def test_a_stopped_shard_is_unreachable_exit_1_and_the_others_still_answer(shards) -> None:
+    for shard in (0, 1):
+        _live_worker(shards, shard)
+    shards.stop(1)
+    try:
+        code, data = _health(_env(shards))
+    finally:
+        shards.start(1)
+    assert code == 1
+    assert data["readiness"] == "unavailable"
+    one = _row(data, 1)
+    assert (
+        not one["reachable"] and one["reason_codes"] == ["unreachable"] and one["readiness"] == "unavailable"
+    )
+    assert "password" not in json.dumps(data)
+    assert _row(data, 0)["readiness"] == "ready"
+
+
+def test_a_readable_only_shard_does_not_gate_unless_it_is_the_candidate(shards) -> None:
+    _live_worker(shards, 0)
+    env = _env(shards, readable=(0, 2), writable=(0,))
+    code, data = _health(env)
+    assert code == 0, "shard 2 is readable only and not the candidate"
+    assert _row(data, 2)["reason_codes"] == ["no_live_worker"]
+    code, data = _health(env, "--candidate-shard", "2")
+    assert code == 2
+    assert data["candidate_shard"] == 2
+    assert _row(data, 2)["roles"] == ["readable", "candidate"]
+    _live_worker(shards, 2)
+    code, data = _health(env, "--candidate-shard", "2")
+    assert code == 0 and _row(data, 2)["readiness"] == "ready"
+
+
+def test_a_candidate_that_is_not_migrated_reports_schema_migration_missing(shards, empty_db) -> None:
+    _live_worker(shards, 0)
+    _, empty = empty_db
+    env = _env(shards, readable=(0, 2), writable=(0,), urls={0: shards.dsns[0], 2: empty})
+    code, data = _health(env, "--candidate-shard", "2")
+    assert code == 2
+    two = _row(data, 2)
+    assert two["reachable"] and "schema_migration_missing" in two["reason_codes"]
+    assert two["readiness"] == "degraded"
+    # Migrated by an older Harvest: the version it has is named.
+    with shards.connect(2) as conn:
+        conn.execute(
+            "DELETE FROM harvest.schema_migrations WHERE set_name = 'harvest' "
+            "AND version = (SELECT max(version) FROM harvest.schema_migrations WHERE set_name = 'harvest')"
+        )
+    _live_worker(shards, 2)
+    code, data = _health(_env(shards, readable=(0, 2), writable=(0,)), "--candidate-shard", "2")
+    assert code == 2
+    two = _row(data, 2)
+    assert two["reason_codes"] == ["schema_migration_missing"]
+    assert two["schema"]["version"] < two["schema"]["expected"]
+
+
+def test_another_shards_database_is_an_identity_mismatch_and_an_unknown_candidate_is_not_configured(
+    shards,
+) -> None:
+    _live_worker(shards, 0)
+    env = _env(shards, urls={0: shards.dsns[0], 1: shards.dsns[0]})
+    code, data = _health(env)
+    assert code == 1
+    assert _row(data, 1)["reason_codes"] == ["identity_mismatch"]
+    code, data = _health(_env(shards, readable=(0,), writable=(0,)), "--candidate-shard", "5")
+    assert code == 1
+    assert _row(data, 5)["reason_codes"] == ["not_configured"]
+    assert "shards.urls.5" in _row(data, 5)["error"]
+
+
+def test_preflight_checks_every_configured_shard(shards) -> None:
+    for shard in (0, 1):
+        _live_worker(shards, shard)
+    env = _env(shards)
+    result = _run(env, "preflight", "--output", "json")
+    data = json.loads(result.output)
+    scopes = {c["scope"] for c in data["checks"]}
+    assert {"shard 0", "shard 1"} <= scopes
+    for shard in (0, 1):
+        names = {c["name"]: c["status"] for c in data["checks"] if c["scope"] == f"shard {shard}"}
+        assert names["database"] == names["migrations"] == names["schema_version"] == "pass"
+        assert names["identity"] == "pass"
+    shards_check = next(c for c in data["checks"] if c["name"] == "shards")
+    assert shards_check["status"] == "pass"
+    # Shard 1 pointed at shard 0's database: the identity check fails, and so does the gate.
+    result = _run(_env(shards, urls={0: shards.dsns[0], 1: shards.dsns[0]}), "preflight", "--output", "json")
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    identity = next(c for c in data["checks"] if c["name"] == "identity" and c["scope"] == "shard 1")
+    assert identity["status"] == "fail" and "shard 0" in identity["summary"]
+    # A stopped shard fails the gate, naming it.
+    shards.stop(1)
+    try:
+        result = _run(env, "preflight", "--output", "json")
+    finally:
+        shards.start(1)
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    database = next(c for c in data["checks"] if c["name"] == "database" and c["scope"] == "shard 1")
+    assert database["status"] == "fail"
+    assert next(c for c in data["checks"] if c["name"] == "shards")["details"]["not_ready"] == [1]
