@@ -285,6 +285,18 @@ AS $$
 DECLARE
     v_execution harvest.executions := harvest._lock_execution(p_execution_id);
 BEGIN
+    IF v_execution.status IN ('MIGRATED', 'MIGRATING') THEN
+        -- Moved to another shard (rebalance.sql): the caller follows the pointer
+        -- (DETAIL.shard_id), or retries while a staged copy awaits activation.
+        RAISE EXCEPTION 'cannot % execution % on shard %: it %', p_action, p_execution_id, harvest.get_shard_id(),
+            CASE WHEN v_execution.migrated_to_shard IS NOT NULL
+                THEN format('moved to shard %s', v_execution.migrated_to_shard)
+                ELSE 'is being moved here and is not active yet' END
+            USING ERRCODE = 'HR013',
+            DETAIL = jsonb_build_object('reason', 'migrated', 'execution_id', p_execution_id,
+                                        'shard_id', v_execution.migrated_to_shard, 'blockers', '[]'::jsonb)::text,
+            HINT = 'route the call by the execution id (the router follows the forwarding pointer), or retry';
+    END IF;
     IF v_execution.status <> 'RUNNING' THEN
         RAISE EXCEPTION 'cannot % execution %: it is already %', p_action, p_execution_id, v_execution.status
             USING ERRCODE = 'HR005';

@@ -136,7 +136,8 @@ BEGIN
         'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
         'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
 
-    v_fork_id := harvest._new_execution_id(harvest.shard_of(p_execution_id));
+    -- This database's shard: a moved run's id names its origin shard.
+    v_fork_id := harvest._new_execution_id(harvest.get_shard_id());
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, queue, input, search_attributes, created_at,
         execution_timeout_at, timeout_at, run_timeout_secs, concurrency_key, quota_key,

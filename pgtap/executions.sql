@@ -105,8 +105,8 @@ SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_w
 SELECT is((SELECT count(*) FROM harvest.list_executions(p_status => 'completed,running',
            p_workflow_name => 'op_wf')), 5::bigint, 'states are case-insensitive and comma-separated');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_status => 'DONE')$$, 'HR001',
-                 'unknown state "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or '
-                 'CONTINUED_AS_NEW (comma-separated for several)', 'an unknown state is refused, not matched against nothing');
+                 'unknown state "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
+                 'CONTINUED_AS_NEW, MIGRATING or MIGRATED (comma-separated for several)', 'an unknown state is refused, not matched against nothing');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_search_attributes => ARRAY['tenant'])$$, 'HR001',
                  'search attribute filter "tenant" is malformed', 'a filter without an operator is refused');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_page_size => 1001)$$, 'HR001',

@@ -335,8 +335,8 @@ SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_a1'))$$, '
 SELECT is_empty($$SELECT * FROM harvest.list_children('00000000-0000-4000-8000-00000000abcd')$$,
                 'an unknown execution has no children');
 SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'DONE')$$, 'HR001',
-                 'unknown status "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or '
-                 'CONTINUED_AS_NEW', 'an unknown status: HR001 naming it');
+                 'unknown status "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
+                 'CONTINUED_AS_NEW, MIGRATING or MIGRATED', 'an unknown status: HR001 naming it');
 SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 0)$$, 'HR001',
                  'depth 0 is out of range 1..100', 'depth 0: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 101)$$, 'HR001',
