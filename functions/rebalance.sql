@@ -3,11 +3,11 @@
 -- database, driven by harvest.shard.rebalance, and the record (shard_migrations, on
 -- the source) says which step is outstanding:
 --
---   source: plan_migration      quiescence checked under the row lock, record 'planned'
---   source: export_migration    the execution, its history and its task rows, as JSON
---   target: import_migration    a staged MIGRATING copy (idempotent); tasks parked in
+--   source: begin_migration      quiescence checked under the row lock, record 'planned'
+--   source: get_migration_copy    the execution, its history and its task rows, as JSON
+--   target: accept_migration_copy    a staged MIGRATING copy (idempotent); tasks parked in
 --                               shard_arrivals until activation
---   source: confirm_migration_copy                          -> 'copied'
+--   source: set_migration_copied                          -> 'copied'
 --   both:   history_digest      byte identity of the two histories (+ a replay in Python)
 --   source: verify_migration    records the high-water mark     -> 'verified'
 --   source: cut_over_migration  THE atomic cutover: re-checks quiescence and the
@@ -142,7 +142,7 @@ $$;
 -- (HR013, DETAIL.blockers) unless the run is quiescent, and while another move of
 -- it is open (of two rebalancers, exactly one plans it); HR001 for a target that is
 -- this shard. Writes nothing else.
-CREATE OR REPLACE FUNCTION harvest.plan_migration(
+CREATE OR REPLACE FUNCTION harvest.begin_migration(
     p_execution_id uuid, p_target_shard integer, p_operator_id text DEFAULT NULL
 )
 RETURNS jsonb
@@ -184,7 +184,7 @@ $$;
 -- What a move copies, read from the source without a lock (the cutover re-checks):
 -- the record, the execution row, its history and its task rows, each as to_jsonb of
 -- its row, so a column added later is carried without a list to maintain.
-CREATE OR REPLACE FUNCTION harvest.export_migration(p_migration_id bigint)
+CREATE OR REPLACE FUNCTION harvest.get_migration_copy(p_migration_id bigint)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE
 AS $$
@@ -270,7 +270,7 @@ BEGIN
 END;
 $$;
 
--- Stage the copy a source's export_migration produced, on the target: the execution
+-- Stage the copy a source's get_migration_copy produced, on the target: the execution
 -- as MIGRATING (claimable by no worker, in the uniqueness index), its events, and
 -- its task rows parked in shard_arrivals. Idempotent: a repeated import of the same
 -- move changes nothing; an import over a stale staged copy replaces it; over this
@@ -278,7 +278,7 @@ $$;
 -- its pointer kept until activation, so ids routed here keep resolving. Refused
 -- (HR013) over a live or terminal run of the id, or when a live run of another id
 -- holds the business key here. Returns the staged copy's history_digest.
-CREATE OR REPLACE FUNCTION harvest.import_migration(p_copy jsonb)
+CREATE OR REPLACE FUNCTION harvest.accept_migration_copy(p_copy jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -294,7 +294,7 @@ BEGIN
        OR jsonb_typeof(p_copy -> 'migration') IS DISTINCT FROM 'object'
        OR jsonb_typeof(p_copy -> 'events') IS DISTINCT FROM 'array'
        OR jsonb_typeof(p_copy -> 'tasks') IS DISTINCT FROM 'array' THEN
-        RAISE EXCEPTION 'not a migration copy: expected the object harvest.export_migration returns'
+        RAISE EXCEPTION 'not a migration copy: expected the object harvest.get_migration_copy returns'
             USING ERRCODE = 'HR001';
     END IF;
     v_migration := jsonb_populate_record(NULL::harvest.shard_migrations, p_copy -> 'migration');
@@ -371,7 +371,7 @@ END;
 $$;
 
 -- The staged copy is on the target: 'planned' -> 'copied' (idempotent).
-CREATE OR REPLACE FUNCTION harvest.confirm_migration_copy(p_migration_id bigint)
+CREATE OR REPLACE FUNCTION harvest.set_migration_copied(p_migration_id bigint)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -650,7 +650,7 @@ END;
 $$;
 
 -- Note why a resume step failed (the target was down, ...), keeping the record's phase.
-CREATE OR REPLACE FUNCTION harvest.record_migration_error(p_migration_id bigint, p_error text)
+CREATE OR REPLACE FUNCTION harvest.set_migration_error(p_migration_id bigint, p_error text)
 RETURNS void
 LANGUAGE sql
 AS $$
@@ -698,7 +698,7 @@ $$;
 -- Collapse a forwarding chain: point this shard's MIGRATED seal of p_execution_id
 -- straight at p_shard (the run's newest home), so A -> B -> C resolves in one hop.
 -- Best effort: returns false when there is no such seal or it already points there.
-CREATE OR REPLACE FUNCTION harvest.repoint_workflow(p_execution_id uuid, p_shard integer)
+CREATE OR REPLACE FUNCTION harvest.set_migration_forward(p_execution_id uuid, p_shard integer)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -718,11 +718,11 @@ COMMENT ON FUNCTION harvest.list_migration_candidates IS
 'The executions of this shard a rebalance would consider (RUNNING, or the one p_execution_id), oldest first, each '
 'with its quiescence blockers (empty: it can move); dry and real runs read the same rows. For admins (role '
 'harvest_admin).';
-COMMENT ON FUNCTION harvest.plan_migration IS
+COMMENT ON FUNCTION harvest.begin_migration IS
 'Open a move of a quiescent execution to p_target_shard: the shard_migrations record, phase planned. HR013 with '
 'the blockers when the run is not quiescent or another move of it is open; HR001 for this shard. For admins (role '
 'harvest_admin).';
-COMMENT ON FUNCTION harvest.export_migration IS
+COMMENT ON FUNCTION harvest.get_migration_copy IS
 'The copy a move carries (record, execution row, history, task rows, each as to_jsonb) from the source shard. For '
 'admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.get_copy_schema IS
@@ -731,11 +731,11 @@ COMMENT ON FUNCTION harvest.get_copy_schema IS
 COMMENT ON FUNCTION harvest.history_digest IS
 'The identity of an execution''s history on any database: event count, highest event id, last_event_id and an md5 '
 'over every event in order. Role harvest_reader.';
-COMMENT ON FUNCTION harvest.import_migration IS
+COMMENT ON FUNCTION harvest.accept_migration_copy IS
 'Stage a move''s copy on its target shard as MIGRATING (claimable by no worker; tasks parked until activation); '
 'idempotent, keeps a seal a move back replaces; HR013 over a live run of the id or its key, HR011 on the wrong '
 'shard. For admins (role harvest_admin).';
-COMMENT ON FUNCTION harvest.confirm_migration_copy IS
+COMMENT ON FUNCTION harvest.set_migration_copied IS
 'Record that a move''s staged copy is on the target: planned -> copied (idempotent). For admins (role '
 'harvest_admin).';
 COMMENT ON FUNCTION harvest.verify_migration IS
@@ -759,7 +759,7 @@ COMMENT ON FUNCTION harvest.fail_migration IS
 COMMENT ON FUNCTION harvest.claim_stalled_migrations IS
 'The resume scanner''s claim: cut-over records idle longer than p_stall_after_secs (floor 5) whose target is in '
 'p_target_shards, each claim bumping updated_at and attempts. Roles harvest_admin and harvest_worker.';
-COMMENT ON FUNCTION harvest.record_migration_error IS
+COMMENT ON FUNCTION harvest.set_migration_error IS
 'Note why a resume step of a move failed, keeping its phase. Roles harvest_admin and harvest_worker.';
 COMMENT ON FUNCTION harvest.list_migrations IS
 'This shard''s move records, newest first, filtered by phase (''open'' for every unfinished one). Role '
@@ -767,6 +767,6 @@ COMMENT ON FUNCTION harvest.list_migrations IS
 COMMENT ON FUNCTION harvest.get_residence IS
 'Where an execution lives as seen from this shard: found, status and the forwarding pointer (migrated_to_shard). '
 'Roles harvest_reader, harvest_worker.';
-COMMENT ON FUNCTION harvest.repoint_workflow IS
+COMMENT ON FUNCTION harvest.set_migration_forward IS
 'Collapse a forwarding chain: point this shard''s MIGRATED seal straight at the run''s newest shard; best effort. '
 'Roles harvest_admin and harvest_worker.';

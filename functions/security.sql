@@ -53,7 +53,7 @@ AS $$
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',
-                        'record_migration_error', 'repoint_workflow') THEN 'harvest_admin,harvest_worker'
+                        'set_migration_error', 'set_migration_forward') THEN 'harvest_admin,harvest_worker'
         WHEN p_name IN ('get_copy_schema', 'history_digest', 'list_migrations') THEN 'harvest_reader'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',
                         'stop_waiting_for_result')

@@ -1,10 +1,10 @@
 -- functions/rebalance.sql: the quiescence blockers (_migration_blockers), the
--- record's phases on the source (plan_migration, export_migration,
--- confirm_migration_copy, verify_migration, cut_over_migration, complete_migration,
--- fail_migration, claim_stalled_migrations, record_migration_error, list_migrations,
--- list_migration_candidates), the target side (import_migration, activate_migration,
+-- record's phases on the source (begin_migration, get_migration_copy,
+-- set_migration_copied, verify_migration, cut_over_migration, complete_migration,
+-- fail_migration, claim_stalled_migrations, set_migration_error, list_migrations,
+-- list_migration_candidates), the target side (accept_migration_copy, activate_migration,
 -- discard_migration_copy, harvest._insert_copied_rows), and the shared reads
--- (history_digest, get_copy_schema, get_residence, repoint_workflow), with the
+-- (history_digest, get_copy_schema, get_residence, set_migration_forward), with the
 -- helpers _raise_migration, _lock_migration, _migration_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
@@ -56,15 +56,15 @@ SELECT throws_ok($$SELECT * FROM harvest.list_migration_candidates(p_limit => 0)
                  'list_migration_candidates(): limit 0 is HR001');
 
 -- Planning.
-SELECT throws_ok(format($$SELECT harvest.plan_migration(%L, 1)$$, pg_temp.run('busy')), 'HR013',
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 1)$$, pg_temp.run('busy')), 'HR013',
                  format('execution %s cannot move now: activity_in_flight', pg_temp.run('busy')),
-                 'plan_migration(): a run with work in flight is refused (HR013 naming the blocker)');
-SELECT throws_ok(format($$SELECT harvest.plan_migration(%L, 0)$$, pg_temp.run('timer')), 'HR001', NULL,
-                 'plan_migration(): the own shard is HR001');
-SELECT is((harvest.plan_migration(pg_temp.run('timer'), 1, 'ops') ->> 'phase'), 'planned',
-          'plan_migration(): a quiescent run gets a planned record');
-SELECT throws_ok(format($$SELECT harvest.plan_migration(%L, 2)$$, pg_temp.run('timer')), 'HR013', NULL,
-                 'plan_migration(): a second open move of the same run is refused');
+                 'begin_migration(): a run with work in flight is refused (HR013 naming the blocker)');
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 0)$$, pg_temp.run('timer')), 'HR001', NULL,
+                 'begin_migration(): the own shard is HR001');
+SELECT is((harvest.begin_migration(pg_temp.run('timer'), 1, 'ops') ->> 'phase'), 'planned',
+          'begin_migration(): a quiescent run gets a planned record');
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 2)$$, pg_temp.run('timer')), 'HR013', NULL,
+                 'begin_migration(): a second open move of the same run is refused');
 SELECT is(harvest._migration_blockers(e, pg_temp.mig('timer')), '{}'::text[],
           '_migration_blockers(e, id): the move itself is not a blocker')
 FROM harvest.executions AS e WHERE e.id = pg_temp.run('timer');
@@ -75,19 +75,19 @@ FROM harvest.shard_migrations AS m WHERE m.id = pg_temp.mig('timer');
 SELECT throws_ok($$SELECT harvest._raise_migration('x', 'boom', NULL)$$, 'HR013', 'boom', '_raise_migration(): HR013');
 
 -- Export, copy, verify on the source.
-INSERT INTO copies SELECT 'timer', harvest.export_migration(pg_temp.mig('timer'));
+INSERT INTO copies SELECT 'timer', harvest.get_migration_copy(pg_temp.mig('timer'));
 SELECT is((SELECT jsonb_array_length(copy -> 'events') FROM copies), 3,
-          'export_migration(): the whole history (started, task completed, timer started)');
-SELECT is((SELECT copy #>> '{tasks,0,kind}' FROM copies), 'timer', 'export_migration(): the timer task row');
-SELECT ok((SELECT NOT (copy #> '{tasks,0}') ? 'id' FROM copies), 'export_migration(): task ids are not carried');
+          'get_migration_copy(): the whole history (started, task completed, timer started)');
+SELECT is((SELECT copy #>> '{tasks,0,kind}' FROM copies), 'timer', 'get_migration_copy(): the timer task row');
+SELECT ok((SELECT NOT (copy #> '{tasks,0}') ? 'id' FROM copies), 'get_migration_copy(): task ids are not carried');
 SELECT is((SELECT copy -> 'history' FROM copies), harvest.history_digest(pg_temp.run('timer')),
-          'export_migration(): carries the source''s history_digest');
+          'get_migration_copy(): carries the source''s history_digest');
 SELECT is(harvest.history_digest(pg_temp.run('timer')) ->> 'event_count', '3', 'history_digest(): counts the events');
 SELECT is(jsonb_typeof(harvest.get_copy_schema() #> '{tables,executions}'), 'array',
           'get_copy_schema(): the column list of each copied table');
-SELECT is((harvest.confirm_migration_copy(pg_temp.mig('timer')) ->> 'phase'), 'copied', 'confirm_migration_copy(): copied');
-SELECT is((harvest.confirm_migration_copy(pg_temp.mig('timer')) ->> 'phase'), 'copied',
-          'confirm_migration_copy(): again changes nothing');
+SELECT is((harvest.set_migration_copied(pg_temp.mig('timer')) ->> 'phase'), 'copied', 'set_migration_copied(): copied');
+SELECT is((harvest.set_migration_copied(pg_temp.mig('timer')) ->> 'phase'), 'copied',
+          'set_migration_copied(): again changes nothing');
 SELECT is((harvest.verify_migration(pg_temp.mig('timer'), harvest.history_digest(pg_temp.run('timer'))) ->> 'phase'),
           'verified', 'verify_migration(): a matching digest verifies, recording the high-water mark');
 SELECT is((SELECT verified_event_count FROM harvest.shard_migrations WHERE id = pg_temp.mig('timer')), 3::bigint,
@@ -95,8 +95,8 @@ SELECT is((SELECT verified_event_count FROM harvest.shard_migrations WHERE id = 
 
 -- A wake after verification makes the cutover decline.
 SELECT pg_temp.park('woken', '[]');
-SELECT harvest.plan_migration(pg_temp.run('woken'), 1);
-SELECT harvest.confirm_migration_copy(pg_temp.mig('woken'));
+SELECT harvest.begin_migration(pg_temp.run('woken'), 1);
+SELECT harvest.set_migration_copied(pg_temp.mig('woken'));
 SELECT harvest.verify_migration(pg_temp.mig('woken'), harvest.history_digest(pg_temp.run('woken')));
 SELECT harvest.signal_workflow(pg_temp.run('woken'), 'go');
 SELECT is((harvest.cut_over_migration(pg_temp.mig('woken')) ->> 'cut_over'), 'false',
@@ -123,7 +123,7 @@ SELECT throws_ok($$SELECT * FROM harvest.start_workflow('rb_wf', '[]', 'timer', 
 SELECT is((SELECT execution_id FROM harvest.start_workflow('rb_wf', '[]', 'timer', p_conflict_policy => 'use_existing')),
           pg_temp.run('timer'), 'a start attaching to the key finds the seal (MIGRATED holds the key)');
 SELECT is(harvest.get_residence(pg_temp.run('timer')) ->> 'migrated_to_shard', '1', 'get_residence(): the pointer');
-SELECT is(harvest.repoint_workflow(pg_temp.run('timer'), 2), true, 'repoint_workflow(): collapses the pointer');
+SELECT is(harvest.set_migration_forward(pg_temp.run('timer'), 2), true, 'set_migration_forward(): collapses the pointer');
 SELECT throws_ok(format($$SELECT harvest.fail_migration(%s, 'x')$$, pg_temp.mig('timer')), 'HR013', NULL,
                  'fail_migration(): refused past the cutover');
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
@@ -131,9 +131,9 @@ SELECT is((SELECT count(*) FROM harvest.claim_stalled_migrations(30, ARRAY[1])),
           'claim_stalled_migrations(): a cut-over record idle past the stall time is claimed');
 SELECT is((SELECT count(*) FROM harvest.claim_stalled_migrations(30, ARRAY[1])), 0::bigint,
           'claim_stalled_migrations(): the claim bumped updated_at');
-SELECT harvest.record_migration_error(pg_temp.mig('timer'), 'target down');
+SELECT harvest.set_migration_error(pg_temp.mig('timer'), 'target down');
 SELECT is((SELECT last_error FROM harvest.shard_migrations WHERE id = pg_temp.mig('timer')), 'target down',
-          'record_migration_error(): kept on the record');
+          'set_migration_error(): kept on the record');
 SELECT is((harvest.complete_migration(pg_temp.mig('timer'), p_automatic => true) ->> 'phase'), 'completed',
           'complete_migration(): completed');
 SELECT is((SELECT operator_id FROM harvest.audit_log WHERE operation = 'shard.rebalance.auto_resume'), 'system',
@@ -143,13 +143,13 @@ SELECT is((SELECT count(*) FROM harvest.list_migrations(ARRAY['open'])), 0::bigi
 -- The target: this database, emptied, becomes shard 1.
 DELETE FROM harvest.executions;
 SELECT harvest.set_shard_id(1);
-SELECT is((harvest.import_migration((SELECT copy FROM copies)) ->> 'event_count'), '3',
-          'import_migration(): stages the copy and returns its history_digest');
+SELECT is((harvest.accept_migration_copy((SELECT copy FROM copies)) ->> 'event_count'), '3',
+          'accept_migration_copy(): stages the copy and returns its history_digest');
 SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('timer')), 'MIGRATING',
-          'import_migration(): the staged copy is MIGRATING');
+          'accept_migration_copy(): the staged copy is MIGRATING');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('timer')), 0::bigint,
-          'import_migration(): its tasks wait in shard_arrivals, so no timer fires');
-SELECT lives_ok($$SELECT harvest.import_migration((SELECT copy FROM copies))$$, 'import_migration(): idempotent');
+          'accept_migration_copy(): its tasks wait in shard_arrivals, so no timer fires');
+SELECT lives_ok($$SELECT harvest.accept_migration_copy((SELECT copy FROM copies))$$, 'accept_migration_copy(): idempotent');
 SELECT is(harvest.discard_migration_copy(pg_temp.run('timer'), -5), false,
           'discard_migration_copy(): another move''s id discards nothing');
 SELECT is((harvest.activate_migration(pg_temp.run('timer'), (SELECT (copy #>> '{migration,id}')::bigint FROM copies))

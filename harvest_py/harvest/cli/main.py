@@ -115,6 +115,7 @@ def _register() -> None:
         migrate,
         preflight,
         queues,
+        rebalance,
         replay,
         retention,
         worker,
@@ -135,6 +136,7 @@ def _register() -> None:
     main.add_command(concurrency.concurrency)
     main.add_command(queues.queue)
     main.add_command(audit.audit)
+    main.add_command(rebalance.shard)
 
 
 _register()
