@@ -15,7 +15,9 @@ import psycopg
 from harvest import App, Worker
 
 
-def park(dsn: str, workflow_id: str, commands: list[dict[str, Any]] | None = None, queue: str | None = None) -> str:
+def park(
+    dsn: str, workflow_id: str, commands: list[dict[str, Any]] | None = None, queue: str | None = None
+) -> str:
     """Start a run on the database and decide its first task with ``commands`` (none: it waits
     for a signal; a start_timer: it waits on a timer), on a queue of its own. Returns the
     execution id."""
@@ -23,7 +25,8 @@ def park(dsn: str, workflow_id: str, commands: list[dict[str, Any]] | None = Non
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT * FROM harvest.start_workflow('rb_wf', '[]', %s, %s)", (workflow_id, queue))
         task = conn.execute(
-            "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('w-test', ARRAY[%s], 1, 30)",
+            "SELECT task_id, fencing_token, execution_id "
+            "FROM harvest.claim_tasks('w-test', ARRAY[%s], 1, 30)",
             (queue,),
         ).fetchone()
         assert task is not None, "the start left no claimable workflow task"
@@ -44,7 +47,9 @@ def row(dsn: str, execution_id: str) -> dict[str, Any] | None:
         ).fetchone()
     if found is None:
         return None
-    return dict(zip(("status", "migrated_to_shard", "migrated_from_shards", "last_event_id"), found, strict=True))
+    return dict(
+        zip(("status", "migrated_to_shard", "migrated_from_shards", "last_event_id"), found, strict=True)
+    )
 
 
 def scalar(dsn: str, sql: str, *params: Any) -> Any:
@@ -53,13 +58,19 @@ def scalar(dsn: str, sql: str, *params: Any) -> Any:
 
 
 def authoritative(dsns: dict[int, str], execution_id: str) -> list[int]:
-    """The shards on which the run is live (RUNNING or ended): exactly one, always."""
-    live = []
-    for shard, dsn in dsns.items():
-        found = row(dsn, execution_id)
-        if found is not None and found["status"] not in ("MIGRATED", "MIGRATING"):
-            live.append(shard)
-    return live
+    """The shards on which the run is authoritative: exactly one, always. A row that is
+    neither a seal nor a staged copy is; so is a staged copy a seal points at (between a
+    cutover and its activation the run is claimable nowhere, yet it lives there)."""
+    rows = {shard: row(dsn, execution_id) for shard, dsn in dsns.items()}
+    pointed = {r["migrated_to_shard"] for r in rows.values() if r and r["status"] == "MIGRATED"}
+    return sorted(
+        shard
+        for shard, r in rows.items()
+        if r is not None
+        and (
+            r["status"] not in ("MIGRATED", "MIGRATING") or (r["status"] == "MIGRATING" and shard in pointed)
+        )
+    )
 
 
 def signals(dsn: str, execution_id: str, payload: Any) -> int:

@@ -56,7 +56,8 @@ def _parked_on(dsn: str, execution_id: str, kind: str | None) -> bool:
     )
     decided = scalar(
         dsn,
-        "SELECT count(*) FROM harvest.events WHERE execution_id = %s AND event_type = 'WorkflowTaskCompleted'",
+        "SELECT count(*) FROM harvest.events "
+        "WHERE execution_id = %s AND event_type = 'WorkflowTaskCompleted'",
         execution_id,
     )
     return decided >= 1 and tasks == ([kind] if kind else [])
@@ -78,16 +79,24 @@ def test_a_parked_run_moves_to_shard_1_follows_its_forwarding_pointer_and_comple
 
     for execution_id in (on_signal, on_timer):
         sealed = row(shards.dsns[0], execution_id)
-        assert (sealed["status"], sealed["migrated_to_shard"]) == ("MIGRATED", 1), "the source is a sealed pointer"
+        assert (sealed["status"], sealed["migrated_to_shard"]) == ("MIGRATED", 1), (
+            "the source is a sealed pointer"
+        )
         live = row(shards.dsns[1], execution_id)
         assert (live["status"], live["migrated_from_shards"]) == ("RUNNING", [0])
         assert live["last_event_id"] == sealed["last_event_id"], "the copy holds the whole history"
         assert authoritative(shards.dsns, execution_id) == [1]
-    assert scalar(shards.dsns[1], "SELECT count(*) FROM harvest.tasks WHERE kind = 'timer'") == 1, "the timer moved"
+    assert scalar(shards.dsns[1], "SELECT count(*) FROM harvest.tasks WHERE kind = 'timer'") == 1, (
+        "the timer moved"
+    )
     assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.tasks") == 0, "the source keeps no task"
-    assert scalar(
-        shards.dsns[0], "SELECT count(*) FROM harvest.audit_log WHERE operation = 'shard.rebalance.migrate'"
-    ) == 2
+    assert (
+        scalar(
+            shards.dsns[0],
+            "SELECT count(*) FROM harvest.audit_log WHERE operation = 'shard.rebalance.migrate'",
+        )
+        == 2
+    )
 
     with _pools(shards) as pools, RunningWorker(APP, shards.dsns[1]):
         # The id still names shard 0: the router follows the pointer to shard 1.
@@ -96,7 +105,9 @@ def test_a_parked_run_moves_to_shard_1_follows_its_forwarding_pointer_and_comple
             wait_until(lambda e=execution_id: _parked_on(shards.dsns[1], e, None), what="parked on shard 1")
             pools.call_routed(execution_id, lambda sql, e=execution_id: sql.signal_workflow(e, "go", 7))
         for execution_id in (on_signal, on_timer):
-            wait_until(lambda e=execution_id: row(shards.dsns[1], e)["status"] == "COMPLETED", what="completion")
+            wait_until(
+                lambda e=execution_id: row(shards.dsns[1], e)["status"] == "COMPLETED", what="completion"
+            )
         # A start that would replace the moved run on its hashed shard is refused (the guide's 503).
         with pools.api(0) as sql, pytest.raises(ExecutionMigrated) as refused:
             sql.start_workflow(
@@ -136,9 +147,7 @@ def test_runs_with_work_in_flight_are_refused_with_their_blockers(shards) -> Non
 
 def _footprint(shards) -> list:
     tables = ("executions", "events", "tasks", "shard_migrations", "shard_arrivals", "audit_log")
-    return [
-        scalar(shards.dsns[s], f"SELECT count(*) FROM harvest.{t}") for s in (0, 1) for t in tables
-    ]
+    return [scalar(shards.dsns[s], f"SELECT count(*) FROM harvest.{t}") for s in (0, 1) for t in tables]
 
 
 def test_a_dry_run_reports_the_same_population_and_writes_nothing(shards) -> None:
@@ -162,23 +171,28 @@ def test_a_dry_run_reports_the_same_population_and_writes_nothing(shards) -> Non
     assert {m.execution_id: m.outcome for m in real.moves} == {quiet: "moved", busy: "blocked"}
 
 
+def _two_rebalancers(shards, execution_id: str) -> list:
+    barrier = threading.Barrier(2)
+    moves = []
+
+    def drive(target: int) -> None:
+        with _pools(shards) as pools:
+            rebalancer = Rebalancer(pools, 0, target)
+            barrier.wait()
+            moves.append(rebalancer.move(execution_id))
+
+    threads = [threading.Thread(target=drive, args=(target,)) for target in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return moves
+
+
 def test_of_two_rebalancers_on_one_run_exactly_one_moves_it(shards) -> None:
     for attempt in range(6):
         execution_id = park(shards.dsns[0], f"race-{attempt}")
-        barrier = threading.Barrier(2)
-        moves = []
-
-        def drive(target: int) -> None:
-            with _pools(shards) as pools:
-                rebalancer = Rebalancer(pools, 0, target)
-                barrier.wait()
-                moves.append(rebalancer.move(execution_id))
-
-        threads = [threading.Thread(target=drive, args=(target,)) for target in (1, 2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        moves = _two_rebalancers(shards, execution_id)
         assert sorted(m.outcome for m in moves) == ["blocked", "moved"], [m.as_dict() for m in moves]
         live = authoritative(shards.dsns, execution_id)
         assert len(live) == 1 and live[0] in (1, 2)
@@ -229,41 +243,53 @@ def test_a_signal_right_after_the_cutover_follows_the_pointer_and_lands_once(sha
     assert "error" not in outcome, outcome
     assert signals(shards.dsns[1], execution_id, "w2") == 1
     assert signals(shards.dsns[0], execution_id, "w2") == 0
-    assert scalar(
-        shards.dsns[1], "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'", execution_id
-    ) == 1, "the wake is a workflow task on the target"
+    assert (
+        scalar(
+            shards.dsns[1],
+            "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
+            execution_id,
+        )
+        == 1
+    ), "the wake is a workflow task on the target"
+
+
+def _signal_against_move(shards, execution_id: str, payload: str) -> list:
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def signal() -> None:
+        with _pools(shards) as pools:
+            barrier.wait()
+            try:
+                pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", payload))
+            except BaseException as exc:
+                errors.append(exc)
+
+    def move() -> None:
+        with _pools(shards) as pools:
+            rebalancer = Rebalancer(pools, 0, 1)
+            barrier.wait()
+            rebalancer.move(execution_id)
+
+    threads = [threading.Thread(target=signal), threading.Thread(target=move)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
 
 
 def test_signals_racing_moves_are_never_lost_nor_doubled(shards) -> None:
     for attempt in range(8):
         execution_id = park(shards.dsns[0], f"wake-race-{attempt}")
         payload = f"race-{attempt}-{uuid.uuid4().hex[:6]}"
-        barrier = threading.Barrier(2)
-        errors: list[BaseException] = []
-
-        def signal() -> None:
-            with _pools(shards) as pools:
-                barrier.wait()
-                try:
-                    pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", payload))
-                except BaseException as exc:
-                    errors.append(exc)
-
-        def move() -> None:
-            with _pools(shards) as pools:
-                rebalancer = Rebalancer(pools, 0, 1)
-                barrier.wait()
-                rebalancer.move(execution_id)
-
-        threads = [threading.Thread(target=signal), threading.Thread(target=move)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        errors = _signal_against_move(shards, execution_id, payload)
         assert not errors, errors
         live = authoritative(shards.dsns, execution_id)
         assert len(live) == 1
-        assert signals(shards.dsns[live[0]], execution_id, payload) == 1, "delivered exactly once where it lives"
+        assert signals(shards.dsns[live[0]], execution_id, payload) == 1, (
+            "delivered exactly once where it lives"
+        )
 
 
 def test_a_chain_of_moves_is_followed_and_collapsed(shards) -> None:
