@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ __all__ = [
     "Move",
     "RebalanceReport",
     "Rebalancer",
+    "ResumeScanner",
     "resume_stalled_migrations",
     "run_rebalance_resume_scanner",
 ]
@@ -376,6 +378,42 @@ async def resume_stalled_migrations(
             except HarvestError:
                 pass
     return settled
+
+
+class ResumeScanner:
+    """The worker's rebalance-resume scanner as a paced step, for a scanner loop that already
+    runs per assigned shard: ``await scanner.tick(pools, shard)`` on every pass of that loop
+    runs :func:`resume_stalled_migrations` for ``shard`` at most once per ``interval`` (with
+    jitter; both bounded below by STALL_FLOOR_SECS), and never when ``enabled`` is false.
+    A failed pass is logged, never raised: the next pass retries."""
+
+    def __init__(
+        self,
+        *,
+        enabled: bool = True,
+        interval: float = RESUME_INTERVAL_SECS,
+        stall_after: float = STALL_AFTER_SECS,
+        clock: Callable[[], float] | None = None,
+    ):
+        self.enabled = enabled
+        self.interval = max(float(interval), STALL_FLOOR_SECS)
+        self.stall_after = max(float(stall_after), STALL_FLOOR_SECS)
+        self._clock = clock or time.monotonic
+        self._next: dict[int, float] = {}
+
+    async def tick(self, pools: AsyncShardPools | None, shard: int) -> int:
+        """Settle ``shard``'s stalled cut-over moves if a pass is due; returns how many."""
+        if not self.enabled or pools is None or len(pools.shards) < 2:
+            return 0
+        now = self._clock()
+        if now < self._next.get(shard, 0.0):
+            return 0
+        self._next[shard] = now + self.interval * random.uniform(0.8, 1.2)
+        try:
+            return await resume_stalled_migrations(pools, shard, stall_after=self.stall_after)
+        except HarvestError as exc:
+            log.warning("rebalance resume scan of shard %d failed: %s", shard, exc)
+            return 0
 
 
 async def run_rebalance_resume_scanner(
