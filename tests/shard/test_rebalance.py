@@ -8,9 +8,11 @@ collapsed."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 from rebalance_helpers import RunningWorker, authoritative, park, row, scalar, signals, wait_until
@@ -18,6 +20,7 @@ from rebalance_helpers import RunningWorker, authoritative, park, row, scalar, s
 from harvest import App, Client, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import ExecutionMigrated
+from harvest.core.ids import shard_of
 from harvest.shard import ShardPools, ShardRouter
 from harvest.shard.rebalance import Rebalancer
 from harvest.testing import WorkflowReplayer
@@ -308,3 +311,51 @@ def test_a_chain_of_moves_is_followed_and_collapsed(shards) -> None:
         assert authoritative(shards.dsns, execution_id) == [0]
         assert row(shards.dsns[0], execution_id)["migrated_from_shards"] == [0, 1, 2]
         assert pools.resolve(execution_id) == 0
+
+
+def _decide_on(dsn: str, execution_id: str, commands: list) -> None:
+    """Claim the run's workflow task on one shard and decide it with ``commands``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue = conn.execute(
+            "SELECT queue FROM harvest.executions WHERE id = %s", (execution_id,)
+        ).fetchone()[0]
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-1', ARRAY[%s], 1, 30)", (queue,)
+        ).fetchone()
+        through = conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s", (execution_id,))
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, %s, %s, 'w-1')",
+            (task[0], task[1], through.fetchone()[0], json.dumps(commands)),
+        )
+
+
+def test_a_moved_run_starts_children_and_continues_as_new_on_its_new_shard(shards) -> None:
+    execution_id = park(shards.dsns[0], "mover")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", 1))
+    # Its id still names shard 0; what it starts is minted for shard 1, where it lives.
+    _decide_on(
+        shards.dsns[1],
+        execution_id,
+        [
+            {
+                "type": "start_child_workflow",
+                "seq": 1,
+                "workflow_name": "kid",
+                "workflow_id": "mover-kid",
+                "task_queue": "kidq",
+            }
+        ],
+    )
+    child = scalar(shards.dsns[1], "SELECT id::text FROM harvest.executions WHERE workflow_id = 'mover-kid'")
+    assert shard_of(child) == 1
+    with shards.connect(1) as conn:
+        conn.execute("SELECT harvest.signal_workflow(%s, 'again')", (execution_id,))
+    _decide_on(shards.dsns[1], execution_id, [{"type": "continue_as_new", "input": [2]}])
+    successor = scalar(
+        shards.dsns[1],
+        "SELECT id::text FROM harvest.executions WHERE continued_from = %s",
+        execution_id,
+    )
+    assert shard_of(successor) == 1 and row(shards.dsns[1], successor)["status"] == "RUNNING"
