@@ -243,7 +243,7 @@ def _summary(event: dict[str, Any]) -> str:
     "state",
     default=None,
     help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
-    "CONTINUED_AS_NEW (comma-separated for several).",
+    "CONTINUED_AS_NEW, MIGRATING, MIGRATED (comma-separated for several).",
 )
 @click.option("--workflow-name", default=None)
 @click.option(
