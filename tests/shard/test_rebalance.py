@@ -359,3 +359,17 @@ def test_a_moved_run_starts_children_and_continues_as_new_on_its_new_shard(shard
         execution_id,
     )
     assert shard_of(successor) == 1 and row(shards.dsns[1], successor)["status"] == "RUNNING"
+
+
+def test_a_client_on_the_source_reads_a_moved_run_as_moved_not_as_ended(shards) -> None:
+    execution_id = park(shards.dsns[0], "moved-result")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+    with Client(shards.dsns[0]) as client:
+        with pytest.raises(ExecutionMigrated) as caught:
+            client.get_handle(execution_id).result(timeout=5)
+        assert (caught.value.reason, caught.value.shard) == ("migrated", 1)
+        with pytest.raises(ExecutionMigrated) as signalled:
+            client.get_handle(execution_id).signal("go", 1)
+        assert signalled.value.shard == 1, "a signal to the seal is refused naming where the run lives"
+    assert signals(shards.dsns[0], execution_id, 1) == 0
