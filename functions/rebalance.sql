@@ -361,11 +361,17 @@ BEGIN
         ) WHERE e.id = v_incoming.id;
     END IF;
     PERFORM harvest._insert_copied_rows('events', p_copy -> 'events', '{}', 'ON CONFLICT DO NOTHING');
-    INSERT INTO harvest.shard_arrivals (execution_id, migration_id, source_shard, tasks, prior_seal, staged_at)
-    VALUES (v_incoming.id, v_migration.id, v_migration.source_shard, p_copy -> 'tasks', v_prior_seal, harvest.now())
+    INSERT INTO harvest.shard_arrivals (
+        execution_id, migration_id, source_shard, tasks, prior_seal, staged_at, copied_events
+    ) VALUES (
+        v_incoming.id, v_migration.id, v_migration.source_shard, p_copy -> 'tasks', v_prior_seal, harvest.now(),
+        int8multirange(int8range(coalesce((v_prior_seal ->> 'last_event_id')::bigint, 0) + 1,
+                                 v_incoming.last_event_id + 1))
+    )
     ON CONFLICT (execution_id) DO UPDATE
     SET migration_id = excluded.migration_id, source_shard = excluded.source_shard, tasks = excluded.tasks,
-        prior_seal = excluded.prior_seal, staged_at = excluded.staged_at, activated_at = NULL;
+        prior_seal = excluded.prior_seal, staged_at = excluded.staged_at, activated_at = NULL,
+        copied_events = harvest.shard_arrivals.copied_events + excluded.copied_events;
     RETURN harvest.history_digest(v_incoming.id);
 END;
 $$;

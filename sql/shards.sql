@@ -71,6 +71,9 @@ CREATE TABLE harvest.shard_arrivals (
     prior_seal jsonb,
     staged_at timestamptz NOT NULL,
     activated_at timestamptz,
+    -- The event ids that arrived with copies (not appended here): the usage report
+    -- counts each event on the shard that appended it, once across the fleet.
+    copied_events int8multirange NOT NULL DEFAULT '{}'::int8multirange,
     CONSTRAINT shard_arrivals_pkey PRIMARY KEY (execution_id),
     CONSTRAINT shard_arrivals_execution_fkey FOREIGN KEY (execution_id)
     REFERENCES harvest.executions (id) ON DELETE CASCADE

@@ -373,3 +373,21 @@ def test_a_client_on_the_source_reads_a_moved_run_as_moved_not_as_ended(shards) 
             client.get_handle(execution_id).signal("go", 1)
         assert signalled.value.shard == 1, "a signal to the seal is refused naming where the run lives"
     assert signals(shards.dsns[0], execution_id, 1) == 0
+
+
+def test_the_usage_reports_of_the_shards_count_a_moved_run_once(shards) -> None:
+    execution_id = park(shards.dsns[0], "usage")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", 1))
+    _decide_on(shards.dsns[1], execution_id, [{"type": "complete_workflow", "result": 1}])
+    totals = {"workflow_starts": 0, "completed": 0}
+    for shard in (0, 1, 2):
+        with shards.connect(shard) as conn:
+            for found in conn.execute(
+                "SELECT workflow_starts, completed FROM harvest.count_usage(now() - interval '1 hour', "
+                "now() + interval '1 hour')"
+            ):
+                totals["workflow_starts"] += found[0]
+                totals["completed"] += found[1]
+    assert totals == {"workflow_starts": 1, "completed": 1}, "one start (on shard 0), one completion (on 1)"
