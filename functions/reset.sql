@@ -110,6 +110,7 @@ BEGIN
             HINT = 'use drop or buffer';
     END IF;
     v_source := harvest._lock_execution(p_execution_id);
+    PERFORM harvest._refuse_moved(v_source, 'reset');
     v_problems := harvest._reset_problems(v_source, p_to_event);
     SELECT count(*) INTO v_pending_signals FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_id > p_to_event AND ev.event_type = 'SignalReceived';

@@ -369,10 +369,25 @@ def test_a_client_on_the_source_reads_a_moved_run_as_moved_not_as_ended(shards) 
         with pytest.raises(ExecutionMigrated) as caught:
             client.get_handle(execution_id).result(timeout=5)
         assert (caught.value.reason, caught.value.shard) == ("migrated", 1)
-        with pytest.raises(ExecutionMigrated) as signalled:
-            client.get_handle(execution_id).signal("go", 1)
-        assert signalled.value.shard == 1, "a signal to the seal is refused naming where the run lives"
+        handle = client.get_handle(execution_id)
+        for act in (
+            lambda: handle.signal("go", 1),
+            lambda: handle.cancel("x"),
+            lambda: handle.terminate("x"),
+            lambda: handle.query("state"),
+            lambda: handle.update("change", 1),
+        ):
+            with pytest.raises(ExecutionMigrated) as refused:
+                act()
+            assert refused.value.shard == 1, (
+                "every id-routed act on the seal is refused naming where the run lives"
+            )
+    with shards.connect(0) as conn, pytest.raises(psycopg.Error) as reset:
+        conn.execute("SELECT harvest.reset_workflow(%s, 1, 'why')", (execution_id,))
+    assert reset.value.sqlstate == "HR013"
     assert signals(shards.dsns[0], execution_id, 1) == 0
+    assert row(shards.dsns[0], execution_id)["status"] == "MIGRATED", "the seal is untouched"
+    assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.query_requests") == 0
 
 
 def test_the_usage_reports_of_the_shards_count_a_moved_run_once(shards) -> None:
