@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from rebalance_helpers import authoritative, park, row, scalar, signals, wait_until
 
 from harvest.cli.main import main as cli
-from harvest.shard import AsyncShardPools, ShardRouter
-from harvest.shard.rebalance import resume_stalled_migrations
+from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
+from harvest.shard.rebalance import Rebalancer, resume_stalled_migrations
 
 pytestmark = [pytest.mark.shard, pytest.mark.chaos]
 
@@ -138,3 +138,30 @@ def test_killed_after_the_cutover_rebalance_resume_activates_it(shards, tmp_path
     assert [m["outcome"] for m in report["moves"]] == ["moved"], report
     assert authoritative(shards.dsns, execution_id) == [1]
     wait_until(lambda: row(shards.dsns[1], execution_id)["status"] == "RUNNING")
+
+
+def test_resume_drops_a_staged_copy_a_failed_move_left_behind(shards) -> None:
+    execution_id = park(shards.dsns[0], "orphan")
+
+    class Killed(Exception):
+        pass
+
+    def die(phase: str, record: dict) -> None:
+        if phase == "copied":
+            raise Killed  # the driver dies between the copy and anything else
+
+    with (
+        ShardPools(ShardRouter([0, 1, 2], [0, 1, 2], 0), shards.dsns, max_size=2) as pools,
+        pytest.raises(Killed),
+    ):
+        Rebalancer(pools, 0, 1, on_phase=die).move(execution_id)
+    with shards.connect(0) as conn:  # an operator (or a crash after it) failed the move
+        conn.execute(
+            "SELECT harvest.fail_migration(id, 'abandoned') FROM harvest.shard_migrations "
+            "WHERE execution_id = %s",
+            (execution_id,),
+        )
+    assert row(shards.dsns[1], execution_id)["status"] == "MIGRATING", "an inert copy is left on the target"
+    assert _resume(shards)["moves"] == []
+    assert row(shards.dsns[1], execution_id) is None, "rebalance-resume dropped it"
+    assert authoritative(shards.dsns, execution_id) == [0]

@@ -156,7 +156,16 @@ def rebalance_resume(
 
     with _pools(shard_pairs) as pools:
         with pools.api(source) as sql:
-            targets = sorted({r["target_shard"] for r in sql.list_migrations(["open"], 10000)})
+            # Every open move's target (one without a URL is refused loudly), and the targets of
+            # recent failed moves this process can reach (their leftover staged copies).
+            targets = sorted(
+                {r["target_shard"] for r in sql.list_migrations(["open"], 10000)}
+                | {
+                    r["target_shard"]
+                    for r in sql.list_migrations(["failed"], 1000)
+                    if r["target_shard"] in pools.shards
+                }
+            )
         if target is not None:
             targets = [t for t in targets if t == target]
         moves = []

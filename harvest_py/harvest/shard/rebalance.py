@@ -206,15 +206,20 @@ class Rebalancer:
         """Settle every open move of the source shard whose target is this rebalancer's: a
         record before its cutover is driven on (each step is idempotent, and the cutover
         re-checks the verified history, so a run that woke since is declined, not sealed
-        stale); a record past it is activated and completed."""
+        stale); a record past it is activated and completed. The staged copies of the latest
+        failed moves are discarded again (a driver killed between failing a move and dropping
+        its copy left an inert one behind; discarding is idempotent)."""
         with self.pools.api(self.source) as sql:
             records = [r for r in sql.list_migrations(["open"], 10000) if r["target_shard"] == self.target]
+            failed = [r for r in sql.list_migrations(["failed"], 1000) if r["target_shard"] == self.target]
         moves = []
         for record in sorted(records, key=lambda r: r["id"]):
             move = Move(
                 str(record["execution_id"]), record["workflow_name"], record["workflow_id"], "would_move"
             )
             moves.append(self._drive(record, move))
+        for record in failed:
+            self._discard(str(record["execution_id"]), record["id"])
         return moves
 
     # -- the steps --------------------------------------------------------------------------------
