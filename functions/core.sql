@@ -276,8 +276,31 @@ BEGIN
 END;
 $$;
 
+-- Refuse p_action on an execution a shard rebalance moved away (a MIGRATED seal) or
+-- is moving here (a MIGRATING staged copy), with HR013: the caller follows the
+-- pointer (DETAIL.shard_id), or retries while a staged copy awaits activation
+-- (functions/rebalance.sql). Acting on the seal would act on a stale copy.
+CREATE OR REPLACE FUNCTION harvest._refuse_moved(p_execution harvest.executions, p_action text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_execution.status IN ('MIGRATED', 'MIGRATING') THEN
+        RAISE EXCEPTION 'cannot % execution % on shard %: it %', p_action, p_execution.id, harvest.get_shard_id(),
+            CASE WHEN p_execution.migrated_to_shard IS NOT NULL
+                THEN format('moved to shard %s', p_execution.migrated_to_shard)
+                ELSE 'is being moved here and is not active yet' END
+            USING ERRCODE = 'HR013',
+            DETAIL = jsonb_build_object('reason', 'migrated', 'execution_id', p_execution.id,
+                                        'shard_id', p_execution.migrated_to_shard, 'blockers', '[]'::jsonb)::text,
+            HINT = 'route the call by the execution id (the router follows the forwarding pointer), or retry';
+    END IF;
+END;
+$$;
+
 -- Lock an execution that must still be running for p_action (signal, cancel,
--- terminate, ...), or raise not-found / not-running naming the state it is in.
+-- terminate, ...), or raise not-found / moved (HR013) / not-running naming the
+-- state it is in.
 CREATE OR REPLACE FUNCTION harvest._lock_running_execution(p_execution_id uuid, p_action text)
 RETURNS harvest.executions
 LANGUAGE plpgsql
@@ -285,6 +308,7 @@ AS $$
 DECLARE
     v_execution harvest.executions := harvest._lock_execution(p_execution_id);
 BEGIN
+    PERFORM harvest._refuse_moved(v_execution, p_action);
     IF v_execution.status <> 'RUNNING' THEN
         RAISE EXCEPTION 'cannot % execution %: it is already %', p_action, p_execution_id, v_execution.status
             USING ERRCODE = 'HR005';

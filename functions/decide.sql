@@ -779,7 +779,8 @@ BEGIN
             p_workflow_id => v_workflow_id,
             p_queue => coalesce(p_command ->> 'task_queue', p_parent.queue),
             p_reuse_policy => 'terminate_if_running', p_conflict_policy => 'fail',
-            p_parent_id => p_parent.id, p_shard => harvest.shard_of(p_parent.id)) AS s;
+            -- NULL: this database's shard (a moved parent's id names its origin shard).
+            p_parent_id => p_parent.id, p_shard => NULL) AS s;
         UPDATE harvest.executions SET parent_seq = p_seq, parent_close_policy = v_policy
         WHERE id = v_child_id;
     EXCEPTION
@@ -828,7 +829,8 @@ BEGIN
         p_workflow_name => p_execution.workflow_name, p_input => p_input,
         p_workflow_id => p_execution.workflow_id, p_queue => p_execution.queue,
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
-        p_parent_id => p_execution.parent_id, p_shard => harvest.shard_of(p_execution.id),
+        -- NULL: this database's shard (a moved run's id names its origin shard).
+        p_parent_id => p_execution.parent_id, p_shard => NULL,
         p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false) AS s;
     UPDATE harvest.executions
     SET parent_seq = p_execution.parent_seq, parent_close_policy = p_execution.parent_close_policy,

@@ -181,12 +181,13 @@ BEGIN
         v_states := string_to_array(upper(replace(p_status, ' ', '')), ',');
         FOREACH v_state IN ARRAY v_states LOOP
             IF v_state NOT IN ('RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
-                               'CONTINUED_AS_NEW') THEN
+                               'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED') THEN
                 RAISE EXCEPTION 'unknown state "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-                                'TIMED_OUT or CONTINUED_AS_NEW (comma-separated for several)', p_status
+                                'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED (comma-separated for several)',
+                                p_status
                     USING ERRCODE = 'HR001',
-                    HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW'
-                           ' (comma-separated for several)';
+                    HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
+                           'MIGRATING or MIGRATED (comma-separated for several)';
             END IF;
         END LOOP;
         v_where := v_where || format('e.status = ANY(%L::text[])', v_states);
@@ -385,11 +386,13 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_status IS NOT NULL AND upper(p_status) NOT IN (
-        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW'
+        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
+        'MIGRATING', 'MIGRATED'
     ) THEN
         RAISE EXCEPTION 'unknown status "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
-                        'TIMED_OUT or CONTINUED_AS_NEW', p_status USING ERRCODE = 'HR001',
-            HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or CONTINUED_AS_NEW';
+                        'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED', p_status USING ERRCODE = 'HR001',
+            HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, MIGRATING '
+                   'or MIGRATED';
     END IF;
     IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN
         RAISE EXCEPTION 'depth % is out of range 1..100', p_depth USING ERRCODE = 'HR001';

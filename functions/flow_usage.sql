@@ -18,6 +18,9 @@
 --                               (the history does not record when the final attempt started,
 --                               so this includes queueing and retry backoff)
 -- Local activities are markers, not activities, and are not counted.
+-- A run moved by a shard rebalance is counted once across the shards: each event
+-- on the shard that appended it (the events a copy brought are skipped, and so is
+-- a staged copy), so the per-shard reports add up.
 --
 -- group_by: 'workflow_name' (default) or 'search_attr:<key>'; a run without the
 -- key is grouped under '(unattributed)', never dropped. A window wider than the
@@ -83,12 +86,17 @@ BEGIN
                     ELSE coalesce(x.search_attributes ->> v_attr, '(unattributed)') END AS grp
         FROM harvest.executions AS x
         WHERE x.created_at < p_to AND (x.completed_at IS NULL OR x.completed_at >= p_from)
+          AND x.status <> 'MIGRATING'
     ),
     ev AS (
         SELECT r.grp, e.execution_id, e.event_type, e.event_data, e.created_at
         FROM runs AS r
         JOIN harvest.events AS e ON e.execution_id = r.id
+        -- A moved run's copied events are counted on the shard that appended them
+        -- (functions/rebalance.sql): once across shards.
+        LEFT JOIN harvest.shard_arrivals AS a ON a.execution_id = r.id
         WHERE e.created_at >= p_from AND e.created_at < p_to
+          AND NOT coalesce(a.copied_events @> e.event_id, false)
           AND e.event_type IN ('WorkflowStarted', 'WorkflowCompleted', 'WorkflowFailed', 'WorkflowCancelled',
                                'WorkflowTimedOut', 'ActivityCompleted', 'ActivityFailed')
     ),

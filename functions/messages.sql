@@ -50,17 +50,20 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
+    v_execution harvest.executions;
     v_queue text;
     v_id bigint;
 BEGIN
     PERFORM harvest._check_query_args(p_name, p_timeout_secs);
     PERFORM harvest._check_payload(format('the argument of query %s', p_name), p_arg,
                                    harvest._payload_limit());
-    SELECT e.queue INTO v_queue FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % does not exist', p_execution_id
             USING ERRCODE = 'HR002', HINT = 'list executions with harvest.list_executions()';
     END IF;
+    PERFORM harvest._refuse_moved(v_execution, 'query');  -- a seal would answer from a stale copy
+    v_queue := v_execution.queue;
     INSERT INTO harvest.query_requests (execution_id, kind, name, arg, queue, created_at, expires_at)
     VALUES (p_execution_id, 'query', p_name, coalesce(p_arg, 'null'::jsonb), v_queue, v_now,
             v_now + make_interval(secs => p_timeout_secs))
@@ -99,6 +102,7 @@ BEGIN
     PERFORM harvest._check_payload(format('the argument of update %s', p_name), p_arg,
                                    harvest._payload_limit());
     v_execution := harvest._lock_execution(p_execution_id);
+    PERFORM harvest._refuse_moved(v_execution, 'update');
     DELETE FROM harvest.query_requests AS r
     WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.update_id = v_update_id
       AND r.expires_at <= v_now;

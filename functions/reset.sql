@@ -115,6 +115,7 @@ BEGIN
             HINT = 'use drop or buffer';
     END IF;
     v_source := harvest._lock_execution(p_execution_id);
+    PERFORM harvest._refuse_moved(v_source, 'reset');
     v_problems := harvest._reset_problems(v_source, p_to_event);
     SELECT count(*) INTO v_pending_signals FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_id > p_to_event AND ev.event_type = 'SignalReceived';
@@ -141,7 +142,8 @@ BEGIN
         'error_type', 'Reset', 'message', 'reset to event ' || p_to_event || ': ' || p_reason,
         'non_retryable', true, 'details', jsonb_build_object('operator_id', p_operator_id)));
 
-    v_fork_id := harvest._new_execution_id(harvest.shard_of(p_execution_id));
+    -- This database's shard: a moved run's id names its origin shard.
+    v_fork_id := harvest._new_execution_id(harvest.get_shard_id());
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, queue, input, search_attributes, created_at,
         execution_timeout_at, timeout_at, run_timeout_secs, concurrency_key, quota_key,

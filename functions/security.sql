@@ -53,6 +53,10 @@ AS $$
                         'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay')
             THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
+        WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
+        WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',
+                        'set_migration_error', 'set_migration_forward') THEN 'harvest_admin,harvest_worker'
+        WHEN p_name IN ('get_copy_schema', 'history_digest', 'list_migrations') THEN 'harvest_reader'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',
                         'stop_waiting_for_result', 'count_stranded_tasks')
             THEN 'harvest_reader,harvest_worker'

@@ -291,14 +291,33 @@ BEGIN
     SELECT * INTO v_prior FROM harvest.executions AS e
     WHERE e.workflow_name = p_workflow_name
       AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
-    ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
+    ORDER BY e.workflow_id, (e.status IN ('RUNNING', 'MIGRATING', 'MIGRATED')) DESC, e.created_at DESC
     LIMIT 1
     FOR UPDATE;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
 
-    CASE harvest._start_action(v_prior.status, p_reuse_policy, p_conflict_policy)
+    -- A prior moved to another shard (MIGRATED) or being staged here (MIGRATING) is a
+    -- live run under the policies; replacing it is refused (HR013, retryable): the
+    -- terminate could not reach the live copy, and sealing the prior would release
+    -- the key while the real run keeps executing (functions/rebalance.sql).
+    IF v_prior.status IN ('MIGRATING', 'MIGRATED') THEN
+        IF harvest._start_action('RUNNING', p_reuse_policy, p_conflict_policy) = 'replace' THEN
+            PERFORM harvest._raise_migration('replace_migrated_prior', format(
+                'workflow %s with id "%s" runs as execution %s, which %s: a start cannot replace it',
+                p_workflow_name, p_workflow_id, v_prior.id,
+                CASE WHEN v_prior.migrated_to_shard IS NOT NULL
+                    THEN format('moved to shard %s', v_prior.migrated_to_shard)
+                    ELSE 'is being moved to this shard' END),
+                v_prior.id, v_prior.migrated_to_shard, '{}',
+                'cancel or terminate the execution by its id (routed to where it lives), then start again');
+        END IF;
+    END IF;
+
+    CASE harvest._start_action(
+        CASE WHEN v_prior.status IN ('MIGRATING', 'MIGRATED') THEN 'RUNNING' ELSE v_prior.status END,
+        p_reuse_policy, p_conflict_policy)
     WHEN 'attach' THEN
         RETURN v_prior;
     WHEN 'reject' THEN

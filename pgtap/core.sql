@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(65);
+SELECT plan(67);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -142,6 +142,15 @@ SELECT is(harvest._event_bytes(jsonb_build_object('v', repeat('x', 5000))), 5009
 -- _lock_running_execution: the one not-running refusal signal, cancel and terminate share.
 SELECT throws_ok($$SELECT harvest._lock_running_execution(gen_random_uuid(), 'poke')$$, 'HR002', NULL,
                  '_lock_running_execution() of an unknown id: HR002');
+-- _refuse_moved: a MIGRATED seal (or a MIGRATING staged copy) is refused with HR013 naming its shard.
+SELECT lives_ok($$SELECT harvest._refuse_moved(jsonb_populate_record(NULL::harvest.executions,
+                    '{"id": "00000000-0000-4000-8000-000000000001", "status": "RUNNING"}'), 'poke')$$,
+                '_refuse_moved(): a RUNNING row passes');
+SELECT throws_ok($$SELECT harvest._refuse_moved(e, 'poke') FROM (SELECT (jsonb_populate_record(NULL::harvest.executions,
+                    '{"id": "00000000-0000-4000-8000-000000000001", "status": "MIGRATED", "migrated_to_shard": 3}'))
+                    .*) AS e$$, 'HR013',
+                 'cannot poke execution 00000000-0000-4000-8000-000000000001 on shard 0: it moved to shard 3',
+                 '_refuse_moved(): a MIGRATED seal is HR013 naming where the run went');
 
 -- Payload size: the limit (harvest.engine_settings) and the check every entry point runs.
 SELECT is(harvest.payload_limit(), 2097152, 'payload_limit() is engine_settings.max_payload_bytes, 2 MiB by default');

@@ -36,23 +36,36 @@ CREATE TABLE harvest.executions (
     decided_through bigint,
     -- The run's own timeout, which a continue-as-new successor inherits.
     run_timeout_secs double precision,
+    -- Shard rebalancing (functions/rebalance.sql): on a MIGRATED seal (or a
+    -- MIGRATING staged copy that replaced one) the shard the run went to, the
+    -- forwarding pointer every id routed here follows; on a live copy the shards
+    -- it lived on before, oldest first (the residence chain erasure walks).
+    migrated_to_shard integer,
+    migrated_from_shards integer[] NOT NULL DEFAULT '{}'::integer[],
     CONSTRAINT executions_pkey PRIMARY KEY (id),
     CONSTRAINT executions_status_check CHECK (status IN (
         'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
-        'CONTINUED_AS_NEW'
+        'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED'
     )),
     CONSTRAINT executions_search_attributes_object CHECK (
         jsonb_typeof(search_attributes) = 'object'
     ),
     CONSTRAINT executions_parent_close_policy_check CHECK (
         parent_close_policy IN ('terminate', 'request_cancel', 'abandon')
+    ),
+    CONSTRAINT executions_migrated_to_shard_check CHECK (
+        migrated_to_shard IS NULL
+        OR (status IN ('MIGRATING', 'MIGRATED') AND migrated_to_shard BETWEEN 0 AND 65535)
     )
 );
 
--- One live run per business key; terminal runs keep their rows for history.
+-- One live run per business key; terminal runs keep their rows for history. A
+-- MIGRATED seal and a MIGRATING staged copy hold the key too: the key still hashes
+-- to the seal's shard, so a later start there must find it and not start a second
+-- live run beside the moved one (functions/rebalance.sql).
 CREATE UNIQUE INDEX executions_active_workflow_id
 ON harvest.executions (workflow_name, workflow_id)
-WHERE status = 'RUNNING';
+WHERE status IN ('RUNNING', 'MIGRATING', 'MIGRATED');
 
 CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);

@@ -19,10 +19,12 @@ VERBS = {
     "preview",
     # mutations
     "accept",
+    "activate",
     "answer",
     "begin",
     "cancel",
     "claim",
+    "cut",  # cut_over_migration: the spec's "cutover" (functions/rebalance.sql)
     "clear",
     "complete",
     "declare",
@@ -47,10 +49,19 @@ VERBS = {
     "terminate",
     "unregister",
     "update",
+    "verify",
     "wait",
 }
 # Scalars are named for their value, like PostgreSQL's now() ("Scalars are named for their value").
-SCALARS = {"now", "shard_of", "schema_version", "payload_limit", "next_due_at", "quota_usage"}
+SCALARS = {
+    "now",
+    "shard_of",
+    "schema_version",
+    "payload_limit",
+    "next_due_at",
+    "quota_usage",
+    "history_digest",
+}
 # "Not renamed, on purpose": the scanner's one entry point.
 EXCEPTIONS = {"scan"}
 

@@ -124,3 +124,15 @@ def test_a_router_refusal_names_the_key_from_the_config(tmp_path: Path) -> None:
         ShardRouter.from_config(config)
     with pytest.raises(ConfigError, match=r"^shards\.residency \(from .*\) has a blank key"):
         load_config(write(tmp_path, '[shards.residency]\n"" = 0\n'), env={})
+
+
+def test_shards_forwards_from_the_file_and_a_variable_route_a_retired_shards_ids(tmp_path: Path) -> None:
+    text = TOML + '\n[shards.forwards]\n"3" = 0\n'
+    text = text.replace("readable = [0, 1, 2]", "readable = [0, 1, 2, 4]")
+    config = load_config(write(tmp_path, text), env={"HARVEST_SHARDS__FORWARDS__4": "2"})
+    router = ShardRouter.from_config(config)
+    assert router.topology()["shard_forwards"] == {"3": 0, "4": 2}
+    assert router.route("00030000-0000-4000-8000-000000000001") == 0
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, env={"HARVEST_SHARDS__FORWARDS__X": "0"})
+    assert "shards.forwards.X" in str(caught.value) or "shards.forwards.x" in str(caught.value)

@@ -119,6 +119,7 @@ SAMPLE = {
     "bool": False,
     "Any": None,
     "list[str]": ["q"],
+    "list[int]": [1],
     "list[Any]": [1],
     "dict[str, Any]": {"k": 1},
     "dict[str, Any] | None": None,

@@ -140,6 +140,7 @@ def _register() -> None:
         migrate,
         preflight,
         queues,
+        rebalance,
         replay,
         retention,
         shard,
@@ -163,6 +164,8 @@ def _register() -> None:
     main.add_command(queues.queue)
     main.add_command(audit.audit)
     main.add_command(shard.shard)
+    shard.shard.add_command(rebalance.rebalance)
+    shard.shard.add_command(rebalance.rebalance_resume)
     main.add_command(usage.usage)
     _reads_config_first(main)
 

@@ -261,7 +261,7 @@ CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%
     "state",
     default=None,
     help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
-    "CONTINUED_AS_NEW (comma-separated for several).",
+    "CONTINUED_AS_NEW, MIGRATING, MIGRATED (comma-separated for several).",
 )
 @click.option("--workflow-name", default=None)
 @click.option(

@@ -25,6 +25,7 @@ from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
     DatabaseUnavailable,
+    ExecutionMigrated,
     HarvestError,
     InvalidArgument,
     ShardUnavailable,
@@ -72,6 +73,18 @@ def _outcome(execution: dict[str, Any], definition: WorkflowDefinition | None) -
     status, execution_id = execution["status"], str(execution["id"])
     if status == "CONTINUED_AS_NEW":
         raise _ContinuedAsNew(str(execution["output"]["continued_as_new"]))
+    if status in ("MIGRATED", "MIGRATING"):
+        # A shard rebalance moved the run (docs/sharding.md, "Rebalancing"): not an end.
+        shard = execution.get("migrated_to_shard")
+        raise ExecutionMigrated(
+            f"workflow {execution_id} moved to shard {shard}: read its result there "
+            "(ShardPools.call_routed follows the forwarding pointer)"
+            if shard is not None
+            else f"workflow {execution_id} is being moved to this shard; retry",
+            "migrated",
+            execution_id,
+            shard,
+        )
     if status == "COMPLETED":
         return payload.decode_result(definition.fn if definition else None, execution["output"])
     failure = execution.get("failure") or {}

@@ -75,7 +75,11 @@ class ShardAssignments(str):
     """The kind of ``worker.shard_assignments``: ``"auto"`` or a list of shard numbers."""
 
 
-TABLES = (ShardUrls, ShardResidency)
+class ShardForwards(dict):
+    """The kind of ``shards.forwards``: a decommissioned shard number -> the shard its ids route to."""
+
+
+TABLES = (ShardUrls, ShardResidency, ShardForwards)
 MAX_SHARD = 65535
 
 # The numeric keys are the WorkerOptions fields that name a config key (worker/options.py
@@ -99,6 +103,7 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("shards", "reserved"): ShardList,
     ("shards", "urls"): ShardUrls,
     ("shards", "residency"): ShardResidency,
+    ("shards", "forwards"): ShardForwards,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
@@ -120,7 +125,14 @@ def env_name(key: tuple[str, ...]) -> str:
 
 def known_keys() -> str:
     return ", ".join(
-        dotted(k) + (".<N>" if SCHEMA[k] is ShardUrls else ".<KEY>" if SCHEMA[k] is ShardResidency else "")
+        dotted(k)
+        + (
+            ".<N>"
+            if SCHEMA[k] in (ShardUrls, ShardForwards)
+            else ".<KEY>"
+            if SCHEMA[k] is ShardResidency
+            else ""
+        )
         for k in SCHEMA
     )
 
@@ -128,7 +140,13 @@ def known_keys() -> str:
 def known_variables() -> str:
     return ", ".join(
         env_name(k)
-        + ("__<N>" if SCHEMA[k] is ShardUrls else "__<KEY>" if SCHEMA[k] is ShardResidency else "")
+        + (
+            "__<N>"
+            if SCHEMA[k] in (ShardUrls, ShardForwards)
+            else "__<KEY>"
+            if SCHEMA[k] is ShardResidency
+            else ""
+        )
         for k in SCHEMA
     )
 
@@ -244,6 +262,12 @@ def _table_entry(key: tuple[str, ...], name: str, value: Any, source: str) -> An
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}: expected the shard's database URL")
         return value
+    if SCHEMA[key] is ShardForwards:
+        if not name.isdigit() or int(name) > MAX_SHARD:
+            raise ConfigError(f"{where}: {name!r} is not a shard number 0..{MAX_SHARD}")
+        if from_env and value.strip().isdigit():
+            value = int(value.strip())
+        return _shard_number(value, where)
     if not name.strip():
         raise ConfigError(f"{dotted(key)} (from {source}) has a blank key: name each residency key")
     if from_env and value.strip().isdigit():

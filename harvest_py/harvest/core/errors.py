@@ -145,6 +145,32 @@ class ShardUnavailable(DatabaseUnavailable):
         self.reason = reason
 
 
+class ExecutionMigrated(HarvestError):
+    """A call met an execution that is moving or has moved between shards (SQLSTATE HR013):
+    a shard rebalance (docs/sharding.md, "Rebalancing"). Retryable (``.retryable``; the HTTP
+    face answers 503). ``.reason`` says which case: ``migrated`` (the row is a MIGRATED seal;
+    ``.shard`` is where the run lives now: route by the execution id, which follows the
+    pointer), ``replace_migrated_prior`` (a start would replace a moved run: cancel or
+    terminate it by id, then start again), ``not_quiescent`` / ``migration_in_progress``
+    (a move was refused; ``.blockers`` names why), and the move's own phase conflicts.
+    Nothing was written."""
+
+    retryable = True
+    http_status = 503
+
+    def __init__(
+        self,
+        message: str,
+        reason: str | None = None,
+        execution_id: str | None = None,
+        shard: int | None = None,
+        blockers: list[str] | None = None,
+    ):
+        super().__init__(message)
+        self.reason, self.execution_id, self.shard = reason, execution_id, shard
+        self.blockers = list(blockers or [])
+
+
 class NonDeterminismError(HarvestError):
     """Replaying the workflow code issued commands that differ from its history."""
 
@@ -256,6 +282,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR008": PayloadTooLarge,
     "HR010": UnknownWorkflow,
     "HR011": WrongShard,
+    "HR013": ExecutionMigrated,
     "42501": PermissionDenied,
 }
 
@@ -310,6 +337,19 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             f"{message}: {hint}" if hint else message,
             info.get("requested_shard_id"),
             info.get("shard_id"),
+        )
+    if cls is ExecutionMigrated:
+        try:
+            info = json.loads(getattr(diag, "message_detail", None) or "{}")
+        except ValueError:
+            info = {}
+        hint = getattr(diag, "message_hint", None)
+        return ExecutionMigrated(
+            f"{message}: {hint}" if hint else message,
+            info.get("reason"),
+            info.get("execution_id"),
+            info.get("shard_id"),
+            info.get("blockers"),
         )
     if cls is PermissionDenied:
         return PermissionDenied(

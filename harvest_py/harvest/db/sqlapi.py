@@ -96,6 +96,34 @@ GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
 GET_SHARD_HEALTH = "SELECT harvest.get_shard_health(%(queues)s) AS health"
 COUNT_STRANDED_TASKS = "SELECT * FROM harvest.count_stranded_tasks()"
+# -- shard rebalancing (functions/rebalance.sql)
+LIST_MIGRATION_CANDIDATES = """
+SELECT * FROM harvest.list_migration_candidates(%(workflow_name)s, %(execution_id)s, %(limit)s)
+"""
+BEGIN_MIGRATION = (
+    "SELECT harvest.begin_migration(%(execution_id)s, %(target_shard)s, %(operator_id)s) AS result"
+)
+GET_MIGRATION_COPY = "SELECT harvest.get_migration_copy(%(migration_id)s) AS result"
+ACCEPT_MIGRATION_COPY = "SELECT harvest.accept_migration_copy(%(copy)s) AS result"
+SET_MIGRATION_COPIED = "SELECT harvest.set_migration_copied(%(migration_id)s) AS result"
+VERIFY_MIGRATION = "SELECT harvest.verify_migration(%(migration_id)s, %(target_digest)s) AS result"
+CUT_OVER_MIGRATION = "SELECT harvest.cut_over_migration(%(migration_id)s, %(operator_id)s) AS result"
+ACTIVATE_MIGRATION = "SELECT harvest.activate_migration(%(execution_id)s, %(migration_id)s) AS result"
+DISCARD_MIGRATION_COPY = "SELECT harvest.discard_migration_copy(%(execution_id)s, %(migration_id)s) AS result"
+COMPLETE_MIGRATION = """
+SELECT harvest.complete_migration(%(migration_id)s, %(operator_id)s, %(automatic)s) AS result
+"""
+FAIL_MIGRATION = "SELECT harvest.fail_migration(%(migration_id)s, %(error)s, %(operator_id)s) AS result"
+CLAIM_STALLED_MIGRATIONS = """
+SELECT m AS result
+FROM harvest.claim_stalled_migrations(%(stall_after_secs)s, %(target_shards)s, %(limit)s) AS m
+"""
+SET_MIGRATION_ERROR = "SELECT harvest.set_migration_error(%(migration_id)s, %(error)s)"
+LIST_MIGRATIONS = "SELECT m AS result FROM harvest.list_migrations(%(phases)s, %(limit)s) AS m"
+GET_RESIDENCE = "SELECT harvest.get_residence(%(execution_id)s) AS result"
+SET_MIGRATION_FORWARD = "SELECT harvest.set_migration_forward(%(execution_id)s, %(shard)s) AS result"
+HISTORY_DIGEST = "SELECT harvest.history_digest(%(execution_id)s) AS result"
+GET_COPY_SCHEMA = "SELECT harvest.get_copy_schema() AS result"
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -428,6 +456,109 @@ def get_shard_health(queues: list[str] | None = None) -> dict[str, Any]:
 def count_stranded_tasks() -> dict[str, Any]:
     """The stranded-work gauge: ``{queue, pending, oldest_due_at}`` per queue with claimable
     work and no live worker on this shard."""
+    return {}
+
+
+# -- shard rebalancing (functions/rebalance.sql; driven by harvest.shard.rebalance) --------------
+def _results(found: Rows) -> list[Any]:
+    return [row["result"] for row in found]
+
+
+@call(LIST_MIGRATION_CANDIDATES)
+def list_migration_candidates(
+    workflow_name: str | None = None, execution_id: str | None = None, limit: int = 100
+) -> dict[str, Any]:
+    """The runs a rebalance would consider, each with its quiescence ``blockers``."""
+    return {"workflow_name": workflow_name, "execution_id": execution_id, "limit": limit}
+
+
+@call(BEGIN_MIGRATION, column("result"))
+def begin_migration(execution_id: str, target_shard: int, operator_id: str | None = None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "target_shard": target_shard, "operator_id": operator_id}
+
+
+@call(GET_MIGRATION_COPY, column("result"))
+def get_migration_copy(migration_id: int) -> dict[str, Any]:
+    return {"migration_id": migration_id}
+
+
+@call(ACCEPT_MIGRATION_COPY, column("result"))
+def accept_migration_copy(copy: dict[str, Any]) -> dict[str, Any]:
+    return {"copy": _jsonb(copy)}
+
+
+@call(SET_MIGRATION_COPIED, column("result"))
+def set_migration_copied(migration_id: int) -> dict[str, Any]:
+    return {"migration_id": migration_id}
+
+
+@call(VERIFY_MIGRATION, column("result"))
+def verify_migration(migration_id: int, target_digest: dict[str, Any]) -> dict[str, Any]:
+    return {"migration_id": migration_id, "target_digest": _jsonb(target_digest)}
+
+
+@call(CUT_OVER_MIGRATION, column("result"))
+def cut_over_migration(migration_id: int, operator_id: str | None = None) -> dict[str, Any]:
+    return {"migration_id": migration_id, "operator_id": operator_id}
+
+
+@call(ACTIVATE_MIGRATION, column("result"))
+def activate_migration(execution_id: str, migration_id: int) -> dict[str, Any]:
+    return {"execution_id": execution_id, "migration_id": migration_id}
+
+
+@call(DISCARD_MIGRATION_COPY, column("result"))
+def discard_migration_copy(execution_id: str, migration_id: int) -> dict[str, Any]:
+    return {"execution_id": execution_id, "migration_id": migration_id}
+
+
+@call(COMPLETE_MIGRATION, column("result"))
+def complete_migration(
+    migration_id: int, operator_id: str | None = None, automatic: bool = False
+) -> dict[str, Any]:
+    return {"migration_id": migration_id, "operator_id": operator_id, "automatic": automatic}
+
+
+@call(FAIL_MIGRATION, column("result"))
+def fail_migration(migration_id: int, error: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"migration_id": migration_id, "error": error, "operator_id": operator_id}
+
+
+@call(CLAIM_STALLED_MIGRATIONS, _results)
+def claim_stalled_migrations(
+    stall_after_secs: float, target_shards: list[int], limit: int = 10
+) -> dict[str, Any]:
+    return {"stall_after_secs": stall_after_secs, "target_shards": list(target_shards), "limit": limit}
+
+
+@call(SET_MIGRATION_ERROR, nothing)
+def set_migration_error(migration_id: int, error: str) -> dict[str, Any]:
+    return {"migration_id": migration_id, "error": error}
+
+
+@call(LIST_MIGRATIONS, _results)
+def list_migrations(phases: list[str] | None = None, limit: int = 100) -> dict[str, Any]:
+    return {"phases": phases, "limit": limit}
+
+
+@call(GET_RESIDENCE, column("result"))
+def get_residence(execution_id: str) -> dict[str, Any]:
+    """Where the execution lives as seen from this shard (found, status, migrated_to_shard)."""
+    return {"execution_id": execution_id}
+
+
+@call(SET_MIGRATION_FORWARD, column("result"))
+def set_migration_forward(execution_id: str, shard: int) -> dict[str, Any]:
+    return {"execution_id": execution_id, "shard": shard}
+
+
+@call(HISTORY_DIGEST, column("result"))
+def history_digest(execution_id: str) -> dict[str, Any]:
+    return {"execution_id": execution_id}
+
+
+@call(GET_COPY_SCHEMA, column("result"))
+def get_copy_schema() -> dict[str, Any]:
     return {}
 
 

@@ -15,19 +15,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
-from harvest.core.errors import ConfigError, ShardUnavailable
+from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
 from harvest.db.connection import DatabaseError, parse_dsn
 from harvest.db.pools import TRANSIENT, AsyncConnectionPool, ConnectionPool, open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.shard.router import ShardRouter
+from harvest.shard.router import MAX_FORWARD_HOPS, ShardRouter, too_many_hops
 
 __all__ = ["AsyncShardPools", "ShardPools"]
 
 # SQLSTATE 42883 (undefined function): a database migrated before shard identity (0023).
 _UNDEFINED_FUNCTION = "42883"
+T = TypeVar("T")
+# How long an id-routed call waits for a moved run's staged copy to be activated (the
+# liveness gap between a cutover and its activation; docs/sharding.md, "Rebalancing").
+ACTIVATION_WAIT_SECS = 10.0
+
+
+def _pointer(residence: dict[str, Any]) -> int | None:
+    """The shard a residence row forwards to, or None when the row is the live one (or absent)."""
+    if residence.get("found") and residence.get("status") in ("MIGRATED", "MIGRATING"):
+        return residence.get("migrated_to_shard")
+    return None
 
 
 def _checked_dsns(dsns: Mapping[int, str]) -> dict[int, str]:
@@ -162,6 +174,41 @@ class ShardPools(_Base):
                 unreachable.append(shard)
         return tuple(unreachable)
 
+    def resolve(self, execution_id: str) -> int:
+        """The shard an execution lives on now: the router's route, then each MIGRATED row's
+        forwarding pointer (at most MAX_FORWARD_HOPS). A chain of more than one hop is
+        collapsed on the origin, best effort, so the next lookup takes one."""
+        shard, passed = self.router.resolve(execution_id, lambda s: self._pointer_at(s, execution_id))
+        if len(passed) > 1:
+            with contextlib.suppress(Exception), self.api(passed[0]) as sql:
+                sql.set_migration_forward(execution_id, shard)
+        return shard
+
+    def _pointer_at(self, shard: int, execution_id: str) -> int | None:
+        with self.api(shard) as sql:
+            return _pointer(sql.get_residence(execution_id))
+
+    def call_routed(
+        self, execution_id: str, fn: Callable[[SqlApi], T], *, wait_secs: float = ACTIVATION_WAIT_SECS
+    ) -> T:
+        """Run ``fn(sql)`` on the shard the execution lives on. A move that cuts over between
+        the lookup and the call (ExecutionMigrated naming a shard) is followed; a staged copy
+        not yet activated is retried for up to ``wait_secs``, then the error is raised."""
+        deadline = time.monotonic() + wait_secs
+        shard = self.resolve(execution_id)
+        while True:
+            try:
+                with self.api(shard) as sql:
+                    return fn(sql)
+            except ExecutionMigrated as exc:
+                if exc.reason != "migrated" or time.monotonic() > deadline:
+                    raise
+                if exc.shard is not None:
+                    shard = exc.shard
+                else:
+                    time.sleep(0.05)
+                    shard = self.resolve(execution_id)
+
     def close(self) -> None:
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
@@ -258,6 +305,46 @@ class AsyncShardPools(_Base):
             except ShardUnavailable:
                 unreachable.append(shard)
         return tuple(unreachable)
+
+    async def resolve(self, execution_id: str) -> int:
+        """See :meth:`ShardPools.resolve`."""
+        shard = self.router.route(execution_id)
+        passed: list[int] = []
+        for _ in range(MAX_FORWARD_HOPS + 1):
+            async with self.api(shard) as sql:
+                pointer = _pointer(await sql.get_residence(execution_id))
+            if pointer is None:
+                if len(passed) > 1:
+                    with contextlib.suppress(Exception):
+                        async with self.api(passed[0]) as sql:
+                            await sql.set_migration_forward(execution_id, shard)
+                return shard
+            passed.append(shard)
+            shard = pointer
+        raise too_many_hops(execution_id, passed)
+
+    async def call_routed(
+        self,
+        execution_id: str,
+        fn: Callable[[AsyncSqlApi], Awaitable[T]],
+        *,
+        wait_secs: float = ACTIVATION_WAIT_SECS,
+    ) -> T:
+        """See :meth:`ShardPools.call_routed`."""
+        deadline = time.monotonic() + wait_secs
+        shard = await self.resolve(execution_id)
+        while True:
+            try:
+                async with self.api(shard) as sql:
+                    return await fn(sql)
+            except ExecutionMigrated as exc:
+                if exc.reason != "migrated" or time.monotonic() > deadline:
+                    raise
+                if exc.shard is not None:
+                    shard = exc.shard
+                else:
+                    await asyncio.sleep(0.05)
+                    shard = await self.resolve(execution_id)
 
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}

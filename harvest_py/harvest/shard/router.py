@@ -17,16 +17,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.core.errors import ConfigError, ExecutionMigrated, InvalidArgument
 from harvest.core.ids import MAX_SHARD, shard_of
 
 log = logging.getLogger("harvest.shard")
 
-__all__ = ["ShardRouter", "rendezvous"]
+__all__ = ["MAX_FORWARD_HOPS", "ShardRouter", "rendezvous"]
+
+# How many forwarding pointers a route follows before it fails closed (a typed, retryable
+# ExecutionMigrated) rather than loop: a completed move repoints the origin straight at the
+# run's newest shard, so a healthy chain is one hop (docs/sharding.md, "Rebalancing").
+MAX_FORWARD_HOPS = 4
 
 
 def _score(key: bytes, shard: int) -> int:
@@ -50,6 +55,16 @@ def rendezvous(key: str, shards: Iterable[int]) -> int:
     if best is None:
         raise ValueError("rendezvous over no shards")
     return -best[1]
+
+
+def too_many_hops(execution_id: Any, passed: Iterable[int]) -> ExecutionMigrated:
+    """The fail-closed answer of a route that met more than MAX_FORWARD_HOPS pointers."""
+    return ExecutionMigrated(
+        f"execution {execution_id}: more than {MAX_FORWARD_HOPS} forwarding hops "
+        f"(through shards {', '.join(map(str, passed))}); retry, or run harvest shard rebalance-resume",
+        "too_many_hops",
+        str(execution_id),
+    )
 
 
 def _workflow_key(workflow_name: str, workflow_id: str) -> str:
@@ -79,7 +94,7 @@ class ShardRouter:
     ``default``: the shared shard (schedules, unencoded ids land on it); ``reserved``: tenant
     cells, reached only by an explicit pin; ``residency_map``: residency key -> shard."""
 
-    __slots__ = ("_placeable", "default", "readable", "reserved", "residency_map", "writable")
+    __slots__ = ("_placeable", "default", "forwards", "readable", "reserved", "residency_map", "writable")
 
     def __init__(
         self,
@@ -89,6 +104,7 @@ class ShardRouter:
         *,
         residency_map: Mapping[str, int] | None = None,
         reserved: Iterable[int] = (),
+        forwards: Mapping[int, int] | None = None,
     ):
         self.readable: tuple[int, ...] = _shard_set(readable, "shards.readable")
         self.writable: tuple[int, ...] = _shard_set(writable, "shards.writable")
@@ -140,6 +156,39 @@ class ShardRouter:
                 )
             residency[name] = shard
         self.residency_map: Mapping[str, int] = MappingProxyType(dict(sorted(residency.items())))
+        self.forwards: Mapping[int, int] = MappingProxyType(self._check_forwards(forwards or {}))
+
+    def _check_forwards(self, forwards: Mapping[Any, Any]) -> dict[int, int]:
+        """``shards.forwards``: a decommissioned shard's ids route to the shard its residents
+        moved to (docs/runbooks/shard-decommission.md). Refused: a forwarded shard that is
+        still writable, a target outside readable, a chain longer than MAX_FORWARD_HOPS or a loop."""
+        out: dict[int, int] = {}
+        for key, value in dict(forwards).items():
+            try:
+                source = int(key)
+            except (TypeError, ValueError):
+                raise ConfigError(f"shards.forwards: {key!r} is not a shard number") from None
+            source = _shard_number(source, "shards.forwards")
+            target = _shard_number(value, f"shards.forwards.{source}")
+            if source in self.writable:
+                raise ConfigError(
+                    f"shards.forwards.{source}: shard {source} is writable; forward only a shard that takes "
+                    "no new workflows (remove it from shards.writable first)"
+                )
+            out[source] = target
+        for source in out:
+            shard, hops = source, 0
+            while shard in out:
+                shard, hops = out[shard], hops + 1
+                if hops > MAX_FORWARD_HOPS:
+                    raise ConfigError(
+                        f"shards.forwards.{source}: the chain is longer than {MAX_FORWARD_HOPS} hops or loops"
+                    )
+            if shard not in self.readable:
+                raise ConfigError(
+                    f"shards.forwards.{source} ends at shard {shard}, which is not in shards.readable"
+                )
+        return dict(sorted(out.items()))
 
     @classmethod
     def single(cls, shard: int = 0) -> ShardRouter:
@@ -155,7 +204,9 @@ class ShardRouter:
         ``writable`` the readable ones, ``default`` 0, ``reserved`` none."""
         urls = config.get("shards.urls") or {}
         residency = config.get("shards.residency") or {}
-        explicit = [config.get(f"shards.{k}") for k in ("default", "readable", "writable", "reserved")]
+        explicit = [
+            config.get(f"shards.{k}") for k in ("default", "readable", "writable", "reserved", "forwards")
+        ]
         if all(v is None for v in explicit) and not urls and not residency:
             return cls.single(0)
         default = config.get("shards.default", 0)
@@ -167,6 +218,7 @@ class ShardRouter:
             default,
             residency_map=residency,
             reserved=config.get("shards.reserved") or (),
+            forwards=config.get("shards.forwards") or {},
         )
 
     # -- placement --------------------------------------------------------------------------------
@@ -251,8 +303,33 @@ class ShardRouter:
 
     # -- routing ----------------------------------------------------------------------------------
     def route(self, execution_id: str | uuid.UUID) -> int:
-        """The shard that holds an execution: the one its id carries."""
-        return shard_of(execution_id)
+        """The shard to ask first about an execution: the one its id carries (the shard it
+        originated on), through ``shards.forwards`` when that shard was decommissioned. A
+        row found there may still be a MIGRATED seal: :meth:`resolve` follows it."""
+        shard = shard_of(execution_id)
+        for _ in range(MAX_FORWARD_HOPS):
+            if shard not in self.forwards:
+                break
+            shard = self.forwards[shard]
+        return shard
+
+    def resolve(
+        self, execution_id: str | uuid.UUID, pointer_at: Callable[[int], int | None]
+    ) -> tuple[int, tuple[int, ...]]:
+        """Where an execution lives now, and the shards passed on the way: start at
+        :meth:`route`, then ask ``pointer_at(shard)`` (the database's forwarding pointer for
+        this id, None when the row there is the live one or absent) and follow it, at most
+        MAX_FORWARD_HOPS times; beyond that, fail closed with a retryable ExecutionMigrated.
+        Pure: the caller's ``pointer_at`` does the reading."""
+        shard = self.route(execution_id)
+        passed: list[int] = []
+        for _ in range(MAX_FORWARD_HOPS + 1):
+            pointer = pointer_at(shard)
+            if pointer is None:
+                return shard, tuple(passed)
+            passed.append(shard)
+            shard = pointer
+        raise too_many_hops(execution_id, passed)
 
     def topology(self) -> dict[str, Any]:
         """The placement-affecting state, sorted, so ``json.dumps`` of it is byte-stable and a
@@ -262,7 +339,7 @@ class ShardRouter:
             "readable_shards": list(self.readable),
             "reserved_shards": sorted(self.reserved),
             "residency_map": dict(sorted(self.residency_map.items())),
-            "shard_forwards": {},
+            "shard_forwards": {str(k): v for k, v in sorted(self.forwards.items())},
             "writable_shards": list(self.writable),
         }
 
@@ -270,7 +347,7 @@ class ShardRouter:
         return (
             f"ShardRouter(readable={list(self.readable)}, writable={list(self.writable)}, "
             f"default={self.default}, reserved={sorted(self.reserved)}, "
-            f"residency_map={dict(self.residency_map)})"
+            f"residency_map={dict(self.residency_map)}, forwards={dict(self.forwards)})"
         )
 
     def __eq__(self, other: object) -> bool:

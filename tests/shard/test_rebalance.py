@@ -1,0 +1,408 @@
+"""Shard rebalancing on three real PostgreSQL servers: a quiescent run (parked on a timer or
+waiting for a signal) moves from shard 0 to shard 1 under real workers, a signal by its id
+reaches it through the forwarding pointer and it completes on shard 1 with its history
+replaying under the registered code; runs with work in flight are refused with their
+blockers; a dry run writes nothing; of two rebalancers on one run exactly one moves it; a
+wake racing the cutover is never lost nor doubled; forwarding chains are followed and
+collapsed."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from rebalance_helpers import RunningWorker, authoritative, park, row, scalar, signals, wait_until
+
+from harvest import App, Client, workflow
+from harvest.cli.main import main as cli
+from harvest.core.errors import ExecutionMigrated
+from harvest.core.ids import shard_of
+from harvest.shard import ShardPools, ShardRouter
+from harvest.shard.rebalance import Rebalancer
+from harvest.testing import WorkflowReplayer
+
+pytestmark = pytest.mark.shard
+
+ALL = [0, 1, 2]
+
+
+@workflow
+async def parked(ctx, mode: str) -> dict:
+    if mode == "timer":
+        await ctx.sleep(2)
+    value = await ctx.wait_for_signal("go")
+    return {"mode": mode, "value": value}
+
+
+APP = App(workflows=[parked])
+
+
+def _pools(shards) -> ShardPools:
+    return ShardPools(ShardRouter(ALL, ALL, 0), shards.dsns, max_size=4)
+
+
+def _replay(events, workflow_name):
+    result = WorkflowReplayer(APP).replay(events, workflow=workflow_name)
+    return result.ok, result.error
+
+
+def _parked_on(dsn: str, execution_id: str, kind: str | None) -> bool:
+    """The run's decision is done and it waits: on a timer task (kind 'timer') or on nothing."""
+    tasks = scalar(
+        dsn,
+        "SELECT coalesce(array_agg(kind ORDER BY kind), '{}') FROM harvest.tasks WHERE execution_id = %s",
+        execution_id,
+    )
+    decided = scalar(
+        dsn,
+        "SELECT count(*) FROM harvest.events "
+        "WHERE execution_id = %s AND event_type = 'WorkflowTaskCompleted'",
+        execution_id,
+    )
+    return decided >= 1 and tasks == ([kind] if kind else [])
+
+
+def test_a_parked_run_moves_to_shard_1_follows_its_forwarding_pointer_and_completes_there(shards) -> None:
+    with _pools(shards) as pools, RunningWorker(APP, shards.dsns[0]):
+        with Client(shards.dsns[0]) as client:
+            on_signal = client.start_workflow(parked, "signal", workflow_id="rb-signal").execution_id
+            on_timer = client.start_workflow(parked, "timer", workflow_id="rb-timer").execution_id
+        wait_until(lambda: _parked_on(shards.dsns[0], on_signal, None), what="signal park")
+        wait_until(lambda: _parked_on(shards.dsns[0], on_timer, "timer"), what="timer park")
+
+        report = Rebalancer(pools, 0, 1, operator_id="ops@test", replay=_replay).run(workflow_name="parked")
+        assert sorted((m.workflow_id, m.outcome, m.verification) for m in report.moves) == [
+            ("rb-signal", "moved", "replay"),
+            ("rb-timer", "moved", "replay"),
+        ], report.as_dict()
+
+    for execution_id in (on_signal, on_timer):
+        sealed = row(shards.dsns[0], execution_id)
+        assert (sealed["status"], sealed["migrated_to_shard"]) == ("MIGRATED", 1), (
+            "the source is a sealed pointer"
+        )
+        live = row(shards.dsns[1], execution_id)
+        assert (live["status"], live["migrated_from_shards"]) == ("RUNNING", [0])
+        assert live["last_event_id"] == sealed["last_event_id"], "the copy holds the whole history"
+        assert authoritative(shards.dsns, execution_id) == [1]
+    assert scalar(shards.dsns[1], "SELECT count(*) FROM harvest.tasks WHERE kind = 'timer'") == 1, (
+        "the timer moved"
+    )
+    assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.tasks") == 0, "the source keeps no task"
+    assert (
+        scalar(
+            shards.dsns[0],
+            "SELECT count(*) FROM harvest.audit_log WHERE operation = 'shard.rebalance.migrate'",
+        )
+        == 2
+    )
+
+    with _pools(shards) as pools, RunningWorker(APP, shards.dsns[1]):
+        # The id still names shard 0: the router follows the pointer to shard 1.
+        assert pools.resolve(on_signal) == 1
+        for execution_id in (on_signal, on_timer):
+            wait_until(lambda e=execution_id: _parked_on(shards.dsns[1], e, None), what="parked on shard 1")
+            pools.call_routed(execution_id, lambda sql, e=execution_id: sql.signal_workflow(e, "go", 7))
+        for execution_id in (on_signal, on_timer):
+            wait_until(
+                lambda e=execution_id: row(shards.dsns[1], e)["status"] == "COMPLETED", what="completion"
+            )
+        # A start that would replace the moved run on its hashed shard is refused (the guide's 503).
+        with pools.api(0) as sql, pytest.raises(ExecutionMigrated) as refused:
+            sql.start_workflow(
+                "parked", ["signal"], "rb-signal", "default", "allow_duplicate", "terminate_existing", {}, 0
+            )
+        assert refused.value.reason == "replace_migrated_prior" and refused.value.shard == 1
+        assert refused.value.retryable
+        with pools.api(1) as sql:
+            for execution_id in (on_signal, on_timer):
+                history = sql.get_history(execution_id)
+                assert [e["event_type"] for e in history].count("SignalReceived") == 1
+                result = WorkflowReplayer(APP).replay(history)
+                assert result.ok, result.error
+                assert sql.get_execution(execution_id)["output"]["value"] == 7
+    assert signals(shards.dsns[0], on_signal, 7) == 0, "nothing reached the seal"
+
+
+def test_runs_with_work_in_flight_are_refused_with_their_blockers(shards) -> None:
+    busy = park(shards.dsns[0], "busy", [{"type": "schedule_activity", "seq": 1, "name": "act"}])
+    due = park(shards.dsns[0], "due", [{"type": "start_timer", "seq": 1, "duration": 0}])
+    woken = park(shards.dsns[0], "woken")
+    with shards.connect(0) as conn:
+        conn.execute("SELECT harvest.signal_workflow(%s, 'go')", (woken,))
+    with _pools(shards) as pools:
+        report = Rebalancer(pools, 0, 1).run()
+    outcomes = {m.execution_id: (m.outcome, m.blockers) for m in report.moves}
+    assert outcomes == {
+        busy: ("blocked", ["activity_in_flight"]),
+        due: ("blocked", ["timer_due"]),
+        woken: ("blocked", ["workflow_task_pending"]),
+    }
+    for execution_id in (busy, due, woken):
+        assert row(shards.dsns[0], execution_id)["status"] == "RUNNING"
+        assert row(shards.dsns[1], execution_id) is None
+    assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.shard_migrations") == 0
+
+
+def _footprint(shards) -> list:
+    tables = ("executions", "events", "tasks", "shard_migrations", "shard_arrivals", "audit_log")
+    return [scalar(shards.dsns[s], f"SELECT count(*) FROM harvest.{t}") for s in (0, 1) for t in tables]
+
+
+def test_a_dry_run_reports_the_same_population_and_writes_nothing(shards) -> None:
+    quiet = park(shards.dsns[0], "quiet")
+    busy = park(shards.dsns[0], "busy", [{"type": "schedule_activity", "seq": 1, "name": "act"}])
+    before = _footprint(shards)
+    with _pools(shards) as pools:
+        report = Rebalancer(pools, 0, 1).run(dry_run=True)
+    assert {m.execution_id: m.outcome for m in report.moves} == {quiet: "would_move", busy: "blocked"}
+    result = CliRunner().invoke(
+        cli,
+        ["shard", "rebalance", "--from", "0", "--to", "1", "--dry-run", "-o", "json"]
+        + [f"--shard={s}={dsn}" for s, dsn in shards.dsns.items()],
+    )
+    assert result.exit_code == 0, result.output
+    assert '"would_move": 1' in result.output and '"blocked": 1' in result.output
+    assert _footprint(shards) == before, "a dry run writes nothing on either shard"
+    # The real run moves exactly what the dry run reported.
+    with _pools(shards) as pools:
+        real = Rebalancer(pools, 0, 1).run()
+    assert {m.execution_id: m.outcome for m in real.moves} == {quiet: "moved", busy: "blocked"}
+
+
+def _two_rebalancers(shards, execution_id: str) -> list:
+    barrier = threading.Barrier(2)
+    moves = []
+
+    def drive(target: int) -> None:
+        with _pools(shards) as pools:
+            rebalancer = Rebalancer(pools, 0, target)
+            barrier.wait()
+            moves.append(rebalancer.move(execution_id))
+
+    threads = [threading.Thread(target=drive, args=(target,)) for target in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return moves
+
+
+def test_of_two_rebalancers_on_one_run_exactly_one_moves_it(shards) -> None:
+    for attempt in range(6):
+        execution_id = park(shards.dsns[0], f"race-{attempt}")
+        moves = _two_rebalancers(shards, execution_id)
+        assert sorted(m.outcome for m in moves) == ["blocked", "moved"], [m.as_dict() for m in moves]
+        live = authoritative(shards.dsns, execution_id)
+        assert len(live) == 1 and live[0] in (1, 2)
+        loser = 3 - live[0]
+        assert row(shards.dsns[loser], execution_id) is None, "the loser left no copy"
+
+
+def test_a_signal_between_verification_and_cutover_makes_the_cutover_decline(shards) -> None:
+    execution_id = park(shards.dsns[0], "wake-before")
+
+    def on_phase(phase: str, record: dict) -> None:
+        if phase == "verified":
+            with shards.connect(0) as conn:
+                conn.execute("SELECT harvest.signal_workflow(%s, 'go', '\"w1\"')", (execution_id,))
+
+    with _pools(shards) as pools:
+        move = Rebalancer(pools, 0, 1, on_phase=on_phase).move(execution_id)
+    assert move.outcome == "declined" and "cutover declined" in move.error
+    assert authoritative(shards.dsns, execution_id) == [0]
+    assert row(shards.dsns[1], execution_id) is None, "the staged copy was discarded"
+    assert signals(shards.dsns[0], execution_id, "w1") == 1
+
+
+def test_a_signal_right_after_the_cutover_follows_the_pointer_and_lands_once(shards) -> None:
+    execution_id = park(shards.dsns[0], "wake-after")
+    outcome: dict = {}
+
+    def send() -> None:
+        with _pools(shards) as pools:
+            try:
+                outcome["event"] = pools.call_routed(
+                    execution_id, lambda sql: sql.signal_workflow(execution_id, "go", "w2")
+                )
+            except Exception as exc:  # recorded, asserted below
+                outcome["error"] = exc
+
+    sender = threading.Thread(target=send)
+
+    def on_phase(phase: str, record: dict) -> None:
+        if phase == "cut_over":  # claimable nowhere until activation: the signal must wait, not fail
+            sender.start()
+            sender.join(0.3)
+
+    with _pools(shards) as pools:
+        move = Rebalancer(pools, 0, 1, on_phase=on_phase).move(execution_id)
+    sender.join(30)
+    assert move.outcome == "moved"
+    assert "error" not in outcome, outcome
+    assert signals(shards.dsns[1], execution_id, "w2") == 1
+    assert signals(shards.dsns[0], execution_id, "w2") == 0
+    assert (
+        scalar(
+            shards.dsns[1],
+            "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'",
+            execution_id,
+        )
+        == 1
+    ), "the wake is a workflow task on the target"
+
+
+def _signal_against_move(shards, execution_id: str, payload: str) -> list:
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def signal() -> None:
+        with _pools(shards) as pools:
+            barrier.wait()
+            try:
+                pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", payload))
+            except BaseException as exc:
+                errors.append(exc)
+
+    def move() -> None:
+        with _pools(shards) as pools:
+            rebalancer = Rebalancer(pools, 0, 1)
+            barrier.wait()
+            rebalancer.move(execution_id)
+
+    threads = [threading.Thread(target=signal), threading.Thread(target=move)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
+
+
+def test_signals_racing_moves_are_never_lost_nor_doubled(shards) -> None:
+    for attempt in range(8):
+        execution_id = park(shards.dsns[0], f"wake-race-{attempt}")
+        payload = f"race-{attempt}-{uuid.uuid4().hex[:6]}"
+        errors = _signal_against_move(shards, execution_id, payload)
+        assert not errors, errors
+        live = authoritative(shards.dsns, execution_id)
+        assert len(live) == 1
+        assert signals(shards.dsns[live[0]], execution_id, payload) == 1, (
+            "delivered exactly once where it lives"
+        )
+
+
+def test_a_chain_of_moves_is_followed_and_collapsed(shards) -> None:
+    execution_id = park(shards.dsns[0], "chain")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        assert Rebalancer(pools, 1, 2).move(execution_id).outcome == "moved"
+        # The origin was repointed straight at shard 2 by the second move.
+        assert row(shards.dsns[0], execution_id)["migrated_to_shard"] == 2
+        with shards.connect(0) as conn:  # undo the collapse: the chain 0 -> 1 -> 2 is followed
+            conn.execute("UPDATE harvest.executions SET migrated_to_shard = 1 WHERE id = %s", (execution_id,))
+        assert pools.resolve(execution_id) == 2
+        assert row(shards.dsns[0], execution_id)["migrated_to_shard"] == 2, "a followed chain is collapsed"
+        # Back to shard 0: the staged copy replaces the origin's seal, which keeps resolving meanwhile.
+        assert Rebalancer(pools, 2, 0).move(execution_id).outcome == "moved"
+        assert authoritative(shards.dsns, execution_id) == [0]
+        assert row(shards.dsns[0], execution_id)["migrated_from_shards"] == [0, 1, 2]
+        assert pools.resolve(execution_id) == 0
+
+
+def _decide_on(dsn: str, execution_id: str, commands: list) -> None:
+    """Claim the run's workflow task on one shard and decide it with ``commands``."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue = conn.execute(
+            "SELECT queue FROM harvest.executions WHERE id = %s", (execution_id,)
+        ).fetchone()[0]
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w-1', ARRAY[%s], 1, 30)", (queue,)
+        ).fetchone()
+        through = conn.execute("SELECT last_event_id FROM harvest.executions WHERE id = %s", (execution_id,))
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, %s, %s, 'w-1')",
+            (task[0], task[1], through.fetchone()[0], json.dumps(commands)),
+        )
+
+
+def test_a_moved_run_starts_children_and_continues_as_new_on_its_new_shard(shards) -> None:
+    execution_id = park(shards.dsns[0], "mover")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", 1))
+    # Its id still names shard 0; what it starts is minted for shard 1, where it lives.
+    _decide_on(
+        shards.dsns[1],
+        execution_id,
+        [
+            {
+                "type": "start_child_workflow",
+                "seq": 1,
+                "workflow_name": "kid",
+                "workflow_id": "mover-kid",
+                "task_queue": "kidq",
+            }
+        ],
+    )
+    child = scalar(shards.dsns[1], "SELECT id::text FROM harvest.executions WHERE workflow_id = 'mover-kid'")
+    assert shard_of(child) == 1
+    with shards.connect(1) as conn:
+        conn.execute("SELECT harvest.signal_workflow(%s, 'again')", (execution_id,))
+    _decide_on(shards.dsns[1], execution_id, [{"type": "continue_as_new", "input": [2]}])
+    successor = scalar(
+        shards.dsns[1],
+        "SELECT id::text FROM harvest.executions WHERE continued_from = %s",
+        execution_id,
+    )
+    assert shard_of(successor) == 1 and row(shards.dsns[1], successor)["status"] == "RUNNING"
+
+
+def test_a_client_on_the_source_reads_a_moved_run_as_moved_not_as_ended(shards) -> None:
+    execution_id = park(shards.dsns[0], "moved-result")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+    with Client(shards.dsns[0]) as client:
+        with pytest.raises(ExecutionMigrated) as caught:
+            client.get_handle(execution_id).result(timeout=5)
+        assert (caught.value.reason, caught.value.shard) == ("migrated", 1)
+        handle = client.get_handle(execution_id)
+        for act in (
+            lambda: handle.signal("go", 1),
+            lambda: handle.cancel("x"),
+            lambda: handle.terminate("x"),
+            lambda: handle.query("state"),
+            lambda: handle.update("change", 1),
+        ):
+            with pytest.raises(ExecutionMigrated) as refused:
+                act()
+            assert refused.value.shard == 1, (
+                "every id-routed act on the seal is refused naming where the run lives"
+            )
+    with shards.connect(0) as conn, pytest.raises(psycopg.Error) as reset:
+        conn.execute("SELECT harvest.reset_workflow(%s, 1, 'why')", (execution_id,))
+    assert reset.value.sqlstate == "HR013"
+    assert signals(shards.dsns[0], execution_id, 1) == 0
+    assert row(shards.dsns[0], execution_id)["status"] == "MIGRATED", "the seal is untouched"
+    assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.query_requests") == 0
+
+
+def test_the_usage_reports_of_the_shards_count_a_moved_run_once(shards) -> None:
+    execution_id = park(shards.dsns[0], "usage")
+    with _pools(shards) as pools:
+        assert Rebalancer(pools, 0, 1).move(execution_id).outcome == "moved"
+        pools.call_routed(execution_id, lambda sql: sql.signal_workflow(execution_id, "go", 1))
+    _decide_on(shards.dsns[1], execution_id, [{"type": "complete_workflow", "result": 1}])
+    totals = {"workflow_starts": 0, "completed": 0}
+    for shard in (0, 1, 2):
+        with shards.connect(shard) as conn:
+            for found in conn.execute(
+                "SELECT workflow_starts, completed FROM harvest.count_usage(now() - interval '1 hour', "
+                "now() + interval '1 hour')"
+            ):
+                totals["workflow_starts"] += found[0]
+                totals["completed"] += found[1]
+    assert totals == {"workflow_starts": 1, "completed": 1}, "one start (on shard 0), one completion (on 1)"
