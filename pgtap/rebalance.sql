@@ -26,11 +26,11 @@ BEGIN
     RETURN v_task.execution_id;
 END;
 $fn$;
-CREATE FUNCTION pg_temp.run(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
+CREATE FUNCTION pg_temp.parked(p_key text) RETURNS uuid LANGUAGE sql AS $fn$
     SELECT execution_id FROM runs WHERE key = p_key;
 $fn$;
 CREATE FUNCTION pg_temp.mig(p_key text) RETURNS bigint LANGUAGE sql AS $fn$
-    SELECT m.id FROM harvest.shard_migrations AS m WHERE m.execution_id = pg_temp.run(p_key) ORDER BY m.id DESC LIMIT 1;
+    SELECT m.id FROM harvest.shard_migrations AS m WHERE m.execution_id = pg_temp.parked(p_key) ORDER BY m.id DESC LIMIT 1;
 $fn$;
 
 SELECT pg_temp.park('timer', '[{"type": "start_timer", "seq": 1, "duration": 3600}]');
@@ -40,34 +40,34 @@ SELECT pg_temp.park('done', '[{"type": "complete_workflow", "result": 1}]');
 
 -- Quiescence: a timer park and a signal park can move; work in flight cannot.
 SELECT is(harvest._migration_blockers(e), '{}'::text[], '_migration_blockers(): a run parked on a timer is quiescent')
-FROM harvest.executions AS e WHERE e.id = pg_temp.run('timer');
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('timer');
 SELECT is(harvest._migration_blockers(e), '{}'::text[], '_migration_blockers(): a run waiting for a signal is quiescent')
-FROM harvest.executions AS e WHERE e.id = pg_temp.run('signal');
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('signal');
 SELECT is(harvest._migration_blockers(e), '{activity_in_flight}'::text[], '_migration_blockers(): an activity in flight blocks')
-FROM harvest.executions AS e WHERE e.id = pg_temp.run('busy');
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('busy');
 SELECT is(harvest._migration_blockers(e), '{not_running}'::text[], '_migration_blockers(): an ended run is not_running')
-FROM harvest.executions AS e WHERE e.id = pg_temp.run('done');
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('done');
 SELECT results_eq($$SELECT workflow_id, blockers FROM harvest.list_migration_candidates('rb_wf') ORDER BY workflow_id$$,
                   $$VALUES ('busy'::text, '{activity_in_flight}'::text[]), ('signal', '{}'), ('timer', '{}')$$,
                   'list_migration_candidates(): the RUNNING runs with their blockers');
-SELECT is((SELECT blockers FROM harvest.list_migration_candidates(p_execution_id => pg_temp.run('done'))),
+SELECT is((SELECT blockers FROM harvest.list_migration_candidates(p_execution_id => pg_temp.parked('done'))),
           '{not_running}'::text[], 'list_migration_candidates(p_execution_id): explains one run, whatever its status');
 SELECT throws_ok($$SELECT * FROM harvest.list_migration_candidates(p_limit => 0)$$, 'HR001', NULL,
                  'list_migration_candidates(): limit 0 is HR001');
 
 -- Planning.
-SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 1)$$, pg_temp.run('busy')), 'HR013',
-                 format('execution %s cannot move now: activity_in_flight', pg_temp.run('busy')),
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 1)$$, pg_temp.parked('busy')), 'HR013',
+                 format('execution %s cannot move now: activity_in_flight', pg_temp.parked('busy')),
                  'begin_migration(): a run with work in flight is refused (HR013 naming the blocker)');
-SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 0)$$, pg_temp.run('timer')), 'HR001', NULL,
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 0)$$, pg_temp.parked('timer')), 'HR001', NULL,
                  'begin_migration(): the own shard is HR001');
-SELECT is((harvest.begin_migration(pg_temp.run('timer'), 1, 'ops') ->> 'phase'), 'planned',
+SELECT is((harvest.begin_migration(pg_temp.parked('timer'), 1, 'ops') ->> 'phase'), 'planned',
           'begin_migration(): a quiescent run gets a planned record');
-SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 2)$$, pg_temp.run('timer')), 'HR013', NULL,
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 2)$$, pg_temp.parked('timer')), 'HR013', NULL,
                  'begin_migration(): a second open move of the same run is refused');
 SELECT is(harvest._migration_blockers(e, pg_temp.mig('timer')), '{}'::text[],
           '_migration_blockers(e, id): the move itself is not a blocker')
-FROM harvest.executions AS e WHERE e.id = pg_temp.run('timer');
+FROM harvest.executions AS e WHERE e.id = pg_temp.parked('timer');
 SELECT is((harvest._lock_migration(pg_temp.mig('timer'))).phase, 'planned', '_lock_migration(): the record');
 SELECT throws_ok($$SELECT harvest._lock_migration(-1)$$, 'HR002', NULL, '_lock_migration(): unknown id is HR002');
 SELECT is(harvest._migration_json(m) ->> 'target_shard', '1', '_migration_json(): the record as JSON')
@@ -80,50 +80,50 @@ SELECT is((SELECT jsonb_array_length(copy -> 'events') FROM copies), 3,
           'get_migration_copy(): the whole history (started, task completed, timer started)');
 SELECT is((SELECT copy #>> '{tasks,0,kind}' FROM copies), 'timer', 'get_migration_copy(): the timer task row');
 SELECT ok((SELECT NOT (copy #> '{tasks,0}') ? 'id' FROM copies), 'get_migration_copy(): task ids are not carried');
-SELECT is((SELECT copy -> 'history' FROM copies), harvest.history_digest(pg_temp.run('timer')),
+SELECT is((SELECT copy -> 'history' FROM copies), harvest.history_digest(pg_temp.parked('timer')),
           'get_migration_copy(): carries the source''s history_digest');
-SELECT is(harvest.history_digest(pg_temp.run('timer')) ->> 'event_count', '3', 'history_digest(): counts the events');
+SELECT is(harvest.history_digest(pg_temp.parked('timer')) ->> 'event_count', '3', 'history_digest(): counts the events');
 SELECT is(jsonb_typeof(harvest.get_copy_schema() #> '{tables,executions}'), 'array',
           'get_copy_schema(): the column list of each copied table');
 SELECT is((harvest.set_migration_copied(pg_temp.mig('timer')) ->> 'phase'), 'copied', 'set_migration_copied(): copied');
 SELECT is((harvest.set_migration_copied(pg_temp.mig('timer')) ->> 'phase'), 'copied',
           'set_migration_copied(): again changes nothing');
-SELECT is((harvest.verify_migration(pg_temp.mig('timer'), harvest.history_digest(pg_temp.run('timer'))) ->> 'phase'),
+SELECT is((harvest.verify_migration(pg_temp.mig('timer'), harvest.history_digest(pg_temp.parked('timer'))) ->> 'phase'),
           'verified', 'verify_migration(): a matching digest verifies, recording the high-water mark');
 SELECT is((SELECT verified_event_count FROM harvest.shard_migrations WHERE id = pg_temp.mig('timer')), 3::bigint,
           'verify_migration(): verified_event_count');
 
 -- A wake after verification makes the cutover decline.
 SELECT pg_temp.park('woken', '[]');
-SELECT harvest.begin_migration(pg_temp.run('woken'), 1);
+SELECT harvest.begin_migration(pg_temp.parked('woken'), 1);
 SELECT harvest.set_migration_copied(pg_temp.mig('woken'));
-SELECT harvest.verify_migration(pg_temp.mig('woken'), harvest.history_digest(pg_temp.run('woken')));
-SELECT harvest.signal_workflow(pg_temp.run('woken'), 'go');
+SELECT harvest.verify_migration(pg_temp.mig('woken'), harvest.history_digest(pg_temp.parked('woken')));
+SELECT harvest.signal_workflow(pg_temp.parked('woken'), 'go');
 SELECT is((harvest.cut_over_migration(pg_temp.mig('woken')) ->> 'cut_over'), 'false',
           'cut_over_migration(): a run that woke since verification is declined');
 SELECT is((SELECT phase FROM harvest.shard_migrations WHERE id = pg_temp.mig('woken')), 'failed',
           'cut_over_migration(): the declined record is failed');
-SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('woken')), 'RUNNING',
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.parked('woken')), 'RUNNING',
           'cut_over_migration(): a declined run keeps running here');
 SELECT is((harvest.verify_migration(pg_temp.mig('timer'), '{"digest": "x"}') ->> 'phase'), 'verified',
           'verify_migration(): a verified record stays verified');
 
 -- The cutover.
 SELECT is((harvest.cut_over_migration(pg_temp.mig('timer'), 'ops') ->> 'cut_over'), 'true', 'cut_over_migration(): sealed');
-SELECT results_eq($$SELECT status, migrated_to_shard FROM harvest.executions WHERE id = pg_temp.run('timer')$$,
+SELECT results_eq($$SELECT status, migrated_to_shard FROM harvest.executions WHERE id = pg_temp.parked('timer')$$,
                   $$VALUES ('MIGRATED'::text, 1)$$, 'cut_over_migration(): MIGRATED with the forwarding pointer');
-SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('timer')), 0::bigint,
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 0::bigint,
           'cut_over_migration(): the source keeps no task row of the run');
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'shard.rebalance.cut_over'), 1::bigint,
           'cut_over_migration(): audited');
-SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'late')$$, pg_temp.run('timer')), 'HR013', NULL,
+SELECT throws_ok(format($$SELECT harvest.signal_workflow(%L, 'late')$$, pg_temp.parked('timer')), 'HR013', NULL,
                  'a signal to the seal is HR013 (follow the pointer), never appended');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('rb_wf', '[]', 'timer', p_conflict_policy => 'terminate_existing')$$,
                  'HR013', NULL, 'a start that would replace the moved run is refused (HR013)');
 SELECT is((SELECT execution_id FROM harvest.start_workflow('rb_wf', '[]', 'timer', p_conflict_policy => 'use_existing')),
-          pg_temp.run('timer'), 'a start attaching to the key finds the seal (MIGRATED holds the key)');
-SELECT is(harvest.get_residence(pg_temp.run('timer')) ->> 'migrated_to_shard', '1', 'get_residence(): the pointer');
-SELECT is(harvest.set_migration_forward(pg_temp.run('timer'), 2), true, 'set_migration_forward(): collapses the pointer');
+          pg_temp.parked('timer'), 'a start attaching to the key finds the seal (MIGRATED holds the key)');
+SELECT is(harvest.get_residence(pg_temp.parked('timer')) ->> 'migrated_to_shard', '1', 'get_residence(): the pointer');
+SELECT is(harvest.set_migration_forward(pg_temp.parked('timer'), 2), true, 'set_migration_forward(): collapses the pointer');
 SELECT throws_ok(format($$SELECT harvest.fail_migration(%s, 'x')$$, pg_temp.mig('timer')), 'HR013', NULL,
                  'fail_migration(): refused past the cutover');
 SET LOCAL harvest.fake_now = '2030-01-01 00:01:00+00';
@@ -145,20 +145,20 @@ DELETE FROM harvest.executions;
 SELECT harvest.set_shard_id(1);
 SELECT is((harvest.accept_migration_copy((SELECT copy FROM copies)) ->> 'event_count'), '3',
           'accept_migration_copy(): stages the copy and returns its history_digest');
-SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.run('timer')), 'MIGRATING',
+SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.parked('timer')), 'MIGRATING',
           'accept_migration_copy(): the staged copy is MIGRATING');
-SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('timer')), 0::bigint,
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 0::bigint,
           'accept_migration_copy(): its tasks wait in shard_arrivals, so no timer fires');
 SELECT lives_ok($$SELECT harvest.accept_migration_copy((SELECT copy FROM copies))$$, 'accept_migration_copy(): idempotent');
-SELECT is(harvest.discard_migration_copy(pg_temp.run('timer'), -5), false,
+SELECT is(harvest.discard_migration_copy(pg_temp.parked('timer'), -5), false,
           'discard_migration_copy(): another move''s id discards nothing');
-SELECT is((harvest.activate_migration(pg_temp.run('timer'), (SELECT (copy #>> '{migration,id}')::bigint FROM copies))
+SELECT is((harvest.activate_migration(pg_temp.parked('timer'), (SELECT (copy #>> '{migration,id}')::bigint FROM copies))
            ->> 'activated'), 'true', 'activate_migration(): the copy runs here');
-SELECT results_eq($$SELECT status, migrated_from_shards FROM harvest.executions WHERE id = pg_temp.run('timer')$$,
+SELECT results_eq($$SELECT status, migrated_from_shards FROM harvest.executions WHERE id = pg_temp.parked('timer')$$,
                   $$VALUES ('RUNNING'::text, '{0}'::integer[])$$, 'activate_migration(): RUNNING, the source in the chain');
-SELECT is((SELECT kind FROM harvest.tasks WHERE execution_id = pg_temp.run('timer')), 'timer',
+SELECT is((SELECT kind FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 'timer',
           'activate_migration(): the timer task is inserted (via _insert_copied_rows)');
-SELECT throws_ok(format($$SELECT harvest.discard_migration_copy(%L, %s)$$, pg_temp.run('timer'),
+SELECT throws_ok(format($$SELECT harvest.discard_migration_copy(%L, %s)$$, pg_temp.parked('timer'),
                         (SELECT copy #>> '{migration,id}' FROM copies)), 'HR013', NULL,
                  'discard_migration_copy(): refused over an activated copy');
 
