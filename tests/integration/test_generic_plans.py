@@ -327,6 +327,7 @@ TRAPS = [
                 "p_throughs": "bigint[]",
                 "p_commands": "jsonb[]",
                 "p_hand_off_slots": "integer[]",
+                "p_owner_epochs": "bigint[]",
             },
         ),
         {"tasks": {"tasks_pkey"}},

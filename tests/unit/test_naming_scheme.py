@@ -50,7 +50,7 @@ VERBS = {
     "wait",
 }
 # Scalars are named for their value, like PostgreSQL's now() ("Scalars are named for their value").
-SCALARS = {"now", "shard_of", "schema_version", "payload_limit", "next_due_at", "quota_usage"}
+SCALARS = {"now", "shard_of", "partition_of", "schema_version", "payload_limit", "next_due_at", "quota_usage"}
 # "Not renamed, on purpose": the scanner's one entry point.
 EXCEPTIONS = {"scan"}
 

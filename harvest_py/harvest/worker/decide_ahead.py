@@ -59,6 +59,9 @@ class DecisionAhead:
             "commands": activation.commands,
             "hand_off_slots": grant.slots,
         }
+        epoch = worker.owners.epoch_for(task["workflow_id"])
+        if epoch is not None:  # owner mode: only the partition's owner, at this epoch, decides
+            self.decision["owner_epoch"] = epoch
 
     def settle(self, recorded: Recorded | None) -> None:
         """Take the commit's answer (None: the result was not recorded at all)."""

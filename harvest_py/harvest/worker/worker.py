@@ -39,6 +39,7 @@ from harvest.declare.definitions import App
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.options import WorkerOptions
+from harvest.worker.owners import RECENT_HEARTBEATS, Owners
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
@@ -128,6 +129,8 @@ class Worker:
         self.decided_ahead = 0  # decisions committed with the result they decided on
         self.completions = CompletionBatcher(self)
         self.decisions = DecisionBatcher(self)
+        # Owner mode (worker/owners.py): the decision partitions this worker holds.
+        self.owners = Owners()
         self.completed_tasks = 0
         # Process roles (harvest.config): which runtimes this process runs. run_worker is the
         # claim loop (with its registry row, notifications, queries); run_scanner the
@@ -355,6 +358,8 @@ class Worker:
         return asyncio.get_running_loop().time()
 
     def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
+        if task["kind"] == "workflow":
+            self.owners.note(task)
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
         key = (task["task_id"], task["fencing_token"])
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
@@ -461,6 +466,8 @@ class Worker:
             await asyncio.sleep(self.heartbeat_interval)
             try:
                 status = await self.sql.heartbeat_worker(self.worker_id)
+                if self.owners.epochs:
+                    await self._renew_partitions()
                 if status != "active" and not self._stopping.is_set():
                     if status == "draining":
                         await self._note_drain_deadline()
@@ -484,6 +491,17 @@ class Worker:
                     log.warning("worker %s could not register again: %s", self.worker_id, exc)
             except Exception as exc:
                 log.warning("worker heartbeat failed: %s", exc)
+
+    async def _renew_partitions(self) -> None:
+        """Owner mode: renew the leases of the partitions this worker holds state for, and
+        drop the cached runs of any another worker has acquired meanwhile."""
+        asked = self.owners.to_renew(self.cache.ids(), RECENT_HEARTBEATS * self.heartbeat_interval)
+        rows = await self.sql.heartbeat_partitions(self.worker_id, asked) if asked else []
+        gone = self.owners.renewed(asked, rows)
+        for execution_id in gone:
+            self.cache.drop(execution_id)
+        if gone:
+            log.info("worker %s: %d cached run(s) lost their partition's lease", self.worker_id, len(gone))
 
     async def _note_drain_deadline(self) -> None:
         """Remember when a remote drain must be done; _drain releases what is left then."""
