@@ -50,7 +50,7 @@ AS $$
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',
-                        'renew_partition_leases') THEN 'harvest_worker'
+                        'heartbeat_partitions') THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',
                         'stop_waiting_for_result', 'partition_of', 'get_owner_mode')

@@ -1,5 +1,5 @@
 -- functions/owners.sql: harvest.partition_of, harvest.get_owner_mode, harvest.set_owner_mode,
--- harvest.list_partition_owners, harvest.renew_partition_leases and the helpers
+-- harvest.list_partition_owners, harvest.heartbeat_partitions and the helpers
 -- harvest._owner_mode_on, harvest._owner_serves, harvest._owner_candidates,
 -- harvest._acquire_partitions, harvest._owner_epoch, harvest._check_owner,
 -- harvest._release_partitions; and what owner mode does to claim_tasks,
@@ -169,15 +169,15 @@ SELECT is((SELECT status || ':' || attempt FROM harvest.tasks AS t JOIN runs AS 
            WHERE r.key = 'a2' AND t.kind = 'workflow'), 'pending:0', '... and it is put back as the claim found it');
 
 -- Renewals: the holder's rows, never another's.
-SELECT results_eq(format('SELECT partition_id, epoch FROM harvest.renew_partition_leases(''w2'', ARRAY[%s, %s])',
+SELECT results_eq(format('SELECT partition_id, epoch FROM harvest.heartbeat_partitions(''w2'', ARRAY[%s, %s])',
                          pg_temp.part('a1'), pg_temp.part('b1')),
                   format('SELECT v.p, v.e FROM (VALUES (%s, 2::bigint), (%s, 1::bigint)) AS v (p, e) ORDER BY v.p',
                          pg_temp.part('a1'), pg_temp.part('b1')),
-                  'renew_partition_leases(): the partitions w2 holds, with their epochs');
-SELECT is((SELECT count(*) FROM harvest.renew_partition_leases('w1', ARRAY[pg_temp.part('a1')])), 0::bigint,
-          'renew_partition_leases(): nothing for a worker that lost the partition');
+                  'heartbeat_partitions(): the partitions w2 holds, with their epochs');
+SELECT is((SELECT count(*) FROM harvest.heartbeat_partitions('w1', ARRAY[pg_temp.part('a1')])), 0::bigint,
+          'heartbeat_partitions(): nothing for a worker that lost the partition');
 SELECT is((SELECT lease_expires_at FROM harvest.partition_owners WHERE partition_id = pg_temp.part('a1')),
-          '2030-01-01 00:01:01+00'::timestamptz, 'renew_partition_leases(): the lease runs from now');
+          '2030-01-01 00:01:01+00'::timestamptz, 'heartbeat_partitions(): the lease runs from now');
 
 -- A stopping worker gives its rows up; the next acquisition moves the epoch on.
 SELECT is(harvest._release_partitions('nobody'), 0, '_release_partitions(): nothing for a worker holding nothing');
@@ -193,8 +193,76 @@ SELECT is(harvest.set_owner_mode(false) ->> 'enabled', 'false', 'set_owner_mode(
 SELECT is((SELECT coalesce(worker_id, 'nobody') || '@' || epoch FROM harvest.partition_owners
            WHERE partition_id = pg_temp.part('a2')),
           'nobody@4', 'turning the switch frees every held row and moves its epoch on (3 -> 4)');
-SELECT is((SELECT count(*) FROM harvest.renew_partition_leases('w1', ARRAY[pg_temp.part('a1')])), 0::bigint,
-          'renew_partition_leases(): nothing while owner mode is off');
+SELECT is((SELECT count(*) FROM harvest.heartbeat_partitions('w1', ARRAY[pg_temp.part('a1')])), 0::bigint,
+          'heartbeat_partitions(): nothing while owner mode is off');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A decision sent ahead with an activity result (complete_activities) in owner mode:
+-- applied for the owner at its epoch; after another worker acquired the partition,
+-- refused (the result is recorded alone, the woken workflow task queued, not handed).
+BEGIN;
+SELECT plan(8);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+SELECT harvest.set_owner_mode(true);
+SELECT harvest.register_worker('w1', ARRAY['aq'], 'h', 1);
+SELECT harvest.register_worker('w2', ARRAY['aq'], 'h', 2);
+CREATE TEMP TABLE ahead (key text, workflow_id text, execution_id uuid, task_id bigint, token bigint, epoch bigint)
+ON COMMIT DROP;
+INSERT INTO ahead (key, workflow_id)
+VALUES ('c1', 'ahead-c1'),
+       ('c2', (SELECT 'ahead-' || g FROM generate_series(1, 5000) AS g
+               WHERE harvest.partition_of('ahead-' || g) = harvest.partition_of('ahead-c1') LIMIT 1));
+UPDATE ahead SET execution_id = (SELECT s.execution_id FROM harvest.start_workflow('ahead_wf', '[]', workflow_id, 'aq') AS s);
+-- w1 claims both workflow tasks (one partition, epoch 1) and schedules one activity each,
+-- handed straight back to it.
+UPDATE ahead AS a SET task_id = c.task_id, token = c.fencing_token, epoch = c.owner_epoch
+FROM harvest.claim_tasks('w1', ARRAY['aq'], 10, 300) AS c WHERE c.execution_id = a.execution_id;
+CREATE TEMP TABLE handed ON COMMIT DROP AS
+SELECT a.key, h.value AS task
+FROM ahead AS a
+CROSS JOIN LATERAL harvest.complete_workflow_task(a.task_id, a.token, 1,
+    '[{"type": "schedule_activity", "seq": 1, "name": "act", "input": [], "queue": "aq", "options": {}}]',
+    'w1', p_hand_off_slots => 1, p_owner_epoch => a.epoch) AS d
+CROSS JOIN LATERAL jsonb_array_elements(d.handed) AS h (value);
+SELECT is((SELECT count(*) FROM handed), 2::bigint, 'the owner''s decisions handed it both activities');
+
+SELECT is((SELECT d.decided ->> 'execution_status' FROM handed AS h
+           CROSS JOIN LATERAL harvest.complete_activities('w1', ARRAY[(h.task ->> 'task_id')::bigint],
+               ARRAY[(h.task ->> 'fencing_token')::bigint], ARRAY['1'::jsonb], true, 300,
+               ARRAY[jsonb_build_object('after', 3, 'result_text', '1', 'owner_epoch', 1,
+                     'commands', '[{"type": "complete_workflow", "result": 1}]'::jsonb)]) AS d
+           WHERE h.key = 'c1'),
+          'COMPLETED', 'complete_activities(): the owner''s decision ahead at its epoch is applied');
+SELECT is((SELECT event_data ->> 'owner_epoch' FROM harvest.events AS e JOIN ahead AS a USING (execution_id)
+           WHERE a.key = 'c1' AND e.event_type = 'WorkflowTaskCompleted' ORDER BY e.event_id DESC LIMIT 1),
+          '1', 'the decision ahead''s marker records the epoch');
+
+-- w1's lease runs out; w2 acquires the partition by claiming a signalled run in it.
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT harvest.signal_workflow((SELECT execution_id FROM ahead WHERE key = 'c2'), 'x', '1');
+SELECT is((SELECT c.owner_epoch FROM harvest.claim_tasks('w2', ARRAY['aq'], 1, 300) AS c), 2::bigint,
+          'w2 acquires the partition at epoch 2');
+-- (w2 holds c2's workflow task now; give it back so the result's wake-up has to queue one.)
+SELECT harvest.release_worker_tasks('w2');
+
+SELECT is((SELECT d.outcome || ':' || coalesce(d.decided::text, 'not decided') || ':' || coalesce(d.handed::text, 'not handed')
+           FROM handed AS h
+           CROSS JOIN LATERAL harvest.complete_activities('w1', ARRAY[(h.task ->> 'task_id')::bigint],
+               ARRAY[(h.task ->> 'fencing_token')::bigint], ARRAY['2'::jsonb], true, 300,
+               ARRAY[jsonb_build_object('after', 4, 'result_text', '2', 'owner_epoch', 1,
+                     'commands', '[{"type": "complete_workflow", "result": 2}]'::jsonb)]) AS d
+           WHERE h.key = 'c2'),
+          'completed:not decided:not handed',
+          'complete_activities(): a stale owner''s decision ahead is refused and the result recorded alone');
+SELECT is((SELECT status FROM harvest.executions AS e JOIN ahead AS a ON a.execution_id = e.id WHERE a.key = 'c2'),
+          'RUNNING', 'nothing of the refused decision landed');
+SELECT is((SELECT array_agg(e.event_type ORDER BY e.event_id) FROM harvest.events AS e
+           JOIN ahead AS a USING (execution_id) WHERE a.key = 'c2' AND e.event_id > 3),
+          ARRAY['SignalReceived', 'ActivityCompleted'], 'the result is in the history, alone');
+SELECT is((SELECT status || ':' || coalesce(lease_owner, '-') FROM harvest.tasks AS t JOIN ahead AS a USING (execution_id)
+           WHERE a.key = 'c2' AND t.kind = 'workflow'), 'pending:-', 'the woken workflow task is queued for the owner');
 
 SELECT * FROM finish();
 ROLLBACK;
