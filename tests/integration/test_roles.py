@@ -143,7 +143,7 @@ def test_functions_pin_search_path_and_run_as_definer(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         loose = conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
-            " AND p.proname NOT LIKE '\\_%' AND p.proname NOT IN ('now', 'shard_of')"
+            " AND p.proname NOT LIKE '\\_%' AND p.proname NOT IN ('now', 'shard_of', 'partition_of')"
             " AND (NOT p.prosecdef OR NOT coalesce(p.proconfig, '{}')"
             " @> ARRAY['search_path=pg_catalog, harvest, pg_temp'])"
         ).fetchall()
