@@ -14,12 +14,9 @@ import uuid
 from collections import defaultdict
 
 import psycopg
-import pytest
-from psycopg import conninfo
 from psycopg.rows import dict_row
 
 from harvest import App, Client, activity, workflow
-from harvest.core.errors import PermissionDenied
 from harvest.core.ids import DECISION_PARTITIONS, partition_of
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi
@@ -85,43 +82,6 @@ def test_the_partition_of_a_workflow_id_is_the_same_in_sql_and_python(db: str) -
         in_sql = [r[0] for r in found]
     assert in_sql == [partition_of(i) for i in ids]
     assert set(in_sql[:6000]) == set(range(DECISION_PARTITIONS))
-
-
-def test_only_an_admin_turns_owner_mode_on(pg_server, db: str) -> None:
-    made = []
-
-    def login(role: str) -> str:
-        user = f"u_{role.removeprefix('harvest_')}_{uuid.uuid4().hex[:8]}"
-        with pg_server.admin() as admin:
-            admin.execute(f'CREATE ROLE "{user}" LOGIN')
-            admin.execute(f'GRANT {role} TO "{user}"')
-        made.append(user)
-        return conninfo.make_conninfo(db, user=user, password="")
-
-    try:
-        for role in ("harvest_reader", "harvest_operator", "harvest_worker"):
-            with connect(login(role), autocommit=True) as conn:
-                with pytest.raises(PermissionDenied):
-                    SqlApi(conn).set_owner_mode(True)
-                with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                    conn.execute("UPDATE harvest.owner_mode SET enabled = true")
-                with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                    conn.execute("UPDATE harvest.partition_owners SET worker_id = 'me'")
-        with connect(login("harvest_reader"), autocommit=True) as conn:
-            assert SqlApi(conn).get_owner_mode()["enabled"] is False
-            assert len(SqlApi(conn).list_partition_owners()) == DECISION_PARTITIONS
-        with connect(login("harvest_admin"), autocommit=True) as conn:
-            assert SqlApi(conn).set_owner_mode(True, 5.0, "ops-7")["enabled"] is True
-        audit = _rows(
-            db, "SELECT operator_id, details FROM harvest.audit_log WHERE operation = 'owner_mode.set'"
-        )
-        assert [(a["operator_id"], a["details"]["enabled"], a["details"]["lease_secs"]) for a in audit] == [
-            ("ops-7", True, 5.0)
-        ]
-    finally:
-        with pg_server.admin() as admin:
-            for user in made:
-                admin.execute(f'DROP ROLE IF EXISTS "{user}"')
 
 
 def test_two_workers_each_decision_is_committed_by_its_partitions_owner(db: str, start_worker) -> None:
