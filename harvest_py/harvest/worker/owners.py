@@ -78,6 +78,5 @@ class Owners:
                 self._noted_at.pop(partition, None)
         self.epochs.update(held)
         gone = [e for e, p in self._partition_of_run.items() if p in lost]
-        for execution_id in gone:
-            del self._partition_of_run[execution_id]
+        self._partition_of_run = {e: p for e, p in self._partition_of_run.items() if p in held}
         return gone
