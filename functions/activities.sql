@@ -229,6 +229,8 @@ DECLARE
     v_execution harvest.executions;
     v_limit integer := harvest._payload_limit();  -- once per batch
     v_bytes bigint;
+    v_owner_mode boolean := harvest._owner_mode_on();  -- once per batch (owners.sql)
+    v_item_queues text[];
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -270,6 +272,21 @@ BEGIN
             RAISE EXCEPTION 'the decision sent with task % needs "after" (a JSON number) and '
                 '"result_text" (a JSON string), got %', v_item.id, v_decision USING ERRCODE = 'HR001';
         END IF;
+        -- Owner mode: only the partition's owner decides ahead (at the epoch it sends,
+        -- "owner_epoch") or is handed the woken workflow task; a result without them
+        -- is recorded alone, a foreign writer's append.
+        v_item_queues := v_queues;
+        IF v_try.problem IS NULL AND v_owner_mode AND v_queues IS NOT NULL THEN
+            IF v_decision IS NOT NULL AND harvest._check_owner((v_try.task).execution_id, p_worker_id,
+                                                               (v_decision ->> 'owner_epoch')::bigint) IS NOT NULL THEN
+                v_decision := NULL;
+            END IF;
+            IF v_decision IS NULL AND harvest._owner_epoch(
+                   (SELECT e.workflow_id FROM harvest.executions AS e WHERE e.id = (v_try.task).execution_id),
+                   p_worker_id) IS NULL THEN
+                v_item_queues := NULL;
+            END IF;
+        END IF;
         IF v_try.problem IS NOT NULL THEN
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;
@@ -285,14 +302,15 @@ BEGIN
                 (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
                 coalesce((v_decision ->> 'hand_off_slots')::integer, 0),
-                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed(v_try.task, v_item.result)]);
+                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed(v_try.task, v_item.result)],
+                CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
                 'last_event_id', v_applied.last_event_id,
                 'execution_status', v_applied.execution_status, 'handed', v_applied.handed);
         ELSE
             v_handed := v_handed || harvest._record_activity_result(
-                v_try.task, v_item.result, p_worker_id, v_queues, p_workflow_lease_secs);
+                v_try.task, v_item.result, p_worker_id, v_item_queues, p_workflow_lease_secs);
             v_decided := v_decided || NULL::jsonb;
         END IF;
     END LOOP;
@@ -308,6 +326,10 @@ BEGIN
             SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_handed[v_i];
             SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
             handed := harvest._task_for_worker(v_task, v_execution, p_worker_id);
+            IF v_owner_mode THEN
+                handed := handed || jsonb_build_object(
+                    'owner_epoch', harvest._owner_epoch(v_execution.workflow_id, p_worker_id));
+            END IF;
         END IF;
         RETURN NEXT;
     END LOOP;

@@ -332,12 +332,16 @@ RETURNS TABLE (
     -- Workflow tasks claimed by the worker that decided the run last (or of a run
     -- never decided): the events after new_events_after. NULL otherwise.
     new_events jsonb,
-    new_events_after bigint
+    new_events_after bigint,
+    -- Owner mode (owners.sql): a workflow task's partition epoch, which its decision
+    -- commit must carry. NULL when owner mode is off and for other tasks.
+    owner_epoch bigint
 )
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
+    v_owner_mode boolean := harvest._owner_mode_on();
     -- Look a little past the batch size so rows locked by other claimers do not
     -- starve this one, but never scan the whole backlog.
     v_window integer := greatest(p_limit, 1) * 4 + 16;
@@ -391,6 +395,35 @@ BEGIN
         FROM harvest._order_candidates(p_queues, v_ids, v_now, v_window, p_limit) AS o;
     END IF;
 
+    IF v_owner_mode THEN
+        -- Owner mode: leave the workflow tasks of partitions other live owners hold,
+        -- and acquire the partitions of those claimed (owners.sql).
+        v_ids := harvest._owner_candidates(v_ids, p_worker_id, v_now);
+        IF v_gated THEN
+            v_admitted := harvest._admit_candidates(v_ids, v_now);
+            SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
+            FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
+            WHERE u.id = ANY(v_admitted);
+        END IF;
+        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
+        FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
+        v_claimed := harvest._acquire_partitions(v_claimed, p_worker_id, v_now);
+        IF v_gated THEN
+            PERFORM harvest._after_gated_claim(v_claimed, v_now);
+        END IF;
+        RETURN QUERY  -- (probes per id, as below)
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).queue,
+               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+               c.lease_expires_at, c.heartbeat_details,
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+               CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch((l.e).workflow_id, p_worker_id) END
+        FROM unnest(v_claimed) AS k (id)
+        CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
+        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+        ORDER BY c.priority DESC, c.due_at, c.id;
+        RETURN;
+    END IF;
+
     IF NOT v_gated THEN
         -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
         -- join may be cached as a generic plan that scans the whole table.
@@ -398,7 +431,8 @@ BEGIN
         SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
-               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+               NULL::bigint
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c
         CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
         ORDER BY c.priority DESC, c.due_at, c.id;
@@ -417,7 +451,8 @@ BEGIN
     SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details,
-           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0)
+           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+           NULL::bigint
     FROM unnest(v_claimed) AS k (id)
     CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
     CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
@@ -502,7 +537,9 @@ AS $$
         'lease_expires_at', p_task.lease_expires_at, 'heartbeat_details', p_task.heartbeat_details,
         'new_events', CASE WHEN p_task.kind = 'workflow'
                            THEN harvest._events_since_decision(p_execution, p_task.kind, p_worker_id) END,
-        'new_events_after', coalesce(p_execution.decided_through, 0));
+        'new_events_after', coalesce(p_execution.decided_through, 0),
+        -- Owner mode: complete_activities sets a handed workflow task's (owners.sql).
+        'owner_epoch', NULL);
 $$;
 
 -- Wake a locked, running execution by handing its workflow task straight to
@@ -536,7 +573,8 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.claim_tasks IS
 'Claim up to p_limit due tasks of p_queues for p_worker_id: each gets a lease and a new fencing token, and '
-'completing it under an older token is refused (HR004). Called by the Python worker (role harvest_worker).';
+'completing it under an older token is refused (HR004). In owner mode it acquires the decision partitions of '
+'the workflow tasks it claims and returns their owner_epoch. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.next_due_at IS
 'When the earliest not-yet-due work of p_queues (timers, retry backoffs) becomes due, so an idle worker sleeps '
 'exactly until then. Called by the Python worker (role harvest_worker).';

@@ -451,6 +451,9 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_hand_off_slots integer,
     p_lead_types text[] DEFAULT ARRAY[]::text[],
     p_lead_datas jsonb[] DEFAULT ARRAY[]::jsonb[],
+    -- Owner mode: the owner epoch the decision was committed under (checked by the
+    -- caller, owners.sql _check_owner), recorded on its WorkflowTaskCompleted marker.
+    p_owner_epoch bigint DEFAULT NULL,
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
 )
 LANGUAGE plpgsql
@@ -476,7 +479,9 @@ DECLARE
     -- events (a child's start, an update, continue-as-new, a mutex marker, whose
     -- trigger may append a grant), so the history's order is the commands' order.
     v_types text[] := p_lead_types || 'WorkflowTaskCompleted'::text;
-    v_datas jsonb[] := p_lead_datas || jsonb_build_object('through', p_through, 'worker_id', p_worker_id);
+    v_datas jsonb[] := p_lead_datas || CASE
+        WHEN p_owner_epoch IS NULL THEN jsonb_build_object('through', p_through, 'worker_id', p_worker_id)
+        ELSE jsonb_build_object('through', p_through, 'worker_id', p_worker_id, 'owner_epoch', p_owner_epoch) END;
     v_decided_through bigint := p_through;  -- the marker's, until it is flushed
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
@@ -597,7 +602,9 @@ CREATE OR REPLACE FUNCTION harvest.complete_workflow_task(
     p_byte_cap bigint DEFAULT 52428800,
     -- Up to this many scheduled activities are handed straight to p_worker_id
     -- (claim.sql, "Hand-off") and returned in handed; 0 queues them all.
-    p_hand_off_slots integer DEFAULT 0
+    p_hand_off_slots integer DEFAULT 0,
+    -- Owner mode (owners.sql): the owner epoch the claim handed out with the task.
+    p_owner_epoch bigint DEFAULT NULL
 )
 RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb)
 LANGUAGE plpgsql
@@ -605,13 +612,23 @@ AS $$
 DECLARE
     v_task harvest.tasks;
     v_decided record;
+    v_refusal text;
+    v_owner_mode boolean := harvest._owner_mode_on();
 BEGIN
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
+    IF v_owner_mode THEN
+        v_refusal := harvest._check_owner(v_task.execution_id, p_worker_id, p_owner_epoch);
+        IF v_refusal IS NOT NULL THEN
+            RAISE EXCEPTION '%', v_refusal USING ERRCODE = 'HR004',
+                HINT = 'claim the workflow task again: the partition''s owner decides it';
+        END IF;
+    END IF;
     -- Free the execution's one workflow-task slot first, so a wake-up raised while
     -- applying these commands (a child that failed to start) enqueues a new task.
     DELETE FROM harvest.tasks AS t WHERE t.id = p_task_id;
     v_decided := harvest._apply_decision(v_task.execution_id, p_through, p_commands, p_worker_id,
-                                         p_event_cap, p_byte_cap, p_hand_off_slots);
+                                         p_event_cap, p_byte_cap, p_hand_off_slots,
+                                         p_owner_epoch => CASE WHEN v_owner_mode THEN p_owner_epoch END);
     -- (RETURN NEXT, not RETURN QUERY: a query would be planned anew on every call.)
     last_event_id := v_decided.last_event_id;
     execution_status := v_decided.execution_status;
@@ -619,11 +636,11 @@ BEGIN
     RETURN NEXT;
 END;
 $$;
-COMMENT ON FUNCTION harvest.complete_workflow_task(bigint, bigint, bigint, jsonb, text, bigint, bigint, integer) IS
+COMMENT ON FUNCTION harvest.complete_workflow_task(bigint, bigint, bigint, jsonb, text, bigint, bigint, integer, bigint) IS
 'Complete one claimed workflow task: append WorkflowTaskCompleted{through} and one event per command, create the '
 'tasks they schedule, end the run if a command ended it; returns the last event id, the run''s status and the '
-'activities handed to the worker. The single-task form of complete_workflow_tasks, for SQL callers (role '
-'harvest_worker).';
+'activities handed to the worker; in owner mode HR004 unless p_worker_id holds the run''s partition at '
+'p_owner_epoch. The single-task form of complete_workflow_tasks, for SQL callers (role harvest_worker).';
 
 -- A worker's group commit of decisions: complete many workflow tasks in one
 -- transaction, each as complete_workflow_task would. An item held under a stale
@@ -639,7 +656,9 @@ CREATE OR REPLACE FUNCTION harvest.complete_workflow_tasks(
     p_commands jsonb[],
     p_hand_off_slots integer[],
     p_event_cap bigint DEFAULT 50000,
-    p_byte_cap bigint DEFAULT 52428800
+    p_byte_cap bigint DEFAULT 52428800,
+    -- Owner mode (owners.sql): each task's owner epoch, as the claim handed it out.
+    p_owner_epochs bigint[] DEFAULT NULL
 )
 RETURNS TABLE (
     task_id bigint, outcome text, message text, last_event_id bigint,
@@ -652,7 +671,11 @@ DECLARE
     v_try record;
     v_decided record;
     v_count integer := cardinality(p_task_ids);
+    v_owner_mode boolean := harvest._owner_mode_on();
 BEGIN
+    IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
+        RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
+    END IF;
     IF p_task_ids IS NULL OR v_count IS DISTINCT FROM cardinality(p_fencing_tokens)
        OR v_count IS DISTINCT FROM cardinality(p_throughs)
        OR v_count IS DISTINCT FROM cardinality(p_commands)
@@ -665,9 +688,9 @@ BEGIN
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
         -- an id list scans the whole table.)
-        SELECT u.id, u.token, u.through, u.commands, u.slots
-        FROM unnest(p_task_ids, p_fencing_tokens, p_throughs, p_commands, p_hand_off_slots)
-            AS u (id, token, through, commands, slots)
+        SELECT u.id, u.token, u.through, u.commands, u.slots, u.epoch
+        FROM unnest(p_task_ids, p_fencing_tokens, p_throughs, p_commands, p_hand_off_slots, p_owner_epochs)
+            AS u (id, token, through, commands, slots, epoch)
         ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
     LOOP
         task_id := v_item.id;
@@ -677,10 +700,23 @@ BEGIN
         last_event_id := NULL;
         execution_status := NULL;
         handed := NULL;
-        IF v_try.problem IS NULL THEN
+        IF v_try.problem IS NULL AND v_owner_mode THEN
+            -- A stale owner's decision is refused and its task goes back to the queue at
+            -- once, for the partition's owner to claim.
+            message := harvest._check_owner((v_try.task).execution_id, p_worker_id, v_item.epoch);
+            IF message IS NOT NULL THEN
+                outcome := 'not_owner';
+                UPDATE harvest.tasks AS t
+                SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now()
+                WHERE t.id = v_item.id;
+                PERFORM harvest._notify_queue((v_try.task).queue);
+            END IF;
+        END IF;
+        IF outcome = 'completed' THEN
             DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
             v_decided := harvest._apply_decision((v_try.task).execution_id, v_item.through,
-                v_item.commands, p_worker_id, p_event_cap, p_byte_cap, v_item.slots);
+                v_item.commands, p_worker_id, p_event_cap, p_byte_cap, v_item.slots,
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
             handed := v_decided.handed;
@@ -689,10 +725,11 @@ BEGIN
     END LOOP;
 END;
 $$;
-COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint) IS
+COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint, bigint[]) IS
 'A worker''s group commit of decisions: each item as complete_workflow_task, in one transaction; an item under a '
-'stale token, gone, of another kind or past its lease is refused on its own (outcome). Called by the Python worker '
-'(role harvest_worker).';
+'stale token, gone, of another kind or past its lease is refused on its own (outcome), and in owner mode one '
+'whose partition p_worker_id no longer holds at its epoch (outcome not_owner: the task goes back to the queue). '
+'Called by the Python worker (role harvest_worker).';
 
 -- A workflow task that could not complete (non-determinism, a worker-side error):
 -- nothing is written to the history; the task is retried after a backoff, and the

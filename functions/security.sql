@@ -1,6 +1,6 @@
 -- Security: every harvest entry point runs with a pinned search_path as its owner
 -- (SECURITY DEFINER), EXECUTE is revoked from PUBLIC and granted per role. The
--- _helpers (and the pure now/shard_of) run as invoker with no SET clause: they are
+-- _helpers (and the pure now/shard_of/partition_of) run as invoker with no SET clause: they are
 -- only reachable through an entry point, or are harmless.
 --
 --   harvest_reader    read only: list, get, history, stack, registries, status
@@ -50,7 +50,8 @@ AS $$
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',
-                        'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay')
+                        'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay',
+                        'heartbeat_partitions')
             THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
@@ -58,13 +59,14 @@ AS $$
                         'set_migration_error', 'set_migration_forward') THEN 'harvest_admin,harvest_worker'
         WHEN p_name IN ('get_copy_schema', 'history_digest', 'list_migrations') THEN 'harvest_reader'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',
-                        'stop_waiting_for_result', 'count_stranded_tasks')
+                        'stop_waiting_for_result', 'count_stranded_tasks', 'partition_of', 'get_owner_mode')
             THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('get_execution', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
                         'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
-                        'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health')
+                        'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
+                        'list_partition_owners')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',
@@ -136,7 +138,7 @@ BEGIN
     LOOP
         IF v_fn.name = '_secure_functions' THEN
             NULL;
-        ELSIF v_fn.name LIKE '\_%' OR v_fn.name IN ('now', 'shard_of') THEN
+        ELSIF v_fn.name LIKE '\_%' OR v_fn.name IN ('now', 'shard_of', 'partition_of') THEN
             -- Helpers only run inside an entry point, which already runs as the owner
             -- with the pinned path; a SET clause would cost a GUC save/restore per call
             -- on the hot path (and stop SQL functions from being inlined).

@@ -110,6 +110,7 @@ BEGIN
         RAISE EXCEPTION 'worker % is not registered', p_worker_id USING ERRCODE = 'HR002';
     END IF;
     v_released := harvest.release_worker_tasks(p_worker_id);
+    PERFORM harvest._release_partitions(p_worker_id);  -- owner mode (owners.sql)
     UPDATE harvest.workers SET status = 'stopped', sleeping = false, last_heartbeat_at = harvest.now()
     WHERE id = p_worker_id;
     RETURN v_released;

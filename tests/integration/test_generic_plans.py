@@ -366,6 +366,7 @@ TRAPS = [
                 "p_throughs": "bigint[]",
                 "p_commands": "jsonb[]",
                 "p_hand_off_slots": "integer[]",
+                "p_owner_epochs": "bigint[]",
             },
         ),
         {"tasks": {"tasks_pkey"}},
@@ -395,6 +396,26 @@ TRAPS = [
         "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
         "tasks_activity_invocation (execution_id, seq)",
         id="_decide_cancel_timer",
+    ),
+    case(
+        Statement(
+            "_owner_candidates",
+            r"SELECT coalesce\(array_agg\(c\.id ORDER BY c\.ord\)",
+            {"p_ids": "bigint[]", "p_worker_id": "text", "p_now": "timestamptz"},
+        ),
+        {"tasks": {"tasks_pkey"}, "executions": {"executions_pkey"}},
+        f"owners.sql (a claim in owner mode): {ID_LIST}",
+        id="_owner_candidates",
+    ),
+    case(
+        Statement(
+            "_acquire_partitions",
+            r"SELECT harvest\.partition_of\(e\.workflow_id\) AS partition_id",
+            {"p_ids": "bigint[]"},
+        ),
+        {"tasks": {"tasks_pkey"}, "executions": {"executions_pkey"}},
+        f"owners.sql (a claim in owner mode): {ID_LIST}",
+        id="_acquire_partitions",
     ),
 ]
 

@@ -150,7 +150,7 @@ def test_functions_pin_search_path_and_run_as_definer(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         loose = conn.execute(
             "SELECT p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'harvest'::regnamespace"
-            " AND p.proname NOT LIKE '\\_%' AND p.proname NOT IN ('now', 'shard_of')"
+            " AND p.proname NOT LIKE '\\_%' AND p.proname NOT IN ('now', 'shard_of', 'partition_of')"
             " AND (NOT p.prosecdef OR NOT coalesce(p.proconfig, '{}')"
             " @> ARRAY['search_path=pg_catalog, harvest, pg_temp'])"
         ).fetchall()
@@ -332,3 +332,29 @@ def test_a_worker_login_signals_and_cancels_another_workflow(login, db: str) -> 
             )
         ]
     assert types == ["WorkflowStarted", "SignalReceived", "WorkflowCancelRequested"], types
+
+
+def test_only_an_admin_turns_owner_mode_on(login, db: str) -> None:
+    """Owner mode's switch (functions/owners.sql): no other role may call set_owner_mode or write
+    the switch or the owner rows; a reader reads them; an admin's change is audited."""
+    for role in ("harvest_reader", "harvest_operator", "harvest_worker"):
+        with psycopg.connect(login(role), autocommit=True) as conn:
+            for statement in (
+                "SELECT harvest.set_owner_mode(true)",
+                "UPDATE harvest.owner_mode SET enabled = true",
+                "UPDATE harvest.partition_owners SET worker_id = 'me'",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement)
+    with psycopg.connect(login("harvest_reader"), autocommit=True) as reader:
+        assert reader.execute("SELECT harvest.get_owner_mode() ->> 'enabled'").fetchone()[0] == "false"
+        assert reader.execute("SELECT count(*) FROM harvest.list_partition_owners()").fetchone()[0] == 512
+    with psycopg.connect(login("harvest_admin"), autocommit=True) as admin:
+        admin.execute("SELECT harvest.set_owner_mode(true, 5, 'ops-7')")
+    with psycopg.connect(db, autocommit=True) as owner:
+        audit = owner.execute(
+            "SELECT operator_id, details ->> 'enabled', details ->> 'lease_secs' FROM harvest.audit_log "
+            "WHERE operation = 'owner_mode.set'"
+        ).fetchall()
+        assert owner.execute("SELECT enabled FROM harvest.owner_mode").fetchone()[0] is True
+    assert audit == [("ops-7", "true", "5")]

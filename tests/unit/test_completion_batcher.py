@@ -208,7 +208,7 @@ class FakeDecisionSql:
                 "execution_status": "RUNNING",
                 "handed": [],
             }
-            for task_id, _token, through, commands, _slots in items
+            for task_id, _token, through, commands, _slots, _epoch in items
         ]
 
 

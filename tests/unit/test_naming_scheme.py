@@ -56,6 +56,7 @@ VERBS = {
 SCALARS = {
     "now",
     "shard_of",
+    "partition_of",
     "schema_version",
     "payload_limit",
     "next_due_at",

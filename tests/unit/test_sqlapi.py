@@ -110,6 +110,7 @@ ROW = {
     "request_id": 3,
     "expired": 0,
     "shard_id": 0,
+    "owner_mode": {},
 }
 SAMPLE = {
     "str": "a",
@@ -127,7 +128,8 @@ SAMPLE = {
     "int | None": None,
     "list[str] | None": None,
     "list[dict[str, Any]]": [{"k": 1}],
-    "list[tuple[int, int, int, list[dict[str, Any]], int]]": [(1, 2, 3, [], 0)],
+    "list[int]": [1],
+    "list[tuple[int, int, int, list[dict[str, Any]], int, int | None]]": [(1, 2, 3, [], 0, None)],
     "list[tuple[int, int, Any, dict[str, Any] | None]]": [(1, 2, "r", None)],
 }
 

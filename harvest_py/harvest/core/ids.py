@@ -1,11 +1,14 @@
 """Execution ids: a UUID whose first two bytes carry the shard number.
 
 The same encoding as ``harvest._new_execution_id`` and ``harvest.shard_of`` in
-``functions/core.sql``, so any id routes to its shard with no directory.
+``functions/core.sql``, so any id routes to its shard with no directory. And the
+decision partition of a workflow id (owner mode), as ``harvest.partition_of`` in
+``functions/owners.sql``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 # A shard number is 0..MAX_SHARD (two bytes of the id).
@@ -18,3 +21,16 @@ def shard_of(execution_id: str | uuid.UUID) -> int:
     A string that is not a UUID raises ``ValueError``."""
     value = execution_id if isinstance(execution_id, uuid.UUID) else uuid.UUID(str(execution_id))
     return int.from_bytes(value.bytes[:2], "big")
+
+
+# Owner mode (functions/owners.sql): the decision partitions of one database.
+DECISION_PARTITIONS = 512
+
+
+def partition_of(workflow_id: str) -> int:
+    """The decision partition (0..511) of a workflow id, as ``harvest.partition_of`` computes it.
+
+    The first two bytes of the SHA-256 of its UTF-8 text, big-endian, mod 512: the
+    same in SQL and here, in every process (``hash()`` is salted per process)."""
+    digest = hashlib.sha256(workflow_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:2], "big") % DECISION_PARTITIONS

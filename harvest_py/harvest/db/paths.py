@@ -53,6 +53,7 @@ SCHEMA_FILES = (
     "retention",
     "settings",
     "shards",
+    "owners",
     "triggers",
 )
 

@@ -52,7 +52,8 @@ NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
 COMPLETE_WORKFLOW_TASKS = """
 SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
                                               %(throughs)b, %(commands)b::jsonb[],
-                                              %(hand_off_slots)b::integer[], %(event_cap)s, %(byte_cap)s)
+                                              %(hand_off_slots)b::integer[], %(event_cap)s, %(byte_cap)s,
+                                              %(owner_epochs)s::bigint[])
 """
 FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
@@ -124,6 +125,13 @@ GET_RESIDENCE = "SELECT harvest.get_residence(%(execution_id)s) AS result"
 SET_MIGRATION_FORWARD = "SELECT harvest.set_migration_forward(%(execution_id)s, %(shard)s) AS result"
 HISTORY_DIGEST = "SELECT harvest.history_digest(%(execution_id)s) AS result"
 GET_COPY_SCHEMA = "SELECT harvest.get_copy_schema() AS result"
+# -- owner mode (functions/owners.sql)
+GET_OWNER_MODE = "SELECT harvest.get_owner_mode() AS owner_mode"
+SET_OWNER_MODE = "SELECT harvest.set_owner_mode(%(enabled)s, %(lease_secs)s, %(operator_id)s) AS owner_mode"
+LIST_PARTITION_OWNERS = "SELECT * FROM harvest.list_partition_owners(%(worker_id)s)"
+HEARTBEAT_PARTITIONS = """
+SELECT * FROM harvest.heartbeat_partitions(%(worker_id)s, %(partitions)s::integer[])
+"""
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -562,6 +570,33 @@ def get_copy_schema() -> dict[str, Any]:
     return {}
 
 
+@call(GET_OWNER_MODE, column("owner_mode"))
+def get_owner_mode() -> dict[str, Any]:
+    """Whether owner mode is on: ``{enabled, lease_secs, updated_at, partitions, owned}``."""
+    return {}
+
+
+@call(SET_OWNER_MODE, column("owner_mode"))
+def set_owner_mode(
+    enabled: bool, lease_secs: float | None = None, operator_id: str | None = None
+) -> dict[str, Any]:
+    """Turn owner mode on or off in this database (admin, audited); returns get_owner_mode()."""
+    return {"enabled": enabled, "lease_secs": lease_secs, "operator_id": operator_id}
+
+
+@call(LIST_PARTITION_OWNERS)
+def list_partition_owners(worker_id: str | None = None) -> dict[str, Any]:
+    """The decision partitions' owner rows (of one worker, or all 512)."""
+    return {"worker_id": worker_id}
+
+
+@call(HEARTBEAT_PARTITIONS)
+def heartbeat_partitions(worker_id: str, partitions: list[int]) -> dict[str, Any]:
+    """Renew the owner leases of ``partitions`` this worker holds; rows (partition_id, epoch,
+    lease_expires_at) of those it still holds."""
+    return {"worker_id": worker_id, "partitions": partitions}
+
+
 @call(PAYLOAD_LIMIT, column("payload_limit"))
 def payload_limit() -> dict[str, Any]:
     return {}
@@ -586,12 +621,14 @@ def next_due_at(queues: list[str]) -> dict[str, Any]:
 @call(COMPLETE_WORKFLOW_TASKS)
 def complete_workflow_tasks(
     worker_id: str,
-    items: list[tuple[int, int, int, list[dict[str, Any]], int]],
+    items: list[tuple[int, int, int, list[dict[str, Any]], int, int | None]],
     event_cap: int | None = 50_000,
     byte_cap: int | None = 50 * 1024 * 1024,
 ) -> dict[str, Any]:
-    """Commit (task id, fencing token, through, commands, hand-off slots) decisions in one
-    transaction; one row per item (functions/decide.sql)."""
+    """Commit (task id, fencing token, through, commands, hand-off slots, owner epoch) decisions
+    in one transaction; one row per item (functions/decide.sql). The owner epochs (owner mode,
+    functions/owners.sql) go as NULL when no item has one."""
+    epochs = [i[5] for i in items]
     return {
         "worker_id": worker_id,
         "task_ids": [i[0] for i in items],
@@ -601,6 +638,7 @@ def complete_workflow_tasks(
         "hand_off_slots": [i[4] for i in items],
         "event_cap": event_cap,
         "byte_cap": byte_cap,
+        "owner_epochs": None if all(e is None for e in epochs) else epochs,
     }
 
 

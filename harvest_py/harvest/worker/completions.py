@@ -116,13 +116,15 @@ class DecisionBatcher(_TaskGroupCommit):
         through: int,
         commands: list[dict[str, Any]],
         hand_off_slots: int,
+        owner_epoch: int | None = None,
     ) -> dict[str, Any]:
         """Commit one decision; returns its row (last_event_id, execution_status, handed).
 
-        Raises StaleTask when the task is no longer ours, InvalidArgument (or the
-        database's error) when the decision is refused.
+        Raises StaleTask when the task is no longer ours (or, in owner mode, its
+        partition is no longer held at ``owner_epoch``: outcome ``not_owner``),
+        InvalidArgument (or the database's error) when the decision is refused.
         """
-        return await self._submit(task_id, fencing_token, through, commands, hand_off_slots)
+        return await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch)
 
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker

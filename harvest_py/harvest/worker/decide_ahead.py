@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from harvest.core import jsonb
 from harvest.worker.completions import Recorded
+from harvest.worker.lanes import lane_of
 from harvest.worker.workflows import payloads_fit, warn_on_bloat
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ class DecisionAhead:
             "commands": activation.commands,
             "hand_off_slots": grant.slots,
         }
+        epoch = lane_of(task).owners.epoch_for(task["workflow_id"])
+        if epoch is not None:  # owner mode: only the partition's owner, at this epoch, decides
+            self.decision["owner_epoch"] = epoch
 
     def settle(self, recorded: Recorded | None) -> None:
         """Take the commit's answer (None: the result was not recorded at all)."""

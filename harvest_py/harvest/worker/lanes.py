@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import redact
 from harvest.db.pools import TRANSIENT
+from harvest.worker.owners import Owners
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ class ShardLane:
         self.sql: AsyncSqlApi | None = None
         self.completions = CompletionBatcher(worker, lane=self)
         self.decisions = DecisionBatcher(worker, lane=self)
+        # Owner mode (worker/owners.py): the decision partitions this worker holds on this shard.
+        self.owners = Owners()
         # Our mark in harvest.workers.sleeping on this shard, as last written (None: unknown).
         self.sleeping: bool | None = False
         self.ready = False  # schema checked, registered (if the worker claims), policies declared

@@ -48,6 +48,7 @@ from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
 from harvest.worker.options import WorkerOptions, resolve_shard_assignments
+from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
@@ -563,6 +564,8 @@ class Worker:
         return asyncio.get_running_loop().time()
 
     def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
+        if task["kind"] == "workflow":
+            task["_lane"].owners.note(task)
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
         task["_lane"].dispatched += 1
         key = _key(task)
@@ -692,6 +695,8 @@ class Worker:
                 continue
             try:
                 status = await lane.sql.heartbeat_worker(self.worker_id)
+                if lane.owners.epochs:
+                    await self._renew_partitions(lane)
                 if status != "active" and not self._stopping.is_set():
                     if status == "draining":
                         await self._note_drain_deadline(lane)
@@ -716,6 +721,21 @@ class Worker:
             except Exception as exc:
                 if not lane.note_failure(exc, "heartbeat"):
                     log.warning("worker heartbeat failed: %s", exc)
+
+    async def _renew_partitions(self, lane: ShardLane) -> None:
+        """Owner mode: renew the leases of the partitions this worker holds state for on
+        ``lane``'s shard, and drop the cached runs of any another worker has acquired meanwhile."""
+        owners = lane.owners
+        asked = owners.to_renew(self.cache.ids(), RECENT_HEARTBEATS * self.heartbeat_interval)
+        rows = await lane.sql.heartbeat_partitions(self.worker_id, asked) if asked else []
+        gone = owners.renewed(asked, rows)
+        for execution_id in gone:
+            self.cache.drop(execution_id)
+        if gone:
+            log.info(
+                "worker %s: %d cached run(s) on shard %d lost their partition's lease",
+                self.worker_id, len(gone), lane.shard,
+            )
 
     async def _note_drain_deadline(self, lane: ShardLane) -> None:
         """Remember when a remote drain must be done; _drain releases what is left then."""

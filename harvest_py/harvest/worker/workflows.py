@@ -70,6 +70,15 @@ class StickyCache:
             _, evicted = self._runs.popitem(last=False)
             evicted.close()
 
+    def drop(self, execution_id: str) -> None:
+        """Forget a cached run (owner mode: its partition was taken by another worker)."""
+        run = self._runs.pop(execution_id, None)
+        if run is not None:
+            run.close()
+
+    def ids(self) -> set[str]:
+        return set(self._runs)
+
     def __len__(self) -> int:
         return len(self._runs)
 
@@ -265,7 +274,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         # Group commit (worker/completions.py): decisions made together share a transaction.
         try:
             outcome = await lane_of(task).decisions.complete(
-                task_id, token, activation.through, commands, grant.slots
+                task_id, token, activation.through, commands, grant.slots, task.get("owner_epoch")
             )
         except PayloadTooLarge as exc:
             # The server's limit is stricter than ours (it is the authority): the same
@@ -277,9 +286,15 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 exc,
             )
             commands = [{"type": "fail_workflow", "failure": payload_failure(exc, exc.limit)}]
-            outcome = await lane_of(task).decisions.complete(task_id, token, activation.through, commands, 0)
+            outcome = await lane_of(task).decisions.complete(
+                task_id, token, activation.through, commands, 0, task.get("owner_epoch")
+            )
     except StaleTask as stale:
+        # A lost lease, or (owner mode) a partition another worker acquired: nothing of
+        # the decision was written, and the run's cached state goes with it.
         log.warning("workflow task for %s was refused: %s", execution_id, stale)
+        if task.get("owner_epoch") is not None:
+            lane_of(task).owners.forget_run(execution_id)
         run.close()
         return
     except Exception:
