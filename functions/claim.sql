@@ -412,7 +412,7 @@ BEGIN
             PERFORM harvest._after_gated_claim(v_claimed, v_now);
         END IF;
         RETURN QUERY  -- (probes per id, as below)
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id, (l.e).queue,
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
                harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),

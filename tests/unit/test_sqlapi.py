@@ -128,7 +128,6 @@ SAMPLE = {
     "int | None": None,
     "list[str] | None": None,
     "list[dict[str, Any]]": [{"k": 1}],
-    "list[int]": [1],
     "list[tuple[int, int, int, list[dict[str, Any]], int, int | None]]": [(1, 2, 3, [], 0, None)],
     "list[tuple[int, int, Any, dict[str, Any] | None]]": [(1, 2, "r", None)],
 }

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import redact
 from harvest.db.pools import TRANSIENT
-from harvest.worker.owners import Owners
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
+from harvest.worker.owners import Owners
 
 if TYPE_CHECKING:
     from harvest.db.sqlapi import AsyncSqlApi

@@ -734,7 +734,9 @@ class Worker:
         if gone:
             log.info(
                 "worker %s: %d cached run(s) on shard %d lost their partition's lease",
-                self.worker_id, len(gone), lane.shard,
+                self.worker_id,
+                len(gone),
+                lane.shard,
             )
 
     async def _note_drain_deadline(self, lane: ShardLane) -> None:
