@@ -94,6 +94,16 @@ SCHEMA_VERSION = "SELECT harvest.schema_version() AS version"
 # -- shard identity (functions/shards.sql)
 GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
+CLAIM_REMOTE_RELAYS = "SELECT * FROM harvest.claim_remote_relays(%(limit)s, %(lease_secs)s)"
+DELIVER_EXTERNAL_RELAY = """
+SELECT * FROM harvest.deliver_external_relay(%(source_shard)s, %(relay_id)s, %(kind)s,
+    %(target_execution_id)s, %(target_workflow_name)s, %(target_workflow_id)s, %(payload)s,
+    %(source_execution_id)s)
+"""
+COMPLETE_RELAY = """
+SELECT harvest.complete_relay(%(relay_id)s, %(outcome)s, %(execution_id)s, %(message)s) AS result
+"""
+RELEASE_RELAY = "SELECT harvest.release_relay(%(relay_id)s, %(error)s) AS result"
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -412,6 +422,51 @@ def set_shard_id(shard_id: int, operator_id: str | None = None) -> dict[str, Any
     """Make this database shard ``shard_id`` (admin): ``{shard_id, previous_shard_id, changed}``;
     WrongShard when it holds executions of another shard."""
     return {"shard_id": shard_id, "operator_id": operator_id}
+
+
+# -- the cross-shard relay pump (functions/relays.sql; harvest/shard/relay_pump.py) -----------
+@call(CLAIM_REMOTE_RELAYS)
+def claim_remote_relays(limit: int = 100, lease_secs: float = 30.0) -> dict[str, Any]:
+    """On a source shard: up to ``limit`` remote relays, each leased for ``lease_secs``."""
+    return {"limit": limit, "lease_secs": lease_secs}
+
+
+@call(DELIVER_EXTERNAL_RELAY, first)
+def deliver_external_relay(
+    source_shard: int,
+    relay_id: int,
+    kind: str,
+    target_execution_id: Any,
+    target_workflow_name: str | None,
+    target_workflow_id: str | None,
+    payload: Any,
+    source_execution_id: Any,
+) -> dict[str, Any]:
+    """On a target shard: apply another shard's external relay once; ``{outcome, execution_id, message}``."""
+    return {
+        "source_shard": source_shard,
+        "relay_id": relay_id,
+        "kind": kind,
+        "target_execution_id": target_execution_id,
+        "target_workflow_name": target_workflow_name,
+        "target_workflow_id": target_workflow_id,
+        "payload": _jsonb_or_null(payload),
+        "source_execution_id": source_execution_id,
+    }
+
+
+@call(COMPLETE_RELAY, column("result"))
+def complete_relay(
+    relay_id: int, outcome: str, execution_id: Any = None, message: str | None = None
+) -> dict[str, Any]:
+    """On the source shard: the relay's final outcome reaches its source run; False when settled before."""
+    return {"relay_id": relay_id, "outcome": outcome, "execution_id": execution_id, "message": message}
+
+
+@call(RELEASE_RELAY, column("result"))
+def release_relay(relay_id: int, error: str) -> dict[str, Any]:
+    """On the source shard: an attempt that settled nothing; the relay is claimed again after a backoff."""
+    return {"relay_id": relay_id, "error": error}
 
 
 @call(PAYLOAD_LIMIT, column("payload_limit"))

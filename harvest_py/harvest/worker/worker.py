@@ -36,6 +36,7 @@ from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, AsyncConnectionPool, open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.declare.definitions import App
+from harvest.shard.relay_pump import RelayPump
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.options import WorkerOptions
@@ -68,10 +69,18 @@ BUSY_WAKE_SECS = 0.05
 
 class Worker:
     def __init__(
-        self, app: App, dsn: str | None = None, *, options: WorkerOptions | None = None, **overrides: Any
+        self,
+        app: App,
+        dsn: str | None = None,
+        *,
+        options: WorkerOptions | None = None,
+        relay_pump: RelayPump | None = None,
+        **overrides: Any,
     ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
-        arguments of the same names (``Worker(app, dsn, concurrency=4)``) override it."""
+        arguments of the same names (``Worker(app, dsn, concurrency=4)``) override it.
+        ``relay_pump`` (sharded deployments only, harvest/shard/relay_pump.py) is ticked by the
+        scanner and places cross-shard children; None on a single database."""
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
@@ -136,6 +145,7 @@ class Worker:
         self.run_scanner = options.run_scanner
         self.run_retention = options.run_retention
         self.retention_interval = options.retention_interval
+        self.relay_pump = relay_pump
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -450,6 +460,9 @@ class Worker:
                     or moved["mutex_grants"]
                     or moved["starts_released"]
                 ):
+                    self._wake.set()
+                # Shards only (relay_pump is None on a single database): the cross-shard pump.
+                if self.relay_pump is not None and (await self.relay_pump.tick()).moved:
                     self._wake.set()
             except asyncio.CancelledError:
                 raise
