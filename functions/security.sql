@@ -50,7 +50,10 @@ AS $$
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',
-                        'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay')
+                        'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay',
+                        'claim_cross_shard_children', 'advance_cross_shard_child', 'settle_cross_shard_child',
+                        'release_cross_shard_child', 'start_cross_shard_child', 'read_cross_shard_child',
+                        'close_cross_shard_child')
             THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('now', 'schema_version', 'shard_of', 'get_shard_id', 'get_history', 'wait_for_result',

@@ -104,6 +104,22 @@ COMPLETE_RELAY = """
 SELECT harvest.complete_relay(%(relay_id)s, %(outcome)s, %(execution_id)s, %(message)s) AS result
 """
 RELEASE_RELAY = "SELECT harvest.release_relay(%(relay_id)s, %(error)s) AS result"
+CLAIM_CROSS_SHARD_CHILDREN = "SELECT * FROM harvest.claim_cross_shard_children(%(limit)s, %(lease_secs)s)"
+ADVANCE_CROSS_SHARD_CHILD = "SELECT harvest.advance_cross_shard_child(%(child_execution_id)s) AS result"
+SETTLE_CROSS_SHARD_CHILD = """
+SELECT harvest.settle_cross_shard_child(%(child_execution_id)s, %(status)s, %(output)s, %(failure)s) AS result
+"""
+RELEASE_CROSS_SHARD_CHILD = (
+    "SELECT harvest.release_cross_shard_child(%(child_execution_id)s, %(error)s) AS result"
+)
+START_CROSS_SHARD_CHILD = """
+SELECT * FROM harvest.start_cross_shard_child(%(child_execution_id)s, %(parent_execution_id)s,
+    %(parent_seq)s, %(workflow_name)s, %(workflow_id)s, %(queue)s, %(input)s, %(parent_close_policy)s)
+"""
+READ_CROSS_SHARD_CHILD = "SELECT * FROM harvest.read_cross_shard_child(%(child_execution_id)s)"
+CLOSE_CROSS_SHARD_CHILD = """
+SELECT harvest.close_cross_shard_child(%(child_execution_id)s, %(policy)s, %(parent_execution_id)s) AS result
+"""
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -467,6 +483,78 @@ def complete_relay(
 def release_relay(relay_id: int, error: str) -> dict[str, Any]:
     """On the source shard: an attempt that settled nothing; the relay is claimed again after a backoff."""
     return {"relay_id": relay_id, "error": error}
+
+
+# -- cross-shard children (functions/cross_shard.sql; harvest/shard/children.py) --------------
+@call(CLAIM_CROSS_SHARD_CHILDREN)
+def claim_cross_shard_children(limit: int = 100, lease_secs: float = 30.0) -> dict[str, Any]:
+    """On a parent's shard: the cross-shard children due now, each leased for ``lease_secs``."""
+    return {"limit": limit, "lease_secs": lease_secs}
+
+
+@call(ADVANCE_CROSS_SHARD_CHILD, column("result"))
+def advance_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
+    """On a parent's shard: the child runs on its shard; due again at once."""
+    return {"child_execution_id": child_execution_id}
+
+
+@call(SETTLE_CROSS_SHARD_CHILD, column("result"))
+def settle_cross_shard_child(
+    child_execution_id: Any, status: str | None, output: Any = None, failure: Any = None
+) -> dict[str, Any]:
+    """On a parent's shard: the child's end reaches the parent; its row goes."""
+    return {
+        "child_execution_id": child_execution_id,
+        "status": status,
+        "output": _jsonb_or_null(output),
+        "failure": _jsonb_or_null(failure),
+    }
+
+
+@call(RELEASE_CROSS_SHARD_CHILD, column("result"))
+def release_cross_shard_child(child_execution_id: Any, error: str) -> dict[str, Any]:
+    """On a parent's shard: a step that made no progress; retried after a backoff."""
+    return {"child_execution_id": child_execution_id, "error": error}
+
+
+@call(START_CROSS_SHARD_CHILD, first)
+def start_cross_shard_child(
+    child_execution_id: Any,
+    parent_execution_id: Any,
+    parent_seq: int,
+    workflow_name: str,
+    workflow_id: str,
+    queue: str,
+    input: Any,
+    parent_close_policy: str,
+) -> dict[str, Any]:
+    """On a child's shard: start it under its minted id, once: ``{outcome, status, failure}``."""
+    return {
+        "child_execution_id": child_execution_id,
+        "parent_execution_id": parent_execution_id,
+        "parent_seq": parent_seq,
+        "workflow_name": workflow_name,
+        "workflow_id": workflow_id,
+        "queue": queue,
+        "input": _jsonb(input),
+        "parent_close_policy": parent_close_policy,
+    }
+
+
+@call(READ_CROSS_SHARD_CHILD, first)
+def read_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
+    """On a child's shard: its current run ``{execution_id, status, output, failure}``."""
+    return {"child_execution_id": child_execution_id}
+
+
+@call(CLOSE_CROSS_SHARD_CHILD, column("result"))
+def close_cross_shard_child(child_execution_id: Any, policy: str, parent_execution_id: Any) -> dict[str, Any]:
+    """On a child's shard: the ended parent's close policy, applied to the child."""
+    return {
+        "child_execution_id": child_execution_id,
+        "policy": policy,
+        "parent_execution_id": parent_execution_id,
+    }
 
 
 @call(PAYLOAD_LIMIT, column("payload_limit"))

@@ -95,7 +95,7 @@ class RelayPump:
         sources: Iterable[int] | None = None,
         limit: int = 100,
         lease_secs: float = 30.0,
-        children: bool = False,
+        children: bool = True,
     ):
         self.pools = pools
         self.sources = tuple(sorted(set(sources if sources is not None else pools.shards)))
