@@ -57,12 +57,20 @@ END;
 $$;
 
 -- On the parent's shard: the child was started on its shard (status running); the
--- row is due again at once, for the pull of its end.
+-- row is due again at once, for the pull of its end. An abandoned child whose parent
+-- ended meanwhile is forgotten instead: its end reaches nobody.
 CREATE OR REPLACE FUNCTION harvest.advance_cross_shard_child(p_child_execution_id uuid)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    DELETE FROM harvest.cross_shard_children AS c
+    WHERE c.child_execution_id = p_child_execution_id AND c.parent_close_policy = 'abandon'
+      AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
+                      WHERE e.id = c.parent_execution_id AND e.status = 'RUNNING');
+    IF FOUND THEN
+        RETURN true;
+    END IF;
     UPDATE harvest.cross_shard_children AS c
     SET status = 'running', attempts = 0, last_error = NULL, next_attempt_at = NULL
     WHERE c.child_execution_id = p_child_execution_id;

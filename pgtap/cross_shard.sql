@@ -7,7 +7,7 @@
 -- start_cross_shard_child (once per id), read_cross_shard_child (following
 -- continue-as-new), close_cross_shard_child (the parent's close policy).
 BEGIN;
-SELECT plan(58);
+SELECT plan(59);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -125,6 +125,8 @@ SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run(
           'an ended parent hears nothing');
 SELECT lives_ok($$SELECT harvest._close_cross_shard_children(pg_temp.run('xq'))$$,
                 '_close_cross_shard_children(): closing again changes nothing');
+SELECT ok(harvest.advance_cross_shard_child((pg_temp.row_of('xa')).child_execution_id) AND pg_temp.row_of('xa') IS NULL,
+          'advance_cross_shard_child(): the abandoned child of an ended parent, once started, is forgotten');
 
 -- ------------------------------------------------------------ the child's shard
 CREATE TEMP TABLE xs_ids AS SELECT

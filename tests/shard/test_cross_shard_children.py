@@ -56,9 +56,11 @@ async def pinned(ctx, shard: int, fail: bool) -> list:
 
 
 @workflow
-async def waits_on_sleepers(ctx) -> None:
+async def waits_on_sleepers(ctx, policy: str) -> None:
     for shard in (1, 2):
-        await ctx.start_child_workflow(sleeper, placement=ChildPlacement.shard(shard))
+        await ctx.start_child_workflow(
+            sleeper, placement=ChildPlacement.shard(shard), parent_close_policy=policy
+        )
     await ctx.wait_for_signal("never")
 
 
@@ -110,15 +112,13 @@ def test_a_remote_childs_failure_reaches_the_parent(shards) -> None:
             WorkflowReplayer(app).replay_or_raise(history(c[0], run.execution_id))
 
 
-def test_cancelling_the_parent_terminates_its_remote_children(shards) -> None:
+@pytest.mark.parametrize(("policy", "ends"), [("terminate", "TERMINATED"), ("request_cancel", "CANCELLED")])
+def test_cancelling_the_parent_closes_its_remote_children(shards, policy: str, ends: str) -> None:
     enable_cross_shard_relays(shards)
     with shard_workers(app, shards), clients(shards) as c:
-        parent = c[0].start_workflow(waits_on_sleepers)
+        parent = c[0].start_workflow(waits_on_sleepers, policy)
         wait_for(
-            lambda: (
-                [r for r in children_rows(shards, 0) if r[1] == "running"]
-                and len(children_rows(shards, 0)) == 2
-            ),
+            lambda: [r[1] for r in children_rows(shards, 0)] == ["running", "running"],
             what="both children started",
         )
         started = [e for e in history(c[0], parent.execution_id) if e["event_type"] == "ChildWorkflowStarted"]
@@ -129,7 +129,7 @@ def test_cancelling_the_parent_terminates_its_remote_children(shards) -> None:
             parent.result(timeout=60)
         for kid in kids:
             handle = c[shard_of(kid)].get_handle(kid)
-            wait_for(lambda h=handle: h.describe()["status"] == "TERMINATED", what=f"child {kid} terminated")
+            wait_for(lambda h=handle: h.describe()["status"] == ends, what=f"child {kid} {ends}")
         wait_for(lambda: children_rows(shards, 0) == [], what="the rows settled")
         WorkflowReplayer(app).replay_or_raise(history(c[0], parent.execution_id))
 

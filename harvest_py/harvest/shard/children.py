@@ -82,11 +82,14 @@ def place_child(
 
 
 async def drive_children(
-    pools: AsyncShardPools, source: int, report: PumpReport, *, limit: int = 100
+    pools: AsyncShardPools, source: int, report: PumpReport, *, limit: int = 100, poll_secs: float = 1.0
 ) -> None:
-    """Move each due cross-shard child of parents on shard ``source`` one step."""
+    """Move each due cross-shard child of parents on shard ``source`` one step.
+
+    A claimed row is leased for ``poll_secs``: a child still running is left as it is and
+    read again once the lease runs out (no write on the parent's shard for it)."""
     async with pools.api(source) as sql:
-        rows = await sql.claim_cross_shard_children(limit, 30.0)
+        rows = await sql.claim_cross_shard_children(limit, poll_secs)
     for row in rows:
         child = row["child_execution_id"]
         target = row["target_shard"]
@@ -111,8 +114,7 @@ async def drive_children(
                 _, status, output, failure = step
                 await sql.settle_cross_shard_child(child, status, output, failure)
                 report.children["settled"] = report.children.get("settled", 0) + 1
-            else:  # still running: due again next sweep
-                await sql.advance_cross_shard_child(child)
+            # else still running: its lease runs out and the next sweep reads it again
 
 
 async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:

@@ -96,12 +96,14 @@ class RelayPump:
         limit: int = 100,
         lease_secs: float = 30.0,
         children: bool = True,
+        child_poll_secs: float = 1.0,
     ):
         self.pools = pools
         self.sources = tuple(sorted(set(sources if sources is not None else pools.shards)))
         self.limit = limit
         self.lease_secs = lease_secs
         self.children = children
+        self.child_poll_secs = child_poll_secs
 
     @property
     def expected_shards(self) -> tuple[int, ...]:
@@ -122,7 +124,9 @@ class RelayPump:
                 from harvest.shard.children import drive_children
 
                 try:
-                    await drive_children(self.pools, source, report, limit=self.limit)
+                    await drive_children(
+                        self.pools, source, report, limit=self.limit, poll_secs=self.child_poll_secs
+                    )
                 except ShardUnavailable as exc:
                     report.unavailable.setdefault(exc.shard, exc.reason)
         for shard, reason in sorted(report.unavailable.items()):
