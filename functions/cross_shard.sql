@@ -10,10 +10,10 @@
 --
 --   on the parent's shard               on the child's shard
 --   claim_cross_shard_children      ->  start_cross_shard_child (status starting)
---                                       read_cross_shard_child  (status running)
---                                       close_cross_shard_child (the parent ended)
---   advance_cross_shard_child       <-  started
---   settle_cross_shard_child        <-  the child's end (a pull), or a failed start
+--                                       get_cross_shard_child  (status running)
+--                                       cancel_cross_shard_child (the parent ended)
+--   set_cross_shard_child_running       <-  started
+--   complete_cross_shard_child        <-  the child's end (a pull), or a failed start
 --   release_cross_shard_child       <-  the target could not be reached
 --
 -- Every step is idempotent: the child's id is the key of its start, reading is
@@ -59,7 +59,7 @@ $$;
 -- On the parent's shard: the child was started on its shard (status running); the
 -- row is due again at once, for the pull of its end. An abandoned child whose parent
 -- ended meanwhile is forgotten instead: its end reaches nobody.
-CREATE OR REPLACE FUNCTION harvest.advance_cross_shard_child(p_child_execution_id uuid)
+CREATE OR REPLACE FUNCTION harvest.set_cross_shard_child_running(p_child_execution_id uuid)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
@@ -84,7 +84,7 @@ $$;
 -- ChildWorkflowFailed as a same-shard child's end would reach it, and the row goes.
 -- p_status NULL only drops the row (the parent ended first and its policy was
 -- applied). false when the row is gone (settled before).
-CREATE OR REPLACE FUNCTION harvest.settle_cross_shard_child(
+CREATE OR REPLACE FUNCTION harvest.complete_cross_shard_child(
     p_child_execution_id uuid, p_status text, p_output jsonb DEFAULT NULL, p_failure jsonb DEFAULT NULL
 )
 RETURNS boolean
@@ -229,8 +229,8 @@ $$;
 
 -- On the child's shard: where the child is now, following its continue-as-new
 -- successors: the current run's status and, once it ended, its output or failure.
--- status NULL: no run with that id is here.
-CREATE OR REPLACE FUNCTION harvest.read_cross_shard_child(p_child_execution_id uuid)
+-- HR002 when no run with that id is here (a shard restored to an earlier instant).
+CREATE OR REPLACE FUNCTION harvest.get_cross_shard_child(p_child_execution_id uuid)
 RETURNS TABLE (execution_id uuid, status text, output jsonb, failure jsonb)
 LANGUAGE plpgsql STABLE
 AS $$
@@ -241,8 +241,8 @@ BEGIN
     FOR v_hop IN 0..100 LOOP
         SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = v_id;
         IF NOT FOUND THEN
-            RETURN QUERY SELECT v_id, NULL::text, NULL::jsonb, NULL::jsonb;
-            RETURN;
+            RAISE EXCEPTION 'execution % does not exist on this shard (%)', v_id, harvest.get_shard_id()
+                USING ERRCODE = 'HR002';
         END IF;
         EXIT WHEN v_run.status <> 'CONTINUED_AS_NEW' OR v_run.output ->> 'continued_as_new' IS NULL;
         v_id := (v_run.output ->> 'continued_as_new')::uuid;
@@ -255,7 +255,7 @@ $$;
 -- child's current run as a same-shard parent's close would (terminate, or request
 -- cancel once). outcome: terminated, cancel_requested, not_running (the child had
 -- ended, or never started here), abandoned (policy abandon: nothing to do).
-CREATE OR REPLACE FUNCTION harvest.close_cross_shard_child(
+CREATE OR REPLACE FUNCTION harvest.cancel_cross_shard_child(
     p_child_execution_id uuid, p_policy text, p_parent_execution_id uuid
 )
 RETURNS text
@@ -272,7 +272,10 @@ BEGIN
     IF p_policy = 'abandon' THEN
         RETURN 'abandoned';
     END IF;
-    SELECT r.execution_id INTO v_current FROM harvest.read_cross_shard_child(p_child_execution_id) AS r;
+    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
+        RETURN 'not_running';
+    END IF;
+    SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
     SELECT * INTO v_target FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
     IF NOT FOUND OR v_target.status <> 'RUNNING' THEN
         RETURN 'not_running';
@@ -316,10 +319,10 @@ $$;
 COMMENT ON FUNCTION harvest.claim_cross_shard_children IS
 'On a parent''s shard: up to p_limit cross-shard children due now, leased for p_lease_secs. Called by the '
 'worker''s cross-shard pump (role harvest_worker).';
-COMMENT ON FUNCTION harvest.advance_cross_shard_child IS
+COMMENT ON FUNCTION harvest.set_cross_shard_child_running IS
 'On a parent''s shard: a cross-shard child was started on its shard (status running). Called by the worker''s '
 'cross-shard pump (role harvest_worker).';
-COMMENT ON FUNCTION harvest.settle_cross_shard_child IS
+COMMENT ON FUNCTION harvest.complete_cross_shard_child IS
 'On a parent''s shard: a cross-shard child''s end reaches its running parent as ChildWorkflowCompleted or '
 'ChildWorkflowFailed, and its row goes; false when settled before. Called by the worker''s cross-shard pump '
 '(role harvest_worker).';
@@ -329,9 +332,9 @@ COMMENT ON FUNCTION harvest.release_cross_shard_child IS
 COMMENT ON FUNCTION harvest.start_cross_shard_child IS
 'On a child''s shard: start a cross-shard child under the id its parent minted, once (started, exists or '
 'failed with the failure). Called by the worker''s cross-shard pump (role harvest_worker).';
-COMMENT ON FUNCTION harvest.read_cross_shard_child IS
+COMMENT ON FUNCTION harvest.get_cross_shard_child IS
 'On a child''s shard: the current run of a cross-shard child (following continue-as-new) with its status and, '
 'once ended, its output or failure. Called by the worker''s cross-shard pump (role harvest_worker).';
-COMMENT ON FUNCTION harvest.close_cross_shard_child IS
+COMMENT ON FUNCTION harvest.cancel_cross_shard_child IS
 'On a child''s shard: apply the ended parent''s close policy (terminate, request_cancel, abandon) to a '
 'cross-shard child. Called by the worker''s cross-shard pump (role harvest_worker).';

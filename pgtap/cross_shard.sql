@@ -4,10 +4,10 @@
 -- the pump claims (claim_cross_shard_children), advances, releases with a backoff
 -- and settles into the parent; the parent's close marks it (_close_cross_shard_children).
 -- The child's side, with ids minted for shard 0 by a parent of shard 1:
--- start_cross_shard_child (once per id), read_cross_shard_child (following
--- continue-as-new), close_cross_shard_child (the parent's close policy).
+-- start_cross_shard_child (once per id), get_cross_shard_child (following
+-- continue-as-new), cancel_cross_shard_child (the parent's close policy).
 BEGIN;
-SELECT plan(59);
+SELECT plan(60);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -72,45 +72,45 @@ SELECT ok(NOT harvest.release_cross_shard_child('00010000-0000-4000-8000-0000000
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
 SELECT results_eq($$SELECT workflow_id, attempts FROM harvest.claim_cross_shard_children(10, 30) ORDER BY 1$$,
                   $$VALUES ('xc1'::text, 1), ('xc2'::text, 0)$$, 'due again once the lease and backoff pass');
-SELECT ok(harvest.advance_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id),
-          'advance_cross_shard_child(): started on its shard');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xc1')).child_execution_id),
+          'set_cross_shard_child_running(): started on its shard');
 SELECT results_eq($$SELECT status, attempts, last_error, next_attempt_at FROM pg_temp.row_of('xc1')$$,
                   $$VALUES ('running'::text, 0, NULL::text, NULL::timestamptz)$$,
                   'status running, its failures forgotten, due at once (for the pull of its end)');
-SELECT ok(NOT harvest.advance_cross_shard_child('00010000-0000-4000-8000-000000000000'),
-          'advance_cross_shard_child(): false for a row that is not here');
+SELECT ok(NOT harvest.set_cross_shard_child_running('00010000-0000-4000-8000-000000000000'),
+          'set_cross_shard_child_running(): false for a row that is not here');
 
 -- ------------------------------------------------------------ settling into the parent
-SELECT ok(harvest.settle_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id, 'COMPLETED', '{"v": 1}'),
-          'settle_cross_shard_child(): the first child completed');
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id, 'COMPLETED', '{"v": 1}'),
+          'complete_cross_shard_child(): the first child completed');
 SELECT results_eq(
     $$SELECT event_type, event_data - 'child_execution_id' FROM pg_temp.last_event(pg_temp.run('xp'))$$,
     $$VALUES ('ChildWorkflowCompleted'::text, '{"seq": 1, "result": {"v": 1}}'::jsonb)$$,
     'the parent gets ChildWorkflowCompleted{seq, result} as from a same-shard child');
 SELECT is(pg_temp.workflow_tasks(pg_temp.run('xp')), 1::bigint, 'and is woken');
 SELECT ok(pg_temp.row_of('xc1') IS NULL, 'the row goes');
-SELECT ok(NOT harvest.settle_cross_shard_child(
+SELECT ok(NOT harvest.complete_cross_shard_child(
               (SELECT (event_data ->> 'child_execution_id')::uuid FROM harvest.events
                WHERE execution_id = pg_temp.run('xp') AND event_data ->> 'workflow_id' = 'xc1'), 'COMPLETED', '1'),
           'settling again is harmless (false)');
-SELECT ok(harvest.settle_cross_shard_child((pg_temp.row_of('xc2')).child_execution_id, 'START_FAILED', NULL,
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xc2')).child_execution_id, 'START_FAILED', NULL,
                                            '{"error_type": "WorkflowAlreadyExists"}'),
-          'settle_cross_shard_child(): the second child''s start was refused');
+          'complete_cross_shard_child(): the second child''s start was refused');
 SELECT results_eq(
     $$SELECT event_type, event_data - 'child_execution_id' FROM pg_temp.last_event(pg_temp.run('xp'))$$,
     $$VALUES ('ChildWorkflowFailed'::text,
               '{"seq": 2, "status": "START_FAILED", "failure": {"error_type": "WorkflowAlreadyExists"}}'::jsonb)$$,
     'the parent gets ChildWorkflowFailed{seq, status, failure}');
-SELECT throws_ok($$SELECT harvest.settle_cross_shard_child(gen_random_uuid(), 'RUNNING')$$, 'HR001',
-                 'child status "RUNNING" is not an end', 'settle_cross_shard_child(): only an end');
+SELECT throws_ok($$SELECT harvest.complete_cross_shard_child(gen_random_uuid(), 'RUNNING')$$, 'HR001',
+                 'child status "RUNNING" is not an end', 'complete_cross_shard_child(): only an end');
 
 -- ------------------------------------------------------------ the parent ends first
 SELECT isnt(pg_temp.start_run('xq', 'xs_parent', 'xq_xq'), NULL, 'setup: a parent of three children');
 SELECT is(pg_temp.decide('xq', jsonb_build_array(pg_temp.remote_child(1, 'xt'), pg_temp.remote_child(2, 'xa', 'abandon'),
                                                  pg_temp.remote_child(3, 'xs', 'abandon'))), 'RUNNING',
           'setup: terminate, abandon (to be started), abandon (started)');
-SELECT ok(harvest.advance_cross_shard_child((pg_temp.row_of('xs')).child_execution_id), 'setup: xs runs');
-SELECT ok(harvest.advance_cross_shard_child((pg_temp.row_of('xt')).child_execution_id), 'setup: xt runs');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xs')).child_execution_id), 'setup: xs runs');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xt')).child_execution_id), 'setup: xt runs');
 SELECT isnt(harvest.signal_workflow(pg_temp.run('xq'), 'go', 'null'), NULL, 'setup: the parent is woken');
 SELECT is(pg_temp.decide('xq', '[{"type": "complete_workflow", "result": null}]'), 'COMPLETED', 'the parent ends');
 SELECT results_eq(
@@ -118,15 +118,15 @@ SELECT results_eq(
       WHERE workflow_id IN ('xt', 'xa', 'xs') ORDER BY 1$$,
     $$VALUES ('xa'::text, false), ('xt'::text, true)$$,
     '_close_cross_shard_children: xt gets its close policy, xa is still to start, the started abandoned xs is forgotten');
-SELECT ok(harvest.settle_cross_shard_child((pg_temp.row_of('xt')).child_execution_id, NULL),
-          'settle_cross_shard_child(): with no status it only drops the row');
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xt')).child_execution_id, NULL),
+          'complete_cross_shard_child(): with no status it only drops the row');
 SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xq')
            AND event_type IN ('ChildWorkflowCompleted', 'ChildWorkflowFailed')), 0::bigint,
           'an ended parent hears nothing');
 SELECT lives_ok($$SELECT harvest._close_cross_shard_children(pg_temp.run('xq'))$$,
                 '_close_cross_shard_children(): closing again changes nothing');
-SELECT ok(harvest.advance_cross_shard_child((pg_temp.row_of('xa')).child_execution_id) AND pg_temp.row_of('xa') IS NULL,
-          'advance_cross_shard_child(): the abandoned child of an ended parent, once started, is forgotten');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xa')).child_execution_id) AND pg_temp.row_of('xa') IS NULL,
+          'set_cross_shard_child_running(): the abandoned child of an ended parent, once started, is forgotten');
 
 -- ------------------------------------------------------------ the child's shard
 CREATE TEMP TABLE xs_ids AS SELECT
@@ -159,14 +159,16 @@ SELECT throws_ok(
 SELECT throws_ok(
     $$SELECT * FROM xs_ids, harvest.start_cross_shard_child(clash, parent, 1, 'xs_child', 't2', 'xq_t2', '[]', 'x')$$,
     'HR001', 'unknown parent_close_policy "x"', 'start_cross_shard_child(): the policy is checked');
-SELECT results_eq($$SELECT r.execution_id, r.status FROM xs_ids, harvest.read_cross_shard_child(child) AS r$$,
-                  $$SELECT child, 'RUNNING'::text FROM xs_ids$$, 'read_cross_shard_child(): it runs');
-SELECT results_eq($$SELECT r.status FROM harvest.read_cross_shard_child('00000000-0000-4000-8000-0000000000ff') AS r$$,
-                  $$VALUES (NULL::text)$$, 'read_cross_shard_child(): status NULL for no such run');
+SELECT results_eq($$SELECT r.execution_id, r.status FROM xs_ids, harvest.get_cross_shard_child(child) AS r$$,
+                  $$SELECT child, 'RUNNING'::text FROM xs_ids$$, 'get_cross_shard_child(): it runs');
+SELECT throws_ok($$SELECT * FROM harvest.get_cross_shard_child('00000000-0000-4000-8000-0000000000ff')$$, 'HR002',
+                 NULL, 'get_cross_shard_child(): HR002 for no such run');
+SELECT is(harvest.cancel_cross_shard_child('00000000-0000-4000-8000-0000000000ff', 'terminate', gen_random_uuid()),
+          'not_running', 'cancel_cross_shard_child(): a child never started here is not running');
 SELECT lives_ok($$SELECT pg_temp.remember('t1', (SELECT child FROM xs_ids))$$, 'setup: key t1 is the child');
-SELECT is(harvest.close_cross_shard_child((SELECT child FROM xs_ids), 'request_cancel', (SELECT parent FROM xs_ids)),
-          'cancel_requested', 'close_cross_shard_child(): request_cancel');
-SELECT is(harvest.close_cross_shard_child((SELECT child FROM xs_ids), 'request_cancel', (SELECT parent FROM xs_ids)),
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'request_cancel', (SELECT parent FROM xs_ids)),
+          'cancel_requested', 'cancel_cross_shard_child(): request_cancel');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'request_cancel', (SELECT parent FROM xs_ids)),
           'cancel_requested', 'asked again');
 SELECT is((SELECT count(*) FROM harvest.events AS e, xs_ids
            WHERE e.execution_id = xs_ids.child AND e.event_type = 'WorkflowCancelRequested'), 1::bigint,
@@ -174,16 +176,16 @@ SELECT is((SELECT count(*) FROM harvest.events AS e, xs_ids
 SELECT is(pg_temp.decide('t1', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
           'setup: the child continues as new');
 SELECT results_eq(
-    $$SELECT r.execution_id <> xs_ids.child, r.status FROM xs_ids, harvest.read_cross_shard_child(child) AS r$$,
-    $$VALUES (true, 'RUNNING'::text)$$, 'read_cross_shard_child(): follows the successor');
-SELECT is(harvest.close_cross_shard_child((SELECT child FROM xs_ids), 'terminate', (SELECT parent FROM xs_ids)),
-          'terminated', 'close_cross_shard_child(): terminate reaches the successor');
+    $$SELECT r.execution_id <> xs_ids.child, r.status FROM xs_ids, harvest.get_cross_shard_child(child) AS r$$,
+    $$VALUES (true, 'RUNNING'::text)$$, 'get_cross_shard_child(): follows the successor');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'terminate', (SELECT parent FROM xs_ids)),
+          'terminated', 'cancel_cross_shard_child(): terminate reaches the successor');
 SELECT results_eq(
-    $$SELECT r.status, r.failure ->> 'error_type' FROM xs_ids, harvest.read_cross_shard_child(child) AS r$$,
+    $$SELECT r.status, r.failure ->> 'error_type' FROM xs_ids, harvest.get_cross_shard_child(child) AS r$$,
     $$VALUES ('TERMINATED'::text, 'Terminated'::text)$$, 'whose end the pull reads');
-SELECT is(harvest.close_cross_shard_child((SELECT child FROM xs_ids), 'terminate', (SELECT parent FROM xs_ids)),
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'terminate', (SELECT parent FROM xs_ids)),
           'not_running', 'an ended child: not_running');
-SELECT is(harvest.close_cross_shard_child((SELECT child FROM xs_ids), 'abandon', (SELECT parent FROM xs_ids)),
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'abandon', (SELECT parent FROM xs_ids)),
           'abandoned', 'abandon does nothing');
 
 SELECT * FROM finish();

@@ -105,9 +105,12 @@ SELECT harvest.complete_relay(%(relay_id)s, %(outcome)s, %(execution_id)s, %(mes
 """
 RELEASE_RELAY = "SELECT harvest.release_relay(%(relay_id)s, %(error)s) AS result"
 CLAIM_CROSS_SHARD_CHILDREN = "SELECT * FROM harvest.claim_cross_shard_children(%(limit)s, %(lease_secs)s)"
-ADVANCE_CROSS_SHARD_CHILD = "SELECT harvest.advance_cross_shard_child(%(child_execution_id)s) AS result"
-SETTLE_CROSS_SHARD_CHILD = """
-SELECT harvest.settle_cross_shard_child(%(child_execution_id)s, %(status)s, %(output)s, %(failure)s) AS result
+SET_CROSS_SHARD_CHILD_RUNNING = (
+    "SELECT harvest.set_cross_shard_child_running(%(child_execution_id)s) AS result"
+)
+COMPLETE_CROSS_SHARD_CHILD = """
+SELECT harvest.complete_cross_shard_child(%(child_execution_id)s, %(status)s, %(output)s,
+                                          %(failure)s) AS result
 """
 RELEASE_CROSS_SHARD_CHILD = (
     "SELECT harvest.release_cross_shard_child(%(child_execution_id)s, %(error)s) AS result"
@@ -116,9 +119,9 @@ START_CROSS_SHARD_CHILD = """
 SELECT * FROM harvest.start_cross_shard_child(%(child_execution_id)s, %(parent_execution_id)s,
     %(parent_seq)s, %(workflow_name)s, %(workflow_id)s, %(queue)s, %(input)s, %(parent_close_policy)s)
 """
-READ_CROSS_SHARD_CHILD = "SELECT * FROM harvest.read_cross_shard_child(%(child_execution_id)s)"
-CLOSE_CROSS_SHARD_CHILD = """
-SELECT harvest.close_cross_shard_child(%(child_execution_id)s, %(policy)s, %(parent_execution_id)s) AS result
+GET_CROSS_SHARD_CHILD = "SELECT * FROM harvest.get_cross_shard_child(%(child_execution_id)s)"
+CANCEL_CROSS_SHARD_CHILD = """
+SELECT harvest.cancel_cross_shard_child(%(child_execution_id)s, %(policy)s, %(parent_execution_id)s) AS result
 """
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
@@ -492,14 +495,14 @@ def claim_cross_shard_children(limit: int = 100, lease_secs: float = 30.0) -> di
     return {"limit": limit, "lease_secs": lease_secs}
 
 
-@call(ADVANCE_CROSS_SHARD_CHILD, column("result"))
-def advance_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
+@call(SET_CROSS_SHARD_CHILD_RUNNING, column("result"))
+def set_cross_shard_child_running(child_execution_id: Any) -> dict[str, Any]:
     """On a parent's shard: the child runs on its shard; due again at once."""
     return {"child_execution_id": child_execution_id}
 
 
-@call(SETTLE_CROSS_SHARD_CHILD, column("result"))
-def settle_cross_shard_child(
+@call(COMPLETE_CROSS_SHARD_CHILD, column("result"))
+def complete_cross_shard_child(
     child_execution_id: Any, status: str | None, output: Any = None, failure: Any = None
 ) -> dict[str, Any]:
     """On a parent's shard: the child's end reaches the parent; its row goes."""
@@ -541,14 +544,16 @@ def start_cross_shard_child(
     }
 
 
-@call(READ_CROSS_SHARD_CHILD, first)
-def read_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
+@call(GET_CROSS_SHARD_CHILD, first)
+def get_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
     """On a child's shard: its current run ``{execution_id, status, output, failure}``."""
     return {"child_execution_id": child_execution_id}
 
 
-@call(CLOSE_CROSS_SHARD_CHILD, column("result"))
-def close_cross_shard_child(child_execution_id: Any, policy: str, parent_execution_id: Any) -> dict[str, Any]:
+@call(CANCEL_CROSS_SHARD_CHILD, column("result"))
+def cancel_cross_shard_child(
+    child_execution_id: Any, policy: str, parent_execution_id: Any
+) -> dict[str, Any]:
     """On a child's shard: the ended parent's close policy, applied to the child."""
     return {
         "child_execution_id": child_execution_id,

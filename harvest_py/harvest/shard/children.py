@@ -108,11 +108,11 @@ async def drive_children(
                 await sql.release_cross_shard_child(child, step[1])
                 report.children["released"] = report.children.get("released", 0) + 1
             elif step[0] == "started":
-                await sql.advance_cross_shard_child(child)
+                await sql.set_cross_shard_child_running(child)
                 report.children["started"] = report.children.get("started", 0) + 1
             elif step[0] == "settle":
                 _, status, output, failure = step
-                await sql.settle_cross_shard_child(child, status, output, failure)
+                await sql.complete_cross_shard_child(child, status, output, failure)
                 report.children["settled"] = report.children.get("settled", 0) + 1
             # else still running: its lease runs out and the next sweep reads it again
 
@@ -122,7 +122,7 @@ async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:
     async with pools.api(target) as sql:
         if row["cancel_requested"]:  # the parent ended first: its close policy, then forget the row
             if row["status"] == "running":
-                await sql.close_cross_shard_child(
+                await sql.cancel_cross_shard_child(
                     child, row["parent_close_policy"], row["parent_execution_id"]
                 )
             return ("settle", None, None, None)
@@ -140,9 +140,7 @@ async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:
             if started["outcome"] == "failed":
                 return ("settle", "START_FAILED", None, started["failure"])
             return ("started",)
-        current = await sql.read_cross_shard_child(child)
-    if current is None or current["status"] is None:
-        return ("release", f"shard {target} has no run {child}: restored to an earlier instant?")
+        current = await sql.get_cross_shard_child(child)  # NotFound (released) when it is not there
     if current["status"] in _ENDED:
         return ("settle", current["status"], current["output"], current["failure"])
     return ("running",)
