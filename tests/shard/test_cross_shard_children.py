@@ -81,7 +81,7 @@ def children_rows(cluster, shard: int) -> list[tuple]:
 
 def test_distributed_children_across_three_shards_all_reach_the_parent(shards) -> None:
     enable_cross_shard_relays(shards)
-    count = 9
+    count = 30  # a shard gets none of 30 with probability 3 x (2/3)^30, about 1e-5
     with shard_workers(app, shards), clients(shards) as c:
         parent = c[0].start_workflow(fan_out, count)
         results = parent.result(timeout=90)
