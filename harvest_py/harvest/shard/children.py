@@ -100,21 +100,31 @@ async def drive_children(
         except ShardUnavailable as exc:
             report.unavailable.setdefault(exc.shard, exc.reason)
             step = ("release", f"shard {exc.shard}: {exc.reason}")
-        except HarvestError as exc:  # refused there: kept, retried with a backoff
-            step = ("release", f"shard {target}: {exc}")
-        async with pools.api(source) as sql:
-            if step[0] == "release":
-                log.info("cross-shard child %s not moved: %s", child, step[1])
-                await sql.release_cross_shard_child(child, step[1])
-                report.children["released"] = report.children.get("released", 0) + 1
-            elif step[0] == "started":
-                await sql.set_cross_shard_child_running(child)
-                report.children["started"] = report.children.get("started", 0) + 1
-            elif step[0] == "settle":
-                _, status, output, failure = step
-                await sql.complete_cross_shard_child(child, status, output, failure)
-                report.children["settled"] = report.children.get("settled", 0) + 1
-            # else still running: its lease runs out and the next sweep reads it again
+        except Exception as exc:  # refused there (or not there: NotFound): kept, retried with a backoff
+            step = ("release", f"shard {target}: {type(exc).__name__}: {exc}")
+        try:
+            await _report(pools, source, child, step, report)
+        except ShardUnavailable:
+            raise
+        except HarvestError as exc:  # one row's report refused: its lease runs out, it is tried again
+            log.warning("cross-shard child %s: reporting to shard %s failed: %s", child, source, exc)
+
+
+async def _report(pools: AsyncShardPools, source: int, child: Any, step: tuple, report: PumpReport) -> None:
+    if step[0] == "running":  # its lease runs out and the next sweep reads it again
+        return
+    async with pools.api(source) as sql:
+        if step[0] == "release":
+            log.info("cross-shard child %s not moved: %s", child, step[1])
+            await sql.release_cross_shard_child(child, step[1])
+            report.children["released"] = report.children.get("released", 0) + 1
+        elif step[0] == "started":
+            await sql.set_cross_shard_child_running(child)
+            report.children["started"] = report.children.get("started", 0) + 1
+        elif step[0] == "settle":
+            _, status, output, failure = step
+            await sql.complete_cross_shard_child(child, status, output, failure)
+            report.children["settled"] = report.children.get("settled", 0) + 1
 
 
 async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:

@@ -140,16 +140,24 @@ class RelayPump:
         report.claimed += len(claimed)
         for relay in claimed:
             final, why = await self._deliver(relay, report)
-            async with self.pools.api(source) as sql:
-                if final is not None:
-                    await sql.complete_relay(
-                        relay["relay_id"], final["outcome"], final.get("execution_id"), final.get("message")
-                    )
-                    report.settled += 1
-                else:
-                    log.info("cross-shard relay %s:%s not settled: %s", source, relay["relay_id"], why)
-                    await sql.release_relay(relay["relay_id"], why)
-                    report.released += 1
+            try:
+                async with self.pools.api(source) as sql:
+                    if final is not None:
+                        await sql.complete_relay(
+                            relay["relay_id"],
+                            final["outcome"],
+                            final.get("execution_id"),
+                            final.get("message"),
+                        )
+                        report.settled += 1
+                    else:
+                        log.info("cross-shard relay %s:%s not settled: %s", source, relay["relay_id"], why)
+                        await sql.release_relay(relay["relay_id"], why)
+                        report.released += 1
+            except ShardUnavailable:
+                raise
+            except HarvestError as exc:  # one row's report refused: its lease runs out, it is tried again
+                log.warning("cross-shard relay %s:%s: reporting failed: %s", source, relay["relay_id"], exc)
 
     async def _deliver(self, relay: dict[str, Any], report: PumpReport) -> tuple[dict[str, Any] | None, str]:
         """The relay's final outcome, or (None, why) when it is indeterminate."""
@@ -178,8 +186,8 @@ class RelayPump:
             except ShardUnavailable as exc:
                 report.unavailable.setdefault(shard, exc.reason)
                 missing[shard] = exc.reason
-            except HarvestError as exc:  # refused there (a payload over its limit, ...): retried later
-                missing[shard] = str(exc)
+            except Exception as exc:  # refused there (a payload over its limit, ...): retried later
+                missing[shard] = f"{type(exc).__name__}: {exc}"
         final = merge_outcomes(answers, expected)
         if final is not None and final["outcome"] not in _FINAL:
             return None, f"shard answered {final['outcome']!r}"
