@@ -6,6 +6,8 @@ decision back (nothing recorded) and retries it; the parent's history replays.""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import uuid
 
 import pytest
@@ -14,8 +16,11 @@ from cross_shard_helpers import SHARDS, clients, enable_cross_shard_relays, shar
 from harvest import App, ChildPlacement, ChildWorkflowError, workflow
 from harvest.core.errors import InvalidArgument, ShardUnavailable, WorkflowCancelled
 from harvest.core.ids import shard_of
+from harvest.db.connection import connect
+from harvest.db.sqlapi import SqlApi
 from harvest.shard import ShardRouter
 from harvest.shard.children import distributed_key, place_child
+from harvest.shard.fanout import ShardReads
 from harvest.shard.router import rendezvous
 from harvest.testing import WorkflowReplayer
 
@@ -67,6 +72,15 @@ async def waits_on_sleepers(ctx, policy: str) -> None:
 app = App(workflows=[square, broken, sleeper, fan_out, pinned, waits_on_sleepers])
 
 
+@contextlib.contextmanager
+def sql_on(dsn: str):
+    conn = connect(dsn, autocommit=True, connect_timeout=3)
+    try:
+        yield SqlApi(conn)
+    finally:
+        conn.close()
+
+
 def history(client, execution_id: str) -> list[dict]:
     return client.get_handle(execution_id).history()
 
@@ -97,6 +111,13 @@ def test_distributed_children_across_three_shards_all_reach_the_parent(shards) -
             row = c[shard_of(child)].get_handle(child).describe()
             assert str(row["parent_id"]) == parent.execution_id
         WorkflowReplayer(app).replay_or_raise(history(c[0], parent.execution_id))
+        reads = ShardReads({s: functools.partial(sql_on, shards.dsns[s]) for s in SHARDS})
+        listed = reads.list_children(parent.execution_id)
+        assert listed.status == "complete"
+        assert sorted((str(r["execution_id"]), r["shard_id"]) for r in listed.value) == sorted(
+            (e["event_data"]["child_execution_id"], shard_of(e["event_data"]["child_execution_id"]))
+            for e in started
+        ), "the fan-out children read finds every child on its shard"
     assert children_rows(shards, 0) == [], "every settled child deletes its row"
 
 
