@@ -256,6 +256,8 @@ BEGIN
         PERFORM harvest._queue_relay(v_child.id, 'parent_closed', jsonb_build_object(
             'policy', v_child.parent_close_policy, 'parent_execution_id', p_execution_id));
     END LOOP;
+    -- Children on other shards (cross_shard.sql): their rows carry the close to them.
+    PERFORM harvest._close_cross_shard_children(p_execution_id);
 END;
 $$;
 

@@ -805,10 +805,34 @@ DECLARE
     v_failure jsonb;
     v_error_message text;
     v_error_detail text;
+    v_target integer;
 BEGIN
     IF v_policy NOT IN ('terminate', 'request_cancel', 'abandon') THEN
         RAISE EXCEPTION 'unknown parent_close_policy "%"', v_policy USING ERRCODE = 'HR001',
             HINT = 'use terminate, request_cancel or abandon';
+    END IF;
+    IF jsonb_typeof(p_command -> 'shard') = 'number' THEN
+        v_target := (p_command ->> 'shard')::integer;
+        IF v_target < 0 OR v_target > 65535 THEN
+            RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', v_target USING ERRCODE = 'HR001';
+        END IF;
+    END IF;
+    IF v_target IS NOT NULL AND v_target <> harvest.get_shard_id() THEN
+        -- A cross-shard child (cross_shard.sql): its id minted for its shard, its
+        -- lifecycle row here; the pump starts it there.
+        v_child_id := harvest._new_execution_id(v_target);
+        INSERT INTO harvest.cross_shard_children (
+            child_execution_id, parent_execution_id, parent_seq, target_shard, workflow_name, workflow_id,
+            queue, input, parent_close_policy, created_at
+        ) VALUES (
+            v_child_id, p_parent.id, p_seq, v_target, v_name, v_workflow_id,
+            coalesce(p_command ->> 'task_queue', p_parent.queue), coalesce(p_command -> 'input', '[]'::jsonb),
+            v_policy, harvest.now()
+        );
+        PERFORM harvest._append_event(p_parent.id, 'ChildWorkflowStarted', jsonb_build_object(
+            'seq', p_seq, 'workflow_name', v_name, 'workflow_id', v_workflow_id,
+            'child_execution_id', v_child_id, 'parent_close_policy', v_policy));
+        RETURN;
     END IF;
     BEGIN
         SELECT s.execution_id INTO v_child_id FROM harvest.start_workflow(

@@ -51,7 +51,10 @@ AS $$
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',
                         'claim_remote_relays', 'deliver_external_relay', 'complete_relay', 'release_relay',
-                        'heartbeat_partitions')
+                        'heartbeat_partitions',
+                        'claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
+                        'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
+                        'cancel_cross_shard_child')
             THEN 'harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'

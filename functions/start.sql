@@ -371,7 +371,9 @@ CREATE OR REPLACE FUNCTION harvest._start_insert(
     p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text,
     p_search_attributes jsonb, p_priority integer, p_parent_id uuid, p_shard integer,
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
-    p_policy jsonb, p_quota_key text, p_concurrency_key text
+    p_policy jsonb, p_quota_key text, p_concurrency_key text,
+    -- NULL: mint one for p_shard; a cross-shard child brings the id its parent minted.
+    p_execution_id uuid DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpgsql
@@ -382,7 +384,7 @@ DECLARE
     v_concurrency_key text := p_concurrency_key;
     v_id uuid;
 BEGIN
-    v_id := harvest._new_execution_id(p_shard);
+    v_id := coalesce(p_execution_id, harvest._new_execution_id(p_shard));
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, queue, input, search_attributes, parent_id, created_at,
         execution_timeout_at, timeout_at, concurrency_key, quota_key, run_timeout_secs

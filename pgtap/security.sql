@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(36);
+SELECT plan(48);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -81,6 +81,26 @@ SELECT lives_ok($$SELECT * FROM harvest.claim_remote_relays(1)$$, 'claim_remote_
 SET LOCAL ROLE harvest_operator;
 SELECT throws_ok($$SELECT harvest.complete_relay(1, 'delivered')$$, '42501', NULL,
                  'complete_relay(): refused to an operator (workers only)');
+RESET ROLE;
+-- So are the cross-shard children's (functions/cross_shard.sql).
+SELECT is(harvest._function_role(f), 'harvest_worker', f || ': granted to harvest_worker')
+FROM unnest(ARRAY['claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
+                  'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
+                  'cancel_cross_shard_child']) AS f;
+SET LOCAL ROLE harvest_worker;
+SELECT lives_ok($$SELECT * FROM harvest.claim_cross_shard_children(1)$$,
+                'claim_cross_shard_children(): a worker may call it');
+SELECT throws_ok($$SELECT * FROM harvest.get_cross_shard_child(gen_random_uuid())$$, 'HR002', NULL,
+                 'get_cross_shard_child(): a worker may call it (and hears there is no such run)');
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.complete_cross_shard_child(gen_random_uuid(), NULL)$$, '42501', NULL,
+                 'complete_cross_shard_child(): refused to an operator (workers only)');
+SELECT throws_ok($$SELECT * FROM harvest.start_cross_shard_child(gen_random_uuid(), gen_random_uuid(), 1, 'w', 'i',
+                                                                 'q', '[]', 'terminate')$$, '42501', NULL,
+                 'start_cross_shard_child(): refused to an operator (workers only)');
+SET LOCAL ROLE harvest_reader;
+SELECT throws_ok($$SELECT harvest.cancel_cross_shard_child(gen_random_uuid(), 'terminate', gen_random_uuid())$$,
+                 '42501', NULL, 'cancel_cross_shard_child(): refused to a reader');
 RESET ROLE;
 -- _session_has_role: the login's roles; a superuser or the schema owner holds every one.
 SELECT ok(harvest._session_has_role('harvest_admin'), '_session_has_role(): the superuser running this holds admin');

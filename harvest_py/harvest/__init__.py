@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from harvest.declare.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
     from harvest.declare.messages import describe_handlers, query, update
     from harvest.runtime import DEFAULT_VERSION, WorkflowContext
+    from harvest.runtime.children import ChildPlacement
     from harvest.runtime.external import ExternalWorkflow
     from harvest.runtime.saga import Saga
     from harvest.worker import ActivityContext, Worker
@@ -92,6 +93,7 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["DEFAULT_VERSION", "WorkflowContext"], "harvest.runtime"),
     "Saga": "harvest.runtime.saga",
     "ExternalWorkflow": "harvest.runtime.external",
+    "ChildPlacement": "harvest.runtime.children",
     **dict.fromkeys(["ActivityContext", "Worker"], "harvest.worker"),
 }
 
@@ -104,6 +106,7 @@ __all__ = [
     "AsyncClient",
     "AsyncWorkflowHandle",
     "Batch",
+    "ChildPlacement",
     "ChildWorkflowError",
     "Client",
     "Concurrency",

@@ -8,7 +8,8 @@ import pytest
 from history_builder import Engine, HistoryBuilder, new_run, resolve_all_reversed
 from workflows_fixture import Receipt
 
-from harvest.core.errors import ChildWorkflowError, NonDeterminismError
+from harvest import ChildPlacement
+from harvest.core.errors import ChildWorkflowError, InvalidArgument, NonDeterminismError
 from harvest.declare.definitions import App, workflow
 
 
@@ -196,3 +197,60 @@ def test_the_run_knows_its_queue_and_task_queue_is_a_deprecated_attribute():
     with pytest.warns(DeprecationWarning, match="task_queue= is deprecated: pass queue="):
         r = new_run(app, reads_its_queue, task_queue="old_kw_q")
     assert run(r.advance(h.events)).commands[-1]["result"]["queue"] == "old_kw_q"
+
+
+@workflow
+async def placed_parent(ctx, where: str) -> list:
+    placement = {
+        "default": None,
+        "parent": ChildPlacement.PARENT_SHARD,
+        "distributed": ChildPlacement.DISTRIBUTED,
+        "shard": ChildPlacement.shard(2),
+        "eu": ChildPlacement.residency_key("eu"),
+    }[where]
+    receipt = await ctx.execute_child_workflow(charge_child, 4, placement=placement)
+    return [receipt.charged]
+
+
+@pytest.mark.parametrize(
+    ("where", "field"),
+    [
+        ("default", None),
+        ("parent", None),
+        ("distributed", {"kind": "distributed"}),
+        ("shard", {"kind": "shard", "shard_id": 2}),
+        ("eu", {"kind": "residency_key", "key": "eu"}),
+    ],
+)
+def test_a_placement_rides_on_the_command_and_the_parent_replays_without_it(where, field):
+    """The worker resolves ``placement`` to a shard; the history records only the child's id,
+    so warm and cold replays agree whatever the placement (Engine checks both each task)."""
+    e = Engine(
+        app, placed_parent, [where], resolver=lambda out: [(c, ("result", receipt_for(c))) for c in out]
+    )
+    final = run(e.run_to_end())
+    assert e.activations[0].commands[0].get("placement") == field
+    assert ("placement" in e.activations[0].commands[0]) == (field is not None), (
+        "the default command is unchanged"
+    )
+    assert final["result"] == [4]
+
+
+def test_child_placement_is_checked_when_made():
+    assert ChildPlacement.shard(0).as_command() == {"kind": "shard", "shard_id": 0}
+    for bad in (
+        lambda: ChildPlacement.shard(-1),
+        lambda: ChildPlacement.shard(True),
+        lambda: ChildPlacement("x"),
+    ):
+        with pytest.raises(InvalidArgument):
+            bad()
+    with pytest.raises(InvalidArgument, match="residency key"):
+        ChildPlacement.residency_key(" ")
+
+    @workflow
+    async def bad_placement(ctx) -> None:
+        await ctx.execute_child_workflow(charge_child, 1, placement="shard-2")
+
+    act = run(new_run(app, bad_placement).advance(HistoryBuilder("bad_placement").events))
+    assert act.commands == [act.commands[-1]] and "placement" in act.commands[-1]["failure"]["message"]

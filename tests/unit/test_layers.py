@@ -286,6 +286,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "AsyncClient",
         "AsyncWorkflowHandle",
         "Batch",
+        "ChildPlacement",
         "ChildWorkflowError",
         "Client",
         "Concurrency",

@@ -167,8 +167,22 @@ def worker(
         run_scanner=plan.scheduler.value,
         run_retention=plan.retention.value,
     )
-    if sharded:
-        instance = Worker(app, options=options, shards=shard_urls(config, dsn), router=router)
-    else:
-        instance = Worker(app, dsn, options=options)
-    asyncio.run(instance.run(install_signal_handlers=True))
+    if not sharded:
+        asyncio.run(Worker(app, dsn, options=options).run(install_signal_handlers=True))
+        return
+    urls = shard_urls(config, dsn)
+
+    async def run_sharded() -> None:
+        # The cross-shard pump (relays of external signals and cancels, cross-shard children)
+        # needs a pool to every shard a relay may target, not only the assigned ones; each
+        # shard's scanner sweeps that shard's outbox (harvest/shard/relay_pump.py).
+        from harvest.shard.pools import AsyncShardPools
+        from harvest.shard.relay_pump import RelayPump
+
+        async with AsyncShardPools(router, urls, max_size=2) as pump_pools:
+            instance = Worker(
+                app, options=options, shards=urls, router=router, relay_pump=RelayPump(pump_pools)
+            )
+            await instance.run(install_signal_handlers=True)
+
+    asyncio.run(run_sharded())

@@ -45,6 +45,7 @@ SCHEMA_FILES = (
     "tasks",
     "dead_letters",
     "relays",
+    "cross_shard_children",
     "messages",
     "result_waiters",
     "flow",

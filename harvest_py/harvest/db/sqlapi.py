@@ -132,6 +132,35 @@ LIST_PARTITION_OWNERS = "SELECT * FROM harvest.list_partition_owners(%(worker_id
 HEARTBEAT_PARTITIONS = """
 SELECT * FROM harvest.heartbeat_partitions(%(worker_id)s, %(partitions)s::integer[])
 """
+CLAIM_REMOTE_RELAYS = "SELECT * FROM harvest.claim_remote_relays(%(limit)s, %(lease_secs)s)"
+DELIVER_EXTERNAL_RELAY = """
+SELECT * FROM harvest.deliver_external_relay(%(source_shard)s, %(relay_id)s, %(kind)s,
+    %(target_execution_id)s, %(target_workflow_name)s, %(target_workflow_id)s, %(payload)s,
+    %(source_execution_id)s)
+"""
+COMPLETE_RELAY = """
+SELECT harvest.complete_relay(%(relay_id)s, %(outcome)s, %(execution_id)s, %(message)s) AS result
+"""
+RELEASE_RELAY = "SELECT harvest.release_relay(%(relay_id)s, %(error)s) AS result"
+CLAIM_CROSS_SHARD_CHILDREN = "SELECT * FROM harvest.claim_cross_shard_children(%(limit)s, %(lease_secs)s)"
+SET_CROSS_SHARD_CHILD_RUNNING = (
+    "SELECT harvest.set_cross_shard_child_running(%(child_execution_id)s) AS result"
+)
+COMPLETE_CROSS_SHARD_CHILD = """
+SELECT harvest.complete_cross_shard_child(%(child_execution_id)s, %(status)s, %(output)s,
+                                          %(failure)s) AS result
+"""
+RELEASE_CROSS_SHARD_CHILD = (
+    "SELECT harvest.release_cross_shard_child(%(child_execution_id)s, %(error)s) AS result"
+)
+START_CROSS_SHARD_CHILD = """
+SELECT * FROM harvest.start_cross_shard_child(%(child_execution_id)s, %(parent_execution_id)s,
+    %(parent_seq)s, %(workflow_name)s, %(workflow_id)s, %(queue)s, %(input)s, %(parent_close_policy)s)
+"""
+GET_CROSS_SHARD_CHILD = "SELECT * FROM harvest.get_cross_shard_child(%(child_execution_id)s)"
+CANCEL_CROSS_SHARD_CHILD = """
+SELECT harvest.cancel_cross_shard_child(%(child_execution_id)s, %(policy)s, %(parent_execution_id)s) AS result
+"""
 # -- flow control (functions/flow_concurrency.sql, flow_rate_limits.sql, flow_quotas.sql, flow_mutex.sql)
 DECLARE_FLOW_POLICIES = "SELECT harvest.declare_flow_policies(%(policies)s) AS declared"
 CONCURRENCY_STATUS = "SELECT * FROM harvest.list_concurrency_keys(%(key)s)"
@@ -595,6 +624,125 @@ def heartbeat_partitions(worker_id: str, partitions: list[int]) -> dict[str, Any
     """Renew the owner leases of ``partitions`` this worker holds; rows (partition_id, epoch,
     lease_expires_at) of those it still holds."""
     return {"worker_id": worker_id, "partitions": partitions}
+
+
+# -- the cross-shard relay pump (functions/relays.sql; harvest/shard/relay_pump.py) -----------
+@call(CLAIM_REMOTE_RELAYS)
+def claim_remote_relays(limit: int = 100, lease_secs: float = 30.0) -> dict[str, Any]:
+    """On a source shard: up to ``limit`` remote relays, each leased for ``lease_secs``."""
+    return {"limit": limit, "lease_secs": lease_secs}
+
+
+@call(DELIVER_EXTERNAL_RELAY, first)
+def deliver_external_relay(
+    source_shard: int,
+    relay_id: int,
+    kind: str,
+    target_execution_id: Any,
+    target_workflow_name: str | None,
+    target_workflow_id: str | None,
+    payload: Any,
+    source_execution_id: Any,
+) -> dict[str, Any]:
+    """On a target shard: apply another shard's external relay once; ``{outcome, execution_id, message}``."""
+    return {
+        "source_shard": source_shard,
+        "relay_id": relay_id,
+        "kind": kind,
+        "target_execution_id": target_execution_id,
+        "target_workflow_name": target_workflow_name,
+        "target_workflow_id": target_workflow_id,
+        "payload": _jsonb_or_null(payload),
+        "source_execution_id": source_execution_id,
+    }
+
+
+@call(COMPLETE_RELAY, column("result"))
+def complete_relay(
+    relay_id: int, outcome: str, execution_id: Any = None, message: str | None = None
+) -> dict[str, Any]:
+    """On the source shard: the relay's final outcome reaches its source run; False when settled before."""
+    return {"relay_id": relay_id, "outcome": outcome, "execution_id": execution_id, "message": message}
+
+
+@call(RELEASE_RELAY, column("result"))
+def release_relay(relay_id: int, error: str) -> dict[str, Any]:
+    """On the source shard: an attempt that settled nothing; the relay is claimed again after a backoff."""
+    return {"relay_id": relay_id, "error": error}
+
+
+# -- cross-shard children (functions/cross_shard.sql; harvest/shard/children.py) --------------
+@call(CLAIM_CROSS_SHARD_CHILDREN)
+def claim_cross_shard_children(limit: int = 100, lease_secs: float = 30.0) -> dict[str, Any]:
+    """On a parent's shard: the cross-shard children due now, each leased for ``lease_secs``."""
+    return {"limit": limit, "lease_secs": lease_secs}
+
+
+@call(SET_CROSS_SHARD_CHILD_RUNNING, column("result"))
+def set_cross_shard_child_running(child_execution_id: Any) -> dict[str, Any]:
+    """On a parent's shard: the child runs on its shard; due again at once."""
+    return {"child_execution_id": child_execution_id}
+
+
+@call(COMPLETE_CROSS_SHARD_CHILD, column("result"))
+def complete_cross_shard_child(
+    child_execution_id: Any, status: str | None, output: Any = None, failure: Any = None
+) -> dict[str, Any]:
+    """On a parent's shard: the child's end reaches the parent; its row goes."""
+    return {
+        "child_execution_id": child_execution_id,
+        "status": status,
+        "output": _jsonb_or_null(output),
+        "failure": _jsonb_or_null(failure),
+    }
+
+
+@call(RELEASE_CROSS_SHARD_CHILD, column("result"))
+def release_cross_shard_child(child_execution_id: Any, error: str) -> dict[str, Any]:
+    """On a parent's shard: a step that made no progress; retried after a backoff."""
+    return {"child_execution_id": child_execution_id, "error": error}
+
+
+@call(START_CROSS_SHARD_CHILD, first)
+def start_cross_shard_child(
+    child_execution_id: Any,
+    parent_execution_id: Any,
+    parent_seq: int,
+    workflow_name: str,
+    workflow_id: str,
+    queue: str,
+    input: Any,
+    parent_close_policy: str,
+) -> dict[str, Any]:
+    """On a child's shard: start it under its minted id, once: ``{outcome, status, failure}``."""
+    return {
+        "child_execution_id": child_execution_id,
+        "parent_execution_id": parent_execution_id,
+        "parent_seq": parent_seq,
+        "workflow_name": workflow_name,
+        "workflow_id": workflow_id,
+        "queue": queue,
+        "input": _jsonb(input),
+        "parent_close_policy": parent_close_policy,
+    }
+
+
+@call(GET_CROSS_SHARD_CHILD, first)
+def get_cross_shard_child(child_execution_id: Any) -> dict[str, Any]:
+    """On a child's shard: its current run ``{execution_id, status, output, failure}``."""
+    return {"child_execution_id": child_execution_id}
+
+
+@call(CANCEL_CROSS_SHARD_CHILD, column("result"))
+def cancel_cross_shard_child(
+    child_execution_id: Any, policy: str, parent_execution_id: Any
+) -> dict[str, Any]:
+    """On a child's shard: the ended parent's close policy, applied to the child."""
+    return {
+        "child_execution_id": child_execution_id,
+        "policy": policy,
+        "parent_execution_id": parent_execution_id,
+    }
 
 
 @call(PAYLOAD_LIMIT, column("payload_limit"))

@@ -10,9 +10,70 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-__all__ = ["ChildHandle"]
+from harvest.core.errors import InvalidArgument
+
+__all__ = ["ChildHandle", "ChildPlacement"]
+
+
+@dataclass(frozen=True)
+class ChildPlacement:
+    """Where a child workflow runs (docs/workflows.md, "Child placement"); per call, opt-in.
+
+    * ``ChildPlacement.PARENT_SHARD`` (the default, and permanent): the parent's shard; the
+      router is never consulted. A residency-bound tree keeps it.
+    * ``ChildPlacement.DISTRIBUTED``: spread over the writable, unreserved shards by
+      rendezvous on ``"{parent execution id}#{seq}"``, so a retried decision picks the same
+      shard; with no writable shard (a full drain) the child stays on the parent's shard.
+    * ``ChildPlacement.shard(n)``: shard ``n`` (writable).
+    * ``ChildPlacement.residency_key(key)``: the shard the residency map names for ``key``.
+
+    The worker resolves it once, when the command is first decided; the child's execution
+    id, minted for that shard, is recorded in the parent's history and replay reuses it."""
+
+    kind: str
+    shard_id: int | None = None
+    key: str | None = None
+
+    PARENT_SHARD: ClassVar[ChildPlacement]
+    DISTRIBUTED: ClassVar[ChildPlacement]
+    KINDS: ClassVar[tuple[str, ...]] = ("parent_shard", "distributed", "shard", "residency_key")
+
+    def __post_init__(self) -> None:
+        if self.kind not in self.KINDS:
+            raise InvalidArgument(f"placement: {self.kind!r} is not one of {list(self.KINDS)}")
+        if self.kind == "shard" and (
+            isinstance(self.shard_id, bool)
+            or not isinstance(self.shard_id, int)
+            or not 0 <= self.shard_id <= 65535
+        ):
+            raise InvalidArgument(f"placement: shard {self.shard_id!r} is not a shard number 0..65535")
+        if self.kind == "residency_key" and (not isinstance(self.key, str) or not self.key.strip()):
+            raise InvalidArgument(f"placement: residency key {self.key!r} must be a non-empty string")
+
+    @classmethod
+    def shard(cls, shard_id: int) -> ChildPlacement:
+        return cls("shard", shard_id=shard_id)
+
+    @classmethod
+    def residency_key(cls, key: str) -> ChildPlacement:
+        return cls("residency_key", key=key)
+
+    def as_command(self) -> dict[str, Any] | None:
+        """The command's ``placement`` field (None for the parent's shard: today's command)."""
+        if self.kind == "parent_shard":
+            return None
+        if self.kind == "shard":
+            return {"kind": "shard", "shard_id": self.shard_id}
+        if self.kind == "residency_key":
+            return {"kind": "residency_key", "key": self.key}
+        return {"kind": "distributed"}
+
+
+ChildPlacement.PARENT_SHARD = ChildPlacement("parent_shard")
+ChildPlacement.DISTRIBUTED = ChildPlacement("distributed")
 
 
 class ChildHandle:

@@ -20,6 +20,7 @@ from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, SignalTimeout
 from harvest.core.payload import decode, decode_result, encode, encode_args, return_hint
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
+from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
 
 if TYPE_CHECKING:
@@ -302,6 +303,7 @@ class WorkflowContext:
         queue: str | None = None,
         parent_close_policy: str = "terminate",
         task_queue: str | None = None,
+        placement: ChildPlacement | None = None,
     ) -> ChildHandle:
         """Start a child workflow (command ``start_child_workflow``) and return its handle.
 
@@ -310,9 +312,12 @@ class WorkflowContext:
         lets the database mint ``<parent workflow_id>/<seq>``; ``queue`` None uses
         the child definition's queue when it is known here, else the parent's.
         ``parent_close_policy``: ``terminate``, ``request_cancel`` or ``abandon``.
-        ``task_queue`` is the deprecated spelling of ``queue``.
+        ``task_queue`` is the deprecated spelling of ``queue``. ``placement`` (a
+        :class:`ChildPlacement`; None: the parent's shard) puts the child on another shard.
         """
         queue = queue_alias(queue, task_queue)
+        if placement is not None and not isinstance(placement, ChildPlacement):
+            raise InvalidArgument(f"placement: expected a ChildPlacement or None, got {placement!r}")
         if parent_close_policy not in PARENT_CLOSE_POLICIES:
             raise InvalidArgument(
                 f"parent_close_policy: {parent_close_policy!r} is not one of {list(PARENT_CLOSE_POLICIES)}"
@@ -333,6 +338,9 @@ class WorkflowContext:
             "task_queue": queue or (defn.queue if defn is not None else None),
             "parent_close_policy": parent_close_policy,
         }
+        placed = placement.as_command() if placement is not None else None
+        if placed is not None:  # resolved to a shard by the worker, once (worker/placement.py)
+            command["placement"] = placed
         command["seq"] = self._run.next_seq()
         return self._run.start_child(command, lambda raw: decode_result(fn, raw))
 
@@ -344,6 +352,7 @@ class WorkflowContext:
         queue: str | None = None,
         parent_close_policy: str = "terminate",
         task_queue: str | None = None,
+        placement: ChildPlacement | None = None,
     ) -> Any:
         """Start a child workflow and wait for its result; ``ChildWorkflowError`` if it failed."""
         handle = await self.start_child_workflow(
@@ -352,6 +361,7 @@ class WorkflowContext:
             workflow_id=workflow_id,
             queue=queue_alias(queue, task_queue),
             parent_close_policy=parent_close_policy,
+            placement=placement,
         )
         return await handle.result()
 

@@ -113,6 +113,9 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
     if not payloads_fit(activation.commands, worker.max_payload_bytes, task["workflow_name"]):
         run.close()  # the database would refuse it: the woken workflow task fails the run, typed
         return None
+    if any("placement" in c for c in activation.commands):
+        run.close()  # a placed child is resolved to its shard by the workflow task (place_children)
+        return None
     grant = worker.reserve_slots(
         sum(1 for c in activation.commands if c["type"] == "schedule_activity"), task
     )

@@ -43,6 +43,8 @@ from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.declare.definitions import App
+from harvest.shard.rebalance import ResumeScanner
+from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import ShardRouter
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
@@ -92,6 +94,7 @@ class Worker:
         options: WorkerOptions | None = None,
         shards: Mapping[int, str] | None = None,
         router: ShardRouter | None = None,
+        relay_pump: RelayPump | None = None,
         **overrides: Any,
     ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
@@ -101,7 +104,10 @@ class Worker:
         (``harvest.config.shard_urls``); the worker polls ``options.shard_assignments`` of them
         (``"auto"``: all). Without it the worker polls the one database ``dsn`` names. An
         assigned shard with no URL is a ConfigError naming the key. ``router``, when given,
-        names the writable shards this worker is warned it does not cover."""
+        names the writable shards this worker is warned it does not cover.
+
+        ``relay_pump`` (sharded deployments only, harvest/shard/relay_pump.py) is ticked by the
+        scanner and places cross-shard children; None on a single database."""
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
@@ -172,6 +178,8 @@ class Worker:
         self.run_scanner = options.run_scanner
         self.run_retention = options.run_retention
         self.retention_interval = options.retention_interval
+        self.relay_pump = relay_pump
+        self._rebalance_resume = ResumeScanner()
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
 
     # -- the first shard's lane (the only one with one database) ---------------------------
@@ -680,6 +688,16 @@ class Worker:
                     or moved["starts_released"]
                 ):
                     self._wake.set()
+                # Shards only (relay_pump is None on a single database): the cross-shard pump
+                # sweeps this shard's outbox and the cross-shard children its runs started (a
+                # worker given one database and a pump sweeps the pump's own sources).
+                sources = (lane.shard,) if self._sharded else None
+                if self.relay_pump is not None and (await self.relay_pump.tick(sources)).moved:
+                    self._wake.set()
+                # Shards only: finish this shard's moves a killed rebalancer left mid-way (its
+                # own pacing: every 5 s, moves stalled 30 s; harvest/shard/rebalance.py).
+                if self.relay_pump is not None and self._sharded:
+                    await self._rebalance_resume.tick(self.relay_pump.pools, lane.shard)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:

@@ -14,8 +14,19 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
-from harvest.core.errors import HarvestError, NonDeterminismError, PayloadTooLarge, StaleTask, UnknownWorkflow
+from harvest.core.errors import (
+    HarvestError,
+    InvalidArgument,
+    NonDeterminismError,
+    PayloadTooLarge,
+    ShardUnavailable,
+    StaleTask,
+    UnknownWorkflow,
+)
+from harvest.core.ids import shard_of
 from harvest.runtime import WorkflowRun
+from harvest.shard.children import place_child
+from harvest.shard.router import ShardRouter
 from harvest.worker.lanes import lane_of
 
 if TYPE_CHECKING:
@@ -180,6 +191,27 @@ def fit_payloads(
     return fitted
 
 
+def place_children(worker: Worker, execution_id: str, commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``commands`` with each placed child's ``placement`` resolved to its shard (``"shard"``,
+    harvest/shard/children.py); a child placed on the parent's shard is today's command.
+    Without a relay pump (one database) the router is the parent's shard alone."""
+    if not any("placement" in c for c in commands):
+        return commands
+    parent_shard = shard_of(execution_id)
+    pump = worker.relay_pump
+    router = pump.pools.router if pump is not None else ShardRouter.single(parent_shard)
+    pooled = pump.pools.shards if pump is not None else ()
+    placed = []
+    for command in commands:
+        if "placement" in command:
+            shard = place_child(router, pooled, parent_shard, execution_id, command)
+            command = {k: v for k, v in command.items() if k != "placement"}
+            if shard != parent_shard:
+                command["shard"] = shard
+        placed.append(command)
+    return placed
+
+
 def _event(row: dict[str, Any]) -> dict[str, Any]:
     return {"event_id": row["event_id"], "event_type": row["event_type"], "event_data": row["event_data"]}
 
@@ -268,6 +300,22 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     commands = fit_payloads(
         activation.commands, worker.max_payload_bytes, task["workflow_name"], execution_id
     )
+    try:
+        commands = place_children(worker, execution_id, commands)
+    except (ShardUnavailable, InvalidArgument) as exc:
+        # Nothing is recorded: the decision is made again (and placed again, the same
+        # way) after the retry delay, never placed on another shard instead.
+        run.close()
+        log.error("workflow task for %s (%s) not committed: %s", execution_id, task["workflow_name"], exc)
+        failure = {
+            "error_type": type(exc).__name__,
+            "message": str(exc),
+            "non_retryable": False,
+            "details": None,
+        }
+        with contextlib.suppress(StaleTask):
+            await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
+        return
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
     grant = worker.reserve_slots(sum(1 for c in commands if c["type"] == "schedule_activity"), task)
     try:

@@ -1,0 +1,340 @@
+-- Cross-shard children: a child placed on another shard than its parent's
+-- (ChildPlacement, docs/workflows.md; docs/sharding.md "Cross-shard children and
+-- relays").
+--
+-- The parent's decision stays on the parent's shard: _start_child (decide.sql)
+-- mints the child's execution id for the target shard, appends ChildWorkflowStarted
+-- with it and writes a harvest.cross_shard_children row in the same transaction.
+-- The cross-shard pump then drives the row, calling functions on two databases
+-- and never holding a connection on one while it calls the other:
+--
+--   on the parent's shard               on the child's shard
+--   claim_cross_shard_children      ->  start_cross_shard_child (status starting)
+--                                       get_cross_shard_child  (status running)
+--                                       cancel_cross_shard_child (the parent ended)
+--   set_cross_shard_child_running       <-  started
+--   complete_cross_shard_child        <-  the child's end (a pull), or a failed start
+--   release_cross_shard_child       <-  the target could not be reached
+--
+-- Every step is idempotent: the child's id is the key of its start, reading is
+-- free, a settle of a row already gone changes nothing.
+
+-- On the parent's shard: up to p_limit rows due now, oldest first, each leased for
+-- p_lease_secs (a pump that dies loses nothing: the lease runs out).
+CREATE OR REPLACE FUNCTION harvest.claim_cross_shard_children(
+    p_limit integer DEFAULT 100, p_lease_secs double precision DEFAULT 30
+)
+RETURNS TABLE (
+    child_execution_id uuid, parent_execution_id uuid, parent_seq integer, target_shard integer,
+    workflow_name text, workflow_id text, queue text, input jsonb, parent_close_policy text,
+    status text, cancel_requested boolean, attempts integer
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 1000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..1000', p_limit USING ERRCODE = 'HR001';
+    END IF;
+    IF p_lease_secs IS NULL OR p_lease_secs <= 0 THEN
+        RAISE EXCEPTION 'lease % must be a positive number of seconds', p_lease_secs USING ERRCODE = 'HR001';
+    END IF;
+    RETURN QUERY
+    WITH due AS (
+        SELECT c.child_execution_id FROM harvest.cross_shard_children AS c
+        WHERE c.next_attempt_at IS NULL OR c.next_attempt_at <= v_now
+        ORDER BY c.created_at, c.child_execution_id
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    )
+    UPDATE harvest.cross_shard_children AS c
+    SET next_attempt_at = v_now + make_interval(secs => p_lease_secs)
+    FROM due AS d WHERE c.child_execution_id = d.child_execution_id
+    RETURNING c.child_execution_id, c.parent_execution_id, c.parent_seq, c.target_shard, c.workflow_name,
+              c.workflow_id, c.queue, c.input, c.parent_close_policy, c.status, c.cancel_requested, c.attempts;
+END;
+$$;
+
+-- On the parent's shard: the child was started on its shard (status running); the
+-- row is due again at once, for the pull of its end. An abandoned child whose parent
+-- ended meanwhile is forgotten instead: its end reaches nobody.
+CREATE OR REPLACE FUNCTION harvest.set_cross_shard_child_running(p_child_execution_id uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM harvest.cross_shard_children AS c
+    WHERE c.child_execution_id = p_child_execution_id AND c.parent_close_policy = 'abandon'
+      AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
+                      WHERE e.id = c.parent_execution_id AND e.status = 'RUNNING');
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    UPDATE harvest.cross_shard_children AS c
+    SET status = 'running', attempts = 0, last_error = NULL, next_attempt_at = NULL
+    WHERE c.child_execution_id = p_child_execution_id;
+    RETURN FOUND;
+END;
+$$;
+
+-- On the parent's shard: the child ended with p_status (COMPLETED, FAILED,
+-- CANCELLED, TERMINATED, TIMED_OUT, or START_FAILED when its start was refused):
+-- the parent, if it still runs, receives ChildWorkflowCompleted or
+-- ChildWorkflowFailed as a same-shard child's end would reach it, and the row goes.
+-- p_status NULL only drops the row (the parent ended first and its policy was
+-- applied). false when the row is gone (settled before).
+CREATE OR REPLACE FUNCTION harvest.complete_cross_shard_child(
+    p_child_execution_id uuid, p_status text, p_output jsonb DEFAULT NULL, p_failure jsonb DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_parent uuid;
+    v_row harvest.cross_shard_children;
+BEGIN
+    IF p_status IS NOT NULL AND p_status NOT IN (
+        'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'START_FAILED'
+    ) THEN
+        RAISE EXCEPTION 'child status "%" is not an end', p_status USING ERRCODE = 'HR001',
+            HINT = 'use COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT or START_FAILED';
+    END IF;
+    -- Lock order: the parent execution, then the row (as the decision took them).
+    SELECT c.parent_execution_id INTO v_parent FROM harvest.cross_shard_children AS c
+    WHERE c.child_execution_id = p_child_execution_id;
+    PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_parent FOR UPDATE;
+    DELETE FROM harvest.cross_shard_children AS c WHERE c.child_execution_id = p_child_execution_id
+    RETURNING * INTO v_row;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF p_status IS NULL OR NOT EXISTS (
+        SELECT 1 FROM harvest.executions AS e WHERE e.id = v_row.parent_execution_id AND e.status = 'RUNNING'
+    ) THEN
+        RETURN true;
+    END IF;
+    IF p_status = 'COMPLETED' THEN
+        PERFORM harvest._append_event(v_row.parent_execution_id, 'ChildWorkflowCompleted', jsonb_build_object(
+            'seq', v_row.parent_seq, 'child_execution_id', p_child_execution_id, 'result', p_output));
+    ELSE
+        PERFORM harvest._append_event(v_row.parent_execution_id, 'ChildWorkflowFailed', jsonb_build_object(
+            'seq', v_row.parent_seq, 'child_execution_id', p_child_execution_id, 'status', p_status,
+            'failure', p_failure));
+    END IF;
+    PERFORM harvest._ensure_workflow_task(v_row.parent_execution_id);
+    RETURN true;
+END;
+$$;
+
+-- On the parent's shard: a step that made no progress (the target shard could not
+-- be reached): the row stays with p_error and is due again after min(attempts, 6) x 5 s.
+CREATE OR REPLACE FUNCTION harvest.release_cross_shard_child(p_child_execution_id uuid, p_error text)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+BEGIN
+    UPDATE harvest.cross_shard_children AS c
+    SET attempts = c.attempts + 1, last_attempt_at = v_now, last_error = left(p_error, 2000),
+        next_attempt_at = v_now + make_interval(secs => least(c.attempts + 1, 6) * 5)
+    WHERE c.child_execution_id = p_child_execution_id;
+    RETURN FOUND;
+END;
+$$;
+
+-- On the child's shard: start the child under the id its parent's decision minted
+-- for this shard, once. outcome: started, exists (a run with that id is here: a
+-- retried start; status tells its state) or failed (refused, as a same-shard
+-- child's start is: WorkflowAlreadyExists, QuotaExceeded, PayloadTooLarge,
+-- UnknownWorkflow; failure says why, for the parent's ChildWorkflowFailed).
+CREATE OR REPLACE FUNCTION harvest.start_cross_shard_child(
+    p_child_execution_id uuid, p_parent_execution_id uuid, p_parent_seq integer, p_workflow_name text,
+    p_workflow_id text, p_queue text, p_input jsonb, p_parent_close_policy text
+)
+RETURNS TABLE (outcome text, status text, failure jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_status text;
+    v_prior harvest.executions;
+    v_policy jsonb;
+    v_keys record;
+    v_quota_key text;
+    v_concurrency_key text;
+    v_error_message text;
+    v_error_detail text;
+BEGIN
+    IF p_child_execution_id IS NULL OR p_parent_execution_id IS NULL OR p_parent_seq IS NULL THEN
+        RAISE EXCEPTION 'a cross-shard child needs its execution id, its parent and the parent''s seq'
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF harvest.shard_of(p_child_execution_id) <> harvest.get_shard_id() THEN
+        RAISE EXCEPTION 'execution % belongs to shard %, not to this database (shard %)', p_child_execution_id,
+            harvest.shard_of(p_child_execution_id), harvest.get_shard_id() USING ERRCODE = 'HR011',
+            DETAIL = jsonb_build_object('requested_shard_id', harvest.shard_of(p_child_execution_id),
+                                        'shard_id', harvest.get_shard_id())::text;
+    END IF;
+    IF p_parent_close_policy IS NULL OR p_parent_close_policy NOT IN ('terminate', 'request_cancel', 'abandon') THEN
+        RAISE EXCEPTION 'unknown parent_close_policy "%"', p_parent_close_policy USING ERRCODE = 'HR001',
+            HINT = 'use terminate, request_cancel or abandon';
+    END IF;
+    -- Two pumps starting the same child wait here for each other.
+    PERFORM pg_advisory_xact_lock(hashtextextended('harvest.cross_shard_child:' || p_child_execution_id, 0));
+    SELECT e.status INTO v_status FROM harvest.executions AS e WHERE e.id = p_child_execution_id;
+    IF FOUND THEN
+        RETURN QUERY SELECT 'exists'::text, v_status, NULL::jsonb;
+        RETURN;
+    END IF;
+    BEGIN
+        PERFORM harvest._start_check_arguments(p_workflow_name, p_input, p_workflow_id, p_queue, '{}'::jsonb,
+                                               'terminate_if_running', 'fail');
+        PERFORM harvest._start_check_registered(p_workflow_name, p_queue, true);
+        v_prior := harvest._start_resolve_prior(p_workflow_name, p_workflow_id, 'terminate_if_running', 'fail');
+        IF v_prior.id IS NOT NULL THEN
+            RAISE EXCEPTION 'a run of % with workflow_id % is already running', p_workflow_name, p_workflow_id
+                USING ERRCODE = 'HR003';
+        END IF;
+        SELECT p.policy INTO v_policy FROM harvest.flow_policies AS p
+        WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
+        IF v_policy ?| ARRAY['quota', 'concurrency'] THEN
+            v_keys := harvest._start_flow_keys(p_workflow_name, p_input, v_policy);
+            v_quota_key := v_keys.quota_key;
+            v_concurrency_key := v_keys.concurrency_key;
+        END IF;
+        PERFORM harvest._start_insert(p_workflow_name, p_input, p_workflow_id, p_queue, '{}'::jsonb, 0,
+            p_parent_execution_id, harvest.get_shard_id(), NULL, NULL, v_policy, v_quota_key, v_concurrency_key,
+            p_child_execution_id);
+        UPDATE harvest.executions AS e SET parent_seq = p_parent_seq, parent_close_policy = p_parent_close_policy
+        WHERE e.id = p_child_execution_id;
+    EXCEPTION
+        WHEN SQLSTATE 'HR003' THEN
+            RETURN QUERY SELECT 'failed'::text, 'START_FAILED'::text, jsonb_build_object(
+                'error_type', 'WorkflowAlreadyExists', 'non_retryable', true,
+                'message', 'a run of ' || p_workflow_name || ' with workflow_id ' || p_workflow_id
+                           || ' is already running', 'details', NULL);
+            RETURN;
+        WHEN SQLSTATE 'HR006' OR SQLSTATE 'HR008' OR SQLSTATE 'HR010' THEN
+            GET STACKED DIAGNOSTICS v_error_message = MESSAGE_TEXT, v_error_detail = PG_EXCEPTION_DETAIL;
+            RETURN QUERY SELECT 'failed'::text, 'START_FAILED'::text, jsonb_build_object(
+                'error_type', CASE SQLSTATE WHEN 'HR006' THEN 'QuotaExceeded' WHEN 'HR008' THEN 'PayloadTooLarge'
+                                            ELSE 'UnknownWorkflow' END,
+                'non_retryable', true, 'message', v_error_message, 'details', v_error_detail::jsonb);
+            RETURN;
+    END;
+    RETURN QUERY SELECT 'started'::text, 'RUNNING'::text, NULL::jsonb;
+END;
+$$;
+
+-- On the child's shard: where the child is now, following its continue-as-new
+-- successors: the current run's status and, once it ended, its output or failure.
+-- HR002 when no run with that id is here (a shard restored to an earlier instant).
+CREATE OR REPLACE FUNCTION harvest.get_cross_shard_child(p_child_execution_id uuid)
+RETURNS TABLE (execution_id uuid, status text, output jsonb, failure jsonb)
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_run harvest.executions;
+    v_id uuid := p_child_execution_id;
+BEGIN
+    FOR v_hop IN 0..100 LOOP
+        SELECT * INTO v_run FROM harvest.executions AS e WHERE e.id = v_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'execution % does not exist on this shard (%)', v_id, harvest.get_shard_id()
+                USING ERRCODE = 'HR002';
+        END IF;
+        EXIT WHEN v_run.status <> 'CONTINUED_AS_NEW' OR v_run.output ->> 'continued_as_new' IS NULL;
+        v_id := (v_run.output ->> 'continued_as_new')::uuid;
+    END LOOP;
+    RETURN QUERY SELECT v_run.id, v_run.status, v_run.output, v_run.failure;
+END;
+$$;
+
+-- On the child's shard: the parent ended first; apply its close policy to the
+-- child's current run as a same-shard parent's close would (terminate, or request
+-- cancel once). outcome: terminated, cancel_requested, not_running (the child had
+-- ended, or never started here), abandoned (policy abandon: nothing to do).
+CREATE OR REPLACE FUNCTION harvest.cancel_cross_shard_child(
+    p_child_execution_id uuid, p_policy text, p_parent_execution_id uuid
+)
+RETURNS text
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_current uuid;
+    v_target harvest.executions;
+BEGIN
+    IF p_policy IS NULL OR p_policy NOT IN ('terminate', 'request_cancel', 'abandon') THEN
+        RAISE EXCEPTION 'unknown parent_close_policy "%"', p_policy USING ERRCODE = 'HR001',
+            HINT = 'use terminate, request_cancel or abandon';
+    END IF;
+    IF p_policy = 'abandon' THEN
+        RETURN 'abandoned';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_child_execution_id) THEN
+        RETURN 'not_running';
+    END IF;
+    SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
+    SELECT * INTO v_target FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
+    IF NOT FOUND OR v_target.status <> 'RUNNING' THEN
+        RETURN 'not_running';
+    END IF;
+    IF p_policy = 'terminate' THEN
+        PERFORM harvest._append_event(v_target.id, 'WorkflowTerminated',
+            jsonb_build_object('reason', 'parent ' || p_parent_execution_id || ' closed'));
+        PERFORM harvest._close_execution(v_target.id, 'TERMINATED', NULL, jsonb_build_object(
+            'error_type', 'Terminated', 'message', 'the parent workflow closed', 'non_retryable', true,
+            'details', NULL));
+        RETURN 'terminated';
+    END IF;
+    IF NOT v_target.cancel_requested THEN
+        UPDATE harvest.executions AS e SET cancel_requested = true WHERE e.id = v_target.id;
+        PERFORM harvest._append_event(v_target.id, 'WorkflowCancelRequested',
+            jsonb_build_object('reason', 'the parent workflow closed'));
+        PERFORM harvest._ensure_workflow_task(v_target.id);
+    END IF;
+    RETURN 'cancel_requested';
+END;
+$$;
+
+-- The parent's side of its close (core.sql, _close_execution): its remote children
+-- get its close policy (cancel_requested: the pump applies it on their shard) or,
+-- abandoned and already started, are forgotten; an abandoned child not started yet
+-- is still started, and its end then reaches nobody.
+CREATE OR REPLACE FUNCTION harvest._close_cross_shard_children(p_parent_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    DELETE FROM harvest.cross_shard_children AS c
+    WHERE c.parent_execution_id = p_parent_execution_id AND c.parent_close_policy = 'abandon'
+      AND c.status = 'running';
+    UPDATE harvest.cross_shard_children AS c SET cancel_requested = true, next_attempt_at = NULL
+    WHERE c.parent_execution_id = p_parent_execution_id AND c.parent_close_policy <> 'abandon'
+      AND NOT c.cancel_requested;
+END;
+$$;
+
+COMMENT ON FUNCTION harvest.claim_cross_shard_children IS
+'On a parent''s shard: up to p_limit cross-shard children due now, leased for p_lease_secs. Called by the '
+'worker''s cross-shard pump (role harvest_worker).';
+COMMENT ON FUNCTION harvest.set_cross_shard_child_running IS
+'On a parent''s shard: a cross-shard child was started on its shard (status running). Called by the worker''s '
+'cross-shard pump (role harvest_worker).';
+COMMENT ON FUNCTION harvest.complete_cross_shard_child IS
+'On a parent''s shard: a cross-shard child''s end reaches its running parent as ChildWorkflowCompleted or '
+'ChildWorkflowFailed, and its row goes; false when settled before. Called by the worker''s cross-shard pump '
+'(role harvest_worker).';
+COMMENT ON FUNCTION harvest.release_cross_shard_child IS
+'On a parent''s shard: a step that made no progress keeps the row with its error, due again after '
+'min(attempts, 6) x 5 s. Called by the worker''s cross-shard pump (role harvest_worker).';
+COMMENT ON FUNCTION harvest.start_cross_shard_child IS
+'On a child''s shard: start a cross-shard child under the id its parent minted, once (started, exists or '
+'failed with the failure). Called by the worker''s cross-shard pump (role harvest_worker).';
+COMMENT ON FUNCTION harvest.get_cross_shard_child IS
+'On a child''s shard: the current run of a cross-shard child (following continue-as-new) with its status and, '
+'once ended, its output or failure. Called by the worker''s cross-shard pump (role harvest_worker).';
+COMMENT ON FUNCTION harvest.cancel_cross_shard_child IS
+'On a child''s shard: apply the ended parent''s close policy (terminate, request_cancel, abandon) to a '
+'cross-shard child. Called by the worker''s cross-shard pump (role harvest_worker).';

@@ -1,0 +1,156 @@
+"""Cross-shard children: where a placed child goes, and the pump's driver of their lifecycle.
+
+**Placement** (:func:`place_child`) runs in the worker when a decision is first made, never on
+replay: a ``start_child_workflow`` command carrying a ``placement`` (``ChildPlacement``) is
+resolved to a shard number, the command goes to the database with ``"shard": n``, and the
+parent's decision (functions/decide.sql, ``_start_child``) mints the child's execution id for
+that shard and writes its row in ``harvest.cross_shard_children`` in the same transaction as
+ChildWorkflowStarted. A shard this process has no pool for raises :class:`ShardUnavailable`:
+the decision is rolled back with nothing recorded and retried, never placed elsewhere.
+
+**The lifecycle** (:func:`drive_children`, one sweep of one parent shard, called by the relay
+pump's tick) takes the rows that are due and moves each one step, calling the child's shard
+and the parent's shard one after the other, never holding both: start the child there
+(idempotent on its id), pull its end back into the parent (a read; a pull, not a push, so a
+crash anywhere leaves the row for the next sweep), or apply the parent's close policy once the
+parent ended first. A child shard that cannot be reached counts an attempt on the row and backs
+off ``min(attempts, 6) x 5 s``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from harvest.core.errors import HarvestError, InvalidArgument, ShardUnavailable
+from harvest.shard.router import ShardRouter, rendezvous
+
+if TYPE_CHECKING:
+    from harvest.shard.pools import AsyncShardPools
+    from harvest.shard.relay_pump import PumpReport
+
+__all__ = ["distributed_key", "drive_children", "place_child"]
+
+log = logging.getLogger("harvest.shard.children")
+
+_ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT")
+
+
+def distributed_key(parent_execution_id: str, seq: int) -> str:
+    """The rendezvous key of a distributed child: stable across retried decisions."""
+    return f"{parent_execution_id}#{seq}"
+
+
+def place_child(
+    router: ShardRouter,
+    pooled: Iterable[int],
+    parent_shard: int,
+    parent_execution_id: str,
+    command: dict[str, Any],
+) -> int:
+    """The shard a ``start_child_workflow`` command's ``placement`` names, for the parent
+    ``parent_execution_id`` on ``parent_shard``.
+
+    InvalidArgument for a placement the router refuses (an unknown residency key, a shard
+    that is not writable); ShardUnavailable for a shard other than the parent's that this
+    process has no pool for."""
+    placement = command.get("placement") or {}
+    kind = placement.get("kind", "parent_shard")
+    if kind == "parent_shard":
+        return parent_shard
+    if kind == "distributed":
+        placeable = [s for s in router.writable if s not in router.reserved]
+        if not placeable:  # a full drain: the parent's own shard, never a refusal
+            log.warning(
+                "distributed child %r of %s stays on the parent's shard %d: no shard is writable",
+                command.get("workflow_name"),
+                parent_execution_id,
+                parent_shard,
+            )
+            return parent_shard
+        shard = rendezvous(distributed_key(parent_execution_id, command["seq"]), placeable)
+    elif kind == "shard":
+        shard = router.place(command["workflow_name"], None, shard_id=placement.get("shard_id"))
+    elif kind == "residency_key":
+        shard = router.place(command["workflow_name"], None, residency_key=placement.get("key"))
+    else:
+        raise InvalidArgument(f"placement {kind!r} is not parent_shard, distributed, shard or residency_key")
+    if shard != parent_shard and shard not in set(pooled):
+        raise ShardUnavailable(shard, "this process has no pool for it, so no child can be placed there")
+    return shard
+
+
+async def drive_children(
+    pools: AsyncShardPools, source: int, report: PumpReport, *, limit: int = 100, poll_secs: float = 1.0
+) -> None:
+    """Move each due cross-shard child of parents on shard ``source`` one step.
+
+    A claimed row is leased for ``poll_secs``: a child still running is left as it is and
+    read again once the lease runs out (no write on the parent's shard for it)."""
+    async with pools.api(source) as sql:
+        rows = await sql.claim_cross_shard_children(limit, poll_secs)
+    for row in rows:
+        child = row["child_execution_id"]
+        target = row["target_shard"]
+        try:
+            if target in report.unavailable:
+                raise ShardUnavailable(target, report.unavailable[target])
+            step = await _step(pools, row)
+        except ShardUnavailable as exc:
+            report.unavailable.setdefault(exc.shard, exc.reason)
+            step = ("release", f"shard {exc.shard}: {exc.reason}")
+        except Exception as exc:  # refused there (or not there: NotFound): kept, retried with a backoff
+            step = ("release", f"shard {target}: {type(exc).__name__}: {exc}")
+        try:
+            await _report(pools, source, child, step, report)
+        except ShardUnavailable:
+            raise
+        except HarvestError as exc:  # one row's report refused: its lease runs out, it is tried again
+            log.warning("cross-shard child %s: reporting to shard %s failed: %s", child, source, exc)
+
+
+async def _report(pools: AsyncShardPools, source: int, child: Any, step: tuple, report: PumpReport) -> None:
+    if step[0] == "running":  # its lease runs out and the next sweep reads it again
+        return
+    async with pools.api(source) as sql:
+        if step[0] == "release":
+            log.info("cross-shard child %s not moved: %s", child, step[1])
+            await sql.release_cross_shard_child(child, step[1])
+            report.children["released"] = report.children.get("released", 0) + 1
+        elif step[0] == "started":
+            await sql.set_cross_shard_child_running(child)
+            report.children["started"] = report.children.get("started", 0) + 1
+        elif step[0] == "settle":
+            _, status, output, failure = step
+            await sql.complete_cross_shard_child(child, status, output, failure)
+            report.children["settled"] = report.children.get("settled", 0) + 1
+
+
+async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:
+    child, target = row["child_execution_id"], row["target_shard"]
+    async with pools.api(target) as sql:
+        if row["cancel_requested"]:  # the parent ended first: its close policy, then forget the row
+            if row["status"] == "running":
+                await sql.cancel_cross_shard_child(
+                    child, row["parent_close_policy"], row["parent_execution_id"]
+                )
+            return ("settle", None, None, None)
+        if row["status"] == "starting":
+            started = await sql.start_cross_shard_child(
+                child,
+                row["parent_execution_id"],
+                row["parent_seq"],
+                row["workflow_name"],
+                row["workflow_id"],
+                row["queue"],
+                row["input"],
+                row["parent_close_policy"],
+            )
+            if started["outcome"] == "failed":
+                return ("settle", "START_FAILED", None, started["failure"])
+            return ("started",)
+        current = await sql.get_cross_shard_child(child)  # NotFound (released) when it is not there
+    if current["status"] in _ENDED:
+        return ("settle", current["status"], current["output"], current["failure"])
+    return ("running",)

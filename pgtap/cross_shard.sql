@@ -1,0 +1,192 @@
+-- functions/cross_shard.sql: cross-shard children. This database is shard 0. The
+-- parent's side: a start_child_workflow command with "shard" 1 (decide.sql,
+-- _start_child) mints the child's id for shard 1 and writes its lifecycle row, which
+-- the pump claims (claim_cross_shard_children), advances, releases with a backoff
+-- and settles into the parent; the parent's close marks it (_close_cross_shard_children).
+-- The child's side, with ids minted for shard 0 by a parent of shard 1:
+-- start_cross_shard_child (once per id), get_cross_shard_child (following
+-- continue-as-new), cancel_cross_shard_child (the parent's close policy).
+BEGIN;
+SELECT plan(60);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+CREATE FUNCTION pg_temp.remote_child(p_seq integer, p_key text, p_policy text DEFAULT NULL) RETURNS jsonb
+LANGUAGE sql AS $fn$
+    SELECT pg_temp.child(p_seq, p_key, p_policy) || '{"shard": 1}'::jsonb;
+$fn$;
+
+CREATE FUNCTION pg_temp.row_of(p_workflow_id text) RETURNS harvest.cross_shard_children LANGUAGE sql AS $fn$
+    SELECT * FROM harvest.cross_shard_children WHERE workflow_id = p_workflow_id;
+$fn$;
+
+-- ------------------------------------------------------------ the parent's decision
+SELECT isnt(pg_temp.start_run('xp', 'xs_parent', 'xq_xp'), NULL, 'setup: a parent run');
+SELECT is(pg_temp.decide('xp', jsonb_build_array(pg_temp.remote_child(1, 'xc1'), pg_temp.remote_child(2, 'xc2'))),
+          'RUNNING', 'the parent starts two children placed on shard 1');
+SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_id IN ('xc1', 'xc2')), 0::bigint,
+          'neither child is inserted here');
+SELECT results_eq(
+    $$SELECT e.event_data ->> 'workflow_id', harvest.shard_of((e.event_data ->> 'child_execution_id')::uuid)
+      FROM harvest.events AS e WHERE e.execution_id = pg_temp.run('xp') AND e.event_type = 'ChildWorkflowStarted'
+      ORDER BY e.event_id$$,
+    $$VALUES ('xc1', 1), ('xc2', 1)$$,
+    'ChildWorkflowStarted names each child by an id minted for shard 1');
+SELECT results_eq(
+    $$SELECT c.child_execution_id, c.parent_seq, c.target_shard, c.workflow_name, c.queue, c.input, c.status,
+             c.cancel_requested, c.attempts
+      FROM harvest.cross_shard_children AS c WHERE c.workflow_id = 'xc1'$$,
+    $$SELECT (e.event_data ->> 'child_execution_id')::uuid, 1, 1, 'rl_child'::text, 'rq_xc1'::text,
+             '["xc1"]'::jsonb, 'starting'::text, false, 0
+      FROM harvest.events AS e WHERE e.execution_id = pg_temp.run('xp') AND e.event_type = 'ChildWorkflowStarted'
+        AND e.event_data ->> 'workflow_id' = 'xc1'$$,
+    'its lifecycle row: the same id, the parent''s seq, the target shard, what to start, status starting');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('xp')), 0::bigint, 'the parent waits on its children');
+SELECT isnt(pg_temp.start_run('xl', 'xs_parent', 'xq_xl'), NULL, 'setup: another parent');
+SELECT is(pg_temp.decide('xl', jsonb_build_array(pg_temp.child(1, 'xl1') || '{"shard": 0}')), 'RUNNING',
+          'a child placed on this database''s own shard');
+SELECT ok(pg_temp.row_of('xl1') IS NULL AND pg_temp.run('xl1') IS NOT NULL,
+          'is started here, as today, with no lifecycle row');
+SELECT isnt(pg_temp.start_run('xbad', 'xs_parent', 'xq_xbad'), NULL, 'setup: a third parent');
+SELECT throws_ok($$SELECT pg_temp.decide('xbad', jsonb_build_array(pg_temp.child(1, 'xb1') || '{"shard": 70000}'))$$,
+                 'HR001', 'shard 70000 is out of range: a shard number is 0..65535',
+                 'a shard out of range is refused');
+
+-- ------------------------------------------------------------ claim, release, advance
+SELECT results_eq($$SELECT workflow_id FROM harvest.claim_cross_shard_children(10, 30) ORDER BY workflow_id$$,
+                  ARRAY['xc1', 'xc2'], 'claim_cross_shard_children(): both rows are due');
+SELECT is_empty($$SELECT * FROM harvest.claim_cross_shard_children(10, 30)$$, 'leased: a second claim gets none');
+SELECT throws_ok($$SELECT * FROM harvest.claim_cross_shard_children(0)$$, 'HR001', 'limit 0 is out of range 1..1000',
+                 'claim_cross_shard_children(): the limit is bounded');
+SELECT throws_ok($$SELECT * FROM harvest.claim_cross_shard_children(1, 0)$$, 'HR001',
+                 'lease 0 must be a positive number of seconds', 'claim_cross_shard_children(): the lease is positive');
+SELECT ok(harvest.release_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id, 'shard 1: unreachable'),
+          'release_cross_shard_child(): the row stays');
+SELECT results_eq(
+    $$SELECT attempts, last_error, last_attempt_at, next_attempt_at FROM pg_temp.row_of('xc1')$$,
+    $$VALUES (1, 'shard 1: unreachable'::text, '2030-01-01 00:00:00+00'::timestamptz,
+              '2030-01-01 00:00:05+00'::timestamptz)$$,
+    'with its attempt, error and a backoff of min(attempts, 6) x 5 s');
+SELECT ok(NOT harvest.release_cross_shard_child('00010000-0000-4000-8000-000000000000', 'x'),
+          'release_cross_shard_child(): false for a row that is not here');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:31+00';
+SELECT results_eq($$SELECT workflow_id, attempts FROM harvest.claim_cross_shard_children(10, 30) ORDER BY 1$$,
+                  $$VALUES ('xc1'::text, 1), ('xc2'::text, 0)$$, 'due again once the lease and backoff pass');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xc1')).child_execution_id),
+          'set_cross_shard_child_running(): started on its shard');
+SELECT results_eq($$SELECT status, attempts, last_error, next_attempt_at FROM pg_temp.row_of('xc1')$$,
+                  $$VALUES ('running'::text, 0, NULL::text, NULL::timestamptz)$$,
+                  'status running, its failures forgotten, due at once (for the pull of its end)');
+SELECT ok(NOT harvest.set_cross_shard_child_running('00010000-0000-4000-8000-000000000000'),
+          'set_cross_shard_child_running(): false for a row that is not here');
+
+-- ------------------------------------------------------------ settling into the parent
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xc1')).child_execution_id, 'COMPLETED', '{"v": 1}'),
+          'complete_cross_shard_child(): the first child completed');
+SELECT results_eq(
+    $$SELECT event_type, event_data - 'child_execution_id' FROM pg_temp.last_event(pg_temp.run('xp'))$$,
+    $$VALUES ('ChildWorkflowCompleted'::text, '{"seq": 1, "result": {"v": 1}}'::jsonb)$$,
+    'the parent gets ChildWorkflowCompleted{seq, result} as from a same-shard child');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('xp')), 1::bigint, 'and is woken');
+SELECT ok(pg_temp.row_of('xc1') IS NULL, 'the row goes');
+SELECT ok(NOT harvest.complete_cross_shard_child(
+              (SELECT (event_data ->> 'child_execution_id')::uuid FROM harvest.events
+               WHERE execution_id = pg_temp.run('xp') AND event_data ->> 'workflow_id' = 'xc1'), 'COMPLETED', '1'),
+          'settling again is harmless (false)');
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xc2')).child_execution_id, 'START_FAILED', NULL,
+                                           '{"error_type": "WorkflowAlreadyExists"}'),
+          'complete_cross_shard_child(): the second child''s start was refused');
+SELECT results_eq(
+    $$SELECT event_type, event_data - 'child_execution_id' FROM pg_temp.last_event(pg_temp.run('xp'))$$,
+    $$VALUES ('ChildWorkflowFailed'::text,
+              '{"seq": 2, "status": "START_FAILED", "failure": {"error_type": "WorkflowAlreadyExists"}}'::jsonb)$$,
+    'the parent gets ChildWorkflowFailed{seq, status, failure}');
+SELECT throws_ok($$SELECT harvest.complete_cross_shard_child(gen_random_uuid(), 'RUNNING')$$, 'HR001',
+                 'child status "RUNNING" is not an end', 'complete_cross_shard_child(): only an end');
+
+-- ------------------------------------------------------------ the parent ends first
+SELECT isnt(pg_temp.start_run('xq', 'xs_parent', 'xq_xq'), NULL, 'setup: a parent of three children');
+SELECT is(pg_temp.decide('xq', jsonb_build_array(pg_temp.remote_child(1, 'xt'), pg_temp.remote_child(2, 'xa', 'abandon'),
+                                                 pg_temp.remote_child(3, 'xs', 'abandon'))), 'RUNNING',
+          'setup: terminate, abandon (to be started), abandon (started)');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xs')).child_execution_id), 'setup: xs runs');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xt')).child_execution_id), 'setup: xt runs');
+SELECT isnt(harvest.signal_workflow(pg_temp.run('xq'), 'go', 'null'), NULL, 'setup: the parent is woken');
+SELECT is(pg_temp.decide('xq', '[{"type": "complete_workflow", "result": null}]'), 'COMPLETED', 'the parent ends');
+SELECT results_eq(
+    $$SELECT workflow_id, cancel_requested FROM harvest.cross_shard_children
+      WHERE workflow_id IN ('xt', 'xa', 'xs') ORDER BY 1$$,
+    $$VALUES ('xa'::text, false), ('xt'::text, true)$$,
+    '_close_cross_shard_children: xt gets its close policy, xa is still to start, the started abandoned xs is forgotten');
+SELECT ok(harvest.complete_cross_shard_child((pg_temp.row_of('xt')).child_execution_id, NULL),
+          'complete_cross_shard_child(): with no status it only drops the row');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xq')
+           AND event_type IN ('ChildWorkflowCompleted', 'ChildWorkflowFailed')), 0::bigint,
+          'an ended parent hears nothing');
+SELECT lives_ok($$SELECT harvest._close_cross_shard_children(pg_temp.run('xq'))$$,
+                '_close_cross_shard_children(): closing again changes nothing');
+SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xa')).child_execution_id) AND pg_temp.row_of('xa') IS NULL,
+          'set_cross_shard_child_running(): the abandoned child of an ended parent, once started, is forgotten');
+
+-- ------------------------------------------------------------ the child's shard
+CREATE TEMP TABLE xs_ids AS SELECT
+    ('0000' || substr(gen_random_uuid()::text, 5))::uuid AS child,
+    ('0000' || substr(gen_random_uuid()::text, 5))::uuid AS clash,
+    ('0001' || substr(gen_random_uuid()::text, 5))::uuid AS parent;
+SELECT results_eq(
+    $$SELECT s.* FROM xs_ids, harvest.start_cross_shard_child(child, parent, 3, 'xs_child', 't1', 'xq_t1',
+                                                              '[1]', 'request_cancel') AS s$$,
+    $$VALUES ('started'::text, 'RUNNING'::text, NULL::jsonb)$$,
+    'start_cross_shard_child(): started under the id its parent minted');
+SELECT results_eq(
+    $$SELECT e.parent_id, e.parent_seq, e.parent_close_policy, e.workflow_id, e.input
+      FROM harvest.executions AS e, xs_ids WHERE e.id = xs_ids.child$$,
+    $$SELECT parent, 3, 'request_cancel'::text, 't1'::text, '[1]'::jsonb FROM xs_ids$$,
+    'with its parent, the parent''s seq and close policy');
+SELECT results_eq(
+    $$SELECT s.* FROM xs_ids, harvest.start_cross_shard_child(child, parent, 3, 'xs_child', 't1', 'xq_t1',
+                                                              '[1]', 'request_cancel') AS s$$,
+    $$VALUES ('exists'::text, 'RUNNING'::text, NULL::jsonb)$$, 'a retried start finds it: once');
+SELECT results_eq(
+    $$SELECT s.outcome, s.status, s.failure ->> 'error_type' FROM xs_ids,
+          harvest.start_cross_shard_child(clash, parent, 4, 'xs_child', 't1', 'xq_t1', '[1]', 'terminate') AS s$$,
+    $$VALUES ('failed'::text, 'START_FAILED'::text, 'WorkflowAlreadyExists'::text)$$,
+    'another child with a running workflow_id: a typed failed start');
+SELECT throws_ok(
+    $$SELECT * FROM harvest.start_cross_shard_child('00020000-0000-4000-8000-000000000000', gen_random_uuid(), 1,
+                                                   'xs_child', 't2', 'xq_t2', '[]', 'terminate')$$,
+    'HR011', NULL, 'start_cross_shard_child(): an id of another shard is refused (WrongShard)');
+SELECT throws_ok(
+    $$SELECT * FROM xs_ids, harvest.start_cross_shard_child(clash, parent, 1, 'xs_child', 't2', 'xq_t2', '[]', 'x')$$,
+    'HR001', 'unknown parent_close_policy "x"', 'start_cross_shard_child(): the policy is checked');
+SELECT results_eq($$SELECT r.execution_id, r.status FROM xs_ids, harvest.get_cross_shard_child(child) AS r$$,
+                  $$SELECT child, 'RUNNING'::text FROM xs_ids$$, 'get_cross_shard_child(): it runs');
+SELECT throws_ok($$SELECT * FROM harvest.get_cross_shard_child('00000000-0000-4000-8000-0000000000ff')$$, 'HR002',
+                 NULL, 'get_cross_shard_child(): HR002 for no such run');
+SELECT is(harvest.cancel_cross_shard_child('00000000-0000-4000-8000-0000000000ff', 'terminate', gen_random_uuid()),
+          'not_running', 'cancel_cross_shard_child(): a child never started here is not running');
+SELECT lives_ok($$SELECT pg_temp.remember('t1', (SELECT child FROM xs_ids))$$, 'setup: key t1 is the child');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'request_cancel', (SELECT parent FROM xs_ids)),
+          'cancel_requested', 'cancel_cross_shard_child(): request_cancel');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'request_cancel', (SELECT parent FROM xs_ids)),
+          'cancel_requested', 'asked again');
+SELECT is((SELECT count(*) FROM harvest.events AS e, xs_ids
+           WHERE e.execution_id = xs_ids.child AND e.event_type = 'WorkflowCancelRequested'), 1::bigint,
+          'one WorkflowCancelRequested');
+SELECT is(pg_temp.decide('t1', '[{"type": "continue_as_new", "input": [2]}]'), 'CONTINUED_AS_NEW',
+          'setup: the child continues as new');
+SELECT results_eq(
+    $$SELECT r.execution_id <> xs_ids.child, r.status FROM xs_ids, harvest.get_cross_shard_child(child) AS r$$,
+    $$VALUES (true, 'RUNNING'::text)$$, 'get_cross_shard_child(): follows the successor');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'terminate', (SELECT parent FROM xs_ids)),
+          'terminated', 'cancel_cross_shard_child(): terminate reaches the successor');
+SELECT results_eq(
+    $$SELECT r.status, r.failure ->> 'error_type' FROM xs_ids, harvest.get_cross_shard_child(child) AS r$$,
+    $$VALUES ('TERMINATED'::text, 'Terminated'::text)$$, 'whose end the pull reads');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'terminate', (SELECT parent FROM xs_ids)),
+          'not_running', 'an ended child: not_running');
+SELECT is(harvest.cancel_cross_shard_child((SELECT child FROM xs_ids), 'abandon', (SELECT parent FROM xs_ids)),
+          'abandoned', 'abandon does nothing');
+
+SELECT * FROM finish();
+ROLLBACK;
