@@ -67,6 +67,9 @@ FULL = {
     "profile": True,
     "async_commit": True,
     "sql_path_workflows": 3000,
+    "shard_rounds": 3,
+    "shard_workflows": 1500,
+    "shard_trace_workflows": 500,
 }
 # --quick skips the profiled run and the synchronous_commit=off row.
 QUICK = {
@@ -84,6 +87,9 @@ QUICK = {
     "profile": False,
     "async_commit": False,
     "sql_path_workflows": 600,
+    "shard_rounds": 1,
+    "shard_workflows": 300,
+    "shard_trace_workflows": 150,
 }
 
 

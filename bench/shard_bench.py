@@ -1,0 +1,531 @@
+"""The canonical workflow on 1, 2 and 4 shards, each shard its own PostgreSQL server.
+
+    python bench/shard_bench.py                 # standalone: starts the servers, prints the rows
+    python bench/shard_bench.py --quick
+    python bench/shard_bench.py --dsns 0=postgresql://...,1=... --n 1500   # one drain (run.py's child)
+
+:func:`measure` (called by bench/run.py, or by ``main`` standalone) starts four
+``EmbeddedPostgres`` servers, migrates a template on each with its shard id
+(``Migrator.run(shard_id=N)``), and for each shard count gives every shard in use a fresh
+clone and runs one drain in a subprocess: an ``AsyncClient`` over ``AsyncShardPools``
+starts N canonical runs (8 starters, unpinned: rendezvous-hashed placement, one
+``start_workflows`` batch per shard per flush) while one multi-shard ``Worker``
+(``shards={n: url}``, every shard assigned, the same options as bench/harvest_bench.py)
+drains them. Measured per drain:
+
+* workflows/s: completed runs / (last ``completed_at`` - first ``created_at``) over all shards;
+* each shard server's CPU over the drain (its postmaster and every backend, exited ones
+  included: ``/proc/<pid>/stat`` of the server's process tree, read with psutil as
+  bench/common.py does), divided by the runs placed on that shard;
+* the bench process' CPU (``time.process_time()``: the worker and the starters), per run.
+
+A separate, untimed drain (``--trace``) counts the cross-shard round trips: every statement
+the worker and the client send (psycopg's cursor ``execute``, wrapped in this process) is
+recorded with the server it went to and the execution and workflow ids in its parameters
+(UUIDs found anywhere in them, JSON text included). After the drain each id is mapped to the
+shard its run lives on (read from every shard's ``harvest.executions``); a statement that
+carries an id of a run living on another shard than the server it was sent to is a
+cross-shard round trip. Statements that carry no run's id (claims, heartbeats, the scanner,
+LISTEN) are counted per shard and reported by function: they are each shard's own polling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from canonical import noop, three_steps
+from common import emit, server_cpu_seconds
+from harvest_bench import STARTERS, WORKER_OPTIONS, _start_many, _worker_ended
+
+from harvest import App, AsyncClient, Worker
+from harvest.db.embedded import EmbeddedPostgres
+from harvest.db.migrate import Migrator
+from harvest.shard import AsyncShardPools, ShardRouter
+from harvest.worker.options import WorkerOptions
+
+APP = App(workflows=[three_steps], activities=[noop])
+SHARD_COUNTS = (1, 2, 4)
+TEMPLATE = "harvest_shard_template"
+# Four servers on one machine: a smaller buffer pool each than run.py's one server; the rest
+# of run.py's settings (durability on, pg_stat_statements) are the same.
+SERVER_OVERRIDES = {"shared_buffers": "128MB", "max_connections": "120"}
+
+# The traced drain gives shard k's task ids the range k * TASK_ID_STRIDE + 1.. (the identity of
+# harvest.tasks restarted there), so a task id names its shard, as an execution id does.
+TASK_ID_STRIDE = 10**12
+TASK_KEYS = ("task_id", "task_ids")
+IDLE_SECS = 2.0  # each server's CPU with the worker up and nothing to do, before the drain
+UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+NAME_RE = re.compile(r"harvest\.(\w+)\s*\(")
+
+
+# -- the drain (the subprocess) ----------------------------------------------------------------
+class Trace:
+    """Every statement this process sends through psycopg's cursors: (server port, what, ids)."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[int, str, frozenset[str]]] = []
+        self.on = False
+        self.ignored: set[int] = set()  # ids of the bench's own connections (the wait loop)
+
+    def record(self, cursor: Any, query: Any, params: Any) -> None:
+        conn = cursor.connection
+        if not self.on or id(conn) in self.ignored:
+            return
+        text = query if isinstance(query, str) else _as_text(query, conn)
+        found = NAME_RE.search(text)
+        what = found.group(1) if found else " ".join(text.split())[:40]
+        ids: set[str] = set()
+        _collect_ids(params, ids)
+        self.statements.append((conn.info.port, what, frozenset(ids)))
+
+    def install(self) -> None:
+        for cls in (psycopg.AsyncCursor, psycopg.Cursor):
+            for method in ("execute", "executemany"):
+                setattr(cls, method, self._wrap(getattr(cls, method)))
+
+    def _wrap(self, original: Any) -> Any:
+        trace = self
+        if asyncio.iscoroutinefunction(original):
+
+            async def wrapped(cur, query, params=None, *args, **kwargs):
+                trace.record(cur, query, params)
+                return await original(cur, query, params, *args, **kwargs)
+        else:
+
+            def wrapped(cur, query, params=None, *args, **kwargs):
+                trace.record(cur, query, params)
+                return original(cur, query, params, *args, **kwargs)
+
+        return wrapped
+
+
+def _as_text(query: Any, conn: Any) -> str:
+    try:
+        return query.as_string(conn)
+    except Exception:
+        return repr(query)
+
+
+def _collect_ids(value: Any, out: set[str]) -> None:
+    """Every UUID in a statement's parameters, however nested (JSON text and Jsonb included)."""
+    if value is None or isinstance(value, (int, float, bool)):
+        return
+    if isinstance(value, uuid.UUID):
+        out.add(str(value))
+    elif isinstance(value, str):
+        if len(value) >= 36:
+            out.update(m.lower() for m in UUID_RE.findall(value))
+    elif isinstance(value, (bytes, bytearray, memoryview)):
+        _collect_ids(bytes(value).decode("latin-1"), out)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key in TASK_KEYS:  # a task's id: its shard is its range (see TASK_ID_STRIDE)
+                out.update(f"task:{t}" for t in (item if isinstance(item, (list, tuple)) else [item]))
+            else:
+                _collect_ids(item, out)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _collect_ids(item, out)
+    elif hasattr(value, "obj"):  # psycopg's Json/Jsonb wrappers
+        _collect_ids(value.obj, out)
+    else:
+        _collect_ids(str(value), out)
+
+
+TRACE = Trace()
+
+
+async def _wait_done(dsns: dict[int, str], n: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    conns = {s: await psycopg.AsyncConnection.connect(d, autocommit=True) for s, d in dsns.items()}
+    TRACE.ignored.update(id(c) for c in conns.values())
+    try:
+        while True:
+            done = 0
+            for conn in conns.values():
+                cur = await conn.execute("SELECT count(*) FROM harvest.executions WHERE status <> 'RUNNING'")
+                done += (await cur.fetchone())[0]
+            if done >= n:
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"harvest: only {done} of {n} runs finished in {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+    finally:
+        for conn in conns.values():
+            await conn.close()
+
+
+async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool) -> dict:
+    shards = sorted(dsns)
+    router = ShardRouter(shards, shards, shards[0])
+    options = WorkerOptions(**WORKER_OPTIONS, shard_assignments=tuple(shards))
+    worker = Worker(APP, options=options, shards=dsns, router=router)
+    task = asyncio.create_task(worker.run())
+    task.add_done_callback(_worker_ended)
+    while not all(lane.usable for lane in worker.lanes) and not task.done():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # LISTEN is up on every shard
+    if task.done():
+        task.result()
+    if trace:
+        for shard in shards:
+            with psycopg.connect(dsns[shard], autocommit=True) as conn:
+                conn.execute(f"ALTER TABLE harvest.tasks ALTER COLUMN id RESTART WITH {shard * TASK_ID_STRIDE + 1}")
+    pools = AsyncShardPools(router, dsns, max_size=STARTERS)
+    try:
+        client = await AsyncClient.connect(shards=pools, check_schema=False)
+        # Open every shard's pool before the clock starts (each checks its identity once).
+        for shard in shards:
+            async with pools.api(shard) as sql:
+                await sql.get_shard_id()
+        # The fixed cost: every server's CPU (and this process') with the worker polling, the
+        # scanner and heartbeats running on every shard, and no work.
+        idle0, idle_cpu0 = {s: server_cpu_seconds(dsns[s]) for s in shards}, time.process_time()
+        await asyncio.sleep(IDLE_SECS)
+        idle = {s: (server_cpu_seconds(dsns[s]) - idle0[s]) / IDLE_SECS for s in shards}
+        idle_cpu = (time.process_time() - idle_cpu0) / IDLE_SECS
+        for shard in shards:
+            _statements_reset(dsns[shard])
+        cpu0, wall0 = time.process_time(), time.monotonic()
+        server0 = {s: server_cpu_seconds(dsns[s]) for s in shards}
+        TRACE.on = trace
+        await _start_many(client, three_steps, list(range(n)))
+        await _wait_done(dsns, n, timeout)
+        TRACE.on = False
+        cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+        server = {s: server_cpu_seconds(dsns[s]) - server0[s] for s in shards}
+        calls = {s: _statement_calls(dsns[s]) for s in shards}
+        await client.close()
+    finally:
+        await pools.close()
+        worker.request_stop()
+        await task
+
+    runs: dict[int, list] = {}
+    for shard in shards:
+        with psycopg.connect(dsns[shard], autocommit=True) as conn:
+            runs[shard] = conn.execute(
+                "SELECT id::text, workflow_id, created_at, completed_at, status FROM harvest.executions"
+            ).fetchall()
+    every = [r for rows in runs.values() for r in rows]
+    completed = [r for r in every if r[4] == "COMPLETED"]
+    elapsed = (max(r[3] for r in completed) - min(r[2] for r in every)).total_seconds()
+    placed = {s: len(runs[s]) for s in shards}
+    out: dict[str, Any] = {
+        "system": "harvest",
+        "mode": "shards",
+        "shards": len(shards),
+        "n": n,
+        "completed": len(completed),
+        "elapsed_s": round(elapsed, 3),
+        "throughput": round(len(completed) / elapsed, 1),
+        "placed": {str(s): placed[s] for s in shards},
+        "cpu": {
+            "worker_s": round(cpu, 3),
+            "worker_ms_per_workflow": round(cpu * 1000 / n, 3),
+            "server_s": {str(s): round(server[s], 3) for s in shards},
+            # Each server's CPU over the runs placed on it: what one shard pays per workflow.
+            "server_ms_per_workflow": {
+                str(s): round(server[s] * 1000 / placed[s], 3) if placed[s] else None for s in shards
+            },
+            "servers_ms_per_workflow": round(sum(server.values()) * 1000 / n, 3),
+            # Idle: CPU ms per second with nothing to do; net: the drain's CPU less that rate
+            # over the drain's wall time, per run (what each more workflow costs).
+            "window_s": round(wall, 3),
+            "idle_server_ms_per_s": {str(s): round(idle[s] * 1000, 2) for s in shards},
+            "idle_worker_ms_per_s": round(idle_cpu * 1000, 2),
+            "net_server_ms_per_workflow": {
+                str(s): round((server[s] - idle[s] * wall) * 1000 / placed[s], 3) if placed[s] else None
+                for s in shards
+            },
+            "net_worker_ms_per_workflow": round((cpu - idle_cpu * wall) * 1000 / n, 3),
+        },
+        # Round trips each server took (pg_stat_statements, top-level Harvest calls) per run
+        # placed on it: fewer runs per shard per moment means smaller group commits.
+        "statements_per_workflow": {
+            str(s): round(sum(calls[s].values()) / placed[s], 3) if placed[s] else None for s in shards
+        },
+        "statements_by_call": {str(s): calls[s] for s in shards},
+        "steps": {"handed_tasks": worker.handed_tasks, "decided_ahead": worker.decided_ahead},
+        "dispatched": {str(lane.shard): lane.dispatched for lane in worker.lanes},
+        "worker_options": WORKER_OPTIONS,
+        "starters": STARTERS,
+    }
+    if trace:
+        out["trips"] = _count_trips(dsns, runs, n)
+    return out
+
+
+def _statements_reset(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def _statement_calls(dsn: str) -> dict[str, int]:
+    """Calls of each harvest.* function this database ran at top level since the reset."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT query, calls FROM pg_stat_statements WHERE toplevel"
+            " AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchall()
+    calls: Counter[str] = Counter()
+    for query, n in rows:
+        found = NAME_RE.search(query)
+        if found:
+            calls[found.group(1)] += n
+    return dict(calls.most_common())
+
+
+def _count_trips(dsns: dict[int, str], runs: dict[int, list], n: int) -> dict:
+    port_shard = {int(conninfo_to_dict(d)["port"]): s for s, d in dsns.items()}
+    home: dict[str, int] = {}
+    for shard, rows in runs.items():
+        for execution_id, workflow_id, *_ in rows:
+            home[execution_id.lower()] = shard
+            home[str(workflow_id).lower()] = shard
+    cross: Counter[str] = Counter()
+    local: Counter[str] = Counter()
+    polling: Counter[str] = Counter()
+    per_shard: Counter[int] = Counter()
+    unknown_ids = 0
+    for port, what, ids in TRACE.statements:
+        shard = port_shard[port]
+        per_shard[shard] += 1
+        homes = {_home(i, home) for i in ids} - {None}
+        unknown_ids += sum(1 for i in ids if _home(i, home) is None)
+        if homes - {shard}:
+            cross[what] += 1
+        elif homes:
+            local[what] += 1
+        else:
+            polling[what] += 1
+    return {
+        "statements": len(TRACE.statements),
+        "per_shard": {str(s): per_shard[s] for s in sorted(dsns)},
+        "cross_shard": sum(cross.values()),
+        "cross_shard_per_workflow": round(sum(cross.values()) / n, 3),
+        "cross_shard_by_call": dict(cross.most_common()),
+        "run_statements_per_workflow": round(sum(local.values()) / n, 3),
+        "run_statements_by_call": dict(local.most_common()),
+        "polling_statements": dict(polling.most_common()),
+        "ids_of_no_run": unknown_ids,
+    }
+
+
+def _home(key: str, home: dict[str, int]) -> int | None:
+    """The shard a run's id lives on: a task id by its range, an execution or workflow id by
+    the shard that holds the run (None: not a run of this drain)."""
+    if key.startswith("task:"):
+        return int(key[5:]) // TASK_ID_STRIDE
+    return home.get(key)
+
+
+# -- the servers and the rounds (the parent) ---------------------------------------------------
+def measure(
+    cfg: dict, say: Any, settings: dict[str, str], counts: tuple[int, ...] = SHARD_COUNTS
+) -> dict:
+    """Start max(counts) servers, run cfg['shard_rounds'] rounds of a drain of cfg['shard_workflows']
+    runs at each shard count (alternating), then one traced drain at the largest count."""
+    servers = [EmbeddedPostgres(settings={**settings, **SERVER_OVERRIDES}) for _ in range(max(counts))]
+    out: dict[str, Any] = {"server_settings": {**settings, **SERVER_OVERRIDES}, "rounds": []}
+    made = 0
+    try:
+        for shard, server in enumerate(servers):
+            server.start()
+            with psycopg.connect(server.dsn, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+            Migrator(server.dsn_for(TEMPLATE)).run(shard_id=shard)
+        say(f"sharding: {len(servers)} servers up, templates migrated with shard ids 0..{len(servers) - 1}")
+
+        def one(k: int, n: int, trace: bool) -> dict:
+            nonlocal made
+            made += 1
+            name = f"shard_run_{made}"
+            dsns = {}
+            for shard in range(k):
+                with psycopg.connect(servers[shard].dsn, autocommit=True) as conn:
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+                dsns[shard] = servers[shard].dsn_for(name)
+            args = ["--dsns", ",".join(f"{s}={d}" for s, d in dsns.items()), "--n", str(n)]
+            try:
+                return _child([*args, "--trace"] if trace else args)
+            finally:
+                for shard in range(k):
+                    with psycopg.connect(servers[shard].dsn, autocommit=True) as conn:
+                        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+        n = cfg["shard_workflows"]
+        for i in range(cfg["shard_rounds"]):
+            rnd = {}
+            for k in counts:
+                say(f"sharding round {i + 1}/{cfg['shard_rounds']}: {n} workflows on {k} shard(s)")
+                rnd[str(k)] = one(k, n, False)
+                say(
+                    f"  {rnd[str(k)]['throughput']} wf/s; server CPU ms/workflow per shard "
+                    f"{rnd[str(k)]['cpu']['server_ms_per_workflow']}, worker "
+                    f"{rnd[str(k)]['cpu']['worker_ms_per_workflow']}"
+                )
+            out["rounds"].append(rnd)
+        k = max(counts)
+        say(f"sharding: cross-shard round trips, {cfg['shard_trace_workflows']} workflows on {k} shards (traced)")
+        out["trace"] = one(k, cfg["shard_trace_workflows"], True)
+        say(f"  cross-shard statements: {out['trace']['trips']['cross_shard']}")
+    finally:
+        for server in servers:
+            server.stop()
+    out["summary"] = summarize(out)
+    return out
+
+
+def _child(args: list[str]) -> dict:
+    cmd = [sys.executable, str(HERE / "shard_bench.py"), *args]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, cwd=HERE.parent)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(
+            f"shard_bench.py {' '.join(args[2:])} failed ({proc.returncode}):\n"
+            f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+        )
+    return json.loads(lines[-1])
+
+
+def summarize(out: dict) -> dict:
+    """Medians over rounds per shard count; the traced drain's cross-shard count."""
+    import statistics
+
+    rows = []
+    for k in sorted({int(k) for r in out["rounds"] for k in r}):
+        runs = [r[str(k)] for r in out["rounds"]]
+        per_shard = [v for r in runs for v in r["cpu"]["server_ms_per_workflow"].values() if v is not None]
+        net = [v for r in runs for v in r["cpu"]["net_server_ms_per_workflow"].values() if v is not None]
+        idle = [v for r in runs for v in r["cpu"]["idle_server_ms_per_s"].values()]
+        rows.append(
+            {
+                "shards": k,
+                "wf_per_s": round(statistics.median(r["throughput"] for r in runs), 1),
+                "server_ms_per_workflow_per_shard": {
+                    "median": round(statistics.median(per_shard), 3),
+                    "min": round(min(per_shard), 3),
+                    "max": round(max(per_shard), 3),
+                },
+                "servers_ms_per_workflow": round(
+                    statistics.median(r["cpu"]["servers_ms_per_workflow"] for r in runs), 3
+                ),
+                "worker_ms_per_workflow": round(
+                    statistics.median(r["cpu"]["worker_ms_per_workflow"] for r in runs), 3
+                ),
+                "net_server_ms_per_workflow_per_shard": round(statistics.median(net), 3),
+                "net_worker_ms_per_workflow": round(
+                    statistics.median(r["cpu"]["net_worker_ms_per_workflow"] for r in runs), 3
+                ),
+                "idle_server_ms_per_s_per_shard": round(statistics.median(idle), 2),
+                "idle_worker_ms_per_s": round(statistics.median(r["cpu"]["idle_worker_ms_per_s"] for r in runs), 2),
+                "placed": runs[-1]["placed"],
+            }
+        )
+    trips = out["trace"]["trips"]
+    return {
+        "rows": rows,
+        "cross_shard_round_trips": trips["cross_shard"],
+        "cross_shard_per_workflow": trips["cross_shard_per_workflow"],
+        "cross_shard_by_call": trips["cross_shard_by_call"],
+        "traced_shards": out["trace"]["shards"],
+        "traced_workflows": out["trace"]["n"],
+        "run_statements_per_workflow": trips["run_statements_per_workflow"],
+    }
+
+
+def markdown(out: dict) -> list[str]:
+    """The Markdown lines of the sharding row (bench/report.py adds them to the report)."""
+    s = out["summary"]
+    n = out["rounds"][0][next(iter(out["rounds"][0]))]["n"]
+    lines = [
+        (
+            f"Sharding: the canonical workflow, {n:,} runs per drain, each shard its own embedded "
+            "PostgreSQL server on this machine; one AsyncClient over AsyncShardPools (hashed placement) "
+            f"and one multi-shard Worker; medians over {len(out['rounds'])} round(s). Server CPU per "
+            "workflow is each shard server's process tree (/proc) over the runs placed on it."
+        ),
+        "",
+        "| shards | workflows/s | server CPU ms/workflow, per shard (min-max) | net of idle, per shard "
+        "| all servers ms/workflow | idle server ms/s, per shard | worker process CPU ms/workflow (net of idle) |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in s["rows"]:
+        ps = r["server_ms_per_workflow_per_shard"]
+        lines.append(
+            f"| {r['shards']} | {r['wf_per_s']:,.1f} | {ps['median']:.2f} ({ps['min']:.2f}-{ps['max']:.2f}) "
+            f"| {r['net_server_ms_per_workflow_per_shard']:.2f} | {r['servers_ms_per_workflow']:.2f} "
+            f"| {r['idle_server_ms_per_s_per_shard']:.1f} "
+            f"| {r['worker_ms_per_workflow']:.2f} ({r['net_worker_ms_per_workflow']:.2f}) |"
+        )
+    by_call = ", ".join(f"{k} {v}" for k, v in s["cross_shard_by_call"].items()) or "none"
+    lines += [
+        "",
+        (
+            f"Cross-shard round trips on the hot path ({s['traced_workflows']:,} traced runs on "
+            f"{s['traced_shards']} shards): **{s['cross_shard_round_trips']}** "
+            f"({s['cross_shard_per_workflow']:g} per workflow; by call: {by_call}), of "
+            f"{s['run_statements_per_workflow']:g} statements per workflow that name a run (by execution, "
+            "workflow or task id)."
+        ),
+    ]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsns", help="shard=url,... : run one drain against these shards (a child)")
+    parser.add_argument("--n", type=int, default=1500)
+    parser.add_argument("--trace", action="store_true", help="count cross-shard round trips (untimed)")
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--quick", action="store_true", help="standalone: small N, one round")
+    args = parser.parse_args()
+    if args.dsns:
+        import logging
+
+        logging.basicConfig(level=logging.ERROR)
+        dsns = {int(k): v for k, v in (item.split("=", 1) for item in args.dsns.split(","))}
+        if args.trace:
+            TRACE.install()
+        result = asyncio.run(drain(dsns, args.n, args.timeout, args.trace))
+        result["measured_at"] = datetime.now(UTC).isoformat()
+        emit(result)
+        return
+    from run import FULL, QUICK, SERVER_SETTINGS
+
+    cfg = QUICK if args.quick else FULL
+    started = time.monotonic()
+    load = os.getloadavg()
+    out = measure(cfg, lambda msg: print(f"[shard {time.strftime('%H:%M:%S')}] {msg}", flush=True), SERVER_SETTINGS)
+    out["load_average_at_start"] = load
+    out["load_average_at_end"] = os.getloadavg()
+    out["total_seconds"] = round(time.monotonic() - started, 1)
+    path = HERE / "results" / ("shards_quick.json" if args.quick else "shards.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    print("\n".join(markdown(out)))
+    print(f"wrote {path} in {out['total_seconds']:.0f}s; load average {load} -> {out['load_average_at_end']}")
+
+
+if __name__ == "__main__":
+    main()
