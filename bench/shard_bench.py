@@ -49,10 +49,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+import report
 from canonical import noop, three_steps
 from common import emit, server_cpu_seconds
-from harvest_bench import STARTERS, WORKER_OPTIONS, _start_many, _worker_ended
+from harvest_bench import STARTERS, WORKER_OPTIONS, _worker_ended
+from psycopg.conninfo import conninfo_to_dict
 
 from harvest import App, AsyncClient, Worker
 from harvest.db.embedded import EmbeddedPostgres
@@ -173,10 +174,26 @@ async def _wait_done(dsns: dict[int, str], n: int, timeout: float) -> None:
             await conn.close()
 
 
-async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool) -> dict:
+async def _start_many(client: AsyncClient, n: int, starters: int) -> None:
+    """n canonical runs, unpinned, from ``starters`` concurrent tasks (as harvest_bench.py)."""
+    todo = iter(range(n))
+
+    async def starter() -> None:
+        for i in todo:
+            await client.start_workflow(three_steps, i)
+
+    await asyncio.gather(*(starter() for _ in range(starters)))
+
+
+async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool, scale: bool = False) -> dict:
+    """One drain; ``scale``: 50 slots and 8 starters per shard instead of for the whole process
+    (each shard then sees the load one server does in the 1-shard drain)."""
     shards = sorted(dsns)
     router = ShardRouter(shards, shards, shards[0])
-    options = WorkerOptions(**WORKER_OPTIONS, shard_assignments=tuple(shards))
+    per = len(shards) if scale else 1
+    worker_options = {**WORKER_OPTIONS, "concurrency": WORKER_OPTIONS["concurrency"] * per}
+    starters = STARTERS * per
+    options = WorkerOptions(**worker_options, shard_assignments=tuple(shards))
     worker = Worker(APP, options=options, shards=dsns, router=router)
     task = asyncio.create_task(worker.run())
     task.add_done_callback(_worker_ended)
@@ -188,7 +205,9 @@ async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool) -> di
     if trace:
         for shard in shards:
             with psycopg.connect(dsns[shard], autocommit=True) as conn:
-                conn.execute(f"ALTER TABLE harvest.tasks ALTER COLUMN id RESTART WITH {shard * TASK_ID_STRIDE + 1}")
+                conn.execute(
+                    f"ALTER TABLE harvest.tasks ALTER COLUMN id RESTART WITH {shard * TASK_ID_STRIDE + 1}"
+                )
     pools = AsyncShardPools(router, dsns, max_size=STARTERS)
     try:
         client = await AsyncClient.connect(shards=pools, check_schema=False)
@@ -207,7 +226,7 @@ async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool) -> di
         cpu0, wall0 = time.process_time(), time.monotonic()
         server0 = {s: server_cpu_seconds(dsns[s]) for s in shards}
         TRACE.on = trace
-        await _start_many(client, three_steps, list(range(n)))
+        await _start_many(client, n, starters)
         await _wait_done(dsns, n, timeout)
         TRACE.on = False
         cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
@@ -266,8 +285,9 @@ async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool) -> di
         "statements_by_call": {str(s): calls[s] for s in shards},
         "steps": {"handed_tasks": worker.handed_tasks, "decided_ahead": worker.decided_ahead},
         "dispatched": {str(lane.shard): lane.dispatched for lane in worker.lanes},
-        "worker_options": WORKER_OPTIONS,
-        "starters": STARTERS,
+        "scaled": scale,
+        "worker_options": worker_options,
+        "starters": starters,
     }
     if trace:
         out["trips"] = _count_trips(dsns, runs, n)
@@ -340,13 +360,15 @@ def _home(key: str, home: dict[str, int]) -> int | None:
 
 
 # -- the servers and the rounds (the parent) ---------------------------------------------------
-def measure(
-    cfg: dict, say: Any, settings: dict[str, str], counts: tuple[int, ...] = SHARD_COUNTS
-) -> dict:
+def measure(cfg: dict, say: Any, settings: dict[str, str], counts: tuple[int, ...] = SHARD_COUNTS) -> dict:
     """Start max(counts) servers, run cfg['shard_rounds'] rounds of a drain of cfg['shard_workflows']
     runs at each shard count (alternating), then one traced drain at the largest count."""
     servers = [EmbeddedPostgres(settings={**settings, **SERVER_OVERRIDES}) for _ in range(max(counts))]
-    out: dict[str, Any] = {"server_settings": {**settings, **SERVER_OVERRIDES}, "rounds": []}
+    out: dict[str, Any] = {
+        "server_settings": {**settings, **SERVER_OVERRIDES},
+        "load_average_at_start": os.getloadavg(),
+        "rounds": [],
+    }
     made = 0
     try:
         for shard, server in enumerate(servers):
@@ -356,7 +378,7 @@ def measure(
             Migrator(server.dsn_for(TEMPLATE)).run(shard_id=shard)
         say(f"sharding: {len(servers)} servers up, templates migrated with shard ids 0..{len(servers) - 1}")
 
-        def one(k: int, n: int, trace: bool) -> dict:
+        def one(k: int, n: int, trace: bool, scale: bool = False) -> dict:
             nonlocal made
             made += 1
             name = f"shard_run_{made}"
@@ -366,8 +388,10 @@ def measure(
                     conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
                 dsns[shard] = servers[shard].dsn_for(name)
             args = ["--dsns", ",".join(f"{s}={d}" for s, d in dsns.items()), "--n", str(n)]
+            args += ["--trace"] if trace else []
+            args += ["--scale"] if scale else []
             try:
-                return _child([*args, "--trace"] if trace else args)
+                return _child(args)
             finally:
                 for shard in range(k):
                     with psycopg.connect(servers[shard].dsn, autocommit=True) as conn:
@@ -379,21 +403,31 @@ def measure(
             for k in counts:
                 say(f"sharding round {i + 1}/{cfg['shard_rounds']}: {n} workflows on {k} shard(s)")
                 rnd[str(k)] = one(k, n, False)
-                say(
-                    f"  {rnd[str(k)]['throughput']} wf/s; server CPU ms/workflow per shard "
-                    f"{rnd[str(k)]['cpu']['server_ms_per_workflow']}, worker "
-                    f"{rnd[str(k)]['cpu']['worker_ms_per_workflow']}"
-                )
+                _said(say, rnd[str(k)])
+            k = max(counts)
+            say(f"sharding round {i + 1}: {n * k} workflows on {k} shards, 50 slots and 8 starters per shard")
+            rnd[f"{k}x"] = one(k, n * k, False, scale=True)
+            _said(say, rnd[f"{k}x"])
             out["rounds"].append(rnd)
         k = max(counts)
-        say(f"sharding: cross-shard round trips, {cfg['shard_trace_workflows']} workflows on {k} shards (traced)")
+        say(
+            f"sharding: cross-shard round trips, {cfg['shard_trace_workflows']} workflows on {k} shards (traced)"
+        )
         out["trace"] = one(k, cfg["shard_trace_workflows"], True)
         say(f"  cross-shard statements: {out['trace']['trips']['cross_shard']}")
     finally:
         for server in servers:
             server.stop()
+    out["load_average_at_end"] = os.getloadavg()
     out["summary"] = summarize(out)
     return out
+
+
+def _said(say: Any, r: dict) -> None:
+    say(
+        f"  {r['throughput']} wf/s; server CPU ms/workflow per shard {r['cpu']['server_ms_per_workflow']}, "
+        f"statements/workflow per shard {r['statements_per_workflow']}, worker {r['cpu']['worker_ms_per_workflow']}"
+    )
 
 
 def _child(args: list[str]) -> dict:
@@ -413,14 +447,19 @@ def summarize(out: dict) -> dict:
     import statistics
 
     rows = []
-    for k in sorted({int(k) for r in out["rounds"] for k in r}):
-        runs = [r[str(k)] for r in out["rounds"]]
+    for label in out["rounds"][0]:
+        runs = [r[label] for r in out["rounds"]]
+        stmts = [v for r in runs for v in r["statements_per_workflow"].values() if v is not None]
         per_shard = [v for r in runs for v in r["cpu"]["server_ms_per_workflow"].values() if v is not None]
         net = [v for r in runs for v in r["cpu"]["net_server_ms_per_workflow"].values() if v is not None]
         idle = [v for r in runs for v in r["cpu"]["idle_server_ms_per_s"].values()]
         rows.append(
             {
-                "shards": k,
+                "label": label,
+                "shards": runs[0]["shards"],
+                "scaled": runs[0]["scaled"],
+                "n": runs[0]["n"],
+                "statements_per_workflow_per_shard": round(statistics.median(stmts), 3),
                 "wf_per_s": round(statistics.median(r["throughput"] for r in runs), 1),
                 "server_ms_per_workflow_per_shard": {
                     "median": round(statistics.median(per_shard), 3),
@@ -438,7 +477,9 @@ def summarize(out: dict) -> dict:
                     statistics.median(r["cpu"]["net_worker_ms_per_workflow"] for r in runs), 3
                 ),
                 "idle_server_ms_per_s_per_shard": round(statistics.median(idle), 2),
-                "idle_worker_ms_per_s": round(statistics.median(r["cpu"]["idle_worker_ms_per_s"] for r in runs), 2),
+                "idle_worker_ms_per_s": round(
+                    statistics.median(r["cpu"]["idle_worker_ms_per_s"] for r in runs), 2
+                ),
                 "placed": runs[-1]["placed"],
             }
         )
@@ -454,50 +495,13 @@ def summarize(out: dict) -> dict:
     }
 
 
-def markdown(out: dict) -> list[str]:
-    """The Markdown lines of the sharding row (bench/report.py adds them to the report)."""
-    s = out["summary"]
-    n = out["rounds"][0][next(iter(out["rounds"][0]))]["n"]
-    lines = [
-        (
-            f"Sharding: the canonical workflow, {n:,} runs per drain, each shard its own embedded "
-            "PostgreSQL server on this machine; one AsyncClient over AsyncShardPools (hashed placement) "
-            f"and one multi-shard Worker; medians over {len(out['rounds'])} round(s). Server CPU per "
-            "workflow is each shard server's process tree (/proc) over the runs placed on it."
-        ),
-        "",
-        "| shards | workflows/s | server CPU ms/workflow, per shard (min-max) | net of idle, per shard "
-        "| all servers ms/workflow | idle server ms/s, per shard | worker process CPU ms/workflow (net of idle) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in s["rows"]:
-        ps = r["server_ms_per_workflow_per_shard"]
-        lines.append(
-            f"| {r['shards']} | {r['wf_per_s']:,.1f} | {ps['median']:.2f} ({ps['min']:.2f}-{ps['max']:.2f}) "
-            f"| {r['net_server_ms_per_workflow_per_shard']:.2f} | {r['servers_ms_per_workflow']:.2f} "
-            f"| {r['idle_server_ms_per_s_per_shard']:.1f} "
-            f"| {r['worker_ms_per_workflow']:.2f} ({r['net_worker_ms_per_workflow']:.2f}) |"
-        )
-    by_call = ", ".join(f"{k} {v}" for k, v in s["cross_shard_by_call"].items()) or "none"
-    lines += [
-        "",
-        (
-            f"Cross-shard round trips on the hot path ({s['traced_workflows']:,} traced runs on "
-            f"{s['traced_shards']} shards): **{s['cross_shard_round_trips']}** "
-            f"({s['cross_shard_per_workflow']:g} per workflow; by call: {by_call}), of "
-            f"{s['run_statements_per_workflow']:g} statements per workflow that name a run (by execution, "
-            "workflow or task id)."
-        ),
-    ]
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsns", help="shard=url,... : run one drain against these shards (a child)")
     parser.add_argument("--n", type=int, default=1500)
     parser.add_argument("--trace", action="store_true", help="count cross-shard round trips (untimed)")
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--scale", action="store_true", help="50 slots and 8 starters per shard")
     parser.add_argument("--quick", action="store_true", help="standalone: small N, one round")
     args = parser.parse_args()
     if args.dsns:
@@ -507,7 +511,7 @@ def main() -> None:
         dsns = {int(k): v for k, v in (item.split("=", 1) for item in args.dsns.split(","))}
         if args.trace:
             TRACE.install()
-        result = asyncio.run(drain(dsns, args.n, args.timeout, args.trace))
+        result = asyncio.run(drain(dsns, args.n, args.timeout, args.trace, args.scale))
         result["measured_at"] = datetime.now(UTC).isoformat()
         emit(result)
         return
@@ -515,16 +519,15 @@ def main() -> None:
 
     cfg = QUICK if args.quick else FULL
     started = time.monotonic()
-    load = os.getloadavg()
-    out = measure(cfg, lambda msg: print(f"[shard {time.strftime('%H:%M:%S')}] {msg}", flush=True), SERVER_SETTINGS)
-    out["load_average_at_start"] = load
-    out["load_average_at_end"] = os.getloadavg()
+    out = measure(
+        cfg, lambda msg: print(f"[shard {time.strftime('%H:%M:%S')}] {msg}", flush=True), SERVER_SETTINGS
+    )
     out["total_seconds"] = round(time.monotonic() - started, 1)
     path = HERE / "results" / ("shards_quick.json" if args.quick else "shards.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, default=str) + "\n")
-    print("\n".join(markdown(out)))
-    print(f"wrote {path} in {out['total_seconds']:.0f}s; load average {load} -> {out['load_average_at_end']}")
+    print("\n".join(report.sharding_lines(out)))
+    print(f"wrote {path} in {out['total_seconds']:.0f}s")
 
 
 if __name__ == "__main__":
