@@ -35,11 +35,9 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,10 +48,10 @@ sys.path.insert(0, str(HERE))
 
 import psycopg
 import report
+import trips
 from canonical import noop, three_steps
 from common import emit, server_cpu_seconds
 from harvest_bench import STARTERS, WORKER_OPTIONS, _worker_ended
-from psycopg.conninfo import conninfo_to_dict
 
 from harvest import App, AsyncClient, Worker
 from harvest.db.embedded import EmbeddedPostgres
@@ -68,90 +66,11 @@ TEMPLATE = "harvest_shard_template"
 # of run.py's settings (durability on, pg_stat_statements) are the same.
 SERVER_OVERRIDES = {"shared_buffers": "128MB", "max_connections": "120"}
 
-# The traced drain gives shard k's task ids the range k * TASK_ID_STRIDE + 1.. (the identity of
-# harvest.tasks restarted there), so a task id names its shard, as an execution id does.
-TASK_ID_STRIDE = 10**12
-TASK_KEYS = ("task_id", "task_ids")
 IDLE_SECS = 2.0  # each server's CPU with the worker up and nothing to do, before the drain
-UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-NAME_RE = re.compile(r"harvest\.(\w+)\s*\(")
 
 
 # -- the drain (the subprocess) ----------------------------------------------------------------
-class Trace:
-    """Every statement this process sends through psycopg's cursors: (server port, what, ids)."""
-
-    def __init__(self) -> None:
-        self.statements: list[tuple[int, str, frozenset[str]]] = []
-        self.on = False
-        self.ignored: set[int] = set()  # ids of the bench's own connections (the wait loop)
-
-    def record(self, cursor: Any, query: Any, params: Any) -> None:
-        conn = cursor.connection
-        if not self.on or id(conn) in self.ignored:
-            return
-        text = query if isinstance(query, str) else _as_text(query, conn)
-        found = NAME_RE.search(text)
-        what = found.group(1) if found else " ".join(text.split())[:40]
-        ids: set[str] = set()
-        _collect_ids(params, ids)
-        self.statements.append((conn.info.port, what, frozenset(ids)))
-
-    def install(self) -> None:
-        for cls in (psycopg.AsyncCursor, psycopg.Cursor):
-            for method in ("execute", "executemany"):
-                setattr(cls, method, self._wrap(getattr(cls, method)))
-
-    def _wrap(self, original: Any) -> Any:
-        trace = self
-        if asyncio.iscoroutinefunction(original):
-
-            async def wrapped(cur, query, params=None, *args, **kwargs):
-                trace.record(cur, query, params)
-                return await original(cur, query, params, *args, **kwargs)
-        else:
-
-            def wrapped(cur, query, params=None, *args, **kwargs):
-                trace.record(cur, query, params)
-                return original(cur, query, params, *args, **kwargs)
-
-        return wrapped
-
-
-def _as_text(query: Any, conn: Any) -> str:
-    try:
-        return query.as_string(conn)
-    except Exception:
-        return repr(query)
-
-
-def _collect_ids(value: Any, out: set[str]) -> None:
-    """Every UUID in a statement's parameters, however nested (JSON text and Jsonb included)."""
-    if value is None or isinstance(value, (int, float, bool)):
-        return
-    if isinstance(value, uuid.UUID):
-        out.add(str(value))
-    elif isinstance(value, str):
-        if len(value) >= 36:
-            out.update(m.lower() for m in UUID_RE.findall(value))
-    elif isinstance(value, (bytes, bytearray, memoryview)):
-        _collect_ids(bytes(value).decode("latin-1"), out)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key in TASK_KEYS:  # a task's id: its shard is its range (see TASK_ID_STRIDE)
-                out.update(f"task:{t}" for t in (item if isinstance(item, (list, tuple)) else [item]))
-            else:
-                _collect_ids(item, out)
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        for item in value:
-            _collect_ids(item, out)
-    elif hasattr(value, "obj"):  # psycopg's Json/Jsonb wrappers
-        _collect_ids(value.obj, out)
-    else:
-        _collect_ids(str(value), out)
-
-
-TRACE = Trace()
+TRACE = trips.Trace()
 
 
 async def _wait_done(dsns: dict[int, str], n: int, timeout: float) -> None:
@@ -203,11 +122,7 @@ async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool, scale
     if task.done():
         task.result()
     if trace:
-        for shard in shards:
-            with psycopg.connect(dsns[shard], autocommit=True) as conn:
-                conn.execute(
-                    f"ALTER TABLE harvest.tasks ALTER COLUMN id RESTART WITH {shard * TASK_ID_STRIDE + 1}"
-                )
+        trips.separate_task_ids(dsns)
     pools = AsyncShardPools(router, dsns, max_size=STARTERS)
     try:
         client = await AsyncClient.connect(shards=pools, check_schema=False)
@@ -290,7 +205,7 @@ async def drain(dsns: dict[int, str], n: int, timeout: float, trace: bool, scale
         "starters": starters,
     }
     if trace:
-        out["trips"] = _count_trips(dsns, runs, n)
+        out["trips"] = trips.count(TRACE.statements, dsns, trips.run_homes(dsns), n)
     return out
 
 
@@ -309,54 +224,10 @@ def _statement_calls(dsn: str) -> dict[str, int]:
         ).fetchall()
     calls: Counter[str] = Counter()
     for query, n in rows:
-        found = NAME_RE.search(query)
-        if found:
-            calls[found.group(1)] += n
+        what = trips.call_name(query)
+        if what.isidentifier():
+            calls[what] += n
     return dict(calls.most_common())
-
-
-def _count_trips(dsns: dict[int, str], runs: dict[int, list], n: int) -> dict:
-    port_shard = {int(conninfo_to_dict(d)["port"]): s for s, d in dsns.items()}
-    home: dict[str, int] = {}
-    for shard, rows in runs.items():
-        for execution_id, workflow_id, *_ in rows:
-            home[execution_id.lower()] = shard
-            home[str(workflow_id).lower()] = shard
-    cross: Counter[str] = Counter()
-    local: Counter[str] = Counter()
-    polling: Counter[str] = Counter()
-    per_shard: Counter[int] = Counter()
-    unknown_ids = 0
-    for port, what, ids in TRACE.statements:
-        shard = port_shard[port]
-        per_shard[shard] += 1
-        homes = {_home(i, home) for i in ids} - {None}
-        unknown_ids += sum(1 for i in ids if _home(i, home) is None)
-        if homes - {shard}:
-            cross[what] += 1
-        elif homes:
-            local[what] += 1
-        else:
-            polling[what] += 1
-    return {
-        "statements": len(TRACE.statements),
-        "per_shard": {str(s): per_shard[s] for s in sorted(dsns)},
-        "cross_shard": sum(cross.values()),
-        "cross_shard_per_workflow": round(sum(cross.values()) / n, 3),
-        "cross_shard_by_call": dict(cross.most_common()),
-        "run_statements_per_workflow": round(sum(local.values()) / n, 3),
-        "run_statements_by_call": dict(local.most_common()),
-        "polling_statements": dict(polling.most_common()),
-        "ids_of_no_run": unknown_ids,
-    }
-
-
-def _home(key: str, home: dict[str, int]) -> int | None:
-    """The shard a run's id lives on: a task id by its range, an execution or workflow id by
-    the shard that holds the run (None: not a run of this drain)."""
-    if key.startswith("task:"):
-        return int(key[5:]) // TASK_ID_STRIDE
-    return home.get(key)
 
 
 # -- the servers and the rounds (the parent) ---------------------------------------------------
