@@ -143,7 +143,9 @@ def run_homes(dsns: Mapping[int, str]) -> dict[str, int]:
     return home
 
 
-def _home(key: str, home: Mapping[str, int]) -> int | None:
+def home_of(key: str, home: Mapping[str, int]) -> int | None:
+    """The shard an identifier's run lives on: a task id by its range, an execution or workflow
+    id by ``home`` (:func:`run_homes`); None for an id of no run (a result waiter's own id)."""
     if key.startswith("task:"):
         return int(key[5:]) // TASK_ID_STRIDE
     return home.get(key)
@@ -168,8 +170,8 @@ def count(
         total += 1
         shard = port_shard[port]
         per_shard[shard] += 1
-        homes = {_home(i, home) for i in ids}
-        unknown_ids += sum(1 for i in ids if _home(i, home) is None)
+        homes = {home_of(i, home) for i in ids}
+        unknown_ids += sum(1 for i in ids if home_of(i, home) is None)
         homes.discard(None)
         if homes - {shard}:
             cross[what] += 1
