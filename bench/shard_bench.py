@@ -17,16 +17,19 @@ drains them. Measured per drain:
 * each shard server's CPU over the drain (its postmaster and every backend, exited ones
   included: ``/proc/<pid>/stat`` of the server's process tree, read with psutil as
   bench/common.py does), divided by the runs placed on that shard;
+* each server's idle rate (2 s with the worker up and no work) and the CPU net of it;
+* each server's statements per run placed on it (``pg_stat_statements`` top-level calls);
 * the bench process' CPU (``time.process_time()``: the worker and the starters), per run.
 
-A separate, untimed drain (``--trace``) counts the cross-shard round trips: every statement
-the worker and the client send (psycopg's cursor ``execute``, wrapped in this process) is
-recorded with the server it went to and the execution and workflow ids in its parameters
-(UUIDs found anywhere in them, JSON text included). After the drain each id is mapped to the
-shard its run lives on (read from every shard's ``harvest.executions``); a statement that
-carries an id of a run living on another shard than the server it was sent to is a
-cross-shard round trip. Statements that carry no run's id (claims, heartbeats, the scanner,
-LISTEN) are counted per shard and reported by function: they are each shard's own polling.
+Each round also runs 4 shards with 50 slots and 8 starters *per shard* (``--scale``, 4x the
+runs), so each shard sees the concurrency the single server did.
+
+A separate, untimed drain (``--trace``) counts the cross-shard round trips with
+bench/trips.py: every statement this process sends is recorded with the server it went to and
+the run identifiers in its parameters (execution, workflow and task ids; each shard's task ids
+restarted in a range of their own first), and a statement naming a run that lives on another
+shard than that server is a cross-shard round trip. Statements that name no run (claims,
+heartbeats, the scanner) are each shard's own polling, reported by function.
 """
 
 from __future__ import annotations
