@@ -16,8 +16,8 @@ help:
 	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
-	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL (~8 min)"
-	@echo "make bench-quick  the same, small and one round (~1 min); prints the ratios"
+	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards (~8 min)"
+	@echo "make bench-quick  the same, small and one round (~2 min); prints the ratios"
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml

