@@ -39,8 +39,16 @@ lint: install
 
 test: install lint pgtap test-python test-pg15
 
+# The slow suites (markers shard and chaos: several PostgreSQL servers, killed processes) run
+# in a second pytest process beside the rest. SKIP_SLOW=1 leaves them out for a quick local
+# run (`make test SKIP_SLOW=1`); CI runs everything.
+SLOW_MARKERS = shard or chaos
 test-python: install
-	$(BIN)/pytest -q -p no:cacheprovider tests
+ifeq ($(SKIP_SLOW),1)
+	$(BIN)/pytest -q -p no:cacheprovider -m "not ($(SLOW_MARKERS))" tests
+else
+	scripts/run-suites.sh "$(BIN)/pytest -q -p no:cacheprovider" "$(SLOW_MARKERS)"
+endif
 
 # pgTAP from Debian's package, for PostgreSQL 15 and copied into the embedded server's
 # share/extension (pgTAP is plain SQL, so the same files load in PostgreSQL 18).
