@@ -1,8 +1,9 @@
 """A run a rebalance moved keeps its execution id (minted for its origin shard) and lives on
 another shard: on three real PostgreSQL servers, every id-routed path reaches it there.
 
-* the sharded Client (signal, describe, history, result and its LISTEN, cancel, terminate) and
-  the CLI's id-routed commands, by the original id, without the caller seeing HR013;
+* the sharded Client (describe, history, result and its LISTEN, cancel, terminate, signal, and
+  signal_with_start by the business key) and the CLI's id-routed commands, by the original id,
+  without the caller seeing HR013;
 * workflows on shard 1 (where the run now lives) and on shard 2 signalling and cancelling it by
   id and by business key (ctx.signal_external_workflow / cancel_external_workflow), each
   delivered exactly once;
@@ -128,7 +129,11 @@ def test_the_sharded_client_and_the_cli_reach_a_moved_run_by_its_original_id(sha
             waited: dict = {}
             waiter = threading.Thread(target=lambda: waited.update(value=handle.result(timeout=60)))
             waiter.start()
-            handle.signal("go", 7)
+            # By business key: the key's shard holds the seal; the client goes on to the live copy.
+            attached = client.signal_with_start(
+                fw_parked, "ignored", workflow_id="fw-moved", signal="go", signal_payload=7
+            )
+            assert (attached.execution_id, attached.started_fresh) == (execution_id, False)
             waiter.join(60)
             assert waited == {"value": {"tag": "a", "value": 7}}
             assert handle.history()[-1]["event_type"] == "WorkflowCompleted"
@@ -222,6 +227,8 @@ def test_a_chain_of_moves_is_followed_by_the_client_and_the_cli(shards) -> None:
     with shards.connect(0) as conn:  # undo the second move's collapse: the chain 0 -> 1 -> 2
         conn.execute("UPDATE harvest.executions SET migrated_to_shard = 1 WHERE id = %s", (execution_id,))
     assert _cli(shards, "workflow", "get", execution_id)["status"] == "RUNNING"
+    _cli(shards, "workflow", "signal", execution_id, "aside", "--payload-json", '"by-cli"')
+    assert signals(shards.dsns[2], execution_id, "by-cli") == 1, "the CLI's signal followed the chain"
     with _pools(shards) as pools, RunningWorker(APP, shards.dsns[2]), Client(shards=pools) as client:
         handle = client.get_handle(execution_id)
         assert handle.describe()["migrated_from_shards"] == [0, 1]

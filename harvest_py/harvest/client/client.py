@@ -334,6 +334,15 @@ def _shard_or_none(execution_id: Any) -> int | None:
         return None
 
 
+def _moved_run(target: Any, exc: ExecutionMigrated) -> str:
+    """The execution id a ``*_with_start`` met as a seal on the key's shard (the run a rebalance
+    moved, attached to by its business key): a sharded client goes on by that id, where the run
+    lives; anything else (one database, another refusal) is raised as it is."""
+    if not target.sharded or exc.reason != "migrated" or exc.execution_id is None:
+        raise exc
+    return str(exc.execution_id)
+
+
 def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
@@ -708,8 +717,14 @@ class Client:
             self.max_payload_bytes,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        with routing.api(self._target, shard) as sql:
-            row = sql.signal_with_start(**call)
+        try:
+            with routing.api(self._target, shard) as sql:
+                row = sql.signal_with_start(**call)
+        except ExecutionMigrated as exc:
+            moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
+            handle = WorkflowHandle(self, moved, workflow_id, definition, False)
+            handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
+            return handle
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
     def update_with_start(
@@ -744,7 +759,13 @@ class Client:
             search_attributes,
             self.max_payload_bytes,
         )
-        row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+        try:
+            row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+        except ExecutionMigrated as exc:
+            handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+            return handle, handle.update(
+                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+            )
         return (
             WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
             outcome,
@@ -1098,7 +1119,13 @@ class AsyncClient:
             self.max_payload_bytes,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        row = await self._target.sql(shard).signal_with_start(**call)
+        try:
+            row = await self._target.sql(shard).signal_with_start(**call)
+        except ExecutionMigrated as exc:
+            moved = _moved_run(self._target, exc)  # see Client.signal_with_start
+            handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
+            await handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
+            return handle
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )
@@ -1132,7 +1159,13 @@ class AsyncClient:
             search_attributes,
             self.max_payload_bytes,
         )
-        row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+        try:
+            row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+        except ExecutionMigrated as exc:
+            handle = AsyncWorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+            return handle, await handle.update(
+                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+            )
         return (
             AsyncWorkflowHandle(
                 self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
