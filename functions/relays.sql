@@ -297,6 +297,16 @@ BEGIN
         message := format('execution %s is already %s', execution_id, v_target.status);
         RETURN;
     END IF;
+    -- A run a rebalance moved here left the receipts of the relays it was given behind, on
+    -- the shard that applied them; its history came with it. A relay it already holds
+    -- (the same signal_id) is delivered, not appended twice. Runs that never moved skip this.
+    IF p_kind = 'external_signal' AND cardinality(v_target.migrated_from_shards) > 0
+       AND EXISTS (SELECT 1 FROM harvest.events AS ev
+                   WHERE ev.execution_id = v_target.id AND ev.event_type = 'SignalReceived'
+                     AND ev.event_data ->> 'signal_id' = p_signal_id) THEN
+        outcome := 'delivered';
+        RETURN;
+    END IF;
     IF p_kind = 'external_signal' THEN
         PERFORM harvest._append_event(v_target.id, 'SignalReceived', jsonb_build_object(
             'name', p_payload ->> 'signal_name', 'payload', coalesce(p_payload -> 'payload', 'null'::jsonb),

@@ -520,7 +520,7 @@ ROLLBACK;
 -- rebalance wrote: a run moved here under an id minted for another shard, a seal of a run
 -- that moved away, a staged copy not active yet. Their rows are copies of a model run.)
 BEGIN;
-SELECT plan(24);
+SELECT plan(26);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -604,6 +604,15 @@ SELECT throws_ok($$SELECT * FROM harvest.deliver_external_relay(1, 7, 'external_
 SELECT results_eq($$SELECT outcome FROM harvest.deliver_external_relay(1, 8, 'external_signal', pg_temp.run('xf_in'),
                    NULL, NULL, '{"signal_name": "go"}', gen_random_uuid())$$,
     $$VALUES ('delivered'::text)$$, 'deliver_external_relay(): the run moved here takes it by its foreign id');
+-- The run moves on after that delivery; the receipt stays behind, the history goes with it.
+DELETE FROM harvest.relay_receipts;
+UPDATE harvest.executions SET migrated_from_shards = '{1}' WHERE id = pg_temp.run('xf_in');
+SELECT results_eq($$SELECT outcome FROM harvest.deliver_external_relay(1, 8, 'external_signal', pg_temp.run('xf_in'),
+                   NULL, NULL, '{"signal_name": "go"}', gen_random_uuid())$$,
+    $$VALUES ('delivered'::text)$$, 'a retry where the run moved on, with no receipt there: delivered');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xf_in')
+           AND event_data ->> 'signal_id' = '1:8'), 1::bigint,
+          '_apply_external(): a moved run that holds the signal (its signal_id) does not get it twice');
 
 SELECT * FROM finish();
 ROLLBACK;
