@@ -12,17 +12,17 @@ another shard: on three real PostgreSQL servers, every id-routed path reaches it
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
 
 import pytest
 from click.testing import CliRunner
-from cross_shard_helpers import enable_cross_shard_relays, shard_workers
+from cross_shard_helpers import clients, enable_cross_shard_relays, shard_workers
 from rebalance_helpers import RunningWorker, authoritative, row, scalar, signals, wait_until
+from test_cross_shard_relays import canceller, collector, sender, stubborn
 
-from harvest import App, Client, ExternalWorkflow, workflow
+from harvest import App, Client, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import WorkflowCancelled, WorkflowTerminated
 from harvest.shard import ShardPools, ShardRouter
@@ -39,35 +39,9 @@ async def fw_parked(ctx, tag: str) -> dict:
     return {"tag": tag, "value": value}
 
 
-@workflow
-async def fw_collector(ctx, expected: int) -> list:
-    return [await ctx.wait_for_signal("item") for _ in range(expected)]
-
-
-@workflow
-async def fw_stubborn(ctx) -> None:
-    """Stays running after a cancel request until signal ``release``, then ends CANCELLED."""
-    try:
-        await ctx.wait_for_signal("never")
-    except asyncio.CancelledError:
-        await ctx.wait_for_signal("release")
-        raise
-
-
-@workflow
-async def fw_sender(ctx, target: dict, item: str) -> str:
-    await ctx.signal_external_workflow(ExternalWorkflow(**target), "item", item)
-    return "sent"
-
-
-@workflow
-async def fw_canceller(ctx, target: dict) -> list:
-    first = await ctx.cancel_external_workflow(ExternalWorkflow(**target), "moved, still cancelled")
-    second = await ctx.cancel_external_workflow(ExternalWorkflow(**target))
-    return [first, second]
-
-
-APP = App(workflows=[fw_parked, fw_collector, fw_stubborn, fw_sender, fw_canceller])
+# The cross-shard relay tests' workflows: collector (waits for N "item" signals), stubborn (stays
+# running after a cancel request until "release"), sender and canceller.
+APP = App(workflows=[fw_parked, collector, stubborn, sender, canceller])
 
 
 def _pools(shards) -> ShardPools:
@@ -110,7 +84,7 @@ def _cli(shards, *args: str) -> dict:
 def test_the_sharded_client_and_the_cli_reach_a_moved_run_by_its_original_id(shards) -> None:
     with RunningWorker(APP, shards.dsns[0]):
         execution_id = _start_parked(shards, fw_parked, "a", workflow_id="fw-moved")
-        cancelled = _start_parked(shards, fw_stubborn, workflow_id="fw-cancel-me")
+        cancelled = _start_parked(shards, stubborn, workflow_id="fw-cancel-me")
         ended = _start_parked(shards, fw_parked, "t", workflow_id="fw-terminate-me")
     with _pools(shards) as pools:
         for run in (execution_id, cancelled, ended):
@@ -160,27 +134,24 @@ def test_workflows_on_shards_1_and_2_signal_and_cancel_a_moved_run_by_id_and_by_
     enable_cross_shard_relays(shards)
     key = f"fw-collect-{uuid.uuid4().hex[:6]}"
     with shard_workers(APP, shards, shards=(0,)):
-        target = _start_parked(shards, fw_collector, 4, workflow_id=key)
-        by_id = _start_parked(shards, fw_stubborn, workflow_id="fw-stub-id")
-        by_key = _start_parked(shards, fw_stubborn, workflow_id="fw-stub-key")
+        target = _start_parked(shards, collector, 4, workflow_id=key)
+        by_id = _start_parked(shards, stubborn, workflow_id="fw-stub-id")
+        by_key = _start_parked(shards, stubborn, workflow_id="fw-stub-key")
     with _pools(shards) as pools:
         for run in (target, by_id, by_key):
             _move(pools, run, 0, 1)
-        with shard_workers(APP, shards), Client(shards=pools) as client:
-            sent = []
-            for shard in (1, 2):
-                with Client(shards.dsns[shard]) as local:
-                    sent.append(local.start_workflow(fw_sender, {"execution_id": target}, f"id-from-{shard}"))
-                    sent.append(
-                        local.start_workflow(
-                            fw_sender,
-                            {"workflow_id": key, "workflow_name": "fw_collector"},
-                            f"key-from-{shard}",
-                        )
-                    )
+        with shard_workers(APP, shards), Client(shards=pools) as client, clients(shards) as local:
+            sent = [
+                local[shard].start_workflow(sender, where, [f"{how}-from-{shard}"])
+                for shard in (1, 2)
+                for how, where in (
+                    ("id", {"execution_id": target}),
+                    ("key", {"workflow_id": key, "workflow_name": "collector"}),
+                )
+            ]
             cancels = [
-                Client(shards.dsns[2]).start_workflow(fw_canceller, {"execution_id": by_id}),
-                Client(shards.dsns[1]).start_workflow(fw_canceller, {"workflow_id": "fw-stub-key"}),
+                local[2].start_workflow(canceller, {"execution_id": by_id}),
+                local[1].start_workflow(canceller, {"workflow_id": "fw-stub-key"}),
             ]
             for handle in sent:
                 assert handle.result(timeout=60) == "sent"
@@ -190,7 +161,6 @@ def test_workflows_on_shards_1_and_2_signal_and_cancel_a_moved_run_by_id_and_by_
             )
             for handle in cancels:
                 assert handle.result(timeout=60) == [True, False]
-                handle.client.close()
             for run in (by_id, by_key):
                 client.get_handle(run).signal("release")
                 with pytest.raises(WorkflowCancelled):
@@ -200,7 +170,7 @@ def test_workflows_on_shards_1_and_2_signal_and_cancel_a_moved_run_by_id_and_by_
                     for e in client.get_handle(run).history()
                     if e["event_type"] == "WorkflowCancelRequested"
                 ]
-                assert [e["event_data"] for e in requested] == [{"reason": "moved, still cancelled"}]
+                assert [e["event_data"] for e in requested] == [{"reason": "not needed"}]
     for run in (target, by_id, by_key):
         assert row(shards.dsns[0], run)["status"] == "MIGRATED"
         assert authoritative(shards.dsns, run) == [1]
