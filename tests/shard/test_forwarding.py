@@ -12,6 +12,7 @@ another shard: on three real PostgreSQL servers, every id-routed path reaches it
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import uuid
@@ -22,10 +23,10 @@ from cross_shard_helpers import clients, enable_cross_shard_relays, shard_worker
 from rebalance_helpers import RunningWorker, authoritative, row, scalar, signals, wait_until
 from test_cross_shard_relays import canceller, collector, sender, stubborn
 
-from harvest import App, Client, workflow
+from harvest import App, AsyncClient, Client, workflow
 from harvest.cli.main import main as cli
 from harvest.core.errors import WorkflowCancelled, WorkflowTerminated
-from harvest.shard import ShardPools, ShardRouter
+from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
 from harvest.shard.rebalance import Rebalancer
 
 pytestmark = pytest.mark.shard
@@ -128,6 +129,21 @@ def test_the_sharded_client_and_the_cli_reach_a_moved_run_by_its_original_id(sha
     assert (got["status"], got["migrated_from_shards"]) == ("COMPLETED", [0])
     assert _cli(shards, "workflow", "history", execution_id)["execution"]["status"] == "COMPLETED"
     assert _cli(shards, "workflow", "stack", cancelled)["status"] == "CANCELLED"
+
+    async def through_the_async_client() -> tuple:
+        async with (
+            AsyncShardPools(ShardRouter(ALL, ALL, 0), shards.dsns, max_size=2) as pools,
+            await AsyncClient.connect(shards=pools) as client,
+        ):
+            handle = client.get_handle(execution_id)
+            described, events = await handle.describe(), await handle.history()
+            return described["status"], events[-1]["event_type"], await handle.result(timeout=10)
+
+    assert asyncio.run(through_the_async_client()) == (
+        "COMPLETED",
+        "WorkflowCompleted",
+        {"tag": "a", "value": 7},
+    )
 
 
 def test_workflows_on_shards_1_and_2_signal_and_cancel_a_moved_run_by_id_and_by_key_once(shards) -> None:
