@@ -40,9 +40,17 @@ async def fw_parked(ctx, tag: str) -> dict:
     return {"tag": tag, "value": value}
 
 
+@workflow
+async def fw_rotating(ctx, round_: int) -> dict:
+    value = await ctx.wait_for_signal("go")
+    if round_ == 0:
+        ctx.continue_as_new(1)  # the successor is minted where the run lives
+    return {"round": round_, "value": value}
+
+
 # The cross-shard relay tests' workflows: collector (waits for N "item" signals), stubborn (stays
 # running after a cancel request until "release"), sender and canceller.
-APP = App(workflows=[fw_parked, collector, stubborn, sender, canceller])
+APP = App(workflows=[fw_parked, fw_rotating, collector, stubborn, sender, canceller])
 
 
 def _pools(shards) -> ShardPools:
@@ -225,3 +233,25 @@ def test_a_chain_of_moves_is_followed_by_the_client_and_the_cli(shards) -> None:
         assert handle.result(timeout=60) == {"tag": "chain", "value": "far"}
     assert signals(shards.dsns[2], execution_id, "far") == 1
     assert authoritative(shards.dsns, execution_id) == [2]
+
+
+def test_a_moved_run_that_continues_as_new_is_followed_to_its_successor(shards) -> None:
+    """The moved run (an id of shard 0, living on shard 1) continues as new; its successor's id
+    is minted for shard 1. A handle of the first id follows the seal, then the chain."""
+    with RunningWorker(APP, shards.dsns[0]):
+        execution_id = _start_parked(shards, fw_rotating, 0, workflow_id="fw-rotating")
+    with _pools(shards) as pools:
+        _move(pools, execution_id, 0, 1)
+        with RunningWorker(APP, shards.dsns[1]), Client(shards=pools) as client:
+            handle = client.get_handle(execution_id)
+            handle.signal("go", "first")
+            wait_until(
+                lambda: row(shards.dsns[1], execution_id)["status"] == "CONTINUED_AS_NEW", what="rotation"
+            )
+            handle.signal("go", "second")  # handed on to the successor, on shard 1
+            assert handle.result(timeout=60) == {"round": 1, "value": "second"}
+    successor = scalar(
+        shards.dsns[1], "SELECT id::text FROM harvest.executions WHERE continued_from = %s", execution_id
+    )
+    assert successor.startswith("0001"), "minted for shard 1, where the run lived when it rotated"
+    assert signals(shards.dsns[1], successor, "second") == 1
