@@ -131,8 +131,12 @@ $$;
 -- or for a business key (the RUNNING run of workflow_id, of workflow_name when
 -- given). outcome: found (execution_id is a RUNNING run), not_found, not_running
 -- (execution_id: the run found, ended), ambiguous (workflow_id alone matches
--- several running runs of different names) or wrong_shard (the id was minted
--- for another shard). Reads without locking.
+-- several running runs of different names), wrong_shard (no row here, and the id
+-- was minted for another shard), moved (execution_id's row here is a rebalance's
+-- seal: its migrated_to_shard names where it lives) or busy (a staged copy a move
+-- is bringing here, not active yet: try again). A row present here is the run,
+-- whatever shard its id was minted for (a rebalance moved it here). A business key
+-- skips seals: the live copy answers on its own shard. Reads without locking.
 CREATE OR REPLACE FUNCTION harvest._locate_external_target(
     p_execution_id uuid, p_workflow_name text, p_workflow_id text,
     OUT outcome text, OUT execution_id uuid, OUT message text
@@ -149,21 +153,30 @@ DECLARE
     v_latest_id uuid;
     v_latest_at timestamptz;
     v_latest_status text;
+    v_moving uuid;
 BEGIN
     IF p_execution_id IS NOT NULL THEN
-        IF harvest.shard_of(p_execution_id) <> v_local THEN
-            outcome := 'wrong_shard';
-            execution_id := p_execution_id;
-            message := format('execution %s belongs to shard %s, not to this database (shard %s)',
-                              p_execution_id, harvest.shard_of(p_execution_id), v_local);
-            RETURN;
-        END IF;
         execution_id := p_execution_id;
         LOOP
-            SELECT e.status, e.output INTO v_run FROM harvest.executions AS e WHERE e.id = execution_id;
+            SELECT e.status, e.output, e.migrated_to_shard INTO v_run
+            FROM harvest.executions AS e WHERE e.id = execution_id;
+            IF NOT FOUND AND v_hops = 0 AND harvest.shard_of(p_execution_id) <> v_local THEN
+                outcome := 'wrong_shard';
+                message := format('execution %s belongs to shard %s, not to this database (shard %s)',
+                                  p_execution_id, harvest.shard_of(p_execution_id), v_local);
+                RETURN;
+            END IF;
             IF NOT FOUND THEN
                 outcome := CASE WHEN v_hops = 0 THEN 'not_found' ELSE 'not_running' END;
                 message := format('execution %s does not exist', execution_id);
+                RETURN;
+            END IF;
+            IF v_run.status IN ('MIGRATED', 'MIGRATING') THEN
+                outcome := CASE WHEN v_run.migrated_to_shard IS NOT NULL THEN 'moved' ELSE 'busy' END;
+                message := CASE WHEN v_run.migrated_to_shard IS NOT NULL
+                    THEN format('execution %s moved to shard %s', execution_id, v_run.migrated_to_shard)
+                    ELSE format('execution %s is being moved to this shard (shard %s) and is not active yet',
+                                execution_id, v_local) END;
                 RETURN;
             END IF;
             EXIT WHEN v_run.status <> 'CONTINUED_AS_NEW' OR v_run.output ->> 'continued_as_new' IS NULL
@@ -192,11 +205,14 @@ BEGIN
         CROSS JOIN LATERAL (
             SELECT e.id, e.status, e.created_at FROM harvest.executions AS e
             WHERE e.workflow_name = n.workflow_name AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
+              AND NOT (e.status IN ('MIGRATED', 'MIGRATING') AND e.migrated_to_shard IS NOT NULL)
             ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
             LIMIT 1
         ) AS r
     LOOP
-        IF v_candidate.status = 'RUNNING' THEN
+        IF v_candidate.status = 'MIGRATING' THEN
+            v_moving := v_candidate.id;
+        ELSIF v_candidate.status = 'RUNNING' THEN
             v_count := v_count + 1;
             execution_id := v_candidate.id;
         ELSIF v_latest_id IS NULL OR (v_candidate.created_at, v_candidate.id) > (v_latest_at, v_latest_id) THEN
@@ -207,6 +223,13 @@ BEGIN
     END LOOP;
     IF v_count = 1 THEN
         outcome := 'found';
+        RETURN;
+    END IF;
+    IF v_count = 0 AND v_moving IS NOT NULL THEN
+        outcome := 'busy';
+        execution_id := v_moving;
+        message := format('the run of workflow_id %s is being moved to this shard and is not active yet',
+                          p_workflow_id);
         RETURN;
     END IF;
     IF v_count > 1 THEN
@@ -234,8 +257,9 @@ $$;
 -- that names its sender (sender_execution_id), the cancel a WorkflowCancelRequested
 -- once per run (audited). The target is locked SKIP LOCKED unless p_wait. outcome:
 -- delivered, already_requested (a cancel asked before), busy (the target is
--- locked elsewhere: nothing was done, try again), or _locate_external_target's
--- not_found, not_running, ambiguous, wrong_shard.
+-- locked elsewhere, or a staged copy not active yet: nothing was done, try again),
+-- or _locate_external_target's not_found, not_running, ambiguous, wrong_shard,
+-- moved (a seal here: the run lives on its migrated_to_shard).
 CREATE OR REPLACE FUNCTION harvest._apply_external(
     p_kind text, p_execution_id uuid, p_workflow_name text, p_workflow_id text, p_payload jsonb,
     p_source_execution_id uuid, p_signal_id text, p_wait boolean,
@@ -271,6 +295,16 @@ BEGIN
     IF v_target.status IS DISTINCT FROM 'RUNNING' THEN
         outcome := 'not_running';
         message := format('execution %s is already %s', execution_id, v_target.status);
+        RETURN;
+    END IF;
+    -- A run a rebalance moved here left the receipts of the relays it was given behind, on
+    -- the shard that applied them; its history came with it. A relay it already holds
+    -- (the same signal_id) is delivered, not appended twice. Runs that never moved skip this.
+    IF p_kind = 'external_signal' AND cardinality(v_target.migrated_from_shards) > 0
+       AND EXISTS (SELECT 1 FROM harvest.events AS ev
+                   WHERE ev.execution_id = v_target.id AND ev.event_type = 'SignalReceived'
+                     AND ev.event_data ->> 'signal_id' = p_signal_id) THEN
+        outcome := 'delivered';
         RETURN;
     END IF;
     IF p_kind = 'external_signal' THEN
@@ -345,13 +379,17 @@ $$;
 
 -- Deliver one local external relay (locked by _deliver_relay): lock its source
 -- without waiting (the deciding transaction already holds it), apply the effect
--- without waiting on the target, report back. false when either was busy.
+-- without waiting on the target, report back. false when either was busy. A target
+-- that is not here after all (its row a rebalance's seal, or gone from a shard its
+-- id does not name) turns the row remote toward the shard it lives on when
+-- cross_shard_relays is on, for the pump; with it off, it is reported wrong_shard.
 CREATE OR REPLACE FUNCTION harvest._deliver_external(p_relay harvest.relays)
 RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_applied record;
+    v_shard integer;
 BEGIN
     PERFORM 1 FROM harvest.executions AS e WHERE e.id = p_relay.source_execution_id FOR UPDATE SKIP LOCKED;
     IF NOT FOUND AND EXISTS (SELECT 1 FROM harvest.executions AS e WHERE e.id = p_relay.source_execution_id) THEN
@@ -363,16 +401,30 @@ BEGIN
     IF v_applied.outcome = 'busy' THEN
         RETURN false;
     END IF;
+    IF v_applied.outcome IN ('moved', 'wrong_shard') THEN
+        v_shard := coalesce((SELECT e.migrated_to_shard FROM harvest.executions AS e
+                             WHERE e.id = v_applied.execution_id), harvest.shard_of(p_relay.target_execution_id));
+        IF coalesce((SELECT s.cross_shard_relays FROM harvest.engine_settings AS s WHERE s.id), false) THEN
+            UPDATE harvest.relays AS r SET remote = true, target_shard = v_shard WHERE r.id = p_relay.id;
+            RETURN false;
+        END IF;
+        PERFORM harvest._settle_external(p_relay, 'wrong_shard', v_applied.execution_id,
+            v_applied.message || ', and this database relays to no other shard '
+            || '(harvest.engine_settings.cross_shard_relays is off)');
+        RETURN true;
+    END IF;
     PERFORM harvest._settle_external(p_relay, v_applied.outcome, v_applied.execution_id, v_applied.message);
     RETURN true;
 END;
 $$;
 
 -- The command of a decision (decide.sql) for an external signal or cancel: its
--- Requested event, then the relay. A target this database cannot settle alone
--- (an id of another shard, or any business key, when cross_shard_relays is on)
--- waits for the cross-shard pump; with it off, an id of another shard is reported
--- wrong_shard at once (in the next batch) and a business key is resolved here.
+-- Requested event, then the relay. An id whose row is here is local, whatever shard
+-- it was minted for (a rebalance moved the run here); a row here that is a seal
+-- (the run moved away) points at the shard to relay to. A target this database
+-- cannot settle alone (a run on another shard, or any business key, when
+-- cross_shard_relays is on) waits for the cross-shard pump; with it off, a run on
+-- another shard is reported wrong_shard at once and a business key is resolved here.
 CREATE OR REPLACE FUNCTION harvest._decide_external(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_kind text, p_event_data jsonb
 )
@@ -389,6 +441,8 @@ DECLARE
         (SELECT s.cross_shard_relays FROM harvest.engine_settings AS s WHERE s.id), false);
     v_remote boolean;
     v_relay_id bigint;
+    v_here record;
+    v_found boolean;
 BEGIN
     IF jsonb_typeof(p_command -> 'execution_id') = 'string' THEN
         BEGIN
@@ -411,11 +465,18 @@ BEGIN
         jsonb_build_object('seq', p_seq, 'execution_id', v_target_id, 'workflow_id', v_workflow_id,
                            'workflow_name', v_workflow_name) || p_event_data);
     v_shard := harvest.shard_of(v_target_id);
+    SELECT e.status, e.migrated_to_shard INTO v_here FROM harvest.executions AS e WHERE e.id = v_target_id;
+    v_found := FOUND;
+    IF v_found THEN
+        v_shard := CASE WHEN v_here.status IN ('MIGRATED', 'MIGRATING') AND v_here.migrated_to_shard IS NOT NULL
+                        THEN v_here.migrated_to_shard ELSE v_local END;
+    END IF;
     IF v_target_id IS NOT NULL AND v_shard <> v_local AND NOT v_cross THEN
         PERFORM harvest._report_external(p_execution.id, p_seq, p_kind = 'external_signal', 'wrong_shard',
-            v_target_id, format('execution %s belongs to shard %s, and this database (shard %s) relays to no '
+            v_target_id, format('execution %s %s shard %s, and this database (shard %s) relays to no '
                                 'other shard (harvest.engine_settings.cross_shard_relays is off)',
-                                v_target_id, v_shard, v_local));
+                                v_target_id, CASE WHEN v_found THEN 'moved to' ELSE 'belongs to' END, v_shard,
+                                v_local));
         RETURN;
     END IF;
     v_remote := v_cross AND (v_target_id IS NULL OR v_shard <> v_local);
@@ -473,6 +534,9 @@ $$;
 -- effect (delivered, already_requested) is kept as a receipt, so a retry after a
 -- lost answer returns it again and changes nothing; any other outcome (not_found,
 -- not_running, ambiguous, wrong_shard) changed nothing and is looked up afresh.
+-- A target whose row here is a rebalance's seal, or a staged copy not active yet,
+-- is refused with HR013 (DETAIL shard_id: where it lives; null: try again), as
+-- every id-routed call on a seal is, so the pump follows the pointer.
 -- Waits for the target's lock (the pump holds no lock on this database).
 CREATE OR REPLACE FUNCTION harvest.deliver_external_relay(
     p_source_shard integer, p_relay_id bigint, p_kind text, p_target_execution_id uuid,
@@ -511,6 +575,14 @@ BEGIN
     END IF;
     v_applied := harvest._apply_external(p_kind, p_target_execution_id, p_target_workflow_name,
         p_target_workflow_id, p_payload, p_source_execution_id, p_source_shard || ':' || p_relay_id, true);
+    IF v_applied.outcome IN ('moved', 'busy') THEN
+        RAISE EXCEPTION 'cannot deliver relay %:% to %', p_source_shard, p_relay_id, v_applied.message
+            USING ERRCODE = 'HR013',
+            DETAIL = jsonb_build_object('reason', 'migrated', 'execution_id', v_applied.execution_id,
+                'shard_id', (SELECT e.migrated_to_shard FROM harvest.executions AS e
+                             WHERE e.id = v_applied.execution_id), 'blockers', '[]'::jsonb)::text,
+            HINT = 'deliver it where the run lives (the forwarding pointer), or retry';
+    END IF;
     IF v_applied.outcome IN ('delivered', 'already_requested') THEN
         INSERT INTO harvest.relay_receipts (source_shard, relay_id, outcome, target_execution_id, message, received_at)
         VALUES (p_source_shard, p_relay_id, v_applied.outcome, v_applied.execution_id, v_applied.message,

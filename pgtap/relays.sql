@@ -513,3 +513,106 @@ SELECT lives_ok($$SELECT harvest._deliver_external(NULL::harvest.relays)$$,
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- ======================================================= a target a rebalance moved
+-- (harvest._locate_external_target, harvest._decide_external, harvest._deliver_external,
+-- harvest._apply_external and harvest.deliver_external_relay on runs whose rows a shard
+-- rebalance wrote: a run moved here under an id minted for another shard, a seal of a run
+-- that moved away, a staged copy not active yet. Their rows are copies of a model run.)
+BEGIN;
+SELECT plan(26);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+CREATE FUNCTION pg_temp.xf_signal(p_seq integer, p_target jsonb) RETURNS jsonb LANGUAGE sql AS $fn$
+    SELECT jsonb_build_array(jsonb_build_object('type', 'signal_external_workflow', 'seq', p_seq,
+        'signal_name', 'go', 'payload', 1) || p_target);
+$fn$;
+CREATE FUNCTION pg_temp.xf_last(p_id uuid) RETURNS TABLE (event_type text, event_data jsonb) LANGUAGE sql AS $fn$
+    SELECT event_type, event_data FROM harvest.events WHERE execution_id = p_id ORDER BY event_id DESC LIMIT 1;
+$fn$;
+-- A copy of the model run under another id, workflow id, status and pointer.
+CREATE FUNCTION pg_temp.xf_copy(p_key text, p_shard integer, p_status text, p_pointer integer)
+RETURNS uuid LANGUAGE sql AS $fn$
+    INSERT INTO harvest.executions
+    SELECT (jsonb_populate_record(NULL::harvest.executions, to_jsonb(e) || jsonb_build_object(
+        'id', harvest._new_execution_id(p_shard), 'workflow_id', p_key, 'status', p_status,
+        'migrated_to_shard', p_pointer))).*
+    FROM harvest.executions AS e WHERE e.id = pg_temp.run('xf_model')
+    RETURNING pg_temp.remember(p_key, id);
+$fn$;
+
+SELECT isnt(pg_temp.start_run('xf_src', 'xf_sender', 'xfq_src'), NULL, 'setup: the sending run (shard 0)');
+SELECT isnt(pg_temp.start_run('xf_model', 'xf_wf', 'xfq_model'), NULL, 'setup: a model run');
+SELECT isnt(pg_temp.xf_copy('xf_in', 1, 'RUNNING', NULL), NULL,
+            'setup: a run moved here (shard 0) under an id minted for shard 1');
+SELECT isnt(pg_temp.xf_copy('xf_seal', 0, 'MIGRATED', 2), NULL, 'setup: the seal of a run that moved to shard 2');
+SELECT isnt(pg_temp.xf_copy('xf_staged', 2, 'MIGRATING', NULL), NULL,
+            'setup: a staged copy a move is bringing here, not active yet');
+
+SELECT results_eq($$SELECT outcome, execution_id FROM harvest._locate_external_target(pg_temp.run('xf_in'), NULL, NULL)$$,
+    $$VALUES ('found'::text, pg_temp.run('xf_in'))$$,
+    '_locate_external_target(): a row here is the run, whatever shard its id was minted for');
+SELECT results_eq($$SELECT outcome, execution_id FROM harvest._locate_external_target(pg_temp.run('xf_seal'), NULL, NULL)$$,
+    $$VALUES ('moved'::text, pg_temp.run('xf_seal'))$$, '_locate_external_target(): a seal here is moved');
+SELECT matches((SELECT message FROM harvest._locate_external_target(pg_temp.run('xf_seal'), NULL, NULL)),
+    'moved to shard 2', 'naming the shard it lives on');
+SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target(pg_temp.run('xf_staged'), NULL, NULL)$$,
+    $$VALUES ('busy'::text)$$, '_locate_external_target(): a staged copy not active yet is busy (try again)');
+SELECT results_eq($$SELECT outcome, execution_id FROM harvest._locate_external_target(NULL, 'xf_wf', 'xf_seal')$$,
+    $$VALUES ('not_found'::text, NULL::uuid)$$,
+    '_locate_external_target(): a business key skips a seal (its live copy answers on its own shard)');
+SELECT results_eq($$SELECT outcome FROM harvest._locate_external_target(NULL, NULL, 'xf_staged')$$,
+    $$VALUES ('busy'::text)$$, '_locate_external_target(): a business key whose run is being moved here is busy');
+SELECT results_eq($$SELECT outcome FROM harvest._apply_external('external_signal', pg_temp.run('xf_staged'), NULL,
+        NULL, '{"signal_name": "x"}', pg_temp.run('xf_src'), 'probe', false)$$,
+    $$VALUES ('busy'::text)$$, '_apply_external(): nothing is done on a staged copy');
+
+-- cross_shard_relays off
+SELECT is(pg_temp.decide('xf_src', pg_temp.xf_signal(1, jsonb_build_object('execution_id', pg_temp.run('xf_in')))),
+          'RUNNING', 'a signal to the run moved here, by its id of shard 1');
+SELECT results_eq($$SELECT event_type, event_data ->> 'sender_execution_id' FROM pg_temp.xf_last(pg_temp.run('xf_in'))$$,
+    $$VALUES ('SignalReceived'::text, pg_temp.run('xf_src')::text)$$,
+    '_decide_external(): delivered here at once, not reported wrong_shard');
+SELECT results_eq($$SELECT event_type FROM pg_temp.xf_last(pg_temp.run('xf_src'))$$,
+    $$VALUES ('ExternalSignalDelivered'::text)$$, 'and the sender hears it');
+SELECT is(pg_temp.decide('xf_src', pg_temp.xf_signal(2, jsonb_build_object('execution_id', pg_temp.run('xf_seal')))),
+          'RUNNING', 'a signal to the seal of a run that moved to shard 2');
+SELECT results_eq($$SELECT event_type, event_data ->> 'reason' FROM pg_temp.xf_last(pg_temp.run('xf_src'))$$,
+    $$VALUES ('ExternalSignalFailed'::text, 'wrong_shard'::text)$$,
+    'with cross_shard_relays off: wrong_shard at once, and the seal gets nothing');
+SELECT matches((SELECT event_data ->> 'message' FROM pg_temp.xf_last(pg_temp.run('xf_src'))),
+    'moved to shard 2, and this database \(shard 0\) relays to no other shard', 'naming where it went');
+
+-- cross_shard_relays on
+UPDATE harvest.engine_settings SET cross_shard_relays = true;
+SELECT is(pg_temp.decide('xf_src', pg_temp.xf_signal(3, jsonb_build_object('execution_id', pg_temp.run('xf_seal')))
+                                   || pg_temp.xf_signal(4, jsonb_build_object('execution_id', pg_temp.run('xf_in')))),
+          'RUNNING', 'cross_shard_relays on: a signal to the seal and one to the run moved here');
+SELECT results_eq($$SELECT source_seq, remote, target_shard FROM harvest.relays ORDER BY id$$,
+    $$VALUES (3, true, 2)$$,
+    '_decide_external(): the seal''s is remote toward its pointer; the one moved here was delivered here');
+-- A local relay whose target turned out to be a seal goes to the pump instead.
+INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at, source_execution_id, source_seq)
+VALUES (pg_temp.run('xf_seal'), 'external_signal', '{"signal_name": "late"}', harvest.now(), pg_temp.run('xf_src'), 9);
+SELECT is(harvest.deliver_relays(), 0, 'deliver_relays(): a local relay to a seal is not delivered');
+SELECT results_eq($$SELECT remote, target_shard FROM harvest.relays WHERE source_seq = 9$$,
+    $$VALUES (true, 2)$$, '_deliver_external(): it turns remote toward the seal''s pointer, for the pump');
+SELECT throws_ok($$SELECT * FROM harvest.deliver_external_relay(1, 7, 'external_signal', pg_temp.run('xf_seal'),
+                   NULL, NULL, '{"signal_name": "go"}', gen_random_uuid())$$, 'HR013', NULL,
+                 'deliver_external_relay(): a seal refuses with HR013 (the pump follows its pointer)');
+SELECT results_eq($$SELECT outcome FROM harvest.deliver_external_relay(1, 8, 'external_signal', pg_temp.run('xf_in'),
+                   NULL, NULL, '{"signal_name": "go"}', gen_random_uuid())$$,
+    $$VALUES ('delivered'::text)$$, 'deliver_external_relay(): the run moved here takes it by its foreign id');
+-- The run moves on after that delivery; the receipt stays behind, the history goes with it.
+DELETE FROM harvest.relay_receipts;
+UPDATE harvest.executions SET migrated_from_shards = '{1}' WHERE id = pg_temp.run('xf_in');
+SELECT results_eq($$SELECT outcome FROM harvest.deliver_external_relay(1, 8, 'external_signal', pg_temp.run('xf_in'),
+                   NULL, NULL, '{"signal_name": "go"}', gen_random_uuid())$$,
+    $$VALUES ('delivered'::text)$$, 'a retry where the run moved on, with no receipt there: delivered');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('xf_in')
+           AND event_data ->> 'signal_id' = '1:8'), 1::bigint,
+          '_apply_external(): a moved run that holds the signal (its signal_id) does not get it twice');
+
+SELECT * FROM finish();
+ROLLBACK;

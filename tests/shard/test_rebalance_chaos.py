@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 from click.testing import CliRunner
 from rebalance_helpers import authoritative, park, row, scalar, signals, wait_until
@@ -165,3 +166,93 @@ def test_resume_drops_a_staged_copy_a_failed_move_left_behind(shards) -> None:
     assert _resume(shards)["moves"] == []
     assert row(shards.dsns[1], execution_id) is None, "rebalance-resume dropped it"
     assert authoritative(shards.dsns, execution_id) == [0]
+
+
+@pytest.mark.parametrize("crash", ["before_its_commit", "after_its_commit"])
+def test_a_worker_killed_during_activation_leaves_the_run_authoritative_on_exactly_one_shard(
+    shards, crash
+) -> None:
+    """Activation is one statement on the target (harvest.activate_migration: the staged copy
+    RUNNING, its task rows inserted, the arrival marked, in one transaction), and the source's
+    completion another, idempotent one. A real worker process is SIGKILLed while its resume
+    scanner's activation waits on the target (a lock this test holds): the server then either
+    rolls the activation back (its session is cut first) or commits it with no one to tell.
+    Either way the seal on the source points at the target, so the run is authoritative on
+    the target only; the next scanner pass settles the move without doubling its timer, and a
+    signal by the original id lands once."""
+    from harvest import Client
+
+    execution_id = park(
+        shards.dsns[0], f"kill-act-{crash}", [{"type": "start_timer", "seq": 1, "duration": 3600}]
+    )
+    router = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_cutover(phase: str, record: dict) -> None:
+        if phase == "cut_over":
+            raise Stop  # the rebalancer dies right after its cutover commit
+
+    with ShardPools(router, shards.dsns, max_size=2) as pools, pytest.raises(Stop):
+        Rebalancer(pools, 0, 1, on_phase=stop_after_cutover).move(execution_id)
+    assert (row(shards.dsns[0], execution_id)["status"], row(shards.dsns[1], execution_id)["status"]) == (
+        "MIGRATED",
+        "MIGRATING",
+    )
+    age = "UPDATE harvest.shard_migrations SET updated_at = updated_at - interval '1 minute'"
+    with shards.connect(0) as conn:  # stalled: the worker's resume scanner takes it at once
+        conn.execute(age)
+
+    holder = psycopg.connect(shards.dsns[1])  # a transaction holding the run's row on the target
+    holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (execution_id,))
+    env = {**os.environ, "SHARD_DSNS": json.dumps({str(k): v for k, v in shards.dsns.items()})}
+    worker = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("activation_worker.py"))], env=env
+    )
+    try:
+
+        def activating() -> int | None:
+            return scalar(
+                shards.dsns[1],
+                "SELECT min(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE '%%activate_migration%%' AND wait_event_type = 'Lock'",
+            )
+
+        wait_until(lambda: activating() is not None, timeout=60, what="the worker's activation waiting")
+        backend = activating()
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait(30)
+    assert worker.returncode == -signal.SIGKILL
+    if crash == "before_its_commit":  # its session is cut while it waits: rolled back
+        with shards.connect(1) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    holder.rollback()  # after_its_commit: it gets the lock, commits, and finds no client
+    holder.close()
+    wait_until(
+        lambda: not scalar(shards.dsns[1], "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", backend),
+        what="the orphaned activation ended",
+    )
+    expected = "MIGRATING" if crash == "before_its_commit" else "RUNNING"
+    assert row(shards.dsns[1], execution_id)["status"] == expected
+    timers = "SELECT count(*) FROM harvest.tasks WHERE execution_id = %s AND kind = 'timer'"
+    assert scalar(shards.dsns[1], timers, execution_id) == (0 if crash == "before_its_commit" else 1)
+    assert _phase(shards, execution_id) == "cut_over", "the source's completion never ran"
+    assert authoritative(shards.dsns, execution_id) == [1], "authority moved with the cutover, and only there"
+
+    async def scan() -> int:
+        async with AsyncShardPools(router, shards.dsns, max_size=2) as pools:
+            return await resume_stalled_migrations(pools, 0, stall_after=30)
+
+    with shards.connect(0) as conn:
+        conn.execute(age)
+    assert asyncio.run(scan()) == 1, "the next scanner pass settles it"
+    assert _phase(shards, execution_id) == "completed"
+    assert row(shards.dsns[1], execution_id)["status"] == "RUNNING"
+    assert scalar(shards.dsns[1], timers, execution_id) == 1, "activated once: the timer is not doubled"
+    assert authoritative(shards.dsns, execution_id) == [1]
+    with ShardPools(router, shards.dsns, max_size=2) as pools, Client(shards=pools) as client:
+        client.get_handle(execution_id).signal("go", f"after-{crash}")
+    assert signals(shards.dsns[1], execution_id, f"after-{crash}") == 1
+    assert signals(shards.dsns[0], execution_id, f"after-{crash}") == 0

@@ -151,3 +151,55 @@ def test_claims_go_round_the_shards_starting_one_further_each_round_and_skip_a_d
     asyncio.run(main())
     warnings = [r.getMessage() for r in caplog.records if "is unavailable" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith("shard 1 is unavailable")
+
+
+def test_a_worker_on_auto_is_refused_when_the_router_reserves_a_tenant_cell() -> None:
+    """The guide's rule ("Tenant cells"): an auto worker would poll the cell shard too, so it
+    does not start; explicit assignments (the shared pool's, or the cell's) start, and so does
+    a process that runs no worker."""
+    from harvest.shard import ShardRouter
+
+    urls = {0: "postgresql://a@h0/db", 1: "postgresql://a@h1/db"}
+    cells = ShardRouter([0, 1], [0, 1], 0, residency_map={"cell-a": 1}, reserved=[1])
+    with pytest.raises(ConfigError) as caught:
+        Worker(APP, shards=urls, router=cells)
+    message = str(caught.value)
+    assert message.startswith(
+        "worker.shard_assignments is auto, and shards.reserved reserves tenant cell shard(s) 1"
+    )
+    assert "\n" not in message and "HARVEST_WORKER__SHARD_ASSIGNMENTS" in message
+    assert Worker(APP, shards=urls, router=cells, shard_assignments=[0]).shard_assignments == (0,)
+    assert Worker(APP, shards=urls, router=cells, shard_assignments=[1]).shard_assignments == (1,)
+    assert Worker(APP, shards=urls, router=cells, run_worker=False).shard_assignments == (0, 1)
+    shared = ShardRouter([0, 1], [0, 1], 0)
+    assert Worker(APP, shards=urls, router=shared).shard_assignments == (0, 1), "no cell: auto is fine"
+
+
+def test_harvest_worker_on_auto_with_a_reserved_shard_exits_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from click.testing import CliRunner
+
+    from harvest.cli.main import main
+
+    (tmp_path / "cell_app.py").write_text("from harvest import App\napp = App()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [k for k in os.environ if k.startswith("HARVEST_")]:
+        monkeypatch.delenv(name)
+    env = {
+        "HARVEST_DATABASE_URL": "postgresql://app@127.0.0.1:1/shared",
+        "HARVEST_SHARDS__URLS__1": "postgresql://app@127.0.0.1:1/cell",
+        "HARVEST_SHARDS__RESERVED": "1",
+    }
+    result = CliRunner().invoke(main, ["worker", "cell_app:app"], env=env)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    expected = (
+        "error: worker.shard_assignments is auto, and shards.reserved reserves tenant cell shard(s) 1: "
+        "an auto worker would poll the cells too; list the shards this worker polls "
+        "(HARVEST_WORKER__SHARD_ASSIGNMENTS, e.g. the shared shards, or one cell's shard)"
+    )
+    assert lines == [expected], result.output

@@ -93,3 +93,89 @@ def test_the_resume_scanner_is_paced_per_shard_and_can_be_turned_off(monkeypatch
     off = ResumeScanner(enabled=False)
     assert asyncio.run(off.tick(_Pools(), 0)) == 0
     assert asyncio.run(ResumeScanner().tick(None, 0)) == 0, "no shard pools: nothing to resume"
+
+
+# -- ShardPools.follow: try the id's shard, follow only what a seal names ------------------------
+def _follow_pools(asynchronous: bool = False):
+    from harvest.shard import AsyncShardPools, ShardPools
+
+    urls = {s: f"postgresql://a@127.0.0.1:1/s{s}" for s in (0, 1, 2, 3)}
+    router = ShardRouter([0, 1, 2, 3], [0, 1, 2, 3], 0)
+    return (AsyncShardPools if asynchronous else ShardPools)(router, urls, acquire_timeout=0.1)
+
+
+def _moved(shard: int | None, reason: str = "migrated") -> ExecutionMigrated:
+    return ExecutionMigrated("moved", reason, None, shard)
+
+
+def test_follow_makes_one_attempt_on_the_ids_shard_for_a_run_that_never_moved() -> None:
+    tried: list[int] = []
+    assert _follow_pools().follow(_id(1), lambda shard: tried.append(shard) or "answer") == "answer"
+    assert tried == [1], "no lookup first: the call itself, on the id's shard"
+
+
+def test_follow_goes_where_a_seal_points_and_refuses_what_is_not_a_move() -> None:
+    pools, tried = _follow_pools(), []
+
+    def attempt(shard: int) -> str:
+        tried.append(shard)
+        if shard == 0:
+            raise _moved(2)
+        return f"on {shard}"
+
+    assert pools.follow(_id(0), attempt) == "on 2" and tried == [0, 2]
+    with pytest.raises(ExecutionMigrated) as caught:
+        pools.follow(_id(0), lambda shard: (_ for _ in ()).throw(_moved(1, "replace_migrated_prior")))
+    assert caught.value.reason == "replace_migrated_prior", "only a seal's 'migrated' is followed"
+
+
+def test_follow_stops_after_max_forward_hops_with_a_typed_retryable_error() -> None:
+    tried: list[int] = []
+
+    def endless(shard: int) -> None:
+        tried.append(shard)
+        raise _moved((shard + 1) % 4)
+
+    with pytest.raises(ExecutionMigrated) as caught:
+        _follow_pools().follow(_id(0), endless)
+    assert caught.value.reason == "too_many_hops" and caught.value.retryable
+    assert len(tried) == MAX_FORWARD_HOPS + 1
+
+
+def test_follow_waits_for_a_staged_copy_to_be_activated_then_gives_up() -> None:
+    pools, tried = _follow_pools(), []
+
+    def staged_twice(shard: int) -> str:
+        tried.append(shard)
+        if len(tried) < 3:
+            raise _moved(None)  # a staged copy: no pointer, not active yet
+        return "active"
+
+    assert pools.follow(_id(1), staged_twice) == "active" and tried == [1, 1, 1]
+    with pytest.raises(ExecutionMigrated):
+        pools.follow(_id(1), lambda shard: (_ for _ in ()).throw(_moved(None)), wait_secs=0.0)
+
+
+def test_the_async_follow_is_the_same() -> None:
+    pools, tried = _follow_pools(asynchronous=True), []
+
+    async def attempt(shard: int) -> str:
+        tried.append(shard)
+        if shard == 3:
+            raise _moved(1)
+        return f"on {shard}"
+
+    assert asyncio.run(pools.follow(_id(3), attempt)) == "on 1" and tried == [3, 1]
+
+
+def test_a_row_read_by_id_is_a_seal_only_to_a_sharded_client() -> None:
+    from harvest.client.routing import resident
+
+    seal = {"id": _id(0), "status": "MIGRATED", "migrated_to_shard": 2}
+    with pytest.raises(ExecutionMigrated) as caught:
+        resident(seal, True)
+    assert (caught.value.reason, caught.value.shard, caught.value.execution_id) == ("migrated", 2, seal["id"])
+    assert resident(seal, False) is seal, "one database reads the seal as it is"
+    staged = {"id": _id(0), "status": "MIGRATING", "migrated_to_shard": None}
+    assert resident(staged, True) is staged, "a staged copy with no pointer is the run (awaiting activation)"
+    assert resident({"execution_id": "x", "status": "RUNNING", "migrated_to_shard": None}, True)

@@ -111,6 +111,7 @@ ROW = {
     "expired": 0,
     "shard_id": 0,
     "owner_mode": {},
+    "residence": {},
 }
 SAMPLE = {
     "str": "a",

@@ -1,7 +1,8 @@
 """The CLI's one door to every shard: where the pools come from (:func:`cli_pools`), the fan-out
-seam (:func:`shard_apis`), the one database of an id-routed command (:func:`routed_api`,
-:func:`shard_api`), the client (:func:`cli_client`), and reading and printing a fan-out read
-(harvest/shard/fanout.py, docs/sharding.md "Fan-out reads" and "Routing").
+seam (:func:`shard_apis`), the database of an id-routed command (:func:`routed_call`,
+:func:`routed_read`, which follow a moved run's forwarding pointer; :func:`shard_api`), the
+client (:func:`cli_client`), and reading and printing a fan-out read (harvest/shard/fanout.py,
+docs/sharding.md "Fan-out reads" and "Routing").
 
 Without a ``[shards]`` section (and no ``HARVEST_SHARDS__*``) every command keeps its one
 database (``--database-url``, ``HARVEST_DATABASE_URL``, ``database_url``) on one connection, as
@@ -19,6 +20,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
+from harvest.client.routing import resident
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
 from harvest.db.sqlapi import SqlApi, translated_errors
@@ -96,23 +98,57 @@ def shard_api(database_url: str | None, shard: int | None, *, read_only: bool) -
             yield sql
 
 
-@contextlib.contextmanager
-def routed_api(database_url: str | None, execution_id: str, *, read_only: bool) -> Iterator[SqlApi]:
-    """The SQL API on the database of the shard ``execution_id`` carries (one database: that
-    database, as before). A shard with no url, or down, is ShardUnavailable (exit 1), never
-    another shard's database."""
+def routed_call(
+    database_url: str | None, execution_id: str, fn: Callable[[SqlApi], Any], *, read_only: bool = False
+) -> Any:
+    """``fn(sql)`` on the database of the shard ``execution_id`` lives on (one database: that
+    database, as before): the shard its id carries first, then the forwarding pointer of a run a
+    rebalance moved (a seal refuses every write with HR013, ExecutionMigrated naming the shard),
+    each attempt on a fresh connection (read-only commands in a read-only transaction). A shard
+    with no url, or down, is ShardUnavailable (exit 1), never another shard's database."""
+    return _routed(database_url, execution_id, lambda sql, sharded: fn(sql), read_only)
+
+
+def routed_read(
+    database_url: str | None, execution_id: str, fn: Callable[[SqlApi, Callable[[dict], dict]], Any]
+) -> Any:
+    """:func:`routed_call` for a read, in a read-only transaction: ``fn(sql, resident)``, where
+    ``resident(row)`` passes a row read by id (status, migrated_to_shard) and, over shards,
+    raises ExecutionMigrated for a seal, so the read is made again where the run lives. Over
+    one database a seal reads as it is."""
+    return _routed(
+        database_url,
+        execution_id,
+        lambda sql, sharded: fn(sql, lambda row: _resident(sql, execution_id, row, sharded)),
+        True,
+    )
+
+
+def _routed(
+    database_url: str | None, execution_id: str, fn: Callable[[SqlApi, bool], Any], read_only: bool
+) -> Any:
     config = cli_config()
     if not shards_configured(config):
         with sql_api(database_url, read_only=read_only) as sql:
-            yield sql
-        return
+            return fn(sql, False)
     with cli_pools(config, database_url) as pools:
         try:
-            shard = pools.router.route(execution_id)
+            pools.router.route(execution_id)
         except ValueError:
             raise InvalidArgument(f"{execution_id!r} is not an execution id (a UUID)") from None
-        with _pooled_api(pools, shard, read_only=read_only) as sql:
-            yield sql
+
+        def attempt(shard: int) -> Any:
+            with _pooled_api(pools, shard, read_only=read_only) as sql:
+                return fn(sql, True)
+
+        return pools.follow(execution_id, attempt)
+
+
+def _resident(sql: SqlApi, execution_id: str, row: dict[str, Any], sharded: bool) -> dict[str, Any]:
+    if sharded and row.get("status") in ("MIGRATED", "MIGRATING"):
+        # A row without the pointer (the stack) has its residence read, on a seal only.
+        resident(row if "migrated_to_shard" in row else sql.get_residence(execution_id), True)
+    return row
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from harvest.cli.output import (
     output_option,
     table,
 )
-from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_api
+from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_call, routed_read
 from harvest.core.errors import InvalidArgument
 
 
@@ -125,8 +125,9 @@ def start(
 @output_option
 def get(execution_id: str, database_url: str | None, output: str) -> None:
     """Show one execution."""
-    with routed_api(database_url, execution_id, read_only=True) as sql:
-        data = sql.get_execution(execution_id)
+    data = routed_read(
+        database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
+    )
     emit(
         data,
         output,
@@ -215,8 +216,7 @@ def history(execution_id: str, full: bool, database_url: str | None, output: str
 @output_option
 def terminate(execution_id: str, reason: str | None, database_url: str | None, output: str) -> None:
     """End a run at once; no cleanup code runs."""
-    with routed_api(database_url, execution_id, read_only=False) as sql:
-        sql.terminate_workflow(execution_id, reason)
+    routed_call(database_url, execution_id, lambda sql: sql.terminate_workflow(execution_id, reason))
     emit(
         {"execution_id": execution_id, "status": "TERMINATED"}, output, lambda d: f"terminated {execution_id}"
     )
@@ -381,8 +381,9 @@ def count(group_by, state, workflow_name, search_attrs, created_after, created_b
 def signal(execution_id, signal_name, payload_json, payload_file, database_url, output) -> None:
     """Send signal SIGNAL_NAME to a running execution."""
     payload = read_json_option(payload_json, payload_file, "payload")
-    with routed_api(database_url, execution_id, read_only=False) as sql:
-        event_id = sql.signal_workflow(execution_id, signal_name, payload)
+    event_id = routed_call(
+        database_url, execution_id, lambda sql: sql.signal_workflow(execution_id, signal_name, payload)
+    )
     emit(
         {"execution_id": execution_id, "signal": signal_name, "event_id": event_id},
         output,
@@ -397,8 +398,7 @@ def signal(execution_id, signal_name, payload_json, payload_file, database_url, 
 @output_option
 def cancel(execution_id, reason, database_url, output) -> None:
     """Ask a running execution to cancel (its code may clean up)."""
-    with routed_api(database_url, execution_id, read_only=False) as sql:
-        requested = sql.cancel_workflow(execution_id, reason)
+    requested = routed_call(database_url, execution_id, lambda sql: sql.cancel_workflow(execution_id, reason))
     emit(
         {"execution_id": execution_id, "cancel_requested": True, "first_request": requested},
         output,
@@ -412,8 +412,9 @@ def cancel(execution_id, reason, database_url, output) -> None:
 @output_option
 def stack(execution_id, database_url, output) -> None:
     """What an execution is waiting on now, and its last event id."""
-    with routed_api(database_url, execution_id, read_only=True) as sql:
-        data = sql.get_execution_stack(execution_id)
+    data = routed_read(
+        database_url, execution_id, lambda sql, resident: resident(sql.get_execution_stack(execution_id))
+    )
 
     def render(d):
         parts = [
@@ -492,9 +493,10 @@ def children(execution_id, state, depth, database_url, output) -> None:
 
 
 def _history_rows(execution_id: str, full: bool, database_url: str | None) -> dict[str, Any]:
-    with routed_api(database_url, execution_id, read_only=True) as sql:
-        execution = sql.get_execution(execution_id)
-        events = sql.get_history(execution_id)
+    def read(sql: Any, resident: Any) -> tuple[dict[str, Any], Any]:
+        return resident(sql.get_execution(execution_id)), sql.get_history(execution_id)
+
+    execution, events = routed_read(database_url, execution_id, read)
     doc = {"execution": execution, "events": events, "redacted": not full}
     return doc if full else redact(doc)
 
@@ -550,15 +552,20 @@ def export(
     if full and payload_policy == "redacted":
         raise InvalidArgument("--full and --payload-policy redacted contradict each other: give one")
     full = full or payload_policy == "full"
-    with routed_api(database_url, execution_id, read_only=True) as sql:
-        execution = sql.get_execution(execution_id)
+
+    def write(sql: Any, resident: Any) -> None:
+        # The seal check comes before a byte is written: a moved run is exported where it lives.
+        execution = resident(sql.get_execution(execution_id))
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if path == "-":
             _write_history(sys.stdout, execution, events, full)
         else:
             with open(path, "w") as out:
                 _write_history(out, execution, events, full)
-            click.echo(f"wrote {path}", err=True)
+
+    routed_read(database_url, execution_id, write)
+    if path != "-":
+        click.echo(f"wrote {path}", err=True)
 
 
 # -- queries, updates, reset and the handler catalog ------------------------------------------
@@ -684,8 +691,11 @@ def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, 
     The source ends TERMINATED; new_execution_id names the fork.
     """
     # Not read-only even for --dry-run: the plan locks the run's row (FOR UPDATE) while it reads.
-    with routed_api(database_url, execution_id, read_only=False) as sql:
-        plan = sql.reset_workflow(execution_id, to_event, reason, operator_id, signal_reapply, dry_run)
+    plan = routed_call(
+        database_url,
+        execution_id,
+        lambda sql: sql.reset_workflow(execution_id, to_event, reason, operator_id, signal_reapply, dry_run),
+    )
 
     def render(d):
         text = mapping(d, RESET_KEYS)

@@ -7,8 +7,9 @@ own transaction: the business write and the start commit or roll back together.
 
 Over one database (``Client(dsn)``) or over shards (``Client(shards=ShardPools)``):
 a sharded client places each start (hash, or a ``shard_id`` / ``residency_key`` pin)
-and sends every call about an execution to the shard its id carries
-(harvest/client/routing.py, docs/sharding.md "Routing").
+and sends every call about an execution to the shard it lives on: the shard its id carries,
+then the forwarding pointer of a run a rebalance moved (harvest/client/routing.py,
+docs/sharding.md "Routing").
 """
 
 from __future__ import annotations
@@ -192,11 +193,6 @@ def _limit(value: int | None) -> int | None:
     return value
 
 
-def _call(call: Any, *args: Any) -> Steps[Any]:
-    """One SQL API call, as steps."""
-    return (yield Sql(call, *args))
-
-
 def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None) -> Steps[Any]:
     """Apply ``call`` (a declaration of harvest.db.sqlapi: run id first, then ``args``) to the
     run that is current now: a run that continued as new hands signals, cancels and
@@ -206,6 +202,10 @@ def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None)
     for _ in range(_MAX_CHAIN):
         try:
             return (yield Sql(call, run, *args))
+        except ExecutionMigrated:
+            if run == execution_id:
+                raise
+            raise _Hop(run) from None  # a successor a rebalance moved: routed by its own id
         except WorkflowNotRunning:
             successor = _successor((yield Sql(sqlapi.get_execution, run)))
             if successor is None:
@@ -235,12 +235,17 @@ def _result_steps(
     """Wait for the run (and any continue-as-new successors) to end; return or raise. One loop
     for both clients (harvest.db.steps); a successor on another shard (``route``) raises _Hop
     for the handle to wait there, under the same deadline."""
+    first = execution_id
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
         execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
         if execution["status"] != "RUNNING":
             try:
                 return _outcome(execution, handle.definition)
+            except ExecutionMigrated:
+                if execution_id == first or route is None:
+                    raise
+                raise _Hop(execution_id) from None  # a successor a rebalance moved
             except _ContinuedAsNew as rotated:
                 successor = rotated.next_execution_id
                 if not _same_shard(route, execution_id, successor):
@@ -329,6 +334,15 @@ def _shard_or_none(execution_id: Any) -> int | None:
         return None
 
 
+def _moved_run(target: Any, exc: ExecutionMigrated) -> str:
+    """The execution id a ``*_with_start`` met as a seal on the key's shard (the run a rebalance
+    moved, attached to by its business key): a sharded client goes on by that id, where the run
+    lives; anything else (one database, another refusal) is raised as it is."""
+    if not target.sharded or exc.reason != "migrated" or exc.execution_id is None:
+        raise exc
+    return str(exc.execution_id)
+
+
 def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
@@ -392,35 +406,59 @@ class _Handle:
         deferred = ", deferred=True" if self.deferred else ""
         return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
-    def _shard(self, execution_id: str | None = None) -> int:
-        return self.client._target.route(execution_id or self.execution_id)
+
+def _history_read(target: Any, execution_id: str) -> Any:
+    """``fn(sql)`` reading a run's history: as it is on one database; on shards with the row's
+    residence in the same statement, so a seal (a run a rebalance moved) is followed."""
+    if not target.sharded:
+        return lambda sql: sql.get_history(execution_id, 0)
+
+    def read(sql: Any) -> list[dict[str, Any]]:
+        found = sql.get_resident_history(execution_id, 0)
+        routing.resident(found["residence"], True)
+        return found["events"]
+
+    return read
 
 
 class WorkflowHandle(_Handle):
-    """One execution, seen from a synchronous client. Every call goes to the shard of the
-    execution's id (a one-database client: its database)."""
+    """One execution, seen from a synchronous client. Every call goes to the shard the run
+    lives on: its id's shard, or where a rebalance moved it (a one-database client: its
+    database)."""
 
     client: Client
 
-    def _run(self, steps: Steps[Any], execution_id: str | None = None) -> Any:
-        with routing.api(self.client._target, self._shard(execution_id)) as sql:
-            return run_steps(steps, sql)
+    def _at(self, execution_id: str, fn: Any) -> Any:
+        """``fn(sql)`` on the shard ``execution_id`` lives on (routing.follow)."""
+        target = self.client._target
+
+        def attempt(shard: int) -> Any:
+            with routing.api(target, shard) as sql:
+                return fn(sql)
+
+        return target.follow(execution_id, attempt)
 
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
+        route = self.client._target.route
         run = self.execution_id
         for _ in range(_MAX_CHAIN):
             try:
-                return self._run(_on_current_run(run, call, *args, route=self.client._target.route), run)
+                return self._at(
+                    run, lambda sql, r=run: run_steps(_on_current_run(r, call, *args, route=route), sql)
+                )
             except _Hop as hop:
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
 
     def describe(self) -> dict[str, Any]:
-        return self._run(_call(sqlapi.get_execution, self.execution_id))
+        sharded = self.client._target.sharded
+        return self._at(
+            self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
+        )
 
     def history(self) -> list[dict[str, Any]]:
-        return self._run(_call(sqlapi.get_history, self.execution_id, 0))
+        return self._at(self.execution_id, _history_read(self.client._target, self.execution_id))
 
     def terminate(self, reason: str | None = None) -> None:
         """End the (current) run at once; no cleanup code runs."""
@@ -469,16 +507,11 @@ class WorkflowHandle(_Handle):
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork (on the source's shard).
         """
-        return self._run(
-            _call(
-                sqlapi.reset_workflow,
-                self.execution_id,
-                to_event,
-                reason,
-                operator_id,
-                signal_reapply,
-                dry_run,
-            )
+        return self._at(
+            self.execution_id,
+            lambda sql: sql.reset_workflow(
+                self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+            ),
         )
 
     def children(self, status: str | None = None, depth: int = 1) -> Children:
@@ -487,22 +520,29 @@ class WorkflowHandle(_Handle):
         any); its rows carry ``shard_id``, and a shard that cannot be read makes it ``partial``."""
         target = self.client._target
         if not target.sharded:
-            return Children(self._run(_call(sqlapi.list_children, self.execution_id, status, depth)))
+            return Children(
+                self._at(self.execution_id, lambda sql: sql.list_children(self.execution_id, status, depth))
+            )
         return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
-        LISTENs on the shard of the run, and on each successor's shard in turn."""
+        LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
+        on each successor's shard in turn."""
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
         target, run = self.client._target, self.execution_id
+        route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
-                return listen(
-                    target.dsn_of(target.route(run)),
-                    channels.DONE,
-                    _result_steps(self, run, waiter_id, deadline, timeout, target.route),
-                    cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
+                return target.follow(
+                    run,
+                    lambda shard, r=run: listen(
+                        target.dsn_of(shard),
+                        channels.DONE,
+                        _result_steps(self, r, waiter_id, deadline, timeout, route),
+                        cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
+                    ),
                 )
             except _Hop as hop:
                 run = hop.execution_id
@@ -588,10 +628,6 @@ class Client:
 
     def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
         return routing.api(self._target, self.router.default if shard is None else shard)
-
-    def _dsn_of(self, execution_id: str) -> str:
-        """The database a LISTEN about ``execution_id`` opens its connection to."""
-        return self._target.dsn_of(self._target.route(execution_id))
 
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
         return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
@@ -681,8 +717,14 @@ class Client:
             self.max_payload_bytes,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        with routing.api(self._target, shard) as sql:
-            row = sql.signal_with_start(**call)
+        try:
+            with routing.api(self._target, shard) as sql:
+                row = sql.signal_with_start(**call)
+        except ExecutionMigrated as exc:
+            moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
+            handle = WorkflowHandle(self, moved, workflow_id, definition, False)
+            handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
+            return handle
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
     def update_with_start(
@@ -717,7 +759,13 @@ class Client:
             search_attributes,
             self.max_payload_bytes,
         )
-        row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+        try:
+            row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+        except ExecutionMigrated as exc:
+            handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+            return handle, handle.update(
+                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+            )
         return (
             WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
             outcome,
@@ -738,26 +786,46 @@ class AsyncWorkflowHandle(_Handle):
 
     client: AsyncClient
 
-    async def _run(self, steps: Steps[Any], execution_id: str | None = None) -> Any:
-        return await arun_steps(steps, self.client._target.sql(self._shard(execution_id)))
+    async def _at(self, execution_id: str, fn: Any) -> Any:
+        """``await fn(sql)`` on the shard ``execution_id`` lives on (see WorkflowHandle._at)."""
+        target = self.client._target
+
+        async def attempt(shard: int) -> Any:
+            return await fn(target.sql(shard))
+
+        return await target.follow(execution_id, attempt)
 
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
+        route = self.client._target.route
         run = self.execution_id
         for _ in range(_MAX_CHAIN):
             try:
-                return await self._run(
-                    _on_current_run(run, call, *args, route=self.client._target.route), run
+                return await self._at(
+                    run, lambda sql, r=run: arun_steps(_on_current_run(r, call, *args, route=route), sql)
                 )
             except _Hop as hop:
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
 
     async def describe(self) -> dict[str, Any]:
-        return await self._run(_call(sqlapi.get_execution, self.execution_id))
+        sharded = self.client._target.sharded
+
+        async def read(sql: AsyncSqlApi) -> dict[str, Any]:
+            return routing.resident(await sql.get_execution(self.execution_id), sharded)
+
+        return await self._at(self.execution_id, read)
 
     async def history(self) -> list[dict[str, Any]]:
-        return await self._run(_call(sqlapi.get_history, self.execution_id, 0))
+        if not self.client._target.sharded:
+            return await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0))
+
+        async def read(sql: AsyncSqlApi) -> list[dict[str, Any]]:
+            found = await sql.get_resident_history(self.execution_id, 0)
+            routing.resident(found["residence"], True)
+            return found["events"]
+
+        return await self._at(self.execution_id, read)
 
     async def terminate(self, reason: str | None = None) -> None:
         """See :meth:`WorkflowHandle.terminate`."""
@@ -799,23 +867,22 @@ class AsyncWorkflowHandle(_Handle):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`WorkflowHandle.reset`."""
-        return await self._run(
-            _call(
-                sqlapi.reset_workflow,
-                self.execution_id,
-                to_event,
-                reason,
-                operator_id,
-                signal_reapply,
-                dry_run,
-            )
+        return await self._at(
+            self.execution_id,
+            lambda sql: sql.reset_workflow(
+                self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+            ),
         )
 
     async def children(self, status: str | None = None, depth: int = 1) -> Children:
         """See :meth:`WorkflowHandle.children`."""
         target = self.client._target
         if not target.sharded:
-            return Children(await self._run(_call(sqlapi.list_children, self.execution_id, status, depth)))
+            return Children(
+                await self._at(
+                    self.execution_id, lambda sql: sql.list_children(self.execution_id, status, depth)
+                )
+            )
         reads = AsyncShardReads(target.providers())
         return _children(await reads.list_children(self.execution_id, status, depth))
 
@@ -824,13 +891,17 @@ class AsyncWorkflowHandle(_Handle):
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
         target, run = self.client._target, self.execution_id
+        route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
-                return await alisten(
-                    target.dsn_of(target.route(run)),
-                    channels.DONE,
-                    _result_steps(self, run, waiter_id, deadline, timeout, target.route),
-                    cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
+                return await target.follow(
+                    run,
+                    lambda shard, r=run: alisten(
+                        target.dsn_of(shard),
+                        channels.DONE,
+                        _result_steps(self, r, waiter_id, deadline, timeout, route),
+                        cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
+                    ),
                 )
             except _Hop as hop:
                 run = hop.execution_id
@@ -971,9 +1042,6 @@ class AsyncClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _dsn_of(self, execution_id: str) -> str:
-        return self._target.dsn_of(self._target.route(execution_id))
-
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
         return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
@@ -1051,7 +1119,13 @@ class AsyncClient:
             self.max_payload_bytes,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        row = await self._target.sql(shard).signal_with_start(**call)
+        try:
+            row = await self._target.sql(shard).signal_with_start(**call)
+        except ExecutionMigrated as exc:
+            moved = _moved_run(self._target, exc)  # see Client.signal_with_start
+            handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
+            await handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
+            return handle
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )
@@ -1085,7 +1159,13 @@ class AsyncClient:
             search_attributes,
             self.max_payload_bytes,
         )
-        row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+        try:
+            row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+        except ExecutionMigrated as exc:
+            handle = AsyncWorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+            return handle, await handle.update(
+                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+            )
         return (
             AsyncWorkflowHandle(
                 self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]

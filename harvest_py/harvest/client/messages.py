@@ -1,7 +1,8 @@
 """The client side of queries and updates: submit a request, wait for its answer.
 
 A request is a row (``harvest.request_query`` / ``request_update`` /
-``update_with_start``) on the shard of the execution; the client LISTENs on
+``update_with_start``) on the shard the execution lives on (a moved run's seal refuses it with
+HR013 and the request is made where the pointer says); the client LISTENs on
 ``harvest_query_answers`` there *before* submitting on the same connection, so
 no answer can slip by, and re-reads the row (``harvest.get_query_request``)
 whenever its id is notified, or at least every second. Outcomes map to one
@@ -181,6 +182,27 @@ def _update_with_start_steps(
     )
 
 
+def _steps_per_attempt(make: Any) -> Any:
+    """``make()`` now (its arguments are checked before any connection is opened), then a
+    fresh one for each further attempt."""
+    pending = [make()]
+    return lambda: pending.pop() if pending else make()
+
+
+def _listen_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
+    """``listen`` on the shard ``execution_id`` lives on: its id's shard, then a rebalance's
+    forwarding pointer (a seal refuses the request with HR013 before anything is written, and
+    the request is made afresh there)."""
+    target, steps = client._target, _steps_per_attempt(make)
+    return target.follow(execution_id, lambda shard: listen(target.dsn_of(shard), CHANNEL, steps()))
+
+
+def _alisten_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
+    """:func:`_listen_where_it_lives` under asyncio (an awaitable)."""
+    target, steps = client._target, _steps_per_attempt(make)
+    return target.follow(execution_id, lambda shard: alisten(target.dsn_of(shard), CHANNEL, steps()))
+
+
 def _key_dsn(client: Any, call: dict[str, Any]) -> str:
     """update_with_start goes where an unpinned start of its (name, workflow_id) would."""
     return client._dsn_of_key(call["workflow_name"], call["workflow_id"])
@@ -188,8 +210,8 @@ def _key_dsn(client: Any, call: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- the sync API
 def query(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
-    row = listen(
-        client._dsn_of(execution_id), CHANNEL, _query_steps(client, execution_id, name, arg, timeout)
+    row = _listen_where_it_lives(
+        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout)
     )
     return _outcome(row, result_type)
 
@@ -213,10 +235,8 @@ def update(
     update_id: str | None,
     result_type: Any,
 ) -> Any:
-    row = listen(
-        client._dsn_of(execution_id),
-        CHANNEL,
-        _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
+    row = _listen_where_it_lives(
+        client, execution_id, lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
     )
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
 
@@ -254,8 +274,8 @@ class UpdateHandle:
 
 # ---------------------------------------------------------------------- the asyncio API
 async def aquery(client: Any, execution_id: str, name: str, arg: Any, timeout: Any, result_type: Any) -> Any:
-    row = await alisten(
-        client._dsn_of(execution_id), CHANNEL, _query_steps(client, execution_id, name, arg, timeout)
+    row = await _alisten_where_it_lives(
+        client, execution_id, lambda: _query_steps(client, execution_id, name, arg, timeout)
     )
     return _outcome(row, result_type)
 
@@ -270,10 +290,8 @@ async def aupdate(
     update_id: str | None,
     result_type: Any,
 ) -> Any:
-    row = await alisten(
-        client._dsn_of(execution_id),
-        CHANNEL,
-        _update_steps(client, execution_id, name, arg, wait, timeout, update_id),
+    row = await _alisten_where_it_lives(
+        client, execution_id, lambda: _update_steps(client, execution_id, name, arg, wait, timeout, update_id)
     )
     return _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 

@@ -4,9 +4,11 @@ A client holds one of these *targets*. ``OneDatabase`` / ``AsyncOneDatabase`` ar
 ``Client(dsn)`` and ``AsyncClient.connect(dsn)``: every call goes to that database, whatever
 shard an id carries (today's behaviour, unchanged). ``Sharded`` / ``AsyncSharded`` are
 ``Client(shards=pools)`` and ``AsyncClient.connect(shards=pools)``: a start goes to the shard the
-router places it on, and every call about an execution to the shard its id carries
-(``router.route``), over that shard's pool; a shard with no pool, or one that cannot be reached,
-raises ``ShardUnavailable`` and nothing falls back to another shard. docs/sharding.md, "Routing".
+router places it on, and every call about an execution to the shard it lives on (``follow``):
+the shard its id carries first (``router.route``), then the forwarding pointer of a run a
+rebalance moved (a seal's HR013, or a seal read), over that shard's pool; a shard with no pool,
+or one that cannot be reached, raises ``ShardUnavailable`` and nothing falls back to another
+shard. docs/sharding.md, "Routing".
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from harvest.core.errors import InvalidArgument
+from harvest.core.errors import ExecutionMigrated, InvalidArgument
 from harvest.db.pools import AsyncConnectionPool, ConnectionPool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.shard.router import ShardRouter
@@ -32,6 +34,7 @@ __all__ = [
     "boot_order",
     "hashed_shard",
     "place_start",
+    "resident",
 ]
 
 # The one shard number of a one-database client: ids route nowhere else.
@@ -142,6 +145,19 @@ def route_id(router: ShardRouter, execution_id: Any) -> int:
         raise InvalidArgument(f"{execution_id!r} is not an execution id (a UUID)") from None
 
 
+def resident(row: dict[str, Any], sharded: bool) -> dict[str, Any]:
+    """A row read by id (``get_execution``, ``get_residence``), checked on a sharded client: a
+    seal (MIGRATED, or a staged copy over one) raises ExecutionMigrated naming the shard it
+    points at, which ``follow`` then asks. A one-database client reads the seal as it is."""
+    pointer = row.get("migrated_to_shard")
+    if sharded and row.get("status") in ("MIGRATED", "MIGRATING") and pointer is not None:
+        execution_id = str(row.get("id") or row.get("execution_id"))
+        raise ExecutionMigrated(
+            f"workflow {execution_id} moved to shard {pointer}", "migrated", execution_id, pointer
+        )
+    return row
+
+
 # -- the targets ------------------------------------------------------------------------------
 class _One:
     """One database: every shard is it."""
@@ -154,6 +170,10 @@ class _One:
 
     def route(self, execution_id: Any) -> int:
         return ONE
+
+    def follow(self, execution_id: Any, attempt: Any) -> Any:
+        """``attempt(shard)`` on the one database (an awaitable for an async target)."""
+        return attempt(ONE)
 
     def dsn_of(self, shard: int) -> str:
         return self.dsn
@@ -169,6 +189,13 @@ class _Shards:
 
     def route(self, execution_id: Any) -> int:
         return route_id(self.router, execution_id)
+
+    def follow(self, execution_id: Any, attempt: Any) -> Any:
+        """``attempt(shard)`` where the execution lives: its id's shard first, then each
+        forwarding pointer an ExecutionMigrated names (``ShardPools.follow``; an awaitable for
+        an async target)."""
+        route_id(self.router, execution_id)  # InvalidArgument for what is not an id
+        return self.pools.follow(str(execution_id), attempt)
 
     def connection(self, shard: int) -> Any:
         return self.pools.connection(shard)

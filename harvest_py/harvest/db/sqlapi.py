@@ -122,6 +122,14 @@ FROM harvest.claim_stalled_migrations(%(stall_after_secs)s, %(target_shards)s, %
 SET_MIGRATION_ERROR = "SELECT harvest.set_migration_error(%(migration_id)s, %(error)s)"
 LIST_MIGRATIONS = "SELECT m AS result FROM harvest.list_migrations(%(phases)s, %(limit)s) AS m"
 GET_RESIDENCE = "SELECT harvest.get_residence(%(execution_id)s) AS result"
+# A history read and where the run lives, in one round trip: a sharded client reads the id's
+# shard first and follows the pointer only when the row there is a seal.
+GET_RESIDENT_HISTORY = """
+SELECT r.residence, h.event_id, h.event_type, h.event_data, h.created_at
+FROM (SELECT harvest.get_residence(%(execution_id)s) AS residence) AS r
+LEFT JOIN LATERAL harvest.get_history(%(execution_id)s, %(after_event_id)s) AS h ON true
+ORDER BY h.event_id
+"""
 SET_MIGRATION_FORWARD = "SELECT harvest.set_migration_forward(%(execution_id)s, %(shard)s) AS result"
 HISTORY_DIGEST = "SELECT harvest.history_digest(%(execution_id)s) AS result"
 GET_COPY_SCHEMA = "SELECT harvest.get_copy_schema() AS result"
@@ -582,6 +590,23 @@ def list_migrations(phases: list[str] | None = None, limit: int = 100) -> dict[s
 def get_residence(execution_id: str) -> dict[str, Any]:
     """Where the execution lives as seen from this shard (found, status, migrated_to_shard)."""
     return {"execution_id": execution_id}
+
+
+def _resident_history(found: Rows) -> dict[str, Any]:
+    """``{"residence": get_residence's answer, "events": the history}``."""
+    return {
+        "residence": found[0]["residence"],
+        "events": [
+            {k: v for k, v in r.items() if k != "residence"} for r in found if r["event_id"] is not None
+        ],
+    }
+
+
+@call(GET_RESIDENT_HISTORY, _resident_history)
+def get_resident_history(execution_id: str, after_event_id: int = 0) -> dict[str, Any]:
+    """The history after ``after_event_id`` with the row's residence (found, status,
+    migrated_to_shard) as seen from this shard, in one statement."""
+    return {"execution_id": execution_id, "after_event_id": after_event_id}
 
 
 @call(SET_MIGRATION_FORWARD, column("result"))

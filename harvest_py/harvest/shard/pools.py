@@ -42,6 +42,44 @@ def _pointer(residence: dict[str, Any]) -> int | None:
     return None
 
 
+# How often a call that met a staged copy not activated yet tries again.
+_ACTIVATION_POLL_SECS = 0.05
+
+
+class _Follow:
+    """Where a followed call stands: the shard to try next, the shards passed, and when a
+    staged copy has been waited for long enough (ShardPools.follow)."""
+
+    def __init__(self, router: ShardRouter, execution_id: str, wait_secs: float):
+        self.execution_id, self.wait_secs = execution_id, wait_secs
+        self.shard = router.route(execution_id)
+        self.passed: list[int] = []
+        self._deadline: float | None = None
+
+    def pause(self, exc: ExecutionMigrated) -> bool:
+        """Take in a call's ExecutionMigrated: True to wait and try the same shard again (a
+        staged copy not activated yet), False to try the shard it names now; re-raised when
+        it is not a move, or when the hops or the wait ran out."""
+        if exc.reason != "migrated":
+            raise exc
+        if exc.shard is None or exc.shard == self.shard:
+            if self._deadline is None:
+                self._deadline = time.monotonic() + self.wait_secs
+            if time.monotonic() > self._deadline:
+                raise exc
+            return True
+        self.passed.append(self.shard)
+        if len(self.passed) > MAX_FORWARD_HOPS:
+            raise too_many_hops(self.execution_id, self.passed) from exc
+        self.shard = exc.shard
+        return False
+
+    @property
+    def collapse(self) -> int | None:
+        """The origin to repoint at the run's home when the call passed more than one seal."""
+        return self.passed[0] if len(self.passed) > 1 else None
+
+
 def _checked_dsns(dsns: Mapping[int, str]) -> dict[int, str]:
     out: dict[int, str] = {}
     for shard, dsn in dsns.items():
@@ -209,6 +247,29 @@ class ShardPools(_Base):
                     time.sleep(0.05)
                     shard = self.resolve(execution_id)
 
+    def follow(
+        self, execution_id: str, attempt: Callable[[int], T], *, wait_secs: float = ACTIVATION_WAIT_SECS
+    ) -> T:
+        """``attempt(shard)`` on the shard the execution lives on, with no lookup first: the
+        id's shard (:meth:`ShardRouter.route`), then each shard an ExecutionMigrated
+        (``reason == "migrated"``, HR013 from a seal, or raised by ``attempt`` when it read
+        one) names, at most MAX_FORWARD_HOPS of them (then ExecutionMigrated
+        ``too_many_hops``). A staged copy not activated yet (no shard named) is retried for
+        up to ``wait_secs``. A run that never moved costs nothing more than the call itself;
+        a chain of more than one hop is collapsed on the origin, best effort."""
+        step = _Follow(self.router, execution_id, wait_secs)
+        while True:
+            try:
+                found = attempt(step.shard)
+            except ExecutionMigrated as exc:
+                if step.pause(exc):
+                    time.sleep(_ACTIVATION_POLL_SECS)
+                continue
+            if step.collapse is not None:
+                with contextlib.suppress(Exception), self.api(step.collapse) as sql:
+                    sql.set_migration_forward(execution_id, step.shard)
+            return found
+
     def close(self) -> None:
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
@@ -345,6 +406,28 @@ class AsyncShardPools(_Base):
                 else:
                     await asyncio.sleep(0.05)
                     shard = await self.resolve(execution_id)
+
+    async def follow(
+        self,
+        execution_id: str,
+        attempt: Callable[[int], Awaitable[T]],
+        *,
+        wait_secs: float = ACTIVATION_WAIT_SECS,
+    ) -> T:
+        """See :meth:`ShardPools.follow`."""
+        step = _Follow(self.router, execution_id, wait_secs)
+        while True:
+            try:
+                found = await attempt(step.shard)
+            except ExecutionMigrated as exc:
+                if step.pause(exc):
+                    await asyncio.sleep(_ACTIVATION_POLL_SECS)
+                continue
+            if step.collapse is not None:
+                with contextlib.suppress(Exception):
+                    async with self.api(step.collapse) as sql:
+                        await sql.set_migration_forward(execution_id, step.shard)
+            return found
 
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}

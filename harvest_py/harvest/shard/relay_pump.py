@@ -6,7 +6,9 @@ run on another shard (or by business key, which may live anywhere) writes a ``re
 
 1. **claim** on the source shard S (``claim_remote_relays``: leased rows, so a pump that dies
    loses nothing);
-2. **deliver** on the target: the id's shard for an execution id, **every** readable shard for
+2. **deliver** on the target: for an execution id, the shard the run lives on now (its id's
+   shard first, then the forwarding pointer of a run a rebalance moved: a seal refuses the
+   delivery with HR013 naming the shard, ``AsyncShardPools.follow``); **every** readable shard for
    a business key (``deliver_external_relay``), merged as docs/internals.md "Relays across
    shards" says: a live run found anywhere wins; a terminal answer needs every expected shard
    to have answered. A shard this process has no pool for, or cannot reach, leaves the answer
@@ -160,12 +162,26 @@ class RelayPump:
             except HarvestError as exc:  # one row's report refused: its lease runs out, it is tried again
                 log.warning("cross-shard relay %s:%s: reporting failed: %s", source, relay["relay_id"], exc)
 
+    async def _deliver_at(self, shard: int, relay: dict[str, Any], report: PumpReport) -> dict[str, Any]:
+        if shard in report.unavailable:
+            raise ShardUnavailable(shard, report.unavailable[shard])
+        async with self.pools.api(shard) as sql:
+            return await sql.deliver_external_relay(
+                relay["source_shard"],
+                relay["relay_id"],
+                relay["kind"],
+                relay["target_execution_id"],
+                relay["target_workflow_name"],
+                relay["target_workflow_id"],
+                relay["payload"],
+                relay["source_execution_id"],
+            )
+
     async def _deliver(self, relay: dict[str, Any], report: PumpReport) -> tuple[dict[str, Any] | None, str]:
         """The relay's final outcome, or (None, why) when it is indeterminate."""
         if relay["target_execution_id"] is not None:
-            expected: tuple[int, ...] = (relay["target_shard"],)
-        else:
-            expected = self.expected_shards
+            return await self._deliver_by_id(relay, report)
+        expected = self.expected_shards
         answers: dict[int, dict[str, Any]] = {}
         missing: dict[int, str] = {}
         for shard in expected:
@@ -173,17 +189,7 @@ class RelayPump:
                 missing[shard] = report.unavailable[shard]
                 continue
             try:
-                async with self.pools.api(shard) as sql:
-                    answers[shard] = await sql.deliver_external_relay(
-                        relay["source_shard"],
-                        relay["relay_id"],
-                        relay["kind"],
-                        relay["target_execution_id"],
-                        relay["target_workflow_name"],
-                        relay["target_workflow_id"],
-                        relay["payload"],
-                        relay["source_execution_id"],
-                    )
+                answers[shard] = await self._deliver_at(shard, relay, report)
             except ShardUnavailable as exc:
                 report.unavailable.setdefault(shard, exc.reason)
                 missing[shard] = exc.reason
@@ -194,3 +200,24 @@ class RelayPump:
             return None, f"shard answered {final['outcome']!r}"
         why = "; ".join(f"shard {s}: {reason}" for s, reason in sorted(missing.items()))
         return final, why or "no shard answered"
+
+    async def _deliver_by_id(
+        self, relay: dict[str, Any], report: PumpReport
+    ) -> tuple[dict[str, Any] | None, str]:
+        """Deliver where the target lives now: its id's shard first, then each forwarding
+        pointer a seal names (a run a rebalance moved; the row's ``target_shard`` is only where
+        the source last saw it). A staged copy not active yet is not waited for: the row is
+        retried on a later tick."""
+        target = str(relay["target_execution_id"])
+        try:
+            answer = await self.pools.follow(
+                target, lambda shard: self._deliver_at(shard, relay, report), wait_secs=0.0
+            )
+        except ShardUnavailable as exc:
+            report.unavailable.setdefault(exc.shard, exc.reason)
+            return None, f"shard {exc.shard}: {exc.reason}"
+        except Exception as exc:  # refused there (a payload over its limit, a move not active yet): retried
+            return None, f"{type(exc).__name__}: {exc}"
+        if answer["outcome"] not in _FINAL:
+            return None, f"shard answered {answer['outcome']!r}"
+        return answer, ""

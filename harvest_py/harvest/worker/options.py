@@ -25,6 +25,7 @@ __all__ = [
     "Tunable",
     "WorkerOptions",
     "parse_shard_assignments",
+    "refuse_auto_with_cells",
     "resolve_shard_assignments",
     "tunables",
 ]
@@ -75,6 +76,21 @@ def resolve_shard_assignments(
             f"(HARVEST_SHARDS__URLS__{shard}) or remove it from worker.shard_assignments"
         )
     return tuple(assignments)
+
+
+def refuse_auto_with_cells(assignments: tuple[int, ...] | str, reserved: Iterable[int]) -> None:
+    """The guide's rule for tenant cells (docs/sharding.md, "Tenant cells"): a worker left on
+    ``"auto"`` would poll every shard with a url, the reserved cell shards included, so the
+    start is refused with one line naming the key while the router reserves any shard. Explicit
+    assignments pass (a cell's pool lists its cell, the shared pool the shared shards)."""
+    cells = sorted(set(reserved))
+    if assignments == AUTO and cells:
+        listed = ", ".join(map(str, cells))
+        raise ConfigError(
+            f"worker.shard_assignments is auto, and shards.reserved reserves tenant cell shard(s) {listed}: "
+            "an auto worker would poll the cells too; list the shards this worker polls "
+            "(HARVEST_WORKER__SHARD_ASSIGNMENTS, e.g. the shared shards, or one cell's shard)"
+        )
 
 
 def _num(

@@ -49,7 +49,7 @@ from harvest.shard.router import ShardRouter
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
-from harvest.worker.options import WorkerOptions, resolve_shard_assignments
+from harvest.worker.options import WorkerOptions, refuse_auto_with_cells, resolve_shard_assignments
 from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.queries import serve_queries
 from harvest.worker.workflows import StickyCache, run_workflow_task
@@ -104,7 +104,9 @@ class Worker:
         (``harvest.config.shard_urls``); the worker polls ``options.shard_assignments`` of them
         (``"auto"``: all). Without it the worker polls the one database ``dsn`` names. An
         assigned shard with no URL is a ConfigError naming the key. ``router``, when given,
-        names the writable shards this worker is warned it does not cover.
+        names the writable shards this worker is warned it does not cover, and a router that
+        reserves shards (tenant cells) refuses ``"auto"``: a ConfigError naming
+        worker.shard_assignments (the guide's rule; a process with ``run_worker`` off passes).
 
         ``relay_pump`` (sharded deployments only, harvest/shard/relay_pump.py) is ticked by the
         scanner and places cross-shard children; None on a single database."""
@@ -120,6 +122,8 @@ class Worker:
         # One database (today's deployment) or a pool per shard (docs/sharding.md).
         self._sharded = shards is not None
         dsns = dict(shards) if shards is not None else {0: resolve_dsn(dsn)}
+        if router is not None and options.run_worker:  # a process that runs no worker passes
+            refuse_auto_with_cells(options.shard_assignments, router.reserved)
         self.shard_assignments = resolve_shard_assignments(options.shard_assignments, dsns)
         self.router = router
         self.queues = sorted(queues or app.queues or {"default"})
