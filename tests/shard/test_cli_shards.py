@@ -43,9 +43,7 @@ def _json(env: dict[str, str], *args: str):
 
 def _worker(shards, shard: int, worker_id: str, queue: str = "default") -> None:
     with shards.connect(shard) as conn:
-        conn.execute(
-            "SELECT harvest.register_worker(%s, ARRAY[%s], 'host', 1, 60, '{}')", (worker_id, queue)
-        )
+        conn.execute("SELECT harvest.register_worker(%s, ARRAY[%s], 'host', 1, 60, '{}')", (worker_id, queue))
 
 
 def _stopped(shards, shard: int, *args: str):
@@ -152,9 +150,7 @@ def test_retention_status_is_per_shard(shards) -> None:
 
 def _version_marker(shards, shard: int, change_id: str, version: int) -> None:
     with shards.connect(shard) as conn:
-        conn.execute(
-            "SELECT harvest.start_workflow('gated', p_workflow_id => %s)", (f"{change_id}-{shard}",)
-        )
+        conn.execute("SELECT harvest.start_workflow('gated', p_workflow_id => %s)", (f"{change_id}-{shard}",))
         (execution_id,) = conn.execute(
             "SELECT id FROM harvest.executions WHERE workflow_id = %s", (f"{change_id}-{shard}",)
         ).fetchone()
