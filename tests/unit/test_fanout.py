@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -250,6 +252,33 @@ def test_async_runner_asks_every_shard_at_once_and_bounds_each() -> None:
     assert health.value["by_shard"] == {"0": 1} and health.value["by_queue"] == {"q": 1}
     fan = asyncio.run(fan_out_async({0: Slow(0.01)}, lambda api: api.get_worker_health()))
     assert fan.status == "complete" and fan.results[0]["healthy"] == 1
+
+
+def test_sync_runner_bounds_each_shard_like_the_async_one() -> None:
+    release = threading.Event()
+
+    class Hung:
+        def __init__(self, hang: bool):
+            self.hang = hang
+
+        def get_worker_health(self) -> dict:
+            if self.hang:
+                release.wait(30)  # a connection that never answers
+            return {"healthy": 1, "total": 1, "by_queue": {"q": 1}, "by_shard": {"0": 1}}
+
+    try:
+        for concurrent in (True, False):
+            began = time.monotonic()
+            health = ShardReads(
+                {0: Hung(False), 1: Hung(True)}, concurrent=concurrent, timeout=0.3
+            ).get_worker_health()
+            assert time.monotonic() - began < 2
+            assert health.status == "partial" and health.unavailable_shards == [1]
+            assert health.value["by_shard"] == {"0": 1}
+        lone = fan_out({0: Hung(True)}, lambda api: api.get_worker_health(), timeout=0.2)
+        assert lone.status == "unavailable" and lone.unavailable_shards == [0]
+    finally:
+        release.set()
 
 
 def _dead_letters(rng: random.Random, n: int) -> list[dict]:

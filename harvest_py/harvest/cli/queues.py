@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import click
 
-from harvest.cli.output import database_url_option, emit, output_option, sql_api, table
+from harvest.cli.output import cli_config, database_url_option, emit, output_option, sql_api, table
+from harvest.cli.shards import each_shard, warn_partial
+from harvest.config import shards_configured
+from harvest.shard.fanout import PARTIAL, Merged
 
 
 @click.group("queue")
@@ -37,24 +40,29 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
     from harvest.config import declared_queues, fleet_queues, queue_coverage
 
     app = load_app(app_target) if app_target else None
-    with sql_api(database_url, read_only=True) as sql:
-        if app is not None:
-            declared, source = declared_queues(app), f"app {app_target}"
-        else:
-            declared = fleet_queues(sql)
-            source = "fleet"
-        data = queue_coverage(sql, declared)
+    if shards_configured(cli_config()):
+        data = _coverage_shards(database_url, declared_queues(app) if app is not None else None)
+        source = f"app {app_target}" if app is not None else "fleet"
+        declared = data["declared_queues"]
+    else:
+        with sql_api(database_url, read_only=True) as sql:
+            if app is not None:
+                declared, source = declared_queues(app), f"app {app_target}"
+            else:
+                declared = fleet_queues(sql)
+                source = "fleet"
+            data = queue_coverage(sql, declared)
     data["declared_source"] = source
     if not declared:
         # Nothing declared and no --app: unknown, not "all covered" (the spec's null fails closed).
         data["unpolled_declared_queues"] = None
 
     def render(d):
+        unpolled = d["unpolled_declared_queues"]
         rows = [
-            {"queue": q, "live_workers": n, "covered": "yes" if n else "NO"}
+            {"queue": q, "live_workers": n, "covered": "NO" if not n or q in (unpolled or ()) else "yes"}
             for q, n in d["live_workers"].items()
         ]
-        unpolled = d["unpolled_declared_queues"]
         if unpolled is None:
             return "no declared queue known: no worker has registered (give --app to check an App's queues)"
         return table(rows, ["queue", "live_workers", "covered"]) + (
@@ -64,5 +72,40 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         )
 
     emit(data, output, render)
-    if strict and (data["unpolled_declared_queues"] is None or data["unpolled_declared_queues"]):
-        raise SystemExit(2)
+    partial = data.get("status") == PARTIAL
+    if partial:
+        warn_partial(Merged(None, data["unavailable_shards"], PARTIAL))
+    if strict and (partial or data["unpolled_declared_queues"] is None or data["unpolled_declared_queues"]):
+        raise SystemExit(2)  # a shard not read is coverage unknown: fail closed
+
+
+def _coverage_shards(database_url: str | None, declared: list[str] | None) -> dict:
+    """Coverage over every shard: a queue is polled when each shard that answered has a live
+    worker on it (work on a shard no live worker polls waits). ``live_workers`` counts distinct
+    workers over the shards; ``by_shard`` names each shard's unpolled queues. ``declared``
+    None: the queues the fleet registered on any shard."""
+    from harvest.config import fleet_queues
+
+    fan = each_shard(
+        database_url, lambda api: (fleet_queues(api), api.list_workers(None, "active", "healthy"))
+    )
+    if declared is None:
+        declared = sorted({q for found, _ in fan.results.values() for q in found})
+    live: dict[str, set[str]] = {q: set() for q in declared}
+    by_shard: dict[str, list[str]] = {}
+    for s, (_, rows) in fan.results.items():
+        here: set[str] = set()
+        for row in rows:
+            for q in row.get("queues") or []:
+                if q in live:
+                    live[q].add(row["worker_id"])
+                    here.add(q)
+        by_shard[str(s)] = [q for q in declared if q not in here]
+    return {
+        "declared_queues": declared,
+        "live_workers": {q: len(ids) for q, ids in live.items()},
+        "unpolled_declared_queues": [q for q in declared if any(q in u for u in by_shard.values())],
+        "unpolled_by_shard": by_shard,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+    }

@@ -8,8 +8,28 @@ from pathlib import Path
 
 import click
 
-from harvest.cli.output import cli_dsn, output_option
+from harvest.cli.output import cli_config, cli_dsn, output_option
+from harvest.cli.shards import each_shard
+from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument
+from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
+
+NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
+
+
+def _summed_versions(results: dict) -> list[dict]:
+    """Each (version, state_group) summed over the shards; the sample ids of every shard."""
+    rows: dict[tuple, dict] = {}
+    for found in results.values():
+        for row in found:
+            into = rows.setdefault(
+                (row["version"], row["state_group"]), {**row, "executions": 0, "sample_execution_ids": []}
+            )
+            into["executions"] += row["executions"]
+            into["sample_execution_ids"] = into["sample_execution_ids"] + list(
+                row["sample_execution_ids"] or []
+            )
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], str(k[1])))]
 
 
 def _check_history(history: object, path: Path) -> None:
@@ -95,12 +115,22 @@ def version_usage(
     from harvest.client import Client
 
     group = "active" if guard else state_group
-    with Client(cli_dsn(database_url)) as client, client.sql() as sql:
-        rows = sql.count_versions(change_id, version, group)
+    extra: dict = {}
+    if shards_configured(cli_config()):
+        fan = each_shard(
+            database_url, lambda api: api.count_versions(change_id, version, group), none_is_error=False
+        )
+        rows = _summed_versions(fan.results)
+        status = NO_MATCHES if fan.status == COMPLETE and not rows else fan.status
+        extra = {"status": status, "unavailable_shards": fan.unavailable_shards}
+    else:
+        with Client(cli_dsn(database_url)) as client, client.sql() as sql:
+            rows = sql.count_versions(change_id, version, group)
     if output == "json":
         click.echo(
             json.dumps(
-                {"change_id": change_id, "version": version, "state_group": group, "usage": rows}, default=str
+                {"change_id": change_id, "version": version, "state_group": group, "usage": rows, **extra},
+                default=str,
             )
         )
     else:
@@ -116,6 +146,15 @@ def version_usage(
                 f"{change_id} v{row['version']}  {row['state_group']:<8} {row['executions']:>6} run(s)"
                 f"  e.g. {sample}"
             )
+    if extra.get("status") in (PARTIAL, UNAVAILABLE):
+        # A shard not inspected may hold the runs: a false zero would be worse than a failure.
+        shards = ", ".join(str(s) for s in extra["unavailable_shards"])
+        click.echo(
+            f"{extra['status']}: shard(s) {shards} could not be read; the usage above is incomplete, "
+            "do not remove a version branch on it",
+            err=True,
+        )
+        sys.exit(1)
     if guard and rows:
         what = f"{change_id} version {version}" if version is not None else change_id
         click.echo(f"guard: {sum(r['executions'] for r in rows)} active run(s) still use {what}", err=True)

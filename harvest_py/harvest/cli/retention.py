@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from harvest.cli.output import (
+    cli_config,
     database_url_option,
     emit,
     mapping,
@@ -13,6 +14,9 @@ from harvest.cli.output import (
     progress,
     sql_api,
 )
+from harvest.cli.shards import each_shard, emit_merged
+from harvest.config import shards_configured
+from harvest.shard.fanout import Merged
 
 STATUS_KEYS = [
     "configured",
@@ -36,7 +40,18 @@ def retention() -> None:
 @database_url_option
 @output_option
 def status(database_url, output) -> None:
-    """Show the settings, the last run and how many executions a run would delete."""
+    """Show the settings, the last run and how many executions a run would delete (with
+    [shards]: per shard, each shard's own settings and runs)."""
+    if shards_configured(cli_config()):
+        fan = each_shard(database_url, lambda api: api.get_retention_status())
+        rows = [{"shard_id": s, **data} for s, data in fan.results.items()]
+        emit_merged(
+            Merged(rows, fan.unavailable_shards, fan.status),
+            "shards",
+            output,
+            lambda d: "\n\n".join(mapping(r, ["shard_id", *STATUS_KEYS]) for r in d),
+        )
+        return
     with sql_api(database_url, read_only=True) as sql:
         data = sql.get_retention_status()
     emit(data, output, lambda d: mapping(d, STATUS_KEYS))

@@ -24,10 +24,17 @@ from harvest.client.routing import resident
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
 from harvest.db.sqlapi import SqlApi, translated_errors
-from harvest.shard.fanout import PARTIAL, UNAVAILABLE, Merged, ShardReads
+from harvest.shard.fanout import PARTIAL, UNAVAILABLE, FanOut, Merged, ShardReads, fan_out
 
-# How long a command waits for a shard's connection before it counts the shard unavailable.
+# How long a command waits for a shard (its connection, and each fan-out answer) before it
+# counts the shard unavailable, unless shards.cli_timeout (HARVEST_SHARDS__CLI_TIMEOUT) says.
 CLI_ACQUIRE_SECS = 5.0
+
+
+def cli_timeout(config: Config) -> float:
+    """``shards.cli_timeout`` (seconds), default :data:`CLI_ACQUIRE_SECS`."""
+    value = config.get("shards.cli_timeout")
+    return CLI_ACQUIRE_SECS if value is None else float(value)
 
 
 @contextlib.contextmanager
@@ -35,7 +42,10 @@ def cli_pools(config: Config, database_url: str | None = None) -> Iterator[Any]:
     """The ShardPools of this command (``[shards]``; shard 0 on ``database_url`` unless
     ``shards.urls`` names it), closed when the command ends. The only place the CLI builds
     pools."""
-    with shard_pools(config, database_url, max_size=2, acquire_timeout=CLI_ACQUIRE_SECS) as pools:
+    # close_timeout: a shard that hangs (accepts, never answers) must not hold the exit either.
+    with shard_pools(
+        config, database_url, max_size=2, acquire_timeout=cli_timeout(config), close_timeout=0.5
+    ) as pools:
         yield pools
 
 
@@ -65,6 +75,47 @@ def shard_apis(config: Config, database_url: str | None = None) -> Iterator[Mapp
         return
     with cli_pools(config, database_url) as pools:
         yield {s: functools.partial(_pooled_api, pools, s, read_only=True) for s in pools.router.readable}
+
+
+@contextlib.contextmanager
+def shard_writers(config: Config, database_url: str | None = None) -> Iterator[Mapping[int, Any]]:
+    """:func:`shard_apis` for a command that writes on every shard (``worker drain``): the same
+    mapping, each provider a writable connection (one database: one autocommit connection)."""
+    if not shards_configured(config):
+        with sql_api(database_url, read_only=False) as sql:
+            yield {0: sql}
+        return
+    with cli_pools(config, database_url) as pools:
+        yield {s: functools.partial(_pooled_api, pools, s, read_only=False) for s in pools.router.readable}
+
+
+def each_shard(
+    database_url: str | None,
+    read: Callable[[Any], Any],
+    *,
+    read_only: bool = True,
+    none_is_error: bool = True,
+) -> FanOut[Any]:
+    """``read(api)`` on every shard (one database: on it alone, its errors as before), each
+    shard bounded by ``shards.cli_timeout``. No shard answering is DatabaseUnavailable (unless
+    ``none_is_error`` is False); the caller decides what a partial answer means for it."""
+    config = cli_config()
+    opened = shard_apis if read_only else shard_writers
+    with opened(config, database_url) as apis:
+        if not shards_configured(config):
+            return FanOut.of({0: read(apis[0])}, ())
+        fan = fan_out(apis, read, timeout=cli_timeout(config))
+    if none_is_error:
+        _require_some(fan.status, fan.unavailable_shards)
+    return fan
+
+
+def _require_some(status: str, unavailable: list[int]) -> None:
+    if status == UNAVAILABLE:
+        shards = ", ".join(str(s) for s in unavailable)
+        raise DatabaseUnavailable(
+            f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
+        )
 
 
 def _check_identity(sql: SqlApi, shard: int) -> None:
@@ -169,13 +220,10 @@ def cli_client(database_url: str | None) -> Iterator[Any]:
 def read_shards(database_url: str | None, read: Callable[[ShardReads], Merged[Any]]) -> Merged[Any]:
     """``read`` over every shard. No shard answering is an error (exit code of
     DatabaseUnavailable); some answering is a partial answer, printed with a warning."""
-    with shard_apis(cli_config(), database_url) as apis:
-        merged = read(ShardReads(apis))
-    if merged.status == UNAVAILABLE:
-        shards = ", ".join(str(s) for s in merged.unavailable_shards)
-        raise DatabaseUnavailable(
-            f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
-        )
+    config = cli_config()
+    with shard_apis(config, database_url) as apis:
+        merged = read(ShardReads(apis, timeout=cli_timeout(config) if shards_configured(config) else None))
+    _require_some(merged.status, merged.unavailable_shards)
     return merged
 
 

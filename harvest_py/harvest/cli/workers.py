@@ -19,8 +19,10 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.cli.shards import emit_merged, read_shards
-from harvest.core.errors import InvalidArgument
+from harvest.cli.shards import each_shard, emit_merged, read_shards
+from harvest.config import shards_configured
+from harvest.core.errors import InvalidArgument, NotFound
+from harvest.shard.fanout import Merged
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = [
@@ -33,6 +35,77 @@ WORKER_COLUMNS = [
     "last_heartbeat_at",
     "in_flight",
 ]
+WORKER_FIELDS = [
+    "worker_id",
+    "status",
+    "health",
+    "queues",
+    "hostname",
+    "pid",
+    "started_at",
+    "last_heartbeat_at",
+    "heartbeat_interval_secs",
+    "drain_deadline",
+    "claimed_task_ids",
+    "metadata",
+]
+DRAIN_FIELDS = ["worker_id", "outcome", "status", "in_flight", "drain_deadline", "queues"]
+PREVIEW_COLUMNS = ["worker_id", "status", "health", "queues", "in_flight", "outcome", "uncovered_queues"]
+
+
+def _sharded() -> bool:
+    from harvest.cli.output import cli_config
+
+    return shards_configured(cli_config())
+
+
+def _tag(fan) -> list[dict]:
+    return [{**row, "shard_id": s} for s, row in fan.results.items() if row is not None]
+
+
+def _worker_or_none(api, worker_id: str):
+    try:
+        return api.get_worker(worker_id)
+    except NotFound:
+        return None
+
+
+def get_worker_shards(worker_id: str, database_url, output) -> None:
+    """`worker get` with [shards]: the worker's row on every shard that has one (one per shard
+    it polls), each with its shard_id."""
+    fan = each_shard(database_url, lambda api: _worker_or_none(api, worker_id))
+    rows = _tag(fan)
+    if not rows:
+        missing = f" (shard(s) {', '.join(map(str, fan.unavailable_shards))} could not be read)"
+        raise NotFound(
+            f"no worker {worker_id!r} on any shard{missing if fan.unavailable_shards else ''}; "
+            "list them with harvest worker list"
+        )
+    merged = Merged(rows, fan.unavailable_shards, fan.status)
+    emit_merged(
+        merged, "workers", output, lambda d: "\n\n".join(mapping(r, ["shard_id", *WORKER_FIELDS]) for r in d)
+    )
+
+
+def drain_worker_shards(worker_id: str, deadline, operator, database_url, output) -> None:
+    """`worker drain` with [shards]: the worker's row drained on every shard (each shard audits
+    its own drain). A shard that could not be reached is named and the command exits 1."""
+    fan = each_shard(
+        database_url, lambda api: api.drain_worker(worker_id, deadline, operator), read_only=False
+    )
+    rows = _tag(fan)
+    merged = Merged(rows, fan.unavailable_shards, fan.status)
+    emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
+    if fan.unavailable_shards:
+        shards = ", ".join(str(s) for s in fan.unavailable_shards)
+        click.echo(
+            f"error: shard(s) {shards} could not be reached and were not drained; run the drain again "
+            "when they are up",
+            err=True,
+        )
+        raise SystemExit(1)
+    if all(r["outcome"] == "not_found" for r in rows):
+        raise SystemExit(1)
 
 
 def list_workers(queue, status, health, database_url, output, shard_id=None) -> None:
@@ -72,30 +145,14 @@ def register(group: click.Group) -> None:
     @database_url_option
     @output_option
     def get(worker_id, database_url, output) -> None:
-        """Show one worker, with the ids of the tasks it holds."""
+        """Show one worker, with the ids of the tasks it holds (with [shards]: its row on every
+        shard it polls, each with shard_id)."""
+        if _sharded():
+            get_worker_shards(worker_id, database_url, output)
+            return
         with sql_api(database_url, read_only=True) as sql:
             data = sql.get_worker(worker_id)
-        emit(
-            data,
-            output,
-            lambda d: mapping(
-                d,
-                [
-                    "worker_id",
-                    "status",
-                    "health",
-                    "queues",
-                    "hostname",
-                    "pid",
-                    "started_at",
-                    "last_heartbeat_at",
-                    "heartbeat_interval_secs",
-                    "drain_deadline",
-                    "claimed_task_ids",
-                    "metadata",
-                ],
-            ),
-        )
+        emit(data, output, lambda d: mapping(d, WORKER_FIELDS))
 
     @group.command("health")
     @database_url_option
@@ -133,13 +190,12 @@ def register(group: click.Group) -> None:
         """Ask a worker to stop claiming, finish its in-flight work and stop (by --deadline, if given)."""
         if deadline is not None and deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
+        if _sharded():
+            drain_worker_shards(worker_id, deadline, operator, database_url, output)
+            return
         with sql_api(database_url, read_only=False) as sql:
             data = sql.drain_worker(worker_id, deadline, operator)
-        emit(
-            data,
-            output,
-            lambda d: mapping(d, ["worker_id", "outcome", "status", "in_flight", "drain_deadline", "queues"]),
-        )
+        emit(data, output, lambda d: mapping(d, DRAIN_FIELDS))
         if data["outcome"] == "not_found":
             raise SystemExit(1)
 
@@ -150,18 +206,19 @@ def register(group: click.Group) -> None:
     @output_option
     def drain_preview(queue, worker_id, database_url, output) -> None:
         """Who a drain would affect, their in-flight work, and queues left uncovered. Writes nothing."""
+        if _sharded():
+            fan = each_shard(database_url, lambda api: api.preview_drain(queue, worker_id))
+            rows = [{**r, "shard_id": s} for s, found in fan.results.items() for r in found]
+            emit_merged(
+                Merged(rows, fan.unavailable_shards, fan.status),
+                "workers",
+                output,
+                lambda d: table(d, [*PREVIEW_COLUMNS, "shard_id"]) + f"\n{len(d)} worker(s)",
+            )
+            return
         with sql_api(database_url, read_only=True) as sql:
             rows = sql.preview_drain(queue, worker_id)
-        emit(
-            rows,
-            output,
-            lambda d: (
-                table(
-                    d, ["worker_id", "status", "health", "queues", "in_flight", "outcome", "uncovered_queues"]
-                )
-                + f"\n{len(d)} worker(s)"
-            ),
-        )
+        emit(rows, output, lambda d: table(d, PREVIEW_COLUMNS) + f"\n{len(d)} worker(s)")
 
 
 class WorkerGroup(click.Group):

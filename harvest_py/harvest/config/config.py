@@ -104,6 +104,7 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("shards", "urls"): ShardUrls,
     ("shards", "residency"): ShardResidency,
     ("shards", "forwards"): ShardForwards,
+    ("shards", "cli_timeout"): float,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
@@ -111,6 +112,8 @@ BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {key: (t.low, t.high) for k
 BOUNDS[("shards", "default")] = (0, MAX_SHARD)
 UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
 UNITS[("shards", "default")] = ""
+BOUNDS[("shards", "cli_timeout")] = (0.1, 600)
+UNITS[("shards", "cli_timeout")] = " seconds"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

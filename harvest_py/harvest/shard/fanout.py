@@ -32,9 +32,11 @@ import hashlib
 import heapq
 import inspect
 import json
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
@@ -179,12 +181,15 @@ def fan_out(
     *,
     shards: Iterable[int] | None = None,
     concurrent: bool = True,
+    timeout: float | None = None,
 ) -> FanOut[T]:
     """``read(api)`` on every shard (or on ``shards``), in threads when there are several.
 
     A shard that cannot be reached lands in ``unavailable_shards``; a shard asked for that has
-    no provider too. Another error is raised (the first one, in shard order)."""
-    return _fan_out(apis, _per_shard(read), shards=shards, concurrent=concurrent)
+    no provider too. Another error is raised (the first one, in shard order). ``timeout``
+    (seconds), as in :func:`fan_out_async`, bounds each shard's answer: a shard that does not
+    answer in time counts as unavailable (its thread is left to finish on its own)."""
+    return _fan_out(apis, _per_shard(read), shards=shards, concurrent=concurrent, timeout=timeout)
 
 
 def _fan_out(
@@ -194,10 +199,28 @@ def _fan_out(
     shards: Iterable[int] | None = None,
     concurrent: bool = True,
     skip: Iterable[int] = (),
+    timeout: float | None = None,
 ) -> FanOut[T]:
     asked, missing = _targets(apis, shards, skip)
     outcomes: dict[int, Any] = {}
-    if concurrent and len(asked) > 1:
+    if timeout is not None and asked:
+        # A thread per shard (even for one, or with concurrent=False): only a thread's answer
+        # can be waited for with a bound. A shard past the deadline is unavailable; its thread
+        # is not waited for.
+        pool = ThreadPoolExecutor(max_workers=min(len(asked), 16))
+        try:
+            futures = {s: pool.submit(_call_sync, apis[s], read, s) for s in asked}
+            deadline = time.monotonic() + timeout
+            for s, future in futures.items():
+                try:
+                    outcomes[s] = future.result(max(0.0, deadline - time.monotonic()))
+                except FutureTimeout:
+                    outcomes[s] = TimeoutError(f"shard {s} did not answer within {timeout:g} s")
+                except Exception as exc:
+                    outcomes[s] = exc
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+    elif concurrent and len(asked) > 1:
         with ThreadPoolExecutor(max_workers=min(len(asked), 16)) as pool:
             futures = {s: pool.submit(_call_sync, apis[s], read, s) for s in asked}
             for s, future in futures.items():
@@ -276,13 +299,22 @@ class Step:
 Plan = Generator[Step, FanOut[Any], Merged[Any]]
 
 
-def run(apis: Mapping[int, Any], plan: Plan, *, concurrent: bool = True) -> Merged[Any]:
-    """Drive a plan with the synchronous APIs."""
+def run(
+    apis: Mapping[int, Any], plan: Plan, *, concurrent: bool = True, timeout: float | None = None
+) -> Merged[Any]:
+    """Drive a plan with the synchronous APIs; ``timeout`` bounds each shard of each round."""
     try:
         step = next(plan)
         while True:
             step = plan.send(
-                _fan_out(apis, step.read, shards=step.shards, concurrent=concurrent, skip=step.skip)
+                _fan_out(
+                    apis,
+                    step.read,
+                    shards=step.shards,
+                    concurrent=concurrent,
+                    skip=step.skip,
+                    timeout=timeout,
+                )
             )
     except StopIteration as done:
         return done.value
@@ -903,10 +935,11 @@ PLANS: dict[str, Callable[..., Plan]] = {
 
 class ShardReads:
     """The fan-out reads over a mapping of synchronous APIs: ``ShardReads(apis).list_workflows(...)``
-    returns a :class:`Merged`. One method per entry of PLANS, with the plan's arguments."""
+    returns a :class:`Merged`. One method per entry of PLANS, with the plan's arguments;
+    ``timeout`` bounds each shard, as for :class:`AsyncShardReads`."""
 
-    def __init__(self, apis: Mapping[int, Any], *, concurrent: bool = True):
-        self.apis, self.concurrent = apis, concurrent
+    def __init__(self, apis: Mapping[int, Any], *, concurrent: bool = True, timeout: float | None = None):
+        self.apis, self.concurrent, self.timeout = apis, concurrent, timeout
 
 
 class AsyncShardReads:
@@ -919,7 +952,7 @@ class AsyncShardReads:
 def _sync_method(plan: Callable[..., Plan]) -> Callable[..., Merged[Any]]:
     @functools.wraps(plan)
     def method(self: ShardReads, *args: Any, **kwargs: Any) -> Merged[Any]:
-        return run(self.apis, plan(*args, **kwargs), concurrent=self.concurrent)
+        return run(self.apis, plan(*args, **kwargs), concurrent=self.concurrent, timeout=self.timeout)
 
     return method
 

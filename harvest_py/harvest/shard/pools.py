@@ -144,7 +144,9 @@ class ShardPools(_Base):
     """Synchronous pools, one per shard, each opened on first use (the Client's, the CLI's).
 
     ``dsns`` maps a shard number to its database URL; ``acquire_timeout`` bounds how long
-    ``api()`` waits for a connection before the shard counts as unavailable."""
+    ``api()`` waits for a connection before the shard counts as unavailable; ``close_timeout``
+    how long :meth:`close` waits for each pool's threads (one stuck connecting to a database
+    that never answers is left behind, a daemon thread)."""
 
     def __init__(
         self,
@@ -153,8 +155,10 @@ class ShardPools(_Base):
         *,
         max_size: int = 10,
         acquire_timeout: float = 10.0,
+        close_timeout: float = 5.0,
     ):
         super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
+        self.close_timeout = close_timeout
         self._pools: dict[int, ConnectionPool] = {}
         self._lock = threading.Lock()
 
@@ -274,7 +278,7 @@ class ShardPools(_Base):
         with self._lock:
             pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
-            pool.close()
+            pool.close(timeout=self.close_timeout)
 
     def __enter__(self) -> ShardPools:
         return self

@@ -1,0 +1,230 @@
+"""The CLI commands that used to read shard 0 only, across three real servers: `worker get`,
+`worker drain`, `worker drain-preview`, `queue coverage`, `retention status`, `audit list` and
+`version-usage` read (or, for `drain`, write) every configured shard, tag what they show with
+its shard, and with one shard stopped say which shard they could not reach (partial, the warning
+on stderr; `drain` and `version-usage` exit 1, a partial gate being a deploy blocker). A shard
+that accepts connections and never answers is partial within shards.cli_timeout."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from harvest.cli.main import main
+
+pytestmark = pytest.mark.shard
+
+
+def _env(shards, readable=(0, 1, 2), urls=None, **extra) -> dict[str, str]:
+    urls = urls if urls is not None else {s: shards.dsns[s] for s in readable}
+    env = {
+        "HARVEST_DATABASE_URL": "",
+        "HARVEST_SHARDS__READABLE": ",".join(map(str, readable)),
+        "HARVEST_SHARDS__WRITABLE": ",".join(map(str, readable)),
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in urls.items()},
+    }
+    env.update(extra)
+    return env
+
+
+def _run(env: dict[str, str], *args: str):
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def _json(env: dict[str, str], *args: str):
+    result = _run(env, "--output", "json", *args)
+    return result, json.loads(result.stdout)
+
+
+def _worker(shards, shard: int, worker_id: str, queue: str = "default") -> None:
+    with shards.connect(shard) as conn:
+        conn.execute("SELECT harvest.register_worker(%s, ARRAY[%s], 'host', 1, 60, '{}')", (worker_id, queue))
+
+
+def _stopped(shards, shard: int, *args: str):
+    shards.stop(shard)
+    try:
+        return _json(_env(shards), *args)
+    finally:
+        shards.start(shard)
+
+
+def test_worker_get_shows_the_workers_row_on_every_shard_it_polls(shards) -> None:
+    for s in (0, 2):
+        _worker(shards, s, "w-multi")
+    result, data = _json(_env(shards), "worker", "get", "w-multi")
+    assert result.exit_code == 0
+    assert [r["shard_id"] for r in data["workers"]] == [0, 2]
+    assert data["status"] == "complete" and data["unavailable_shards"] == []
+    assert _run(_env(shards), "worker", "get", "nobody").exit_code != 0
+
+    result, data = _stopped(shards, 2, "worker", "get", "w-multi")
+    assert result.exit_code == 0
+    assert [r["shard_id"] for r in data["workers"]] == [0]
+    assert data["status"] == "partial" and data["unavailable_shards"] == [2]
+    assert "partial" in result.stderr
+
+
+def test_worker_drain_drains_every_shards_row_audited_once_per_shard(shards) -> None:
+    for s in (0, 1, 2):
+        _worker(shards, s, "w-drain")
+    result, data = _json(_env(shards), "worker", "drain", "w-drain", "--operator-id", "ops")
+    assert result.exit_code == 0, result.output
+    assert sorted(r["shard_id"] for r in data["workers"]) == [0, 1, 2]
+    assert {r["status"] for r in data["workers"]} == {"draining"}
+    for s in (0, 1, 2):
+        with shards.connect(s) as conn:
+            audits = conn.execute(
+                "SELECT count(*) FROM harvest.audit_log WHERE operation = 'worker.drain'"
+            ).fetchone()[0]
+        assert audits == 1
+
+    result, data = _json(_env(shards), "audit", "list", "--operation", "worker.drain")
+    assert result.exit_code == 0
+    assert sorted(r["shard_id"] for r in data["audit_log"]) == [0, 1, 2]
+    ats = [r["at"] for r in data["audit_log"]]
+    assert ats == sorted(ats, reverse=True)
+
+    assert _run(_env(shards), "worker", "drain", "nobody").exit_code == 1
+
+
+def test_worker_drain_with_a_shard_down_names_it_and_exits_1(shards) -> None:
+    for s in (0, 1):
+        _worker(shards, s, "w-half")
+    result, data = _stopped(shards, 1, "worker", "drain", "w-half")
+    assert result.exit_code == 1
+    assert data["unavailable_shards"] == [1]
+    assert [r["shard_id"] for r in data["workers"] if r["outcome"] != "not_found"] == [0]
+    assert "shard(s) 1 could not be reached and were not drained" in result.stderr
+
+
+def test_drain_preview_lists_every_shards_workers(shards) -> None:
+    _worker(shards, 0, "w0")
+    _worker(shards, 1, "w1")
+    result, data = _json(_env(shards), "worker", "drain-preview", "--worker-id", "w1")
+    assert result.exit_code == 0
+    assert [(r["worker_id"], r["shard_id"]) for r in data["workers"]] == [("w1", 1)]
+    result, data = _stopped(shards, 0, "worker", "drain-preview")
+    assert result.exit_code == 0 and data["status"] == "partial" and data["unavailable_shards"] == [0]
+    assert [r["worker_id"] for r in data["workers"]] == ["w1"]
+
+
+def test_queue_coverage_needs_a_live_worker_on_every_shard(shards) -> None:
+    for s in (0, 1, 2):
+        _worker(shards, s, f"w{s}", "default")
+    _worker(shards, 0, "w-bill", "billing")
+    result, data = _json(_env(shards), "queue", "coverage", "--strict")
+    assert result.exit_code == 2  # billing is polled on shard 0 only
+    assert data["declared_queues"] == ["billing", "default"]
+    assert data["unpolled_declared_queues"] == ["billing"]
+    assert data["unpolled_by_shard"] == {"0": [], "1": ["billing"], "2": ["billing"]}
+    assert data["live_workers"] == {"billing": 1, "default": 3}
+
+    for s in (1, 2):
+        _worker(shards, s, f"w-bill{s}", "billing")
+    result, data = _json(_env(shards), "queue", "coverage", "--strict")
+    assert result.exit_code == 0 and data["unpolled_declared_queues"] == []
+
+    result, data = _stopped(shards, 2, "queue", "coverage", "--strict")
+    assert result.exit_code == 2  # a shard not read: coverage unknown, fail closed
+    assert data["status"] == "partial" and data["unavailable_shards"] == [2]
+
+
+def test_retention_status_is_per_shard(shards) -> None:
+    with shards.connect(1) as conn:
+        conn.execute("SELECT harvest.set_retention('30 days', 500, 'tests')")
+    result, data = _json(_env(shards), "retention", "status")
+    assert result.exit_code == 0
+    by = {r["shard_id"]: r for r in data["shards"]}
+    assert sorted(by) == [0, 1, 2]
+    assert by[1]["configured"] and not by[0]["configured"]
+    result, data = _stopped(shards, 1, "retention", "status")
+    assert result.exit_code == 0
+    assert [r["shard_id"] for r in data["shards"]] == [0, 2] and data["unavailable_shards"] == [1]
+
+
+def _version_marker(shards, shard: int, change_id: str, version: int) -> None:
+    with shards.connect(shard) as conn:
+        conn.execute("SELECT harvest.start_workflow('gated', p_workflow_id => %s)", (f"{change_id}-{shard}",))
+        (execution_id,) = conn.execute(
+            "SELECT id FROM harvest.executions WHERE workflow_id = %s", (f"{change_id}-{shard}",)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at) "
+            "VALUES (%s, 1000, 'MarkerRecorded', %s, now())",
+            (
+                execution_id,
+                json.dumps({"kind": "version", "value": {"change_id": change_id, "version": version}}),
+            ),
+        )
+
+
+def test_version_usage_sums_every_shard_and_a_missing_shard_blocks(shards) -> None:
+    for s in (0, 2):
+        _version_marker(shards, s, "tax", 1)
+    result, data = _json(_env(shards), "version-usage", "--change-id", "tax")
+    assert result.exit_code == 0
+    assert data["status"] == "complete"
+    assert [(r["version"], r["executions"]) for r in data["usage"]] == [(1, 2)]
+    assert len(data["usage"][0]["sample_execution_ids"]) == 2
+
+    result, data = _json(_env(shards), "version-usage", "--change-id", "other")
+    assert result.exit_code == 0 and data["status"] == "no_matches" and data["usage"] == []
+
+    result, data = _stopped(shards, 2, "version-usage", "--change-id", "tax")
+    assert result.exit_code == 1  # partial is a deploy blocker: a false zero is worse
+    assert data["status"] == "partial" and data["unavailable_shards"] == [2]
+    assert [(r["version"], r["executions"]) for r in data["usage"]] == [(1, 1)]
+
+    shards.stop(0), shards.stop(1), shards.stop(2)
+    try:
+        result, data = _json(_env(shards), "version-usage", "--change-id", "tax")
+    finally:
+        for s in (0, 1, 2):
+            shards.start(s)
+    assert result.exit_code == 1 and data["status"] == "unavailable" and data["usage"] == []
+
+
+@pytest.fixture
+def silent_server():
+    """A TCP port that accepts connections and never says a word (a hung database)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"postgresql://u@127.0.0.1:{listener.getsockname()[1]}/harvest?connect_timeout=60"
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_a_shard_that_hangs_is_partial_within_the_cli_timeout(shards, silent_server) -> None:
+    _worker(shards, 0, "w0")
+    env = _env(shards, urls={0: shards.dsns[0], 1: shards.dsns[1], 2: silent_server})
+    env["HARVEST_SHARDS__CLI_TIMEOUT"] = "1.5"
+    began = time.monotonic()
+    result, data = _json(env, "worker", "list")
+    took = time.monotonic() - began
+    assert result.exit_code == 0
+    assert data["status"] == "partial" and data["unavailable_shards"] == [2]
+    assert [r["worker_id"] for r in data["workers"]] == ["w0"]
+    assert took < 5, f"the hung shard held the read {took:.1f} s"
