@@ -138,6 +138,7 @@ def _register() -> None:
         dev,
         dlq,
         migrate,
+        owner_mode,
         preflight,
         queues,
         rebalance,
@@ -166,6 +167,7 @@ def _register() -> None:
     main.add_command(shard.shard)
     shard.shard.add_command(rebalance.rebalance)
     shard.shard.add_command(rebalance.rebalance_resume)
+    shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
     _reads_config_first(main)
 
