@@ -37,7 +37,7 @@ def shard_targets(database_url: str | None) -> tuple[Any, dict[int, str]]:
 
 @click.group("shard")
 def shard() -> None:
-    """Shards: health and readiness (docs/sharding.md)."""
+    """Shards: health and readiness, rebalancing, owner mode (docs/sharding.md)."""
 
 
 def _render(data: dict[str, Any]) -> str:
