@@ -40,6 +40,12 @@ def test_status_on_with_a_lease_and_off_are_audited(db: str, conn) -> None:
     assert (row["owned"], row["by_worker"]) == (3, {"w1": 3})
     table = harvest(db, "shard", "owner-mode", "status")
     assert table.returncode == 0 and "w1=3" in table.stdout
+    # `on` again (a new lease) keeps the owners, and says so.
+    r = harvest(
+        db, "shard", "owner-mode", "on", "--lease-secs", "45", "--operator-id", "ops-alice", "-o", "json"
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["shards"][0]["by_worker"] == {"w1": 3}
 
     r = harvest(db, "shard", "owner-mode", "off", "--operator-id", "ops-bob", "--output", "json")
     assert r.returncode == 0, r.stderr
@@ -51,6 +57,7 @@ def test_status_on_with_a_lease_and_off_are_audited(db: str, conn) -> None:
         " FROM harvest.audit_log ORDER BY id"
     ).fetchall()
     assert audit == [
+        ("owner_mode.set", "on", "ops-alice", "cli", "45"),
         ("owner_mode.set", "on", "ops-alice", "cli", "45"),
         ("owner_mode.set", "off", "ops-bob", "cli", "45"),
     ]

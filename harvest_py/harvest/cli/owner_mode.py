@@ -27,11 +27,13 @@ shard_id_option = click.option(
 )
 
 
-def _status(api: Any) -> dict[str, Any]:
-    mode = dict(api.get_owner_mode())
+def _by_worker(api: Any) -> dict[str, int]:
     live = Counter(r["worker_id"] for r in api.list_partition_owners() if r["live"])
-    mode["by_worker"] = dict(sorted(live.items()))
-    return mode
+    return dict(sorted(live.items()))
+
+
+def _status(api: Any) -> dict[str, Any]:
+    return {**api.get_owner_mode(), "by_worker": _by_worker(api)}
 
 
 def _on_shards(
@@ -92,7 +94,7 @@ def _switch(enabled: bool, lease_secs: float | None, shard_id, operator, databas
     rows, unavailable = _on_shards(
         database_url,
         shard_id,
-        lambda api: {**api.set_owner_mode(enabled, lease_secs, operator), "by_worker": {}},
+        lambda api: {**api.set_owner_mode(enabled, lease_secs, operator), "by_worker": _by_worker(api)},
         read_only=False,
     )
     _finish(rows, unavailable, output, "were not switched")
