@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harvest.config import load_config, shard_urls
+from harvest.config import load_config, shard_urls, shards_configured
 from harvest.core.errors import ConfigError
 from harvest.shard import ShardRouter
 
@@ -75,6 +75,20 @@ def test_readable_defaults_to_every_shard_with_a_url_and_writable_to_readable() 
     assert (router.readable, router.writable, router.default) == ((0, 1, 3), (0, 1, 3), 0)
     lists = load_config(None, env={"HARVEST_SHARDS__READABLE": "0, 1", "HARVEST_SHARDS__WRITABLE": "1"})
     assert ShardRouter.from_config(lists).writable == (1,)
+
+
+def test_an_explicitly_empty_writable_in_the_file_is_a_full_drain(tmp_path: Path, caplog) -> None:
+    path = write(tmp_path, "[shards]\nreadable = [0, 1]\nwritable = []\n")
+    router = ShardRouter.from_config(load_config(path, env={}))
+    assert (router.readable, router.writable) == ((0, 1), ())
+    assert any("fully drained" in r.getMessage() for r in caplog.records)
+    # An empty variable unsets the key (as for every key): every readable shard is writable again.
+    cleared = load_config(path, env={"HARVEST_SHARDS__WRITABLE": ""})
+    assert ShardRouter.from_config(cleared).writable == (0, 1)
+    assert shards_configured(load_config(write(tmp_path, "[shards]\nwritable = []\n"), env={}))
+    # Other shard lists keep "empty means not set".
+    other = load_config(write(tmp_path, "[shards]\nreadable = []\nwritable = [0]\n"), env={})
+    assert ShardRouter.from_config(other).readable == (0,)
 
 
 def test_shards_urls_0_replaces_database_url_for_shard_0() -> None:

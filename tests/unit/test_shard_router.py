@@ -123,7 +123,6 @@ def test_an_unpinned_place_needs_a_workflow_id_and_hashes_it() -> None:
     ("args", "kwargs", "key", "reason"),
     [
         (([], [], 0), {}, "shards.readable", "is empty"),
-        (([0], [], 0), {}, "shards.writable", "is empty"),
         (([0], [0, 1], 0), {}, "shards.writable", "not in shards.readable"),
         (([0, 1], [0, 1], 5), {}, "shards.default", "not in shards.readable"),
         (([0, 1], [0, 1], 0), {"reserved": [0]}, "shards.reserved", "default shard 0"),
@@ -144,6 +143,42 @@ def test_every_boot_time_refusal_is_one_line_naming_its_key(args, kwargs, key: s
     text = str(caught.value)
     assert text.split(" ")[0].rstrip(":") == key, text
     assert reason in text and "\n" not in text, text
+
+
+def test_an_empty_writable_set_is_a_full_drain_that_refuses_every_start(caplog) -> None:
+    caplog.set_level("WARNING", logger="harvest.shard")
+    router = ShardRouter([0, 1, 2], [], 0, residency_map={"eu": 1}, reserved=[2])
+    built = [r.getMessage() for r in caplog.records]
+    assert router.writable == () and router.topology()["writable_shards"] == []
+    assert len(built) == 1 and "fully drained" in built[0], built
+    drained = "no shard is accepting new workflows right now: retry later"
+    for call in (
+        lambda: router.pick_for_new_workflow("order", "o-1"),
+        lambda: router.place("order", "o-1"),
+        lambda: router.place("order", None),
+        lambda: router.place("order", "o-1", shard_id=0),
+        lambda: router.place("order", None, shard_id=2),
+        lambda: router.place("order", "o-1", residency_key="eu"),
+    ):
+        with pytest.raises(InvalidArgument) as caught:
+            call()
+        assert str(caught.value).startswith(drained) and "\n" not in str(caught.value), caught.value
+        assert "0" not in str(caught.value) and "eu" not in str(caught.value)  # terse: no shard set, no keys
+    # The pin's own refusals still come first, each its one line.
+    with pytest.raises(InvalidArgument, match="unknown residency_key 'us'"):
+        router.place("order", "o-1", residency_key="us")
+    with pytest.raises(InvalidArgument, match="shard_id 9 is not a shard of this deployment"):
+        router.place("order", "o-1", shard_id=9)
+    with pytest.raises(InvalidArgument, match="mutually exclusive"):
+        router.place("order", "o-1", shard_id=0, residency_key="eu")
+    assert uuid.UUID(router.mint_workflow_id("order", 0))  # nothing hashes anywhere: a plain uuid4
+
+
+def test_a_full_drain_still_refuses_a_bad_reserved_or_residency_entry() -> None:
+    with pytest.raises(ConfigError, match=r"^shards\.reserved names the default shard 0"):
+        ShardRouter([0, 1], [], 0, reserved=[0])
+    with pytest.raises(ConfigError, match=r"^shards\.residency\.eu = 3 names a shard that is not in"):
+        ShardRouter([0, 1], [], 0, residency_map={"eu": 3})
 
 
 def test_a_residency_target_that_is_readable_but_not_writable_is_accepted_with_a_warning(caplog) -> None:
@@ -189,3 +224,22 @@ def test_a_minted_workflow_id_hashes_to_the_pinned_shard() -> None:
         minted = router.mint_workflow_id("order", shard)
         assert router.pick_for_new_workflow("order", minted) == shard
     uuid.UUID(router.mint_workflow_id("order", 2))  # a cell: no id hashes there, a plain uuid
+
+
+def test_a_distributed_child_stays_on_its_parents_shard_during_a_full_drain(caplog) -> None:
+    from harvest.runtime.children import ChildPlacement
+    from harvest.shard.children import place_child
+
+    router = ShardRouter([0, 1, 2], [], 0)
+    parent = "0002" + str(uuid.uuid4())[4:]  # a parent on shard 2, not the default shard
+    assert shard_of(parent) == 2
+    command = {"workflow_name": "invoice", "seq": 3, "placement": ChildPlacement.DISTRIBUTED.as_command()}
+    caplog.clear()
+    caplog.set_level("WARNING", logger="harvest.shard.children")
+    assert place_child(router, (0, 1), 2, parent, command) == 2  # no pool for 2 needed: it is the parent's
+    warned = [r.getMessage() for r in caplog.records if r.name == "harvest.shard.children"]
+    assert len(warned) == 1 and "'invoice'" in warned[0] and parent in warned[0] and "shard 2" in warned[0]
+    # A pinned child is a start like any other: refused during the drain.
+    pinned = {**command, "placement": ChildPlacement.shard(1).as_command()}
+    with pytest.raises(InvalidArgument, match="no shard is accepting new workflows"):
+        place_child(router, (0, 1, 2), 2, parent, pinned)

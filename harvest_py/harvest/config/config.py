@@ -212,6 +212,8 @@ def _coerce(key: tuple[str, ...], value: Any, source: str) -> Any:
             raise ConfigError(f"{where}: expected a list of shard numbers, got {value!r}")
         for v in value:
             _shard_number(v, where)
+        if key == ("shards", "writable") and not from_env:
+            return list(value)  # an explicit empty list in the file is a full drain
         return list(value) or None  # an empty list means "not set"
     if kind in TABLES:
         if not isinstance(value, dict):
@@ -429,7 +431,7 @@ def shard_urls(config: Config, database_url: str | None = None) -> dict[int, str
 
 def shards_configured(config: Config) -> bool:
     """Whether the configuration says anything under ``shards`` (else: one database)."""
-    if config.get("shards.default") is not None:
+    if config.get("shards.default") is not None or config.get("shards.writable") is not None:
         return True
     return any(
         config.get(f"shards.{key}") for key in ("readable", "writable", "reserved", "urls", "residency")

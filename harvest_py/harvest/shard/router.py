@@ -113,7 +113,13 @@ class ShardRouter:
         if not self.readable:
             raise ConfigError("shards.readable is empty: list at least the default shard")
         if not self.writable:
-            raise ConfigError("shards.writable is empty: new workflows need at least one writable shard")
+            # A full drain (``shards.writable = []``): every start is refused, a DISTRIBUTED
+            # child stays on its parent's shard (harvest.shard.children.place_child).
+            log.warning(
+                "shards.writable is empty: the fleet is fully drained, every new top-level workflow is "
+                "refused until a shard is made writable again (readable: %s)",
+                list(self.readable),
+            )
         for shard in self.writable:
             if shard not in self.readable:
                 raise ConfigError(
@@ -131,7 +137,7 @@ class ShardRouter:
                 "(schedules and unencoded ids land on it); reserve another shard"
             )
         self._placeable = tuple(s for s in self.writable if s not in self.reserved)
-        if not self._placeable:
+        if self.writable and not self._placeable:
             raise ConfigError(
                 "shards.reserved leaves no unreserved writable shard: keep at least one writable shard "
                 "unreserved for unpinned starts"
@@ -144,8 +150,9 @@ class ShardRouter:
             shard = _shard_number(shard, key)
             if shard not in self.readable:
                 raise ConfigError(f"{key} = {shard} names a shard that is not in shards.readable")
-            if shard not in self.writable:
-                # A legitimate mid-drain state: starts under the key are refused until it is writable.
+            if shard not in self.writable and self.writable:
+                # A legitimate mid-drain state: starts under the key are refused until it is writable
+                # (a full drain has warned once, above).
                 log.warning(
                     "%s = %d names a readable shard that is not writable: starts under residency key %r "
                     "are refused until shard %d is writable again",
@@ -201,7 +208,8 @@ class ShardRouter:
         :meth:`single` (shard 0) when nothing under ``shards`` is set.
 
         Defaults: ``readable`` every shard with a url (shard 0's is ``database_url``),
-        ``writable`` the readable ones, ``default`` 0, ``reserved`` none."""
+        ``writable`` the readable ones (an explicit ``writable = []`` in the file is a full
+        drain), ``default`` 0, ``reserved`` none."""
         urls = config.get("shards.urls") or {}
         residency = config.get("shards.residency") or {}
         explicit = [
@@ -211,7 +219,9 @@ class ShardRouter:
             return cls.single(0)
         default = config.get("shards.default", 0)
         readable = config.get("shards.readable") or sorted({0, *(int(k) for k in urls)})
-        writable = config.get("shards.writable") or readable
+        writable = config.get("shards.writable")
+        if writable is None:  # unset; an explicit empty list is a full drain
+            writable = readable
         return cls(
             readable,
             writable,
@@ -224,7 +234,10 @@ class ShardRouter:
     # -- placement --------------------------------------------------------------------------------
     def pick_for_new_workflow(self, workflow_name: str, workflow_id: str) -> int:
         """The shard an unpinned start of (name, id) goes to: rendezvous over the writable,
-        unreserved shards. The same answer in every process with the same configuration."""
+        unreserved shards. The same answer in every process with the same configuration.
+        During a full drain (no writable shard): InvalidArgument."""
+        if not self.writable:
+            self._refuse_full_drain(f"workflow {workflow_name!r}")
         return rendezvous(_workflow_key(workflow_name, workflow_id), self._placeable)
 
     def place(
@@ -240,7 +253,8 @@ class ShardRouter:
 
         Refused with :class:`InvalidArgument`: both pins; a residency key not in the map (never
         hashed instead); a shard, or a key's shard, that is not writable; a shard this router
-        does not know. Whether the shard has a pool is the pools' question
+        does not know; any start while no shard is writable (a full drain), after the checks
+        of the pin itself. Whether the shard has a pool is the pools' question
         (``ShardUnavailable``)."""
         if shard_id is not None and residency_key is not None:
             raise InvalidArgument("shard_id and residency_key are mutually exclusive: pass one")
@@ -255,6 +269,8 @@ class ShardRouter:
                     ", ".join(self.residency_map) or "none",
                 )
                 raise InvalidArgument(f"unknown residency_key {residency_key!r}")
+            if not self.writable:
+                self._refuse_full_drain(f"residency_key {residency_key!r}")
             if shard not in self.writable:
                 log.warning(
                     "refused residency_key %r: it maps to shard %d, which is readable but not writable "
@@ -277,6 +293,8 @@ class ShardRouter:
                     list(self.readable),
                 )
                 raise InvalidArgument(f"shard_id {shard_id} is not a shard of this deployment")
+            if not self.writable:
+                self._refuse_full_drain(f"shard_id {shard_id}")
             if shard_id not in self.writable:
                 log.warning(
                     "refused shard_id %d: readable but not writable (writable: %s)",
@@ -285,9 +303,19 @@ class ShardRouter:
                 )
                 raise InvalidArgument(f"shard_id {shard_id} is not accepting new workflows")
             return shard_id
+        if not self.writable:
+            self._refuse_full_drain(f"workflow {workflow_name!r}")
         if workflow_id is None:
             raise InvalidArgument("an unpinned start needs a workflow_id to hash: pass one or mint one first")
         return self.pick_for_new_workflow(workflow_name, workflow_id)
+
+    def _refuse_full_drain(self, asked: str) -> None:
+        # Terse on purpose, like every placement refusal: a start caller may be less trusted
+        # than the operator, so the drain itself is named only in the log.
+        log.warning("refused a start (%s): shards.writable is empty, the fleet is fully drained", asked)
+        raise InvalidArgument(
+            "no shard is accepting new workflows right now: retry later"
+        )
 
     def mint_workflow_id(self, workflow_name: str, shard: int, *, max_tries: int = 4096) -> str:
         """A fresh workflow id (a uuid4 string) that :meth:`pick_for_new_workflow` sends to
