@@ -313,9 +313,7 @@ class ShardRouter:
         # Terse on purpose, like every placement refusal: a start caller may be less trusted
         # than the operator, so the drain itself is named only in the log.
         log.warning("refused a start (%s): shards.writable is empty, the fleet is fully drained", asked)
-        raise InvalidArgument(
-            "no shard is accepting new workflows right now: retry later"
-        )
+        raise InvalidArgument("no shard is accepting new workflows right now: retry later")
 
     def mint_workflow_id(self, workflow_name: str, shard: int, *, max_tries: int = 4096) -> str:
         """A fresh workflow id (a uuid4 string) that :meth:`pick_for_new_workflow` sends to
