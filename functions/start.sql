@@ -146,9 +146,8 @@ RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_shard integer;
+    v_shard integer := harvest.get_shard_id();
 BEGIN
-    SELECT s.shard_id INTO v_shard FROM harvest.shard_identity AS s WHERE s.id;
     IF p_shard IS NULL OR p_shard = v_shard THEN
         RETURN v_shard;
     END IF;

@@ -281,7 +281,7 @@ $$;
 -- silent for 2 heartbeat intervals. by_queue counts every registered worker
 -- that is not stopped (the spec's 4 healthy + 1 stale = 5), by_queue_health
 -- splits each queue's count into healthy, draining and stale, and by_shard
--- counts the same workers per shard (one shard, 0, today).
+-- counts the same workers under this database's shard number (fan-out reads add shards up).
 CREATE OR REPLACE FUNCTION harvest.get_worker_health()
 RETURNS jsonb
 LANGUAGE sql STABLE
@@ -321,7 +321,8 @@ AS $$
             SELECT jsonb_object_agg(p.queue, jsonb_build_object(
                 'healthy', p.healthy, 'draining', p.draining, 'stale', p.stale))
             FROM per_queue AS p), '{}'::jsonb),
-        'by_shard', jsonb_build_object('0', (SELECT count(*) FROM w WHERE w.status <> 'stopped')));
+        'by_shard', jsonb_build_object(harvest.get_shard_id()::text,
+                                       (SELECT count(*) FROM w WHERE w.status <> 'stopped')));
 $$;
 
 -- What a drain of this worker would answer, without changing anything.

@@ -730,8 +730,8 @@ def get_worker_health() -> Plan:
     """The fleet roll-up over every shard: counts and by_queue added up, by_queue_health split
     added up, and by_shard with one entry per shard that answered (its workers not stopped).
 
-    by_shard is keyed by the shard number of the mapping: each shard's own get_worker_health()
-    reports its workers under "0" until the shard identity (harvest.get_shard_id()) lands."""
+    by_shard is keyed by the shard number of the mapping, which is the number each database's
+    own get_worker_health() reports (pools check the identity when they open)."""
     fan = yield Step(lambda api, _s: api.get_worker_health())
     total: dict[str, Any] = dict.fromkeys(_HEALTH_COUNTS, 0)
     by_queue: dict[str, int] = {}
