@@ -21,6 +21,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 
 # layer -> the layers its modules may import (itself included). Bottom to top:
 #   core      errors, payloads and codecs, jsonb text, durations, idempotency keys (pure)
+#   telemetry metrics, traces and structured logs: hooks that cost nothing unless configured
 #   declare   what users declare: @workflow/@activity, App, RetryPolicy, @query/@update, flow control
 #   runtime   deterministic execution: a history in, commands out (no database)
 #   db        the only importer of psycopg: connections, SQL calls, channels, migrations
@@ -31,20 +32,23 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 #   config    process configuration (harvest.toml, HARVEST_*, roles), beside the faces. It may
 #             import the worker layer: the [worker] keys' types and bounds are WorkerOptions'.
 #             Nothing below the faces imports it (the Worker takes a WorkerOptions instead).
-#   cli       the `harvest` command (a face)
+#   cli       the `harvest` command (a face); it may start the web face (`harvest serve`)
+#   web       the HTTP face: the management API, event streams, the dashboard
 # "harvest" is the package's own __init__: the public names, resolved lazily from the layers.
-BELOW_FACES = {"core", "declare", "runtime", "db", "shard", "client", "worker"}
+BELOW_FACES = {"core", "telemetry", "declare", "runtime", "db", "shard", "client", "worker"}
 ALLOWED: dict[str, set[str]] = {
     "core": {"core"},
+    "telemetry": {"core", "telemetry"},
     "declare": {"core", "declare"},
     "runtime": {"core", "declare", "runtime"},
-    "db": {"core", "db"},
-    "shard": {"core", "db", "shard"},
-    "client": {"core", "declare", "db", "shard", "client"},
-    "worker": {"core", "declare", "runtime", "db", "shard", "worker"},
+    "db": {"core", "telemetry", "db"},
+    "shard": {"core", "telemetry", "db", "shard"},
+    "client": {"core", "telemetry", "declare", "db", "shard", "client"},
+    "worker": {"core", "telemetry", "declare", "runtime", "db", "shard", "worker"},
     "testing": BELOW_FACES | {"testing"},
     "config": BELOW_FACES | {"config"},
-    "cli": BELOW_FACES | {"testing", "config", "cli", "shard"},
+    "cli": BELOW_FACES | {"testing", "config", "cli", "web"},
+    "web": BELOW_FACES | {"config", "web"},
     "harvest": BELOW_FACES,
 }
 DRIVERS = ("psycopg", "psycopg_pool", "pglast")

@@ -1,0 +1,50 @@
+"""Who is calling the management API, and the one question each route asks about them.
+
+Every route declares the scope it needs (``read``, ``operate`` or ``admin``); an ``Authorizer``
+turns a request into a ``Principal`` or refuses it. The principal's ``role`` is the Postgres role
+the request's database calls run as, so a token can never do what its role cannot: the database
+checks again what the route checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+Scope = Literal["read", "operate", "admin"]
+
+# Lowest to highest: each scope includes the ones before it (an admin token may operate and read).
+SCOPES: tuple[Scope, ...] = ("read", "operate", "admin")
+
+# The Postgres role each scope maps onto (functions/security.sql creates them).
+ROLE_OF_SCOPE: dict[Scope, str] = {
+    "read": "harvest_reader",
+    "operate": "harvest_operator",
+    "admin": "harvest_admin",
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller of one request."""
+
+    actor: str  # the name audit rows record: a token's name, or "dev" in the dev profile
+    scope: Scope  # the highest scope the caller holds
+    source: str = "api"  # audit source: "api", "cli" (the CLI over HTTP) or "ui" (the dashboard)
+
+    @property
+    def role(self) -> str:
+        """The Postgres role this caller's database calls run as."""
+        return ROLE_OF_SCOPE[self.scope]
+
+    def allows(self, needed: Scope) -> bool:
+        return SCOPES.index(self.scope) >= SCOPES.index(needed)
+
+
+class Authorizer(Protocol):
+    """Turns a request into the principal making it, or raises the API's 401/403 error."""
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal: ...
