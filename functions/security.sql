@@ -56,6 +56,11 @@ AS $$
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
                         'cancel_cross_shard_child')
             THEN 'harvest_worker'
+        WHEN p_name IN ('declare_schedules', 'list_due_schedules', 'fire_schedule', 'start_buffered_firings')
+            THEN 'harvest_worker'
+        WHEN p_name IN ('list_schedules', 'get_schedule', 'count_schedule_misses') THEN 'harvest_reader'
+        WHEN p_name IN ('create_schedule', 'update_schedule', 'delete_schedule', 'pause_schedule', 'resume_schedule',
+                        'trigger_schedule', 'backfill_schedule') THEN 'harvest_operator'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',

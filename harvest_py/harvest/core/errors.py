@@ -59,6 +59,12 @@ class WorkflowAlreadyExists(HarvestError):
         return self.existing_status
 
 
+class ScheduleAlreadyExists(HarvestError):
+    """A schedule of that name already exists (SQLSTATE HR014): update it, or delete it first."""
+
+    exit_code = 2
+
+
 class StaleTask(HarvestError):
     """A worker tried to commit work whose lease it no longer holds (SQLSTATE HR004)."""
 
@@ -283,6 +289,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR010": UnknownWorkflow,
     "HR011": WrongShard,
     "HR013": ExecutionMigrated,
+    "HR014": ScheduleAlreadyExists,
     "42501": PermissionDenied,
 }
 

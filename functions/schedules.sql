@@ -1,0 +1,861 @@
+-- Schedules (sql/schedules.sql, docs/schedules.md): a workflow started on a cron
+-- or an interval. PL/pgSQL cannot evaluate a cron expression, so the scheduler
+-- (harvest/worker/scheduler.py, run by the scanner loop) computes the slots in
+-- Python from a row list_due_schedules returns and hands them to fire_schedule,
+-- the tick: one transaction that locks the schedule (SKIP LOCKED), checks that
+-- the row is still at the revision the slots were computed from, records each
+-- slot's firing under the unique (schedule, slot), starts its run with the
+-- workflow id sched:{name}:{unix seconds} and stores the next slot. A doubled or
+-- crashed tick therefore starts no slot twice and loses none: the loser of a race
+-- finds the row locked or its revision gone, and a killed transaction leaves the
+-- row as it was for the next tick.
+--
+-- Overlap (max_active_runs reached): skip, buffer_one, buffer_all, cancel_other,
+-- terminate_other, allow_all. Catch-up: a slot older than catchup_window_secs
+-- when the tick sees it is missed (schedule_misses, with the reason), not started.
+
+-- The spec of a schedule as a JSON object (the keys create_schedule takes without
+-- p_), checked and completed with the defaults: HR001 naming the bad field.
+CREATE OR REPLACE FUNCTION harvest._check_schedule_spec(p_spec jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_name text := p_spec ->> 'name';
+    v_catchup boolean;
+    v_window bigint;
+    v_spec jsonb;
+    v_unknown text;
+BEGIN
+    SELECT string_agg(k, ', ' ORDER BY k) INTO v_unknown FROM jsonb_object_keys(p_spec) AS k
+    WHERE k NOT IN ('name', 'kind', 'workflow_name', 'queue', 'input', 'cron', 'interval_secs', 'timezone',
+                    'max_active_runs', 'overlap', 'catchup', 'catchup_window_secs', 'jitter_secs', 'paused');
+    IF v_unknown IS NOT NULL THEN
+        RAISE EXCEPTION 'schedule: unknown field(s) %', v_unknown USING ERRCODE = 'HR001',
+            HINT = 'the fields are name, kind, workflow_name, queue, input, cron, interval_secs, timezone, '
+                   'max_active_runs, overlap, catchup, catchup_window_secs, jitter_secs, paused';
+    END IF;
+    IF v_name IS NULL OR v_name = '' OR length(v_name) > 200 THEN
+        RAISE EXCEPTION 'schedule name must be 1 to 200 characters, got %', coalesce(quote_literal(v_name), 'none')
+            USING ERRCODE = 'HR001';
+    END IF;
+    v_catchup := coalesce((p_spec ->> 'catchup')::boolean, false);
+    IF coalesce(p_spec ->> 'workflow_name', '') = '' THEN
+        RAISE EXCEPTION 'schedule %: workflow_name is required', v_name USING ERRCODE = 'HR001';
+    END IF;
+    IF coalesce(p_spec ->> 'kind', 'workflow') NOT IN ('workflow', 'dag') THEN
+        RAISE EXCEPTION 'schedule %: kind must be workflow or dag, got %', v_name, p_spec ->> 'kind'
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF (nullif(p_spec ->> 'cron', '') IS NULL) = ((p_spec ->> 'interval_secs') IS NULL) THEN
+        RAISE EXCEPTION 'schedule %: give exactly one of cron and interval_secs', v_name USING ERRCODE = 'HR001';
+    END IF;
+    IF length(p_spec ->> 'cron') > 200 THEN
+        RAISE EXCEPTION 'schedule %: cron is longer than 200 characters', v_name USING ERRCODE = 'HR001';
+    END IF;
+    IF (p_spec ->> 'interval_secs')::bigint < 1 THEN
+        RAISE EXCEPTION 'schedule %: interval_secs must be at least 1, got %', v_name, p_spec ->> 'interval_secs'
+            USING ERRCODE = 'HR001';
+    END IF;
+    BEGIN
+        PERFORM now() AT TIME ZONE coalesce(p_spec ->> 'timezone', 'UTC');
+    EXCEPTION WHEN invalid_parameter_value THEN
+        RAISE EXCEPTION 'schedule %: timezone % is unknown', v_name, quote_literal(p_spec ->> 'timezone')
+            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name such as Europe/Paris or UTC';
+    END;
+    IF coalesce((p_spec ->> 'max_active_runs')::integer, 1) < 1 THEN
+        RAISE EXCEPTION 'schedule %: max_active_runs must be at least 1', v_name USING ERRCODE = 'HR001';
+    END IF;
+    IF coalesce(p_spec ->> 'overlap', 'skip') NOT IN (
+        'skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all'
+    ) THEN
+        RAISE EXCEPTION 'schedule %: overlap % is unknown', v_name, quote_literal(p_spec ->> 'overlap')
+            USING ERRCODE = 'HR001',
+                HINT = 'use skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all';
+    END IF;
+    v_window := coalesce((p_spec ->> 'catchup_window_secs')::bigint,
+                         CASE WHEN v_catchup THEN 365 * 86400 ELSE 60 END);
+    IF v_window < 1 THEN
+        RAISE EXCEPTION 'schedule %: catchup_window_secs must be at least 1', v_name USING ERRCODE = 'HR001';
+    END IF;
+    IF coalesce((p_spec ->> 'jitter_secs')::double precision, 0) < 0 THEN
+        RAISE EXCEPTION 'schedule %: jitter_secs must not be negative', v_name USING ERRCODE = 'HR001';
+    END IF;
+    IF jsonb_typeof(coalesce(p_spec -> 'input', '[]'::jsonb)) <> 'array' THEN
+        RAISE EXCEPTION 'schedule %: input must be a JSON array of the workflow''s arguments', v_name
+            USING ERRCODE = 'HR001';
+    END IF;
+    v_spec := jsonb_build_object(
+        'name', v_name,
+        'kind', coalesce(p_spec ->> 'kind', 'workflow'),
+        'workflow_name', p_spec ->> 'workflow_name',
+        'queue', coalesce(p_spec ->> 'queue', 'default'),
+        'input', coalesce(p_spec -> 'input', '[]'::jsonb),
+        'cron', nullif(p_spec ->> 'cron', ''),
+        'interval_secs', (p_spec ->> 'interval_secs')::bigint,
+        'timezone', coalesce(p_spec ->> 'timezone', 'UTC'),
+        'max_active_runs', coalesce((p_spec ->> 'max_active_runs')::integer, 1),
+        'overlap', coalesce(p_spec ->> 'overlap', 'skip'),
+        'catchup', v_catchup,
+        'catchup_window_secs', v_window,
+        'jitter_secs', coalesce((p_spec ->> 'jitter_secs')::double precision, 0));
+    RETURN v_spec;
+EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
+    RAISE EXCEPTION 'schedule %: a numeric or boolean field has a value of the wrong type (%)', v_name, SQLERRM
+        USING ERRCODE = 'HR001';
+END;
+$$;
+
+-- Insert or change a schedule from a checked spec. A change of when it fires (cron,
+-- interval, zone, jitter) drops the computed next slot: the scheduler computes it
+-- again from now. Every change moves the revision on. Returns the row and whether
+-- anything changed.
+CREATE OR REPLACE FUNCTION harvest._put_schedule(
+    p_spec jsonb, p_declared boolean, p_create_only boolean, OUT schedule harvest.schedules, OUT changed boolean
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_spec jsonb := harvest._check_schedule_spec(p_spec);
+    v_old harvest.schedules;
+    v_now timestamptz := harvest.now();
+    v_timing_changed boolean;
+BEGIN
+    SELECT * INTO v_old FROM harvest.schedules AS s WHERE s.name = v_spec ->> 'name' FOR UPDATE;
+    IF FOUND AND p_create_only THEN
+        RAISE EXCEPTION 'schedule % already exists', v_spec ->> 'name' USING ERRCODE = 'HR014',
+            DETAIL = jsonb_build_object('name', v_spec ->> 'name')::text,
+            HINT = 'update it (harvest schedule update), or delete it first';
+    END IF;
+    IF NOT FOUND THEN
+        INSERT INTO harvest.schedules AS s (
+            name, kind, workflow_name, queue, input, cron, interval_secs, timezone, max_active_runs, overlap,
+            catchup, catchup_window_secs, jitter_secs, paused, declared, anchor_at, created_at, updated_at
+        ) VALUES (
+            v_spec ->> 'name', v_spec ->> 'kind', v_spec ->> 'workflow_name', v_spec ->> 'queue', v_spec -> 'input',
+            v_spec ->> 'cron', (v_spec ->> 'interval_secs')::bigint, v_spec ->> 'timezone',
+            (v_spec ->> 'max_active_runs')::integer, v_spec ->> 'overlap', (v_spec ->> 'catchup')::boolean,
+            (v_spec ->> 'catchup_window_secs')::bigint, (v_spec ->> 'jitter_secs')::double precision,
+            coalesce((p_spec ->> 'paused')::boolean, false), p_declared, v_now, v_now, v_now
+        ) RETURNING * INTO schedule;
+        changed := true;
+        RETURN;
+    END IF;
+    IF v_spec = harvest._schedule_spec(v_old) AND v_old.declared = (v_old.declared OR p_declared) THEN
+        schedule := v_old;
+        changed := false;
+        RETURN;
+    END IF;
+    v_timing_changed := (v_spec ->> 'cron') IS DISTINCT FROM v_old.cron
+        OR (v_spec ->> 'interval_secs')::bigint IS DISTINCT FROM v_old.interval_secs
+        OR (v_spec ->> 'timezone') IS DISTINCT FROM v_old.timezone
+        OR (v_spec ->> 'jitter_secs')::double precision IS DISTINCT FROM v_old.jitter_secs;
+    UPDATE harvest.schedules AS s SET
+        kind = v_spec ->> 'kind', workflow_name = v_spec ->> 'workflow_name', queue = v_spec ->> 'queue',
+        input = v_spec -> 'input', cron = v_spec ->> 'cron', interval_secs = (v_spec ->> 'interval_secs')::bigint,
+        timezone = v_spec ->> 'timezone', max_active_runs = (v_spec ->> 'max_active_runs')::integer,
+        overlap = v_spec ->> 'overlap', catchup = (v_spec ->> 'catchup')::boolean,
+        catchup_window_secs = (v_spec ->> 'catchup_window_secs')::bigint,
+        jitter_secs = (v_spec ->> 'jitter_secs')::double precision,
+        declared = s.declared OR p_declared,
+        anchor_at = CASE WHEN v_timing_changed THEN v_now ELSE s.anchor_at END,
+        next_fire_at = CASE WHEN v_timing_changed THEN NULL ELSE s.next_fire_at END,
+        next_due_at = CASE WHEN v_timing_changed THEN NULL ELSE s.next_due_at END,
+        revision = s.revision + 1, updated_at = v_now
+    WHERE s.id = v_old.id
+    RETURNING * INTO schedule;
+    changed := true;
+END;
+$$;
+
+-- The spec of a stored schedule, as _check_schedule_spec returns it.
+CREATE OR REPLACE FUNCTION harvest._schedule_spec(p_schedule harvest.schedules)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_build_object(
+        'name', p_schedule.name, 'kind', p_schedule.kind, 'workflow_name', p_schedule.workflow_name,
+        'queue', p_schedule.queue, 'input', p_schedule.input, 'cron', p_schedule.cron,
+        'interval_secs', p_schedule.interval_secs, 'timezone', p_schedule.timezone,
+        'max_active_runs', p_schedule.max_active_runs, 'overlap', p_schedule.overlap,
+        'catchup', p_schedule.catchup, 'catchup_window_secs', p_schedule.catchup_window_secs,
+        'jitter_secs', p_schedule.jitter_secs);
+$$;
+
+-- A schedule row as the API answers it (JSON).
+CREATE OR REPLACE FUNCTION harvest._schedule_json(p_schedule harvest.schedules)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT harvest._schedule_spec(p_schedule) || jsonb_build_object(
+        'paused', p_schedule.paused, 'paused_note', p_schedule.paused_note, 'declared', p_schedule.declared,
+        'anchor_at', p_schedule.anchor_at, 'next_fire_at', p_schedule.next_fire_at,
+        'next_due_at', p_schedule.next_due_at, 'last_slot_at', p_schedule.last_slot_at,
+        'missed_slots', p_schedule.missed_slots, 'revision', p_schedule.revision,
+        'created_at', p_schedule.created_at, 'updated_at', p_schedule.updated_at);
+$$;
+
+-- Lock a schedule by name, or raise HR002.
+CREATE OR REPLACE FUNCTION harvest._lock_schedule(p_name text)
+RETURNS harvest.schedules
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules;
+BEGIN
+    SELECT * INTO v_schedule FROM harvest.schedules AS s WHERE s.name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % does not exist', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = 'HR002',
+            HINT = 'harvest schedule list shows the schedules of this database';
+    END IF;
+    RETURN v_schedule;
+END;
+$$;
+
+-- How many runs a schedule started are still running (a continue-as-new chain
+-- counts as its live run: the key is the workflow id).
+CREATE OR REPLACE FUNCTION harvest._schedule_active_runs(p_schedule harvest.schedules)
+RETURNS integer
+LANGUAGE sql STABLE
+AS $$
+    SELECT count(*)::integer
+    FROM harvest.schedule_firings AS f
+    JOIN harvest.executions AS e
+      ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id AND e.status = 'RUNNING'
+    WHERE f.schedule_id = p_schedule.id AND f.status = 'started';
+$$;
+
+-- A firing as the API answers it.
+CREATE OR REPLACE FUNCTION harvest._firing_json(p_firing harvest.schedule_firings)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT jsonb_build_object(
+        'slot_at', p_firing.slot_at, 'origin', p_firing.origin, 'status', p_firing.status,
+        'reason', p_firing.reason, 'workflow_id', p_firing.workflow_id, 'execution_id', p_firing.execution_id,
+        'recorded_at', p_firing.recorded_at, 'started_at', p_firing.started_at);
+$$;
+
+-- Start the run of a recorded firing (status started, or failed with the error when
+-- the start raised: an unregistered workflow, a quota, ...; the tick goes on).
+CREATE OR REPLACE FUNCTION harvest._start_firing(p_schedule harvest.schedules, p_firing_id bigint)
+RETURNS harvest.schedule_firings
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_firing harvest.schedule_firings;
+    v_start record;
+    v_now timestamptz := harvest.now();
+BEGIN
+    SELECT * INTO v_firing FROM harvest.schedule_firings AS f WHERE f.id = p_firing_id;
+    BEGIN
+        SELECT * INTO v_start FROM harvest.start_workflow(
+            p_workflow_name => p_schedule.workflow_name, p_input => p_schedule.input,
+            p_workflow_id => v_firing.workflow_id, p_queue => p_schedule.queue);
+        UPDATE harvest.schedule_firings AS f SET
+            status = 'started', execution_id = v_start.execution_id, started_at = v_now,
+            reason = CASE WHEN v_start.status = 'DEFERRED' THEN 'deferred'
+                          WHEN NOT v_start.started_fresh THEN 'already_started' ELSE f.reason END
+        WHERE f.id = p_firing_id
+        RETURNING * INTO v_firing;
+    EXCEPTION WHEN OTHERS THEN
+        UPDATE harvest.schedule_firings AS f SET status = 'failed', reason = SQLSTATE || ': ' || SQLERRM
+        WHERE f.id = p_firing_id
+        RETURNING * INTO v_firing;
+    END;
+    RETURN v_firing;
+END;
+$$;
+
+-- Start the buffered firings of a locked schedule, oldest slot first, while it has
+-- fewer live runs than max_active_runs (p_except: a firing being decided now).
+CREATE OR REPLACE FUNCTION harvest._start_buffered(p_schedule harvest.schedules, p_except bigint DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_free integer := p_schedule.max_active_runs - harvest._schedule_active_runs(p_schedule);
+    v_id bigint;
+    v_started integer := 0;
+BEGIN
+    WHILE v_free > 0 LOOP
+        SELECT f.id INTO v_id FROM harvest.schedule_firings AS f
+        WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except
+        ORDER BY f.slot_at LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        IF (harvest._start_firing(p_schedule, v_id)).status = 'started' THEN
+            v_free := v_free - 1;
+        END IF;
+        v_started := v_started + 1;
+    END LOOP;
+    RETURN v_started;
+END;
+$$;
+
+-- Fire one slot of a locked schedule under an overlap policy: record the firing
+-- (a slot already recorded is answered as status duplicate and nothing happens),
+-- start older buffered firings first, then start, skip or buffer this one.
+CREATE OR REPLACE FUNCTION harvest._fire_slot(
+    p_schedule harvest.schedules, p_slot timestamptz, p_origin text, p_overlap text
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id bigint;
+    v_firing harvest.schedule_firings;
+    v_now timestamptz := harvest.now();
+    v_run record;
+    v_waiting boolean;
+BEGIN
+    INSERT INTO harvest.schedule_firings AS f (schedule_id, slot_at, origin, status, workflow_id, recorded_at)
+    VALUES (p_schedule.id, p_slot, p_origin, 'buffered',
+            'sched:' || p_schedule.name || ':' || floor(extract(EPOCH FROM p_slot))::bigint, v_now)
+    ON CONFLICT (schedule_id, slot_at) DO NOTHING
+    RETURNING f.id INTO v_id;
+    IF v_id IS NULL THEN
+        SELECT * INTO v_firing FROM harvest.schedule_firings AS f
+        WHERE f.schedule_id = p_schedule.id AND f.slot_at = p_slot;
+        RETURN harvest._firing_json(v_firing) || jsonb_build_object('duplicate', true);
+    END IF;
+    PERFORM harvest._start_buffered(p_schedule, v_id);
+    v_waiting := EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id);
+    IF p_overlap = 'allow_all' OR harvest._schedule_active_runs(p_schedule) < p_schedule.max_active_runs THEN
+        v_firing := harvest._start_firing(p_schedule, v_id);
+    ELSIF p_overlap = 'skip' THEN
+        UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'max_active_runs'
+        WHERE f.id = v_id RETURNING * INTO v_firing;
+    ELSIF p_overlap = 'buffer_one' AND v_waiting THEN
+        UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'buffer_full'
+        WHERE f.id = v_id RETURNING * INTO v_firing;
+    ELSIF p_overlap IN ('buffer_one', 'buffer_all') THEN
+        SELECT * INTO v_firing FROM harvest.schedule_firings AS f WHERE f.id = v_id;
+    ELSE
+        -- cancel_other / terminate_other: the newest slot wins; older waiting ones give way.
+        UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'superseded'
+        WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
+        FOR v_run IN
+            SELECT e.id FROM harvest.schedule_firings AS f
+            JOIN harvest.executions AS e
+              ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
+             AND e.status = 'RUNNING'
+            WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+            ORDER BY e.created_at
+        LOOP
+            IF p_overlap = 'cancel_other' THEN
+                PERFORM harvest.cancel_workflow(v_run.id, 'schedule ' || p_schedule.name || ': a newer slot ('
+                    || p_slot || ') cancels it (overlap cancel_other)');
+            ELSE
+                PERFORM harvest.terminate_workflow(v_run.id, 'schedule ' || p_schedule.name || ': a newer slot ('
+                    || p_slot || ') terminates it (overlap terminate_other)');
+            END IF;
+        END LOOP;
+        IF p_overlap = 'terminate_other' THEN
+            v_firing := harvest._start_firing(p_schedule, v_id);
+        ELSE
+            SELECT * INTO v_firing FROM harvest.schedule_firings AS f WHERE f.id = v_id;
+        END IF;
+    END IF;
+    RETURN harvest._firing_json(v_firing);
+END;
+$$;
+
+-- Keep the newest 1000 firings and misses of a schedule (and every buffered firing
+-- and every firing whose run is still live, which the overlap count reads).
+CREATE OR REPLACE FUNCTION harvest._prune_schedule_history(p_schedule harvest.schedules)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_keep_from timestamptz;
+    v_miss_from bigint;
+BEGIN
+    SELECT f.slot_at INTO v_keep_from FROM harvest.schedule_firings AS f
+    WHERE f.schedule_id = p_schedule.id ORDER BY f.slot_at DESC OFFSET 999 LIMIT 1;
+    IF v_keep_from IS NOT NULL THEN
+        DELETE FROM harvest.schedule_firings AS f
+        WHERE f.schedule_id = p_schedule.id AND f.slot_at < v_keep_from AND f.status <> 'buffered'
+          AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
+                          WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
+                            AND e.status = 'RUNNING');
+    END IF;
+    SELECT m.id INTO v_miss_from FROM harvest.schedule_misses AS m
+    WHERE m.schedule_id = p_schedule.id ORDER BY m.id DESC OFFSET 999 LIMIT 1;
+    IF v_miss_from IS NOT NULL THEN
+        DELETE FROM harvest.schedule_misses AS m WHERE m.schedule_id = p_schedule.id AND m.id < v_miss_from;
+    END IF;
+END;
+$$;
+
+-- ---------------------------------------------------------------------------------
+-- The operator's API
+
+-- Create a schedule (HR014 when the name is taken). The scheduler computes its
+-- first slot: the first one after now.
+CREATE OR REPLACE FUNCTION harvest.create_schedule(
+    p_name text,
+    p_workflow_name text,
+    p_cron text DEFAULT NULL,
+    p_interval_secs bigint DEFAULT NULL,
+    p_timezone text DEFAULT 'UTC',
+    p_input jsonb DEFAULT '[]'::jsonb,
+    p_queue text DEFAULT 'default',
+    p_max_active_runs integer DEFAULT 1,
+    p_overlap text DEFAULT 'skip',
+    p_catchup boolean DEFAULT false,
+    p_catchup_window_secs bigint DEFAULT NULL,
+    p_jitter_secs double precision DEFAULT 0,
+    p_kind text DEFAULT 'workflow',
+    p_paused boolean DEFAULT false,
+    p_operator_id text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_put record;
+BEGIN
+    v_put := harvest._put_schedule(jsonb_strip_nulls(jsonb_build_object(
+        'name', p_name, 'workflow_name', p_workflow_name, 'cron', p_cron, 'interval_secs', p_interval_secs,
+        'timezone', p_timezone, 'input', p_input, 'queue', p_queue, 'max_active_runs', p_max_active_runs,
+        'overlap', p_overlap, 'catchup', p_catchup, 'catchup_window_secs', p_catchup_window_secs,
+        'jitter_secs', p_jitter_secs, 'kind', p_kind, 'paused', p_paused)), false, true);
+    PERFORM harvest._audit('schedule.create', p_name, p_operator_id, harvest._schedule_spec(v_put.schedule));
+    RETURN harvest._schedule_json(v_put.schedule);
+END;
+$$;
+
+-- Change some fields of a schedule: p_changes is a JSON object of create_schedule's
+-- fields without p_ (HR001 for an unknown one, HR002 for an unknown schedule). A
+-- change of cron, interval, zone or jitter computes the next slot again from now;
+-- a paused schedule stays paused.
+CREATE OR REPLACE FUNCTION harvest.update_schedule(p_name text, p_changes jsonb, p_operator_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_old harvest.schedules;
+    v_put record;
+    v_changes jsonb := coalesce(p_changes, '{}'::jsonb);
+BEGIN
+    IF jsonb_typeof(v_changes) <> 'object' OR v_changes ? 'name' OR v_changes ? 'paused' THEN
+        RAISE EXCEPTION 'schedule changes must be a JSON object of fields other than name and paused'
+            USING ERRCODE = 'HR001', HINT = 'pause and resume with pause_schedule and resume_schedule';
+    END IF;
+    v_old := harvest._lock_schedule(p_name);
+    -- Switching between cron and interval: the other one goes.
+    IF v_changes ? 'cron' AND v_changes -> 'cron' <> 'null'::jsonb THEN
+        v_changes := v_changes || '{"interval_secs": null}';
+    ELSIF v_changes ? 'interval_secs' AND v_changes -> 'interval_secs' <> 'null'::jsonb THEN
+        v_changes := v_changes || '{"cron": null}';
+    END IF;
+    -- Turning catch-up on or off without a window takes that mode's default window.
+    IF v_changes ? 'catchup' AND NOT v_changes ? 'catchup_window_secs' THEN
+        v_changes := v_changes || '{"catchup_window_secs": null}';
+    END IF;
+    v_put := harvest._put_schedule(
+        jsonb_strip_nulls(harvest._schedule_spec(v_old) || v_changes), v_old.declared, false);
+    PERFORM harvest._audit('schedule.update', p_name, p_operator_id, jsonb_build_object('changes', p_changes));
+    RETURN harvest._schedule_json(v_put.schedule);
+END;
+$$;
+
+-- Delete a schedule and its firing history (its runs are not touched). A declared
+-- schedule comes back at the next worker boot. Returns false when there was none.
+CREATE OR REPLACE FUNCTION harvest.delete_schedule(p_name text, p_operator_id text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_deleted boolean;
+BEGIN
+    DELETE FROM harvest.schedules AS s WHERE s.name = p_name;
+    v_deleted := FOUND;
+    PERFORM harvest._audit('schedule.delete', p_name, p_operator_id, jsonb_build_object('deleted', v_deleted));
+    RETURN v_deleted;
+END;
+$$;
+
+-- Pause a schedule: no slot fires while it is paused and none is counted missed.
+-- A worker's boot (declare_schedules) keeps a runtime pause.
+CREATE OR REPLACE FUNCTION harvest.pause_schedule(
+    p_name text, p_note text DEFAULT NULL, p_operator_id text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules := harvest._lock_schedule(p_name);
+BEGIN
+    UPDATE harvest.schedules AS s SET paused = true, paused_note = p_note, revision = s.revision + 1,
+        updated_at = harvest.now()
+    WHERE s.id = v_schedule.id RETURNING * INTO v_schedule;
+    PERFORM harvest._audit('schedule.pause', p_name, p_operator_id, jsonb_build_object('note', p_note));
+    RETURN harvest._schedule_json(v_schedule);
+END;
+$$;
+
+-- Resume a paused schedule: the slots it skipped while paused are neither fired
+-- nor missed; the next one is the first after now. Resuming a running schedule
+-- changes nothing.
+CREATE OR REPLACE FUNCTION harvest.resume_schedule(p_name text, p_operator_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules := harvest._lock_schedule(p_name);
+BEGIN
+    IF v_schedule.paused THEN
+        UPDATE harvest.schedules AS s SET paused = false, paused_note = NULL, anchor_at = harvest.now(),
+            next_fire_at = NULL, next_due_at = NULL, revision = s.revision + 1, updated_at = harvest.now()
+        WHERE s.id = v_schedule.id RETURNING * INTO v_schedule;
+    END IF;
+    PERFORM harvest._audit('schedule.resume', p_name, p_operator_id, '{}'::jsonb);
+    RETURN harvest._schedule_json(v_schedule);
+END;
+$$;
+
+-- Fire a schedule now (a paused one too): the slot is the current second, under
+-- the schedule's overlap policy or p_overlap. A second that already has a firing
+-- answers that firing (duplicate true).
+CREATE OR REPLACE FUNCTION harvest.trigger_schedule(
+    p_name text, p_overlap text DEFAULT NULL, p_operator_id text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules := harvest._lock_schedule(p_name);
+    v_overlap text := coalesce(p_overlap, v_schedule.overlap);
+    v_firing jsonb;
+BEGIN
+    IF v_overlap NOT IN ('skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all') THEN
+        RAISE EXCEPTION 'overlap % is unknown', quote_literal(v_overlap) USING ERRCODE = 'HR001',
+            HINT = 'use skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all';
+    END IF;
+    v_firing := harvest._fire_slot(v_schedule, date_trunc('second', harvest.now()), 'trigger', v_overlap);
+    PERFORM harvest._audit('schedule.trigger', p_name, p_operator_id,
+        jsonb_build_object('overlap', v_overlap, 'slot_at', v_firing -> 'slot_at'));
+    RETURN v_firing;
+END;
+$$;
+
+-- Fire past slots on request (the caller computes them from the schedule's cron,
+-- harvest schedule backfill): each slot not already recorded is fired under
+-- p_overlap (default buffer_all: they run max_active_runs at a time, oldest
+-- first). Slots must be whole seconds, not in the future, at most 10000. Returns
+-- the count of each outcome.
+CREATE OR REPLACE FUNCTION harvest.backfill_schedule(
+    p_name text, p_slots timestamptz[], p_overlap text DEFAULT 'buffer_all', p_operator_id text DEFAULT NULL
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules := harvest._lock_schedule(p_name);
+    v_slot timestamptz;
+    v_firing jsonb;
+    v_counts jsonb := '{"started": 0, "buffered": 0, "skipped": 0, "failed": 0, "duplicate": 0}';
+    v_key text;
+BEGIN
+    IF coalesce(p_overlap, '') NOT IN (
+        'skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all'
+    ) THEN
+        RAISE EXCEPTION 'overlap % is unknown', coalesce(quote_literal(p_overlap), 'NULL') USING ERRCODE = 'HR001',
+            HINT = 'use skip, buffer_one, buffer_all, cancel_other, terminate_other or allow_all';
+    END IF;
+    IF coalesce(cardinality(p_slots), 0) > 10000 THEN
+        RAISE EXCEPTION 'a backfill takes at most 10000 slots, got %', cardinality(p_slots)
+            USING ERRCODE = 'HR001', HINT = 'backfill a shorter range at a time';
+    END IF;
+    IF EXISTS (SELECT 1 FROM unnest(p_slots) AS u (s)
+               WHERE u.s IS NULL OR u.s > harvest.now() OR u.s <> date_trunc('second', u.s)) THEN
+        RAISE EXCEPTION 'backfill slots must be whole seconds, not in the future' USING ERRCODE = 'HR001';
+    END IF;
+    FOR v_slot IN SELECT DISTINCT u.s FROM unnest(p_slots) AS u (s) ORDER BY 1 LOOP
+        v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap);
+        v_key := CASE WHEN v_firing ? 'duplicate' THEN 'duplicate' ELSE v_firing ->> 'status' END;
+        v_counts := jsonb_set(v_counts, ARRAY[v_key], to_jsonb((v_counts ->> v_key)::integer + 1));
+    END LOOP;
+    PERFORM harvest._audit('schedule.backfill', p_name, p_operator_id,
+        jsonb_build_object('slots', coalesce(cardinality(p_slots), 0), 'overlap', p_overlap) || v_counts);
+    RETURN v_counts;
+END;
+$$;
+
+-- ---------------------------------------------------------------------------------
+-- Reads
+
+-- The schedules of this database (one kind, or both), by name.
+CREATE OR REPLACE FUNCTION harvest.list_schedules(p_kind text DEFAULT NULL)
+RETURNS TABLE (
+    name text, kind text, workflow_name text, cron text, interval_secs bigint, timezone text,
+    max_active_runs integer, overlap text, catchup boolean, paused boolean, declared boolean,
+    next_fire_at timestamptz, last_slot_at timestamptz, missed_slots bigint, active_runs integer
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s.name, s.kind, s.workflow_name, s.cron, s.interval_secs, s.timezone, s.max_active_runs, s.overlap,
+           s.catchup, s.paused, s.declared, s.next_fire_at, s.last_slot_at, s.missed_slots,
+           harvest._schedule_active_runs(s)
+    FROM harvest.schedules AS s
+    WHERE p_kind IS NULL OR s.kind = lower(p_kind)
+    ORDER BY s.name;
+$$;
+
+-- One schedule with its last p_limit firings (each with its run's current status)
+-- and misses, its live and buffered runs (HR002 when it does not exist).
+CREATE OR REPLACE FUNCTION harvest.get_schedule(p_name text, p_limit integer DEFAULT 20)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_schedule harvest.schedules;
+    v_limit integer := least(greatest(coalesce(p_limit, 20), 1), 1000);
+BEGIN
+    SELECT * INTO v_schedule FROM harvest.schedules AS s WHERE s.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % does not exist', coalesce(quote_literal(p_name), 'NULL') USING ERRCODE = 'HR002',
+            HINT = 'harvest schedule list shows the schedules of this database';
+    END IF;
+    RETURN harvest._schedule_json(v_schedule) || jsonb_build_object(
+        'active_runs', harvest._schedule_active_runs(v_schedule),
+        'buffered', (SELECT count(*) FROM harvest.schedule_firings AS f
+                     WHERE f.schedule_id = v_schedule.id AND f.status = 'buffered'),
+        'firings', coalesce((
+            SELECT jsonb_agg(x.j ORDER BY x.slot_at DESC) FROM (
+                SELECT f.slot_at, harvest._firing_json(f) || jsonb_build_object('run_status', (
+                    SELECT e.status FROM harvest.executions AS e
+                    WHERE e.workflow_name = v_schedule.workflow_name AND e.workflow_id = f.workflow_id
+                    ORDER BY e.created_at DESC LIMIT 1)) AS j
+                FROM harvest.schedule_firings AS f WHERE f.schedule_id = v_schedule.id
+                ORDER BY f.slot_at DESC LIMIT v_limit) AS x), '[]'::jsonb),
+        'misses', coalesce((
+            SELECT jsonb_agg(x.j ORDER BY x.id DESC) FROM (
+                SELECT m.id, jsonb_build_object(
+                    'first_slot_at', m.first_slot_at, 'last_slot_at', m.last_slot_at, 'slots', m.slots,
+                    'reason', m.reason, 'recorded_at', m.recorded_at) AS j
+                FROM harvest.schedule_misses AS m WHERE m.schedule_id = v_schedule.id
+                ORDER BY m.id DESC LIMIT v_limit) AS x), '[]'::jsonb));
+END;
+$$;
+
+-- Missed slots per schedule: since p_since (from the misses kept), or ever (the
+-- schedule's counter) when p_since is NULL. The missed-schedules signal of the
+-- alert pack.
+CREATE OR REPLACE FUNCTION harvest.count_schedule_misses(p_since timestamptz DEFAULT NULL)
+RETURNS TABLE (schedule_name text, kind text, missed_slots bigint, last_missed_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s.name, s.kind,
+           CASE WHEN p_since IS NULL THEN s.missed_slots
+                ELSE coalesce((SELECT sum(m.slots) FROM harvest.schedule_misses AS m
+                               WHERE m.schedule_id = s.id AND m.recorded_at >= p_since), 0)::bigint END,
+           (SELECT max(m.recorded_at) FROM harvest.schedule_misses AS m WHERE m.schedule_id = s.id)
+    FROM harvest.schedules AS s
+    ORDER BY s.name;
+$$;
+
+-- ---------------------------------------------------------------------------------
+-- The scheduler's API (harvest/worker/scheduler.py)
+
+-- Upsert the schedules an App declares (a worker's boot): a JSON array of specs
+-- (create_schedule's fields without p_). An unchanged schedule is left as it is;
+-- a changed one is updated; a runtime pause is never undone. Returns how many
+-- changed.
+CREATE OR REPLACE FUNCTION harvest.declare_schedules(p_schedules jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_spec jsonb;
+    v_changed integer := 0;
+BEGIN
+    IF jsonb_typeof(p_schedules) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'schedules must be a JSON array of schedule specs' USING ERRCODE = 'HR001';
+    END IF;
+    FOR v_spec IN SELECT x.value FROM jsonb_array_elements(p_schedules) AS x ORDER BY x.value ->> 'name' LOOP
+        IF (harvest._put_schedule(v_spec - 'paused', true, false)).changed THEN
+            v_changed := v_changed + 1;
+        END IF;
+    END LOOP;
+    RETURN v_changed;
+END;
+$$;
+
+-- The unpaused schedules whose next slot is due or not computed yet, most overdue
+-- first, with what the scheduler needs to compute slots, and the engine's clock.
+CREATE OR REPLACE FUNCTION harvest.list_due_schedules(p_limit integer DEFAULT 100)
+RETURNS TABLE (
+    schedule_id bigint, name text, cron text, interval_secs bigint, timezone text, jitter_secs double precision,
+    catchup_window_secs bigint, anchor_at timestamptz, next_fire_at timestamptz, last_slot_at timestamptz,
+    revision bigint, now timestamptz
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT s.id, s.name, s.cron, s.interval_secs, s.timezone, s.jitter_secs, s.catchup_window_secs, s.anchor_at,
+           s.next_fire_at, s.last_slot_at, s.revision, harvest.now()
+    FROM harvest.schedules AS s
+    WHERE NOT s.paused AND (s.next_due_at IS NULL OR s.next_due_at <= harvest.now())
+    ORDER BY s.next_due_at NULLS FIRST
+    LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000);
+$$;
+
+-- The tick of one schedule: lock it (SKIP LOCKED: another scheduler has it ->
+-- 'busy'), refuse a row no longer at p_revision ('stale': the slots were computed
+-- from an older row, or it was paused), then fire each slot of p_slots (ascending,
+-- after last_slot_at, not in the future) that is inside the catch-up window,
+-- record the older ones and p_missed_* as one miss, and store the next slot. One
+-- transaction: a killed tick leaves the row as it was.
+CREATE OR REPLACE FUNCTION harvest.fire_schedule(
+    p_schedule_id bigint,
+    p_revision bigint,
+    p_slots timestamptz[],
+    p_next_fire_at timestamptz,
+    p_next_due_at timestamptz,
+    p_missed_first_at timestamptz DEFAULT NULL,
+    p_missed_last_at timestamptz DEFAULT NULL,
+    p_missed_slots integer DEFAULT 0
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules;
+    v_now timestamptz := harvest.now();
+    v_cutoff timestamptz;
+    v_slot timestamptz;
+    v_previous timestamptz;
+    v_firings jsonb := '[]'::jsonb;
+    v_missed integer := coalesce(p_missed_slots, 0);
+    v_missed_first timestamptz := p_missed_first_at;
+    v_missed_last timestamptz := p_missed_last_at;
+BEGIN
+    IF p_next_fire_at IS NULL OR p_next_due_at IS NULL OR p_next_due_at < p_next_fire_at THEN
+        RAISE EXCEPTION 'fire_schedule needs the next slot and its due time (due at or after the slot)'
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF v_missed < 0 OR (v_missed > 0) <> (p_missed_first_at IS NOT NULL AND p_missed_last_at IS NOT NULL) THEN
+        RAISE EXCEPTION 'fire_schedule: p_missed_slots > 0 goes with the first and last missed slot'
+            USING ERRCODE = 'HR001';
+    END IF;
+    SELECT * INTO v_schedule FROM harvest.schedules AS s WHERE s.id = p_schedule_id FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('outcome', 'busy');
+    END IF;
+    IF v_schedule.revision <> p_revision OR v_schedule.paused THEN
+        RETURN jsonb_build_object('outcome', 'stale');
+    END IF;
+    v_previous := coalesce(p_missed_last_at, v_schedule.last_slot_at);
+    IF p_missed_first_at > p_missed_last_at OR p_missed_first_at <= v_schedule.last_slot_at THEN
+        RAISE EXCEPTION 'fire_schedule: the missed slots must follow the last slot (%)', v_schedule.last_slot_at
+            USING ERRCODE = 'HR001';
+    END IF;
+    v_cutoff := v_now - make_interval(secs => v_schedule.catchup_window_secs);
+    FOREACH v_slot IN ARRAY coalesce(p_slots, '{}') LOOP
+        IF v_slot IS NULL OR v_slot > v_now OR v_slot <= v_previous THEN
+            RAISE EXCEPTION 'fire_schedule: slot % is not after % or is in the future', v_slot, v_previous
+                USING ERRCODE = 'HR001', HINT = 'pass ascending slots after the last one, none after now';
+        END IF;
+        v_previous := v_slot;
+        IF v_slot < v_cutoff THEN
+            v_missed := v_missed + 1;
+            v_missed_first := least(v_missed_first, v_slot);
+            v_missed_last := greatest(v_missed_last, v_slot);
+        ELSE
+            v_firings := v_firings || harvest._fire_slot(v_schedule, v_slot, 'schedule', v_schedule.overlap);
+        END IF;
+    END LOOP;
+    IF p_next_fire_at <= v_previous THEN
+        RAISE EXCEPTION 'fire_schedule: the next slot % is not after the last one %', p_next_fire_at, v_previous
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF v_missed > 0 THEN
+        INSERT INTO harvest.schedule_misses (schedule_id, first_slot_at, last_slot_at, slots, reason, recorded_at)
+        VALUES (v_schedule.id, v_missed_first, v_missed_last, v_missed,
+                CASE WHEN v_schedule.catchup THEN 'outside_catchup_window' ELSE 'catchup_off' END, v_now);
+    END IF;
+    UPDATE harvest.schedules AS s SET
+        next_fire_at = p_next_fire_at, next_due_at = p_next_due_at,
+        last_slot_at = coalesce(v_previous, s.last_slot_at), missed_slots = s.missed_slots + v_missed,
+        revision = s.revision + 1, updated_at = v_now
+    WHERE s.id = v_schedule.id;
+    IF v_firings <> '[]'::jsonb OR v_missed > 0 THEN
+        PERFORM harvest._prune_schedule_history(v_schedule);
+    END IF;
+    RETURN jsonb_build_object('outcome', 'fired', 'firings', v_firings, 'missed', v_missed);
+END;
+$$;
+
+-- Start the buffered firings of schedules that have a free run again (a run ended),
+-- oldest slot first; schedules another scheduler holds are skipped. Returns how
+-- many firings it started or failed.
+CREATE OR REPLACE FUNCTION harvest.start_buffered_firings(p_limit integer DEFAULT 100)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_schedule harvest.schedules;
+    v_started integer := 0;
+BEGIN
+    FOR v_schedule IN
+        SELECT s.* FROM harvest.schedules AS s
+        WHERE NOT s.paused AND EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                                       WHERE f.schedule_id = s.id AND f.status = 'buffered')
+        ORDER BY s.id
+        LIMIT least(greatest(coalesce(p_limit, 100), 1), 1000)
+        FOR UPDATE OF s SKIP LOCKED
+    LOOP
+        v_started := v_started + harvest._start_buffered(v_schedule);
+    END LOOP;
+    RETURN v_started;
+END;
+$$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.create_schedule IS
+'Create a schedule (cron in a time zone, or an interval) that starts workflow_name as sched:{name}:{unix_ts}; '
+'HR014 when the name is taken, HR001 naming a bad field. Called by the CLI (harvest schedule create-workflow) '
+'and psql (role harvest_operator).';
+COMMENT ON FUNCTION harvest.update_schedule IS
+'Change fields of a schedule (a JSON object); a new cron, interval, zone or jitter computes the next slot again '
+'from now, a pause stays. HR002 for an unknown schedule. Called by the CLI (role harvest_operator).';
+COMMENT ON FUNCTION harvest.delete_schedule IS
+'Delete a schedule and its firing history (its runs go on); false when there was none. Called by the CLI '
+'(role harvest_operator).';
+COMMENT ON FUNCTION harvest.pause_schedule IS
+'Pause a schedule: nothing fires and nothing is counted missed until resume; a worker boot keeps the pause. '
+'Called by the CLI (role harvest_operator).';
+COMMENT ON FUNCTION harvest.resume_schedule IS
+'Resume a paused schedule from now: the slots skipped while paused neither fire nor count as missed. Called by '
+'the CLI (role harvest_operator).';
+COMMENT ON FUNCTION harvest.trigger_schedule IS
+'Fire a schedule now (slot = the current second) under its overlap policy or p_overlap; a second already fired '
+'answers that firing. Called by the CLI (role harvest_operator).';
+COMMENT ON FUNCTION harvest.backfill_schedule IS
+'Fire past slots the caller computed (at most 10000, whole seconds, not in the future) under p_overlap (default '
+'buffer_all); a slot already recorded is not fired again. Called by the CLI (role harvest_operator).';
+COMMENT ON FUNCTION harvest.list_schedules IS
+'The schedules of this database (workflow and dag kinds) with their next slot, last slot, missed slots and live '
+'runs. Called by the CLI and the dashboard (role harvest_reader).';
+COMMENT ON FUNCTION harvest.get_schedule IS
+'One schedule with its last firings (run ids and run statuses), misses with reasons, live and buffered runs; '
+'HR002 when it does not exist. Called by the CLI (role harvest_reader).';
+COMMENT ON FUNCTION harvest.count_schedule_misses IS
+'Missed slots per schedule, since a time or ever: the missed-schedules signal for metrics and alerts. Called by '
+'telemetry and the CLI (role harvest_reader).';
+COMMENT ON FUNCTION harvest.declare_schedules IS
+'Upsert the schedules an App declares at worker boot: unchanged ones stay as they are, a runtime pause is '
+'never undone; returns how many changed. Called by the worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.list_due_schedules IS
+'The unpaused schedules whose next slot is due or not computed yet, with the engine clock, for the scheduler to '
+'compute slots from. Called by the scheduler (role harvest_worker).';
+COMMENT ON FUNCTION harvest.fire_schedule IS
+'The scheduler tick of one schedule in one transaction: lock it (busy when another scheduler has it), check '
+'the revision (stale), fire the due slots inside the catch-up window under the overlap policy, record missed '
+'ones, store the next slot; (schedule, slot) is unique so nothing fires twice. Called by the scheduler (role '
+'harvest_worker).';
+COMMENT ON FUNCTION harvest.start_buffered_firings IS
+'Start buffered firings of schedules whose live runs fell below max_active_runs, oldest slot first. Called by '
+'the scheduler each tick (role harvest_worker).';

@@ -1,0 +1,226 @@
+-- functions/schedules.sql: create_schedule, update_schedule, delete_schedule,
+-- pause_schedule, resume_schedule, trigger_schedule, backfill_schedule,
+-- list_schedules, get_schedule, count_schedule_misses, declare_schedules,
+-- list_due_schedules, fire_schedule (the tick: revision check, SKIP LOCKED,
+-- catch-up window, overlap policies, the (schedule, slot) uniqueness) and
+-- start_buffered_firings. The helpers run inside them: harvest._check_schedule_spec
+-- (the bad fields), harvest._put_schedule and harvest._schedule_spec (create, update,
+-- declare), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
+-- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
+-- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
+BEGIN;
+SELECT plan(61);
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+-- The revision of a schedule, and a tick of it (as the scheduler makes one).
+CREATE FUNCTION pg_temp.rev(p_name text) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT revision FROM harvest.schedules WHERE name = p_name;
+$fn$;
+CREATE FUNCTION pg_temp.tick(p_name text, p_slots timestamptz[], p_next timestamptz) RETURNS jsonb
+LANGUAGE sql AS $fn$
+    SELECT harvest.fire_schedule(s.id, s.revision, p_slots, p_next, p_next) FROM harvest.schedules AS s
+    WHERE s.name = p_name;
+$fn$;
+CREATE FUNCTION pg_temp.firing_statuses(p_name text) RETURNS text LANGUAGE sql AS $fn$
+    SELECT string_agg(to_char(f.slot_at, 'HH24:MI') || '=' || f.status || coalesce('/' || f.reason, ''), ' '
+                      ORDER BY f.slot_at)
+    FROM harvest.schedule_firings AS f JOIN harvest.schedules AS s ON s.id = f.schedule_id WHERE s.name = p_name;
+$fn$;
+-- End the live runs of a schedule (as a worker completing them would).
+CREATE FUNCTION pg_temp.finish_runs(p_name text) RETURNS void LANGUAGE sql AS $fn$
+    SELECT harvest.terminate_workflow(e.id, 'test') FROM harvest.executions AS e
+    WHERE e.workflow_id LIKE 'sched:' || p_name || ':%' AND e.status = 'RUNNING';
+$fn$;
+
+-- ---------------------------------------------------------------- create_schedule
+SELECT is(harvest.create_schedule('daily', 'report_wf', p_cron => '0 3 * * *', p_timezone => 'Europe/Paris',
+                                  p_input => '[{"region": "eu"}]') ->> 'timezone',
+          'Europe/Paris', 'create_schedule() stores a cron schedule in its zone');
+SELECT results_eq(
+    $$SELECT kind, overlap, max_active_runs, catchup, catchup_window_secs, paused, next_fire_at IS NULL, anchor_at
+      FROM harvest.schedules WHERE name = 'daily'$$,
+    $$VALUES ('workflow'::text, 'skip'::text, 1, false, 60::bigint, false, true,
+              '2030-01-01 00:00:00+00'::timestamptz)$$,
+    'the defaults: kind workflow, overlap skip, one active run, catch-up off (60 s grace), next slot to compute');
+SELECT throws_ok($$SELECT harvest.create_schedule('daily', 'report_wf', p_cron => '* * * * *')$$, 'HR014',
+                 'schedule daily already exists', 'a taken name is HR014');
+SELECT throws_ok($$SELECT harvest.create_schedule('bad_tz', 'wf', p_cron => '* * * * *', p_timezone => 'Mars/Base')$$,
+                 'HR001', 'schedule bad_tz: timezone ''Mars/Base'' is unknown', 'an unknown zone is HR001 naming it');
+SELECT throws_ok($$SELECT harvest.create_schedule('both', 'wf', p_cron => '* * * * *', p_interval_secs => 60)$$,
+                 'HR001', 'schedule both: give exactly one of cron and interval_secs', 'cron and interval: HR001');
+SELECT throws_ok($$SELECT harvest.create_schedule('ov', 'wf', p_interval_secs => 60, p_overlap => 'stack')$$,
+                 'HR001', NULL, 'an unknown overlap policy is HR001');
+SELECT throws_ok($$SELECT harvest.create_schedule('k', 'wf', p_interval_secs => 60, p_kind => 'cron')$$,
+                 'HR001', NULL, 'a kind other than workflow or dag is HR001');
+SELECT is((harvest.create_schedule('every', 'tick_wf', p_interval_secs => 900, p_catchup => true)
+           ->> 'catchup_window_secs')::bigint, 31536000::bigint,
+          'catch-up on without a window replays up to a year');
+SELECT is((SELECT count(*)::integer FROM harvest.audit_log WHERE operation = 'schedule.create'), 2,
+          'create_schedule() is audited');
+
+-- ---------------------------------------------------------------- list_due_schedules
+SELECT results_eq($$SELECT name, next_fire_at, now FROM harvest.list_due_schedules(10) ORDER BY name$$,
+                  $$VALUES ('daily'::text, NULL::timestamptz, '2030-01-01 00:00:00+00'::timestamptz),
+                           ('every', NULL, '2030-01-01 00:00:00+00')$$,
+                  'list_due_schedules() lists the schedules with no computed slot, with the engine clock');
+
+-- ---------------------------------------------------------------- fire_schedule
+SELECT is(pg_temp.tick('every', '{}', '2030-01-01 00:15:00+00') ->> 'outcome', 'fired',
+          'fire_schedule() stores the first slot the scheduler computed');
+SELECT is((SELECT count(*)::integer FROM harvest.list_due_schedules(10) WHERE name = 'every'), 0,
+          'a schedule whose next slot is in the future is not due');
+SELECT is(harvest.fire_schedule((SELECT id FROM harvest.schedules WHERE name = 'every'), 1, '{}',
+                                '2030-01-01 00:15:00+00', '2030-01-01 00:15:00+00') ->> 'outcome', 'stale',
+          'a tick computed from an older revision changes nothing (stale)');
+SET LOCAL harvest.fake_now = '2030-01-01 00:15:02+00';
+SELECT is((SELECT count(*)::integer FROM harvest.list_due_schedules(10) WHERE name = 'every'), 1,
+          'the slot is due at its time');
+SELECT is(pg_temp.tick('every', '{2030-01-01 00:15:00+00}', '2030-01-01 00:30:00+00') -> 'firings' -> 0 ->> 'status',
+          'started', 'a due slot is started');
+SELECT results_eq(
+    $$SELECT e.workflow_name, e.workflow_id, e.status FROM harvest.executions AS e
+      JOIN harvest.schedule_firings AS f ON f.execution_id = e.id$$,
+    $$VALUES ('tick_wf'::text, 'sched:every:' || extract(EPOCH FROM '2030-01-01 00:15:00+00'::timestamptz)::bigint,
+              'RUNNING'::text)$$,
+    'the run''s workflow id is sched:{name}:{unix seconds of the slot}, in the same transaction as the firing');
+SELECT results_eq($$SELECT next_fire_at, last_slot_at FROM harvest.schedules WHERE name = 'every'$$,
+                  $$VALUES ('2030-01-01 00:30:00+00'::timestamptz, '2030-01-01 00:15:00+00'::timestamptz)$$,
+                  'the tick stores the next slot and the last one');
+SELECT throws_ok($$SELECT pg_temp.tick('every', '{2030-01-01 00:15:00+00}', '2030-01-01 00:45:00+00')$$, 'HR001',
+                 NULL, 'a slot at or before the last one is refused (a doubled tick cannot fire it again)');
+SELECT throws_ok($$SELECT pg_temp.tick('every', '{2030-01-01 00:30:00+00}', '2030-01-01 00:45:00+00')$$, 'HR001',
+                 NULL, 'a slot in the future is refused');
+SELECT is((SELECT harvest._fire_slot(s, '2030-01-01 00:15:00+00', 'schedule', 'allow_all') ->> 'duplicate'
+           FROM harvest.schedules AS s WHERE s.name = 'every'), 'true',
+          'the (schedule, slot) firing is unique: firing a recorded slot again starts nothing');
+SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE workflow_id LIKE 'sched:every:%'), 1,
+          'one run for the slot');
+
+-- A second session holding the row makes the tick answer busy (SKIP LOCKED); one
+-- transaction cannot hold a lock against itself, so tests/integration/test_schedules.py
+-- races real sessions; here the clause is checked.
+SELECT ok(pg_get_functiondef('harvest.fire_schedule'::regproc) ~ 'FOR UPDATE SKIP LOCKED',
+          'fire_schedule() locks the schedule with SKIP LOCKED (a concurrent tick answers busy)');
+
+-- Catch-up off: 3 slots were missed while no scheduler ran; only the one inside the
+-- 60 s grace fires, the older ones are recorded as missed with the reason.
+SET LOCAL harvest.fake_now = '2030-01-01 03:00:30+00';
+SELECT harvest.create_schedule('hourly', 'tick_wf', p_interval_secs => 3600);
+UPDATE harvest.schedules SET next_fire_at = '2030-01-01 01:00:00+00', next_due_at = '2030-01-01 01:00:00+00'
+WHERE name = 'hourly';
+SELECT is(pg_temp.tick('hourly', '{2030-01-01 01:00:00+00, 2030-01-01 02:00:00+00, 2030-01-01 03:00:00+00}',
+                       '2030-01-01 04:00:00+00') ->> 'missed', '2',
+          'catch-up off: slots older than the grace are missed');
+SELECT is(pg_temp.firing_statuses('hourly'), '03:00=started', 'only the slot inside the grace fired');
+SELECT results_eq($$SELECT first_slot_at, last_slot_at, slots, reason FROM harvest.schedule_misses$$,
+                  $$VALUES ('2030-01-01 01:00:00+00'::timestamptz, '2030-01-01 02:00:00+00'::timestamptz, 2,
+                            'catchup_off'::text)$$,
+                  'the missed slots are one miss row with their range, count and reason');
+-- Catch-up on with a 2 h window: the older slots replay (buffered behind the live run).
+SELECT harvest.update_schedule('hourly', '{"catchup": true, "catchup_window_secs": 7200, "overlap": "buffer_all"}');
+SELECT pg_temp.finish_runs('hourly');
+SET LOCAL harvest.fake_now = '2030-01-01 07:00:00+00';
+SELECT is(pg_temp.tick('hourly', '{2030-01-01 04:00:00+00, 2030-01-01 05:00:00+00, 2030-01-01 06:00:00+00, 2030-01-01 07:00:00+00}',
+                       '2030-01-01 08:00:00+00') ->> 'missed', '1',
+          'catch-up on: a slot older than the window is missed');
+SELECT is(pg_temp.firing_statuses('hourly'),
+          '03:00=started 05:00=started 06:00=buffered 07:00=buffered',
+          'the slots inside the window fire in order: one runs, the others wait (buffer_all)');
+SELECT is((SELECT reason FROM harvest.schedule_misses ORDER BY id DESC LIMIT 1), 'outside_catchup_window',
+          'the reason of a miss with catch-up on');
+
+-- ---------------------------------------------------------------- start_buffered_firings
+SELECT is(harvest.start_buffered_firings(10), 0, 'start_buffered_firings() waits while the run is live');
+SELECT pg_temp.finish_runs('hourly');
+SELECT is(harvest.start_buffered_firings(10), 1, 'a run ended: the oldest buffered firing starts');
+SELECT is(pg_temp.firing_statuses('hourly'),
+          '03:00=started 05:00=started 06:00=started 07:00=buffered', 'oldest first');
+
+-- ---------------------------------------------------------------- overlap policies
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+SELECT harvest.create_schedule('ov_' || p, 'ov_wf', p_interval_secs => 60, p_overlap => p,
+                              p_catchup_window_secs => 600)
+FROM unnest(ARRAY['skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all']) AS p;
+UPDATE harvest.schedules SET next_fire_at = '2030-01-02 00:00:00+00', next_due_at = '2030-01-02 00:00:00+00'
+WHERE name LIKE 'ov\_%';
+SET LOCAL harvest.fake_now = '2030-01-02 00:02:00+00';
+SELECT pg_temp.tick(name, '{2030-01-02 00:00:00+00, 2030-01-02 00:01:00+00, 2030-01-02 00:02:00+00}',
+                    '2030-01-02 00:03:00+00')
+FROM harvest.schedules WHERE name LIKE 'ov\_%';
+SELECT is(pg_temp.firing_statuses('ov_skip'), '00:00=started 00:01=skipped/max_active_runs 00:02=skipped/max_active_runs',
+          'skip: a slot is skipped while max_active_runs runs are live');
+SELECT is(pg_temp.firing_statuses('ov_buffer_one'), '00:00=started 00:01=buffered 00:02=skipped/buffer_full',
+          'buffer_one: one slot waits, later ones are skipped');
+SELECT is(pg_temp.firing_statuses('ov_buffer_all'), '00:00=started 00:01=buffered 00:02=buffered',
+          'buffer_all: every slot waits');
+SELECT is(pg_temp.firing_statuses('ov_cancel_other'), '00:00=started 00:01=skipped/superseded 00:02=buffered',
+          'cancel_other: the live run is asked to cancel, the newest slot waits for it');
+SELECT is((SELECT bool_and(cancel_requested) FROM harvest.executions WHERE workflow_id LIKE 'sched:ov_cancel_other:%'),
+          true, 'cancel_other: the live run has a cancel request');
+SELECT is(pg_temp.firing_statuses('ov_terminate_other'), '00:00=started 00:01=started 00:02=started',
+          'terminate_other: each slot terminates the live run and starts');
+SELECT is((SELECT string_agg(status, ',' ORDER BY workflow_id) FROM harvest.executions
+           WHERE workflow_id LIKE 'sched:ov_terminate_other:%'), 'TERMINATED,TERMINATED,RUNNING',
+          'terminate_other: only the newest run is live');
+SELECT is(pg_temp.firing_statuses('ov_allow_all'), '00:00=started 00:01=started 00:02=started',
+          'allow_all: every slot starts');
+
+-- ---------------------------------------------------------------- trigger_schedule
+SET LOCAL harvest.fake_now = '2030-01-02 00:02:30+00';
+SELECT is(harvest.trigger_schedule('ov_allow_all') ->> 'origin', 'trigger', 'trigger_schedule() fires now');
+SELECT is(harvest.trigger_schedule('ov_allow_all') ->> 'duplicate', 'true',
+          'a second trigger in the same second answers the first firing');
+SELECT is(harvest.trigger_schedule('ov_skip') ->> 'status', 'skipped',
+          'a trigger follows the overlap policy');
+SELECT is(harvest.trigger_schedule('ov_buffer_all', 'allow_all') ->> 'status', 'started',
+          'p_overlap overrides it');
+SELECT throws_ok($$SELECT harvest.trigger_schedule('nope')$$, 'HR002', NULL, 'an unknown schedule is HR002');
+
+-- ---------------------------------------------------------------- backfill_schedule
+SELECT is(harvest.backfill_schedule('ov_allow_all',
+                                    '{2030-01-01 23:00:00+00, 2030-01-01 23:01:00+00, 2030-01-02 00:00:00+00}',
+                                    'allow_all'),
+          '{"failed": 0, "skipped": 0, "started": 2, "buffered": 0, "duplicate": 1}'::jsonb,
+          'backfill_schedule() fires past slots; a slot already fired is not fired again');
+SELECT throws_ok($$SELECT harvest.backfill_schedule('ov_allow_all', '{2031-01-01 00:00:00+00}')$$, 'HR001', NULL,
+                 'a backfill slot in the future is HR001');
+
+-- ---------------------------------------------------------------- pause / resume
+SELECT is(harvest.pause_schedule('every', 'maintenance') ->> 'paused', 'true', 'pause_schedule() pauses');
+SELECT is((SELECT count(*)::integer FROM harvest.list_due_schedules(100) WHERE name = 'every'), 0,
+          'a paused schedule is never due');
+SELECT is(harvest.declare_schedules('[{"name": "every", "workflow_name": "tick_wf", "interval_secs": 600}]'), 1,
+          'declare_schedules() updates a changed declared schedule');
+SELECT results_eq($$SELECT paused, interval_secs, declared, next_fire_at IS NULL FROM harvest.schedules
+                    WHERE name = 'every'$$,
+                  $$VALUES (true, 600::bigint, true, true)$$,
+                  'a boot keeps the runtime pause; a new interval recomputes the next slot');
+SELECT is(harvest.declare_schedules('[{"name": "every", "workflow_name": "tick_wf", "interval_secs": 600}]'), 0,
+          'declaring it unchanged changes nothing');
+SELECT is(harvest.resume_schedule('every') ->> 'paused', 'false', 'resume_schedule() resumes');
+SELECT results_eq($$SELECT paused, anchor_at, next_fire_at FROM harvest.schedules WHERE name = 'every'$$,
+                  $$VALUES (false, '2030-01-02 00:02:30+00'::timestamptz, NULL::timestamptz)$$,
+                  'resume_schedule() resumes from now: the next slot is computed after the resume');
+
+-- ---------------------------------------------------------------- update / reads / delete
+SELECT is(harvest.update_schedule('daily', '{"cron": "30 4 * * *", "max_active_runs": 2}') ->> 'cron',
+          '30 4 * * *', 'update_schedule() changes fields');
+SELECT throws_ok($$SELECT harvest.update_schedule('daily', '{"color": "red"}')$$, 'HR001', NULL,
+                 'an unknown field is HR001');
+SELECT is((SELECT string_agg(name || ':' || kind, ',' ORDER BY name) FROM harvest.list_schedules()
+           WHERE name IN ('daily', 'every')), 'daily:workflow,every:workflow',
+          'list_schedules() lists every kind');
+SELECT is((SELECT count(*)::integer FROM harvest.list_schedules('dag')), 0, 'list_schedules(kind) filters');
+SELECT is((SELECT jsonb_array_length(j -> 'firings') || ',' || jsonb_array_length(j -> 'misses') || ','
+                  || (j -> 'firings' -> 1 ->> 'run_status')
+           FROM harvest.get_schedule('hourly') AS j), '4,2,RUNNING',
+          'get_schedule() shows the firings with their run status, and the misses');
+SELECT results_eq($$SELECT schedule_name, missed_slots FROM harvest.count_schedule_misses() WHERE missed_slots > 0$$,
+                  $$VALUES ('hourly'::text, 3::bigint)$$,
+                  'count_schedule_misses() counts the missed slots per schedule');
+SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
+SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
+
+SELECT * FROM finish();
+ROLLBACK;
