@@ -274,10 +274,15 @@ RETURNS integer
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_free integer := p_schedule.max_active_runs - harvest._schedule_active_runs(p_schedule);
+    v_free integer;
     v_id bigint;
     v_started integer := 0;
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                   WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except) THEN
+        RETURN 0;
+    END IF;
+    v_free := p_schedule.max_active_runs - harvest._schedule_active_runs(p_schedule);
     WHILE v_free > 0 LOOP
         SELECT f.id INTO v_id FROM harvest.schedule_firings AS f
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except
@@ -318,10 +323,13 @@ BEGIN
         WHERE f.schedule_id = p_schedule.id AND f.slot_at = p_slot;
         RETURN harvest._firing_json(v_firing) || jsonb_build_object('duplicate', true);
     END IF;
+    IF p_overlap = 'allow_all' THEN  -- no limit: nothing to count (buffered ones: start_buffered_firings)
+        RETURN harvest._firing_json(harvest._start_firing(p_schedule, v_id));
+    END IF;
     PERFORM harvest._start_buffered(p_schedule, v_id);
     v_waiting := EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
                          WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id);
-    IF p_overlap = 'allow_all' OR harvest._schedule_active_runs(p_schedule) < p_schedule.max_active_runs THEN
+    IF harvest._schedule_active_runs(p_schedule) < p_schedule.max_active_runs THEN
         v_firing := harvest._start_firing(p_schedule, v_id);
     ELSIF p_overlap = 'skip' THEN
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'max_active_runs'
@@ -752,7 +760,8 @@ BEGIN
         RAISE EXCEPTION 'fire_schedule: the missed slots must follow the last slot (%)', v_schedule.last_slot_at
             USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := v_now - make_interval(secs => v_schedule.catchup_window_secs);
+    -- A slot's jitter is not lateness: the window counts from its latest due time.
+    v_cutoff := v_now - make_interval(secs => v_schedule.catchup_window_secs + v_schedule.jitter_secs);
     FOREACH v_slot IN ARRAY coalesce(p_slots, '{}') LOOP
         IF v_slot IS NULL OR v_slot > v_now OR v_slot <= v_previous THEN
             RAISE EXCEPTION 'fire_schedule: slot % is not after % or is in the future', v_slot, v_previous

@@ -90,6 +90,7 @@ _WHERE: dict[str, str] = {
         ["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle"], "harvest.declare.flow_control"
     ),
     **dict.fromkeys(["describe_handlers", "query", "update"], "harvest.declare.messages"),
+    **dict.fromkeys(["Schedule", "WorkflowSchedule"], "harvest.declare.schedules"),
     **dict.fromkeys(["DEFAULT_VERSION", "WorkflowContext"], "harvest.runtime"),
     "Saga": "harvest.runtime.saga",
     "ExternalWorkflow": "harvest.runtime.external",
@@ -124,6 +125,7 @@ __all__ = [
     "RateLimit",
     "RetryPolicy",
     "Saga",
+    "Schedule",
     "SignalTimeout",
     "Throttle",
     "UpdateFailed",
@@ -136,6 +138,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowHandle",
     "WorkflowNotRunning",
+    "WorkflowSchedule",
     "WorkflowTerminated",
     "WorkflowTimedOut",
     "activity",

@@ -1225,6 +1225,155 @@ def expire_query_requests(limit: int = 1000) -> dict[str, Any]:
     return {"limit": limit}
 
 
+# -- schedules (functions/schedules.sql) -------------------------------------------------------
+CREATE_SCHEDULE = """
+SELECT harvest.create_schedule(
+    p_name => %(name)s, p_workflow_name => %(workflow_name)s, p_cron => %(cron)s,
+    p_interval_secs => %(interval_secs)s, p_timezone => %(timezone)s, p_input => %(input)s,
+    p_queue => %(queue)s,
+    p_max_active_runs => %(max_active_runs)s, p_overlap => %(overlap)s, p_catchup => %(catchup)s,
+    p_catchup_window_secs => %(catchup_window_secs)s, p_jitter_secs => %(jitter_secs)s, p_kind => %(kind)s,
+    p_paused => %(paused)s, p_operator_id => %(operator_id)s) AS schedule
+"""
+FIRE_SCHEDULE = """
+SELECT harvest.fire_schedule(
+    p_schedule_id => %(schedule_id)s, p_revision => %(revision)s, p_slots => %(slots)s::timestamptz[],
+    p_next_fire_at => %(next_fire_at)s, p_next_due_at => %(next_due_at)s,
+    p_missed_first_at => %(missed_first_at)s, p_missed_last_at => %(missed_last_at)s,
+    p_missed_slots => %(missed_slots)s) AS result
+"""
+
+
+@call(CREATE_SCHEDULE, column("schedule"))
+def create_schedule(
+    name: str,
+    workflow_name: str,
+    *,
+    cron: str | None = None,
+    interval_secs: int | None = None,
+    timezone: str = "UTC",
+    input: list | None = None,
+    queue: str = "default",
+    max_active_runs: int = 1,
+    overlap: str = "skip",
+    catchup: bool = False,
+    catchup_window_secs: int | None = None,
+    jitter_secs: float = 0,
+    kind: str = "workflow",
+    paused: bool = False,
+    operator_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "workflow_name": workflow_name,
+        "cron": cron,
+        "interval_secs": interval_secs,
+        "timezone": timezone,
+        "input": _jsonb(input or []),
+        "queue": queue,
+        "max_active_runs": max_active_runs,
+        "overlap": overlap,
+        "catchup": catchup,
+        "catchup_window_secs": catchup_window_secs,
+        "jitter_secs": jitter_secs,
+        "kind": kind,
+        "paused": paused,
+        "operator_id": operator_id,
+    }
+
+
+@call(
+    "SELECT harvest.update_schedule(%(name)s, %(changes)s, %(operator_id)s) AS schedule", column("schedule")
+)
+def update_schedule(name: str, changes: dict[str, Any], operator_id: str | None = None) -> dict[str, Any]:
+    return {"name": name, "changes": _jsonb(changes), "operator_id": operator_id}
+
+
+@call("SELECT harvest.delete_schedule(%(name)s, %(operator_id)s) AS deleted", column("deleted"))
+def delete_schedule(name: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"name": name, "operator_id": operator_id}
+
+
+@call("SELECT harvest.pause_schedule(%(name)s, %(note)s, %(operator_id)s) AS schedule", column("schedule"))
+def pause_schedule(name: str, note: str | None = None, operator_id: str | None = None) -> dict[str, Any]:
+    return {"name": name, "note": note, "operator_id": operator_id}
+
+
+@call("SELECT harvest.resume_schedule(%(name)s, %(operator_id)s) AS schedule", column("schedule"))
+def resume_schedule(name: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"name": name, "operator_id": operator_id}
+
+
+@call("SELECT harvest.trigger_schedule(%(name)s, %(overlap)s, %(operator_id)s) AS firing", column("firing"))
+def trigger_schedule(name: str, overlap: str | None = None, operator_id: str | None = None) -> dict[str, Any]:
+    return {"name": name, "overlap": overlap, "operator_id": operator_id}
+
+
+BACKFILL_SCHEDULE = """
+SELECT harvest.backfill_schedule(%(name)s, %(slots)s::timestamptz[], %(overlap)s, %(operator_id)s) AS counts
+"""
+
+
+@call(BACKFILL_SCHEDULE, column("counts"))
+def backfill_schedule(
+    name: str, slots: list[Any], overlap: str = "buffer_all", operator_id: str | None = None
+) -> dict[str, Any]:
+    return {"name": name, "slots": list(slots), "overlap": overlap, "operator_id": operator_id}
+
+
+@call("SELECT * FROM harvest.list_schedules(%(kind)s)")
+def list_schedules(kind: str | None = None) -> dict[str, Any]:
+    return {"kind": kind}
+
+
+@call("SELECT harvest.get_schedule(%(name)s, %(limit)s) AS schedule", column("schedule"))
+def get_schedule(name: str, limit: int = 20) -> dict[str, Any]:
+    return {"name": name, "limit": limit}
+
+
+@call("SELECT * FROM harvest.count_schedule_misses(%(since)s)")
+def count_schedule_misses(since: Any = None) -> dict[str, Any]:
+    return {"since": since}
+
+
+@call("SELECT harvest.declare_schedules(%(schedules)s) AS changed", column("changed"))
+def declare_schedules(schedules: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schedules": _jsonb(schedules)}
+
+
+@call("SELECT * FROM harvest.list_due_schedules(%(limit)s)")
+def list_due_schedules(limit: int = 100) -> dict[str, Any]:
+    return {"limit": limit}
+
+
+@call(FIRE_SCHEDULE, column("result"))
+def fire_schedule(
+    schedule_id: int,
+    revision: int,
+    slots: list[Any],
+    next_fire_at: Any,
+    next_due_at: Any,
+    missed_first_at: Any = None,
+    missed_last_at: Any = None,
+    missed_slots: int = 0,
+) -> dict[str, Any]:
+    return {
+        "schedule_id": schedule_id,
+        "revision": revision,
+        "slots": list(slots),
+        "next_fire_at": next_fire_at,
+        "next_due_at": next_due_at,
+        "missed_first_at": missed_first_at,
+        "missed_last_at": missed_last_at,
+        "missed_slots": missed_slots,
+    }
+
+
+@call("SELECT harvest.start_buffered_firings(%(limit)s) AS started", column("started"))
+def start_buffered_firings(limit: int = 100) -> dict[str, Any]:
+    return {"limit": limit}
+
+
 # -- the two executors -------------------------------------------------------------------------
 class SqlApi:
     """The SQL API over one synchronous connection (the caller owns transactions).

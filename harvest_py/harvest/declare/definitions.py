@@ -395,6 +395,7 @@ class App:
         *,
         queries: Iterable[Any] = (),
         updates: Iterable[Any] = (),
+        schedules: Iterable[Any] = (),
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
@@ -407,6 +408,9 @@ class App:
 
         # workflow name -> handler name -> HandlerDefinition
         self.queries, self.updates = register_handlers(self.workflows, queries, updates)
+        from harvest.declare.schedules import register_schedules  # App(schedules=) (declare/schedules.py)
+
+        self.schedules = register_schedules(schedules)
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""

@@ -315,6 +315,13 @@ class ShardRouter:
         log.warning("refused a start (%s): shards.writable is empty, the fleet is fully drained", asked)
         raise InvalidArgument("no shard is accepting new workflows right now: retry later")
 
+    def schedule_home(self, name: str) -> int:
+        """The shard a declared schedule lives and fires on: rendezvous of its name over the
+        readable, unreserved shards (a drain does not move it; adding a shard moves about 1/N
+        of the schedules, docs/schedules.md "Shards")."""
+        shards = [s for s in self.readable if s not in self.reserved] or list(self.readable)
+        return rendezvous(f"schedule:{name}", shards)
+
     def mint_workflow_id(self, workflow_name: str, shard: int, *, max_tries: int = 4096) -> str:
         """A fresh workflow id (a uuid4 string) that :meth:`pick_for_new_workflow` sends to
         ``shard``, so a later unpinned start of the same id finds the pinned run. A shard no

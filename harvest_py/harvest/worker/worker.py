@@ -43,9 +43,11 @@ from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.declare.definitions import App
+from harvest.declare.schedules import schedule_specs
 from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
-from harvest.shard.router import ShardRouter
+from harvest.shard.router import ShardRouter, rendezvous
+from harvest.worker import scheduler
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
@@ -344,7 +346,21 @@ class Worker:
             await self._register(lane)
         # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
         await lane.sql.declare_flow_policies(self.app.flow_policies())
+        # The App's schedules homed on this shard (docs/schedules.md): upserted, a pause kept.
+        homed = [spec for spec in schedule_specs(self.app) if self._schedule_home(spec["name"]) == lane.shard]
+        if homed:
+            changed = await lane.sql.declare_schedules(homed)
+            log.info("declared %d schedule(s) (%d changed)", len(homed), changed)
         lane.ready = True
+
+    def _schedule_home(self, name: str) -> int:
+        """The shard a declared schedule lives and fires on: this database, or on shards the
+        router's choice from its name (every process with the same configuration agrees)."""
+        if not self._sharded:
+            return self.lanes[0].shard
+        if self.router is not None:
+            return self.router.schedule_home(name)
+        return rendezvous(f"schedule:{name}", sorted(self.shard_assignments))
 
     async def _register(self, lane: ShardLane) -> None:
         metadata: dict[str, Any] = {"concurrency": self.concurrency}
@@ -685,6 +701,15 @@ class Worker:
                     )
                 if moved["timed_out_workflows"]:
                     log.info("timeout scanner: %d workflow run(s) timed out", moved["timed_out_workflows"])
+                # This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start.
+                fired = await scheduler.tick(lane.sql)
+                if fired.fired or fired.buffered_started:
+                    log.info(
+                        "scheduler: %d slot(s) fired, %d started",
+                        len(fired.fired),
+                        fired.started,
+                    )
+                    self._wake.set()
                 if (
                     moved["expired_tasks"]
                     or moved["relays_delivered"]

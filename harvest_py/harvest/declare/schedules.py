@@ -1,0 +1,342 @@
+"""Schedules: ``Schedule.cron(expr, tz=)``, ``Schedule.every("15m")`` and ``WorkflowSchedule``.
+
+A schedule names *slots*: UTC instants, whole seconds. A cron schedule's slots are the wall-clock
+times its expression matches in its time zone (croniter over local wall time, ``zoneinfo`` for the
+zone); an interval schedule's are the multiples of its interval since the Unix epoch. The SQL tick
+(``harvest.fire_schedule``) fires a slot once: the run's workflow id is ``sched:{name}:{unix_ts}``
+and (schedule, slot) is unique (docs/schedules.md).
+
+Daylight saving time, for cron schedules: a local time that does not exist (the spring-forward
+gap) fires once, at the instant the gap starts (02:30 on a day Paris skips 02:00-03:00 fires at
+03:00 CEST); a local time that happens twice (the fall-back hour) fires once, at its first
+occurrence. Slots are strictly increasing in UTC.
+
+Everything here is pure: the worker's scheduler (worker/scheduler.py) and the CLI compute slots
+with it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from harvest.core import payload
+from harvest.core.durations import parse_duration
+from harvest.core.errors import ConfigError, InvalidArgument
+
+__all__ = [
+    "CATCHUP_GRACE_SECS",
+    "CATCHUP_WINDOW_SECS",
+    "OVERLAP_POLICIES",
+    "Schedule",
+    "WorkflowSchedule",
+    "jitter_offset",
+    "register_schedules",
+    "schedule_specs",
+    "workflow_id_of",
+]
+
+UTC = _dt.UTC
+OVERLAP_POLICIES = ("skip", "buffer_one", "buffer_all", "cancel_other", "terminate_other", "allow_all")
+# catchup=False: a slot the scheduler sees later than this is missed, not fired (a tick's delay
+# is well inside it). catchup=True: missed slots replay up to this far back.
+CATCHUP_GRACE_SECS = 60
+CATCHUP_WINDOW_SECS = 365 * 86400
+_FIELDS_5 = ("minute", "hour", "day-of-month", "month", "day-of-week")
+_FIELDS_6 = ("second", *_FIELDS_5)
+_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+
+
+def _zone(tz: Any, what: str) -> ZoneInfo:
+    if isinstance(tz, ZoneInfo):
+        return tz
+    if not isinstance(tz, str) or not tz:
+        raise InvalidArgument(f"{what}: tz must be an IANA zone name such as 'Europe/Paris', got {tz!r}")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidArgument(
+            f"{what}: tz {tz!r} is not a known time zone (use an IANA name such as 'Europe/Paris' or 'UTC')"
+        ) from None
+
+
+def _check_cron(expr: Any, what: str) -> str:
+    """The expression, or InvalidArgument naming the field that is wrong."""
+    if not isinstance(expr, str) or not expr.strip():
+        raise InvalidArgument(f"{what}: expected a cron expression such as '0 3 * * *', got {expr!r}")
+    text = " ".join(expr.split())
+    if text.startswith("@"):
+        if text.lower() not in _ALIASES:
+            raise InvalidArgument(f"{what}: alias {text!r} is not one of {', '.join(_ALIASES)}")
+        return text.lower()
+    parts = text.split(" ")
+    if len(parts) not in (5, 6):
+        raise InvalidArgument(
+            f"{what}: {text!r} has {len(parts)} fields; a cron expression has 5 "
+            f"({' '.join(_FIELDS_5)}) or 6 with the seconds first"
+        )
+    names = _FIELDS_5 if len(parts) == 5 else _FIELDS_6
+    for i, (name, value) in enumerate(zip(names, parts, strict=True)):
+        probe = ["*"] * len(parts)
+        probe[i] = value
+        if not croniter.is_valid(" ".join(probe), second_at_beginning=True):
+            raise InvalidArgument(f"{what}: the {name} field {value!r} of {text!r} is not valid")
+    if not croniter.is_valid(text, second_at_beginning=True):
+        raise InvalidArgument(f"{what}: {text!r} is not a valid cron expression")
+    try:  # a valid expression that never matches (30 February) has no next slot
+        croniter(text, _dt.datetime(2000, 1, 1), second_at_beginning=True).get_next(_dt.datetime)
+    except Exception:
+        raise InvalidArgument(f"{what}: {text!r} never matches a date") from None
+    return text
+
+
+def _aware(t: _dt.datetime, what: str = "time") -> _dt.datetime:
+    if not isinstance(t, _dt.datetime) or t.tzinfo is None:
+        raise InvalidArgument(f"{what}: expected a timezone-aware datetime, got {t!r}")
+    return t.astimezone(UTC)
+
+
+def _to_utc(naive: _dt.datetime, zone: ZoneInfo) -> _dt.datetime:
+    """The UTC instant of a local wall time: the first occurrence of a repeated time, and the
+    instant the gap starts for a time that does not exist."""
+    first = naive.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    if first.astimezone(zone).replace(tzinfo=None) == naive:
+        return first
+    other = naive.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    lo, hi = int(min(first, other).timestamp()), int(max(first, other).timestamp())
+    # The first instant whose wall time reaches `naive`: the end of the gap.
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _dt.datetime.fromtimestamp(mid, zone).replace(tzinfo=None) >= naive:
+            hi = mid
+        else:
+            lo = mid + 1
+    return _dt.datetime.fromtimestamp(hi, UTC)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When a schedule fires: ``Schedule.cron(expr, tz=)`` or ``Schedule.every(duration)``."""
+
+    expression: str | None = None
+    interval_secs: int | None = None
+    timezone: str = "UTC"
+
+    @classmethod
+    def cron(cls, expr: str, tz: str = "UTC") -> Schedule:
+        """A cron expression in a time zone: 5 fields (minute hour day-of-month month
+        day-of-week), 6 with the seconds first, or an alias (``@daily``, ``@hourly``, ...)."""
+        text = _check_cron(expr, "Schedule.cron")
+        zone = _zone(tz, "Schedule.cron")
+        return cls(expression=text, timezone=zone.key)
+
+    @classmethod
+    def every(cls, interval: Any) -> Schedule:
+        """Every ``interval`` (``"15m"``, ``"1h"``, seconds, a timedelta), in whole seconds, on
+        the multiples of the interval since the Unix epoch (``"15m"``: :00, :15, :30, :45 UTC)."""
+        secs = parse_duration(interval, "Schedule.every", positive=True)
+        if secs < 1 or not float(secs).is_integer():
+            raise InvalidArgument(
+                f"Schedule.every: {interval!r} must be a whole number of seconds, at least 1"
+            )
+        return cls(interval_secs=int(secs))
+
+    @classmethod
+    def from_row(cls, cron: str | None, interval_secs: int | None, timezone: str | None) -> Schedule:
+        """The schedule of a stored row (harvest.schedules), checked as a declaration is."""
+        if cron:
+            return cls.cron(cron, tz=timezone or "UTC")
+        if interval_secs:
+            return cls.every(int(interval_secs))
+        raise InvalidArgument("a schedule needs a cron expression or an interval")
+
+    def __post_init__(self) -> None:
+        if (self.expression is None) == (self.interval_secs is None):
+            raise InvalidArgument("a Schedule is Schedule.cron(...) or Schedule.every(...)")
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return _zone(self.timezone, "Schedule")
+
+    def describe(self) -> str:
+        if self.expression is not None:
+            return f"cron {self.expression!r} in {self.timezone}"
+        return f"every {self.interval_secs} s"
+
+    def next_after(self, t: _dt.datetime) -> _dt.datetime:
+        """The first slot strictly after ``t`` (UTC)."""
+        return next(self.iter_after(t))
+
+    def slots(self, after: _dt.datetime, until: _dt.datetime, limit: int = 10_000) -> list[_dt.datetime]:
+        """The slots in (after, until], at most ``limit`` of them, ascending."""
+        out: list[_dt.datetime] = []
+        until = _aware(until)
+        for slot in self.iter_after(after):
+            if slot > until or len(out) >= limit:
+                break
+            out.append(slot)
+        return out
+
+    def iter_after(self, t: _dt.datetime) -> Iterator[_dt.datetime]:
+        """The slots strictly after ``t``, ascending (strictly, in UTC), without end."""
+        last = _aware(t)
+        if self.interval_secs is not None:
+            step = self.interval_secs
+            ts = int(last.timestamp() // step) * step
+            while True:
+                ts += step
+                yield _dt.datetime.fromtimestamp(ts, UTC)
+        zone = self.zone
+        wall = last.astimezone(zone).replace(tzinfo=None, microsecond=0)
+        # croniter walks local wall time; each match maps to UTC (_to_utc), and a match at or
+        # before the last slot (a gap's times collapsing into one instant, the second pass of
+        # a repeated hour) is dropped.
+        it = croniter(self.expression, wall - _dt.timedelta(seconds=1), second_at_beginning=True)
+        while True:
+            slot = _to_utc(it.get_next(_dt.datetime), zone)
+            if slot > last:
+                last = slot
+                yield slot
+
+
+def jitter_offset(name: str, slot: _dt.datetime, jitter_secs: float) -> _dt.timedelta:
+    """How long after its slot a firing is due: a fraction of ``jitter_secs`` drawn from a hash
+    of (name, slot), so every scheduler computes the same delay for a slot."""
+    if not jitter_secs:
+        return _dt.timedelta(0)
+    digest = hashlib.blake2b(f"{name}:{int(slot.timestamp())}".encode(), digest_size=8).digest()
+    fraction = int.from_bytes(digest, "big") / 2**64
+    return _dt.timedelta(seconds=round(fraction * jitter_secs, 3))
+
+
+def workflow_id_of(name: str, slot: _dt.datetime) -> str:
+    """The workflow id of a schedule's run for a slot: ``sched:{name}:{unix seconds}``."""
+    return f"sched:{name}:{int(_aware(slot).timestamp())}"
+
+
+def _catchup_window(catchup: Any, what: str) -> tuple[bool, int]:
+    if catchup is False or catchup is None:
+        return False, CATCHUP_GRACE_SECS
+    if catchup is True:
+        return True, CATCHUP_WINDOW_SECS
+    secs = parse_duration(catchup, f"{what}: catchup", positive=True)
+    return True, max(1, int(secs))
+
+
+@dataclass(frozen=True)
+class WorkflowSchedule:
+    """A workflow started on a schedule, declared on the App (``App(schedules=[...])``).
+
+    ``workflow`` is a ``@workflow`` function or a workflow name (default: ``name``); ``input``
+    is the one argument the run gets (``args`` for several; neither: none). ``max_active_runs``
+    runs at once at most, and ``overlap`` says what a slot does when they are all live: skip
+    (default), buffer_one, buffer_all, cancel_other, terminate_other or allow_all. ``catchup``:
+    False (a slot seen more than 60 s late is missed and recorded), True (missed slots of the
+    last year replay), or a window (``"6h"``). ``jitter`` delays each firing by a stable
+    pseudo-random part of it. ``kind`` is ``"dag"`` for a DAG's schedule."""
+
+    name: str
+    schedule: Schedule
+    workflow: Any = None
+    input: Any = None
+    args: tuple = ()
+    max_active_runs: int = 1
+    overlap: str = "skip"
+    catchup: Any = False
+    jitter: Any = 0
+    kind: str = "workflow"
+    queue: str | None = None
+    _window: tuple[bool, int] = field(
+        default=(False, CATCHUP_GRACE_SECS), init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        what = f"WorkflowSchedule {self.name!r}"
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
+            raise InvalidArgument(f"WorkflowSchedule: name must be 1 to 200 characters, got {self.name!r}")
+        if not isinstance(self.schedule, Schedule):
+            raise InvalidArgument(
+                f"{what}: schedule must be Schedule.cron(...) or Schedule.every(...), got {self.schedule!r}"
+            )
+        if (
+            not isinstance(self.max_active_runs, int)
+            or isinstance(self.max_active_runs, bool)
+            or (self.max_active_runs < 1)
+        ):
+            raise InvalidArgument(
+                f"{what}: max_active_runs must be an int of at least 1, got {self.max_active_runs!r}"
+            )
+        if self.overlap not in OVERLAP_POLICIES:
+            raise InvalidArgument(
+                f"{what}: overlap {self.overlap!r} is not one of {', '.join(OVERLAP_POLICIES)}"
+            )
+        if self.kind not in ("workflow", "dag"):
+            raise InvalidArgument(f"{what}: kind must be 'workflow' or 'dag', got {self.kind!r}")
+        if self.input is not None and self.args:
+            raise InvalidArgument(f"{what}: give input (one argument) or args (several), not both")
+        parse_duration(self.jitter, f"{what}: jitter")
+        object.__setattr__(self, "_window", _catchup_window(self.catchup, what))
+
+    @property
+    def workflow_name(self) -> str:
+        wf = self.workflow
+        if wf is None:
+            return self.name
+        if isinstance(wf, str):
+            return wf
+        defn = getattr(wf, "__harvest_workflow__", None)
+        return defn.name if defn is not None else getattr(wf, "__name__", str(wf))
+
+    def arguments(self) -> list[Any]:
+        """The run's positional arguments."""
+        return list(self.args) if self.args else ([] if self.input is None else [self.input])
+
+    def spec(self, *, queue: str = "default", input: list[Any] | None = None) -> dict[str, Any]:
+        """The JSON harvest.declare_schedules takes (``input``: the encoded arguments)."""
+        catchup, window = self._window
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "workflow_name": self.workflow_name,
+            "queue": self.queue or queue,
+            "input": self.arguments() if input is None else input,
+            "cron": self.schedule.expression,
+            "interval_secs": self.schedule.interval_secs,
+            "timezone": self.schedule.timezone,
+            "max_active_runs": self.max_active_runs,
+            "overlap": self.overlap,
+            "catchup": catchup,
+            "catchup_window_secs": window,
+            "jitter_secs": parse_duration(self.jitter, "jitter"),
+        }
+
+
+def register_schedules(schedules: Any) -> dict[str, WorkflowSchedule]:
+    """``App(schedules=[...])``: WorkflowSchedules by name (a name twice is a ConfigError)."""
+    out: dict[str, WorkflowSchedule] = {}
+    for item in schedules:
+        if not isinstance(item, WorkflowSchedule):
+            raise ConfigError(f"App(schedules=...) takes WorkflowSchedule objects, got {item!r}")
+        if item.name in out and out[item.name] != item:
+            raise ConfigError(f"duplicate schedule name {item.name!r} in App(schedules=...)")
+        out[item.name] = item
+    return out
+
+
+def schedule_specs(app: Any) -> list[dict[str, Any]]:
+    """The JSON harvest.declare_schedules takes for an App's schedules: each with its
+    workflow's queue (when the App registers the workflow) and its encoded arguments."""
+    specs = []
+    for item in getattr(app, "schedules", {}).values():
+        defn = app.workflows.get(item.workflow_name)
+        queue = defn.queue if defn is not None else "default"
+        specs.append(
+            item.spec(queue=queue, input=payload.encode(item.arguments(), f"schedule {item.name} input"))
+        )
+    return specs

@@ -1,0 +1,139 @@
+"""The scheduler: the tick caller of schedules (functions/schedules.sql, docs/schedules.md).
+
+The worker's scanner loop calls :func:`tick` on each shard it scans (a process whose scheduler is
+off runs no scanner, docs/sharding.md and harvest.config roles). PL/pgSQL cannot evaluate cron,
+so a tick is: read the due schedules with the engine's clock (``list_due_schedules``), compute
+each one's slots here (:func:`plan_tick`, pure), and hand them to ``fire_schedule``, which locks
+the row with SKIP LOCKED, checks the revision the slots were computed from, fires, and stores the
+next slot in one transaction. Several schedulers at once, a doubled tick, or a tick killed half
+way start no slot twice and lose none: the loser finds the row busy or stale, and a killed
+transaction leaves the row to the next tick.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from harvest.core.errors import HarvestError
+from harvest.declare.schedules import Schedule, jitter_offset
+
+log = logging.getLogger("harvest.scheduler")
+
+__all__ = ["MAX_DUE_PER_TICK", "MAX_MISSED_COUNTED", "TickPlan", "TickReport", "plan_tick", "tick"]
+
+# At most this many slots fire in one call of fire_schedule (a long catch-up goes on next tick).
+MAX_DUE_PER_TICK = 1000
+# Missed slots are counted one by one up to this many per tick; past it the count jumps to the
+# catch-up window (the recorded count is then a lower bound).
+MAX_MISSED_COUNTED = 10_000
+
+
+@dataclass
+class TickPlan:
+    """fire_schedule's arguments for one due schedule."""
+
+    schedule_id: int
+    revision: int
+    slots: list[_dt.datetime]
+    next_fire_at: _dt.datetime
+    next_due_at: _dt.datetime
+    missed_first_at: _dt.datetime | None = None
+    missed_last_at: _dt.datetime | None = None
+    missed_slots: int = 0
+
+    def args(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def plan_tick(row: dict[str, Any]) -> TickPlan:
+    """The slots of one row of ``list_due_schedules`` at its ``now``: the ones to fire (due,
+    inside the catch-up window), the ones missed (older than the window), and the next slot
+    with its due time (slot + jitter). Raises InvalidArgument for a spec that does not parse."""
+    schedule = Schedule.from_row(row["cron"], row["interval_secs"], row["timezone"])
+    name, jitter = row["name"], float(row["jitter_secs"] or 0)
+    now = row["now"]
+    # As fire_schedule: a slot's jitter is not lateness, the window counts from its latest due time.
+    cutoff = now - _dt.timedelta(seconds=int(row["catchup_window_secs"]) + jitter)
+    slot = row["next_fire_at"]
+    if slot is None:  # new, resumed or re-timed: the first slot after the anchor (and the last slot)
+        after = max(t for t in (row["anchor_at"], row["last_slot_at"]) if t is not None)
+        slots = schedule.iter_after(after)
+    else:
+        slots = schedule.iter_after(slot - _dt.timedelta(microseconds=1))
+    slot = next(slots)
+    due: list[_dt.datetime] = []
+    missed_first = missed_last = None
+    missed = 0
+    while slot <= now and len(due) < MAX_DUE_PER_TICK:
+        if slot < cutoff:
+            missed_first = missed_first or slot
+            missed_last = slot
+            missed += 1
+            if missed >= MAX_MISSED_COUNTED:
+                # Jump to the window; the slots in between are not counted one by one.
+                slots = schedule.iter_after(max(slot, cutoff - _dt.timedelta(seconds=1)))
+                slot = next(slots)
+                while slot < cutoff:
+                    missed_last, missed = slot, missed + 1
+                    slot = next(slots)
+                continue
+        elif slot + jitter_offset(name, slot, jitter) <= now:
+            due.append(slot)
+        else:
+            break  # due later (its jitter): the next slot
+        slot = next(slots)
+    return TickPlan(
+        schedule_id=row["schedule_id"],
+        revision=row["revision"],
+        slots=due,
+        next_fire_at=slot,
+        next_due_at=slot + jitter_offset(name, slot, jitter),
+        missed_first_at=missed_first,
+        missed_last_at=missed_last,
+        missed_slots=missed,
+    )
+
+
+@dataclass
+class TickReport:
+    """What one tick did on one shard."""
+
+    fired: list[dict[str, Any]] = field(default_factory=list)  # the firings (fire_schedule's)
+    missed: int = 0
+    busy: int = 0  # schedules another scheduler held
+    stale: int = 0  # schedules changed since they were read
+    buffered_started: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def started(self) -> int:
+        return self.buffered_started + sum(1 for f in self.fired if f.get("status") == "started")
+
+
+async def tick(sql: Any, limit: int = 100) -> TickReport:
+    """One scheduler tick over ``sql`` (an AsyncSqlApi of one shard)."""
+    report = TickReport()
+    report.buffered_started = await sql.start_buffered_firings(limit)
+    for row in await sql.list_due_schedules(limit):
+        try:
+            plan = plan_tick(row)
+        except HarvestError as exc:
+            # A spec stored through psql that does not parse: say so, and leave the others be.
+            report.errors.append(f"schedule {row['name']!r}: {exc}")
+            log.warning("scheduler: schedule %r cannot be computed: %s", row["name"], exc)
+            continue
+        result = await sql.fire_schedule(**plan.args())
+        outcome = result.get("outcome")
+        if outcome == "busy":
+            report.busy += 1
+        elif outcome == "stale":
+            report.stale += 1
+        else:
+            report.fired.extend(result.get("firings") or [])
+            report.missed += int(result.get("missed") or 0)
+            if result.get("missed"):
+                log.warning("scheduler: schedule %r missed %s slot(s)", row["name"], result["missed"])
+    return report

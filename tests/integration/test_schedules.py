@@ -1,0 +1,339 @@
+"""Schedules end to end on a real database, time driven by harvest.fake_now (docs/schedules.md).
+
+The scheduler's tick (harvest.worker.scheduler.tick: list_due_schedules, the slots computed in
+Python, fire_schedule) runs on one connection whose engine clock the test moves, so a week of a
+cron schedule, two DST transitions in two zones, catch-up windows and every overlap policy run in
+seconds. The racing processes and the SIGKILL are tests/chaos/test_chaos_schedules.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import time
+from zoneinfo import ZoneInfo
+
+import psycopg
+import pytest
+
+from harvest import App, Schedule, WorkflowSchedule, workflow
+from harvest.core.errors import InvalidArgument, ScheduleAlreadyExists
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.worker import scheduler
+
+UTC = dt.UTC
+ONE_SECOND = dt.timedelta(seconds=1)
+
+
+class Clock:
+    """One async connection with its own engine clock, and the SQL API over it."""
+
+    def __init__(self, dsn: str, start: dt.datetime):
+        self.dsn, self.now = dsn, start
+        self.loop = asyncio.new_event_loop()
+        self.conn = self.loop.run_until_complete(psycopg.AsyncConnection.connect(dsn, autocommit=True))
+        self.sql = AsyncSqlApi.on_connection(self.conn)
+        self.set(start)
+
+    def set(self, at: dt.datetime) -> None:
+        self.now = at
+        self.run(self.conn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at.isoformat(),)))
+
+    def run(self, coro):
+        return self.loop.run_until_complete(coro)
+
+    def tick(self) -> scheduler.TickReport:
+        return self.run(scheduler.tick(self.sql))
+
+    def walk(self, until: dt.datetime, step: dt.timedelta) -> list[scheduler.TickReport]:
+        """Tick every ``step`` up to ``until``, as a scheduler running all along would."""
+        reports = [self.tick()]
+        while self.now < until:
+            # Wake at the next due slot (a second late) when it comes before the next step.
+            cur = self.run(
+                self.conn.execute("SELECT min(next_due_at) FROM harvest.schedules WHERE NOT paused")
+            )
+            due = self.run(cur.fetchone())[0]
+            wake = (
+                self.now + step if due is None or due <= self.now else min(self.now + step, due + ONE_SECOND)
+            )
+            self.set(min(wake, until))
+            reports.append(self.tick())
+        return reports
+
+    def call(self, name: str, *args, **kwargs):
+        return self.run(getattr(self.sql, name)(*args, **kwargs))
+
+    def firings(self, schedule: str) -> list[tuple[dt.datetime, str, str | None]]:
+        got = self.call("get_schedule", schedule, 1000)["firings"]
+        return sorted((dt.datetime.fromisoformat(f["slot_at"]), f["status"], f["reason"]) for f in got)
+
+    def close(self) -> None:
+        self.run(self.conn.close())
+        self.loop.close()
+
+
+@pytest.fixture
+def clock(db: str):
+    made: list[Clock] = []
+
+    def make(start: dt.datetime) -> Clock:
+        made.append(Clock(db, start))
+        return made[-1]
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def _started_slots(c: Clock, schedule: str) -> list[dt.datetime]:
+    return [slot for slot, status, _ in c.firings(schedule) if status == "started"]
+
+
+def test_a_week_of_a_cron_schedule_fires_each_slot_once(clock, db) -> None:
+    c = clock(dt.datetime(2030, 1, 6, 23, 0, tzinfo=UTC))
+    c.call("create_schedule", "nightly", "report_wf", cron="0 3 * * *", timezone="Europe/Paris")
+    c.call("create_schedule", "quarter", "report_wf", interval_secs=900, overlap="allow_all")
+    started = time.monotonic()
+    c.walk(dt.datetime(2030, 1, 13, 23, 0, tzinfo=UTC), dt.timedelta(hours=1))
+    assert time.monotonic() - started < 60
+    paris = ZoneInfo("Europe/Paris")
+    firings = c.firings("nightly")
+    assert [s.astimezone(paris).replace(tzinfo=None) for s, _, _ in firings] == [
+        dt.datetime(2030, 1, day, 3, 0) for day in range(7, 14)
+    ]
+    # max_active_runs=1, overlap skip (the defaults): no worker ends the first run, so the
+    # next six slots are recorded as skipped, each once.
+    assert [(status, reason) for _, status, reason in firings] == [("started", None)] + [
+        ("skipped", "max_active_runs")
+    ] * 6
+    nightly = _started_slots(c, "nightly")
+    quarter = _started_slots(c, "quarter")
+    assert len(quarter) == 7 * 96 and len(set(quarter)) == len(quarter)
+    assert all(b - a == dt.timedelta(minutes=15) for a, b in itertools.pairwise(quarter))
+    with psycopg.connect(db) as conn:
+        ids = {
+            r[0]
+            for r in conn.execute(
+                "SELECT workflow_id FROM harvest.executions WHERE workflow_id LIKE 'sched:nightly:%'"
+            )
+        }
+    assert ids == {f"sched:nightly:{int(s.timestamp())}" for s in nightly}
+    assert c.call("count_schedule_misses")[0]["missed_slots"] == 0
+
+
+@pytest.mark.parametrize(
+    ("zone", "expr", "start", "expected_local"),
+    [
+        # Spring forward: Paris skips 02:00-03:00 on 31 March 2030; 02:30 fires once, at 03:00.
+        (
+            "Europe/Paris",
+            "30 2 * * *",
+            dt.datetime(2030, 3, 29, 12, tzinfo=UTC),
+            ["2030-03-30T02:30:00+01:00", "2030-03-31T03:00:00+02:00", "2030-04-01T02:30:00+02:00"],
+        ),
+        # Fall back: Paris repeats 02:00-03:00 on 27 October 2030; 02:30 fires once, the first time.
+        (
+            "Europe/Paris",
+            "30 2 * * *",
+            dt.datetime(2030, 10, 25, 12, tzinfo=UTC),
+            ["2030-10-26T02:30:00+02:00", "2030-10-27T02:30:00+02:00", "2030-10-28T02:30:00+01:00"],
+        ),
+        # New York skips 02:00-03:00 on 10 March 2030.
+        (
+            "America/New_York",
+            "30 2 * * *",
+            dt.datetime(2030, 3, 8, 12, tzinfo=UTC),
+            ["2030-03-09T02:30:00-05:00", "2030-03-10T03:00:00-04:00", "2030-03-11T02:30:00-04:00"],
+        ),
+        # New York repeats 01:00-02:00 on 3 November 2030: 01:30 fires once.
+        (
+            "America/New_York",
+            "30 1 * * *",
+            dt.datetime(2030, 11, 1, 12, tzinfo=UTC),
+            ["2030-11-02T01:30:00-04:00", "2030-11-03T01:30:00-04:00", "2030-11-04T01:30:00-05:00"],
+        ),
+    ],
+)
+def test_dst_transitions_fire_once(clock, zone, expr, start, expected_local) -> None:
+    c = clock(start)
+    c.call("create_schedule", "dst", "report_wf", cron=expr, timezone=zone, overlap="allow_all")
+    c.walk(start + dt.timedelta(days=3), dt.timedelta(minutes=10))
+    got = [s.astimezone(ZoneInfo(zone)).isoformat() for s in _started_slots(c, "dst")]
+    assert got == expected_local
+
+
+def test_an_hourly_schedule_across_the_paris_gap_and_overlap(clock) -> None:
+    """Hourly in Paris: the skipped hour collapses into 03:00 CEST; the repeated hour fires once."""
+    c = clock(dt.datetime(2030, 3, 30, 22, 30, tzinfo=UTC))
+    c.call("create_schedule", "hourly", "wf", cron="0 * * * *", timezone="Europe/Paris", overlap="allow_all")
+    c.walk(dt.datetime(2030, 3, 31, 3, 30, tzinfo=UTC), dt.timedelta(minutes=5))
+    paris = ZoneInfo("Europe/Paris")
+    assert [s.astimezone(paris).strftime("%H:%M%z") for s in _started_slots(c, "hourly")] == [
+        "00:00+0100",
+        "01:00+0100",
+        "03:00+0200",
+        "04:00+0200",
+        "05:00+0200",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("catchup", "fired", "missed"),
+    [
+        (False, [], 5),
+        ("3h", ["03:00", "04:00", "05:00"], 2),
+        (True, ["01:00", "02:00", "03:00", "04:00", "05:00"], 0),
+    ],
+)
+def test_catch_up_after_downtime(clock, catchup, fired, missed) -> None:
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+    spec = WorkflowSchedule(
+        "hourly", Schedule.every("1h"), workflow="wf", catchup=catchup, overlap="allow_all"
+    )
+    c.call("declare_schedules", [spec.spec()])
+    c.tick()  # the first slot is computed: 01:00
+    c.set(dt.datetime(2030, 1, 1, 5, 30, tzinfo=UTC))  # the scheduler was down from 00:00:30 to 05:30
+    report = c.tick()
+    assert [s.strftime("%H:%M") for s in _started_slots(c, "hourly")] == fired
+    assert report.missed == missed
+    got = c.call("get_schedule", "hourly")
+    if missed:
+        assert got["misses"][0]["slots"] == missed
+        assert got["misses"][0]["reason"] == ("catchup_off" if catchup is False else "outside_catchup_window")
+    assert got["missed_slots"] == missed
+    assert got["next_fire_at"].startswith("2030-01-01T06:00:00")
+    c.walk(dt.datetime(2030, 1, 1, 6, 0, 30, tzinfo=UTC), dt.timedelta(seconds=10))
+    assert _started_slots(c, "hourly")[-1] == dt.datetime(2030, 1, 1, 6, tzinfo=UTC)
+
+
+def test_a_long_outage_is_counted_and_skipped_quickly(clock) -> None:
+    c = clock(dt.datetime(2030, 1, 1, tzinfo=UTC))
+    c.call("create_schedule", "secondly", "wf", cron="* * * * * *")
+    c.tick()
+    c.set(dt.datetime(2030, 1, 2, tzinfo=UTC))  # a day down: 86400 slots
+    started = time.monotonic()
+    report = c.tick()
+    assert time.monotonic() - started < 10
+    assert report.missed >= scheduler.MAX_MISSED_COUNTED
+    assert c.call("get_schedule", "secondly")["next_fire_at"].startswith("2030-01-02T00:00:01")
+
+
+@pytest.mark.parametrize(
+    ("overlap", "statuses"),
+    [
+        ("skip", ["started", "skipped", "skipped"]),
+        ("buffer_one", ["started", "buffered", "skipped"]),
+        ("buffer_all", ["started", "buffered", "buffered"]),
+        ("cancel_other", ["started", "skipped", "buffered"]),
+        ("terminate_other", ["started", "started", "started"]),
+        ("allow_all", ["started", "started", "started"]),
+    ],
+)
+def test_overlap_policies(clock, db, overlap, statuses) -> None:
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+    c.call("create_schedule", "ov", "wf", interval_secs=60, overlap=overlap)
+    c.tick()
+    c.walk(dt.datetime(2030, 1, 1, 0, 3, 1, tzinfo=UTC), dt.timedelta(seconds=20))
+    assert [status for _, status, _ in c.firings("ov")] == statuses
+    with psycopg.connect(db, autocommit=True) as conn:
+        live = conn.execute("SELECT count(*) FROM harvest.executions WHERE status = 'RUNNING'").fetchone()[0]
+        assert live == (3 if overlap == "allow_all" else 1)
+        # The live run ends: a buffered slot starts on the next tick, oldest first.
+        conn.execute(
+            "SELECT harvest.terminate_workflow(id, 'done') FROM harvest.executions WHERE status = 'RUNNING'"
+        )
+    report = c.tick()
+    after = [status for _, status, _ in c.firings("ov")]
+    if "buffered" in statuses:
+        assert report.buffered_started == 1
+        assert after[statuses.index("buffered")] == "started"
+    else:
+        assert report.buffered_started == 0
+
+
+def test_pause_resume_trigger_backfill_and_declared_upsert(clock, db) -> None:
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+
+    @workflow(name="sched_wf")
+    async def sched_wf(ctx, region: str) -> str:
+        return region
+
+    app = App(
+        workflows=[sched_wf],
+        schedules=[
+            WorkflowSchedule("eu", Schedule.every("1m"), workflow=sched_wf, input="eu", overlap="allow_all")
+        ],
+    )
+    from harvest.declare.schedules import schedule_specs
+
+    assert c.call("declare_schedules", schedule_specs(app)) == 1
+    c.tick()
+    c.walk(dt.datetime(2030, 1, 1, 0, 2, 30, tzinfo=UTC), dt.timedelta(seconds=30))
+    assert len(_started_slots(c, "eu")) == 2
+    c.call("pause_schedule", "eu", "maintenance")
+    c.walk(dt.datetime(2030, 1, 1, 0, 10, 30, tzinfo=UTC), dt.timedelta(seconds=30))
+    assert len(_started_slots(c, "eu")) == 2, "a paused schedule fires nothing"
+    assert c.call("declare_schedules", schedule_specs(app)) == 0, "a boot changes nothing"
+    assert c.call("get_schedule", "eu")["paused"] is True, "and keeps the pause"
+    c.call("resume_schedule", "eu")
+    c.walk(dt.datetime(2030, 1, 1, 0, 11, 30, tzinfo=UTC), dt.timedelta(seconds=30))
+    slots = _started_slots(c, "eu")
+    assert slots[-1] == dt.datetime(2030, 1, 1, 0, 11, tzinfo=UTC) and len(slots) == 3
+    assert c.call("get_schedule", "eu")["missed_slots"] == 0, "paused slots are not missed"
+    firing = c.call("trigger_schedule", "eu")
+    assert firing["origin"] == "trigger" and firing["status"] == "started"
+    counts = c.call(
+        "backfill_schedule",
+        "eu",
+        Schedule.every("1m").slots(
+            dt.datetime(2030, 1, 1, 0, 0, tzinfo=UTC), dt.datetime(2030, 1, 1, 0, 5, tzinfo=UTC)
+        ),
+        "allow_all",
+    )
+    assert counts == {"started": 3, "buffered": 0, "skipped": 0, "failed": 0, "duplicate": 2}
+    with psycopg.connect(db) as conn:
+        row = conn.execute(
+            "SELECT input FROM harvest.executions WHERE workflow_id = %s",
+            (f"sched:eu:{int(dt.datetime(2030, 1, 1, 0, 1, tzinfo=UTC).timestamp())}",),
+        ).fetchone()
+    assert row[0] == ["eu"]
+    with pytest.raises(ScheduleAlreadyExists):
+        c.call("create_schedule", "eu", "sched_wf", interval_secs=60)
+
+
+def test_jitter_delays_each_firing_by_a_stable_amount(clock) -> None:
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+    c.call("create_schedule", "jit", "wf", interval_secs=3600, jitter_secs=600, overlap="allow_all")
+    c.tick()
+    due = dt.datetime.fromisoformat(c.call("get_schedule", "jit")["next_due_at"])
+    slot = dt.datetime(2030, 1, 1, 1, tzinfo=UTC)
+    assert slot < due < slot + dt.timedelta(minutes=10)
+    c.set(due - dt.timedelta(seconds=1))
+    c.tick()
+    assert _started_slots(c, "jit") == []
+    c.set(due)
+    c.tick()
+    assert _started_slots(c, "jit") == [slot], "the slot keeps its id; only its start moves"
+
+
+def test_a_firing_whose_workflow_is_unknown_fails_visibly(clock, db) -> None:
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+    with psycopg.connect(db, autocommit=True) as conn:
+        SqlApi(conn).register_workflows(["default"], ["known_wf"])
+    c.call("create_schedule", "typo", "unknown_wf", interval_secs=60)
+    c.tick()
+    c.set(dt.datetime(2030, 1, 1, 0, 1, 1, tzinfo=UTC))
+    c.tick()
+    ((_slot, status, reason),) = c.firings("typo")
+    assert status == "failed" and reason.startswith("HR010")
+
+
+def test_bad_declarations_are_one_line_errors_naming_the_field() -> None:
+    with pytest.raises(InvalidArgument, match="the hour field '25'"):
+        Schedule.cron("0 25 * * *")
+    with pytest.raises(InvalidArgument, match="tz 'Mars/Base' is not a known time zone"):
+        Schedule.cron("0 3 * * *", tz="Mars/Base")
+    with pytest.raises(InvalidArgument, match="overlap 'stack'"):
+        WorkflowSchedule("x", Schedule.every("1m"), overlap="stack")
