@@ -144,6 +144,7 @@ def _register() -> None:
         rebalance,
         replay,
         retention,
+        schedule,
         shard,
         usage,
         worker,
@@ -169,6 +170,7 @@ def _register() -> None:
     shard.shard.add_command(rebalance.rebalance_resume)
     shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
+    main.add_command(schedule.schedule)
     _reads_config_first(main)
 
 

@@ -1,0 +1,437 @@
+"""`harvest schedule create-workflow|list|get|pause|resume|trigger|update|delete|backfill`
+(functions/schedules.sql, docs/schedules.md).
+
+A schedule is addressed by its name. On a sharded deployment it lives on its home shard (the
+router's choice from its name, ``ShardRouter.schedule_home``, where a declared one lives too):
+every command by name goes there (``--shard-id`` overrides), and ``list`` reads every shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from harvest.cli.output import (
+    cli_config,
+    database_url_option,
+    emit,
+    mapping,
+    operator_id_option,
+    output_option,
+)
+from harvest.cli.output import sql_api as _sql_api
+from harvest.cli.output import table as _table
+from harvest.cli.shards import _pooled_api, cli_pools, each_shard, emit_merged
+from harvest.config import shards_configured
+from harvest.core.durations import parse_duration
+from harvest.core.errors import InvalidArgument
+from harvest.db.sqlapi import SqlApi
+from harvest.declare.schedules import OVERLAP_POLICIES, Schedule
+from harvest.shard.fanout import Merged
+
+UPCOMING = 5  # next fire times `get` shows
+
+LIST_COLUMNS = [
+    "name",
+    "kind",
+    "workflow_name",
+    "when",
+    "paused",
+    "next_fire_at",
+    "last_slot_at",
+    "missed_slots",
+    "active_runs",
+]
+GET_KEYS = [
+    "name",
+    "kind",
+    "workflow_name",
+    "queue",
+    "when",
+    "input",
+    "max_active_runs",
+    "overlap",
+    "catchup",
+    "catchup_window_secs",
+    "jitter_secs",
+    "paused",
+    "paused_note",
+    "declared",
+    "next_fire_times",
+    "last_slot_at",
+    "missed_slots",
+    "active_runs",
+    "buffered",
+]
+
+overlap_choice = click.Choice(OVERLAP_POLICIES)
+
+
+@contextlib.contextmanager
+def _schedule_api(
+    database_url: str | None, name: str, shard: int | None, *, read_only: bool
+) -> Iterator[SqlApi]:
+    """The SQL API on the database that holds schedule ``name``: the one database, or its home
+    shard (``shard`` to name another)."""
+    config = cli_config()
+    if not shards_configured(config):
+        with _sql_api(database_url, read_only=read_only) as sql:
+            yield sql
+        return
+    with cli_pools(config, database_url) as pools:
+        target = pools.router.schedule_home(name) if shard is None else shard
+        if target not in pools.router.readable:
+            raise InvalidArgument(f"--shard-id {target} is not a shard of this deployment")
+        with _pooled_api(pools, target, read_only=read_only) as sql:
+            yield sql
+
+
+def _when(row: dict[str, Any]) -> str:
+    if row.get("cron"):
+        return f"cron {row['cron']} {row.get('timezone') or 'UTC'}"
+    return f"every {row.get('interval_secs')}s"
+
+
+def _timestamp(value: Any) -> dt.datetime | None:
+    if value is None or isinstance(value, dt.datetime):
+        return value
+    return dt.datetime.fromisoformat(value)
+
+
+def next_fire_times(row: dict[str, Any], count: int = UPCOMING) -> list[str]:
+    """The next ``count`` slots of a schedule row (get_schedule's JSON): its stored next slot,
+    then the ones after it; none while paused."""
+    if row.get("paused"):
+        return []
+    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
+    first = _timestamp(row.get("next_fire_at"))
+    if first is None:
+        after = max(t for t in (_timestamp(row.get("anchor_at")), _timestamp(row.get("last_slot_at"))) if t)
+        first = spec.next_after(after)
+    out = [first]
+    for slot in spec.iter_after(first):
+        if len(out) >= count:
+            break
+        out.append(slot)
+    return [s.isoformat() for s in out]
+
+
+def _spec_options(cron: str | None, every: str | None, tz: str | None) -> dict[str, Any]:
+    if cron and every:
+        raise click.UsageError("give --cron or --every, not both")
+    if cron:
+        sched = Schedule.cron(cron, tz=tz or "UTC")
+        return {"cron": sched.expression, "timezone": sched.timezone}
+    if every:
+        if tz:
+            raise click.UsageError("--tz goes with --cron (an interval is in UTC)")
+        return {"interval_secs": Schedule.every(every).interval_secs}
+    return {}
+
+
+def _input(input_json: str | None) -> list[Any] | None:
+    if input_json is None:
+        return None
+    try:
+        value = json.loads(input_json)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--input-json") from None
+    return [value]
+
+
+def _catchup(catchup: bool | None, window: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if catchup is not None:
+        out["catchup"] = catchup
+    if window is not None:
+        out["catchup"] = True
+        out["catchup_window_secs"] = max(1, int(parse_duration(window, "--catchup-window", positive=True)))
+    return out
+
+
+@click.group()
+def schedule() -> None:
+    """Workflows started on a cron or an interval (docs/schedules.md)."""
+
+
+@schedule.command("create-workflow")
+@click.option("--name", required=True, help="The schedule's name (runs are sched:NAME:UNIX_TS).")
+@click.option("--workflow", "workflow_name", default=None, help="The workflow to start (default: --name).")
+@click.option("--cron", default=None, help="A cron expression: 5 fields, 6 with seconds first, or @daily...")
+@click.option("--every", default=None, help="An interval instead of a cron: 15m, 1h, 30s.")
+@click.option("--tz", default=None, help="The cron's IANA time zone (default UTC).")
+@click.option("--input-json", default=None, help="The run's one argument, as JSON.")
+@click.option("--queue", default="default", show_default=True)
+@click.option("--max-active-runs", default=1, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--overlap", default="skip", show_default=True, type=overlap_choice)
+@click.option(
+    "--catchup/--no-catchup", default=None, help="Replay missed slots (a year back) after downtime."
+)
+@click.option("--catchup-window", default=None, help="Replay missed slots up to this far back (6h, 2d).")
+@click.option("--jitter", default="0", help="Delay each firing by a stable random part of this (30s).")
+@click.option("--kind", default="workflow", show_default=True, type=click.Choice(["workflow", "dag"]))
+@click.option("--paused", is_flag=True, help="Create it paused.")
+@operator_id_option
+@database_url_option
+@output_option
+def create_workflow(
+    name,
+    workflow_name,
+    cron,
+    every,
+    tz,
+    input_json,
+    queue,
+    max_active_runs,
+    overlap,
+    catchup,
+    catchup_window,
+    jitter,
+    kind,
+    paused,
+    operator,
+    database_url,
+    output,
+) -> None:
+    """Create a workflow schedule."""
+    timing = _spec_options(cron, every, tz)
+    if not timing:
+        raise click.UsageError("give --cron or --every")
+    with _schedule_api(database_url, name, None, read_only=False) as sql:
+        data = sql.create_schedule(
+            name,
+            workflow_name or name,
+            input=_input(input_json),
+            queue=queue,
+            max_active_runs=max_active_runs,
+            overlap=overlap,
+            jitter_secs=parse_duration(jitter, "--jitter"),
+            kind=kind,
+            paused=paused,
+            operator_id=operator,
+            **timing,
+            **_catchup(catchup, catchup_window),
+        )
+    _emit_schedule(data, output)
+
+
+@schedule.command("list")
+@click.option("--kind", default=None, type=click.Choice(["workflow", "dag"]), help="Only this kind.")
+@database_url_option
+@output_option
+def list_(kind, database_url, output) -> None:
+    """List the schedules, DAG and workflow kinds together (every shard)."""
+    fan = each_shard(database_url, lambda api: api.list_schedules(kind))
+    sharded = shards_configured(cli_config())
+    rows = [
+        {**({"shard_id": shard} if sharded else {}), **row, "when": _when(row)}
+        for shard, found in sorted(fan.results.items())
+        for row in found
+    ]
+    rows.sort(key=lambda r: r["name"])
+    columns = (["shard_id"] if sharded else []) + LIST_COLUMNS
+    emit_merged(
+        Merged(rows, fan.unavailable_shards, fan.status), "schedules", output, lambda d: _table(d, columns)
+    )
+
+
+def _emit_schedule(data: dict[str, Any], output: str) -> None:
+    data = {**data, "when": _when(data), "next_fire_times": next_fire_times(data)}
+
+    def render(d: dict[str, Any]) -> str:
+        parts = [mapping(d, [k for k in GET_KEYS if k in d])]
+        if d.get("firings"):
+            parts.append(
+                "last firings:\n"
+                + _table(
+                    d["firings"], ["slot_at", "origin", "status", "reason", "execution_id", "run_status"]
+                )
+            )
+        if d.get("misses"):
+            parts.append(
+                "missed:\n"
+                + _table(d["misses"], ["first_slot_at", "last_slot_at", "slots", "reason", "recorded_at"])
+            )
+        return "\n\n".join(parts)
+
+    emit(data, output, render)
+
+
+def _shard_option(f):
+    return click.option(
+        "--shard-id",
+        "shard",
+        type=int,
+        default=None,
+        help="The shard that holds it (default: its home shard).",
+    )(f)
+
+
+@schedule.command("get")
+@click.argument("name")
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(1, 1000), help="Firings and misses."
+)
+@_shard_option
+@database_url_option
+@output_option
+def get(name, limit, shard, database_url, output) -> None:
+    """Show a schedule: next fire times, last firings with run ids and outcomes, misses."""
+    with _schedule_api(database_url, name, shard, read_only=True) as sql:
+        data = sql.get_schedule(name, limit)
+    _emit_schedule(data, output)
+
+
+@schedule.command("pause")
+@click.argument("name")
+@click.option("--note", default=None, help="Why (shown by get).")
+@_shard_option
+@operator_id_option
+@database_url_option
+@output_option
+def pause(name, note, shard, operator, database_url, output) -> None:
+    """Pause a schedule (a worker restart keeps the pause)."""
+    with _schedule_api(database_url, name, shard, read_only=False) as sql:
+        data = sql.pause_schedule(name, note, operator)
+    _emit_schedule(data, output)
+
+
+@schedule.command("resume")
+@click.argument("name")
+@_shard_option
+@operator_id_option
+@database_url_option
+@output_option
+def resume(name, shard, operator, database_url, output) -> None:
+    """Resume a paused schedule from now (what it skipped while paused is not fired)."""
+    with _schedule_api(database_url, name, shard, read_only=False) as sql:
+        data = sql.resume_schedule(name, operator)
+    _emit_schedule(data, output)
+
+
+@schedule.command("trigger")
+@click.argument("name")
+@click.option("--overlap", default=None, type=overlap_choice, help="Instead of the schedule's policy.")
+@_shard_option
+@operator_id_option
+@database_url_option
+@output_option
+def trigger(name, overlap, shard, operator, database_url, output) -> None:
+    """Fire a schedule now."""
+    with _schedule_api(database_url, name, shard, read_only=False) as sql:
+        data = sql.trigger_schedule(name, overlap, operator)
+    emit(data, output, lambda d: mapping(d))
+
+
+@schedule.command("update")
+@click.argument("name")
+@click.option("--workflow", "workflow_name", default=None)
+@click.option("--cron", default=None)
+@click.option("--every", default=None)
+@click.option("--tz", default=None, help="With --cron: its time zone.")
+@click.option("--input-json", default=None)
+@click.option("--queue", default=None)
+@click.option("--max-active-runs", default=None, type=click.IntRange(1, 1_000_000))
+@click.option("--overlap", default=None, type=overlap_choice)
+@click.option("--catchup/--no-catchup", default=None)
+@click.option("--catchup-window", default=None)
+@click.option("--jitter", default=None)
+@_shard_option
+@operator_id_option
+@database_url_option
+@output_option
+def update(
+    name,
+    workflow_name,
+    cron,
+    every,
+    tz,
+    input_json,
+    queue,
+    max_active_runs,
+    overlap,
+    catchup,
+    catchup_window,
+    jitter,
+    shard,
+    operator,
+    database_url,
+    output,
+) -> None:
+    """Change fields of a schedule (a new cron, interval, zone or jitter counts from now)."""
+    if tz and not cron:
+        raise click.UsageError("--tz goes with --cron")
+    changes: dict[str, Any] = {**_spec_options(cron, every, tz), **_catchup(catchup, catchup_window)}
+    for key, value in (
+        ("workflow_name", workflow_name),
+        ("input", _input(input_json)),
+        ("queue", queue),
+        ("max_active_runs", max_active_runs),
+        ("overlap", overlap),
+        ("jitter_secs", None if jitter is None else parse_duration(jitter, "--jitter")),
+    ):
+        if value is not None:
+            changes[key] = value
+    if not changes:
+        raise click.UsageError("nothing to change: give at least one option")
+    with _schedule_api(database_url, name, shard, read_only=False) as sql:
+        data = sql.update_schedule(name, changes, operator)
+    _emit_schedule(data, output)
+
+
+@schedule.command("delete")
+@click.argument("name")
+@_shard_option
+@operator_id_option
+@database_url_option
+@output_option
+def delete(name, shard, operator, database_url, output) -> None:
+    """Delete a schedule and its firing history (its runs go on)."""
+    with _schedule_api(database_url, name, shard, read_only=False) as sql:
+        deleted = sql.delete_schedule(name, operator)
+    if not deleted:
+        raise InvalidArgument(f"schedule {name!r} does not exist")
+    emit({"name": name, "deleted": True}, output, lambda d: f"deleted schedule {d['name']}")
+
+
+@schedule.command("backfill")
+@click.argument("name")
+@click.option(
+    "--from",
+    "start",
+    required=True,
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"]),
+    help="First slot time (ISO, e.g. 2030-01-01T00:00:00+00:00; a date is UTC midnight).",
+)
+@click.option(
+    "--to",
+    "end",
+    required=True,
+    type=click.DateTime(["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d"]),
+    help="Last slot time, inclusive.",
+)
+@click.option("--overlap", default="buffer_all", show_default=True, type=overlap_choice)
+@_shard_option
+@operator_id_option
+@database_url_option
+@output_option
+def backfill(name, start, end, overlap, shard, operator, database_url, output) -> None:
+    """Fire the schedule's slots in [--from, --to] that never fired (at most 10000)."""
+    start = start if start.tzinfo else start.replace(tzinfo=dt.UTC)
+    end = end if end.tzinfo else end.replace(tzinfo=dt.UTC)
+    if end < start:
+        raise click.UsageError("--to is before --from")
+    with _schedule_api(database_url, name, shard, read_only=False) as sql:
+        row = sql.get_schedule(name, 1)
+        spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
+        slots = spec.slots(start - dt.timedelta(microseconds=1), end, limit=10_001)
+        if len(slots) > 10_000:
+            raise InvalidArgument(f"{name}: more than 10000 slots in that range; backfill a shorter one")
+        counts = sql.backfill_schedule(name, slots, overlap, operator)
+    data = {"name": name, "slots": len(slots), **counts}
+    emit(data, output, lambda d: mapping(d))

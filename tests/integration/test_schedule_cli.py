@@ -1,0 +1,99 @@
+"""`harvest schedule ...` end to end (real processes, one database): create, list (kind shown),
+get (next fire times, firings with run ids and outcomes), pause, resume, trigger, update, backfill,
+delete; one-line errors naming the bad field; -o json."""
+
+from __future__ import annotations
+
+import json
+
+from operator_helpers import harvest
+
+
+def _json(dsn: str, *args: str):
+    done = harvest(dsn, *args, "-o", "json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_schedule_cli(db: str) -> None:
+    made = _json(
+        db,
+        "schedule",
+        "create-workflow",
+        "--name",
+        "billing",
+        "--workflow",
+        "billing_wf",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Europe/Paris",
+        "--input-json",
+        '{"region": "eu"}',
+        "--operator-id",
+        "ann",
+    )
+    assert (
+        made["cron"] == "0 3 * * *"
+        and made["timezone"] == "Europe/Paris"
+        and made["input"] == [{"region": "eu"}]
+    )
+    assert len(made["next_fire_times"]) == 5 and all(
+        "T01:00:00" in t or "T02:00:00" in t for t in made["next_fire_times"]
+    )
+    _json(db, "schedule", "create-workflow", "--name", "dag_nightly", "--every", "1h", "--kind", "dag")
+
+    table = harvest(db, "schedule", "list")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:2] == ["NAME", "KIND"]
+    assert [line.split()[:2] for line in lines[1:]] == [["billing", "workflow"], ["dag_nightly", "dag"]]
+    assert [r["name"] for r in _json(db, "schedule", "list", "--kind", "dag")["schedules"]] == ["dag_nightly"]
+
+    fired = _json(db, "schedule", "trigger", "billing")
+    assert fired["status"] == "started" and fired["workflow_id"].startswith("sched:billing:")
+    got = _json(db, "schedule", "get", "billing")
+    assert got["firings"][0]["execution_id"] == fired["execution_id"]
+    assert got["firings"][0]["run_status"] == "RUNNING" and got["active_runs"] == 1
+    text = harvest(db, "schedule", "get", "billing")
+    assert "last firings:" in text.stdout and fired["execution_id"] in text.stdout
+
+    assert _json(db, "schedule", "pause", "billing", "--note", "audit")["paused"] is True
+    assert _json(db, "schedule", "get", "billing")["next_fire_times"] == []
+    assert _json(db, "schedule", "resume", "billing")["paused"] is False
+    updated = _json(
+        db, "schedule", "update", "billing", "--every", "15m", "--overlap", "buffer_all", "--catchup"
+    )
+    assert updated["interval_secs"] == 900 and updated["cron"] is None and updated["overlap"] == "buffer_all"
+    assert updated["catchup"] is True and updated["catchup_window_secs"] == 365 * 86400
+
+    counts = _json(
+        db,
+        "schedule",
+        "backfill",
+        "dag_nightly",
+        "--from",
+        "2020-01-01",
+        "--to",
+        "2020-01-01T02:00:00+0000",
+        "--overlap",
+        "allow_all",
+    )
+    assert counts["slots"] == 3 and counts["started"] == 3
+
+    bad = harvest(db, "schedule", "create-workflow", "--name", "x", "--cron", "0 25 * * *")
+    assert (
+        bad.returncode == 2
+        and "the hour field '25'" in bad.stderr
+        and len(bad.stderr.strip().splitlines()) == 1
+    )
+    bad = harvest(
+        db, "schedule", "create-workflow", "--name", "x", "--cron", "0 3 * * *", "--tz", "Mars/Base"
+    )
+    assert bad.returncode == 2 and "tz 'Mars/Base'" in bad.stderr
+    dup = harvest(db, "schedule", "create-workflow", "--name", "billing", "--every", "1m")
+    assert dup.returncode == 2 and "already exists" in dup.stderr
+
+    assert _json(db, "schedule", "delete", "billing")["deleted"] is True
+    gone = harvest(db, "schedule", "get", "billing")
+    assert gone.returncode != 0 and "does not exist" in gone.stderr
