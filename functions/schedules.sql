@@ -595,18 +595,26 @@ $$;
 -- ---------------------------------------------------------------------------------
 -- Reads
 
--- The schedules of this database (one kind, or both), by name.
+-- The schedules of this database (one kind, or both), by name; workflow_registered
+-- says whether a worker registered the workflow on its queue (NULL: none registered
+-- anything there), which preflight reads.
 CREATE OR REPLACE FUNCTION harvest.list_schedules(p_kind text DEFAULT NULL)
 RETURNS TABLE (
     name text, kind text, workflow_name text, cron text, interval_secs bigint, timezone text,
     max_active_runs integer, overlap text, catchup boolean, paused boolean, declared boolean,
-    next_fire_at timestamptz, last_slot_at timestamptz, missed_slots bigint, active_runs integer
+    next_fire_at timestamptz, last_slot_at timestamptz, missed_slots bigint, active_runs integer, queue text,
+    workflow_registered boolean
 )
 LANGUAGE sql STABLE
 AS $$
     SELECT s.name, s.kind, s.workflow_name, s.cron, s.interval_secs, s.timezone, s.max_active_runs, s.overlap,
            s.catchup, s.paused, s.declared, s.next_fire_at, s.last_slot_at, s.missed_slots,
-           harvest._schedule_active_runs(s)
+           harvest._schedule_active_runs(s), s.queue,
+           -- As a start's check (functions/start.sql): NULL when no worker registered the queue.
+           CASE WHEN EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
+                             WHERE r.queue = s.queue AND r.workflow_name = s.workflow_name) THEN true
+                WHEN EXISTS (SELECT 1 FROM harvest.registered_workflows AS r WHERE r.queue = s.queue) THEN false
+           END
     FROM harvest.schedules AS s
     WHERE p_kind IS NULL OR s.kind = lower(p_kind)
     ORDER BY s.name;
@@ -846,8 +854,9 @@ COMMENT ON FUNCTION harvest.backfill_schedule IS
 'Fire past slots the caller computed (at most 10000, whole seconds, not in the future) under p_overlap (default '
 'buffer_all); a slot already recorded is not fired again. Called by the CLI (role harvest_operator).';
 COMMENT ON FUNCTION harvest.list_schedules IS
-'The schedules of this database (workflow and dag kinds) with their next slot, last slot, missed slots and live '
-'runs. Called by the CLI and the dashboard (role harvest_reader).';
+'The schedules of this database (workflow and dag kinds) with their next slot, last slot, missed slots, live '
+'runs and whether their workflow is registered on its queue. Called by the CLI, preflight and the dashboard '
+'(role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_schedule IS
 'One schedule with its last firings (run ids and run statuses), misses with reasons, live and buffered runs; '
 'HR002 when it does not exist. Called by the CLI (role harvest_reader).';

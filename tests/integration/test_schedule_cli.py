@@ -97,3 +97,38 @@ def test_schedule_cli(db: str) -> None:
     assert _json(db, "schedule", "delete", "billing")["deleted"] is True
     gone = harvest(db, "schedule", "get", "billing")
     assert gone.returncode != 0 and "does not exist" in gone.stderr
+
+
+def test_preflight_fails_a_schedule_whose_workflow_is_not_registered(
+    db: str, conn, tmp_path, monkeypatch
+) -> None:
+    assert harvest(db, "migrate", "run").returncode == 0
+    conn.execute("SELECT harvest.set_retention('30 days')")
+    conn.execute("SELECT harvest.register_worker('w1', ARRAY['default'], 'h', 1, 5)")
+    conn.execute("SELECT harvest.register_workflows(ARRAY['default'], ARRAY['flow'])")
+
+    def check(*args: str):
+        r = harvest(db, "preflight", *args, "--output", "json")
+        return r.returncode, next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "schedules")
+
+    conn.execute("SELECT harvest.create_schedule('ok', 'flow', p_interval_secs => 60)")
+    code, found = check()
+    assert (code, found["status"]) == (0, "pass"), found
+    conn.execute("SELECT harvest.create_schedule('typo', 'flwo', p_interval_secs => 60)")
+    code, found = check()
+    assert (code, found["status"]) == (1, "fail"), found
+    assert found["details"]["failures"] == [
+        "schedule 'typo' starts workflow 'flwo', which no worker registered on queue 'default'"
+    ]
+    conn.execute("SELECT harvest.delete_schedule('typo')")
+    (tmp_path / "pf_sched.py").write_text(
+        "from harvest import App, Schedule, WorkflowSchedule, workflow\n"
+        "@workflow\nasync def flow(ctx): return 1\n"
+        "app = App(workflows=[flow], schedules=[WorkflowSchedule('nightly', Schedule.cron('0 3 * * *'),"
+        " workflow='report')])\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    code, found = check("--app", "pf_sched:app")
+    assert code == 1 and found["details"]["failures"] == [
+        "declared schedule 'nightly' starts unregistered workflow 'report'"
+    ]

@@ -298,6 +298,7 @@ def _database_checks(
                 )
             )
             checks.append(_queue_coverage(sql, app))
+        checks.append(_schedules(sql, app, declared=app is not None and first))
         try:
             dead = sql.count_dead_letters("all")
             total = sum(r["dead_letters"] for r in dead)
@@ -339,6 +340,53 @@ def _database_checks(
             if check.scope == "-":
                 check.scope = scope
     return checks
+
+
+def _schedules(sql: SqlApi, app: Any, *, declared: bool) -> Check:
+    """Every schedule resolves to a workflow: the App's declared ones to a workflow the App
+    registers (with --app), the database's to a workflow a worker registered on its queue
+    (docs/schedules.md). An unregistered one fails: each of its firings would fail to start."""
+    failures = []
+    if declared:
+        for item in getattr(app, "schedules", {}).values():
+            if item.workflow_name not in app.workflows:
+                failures.append(
+                    f"declared schedule '{item.name}' starts unregistered workflow '{item.workflow_name}'"
+                )
+    try:
+        rows = sql.list_schedules()
+    except Exception as exc:
+        return Check("schedules", "fail", _first_line(exc))
+    unknown = []
+    for row in rows:
+        if row["workflow_registered"] is False:
+            failures.append(
+                f"schedule '{row['name']}' starts workflow '{row['workflow_name']}', which no worker "
+                f"registered on queue '{row['queue']}'"
+            )
+        elif row["workflow_registered"] is None and not row["paused"]:
+            unknown.append(row["name"])
+    details = {"schedules": len(rows), "failures": failures, "unverified": unknown}
+    if failures:
+        return Check(
+            "schedules",
+            "fail",
+            f"{len(failures)} schedule(s) start a workflow that is not registered",
+            details=details,
+            remediation="register the workflow in the App its workers run (App(workflows=[...])), or "
+            "fix the schedule (harvest schedule update NAME --workflow ...)",
+        )
+    if not rows and not declared:
+        return Check("schedules", "skip", "no schedule", details=details)
+    if unknown:
+        return Check(
+            "schedules",
+            "warn",
+            f"{len(unknown)} schedule(s) on queues no worker registered: their workflows are unverified",
+            details=details,
+            remediation="start the workers of those queues before this gate",
+        )
+    return Check("schedules", "pass", f"{len(rows)} schedule(s); every workflow resolves", details=details)
 
 
 def _identity(sql: SqlApi, shard: int) -> Check:
