@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from harvest.declare.definitions import App, RetryPolicy, activity, workflow
     from harvest.declare.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
     from harvest.declare.messages import describe_handlers, query, update
+    from harvest.declare.schedules import Schedule, WorkflowSchedule
     from harvest.runtime import DEFAULT_VERSION, WorkflowContext
     from harvest.runtime.children import ChildPlacement
     from harvest.runtime.external import ExternalWorkflow

@@ -51,6 +51,14 @@ VERBS = {
     "update",
     "verify",
     "wait",
+    # functions/schedules.sql: a schedule's lifecycle and its tick
+    "backfill",
+    "create",
+    "delete",
+    "fire",
+    "pause",
+    "resume",
+    "trigger",
 }
 # Scalars are named for their value, like PostgreSQL's now() ("Scalars are named for their value").
 SCALARS = {

@@ -112,6 +112,12 @@ ROW = {
     "shard_id": 0,
     "owner_mode": {},
     "residence": {},
+    "schedule": {},
+    "deleted": True,
+    "firing": {},
+    "counts": {},
+    "changed": 0,
+    "started": 0,
 }
 SAMPLE = {
     "str": "a",
@@ -131,6 +137,7 @@ SAMPLE = {
     "list[dict[str, Any]]": [{"k": 1}],
     "list[tuple[int, int, int, list[dict[str, Any]], int, int | None]]": [(1, 2, 3, [], 0, None)],
     "list[tuple[int, int, Any, dict[str, Any] | None]]": [(1, 2, "r", None)],
+    "list[Any] | None": None,
 }
 
 
