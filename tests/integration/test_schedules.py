@@ -337,3 +337,39 @@ def test_bad_declarations_are_one_line_errors_naming_the_field() -> None:
         Schedule.cron("0 3 * * *", tz="Mars/Base")
     with pytest.raises(InvalidArgument, match="overlap 'stack'"):
         WorkflowSchedule("x", Schedule.every("1m"), overlap="stack")
+
+
+def test_a_worker_declares_its_schedules_and_fires_them(db, start_worker) -> None:
+    """End to end on the real clock: the worker upserts the App's schedule at boot, its scanner
+    fires every second, and the runs complete; a process whose scheduler is off fires nothing."""
+
+    @workflow(name="tick_wf")
+    async def tick_wf(ctx, n: int) -> int:
+        return n + 1
+
+    app = App(
+        workflows=[tick_wf],
+        schedules=[WorkflowSchedule("secondly", Schedule.cron("* * * * * *"), workflow=tick_wf, input=41)],
+    )
+    with psycopg.connect(db, autocommit=True) as conn:
+        web = start_worker(app, run_scanner=False)  # the web role: declares, never fires
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not conn.execute("SELECT 1 FROM harvest.schedules").fetchone():
+            time.sleep(0.1)
+        time.sleep(1.5)
+        assert conn.execute("SELECT count(*) FROM harvest.schedule_firings").fetchone()[0] == 0
+        web.stop()
+        start_worker(app)
+        deadline = time.monotonic() + 30
+        done = 0
+        while time.monotonic() < deadline and done < 3:
+            time.sleep(0.2)
+            done = conn.execute(
+                "SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'sched:secondly:%' "
+                "AND status = 'COMPLETED' AND output = '42'"
+            ).fetchone()[0]
+        assert done >= 3
+        declared = conn.execute(
+            "SELECT declared, kind FROM harvest.schedules WHERE name = 'secondly'"
+        ).fetchone()
+        assert declared == (True, "workflow")
