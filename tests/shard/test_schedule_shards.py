@@ -1,0 +1,119 @@
+"""Schedules on three real servers (docs/schedules.md "Shards and process roles"): a schedule
+lives on its home shard (ShardRouter.schedule_home, from its name) and fires there; the CLI's
+create and commands by name go to that shard, `list` reads every shard; a worker on every shard
+upserts each declared schedule on its home only, and each shard's scanner fires its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from harvest import App, Schedule, Worker, WorkflowSchedule, workflow
+from harvest.cli.main import main
+from harvest.shard.router import ShardRouter
+
+pytestmark = pytest.mark.shard
+
+ROUTER = ShardRouter([0, 1, 2], [0, 1, 2], 0)
+
+
+def _names_on_distinct_homes(count: int) -> list[str]:
+    names, homes = [], set()
+    for i in range(1000):
+        name = f"sched{i}"
+        if ROUTER.schedule_home(name) not in homes:
+            homes.add(ROUTER.schedule_home(name))
+            names.append(name)
+        if len(names) == count:
+            return names
+    raise AssertionError("no names on distinct homes")
+
+
+def _env(shards) -> dict[str, str]:
+    return {
+        "HARVEST_DATABASE_URL": "",
+        "HARVEST_SHARDS__READABLE": "0,1,2",
+        "HARVEST_SHARDS__WRITABLE": "0,1,2",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+    }
+
+
+def _json(env: dict[str, str], *args: str):
+    result = CliRunner().invoke(main, ["--output", "json", *args], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def _rows(shards, shard: int, sql: str) -> list[tuple]:
+    with shards.connect(shard) as conn:
+        return conn.execute(sql).fetchall()
+
+
+def test_the_cli_creates_on_the_home_shard_and_lists_every_shard(shards) -> None:
+    env = _env(shards)
+    names = _names_on_distinct_homes(3)
+    for name in names:
+        _json(env, "schedule", "create-workflow", "--name", name, "--every", "1h")
+    for shard in (0, 1, 2):
+        assert [r[0] for r in _rows(shards, shard, "SELECT name FROM harvest.schedules")] == [
+            n for n in names if ROUTER.schedule_home(n) == shard
+        ]
+    listed = _json(env, "schedule", "list")
+    assert [(r["name"], r["shard_id"]) for r in listed["schedules"]] == sorted(
+        (n, ROUTER.schedule_home(n)) for n in names
+    )
+    assert listed["status"] == "complete"
+    paused = _json(env, "schedule", "pause", names[1])
+    assert paused["paused"] is True
+    assert _rows(shards, ROUTER.schedule_home(names[1]), "SELECT paused FROM harvest.schedules") == [(True,)]
+
+
+@workflow(name="shard_tick")
+async def shard_tick(ctx) -> str:
+    return "ok"
+
+
+def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it_there(shards) -> None:
+    names = _names_on_distinct_homes(2)
+    app = App(
+        workflows=[shard_tick],
+        schedules=[WorkflowSchedule(n, Schedule.cron("* * * * * *"), workflow=shard_tick) for n in names],
+    )
+    worker = Worker(app, shards=dict(shards.dsns), router=ROUTER, scan_interval=0.2, poll_interval=0.3)
+    loop: list[asyncio.AbstractEventLoop] = []
+
+    async def go() -> None:
+        loop.append(asyncio.get_running_loop())
+        await worker.run()
+
+    thread = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            done = {
+                n: _rows(
+                    shards,
+                    ROUTER.schedule_home(n),
+                    f"SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'sched:{n}:%' "
+                    "AND status = 'COMPLETED'",
+                )[0][0]
+                for n in names
+            }
+            if all(v >= 2 for v in done.values()):
+                break
+            time.sleep(0.2)
+        assert all(v >= 2 for v in done.values()), done
+    finally:
+        loop[0].call_soon_threadsafe(worker.request_stop)
+        thread.join(60)
+    for shard in (0, 1, 2):
+        here = [r[0] for r in _rows(shards, shard, "SELECT name FROM harvest.schedules ORDER BY name")]
+        assert here == sorted(n for n in names if ROUTER.schedule_home(n) == shard)
+        runs = _rows(shards, shard, "SELECT DISTINCT split_part(workflow_id, ':', 2) FROM harvest.executions")
+        assert {r[0] for r in runs} <= set(here), "a schedule fires on its own shard only"
