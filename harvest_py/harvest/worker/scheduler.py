@@ -125,7 +125,13 @@ async def tick(sql: Any, limit: int = 100) -> TickReport:
             report.errors.append(f"schedule {row['name']!r}: {exc}")
             log.warning("scheduler: schedule %r cannot be computed: %s", row["name"], exc)
             continue
-        result = await sql.fire_schedule(**plan.args())
+        try:
+            result = await sql.fire_schedule(**plan.args())
+        except HarvestError as exc:
+            # fire_schedule refused the plan (HR001): nothing was written; the others go on.
+            report.errors.append(f"schedule {row['name']!r}: {exc}")
+            log.warning("scheduler: schedule %r was not fired: %s", row["name"], exc)
+            continue
         outcome = result.get("outcome")
         if outcome == "busy":
             report.busy += 1

@@ -701,15 +701,6 @@ class Worker:
                     )
                 if moved["timed_out_workflows"]:
                     log.info("timeout scanner: %d workflow run(s) timed out", moved["timed_out_workflows"])
-                # This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start.
-                fired = await scheduler.tick(lane.sql)
-                if fired.fired or fired.buffered_started:
-                    log.info(
-                        "scheduler: %d slot(s) fired, %d started",
-                        len(fired.fired),
-                        fired.started,
-                    )
-                    self._wake.set()
                 if (
                     moved["expired_tasks"]
                     or moved["relays_delivered"]
@@ -732,6 +723,22 @@ class Worker:
             except Exception as exc:
                 if not lane.note_failure(exc, "scanning"):
                     log.warning("timeout scan failed: %s", exc)
+            if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
+                await self._schedule(lane)
+
+    async def _schedule(self, lane: ShardLane) -> None:
+        """This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start."""
+        try:
+            fired = await scheduler.tick(lane.sql)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not lane.note_failure(exc, "ticking the schedules"):
+                log.warning("scheduler tick failed: %s", exc)
+            return
+        if fired.fired or fired.buffered_started:
+            log.info("scheduler: %d slot(s) fired, %d run(s) started", len(fired.fired), fired.started)
+            self._wake.set()
 
     async def _heartbeat(self, lane: ShardLane) -> None:
         """Keep our registry row on the shard fresh; a drain of it (on any shard) drains the
