@@ -55,6 +55,7 @@ SCHEMA_FILES = (
     "settings",
     "shards",
     "owners",
+    "dags",
     "triggers",
 )
 
