@@ -50,7 +50,7 @@ BEGIN
             queue = excluded.queue, tasks = excluded.tasks, max_active_runs = excluded.max_active_runs,
             description = excluded.description, schedule = excluded.schedule,
             last_registered_at = excluded.last_registered_at
-        RETURNING d.first_registered_at = v_now AS fresh
+        RETURNING d.xmax = 0 AS fresh  -- inserted, not updated
     )
     SELECT count(*) FILTER (WHERE fresh) INTO v_new FROM registered;
     RETURN v_new;

@@ -19,6 +19,7 @@ from harvest.core.errors import DagPaused, DagRunLimit, DagRunNotRetryable, NotF
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi
 from harvest.declare.dags import Dag, SkipTask
+from harvest.testing.replay import WorkflowReplayer
 
 RAN: Counter[str] = Counter()
 SEEN: dict[str, list] = {}
@@ -233,6 +234,17 @@ def test_every_trigger_rule_a_failure_in_the_middle_and_a_retry_of_the_failed_br
     runs = sql.list_dag_runs("rules_dag", 10)
     assert [r["execution_id"] for r in runs] == [retried["execution_id"], started["execution_id"]]
     assert runs[0]["retry_of"] == started["execution_id"] and runs[1]["counts"]["failed"] == 1
+    # Both histories replay through the DAG's code (the pure runtime, no database), and a
+    # changed graph does not: the replay compares the commands the interpreter issues.
+    replayer = WorkflowReplayer(APP)
+    for execution_id in (started["execution_id"], retried["execution_id"]):
+        assert replayer.replay(client.get_handle(execution_id).history()).ok
+    changed = Dag("rules_dag")
+    changed.task("extract", flaky)
+    changed_app = App(workflows=[sub_report], activities=[step, flaky], dags=[changed])
+    broken = WorkflowReplayer(changed_app).replay(client.get_handle(started["execution_id"]).history())
+    assert not broken.ok and "flaky" in broken.error
+
     # The retry is audited.
     with psycopg.connect(db, autocommit=True) as conn:
         audit = conn.execute(
