@@ -138,15 +138,15 @@ def test_the_app_refuses_a_dag_whose_activities_or_children_it_does_not_register
     by_name.task("x", "unknown_activity")
     with pytest.raises(ConfigError, match="'unknown_activity', which the App does not register"):
         App(activities=[work], dags=[by_name])
-    with pytest.raises(TypeError, match="is not a harvest.Dag"):
+    with pytest.raises(TypeError, match=r"is not a harvest\.Dag"):
         App(dags=["etl"])
     with pytest.raises(ConfigError, match="has no task"):
         App(dags=[Dag("empty")])
     app = App(workflows=[child], activities=[work], dags=[dag])
     assert app.dags == {"etl": dag} and app.workflows["etl"] is dag.definition
+    clash = Dag("child")
+    clash.task("a", work)
     with pytest.raises(ConfigError, match="duplicate workflow name 'child'"):
-        clash = Dag("child")
-        clash.task("a", work)
         App(workflows=[child], activities=[work], dags=[clash])
 
 
