@@ -307,3 +307,42 @@ def test_pause_max_active_runs_and_the_cli(db: str, start_worker, client) -> Non
         sql_api(db).get_dag_run(first["execution_id"][:-1] + "0")
     not_retryable = runner.invoke(main, ["dag", "retry", first["execution_id"]], env=env)
     assert not_retryable.exit_code == 1 and "COMPLETED" in not_retryable.output
+
+
+def __getattr__(name: str):
+    """``test_dags:BROKEN_APP``: an App whose DAG runs an activity it does not register (its
+    construction raises, as `harvest preflight --app` loads it)."""
+    if name == "BROKEN_APP":
+        dag = Dag("broken_dag")
+        dag.task("load", combine)
+        return App(activities=[step], dags=[dag])
+    raise AttributeError(name)
+
+
+def test_preflight_checks_the_dags_of_an_app(db: str) -> None:
+    runner = CliRunner()
+    env = {"HARVEST_DATABASE_URL": db}
+    good = runner.invoke(main, ["preflight", "--app", "test_dags:APP", "-o", "json"], env=env)
+    checks = {c["name"]: c for c in json.loads(good.output)["checks"]}
+    assert checks["catalog_consistency"]["status"] == "pass"
+    assert "2 DAG(s) their tasks; all resolve" in checks["catalog_consistency"]["summary"]
+
+    bad = runner.invoke(main, ["preflight", "--app", "test_dags:BROKEN_APP", "-o", "json"], env=env)
+    assert bad.exit_code == 1
+    checks = {c["name"]: c for c in json.loads(bad.output)["checks"]}
+    assert checks["app"]["status"] == "fail"
+    assert checks["app"]["summary"] == (
+        "dag 'broken_dag' task 'load' runs activity 'combine', which the App does not register; "
+        "add it to App(activities=[...])"
+    )
+    # A DAG that went wrong after the App was made (tasks added later) fails the catalog check.
+    late = Dag("late_dag")
+    late.task("a", step)
+    app = App(activities=[step], dags=[late])
+    late.tasks["b"] = late.tasks["a"].__class__(late, "b", "activity", "gone", None, None, "all_success", {})
+    from harvest.cli.preflight import _catalog_consistency
+
+    check = _catalog_consistency(app)
+    assert check.status == "fail" and check.details["failures"] == [
+        "dag 'late_dag' task 'b' runs activity 'gone', which the App does not register; add it to App(activities=[...])"
+    ]
