@@ -344,5 +344,6 @@ def test_preflight_checks_the_dags_of_an_app(db: str) -> None:
 
     check = _catalog_consistency(app)
     assert check.status == "fail" and check.details["failures"] == [
-        "dag 'late_dag' task 'b' runs activity 'gone', which the App does not register; add it to App(activities=[...])"
+        "dag 'late_dag' task 'b' runs activity 'gone', which the App does not register; "
+        "add it to App(activities=[...])"
     ]
