@@ -343,7 +343,8 @@ def test_preflight_checks_the_dags_of_an_app(db: str) -> None:
     from harvest.cli.preflight import _catalog_consistency
 
     check = _catalog_consistency(app)
-    assert check.status == "fail" and check.details["failures"] == [
+    expected = (
         "dag 'late_dag' task 'b' runs activity 'gone', which the App does not register; "
         "add it to App(activities=[...])"
-    ]
+    )
+    assert check.status == "fail" and check.details["failures"] == [expected]
