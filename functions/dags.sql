@@ -273,9 +273,9 @@ BEGIN
         v_obj := coalesce(v_tasks -> v_task,
                           jsonb_build_object('state', CASE WHEN v_closed THEN 'not_run' ELSE 'pending' END,
                                              'attempts', 0));
-        -- A child whose attempt failed while the run goes on and its retry allows more is retrying.
+        -- A child whose attempt failed while the run goes on and its retry allows more is
+        -- retrying (a workflow failure is always recorded non_retryable: the flag is not read).
         IF NOT v_closed AND v_obj ->> 'state' = 'failed' AND v_spec ->> 'kind' = 'workflow'
-           AND NOT coalesce((v_obj #>> '{failure,non_retryable}')::boolean, false)
            AND (v_obj ->> 'attempts')::integer < coalesce((v_spec #>> '{retry,max_attempts}')::integer, 1) THEN
             v_obj := v_obj || jsonb_build_object('state', 'running');
         END IF;

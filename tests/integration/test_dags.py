@@ -348,3 +348,93 @@ def test_preflight_checks_the_dags_of_an_app(db: str) -> None:
         "add it to App(activities=[...])"
     )
     assert check.status == "fail" and check.details["failures"] == [expected]
+
+
+CHILD_FAILS = {"left": 1}
+
+
+@workflow
+async def shaky_child(ctx, conf: dict) -> str:
+    _ran("shaky_child", conf)
+    with _lock:
+        failing = CHILD_FAILS["left"] > 0
+        CHILD_FAILS["left"] -= 1
+    if failing:
+        raise RuntimeError("the child fails its first run")
+    return "child ok"
+
+
+@workflow
+async def skipping_child(ctx, conf: dict) -> str:
+    raise SkipTask("nothing for the child to do")
+
+
+CHILD_DAG = Dag("child_dag")
+CHILD_DAG.task("shaky", shaky_child, retry=RetryPolicy(max_attempts=2, initial_interval=0.1))
+CHILD_DAG.task("skips", skipping_child)
+CHILD_DAG.task("after_skip", step, args=["after_skip", {}]).after("skips")
+CHILD_APP = App(workflows=[shaky_child, skipping_child], activities=[step], dags=[CHILD_DAG])
+
+
+def test_a_child_workflow_task_is_retried_as_a_new_child_and_can_skip(db: str, start_worker, client) -> None:
+    CHILD_FAILS["left"] = 1
+    start_worker(CHILD_APP)
+    wait_for(lambda: registered(db, "child_dag"), what="the worker to register the DAG")
+    sql = sql_api(db)
+    started = sql.trigger_dag("child_dag", {"x": 1})
+    result = client.get_handle(started["execution_id"]).result(timeout=60)
+    assert result == {
+        "states": {"shaky": "success", "skips": "skipped", "after_skip": "skipped"},
+        "results": {"shaky": "child ok"},
+    }
+    assert RAN["shaky_child"] == 2 and "after_skip" not in RAN
+    view = {t["task"]: t for t in sql.get_dag_run(started["execution_id"])["tasks"]}
+    assert view["shaky"]["state"] == "success" and view["shaky"]["attempts"] == 2
+    assert view["skips"]["state"] == "skipped" and view["after_skip"]["state"] == "skipped"
+    run_id = str(started["execution_id"])
+    with psycopg.connect(db, autocommit=True) as conn:
+        children = conn.execute(
+            "SELECT workflow_id, status FROM harvest.executions WHERE parent_id = %s ORDER BY created_at",
+            (run_id,),
+        ).fetchall()
+    assert sorted(children) == sorted(
+        [(f"{run_id}/shaky", "FAILED"), (f"{run_id}/skips", "FAILED"), (f"{run_id}/shaky/2", "COMPLETED")]
+    )
+    assert str(view["shaky"]["child_execution_id"]) != ""
+
+
+def test_max_active_runs_holds_under_concurrent_triggers(db: str, start_worker) -> None:
+    start_worker(APP)
+    wait_for(lambda: registered(db, "gated_dag"), what="the worker to register the DAG")
+    first = psycopg.connect(db)
+    try:
+        first.execute("SELECT * FROM harvest.trigger_dag('gated_dag')")  # not committed: holds the DAG row
+        outcome: list = []
+
+        def second() -> None:
+            try:
+                outcome.append(sql_api(db).trigger_dag("gated_dag"))
+            except DagRunLimit as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        with psycopg.connect(db, autocommit=True) as watch:
+            wait_for(
+                lambda: watch.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE '%%trigger_dag%%'"
+                ).fetchone(),
+                what="the second trigger to wait for the first one's lock on the DAG",
+            )
+        assert thread.is_alive()
+        first.commit()
+        thread.join(10)
+    finally:
+        first.close()
+    assert len(outcome) == 1 and isinstance(outcome[0], DagRunLimit)
+    with psycopg.connect(db, autocommit=True) as conn:
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'gated_dag' AND status = 'RUNNING'"
+        ).fetchone()[0]
+    assert running == 1

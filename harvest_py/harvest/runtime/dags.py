@@ -111,7 +111,10 @@ async def _run_child(ctx: Any, task: Any, args: list) -> tuple[str, Any]:
             if state == "skipped":
                 return state, None
             failure = {**failure, "child_status": err.status}
-            if retry is None or not retry.should_retry(ActivityFailure.from_json(failure), attempt):
+            # Every workflow failure is recorded non_retryable (a run is not retried), so the
+            # flag says nothing here: the policy's attempts and non_retryable_errors decide.
+            verdict = ActivityFailure.from_json({**failure, "non_retryable": False})
+            if retry is None or not retry.should_retry(verdict, attempt):
                 return "failed", failure
             await ctx.sleep(retry.delay(attempt))
             attempt += 1
