@@ -380,8 +380,9 @@ def test_a_child_workflow_task_is_retried_as_a_new_child_and_can_skip(db: str, s
     CHILD_FAILS["left"] = 1
     start_worker(CHILD_APP)
     wait_for(lambda: registered(db, "child_dag"), what="the worker to register the DAG")
+    with client.sql() as api:  # the Python way: the client's SQL API
+        started = api.trigger_dag("child_dag", {"x": 1})
     sql = sql_api(db)
-    started = sql.trigger_dag("child_dag", {"x": 1})
     result = client.get_handle(started["execution_id"]).result(timeout=60)
     assert result == {
         "states": {"shaky": "success", "skips": "skipped", "after_skip": "skipped"},
