@@ -144,6 +144,10 @@ def test_the_app_refuses_a_dag_whose_activities_or_children_it_does_not_register
         App(dags=[Dag("empty")])
     app = App(workflows=[child], activities=[work], dags=[dag])
     assert app.dags == {"etl": dag} and app.workflows["etl"] is dag.definition
+    with pytest.raises(InvalidArgument, match="once an App registered the DAG"):
+        dag.tasks["c"].after("a")
+    with pytest.raises(InvalidArgument, match="cannot be added once an App registered the DAG"):
+        dag.task("late", work)
     clash = Dag("child")
     clash.task("a", work)
     with pytest.raises(ConfigError, match="duplicate workflow name 'child'"):

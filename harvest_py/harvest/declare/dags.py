@@ -132,6 +132,11 @@ class DagTask:
         Refused at once (``InvalidArgument``): a task of another DAG, a name this DAG has not
         declared, or an edge that would close a cycle.
         """
+        if self.dag._definition is not None:
+            raise InvalidArgument(
+                f"dag {self.dag.name!r}: {self.name}.after(...) once an App registered the DAG; "
+                "declare every edge before App(dags=[...])"
+            )
         for item in tasks:
             name = self.dag._resolve(item, f"{self.name}.after(...)")
             if name in self.upstream:
