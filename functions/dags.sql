@@ -188,124 +188,124 @@ $$;
 -- child_execution_id, reused_from}.
 CREATE OR REPLACE FUNCTION harvest._dag_tasks(p_execution harvest.executions)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE
+LANGUAGE sql STABLE
 AS $$
-DECLARE
-    v_prefix text := p_execution.id::text || '/';
-    v_closed boolean := p_execution.status <> 'RUNNING';
-    v_tasks jsonb := '{}'::jsonb;
-    v_of_seq jsonb := '{}'::jsonb;
-    v_ev record;
-    v_task text;
-    v_obj jsonb;
-    v_value jsonb;
-    v_spec jsonb;
-    v_out jsonb := '[]'::jsonb;
-    v_failure jsonb;
-BEGIN
-    FOR v_ev IN
-        SELECT e.event_type, e.event_data AS d, e.created_at FROM harvest.events AS e
+    WITH ev AS (
+        SELECT e.event_id, e.event_type, e.event_data AS d, e.created_at, (e.event_data ->> 'seq')::integer AS seq
+        FROM harvest.events AS e
         WHERE e.execution_id = p_execution.id
           AND e.event_type IN ('WorkflowStarted', 'ActivityScheduled', 'ActivityCompleted', 'ActivityFailed',
                                'ChildWorkflowStarted', 'ChildWorkflowCompleted', 'ChildWorkflowFailed',
                                'MarkerRecorded')
-        ORDER BY e.event_id
-    LOOP
-        IF v_ev.event_type = 'WorkflowStarted' THEN
-            IF jsonb_typeof(v_ev.d #> '{input,1,results}') = 'object' THEN
-                FOR v_task, v_value IN SELECT r.key, r.value FROM jsonb_each(v_ev.d #> '{input,1,results}') AS r LOOP
-                    v_tasks := v_tasks || jsonb_build_object(v_task, jsonb_build_object(
-                        'state', 'success', 'attempts', 0, 'result', v_value,
-                        'reused_from', v_ev.d #> '{input,1,retry_of}'));
-                END LOOP;
-            END IF;
-        ELSIF v_ev.event_type = 'ActivityScheduled' THEN
-            v_task := v_ev.d #>> '{options,dag_node}';
-            CONTINUE WHEN v_task IS NULL;
-            v_of_seq := v_of_seq || jsonb_build_object(v_ev.d ->> 'seq', v_task);
-            v_tasks := v_tasks || jsonb_build_object(v_task, jsonb_build_object(
-                'state', 'running', 'attempts', 0, 'scheduled_at', v_ev.created_at, 'seq', v_ev.d -> 'seq'));
-        ELSIF v_ev.event_type = 'ChildWorkflowStarted' THEN
-            CONTINUE WHEN left(v_ev.d ->> 'workflow_id', length(v_prefix)) IS DISTINCT FROM v_prefix;
-            v_task := split_part(substr(v_ev.d ->> 'workflow_id', length(v_prefix) + 1), '/', 1);
-            v_of_seq := v_of_seq || jsonb_build_object(v_ev.d ->> 'seq', v_task);
-            v_obj := coalesce(v_tasks -> v_task, '{}'::jsonb);
-            v_tasks := v_tasks || jsonb_build_object(v_task, (v_obj - 'failure' - 'finished_at') || jsonb_build_object(
-                'state', 'running', 'attempts', coalesce((v_obj ->> 'attempts')::integer, 0) + 1,
-                'scheduled_at', coalesce(v_obj -> 'scheduled_at', to_jsonb(v_ev.created_at)),
-                'child_execution_id', v_ev.d -> 'child_execution_id'));
-        ELSIF v_ev.event_type = 'MarkerRecorded' THEN
-            CONTINUE WHEN v_ev.d ->> 'kind' IS DISTINCT FROM 'dag_node';
-            v_tasks := v_tasks || jsonb_build_object(v_ev.d #>> '{value,task}', jsonb_strip_nulls(jsonb_build_object(
-                'state', v_ev.d #>> '{value,state}', 'attempts', 0, 'finished_at', v_ev.created_at,
-                'failure', v_ev.d #> '{value,failure}', 'reused_from', v_ev.d #> '{value,reused_from}')));
-        ELSE  -- an activity's or a child's outcome
-            v_task := v_of_seq ->> (v_ev.d ->> 'seq');
-            CONTINUE WHEN v_task IS NULL;
-            v_obj := v_tasks -> v_task;
-            IF v_ev.event_type IN ('ActivityCompleted', 'ChildWorkflowCompleted') THEN
-                v_obj := v_obj || jsonb_build_object('state', 'success', 'result', v_ev.d -> 'result');
-            ELSE
-                v_failure := v_ev.d -> 'failure';
-                v_obj := v_obj || jsonb_build_object(
-                    'state', CASE WHEN v_failure ->> 'error_type' = 'SkipTask' THEN 'skipped' ELSE 'failed' END,
-                    'failure', v_failure);
-            END IF;
-            IF v_ev.event_type LIKE 'Activity%' THEN
-                v_obj := v_obj || jsonb_build_object('attempts', coalesce((v_ev.d ->> 'attempt')::integer, 1));
-            END IF;
-            v_tasks := v_tasks || jsonb_build_object(v_task, v_obj || jsonb_build_object('finished_at', v_ev.created_at));
-        END IF;
-    END LOOP;
-    -- A running activity task: its attempt so far and when it started, from its task row.
-    FOR v_task, v_obj IN SELECT t.key, t.value FROM jsonb_each(v_tasks) AS t
-                         WHERE t.value ->> 'state' = 'running' AND t.value ? 'seq' LOOP
-        SELECT v_obj || jsonb_build_object('attempts', k.attempt, 'started_at', k.started_at)
-        INTO v_obj FROM harvest.tasks AS k
-        WHERE k.execution_id = p_execution.id AND k.kind = 'activity' AND k.seq = (v_obj ->> 'seq')::integer;
-        v_tasks := v_tasks || jsonb_build_object(v_task, v_obj);
-    END LOOP;
-    FOR v_spec IN
-        SELECT c.value FROM harvest.dags AS g, jsonb_array_elements(g.tasks) WITH ORDINALITY AS c (value, n)
-        WHERE g.dag_name = p_execution.workflow_name ORDER BY c.n
-    LOOP
-        v_task := v_spec ->> 'task';
-        v_obj := coalesce(v_tasks -> v_task,
-                          jsonb_build_object('state', CASE WHEN v_closed THEN 'not_run' ELSE 'pending' END,
-                                             'attempts', 0));
-        -- A child whose attempt failed while the run goes on and its retry allows more is
-        -- retrying (a workflow failure is always recorded non_retryable: the flag is not read).
-        IF NOT v_closed AND v_obj ->> 'state' = 'failed' AND v_spec ->> 'kind' = 'workflow'
-           AND (v_obj ->> 'attempts')::integer < coalesce((v_spec #>> '{retry,max_attempts}')::integer, 1) THEN
-            v_obj := v_obj || jsonb_build_object('state', 'running');
-        END IF;
-        v_out := v_out || jsonb_build_array(harvest._dag_task_view(v_spec || v_obj, v_closed));
-        v_tasks := v_tasks - v_task;
-    END LOOP;
-    FOR v_task, v_obj IN SELECT t.key, t.value FROM jsonb_each(v_tasks) AS t ORDER BY t.key LOOP
-        v_out := v_out || jsonb_build_array(harvest._dag_task_view(jsonb_build_object('task', v_task) || v_obj, v_closed));
-    END LOOP;
-    RETURN v_out;
-END;
-$$;
-
--- One task of the run view: every key present, a closed run's running task abandoned.
-CREATE OR REPLACE FUNCTION harvest._dag_task_view(p_task jsonb, p_closed boolean)
-RETURNS jsonb
-LANGUAGE sql IMMUTABLE
-AS $$
-    SELECT jsonb_build_object(
-        'task', p_task -> 'task', 'kind', p_task -> 'kind', 'target', p_task -> 'target',
-        'upstream', coalesce(p_task -> 'upstream', '[]'::jsonb), 'trigger_rule', p_task -> 'trigger_rule',
-        'state', CASE WHEN p_closed AND p_task ->> 'state' = 'running' THEN 'abandoned' ELSE p_task ->> 'state' END,
-        'attempts', coalesce(p_task -> 'attempts', '0'::jsonb),
-        'scheduled_at', p_task -> 'scheduled_at', 'started_at', p_task -> 'started_at',
-        'finished_at', p_task -> 'finished_at',
-        'duration_secs', CASE WHEN p_task ? 'scheduled_at' AND p_task ? 'finished_at' THEN
-            to_jsonb(round(extract(epoch FROM (p_task ->> 'finished_at')::timestamptz
-                                              - (p_task ->> 'scheduled_at')::timestamptz), 3)) END,
-        'result', p_task -> 'result', 'failure', p_task -> 'failure',
-        'child_execution_id', p_task -> 'child_execution_id', 'reused_from', p_task -> 'reused_from');
+    ),
+    by_seq AS (  -- one row per command: its event and its outcome (one pass, no join on seq)
+        SELECT ev.seq,
+               min(ev.event_id) FILTER (WHERE ev.event_type LIKE '%Started' OR ev.event_type LIKE '%Scheduled')
+                   AS event_id,
+               min(ev.created_at) FILTER (WHERE ev.event_type LIKE '%Started' OR ev.event_type LIKE '%Scheduled')
+                   AS started_at,
+               (array_agg(ev.event_type) FILTER (WHERE ev.event_type LIKE '%Started'
+                                                    OR ev.event_type LIKE '%Scheduled'))[1] AS command,
+               (array_agg(ev.d) FILTER (WHERE ev.event_type LIKE '%Started' OR ev.event_type LIKE '%Scheduled'))[1]
+                   AS cmd,
+               (array_agg(ev.d) FILTER (WHERE ev.event_type LIKE '%Completed' OR ev.event_type LIKE '%Failed'))[1]
+                   AS out,
+               min(ev.created_at) FILTER (WHERE ev.event_type LIKE '%Completed' OR ev.event_type LIKE '%Failed')
+                   AS finished_at,
+               bool_or(ev.event_type LIKE '%Completed') AS completed
+        FROM ev
+        WHERE ev.event_type NOT IN ('WorkflowStarted', 'MarkerRecorded')
+        GROUP BY ev.seq
+    ),
+    outcome AS (
+        SELECT b.*, CASE WHEN b.completed THEN 'success'
+                         WHEN b.out IS NULL THEN 'running'
+                         WHEN b.out #>> '{failure,error_type}' = 'SkipTask' THEN 'skipped'
+                         ELSE 'failed' END AS state
+        FROM by_seq AS b
+    ),
+    reused AS (  -- what a retry carried over: the WorkflowStarted input's [1].results
+        SELECT r.key AS task, 0::bigint AS event_id, jsonb_build_object(
+            'state', 'success', 'attempts', 0, 'result', r.value, 'reused_from', ev.d #> '{input,1,retry_of}') AS obj
+        FROM ev, jsonb_each(CASE WHEN jsonb_typeof(ev.d #> '{input,1,results}') = 'object'
+                                 THEN ev.d #> '{input,1,results}' ELSE '{}'::jsonb END) AS r
+        WHERE ev.event_type = 'WorkflowStarted'
+    ),
+    activity AS (  -- an activity task: its ActivityScheduled names it in options.dag_node
+        SELECT o.cmd #>> '{options,dag_node}' AS task, o.event_id, jsonb_build_object(
+            'state', o.state, 'attempts', coalesce((o.out ->> 'attempt')::integer, k.attempt, 0),
+            'scheduled_at', o.started_at, 'started_at', k.started_at, 'finished_at', o.finished_at,
+            'result', o.out -> 'result', 'failure', o.out -> 'failure') AS obj
+        FROM outcome AS o
+        LEFT JOIN harvest.tasks AS k
+            ON o.out IS NULL AND k.execution_id = p_execution.id AND k.kind = 'activity' AND k.seq = o.seq
+        WHERE o.command = 'ActivityScheduled' AND o.cmd -> 'options' ? 'dag_node'
+    ),
+    child_start AS (  -- a child task: its child's workflow id is '<run id>/<task>[/<attempt>]'
+        SELECT split_part(substr(o.cmd ->> 'workflow_id', length(p_execution.id::text) + 2), '/', 1) AS task, o.*
+        FROM outcome AS o
+        WHERE o.command = 'ChildWorkflowStarted'
+          AND left(o.cmd ->> 'workflow_id', length(p_execution.id::text) + 1) = p_execution.id::text || '/'
+    ),
+    child AS (  -- its latest start decides; attempts count the starts
+        SELECT DISTINCT ON (c.task) c.task, c.event_id, jsonb_build_object(
+            'state', c.state, 'attempts', count(*) OVER (PARTITION BY c.task),
+            'scheduled_at', min(c.started_at) OVER (PARTITION BY c.task), 'finished_at', c.finished_at,
+            'result', c.out -> 'result', 'failure', c.out -> 'failure',
+            'child_execution_id', c.cmd -> 'child_execution_id') AS obj
+        FROM child_start AS c
+        ORDER BY c.task, c.event_id DESC
+    ),
+    marked AS (  -- a task that ended without running: a dag_node marker
+        SELECT m.d #>> '{value,task}' AS task, m.event_id, jsonb_strip_nulls(jsonb_build_object(
+            'state', m.d #>> '{value,state}', 'attempts', 0, 'finished_at', m.created_at,
+            'failure', m.d #> '{value,failure}', 'reused_from', m.d #> '{value,reused_from}')) AS obj
+        FROM ev AS m WHERE m.event_type = 'MarkerRecorded' AND m.d ->> 'kind' = 'dag_node'
+    ),
+    latest AS (
+        SELECT DISTINCT ON (x.task) x.task, x.obj
+        FROM (SELECT * FROM reused UNION ALL SELECT * FROM activity UNION ALL SELECT * FROM child
+              UNION ALL SELECT * FROM marked) AS x
+        ORDER BY x.task, x.event_id DESC
+    ),
+    spec AS (
+        SELECT c.value AS spec, c.n
+        FROM harvest.dags AS g, jsonb_array_elements(g.tasks) WITH ORDINALITY AS c (value, n)
+        WHERE g.dag_name = p_execution.workflow_name
+    ),
+    joined AS (
+        SELECT s.n, coalesce(s.spec ->> 'task', t.task) AS task, coalesce(s.spec, '{}'::jsonb) AS spec,
+               coalesce(t.obj, jsonb_build_object(
+                   'state', CASE WHEN p_execution.status <> 'RUNNING' THEN 'not_run' ELSE 'pending' END,
+                   'attempts', 0)) AS obj
+        FROM spec AS s FULL JOIN latest AS t ON t.task = s.spec ->> 'task'
+    ),
+    merged AS (
+        SELECT j.n, j.task, jsonb_build_object('task', j.task) || j.spec || j.obj
+            -- A child whose attempt failed while the run goes on and its retry allows more is
+            -- retrying (a workflow failure is always recorded non_retryable: the flag is not read).
+            || CASE WHEN p_execution.status = 'RUNNING' AND j.obj ->> 'state' = 'failed'
+                         AND j.spec ->> 'kind' = 'workflow'
+                         AND (j.obj ->> 'attempts')::integer
+                             < coalesce((j.spec #>> '{retry,max_attempts}')::integer, 1)
+                    THEN '{"state": "running"}'::jsonb ELSE '{}'::jsonb END AS t
+        FROM joined AS j
+    )
+    -- Every key present; a closed run's running task is abandoned.
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'task', m.t -> 'task', 'kind', m.t -> 'kind', 'target', m.t -> 'target',
+        'upstream', coalesce(m.t -> 'upstream', '[]'::jsonb), 'trigger_rule', m.t -> 'trigger_rule',
+        'state', CASE WHEN p_execution.status <> 'RUNNING' AND m.t ->> 'state' = 'running' THEN 'abandoned'
+                      ELSE m.t ->> 'state' END,
+        'attempts', coalesce(m.t -> 'attempts', '0'::jsonb),
+        'scheduled_at', m.t -> 'scheduled_at', 'started_at', m.t -> 'started_at', 'finished_at', m.t -> 'finished_at',
+        'duration_secs', CASE WHEN m.t ? 'scheduled_at' AND m.t ? 'finished_at' THEN
+            to_jsonb(round(extract(epoch FROM (m.t ->> 'finished_at')::timestamptz
+                                              - (m.t ->> 'scheduled_at')::timestamptz), 3)) END,
+        'result', m.t -> 'result', 'failure', m.t -> 'failure',
+        'child_execution_id', m.t -> 'child_execution_id', 'reused_from', m.t -> 'reused_from')
+        ORDER BY m.n NULLS LAST, m.task), '[]'::jsonb)
+    FROM merged AS m;
 $$;
 
 -- State -> how many tasks, over a run view's tasks.
