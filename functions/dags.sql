@@ -188,9 +188,11 @@ $$;
 -- child_execution_id, reused_from}.
 CREATE OR REPLACE FUNCTION harvest._dag_tasks(p_execution harvest.executions)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    WITH ev AS (
+BEGIN
+    -- plpgsql, not sql: the statement's plan is cached for the session instead of made per call.
+    RETURN (WITH ev AS (
         SELECT e.event_id, e.event_type, e.event_data AS d, e.created_at, (e.event_data ->> 'seq')::integer AS seq
         FROM harvest.events AS e
         WHERE e.execution_id = p_execution.id
@@ -305,7 +307,8 @@ AS $$
         'result', m.t -> 'result', 'failure', m.t -> 'failure',
         'child_execution_id', m.t -> 'child_execution_id', 'reused_from', m.t -> 'reused_from')
         ORDER BY m.n NULLS LAST, m.task), '[]'::jsonb)
-    FROM merged AS m;
+    FROM merged AS m);
+END;
 $$;
 
 -- State -> how many tasks, over a run view's tasks.
