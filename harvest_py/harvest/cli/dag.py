@@ -6,6 +6,7 @@ One database: with a ``[shards]`` configuration each shard has its own DAG runs;
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import click
@@ -129,9 +130,19 @@ def runs(name, limit, database_url, output) -> None:
     )
 
 
+def _when(value: Any) -> Any:
+    """A JSON timestamp as a datetime, so the table prints it to the second (secs has the rest)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
 def _run_text(run: dict[str, Any]) -> str:
     head = mapping(
-        {**run, "tasks": _counts(run.get("counts"))},
+        {
+            **run,
+            "tasks": _counts(run.get("counts")),
+            "created_at": _when(run.get("created_at")),
+            "completed_at": _when(run.get("completed_at")),
+        },
         [
             "execution_id",
             "dag_name",
@@ -147,6 +158,8 @@ def _run_text(run: dict[str, Any]) -> str:
     rows = [
         {
             **t,
+            "scheduled_at": _when(t.get("scheduled_at")),
+            "finished_at": _when(t.get("finished_at")),
             "error": (t.get("failure") or {}).get("error_type"),
             "reused": "yes" if t.get("reused_from") else None,
         }
