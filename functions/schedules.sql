@@ -248,6 +248,14 @@ DECLARE
     v_now timestamptz := harvest.now();
 BEGIN
     SELECT * INTO v_firing FROM harvest.schedule_firings AS f WHERE f.id = p_firing_id;
+    -- A paused DAG's slots are skipped, not queued (docs/dags.md "Pausing").
+    IF p_schedule.kind = 'dag' AND EXISTS (SELECT 1 FROM harvest.dags AS d
+                                           WHERE d.dag_name = p_schedule.workflow_name AND d.paused) THEN
+        UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'dag_paused'
+        WHERE f.id = p_firing_id
+        RETURNING * INTO v_firing;
+        RETURN v_firing;
+    END IF;
     BEGIN
         SELECT * INTO v_start FROM harvest.start_workflow(
             p_workflow_name => p_schedule.workflow_name, p_input => p_schedule.input,

@@ -45,7 +45,7 @@ AS $$
                         'complete_activities',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
                         'release_worker_tasks', 'release_task', 'set_worker_sleeping', 'stop_worker', 'begin_worker_drain',
-                        'register_workflows',
+                        'register_workflows', 'register_dags',
                         'expire_tasks', 'expire_workflows', 'scan',
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
@@ -74,12 +74,13 @@ AS $$
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
                         'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
-                        'list_partition_owners')
+                        'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',
                         'replay_dead_letter', 'replay_dead_letters', 'request_query', 'request_update',
-                        'update_with_start', 'get_query_request') THEN 'harvest_operator'
+                        'update_with_start', 'get_query_request',
+                        'trigger_dag', 'retry_dag_run', 'pause_dag', 'unpause_dag') THEN 'harvest_operator'
         ELSE 'harvest_admin'
     END;
 $$;

@@ -9,7 +9,7 @@
 -- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(61);
+SELECT plan(63);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -219,6 +219,16 @@ SELECT is((SELECT jsonb_array_length(j -> 'firings') || ',' || jsonb_array_lengt
 SELECT results_eq($$SELECT schedule_name, missed_slots FROM harvest.count_schedule_misses() WHERE missed_slots > 0$$,
                   $$VALUES ('hourly'::text, 3::bigint)$$,
                   'count_schedule_misses() counts the missed slots per schedule');
+-- A schedule of kind dag skips its slots while its DAG is paused (docs/dags.md).
+INSERT INTO harvest.dags (dag_name, queue, paused, first_registered_at, last_registered_at)
+VALUES ('nightly_dag', 'default', true, harvest.now(), harvest.now());
+SELECT harvest.create_schedule('nightly_dag', 'nightly_dag', p_interval_secs => 3600, p_kind => 'dag');
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('nightly_dag') AS f),
+          'skipped:dag_paused', 'a slot of a paused DAG is skipped with the reason dag_paused');
+UPDATE harvest.dags SET paused = false WHERE dag_name = 'nightly_dag';
+SET LOCAL harvest.fake_now = '2031-01-01 00:00:00+00';
+SELECT is((SELECT f ->> 'status' || ':' || coalesce(f ->> 'reason', '-') FROM harvest.trigger_schedule('nightly_dag') AS f),
+          'started:-', 'once the DAG is unpaused its slot starts a run');
 SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
 SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         WorkflowTerminated,
         WorkflowTimedOut,
     )
+    from harvest.declare.dags import Dag, SkipTask
     from harvest.declare.definitions import App, RetryPolicy, activity, workflow
     from harvest.declare.flow_control import Batch, Concurrency, Debounce, Quota, RateLimit, Throttle
     from harvest.declare.messages import describe_handlers, query, update
@@ -87,6 +88,7 @@ _WHERE: dict[str, str] = {
         "harvest.core.errors",
     ),
     **dict.fromkeys(["App", "RetryPolicy", "activity", "workflow"], "harvest.declare.definitions"),
+    **dict.fromkeys(["Dag", "SkipTask"], "harvest.declare.dags"),
     **dict.fromkeys(
         ["Batch", "Concurrency", "Debounce", "Quota", "RateLimit", "Throttle"], "harvest.declare.flow_control"
     ),
@@ -112,6 +114,7 @@ __all__ = [
     "ChildWorkflowError",
     "Client",
     "Concurrency",
+    "Dag",
     "Debounce",
     "ExternalWorkflow",
     "ExternalWorkflowError",
@@ -128,6 +131,7 @@ __all__ = [
     "Saga",
     "Schedule",
     "SignalTimeout",
+    "SkipTask",
     "Throttle",
     "UpdateFailed",
     "UpdateHandle",

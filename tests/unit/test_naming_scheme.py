@@ -35,18 +35,22 @@ VERBS = {
     "fail",
     "grant",
     "heartbeat",
+    "pause",  # pause_dag, unpause_dag (functions/dags.sql)
     "prune",
     "register",
     "release",
     "replay",
     "request",
     "reset",
+    "retry",  # retry_dag_run: a new run from a failed one's failed tasks
     "run",
     "set",
     "signal",
     "start",
     "stop",
     "terminate",
+    "trigger",  # trigger_dag: the spec's `dag trigger`
+    "unpause",
     "unregister",
     "update",
     "verify",

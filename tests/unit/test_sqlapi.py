@@ -90,6 +90,8 @@ ROW = {
     "event_id": 1,
     "requested": True,
     "plan": {},
+    "changed": True,
+    "run": {},
     "version": "x",
     "payload_limit": 1,
     "due_at": None,

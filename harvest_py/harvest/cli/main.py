@@ -135,6 +135,7 @@ def _register() -> None:
     from harvest.cli import (
         audit,
         concurrency,
+        dag,
         dev,
         dlq,
         migrate,
@@ -158,6 +159,7 @@ def _register() -> None:
     main.add_command(workflow.workflow)
     main.add_command(workflow.history_group)
     main.add_command(dlq.dlq)
+    main.add_command(dag.dag)
     main.add_command(retention.retention)
     main.add_command(preflight.preflight)
     main.add_command(replay.replay)

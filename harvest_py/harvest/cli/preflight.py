@@ -75,6 +75,9 @@ def _catalog_consistency(app) -> Check:
         for child in children or ():
             if not _resolves(child, app.workflows):
                 failures.append(f"workflow '{name}' references unregistered child workflow '{child}'")
+    dags = getattr(app, "dags", {})
+    for dag in dags.values():  # App(dags=...) refuses these already; a check of the loaded App
+        failures += dag.problems(app.activities, app.workflows)
     if failures:
         return Check(
             "catalog_consistency",
@@ -84,9 +87,13 @@ def _catalog_consistency(app) -> Check:
             remediation="Register the named handler in App(activities=[...]) / App(workflows=[...]), "
             "or delete the stale entry from the workflow's declared dependencies.",
         )
-    if not checked:
+    if not checked and not dags:
         return Check("catalog_consistency", "skip", "no workflow declares its dependencies")
-    return Check("catalog_consistency", "pass", f"{checked} workflow(s) declare dependencies; all resolve")
+    return Check(
+        "catalog_consistency",
+        "pass",
+        f"{checked} workflow(s) declare dependencies and {len(dags)} DAG(s) their tasks; all resolve",
+    )
 
 
 def _queue_coverage(sql: SqlApi, app) -> Check:

@@ -177,6 +177,22 @@ class ExecutionMigrated(HarvestError):
         self.blockers = list(blockers or [])
 
 
+class DagPaused(HarvestError):
+    """A trigger or retry of a paused DAG (SQLSTATE HR017): unpause it first. Nothing was started."""
+
+
+class DagRunLimit(HarvestError):
+    """A trigger or retry of a DAG that has ``max_active_runs`` RUNNING runs (SQLSTATE HR018).
+    Nothing was started; retry once a run has ended."""
+
+    retryable = True
+
+
+class DagRunNotRetryable(HarvestError):
+    """A retry of a DAG run that is RUNNING or COMPLETED, or that a newer failed run already
+    retried (SQLSTATE HR019). Nothing was started."""
+
+
 class NonDeterminismError(HarvestError):
     """Replaying the workflow code issued commands that differ from its history."""
 
@@ -290,6 +306,9 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR011": WrongShard,
     "HR013": ExecutionMigrated,
     "HR014": ScheduleAlreadyExists,
+    "HR017": DagPaused,
+    "HR018": DagRunLimit,
+    "HR019": DagRunNotRetryable,
     "42501": PermissionDenied,
 }
 

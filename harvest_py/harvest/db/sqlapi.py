@@ -1372,6 +1372,62 @@ def fire_schedule(
 @call("SELECT harvest.start_buffered_firings(%(limit)s) AS started", column("started"))
 def start_buffered_firings(limit: int = 100) -> dict[str, Any]:
     return {"limit": limit}
+# -- DAGs (functions/dags.sql) ------------------------------------------------------------------
+REGISTER_DAGS = "SELECT harvest.register_dags(%(dags)s) AS registered"
+LIST_DAGS = "SELECT * FROM harvest.list_dags()"
+PAUSE_DAG = "SELECT harvest.pause_dag(%(dag_name)s, %(operator)s) AS changed"
+UNPAUSE_DAG = "SELECT harvest.unpause_dag(%(dag_name)s, %(operator)s) AS changed"
+TRIGGER_DAG = "SELECT * FROM harvest.trigger_dag(%(dag_name)s, %(conf)s, %(workflow_id)s, %(operator)s)"
+GET_DAG_RUN = "SELECT harvest.get_dag_run(%(execution_id)s) AS run"
+LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s)"
+RETRY_DAG_RUN = "SELECT * FROM harvest.retry_dag_run(%(execution_id)s, %(operator)s)"
+
+
+@call(REGISTER_DAGS, column("registered"))
+def register_dags(dags: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"dags": _jsonb(dags)}
+
+
+@call(LIST_DAGS)
+def list_dags() -> dict[str, Any]:
+    return {}
+
+
+@call(PAUSE_DAG, column("changed"))
+def pause_dag(dag_name: str, operator: str | None = None) -> dict[str, Any]:
+    return {"dag_name": dag_name, "operator": operator}
+
+
+@call(UNPAUSE_DAG, column("changed"))
+def unpause_dag(dag_name: str, operator: str | None = None) -> dict[str, Any]:
+    return {"dag_name": dag_name, "operator": operator}
+
+
+@call(TRIGGER_DAG, first)
+def trigger_dag(
+    dag_name: str, conf: Any = None, workflow_id: str | None = None, operator: str | None = None
+) -> dict[str, Any]:
+    return {
+        "dag_name": dag_name,
+        "conf": _jsonb_or_null(conf),
+        "workflow_id": workflow_id,
+        "operator": operator,
+    }
+
+
+@call(GET_DAG_RUN, column("run"))
+def get_dag_run(execution_id: str) -> dict[str, Any]:
+    return {"execution_id": execution_id}
+
+
+@call(LIST_DAG_RUNS)
+def list_dag_runs(dag_name: str, limit: int = 50) -> dict[str, Any]:
+    return {"dag_name": dag_name, "limit": limit}
+
+
+@call(RETRY_DAG_RUN, first)
+def retry_dag_run(execution_id: str, operator: str | None = None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "operator": operator}
 
 
 # -- the two executors -------------------------------------------------------------------------

@@ -249,6 +249,8 @@ class WorkflowDefinition:
     # registers all of it before a deploy (None: not declared, not checked).
     declared_activities: tuple[str, ...] | None = None
     declared_children: tuple[str, ...] | None = None
+    # A DAG's workflow (harvest.declare.dags.Dag): the runtime runs its graph interpreter.
+    dag: Any = None
 
 
 def _declared(items: Iterable[Any] | None, attr: str, what: str) -> tuple[str, ...] | None:
@@ -396,6 +398,7 @@ class App:
         queries: Iterable[Any] = (),
         updates: Iterable[Any] = (),
         schedules: Iterable[Any] = (),
+        dags: Iterable[Any] = (),
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
@@ -403,6 +406,8 @@ class App:
             self._add(self.workflows, _as_workflow(item), "workflow")
         for item in activities:
             self._add(self.activities, _as_activity(item), "activity")
+        # DAGs (declare/dags.py): each is registered as the workflow of its name.
+        self.dags: dict[str, Any] = _register_dags(self, dags)
         _flow.check_shared_keys(self.activities.values())
         from harvest.declare.messages import register_handlers  # @query / @update (declare/messages.py)
 
@@ -410,7 +415,9 @@ class App:
         self.queries, self.updates = register_handlers(self.workflows, queries, updates)
         from harvest.declare.schedules import register_schedules  # App(schedules=) (declare/schedules.py)
 
-        self.schedules = register_schedules(schedules)
+        # A DAG's own schedule= is a schedule of kind "dag" named after it (docs/dags.md).
+        dag_schedules = [dag.as_schedule() for dag in self.dags.values() if dag.schedule is not None]
+        self.schedules = register_schedules([*schedules, *dag_schedules])
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""
@@ -460,10 +467,27 @@ class App:
         """Every queue a worker for this app must poll (local activities need none)."""
         out = {w.queue for w in self.workflows.values()}
         out.update(a.queue for a in self.activities.values() if a.queue and not a.local)
+        for dag in self.dags.values():  # a DAG task's own queue option
+            out.update(dag.queues())
         return out
 
     def __repr__(self) -> str:
         return f"App(workflows={sorted(self.workflows)}, activities={sorted(self.activities)})"
+
+
+def _register_dags(app: App, dags: Iterable[Any]) -> dict[str, Any]:
+    """Check each DAG against the App (declare/dags.py ``Dag.problems``) and register its workflow."""
+    out: dict[str, Any] = {}
+    for dag in dags:
+        definition = getattr(dag, "definition", None)
+        if not isinstance(definition, WorkflowDefinition) or definition.dag is not dag:
+            raise TypeError(f"App(dags=...): {dag!r} is not a harvest.Dag")
+        problems = dag.problems(app.activities, app.workflows)
+        if problems:
+            raise ConfigError(problems[0] + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+        app._add(app.workflows, dag.definition, "workflow")
+        out[dag.name] = dag
+    return out
 
 
 def _name_of(item: Any, attr: str) -> str:

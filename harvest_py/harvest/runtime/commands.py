@@ -111,6 +111,8 @@ def describe_command(cmd: dict) -> str:
             return f"local activity {value.get('name')!r}"
         if cmd.get("kind") == "version":
             return f"version marker {value.get('change_id')!r}"
+        if cmd.get("kind") == "dag_node":
+            return f"dag_node marker of task {value.get('task')!r}"
         if cmd.get("kind") in ("mutex_acquire", "mutex_release"):
             return f"{cmd.get('kind')} {value.get('key')!r}"
         return f"record_marker {cmd.get('kind')!r}"

@@ -108,6 +108,19 @@ class WorkflowContext:
         defn, fn = self._resolve(activity)
         if defn.local:
             return await self._local(defn, fn, args, options)
+        raw = await self._schedule_activity(defn, fn, args, options)
+        return decode_result(fn, raw) if fn is not None else raw
+
+    def _schedule_activity(
+        self,
+        defn: ActivityDefinition,
+        fn: Callable | None,
+        args: tuple,
+        options: dict,
+        tag: dict | None = None,
+    ) -> Any:
+        """Issue ``schedule_activity``; the future of its raw JSON result. ``tag`` joins the
+        recorded options (a DAG's task name: runtime/dags.py), never what replay compares."""
         if options:
             defn = defn.with_options(**options)
         command = {
@@ -116,11 +129,9 @@ class WorkflowContext:
             "name": defn.name,
             "input": encode_args(fn, args),
             "queue": defn.queue or self.queue,
-            "options": defn.options_json(),
+            "options": {**defn.options_json(), **(tag or {})},
         }
-        future = self._run.issue(command, "activity", defn.name)
-        raw = await future
-        return decode_result(fn, raw) if fn is not None else raw
+        return self._run.issue(command, "activity", defn.name)
 
     async def execute_local_activity(self, activity: Any, *args: Any, **options: Any) -> Any:
         """Run an activity inline in this workflow task; its outcome is recorded as a marker."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import functools
 import json
 import random as _random
 from collections import deque
@@ -308,6 +309,10 @@ class WorkflowRun(CommandIssuer):
     async def _run_main(self, json_input: Any) -> Any:
         fn = self.definition.fn
         args, kwargs = decode_args(fn, json_input)
+        if self.definition.dag is not None:  # a DAG's workflow: its graph interpreter runs instead
+            from harvest.runtime.dags import run_dag
+
+            fn = functools.partial(run_dag, dag=self.definition.dag)
         try:
             result = await fn(self.ctx, *args, **kwargs)
         except asyncio.CancelledError as exc:

@@ -378,6 +378,9 @@ class Worker:
         # worker registered on its queue is refused up front (functions/start.sql).
         if self.app.workflows:
             await lane.sql.register_workflows(self.queues, sorted(self.app.workflows))
+        # The App's DAGs (declare/dags.py): harvest dag list, trigger and the run view read them.
+        if self.app.dags:
+            await lane.sql.register_dags([dag.catalog() for dag in self.app.dags.values()])
 
     async def _first_connections(self) -> tuple[list[ShardLane], list[tuple[ShardLane, Exception]]]:
         """Connect once to each shard before opening its pool, which would retry any error for

@@ -1,0 +1,221 @@
+"""`harvest dag list|trigger|pause|unpause|runs|get|retry`: DAGs (functions/dags.sql, docs/dags.md).
+
+One database: with a ``[shards]`` configuration each shard has its own DAG runs; point
+``--database-url`` at the shard to act on.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+
+from harvest.cli.output import (
+    PAGE,
+    database_url_option,
+    emit,
+    mapping,
+    operator_id_option,
+    output_option,
+    sql_api,
+    table,
+)
+from harvest.cli.workflow import read_json_option
+
+
+@click.group()
+def dag() -> None:
+    """DAGs: list, trigger, pause, and their runs with each task's state."""
+
+
+@dag.command("list")
+@database_url_option
+@output_option
+def list_(database_url, output) -> None:
+    """The DAGs the workers registered, with their pause and runs."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_dags()
+    emit(
+        rows,
+        output,
+        lambda r: table(
+            r,
+            [
+                "dag_name",
+                "queue",
+                "paused",
+                "tasks",
+                "running_runs",
+                "max_active_runs",
+                "last_run_at",
+                "last_run_status",
+                "schedule",
+            ],
+            [
+                "dag",
+                "queue",
+                "paused",
+                "tasks",
+                "running",
+                "max_active",
+                "last_run_at",
+                "last_status",
+                "schedule",
+            ],
+        ),
+    )
+
+
+@dag.command("trigger")
+@click.argument("name")
+@click.option("--conf-json", default=None, help="The run's conf: any JSON value (default {}).")
+@click.option("--conf-file", default=None, help="Read the conf JSON from a file (- for stdin).")
+@click.option("--workflow-id", default=None, help="The run's workflow id (default: a new UUID).")
+@operator_id_option
+@database_url_option
+@output_option
+def trigger(name, conf_json, conf_file, workflow_id, operator, database_url, output) -> None:
+    """Start a run of DAG NAME now (refused while it is paused or at its max_active_runs)."""
+    conf = read_json_option(conf_json, conf_file, "conf")
+    with sql_api(database_url, read_only=False) as sql:
+        row = sql.trigger_dag(name, conf, workflow_id, operator)
+    emit(row, output, lambda r: mapping(r, ["execution_id", "workflow_id", "status", "started_fresh"]))
+
+
+@dag.command("pause")
+@click.argument("name")
+@operator_id_option
+@database_url_option
+@output_option
+def pause(name, operator, database_url, output) -> None:
+    """Pause DAG NAME: triggers and retries are refused until it is unpaused."""
+    with sql_api(database_url, read_only=False) as sql:
+        changed = sql.pause_dag(name, operator)
+    emit({"dag_name": name, "paused": True, "changed": changed}, output, lambda d: mapping(d))
+
+
+@dag.command("unpause")
+@click.argument("name")
+@operator_id_option
+@database_url_option
+@output_option
+def unpause(name, operator, database_url, output) -> None:
+    """Unpause DAG NAME."""
+    with sql_api(database_url, read_only=False) as sql:
+        changed = sql.unpause_dag(name, operator)
+    emit({"dag_name": name, "paused": False, "changed": changed}, output, lambda d: mapping(d))
+
+
+def _counts(counts: dict[str, int] | None) -> str:
+    return " ".join(f"{state}={n}" for state, n in sorted((counts or {}).items())) or "-"
+
+
+@dag.command("runs")
+@click.argument("name")
+@click.option("--limit", default=50, show_default=True, type=PAGE)
+@database_url_option
+@output_option
+def runs(name, limit, database_url, output) -> None:
+    """The runs of DAG NAME, newest first, with their tasks' states counted."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_dag_runs(name, limit)
+    emit(
+        rows,
+        output,
+        lambda r: table(
+            [{**x, "tasks": _counts(x["counts"])} for x in r],
+            ["execution_id", "status", "created_at", "completed_at", "retry_of", "tasks"],
+        ),
+    )
+
+
+def _when(value: Any) -> Any:
+    """A JSON timestamp as a datetime, so the table prints it to the second (secs has the rest)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def _run_text(run: dict[str, Any]) -> str:
+    head = mapping(
+        {
+            **run,
+            "tasks": _counts(run.get("counts")),
+            "created_at": _when(run.get("created_at")),
+            "completed_at": _when(run.get("completed_at")),
+        },
+        [
+            "execution_id",
+            "dag_name",
+            "workflow_id",
+            "status",
+            "created_at",
+            "completed_at",
+            "retry_of",
+            "conf",
+            "tasks",
+        ],
+    )
+    rows = [
+        {
+            **t,
+            "scheduled_at": _when(t.get("scheduled_at")),
+            "finished_at": _when(t.get("finished_at")),
+            "error": (t.get("failure") or {}).get("error_type"),
+            "reused": "yes" if t.get("reused_from") else None,
+        }
+        for t in run["tasks"]
+    ]
+    body = table(
+        rows,
+        [
+            "task",
+            "state",
+            "attempts",
+            "kind",
+            "target",
+            "trigger_rule",
+            "scheduled_at",
+            "finished_at",
+            "duration_secs",
+            "error",
+            "reused",
+        ],
+        [
+            "task",
+            "state",
+            "attempts",
+            "kind",
+            "runs",
+            "rule",
+            "scheduled_at",
+            "finished_at",
+            "secs",
+            "error",
+            "reused",
+        ],
+    )
+    return f"{head}\n\n{body}"
+
+
+@dag.command("get")
+@click.argument("execution_id")
+@database_url_option
+@output_option
+def get(execution_id, database_url, output) -> None:
+    """One DAG run: each task's state, attempts and timings (from the run's history)."""
+    with sql_api(database_url, read_only=True) as sql:
+        run = sql.get_dag_run(execution_id)
+    emit(run, output, _run_text)
+
+
+@dag.command("retry")
+@click.argument("execution_id")
+@operator_id_option
+@database_url_option
+@output_option
+def retry(execution_id, operator, database_url, output) -> None:
+    """Retry a failed DAG run from its failed tasks: a new run that keeps the successful
+    tasks' results and runs the rest."""
+    with sql_api(database_url, read_only=False) as sql:
+        row = sql.retry_dag_run(execution_id, operator)
+    emit(row, output, lambda r: mapping(r, ["execution_id", "workflow_id", "status", "started_fresh"]))
