@@ -60,9 +60,7 @@ VERBS = {
     "create",
     "delete",
     "fire",
-    "pause",
     "resume",
-    "trigger",
 }
 # Scalars are named for their value, like PostgreSQL's now() ("Scalars are named for their value").
 SCALARS = {

@@ -118,7 +118,6 @@ ROW = {
     "deleted": True,
     "firing": {},
     "counts": {},
-    "changed": 0,
     "started": 0,
 }
 SAMPLE = {
