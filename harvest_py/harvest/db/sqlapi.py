@@ -1372,6 +1372,8 @@ def fire_schedule(
 @call("SELECT harvest.start_buffered_firings(%(limit)s) AS started", column("started"))
 def start_buffered_firings(limit: int = 100) -> dict[str, Any]:
     return {"limit": limit}
+
+
 # -- DAGs (functions/dags.sql) ------------------------------------------------------------------
 REGISTER_DAGS = "SELECT harvest.register_dags(%(dags)s) AS registered"
 LIST_DAGS = "SELECT * FROM harvest.list_dags()"
