@@ -112,10 +112,13 @@ ROW = {
     "shard_id": 0,
     "owner_mode": {},
     "residence": {},
+    "token_id": 1,
+    "stopped": True,
 }
 SAMPLE = {
     "str": "a",
     "str | None": None,
+    "bytes": b"h",
     "int": 1,
     "float": 1.0,
     "bool": False,

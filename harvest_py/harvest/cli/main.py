@@ -137,6 +137,7 @@ def _register() -> None:
         concurrency,
         dev,
         dlq,
+        events,
         migrate,
         owner_mode,
         preflight,
@@ -145,6 +146,7 @@ def _register() -> None:
         replay,
         retention,
         shard,
+        token,
         usage,
         worker,
         workers,
@@ -169,6 +171,8 @@ def _register() -> None:
     shard.shard.add_command(rebalance.rebalance_resume)
     shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
+    main.add_command(token.token)
+    main.add_command(events.events)
     _reads_config_first(main)
 
 
