@@ -21,12 +21,14 @@ VERBS = {
     "accept",
     "activate",
     "answer",
+    "authenticate",  # authenticate_api_token (functions/tokens.sql)
     "begin",
     "cancel",
     "claim",
     "cut",  # cut_over_migration: the spec's "cutover" (functions/rebalance.sql)
     "clear",
     "complete",
+    "create",  # create_api_token
     "declare",
     "deliver",
     "discard",
@@ -41,6 +43,7 @@ VERBS = {
     "replay",
     "request",
     "reset",
+    "revoke",  # revoke_api_token
     "run",
     "set",
     "signal",

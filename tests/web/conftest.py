@@ -31,7 +31,8 @@ def error_code(exc: Exception) -> str:
 async def harvest_error(request: Request, exc: Exception) -> JSONResponse:
     """The API's error shape (webapi's harvest/web/errors.py does this in management_app)."""
     return JSONResponse(
-        {"error": {"code": error_code(exc), "message": str(exc)}}, status_code=getattr(exc, "http_status", 400)
+        {"error": {"code": error_code(exc), "message": str(exc)}},
+        status_code=getattr(exc, "http_status", 400),
     )
 
 
@@ -54,8 +55,9 @@ def tokens(db: str) -> dict[str, str]:
     """One live token per scope: {scope: secret}."""
     with psycopg.connect(db, autocommit=True) as conn:
         return {
-            scope: conn.execute("SELECT secret FROM harvest.create_api_token(%s, %s)", (f"t-{scope}", scope))
-            .fetchone()[0]
+            scope: conn.execute(
+                "SELECT secret FROM harvest.create_api_token(%s, %s)", (f"t-{scope}", scope)
+            ).fetchone()[0]
             for scope in ("read", "operate", "admin")
         }
 

@@ -14,8 +14,8 @@ import sys
 import httpx
 import psycopg
 import pytest
-from conftest import authorizer_for, make_app
 
+from conftest import authorizer_for, make_app
 from harvest.core.errors import PermissionDenied
 from harvest.db.acting import acting_as
 from harvest.db.sqlapi import AsyncSqlApi
@@ -41,7 +41,9 @@ def test_each_scope_against_each_level(db: str, tokens: dict[str, str]) -> None:
         authorizer = authorizer_for(db)
         app = make_app(authorizer)
         try:
-            return {(have, need): await _get(app, f"/{need}", tokens[have]) for have in SCOPES for need in SCOPES}
+            return {
+                (have, need): await _get(app, f"/{need}", tokens[have]) for have in SCOPES for need in SCOPES
+            }
         finally:
             await authorizer.aclose()
 
@@ -114,7 +116,9 @@ def test_the_database_refuses_what_the_tokens_role_lacks(db: str, web_login: str
     database says no (42501) even if a route forgot its scope; as harvest_operator it can, and
     the audit row carries the token's name, the login, api and the route."""
     with psycopg.connect(db, autocommit=True) as admin:
-        run_id = admin.execute("SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'r1', 'q')").fetchone()[0]
+        run_id = admin.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'r1', 'q')"
+        ).fetchone()[0]
 
     async def main() -> tuple:
         async with await psycopg.AsyncConnection.connect(web_login, autocommit=True) as conn:
@@ -123,20 +127,26 @@ def test_the_database_refuses_what_the_tokens_role_lacks(db: str, web_login: str
                 async with acting_as(conn, role="harvest_reader", actor="t-read", source="api", route="x"):
                     await api.cancel_workflow(str(run_id), "no")
             async with acting_as(
-                conn, role="harvest_operator", actor="t-operate", source="api",
+                conn,
+                role="harvest_operator",
+                actor="t-operate",
+                source="api",
                 route="POST /workflows/{execution_id}/cancel",
             ):
                 await api.cancel_workflow(str(run_id), "yes")
                 assert (await (await conn.execute("SELECT current_user")).fetchone())[0] == "harvest_operator"
             # The role and the audit context ended with the transaction.
-            row = await (await conn.execute(
-                "SELECT current_user, current_setting('harvest.audit_actor', true)")).fetchone()
+            row = await (
+                await conn.execute("SELECT current_user, current_setting('harvest.audit_actor', true)")
+            ).fetchone()
             return row, conninfo_user(web_login)
 
     (user_after, actor_after), login = run(main())
     assert user_after == login and not actor_after
     with psycopg.connect(db, autocommit=True) as admin:
-        rows = admin.execute("SELECT operation, actor, login, source, route FROM harvest.audit_log").fetchall()
+        rows = admin.execute(
+            "SELECT operation, actor, login, source, route FROM harvest.audit_log"
+        ).fetchall()
     assert rows == [("workflow.cancel", "t-operate", login, "api", "POST /workflows/{execution_id}/cancel")]
 
 
@@ -146,9 +156,11 @@ def conninfo_user(dsn: str) -> str:
 
 def test_acting_as_takes_only_the_request_roles(db: str) -> None:
     async def main() -> None:
-        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
-            async with acting_as(conn, role="harvest_worker", actor="a", source="api"):
-                pass
+        async with (
+            await psycopg.AsyncConnection.connect(db, autocommit=True) as conn,
+            acting_as(conn, role="harvest_worker", actor="a", source="api"),
+        ):
+            pass
 
     with pytest.raises(ValueError, match="harvest_reader, harvest_operator, harvest_admin"):
         run(main())
@@ -173,7 +185,7 @@ def test_the_token_cli_creates_lists_and_revokes(db: str, web_login: str) -> Non
     listed = _harvest(db, "token", "list")
     assert "ci-deploy" in listed.stdout and "operate" in listed.stdout and secret not in listed.stdout
     again = _harvest(db, "token", "create", "ci-deploy", "--scope", "read")
-    assert again.returncode == 1 and "a live API token named \"ci-deploy\" exists" in again.stderr
+    assert again.returncode == 1 and 'a live API token named "ci-deploy" exists' in again.stderr
     revoked = _harvest(db, "token", "revoke", "ci-deploy")
     assert revoked.returncode == 0 and "revoked token 'ci-deploy'" in revoked.stdout
     assert "ci-deploy" not in _harvest(db, "token", "list").stdout

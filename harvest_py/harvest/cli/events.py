@@ -20,8 +20,19 @@ def events() -> None:
 def _line(event: dict, output: str) -> str:
     if output == "json":
         return json.dumps(
-            {k: event[k] for k in ("global_id", "execution_id", "event_id", "event_type", "event_data", "created_at",
-                                   "workflow_name", "workflow_id")},
+            {
+                k: event[k]
+                for k in (
+                    "global_id",
+                    "execution_id",
+                    "event_id",
+                    "event_type",
+                    "event_data",
+                    "created_at",
+                    "workflow_name",
+                    "workflow_id",
+                )
+            },
             default=str,
             separators=(",", ":"),
         )
@@ -61,7 +72,9 @@ async def _tail(dsn: str, workflow: str | None, after: int | None, limit: int | 
 @click.option("--limit", type=click.IntRange(1), default=None, help="Stop after this many events.")
 @database_url_option
 @output_option
-def tail(workflow: str | None, after: int | None, limit: int | None, database_url: str | None, output: str) -> None:
+def tail(
+    workflow: str | None, after: int | None, limit: int | None, database_url: str | None, output: str
+) -> None:
     """Print events as they are written (Ctrl-C stops), one line each: global id, time,
     workflow name/id, event id and type, data. With --output json, one JSON object a line."""
     try:

@@ -32,7 +32,10 @@ def create(name: str, scope: str, database_url: str | None, output: str) -> None
         made = sql.create_api_token(name, scope)
     emit(made, output, lambda d: mapping(d, ["token_id", "name", "scope", "created_at", "secret"]))
     if output != "json":
-        click.echo("store the secret now: it is not shown again (send it as Authorization: Bearer <secret>)", err=True)
+        click.echo(
+            "store the secret now: it is not shown again (send it as Authorization: Bearer <secret>)",
+            err=True,
+        )
 
 
 @token.command("list")

@@ -1256,7 +1256,9 @@ def authenticate_api_token(secret_hash: bytes) -> dict[str, Any]:
 
 
 @call(LIST_EVENTS)
-def list_events(after_global_id: int = 0, limit: int = 500, execution_id: str | None = None) -> dict[str, Any]:
+def list_events(
+    after_global_id: int = 0, limit: int = 500, execution_id: str | None = None
+) -> dict[str, Any]:
     return {"after_global_id": after_global_id, "limit": limit, "execution_id": execution_id}
 
 

@@ -34,7 +34,9 @@ def bearer_token(request: Request) -> str:
     """The token of ``Authorization: Bearer <token>``, or Unauthenticated."""
     header = request.headers.get("authorization")
     if not header:
-        raise Unauthenticated("no API token: send Authorization: Bearer <token> (harvest token create makes one)")
+        raise Unauthenticated(
+            "no API token: send Authorization: Bearer <token> (harvest token create makes one)"
+        )
     scheme, _, token = header.strip().partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token or " " in token:
@@ -67,7 +69,9 @@ class TokenAuthorizer:
         token = bearer_token(request)
         found = await (await self._api()).authenticate_api_token(token_hash(token))
         source = request.headers.get(SOURCE_HEADER, "api").strip().lower()
-        principal = Principal(actor=found["name"], scope=found["scope"], source=source if source in _SOURCES else "api")
+        principal = Principal(
+            actor=found["name"], scope=found["scope"], source=source if source in _SOURCES else "api"
+        )
         if not principal.allows(needed):
             raise PermissionDenied(
                 f"token {principal.actor!r} has scope {principal.scope}; this route needs {needed}"

@@ -132,7 +132,11 @@ class EventHub:
         event, ``last_id`` is a global id (None: from now on); for one execution, an event id
         (None: from its first event)."""
         if sub.execution_id is None:
-            key, last, catch_up = "global_id", sub.start_cursor if last_id is None else last_id, last_id is not None
+            key, last, catch_up = (
+                "global_id",
+                sub.start_cursor if last_id is None else last_id,
+                last_id is not None,
+            )
         else:
             key, last, catch_up = "event_id", last_id or 0, True
         while True:
@@ -192,7 +196,9 @@ def _last_event_id(request: Request) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise InvalidArgument(f"Last-Event-ID {raw!r} is not an event id: pass the id: of the last event seen") from None
+        raise InvalidArgument(
+            f"Last-Event-ID {raw!r} is not an event id: pass the id: of the last event seen"
+        ) from None
     if value < 0:
         raise InvalidArgument(f"Last-Event-ID {value} is negative: pass the id: of the last event seen")
     return value
