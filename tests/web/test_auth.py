@@ -14,8 +14,8 @@ import sys
 import httpx
 import psycopg
 import pytest
+from web_helpers import authorizer_for, make_app
 
-from conftest import authorizer_for, make_app
 from harvest.core.errors import PermissionDenied
 from harvest.db.acting import acting_as
 from harvest.db.sqlapi import AsyncSqlApi

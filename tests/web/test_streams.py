@@ -14,8 +14,8 @@ import time
 import httpx
 import psycopg
 import pytest
+from web_helpers import authorizer_for, make_app, serve
 
-from conftest import authorizer_for, make_app, serve
 from harvest.db import channels
 from harvest.db.event_stream import EventSource
 from harvest.web import streams
@@ -391,3 +391,25 @@ def test_events_tail_prints_events_as_they_arrive(db: str) -> None:
         (str(run_id), "SignalReceived", "a"),
         (str(run_id), "SignalReceived", "b"),
     ]
+
+
+def test_the_hub_stops_listening_when_its_last_subscriber_leaves_and_starts_again(db: str) -> None:
+    async def main() -> tuple[bool, int, str]:
+        run_id = await start(db, "idle")
+        hub = EventHub(db, idle_secs=0.2)
+        try:
+            async with hub.subscribe(run_id):
+                assert hub.listening
+                assert (await execute(db, "SELECT count(*) FROM harvest.event_stream_listeners"))[0][0] == 1
+            await asyncio.sleep(0.6)
+            stopped = not hub.listening
+            registered = (await execute(db, "SELECT count(*) FROM harvest.event_stream_listeners"))[0][0]
+            async with hub.subscribe(run_id) as sub:
+                await signal(db, run_id, "again")
+                async for event in hub.events(sub, 1):
+                    if event is not None:
+                        return stopped, registered, event["event_data"]["name"]
+        finally:
+            await hub.aclose()
+
+    assert run(main()) == (True, 0, "again")

@@ -64,24 +64,35 @@ class Subscriber:
 
 
 class EventHub:
-    """The process's one listener, started by the first subscriber."""
+    """The process's one listener: started by the first subscriber, stopped ``idle_secs`` after
+    the last one leaves (so an engine nobody streams from stops paying for notifications)."""
 
-    def __init__(self, dsn: str, *, max_gap_wait: float = 10.0):
+    def __init__(self, dsn: str, *, max_gap_wait: float = 10.0, idle_secs: float = 60.0):
         self.source = EventSource(dsn, max_gap_wait=max_gap_wait)
+        self.idle_secs = idle_secs
         self.subscribers: set[Subscriber] = set()
+        self._of_execution: dict[str, set[Subscriber]] = {}
+        self._of_all: set[Subscriber] = set()
         self.cursor = 0  # every global id up to this is delivered to the subscribers (or final)
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Future | None = None
         self._start_lock = asyncio.Lock()
+        self._idle: asyncio.TimerHandle | None = None
+
+    @property
+    def listening(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     async def start(self) -> None:
         async with self._start_lock:
-            if self._task is not None and not self._task.done():
-                await asyncio.shield(self._ready)
-                return
-            loop = asyncio.get_running_loop()
-            self._ready = loop.create_future()
-            self._task = loop.create_task(self._run())
+            if self._task is not None and (self._task.done() or self._task.cancelling()):
+                with contextlib.suppress(BaseException):
+                    await self._task  # a stopping listener finishes closing first
+                self._task = None
+            if self._task is None:
+                loop = asyncio.get_running_loop()
+                self._ready = loop.create_future()
+                self._task = loop.create_task(self._run())
         await asyncio.shield(self._ready)
 
     async def _run(self) -> None:
@@ -100,30 +111,50 @@ class EventHub:
             for sub in list(self.subscribers):
                 sub.end()
         finally:
+            if not self._ready.done():
+                self._ready.cancel()
             await self.source.close()
 
     def _publish(self, batch: list[dict[str, Any]]) -> None:
         for event in batch:
-            for sub in self.subscribers:
+            for sub in self._of_all:
+                sub.offer(event)
+            for sub in self._of_execution.get(str(event["execution_id"]), ()):
                 sub.offer(event)
         self.cursor = batch[-1]["global_id"]
 
     async def aclose(self) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
 
+    def _stop_if_idle(self) -> None:
+        if not self.subscribers and self._task is not None:
+            self._task.cancel()
+
     @contextlib.asynccontextmanager
     async def subscribe(self, execution_id: str | None = None) -> AsyncIterator[Subscriber]:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         await self.start()
         sub = Subscriber(execution_id, self.cursor)  # no await between: no batch falls between
         self.subscribers.add(sub)
+        group = self._of_all if execution_id is None else self._of_execution.setdefault(execution_id, set())
+        group.add(sub)
         try:
             yield sub
         finally:
             self.subscribers.discard(sub)
+            group.discard(sub)
+            if execution_id is not None and not group:
+                self._of_execution.pop(execution_id, None)
+            if not self.subscribers:
+                self._idle = asyncio.get_running_loop().call_later(self.idle_secs, self._stop_if_idle)
 
     async def events(
         self, sub: Subscriber, last_id: int | None, *, keepalive: float = KEEPALIVE_SECS
