@@ -128,6 +128,13 @@ def test_a_workflow_stream_sends_its_history_then_live_events_and_resumes(db: st
                 assert refused.json()["error"]["code"] == "unauthenticated"
                 bad = await client.get(path, headers=headers(tokens["read"]) | {"Last-Event-ID": "x"})
                 assert bad.status_code == 400
+                unknown = await client.get(
+                    "/workflows/00000000-0000-0000-0000-000000000000/events/stream",
+                    headers=headers(tokens["read"]),
+                )
+                assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found", (
+                    unknown.text
+                )
         finally:
             await hub.aclose()
             await authorizer.aclose()

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from harvest.core.errors import HarvestError
+from harvest.core.errors import HarvestError, NotFound
 from harvest.web.auth import TokenAuthorizer
 from harvest.web.streams import EventHub, stream_routes
 
@@ -28,7 +28,7 @@ async def harvest_error(request: Request, exc: Exception) -> JSONResponse:
     """The API's error shape (webapi's harvest/web/errors.py does this in management_app)."""
     return JSONResponse(
         {"error": {"code": error_code(exc), "message": str(exc)}},
-        status_code=getattr(exc, "http_status", 400),
+        status_code=getattr(exc, "http_status", 404 if isinstance(exc, NotFound) else 400),
     )
 
 

@@ -101,6 +101,11 @@ class EventSource:
         async with self._lock:
             return await self._api.get_history(execution_id, event_id)
 
+    async def get_execution(self, execution_id: str) -> dict[str, Any] | None:
+        """The execution (NotFound, HR002, when there is none)."""
+        async with self._lock:
+            return await self._api.get_execution(execution_id)
+
     async def horizon(self) -> dict[str, Any]:
         async with self._lock:
             return await self._api.get_event_horizon()

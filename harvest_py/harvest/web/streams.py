@@ -242,6 +242,9 @@ def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = K
         await authorizer.authorize(request, "read")
         last_id = _last_event_id(request)
         key = "global_id" if execution_id is None else "event_id"
+        await hub.start()  # a database that cannot be reached is an error answer, not an empty stream
+        if execution_id is not None:
+            await hub.source.get_execution(execution_id)  # NotFound (404) for an unknown id
 
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
