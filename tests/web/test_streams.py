@@ -177,7 +177,7 @@ def test_the_stream_of_every_event_resumes_by_global_id_and_keeps_alive(db: str,
                     assert second > first == data_a["global_id"]
                 await signal(db, b)
                 async with client.stream(
-                    "GET", "/stream", headers=headers(tokens["read"], last=first)
+                    "GET", "/stream/durable", headers=headers(tokens["read"], last=first)
                 ) as response:
                     sse = Sse(response)
                     assert (await sse.next_event())[0] == second  # g2's start, then its signal

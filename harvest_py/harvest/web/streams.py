@@ -236,7 +236,8 @@ def _last_event_id(request: Request) -> int | None:
 
 
 def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = KEEPALIVE_SECS) -> list[Route]:
-    """The two stream routes (scope read), to mount beside the management API's."""
+    """The stream routes (scope read), to mount beside the management API's: one execution's,
+    and every event's (``/stream``, also at ``/stream/durable``)."""
 
     async def respond(request: Request, execution_id: str | None) -> StreamingResponse:
         await authorizer.authorize(request, "read")
@@ -267,4 +268,6 @@ def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = K
     return [
         Route("/workflows/{execution_id:uuid}/events/stream", workflow_stream, methods=["GET"]),
         Route("/stream", all_stream, methods=["GET"]),
+        # The spec's name for the resumable stream of every event: /stream is resumable already.
+        Route("/stream/durable", all_stream, methods=["GET"]),
     ]
