@@ -1,29 +1,50 @@
 -- The audit log: every operator action writes one row in its own transaction
 -- (harvest._audit), and harvest.list_audit_log reads it back, newest first.
 
--- Record an operator action, in the transaction of the action. actor is the
+-- Record an operator action, in the transaction of the action. login is the
 -- database login (session_user: these functions run as their owner, so
--- current_user would name the owner); operator_id is whatever the caller says it
--- is (a person, a ticket, a bot); source is the face the call came through
--- (_audit_source). Every operator mutation writes one row: cancel, terminate,
--- reset, dead-letter replay and discard (one by one, and in bulk), rate-limit
--- overrides, worker drains, retention settings and runs. Starts, signals,
--- queries and updates are application traffic, not audited.
+-- current_user would name the owner), always. actor, source and route are what the
+-- caller asserts in transaction-local settings (harvest._audit_context: the HTTP API
+-- sets the token's name, api and the route); without them actor is the login and
+-- source comes from the application_name (_audit_source). operator_id is whatever
+-- the caller says it is (a person, a ticket, a bot). Every operator mutation writes
+-- one row: cancel, terminate, reset, dead-letter replay and discard (one by one, and
+-- in bulk), rate-limit overrides, worker drains, retention settings and runs, API
+-- tokens created and revoked. Starts, signals, queries and updates are application
+-- traffic, not audited.
 CREATE OR REPLACE FUNCTION harvest._audit(p_operation text, p_target text, p_operator_id text, p_details jsonb)
 RETURNS bigint
 LANGUAGE sql
 AS $$
-    INSERT INTO harvest.audit_log (at, actor, operator_id, operation, target, details, source)
-    SELECT harvest.now(), session_user, p_operator_id, p_operation, p_target,
+    INSERT INTO harvest.audit_log (at, actor, operator_id, operation, target, details, source, login, route)
+    SELECT harvest.now(), coalesce(c.actor, session_user), p_operator_id, p_operation, p_target,
            -- An application name that is not a Harvest face is kept (psql, a script, or
            -- '' for a client that gave none).
            CASE WHEN s.application_name IN ('harvest-cli', 'harvest-api', 'harvest-ui')
                THEN coalesce(p_details, '{}'::jsonb)
                ELSE coalesce(p_details, '{}'::jsonb) || jsonb_build_object('application_name', s.application_name)
            END,
-           harvest._audit_source(s.application_name)
+           coalesce(c.source, harvest._audit_source(s.application_name)), session_user, c.route
     FROM (SELECT coalesce(current_setting('application_name', true), '') AS application_name) AS s
+    CROSS JOIN harvest._audit_context() AS c
     RETURNING id;
+$$;
+
+-- What the caller asserts about the action it is making, from three settings it sets
+-- for its own transaction (set_config(name, value, true); harvest.db.audit does it for
+-- the HTTP API): harvest.audit_actor (who, e.g. a token's name), harvest.audit_source
+-- (api, cli or ui; anything else is ignored) and harvest.audit_route (the route or
+-- command). Caller-asserted text for the audit row only: it changes no permission and
+-- nothing another session sees, and the row records the login beside it, so a login
+-- can misname itself in its own rows but never hide which login it was. Blank is unset;
+-- each value is cut to 200 characters.
+CREATE OR REPLACE FUNCTION harvest._audit_context(OUT actor text, OUT source text, OUT route text)
+LANGUAGE sql STABLE
+AS $$
+    SELECT nullif(left(btrim(coalesce(current_setting('harvest.audit_actor', true), '')), 200), ''),
+           CASE WHEN current_setting('harvest.audit_source', true) IN ('api', 'cli', 'ui')
+               THEN current_setting('harvest.audit_source', true) END,
+           nullif(left(btrim(coalesce(current_setting('harvest.audit_route', true), '')), 200), '');
 $$;
 
 -- The audit source of a session, from the application_name Harvest's own faces
@@ -57,5 +78,5 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.list_audit_log IS
 'The audit log of operator actions (terminate, cancel, reset, dead-letter replay and discard, worker drain, '
-'retention, rate-limit overrides) with each row''s source, newest first, optionally of one operation; p_limit '
-'1..1000. For operators (role harvest_reader).';
+'retention, rate-limit overrides, API tokens) with each row''s actor, login, source and route, newest first, '
+'optionally of one operation; p_limit 1..1000. For operators (role harvest_reader).';

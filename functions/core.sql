@@ -157,6 +157,7 @@ BEGIN
     SELECT p_execution_id, v_last - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
            harvest.now()
     FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
+    PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
     RETURN v_last;
 END;
 $$;

@@ -360,7 +360,8 @@ BEGIN
             v_incoming.migrated_from_shards
         ) WHERE e.id = v_incoming.id;
     END IF;
-    PERFORM harvest._insert_copied_rows('events', p_copy -> 'events', '{}', 'ON CONFLICT DO NOTHING');
+    -- The copies take this shard's next global ids (its event stream's cursor).
+    PERFORM harvest._insert_copied_rows('events', p_copy -> 'events', '{global_id}', 'ON CONFLICT DO NOTHING');
     INSERT INTO harvest.shard_arrivals (
         execution_id, migration_id, source_shard, tasks, prior_seal, staged_at, copied_events
     ) VALUES (

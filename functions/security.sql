@@ -18,20 +18,32 @@
 -- creation block). A function it does not know (a new one) is granted to
 -- harvest_admin only; helpers (_name) to no role.
 
--- Whether the login (session_user: entry points run as their owner, so current_user
--- names the owner) holds p_role: a superuser or the schema owner holds every role.
--- For the checks an entry point makes beyond its EXECUTE grant (a start that can
--- terminate a live run needs harvest_admin). A missing role is held by nobody.
+-- Whether the caller holds p_role, for the checks an entry point makes beyond its
+-- EXECUTE grant (a start that can terminate a live run needs harvest_admin). Entry
+-- points run as their owner, so current_user names the owner; the caller is the login
+-- (session_user), lowered by SET ROLE when the session set one: the web process logs
+-- in as a member of every harvest role and runs each request under SET ROLE <the
+-- token's role>. SET ROLE changes current_user but not session_user, and inside a
+-- SECURITY DEFINER function current_setting('role') still names the session's SET ROLE
+-- ('none' when there is none). So both must hold p_role: the login, and the role it set.
+-- A session can only SET ROLE to a role it is a member of, so this only ever lowers.
+-- A superuser or the schema owner holds every role; a missing role is held by nobody.
 CREATE OR REPLACE FUNCTION harvest._session_has_role(p_role text)
 RETURNS boolean
 LANGUAGE sql STABLE
 AS $$
-    SELECT EXISTS (
-        SELECT 1 FROM pg_catalog.pg_namespace AS n
-        WHERE n.nspname = 'harvest' AND pg_catalog.pg_has_role(session_user, n.nspowner, 'MEMBER'))
+    SELECT bool_and(
+        EXISTS (
+            SELECT 1 FROM pg_catalog.pg_namespace AS n
+            WHERE n.nspname = 'harvest' AND pg_catalog.pg_has_role(who.rolname, n.nspowner, 'MEMBER'))
         OR EXISTS (
             SELECT 1 FROM pg_catalog.pg_roles AS r
-            WHERE r.rolname = p_role AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'));
+            WHERE r.rolname = p_role AND pg_catalog.pg_has_role(who.rolname, r.oid, 'MEMBER')))
+    FROM (
+        SELECT session_user AS rolname
+        UNION ALL
+        SELECT current_setting('role')::name WHERE current_setting('role') <> 'none'
+    ) AS who;
 $$;
 
 CREATE OR REPLACE FUNCTION harvest._function_role(p_name text)
@@ -74,7 +86,9 @@ AS $$
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
                         'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
-                        'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run')
+                        'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run',
+                        'authenticate_api_token', 'list_events', 'get_event_horizon', 'heartbeat_event_stream',
+                        'stop_event_stream')
             THEN 'harvest_reader'
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',
@@ -130,6 +144,8 @@ BEGIN
     END LOOP;
     IF 'harvest_reader' = ANY(v_existing) THEN
         GRANT SELECT ON ALL TABLES IN SCHEMA harvest TO harvest_reader;
+        -- Token hashes are read through authenticate_api_token and list_api_tokens only.
+        REVOKE ALL ON harvest.api_tokens FROM harvest_reader;
     END IF;
     -- engine_settings holds the test-clock switch (harvest.now()): readable by every
     -- harvest role (a worker calling harvest.now() reads it), writable by none, so

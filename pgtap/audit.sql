@@ -1,6 +1,6 @@
--- functions/audit.sql: harvest._audit, harvest._audit_source, harvest.list_audit_log.
+-- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log.
 BEGIN;
-SELECT plan(6);
+SELECT plan(10);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -15,6 +15,24 @@ SELECT results_eq($$SELECT source, details FROM harvest.list_audit_log(1)$$,
                   $$VALUES ('api'::text, '{"k": 1}'::jsonb)$$,
                   'list_audit_log() shows each row''s source');
 RESET application_name;
+
+-- What the caller asserts (transaction-local settings) goes into its own rows, beside the login.
+SELECT results_eq($$SELECT actor, source, route FROM harvest._audit_context()$$,
+                  $$VALUES (NULL::text, NULL::text, NULL::text)$$, '_audit_context(): nothing asserted, nothing set');
+SELECT set_config('harvest.audit_actor', 'ci-deploy', true), set_config('harvest.audit_source', 'api', true),
+       set_config('harvest.audit_route', 'POST /workflows/{execution_id}/terminate', true);
+SELECT harvest._audit('test.context', 't', NULL, '{}');
+SELECT results_eq($$SELECT actor, login, source, route FROM harvest.list_audit_log(1)$$,
+                  $$VALUES ('ci-deploy'::text, session_user::text COLLATE "default", 'api'::text,
+                            'POST /workflows/{execution_id}/terminate'::text)$$,
+                  '_audit(): the asserted actor, source and route, and the login beside them');
+SELECT set_config('harvest.audit_source', 'carrier-pigeon', true), set_config('harvest.audit_actor', ' ', true);
+SELECT results_eq($$SELECT actor, source FROM harvest._audit_context()$$,
+                  $$VALUES (NULL::text, NULL::text)$$, '_audit_context(): a blank actor or unknown source is unset');
+SELECT harvest._audit('test.context', 't', NULL, '{}');
+SELECT results_eq($$SELECT actor, login, source FROM harvest.list_audit_log(1)$$,
+                  $$VALUES (session_user::text COLLATE "default", session_user::text COLLATE "default", 'cli'::text)$$,
+                  '_audit(): without an assertion the actor is the login');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/security.sql: harvest._function_role, harvest._secure_functions and the roles they grant,
 -- harvest._session_has_role.
 BEGIN;
-SELECT plan(48);
+SELECT plan(56);
 
 SELECT has_role('harvest_reader');
 SELECT has_role('harvest_operator');
@@ -110,6 +110,36 @@ SELECT ok(harvest._session_has_role('harvest_operator'), '_session_has_role(): a
 SELECT ok(harvest._session_has_role('harvest_reader'), '_session_has_role(): and the roles it is a member of');
 SELECT ok(NOT harvest._session_has_role('harvest_admin'), '_session_has_role(): an operator is no admin');
 SELECT ok(NOT harvest._session_has_role('no_such_role'), '_session_has_role(): a missing role is held by nobody');
+RESET SESSION AUTHORIZATION;
+
+-- The web process logs in as a member of every harvest role and lowers each request with
+-- SET ROLE <the token's role>: the in-function checks follow the lowered role, not the login.
+CREATE ROLE harvest_test_web LOGIN;
+GRANT harvest_reader, harvest_operator, harvest_admin TO harvest_test_web;
+SELECT pg_temp.start_run('rr1', 'rr_wf', 'rr_q');
+SET LOCAL SESSION AUTHORIZATION harvest_test_web;
+SET LOCAL ROLE harvest_operator;
+SELECT is((SELECT current_user::text || ' ' || session_user::text), 'harvest_operator harvest_test_web',
+          'SET ROLE changes current_user, not session_user');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('rr_wf', '[]', 'rr1', 'rr_q',
+                                                         p_conflict_policy => 'terminate_existing')$$,
+                 '42501', NULL,
+                 'an admin-member login under SET ROLE harvest_operator cannot start with a terminating policy');
+SELECT is((SELECT status FROM harvest.executions WHERE id = (SELECT id FROM harvest.executions WHERE workflow_id = 'rr1' AND status = 'RUNNING')), 'RUNNING',
+          '... and the live run is untouched');
+SELECT lives_ok($$SELECT harvest.signal_workflow((SELECT id FROM harvest.executions WHERE workflow_id = 'rr1' AND status = 'RUNNING'), 'ping', '{}')$$,
+                '... while what an operator may do still works under SET ROLE harvest_operator');
+SET LOCAL ROLE harvest_admin;
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('rr_wf', '[]', 'rr1', 'rr_q',
+                                                        p_conflict_policy => 'terminate_existing')$$,
+                'under SET ROLE harvest_admin it can');
+RESET ROLE;
+SELECT lives_ok($$SELECT * FROM harvest.start_workflow('rr_wf', '[]', 'rr1', 'rr_q',
+                                                        p_conflict_policy => 'terminate_existing')$$,
+                'without SET ROLE the admin-member login still can');
+SELECT throws_ok($$SET LOCAL ROLE harvest_worker$$, '42501', NULL,
+                 'SET ROLE to a role the login is not a member of is refused by PostgreSQL');
+SELECT is(current_setting('role'), 'none', '... and the session keeps no role set');
 RESET SESSION AUTHORIZATION;
 
 SELECT * FROM finish();

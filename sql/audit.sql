@@ -3,7 +3,10 @@
 -- Who did what to the engine from outside it (cancels, terminations, resets,
 -- dead-letter replays and discards, rate-limit overrides, worker drains,
 -- retention settings and runs): one row per request. source is the face it came
--- through (api, cli or ui; NULL on rows written before migration 0019).
+-- through (api, cli or ui; NULL on rows written before migration 0019). actor is who
+-- the caller says acted (a token's name through the HTTP API; the login when nothing is
+-- said), login the database login that made the call, always (0032); route the HTTP
+-- route or CLI command the caller names (docs/auth.md, "Audit").
 CREATE TABLE harvest.audit_log (
     id bigint GENERATED ALWAYS AS IDENTITY,
     at timestamptz NOT NULL,
@@ -13,6 +16,8 @@ CREATE TABLE harvest.audit_log (
     target text,
     details jsonb NOT NULL DEFAULT '{}'::jsonb,
     source text,
+    login text,
+    route text,
     CONSTRAINT audit_log_pkey PRIMARY KEY (id),
     CONSTRAINT audit_log_source_known CHECK (source IN ('api', 'cli', 'ui'))
 );

@@ -6,6 +6,11 @@ CREATE TABLE harvest.events (
     event_type text NOT NULL,
     event_data jsonb NOT NULL DEFAULT '{}'::jsonb,
     created_at timestamptz NOT NULL,
+    -- The event's place in this database's one stream of every event (0032): the cursor
+    -- of GET /stream and `harvest events tail` (docs/event-streams.md). Assigned at insert,
+    -- so it orders events by insert, not commit; the stream reader waits out the gaps of
+    -- transactions still in flight (harvest.get_event_horizon).
+    global_id bigint GENERATED ALWAYS AS IDENTITY,
     CONSTRAINT events_pkey PRIMARY KEY (execution_id, event_id),
     -- The history vocabulary (docs/internals.md); harvest.runtime.commands.EVENT_TYPES
     -- lists the same types (tests/integration/test_vocabulary.py compares them).
@@ -25,3 +30,6 @@ CREATE TABLE harvest.events (
     CONSTRAINT events_execution_fkey FOREIGN KEY (execution_id)
     REFERENCES harvest.executions (id) ON DELETE CASCADE
 );
+
+CREATE UNIQUE INDEX events_global_id
+ON harvest.events (global_id);

@@ -21,12 +21,14 @@ VERBS = {
     "accept",
     "activate",
     "answer",
+    "authenticate",  # authenticate_api_token (functions/tokens.sql)
     "begin",
     "cancel",
     "claim",
     "cut",  # cut_over_migration: the spec's "cutover" (functions/rebalance.sql)
     "clear",
     "complete",
+    "create",  # create_api_token
     "declare",
     "deliver",
     "discard",
@@ -43,6 +45,7 @@ VERBS = {
     "request",
     "reset",
     "retry",  # retry_dag_run: a new run from a failed one's failed tasks
+    "revoke",  # revoke_api_token
     "run",
     "set",
     "signal",
@@ -57,7 +60,6 @@ VERBS = {
     "wait",
     # functions/schedules.sql: a schedule's lifecycle and its tick
     "backfill",
-    "create",
     "delete",
     "fire",
     "resume",

@@ -119,10 +119,13 @@ ROW = {
     "firing": {},
     "counts": {},
     "started": 0,
+    "token_id": 1,
+    "stopped": True,
 }
 SAMPLE = {
     "str": "a",
     "str | None": None,
+    "bytes": b"h",
     "int": 1,
     "float": 1.0,
     "bool": False,

@@ -9,7 +9,7 @@ from harvest.cli.shards import each_shard, emit_merged
 from harvest.config import shards_configured
 from harvest.shard.fanout import Merged
 
-COLUMNS = ["id", "at", "operation", "target", "actor", "operator_id", "source", "details"]
+COLUMNS = ["id", "at", "operation", "target", "actor", "login", "operator_id", "source", "route", "details"]
 
 
 @click.group()

@@ -138,6 +138,7 @@ def _register() -> None:
         dag,
         dev,
         dlq,
+        events,
         migrate,
         owner_mode,
         preflight,
@@ -147,6 +148,7 @@ def _register() -> None:
         retention,
         schedule,
         shard,
+        token,
         usage,
         worker,
         workers,
@@ -173,6 +175,8 @@ def _register() -> None:
     shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
     main.add_command(schedule.schedule)
+    main.add_command(token.token)
+    main.add_command(events.events)
     _reads_config_first(main)
 
 

@@ -289,7 +289,23 @@ class WorkflowTimedOut(HarvestError):
 
 
 class PermissionDenied(HarvestError):
-    """The database role may not do this (SQLSTATE 42501): see docs/security.md, "Roles"."""
+    """The database role may not do this (SQLSTATE 42501): see docs/security.md, "Roles".
+    Over HTTP, also a token whose scope is below the route's (403)."""
+
+    http_status = 403
+
+
+class Unauthenticated(HarvestError):
+    """The management API was called with no API token, or one that is unknown or revoked
+    (SQLSTATE HR020; HTTP 401). The message never carries the token."""
+
+    http_status = 401
+
+
+class ApiTokenExists(HarvestError):
+    """A live API token already has this name (SQLSTATE HR021; HTTP 409): revoke it first."""
+
+    http_status = 409
 
 
 # SQLSTATE -> exception class. The SQL API raises only these custom codes.
@@ -309,6 +325,8 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR017": DagPaused,
     "HR018": DagRunLimit,
     "HR019": DagRunNotRetryable,
+    "HR020": Unauthenticated,
+    "HR021": ApiTokenExists,
     "42501": PermissionDenied,
 }
 

@@ -12,7 +12,11 @@ QUERIES = "harvest_queries"
 # A query or update request was answered (payload: the request id): wakes the client waiting.
 QUERY_ANSWERS = "harvest_query_answers"
 
-ALL = (TASKS, DONE, QUERIES, QUERY_ANSWERS)
+# Events were appended to an execution (payload: its id), sent only while a process follows
+# the event stream (harvest.heartbeat_event_stream): wakes that process's one stream reader.
+EVENTS = "harvest_events"
+
+ALL = (TASKS, DONE, QUERIES, QUERY_ANSWERS, EVENTS)
 
 
 def listen(channel: str) -> str:

@@ -51,6 +51,8 @@ SCHEMA_FILES = (
     "flow",
     "workers",
     "audit",
+    "api_tokens",
+    "event_streams",
     "retention",
     "settings",
     "shards",

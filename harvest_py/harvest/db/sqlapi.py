@@ -224,6 +224,14 @@ WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
 DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
 DRAIN_PREVIEW = "SELECT * FROM harvest.preview_drain(%(queue)s, %(worker_id)s)"
 LIST_AUDIT_LOG = "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s)"
+CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s)"
+LIST_API_TOKENS = "SELECT * FROM harvest.list_api_tokens(%(include_revoked)s)"
+REVOKE_API_TOKEN = "SELECT harvest.revoke_api_token(%(name)s) AS token_id"
+AUTHENTICATE_API_TOKEN = "SELECT * FROM harvest.authenticate_api_token(%(secret_hash)s)"
+LIST_EVENTS = "SELECT * FROM harvest.list_events(%(after_global_id)s, %(limit)s, %(execution_id)s)"
+GET_EVENT_HORIZON = "SELECT * FROM harvest.get_event_horizon()"
+HEARTBEAT_EVENT_STREAM = "SELECT harvest.heartbeat_event_stream(%(listener_id)s)"
+STOP_EVENT_STREAM = "SELECT harvest.stop_event_stream(%(listener_id)s) AS stopped"
 RETENTION_STATUS = "SELECT harvest.get_retention_status() AS status"
 SET_RETENTION = "SELECT harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS status"
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
@@ -1430,6 +1438,50 @@ def list_dag_runs(dag_name: str, limit: int = 50) -> dict[str, Any]:
 @call(RETRY_DAG_RUN, first)
 def retry_dag_run(execution_id: str, operator: str | None = None) -> dict[str, Any]:
     return {"execution_id": execution_id, "operator": operator}
+
+
+@call(CREATE_API_TOKEN, first)
+def create_api_token(name: str, scope: str) -> dict[str, Any]:
+    """A new token: ``token_id``, ``name``, ``scope``, ``secret`` (shown this once), ``created_at``."""
+    return {"name": name, "scope": scope}
+
+
+@call(LIST_API_TOKENS)
+def list_api_tokens(include_revoked: bool = False) -> dict[str, Any]:
+    return {"include_revoked": include_revoked}
+
+
+@call(REVOKE_API_TOKEN, column("token_id"))
+def revoke_api_token(name: str) -> dict[str, Any]:
+    return {"name": name}
+
+
+@call(AUTHENTICATE_API_TOKEN, first)
+def authenticate_api_token(secret_hash: bytes) -> dict[str, Any]:
+    """``name`` and ``scope`` of the live token with this SHA-256; Unauthenticated otherwise."""
+    return {"secret_hash": secret_hash}
+
+
+@call(LIST_EVENTS)
+def list_events(
+    after_global_id: int = 0, limit: int = 500, execution_id: str | None = None
+) -> dict[str, Any]:
+    return {"after_global_id": after_global_id, "limit": limit, "execution_id": execution_id}
+
+
+@call(GET_EVENT_HORIZON, first)
+def get_event_horizon() -> dict[str, Any]:
+    return {}
+
+
+@call(HEARTBEAT_EVENT_STREAM, nothing)
+def heartbeat_event_stream(listener_id: str) -> dict[str, Any]:
+    return {"listener_id": listener_id}
+
+
+@call(STOP_EVENT_STREAM, column("stopped"))
+def stop_event_stream(listener_id: str) -> dict[str, Any]:
+    return {"listener_id": listener_id}
 
 
 # -- the two executors -------------------------------------------------------------------------

@@ -1,0 +1,114 @@
+-- The event stream (sql/event_streams.sql, docs/event-streams.md): every event of this
+-- database in global_id order, read by one listening connection per process
+-- (harvest/web/streams.py) that harvest_events wakes. The reader, not the writer, does
+-- the work: an append costs one probe of the listener table, and a NOTIFY only while a
+-- process listens.
+
+-- Wake the event stream's listeners, if any process listens (a fresh heartbeat): NOTIFY
+-- takes a cluster-wide lock at commit, so an engine nobody streams from skips it.
+-- Postgres folds the identical notifications of one transaction into one.
+CREATE OR REPLACE FUNCTION harvest._notify_events(p_execution_id uuid)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM harvest.event_stream_listeners AS l
+        WHERE l.heartbeat_at > now() - interval '30 seconds'
+    ) THEN
+        PERFORM pg_notify('harvest_events', p_execution_id::text);
+    END IF;
+END;
+$$;
+
+-- A listening process says it still listens (every 10 s; a row older than 30 s stops
+-- the notifications, and is deleted here after a minute). Wall-clock time: liveness of a
+-- process, not engine time, so the test clock does not move it.
+CREATE OR REPLACE FUNCTION harvest.heartbeat_event_stream(p_listener_id text)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_listener_id IS NULL OR btrim(p_listener_id) = '' OR length(p_listener_id) > 200 THEN
+        RAISE EXCEPTION 'listener id "%" is empty or longer than 200 characters', coalesce(p_listener_id, '')
+            USING ERRCODE = 'HR001', HINT = 'pass a process-unique id such as host:pid:random';
+    END IF;
+    DELETE FROM harvest.event_stream_listeners AS l WHERE l.heartbeat_at < now() - interval '1 minute';
+    INSERT INTO harvest.event_stream_listeners (listener_id, heartbeat_at) VALUES (p_listener_id, now())
+    ON CONFLICT (listener_id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at;
+END;
+$$;
+
+-- A listening process stops listening.
+CREATE OR REPLACE FUNCTION harvest.stop_event_stream(p_listener_id text)
+RETURNS boolean
+LANGUAGE sql
+AS $$
+    WITH gone AS (
+        DELETE FROM harvest.event_stream_listeners AS l WHERE l.listener_id = p_listener_id RETURNING 1
+    )
+    SELECT EXISTS (SELECT 1 FROM gone);
+$$;
+
+-- Events after global id p_after_global_id in global_id order, at most p_limit
+-- (1..10000), of one execution when p_execution_id is given. Global ids are taken at
+-- insert, so a committed event can have a smaller id than one already read: the
+-- reader skips a gap only once get_event_horizon says it is final.
+CREATE OR REPLACE FUNCTION harvest.list_events(
+    p_after_global_id bigint DEFAULT 0, p_limit integer DEFAULT 500, p_execution_id uuid DEFAULT NULL
+)
+RETURNS TABLE (
+    global_id bigint, execution_id uuid, event_id bigint, event_type text, event_data jsonb,
+    created_at timestamptz, workflow_name text, workflow_id text
+)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'limit % is out of range 1..10000', p_limit USING ERRCODE = 'HR001';
+    END IF;
+    RETURN QUERY
+    SELECT ev.global_id, ev.execution_id, ev.event_id, ev.event_type, ev.event_data, ev.created_at,
+           e.workflow_name, e.workflow_id
+    FROM harvest.events AS ev
+    JOIN harvest.executions AS e ON e.id = ev.execution_id
+    WHERE ev.global_id > coalesce(p_after_global_id, 0)
+      AND (p_execution_id IS NULL OR ev.execution_id = p_execution_id)
+    ORDER BY ev.global_id
+    LIMIT p_limit;
+END;
+$$;
+
+-- What the stream reader needs to tell a gap that will fill from one that never will:
+-- the last global id handed out, then (a later statement, so a later snapshot) the
+-- oldest transaction still running and the next transaction id. Every transaction that
+-- took a global id up to last_global_id had its transaction id before (an append writes
+-- its execution row first), so below xmax; once a later call's xmin passes that xmax,
+-- each of them has ended and every id up to last_global_id is final.
+CREATE OR REPLACE FUNCTION harvest.get_event_horizon(
+    OUT last_global_id bigint, OUT xmin bigint, OUT xmax bigint
+)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+    v_snapshot pg_snapshot;
+BEGIN
+    last_global_id := coalesce(pg_sequence_last_value('harvest.events_global_id_seq'), 0);
+    SELECT pg_current_snapshot() INTO v_snapshot;
+    xmin := pg_snapshot_xmin(v_snapshot)::text::bigint;
+    xmax := pg_snapshot_xmax(v_snapshot)::text::bigint;
+END;
+$$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.heartbeat_event_stream IS
+'A process following the event stream says it listens (every 10 s): while one does, event appends notify '
+'harvest_events; HR001 for a blank id. For stream readers (role harvest_reader).';
+COMMENT ON FUNCTION harvest.stop_event_stream IS
+'A process stops following the event stream; true when it was registered. For stream readers (role harvest_reader).';
+COMMENT ON FUNCTION harvest.list_events IS
+'Events after a global id, in global id order, optionally of one execution, with their workflow name and id; '
+'p_limit 1..10000 (HR001). For stream readers and operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.get_event_horizon IS
+'The last global event id handed out and the transaction horizon (xmin, xmax) the stream reader uses to tell a '
+'final gap from an event still being written. For stream readers (role harvest_reader).';

@@ -1,0 +1,108 @@
+-- API tokens of the management API (sql/api_tokens.sql, docs/auth.md). The secret is
+-- made here, returned once by create_api_token and stored only as its SHA-256: a secret
+-- of 244 random bits cannot be guessed from its hash, so a fast hash is enough (a slow
+-- one defends low-entropy passwords, and would cost every request). harvest.web.auth
+-- hashes the bearer token and asks authenticate_api_token, with no cache: a revoke
+-- takes effect at the next request.
+
+-- A new token named p_name with scope read, operate or admin (the roles harvest_reader,
+-- harvest_operator, harvest_admin); returns its secret, which is never shown again.
+CREATE OR REPLACE FUNCTION harvest.create_api_token(p_name text, p_scope text)
+RETURNS TABLE (token_id bigint, name text, scope text, secret text, created_at timestamptz)
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+    v_secret text;
+    v_id bigint;
+    v_now timestamptz := harvest.now();
+BEGIN
+    IF p_name IS NULL OR btrim(p_name) = '' OR length(p_name) > 100 THEN
+        RAISE EXCEPTION 'token name "%" is empty or longer than 100 characters', coalesce(p_name, '')
+            USING ERRCODE = 'HR001', HINT = 'name the token after who or what uses it, e.g. ci-deploy';
+    END IF;
+    IF p_scope IS NULL OR p_scope NOT IN ('read', 'operate', 'admin') THEN
+        RAISE EXCEPTION 'unknown token scope "%"', coalesce(p_scope, '')
+            USING ERRCODE = 'HR001', HINT = 'use read, operate or admin';
+    END IF;
+    -- gen_random_uuid() draws from the server's strong random source: two of them,
+    -- less their fixed version and variant bits, are 244 random bits.
+    v_secret := 'hvt_' || replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '');
+    BEGIN
+        INSERT INTO harvest.api_tokens AS t (name, scope, secret_hash, created_at, created_by)
+        VALUES (p_name, p_scope, sha256(convert_to(v_secret, 'UTF8')), v_now, session_user)
+        RETURNING t.id INTO v_id;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'a live API token named "%" exists', p_name
+            USING ERRCODE = 'HR021', HINT = 'revoke it first (harvest token revoke), or choose another name';
+    END;
+    PERFORM harvest._audit('token.create', p_name, NULL, jsonb_build_object('token_id', v_id, 'scope', p_scope));
+    RETURN QUERY SELECT v_id, p_name, p_scope, v_secret, v_now;
+END;
+$$;
+
+-- The tokens, without their secrets (nor their hashes), live ones first.
+CREATE OR REPLACE FUNCTION harvest.list_api_tokens(p_include_revoked boolean DEFAULT false)
+RETURNS TABLE (
+    token_id bigint, name text, scope text, created_at timestamptz, created_by text,
+    revoked_at timestamptz, revoked_by text
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT t.id, t.name, t.scope, t.created_at, t.created_by, t.revoked_at, t.revoked_by
+    FROM harvest.api_tokens AS t
+    WHERE coalesce(p_include_revoked, false) OR t.revoked_at IS NULL
+    ORDER BY t.revoked_at IS NOT NULL, t.name, t.id;
+$$;
+
+-- Revoke the live token named p_name: from the commit on it authenticates nothing.
+CREATE OR REPLACE FUNCTION harvest.revoke_api_token(p_name text)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_id bigint;
+BEGIN
+    UPDATE harvest.api_tokens AS t SET revoked_at = harvest.now(), revoked_by = session_user
+    WHERE t.name = p_name AND t.revoked_at IS NULL
+    RETURNING t.id INTO v_id;
+    IF v_id IS NULL THEN
+        RAISE EXCEPTION 'no live API token named "%"', coalesce(p_name, '')
+            USING ERRCODE = 'HR002', HINT = 'harvest token list shows the live tokens';
+    END IF;
+    PERFORM harvest._audit('token.revoke', p_name, NULL, jsonb_build_object('token_id', v_id));
+    RETURN v_id;
+END;
+$$;
+
+-- The name and scope of the live token whose secret hashes to p_secret_hash; HR020 for
+-- an unknown or revoked one (the message names neither the hash nor the secret).
+CREATE OR REPLACE FUNCTION harvest.authenticate_api_token(p_secret_hash bytea)
+RETURNS TABLE (name text, scope text)
+LANGUAGE plpgsql STABLE
+AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY SELECT t.name, t.scope FROM harvest.api_tokens AS t
+    WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the API token is unknown or revoked'
+            USING ERRCODE = 'HR020', HINT = 'pass a live token (harvest token create) as Authorization: Bearer <token>';
+    END IF;
+END;
+$$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.create_api_token IS
+'Create an API token of scope read, operate or admin and return its secret, shown this once (stored as its '
+'SHA-256); audited as token.create; HR001 for a bad name or scope, HR021 when a live token has the name. For admins '
+'(role harvest_admin).';
+COMMENT ON FUNCTION harvest.list_api_tokens IS
+'The API tokens (live ones, or all with p_include_revoked) with scope, creator and revocation, never a secret or '
+'hash. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.revoke_api_token IS
+'Revoke the live API token of that name; it authenticates nothing from the commit on; audited as token.revoke; '
+'HR002 when none is live. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.authenticate_api_token IS
+'The name and scope of the live token whose secret has this SHA-256, or HR020 (unknown or revoked). Called by the '
+'web process before it lowers its role to the scope''s (role harvest_reader).';

@@ -1,0 +1,59 @@
+"""`harvest token create|list|revoke`: API tokens of the management API (functions/tokens.sql,
+docs/auth.md). Needs a login with harvest_admin."""
+
+from __future__ import annotations
+
+import click
+
+from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+
+COLUMNS = ["token_id", "name", "scope", "created_at", "created_by", "revoked_at", "revoked_by"]
+
+
+@click.group()
+def token() -> None:
+    """API tokens for the HTTP management API: read, operate or admin."""
+
+
+@token.command("create")
+@click.argument("name")
+@click.option(
+    "--scope",
+    type=click.Choice(["read", "operate", "admin"]),
+    required=True,
+    help="read (harvest_reader), operate (harvest_operator) or admin (harvest_admin).",
+)
+@database_url_option
+@output_option
+def create(name: str, scope: str, database_url: str | None, output: str) -> None:
+    """Create a token and print its secret. It is shown this once: store it now (the database
+    keeps only its SHA-256)."""
+    with sql_api(database_url, read_only=False) as sql:
+        made = sql.create_api_token(name, scope)
+    emit(made, output, lambda d: mapping(d, ["token_id", "name", "scope", "created_at", "secret"]))
+    if output != "json":
+        click.echo(
+            "store the secret now: it is not shown again (send it as Authorization: Bearer <secret>)",
+            err=True,
+        )
+
+
+@token.command("list")
+@click.option("--all", "include_revoked", is_flag=True, help="Revoked tokens too.")
+@database_url_option
+@output_option
+def list_(include_revoked: bool, database_url: str | None, output: str) -> None:
+    """List the tokens (never their secrets), live ones first."""
+    with sql_api(database_url, read_only=True) as sql:
+        rows = sql.list_api_tokens(include_revoked)
+    emit(rows, output, lambda d: table(d, COLUMNS))
+
+
+@token.command("revoke")
+@click.argument("name")
+@database_url_option
+def revoke(name: str, database_url: str | None) -> None:
+    """Revoke the live token NAME: the next request that presents it is refused (401)."""
+    with sql_api(database_url, read_only=False) as sql:
+        token_id = sql.revoke_api_token(name)
+    click.echo(f"revoked token {name!r} (id {token_id})")

@@ -1,0 +1,35 @@
+-- functions/event_streams.sql: harvest._notify_events, heartbeat_event_stream, stop_event_stream, list_events,
+-- get_event_horizon.
+BEGIN;
+SELECT plan(13);
+
+SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, 'heartbeat_event_stream() registers a listener');
+SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, '... and again refreshes it');
+SELECT is((SELECT count(*) FROM harvest.event_stream_listeners), 1::bigint, 'one row per listener');
+SELECT throws_ok($$SELECT harvest.heartbeat_event_stream(' ')$$, 'HR001', NULL,
+                 'heartbeat_event_stream() of a blank id: HR001');
+SELECT lives_ok($$SELECT harvest._notify_events(gen_random_uuid())$$,
+                '_notify_events() notifies while a listener is fresh (tests/web/test_streams.py hears it)');
+SELECT is(harvest.stop_event_stream('host:1:a'), true, 'stop_event_stream() removes the listener');
+SELECT is(harvest.stop_event_stream('host:1:a'), false, '... once');
+
+SELECT pg_temp.start_run('es1', 'es_wf', 'es_q');
+SELECT pg_temp.start_run('es2', 'es_wf', 'es_q');
+SELECT results_eq($$SELECT event_type, workflow_id FROM harvest.list_events(0, 10, pg_temp.run('es2'))$$,
+                  $$VALUES ('WorkflowStarted'::text, 'es2'::text)$$,
+                  'list_events() of one execution, with its workflow id');
+SELECT results_eq($$SELECT workflow_id FROM harvest.list_events(
+                        (SELECT ev.global_id FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('es1')), 10)$$,
+                  $$VALUES ('es2'::text)$$, 'list_events() after a global id: the events after it, in order');
+SELECT ok((SELECT max(ev.global_id) FILTER (WHERE ev.execution_id = pg_temp.run('es1'))
+                  < min(ev.global_id) FILTER (WHERE ev.execution_id = pg_temp.run('es2')) FROM harvest.events AS ev),
+          'global ids follow the order of appends');
+SELECT throws_ok($$SELECT * FROM harvest.list_events(0, 0)$$, 'HR001', 'limit 0 is out of range 1..10000',
+                 'list_events() of a bad limit: HR001');
+SELECT ok((SELECT last_global_id >= (SELECT max(global_id) FROM harvest.events) FROM harvest.get_event_horizon()),
+          'get_event_horizon(): the last global id handed out');
+SELECT ok((SELECT xmin <= xmax AND xmin <= pg_current_xact_id()::text::bigint FROM harvest.get_event_horizon()),
+          'get_event_horizon(): the snapshot''s xmin, at most this transaction, and xmax');
+
+SELECT * FROM finish();
+ROLLBACK;

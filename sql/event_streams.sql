@@ -1,0 +1,10 @@
+-- The processes following the event stream (harvest/web/streams.py, `harvest events
+-- tail`): one row per listening process, refreshed while it listens. An event append
+-- notifies harvest_events only while a row is fresh (functions/event_streams.sql), so
+-- an engine nobody streams from pays no NOTIFY, whose commit lock serialises commits.
+
+CREATE TABLE harvest.event_stream_listeners (
+    listener_id text NOT NULL,
+    heartbeat_at timestamptz NOT NULL,
+    CONSTRAINT event_stream_listeners_pkey PRIMARY KEY (listener_id)
+);

@@ -1,0 +1,422 @@
+"""Event streams (issue 16): SSE over a real uvicorn, resumable with Last-Event-ID, driven by one
+LISTEN connection per process fanned out to every subscriber, a slow subscriber resynced from the
+table without holding anyone up, a gap in the global ids waited out, and `harvest events tail`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import psycopg
+import pytest
+from web_helpers import authorizer_for, make_app, serve
+
+from harvest.db import channels
+from harvest.db.event_stream import EventSource
+from harvest.web import streams
+from harvest.web.streams import EventHub
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def execute(db: str, sql: str, params: tuple = ()) -> list[tuple]:
+    async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+        cur = await conn.execute(sql, params)
+        return await cur.fetchall() if cur.description else []
+
+
+async def start(db: str, workflow_id: str) -> str:
+    rows = await execute(
+        db, "SELECT execution_id FROM harvest.start_workflow('wf', '[]', %s, 'q')", (workflow_id,)
+    )
+    return str(rows[0][0])
+
+
+async def signal(db: str, execution_id: str, name: str = "ping") -> None:
+    await execute(db, "SELECT harvest.signal_workflow(%s, %s, '{}')", (execution_id, name))
+
+
+class Sse:
+    """Reads one SSE response: its events (id, data) and comment lines."""
+
+    def __init__(self, response: httpx.Response):
+        self.lines = response.aiter_lines()
+        self.comments: list[str] = []
+
+    async def next_event(self, timeout: float = 10.0) -> tuple[int, dict]:
+        async def read() -> tuple[int, dict]:
+            event_id, data = None, None
+            async for line in self.lines:
+                if line.startswith(":"):
+                    self.comments.append(line)
+                elif line.startswith("id: "):
+                    event_id = int(line[4:])
+                elif line.startswith("data: "):
+                    data = json.loads(line[6:])
+                elif line == "" and data is not None:
+                    return event_id, data
+            raise EOFError
+
+        return await asyncio.wait_for(read(), timeout)
+
+    async def next_comment(self, timeout: float = 10.0) -> str:
+        async def read() -> str:
+            async for line in self.lines:
+                if line.startswith(":"):
+                    return line
+            raise EOFError
+
+        return await asyncio.wait_for(read(), timeout)
+
+
+def headers(token: str, last: int | None = None) -> dict[str, str]:
+    h = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    if last is not None:
+        h["Last-Event-ID"] = str(last)
+    return h
+
+
+def test_a_workflow_stream_sends_its_history_then_live_events_and_resumes(db: str, tokens: dict) -> None:
+    async def main() -> None:
+        run_id = await start(db, "w1")
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            async with (
+                serve(make_app(authorizer, hub)) as url,
+                httpx.AsyncClient(base_url=url, timeout=30) as client,
+            ):
+                path = f"/workflows/{run_id}/events/stream"
+                async with client.stream("GET", path, headers=headers(tokens["read"])) as response:
+                    assert response.status_code == 200
+                    assert response.headers["content-type"].startswith("text/event-stream")
+                    sse = Sse(response)
+                    assert await sse.next_event() == (
+                        1,
+                        {
+                            "execution_id": run_id,
+                            "event_id": 1,
+                            "event_type": "WorkflowStarted",
+                            "event_data": (await sse_history(db, run_id))[0],
+                            "created_at": ANY,
+                        },
+                    )
+                    await signal(db, run_id, "first")
+                    event_id, data = await sse.next_event()
+                    assert (event_id, data["event_type"], data["event_data"]["name"]) == (
+                        2,
+                        "SignalReceived",
+                        "first",
+                    )
+                await signal(db, run_id, "while-away")
+                # Resume: what was written since event 2, then live.
+                async with client.stream("GET", path, headers=headers(tokens["read"], last=2)) as response:
+                    sse = Sse(response)
+                    event_id, data = await sse.next_event()
+                    assert (event_id, data["event_data"]["name"]) == (3, "while-away")
+                    await signal(db, run_id, "live")
+                    event_id, data = await sse.next_event()
+                    assert (event_id, data["event_data"]["name"]) == (4, "live")
+                refused = await client.get(path)
+                assert refused.status_code == 401
+                assert refused.json()["error"]["code"] == "unauthenticated"
+                bad = await client.get(path, headers=headers(tokens["read"]) | {"Last-Event-ID": "x"})
+                assert bad.status_code == 400
+                unknown = await client.get(
+                    "/workflows/00000000-0000-0000-0000-000000000000/events/stream",
+                    headers=headers(tokens["read"]),
+                )
+                assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found", (
+                    unknown.text
+                )
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    run(main())
+
+
+class _Any:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+ANY = _Any()
+
+
+async def sse_history(db: str, run_id: str) -> list:
+    return [r[0] for r in await execute(db, "SELECT event_data FROM harvest.get_history(%s)", (run_id,))]
+
+
+def test_the_stream_of_every_event_resumes_by_global_id_and_keeps_alive(db: str, tokens: dict) -> None:
+    async def main() -> None:
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            app = make_app(authorizer, hub, keepalive=0.3)
+            async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
+                async with client.stream("GET", "/stream", headers=headers(tokens["read"])) as response:
+                    sse = Sse(response)
+                    assert await sse.next_comment() == ": stream open"
+                    assert await sse.next_comment() == ": keepalive"  # nothing written for 0.3 s
+                    a = await start(db, "g1")
+                    b = await start(db, "g2")
+                    first, data_a = await sse.next_event()
+                    second, data_b = await sse.next_event()
+                    assert (data_a["execution_id"], data_a["workflow_id"], data_a["event_type"]) == (
+                        a,
+                        "g1",
+                        "WorkflowStarted",
+                    )
+                    assert (data_b["execution_id"], data_b["global_id"]) == (b, second)
+                    assert second > first == data_a["global_id"]
+                await signal(db, b)
+                async with client.stream(
+                    "GET", "/stream/durable", headers=headers(tokens["read"], last=first)
+                ) as response:
+                    sse = Sse(response)
+                    assert (await sse.next_event())[0] == second  # g2's start, then its signal
+                    third, data = await sse.next_event()
+                    assert third > second and data["event_type"] == "SignalReceived"
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    run(main())
+
+
+def test_two_hundred_subscribers_share_one_listen_connection(db: str, tokens: dict) -> None:
+    async def main() -> tuple[int, int, list]:
+        run_id = await start(db, "many")
+        hub, authorizer = EventHub(db), authorizer_for(db)
+        try:
+            async with serve(make_app(authorizer, hub)) as url:
+                limits = httpx.Limits(max_connections=250)
+                async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+                    ready = asyncio.Event()
+                    opened = 0
+                    got: list = []
+
+                    async def subscriber(i: int) -> None:
+                        nonlocal opened
+                        path = f"/workflows/{run_id}/events/stream" if i % 2 else "/stream"
+                        async with client.stream("GET", path, headers=headers(tokens["read"])) as response:
+                            sse = Sse(response)
+                            if i % 2:
+                                assert (await sse.next_event(30))[0] == 1  # the history first
+                            else:
+                                assert await sse.next_comment(30) == ": stream open"
+                            opened += 1
+                            if opened == 200:
+                                ready.set()
+                            _, data = await sse.next_event(30)
+                            got.append(data["event_type"])
+
+                    tasks = [asyncio.create_task(subscriber(i)) for i in range(200)]
+                    await asyncio.wait_for(ready.wait(), 60)
+                    listening = await execute(
+                        db,
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND query = %s",
+                        (channels.listen(channels.EVENTS),),
+                    )
+                    connections = await execute(
+                        db,
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND pid <> pg_backend_pid()",
+                    )
+                    await signal(db, run_id)
+                    await asyncio.wait_for(asyncio.gather(*tasks), 60)
+                    return listening[0][0], connections[0][0], got
+        finally:
+            await hub.aclose()
+            await authorizer.aclose()
+
+    listening, connections, got = run(main())
+    assert listening == 1
+    # The hub's two (LISTEN, reads) and the authorizer's pool (4 at most): not one per subscriber.
+    assert connections <= 6
+    assert got == ["SignalReceived"] * 200
+
+
+def test_a_slow_subscriber_is_resynced_from_the_table_and_holds_no_one_up(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streams, "QUEUE_SIZE", 5)
+
+    async def main() -> tuple[list, list, int]:
+        run_id = await start(db, "slow")
+        hub = EventHub(db)
+        try:
+            async with hub.subscribe(run_id) as slow, hub.subscribe(run_id) as fast:
+                fast_seen: list[int] = []
+
+                async def read_fast() -> None:
+                    async for event in hub.events(fast, 1):
+                        if event is not None:
+                            fast_seen.append(event["event_id"])
+                            if len(fast_seen) == 20:
+                                return
+
+                reader = asyncio.create_task(read_fast())
+                for i in range(20):
+                    await signal(db, run_id, f"s{i}")
+                await asyncio.wait_for(reader, 20)  # the slow one, never read, held nobody up
+                slow_seen: list[int] = []
+                async for event in hub.events(slow, 1):
+                    if event is not None:
+                        slow_seen.append(event["event_id"])
+                        if len(slow_seen) == 20:
+                            break
+                return fast_seen, slow_seen, slow.resyncs
+        finally:
+            await hub.aclose()
+
+    fast_seen, slow_seen, resyncs = run(main())
+    assert fast_seen == list(range(2, 22))
+    assert slow_seen == list(range(2, 22))  # every event, once, in order
+    assert resyncs >= 1
+
+
+def test_the_reader_waits_for_a_transaction_holding_a_lower_global_id(db: str) -> None:
+    """Global ids are taken at insert: an event committed after a later one is still delivered,
+    in global order, not skipped."""
+
+    async def main() -> tuple[list[int], list[int]]:
+        a = await start(db, "gap-a")
+        b = await start(db, "gap-b")
+        source = EventSource(db)
+        await source.open()
+        try:
+            after = await source.start_position()
+            stream = source.follow(after)
+            async with await psycopg.AsyncConnection.connect(db) as held:
+                await held.execute("SELECT harvest.signal_workflow(%s, 'held', '{}')", (a,))  # not committed
+                await signal(db, b, "committed")
+                pending = asyncio.ensure_future(anext(stream))
+                await asyncio.sleep(0.5)
+                assert not pending.done()  # the committed event waits behind the open one
+                await held.commit()
+            batch = await asyncio.wait_for(pending, 10)
+            while len(batch) < 2:
+                batch += await asyncio.wait_for(anext(stream), 10)
+            ids = [e["global_id"] for e in batch]
+            return ids, [e["event_data"]["name"] for e in batch]
+        finally:
+            await source.close()
+
+    ids, names = run(main())
+    assert ids == sorted(ids) and names == ["held", "committed"]
+
+
+def test_a_rolled_back_append_leaves_a_gap_the_reader_passes(db: str) -> None:
+    async def main() -> list[str]:
+        a = await start(db, "rb")
+        b = await start(db, "rb2")
+        source = EventSource(db, max_gap_wait=30)
+        await source.open()
+        try:
+            stream = source.follow(await source.start_position())
+            async with await psycopg.AsyncConnection.connect(db) as lost:
+                await lost.execute("SELECT harvest.signal_workflow(%s, 'lost', '{}')", (a,))
+                await signal(db, b, "kept")  # another run: the open transaction holds a's row
+                await lost.rollback()
+            started = time.monotonic()
+            batch = await asyncio.wait_for(anext(stream), 10)
+            assert time.monotonic() - started < 5  # resolved by the horizon, not by max_gap_wait
+            return [e["event_data"]["name"] for e in batch]
+        finally:
+            await source.close()
+
+    assert run(main()) == ["kept"]
+
+
+def test_appends_notify_only_while_a_process_listens(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as writer:
+        listener.execute(channels.listen(channels.EVENTS))
+        run_id = writer.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'n1', 'q')"
+        ).fetchone()[0]
+        assert list(listener.notifies(timeout=0.3)) == []
+        writer.execute("SELECT harvest.heartbeat_event_stream('test:1')")
+        writer.execute("SELECT harvest.signal_workflow(%s, 'x', '{}')", (run_id,))
+        heard = list(listener.notifies(timeout=5, stop_after=1))
+        assert [(n.channel, n.payload) for n in heard] == [(channels.EVENTS, str(run_id))]
+        assert writer.execute("SELECT harvest.stop_event_stream('test:1')").fetchone()[0] is True
+        writer.execute("SELECT harvest.signal_workflow(%s, 'y', '{}')", (run_id,))
+        assert list(listener.notifies(timeout=0.3)) == []
+
+
+def test_events_tail_prints_events_as_they_arrive(db: str) -> None:
+    env = {**os.environ, "HARVEST_DATABASE_URL": db}
+    with psycopg.connect(db, autocommit=True) as conn:
+        run_id = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 't1', 'q')"
+        ).fetchone()[0]
+        other = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 't2', 'q')"
+        ).fetchone()[0]
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from harvest.cli import main; main()",
+                "events",
+                "tail",
+                "--workflow",
+                str(run_id),
+                "--limit",
+                "2",
+                "--output",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not conn.execute("SELECT count(*) FROM harvest.event_stream_listeners").fetchone()[0]:
+                assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+                time.sleep(0.05)
+            time.sleep(0.3)  # past its start position
+            conn.execute("SELECT harvest.signal_workflow(%s, 'other', '{}')", (other,))
+            conn.execute("SELECT harvest.signal_workflow(%s, 'a', '{}')", (run_id,))
+            conn.execute("SELECT harvest.signal_workflow(%s, 'b', '{}')", (run_id,))
+            out, err = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [(e["execution_id"], e["event_type"], e["event_data"]["name"]) for e in lines] == [
+        (str(run_id), "SignalReceived", "a"),
+        (str(run_id), "SignalReceived", "b"),
+    ]
+
+
+def test_the_hub_stops_listening_when_its_last_subscriber_leaves_and_starts_again(db: str) -> None:
+    async def main() -> tuple[bool, int, str]:
+        run_id = await start(db, "idle")
+        hub = EventHub(db, idle_secs=0.2)
+        try:
+            async with hub.subscribe(run_id):
+                assert hub.listening
+                assert (await execute(db, "SELECT count(*) FROM harvest.event_stream_listeners"))[0][0] == 1
+            await asyncio.sleep(0.6)
+            stopped = not hub.listening
+            registered = (await execute(db, "SELECT count(*) FROM harvest.event_stream_listeners"))[0][0]
+            async with hub.subscribe(run_id) as sub:
+                await signal(db, run_id, "again")
+                async for event in hub.events(sub, 1):
+                    if event is not None:
+                        return stopped, registered, event["event_data"]["name"]
+        finally:
+            await hub.aclose()
+
+    assert run(main()) == (True, 0, "again")

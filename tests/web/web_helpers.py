@@ -1,0 +1,70 @@
+"""Helpers for the web tests: a small Starlette app with the stream routes and one dummy route
+per scope, a token authorizer, and a real uvicorn on loopback (streams need one)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+from collections.abc import AsyncIterator
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from harvest.core.errors import HarvestError, NotFound
+from harvest.web.auth import TokenAuthorizer
+from harvest.web.streams import EventHub, stream_routes
+
+
+def error_code(exc: Exception) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", type(exc).__name__).lower()
+
+
+async def harvest_error(request: Request, exc: Exception) -> JSONResponse:
+    """The API's error shape (webapi's harvest/web/errors.py does this in management_app)."""
+    return JSONResponse(
+        {"error": {"code": error_code(exc), "message": str(exc)}},
+        status_code=getattr(exc, "http_status", 404 if isinstance(exc, NotFound) else 400),
+    )
+
+
+def make_app(authorizer, hub: EventHub | None = None, *, keepalive: float = 15.0) -> Starlette:
+    def dummy(scope: str):
+        async def endpoint(request: Request) -> JSONResponse:
+            principal = await authorizer.authorize(request, scope)
+            return JSONResponse({"actor": principal.actor, "scope": principal.scope, "role": principal.role})
+
+        return Route(f"/{scope}", endpoint)
+
+    routes = [dummy("read"), dummy("operate"), dummy("admin")]
+    if hub is not None:
+        routes += stream_routes(hub, authorizer, keepalive=keepalive)
+    return Starlette(routes=routes, exception_handlers={HarvestError: harvest_error})
+
+
+def authorizer_for(dsn: str) -> TokenAuthorizer:
+    return TokenAuthorizer(dsn=dsn)
+
+
+@contextlib.asynccontextmanager
+async def serve(app: Starlette) -> AsyncIterator[str]:
+    """The app on a real uvicorn on 127.0.0.1 (streams need one); yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1, backlog=512)
+    )
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
