@@ -180,13 +180,13 @@ BEGIN
     IF p_status IS NOT NULL THEN
         v_states := string_to_array(upper(replace(p_status, ' ', '')), ',');
         FOREACH v_state IN ARRAY v_states LOOP
-            IF v_state NOT IN ('RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
+            IF v_state NOT IN ('RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
                                'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED') THEN
-                RAISE EXCEPTION 'unknown state "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+                RAISE EXCEPTION 'unknown state "%": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
                                 'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED (comma-separated for several)',
                                 p_status
                     USING ERRCODE = 'HR001',
-                    HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
+                    HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
                            'MIGRATING or MIGRATED (comma-separated for several)';
             END IF;
         END LOOP;
@@ -364,7 +364,8 @@ BEGIN
                                                 'workflow_id', c.workflow_id, 'seq', c.parent_seq,
                                                 'status', c.status, 'created_at', c.created_at)
                              ORDER BY c.parent_seq, c.created_at)
-            FROM harvest.executions AS c WHERE c.parent_id = p_execution_id AND c.status = 'RUNNING'), '[]'::jsonb),
+            FROM harvest.executions AS c
+            WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')), '[]'::jsonb),
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
                                       'lease_owner', t.lease_owner, 'attempt', t.attempt)
@@ -386,13 +387,13 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_status IS NOT NULL AND upper(p_status) NOT IN (
-        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
+        'RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
         'MIGRATING', 'MIGRATED'
     ) THEN
-        RAISE EXCEPTION 'unknown status "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+        RAISE EXCEPTION 'unknown status "%": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
                         'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED', p_status USING ERRCODE = 'HR001',
-            HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, MIGRATING '
-                   'or MIGRATED';
+            HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
+                   'MIGRATING or MIGRATED';
     END IF;
     IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN
         RAISE EXCEPTION 'depth % is out of range 1..100', p_depth USING ERRCODE = 'HR001';
@@ -426,7 +427,7 @@ AS $$
 DECLARE
     v_execution harvest.executions := harvest.get_execution(p_execution_id);
 BEGIN
-    IF v_execution.status = 'RUNNING' THEN
+    IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
         INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
         VALUES (p_execution_id, p_waiter_id, harvest.now())
         ON CONFLICT DO NOTHING;
@@ -461,7 +462,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT (ev.event_data #>> '{value,version}')::integer AS recorded,
-           CASE WHEN e.status = 'RUNNING' THEN 'active' ELSE 'terminal' END AS grp,
+           CASE WHEN e.status IN ('RUNNING', 'PAUSED') THEN 'active' ELSE 'terminal' END AS grp,
            count(DISTINCT e.id),
            (array_agg(DISTINCT e.id))[1:5]
     FROM harvest.events AS ev
@@ -469,7 +470,7 @@ BEGIN
     WHERE ev.event_type = 'MarkerRecorded' AND ev.event_data ->> 'kind' = 'version'
       AND ev.event_data #>> '{value,change_id}' = p_change_id
       AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
-      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status = 'RUNNING'))
+      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status IN ('RUNNING', 'PAUSED')))
     GROUP BY 1, 2
     ORDER BY 1, 2;
 END;

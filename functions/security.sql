@@ -54,8 +54,10 @@ AS $$
                         'heartbeat_partitions',
                         'claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
-                        'cancel_cross_shard_child')
+                        'cancel_cross_shard_child', 'detach_activity')
             THEN 'harvest_worker'
+        WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
+            THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',
@@ -74,7 +76,8 @@ AS $$
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',
                         'replay_dead_letter', 'replay_dead_letters', 'request_query', 'request_update',
-                        'update_with_start', 'get_query_request') THEN 'harvest_operator'
+                        'update_with_start', 'get_query_request', 'pause_workflow', 'resume_workflow')
+            THEN 'harvest_operator'
         ELSE 'harvest_admin'
     END;
 $$;

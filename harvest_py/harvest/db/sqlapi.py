@@ -864,6 +864,49 @@ def heartbeat_activity(task_id: int, fencing_token: int, details: Any) -> dict[s
     return {"task_id": task_id, "fencing_token": fencing_token, "details": _jsonb_or_null(details)}
 
 
+# Lifecycle (functions/lifecycle.sql): pause and resume, external activity completion.
+PAUSE_WORKFLOW = "SELECT harvest.pause_workflow(%(execution_id)s, %(reason)s, %(operator_id)s) AS paused"
+RESUME_WORKFLOW = "SELECT harvest.resume_workflow(%(execution_id)s, %(reason)s, %(operator_id)s) AS resumed"
+DETACH_ACTIVITY = "SELECT harvest.detach_activity(%(task_id)s, %(fencing_token)s) AS detached"
+COMPLETE_ACTIVITY_BY_TOKEN = "SELECT harvest.complete_activity_by_token(%(task_token)s, %(result)s) AS outcome"
+FAIL_ACTIVITY_BY_TOKEN = "SELECT harvest.fail_activity_by_token(%(task_token)s, %(failure)s) AS outcome"
+HEARTBEAT_ACTIVITY_BY_TOKEN = """
+SELECT harvest.heartbeat_activity_by_token(%(task_token)s, %(details)s) AS cancel_requested
+"""
+
+
+@call(PAUSE_WORKFLOW, column("paused"))
+def pause_workflow(execution_id: str, reason: str | None = None, operator_id: str | None = None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason, "operator_id": operator_id}
+
+
+@call(RESUME_WORKFLOW, column("resumed"))
+def resume_workflow(
+    execution_id: str, reason: str | None = None, operator_id: str | None = None
+) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason, "operator_id": operator_id}
+
+
+@call(DETACH_ACTIVITY, column("detached"))
+def detach_activity(task_id: int, fencing_token: int) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token}
+
+
+@call(COMPLETE_ACTIVITY_BY_TOKEN, column("outcome"))
+def complete_activity_by_token(task_token: str, result: Any) -> dict[str, Any]:
+    return {"task_token": task_token, "result": _jsonb(result)}
+
+
+@call(FAIL_ACTIVITY_BY_TOKEN, column("outcome"))
+def fail_activity_by_token(task_token: str, failure: dict[str, Any]) -> dict[str, Any]:
+    return {"task_token": task_token, "failure": _jsonb(failure)}
+
+
+@call(HEARTBEAT_ACTIVITY_BY_TOKEN, lambda found: bool(found[0]["cancel_requested"]))
+def heartbeat_activity_by_token(task_token: str, details: Any) -> dict[str, Any]:
+    return {"task_token": task_token, "details": _jsonb_or_null(details)}
+
+
 @call(RELEASE_TASK, column("released"))
 def release_task(task_id: int, fencing_token: int) -> dict[str, Any]:
     return {"task_id": task_id, "fencing_token": fencing_token}
