@@ -133,6 +133,7 @@ def _reads_config_first(command: click.Command) -> None:
 
 def _register() -> None:
     from harvest.cli import (
+        activity,
         audit,
         concurrency,
         dev,
@@ -169,6 +170,7 @@ def _register() -> None:
     shard.shard.add_command(rebalance.rebalance_resume)
     shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
+    main.add_command(activity.activity)
     _reads_config_first(main)
 
 

@@ -868,7 +868,9 @@ def heartbeat_activity(task_id: int, fencing_token: int, details: Any) -> dict[s
 PAUSE_WORKFLOW = "SELECT harvest.pause_workflow(%(execution_id)s, %(reason)s, %(operator_id)s) AS paused"
 RESUME_WORKFLOW = "SELECT harvest.resume_workflow(%(execution_id)s, %(reason)s, %(operator_id)s) AS resumed"
 DETACH_ACTIVITY = "SELECT harvest.detach_activity(%(task_id)s, %(fencing_token)s) AS detached"
-COMPLETE_ACTIVITY_BY_TOKEN = "SELECT harvest.complete_activity_by_token(%(task_token)s, %(result)s) AS outcome"
+COMPLETE_ACTIVITY_BY_TOKEN = """
+SELECT harvest.complete_activity_by_token(%(task_token)s, %(result)s) AS outcome
+"""
 FAIL_ACTIVITY_BY_TOKEN = "SELECT harvest.fail_activity_by_token(%(task_token)s, %(failure)s) AS outcome"
 HEARTBEAT_ACTIVITY_BY_TOKEN = """
 SELECT harvest.heartbeat_activity_by_token(%(task_token)s, %(details)s) AS cancel_requested
@@ -876,7 +878,9 @@ SELECT harvest.heartbeat_activity_by_token(%(task_token)s, %(details)s) AS cance
 
 
 @call(PAUSE_WORKFLOW, column("paused"))
-def pause_workflow(execution_id: str, reason: str | None = None, operator_id: str | None = None) -> dict[str, Any]:
+def pause_workflow(
+    execution_id: str, reason: str | None = None, operator_id: str | None = None
+) -> dict[str, Any]:
     return {"execution_id": execution_id, "reason": reason, "operator_id": operator_id}
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("harvest.worker")
 
 
-class CompleteAsync(Exception):  # noqa: N818 (a signal to the worker, not an error)
+class CompleteAsync(Exception):
     """Raised by an activity (``raise ctx.complete_async()``) whose result will come from
     elsewhere, by its task token (docs/lifecycle.md): the worker records nothing, lets go
     of the task, and its lease, heartbeat timeout and retries stay in force."""
