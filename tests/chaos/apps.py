@@ -308,4 +308,6 @@ async def wf_external(ctx, tag: str) -> str:
     return f"{tag}:{got}"
 
 
-app = App(workflows=[*app.workflows.values(), wf_external], activities=[*app.activities.values(), external_step])
+app = App(
+    workflows=[*app.workflows.values(), wf_external], activities=[*app.activities.values(), external_step]
+)
