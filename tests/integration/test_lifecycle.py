@@ -195,7 +195,8 @@ def test_an_activity_completed_by_token_from_the_cli_and_a_late_token_refused(
     late = client.start_workflow(external, "y")
     _wait(lambda: len(handed) == 2, "the second token")
     # A completer whose clock reads past the attempt's start_to_close (60 s) is refused.
-    with Client(at(db, "2030-01-01T00:05:00+00:00")) as later, pytest.raises(StaleTask, match="lease expired"):
+    late_clock = at(db, "2030-01-01T00:05:00+00:00")
+    with Client(late_clock) as later, pytest.raises(StaleTask, match="lease expired"):
         later.complete_activity(handed[1], "too late")
     r = harvest(db, "activity", "complete", "not-a-token")
     assert r.returncode == 2 and "not a Harvest task token" in r.stderr
