@@ -69,7 +69,7 @@ AS $$
         WHEN p_name IN ('get_execution', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
-                        'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
+                        'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'get_start_throttle', 'count_versions',
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
                         'list_partition_owners')
             THEN 'harvest_reader'

@@ -203,3 +203,48 @@ def test_an_activity_completed_by_token_from_the_cli_and_a_late_token_refused(
     with Client(at(db, T0)) as in_time:
         assert in_time.complete_activity(handed[1], "in time") == "completed"
     assert late.result(timeout=30) == "in time"
+
+
+def test_start_throttle_pacing_override_through_the_cli(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)",
+            (
+                json.dumps(
+                    {
+                        "workflows": {
+                            "imports": {"throttle": {"rps": 1, "burst": 1}},
+                            "per_tenant": {"throttle": {"rps": 1, "key": "input.t"}},
+                        }
+                    }
+                ),
+            ),
+        )
+    r = harvest(
+        db,
+        "throttle",
+        "override",
+        "imports",
+        "--rps",
+        "20",
+        "--ttl-secs",
+        "600",
+        "--operator-id",
+        "ann",
+        "--output",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    [row] = json.loads(r.stdout)["shards"]
+    assert (row["shard_id"], row["rps"], row["override_rps"], row["override_burst"]) == (0, 1, 20, 20)
+    r = harvest(db, "throttle", "get", "imports")
+    assert r.returncode == 0 and "20" in r.stdout, r.stderr
+    r = harvest(db, "throttle", "clear-override", "imports", "--output", "json")
+    assert r.returncode == 0 and json.loads(r.stdout)["shards"][0]["was_live"] is True
+    r = harvest(db, "throttle", "override", "per_tenant", "--rps", "5")
+    assert r.returncode != 0 and "per-key start throttle" in r.stderr
+    with psycopg.connect(db) as conn:
+        audited = conn.execute(
+            "SELECT operation, operator_id FROM harvest.audit_log WHERE target = 'imports' ORDER BY id"
+        ).fetchall()
+    assert audited == [("start_throttle.override", "ann"), ("start_throttle.clear_override", None)]

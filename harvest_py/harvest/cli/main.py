@@ -146,6 +146,7 @@ def _register() -> None:
         replay,
         retention,
         shard,
+        throttle,
         usage,
         worker,
         workers,
@@ -171,6 +172,7 @@ def _register() -> None:
     shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
     main.add_command(activity.activity)
+    main.add_command(throttle.throttle)
     _reads_config_first(main)
 
 

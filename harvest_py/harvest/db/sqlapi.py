@@ -999,6 +999,43 @@ def get_rate_limit(activity_name: str) -> dict[str, Any]:
     return {"activity_name": activity_name}
 
 
+SET_START_THROTTLE_OVERRIDE = """
+SELECT * FROM harvest.set_start_throttle_override(%(workflow_name)s, %(rps)s, %(burst)s, %(ttl_secs)s,
+                                                  %(operator_id)s)
+"""
+CLEAR_START_THROTTLE_OVERRIDE = """
+SELECT harvest.clear_start_throttle_override(%(workflow_name)s, %(operator_id)s) AS cleared
+"""
+GET_START_THROTTLE = "SELECT * FROM harvest.get_start_throttle(%(workflow_name)s)"
+
+
+@call(SET_START_THROTTLE_OVERRIDE, first)
+def set_start_throttle_override(
+    workflow_name: str,
+    rps: float,
+    burst: float | None = None,
+    ttl_secs: float = 3600,
+    operator_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "workflow_name": workflow_name,
+        "rps": rps,
+        "burst": burst,
+        "ttl_secs": ttl_secs,
+        "operator_id": operator_id,
+    }
+
+
+@call(CLEAR_START_THROTTLE_OVERRIDE, column("cleared"))
+def clear_start_throttle_override(workflow_name: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"workflow_name": workflow_name, "operator_id": operator_id}
+
+
+@call(GET_START_THROTTLE, first)
+def get_start_throttle(workflow_name: str) -> dict[str, Any]:
+    return {"workflow_name": workflow_name}
+
+
 @call(QUOTA_USAGE, column("usage"))
 def quota_usage(key: str, quota: str) -> dict[str, Any]:
     return {"key": key, "quota": quota}

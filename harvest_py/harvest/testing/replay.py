@@ -96,8 +96,8 @@ def reset_problems(history: Any, event_id: int) -> list[str]:
     rules as the database's ``harvest._reset_problems``, as far as a history can tell: the point
     is inside the history and before its end (a terminal event), it does not cut a workflow
     task's commands in half, and every activity, timer, child, external signal or cancel and
-    update issued by then is resolved by then. (Whether the run is running, a child or a continue-as-new successor, only the
-    database knows.)"""
+    update issued by then is resolved by then. (Whether the run is running, a child or a
+    continue-as-new successor, only the database knows.)"""
     events = load_history(history)
     last = int(events[-1]["event_id"]) if events else 0
     if not isinstance(event_id, int) or not 1 <= event_id <= last:

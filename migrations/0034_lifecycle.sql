@@ -2,7 +2,8 @@
 -- PAUSED: it keeps its business key and its flow-control holdings (workflow slot,
 -- mutexes), counts for supersede and quotas, and none of its tasks is claimed: its
 -- pending tasks (workflow, activity, timer) wait in the task status 'paused'. Two
--- bookkeeping events record the transitions.
+-- bookkeeping events record the transitions. And the start throttle's pacing override
+-- (at the end).
 
 ALTER TABLE harvest.executions DROP CONSTRAINT executions_status_check;
 ALTER TABLE harvest.executions ADD CONSTRAINT executions_status_check CHECK (status IN (
@@ -50,3 +51,10 @@ AFTER UPDATE OF status ON harvest.executions
 FOR EACH ROW
 WHEN (old.status IN ('RUNNING', 'PAUSED') AND new.status NOT IN ('RUNNING', 'PAUSED'))
 EXECUTE FUNCTION harvest._executions_flow_release();
+
+-- The start throttle's pacing override (functions/flow_throttle.sql): a TTL'd rate
+-- laid over a throttle declared without a key, as rate_limit_buckets has.
+ALTER TABLE harvest.start_throttle_buckets
+ADD COLUMN override_rps double precision,
+ADD COLUMN override_burst double precision,
+ADD COLUMN override_expires_at timestamptz;
