@@ -447,7 +447,8 @@ $$;
 -- Which recorded versions of a ctx.version() gate are still in use, so an old
 -- branch is deleted only when no run can replay through it. Read-only.
 CREATE OR REPLACE FUNCTION harvest.count_versions(
-    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active'
+    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active',
+    p_workflow_name text DEFAULT NULL
 )
 RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
 LANGUAGE plpgsql STABLE
@@ -471,6 +472,7 @@ BEGIN
       AND ev.event_data #>> '{value,change_id}' = p_change_id
       AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
       AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status IN ('RUNNING', 'PAUSED')))
+      AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
     GROUP BY 1, 2
     ORDER BY 1, 2;
 END;

@@ -58,3 +58,7 @@ ALTER TABLE harvest.start_throttle_buckets
 ADD COLUMN override_rps double precision,
 ADD COLUMN override_burst double precision,
 ADD COLUMN override_expires_at timestamptz;
+
+-- count_versions takes a workflow_name filter (the spec's version-usage report): drop
+-- the old signature so functions/executions.sql creates the new one, not an overload.
+DROP FUNCTION IF EXISTS harvest.count_versions(text, integer, text);

@@ -248,3 +248,44 @@ def test_start_throttle_pacing_override_through_the_cli(db: str) -> None:
             "SELECT operation, operator_id FROM harvest.audit_log WHERE target = 'imports' ORDER BY id"
         ).fetchall()
     assert audited == [("start_throttle.override", "ann"), ("start_throttle.clear_override", None)]
+
+
+def test_version_usage_reports_a_status_and_filters_by_workflow_and_shard(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        for key, name in (("va", "billing"), ("vb", "shipping")):
+            conn.execute("SELECT * FROM harvest.start_workflow(%s, '[]', %s, 'vq')", (name, key))
+            [(task, token)] = conn.execute(
+                "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['vq'], 1)"
+            ).fetchall()
+            conn.execute(
+                "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)",
+                (
+                    task,
+                    token,
+                    json.dumps(
+                        [
+                            {
+                                "type": "record_marker",
+                                "seq": 1,
+                                "kind": "version",
+                                "value": {"change_id": "tax", "version": 2},
+                            }
+                        ]
+                    ),
+                ),
+            )
+
+    def usage(*args: str) -> dict:
+        r = harvest(db, "version-usage", "--change-id", "tax", *args, "--output", "json")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    every = usage()
+    assert every["status"] == "complete" and every["unavailable_shards"] == []
+    assert [(u["version"], u["executions"]) for u in every["usage"]] == [(2, 2)]
+    one = usage("--workflow-name", "billing")
+    assert (one["workflow_name"], [u["executions"] for u in one["usage"]]) == ("billing", [1])
+    assert usage("--workflow-name", "nobody")["status"] == "no_matches"
+    assert usage("--shard-id", "0")["status"] == "complete"
+    r = harvest(db, "version-usage", "--change-id", "tax", "--shard-id", "3")
+    assert r.returncode != 0 and "this database is shard 0" in r.stderr

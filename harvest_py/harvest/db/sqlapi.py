@@ -189,7 +189,9 @@ RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
                               %(signal_reapply)s, %(dry_run)s) AS plan
 """
-VERSION_USAGE = "SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s)"
+VERSION_USAGE = """
+SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s, %(workflow_name)s)
+"""
 # -- the operator surface (functions/executions.sql, workers.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
 SELECT * FROM harvest.list_executions(
@@ -467,8 +469,15 @@ def reset_workflow(
 
 
 @call(VERSION_USAGE)
-def count_versions(change_id: str, version: int | None = None, state_group: str = "active") -> dict[str, Any]:
-    return {"change_id": change_id, "version": version, "state_group": state_group}
+def count_versions(
+    change_id: str, version: int | None = None, state_group: str = "active", workflow_name: str | None = None
+) -> dict[str, Any]:
+    return {
+        "change_id": change_id,
+        "version": version,
+        "state_group": state_group,
+        "workflow_name": workflow_name,
+    }
 
 
 @call(SCHEMA_VERSION, lambda found: found[0]["version"] if found else None)
