@@ -37,6 +37,16 @@ async def sleeper(ctx, n: int) -> list:
 
 
 @workflow
+async def collector(ctx, n: int) -> list:
+    """Take n signals "item", oldest first, one step each (an activity between them)."""
+    got = []
+    for _ in range(n):
+        got.append(await ctx.wait_for_signal("item"))
+        await ctx.execute_activity(step, got[-1])
+    return got
+
+
+@workflow
 async def one_step(ctx, tag: str) -> str:
     return await ctx.execute_activity(step, tag)
 
@@ -55,7 +65,7 @@ async def external(ctx, tag: str) -> str:
     return await ctx.execute_activity(elsewhere, tag)
 
 
-APP = App(workflows=[sleeper, one_step, external], activities=[step, elsewhere])
+APP = App(workflows=[sleeper, one_step, external, collector], activities=[step, elsewhere])
 
 
 @pytest.fixture
@@ -289,3 +299,22 @@ def test_version_usage_reports_a_status_and_filters_by_workflow_and_shard(db: st
     assert usage("--shard-id", "0")["status"] == "complete"
     r = harvest(db, "version-usage", "--change-id", "tax", "--shard-id", "3")
     assert r.returncode != 0 and "this database is shard 0" in r.stderr
+
+
+def test_a_worker_that_keeps_the_run_cached_resumes_it_with_the_signals_in_order(
+    db: str, start_worker, client
+) -> None:
+    """The same worker decides before and after the pause, from its cached run: the events
+    WorkflowPaused, the signals and WorkflowResumed reach it as one batch."""
+    start_worker(APP)
+    handle = client.start_workflow(collector, 3)
+    _wait(lambda: "WorkflowTaskCompleted" in types(db, handle.execution_id), "the first decision")
+    assert handle.pause() is True
+    for item in ("x", "y", "z"):
+        handle.signal("item", item)
+    beside = client.start_workflow(one_step, "beside")
+    assert beside.result(timeout=30) == "beside!"  # the worker is claiming: the paused run waits
+    history = types(db, handle.execution_id)
+    assert history.count("WorkflowTaskCompleted") == 1 and history[-1] == "SignalReceived"
+    assert handle.resume() is True
+    assert handle.result(timeout=30) == ["x", "y", "z"]
