@@ -7,7 +7,7 @@
 -- fail_activity_by_token, heartbeat_activity_by_token, harvest._parse_task_token,
 -- harvest._lock_token_task.
 BEGIN;
-SELECT plan(71);
+SELECT plan(74);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -103,6 +103,15 @@ SELECT isnt(pg_temp.start_activity('rl', 'lc_wf', 'lq_rl', 'lc_act', 'laq_rl'), 
 SELECT is(harvest.pause_workflow(pg_temp.run('rl')), true, 'setup: its run paused');
 SELECT is(harvest.release_task(pg_temp.task('rl'), pg_temp.token('rl')), true, 'a worker gives the task back');
 SELECT is(pg_temp.lc_tasks(pg_temp.run('rl')), 'activity:paused', 'a released task of a paused run waits, paused');
+
+-- ---------------------------------------------------------------- a paused run is not rebalanced
+SELECT ok((SELECT 'not_running' = ANY(c.blockers)
+           FROM harvest.list_migration_candidates(p_execution_id => pg_temp.run('rt')) AS c),
+          'a paused run reports not_running to a rebalance');
+SELECT is_empty(format($$SELECT * FROM harvest.list_migration_candidates() WHERE execution_id = %L$$, pg_temp.run('rt')),
+                'and is not among the candidates');
+SELECT throws_ok(format($$SELECT harvest.begin_migration(%L, 7)$$, pg_temp.run('rt')), 'HR013', NULL,
+                 'a move of a paused run is refused (HR013)');
 
 -- ---------------------------------------------------------------- cancel, terminate, update, ended runs
 SELECT is(harvest.cancel_workflow(pg_temp.run('rl'), 'no longer needed'), true, 'a paused run can be asked to cancel');
