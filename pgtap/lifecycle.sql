@@ -1,13 +1,14 @@
 -- functions/lifecycle.sql: harvest.pause_workflow / resume_workflow (no task of a
 -- paused run is claimed, a timer due meanwhile fires once after the resume, signals
--- and results are recorded and wait, retries and releases go back 'paused', cancel and
--- terminate of a paused run), harvest._queued_status, and the external completion of
+-- and results are recorded and wait, retries, releases, expired leases, a decision in
+-- flight and a replayed dead letter go back 'paused', cancel and terminate of a paused
+-- run, quotas, supersede and rebalancing), harvest._queued_status, and the external completion of
 -- an activity: harvest.detach_activity, complete_activity_by_token (idempotent for
 -- the same completion, refused once the attempt timed out or was retried),
 -- fail_activity_by_token, heartbeat_activity_by_token, harvest._parse_task_token,
 -- harvest._lock_token_task.
 BEGIN;
-SELECT plan(74);
+SELECT plan(93);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -174,6 +175,45 @@ SELECT isnt(pg_temp.start_activity('ef', 'lc_wf', 'lq_ef', 'lc_act', 'laq_ef', '
 SELECT is(harvest.fail_activity_by_token(pg_temp.lc_token('ef'), '{"error_type": "Declined", "message": "no"}'),
           'failed', 'fail_activity_by_token() fails it (its last attempt)');
 SELECT is(pg_temp.lc_events(pg_temp.run('ef'), 'ActivityFailed'), 1::bigint, '... recording ActivityFailed');
+
+-- ---------------------------------------------------------------- more paths back to the queue
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:00+00';
+-- A decision in flight when the run is paused is applied; what it schedules waits.
+SELECT isnt(pg_temp.start_claimed('dif', 'lc_wf', 'lq_dif'), NULL, 'setup: a claimed first workflow task');
+SELECT is(harvest.pause_workflow(pg_temp.run('dif')), true, 'setup: its run paused mid-decision');
+SELECT results_eq(
+    $$SELECT execution_status FROM harvest.complete_workflow_task(pg_temp.task('dif'), pg_temp.token('dif'), 1, '[
+        {"type": "schedule_activity", "seq": 1, "name": "lc_act", "input": [], "queue": "lq_dif"},
+        {"type": "start_timer", "seq": 2, "duration": 1}]', 'w-dif', p_hand_off_slots => 5)$$,
+    $$VALUES ('PAUSED'::text)$$, 'the decision in flight is applied (and hands nothing off)');
+SELECT is(pg_temp.lc_tasks(pg_temp.run('dif')), 'activity:paused,timer:paused,workflow:paused',
+          'its activity and timer wait, and so does the wake-up for the WorkflowPaused it did not see');
+-- A workflow task whose lease runs out while paused goes back paused.
+SELECT isnt(pg_temp.start_claimed('exp', 'lc_wf', 'lq_exp', 'w-exp', '[]', 1), NULL, 'setup: a claimed task, 1 s lease');
+SELECT is(harvest.pause_workflow(pg_temp.run('exp')), true, 'setup: its run paused');
+SET LOCAL harvest.fake_now = '2030-01-01 01:00:05+00';
+SELECT is((SELECT outcome FROM harvest.expire_tasks() WHERE task_id = pg_temp.task('exp')), 'released',
+          'expire_tasks() releases the expired workflow task ...');
+SELECT is(pg_temp.lc_tasks(pg_temp.run('exp')), 'workflow:paused', '... back to paused');
+-- A workflow task that fails while paused is retried later, paused.
+SELECT isnt(pg_temp.start_claimed('fwt', 'lc_wf', 'lq_fwt'), NULL, 'setup: a claimed task');
+SELECT is(harvest.pause_workflow(pg_temp.run('fwt')), true, 'setup: its run paused');
+SELECT lives_ok($$SELECT harvest.fail_workflow_task(pg_temp.task('fwt'), pg_temp.token('fwt'),
+                  '{"error_type": "NonDeterminismError", "message": "m"}')$$, 'fail_workflow_task() while paused');
+SELECT is(pg_temp.lc_tasks(pg_temp.run('fwt')), 'workflow:paused', 'its retry waits, paused');
+-- A dead letter of a paused run can be replayed; the new attempt waits.
+SELECT isnt(pg_temp.dead_letter('dlp', 'lc_wf', 'lc_act'), NULL, 'setup: a dead-lettered activity');
+SELECT is(harvest.pause_workflow(pg_temp.run('dlp')), true, 'setup: its run paused');
+SELECT isnt(harvest.replay_dead_letter((SELECT id FROM harvest.dead_letters WHERE execution_id = pg_temp.run('dlp'))),
+            NULL, 'replay_dead_letter() of a paused run''s activity');
+SELECT is(pg_temp.lc_tasks(pg_temp.run('dlp')), 'activity:paused', 'the replayed attempt waits, paused');
+-- Quotas and supersede count a paused run.
+UPDATE harvest.executions SET quota_key = 'lc-tenant', concurrency_key = 'lc-key' WHERE id = pg_temp.run('dlp');
+SELECT is(harvest.quota_usage('lc-tenant', 'max_active_executions'), 1::bigint,
+          'a paused run counts for max_active_executions');
+SELECT is(harvest._supersede('lc_wf', 'lc-key', 1, gen_random_uuid()), ARRAY[pg_temp.run('dlp')],
+          'latest-wins supersede cancels a paused run too');
+SELECT is((harvest.get_execution(pg_temp.run('dlp'))).status, 'CANCELLED', '... which ends CANCELLED');
 
 SELECT * FROM finish();
 ROLLBACK;
