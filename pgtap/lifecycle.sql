@@ -8,7 +8,7 @@
 -- fail_activity_by_token, heartbeat_activity_by_token, harvest._parse_task_token,
 -- harvest._lock_token_task.
 BEGIN;
-SELECT plan(93);
+SELECT plan(100);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -167,6 +167,26 @@ SELECT throws_ok($$SELECT harvest.complete_activity_by_token((SELECT token FROM 
 SELECT throws_ok($$SELECT * FROM harvest._lock_token_task((SELECT token FROM lc_late), NULL)$$, 'HR004', NULL,
                  '_lock_token_task() names what became of the attempt (HR004)');
 SELECT is(pg_temp.lc_events(pg_temp.run('late'), 'ActivityCompleted'), 0::bigint, 'nothing was recorded');
+
+-- The heartbeat timeout still applies to a detached activity: a heartbeat by token keeps it.
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:00+00';
+SELECT isnt(pg_temp.start_activity('hb', 'lc_wf', 'lq_hb', 'lc_act', 'laq_hb', '[]',
+                                   '{"start_to_close": 60, "heartbeat_timeout": 5}', 'w-hb'), NULL,
+            'setup: a claimed activity, heartbeat timeout 5 s');
+SELECT is(harvest.detach_activity(pg_temp.task('hb'), pg_temp.token('hb')), true, 'setup: detached');
+CREATE TEMP TABLE lc_hb AS SELECT pg_temp.lc_token('hb') AS token;
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:04+00';
+SELECT is(harvest.heartbeat_activity_by_token((SELECT token FROM lc_hb)), false, 'a heartbeat by token at 4 s');
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:08+00';
+SELECT is_empty($$SELECT * FROM harvest.expire_tasks() WHERE task_id = pg_temp.task('hb')$$,
+                'at 8 s the heartbeat kept the lease (until 9 s)');
+SET LOCAL harvest.fake_now = '2030-01-01 00:10:10+00';
+SELECT is((SELECT outcome FROM harvest.expire_tasks() WHERE task_id = pg_temp.task('hb')), 'retry_scheduled',
+          'at 10 s, with no heartbeat since 4 s, the attempt times out and is retried');
+SELECT is((SELECT last_failure ->> 'error_type' FROM harvest.tasks WHERE id = pg_temp.task('hb')), 'HeartbeatTimeout',
+          '... as a HeartbeatTimeout');
+SELECT throws_ok($$SELECT harvest.heartbeat_activity_by_token((SELECT token FROM lc_hb))$$, 'HR004', NULL,
+                 'the token of the timed-out attempt no longer heartbeats');
 
 -- fail_activity_by_token
 SELECT isnt(pg_temp.start_activity('ef', 'lc_wf', 'lq_ef', 'lc_act', 'laq_ef', '[]',
