@@ -342,6 +342,13 @@ BEGIN
         'status', v_execution.status,
         'cancel_requested', v_execution.cancel_requested,
         'last_event_id', v_execution.last_event_id,
+        -- A PAUSED run: since when, why and by whom (its last WorkflowPaused); NULL otherwise.
+        'paused', CASE WHEN v_execution.status = 'PAUSED' THEN (
+            SELECT jsonb_build_object('since', ev.created_at, 'reason', ev.event_data -> 'reason',
+                                      'operator_id', ev.event_data -> 'operator_id')
+            FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowPaused'
+            ORDER BY ev.event_id DESC LIMIT 1) END,
         'pending_activities', coalesce((
             SELECT jsonb_agg(a ORDER BY a.seq) FROM (
                 SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
@@ -353,7 +360,8 @@ BEGIN
                 FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id
             ) AS a), '[]'::jsonb),
         'timers', coalesce((
-            SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at) ORDER BY t.due_at, t.seq)
+            SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at, 'status', t.status)
+                             ORDER BY t.due_at, t.seq)
             FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'), '[]'::jsonb),
         'signals_since_last_task', (
             SELECT count(*) FROM harvest.events AS ev
@@ -494,8 +502,9 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'How many executions match the workflow list''s filters, per status, workflow_name or both (p_group_by status, '
 'workflow_name, all); a bad filter or group raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task and '
-'the last event id; HR002 when it does not exist. For operators (role harvest_reader).';
+'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task, the '
+'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '
+'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_children IS
 'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
 '(else HR001). For operators (role harvest_reader).';

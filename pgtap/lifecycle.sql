@@ -8,7 +8,7 @@
 -- fail_activity_by_token, heartbeat_activity_by_token, harvest._parse_task_token,
 -- harvest._lock_token_task.
 BEGIN;
-SELECT plan(100);
+SELECT plan(103);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -46,6 +46,11 @@ SELECT results_eq(
     $$SELECT operation, operator_id, details ->> 'reason' FROM harvest.audit_log ORDER BY id DESC LIMIT 1$$,
     $$VALUES ('workflow.pause'::text, 'oncall-ann'::text, 'downstream outage'::text)$$,
     'pause_workflow() is audited');
+SELECT is(harvest.get_execution_stack(pg_temp.run('p')) -> 'paused',
+          '{"since": "2030-01-01T00:00:00+00:00", "reason": "downstream outage", "operator_id": "oncall-ann"}'::jsonb,
+          'get_execution_stack() says since when, why and by whom the run is paused');
+SELECT is(harvest.get_execution_stack(pg_temp.run('p')) #>> '{timers,0,status}', 'paused',
+          'and that its timer waits, paused');
 SELECT is(harvest.pause_workflow(pg_temp.run('p')), false, 'pausing a paused run returns false');
 SELECT is(pg_temp.lc_events(pg_temp.run('p'), 'WorkflowPaused'), 1::bigint, '... and records no second event');
 SELECT is(harvest._queued_status(pg_temp.run('p')), 'paused', '_queued_status() of a paused run is paused');
@@ -76,6 +81,7 @@ SELECT results_eq($$SELECT event_type, event_data - 'paused_secs' FROM pg_temp.l
 SELECT is((SELECT (event_data ->> 'paused_secs')::numeric FROM pg_temp.last_event(pg_temp.run('p'))), 120::numeric,
           'paused_secs is how long it was paused');
 SELECT is(harvest.resume_workflow(pg_temp.run('p')), false, 'resuming a running run returns false');
+SELECT is(harvest.get_execution_stack(pg_temp.run('p')) -> 'paused', 'null'::jsonb, 'a running run''s stack: paused is null');
 SELECT results_eq(
     $$SELECT kind FROM harvest.claim_tasks('w1', ARRAY['lq_p'], 10) ORDER BY kind$$,
     $$VALUES ('activity'::text), ('workflow'::text)$$,

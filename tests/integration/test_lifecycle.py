@@ -168,6 +168,8 @@ def test_pause_and_resume_through_the_cli(db: str, client) -> None:
     assert json.loads(r.stdout) == {"execution_id": handle.execution_id, "status": "PAUSED", "changed": True}
     r = harvest(db, "workflow", "pause", handle.execution_id)
     assert r.returncode == 0 and "paused already" in r.stdout
+    r = harvest(db, "workflow", "stack", handle.execution_id)
+    assert r.returncode == 0 and "paused since" in r.stdout and ": ops (harvest workflow resume)" in r.stdout
     r = harvest(db, "workflow", "list", "--status", "paused", "--output", "json")
     assert r.returncode == 0, r.stderr
     assert handle.execution_id in r.stdout

@@ -467,6 +467,15 @@ def stack(execution_id, database_url, output) -> None:
                 ],
             )
         ]
+        if d.get("paused"):
+            paused = d["paused"]
+            parts += [
+                "",
+                f"paused since {paused['since']}"
+                + (f" by {paused['operator_id']}" if paused.get("operator_id") else "")
+                + (f": {paused['reason']}" if paused.get("reason") else "")
+                + " (harvest workflow resume)",
+            ]
         if d["pending_activities"]:
             parts += [
                 "",
@@ -477,7 +486,7 @@ def stack(execution_id, database_url, output) -> None:
                 ),
             ]
         if d["timers"]:
-            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at"])]
+            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at", "status"])]
         if d["children"]:
             parts += [
                 "",
