@@ -320,3 +320,44 @@ def test_a_worker_that_keeps_the_run_cached_resumes_it_with_the_signals_in_order
     assert history.count("WorkflowTaskCompleted") == 1 and history[-1] == "SignalReceived"
     assert handle.resume() is True
     assert handle.result(timeout=30) == ["x", "y", "z"]
+
+
+def test_the_async_client_pauses_resumes_and_completes_by_token(db: str, start_worker) -> None:
+    import asyncio
+
+    from harvest import AsyncClient
+
+    handed.clear()
+    start_worker(APP)
+
+    async def go() -> dict:
+        async with await AsyncClient.connect(db) as aclient:
+            handle = await aclient.start_workflow(external, "async")
+            while not handed:
+                await asyncio.sleep(0.05)
+            seen = {"id": handle.execution_id, "paused": await handle.pause("hold", operator_id="ann")}
+            seen["status"] = (await handle.describe())["status"]
+            # A paused run's activity may still complete by its token: it is work in flight.
+            seen["outcome"] = await aclient.complete_activity(handed[0], "done")
+            seen["again"] = await aclient.complete_activity(handed[0], "done")
+            with pytest.raises(StaleTask, match="no longer held"):
+                await aclient.heartbeat_activity(handed[0])
+            seen["resumed"] = await handle.resume()
+            seen["result"] = await handle.result(timeout=30)
+            return seen
+
+    seen = asyncio.run(go())
+    assert {k: v for k, v in seen.items() if k != "id"} == {
+        "paused": True,
+        "status": "PAUSED",
+        "outcome": "completed",
+        "again": "already_completed",
+        "resumed": True,
+        "result": "done",
+    }
+    history = types(db, seen["id"])
+    assert (
+        history.index("WorkflowPaused")
+        < history.index("ActivityCompleted")
+        < history.index("WorkflowResumed")
+    )
