@@ -124,11 +124,12 @@ END;
 $$;
 
 -- Lock the running activity task a token names, or raise HR004 saying what became of
--- its attempt (completed, failed, retried, lease expired). p_result, when given, makes
--- a repeat of the completion that was recorded an answer instead of an error:
--- already_completed is then returned (and task is NULL).
+-- its attempt (completed, failed, retried, lease expired) for p_action (complete, fail,
+-- heartbeat). p_result, when given, makes a repeat of the completion that was recorded
+-- an answer instead of an error: already_completed is then returned (and task is NULL).
 CREATE OR REPLACE FUNCTION harvest._lock_token_task(
-    p_task_token text, p_result jsonb, OUT task harvest.tasks, OUT already_completed boolean
+    p_task_token text, p_result jsonb, p_action text,
+    OUT task harvest.tasks, OUT already_completed boolean
 )
 LANGUAGE plpgsql
 AS $$
@@ -159,12 +160,12 @@ BEGIN
         already_completed := true;
         RETURN;
     END IF;
-    RAISE EXCEPTION 'activity % of execution % (attempt %) cannot be completed by this token: %',
-        v_token.seq, v_token.execution_id, v_token.attempt,
+    RAISE EXCEPTION 'cannot % activity % of execution % (attempt %) by this token: %',
+        p_action, v_token.seq, v_token.execution_id, v_token.attempt,
         CASE
             WHEN v_event.event_type = 'ActivityCompleted'
-                THEN format('it was already completed (attempt %s) with another result',
-                            v_event.event_data ->> 'attempt')
+                THEN format('it was already completed (attempt %s)%s', v_event.event_data ->> 'attempt',
+                            CASE WHEN p_result IS NOT NULL THEN ' with another result' ELSE '' END)
             WHEN v_event.event_type = 'ActivityFailed'
                 THEN format('it already failed for good (%s: %s)', v_event.event_data #>> '{failure,error_type}',
                             v_event.event_data #>> '{failure,message}')
@@ -211,7 +212,7 @@ DECLARE
 BEGIN
     PERFORM harvest._check_payload('the result of the activity of task token ' || left(p_task_token, 120),
                                    p_result, harvest._payload_limit());
-    v_locked := harvest._lock_token_task(p_task_token, coalesce(p_result, 'null'::jsonb));
+    v_locked := harvest._lock_token_task(p_task_token, coalesce(p_result, 'null'::jsonb), 'complete');
     IF v_locked.already_completed THEN
         RETURN 'already_completed';
     END IF;
@@ -236,7 +237,7 @@ BEGIN
     END IF;
     PERFORM harvest._check_payload('the failure of the activity of task token ' || left(p_task_token, 120),
                                    p_failure, harvest._payload_limit());
-    v_locked := harvest._lock_token_task(p_task_token, NULL);
+    v_locked := harvest._lock_token_task(p_task_token, NULL, 'fail');
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = (v_locked.task).execution_id;
     RETURN harvest._fail_activity_attempt(v_execution, v_locked.task, p_failure);
 END;
@@ -249,9 +250,9 @@ RETURNS boolean
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_token record := harvest._parse_task_token(p_task_token);
+    v_locked record := harvest._lock_token_task(p_task_token, NULL, 'heartbeat');
 BEGIN
-    RETURN harvest.heartbeat_activity(v_token.task_id, v_token.fencing_token, p_details);
+    RETURN harvest.heartbeat_activity((v_locked.task).id, (v_locked.task).fencing_token, p_details);
 END;
 $$;
 

@@ -170,7 +170,7 @@ SELECT is((SELECT count(*) FROM harvest.expire_tasks() WHERE outcome = 'retry_sc
           'setup: the scanner retries the timed-out attempt');
 SELECT throws_ok($$SELECT harvest.complete_activity_by_token((SELECT token FROM lc_late), '1')$$, 'HR004',
                  NULL, 'the old token is refused once the attempt was retried');
-SELECT throws_ok($$SELECT * FROM harvest._lock_token_task((SELECT token FROM lc_late), NULL)$$, 'HR004', NULL,
+SELECT throws_ok($$SELECT * FROM harvest._lock_token_task((SELECT token FROM lc_late), NULL, 'complete')$$, 'HR004', NULL,
                  '_lock_token_task() names what became of the attempt (HR004)');
 SELECT is(pg_temp.lc_events(pg_temp.run('late'), 'ActivityCompleted'), 0::bigint, 'nothing was recorded');
 
