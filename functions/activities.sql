@@ -40,11 +40,13 @@ BEGIN
     IF p_allow_retry AND NOT v_non_retryable
        AND (v_max_attempts <= 0 OR p_task.attempt < v_max_attempts)
        AND (p_task.deadline_at IS NULL OR v_next < p_task.deadline_at) THEN
+        -- (A PAUSED run's retry waits for its resume: lifecycle.sql.)
         UPDATE harvest.tasks
-        SET status = 'pending', due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
+        SET status = CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+            due_at = v_next, lease_owner = NULL, lease_expires_at = NULL,
             last_failure = p_failure
         WHERE id = p_task.id;
-        IF v_delay <= 0 THEN
+        IF v_delay <= 0 AND p_execution.status IS DISTINCT FROM 'PAUSED' THEN
             PERFORM harvest._notify_queue(p_task.queue);
         END IF;
         RETURN 'retry_scheduled';
@@ -61,7 +63,7 @@ BEGIN
     END IF;
 
     DELETE FROM harvest.tasks WHERE id = p_task.id;
-    IF p_execution.status <> 'RUNNING' THEN
+    IF p_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
         RETURN 'failed';
     END IF;
     IF coalesce((p_task.options ->> 'dead_letter')::boolean, true) THEN
@@ -104,7 +106,7 @@ DECLARE
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions WHERE id = p_task.execution_id;
     DELETE FROM harvest.tasks WHERE id = p_task.id;
-    IF v_execution.status <> 'RUNNING' THEN
+    IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run records it (lifecycle.sql)
         RETURN NULL;
     END IF;
     PERFORM harvest._append_event(v_execution.id, 'ActivityCompleted',
@@ -131,7 +133,7 @@ BEGIN
     IF v_execution.id IS NULL THEN
         RETURN NULL;
     END IF;
-    IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id
+    IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id AND v_execution.status = 'RUNNING'
        AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues) THEN
         RETURN harvest._hand_workflow_task(v_execution.id, p_worker_id, p_workflow_lease_secs);
     END IF;

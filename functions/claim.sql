@@ -25,7 +25,8 @@
 
 -- Fire due timers: append TimerFired and wake the workflow. Executions that are
 -- locked elsewhere are skipped (their timers fire on the next claim), which
--- keeps the execution-then-task lock order and never waits.
+-- keeps the execution-then-task lock order and never waits. A PAUSED run's timers
+-- are 'paused' (tasks_timers_due leaves them out) until it is resumed.
 CREATE OR REPLACE FUNCTION harvest._fire_due_timers(p_queues text[], p_limit integer DEFAULT 100)
 RETURNS integer
 LANGUAGE plpgsql
@@ -38,7 +39,7 @@ BEGIN
     FOR v_timer IN
         SELECT t.id, t.execution_id, t.seq
         FROM harvest.tasks AS t
-        WHERE t.kind = 'timer' AND t.due_at <= v_now AND t.queue = ANY(p_queues)
+        WHERE t.kind = 'timer' AND t.status = 'pending' AND t.due_at <= v_now AND t.queue = ANY(p_queues)
         ORDER BY t.due_at
         LIMIT p_limit
     LOOP

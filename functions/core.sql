@@ -201,21 +201,24 @@ $$;
 -- (tests/integration/test_generic_plans.py).
 
 -- Make sure the execution has a workflow task; at most one exists per execution.
+-- A PAUSED run's task is created 'paused': no claim sees it until the run is
+-- resumed (lifecycle.sql), so the wake-up waits and is not lost.
 CREATE OR REPLACE FUNCTION harvest._ensure_workflow_task(p_execution_id uuid)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_queue text;
+    v_status text;
     v_now timestamptz := harvest.now();
 BEGIN
-    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at)
-    SELECT e.id, 'workflow', e.queue, v_now, v_now
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, status)
+    SELECT e.id, 'workflow', e.queue, v_now, v_now, CASE WHEN e.status = 'PAUSED' THEN 'paused' ELSE 'pending' END
     FROM harvest.executions AS e
-    WHERE e.id = p_execution_id AND (e.status = 'RUNNING') IS TRUE  -- (see the note above)
+    WHERE e.id = p_execution_id AND (e.status IN ('RUNNING', 'PAUSED')) IS TRUE  -- (see the note above)
     ON CONFLICT (execution_id) WHERE kind = 'workflow' DO NOTHING
-    RETURNING queue INTO v_queue;
-    IF v_queue IS NOT NULL THEN
+    RETURNING queue, status INTO v_queue, v_status;
+    IF v_status = 'pending' THEN
         PERFORM harvest._notify_queue(v_queue);
     END IF;
 END;
@@ -252,7 +255,7 @@ BEGIN
     END IF;
     FOR v_child IN
         SELECT e.id, e.parent_close_policy FROM harvest.executions AS e
-        WHERE e.parent_id = p_execution_id AND e.status = 'RUNNING' AND e.parent_close_policy <> 'abandon'
+        WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon'
     LOOP
         PERFORM harvest._queue_relay(v_child.id, 'parent_closed', jsonb_build_object(
             'policy', v_child.parent_close_policy, 'parent_execution_id', p_execution_id));
@@ -301,9 +304,9 @@ BEGIN
 END;
 $$;
 
--- Lock an execution that must still be running for p_action (signal, cancel,
--- terminate, ...), or raise not-found / moved (HR013) / not-running naming the
--- state it is in.
+-- Lock an execution that must still be live (RUNNING, or PAUSED: lifecycle.sql)
+-- for p_action (signal, cancel, terminate, ...), or raise not-found / moved
+-- (HR013) / not-running naming the state it is in.
 CREATE OR REPLACE FUNCTION harvest._lock_running_execution(p_execution_id uuid, p_action text)
 RETURNS harvest.executions
 LANGUAGE plpgsql
@@ -312,7 +315,7 @@ DECLARE
     v_execution harvest.executions := harvest._lock_execution(p_execution_id);
 BEGIN
     PERFORM harvest._refuse_moved(v_execution, p_action);
-    IF v_execution.status <> 'RUNNING' THEN
+    IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
         RAISE EXCEPTION 'cannot % execution %: it is already %', p_action, p_execution_id, v_execution.status
             USING ERRCODE = 'HR005';
     END IF;

@@ -67,7 +67,7 @@ BEGIN
     DELETE FROM harvest.cross_shard_children AS c
     WHERE c.child_execution_id = p_child_execution_id AND c.parent_close_policy = 'abandon'
       AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
-                      WHERE e.id = c.parent_execution_id AND e.status = 'RUNNING');
+                      WHERE e.id = c.parent_execution_id AND e.status IN ('RUNNING', 'PAUSED'));
     IF FOUND THEN
         RETURN true;
     END IF;
@@ -110,7 +110,8 @@ BEGIN
         RETURN false;
     END IF;
     IF p_status IS NULL OR NOT EXISTS (
-        SELECT 1 FROM harvest.executions AS e WHERE e.id = v_row.parent_execution_id AND e.status = 'RUNNING'
+        SELECT 1 FROM harvest.executions AS e
+        WHERE e.id = v_row.parent_execution_id AND e.status IN ('RUNNING', 'PAUSED')
     ) THEN
         RETURN true;
     END IF;
@@ -277,7 +278,7 @@ BEGIN
     END IF;
     SELECT r.execution_id INTO v_current FROM harvest.get_cross_shard_child(p_child_execution_id) AS r;
     SELECT * INTO v_target FROM harvest.executions AS e WHERE e.id = v_current FOR UPDATE;
-    IF NOT FOUND OR v_target.status <> 'RUNNING' THEN
+    IF NOT FOUND OR v_target.status NOT IN ('RUNNING', 'PAUSED') THEN
         RETURN 'not_running';
     END IF;
     IF p_policy = 'terminate' THEN

@@ -88,7 +88,7 @@ LANGUAGE sql STABLE
 AS $$
     SELECT d.dag_name, d.queue, d.paused, d.max_active_runs, jsonb_array_length(d.tasks),
            (SELECT count(*) FROM harvest.executions AS e
-            WHERE e.workflow_name = d.dag_name AND e.status = 'RUNNING'),
+            WHERE e.workflow_name = d.dag_name AND e.status IN ('RUNNING', 'PAUSED')),
            l.created_at, l.status, d.schedule, d.description, d.paused_at, d.paused_by, d.last_registered_at
     FROM harvest.dags AS d
     LEFT JOIN LATERAL (
@@ -149,7 +149,7 @@ BEGIN
     END IF;
     IF v_dag.max_active_runs IS NOT NULL THEN
         SELECT count(*) INTO v_running FROM harvest.executions AS e
-        WHERE e.workflow_name = p_dag_name AND e.status = 'RUNNING';
+        WHERE e.workflow_name = p_dag_name AND e.status IN ('RUNNING', 'PAUSED');
         IF v_running >= v_dag.max_active_runs THEN
             RAISE EXCEPTION 'dag % has % running run(s), its max_active_runs', p_dag_name, v_running
                 USING ERRCODE = 'HR018',
@@ -278,7 +278,7 @@ BEGIN
     joined AS (
         SELECT s.n, coalesce(s.spec ->> 'task', t.task) AS task, coalesce(s.spec, '{}'::jsonb) AS spec,
                coalesce(t.obj, jsonb_build_object(
-                   'state', CASE WHEN p_execution.status <> 'RUNNING' THEN 'not_run' ELSE 'pending' END,
+                   'state', CASE WHEN p_execution.status NOT IN ('RUNNING', 'PAUSED') THEN 'not_run' ELSE 'pending' END,
                    'attempts', 0)) AS obj
         FROM spec AS s FULL JOIN latest AS t ON t.task = s.spec ->> 'task'
     ),
@@ -286,7 +286,7 @@ BEGIN
         SELECT j.n, j.task, jsonb_build_object('task', j.task) || j.spec || j.obj
             -- A child whose attempt failed while the run goes on and its retry allows more is
             -- retrying (a workflow failure is always recorded non_retryable: the flag is not read).
-            || CASE WHEN p_execution.status = 'RUNNING' AND j.obj ->> 'state' = 'failed'
+            || CASE WHEN p_execution.status IN ('RUNNING', 'PAUSED') AND j.obj ->> 'state' = 'failed'
                          AND j.spec ->> 'kind' = 'workflow'
                          AND (j.obj ->> 'attempts')::integer
                              < coalesce((j.spec #>> '{retry,max_attempts}')::integer, 1)
@@ -297,7 +297,7 @@ BEGIN
     SELECT coalesce(jsonb_agg(jsonb_build_object(
         'task', m.t -> 'task', 'kind', m.t -> 'kind', 'target', m.t -> 'target',
         'upstream', coalesce(m.t -> 'upstream', '[]'::jsonb), 'trigger_rule', m.t -> 'trigger_rule',
-        'state', CASE WHEN p_execution.status <> 'RUNNING' AND m.t ->> 'state' = 'running' THEN 'abandoned'
+        'state', CASE WHEN p_execution.status NOT IN ('RUNNING', 'PAUSED') AND m.t ->> 'state' = 'running' THEN 'abandoned'
                       ELSE m.t ->> 'state' END,
         'attempts', coalesce(m.t -> 'attempts', '0'::jsonb),
         'scheduled_at', m.t -> 'scheduled_at', 'started_at', m.t -> 'started_at', 'finished_at', m.t -> 'finished_at',
@@ -407,7 +407,7 @@ BEGIN
       AND e.created_at > v_exec.created_at
     ORDER BY e.created_at DESC LIMIT 1;
     IF FOUND THEN
-        IF v_newer.status IN ('RUNNING', 'COMPLETED') THEN
+        IF v_newer.status IN ('RUNNING', 'PAUSED', 'COMPLETED') THEN
             RETURN QUERY SELECT v_newer.id, v_newer.workflow_id, v_newer.status, false;
             RETURN;
         END IF;

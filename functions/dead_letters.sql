@@ -77,14 +77,15 @@ DECLARE
     v_stc double precision;
 BEGIN
     v_dead := harvest._lock_dead_letter(p_id);
-    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_dead.execution_id;
+    -- (FOR SHARE: a pause cannot change the status read here before the task is in.)
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = v_dead.execution_id FOR SHARE;
     IF v_dead.kind = 'workflow' THEN
         RAISE EXCEPTION 'dead letter % records run % that failed with %: a run cannot be replayed',
             p_id, v_execution.id, v_dead.failure ->> 'error_type' USING ERRCODE = 'HR001',
             HINT = 'start a new run (a capped one: have the workflow call ctx.continue_as_new() before the '
                    'cap; an unknown_workflow one: once a worker registers it); discard the dead letter once handled';
     END IF;
-    IF v_execution.status <> 'RUNNING' THEN
+    IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
         RAISE EXCEPTION 'dead letter %: its execution % is %, so nothing waits for the activity',
             p_id, v_execution.id, v_execution.status USING ERRCODE = 'HR005',
             HINT = 'discard it, or start a new run';
@@ -92,11 +93,12 @@ BEGIN
     v_stc := (v_dead.options ->> 'schedule_to_close')::double precision;
     INSERT INTO harvest.tasks (
         execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-        scheduled_at, deadline_at
+        scheduled_at, deadline_at, status
     ) VALUES (
         v_execution.id, 'activity', v_dead.queue, v_dead.priority, v_now, v_dead.seq,
         v_dead.activity_name, v_dead.input, v_dead.options, v_now,
-        CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END
+        CASE WHEN v_stc IS NOT NULL THEN v_now + make_interval(secs => v_stc) END,
+        CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END  -- waits for the resume
     ) RETURNING id INTO v_task_id;
     DELETE FROM harvest.dead_letters WHERE id = p_id;
     PERFORM harvest._notify_queue(v_dead.queue);
@@ -116,7 +118,7 @@ BEGIN
     v_dead := harvest._lock_dead_letter(p_id);
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_dead.execution_id;
     DELETE FROM harvest.dead_letters WHERE id = p_id;
-    IF v_dead.kind = 'activity' AND v_execution.status = 'RUNNING' THEN
+    IF v_dead.kind = 'activity' AND v_execution.status IN ('RUNNING', 'PAUSED') THEN
         PERFORM harvest._append_event(v_execution.id, 'ActivityFailed', jsonb_build_object(
             'seq', v_dead.seq, 'failure', v_dead.failure, 'attempt', v_dead.attempts));
         PERFORM harvest._ensure_workflow_task(v_execution.id);
@@ -246,7 +248,7 @@ BEGIN
             IF p_action = 'replay' THEN
                 SELECT e.status INTO v_status FROM harvest.dead_letters AS d
                 JOIN harvest.executions AS e ON e.id = d.execution_id WHERE d.id = v_id;
-                IF v_status <> 'RUNNING' THEN
+                IF v_status NOT IN ('RUNNING', 'PAUSED') THEN
                     v_failures := v_failures || jsonb_build_object('id', v_id, 'sqlstate', 'HR005',
                         'error', format('its execution is %s, so nothing waits for the activity', v_status));
                     CONTINUE;

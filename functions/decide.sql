@@ -130,8 +130,9 @@ BEGIN
     event_data := jsonb_build_object(
         'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
         'queue', v_queue, 'options', v_options);
-    -- An activity with an admission gate or a claim-order key always queues.
-    IF p_may_hand
+    -- An activity with an admission gate or a claim-order key always queues; a
+    -- PAUSED run's (a decision in flight when it was paused) waits, 'paused'.
+    IF p_may_hand AND p_execution.status = 'RUNNING'
        AND NOT v_options ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
         IF worker_queues IS NULL THEN
             worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
@@ -147,7 +148,7 @@ BEGIN
         p_now, p_seq, p_command ->> 'name', coalesce(p_command -> 'input', '[]'::jsonb),
         v_options, p_now,
         CASE WHEN v_stc IS NOT NULL THEN p_now + make_interval(secs => v_stc) END,
-        CASE WHEN v_hand THEN 'running' ELSE 'pending' END,
+        CASE WHEN v_hand THEN 'running' WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
         CASE WHEN v_hand THEN 1 ELSE 0 END,
         CASE WHEN v_hand THEN p_now END,
         CASE WHEN v_hand THEN p_worker_id END,
@@ -156,13 +157,14 @@ BEGIN
     ) RETURNING * INTO v_task;
     IF v_hand THEN
         handed := harvest._task_for_worker(v_task, p_execution, p_worker_id);
-    ELSE
+    ELSIF v_task.status = 'pending' THEN
         PERFORM harvest._notify_queue(v_queue);
     END IF;
 END;
 $$;
 
--- start_timer: TimerStarted{fire_at} and the timer task, due then.
+-- start_timer: TimerStarted{fire_at} and the timer task, due then ('paused' on a
+-- PAUSED run: it fires once the run is resumed).
 CREATE OR REPLACE FUNCTION harvest._decide_start_timer(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_now timestamptz,
     OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
@@ -174,10 +176,10 @@ DECLARE
     v_fire_at timestamptz;
 BEGIN
     PERFORM harvest._require(p_command, 'duration', 'number');
-    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at, status)
     VALUES (p_execution.id, 'timer', p_execution.queue,
             p_now + make_interval(secs => (p_command ->> 'duration')::double precision),
-            p_seq, p_now)
+            p_seq, p_now, CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END)
     RETURNING due_at INTO v_fire_at;
     event_type := 'TimerStarted';
     event_data := jsonb_build_object('seq', p_seq, 'fire_at', v_fire_at);
@@ -707,7 +709,8 @@ BEGIN
             IF message IS NOT NULL THEN
                 outcome := 'not_owner';
                 UPDATE harvest.tasks AS t
-                SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now()
+                SET status = harvest._queued_status(t.execution_id), lease_owner = NULL, lease_expires_at = NULL,
+                    due_at = harvest.now()
                 WHERE t.id = v_item.id;
                 PERFORM harvest._notify_queue((v_try.task).queue);
             END IF;
@@ -777,7 +780,8 @@ BEGIN
         RETURN;
     END IF;
     UPDATE harvest.tasks
-    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL,
+    SET status = CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+        lease_owner = NULL, lease_expires_at = NULL,
         due_at = harvest.now() + make_interval(secs => greatest(coalesce(p_retry_in_secs, 5), 0)),
         last_failure = p_failure
     WHERE id = p_task_id;

@@ -180,13 +180,13 @@ BEGIN
     IF p_status IS NOT NULL THEN
         v_states := string_to_array(upper(replace(p_status, ' ', '')), ',');
         FOREACH v_state IN ARRAY v_states LOOP
-            IF v_state NOT IN ('RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
+            IF v_state NOT IN ('RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
                                'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED') THEN
-                RAISE EXCEPTION 'unknown state "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+                RAISE EXCEPTION 'unknown state "%": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
                                 'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED (comma-separated for several)',
                                 p_status
                     USING ERRCODE = 'HR001',
-                    HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
+                    HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
                            'MIGRATING or MIGRATED (comma-separated for several)';
             END IF;
         END LOOP;
@@ -342,6 +342,13 @@ BEGIN
         'status', v_execution.status,
         'cancel_requested', v_execution.cancel_requested,
         'last_event_id', v_execution.last_event_id,
+        -- A PAUSED run: since when, why and by whom (its last WorkflowPaused); NULL otherwise.
+        'paused', CASE WHEN v_execution.status = 'PAUSED' THEN (
+            SELECT jsonb_build_object('since', ev.created_at, 'reason', ev.event_data -> 'reason',
+                                      'operator_id', ev.event_data -> 'operator_id')
+            FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution_id AND ev.event_type = 'WorkflowPaused'
+            ORDER BY ev.event_id DESC LIMIT 1) END,
         'pending_activities', coalesce((
             SELECT jsonb_agg(a ORDER BY a.seq) FROM (
                 SELECT t.seq, t.activity_name AS name, t.queue, t.status, t.attempt, t.due_at, t.started_at,
@@ -353,7 +360,8 @@ BEGIN
                 FROM harvest.dead_letters AS d WHERE d.execution_id = p_execution_id
             ) AS a), '[]'::jsonb),
         'timers', coalesce((
-            SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at) ORDER BY t.due_at, t.seq)
+            SELECT jsonb_agg(jsonb_build_object('seq', t.seq, 'fire_at', t.due_at, 'status', t.status)
+                             ORDER BY t.due_at, t.seq)
             FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id AND t.kind = 'timer'), '[]'::jsonb),
         'signals_since_last_task', (
             SELECT count(*) FROM harvest.events AS ev
@@ -364,7 +372,8 @@ BEGIN
                                                 'workflow_id', c.workflow_id, 'seq', c.parent_seq,
                                                 'status', c.status, 'created_at', c.created_at)
                              ORDER BY c.parent_seq, c.created_at)
-            FROM harvest.executions AS c WHERE c.parent_id = p_execution_id AND c.status = 'RUNNING'), '[]'::jsonb),
+            FROM harvest.executions AS c
+            WHERE c.parent_id = p_execution_id AND c.status IN ('RUNNING', 'PAUSED')), '[]'::jsonb),
         'workflow_task', (
             SELECT jsonb_build_object('task_id', t.id, 'status', t.status, 'due_at', t.due_at,
                                       'lease_owner', t.lease_owner, 'attempt', t.attempt)
@@ -386,13 +395,13 @@ LANGUAGE plpgsql STABLE
 AS $$
 BEGIN
     IF p_status IS NOT NULL AND upper(p_status) NOT IN (
-        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
+        'RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT', 'CONTINUED_AS_NEW',
         'MIGRATING', 'MIGRATED'
     ) THEN
-        RAISE EXCEPTION 'unknown status "%": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+        RAISE EXCEPTION 'unknown status "%": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
                         'TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED', p_status USING ERRCODE = 'HR001',
-            HINT = 'use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, MIGRATING '
-                   'or MIGRATED';
+            HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, CONTINUED_AS_NEW, '
+                   'MIGRATING or MIGRATED';
     END IF;
     IF p_depth IS NULL OR p_depth < 1 OR p_depth > 100 THEN
         RAISE EXCEPTION 'depth % is out of range 1..100', p_depth USING ERRCODE = 'HR001';
@@ -426,7 +435,7 @@ AS $$
 DECLARE
     v_execution harvest.executions := harvest.get_execution(p_execution_id);
 BEGIN
-    IF v_execution.status = 'RUNNING' THEN
+    IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
         INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
         VALUES (p_execution_id, p_waiter_id, harvest.now())
         ON CONFLICT DO NOTHING;
@@ -446,7 +455,8 @@ $$;
 -- Which recorded versions of a ctx.version() gate are still in use, so an old
 -- branch is deleted only when no run can replay through it. Read-only.
 CREATE OR REPLACE FUNCTION harvest.count_versions(
-    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active'
+    p_change_id text, p_version integer DEFAULT NULL, p_state_group text DEFAULT 'active',
+    p_workflow_name text DEFAULT NULL
 )
 RETURNS TABLE (version integer, state_group text, executions bigint, sample_execution_ids uuid[])
 LANGUAGE plpgsql STABLE
@@ -461,7 +471,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT (ev.event_data #>> '{value,version}')::integer AS recorded,
-           CASE WHEN e.status = 'RUNNING' THEN 'active' ELSE 'terminal' END AS grp,
+           CASE WHEN e.status IN ('RUNNING', 'PAUSED') THEN 'active' ELSE 'terminal' END AS grp,
            count(DISTINCT e.id),
            (array_agg(DISTINCT e.id))[1:5]
     FROM harvest.events AS ev
@@ -469,7 +479,8 @@ BEGIN
     WHERE ev.event_type = 'MarkerRecorded' AND ev.event_data ->> 'kind' = 'version'
       AND ev.event_data #>> '{value,change_id}' = p_change_id
       AND (p_version IS NULL OR (ev.event_data #>> '{value,version}')::integer = p_version)
-      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status = 'RUNNING'))
+      AND (p_state_group = 'all' OR (p_state_group = 'active') = (e.status IN ('RUNNING', 'PAUSED')))
+      AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
     GROUP BY 1, 2
     ORDER BY 1, 2;
 END;
@@ -491,8 +502,9 @@ COMMENT ON FUNCTION harvest.count_executions IS
 'How many executions match the workflow list''s filters, per status, workflow_name or both (p_group_by status, '
 'workflow_name, all); a bad filter or group raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
-'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task and '
-'the last event id; HR002 when it does not exist. For operators (role harvest_reader).';
+'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task, the '
+'last event id and, while PAUSED, since when and why; HR002 when it does not exist. For operators (role '
+'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_children IS
 'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
 '(else HR001). For operators (role harvest_reader).';

@@ -278,7 +278,7 @@ END;
 $$;
 
 -- Latest wins: admitting a new run of (workflow, key) under cancel_running
--- cancels the oldest non-terminal runs beyond limit - 1, at most 32 per
+-- cancels the oldest non-terminal runs (PAUSED ones too) beyond limit - 1, at most 32 per
 -- admission, from a scan bounded to limit + 32 rows, serialised on the key's
 -- advisory lock. Each is closed CANCELLED with WorkflowCancelled
 -- {details: {superseded_by}}. Returns the ids cancelled.
@@ -301,7 +301,7 @@ BEGIN
             FROM (
                 SELECT x.id, x.created_at FROM harvest.executions AS x
                 WHERE x.workflow_name = p_workflow_name AND x.concurrency_key = p_key
-                  AND x.status = 'RUNNING' AND x.id <> p_new_execution_id
+                  AND x.status IN ('RUNNING', 'PAUSED') AND x.id <> p_new_execution_id
                 ORDER BY x.created_at DESC, x.id DESC
                 LIMIT p_limit + c_scan_limit
             ) AS e
@@ -310,7 +310,8 @@ BEGIN
         ORDER BY s.created_at, s.id
         LIMIT c_scan_limit
     LOOP
-        PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_victim AND e.status = 'RUNNING' FOR UPDATE;
+        PERFORM 1 FROM harvest.executions AS e
+        WHERE e.id = v_victim AND e.status IN ('RUNNING', 'PAUSED') FOR UPDATE;
         CONTINUE WHEN NOT FOUND;
         PERFORM harvest._append_event(v_victim, 'WorkflowCancelled', jsonb_build_object(
             'details', jsonb_build_object('superseded_by', p_new_execution_id)));
@@ -354,7 +355,7 @@ AS $$
         FROM harvest.executions AS e
         LEFT JOIN harvest.workflow_slots AS s ON s.execution_id = e.id
         LEFT JOIN harvest.flow_policies AS p ON p.kind = 'workflow' AND p.name = e.workflow_name
-        WHERE e.status = 'RUNNING' AND e.concurrency_key IS NOT NULL
+        WHERE e.status IN ('RUNNING', 'PAUSED') AND e.concurrency_key IS NOT NULL
           AND (p_key IS NULL OR e.concurrency_key = p_key)
         GROUP BY e.concurrency_key, e.workflow_name, p.policy
     )

@@ -63,7 +63,7 @@ BEGIN
     END IF;
     IF v_waiter.execution_id IS DISTINCT FROM p_self THEN
         PERFORM 1 FROM harvest.executions AS e
-        WHERE e.id = v_waiter.execution_id AND e.status = 'RUNNING' FOR UPDATE SKIP LOCKED;
+        WHERE e.id = v_waiter.execution_id AND e.status IN ('RUNNING', 'PAUSED') FOR UPDATE SKIP LOCKED;
         IF NOT FOUND THEN
             RETURN false;  -- its row is busy: grant_mutexes grants it
         END IF;

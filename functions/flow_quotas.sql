@@ -47,7 +47,7 @@ BEGIN
     CASE p_quota
     WHEN 'max_active_executions' THEN
         RETURN (SELECT count(*) FROM harvest.executions AS e
-                WHERE e.quota_key = p_key AND e.status = 'RUNNING');
+                WHERE e.quota_key = p_key AND e.status IN ('RUNNING', 'PAUSED'));  -- a paused run counts
     WHEN 'max_history_bytes' THEN
         RETURN (SELECT coalesce(sum(e.history_bytes), 0)::bigint FROM harvest.executions AS e
                 WHERE e.quota_key = p_key);

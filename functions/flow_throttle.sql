@@ -88,6 +88,10 @@ BEGIN
     ON CONFLICT (workflow_name, gate_key) DO NOTHING;
     SELECT * INTO v_bucket FROM harvest.start_throttle_buckets AS b
     WHERE b.workflow_name = p_workflow_name AND b.gate_key = p_key FOR UPDATE;
+    IF v_bucket.override_expires_at > v_now THEN  -- a live pacing override (set_start_throttle_override)
+        v_rps := v_bucket.override_rps;
+        v_burst := v_bucket.override_burst;
+    END IF;
     v_tokens := harvest._refilled_tokens(v_bucket.tokens, v_bucket.refilled_at, v_now, v_rps, v_burst);
     v_taken := least(greatest(p_want, 0), floor(v_tokens)::integer);
     UPDATE harvest.start_throttle_buckets AS b
@@ -295,6 +299,109 @@ AS $$
     ORDER BY p.workflow_name, p.kind, p.gate_key, p.id;
 $$;
 
+-- Pacing overrides (the spec's POST/DELETE /admin/start-throttle/{workflow_name}/override):
+-- a TTL'd rate laid over a throttle declared without a key, kept on its one bucket
+-- (gate_key ''), reverting by itself once override_expires_at passes (each admission and
+-- release compares it with now). A throttle with a key has a bucket per key and none
+-- to override (HR007), as for activity rate limits (flow_rate_limits.sql).
+
+-- The declared throttle of a workflow that an override may target, its bucket made
+-- if none is yet; HR002 (no throttle declared) or HR007 (a per-key throttle).
+CREATE OR REPLACE FUNCTION harvest._throttle_override_spec(p_workflow_name text)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_spec jsonb;
+BEGIN
+    SELECT p.policy -> 'throttle' INTO v_spec FROM harvest.flow_policies AS p
+    WHERE p.kind = 'workflow' AND p.name = p_workflow_name;
+    IF v_spec IS NULL THEN
+        RAISE EXCEPTION 'workflow % declares no start throttle', p_workflow_name USING ERRCODE = 'HR002',
+            HINT = 'declare @workflow(throttle=Throttle(rps=...)) and start a worker for it';
+    END IF;
+    IF v_spec ->> 'key' IS NOT NULL THEN
+        RAISE EXCEPTION 'workflow % declares a per-key start throttle (key %): there is no single bucket '
+            'to override', p_workflow_name, v_spec ->> 'key' USING ERRCODE = 'HR007',
+            HINT = 'pacing overrides apply to throttles declared without a key';
+    END IF;
+    INSERT INTO harvest.start_throttle_buckets (workflow_name, gate_key, tokens, refilled_at)
+    VALUES (p_workflow_name, '', greatest(coalesce((v_spec ->> 'burst')::double precision, 1), 1), harvest.now())
+    ON CONFLICT (workflow_name, gate_key) DO NOTHING;
+    RETURN v_spec;
+END;
+$$;
+
+-- A workflow's declared start throttle and its live override (an expired one reads NULL).
+CREATE OR REPLACE FUNCTION harvest.get_start_throttle(p_workflow_name text)
+RETURNS TABLE (
+    workflow_name text, rps double precision, burst double precision,
+    override_rps double precision, override_burst double precision, override_expires_at timestamptz
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT p.name, (p.policy #>> '{throttle,rps}')::double precision,
+           greatest(coalesce((p.policy #>> '{throttle,burst}')::double precision, 1), 1),
+           CASE WHEN b.override_expires_at > harvest.now() THEN b.override_rps END,
+           CASE WHEN b.override_expires_at > harvest.now() THEN b.override_burst END,
+           CASE WHEN b.override_expires_at > harvest.now() THEN b.override_expires_at END
+    FROM harvest.flow_policies AS p
+    LEFT JOIN harvest.start_throttle_buckets AS b ON b.workflow_name = p.name AND b.gate_key = ''
+    WHERE p.kind = 'workflow' AND p.name = p_workflow_name AND p.policy ? 'throttle';
+$$;
+
+-- Lay a temporary pacing override on a workflow's start throttle; it reverts by itself
+-- after p_ttl_secs. Starts queued behind the throttle are released at the new rate.
+CREATE OR REPLACE FUNCTION harvest.set_start_throttle_override(
+    p_workflow_name text, p_rps double precision, p_burst double precision DEFAULT NULL,
+    p_ttl_secs double precision DEFAULT 3600, p_operator_id text DEFAULT NULL
+)
+RETURNS TABLE (
+    workflow_name text, rps double precision, burst double precision,
+    override_rps double precision, override_burst double precision, override_expires_at timestamptz
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_rps IS NULL OR p_rps <= 0 OR p_burst < 1 OR p_ttl_secs IS NULL OR p_ttl_secs <= 0 THEN
+        RAISE EXCEPTION 'override needs rps > 0, burst >= 1 and a positive ttl, got rps=% burst=% ttl=%',
+            p_rps, p_burst, p_ttl_secs USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._throttle_override_spec(p_workflow_name);
+    PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':'));
+    UPDATE harvest.start_throttle_buckets AS b
+    SET override_rps = p_rps, override_burst = greatest(coalesce(p_burst, p_rps), 1),
+        override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
+    WHERE b.workflow_name = p_workflow_name AND b.gate_key = '';
+    PERFORM harvest._audit('start_throttle.override', p_workflow_name, p_operator_id, jsonb_build_object(
+        'rps', p_rps, 'burst', greatest(coalesce(p_burst, p_rps), 1), 'ttl_secs', p_ttl_secs));
+    RETURN QUERY SELECT * FROM harvest.get_start_throttle(p_workflow_name);
+END;
+$$;
+
+-- Drop a start-throttle override now; answers whether one was live.
+CREATE OR REPLACE FUNCTION harvest.clear_start_throttle_override(
+    p_workflow_name text, p_operator_id text DEFAULT NULL
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_live boolean;
+BEGIN
+    PERFORM harvest._throttle_override_spec(p_workflow_name);
+    PERFORM pg_advisory_xact_lock(hashtext('harvest.start_gate:' || p_workflow_name || ':'));
+    SELECT b.override_expires_at > harvest.now() INTO v_live FROM harvest.start_throttle_buckets AS b
+    WHERE b.workflow_name = p_workflow_name AND b.gate_key = '';
+    UPDATE harvest.start_throttle_buckets AS b
+    SET override_rps = NULL, override_burst = NULL, override_expires_at = NULL
+    WHERE b.workflow_name = p_workflow_name AND b.gate_key = '';
+    PERFORM harvest._audit('start_throttle.clear_override', p_workflow_name, p_operator_id,
+                           jsonb_build_object('was_live', coalesce(v_live, false)));
+    RETURN coalesce(v_live, false);
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.release_pending_starts IS
 'Start the due debounce and batch starts and as many throttled starts as each bucket''s tokens allow (FIFO), '
@@ -303,3 +410,12 @@ COMMENT ON FUNCTION harvest.release_pending_starts IS
 COMMENT ON FUNCTION harvest.list_pending_starts IS
 'Deferred starts, one row per pending throttled start or collapsed debounce or batch burst. For operators (role '
 'harvest_reader).';
+COMMENT ON FUNCTION harvest.get_start_throttle IS
+'A workflow''s declared start throttle (rps, burst) and its live pacing override (an expired one reads NULL). '
+'For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.set_start_throttle_override IS
+'Lay a temporary rate (rps, burst) over a workflow''s start throttle, reverting by itself after p_ttl_secs; '
+'audited; HR002 without a throttle, HR007 for a per-key one. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.clear_start_throttle_override IS
+'Drop a workflow''s start-throttle override now, audited; returns whether one was live. For admins (role '
+'harvest_admin).';

@@ -132,7 +132,7 @@ BEGIN
         v_error := nullif(v_done -> 'failure', 'null'::jsonb);
         v_status := CASE WHEN v_error IS NULL THEN 'completed' ELSE 'failed' END;
     ELSIF coalesce(v_accepted, false) THEN
-        IF v_execution.status = 'RUNNING' THEN
+        IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
             v_status := 'accepted';
         ELSE
             v_status := 'failed';
@@ -140,6 +140,10 @@ BEGIN
                 'details', NULL, 'message', format('the run ended %s before update %s completed',
                                                    v_execution.status, v_update_id));
         END IF;
+    ELSIF v_execution.status = 'PAUSED' THEN
+        RAISE EXCEPTION 'cannot update execution %: it is PAUSED, resume it first (an update needs the workflow to run)',
+            p_execution_id USING ERRCODE = 'HR023',
+            HINT = 'resume it first (harvest workflow resume, harvest.resume_workflow)';
     ELSIF v_execution.status <> 'RUNNING' THEN
         RAISE EXCEPTION 'cannot update execution %: it is already %', p_execution_id, v_execution.status
             USING ERRCODE = 'HR005', HINT = 'update_with_start starts a new run when none is running';
@@ -310,7 +314,7 @@ BEGIN
     IF v_request.kind <> 'update' THEN
         RAISE EXCEPTION 'request % is a query, not an update', p_request_id USING ERRCODE = 'HR001';
     END IF;
-    IF v_execution.status <> 'RUNNING' THEN
+    IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run gets it on resume
         UPDATE harvest.query_requests AS r
         SET status = 'rejected', answered_at = harvest.now(), lease_expires_at = NULL,
             error = jsonb_build_object('error_type', 'WorkflowNotRunning', 'non_retryable', true,

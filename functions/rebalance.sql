@@ -34,11 +34,13 @@ RETURNS text[]
 LANGUAGE sql STABLE
 AS $$
     SELECT array_remove(ARRAY[
+        -- (A PAUSED run is not running: resume it, move it, pause it again.)
         CASE WHEN p_execution.status <> 'RUNNING' THEN 'not_running' END,
         -- A child's end reaches its parent through a relay on its own database.
         CASE WHEN p_execution.parent_id IS NOT NULL THEN 'has_parent' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.executions AS c
-                          WHERE c.parent_id = p_execution.id AND c.status IN ('RUNNING', 'MIGRATING', 'MIGRATED'))
+                          WHERE c.parent_id = p_execution.id
+                            AND c.status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED'))
             THEN 'open_children' END,
         -- A pending wake (signal, cancel, fired timer, activity result) or a decision
         -- in flight.
@@ -330,7 +332,7 @@ BEGIN
     END IF;
     IF EXISTS (SELECT 1 FROM harvest.executions AS e
                WHERE e.workflow_name = v_incoming.workflow_name AND e.workflow_id = v_incoming.workflow_id
-                 AND e.status IN ('RUNNING', 'MIGRATING', 'MIGRATED') AND e.id <> v_incoming.id) THEN
+                 AND e.status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED') AND e.id <> v_incoming.id) THEN
         PERFORM harvest._raise_migration('key_taken_on_target',
             format('shard %s already has a live run of %s with workflow_id "%s": execution %s cannot move there',
                    v_shard, v_incoming.workflow_name, v_incoming.workflow_id, v_incoming.id),

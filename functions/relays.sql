@@ -59,7 +59,7 @@ BEGIN
         RETURN true;
     END IF;
     DELETE FROM harvest.relays WHERE id = p_relay_id;
-    IF v_target.status <> 'RUNNING' THEN
+    IF v_target.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run records it (lifecycle.sql)
         RETURN true;
     END IF;
     IF v_relay.kind = 'child_closed' THEN
@@ -184,7 +184,7 @@ BEGIN
             execution_id := (v_run.output ->> 'continued_as_new')::uuid;
             v_hops := v_hops + 1;
         END LOOP;
-        IF v_run.status = 'RUNNING' THEN
+        IF v_run.status IN ('RUNNING', 'PAUSED') THEN
             outcome := 'found';
         ELSE
             outcome := 'not_running';
@@ -206,13 +206,13 @@ BEGIN
             SELECT e.id, e.status, e.created_at FROM harvest.executions AS e
             WHERE e.workflow_name = n.workflow_name AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
               AND NOT (e.status IN ('MIGRATED', 'MIGRATING') AND e.migrated_to_shard IS NOT NULL)
-            ORDER BY e.workflow_id, (e.status = 'RUNNING') DESC, e.created_at DESC
+            ORDER BY e.workflow_id, (e.status IN ('RUNNING', 'PAUSED')) DESC, e.created_at DESC
             LIMIT 1
         ) AS r
     LOOP
         IF v_candidate.status = 'MIGRATING' THEN
             v_moving := v_candidate.id;
-        ELSIF v_candidate.status = 'RUNNING' THEN
+        ELSIF v_candidate.status IN ('RUNNING', 'PAUSED') THEN
             v_count := v_count + 1;
             execution_id := v_candidate.id;
         ELSIF v_latest_id IS NULL OR (v_candidate.created_at, v_candidate.id) > (v_latest_at, v_latest_id) THEN
@@ -290,9 +290,9 @@ BEGIN
                 RETURN;
             END IF;
         END IF;
-        EXIT WHEN v_target.status = 'RUNNING';
+        EXIT WHEN v_target.status IN ('RUNNING', 'PAUSED');
     END LOOP;
-    IF v_target.status IS DISTINCT FROM 'RUNNING' THEN
+    IF v_target.status IS NULL OR v_target.status NOT IN ('RUNNING', 'PAUSED') THEN
         outcome := 'not_running';
         message := format('execution %s is already %s', execution_id, v_target.status);
         RETURN;
@@ -358,7 +358,7 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM harvest.executions AS e
-                   WHERE e.id = p_source_execution_id AND (e.status = 'RUNNING') IS TRUE) THEN
+                   WHERE e.id = p_source_execution_id AND (e.status IN ('RUNNING', 'PAUSED')) IS TRUE) THEN
         RETURN;
     END IF;
     IF p_outcome IN ('delivered', 'already_requested') THEN

@@ -46,7 +46,7 @@ BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
-        WHERE e.status <> 'RUNNING' AND e.completed_at < harvest.now() - v_config.max_age;
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest.now() - v_config.max_age;
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
@@ -100,7 +100,7 @@ BEGIN
     v_cutoff := harvest.now() - v_max_age;
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
-        WHERE e.status <> 'RUNNING' AND e.completed_at < v_cutoff
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
         ORDER BY e.completed_at
         LIMIT v_batch
         FOR UPDATE SKIP LOCKED
@@ -111,12 +111,12 @@ BEGIN
         DELETE FROM harvest.relays AS r
         WHERE r.target_execution_id = ANY(v_ids) AND r.source_execution_id IS NULL;
         -- The status re-check guards against a row that changed under us.
-        DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status <> 'RUNNING';
+        DELETE FROM harvest.executions AS e WHERE e.id = ANY(v_ids) AND e.status NOT IN ('RUNNING', 'PAUSED');
     END IF;
     -- Receipts of relays applied for other shards (relays.sql) past the window.
     DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
     SELECT count(*) INTO v_remaining FROM harvest.executions AS e
-    WHERE e.status <> 'RUNNING' AND e.completed_at < v_cutoff;
+    WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff;
     UPDATE harvest.retention_config
     SET last_run_at = harvest.now(), last_run_deleted = coalesce(cardinality(v_ids), 0)
     WHERE id;

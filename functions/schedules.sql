@@ -221,7 +221,7 @@ AS $$
     SELECT count(*)::integer
     FROM harvest.schedule_firings AS f
     JOIN harvest.executions AS e
-      ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id AND e.status = 'RUNNING'
+      ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id AND e.status IN ('RUNNING', 'PAUSED')
     WHERE f.schedule_id = p_schedule.id AND f.status = 'started';
 $$;
 
@@ -355,7 +355,7 @@ BEGIN
             SELECT e.id FROM harvest.schedule_firings AS f
             JOIN harvest.executions AS e
               ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-             AND e.status = 'RUNNING'
+             AND e.status IN ('RUNNING', 'PAUSED')
             WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
             ORDER BY e.created_at
         LOOP
@@ -394,7 +394,7 @@ BEGIN
         WHERE f.schedule_id = p_schedule.id AND f.slot_at < v_keep_from AND f.status <> 'buffered'
           AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
                           WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-                            AND e.status = 'RUNNING');
+                            AND e.status IN ('RUNNING', 'PAUSED'));
     END IF;
     SELECT m.id INTO v_miss_from FROM harvest.schedule_misses AS m
     WHERE m.schedule_id = p_schedule.id ORDER BY m.id DESC OFFSET 999 LIMIT 1;

@@ -66,13 +66,15 @@ AS $$
                         'heartbeat_partitions',
                         'claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
-                        'cancel_cross_shard_child')
+                        'cancel_cross_shard_child', 'detach_activity')
             THEN 'harvest_worker'
         WHEN p_name IN ('declare_schedules', 'list_due_schedules', 'fire_schedule', 'start_buffered_firings')
             THEN 'harvest_worker'
         WHEN p_name IN ('list_schedules', 'get_schedule', 'count_schedule_misses') THEN 'harvest_reader'
         WHEN p_name IN ('create_schedule', 'update_schedule', 'delete_schedule', 'pause_schedule', 'resume_schedule',
                         'trigger_schedule', 'backfill_schedule') THEN 'harvest_operator'
+        WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
+            THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',
@@ -84,7 +86,7 @@ AS $$
         WHEN p_name IN ('get_execution', 'list_executions', 'count_executions', 'get_execution_stack', 'list_children',
                         'list_dead_letters', 'get_dead_letter', 'count_dead_letters', 'list_workers',
                         'get_worker', 'get_worker_health', 'preview_drain', 'get_retention_status',
-                        'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'count_versions',
+                        'list_audit_log', 'list_concurrency_keys', 'get_rate_limit', 'get_start_throttle', 'count_versions',
                         'quota_usage', 'list_mutexes', 'list_pending_starts', 'count_usage', 'get_shard_health',
                         'list_partition_owners', 'list_dags', 'list_dag_runs', 'get_dag_run',
                         'authenticate_api_token', 'list_events', 'get_event_horizon', 'heartbeat_event_stream',
@@ -93,7 +95,7 @@ AS $$
         WHEN p_name IN ('start_workflow', 'start_workflows', 'signal_with_start', 'signal_workflow',
                         'cancel_workflow',
                         'replay_dead_letter', 'replay_dead_letters', 'request_query', 'request_update',
-                        'update_with_start', 'get_query_request',
+                        'update_with_start', 'get_query_request', 'pause_workflow', 'resume_workflow',
                         'trigger_dag', 'retry_dag_run', 'pause_dag', 'unpause_dag') THEN 'harvest_operator'
         ELSE 'harvest_admin'
     END;

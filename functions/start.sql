@@ -243,7 +243,7 @@ LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE
         WHEN p_prior_status IS NULL THEN 'start'
-        WHEN p_prior_status = 'RUNNING' THEN CASE p_conflict_policy
+        WHEN p_prior_status IN ('RUNNING', 'PAUSED') THEN CASE p_conflict_policy
             WHEN 'use_existing' THEN 'attach'
             WHEN 'fail' THEN 'reject'
             WHEN 'terminate_existing' THEN 'replace'
@@ -290,7 +290,7 @@ BEGIN
     SELECT * INTO v_prior FROM harvest.executions AS e
     WHERE e.workflow_name = p_workflow_name
       AND e.workflow_id BETWEEN p_workflow_id AND p_workflow_id
-    ORDER BY e.workflow_id, (e.status IN ('RUNNING', 'MIGRATING', 'MIGRATED')) DESC, e.created_at DESC
+    ORDER BY e.workflow_id, (e.status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED')) DESC, e.created_at DESC
     LIMIT 1
     FOR UPDATE;
     IF NOT FOUND THEN

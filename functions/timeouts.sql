@@ -52,7 +52,8 @@ BEGIN
         ELSIF v_task.status = 'running' AND v_task.lease_expires_at < v_now THEN
             IF v_task.kind = 'workflow' THEN
                 UPDATE harvest.tasks
-                SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = v_now
+                SET status = CASE WHEN v_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
+                    lease_owner = NULL, lease_expires_at = NULL, due_at = v_now
                 WHERE id = v_task.id;
                 PERFORM harvest._notify_queue(v_task.queue);
                 RETURN QUERY SELECT v_task.id, v_task.kind, 'released'::text;
@@ -68,7 +69,7 @@ BEGIN
                 RETURN QUERY SELECT v_task.id, v_task.kind, harvest._fail_activity_attempt(v_execution, v_task,
                     jsonb_build_object('error_type', v_error_type, 'non_retryable', false,
                         'message', 'attempt ' || v_task.attempt || ' of ' || v_task.activity_name
-                                   || ' held by ' || coalesce(v_task.lease_owner, '?')
+                                   || ' held by ' || coalesce(v_task.lease_owner, 'its task token (completed elsewhere)')
                                    || ' timed out (' || v_error_type || ')',
                         'details', NULL));
             END IF;

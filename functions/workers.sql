@@ -61,9 +61,18 @@ DECLARE
     v_count integer;
     v_queues text[];
 BEGIN
+    -- The runs first, in id order (the execution-then-task lock order): a pause
+    -- (lifecycle.sql) cannot slip between the read of a run's status and the release.
+    PERFORM 1 FROM harvest.executions AS e
+    WHERE e.id IN (SELECT t.execution_id FROM harvest.tasks AS t
+                   WHERE t.status = 'running' AND t.lease_owner = p_worker_id
+                     AND (p_task_ids IS NULL OR t.id = ANY(p_task_ids)))
+    ORDER BY e.id
+    FOR SHARE;
     WITH released AS (
         UPDATE harvest.tasks AS t
-        SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now(),
+        SET status = harvest._queued_status(t.execution_id),
+            lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now(),
             attempt = CASE WHEN t.kind = 'activity' THEN greatest(t.attempt - 1, 0) ELSE t.attempt END
         WHERE t.status = 'running' AND t.lease_owner = p_worker_id
           AND (p_task_ids IS NULL OR t.id = ANY(p_task_ids))
@@ -126,16 +135,24 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_queue text;
+    v_status text;
 BEGIN
+    -- The run first (see release_worker_tasks).
+    PERFORM 1 FROM harvest.executions AS e
+    WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id)
+    FOR SHARE;
     UPDATE harvest.tasks AS t
-    SET status = 'pending', lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now(),
+    SET status = harvest._queued_status(t.execution_id),
+        lease_owner = NULL, lease_expires_at = NULL, due_at = harvest.now(),
         attempt = CASE WHEN t.kind = 'activity' THEN greatest(t.attempt - 1, 0) ELSE t.attempt END
     WHERE t.id = p_task_id AND t.status = 'running' AND t.fencing_token = p_fencing_token
-    RETURNING t.queue INTO v_queue;
+    RETURNING t.queue, t.status INTO v_queue, v_status;
     IF v_queue IS NULL THEN
         RETURN false;
     END IF;
-    PERFORM harvest._notify_queue(v_queue);
+    IF v_status = 'pending' THEN
+        PERFORM harvest._notify_queue(v_queue);
+    END IF;
     RETURN true;
 END;
 $$;

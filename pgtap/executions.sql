@@ -104,7 +104,7 @@ SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_w
 SELECT is((SELECT count(*) FROM harvest.list_executions(p_status => 'completed,running',
            p_workflow_name => 'op_wf')), 5::bigint, 'states are case-insensitive and comma-separated');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_status => 'DONE')$$, 'HR001',
-                 'unknown state "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
+                 'unknown state "DONE": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
                  'CONTINUED_AS_NEW, MIGRATING or MIGRATED (comma-separated for several)', 'an unknown state is refused, not matched against nothing');
 SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_search_attributes => ARRAY['tenant'])$$, 'HR001',
                  'search attribute filter "tenant" is malformed', 'a filter without an operator is refused');
@@ -263,7 +263,7 @@ SELECT is_empty($$SELECT * FROM harvest.list_children(pg_temp.run('lc_a1'))$$, '
 SELECT is_empty($$SELECT * FROM harvest.list_children('00000000-0000-4000-8000-00000000abcd')$$,
                 'an unknown execution has no children');
 SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), 'DONE')$$, 'HR001',
-                 'unknown status "DONE": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
+                 'unknown status "DONE": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
                  'CONTINUED_AS_NEW, MIGRATING or MIGRATED', 'an unknown status: HR001 naming it');
 SELECT throws_ok($$SELECT * FROM harvest.list_children(pg_temp.run('lc_root'), NULL, 0)$$, 'HR001',
                  'depth 0 is out of range 1..100', 'depth 0: HR001');
@@ -278,7 +278,7 @@ ROLLBACK;
 -- harvest.count_versions: which recorded versions of a ctx.version() gate runs still use.
 -- Runs of ver_wf with workflow id <key> on queue vq_<key>.
 BEGIN;
-SELECT plan(24);
+SELECT plan(28);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- Change vc: v1a (running, 1), v2a and v2b (running, 2), v2done (completed, 2),
@@ -330,6 +330,14 @@ SELECT results_eq(
     $$SELECT version, state_group, executions, sample_execution_ids FROM harvest.count_versions('other')$$,
     $$VALUES (7, 'active'::text, 1::bigint, pg_temp.samples('v1a'))$$, 'each change id is counted on its own');
 SELECT is_empty($$SELECT * FROM harvest.count_versions('never', NULL, 'all')$$, 'an unknown change id: no rows');
+SELECT is_empty($$SELECT * FROM harvest.count_versions('vc', NULL, 'all', 'another_wf')$$,
+                'a workflow_name filter: no run of another workflow recorded it');
+SELECT results_eq($$SELECT version, executions FROM harvest.count_versions('vc', 1, 'active', 'ver_wf')$$,
+                  $$VALUES (1, 1::bigint)$$, 'a workflow_name filter keeps that workflow''s runs');
+SELECT lives_ok($$SELECT harvest.pause_workflow(pg_temp.run('v1a'))$$, 'setup: v1a paused');
+SELECT results_eq($$SELECT version, state_group, executions FROM harvest.count_versions('vc', 1, 'all')$$,
+                  $$VALUES (1, 'active'::text, 1::bigint), (1, 'terminal', 1)$$,
+                  'a paused run counts as active');
 SELECT lives_ok($$SELECT pg_temp.start_run('many' || n, 'ver_wf', 'vq_many' || n) FROM generate_series(1, 6) AS n$$, 'setup: six more runs');
 SELECT lives_ok($$SELECT pg_temp.decide('many' || n, jsonb_build_array(pg_temp.version_marker(1, 'vc', 5)))
                   FROM generate_series(1, 6) AS n$$, 'setup: each records vc=5');

@@ -1,13 +1,17 @@
 -- functions/flow_throttle.sql: harvest._check_start_gates, harvest._throttle_take, harvest._start_gate,
 -- harvest._release_pending_start, harvest._try_release_pending_start, harvest.release_pending_starts,
--- harvest.list_pending_starts, and the gates in start_workflow.
+-- harvest.list_pending_starts, the gates in start_workflow, and the pacing override:
+-- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
+-- harvest.clear_start_throttle_override.
 BEGIN;
-SELECT plan(25);
+SELECT plan(38);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
     "wf_d": {"debounce": {"key": "input.doc", "quiet_secs": 5, "max_wait_secs": 12}},
-    "wf_b": {"batch": {"key": null, "max_size": 3, "window_secs": 10}}}}');
+    "wf_b": {"batch": {"key": null, "max_size": 3, "window_secs": 10}},
+    "wf_o": {"throttle": {"rps": 1, "burst": 1}},
+    "wf_k": {"throttle": {"rps": 1, "burst": 1, "key": "input.tenant"}}}}');
 
 -- _check_start_gates
 SELECT throws_ok($$SELECT harvest._check_start_gates('x', '{"throttle": {"rps": 1}, "debounce": {"quiet_secs": 1}}')$$,
@@ -78,5 +82,38 @@ SELECT results_eq($$SELECT action, execution_id IS NULL FROM harvest._start_gate
     $$VALUES ('deferred'::text, true)$$, '_start_gate(): a batch start is deferred');
 SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE parent_id IS NULL AND workflow_name = 'wf_b'), 2,
           'nothing else started');
+-- pacing override of a start throttle
+SELECT set_config('harvest.fake_now', '2030-01-03 00:00:00+00', true);
+SELECT results_eq($$SELECT workflow_name, rps, burst, override_rps FROM harvest.get_start_throttle('wf_o')$$,
+    $$VALUES ('wf_o'::text, 1::double precision, 1::double precision, NULL::double precision)$$,
+    'get_start_throttle(): the declared rate, no override');
+SELECT is_empty($$SELECT * FROM harvest.get_start_throttle('wf_d')$$, 'get_start_throttle(): nothing for a workflow without one');
+SELECT throws_ok($$SELECT * FROM harvest.set_start_throttle_override('wf_d', 5)$$, 'HR002', NULL,
+                 'set_start_throttle_override(): HR002 for a workflow with no throttle');
+SELECT throws_ok($$SELECT * FROM harvest.set_start_throttle_override('wf_k', 5)$$, 'HR007', NULL,
+                 'set_start_throttle_override(): HR007 for a per-key throttle (no single bucket)');
+SELECT throws_ok($$SELECT harvest._throttle_override_spec('wf_k')$$, 'HR007', NULL,
+                 '_throttle_override_spec() refuses a per-key throttle');
+SELECT throws_ok($$SELECT * FROM harvest.set_start_throttle_override('wf_o', 0)$$, 'HR001', NULL,
+                 'set_start_throttle_override(): rps must be positive');
+SELECT is((SELECT count(*)::integer FROM generate_series(1, 3) AS n,
+           LATERAL harvest.start_workflow('wf_o', '[]', 'o' || n, 'oq') AS s WHERE s.status = 'DEFERRED'), 2,
+          'at 1 rps, burst 1: one of three starts runs, two are deferred');
+SELECT results_eq(
+    $$SELECT override_rps, override_burst, override_expires_at
+      FROM harvest.set_start_throttle_override('wf_o', 10, 5, 60, 'oncall-ann')$$,
+    $$VALUES (10::double precision, 5::double precision, '2030-01-03 00:01:00+00'::timestamptz)$$,
+    'set_start_throttle_override(): 10 rps, burst 5, for 60 s');
+SELECT results_eq($$SELECT operation, target, operator_id FROM harvest.audit_log ORDER BY id DESC LIMIT 1$$,
+    $$VALUES ('start_throttle.override'::text, 'wf_o'::text, 'oncall-ann'::text)$$, 'the override is audited');
+SELECT set_config('harvest.fake_now', '2030-01-03 00:00:00.2+00', true);
+SELECT harvest.release_pending_starts();
+SELECT is((SELECT count(*)::integer FROM harvest.list_pending_starts('wf_o')), 0,
+          'a fifth of a second at 10 rps releases both deferred starts');
+SELECT set_config('harvest.fake_now', '2030-01-03 00:01:01+00', true);
+SELECT is((SELECT override_rps FROM harvest.get_start_throttle('wf_o')), NULL, 'the override expires by itself');
+SELECT is(harvest.clear_start_throttle_override('wf_o'), false, 'clear_start_throttle_override(): none was live');
+SELECT * FROM harvest.set_start_throttle_override('wf_o', 3);
+SELECT is(harvest.clear_start_throttle_override('wf_o', 'bob'), true, 'clear_start_throttle_override(): a live one');
 SELECT * FROM finish();
 ROLLBACK;

@@ -23,8 +23,8 @@ CREATE TABLE harvest.events (
         'TimerCancelled', 'TimerFired', 'TimerStarted',
         'UpdateAccepted', 'UpdateCompleted',
         'WorkflowCancelRequested', 'WorkflowCancelled', 'WorkflowCompleted',
-        'WorkflowContinuedAsNew', 'WorkflowFailed', 'WorkflowResetFork',
-        'WorkflowStarted', 'WorkflowTaskCompleted', 'WorkflowTerminated',
+        'WorkflowContinuedAsNew', 'WorkflowFailed', 'WorkflowPaused', 'WorkflowResetFork',
+        'WorkflowResumed', 'WorkflowStarted', 'WorkflowTaskCompleted', 'WorkflowTerminated',
         'WorkflowTimedOut'
     )),
     CONSTRAINT events_execution_fkey FOREIGN KEY (execution_id)

@@ -45,7 +45,7 @@ CREATE TABLE harvest.executions (
     CONSTRAINT executions_pkey PRIMARY KEY (id),
     CONSTRAINT executions_status_check CHECK (status IN (
         'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
-        'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED'
+        'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED', 'PAUSED'
     )),
     CONSTRAINT executions_search_attributes_object CHECK (
         jsonb_typeof(search_attributes) = 'object'
@@ -60,12 +60,13 @@ CREATE TABLE harvest.executions (
 );
 
 -- One live run per business key; terminal runs keep their rows for history. A
+-- PAUSED run is live (functions/lifecycle.sql). A
 -- MIGRATED seal and a MIGRATING staged copy hold the key too: the key still hashes
 -- to the seal's shard, so a later start there must find it and not start a second
 -- live run beside the moved one (functions/rebalance.sql).
 CREATE UNIQUE INDEX executions_active_workflow_id
 ON harvest.executions (workflow_name, workflow_id)
-WHERE status IN ('RUNNING', 'MIGRATING', 'MIGRATED');
+WHERE status IN ('RUNNING', 'PAUSED', 'MIGRATING', 'MIGRATED');
 
 CREATE INDEX executions_workflow_id_latest
 ON harvest.executions (workflow_name, workflow_id, created_at DESC);
@@ -93,10 +94,10 @@ CREATE INDEX executions_completed
 ON harvest.executions (completed_at)
 WHERE status <> 'RUNNING';
 
--- The supersede scan: non-terminal runs of one workflow type and key, oldest first.
+-- The supersede scan: non-terminal runs (paused ones too) of one workflow type and key, oldest first.
 CREATE INDEX executions_concurrency_key
 ON harvest.executions (workflow_name, concurrency_key, created_at)
-WHERE status = 'RUNNING' AND concurrency_key IS NOT NULL;
+WHERE status IN ('RUNNING', 'PAUSED') AND concurrency_key IS NOT NULL;
 
 -- Quota usage per key.
 CREATE INDEX executions_quota_key

@@ -123,12 +123,17 @@ ON harvest.pending_starts (workflow_name, gate_key, id)
 WHERE kind = 'throttle';
 
 -- Token buckets of the start throttle, one per (workflow_name, gate_key); the
--- rate and burst are read from the declared policy when the bucket is used.
+-- rate and burst are read from the declared policy when the bucket is used, or
+-- from a live pacing override (override_expires_at in the future) of a throttle
+-- declared without a key (functions/flow_throttle.sql).
 CREATE TABLE harvest.start_throttle_buckets (
     workflow_name text NOT NULL,
     gate_key text NOT NULL,
     tokens double precision NOT NULL,
     refilled_at timestamptz NOT NULL,
+    override_rps double precision,
+    override_burst double precision,
+    override_expires_at timestamptz,
     CONSTRAINT start_throttle_buckets_pkey PRIMARY KEY (workflow_name, gate_key)
 );
 

@@ -1,4 +1,5 @@
 -- The task queue: workflow tasks, activity tasks and timers, claimed with SKIP LOCKED.
+-- A PAUSED run's tasks that no worker holds wait in status 'paused' (functions/lifecycle.sql).
 -- A finished task is deleted, so the claimable index stays as small as the backlog.
 
 CREATE TABLE harvest.tasks (
@@ -38,7 +39,7 @@ CREATE TABLE harvest.tasks (
     fairness_key text,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),
     CONSTRAINT tasks_kind_check CHECK (kind IN ('workflow', 'activity', 'timer')),
-    CONSTRAINT tasks_status_check CHECK (status IN ('pending', 'running')),
+    CONSTRAINT tasks_status_check CHECK (status IN ('pending', 'running', 'paused')),
     CONSTRAINT tasks_concurrency_limit_check CHECK (concurrency_limit IS NULL OR concurrency_limit >= 1),
     CONSTRAINT tasks_priority_aging_secs_check CHECK (priority_aging_secs IS NULL OR priority_aging_secs > 0),
     CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)
@@ -50,10 +51,10 @@ CREATE INDEX tasks_claimable
 ON harvest.tasks (queue, priority DESC, due_at, id)
 WHERE status = 'pending' AND kind <> 'timer';
 
--- Timers fire by due time.
+-- Timers fire by due time; a paused run's timers (status 'paused') wait for its resume.
 CREATE INDEX tasks_timers_due
 ON harvest.tasks (due_at)
-WHERE kind = 'timer';
+WHERE kind = 'timer' AND status = 'pending';
 
 -- The timeout scanner: running tasks by lease expiry.
 CREATE INDEX tasks_running_lease

@@ -21,9 +21,9 @@ FOR EACH ROW
 WHEN (new.kind = 'activity' AND new.options ?| ARRAY['concurrency_key', 'rate_limit'])
 EXECUTE FUNCTION harvest._tasks_flow_columns();
 
--- A run leaving RUNNING (any path: completion, failure, cancel, terminate,
--- timeout, reset, supersede) gives back its workflow slot and its mutexes in
--- the same transaction.
+-- A run ending (any path: completion, failure, cancel, terminate, timeout,
+-- reset, supersede) gives back its workflow slot and its mutexes in the same
+-- transaction. Pausing is not ending: a PAUSED run keeps them.
 CREATE FUNCTION harvest._executions_flow_release()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -37,7 +37,7 @@ $$;
 CREATE TRIGGER executions_flow_release
 AFTER UPDATE OF status ON harvest.executions
 FOR EACH ROW
-WHEN (old.status = 'RUNNING' AND new.status <> 'RUNNING')
+WHEN (old.status IN ('RUNNING', 'PAUSED') AND new.status NOT IN ('RUNNING', 'PAUSED'))
 EXECUTE FUNCTION harvest._executions_flow_release();
 
 -- Mutex markers (record_marker kind mutex_acquire / mutex_release) take effect

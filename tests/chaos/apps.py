@@ -291,3 +291,23 @@ async def wf_ext_sender(ctx, target: str, hold: bool) -> str:
 
 
 app = App(workflows=[*app.workflows.values(), wf_ext_sender], activities=list(app.activities.values()))
+
+
+# ---------------------------------------------------------------------- completed elsewhere (task token)
+@activity(start_to_close=60, retry=FAST_RETRY)
+async def external_step(ctx, tag: str) -> str:
+    """Leaves its result to whoever holds its task token: the token is the run's ``mode`` in
+    chaos_runs, where the test reads it."""
+    await _record_start(ctx, "external", ctx.task_token)
+    raise ctx.complete_async()
+
+
+@workflow
+async def wf_external(ctx, tag: str) -> str:
+    got = await ctx.execute_activity(external_step, tag)
+    return f"{tag}:{got}"
+
+
+app = App(
+    workflows=[*app.workflows.values(), wf_external], activities=[*app.activities.values(), external_step]
+)

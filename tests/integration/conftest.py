@@ -48,13 +48,14 @@ class RunningWorker:
 
 @pytest.fixture
 def start_worker(db: str) -> Iterator:
-    """start_worker(app, **worker_options) -> RunningWorker, stopped after the test."""
+    """start_worker(app, dsn=None, **worker_options) -> RunningWorker, stopped after the test
+    (``dsn``: another URL of the test database, e.g. one on the engine's test clock)."""
     running: list[RunningWorker] = []
 
-    def start(app: App, **options) -> RunningWorker:
+    def start(app: App, dsn: str | None = None, **options) -> RunningWorker:
         options.setdefault("poll_interval", 0.5)
         options.setdefault("scan_interval", 0.2)
-        worker = RunningWorker(Worker(app, db, **options)).start()
+        worker = RunningWorker(Worker(app, dsn or db, **options)).start()
         running.append(worker)
         return worker
 

@@ -103,8 +103,8 @@ def test_replay_of_a_file_that_is_not_a_history_is_one_line(tmp_path: Path, cont
         (
             ["workflow", "list", "--state", "BOGUS"],
             (
-                'unknown state "BOGUS": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT,'
-                " CONTINUED_AS_NEW, MIGRATING or MIGRATED"
+                'unknown state "BOGUS": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED,'
+                " TIMED_OUT, CONTINUED_AS_NEW, MIGRATING or MIGRATED"
             ),
         ),
         (

@@ -31,6 +31,7 @@ VERBS = {
     "create",  # create_api_token
     "declare",
     "deliver",
+    "detach",  # detach_activity: the worker lets go of an activity completed by task token
     "discard",
     "drain",
     "expire",
@@ -46,6 +47,7 @@ VERBS = {
     "reset",
     "retry",  # retry_dag_run: a new run from a failed one's failed tasks
     "revoke",  # revoke_api_token
+    "resume",
     "run",
     "set",
     "signal",
@@ -62,7 +64,6 @@ VERBS = {
     "backfill",
     "delete",
     "fire",
-    "resume",
 }
 # Scalars are named for their value, like PostgreSQL's now() ("Scalars are named for their value").
 SCALARS = {

@@ -133,6 +133,7 @@ def _reads_config_first(command: click.Command) -> None:
 
 def _register() -> None:
     from harvest.cli import (
+        activity,
         audit,
         concurrency,
         dag,
@@ -148,6 +149,7 @@ def _register() -> None:
         retention,
         schedule,
         shard,
+        throttle,
         token,
         usage,
         worker,
@@ -177,6 +179,8 @@ def _register() -> None:
     main.add_command(schedule.schedule)
     main.add_command(token.token)
     main.add_command(events.events)
+    main.add_command(activity.activity)
+    main.add_command(throttle.throttle)
     _reads_config_first(main)
 
 

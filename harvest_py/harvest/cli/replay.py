@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from harvest.cli.output import cli_config, cli_dsn, output_option
-from harvest.cli.shards import each_shard
+from harvest.cli.output import cli_config, output_option
+from harvest.cli.shards import each_shard, shard_api
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
@@ -106,30 +106,57 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     is_flag=True,
     help="Exit 1 while any active run recorded the version (safe to delete the branch at 0).",
 )
+@click.option("--workflow-name", default=None, help="Only runs of this workflow.")
+@click.option(
+    "--shard-id",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Only this shard (default: every configured shard; with no [shards], the one database).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @output_option
 def version_usage(
-    change_id: str, version: int | None, state_group: str, guard: bool, database_url: str | None, output: str
+    change_id: str,
+    version: int | None,
+    state_group: str,
+    guard: bool,
+    workflow_name: str | None,
+    shard_id: int | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
-    """Which recorded versions of a ctx.version() gate are still in use (read-only)."""
-    from harvest.client import Client
-
+    """Which recorded versions of a ctx.version() gate are still in use (read-only). The JSON's
+    status is complete, no_matches (every shard read, no run recorded it), partial or
+    unavailable (a shard could not be read: exit 1, never a false zero)."""
     group = "active" if guard else state_group
-    extra: dict = {}
-    if shards_configured(cli_config()):
-        fan = each_shard(
-            database_url, lambda api: api.count_versions(change_id, version, group), none_is_error=False
-        )
-        rows = _summed_versions(fan.results)
-        status = NO_MATCHES if fan.status == COMPLETE and not rows else fan.status
-        extra = {"status": status, "unavailable_shards": fan.unavailable_shards}
+
+    def count(api) -> list[dict]:
+        return api.count_versions(change_id, version, group, workflow_name)
+
+    if shard_id is not None:
+        with shard_api(database_url, shard_id, read_only=True) as api:
+            rows, unavailable, status = count(api), [], COMPLETE
+    elif shards_configured(cli_config()):
+        fan = each_shard(database_url, count, none_is_error=False)
+        rows, unavailable, status = _summed_versions(fan.results), fan.unavailable_shards, fan.status
     else:
-        with Client(cli_dsn(database_url)) as client, client.sql() as sql:
-            rows = sql.count_versions(change_id, version, group)
+        with shard_api(database_url, None, read_only=True) as api:
+            rows, unavailable, status = count(api), [], COMPLETE
+    if status == COMPLETE and not rows:
+        status = NO_MATCHES
+    extra = {"status": status, "unavailable_shards": unavailable}
     if output == "json":
         click.echo(
             json.dumps(
-                {"change_id": change_id, "version": version, "state_group": group, "usage": rows, **extra},
+                {
+                    "change_id": change_id,
+                    "version": version,
+                    "state_group": group,
+                    "workflow_name": workflow_name,
+                    "shard_id": shard_id,
+                    "usage": rows,
+                    **extra,
+                },
                 default=str,
             )
         )

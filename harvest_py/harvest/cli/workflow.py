@@ -260,7 +260,7 @@ CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%
     "--status",
     "state",
     default=None,
-    help="RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
+    help="RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, "
     "CONTINUED_AS_NEW, MIGRATING, MIGRATED (comma-separated for several).",
 )
 @click.option("--workflow-name", default=None)
@@ -406,6 +406,42 @@ def cancel(execution_id, reason, database_url, output) -> None:
     )
 
 
+@workflow.command("pause")
+@click.argument("execution_id")
+@click.option("--reason", default=None, help="Why (kept in the history and the audit log).")
+@click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
+@database_url_option
+@output_option
+def pause(execution_id, reason, operator_id, database_url, output) -> None:
+    """Pause a running execution: none of its work starts until it is resumed (docs/lifecycle.md)."""
+    paused = routed_call(
+        database_url, execution_id, lambda sql: sql.pause_workflow(execution_id, reason, operator_id)
+    )
+    emit(
+        {"execution_id": execution_id, "status": "PAUSED", "changed": paused},
+        output,
+        lambda d: f"paused {execution_id}" + ("" if paused else " (it was paused already)"),
+    )
+
+
+@workflow.command("resume")
+@click.argument("execution_id")
+@click.option("--reason", default=None, help="Why (kept in the history and the audit log).")
+@click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
+@database_url_option
+@output_option
+def resume(execution_id, reason, operator_id, database_url, output) -> None:
+    """Resume a paused execution: overdue timers fire once, kept signals arrive in order."""
+    resumed = routed_call(
+        database_url, execution_id, lambda sql: sql.resume_workflow(execution_id, reason, operator_id)
+    )
+    emit(
+        {"execution_id": execution_id, "status": "RUNNING", "changed": resumed},
+        output,
+        lambda d: f"resumed {execution_id}" + ("" if resumed else " (it was not paused)"),
+    )
+
+
 @workflow.command("stack")
 @click.argument("execution_id")
 @database_url_option
@@ -431,6 +467,15 @@ def stack(execution_id, database_url, output) -> None:
                 ],
             )
         ]
+        if d.get("paused"):
+            paused = d["paused"]
+            parts += [
+                "",
+                f"paused since {paused['since']}"
+                + (f" by {paused['operator_id']}" if paused.get("operator_id") else "")
+                + (f": {paused['reason']}" if paused.get("reason") else "")
+                + " (harvest workflow resume)",
+            ]
         if d["pending_activities"]:
             parts += [
                 "",
@@ -441,7 +486,7 @@ def stack(execution_id, database_url, output) -> None:
                 ),
             ]
         if d["timers"]:
-            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at"])]
+            parts += ["", "timers:", table(d["timers"], ["seq", "fire_at", "status"])]
         if d["children"]:
             parts += [
                 "",

@@ -25,6 +25,7 @@ from harvest.core import payload
 from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
+    ActivityFailure,
     DatabaseUnavailable,
     ExecutionMigrated,
     HarvestError,
@@ -38,6 +39,8 @@ from harvest.core.errors import (
     WorkflowTimedOut,
 )
 from harvest.core.ids import shard_of
+from harvest.core.statuses import LIVE_STATUSES
+from harvest.core.task_token import TaskToken
 from harvest.db import channels, sqlapi
 from harvest.db.connection import AsyncConnection, Connection, connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
@@ -239,7 +242,7 @@ def _result_steps(
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
         execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
-        if execution["status"] != "RUNNING":
+        if execution["status"] not in LIVE_STATUSES:  # a paused run has not ended
             try:
                 return _outcome(execution, handle.definition)
             except ExecutionMigrated:
@@ -259,6 +262,14 @@ def _result_steps(
         yield Notified(
             execution_id, _RESULT_REREAD_SECS if remaining is None else min(remaining, _RESULT_REREAD_SECS)
         )
+
+
+def _failure_report(error: BaseException | ActivityFailure) -> dict[str, Any]:
+    """An activity failure as fail_activity stores it ({error_type, message, non_retryable, details})."""
+    failure = error if isinstance(error, ActivityFailure) else ActivityFailure.from_exception(error)
+    report = failure.to_json()
+    report["details"] = payload.encode(report["details"], "details")
+    return report
 
 
 def _signal_payload(name: str, value: Any, limit: int | None) -> Any:
@@ -472,6 +483,16 @@ class WorkflowHandle(_Handle):
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
         return self._on_current(sqlapi.cancel_workflow, reason)
+
+    def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
+        """Pause the (current) run: none of its work starts until :meth:`resume`; running work
+        finishes, signals are kept (docs/lifecycle.md). False if it was paused already."""
+        return self._on_current(sqlapi.pause_workflow, reason, operator_id)
+
+    def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
+        """Resume a paused run: overdue timers fire once, kept signals arrive in order. False
+        if it was running."""
+        return self._on_current(sqlapi.resume_workflow, reason, operator_id)
 
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
@@ -771,6 +792,36 @@ class Client:
             outcome,
         )
 
+    def _by_token(self, task_token: str, fn: Any) -> Any:
+        """``fn(sql, token)`` on the shard the token's run lives on."""
+        token = TaskToken.parse(task_token)
+        target = self._target
+
+        def attempt(shard: int) -> Any:
+            with routing.api(target, shard) as sql:
+                return fn(sql, str(token))
+
+        return target.follow(token.execution_id, attempt)
+
+    def complete_activity(self, task_token: str, result: Any = None) -> str:
+        """Complete an activity left to be completed elsewhere (``raise ctx.complete_async()``)
+        by its ``ctx.task_token``: ``"completed"``, or ``"already_completed"`` for a repeat of
+        the same completion. StaleTask once the attempt timed out, was retried or failed."""
+        encoded = _checked(payload.encode(result), "the activity result", self.max_payload_bytes)
+        return self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded))
+
+    def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
+        """Fail that attempt by its task token: retried, dead-lettered or failed per the
+        activity's retry policy (returns which)."""
+        report = _failure_report(error)
+        return self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+
+    def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
+        """Heartbeat it by its task token (its heartbeat timeout still applies); True when its
+        run was asked to cancel."""
+        encoded = None if details is None else payload.encode(details)
+        return self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded))
+
     def get_handle(self, execution_id: str, workflow: Any = None) -> WorkflowHandle:
         definition = _resolve_workflow(workflow)[1] if workflow is not None else None
         return WorkflowHandle(self, execution_id, "", definition)
@@ -839,6 +890,14 @@ class AsyncWorkflowHandle(_Handle):
     async def cancel(self, reason: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.cancel`."""
         return await self._on_current(sqlapi.cancel_workflow, reason)
+
+    async def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
+        """See :meth:`WorkflowHandle.pause`."""
+        return await self._on_current(sqlapi.pause_workflow, reason, operator_id)
+
+    async def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
+        """See :meth:`WorkflowHandle.resume`."""
+        return await self._on_current(sqlapi.resume_workflow, reason, operator_id)
 
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         return await messaging.aquery(self.client, self.execution_id, name, arg, timeout, result_type)
@@ -1171,6 +1230,35 @@ class AsyncClient:
                 self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
             ),
             outcome,
+        )
+
+    async def _by_token(self, task_token: str, fn: Any) -> Any:
+        """See :meth:`Client._by_token`."""
+        token = TaskToken.parse(task_token)
+        target = self._target
+
+        async def attempt(shard: int) -> Any:
+            return await fn(target.sql(shard), str(token))
+
+        return await target.follow(token.execution_id, attempt)
+
+    async def complete_activity(self, task_token: str, result: Any = None) -> str:
+        """See :meth:`Client.complete_activity`."""
+        encoded = _checked(payload.encode(result), "the activity result", self.max_payload_bytes)
+        return await self._by_token(
+            task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
+        )
+
+    async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
+        """See :meth:`Client.fail_activity`."""
+        report = _failure_report(error)
+        return await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+
+    async def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
+        """See :meth:`Client.heartbeat_activity`."""
+        encoded = None if details is None else payload.encode(details)
+        return await self._by_token(
+            task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
         )
 
     def get_handle(self, execution_id: str, workflow: Any = None) -> AsyncWorkflowHandle:

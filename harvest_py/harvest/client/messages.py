@@ -28,6 +28,7 @@ from harvest.core.errors import (
     UpdateFailed,
     UpdateRejected,
 )
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
 from harvest.db.steps import Notified, Sql, Steps, alisten, listen
 
@@ -56,7 +57,7 @@ def _settled(row: dict[str, Any], wait: str) -> bool:
     if status in ("completed", "failed", "rejected"):
         return True
     if status == "accepted":
-        return wait == "accepted" or row["execution_status"] != "RUNNING"
+        return wait == "accepted" or row["execution_status"] not in LIVE_STATUSES
     return False
 
 
@@ -75,7 +76,7 @@ def _outcome(row: dict[str, Any], result_type: Any) -> Any:
     if status == "failed":
         cls = UpdateFailed if row["kind"] == "update" else QueryFailed
         raise cls(f"failed {message}", error.get("error_type"), error.get("details"))
-    if status == "accepted" and row["execution_status"] != "RUNNING":
+    if status == "accepted" and row["execution_status"] not in LIVE_STATUSES:
         raise UpdateFailed(
             f"update {row['name']!r} ({row['update_id']}) was accepted, but execution "
             f"{row['execution_id']} ended {row['execution_status']} before its "

@@ -73,6 +73,12 @@ class WorkflowNotRunning(HarvestError):
     """The execution has already reached a terminal state (SQLSTATE HR005)."""
 
 
+class WorkflowPaused(WorkflowNotRunning):
+    """The call needs the workflow to run, and the execution is PAUSED (SQLSTATE HR023):
+    resume it first (``handle.resume()``, ``harvest workflow resume``). A
+    :class:`WorkflowNotRunning`, so code that handles an ended run handles it too."""
+
+
 class QuotaExceeded(HarvestError):
     """A start was refused by a per-key quota (SQLSTATE HR006).
 
@@ -327,6 +333,7 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR019": DagRunNotRetryable,
     "HR020": Unauthenticated,
     "HR021": ApiTokenExists,
+    "HR023": WorkflowPaused,
     "42501": PermissionDenied,
 }
 

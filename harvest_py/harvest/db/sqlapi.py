@@ -189,7 +189,9 @@ RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
                               %(signal_reapply)s, %(dry_run)s) AS plan
 """
-VERSION_USAGE = "SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s)"
+VERSION_USAGE = """
+SELECT * FROM harvest.count_versions(%(change_id)s, %(version)s, %(state_group)s, %(workflow_name)s)
+"""
 # -- the operator surface (functions/executions.sql, workers.sql, retention.sql, dead_letters.sql)
 LIST_EXECUTIONS = """
 SELECT * FROM harvest.list_executions(
@@ -475,8 +477,15 @@ def reset_workflow(
 
 
 @call(VERSION_USAGE)
-def count_versions(change_id: str, version: int | None = None, state_group: str = "active") -> dict[str, Any]:
-    return {"change_id": change_id, "version": version, "state_group": state_group}
+def count_versions(
+    change_id: str, version: int | None = None, state_group: str = "active", workflow_name: str | None = None
+) -> dict[str, Any]:
+    return {
+        "change_id": change_id,
+        "version": version,
+        "state_group": state_group,
+        "workflow_name": workflow_name,
+    }
 
 
 @call(SCHEMA_VERSION, lambda found: found[0]["version"] if found else None)
@@ -872,6 +881,53 @@ def heartbeat_activity(task_id: int, fencing_token: int, details: Any) -> dict[s
     return {"task_id": task_id, "fencing_token": fencing_token, "details": _jsonb_or_null(details)}
 
 
+# Lifecycle (functions/lifecycle.sql): pause and resume, external activity completion.
+PAUSE_WORKFLOW = "SELECT harvest.pause_workflow(%(execution_id)s, %(reason)s, %(operator_id)s) AS paused"
+RESUME_WORKFLOW = "SELECT harvest.resume_workflow(%(execution_id)s, %(reason)s, %(operator_id)s) AS resumed"
+DETACH_ACTIVITY = "SELECT harvest.detach_activity(%(task_id)s, %(fencing_token)s) AS detached"
+COMPLETE_ACTIVITY_BY_TOKEN = """
+SELECT harvest.complete_activity_by_token(%(task_token)s, %(result)s) AS outcome
+"""
+FAIL_ACTIVITY_BY_TOKEN = "SELECT harvest.fail_activity_by_token(%(task_token)s, %(failure)s) AS outcome"
+HEARTBEAT_ACTIVITY_BY_TOKEN = """
+SELECT harvest.heartbeat_activity_by_token(%(task_token)s, %(details)s) AS cancel_requested
+"""
+
+
+@call(PAUSE_WORKFLOW, column("paused"))
+def pause_workflow(
+    execution_id: str, reason: str | None = None, operator_id: str | None = None
+) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason, "operator_id": operator_id}
+
+
+@call(RESUME_WORKFLOW, column("resumed"))
+def resume_workflow(
+    execution_id: str, reason: str | None = None, operator_id: str | None = None
+) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason, "operator_id": operator_id}
+
+
+@call(DETACH_ACTIVITY, column("detached"))
+def detach_activity(task_id: int, fencing_token: int) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token}
+
+
+@call(COMPLETE_ACTIVITY_BY_TOKEN, column("outcome"))
+def complete_activity_by_token(task_token: str, result: Any) -> dict[str, Any]:
+    return {"task_token": task_token, "result": _jsonb(result)}
+
+
+@call(FAIL_ACTIVITY_BY_TOKEN, column("outcome"))
+def fail_activity_by_token(task_token: str, failure: dict[str, Any]) -> dict[str, Any]:
+    return {"task_token": task_token, "failure": _jsonb(failure)}
+
+
+@call(HEARTBEAT_ACTIVITY_BY_TOKEN, lambda found: bool(found[0]["cancel_requested"]))
+def heartbeat_activity_by_token(task_token: str, details: Any) -> dict[str, Any]:
+    return {"task_token": task_token, "details": _jsonb_or_null(details)}
+
+
 @call(RELEASE_TASK, column("released"))
 def release_task(task_id: int, fencing_token: int) -> dict[str, Any]:
     return {"task_id": task_id, "fencing_token": fencing_token}
@@ -958,6 +1014,43 @@ def clear_rate_limit_override(activity_name: str) -> dict[str, Any]:
 @call(GET_RATE_LIMIT, first)
 def get_rate_limit(activity_name: str) -> dict[str, Any]:
     return {"activity_name": activity_name}
+
+
+SET_START_THROTTLE_OVERRIDE = """
+SELECT * FROM harvest.set_start_throttle_override(%(workflow_name)s, %(rps)s, %(burst)s, %(ttl_secs)s,
+                                                  %(operator_id)s)
+"""
+CLEAR_START_THROTTLE_OVERRIDE = """
+SELECT harvest.clear_start_throttle_override(%(workflow_name)s, %(operator_id)s) AS cleared
+"""
+GET_START_THROTTLE = "SELECT * FROM harvest.get_start_throttle(%(workflow_name)s)"
+
+
+@call(SET_START_THROTTLE_OVERRIDE, first)
+def set_start_throttle_override(
+    workflow_name: str,
+    rps: float,
+    burst: float | None = None,
+    ttl_secs: float = 3600,
+    operator_id: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "workflow_name": workflow_name,
+        "rps": rps,
+        "burst": burst,
+        "ttl_secs": ttl_secs,
+        "operator_id": operator_id,
+    }
+
+
+@call(CLEAR_START_THROTTLE_OVERRIDE, column("cleared"))
+def clear_start_throttle_override(workflow_name: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"workflow_name": workflow_name, "operator_id": operator_id}
+
+
+@call(GET_START_THROTTLE, first)
+def get_start_throttle(workflow_name: str) -> dict[str, Any]:
+    return {"workflow_name": workflow_name}
 
 
 @call(QUOTA_USAGE, column("usage"))

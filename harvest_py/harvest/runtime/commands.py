@@ -90,7 +90,9 @@ TERMINAL_COMMANDS = {
 }
 # events that neither match a command nor resolve one: the run's input, the step
 # boundary marker, and the note a reset leaves on its fork (history only)
-BOOKKEEPING_EVENTS = frozenset({"WorkflowStarted", "WorkflowTaskCompleted", "WorkflowResetFork"})
+BOOKKEEPING_EVENTS = frozenset(
+    {"WorkflowStarted", "WorkflowTaskCompleted", "WorkflowResetFork", "WorkflowPaused", "WorkflowResumed"}
+)
 # every event type a history can hold: sql/events.sql's events_event_type_check lists the
 # same (tests/integration/test_vocabulary.py)
 EVENT_TYPES = frozenset(COMMAND_EVENTS) | frozenset(RESOLUTION_EVENTS) | TERMINAL_EVENTS | BOOKKEEPING_EVENTS

@@ -78,6 +78,7 @@ COMPLETE, PARTIAL, UNAVAILABLE = "complete", "partial", "unavailable"
 MAX_PAGE = 1000  # list_executions' and list_dead_letters' own bound
 EXECUTION_STATUSES = (
     "RUNNING",
+    "PAUSED",
     "COMPLETED",
     "FAILED",
     "CANCELLED",
@@ -757,7 +758,7 @@ def get_worker_health() -> Plan:
 def _check_children_args(status: str | None, depth: int) -> str | None:
     if status is not None and status.upper() not in EXECUTION_STATUSES:
         raise InvalidArgument(
-            f'unknown status "{status}": use RUNNING, COMPLETED, FAILED, CANCELLED, TERMINATED, '
+            f'unknown status "{status}": use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, '
             "TIMED_OUT or CONTINUED_AS_NEW"
         )
     if not isinstance(depth, int) or not 1 <= depth <= 100:

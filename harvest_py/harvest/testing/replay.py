@@ -11,6 +11,12 @@ worker does.
     replayer = WorkflowReplayer(app)
     result = replayer.replay("histories/order-42.json")
     assert result.ok, result.error
+
+``replay_with_reset(history, event_id)`` answers the same for a reset (``harvest workflow
+reset --to-event``): it replays only what a fork would carry, the history through
+``event_id`` and the reset marker, against the current code, after checking ``event_id`` is
+a point a reset accepts (the checks of ``harvest._reset_problems`` that a history can
+answer: a completed boundary, not inside a workflow task's commands).
 """
 
 from __future__ import annotations
@@ -22,9 +28,32 @@ from typing import Any
 
 from harvest.core.errors import NonDeterminismError
 from harvest.declare.definitions import App
+from harvest.runtime.commands import TERMINAL_COMMANDS, TERMINAL_EVENTS
 from harvest.runtime.run import HistoryMismatch, WorkflowRun
 
-__all__ = ["ReplayResult", "WorkflowReplayer"]
+__all__ = ["ReplayResult", "WorkflowReplayer", "reset_problems"]
+
+# A command event and the events that resolve it (functions/reset.sql, _reset_problems).
+_RESOLVED_BY = {
+    "ActivityScheduled": ("ActivityCompleted", "ActivityFailed"),
+    "TimerStarted": ("TimerFired",),
+    "ChildWorkflowStarted": ("ChildWorkflowCompleted", "ChildWorkflowFailed"),
+    "ExternalSignalRequested": ("ExternalSignalDelivered", "ExternalSignalFailed"),
+    "ExternalCancelRequested": ("ExternalCancelDelivered", "ExternalCancelFailed"),
+}
+# Events that belong to a workflow task's command group: a boundary may not fall before one.
+_GROUP_EVENTS = frozenset(
+    {
+        "ActivityScheduled",
+        "TimerStarted",
+        "MarkerRecorded",
+        "TimerCancelled",
+        "ChildWorkflowStarted",
+        "UpdateCompleted",
+        "ExternalSignalRequested",
+        "ExternalCancelRequested",
+    }
+)
 
 
 @dataclass
@@ -55,6 +84,62 @@ def load_history(history: Any) -> list[dict]:
             f"of a JSON file holding one), got {type(history).__name__}"
         )
     return sorted(history, key=lambda e: int(e["event_id"]))
+
+
+def _data(event: dict) -> dict:
+    data = event.get("event_data") or {}
+    return json.loads(data) if isinstance(data, str) else data
+
+
+def reset_problems(history: Any, event_id: int) -> list[str]:
+    """Why ``event_id`` is not a point a reset of this history accepts (empty: it is). The same
+    rules as the database's ``harvest._reset_problems``, as far as a history can tell: the point
+    is inside the history and before its end (a terminal event), it does not cut a workflow
+    task's commands in half, and every activity, timer, child, external signal or cancel and
+    update issued by then is resolved by then. (Whether the run is running, a child or a
+    continue-as-new successor, only the database knows.)"""
+    events = load_history(history)
+    last = int(events[-1]["event_id"]) if events else 0
+    if not isinstance(event_id, int) or not 1 <= event_id <= last:
+        return [f"event {event_id} is outside the history (1..{last})"]
+    problems = []
+    after = next((e for e in events if int(e["event_id"]) == event_id + 1), None)
+    # (A closing command, WorkflowCompleted..., ends a group too: the database refuses a
+    # terminal run before it looks, a history must say so itself.)
+    if after is not None and (
+        after["event_type"] in _GROUP_EVENTS or after["event_type"] in TERMINAL_COMMANDS.values()
+    ):
+        problems.append(
+            f"event {event_id} is inside a workflow task's commands ({after['event_type']} follows); "
+            "pick the last event of that group"
+        )
+    carried = [e for e in events if int(e["event_id"]) <= event_id]
+    ended = next((e for e in carried if e["event_type"] in TERMINAL_EVENTS), None)
+    if ended is not None:
+        problems.append(
+            f"the run ended at event {ended['event_id']} ({ended['event_type']}): a reset forks a running "
+            "run from an earlier event"
+        )
+    resolved = {(e["event_type"], _data(e).get("seq")) for e in carried}
+    cancelled_timers = {_data(e).get("timer_seq") for e in carried if e["event_type"] == "TimerCancelled"}
+    for e in carried:
+        kinds = _RESOLVED_BY.get(e["event_type"])
+        if kinds is None:
+            continue
+        seq = _data(e).get("seq")
+        if any((kind, seq) in resolved for kind in kinds):
+            continue
+        if e["event_type"] == "TimerStarted" and seq in cancelled_timers:
+            continue
+        problems.append(
+            f"{e['event_type']} (seq {seq}, event {e['event_id']}) is unresolved at event {event_id}"
+        )
+    completed = {_data(e).get("update_id") for e in carried if e["event_type"] == "UpdateCompleted"}
+    for e in carried:
+        if e["event_type"] == "UpdateAccepted" and _data(e).get("update_id") not in completed:
+            update_id = _data(e).get("update_id")
+            problems.append(f"update {update_id} (event {e['event_id']}) is unresolved at event {event_id}")
+    return problems
 
 
 class WorkflowReplayer:
@@ -92,6 +177,30 @@ class WorkflowReplayer:
         finally:
             run.close()
         return ReplayResult(True)
+
+    def replay_with_reset(self, history: Any, event_id: int, workflow: Any = None) -> ReplayResult:
+        """Replay what a reset to ``event_id`` would carry (the history through it, then the
+        ``WorkflowResetFork`` marker) against the current code, the way the fork's first
+        workflow task replays it; not ok, naming each problem, when ``event_id`` is not a point a
+        reset accepts (:func:`reset_problems`). The fork then runs on from there under the
+        current code: what it does next is not replayed (it is new)."""
+        events = load_history(history)
+        problems = reset_problems(events, event_id)
+        if problems:
+            return ReplayResult(False, "not a valid reset point: " + "; ".join(problems))
+        carried = [e for e in events if int(e["event_id"]) <= event_id]
+        marker = {
+            "event_id": event_id + 1,
+            "event_type": "WorkflowResetFork",
+            "event_data": {
+                "source_execution_id": None,
+                "to_event": event_id,
+                "reason": "replay_with_reset",
+                "operator_id": None,
+                "signal_reapply": "drop",
+            },
+        }
+        return self.replay([*carried, marker], workflow)
 
     def replay_or_raise(self, history: Any, workflow: Any = None) -> ReplayResult:
         """``replay``, raising the ``NonDeterminismError`` (or ``HistoryMismatch``) it found."""

@@ -10,6 +10,7 @@ from harvest.core import payload
 from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
+from harvest.core.task_token import TaskToken
 from harvest.worker.decide_ahead import decide_ahead
 from harvest.worker.lanes import lane_of
 
@@ -17,6 +18,12 @@ if TYPE_CHECKING:
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
+
+
+class CompleteAsync(Exception):
+    """Raised by an activity (``raise ctx.complete_async()``) whose result will come from
+    elsewhere, by its task token (docs/lifecycle.md): the worker records nothing, lets go
+    of the task, and its lease, heartbeat timeout and retries stay in force."""
 
 
 class ActivityContext:
@@ -42,6 +49,26 @@ class ActivityContext:
 
     def attempt(self) -> int:
         return int(self._task["attempt"])
+
+    @property
+    def task_token(self) -> str:
+        """This attempt's task token: complete, fail or heartbeat it from any process
+        (``Client.complete_activity(token, result)``) after ``raise ctx.complete_async()``."""
+        task = self._task
+        return str(
+            TaskToken(
+                self.execution_id,
+                int(task["task_id"]),
+                int(task["seq"]),
+                int(task["attempt"]),
+                int(task["fencing_token"]),
+            )
+        )
+
+    def complete_async(self) -> CompleteAsync:
+        """The exception to raise when the result will be given later by the task token:
+        ``raise ctx.complete_async()``. Hand ``ctx.task_token`` on before raising."""
+        return CompleteAsync(self.task_token)
 
     async def aheartbeat(self, details: Any = None) -> bool:
         """Extend the lease and record progress; returns True when cancellation was requested."""
@@ -137,7 +164,18 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
             call = definition.fn(ctx, *args, **kwargs)
         else:
             call = asyncio.to_thread(definition.fn, ctx, *args, **kwargs)
-        result = await asyncio.wait_for(call, timeout=timeout)
+        try:
+            result = await asyncio.wait_for(call, timeout=timeout)
+        except CompleteAsync:
+            # Completed elsewhere: the task stays running under its lease, held by no worker.
+            detached = await lane_of(task).sql.detach_activity(task_id, token)
+            log.info(
+                "activity %s (task %s) will be completed by its task token%s",
+                task["activity_name"],
+                task_id,
+                "" if detached else " (it was already completed, or its lease was lost)",
+            )
+            return
         try:
             encoded = payload.encode(result)
         except PayloadError as exc:

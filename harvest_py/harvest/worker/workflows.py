@@ -24,6 +24,7 @@ from harvest.core.errors import (
     UnknownWorkflow,
 )
 from harvest.core.ids import shard_of
+from harvest.core.statuses import LIVE_STATUSES
 from harvest.runtime import WorkflowRun
 from harvest.shard.children import place_child
 from harvest.shard.router import ShardRouter
@@ -355,7 +356,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
     finished = (
         activation.finished
-        or outcome["execution_status"] != "RUNNING"
+        or outcome["execution_status"] not in LIVE_STATUSES
         or any(c["type"] in ("complete_workflow", "fail_workflow") for c in commands)
     )
     if finished:

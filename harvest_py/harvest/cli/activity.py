@@ -1,0 +1,72 @@
+"""`harvest activity`: complete, fail or heartbeat an activity by its task token.
+
+An activity that returned "completed elsewhere" (``raise ctx.complete_async()``) is finished
+by whoever holds its ``ctx.task_token`` (docs/lifecycle.md); these commands are that holder
+on a shell. The token routes the call to the shard its run lives on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from harvest.cli.output import database_url_option, emit, output_option
+from harvest.cli.shards import routed_call
+from harvest.cli.workflow import read_json_option
+from harvest.core.errors import ActivityFailure
+from harvest.core.task_token import TaskToken
+
+
+def _by_token(database_url: str | None, task_token: str, fn: Any) -> Any:
+    token = TaskToken.parse(task_token)
+    return routed_call(database_url, token.execution_id, lambda sql: fn(sql, str(token)))
+
+
+@click.group()
+def activity() -> None:
+    """Finish activities completed elsewhere, by task token."""
+
+
+@activity.command("complete")
+@click.argument("task_token")
+@click.option("--result-json", default=None, help="The result: one JSON value (default null).")
+@click.option("--result-file", default=None, help="Read the result JSON from a file (- for stdin).")
+@database_url_option
+@output_option
+def complete(task_token, result_json, result_file, database_url, output) -> None:
+    """Complete the activity: completed, or already_completed for a repeat of the same result."""
+    result = read_json_option(result_json, result_file, "result")
+    outcome = _by_token(database_url, task_token, lambda sql, t: sql.complete_activity_by_token(t, result))
+    emit({"task_token": task_token, "outcome": outcome}, output, lambda d: outcome)
+
+
+@activity.command("fail")
+@click.argument("task_token")
+@click.option("--error-type", default="ExternalFailure", show_default=True)
+@click.option("--message", default="", help="What went wrong.")
+@click.option("--non-retryable", is_flag=True, help="Fail for good instead of retrying per the policy.")
+@database_url_option
+@output_option
+def fail(task_token, error_type, message, non_retryable, database_url, output) -> None:
+    """Fail this attempt: retried, dead-lettered or failed per the activity's retry policy."""
+    failure = ActivityFailure(error_type, message, non_retryable=non_retryable).to_json()
+    outcome = _by_token(database_url, task_token, lambda sql, t: sql.fail_activity_by_token(t, failure))
+    emit({"task_token": task_token, "outcome": outcome}, output, lambda d: outcome)
+
+
+@activity.command("heartbeat")
+@click.argument("task_token")
+@click.option("--details-json", default=None, help="Progress details: one JSON value.")
+@database_url_option
+@output_option
+def heartbeat(task_token, details_json, database_url, output) -> None:
+    """Heartbeat the activity (its heartbeat timeout still applies); says whether its run was asked
+    to cancel."""
+    details = read_json_option(details_json, None, "details")
+    cancel = _by_token(database_url, task_token, lambda sql, t: sql.heartbeat_activity_by_token(t, details))
+    emit(
+        {"task_token": task_token, "cancel_requested": cancel},
+        output,
+        lambda d: "cancel requested" if cancel else "ok",
+    )

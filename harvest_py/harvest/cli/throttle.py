@@ -1,0 +1,99 @@
+"""`harvest throttle get|override|clear-override`: a workflow's start throttle and its TTL'd
+pacing override (functions/flow_throttle.sql; docs/flow-control.md, "Start throttle").
+
+The throttle's bucket is per shard, so an override is written to every configured shard (one
+database: to it), one audited call each; a shard that cannot be reached is named on stderr and
+the command exits 1 (the others have the override: run it again when the shard is up). A
+throttle declared with a key has no single bucket: HR007, exit code of PolicyConflict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
+from harvest.cli.shards import each_shard
+
+COLUMNS = [
+    "shard_id",
+    "workflow_name",
+    "rps",
+    "burst",
+    "override_rps",
+    "override_burst",
+    "override_expires_at",
+]
+
+
+def _on_every_shard(database_url: str | None, call: Any, *, read_only: bool, output: str, what: str) -> None:
+    fan = each_shard(database_url, call, read_only=read_only, none_is_error=False)
+    rows = [{"shard_id": s, **(row or {})} for s, row in fan.results.items()]
+    emit(
+        {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
+        output,
+        lambda d: table(d["shards"], COLUMNS),
+    )
+    if fan.unavailable_shards:
+        shards = ", ".join(str(s) for s in fan.unavailable_shards)
+        click.echo(f"error: shard(s) {shards} could not be reached and {what}; run it again", err=True)
+        raise SystemExit(1)
+
+
+@click.group()
+def throttle() -> None:
+    """A workflow's start throttle and its pacing override, on every shard."""
+
+
+@throttle.command("get")
+@click.argument("workflow_name")
+@database_url_option
+@output_option
+def get(workflow_name: str, database_url: str | None, output: str) -> None:
+    """The declared rate and the live override (none once expired), per shard."""
+    _on_every_shard(
+        database_url,
+        lambda api: api.get_start_throttle(workflow_name) or {"workflow_name": workflow_name},
+        read_only=True,
+        output=output,
+        what="were not read",
+    )
+
+
+@throttle.command("override")
+@click.argument("workflow_name")
+@click.option("--rps", type=float, required=True, help="Starts per second while the override lasts.")
+@click.option("--burst", type=float, default=None, help="Bucket size (default: max(rps, 1)).")
+@click.option("--ttl-secs", type=float, default=3600, show_default=True, help="It reverts by itself after.")
+@operator_id_option
+@database_url_option
+@output_option
+def override(workflow_name, rps, burst, ttl_secs, operator, database_url, output) -> None:
+    """Lay a temporary rate over the declared throttle (admin; audited on each shard)."""
+    _on_every_shard(
+        database_url,
+        lambda api: api.set_start_throttle_override(workflow_name, rps, burst, ttl_secs, operator),
+        read_only=False,
+        output=output,
+        what="did not get the override",
+    )
+
+
+@throttle.command("clear-override")
+@click.argument("workflow_name")
+@operator_id_option
+@database_url_option
+@output_option
+def clear_override(workflow_name, operator, database_url, output) -> None:
+    """Drop the override now (admin; audited on each shard)."""
+    _on_every_shard(
+        database_url,
+        lambda api: {
+            "workflow_name": workflow_name,
+            "was_live": api.clear_start_throttle_override(workflow_name, operator),
+        },
+        read_only=False,
+        output=output,
+        what="still have the override",
+    )
