@@ -185,6 +185,9 @@ class Worker:
         self.relay_pump = relay_pump
         self._rebalance_resume = ResumeScanner()
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
+        # What ctx.now() reads in workflows (None: the wall clock; the test kit's time
+        # skipping sets its shared test clock here, harvest.testing.WorkflowEnvironment).
+        self.clock: Any = None
 
     # -- the first shard's lane (the only one with one database) ---------------------------
     @property
