@@ -14,7 +14,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harvest.client import AsyncClient, AsyncWorkflowHandle, Client, UpdateHandle, WorkflowHandle
+    from harvest.client import (
+        AsyncClient,
+        AsyncWorkflowHandle,
+        Client,
+        StartOptions,
+        UpdateHandle,
+        WorkflowHandle,
+    )
     from harvest.core.errors import (
         ActivityError,
         ActivityFailure,
@@ -58,7 +65,8 @@ errors = _errors
 # public name -> the module that defines it (imported on first access)
 _WHERE: dict[str, str] = {
     **dict.fromkeys(
-        ["AsyncClient", "AsyncWorkflowHandle", "Client", "UpdateHandle", "WorkflowHandle"], "harvest.client"
+        ["AsyncClient", "AsyncWorkflowHandle", "Client", "StartOptions", "UpdateHandle", "WorkflowHandle"],
+        "harvest.client",
     ),
     **dict.fromkeys(
         [
@@ -125,6 +133,7 @@ __all__ = [
     "RetryPolicy",
     "Saga",
     "SignalTimeout",
+    "StartOptions",
     "Throttle",
     "UpdateFailed",
     "UpdateHandle",

@@ -309,6 +309,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "RetryPolicy",
         "Saga",
         "SignalTimeout",
+        "StartOptions",
         "Throttle",
         "UpdateFailed",
         "UpdateHandle",
