@@ -62,6 +62,8 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
     keyed = {t.config: t for t in tunables() if t.config}
     assert set(keyed) == {
         ("worker", "concurrency"),
+        ("worker", "activity_threads"),
+        ("worker", "activity_processes"),
         ("worker", "shutdown_grace"),
         ("worker", "heartbeat_interval"),
         ("worker", "max_payload_bytes"),

@@ -246,7 +246,10 @@ class WorkflowEnvironment:
 
         if original is not None:
             functools.update_wrapper(call, original.fn)  # decode by the real activity's hints
-            definition = dataclasses.replace(original, fn=call, is_async=inspect.iscoroutinefunction(fn))
+            # A mock runs in this process (a thread or the loop), never in the process pool.
+            definition = dataclasses.replace(
+                original, fn=call, is_async=inspect.iscoroutinefunction(fn), executor=None
+            )
         else:
             definition = ActivityDefinition(name=name, fn=call, is_async=inspect.iscoroutinefunction(fn))
         self.app.activities[name] = definition
