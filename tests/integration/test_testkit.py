@@ -84,14 +84,24 @@ def phase(ctx) -> str:
     return ctx.state["phase"]
 
 
+@activity(local=True)
+def lookup_rate(ctx, currency: str) -> float:
+    raise RuntimeError("the real rates service must not be called in tests")
+
+
+@workflow
+async def convert(ctx, amount: float) -> float:
+    return amount * await ctx.execute_local_activity(lookup_rate, "EUR")
+
+
 @workflow
 async def forever(ctx) -> None:
     await ctx.wait_for_signal("never")
 
 
 app = App(
-    workflows=[checkout, weekly, approval, reminder, forever],
-    activities=[charge],
+    workflows=[checkout, weekly, approval, reminder, convert, forever],
+    activities=[charge, lookup_rate],
     queries=[status, phase],
     updates=[rename],
 )
@@ -153,6 +163,12 @@ def test_retry_backoff_is_skipped_and_the_mock_sees_each_attempt(env: WorkflowEn
     assert attempts == [1, 2, 3]  # backoffs of 1 h and 2 h, skipped
     assert time.monotonic() - began < 2.0
     assert env.now() - dt.datetime.now(dt.UTC) > dt.timedelta(days=1, hours=3) - SLACK
+
+
+def test_a_local_activity_is_mocked_too(env: WorkflowEnvironment):
+    env.mock_activity(lookup_rate, lambda ctx, currency: 2.0)
+    assert env.client.start_workflow(convert, 21.0).result(timeout=10) == 42.0
+    assert env.activity_calls("lookup_rate")[0].args == ("EUR",)
 
 
 def test_unmocked_activity_runs_the_real_one(env: WorkflowEnvironment):

@@ -42,6 +42,8 @@ __all__ = ["WorkflowEnvironment"]
 
 # How often the time skipper looks at the database while a result is awaited (seconds).
 SKIP_POLL_SECS = 0.005
+# ... and while none is (a result wait starts skipping within this long).
+IDLE_POLL_SECS = 0.02
 # How long start() waits for the worker to register, and close() for it to drain.
 WORKER_START_SECS = 30.0
 # The worker's defaults here: a short scan tick (deadlines, relays), a quick drain.
@@ -331,13 +333,17 @@ class WorkflowEnvironment:
 
     def _skip_loop(self) -> None:
         """While a result is awaited and nothing can run, move the clock to the next due time."""
-        while not self._closing.wait(SKIP_POLL_SECS):
+        interval = SKIP_POLL_SECS
+        while not self._closing.wait(interval):
+            interval = IDLE_POLL_SECS  # nobody waits: look less often
             if self._paused:
                 continue
             try:
                 with self._clock_lock:
                     clock = self._require_clock()
                     state = clock.state()
+                    if state.waiting:
+                        interval = SKIP_POLL_SECS
                     if not state.waiting or state.busy or state.next_due is None:
                         continue
                     if state.next_due > state.now:
