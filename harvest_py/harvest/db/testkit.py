@@ -120,6 +120,12 @@ class SharedClock:
         the database)."""
         self._conn.execute("UPDATE harvest.engine_settings SET test_clock_offset = %s", (offset,))
 
+    def heartbeat_worker(self, worker_id: str) -> None:
+        """Stamp a worker's heartbeat at the clock's time: producers notify only workers whose
+        last heartbeat is recent, so one that just jumped a day ahead would otherwise be woken
+        by its fallback poll alone."""
+        self._conn.execute("SELECT harvest.heartbeat_worker(%s)", (worker_id,))
+
     def state(self) -> ClockState:
         row = self._conn.execute(_STATE).fetchone()
         return ClockState(*row)

@@ -326,6 +326,8 @@ class WorkflowEnvironment:
         workflow woken by the move never reads the time before it."""
         self._offset += by
         clock.set_offset(self._offset)
+        if self._worker is not None:  # still fresh at the new time, so a start notifies it
+            clock.heartbeat_worker(self._worker.worker.worker_id)
 
     def _wake(self) -> None:
         if self._worker is not None:
