@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import enum
 import itertools
 import os
 import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
+from typing import NamedTuple, TypedDict
 
 import psycopg
 import pytest
@@ -23,6 +27,11 @@ from harvest.db import testkit
 from harvest.testing import TestServer, WorkflowEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class Carrier(enum.Enum):
+    POST = "post"
+    COURIER = "courier"
 
 
 @activity(retry=RetryPolicy.exponential(max_attempts=4, initial="1h", maximum="1d"), dead_letter=False)
@@ -94,14 +103,39 @@ async def convert(ctx, amount: float) -> float:
     return amount * await ctx.execute_local_activity(lookup_rate, "EUR")
 
 
+class Parcel(NamedTuple):
+    sku: str
+    weight: Decimal
+    shipped: dt.date
+
+
+class Label(TypedDict):
+    parcel: Parcel
+    barcode: bytes
+    carrier: Carrier
+    tracking: uuid.UUID | None
+
+
+@activity
+def print_label(ctx, parcel: Parcel, carrier: Carrier) -> Label:
+    raise RuntimeError("mocked in the tests")
+
+
+@workflow
+async def ship(ctx, parcel: Parcel, carrier: Carrier = Carrier.POST) -> Label:
+    label = await ctx.execute_activity(print_label, parcel, carrier)
+    assert isinstance(label["parcel"], Parcel) and isinstance(label["barcode"], bytes)
+    return label
+
+
 @workflow
 async def forever(ctx) -> None:
     await ctx.wait_for_signal("never")
 
 
 app = App(
-    workflows=[checkout, weekly, approval, reminder, convert, forever],
-    activities=[charge, lookup_rate],
+    workflows=[checkout, weekly, approval, reminder, convert, ship, forever],
+    activities=[charge, lookup_rate, print_label],
     queries=[status, phase],
     updates=[rename],
 )
@@ -169,6 +203,23 @@ def test_a_local_activity_is_mocked_too(env: WorkflowEnvironment):
     env.mock_activity(lookup_rate, lambda ctx, currency: 2.0)
     assert env.client.start_workflow(convert, 21.0).result(timeout=10) == 42.0
     assert env.activity_calls("lookup_rate")[0].args == ("EUR",)
+
+
+def test_rich_payloads_round_trip_through_the_database(env: WorkflowEnvironment):
+    """A NamedTuple, a TypedDict, bytes, an enum, a Decimal, a date, a UUID and an Optional,
+    as workflow and activity parameters and results (docs/activities.md, "Payloads")."""
+    tracking = uuid.uuid4()
+
+    def label(ctx, parcel: Parcel, carrier: Carrier) -> Label:
+        assert isinstance(parcel, Parcel) and isinstance(parcel.weight, Decimal)
+        assert carrier is Carrier.COURIER
+        return {"parcel": parcel, "barcode": b"\x00\x01\xff", "carrier": carrier, "tracking": tracking}
+
+    env.mock_activity(print_label, label)
+    parcel = Parcel("sku-1", Decimal("1.25"), dt.date(2030, 5, 1))
+    result = env.client.start_workflow(ship, parcel, Carrier.COURIER).result(timeout=10)
+    barcode = b"\x00\x01\xff"
+    assert result == {"parcel": parcel, "barcode": barcode, "carrier": Carrier.COURIER, "tracking": tracking}
 
 
 def test_unmocked_activity_runs_the_real_one(env: WorkflowEnvironment):
