@@ -67,8 +67,14 @@ def test_keyword_start_options_still_work_and_warn_only_when_they_shadow_a_param
     assert plain.workflow_id == "gate-legacy"
     plain.signal("go", 1)
     assert plain.result(timeout=10) == 2
-    with pytest.warns(DeprecationWarning, match=r"priority= went to the start, not to ticket's parameter"):
+    with pytest.warns(
+        DeprecationWarning, match=r"priority= went to the start, not to ticket's parameter"
+    ) as seen:
         shadowed = client.start_workflow(ticket, "fax", priority=3)
+    assert seen[0].filename == __file__  # it points at the call
+    with pytest.warns(DeprecationWarning, match="task_queue= is deprecated") as seen:
+        client.start_workflow(gate, 0, task_queue="default").cancel()
+    assert seen[0].filename == __file__
     assert shadowed.result(timeout=10)["priority"] == "low"  # as before: the start took it
 
 
