@@ -144,9 +144,14 @@ SLACK = dt.timedelta(seconds=1)
 
 
 @pytest.fixture(scope="module")
-def kit_server(pg_server) -> TestServer:
-    """The test kit's server is the suite's own (a template of its own on it)."""
-    return TestServer(dsn=pg_server.dsn).start()
+def kit_server(pg_server) -> Iterator[TestServer]:
+    """The test kit's server is the suite's own (a template of its own on it, dropped after)."""
+    server = TestServer(dsn=pg_server.dsn).start()
+    yield server
+    server.stop()
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (server.template,))
+        assert left.fetchone()[0] == 0
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -38,7 +39,9 @@ from harvest.declare.definitions import ActivityDefinition, App
 from harvest.testing.server import TestServer, default_server
 from harvest.worker.worker import Worker
 
-__all__ = ["WorkflowEnvironment"]
+__all__ = ["ActivityCall", "WorkflowEnvironment"]
+
+log = logging.getLogger("harvest.testing")
 
 # How often the time skipper looks at the database while a result is awaited (seconds).
 SKIP_POLL_SECS = 0.005
@@ -145,6 +148,7 @@ class WorkflowEnvironment:
     def start(self) -> Self:
         if self.started:
             return self
+        self._closing.clear()
         if self._given_dsn is not None:
             base = self._given_dsn
             testkit.allow_test_clock(base)
@@ -353,7 +357,8 @@ class WorkflowEnvironment:
                         self.skips += 1
                     clock.scan()
                 self._wake()
-            except Exception:
+            except Exception as exc:
                 if self._closing.is_set():
                     return
-                time.sleep(0.1)  # a lost connection while closing, or a transient error
+                log.warning("time skipping: %s; retrying", exc)
+                time.sleep(0.1)

@@ -20,7 +20,9 @@ from harvest.db.migrate import Migrator
 
 __all__ = ["TestServer", "default_server"]
 
-TEMPLATE = "harvest_testkit_template"
+# The template's name: one per TestServer, so processes sharing a server (pytest-xdist on
+# HARVEST_TEST_DSN) never drop each other's.
+TEMPLATE_PREFIX = "harvest_testkit_template_"
 DSN_ENV = "HARVEST_TEST_DSN"
 # Durability does not matter for throwaway test databases; speed does.
 SERVER_SETTINGS = {
@@ -41,6 +43,7 @@ class TestServer:
         self._embedded: EmbeddedPostgres | None = None
         self.dsn: str | None = self._external
         self._template_ready = False
+        self.template = f"{TEMPLATE_PREFIX}{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
 
     def start(self) -> Self:
@@ -56,7 +59,7 @@ class TestServer:
             if self._template_ready:
                 return
             assert self.dsn is not None
-            dsn = testkit.create_database(self.dsn, TEMPLATE)
+            dsn = testkit.create_database(self.dsn, self.template)
             Migrator(dsn).run()
             testkit.allow_test_clock(dsn)
             self._template_ready = True
@@ -68,15 +71,19 @@ class TestServer:
         self._template()
         assert self.dsn is not None
         name = f"harvest_test_{uuid.uuid4().hex[:12]}"
-        return name, testkit.create_database(self.dsn, name, template=TEMPLATE)
+        return name, testkit.create_database(self.dsn, name, template=self.template)
 
     def drop_database(self, name: str) -> None:
         if self.dsn is not None:
             testkit.drop_database(self.dsn, name)
 
     def stop(self) -> None:
-        """Stop the embedded server (and delete its data); an external server is left alone."""
+        """Stop the embedded server (and delete its data); on an external server, drop the
+        template (the databases of environments still open are theirs to drop)."""
         with self._lock:
+            if self._embedded is None and self.dsn is not None and self._template_ready:
+                testkit.drop_database(self.dsn, self.template)
+                self._template_ready = False
             if self._embedded is not None:
                 self._embedded.stop()
                 self._embedded = None
