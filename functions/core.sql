@@ -11,20 +11,30 @@
 -- reads this clock: so fake_now is honoured only while the owner-only switch
 -- harvest.engine_settings.test_clock_allowed is on (docs/security.md, "The
 -- clock"). The common path (no fake_now) reads no table: this is on every hot path.
+-- fake_now = 'shared' reads the shared test clock: now() plus the owner-only
+-- engine_settings.test_clock_offset, so one UPDATE by the owner moves every session
+-- of the database that opted in (the test kit's time skipping, docs/testing.md).
 CREATE OR REPLACE FUNCTION harvest.now()
 RETURNS timestamptz
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_fake text := current_setting('harvest.fake_now', true);
+    v_allowed boolean;
+    v_offset interval;
 BEGIN
     IF v_fake IS NULL OR v_fake = '' THEN
         RETURN now();
     END IF;
     -- Read inline, not through a _helper: a reader or worker calls now() directly,
     -- and may read engine_settings (_secure_functions) but execute no helper.
-    IF NOT coalesce((SELECT s.test_clock_allowed FROM harvest.engine_settings AS s WHERE s.id), false) THEN
+    SELECT s.test_clock_allowed, s.test_clock_offset INTO v_allowed, v_offset
+    FROM harvest.engine_settings AS s WHERE s.id;
+    IF NOT coalesce(v_allowed, false) THEN
         RETURN now();
+    END IF;
+    IF v_fake = 'shared' THEN
+        RETURN now() + v_offset;
     END IF;
     RETURN v_fake::timestamptz;
 END;
@@ -326,7 +336,8 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.now IS
 'The engine''s clock: transaction time, or harvest.fake_now while the owner-only test clock '
-'(engine_settings.test_clock_allowed) is on. Read by every entry point (roles harvest_reader, harvest_worker).';
+'(engine_settings.test_clock_allowed) is on (fake_now ''shared'': now() plus the owner-only '
+'engine_settings.test_clock_offset). Read by every entry point (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.schema_version IS
 'The latest applied core migration; the Python client and worker refuse a schema they do not match. Roles '
 'harvest_reader, harvest_worker.';

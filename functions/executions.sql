@@ -19,6 +19,45 @@ BEGIN
 END;
 $$;
 
+-- The current run of a business key: the RUNNING one, else the newest (a handle by
+-- workflow_id, Client.get_handle(workflow_id=)). Without a name, a workflow_id two
+-- workflows share is ambiguous (HR001); with one, executions_workflow_id_latest serves it.
+CREATE OR REPLACE FUNCTION harvest.get_execution_by_workflow_id(
+    p_workflow_id text, p_workflow_name text DEFAULT NULL
+)
+RETURNS harvest.executions
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_row harvest.executions;
+    v_names text[];
+BEGIN
+    IF p_workflow_id IS NULL OR p_workflow_id = '' THEN
+        RAISE EXCEPTION 'workflow_id is empty' USING ERRCODE = 'HR001',
+            HINT = 'pass the workflow_id the run was started with';
+    END IF;
+    IF p_workflow_name IS NULL THEN
+        SELECT array_agg(DISTINCT e.workflow_name ORDER BY e.workflow_name) INTO v_names
+        FROM harvest.executions AS e WHERE e.workflow_id = p_workflow_id;
+        IF cardinality(v_names) > 1 THEN
+            RAISE EXCEPTION 'workflow_id % is used by several workflows (%)', p_workflow_id,
+                array_to_string(v_names, ', ') USING ERRCODE = 'HR001',
+                HINT = 'name the workflow as well';
+        END IF;
+    END IF;
+    SELECT e.* INTO v_row FROM harvest.executions AS e
+    WHERE e.workflow_id = p_workflow_id AND (p_workflow_name IS NULL OR e.workflow_name = p_workflow_name)
+    ORDER BY (e.status = 'RUNNING') DESC, e.created_at DESC, e.id DESC
+    LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run has workflow_id %',
+            p_workflow_id || coalesce(' of workflow ' || p_workflow_name, '') USING ERRCODE = 'HR002',
+            HINT = 'check the workflow_id (and the workflow name) it was started with';
+    END IF;
+    RETURN v_row;
+END;
+$$;
+
 -- The history after a given event id (0 = from the start), in order.
 CREATE OR REPLACE FUNCTION harvest.get_history(p_execution_id uuid, p_after_event_id bigint DEFAULT 0)
 RETURNS TABLE (event_id bigint, event_type text, event_data jsonb, created_at timestamptz)
@@ -495,6 +534,10 @@ COMMENT ON FUNCTION harvest.get_history IS
 COMMENT ON FUNCTION harvest.terminate_workflow IS
 'End a RUNNING run at once as TERMINATED, audited: no cleanup code runs, open activities and timers are dropped; '
 'HR005 when it has already ended. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
+'The current run of a workflow_id (optionally of one workflow name): the RUNNING one, else the newest; HR002 when '
+'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '
+'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_executions IS
 'The workflow list: optional filters composed with AND, keyset pages on (created_at, id) with next_cursor; an '
 'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';

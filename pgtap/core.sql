@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(67);
+SELECT plan(71);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -14,6 +14,13 @@ SELECT is(harvest.now(), '2030-01-01 00:00:00+00'::timestamptz, 'now(): harvest.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:42.5+00';
 SELECT is(harvest.now(), '2030-01-01 00:00:42.5+00'::timestamptz,
           'now(): a later SET LOCAL moves it again, with sub-second precision');
+-- fake_now 'shared': now() plus the owner-only engine_settings.test_clock_offset (0035).
+SET LOCAL harvest.fake_now = 'shared';
+UPDATE harvest.engine_settings SET test_clock_offset = interval '1 day 2 hours';
+SELECT is(harvest.now(), now() + interval '1 day 2 hours',
+          'now(): harvest.fake_now ''shared'' reads the shared clock, now() plus test_clock_offset');
+UPDATE harvest.engine_settings SET test_clock_offset = DEFAULT;
+SELECT is(harvest.now(), now(), 'now(): the shared clock with no offset is the transaction clock');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- schema_version(): the latest applied core migration.
@@ -176,6 +183,11 @@ UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 UPDATE harvest.engine_settings SET test_clock_allowed = false;
 SET LOCAL harvest.fake_now = '2100-01-01 00:00:00+00';
 SELECT is(harvest.now(), now(), 'now(): with the test clock switched off, harvest.fake_now is ignored');
+UPDATE harvest.engine_settings SET test_clock_offset = interval '3 days';
+SET LOCAL harvest.fake_now = 'shared';
+SELECT is(harvest.now(), now(), 'now(): with the test clock switched off, the shared clock is ignored too');
+UPDATE harvest.engine_settings SET test_clock_offset = DEFAULT;
+SET LOCAL harvest.fake_now = '2100-01-01 00:00:00+00';
 SET LOCAL ROLE harvest_operator;
 SELECT is(harvest.now(), now(), 'now(): a harvest_operator setting harvest.fake_now sees real time');
 CREATE TEMP TABLE clock_run ON COMMIT DROP AS
@@ -191,6 +203,8 @@ RESET ROLE;
 SET LOCAL ROLE harvest_admin;
 SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_allowed = true$$, '42501', NULL,
                  'a harvest_admin cannot turn the test clock on');
+SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_offset = interval '1 year'$$, '42501', NULL,
+                 'a harvest_admin cannot move the shared test clock');
 SELECT throws_ok($$INSERT INTO harvest.engine_settings (id) VALUES (false)$$, '42501', NULL,
                  'a harvest_admin cannot add a settings row');
 RESET ROLE;

@@ -1,9 +1,9 @@
--- functions/executions.sql: harvest.get_execution, harvest.get_history,
+-- functions/executions.sql: harvest.get_execution, get_execution_by_workflow_id, harvest.get_history,
 -- harvest.terminate_workflow; then the list and the stack, waiting for a result,
 -- the children (list_children) and the runs per version (count_versions), each in a
 -- transaction of its own.
 BEGIN;
-SELECT plan(22);
+SELECT plan(28);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -18,6 +18,23 @@ SELECT throws_ok($$SELECT * FROM harvest.get_execution('00000000-0000-4000-8000-
                  'execution 00000000-0000-4000-8000-00000000abcd does not exist',
                  'get_execution() of an unknown id: HR002');
 SELECT throws_ok($$SELECT * FROM harvest.get_execution(NULL)$$, 'HR002', NULL, 'get_execution(NULL): HR002');
+
+-- get_execution_by_workflow_id: the RUNNING run of a business key, else the newest.
+SELECT is((SELECT id FROM harvest.get_execution_by_workflow_id('ex-1')), pg_temp.run('ex-1'),
+          'get_execution_by_workflow_id() finds the run of a workflow_id');
+SELECT is((SELECT id FROM harvest.get_execution_by_workflow_id('ex-1', 'ex_wf')), pg_temp.run('ex-1'),
+          'get_execution_by_workflow_id() with the workflow name');
+SELECT throws_ok($$SELECT * FROM harvest.get_execution_by_workflow_id('ex-1', 'other_wf')$$, 'HR002',
+                 'no run has workflow_id ex-1 of workflow other_wf',
+                 'get_execution_by_workflow_id() of another name: HR002');
+SELECT throws_ok($$SELECT * FROM harvest.get_execution_by_workflow_id('')$$, 'HR001', 'workflow_id is empty',
+                 'get_execution_by_workflow_id() of an empty id: HR001');
+SELECT pg_temp.start_run('ex-shared', 'ex_other_wf', 'ex_q', '[]', 'ex-1');
+SELECT throws_ok($$SELECT * FROM harvest.get_execution_by_workflow_id('ex-1')$$, 'HR001',
+                 'workflow_id ex-1 is used by several workflows (ex_other_wf, ex_wf)',
+                 'get_execution_by_workflow_id() of an id two workflows share, without a name: HR001');
+SELECT is((SELECT id FROM harvest.get_execution_by_workflow_id('ex-1', 'ex_other_wf')), pg_temp.run('ex-shared'),
+          'get_execution_by_workflow_id() names the workflow to choose');
 
 -- get_history: in event order, after a given id.
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:01+00';

@@ -2,7 +2,8 @@
 -- whether the test clock (harvest.fake_now) is honoured, and the largest payload
 -- (input, result, signal or update argument) the engine accepts, and the widest
 -- window of the usage report, and whether other shards hold targets of this
--- database's relays (cross_shard_relays, 0024). One row.
+-- database's relays (cross_shard_relays, 0024), and the shared test clock's
+-- offset (test_clock_offset, 0035). One row.
 
 CREATE TABLE harvest.engine_settings (
     id boolean NOT NULL DEFAULT true,
@@ -15,6 +16,10 @@ CREATE TABLE harvest.engine_settings (
     -- (shards with a cross-shard pump): such relays wait for the pump (0024;
     -- docs/internals.md, "Relays across shards").
     cross_shard_relays boolean NOT NULL DEFAULT false,
+    -- The shared test clock (0035): a session whose harvest.fake_now is 'shared' reads
+    -- now() + this offset, while test_clock_allowed is on. The test kit's time skipping
+    -- (harvest.testing.WorkflowEnvironment) moves every such session at once by moving it.
+    test_clock_offset interval NOT NULL DEFAULT interval '0',
     CONSTRAINT engine_settings_pkey PRIMARY KEY (id),
     CONSTRAINT engine_settings_one_row CHECK (id),
     CONSTRAINT engine_settings_max_payload_bytes_positive CHECK (max_payload_bytes > 0),

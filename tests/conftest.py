@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
+from harvest.db import testkit
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 
@@ -39,14 +40,10 @@ class Server:
         return psycopg.connect(self.dsn, autocommit=True)
 
     def create_database(self, name: str, template: str | None = None) -> str:
-        with self.admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-        return self.dsn_for(name)
+        return testkit.create_database(self.dsn, name, template)
 
     def drop_database(self, name: str) -> None:
-        with self.admin() as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        testkit.drop_database(self.dsn, name)
 
 
 @pytest.fixture(scope="session")
@@ -63,19 +60,13 @@ def pg_server() -> Iterator[Server]:
         server.stop()
 
 
-def allow_test_clock(dsn: str, allowed: bool = True) -> None:
-    """Let harvest.fake_now move the engine's clock in this database (an owner-only switch,
-    off in production: docs/security.md, "The clock")."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = %s", (allowed,))
-
-
 @pytest.fixture(scope="session")
 def template_dsn(pg_server: Server) -> str:
     dsn = pg_server.create_database(TEMPLATE)
     Migrator(dsn).run()
-    # Tests move the clock with harvest.fake_now; every clone inherits the switch.
-    allow_test_clock(dsn)
+    # Tests move the clock with harvest.fake_now (an owner-only switch, off in production:
+    # docs/security.md, "The clock"); every clone inherits it.
+    testkit.allow_test_clock(dsn)
     return dsn
 
 

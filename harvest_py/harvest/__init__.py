@@ -14,7 +14,14 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harvest.client import AsyncClient, AsyncWorkflowHandle, Client, UpdateHandle, WorkflowHandle
+    from harvest.client import (
+        AsyncClient,
+        AsyncWorkflowHandle,
+        Client,
+        StartOptions,
+        UpdateHandle,
+        WorkflowHandle,
+    )
     from harvest.core.errors import (
         ActivityError,
         ActivityFailure,
@@ -60,7 +67,8 @@ errors = _errors
 # public name -> the module that defines it (imported on first access)
 _WHERE: dict[str, str] = {
     **dict.fromkeys(
-        ["AsyncClient", "AsyncWorkflowHandle", "Client", "UpdateHandle", "WorkflowHandle"], "harvest.client"
+        ["AsyncClient", "AsyncWorkflowHandle", "Client", "StartOptions", "UpdateHandle", "WorkflowHandle"],
+        "harvest.client",
     ),
     **dict.fromkeys(
         [
@@ -132,6 +140,7 @@ __all__ = [
     "Schedule",
     "SignalTimeout",
     "SkipTask",
+    "StartOptions",
     "Throttle",
     "UpdateFailed",
     "UpdateHandle",

@@ -312,6 +312,7 @@ def test_the_public_names_resolve_lazily_and_stay_the_same() -> None:
         "Schedule",
         "SignalTimeout",
         "SkipTask",
+        "StartOptions",
         "Throttle",
         "UpdateFailed",
         "UpdateHandle",

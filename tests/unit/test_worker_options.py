@@ -62,6 +62,8 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
     keyed = {t.config: t for t in tunables() if t.config}
     assert set(keyed) == {
         ("worker", "concurrency"),
+        ("worker", "activity_threads"),
+        ("worker", "activity_processes"),
         ("worker", "shutdown_grace"),
         ("worker", "heartbeat_interval"),
         ("worker", "max_payload_bytes"),
@@ -112,3 +114,30 @@ def test_the_concurrency_flag_is_bounded_by_the_options(
     result = CliRunner().invoke(main, ["worker", "no_such_module:app", "--concurrency", "0"])
     assert result.exit_code != 0
     assert "worker.concurrency = 0 (from --concurrency) is out of range: allowed 1 to 10000" in result.output
+
+
+@pytest.mark.parametrize(
+    ("flag", "key", "allowed"),
+    [
+        ("--activity-threads", "worker.activity_threads", "1 to 10000"),
+        ("--activity-processes", "worker.activity_processes", "1 to 1024"),
+    ],
+)
+def test_the_activity_pool_flags_are_bounded_by_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flag: str, key: str, allowed: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HARVEST_CONFIG", raising=False)
+    result = CliRunner().invoke(main, ["worker", "no_such_module:app", flag, "0"])
+    assert result.exit_code != 0
+    assert f"{key} = 0 (from {flag}) is out of range: allowed {allowed}" in result.output
+
+
+def test_the_activity_thread_pool_defaults_to_the_concurrency() -> None:
+    from harvest import App
+    from harvest.worker import Worker
+
+    worker = Worker(App(), "postgresql://nobody@127.0.0.1:1/none", concurrency=17)
+    assert worker.executors.thread_count == 17
+    worker = Worker(App(), "postgresql://nobody@127.0.0.1:1/none", concurrency=17, activity_threads=3)
+    assert worker.executors.thread_count == 3

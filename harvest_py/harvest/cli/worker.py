@@ -79,6 +79,19 @@ def load_app(target: str) -> App:
     type=int,
     help=f"Tasks in flight at once (default: worker.concurrency, else {WorkerOptions.concurrency}).",
 )
+@click.option(
+    "--activity-threads",
+    default=None,
+    type=int,
+    help="Threads that run plain def activities (default: worker.activity_threads, else --concurrency).",
+)
+@click.option(
+    "--activity-processes",
+    default=None,
+    type=int,
+    help="Processes that run executor='process' activities (default: worker.activity_processes, "
+    "else the CPU count).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @click.option(
     "--shutdown-grace",
@@ -102,6 +115,8 @@ def worker(
     scheduler_enabled: bool | None,
     retention_run_on: str | None,
     concurrency: int | None,
+    activity_threads: int | None,
+    activity_processes: int | None,
     database_url: str | None,
     shutdown_grace: float | None,
     log_level: str,
@@ -128,6 +143,8 @@ def worker(
             "scheduler.enabled": (scheduler_enabled, "--scheduler/--no-scheduler"),
             "retention.run_on": (retention_run_on, "--retention-run-on"),
             "worker.concurrency": (concurrency, "--concurrency"),
+            "worker.activity_threads": (activity_threads, "--activity-threads"),
+            "worker.activity_processes": (activity_processes, "--activity-processes"),
             "worker.shutdown_grace": (shutdown_grace, "--shutdown-grace"),
         }
     )

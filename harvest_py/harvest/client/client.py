@@ -15,8 +15,12 @@ docs/sharding.md "Routing").
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
+import inspect
 import time
 import uuid
+import warnings
 from typing import Any, Self
 
 from harvest.client import messages as messaging
@@ -42,7 +46,7 @@ from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.core.task_token import TaskToken
 from harvest.db import channels, sqlapi
-from harvest.db.connection import AsyncConnection, Connection, connect, connect_async, resolve_dsn
+from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
@@ -153,6 +157,67 @@ class Children(list):
         super().__init__(rows)
         self.status = status
         self.unavailable_shards = list(unavailable_shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class StartOptions:
+    """How to start a run, apart from the workflow's own arguments (docs/workflows.md,
+    "Starting a run"): ``client.start_workflow(fn, *args, options=StartOptions(...), **kwargs)``.
+    With ``options=``, every other keyword argument is the workflow's, whatever its name
+    (``priority=``, ``workflow_id=``, ``queue=``). Reuse one for many starts, or derive one with
+    :meth:`replace`.
+
+    ``connection``: start inside your transaction on that connection (see
+    :meth:`Client.start_workflow`)."""
+
+    workflow_id: str | None = None
+    queue: str | None = None
+    reuse_policy: str = "allow_duplicate"
+    conflict_policy: str = "unspecified"
+    search_attributes: dict[str, Any] | None = None
+    priority: int = 0
+    execution_timeout: Any = None
+    run_timeout: Any = None
+    shard_id: int | None = None
+    residency_key: str | None = None
+    connection: Any = None
+
+    def replace(self, **changes: Any) -> StartOptions:
+        return dataclasses.replace(self, **changes)
+
+
+# The start options start_workflow still takes as keyword arguments when no options= is given
+# (and task_queue=, the old spelling of queue=).
+_START_KEYWORDS = frozenset(f.name for f in dataclasses.fields(StartOptions)) | {"task_queue"}
+
+
+def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[StartOptions, dict[str, Any]]:
+    """``(start options, the workflow's keyword arguments)`` of a start_workflow call.
+
+    ``options=StartOptions(...)``: every keyword argument is the workflow's. Without it, the
+    start options' names are taken as start options, as they always were; one that is also a
+    parameter of the workflow warns (DeprecationWarning): pass ``options=`` so it reaches the
+    workflow. An ``options=`` that is not a StartOptions is the workflow's own argument."""
+    if isinstance(options, StartOptions):
+        return options, kwargs
+    if options is not None:
+        kwargs = {**kwargs, "options": options}
+    given = {name: kwargs.pop(name) for name in list(kwargs) if name in _START_KEYWORDS}
+    task_queue = given.pop("task_queue", None)
+    if task_queue is not None:
+        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=4)
+    definition = _resolve_workflow(workflow)[1]
+    if definition is not None and given:
+        shadowed = sorted(set(given) & set(inspect.signature(definition.fn).parameters))
+        if shadowed:
+            warnings.warn(
+                f"{', '.join(n + '=' for n in shadowed)} went to the start, not to {definition.name}'s "
+                f"parameter(s) of that name: pass the start's with options=StartOptions(...) and "
+                "every keyword argument goes to the workflow",
+                DeprecationWarning,
+                stacklevel=3,  # the caller of start_workflow
+            )
+    return StartOptions(**given), kwargs
 
 
 def _start_call(
@@ -412,6 +477,24 @@ class _Handle:
         # The shard the run lives on: the one its id carries (a throttled pinned start has no
         # id yet: the shard it was placed on).
         self.shard_id = shard_id if execution_id is None else _shard_or_none(execution_id)
+        # get_handle(workflow_id=): the run is looked up at the first call (_find_run).
+        self._by_key: str | None = None  # the workflow name to look under ("" for any)
+
+    def _key_lookup(self) -> tuple[int, str | None]:
+        """Where a handle by workflow_id looks its run up: the shard and the workflow name."""
+        name = self._by_key or None
+        target = self.client._target
+        if target.sharded and name is None:
+            raise InvalidArgument(
+                f"a sharded client finds workflow_id {self.workflow_id!r} by its workflow: "
+                "get_handle(workflow_id=..., workflow=<the @workflow or its name>)"
+            )
+        return routing.hashed_shard(target, name or "", self.workflow_id), name
+
+    def _found(self, row: dict[str, Any]) -> None:
+        self.execution_id = str(row["id"])
+        self.shard_id = _shard_or_none(self.execution_id)
+        self._by_key = None
 
     def __repr__(self) -> str:
         deferred = ", deferred=True" if self.deferred else ""
@@ -430,6 +513,50 @@ def _history_read(target: Any, execution_id: str) -> Any:
         return found["events"]
 
     return read
+
+
+def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow_id: str | None) -> Any:
+    """get_handle's handle: by execution id, or by workflow_id (looked up at its first call)."""
+    definition = _resolve_workflow(workflow)[1] if workflow is not None else None
+    if (execution_id is None) == (workflow_id is None):
+        raise InvalidArgument("get_handle takes an execution_id or workflow_id=, one of the two")
+    if execution_id is not None:
+        return cls(client, execution_id, "", definition)
+    if not isinstance(workflow_id, str) or not workflow_id:
+        raise InvalidArgument(f"workflow_id must be a non-empty string, got {workflow_id!r}")
+    handle = cls(client, None, workflow_id, definition)
+    handle.deferred = False
+    handle._by_key = _resolve_workflow(workflow)[0] if workflow is not None else ""
+    return handle
+
+
+def _finds_run(method: Any) -> Any:
+    """A WorkflowHandle method that first finds the run of a handle by workflow_id."""
+
+    @functools.wraps(method)
+    def call(self: WorkflowHandle, *args: Any, **kwargs: Any) -> Any:
+        if self._by_key is not None:
+            shard, name = self._key_lookup()
+            with routing.api(self.client._target, shard) as sql:
+                self._found(sql.get_execution_by_workflow_id(self.workflow_id, name))
+        return method(self, *args, **kwargs)
+
+    return call
+
+
+def _afinds_run(method: Any) -> Any:
+    """:func:`_finds_run` for AsyncWorkflowHandle."""
+
+    @functools.wraps(method)
+    async def call(self: AsyncWorkflowHandle, *args: Any, **kwargs: Any) -> Any:
+        if self._by_key is not None:
+            shard, name = self._key_lookup()
+            self._found(
+                await self.client._target.sql(shard).get_execution_by_workflow_id(self.workflow_id, name)
+            )
+        return await method(self, *args, **kwargs)
+
+    return call
 
 
 class WorkflowHandle(_Handle):
@@ -462,42 +589,51 @@ class WorkflowHandle(_Handle):
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
 
+    @_finds_run
     def describe(self) -> dict[str, Any]:
         sharded = self.client._target.sharded
         return self._at(
             self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
         )
 
+    @_finds_run
     def history(self) -> list[dict[str, Any]]:
         return self._at(self.execution_id, _history_read(self.client._target, self.execution_id))
 
+    @_finds_run
     def terminate(self, reason: str | None = None) -> None:
         """End the (current) run at once; no cleanup code runs."""
         self._on_current(sqlapi.terminate_workflow, reason)
 
+    @_finds_run
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
         self._on_current(sqlapi.signal_workflow, name, encoded)
 
+    @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
         return self._on_current(sqlapi.cancel_workflow, reason)
 
+    @_finds_run
     def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """Pause the (current) run: none of its work starts until :meth:`resume`; running work
         finishes, signals are kept (docs/lifecycle.md). False if it was paused already."""
         return self._on_current(sqlapi.pause_workflow, reason, operator_id)
 
+    @_finds_run
     def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """Resume a paused run: overdue timers fire once, kept signals arrive in order. False
         if it was running."""
         return self._on_current(sqlapi.resume_workflow, reason, operator_id)
 
+    @_finds_run
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
         return messaging.query(self.client, self.execution_id, name, arg, timeout, result_type)
 
+    @_finds_run
     def update(
         self,
         name: str,
@@ -514,6 +650,7 @@ class WorkflowHandle(_Handle):
             self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
         )
 
+    @_finds_run
     def reset(
         self,
         to_event: int,
@@ -535,6 +672,7 @@ class WorkflowHandle(_Handle):
             ),
         )
 
+    @_finds_run
     def children(self, status: str | None = None, depth: int = 1) -> Children:
         """The run's child workflows (``depth`` levels down), optionally of one ``status``: a
         :class:`Children` list. A sharded client asks every readable shard (a child may live on
@@ -546,6 +684,7 @@ class WorkflowHandle(_Handle):
             )
         return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
 
+    @_finds_run
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
         LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
@@ -654,46 +793,42 @@ class Client:
         return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
     def start_workflow(
-        self,
-        workflow: Any,
-        *args: Any,
-        workflow_id: str | None = None,
-        queue: str | None = None,
-        reuse_policy: str = "allow_duplicate",
-        conflict_policy: str = "unspecified",
-        search_attributes: dict[str, Any] | None = None,
-        priority: int = 0,
-        execution_timeout: Any = None,
-        run_timeout: Any = None,
-        shard_id: int | None = None,
-        residency_key: str | None = None,
-        connection: Connection | None = None,
-        task_queue: str | None = None,
-        **kwargs: Any,
+        self, workflow: Any, /, *args: Any, options: StartOptions | None = None, **kwargs: Any
     ) -> WorkflowHandle:
         """Start (or attach to) a run; see docs/workflows.md for the policies.
+
+        ``*args`` and ``**kwargs`` are the workflow's arguments; ``options=StartOptions(...)``
+        says how to start it (``workflow_id``, ``queue``, ``reuse_policy``, ``conflict_policy``,
+        ``search_attributes``, ``priority``, ``execution_timeout``, ``run_timeout``,
+        ``shard_id``, ``residency_key``, ``connection``). Those names are still taken as start
+        options when given as keyword arguments without ``options=`` (a DeprecationWarning when
+        the workflow has a parameter of the same name).
 
         Placement (docs/sharding.md): ``shard_id=`` or ``residency_key=`` (not both) pins the
         run to a shard; without either, a sharded client hashes (name, workflow_id) over the
         writable shards. Without a ``workflow_id`` a pinned start mints one that hashes to its
         shard. ``connection=`` starts in your transaction on that connection's database (a
         pin is checked by that database: another shard's is refused with WrongShard)."""
+        opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
+            workflow, args, kwargs, opts.queue, self.max_payload_bytes
         )
-        placement = routing.place_start(self._target, name, workflow_id, shard_id, residency_key, definition)
+        placement = routing.place_start(
+            self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
+        )
         call = _start_call(
             name,
             encoded,
             placement.workflow_id,
             queue,
-            reuse_policy,
-            conflict_policy,
-            search_attributes,
-            priority,
-            execution_timeout,
-            run_timeout,
+            opts.reuse_policy,
+            opts.conflict_policy,
+            opts.search_attributes,
+            opts.priority,
+            opts.execution_timeout,
+            opts.run_timeout,
         )
+        connection = opts.connection
         if connection is not None:
             if placement.pinned:
                 row = _start_in_transaction(connection, call, placement)
@@ -822,9 +957,13 @@ class Client:
         encoded = None if details is None else payload.encode(details)
         return self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded))
 
-    def get_handle(self, execution_id: str, workflow: Any = None) -> WorkflowHandle:
-        definition = _resolve_workflow(workflow)[1] if workflow is not None else None
-        return WorkflowHandle(self, execution_id, "", definition)
+    def get_handle(
+        self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
+    ) -> WorkflowHandle:
+        """A handle on a run: by ``execution_id``, or by ``workflow_id`` (its current run: the
+        running one, else the newest, found at the handle's first call; ``workflow``, a
+        ``@workflow`` or its name, narrows it to that workflow and types the result)."""
+        return _handle_of(WorkflowHandle, self, execution_id, workflow, workflow_id)
 
     def sql(self):
         """A scope yielding :class:`SqlApi` on a pooled connection (for operator calls); on
@@ -859,6 +998,7 @@ class AsyncWorkflowHandle(_Handle):
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
 
+    @_afinds_run
     async def describe(self) -> dict[str, Any]:
         sharded = self.client._target.sharded
 
@@ -867,6 +1007,7 @@ class AsyncWorkflowHandle(_Handle):
 
         return await self._at(self.execution_id, read)
 
+    @_afinds_run
     async def history(self) -> list[dict[str, Any]]:
         if not self.client._target.sharded:
             return await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0))
@@ -878,30 +1019,37 @@ class AsyncWorkflowHandle(_Handle):
 
         return await self._at(self.execution_id, read)
 
+    @_afinds_run
     async def terminate(self, reason: str | None = None) -> None:
         """See :meth:`WorkflowHandle.terminate`."""
         await self._on_current(sqlapi.terminate_workflow, reason)
 
+    @_afinds_run
     async def signal(self, name: str, payload_value: Any = None) -> None:
         """See :meth:`WorkflowHandle.signal`."""
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
         await self._on_current(sqlapi.signal_workflow, name, encoded)
 
+    @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.cancel`."""
         return await self._on_current(sqlapi.cancel_workflow, reason)
 
+    @_afinds_run
     async def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.pause`."""
         return await self._on_current(sqlapi.pause_workflow, reason, operator_id)
 
+    @_afinds_run
     async def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.resume`."""
         return await self._on_current(sqlapi.resume_workflow, reason, operator_id)
 
+    @_afinds_run
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         return await messaging.aquery(self.client, self.execution_id, name, arg, timeout, result_type)
 
+    @_afinds_run
     async def update(
         self,
         name: str,
@@ -916,6 +1064,7 @@ class AsyncWorkflowHandle(_Handle):
             self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
         )
 
+    @_afinds_run
     async def reset(
         self,
         to_event: int,
@@ -933,6 +1082,7 @@ class AsyncWorkflowHandle(_Handle):
             ),
         )
 
+    @_afinds_run
     async def children(self, status: str | None = None, depth: int = 1) -> Children:
         """See :meth:`WorkflowHandle.children`."""
         target = self.client._target
@@ -945,6 +1095,7 @@ class AsyncWorkflowHandle(_Handle):
         reads = AsyncShardReads(target.providers())
         return _children(await reads.list_children(self.execution_id, status, depth))
 
+    @_afinds_run
     async def result(self, timeout: float | None = None) -> Any:
         """See :meth:`WorkflowHandle.result`."""
         _not_deferred(self)
@@ -1105,40 +1256,29 @@ class AsyncClient:
         return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
     async def start_workflow(
-        self,
-        workflow: Any,
-        *args: Any,
-        workflow_id: str | None = None,
-        queue: str | None = None,
-        reuse_policy: str = "allow_duplicate",
-        conflict_policy: str = "unspecified",
-        search_attributes: dict[str, Any] | None = None,
-        priority: int = 0,
-        execution_timeout: Any = None,
-        run_timeout: Any = None,
-        shard_id: int | None = None,
-        residency_key: str | None = None,
-        connection: AsyncConnection | None = None,
-        task_queue: str | None = None,
-        **kwargs: Any,
+        self, workflow: Any, /, *args: Any, options: StartOptions | None = None, **kwargs: Any
     ) -> AsyncWorkflowHandle:
         """See :meth:`Client.start_workflow`."""
+        opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
+            workflow, args, kwargs, opts.queue, self.max_payload_bytes
         )
-        placement = routing.place_start(self._target, name, workflow_id, shard_id, residency_key, definition)
+        placement = routing.place_start(
+            self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
+        )
         call = _start_call(
             name,
             encoded,
             placement.workflow_id,
             queue,
-            reuse_policy,
-            conflict_policy,
-            search_attributes,
-            priority,
-            execution_timeout,
-            run_timeout,
+            opts.reuse_policy,
+            opts.conflict_policy,
+            opts.search_attributes,
+            opts.priority,
+            opts.execution_timeout,
+            opts.run_timeout,
         )
+        connection = opts.connection
         if connection is not None:
             if placement.pinned:
                 row = await _astart_in_transaction(connection, call, placement)
@@ -1261,6 +1401,8 @@ class AsyncClient:
             task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
         )
 
-    def get_handle(self, execution_id: str, workflow: Any = None) -> AsyncWorkflowHandle:
-        definition = _resolve_workflow(workflow)[1] if workflow is not None else None
-        return AsyncWorkflowHandle(self, execution_id, "", definition)
+    def get_handle(
+        self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
+    ) -> AsyncWorkflowHandle:
+        """See :meth:`Client.get_handle`."""
+        return _handle_of(AsyncWorkflowHandle, self, execution_id, workflow, workflow_id)

@@ -5,10 +5,25 @@ Everything that crosses the database (inputs, results, marker values) is JSON.
 exact path of anything it cannot convert; ``decode`` rebuilds rich values from
 the type hints of the receiving function, so user code sees its own types on
 both sides of the wire. pydantic is used when installed, never required.
+
+Types a hint rebuilds (docs/workflows.md, "Payloads"): the JSON types, ``None``, ``bytes``
+and ``bytearray`` (base64 text on the wire), enums (their value), ``datetime``/``date``/
+``time`` (ISO 8601), ``timedelta`` (seconds), ``Decimal`` and ``UUID`` (text), dataclasses,
+``NamedTuple`` (an array; an object is read too), ``TypedDict`` (an object, its keys typed),
+pydantic models, ``list``/``tuple``/``set``/``dict`` of those, ``Optional``, unions (the first
+member that accepts the value), ``Literal``, ``Annotated`` and ``NewType``. A value that does not
+fit raises ``PayloadError`` naming the parameter (or result), its type and the path inside it.
+
+One converter with or without pydantic: pydantic's ``TypeAdapter`` was considered as the
+converter when installed and not taken, because its lax mode coerces (``"1"`` to ``1``) and its
+``bytes`` are UTF-8, so a payload would decode differently on a worker that has pydantic and
+one that does not. Pydantic models themselves are validated by pydantic.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import datetime as _dt
 import enum
@@ -42,6 +57,7 @@ __all__ = [
     "param_hints",
     "payload_size",
     "return_hint",
+    "type_name",
 ]
 
 _ABSENT = object()
@@ -117,6 +133,8 @@ def _encode(value: Any, path: str, active: set[int]) -> Any:
         return str(value)
     if isinstance(value, Decimal):
         return str(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, _dt.timedelta):
         return value.total_seconds()
     if _is_pydantic_model(value):
@@ -295,8 +313,19 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         if not isinstance(value, str):
             raise _fail(path, "string", value)
         return value
+    if typing.is_typeddict(tp):
+        return _decode_typeddict(value, tp, path)
     if isinstance(value, tp) and not isinstance(value, (list, dict)):
         return value  # already the right type (e.g. an in-process value)
+    if issubclass(tp, tuple) and hasattr(tp, "_fields"):
+        return _decode_namedtuple(value, tp, path)
+    if issubclass(tp, (bytes, bytearray)):
+        try:
+            return tp(base64.b64decode(_need_str(value, path, "base64 string"), validate=True))
+        except binascii.Error as exc:
+            raise PayloadError(
+                f"{path}: cannot decode {value!r:.80} as {tp.__name__} (base64): {exc}"
+            ) from None
     try:
         if issubclass(tp, enum.Enum):
             return tp(value)
@@ -332,6 +361,85 @@ def _need_str(value: Any, path: str, what: str) -> str:
     if not isinstance(value, str):
         raise _fail(path, what, value)
     return value
+
+
+def _decode_namedtuple(value: Any, tp: type, path: str) -> Any:
+    """A NamedTuple from its array (how it is encoded) or an object of its fields."""
+    hints = _safe_hints(tp)
+    fields: tuple[str, ...] = tp._fields  # type: ignore[attr-defined]
+    defaults: dict[str, Any] = getattr(tp, "_field_defaults", {})
+    if isinstance(value, list):
+        if len(value) > len(fields):
+            raise PayloadError(
+                f"{path}: {tp.__name__} has {len(fields)} fields, got an array of {len(value)}"
+            )
+        value = dict(zip(fields, value, strict=False))
+    if not isinstance(value, dict):
+        raise _fail(path, f"array or object for {tp.__name__}", value)
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise PayloadError(f"{path}: {tp.__name__} has no field(s) {unknown}")
+    items = {}
+    for name in fields:
+        if name in value:
+            items[name] = _decode(value[name], hints.get(name, Any), _key_path(path, name))
+        elif name not in defaults:
+            raise PayloadError(f"{_key_path(path, name)}: missing field of {tp.__name__}")
+    return tp(**items)
+
+
+def _decode_typeddict(value: Any, tp: type, path: str) -> Any:
+    """A TypedDict: an object whose keys are decoded by its hints; required keys must be there."""
+    if not isinstance(value, dict):
+        raise _fail(path, f"object for {tp.__name__}", value)
+    hints = _safe_hints(tp)
+    # From the resolved hints: under `from __future__ import annotations` the class cannot see
+    # a NotRequired[...] written as a string, so its __required_keys__ lists every key.
+    total = getattr(tp, "__total__", True)
+    required = [
+        key
+        for key, hint in hints.items()
+        if typing.get_origin(hint) is typing.Required
+        or (total and typing.get_origin(hint) is not typing.NotRequired)
+    ]
+    missing = sorted(k for k in required if k not in value)
+    if missing:
+        raise PayloadError(f"{path}: missing key(s) {missing} of {tp.__name__}")
+    return {
+        key: _decode(item, _unwrap_required(hints.get(key, Any)), _key_path(path, key))
+        for key, item in value.items()
+    }
+
+
+def _unwrap_required(tp: Any) -> Any:
+    """``Required[X]`` / ``NotRequired[X]`` / ``ReadOnly[X]`` of a TypedDict key: ``X``."""
+    while (
+        typing.get_origin(tp) in (typing.Required, typing.NotRequired)
+        or getattr(typing.get_origin(tp), "_name", None) == "ReadOnly"
+    ):
+        tp = typing.get_args(tp)[0]
+    return tp
+
+
+def type_name(tp: Any) -> str:
+    """A type hint as a person writes it (``int``, ``list[Order]``, ``date | None``)."""
+    if tp is Any or tp is inspect.Parameter.empty:
+        return "Any"
+    if tp is None or tp is type(None):
+        return "None"
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return " | ".join(type_name(a) for a in args)
+    if origin is typing.Annotated:
+        return type_name(args[0])
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(map(repr, args))}]"
+    if origin is not None:
+        inner = ", ".join("..." if a is Ellipsis else type_name(a) for a in args)
+        return f"{getattr(origin, '__name__', repr(origin))}[{inner}]"
+    if isinstance(tp, type):
+        return tp.__qualname__
+    return repr(tp).replace("typing.", "")
 
 
 def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
@@ -458,7 +566,12 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
             if p.default is p.empty and p.kind is not p.VAR_POSITIONAL:
                 raise PayloadError(f"input: missing argument {p.name!r} of {getattr(fn, '__name__', fn)}")
             continue
-        value = _decode(json_args[i], hint, f"input[{i}]")
+        try:
+            value = _decode(json_args[i], hint, f"input[{i}]")
+        except PayloadError as exc:
+            raise PayloadError(
+                f"parameter {p.name!r} of {getattr(fn, '__name__', fn)} ({type_name(hint)}): {exc}"
+            ) from None
         if p.kind is p.KEYWORD_ONLY:
             kwargs[p.name] = value
         else:
@@ -473,7 +586,13 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
 
 def decode_result(fn: Callable | None, value: Any) -> Any:
     """Decode a result by ``fn``'s return annotation (raw JSON when there is none)."""
-    return _decode(value, return_hint(fn), "result")
+    hint = return_hint(fn)
+    try:
+        return _decode(value, hint, "result")
+    except PayloadError as exc:
+        raise PayloadError(
+            f"the result of {getattr(fn, '__name__', fn)} ({type_name(hint)}): {exc}"
+        ) from None
 
 
 def encode_result(value: Any) -> Any:

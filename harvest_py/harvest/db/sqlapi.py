@@ -70,6 +70,9 @@ HEARTBEAT_ACTIVITY = """
 SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) AS cancel_requested
 """
 GET_EXECUTION = "SELECT * FROM harvest.get_execution(%(execution_id)s)"
+GET_EXECUTION_BY_WORKFLOW_ID = (
+    "SELECT * FROM harvest.get_execution_by_workflow_id(%(workflow_id)s, %(workflow_name)s)"
+)
 WAIT_FOR_RESULT = "SELECT * FROM harvest.wait_for_result(%(execution_id)s, %(waiter_id)s)"
 STOP_WAITING = "SELECT harvest.stop_waiting_for_result(%(waiter_id)s)"
 GET_HISTORY = "SELECT * FROM harvest.get_history(%(execution_id)s, %(after_event_id)s)"
@@ -432,6 +435,12 @@ def list_children_of(execution_ids: list[str]) -> dict[str, Any]:
 @call(GET_EXECUTION, first)
 def get_execution(execution_id: str) -> dict[str, Any]:
     return {"execution_id": execution_id}
+
+
+@call(GET_EXECUTION_BY_WORKFLOW_ID, first)
+def get_execution_by_workflow_id(workflow_id: str, workflow_name: str | None = None) -> dict[str, Any]:
+    """The current run of a business key: the RUNNING one, else the newest."""
+    return {"workflow_id": workflow_id, "workflow_name": workflow_name}
 
 
 @call(GET_HISTORY)

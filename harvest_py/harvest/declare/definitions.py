@@ -155,6 +155,9 @@ class ActivityDefinition:
     priority: int = 0
     dead_letter: bool = True
     is_async: bool = True
+    # Where a plain `def` runs: "thread" (the worker's activity thread pool) or "process" (its
+    # process pool, for CPU-bound work; docs/activities.md "Which executor"). None: thread.
+    executor: str | None = None
     # Flow control (docs/flow-control.md): a cap on in-flight attempts per key, a rate limit.
     max_concurrent: int | None = None
     concurrency_key: str | None = None
@@ -344,8 +347,15 @@ def activity(
     rate_limit: Any = None,
     priority_aging_secs: Any = None,
     fairness_key: str | None = None,
+    executor: str | None = None,
 ) -> Any:
-    """Mark a function as an activity; ``async def`` runs on the loop, plain ``def`` in a thread."""
+    """Mark a function as an activity; ``async def`` runs on the loop, plain ``def`` in the
+    worker's thread pool, or in its process pool with ``executor="process"`` (CPU-bound work:
+    the function and its arguments must pickle; docs/activities.md "Which executor")."""
+    if executor not in (None, "thread", "process"):
+        raise InvalidArgument(
+            f"@activity(executor={executor!r}): use 'thread' or 'process' (or leave it out)"
+        )
     flow = _flow.activity_policies(max_concurrent, concurrency_key, rate_limit)
     options = _normalize_options(
         {
@@ -367,11 +377,22 @@ def activity(
         if inspect.isclass(f):
             raise TypeError(f"@activity expects a function, got the class {f.__qualname__}")
         _check_takes_ctx(f, "activity")
+        if executor is not None and inspect.iscoroutinefunction(f):
+            raise TypeError(
+                f"@activity(executor={executor!r}) on async def {f.__qualname__}: an async activity runs "
+                "on the worker's event loop; make it a plain def to run it in a thread or a process"
+            )
+        if executor == "process" and "<locals>" in f.__qualname__:
+            raise TypeError(
+                f"@activity(executor='process') on {f.__qualname__}: a process runs a function it can "
+                "import by name; define it at the top level of a module"
+            )
         f.__harvest_activity__ = ActivityDefinition(
             name=_check_name(name or f.__name__, "activity name"),
             fn=f,
             local=bool(local),
             is_async=inspect.iscoroutinefunction(f),
+            executor=executor,
             **options,
             **flow,
         )

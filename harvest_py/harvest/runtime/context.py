@@ -139,6 +139,11 @@ class WorkflowContext:
         return await self._local(defn, fn, args, options)
 
     async def _local(self, defn: ActivityDefinition, fn: Callable | None, args: tuple, options: dict) -> Any:
+        # Run what the App registers under the name, as a worker runs a regular activity by
+        # name (the same definition, or a test kit's mock of it: harvest.testing).
+        registered = self._run.find_activity(defn.name)
+        if registered is not None:
+            defn = registered
         if options:
             defn = defn.with_options(**options)
         encode_args(fn, args)  # fail here, as a regular activity would, on a bad argument

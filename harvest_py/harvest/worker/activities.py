@@ -82,7 +82,7 @@ class ActivityContext:
         return self.cancel_requested
 
     def heartbeat(self, details: Any = None) -> bool:
-        """Heartbeat from a plain ``def`` activity running in the thread pool."""
+        """Heartbeat from a plain ``def`` activity running in the worker's thread pool."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -163,7 +163,7 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         if definition.is_async:
             call = definition.fn(ctx, *args, **kwargs)
         else:
-            call = asyncio.to_thread(definition.fn, ctx, *args, **kwargs)
+            call = worker.executors.run(definition, ctx, args, kwargs)  # a thread, or a process
         try:
             result = await asyncio.wait_for(call, timeout=timeout)
         except CompleteAsync:

@@ -130,6 +130,15 @@ class WorkerOptions:
     # Tasks in flight at once, and the most one claim takes.
     concurrency: int = _num(1, 10_000, 20, integer=True, config=("worker", "concurrency"))
     claim_batch: int = _num(1, 1_000, 20, integer=True)
+    # Plain `def` activities run in a thread pool of this many threads (None: concurrency, so
+    # every slot can run one); @activity(executor="process") ones in a process pool of this many
+    # processes (None: the CPU count), started with the first such task (docs/activities.md).
+    activity_threads: int | None = _num(
+        1, 10_000, None, integer=True, optional=True, config=("worker", "activity_threads")
+    )
+    activity_processes: int | None = _num(
+        1, 1_024, None, integer=True, optional=True, config=("worker", "activity_processes")
+    )
     # Seconds: the drain on SIGTERM, the heartbeat, the fallback poll (notifications wake the loop
     # first), the timeout scanner's tick, a workflow task's lease, the retention janitor's tick.
     shutdown_grace: float = _secs(0, 86_400, 30.0, config=("worker", "shutdown_grace"))

@@ -50,6 +50,7 @@ from harvest.shard.router import ShardRouter, rendezvous
 from harvest.worker import scheduler
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
+from harvest.worker.executors import ActivityExecutors, check_process_activities
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
 from harvest.worker.options import WorkerOptions, refuse_auto_with_cells, resolve_shard_assignments
 from harvest.worker.owners import RECENT_HEARTBEATS
@@ -121,6 +122,11 @@ class Worker:
         # typed and final (PayloadTooLarge); None: the server's limit, read at start.
         self.max_payload_bytes = options.max_payload_bytes
         self.app = app
+        # Where plain `def` activities run (worker/executors.py): a thread per slot by default.
+        check_process_activities(app)
+        self.executors = ActivityExecutors(
+            options.activity_threads or concurrency, options.activity_processes
+        )
         # One database (today's deployment) or a pool per shard (docs/sharding.md).
         self._sharded = shards is not None
         dsns = dict(shards) if shards is not None else {0: resolve_dsn(dsn)}
@@ -187,6 +193,9 @@ class Worker:
         self.relay_pump = relay_pump
         self._rebalance_resume = ResumeScanner()
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
+        # What ctx.now() reads in workflows (None: the wall clock; the test kit's time
+        # skipping sets its shared test clock here, harvest.testing.WorkflowEnvironment).
+        self.clock: Any = None
 
     # -- the first shard's lane (the only one with one database) ---------------------------
     @property
@@ -264,6 +273,7 @@ class Worker:
                         task.cancel()
                     await asyncio.gather(*heartbeats, return_exceptions=True)
         finally:
+            self.executors.shutdown()
             for lane in self.lanes:
                 await lane.close()
             if self._close_pools is not None:

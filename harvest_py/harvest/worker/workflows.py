@@ -269,6 +269,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 task["workflow_id"],
                 task["queue"],
                 continue_as_new_threshold=worker.continue_as_new_threshold,
+                clock=worker.clock,
             )
             if task.get("new_events") is not None and task.get("new_events_after") == 0:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all

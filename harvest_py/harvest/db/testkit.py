@@ -1,0 +1,135 @@
+"""The database side of the test kit (harvest.testing): throwaway databases cloned from a
+migrated template, and the shared test clock that time skipping moves.
+
+The shared clock (migration 0035, docs/security.md "The clock"): a session whose
+``harvest.fake_now`` is ``'shared'`` reads ``harvest.now()`` as ``now()`` plus
+``harvest.engine_settings.test_clock_offset``, and only while the owner-only switch
+``test_clock_allowed`` is on. Every connection the test kit opens (worker, client, clock) sets
+that at connect time through the DSN, so one UPDATE by the owner moves all of them at once.
+Only the schema owner or a superuser may write engine_settings: a low-privilege session that
+sets ``harvest.fake_now`` moves nothing for anyone else, and nothing at all where the switch is
+off (every production install).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg import conninfo, sql
+
+from harvest.db.connection import connect
+
+__all__ = [
+    "ClockState",
+    "SharedClock",
+    "allow_test_clock",
+    "create_database",
+    "drop_database",
+    "shared_clock_dsn",
+]
+
+SHARED = "shared"
+
+
+def shared_clock_dsn(dsn: str) -> str:
+    """``dsn`` with ``harvest.fake_now = 'shared'`` set on every connection made from it."""
+    params = conninfo.conninfo_to_dict(dsn)
+    options = params.get("options") or ""
+    if "harvest.fake_now" not in options:
+        options = f"{options} -c harvest.fake_now={SHARED}".strip()
+    return conninfo.make_conninfo(dsn, options=options)
+
+
+def _admin(server_dsn: str) -> psycopg.Connection:
+    return connect(server_dsn, autocommit=True)
+
+
+def create_database(server_dsn: str, name: str, template: str | None = None) -> str:
+    """Create database ``name`` (a clone of ``template`` when given; an older one of that
+    name is dropped first) on the server ``server_dsn`` reaches; returns its DSN."""
+    with _admin(server_dsn) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        conn.execute(statement)
+    return conninfo.make_conninfo(server_dsn, dbname=name)
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    with _admin(server_dsn) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def allow_test_clock(dsn: str, allowed: bool = True) -> None:
+    """Turn the owner-only test clock switch on (or off) in the database ``dsn`` names.
+    Connect as the schema owner or a superuser: no harvest role may."""
+    with _admin(dsn) as conn:
+        conn.execute("UPDATE harvest.engine_settings SET test_clock_allowed = %s", (allowed,))
+
+
+class ClockState(NamedTuple):
+    """One look at a test database, for time skipping."""
+
+    now: _dt.datetime  # the shared clock
+    waiting: bool  # a client waits for the result of a running run (handle.result())
+    busy: bool  # something can run now: a due or running task, an undelivered relay
+    next_due: _dt.datetime | None  # when the next thing becomes due (timer, backoff, deadline)
+
+
+# What can run now, and when the next thing will. Timers and retry backoffs are pending tasks;
+# a task's deadline_at, a run's timeouts and a deferred start's release are the scanner's.
+# A running task (an activity or a decision in flight) is busy: its lease is not skipped past.
+_STATE = """
+SELECT harvest.now() AS now,
+       EXISTS (SELECT 1 FROM harvest.result_waiters AS w
+               JOIN harvest.executions AS e ON e.id = w.execution_id
+               WHERE e.status = 'RUNNING') AS waiting,
+       EXISTS (SELECT 1 FROM harvest.tasks AS t
+               WHERE t.status = 'running' OR t.due_at <= harvest.now())
+       OR EXISTS (SELECT 1 FROM harvest.relays AS r WHERE NOT r.remote) AS busy,
+       least((SELECT min(t.due_at) FROM harvest.tasks AS t WHERE t.status = 'pending'),
+             (SELECT min(t.deadline_at) FROM harvest.tasks AS t),
+             (SELECT min(e.timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
+             (SELECT min(e.execution_timeout_at) FROM harvest.executions AS e WHERE e.status = 'RUNNING'),
+             (SELECT min(p.release_at) FROM harvest.pending_starts AS p)) AS next_due
+"""
+
+
+class SharedClock:
+    """The shared test clock of one database, on a connection of its own (as the owner)."""
+
+    def __init__(self, dsn: str):
+        self.dsn = shared_clock_dsn(dsn)
+        self._conn: Any = connect(self.dsn, autocommit=True)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def now(self) -> _dt.datetime:
+        return self._conn.execute("SELECT harvest.now()").fetchone()[0]
+
+    def offset(self) -> _dt.timedelta:
+        return self._conn.execute("SELECT test_clock_offset FROM harvest.engine_settings").fetchone()[0]
+
+    def set_offset(self, offset: _dt.timedelta) -> None:
+        """Set the clock to real time plus ``offset`` (a caller that moves it forward computes
+        the offset first, so what it hands out, such as a worker's ``ctx.now()``, never lags
+        the database)."""
+        self._conn.execute("UPDATE harvest.engine_settings SET test_clock_offset = %s", (offset,))
+
+    def heartbeat_worker(self, worker_id: str) -> None:
+        """Stamp a worker's heartbeat at the clock's time: producers notify only workers whose
+        last heartbeat is recent, so one that just jumped a day ahead would otherwise be woken
+        by its fallback poll alone."""
+        self._conn.execute("SELECT harvest.heartbeat_worker(%s)", (worker_id,))
+
+    def state(self) -> ClockState:
+        row = self._conn.execute(_STATE).fetchone()
+        return ClockState(*row)
+
+    def scan(self) -> None:
+        """One scanner pass at the clock's time (timeouts, deadlines, relays, deferred starts)."""
+        self._conn.execute("SELECT harvest.scan(100)")

@@ -1,0 +1,364 @@
+"""``WorkflowEnvironment``: run workflows in a test against a real database, with a worker in
+this process, activity mocks, and time skipping.
+
+::
+
+    with WorkflowEnvironment(app) as env:
+        env.mock_activity("charge", lambda ctx, order_id, amount: {"charged": amount})
+        handle = env.client.start_workflow(checkout, "order-1", 42)
+        assert handle.result(timeout=10) == {"charged": 42}   # a one-day timer: milliseconds
+
+Time skipping: every connection of the environment reads the database's shared test clock
+(``harvest.fake_now = 'shared'``, harvest/db/testkit.py). While a client waits for a run's
+result and nothing can run (no task due or in flight, no relay to deliver), the environment
+moves that clock to the next due time (a timer, a retry's backoff, a run's timeout, a deferred
+start) and wakes the worker, so waits that take days take milliseconds. ``env.sleep(...)``
+moves it by hand. docs/testing.md has the whole guide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import datetime as _dt
+import functools
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Self
+
+from harvest.client.client import AsyncClient, Client
+from harvest.core.durations import parse_duration
+from harvest.core.errors import TimeoutError_
+from harvest.db import testkit
+from harvest.declare.definitions import ActivityDefinition, App
+from harvest.testing.server import TestServer, default_server
+from harvest.worker.worker import Worker
+
+__all__ = ["ActivityCall", "WorkflowEnvironment"]
+
+log = logging.getLogger("harvest.testing")
+
+# How often the time skipper looks at the database while a result is awaited (seconds).
+SKIP_POLL_SECS = 0.005
+# ... and while none is (a result wait starts skipping within this long).
+IDLE_POLL_SECS = 0.02
+# How long start() waits for the worker to register, and close() for it to drain.
+WORKER_START_SECS = 30.0
+# The worker's defaults here: a short scan tick (deadlines, relays), a quick drain.
+WORKER_DEFAULTS: dict[str, Any] = {"poll_interval": 0.5, "scan_interval": 0.05, "shutdown_grace": 2.0}
+
+
+@dataclasses.dataclass
+class ActivityCall:
+    """One call of a mocked activity: its arguments (``ctx`` excluded)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+class _WorkerThread:
+    """A Worker on its own event loop in a daemon thread."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="harvest-test-worker", daemon=True)
+
+    def _main(self) -> None:
+        async def go() -> None:
+            self.loop = asyncio.get_running_loop()
+            await self.worker.run()
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:
+            self.error = exc
+
+    def start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + WORKER_START_SECS
+        while not (self.worker.lanes[0].ready and self.loop is not None):
+            if self.error is not None or not self._thread.is_alive():
+                raise RuntimeError(f"the test worker did not start: {self.error!r}") from self.error
+            if time.monotonic() > deadline:
+                raise TimeoutError_(f"the test worker did not register within {WORKER_START_SECS:.0f}s")
+            time.sleep(0.005)
+
+    def wake(self) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.worker.wake)
+
+    def stop(self) -> None:
+        if self.loop is not None and self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.worker.request_stop)
+        self._thread.join(WORKER_START_SECS)
+        if self.error is not None:
+            raise self.error
+
+
+class WorkflowEnvironment:
+    """A database, a worker running ``app`` in this process, a client, and a test clock.
+
+    ``server``: a :class:`~harvest.testing.TestServer` to clone the database on (default: the
+    process's shared one, ``HARVEST_TEST_DSN`` or an embedded server started on first use).
+    ``dsn``: use this migrated database instead (connect as its owner: the environment turns
+    the owner-only test clock switch on there; it is not dropped at the end).
+    ``time_skipping``: move the clock to the next due time while a result is awaited and
+    nothing can run (default True). ``worker_options``: passed to the Worker
+    (``concurrency``, ``queues``, ...).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        server: TestServer | None = None,
+        dsn: str | None = None,
+        time_skipping: bool = True,
+        **worker_options: Any,
+    ):
+        self._original_app = app
+        self.app = copy.copy(app)  # the worker's App: the same, but mocks replace activities
+        self.app.activities = dict(app.activities)
+        self._server = server
+        self._given_dsn = dsn
+        self._database: str | None = None
+        self.time_skipping = time_skipping
+        self._worker_options = {**WORKER_DEFAULTS, **worker_options}
+        self.dsn: str = ""
+        self._client: Client | None = None
+        self._clock: testkit.SharedClock | None = None
+        self._clock_lock = threading.Lock()
+        self._offset = _dt.timedelta(0)
+        self._worker: _WorkerThread | None = None
+        self._skipper: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._paused = 0
+        self._calls: dict[str, list[ActivityCall]] = {}
+        self.skips = 0  # how many times time skipping moved the clock
+        self.started = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Self:
+        if self.started:
+            return self
+        self._closing.clear()
+        if self._given_dsn is not None:
+            base = self._given_dsn
+            testkit.allow_test_clock(base)
+        else:
+            server = self._server or default_server()
+            self._server = server
+            self._database, base = server.new_database()
+        try:
+            self.dsn = testkit.shared_clock_dsn(base)
+            self._clock = testkit.SharedClock(base)
+            self._offset = self._clock.offset()
+            worker = Worker(self.app, self.dsn, **self._worker_options)
+            worker.clock = self._now  # ctx.now() in workflows reads the test clock too
+            self._worker = _WorkerThread(worker)
+            self._worker.start()
+            self._client = Client(self.dsn)
+            if self.time_skipping:
+                self._skipper = threading.Thread(
+                    target=self._skip_loop, name="harvest-time-skipper", daemon=True
+                )
+                self._skipper.start()
+        except BaseException:
+            self.close()
+            raise
+        self.started = True
+        return self
+
+    def close(self) -> None:
+        """Stop the skipper and the worker, close the client, drop the cloned database."""
+        self._closing.set()
+        if self._skipper is not None:
+            self._skipper.join(5)
+            self._skipper = None
+        error: BaseException | None = None
+        try:
+            if self._worker is not None:
+                self._worker.stop()
+        except BaseException as exc:  # reported after the rest is cleaned up
+            error = exc
+        finally:
+            self._worker = None
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if self._clock is not None:
+                self._clock.close()
+                self._clock = None
+            if self._database is not None and self._server is not None:
+                self._server.drop_database(self._database)
+                self._database = None
+            self.started = False
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- clients -----------------------------------------------------------------------------
+    @property
+    def client(self) -> Client:
+        """A :class:`~harvest.Client` on the environment's database (closed by :meth:`close`)."""
+        if self._client is None:
+            raise RuntimeError("the environment is not started: use `with WorkflowEnvironment(app) as env`")
+        return self._client
+
+    async def async_client(self) -> AsyncClient:
+        """A new :class:`~harvest.AsyncClient` on the environment's database, for asyncio tests
+        (``async with await env.async_client() as client``); the caller closes it."""
+        return await AsyncClient.connect(self.dsn)
+
+    @property
+    def worker(self) -> Worker:
+        if self._worker is None:
+            raise RuntimeError("the environment is not started")
+        return self._worker.worker
+
+    # -- activity mocks ----------------------------------------------------------------------
+    def mock_activity(self, activity: Any, fn: Callable[..., Any]) -> None:
+        """Run ``fn`` instead of the activity named ``activity`` (a name or the ``@activity``
+        function). ``fn`` takes what the activity takes (``ctx`` first) and may be ``def`` or
+        ``async def``; arguments are decoded by the real activity's type hints, and its
+        options (timeouts, retries) stay. A name no activity of the App has is mocked too (a
+        workflow may call activities by name that another worker runs)."""
+        name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
+        original = self._original_app.activities.get(name)
+        calls = self._calls.setdefault(name, [])
+
+        if inspect.iscoroutinefunction(fn):
+
+            async def call(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+                calls.append(ActivityCall(args, kwargs))
+                return await fn(ctx, *args, **kwargs)
+        else:
+
+            def call(ctx: Any, *args: Any, **kwargs: Any) -> Any:
+                calls.append(ActivityCall(args, kwargs))
+                return fn(ctx, *args, **kwargs)
+
+        if original is not None:
+            functools.update_wrapper(call, original.fn)  # decode by the real activity's hints
+            # A mock runs in this process (a thread or the loop), never in the process pool.
+            definition = dataclasses.replace(
+                original, fn=call, is_async=inspect.iscoroutinefunction(fn), executor=None
+            )
+        else:
+            definition = ActivityDefinition(name=name, fn=call, is_async=inspect.iscoroutinefunction(fn))
+        self.app.activities[name] = definition
+
+    def unmock_activity(self, activity: Any) -> None:
+        """Run the real activity again (or none, for a name the App does not have)."""
+        name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
+        original = self._original_app.activities.get(name)
+        if original is None:
+            self.app.activities.pop(name, None)
+        else:
+            self.app.activities[name] = original
+
+    def activity_calls(self, activity: Any) -> list[ActivityCall]:
+        """The calls a mock of ``activity`` received so far, oldest first (retries included)."""
+        name = activity if isinstance(activity, str) else self._original_app.activity(activity).name
+        return list(self._calls.get(name, []))
+
+    # -- the clock ---------------------------------------------------------------------------
+    def _now(self) -> _dt.datetime:
+        return _dt.datetime.now(_dt.UTC) + self._offset
+
+    def now(self) -> _dt.datetime:
+        """The environment's clock: what ``harvest.now()`` answers in its database."""
+        with self._clock_lock:
+            return self._require_clock().now()
+
+    def _require_clock(self) -> testkit.SharedClock:
+        if self._clock is None:
+            raise RuntimeError("the environment is not started")
+        return self._clock
+
+    def sleep(self, duration: Any, *, settle_timeout: float = 10.0) -> None:
+        """Move the clock forward by ``duration`` (``"1d"``, seconds, a timedelta) at once, fire
+        what became due, and return once nothing can run any more (or ``settle_timeout``)."""
+        if isinstance(duration, _dt.timedelta):
+            seconds = duration.total_seconds()
+        else:
+            seconds = parse_duration(duration, "duration")
+        with self._clock_lock:
+            clock = self._require_clock()
+            self._move(clock, _dt.timedelta(seconds=max(0.0, seconds)))
+            clock.scan()
+        self._wake()
+        self.wait_until_idle(settle_timeout)
+
+    def wait_until_idle(self, timeout: float = 10.0) -> None:
+        """Return once no task is due or in flight and no relay waits (TimeoutError_ after
+        ``timeout`` seconds)."""
+        deadline = time.monotonic() + timeout
+        time.sleep(SKIP_POLL_SECS)  # let the woken worker claim first
+        while True:
+            with self._clock_lock:
+                busy = self._require_clock().state().busy
+            if not busy:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError_(f"the environment was still busy after {timeout}s")
+            time.sleep(SKIP_POLL_SECS)
+
+    @contextmanager
+    def time_skipping_paused(self) -> Iterator[None]:
+        """No automatic time skipping inside this block (``env.sleep`` still moves the clock)."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def _move(self, clock: testkit.SharedClock, by: _dt.timedelta) -> None:
+        """Move the clock forward: the worker's ``ctx.now()`` first, then the database, so a
+        workflow woken by the move never reads the time before it."""
+        self._offset += by
+        clock.set_offset(self._offset)
+        if self._worker is not None:  # still fresh at the new time, so a start notifies it
+            clock.heartbeat_worker(self._worker.worker.worker_id)
+
+    def _wake(self) -> None:
+        if self._worker is not None:
+            self._worker.wake()
+
+    def _skip_loop(self) -> None:
+        """While a result is awaited and nothing can run, move the clock to the next due time."""
+        interval = SKIP_POLL_SECS
+        while not self._closing.wait(interval):
+            interval = IDLE_POLL_SECS  # nobody waits: look less often
+            if self._paused:
+                continue
+            try:
+                with self._clock_lock:
+                    clock = self._require_clock()
+                    state = clock.state()
+                    if state.waiting:
+                        interval = SKIP_POLL_SECS
+                    if not state.waiting or state.busy or state.next_due is None:
+                        continue
+                    if state.next_due > state.now:
+                        self._move(clock, state.next_due - state.now)
+                        self.skips += 1
+                    clock.scan()
+                self._wake()
+            except Exception as exc:
+                if self._closing.is_set():
+                    return
+                log.warning("time skipping: %s; retrying", exc)
+                time.sleep(0.1)

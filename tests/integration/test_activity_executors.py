@@ -1,0 +1,142 @@
+"""Plain ``def`` activities run in the worker's thread pool, one thread per slot by default
+(WorkerOptions.activity_threads), and ``@activity(executor="process")`` ones in its process pool
+(docs/activities.md, "Which executor")."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from harvest import App, RetryPolicy, activity, workflow
+from harvest.config import load_config, worker_options
+from harvest.core.errors import ConfigError, InvalidArgument, WorkflowFailed
+from harvest.worker import Worker
+
+PARALLEL = 10
+_barrier = threading.Barrier(PARALLEL)
+_lock = threading.Lock()
+_running = {"now": 0, "max": 0}
+
+
+@activity(start_to_close="20s", retry=RetryPolicy.none())
+def meet(ctx, i: int) -> int:
+    """Returns only once PARALLEL calls run at the same time (each in a thread of its own)."""
+    _barrier.wait(timeout=10)
+    return i
+
+
+@activity(retry=RetryPolicy.none())
+def count_threads(ctx, i: int) -> int:
+    with _lock:
+        _running["now"] += 1
+        _running["max"] = max(_running["max"], _running["now"])
+    time.sleep(0.2)
+    with _lock:
+        _running["now"] -= 1
+    return i
+
+
+@activity(executor="process", retry=RetryPolicy.none())
+def crunch(ctx, n: int) -> dict:
+    """CPU-bound work in a process of the pool: its pid is not the worker's."""
+    return {"pid": os.getpid(), "total": sum(i * i for i in range(n)), "attempt": ctx.attempt()}
+
+
+@activity(executor="process", retry=RetryPolicy.none(), dead_letter=False)
+def unpicklable_result(ctx) -> object:
+    return threading.Lock()
+
+
+@workflow
+async def fan_out(ctx, name: str, n: int) -> list:
+    return list(await asyncio.gather(*(ctx.execute_activity(name, i) for i in range(n))))
+
+
+@workflow
+async def compute(ctx, n: int) -> dict:
+    return await ctx.execute_activity(crunch, n)
+
+
+@workflow
+async def bad_result(ctx) -> object:
+    return await ctx.execute_activity(unpicklable_result)
+
+
+app = App(
+    workflows=[fan_out, compute, bad_result], activities=[meet, count_threads, crunch, unpicklable_result]
+)
+
+
+def test_def_activities_get_a_thread_per_slot_by_default(start_worker, client):
+    """Ten blocking activities meet at a barrier: they need ten threads at once (the default
+    executor of a two-core machine has six, and this would time out)."""
+    start_worker(app, concurrency=PARALLEL)
+    handle = client.start_workflow(fan_out, "meet", PARALLEL)
+    assert handle.result(timeout=30) == list(range(PARALLEL))
+
+
+def test_activity_threads_caps_the_thread_pool(start_worker, client):
+    _running["max"] = 0
+    start_worker(app, concurrency=PARALLEL, activity_threads=2)
+    assert client.start_workflow(fan_out, "count_threads", 6).result(timeout=30) == list(range(6))
+    assert _running["max"] == 2
+
+
+def test_a_process_activity_runs_in_another_process(start_worker, client):
+    start_worker(app, activity_processes=1)
+    result = client.start_workflow(compute, 1000).result(timeout=60)
+    assert result["total"] == sum(i * i for i in range(1000))
+    assert result["pid"] != os.getpid()
+    assert result["attempt"] == 1
+
+
+def test_a_result_that_cannot_be_pickled_back_fails_for_good_saying_so(start_worker, client):
+    start_worker(app, activity_processes=1)
+    with pytest.raises(WorkflowFailed, match="cannot be pickled"):
+        client.start_workflow(bad_result).result(timeout=60)
+
+
+def _ghost(ctx) -> None:
+    return None
+
+
+_ghost.__qualname__ = "not_in_this_module"
+ghost = activity(executor="process")(_ghost)
+
+
+def test_a_worker_refuses_a_process_activity_it_cannot_pickle(db):
+    with pytest.raises(ConfigError, match=r"executor='process' must be functions .*: _ghost"):
+        Worker(App(activities=[ghost]), db)
+
+
+def test_executor_is_checked_where_it_is_declared():
+    with pytest.raises(InvalidArgument, match="use 'thread' or 'process'"):
+        activity(executor="gpu")
+    with pytest.raises(TypeError, match="an async activity runs on the worker's event loop"):
+
+        @activity(executor="process")
+        async def fetch(ctx) -> None: ...
+
+    with pytest.raises(TypeError, match="define it at the top level of a module"):
+
+        @activity(executor="process")
+        def nested(ctx) -> None: ...
+
+
+def test_the_pools_sizes_come_from_the_config():
+    config = load_config(
+        None,
+        env={
+            "HARVEST_CONFIG": "",
+            "HARVEST_WORKER__ACTIVITY_THREADS": "12",
+            "HARVEST_WORKER__ACTIVITY_PROCESSES": "3",
+        },
+    )
+    options = worker_options(config)
+    assert (options.activity_threads, options.activity_processes) == (12, 3)
+    with pytest.raises(ConfigError, match=r"worker.activity_threads = 0 .* out of range"):
+        load_config(None, env={"HARVEST_CONFIG": "", "HARVEST_WORKER__ACTIVITY_THREADS": "0"})

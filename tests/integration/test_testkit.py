@@ -1,0 +1,373 @@
+"""The test kit (harvest.testing.WorkflowEnvironment, docs/testing.md): a real database, a worker
+in this process, activity mocks, time skipping over the shared test clock, and the pytest plugin."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import enum
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import NamedTuple, TypedDict
+
+import psycopg
+import pytest
+
+from harvest import App, RetryPolicy, activity, query, update, workflow
+from harvest.core.errors import ActivityFailure, SignalTimeout, WorkflowFailed, WorkflowTimedOut
+from harvest.db import testkit
+from harvest.testing import TestServer, WorkflowEnvironment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Carrier(enum.Enum):
+    POST = "post"
+    COURIER = "courier"
+
+
+@activity(retry=RetryPolicy.exponential(max_attempts=4, initial="1h", maximum="1d"), dead_letter=False)
+async def charge(ctx, order_id: str, amount: int) -> dict:
+    raise RuntimeError("the real payment service must not be called in tests")
+
+
+@workflow
+async def checkout(ctx, order_id: str, amount: int) -> dict:
+    await ctx.sleep("1d")
+    receipt = await ctx.execute_activity(charge, order_id, amount)
+    return {"receipt": receipt, "at": ctx.now().isoformat()}
+
+
+@workflow
+async def weekly(ctx) -> list:
+    days = []
+    for _ in range(7):
+        await ctx.sleep("1d")
+        days.append(ctx.now().isoformat())
+    return days
+
+
+@workflow
+async def approval(ctx, request: str) -> str:
+    ctx.state.update(status="waiting", request=request)
+    try:
+        decision = await ctx.wait_for_signal("decide", timeout="3d")
+    except SignalTimeout:
+        ctx.state["status"] = "expired"
+        return "expired"
+    ctx.state["status"] = decision
+    await ctx.drain_admitted_updates()
+    return decision
+
+
+@query(workflow="approval")
+def status(ctx) -> str:
+    return ctx.state["status"]
+
+
+@update(workflow="approval")
+def rename(ctx, request: str) -> str:
+    ctx.state["request"] = request
+    return f"renamed to {request}"
+
+
+@workflow
+async def reminder(ctx) -> str:
+    ctx.state["phase"] = "sleeping"
+    await ctx.sleep("1h")
+    ctx.state["phase"] = "awake"
+    await ctx.wait_for_signal("done")
+    return "done"
+
+
+@query(workflow="reminder")
+def phase(ctx) -> str:
+    return ctx.state["phase"]
+
+
+@activity(local=True)
+def lookup_rate(ctx, currency: str) -> float:
+    raise RuntimeError("the real rates service must not be called in tests")
+
+
+@workflow
+async def convert(ctx, amount: float) -> float:
+    return amount * await ctx.execute_local_activity(lookup_rate, "EUR")
+
+
+class Parcel(NamedTuple):
+    sku: str
+    weight: Decimal
+    shipped: dt.date
+
+
+class Label(TypedDict):
+    parcel: Parcel
+    barcode: bytes
+    carrier: Carrier
+    tracking: uuid.UUID | None
+
+
+@activity
+def print_label(ctx, parcel: Parcel, carrier: Carrier) -> Label:
+    raise RuntimeError("mocked in the tests")
+
+
+@workflow
+async def ship(ctx, parcel: Parcel, carrier: Carrier = Carrier.POST) -> Label:
+    label = await ctx.execute_activity(print_label, parcel, carrier)
+    assert isinstance(label["parcel"], Parcel) and isinstance(label["barcode"], bytes)
+    return label
+
+
+@workflow
+async def forever(ctx) -> None:
+    await ctx.wait_for_signal("never")
+
+
+app = App(
+    workflows=[checkout, weekly, approval, reminder, convert, ship, forever],
+    activities=[charge, lookup_rate, print_label],
+    queries=[status, phase],
+    updates=[rename],
+)
+# The database's clock and this process's differ by a few milliseconds.
+SLACK = dt.timedelta(seconds=1)
+
+
+@pytest.fixture(scope="module")
+def kit_server(pg_server) -> Iterator[TestServer]:
+    """The test kit's server is the suite's own (a template of its own on it, dropped after)."""
+    server = TestServer(dsn=pg_server.dsn).start()
+    yield server
+    server.stop()
+    with psycopg.connect(pg_server.dsn, autocommit=True) as conn:
+        left = conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s", (server.template,))
+        assert left.fetchone()[0] == 0
+
+
+@pytest.fixture
+def env(kit_server: TestServer) -> Iterator[WorkflowEnvironment]:
+    with WorkflowEnvironment(app, server=kit_server) as environment:
+        yield environment
+
+
+def test_a_one_day_timer_takes_well_under_a_second_with_a_mocked_activity(env: WorkflowEnvironment):
+    env.mock_activity("charge", lambda ctx, order_id, amount: {"order": order_id, "charged": amount})
+    began = time.monotonic()
+    handle = env.client.start_workflow(checkout, "order-1", 42)
+    result = handle.result(timeout=10)
+    elapsed = time.monotonic() - began
+    assert result["receipt"] == {"order": "order-1", "charged": 42}
+    assert elapsed < 1.0, f"a one-day timer took {elapsed:.3f}s"
+    assert env.skips >= 1
+    assert [(c.args, c.kwargs) for c in env.activity_calls(charge)] == [(("order-1", 42), {})]
+    # ctx.now() in the workflow and harvest.now() in the database both read the moved clock.
+    assert dt.datetime.fromisoformat(result["at"]) - dt.datetime.now(dt.UTC) > dt.timedelta(hours=23)
+    assert env.now() - dt.datetime.now(dt.UTC) > dt.timedelta(hours=23)
+
+
+def test_a_simulated_week_passes_in_under_a_second(env: WorkflowEnvironment):
+    began = time.monotonic()
+    days = env.client.start_workflow(weekly).result(timeout=10)
+    elapsed = time.monotonic() - began
+    assert elapsed < 1.0, f"a simulated week took {elapsed:.3f}s"
+    stamps = [dt.datetime.fromisoformat(d) for d in days]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert all(dt.timedelta(days=1) <= gap < dt.timedelta(days=1, minutes=1) for gap in gaps), gaps
+    assert env.skips >= 7
+
+
+def test_retry_backoff_is_skipped_and_the_mock_sees_each_attempt(env: WorkflowEnvironment):
+    attempts = []
+
+    async def flaky(ctx, order_id: str, amount: int) -> dict:
+        attempts.append(ctx.attempt())
+        if ctx.attempt() < 3:
+            raise ActivityFailure("Declined", "try again later")
+        return {"charged": amount}
+
+    env.mock_activity(charge, flaky)
+    began = time.monotonic()
+    result = env.client.start_workflow(checkout, "order-2", 7).result(timeout=10)
+    assert result["receipt"] == {"charged": 7}
+    assert attempts == [1, 2, 3]  # backoffs of 1 h and 2 h, skipped
+    assert time.monotonic() - began < 2.0
+    assert env.now() - dt.datetime.now(dt.UTC) > dt.timedelta(days=1, hours=3) - SLACK
+
+
+def test_a_local_activity_is_mocked_too(env: WorkflowEnvironment):
+    env.mock_activity(lookup_rate, lambda ctx, currency: 2.0)
+    assert env.client.start_workflow(convert, 21.0).result(timeout=10) == 42.0
+    assert env.activity_calls("lookup_rate")[0].args == ("EUR",)
+
+
+def test_rich_payloads_round_trip_through_the_database(env: WorkflowEnvironment):
+    """A NamedTuple, a TypedDict, bytes, an enum, a Decimal, a date, a UUID and an Optional,
+    as workflow and activity parameters and results (docs/activities.md, "Payloads")."""
+    tracking = uuid.uuid4()
+
+    def label(ctx, parcel: Parcel, carrier: Carrier) -> Label:
+        assert isinstance(parcel, Parcel) and isinstance(parcel.weight, Decimal)
+        assert carrier is Carrier.COURIER
+        return {"parcel": parcel, "barcode": b"\x00\x01\xff", "carrier": carrier, "tracking": tracking}
+
+    env.mock_activity(print_label, label)
+    parcel = Parcel("sku-1", Decimal("1.25"), dt.date(2030, 5, 1))
+    result = env.client.start_workflow(ship, parcel, Carrier.COURIER).result(timeout=10)
+    barcode = b"\x00\x01\xff"
+    assert result == {"parcel": parcel, "barcode": barcode, "carrier": Carrier.COURIER, "tracking": tracking}
+
+
+def test_unmocked_activity_runs_the_real_one(env: WorkflowEnvironment):
+    env.mock_activity(charge, lambda ctx, order_id, amount: "mocked")
+    env.unmock_activity(charge)
+    began = time.monotonic()
+    with pytest.raises(WorkflowFailed, match="real payment service"):
+        env.client.start_workflow(checkout, "order-3", 1).result(timeout=10)
+    assert time.monotonic() - began < 2.0  # four attempts, their backoffs (15 h) skipped
+
+
+def test_time_stands_still_until_a_result_is_awaited(env: WorkflowEnvironment):
+    """Signals, queries and updates go through the handle; a signal sent before the result is
+    awaited beats a three-day timeout, because nothing skips time while no one waits."""
+    handle = env.client.start_workflow(approval, "laptop")
+    env.wait_until_idle()  # the first workflow task has run: the state is there to query
+    assert handle.query("status", timeout=10) == "waiting"
+    assert handle.update("rename", "monitor", timeout=10) == "renamed to monitor"
+    start = env.now()
+    handle.signal("decide", "approved")
+    assert handle.result(timeout=10) == "approved"
+    assert env.now() - start < dt.timedelta(minutes=1)
+    assert env.skips == 0
+
+
+def test_a_signal_timeout_fires_at_once_when_the_result_is_awaited(env: WorkflowEnvironment):
+    handle = env.client.start_workflow(approval, "desk")
+    began = time.monotonic()
+    assert handle.result(timeout=10) == "expired"
+    assert time.monotonic() - began < 1.0
+    assert env.now() - dt.datetime.now(dt.UTC) >= dt.timedelta(days=3) - SLACK
+
+
+def test_env_sleep_moves_the_clock_by_hand(env: WorkflowEnvironment):
+    handle = env.client.start_workflow(reminder)
+    env.wait_until_idle()
+    assert handle.query("phase", timeout=10) == "sleeping"
+    env.sleep("30m")
+    assert handle.query("phase", timeout=10) == "sleeping"
+    env.sleep(dt.timedelta(minutes=31))
+    assert handle.query("phase", timeout=10) == "awake"
+    handle.signal("done")
+    assert handle.result(timeout=10) == "done"
+
+
+def test_a_run_timeout_is_skipped_to(env: WorkflowEnvironment):
+    handle = env.client.start_workflow(forever, run_timeout="2d")
+    began = time.monotonic()
+    with pytest.raises(WorkflowTimedOut):
+        handle.result(timeout=10)
+    assert time.monotonic() - began < 1.0
+
+
+def test_time_skipping_paused_leaves_the_clock_alone(env: WorkflowEnvironment):
+    from harvest.core.errors import TimeoutError_
+
+    handle = env.client.start_workflow(weekly)
+    with env.time_skipping_paused(), pytest.raises(TimeoutError_):
+        handle.result(timeout=0.3)
+    assert env.skips == 0
+    assert len(handle.result(timeout=10)) == 7
+
+
+def test_without_time_skipping_the_clock_is_real(kit_server: TestServer):
+    with WorkflowEnvironment(app, server=kit_server, time_skipping=False) as env:
+        handle = env.client.start_workflow(approval, "chair")
+        from harvest.core.errors import TimeoutError_
+
+        with pytest.raises(TimeoutError_):
+            handle.result(timeout=0.3)
+        assert abs(env.now() - dt.datetime.now(dt.UTC)) < dt.timedelta(seconds=5)
+
+
+def test_an_asyncio_client_gets_the_same_time_skipping(env: WorkflowEnvironment):
+    env.mock_activity("charge", lambda ctx, order_id, amount: {"ok": True})
+
+    async def main() -> dict:
+        async with await env.async_client() as client:
+            handle = await client.start_workflow(checkout, "order-4", 3)
+            return await handle.result(timeout=10)
+
+    assert asyncio.run(main())["receipt"] == {"ok": True}
+
+
+def test_the_shared_clock_is_per_database_and_owner_only(env: WorkflowEnvironment, db: str):
+    """Moving one test database's clock moves no other; a harvest role cannot move it, and a
+    session that sets harvest.fake_now = 'shared' where the switch is off sees real time."""
+    env.sleep("10d")
+    with psycopg.connect(testkit.shared_clock_dsn(db), autocommit=True) as other:
+        other.execute("UPDATE harvest.engine_settings SET test_clock_allowed = false")
+        other.execute("UPDATE harvest.engine_settings SET test_clock_offset = interval '5 days'")
+        now, real = other.execute("SELECT harvest.now(), now()").fetchone()
+        assert now == real
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        now, real = conn.execute("SELECT harvest.now(), now()").fetchone()
+        assert now - real >= dt.timedelta(days=10)
+        conn.execute("SET ROLE harvest_admin")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("UPDATE harvest.engine_settings SET test_clock_offset = interval '0'")
+
+
+def test_the_pytest_plugin_fixtures(pg_server, tmp_path: Path):
+    """A user's test file, run by pytest in a process of its own with only the plugin
+    (registered by the package's pytest11 entry point) and a harvest_app fixture."""
+    (tmp_path / "conftest.py").write_text(
+        textwrap.dedent(
+            """
+            import pytest
+            from harvest import App, workflow
+
+            @workflow
+            async def nap(ctx, days: int) -> str:
+                await ctx.sleep(f"{days}d")
+                return "rested"
+
+            @pytest.fixture
+            def harvest_app():
+                return App(workflows=[nap])
+            """
+        )
+    )
+    (tmp_path / "test_user.py").write_text(
+        textwrap.dedent(
+            """
+            import time
+
+            def test_nap(harvest_env):
+                began = time.monotonic()
+                assert harvest_env.client.start_workflow("nap", 30).result(timeout=10) == "rested"
+                assert time.monotonic() - began < 1.0
+
+            def test_database(harvest_database):
+                assert "harvest_test_" in harvest_database
+            """
+        )
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env={**os.environ, "HARVEST_TEST_DSN": pg_server.dsn},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "2 passed" in run.stdout
