@@ -1,0 +1,170 @@
+"""The dashboard over HTTP without a browser (fast suite): every page with real runs, the
+filters' 400s, paging, and each action done with its scope and refused without it, by the page
+(no form) and by the POST handler (403), with the audit row it writes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from starlette.testclient import TestClient
+
+from conftest import Demo, TokenScopes, wait_for
+from harvest.web.ui import dashboard_app
+
+READ, OPERATE, ADMIN = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate", "admin"))
+
+
+@pytest.fixture
+def ui(demo: Demo) -> Iterator[TestClient]:
+    app = dashboard_app(dsn=demo.dsn, authorizer=TokenScopes(), timeout=3.0)
+    with TestClient(app, base_url="http://testserver") as client:
+        yield client
+
+
+def test_every_page_renders_real_data_for_a_read_token(ui: TestClient, demo: Demo) -> None:
+    page = ui.get("/workflows", headers=READ)
+    assert page.status_code == 200
+    for i in range(3):
+        assert demo.ids[f"greet-{i}"] in page.text
+    assert re.search(r'data-status="COMPLETED">.*?<span class="count">3</span>', page.text, re.S)
+
+    run = ui.get(f"/workflows/{demo.ids['approval']}", headers=READ)
+    assert run.status_code == 200
+    assert "WorkflowStarted" in run.text and "ActivityCompleted" in run.text
+    assert "redacted (" in run.text  # input redacted by default
+    assert "order-7" not in run.text.split('id="input"')[1].split("</div>")[0]
+    assert 'id="signal-form"' not in run.text  # no action for a read token
+
+    dead = ui.get("/dead-letters", headers=READ)
+    assert dead.status_code == 200
+    assert "charge" in dead.text and "CardDeclined" in dead.text
+    assert "/replay" not in dead.text
+
+    workers = ui.get("/workers", headers=READ)
+    assert workers.status_code == 200
+    assert "worker-a" in workers.text
+    assert 'class="banner Healthy"' in workers.text
+
+    keys = ui.get("/concurrency", headers=READ)
+    assert keys.status_code == 200 and ">acme<" in keys.text
+
+    shards = ui.get("/shards", headers=READ)
+    assert shards.status_code == 200 and 'data-shard="0"' in shards.text
+
+    family = ui.get(f"/workflows/{demo.ids['family']}", headers=READ)
+    assert 'id="tree"' in family.text and "approval" in family.text
+
+
+def test_no_token_is_401_and_the_login_cookie_signs_in(ui: TestClient) -> None:
+    assert ui.get("/workers").status_code == 401
+    signed = ui.post("/login", data={"token": "read-token"}, follow_redirects=False)
+    assert signed.status_code == 303
+    assert "httponly" in signed.headers["set-cookie"].lower()
+    assert "samesite=strict" in signed.headers["set-cookie"].lower()
+    assert ui.get("/workers").status_code == 200  # the cookie is sent on as the Bearer token
+
+
+def test_workers_filters_refuse_unknown_values(ui: TestClient) -> None:
+    for query in ("status=sleeping", "stale=maybe", "shard=7", "shard=x", "limit=201", "limit=0", "page=0"):
+        answer = ui.get(f"/workers?{query}", headers=READ)
+        assert answer.status_code == 400, query
+    assert ui.get("/workers?status=Active&stale=false&shard=0&limit=200", headers=READ).status_code == 200
+    assert ui.get("/workflows?status=SLEEPING", headers=READ).status_code == 400
+    assert ui.get("/workflows?cursor=garbage", headers=READ).status_code == 400
+
+
+def test_workers_refresh_adds_the_meta_tag(ui: TestClient) -> None:
+    page = ui.get("/workers?refresh=30", headers=READ)
+    assert '<meta http-equiv="refresh" content="30">' in page.text
+    assert 'http-equiv="refresh"' not in ui.get("/workers", headers=READ).text
+
+
+def test_workflow_list_pages_with_the_cursor(ui: TestClient, demo: Demo) -> None:
+    seen: list[str] = []
+    url = "/workflows?workflow_name=greet&limit=1"
+    while url:
+        page = ui.get(url, headers=READ)
+        assert page.status_code == 200
+        seen += re.findall(r'href="/workflows/([0-9a-f-]{36})"', page.text)
+        found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
+        url = "/workflows" + found.group(1).replace("&amp;", "&") if found else None
+    assert sorted(seen) == sorted(demo.ids[f"greet-{i}"] for i in range(3))
+
+
+def test_search_attribute_filter(ui: TestClient, demo: Demo) -> None:
+    page = ui.get("/workflows?attr=tenant%3Dglobex", headers=READ)
+    assert demo.ids["approval"] in page.text
+    assert demo.ids["greet-0"] not in page.text
+
+
+def _audit(dsn: str, operation: str) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT source, target FROM harvest.audit_log WHERE operation = %s", (operation,)
+        ).fetchall()
+
+
+def test_actions_need_their_scope(ui: TestClient, demo: Demo) -> None:
+    run = demo.ids["approval"]
+    # refused by the handler, not only hidden: nothing is written
+    assert ui.post(f"/workflows/{run}/signal", headers=READ, data={"name": "approved"}).status_code == 403
+    assert ui.post(f"/workflows/{run}/terminate", headers=OPERATE, data={}).status_code == 403
+    assert ui.post(f"/workflows/{run}/reset", headers=OPERATE, data={"to_event": "3"}).status_code == 403
+    page = ui.get(f"/workflows/{run}", headers=OPERATE).text
+    assert 'id="signal-form"' in page and 'id="terminate-form"' not in page
+    assert 'id="reset-form"' in ui.get(f"/workflows/{run}", headers=ADMIN).text
+
+    dry = ui.post(
+        f"/workflows/{run}/reset",
+        headers=ADMIN,
+        data={"to_event": "4", "reason": "drill", "signal_reapply": "drop", "dry_run": "on"},
+    )
+    assert dry.status_code == 200 and "<strong>Valid</strong>" in dry.text, dry.text
+    assert _audit(demo.dsn, "workflow.reset") == []  # a dry run writes nothing
+
+    sent = ui.post(
+        f"/workflows/{run}/signal",
+        headers=OPERATE,
+        data={"name": "approved", "payload": "true"},
+        follow_redirects=False,
+    )
+    assert sent.status_code == 303
+    assert demo.client.get_handle(run).result(timeout=30) == {"order": "order-7", "approved": True}
+    assert ui.post(f"/workflows/{run}/signal", headers=OPERATE, data={"name": ""}).status_code == 400
+
+    family = demo.ids["family"]
+    assert (
+        ui.post(f"/workflows/{family}/cancel", headers=OPERATE, data={"reason": "drill"}).status_code == 200
+    )
+    assert _audit(demo.dsn, "workflow.cancel") == [("ui", family)]
+
+
+def test_dead_letter_actions_and_bulk_dry_run(ui: TestClient, demo: Demo) -> None:
+    page = ui.get("/dead-letters", headers=OPERATE).text
+    assert "/replay" in page and "/discard" not in page
+    shard, id_ = re.search(r"/dead-letters/(\d+)/(\d+)/replay", page).groups()
+    assert ui.post(f"/dead-letters/{shard}/{id_}/discard", headers=OPERATE).status_code == 403
+    assert (
+        ui.post(
+            "/dead-letters/bulk", headers=OPERATE, data={"action": "discard", "activity_name": "charge"}
+        ).status_code
+        == 403
+    )
+
+    dry = ui.post(
+        "/dead-letters/bulk",
+        headers=OPERATE,
+        data={"action": "replay", "activity_name": "charge", "dry_run": "on"},
+    )
+    assert dry.status_code == 200 and 'id="bulk-results"' in dry.text
+    assert re.search(r'<td class="num">0</td><td class="num">1</td><td class="num">0</td>', dry.text)
+    assert ui.post("/dead-letters/bulk", headers=OPERATE, data={"action": "replay"}).status_code == 400
+
+    replayed = ui.post(f"/dead-letters/{shard}/{id_}/replay", headers=OPERATE, follow_redirects=False)
+    assert replayed.status_code == 303
+    with demo.client.sql() as sql:  # the activity fails again: a new dead letter, the old one gone
+        wait_for(lambda: [d for d in sql.list_dead_letters(10) if str(d["id"]) != id_], "a new dead letter")
+    assert _audit(demo.dsn, "dead_letter.replay") == [("ui", id_)]
