@@ -1,5 +1,5 @@
-"""Dashboard fixtures: real runs on a real worker, the dashboard served by uvicorn on a free
-loopback port, a token authorizer with one token per scope, and headless Chromium.
+"""Dashboard fixtures: real runs on a real worker, and headless Chromium (the shared pieces are
+in dashboard_helpers.py).
 
 Chromium is Debian's (``make chromium`` installs ``chromium`` and ``chromium-driver``); nothing
 downloads a browser. Without it the browser tests skip, except under ``CI=true``, where they fail.
@@ -8,41 +8,16 @@ downloads a browser. Without it the browser tests skip, except under ``CI=true``
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import demo_app
 import pytest
-from starlette.exceptions import HTTPException
+from dashboard_helpers import make_driver, wait_for
 
 from harvest import Client, Worker
-from harvest.web.principal import SCOPES, Principal
-
-REPO = Path(__file__).resolve().parents[2]
-SCREENSHOTS = REPO / "docs" / "img" / "dashboard"
-TOKENS = {f"{scope}-token": scope for scope in SCOPES}  # read-token, operate-token, admin-token
-
-
-class TokenScopes:
-    """A test authorizer: ``Authorization: Bearer <scope>-token`` is a principal of that scope
-    (actor ``<scope>-user``); no token is 401, a lower scope 403, as the management API's."""
-
-    async def authorize(self, request: Any, needed: str) -> Principal:
-        header = request.headers.get("authorization", "")
-        scope = TOKENS.get(header.removeprefix("Bearer ").strip())
-        if scope is None:
-            raise HTTPException(401, "no token, or an unknown one: sign in with an API token")
-        principal = Principal(actor=f"{scope}-user", scope=scope, source="ui")
-        if not principal.allows(needed):
-            raise HTTPException(403, f"this needs a token with the {needed} scope; yours has {scope}")
-        return principal
 
 
 # -- a worker in a thread ------------------------------------------------------------------------
@@ -77,16 +52,6 @@ class RunningWorker:
         self._thread.join(30)
 
 
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @dataclass
 class Demo:
     """The runs the pages show: ids by name, the database, the client."""
@@ -94,9 +59,6 @@ class Demo:
     dsn: str
     client: Client
     ids: dict[str, str] = field(default_factory=dict)
-
-    def status(self, execution_id: str) -> str:
-        return self.client.get_handle(execution_id).describe()["status"]
 
 
 def start_demo(dsn: str, worker_id: str = "worker-a") -> tuple[Demo, RunningWorker]:
@@ -125,9 +87,7 @@ def start_demo(dsn: str, worker_id: str = "worker-a") -> tuple[Demo, RunningWork
         )
         wait_for(lambda: sql.list_dead_letters(10), "the billing run's dead letter")
         wait_for(
-            lambda: any(
-                e["event_type"] == "ActivityCompleted" for e in sql.get_history(demo.ids["approval"])
-            ),
+            lambda: any(e["event_type"] == "TimerStarted" for e in sql.get_history(demo.ids["approval"])),
             "the approval run to wait for its signal",
         )
         wait_for(lambda: sql.list_children(demo.ids["family"]), "the family run's child")
@@ -149,75 +109,10 @@ def demo(db: str) -> Iterator[Demo]:
         found.client.close()
 
 
-# -- the dashboard served by uvicorn ---------------------------------------------------------------
-class Served:
-    """An ASGI app served by uvicorn in a thread on 127.0.0.1 (a real HTTP server for the browser)."""
-
-    def __init__(self, app: Any):
-        import uvicorn
-
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Served:
-        self._thread.start()
-        wait_for(lambda: self.server.started, "the dashboard server to start", 15)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self._thread.join(15)
-
-
 # -- the browser ---------------------------------------------------------------------------------
-def _chromium() -> tuple[str, str] | None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver") or (
-        "/usr/bin/chromedriver" if os.path.exists("/usr/bin/chromedriver") else None
-    )
-    return (browser, driver) if browser and driver else None
-
-
-@pytest.fixture(scope="session")
-def chromium() -> tuple[str, str]:
-    found = _chromium()
-    if found is None:
-        message = (
-            "headless Chromium is not installed (Debian's chromium and chromium-driver): run "
-            "'make chromium' (as root) or 'sudo apt-get install -y chromium chromium-driver'"
-        )
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + "; CI=true requires the browser tests to run")
-        pytest.skip(message)
-    return found
-
-
 @pytest.fixture
-def browser(chromium: tuple[str, str]) -> Iterator[Any]:
-    """A headless Chromium driven by Selenium through Debian's chromedriver (no download)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    binary, driver_path = chromium
-    options = webdriver.ChromeOptions()
-    options.binary_location = binary
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1280,900",
-        "--force-prefers-reduced-motion",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    driver.set_page_load_timeout(60)
+def browser() -> Iterator[Any]:
+    driver = make_driver()
     try:
         yield driver
     finally:

@@ -36,8 +36,11 @@ def when(moment: Any) -> str:
     """A time as UTC ISO 8601 to the second (the CLI's form), or "-"."""
     if moment is None:
         return "-"
-    if isinstance(moment, str):
-        return moment
+    if isinstance(moment, str):  # a time inside a JSON answer (the stack's fire_at, due_at)
+        try:
+            moment = datetime.fromisoformat(moment)
+        except ValueError:
+            return moment
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
