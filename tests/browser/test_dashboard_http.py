@@ -169,3 +169,44 @@ def test_dead_letter_actions_and_bulk_dry_run(ui: TestClient, demo: Demo) -> Non
     with demo.client.sql() as sql:  # the activity fails again: a new dead letter, the old one gone
         wait_for(lambda: [d for d in sql.list_dead_letters(10) if str(d["id"]) != id_], "a new dead letter")
     assert _audit(demo.dsn, "dead_letter.replay") == [("ui", id_)]
+
+
+def test_workers_stale_first_within_active_draining_stopped_and_paged(ui: TestClient, demo: Demo) -> None:
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        for worker_id, interval in (
+            ("a-fresh", 3600),
+            ("b-stale", 60),
+            ("c-draining", 3600),
+            ("d-stopped", 3600),
+        ):
+            conn.execute(
+                "SELECT harvest.register_worker(%s, ARRAY['default'], 'host', 1, %s, '{}')",
+                (worker_id, interval),
+            )
+        # b-stale last heartbeated 3 minutes ago: more than 2 x its 60 s interval
+        conn.execute(
+            "UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '3 minutes'"
+            " WHERE id = 'b-stale'"
+        )
+        conn.execute("SELECT harvest.begin_worker_drain('c-draining')")
+        conn.execute("SELECT harvest.stop_worker('d-stopped')")
+    page = ui.get("/workers", headers=READ).text
+    order = re.findall(r'<a href="/workers/([^"]+)"', page)
+    assert order == ["b-stale", "a-fresh", "worker-a", "c-draining", "d-stopped"]
+    assert 'class="stale" data-status="active" data-health="stale"' in page and "(stale)" in page
+    banner = re.search(r'id="fleet-banner"[^>]*>(.*?)</section>', page, re.S).group(1)
+    assert " ".join(re.sub(r"<[^>]+>", "", banner).split()) == (
+        "Degraded — 5 workers | 3 active | 1 draining | 1 stopped | 1 stale"
+    )
+
+    first = ui.get("/workers?limit=2", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', first) == ["b-stale", "a-fresh"]
+    assert 'id="next"' in first and 'id="prev"' not in first
+    last = ui.get("/workers?limit=2&page=3", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', last) == ["d-stopped"]
+    assert 'id="next"' not in last and 'id="prev"' in last
+
+    stale = ui.get("/workers?stale=true", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', stale) == ["b-stale"]
+    draining = ui.get("/workers?status=DRAINING&stale=false", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', draining) == ["c-draining"]
