@@ -95,6 +95,7 @@ def start_demo(dsn: str, worker_id: str = "worker-a") -> tuple[Demo, RunningWork
             lambda: any(k["in_flight"] for k in sql.list_concurrency_keys("acme")),
             "the acme key to have work in flight",
         )
+    client.get_handle(demo.ids["approval"]).update("note", "rush it", wait="accepted", update_id="note-1")
     return demo, worker
 
 

@@ -7,7 +7,7 @@ import threading
 
 from harvest.errors import ActivityFailure
 
-from harvest import App, activity, workflow
+from harvest import App, activity, update, workflow
 
 # Set at teardown: the held activity (a concurrency key's in-flight work) then finishes.
 RELEASE = threading.Event()
@@ -42,6 +42,13 @@ async def approval(ctx, order: str) -> dict:
     return {"order": order, "approved": approved}
 
 
+@update(workflow="approval")
+async def note(ctx, text: str) -> str:
+    """An update still running while the run waits: the page's "pending updates"."""
+    await ctx.wait_for_signal("ack", timeout="1h")
+    return text
+
+
 @workflow
 async def billing(ctx, amount: int) -> dict:
     return await ctx.execute_activity(charge, amount)
@@ -58,4 +65,6 @@ async def batch(ctx, n: int) -> int:
     return await ctx.execute_activity(hold, n)
 
 
-app = App(workflows=[greet, approval, billing, family, batch], activities=[hello, charge, hold])
+app = App(
+    workflows=[greet, approval, billing, family, batch], activities=[hello, charge, hold], updates=[note]
+)

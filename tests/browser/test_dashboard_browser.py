@@ -111,6 +111,18 @@ def test_every_page_with_a_read_token(browser: Any, site: str, demo: Demo) -> No
     assert "ready" in _text(browser, "#shards") or "degraded" in _text(browser, "#shards")
     screenshot(browser, "shards")
 
+    # dark mode follows the system (prefers-color-scheme), no switch needed
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
+    browser.get(f"{site}/workflows/{demo.ids['approval']}")
+    assert (
+        browser.execute_script("return getComputedStyle(document.body).backgroundColor") == "rgb(22, 23, 21)"
+    )
+    assert "note" in _text(browser, "#updates")
+    screenshot(browser, "execution-dark")
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
     # a phone: the workers page at 390 px wide, nothing wider than the screen but the tables
     browser.set_window_size(390, 844)
     browser.get(f"{site}/workers")

@@ -38,6 +38,7 @@ def test_every_page_renders_real_data_for_a_read_token(ui: TestClient, demo: Dem
     assert "redacted (" in run.text  # input redacted by default
     assert "order-7" not in run.text.split('id="input"')[1].split("</div>")[0]
     assert 'id="signal-form"' not in run.text  # no action for a read token
+    assert re.search(r'id="updates"><li><strong>note</strong> <span class="mono">note-1</span>', run.text)
 
     dead = ui.get("/dead-letters", headers=READ)
     assert dead.status_code == 200

@@ -164,6 +164,10 @@ class Dashboard:
         )
         views.install(self.templates)
 
+    async def close(self) -> None:
+        """Close the pools the dashboard opened (none when it was given ``shards``)."""
+        await self.source.close()
+
     # -- plumbing --------------------------------------------------------------------------------
     def routes(self) -> list[BaseRoute]:
         page, action = self._page, self._action
@@ -676,13 +680,14 @@ def dashboard_app(
     ``principal.Authorizer`` protocol) who may see and do what: with none, the dev profile lets
     everyone in as an admin and any other profile refuses every page. ``timeout`` bounds how long
     a page waits for one shard. Pools are opened on the first request and closed by the app's
-    lifespan (``app.state.dashboard.source.close()`` when mounted inside another app)."""
+    lifespan (a mounted app's lifespan does not run: the app that mounts it awaits
+    ``app.state.dashboard.close()`` in its own)."""
     dashboard = _dashboard(dsn, shards, config, authorizer, profile, timeout)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
         yield
-        await dashboard.source.close()
+        await dashboard.close()
 
     app = Starlette(routes=dashboard.routes(), lifespan=lifespan)
     app.state.dashboard = dashboard
