@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from dashboard_demo import Demo
 from dashboard_helpers import (
     Served,
     TokenScopes,
@@ -20,7 +21,6 @@ from dashboard_helpers import (
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from conftest import Demo
 from harvest.web.ui import dashboard_app
 
 pytestmark = pytest.mark.browser

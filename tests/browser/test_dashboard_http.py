@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from dashboard_demo import Demo
 from dashboard_helpers import TokenScopes, wait_for
 from starlette.testclient import TestClient
 
-from conftest import Demo
 from harvest.web.ui import dashboard_app
 
 READ, OPERATE, ADMIN = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate", "admin"))
