@@ -12,6 +12,7 @@ asks the authorizer for that scope again. No page needs JavaScript.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -44,7 +45,7 @@ from harvest.core.errors import (
 )
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
-from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, fan_out_async
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.principal import Authorizer, Principal, Scope
 from harvest.web.ui import views
@@ -318,13 +319,13 @@ class Dashboard:
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         order = _choice(q, "order", ("desc", "asc")) or "desc"
         reads = self.source.reads(principal)
-        page = await reads.list_workflows(
-            state=state, page_size=limit, cursor=_param(q, "cursor"), order=order, **filters
+        page, counts = await asyncio.gather(
+            reads.list_workflows(
+                state=state, page_size=limit, cursor=_param(q, "cursor"), order=order, **filters
+            ),
+            reads.count_executions(group_by="status", **filters),
         )
-        counts = await reads.count_executions(group_by="status", **filters)
-        unavailable = sorted(set(page.unavailable_shards) | set(counts.unavailable_shards))
-        if page.status == UNAVAILABLE:
-            raise DatabaseUnavailable("no shard could be read; retry when one is up")
+        unavailable = _unavailable(page, counts)
         return self.render(
             request,
             "workflows.html",
@@ -440,10 +441,11 @@ class Dashboard:
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         activity, workflow_name = _param(q, "activity_name"), _param(q, "workflow_name")
         reads = self.source.reads(principal)
-        page = await reads.list_dead_letters(limit, activity, workflow_name, _param(q, "cursor"))
-        groups = await reads.count_dead_letters("all")
-        if page.status == UNAVAILABLE:
-            raise DatabaseUnavailable("no shard could be read; retry when one is up")
+        page, groups = await asyncio.gather(
+            reads.list_dead_letters(limit, activity, workflow_name, _param(q, "cursor")),
+            reads.count_dead_letters("all"),
+        )
+        unavailable = _unavailable(page, groups)
         return self.render(
             request,
             "dead_letters.html",
@@ -453,7 +455,7 @@ class Dashboard:
             next_cursor=page.next_cursor,
             groups=groups.value,
             limit=limit,
-            unavailable=sorted(set(page.unavailable_shards) | set(groups.unavailable_shards)),
+            unavailable=unavailable,
             shards=self.source.shards,
         )
 
@@ -522,8 +524,9 @@ class Dashboard:
         page = _int(q, "page", 1, 1_000_000, 1)
         limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
         reads = self.source.reads(principal)
-        health = await reads.get_worker_health()
-        listed = await reads.list_workers(None, status, None, shard)
+        health, listed = await asyncio.gather(
+            reads.get_worker_health(), reads.list_workers(None, status, None, shard)
+        )
         rows = listed.value
         if stale is not None:
             rows = [r for r in rows if (r["health"] == "stale") == (stale == "true")]
@@ -543,7 +546,7 @@ class Dashboard:
             stale=stale,
             shard=shard,
             statuses=WORKER_STATUSES,
-            unavailable=sorted(set(health.unavailable_shards) | set(listed.unavailable_shards)),
+            unavailable=_missing(health, listed),
         )
 
     async def worker(self, request: Request, principal: Principal) -> Response:
@@ -579,8 +582,10 @@ class Dashboard:
             raise InvalidArgument(f"group_by={group_by!r}: use workflow_name or search_attr:<key>")
         now = datetime.now(UTC)
         reads = self.source.reads(principal)
-        keys = await reads.list_concurrency_keys(_param(q, "key"))
-        usage = await reads.count_usage(now - WINDOWS[window], now, group_by)
+        keys, usage = await asyncio.gather(
+            reads.list_concurrency_keys(_param(q, "key")),
+            reads.count_usage(now - WINDOWS[window], now, group_by),
+        )
         return self.render(
             request,
             "concurrency.html",
@@ -591,7 +596,7 @@ class Dashboard:
             window=window,
             windows=tuple(WINDOWS),
             group_by=group_by,
-            unavailable=sorted(set(keys.unavailable_shards) | set(usage.unavailable_shards)),
+            unavailable=_missing(keys, usage),
         )
 
     # -- shards ----------------------------------------------------------------------------------
@@ -607,6 +612,18 @@ class Dashboard:
         return self.render(
             request, "shards.html", principal=principal, refresh=self._refresh(request), report=report
         )
+
+
+def _unavailable(listed: Merged[Any], *others: Merged[Any]) -> list[int]:
+    """The shards a page could not read; a list no shard answered is DatabaseUnavailable (503)."""
+    if listed.status == UNAVAILABLE:
+        raise DatabaseUnavailable("no shard could be read; retry when one is up")
+    return _missing(listed, *others)
+
+
+def _missing(*reads: Merged[Any]) -> list[int]:
+    """The shards any of a page's reads could not read."""
+    return sorted(set().union(*(r.unavailable_shards for r in reads)))
 
 
 def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], Any]:
