@@ -211,3 +211,28 @@ def test_workers_stale_first_within_active_draining_stopped_and_paged(ui: TestCl
     assert re.findall(r'<a href="/workers/([^"]+)"', stale) == ["b-stale"]
     draining = ui.get("/workers?status=DRAINING&stale=false", headers=READ).text
     assert re.findall(r'<a href="/workers/([^"]+)"', draining) == ["c-draining"]
+
+
+def test_mounted_under_a_prefix_every_link_and_the_cookie_keep_it(demo: Demo) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    ui_app = dashboard_app(dsn=demo.dsn, authorizer=TokenScopes(), timeout=3.0)
+    outer = Starlette(routes=[Mount("/api/harvest/ui", app=ui_app)])
+    with TestClient(outer) as client:
+        page = client.get("/api/harvest/ui/workers", headers=READ)
+        assert page.status_code == 200
+        links = re.findall(r'(?:href|action)="(/[^"]*)"', page.text)
+        assert links and all(link.startswith("/api/harvest/ui/") for link in links), links
+        assert client.get("/api/harvest/ui/static/dashboard.css").status_code == 200
+        signed = client.post("/api/harvest/ui/login", data={"token": "read-token"}, follow_redirects=False)
+        assert signed.headers["location"] == "/api/harvest/ui/workflows"
+        assert "path=/api/harvest/ui" in signed.headers["set-cookie"].lower()
+        sent = client.post(
+            f"/api/harvest/ui/workflows/{demo.ids['approval']}/cancel",
+            headers=OPERATE,
+            follow_redirects=False,
+        )
+        assert sent.headers["location"].startswith(f"/api/harvest/ui/workflows/{demo.ids['approval']}?msg=")
+        # a mounted app's lifespan does not run: the app that mounts it closes the pools
+        client.portal.call(ui_app.state.dashboard.close)
