@@ -236,3 +236,27 @@ def test_mounted_under_a_prefix_every_link_and_the_cookie_keep_it(demo: Demo) ->
         assert sent.headers["location"].startswith(f"/api/harvest/ui/workflows/{demo.ids['approval']}?msg=")
         # a mounted app's lifespan does not run: the app that mounts it closes the pools
         client.portal.call(ui_app.state.dashboard.close)
+
+
+class _ApiError(Exception):
+    """An authorizer's own error type with a status (as the management API's is)."""
+
+    def __init__(self, status_code: int, message: str):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class _Refusing:
+    async def authorize(self, request, needed):
+        raise _ApiError(403, f"token lacks {needed}")
+
+
+def test_an_authorizers_own_error_keeps_its_status_and_no_authorizer_fails_closed(db: str) -> None:
+    with TestClient(dashboard_app(dsn=db, authorizer=_Refusing())) as client:
+        page = client.get("/workers")
+        assert page.status_code == 403 and "token lacks read" in page.text
+    with TestClient(dashboard_app(dsn=db, profile="production")) as client:
+        assert client.get("/workers").status_code == 401
+    with TestClient(dashboard_app(dsn=db, profile="dev")) as client:
+        page = client.get("/workers")
+        assert page.status_code == 200 and 'id="fleet-banner"' in page.text

@@ -57,6 +57,7 @@ HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
 DEFAULT_PAGE = 50
+MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 WORKER_STATUSES = ("active", "draining", "stopped")
 LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
 WINDOWS = {
@@ -234,6 +235,12 @@ class Dashboard:
             return self.error(request, exc.status_code, str(exc.detail))
         except HarvestError as exc:
             return self.error(request, getattr(exc, "http_status", None) or _error_status(exc), str(exc))
+        except Exception as exc:
+            # The authorizer's own 401/403 error type (the management API's): its status, if any.
+            status = getattr(exc, "status_code", None) or getattr(exc, "status", None)
+            if isinstance(status, int) and 400 <= status < 600:
+                return self.error(request, status, _one_line(exc))
+            raise
         if not principal.allows(needed):  # an authorizer that returned a lower principal
             return self.error(
                 request, 403, f"this needs the {needed} scope; you have {principal.scope}", principal
@@ -257,7 +264,10 @@ class Dashboard:
             refused = _cross_site(request)
             if refused:
                 return self.error(request, 403, refused)
-            form = urllib.parse.parse_qs((await request.body()).decode(), keep_blank_values=True)
+            body = await request.body()
+            if len(body) > MAX_FORM_BYTES:
+                return self.error(request, 413, f"a form of {len(body)} bytes is over {MAX_FORM_BYTES}")
+            form = urllib.parse.parse_qs(body.decode(errors="replace"), keep_blank_values=True)
             fields = {k: v[-1] for k, v in form.items()}
             scope = needed
             if handler == self.bulk and fields.get("action") == "discard":
@@ -280,7 +290,7 @@ class Dashboard:
         refused = _cross_site(request)
         if refused:
             return self.error(request, 403, refused)
-        form = urllib.parse.parse_qs((await request.body()).decode())
+        form = urllib.parse.parse_qs((await request.body())[:MAX_FORM_BYTES].decode(errors="replace"))
         token = (form.get("token") or [""])[-1].strip()
         base = request.scope.get("root_path", "").rstrip("/")
         response = RedirectResponse(f"{base}/workflows", status_code=303)
