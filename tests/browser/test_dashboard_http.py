@@ -260,3 +260,33 @@ def test_an_authorizers_own_error_keeps_its_status_and_no_authorizer_fails_close
     with TestClient(dashboard_app(dsn=db, profile="dev")) as client:
         page = client.get("/workers")
         assert page.status_code == 200 and 'id="fleet-banner"' in page.text
+
+
+def test_drain_a_worker_is_an_admins(ui: TestClient, demo: Demo) -> None:
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('d-target', ARRAY['default'], 'host', 1, 60, '{}')")
+    assert 'id="drain-form"' not in ui.get("/workers/d-target", headers=OPERATE).text
+    assert 'id="drain-form"' in ui.get("/workers/d-target", headers=ADMIN).text
+    assert ui.post("/workers/d-target/drain", headers=OPERATE).status_code == 403
+    drained = ui.post("/workers/d-target/drain", headers=ADMIN, follow_redirects=False)
+    assert drained.status_code == 303 and "shard+0%3A+accepted" in drained.headers["location"]
+    page = ui.get("/workers/d-target", headers=ADMIN).text
+    assert "draining" in page.lower() and 'id="drain-form"' not in page
+    assert _audit(demo.dsn, "worker.drain") == [("ui", "d-target")]
+    assert ui.post("/workers/nobody/drain", headers=ADMIN).status_code == 404
+
+
+def test_a_long_history_shows_its_tail_and_a_link_to_all(
+    ui: TestClient, demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
+    run = demo.ids["approval"]
+    page = ui.get(f"/workflows/{run}", headers=READ).text
+    shown = re.findall(r'<li class="[a-z]+" id="event-(\d+)">', page)
+    total = int(re.search(r"History <span class=\"muted\">\((\d+) events\)", page).group(1))
+    assert total > 3 and shown == [str(n) for n in range(total - 2, total + 1)]
+    assert 'id="all-history"' in page
+    every = ui.get(f"/workflows/{run}?history=all", headers=READ).text
+    assert len(re.findall(r'id="event-\d+"', every)) == total and 'id="all-history"' not in every

@@ -57,6 +57,7 @@ HERE = Path(__file__).parent
 TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
 MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
 DEFAULT_PAGE = 50
+HISTORY_SHOWN = 500  # the timeline's last events by default; ?history=all shows every one
 MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
 WORKER_STATUSES = ("active", "draining", "stopped")
 LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
@@ -193,6 +194,7 @@ class Dashboard:
             ),
             Route("/workers", page(self.workers)),
             Route("/workers/{worker_id}", page(self.worker)),
+            Route("/workers/{worker_id}/drain", action(self.drain, "admin"), methods=["POST"]),
             Route("/concurrency", page(self.concurrency)),
             Route("/shards", page(self.shards)),
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -366,6 +368,9 @@ class Dashboard:
         row, stack, history = await self.source.routed(execution_id, principal, read)
         tree = await self.source.reads(principal).list_tree(execution_id, depth=10)
         page = views.execution_page(row, stack, history, full=full)
+        total = len(page["events"])
+        if request.query_params.get("history") != "all":
+            page["events"] = page["events"][-HISTORY_SHOWN:]  # a long history: its tail, and a link
         return self.render(
             request,
             "execution.html",
@@ -374,6 +379,7 @@ class Dashboard:
             full=full,
             tree=tree.value,
             tree_unavailable=tree.unavailable_shards,
+            total_events=total,
             **page,
         )
 
@@ -581,6 +587,26 @@ class Dashboard:
             rows=rows,
             unavailable=fan.unavailable_shards,
         )
+
+    async def drain(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Drain the worker's row on every shard that has one (each shard audits its own drain),
+        as `harvest worker drain`; a shard that cannot be reached is named: drain again later."""
+        worker_id = request.path_params["worker_id"]
+        deadline = _time(form, "deadline")
+
+        async def one(api: Any) -> Any:
+            return await api.drain_worker(worker_id, deadline, principal.actor)
+
+        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
+        fan = await fan_out_async(apis, one, timeout=self.source.timeout)
+        outcomes = {s: r["outcome"] for s, r in fan.results.items() if r["outcome"] != "not_found"}
+        if not outcomes and not fan.unavailable_shards:
+            raise NotFound(f"no worker {worker_id!r} on any shard")
+        said = ", ".join(f"shard {s}: {o}" for s, o in sorted(outcomes.items()))
+        if fan.unavailable_shards:
+            shards = ", ".join(map(str, fan.unavailable_shards))
+            said += f"; shard(s) {shards} could not be reached and were not drained: drain again when up"
+        return self._back(request, f"/workers/{urllib.parse.quote(worker_id, safe='')}", f"drain: {said}")
 
     # -- concurrency and usage --------------------------------------------------------------------
     async def concurrency(self, request: Request, principal: Principal) -> Response:
