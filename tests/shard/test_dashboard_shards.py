@@ -79,6 +79,11 @@ def test_a_shard_down_shows_the_stub_and_a_degraded_banner(shards, per_shard_wor
             assert ids[0][-12:] in listed and ids[2][-12:] in listed
             assert ids[1][-12:] not in listed
 
+            driver.get(f"{served.url}/shards")
+            row = driver.find_element(By.CSS_SELECTOR, '#shards tr[data-shard="1"]')
+            assert row.get_attribute("data-readiness") == "unavailable" and "unreachable" in row.text
+            screenshot(driver, "shards-shard-down")
+
             driver.get(f"{served.url}/workers?shard=5")
             assert "Bad request" in driver.find_element(By.TAG_NAME, "h1").text
             assert all("400" in e["message"] or "503" in e["message"] for e in console_errors(driver))
