@@ -290,3 +290,24 @@ def test_a_long_history_shows_its_tail_and_a_link_to_all(
     assert 'id="all-history"' in page
     every = ui.get(f"/workflows/{run}?history=all", headers=READ).text
     assert len(re.findall(r'id="event-\d+"', every)) == total and 'id="all-history"' not in every
+
+
+def test_dead_letters_page_with_the_cursor_and_filter(ui: TestClient, demo: Demo) -> None:
+    for n in (43, 44):
+        demo.client.start_workflow("billing", n, workflow_id=f"invoice-{n}")
+    with demo.client.sql() as sql:
+        wait_for(lambda: len(sql.list_dead_letters(10)) == 3, "three dead letters")
+    seen: list[str] = []
+    url = "/dead-letters?activity_name=charge&limit=1"
+    while url:
+        page = ui.get(url, headers=READ)
+        assert page.status_code == 200
+        seen += re.findall(r"card declined for (\d+)", page.text)
+        found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
+        url = "/dead-letters" + found.group(1).replace("&amp;", "&") if found else None
+    assert sorted(seen) == ["42", "43", "44"]
+    assert "card declined" not in ui.get("/dead-letters?activity_name=hello", headers=READ).text
+    groups = (
+        ui.get("/dead-letters", headers=READ).text.split('id="dead-letter-groups"')[1].split("</table>")[0]
+    )
+    assert re.search(r"CardDeclined</td><td class=\"num\">3</td>", groups)
