@@ -311,3 +311,17 @@ def test_dead_letters_page_with_the_cursor_and_filter(ui: TestClient, demo: Demo
         ui.get("/dead-letters", headers=READ).text.split('id="dead-letter-groups"')[1].split("</table>")[0]
     )
     assert re.search(r"CardDeclined</td><td class=\"num\">3</td>", groups)
+
+
+def test_payloads_in_full_need_operate(ui: TestClient, demo: Demo) -> None:
+    run = demo.ids["approval"]
+
+    def shown_input(headers: dict[str, str], query: str = "") -> str:
+        page = ui.get(f"/workflows/{run}{query}", headers=headers).text
+        return page.split('id="input"')[1].split("</div>")[0]
+
+    assert "order-7" not in shown_input(READ, "?payloads=full")  # asking is not enough
+    assert 'id="show-payloads"' not in ui.get(f"/workflows/{run}", headers=READ).text
+    assert 'id="show-payloads"' in ui.get(f"/workflows/{run}", headers=OPERATE).text
+    assert "redacted (" in shown_input(OPERATE)
+    assert "order-7" in shown_input(OPERATE, "?payloads=full")
