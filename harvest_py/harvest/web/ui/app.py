@@ -6,8 +6,8 @@ and holds no engine logic. Every page asks the ``Authorizer`` for ``read``; an a
 drawn only when the principal allows its scope (``operate`` or ``admin``), and its POST handler
 asks the authorizer for that scope again. No page needs JavaScript.
 
-``dashboard_app(...)`` is a Starlette app of its own (standalone, and what the tests serve);
-``ui_routes(...)`` are the same routes for an app that mounts them.
+``dashboard_app(...)`` is a Starlette app of its own: served alone (the tests), or mounted by
+the management app at ``/ui``.
 """
 
 from __future__ import annotations
@@ -687,36 +687,6 @@ def _cross_site(request: Request) -> str | None:
     return None
 
 
-def ui_routes(
-    *,
-    dsn: str | None = None,
-    shards: Any = None,
-    config: Config | None = None,
-    authorizer: Authorizer | None = None,
-    profile: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-) -> list[BaseRoute]:
-    """The dashboard's routes, for an app that mounts them (``Mount("/ui", routes=ui_routes(...))``)."""
-    return _dashboard(dsn, shards, config, authorizer, profile, timeout).routes()
-
-
-def _dashboard(
-    dsn: str | None,
-    shards: Any,
-    config: Config | None,
-    authorizer: Authorizer | None,
-    profile: str | None,
-    timeout: float,
-) -> Dashboard:
-    if authorizer is None:
-        authorizer = (
-            DevAuthorizer()
-            if (profile or (config.get("profile") if config else None)) == "dev"
-            else _ClosedAuthorizer()
-        )
-    return Dashboard(Source(dsn=dsn, shards=shards, config=config, timeout=timeout), authorizer)
-
-
 def dashboard_app(
     *,
     dsn: str | None = None,
@@ -735,7 +705,9 @@ def dashboard_app(
     a page waits for one shard. Pools are opened on the first request and closed by the app's
     lifespan (a mounted app's lifespan does not run: the app that mounts it awaits
     ``app.state.dashboard.close()`` in its own)."""
-    dashboard = _dashboard(dsn, shards, config, authorizer, profile, timeout)
+    if authorizer is None:
+        authorizer = DevAuthorizer() if profile == "dev" else _ClosedAuthorizer()
+    dashboard = Dashboard(Source(dsn=dsn, shards=shards, config=config, timeout=timeout), authorizer)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
@@ -747,4 +719,4 @@ def dashboard_app(
     return app
 
 
-__all__ = ["DevAuthorizer", "dashboard_app", "ui_routes"]
+__all__ = ["DevAuthorizer", "dashboard_app"]
