@@ -84,15 +84,20 @@ def test_workers_refresh_adds_the_meta_tag(ui: TestClient) -> None:
     assert 'http-equiv="refresh"' not in ui.get("/workers", headers=READ).text
 
 
-def test_workflow_list_pages_with_the_cursor(ui: TestClient, demo: Demo) -> None:
+def _every_page(ui: TestClient, url: str, pattern: str) -> list[str]:
+    """What ``pattern`` finds on each page, following "Next page" from ``url`` to the last."""
     seen: list[str] = []
-    url = "/workflows?workflow_name=greet&limit=1"
     while url:
         page = ui.get(url, headers=READ)
         assert page.status_code == 200
-        seen += re.findall(r'href="/workflows/([0-9a-f-]{36})"', page.text)
+        seen += re.findall(pattern, page.text)
         found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
-        url = "/workflows" + found.group(1).replace("&amp;", "&") if found else None
+        url = url.split("?")[0] + found.group(1).replace("&amp;", "&") if found else None
+    return seen
+
+
+def test_workflow_list_pages_with_the_cursor(ui: TestClient, demo: Demo) -> None:
+    seen = _every_page(ui, "/workflows?workflow_name=greet&limit=1", r'href="/workflows/([0-9a-f-]{36})"')
     assert sorted(seen) == sorted(demo.ids[f"greet-{i}"] for i in range(3))
 
 
@@ -297,14 +302,7 @@ def test_dead_letters_page_with_the_cursor_and_filter(ui: TestClient, demo: Demo
         demo.client.start_workflow("billing", n, workflow_id=f"invoice-{n}")
     with demo.client.sql() as sql:
         wait_for(lambda: len(sql.list_dead_letters(10)) == 3, "three dead letters")
-    seen: list[str] = []
-    url = "/dead-letters?activity_name=charge&limit=1"
-    while url:
-        page = ui.get(url, headers=READ)
-        assert page.status_code == 200
-        seen += re.findall(r"card declined for (\d+)", page.text)
-        found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
-        url = "/dead-letters" + found.group(1).replace("&amp;", "&") if found else None
+    seen = _every_page(ui, "/dead-letters?activity_name=charge&limit=1", r"card declined for (\d+)")
     assert sorted(seen) == ["42", "43", "44"]
     assert "card declined" not in ui.get("/dead-letters?activity_name=hello", headers=READ).text
     groups = (
