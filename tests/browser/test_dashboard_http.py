@@ -323,3 +323,14 @@ def test_payloads_in_full_need_operate(ui: TestClient, demo: Demo) -> None:
     assert 'id="show-payloads"' in ui.get(f"/workflows/{run}", headers=OPERATE).text
     assert "redacted (" in shown_input(OPERATE)
     assert "order-7" in shown_input(OPERATE, "?payloads=full")
+
+
+def test_built_before_its_database_is_known_and_says_so_on_the_first_page(tmp_path) -> None:
+    from harvest.config import load_config
+
+    empty = tmp_path / "harvest.toml"
+    empty.write_text("")
+    app = dashboard_app(config=load_config(empty, env={}), profile="dev")  # no database URL yet
+    with TestClient(app) as client:
+        page = client.get("/workers")
+        assert page.status_code == 500 and "HARVEST_DATABASE_URL" in page.text

@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from harvest.client.routing import resident
 from harvest.config import Config
 from harvest.core.errors import (
+    ConfigError,
     DatabaseUnavailable,
     ExecutionMigrated,
     HarvestError,
@@ -140,6 +141,8 @@ def _execution_id(value: str) -> str:
 
 
 def _error_status(exc: BaseException) -> int:
+    if isinstance(exc, ConfigError):
+        return 500  # the server's configuration, not the request
     if isinstance(exc, InvalidArgument):
         return 400
     if isinstance(exc, PermissionDenied):

@@ -76,20 +76,29 @@ class Source:
         timeout: float = DEFAULT_TIMEOUT,
         max_size: int = 4,
     ):
+        if shards is None and dsn is None and config is None:
+            raise ConfigError("the dashboard needs a database: pass dsn=, shards= or config=")
         self.timeout = timeout
         self._owned = shards is None
         self._urls: dict[int, str] | None = None
-        if shards is not None:
-            self.pools = shards
-        elif dsn is not None:
-            self.pools = _OneDatabase(dsn, max_size=max_size, timeout=timeout)
-        elif config is not None and shards_configured(config):
-            self.pools = async_shard_pools(config, max_size=max_size, acquire_timeout=timeout)
-            self._urls = shard_urls(config, _optional_url(config))
-        elif config is not None:
-            self.pools = _OneDatabase(database_url(None, config), max_size=max_size, timeout=timeout)
-        else:
-            raise ConfigError("the dashboard needs a database: pass dsn=, shards= or config=")
+        self._pools = shards
+        self._dsn, self._config, self._max_size = dsn, config, max_size
+
+    @property
+    def pools(self) -> Any:
+        """The shard pools, or the one database's; made on first use, so an app is built before
+        its configuration is complete (a database URL that only the environment of the
+        serving process has), and a bad one is reported by the first page."""
+        if self._pools is None:
+            config, size, timeout = self._config, self._max_size, self.timeout
+            if self._dsn is not None:
+                self._pools = _OneDatabase(self._dsn, max_size=size, timeout=timeout)
+            elif shards_configured(config):
+                self._urls = shard_urls(config, _optional_url(config))
+                self._pools = async_shard_pools(config, max_size=size, acquire_timeout=timeout)
+            else:
+                self._pools = _OneDatabase(database_url(None, config), max_size=size, timeout=timeout)
+        return self._pools
 
     @property
     def sharded(self) -> bool:
@@ -163,8 +172,8 @@ class Source:
         return await self.pools.follow(execution_id, attempt)
 
     async def close(self) -> None:
-        if self._owned:
-            await self.pools.close()
+        if self._owned and self._pools is not None:
+            await self._pools.close()
 
 
 def _optional_url(config: Config) -> str | None:
