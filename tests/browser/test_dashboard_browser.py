@@ -41,6 +41,11 @@ def _forms(driver: Any) -> set[str]:
 
 
 def test_every_page_with_a_read_token(browser: Any, site: str, demo: Demo) -> None:
+    browser.get(f"{site}/workers")
+    assert "Sign in needed" in _text(browser, "h1")  # no token: 401, with a link to sign in
+    click_and_wait(browser, browser.find_element(By.LINK_TEXT, "Sign in with a token"))
+    screenshot(browser, "login")
+    console_errors(browser)  # the 401 above is expected in the console
     sign_in(browser, site, "read-token")
 
     browser.get(f"{site}/workflows")
@@ -101,6 +106,7 @@ def test_every_page_with_a_read_token(browser: Any, site: str, demo: Demo) -> No
     assert ["400 (Bad Request)" in e["message"] for e in console_errors(browser)] == [True]  # that one only
     browser.get(f"{site}/workers/worker-a")
     assert "default" in _text(browser, "dl.facts")
+    screenshot(browser, "worker")
 
     browser.get(f"{site}/concurrency")
     assert "acme" in _text(browser, "#concurrency-keys")
