@@ -7,13 +7,14 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
-.PHONY: help install dev test test-python test-pg15 lint pgtap extension clean
+.PHONY: help install dev test test-python test-pg15 lint pgtap chromium extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
 	@echo "make test       install what tests need, lint, run every suite"
 	@echo "make lint       sqlfluff over the SQL, ruff check and ruff format --check over the Python"
 	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
+	@echo "make chromium   install headless Chromium and its driver (Debian's chromium, chromium-driver) for tests/browser"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
 	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards (~8 min)"
@@ -37,12 +38,12 @@ lint: install
 	$(BIN)/ruff format --check harvest_py tests scripts $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
-test: install lint pgtap test-python test-pg15
+test: install lint pgtap chromium test-python test-pg15
 
-# The slow suites (markers shard and chaos: several PostgreSQL servers, killed processes) run
-# in a second pytest process beside the rest. SKIP_SLOW=1 leaves them out for a quick local
-# run (`make test SKIP_SLOW=1`); CI runs everything.
-SLOW_MARKERS = shard or chaos
+# The slow suites (markers shard, chaos and browser: several PostgreSQL servers, killed
+# processes, a headless Chromium) run in a second pytest process beside the rest. SKIP_SLOW=1
+# leaves them out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
+SLOW_MARKERS = shard or chaos or browser
 test-python: install
 ifeq ($(SKIP_SLOW),1)
 	$(BIN)/pytest -q -p no:cacheprovider -m "not ($(SLOW_MARKERS))" tests
@@ -67,6 +68,21 @@ pgtap: install
 	@ext="$$($(PY) -c 'from harvest.db.embedded import share_dir; print(share_dir())')/extension" && \
 	    cp $(PG15_EXTENSION_DIR)/pgtap.control $(PG15_EXTENSION_DIR)/pgtap*.sql "$$ext"/ && \
 	    echo "pgtap: $$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$$ext"/pgtap.control) installed in $$ext"
+
+# Headless Chromium for the dashboard's browser tests (tests/browser): Debian's chromium and
+# the chromedriver of the same version, driven by Selenium; nothing downloads a browser.
+chromium:
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" -eq 0 ]; then \
+	        DEBIAN_FRONTEND=noninteractive apt-get update && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver; \
+	    else \
+	        echo "Chromium is not installed: run 'sudo apt-get install -y chromium chromium-driver'," \
+	             "or 'sudo make chromium' (the browser tests skip without it, and fail under CI=true)" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
+	@echo "chromium: $$(chromium --version 2>/dev/null | head -1)"
 
 # The PostgreSQL 15 leg: pgTAP and the migration tests (fresh install vs migrations, and the
 # upgrade of the previous release's database) on a throwaway Debian cluster.

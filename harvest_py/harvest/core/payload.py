@@ -29,6 +29,7 @@ import datetime as _dt
 import enum
 import functools
 import inspect
+import json
 import math
 import types
 import typing
@@ -597,3 +598,23 @@ def decode_result(fn: Callable | None, value: Any) -> Any:
 
 def encode_result(value: Any) -> Any:
     return encode(value, "result")
+
+
+# -- redaction: what an operator sees of payloads by default (CLI history, dashboard) --------
+REDACTED_KEYS = frozenset({"input", "result", "payload", "details", "output", "heartbeat_details"})
+
+
+def redact(value: Any) -> Any:
+    """Replace every payload value (input/result/payload/details, at any depth) by its size:
+    ``{"redacted": true, "bytes": n}``, n the length of its JSON text."""
+    if isinstance(value, dict):
+        out = {}
+        for key, inner in value.items():
+            if key in REDACTED_KEYS and inner is not None:
+                out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
+            else:
+                out[key] = redact(inner)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value

@@ -1,0 +1,7 @@
+"""The dashboard (issue 17): server-rendered pages over the SQL API, mounted at ``/ui`` of the
+management app, or served alone with :func:`dashboard_app` (docs/dashboard.md). Needs the
+``web`` extra (Starlette, Jinja2)."""
+
+from harvest.web.ui.app import DevAuthorizer, dashboard_app
+
+__all__ = ["DevAuthorizer", "dashboard_app"]

@@ -1,0 +1,725 @@
+"""The dashboard: server-rendered pages over the SQL API and the shard fan-out (docs/dashboard.md).
+
+A face like the CLI: each page reads through :class:`~harvest.web.ui.source.Source` (the SQL
+API on a connection lent as the caller's role) and ``harvest.shard.fanout`` (the CLI's merges),
+and holds no engine logic. Every page asks the ``Authorizer`` for ``read``; an action's form is
+drawn only when the principal allows its scope (``operate`` or ``admin``), and its POST handler
+asks the authorizer for that scope again. No page needs JavaScript.
+
+``dashboard_app(...)`` is a Starlette app of its own: served alone (the tests), or mounted by
+the management app at ``/ui``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import urllib.parse
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from harvest.client.routing import resident
+from harvest.config import Config
+from harvest.core.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    ExecutionMigrated,
+    HarvestError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    WorkflowNotRunning,
+)
+from harvest.db.connection import DatabaseError, database_error_message
+from harvest.db.pools import TRANSIENT
+from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
+from harvest.shard.health import shard_health
+from harvest.web.principal import Authorizer, Principal, Scope
+from harvest.web.ui import views
+from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
+
+log = logging.getLogger("harvest.web.ui")
+
+HERE = Path(__file__).parent
+TOKEN_COOKIE = "harvest_ui_token"  # a token signed in through /login, sent on as a Bearer header
+MAX_PAGE = 200  # the spec's bound for the workers list; the workflow and dead-letter lists too
+DEFAULT_PAGE = 50
+HISTORY_SHOWN = 500  # the timeline's last events by default; ?history=all shows every one
+MAX_FORM_BYTES = 1 << 20  # a signal's payload is the largest field; the database bounds payloads too
+WORKER_STATUSES = ("active", "draining", "stopped")
+LIST_STATUSES = (*EXECUTION_STATUSES, "MIGRATING", "MIGRATED")
+WINDOWS = {
+    "1h": timedelta(hours=1),
+    "24h": timedelta(hours=24),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+
+
+class DevAuthorizer:
+    """The dev profile's authorizer: everyone is an admin named "dev" (webapi ships the same for
+    the management API; the merge may use one for both)."""
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal:
+        return Principal(actor="dev", scope="admin", source="ui")
+
+
+class _ClosedAuthorizer:
+    """No authorizer outside the dev profile: every page is refused (fail closed)."""
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal:
+        raise HTTPException(401, "no authorizer is configured for the dashboard: pass authorizer=")
+
+
+# -- parameters: an unknown value is a 400, never "matches nothing" -------------------------------
+def _param(params: Any, name: str) -> str | None:
+    value = params.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None  # a form sends its empty fields as ""
+
+
+def _int(params: Any, name: str, lo: int, hi: int, default: int | None) -> int | None:
+    raw = _param(params, name)
+    if raw is None:
+        return default
+    if not re.fullmatch(r"[0-9]+", raw) or not lo <= int(raw) <= hi:
+        raise InvalidArgument(f"{name}={raw!r}: give a whole number from {lo} to {hi}")
+    return int(raw)
+
+
+def _choice(params: Any, name: str, allowed: tuple[str, ...]) -> str | None:
+    raw = _param(params, name)
+    if raw is None:
+        return None
+    if raw.lower() not in allowed:
+        raise InvalidArgument(f"{name}={raw!r} is unknown: use {', '.join(allowed)}")
+    return raw.lower()
+
+
+def _time(params: Any, name: str) -> datetime | None:
+    raw = _param(params, name)
+    if raw is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(
+            f"{name}={raw!r} is not a date or time (2026-05-01, 2026-05-01T12:00:00Z)"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _statuses(params: Any) -> str | None:
+    wanted = [s.strip().upper() for v in params.getlist("status") for s in v.split(",") if s.strip()]
+    for s in wanted:
+        if s not in LIST_STATUSES:
+            raise InvalidArgument(f"status={s!r} is unknown: use {', '.join(LIST_STATUSES)}")
+    return ",".join(dict.fromkeys(wanted)) or None
+
+
+def _execution_id(value: str) -> str:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise NotFound(f"{value!r} is not an execution id") from None
+
+
+def _error_status(exc: BaseException) -> int:
+    if isinstance(exc, ConfigError):
+        return 500  # the server's configuration, not the request
+    if isinstance(exc, InvalidArgument):
+        return 400
+    if isinstance(exc, PermissionDenied):
+        return 403
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, WorkflowNotRunning):
+        return 409
+    if isinstance(exc, (DatabaseUnavailable, ExecutionMigrated, *TRANSIENT)):
+        return 503
+    return 409  # another typed refusal: the request conflicts with the engine's state
+
+
+class Dashboard:
+    """The pages. ``source`` is where they read; ``authorizer`` who may see and do what."""
+
+    def __init__(self, source: Source, authorizer: Authorizer):
+        self.source, self.authorizer = source, authorizer
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        views.install(self.templates)
+
+    async def close(self) -> None:
+        """Close the pools the dashboard opened (none when it was given ``shards``)."""
+        await self.source.close()
+
+    # -- plumbing --------------------------------------------------------------------------------
+    def routes(self) -> list[BaseRoute]:
+        page, action = self._page, self._action
+        return [
+            Route("/", page(self.index)),
+            Route("/login", self.login, methods=["GET", "POST"]),
+            Route("/logout", self.logout, methods=["POST"]),
+            Route("/workflows", page(self.workflows)),
+            Route("/workflows/{execution_id}", page(self.execution)),
+            Route("/workflows/{execution_id}/signal", action(self.signal, "operate"), methods=["POST"]),
+            Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
+            Route("/workflows/{execution_id}/terminate", action(self.terminate, "admin"), methods=["POST"]),
+            Route("/workflows/{execution_id}/reset", action(self.reset, "admin"), methods=["POST"]),
+            Route("/dead-letters", page(self.dead_letters)),
+            Route("/dead-letters/bulk", action(self.bulk, "operate"), methods=["POST"]),
+            Route(
+                "/dead-letters/{shard:int}/{id:int}/replay", action(self.replay, "operate"), methods=["POST"]
+            ),
+            Route(
+                "/dead-letters/{shard:int}/{id:int}/discard", action(self.discard, "admin"), methods=["POST"]
+            ),
+            Route("/workers", page(self.workers)),
+            Route("/workers/{worker_id}", page(self.worker)),
+            Route("/workers/{worker_id}/drain", action(self.drain, "admin"), methods=["POST"]),
+            Route("/concurrency", page(self.concurrency)),
+            Route("/shards", page(self.shards)),
+            Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+        ]
+
+    async def _authorize(self, request: Request, needed: Scope) -> Principal:
+        token = request.cookies.get(TOKEN_COOKIE)
+        if token and "authorization" not in request.headers:
+            # A browser cannot send a Bearer header from a link or a form: the token it signed in
+            # with (an HttpOnly, SameSite=Strict cookie) is handed on as one.
+            scope = dict(request.scope)
+            scope["headers"] = [*request.scope["headers"], (b"authorization", f"Bearer {token}".encode())]
+            request = Request(scope, request.receive)
+        return await self.authorizer.authorize(request, needed)
+
+    def render(self, request: Request, name: str, code: int = 200, **context: Any) -> HTMLResponse:
+        params = request.query_params
+        refresh = context.pop("refresh", None)
+        html = self.templates.get_template(name).render(
+            base=request.scope.get("root_path", "").rstrip("/"),
+            path=request.url.path,
+            query=params,
+            refresh=refresh,
+            msg=_param(params, "msg"),
+            **context,
+        )
+        return HTMLResponse(html, status_code=code)
+
+    def error(
+        self, request: Request, status: int, message: str, principal: Principal | None = None
+    ) -> Response:
+        return self.render(request, "error.html", status, status=status, message=message, principal=principal)
+
+    async def _guarded(
+        self, request: Request, needed: Scope, handler: Callable[[Request, Principal], Awaitable[Response]]
+    ) -> Response:
+        try:
+            principal = await self._authorize(request, needed)
+        except HTTPException as exc:
+            return self.error(request, exc.status_code, str(exc.detail))
+        except HarvestError as exc:
+            return self.error(request, getattr(exc, "http_status", None) or _error_status(exc), str(exc))
+        except Exception as exc:
+            # The authorizer's own 401/403 error type (the management API's): its status, if any.
+            status = getattr(exc, "status_code", None) or getattr(exc, "status", None)
+            if isinstance(status, int) and 400 <= status < 600:
+                return self.error(request, status, _one_line(exc))
+            raise
+        if not principal.allows(needed):  # an authorizer that returned a lower principal
+            return self.error(
+                request, 403, f"this needs the {needed} scope; you have {principal.scope}", principal
+            )
+        try:
+            return await handler(request, principal)
+        except (HarvestError, *TRANSIENT) as exc:
+            return self.error(request, _error_status(exc), _one_line(exc), principal)
+        except DatabaseError as exc:  # not one of ours: the server's first line, never a traceback
+            log.exception("dashboard: %s %s failed", request.method, request.url.path)
+            return self.error(request, 500, database_error_message(exc)[0], principal)
+
+    def _page(self, handler: Callable[[Request, Principal], Awaitable[Response]]) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> Response:
+            return await self._guarded(request, "read", handler)
+
+        return endpoint
+
+    def _action(self, handler: Callable[..., Awaitable[Response]], needed: Scope) -> Callable[..., Any]:
+        async def endpoint(request: Request) -> Response:
+            refused = _cross_site(request)
+            if refused:
+                return self.error(request, 403, refused)
+            body = await request.body()
+            if len(body) > MAX_FORM_BYTES:
+                return self.error(request, 413, f"a form of {len(body)} bytes is over {MAX_FORM_BYTES}")
+            form = urllib.parse.parse_qs(body.decode(errors="replace"), keep_blank_values=True)
+            fields = {k: v[-1] for k, v in form.items()}
+            scope = needed
+            if handler == self.bulk and fields.get("action") == "discard":
+                scope = "admin"  # bulk discard is an admin's, bulk replay an operator's
+            return await self._guarded(request, scope, lambda r, p: handler(r, p, fields))
+
+        return endpoint
+
+    def _back(self, request: Request, to: str, msg: str) -> Response:
+        base = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{base}{to}?{urllib.parse.urlencode({'msg': msg})}", status_code=303)
+
+    def _refresh(self, request: Request) -> int | None:
+        return _int(request.query_params, "refresh", 1, 86_400, None)
+
+    # -- sign in -----------------------------------------------------------------------------------
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self.render(request, "login.html", principal=None, refresh=None)
+        refused = _cross_site(request)
+        if refused:
+            return self.error(request, 403, refused)
+        form = urllib.parse.parse_qs((await request.body())[:MAX_FORM_BYTES].decode(errors="replace"))
+        token = (form.get("token") or [""])[-1].strip()
+        base = request.scope.get("root_path", "").rstrip("/")
+        response = RedirectResponse(f"{base}/workflows", status_code=303)
+        response.set_cookie(
+            TOKEN_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=base or "/",
+        )
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        base = request.scope.get("root_path", "").rstrip("/")
+        response = RedirectResponse(f"{base}/login", status_code=303)
+        response.delete_cookie(TOKEN_COOKIE, path=base or "/")
+        return response
+
+    async def index(self, request: Request, principal: Principal) -> Response:
+        base = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{base}/workflows", status_code=307)
+
+    # -- workflows ---------------------------------------------------------------------------------
+    async def workflows(self, request: Request, principal: Principal) -> Response:
+        q = request.query_params
+        refresh = self._refresh(request)
+        state = _statuses(q)
+        attrs = [a.strip() for a in q.getlist("attr") if a.strip()]
+        filters = {
+            "workflow_name": _param(q, "workflow_name"),
+            "search_attributes": attrs,
+            "created_after": _time(q, "created_after"),
+            "created_before": _time(q, "created_before"),
+        }
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        order = _choice(q, "order", ("desc", "asc")) or "desc"
+        reads = self.source.reads(principal)
+        page, counts = await asyncio.gather(
+            reads.list_workflows(
+                state=state, page_size=limit, cursor=_param(q, "cursor"), order=order, **filters
+            ),
+            reads.count_executions(group_by="status", **filters),
+        )
+        unavailable = _unavailable(page, counts)
+        return self.render(
+            request,
+            "workflows.html",
+            principal=principal,
+            refresh=refresh,
+            rows=page.value,
+            next_cursor=page.next_cursor,
+            counts=counts.value,
+            total=sum(r["executions"] for r in counts.value),
+            state=state,
+            statuses=EXECUTION_STATUSES,
+            attrs=attrs,
+            limit=limit,
+            order=order,
+            unavailable=unavailable,
+        )
+
+    async def execution(self, request: Request, principal: Principal) -> Response:
+        execution_id = _execution_id(request.path_params["execution_id"])
+        refresh = self._refresh(request)
+        full = request.query_params.get("payloads") == "full" and principal.allows("operate")
+        sharded = self.source.sharded
+
+        async def read(api: Any) -> tuple[Any, Any, Any]:
+            row = resident(await api.get_execution(execution_id), sharded)
+            return row, await api.get_execution_stack(execution_id), await api.get_history(execution_id)
+
+        row, stack, history = await self.source.routed(execution_id, principal, read)
+        tree = await self.source.reads(principal).list_tree(execution_id, depth=10)
+        page = views.execution_page(row, stack, history, full=full)
+        total = len(page["events"])
+        if request.query_params.get("history") != "all":
+            page["events"] = page["events"][-HISTORY_SHOWN:]  # a long history: its tail, and a link
+        return self.render(
+            request,
+            "execution.html",
+            principal=principal,
+            refresh=refresh,
+            full=full,
+            tree=tree.value,
+            tree_unavailable=tree.unavailable_shards,
+            total_events=total,
+            **page,
+        )
+
+    async def signal(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        execution_id = _execution_id(request.path_params["execution_id"])
+        name = (form.get("name") or "").strip()
+        if not name:
+            raise InvalidArgument("the signal needs a name")
+        text = (form.get("payload") or "").strip()
+        try:
+            payload = json.loads(text) if text else None
+        except ValueError as exc:
+            raise InvalidArgument(f"the payload is not valid JSON ({exc})") from None
+        event_id = await self.source.routed(
+            execution_id, principal, lambda api: api.signal_workflow(execution_id, name, payload), write=True
+        )
+        return self._back(request, f"/workflows/{execution_id}", f"signal {name} sent (event {event_id})")
+
+    async def cancel(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        execution_id = _execution_id(request.path_params["execution_id"])
+        first = await self.source.routed(
+            execution_id,
+            principal,
+            lambda api: api.cancel_workflow(execution_id, _blank_none(form.get("reason"))),
+            write=True,
+        )
+        return self._back(
+            request,
+            f"/workflows/{execution_id}",
+            "cancel requested" + ("" if first else " (already requested)"),
+        )
+
+    async def terminate(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        execution_id = _execution_id(request.path_params["execution_id"])
+        await self.source.routed(
+            execution_id,
+            principal,
+            lambda api: api.terminate_workflow(execution_id, _blank_none(form.get("reason"))),
+            write=True,
+        )
+        return self._back(request, f"/workflows/{execution_id}", "terminated")
+
+    async def reset(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        execution_id = _execution_id(request.path_params["execution_id"])
+        to_event = _int(form, "to_event", 1, 2**31 - 1, None)
+        if to_event is None:
+            raise InvalidArgument("give the event id to reset to (to_event)")
+        reason = _blank_none(form.get("reason"))
+        if reason is None:
+            raise InvalidArgument("a reset needs a reason")
+        reapply = _choice(form, "signal_reapply", ("drop", "buffer")) or "drop"
+        dry_run = form.get("dry_run") is not None
+        plan = await self.source.routed(
+            execution_id,
+            principal,
+            lambda api: api.reset_workflow(execution_id, to_event, reason, principal.actor, reapply, dry_run),
+            write=True,  # a dry run writes nothing, but it locks the run as the real one does
+        )
+        if not dry_run and plan.get("new_execution_id"):
+            return self._back(request, f"/workflows/{plan['new_execution_id']}", f"reset from {execution_id}")
+        return self.render(
+            request,
+            "result.html",
+            principal=principal,
+            refresh=None,
+            title="Reset dry run" if dry_run else "Reset",
+            back=f"/workflows/{execution_id}",
+            result=plan,
+        )
+
+    # -- dead letters --------------------------------------------------------------------------------
+    async def dead_letters(self, request: Request, principal: Principal) -> Response:
+        q = request.query_params
+        refresh = self._refresh(request)
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        activity, workflow_name = _param(q, "activity_name"), _param(q, "workflow_name")
+        reads = self.source.reads(principal)
+        page, groups = await asyncio.gather(
+            reads.list_dead_letters(limit, activity, workflow_name, _param(q, "cursor")),
+            reads.count_dead_letters("all"),
+        )
+        unavailable = _unavailable(page, groups)
+        return self.render(
+            request,
+            "dead_letters.html",
+            principal=principal,
+            refresh=refresh,
+            rows=page.value,
+            next_cursor=page.next_cursor,
+            groups=groups.value,
+            limit=limit,
+            unavailable=unavailable,
+            shards=self.source.shards,
+        )
+
+    async def replay(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        shard, id_ = self._dead_letter(request)
+        task_id = await self.source.on_shard(
+            shard, principal, lambda api: api.replay_dead_letter(id_), write=True
+        )
+        return self._back(request, "/dead-letters", f"dead letter {shard}:{id_} replayed (task {task_id})")
+
+    async def discard(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        shard, id_ = self._dead_letter(request)
+        await self.source.on_shard(shard, principal, lambda api: api.discard_dead_letter(id_), write=True)
+        return self._back(request, "/dead-letters", f"dead letter {shard}:{id_} discarded")
+
+    def _dead_letter(self, request: Request) -> tuple[int, int]:
+        shard, id_ = request.path_params["shard"], request.path_params["id"]
+        if shard not in self.source.shards:
+            raise NotFound(f"shard {shard} is not a shard of this deployment")
+        return shard, id_
+
+    async def bulk(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        action = _choice(form, "action", ("replay", "discard")) or "replay"
+        dry_run = form.get("dry_run") is not None
+        args = {
+            "activity_name": _param(form, "activity_name"),
+            "workflow_name": _param(form, "workflow_name"),
+            "failed_after": _time(form, "failed_after"),
+            "failed_before": _time(form, "failed_before"),
+            "limit": _int(form, "limit", 1, 1000, 100),
+        }
+        if not any(v for k, v in args.items() if k != "limit"):
+            raise InvalidArgument(
+                "a bulk action needs at least one filter: activity, workflow, failed after or failed before"
+            )
+
+        async def one(api: Any) -> Any:
+            return await api.bulk_dead_letters(action, **args, dry_run=dry_run, operator=principal.actor)
+
+        # Each shard acts on its own dead letters (ids are per shard); a shard that cannot be
+        # reached is named, and acting again when it is up finishes the job.
+        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
+        fan = await fan_out_async(apis, one, timeout=self.source.timeout if dry_run else None)
+        return self.render(
+            request,
+            "bulk.html",
+            principal=principal,
+            refresh=None,
+            action=action,
+            dry_run=dry_run,
+            results=fan.results,
+            unavailable=fan.unavailable_shards,
+            form=form,
+        )
+
+    # -- workers -------------------------------------------------------------------------------------
+    async def workers(self, request: Request, principal: Principal) -> Response:
+        q = request.query_params
+        refresh = self._refresh(request)
+        status = _choice(q, "status", WORKER_STATUSES)
+        stale = _choice(q, "stale", ("true", "false"))
+        shard = _int(q, "shard", 0, 65535, None)
+        if shard is not None and shard not in self.source.shards:
+            shards = ", ".join(map(str, self.source.shards))
+            raise InvalidArgument(f"shard={shard} is not a shard of this deployment (the shards: {shards})")
+        page = _int(q, "page", 1, 1_000_000, 1)
+        limit = _int(q, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        reads = self.source.reads(principal)
+        health, listed = await asyncio.gather(
+            reads.get_worker_health(), reads.list_workers(None, status, None, shard)
+        )
+        rows = listed.value
+        if stale is not None:
+            rows = [r for r in rows if (r["health"] == "stale") == (stale == "true")]
+        start = (page - 1) * limit
+        return self.render(
+            request,
+            "workers.html",
+            principal=principal,
+            refresh=refresh,
+            banner=views.fleet_banner(health.value, health.status),
+            rows=rows[start : start + limit],
+            matched=len(rows),
+            page=page,
+            limit=limit,
+            has_next=start + limit < len(rows),
+            status=status,
+            stale=stale,
+            shard=shard,
+            statuses=WORKER_STATUSES,
+            unavailable=_missing(health, listed),
+        )
+
+    async def worker(self, request: Request, principal: Principal) -> Response:
+        worker_id = request.path_params["worker_id"]
+
+        async def one(api: Any) -> Any:
+            try:
+                return await api.get_worker(worker_id)
+            except NotFound:
+                return None
+
+        fan = await fan_out_async(self.source.apis(principal), one, timeout=self.source.timeout)
+        rows = [{**row, "shard_id": s} for s, row in fan.results.items() if row is not None]
+        if not rows and not fan.unavailable_shards:
+            raise NotFound(f"no worker {worker_id!r} on any shard")
+        return self.render(
+            request,
+            "worker.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            worker_id=worker_id,
+            rows=rows,
+            unavailable=fan.unavailable_shards,
+        )
+
+    async def drain(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Drain the worker's row on every shard that has one (each shard audits its own drain),
+        as `harvest worker drain`; a shard that cannot be reached is named: drain again later."""
+        worker_id = request.path_params["worker_id"]
+        deadline = _time(form, "deadline")
+
+        async def one(api: Any) -> Any:
+            return await api.drain_worker(worker_id, deadline, principal.actor)
+
+        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
+        fan = await fan_out_async(apis, one, timeout=self.source.timeout)
+        outcomes = {s: r["outcome"] for s, r in fan.results.items() if r["outcome"] != "not_found"}
+        if not outcomes and not fan.unavailable_shards:
+            raise NotFound(f"no worker {worker_id!r} on any shard")
+        said = ", ".join(f"shard {s}: {o}" for s, o in sorted(outcomes.items()))
+        if fan.unavailable_shards:
+            shards = ", ".join(map(str, fan.unavailable_shards))
+            said += f"; shard(s) {shards} could not be reached and were not drained: drain again when up"
+        return self._back(request, f"/workers/{urllib.parse.quote(worker_id, safe='')}", f"drain: {said}")
+
+    # -- concurrency and usage --------------------------------------------------------------------
+    async def concurrency(self, request: Request, principal: Principal) -> Response:
+        q = request.query_params
+        refresh = self._refresh(request)
+        window = _choice(q, "window", tuple(WINDOWS)) or "24h"
+        group_by = _param(q, "group_by") or "workflow_name"
+        if group_by != "workflow_name" and not re.fullmatch(r"search_attr:[A-Za-z0-9_.-]+", group_by):
+            raise InvalidArgument(f"group_by={group_by!r}: use workflow_name or search_attr:<key>")
+        now = datetime.now(UTC)
+        reads = self.source.reads(principal)
+        keys, usage = await asyncio.gather(
+            reads.list_concurrency_keys(_param(q, "key")),
+            reads.count_usage(now - WINDOWS[window], now, group_by),
+        )
+        return self.render(
+            request,
+            "concurrency.html",
+            principal=principal,
+            refresh=refresh,
+            keys=keys.value,
+            usage=usage.value,
+            window=window,
+            windows=tuple(WINDOWS),
+            group_by=group_by,
+            unavailable=_missing(keys, usage),
+        )
+
+    # -- shards ----------------------------------------------------------------------------------
+    async def shards(self, request: Request, principal: Principal) -> Response:
+        from starlette.concurrency import run_in_threadpool
+
+        report = await run_in_threadpool(
+            shard_health,
+            self.source.router,
+            self.source.urls(),
+            connect_timeout=max(1, int(self.source.timeout)),
+        )
+        return self.render(
+            request, "shards.html", principal=principal, refresh=self._refresh(request), report=report
+        )
+
+
+def _unavailable(listed: Merged[Any], *others: Merged[Any]) -> list[int]:
+    """The shards a page could not read; a list no shard answered is DatabaseUnavailable (503)."""
+    if listed.status == UNAVAILABLE:
+        raise DatabaseUnavailable("no shard could be read; retry when one is up")
+    return _missing(listed, *others)
+
+
+def _missing(*reads: Merged[Any]) -> list[int]:
+    """The shards any of a page's reads could not read."""
+    return sorted(set().union(*(r.unavailable_shards for r in reads)))
+
+
+def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], Any]:
+    # A dry run too: it selects the rows it would act on FOR UPDATE, as the real run does.
+    return lambda: source.lend(shard, principal, write=True)
+
+
+def _blank_none(value: str | None) -> str | None:
+    value = (value or "").strip()
+    return value or None
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _cross_site(request: Request) -> str | None:
+    """A POST from another site is refused (with the SameSite=Strict cookie, a second guard)."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null":
+        ours = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        if origin != ours:
+            return f"a form posted from {origin} is refused: use the dashboard's own pages"
+    return None
+
+
+def dashboard_app(
+    *,
+    dsn: str | None = None,
+    shards: Any = None,
+    config: Config | None = None,
+    authorizer: Authorizer | None = None,
+    profile: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Starlette:
+    """The dashboard as an ASGI app, mountable under any prefix (``/ui`` of the management app).
+
+    ``dsn`` (one database), ``shards`` (an ``AsyncShardPools`` the caller owns) or ``config``
+    (``[shards]``, else ``database_url``) say where it reads; ``authorizer`` (the
+    ``principal.Authorizer`` protocol) who may see and do what: with none, the dev profile lets
+    everyone in as an admin and any other profile refuses every page. ``timeout`` bounds how long
+    a page waits for one shard. Pools are opened on the first request and closed by the app's
+    lifespan (a mounted app's lifespan does not run: the app that mounts it awaits
+    ``app.state.dashboard.close()`` in its own)."""
+    if authorizer is None:
+        authorizer = DevAuthorizer() if profile == "dev" else _ClosedAuthorizer()
+    dashboard = Dashboard(Source(dsn=dsn, shards=shards, config=config, timeout=timeout), authorizer)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        await dashboard.close()
+
+    app = Starlette(routes=dashboard.routes(), lifespan=lifespan)
+    app.state.dashboard = dashboard
+    return app
+
+
+__all__ = ["DevAuthorizer", "dashboard_app"]

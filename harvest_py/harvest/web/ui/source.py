@@ -1,0 +1,186 @@
+"""Where the dashboard reads and writes: one database, or every shard, always as the caller.
+
+Every connection the dashboard uses is lent by :meth:`Source.lend`: one transaction in which the
+principal's Postgres role is set (``SET LOCAL ROLE``, so it ends with the transaction and never
+outlives the request on a pooled connection) and ``application_name`` is ``harvest-ui`` (the
+audit log's ``source`` is ``ui``); a page's reads are also ``READ ONLY``. So a read principal's
+page cannot write by accident, and an action the page let through is still checked by the
+database's own grants (``functions/security.sql``).
+
+The reads over several shards are the CLI's: the plans of ``harvest.shard.fanout`` over a
+mapping of shard number to provider, one provider per readable shard; a shard that cannot be
+reached within ``timeout`` is named unavailable and the page shows the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+
+from harvest.config import Config, async_shard_pools, database_url, shard_urls, shards_configured
+from harvest.core.errors import ConfigError
+from harvest.db.pools import TRANSIENT, open_async_pool
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.shard.fanout import AsyncShardReads
+from harvest.shard.router import ShardRouter
+from harvest.web.principal import ROLE_OF_SCOPE, Principal
+
+T = TypeVar("T")
+
+APPLICATION_NAME = "harvest-ui"  # the audit log reads the source from it (docs/operations.md)
+DEFAULT_TIMEOUT = 5.0  # seconds a page waits for one shard, as the CLI's shards.cli_timeout
+
+
+class _OneDatabase:
+    """A pool of one database, answering as shard 0 (the CLI's one-database case)."""
+
+    def __init__(self, dsn: str, *, max_size: int, timeout: float):
+        self._dsn, self.max_size, self.timeout = dsn, max_size, timeout
+        self.router = ShardRouter.single()
+        self._pool: Any = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def connection(self, shard: int) -> AsyncIterator[Any]:
+        async with self._lock:
+            if self._pool is None:
+                self._pool = await open_async_pool(self._dsn, max_size=self.max_size, timeout=self.timeout)
+        async with self._pool.connection(timeout=self.timeout) as conn:
+            yield conn
+
+    async def follow(self, execution_id: str, attempt: Callable[[int], Awaitable[T]]) -> T:
+        return await attempt(0)
+
+    def dsn(self, shard: int) -> str:
+        return self._dsn
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+
+class Source:
+    """The dashboard's databases: ``dsn`` (one database), or ``shards`` (an ``AsyncShardPools``
+    the caller owns and closes), else what ``config`` says (``[shards]`` or ``database_url``)."""
+
+    def __init__(
+        self,
+        *,
+        dsn: str | None = None,
+        shards: Any = None,
+        config: Config | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_size: int = 4,
+    ):
+        if shards is None and dsn is None and config is None:
+            raise ConfigError("the dashboard needs a database: pass dsn=, shards= or config=")
+        self.timeout = timeout
+        self._owned = shards is None
+        self._urls: dict[int, str] | None = None
+        self._pools = shards
+        self._dsn, self._config, self._max_size = dsn, config, max_size
+
+    @property
+    def pools(self) -> Any:
+        """The shard pools, or the one database's; made on first use, so an app is built before
+        its configuration is complete (a database URL that only the environment of the
+        serving process has), and a bad one is reported by the first page."""
+        if self._pools is None:
+            config, size, timeout = self._config, self._max_size, self.timeout
+            if self._dsn is not None:
+                self._pools = _OneDatabase(self._dsn, max_size=size, timeout=timeout)
+            elif shards_configured(config):
+                self._urls = shard_urls(config, _optional_url(config))
+                self._pools = async_shard_pools(config, max_size=size, acquire_timeout=timeout)
+            else:
+                self._pools = _OneDatabase(database_url(None, config), max_size=size, timeout=timeout)
+        return self._pools
+
+    @property
+    def sharded(self) -> bool:
+        """Shard pools (a moved run's seal is followed), not one database (read as it is)."""
+        return not isinstance(self.pools, _OneDatabase)
+
+    @property
+    def router(self) -> ShardRouter:
+        return self.pools.router
+
+    @property
+    def shards(self) -> tuple[int, ...]:
+        return tuple(self.router.readable)
+
+    def urls(self) -> dict[int, str]:
+        """Each readable shard's database URL (for the shard health report's own connections)."""
+        if self._urls is not None:
+            return self._urls
+        out = {}
+        for shard in self.shards:
+            with contextlib.suppress(Exception):  # no url for it: the report says not_configured
+                out[shard] = self.pools.dsn(shard)
+        return out
+
+    # -- lending ---------------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lend(
+        self, shard: int, principal: Principal, *, write: bool = False
+    ) -> AsyncIterator[AsyncSqlApi]:
+        """The SQL API on one connection of ``shard``, in one transaction as ``principal``'s role
+        (read only unless ``write``). A lost or unreachable shard raises ShardUnavailable or one
+        of ``TRANSIENT``, which the fan-out counts as unavailable."""
+        role = ROLE_OF_SCOPE[principal.scope]  # one of three fixed names: safe to splice
+        async with self.pools.connection(shard) as conn, conn.transaction():
+            if not write:
+                await conn.execute("SET TRANSACTION READ ONLY")
+            await conn.execute(f"SET LOCAL ROLE {role}")
+            await conn.execute(f"SET LOCAL application_name = '{APPLICATION_NAME}'")
+            yield AsyncSqlApi.on_connection(conn)
+
+    def apis(self, principal: Principal, shards: tuple[int, ...] | None = None) -> Mapping[int, Any]:
+        """Shard -> provider of a read-only API as ``principal``, for the fan-out plans."""
+        return {s: functools.partial(self.lend, s, principal) for s in (shards or self.shards)}
+
+    def reads(self, principal: Principal) -> AsyncShardReads:
+        """The fan-out reads (``harvest.shard.fanout``) over every readable shard."""
+        return AsyncShardReads(self.apis(principal), timeout=self.timeout)
+
+    async def on_shard(
+        self, shard: int, principal: Principal, fn: Callable[[AsyncSqlApi], Awaitable[T]], *, write: bool
+    ) -> T:
+        """``fn(api)`` on one shard (what is named by a per-shard id: a dead letter)."""
+        async with self.lend(shard, principal, write=write) as api:
+            return await fn(api)
+
+    async def routed(
+        self,
+        execution_id: str,
+        principal: Principal,
+        fn: Callable[[AsyncSqlApi], Awaitable[T]],
+        *,
+        write: bool = False,
+    ) -> T:
+        """``fn(api)`` on the shard the execution lives on (its id's shard, then a moved run's
+        forwarding pointer, as the client and the CLI follow it)."""
+
+        async def attempt(shard: int) -> T:
+            async with self.lend(shard, principal, write=write) as api:
+                return await fn(api)
+
+        return await self.pools.follow(execution_id, attempt)
+
+    async def close(self) -> None:
+        if self._owned and self._pools is not None:
+            await self._pools.close()
+
+
+def _optional_url(config: Config) -> str | None:
+    try:
+        return database_url(None, config)
+    except ConfigError:
+        return None
+
+
+__all__ = ["APPLICATION_NAME", "DEFAULT_TIMEOUT", "TRANSIENT", "Source"]

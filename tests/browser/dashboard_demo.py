@@ -1,0 +1,92 @@
+"""The runs the dashboard tests look at: a worker in a thread and one run of each kind
+(demo_app.py), each settled where the pages show it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from dataclasses import dataclass, field
+
+import demo_app
+from dashboard_helpers import wait_for
+
+from harvest import Client, Worker
+
+
+# -- a worker in a thread ------------------------------------------------------------------------
+class RunningWorker:
+    """A Worker on its own event loop in a thread (as tests/integration's), stopped at teardown."""
+
+    def __init__(self, worker: Worker):
+        self.worker, self.loop, self.error = worker, None, None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._main, daemon=True)
+
+    def _main(self) -> None:
+        async def go() -> None:
+            self.loop = asyncio.get_running_loop()
+            self._ready.set()
+            await self.worker.run()
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:
+            self.error = exc
+            self._ready.set()
+
+    def start(self) -> RunningWorker:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        if self.loop is not None and self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.worker.request_stop)
+        self._thread.join(30)
+
+
+@dataclass
+class Demo:
+    """The runs the pages show: ids by name, the database, the client."""
+
+    dsn: str
+    client: Client
+    ids: dict[str, str] = field(default_factory=dict)
+
+
+def start_demo(dsn: str, worker_id: str = "worker-a") -> tuple[Demo, RunningWorker]:
+    """A worker and one run of each kind, each settled where the pages show it."""
+    demo_app.RELEASE.clear()
+    worker = RunningWorker(
+        Worker(demo_app.app, dsn, worker_id=worker_id, poll_interval=0.5, scan_interval=0.2)
+    ).start()
+    client = Client(dsn)
+    demo = Demo(dsn, client)
+    for i in range(3):
+        demo.ids[f"greet-{i}"] = client.start_workflow(
+            "greet", f"user-{i}", workflow_id=f"greet-{i}", search_attributes={"tenant": "acme", "n": i}
+        ).execution_id
+    demo.ids["approval"] = client.start_workflow(
+        "approval", "order-7", workflow_id="order-7", search_attributes={"tenant": "globex"}
+    ).execution_id
+    demo.ids["billing"] = client.start_workflow("billing", 42, workflow_id="invoice-42").execution_id
+    demo.ids["family"] = client.start_workflow("family", "fam", workflow_id="family-1").execution_id
+    for n in range(2):
+        demo.ids[f"batch-{n}"] = client.start_workflow("batch", n, workflow_id=f"batch-{n}").execution_id
+    with client.sql() as sql:
+        wait_for(
+            lambda: all(sql.get_execution(demo.ids[f"greet-{i}"])["status"] == "COMPLETED" for i in range(3)),
+            "the greet runs to complete",
+        )
+        wait_for(lambda: sql.list_dead_letters(10), "the billing run's dead letter")
+        wait_for(
+            lambda: any(e["event_type"] == "TimerStarted" for e in sql.get_history(demo.ids["approval"])),
+            "the approval run to wait for its signal",
+        )
+        wait_for(lambda: sql.list_children(demo.ids["family"]), "the family run's child")
+        wait_for(
+            lambda: any(k["in_flight"] for k in sql.list_concurrency_keys("acme")),
+            "the acme key to have work in flight",
+        )
+    client.get_handle(demo.ids["approval"]).update("note", "rush it", wait="accepted", update_id="note-1")
+    return demo, worker

@@ -1,0 +1,203 @@
+"""The dashboard in headless Chromium (marker browser, the slow process): every page with real
+runs, its filters and paging, the actions done with their scope and refused without it, no
+console error on any page; each page saved as build/screenshots/dashboard/<page>.png (HARVEST_UPDATE_SCREENSHOTS=1:
+docs/img/dashboard/, which docs/dashboard.md shows)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from dashboard_demo import Demo
+from dashboard_helpers import (
+    Served,
+    TokenScopes,
+    click_and_wait,
+    console_errors,
+    screenshot,
+    sign_in,
+    wait_for,
+)
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+from harvest.web.ui import dashboard_app
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def site(demo: Demo) -> Iterator[str]:
+    with Served(dashboard_app(dsn=demo.dsn, authorizer=TokenScopes(), timeout=3.0)) as served:
+        yield served.url
+
+
+def _text(driver: Any, css: str) -> str:
+    return driver.find_element(By.CSS_SELECTOR, css).text
+
+
+def _forms(driver: Any) -> set[str]:
+    return {f.get_attribute("id") for f in driver.find_elements(By.CSS_SELECTOR, "form.action[id]")}
+
+
+def test_every_page_with_a_read_token(browser: Any, site: str, demo: Demo) -> None:
+    browser.get(f"{site}/workers")
+    assert "Sign in needed" in _text(browser, "h1")  # no token: 401, with a link to sign in
+    click_and_wait(browser, browser.find_element(By.LINK_TEXT, "Sign in with a token"))
+    screenshot(browser, "login")
+    console_errors(browser)  # the 401 above is expected in the console
+    sign_in(browser, site, "read-token")
+
+    browser.get(f"{site}/workflows")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")
+    assert len(rows) == len(demo.ids) + 1  # every run and the family's child
+    assert "COMPLETED" in _text(browser, ".chips")
+    screenshot(browser, "workflows")
+
+    # filters: a status chosen in the form, then a search attribute
+    Select(browser.find_element(By.NAME, "status")).select_by_value("COMPLETED")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"))
+    statuses = {
+        r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")
+    }
+    assert statuses == {"COMPLETED"}
+    browser.get(f"{site}/workflows?attr=tenant%3Dglobex")
+    assert [
+        r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")
+    ] == ["RUNNING"]
+
+    # keyset paging: one row a page, following "Next page" to the end
+    browser.get(f"{site}/workflows?workflow_name=greet&limit=1")
+    seen = []
+    while True:
+        seen.append(_text(browser, "#workflows tbody tr td:nth-child(3)"))
+        nxt = browser.find_elements(By.ID, "next")
+        if not nxt:
+            break
+        click_and_wait(browser, nxt[0])
+    assert sorted(seen) == ["greet-0", "greet-1", "greet-2"]
+
+    browser.get(f"{site}/workflows/{demo.ids['approval']}")
+    assert "ActivityCompleted" in _text(browser, "#history")
+    assert "redacted" in _text(browser, "#input")
+    assert not _forms(browser)  # a read token sees no action
+    assert not browser.find_elements(By.ID, "show-payloads")
+    screenshot(browser, "execution")
+
+    browser.get(f"{site}/workflows/{demo.ids['family']}")
+    assert "approval" in _text(browser, "#tree")
+
+    browser.get(f"{site}/dead-letters")
+    assert "CardDeclined" in _text(browser, "#dead-letter-groups")
+    assert "charge" in _text(browser, "#dead-letters")
+    assert not browser.find_elements(By.CSS_SELECTOR, "button[name=replay]")
+    screenshot(browser, "dead-letters")
+
+    browser.get(f"{site}/workers")
+    assert _text(browser, "#fleet-banner").startswith("Healthy — 1 workers | 1 active")
+    assert "worker-a" in _text(browser, "#workers")
+    screenshot(browser, "workers")
+    Select(browser.find_element(By.NAME, "status")).select_by_value("draining")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"))
+    assert "No workers match." in _text(browser, "#workers")
+    assert console_errors(browser) == []
+    browser.get(f"{site}/workers?status=sleeping")
+    assert "Bad request" in _text(browser, "h1")
+    assert ["400 (Bad Request)" in e["message"] for e in console_errors(browser)] == [True]  # that one only
+    browser.get(f"{site}/workers/worker-a")
+    assert "default" in _text(browser, "dl.facts")
+    screenshot(browser, "worker")
+
+    browser.get(f"{site}/concurrency")
+    assert "acme" in _text(browser, "#concurrency-keys")
+    assert "greet" in _text(browser, "#usage")
+    screenshot(browser, "concurrency")
+
+    browser.get(f"{site}/shards")
+    assert "ready" in _text(browser, "#shards") or "degraded" in _text(browser, "#shards")
+    screenshot(browser, "shards")
+
+    # dark mode follows the system (prefers-color-scheme), no switch needed
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
+    browser.get(f"{site}/workflows/{demo.ids['approval']}")
+    assert (
+        browser.execute_script("return getComputedStyle(document.body).backgroundColor") == "rgb(22, 23, 21)"
+    )
+    assert "note" in _text(browser, "#updates")
+    screenshot(browser, "execution-dark")
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+    # a phone: the workers page at 390 px wide, nothing wider than the screen but the tables
+    browser.set_window_size(390, 844)
+    browser.get(f"{site}/workers")
+    assert browser.execute_script("return document.body.scrollWidth") <= 390
+    screenshot(browser, "workers-phone")
+    assert console_errors(browser) == []
+
+
+def test_actions_with_their_scope_and_refused_without_it(browser: Any, site: str, demo: Demo) -> None:
+    sign_in(browser, site, "operate-token")
+    run = demo.ids["approval"]
+    browser.get(f"{site}/workflows/{run}")
+    assert _forms(browser) == {"signal-form", "cancel-form"}  # no terminate, no reset
+
+    sign_in(browser, site, "admin-token")
+    browser.get(f"{site}/workflows/{run}")
+    assert _forms(browser) == {"signal-form", "cancel-form", "terminate-form", "reset-form"}
+    screenshot(browser, "execution-actions")
+
+    # reset, dry run (checked by default): the plan, nothing written
+    form = browser.find_element(By.ID, "reset-form")
+    Select(form.find_element(By.NAME, "to_event")).select_by_value("4")
+    form.find_element(By.NAME, "reason").send_keys("drill")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert "Reset dry run" in _text(browser, "h1") and "Valid" in _text(browser, ".banner")
+    screenshot(browser, "reset-dry-run")
+
+    # the signal form: the run gets it and completes
+    browser.get(f"{site}/workflows/{run}")
+    form = browser.find_element(By.ID, "signal-form")
+    form.find_element(By.NAME, "name").send_keys("approved")
+    form.find_element(By.NAME, "payload").send_keys("true")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert "signal approved sent" in _text(browser, ".flash")
+    assert demo.client.get_handle(run).result(timeout=30) == {"order": "order-7", "approved": True}
+
+    # a form drawn for an admin, submitted after signing in with a read token: the POST is refused
+    browser.get(f"{site}/workflows/{demo.ids['batch-1']}")
+    assert console_errors(browser) == []
+    form = browser.find_element(By.ID, "terminate-form")
+    browser.delete_cookie("harvest_ui_token")
+    browser.add_cookie({"name": "harvest_ui_token", "value": "read-token", "path": "/"})
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert "Not allowed" in _text(browser, "h1")
+    assert ["403 (Forbidden)" in e["message"] for e in console_errors(browser)] == [True]  # that one only
+    with demo.client.sql() as sql:
+        assert sql.get_execution(demo.ids["batch-1"])["status"] == "RUNNING"
+
+    # with the admin token again: terminate, and the dead letter's replay and a bulk dry run
+    browser.delete_cookie("harvest_ui_token")
+    browser.add_cookie({"name": "harvest_ui_token", "value": "admin-token", "path": "/"})
+    browser.get(f"{site}/workflows/{demo.ids['batch-1']}")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#terminate-form button"))
+    assert _text(browser, ".flash") == "terminated"
+    with demo.client.sql() as sql:
+        assert sql.get_execution(demo.ids["batch-1"])["status"] == "TERMINATED"
+
+    browser.get(f"{site}/dead-letters")
+    bulk = browser.find_element(By.ID, "bulk-form")
+    bulk.find_element(By.NAME, "activity_name").send_keys("charge")
+    click_and_wait(browser, bulk.find_element(By.CSS_SELECTOR, "button"))
+    assert "dry run" in _text(browser, "h1")
+    assert _text(browser, "#bulk-results tbody tr").split()[:3] == ["0", "1", "0"]  # shard, matched, acted on
+    screenshot(browser, "bulk-dry-run")
+
+    browser.get(f"{site}/dead-letters")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "button[name=replay]"))
+    assert "replayed" in _text(browser, ".flash")
+    assert console_errors(browser) == []
+    with demo.client.sql() as sql:
+        wait_for(lambda: sql.list_dead_letters(10), "the replayed activity to fail into a new dead letter")

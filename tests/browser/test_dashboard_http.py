@@ -1,0 +1,336 @@
+"""The dashboard over HTTP without a browser (fast suite): every page with real runs, the
+filters' 400s, paging, and each action done with its scope and refused without it, by the page
+(no form) and by the POST handler (403), with the audit row it writes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from dashboard_demo import Demo
+from dashboard_helpers import TokenScopes, wait_for
+from starlette.testclient import TestClient
+
+from harvest.web.ui import dashboard_app
+
+READ, OPERATE, ADMIN = ({"Authorization": f"Bearer {s}-token"} for s in ("read", "operate", "admin"))
+
+
+@pytest.fixture
+def ui(demo: Demo) -> Iterator[TestClient]:
+    app = dashboard_app(dsn=demo.dsn, authorizer=TokenScopes(), timeout=3.0)
+    with TestClient(app, base_url="http://testserver") as client:
+        yield client
+
+
+def test_every_page_renders_real_data_for_a_read_token(ui: TestClient, demo: Demo) -> None:
+    page = ui.get("/workflows", headers=READ)
+    assert page.status_code == 200
+    for i in range(3):
+        assert demo.ids[f"greet-{i}"] in page.text
+    assert re.search(r'data-status="COMPLETED">.*?<span class="count">3</span>', page.text, re.S)
+
+    run = ui.get(f"/workflows/{demo.ids['approval']}", headers=READ)
+    assert run.status_code == 200
+    assert "WorkflowStarted" in run.text and "ActivityCompleted" in run.text
+    assert "redacted (" in run.text  # input redacted by default
+    assert "order-7" not in run.text.split('id="input"')[1].split("</div>")[0]
+    assert 'id="signal-form"' not in run.text  # no action for a read token
+    assert re.search(r'id="updates"><li><strong>note</strong> <span class="mono">note-1</span>', run.text)
+
+    dead = ui.get("/dead-letters", headers=READ)
+    assert dead.status_code == 200
+    assert "charge" in dead.text and "CardDeclined" in dead.text
+    assert "/replay" not in dead.text
+
+    workers = ui.get("/workers", headers=READ)
+    assert workers.status_code == 200
+    assert "worker-a" in workers.text
+    assert 'class="banner Healthy"' in workers.text
+
+    keys = ui.get("/concurrency", headers=READ)
+    assert keys.status_code == 200 and ">acme<" in keys.text
+
+    shards = ui.get("/shards", headers=READ)
+    assert shards.status_code == 200 and 'data-shard="0"' in shards.text
+
+    family = ui.get(f"/workflows/{demo.ids['family']}", headers=READ)
+    assert 'id="tree"' in family.text and "approval" in family.text
+
+
+def test_no_token_is_401_and_the_login_cookie_signs_in(ui: TestClient) -> None:
+    assert ui.get("/workers").status_code == 401
+    signed = ui.post("/login", data={"token": "read-token"}, follow_redirects=False)
+    assert signed.status_code == 303
+    assert "httponly" in signed.headers["set-cookie"].lower()
+    assert "samesite=strict" in signed.headers["set-cookie"].lower()
+    assert ui.get("/workers").status_code == 200  # the cookie is sent on as the Bearer token
+
+
+def test_workers_filters_refuse_unknown_values(ui: TestClient) -> None:
+    for query in ("status=sleeping", "stale=maybe", "shard=7", "shard=x", "limit=201", "limit=0", "page=0"):
+        answer = ui.get(f"/workers?{query}", headers=READ)
+        assert answer.status_code == 400, query
+    assert ui.get("/workers?status=Active&stale=false&shard=0&limit=200", headers=READ).status_code == 200
+    assert ui.get("/workflows?status=SLEEPING", headers=READ).status_code == 400
+    assert ui.get("/workflows?cursor=garbage", headers=READ).status_code == 400
+
+
+def test_workers_refresh_adds_the_meta_tag(ui: TestClient) -> None:
+    page = ui.get("/workers?refresh=30", headers=READ)
+    assert '<meta http-equiv="refresh" content="30">' in page.text
+    assert 'http-equiv="refresh"' not in ui.get("/workers", headers=READ).text
+
+
+def _every_page(ui: TestClient, url: str, pattern: str) -> list[str]:
+    """What ``pattern`` finds on each page, following "Next page" from ``url`` to the last."""
+    seen: list[str] = []
+    while url:
+        page = ui.get(url, headers=READ)
+        assert page.status_code == 200
+        seen += re.findall(pattern, page.text)
+        found = re.search(r'id="next" rel="next" href="([^"]+)"', page.text)
+        url = url.split("?")[0] + found.group(1).replace("&amp;", "&") if found else None
+    return seen
+
+
+def test_workflow_list_pages_with_the_cursor(ui: TestClient, demo: Demo) -> None:
+    seen = _every_page(ui, "/workflows?workflow_name=greet&limit=1", r'href="/workflows/([0-9a-f-]{36})"')
+    assert sorted(seen) == sorted(demo.ids[f"greet-{i}"] for i in range(3))
+
+
+def test_search_attribute_filter(ui: TestClient, demo: Demo) -> None:
+    page = ui.get("/workflows?attr=tenant%3Dglobex", headers=READ)
+    assert demo.ids["approval"] in page.text
+    assert demo.ids["greet-0"] not in page.text
+
+
+def _audit(dsn: str, operation: str) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT source, target FROM harvest.audit_log WHERE operation = %s", (operation,)
+        ).fetchall()
+
+
+def test_actions_need_their_scope(ui: TestClient, demo: Demo) -> None:
+    run = demo.ids["approval"]
+    # refused by the handler, not only hidden: nothing is written
+    assert ui.post(f"/workflows/{run}/signal", headers=READ, data={"name": "approved"}).status_code == 403
+    assert ui.post(f"/workflows/{run}/terminate", headers=OPERATE, data={}).status_code == 403
+    assert ui.post(f"/workflows/{run}/reset", headers=OPERATE, data={"to_event": "3"}).status_code == 403
+    page = ui.get(f"/workflows/{run}", headers=OPERATE).text
+    assert 'id="signal-form"' in page and 'id="terminate-form"' not in page
+    assert 'id="reset-form"' in ui.get(f"/workflows/{run}", headers=ADMIN).text
+
+    dry = ui.post(
+        f"/workflows/{run}/reset",
+        headers=ADMIN,
+        data={"to_event": "4", "reason": "drill", "signal_reapply": "drop", "dry_run": "on"},
+    )
+    assert dry.status_code == 200 and "<strong>Valid</strong>" in dry.text, dry.text
+    assert _audit(demo.dsn, "workflow.reset") == []  # a dry run writes nothing
+
+    sent = ui.post(
+        f"/workflows/{run}/signal",
+        headers=OPERATE,
+        data={"name": "approved", "payload": "true"},
+        follow_redirects=False,
+    )
+    assert sent.status_code == 303
+    assert demo.client.get_handle(run).result(timeout=30) == {"order": "order-7", "approved": True}
+    assert ui.post(f"/workflows/{run}/signal", headers=OPERATE, data={"name": ""}).status_code == 400
+
+    family = demo.ids["family"]
+    assert (
+        ui.post(f"/workflows/{family}/cancel", headers=OPERATE, data={"reason": "drill"}).status_code == 200
+    )
+    assert _audit(demo.dsn, "workflow.cancel") == [("ui", family)]
+
+
+def test_dead_letter_actions_and_bulk_dry_run(ui: TestClient, demo: Demo) -> None:
+    page = ui.get("/dead-letters", headers=OPERATE).text
+    assert "/replay" in page and "/discard" not in page
+    shard, id_ = re.search(r"/dead-letters/(\d+)/(\d+)/replay", page).groups()
+    assert ui.post(f"/dead-letters/{shard}/{id_}/discard", headers=OPERATE).status_code == 403
+    assert (
+        ui.post(
+            "/dead-letters/bulk", headers=OPERATE, data={"action": "discard", "activity_name": "charge"}
+        ).status_code
+        == 403
+    )
+
+    dry = ui.post(
+        "/dead-letters/bulk",
+        headers=OPERATE,
+        data={"action": "replay", "activity_name": "charge", "dry_run": "on"},
+    )
+    assert dry.status_code == 200 and 'id="bulk-results"' in dry.text
+    assert re.search(r'<td class="num">0</td><td class="num">1</td><td class="num">0</td>', dry.text)
+    assert ui.post("/dead-letters/bulk", headers=OPERATE, data={"action": "replay"}).status_code == 400
+
+    replayed = ui.post(f"/dead-letters/{shard}/{id_}/replay", headers=OPERATE, follow_redirects=False)
+    assert replayed.status_code == 303
+    with demo.client.sql() as sql:  # the activity fails again: a new dead letter, the old one gone
+        wait_for(lambda: [d for d in sql.list_dead_letters(10) if str(d["id"]) != id_], "a new dead letter")
+    assert _audit(demo.dsn, "dead_letter.replay") == [("ui", id_)]
+
+
+def test_workers_stale_first_within_active_draining_stopped_and_paged(ui: TestClient, demo: Demo) -> None:
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        for worker_id, interval in (
+            ("a-fresh", 3600),
+            ("b-stale", 60),
+            ("c-draining", 3600),
+            ("d-stopped", 3600),
+        ):
+            conn.execute(
+                "SELECT harvest.register_worker(%s, ARRAY['default'], 'host', 1, %s, '{}')",
+                (worker_id, interval),
+            )
+        # b-stale last heartbeated 3 minutes ago: more than 2 x its 60 s interval
+        conn.execute(
+            "UPDATE harvest.workers SET last_heartbeat_at = harvest.now() - interval '3 minutes'"
+            " WHERE id = 'b-stale'"
+        )
+        conn.execute("SELECT harvest.begin_worker_drain('c-draining')")
+        conn.execute("SELECT harvest.stop_worker('d-stopped')")
+    page = ui.get("/workers", headers=READ).text
+    order = re.findall(r'<a href="/workers/([^"]+)"', page)
+    assert order == ["b-stale", "a-fresh", "worker-a", "c-draining", "d-stopped"]
+    assert 'class="stale" data-status="active" data-health="stale"' in page and "(stale)" in page
+    banner = re.search(r'id="fleet-banner"[^>]*>(.*?)</section>', page, re.S).group(1)
+    assert " ".join(re.sub(r"<[^>]+>", "", banner).split()) == (
+        "Degraded — 5 workers | 3 active | 1 draining | 1 stopped | 1 stale"
+    )
+
+    first = ui.get("/workers?limit=2", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', first) == ["b-stale", "a-fresh"]
+    assert 'id="next"' in first and 'id="prev"' not in first
+    last = ui.get("/workers?limit=2&page=3", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', last) == ["d-stopped"]
+    assert 'id="next"' not in last and 'id="prev"' in last
+
+    stale = ui.get("/workers?stale=true", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', stale) == ["b-stale"]
+    draining = ui.get("/workers?status=DRAINING&stale=false", headers=READ).text
+    assert re.findall(r'<a href="/workers/([^"]+)"', draining) == ["c-draining"]
+
+
+def test_mounted_under_a_prefix_every_link_and_the_cookie_keep_it(demo: Demo) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    ui_app = dashboard_app(dsn=demo.dsn, authorizer=TokenScopes(), timeout=3.0)
+    outer = Starlette(routes=[Mount("/api/harvest/ui", app=ui_app)])
+    with TestClient(outer) as client:
+        page = client.get("/api/harvest/ui/workers", headers=READ)
+        assert page.status_code == 200
+        links = re.findall(r'(?:href|action)="(/[^"]*)"', page.text)
+        assert links and all(link.startswith("/api/harvest/ui/") for link in links), links
+        assert client.get("/api/harvest/ui/static/dashboard.css").status_code == 200
+        signed = client.post("/api/harvest/ui/login", data={"token": "read-token"}, follow_redirects=False)
+        assert signed.headers["location"] == "/api/harvest/ui/workflows"
+        assert "path=/api/harvest/ui" in signed.headers["set-cookie"].lower()
+        sent = client.post(
+            f"/api/harvest/ui/workflows/{demo.ids['approval']}/cancel",
+            headers=OPERATE,
+            follow_redirects=False,
+        )
+        assert sent.headers["location"].startswith(f"/api/harvest/ui/workflows/{demo.ids['approval']}?msg=")
+        # a mounted app's lifespan does not run: the app that mounts it closes the pools
+        client.portal.call(ui_app.state.dashboard.close)
+
+
+class _ApiError(Exception):
+    """An authorizer's own error type with a status (as the management API's is)."""
+
+    def __init__(self, status_code: int, message: str):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class _Refusing:
+    async def authorize(self, request, needed):
+        raise _ApiError(403, f"token lacks {needed}")
+
+
+def test_an_authorizers_own_error_keeps_its_status_and_no_authorizer_fails_closed(db: str) -> None:
+    with TestClient(dashboard_app(dsn=db, authorizer=_Refusing())) as client:
+        page = client.get("/workers")
+        assert page.status_code == 403 and "token lacks read" in page.text
+    with TestClient(dashboard_app(dsn=db, profile="production")) as client:
+        assert client.get("/workers").status_code == 401
+    with TestClient(dashboard_app(dsn=db, profile="dev")) as client:
+        page = client.get("/workers")
+        assert page.status_code == 200 and 'id="fleet-banner"' in page.text
+
+
+def test_drain_a_worker_is_an_admins(ui: TestClient, demo: Demo) -> None:
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute("SELECT harvest.register_worker('d-target', ARRAY['default'], 'host', 1, 60, '{}')")
+    assert 'id="drain-form"' not in ui.get("/workers/d-target", headers=OPERATE).text
+    assert 'id="drain-form"' in ui.get("/workers/d-target", headers=ADMIN).text
+    assert ui.post("/workers/d-target/drain", headers=OPERATE).status_code == 403
+    drained = ui.post("/workers/d-target/drain", headers=ADMIN, follow_redirects=False)
+    assert drained.status_code == 303 and "shard+0%3A+accepted" in drained.headers["location"]
+    page = ui.get("/workers/d-target", headers=ADMIN).text
+    assert "draining" in page.lower() and 'id="drain-form"' not in page
+    assert _audit(demo.dsn, "worker.drain") == [("ui", "d-target")]
+    assert ui.post("/workers/nobody/drain", headers=ADMIN).status_code == 404
+
+
+def test_a_long_history_shows_its_tail_and_a_link_to_all(
+    ui: TestClient, demo: Demo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import harvest.web.ui.app as ui_module
+
+    monkeypatch.setattr(ui_module, "HISTORY_SHOWN", 3)
+    run = demo.ids["approval"]
+    page = ui.get(f"/workflows/{run}", headers=READ).text
+    shown = re.findall(r'<li class="[a-z]+" id="event-(\d+)">', page)
+    total = int(re.search(r"History <span class=\"muted\">\((\d+) events\)", page).group(1))
+    assert total > 3 and shown == [str(n) for n in range(total - 2, total + 1)]
+    assert 'id="all-history"' in page
+    every = ui.get(f"/workflows/{run}?history=all", headers=READ).text
+    assert len(re.findall(r'id="event-\d+"', every)) == total and 'id="all-history"' not in every
+
+
+def test_dead_letters_page_with_the_cursor_and_filter(ui: TestClient, demo: Demo) -> None:
+    for n in (43, 44):
+        demo.client.start_workflow("billing", n, workflow_id=f"invoice-{n}")
+    with demo.client.sql() as sql:
+        wait_for(lambda: len(sql.list_dead_letters(10)) == 3, "three dead letters")
+    seen = _every_page(ui, "/dead-letters?activity_name=charge&limit=1", r"card declined for (\d+)")
+    assert sorted(seen) == ["42", "43", "44"]
+    assert "card declined" not in ui.get("/dead-letters?activity_name=hello", headers=READ).text
+    groups = (
+        ui.get("/dead-letters", headers=READ).text.split('id="dead-letter-groups"')[1].split("</table>")[0]
+    )
+    assert re.search(r"CardDeclined</td><td class=\"num\">3</td>", groups)
+
+
+def test_payloads_in_full_need_operate(ui: TestClient, demo: Demo) -> None:
+    run = demo.ids["approval"]
+
+    def shown_input(headers: dict[str, str], query: str = "") -> str:
+        page = ui.get(f"/workflows/{run}{query}", headers=headers).text
+        return page.split('id="input"')[1].split("</div>")[0]
+
+    assert "order-7" not in shown_input(READ, "?payloads=full")  # asking is not enough
+    assert 'id="show-payloads"' not in ui.get(f"/workflows/{run}", headers=READ).text
+    assert 'id="show-payloads"' in ui.get(f"/workflows/{run}", headers=OPERATE).text
+    assert "redacted (" in shown_input(OPERATE)
+    assert "order-7" in shown_input(OPERATE, "?payloads=full")
+
+
+def test_built_before_its_database_is_known_and_says_so_on_the_first_page(tmp_path) -> None:
+    from harvest.config import load_config
+
+    empty = tmp_path / "harvest.toml"
+    empty.write_text("")
+    app = dashboard_app(config=load_config(empty, env={}), profile="dev")  # no database URL yet
+    with TestClient(app) as client:
+        page = client.get("/workers")
+        assert page.status_code == 500 and "HARVEST_DATABASE_URL" in page.text

@@ -1,0 +1,98 @@
+"""The dashboard over three shards in headless Chromium (markers shard and browser): a shard taken
+down mid-test turns the Workers banner Degraded and its section into a "shard unavailable" stub,
+while the other shards' rows stay; the workflow list does the same, and a 400 still names an
+unknown shard."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "browser"))
+
+import demo_app
+from dashboard_helpers import Served, TokenScopes, console_errors, screenshot, sign_in
+from selenium.webdriver.common.by import By
+
+from harvest import Client
+from harvest.config import load_config
+from harvest.web.ui import dashboard_app
+
+pytestmark = [pytest.mark.shard, pytest.mark.browser]
+TIMEOUT = 2.0  # seconds the dashboard waits for one shard
+
+
+def _shard_cells(driver) -> set[str]:
+    return {td.text for td in driver.find_elements(By.CSS_SELECTOR, "#workers td:nth-child(4)")}
+
+
+def test_a_shard_down_shows_the_stub_and_a_degraded_banner(shards, per_shard_workers) -> None:
+    from dashboard_helpers import make_driver
+
+    config = load_config(
+        env={
+            "HARVEST_SHARDS__READABLE": "0,1,2",
+            "HARVEST_SHARDS__WRITABLE": "0,1,2",
+            **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+        }
+    )
+    # A worker on shards 0 and 2; shard 1 has a registered worker row of its own.
+    per_shard_workers(demo_app.app, shard_ids=(0, 2))
+    with shards.connect(1) as conn:
+        conn.execute("SELECT harvest.register_worker('worker-on-1', ARRAY['default'], 'host-1', 1, 60, '{}')")
+    ids = {}
+    for s in range(3):
+        with Client(shards.dsns[s]) as client:
+            ids[s] = client.start_workflow("greet", f"user-{s}", workflow_id=f"greet-{s}").execution_id
+
+    driver = make_driver()
+    try:
+        with Served(dashboard_app(config=config, authorizer=TokenScopes(), timeout=TIMEOUT)) as served:
+            sign_in(driver, served.url, "read-token")
+            driver.get(f"{served.url}/workers")
+            assert "| shard(s)" not in driver.find_element(By.ID, "fleet-banner").text
+            shard_cells = {
+                td.text for td in driver.find_elements(By.CSS_SELECTOR, "#workers td:nth-child(4)")
+            }
+            assert shard_cells == {"0", "1", "2"}
+
+            shards.stop(1)
+            started = time.monotonic()
+            driver.get(f"{served.url}/workers")
+            took = time.monotonic() - started
+            # the down shard costs the page about one timeout (2 s), not a hang
+            assert took < 3 * TIMEOUT, f"the workers page took {took:.1f} s with a shard down"
+            banner = driver.find_element(By.ID, "fleet-banner").text
+            assert banner.startswith("Degraded"), banner
+            assert "shard(s) 1 unavailable" in banner
+            stubs = driver.find_elements(By.CSS_SELECTOR, ".stub[data-shard]")
+            assert [s.get_attribute("data-shard") for s in stubs] == ["1"]
+            assert "Shard 1 unavailable" in stubs[0].text
+            shard_cells = {
+                td.text for td in driver.find_elements(By.CSS_SELECTOR, "#workers td:nth-child(4)")
+            }
+            assert shard_cells == {"0", "2"}  # the rest of the page is unaffected
+            screenshot(driver, "workers-shard-down")
+
+            driver.get(f"{served.url}/workflows")
+            assert [
+                s.get_attribute("data-shard") for s in driver.find_elements(By.CSS_SELECTOR, ".stub")
+            ] == ["1"]
+            listed = driver.find_element(By.ID, "workflows").text
+            assert ids[0][-12:] in listed and ids[2][-12:] in listed
+            assert ids[1][-12:] not in listed
+
+            driver.get(f"{served.url}/shards")
+            row = driver.find_element(By.CSS_SELECTOR, '#shards tr[data-shard="1"]')
+            assert row.get_attribute("data-readiness") == "unavailable" and "unreachable" in row.text
+            screenshot(driver, "shards-shard-down")
+
+            driver.get(f"{served.url}/workers?shard=5")
+            assert "Bad request" in driver.find_element(By.TAG_NAME, "h1").text
+            assert all("400" in e["message"] or "503" in e["message"] for e in console_errors(driver))
+            shards.start(1)
+    finally:
+        driver.quit()
