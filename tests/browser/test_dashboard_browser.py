@@ -1,7 +1,7 @@
 """The dashboard in headless Chromium (marker browser, the slow process): every page with real
 runs, its filters and paging, the actions done with their scope and refused without it, no
-console error on any page; each page saved as build/screenshots/dashboard/<page>.png (HARVEST_UPDATE_SCREENSHOTS=1:
-docs/img/dashboard/, which docs/dashboard.md shows)."""
+console error on any page; each page saved as build/screenshots/dashboard/<page>.png
+(HARVEST_UPDATE_SCREENSHOTS=1: docs/img/dashboard/, which docs/dashboard.md shows)."""
 
 from __future__ import annotations
 
