@@ -21,6 +21,7 @@ from harvest.cli.output import (
 )
 from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_call, routed_read
 from harvest.core.errors import InvalidArgument
+from harvest.core.payload import redact
 
 
 def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
@@ -224,22 +225,6 @@ def terminate(execution_id: str, reason: str | None, database_url: str | None, o
 
 # -- the operator commands (SQL API: functions/executions.sql, signals.sql) -----
 
-REDACTED_KEYS = frozenset({"input", "result", "payload", "details", "output", "heartbeat_details"})
-
-
-def redact(value: Any) -> Any:
-    """Replace every payload value (input/result/payload/details, at any depth) by its size."""
-    if isinstance(value, dict):
-        out = {}
-        for key, inner in value.items():
-            if key in REDACTED_KEYS and inner is not None:
-                out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
-            else:
-                out[key] = redact(inner)
-        return out
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
 
 
 def _summary(event: dict[str, Any]) -> str:

@@ -105,6 +105,10 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("shards", "residency"): ShardResidency,
     ("shards", "forwards"): ShardForwards,
     ("shards", "cli_timeout"): float,
+    ("profile",): str,
+    ("web", "host"): str,
+    ("web", "port"): int,
+    ("readiness", "require_shard_readiness"): bool,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
@@ -114,6 +118,8 @@ UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
 UNITS[("shards", "default")] = ""
 BOUNDS[("shards", "cli_timeout")] = (0.1, 600)
 UNITS[("shards", "cli_timeout")] = " seconds"
+BOUNDS[("web", "port")] = (0, 65535)
+UNITS[("web", "port")] = ""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

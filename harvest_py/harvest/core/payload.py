@@ -14,6 +14,7 @@ import datetime as _dt
 import enum
 import functools
 import inspect
+import json
 import math
 import types
 import typing
@@ -478,3 +479,22 @@ def decode_result(fn: Callable | None, value: Any) -> Any:
 
 def encode_result(value: Any) -> Any:
     return encode(value, "result")
+
+
+# The keys whose values are payloads (an export, a history read over HTTP): redacted by default.
+REDACTED_KEYS = frozenset({"input", "result", "payload", "details", "output", "heartbeat_details"})
+
+
+def redact(value: Any) -> Any:
+    """Replace every payload value (input/result/payload/details, at any depth) by its size."""
+    if isinstance(value, dict):
+        out = {}
+        for key, inner in value.items():
+            if key in REDACTED_KEYS and inner is not None:
+                out[key] = {"redacted": True, "bytes": len(json.dumps(inner, default=str).encode())}
+            else:
+                out[key] = redact(inner)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value

@@ -1,0 +1,3 @@
+"""admin"""
+
+ENDPOINTS: list = []

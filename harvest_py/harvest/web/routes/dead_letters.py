@@ -1,0 +1,3 @@
+"""dead_letters"""
+
+ENDPOINTS: list = []

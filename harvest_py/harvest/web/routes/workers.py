@@ -1,0 +1,3 @@
+"""workers"""
+
+ENDPOINTS: list = []
