@@ -144,6 +144,7 @@ def _register() -> None:
         rebalance,
         replay,
         retention,
+        serve,
         shard,
         usage,
         worker,
@@ -153,6 +154,7 @@ def _register() -> None:
 
     main.add_command(migrate.migrate)
     main.add_command(dev.dev)
+    main.add_command(serve.serve)
     main.add_command(workers.worker_group(worker.worker))
     main.add_command(workflow.workflow)
     main.add_command(workflow.history_group)

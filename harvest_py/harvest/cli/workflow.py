@@ -226,7 +226,6 @@ def terminate(execution_id: str, reason: str | None, database_url: str | None, o
 # -- the operator commands (SQL API: functions/executions.sql, signals.sql) -----
 
 
-
 def _summary(event: dict[str, Any]) -> str:
     data = event.get("event_data") or {}
     parts = [f"{k}={data[k]}" for k in ("seq", "name", "workflow_name", "signal_id", "reason") if k in data]

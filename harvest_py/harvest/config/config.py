@@ -633,3 +633,31 @@ def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
         "live_workers": live,
         "unpolled_declared_queues": [q for q in declared if not live[q]],
     }
+
+
+def merge_coverage(
+    results: Mapping[int, tuple[list[str], list[dict[str, Any]]]], declared: list[str] | None
+) -> dict[str, Any]:
+    """Coverage over every shard that answered, from each shard's (registered queues, live
+    worker rows): a queue is polled when each of those shards has a live worker on it (work on
+    a shard no live worker polls waits). ``live_workers`` counts distinct workers over the
+    shards; ``unpolled_by_shard`` names each shard's unpolled queues. ``declared`` None: the
+    queues the fleet registered on any shard."""
+    if declared is None:
+        declared = sorted({q for found, _ in results.values() for q in found})
+    live: dict[str, set[str]] = {q: set() for q in declared}
+    by_shard: dict[str, list[str]] = {}
+    for s, (_, rows) in results.items():
+        here: set[str] = set()
+        for row in rows:
+            for q in row.get("queues") or []:
+                if q in live:
+                    live[q].add(row["worker_id"])
+                    here.add(q)
+        by_shard[str(s)] = [q for q in declared if q not in here]
+    return {
+        "declared_queues": declared,
+        "live_workers": {q: len(ids) for q, ids in live.items()},
+        "unpolled_declared_queues": [q for q in declared if any(q in u for u in by_shard.values())],
+        "unpolled_by_shard": by_shard,
+    }

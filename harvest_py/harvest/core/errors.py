@@ -309,6 +309,13 @@ class PermissionDenied(HarvestError):
     http_status = 403
 
 
+class NotPlacedHere(HarvestError):
+    """A runtime this process does not run was asked to act here (``retention run-now`` on a web
+    replica whose janitor runs where the scheduler runs): 503, retry where it runs."""
+
+    http_status = 503
+
+
 class Unauthorized(HarvestError):
     """The HTTP API could not tell who is calling (no credentials, or unknown ones): 401."""
 
@@ -533,7 +540,11 @@ def error_code(exc: BaseException) -> str:
     name = type(exc).__name__.rstrip("_")
     out = []
     for i, ch in enumerate(name):
-        if ch.isupper() and i and (not name[i - 1].isupper() or (i + 1 < len(name) and name[i + 1].islower())):
+        if (
+            ch.isupper()
+            and i
+            and (not name[i - 1].isupper() or (i + 1 < len(name) and name[i + 1].islower()))
+        ):
             out.append("_")
         out.append(ch.lower())
     return "".join(out)

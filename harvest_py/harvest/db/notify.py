@@ -91,7 +91,7 @@ class NotificationHub:
                         self._wake(note.payload)
             except asyncio.CancelledError:
                 raise
-            except (DatabaseError, OSError, Exception) as exc:  # noqa: BLE001 (any failure: reconnect)
+            except (DatabaseError, OSError, Exception) as exc:
                 log.warning("harvest: LISTEN %s lost its connection (%s); reconnecting", self.channel, exc)
             self._ready.clear()
             self._wake_all()

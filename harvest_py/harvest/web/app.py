@@ -33,7 +33,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from harvest.config import Config, async_shard_pools, database_url, load_config, runtime_plan, shards_configured
+from harvest.config import (
+    Config,
+    async_shard_pools,
+    database_url,
+    load_config,
+    runtime_plan,
+    shards_configured,
+)
 from harvest.config.config import RuntimePlan
 from harvest.core.errors import ConfigError, Unauthorized
 from harvest.db import channels
@@ -160,7 +167,13 @@ def endpoints() -> list[Endpoint]:
     """Every route of the management API, literal paths before parametric ones."""
     from harvest.web.routes import admin, dead_letters, health, workers, workflows
 
-    found = [*health.ENDPOINTS, *workflows.ENDPOINTS, *dead_letters.ENDPOINTS, *workers.ENDPOINTS, *admin.ENDPOINTS]
+    found = [
+        *health.ENDPOINTS,
+        *workflows.ENDPOINTS,
+        *dead_letters.ENDPOINTS,
+        *workers.ENDPOINTS,
+        *admin.ENDPOINTS,
+    ]
     return sorted(found, key=lambda e: e.path.count("{"))
 
 

@@ -73,7 +73,9 @@ def _details(exc: HarvestError) -> dict[str, Any]:
 
 
 def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, **{k: v for k, v in details.items() if v is not None}}}
+    return {
+        "error": {"code": code, "message": message, **{k: v for k, v in details.items() if v is not None}}
+    }
 
 
 def error_response(exc: BaseException) -> JSONResponse:

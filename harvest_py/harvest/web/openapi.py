@@ -79,7 +79,9 @@ def document(endpoints: Sequence[Endpoint], server: str = "/") -> dict[str, Any]
         "get": {
             "operationId": "openapi",
             "summary": "This document.",
-            "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}},
+            "responses": {
+                "200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}
+            },
         }
     }
     return {

@@ -78,7 +78,8 @@ class Param:
         return parse_value(self.name, self.kind, raw, self)
 
 
-def _bad(name: str, message: str) -> InvalidArgument:
+def invalid(name: str, message: str) -> InvalidArgument:
+    """A 400 naming the parameter or body field ``name``."""
     exc = InvalidArgument(f"{name}: {message}")
     exc.field = name  # type: ignore[attr-defined]
     return exc
@@ -90,9 +91,9 @@ def parse_datetime(name: str, raw: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise _bad(name, f"{raw!r} is not an RFC 3339 time such as 2026-05-08T15:00:00Z") from None
+        raise invalid(name, f"{raw!r} is not an RFC 3339 time such as 2026-05-08T15:00:00Z") from None
     if not 1 <= moment.year <= 9999 or (moment.tzinfo is None and moment.year in (1, 9999)):
-        raise _bad(name, f"{raw!r} is out of range")
+        raise invalid(name, f"{raw!r} is out of range")
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
@@ -100,22 +101,22 @@ def parse_value(name: str, kind: str, raw: Any, spec: Param | None = None) -> An
     """One parameter value from its text (query, path) or its JSON value (a body field)."""
     text = raw if isinstance(raw, str) else None
     if kind in ("string", "enum", "uuid", "datetime") and not isinstance(raw, str):
-        raise _bad(name, f"expected a string, got {json.dumps(raw, default=str)[:60]}")
+        raise invalid(name, f"expected a string, got {json.dumps(raw, default=str)[:60]}")
     if kind == "string":
         if "\x00" in raw:
-            raise _bad(name, "contains a NUL character")
+            raise invalid(name, "contains a NUL character")
         return raw
     if kind == "enum":
         choices = spec.choices if spec else ()
         for choice in choices:
             if raw.lower() == choice.lower():
                 return choice
-        raise _bad(name, f"{raw!r} is not one of {', '.join(choices)}")
+        raise invalid(name, f"{raw!r} is not one of {', '.join(choices)}")
     if kind == "uuid":
         try:
             return str(uuid.UUID(raw))
         except ValueError:
-            raise _bad(name, f"{raw!r} is not an execution id (a UUID)") from None
+            raise invalid(name, f"{raw!r} is not an execution id (a UUID)") from None
     if kind == "datetime":
         return parse_datetime(name, raw)
     if kind == "boolean":
@@ -123,23 +124,25 @@ def parse_value(name: str, kind: str, raw: Any, spec: Param | None = None) -> An
             return raw
         if text is not None and text.lower() in ("true", "1", "yes", "false", "0", "no"):
             return text.lower() in ("true", "1", "yes")
-        raise _bad(name, f"{raw!r} is not true or false")
+        raise invalid(name, f"{raw!r} is not true or false")
     if kind in ("integer", "number"):
         if isinstance(raw, bool):
-            raise _bad(name, f"expected a number, got {raw!r}")
+            raise invalid(name, f"expected a number, got {raw!r}")
         try:
             value: Any = (int if kind == "integer" else float)(raw) if text is not None else raw
         except (TypeError, ValueError):
-            raise _bad(name, f"{raw!r} is not {'an integer' if kind == 'integer' else 'a number'}") from None
+            raise invalid(
+                name, f"{raw!r} is not {'an integer' if kind == 'integer' else 'a number'}"
+            ) from None
         if kind == "integer" and (not isinstance(value, int) and not float(value).is_integer()):
-            raise _bad(name, f"{raw!r} is not an integer")
+            raise invalid(name, f"{raw!r} is not an integer")
         if not isinstance(value, int | float) or (isinstance(value, float) and not math.isfinite(value)):
-            raise _bad(name, f"{raw!r} is not a finite number")
+            raise invalid(name, f"{raw!r} is not a finite number")
         value = int(value) if kind == "integer" else float(value)
         low = spec.minimum if spec else None
         high = spec.maximum if spec else None
         if (low is not None and value < low) or (high is not None and value > high):
-            raise _bad(name, f"{raw!r} is out of range {_n(low)}..{_n(high)}")
+            raise invalid(name, f"{raw!r} is out of range {_n(low)}..{_n(high)}")
         return value
     raise AssertionError(kind)
 
@@ -172,14 +175,14 @@ def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:
     """The body checked against ``schema``: each declared field typed (times parsed), or a 400
     naming the field. Undeclared fields are refused too (a typo must not be ignored)."""
     if not isinstance(data, dict):
-        raise _bad("body", "expected a JSON object")
+        raise invalid("body", "expected a JSON object")
     props: dict[str, Any] = schema.get("properties", {})
     unknown = sorted(set(data) - set(props))
     if unknown:
-        raise _bad(unknown[0], f"unknown field; the fields are {', '.join(sorted(props)) or 'none'}")
+        raise invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(props)) or 'none'}")
     for name in schema.get("required", ()):
         if data.get(name) is None:
-            raise _bad(name, "is required")
+            raise invalid(name, "is required")
     out: dict[str, Any] = {}
     for name, value in data.items():
         spec = props[name]
@@ -195,20 +198,20 @@ def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:
             out[name] = parse_value(name, "uuid", value)
         elif kind in ("string", "boolean"):
             if kind == "boolean" and not isinstance(value, bool):
-                raise _bad(name, f"expected true or false, got {json.dumps(value)[:60]}")
+                raise invalid(name, f"expected true or false, got {json.dumps(value)[:60]}")
             out[name] = parse_value(name, kind, value)
         elif kind in ("integer", "number"):
             if not isinstance(value, int | float) or isinstance(value, bool):
-                raise _bad(name, f"expected a number, got {json.dumps(value)[:60]}")
+                raise invalid(name, f"expected a number, got {json.dumps(value)[:60]}")
             limits = Param(name, kind, minimum=spec.get("minimum"), maximum=spec.get("maximum"))
             out[name] = parse_value(name, kind, value, limits)
         elif kind == "object":
             if not isinstance(value, dict):
-                raise _bad(name, "expected a JSON object")
+                raise invalid(name, "expected a JSON object")
             out[name] = value
         elif kind == "array":
             if not isinstance(value, list):
-                raise _bad(name, "expected a JSON array")
+                raise invalid(name, "expected a JSON array")
             out[name] = value
         else:
             out[name] = value
@@ -266,11 +269,11 @@ class Call:
         that shard when a number is given)."""
         if self._pools is None:
             if shard is not None and shard != await self._sql.get_shard_id():
-                raise _bad("shard_id", f"{shard} is not this database's shard")
+                raise invalid("shard_id", f"{shard} is not this database's shard")
             return await fn(self._sql)
         target = self.state.router.default if shard is None else shard
         if target not in self.state.router.readable:
-            raise _bad("shard_id", f"{target} is not a shard of this deployment")
+            raise invalid("shard_id", f"{target} is not a shard of this deployment")
         async with self._pools.api(target) as sql:
             return await fn(sql)
 
@@ -320,7 +323,9 @@ def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
     (next_cursor for the paginated ones); no shard answering is a 503."""
     if value.status == UNAVAILABLE:
         shards = ", ".join(str(s) for s in value.unavailable_shards)
-        raise DatabaseUnavailable(f"no shard could be read (shard(s) {shards} unreachable); retry when one is up")
+        raise DatabaseUnavailable(
+            f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
+        )
     if key is None:
         return {**value.value, "status": value.status, "unavailable_shards": value.unavailable_shards}
     return value.envelope(key)
@@ -361,6 +366,8 @@ class Endpoint:
     async def __call__(self, request: Request) -> Response:
         state: HarvestState = request.app.state.harvest
         try:
+            if not state.opened:  # mounted in another app: no lifespan of ours ran
+                await state.open()
             principal = None if self.scope is None else await state.authorizer.authorize(request, self.scope)
             args = self._arguments(request)
             data = None
@@ -370,7 +377,7 @@ class Endpoint:
                     try:
                         decoded = json.loads(raw)
                     except (ValueError, UnicodeDecodeError):
-                        raise _bad("body", "is not valid JSON") from None
+                        raise invalid("body", "is not valid JSON") from None
                 else:
                     decoded = {}
                 data = check_body(self.body, decoded)
@@ -400,12 +407,12 @@ class Endpoint:
             raw = [r for r in raw if r != ""]
             if not raw:
                 if p.required:
-                    raise _bad(p.name, "is required")
+                    raise invalid(p.name, "is required")
                 args[p.name] = [] if p.repeat else p.default
             elif p.repeat:
                 args[p.name] = [p.parse(r) for r in raw]
             elif len(raw) > 1:
-                raise _bad(p.name, "given more than once")
+                raise invalid(p.name, "given more than once")
             else:
                 args[p.name] = p.parse(raw[0])
         return args

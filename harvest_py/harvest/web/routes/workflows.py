@@ -22,6 +22,7 @@ from harvest.web.routes import (
     Param,
     Reply,
     body,
+    invalid,
     merged,
     path,
 )
@@ -32,7 +33,9 @@ WAIT_MAX_SECS = 300.0
 # Retry-After of a result that is not there yet.
 RESULT_RETRY_AFTER = "1"
 
-STATE = Param("state", description="RUNNING, COMPLETED, FAILED, ... (comma-separated for several); alias status.")
+STATE = Param(
+    "state", description="RUNNING, COMPLETED, FAILED, ... (comma-separated for several); alias status."
+)
 STATUS = Param("status", description="The same as state.")
 FILTERS = (
     STATE,
@@ -52,25 +55,21 @@ FILTERS = (
 _OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
-def _bad(name: str, message: str) -> InvalidArgument:
-    exc = InvalidArgument(f"{name}: {message}")
-    exc.field = name  # type: ignore[attr-defined]
-    return exc
-
-
 def _filters(args: dict[str, Any]) -> dict[str, Any]:
     """The list's filters as the fan-out reads take them (the SQL checks states and filters)."""
     if args["state"] and args["status"] and args["state"] != args["status"]:
-        raise _bad("status", "give state or status, not both")
+        raise invalid("status", "give state or status, not both")
     searches = []
     for raw in args["search_attr"]:
         if ":" not in raw and "=" not in raw:
-            raise _bad("search_attr", f"{raw!r} has no ':' between key and value (key:value)")
+            raise invalid("search_attr", f"{raw!r} has no ':' between key and value (key:value)")
         searches.append(raw)
     for raw in args["search_attr_filter"]:
         parts = raw.split(":", 2)
         if len(parts) != 3 or parts[1].lower() not in _OPS or not parts[0] or not parts[2]:
-            raise _bad("search_attr_filter", f"{raw!r} is not key:op:value with op one of {', '.join(_OPS)}")
+            raise invalid(
+                "search_attr_filter", f"{raw!r} is not key:op:value with op one of {', '.join(_OPS)}"
+            )
         searches.append(f"{parts[0]}{_OPS[parts[1].lower()]}{parts[2]}")
     after = args["started_after"] or args["created_after"]
     before = args["started_before"] or args["created_before"]
@@ -116,7 +115,11 @@ async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 def _terminal(row: dict[str, Any]) -> dict[str, Any]:
     status = row["status"]
-    out: dict[str, Any] = {"execution_id": str(row["id"]), "state": status, "completed_at": row.get("completed_at")}
+    out: dict[str, Any] = {
+        "execution_id": str(row["id"]),
+        "state": status,
+        "completed_at": row.get("completed_at"),
+    }
     if status == "COMPLETED":
         out["output"] = row.get("output")
     else:
@@ -139,9 +142,9 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
         try:
             wait = parse_duration(args["wait"], "wait")
         except InvalidArgument as exc:
-            raise _bad("wait", str(exc)) from None
+            raise invalid("wait", str(exc)) from None
         if not 0 <= wait <= WAIT_MAX_SECS:
-            raise _bad("wait", f"{args['wait']!r} is out of range 0..{WAIT_MAX_SECS:g}s")
+            raise invalid("wait", f"{args['wait']!r} is out of range 0..{WAIT_MAX_SECS:g}s")
     deadline = time.monotonic() + wait
     current = args["execution_id"]
     waiter = str(uuid.uuid4())
@@ -156,7 +159,9 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                     if wait > 0:
                         if current not in waited_on:
                             waited_on.append(current)
-                        row = await call.routed(current, lambda sql, c=current: sql.wait_for_result(c, waiter))
+                        row = await call.routed(
+                            current, lambda sql, c=current: sql.wait_for_result(c, waiter)
+                        )
                     else:
                         row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))
                     row = call.resident(row)
@@ -179,7 +184,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
         for run in waited_on:
             try:
                 await call.routed(run, lambda sql, r=run: sql.stop_waiting_for_result(waiter))
-            except Exception:  # noqa: BLE001 (the mark expires with the waiter; never fail the answer)
+            except Exception:
                 pass
 
 
@@ -233,7 +238,7 @@ def _args(value: Any) -> list[Any]:
 
 def _policy(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
     if value is not None and value not in allowed:
-        raise _bad(name, f"unknown {name} {value!r}; use {', '.join(allowed)}")
+        raise invalid(name, f"unknown {name} {value!r}; use {', '.join(allowed)}")
     return value
 
 
@@ -245,7 +250,7 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
     reuse = _policy("reuse_policy", data.get("reuse_policy"), REUSE_POLICIES) or "allow_duplicate"
     conflict = _policy("conflict_policy", data.get("conflict_policy"), CONFLICT_POLICIES)
     if data.get("shard_id") is not None and data.get("residency_key") is not None:
-        raise _bad("residency_key", "give shard_id or residency_key, not both")
+        raise invalid("residency_key", "give shard_id or residency_key, not both")
     # Admin iff the start can cancel a live run (the resolved active-prior behaviour terminates).
     if conflict == "terminate_existing" or (
         reuse == "terminate_if_running" and conflict in (None, "unspecified")
@@ -293,14 +298,20 @@ async def signal_with_start(call: Call, args: dict[str, Any], data: dict[str, An
         queue=data.get("queue"),
         search_attributes=data.get("search_attributes"),
     )
-    out = {"execution_id": handle.execution_id, "workflow_id": handle.workflow_id, "started_fresh": handle.started_fresh}
+    out = {
+        "execution_id": handle.execution_id,
+        "workflow_id": handle.workflow_id,
+        "started_fresh": handle.started_fresh,
+    }
     return Reply(out, 201 if handle.started_fresh else 200)
 
 
 async def query_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    value = await call.client().get_handle(execution_id).query(
-        data["query_name"], data.get("input"), timeout=data.get("timeout_secs") or 10.0
+    value = (
+        await call.client()
+        .get_handle(execution_id)
+        .query(data["query_name"], data.get("input"), timeout=data.get("timeout_secs") or 10.0)
     )
     return {"execution_id": execution_id, "query_name": data["query_name"], "result": value}
 
@@ -308,20 +319,31 @@ async def query_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
 def _update_answer(execution_id: str, name: str, wait: str, outcome: Any) -> Reply:
     if wait == "accepted":
         return Reply(
-            {"execution_id": execution_id, "update_name": name, "update_id": outcome.update_id, "status": "accepted"},
+            {
+                "execution_id": execution_id,
+                "update_name": name,
+                "update_id": outcome.update_id,
+                "status": "accepted",
+            },
             202,
         )
-    return Reply({"execution_id": execution_id, "update_name": name, "status": "completed", "result": outcome})
+    return Reply(
+        {"execution_id": execution_id, "update_name": name, "status": "completed", "result": outcome}
+    )
 
 
 async def update_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id, wait = args["execution_id"], data.get("wait") or "completed"
-    outcome = await call.client().get_handle(execution_id).update(
-        data["update_name"],
-        data.get("input"),
-        wait=wait,
-        timeout=data.get("timeout_secs") or 30.0,
-        update_id=data.get("update_id"),
+    outcome = (
+        await call.client()
+        .get_handle(execution_id)
+        .update(
+            data["update_name"],
+            data.get("input"),
+            wait=wait,
+            timeout=data.get("timeout_secs") or 30.0,
+            update_id=data.get("update_id"),
+        )
     )
     return _update_answer(execution_id, data["update_name"], wait, outcome)
 
@@ -364,7 +386,7 @@ async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, A
 
 async def reset_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    plan = await call.routed(
+    return await call.routed(
         execution_id,
         lambda sql: sql.reset_workflow(
             execution_id,
@@ -375,14 +397,13 @@ async def reset_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
             bool(data.get("dry_run")),
         ),
     )
-    return plan
 
 
 def _app(call: Call) -> Any:
     if call.state.app is None:
         raise NotFound(
-            "this management API was given no App: pass app= to management_app (harvest serve --app module:app) "
-            "to serve the workflow catalog"
+            "this management API was given no App: pass app= to management_app "
+            "(harvest serve --app module:app) to serve the workflow catalog"
         )
     return call.state.app
 
@@ -458,7 +479,14 @@ ENDPOINTS = [
         (
             *FILTERS,
             Param("group_by", "enum", default="status", choices=("status", "workflow_name", "all")),
-            Param("top", "integer", default=20, minimum=1, maximum=1000, description="Groups shown before other."),
+            Param(
+                "top",
+                "integer",
+                default=20,
+                minimum=1,
+                maximum=1000,
+                description="Groups shown before other.",
+            ),
         ),
         tag="workflows",
     ),
@@ -515,7 +543,19 @@ ENDPOINTS = [
         "The execution's children on every shard, newest first.",
         (
             EXECUTION,
-            Param("status", "enum", choices=("RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT", "CONTINUED_AS_NEW")),
+            Param(
+                "status",
+                "enum",
+                choices=(
+                    "RUNNING",
+                    "COMPLETED",
+                    "FAILED",
+                    "CANCELLED",
+                    "TERMINATED",
+                    "TIMED_OUT",
+                    "CONTINUED_AS_NEW",
+                ),
+            ),
             Param("depth", "integer", default=1, minimum=1, maximum=100),
         ),
         tag="workflows",
