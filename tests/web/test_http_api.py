@@ -90,7 +90,9 @@ def test_bad_input_is_a_400_naming_the_field(api) -> None:
     assert error_of(api.get("/workflows", params={"page_size": "x"}))["field"] == "page_size"
     assert api.get("/workflows", params={"cursor": "garbage"}).status_code == 400
     assert error_of(api.get("/workflows", params={"started_after": "yesterday"}))["field"] == "started_after"
-    bad_json = api.post("/workflows/greet/start", content=b"{not json", headers={"Content-Type": "application/json"})
+    bad_json = api.post(
+        "/workflows/greet/start", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert bad_json.status_code == 400 and error_of(bad_json)["field"] == "body"
     unknown_field = api.post("/workflows/greet/start", json={"wokflow_id": "typo"})
     assert unknown_field.status_code == 400 and error_of(unknown_field)["field"] == "wokflow_id"
@@ -106,10 +108,14 @@ def test_start_answers_201_then_200_then_409_and_400_for_an_unknown_policy(api) 
     assert first.status_code == 201, first.text
     started = first.json()
     assert "started_fresh" not in started and "shard_id" not in started  # only when asked for
-    again = api.post("/workflows/greet/start", json={"workflow_id": "order-42", "conflict_policy": "use_existing"})
+    again = api.post(
+        "/workflows/greet/start", json={"workflow_id": "order-42", "conflict_policy": "use_existing"}
+    )
     assert again.status_code == 200
     assert again.json() == {**started, "started_fresh": False}
-    rejected = api.post("/workflows/greet/start", json={"workflow_id": "order-42", "reuse_policy": "reject_duplicate"})
+    rejected = api.post(
+        "/workflows/greet/start", json={"workflow_id": "order-42", "reuse_policy": "reject_duplicate"}
+    )
     assert rejected.status_code == 409
     assert rejected.json()["existing_execution_id"] == started["execution_id"]
     assert rejected.json()["existing_state"] == "RUNNING"
@@ -169,7 +175,9 @@ def test_signal_query_update_cancel_terminate_and_their_errors(api, start_worker
     assert broken_query.status_code == 422 and error_of(broken_query)["code"] == "query_failed"
     updated = api.post(f"/workflows/{run}/update", json={"update_name": "add", "input": 5})
     assert updated.status_code == 200 and updated.json()["result"] == 5
-    accepted = api.post(f"/workflows/{run}/update", json={"update_name": "add", "input": 1, "wait": "accepted"})
+    accepted = api.post(
+        f"/workflows/{run}/update", json={"update_name": "add", "input": 1, "wait": "accepted"}
+    )
     assert accepted.status_code == 202 and accepted.json()["update_id"]
     assert api.post(f"/workflows/{run}/signal", json={"payload": 1}).status_code == 400  # no signal_name
     cancel = api.post(f"/workflows/{run}/cancel", json={"reason": "operator request"})
@@ -184,10 +192,13 @@ def test_signal_query_update_cancel_terminate_and_their_errors(api, start_worker
 
 def test_signal_with_start_and_update_with_start(api, start_worker) -> None:
     created = api.post(
-        "/workflows/ledger/signal-with-start", json={"workflow_id": "acct-1", "signal_name": "noop", "input": "x"}
+        "/workflows/ledger/signal-with-start",
+        json={"workflow_id": "acct-1", "signal_name": "noop", "input": "x"},
     )
     assert created.status_code == 201 and created.json()["started_fresh"] is True
-    again = api.post("/workflows/ledger/signal-with-start", json={"workflow_id": "acct-1", "signal_name": "noop"})
+    again = api.post(
+        "/workflows/ledger/signal-with-start", json={"workflow_id": "acct-1", "signal_name": "noop"}
+    )
     assert again.status_code == 200 and again.json()["execution_id"] == created.json()["execution_id"]
     assert api.post("/workflows/ledger/signal-with-start", json={"signal_name": "x"}).status_code == 400
     start_worker(APP)
@@ -297,7 +308,9 @@ def test_worker_routes_and_their_400s(api, start_worker) -> None:
 # -- admin -----------------------------------------------------------------------------------------
 def test_admin_reads(api, conn) -> None:
     config = api.get("/admin/config").json()
-    assert config["shard_topology"]["residency_map"] == {} and config["auth"]["unauthenticated_access"] is True
+    assert (
+        config["shard_topology"]["residency_map"] == {} and config["auth"]["unauthenticated_access"] is True
+    )
     assert config["worker"]["declared_queues"] == ["default"]
     assert api.get("/admin/concurrency").json() == []
     usage = api.get("/admin/usage", params={"from": "24h"}).json()
@@ -378,7 +391,11 @@ def test_scopes_are_checked_by_the_route_and_again_by_the_database(db: str) -> N
         assert refused.status_code == 403
         attach = operator.post(
             "/workflows/greet/start",
-            json={"workflow_id": "a", "reuse_policy": "terminate_if_running", "conflict_policy": "use_existing"},
+            json={
+                "workflow_id": "a",
+                "reuse_policy": "terminate_if_running",
+                "conflict_policy": "use_existing",
+            },
         )
         assert attach.status_code == 200
     # An authorizer that lets a reader through: the database refuses the write on its own role.

@@ -53,15 +53,11 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     for status, description in sorted(endpoint.responses.items()):
         if status == 204:
             op["responses"][str(status)] = {"description": description}
-        elif status >= 400:
-            op["responses"][str(status)] = {
-                "description": description,
-                "content": {"application/json": {"schema": {"type": "object"}}},
-            }
         else:
+            shape = {"$ref": "#/components/schemas/Error"} if status >= 400 else endpoint.shape
             op["responses"][str(status)] = {
                 "description": description,
-                "content": {"application/json": {"schema": {"type": "object"}}},
+                "content": {"application/json": {"schema": shape}},
             }
     op["responses"]["default"] = {
         "description": "An error: {error: {code, message, ...}}",

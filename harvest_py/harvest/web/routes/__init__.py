@@ -358,6 +358,7 @@ class Endpoint:
     body: dict[str, Any] | None = None
     responses: dict[int, str] = field(default_factory=lambda: {200: "OK"})
     tag: str = ""
+    shape: dict[str, Any] = field(default_factory=lambda: {"type": "object"})  # a success's JSON
 
     @property
     def operation_id(self) -> str:

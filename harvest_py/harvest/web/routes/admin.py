@@ -293,6 +293,7 @@ ENDPOINTS = [
         "Per concurrency key: max_concurrent, in_flight, pending, the workflows on it.",
         (Param("key"),),
         tag="admin",
+        shape={"type": "array", "items": {"type": "object"}},
     ),
     Endpoint(
         "GET",
