@@ -11,10 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 
-from worker_helpers import RunningWorker  # noqa: E402
+from worker_helpers import RunningWorker
 
-from harvest import App, Worker  # noqa: E402
-from harvest.config import load_config  # noqa: E402
+from harvest import App, Worker
+from harvest.config import load_config
 
 
 def api_client(dsn: str | None, *, env: dict[str, str] | None = None, **options):

@@ -7,10 +7,10 @@ import time
 import uuid
 
 import pytest
-from conftest import api_client
 from operator_helpers import park, start
 from starlette.requests import Request
 
+from conftest import api_client
 from harvest import App, activity, query, update, workflow
 from harvest.web.principal import Principal
 
