@@ -11,7 +11,7 @@ from operator_helpers import park, start
 from starlette.requests import Request
 
 from conftest import api_client
-from harvest import App, activity, query, update, workflow
+from harvest import App, Throttle, activity, query, update, workflow
 from harvest.web.principal import Principal
 
 pytest.importorskip("starlette")
@@ -51,7 +51,12 @@ async def add(ctx, amount: int) -> int:
     return ctx.state["total"]
 
 
-APP = App(workflows=[greet, ledger], activities=[shout], queries=[total, broken], updates=[add])
+@workflow(throttle=Throttle(rps=0.01, burst=1))
+async def paced(ctx, n: int) -> int:
+    return n
+
+
+APP = App(workflows=[greet, ledger, paced], activities=[shout], queries=[total, broken], updates=[add])
 
 
 def error_of(response) -> dict:
@@ -126,6 +131,16 @@ def test_start_answers_201_then_200_then_409_and_400_for_an_unknown_policy(api) 
     assert both.status_code == 400 and error_of(both)["field"] == "residency_key"
     pinned = api.post("/workflows/greet/start", json={"shard_id": 0, "workflow_id": "pinned"})
     assert pinned.status_code == 201 and pinned.json()["shard_id"] == 0
+
+
+def test_a_start_a_throttle_defers_is_a_202_without_an_execution(api, conn) -> None:
+    from psycopg.types.json import Jsonb
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    assert api.post("/workflows/paced/start", json={"input": 1}).status_code == 201
+    deferred = api.post("/workflows/paced/start", json={"input": 2, "workflow_id": "later"})
+    assert deferred.status_code == 202, deferred.text
+    assert deferred.json() == {"execution_id": None, "workflow_id": "later", "deferred": True}
 
 
 def test_a_pin_to_a_shard_without_a_pool_is_a_503(db: str) -> None:
