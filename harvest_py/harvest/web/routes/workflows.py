@@ -4,6 +4,7 @@ terminate, reset; the registered types and their handlers (docs/http-api.md, "Wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -148,7 +149,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
     deadline = time.monotonic() + wait
     current = args["execution_id"]
     waiter = str(uuid.uuid4())
-    waited_on: list[str] = []
+    marked: str | None = None  # the run our waiter row is on (a close deletes it)
     try:
         for _hop in range(100):
             hub = call.state.hub(call.state.router.route(current) if call.sharded else 0)
@@ -156,36 +157,33 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                 await hub.start()
             async with hub.waiting(current) as woken:
                 while True:
-                    if wait > 0:
-                        if current not in waited_on:
-                            waited_on.append(current)
+                    if wait > 0 and marked != current:
+                        # Mark the waiter (the close then notifies) and read, in one call.
                         row = await call.routed(
                             current, lambda sql, c=current: sql.wait_for_result(c, waiter)
                         )
+                        marked = current
                     else:
                         row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))
                     row = call.resident(row)
                     if row["status"] != "RUNNING":
+                        marked = None  # the close deleted the mark
                         break
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         return Reply(None, 204, {"Retry-After": RESULT_RETRY_AFTER})
                     woken.clear()
-                    try:
+                    with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
-                    except TimeoutError:
-                        pass
             successor = _successor(row)
             if successor is None:
                 return _terminal(row)
             current = successor
         raise InvalidArgument(f"workflow {args['execution_id']} continued as new more than 100 times")
     finally:
-        for run in waited_on:
-            try:
-                await call.routed(run, lambda sql, r=run: sql.stop_waiting_for_result(waiter))
-            except Exception:
-                pass
+        if marked is not None:  # gave up on a run still running: drop our mark
+            with contextlib.suppress(Exception):
+                await call.routed(marked, lambda sql: sql.stop_waiting_for_result(waiter))
 
 
 async def workflow_stack(call: Call, args: dict[str, Any], _: Any) -> Any:
