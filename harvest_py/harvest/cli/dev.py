@@ -86,7 +86,7 @@ def dev(target: str | None, demo_and_exit: bool, host: str | None, port: int | N
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             asyncio.run(_demo(worker, dsn))
         else:
-            server_task = None if no_api else _api_server(app, dsn, host, port)
+            server_task = None if no_api else _api_server(app, dsn, host, port, demo=not target)
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_run(worker, server_task))
@@ -96,7 +96,7 @@ def dev(target: str | None, demo_and_exit: bool, host: str | None, port: int | N
             server.stop()
 
 
-def _api_server(app, dsn: str, host: str | None, port: int | None):
+def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = True):
     """The management API of the dev runner (profile dev: every caller is admin, so it listens
     on localhost by default), with its URL and one curl printed; None when uvicorn is missing."""
     try:
@@ -112,7 +112,10 @@ def _api_server(app, dsn: str, host: str | None, port: int | None):
     api = management_app(dsn=dsn, config=config, profile="dev", app=app)
     host, port = web_address(config, host, port)
     base = f"http://{host}:{port}{MOUNT}"
-    click.echo(f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl_line(base)}\n")
+    curl = (
+        curl_line(base) if demo or not app.workflows else curl_line(base, min(app.workflows), '{"input": []}')
+    )
+    click.echo(f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n")
     server = uvicorn.Server(uvicorn.Config(served_app(api), host=host, port=port, log_level="warning"))
     server.install_signal_handlers = lambda: None  # the worker owns Ctrl-C
     return server

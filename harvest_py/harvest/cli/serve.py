@@ -44,12 +44,11 @@ def served_app(api: Any, mount: str = MOUNT) -> Any:
     return Starlette(routes=[Mount(mount, app=api)], lifespan=lifespan)
 
 
-def curl_line(base: str) -> str:
-    """One curl that starts a durable workflow (the dev runner's demo)."""
-    body = shlex.quote('{"input": ["world"]}')
+def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": ["world"]}') -> str:
+    """One curl that starts a durable workflow (the dev runner's demo by default)."""
     return (
-        f"curl -s -X POST {base}/workflows/greet/start -H 'Accept: application/json' "
-        f"-H 'Content-Type: application/json' -d {body}"
+        f"curl -s -X POST {base}/workflows/{workflow}/start -H 'Accept: application/json' "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(input_json)}"
     )
 
 
