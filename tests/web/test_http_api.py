@@ -141,6 +141,8 @@ def test_a_start_a_throttle_defers_is_a_202_without_an_execution(api, conn) -> N
     deferred = api.post("/workflows/paced/start", json={"input": 2, "workflow_id": "later"})
     assert deferred.status_code == 202, deferred.text
     assert deferred.json() == {"execution_id": None, "workflow_id": "later", "deferred": True}
+    mixed = api.post("/workflows/paced/start", json={"input": 3, "conflict_policy": "use_existing"})
+    assert mixed.status_code == 400, mixed.text  # a deferred start has no active prior to resolve
 
 
 def test_a_pin_to_a_shard_without_a_pool_is_a_503(db: str) -> None:
@@ -155,7 +157,11 @@ def test_a_pin_to_a_shard_without_a_pool_is_a_503(db: str) -> None:
         assert refused.headers["Retry-After"] and error_of(refused)["code"] == "shard_unavailable"
         unknown = api.post("/workflows/greet/start", json={"residency_key": "nowhere"})
         assert unknown.status_code == 400
-        assert api.post("/workflows/greet/start", json={"shard_id": 0}).status_code == 201
+        started = api.post("/workflows/greet/start", json={"shard_id": 0})
+        assert started.status_code == 201
+        run = started.json()["execution_id"]
+        assert api.get(f"/workflows/{run}").json()["execution"]["status"] == "RUNNING"  # routed by id
+        assert api.post(f"/workflows/{run}/cancel", json={}).status_code == 202
         listed = api.get("/workflows").json()
         assert listed["status"] == "partial" and listed["unavailable_shards"] == [1]
         config = api.get("/admin/config").json()["shard_topology"]
@@ -368,6 +374,15 @@ def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: s
 
 
 # -- authorization and roles -----------------------------------------------------------------------
+class Refusing:
+    """An authorizer that refuses with Starlette's own HTTPException."""
+
+    async def authorize(self, request: Request, needed: str) -> Principal:
+        from starlette.exceptions import HTTPException
+
+        raise HTTPException(401, "no token", headers={"WWW-Authenticate": "Bearer"})
+
+
 class Fixed:
     """An authorizer that grants one scope and refuses more (403), or lies (``lie``)."""
 
@@ -390,6 +405,13 @@ def test_no_authorizer_outside_dev_fails_closed(db: str) -> None:
             assert refused.status_code == 401 and error_of(refused)["code"] == "unauthorized"
         assert api.post("/workflows/greet/start", json={}).status_code == 401
         assert api.get("/health").status_code == 200  # probes carry no data
+
+
+def test_an_authorizer_may_refuse_with_starlettes_http_exception(db: str) -> None:
+    with api_client(db, authorizer=Refusing()) as api:
+        refused = api.get("/workflows")
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
+        assert error_of(refused) == {"code": "unauthorized", "message": "no token"}
 
 
 def test_scopes_are_checked_by_the_route_and_again_by_the_database(db: str) -> None:

@@ -15,6 +15,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
 from harvest.core.errors import (
@@ -92,6 +93,11 @@ def error_response(exc: BaseException) -> JSONResponse:
             headers["Retry-After"] = RETRY_AFTER_SECS
         if status >= 500 and status not in (503, 504):
             log.error("harvest: %s", redact(str(exc)))
+    elif isinstance(exc, HTTPException):  # an authorizer or a mounted route may raise Starlette's own
+        status = exc.status_code
+        code = {401: "unauthorized", 403: "forbidden", 404: "not_found"}.get(status, "http_error")
+        content = error_body(code, str(exc.detail))
+        headers.update(exc.headers or {})
     elif isinstance(exc, TRANSIENT):
         status = 503
         content = error_body("database_unavailable", "the database could not be reached; retry")
