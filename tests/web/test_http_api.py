@@ -51,12 +51,19 @@ async def add(ctx, amount: int) -> int:
     return ctx.state["total"]
 
 
+@workflow(queue="billing")
+async def invoice(ctx, n: int) -> int:
+    return n
+
+
 @workflow(throttle=Throttle(rps=0.01, burst=1))
 async def paced(ctx, n: int) -> int:
     return n
 
 
-APP = App(workflows=[greet, ledger, paced], activities=[shout], queries=[total, broken], updates=[add])
+APP = App(
+    workflows=[greet, ledger, paced, invoice], activities=[shout], queries=[total, broken], updates=[add]
+)
 
 
 def error_of(response) -> dict:
@@ -129,6 +136,8 @@ def test_start_answers_201_then_200_then_409_and_400_for_an_unknown_policy(api) 
     assert bogus.status_code == 400 and "sometimes" in error_of(bogus)["message"]
     both = api.post("/workflows/greet/start", json={"shard_id": 0, "residency_key": "eu"})
     assert both.status_code == 400 and error_of(both)["field"] == "residency_key"
+    declared = api.post("/workflows/invoice/start", json={"input": 1}).json()["execution_id"]
+    assert api.get(f"/workflows/{declared}").json()["execution"]["queue"] == "billing"  # the App's queue
     pinned = api.post("/workflows/greet/start", json={"shard_id": 0, "workflow_id": "pinned"})
     assert pinned.status_code == 201 and pinned.json()["shard_id"] == 0
 
@@ -332,7 +341,7 @@ def test_admin_reads(api, conn) -> None:
     assert (
         config["shard_topology"]["residency_map"] == {} and config["auth"]["unauthenticated_access"] is True
     )
-    assert config["worker"]["declared_queues"] == ["default"]
+    assert config["worker"]["declared_queues"] == ["billing", "default"]
     assert api.get("/admin/concurrency").json() == []
     usage = api.get("/admin/usage", params={"from": "24h"}).json()
     assert usage["status"] == "complete" and usage["group_by"] == "workflow_name"
@@ -343,7 +352,8 @@ def test_admin_reads(api, conn) -> None:
     gates = api.get("/admin/version-gates/usage", params={"change_id": "v2"}).json()
     assert gates["status"] == "no_matches"
     coverage = api.get("/admin/queue-coverage").json()
-    assert coverage["unpolled_declared_queues"] == ["default"] and coverage["declared_source"] == "app"
+    assert coverage["unpolled_declared_queues"] == ["billing", "default"]
+    assert coverage["declared_source"] == "app"
     health = api.get("/admin/shards/health").json()
     assert health["readiness"] in ("ready", "degraded") and health["shards"][0]["shard_id"] == 0
     preflight = api.get("/admin/preflight").json()

@@ -133,7 +133,11 @@ async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
     plan = call.state.plan
     here = bool(plan and plan.retention.value)
-    out: dict[str, Any] = {"run_on": plan.run_on if plan else None, "placed_elsewhere": not here}
+    out: dict[str, Any] = {
+        "run_on": plan.run_on if plan else None,
+        "placed_elsewhere": not here,
+        "runs_here": {"value": here, "source": plan.retention.source if plan else None},
+    }
     if not here:
         return {**out, "shards": []}  # the janitor of this process: none; its config only
     fan = await call.each_shard(lambda sql: sql.get_retention_status())
