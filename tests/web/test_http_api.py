@@ -342,6 +342,7 @@ def test_admin_reads(api, conn) -> None:
         config["shard_topology"]["residency_map"] == {} and config["auth"]["unauthenticated_access"] is True
     )
     assert config["worker"]["declared_queues"] == ["billing", "default"]
+    assert config["worker"]["shard_assignments"] == [0]
     assert api.get("/admin/concurrency").json() == []
     usage = api.get("/admin/usage", params={"from": "24h"}).json()
     assert usage["status"] == "complete" and usage["group_by"] == "workflow_name"

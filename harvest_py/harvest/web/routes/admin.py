@@ -49,14 +49,19 @@ async def usage(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 def _queues(call: Call) -> dict[str, Any]:
     app, config = call.state.app, call.state.config
+    # The resolved shards a worker of this configuration polls: auto is every shard with a pool.
+    assignments = config.get("worker.shard_assignments")
+    shards = list(call.state.router.readable) if assignments in (None, "auto") else list(assignments)
+    out: dict[str, Any] = {"shard_assignments": shards, "shard_assignments_source": assignments or "auto"}
     if app is None:
         return {
+            **out,
             "queues": config.get("worker.queues"),
             "declared_queues": None,
-            "queue_source": "unknown (no App)",
+            "queue_source": "no App",
         }
     polled, declared, source = resolve_queues(app, config)
-    return {"queues": polled, "declared_queues": declared, "queue_source": source}
+    return {**out, "queues": polled, "declared_queues": declared, "queue_source": source}
 
 
 async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
