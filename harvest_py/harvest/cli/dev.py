@@ -103,7 +103,7 @@ def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = 
         import uvicorn
 
         from harvest.cli.output import cli_config
-        from harvest.cli.serve import MOUNT, curl_line, served_app, web_address
+        from harvest.cli.serve import GRACE_SECS, MOUNT, curl_line, served_app, web_address
         from harvest.web.app import management_app
     except ImportError:
         click.echo("(no management API: install harvest-workflows[web])", err=True)
@@ -116,7 +116,11 @@ def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = 
         curl_line(base) if demo or not app.workflows else curl_line(base, min(app.workflows), '{"input": []}')
     )
     click.echo(f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n")
-    server = uvicorn.Server(uvicorn.Config(served_app(api), host=host, port=port, log_level="warning"))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            served_app(api), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECS
+        )
+    )
     server.install_signal_handlers = lambda: None  # the worker owns Ctrl-C
     return server
 

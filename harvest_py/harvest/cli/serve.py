@@ -15,6 +15,9 @@ from harvest.cli.output import cli_config, database_url_option
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 MOUNT = "/api/harvest"
+# How long a stopping server waits for requests in flight before it cuts them (a long-poll client
+# polls again, on another replica).
+GRACE_SECS = 5
 
 
 def web_address(config: Any, host: str | None, port: int | None) -> tuple[str, int]:
@@ -86,4 +89,7 @@ def serve(host: str | None, port: int | None, app_target: str | None, log_level:
     api = management_app(dsn=dsn, config=config, app=app)
     host, port = web_address(config, host, port)
     click.echo(f"Harvest management API on http://{host}:{port}{MOUNT}", err=True)
-    uvicorn.run(served_app(api), host=host, port=port, log_level=log_level)
+    # Long-polls (result?wait=) may hold a request for minutes: a stop waits GRACE_SECS for them.
+    uvicorn.run(
+        served_app(api), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECS
+    )

@@ -154,7 +154,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
         for _hop in range(100):
             hub = call.state.hub(call.state.router.route(current) if call.sharded else 0)
             if wait > 0:
-                await hub.start()
+                await hub.start(timeout=1.0)  # not listening yet: the 5 s re-reads still answer
             async with hub.waiting(current) as woken:
                 while True:
                     if wait > 0 and marked != current:
