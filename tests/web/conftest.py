@@ -14,18 +14,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from worker_helpers import RunningWorker
 
 from harvest import App, Worker
-from harvest.config import load_config
-
-
-def api_client(dsn: str | None, *, env: dict[str, str] | None = None, **options):
-    """A TestClient over management_app (its lifespan run), with the config of ``env`` only."""
-    from starlette.testclient import TestClient
-
-    from harvest.web.app import management_app
-
-    options.setdefault("profile", "dev")
-    app = management_app(dsn=dsn, config=load_config(env=env or {}), **options)
-    return TestClient(app, headers={"Accept": "application/json"})
 
 
 @pytest.fixture

@@ -9,12 +9,10 @@ import uuid
 import pytest
 from operator_helpers import park, start
 from starlette.requests import Request
+from web_helpers import api_client
 
-from conftest import api_client
 from harvest import App, Throttle, activity, query, update, workflow
 from harvest.web.principal import Principal
-
-pytest.importorskip("starlette")
 
 
 @activity
