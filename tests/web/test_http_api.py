@@ -479,3 +479,18 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         assert "default" in operation["responses"]
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
     assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "admin"
+
+
+def test_a_database_down_at_boot_is_a_503_not_a_dead_server() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with api_client(f"postgresql://harvest@127.0.0.1:{port}/harvest?connect_timeout=1") as api:
+        assert api.get("/health/live").status_code == 200
+        ready = api.get("/health/ready")
+        assert ready.status_code == 503 and ready.json()["status"] == "not_ready"
+        down = api.get("/workflows")
+        assert down.status_code == 503 and down.headers["Retry-After"]
+        assert error_of(down)["code"] == "database_unavailable"

@@ -38,7 +38,10 @@ def served_app(api: Any, mount: str = MOUNT) -> Any:
     @contextlib.asynccontextmanager
     async def lifespan(_app: Any):
         state = api.state.harvest
-        await state.open()
+        try:
+            await state.open()
+        except Exception as exc:  # served anyway: /health/ready answers 503 until the database is back
+            logging.getLogger("harvest.web").warning("harvest: the database is not reachable yet: %s", exc)
         try:
             yield
         finally:

@@ -59,6 +59,8 @@ DEV_PROFILE = "dev"
 DEFAULT_POOL_SIZE = 10
 # How long a fan-out read waits for one shard before naming it unavailable.
 SHARD_TIMEOUT_SECS = 5.0
+# How long opening the pool waits for the database (then: 503, and the next request tries again).
+OPEN_SECS = 5.0
 
 
 class DevAuthorizer:
@@ -137,7 +139,7 @@ class HarvestState:
                 if not self.dsn:
                     self.dsn = database_url(None, self.config)
                 self.pool = await open_async_pool(
-                    self.dsn, max_size=self.pool_size, application_name="harvest-api"
+                    self.dsn, max_size=self.pool_size, application_name="harvest-api", timeout=OPEN_SECS
                 )
                 self.own_pools = True
                 self.max_payload_bytes = await AsyncSqlApi(self.pool).payload_limit()
@@ -238,7 +240,10 @@ def management_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await state.open()
+        try:
+            await state.open()
+        except Exception as exc:  # the API still starts: /health/ready says 503, requests retry the open
+            log.warning("harvest: the management API could not open its database at startup: %s", exc)
         try:
             yield
         finally:

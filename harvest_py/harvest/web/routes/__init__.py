@@ -367,8 +367,8 @@ class Endpoint:
     async def __call__(self, request: Request) -> Response:
         state: HarvestState = request.app.state.harvest
         try:
-            if not state.opened:  # mounted in another app: no lifespan of ours ran
-                await state.open()
+            if not state.opened and self.scope is not None:  # mounted, or the database was down at boot
+                await state.open()  # (the probes open what they need themselves)
             principal = None if self.scope is None else await state.authorizer.authorize(request, self.scope)
             args = self._arguments(request)
             data = None
