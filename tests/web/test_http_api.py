@@ -49,6 +49,16 @@ async def add(ctx, amount: int) -> int:
     return ctx.state["total"]
 
 
+@workflow
+async def kid(ctx, n: int) -> int:
+    return n
+
+
+@workflow
+async def parent(ctx) -> list:
+    return [await ctx.execute_child_workflow(kid, n) for n in range(3)]
+
+
 @workflow(queue="billing")
 async def invoice(ctx, n: int) -> int:
     return n
@@ -60,7 +70,10 @@ async def paced(ctx, n: int) -> int:
 
 
 APP = App(
-    workflows=[greet, ledger, paced, invoice], activities=[shout], queries=[total, broken], updates=[add]
+    workflows=[greet, ledger, paced, invoice, kid, parent],
+    activities=[shout],
+    queries=[total, broken],
+    updates=[add],
 )
 
 
@@ -249,12 +262,32 @@ def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:
     assert full["events"][0]["event_data"]["input"] == ["secret"]
     assert api.get(f"/workflows/{run}/stack").json()["last_event_id"] == 1
     children = api.get(f"/workflows/{run}/children").json()
-    assert children == {"items": [], "status": "complete", "unavailable_shards": []}
+    assert children == {"items": [], "status": "complete", "unavailable_shards": [], "next_cursor": None}
     assert api.get(f"/workflows/{run}/children", params={"status": "nope"}).status_code == 400
     assert api.get(f"/workflows/{run}/tree").json()["tree"]["children"] == []
     plan = api.post(f"/workflows/{run}/reset", json={"to_event": 1, "reason": "drill", "dry_run": True})
     assert plan.status_code == 200 and plan.json()["dry_run"] is True and "valid" in plan.json()
     assert api.post(f"/workflows/{run}/reset", json={"reason": "no boundary"}).status_code == 400
+
+
+def test_children_page_with_a_cursor(api, start_worker) -> None:
+    start_worker(APP)
+    started = api.post("/workflows/parent/start", json={})
+    assert started.status_code == 201, started.text
+    run = started.json()["execution_id"]
+    assert api.get(f"/workflows/{run}/result", params={"wait": "20s"}).json()["output"] == [0, 1, 2]
+    first = api.get(f"/workflows/{run}/children", params={"page_size": 2}).json()
+    assert len(first["items"]) == 2 and first["next_cursor"]
+    rest = api.get(
+        f"/workflows/{run}/children", params={"page_size": 2, "cursor": first["next_cursor"]}
+    ).json()
+    assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+    every = api.get(f"/workflows/{run}/children").json()["items"]
+    assert [c["exec_id"] for c in first["items"] + rest["items"]] == [c["exec_id"] for c in every]
+    assert {c["workflow_name"] for c in every} == {"kid"} and all(c["started_at"] for c in every)
+    assert error_of(api.get(f"/workflows/{run}/children", params={"cursor": "x"}))["field"] == "cursor"
+    tree = api.get(f"/workflows/{run}/tree").json()["tree"]
+    assert len(tree["children"]) == 3
 
 
 def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:

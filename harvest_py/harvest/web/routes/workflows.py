@@ -4,9 +4,13 @@ terminate, reset; the registered types and their handlers (docs/http-api.md, "Wo
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import json
 import time
 import uuid
+from datetime import datetime
 from typing import Any
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES
@@ -202,10 +206,39 @@ def _child(row: dict[str, Any]) -> dict[str, Any]:
     return {**row, "exec_id": row.get("execution_id"), "started_at": row.get("created_at")}
 
 
+def _child_cursor(row: dict[str, Any]) -> str:
+    body = json.dumps({"c": row["created_at"].isoformat(), "i": str(row["execution_id"])})
+    return "ch1." + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+def _after_child_cursor(token: str) -> tuple[datetime, str]:
+    try:
+        if not token.startswith("ch1."):
+            raise ValueError(token)
+        raw = token[4:]
+        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        return datetime.fromisoformat(body["c"]), str(uuid.UUID(body["i"]))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise invalid("cursor", "is not a next_cursor of this route: pass it unchanged") from None
+
+
 async def workflow_children(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The children merged over every shard, newest first (created_at DESC, then id), paged by
+    a keyset cursor on (created_at, id) when page_size is given."""
     found = await call.reads().list_children(args["execution_id"], args["status"], args["depth"])
     out = merged(found, "items")
-    out["items"] = [_child(r) for r in out["items"]]
+    rows = out["items"]
+    if args["cursor"] is not None:
+        at, after = _after_child_cursor(args["cursor"])
+        rows = [
+            r
+            for r in rows
+            if r["created_at"] < at or (r["created_at"] == at and str(r["execution_id"]) > after)
+        ]
+    size = args["page_size"]
+    page = rows if size is None else rows[:size]
+    out["items"] = [_child(r) for r in page]
+    out["next_cursor"] = _child_cursor(page[-1]) if size is not None and len(rows) > size else None
     return out
 
 
@@ -564,6 +597,14 @@ ENDPOINTS = [
                 ),
             ),
             Param("depth", "integer", default=1, minimum=1, maximum=100),
+            Param(
+                "page_size",
+                "integer",
+                minimum=1,
+                maximum=1000,
+                description="Children per page (default all).",
+            ),
+            Param("cursor", description="next_cursor of the previous page."),
         ),
         tag="workflows",
     ),
