@@ -527,3 +527,29 @@ def test_a_database_down_at_boot_is_a_503_not_a_dead_server() -> None:
         down = api.get("/workflows")
         assert down.status_code == 503 and down.headers["Retry-After"]
         assert error_of(down)["code"] == "database_unavailable"
+
+
+class Minimal:
+    """An authorizer that grants exactly the scope a route asks for (as a token of admin scope
+    whose authorizer answers the asked scope would)."""
+
+    async def authorize(self, request: Request, needed: str) -> Principal:
+        return Principal(actor="minimal", scope=needed)  # type: ignore[arg-type]
+
+
+def test_a_higher_scope_asked_mid_request_runs_the_rest_of_it_in_that_role(db: str) -> None:
+    import asyncio
+
+    from harvest.web.routes import Call
+
+    with api_client(db, authorizer=Minimal()) as api:
+        first = api.post("/workflows/greet/start", json={"workflow_id": "x"}).json()["execution_id"]
+        replaced = api.post(
+            "/workflows/greet/start", json={"workflow_id": "x", "conflict_policy": "terminate_existing"}
+        )
+        assert replaced.status_code == 201 and replaced.json()["execution_id"] != first
+        assert api.get(f"/workflows/{first}").json()["execution"]["status"] == "TERMINATED"
+        call = Call(None, api.app.state.harvest, Principal(actor="minimal", scope="operate"), None)  # type: ignore[arg-type]
+        assert call._sql.pool.role == "harvest_operator"
+        asyncio.run(call.require("admin"))
+        assert call.principal.scope == "admin" and call._sql.pool.role == "harvest_admin"

@@ -227,15 +227,20 @@ class Call:
     goes back), so the database checks again what the route checked."""
 
     def __init__(self, request: Request, state: HarvestState, principal: Principal, endpoint: Endpoint):
-        self.request, self.state, self.principal, self.endpoint = request, state, principal, endpoint
+        self.request, self.state, self.endpoint = request, state, endpoint
+        self._bind(principal)
+
+    def _bind(self, principal: Principal) -> None:
+        """Every database access of the request, in ``principal``'s role."""
+        self.principal = principal
         self._client: AsyncClient | None = None
         role, source = principal.role, principal.source
-        if state.pools is not None:
-            self._pools = state.pools.with_role(role, source)
+        if self.state.pools is not None:
+            self._pools = self.state.pools.with_role(role, source)
             self._sql: AsyncSqlApi | None = None
         else:
             self._pools = None
-            self._sql = AsyncSqlApi(RoledPool(state.pool, role, source))
+            self._sql = AsyncSqlApi(RoledPool(self.state.pool, role, source))
 
     @property
     def sharded(self) -> bool:
@@ -250,7 +255,7 @@ class Call:
         """Ask the authorizer again for a higher scope (a start whose policy can cancel a live run
         needs admin): 403 when the caller does not hold it."""
         if not self.principal.allows(scope):
-            self.principal = await self.state.authorizer.authorize(self.request, scope)
+            self._bind(await self.state.authorizer.authorize(self.request, scope))
 
     def default_shard(self) -> int:
         return self.state.router.default
