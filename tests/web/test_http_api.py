@@ -11,13 +11,23 @@ from operator_helpers import park, start
 from starlette.requests import Request
 from web_helpers import api_client
 
-from harvest import App, Throttle, activity, query, update, workflow
+from harvest import App, RateLimit, Throttle, activity, query, update, workflow
 from harvest.web.principal import Principal
 
 
 @activity
 async def shout(ctx, word: str) -> str:
     return word.upper()
+
+
+@activity(rate_limit=RateLimit(rps=5, burst=1))
+async def charge(ctx, n: int) -> int:
+    return n
+
+
+@activity(rate_limit=RateLimit(rps=5, key="input.tenant"))
+async def per_tenant(ctx, job: dict) -> dict:
+    return job
 
 
 @workflow(activities=[shout], children=["missing_child"])
@@ -71,7 +81,7 @@ async def paced(ctx, n: int) -> int:
 
 APP = App(
     workflows=[greet, ledger, paced, invoice, kid, parent],
-    activities=[shout],
+    activities=[shout, charge, per_tenant],
     queries=[total, broken],
     updates=[add],
 )
@@ -395,11 +405,23 @@ def test_admin_reads(api, conn) -> None:
     assert preflight["overall_status"] == "fail"
 
 
-def test_rate_limit_override_is_refused_without_a_declared_limit(api) -> None:
-    refused = api.post("/admin/rate-limits/shout/override", json={"rps": 5})
-    assert refused.status_code in (400, 404, 409), refused.text
-    assert api.post("/admin/rate-limits/shout/override", json={"rps": -1}).status_code == 400
-    assert api.post("/admin/rate-limits/shout/override", json={}).status_code == 400
+def test_rate_limit_overrides_on_every_shard_audited_and_their_refusals(api, conn) -> None:
+    from psycopg.types.json import Jsonb
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    applied = api.post("/admin/rate-limits/charge/override", json={"rps": 50, "ttl_secs": 60})
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["shard_errors"] == [] and set(applied.json()["shards"]) == {"0"}
+    assert api.get("/admin/rate-limits/charge").json()["shards"]["0"]
+    audit = api.get("/admin/audit", params={"operation": "rate_limit.override"}).json()["entries"]
+    assert audit and audit[0]["source"] == "api"
+    assert api.delete("/admin/rate-limits/charge/override").status_code == 200
+    per_key = api.post("/admin/rate-limits/per_tenant/override", json={"rps": 5})
+    assert per_key.status_code == 409 and error_of(per_key)["code"] == "policy_conflict"
+    undeclared = api.post("/admin/rate-limits/shout/override", json={"rps": 5})
+    assert undeclared.status_code in (400, 404), undeclared.text
+    assert api.post("/admin/rate-limits/charge/override", json={"rps": -1}).status_code == 400
+    assert api.post("/admin/rate-limits/charge/override", json={}).status_code == 400
 
 
 def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: str) -> None:
