@@ -156,6 +156,18 @@ def _n(x: float | None) -> str:
 # "enum", "format" (date-time, uuid), "minimum", "maximum".
 
 
+def shape(**properties: dict[str, Any]) -> dict[str, Any]:
+    """A success answer's schema for /openapi.json: an object with these fields, all required."""
+    return {"type": "object", "required": sorted(properties), "properties": properties}
+
+
+ROWS = {"type": "array", "items": {"type": "object"}}
+FANOUT = {
+    "status": {"type": "string", "enum": ["complete", "partial"]},
+    "unavailable_shards": {"type": "array"},
+}
+
+
 def body(properties: dict[str, dict[str, Any]], required: tuple[str, ...] = ()) -> dict[str, Any]:
     out: dict[str, Any] = {"type": "object", "properties": properties}
     if required:

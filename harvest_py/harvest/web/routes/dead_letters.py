@@ -6,7 +6,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.web.routes import BOOLEAN, DATETIME, STRING, Call, Endpoint, Param, body, invalid, merged
+from harvest.web.routes import (
+    BOOLEAN,
+    DATETIME,
+    FANOUT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    body,
+    invalid,
+    merged,
+    shape,
+)
 
 ID = Param("dead_letter_id", "integer", required=True, minimum=1, maximum=2**63 - 1, where="path")
 SHARD = Param("shard_id", "integer", minimum=0, maximum=65535, description="The dead letter's shard.")
@@ -92,6 +105,7 @@ ENDPOINTS = [
             Param("before_id", "integer", minimum=1, maximum=2**63 - 1, description="One shard: ids below."),
         ),
         tag="dead-letters",
+        shape=shape(dead_letters=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "GET",

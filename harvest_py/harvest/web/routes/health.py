@@ -12,7 +12,10 @@ from starlette.concurrency import run_in_threadpool
 
 from harvest.db import SCHEMA_VERSION
 from harvest.db.sqlapi import AsyncSqlApi
-from harvest.web.routes import Endpoint, Reply
+from harvest.web.errors import error_body
+from harvest.web.routes import Endpoint, Reply, shape
+
+STATUS = shape(status={"type": "string"})
 
 RESPONSES = {200: "Ready", 503: "Not ready"}
 
@@ -46,6 +49,13 @@ async def _schema(state: Any) -> dict[str, Any]:
         except Exception:
             found[str(shard)] = None
     return found
+
+
+def _not_ready(message: str, **details: Any) -> Reply:
+    """503, with the probe's status and the API's error shape."""
+    return Reply(
+        {"status": "not_ready", **details, **error_body("not_ready", message)}, 503, {"Retry-After": "1"}
+    )
 
 
 async def ready(call: Any) -> Reply:
@@ -88,6 +98,7 @@ ENDPOINTS = [
         "Liveness (readiness with readiness.require_shard_readiness).",
         responses=RESPONSES,
         tag="health",
+        shape=STATUS,
     ),
     Endpoint("GET", "/health/live", None, health_live, "The process answers.", tag="health"),
     Endpoint(
@@ -98,5 +109,6 @@ ENDPOINTS = [
         "The database answers with this Harvest's schema.",
         responses=RESPONSES,
         tag="health",
+        shape=STATUS,
     ),
 ]

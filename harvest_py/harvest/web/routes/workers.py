@@ -7,7 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 from harvest.core.errors import NotFound
-from harvest.web.routes import DATETIME, STRING, Call, Endpoint, Param, body, invalid, merged, path
+from harvest.web.routes import (
+    DATETIME,
+    FANOUT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    body,
+    invalid,
+    merged,
+    path,
+    shape,
+)
 
 WORKER = path("worker_id", description="The worker's id.")
 
@@ -75,6 +88,7 @@ ENDPOINTS = [
             Param("health", "enum", choices=("healthy", "stale", "stopped")),
         ),
         tag="workers",
+        shape=shape(workers=ROWS, **FANOUT),
     ),
     Endpoint("GET", "/workers/health", "read", worker_health, "The fleet health roll-up.", tag="workers"),
     Endpoint(

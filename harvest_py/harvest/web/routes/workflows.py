@@ -20,7 +20,9 @@ from harvest.core.payload import redact
 from harvest.web.routes import (
     ANY,
     BOOLEAN,
+    FANOUT,
     OBJECT,
+    ROWS,
     STRING,
     Call,
     Endpoint,
@@ -30,6 +32,7 @@ from harvest.web.routes import (
     invalid,
     merged,
     path,
+    shape,
 )
 
 EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
@@ -509,6 +512,7 @@ ENDPOINTS = [
         "List executions over every shard, newest first, keyset-paginated.",
         (*FILTERS, *PAGE),
         tag="workflows",
+        shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
     ),
     Endpoint(
         "GET",
@@ -529,6 +533,7 @@ ENDPOINTS = [
             ),
         ),
         tag="workflows",
+        shape=shape(counts=ROWS, total={"type": "integer"}, other={"type": ["object", "null"]}, **FANOUT),
     ),
     Endpoint(
         "GET",
@@ -565,6 +570,7 @@ ENDPOINTS = [
         (EXECUTION, Param("wait", description="How long to wait: 5s, 250ms, 2m or seconds (max 300s).")),
         responses={200: "The run ended", 204: "Still running"},
         tag="workflows",
+        shape=shape(execution_id={"type": "string"}, state={"type": "string"}, completed_at=ANY),
     ),
     Endpoint(
         "GET",
@@ -640,6 +646,7 @@ ENDPOINTS = [
         START_BODY,
         responses={200: "Attached to an existing run", 201: "Started", 202: "Deferred"},
         tag="workflows",
+        shape=shape(execution_id={"type": ["string", "null"]}, workflow_id={"type": "string"}),
     ),
     Endpoint(
         "POST",
