@@ -9,6 +9,7 @@ shard down, a run being moved) carry ``Retry-After``.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from datetime import date, datetime, timedelta
@@ -51,6 +52,13 @@ def json_default(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return list(value)
     return str(value)
+
+
+class HarvestJSONResponse(JSONResponse):
+    """JSON of the rows the SQL API returns (times, UUIDs, decimals: :func:`json_default`)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=json_default, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _details(exc: HarvestError) -> dict[str, Any]:

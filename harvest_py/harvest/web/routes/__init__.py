@@ -21,14 +21,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from harvest.client import routing
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
-from harvest.web.errors import error_response, json_default
+from harvest.web.errors import HarvestJSONResponse, error_response
 
 if TYPE_CHECKING:
     from harvest.client import AsyncClient
@@ -409,11 +409,7 @@ class Endpoint:
             answer = Reply(answer)
         if answer.status == 204:
             return Response(status_code=204, headers=answer.headers)
-        return JSONResponse(
-            json.loads(json.dumps(answer.data, default=json_default)),
-            status_code=answer.status,
-            headers=answer.headers,
-        )
+        return HarvestJSONResponse(answer.data, status_code=answer.status, headers=answer.headers)
 
     def _arguments(self, request: Request) -> dict[str, Any]:
         args: dict[str, Any] = {}
