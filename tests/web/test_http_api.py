@@ -131,6 +131,8 @@ def test_bad_input_is_a_400_naming_the_field(api) -> None:
     assert unknown_field.status_code == 400 and error_of(unknown_field)["field"] == "wokflow_id"
     wrong_type = api.post("/workflows/greet/start", json={"priority": "high"})
     assert wrong_type.status_code == 400 and error_of(wrong_type)["field"] == "priority"
+    huge = api.post("/workflows/greet/start", content=b" " * 10, headers={"Content-Length": str(2**40)})
+    assert huge.status_code == 413 and error_of(huge)["code"] == "payload_too_large"
     missing = api.get("/workflows/" + str(uuid.uuid4()))
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
 

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PayloadTooLarge
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
@@ -390,7 +390,7 @@ class Endpoint:
             args = self._arguments(request)
             data = None
             if self.body is not None:
-                raw = await request.body()
+                raw = await _read_body(request)
                 if raw.strip():
                     try:
                         decoded = json.loads(raw)
@@ -430,6 +430,26 @@ class Endpoint:
             else:
                 args[p.name] = p.parse(raw[0])
         return args
+
+
+# A request body larger than this is refused before it is parsed (a payload the engine takes is
+# bounded by harvest.engine_settings.max_payload_bytes, checked again by the client and the SQL).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(
+            f"the request body is {declared} bytes, over {MAX_BODY_BYTES}", "the request body"
+        )
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes", "the request body")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 class _Anonymous:
