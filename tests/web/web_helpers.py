@@ -1,5 +1,6 @@
-"""Helpers for the web tests: a small Starlette app with the stream routes and one dummy route
-per scope, a token authorizer, and a real uvicorn on loopback (streams need one)."""
+"""Helpers for the web tests: the management API through its ASGI app (api_client); a small
+Starlette app with the stream routes and one dummy route per scope, a token authorizer, and a
+real uvicorn on loopback (streams need one)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from harvest.config import load_config
 from harvest.core.errors import HarvestError, NotFound
 from harvest.web.auth import TokenAuthorizer
 from harvest.web.streams import EventHub, stream_routes
@@ -68,3 +70,14 @@ async def serve(app: Starlette) -> AsyncIterator[str]:
         server.should_exit = True
         await task
         sock.close()
+
+
+def api_client(dsn: str | None, *, env: dict[str, str] | None = None, **options):
+    """A TestClient over management_app (its lifespan run), with the config of ``env`` only."""
+    from starlette.testclient import TestClient
+
+    from harvest.web.app import management_app
+
+    options.setdefault("profile", "dev")
+    app = management_app(dsn=dsn, config=load_config(env=env or {}), **options)
+    return TestClient(app, headers={"Accept": "application/json"})

@@ -41,8 +41,16 @@ def require_local(dsn: str) -> None:
 @click.option(
     "--demo-and-exit", is_flag=True, help="Start the demo workflow, print its result and exit (a smoke test)."
 )
-def dev(target: str | None, demo_and_exit: bool) -> None:
-    """Run a worker on an embedded PostgreSQL (or HARVEST_DEV_DATABASE_URL, local only).
+@click.option(
+    "--host", default=None, help="The management API's interface (default web.host, else 127.0.0.1)."
+)
+@click.option(
+    "--port", default=None, type=click.IntRange(0, 65535), help="Its port (default web.port, else 8080)."
+)
+@click.option("--no-api", is_flag=True, help="Run the worker only, without the management API.")
+def dev(target: str | None, demo_and_exit: bool, host: str | None, port: int | None, no_api: bool) -> None:
+    """Run a worker and the management API on an embedded PostgreSQL (or
+    HARVEST_DEV_DATABASE_URL, local only).
 
     TARGET is module:attribute of your App; without it the built-in demo runs.
     Ctrl-C stops the worker, the server, and removes what it created.
@@ -73,17 +81,59 @@ def dev(target: str | None, demo_and_exit: bool) -> None:
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n"
             )
-        click.echo("Ctrl-C stops everything and removes what was created.\n")
         worker = Worker(app, dsn, poll_interval=1.0)
         if demo_and_exit:
+            click.echo("Ctrl-C stops everything and removes what was created.\n")
             asyncio.run(_demo(worker, dsn))
         else:
+            server_task = None if no_api else _api_server(app, dsn, host, port, demo=not target)
+            click.echo("Ctrl-C stops everything and removes what was created.\n")
             with contextlib.suppress(KeyboardInterrupt):
-                asyncio.run(worker.run(install_signal_handlers=True))
+                asyncio.run(_run(worker, server_task))
     finally:
         if server is not None:
             click.echo("stopping the embedded PostgreSQL and removing its files", err=True)
             server.stop()
+
+
+def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = True):
+    """The management API of the dev runner (profile dev: every caller is admin, so it listens
+    on localhost by default), with its URL and one curl printed; None when uvicorn is missing."""
+    try:
+        import uvicorn
+
+        from harvest.cli.output import cli_config
+        from harvest.cli.serve import GRACE_SECS, MOUNT, curl_line, served_app, web_address
+        from harvest.web.app import management_app
+    except ImportError:
+        click.echo("(no management API: install harvest-workflows[web])", err=True)
+        return None
+    config = cli_config()
+    api = management_app(dsn=dsn, config=config, profile="dev", app=app)
+    host, port = web_address(config, host, port)
+    base = f"http://{host}:{port}{MOUNT}"
+    curl = (
+        curl_line(base) if demo or not app.workflows else curl_line(base, min(app.workflows), '{"input": []}')
+    )
+    click.echo(f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n")
+    server = uvicorn.Server(
+        uvicorn.Config(
+            served_app(api), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECS
+        )
+    )
+    server.install_signal_handlers = lambda: None  # the worker owns Ctrl-C
+    return server
+
+
+async def _run(worker, server) -> None:
+    """The worker, and the API beside it until the worker stops."""
+    serving = asyncio.create_task(server.serve()) if server is not None else None
+    try:
+        await worker.run(install_signal_handlers=True)
+    finally:
+        if serving is not None:
+            server.should_exit = True
+            await serving
 
 
 async def _demo(worker, dsn: str) -> None:

@@ -148,6 +148,7 @@ def _register() -> None:
         replay,
         retention,
         schedule,
+        serve,
         shard,
         throttle,
         token,
@@ -159,6 +160,7 @@ def _register() -> None:
 
     main.add_command(migrate.migrate)
     main.add_command(dev.dev)
+    main.add_command(serve.serve)
     main.add_command(workers.worker_group(worker.worker))
     main.add_command(workflow.workflow)
     main.add_command(workflow.history_group)

@@ -84,28 +84,13 @@ def _coverage_shards(database_url: str | None, declared: list[str] | None) -> di
     worker on it (work on a shard no live worker polls waits). ``live_workers`` counts distinct
     workers over the shards; ``by_shard`` names each shard's unpolled queues. ``declared``
     None: the queues the fleet registered on any shard."""
-    from harvest.config import fleet_queues
+    from harvest.config import fleet_queues, merge_coverage
 
     fan = each_shard(
         database_url, lambda api: (fleet_queues(api), api.list_workers(None, "active", "healthy"))
     )
-    if declared is None:
-        declared = sorted({q for found, _ in fan.results.values() for q in found})
-    live: dict[str, set[str]] = {q: set() for q in declared}
-    by_shard: dict[str, list[str]] = {}
-    for s, (_, rows) in fan.results.items():
-        here: set[str] = set()
-        for row in rows:
-            for q in row.get("queues") or []:
-                if q in live:
-                    live[q].add(row["worker_id"])
-                    here.add(q)
-        by_shard[str(s)] = [q for q in declared if q not in here]
     return {
-        "declared_queues": declared,
-        "live_workers": {q: len(ids) for q, ids in live.items()},
-        "unpolled_declared_queues": [q for q in declared if any(q in u for u in by_shard.values())],
-        "unpolled_by_shard": by_shard,
+        **merge_coverage(fan.results, declared),
         "status": fan.status,
         "unavailable_shards": fan.unavailable_shards,
     }

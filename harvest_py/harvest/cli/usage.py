@@ -3,31 +3,14 @@ docs/flow-control.md; the fan-out in harvest/shard/fanout.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import click
 
 from harvest.cli.output import database_url_option, emit, output_option, table
 from harvest.cli.shards import read_shards, warn_partial
-from harvest.core.durations import parse_duration
-from harvest.core.errors import InvalidArgument
+from harvest.core.durations import moment as when
 from harvest.shard.fanout import USAGE_SUMS
-
-
-def when(value: str, what: str, now: datetime) -> datetime:
-    """An RFC 3339 time (UTC when it has no offset), or a duration back from now (24h, 7d)."""
-    text = value.strip()
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        try:
-            return now - timedelta(seconds=parse_duration(text, what))
-        except InvalidArgument:
-            raise InvalidArgument(
-                f"{what} {value!r} is neither an RFC 3339 time (2026-06-01T00:00:00Z) "
-                "nor a duration back from now (24h, 7d)"
-            ) from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 @click.command("usage")

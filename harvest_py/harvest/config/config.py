@@ -105,6 +105,10 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("shards", "residency"): ShardResidency,
     ("shards", "forwards"): ShardForwards,
     ("shards", "cli_timeout"): float,
+    ("profile",): str,
+    ("web", "host"): str,
+    ("web", "port"): int,
+    ("readiness", "require_shard_readiness"): bool,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
@@ -114,6 +118,8 @@ UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
 UNITS[("shards", "default")] = ""
 BOUNDS[("shards", "cli_timeout")] = (0.1, 600)
 UNITS[("shards", "cli_timeout")] = " seconds"
+BOUNDS[("web", "port")] = (0, 65535)
+UNITS[("web", "port")] = ""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -626,4 +632,32 @@ def queue_coverage(sql: Any, declared: Iterable[str]) -> dict[str, Any]:
         "declared_queues": declared,
         "live_workers": live,
         "unpolled_declared_queues": [q for q in declared if not live[q]],
+    }
+
+
+def merge_coverage(
+    results: Mapping[int, tuple[list[str], list[dict[str, Any]]]], declared: list[str] | None
+) -> dict[str, Any]:
+    """Coverage over every shard that answered, from each shard's (registered queues, live
+    worker rows): a queue is polled when each of those shards has a live worker on it (work on
+    a shard no live worker polls waits). ``live_workers`` counts distinct workers over the
+    shards; ``unpolled_by_shard`` names each shard's unpolled queues. ``declared`` None: the
+    queues the fleet registered on any shard."""
+    if declared is None:
+        declared = sorted({q for found, _ in results.values() for q in found})
+    live: dict[str, set[str]] = {q: set() for q in declared}
+    by_shard: dict[str, list[str]] = {}
+    for s, (_, rows) in results.items():
+        here: set[str] = set()
+        for row in rows:
+            for q in row.get("queues") or []:
+                if q in live:
+                    live[q].add(row["worker_id"])
+                    here.add(q)
+        by_shard[str(s)] = [q for q in declared if q not in here]
+    return {
+        "declared_queues": declared,
+        "live_workers": {q: len(ids) for q, ids in live.items()},
+        "unpolled_declared_queues": [q for q in declared if any(q in u for u in by_shard.values())],
+        "unpolled_by_shard": by_shard,
     }

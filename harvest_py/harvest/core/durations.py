@@ -67,3 +67,20 @@ def _parse_units(text: str, original: Any, what: str) -> float:
             "a string like '250ms', '30s', '5m', '1h', '1d' (or '1h30m')"
         )
     return total
+
+
+def moment(value: str, what: str, now: _dt.datetime) -> _dt.datetime:
+    """An RFC 3339 time (UTC when it has no offset), or a duration back from ``now`` (24h, 7d):
+    the usage report's ``from`` and ``to``."""
+    text = value.strip()
+    try:
+        found = _dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        try:
+            return now - _dt.timedelta(seconds=parse_duration(text, what))
+        except InvalidArgument:
+            raise InvalidArgument(
+                f"{what} {value!r} is neither an RFC 3339 time (2026-06-01T00:00:00Z) "
+                "nor a duration back from now (24h, 7d)"
+            ) from None
+    return found if found.tzinfo is not None else found.replace(tzinfo=_dt.UTC)

@@ -1,7 +1,9 @@
 """One exception hierarchy for the whole package.
 
 Every SQLSTATE the SQL API raises maps to exactly one class here (see
-``docs/internals.md``); the CLI maps each class to one exit code.
+``docs/internals.md``); the CLI maps each class to one exit code and the HTTP API to one
+status code (``http_status``) and one stable ``code`` (:func:`error_code`): SQLSTATE ->
+exception -> exit code -> HTTP status, in this one place.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ class HarvestError(Exception):
     """Base of every error Harvest raises on purpose."""
 
     exit_code = 1
+    http_status = 500  # a class below says what its error means over HTTP
 
 
 class ConfigError(HarvestError):
@@ -22,6 +25,8 @@ class ConfigError(HarvestError):
 
 class DatabaseUnavailable(HarvestError):
     """The database could not be reached (it may come up: a starting worker waits for it)."""
+
+    http_status = 503
 
 
 class ConnectionRejected(DatabaseUnavailable):
@@ -32,19 +37,26 @@ class ConnectionRejected(DatabaseUnavailable):
 class SchemaMismatch(HarvestError):
     """The database schema is not the one this package expects."""
 
+    http_status = 503
+
 
 class InvalidArgument(HarvestError):
     """A caller passed a value the engine does not accept (SQLSTATE HR001)."""
 
     exit_code = 2
+    http_status = 400
 
 
 class NotFound(HarvestError):
     """The named execution, task or dead letter does not exist (SQLSTATE HR002)."""
 
+    http_status = 404
+
 
 class WorkflowAlreadyExists(HarvestError):
     """A start collided with an existing run under a rejecting policy (SQLSTATE HR003)."""
+
+    http_status = 409
 
     def __init__(
         self, message: str, existing_execution_id: str | None = None, existing_status: str | None = None
@@ -62,15 +74,21 @@ class WorkflowAlreadyExists(HarvestError):
 class ScheduleAlreadyExists(HarvestError):
     """A schedule of that name already exists (SQLSTATE HR014): update it, or delete it first."""
 
+    http_status = 409
+
     exit_code = 2
 
 
 class StaleTask(HarvestError):
     """A worker tried to commit work whose lease it no longer holds (SQLSTATE HR004)."""
 
+    http_status = 409
+
 
 class WorkflowNotRunning(HarvestError):
     """The execution has already reached a terminal state (SQLSTATE HR005)."""
+
+    http_status = 409
 
 
 class WorkflowPaused(WorkflowNotRunning):
@@ -83,6 +101,8 @@ class QuotaExceeded(HarvestError):
     """A start was refused by a per-key quota (SQLSTATE HR006).
 
     ``.quota``, ``.key``, ``.usage``, ``.limit``."""
+
+    http_status = 429
 
     def __init__(
         self,
@@ -99,6 +119,8 @@ class QuotaExceeded(HarvestError):
 class PolicyConflict(HarvestError):
     """The request conflicts with a declared flow-control policy (SQLSTATE HR007)."""
 
+    http_status = 409
+
 
 class PayloadTooLarge(InvalidArgument):
     """A payload is larger than the engine accepts (SQLSTATE HR008, or the client's own check).
@@ -107,6 +129,8 @@ class PayloadTooLarge(InvalidArgument):
     of its JSON text as the database prints it) and ``.limit`` the limit in force
     (``harvest.engine_settings.max_payload_bytes``). Nothing was written.
     """
+
+    http_status = 413
 
     def __init__(
         self, message: str, what: str | None = None, bytes: int | None = None, limit: int | None = None
@@ -121,6 +145,7 @@ class UnknownWorkflow(HarvestError):
     Nothing was written."""
 
     exit_code = 2
+    http_status = 400
 
     def __init__(
         self,
@@ -137,7 +162,9 @@ class WrongShard(HarvestError):
     """A start reached a database that is not the shard it was addressed to (SQLSTATE HR011),
     or a database asked to become another shard holds executions of its current one.
     ``.requested_shard`` and ``.shard`` (this database's) when the database said them.
-    Nothing was written."""
+    Nothing was written. Over HTTP a 503: the deployment's shard map, not the caller, is wrong."""
+
+    http_status = 503
 
     def __init__(self, message: str, requested_shard: int | None = None, shard: int | None = None):
         super().__init__(message)
@@ -186,10 +213,14 @@ class ExecutionMigrated(HarvestError):
 class DagPaused(HarvestError):
     """A trigger or retry of a paused DAG (SQLSTATE HR017): unpause it first. Nothing was started."""
 
+    http_status = 409
+
 
 class DagRunLimit(HarvestError):
     """A trigger or retry of a DAG that has ``max_active_runs`` RUNNING runs (SQLSTATE HR018).
     Nothing was started; retry once a run has ended."""
+
+    http_status = 429
 
     retryable = True
 
@@ -197,6 +228,8 @@ class DagRunLimit(HarvestError):
 class DagRunNotRetryable(HarvestError):
     """A retry of a DAG run that is RUNNING or COMPLETED, or that a newer failed run already
     retried (SQLSTATE HR019). Nothing was started."""
+
+    http_status = 409
 
 
 class NonDeterminismError(HarvestError):
@@ -206,9 +239,13 @@ class NonDeterminismError(HarvestError):
 class PayloadError(HarvestError, TypeError):
     """A value cannot be encoded as JSON or decoded into the declared type."""
 
+    http_status = 400
+
 
 class TimeoutError_(HarvestError, TimeoutError):
     """A client-side wait ran out of time (the run itself may still finish)."""
+
+    http_status = 504
 
 
 class ActivityFailure(HarvestError):
@@ -272,6 +309,8 @@ class ActivityError(HarvestError):
 class WorkflowFailed(HarvestError):
     """The run ended FAILED; ``failure`` holds the recorded error."""
 
+    http_status = 409
+
     def __init__(self, execution_id: str, failure: dict[str, Any] | None):
         failure = failure or {}
         super().__init__(
@@ -285,13 +324,19 @@ class WorkflowFailed(HarvestError):
 class WorkflowCancelled(HarvestError):
     """The run ended CANCELLED."""
 
+    http_status = 409
+
 
 class WorkflowTerminated(HarvestError):
     """The run ended TERMINATED."""
 
+    http_status = 409
+
 
 class WorkflowTimedOut(HarvestError):
     """The run ended TIMED_OUT."""
+
+    http_status = 409
 
 
 class PermissionDenied(HarvestError):
@@ -312,6 +357,13 @@ class ApiTokenExists(HarvestError):
     """A live API token already has this name (SQLSTATE HR021; HTTP 409): revoke it first."""
 
     http_status = 409
+
+
+class NotPlacedHere(HarvestError):
+    """A runtime this process does not run was asked to act here (``retention run-now`` on a web
+    replica whose janitor runs where the scheduler runs): 503, retry where it runs."""
+
+    http_status = 503
 
 
 # SQLSTATE -> exception class. The SQL API raises only these custom codes.
@@ -500,6 +552,8 @@ class QueryFailed(HarvestError):
     """A query or update could not be answered: an unknown name, a handler that raised, a
     workflow that could not be replayed. ``error_type`` and ``details`` come from the worker."""
 
+    http_status = 422
+
     def __init__(self, message: str, error_type: str | None = None, details: Any = None):
         super().__init__(message)
         self.error_type = error_type
@@ -508,6 +562,8 @@ class QueryFailed(HarvestError):
 
 class QueryTimeout(HarvestError, TimeoutError):
     """No answer within the timeout; the message says whether any live worker polls the queue."""
+
+    http_status = 504
 
 
 class UpdateRejected(QueryFailed):
@@ -518,3 +574,28 @@ class UpdateRejected(QueryFailed):
 class UpdateFailed(QueryFailed):
     """The update was accepted and recorded, but its handler raised (``error_type`` names
     the exception), or the run ended before the handler finished."""
+
+
+# -- over HTTP -------------------------------------------------------------------------------
+
+
+def error_code(exc: BaseException) -> str:
+    """The stable code of an error in the HTTP API's body: its class name in snake case
+    (``InvalidArgument`` -> ``invalid_argument``, ``TimeoutError_`` -> ``timeout_error``)."""
+    name = type(exc).__name__.rstrip("_")
+    out = []
+    for i, ch in enumerate(name):
+        if (
+            ch.isupper()
+            and i
+            and (not name[i - 1].isupper() or (i + 1 < len(name) and name[i + 1].islower()))
+        ):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def http_status(exc: BaseException) -> int:
+    """The HTTP status of an error: its class's ``http_status`` (500 for anything else)."""
+    status = getattr(exc, "http_status", 500) if isinstance(exc, HarvestError) else 500
+    return status if isinstance(status, int) else 500

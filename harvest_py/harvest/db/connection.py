@@ -8,12 +8,14 @@ it and echoes it back (docs/security.md, "Connection strings").
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import ipaddress
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 from urllib.parse import unquote
 
 import psycopg
@@ -311,3 +313,49 @@ def warn_if_unverified_tls(dsn: str) -> None:
     message = tls_warning(dsn)
     if message:
         log.warning("%s", message)
+
+
+# -- roles: a face's request runs as its caller's role ------------------------------------------
+
+# The roles a face may switch a connection to (functions/security.sql creates them), and the
+# application names of the faces (the audit log's source: harvest._audit_source).
+FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_worker", "harvest_admin"})
+FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
+
+
+def _role_statements(role: str, source: str) -> str:
+    if role not in FACE_ROLES:
+        raise ValueError(f"unknown role {role!r}")
+    if source not in FACE_APPLICATION_NAMES:
+        raise ValueError(f"unknown audit source {source!r}")
+    # Both names come from the closed sets above, never from a request.
+    return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"
+
+
+@contextlib.asynccontextmanager
+async def set_role(conn: psycopg.AsyncConnection, role: str, source: str = "api") -> AsyncIterator[Any]:
+    """Run the calls made on ``conn`` inside the block as ``role`` (``SET ROLE``) with the audit
+    source ``source`` (api, cli or ui, through ``application_name``), and RESET both before the
+    connection goes back to its pool. A connection whose RESET fails is closed, so a pool never
+    hands out a connection still switched to another caller's role. The login role must be a
+    member of ``role`` (docs/http-api.md, "Roles")."""
+    await conn.execute(_role_statements(role, source))
+    try:
+        yield conn
+    finally:
+        try:
+            await conn.execute("RESET ROLE; RESET application_name")
+        except BaseException:
+            await conn.close()  # the pool discards a closed connection
+            raise
+
+
+def dsn_with_role(dsn: str, role: str, source: str = "api") -> str:
+    """``dsn`` for a connection of its own that starts as ``role`` with the audit source
+    ``source`` (libpq ``options``, appended to any the DSN has): for a LISTEN connection a
+    request opens (a result, query or update wait), the same rights as :func:`set_role`."""
+    _role_statements(role, source)  # checks both names
+    params = conninfo.conninfo_to_dict(dsn)
+    extra = f"-c role={role} -c application_name={FACE_APPLICATION_NAMES[source]}"
+    params["options"] = f"{params['options']} {extra}" if params.get("options") else extra
+    return conninfo.make_conninfo("", **params)

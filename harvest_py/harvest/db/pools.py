@@ -7,12 +7,23 @@ redacting connection class, so a failed connect the pool logs never shows the pa
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from harvest.db.connection import RedactingAsyncConnection, RedactingConnection
+from harvest.db.connection import RedactingAsyncConnection, RedactingConnection, set_role
 
-__all__ = ["TRANSIENT", "AsyncConnectionPool", "ConnectionPool", "open_async_pool", "open_pool"]
+__all__ = [
+    "TRANSIENT",
+    "AsyncConnectionPool",
+    "ConnectionPool",
+    "RoledPool",
+    "open_async_pool",
+    "open_pool",
+]
 
 # A lost connection or a pool with none free in time: the call may succeed if retried.
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
@@ -31,15 +42,24 @@ def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
 
 
 async def open_async_pool(
-    dsn: str, *, max_size: int, min_size: int = 1, timeout: float = 30.0
+    dsn: str,
+    *,
+    max_size: int,
+    min_size: int = 1,
+    timeout: float = 30.0,
+    application_name: str | None = None,
 ) -> AsyncConnectionPool:
     """An asyncio pool, returned once ``min_size`` connections are up (else PoolTimeout
-    after ``timeout`` seconds, and the pool is closed)."""
+    after ``timeout`` seconds, and the pool is closed). ``application_name`` names the
+    connections (the audit log's source: ``harvest-api`` for the HTTP API's pools)."""
+    kwargs: dict[str, Any] = {"autocommit": True}
+    if application_name:
+        kwargs["application_name"] = application_name
     pool = AsyncConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
-        kwargs={"autocommit": True},
+        kwargs=kwargs,
         open=False,
         connection_class=RedactingAsyncConnection,
     )
@@ -49,3 +69,22 @@ async def open_async_pool(
         await pool.close()
         raise
     return pool
+
+
+class RoledPool:
+    """An async pool seen through one caller's role: each connection it lends runs as
+    ``role`` with the audit source ``source`` (:func:`harvest.db.connection.set_role`), and is
+    RESET before it goes back. ``AsyncSqlApi(RoledPool(pool, "harvest_reader"))`` makes every
+    call of one HTTP request under the request's role. Closing it closes nothing: the pool is
+    the caller's."""
+
+    def __init__(self, pool: Any, role: str, source: str = "api"):
+        self.pool, self.role, self.source = pool, role, source
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[Any]:
+        async with self.pool.connection(timeout=timeout) as conn, set_role(conn, self.role, self.source):
+            yield conn
+
+    async def close(self) -> None:
+        """The pool is the caller's: nothing to close."""

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from typing import Any, TypeVar
 
 from harvest.core.errors import ConfigError, ExecutionMigrated, ShardUnavailable
-from harvest.db.connection import DatabaseError, parse_dsn
+from harvest.db.connection import DatabaseError, dsn_with_role, parse_dsn, set_role
 from harvest.db.pools import TRANSIENT, AsyncConnectionPool, ConnectionPool, open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.shard.router import MAX_FORWARD_HOPS, ShardRouter, too_many_hops
@@ -433,6 +433,13 @@ class AsyncShardPools(_Base):
                         await sql.set_migration_forward(execution_id, step.shard)
             return found
 
+    def with_role(self, role: str, source: str = "api") -> AsyncShardPools:
+        """These pools seen through one caller's role (an HTTP request's): the same pools,
+        each connection lent running as ``role`` with the audit source ``source`` and RESET
+        before it goes back (:func:`harvest.db.connection.set_role`); :meth:`dsn` carries the
+        role too, for a connection of its own. Closing the view closes nothing."""
+        return _RoledShardPools(self, role, source)
+
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
@@ -443,3 +450,40 @@ class AsyncShardPools(_Base):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class _RoledShardPools(AsyncShardPools):
+    """:meth:`AsyncShardPools.with_role`: shares the pools (and their identity checks) of the
+    base, and switches each lent connection to one role."""
+
+    def __init__(self, base: AsyncShardPools, role: str, source: str):
+        self.__dict__.update(base.__dict__)  # the same pools, locks and verified shards
+        self._role, self._source = role, source
+
+    @contextlib.asynccontextmanager
+    async def connection(self, shard: int) -> AsyncIterator[Any]:
+        async with super().connection(shard) as conn, set_role(conn, self._role, self._source):
+            yield conn
+
+    async def sql(self, shard: int) -> AsyncSqlApi:
+        """The SQL API over ``shard``'s pool, each call on a connection in the role."""
+        if shard not in self._verified:
+            async with self.api(shard):
+                pass  # the first connection of a pool verifies it
+        return AsyncSqlApi(_OneShard(self, shard))
+
+    def dsn(self, shard: int) -> str:
+        return dsn_with_role(self._dsn(shard), self._role, self._source)
+
+    async def close(self) -> None:
+        """The pools are the base's: nothing to close."""
+
+
+class _OneShard:
+    """One shard of a pools object, shaped as a pool for AsyncSqlApi (``connection()``)."""
+
+    def __init__(self, pools: AsyncShardPools, shard: int):
+        self._pools, self._shard = pools, shard
+
+    def connection(self) -> Any:
+        return self._pools.connection(self._shard)

@@ -1,0 +1,98 @@
+"""`harvest serve`: the management API on uvicorn, as the ``web`` process role (it claims no
+task and fires no schedule; docs/http-api.md). Host and port: ``--host``/``--port``, else
+``web.host``/``web.port`` (``HARVEST_WEB__HOST``, ``HARVEST_WEB__PORT``), else 127.0.0.1:8080."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from typing import Any
+
+import click
+
+from harvest.cli.output import cli_config, database_url_option
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+MOUNT = "/api/harvest"
+# How long a stopping server waits for requests in flight before it cuts them (a long-poll client
+# polls again, on another replica).
+GRACE_SECS = 5
+
+
+def web_address(config: Any, host: str | None, port: int | None) -> tuple[str, int]:
+    """The flag, else the config's web.host / web.port, else 127.0.0.1:8080."""
+    return (
+        host or config.get("web.host") or DEFAULT_HOST,
+        port if port is not None else config.get("web.port", DEFAULT_PORT),
+    )
+
+
+def served_app(api: Any, mount: str = MOUNT) -> Any:
+    """The management API mounted at ``mount`` (the spec's /api/harvest), its lifespan run."""
+    import contextlib
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Any):
+        state = api.state.harvest
+        try:
+            await state.open()
+        except Exception as exc:  # served anyway: /health/ready answers 503 until the database is back
+            logging.getLogger("harvest.web").warning("harvest: the database is not reachable yet: %s", exc)
+        try:
+            yield
+        finally:
+            await state.close()
+
+    return Starlette(routes=[Mount(mount, app=api)], lifespan=lifespan)
+
+
+def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": ["world"]}') -> str:
+    """One curl that starts a durable workflow (the dev runner's demo by default)."""
+    return (
+        f"curl -s -X POST {base}/workflows/{workflow}/start -H 'Accept: application/json' "
+        f"-H 'Content-Type: application/json' -d {shlex.quote(input_json)}"
+    )
+
+
+@click.command("serve")
+@click.option("--host", default=None, help=f"Interface to listen on (default web.host, else {DEFAULT_HOST}).")
+@click.option(
+    "--port",
+    default=None,
+    type=click.IntRange(0, 65535),
+    help=f"Port (default web.port, else {DEFAULT_PORT}).",
+)
+@click.option("--app", "app_target", default=None, help="module:app whose workflow catalog the API serves.")
+@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@database_url_option
+def serve(host: str | None, port: int | None, app_target: str | None, log_level: str, database_url) -> None:
+    """Serve the management API (mounted at /api/harvest) as the web process role."""
+    import uvicorn
+
+    from harvest.web.app import management_app
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = cli_config()
+    if config.get("role") is None:
+        config = config.with_overrides({"role": ("web", "harvest serve")})
+    app = None
+    if app_target:
+        from harvest.cli.worker import load_app
+
+        app = load_app(app_target)
+    dsn = None
+    if database_url or not config.get("shards.urls"):
+        from harvest.cli.output import cli_dsn
+
+        dsn = cli_dsn(database_url)
+    api = management_app(dsn=dsn, config=config, app=app)
+    host, port = web_address(config, host, port)
+    click.echo(f"Harvest management API on http://{host}:{port}{MOUNT}", err=True)
+    # Long-polls (result?wait=) may hold a request for minutes: a stop waits GRACE_SECS for them.
+    uvicorn.run(
+        served_app(api), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=GRACE_SECS
+    )

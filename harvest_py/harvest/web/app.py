@@ -1,0 +1,255 @@
+"""The management API as one ASGI application, mountable under any prefix.
+
+    from harvest.web import management_app
+    api = management_app(dsn="postgresql://...", authorizer=TokenAuthorizer(...))
+    your_app.mount("/api/harvest", api)            # Starlette or FastAPI
+
+or standalone: ``harvest serve`` (uvicorn, the ``web`` process role). The routes are declared
+once in ``harvest/web/routes/`` (one module per domain); ``/openapi.json`` is generated from them.
+
+Its pools open in the app's lifespan, or on the first request when the app is mounted inside
+another (Starlette runs no lifespan of a mounted app: call ``await api.state.harvest.close()`` in
+your own shutdown then). ``api.state.harvest`` (:class:`HarvestState`) holds the pools, the
+router, the configuration and the authorizer, for other route modules mounted beside these.
+
+Authorization: every route names the scope it needs and asks ``authorizer.authorize(request,
+scope)`` first; the principal's role is applied to each database connection the request uses.
+Without an authorizer, the ``dev`` profile serves everyone as admin (:class:`DevAuthorizer`,
+with a warning); any other profile fails closed (401 on every route but the health probes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from harvest.config import (
+    Config,
+    async_shard_pools,
+    database_url,
+    load_config,
+    runtime_plan,
+    shards_configured,
+)
+from harvest.config.config import RuntimePlan
+from harvest.core.errors import ConfigError, Unauthenticated
+from harvest.db import channels
+from harvest.db.notify import NotificationHub
+from harvest.db.pools import open_async_pool
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.shard.router import ShardRouter
+from harvest.web.errors import error_body
+from harvest.web.principal import Authorizer, Principal, Scope
+from harvest.web.routes import Endpoint
+
+log = logging.getLogger("harvest.web")
+
+DEV_PROFILE = "dev"
+# The pool of the API process (per shard): requests share it, each call takes a connection.
+DEFAULT_POOL_SIZE = 10
+# How long a fan-out read waits for one shard before naming it unavailable.
+SHARD_TIMEOUT_SECS = 5.0
+# How long opening the pool waits for the database (then: 503, and the next request tries again).
+OPEN_SECS = 5.0
+
+
+class DevAuthorizer:
+    """The dev profile's authorizer: every caller is admin, recorded as actor ``dev``. Never
+    use it where the socket is reachable beyond localhost."""
+
+    def __init__(self, source: str = "api"):
+        self.source = source
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal:
+        return Principal(actor="dev", scope="admin", source=self.source)
+
+
+class FailClosedAuthorizer:
+    """No authorizer outside the dev profile: every authorized route answers 401."""
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal:
+        raise Unauthenticated(
+            "the management API has no authorizer configured: pass authorizer= to management_app "
+            "(an API token authorizer), or run with profile dev on localhost"
+        )
+
+
+@dataclass
+class HarvestState:
+    """What the routes of one management app share (``app.state.harvest``)."""
+
+    config: Config
+    profile: str
+    authorizer: Authorizer
+    app: Any = None  # the App (workflow catalog) when given: handlers, registered types
+    dsn: str | None = None
+    pool_size: int = DEFAULT_POOL_SIZE
+    pool: Any = None  # one database: its AsyncConnectionPool
+    pools: Any = None  # shards: an AsyncShardPools
+    router: ShardRouter = field(default_factory=lambda: ShardRouter.single(0))
+    plan: RuntimePlan | None = None
+    max_payload_bytes: int | None = None
+    shard_timeout: float = SHARD_TIMEOUT_SECS
+    hubs: dict[int, NotificationHub] = field(default_factory=dict)
+    own_pools: bool = False
+    opened: bool = False
+    _lock: asyncio.Lock | None = None
+
+    @property
+    def sharded(self) -> bool:
+        return self.pools is not None
+
+    @property
+    def unauthenticated(self) -> bool:
+        """Whether anyone who reaches the socket is served (dev profile, no authorizer)."""
+        return isinstance(self.authorizer, DevAuthorizer)
+
+    async def open(self) -> None:
+        """Open the pools and the result listeners (once; the lifespan, or the first request)."""
+        if self.opened:
+            return
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.opened:
+                return
+            if self.pools is None and shards_configured(self.config):
+                self.pools = async_shard_pools(self.config, self.dsn, max_size=self.pool_size)
+                self.own_pools = True
+            if self.pools is not None:
+                self.router = self.pools.router
+                for shard in self.pools.shards:
+                    try:
+                        async with self.pools.api(shard) as sql:
+                            if self.max_payload_bytes is None:
+                                self.max_payload_bytes = await sql.payload_limit()
+                    except Exception as exc:  # a shard down at boot is named, not fatal
+                        log.warning("harvest: shard %s not reachable at startup: %s", shard, exc)
+            else:
+                if not self.dsn:
+                    self.dsn = database_url(None, self.config)
+                self.pool = await open_async_pool(
+                    self.dsn, max_size=self.pool_size, application_name="harvest-api", timeout=OPEN_SECS
+                )
+                self.own_pools = True
+                self.max_payload_bytes = await AsyncSqlApi(self.pool).payload_limit()
+            self.opened = True
+
+    def hub(self, shard: int) -> NotificationHub:
+        """The one LISTEN connection on ``harvest_done`` of ``shard`` (opened on first use)."""
+        hub = self.hubs.get(shard)
+        if hub is None:
+            dsn = self.pools.dsn(shard) if self.pools is not None else self.dsn
+            hub = self.hubs[shard] = NotificationHub(dsn, channels.DONE)
+        return hub
+
+    async def close(self) -> None:
+        for hub in list(self.hubs.values()):
+            await hub.close()
+        self.hubs.clear()
+        if self.own_pools:
+            if self.pools is not None:
+                await self.pools.close()
+            if self.pool is not None:
+                await self.pool.close()
+        self.opened = False
+
+
+def endpoints() -> list[Endpoint]:
+    """Every route of the management API, literal paths before parametric ones."""
+    from harvest.web.routes import admin, dead_letters, health, workers, workflows
+
+    found = [
+        *health.ENDPOINTS,
+        *workflows.ENDPOINTS,
+        *dead_letters.ENDPOINTS,
+        *workers.ENDPOINTS,
+        *admin.ENDPOINTS,
+    ]
+    return sorted(found, key=lambda e: e.path.count("{"))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    status = getattr(exc, "status_code", 500)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(status, "http_error")
+    message = {
+        404: f"no route {request.url.path}: see /openapi.json for the routes",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }.get(status, str(getattr(exc, "detail", "")))
+    return JSONResponse(error_body(code, message), status_code=status, headers=getattr(exc, "headers", None))
+
+
+def management_app(
+    *,
+    dsn: str | None = None,
+    shards: Any = None,
+    config: Config | None = None,
+    authorizer: Authorizer | None = None,
+    profile: str | None = None,
+    app: Any = None,
+    pool_size: int = DEFAULT_POOL_SIZE,
+) -> Starlette:
+    """The management API (a Starlette app; mount it under any prefix).
+
+    ``dsn``: one database (default: ``HARVEST_DATABASE_URL`` / ``database_url`` of the config);
+    ``shards``: an :class:`harvest.shard.AsyncShardPools` the caller opened (and closes), else
+    the config's ``[shards]``; ``config``: a :class:`harvest.config.Config` (default: read
+    ``harvest.toml`` and ``HARVEST_*``); ``authorizer``: turns a request into a Principal
+    (:class:`harvest.web.principal.Authorizer`); ``profile``: ``dev`` serves everyone as admin
+    when no authorizer is given (default: the config's ``profile``, else fail closed); ``app``:
+    the :class:`harvest.App` whose catalog the handler and registered-type routes show."""
+    from harvest.web import openapi
+
+    if dsn is not None and shards is not None:
+        raise ConfigError("give management_app a dsn or shards=, not both")
+    config = load_config() if config is None else config
+    profile = profile or config.get("profile") or "production"
+    if authorizer is None:
+        if profile == DEV_PROFILE:
+            log.warning(
+                "harvest: the management API serves every caller as admin (profile dev, no "
+                "authorizer): do not expose this process beyond localhost"
+            )
+            authorizer = DevAuthorizer()
+        else:
+            authorizer = FailClosedAuthorizer()
+    state = HarvestState(
+        config=config,
+        profile=profile,
+        authorizer=authorizer,
+        app=app,
+        dsn=dsn,
+        pool_size=pool_size,
+        pools=shards,
+        router=shards.router if shards is not None else ShardRouter.from_config(config),
+        plan=runtime_plan(config),
+    )
+    table = endpoints()
+    routes = [Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table]
+    routes.append(Route("/openapi.json", openapi.route(table), methods=["GET"], name="openapi"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            await state.open()
+        except Exception as exc:  # the API still starts: /health/ready says 503, requests retry the open
+            log.warning("harvest: the management API could not open its database at startup: %s", exc)
+        try:
+            yield
+        finally:
+            await state.close()
+
+    api = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    api.state.harvest = state
+    api.state.endpoints = table
+    return api

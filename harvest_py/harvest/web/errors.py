@@ -1,0 +1,126 @@
+"""Every error of the management API as JSON: ``{"error": {"code", "message", ...}}``.
+
+The status and the code come from the one mapping in ``harvest.core.errors`` (SQLSTATE ->
+exception -> exit code -> HTTP status). A database error the SQL API has no class for is a 400
+when the server called the input invalid (SQLSTATE class 22), a 503 when the database could not
+be reached, else a 500 with the server's first line; never a stack trace. Retryable errors (a
+shard down, a run being moved) carry ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
+
+from harvest.core.errors import (
+    ExecutionMigrated,
+    HarvestError,
+    PayloadTooLarge,
+    QuotaExceeded,
+    ShardUnavailable,
+    UnknownWorkflow,
+    WorkflowAlreadyExists,
+    WrongShard,
+    error_code,
+    http_status,
+)
+from harvest.db.connection import DatabaseError, database_error_message, redact
+from harvest.db.pools import TRANSIENT
+
+log = logging.getLogger("harvest.web")
+
+RETRY_AFTER_SECS = "1"
+
+
+def json_default(value: Any) -> Any:
+    """JSON for the values rows carry: times as ISO 8601, UUIDs and decimals as text."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, uuid.UUID | Decimal):
+        return str(value) if isinstance(value, uuid.UUID) else float(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+class HarvestJSONResponse(JSONResponse):
+    """JSON of the rows the SQL API returns (times, UUIDs, decimals: :func:`json_default`)."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, default=json_default, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _details(exc: HarvestError) -> dict[str, Any]:
+    """The typed fields an error carries, beside code and message."""
+    if isinstance(exc, WorkflowAlreadyExists):
+        return {"existing_execution_id": exc.existing_execution_id, "existing_state": exc.existing_status}
+    if isinstance(exc, QuotaExceeded):
+        return {"quota": exc.quota, "key": exc.key, "usage": exc.usage, "limit": exc.limit}
+    if isinstance(exc, PayloadTooLarge):
+        return {"what": exc.what, "bytes": exc.bytes, "limit": exc.limit}
+    if isinstance(exc, UnknownWorkflow):
+        return {"workflow_name": exc.workflow_name, "queue": exc.queue, "registered": exc.registered}
+    if isinstance(exc, ExecutionMigrated):
+        return {"reason": exc.reason, "execution_id": exc.execution_id, "shard_id": exc.shard}
+    if isinstance(exc, ShardUnavailable):
+        return {"shard_id": exc.shard}
+    if isinstance(exc, WrongShard):
+        return {"requested_shard_id": exc.requested_shard, "shard_id": exc.shard}
+    field = getattr(exc, "field", None)
+    return {"field": field} if field else {}
+
+
+def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
+    return {
+        "error": {"code": code, "message": message, **{k: v for k, v in details.items() if v is not None}}
+    }
+
+
+def error_response(exc: BaseException) -> JSONResponse:
+    """The JSON answer for any exception a handler raised."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, HarvestError):
+        status = http_status(exc)
+        content = error_body(error_code(exc), redact(str(exc)), **_details(exc))
+        if isinstance(exc, WorkflowAlreadyExists):
+            # The spec's 409 body names the existing run at the top level too.
+            content["existing_execution_id"] = exc.existing_execution_id
+            content["existing_state"] = exc.existing_status
+        if status == 503 or getattr(exc, "retryable", False):
+            headers["Retry-After"] = RETRY_AFTER_SECS
+        if status >= 500 and status not in (503, 504):
+            log.error("harvest: %s", redact(str(exc)))
+    elif isinstance(exc, HTTPException):  # an authorizer or a mounted route may raise Starlette's own
+        status = exc.status_code
+        code = {401: "unauthenticated", 403: "permission_denied", 404: "not_found"}.get(status, "http_error")
+        content = error_body(code, str(exc.detail))
+        headers.update(exc.headers or {})
+    elif isinstance(exc, TRANSIENT):
+        status = 503
+        content = error_body("database_unavailable", "the database could not be reached; retry")
+        headers["Retry-After"] = RETRY_AFTER_SECS
+    elif isinstance(exc, DatabaseError):
+        message, _ = database_error_message(exc)
+        sqlstate = getattr(exc, "sqlstate", None) or ""
+        if sqlstate.startswith("22"):
+            status, code = 400, "invalid_argument"
+        else:
+            status, code = 500, "database_error"
+            log.error("harvest: database error %s: %s", sqlstate, redact(message))
+        content = error_body(code, redact(message))
+    else:
+        log.exception("harvest: unexpected error in the management API", exc_info=exc)
+        status = 500
+        content = error_body("internal_error", "an unexpected error happened; the server log has the details")
+    return JSONResponse(content, status_code=status, headers=headers)

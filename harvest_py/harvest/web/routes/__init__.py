@@ -1,0 +1,464 @@
+"""The route table of the management API, declared once.
+
+Each route is an :class:`Endpoint`: its method and path, the scope it needs, its query and path
+parameters, its JSON body (a small JSON Schema) and its answers. The same declaration checks a
+request (a bad parameter or body is a 400 naming the field, before anything runs), authorizes
+it (``authorizer.authorize(request, scope)`` first), runs its handler on a :class:`Call` (the
+request's database access under the caller's role) and writes ``/openapi.json``. Handlers hold no
+engine logic: they call the SQL API (``harvest.db``), the fan-out reads (``harvest.shard``) and
+the client, as the CLI does.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from harvest.client import routing
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PayloadTooLarge
+from harvest.db.pools import RoledPool
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
+from harvest.web.errors import HarvestJSONResponse, error_response
+
+if TYPE_CHECKING:
+    from harvest.client import AsyncClient
+    from harvest.web.app import HarvestState
+    from harvest.web.principal import Principal, Scope
+
+# -- parameters and bodies -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query or path parameter. ``kind``: string, integer, number, boolean, datetime, uuid,
+    enum (``choices``; either case accepted, answered as declared). An empty value is absent."""
+
+    name: str
+    kind: str = "string"
+    required: bool = False
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    description: str = ""
+    where: str = "query"
+    repeat: bool = False  # may be given several times (a list)
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "string": {"type": "string"},
+            "integer": {"type": "integer"},
+            "number": {"type": "number"},
+            "boolean": {"type": "boolean"},
+            "datetime": {"type": "string", "format": "date-time"},
+            "uuid": {"type": "string", "format": "uuid"},
+            "enum": {"type": "string", "enum": list(self.choices)},
+        }[self.kind]
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        if self.default is not None:
+            out["default"] = self.default
+        if self.repeat:
+            return {"type": "array", "items": out}
+        return out
+
+    def parse(self, raw: str) -> Any:
+        return parse_value(self.name, self.kind, raw, self)
+
+
+def invalid(name: str, message: str) -> InvalidArgument:
+    """A 400 naming the parameter or body field ``name``."""
+    exc = InvalidArgument(f"{name}: {message}")
+    exc.field = name  # type: ignore[attr-defined]
+    return exc
+
+
+def parse_datetime(name: str, raw: str) -> datetime:
+    """An RFC 3339 time (UTC when it has no offset); a 400 naming ``name`` otherwise."""
+    text = raw.strip()
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise invalid(name, f"{raw!r} is not an RFC 3339 time such as 2026-05-08T15:00:00Z") from None
+    if not 1 <= moment.year <= 9999 or (moment.tzinfo is None and moment.year in (1, 9999)):
+        raise invalid(name, f"{raw!r} is out of range")
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def parse_value(name: str, kind: str, raw: Any, spec: Param | None = None) -> Any:
+    """One parameter value from its text (query, path) or its JSON value (a body field)."""
+    text = raw if isinstance(raw, str) else None
+    if kind in ("string", "enum", "uuid", "datetime") and not isinstance(raw, str):
+        raise invalid(name, f"expected a string, got {json.dumps(raw, default=str)[:60]}")
+    if kind == "string":
+        if "\x00" in raw:
+            raise invalid(name, "contains a NUL character")
+        return raw
+    if kind == "enum":
+        choices = spec.choices if spec else ()
+        for choice in choices:
+            if raw.lower() == choice.lower():
+                return choice
+        raise invalid(name, f"{raw!r} is not one of {', '.join(choices)}")
+    if kind == "uuid":
+        try:
+            return str(uuid.UUID(raw))
+        except ValueError:
+            raise invalid(name, f"{raw!r} is not an execution id (a UUID)") from None
+    if kind == "datetime":
+        return parse_datetime(name, raw)
+    if kind == "boolean":
+        if isinstance(raw, bool):
+            return raw
+        if text is not None and text.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return text.lower() in ("true", "1", "yes")
+        raise invalid(name, f"{raw!r} is not true or false")
+    if kind in ("integer", "number"):
+        if isinstance(raw, bool):
+            raise invalid(name, f"expected a number, got {raw!r}")
+        try:
+            value: Any = (int if kind == "integer" else float)(raw) if text is not None else raw
+        except (TypeError, ValueError):
+            raise invalid(
+                name, f"{raw!r} is not {'an integer' if kind == 'integer' else 'a number'}"
+            ) from None
+        if kind == "integer" and (not isinstance(value, int) and not float(value).is_integer()):
+            raise invalid(name, f"{raw!r} is not an integer")
+        if not isinstance(value, int | float) or (isinstance(value, float) and not math.isfinite(value)):
+            raise invalid(name, f"{raw!r} is not a finite number")
+        value = int(value) if kind == "integer" else float(value)
+        low = spec.minimum if spec else None
+        high = spec.maximum if spec else None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise invalid(name, f"{raw!r} is out of range {_n(low)}..{_n(high)}")
+        return value
+    raise AssertionError(kind)
+
+
+def _n(x: float | None) -> str:
+    return "" if x is None else str(int(x)) if float(x).is_integer() else str(x)
+
+
+# A body is a small JSON Schema: {"type": "object", "properties": {name: schema}, "required": [...]}.
+# Field schemas use "type" (string, integer, number, boolean, object, array; absent: any JSON),
+# "enum", "format" (date-time, uuid), "minimum", "maximum".
+
+
+def shape(**properties: dict[str, Any]) -> dict[str, Any]:
+    """A success answer's schema for /openapi.json: an object with these fields, all required."""
+    return {"type": "object", "required": sorted(properties), "properties": properties}
+
+
+ROWS = {"type": "array", "items": {"type": "object"}}
+FANOUT = {
+    "status": {"type": "string", "enum": ["complete", "partial"]},
+    "unavailable_shards": {"type": "array"},
+}
+
+
+def body(properties: dict[str, dict[str, Any]], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+BOOLEAN = {"type": "boolean"}
+OBJECT = {"type": "object"}
+ANY: dict[str, Any] = {}
+DATETIME = {"type": "string", "format": "date-time"}
+
+
+def check_body(schema: dict[str, Any], data: Any) -> dict[str, Any]:
+    """The body checked against ``schema``: each declared field typed (times parsed), or a 400
+    naming the field. Undeclared fields are refused too (a typo must not be ignored)."""
+    if not isinstance(data, dict):
+        raise invalid("body", "expected a JSON object")
+    props: dict[str, Any] = schema.get("properties", {})
+    unknown = sorted(set(data) - set(props))
+    if unknown:
+        raise invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(props)) or 'none'}")
+    for name in schema.get("required", ()):
+        if data.get(name) is None:
+            raise invalid(name, "is required")
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        spec = props[name]
+        if value is None:
+            out[name] = None
+            continue
+        kind = spec.get("type")
+        if "enum" in spec:
+            out[name] = parse_value(name, "enum", value, Param(name, "enum", choices=tuple(spec["enum"])))
+        elif kind == "string" and spec.get("format") == "date-time":
+            out[name] = parse_value(name, "datetime", value)
+        elif kind == "string" and spec.get("format") == "uuid":
+            out[name] = parse_value(name, "uuid", value)
+        elif kind in ("string", "boolean"):
+            if kind == "boolean" and not isinstance(value, bool):
+                raise invalid(name, f"expected true or false, got {json.dumps(value)[:60]}")
+            out[name] = parse_value(name, kind, value)
+        elif kind in ("integer", "number"):
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise invalid(name, f"expected a number, got {json.dumps(value)[:60]}")
+            limits = Param(name, kind, minimum=spec.get("minimum"), maximum=spec.get("maximum"))
+            out[name] = parse_value(name, kind, value, limits)
+        elif kind == "object":
+            if not isinstance(value, dict):
+                raise invalid(name, "expected a JSON object")
+            out[name] = value
+        elif kind == "array":
+            if not isinstance(value, list):
+                raise invalid(name, "expected a JSON array")
+            out[name] = value
+        else:
+            out[name] = value
+    return out
+
+
+# -- the request's database access -----------------------------------------------------------
+
+
+class Call:
+    """One request: who makes it (``principal``) and the database under its role. Every SQL
+    call made through it runs as ``principal.role`` (``SET ROLE``, reset before the connection
+    goes back), so the database checks again what the route checked."""
+
+    def __init__(self, request: Request, state: HarvestState, principal: Principal, endpoint: Endpoint):
+        self.request, self.state, self.endpoint = request, state, endpoint
+        self._bind(principal)
+
+    def _bind(self, principal: Principal) -> None:
+        """Every database access of the request, in ``principal``'s role."""
+        self.principal = principal
+        self._client: AsyncClient | None = None
+        role, source = principal.role, principal.source
+        if self.state.pools is not None:
+            self._pools = self.state.pools.with_role(role, source)
+            self._sql: AsyncSqlApi | None = None
+        else:
+            self._pools = None
+            self._sql = AsyncSqlApi(RoledPool(self.state.pool, role, source))
+
+    @property
+    def sharded(self) -> bool:
+        return self._pools is not None
+
+    @property
+    def operator_id(self) -> str:
+        """Who the audit log records as the operator: the principal's actor."""
+        return self.principal.actor
+
+    async def require(self, scope: Scope) -> None:
+        """Ask the authorizer again for a higher scope (a start whose policy can cancel a live run
+        needs admin): 403 when the caller does not hold it."""
+        if not self.principal.allows(scope):
+            self._bind(await self.state.authorizer.authorize(self.request, scope))
+
+    def default_shard(self) -> int:
+        return self.state.router.default
+
+    def providers(self) -> Mapping[int, Any]:
+        """Shard -> API provider for the fan-out reads (one database: shard 0)."""
+        if self._pools is None:
+            return {0: self._sql}
+        return {s: functools.partial(self._pools.api, s) for s in self.state.router.readable}
+
+    def reads(self) -> AsyncShardReads:
+        return AsyncShardReads(self.providers(), timeout=self.state.shard_timeout if self.sharded else None)
+
+    async def on_shard(self, shard: int | None, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
+        """``fn(sql)`` on one shard (None: the default; one database: the database, which must be
+        that shard when a number is given)."""
+        if self._pools is None:
+            if shard is not None and shard != await self._sql.get_shard_id():
+                raise invalid("shard_id", f"{shard} is not this database's shard")
+            return await fn(self._sql)
+        target = self.state.router.default if shard is None else shard
+        if target not in self.state.router.readable:
+            raise invalid("shard_id", f"{target} is not a shard of this deployment")
+        async with self._pools.api(target) as sql:
+            return await fn(sql)
+
+    async def each_shard(self, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
+        """``fn(sql)`` on every readable shard: a :class:`FanOut` (one database: shard 0)."""
+        from harvest.shard.fanout import FanOut, fan_out_async
+
+        if self._pools is None:
+            return FanOut.of({0: await fn(self._sql)}, ())
+        return await fan_out_async(self.providers(), fn, timeout=self.state.shard_timeout)
+
+    async def routed(self, execution_id: str, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
+        """``fn(sql)`` on the shard the execution lives on (its id's shard, then a moved run's
+        forwarding pointer); one database: the database."""
+        if self._pools is None:
+            return await fn(self._sql)
+
+        async def attempt(shard: int) -> Any:
+            async with self._pools.api(shard) as sql:
+                return await fn(sql)
+
+        routing.route_id(self.state.router, execution_id)
+        return await self._pools.follow(execution_id, attempt)
+
+    def resident(self, row: dict[str, Any]) -> dict[str, Any]:
+        """A row read by id, checked: on shards a seal of a moved run raises ExecutionMigrated
+        (which :meth:`routed` follows); one database reads it as it is."""
+        return routing.resident(row, self.sharded)
+
+    def client(self) -> AsyncClient:
+        """An AsyncClient whose every call runs in this request's role (no I/O to make one)."""
+        if self._client is None:
+            from harvest.client import AsyncClient
+            from harvest.db.connection import dsn_with_role
+
+            limit = self.state.max_payload_bytes
+            if self._pools is not None:
+                self._client = AsyncClient(None, None, limit, shards=self._pools)
+            else:
+                dsn = dsn_with_role(self.state.dsn, self.principal.role, self.principal.source)
+                self._client = AsyncClient(dsn, self._sql.pool, limit)
+        return self._client
+
+
+def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
+    """A fan-out read's JSON: the value under ``key`` with status and unavailable_shards
+    (next_cursor for the paginated ones); no shard answering is a 503."""
+    if value.status == UNAVAILABLE:
+        shards = ", ".join(str(s) for s in value.unavailable_shards)
+        raise DatabaseUnavailable(
+            f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
+        )
+    if key is None:
+        return {**value.value, "status": value.status, "unavailable_shards": value.unavailable_shards}
+    return value.envelope(key)
+
+
+# -- routes ------------------------------------------------------------------------------------
+
+Handler = Callable[[Call, dict[str, Any], dict[str, Any] | None], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A handler's answer with a status other than 200, or headers."""
+
+    data: Any
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One route: declared once, it checks, authorizes, runs and documents itself."""
+
+    method: str
+    path: str
+    scope: Scope | None  # None: no authorization (health probes)
+    handler: Handler
+    summary: str
+    params: tuple[Param, ...] = ()
+    body: dict[str, Any] | None = None
+    responses: dict[int, str] = field(default_factory=lambda: {200: "OK"})
+    tag: str = ""
+    shape: dict[str, Any] = field(default_factory=lambda: {"type": "object"})  # a success's JSON
+
+    @property
+    def operation_id(self) -> str:
+        return self.handler.__name__
+
+    async def __call__(self, request: Request) -> Response:
+        state: HarvestState = request.app.state.harvest
+        try:
+            if not state.opened and self.scope is not None:  # mounted, or the database was down at boot
+                await state.open()  # (the probes open what they need themselves)
+            principal = None if self.scope is None else await state.authorizer.authorize(request, self.scope)
+            args = self._arguments(request)
+            data = None
+            if self.body is not None:
+                raw = await _read_body(request)
+                if raw.strip():
+                    try:
+                        decoded = json.loads(raw)
+                    except (ValueError, UnicodeDecodeError):
+                        raise invalid("body", "is not valid JSON") from None
+                else:
+                    decoded = {}
+                data = check_body(self.body, decoded)
+            call = _Anonymous(request, state) if principal is None else Call(request, state, principal, self)
+            answer = await self.handler(call, args, data)
+        except Exception as exc:  # every failure becomes the JSON error shape
+            return error_response(exc)
+        if isinstance(answer, Response):
+            return answer
+        if not isinstance(answer, Reply):
+            answer = Reply(answer)
+        if answer.status == 204:
+            return Response(status_code=204, headers=answer.headers)
+        return HarvestJSONResponse(answer.data, status_code=answer.status, headers=answer.headers)
+
+    def _arguments(self, request: Request) -> dict[str, Any]:
+        args: dict[str, Any] = {}
+        for p in self.params:
+            if p.where == "path":
+                args[p.name] = p.parse(request.path_params[p.name])
+                continue
+            raw = request.query_params.getlist(p.name)
+            raw = [r for r in raw if r != ""]
+            if not raw:
+                if p.required:
+                    raise invalid(p.name, "is required")
+                args[p.name] = [] if p.repeat else p.default
+            elif p.repeat:
+                args[p.name] = [p.parse(r) for r in raw]
+            elif len(raw) > 1:
+                raise invalid(p.name, "given more than once")
+            else:
+                args[p.name] = p.parse(raw[0])
+        return args
+
+
+# A request body larger than this is refused before it is parsed (a payload the engine takes is
+# bounded by harvest.engine_settings.max_payload_bytes, checked again by the client and the SQL).
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise PayloadTooLarge(
+            f"the request body is {declared} bytes, over {MAX_BODY_BYTES}", "the request body"
+        )
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"the request body is over {MAX_BODY_BYTES} bytes", "the request body")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _Anonymous:
+    """The request of a route that needs no authorization (health probes): the process's
+    state and the unswitched pools."""
+
+    def __init__(self, request: Request, state: HarvestState):
+        self.request, self.state = request, state
+
+
+def path(name: str, kind: str = "string", description: str = "") -> Param:
+    return Param(name, kind, required=True, where="path", description=description)

@@ -1,0 +1,428 @@
+"""Administration: preflight, concurrency, usage, config (with ``shard_topology``), queue
+coverage, version-gate usage, retention (``placed_elsewhere``; run-now answers 503 where the
+janitor does not run), rate-limit pacing overrides, shard health and the audit log
+(docs/http-api.md, "Admin"). Every route here needs the admin scope."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from harvest.config import declared_queues, merge_coverage, resolve_queues
+from harvest.core.durations import moment
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotPlacedHere
+from harvest.shard.fanout import USAGE_SUMS
+from harvest.web.routes import STRING, Call, Endpoint, Param, Reply, body, invalid, merged, path
+from harvest.web.routes.health import shard_readiness, shard_urls
+
+
+async def concurrency(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The spec's shape, a JSON array of keys; a partial read says so in X-Harvest-Status."""
+    found = merged(await call.reads().list_concurrency_keys(args["key"]), "keys")
+    headers = {"X-Harvest-Status": found["status"]}
+    if found["unavailable_shards"]:
+        headers["X-Harvest-Unavailable-Shards"] = ",".join(map(str, found["unavailable_shards"]))
+    return Reply(found["keys"], headers=headers)
+
+
+async def usage(call: Call, args: dict[str, Any], _: Any) -> Any:
+    now = datetime.now(UTC)
+    window = {}
+    for name, raw in (("from", args["from"]), ("to", args["to"] or "0s")):
+        try:
+            window[name] = moment(raw, name, now)
+        except InvalidArgument as exc:
+            raise invalid(name, str(exc)) from None
+    start, end = window["from"], window["to"]
+    found = merged(await call.reads().count_usage(start, end, args["group_by"]), "rows")
+    return {
+        "status": found["status"],
+        "from": start.isoformat(),
+        "to": end.isoformat(),
+        "group_by": args["group_by"],
+        "groups": [{"group": r["group_name"], **{k: r.get(k) for k in USAGE_SUMS}} for r in found["rows"]],
+        "unavailable_shards": found["unavailable_shards"],
+    }
+
+
+def _queues(call: Call) -> dict[str, Any]:
+    app, config = call.state.app, call.state.config
+    # The resolved shards a worker of this configuration polls: auto is every shard with a pool.
+    assignments = config.get("worker.shard_assignments")
+    shards = list(call.state.router.readable) if assignments in (None, "auto") else list(assignments)
+    out: dict[str, Any] = {"shard_assignments": shards, "shard_assignments_source": assignments or "auto"}
+    if app is None:
+        return {
+            **out,
+            "queues": config.get("worker.queues"),
+            "declared_queues": None,
+            "queue_source": "no App",
+        }
+    polled, declared, source = resolve_queues(app, config)
+    return {**out, "queues": polled, "declared_queues": declared, "queue_source": source}
+
+
+async def config(call: Call, args: dict[str, Any], _: Any) -> Any:
+    state, router = call.state, call.state.router
+    plan = state.plan
+    return {
+        "profile": state.profile,
+        "role": plan.role if plan else None,
+        "runtimes": {s.name: {"value": s.value, "source": s.source} for s in plan.switches} if plan else {},
+        "worker": _queues(call),
+        "retention": {
+            "run_on": plan.run_on if plan else None,
+            "runs_here": bool(plan and plan.retention.value),
+        },
+        "readiness": {"require_shard_readiness": bool(state.config.get("readiness.require_shard_readiness"))},
+        "auth": {"unauthenticated_access": state.unauthenticated},
+        "shard_topology": {
+            "readable_shards": list(router.readable),
+            "writable_shards": list(router.writable),
+            "default_shard": router.default,
+            "reserved_shards": sorted(router.reserved),
+            "residency_map": dict(sorted((router.residency_map or {}).items())),
+            "shard_forwards": {str(k): v for k, v in sorted((router.forwards or {}).items())},
+        },
+    }
+
+
+async def queue_coverage(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """Each declared queue with no live worker (the served App's queues, else the fleet's)."""
+    declared = declared_queues(call.state.app) if call.state.app is not None else None
+
+    async def read(sql: Any) -> Any:
+        registered = sorted(
+            {q for row in await sql.list_workers(None, None, None) for q in row.get("queues") or []}
+        )
+        return registered, await sql.list_workers(None, "active", "healthy")
+
+    fan = await call.each_shard(read)
+    if not fan.results:
+        raise DatabaseUnavailable("no shard could be read for the queue coverage; retry when one is up")
+    data = merge_coverage(fan.results, declared)
+    data["declared_source"] = "app" if declared is not None else "fleet"
+    if not data["declared_queues"] or fan.unavailable_shards:
+        data["unpolled_declared_queues"] = None  # unknown, never "all covered"
+    return {**data, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+
+
+async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
+    shards = None if args["shard_id"] is None else (args["shard_id"],)
+    if shards and shards[0] not in call.providers():
+        raise invalid("shard_id", f"{shards[0]} is not a shard of this deployment")
+    from harvest.shard.fanout import fan_out_async
+
+    fan = await fan_out_async(
+        call.providers(),
+        lambda sql: sql.count_versions(args["change_id"], args["recorded_version"], args["state_group"]),
+        shards=shards,
+        timeout=call.state.shard_timeout if call.sharded else None,
+    )
+    rows = [{**r, "shard_id": s} for s, found in fan.results.items() for r in found]
+    total = sum(r["executions"] for r in rows)
+    status = fan.status if fan.status != "complete" else ("complete" if total else "no_matches")
+    return {
+        "status": status,
+        "change_id": args["change_id"],
+        "recorded_version": args["recorded_version"],
+        "state_group": args["state_group"],
+        "versions": rows,
+        "executions": total,
+        "unavailable_shards": fan.unavailable_shards,
+    }
+
+
+async def retention(call: Call, args: dict[str, Any], _: Any) -> Any:
+    plan = call.state.plan
+    here = bool(plan and plan.retention.value)
+    out: dict[str, Any] = {
+        "run_on": plan.run_on if plan else None,
+        "placed_elsewhere": not here,
+        "runs_here": {"value": here, "source": plan.retention.source if plan else None},
+    }
+    if not here:
+        return {**out, "shards": []}  # the janitor of this process: none; its config only
+    fan = await call.each_shard(lambda sql: sql.get_retention_status())
+    shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
+    return {**out, "shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+
+
+def _not_here() -> NotPlacedHere:
+    return NotPlacedHere(
+        'retention does not run in this process: run_on = "scheduler" places the janitor with the '
+        'scheduler, which this replica does not run; set run_on = "all" (HARVEST_RETENTION__RUN_ON=all) '
+        "on the web replicas to sweep from the API, or let the next tick on a worker replica run it"
+    )
+
+
+async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    plan = call.state.plan
+    if not (plan and plan.retention.value):
+        raise _not_here()
+    operator = data.get("operator_id") or call.operator_id
+    max_batches = data.get("max_batches") or 100
+
+    async def sweep(sql: Any) -> dict[str, Any]:
+        workers = (await sql.prune_workers(operator=operator))["deleted"]
+        deleted = batches = 0
+        result: dict[str, Any] = {"remaining": None, "cutoff": None}
+        while batches < max_batches:
+            result = await sql.run_retention(data.get("max_age"), data.get("batch_size"), operator)
+            batches += 1
+            deleted += result["deleted"]
+            if result["deleted"] == 0 or result["remaining"] == 0:
+                break
+        return {
+            "deleted": deleted,
+            "batches": batches,
+            "remaining": result["remaining"],
+            "cutoff": result["cutoff"],
+            "workers_deleted": workers,
+        }
+
+    fan = await call.each_shard(sweep)
+    if not fan.results:
+        raise DatabaseUnavailable("no shard could be swept; retry when one is up")
+    shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
+    return {
+        "deleted": sum(r["deleted"] for r in shards),
+        "shards": shards,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+    }
+
+
+async def _every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
+    """A pacing write on every shard: the answers, and shard_errors for the shards not reached;
+    none reached is a 503 (no override anywhere)."""
+    fan = await call.each_shard(fn)
+    if not fan.results:
+        raise DatabaseUnavailable("no shard could be reached: no override was applied anywhere; retry")
+    return {
+        "shards": {str(s): r for s, r in fan.results.items()},
+        "shard_errors": [{"shard_id": s, "error": "unreachable"} for s in fan.unavailable_shards],
+        "status": fan.status,
+    }
+
+
+async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    name = args["activity_name"]
+    out = await _every_shard_write(
+        call,
+        lambda sql: sql.set_rate_limit_override(
+            name, data["rps"], data.get("burst"), data.get("ttl_secs") or 3600
+        ),
+    )
+    return {"activity_name": name, **out}
+
+
+async def clear_rate_limit_override(call: Call, args: dict[str, Any], _: Any) -> Any:
+    name = args["activity_name"]
+    out = await _every_shard_write(call, lambda sql: sql.clear_rate_limit_override(name))
+    return {"activity_name": name, **out}
+
+
+async def get_rate_limit(call: Call, args: dict[str, Any], _: Any) -> Any:
+    name = args["activity_name"]
+    fan = await call.each_shard(lambda sql: sql.get_rate_limit(name))
+    return {
+        "activity_name": name,
+        "shards": {str(s): r for s, r in fan.results.items()},
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+    }
+
+
+async def shards_health(call: Call, args: dict[str, Any], _: Any) -> Any:
+    return await shard_readiness(call.state, args["candidate_shard"])
+
+
+async def audit_log(call: Call, args: dict[str, Any], _: Any) -> Any:
+    fan = await call.each_shard(lambda sql: sql.list_audit_log(args["limit"], args["operation"]))
+    rows = [{**r, "shard_id": s} for s, found in fan.results.items() for r in found]
+    rows.sort(key=lambda r: r["at"], reverse=True)
+    return {
+        "entries": rows[: args["limit"]],
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+    }
+
+
+async def preflight(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The deploy gate's checks (harvest.config.preflight, as `harvest preflight`), plus whether
+    this API has an auth boundary."""
+    from harvest.config.preflight import Check, overall, run_checks, run_shard_checks
+
+    state = call.state
+    await state.open()
+    if state.sharded:
+        checks = await run_in_threadpool(run_shard_checks, state.router, shard_urls(state), state.app)
+    else:
+        checks = await run_in_threadpool(run_checks, state.dsn, state.app)
+    unauthenticated = state.unauthenticated
+    checks.append(
+        Check(
+            "admin_auth_boundary",
+            "warn" if unauthenticated else "pass",
+            "the management API serves every caller as admin (dev profile, no authorizer)"
+            if unauthenticated
+            else "the management API authorizes every call",
+            details={"unauthenticated_access": unauthenticated, "profile": state.profile},
+            remediation="give management_app an authorizer (API tokens) before exposing it"
+            if unauthenticated
+            else None,
+        )
+    )
+    observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {
+        "overall_status": overall(checks),
+        "observed_at": observed,
+        "checks": [c.to_json() for c in checks],
+    }
+
+
+ACTIVITY = path("activity_name")
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/admin/preflight",
+        "admin",
+        preflight,
+        "The read-only deploy gate: pass, warn or fail.",
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/concurrency",
+        "admin",
+        concurrency,
+        "Per concurrency key: max_concurrent, in_flight, pending, the workflows on it.",
+        (Param("key"),),
+        tag="admin",
+        shape={"type": "array", "items": {"type": "object"}},
+    ),
+    Endpoint(
+        "GET",
+        "/admin/usage",
+        "admin",
+        usage,
+        "What each workflow type or tenant consumed over a window, summed over every shard.",
+        (
+            Param("from", required=True, description="RFC 3339, or a duration back from now (24h)."),
+            Param("to", description="RFC 3339, or a duration back from now (default now)."),
+            Param("group_by", default="workflow_name", description="workflow_name or search_attr:<key>."),
+        ),
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/config",
+        "admin",
+        config,
+        "This process's configuration and shard topology.",
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/queue-coverage",
+        "admin",
+        queue_coverage,
+        "Declared queues with no live worker.",
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/version-gates/usage",
+        "admin",
+        version_usage,
+        "Runs per recorded version of a ctx.version() gate: complete, no_matches, partial or unavailable.",
+        (
+            Param("change_id", required=True),
+            Param("recorded_version", "integer", minimum=-(2**31), maximum=2**31 - 1),
+            Param("state_group", "enum", default="active", choices=("active", "terminal", "all")),
+            Param("shard_id", "integer", minimum=0, maximum=65535),
+        ),
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/retention",
+        "admin",
+        retention,
+        "The janitor of this process: each shard's settings and runs, or placed_elsewhere.",
+        tag="admin",
+    ),
+    Endpoint(
+        "POST",
+        "/admin/retention/run-now",
+        "admin",
+        retention_run_now,
+        "Sweep expired terminal executions now (503 where the janitor does not run).",
+        body=body(
+            {
+                "max_age": STRING,
+                "batch_size": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                "max_batches": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                "operator_id": STRING,
+            }
+        ),
+        responses={200: "Swept", 503: "The janitor does not run in this process"},
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/rate-limits/{activity_name}",
+        "admin",
+        get_rate_limit,
+        "An activity's rate limit and override, per shard.",
+        (ACTIVITY,),
+        tag="admin",
+    ),
+    Endpoint(
+        "POST",
+        "/admin/rate-limits/{activity_name}/override",
+        "admin",
+        set_rate_limit_override,
+        "A temporary, self-expiring rate override on every shard (audited; shard_errors names a miss).",
+        (ACTIVITY,),
+        body(
+            {
+                "rps": {"type": "number", "minimum": 0.001, "maximum": 1_000_000},
+                "burst": {"type": "number", "minimum": 1, "maximum": 1_000_000},
+                "ttl_secs": {"type": "number", "minimum": 1, "maximum": 604_800},
+            },
+            ("rps",),
+        ),
+        tag="admin",
+    ),
+    Endpoint(
+        "DELETE",
+        "/admin/rate-limits/{activity_name}/override",
+        "admin",
+        clear_rate_limit_override,
+        "Remove an activity's rate override on every shard (audited).",
+        (ACTIVITY,),
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/shards/health",
+        "admin",
+        shards_health,
+        "One row per configured shard: roles, reachability, schema, workers, coverage, pressure, reasons.",
+        (Param("candidate_shard", "integer", minimum=0, maximum=65535),),
+        tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/audit",
+        "admin",
+        audit_log,
+        "The audit log of operator actions, newest first.",
+        (Param("limit", "integer", default=100, minimum=1, maximum=1000), Param("operation")),
+        tag="admin",
+    ),
+]

@@ -1,0 +1,164 @@
+"""Dead letters: list, get, count, replay and discard one, replay and discard by filter with a
+dry run (functions/dead_letters.sql; docs/http-api.md, "Dead letters"). A dead letter's id is
+unique on its shard only: ``shard_id`` names the shard (default: the default shard)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harvest.web.routes import (
+    BOOLEAN,
+    DATETIME,
+    FANOUT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    body,
+    invalid,
+    merged,
+    shape,
+)
+
+ID = Param("dead_letter_id", "integer", required=True, minimum=1, maximum=2**63 - 1, where="path")
+SHARD = Param("shard_id", "integer", minimum=0, maximum=65535, description="The dead letter's shard.")
+
+
+async def list_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
+    found = await call.reads().list_dead_letters(
+        args["limit"], args["activity_name"], args["workflow_name"], args["cursor"], args["before_id"]
+    )
+    return merged(found, "dead_letters")
+
+
+async def count_dead_letters(call: Call, args: dict[str, Any], _: Any) -> Any:
+    return merged(await call.reads().count_dead_letters(args["group_by"]), "groups")
+
+
+async def get_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
+    row = await call.on_shard(args["shard_id"], lambda sql: sql.get_dead_letter(args["dead_letter_id"]))
+    return {**row, "shard_id": args["shard_id"] if args["shard_id"] is not None else call.default_shard()}
+
+
+async def replay_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
+    task_id = await call.on_shard(
+        args["shard_id"], lambda sql: sql.replay_dead_letter(args["dead_letter_id"])
+    )
+    return {"dead_letter_id": args["dead_letter_id"], "task_id": task_id}
+
+
+async def discard_dead_letter(call: Call, args: dict[str, Any], _: Any) -> Any:
+    await call.on_shard(args["shard_id"], lambda sql: sql.discard_dead_letter(args["dead_letter_id"]))
+    return {"dead_letter_id": args["dead_letter_id"], "discarded": True}
+
+
+def _bulk(action: str) -> Any:
+    async def handler(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+        filters = {
+            k: data.get(k) for k in ("activity_name", "workflow_name", "failed_after", "failed_before")
+        }
+        if not any(v is not None for v in filters.values()):
+            raise invalid(
+                "activity_name",
+                "a bulk action needs one of activity_name, workflow_name, failed_after, failed_before",
+            )
+        limit = data.get("limit") or 100
+        dry_run = bool(data.get("dry_run"))
+        operator = data.get("operator_id") or call.operator_id
+        return await call.on_shard(
+            data.get("shard_id"),
+            lambda sql: sql.bulk_dead_letters(
+                action, **filters, limit=limit, dry_run=dry_run, operator=operator
+            ),
+        )
+
+    handler.__name__ = f"{action}_dead_letters"
+    return handler
+
+
+BULK = body(
+    {
+        "activity_name": STRING,
+        "workflow_name": STRING,
+        "failed_after": DATETIME,
+        "failed_before": DATETIME,
+        "limit": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "dry_run": BOOLEAN,
+        "operator_id": STRING,
+        "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+    }
+)
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/dead-letters",
+        "read",
+        list_dead_letters,
+        "Dead letters over every shard, newest failure first.",
+        (
+            Param("limit", "integer", default=100, minimum=1, maximum=1000),
+            Param("activity_name"),
+            Param("workflow_name"),
+            Param("cursor", description="next_cursor of the previous page."),
+            Param("before_id", "integer", minimum=1, maximum=2**63 - 1, description="One shard: ids below."),
+        ),
+        tag="dead-letters",
+        shape=shape(dead_letters=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
+    ),
+    Endpoint(
+        "GET",
+        "/dead-letters/aggregate",
+        "read",
+        count_dead_letters,
+        "Dead letters counted per activity, workflow and error type, over every shard.",
+        (Param("group_by", "enum", default="all", choices=("all", "activity", "workflow", "error_type")),),
+        tag="dead-letters",
+    ),
+    Endpoint(
+        "POST",
+        "/dead-letters/replay",
+        "operate",
+        _bulk("replay"),
+        "Replay every dead letter matching the filter (at most limit; dry_run writes nothing).",
+        body=BULK,
+        tag="dead-letters",
+    ),
+    Endpoint(
+        "POST",
+        "/dead-letters/discard",
+        "admin",
+        _bulk("discard"),
+        "Discard every dead letter matching the filter (at most limit; dry_run writes nothing).",
+        body=BULK,
+        tag="dead-letters",
+    ),
+    Endpoint(
+        "GET",
+        "/dead-letters/{dead_letter_id}",
+        "read",
+        get_dead_letter,
+        "One dead letter.",
+        (ID, SHARD),
+        tag="dead-letters",
+    ),
+    Endpoint(
+        "POST",
+        "/dead-letters/{dead_letter_id}/replay",
+        "operate",
+        replay_dead_letter,
+        "Re-enqueue one dead letter with a fresh attempt budget.",
+        (ID, SHARD),
+        tag="dead-letters",
+    ),
+    Endpoint(
+        "POST",
+        "/dead-letters/{dead_letter_id}/discard",
+        "admin",
+        discard_dead_letter,
+        "Discard one dead letter: its workflow receives the activity's failure.",
+        (ID, SHARD),
+        tag="dead-letters",
+    ),
+]

@@ -1,0 +1,114 @@
+"""Health probes: ``/health`` (cheap liveness, or readiness with
+``readiness.require_shard_readiness``), ``/health/live`` (the process answers) and
+``/health/ready`` (the database answers with this Harvest's schema; with
+``readiness.require_shard_readiness``, every writable shard is ready). No authorization: probes
+carry no data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from harvest.db import SCHEMA_VERSION
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.web.errors import error_body
+from harvest.web.routes import Endpoint, Reply, shape
+
+STATUS = shape(status={"type": "string"})
+
+RESPONSES = {200: "Ready", 503: "Not ready"}
+
+
+def shard_urls(state: Any) -> dict[int, str]:
+    """Each shard's database URL, for the checks that open connections of their own."""
+    if state.pools is not None:
+        return {s: state.pools.dsn(s) for s in state.pools.shards}
+    return {0: state.dsn}
+
+
+async def shard_readiness(state: Any, candidate: int | None = None) -> dict[str, Any]:
+    """harvest.shard.health over every configured shard (its own short connections, in a thread)."""
+    from harvest.shard.health import shard_health
+
+    await state.open()
+    return await run_in_threadpool(shard_health, state.router, shard_urls(state), candidate=candidate)
+
+
+async def _schema(state: Any) -> dict[str, Any]:
+    """The schema version of each writable shard (one database: the database)."""
+    await state.open()
+    found: dict[str, Any] = {}
+    if state.pools is None:
+        found["0"] = await AsyncSqlApi(state.pool).schema_version()
+        return found
+    for shard in state.router.writable:
+        try:
+            async with state.pools.api(shard) as sql:
+                found[str(shard)] = await sql.schema_version()
+        except Exception:
+            found[str(shard)] = None
+    return found
+
+
+def _not_ready(message: str, **details: Any) -> Reply:
+    """503, with the probe's status and the API's error shape."""
+    return Reply(
+        {"status": "not_ready", **details, **error_body("not_ready", message)}, 503, {"Retry-After": "1"}
+    )
+
+
+async def ready(call: Any) -> Reply:
+    state = call.state
+    if state.config.get("readiness.require_shard_readiness"):
+        health = await shard_readiness(state)
+        ok = health["readiness"] == "ready"
+        return Reply(
+            {"status": "ready" if ok else "not_ready", "readiness": health["readiness"]}, 200 if ok else 503
+        )
+    try:
+        versions = await _schema(state)
+    except Exception as exc:
+        return Reply({"status": "not_ready", "reason": type(exc).__name__}, 503)
+    ok = all(v == SCHEMA_VERSION for v in versions.values())
+    body = {"status": "ready" if ok else "not_ready", "schema_version": SCHEMA_VERSION, "shards": versions}
+    return Reply(body, 200 if ok else 503)
+
+
+async def health(call: Any, args: dict[str, Any], _: Any) -> Reply:
+    if call.state.config.get("readiness.require_shard_readiness"):
+        return await ready(call)
+    return Reply({"status": "ok"})
+
+
+async def health_live(call: Any, args: dict[str, Any], _: Any) -> Reply:
+    return Reply({"status": "ok"})
+
+
+async def health_ready(call: Any, args: dict[str, Any], _: Any) -> Reply:
+    return await ready(call)
+
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/health",
+        None,
+        health,
+        "Liveness (readiness with readiness.require_shard_readiness).",
+        responses=RESPONSES,
+        tag="health",
+        shape=STATUS,
+    ),
+    Endpoint("GET", "/health/live", None, health_live, "The process answers.", tag="health"),
+    Endpoint(
+        "GET",
+        "/health/ready",
+        None,
+        health_ready,
+        "The database answers with this Harvest's schema.",
+        responses=RESPONSES,
+        tag="health",
+        shape=STATUS,
+    ),
+]

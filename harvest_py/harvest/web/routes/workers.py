@@ -1,0 +1,122 @@
+"""The worker fleet: list with filters, one worker, the health roll-up, drain with a deadline
+and the drain preview (functions/workers.sql; docs/http-api.md, "Workers"). Each worker row is
+pinned to the shard it polls (``shard_id``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harvest.core.errors import NotFound
+from harvest.web.routes import (
+    DATETIME,
+    FANOUT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    body,
+    invalid,
+    merged,
+    path,
+    shape,
+)
+
+WORKER = path("worker_id", description="The worker's id.")
+
+
+async def list_workers(call: Call, args: dict[str, Any], _: Any) -> Any:
+    shard = args["shard_id"]
+    if shard is not None and shard not in call.providers():
+        raise invalid("shard_id", f"{shard} is not a shard of this deployment")
+    found = await call.reads().list_workers(args["queue"], args["status"], args["health"], shard)
+    return merged(found, "workers")
+
+
+async def worker_health(call: Call, args: dict[str, Any], _: Any) -> Any:
+    return merged(await call.reads().get_worker_health(), None)
+
+
+async def _found_or_none(sql: Any, worker_id: str) -> Any:
+    try:
+        return await sql.get_worker(worker_id)
+    except NotFound:
+        return None
+
+
+async def get_worker(call: Call, args: dict[str, Any], _: Any) -> Any:
+    worker_id = args["worker_id"]
+    fan = await call.each_shard(lambda sql: _found_or_none(sql, worker_id))
+    rows = [{**row, "shard_id": s} for s, row in fan.results.items() if row is not None]
+    if not rows:
+        missing = f" (shard(s) {', '.join(map(str, fan.unavailable_shards))} could not be read)"
+        raise NotFound(f"no worker {worker_id!r} on any shard{missing if fan.unavailable_shards else ''}")
+    # One row per shard the worker polls; the first is the answer, all are listed.
+    return {**rows[0], "rows": rows, "read_status": fan.status, "unavailable_shards": fan.unavailable_shards}
+
+
+async def drain_worker(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    worker_id = args["worker_id"]
+    operator = data.get("operator_id") or call.operator_id
+    fan = await call.each_shard(lambda sql: sql.drain_worker(worker_id, data.get("deadline_at"), operator))
+    rows = [{**row, "shard_id": s} for s, row in fan.results.items()]
+    found = [r for r in rows if r.get("outcome") != "not_found"] or rows
+    answer = dict(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
+    answer["shards"] = [r["shard_id"] for r in rows if r.get("outcome") != "not_found"]
+    answer["rows"] = rows
+    answer["unavailable_shards"] = fan.unavailable_shards
+    return answer
+
+
+async def drain_preview(call: Call, args: dict[str, Any], _: Any) -> Any:
+    fan = await call.each_shard(lambda sql: sql.preview_drain(args["queue"], args["worker_id"]))
+    rows = [{**row, "shard_id": s} for s, answer in fan.results.items() for row in answer]
+    return {"workers": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/workers",
+        "read",
+        list_workers,
+        "The worker fleet over every shard, stale first within each status.",
+        (
+            Param("queue"),
+            Param("shard_id", "integer", minimum=0, maximum=65535),
+            Param("status", "enum", choices=("active", "draining", "stopped")),
+            Param("health", "enum", choices=("healthy", "stale", "stopped")),
+        ),
+        tag="workers",
+        shape=shape(workers=ROWS, **FANOUT),
+    ),
+    Endpoint("GET", "/workers/health", "read", worker_health, "The fleet health roll-up.", tag="workers"),
+    Endpoint(
+        "GET",
+        "/workers/drain-preview",
+        "read",
+        drain_preview,
+        "Who a drain would affect: in-flight work and the queues left uncovered.",
+        (Param("queue"), Param("worker_id")),
+        tag="workers",
+    ),
+    Endpoint(
+        "GET",
+        "/workers/{worker_id}",
+        "read",
+        get_worker,
+        "One worker with the task ids it holds (a row per shard it polls).",
+        (WORKER,),
+        tag="workers",
+    ),
+    Endpoint(
+        "POST",
+        "/workers/{worker_id}/drain",
+        "admin",
+        drain_worker,
+        "Ask a worker to stop claiming and finish its in-flight work (optionally by a deadline); audited.",
+        (WORKER,),
+        body({"deadline_at": DATETIME, "operator_id": STRING}),
+        tag="workers",
+    ),
+]

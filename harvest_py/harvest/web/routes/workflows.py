@@ -1,0 +1,770 @@
+"""Workflows: list, count, read, wait for a result, start, signal, query, update, cancel,
+terminate, reset; the registered types and their handlers (docs/http-api.md, "Workflows")."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+import time
+import uuid
+from datetime import datetime
+from typing import Any
+
+from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES
+from harvest.core.durations import parse_duration
+from harvest.core.errors import InvalidArgument, NotFound
+from harvest.core.payload import redact
+from harvest.web.routes import (
+    ANY,
+    BOOLEAN,
+    FANOUT,
+    OBJECT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    Reply,
+    body,
+    invalid,
+    merged,
+    path,
+    shape,
+)
+
+EXECUTION = path("execution_id", "uuid", "The execution id (a UUID).")
+NAME = path("name", description="The workflow name (as registered).")
+WAIT_MAX_SECS = 300.0
+# Retry-After of a result that is not there yet.
+RESULT_RETRY_AFTER = "1"
+
+STATE = Param(
+    "state", description="RUNNING, COMPLETED, FAILED, ... (comma-separated for several); alias status."
+)
+STATUS = Param("status", description="The same as state.")
+FILTERS = (
+    STATE,
+    STATUS,
+    Param("workflow_name"),
+    Param("search_attr", repeat=True, description="key:value or key=value (repeatable, AND)."),
+    Param(
+        "search_attr_filter",
+        repeat=True,
+        description="key:op:value, op one of eq, ne, gt, gte, lt, lte (repeatable, AND).",
+    ),
+    Param("started_after", "datetime", description="Created at or after (RFC 3339); alias created_after."),
+    Param("started_before", "datetime", description="Created before (RFC 3339); alias created_before."),
+    Param("created_after", "datetime"),
+    Param("created_before", "datetime"),
+)
+_OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+def _filters(args: dict[str, Any]) -> dict[str, Any]:
+    """The list's filters as the fan-out reads take them (the SQL checks states and filters)."""
+    if args["state"] and args["status"] and args["state"] != args["status"]:
+        raise invalid("status", "give state or status, not both")
+    searches = []
+    for raw in args["search_attr"]:
+        if ":" not in raw and "=" not in raw:
+            raise invalid("search_attr", f"{raw!r} has no ':' between key and value (key:value)")
+        searches.append(raw)
+    for raw in args["search_attr_filter"]:
+        parts = raw.split(":", 2)
+        if len(parts) != 3 or parts[1].lower() not in _OPS or not parts[0] or not parts[2]:
+            raise invalid(
+                "search_attr_filter", f"{raw!r} is not key:op:value with op one of {', '.join(_OPS)}"
+            )
+        searches.append(f"{parts[0]}{_OPS[parts[1].lower()]}{parts[2]}")
+    after = args["started_after"] or args["created_after"]
+    before = args["started_before"] or args["created_before"]
+    return {
+        "state": args["state"] or args["status"],
+        "workflow_name": args["workflow_name"],
+        "search_attributes": searches,
+        "created_after": after,
+        "created_before": before,
+    }
+
+
+async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
+    page_size = args["page_size"] or args["limit"] or 50
+    found = await call.reads().list_workflows(
+        **_filters(args), page_size=page_size, cursor=args["cursor"], order=args["order"]
+    )
+    return merged(found, "executions")
+
+
+async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
+    found = await call.reads().count_executions(group_by=args["group_by"], **_filters(args))
+    out = merged(found, "counts")
+    rows, top = out["counts"], args["top"]
+    rest = rows[top:]
+    out["counts"] = rows[:top]
+    out["total"] = sum(r["executions"] for r in rows)
+    # The long tail rolled into one bucket (the usage report never does this).
+    out["other"] = {"groups": len(rest), "executions": sum(r["executions"] for r in rest)} if rest else None
+    return out
+
+
+async def get_workflow(call: Call, args: dict[str, Any], _: Any) -> Any:
+    execution_id = args["execution_id"]
+
+    async def read(sql: Any) -> Any:
+        row = call.resident(await sql.get_execution(execution_id))
+        return row, await sql.get_history(execution_id, 0)
+
+    row, events = await call.routed(execution_id, read)
+    return {"execution": row, "parent_id": row.get("parent_id"), "history": events}
+
+
+def _terminal(row: dict[str, Any]) -> dict[str, Any]:
+    status = row["status"]
+    out: dict[str, Any] = {
+        "execution_id": str(row["id"]),
+        "state": status,
+        "completed_at": row.get("completed_at"),
+    }
+    if status == "COMPLETED":
+        out["output"] = row.get("output")
+    else:
+        out["error"] = row.get("failure") or {"error_type": status, "message": f"run ended {status}"}
+    return out
+
+
+def _successor(row: dict[str, Any]) -> str | None:
+    if row.get("status") != "CONTINUED_AS_NEW":
+        return None
+    return str((row.get("output") or {}).get("continued_as_new") or "") or None
+
+
+async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The compact terminal body, or 204 + Retry-After while the run (or its continue-as-new
+    successor) is still running after ``wait``. One LISTEN connection per shard serves every
+    wait of this process (harvest.db.notify)."""
+    wait = 0.0
+    if args["wait"] is not None:
+        try:
+            wait = parse_duration(args["wait"], "wait")
+        except InvalidArgument as exc:
+            raise invalid("wait", str(exc)) from None
+        if not 0 <= wait <= WAIT_MAX_SECS:
+            raise invalid("wait", f"{args['wait']!r} is out of range 0..{WAIT_MAX_SECS:g}s")
+    deadline = time.monotonic() + wait
+    current = args["execution_id"]
+    waiter = str(uuid.uuid4())
+    marked: str | None = None  # the run our waiter row is on (a close deletes it)
+    try:
+        for _hop in range(100):
+            hub = call.state.hub(call.state.router.route(current) if call.sharded else 0)
+            if wait > 0:
+                await hub.start(timeout=1.0)  # not listening yet: the 5 s re-reads still answer
+            async with hub.waiting(current) as woken:
+                while True:
+                    if wait > 0 and marked != current:
+                        # Mark the waiter (the close then notifies) and read, in one call.
+                        row = await call.routed(
+                            current, lambda sql, c=current: sql.wait_for_result(c, waiter)
+                        )
+                        marked = current
+                    else:
+                        row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))
+                    row = call.resident(row)
+                    if row["status"] != "RUNNING":
+                        marked = None  # the close deleted the mark
+                        break
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return Reply(None, 204, {"Retry-After": RESULT_RETRY_AFTER})
+                    woken.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
+            successor = _successor(row)
+            if successor is None:
+                return _terminal(row)
+            current = successor
+        raise InvalidArgument(f"workflow {args['execution_id']} continued as new more than 100 times")
+    finally:
+        if marked is not None:  # gave up on a run still running: drop our mark
+            with contextlib.suppress(Exception):
+                await call.routed(marked, lambda sql: sql.stop_waiting_for_result(waiter))
+
+
+async def workflow_stack(call: Call, args: dict[str, Any], _: Any) -> Any:
+    execution_id = args["execution_id"]
+
+    async def read(sql: Any) -> Any:
+        stack = await sql.get_execution_stack(execution_id)
+        if stack.get("status") in ("MIGRATED", "MIGRATING"):
+            call.resident(await sql.get_residence(execution_id))
+        return stack
+
+    return await call.routed(execution_id, read)
+
+
+def _child(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "exec_id": row.get("execution_id"), "started_at": row.get("created_at")}
+
+
+def _child_cursor(row: dict[str, Any]) -> str:
+    body = json.dumps({"c": row["created_at"].isoformat(), "i": str(row["execution_id"])})
+    return "ch1." + base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+
+
+def _after_child_cursor(token: str) -> tuple[datetime, str]:
+    try:
+        if not token.startswith("ch1."):
+            raise ValueError(token)
+        raw = token[4:]
+        body = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        return datetime.fromisoformat(body["c"]), str(uuid.UUID(body["i"]))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise invalid("cursor", "is not a next_cursor of this route: pass it unchanged") from None
+
+
+async def workflow_children(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """The children merged over every shard, newest first (created_at DESC, then id), paged by
+    a keyset cursor on (created_at, id) when page_size is given."""
+    found = await call.reads().list_children(args["execution_id"], args["status"], args["depth"])
+    out = merged(found, "items")
+    rows = out["items"]
+    if args["cursor"] is not None:
+        at, after = _after_child_cursor(args["cursor"])
+        rows = [
+            r
+            for r in rows
+            if r["created_at"] < at or (r["created_at"] == at and str(r["execution_id"]) > after)
+        ]
+    size = args["page_size"]
+    page = rows if size is None else rows[:size]
+    out["items"] = [_child(r) for r in page]
+    out["next_cursor"] = _child_cursor(page[-1]) if size is not None and len(rows) > size else None
+    return out
+
+
+async def workflow_tree(call: Call, args: dict[str, Any], _: Any) -> Any:
+    found = await call.reads().list_tree(args["execution_id"], args["depth"])
+    return merged(found, "tree")
+
+
+async def workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
+    execution_id = args["execution_id"]
+
+    async def read(sql: Any) -> Any:
+        call.resident(await sql.get_execution(execution_id))
+        return await sql.get_history(execution_id, args["after_event_id"])
+
+    events = await call.routed(execution_id, read)
+    doc = {"execution_id": execution_id, "events": events, "redacted": args["payload_policy"] == "redacted"}
+    return redact(doc) if doc["redacted"] else doc
+
+
+def _args(value: Any) -> list[Any]:
+    """The run's arguments from ``input``: a JSON array is the arguments, another value the one
+    argument, none no argument (as `harvest workflow start --input-json`)."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _queue(call: Call, name: str, given: str | None) -> str | None:
+    """The body's queue, else the served App's declared queue of the workflow (a start with no
+    queue goes to the queue the code declares), else the client's default."""
+    if given is not None or call.state.app is None:
+        return given
+    definition = call.state.app.workflows.get(name)
+    return definition.queue if definition is not None else None
+
+
+def _policy(name: str, value: str | None, allowed: tuple[str, ...]) -> str | None:
+    if value is not None and value not in allowed:
+        raise invalid(name, f"unknown {name} {value!r}; use {', '.join(allowed)}")
+    return value
+
+
+async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    """201 a new run, 200 an existing run (the policies attached to it), 202 deferred by a
+    throttle, debounce or batch; 409 a rejecting policy met a prior; 400 a bad policy or
+    placement; 503 a pinned shard this process has no pool for."""
+    name = args["name"]
+    reuse = _policy("reuse_policy", data.get("reuse_policy"), REUSE_POLICIES) or "allow_duplicate"
+    conflict = _policy("conflict_policy", data.get("conflict_policy"), CONFLICT_POLICIES)
+    if data.get("shard_id") is not None and data.get("residency_key") is not None:
+        raise invalid("residency_key", "give shard_id or residency_key, not both")
+    # Admin iff the start can cancel a live run (the resolved active-prior behaviour terminates).
+    if conflict == "terminate_existing" or (
+        reuse == "terminate_if_running" and conflict in (None, "unspecified")
+    ):
+        await call.require("admin")
+    handle = await call.client().start_workflow(
+        name,
+        *_args(data.get("input")),
+        workflow_id=data.get("workflow_id"),
+        queue=_queue(call, name, data.get("queue")),
+        reuse_policy=reuse,
+        conflict_policy=conflict or "unspecified",
+        search_attributes=data.get("search_attributes"),
+        priority=data.get("priority") or 0,
+        execution_timeout=data.get("execution_timeout_secs"),
+        run_timeout=data.get("run_timeout_secs"),
+        shard_id=data.get("shard_id"),
+        residency_key=data.get("residency_key"),
+    )
+    pinned = data.get("shard_id") is not None or data.get("residency_key") is not None
+    out: dict[str, Any] = {"execution_id": handle.execution_id, "workflow_id": handle.workflow_id}
+    if "conflict_policy" in data:
+        out["started_fresh"] = handle.started_fresh
+    if pinned:
+        out["shard_id"] = handle.shard_id
+    if handle.deferred:
+        out["deferred"] = True
+        return Reply(out, 202)
+    return Reply(out, 201 if handle.started_fresh else 200)
+
+
+async def signal_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    execution_id = args["execution_id"]
+    await call.client().get_handle(execution_id).signal(data["signal_name"], data.get("payload"))
+    return {"execution_id": execution_id, "signal_name": data["signal_name"], "delivered": True}
+
+
+async def signal_with_start(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    handle = await call.client().signal_with_start(
+        args["name"],
+        *_args(data.get("input")),
+        workflow_id=data["workflow_id"],
+        signal=data["signal_name"],
+        signal_payload=data.get("payload"),
+        queue=_queue(call, args["name"], data.get("queue")),
+        search_attributes=data.get("search_attributes"),
+    )
+    out = {
+        "execution_id": handle.execution_id,
+        "workflow_id": handle.workflow_id,
+        "started_fresh": handle.started_fresh,
+    }
+    return Reply(out, 201 if handle.started_fresh else 200)
+
+
+async def query_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    execution_id = args["execution_id"]
+    value = (
+        await call.client()
+        .get_handle(execution_id)
+        .query(data["query_name"], data.get("input"), timeout=data.get("timeout_secs") or 10.0)
+    )
+    return {"execution_id": execution_id, "query_name": data["query_name"], "result": value}
+
+
+def _update_answer(execution_id: str, name: str, wait: str, outcome: Any) -> Reply:
+    if wait == "accepted":
+        return Reply(
+            {
+                "execution_id": execution_id,
+                "update_name": name,
+                "update_id": outcome.update_id,
+                "status": "accepted",
+            },
+            202,
+        )
+    return Reply(
+        {"execution_id": execution_id, "update_name": name, "status": "completed", "result": outcome}
+    )
+
+
+async def update_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    execution_id, wait = args["execution_id"], data.get("wait") or "completed"
+    outcome = (
+        await call.client()
+        .get_handle(execution_id)
+        .update(
+            data["update_name"],
+            data.get("input"),
+            wait=wait,
+            timeout=data.get("timeout_secs") or 30.0,
+            update_id=data.get("update_id"),
+        )
+    )
+    return _update_answer(execution_id, data["update_name"], wait, outcome)
+
+
+async def update_with_start(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    wait = data.get("wait") or "completed"
+    handle, outcome = await call.client().update_with_start(
+        args["name"],
+        *_args(data.get("input")),
+        workflow_id=data["workflow_id"],
+        update=data["update_name"],
+        update_arg=data.get("update_input"),
+        wait=wait,
+        timeout=data.get("timeout_secs") or 30.0,
+        update_id=data.get("update_id"),
+        queue=_queue(call, args["name"], data.get("queue")),
+        search_attributes=data.get("search_attributes"),
+    )
+    update = _update_answer(handle.execution_id, data["update_name"], wait, outcome).data
+    out = {
+        "execution_id": handle.execution_id,
+        "workflow_id": handle.workflow_id,
+        "started_fresh": handle.started_fresh,
+        "update": update,
+    }
+    return Reply(out, 201 if handle.started_fresh else 200)
+
+
+async def cancel_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    execution_id = args["execution_id"]
+    first = await call.client().get_handle(execution_id).cancel(data.get("reason"))
+    return Reply({"execution_id": execution_id, "cancel_requested": True, "first_request": first}, 202)
+
+
+async def terminate_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    execution_id = args["execution_id"]
+    await call.client().get_handle(execution_id).terminate(data.get("reason"))
+    return {"execution_id": execution_id, "status": "TERMINATED"}
+
+
+async def reset_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    execution_id = args["execution_id"]
+    return await call.routed(
+        execution_id,
+        lambda sql: sql.reset_workflow(
+            execution_id,
+            data["to_event"],
+            data["reason"],
+            data.get("operator_id") or call.operator_id,
+            data.get("signal_reapply") or "drop",
+            bool(data.get("dry_run")),
+        ),
+    )
+
+
+def _app(call: Call) -> Any:
+    if call.state.app is None:
+        raise NotFound(
+            "this management API was given no App: pass app= to management_app "
+            "(harvest serve --app module:app) to serve the workflow catalog"
+        )
+    return call.state.app
+
+
+async def workflow_handlers(call: Call, args: dict[str, Any], _: Any) -> Any:
+    from harvest.declare.messages import describe_handlers
+
+    return describe_handlers(_app(call), args["workflow_name"])
+
+
+async def registered_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
+    from harvest.declare.messages import describe_handlers
+
+    app = _app(call)
+    rows = []
+    for name, definition in sorted(app.workflows.items()):
+        handlers = describe_handlers(app, name)
+        activities = getattr(definition, "declared_activities", None)
+        children = getattr(definition, "declared_children", None)
+        rows.append(
+            {
+                "workflow_name": name,
+                "queue": definition.queue,
+                "declared_activities": None if activities is None else list(activities),
+                "declared_children": None if children is None else list(children),
+                "queries": [q["name"] for q in handlers["queries"]],
+                "updates": [u["name"] for u in handlers["updates"]],
+            }
+        )
+    return {"workflows": rows, "activities": sorted(app.activities)}
+
+
+PAGE = (
+    Param("page_size", "integer", minimum=1, maximum=1000, description="Rows per page (default 50)."),
+    Param("limit", "integer", minimum=1, maximum=1000, description="The same as page_size."),
+    Param("cursor", description="next_cursor of the previous page."),
+    Param("order", "enum", default="desc", choices=("desc", "asc")),
+)
+START_BODY = body(
+    {
+        "workflow_id": STRING,
+        "input": ANY,
+        "queue": STRING,
+        "reuse_policy": {"type": "string", "enum": list(REUSE_POLICIES)},
+        "conflict_policy": {"type": "string", "enum": list(CONFLICT_POLICIES)},
+        "search_attributes": OBJECT,
+        "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+        "execution_timeout_secs": {"type": "number", "minimum": 0.001, "maximum": 31_536_000},
+        "run_timeout_secs": {"type": "number", "minimum": 0.001, "maximum": 31_536_000},
+        "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+        "residency_key": STRING,
+    }
+)
+TIMEOUT = {"type": "number", "minimum": 0.001, "maximum": 3600}
+WAIT = {"type": "string", "enum": ["accepted", "completed"]}
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/workflows",
+        "read",
+        list_workflows,
+        "List executions over every shard, newest first, keyset-paginated.",
+        (*FILTERS, *PAGE),
+        tag="workflows",
+        shape=shape(executions=ROWS, next_cursor={"type": ["string", "null"]}, **FANOUT),
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/count",
+        "read",
+        count_workflows,
+        "Count executions per status (or workflow name, or both); the long tail rolls into other.",
+        (
+            *FILTERS,
+            Param("group_by", "enum", default="status", choices=("status", "workflow_name", "all")),
+            Param(
+                "top",
+                "integer",
+                default=20,
+                minimum=1,
+                maximum=1000,
+                description="Groups shown before other.",
+            ),
+        ),
+        tag="workflows",
+        shape=shape(counts=ROWS, total={"type": "integer"}, other={"type": ["object", "null"]}, **FANOUT),
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/registered",
+        "read",
+        registered_workflows,
+        "The workflow types of the served App with their declared dependencies and handlers.",
+        tag="workflows",
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/types/{workflow_name}/handlers",
+        "read",
+        workflow_handlers,
+        "The query and update handlers a workflow type declares.",
+        (path("workflow_name"),),
+        tag="workflows",
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}",
+        "read",
+        get_workflow,
+        "One execution with its parent_id and its history (for inspection, not polling).",
+        (EXECUTION,),
+        tag="workflows",
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}/result",
+        "read",
+        workflow_result,
+        "The compact terminal body; 204 with Retry-After while the run is still running after wait.",
+        (EXECUTION, Param("wait", description="How long to wait: 5s, 250ms, 2m or seconds (max 300s).")),
+        responses={200: "The run ended", 204: "Still running"},
+        tag="workflows",
+        shape=shape(execution_id={"type": "string"}, state={"type": "string"}, completed_at=ANY),
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}/stack",
+        "read",
+        workflow_stack,
+        "What the execution waits on now, and its last event id.",
+        (EXECUTION,),
+        tag="workflows",
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}/children",
+        "read",
+        workflow_children,
+        "The execution's children on every shard, newest first.",
+        (
+            EXECUTION,
+            Param(
+                "status",
+                "enum",
+                choices=(
+                    "RUNNING",
+                    "COMPLETED",
+                    "FAILED",
+                    "CANCELLED",
+                    "TERMINATED",
+                    "TIMED_OUT",
+                    "CONTINUED_AS_NEW",
+                ),
+            ),
+            Param("depth", "integer", default=1, minimum=1, maximum=100),
+            Param(
+                "page_size",
+                "integer",
+                minimum=1,
+                maximum=1000,
+                description="Children per page (default all).",
+            ),
+            Param("cursor", description="next_cursor of the previous page."),
+        ),
+        tag="workflows",
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}/tree",
+        "read",
+        workflow_tree,
+        "The execution's descendants as a tree, over every shard.",
+        (EXECUTION, Param("depth", "integer", default=100, minimum=1, maximum=100)),
+        tag="workflows",
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}/history",
+        "read",
+        workflow_history,
+        "The execution's event history (payload values redacted unless payload_policy=full).",
+        (
+            EXECUTION,
+            Param("after_event_id", "integer", default=0, minimum=0, maximum=2**31 - 1),
+            Param("payload_policy", "enum", default="redacted", choices=("redacted", "full")),
+        ),
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{name}/start",
+        "operate",
+        start_workflow,
+        "Start a run (reuse and conflict policies, placement). Admin when the policy can cancel a live run.",
+        (NAME,),
+        START_BODY,
+        responses={200: "Attached to an existing run", 201: "Started", 202: "Deferred"},
+        tag="workflows",
+        shape=shape(execution_id={"type": ["string", "null"]}, workflow_id={"type": "string"}),
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{name}/signal-with-start",
+        "operate",
+        signal_with_start,
+        "Signal the run of (name, workflow_id), starting it first if none runs.",
+        (NAME,),
+        body(
+            {
+                "workflow_id": STRING,
+                "signal_name": STRING,
+                "payload": ANY,
+                "input": ANY,
+                "queue": STRING,
+                "search_attributes": OBJECT,
+            },
+            ("workflow_id", "signal_name"),
+        ),
+        responses={200: "Signalled the running run", 201: "Started and signalled"},
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{name}/update-with-start",
+        "operate",
+        update_with_start,
+        "Send an update to the run of (name, workflow_id), starting it first if none runs.",
+        (NAME,),
+        body(
+            {
+                "workflow_id": STRING,
+                "update_name": STRING,
+                "update_input": ANY,
+                "input": ANY,
+                "update_id": STRING,
+                "wait": WAIT,
+                "timeout_secs": TIMEOUT,
+                "queue": STRING,
+                "search_attributes": OBJECT,
+            },
+            ("workflow_id", "update_name"),
+        ),
+        responses={200: "Updated the running run", 201: "Started and updated"},
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{execution_id}/signal",
+        "operate",
+        signal_workflow,
+        "Send a signal to a running execution (or its continue-as-new successor).",
+        (EXECUTION,),
+        body({"signal_name": STRING, "payload": ANY}, ("signal_name",)),
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{execution_id}/query",
+        "operate",
+        query_workflow,
+        "Ask a running execution's query handler; a live worker answers, nothing is written.",
+        (EXECUTION,),
+        body({"query_name": STRING, "input": ANY, "timeout_secs": TIMEOUT}, ("query_name",)),
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{execution_id}/update",
+        "operate",
+        update_workflow,
+        "Validate, record and run an update; 202 once accepted with wait=accepted.",
+        (EXECUTION,),
+        body(
+            {"update_name": STRING, "input": ANY, "update_id": STRING, "wait": WAIT, "timeout_secs": TIMEOUT},
+            ("update_name",),
+        ),
+        responses={200: "Completed", 202: "Accepted"},
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{execution_id}/cancel",
+        "operate",
+        cancel_workflow,
+        "Ask a running execution to cancel (its code may clean up).",
+        (EXECUTION,),
+        body({"reason": STRING}),
+        responses={202: "Cancel requested"},
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{execution_id}/terminate",
+        "admin",
+        terminate_workflow,
+        "End a run at once; no cleanup code runs.",
+        (EXECUTION,),
+        body({"reason": STRING}),
+        tag="workflows",
+    ),
+    Endpoint(
+        "POST",
+        "/workflows/{execution_id}/reset",
+        "admin",
+        reset_workflow,
+        "Fork a running execution from a completed boundary under the current code (dry_run: the plan only).",
+        (EXECUTION,),
+        body(
+            {
+                "to_event": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
+                "reason": STRING,
+                "operator_id": STRING,
+                "signal_reapply": {"type": "string", "enum": ["drop", "buffer"]},
+                "dry_run": BOOLEAN,
+            },
+            ("to_event", "reason"),
+        ),
+        tag="workflows",
+    ),
+]

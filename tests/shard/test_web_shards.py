@@ -1,0 +1,62 @@
+"""The management API over three real servers: starts placed by hash or pin, every read routed
+by execution id or fanned out, a stopped shard named (partial) rather than failing the answer,
+and a drain written on every shard the worker polls."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from harvest.config import load_config
+from harvest.web.app import management_app
+
+pytestmark = pytest.mark.shard
+
+
+def _api(shards) -> TestClient:
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1,2",
+        "HARVEST_SHARDS__WRITABLE": "0,1,2",
+        "HARVEST_SHARDS__RESIDENCY__EU": "2",
+        **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+    }
+    return TestClient(management_app(config=load_config(env=env), profile="dev"))
+
+
+def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
+    with _api(shards) as api:
+        ids = {}
+        for shard in (0, 1):
+            started = api.post("/workflows/greet/start", json={"shard_id": shard, "workflow_id": f"w{shard}"})
+            assert started.status_code == 201 and started.json()["shard_id"] == shard
+            ids[shard] = started.json()["execution_id"]
+        eu = api.post("/workflows/greet/start", json={"residency_key": "eu"}).json()
+        assert eu["shard_id"] == 2
+        ids[2] = eu["execution_id"]
+        for shard, execution_id in ids.items():
+            got = api.get(f"/workflows/{execution_id}").json()
+            assert got["execution"]["id"] == execution_id and execution_id.startswith(f"000{shard}")
+        listed = api.get("/workflows", params={"page_size": 2}).json()
+        assert listed["status"] == "complete" and len(listed["executions"]) == 2 and listed["next_cursor"]
+        rest = api.get("/workflows", params={"page_size": 2, "cursor": listed["next_cursor"]}).json()
+        assert {r["execution_id"] for r in listed["executions"] + rest["executions"]} == set(ids.values())
+        assert api.get("/workflows/count").json()["counts"] == [
+            {"status": "RUNNING", "workflow_name": None, "executions": 3}
+        ]
+        with shards.connect(1) as conn, shards.connect(2) as other:
+            for c in (conn, other):
+                c.execute("SELECT harvest.register_worker('w-multi', ARRAY['default'], 'host', 1, 60, '{}')")
+        drained = api.post("/workers/w-multi/drain", json={}).json()
+        assert drained["outcome"] == "accepted" and drained["shards"] == [1, 2]
+        shards.stop(1)
+        try:
+            partial = api.get("/workflows").json()
+            assert partial["status"] == "partial" and partial["unavailable_shards"] == [1]
+            assert {r["shard_id"] for r in partial["executions"]} == {0, 2}
+            down = api.get(f"/workflows/{ids[1]}")
+            assert down.status_code == 503 and down.json()["error"]["shard_id"] == 1
+            assert api.get(f"/workflows/{ids[0]}").status_code == 200
+            health = api.get("/admin/shards/health").json()
+            assert {r["shard_id"]: r["readiness"] for r in health["shards"]}[1] == "unavailable"
+        finally:
+            shards.start(1)

@@ -1,0 +1,579 @@
+"""The management API through its ASGI app on a real Postgres: every status code the spec names
+(docs/http-api.md), the error shape, the scopes and the role each request runs as."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from operator_helpers import park, start
+from starlette.requests import Request
+from web_helpers import api_client
+
+from harvest import App, RateLimit, Throttle, activity, query, update, workflow
+from harvest.web.principal import Principal
+
+
+@activity
+async def shout(ctx, word: str) -> str:
+    return word.upper()
+
+
+@activity(rate_limit=RateLimit(rps=5, burst=1))
+async def charge(ctx, n: int) -> int:
+    return n
+
+
+@activity(rate_limit=RateLimit(rps=5, key="input.tenant"))
+async def per_tenant(ctx, job: dict) -> dict:
+    return job
+
+
+@workflow(activities=[shout], children=["missing_child"])
+async def greet(ctx, name: str) -> str:
+    return await ctx.execute_activity(shout, f"hello {name}")
+
+
+@workflow
+async def ledger(ctx, owner: str) -> dict:
+    ctx.state.update(owner=owner, total=0)
+    await ctx.wait_for_signal("close")
+    await ctx.drain_admitted_updates()
+    return {"total": ctx.state["total"]}
+
+
+@query(workflow="ledger")
+def total(ctx) -> int:
+    return ctx.state["total"]
+
+
+@query(workflow="ledger")
+def broken(ctx) -> int:
+    raise RuntimeError("this query is broken")
+
+
+@update(workflow="ledger")
+async def add(ctx, amount: int) -> int:
+    ctx.state["total"] += amount
+    return ctx.state["total"]
+
+
+@workflow
+async def kid(ctx, n: int) -> int:
+    return n
+
+
+@workflow
+async def parent(ctx) -> list:
+    return [await ctx.execute_child_workflow(kid, n) for n in range(3)]
+
+
+@workflow(queue="billing")
+async def invoice(ctx, n: int) -> int:
+    return n
+
+
+@workflow(throttle=Throttle(rps=0.01, burst=1))
+async def paced(ctx, n: int) -> int:
+    return n
+
+
+APP = App(
+    workflows=[greet, ledger, paced, invoice, kid, parent],
+    activities=[shout, charge, per_tenant],
+    queries=[total, broken],
+    updates=[add],
+)
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body["error"]) >= {"code", "message"}, body
+    return body["error"]
+
+
+@pytest.fixture
+def api(db: str):
+    with api_client(db, app=APP) as client:
+        yield client
+
+
+# -- health and the error shape -----------------------------------------------------------------
+def test_health_probes_and_json_errors_for_unknown_routes(api) -> None:
+    assert api.get("/health").json() == {"status": "ok"}
+    assert api.get("/health/live").status_code == 200
+    ready = api.get("/health/ready")
+    assert ready.status_code == 200 and ready.json()["status"] == "ready"
+    missing = api.get("/no/such/route")
+    assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+    wrong = api.delete("/workflows")
+    assert wrong.status_code == 405 and error_of(wrong)["code"] == "method_not_allowed"
+
+
+def test_bad_input_is_a_400_naming_the_field(api) -> None:
+    not_an_id = api.get("/workflows/not-a-uuid")
+    assert not_an_id.status_code == 400 and error_of(not_an_id)["field"] == "execution_id"
+    assert api.get("/workflows", params={"state": "BOGUS"}).status_code == 400
+    assert error_of(api.get("/workflows", params={"search_attr": "nocolon"}))["field"] == "search_attr"
+    assert error_of(api.get("/workflows", params={"search_attr_filter": "a:like:b"}))["field"] == (
+        "search_attr_filter"
+    )
+    assert error_of(api.get("/workflows", params={"page_size": "0"}))["field"] == "page_size"
+    assert error_of(api.get("/workflows", params={"page_size": "x"}))["field"] == "page_size"
+    assert api.get("/workflows", params={"cursor": "garbage"}).status_code == 400
+    assert error_of(api.get("/workflows", params={"started_after": "yesterday"}))["field"] == "started_after"
+    bad_json = api.post(
+        "/workflows/greet/start", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert bad_json.status_code == 400 and error_of(bad_json)["field"] == "body"
+    unknown_field = api.post("/workflows/greet/start", json={"wokflow_id": "typo"})
+    assert unknown_field.status_code == 400 and error_of(unknown_field)["field"] == "wokflow_id"
+    wrong_type = api.post("/workflows/greet/start", json={"priority": "high"})
+    assert wrong_type.status_code == 400 and error_of(wrong_type)["field"] == "priority"
+    huge = api.post("/workflows/greet/start", content=b" " * 10, headers={"Content-Length": str(2**40)})
+    assert huge.status_code == 413 and error_of(huge)["code"] == "payload_too_large"
+    missing = api.get("/workflows/" + str(uuid.uuid4()))
+    assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+
+
+# -- starts: 201, 200, 409, 400 -------------------------------------------------------------------
+def test_start_answers_201_then_200_then_409_and_400_for_an_unknown_policy(api) -> None:
+    first = api.post("/workflows/greet/start", json={"workflow_id": "order-42", "input": ["ann"]})
+    assert first.status_code == 201, first.text
+    started = first.json()
+    assert "started_fresh" not in started and "shard_id" not in started  # only when asked for
+    again = api.post(
+        "/workflows/greet/start", json={"workflow_id": "order-42", "conflict_policy": "use_existing"}
+    )
+    assert again.status_code == 200
+    assert again.json() == {**started, "started_fresh": False}
+    rejected = api.post(
+        "/workflows/greet/start", json={"workflow_id": "order-42", "reuse_policy": "reject_duplicate"}
+    )
+    assert rejected.status_code == 409
+    assert rejected.json()["existing_execution_id"] == started["execution_id"]
+    assert rejected.json()["existing_state"] == "RUNNING"
+    assert error_of(rejected)["code"] == "workflow_already_exists"
+    bogus = api.post("/workflows/greet/start", json={"reuse_policy": "sometimes"})
+    assert bogus.status_code == 400 and "sometimes" in error_of(bogus)["message"]
+    both = api.post("/workflows/greet/start", json={"shard_id": 0, "residency_key": "eu"})
+    assert both.status_code == 400 and error_of(both)["field"] == "residency_key"
+    declared = api.post("/workflows/invoice/start", json={"input": 1}).json()["execution_id"]
+    assert api.get(f"/workflows/{declared}").json()["execution"]["queue"] == "billing"  # the App's queue
+    pinned = api.post("/workflows/greet/start", json={"shard_id": 0, "workflow_id": "pinned"})
+    assert pinned.status_code == 201 and pinned.json()["shard_id"] == 0
+
+
+def test_a_start_a_throttle_defers_is_a_202_without_an_execution(api, conn) -> None:
+    from psycopg.types.json import Jsonb
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    assert api.post("/workflows/paced/start", json={"input": 1}).status_code == 201
+    deferred = api.post("/workflows/paced/start", json={"input": 2, "workflow_id": "later"})
+    assert deferred.status_code == 202, deferred.text
+    assert deferred.json() == {"execution_id": None, "workflow_id": "later", "deferred": True}
+    mixed = api.post("/workflows/paced/start", json={"input": 3, "conflict_policy": "use_existing"})
+    assert mixed.status_code == 400, mixed.text  # a deferred start has no active prior to resolve
+
+
+def test_a_pin_to_a_shard_without_a_pool_is_a_503(db: str) -> None:
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": db,
+    }
+    with api_client(None, env=env) as api:
+        refused = api.post("/workflows/greet/start", json={"shard_id": 1})
+        assert refused.status_code == 503, refused.text
+        assert refused.headers["Retry-After"] and error_of(refused)["code"] == "shard_unavailable"
+        unknown = api.post("/workflows/greet/start", json={"residency_key": "nowhere"})
+        assert unknown.status_code == 400
+        started = api.post("/workflows/greet/start", json={"shard_id": 0})
+        assert started.status_code == 201
+        run = started.json()["execution_id"]
+        assert api.get(f"/workflows/{run}").json()["execution"]["status"] == "RUNNING"  # routed by id
+        assert api.post(f"/workflows/{run}/cancel", json={}).status_code == 202
+        listed = api.get("/workflows").json()
+        assert listed["status"] == "partial" and listed["unavailable_shards"] == [1]
+        config = api.get("/admin/config").json()["shard_topology"]
+        assert config["readable_shards"] == [0, 1] and config["writable_shards"] == [0, 1]
+
+
+# -- results, messages, ending a run --------------------------------------------------------------
+def test_result_is_204_with_retry_after_while_running_then_the_terminal_body(api, start_worker) -> None:
+    run = api.post("/workflows/greet/start", json={"input": "bob"}).json()["execution_id"]
+    running = api.get(f"/workflows/{run}/result", params={"wait": "0.2s"})
+    assert running.status_code == 204 and running.headers["Retry-After"] == "1" and not running.content
+    assert api.get(f"/workflows/{run}/result", params={"wait": "an hour"}).status_code == 400
+    assert api.get(f"/workflows/{run}/result", params={"wait": "301s"}).status_code == 400
+    start_worker(APP)
+    done = api.get(f"/workflows/{run}/result", params={"wait": "20s"})
+    assert done.status_code == 200, done.text
+    assert done.json()["state"] == "COMPLETED" and done.json()["output"] == "HELLO BOB"
+    assert done.json()["completed_at"]
+
+
+def test_signal_query_update_cancel_terminate_and_their_errors(api, start_worker) -> None:
+    start_worker(APP)
+    run = api.post("/workflows/ledger/start", json={"input": "ann"}).json()["execution_id"]
+    deadline = time.monotonic() + 20
+    while True:  # the first workflow task must have run for the handlers to exist
+        answer = api.post(f"/workflows/{run}/query", json={"query_name": "total"})
+        if answer.status_code == 200 or time.monotonic() > deadline:
+            break
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["result"] == 0
+    broken_query = api.post(f"/workflows/{run}/query", json={"query_name": "broken"})
+    assert broken_query.status_code == 422 and error_of(broken_query)["code"] == "query_failed"
+    updated = api.post(f"/workflows/{run}/update", json={"update_name": "add", "input": 5})
+    assert updated.status_code == 200 and updated.json()["result"] == 5
+    accepted = api.post(
+        f"/workflows/{run}/update", json={"update_name": "add", "input": 1, "wait": "accepted"}
+    )
+    assert accepted.status_code == 202 and accepted.json()["update_id"]
+    assert api.post(f"/workflows/{run}/signal", json={"payload": 1}).status_code == 400  # no signal_name
+    cancel = api.post(f"/workflows/{run}/cancel", json={"reason": "operator request"})
+    assert cancel.status_code == 202 and cancel.json()["first_request"] is True
+    other = api.post("/workflows/ledger/start", json={"input": "bo"}).json()["execution_id"]
+    assert api.post(f"/workflows/{other}/terminate", json={"reason": "done"}).status_code == 200
+    late = api.post(f"/workflows/{other}/signal", json={"signal_name": "close"})
+    assert late.status_code == 409 and error_of(late)["code"] == "workflow_not_running"
+    result = api.get(f"/workflows/{other}/result").json()
+    assert result["state"] == "TERMINATED" and result["error"]
+
+
+def test_signal_with_start_and_update_with_start(api, start_worker) -> None:
+    created = api.post(
+        "/workflows/ledger/signal-with-start",
+        json={"workflow_id": "acct-1", "signal_name": "noop", "input": "x"},
+    )
+    assert created.status_code == 201 and created.json()["started_fresh"] is True
+    again = api.post(
+        "/workflows/ledger/signal-with-start", json={"workflow_id": "acct-1", "signal_name": "noop"}
+    )
+    assert again.status_code == 200 and again.json()["execution_id"] == created.json()["execution_id"]
+    assert api.post("/workflows/ledger/signal-with-start", json={"signal_name": "x"}).status_code == 400
+    start_worker(APP)
+    both = api.post(
+        "/workflows/ledger/update-with-start",
+        json={"workflow_id": "acct-2", "update_name": "add", "update_input": 7, "input": "y"},
+    )
+    assert both.status_code == 201, both.text
+    assert both.json()["update"]["result"] == 7
+
+
+def test_reads_of_one_run_and_reset_dry_run(api, conn) -> None:
+    run = start(conn, "greet", "reads-1", input=["secret"])
+    got = api.get(f"/workflows/{run}").json()
+    assert got["parent_id"] is None and got["execution"]["workflow_id"] == "reads-1"
+    assert got["history"][0]["event_type"] == "WorkflowStarted"
+    history = api.get(f"/workflows/{run}/history").json()
+    assert history["redacted"] is True and history["events"][0]["event_data"]["input"]["redacted"] is True
+    full = api.get(f"/workflows/{run}/history", params={"payload_policy": "full"}).json()
+    assert full["events"][0]["event_data"]["input"] == ["secret"]
+    assert api.get(f"/workflows/{run}/stack").json()["last_event_id"] == 1
+    children = api.get(f"/workflows/{run}/children").json()
+    assert children == {"items": [], "status": "complete", "unavailable_shards": [], "next_cursor": None}
+    assert api.get(f"/workflows/{run}/children", params={"status": "nope"}).status_code == 400
+    assert api.get(f"/workflows/{run}/tree").json()["tree"]["children"] == []
+    plan = api.post(f"/workflows/{run}/reset", json={"to_event": 1, "reason": "drill", "dry_run": True})
+    assert plan.status_code == 200 and plan.json()["dry_run"] is True and "valid" in plan.json()
+    assert api.post(f"/workflows/{run}/reset", json={"reason": "no boundary"}).status_code == 400
+
+
+def test_children_page_with_a_cursor(api, start_worker) -> None:
+    start_worker(APP)
+    started = api.post("/workflows/parent/start", json={})
+    assert started.status_code == 201, started.text
+    run = started.json()["execution_id"]
+    assert api.get(f"/workflows/{run}/result", params={"wait": "20s"}).json()["output"] == [0, 1, 2]
+    first = api.get(f"/workflows/{run}/children", params={"page_size": 2}).json()
+    assert len(first["items"]) == 2 and first["next_cursor"]
+    rest = api.get(
+        f"/workflows/{run}/children", params={"page_size": 2, "cursor": first["next_cursor"]}
+    ).json()
+    assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+    every = api.get(f"/workflows/{run}/children").json()["items"]
+    assert [c["exec_id"] for c in first["items"] + rest["items"]] == [c["exec_id"] for c in every]
+    assert {c["workflow_name"] for c in every} == {"kid"} and all(c["started_at"] for c in every)
+    assert error_of(api.get(f"/workflows/{run}/children", params={"cursor": "x"}))["field"] == "cursor"
+    tree = api.get(f"/workflows/{run}/tree").json()["tree"]
+    assert len(tree["children"]) == 3
+
+
+def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn) -> None:
+    for i in range(3):
+        start(conn, "greet", f"page-{i}", search_attributes={"tenant": "acme", "n": i})
+    start(conn, "ledger", "other-1")
+    first = api.get("/workflows", params={"workflow_name": "greet", "page_size": 2}).json()
+    assert len(first["executions"]) == 2 and first["next_cursor"]
+    second = api.get(
+        "/workflows", params={"workflow_name": "greet", "page_size": 2, "cursor": first["next_cursor"]}
+    ).json()
+    assert len(second["executions"]) == 1 and second["next_cursor"] is None
+    seen = {r["workflow_id"] for r in first["executions"] + second["executions"]}
+    assert seen == {"page-0", "page-1", "page-2"}
+    tenant = api.get("/workflows", params=[("search_attr", "tenant:acme"), ("search_attr_filter", "n:gte:1")])
+    assert {r["workflow_id"] for r in tenant.json()["executions"]} == {"page-1", "page-2"}
+    counted = api.get("/workflows/count", params={"group_by": "workflow_name", "top": 1}).json()
+    assert counted["counts"] == [{"status": None, "workflow_name": "greet", "executions": 3}]
+    assert counted["other"] == {"groups": 1, "executions": 1} and counted["total"] == 4
+
+
+def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:
+    handlers = api.get("/workflows/types/ledger/handlers").json()
+    assert [q["name"] for q in handlers["queries"]] == ["broken", "total"]
+    assert [u["name"] for u in handlers["updates"]] == ["add"]
+    assert api.get("/workflows/types/nope/handlers").status_code == 404
+    registered = {w["workflow_name"]: w for w in api.get("/workflows/registered").json()["workflows"]}
+    assert registered["greet"]["declared_activities"] == ["shout"]
+    assert registered["greet"]["declared_children"] == ["missing_child"]
+    assert registered["ledger"]["declared_activities"] is None
+
+
+# -- dead letters ----------------------------------------------------------------------------------
+def test_dead_letters_list_get_aggregate_and_bulk_with_dry_run(api, conn) -> None:
+    _, dead = park(conn, "dl1", activity="send_email")
+    listed = api.get("/dead-letters").json()
+    assert [d["id"] for d in listed["dead_letters"]] == [dead]
+    assert api.get(f"/dead-letters/{dead}").json()["activity_name"] == "send_email"
+    assert api.get("/dead-letters/999999").status_code == 404
+    assert api.get("/dead-letters/0").status_code == 400
+    groups = api.get("/dead-letters/aggregate", params={"group_by": "activity"}).json()["groups"]
+    assert groups[0]["dead_letters"] == 1
+    no_filter = api.post("/dead-letters/replay", json={"dry_run": True})
+    assert no_filter.status_code == 400 and error_of(no_filter)["field"] == "activity_name"
+    assert api.post("/dead-letters/replay", json={"activity_name": "x", "limit": 5000}).status_code == 400
+    preview = api.post("/dead-letters/replay", json={"activity_name": "send_email", "dry_run": True}).json()
+    assert preview["matched"] == 1 and preview["ids"] == [dead]
+    assert api.get(f"/dead-letters/{dead}").status_code == 200  # a dry run wrote nothing
+    done = api.post("/dead-letters/replay", json={"activity_name": "send_email"}).json()
+    assert done["acted_on"] == 1
+    assert api.post(f"/dead-letters/{dead}/replay").status_code == 404  # replayed: gone
+
+
+# -- workers ---------------------------------------------------------------------------------------
+def test_worker_routes_and_their_400s(api, start_worker) -> None:
+    assert error_of(api.get("/workers", params={"status": "sleepy"}))["field"] == "status"
+    assert error_of(api.get("/workers", params={"health": "meh"}))["field"] == "health"
+    assert api.get("/workers", params={"shard_id": "7"}).status_code == 400
+    assert api.get("/workers/nobody").status_code == 404
+    assert api.post("/workers/nobody/drain", json={}).json()["outcome"] == "not_found"
+    assert api.post("/workers/nobody/drain", json={"deadline_at": "soon"}).status_code == 400
+    running = start_worker(APP)
+    worker_id = running.worker.worker_id
+    deadline = time.monotonic() + 10
+    while not api.get("/workers").json()["workers"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    workers = api.get("/workers", params={"queue": "default"}).json()["workers"]
+    assert [w["worker_id"] for w in workers] == [worker_id] and workers[0]["shard_id"] == 0
+    assert api.get(f"/workers/{worker_id}").json()["worker_id"] == worker_id
+    assert api.get("/workers/health").json()["healthy"] == 1
+    preview = api.get("/workers/drain-preview", params={"queue": "default"}).json()
+    assert [w["worker_id"] for w in preview["workers"]] == [worker_id]
+    drained = api.post(f"/workers/{worker_id}/drain", json={"deadline_at": "2099-01-01T00:00:00Z"}).json()
+    assert drained["outcome"] == "accepted" and drained["shards"] == [0]
+    audit = api.get("/admin/audit", params={"operation": "worker.drain"}).json()["entries"]
+    assert audit and audit[0]["source"] == "api" and audit[0]["operator_id"] == "dev"
+
+
+# -- admin -----------------------------------------------------------------------------------------
+def test_admin_reads(api, conn) -> None:
+    config = api.get("/admin/config").json()
+    assert (
+        config["shard_topology"]["residency_map"] == {} and config["auth"]["unauthenticated_access"] is True
+    )
+    assert config["worker"]["declared_queues"] == ["billing", "default"]
+    assert config["worker"]["shard_assignments"] == [0]
+    assert api.get("/admin/concurrency").json() == []
+    usage = api.get("/admin/usage", params={"from": "24h"}).json()
+    assert usage["status"] == "complete" and usage["group_by"] == "workflow_name"
+    assert error_of(api.get("/admin/usage"))["field"] == "from"
+    assert error_of(api.get("/admin/usage", params={"from": "last week"}))["field"] == "from"
+    assert api.get("/admin/usage", params={"from": "2000-01-01T00:00:00Z"}).status_code == 400  # window
+    assert api.get("/admin/version-gates/usage").status_code == 400
+    gates = api.get("/admin/version-gates/usage", params={"change_id": "v2"}).json()
+    assert gates["status"] == "no_matches"
+    coverage = api.get("/admin/queue-coverage").json()
+    assert coverage["unpolled_declared_queues"] == ["billing", "default"]
+    assert coverage["declared_source"] == "app"
+    health = api.get("/admin/shards/health").json()
+    assert health["readiness"] in ("ready", "degraded") and health["shards"][0]["shard_id"] == 0
+    preflight = api.get("/admin/preflight").json()
+    checks = {c["name"]: c for c in preflight["checks"]}
+    assert checks["admin_auth_boundary"]["details"]["unauthenticated_access"] is True
+    assert checks["catalog_consistency"]["status"] == "fail"  # greet declares a missing child
+    assert preflight["overall_status"] == "fail"
+
+
+def test_rate_limit_overrides_on_every_shard_audited_and_their_refusals(api, conn) -> None:
+    from psycopg.types.json import Jsonb
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    applied = api.post("/admin/rate-limits/charge/override", json={"rps": 50, "ttl_secs": 60})
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["shard_errors"] == [] and set(applied.json()["shards"]) == {"0"}
+    assert api.get("/admin/rate-limits/charge").json()["shards"]["0"]
+    audit = api.get("/admin/audit", params={"operation": "rate_limit.override"}).json()["entries"]
+    assert audit and audit[0]["source"] == "api"
+    assert api.delete("/admin/rate-limits/charge/override").status_code == 200
+    per_key = api.post("/admin/rate-limits/per_tenant/override", json={"rps": 5})
+    assert per_key.status_code == 409 and error_of(per_key)["code"] == "policy_conflict"
+    undeclared = api.post("/admin/rate-limits/shout/override", json={"rps": 5})
+    assert undeclared.status_code in (400, 404), undeclared.text
+    assert api.post("/admin/rate-limits/charge/override", json={"rps": -1}).status_code == 400
+    assert api.post("/admin/rate-limits/charge/override", json={}).status_code == 400
+
+
+def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: str) -> None:
+    with api_client(db, env={"HARVEST_ROLE": "web"}) as web:
+        status = web.get("/admin/retention").json()
+        assert status["placed_elsewhere"] is True and status["shards"] == []
+        refused = web.post("/admin/retention/run-now", json={})
+        assert refused.status_code == 503 and 'run_on = "all"' in error_of(refused)["message"]
+    with api_client(db, env={"HARVEST_ROLE": "web", "HARVEST_RETENTION__RUN_ON": "all"}) as anywhere:
+        assert anywhere.get("/admin/retention").json()["placed_elsewhere"] is False
+        swept = anywhere.post("/admin/retention/run-now", json={"max_age": "30 days", "max_batches": 1})
+        assert swept.status_code == 200, swept.text
+        assert swept.json()["deleted"] == 0
+
+
+# -- authorization and roles -----------------------------------------------------------------------
+class Refusing:
+    """An authorizer that refuses with Starlette's own HTTPException."""
+
+    async def authorize(self, request: Request, needed: str) -> Principal:
+        from starlette.exceptions import HTTPException
+
+        raise HTTPException(401, "no token", headers={"WWW-Authenticate": "Bearer"})
+
+
+class Fixed:
+    """An authorizer that grants one scope and refuses more (403), or lies (``lie``)."""
+
+    def __init__(self, scope: str, lie: bool = False):
+        self.scope, self.lie = scope, lie
+
+    async def authorize(self, request: Request, needed: str) -> Principal:
+        from harvest.core.errors import PermissionDenied
+
+        principal = Principal(actor="tester", scope=self.scope)  # type: ignore[arg-type]
+        if not self.lie and not principal.allows(needed):  # type: ignore[arg-type]
+            raise PermissionDenied(f"scope {self.scope} does not allow {needed}")
+        return principal
+
+
+def test_no_authorizer_outside_dev_fails_closed(db: str) -> None:
+    with api_client(db, profile="production") as api:
+        for route in ("/workflows", "/admin/config", "/admin/preflight", "/dead-letters"):
+            refused = api.get(route)
+            assert refused.status_code == 401 and error_of(refused)["code"] == "unauthenticated"
+        assert api.post("/workflows/greet/start", json={}).status_code == 401
+        assert api.get("/health").status_code == 200  # probes carry no data
+
+
+def test_an_authorizer_may_refuse_with_starlettes_http_exception(db: str) -> None:
+    with api_client(db, authorizer=Refusing()) as api:
+        refused = api.get("/workflows")
+        assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == "Bearer"
+        assert error_of(refused) == {"code": "unauthenticated", "message": "no token"}
+
+
+def test_scopes_are_checked_by_the_route_and_again_by_the_database(db: str) -> None:
+    with api_client(db, authorizer=Fixed("read")) as reader:
+        assert reader.get("/workflows").status_code == 200
+        assert reader.post("/workflows/greet/start", json={}).status_code == 403
+        assert reader.get("/admin/config").status_code == 403
+    with api_client(db, authorizer=Fixed("operate")) as operator:
+        assert operator.post("/workflows/greet/start", json={"workflow_id": "a"}).status_code == 201
+        # A start that can cancel a live run needs admin; attaching to one does not.
+        refused = operator.post(
+            "/workflows/greet/start", json={"workflow_id": "a", "conflict_policy": "terminate_existing"}
+        )
+        assert refused.status_code == 403
+        attach = operator.post(
+            "/workflows/greet/start",
+            json={
+                "workflow_id": "a",
+                "reuse_policy": "terminate_if_running",
+                "conflict_policy": "use_existing",
+            },
+        )
+        assert attach.status_code == 200
+    # An authorizer that lets a reader through: the database refuses the write on its own role.
+    with api_client(db, authorizer=Fixed("read", lie=True)) as lying:
+        refused = lying.post("/workflows/greet/start", json={})
+        assert refused.status_code == 403 and error_of(refused)["code"] == "permission_denied"
+        assert lying.get("/workflows").status_code == 200
+
+
+def test_mounted_under_a_prefix_opens_its_pools_on_the_first_request(db: str) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+    from starlette.testclient import TestClient
+
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    api = management_app(dsn=db, config=load_config(env={}), profile="dev")
+    outer = Starlette(routes=[Mount("/api/harvest", app=api)])
+    with TestClient(outer) as client:
+        assert client.get("/api/harvest/workflows").json()["executions"] == []
+        assert client.get("/api/harvest/openapi.json").json()["servers"] == [{"url": "/api/harvest"}]
+        assert client.get("/api/harvest/health/ready").status_code == 200
+        assert api.state.harvest.opened
+        client.portal.call(api.state.harvest.close)  # the host app's shutdown closes the pools
+    assert not api.state.harvest.opened
+
+
+def test_openapi_lists_every_route_with_its_scope(api) -> None:
+    doc = api.get("/openapi.json").json()
+    assert doc["openapi"].startswith("3.")
+    for endpoint in api.app.state.endpoints:
+        operation = doc["paths"][endpoint.path][endpoint.method.lower()]
+        assert operation.get("x-harvest-scope") == endpoint.scope
+        assert "default" in operation["responses"]
+    assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
+    assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "admin"
+
+
+def test_a_database_down_at_boot_is_a_503_not_a_dead_server() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with api_client(f"postgresql://harvest@127.0.0.1:{port}/harvest?connect_timeout=1") as api:
+        assert api.get("/health/live").status_code == 200
+        ready = api.get("/health/ready")
+        assert ready.status_code == 503 and ready.json()["status"] == "not_ready"
+        down = api.get("/workflows")
+        assert down.status_code == 503 and down.headers["Retry-After"]
+        assert error_of(down)["code"] == "database_unavailable"
+
+
+class Minimal:
+    """An authorizer that grants exactly the scope a route asks for (as a token of admin scope
+    whose authorizer answers the asked scope would)."""
+
+    async def authorize(self, request: Request, needed: str) -> Principal:
+        return Principal(actor="minimal", scope=needed)  # type: ignore[arg-type]
+
+
+def test_a_higher_scope_asked_mid_request_runs_the_rest_of_it_in_that_role(db: str) -> None:
+    import asyncio
+
+    from harvest.web.routes import Call
+
+    with api_client(db, authorizer=Minimal()) as api:
+        first = api.post("/workflows/greet/start", json={"workflow_id": "x"}).json()["execution_id"]
+        replaced = api.post(
+            "/workflows/greet/start", json={"workflow_id": "x", "conflict_policy": "terminate_existing"}
+        )
+        assert replaced.status_code == 201 and replaced.json()["execution_id"] != first
+        assert api.get(f"/workflows/{first}").json()["execution"]["status"] == "TERMINATED"
+        call = Call(None, api.app.state.harvest, Principal(actor="minimal", scope="operate"), None)  # type: ignore[arg-type]
+        assert call._sql.pool.role == "harvest_operator"
+        asyncio.run(call.require("admin"))
+        assert call.principal.scope == "admin" and call._sql.pool.role == "harvest_admin"

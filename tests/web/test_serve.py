@@ -1,0 +1,104 @@
+"""`harvest serve` and `harvest dev` serve the management API over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 30) -> tuple[int, dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError:
+            raise
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*HARVEST, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _stop(process: subprocess.Popen) -> tuple[str, str]:
+    process.send_signal(signal.SIGINT)
+    try:
+        return process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.communicate()
+
+
+def test_serve_answers_as_a_web_replica(db: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "HARVEST_PROFILE": "dev"}
+    process = _run(["serve", "--port", str(port)], env)
+    try:
+        base = f"http://127.0.0.1:{port}/api/harvest"
+        assert _get(f"{base}/health/ready")[0] == 200
+        status, config = _get(f"{base}/admin/config")
+        assert status == 200 and config["role"] == "web" and config["retention"]["runs_here"] is False
+    finally:
+        _, err = _stop(process)
+    assert f"http://127.0.0.1:{port}/api/harvest" in err
+
+
+def test_serve_outside_dev_fails_closed(db: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db}
+    env.pop("HARVEST_PROFILE", None)
+    process = _run(["serve", "--port", str(port)], env)
+    try:
+        base = f"http://127.0.0.1:{port}/api/harvest"
+        assert _get(f"{base}/health")[0] == 200
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/workflows", timeout=5)
+        assert refused.value.code == 401
+    finally:
+        _stop(process)
+
+
+def test_dev_serves_the_api_and_prints_its_url_and_a_curl(db: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DEV_DATABASE_URL": db}
+    process = _run(["dev", "--port", str(port)], env)
+    base = f"http://127.0.0.1:{port}/api/harvest"
+    try:
+        _get(f"{base}/health/live")
+        request = urllib.request.Request(
+            f"{base}/workflows/greet/start",
+            data=json.dumps({"input": ["world"]}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert response.status == 201
+            run = json.loads(response.read())["execution_id"]
+        status, result = _get(f"{base}/workflows/{run}/result?wait=20s")
+        assert status == 200 and result["state"] == "COMPLETED"
+    finally:
+        out, _ = _stop(process)
+    assert f"Management API: {base}" in out and f"curl -s -X POST {base}/workflows/greet/start" in out
