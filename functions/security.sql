@@ -62,6 +62,8 @@ AS $$
         WHEN p_name IN ('create_schedule', 'update_schedule', 'delete_schedule', 'pause_schedule', 'resume_schedule',
                         'trigger_schedule', 'backfill_schedule') THEN 'harvest_operator'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
+        WHEN p_name = 'put_payloads' THEN 'harvest_operator,harvest_worker'
+        WHEN p_name = 'get_payloads' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',
                         'set_migration_error', 'set_migration_forward') THEN 'harvest_admin,harvest_worker'

@@ -185,6 +185,40 @@ class PayloadError(HarvestError, TypeError):
     """A value cannot be encoded as JSON or decoded into the declared type."""
 
 
+class PayloadKeyMissing(PayloadError):
+    """A payload is encrypted with a key this process does not hold (docs/payloads.md).
+    ``.key_id`` names the key; ``.known`` the key ids this process has."""
+
+    def __init__(self, key_id: str, known: list[str] | None = None):
+        known = list(known or [])
+        held = f"it holds {', '.join(known)}" if known else "it has no encryption codec"
+        super().__init__(
+            f"payload is encrypted with key {key_id!r}, which this process does not hold ({held}): "
+            f"add key {key_id!r} to its AesGcmCodec(keys=...)"
+        )
+        self.key_id, self.known = key_id, known
+
+
+class LegalHoldActive(HarvestError):
+    """A legal hold is set on the execution (SQLSTATE HR030): its payloads cannot be erased
+    until an admin releases the hold. Nothing was changed."""
+
+    exit_code = 2
+
+
+class ExecutionNotTerminal(HarvestError):
+    """The execution is still open (SQLSTATE HR031): only a terminal execution's payloads can be
+    erased. Nothing was changed."""
+
+    exit_code = 2
+
+
+class PayloadsErased(HarvestError):
+    """The execution's payloads were erased (SQLSTATE HR032): what was asked for is gone."""
+
+    exit_code = 2
+
+
 class TimeoutError_(HarvestError, TimeoutError):
     """A client-side wait ran out of time (the run itself may still finish)."""
 
@@ -290,6 +324,9 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR011": WrongShard,
     "HR013": ExecutionMigrated,
     "HR014": ScheduleAlreadyExists,
+    "HR030": LegalHoldActive,
+    "HR031": ExecutionNotTerminal,
+    "HR032": PayloadsErased,
     "42501": PermissionDenied,
 }
 

@@ -56,6 +56,7 @@ SCHEMA_FILES = (
     "shards",
     "owners",
     "schedules",
+    "payloads",
     "triggers",
 )
 

@@ -396,6 +396,7 @@ class App:
         queries: Iterable[Any] = (),
         updates: Iterable[Any] = (),
         schedules: Iterable[Any] = (),
+        codecs: Any = None,
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
@@ -411,6 +412,11 @@ class App:
         from harvest.declare.schedules import register_schedules  # App(schedules=) (declare/schedules.py)
 
         self.schedules = register_schedules(schedules)
+        # The payload policy of this App's workers (docs/payloads.md): a list of codecs or a
+        # harvest.core.codecs.Payloads (codecs, offload threshold, store).
+        from harvest.core.codecs import Payloads
+
+        self.payloads = Payloads.of(codecs)
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""

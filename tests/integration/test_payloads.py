@@ -1,0 +1,178 @@
+"""Payload codecs, offload, erasure and legal holds with a real worker on a real Postgres
+(docs/payloads.md)."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+import pytest
+
+from harvest import App, Client, activity, query, update, workflow
+from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
+from harvest.core.errors import ExecutionNotTerminal, LegalHoldActive, NotFound, PayloadKeyMissing
+from harvest.db.sqlapi import SqlApi
+
+K1, K2 = os.urandom(32), os.urandom(32)
+# Every payload of the run carries this text; the stored rows must not.
+SECRET = "PLAINTEXT-SSN-078-05-1120"
+
+
+@activity
+async def seal(ctx, record: dict) -> dict:
+    return {"sealed": record["ssn"], "by": "seal"}
+
+
+@activity
+async def bulky(ctx, size: int) -> str:
+    return SECRET + os.urandom(size).hex()  # random: no codec compresses it under the threshold
+
+
+@workflow
+async def vault(ctx, record: dict) -> dict:
+    ctx.state["record"] = record
+    sealed = await ctx.execute_activity(seal, record)
+    noise = ctx.side_effect(lambda: {"noise": SECRET})
+    note = await ctx.wait_for_signal("note")
+    return {"sealed": sealed, "note": note, "noise": noise, "extra": ctx.state.get("extra")}
+
+
+@query(workflow="vault")
+def peek(ctx, prefix: str) -> str:
+    return prefix + ctx.state["record"]["ssn"]
+
+
+@update(workflow="vault")
+async def add(ctx, extra: str) -> str:
+    ctx.state["extra"] = extra
+    return "added " + extra
+
+
+@workflow
+async def big_result(ctx, size: int) -> dict:
+    blob = await ctx.execute_activity(bulky, size)
+    await ctx.sleep(0.05)  # one more task: the next replays a history holding the reference
+    return {"blob": blob, "length": len(blob)}
+
+
+def _stored_text(db: str) -> str:
+    """Every payload-bearing row of the database, as text."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            """
+            SELECT coalesce(string_agg(t, ' '), '') FROM (
+                SELECT input::text || output::text || coalesce(failure::text, '') AS t FROM harvest.executions
+                UNION ALL SELECT event_data::text FROM harvest.events
+                UNION ALL SELECT coalesce(input::text, '') || coalesce(heartbeat_details::text, '')
+                    || coalesce(last_failure::text, '') FROM harvest.tasks
+                UNION ALL SELECT arg::text || coalesce(answer::text, '') || coalesce(error::text, '')
+                    FROM harvest.query_requests
+                UNION ALL SELECT data::text FROM harvest.payloads
+            ) AS s
+            """
+        ).fetchone()
+    return rows[0]
+
+
+def _codecs(**keys: bytes) -> list:
+    return [ZlibCodec(), AesGcmCodec(keys)]
+
+
+def test_a_worker_with_codecs_runs_a_workflow_and_the_database_holds_no_plaintext(db, start_worker):
+    start_worker(App([vault], [seal], queries=[peek], updates=[add]), codecs=_codecs(k1=K1))
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="v-1")
+        assert handle.update("add", SECRET + "-extra", timeout=20) == "added " + SECRET + "-extra"
+        assert handle.query("peek", "ssn=", timeout=20) == "ssn=" + SECRET
+        handle.signal("note", {"text": SECRET})
+        result = handle.result(timeout=30)
+    assert result == {
+        "sealed": {"sealed": SECRET, "by": "seal"},
+        "note": {"text": SECRET},
+        "noise": {"noise": SECRET},
+        "extra": SECRET + "-extra",
+    }
+    stored = _stored_text(db)
+    assert "_harvest_codec" in stored and "aesgcm:k1" in stored
+    assert SECRET not in stored
+
+    # Rotation: a client holding k1 and k2 writes with k2 and still reads the k1 result; one
+    # holding k2 alone is told which key it lacks.
+    with Client(db, codecs=_codecs(k1=K1, k2=K2)) as rotated:
+        assert rotated.get_handle(handle.execution_id).result(timeout=5) == result
+    with Client(db, codecs=_codecs(k2=K2)) as without_k1, pytest.raises(PayloadKeyMissing, match="'k1'"):
+        without_k1.get_handle(handle.execution_id).result(timeout=5)
+    with Client(db) as plain, pytest.raises(PayloadKeyMissing, match="'k1'"):
+        plain.get_handle(handle.execution_id).result(timeout=5)
+
+
+def test_an_offloaded_payload_round_trips_through_a_workflow_and_its_replay(db, start_worker):
+    policy = Payloads([ZlibCodec()], offload_bytes=1024)
+    # cache_size=0: every workflow task replays the whole history, references included.
+    start_worker(App([big_result], [bulky], codecs=policy), cache_size=0)
+    with Client(db) as client:
+        handle = client.start_workflow(big_result, 4000, workflow_id="big-1")
+        result = handle.result(timeout=30)
+    assert result["length"] == len(SECRET) + 8000 and result["blob"].startswith(SECRET)
+    with psycopg.connect(db, autocommit=True) as conn:
+        refs = conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE event_data::text LIKE '%_harvest_ref%'"
+        ).fetchone()[0]
+        offloaded = conn.execute("SELECT count(*), min(bytes) FROM harvest.payloads").fetchone()
+        largest = conn.execute("SELECT max(octet_length(event_data::text)) FROM harvest.events").fetchone()[0]
+    assert refs >= 2  # the activity's result and the workflow's result
+    assert offloaded[0] >= 2 and offloaded[1] > 1024
+    assert largest < 1024  # the history stays small
+
+
+def _erasable(db: str, start_worker) -> str:
+    start_worker(
+        App(
+            [vault, big_result],
+            [seal, bulky],
+            queries=[peek],
+            updates=[add],
+            codecs=Payloads(offload_bytes=1024),
+        ),
+        cache_size=0,
+    )
+    with Client(db) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="erase-1")
+        handle.signal("note", {"text": SECRET})
+        handle.result(timeout=30)
+        big = client.start_workflow(big_result, 4000, workflow_id="erase-big")
+        big.result(timeout=30)
+    return handle.execution_id, big.execution_id
+
+
+def test_erasure_leaves_no_payload_and_a_legal_hold_blocks_it(db, start_worker):
+    small, big = _erasable(db, start_worker)
+    assert SECRET in _stored_text(db)
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        with pytest.raises(NotFound):
+            sql.erase_payloads("00000000-0000-0000-0000-000000000000")
+        sql.set_legal_hold(small, "case 42", "legal")
+        with pytest.raises(LegalHoldActive):
+            sql.erase_payloads(small, "ops")
+        assert SECRET in _stored_text(db)  # refused: nothing changed
+        assert sql.release_legal_hold(small, "legal")["released"] is True
+        summary = sql.erase_payloads(small, "ops")
+        assert summary["events"] > 0 and summary["residences"]["migrated_from_shards"] == []
+        summary = sql.erase_payloads(big, "ops")
+        assert summary["offloaded"] >= 2
+        history = sql.get_history(small)
+        execution = sql.get_execution(small)
+        ops = [r["operation"] for r in sql.list_audit_log(20)]
+    assert SECRET not in _stored_text(db)
+    assert SECRET not in str(history) and SECRET not in str(execution)
+    assert execution["output"] == {"_harvest_erased": True}
+    assert {"workflow.erase_payloads", "workflow.legal_hold.set", "workflow.legal_hold.release"} <= set(ops)
+    with Client(db) as client:  # the result reads as erased, with no payload
+        assert client.get_handle(big).result(timeout=5) == {"_harvest_erased": True}
+
+
+def test_an_open_run_cannot_be_erased(db, client):
+    handle = client.start_workflow("nobody_runs_this", workflow_id="open-1")
+    with psycopg.connect(db, autocommit=True) as conn, pytest.raises(ExecutionNotTerminal):
+        SqlApi(conn).erase_payloads(handle.execution_id)
