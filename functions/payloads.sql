@@ -88,11 +88,16 @@ $$;
 -- Erase a terminal execution's payloads on this database: its input, output and failure
 -- details, every event's payloads, its tasks', dead letters', query and update requests', and
 -- the offloaded rows it wrote or references. Refused (nothing changed) while a legal hold is
--- set (HR030) or the run is open (HR031); a MIGRATED seal (a residence the run left) is erased
--- too. Audited. Returns {execution_id, status, events, tasks, offloaded, residences}: the
--- other shards the run lived on (migrated_from_shards) and the one it went to, for a sharded
--- caller to walk (docs/payloads.md).
-CREATE OR REPLACE FUNCTION harvest.erase_payloads(p_execution_id uuid, p_operator_id text DEFAULT NULL)
+-- set (HR030) or the run is open (HR031), both judged on the live residence. On a MIGRATED seal
+-- the call is refused with HR013 (the caller follows the pointer to the live run) unless
+-- p_prior_residence: then the seal (a stale copy the run left, still holding its payloads) is
+-- scrubbed without gates, and a residence retention already collected is no error
+-- ({"absent": true}). Audited. Returns {execution_id, status, events, tasks, offloaded,
+-- residences}: the shards the run lived on before (migrated_from_shards), for a sharded caller
+-- to walk (docs/payloads.md).
+CREATE OR REPLACE FUNCTION harvest.erase_payloads(
+    p_execution_id uuid, p_operator_id text DEFAULT NULL, p_prior_residence boolean DEFAULT false
+)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
@@ -106,15 +111,26 @@ DECLARE
     v_result jsonb;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF NOT FOUND AND p_prior_residence THEN
+        RETURN jsonb_build_object('execution_id', p_execution_id, 'absent', true, 'shard_id', harvest.get_shard_id());
+    END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
             HINT = 'on a sharded deployment, call it on the shard the execution id routes to';
     END IF;
-    IF EXISTS (SELECT 1 FROM harvest.legal_holds WHERE execution_id = p_execution_id) THEN
+    IF p_prior_residence AND v_execution.status <> 'MIGRATED' THEN
+        RAISE EXCEPTION 'execution % on shard % is not a prior residence (it is %)', p_execution_id,
+            harvest.get_shard_id(), v_execution.status
+            USING ERRCODE = 'HR001', HINT = 'erase the live run without p_prior_residence';
+    END IF;
+    IF NOT p_prior_residence THEN
+        PERFORM harvest._refuse_moved(v_execution, 'erase the payloads of');
+    END IF;
+    IF NOT p_prior_residence AND EXISTS (SELECT 1 FROM harvest.legal_holds WHERE execution_id = p_execution_id) THEN
         RAISE EXCEPTION 'execution % is under a legal hold: its payloads cannot be erased', p_execution_id
             USING ERRCODE = 'HR030', HINT = 'an admin releases the hold first (release_legal_hold)';
     END IF;
-    IF v_execution.status IN ('RUNNING', 'MIGRATING') THEN
+    IF v_execution.status = 'RUNNING' THEN
         RAISE EXCEPTION 'execution % is %: only a terminal execution''s payloads can be erased',
             p_execution_id, v_execution.status
             USING ERRCODE = 'HR031', HINT = 'wait for it to end, or cancel or terminate it first';
@@ -159,8 +175,8 @@ BEGIN
     GET DIAGNOSTICS v_offloaded = ROW_COUNT;
 
     v_result := jsonb_build_object(
-        'execution_id', p_execution_id, 'status', v_execution.status, 'events', v_events, 'tasks', v_tasks,
-        'offloaded', v_offloaded,
+        'execution_id', p_execution_id, 'shard_id', harvest.get_shard_id(), 'status', v_execution.status,
+        'events', v_events, 'tasks', v_tasks, 'offloaded', v_offloaded,
         'residences', jsonb_build_object(
             'migrated_from_shards', to_jsonb(v_execution.migrated_from_shards),
             'migrated_to_shard', v_execution.migrated_to_shard));
@@ -216,8 +232,8 @@ COMMENT ON FUNCTION harvest.get_payloads IS
 'For workers, clients and operators (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.erase_payloads IS
 'Erase a terminal execution''s payloads (input, output, failure details, events, tasks, dead letters, requests, '
-'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs. Returns the residences to walk. For '
-'admins (role harvest_admin).';
+'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs, HR013 on a seal unless '
+'p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_legal_hold IS
 'Set a legal hold (with a reason) on an execution: erase_payloads refuses it until released. Audited. For admins '
 '(role harvest_admin).';

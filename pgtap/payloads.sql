@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(24);
+SELECT plan(29);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -66,6 +66,21 @@ SELECT is((SELECT count(*) FROM harvest.audit_log WHERE target = pg_temp.run('pl
            AND operation IN ('workflow.erase_payloads', 'workflow.legal_hold.set', 'workflow.legal_hold.release')),
           4::bigint, 'each hold, release and erasure is audited');
 SELECT is((harvest.erase_payloads(pg_temp.run('pl_a')) ->> 'offloaded')::int, 0, 'erasing again is harmless');
+
+-- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence
+-- scrub erases it without gates; a residence retention collected is no error.
+SELECT pg_temp.start_run('pl_seal', 'pl_wf', 'pl_q', '["seal-input"]');
+UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 1 WHERE id = pg_temp.run('pl_seal');
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_seal')), 'HR013', NULL,
+                 'a seal refuses a plain erasure: the live run decides');
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L, NULL, true)', pg_temp.run('pl_open')), 'HR001', NULL,
+                 'a live run is not a prior residence');
+SELECT is(harvest.erase_payloads(pg_temp.run('pl_seal'), 'ops', true) ->> 'status', 'MIGRATED',
+          'a prior residence is scrubbed without gates');
+SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_seal')),
+          '[{"_harvest_erased": true}]'::jsonb, 'the seal holds no payload afterwards');
+SELECT is((harvest.erase_payloads(gen_random_uuid(), 'ops', true) ->> 'absent')::boolean, true,
+          'a collected prior residence is no error');
 
 SELECT * FROM finish();
 ROLLBACK;

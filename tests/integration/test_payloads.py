@@ -176,3 +176,57 @@ def test_an_open_run_cannot_be_erased(db, client):
     handle = client.start_workflow("nobody_runs_this", workflow_id="open-1")
     with psycopg.connect(db, autocommit=True) as conn, pytest.raises(ExecutionNotTerminal):
         SqlApi(conn).erase_payloads(handle.execution_id)
+
+
+def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_erases_under_holds(
+    db, start_worker, tmp_path
+):
+    import json
+
+    from operator_helpers import harvest
+
+    from harvest.testing import WorkflowReplayer
+
+    codecs = Payloads(_codecs(k1=K1), offload_bytes=1024)
+    app = App([vault, big_result], [seal, bulky], queries=[peek], updates=[add], codecs=codecs)
+    start_worker(app)
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="cli-1")
+        handle.signal("note", {"text": SECRET})
+        handle.result(timeout=30)
+        big = client.start_workflow(big_result, 4000, workflow_id="cli-big")
+        big.result(timeout=30)
+    eid = handle.execution_id
+
+    shown = harvest(db, "workflow", "history", eid, "--full", "--output", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert "<encrypted (key k1)>" in shown.stdout and SECRET not in shown.stdout
+
+    # A full export resolves offloaded payloads and keeps envelopes; the replayer, given the
+    # App (and its codecs), replays it.
+    out = tmp_path / "big.json"
+    r = harvest(
+        db, "history", "export", big.execution_id, "--payload-policy", "full", "--output-file", str(out)
+    )
+    assert r.returncode == 0, r.stderr
+    exported = out.read_text()
+    assert "_harvest_ref" not in exported and "aesgcm:k1" in exported and SECRET not in exported
+    assert WorkflowReplayer(app).replay(str(out)).ok
+    assert not WorkflowReplayer(App([big_result], [bulky])).replay(str(out)).ok  # no key: refused
+
+    r = harvest(db, "workflow", "legal-hold", "set", eid, "--reason", "case 7", "--operator-id", "legal")
+    assert r.returncode == 0 and "legal hold set" in r.stdout, r.stderr
+    r = harvest(db, "workflow", "erase-payloads", eid)
+    assert r.returncode == 2 and "legal hold" in r.stderr and "Traceback" not in r.stderr
+    r = harvest(db, "workflow", "legal-hold", "release", eid, "--operator-id", "legal")
+    assert r.returncode == 0 and "released" in r.stdout, r.stderr
+    for target in (eid, big.execution_id):
+        r = harvest(db, "workflow", "erase-payloads", target, "--operator-id", "ops", "--output", "json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["prior_residences"] == []
+    r = harvest(
+        db, "history", "export", big.execution_id, "--payload-policy", "full", "--output-file", str(out)
+    )
+    assert r.returncode == 0 and "aesgcm" not in out.read_text() and "_harvest_erased" in out.read_text()
+    r = harvest(db, "workflow", "get", eid, "--output", "json")
+    assert r.returncode == 0 and "aesgcm" not in r.stdout

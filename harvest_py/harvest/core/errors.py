@@ -213,12 +213,6 @@ class ExecutionNotTerminal(HarvestError):
     exit_code = 2
 
 
-class PayloadsErased(HarvestError):
-    """The execution's payloads were erased (SQLSTATE HR032): what was asked for is gone."""
-
-    exit_code = 2
-
-
 class TimeoutError_(HarvestError, TimeoutError):
     """A client-side wait ran out of time (the run itself may still finish)."""
 
@@ -326,7 +320,6 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR014": ScheduleAlreadyExists,
     "HR030": LegalHoldActive,
     "HR031": ExecutionNotTerminal,
-    "HR032": PayloadsErased,
     "42501": PermissionDenied,
 }
 

@@ -1377,7 +1377,9 @@ def start_buffered_firings(limit: int = 100) -> dict[str, Any]:
 # -- payloads: offload store, erasure, legal holds (functions/payloads.sql) -----------------------
 PUT_PAYLOADS = "SELECT harvest.put_payloads(%(execution_id)s, %(values)s::jsonb[]) AS ids"
 GET_PAYLOADS = "SELECT * FROM harvest.get_payloads(%(ids)s::uuid[])"
-ERASE_PAYLOADS = "SELECT harvest.erase_payloads(%(execution_id)s, %(operator_id)s) AS summary"
+ERASE_PAYLOADS = (
+    "SELECT harvest.erase_payloads(%(execution_id)s, %(operator_id)s, %(prior_residence)s) AS summary"
+)
 SET_LEGAL_HOLD = "SELECT harvest.set_legal_hold(%(execution_id)s, %(reason)s, %(operator_id)s) AS hold"
 RELEASE_LEGAL_HOLD = "SELECT harvest.release_legal_hold(%(execution_id)s, %(operator_id)s) AS hold"
 
@@ -1398,8 +1400,10 @@ def get_payloads(ids: list[str]) -> dict[str, Any]:
 
 
 @call(ERASE_PAYLOADS, column("summary"))
-def erase_payloads(execution_id: str, operator_id: str | None = None) -> dict[str, Any]:
-    return {"execution_id": execution_id, "operator_id": operator_id}
+def erase_payloads(
+    execution_id: str, operator_id: str | None = None, prior_residence: bool = False
+) -> dict[str, Any]:
+    return {"execution_id": execution_id, "operator_id": operator_id, "prior_residence": prior_residence}
 
 
 @call(SET_LEGAL_HOLD, column("hold"))

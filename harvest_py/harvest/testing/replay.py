@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.core.errors import NonDeterminismError
+from harvest.core.errors import NonDeterminismError, PayloadError
 from harvest.declare.definitions import App
 from harvest.runtime.run import HistoryMismatch, WorkflowRun
 
@@ -66,7 +66,11 @@ class WorkflowReplayer:
     def replay(self, history: Any, workflow: Any = None) -> ReplayResult:
         """Replay ``history`` against ``workflow`` (a name or function; by default the one
         named in its ``WorkflowStarted``)."""
-        events = load_history(history)
+        # Payloads as the App's codecs wrote them (an export keeps them encoded; docs/payloads.md).
+        try:
+            events = self.app.payloads.chain.decode_tree(load_history(history))
+        except PayloadError as exc:
+            return ReplayResult(False, f"{type(exc).__name__}: {exc}", exception=exc)
         if workflow is None:
             started = next((e for e in events if e["event_type"] == "WorkflowStarted"), None)
             data = (started or {}).get("event_data") or {}
