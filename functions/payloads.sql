@@ -185,19 +185,24 @@ BEGIN
 END;
 $$;
 
--- Set a legal hold on an execution (replacing the reason of one already set).
+-- Set a legal hold on an execution (replacing the reason of one already set). A hold lives with
+-- the live run: a seal refuses it with HR013, naming where the run lives.
 CREATE OR REPLACE FUNCTION harvest.set_legal_hold(p_execution_id uuid, p_reason text, p_operator_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_execution harvest.executions;
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'a legal hold needs a reason' USING ERRCODE = 'HR001',
             HINT = 'say why (a case number, a request), it is kept with the hold and in the audit log';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM harvest.executions WHERE id = p_execution_id) THEN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002';
     END IF;
+    PERFORM harvest._refuse_moved(v_execution, 'set a legal hold on');
     INSERT INTO harvest.legal_holds (execution_id, reason, set_at, set_by)
     VALUES (p_execution_id, p_reason, harvest.now(), coalesce(p_operator_id, session_user))
     ON CONFLICT (execution_id) DO UPDATE SET reason = excluded.reason, set_at = excluded.set_at,
@@ -208,14 +213,20 @@ BEGIN
 END;
 $$;
 
--- Release an execution's legal hold; returns whether one was set.
+-- Release an execution's legal hold; returns whether one was set. A seal refuses with HR013 (the
+-- hold lives with the live run).
 CREATE OR REPLACE FUNCTION harvest.release_legal_hold(p_execution_id uuid, p_operator_id text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_reason text;
+    v_execution harvest.executions;
 BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF FOUND THEN
+        PERFORM harvest._refuse_moved(v_execution, 'release a legal hold on');
+    END IF;
     DELETE FROM harvest.legal_holds WHERE execution_id = p_execution_id RETURNING reason INTO v_reason;
     PERFORM harvest._audit('workflow.legal_hold.release', p_execution_id::text, p_operator_id,
                            jsonb_build_object('was_set', v_reason IS NOT NULL, 'reason', v_reason));
@@ -235,7 +246,7 @@ COMMENT ON FUNCTION harvest.erase_payloads IS
 'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs, HR013 on a seal unless '
 'p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.set_legal_hold IS
-'Set a legal hold (with a reason) on an execution: erase_payloads refuses it until released. Audited. For admins '
-'(role harvest_admin).';
+'Set a legal hold (with a reason) on an execution: erase_payloads refuses it until released; HR013 on a seal. '
+'Audited. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.release_legal_hold IS
 'Release an execution''s legal hold (returns whether one was set). Audited. For admins (role harvest_admin).';

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(29);
+SELECT plan(31);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -73,6 +73,10 @@ SELECT pg_temp.start_run('pl_seal', 'pl_wf', 'pl_q', '["seal-input"]');
 UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 1 WHERE id = pg_temp.run('pl_seal');
 SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_seal')), 'HR013', NULL,
                  'a seal refuses a plain erasure: the live run decides');
+SELECT throws_ok(format('SELECT harvest.set_legal_hold(%L, %L)', pg_temp.run('pl_seal'), 'case'), 'HR013', NULL,
+                 'a hold is set on the live run, never on a seal');
+SELECT throws_ok(format('SELECT harvest.release_legal_hold(%L)', pg_temp.run('pl_seal')), 'HR013', NULL,
+                 'nor released on one');
 SELECT throws_ok(format('SELECT harvest.erase_payloads(%L, NULL, true)', pg_temp.run('pl_open')), 'HR001', NULL,
                  'a live run is not a prior residence');
 SELECT is(harvest.erase_payloads(pg_temp.run('pl_seal'), 'ops', true) ->> 'status', 'MIGRATED',

@@ -205,6 +205,17 @@ def _collect_refs(value: Any, found: dict[str, None]) -> None:
             _collect_refs(item, found)
 
 
+def _marked(value: Any) -> bool:
+    """Whether an envelope or a reference is anywhere in ``value`` (a walk that copies nothing)."""
+    if isinstance(value, dict):
+        if CODEC_KEY in value or REF_KEY in value:
+            return True
+        return any(_marked(v) for v in value.values() if isinstance(v, (dict, list)))
+    if isinstance(value, list):
+        return any(_marked(v) for v in value if isinstance(v, (dict, list)))
+    return False
+
+
 def replace_refs(value: Any, resolved: Mapping[str, Any]) -> Any:
     """``value`` with each reference replaced by its resolved payload (an unresolved one stays)."""
     if isinstance(value, dict):
@@ -494,6 +505,8 @@ class Payloads:
     async def decode(self, sql: Any, value: Any) -> Any:
         """``value`` (a row, an event, a list of them) with every reference resolved and every
         envelope decoded. A reference whose payload is gone stays a reference."""
+        if not _marked(value):  # the common case: nothing to resolve or decode, nothing copied
+            return value
         ids = refs_in(value)
         if ids:
             value = replace_refs(value, await self.store.get(sql, ids))
