@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import psycopg
@@ -13,7 +14,8 @@ from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
 from harvest.core.errors import ExecutionNotTerminal, LegalHoldActive, NotFound, PayloadKeyMissing
 from harvest.db.sqlapi import SqlApi
 
-K1, K2 = os.urandom(32), os.urandom(32)
+# Fixed test keys: a `harvest replay` subprocess must hold the same bytes.
+K1, K2 = hashlib.sha256(b"harvest-test-k1").digest(), hashlib.sha256(b"harvest-test-k2").digest()
 # Every payload of the run carries this text; the stored rows must not.
 SECRET = "PLAINTEXT-SSN-078-05-1120"
 
@@ -230,3 +232,56 @@ def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_eras
     assert r.returncode == 0 and "aesgcm" not in out.read_text() and "_harvest_erased" in out.read_text()
     r = harvest(db, "workflow", "get", eid, "--output", "json")
     assert r.returncode == 0 and "aesgcm" not in r.stdout
+
+
+def test_export_batch_writes_the_spec_response_and_the_replayer_reads_it(db, start_worker, tmp_path):
+    import json
+
+    from operator_helpers import harvest
+
+    from harvest.testing import WorkflowReplayer
+
+    app = App([big_result], [bulky], codecs=Payloads(_codecs(k1=K1), offload_bytes=1024))
+    start_worker(app)
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        ids = [
+            client.start_workflow(big_result, 100 * (n + 1), workflow_id=f"batch-{n}").execution_id
+            for n in range(3)
+        ]
+        for execution_id in ids:
+            client.get_handle(execution_id).result(timeout=30)
+        client.start_workflow("nobody_runs_this", workflow_id="batch-open", queue="nobody")
+
+    out = tmp_path / "batch.json"
+    r = harvest(
+        db, "history", "export-batch", "--workflow-name", "big_result", "--state-group", "terminal",
+        "--updated-after", "2000-01-01T00:00:00Z", "--limit", "2", "--payload-policy", "full",
+        "--output-file", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    batch = json.loads(out.read_text())
+    assert set(batch) >= {"schema", "version", "status", "exports", "failures", "shard_coverage"}
+    assert (batch["schema"], batch["version"], batch["status"]) == (
+        "harvest.history_export_batch",
+        1,
+        "complete",
+    )
+    assert batch["shard_coverage"] == {"read": [0], "unavailable": []} and batch["failures"] == []
+    assert len(batch["exports"]) == 2 and {e["execution_id"] for e in batch["exports"]} <= set(ids)
+    assert "_harvest_ref" not in out.read_text()  # full: offloaded payloads resolved
+    results = WorkflowReplayer(app).replay_batch(str(out))
+    assert len(results) == 2 and all(r.ok for r in results.values())
+    r = harvest(db, "replay", "--app", "test_payloads:BATCH_APP", "--json-path", str(out))
+    assert r.returncode == 0 and "2 of 2 replayed" in r.stdout, r.stdout + r.stderr
+
+    # redacted (the default): no payload in the file, and the replayer says it cannot replay it
+    r = harvest(db, "history", "export-batch", "--state-group", "all", "--output-file", str(out))
+    batch = json.loads(out.read_text())
+    assert r.returncode == 0 and len(batch["exports"]) == 4 and SECRET not in out.read_text()
+    assert not any(r.ok for r in WorkflowReplayer(app).replay_batch(batch).values())
+    r = harvest(db, "history", "export-batch", "--updated-after", "2999-01-01", "--output-file", str(out))
+    assert r.returncode == 0 and json.loads(out.read_text())["exports"] == []
+
+
+# `harvest replay --app test_payloads:BATCH_APP` (the batch test): the App with the key.
+BATCH_APP = App([big_result], [bulky], codecs=Payloads(_codecs(k1=K1), offload_bytes=1024))

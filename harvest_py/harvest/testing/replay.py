@@ -27,6 +27,10 @@ from harvest.runtime.run import HistoryMismatch, WorkflowRun
 __all__ = ["ReplayResult", "WorkflowReplayer"]
 
 
+# The schema name of a `harvest history export-batch` document (harvest/cli/export_batch.py).
+BATCH_SCHEMA = "harvest.history_export_batch"
+
+
 @dataclass
 class ReplayResult:
     """``ok``, or the first difference: ``seq`` and the ``expected`` (recorded) vs ``got``."""
@@ -96,6 +100,27 @@ class WorkflowReplayer:
         finally:
             run.close()
         return ReplayResult(True)
+
+    def replay_batch(self, batch: Any) -> dict[str, ReplayResult]:
+        """Replay each history of a ``harvest history export-batch`` document (a dict or the path
+        of its JSON file): execution id -> result. A redacted export cannot be replayed (its
+        payloads are gone) and reports so; export with ``--payload-policy full``."""
+        if isinstance(batch, (str, os.PathLike)):
+            with open(batch, encoding="utf-8") as fh:
+                batch = json.load(fh)
+        if not isinstance(batch, dict) or batch.get("schema") != BATCH_SCHEMA:
+            raise TypeError(
+                f"not a history export batch: expected a JSON object with schema {BATCH_SCHEMA!r}"
+            )
+        results = {}
+        for export in batch.get("exports") or []:
+            if export.get("redacted"):
+                results[export["execution_id"]] = ReplayResult(
+                    False, "a redacted export cannot be replayed: export with --payload-policy full"
+                )
+            else:
+                results[export["execution_id"]] = self.replay(export)
+        return results
 
     def replay_or_raise(self, history: Any, workflow: Any = None) -> ReplayResult:
         """``replay``, raising the ``NonDeterminismError`` (or ``HistoryMismatch``) it found."""
