@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(31);
+SELECT plan(32);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -85,6 +85,13 @@ SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_seal'
           '[{"_harvest_erased": true}]'::jsonb, 'the seal holds no payload afterwards');
 SELECT is((harvest.erase_payloads(gen_random_uuid(), 'ops', true) ->> 'absent')::boolean, true,
           'a collected prior residence is no error');
+
+-- A move does not copy the offload store: a run holding a reference is not quiescent.
+SELECT pg_temp.start_run('pl_ref', 'pl_wf', 'pl_q', jsonb_build_array(jsonb_build_object(
+    '_harvest_ref', (SELECT ids[2] FROM pl_ids), 'bytes', 6)));
+SELECT ok('offloaded_payloads' = ANY(harvest._migration_blockers(
+              (SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('pl_ref')))),
+          'a run with offloaded payloads cannot be rebalanced');
 
 SELECT * FROM finish();
 ROLLBACK;

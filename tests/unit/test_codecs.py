@@ -121,6 +121,14 @@ def test_offload_keeps_small_payloads_inline_and_resolves_large_ones():
     assert out[0]["input"][0]["_harvest_codec"] == ["zlib"]
     assert len(store.rows) == 1
     assert asyncio.run(policy.decode(None, out)) == commands
+    # What another execution reads (maybe on another shard) is encoded, never offloaded.
+    crossing = [
+        {"type": "start_child_workflow", "seq": 2, "workflow_name": "c", "input": [big]},
+        {"type": "signal_external_workflow", "seq": 3, "signal_name": "s", "payload": big},
+    ]
+    out = asyncio.run(policy.encode_commands(None, "e1", crossing))
+    assert len(store.rows) == 1 and out[0]["input"][0]["_harvest_codec"] == ["zlib"]
+    assert out[1]["payload"]["_harvest_codec"] == ["zlib"]
 
 
 def test_bad_configuration_is_refused():

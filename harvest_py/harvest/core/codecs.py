@@ -245,6 +245,9 @@ _COMMAND_FIELDS: dict[str, tuple[str, ...]] = {
 _ARG_LISTS = {"input"}  # an input stays a JSON array (the SQL checks it): each argument is encoded
 _FAILURE_COMMANDS = {"fail_workflow": "failure", "complete_update": "failure"}
 _SIDE_EFFECT_MARKERS = {"side_effect"}
+# Payloads another execution reads (a child's input, an external signal), maybe on another shard
+# whose offload store does not hold them: encoded, never offloaded.
+_STAYS_INLINE = {"start_child_workflow", "signal_external_workflow"}
 
 
 class CodecChain:
@@ -481,7 +484,10 @@ class Payloads:
         if not self.active:
             return commands
         big: list[Any] = []
-        marked = [map_command(c, self._marker(big)) for c in commands]
+        mark = self._marker(big)
+        marked = [
+            map_command(c, self.chain.encode if c.get("type") in _STAYS_INLINE else mark) for c in commands
+        ]
         if not big:
             return marked
         fill = await self._stored(sql, execution_id, big)
