@@ -285,3 +285,26 @@ def test_export_batch_writes_the_spec_response_and_the_replayer_reads_it(db, sta
 
 # `harvest replay --app test_payloads:BATCH_APP` (the batch test): the App with the key.
 BATCH_APP = App([big_result], [bulky], codecs=Payloads(_codecs(k1=K1), offload_bytes=1024))
+
+
+def test_the_async_client_encodes_signal_with_start_and_update_with_start_and_decodes(db, start_worker):
+    import asyncio
+
+    from harvest import AsyncClient
+
+    start_worker(App([vault], [seal], queries=[peek], updates=[add], codecs=_codecs(k1=K1)))
+
+    async def go():
+        async with await AsyncClient.connect(db, codecs=_codecs(k1=K1)) as client:
+            _, answer = await client.update_with_start(
+                vault, {"ssn": SECRET}, workflow_id="async-1", update="add", update_arg=SECRET
+            )
+            handle = await client.signal_with_start(
+                vault, {"ssn": "other"}, workflow_id="async-1", signal="note", signal_payload={"text": SECRET}
+            )
+            return answer, await handle.result(timeout=30)
+
+    answer, result = asyncio.run(go())
+    assert answer == "added " + SECRET
+    assert result["note"] == {"text": SECRET} and result["sealed"]["sealed"] == SECRET
+    assert SECRET not in _stored_text(db)
