@@ -86,8 +86,8 @@ AS $$
 $$;
 
 -- Erase a terminal execution's payloads on this database: its input, output and failure
--- details, every event's payloads, its tasks', dead letters', query and update requests', and
--- the offloaded rows it wrote or references. Refused (nothing changed) while a legal hold is
+-- details, every event's payloads, its tasks', dead letters', query and update requests',
+-- relays' and cross-shard children's, and the offloaded rows it wrote or references. Refused (nothing changed) while a legal hold is
 -- set (HR030) or the run is open (HR031), both judged on the live residence. On a MIGRATED seal
 -- the call is refused with HR013 (the caller follows the pointer to the live run) unless
 -- p_prior_residence: then the seal (a stale copy the run left, still holding its payloads) is
@@ -170,6 +170,13 @@ BEGIN
         answer = CASE WHEN answer IS NULL THEN NULL ELSE c_erased END,
         error = harvest._erase_payload_fields(error)
     WHERE execution_id = p_execution_id;
+    -- Relays to or from it (a child's end, an external signal) and a cross-shard child's input
+    -- copy held here.
+    UPDATE harvest.relays SET payload = harvest._erase_payload_fields(payload)
+    WHERE (target_execution_id = p_execution_id OR source_execution_id = p_execution_id)
+        AND payload IS DISTINCT FROM harvest._erase_payload_fields(payload);
+    UPDATE harvest.cross_shard_children SET input = jsonb_build_array(c_erased)
+    WHERE child_execution_id = p_execution_id;
     UPDATE harvest.payloads SET data = c_erased, erased_at = harvest.now()
     WHERE (execution_id = p_execution_id OR id = ANY(coalesce(v_refs, '{}'::uuid []))) AND erased_at IS NULL;
     GET DIAGNOSTICS v_offloaded = ROW_COUNT;

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(32);
+SELECT plan(33);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -53,6 +53,8 @@ SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a'), 'legal') ->> 'release
 SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a')) ->> 'released')::boolean, false,
           'releasing again says there was none');
 
+INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at)
+VALUES (pg_temp.run('pl_a'), 'child_closed', '{"result": "secret-result"}', harvest.now());
 CREATE TEMP TABLE pl_erased ON COMMIT DROP AS
 SELECT harvest.erase_payloads(pg_temp.run('pl_a'), 'ops') AS summary;
 SELECT is((SELECT (summary ->> 'offloaded')::int FROM pl_erased), 1, 'the referenced offloaded row is erased');
@@ -65,6 +67,8 @@ SELECT is((SELECT data FROM harvest.get_payloads((SELECT ids FROM pl_ids)) WHERE
 SELECT is((SELECT count(*) FROM harvest.audit_log WHERE target = pg_temp.run('pl_a')::text
            AND operation IN ('workflow.erase_payloads', 'workflow.legal_hold.set', 'workflow.legal_hold.release')),
           4::bigint, 'each hold, release and erasure is audited');
+SELECT is((SELECT payload FROM harvest.relays WHERE target_execution_id = pg_temp.run('pl_a')),
+          '{"result": {"_harvest_erased": true}}'::jsonb, 'a relay to it is erased');
 SELECT is((harvest.erase_payloads(pg_temp.run('pl_a')) ->> 'offloaded')::int, 0, 'erasing again is harmless');
 
 -- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence
