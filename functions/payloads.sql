@@ -14,6 +14,10 @@ BEGIN
     IF p_values IS NULL OR cardinality(p_values) = 0 THEN
         RETURN '{}'::uuid [];
     END IF;
+    IF p_execution_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM harvest.executions WHERE id = p_execution_id) THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+            HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
+    END IF;
     IF array_position(p_values, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'put_payloads got a NULL payload' USING ERRCODE = 'HR001',
             HINT = 'pass each payload as a JSON value (JSON null is ''null''::jsonb)';

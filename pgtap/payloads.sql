@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(33);
+SELECT plan(35);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -89,6 +89,13 @@ SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_seal'
           '[{"_harvest_erased": true}]'::jsonb, 'the seal holds no payload afterwards');
 SELECT is((harvest.erase_payloads(gen_random_uuid(), 'ops', true) ->> 'absent')::boolean, true,
           'a collected prior residence is no error');
+
+SELECT throws_ok($$SELECT harvest.put_payloads(gen_random_uuid(), ARRAY['1'::jsonb])$$, 'HR002', NULL,
+                 'payloads of an unknown run are refused');
+SELECT harvest.put_payloads(pg_temp.run('pl_open'), ARRAY['"owned"'::jsonb]);
+DELETE FROM harvest.executions WHERE id = pg_temp.run('pl_open');
+SELECT is((SELECT count(*) FROM harvest.payloads WHERE data = '"owned"'), 0::bigint,
+          'a run''s offloaded payloads go with it when retention deletes it');
 
 -- A move does not copy the offload store: a run holding a reference is not quiescent.
 SELECT pg_temp.start_run('pl_ref', 'pl_wf', 'pl_q', jsonb_build_array(jsonb_build_object(

@@ -125,10 +125,13 @@ def test_offload_keeps_small_payloads_inline_and_resolves_large_ones():
     crossing = [
         {"type": "start_child_workflow", "seq": 2, "workflow_name": "c", "input": [big]},
         {"type": "signal_external_workflow", "seq": 3, "signal_name": "s", "payload": big},
+        {"type": "continue_as_new", "input": [big]},
     ]
     out = asyncio.run(policy.encode_commands(None, "e1", crossing))
     assert len(store.rows) == 1 and out[0]["input"][0]["_harvest_codec"] == ["zlib"]
-    assert out[1]["payload"]["_harvest_codec"] == ["zlib"]
+    assert out[1]["payload"]["_harvest_codec"] == ["zlib"] and out[2]["input"][0]["_harvest_codec"] == [
+        "zlib"
+    ]
 
 
 def test_bad_configuration_is_refused():

@@ -245,9 +245,10 @@ _COMMAND_FIELDS: dict[str, tuple[str, ...]] = {
 _ARG_LISTS = {"input"}  # an input stays a JSON array (the SQL checks it): each argument is encoded
 _FAILURE_COMMANDS = {"fail_workflow": "failure", "complete_update": "failure"}
 _SIDE_EFFECT_MARKERS = {"side_effect"}
-# Payloads another execution reads (a child's input, an external signal), maybe on another shard
-# whose offload store does not hold them: encoded, never offloaded.
-_STAYS_INLINE = {"start_child_workflow", "signal_external_workflow"}
+# Payloads another execution reads (a child's input, an external signal, a continue-as-new
+# successor's input), maybe on another shard whose offload store does not hold them, or after
+# retention deleted the writer with its offloaded rows: encoded, never offloaded.
+_STAYS_INLINE = {"start_child_workflow", "signal_external_workflow", "continue_as_new"}
 
 
 class CodecChain:
