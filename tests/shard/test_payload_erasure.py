@@ -1,7 +1,7 @@
 """Erasure walks every residence of a moved run (docs/payloads.md "On shards"): on three real
 PostgreSQL servers, a run moved 0 -> 1 -> 2 leaves sealed copies holding its payloads on shards 0
 and 1; `harvest workflow erase-payloads` judges the gates on the live copy (shard 2) and scrubs
-all three."""
+all three. And `history export-batch` reads every shard, partial when one is down."""
 
 from __future__ import annotations
 
@@ -93,3 +93,44 @@ def test_erasure_scrubs_the_live_run_and_every_sealed_copy_it_left(shards) -> No
     assert sorted(p["shard_id"] for p in summary["prior_residences"]) == [0, 1]
     assert not any(_holds_secret(shards.dsns[s], execution_id) for s in ALL), "no residence holds it"
     assert row(shards.dsns[0], execution_id)["status"] == "MIGRATED", "the seals stay seals"
+
+
+def test_export_batch_reads_every_shard_and_a_missing_shard_makes_it_partial(shards, tmp_path) -> None:
+    """`history export-batch` over three servers: one export per shard; with shard 2 stopped the
+    batch is written with status partial, shard_coverage naming shard 2, and exit 1."""
+    ids = {}
+    for shard in ALL:
+        with Client(shards.dsns[shard]) as client:
+            handle = client.start_workflow(
+                "pe_batch", shard, workflow_id=f"pe-batch-{shard}", queue="pe_none"
+            )
+            handle.terminate("done")
+            ids[shard] = handle.execution_id
+    env = {"HARVEST_DATABASE_URL": shards.dsns[0]}
+    env.update({f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()})
+    out = tmp_path / "batch.json"
+    args = [
+        "history",
+        "export-batch",
+        "--workflow-name",
+        "pe_batch",
+        "--payload-policy",
+        "full",
+        "--output-file",
+        str(out),
+    ]
+    result = CliRunner().invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    batch = json.loads(out.read_text())
+    assert batch["status"] == "complete" and batch["shard_coverage"] == {"read": ALL, "unavailable": []}
+    assert sorted((e["shard_id"], e["execution_id"]) for e in batch["exports"]) == sorted(ids.items())
+
+    shards.stop(2)
+    try:
+        result = CliRunner().invoke(cli, args, env={**env, "HARVEST_SHARDS__CLI_TIMEOUT": "2"})
+    finally:
+        shards.start(2)
+    assert result.exit_code == 1, result.output
+    batch = json.loads(out.read_text())
+    assert batch["status"] == "partial" and batch["shard_coverage"] == {"read": [0, 1], "unavailable": [2]}
+    assert sorted(e["shard_id"] for e in batch["exports"]) == [0, 1]
