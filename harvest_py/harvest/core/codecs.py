@@ -255,8 +255,8 @@ class CodecChain:
     """An ordered list of codecs applied to payloads; an empty chain leaves payloads as they are
     (and still decodes any ``zlib`` envelope, and names the key of any encrypted one).
 
-    Configured on ``App(codecs=[...])`` (the worker's), ``WorkerOptions``/``Worker(codecs=)``
-    and ``Client``/``AsyncClient(codecs=)``.
+    Configured on ``App(codecs=[...])`` (its workers'), ``Worker(codecs=)`` (one worker's) and
+    ``Client``/``AsyncClient(codecs=)``.
     """
 
     def __init__(self, codecs: Iterable[Codec] = ()):
@@ -334,10 +334,8 @@ class CodecChain:
 
     def encode_args(self, args: Any) -> Any:
         """A JSON array of arguments with each argument encoded (the array stays an array)."""
-        if not self.codecs or not isinstance(args, list):
-            return (
-                self.encode(args) if self.codecs and args is not None and not isinstance(args, list) else args
-            )
+        if not isinstance(args, list):
+            return self.encode(args)
         return [self.encode(a) for a in args]
 
     def encode_failure(self, failure: Any) -> Any:
