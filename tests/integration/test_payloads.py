@@ -200,6 +200,9 @@ def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_eras
         big.result(timeout=30)
     eid = handle.execution_id
 
+    shown = harvest(db, "workflow", "result", eid)
+    assert shown.returncode == 0 and json.loads(shown.stdout) == "<encrypted (key k1)>", shown.stderr
+    assert "'k1'" in shown.stderr and SECRET not in shown.stdout
     shown = harvest(db, "workflow", "history", eid, "--full", "--output", "json")
     assert shown.returncode == 0, shown.stderr
     assert "<encrypted (key k1)>" in shown.stdout and SECRET not in shown.stdout
