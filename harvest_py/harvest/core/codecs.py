@@ -99,7 +99,7 @@ class AesGcmCodec:
             from cryptography.hazmat.primitives.ciphers.aead import AESGCM
         except ImportError:  # pragma: no cover - exercised only without the extra
             raise ImportError(
-                "AesGcmCodec needs the cryptography package: pip install 'harvest[crypto]'"
+                "AesGcmCodec needs the cryptography package: pip install 'harvest-workflows[crypto]'"
             ) from None
         if not keys:
             raise ValueError("AesGcmCodec needs at least one key: keys={'k1': <32 random bytes>}")
