@@ -65,6 +65,12 @@ AS $$
             THEN 'mutex' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution.id)
             THEN 'concurrency_slot' END,
+        -- Offloaded payloads live in this database's harvest.payloads, which a move does not
+        -- copy: the run's references would not resolve on the target (docs/payloads.md).
+        CASE WHEN p_execution.input::text LIKE '%"_harvest_ref"%'
+                  OR EXISTS (SELECT 1 FROM harvest.events AS ev
+                             WHERE ev.execution_id = p_execution.id AND ev.event_data::text LIKE '%"_harvest_ref"%')
+            THEN 'offloaded_payloads' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m
                           WHERE m.execution_id = p_execution.id
                             AND m.phase IN ('planned', 'copied', 'verified', 'cut_over')

@@ -60,6 +60,9 @@ VERBS = {
     "update",
     "verify",
     "wait",
+    # functions/payloads.sql: the offload store and erasure
+    "erase",
+    "put",
     # functions/schedules.sql: a schedule's lifecycle and its tick
     "backfill",
     "delete",

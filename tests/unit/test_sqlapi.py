@@ -124,6 +124,11 @@ ROW = {
     "started": 0,
     "token_id": 1,
     "stopped": True,
+    "ids": [],
+    "summary": {},
+    "hold": {},
+    "id": "6f1c2b7e-0d2a-4a55-9c0e-1a2b3c4d5e6f",
+    "data": {},
 }
 SAMPLE = {
     "str": "a",

@@ -17,6 +17,7 @@ from harvest.cli.output import (
     table,
 )
 from harvest.cli.shards import emit_merged, read_shards, shard_api
+from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument
 
 TIMES = [
@@ -91,7 +92,7 @@ def get(dead_letter_id, shard_id, database_url, output) -> None:
     """Show one dead letter with its failure."""
     with shard_api(database_url, shard_id, read_only=True) as sql:
         row = sql.get_dead_letter(dead_letter_id)
-    emit(row, output, mapping)
+    emit(describe_tree(row), output, mapping)  # an encoded payload shows what it is (docs/payloads.md)
 
 
 @dlq.command("count")

@@ -140,6 +140,7 @@ def _register() -> None:
         dev,
         dlq,
         events,
+        export_batch,
         migrate,
         owner_mode,
         preflight,
@@ -164,6 +165,7 @@ def _register() -> None:
     main.add_command(workers.worker_group(worker.worker))
     main.add_command(workflow.workflow)
     main.add_command(workflow.history_group)
+    workflow.history_group.add_command(export_batch.export_batch)
     main.add_command(dlq.dlq)
     main.add_command(dag.dag)
     main.add_command(retention.retention)

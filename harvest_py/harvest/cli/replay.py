@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -71,12 +72,16 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     """Replay an exported history against the current code; exit 0 on success, 1 on divergence."""
     from harvest.cli.worker import load_app
     from harvest.testing import WorkflowReplayer
+    from harvest.testing.replay import BATCH_SCHEMA
 
     app = load_app(target)
     try:
         history = json.loads(json_path.read_text())
     except ValueError as exc:
         raise InvalidArgument(f"{json_path}: not valid JSON ({exc})") from None
+    if isinstance(history, dict) and history.get("schema") == BATCH_SCHEMA:  # `history export-batch`
+        _replay_batch(WorkflowReplayer(app), history, workflow_name, json_path)
+        return
     _check_history(history, json_path)
     result = WorkflowReplayer(app).replay(history, workflow=workflow_name)
     if result.ok:
@@ -87,6 +92,28 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     if result.expected is not None or result.got is not None:
         click.echo(f"  history recorded: {result.expected}\n  code issued:      {result.got}", err=True)
     sys.exit(1)
+
+
+def _replay_batch(replayer: Any, batch: dict, workflow_name: str | None, path: Path) -> None:
+    """Replay every export of a batch (of ``workflow_name`` only, when given); one line each;
+    exit 1 when any diverges or the batch is not complete."""
+    if workflow_name is not None:
+        batch = {
+            **batch,
+            "exports": [e for e in batch.get("exports") or [] if e.get("workflow_name") == workflow_name],
+        }
+    results = replayer.replay_batch(batch)
+    for execution_id, result in results.items():
+        click.echo(
+            f"{'ok    ' if result.ok else 'FAILED'} {execution_id}"
+            + ("" if result.ok else f": {result.error}")
+        )
+    failed = sum(1 for r in results.values() if not r.ok)
+    click.echo(
+        f"{len(results) - failed} of {len(results)} replayed ({path}, batch status {batch.get('status')})"
+    )
+    if failed or batch.get("status") != "complete":
+        sys.exit(1)
 
 
 @click.command("version-usage")

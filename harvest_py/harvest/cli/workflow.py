@@ -20,6 +20,7 @@ from harvest.cli.output import (
     table,
 )
 from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_call, routed_read
+from harvest.core.codecs import describe_tree, refs_in, replace_refs
 from harvest.core.errors import InvalidArgument
 from harvest.core.payload import redact
 
@@ -129,6 +130,7 @@ def get(execution_id: str, database_url: str | None, output: str) -> None:
     data = routed_read(
         database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
     )
+    data = describe_tree(data)  # an encoded payload shows as "<encrypted (key k2)>" (docs/payloads.md)
     emit(
         data,
         output,
@@ -176,6 +178,7 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
     Exit 0: completed; 1: it ended without completing; 3: --timeout ran out while it still runs.
     """
     from harvest.core.errors import (
+        PayloadKeyMissing,
         TimeoutError_,
         WorkflowCancelled,
         WorkflowFailed,
@@ -186,6 +189,13 @@ def result(execution_id: str, timeout: float | None, database_url: str | None) -
     try:
         with cli_client(database_url) as client:
             value = client.get_handle(execution_id).result(timeout=timeout)
+    except PayloadKeyMissing as exc:
+        # The CLI holds no codec keys: it says what the result is instead (docs/payloads.md).
+        click.echo(f"note: {exc}", err=True)
+        value = routed_read(
+            database_url, execution_id, lambda sql, resident: resident(sql.get_execution(execution_id))
+        )
+        value = describe_tree(value.get("output"))
     except TimeoutError_ as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(RESULT_WAIT_TIMED_OUT)
@@ -527,7 +537,15 @@ def _history_rows(execution_id: str, full: bool, database_url: str | None) -> di
 
     execution, events = routed_read(database_url, execution_id, read)
     doc = {"execution": execution, "events": events, "redacted": not full}
-    return doc if full else redact(doc)
+    # The CLI holds no codec keys: an encoded payload shows what it is, not its bytes.
+    return describe_tree(doc) if full else redact(doc)
+
+
+def _resolved(sql: Any, value: Any) -> Any:
+    """``value`` with its offloaded payloads read back from the store (codec envelopes stay as
+    they are: a full export carries payloads as stored, self-describing)."""
+    ids = refs_in(value)
+    return replace_refs(value, sql.get_payloads(ids)) if ids else value
 
 
 # Events fetched per round trip by `history export` (a server-side cursor's page).
@@ -586,6 +604,8 @@ def export(
         # The seal check comes before a byte is written: a moved run is exported where it lives.
         execution = resident(sql.get_execution(execution_id))
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
+        if full:  # offloaded payloads are resolved, so the file stands alone (docs/payloads.md)
+            execution, events = _resolved(sql, execution), (_resolved(sql, e) for e in events)
         if path == "-":
             _write_history(sys.stdout, execution, events, full)
         else:
@@ -735,6 +755,77 @@ def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, 
     emit(plan, output, render)
     if not plan.get("valid"):
         raise SystemExit(1)
+
+
+# -- payloads: erasure and legal holds (functions/payloads.sql, docs/payloads.md) --------------
+
+ERASE_KEYS = ["execution_id", "shard_id", "status", "events", "tasks", "offloaded", "prior_residences"]
+
+
+@workflow.command("erase-payloads")
+@click.argument("execution_id")
+@click.option("--operator-id", default=None, help="Who you are, for the audit log.")
+@database_url_option
+@output_option
+def erase_payloads(execution_id: str, operator_id: str | None, database_url: str | None, output: str) -> None:
+    """Erase a terminal execution's payloads everywhere it lives (admin).
+
+    Inputs, results, signal/query/update payloads and failure details become
+    {"_harvest_erased": true}; refused (exit 2, nothing changed) while a legal hold is set or the
+    run is open. Over shards, every prior residence of a moved run is scrubbed too."""
+    from harvest.cli.output import cli_config, sql_api
+    from harvest.cli.shards import cli_pools
+    from harvest.config import shards_configured
+    from harvest.shard.erasure import erase_payloads_everywhere
+
+    config = cli_config()
+    if shards_configured(config):
+        with cli_pools(config, database_url) as pools:
+            summary = erase_payloads_everywhere(pools, execution_id, operator_id)
+    else:
+        with sql_api(database_url, read_only=False) as sql:
+            summary = {**sql.erase_payloads(execution_id, operator_id), "prior_residences": []}
+    emit(summary, output, lambda d: mapping(d, ERASE_KEYS))
+
+
+@workflow.group("legal-hold")
+def legal_hold() -> None:
+    """Set or release a legal hold: a held execution's payloads cannot be erased (admin)."""
+
+
+@legal_hold.command("set")
+@click.argument("execution_id")
+@click.option("--reason", required=True, help="Why (a case number); kept with the hold and audited.")
+@click.option("--operator-id", default=None, help="Who you are, for the audit log.")
+@database_url_option
+@output_option
+def legal_hold_set(
+    execution_id: str, reason: str, operator_id: str | None, database_url: str | None, output: str
+):
+    """Set a legal hold on an execution."""
+    hold = routed_call(
+        database_url, execution_id, lambda sql: sql.set_legal_hold(execution_id, reason, operator_id)
+    )
+    emit(hold, output, lambda d: f"legal hold set on {execution_id}: {reason}")
+
+
+@legal_hold.command("release")
+@click.argument("execution_id")
+@click.option("--operator-id", default=None, help="Who you are, for the audit log.")
+@database_url_option
+@output_option
+def legal_hold_release(execution_id: str, operator_id: str | None, database_url: str | None, output: str):
+    """Release an execution's legal hold."""
+    hold = routed_call(
+        database_url, execution_id, lambda sql: sql.release_legal_hold(execution_id, operator_id)
+    )
+    emit(
+        hold,
+        output,
+        lambda d: (
+            f"legal hold released on {execution_id}" if d["released"] else f"{execution_id} had no legal hold"
+        ),
+    )
 
 
 @workflow.command("handlers")

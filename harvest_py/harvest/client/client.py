@@ -24,8 +24,10 @@ import warnings
 from typing import Any, Self
 
 from harvest.client import messages as messaging
+from harvest.client import payloads as payload_policy
 from harvest.client import routing
 from harvest.core import payload
+from harvest.core.codecs import CodecChain, Payloads
 from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
@@ -307,6 +309,16 @@ def _result_steps(
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
         execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
+        if execution["status"] in ("COMPLETED", "FAILED"):  # its output as the worker's codecs wrote it
+            execution = {
+                **execution,
+                "output": (
+                    yield from payload_policy.decoded(handle.client.payloads, execution.get("output"))
+                ),
+                "failure": (
+                    yield from payload_policy.decoded(handle.client.payloads, execution.get("failure"))
+                ),
+            }
         if execution["status"] not in LIVE_STATUSES:  # a paused run has not ended
             try:
                 return _outcome(execution, handle.definition)
@@ -337,8 +349,8 @@ def _failure_report(error: BaseException | ActivityFailure) -> dict[str, Any]:
     return report
 
 
-def _signal_payload(name: str, value: Any, limit: int | None) -> Any:
-    encoded = payload.encode(value, "payload")
+def _signal_payload(name: str, value: Any, limit: int | None, chain: CodecChain | None = None) -> Any:
+    encoded = _coded(chain, payload.encode(value, "payload"))
     payload.check_size(encoded, f"the payload of signal {name}", limit)
     return encoded
 
@@ -353,9 +365,10 @@ def _signal_with_start_call(
     queue: str | None,
     search_attributes: dict | None,
     limit: int | None,
+    chain: CodecChain | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit)
-    signal_encoded = payload.encode(signal_payload, "signal_payload")
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain)
+    signal_encoded = _coded(chain, payload.encode(signal_payload, "signal_payload"))
     payload.check_size(signal_encoded, f"the payload of signal {signal}", limit)
     return definition, {
         "workflow_name": name,
@@ -379,13 +392,16 @@ def _update_with_start_call(
     queue: str | None,
     search_attributes: dict | None,
     limit: int | None,
+    chain: CodecChain | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit)
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain)
     return definition, {
         "workflow_name": name,
         "workflow_id": workflow_id,
         "name": update,
-        "arg": _checked(payload.encode(update_arg, "update_arg"), f"the argument of update {update}", limit),
+        "arg": _checked(
+            _coded(chain, payload.encode(update_arg, "update_arg")), f"the argument of update {update}", limit
+        ),
         "input": encoded,
         "queue": queue,
         "update_id": update_id,
@@ -393,11 +409,23 @@ def _update_with_start_call(
     }
 
 
+def _coded(chain: CodecChain | None, value: Any) -> Any:
+    """A payload the client writes, through its codecs (docs/payloads.md)."""
+    return chain.encode(value) if chain else value
+
+
 def _start_args(
-    workflow: Any, args: tuple, kwargs: dict, queue: str | None, limit: int | None
+    workflow: Any,
+    args: tuple,
+    kwargs: dict,
+    queue: str | None,
+    limit: int | None,
+    chain: CodecChain | None = None,
 ) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
+        encoded = chain.encode_args(encoded)
     payload.check_size(encoded, f"the input of workflow {name}", limit)
     queue = queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
@@ -608,7 +636,9 @@ class WorkflowHandle(_Handle):
     @_finds_run
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
-        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
+        encoded = _signal_payload(
+            name, payload_value, self.client.max_payload_bytes, self.client.payloads.chain
+        )
         self._on_current(sqlapi.signal_workflow, name, encoded)
 
     @_finds_run
@@ -738,8 +768,12 @@ class Client:
         pool_size: int = 4,
         check_schema: bool = True,
         max_payload_bytes: int | None = None,
+        codecs: Any = None,
     ):
         self.max_payload_bytes = _limit(max_payload_bytes)
+        # Inputs, signal payloads and update/query arguments are encoded by these codecs, and
+        # results and answers decoded (a list of codecs or a Payloads; docs/payloads.md).
+        self.payloads = Payloads.of(codecs)
         self.pools = shards
         if shards is not None:
             if dsn is not None:
@@ -811,7 +845,7 @@ class Client:
         pin is checked by that database: another shard's is refused with WrongShard)."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes
+            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain
         )
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
@@ -871,6 +905,7 @@ class Client:
             queue_alias(queue, task_queue),
             search_attributes,
             self.max_payload_bytes,
+            self.payloads.chain,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
         try:
@@ -914,6 +949,7 @@ class Client:
             queue_alias(queue, task_queue),
             search_attributes,
             self.max_payload_bytes,
+            self.payloads.chain,
         )
         try:
             row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
@@ -942,7 +978,9 @@ class Client:
         """Complete an activity left to be completed elsewhere (``raise ctx.complete_async()``)
         by its ``ctx.task_token``: ``"completed"``, or ``"already_completed"`` for a repeat of
         the same completion. StaleTask once the attempt timed out, was retried or failed."""
-        encoded = _checked(payload.encode(result), "the activity result", self.max_payload_bytes)
+        encoded = _checked(
+            _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
+        )
         return self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded))
 
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
@@ -1027,7 +1065,9 @@ class AsyncWorkflowHandle(_Handle):
     @_afinds_run
     async def signal(self, name: str, payload_value: Any = None) -> None:
         """See :meth:`WorkflowHandle.signal`."""
-        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
+        encoded = _signal_payload(
+            name, payload_value, self.client.max_payload_bytes, self.client.payloads.chain
+        )
         await self._on_current(sqlapi.signal_workflow, name, encoded)
 
     @_afinds_run
@@ -1183,8 +1223,15 @@ class AsyncClient:
     """
 
     def __init__(
-        self, dsn: str | None, pool: Any, max_payload_bytes: int | None = None, *, shards: Any = None
+        self,
+        dsn: str | None,
+        pool: Any,
+        max_payload_bytes: int | None = None,
+        *,
+        shards: Any = None,
+        codecs: Any = None,
     ):
+        self.payloads = Payloads.of(codecs)  # see Client
         self.dsn = dsn
         self.pools = shards
         self._target: Any = (
@@ -1210,6 +1257,7 @@ class AsyncClient:
         pool_size: int = 4,
         check_schema: bool = True,
         max_payload_bytes: int | None = None,
+        codecs: Any = None,
     ) -> AsyncClient:
         limit = _limit(max_payload_bytes)
         if shards is not None:
@@ -1227,7 +1275,7 @@ class AsyncClient:
                     break
                 except ShardUnavailable:
                     continue
-            return cls(None, None, limit, shards=shards)
+            return cls(None, None, limit, shards=shards, codecs=codecs)
         dsn = resolve_dsn(dsn)
         # One connection first, as in Client(), opened without blocking the event loop; it
         # checks the schema and reads the server's payload limit.
@@ -1241,7 +1289,7 @@ class AsyncClient:
         finally:
             await conn.close()
         pool = await open_async_pool(dsn, max_size=pool_size)
-        return cls(dsn, pool, limit)
+        return cls(dsn, pool, limit, codecs=codecs)
 
     async def close(self) -> None:
         await self._target.close()
@@ -1261,7 +1309,7 @@ class AsyncClient:
         """See :meth:`Client.start_workflow`."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes
+            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain
         )
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
@@ -1316,6 +1364,7 @@ class AsyncClient:
             queue_alias(queue, task_queue),
             search_attributes,
             self.max_payload_bytes,
+            self.payloads.chain,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
         try:
@@ -1357,6 +1406,7 @@ class AsyncClient:
             queue_alias(queue, task_queue),
             search_attributes,
             self.max_payload_bytes,
+            self.payloads.chain,
         )
         try:
             row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
@@ -1384,7 +1434,9 @@ class AsyncClient:
 
     async def complete_activity(self, task_token: str, result: Any = None) -> str:
         """See :meth:`Client.complete_activity`."""
-        encoded = _checked(payload.encode(result), "the activity result", self.max_payload_bytes)
+        encoded = _checked(
+            _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
+        )
         return await self._by_token(
             task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
         )

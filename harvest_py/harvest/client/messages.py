@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from harvest.client import payloads as payload_policy
 from harvest.core import payload
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
@@ -103,15 +104,17 @@ def _timeout(row: dict[str, Any] | None, what: str, timeout: float) -> QueryTime
     )
 
 
-def _answer(submit: Steps[int], wait: str, timeout: float, what: str) -> Steps[dict[str, Any]]:
+def _answer(
+    submit: Steps[int], wait: str, timeout: float, what: str, payloads: Any = None
+) -> Steps[dict[str, Any]]:
     """Submit the request (``submit`` yields its calls and returns the request id), then
     re-read its row whenever its id is notified (or every _RECHECK_SECS) until it settles.
     The one wait loop of both clients (harvest.db.steps); the timeout runs from now."""
-    return _answer_steps(submit, wait, time.monotonic() + timeout, timeout, what)
+    return _answer_steps(submit, wait, time.monotonic() + timeout, timeout, what, payloads)
 
 
 def _answer_steps(
-    submit: Steps[int], wait: str, deadline: float, timeout: float, what: str
+    submit: Steps[int], wait: str, deadline: float, timeout: float, what: str, payloads: Any = None
 ) -> Steps[dict[str, Any]]:
     request_id = yield from submit
     row = None
@@ -121,7 +124,12 @@ def _answer_steps(
         except NotFound:
             raise _timeout(row, what, timeout) from None
         if _settled(row, wait):
-            return row
+            # The answer and the error's details as the worker's codecs wrote them (docs/payloads.md).
+            return {
+                **row,
+                "answer": (yield from payload_policy.decoded(payloads, row.get("answer"))),
+                "error": (yield from payload_policy.decoded(payloads, row.get("error"))),
+            }
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise _timeout(row, what, timeout)
@@ -147,13 +155,14 @@ def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]
 # arguments are checked here, before any connection is opened.
 def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: Any) -> Steps[dict[str, Any]]:
     secs = seconds(timeout)
-    encoded = payload.encode(arg, "query arg")
+    encoded = payload_policy.of(client).chain.encode(payload.encode(arg, "query arg"))
     payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
     return _answer(
         _request_query(execution_id, name, encoded, secs),
         "completed",
         secs,
         f"query {name!r} on execution {execution_id}",
+        payload_policy.of(client),
     )
 
 
@@ -161,18 +170,19 @@ def _update_steps(
     client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any, update_id: str | None
 ) -> Steps[dict[str, Any]]:
     secs, wait = seconds(timeout), check_wait(wait)
-    encoded = payload.encode(arg, "update arg")
+    encoded = payload_policy.of(client).chain.encode(payload.encode(arg, "update arg"))
     payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
     return _answer(
         _request_update(execution_id, name, encoded, update_id, secs),
         wait,
         secs,
         f"update {name!r} on execution {execution_id}",
+        payload_policy.of(client),
     )
 
 
 def _update_with_start_steps(
-    call: dict[str, Any], wait: str, timeout: Any, started: dict[str, Any]
+    call: dict[str, Any], wait: str, timeout: Any, started: dict[str, Any], payloads: Any = None
 ) -> Steps[dict[str, Any]]:
     secs, wait = seconds(timeout), check_wait(wait)
     return _answer(
@@ -180,6 +190,7 @@ def _update_with_start_steps(
         wait,
         secs,
         f"update {call['name']!r} on workflow {call['workflow_id']!r}",
+        payloads,
     )
 
 
@@ -246,7 +257,11 @@ def update_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
-    row = listen(_key_dsn(client, call), CHANNEL, _update_with_start_steps(call, wait, timeout, started))
+    row = listen(
+        _key_dsn(client, call),
+        CHANNEL,
+        _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client)),
+    )
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
@@ -302,7 +317,9 @@ async def aupdate_with_start(
 ) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
     row = await alisten(
-        _key_dsn(client, call), CHANNEL, _update_with_start_steps(call, wait, timeout, started)
+        _key_dsn(client, call),
+        CHANNEL,
+        _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client)),
     )
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 

@@ -242,6 +242,38 @@ class PayloadError(HarvestError, TypeError):
     http_status = 400
 
 
+class PayloadKeyMissing(PayloadError):
+    """A payload is encrypted with a key this process does not hold (docs/payloads.md).
+    ``.key_id`` names the key; ``.known`` the key ids this process has."""
+
+    def __init__(self, key_id: str, known: list[str] | None = None):
+        known = list(known or [])
+        held = f"it holds {', '.join(known)}" if known else "it has no encryption codec"
+        super().__init__(
+            f"payload is encrypted with key {key_id!r}, which this process does not hold ({held}): "
+            f"add key {key_id!r} to its AesGcmCodec(keys=...)"
+        )
+        self.key_id, self.known = key_id, known
+
+
+class LegalHoldActive(HarvestError):
+    """A legal hold is set on the execution (SQLSTATE HR030): its payloads cannot be erased
+    until an admin releases the hold. Nothing was changed."""
+
+    http_status = 409
+
+    exit_code = 2
+
+
+class ExecutionNotTerminal(HarvestError):
+    """The execution is still open (SQLSTATE HR031): only a terminal execution's payloads can be
+    erased. Nothing was changed."""
+
+    http_status = 409
+
+    exit_code = 2
+
+
 class TimeoutError_(HarvestError, TimeoutError):
     """A client-side wait ran out of time (the run itself may still finish)."""
 
@@ -386,6 +418,8 @@ SQLSTATE_ERRORS: dict[str, type[HarvestError]] = {
     "HR020": Unauthenticated,
     "HR021": ApiTokenExists,
     "HR023": WorkflowPaused,
+    "HR030": LegalHoldActive,
+    "HR031": ExecutionNotTerminal,
     "42501": PermissionDenied,
 }
 

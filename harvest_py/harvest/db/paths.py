@@ -59,6 +59,7 @@ SCHEMA_FILES = (
     "owners",
     "schedules",
     "dags",
+    "payloads",
     "triggers",
 )
 

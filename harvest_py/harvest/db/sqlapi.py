@@ -1586,6 +1586,48 @@ def stop_event_stream(listener_id: str) -> dict[str, Any]:
     return {"listener_id": listener_id}
 
 
+# -- payloads: offload store, erasure, legal holds (functions/payloads.sql) -----------------------
+PUT_PAYLOADS = "SELECT harvest.put_payloads(%(execution_id)s, %(values)s::jsonb[]) AS ids"
+GET_PAYLOADS = "SELECT * FROM harvest.get_payloads(%(ids)s::uuid[])"
+ERASE_PAYLOADS = (
+    "SELECT harvest.erase_payloads(%(execution_id)s, %(operator_id)s, %(prior_residence)s) AS summary"
+)
+SET_LEGAL_HOLD = "SELECT harvest.set_legal_hold(%(execution_id)s, %(reason)s, %(operator_id)s) AS hold"
+RELEASE_LEGAL_HOLD = "SELECT harvest.release_legal_hold(%(execution_id)s, %(operator_id)s) AS hold"
+
+
+def _payload_map(found: Rows) -> dict[str, Any]:
+    """id -> stored payload."""
+    return {str(r["id"]): r["data"] for r in found}
+
+
+@call(PUT_PAYLOADS, column("ids"))
+def put_payloads(execution_id: str | None, values: list[Any]) -> dict[str, Any]:
+    return {"execution_id": execution_id, "values": [Jsonb(v) for v in values]}
+
+
+@call(GET_PAYLOADS, _payload_map)
+def get_payloads(ids: list[str]) -> dict[str, Any]:
+    return {"ids": list(ids)}
+
+
+@call(ERASE_PAYLOADS, column("summary"))
+def erase_payloads(
+    execution_id: str, operator_id: str | None = None, prior_residence: bool = False
+) -> dict[str, Any]:
+    return {"execution_id": execution_id, "operator_id": operator_id, "prior_residence": prior_residence}
+
+
+@call(SET_LEGAL_HOLD, column("hold"))
+def set_legal_hold(execution_id: str, reason: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "reason": reason, "operator_id": operator_id}
+
+
+@call(RELEASE_LEGAL_HOLD, column("hold"))
+def release_legal_hold(execution_id: str, operator_id: str | None = None) -> dict[str, Any]:
+    return {"execution_id": execution_id, "operator_id": operator_id}
+
+
 # -- the two executors -------------------------------------------------------------------------
 class SqlApi:
     """The SQL API over one synchronous connection (the caller owns transactions).

@@ -420,6 +420,7 @@ class App:
         updates: Iterable[Any] = (),
         schedules: Iterable[Any] = (),
         dags: Iterable[Any] = (),
+        codecs: Any = None,
     ) -> None:
         self.workflows: dict[str, WorkflowDefinition] = {}
         self.activities: dict[str, ActivityDefinition] = {}
@@ -439,6 +440,11 @@ class App:
         # A DAG's own schedule= is a schedule of kind "dag" named after it (docs/dags.md).
         dag_schedules = [dag.as_schedule() for dag in self.dags.values() if dag.schedule is not None]
         self.schedules = register_schedules([*schedules, *dag_schedules])
+        # The payload policy of this App's workers (docs/payloads.md): a list of codecs or a
+        # harvest.core.codecs.Payloads (codecs, offload threshold, store).
+        from harvest.core.codecs import Payloads
+
+        self.payloads = Payloads.of(codecs)
 
     def handlers(self, workflow: Any) -> dict[str, Any]:
         """The queries and updates declared for ``workflow`` (see ``harvest.describe_handlers``)."""

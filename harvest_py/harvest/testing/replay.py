@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from harvest.core.errors import NonDeterminismError
+from harvest.core.errors import NonDeterminismError, PayloadError
 from harvest.declare.definitions import App
 from harvest.runtime.commands import TERMINAL_COMMANDS, TERMINAL_EVENTS
 from harvest.runtime.run import HistoryMismatch, WorkflowRun
@@ -54,6 +54,10 @@ _GROUP_EVENTS = frozenset(
         "ExternalCancelRequested",
     }
 )
+
+
+# The schema name of a `harvest history export-batch` document (harvest/cli/export_batch.py).
+BATCH_SCHEMA = "harvest.history_export_batch"
 
 
 @dataclass
@@ -151,7 +155,11 @@ class WorkflowReplayer:
     def replay(self, history: Any, workflow: Any = None) -> ReplayResult:
         """Replay ``history`` against ``workflow`` (a name or function; by default the one
         named in its ``WorkflowStarted``)."""
-        events = load_history(history)
+        # Payloads as the App's codecs wrote them (an export keeps them encoded; docs/payloads.md).
+        try:
+            events = self.app.payloads.chain.decode_tree(load_history(history))
+        except PayloadError as exc:
+            return ReplayResult(False, f"{type(exc).__name__}: {exc}", exception=exc)
         if workflow is None:
             started = next((e for e in events if e["event_type"] == "WorkflowStarted"), None)
             data = (started or {}).get("event_data") or {}
@@ -201,6 +209,27 @@ class WorkflowReplayer:
             },
         }
         return self.replay([*carried, marker], workflow)
+
+    def replay_batch(self, batch: Any) -> dict[str, ReplayResult]:
+        """Replay each history of a ``harvest history export-batch`` document (a dict or the path
+        of its JSON file): execution id -> result. A redacted export cannot be replayed (its
+        payloads are gone) and reports so; export with ``--payload-policy full``."""
+        if isinstance(batch, (str, os.PathLike)):
+            with open(batch, encoding="utf-8") as fh:
+                batch = json.load(fh)
+        if not isinstance(batch, dict) or batch.get("schema") != BATCH_SCHEMA:
+            raise TypeError(
+                f"not a history export batch: expected a JSON object with schema {BATCH_SCHEMA!r}"
+            )
+        results = {}
+        for export in batch.get("exports") or []:
+            if export.get("redacted"):
+                results[export["execution_id"]] = ReplayResult(
+                    False, "a redacted export cannot be replayed: export with --payload-policy full"
+                )
+            else:
+                results[export["execution_id"]] = self.replay(export)
+        return results
 
     def replay_or_raise(self, history: Any, workflow: Any = None) -> ReplayResult:
         """``replay``, raising the ``NonDeterminismError`` (or ``HistoryMismatch``) it found."""

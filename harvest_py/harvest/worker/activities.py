@@ -73,6 +73,7 @@ class ActivityContext:
     async def aheartbeat(self, details: Any = None) -> bool:
         """Extend the lease and record progress; returns True when cancellation was requested."""
         encoded = None if details is None else payload.encode(details)
+        encoded = await self._worker.payloads.encode(lane_of(self._task).sql, self.execution_id, encoded)
         payload.check_size(
             encoded, f"the heartbeat details of activity {self.activity_name}", self._worker.max_payload_bytes
         )
@@ -113,6 +114,7 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         report["details"] = payload.encode(report["details"], "details")
     except PayloadError:
         report["details"] = {"repr": repr(failure.details)}
+    report = await worker.payloads.encode_failure(lane_of(task).sql, str(task["execution_id"]), report)
     limit = worker.max_payload_bytes
     if limit is not None and payload.payload_size(report) > limit:
         # A failure too large to store would be refused, and the attempt would hang until
@@ -150,8 +152,11 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                 f"polling queue {task['queue']!r}",
             )
         ctx = ActivityContext(worker, task)
+        # The one place an activity's payloads are decoded (codecs, offload; docs/payloads.md).
+        stored_input = await worker.payloads.decode(lane_of(task).sql, task["input"] or [])
+        ctx.heartbeat_details = await worker.payloads.decode(lane_of(task).sql, ctx.heartbeat_details)
         try:
-            args, kwargs = payload.decode_args(definition.fn, task["input"] or [])
+            args, kwargs = payload.decode_args(definition.fn, stored_input)
         except PayloadError as exc:
             # The same input fails the same way on every attempt: do not retry it.
             raise ActivityFailure(
@@ -180,6 +185,8 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
             encoded = payload.encode(result)
         except PayloadError as exc:
             raise ActivityFailure("PayloadError", f"the result cannot be stored: {exc}", True) from exc
+        plain = encoded
+        encoded = await worker.payloads.encode(lane_of(task).sql, str(task["execution_id"]), encoded)
         payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
     except asyncio.CancelledError:
         raise
@@ -193,7 +200,7 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         await _report_failure(worker, task, failure)
         return
     # The cached run may decide on this result now, to commit both at once.
-    ahead = await decide_ahead(worker, task, encoded)
+    ahead = await decide_ahead(worker, task, encoded, plain)
     recorded = None
     try:
         recorded = await lane_of(task).completions.complete(

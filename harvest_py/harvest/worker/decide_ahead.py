@@ -45,6 +45,7 @@ class DecisionAhead:
         after: int,
         result_text: str,
         grant: SlotGrant,
+        commands: list[dict[str, Any]] | None = None,
     ):
         self._worker = worker
         self._task = task  # the activity task whose result this decision rides with
@@ -57,7 +58,7 @@ class DecisionAhead:
         self.decision = {
             "after": after,
             "result_text": result_text,
-            "commands": activation.commands,
+            "commands": activation.commands if commands is None else commands,
             "hand_off_slots": grant.slots,
         }
         epoch = lane_of(task).owners.epoch_for(task["workflow_id"])
@@ -83,8 +84,13 @@ class DecisionAhead:
         worker.cache.put(self._execution_id, run)
 
 
-async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> DecisionAhead | None:
-    """The cached run's decision on this activity result, or None where none can be made."""
+async def decide_ahead(
+    worker: Worker, task: dict[str, Any], result: Any, plain: Any = None
+) -> DecisionAhead | None:
+    """The cached run's decision on this activity result, or None where none can be made.
+
+    ``result`` is the result as it will be stored; ``plain`` the same before the worker's
+    codecs (docs/payloads.md), what the run reads (None: ``result`` itself)."""
     if not worker.accepts_hand_off():
         return None
     execution_id = str(task["execution_id"])
@@ -93,6 +99,7 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         return None
     try:
         result_text = jsonb.stored_text(result)
+        seen = json.loads(result_text if plain is None else jsonb.stored_text(plain))
     except (ValueError, TypeError):  # not storable as it stands: the plain path reports it
         worker.cache.put(execution_id, run)
         return None
@@ -100,7 +107,7 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
     event = {
         "event_id": after + 1,
         "event_type": "ActivityCompleted",
-        "event_data": {"seq": task["seq"], "result": json.loads(result_text), "attempt": task["attempt"]},
+        "event_data": {"seq": task["seq"], "result": seen, "attempt": task["attempt"]},
     }
     try:
         # A step that runs local activities would hold the result back (and risk it with
@@ -110,7 +117,13 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()
         return None
-    if not payloads_fit(activation.commands, worker.max_payload_bytes, task["workflow_name"]):
+    try:
+        commands = await worker.payloads.encode_commands(lane_of(task).sql, execution_id, activation.commands)
+    except Exception as exc:
+        log.debug("no decision ahead for %s: %s", execution_id, exc)
+        run.close()
+        return None
+    if not payloads_fit(commands, worker.max_payload_bytes, task["workflow_name"]):
         run.close()  # the database would refuse it: the woken workflow task fails the run, typed
         return None
     if any("placement" in c for c in activation.commands):
@@ -119,4 +132,4 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
     grant = worker.reserve_slots(
         sum(1 for c in activation.commands if c["type"] == "schedule_activity"), task
     )
-    return DecisionAhead(worker, task, run, activation, after, result_text, grant)
+    return DecisionAhead(worker, task, run, activation, after, result_text, grant, commands)

@@ -136,6 +136,8 @@ class QueryResponder:
         w = self.worker
         request_id, kind, name = request["request_id"], request["kind"], request["name"]
         try:
+            # Payloads in and out are decoded and encoded here (docs/payloads.md).
+            request = {**request, "arg": await w.payloads.decode(self.lane.sql, request["arg"])}
             run, fresh = await self._state(request)
         except Exception as exc:
             log.info(
@@ -180,6 +182,8 @@ class QueryResponder:
 
     async def _reply(self, request_id: int, answer: Any, error: dict | None) -> None:
         w = self.worker
+        answer = await w.payloads.encode(self.lane.sql, None, answer)
+        error = await w.payloads.encode_failure(self.lane.sql, None, error)
         await self.lane.sql.answer_query(request_id, w.worker_id, answer, error)
         self.answered += 1
 
@@ -211,7 +215,7 @@ class QueryResponder:
         run = WorkflowRun(w.app, definition, execution_id, request["workflow_id"], request["queue"])
         try:
             events = await self.lane.sql.get_history(execution_id, 0)
-            run.replay_history([_event(e) for e in events])
+            run.replay_history(await w.payloads.decode(self.lane.sql, [_event(e) for e in events]))
         except BaseException:
             _dispose(run)
             raise

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
+from harvest.core.codecs import Payloads
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
 from harvest.db import channels
 from harvest.db.connection import connect_async, is_permanent, redact, resolve_dsn
@@ -98,6 +99,7 @@ class Worker:
         shards: Mapping[int, str] | None = None,
         router: ShardRouter | None = None,
         relay_pump: RelayPump | None = None,
+        codecs: Any = None,
         **overrides: Any,
     ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
@@ -112,7 +114,10 @@ class Worker:
         worker.shard_assignments (the guide's rule; a process with ``run_worker`` off passes).
 
         ``relay_pump`` (sharded deployments only, harvest/shard/relay_pump.py) is ticked by the
-        scanner and places cross-shard children; None on a single database."""
+        scanner and places cross-shard children; None on a single database.
+
+        ``codecs`` (a list of codecs or a ``harvest.core.codecs.Payloads``) overrides the App's
+        payload policy for this worker (docs/payloads.md)."""
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
@@ -127,6 +132,8 @@ class Worker:
         self.executors = ActivityExecutors(
             options.activity_threads or concurrency, options.activity_processes
         )
+        # The one payload policy of this worker: codecs and offload (docs/payloads.md).
+        self.payloads = Payloads.of(codecs) if codecs is not None else app.payloads
         # One database (today's deployment) or a pool per shard (docs/sharding.md).
         self._sharded = shards is not None
         dsns = dict(shards) if shards is not None else {0: resolve_dsn(dsn)}

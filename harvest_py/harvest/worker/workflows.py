@@ -217,6 +217,14 @@ def _event(row: dict[str, Any]) -> dict[str, Any]:
     return {"event_id": row["event_id"], "event_type": row["event_type"], "event_data": row["event_data"]}
 
 
+async def _decoded(
+    worker: Worker, task: dict[str, Any], events: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The events a run reads, with offloaded payloads resolved and codec envelopes decoded
+    (docs/payloads.md): the one place a worker decodes a history."""
+    return await worker.payloads.decode(lane_of(task).sql, [_event(e) for e in events])
+
+
 def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, Any]] | None:
     """The events after ``last_event_id`` that the claim or hand-off carried, or None.
 
@@ -243,7 +251,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             if events is None:
                 events = await lane_of(task).sql.get_history(execution_id, run.last_event_id)
             try:
-                activation = await run.advance([_event(e) for e in events])
+                activation = await run.advance(await _decoded(worker, task, events))
             except NonDeterminismError:
                 raise
             except HarvestError:
@@ -275,7 +283,7 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
-            activation = await run.advance([_event(e) for e in events])
+            activation = await run.advance(await _decoded(worker, task, events))
     except Exception as exc:
         if run is not None:
             run.close()
@@ -299,9 +307,13 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             await lane_of(task).sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
 
-    commands = fit_payloads(
-        activation.commands, worker.max_payload_bytes, task["workflow_name"], execution_id
-    )
+    try:
+        # The one place a worker encodes a decision's payloads (codecs, offload; docs/payloads.md).
+        commands = await worker.payloads.encode_commands(lane_of(task).sql, execution_id, activation.commands)
+    except Exception:
+        run.close()
+        raise
+    commands = fit_payloads(commands, worker.max_payload_bytes, task["workflow_name"], execution_id)
     try:
         commands = place_children(worker, execution_id, commands)
     except (ShardUnavailable, InvalidArgument) as exc:

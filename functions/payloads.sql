@@ -1,0 +1,263 @@
+-- Payloads (docs/payloads.md): the default offload store (put_payloads, get_payloads), erasure
+-- of a terminal execution's payloads (erase_payloads) and legal holds (set_legal_hold,
+-- release_legal_hold). Codecs run in the client and the worker: the database stores their
+-- envelopes as JSON and never sees a key.
+
+-- Store offloaded payloads; returns their ids in the order given.
+CREATE OR REPLACE FUNCTION harvest.put_payloads(p_execution_id uuid, p_values jsonb[])
+RETURNS uuid[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_ids uuid [];
+BEGIN
+    IF p_values IS NULL OR cardinality(p_values) = 0 THEN
+        RETURN '{}'::uuid [];
+    END IF;
+    IF p_execution_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM harvest.executions WHERE id = p_execution_id) THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+            HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
+    END IF;
+    IF array_position(p_values, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'put_payloads got a NULL payload' USING ERRCODE = 'HR001',
+            HINT = 'pass each payload as a JSON value (JSON null is ''null''::jsonb)';
+    END IF;
+    WITH given AS (
+        SELECT v.value, v.n, gen_random_uuid() AS id FROM unnest(p_values) WITH ORDINALITY AS v (value, n)
+    ),
+
+    stored AS (
+        INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+        SELECT g.id, p_execution_id, harvest.now(), octet_length(g.value::text), g.value FROM given AS g
+        RETURNING id
+    )
+
+    SELECT array_agg(g.id ORDER BY g.n) INTO v_ids FROM given AS g WHERE g.id IN (SELECT s.id FROM stored AS s);
+    RETURN v_ids;
+END;
+$$;
+
+-- The stored payloads of p_ids (an erased one is the erased marker; an unknown id is absent).
+CREATE OR REPLACE FUNCTION harvest.get_payloads(p_ids uuid[])
+RETURNS TABLE (id uuid, data jsonb)
+LANGUAGE sql STABLE
+AS $$
+    SELECT p.id, p.data FROM harvest.payloads AS p WHERE p.id = ANY(p_ids);
+$$;
+
+-- A row's payload fields replaced by the erased marker: inputs, results, signal, query and
+-- update payloads, a side effect's value, and the details of a failure (its error_type and
+-- message stay, as dead-letter filters and retry policies read them).
+CREATE OR REPLACE FUNCTION harvest._erase_payload_fields(p_data jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    c_erased CONSTANT jsonb := '{"_harvest_erased": true}';
+    v_out jsonb := p_data;
+    v_key text;
+BEGIN
+    IF p_data IS NULL OR jsonb_typeof(p_data) <> 'object' THEN
+        RETURN p_data;
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['result', 'payload', 'arg', 'answer', 'details', 'heartbeat_details'] LOOP
+        IF v_out ? v_key AND v_out -> v_key <> 'null'::jsonb THEN
+            v_out := jsonb_set(v_out, ARRAY[v_key], c_erased);
+        END IF;
+    END LOOP;
+    IF v_out ? 'input' THEN
+        v_out := jsonb_set(v_out, '{input}', jsonb_build_array(c_erased));
+    END IF;
+    IF v_out ->> 'kind' = 'side_effect' AND v_out ? 'value' THEN
+        v_out := jsonb_set(v_out, '{value}', c_erased);
+    END IF;
+    FOREACH v_key IN ARRAY ARRAY['failure', 'last_failure', 'error'] LOOP
+        IF jsonb_typeof(v_out -> v_key) = 'object' THEN
+            v_out := jsonb_set(v_out, ARRAY[v_key], harvest._erase_payload_fields(v_out -> v_key));
+        END IF;
+    END LOOP;
+    RETURN v_out;
+END;
+$$;
+
+-- The offload references anywhere in p_data.
+CREATE OR REPLACE FUNCTION harvest._payload_refs(p_data jsonb)
+RETURNS SETOF uuid
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (r #>> '{}')::uuid FROM jsonb_path_query(coalesce(p_data, 'null'::jsonb), 'strict $.**._harvest_ref') AS r
+    WHERE jsonb_typeof(r) = 'string' AND (r #>> '{}') ~ '^[0-9a-f-]{36}$';
+$$;
+
+-- Erase a terminal execution's payloads on this database: its input, output and failure
+-- details, every event's payloads, its tasks', dead letters', query and update requests',
+-- relays' and cross-shard children's, and the offloaded rows it wrote or references. Refused (nothing changed) while a legal hold is
+-- set (HR030) or the run is open (HR031), both judged on the live residence. On a MIGRATED seal
+-- the call is refused with HR013 (the caller follows the pointer to the live run) unless
+-- p_prior_residence: then the seal (a stale copy the run left, still holding its payloads) is
+-- scrubbed without gates, and a residence retention already collected is no error
+-- ({"absent": true}). Audited. Returns {execution_id, status, events, tasks, offloaded,
+-- residences}: the shards the run lived on before (migrated_from_shards), for a sharded caller
+-- to walk (docs/payloads.md).
+CREATE OR REPLACE FUNCTION harvest.erase_payloads(
+    p_execution_id uuid, p_operator_id text DEFAULT NULL, p_prior_residence boolean DEFAULT false
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    c_erased CONSTANT jsonb := '{"_harvest_erased": true}';
+    v_execution harvest.executions;
+    v_refs uuid [];
+    v_events integer;
+    v_tasks integer;
+    v_offloaded integer;
+    v_result jsonb;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF NOT FOUND AND p_prior_residence THEN
+        RETURN jsonb_build_object('execution_id', p_execution_id, 'absent', true, 'shard_id', harvest.get_shard_id());
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+            HINT = 'on a sharded deployment, call it on the shard the execution id routes to';
+    END IF;
+    IF p_prior_residence AND v_execution.status <> 'MIGRATED' THEN
+        RAISE EXCEPTION 'execution % on shard % is not a prior residence (it is %)', p_execution_id,
+            harvest.get_shard_id(), v_execution.status
+            USING ERRCODE = 'HR001', HINT = 'erase the live run without p_prior_residence';
+    END IF;
+    IF NOT p_prior_residence THEN
+        PERFORM harvest._refuse_moved(v_execution, 'erase the payloads of');
+    END IF;
+    IF NOT p_prior_residence AND EXISTS (SELECT 1 FROM harvest.legal_holds WHERE execution_id = p_execution_id) THEN
+        RAISE EXCEPTION 'execution % is under a legal hold: its payloads cannot be erased', p_execution_id
+            USING ERRCODE = 'HR030', HINT = 'an admin releases the hold first (release_legal_hold)';
+    END IF;
+    IF v_execution.status = 'RUNNING' THEN
+        RAISE EXCEPTION 'execution % is %: only a terminal execution''s payloads can be erased',
+            p_execution_id, v_execution.status
+            USING ERRCODE = 'HR031', HINT = 'wait for it to end, or cancel or terminate it first';
+    END IF;
+
+    SELECT array_agg(DISTINCT r) INTO v_refs FROM (
+        SELECT harvest._payload_refs(v_execution.input) AS r
+        UNION ALL SELECT harvest._payload_refs(v_execution.output)
+        UNION ALL SELECT harvest._payload_refs(v_execution.failure)
+        UNION ALL SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution_id
+        UNION ALL SELECT harvest._payload_refs(t.input) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id
+        UNION ALL SELECT harvest._payload_refs(d.input) FROM harvest.dead_letters AS d
+        WHERE d.execution_id = p_execution_id
+    ) AS refs;
+
+    UPDATE harvest.executions SET
+        input = jsonb_build_array(c_erased),
+        output = CASE WHEN status = 'COMPLETED' AND output IS NOT NULL THEN c_erased ELSE output END,
+        failure = harvest._erase_payload_fields(failure)
+    WHERE id = p_execution_id;
+    UPDATE harvest.events SET event_data = harvest._erase_payload_fields(event_data)
+    WHERE execution_id = p_execution_id AND event_data IS DISTINCT FROM harvest._erase_payload_fields(event_data);
+    GET DIAGNOSTICS v_events = ROW_COUNT;
+    UPDATE harvest.tasks SET
+        input = CASE WHEN input IS NULL THEN NULL ELSE jsonb_build_array(c_erased) END,
+        heartbeat_details = CASE WHEN heartbeat_details IS NULL THEN NULL ELSE c_erased END,
+        last_failure = harvest._erase_payload_fields(last_failure)
+    WHERE execution_id = p_execution_id;
+    GET DIAGNOSTICS v_tasks = ROW_COUNT;
+    UPDATE harvest.dead_letters SET
+        input = CASE WHEN input IS NULL THEN NULL ELSE jsonb_build_array(c_erased) END,
+        failure = harvest._erase_payload_fields(failure)
+    WHERE execution_id = p_execution_id;
+    UPDATE harvest.query_requests SET
+        arg = c_erased,
+        answer = CASE WHEN answer IS NULL THEN NULL ELSE c_erased END,
+        error = harvest._erase_payload_fields(error)
+    WHERE execution_id = p_execution_id;
+    -- Relays to or from it (a child's end, an external signal) and a cross-shard child's input
+    -- copy held here.
+    UPDATE harvest.relays SET payload = harvest._erase_payload_fields(payload)
+    WHERE (target_execution_id = p_execution_id OR source_execution_id = p_execution_id)
+        AND payload IS DISTINCT FROM harvest._erase_payload_fields(payload);
+    UPDATE harvest.cross_shard_children SET input = jsonb_build_array(c_erased)
+    WHERE child_execution_id = p_execution_id;
+    UPDATE harvest.payloads SET data = c_erased, erased_at = harvest.now()
+    WHERE (execution_id = p_execution_id OR id = ANY(coalesce(v_refs, '{}'::uuid []))) AND erased_at IS NULL;
+    GET DIAGNOSTICS v_offloaded = ROW_COUNT;
+
+    v_result := jsonb_build_object(
+        'execution_id', p_execution_id, 'shard_id', harvest.get_shard_id(), 'status', v_execution.status,
+        'events', v_events, 'tasks', v_tasks, 'offloaded', v_offloaded,
+        'residences', jsonb_build_object(
+            'migrated_from_shards', to_jsonb(v_execution.migrated_from_shards),
+            'migrated_to_shard', v_execution.migrated_to_shard));
+    PERFORM harvest._audit('workflow.erase_payloads', p_execution_id::text, p_operator_id, v_result);
+    RETURN v_result;
+END;
+$$;
+
+-- Set a legal hold on an execution (replacing the reason of one already set). A hold lives with
+-- the live run: a seal refuses it with HR013, naming where the run lives.
+CREATE OR REPLACE FUNCTION harvest.set_legal_hold(p_execution_id uuid, p_reason text, p_operator_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    IF p_reason IS NULL OR btrim(p_reason) = '' THEN
+        RAISE EXCEPTION 'a legal hold needs a reason' USING ERRCODE = 'HR001',
+            HINT = 'say why (a case number, a request), it is kept with the hold and in the audit log';
+    END IF;
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002';
+    END IF;
+    PERFORM harvest._refuse_moved(v_execution, 'set a legal hold on');
+    INSERT INTO harvest.legal_holds (execution_id, reason, set_at, set_by)
+    VALUES (p_execution_id, p_reason, harvest.now(), coalesce(p_operator_id, session_user))
+    ON CONFLICT (execution_id) DO UPDATE SET reason = excluded.reason, set_at = excluded.set_at,
+        set_by = excluded.set_by;
+    PERFORM harvest._audit('workflow.legal_hold.set', p_execution_id::text, p_operator_id,
+                           jsonb_build_object('reason', p_reason));
+    RETURN jsonb_build_object('execution_id', p_execution_id, 'legal_hold', true, 'reason', p_reason);
+END;
+$$;
+
+-- Release an execution's legal hold; returns whether one was set. A seal refuses with HR013 (the
+-- hold lives with the live run).
+CREATE OR REPLACE FUNCTION harvest.release_legal_hold(p_execution_id uuid, p_operator_id text DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_reason text;
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id FOR UPDATE;
+    IF FOUND THEN
+        PERFORM harvest._refuse_moved(v_execution, 'release a legal hold on');
+    END IF;
+    DELETE FROM harvest.legal_holds WHERE execution_id = p_execution_id RETURNING reason INTO v_reason;
+    PERFORM harvest._audit('workflow.legal_hold.release', p_execution_id::text, p_operator_id,
+                           jsonb_build_object('was_set', v_reason IS NOT NULL, 'reason', v_reason));
+    RETURN jsonb_build_object('execution_id', p_execution_id, 'legal_hold', false, 'released', v_reason IS NOT NULL);
+END;
+$$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.put_payloads IS
+'Store offloaded payloads (JSON as the writer''s codecs left it) for p_execution_id; returns their ids in order. '
+'Called by workers (role harvest_worker) and clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.get_payloads IS
+'The stored offloaded payloads of p_ids (an erased one is {"_harvest_erased": true}; an unknown id is absent). '
+'For workers, clients and operators (roles harvest_reader, harvest_worker).';
+COMMENT ON FUNCTION harvest.erase_payloads IS
+'Erase a terminal execution''s payloads (input, output, failure details, events, tasks, dead letters, requests, '
+'offloaded rows), audited; HR030 under a legal hold, HR031 while it runs, HR013 on a seal unless '
+'p_prior_residence. Returns the residences to walk. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.set_legal_hold IS
+'Set a legal hold (with a reason) on an execution: erase_payloads refuses it until released; HR013 on a seal. '
+'Audited. For admins (role harvest_admin).';
+COMMENT ON FUNCTION harvest.release_legal_hold IS
+'Release an execution''s legal hold (returns whether one was set). Audited. For admins (role harvest_admin).';

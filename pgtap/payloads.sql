@@ -1,0 +1,108 @@
+-- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
+-- erase_payloads, set_legal_hold, release_legal_hold.
+BEGIN;
+SELECT plan(35);
+
+-- The offload store.
+CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
+SELECT harvest.put_payloads(NULL, ARRAY['{"big": "x"}'::jsonb, '[1, 2]'::jsonb]) AS ids;
+SELECT is(cardinality((SELECT ids FROM pl_ids)), 2, 'put_payloads returns one id per payload');
+SELECT is((SELECT data FROM harvest.get_payloads((SELECT ids FROM pl_ids)) WHERE id = (SELECT ids[2] FROM pl_ids)),
+          '[1, 2]'::jsonb, 'get_payloads returns each payload by its id, in the order they were given');
+SELECT is((SELECT count(*) FROM harvest.get_payloads(ARRAY[gen_random_uuid()])), 0::bigint,
+          'an unknown id is absent');
+SELECT is(harvest.put_payloads(NULL, '{}'), '{}'::uuid [], 'nothing to store: no ids');
+SELECT throws_ok($$SELECT harvest.put_payloads(NULL, ARRAY[NULL::jsonb])$$, 'HR001', NULL,
+                 'a NULL payload is refused');
+
+-- The helpers.
+SELECT is(harvest._erase_payload_fields(
+              '{"seq": 1, "result": {"a": 1}, "failure": {"error_type": "E", "message": "m", "details": 5}}'),
+          '{"seq": 1, "result": {"_harvest_erased": true},
+            "failure": {"error_type": "E", "message": "m", "details": {"_harvest_erased": true}}}'::jsonb,
+          'payload fields and a failure''s details are erased; the rest stays');
+SELECT is(harvest._erase_payload_fields('{"kind": "version", "value": 2}'),
+          '{"kind": "version", "value": 2}'::jsonb, 'a version marker stays');
+SELECT is(harvest._erase_payload_fields('{"input": [1]}') -> 'input',
+          '[{"_harvest_erased": true}]'::jsonb, 'an input stays an array');
+SELECT is(ARRAY(SELECT harvest._payload_refs(
+              '{"a": [{"_harvest_ref": "6f1c2b7e-0d2a-4a55-9c0e-1a2b3c4d5e6f"}], "b": {"_harvest_ref": 7}}')),
+          ARRAY['6f1c2b7e-0d2a-4a55-9c0e-1a2b3c4d5e6f'::uuid], 'references are found at any depth');
+
+-- A run that completed with an offloaded result and a plain input.
+SELECT pg_temp.start_run('pl_a', 'pl_wf', 'pl_q', '["secret-input"]');
+SELECT pg_temp.decide('pl_a', jsonb_build_array(jsonb_build_object('type', 'complete_workflow', 'result',
+    jsonb_build_object('_harvest_ref', (SELECT ids[1] FROM pl_ids), 'bytes', 14))));
+SELECT pg_temp.start_run('pl_open', 'pl_wf', 'pl_q');
+
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_open')), 'HR031', NULL,
+                 'an open run is refused');
+SELECT throws_ok($$SELECT harvest.erase_payloads(gen_random_uuid())$$, 'HR002', NULL, 'an unknown run: HR002');
+SELECT throws_ok(format('SELECT harvest.set_legal_hold(%L, %L)', pg_temp.run('pl_a'), ' '), 'HR001', NULL,
+                 'a hold needs a reason');
+SELECT throws_ok($$SELECT harvest.set_legal_hold(gen_random_uuid(), 'case')$$, 'HR002', NULL,
+                 'a hold on an unknown run: HR002');
+SELECT is((harvest.set_legal_hold(pg_temp.run('pl_a'), 'case 1', 'legal') ->> 'legal_hold')::boolean, true,
+          'set_legal_hold sets it');
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_a')), 'HR030', NULL,
+                 'a held run is refused');
+SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_a')), '["secret-input"]'::jsonb,
+          'a refusal changes nothing');
+SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a'), 'legal') ->> 'released')::boolean, true,
+          'release_legal_hold releases it');
+SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a')) ->> 'released')::boolean, false,
+          'releasing again says there was none');
+
+INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at)
+VALUES (pg_temp.run('pl_a'), 'child_closed', '{"result": "secret-result"}', harvest.now());
+CREATE TEMP TABLE pl_erased ON COMMIT DROP AS
+SELECT harvest.erase_payloads(pg_temp.run('pl_a'), 'ops') AS summary;
+SELECT is((SELECT (summary ->> 'offloaded')::int FROM pl_erased), 1, 'the referenced offloaded row is erased');
+SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_a')),
+          '[{"_harvest_erased": true}]'::jsonb, 'the execution''s input is erased');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('pl_a')
+           AND event_data::text LIKE '%secret-input%'), 0::bigint, 'no event holds the input');
+SELECT is((SELECT data FROM harvest.get_payloads((SELECT ids FROM pl_ids)) WHERE id = (SELECT ids[1] FROM pl_ids)),
+          '{"_harvest_erased": true}'::jsonb, 'the offloaded payload reads as erased');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE target = pg_temp.run('pl_a')::text
+           AND operation IN ('workflow.erase_payloads', 'workflow.legal_hold.set', 'workflow.legal_hold.release')),
+          4::bigint, 'each hold, release and erasure is audited');
+SELECT is((SELECT payload FROM harvest.relays WHERE target_execution_id = pg_temp.run('pl_a')),
+          '{"result": {"_harvest_erased": true}}'::jsonb, 'a relay to it is erased');
+SELECT is((harvest.erase_payloads(pg_temp.run('pl_a')) ->> 'offloaded')::int, 0, 'erasing again is harmless');
+
+-- Residences: a seal refuses a plain call (the caller follows the pointer); a prior-residence
+-- scrub erases it without gates; a residence retention collected is no error.
+SELECT pg_temp.start_run('pl_seal', 'pl_wf', 'pl_q', '["seal-input"]');
+UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 1 WHERE id = pg_temp.run('pl_seal');
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L)', pg_temp.run('pl_seal')), 'HR013', NULL,
+                 'a seal refuses a plain erasure: the live run decides');
+SELECT throws_ok(format('SELECT harvest.set_legal_hold(%L, %L)', pg_temp.run('pl_seal'), 'case'), 'HR013', NULL,
+                 'a hold is set on the live run, never on a seal');
+SELECT throws_ok(format('SELECT harvest.release_legal_hold(%L)', pg_temp.run('pl_seal')), 'HR013', NULL,
+                 'nor released on one');
+SELECT throws_ok(format('SELECT harvest.erase_payloads(%L, NULL, true)', pg_temp.run('pl_open')), 'HR001', NULL,
+                 'a live run is not a prior residence');
+SELECT is(harvest.erase_payloads(pg_temp.run('pl_seal'), 'ops', true) ->> 'status', 'MIGRATED',
+          'a prior residence is scrubbed without gates');
+SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_seal')),
+          '[{"_harvest_erased": true}]'::jsonb, 'the seal holds no payload afterwards');
+SELECT is((harvest.erase_payloads(gen_random_uuid(), 'ops', true) ->> 'absent')::boolean, true,
+          'a collected prior residence is no error');
+
+SELECT throws_ok($$SELECT harvest.put_payloads(gen_random_uuid(), ARRAY['1'::jsonb])$$, 'HR002', NULL,
+                 'payloads of an unknown run are refused');
+SELECT harvest.put_payloads(pg_temp.run('pl_open'), ARRAY['"owned"'::jsonb]);
+DELETE FROM harvest.executions WHERE id = pg_temp.run('pl_open');
+SELECT is((SELECT count(*) FROM harvest.payloads WHERE data = '"owned"'), 0::bigint,
+          'a run''s offloaded payloads go with it when retention deletes it');
+
+-- A move does not copy the offload store: a run holding a reference is not quiescent.
+SELECT pg_temp.start_run('pl_ref', 'pl_wf', 'pl_q', jsonb_build_array(jsonb_build_object(
+    '_harvest_ref', (SELECT ids[2] FROM pl_ids), 'bytes', 6)));
+SELECT ok('offloaded_payloads' = ANY(harvest._migration_blockers(
+              (SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('pl_ref')))),
+          'a run with offloaded payloads cannot be rebalanced');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,34 @@
+-- Payloads (docs/payloads.md): the default offload store and the legal holds.
+
+-- The offload store: a payload larger than a worker's offload threshold is kept here and the
+-- history holds a reference to it ({"_harvest_ref": id, "bytes": n}). data is the payload as
+-- the writer's codecs left it (an encrypted envelope stays encrypted). execution_id is the run
+-- that wrote it (NULL when the writer did not say), and the row goes with that run when
+-- retention deletes it; erase_payloads also finds a row through the references in the run's
+-- own rows. An erased row keeps its id and holds the erased marker.
+CREATE TABLE harvest.payloads (
+    id uuid NOT NULL,
+    execution_id uuid,
+    created_at timestamptz NOT NULL,
+    bytes integer NOT NULL,
+    data jsonb NOT NULL,
+    erased_at timestamptz,
+    CONSTRAINT payloads_pkey PRIMARY KEY (id),
+    CONSTRAINT payloads_bytes_check CHECK (bytes >= 0),
+    CONSTRAINT payloads_execution_fkey FOREIGN KEY (execution_id)
+    REFERENCES harvest.executions (id) ON DELETE CASCADE
+);
+
+CREATE INDEX payloads_execution
+ON harvest.payloads (execution_id)
+WHERE execution_id IS NOT NULL;
+
+-- Legal holds: while a row is here, erase_payloads refuses the execution (HR030). Set and
+-- released by admins, audited.
+CREATE TABLE harvest.legal_holds (
+    execution_id uuid NOT NULL,
+    reason text NOT NULL,
+    set_at timestamptz NOT NULL,
+    set_by text NOT NULL,
+    CONSTRAINT legal_holds_pkey PRIMARY KEY (execution_id)
+);

@@ -1,0 +1,313 @@
+"""Payload codecs, offload, erasure and legal holds with a real worker on a real Postgres
+(docs/payloads.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import psycopg
+import pytest
+
+from harvest import App, Client, activity, query, update, workflow
+from harvest.core.codecs import AesGcmCodec, Payloads, ZlibCodec
+from harvest.core.errors import ExecutionNotTerminal, LegalHoldActive, NotFound, PayloadKeyMissing
+from harvest.db.sqlapi import SqlApi
+
+# Fixed test keys: a `harvest replay` subprocess must hold the same bytes.
+K1, K2 = hashlib.sha256(b"harvest-test-k1").digest(), hashlib.sha256(b"harvest-test-k2").digest()
+# Every payload of the run carries this text; the stored rows must not.
+SECRET = "PLAINTEXT-SSN-078-05-1120"
+
+
+@activity
+async def seal(ctx, record: dict) -> dict:
+    return {"sealed": record["ssn"], "by": "seal"}
+
+
+@activity
+async def bulky(ctx, size: int) -> str:
+    return SECRET + os.urandom(size).hex()  # random: no codec compresses it under the threshold
+
+
+@workflow
+async def vault(ctx, record: dict) -> dict:
+    ctx.state["record"] = record
+    sealed = await ctx.execute_activity(seal, record)
+    noise = ctx.side_effect(lambda: {"noise": SECRET})
+    note = await ctx.wait_for_signal("note")
+    return {"sealed": sealed, "note": note, "noise": noise, "extra": ctx.state.get("extra")}
+
+
+@query(workflow="vault")
+def peek(ctx, prefix: str) -> str:
+    return prefix + ctx.state["record"]["ssn"]
+
+
+@update(workflow="vault")
+async def add(ctx, extra: str) -> str:
+    ctx.state["extra"] = extra
+    return "added " + extra
+
+
+@workflow
+async def big_result(ctx, size: int) -> dict:
+    blob = await ctx.execute_activity(bulky, size)
+    await ctx.sleep(0.05)  # one more task: the next replays a history holding the reference
+    return {"blob": blob, "length": len(blob)}
+
+
+def _stored_text(db: str) -> str:
+    """Every payload-bearing row of the database, as text."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            """
+            SELECT coalesce(string_agg(t, ' '), '') FROM (
+                SELECT input::text || output::text || coalesce(failure::text, '') AS t FROM harvest.executions
+                UNION ALL SELECT event_data::text FROM harvest.events
+                UNION ALL SELECT coalesce(input::text, '') || coalesce(heartbeat_details::text, '')
+                    || coalesce(last_failure::text, '') FROM harvest.tasks
+                UNION ALL SELECT arg::text || coalesce(answer::text, '') || coalesce(error::text, '')
+                    FROM harvest.query_requests
+                UNION ALL SELECT data::text FROM harvest.payloads
+            ) AS s
+            """
+        ).fetchone()
+    return rows[0]
+
+
+def _codecs(**keys: bytes) -> list:
+    return [ZlibCodec(), AesGcmCodec(keys)]
+
+
+def test_a_worker_with_codecs_runs_a_workflow_and_the_database_holds_no_plaintext(db, start_worker):
+    start_worker(App([vault], [seal], queries=[peek], updates=[add]), codecs=_codecs(k1=K1))
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="v-1")
+        assert handle.update("add", SECRET + "-extra", timeout=20) == "added " + SECRET + "-extra"
+        assert handle.query("peek", "ssn=", timeout=20) == "ssn=" + SECRET
+        handle.signal("note", {"text": SECRET})
+        result = handle.result(timeout=30)
+    assert result == {
+        "sealed": {"sealed": SECRET, "by": "seal"},
+        "note": {"text": SECRET},
+        "noise": {"noise": SECRET},
+        "extra": SECRET + "-extra",
+    }
+    stored = _stored_text(db)
+    assert "_harvest_codec" in stored and "aesgcm:k1" in stored
+    assert SECRET not in stored
+
+    # Rotation: a client holding k1 and k2 writes with k2 and still reads the k1 result; one
+    # holding k2 alone is told which key it lacks.
+    with Client(db, codecs=_codecs(k1=K1, k2=K2)) as rotated:
+        assert rotated.get_handle(handle.execution_id).result(timeout=5) == result
+    with Client(db, codecs=_codecs(k2=K2)) as without_k1, pytest.raises(PayloadKeyMissing, match="'k1'"):
+        without_k1.get_handle(handle.execution_id).result(timeout=5)
+    with Client(db) as plain, pytest.raises(PayloadKeyMissing, match="'k1'"):
+        plain.get_handle(handle.execution_id).result(timeout=5)
+
+
+def test_an_offloaded_payload_round_trips_through_a_workflow_and_its_replay(db, start_worker):
+    policy = Payloads([ZlibCodec()], offload_bytes=1024)
+    # cache_size=0: every workflow task replays the whole history, references included.
+    start_worker(App([big_result], [bulky], codecs=policy), cache_size=0)
+    with Client(db) as client:
+        handle = client.start_workflow(big_result, 4000, workflow_id="big-1")
+        result = handle.result(timeout=30)
+    assert result["length"] == len(SECRET) + 8000 and result["blob"].startswith(SECRET)
+    with psycopg.connect(db, autocommit=True) as conn:
+        refs = conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE event_data::text LIKE '%_harvest_ref%'"
+        ).fetchone()[0]
+        offloaded = conn.execute("SELECT count(*), min(bytes) FROM harvest.payloads").fetchone()
+        largest = conn.execute("SELECT max(octet_length(event_data::text)) FROM harvest.events").fetchone()[0]
+    assert refs >= 2  # the activity's result and the workflow's result
+    assert offloaded[0] >= 2 and offloaded[1] > 1024
+    assert largest < 1024  # the history stays small
+
+
+def _erasable(db: str, start_worker) -> str:
+    start_worker(
+        App(
+            [vault, big_result],
+            [seal, bulky],
+            queries=[peek],
+            updates=[add],
+            codecs=Payloads(offload_bytes=1024),
+        ),
+        cache_size=0,
+    )
+    with Client(db) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="erase-1")
+        handle.signal("note", {"text": SECRET})
+        handle.result(timeout=30)
+        big = client.start_workflow(big_result, 4000, workflow_id="erase-big")
+        big.result(timeout=30)
+    return handle.execution_id, big.execution_id
+
+
+def test_erasure_leaves_no_payload_and_a_legal_hold_blocks_it(db, start_worker):
+    small, big = _erasable(db, start_worker)
+    assert SECRET in _stored_text(db)
+    with psycopg.connect(db, autocommit=True) as conn:
+        sql = SqlApi(conn)
+        with pytest.raises(NotFound):
+            sql.erase_payloads("00000000-0000-0000-0000-000000000000")
+        sql.set_legal_hold(small, "case 42", "legal")
+        with pytest.raises(LegalHoldActive):
+            sql.erase_payloads(small, "ops")
+        assert SECRET in _stored_text(db)  # refused: nothing changed
+        assert sql.release_legal_hold(small, "legal")["released"] is True
+        summary = sql.erase_payloads(small, "ops")
+        assert summary["events"] > 0 and summary["residences"]["migrated_from_shards"] == []
+        summary = sql.erase_payloads(big, "ops")
+        assert summary["offloaded"] >= 2
+        history = sql.get_history(small)
+        execution = sql.get_execution(small)
+        ops = [r["operation"] for r in sql.list_audit_log(20)]
+    assert SECRET not in _stored_text(db)
+    assert SECRET not in str(history) and SECRET not in str(execution)
+    assert execution["output"] == {"_harvest_erased": True}
+    assert {"workflow.erase_payloads", "workflow.legal_hold.set", "workflow.legal_hold.release"} <= set(ops)
+    with Client(db) as client:  # the result reads as erased, with no payload
+        assert client.get_handle(big).result(timeout=5) == {"_harvest_erased": True}
+
+
+def test_an_open_run_cannot_be_erased(db, client):
+    handle = client.start_workflow("nobody_runs_this", workflow_id="open-1")
+    with psycopg.connect(db, autocommit=True) as conn, pytest.raises(ExecutionNotTerminal):
+        SqlApi(conn).erase_payloads(handle.execution_id)
+
+
+def test_the_cli_shows_encrypted_payloads_exports_them_for_the_replayer_and_erases_under_holds(
+    db, start_worker, tmp_path
+):
+    import json
+
+    from operator_helpers import harvest
+
+    from harvest.testing import WorkflowReplayer
+
+    codecs = Payloads(_codecs(k1=K1), offload_bytes=1024)
+    app = App([vault, big_result], [seal, bulky], queries=[peek], updates=[add], codecs=codecs)
+    start_worker(app)
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="cli-1")
+        handle.signal("note", {"text": SECRET})
+        handle.result(timeout=30)
+        big = client.start_workflow(big_result, 4000, workflow_id="cli-big")
+        big.result(timeout=30)
+    eid = handle.execution_id
+
+    shown = harvest(db, "workflow", "result", eid)
+    assert shown.returncode == 0 and json.loads(shown.stdout) == "<encrypted (key k1)>", shown.stderr
+    assert "'k1'" in shown.stderr and SECRET not in shown.stdout
+    shown = harvest(db, "workflow", "history", eid, "--full", "--output", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert "<encrypted (key k1)>" in shown.stdout and SECRET not in shown.stdout
+
+    # A full export resolves offloaded payloads and keeps envelopes; the replayer, given the
+    # App (and its codecs), replays it.
+    out = tmp_path / "big.json"
+    r = harvest(
+        db, "history", "export", big.execution_id, "--payload-policy", "full", "--output-file", str(out)
+    )
+    assert r.returncode == 0, r.stderr
+    exported = out.read_text()
+    assert "_harvest_ref" not in exported and "aesgcm:k1" in exported and SECRET not in exported
+    assert WorkflowReplayer(app).replay(str(out)).ok
+    assert not WorkflowReplayer(App([big_result], [bulky])).replay(str(out)).ok  # no key: refused
+
+    r = harvest(db, "workflow", "legal-hold", "set", eid, "--reason", "case 7", "--operator-id", "legal")
+    assert r.returncode == 0 and "legal hold set" in r.stdout, r.stderr
+    r = harvest(db, "workflow", "erase-payloads", eid)
+    assert r.returncode == 2 and "legal hold" in r.stderr and "Traceback" not in r.stderr
+    r = harvest(db, "workflow", "legal-hold", "release", eid, "--operator-id", "legal")
+    assert r.returncode == 0 and "released" in r.stdout, r.stderr
+    for target in (eid, big.execution_id):
+        r = harvest(db, "workflow", "erase-payloads", target, "--operator-id", "ops", "--output", "json")
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["prior_residences"] == []
+    r = harvest(
+        db, "history", "export", big.execution_id, "--payload-policy", "full", "--output-file", str(out)
+    )
+    assert r.returncode == 0 and "aesgcm" not in out.read_text() and "_harvest_erased" in out.read_text()
+    r = harvest(db, "workflow", "get", eid, "--output", "json")
+    assert r.returncode == 0 and "aesgcm" not in r.stdout
+
+
+def test_export_batch_writes_the_spec_response_and_the_replayer_reads_it(db, start_worker, tmp_path):
+    import json
+
+    from operator_helpers import harvest
+
+    from harvest.testing import WorkflowReplayer
+
+    app = App([big_result], [bulky], codecs=Payloads(_codecs(k1=K1), offload_bytes=1024))
+    start_worker(app)
+    with Client(db, codecs=_codecs(k1=K1)) as client:
+        ids = [
+            client.start_workflow(big_result, 100 * (n + 1), workflow_id=f"batch-{n}").execution_id
+            for n in range(3)
+        ]
+        for execution_id in ids:
+            client.get_handle(execution_id).result(timeout=30)
+        client.start_workflow("nobody_runs_this", workflow_id="batch-open", queue="nobody")
+
+    out = tmp_path / "batch.json"
+    r = harvest(
+        db, "history", "export-batch", "--workflow-name", "big_result", "--state-group", "terminal",
+        "--updated-after", "2000-01-01T00:00:00Z", "--limit", "2", "--payload-policy", "full",
+        "--output-file", str(out),
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    batch = json.loads(out.read_text())
+    assert set(batch) >= {"schema", "version", "status", "exports", "failures", "shard_coverage"}
+    assert (batch["schema"], batch["version"], batch["status"]) == (
+        "harvest.history_export_batch",
+        1,
+        "complete",
+    )
+    assert batch["shard_coverage"] == {"read": [0], "unavailable": []} and batch["failures"] == []
+    assert len(batch["exports"]) == 2 and {e["execution_id"] for e in batch["exports"]} <= set(ids)
+    assert "_harvest_ref" not in out.read_text()  # full: offloaded payloads resolved
+    results = WorkflowReplayer(app).replay_batch(str(out))
+    assert len(results) == 2 and all(r.ok for r in results.values())
+    r = harvest(db, "replay", "--app", "test_payloads:BATCH_APP", "--json-path", str(out))
+    assert r.returncode == 0 and "2 of 2 replayed" in r.stdout, r.stdout + r.stderr
+
+    # redacted (the default): no payload in the file, and the replayer says it cannot replay it
+    r = harvest(db, "history", "export-batch", "--state-group", "all", "--output-file", str(out))
+    batch = json.loads(out.read_text())
+    assert r.returncode == 0 and len(batch["exports"]) == 4 and SECRET not in out.read_text()
+    assert not any(r.ok for r in WorkflowReplayer(app).replay_batch(batch).values())
+    r = harvest(db, "history", "export-batch", "--updated-after", "2999-01-01", "--output-file", str(out))
+    assert r.returncode == 0 and json.loads(out.read_text())["exports"] == []
+
+
+# `harvest replay --app test_payloads:BATCH_APP` (the batch test): the App with the key.
+BATCH_APP = App([big_result], [bulky], codecs=Payloads(_codecs(k1=K1), offload_bytes=1024))
+
+
+def test_the_async_client_encodes_signal_with_start_and_update_with_start_and_decodes(db, start_worker):
+    import asyncio
+
+    from harvest import AsyncClient
+
+    start_worker(App([vault], [seal], queries=[peek], updates=[add], codecs=_codecs(k1=K1)))
+
+    async def go():
+        async with await AsyncClient.connect(db, codecs=_codecs(k1=K1)) as client:
+            _, answer = await client.update_with_start(
+                vault, {"ssn": SECRET}, workflow_id="async-1", update="add", update_arg=SECRET
+            )
+            handle = await client.signal_with_start(
+                vault, {"ssn": "other"}, workflow_id="async-1", signal="note", signal_payload={"text": SECRET}
+            )
+            return answer, await handle.result(timeout=30)
+
+    answer, result = asyncio.run(go())
+    assert answer == "added " + SECRET
+    assert result["note"] == {"text": SECRET} and result["sealed"]["sealed"] == SECRET
+    assert SECRET not in _stored_text(db)

@@ -1,0 +1,147 @@
+"""The pure codec chain (harvest/core/codecs.py, docs/payloads.md): envelopes, rotation, keys."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from harvest.core.codecs import (
+    AesGcmCodec,
+    CodecChain,
+    Payloads,
+    ZlibCodec,
+    describe,
+    describe_tree,
+    map_command,
+    refs_in,
+    replace_refs,
+)
+from harvest.core.errors import PayloadError, PayloadKeyMissing
+
+K1, K2 = os.urandom(32), os.urandom(32)
+SECRET = {"card": "4111-1111-1111-1111", "name": "Ada"}
+
+
+def test_envelope_is_self_describing_and_round_trips():
+    chain = CodecChain([ZlibCodec(), AesGcmCodec({"k1": K1})])
+    stored = chain.encode(SECRET)
+    assert set(stored) == {"_harvest_codec", "data"}
+    assert stored["_harvest_codec"] == ["zlib", "aesgcm:k1"]
+    assert "4111" not in json.dumps(stored) and "Ada" not in json.dumps(stored)
+    assert chain.decode(stored) == SECRET
+    assert describe(stored) == "encrypted (key k1)"
+
+
+def test_rotation_old_payloads_stay_readable_and_a_removed_key_is_named():
+    old = CodecChain([AesGcmCodec({"k1": K1})]).encode(SECRET)
+    rotated = CodecChain([AesGcmCodec({"k1": K1, "k2": K2})])  # the last key is the active one
+    new = rotated.encode(SECRET)
+    assert new["_harvest_codec"] == ["aesgcm:k2"]
+    assert rotated.decode(old) == SECRET and rotated.decode(new) == SECRET
+    only_k2 = CodecChain([AesGcmCodec({"k2": K2})])
+    assert only_k2.decode(new) == SECRET
+    with pytest.raises(PayloadKeyMissing) as caught:
+        only_k2.decode(old)
+    assert caught.value.key_id == "k1"
+    assert "'k1'" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_process_without_codecs_names_the_key_and_still_reads_zlib():
+    plain = CodecChain()
+    assert plain.decode(CodecChain([ZlibCodec()]).encode([1, 2])) == [1, 2]
+    with pytest.raises(PayloadKeyMissing, match="'k9'"):
+        plain.decode(CodecChain([AesGcmCodec({"k9": K1})]).encode(1))
+
+
+def test_wrong_key_bytes_or_tampering_is_a_payload_error():
+    stored = CodecChain([AesGcmCodec({"k1": K1})]).encode(SECRET)
+    with pytest.raises(PayloadError, match="does not decrypt"):
+        CodecChain([AesGcmCodec({"k1": K2})]).decode(stored)
+
+
+def test_args_stay_an_array_and_commands_encode_only_their_payloads():
+    chain = CodecChain([AesGcmCodec({"k1": K1})])
+    args = chain.encode_args([1, {"a": 2}, None])
+    assert isinstance(args, list) and len(args) == 3 and args[2] is None
+    cmd = {"type": "schedule_activity", "seq": 1, "name": "charge", "input": [SECRET]}
+    out = chain.encode_command(cmd)
+    assert out["name"] == "charge" and out["seq"] == 1 and chain.decode(out["input"][0]) == SECRET
+    fail = chain.encode_command(
+        {"type": "fail_workflow", "failure": {"error_type": "Boom", "message": "m", "details": SECRET}}
+    )
+    assert fail["failure"]["error_type"] == "Boom"
+    assert describe(fail["failure"]["details"]) == "encrypted (key k1)"
+    version = {"type": "record_marker", "kind": "version", "value": {"change_id": "c", "version": 2}}
+    assert chain.encode_command(version) == version  # read by the SQL: stays plain
+    side = chain.encode_command({"type": "record_marker", "kind": "side_effect", "value": 7})
+    assert chain.decode(side["value"]) == 7
+
+
+def test_decode_tree_decodes_envelopes_anywhere_and_describe_tree_hides_them():
+    chain = CodecChain([AesGcmCodec({"k1": K1})])
+    event = {"event_type": "ActivityCompleted", "event_data": {"seq": 1, "result": chain.encode(SECRET)}}
+    assert chain.decode_tree(event)["event_data"]["result"] == SECRET
+    assert describe_tree(event)["event_data"]["result"] == "<encrypted (key k1)>"
+
+
+def test_refs_are_collected_and_replaced():
+    value = {"a": [{"_harvest_ref": "x", "bytes": 9}], "b": {"_harvest_ref": "y"}}
+    assert refs_in(value) == ["x", "y"]
+    assert replace_refs(value, {"x": 1}) == {"a": [1], "b": {"_harvest_ref": "y"}}
+
+
+class _MemoryStore:
+    def __init__(self):
+        self.rows = {}
+
+    async def put(self, sql, execution_id, values):
+        ids = []
+        for v in values:
+            ids.append(f"id{len(self.rows)}")
+            self.rows[ids[-1]] = v
+        return ids
+
+    async def get(self, sql, ids):
+        return {i: self.rows[i] for i in ids if i in self.rows}
+
+
+def test_offload_keeps_small_payloads_inline_and_resolves_large_ones():
+    store = _MemoryStore()
+    policy = Payloads([ZlibCodec()], offload_bytes=100, store=store)
+    big = os.urandom(200).hex()  # random: zlib cannot shrink it under the threshold
+    commands = [
+        {"type": "schedule_activity", "seq": 1, "name": "a", "input": ["small", big]},
+        {"type": "complete_workflow", "result": "tiny"},
+    ]
+    out = asyncio.run(policy.encode_commands(None, "e1", commands))
+    assert out[0]["input"][1] == {"_harvest_ref": "id0", "bytes": out[0]["input"][1]["bytes"]}
+    assert out[0]["input"][0]["_harvest_codec"] == ["zlib"]
+    assert len(store.rows) == 1
+    assert asyncio.run(policy.decode(None, out)) == commands
+    # What another execution reads (maybe on another shard) is encoded, never offloaded.
+    crossing = [
+        {"type": "start_child_workflow", "seq": 2, "workflow_name": "c", "input": [big]},
+        {"type": "signal_external_workflow", "seq": 3, "signal_name": "s", "payload": big},
+        {"type": "continue_as_new", "input": [big]},
+    ]
+    out = asyncio.run(policy.encode_commands(None, "e1", crossing))
+    assert len(store.rows) == 1 and out[0]["input"][0]["_harvest_codec"] == ["zlib"]
+    assert out[1]["payload"]["_harvest_codec"] == ["zlib"] and out[2]["input"][0]["_harvest_codec"] == [
+        "zlib"
+    ]
+
+
+def test_bad_configuration_is_refused():
+    with pytest.raises(ValueError):
+        AesGcmCodec({})
+    with pytest.raises(ValueError):
+        AesGcmCodec({"k1": b"short"})
+    with pytest.raises(ValueError):
+        AesGcmCodec({"k1": K1}, active="k2")
+    with pytest.raises(ValueError):
+        Payloads(offload_bytes=1)
+    timer = {"type": "start_timer", "seq": 1}
+    assert map_command(timer, lambda v: 1 / 0) == timer  # no payload in it
