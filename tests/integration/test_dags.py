@@ -340,7 +340,7 @@ def test_preflight_checks_the_dags_of_an_app(db: str) -> None:
     late.task("a", step)
     app = App(activities=[step], dags=[late])
     late.tasks["b"] = late.tasks["a"].__class__(late, "b", "activity", "gone", None, None, "all_success", {})
-    from harvest.cli.preflight import _catalog_consistency
+    from harvest.config.preflight import _catalog_consistency
 
     check = _catalog_consistency(app)
     expected = (
