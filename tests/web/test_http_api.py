@@ -577,3 +577,20 @@ def test_a_higher_scope_asked_mid_request_runs_the_rest_of_it_in_that_role(db: s
         assert call._sql.pool.role == "harvest_operator"
         asyncio.run(call.require("admin"))
         assert call.principal.scope == "admin" and call._sql.pool.role == "harvest_admin"
+
+
+def test_outside_dev_the_app_checks_api_tokens_and_serves_the_dashboard_and_streams(
+    db: str, tokens: dict[str, str]
+) -> None:
+    """With no authorizer given, a production app reads API tokens from its database (a
+    TokenAuthorizer), and its dashboard (/ui) and event streams share that authorizer."""
+    with api_client(db, profile="production") as api:
+        assert api.get("/workflows").status_code == 401
+        bearer = {"Authorization": f"Bearer {tokens['read']}"}
+        assert api.get("/workflows", headers=bearer).status_code == 200
+        refused = api.post("/workers/nobody/drain", headers=bearer, json={})
+        assert refused.status_code == 403 and error_of(refused)["code"] == "permission_denied"
+        assert api.get("/ui/workers", headers=bearer).status_code == 200
+        assert api.get("/ui/workers").status_code in (303, 401)  # the sign-in page, or refused
+        assert api.get("/stream", headers={"Last-Event-ID": "x", **bearer}).status_code == 400
+        assert api.get("/stream").status_code == 401

@@ -15,7 +15,10 @@ router, the configuration and the authorizer, for other route modules mounted be
 Authorization: every route names the scope it needs and asks ``authorizer.authorize(request,
 scope)`` first; the principal's role is applied to each database connection the request uses.
 Without an authorizer, the ``dev`` profile serves everyone as admin (:class:`DevAuthorizer`,
-with a warning); any other profile fails closed (401 on every route but the health probes).
+with a warning); any other profile checks API tokens in the database (``TokenAuthorizer``,
+docs/auth.md): no token, no access (401 on every route but the health probes). The dashboard is
+mounted at ``/ui`` and, on one database, the event streams beside the routes, under the same
+authorizer.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from harvest.config import (
     Config,
@@ -42,46 +45,27 @@ from harvest.config import (
     shards_configured,
 )
 from harvest.config.config import RuntimePlan
-from harvest.core.errors import ConfigError, Unauthenticated
+from harvest.core.errors import ConfigError, HarvestError
 from harvest.db import channels
 from harvest.db.notify import NotificationHub
 from harvest.db.pools import open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.router import ShardRouter
-from harvest.web.errors import error_body
-from harvest.web.principal import Authorizer, Principal, Scope
+from harvest.web.auth import DevAuthorizer, default_authorizer, token_database
+from harvest.web.errors import error_body, error_response
+from harvest.web.principal import Authorizer
 from harvest.web.routes import Endpoint
+from harvest.web.streams import EventHub, stream_routes
+from harvest.web.ui import dashboard_app
 
 log = logging.getLogger("harvest.web")
 
-DEV_PROFILE = "dev"
 # The pool of the API process (per shard): requests share it, each call takes a connection.
 DEFAULT_POOL_SIZE = 10
 # How long a fan-out read waits for one shard before naming it unavailable.
 SHARD_TIMEOUT_SECS = 5.0
 # How long opening the pool waits for the database (then: 503, and the next request tries again).
 OPEN_SECS = 5.0
-
-
-class DevAuthorizer:
-    """The dev profile's authorizer: every caller is admin, recorded as actor ``dev``. Never
-    use it where the socket is reachable beyond localhost."""
-
-    def __init__(self, source: str = "api"):
-        self.source = source
-
-    async def authorize(self, request: Request, needed: Scope) -> Principal:
-        return Principal(actor="dev", scope="admin", source=self.source)
-
-
-class FailClosedAuthorizer:
-    """No authorizer outside the dev profile: every authorized route answers 401."""
-
-    async def authorize(self, request: Request, needed: Scope) -> Principal:
-        raise Unauthenticated(
-            "the management API has no authorizer configured: pass authorizer= to management_app "
-            "(an API token authorizer), or run with profile dev on localhost"
-        )
 
 
 @dataclass
@@ -189,6 +173,11 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body(code, message), status_code=status, headers=getattr(exc, "headers", None))
 
 
+async def _harvest_error(request: Request, exc: Exception) -> JSONResponse:
+    """A HarvestError raised by a route mounted beside the declared ones (the event streams)."""
+    return error_response(exc)
+
+
 def management_app(
     *,
     dsn: str | None = None,
@@ -214,15 +203,9 @@ def management_app(
         raise ConfigError("give management_app a dsn or shards=, not both")
     config = load_config() if config is None else config
     profile = profile or config.get("profile") or "production"
+    own_authorizer = authorizer is None
     if authorizer is None:
-        if profile == DEV_PROFILE:
-            log.warning(
-                "harvest: the management API serves every caller as admin (profile dev, no "
-                "authorizer): do not expose this process beyond localhost"
-            )
-            authorizer = DevAuthorizer()
-        else:
-            authorizer = FailClosedAuthorizer()
+        authorizer = default_authorizer(profile, None if shards is not None else token_database(dsn, config))
     state = HarvestState(
         config=config,
         profile=profile,
@@ -237,6 +220,15 @@ def management_app(
     table = endpoints()
     routes = [Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table]
     routes.append(Route("/openapi.json", openapi.route(table), methods=["GET"], name="openapi"))
+    # Beside the declared routes: the dashboard (/ui, docs/dashboard.md) and, on one database,
+    # the event streams (docs/event-streams.md), under the same authorizer.
+    ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile)
+    routes.append(Mount("/ui", app=ui))
+    hub = None
+    stream_dsn = None if shards is not None or shards_configured(config) else token_database(dsn, config)
+    if stream_dsn:
+        hub = EventHub(stream_dsn)
+        routes += stream_routes(hub, authorizer)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -248,8 +240,17 @@ def management_app(
             yield
         finally:
             await state.close()
+            await ui.state.dashboard.close()  # Starlette runs no lifespan of a mounted app
+            if hub is not None:
+                await hub.aclose()
+            if own_authorizer and hasattr(authorizer, "aclose"):
+                await authorizer.aclose()
 
-    api = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
+    api = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: _http_error, HarvestError: _harvest_error},
+    )
     api.state.harvest = state
     api.state.endpoints = table
     return api

@@ -10,6 +10,7 @@ revoked token is refused from the next request on. No token or an unknown or rev
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import PermissionDenied, Unauthenticated
@@ -19,6 +20,10 @@ from harvest.web.principal import SCOPES, Principal, Scope
 
 if TYPE_CHECKING:
     from starlette.requests import Request
+
+log = logging.getLogger("harvest.web")
+
+DEV_PROFILE = "dev"
 
 # The face a request says it comes through (audit source); anything else is the API.
 SOURCE_HEADER = "harvest-source"
@@ -82,3 +87,54 @@ class TokenAuthorizer:
         if self._own_pool and self._pool is not None:
             await self._pool.close()
             self._pool = None
+
+
+class DevAuthorizer:
+    """The dev profile's authorizer: every caller is admin, recorded as actor ``dev``. Never
+    use it where the socket is reachable beyond localhost."""
+
+    def __init__(self, source: str = "api"):
+        self.source = source
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal:
+        return Principal(actor="dev", scope="admin", source=self.source)
+
+
+class FailClosedAuthorizer:
+    """No way to check a token (no database URL to read them from): every request is 401."""
+
+    async def authorize(self, request: Request, needed: Scope) -> Principal:
+        raise Unauthenticated(
+            "the management API has no authorizer: pass authorizer= (a TokenAuthorizer), give it "
+            "a database URL to read API tokens from, or run with profile dev on localhost"
+        )
+
+
+def token_database(dsn: str | None, config: Any = None) -> str | None:
+    """The database a web face reads API tokens from: ``dsn``, else the configured database URL
+    (on shards, the default database: where ``harvest token create`` writes); None if none."""
+    from harvest.config import database_url, load_config
+    from harvest.core.errors import ConfigError
+
+    if dsn:
+        return dsn
+    try:
+        return database_url(None, config if config is not None else load_config())
+    except ConfigError:
+        return None
+
+
+def default_authorizer(profile: str | None, token_dsn: str | None, *, source: str = "api") -> Any:
+    """The authorizer of a web face given none: the dev profile serves everyone as admin (with a
+    warning); any other profile checks API tokens in ``token_dsn`` (no token, no access), or
+    refuses everything when there is no database to read them from (fail closed)."""
+    if profile == DEV_PROFILE:
+        log.warning(
+            "harvest: the %s serves every caller as admin (profile dev, no authorizer): do not "
+            "expose this process beyond localhost",
+            "dashboard" if source == "ui" else "management API",
+        )
+        return DevAuthorizer(source)
+    if token_dsn:
+        return TokenAuthorizer(dsn=token_dsn)
+    return FailClosedAuthorizer()

@@ -2,6 +2,6 @@
 management app, or served alone with :func:`dashboard_app` (docs/dashboard.md). Needs the
 ``web`` extra (Starlette, Jinja2)."""
 
-from harvest.web.ui.app import DevAuthorizer, dashboard_app
+from harvest.web.ui.app import dashboard_app
 
-__all__ = ["DevAuthorizer", "dashboard_app"]
+__all__ = ["dashboard_app"]

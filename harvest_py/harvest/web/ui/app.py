@@ -48,6 +48,7 @@ from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
 from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
 from harvest.shard.health import shard_health
+from harvest.web.auth import default_authorizer, token_database
 from harvest.web.principal import Authorizer, Principal, Scope
 from harvest.web.ui import views
 from harvest.web.ui.source import DEFAULT_TIMEOUT, Source
@@ -68,21 +69,6 @@ WINDOWS = {
     "7d": timedelta(days=7),
     "30d": timedelta(days=30),
 }
-
-
-class DevAuthorizer:
-    """The dev profile's authorizer: everyone is an admin named "dev" (webapi ships the same for
-    the management API; the merge may use one for both)."""
-
-    async def authorize(self, request: Request, needed: Scope) -> Principal:
-        return Principal(actor="dev", scope="admin", source="ui")
-
-
-class _ClosedAuthorizer:
-    """No authorizer outside the dev profile: every page is refused (fail closed)."""
-
-    async def authorize(self, request: Request, needed: Scope) -> Principal:
-        raise HTTPException(401, "no authorizer is configured for the dashboard: pass authorizer=")
 
 
 # -- parameters: an unknown value is a 400, never "matches nothing" -------------------------------
@@ -709,7 +695,7 @@ def dashboard_app(
     lifespan (a mounted app's lifespan does not run: the app that mounts it awaits
     ``app.state.dashboard.close()`` in its own)."""
     if authorizer is None:
-        authorizer = DevAuthorizer() if profile == "dev" else _ClosedAuthorizer()
+        authorizer = default_authorizer(profile, token_database(dsn, config), source="ui")
     dashboard = Dashboard(Source(dsn=dsn, shards=shards, config=config, timeout=timeout), authorizer)
 
     @asynccontextmanager
@@ -722,4 +708,4 @@ def dashboard_app(
     return app
 
 
-__all__ = ["DevAuthorizer", "dashboard_app"]
+__all__ = ["dashboard_app"]
