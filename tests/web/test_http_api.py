@@ -594,3 +594,19 @@ def test_outside_dev_the_app_checks_api_tokens_and_serves_the_dashboard_and_stre
         assert api.get("/ui/workers").status_code in (303, 401)  # the sign-in page, or refused
         assert api.get("/stream", headers={"Last-Event-ID": "x", **bearer}).status_code == 400
         assert api.get("/stream").status_code == 401
+
+
+def test_an_operators_call_is_audited_with_the_tokens_name_and_the_route(
+    db: str, tokens: dict[str, str]
+) -> None:
+    import psycopg
+
+    with api_client(db, profile="production") as api:
+        operate = {"Authorization": f"Bearer {tokens['operate']}"}
+        run = api.post("/workflows/greet/start", headers=operate, json={}).json()["execution_id"]
+        assert api.post(f"/workflows/{run}/cancel", headers=operate, json={}).status_code == 202
+    with psycopg.connect(db) as conn:
+        row = conn.execute(
+            "SELECT actor, source, route FROM harvest.audit_log WHERE operation = 'workflow.cancel'"
+        ).fetchone()
+    assert row == ("t-operate", "api", "POST /workflows/{execution_id}/cancel")

@@ -319,32 +319,52 @@ def warn_if_unverified_tls(dsn: str) -> None:
 
 # The roles a face may switch a connection to (functions/security.sql creates them), and the
 # application names of the faces (the audit log's source: harvest._audit_source).
-FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_worker", "harvest_admin"})
+# The roles a face may lower a request to (harvest.web.principal.ROLE_OF_SCOPE); never the worker.
+FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
 
 
 def _role_statements(role: str, source: str) -> str:
     if role not in FACE_ROLES:
-        raise ValueError(f"unknown role {role!r}")
+        raise ValueError(f"unknown role {role!r}: a request runs as one of {', '.join(sorted(FACE_ROLES))}")
     if source not in FACE_APPLICATION_NAMES:
         raise ValueError(f"unknown audit source {source!r}")
     # Both names come from the closed sets above, never from a request.
     return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"
 
 
+# The audit context a face asserts for its own calls (harvest._audit_context, functions/audit.sql):
+# caller-asserted text for audit rows only, recorded beside the real login.
+_SET_AUDIT_CONTEXT = (
+    "SELECT set_config('harvest.audit_actor', %(actor)s, false), "
+    "set_config('harvest.audit_route', %(route)s, false)"
+)
+_RESET_ROLE = "RESET ROLE; RESET application_name; RESET harvest.audit_actor; RESET harvest.audit_route"
+
+
 @contextlib.asynccontextmanager
-async def set_role(conn: psycopg.AsyncConnection, role: str, source: str = "api") -> AsyncIterator[Any]:
+async def set_role(
+    conn: psycopg.AsyncConnection,
+    role: str,
+    source: str = "api",
+    *,
+    actor: str | None = None,
+    route: str | None = None,
+) -> AsyncIterator[Any]:
     """Run the calls made on ``conn`` inside the block as ``role`` (``SET ROLE``) with the audit
-    source ``source`` (api, cli or ui, through ``application_name``), and RESET both before the
-    connection goes back to its pool. A connection whose RESET fails is closed, so a pool never
-    hands out a connection still switched to another caller's role. The login role must be a
-    member of ``role`` (docs/http-api.md, "Roles")."""
+    source ``source`` (api, cli or ui, through ``application_name``) and the audit ``actor`` and
+    ``route`` (docs/auth.md, "Audit"), and RESET all of them before the connection goes back to
+    its pool. The one place a face lowers a connection to its caller's role: the EXECUTE grants
+    and ``_session_has_role`` then see that role (functions/security.sql). A connection whose
+    RESET fails is closed, so a pool never hands out a connection still switched to another
+    caller's role. The login role must be a member of ``role`` (docs/http-api.md, "Roles")."""
     await conn.execute(_role_statements(role, source))
     try:
+        await conn.execute(_SET_AUDIT_CONTEXT, {"actor": actor or "", "route": route or ""})
         yield conn
     finally:
         try:
-            await conn.execute("RESET ROLE; RESET application_name")
+            await conn.execute(_RESET_ROLE)
         except BaseException:
             await conn.close()  # the pool discards a closed connection
             raise

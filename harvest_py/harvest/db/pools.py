@@ -78,12 +78,18 @@ class RoledPool:
     call of one HTTP request under the request's role. Closing it closes nothing: the pool is
     the caller's."""
 
-    def __init__(self, pool: Any, role: str, source: str = "api"):
+    def __init__(
+        self, pool: Any, role: str, source: str = "api", *, actor: str | None = None, route: str | None = None
+    ):
         self.pool, self.role, self.source = pool, role, source
+        self.actor, self.route = actor, route
 
     @contextlib.asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[Any]:
-        async with self.pool.connection(timeout=timeout) as conn, set_role(conn, self.role, self.source):
+        async with (
+            self.pool.connection(timeout=timeout) as conn,
+            set_role(conn, self.role, self.source, actor=self.actor, route=self.route),
+        ):
             yield conn
 
     async def close(self) -> None:

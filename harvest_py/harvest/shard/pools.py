@@ -433,12 +433,14 @@ class AsyncShardPools(_Base):
                         await sql.set_migration_forward(execution_id, step.shard)
             return found
 
-    def with_role(self, role: str, source: str = "api") -> AsyncShardPools:
+    def with_role(
+        self, role: str, source: str = "api", *, actor: str | None = None, route: str | None = None
+    ) -> AsyncShardPools:
         """These pools seen through one caller's role (an HTTP request's): the same pools,
         each connection lent running as ``role`` with the audit source ``source`` and RESET
         before it goes back (:func:`harvest.db.connection.set_role`); :meth:`dsn` carries the
         role too, for a connection of its own. Closing the view closes nothing."""
-        return _RoledShardPools(self, role, source)
+        return _RoledShardPools(self, role, source, actor, route)
 
     async def close(self) -> None:
         pools, self._pools = list(self._pools.values()), {}
@@ -456,13 +458,16 @@ class _RoledShardPools(AsyncShardPools):
     """:meth:`AsyncShardPools.with_role`: shares the pools (and their identity checks) of the
     base, and switches each lent connection to one role."""
 
-    def __init__(self, base: AsyncShardPools, role: str, source: str):
+    def __init__(self, base: AsyncShardPools, role: str, source: str, actor: str | None, route: str | None):
         self.__dict__.update(base.__dict__)  # the same pools, locks and verified shards
-        self._role, self._source = role, source
+        self._role, self._source, self._actor, self._route = role, source, actor, route
 
     @contextlib.asynccontextmanager
     async def connection(self, shard: int) -> AsyncIterator[Any]:
-        async with super().connection(shard) as conn, set_role(conn, self._role, self._source):
+        async with (
+            super().connection(shard) as conn,
+            set_role(conn, self._role, self._source, actor=self._actor, route=self._route),
+        ):
             yield conn
 
     async def sql(self, shard: int) -> AsyncSqlApi:

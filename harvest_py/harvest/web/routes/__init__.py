@@ -247,12 +247,15 @@ class Call:
         self.principal = principal
         self._client: AsyncClient | None = None
         role, source = principal.role, principal.source
+        # The audit row names the caller and the route (functions/audit.sql, _audit_context).
+        endpoint = self.endpoint
+        who = {"actor": principal.actor, "route": f"{endpoint.method} {endpoint.path}" if endpoint else None}
         if self.state.pools is not None:
-            self._pools = self.state.pools.with_role(role, source)
+            self._pools = self.state.pools.with_role(role, source, **who)
             self._sql: AsyncSqlApi | None = None
         else:
             self._pools = None
-            self._sql = AsyncSqlApi(RoledPool(self.state.pool, role, source))
+            self._sql = AsyncSqlApi(RoledPool(self.state.pool, role, source, **who))
 
     @property
     def sharded(self) -> bool:

@@ -1,9 +1,9 @@
 """Where the dashboard reads and writes: one database, or every shard, always as the caller.
 
-Every connection the dashboard uses is lent by :meth:`Source.lend`: one transaction in which the
-principal's Postgres role is set (``SET LOCAL ROLE``, so it ends with the transaction and never
-outlives the request on a pooled connection) and ``application_name`` is ``harvest-ui`` (the
-audit log's ``source`` is ``ui``); a page's reads are also ``READ ONLY``. So a read principal's
+Every connection the dashboard uses is lent by :meth:`Source.lend`: lowered to the principal's
+Postgres role with the audit source ``ui`` and the principal as the audit actor
+(:func:`harvest.db.connection.set_role`, RESET before the connection goes back to its pool), in
+one transaction; a page's reads are also ``READ ONLY``. So a read principal's
 page cannot write by accident, and an action the page let through is still checked by the
 database's own grants (``functions/security.sql``).
 
@@ -22,15 +22,15 @@ from typing import Any, TypeVar
 
 from harvest.config import Config, async_shard_pools, database_url, shard_urls, shards_configured
 from harvest.core.errors import ConfigError
+from harvest.db.connection import set_role
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import AsyncShardReads
 from harvest.shard.router import ShardRouter
-from harvest.web.principal import ROLE_OF_SCOPE, Principal
+from harvest.web.principal import Principal
 
 T = TypeVar("T")
 
-APPLICATION_NAME = "harvest-ui"  # the audit log reads the source from it (docs/operations.md)
 DEFAULT_TIMEOUT = 5.0  # seconds a page waits for one shard, as the CLI's shards.cli_timeout
 
 
@@ -131,12 +131,13 @@ class Source:
         """The SQL API on one connection of ``shard``, in one transaction as ``principal``'s role
         (read only unless ``write``). A lost or unreachable shard raises ShardUnavailable or one
         of ``TRANSIENT``, which the fan-out counts as unavailable."""
-        role = ROLE_OF_SCOPE[principal.scope]  # one of three fixed names: safe to splice
-        async with self.pools.connection(shard) as conn, conn.transaction():
+        async with (
+            self.pools.connection(shard) as conn,
+            set_role(conn, principal.role, "ui", actor=principal.actor),
+            conn.transaction(),
+        ):
             if not write:
                 await conn.execute("SET TRANSACTION READ ONLY")
-            await conn.execute(f"SET LOCAL ROLE {role}")
-            await conn.execute(f"SET LOCAL application_name = '{APPLICATION_NAME}'")
             yield AsyncSqlApi.on_connection(conn)
 
     def apis(self, principal: Principal, shards: tuple[int, ...] | None = None) -> Mapping[int, Any]:
@@ -183,4 +184,4 @@ def _optional_url(config: Config) -> str | None:
         return None
 
 
-__all__ = ["APPLICATION_NAME", "DEFAULT_TIMEOUT", "TRANSIENT", "Source"]
+__all__ = ["DEFAULT_TIMEOUT", "TRANSIENT", "Source"]
