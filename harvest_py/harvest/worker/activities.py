@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
@@ -114,6 +115,7 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     """Run one claimed activity task to a reported outcome (or a lost lease)."""
     definition = worker.app.find_activity(task["activity_name"])
     task_id, token = task["task_id"], task["fencing_token"]
+    started = perf_counter()
     try:
         if definition is None:
             raise ActivityFailure(
@@ -152,8 +154,12 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
             )
         else:
             failure = _typed(exc)
+        worker.metrics.activity_finished(
+            task["workflow_name"], task["activity_name"], perf_counter() - started, failure.error_type
+        )
         await _report_failure(worker, task, failure)
         return
+    worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], perf_counter() - started)
     # The cached run may decide on this result now, to commit both at once.
     ahead = await decide_ahead(worker, task, encoded)
     recorded = None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from harvest.core import jsonb
 from harvest.worker.completions import Recorded
 from harvest.worker.lanes import lane_of
-from harvest.worker.workflows import payloads_fit, warn_on_bloat
+from harvest.worker.workflows import closing_status, payloads_fit, warn_on_bloat
 
 if TYPE_CHECKING:
     from harvest.runtime import Activation, WorkflowRun
@@ -76,6 +76,9 @@ class DecisionAhead:
         for handed in decided["handed"]:
             worker.run_handed(handed, self._task)
         if self._activation.finished or decided["execution_status"] != "RUNNING":
+            status = closing_status(self._activation.commands, decided["execution_status"])
+            if status is not None:
+                worker.metrics.workflow_closed(self._workflow_name, status, decided["last_event_id"])
             run.close()
             return
         run.recorded(decided["last_event_id"])

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import traceback
 from collections import OrderedDict
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
@@ -235,6 +236,8 @@ def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, A
 async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     execution_id = str(task["execution_id"])
     task_id, token = task["task_id"], task["fencing_token"]
+    started = perf_counter()
+    replayed = False
     run = worker.cache.take(execution_id)
     try:
         if run is not None:
@@ -273,11 +276,13 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
+                replayed = True
             activation = await run.advance([_event(e) for e in events])
     except Exception as exc:
         if run is not None:
             run.close()
         kind = type(exc).__name__
+        worker.metrics.workflow_task_failure(task["workflow_name"], kind)
         log.error("workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, exc)
         if isinstance(exc, UnknownWorkflow):
             failure = {
@@ -353,16 +358,38 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     for handed in outcome["handed"]:
         worker.run_handed(handed, task)
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
+    worker.metrics.workflow_task(task["workflow_name"], perf_counter() - started, replayed)
     finished = (
         activation.finished
         or outcome["execution_status"] != "RUNNING"
         or any(c["type"] in ("complete_workflow", "fail_workflow") for c in commands)
     )
     if finished:
+        status = closing_status(commands, outcome["execution_status"])
+        if status is not None:
+            worker.metrics.workflow_closed(task["workflow_name"], status, outcome["last_event_id"])
         run.close()
     else:
         run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
+
+
+# The status each closing command leaves a run in.
+_CLOSING = {
+    "complete_workflow": "COMPLETED",
+    "fail_workflow": "FAILED",
+    "cancel_workflow": "CANCELLED",
+    "continue_as_new": "CONTINUED_AS_NEW",
+}
+
+
+def closing_status(commands: list[dict[str, Any]], execution_status: str) -> str | None:
+    """The terminal status a committed decision left its run in (None: still running)."""
+    for command in commands:
+        status = _CLOSING.get(command["type"])
+        if status is not None:
+            return status
+    return None if execution_status == "RUNNING" else execution_status
 
 
 def warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events: int) -> None:
@@ -374,6 +401,7 @@ def warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events:
         for stale in list(worker._bloat_warned)[: _BLOAT_WARNED_MAX // 2]:
             worker._bloat_warned.pop(stale, None)
     worker._bloat_warned[execution_id] = None
+    worker.metrics.history_bloat(workflow_name)
     log.warning(
         "harvest.workflow.history_bloat: %s (%s) has %d events, past %d of the %d-event "
         "hard cap; call ctx.continue_as_new() when ctx.should_continue_as_new() is true",
