@@ -48,6 +48,7 @@ from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
+from harvest.telemetry import tracing
 
 REUSE_POLICIES = (
     "allow_duplicate",
@@ -467,7 +468,12 @@ class WorkflowHandle(_Handle):
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
-        self._on_current(sqlapi.signal_workflow, name, encoded)
+        with tracing.span(
+            "harvest.workflow.signal",
+            execution_id=str(self.execution_id),
+            attributes={"harvest.signal": name},
+        ):
+            self._on_current(sqlapi.signal_workflow, name, encoded)
 
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
@@ -660,6 +666,7 @@ class Client:
         name, definition, encoded, queue = _start_args(
             workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
         )
+        started_ns = time.time_ns() if tracing.ACTIVE else 0
         placement = routing.place_start(self._target, name, workflow_id, shard_id, residency_key, definition)
         call = _start_call(
             name,
@@ -686,6 +693,17 @@ class Client:
                 self._target, routing.ONE if placement.shard is None else placement.shard
             ) as sql:
                 row = sql.start_workflow(**call, shard=placement.shard)
+        if started_ns:
+            tracing.record_span(
+                "harvest.workflow.start",
+                str(row["execution_id"]),
+                started_ns,
+                {
+                    "harvest.workflow": name,
+                    "harvest.queue": queue,
+                    "harvest.started_fresh": row["started_fresh"],
+                },
+            )
         return WorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
@@ -834,7 +852,12 @@ class AsyncWorkflowHandle(_Handle):
     async def signal(self, name: str, payload_value: Any = None) -> None:
         """See :meth:`WorkflowHandle.signal`."""
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes)
-        await self._on_current(sqlapi.signal_workflow, name, encoded)
+        with tracing.span(
+            "harvest.workflow.signal",
+            execution_id=str(self.execution_id),
+            attributes={"harvest.signal": name},
+        ):
+            await self._on_current(sqlapi.signal_workflow, name, encoded)
 
     async def cancel(self, reason: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.cancel`."""
@@ -1067,6 +1090,7 @@ class AsyncClient:
         name, definition, encoded, queue = _start_args(
             workflow, args, kwargs, queue_alias(queue, task_queue), self.max_payload_bytes
         )
+        started_ns = time.time_ns() if tracing.ACTIVE else 0
         placement = routing.place_start(self._target, name, workflow_id, shard_id, residency_key, definition)
         call = _start_call(
             name,
@@ -1090,6 +1114,17 @@ class AsyncClient:
                 row = await _astart_in_transaction(conn, call, placement)
         else:
             row = await self._starts.start(call, placement.shard)
+        if started_ns:
+            tracing.record_span(
+                "harvest.workflow.start",
+                str(row["execution_id"]),
+                started_ns,
+                {
+                    "harvest.workflow": name,
+                    "harvest.queue": queue,
+                    "harvest.started_fresh": row["started_fresh"],
+                },
+            )
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )

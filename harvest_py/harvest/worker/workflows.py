@@ -28,6 +28,8 @@ from harvest.core.ids import shard_of
 from harvest.runtime import WorkflowRun
 from harvest.shard.children import place_child
 from harvest.shard.router import ShardRouter
+from harvest.telemetry import tracing
+from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.lanes import lane_of
 
 if TYPE_CHECKING:
@@ -235,6 +237,40 @@ def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, A
 
 async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     execution_id = str(task["execution_id"])
+    # Every line the workflow code logs carries the run (harvest/telemetry/logs.py).
+    token = log_fields(
+        execution_id=execution_id, workflow_id=task["workflow_id"], workflow=task["workflow_name"]
+    )
+    try:
+        if not tracing.ACTIVE:
+            return await _run_workflow_task(worker, task)
+        with _task_span(worker, task, execution_id):
+            return await _run_workflow_task(worker, task)
+    finally:
+        LOG_FIELDS.reset(token)
+
+
+def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
+    """The workflow task's span: in the run's trace, or a new root for a whole replay."""
+    cached = worker.cache.peek(execution_id)
+    fresh = task.get("new_events_after") == 0 and task.get("new_events")
+    attributes = {"harvest.workflow": task["workflow_name"], "harvest.queue": task["queue"]}
+    if cached is None and not fresh:  # a replay of the whole history: a new root, linked to the run
+        attributes["harvest.replay"] = True
+        return tracing.span(
+            "harvest.workflow.execute", execution_id=execution_id, root=True, attributes=attributes
+        )
+    if cached is not None:
+        parent_id = getattr(cached, "trace_parent_id", None)
+    else:
+        parent_id = task["new_events"][0]["event_data"].get("parent_id")
+    return tracing.span(
+        "harvest.workflow.task", execution_id=execution_id, parent_id=parent_id, attributes=attributes
+    )
+
+
+async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
+    execution_id = str(task["execution_id"])
     task_id, token = task["task_id"], task["fencing_token"]
     started = perf_counter()
     replayed = False
@@ -277,6 +313,8 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
                 replayed = True
+            if events and events[0]["event_type"] == "WorkflowStarted":
+                run.trace_parent_id = events[0]["event_data"].get("parent_id")
             activation = await run.advance([_event(e) for e in events])
     except Exception as exc:
         if run is not None:
@@ -321,6 +359,8 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         with contextlib.suppress(StaleTask):
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
+    if tracing.ACTIVE:
+        commands = traced_commands(commands, execution_id)
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
     grant = worker.reserve_slots(sum(1 for c in commands if c["type"] == "schedule_activity"), task)
     try:
@@ -372,6 +412,21 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     else:
         run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
+
+
+def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
+    """Tracing on: the decision's child, timer and continue-as-new spans, and each scheduled
+    activity's options carrying the current span's traceparent (its parent, on any worker)."""
+    tracing.decision_spans(commands, execution_id)
+    parent = tracing.traceparent()
+    if parent is None:
+        return commands
+    return [
+        {**c, "options": {**(c.get("options") or {}), "traceparent": parent}}
+        if c["type"] == "schedule_activity"
+        else c
+        for c in commands
+    ]
 
 
 # The status each closing command leaves a run in.
