@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import logging
 import os
 import shlex
 
@@ -41,16 +40,24 @@ def require_local(dsn: str) -> None:
 @click.option(
     "--demo-and-exit", is_flag=True, help="Start the demo workflow, print its result and exit (a smoke test)."
 )
-def dev(target: str | None, demo_and_exit: bool) -> None:
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="text or json lines.",
+)
+def dev(target: str | None, demo_and_exit: bool, log_format: str) -> None:
     """Run a worker on an embedded PostgreSQL (or HARVEST_DEV_DATABASE_URL, local only).
 
     TARGET is module:attribute of your App; without it the built-in demo runs.
     Ctrl-C stops the worker, the server, and removes what it created.
     """
     from harvest.cli.worker import load_app
+    from harvest.telemetry.logs import configure_logging
     from harvest.worker import Worker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging("INFO", log_format)
     app = load_app(target) if target else None
     if app is None:
         from harvest.cli.demo import app

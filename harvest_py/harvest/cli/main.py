@@ -137,6 +137,7 @@ def _register() -> None:
         concurrency,
         dev,
         dlq,
+        metrics,
         migrate,
         owner_mode,
         preflight,
@@ -169,6 +170,7 @@ def _register() -> None:
     shard.shard.add_command(rebalance.rebalance_resume)
     shard.shard.add_command(owner_mode.owner_mode)
     main.add_command(usage.usage)
+    main.add_command(metrics.metrics)
     _reads_config_first(main)
 
 

@@ -93,6 +93,14 @@ def load_app(target: str) -> App:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
 )
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one object per line, with execution_id, workflow, activity, attempt and trace_id from "
+    "workflow and activity code (docs/observability.md).",
+)
 def worker(
     target: str,
     config_path: str | None,
@@ -105,6 +113,7 @@ def worker(
     database_url: str | None,
     shutdown_grace: float | None,
     log_level: str,
+    log_format: str,
 ) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
@@ -132,7 +141,9 @@ def worker(
         }
     )
     plan = runtime_plan(config)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from harvest.telemetry.logs import configure_logging
+
+    configure_logging(log_level, log_format)
     app = load_app(target)
     polled, declared, source = resolve_queues(app, config)
     plan.log()

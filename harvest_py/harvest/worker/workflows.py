@@ -359,7 +359,16 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         with contextlib.suppress(StaleTask):
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
-    if tracing.ACTIVE:
+    if tracing.ACTIVE and replayed:
+        # The replay is its own root; the decision's steps still belong to the run's trace.
+        with tracing.span(
+            "harvest.workflow.task",
+            execution_id=execution_id,
+            parent_id=getattr(run, "trace_parent_id", None),
+            attributes={"harvest.workflow": task["workflow_name"], "harvest.after_replay": True},
+        ):
+            commands = traced_commands(commands, execution_id)
+    elif tracing.ACTIVE:
         commands = traced_commands(commands, execution_id)
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
     grant = worker.reserve_slots(sum(1 for c in commands if c["type"] == "schedule_activity"), task)
