@@ -59,7 +59,7 @@ def test_a_known_workload_is_counted_and_sampled(start_worker, client: Client) -
     assert sorted(h.result(timeout=30) for h in handles) == list(range(N))
     client.start_workflow(metrics_dl_wf)
 
-    failed = dict(workflow_type="metrics_wf", activity="metrics_flaky", error_type="ValueError")
+    failed = {"workflow_type": "metrics_wf", "activity": "metrics_flaky", "error_type": "ValueError"}
     assert value("harvest_activity_failed_total", **failed) == N
     assert (
         value("harvest_activity_completed_total", workflow_type="metrics_wf", activity="metrics_flaky") == N

@@ -104,7 +104,8 @@ def test_one_trace_across_two_worker_processes_and_json_logs(db: str, tmp_path: 
 
 def test_nothing_of_opentelemetry_or_prometheus_is_imported_when_off() -> None:
     code = (
-        "import sys, harvest, harvest.worker, harvest.client, harvest.telemetry.tracing, harvest.telemetry.logs\n"
+        "import sys, harvest, harvest.worker, harvest.client\n"
+        "import harvest.telemetry.tracing, harvest.telemetry.logs\n"
         "from harvest.telemetry import tracing\n"
         "assert not tracing.ACTIVE\n"
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry',))))\n"
