@@ -1,0 +1,70 @@
+"""The faces of the metrics: GET /admin/metrics (harvest/web/metrics.py) and `harvest metrics`."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import psycopg
+from operator_helpers import harvest, start
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+
+from harvest.telemetry.metrics import Metrics
+from harvest.web.metrics import metrics_routes
+from harvest.web.principal import Principal
+
+
+async def _get(app, *headers: dict) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        return [await http.get("/admin/metrics", headers=h) for h in headers]
+
+
+class TokenCheck:
+    """A test Authorizer: token 'r' reads; anything else is refused."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def authorize(self, request, needed):
+        self.asked.append(needed)
+        if request.headers.get("authorization") != "Bearer r":
+            raise HTTPException(401, "no token")
+        return Principal(actor="test", scope="read")
+
+
+def test_the_route_serves_the_exposition_to_a_reader_only() -> None:
+    metrics = Metrics()
+    metrics.dispatched("q1", "activity", 0)
+    authorizer = TokenCheck()
+    app = Starlette(routes=metrics_routes(authorizer=authorizer, metrics=metrics))
+    refused, ok = asyncio.run(_get(app, {}, {"authorization": "Bearer r"}))
+    assert refused.status_code == 401
+    assert ok.status_code == 200
+    assert ok.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'harvest_queue_dispatched_total{kind="activity",queue="q1"} 1.0' in ok.text
+    assert authorizer.asked == ["read", "read"]
+
+
+def test_without_an_authorizer_the_route_is_closed() -> None:
+    (answer,) = asyncio.run(_get(Starlette(routes=metrics_routes()), {}))
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "unauthenticated"
+
+
+def test_harvest_metrics_prints_the_sampled_gauges(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        start(conn, "cli_metrics_wf", "cm-1", queue="cmq")
+        start(conn, "cli_metrics_wf", "cm-2", queue="cmq")
+    done = harvest(db, "metrics")
+    assert done.returncode == 0, done.stderr
+    assert 'harvest_queue_claimable{kind="workflow",queue="cmq",shard="0"} 2.0' in done.stdout
+    assert 'harvest_shard_stranded_pending{queue="cmq",shard="0"} 2.0' in done.stdout
+    assert 'harvest_schema_behind{shard="0"} 0.0' in done.stdout
+
+
+def test_harvest_metrics_fails_when_no_database_answers() -> None:
+    done = harvest("postgresql://nobody@127.0.0.1:1/none", "metrics")
+    assert done.returncode == 1
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
