@@ -112,6 +112,8 @@ ROW = {
     "shard_id": 0,
     "owner_mode": {},
     "residence": {},
+    "samples": {},
+    "leader": True,
 }
 SAMPLE = {
     "str": "a",
