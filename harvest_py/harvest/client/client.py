@@ -495,9 +495,12 @@ class WorkflowHandle(_Handle):
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        return messaging.update(
-            self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
-        )
+        with tracing.span(
+            "harvest.workflow.update", execution_id=str(self.execution_id), attributes={"harvest.update": name}
+        ):
+            return messaging.update(
+                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+            )
 
     def reset(
         self,
@@ -876,9 +879,12 @@ class AsyncWorkflowHandle(_Handle):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
-        return await messaging.aupdate(
-            self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
-        )
+        with tracing.span(
+            "harvest.workflow.update", execution_id=str(self.execution_id), attributes={"harvest.update": name}
+        ):
+            return await messaging.aupdate(
+                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+            )
 
     async def reset(
         self,

@@ -57,6 +57,18 @@ _HISTORY_BUCKETS = (10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 25_000,
 OTHER_KEYS = "_other"
 
 
+# The reason label of harvest_db_transaction_retry_total for the SQLSTATEs a retry is for.
+_RETRY_REASONS = {"40P01": "deadlock", "40001": "serialization_failure", "55P03": "lock_not_available"}
+
+
+def retry_reason(exc: BaseException) -> str:
+    """The bounded ``reason`` label of a retried transaction's error."""
+    state = getattr(exc, "sqlstate", None)
+    if state in _RETRY_REASONS:
+        return _RETRY_REASONS[state]
+    return "connection" if type(exc).__name__ in ("OperationalError", "PoolTimeout") else "other"
+
+
 def available() -> bool:
     """Whether prometheus-client is installed (the ``metrics`` extra)."""
     return _prom is not None

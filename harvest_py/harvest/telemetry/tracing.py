@@ -13,7 +13,7 @@ Spans (attributes: ``harvest.execution_id``, ``harvest.workflow``, ``harvest.que
                                  linked to the run's trace
 ``harvest.activity.execute``     one activity attempt
 ``harvest.workflow.signal``      a client signal
-``harvest.workflow.update``      a client update
+``harvest.workflow.update``      a client update (to its answer or acceptance)
 ``harvest.child.start``          a decision that starts a child workflow
 ``harvest.timer.start``          a decision that starts a durable timer
 ``harvest.workflow.continue_as_new``  a decision that continues the run as new

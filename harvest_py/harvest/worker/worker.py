@@ -47,7 +47,7 @@ from harvest.declare.definitions import App
 from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import ShardRouter
-from harvest.telemetry.metrics import NULL_METRICS, process_metrics
+from harvest.telemetry.metrics import NULL_METRICS, process_metrics, retry_reason
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
@@ -485,7 +485,7 @@ class Worker:
             try:
                 claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
             except TRANSIENT as exc:
-                self.metrics.transaction_retry("claim", type(exc).__name__)
+                self.metrics.transaction_retry("claim", retry_reason(exc))
                 log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
                 await self._sleep(self.poll_interval)
                 return [], False
