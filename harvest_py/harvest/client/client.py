@@ -495,9 +495,8 @@ class WorkflowHandle(_Handle):
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        with tracing.span(
-            "harvest.workflow.update", execution_id=str(self.execution_id), attributes={"harvest.update": name}
-        ):
+        run, attributes = str(self.execution_id), {"harvest.update": name}
+        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
             return messaging.update(
                 self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
             )
@@ -879,9 +878,8 @@ class AsyncWorkflowHandle(_Handle):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
-        with tracing.span(
-            "harvest.workflow.update", execution_id=str(self.execution_id), attributes={"harvest.update": name}
-        ):
+        run, attributes = str(self.execution_id), {"harvest.update": name}
+        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
             return await messaging.aupdate(
                 self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
             )
