@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
 
 import httpx
 import psycopg
-from operator_helpers import harvest, start
+from operator_helpers import HARVEST, harvest, start
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
@@ -68,3 +75,36 @@ def test_harvest_metrics_fails_when_no_database_answers() -> None:
     done = harvest("postgresql://nobody@127.0.0.1:1/none", "metrics")
     assert done.returncode == 1
     assert "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_harvest_worker_serves_its_metrics_on_a_port(db: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "PYTHONPATH": str(Path(__file__).parent)}
+    worker = subprocess.Popen(
+        [*HARVEST, "worker", "telemetry_worker:app", "--metrics-port", str(port), "--log-format", "json"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                if 'harvest_scanner_tick_total{outcome="ok",shard="0"}' in text:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and worker.poll() is None, "no metrics served"
+            time.sleep(0.2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(line["message"] == f"metrics on http://127.0.0.1:{port}/metrics" for line in lines), stderr

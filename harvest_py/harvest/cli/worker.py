@@ -94,6 +94,18 @@ def load_app(target: str) -> App:
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
 )
 @click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="Serve this process's Prometheus metrics on http://HOST:PORT/metrics (docs/observability.md).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --metrics-port binds (0.0.0.0: every interface, for a scraper on another host).",
+)
+@click.option(
     "--log-format",
     default="text",
     show_default=True,
@@ -114,6 +126,8 @@ def worker(
     shutdown_grace: float | None,
     log_level: str,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
@@ -144,6 +158,13 @@ def worker(
     from harvest.telemetry.logs import configure_logging
 
     configure_logging(log_level, log_format)
+    if metrics_port is not None:
+        from harvest.telemetry.metrics import serve_metrics
+
+        serve_metrics(metrics_port, metrics_host)
+        logging.getLogger("harvest.telemetry").info(
+            "metrics on http://%s:%d/metrics", metrics_host, metrics_port
+        )
     app = load_app(target)
     polled, declared, source = resolve_queues(app, config)
     plan.log()

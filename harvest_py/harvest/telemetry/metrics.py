@@ -28,6 +28,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from harvest.core.errors import ConfigError
+
 try:  # the `metrics` extra
     import prometheus_client as _prom
     from prometheus_client import CollectorRegistry, Gauge
@@ -520,6 +522,17 @@ def process_metrics() -> Metrics | NullMetrics:
     if _PROCESS is None:
         _PROCESS = Metrics()
     return _PROCESS
+
+
+def serve_metrics(port: int, host: str = "127.0.0.1") -> Any:
+    """Serve this process's metrics at ``http://host:port/metrics`` from a daemon thread
+    (``harvest worker --metrics-port``); unauthenticated: bind it where only the scraper reaches."""
+    if _prom is None:
+        raise ConfigError("--metrics-port needs prometheus-client: pip install 'harvest-workflows[metrics]'")
+    try:
+        return _prom.start_http_server(port, addr=host, registry=process_metrics().registry)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def render_metrics(metrics: Metrics | NullMetrics | None = ...) -> bytes:  # type: ignore[assignment]
