@@ -106,6 +106,13 @@ def load_app(target: str) -> App:
     help="The address --metrics-port binds (0.0.0.0: every interface, for a scraper on another host).",
 )
 @click.option(
+    "--metrics-interval",
+    default=None,
+    type=click.FloatRange(0, 3600),
+    help="Seconds between samples of the database's gauges, where this process leads the sampler "
+    f"(default {WorkerOptions.metrics_interval:g}; 0: no sampler).",
+)
+@click.option(
     "--log-format",
     default="text",
     show_default=True,
@@ -128,6 +135,7 @@ def worker(
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
+    metrics_interval: float | None,
 ) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
@@ -198,6 +206,7 @@ def worker(
         run_worker=plan.worker.value,
         run_scanner=plan.scheduler.value,
         run_retention=plan.retention.value,
+        **({} if metrics_interval is None else {"metrics_interval": metrics_interval}),
     )
     if not sharded:
         asyncio.run(Worker(app, dsn, options=options).run(install_signal_handlers=True))
