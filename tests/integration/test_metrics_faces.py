@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
 from harvest.telemetry.metrics import Metrics
-from harvest.web.metrics import metrics_routes
+from harvest.web.metrics import metrics_routes, run_samplers
 from harvest.web.principal import Principal
 
 
@@ -108,3 +108,18 @@ def test_harvest_worker_serves_its_metrics_on_a_port(db: str) -> None:
         _, stderr = worker.communicate(timeout=30)
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     assert any(line["message"] == f"metrics on http://127.0.0.1:{port}/metrics" for line in lines), stderr
+
+
+def test_a_web_process_can_run_the_sampler(db: str) -> None:
+    metrics = Metrics()
+
+    async def sample_a_while() -> None:
+        task = asyncio.create_task(run_samplers({0: db}, interval=0.1, metrics=metrics))
+        deadline = time.monotonic() + 20
+        while metrics.registry.get_sample_value("harvest_schema_behind", {"shard": "0"}) is None:
+            assert time.monotonic() < deadline and not task.done(), "no sample"
+            await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(sample_a_while())
+    assert metrics.registry.get_sample_value("harvest_timers_pending", {"shard": "0"}) == 0

@@ -8,6 +8,8 @@ forgets to pass one never serves its metrics to anyone who can reach the socket.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
 
     from harvest.web.principal import Authorizer
 
-__all__ = ["metrics_routes"]
+__all__ = ["metrics_routes", "run_samplers"]
 
 
 def metrics_routes(
@@ -47,3 +49,17 @@ def metrics_routes(
         return Response(body, media_type=CONTENT_TYPE)
 
     return [Route(path, admin_metrics, methods=["GET"], name="admin_metrics")]
+
+
+async def run_samplers(
+    urls: Mapping[int, str], *, interval: float = 15.0, metrics: Metrics | NullMetrics | None = None
+) -> None:
+    """Run the database-gauge sampler of each shard in ``urls`` until cancelled: for a web process
+    that runs no worker (``HARVEST_ROLE=web``), started from the app's lifespan. It samples a
+    database only while it holds that database's sampler lock, so running it beside workers never
+    emits a gauge twice (harvest/worker/sampler.py)."""
+    from harvest.telemetry.metrics import process_metrics
+    from harvest.worker.sampler import MetricsSampler
+
+    sampler = MetricsSampler(metrics if metrics is not None else process_metrics(), interval=interval)
+    await asyncio.gather(*(sampler.run(dsn, shard) for shard, dsn in sorted(urls.items())))
