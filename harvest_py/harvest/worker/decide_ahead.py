@@ -22,6 +22,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import jsonb
+from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.completions import Recorded
 from harvest.worker.lanes import lane_of
 from harvest.worker.workflows import closing_status, payloads_fit, warn_on_bloat
@@ -105,6 +106,10 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         "event_type": "ActivityCompleted",
         "event_data": {"seq": task["seq"], "result": json.loads(result_text), "attempt": task["attempt"]},
     }
+    # The workflow code's log lines carry the run, not the activity whose result it decides on.
+    fields = log_fields(
+        execution_id=execution_id, workflow_id=task["workflow_id"], workflow=task["workflow_name"]
+    )
     try:
         # A step that runs local activities would hold the result back (and risk it with
         # the activity's lease) for as long as they run: leave it to the workflow task.
@@ -113,6 +118,8 @@ async def decide_ahead(worker: Worker, task: dict[str, Any], result: Any) -> Dec
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()
         return None
+    finally:
+        LOG_FIELDS.reset(fields)
     if not payloads_fit(activation.commands, worker.max_payload_bytes, task["workflow_name"]):
         run.close()  # the database would refuse it: the woken workflow task fails the run, typed
         return None

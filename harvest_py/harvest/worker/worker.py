@@ -48,6 +48,7 @@ from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import ShardRouter
 from harvest.telemetry.metrics import NULL_METRICS, process_metrics, retry_reason
+from harvest.telemetry.metrics import available as metrics_available
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
@@ -190,7 +191,7 @@ class Worker:
         self.metrics = process_metrics() if options.metrics else NULL_METRICS
         # The placed sampler of the database gauges (harvest/worker/sampler.py): with the scanner.
         self.sampler = None
-        if self.run_scanner and options.metrics and options.metrics_interval:
+        if self.run_scanner and options.metrics and options.metrics_interval and metrics_available():
             from harvest.worker.sampler import MetricsSampler
 
             self.sampler = MetricsSampler(self.metrics, interval=options.metrics_interval)
