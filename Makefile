@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
-.PHONY: help install dev test test-python test-pg15 lint pgtap chromium extension clean
+.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
@@ -15,6 +15,7 @@ help:
 	@echo "make lint       sqlfluff over the SQL, ruff check and ruff format --check over the Python"
 	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
 	@echo "make chromium   install headless Chromium and its driver (Debian's chromium, chromium-driver) for tests/browser"
+	@echo "make promtool   install promtool (Debian's prometheus), which checks and tests the alert pack"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
 	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards (~8 min)"
@@ -38,7 +39,7 @@ lint: install
 	$(BIN)/ruff format --check harvest_py tests scripts $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
-test: install lint pgtap chromium test-python test-pg15
+test: install lint pgtap chromium promtool test-python test-pg15
 
 # The slow suites (markers shard, chaos and browser: several PostgreSQL servers, killed
 # processes, a headless Chromium) run in a second pytest process beside the rest. SKIP_SLOW=1
@@ -50,6 +51,19 @@ ifeq ($(SKIP_SLOW),1)
 else
 	scripts/run-suites.sh "$(BIN)/pytest -q -p no:cacheprovider" "$(SLOW_MARKERS)"
 endif
+
+# promtool (Debian's prometheus package) checks the starter alert pack and runs its rule tests
+# (docs/alerts/, tests/unit/test_alert_pack.py).
+promtool:
+	@if ! command -v promtool >/dev/null; then \
+	    if [ "$$(id -u)" -eq 0 ]; then \
+	        DEBIAN_FRONTEND=noninteractive apt-get update && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; \
+	    else \
+	        echo "promtool is not installed: run 'sudo apt-get install -y prometheus', or 'sudo make promtool'" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
 
 # pgTAP from Debian's package, for PostgreSQL 15 and copied into the embedded server's
 # share/extension (pgTAP is plain SQL, so the same files load in PostgreSQL 18).

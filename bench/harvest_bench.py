@@ -391,7 +391,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--statements", action="store_true", help="add pg_stat_statements' top list")
     parser.add_argument("--profile", help="write a pyinstrument profile (text) to this path")
+    parser.add_argument(
+        "--no-metrics", action="store_true", help="Worker(metrics=False): the A/B of docs/observability.md"
+    )
     args = parser.parse_args()
+    if args.no_metrics:
+        WORKER_OPTIONS["metrics"] = False
     logging.basicConfig(level=logging.ERROR)
 
     if args.mode == "workflows":

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 
 from harvest.core.errors import InvalidArgument, StaleTask
+from harvest.telemetry.metrics import Metrics
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher, Recorded
 
 
@@ -71,6 +72,7 @@ class FakeWorker:
 
     def __init__(self, sql: FakeSql):
         self.sql = sql
+        self.metrics = Metrics()
 
     def accepts_hand_off(self) -> bool:
         return True
@@ -115,13 +117,19 @@ def test_a_refused_item_raises_for_its_caller_only():
 
 def test_a_failed_batch_is_retried_item_by_item():
     sql = FakeSql(fail_batches_over=1)
+    worker = FakeWorker(sql)
 
     async def main():
-        batcher = CompletionBatcher(FakeWorker(sql))
+        batcher = CompletionBatcher(worker)
         return await asyncio.gather(*(batcher.complete(i, 1, None) for i in range(1, 5)))
 
     assert run(main()) == [Recorded()] * 4
     assert sql.batches == [[1, 2, 3, 4], [1], [2], [3], [4]]
+    # The retry is counted as the spec's harvest.db.transaction_retry{site, reason}.
+    retried = worker.metrics.registry.get_sample_value(
+        "harvest_db_transaction_retry_total", {"site": "activity_completion", "reason": "deadlock"}
+    )
+    assert retried == 1
 
 
 def test_a_batch_is_bounded():
@@ -215,6 +223,7 @@ class FakeDecisionSql:
 class FakeDecidingWorker(FakeWorker):
     def __init__(self, sql: FakeDecisionSql):
         self.sql = sql
+        self.metrics = Metrics()
 
 
 def test_decisions_made_together_share_a_commit_and_a_bad_one_fails_alone():

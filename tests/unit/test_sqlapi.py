@@ -129,6 +129,8 @@ ROW = {
     "hold": {},
     "id": "6f1c2b7e-0d2a-4a55-9c0e-1a2b3c4d5e6f",
     "data": {},
+    "samples": {},
+    "leader": True,
 }
 SAMPLE = {
     "str": "a",

@@ -78,7 +78,7 @@ def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims(monkeypatch):
 
     async def main():
         # A handed task takes over its caller's slot, with the time that slot was claimed.
-        worker.run_handed({"task_id": 9, "fencing_token": 1, "kind": "activity"}, task(0))
+        worker.run_handed({"task_id": 9, "fencing_token": 1, "kind": "activity", "queue": "q"}, task(0))
         assert worker._slot_claimed_at[key(9)] == 100.0
         clock.now += worker_module.HAND_OFF_CHAIN_SECS - 0.01
         assert worker.reserve_slots(1, task(9)).slots == 1  # still within the chain's time

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import logging
 import os
 import shlex
 
@@ -48,7 +47,16 @@ def require_local(dsn: str) -> None:
     "--port", default=None, type=click.IntRange(0, 65535), help="Its port (default web.port, else 8080)."
 )
 @click.option("--no-api", is_flag=True, help="Run the worker only, without the management API.")
-def dev(target: str | None, demo_and_exit: bool, host: str | None, port: int | None, no_api: bool) -> None:
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="text or json lines.",
+)
+def dev(
+    target: str | None, demo_and_exit: bool, host: str | None, port: int | None, no_api: bool, log_format: str
+) -> None:
     """Run a worker and the management API on an embedded PostgreSQL (or
     HARVEST_DEV_DATABASE_URL, local only).
 
@@ -56,9 +64,10 @@ def dev(target: str | None, demo_and_exit: bool, host: str | None, port: int | N
     Ctrl-C stops the worker, the server, and removes what it created.
     """
     from harvest.cli.worker import load_app
+    from harvest.telemetry.logs import configure_logging
     from harvest.worker import Worker
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging("INFO", log_format)
     app = load_app(target) if target else None
     if app is None:
         from harvest.cli.demo import app

@@ -141,6 +141,7 @@ def _register() -> None:
         dlq,
         events,
         export_batch,
+        metrics,
         migrate,
         owner_mode,
         preflight,
@@ -185,6 +186,7 @@ def _register() -> None:
     main.add_command(events.events)
     main.add_command(activity.activity)
     main.add_command(throttle.throttle)
+    main.add_command(metrics.metrics)
     _reads_config_first(main)
 
 

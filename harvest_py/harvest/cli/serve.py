@@ -68,14 +68,24 @@ def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": [
 )
 @click.option("--app", "app_target", default=None, help="module:app whose workflow catalog the API serves.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]))
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="text or json lines.",
+)
 @database_url_option
-def serve(host: str | None, port: int | None, app_target: str | None, log_level: str, database_url) -> None:
+def serve(
+    host: str | None, port: int | None, app_target: str | None, log_level: str, log_format: str, database_url
+) -> None:
     """Serve the management API (mounted at /api/harvest) as the web process role."""
     import uvicorn
 
+    from harvest.telemetry.logs import configure_logging
     from harvest.web.app import management_app
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(log_level.upper(), log_format)
     config = cli_config()
     if config.get("role") is None:
         config = config.with_overrides({"role": ("web", "harvest serve")})

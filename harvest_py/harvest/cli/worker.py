@@ -106,6 +106,33 @@ def load_app(target: str) -> App:
     show_default=True,
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    type=click.IntRange(1, 65535),
+    help="Serve this process's Prometheus metrics on http://HOST:PORT/metrics (docs/observability.md).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="The address --metrics-port binds (0.0.0.0: every interface, for a scraper on another host).",
+)
+@click.option(
+    "--metrics-interval",
+    default=None,
+    type=click.FloatRange(0, 3600),
+    help="Seconds between samples of the database's gauges, where this process leads the sampler "
+    f"(default {WorkerOptions.metrics_interval:g}; 0: no sampler).",
+)
+@click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="json: one object per line, with execution_id, workflow, activity, attempt and trace_id from "
+    "workflow and activity code (docs/observability.md).",
+)
 def worker(
     target: str,
     config_path: str | None,
@@ -120,6 +147,10 @@ def worker(
     database_url: str | None,
     shutdown_grace: float | None,
     log_level: str,
+    log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    metrics_interval: float | None,
 ) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
@@ -149,7 +180,16 @@ def worker(
         }
     )
     plan = runtime_plan(config)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from harvest.telemetry.logs import configure_logging
+
+    configure_logging(log_level, log_format)
+    if metrics_port is not None:
+        from harvest.telemetry.metrics import serve_metrics
+
+        serve_metrics(metrics_port, metrics_host)
+        logging.getLogger("harvest.telemetry").info(
+            "metrics on http://%s:%d/metrics", metrics_host, metrics_port
+        )
     app = load_app(target)
     polled, declared, source = resolve_queues(app, config)
     plan.log()
@@ -183,6 +223,7 @@ def worker(
         run_worker=plan.worker.value,
         run_scanner=plan.scheduler.value,
         run_retention=plan.retention.value,
+        **({} if metrics_interval is None else {"metrics_interval": metrics_interval}),
     )
     if not sharded:
         asyncio.run(Worker(app, dsn, options=options).run(install_signal_handlers=True))

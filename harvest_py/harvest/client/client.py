@@ -57,6 +57,7 @@ from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
+from harvest.telemetry import tracing
 
 REUSE_POLICIES = (
     "allow_duplicate",
@@ -639,7 +640,12 @@ class WorkflowHandle(_Handle):
         encoded = _signal_payload(
             name, payload_value, self.client.max_payload_bytes, self.client.payloads.chain
         )
-        self._on_current(sqlapi.signal_workflow, name, encoded)
+        with tracing.span(
+            "harvest.workflow.signal",
+            execution_id=str(self.execution_id),
+            attributes={"harvest.signal": name},
+        ):
+            self._on_current(sqlapi.signal_workflow, name, encoded)
 
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
@@ -676,9 +682,11 @@ class WorkflowHandle(_Handle):
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        return messaging.update(
-            self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
-        )
+        run, attributes = str(self.execution_id), {"harvest.update": name}
+        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
+            return messaging.update(
+                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+            )
 
     @_finds_run
     def reset(
@@ -850,6 +858,7 @@ class Client:
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
         )
+        started_ns = time.time_ns() if tracing.ACTIVE else 0
         call = _start_call(
             name,
             encoded,
@@ -876,6 +885,17 @@ class Client:
                 self._target, routing.ONE if placement.shard is None else placement.shard
             ) as sql:
                 row = sql.start_workflow(**call, shard=placement.shard)
+        if started_ns:
+            tracing.record_span(
+                "harvest.workflow.start",
+                str(row["execution_id"]),
+                started_ns,
+                {
+                    "harvest.workflow": name,
+                    "harvest.queue": queue,
+                    "harvest.started_fresh": row["started_fresh"],
+                },
+            )
         return WorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
@@ -1068,7 +1088,12 @@ class AsyncWorkflowHandle(_Handle):
         encoded = _signal_payload(
             name, payload_value, self.client.max_payload_bytes, self.client.payloads.chain
         )
-        await self._on_current(sqlapi.signal_workflow, name, encoded)
+        with tracing.span(
+            "harvest.workflow.signal",
+            execution_id=str(self.execution_id),
+            attributes={"harvest.signal": name},
+        ):
+            await self._on_current(sqlapi.signal_workflow, name, encoded)
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
@@ -1100,9 +1125,11 @@ class AsyncWorkflowHandle(_Handle):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
-        return await messaging.aupdate(
-            self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
-        )
+        run, attributes = str(self.execution_id), {"harvest.update": name}
+        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
+            return await messaging.aupdate(
+                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+            )
 
     @_afinds_run
     async def reset(
@@ -1314,6 +1341,7 @@ class AsyncClient:
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
         )
+        started_ns = time.time_ns() if tracing.ACTIVE else 0
         call = _start_call(
             name,
             encoded,
@@ -1337,6 +1365,17 @@ class AsyncClient:
                 row = await _astart_in_transaction(conn, call, placement)
         else:
             row = await self._starts.start(call, placement.shard)
+        if started_ns:
+            tracing.record_span(
+                "harvest.workflow.start",
+                str(row["execution_id"]),
+                started_ns,
+                {
+                    "harvest.workflow": name,
+                    "harvest.queue": queue,
+                    "harvest.started_fresh": row["started_fresh"],
+                },
+            )
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )

@@ -63,6 +63,7 @@ class GroupCommit:
         except Exception as exc:
             if not self._retry_alone(batch, exc):
                 raise
+            self._retried(exc)
             # A whole batch failed (a deadlock with another transaction, or an item the
             # database refused outright): commit the items one by one, so that one bad
             # item cannot sink the others.
@@ -91,6 +92,9 @@ class GroupCommit:
     def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
         """Whether a failed batch is worth committing item by item."""
         return len(batch) > 1
+
+    def _retried(self, exc: Exception) -> None:
+        """A failed batch is being committed again item by item (a metrics hook)."""
 
     def _alone(self, item: tuple) -> tuple:
         """The item as it is sent on its own after its batch failed."""

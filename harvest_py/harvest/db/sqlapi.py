@@ -100,6 +100,11 @@ GET_SHARD_ID = "SELECT harvest.get_shard_id() AS shard_id"
 SET_SHARD_ID = "SELECT harvest.set_shard_id(%(shard_id)s, %(operator_id)s) AS result"
 GET_SHARD_HEALTH = "SELECT harvest.get_shard_health(%(queues)s) AS health"
 COUNT_STRANDED_TASKS = "SELECT * FROM harvest.count_stranded_tasks()"
+# -- the metrics sampler's gauges (functions/metrics.sql)
+GET_METRIC_SAMPLES = "SELECT harvest.get_metric_samples(%(max_keys)s) AS samples"
+# One metrics sampler per database: the session that holds this lock (it goes with the session).
+SAMPLER_LOCK_KEY = 0x68617276_6D657472  # "harv" "metr"
+TRY_LEAD_SAMPLER = "SELECT pg_try_advisory_lock(%(key)s) AS leader"
 # -- shard rebalancing (functions/rebalance.sql)
 LIST_MIGRATION_CANDIDATES = """
 SELECT * FROM harvest.list_migration_candidates(%(workflow_name)s, %(execution_id)s, %(limit)s)
@@ -528,6 +533,21 @@ def count_stranded_tasks() -> dict[str, Any]:
     """The stranded-work gauge: ``{queue, pending, oldest_due_at}`` per queue with claimable
     work and no live worker on this shard."""
     return {}
+
+
+@call(GET_METRIC_SAMPLES, column("samples"))
+def get_metric_samples(max_keys: int = 50) -> dict[str, Any]:
+    """The sampled gauges of this database in one read (harvest.telemetry.sampler): queues,
+    dead letters, workers, the busiest ``max_keys`` concurrency keys, stranded work, relay
+    backlogs, retention lag."""
+    return {"max_keys": max_keys}
+
+
+@call(TRY_LEAD_SAMPLER, column("leader"))
+def try_lead_sampler() -> dict[str, Any]:
+    """Whether this session now leads the database's metrics sampler (a session advisory lock,
+    released when the session ends): one sampler per database, not one per replica."""
+    return {"key": SAMPLER_LOCK_KEY}
 
 
 # -- shard rebalancing (functions/rebalance.sql; driven by harvest.shard.rebalance) --------------

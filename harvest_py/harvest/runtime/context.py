@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,27 @@ class WorkflowInfo:
     task_queue = renamed_attribute("queue", "WorkflowInfo.task_queue")
 
 
+class _ReplayAwareLogger(logging.LoggerAdapter):
+    """``ctx.logger``: drops the lines of a replayed step (WorkflowContext.is_replaying)."""
+
+    def __init__(self, ctx: WorkflowContext):
+        super().__init__(logging.getLogger("harvest.workflow"), {})
+        self._ctx = ctx
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        info = self._ctx.info
+        extra = {
+            "execution_id": info.execution_id,
+            "workflow_id": info.workflow_id,
+            "workflow": info.workflow_name,
+        }
+        kwargs["extra"] = {**extra, **(kwargs.get("extra") or {})}
+        return msg, kwargs
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self._ctx.is_replaying and self.logger.isEnabledFor(level)
+
+
 class WorkflowContext:
     """Deterministic access to activities, timers, time and randomness."""
 
@@ -82,6 +104,15 @@ class WorkflowContext:
         return self.info.queue
 
     task_queue = renamed_attribute("queue", "ctx.task_queue")
+
+    @property
+    def logger(self) -> logging.LoggerAdapter:
+        """A logger for workflow code that writes each line once per run: lines of a step being
+        replayed are dropped. Lines carry ``execution_id``, ``workflow_id`` and ``workflow``."""
+        logger = self.__dict__.get("_logger")
+        if logger is None:
+            logger = self.__dict__["_logger"] = _ReplayAwareLogger(self)
+        return logger
 
     @property
     def is_replaying(self) -> bool:

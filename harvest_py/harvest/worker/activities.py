@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
@@ -11,6 +12,8 @@ from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
 from harvest.core.task_token import TaskToken
+from harvest.telemetry import tracing
+from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
 from harvest.worker.lanes import lane_of
 
@@ -42,6 +45,20 @@ class ActivityContext:
         self.queue = task["queue"]
         self.heartbeat_details = task.get("heartbeat_details")
         self.cancel_requested = False
+
+    @property
+    def logger(self) -> logging.LoggerAdapter:
+        """A logger whose lines carry the run, the activity and the attempt."""
+        return logging.LoggerAdapter(
+            logging.getLogger("harvest.activity"),
+            {
+                "execution_id": self.execution_id,
+                "workflow_id": self.workflow_id,
+                "workflow": self.workflow_name,
+                "activity": self.activity_name,
+                "attempt": self.attempt(),
+            },
+        )
 
     def idempotency_key(self) -> IdempotencyKey:
         """Stable across retries, replays, restarts and duplicate dispatch of this invocation."""
@@ -141,8 +158,36 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
 
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     """Run one claimed activity task to a reported outcome (or a lost lease)."""
+    token = log_fields(
+        execution_id=str(task["execution_id"]),
+        workflow_id=task["workflow_id"],
+        workflow=task["workflow_name"],
+        activity=task["activity_name"],
+        attempt=task["attempt"],
+    )
+    try:
+        if not tracing.ACTIVE:
+            return await _run_activity_task(worker, task)
+        with tracing.span(
+            "harvest.activity.execute",
+            execution_id=str(task["execution_id"]),
+            traceparent_of=(task.get("options") or {}).get("traceparent"),
+            attributes={
+                "harvest.workflow": task["workflow_name"],
+                "harvest.activity": task["activity_name"],
+                "harvest.attempt": task["attempt"],
+                "harvest.queue": task["queue"],
+            },
+        ):
+            return await _run_activity_task(worker, task)
+    finally:
+        LOG_FIELDS.reset(token)
+
+
+async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     definition = worker.app.find_activity(task["activity_name"])
     task_id, token = task["task_id"], task["fencing_token"]
+    started = perf_counter()
     try:
         if definition is None:
             raise ActivityFailure(
@@ -197,8 +242,12 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
             )
         else:
             failure = _typed(exc)
+        worker.metrics.activity_finished(
+            task["workflow_name"], task["activity_name"], perf_counter() - started, failure.error_type
+        )
         await _report_failure(worker, task, failure)
         return
+    worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], perf_counter() - started)
     # The cached run may decide on this result now, to commit both at once.
     ahead = await decide_ahead(worker, task, encoded, plain)
     recorded = None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
+from harvest.telemetry.metrics import retry_reason
 
 if TYPE_CHECKING:
     from harvest.worker.lanes import ShardLane
@@ -35,11 +36,16 @@ class Recorded(NamedTuple):
 class _TaskGroupCommit(GroupCommit):
     """A worker's batch of finished tasks: one row per task id, accepted or refused."""
 
+    site = "batch"  # harvest_db_transaction_retry_total{site}
+
     def __init__(self, worker: Worker, max_batch: int = MAX_BATCH, *, lane: ShardLane | None = None):
         super().__init__(max_batch)
         self._worker = worker
         # The shard the batch commits to: its lane's database (the worker's own without one).
         self._on = lane or worker
+
+    def _retried(self, exc: Exception) -> None:
+        self._worker.metrics.transaction_retry(self.site, retry_reason(exc))
 
     def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
         by_id = {row["task_id"]: row for row in rows}
@@ -67,6 +73,7 @@ class CompletionBatcher(_TaskGroupCommit):
     """Activity results (``harvest.complete_activities``)."""
 
     what = "activity results"
+    site = "activity_completion"
 
     async def complete(
         self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
@@ -108,6 +115,7 @@ class DecisionBatcher(_TaskGroupCommit):
     """Workflow task decisions (``harvest.complete_workflow_tasks``)."""
 
     what = "decisions"
+    site = "workflow_task"
 
     async def complete(
         self,

@@ -22,9 +22,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import jsonb
+from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.completions import Recorded
 from harvest.worker.lanes import lane_of
-from harvest.worker.workflows import payloads_fit, warn_on_bloat
+from harvest.worker.workflows import closing_status, payloads_fit, warn_on_bloat
 
 if TYPE_CHECKING:
     from harvest.runtime import Activation, WorkflowRun
@@ -77,6 +78,9 @@ class DecisionAhead:
         for handed in decided["handed"]:
             worker.run_handed(handed, self._task)
         if self._activation.finished or decided["execution_status"] != "RUNNING":
+            status = closing_status(self._activation.commands, decided["execution_status"])
+            if status is not None:
+                worker.metrics.workflow_closed(self._workflow_name, status, decided["last_event_id"])
             run.close()
             return
         run.recorded(decided["last_event_id"])
@@ -109,6 +113,10 @@ async def decide_ahead(
         "event_type": "ActivityCompleted",
         "event_data": {"seq": task["seq"], "result": seen, "attempt": task["attempt"]},
     }
+    # The workflow code's log lines carry the run, not the activity whose result it decides on.
+    fields = log_fields(
+        execution_id=execution_id, workflow_id=task["workflow_id"], workflow=task["workflow_name"]
+    )
     try:
         # A step that runs local activities would hold the result back (and risk it with
         # the activity's lease) for as long as they run: leave it to the workflow task.
@@ -117,6 +125,8 @@ async def decide_ahead(
         log.debug("no decision ahead for %s: %s", execution_id, exc)
         run.close()
         return None
+    finally:
+        LOG_FIELDS.reset(fields)
     try:
         commands = await worker.payloads.encode_commands(lane_of(task).sql, execution_id, activation.commands)
     except Exception as exc:

@@ -172,6 +172,11 @@ class WorkerOptions:
     # "auto" = every shard this process has a pool for (shards.urls, shard 0 = the database
     # url), or shard numbers; config key worker.shard_assignments.
     shard_assignments: tuple[int, ...] | str = AUTO
+    # Telemetry (docs/observability.md): count Prometheus metrics on the hot paths, and (with the
+    # scanner) sample the database's gauges every metrics_interval seconds, on the one process
+    # per database that holds the sampler's lock; 0 turns the sampler off.
+    metrics: bool = True
+    metrics_interval: float = _num(0, 3_600, 15.0, unit=" seconds")
 
     def __post_init__(self) -> None:
         for tunable in tunables():

@@ -113,8 +113,9 @@ class TickReport:
         return self.buffered_started + sum(1 for f in self.fired if f.get("status") == "started")
 
 
-async def tick(sql: Any, limit: int = 100) -> TickReport:
-    """One scheduler tick over ``sql`` (an AsyncSqlApi of one shard)."""
+async def tick(sql: Any, limit: int = 100, metrics: Any = None) -> TickReport:
+    """One scheduler tick over ``sql`` (an AsyncSqlApi of one shard); ``metrics`` (the worker's,
+    harvest/telemetry/metrics.py) counts the missed slots (``harvest_schedule_missed_total``)."""
     report = TickReport()
     report.buffered_started = await sql.start_buffered_firings(limit)
     for row in await sql.list_due_schedules(limit):
@@ -142,4 +143,6 @@ async def tick(sql: Any, limit: int = 100) -> TickReport:
             report.missed += int(result.get("missed") or 0)
             if result.get("missed"):
                 log.warning("scheduler: schedule %r missed %s slot(s)", row["name"], result["missed"])
+                if metrics is not None:
+                    metrics.missed_schedule(row["name"], int(result["missed"]))
     return report

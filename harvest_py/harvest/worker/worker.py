@@ -34,6 +34,7 @@ import socket
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from time import perf_counter
 from typing import Any, NamedTuple
 
 from harvest.core.codecs import Payloads
@@ -48,6 +49,8 @@ from harvest.declare.schedules import schedule_specs
 from harvest.shard.rebalance import ResumeScanner
 from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import ShardRouter, rendezvous
+from harvest.telemetry.metrics import NULL_METRICS, process_metrics, retry_reason
+from harvest.telemetry.metrics import available as metrics_available
 from harvest.worker import scheduler
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
@@ -199,6 +202,14 @@ class Worker:
         self.retention_interval = options.retention_interval
         self.relay_pump = relay_pump
         self._rebalance_resume = ResumeScanner()
+        # Prometheus counters of this process (harvest/telemetry/metrics.py); NullMetrics when off.
+        self.metrics = process_metrics() if options.metrics else NULL_METRICS
+        # The placed sampler of the database gauges (harvest/worker/sampler.py): with the scanner.
+        self.sampler = None
+        if self.run_scanner and options.metrics and options.metrics_interval and metrics_available():
+            from harvest.worker.sampler import MetricsSampler
+
+            self.sampler = MetricsSampler(self.metrics, interval=options.metrics_interval)
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
         # What ctx.now() reads in workflows (None: the wall clock; the test kit's time
         # skipping sets its shared test clock here, harvest.testing.WorkflowEnvironment).
@@ -262,6 +273,8 @@ class Worker:
                     background.append(asyncio.create_task(self._scan(lane)))
                 if self.run_retention:
                     background.append(asyncio.create_task(self._retention(lane)))
+                if self.sampler is not None:
+                    background.append(asyncio.create_task(self.sampler.run(lane.dsn, lane.shard)))
             try:
                 if self.run_worker:
                     await self._claim_loop()
@@ -505,12 +518,15 @@ class Worker:
         want = min(free, self.claim_batch)
         if not self._sharded:  # one database: one claim, as it always was
             lane = self.lanes[0]
+            started = perf_counter()
             try:
                 claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
             except TRANSIENT as exc:
+                self.metrics.transaction_retry("claim", retry_reason(exc))
                 log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
                 await self._sleep(self.poll_interval)
                 return [], False
+            self.metrics.claimed(lane.shard, perf_counter() - started)
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
@@ -535,12 +551,14 @@ class Worker:
             if want <= 0:
                 full = True
                 break
+            started = perf_counter()
             try:
                 claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
             except OUTAGE as exc:
                 if not lane.note_failure(exc, "claiming"):
                     raise
                 continue
+            self.metrics.claimed(lane.shard, perf_counter() - started)
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
@@ -616,6 +634,7 @@ class Worker:
             task["_lane"].owners.note(task)
         runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
         task["_lane"].dispatched += 1
+        self.metrics.dispatched(task["queue"], task["kind"], task["_lane"].shard)
         key = _key(task)
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
         handle = asyncio.create_task(self._guard(runner, task))
@@ -712,6 +731,7 @@ class Worker:
             try:
                 # Timeouts, workflow deadlines, relays, mutex grants, deferred starts: one call.
                 moved = await lane.sql.scan(100)
+                self.metrics.scanned(lane.shard, True)
                 if moved["expired_tasks"]:
                     log.info(
                         "timeout scanner: %s",
@@ -732,8 +752,11 @@ class Worker:
                 # sweeps this shard's outbox and the cross-shard children its runs started (a
                 # worker given one database and a pump sweeps the pump's own sources).
                 sources = (lane.shard,) if self._sharded else None
-                if self.relay_pump is not None and (await self.relay_pump.tick(sources)).moved:
-                    self._wake.set()
+                if self.relay_pump is not None:
+                    report = await self.relay_pump.tick(sources)
+                    self.metrics.pumped(report.claimed, report.settled, report.released)
+                    if report.moved:
+                        self._wake.set()
                 # Shards only: finish this shard's moves a killed rebalancer left mid-way (its
                 # own pacing: every 5 s, moves stalled 30 s; harvest/shard/rebalance.py).
                 if self.relay_pump is not None and self._sharded:
@@ -741,6 +764,7 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                self.metrics.scanned(lane.shard, False)
                 if not lane.note_failure(exc, "scanning"):
                     log.warning("timeout scan failed: %s", exc)
             if lane.usable:  # a sweep's failure (a relay's remote shard down) stops no schedule
@@ -749,7 +773,7 @@ class Worker:
     async def _schedule(self, lane: ShardLane) -> None:
         """This shard's schedules (worker/scheduler.py): due slots fire, buffered ones start."""
         try:
-            fired = await scheduler.tick(lane.sql)
+            fired = await scheduler.tick(lane.sql, metrics=self.metrics)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

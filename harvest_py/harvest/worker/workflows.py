@@ -11,6 +11,7 @@ import contextlib
 import logging
 import traceback
 from collections import OrderedDict
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
@@ -28,6 +29,8 @@ from harvest.core.statuses import LIVE_STATUSES
 from harvest.runtime import WorkflowRun
 from harvest.shard.children import place_child
 from harvest.shard.router import ShardRouter
+from harvest.telemetry import tracing
+from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.lanes import lane_of
 
 if TYPE_CHECKING:
@@ -243,7 +246,43 @@ def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, A
 
 async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     execution_id = str(task["execution_id"])
+    # Every line the workflow code logs carries the run (harvest/telemetry/logs.py).
+    token = log_fields(
+        execution_id=execution_id, workflow_id=task["workflow_id"], workflow=task["workflow_name"]
+    )
+    try:
+        if not tracing.ACTIVE:
+            return await _run_workflow_task(worker, task)
+        with _task_span(worker, task, execution_id):
+            return await _run_workflow_task(worker, task)
+    finally:
+        LOG_FIELDS.reset(token)
+
+
+def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
+    """The workflow task's span: in the run's trace, or a new root for a whole replay."""
+    cached = worker.cache.peek(execution_id)
+    fresh = task.get("new_events_after") == 0 and task.get("new_events")
+    attributes = {"harvest.workflow": task["workflow_name"], "harvest.queue": task["queue"]}
+    if cached is None and not fresh:  # a replay of the whole history: a new root, linked to the run
+        attributes["harvest.replay"] = True
+        return tracing.span(
+            "harvest.workflow.execute", execution_id=execution_id, root=True, attributes=attributes
+        )
+    if cached is not None:
+        parent_id = getattr(cached, "trace_parent_id", None)
+    else:
+        parent_id = task["new_events"][0]["event_data"].get("parent_id")
+    return tracing.span(
+        "harvest.workflow.task", execution_id=execution_id, parent_id=parent_id, attributes=attributes
+    )
+
+
+async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
+    execution_id = str(task["execution_id"])
     task_id, token = task["task_id"], task["fencing_token"]
+    started = perf_counter()
+    replayed = False
     run = worker.cache.take(execution_id)
     try:
         if run is not None:
@@ -283,11 +322,15 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
+                replayed = True
+            if events and events[0]["event_type"] == "WorkflowStarted":
+                run.trace_parent_id = events[0]["event_data"].get("parent_id")
             activation = await run.advance(await _decoded(worker, task, events))
     except Exception as exc:
         if run is not None:
             run.close()
         kind = type(exc).__name__
+        worker.metrics.workflow_task_failure(task["workflow_name"], kind)
         log.error("workflow task for %s (%s) failed: %s: %s", execution_id, task["workflow_name"], kind, exc)
         if isinstance(exc, UnknownWorkflow):
             failure = {
@@ -330,6 +373,17 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         with contextlib.suppress(StaleTask):
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
+    if tracing.ACTIVE and replayed:
+        # The replay is its own root; the decision's steps still belong to the run's trace.
+        with tracing.span(
+            "harvest.workflow.task",
+            execution_id=execution_id,
+            parent_id=getattr(run, "trace_parent_id", None),
+            attributes={"harvest.workflow": task["workflow_name"], "harvest.after_replay": True},
+        ):
+            commands = traced_commands(commands, execution_id)
+    elif tracing.ACTIVE:
+        commands = traced_commands(commands, execution_id)
     # Activities this decision schedules may come back leased to us (claim.sql, "Hand-off").
     grant = worker.reserve_slots(sum(1 for c in commands if c["type"] == "schedule_activity"), task)
     try:
@@ -367,16 +421,53 @@ async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     for handed in outcome["handed"]:
         worker.run_handed(handed, task)
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
+    worker.metrics.workflow_task(task["workflow_name"], perf_counter() - started, replayed)
     finished = (
         activation.finished
         or outcome["execution_status"] not in LIVE_STATUSES
         or any(c["type"] in ("complete_workflow", "fail_workflow") for c in commands)
     )
     if finished:
+        status = closing_status(commands, outcome["execution_status"])
+        if status is not None:
+            worker.metrics.workflow_closed(task["workflow_name"], status, outcome["last_event_id"])
         run.close()
     else:
         run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
+
+
+def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
+    """Tracing on: the decision's child, timer and continue-as-new spans, and each scheduled
+    activity's options carrying the current span's traceparent (its parent, on any worker)."""
+    tracing.decision_spans(commands, execution_id)
+    parent = tracing.traceparent()
+    if parent is None:
+        return commands
+    return [
+        {**c, "options": {**(c.get("options") or {}), "traceparent": parent}}
+        if c["type"] == "schedule_activity"
+        else c
+        for c in commands
+    ]
+
+
+# The status each closing command leaves a run in.
+_CLOSING = {
+    "complete_workflow": "COMPLETED",
+    "fail_workflow": "FAILED",
+    "cancel_workflow": "CANCELLED",
+    "continue_as_new": "CONTINUED_AS_NEW",
+}
+
+
+def closing_status(commands: list[dict[str, Any]], execution_status: str) -> str | None:
+    """The terminal status a committed decision left its run in (None: still running)."""
+    for command in commands:
+        status = _CLOSING.get(command["type"])
+        if status is not None:
+            return status
+    return None if execution_status == "RUNNING" else execution_status
 
 
 def warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events: int) -> None:
@@ -388,6 +479,7 @@ def warn_on_bloat(worker: Worker, execution_id: str, workflow_name: str, events:
         for stale in list(worker._bloat_warned)[: _BLOAT_WARNED_MAX // 2]:
             worker._bloat_warned.pop(stale, None)
     worker._bloat_warned[execution_id] = None
+    worker.metrics.history_bloat(workflow_name)
     log.warning(
         "harvest.workflow.history_bloat: %s (%s) has %d events, past %d of the %d-event "
         "hard cap; call ctx.continue_as_new() when ctx.should_continue_as_new() is true",

@@ -1,0 +1,137 @@
+-- Metrics: the gauges a metrics sampler publishes (docs/observability.md), read in one
+-- round trip. Counters and histograms are counted by each process on its hot paths
+-- (harvest/telemetry/metrics.py); what only the database knows (queue depth and age,
+-- dead letters, the worker fleet, concurrency keys, stranded work, relay backlogs,
+-- retention lag) is sampled here by one placed sampler per database.
+
+-- Every label this returns is bounded: queue names, task kinds, workflow and activity
+-- names (code-defined), worker health, concurrency keys (at most p_max_keys, the busiest
+-- first; the rest summed under other_keys). Never an execution or task id.
+CREATE OR REPLACE FUNCTION harvest.get_metric_samples(p_max_keys integer DEFAULT 50)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_max_age interval;
+BEGIN
+    IF p_max_keys IS NULL OR p_max_keys < 0 OR p_max_keys > 1000 THEN
+        RAISE EXCEPTION 'get_metric_samples: p_max_keys = % is out of range'
+        , coalesce(p_max_keys::text, 'NULL')
+        USING ERRCODE = 'HR001', HINT = 'pass a number of concurrency keys from 0 to 1000';
+    END IF;
+    SELECT r.max_age INTO v_max_age FROM harvest.retention_config AS r WHERE r.id;
+    RETURN jsonb_build_object(
+        'shard_id', harvest.get_shard_id(),
+        'schema_version', harvest.schema_version(),
+        'observed_at', v_now,
+        'queues', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'queue', q.queue, 'kind', q.kind, 'claimable', q.claimable, 'scheduled', q.scheduled,
+                'running', q.running,
+                'oldest_claimable_secs', extract(epoch FROM v_now - q.oldest_claimable_at)
+            ) ORDER BY q.queue, q.kind)
+            FROM (
+                SELECT
+                    t.queue,
+                    t.kind,
+                    count(*) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS claimable,
+                    count(*) FILTER (WHERE t.status = 'pending' AND t.due_at > v_now) AS scheduled,
+                    count(*) FILTER (WHERE t.status = 'running') AS running,
+                    min(t.due_at) FILTER (WHERE t.status = 'pending' AND t.due_at <= v_now) AS oldest_claimable_at
+                FROM harvest.tasks AS t
+                WHERE t.kind <> 'timer'
+                GROUP BY t.queue, t.kind
+            ) AS q
+        ), '[]'::jsonb),
+        'timers_pending', (SELECT count(*) FROM harvest.tasks AS t WHERE t.kind = 'timer'),
+        'dead_letters', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'workflow_name', d.workflow_name, 'activity_name', d.activity_name, 'kind', d.kind,
+                'count', d.n
+            ) ORDER BY d.workflow_name, d.activity_name)
+            FROM (
+                SELECT
+                    dl.workflow_name,
+                    coalesce(dl.activity_name, '') AS activity_name,
+                    dl.kind,
+                    count(*) AS n
+                FROM harvest.dead_letters AS dl
+                GROUP BY 1, 2, 3
+            ) AS d
+        ), '[]'::jsonb),
+        'workers', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('queue', w.queue, 'health', w.health, 'count', w.n)
+                             ORDER BY w.queue, w.health)
+            FROM (
+                SELECT
+                    u.queue,
+                    CASE WHEN ws.status = 'draining' THEN 'draining' ELSE harvest._worker_health(ws) END AS health,
+                    count(*) AS n
+                FROM harvest.workers AS ws CROSS JOIN LATERAL unnest(ws.queues) AS u (queue)
+                WHERE ws.status <> 'stopped'
+                GROUP BY 1, 2
+            ) AS w
+        ), '[]'::jsonb),
+        'concurrency', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                'key', c.key, 'task_type', c.task_type, 'in_flight', c.in_flight, 'pending', c.pending
+            ) ORDER BY c.in_flight DESC, c.key)
+            FROM (
+                SELECT k.key, k.task_type, k.in_flight, k.pending
+                FROM harvest.list_concurrency_keys(NULL) AS k
+                ORDER BY k.in_flight DESC, k.pending DESC, k.key
+                LIMIT p_max_keys
+            ) AS c
+        ), '[]'::jsonb),
+        'other_keys', (
+            SELECT jsonb_build_object(
+                'keys', count(*), 'in_flight', coalesce(sum(o.in_flight), 0),
+                'pending', coalesce(sum(o.pending), 0)
+            )
+            FROM (
+                SELECT k.in_flight, k.pending
+                FROM harvest.list_concurrency_keys(NULL) AS k
+                ORDER BY k.in_flight DESC, k.pending DESC, k.key
+                OFFSET p_max_keys
+            ) AS o
+        ),
+        'stranded', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('queue', s.queue, 'pending', s.pending) ORDER BY s.queue)
+            FROM harvest.count_stranded_tasks() AS s
+        ), '[]'::jsonb),
+        'relays', (
+            SELECT jsonb_build_object(
+                'local', count(*) FILTER (WHERE NOT r.remote),
+                'remote', count(*) FILTER (WHERE r.remote),
+                'remote_oldest_secs', extract(epoch FROM v_now - min(r.created_at) FILTER (WHERE r.remote))
+            )
+            FROM harvest.relays AS r
+        ),
+        'cross_shard_children', (
+            SELECT jsonb_build_object(
+                'in_flight', count(*),
+                'oldest_secs', extract(epoch FROM v_now - min(c.created_at))
+            )
+            FROM harvest.cross_shard_children AS c
+        ),
+        'retention', jsonb_build_object(
+            'configured', v_max_age IS NOT NULL,
+            -- How long the oldest terminal run past max_age has waited for the janitor.
+            'lag_secs', CASE WHEN v_max_age IS NOT NULL THEN coalesce((
+                SELECT extract(epoch FROM (v_now - v_max_age) - min(e.completed_at))
+                FROM harvest.executions AS e
+                WHERE e.status <> 'RUNNING' AND e.completed_at < v_now - v_max_age
+            ), 0) END
+        )
+    );
+END;
+$$;
+
+-- Comments: \df+ harvest.* documents the API.
+COMMENT ON FUNCTION harvest.get_metric_samples IS
+'The sampled gauges of this database in one read-only round trip (docs/observability.md): per queue and kind the '
+'claimable, scheduled and running tasks and the oldest claimable age; dead letters per workflow and activity; live '
+'workers per queue and health; the busiest p_max_keys concurrency keys (the rest summed); stranded work; relay and '
+'cross-shard child backlogs; retention lag. HR001 for p_max_keys outside 0..1000. Called by the metrics sampler '
+'(roles harvest_reader, harvest_worker).';

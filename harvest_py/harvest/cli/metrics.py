@@ -1,0 +1,58 @@
+"""`harvest metrics`: the database's sampled gauges in Prometheus text, for a process without
+the web app (a cron job feeding a textfile collector, a look from a shell).
+
+It samples every readable shard once (``harvest.get_metric_samples()``, read-only) into a fresh
+registry and prints the exposition; the counters of a running worker are that worker's (its
+``/admin/metrics``). A shard that cannot be read is counted in ``harvest_sampler_errors_total``
+and named on stderr; none answering exits 1. Docs: docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from harvest.cli.output import cli_config, database_url_option
+from harvest.cli.shards import shard_apis
+from harvest.core.errors import DatabaseUnavailable, HarvestError
+from harvest.db import SCHEMA_VERSION
+from harvest.telemetry.metrics import Metrics, available, render_metrics
+
+
+@click.command("metrics")
+@database_url_option
+@click.option(
+    "--max-keys",
+    default=50,
+    show_default=True,
+    type=click.IntRange(0, 1000),
+    help="Concurrency keys exported one by one (the rest are summed as _other).",
+)
+def metrics(database_url: str | None, max_keys: int) -> None:
+    """Print the sampled gauges of every shard as Prometheus text."""
+    if not available():
+        raise HarvestError(
+            "harvest metrics needs prometheus-client: pip install 'harvest-workflows[metrics]'"
+        )
+    registry = Metrics()
+    read = 0
+    with shard_apis(cli_config(), database_url) as apis:
+        for shard, provider in sorted(apis.items()):
+            try:
+                if callable(provider):
+                    with provider() as sql:
+                        samples = sql.get_metric_samples(max_keys)
+                else:
+                    samples = provider.get_metric_samples(max_keys)
+            except Exception as exc:  # one shard down: the others still print
+                registry.sample_failed(shard)
+                click.echo(f"warning: shard {shard} could not be sampled: {exc}", err=True)
+                continue
+            registry.apply_samples(
+                samples, schema_behind=(samples.get("schema_version") or "") < SCHEMA_VERSION
+            )
+            read += 1
+    sys.stdout.write(render_metrics(registry).decode())
+    if not read:
+        raise DatabaseUnavailable("no shard could be sampled")

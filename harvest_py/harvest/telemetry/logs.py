@@ -1,0 +1,97 @@
+"""Structured logs: ``--log-format json`` and the fields of the code that logged.
+
+Every line logged while workflow or activity code runs carries where it came from: the
+worker sets :data:`LOG_FIELDS` (a context variable, so each task and the thread a plain ``def``
+activity runs in see their own) to the execution id, workflow, activity and attempt, and
+:class:`JsonFormatter` writes them, with the trace and span ids of the current OpenTelemetry
+span when tracing is on, beside the time, level, logger and message. The fields also reach
+text logs as record attributes (``%(execution_id)s`` in a format).
+
+``ctx.logger`` in a workflow (harvest/runtime/context.py) is replay-aware: it drops the lines
+of a step that is being replayed, so each line is written once per run, not once per replay.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["FIELDS", "LOG_FIELDS", "JsonFormatter", "configure_logging", "log_fields"]
+
+# The fields of the workflow or activity code running in this context (None: engine code).
+LOG_FIELDS: ContextVar[dict[str, Any] | None] = ContextVar("harvest_log_fields", default=None)
+
+# The context fields a line may carry, in the order a JSON line writes them.
+FIELDS = ("execution_id", "workflow_id", "workflow", "activity", "attempt", "trace_id", "span_id")
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+def log_fields(**fields: Any) -> Any:
+    """Bind ``fields`` for the code this context runs next; returns the token to reset with."""
+    return LOG_FIELDS.set({k: v for k, v in fields.items() if v is not None})
+
+
+class _ContextFilter(logging.Filter):
+    """Copies the context's fields (and the trace ids) onto each record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        fields = LOG_FIELDS.get()
+        if fields:
+            for key, value in fields.items():
+                if not hasattr(record, key):
+                    setattr(record, key, value)
+        if not hasattr(record, "trace_id"):
+            from harvest.telemetry import tracing
+
+            ids = tracing.current_ids()
+            if ids is not None:
+                record.trace_id, record.span_id = ids
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, message, the context fields, the extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in FIELDS:
+            value = getattr(record, key, None)
+            if value is not None:
+                line[key] = value
+        for key, value in vars(record).items():
+            if key not in _STANDARD and key not in line and not key.startswith("_"):
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def configure_logging(level: str | int = "INFO", fmt: str = "text", stream: Any = None) -> logging.Handler:
+    """Set up the root logger for a Harvest process (``harvest worker``, ``dev``, ``serve``):
+    ``fmt`` is ``text`` (the classic line) or ``json`` (:class:`JsonFormatter`). Returns the handler."""
+    if fmt not in ("text", "json"):
+        raise ValueError(f"log format {fmt!r}: use text or json")
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(_ContextFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    return handler

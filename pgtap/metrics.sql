@@ -1,0 +1,73 @@
+-- functions/metrics.sql: get_metric_samples, the gauges the metrics sampler publishes.
+BEGIN;
+SELECT plan(13);
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+
+SELECT throws_ok($$SELECT harvest.get_metric_samples(-1)$$, 'HR001', NULL,
+                 'get_metric_samples(): a negative key limit is HR001');
+SELECT throws_ok($$SELECT harvest.get_metric_samples(NULL)$$, 'HR001', NULL,
+                 'get_metric_samples(): a NULL key limit is HR001');
+
+SELECT is(harvest.get_metric_samples() - ARRAY['observed_at', 'schema_version'],
+          '{"shard_id": 0, "queues": [], "timers_pending": 0, "dead_letters": [], "workers": [],
+            "concurrency": [], "other_keys": {"keys": 0, "in_flight": 0, "pending": 0}, "stranded": [],
+            "relays": {"local": 0, "remote": 0, "remote_oldest_secs": null},
+            "cross_shard_children": {"in_flight": 0, "oldest_secs": null},
+            "retention": {"configured": false, "lag_secs": null}}'::jsonb,
+          'get_metric_samples(): an empty database samples zeros and empty lists');
+
+-- Two runs waiting on queue mq (workflow tasks), one started 30 s earlier.
+SELECT pg_temp.start_run('m1', 'm_wf', 'mq');
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:30+00';
+SELECT pg_temp.start_run('m2', 'm_wf', 'mq');
+SELECT is(jsonb_path_query_first(harvest.get_metric_samples(), '$.queues[*] ? (@.queue == "mq")'),
+          '{"queue": "mq", "kind": "workflow", "claimable": 2, "scheduled": 0, "running": 0,
+            "oldest_claimable_secs": 30}'::jsonb,
+          'get_metric_samples(): claimable work per queue and kind, and the oldest one''s age');
+SELECT is(harvest.get_metric_samples() -> 'stranded', '[{"queue": "mq", "pending": 2}]'::jsonb,
+          'get_metric_samples(): work no live worker polls is stranded');
+
+-- A worker on mq: counted by queue and health; a drained one is "draining".
+SELECT harvest.register_worker('w-m1', ARRAY['mq', 'other'], 'host', 1, 10, '{}');
+SELECT harvest.register_worker('w-m2', ARRAY['mq'], 'host', 2, 10, '{}');
+SELECT harvest.begin_worker_drain('w-m2');
+SELECT is(harvest.get_metric_samples() -> 'workers',
+          '[{"queue": "mq", "health": "draining", "count": 1}, {"queue": "mq", "health": "healthy", "count": 1},
+            {"queue": "other", "health": "healthy", "count": 1}]'::jsonb,
+          'get_metric_samples(): workers per queue and health (draining apart)');
+SELECT is(harvest.get_metric_samples() -> 'stranded', '[]'::jsonb,
+          'get_metric_samples(): a live worker on the queue: nothing stranded');
+
+-- A dead letter, counted by workflow and activity.
+SELECT pg_temp.dead_letter('md', 'm_dl_wf', 'm_send');
+SELECT is(harvest.get_metric_samples() -> 'dead_letters',
+          '[{"workflow_name": "m_dl_wf", "activity_name": "m_send", "kind": "activity", "count": 1}]'::jsonb,
+          'get_metric_samples(): dead letters per workflow and activity');
+
+-- Concurrency keys: the busiest p_max_keys, the rest summed.
+SELECT pg_temp.start_activity('mc1', 'm_c_wf', 'mcq', 'm_gated', 'mcaq', '[]',
+                              '{"max_concurrent": 2, "concurrency_key": "k1"}');
+SELECT pg_temp.start_activity('mc2', 'm_c_wf', 'mcq', 'm_gated', 'mcaq', '[]',
+                              '{"max_concurrent": 2, "concurrency_key": "k2"}', p_claim => false);
+SELECT is(harvest.get_metric_samples(1) -> 'concurrency',
+          '[{"key": "k1", "task_type": "activity", "in_flight": 1, "pending": 0}]'::jsonb,
+          'get_metric_samples(1): the busiest key');
+SELECT is(harvest.get_metric_samples(1) -> 'other_keys', '{"keys": 1, "in_flight": 0, "pending": 1}'::jsonb,
+          'get_metric_samples(1): the keys past the limit, summed');
+SELECT is(jsonb_path_query_first(harvest.get_metric_samples(), '$.queues[*] ? (@.queue == "mcaq")') ->> 'running',
+          '1', 'get_metric_samples(): running tasks per queue');
+
+-- Retention lag: how long the oldest terminal run past max_age has waited.
+SELECT harvest.set_retention(interval '1 day');
+UPDATE harvest.executions SET status = 'COMPLETED', completed_at = harvest.now() - interval '1 day 1 hour'
+WHERE id = pg_temp.run('m1');
+SELECT is(harvest.get_metric_samples() -> 'retention', '{"configured": true, "lag_secs": 3600}'::jsonb,
+          'get_metric_samples(): retention lag is the oldest eligible run''s wait past max_age');
+
+-- The readers and the worker may call it.
+SELECT ok(has_function_privilege('harvest_worker', 'harvest.get_metric_samples(integer)', 'EXECUTE')
+          AND has_function_privilege('harvest_reader', 'harvest.get_metric_samples(integer)', 'EXECUTE'),
+          'get_metric_samples(): granted to harvest_reader and harvest_worker');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,0 +1,115 @@
+"""Prometheus metrics after a known workload (harvest/telemetry/metrics.py, docs/observability.md).
+
+N runs whose activity fails once and then succeeds, and one run whose activity always fails
+and is dead-lettered: the counters of the worker that ran them and the gauges of the placed
+sampler must say exactly that, and only one of two scanning workers samples the database.
+"""
+
+from __future__ import annotations
+
+import time
+
+from harvest import App, Client, RetryPolicy, activity, workflow
+from harvest.telemetry.metrics import process_metrics, render_metrics
+
+N = 4
+attempts: dict[int, int] = {}
+
+
+@activity(retry=RetryPolicy.exponential(max_attempts=3, initial="10ms"))
+async def metrics_flaky(ctx, i: int) -> int:
+    attempts[i] = attempts.get(i, 0) + 1
+    if attempts[i] == 1:
+        raise ValueError(f"first attempt of {i} fails")
+    return i
+
+
+@activity(retry=RetryPolicy.none())
+async def metrics_broken(ctx) -> None:
+    raise ConnectionError("upstream returned 503")
+
+
+@workflow
+async def metrics_wf(ctx, i: int) -> int:
+    return await ctx.execute_activity(metrics_flaky, i)
+
+
+@workflow
+async def metrics_dl_wf(ctx) -> None:
+    await ctx.execute_activity(metrics_broken)
+
+
+def value(name: str, **labels: str) -> float:
+    found = process_metrics().registry.get_sample_value(name, labels)
+    return 0.0 if found is None else found
+
+
+def wait_for(check, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_known_workload_is_counted_and_sampled(start_worker, client: Client) -> None:
+    app = App(workflows=[metrics_wf, metrics_dl_wf], activities=[metrics_flaky, metrics_broken])
+    worker = start_worker(app, metrics_interval=0.2).worker
+    dispatched_before = value("harvest_queue_dispatched_total", queue="default", kind="activity")
+    handles = [client.start_workflow(metrics_wf, i) for i in range(N)]
+    assert sorted(h.result(timeout=30) for h in handles) == list(range(N))
+    client.start_workflow(metrics_dl_wf)
+
+    failed = {"workflow_type": "metrics_wf", "activity": "metrics_flaky", "error_type": "ValueError"}
+    assert value("harvest_activity_failed_total", **failed) == N
+    assert (
+        value("harvest_activity_completed_total", workflow_type="metrics_wf", activity="metrics_flaky") == N
+    )
+    assert value("harvest_workflow_terminal_total", workflow_type="metrics_wf", status="COMPLETED") == N
+    assert value("harvest_workflow_history_size_count", workflow_type="metrics_wf") == N
+    assert value("harvest_activity_duration_seconds_count", activity="metrics_flaky") == 2 * N
+    # 2N activity attempts of metrics_wf, and metrics_dl_wf's one.
+    wait_for(
+        lambda: (
+            value(
+                "harvest_activity_failed_total",
+                workflow_type="metrics_dl_wf",
+                activity="metrics_broken",
+                error_type="ConnectionError",
+            )
+            == 1
+        )
+    )
+    assert (
+        value("harvest_queue_dispatched_total", queue="default", kind="activity") - dispatched_before
+        == 2 * N + 1
+    )
+    assert value("harvest_claim_duration_seconds_count", shard="0") > 0
+    assert value("harvest_scanner_tick_total", shard="0", outcome="ok") > 0
+
+    # The sampler (it leads: the only scanning process on this database) publishes the gauges.
+    wait_for(
+        lambda: (
+            value("harvest_dlq_size", shard="0", workflow_type="metrics_dl_wf", activity="metrics_broken")
+            == 1
+        )
+    )
+    assert worker.sampler.leading == {0}
+    assert value("harvest_workers", shard="0", queue="default", health="healthy") == 1
+    assert value("harvest_schema_behind", shard="0") == 0
+    assert value("harvest_queue_claimable", shard="0", queue="default", kind="activity") == 0
+
+    text = render_metrics().decode()
+    assert (
+        'harvest_activity_failed_total{activity="metrics_flaky",error_type="ValueError",'
+        'workflow_type="metrics_wf"} 4.0' in text
+    )
+    assert 'harvest_dlq_size{activity="metrics_broken",shard="0",workflow_type="metrics_dl_wf"} 1.0' in text
+
+
+def test_one_sampler_per_database(start_worker) -> None:
+    app = App(workflows=[metrics_wf], activities=[metrics_flaky])
+    first = start_worker(app, metrics_interval=0.1).worker
+    second = start_worker(app, metrics_interval=0.1).worker
+    wait_for(lambda: first.sampler.samples + second.sampler.samples >= 3)
+    assert sorted([first.sampler.leading, second.sampler.leading], key=len) == [set(), {0}]
+    assert min(first.sampler.samples, second.sampler.samples) == 0

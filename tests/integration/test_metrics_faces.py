@@ -1,0 +1,125 @@
+"""The faces of the metrics: GET /admin/metrics (harvest/web/metrics.py) and `harvest metrics`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+from operator_helpers import HARVEST, harvest, start
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+
+from harvest.telemetry.metrics import Metrics
+from harvest.web.metrics import metrics_routes, run_samplers
+from harvest.web.principal import Principal
+
+
+async def _get(app, *headers: dict) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+        return [await http.get("/admin/metrics", headers=h) for h in headers]
+
+
+class TokenCheck:
+    """A test Authorizer: token 'r' reads; anything else is refused."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def authorize(self, request, needed):
+        self.asked.append(needed)
+        if request.headers.get("authorization") != "Bearer r":
+            raise HTTPException(401, "no token")
+        return Principal(actor="test", scope="read")
+
+
+def test_the_route_serves_the_exposition_to_a_reader_only() -> None:
+    metrics = Metrics()
+    metrics.dispatched("q1", "activity", 0)
+    authorizer = TokenCheck()
+    app = Starlette(routes=metrics_routes(authorizer=authorizer, metrics=metrics))
+    refused, ok = asyncio.run(_get(app, {}, {"authorization": "Bearer r"}))
+    assert refused.status_code == 401
+    assert ok.status_code == 200
+    assert ok.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'harvest_queue_dispatched_total{kind="activity",queue="q1"} 1.0' in ok.text
+    assert authorizer.asked == ["read", "read"]
+
+
+def test_without_an_authorizer_the_route_is_closed() -> None:
+    (answer,) = asyncio.run(_get(Starlette(routes=metrics_routes()), {}))
+    assert answer.status_code == 401
+    assert answer.json()["error"]["code"] == "unauthenticated"
+
+
+def test_harvest_metrics_prints_the_sampled_gauges(db: str) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        start(conn, "cli_metrics_wf", "cm-1", queue="cmq")
+        start(conn, "cli_metrics_wf", "cm-2", queue="cmq")
+    done = harvest(db, "metrics")
+    assert done.returncode == 0, done.stderr
+    assert 'harvest_queue_claimable{kind="workflow",queue="cmq",shard="0"} 2.0' in done.stdout
+    assert 'harvest_shard_stranded_pending{queue="cmq",shard="0"} 2.0' in done.stdout
+    assert 'harvest_schema_behind{shard="0"} 0.0' in done.stdout
+
+
+def test_harvest_metrics_fails_when_no_database_answers() -> None:
+    done = harvest("postgresql://nobody@127.0.0.1:1/none", "metrics")
+    assert done.returncode == 1
+    assert "error:" in done.stderr and "Traceback" not in done.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_harvest_worker_serves_its_metrics_on_a_port(db: str) -> None:
+    port = _free_port()
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "PYTHONPATH": str(Path(__file__).parent)}
+    worker = subprocess.Popen(
+        [*HARVEST, "worker", "telemetry_worker:app", "--metrics-port", str(port), "--log-format", "json"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+                if 'harvest_scanner_tick_total{outcome="ok",shard="0"}' in text:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline and worker.poll() is None, "no metrics served"
+            time.sleep(0.2)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert any(line["message"] == f"metrics on http://127.0.0.1:{port}/metrics" for line in lines), stderr
+
+
+def test_a_web_process_can_run_the_sampler(db: str) -> None:
+    metrics = Metrics()
+
+    async def sample_a_while() -> None:
+        task = asyncio.create_task(run_samplers({0: db}, interval=0.1, metrics=metrics))
+        deadline = time.monotonic() + 20
+        while metrics.registry.get_sample_value("harvest_schema_behind", {"shard": "0"}) is None:
+            assert time.monotonic() < deadline and not task.done(), "no sample"
+            await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(sample_a_while())
+    assert metrics.registry.get_sample_value("harvest_timers_pending", {"shard": "0"}) == 0
