@@ -206,7 +206,9 @@ def generate(derived: dict) -> tuple[str, str, dict]:
         if t == "executions":
             return f"id = ANY (ARRAY(SELECT {RUN_UUID} FROM {GEN}))"
         if t == "events":
-            return f"execution_id = ANY (ARRAY(SELECT {RUN_UUID} FROM {GEN})) AND event_id = {row['event_id']}"
+            return (
+                f"execution_id = ANY (ARRAY(SELECT {RUN_UUID} FROM {GEN})) AND event_id = {row['event_id']}"
+            )
         base = f":floor_batch * {STRIDE} + {numbers[(t, row['id'])] * 50}"
         return f"id BETWEEN {base} + 1 AND {base} + {RUNS_PER_TRANSACTION}"
 
@@ -318,7 +320,9 @@ def main() -> None:
     parser.add_argument("--dsn", required=True, help="a fresh database with Harvest's schema migrated")
     parser.add_argument("--clients", default="1,2,4")
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--write", action="store_true", help="write setup.sql and floor.sql next to this file")
+    parser.add_argument(
+        "--write", action="store_true", help="write setup.sql and floor.sql next to this file"
+    )
     args = parser.parse_args()
     derived = derive(args.dsn)
     setup, script, summary = generate(derived)
