@@ -30,6 +30,12 @@ def ratios(results: dict) -> str:
             if s.get("fraction_of_sql_path")
             else ""
         )
+        + (f", SQL path = {s['sql_efficiency']:.0%} of the raw-row floor" if s.get("sql_efficiency") else "")
+        + (
+            f", fan-out/PgQueuer at its best = {s['fan_out_vs_pgqueuer']:.2f}x"
+            if s.get("fan_out_vs_pgqueuer")
+            else ""
+        )
     )
 
 

