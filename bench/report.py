@@ -195,7 +195,10 @@ def markdown(results: dict) -> str:
         "",
         "Targets (bench/targets.py; the machine and run as above):",
         "",
-        *targets.markdown(s.get("targets") or targets.evaluate(results)),
+        # Results saved before bench/targets.py carry the previous issue's rows: evaluate anew.
+        *targets.markdown(
+            s["targets"] if s.get("targets") and "status" in s["targets"][0] else targets.evaluate(results)
+        ),
     ]
     return "\n".join(lines) + "\n"
 
