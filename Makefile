@@ -18,8 +18,8 @@ help:
 	@echo "make promtool   install promtool (Debian's prometheus), which checks and tests the alert pack"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
-	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards (~8 min)"
-	@echo "make bench-quick  the same, small and one round (~2 min); prints the ratios"
+	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards, with the issue-20 target table (~10 min)"
+	@echo "make bench-quick  the same, small and one round (~5 min); prints the ratios and the target table"
 
 # The virtualenv is rebuilt whenever pyproject.toml changes.
 $(BIN)/.installed: pyproject.toml

@@ -20,3 +20,9 @@ async def three_steps(ctx, n: int) -> int:
     b = await ctx.execute_activity(noop, 2)
     c = await ctx.execute_activity(noop, 3)
     return a + b + c + n
+
+
+@workflow
+async def one_step(ctx, n: int) -> int:
+    """The start -> result row's workflow (bench/remote_latency.py): one no-op activity."""
+    return await ctx.execute_activity(noop, n)

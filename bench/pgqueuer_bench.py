@@ -4,6 +4,8 @@ N jobs are enqueued in one batch, then a ``QueueManager`` (``mode=drain``) with 
 no-op entrypoint runs until the queue is empty. Jobs per second = N / the time
 from the manager's start to its exit. PgQueuer runs on psycopg (its
 ``PsycopgDriver``, one async connection), the driver Harvest uses too.
+``--batch-size`` and ``--concurrency`` (``max_concurrent_tasks``) default to the settings
+every system gets (bench/common.py); bench/run.py also sweeps them to find PgQueuer's best.
 Prints one JSON object (see bench/common.py).
 """
 
@@ -27,15 +29,9 @@ from pgqueuer import Job, PsycopgDriver, Queries, QueueManager
 from pgqueuer.domain.types import QueueExecutionMode
 
 BATCH = CONCURRENCY // 2  # PgQueuer requires max_concurrent_tasks >= 2 * batch_size
-SETTINGS = {
-    "batch_size": BATCH,
-    "max_concurrent_tasks": CONCURRENCY,
-    "mode": "drain",
-    "driver": "PsycopgDriver",
-}
 
 
-async def bench(dsn: str, n: int) -> dict:
+async def bench(dsn: str, n: int, batch: int = BATCH, concurrency: int = CONCURRENCY) -> dict:
     conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
     queries = Queries(PsycopgDriver(conn))
     with contextlib.suppress(psycopg.errors.DuplicateObject):
@@ -77,8 +73,8 @@ async def bench(dsn: str, n: int) -> dict:
     t0 = time.monotonic()
     watcher = asyncio.create_task(watch())
     await qm.run(
-        batch_size=BATCH,
-        max_concurrent_tasks=CONCURRENCY,
+        batch_size=batch,
+        max_concurrent_tasks=concurrency,
         mode=QueueExecutionMode.drain,
         dequeue_timeout=timedelta(seconds=0.5),
     )
@@ -97,7 +93,12 @@ async def bench(dsn: str, n: int) -> dict:
         "last_job_body_s": round(last_body - t0, 3),
         "commits": commits,
         "commits_per_job": round(commits / n, 3),
-        "settings": SETTINGS,
+        "settings": {
+            "batch_size": batch,
+            "max_concurrent_tasks": concurrency,
+            "mode": "drain",
+            "driver": "PsycopgDriver",
+        },
     }
 
 
@@ -105,10 +106,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=BATCH)
+    parser.add_argument(
+        "--concurrency", type=int, default=CONCURRENCY, help="max_concurrent_tasks (>= 2 x batch size)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("pgqueuer").setLevel(logging.ERROR)
-    result = asyncio.run(bench(args.dsn, args.n))
+    result = asyncio.run(bench(args.dsn, args.n, args.batch_size, args.concurrency))
     result["measured_at"] = datetime.now(UTC).isoformat()
     emit(result)
 

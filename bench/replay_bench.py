@@ -9,7 +9,8 @@ a worker does on a cache miss. Events per second = events / replay time.
 
 Two figures per size: ``runtime`` (events already decoded, as psycopg returns
 jsonb) and ``with_json`` (each event's data parsed from JSON text first, an upper
-bound on the decode work of the fetch). Prints one JSON object.
+bound on the decode work of the fetch), and the peak of the Python memory one more
+(untimed) replay allocates (``tracemalloc``). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import sys
 import time
+import tracemalloc
 from datetime import UTC, datetime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +116,12 @@ async def bench(sizes: list[int], repeats: int) -> dict:
                 "best_s": round(best, 4),
                 "events_per_s": round(len(events) / median),
             }
+        # Memory, in one more replay (untimed: tracing slows it): the peak of the Python
+        # allocations the replay makes, the history's own list excluded (it exists before).
+        tracemalloc.start()
+        await replay_once(events, False)
+        row["memory_peak_mib"] = round(tracemalloc.get_traced_memory()[1] / 2**20, 1)
+        tracemalloc.stop()
         results.append(row)
     return {"system": "harvest", "mode": "replay", "repeats": repeats, "sizes": results}
 

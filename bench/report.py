@@ -9,6 +9,10 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import targets
+
 
 def _f(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:,.{digits}f}"
@@ -24,6 +28,12 @@ def ratios(results: dict) -> str:
         + (
             f", {s['fraction_of_sql_path']:.0%} of its SQL path alone"
             if s.get("fraction_of_sql_path")
+            else ""
+        )
+        + (f", SQL path = {s['sql_efficiency']:.0%} of the raw-row floor" if s.get("sql_efficiency") else "")
+        + (
+            f", fan-out/PgQueuer at its best = {s['fan_out_vs_pgqueuer']:.2f}x"
+            if s.get("fan_out_vs_pgqueuer")
             else ""
         )
     )
@@ -129,13 +139,14 @@ def markdown(results: dict) -> str:
         "",
         "Replay on a cache miss (fresh run, whole history, no database):",
         "",
-        "| history | replay time | events/s |",
-        "| ---: | ---: | ---: |",
+        "| history | replay time | events/s | peak Python memory |",
+        "| ---: | ---: | ---: | ---: |",
     ]
     for row in results["replay"]["sizes"]:
+        mem = row.get("memory_peak_mib")
         lines.append(
             f"| {row['events']:,} events | {row['runtime']['median_s'] * 1000:,.1f} ms "
-            f"| {row['runtime']['events_per_s']:,} |"
+            f"| {row['runtime']['events_per_s']:,} | {'-' if mem is None else f'{mem:,.1f} MiB'} |"
         )
     ceiling = results["ceiling"][0]["runs"]
     lines += [
@@ -179,17 +190,112 @@ def markdown(results: dict) -> str:
         ]
     if results.get("sharding"):
         lines += ["", *sharding_lines(results["sharding"])]
+    lines += issue20_lines(results)
     lines += [
         "",
-        "| target | goal | measured | result |",
-        "| --- | --- | --- | --- |",
+        "Targets (bench/targets.py; the machine and run as above):",
+        "",
+        # Results saved before bench/targets.py carry the previous issue's rows: evaluate anew.
+        *targets.markdown(
+            s["targets"] if s.get("targets") and "status" in s["targets"][0] else targets.evaluate(results)
+        ),
     ]
-    for t in s["targets"]:
-        lines.append(
-            f"| {t['target']} | {t['goal']} | {t['measured']} | "
-            f"{'met' if t['met'] else '**missed**'} ({t['by']}) |"
-        )
     return "\n".join(lines) + "\n"
+
+
+def issue20_lines(results: dict) -> list[str]:
+    """The raw-row floor, the SQL path's statement costs, the fan-out beside PgQueuer's sweep
+    and start -> result from another process (each only when the run measured it)."""
+    s, lines = results["summary"], []
+    floor = results.get("raw_row_floor")
+    if floor:
+        per_run = ", ".join(f"{k} {v}" for k, v in floor["writes_per_run"].items() if k != "transactions")
+        lines += [
+            "",
+            (
+                f"Raw-row floor (`bench/raw_row_floor/`): pgbench writes the rows one canonical run writes "
+                f"({per_run}; in {floor['writes_per_run']['transactions']} transactions), "
+                f"{floor['runs_per_transaction']} runs per transaction, plain statements on tables with the "
+                "same columns and primary keys and nothing else"
+                + ("" if floor.get("committed_script_current") else " (the committed floor.sql is stale)")
+                + ":"
+            ),
+            "",
+            "| clients | runs/s |",
+            "| ---: | ---: |",
+            *(f"| {r['clients']} | {_f(r['runs_per_s'])} |" for r in floor["runs"]),
+        ]
+        if s.get("sql_efficiency") is not None:
+            lines += [
+                "",
+                f"Harvest's SQL path reaches **{s['sql_efficiency']:.0%}** of the raw-row floor.",
+            ]
+    stm = (results.get("sql_path") or {}).get("statements")
+    if stm and stm.get("available"):
+        lines += [
+            "",
+            (
+                f"Where the SQL path's server time goes (`pg_stat_statements.track = all`, {stm['workflows']} "
+                "more workflows from one client, untimed; nested, so a function's time includes its "
+                "statements'; tracking all statements slows the server, so compare rows, not totals):"
+            ),
+            "",
+            "| statement | calls/workflow | µs/workflow |",
+            "| --- | ---: | ---: |",
+            *(
+                f"| `{t['query'].replace('|', '/')}` | {t['calls_per_workflow']:g} | {t['us_per_workflow']:,.1f} |"
+                for t in stm["top"]
+            ),
+        ]
+    elif stm:
+        lines += ["", f"SQL path per-statement costs: not measured ({stm.get('reason')})."]
+    fo = results.get("fan_out")
+    if fo:
+        f = s["fan_out"]
+        lines += [
+            "",
+            (
+                f"Fan-out: {f['n']:,} no-op activities (Harvest: {f['workflows']} workflows fanning out 100 "
+                f"each, {len(fo['harvest'])} round(s)) vs PgQueuer draining {f['n']:,} no-op jobs at each "
+                "batch size and concurrency:"
+            ),
+            "",
+            "| system | settings | tasks/s |",
+            "| --- | --- | ---: |",
+            *(
+                f"| Harvest activities | 50 slots, claim batch 50 | {_f(x['throughput'])} |"
+                for x in fo["harvest"]
+            ),
+            *(
+                f"| PgQueuer jobs | batch_size={x['settings']['batch_size']}, "
+                f"max_concurrent_tasks={x['settings']['max_concurrent_tasks']} | {_f(x['throughput'])} |"
+                for x in fo["pgqueuer"]
+            ),
+            "",
+            (
+                f"Harvest {_f(f['harvest_per_s'])} activities/s against PgQueuer's best "
+                f"{_f(s['pgqueuer_best']['jobs_per_s'])} jobs/s: **{s['fan_out_vs_pgqueuer']:.2f}x**."
+            ),
+        ]
+    rl = results.get("remote_latency")
+    if rl:
+        d = rl["start_to_result"]
+        lines += [
+            "",
+            (
+                f"Start -> result from another process: a client process starts `one_step` (one no-op "
+                f"activity) at a steady {rl['rate_wf_per_s']:g}/s and awaits `handle.result()`; the worker "
+                "runs in its own process:"
+            ),
+            "",
+            "| measure | p50 ms | p95 ms | p99 ms | max ms | n | over 1 s |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            (
+                f"| start -> result | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} "
+                f"| {_f(d['max_ms'], 2)} | {d['n']} | {rl.get('over_1s', '-')} |"
+            ),
+        ]
+    return lines
 
 
 def sharding_lines(out: dict) -> list[str]:

