@@ -472,8 +472,15 @@ RETURNS harvest.executions
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_execution harvest.executions := harvest.get_execution(p_execution_id);
+    v_execution harvest.executions;
 BEGIN
+    -- Wait for a close in flight: a closing transaction deletes the waiters it can see and
+    -- notifies only if it found one, so a waiter marked while the close is uncommitted (and read
+    -- the run as still running) would never be woken. The share lock orders the two: either the
+    -- close commits first and the run is read as closed here, or this mark commits first and
+    -- the close (which updates the row, so waits for this lock) sees it and notifies.
+    PERFORM 1 FROM harvest.executions WHERE id = p_execution_id FOR SHARE;
+    v_execution := harvest.get_execution(p_execution_id);
     IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
         INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
         VALUES (p_execution_id, p_waiter_id, harvest.now())
@@ -552,8 +559,8 @@ COMMENT ON FUNCTION harvest.list_children IS
 'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
 '(else HR001). For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.wait_for_result IS
-'While the run is RUNNING, mark p_waiter_id as waiting for its end; returns the run as it is now (HR002 when it '
-'does not exist). Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
+'While the run is RUNNING, mark p_waiter_id as waiting for its end; returns the run as it is now, after any '
+'close in flight (HR002 when it does not exist). Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.stop_waiting_for_result IS
 'Drop a waiter''s marks (it got its answer, timed out or gave up). Called by clients (roles harvest_reader, '
 'harvest_worker).';
