@@ -387,3 +387,53 @@ def _matches(template: str, path: str) -> bool:
     return len(parts) == len(given) and all(
         p.startswith("{") or p == g for p, g in zip(parts, given, strict=True)
     )
+
+
+# -- on shards -------------------------------------------------------------------------------------
+@pytest.fixture
+def two_shards(pg_server, template_dsn):
+    """Shard number -> DSN: two migrated databases."""
+    names = {s: f"t_web{s}_{uuid.uuid4().hex[:8]}" for s in (0, 1)}
+    yield {s: pg_server.create_database(name, template="harvest_template") for s, name in names.items()}
+    for name in names.values():
+        pg_server.drop_database(name)
+
+
+def test_on_shards_a_schedule_lives_on_its_home_and_the_lists_read_every_shard(two_shards) -> None:
+    from harvest.shard.router import ShardRouter
+
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": two_shards[0],
+        "HARVEST_SHARDS__URLS__1": two_shards[1],
+    }
+    router = ShardRouter(readable=[0, 1], writable=[0, 1], default=0)
+    names = [f"sched-{i}" for i in range(8)]
+    homes = {name: router.schedule_home(name) for name in names}
+    assert set(homes.values()) == {0, 1}  # eight names reach both shards
+    for shard, dsn in two_shards.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
+            SqlApi(conn).register_dags([NIGHTLY.catalog()])
+    with api_client(None, env=env) as api:
+        for name in names:
+            assert (
+                api.post("/admin/schedules/workflow", json={"name": name, "every": "1h"}).status_code == 201
+            )
+        listed = api.get("/admin/schedules").json()
+        assert {r["name"]: r["shard_id"] for r in listed["schedules"]} == homes
+        for name in names:  # by name: its home shard
+            assert api.get(f"/admin/schedules/{name}").status_code == 200
+        other = {name: 1 - shard for name, shard in homes.items()}
+        name = names[0]
+        assert api.get(f"/admin/schedules/{name}", params={"shard_id": other[name]}).status_code == 404
+        assert api.delete(f"/admin/schedules/{name}").status_code == 200
+        dags = api.get("/dags").json()["dags"]
+        assert sorted((d["dag_name"], d["shard_id"]) for d in dags) == [("nightly", 0), ("nightly", 1)]
+        paused = api.post("/dags/nightly/pause").json()
+        assert paused["shards"] == {"0": {"changed": True}, "1": {"changed": True}}
+    for shard, dsn in two_shards.items():
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT name FROM harvest.schedules ORDER BY name").fetchall()
+            assert [r[0] for r in rows] == sorted(n for n in names[1:] if homes[n] == shard)
