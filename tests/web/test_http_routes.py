@@ -39,6 +39,11 @@ async def paced(ctx, n: int) -> int:
     return n
 
 
+@workflow(throttle=Throttle(rps=1, key="input.tenant"))
+async def per_tenant(ctx, job: dict) -> dict:
+    return job
+
+
 @activity
 async def noop(ctx, conf: dict) -> None:
     return None
@@ -46,7 +51,9 @@ async def noop(ctx, conf: dict) -> None:
 
 NIGHTLY = Dag("nightly", max_active_runs=1)
 NIGHTLY.task("only", noop)
-APP = App(workflows=[external, idle, paced], activities=[elsewhere, noop], dags=[NIGHTLY])
+WIDE = Dag("wide", max_active_runs=5)
+WIDE.task("only", noop)
+APP = App(workflows=[external, idle, paced, per_tenant], activities=[elsewhere, noop], dags=[NIGHTLY, WIDE])
 
 
 def error_of(response) -> dict:
@@ -107,6 +114,8 @@ def test_schedule_routes_answer_every_status(api) -> None:
     assert got.status_code == 200 and got.json()["workflow_name"] == "idle"
     missing = api.get("/admin/schedules/nope")
     assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+    elsewhere = api.get("/admin/schedules/nightly-report", params={"shard_id": 3})
+    assert elsewhere.status_code == 400 and error_of(elsewhere)["field"] == "shard_id"
 
     updated = api.patch("/admin/schedules/nightly-report", json={"every": "30m", "max_active_runs": 2})
     assert updated.status_code == 200, updated.text
@@ -151,9 +160,9 @@ def test_schedule_routes_answer_every_status(api) -> None:
 
 # -- DAGs -----------------------------------------------------------------------------------------
 def test_dag_routes_trigger_pause_runs_and_retry(api, conn) -> None:
-    SqlApi(conn).register_dags([NIGHTLY.catalog()])
+    SqlApi(conn).register_dags([NIGHTLY.catalog(), WIDE.catalog()])
     dags = api.get("/dags").json()
-    assert [d["dag_name"] for d in dags["dags"]] == ["nightly"] and dags["status"] == "complete"
+    assert [d["dag_name"] for d in dags["dags"]] == ["nightly", "wide"] and dags["status"] == "complete"
 
     started = api.post("/dags/nightly/trigger", json={"conf": {"date": "2026-04-21"}, "workflow_id": "n-1"})
     assert started.status_code == 201, started.text
@@ -194,6 +203,18 @@ def test_dag_routes_trigger_pause_runs_and_retry(api, conn) -> None:
         "status": "complete",
     }
     assert api.post("/dags/nope/pause").status_code == 404
+    # The workflow_id of a running run attaches to it: 200 (below max_active_runs).
+    first = api.post("/dags/wide/trigger", json={"workflow_id": "w-1"})
+    attached = api.post("/dags/wide/trigger", json={"workflow_id": "w-1"})
+    assert (first.status_code, attached.status_code) == (201, 200)
+    assert attached.json()["execution_id"] == first.json()["execution_id"]
+    # A retry is admitted like a trigger: at max_active_runs it is a 429.
+    ended = retried.json()["execution_id"]
+    assert api.post(f"/workflows/{ended}/terminate", json={}).status_code == 200
+    assert api.post("/dags/nightly/trigger", json={}).status_code == 201  # the one run it may have
+    full = api.post(f"/dag-runs/{ended}/retry")
+    assert full.status_code == 429 and error_of(full)["code"] == "dag_run_limit"
+    assert api.post("/dags/wide/trigger", json={"shard_id": 7}).status_code == 400
 
 
 # -- pause / resume, completion by task token ----------------------------------------------------
@@ -292,6 +313,8 @@ def test_start_throttle_override_routes(api, conn) -> None:
     assert undeclared.status_code == 404, undeclared.text
     assert api.post("/admin/start-throttles/paced/override", json={"rps": 0}).status_code == 400
     assert api.post("/admin/start-throttles/paced/override", json={}).status_code == 400
+    keyed = api.post("/admin/start-throttles/per_tenant/override", json={"rps": 5})
+    assert keyed.status_code == 409 and error_of(keyed)["code"] == "policy_conflict"
 
 
 # -- tokens and scopes ----------------------------------------------------------------------------
