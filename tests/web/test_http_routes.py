@@ -460,3 +460,32 @@ def test_on_shards_a_schedule_lives_on_its_home_and_the_lists_read_every_shard(t
         with psycopg.connect(dsn) as conn:
             rows = conn.execute("SELECT name FROM harvest.schedules ORDER BY name").fetchall()
             assert [r[0] for r in rows] == sorted(n for n in names[1:] if homes[n] == shard)
+
+
+def test_a_shard_down_makes_the_lists_partial_and_a_write_to_it_a_503(db: str) -> None:
+    from harvest.shard.router import ShardRouter
+
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": db,  # shard 1 has no pool here
+    }
+    router = ShardRouter(readable=[0, 1], writable=[0, 1], default=0)
+    on_one = next(f"s-{i}" for i in range(100) if router.schedule_home(f"s-{i}") == 1)
+    on_zero = next(f"s-{i}" for i in range(100) if router.schedule_home(f"s-{i}") == 0)
+    with api_client(None, env=env) as api:
+        assert api.post("/admin/schedules/workflow", json={"name": on_zero, "every": "1h"}).status_code == 201
+        down = api.post("/admin/schedules/workflow", json={"name": on_one, "every": "1h"})
+        assert down.status_code == 503 and down.headers["Retry-After"], down.text
+        listed = api.get("/admin/schedules").json()
+        assert listed["status"] == "partial" and listed["unavailable_shards"] == [1]
+        assert [r["name"] for r in listed["schedules"]] == [on_zero]
+        dags = api.get("/dags").json()
+        assert dags["status"] == "partial" and dags["unavailable_shards"] == [1]
+        assert api.get("/dags/x/runs").status_code == 404  # not registered on the shard that answered
+        with psycopg.connect(db, autocommit=True) as conn:
+            SqlApi(conn).register_dags([NIGHTLY.catalog()])
+        runs = api.get("/dags/nightly/runs").json()
+        assert runs["status"] == "partial" and runs["unavailable_shards"] == [1] and runs["runs"] == []
+        paused = api.post("/dags/nightly/pause").json()
+        assert paused["shard_errors"] == [{"shard_id": 1, "error": "unreachable"}]
