@@ -31,7 +31,8 @@ from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
 from harvest.db.sqlapi import SqlApi
-from harvest.declare.schedules import OVERLAP_POLICIES, Schedule
+from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, backfill_slots, next_fire_times
+from harvest.declare.schedules import describe_row as _when
 from harvest.shard.fanout import Merged
 
 UPCOMING = 5  # next fire times `get` shows
@@ -89,36 +90,6 @@ def _schedule_api(
             raise InvalidArgument(f"--shard-id {target} is not a shard of this deployment")
         with _pooled_api(pools, target, read_only=read_only) as sql:
             yield sql
-
-
-def _when(row: dict[str, Any]) -> str:
-    if row.get("cron"):
-        return f"cron {row['cron']} {row.get('timezone') or 'UTC'}"
-    return f"every {row.get('interval_secs')}s"
-
-
-def _timestamp(value: Any) -> dt.datetime | None:
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(value)
-
-
-def next_fire_times(row: dict[str, Any], count: int = UPCOMING) -> list[str]:
-    """The next ``count`` slots of a schedule row (get_schedule's JSON): its stored next slot,
-    then the ones after it; none while paused."""
-    if row.get("paused"):
-        return []
-    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
-    first = _timestamp(row.get("next_fire_at"))
-    if first is None:
-        after = max(t for t in (_timestamp(row.get("anchor_at")), _timestamp(row.get("last_slot_at"))) if t)
-        first = spec.next_after(after)
-    out = [first]
-    for slot in spec.iter_after(first):
-        if len(out) >= count:
-            break
-        out.append(slot)
-    return [s.isoformat() for s in out]
 
 
 def _spec_options(cron: str | None, every: str | None, tz: str | None) -> dict[str, Any]:
@@ -241,7 +212,7 @@ def list_(kind, database_url, output) -> None:
 
 
 def _emit_schedule(data: dict[str, Any], output: str) -> None:
-    data = {**data, "when": _when(data), "next_fire_times": next_fire_times(data)}
+    data = {**data, "when": _when(data), "next_fire_times": next_fire_times(data, UPCOMING)}
 
     def render(d: dict[str, Any]) -> str:
         parts = [mapping(d, [k for k in GET_KEYS if k in d])]
@@ -427,11 +398,7 @@ def backfill(name, start, end, overlap, shard, operator, database_url, output) -
     if end < start:
         raise click.UsageError("--to is before --from")
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
-        row = sql.get_schedule(name, 1)
-        spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
-        slots = spec.slots(start - dt.timedelta(microseconds=1), end, limit=10_001)
-        if len(slots) > 10_000:
-            raise InvalidArgument(f"{name}: more than 10000 slots in that range; backfill a shorter one")
+        slots = backfill_slots(sql.get_schedule(name, 1), start, end)
         counts = sql.backfill_schedule(name, slots, overlap, operator)
     data = {"name": name, "slots": len(slots), **counts}
     emit(data, output, lambda d: mapping(d))

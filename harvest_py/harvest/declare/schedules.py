@@ -36,7 +36,10 @@ __all__ = [
     "OVERLAP_POLICIES",
     "Schedule",
     "WorkflowSchedule",
+    "backfill_slots",
+    "describe_row",
     "jitter_offset",
+    "next_fire_times",
     "register_schedules",
     "schedule_specs",
     "workflow_id_of",
@@ -213,6 +216,55 @@ def jitter_offset(name: str, slot: _dt.datetime, jitter_secs: float) -> _dt.time
     digest = hashlib.blake2b(f"{name}:{int(slot.timestamp())}".encode(), digest_size=8).digest()
     fraction = int.from_bytes(digest, "big") / 2**64
     return _dt.timedelta(seconds=round(fraction * jitter_secs, 3))
+
+
+# A backfill fires at most this many slots per call.
+BACKFILL_MAX_SLOTS = 10_000
+
+
+def describe_row(row: dict[str, Any]) -> str:
+    """A stored schedule's timing in one phrase: ``cron 0 3 * * * UTC`` or ``every 900s``."""
+    if row.get("cron"):
+        return f"cron {row['cron']} {row.get('timezone') or 'UTC'}"
+    return f"every {row.get('interval_secs')}s"
+
+
+def _moment(value: Any) -> _dt.datetime | None:
+    if value is None or isinstance(value, _dt.datetime):
+        return value
+    return _dt.datetime.fromisoformat(value)
+
+
+def next_fire_times(row: dict[str, Any], count: int = 5) -> list[str]:
+    """The next ``count`` slots of a stored schedule (get_schedule's JSON): its stored next
+    slot, then the ones after it; none while paused."""
+    if row.get("paused"):
+        return []
+    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
+    first = _moment(row.get("next_fire_at"))
+    if first is None:
+        after = max(t for t in (_moment(row.get("anchor_at")), _moment(row.get("last_slot_at"))) if t)
+        first = spec.next_after(after)
+    out = [first]
+    for slot in spec.iter_after(first):
+        if len(out) >= count:
+            break
+        out.append(slot)
+    return [s.isoformat() for s in out]
+
+
+def backfill_slots(row: dict[str, Any], start: _dt.datetime, end: _dt.datetime) -> list[_dt.datetime]:
+    """The slots of a stored schedule in [start, end] (inclusive), at most BACKFILL_MAX_SLOTS."""
+    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
+    start, end = _aware(start), _aware(end)
+    if end < start:
+        raise InvalidArgument(f"backfill: the end {end.isoformat()} is before the start {start.isoformat()}")
+    slots = spec.slots(start - _dt.timedelta(microseconds=1), end, limit=BACKFILL_MAX_SLOTS + 1)
+    if len(slots) > BACKFILL_MAX_SLOTS:
+        raise InvalidArgument(
+            f"{row.get('name')}: more than {BACKFILL_MAX_SLOTS} slots in that range; backfill a shorter one"
+        )
+    return slots
 
 
 def workflow_id_of(name: str, slot: _dt.datetime) -> str:

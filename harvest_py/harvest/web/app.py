@@ -152,14 +152,30 @@ class HarvestState:
 
 def endpoints() -> list[Endpoint]:
     """Every route of the management API, literal paths before parametric ones."""
-    from harvest.web.routes import admin, dead_letters, health, workers, workflows
+    from harvest.web.routes import (
+        admin,
+        dags,
+        dead_letters,
+        health,
+        lifecycle,
+        payloads,
+        schedules,
+        tokens,
+        workers,
+        workflows,
+    )
 
     found = [
         *health.ENDPOINTS,
         *workflows.ENDPOINTS,
+        *lifecycle.ENDPOINTS,
+        *payloads.ENDPOINTS,
         *dead_letters.ENDPOINTS,
         *workers.ENDPOINTS,
         *admin.ENDPOINTS,
+        *schedules.ENDPOINTS,
+        *dags.ENDPOINTS,
+        *tokens.ENDPOINTS,
     ]
     return sorted(found, key=lambda e: e.path.count("{"))
 

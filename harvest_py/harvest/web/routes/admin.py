@@ -195,7 +195,7 @@ async def retention_run_now(call: Call, args: dict[str, Any], data: dict[str, An
     }
 
 
-async def _every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
+async def every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
     """A pacing write on every shard: the answers, and shard_errors for the shards not reached;
     none reached is a 503 (no override anywhere)."""
     fan = await call.each_shard(fn)
@@ -210,7 +210,7 @@ async def _every_shard_write(call: Call, fn: Any) -> dict[str, Any]:
 
 async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     name = args["activity_name"]
-    out = await _every_shard_write(
+    out = await every_shard_write(
         call,
         lambda sql: sql.set_rate_limit_override(
             name, data["rps"], data.get("burst"), data.get("ttl_secs") or 3600
@@ -221,7 +221,7 @@ async def set_rate_limit_override(call: Call, args: dict[str, Any], data: dict[s
 
 async def clear_rate_limit_override(call: Call, args: dict[str, Any], _: Any) -> Any:
     name = args["activity_name"]
-    out = await _every_shard_write(call, lambda sql: sql.clear_rate_limit_override(name))
+    out = await every_shard_write(call, lambda sql: sql.clear_rate_limit_override(name))
     return {"activity_name": name, **out}
 
 

@@ -1,0 +1,341 @@
+"""Schedules: list (both kinds), get, create, update, delete, pause, resume, trigger, backfill
+(docs/schedules.md; the spec's ``/admin/schedules``). Thin over the SQL calls `harvest schedule`
+makes.
+
+A schedule is addressed by its name. On shards it lives on its home shard
+(``ShardRouter.schedule_home``, where a declared one lives too): every route by name goes there
+(``shard_id`` names another, as ``--shard-id`` does), and the list reads every shard. The SQL
+functions that change a schedule are granted to ``harvest_operator`` (functions/security.sql),
+so those routes need the operate scope; reads need read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harvest.core.durations import parse_duration
+from harvest.core.errors import InvalidArgument, NotFound
+from harvest.declare.schedules import (
+    OVERLAP_POLICIES,
+    Schedule,
+    backfill_slots,
+    describe_row,
+    next_fire_times,
+)
+from harvest.shard.fanout import Merged
+from harvest.web.routes import (
+    ANY,
+    BOOLEAN,
+    DATETIME,
+    FANOUT,
+    ROWS,
+    STRING,
+    Call,
+    Endpoint,
+    Param,
+    Reply,
+    body,
+    invalid,
+    merged,
+    path,
+    shape,
+)
+
+NAME = path("name", description="The schedule's name.")
+SHARD = Param(
+    "shard_id",
+    "integer",
+    minimum=0,
+    maximum=65535,
+    description="The shard that holds it (default: its home).",
+)
+KIND = {"type": "string", "enum": ["workflow", "dag"]}
+OVERLAP = {"type": "string", "enum": list(OVERLAP_POLICIES)}
+
+
+async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
+    """``fn(sql)`` on the shard that holds schedule ``name``: its home, or ``shard``."""
+    if shard is None and call.sharded:
+        shard = call.state.router.schedule_home(name)
+    return await call.on_shard(shard, fn)
+
+
+def _view(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, "when": describe_row(row), "next_fire_times": next_fire_times(row)}
+
+
+def _duration(name: str, raw: Any, *, positive: bool = False) -> float:
+    try:
+        return parse_duration(raw, name, positive=positive)
+    except InvalidArgument as exc:
+        raise invalid(name, str(exc)) from None
+
+
+def _timing(data: dict[str, Any]) -> dict[str, Any]:
+    """cron (+ tz) or every, checked as a declaration is."""
+    cron, every, tz = data.get("cron"), data.get("every"), data.get("tz")
+    if cron is not None and every is not None:
+        raise invalid("every", "give cron or every, not both")
+    try:
+        if cron is not None:
+            spec = Schedule.cron(cron, tz=tz or "UTC")
+            return {"cron": spec.expression, "timezone": spec.timezone}
+        if every is not None:
+            if tz is not None:
+                raise invalid("tz", "tz goes with cron (an interval is in UTC)")
+            return {"interval_secs": Schedule.every(every).interval_secs}
+    except InvalidArgument as exc:
+        if getattr(exc, "field", None):
+            raise
+        raise invalid("cron" if cron is not None else "every", str(exc)) from None
+    if tz is not None:
+        raise invalid("tz", "tz goes with cron")
+    return {}
+
+
+def _options(data: dict[str, Any]) -> dict[str, Any]:
+    """The body's fields other than the timing, as create_schedule / update_schedule take them."""
+    out: dict[str, Any] = {}
+    if "input" in data and data["input"] is not None:
+        out["input"] = [data["input"]]  # the run's one argument, as --input-json
+    for key in ("workflow_name", "queue", "max_active_runs", "overlap", "catchup"):
+        if data.get(key) is not None:
+            out[key] = data[key]
+    if data.get("catchup_window") is not None:
+        out["catchup"] = True
+        secs = _duration("catchup_window", data["catchup_window"], positive=True)
+        out["catchup_window_secs"] = max(1, int(secs))
+    if data.get("jitter") is not None:
+        out["jitter_secs"] = _duration("jitter", data["jitter"])
+    return out
+
+
+async def list_schedules(call: Call, args: dict[str, Any], _: Any) -> Any:
+    fan = await call.each_shard(lambda sql: sql.list_schedules(args["kind"]))
+    rows = [
+        {**row, "shard_id": shard, "when": describe_row(row)}
+        for shard, found in sorted(fan.results.items())
+        for row in found
+    ]
+    rows.sort(key=lambda r: (r["name"], r["shard_id"]))
+    return merged(Merged(rows, fan.unavailable_shards, fan.status), "schedules")
+
+
+async def get_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
+    name = args["name"]
+    row = await _on_home(call, name, args["shard_id"], lambda sql: sql.get_schedule(name, args["limit"]))
+    return _view(row)
+
+
+async def create_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    name = data["name"]
+    timing = _timing(data)
+    if not timing:
+        raise invalid("cron", "give cron or every")
+    options = _options(data)
+    options.setdefault("workflow_name", name)
+    workflow_name = options.pop("workflow_name")
+    row = await _on_home(
+        call,
+        name,
+        data.get("shard_id"),
+        lambda sql: sql.create_schedule(
+            name,
+            workflow_name,
+            kind=data.get("kind") or "workflow",
+            paused=bool(data.get("paused")),
+            operator_id=call.operator_id,
+            **timing,
+            **options,
+        ),
+    )
+    return Reply(_view(row), 201)
+
+
+async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    name = args["name"]
+    if data.get("tz") is not None and data.get("cron") is None:
+        raise invalid("tz", "tz goes with cron")
+    changes = {**_timing(data), **_options(data)}
+    if not changes:
+        raise invalid("body", "nothing to change: give at least one field")
+    row = await _on_home(
+        call, name, args["shard_id"], lambda sql: sql.update_schedule(name, changes, call.operator_id)
+    )
+    return _view(row)
+
+
+async def delete_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
+    name = args["name"]
+    deleted = await _on_home(
+        call, name, args["shard_id"], lambda sql: sql.delete_schedule(name, call.operator_id)
+    )
+    if not deleted:
+        raise NotFound(f"schedule {name!r} does not exist: GET /admin/schedules lists them")
+    return {"name": name, "deleted": True}
+
+
+async def pause_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    name = args["name"]
+    row = await _on_home(
+        call, name, args["shard_id"], lambda sql: sql.pause_schedule(name, data.get("note"), call.operator_id)
+    )
+    return _view(row)
+
+
+async def resume_schedule(call: Call, args: dict[str, Any], _: Any) -> Any:
+    name = args["name"]
+    row = await _on_home(
+        call, name, args["shard_id"], lambda sql: sql.resume_schedule(name, call.operator_id)
+    )
+    return _view(row)
+
+
+async def trigger_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    name = args["name"]
+    return await _on_home(
+        call,
+        name,
+        args["shard_id"],
+        lambda sql: sql.trigger_schedule(name, data.get("overlap"), call.operator_id),
+    )
+
+
+async def backfill_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    name = args["name"]
+
+    async def backfill(sql: Any) -> dict[str, Any]:
+        slots = backfill_slots(await sql.get_schedule(name, 1), data["from"], data["to"])
+        counts = await sql.backfill_schedule(
+            name, slots, data.get("overlap") or "buffer_all", call.operator_id
+        )
+        return {"name": name, "slots": len(slots), **counts}
+
+    return await _on_home(call, name, args["shard_id"], backfill)
+
+
+TIMING = {"cron": STRING, "tz": STRING, "every": STRING}
+FIELDS = {
+    **TIMING,
+    "workflow_name": STRING,
+    "input": ANY,
+    "queue": STRING,
+    "max_active_runs": {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+    "overlap": OVERLAP,
+    "catchup": BOOLEAN,
+    "catchup_window": STRING,
+    "jitter": STRING,
+}
+SCHEDULE = shape(name=STRING, when=STRING, next_fire_times={"type": "array"})
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/admin/schedules",
+        "read",
+        list_schedules,
+        "Every schedule, workflow and DAG kinds together, over every shard (kind= for one).",
+        (Param("kind", "enum", choices=("workflow", "dag")),),
+        tag="schedules",
+        shape=shape(schedules=ROWS, **FANOUT),
+    ),
+    Endpoint(
+        "POST",
+        "/admin/schedules/workflow",
+        "operate",
+        create_schedule,
+        "Create a schedule (cron with tz, or every); on shards, on its home shard.",
+        body=body(
+            {
+                "name": STRING,
+                **FIELDS,
+                "kind": KIND,
+                "paused": BOOLEAN,
+                "shard_id": {"type": "integer", "minimum": 0, "maximum": 65535},
+            },
+            ("name",),
+        ),
+        responses={201: "Created", 409: "A schedule of that name exists"},
+        tag="schedules",
+        shape=SCHEDULE,
+    ),
+    Endpoint(
+        "GET",
+        "/admin/schedules/{name}",
+        "read",
+        get_schedule,
+        "One schedule: next fire times, last firings with their runs, misses.",
+        (NAME, Param("limit", "integer", default=20, minimum=1, maximum=1000), SHARD),
+        responses={200: "OK", 404: "No such schedule"},
+        tag="schedules",
+        shape=SCHEDULE,
+    ),
+    Endpoint(
+        "PATCH",
+        "/admin/schedules/{name}",
+        "operate",
+        update_schedule,
+        "Change fields of a schedule (a new cron, interval, zone or jitter counts from now).",
+        (NAME, SHARD),
+        body(FIELDS),
+        responses={200: "OK", 404: "No such schedule"},
+        tag="schedules",
+        shape=SCHEDULE,
+    ),
+    Endpoint(
+        "DELETE",
+        "/admin/schedules/{name}",
+        "operate",
+        delete_schedule,
+        "Delete a schedule and its firing history (its runs go on).",
+        (NAME, SHARD),
+        responses={200: "Deleted", 404: "No such schedule"},
+        tag="schedules",
+        shape=shape(name=STRING, deleted=BOOLEAN),
+    ),
+    Endpoint(
+        "POST",
+        "/admin/schedules/{name}/pause",
+        "operate",
+        pause_schedule,
+        "Pause a schedule (a restart keeps the pause).",
+        (NAME, SHARD),
+        body({"note": STRING}),
+        responses={200: "OK", 404: "No such schedule"},
+        tag="schedules",
+        shape=SCHEDULE,
+    ),
+    Endpoint(
+        "POST",
+        "/admin/schedules/{name}/resume",
+        "operate",
+        resume_schedule,
+        "Resume a paused schedule from now (what it skipped while paused is not fired).",
+        (NAME, SHARD),
+        responses={200: "OK", 404: "No such schedule"},
+        tag="schedules",
+        shape=SCHEDULE,
+    ),
+    Endpoint(
+        "POST",
+        "/admin/schedules/{name}/trigger",
+        "operate",
+        trigger_schedule,
+        "Fire a schedule now (overlap: instead of its policy).",
+        (NAME, SHARD),
+        body({"overlap": OVERLAP}),
+        responses={200: "OK", 404: "No such schedule"},
+        tag="schedules",
+    ),
+    Endpoint(
+        "POST",
+        "/admin/schedules/{name}/backfill",
+        "operate",
+        backfill_schedule,
+        "Fire the slots in [from, to] that never fired (at most 10000).",
+        (NAME, SHARD),
+        body({"from": DATETIME, "to": DATETIME, "overlap": OVERLAP}, ("from", "to")),
+        responses={200: "OK", 404: "No such schedule"},
+        tag="schedules",
+        shape=shape(name=STRING, slots={"type": "integer"}),
+    ),
+]

@@ -1,0 +1,64 @@
+"""API tokens: list, create, revoke (docs/auth.md). Thin over the SQL calls `harvest token`
+makes; admin only. Tokens live in the default database (on shards, the default shard, where the
+token authorizer reads them). The secret is in the create's answer only (with ``Cache-Control:
+no-store``); the list never carries a secret or a hash."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harvest.web.routes import BOOLEAN, ROWS, STRING, Call, Endpoint, Param, Reply, body, path, shape
+
+SCOPE = {"type": "string", "enum": ["read", "operate", "admin"]}
+
+
+async def list_tokens(call: Call, args: dict[str, Any], _: Any) -> Any:
+    rows = await call.on_shard(None, lambda sql: sql.list_api_tokens(args["include_revoked"]))
+    return {"tokens": rows}
+
+
+async def create_token(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    made = await call.on_shard(None, lambda sql: sql.create_api_token(data["name"], data["scope"]))
+    return Reply(made, 201, {"Cache-Control": "no-store"})
+
+
+async def revoke_token(call: Call, args: dict[str, Any], _: Any) -> Any:
+    name = args["name"]
+    token_id = await call.on_shard(None, lambda sql: sql.revoke_api_token(name))
+    return {"name": name, "token_id": token_id, "revoked": True}
+
+
+ENDPOINTS = [
+    Endpoint(
+        "GET",
+        "/admin/tokens",
+        "admin",
+        list_tokens,
+        "The API tokens (live ones; include_revoked for all), never a secret.",
+        (Param("include_revoked", "boolean", default=False),),
+        tag="admin",
+        shape=shape(tokens=ROWS),
+    ),
+    Endpoint(
+        "POST",
+        "/admin/tokens",
+        "admin",
+        create_token,
+        "Create a token; its secret is in this answer only (the database keeps its SHA-256).",
+        body=body({"name": STRING, "scope": SCOPE}, ("name", "scope")),
+        responses={201: "Created", 409: "A live token has that name (HR021)"},
+        tag="admin",
+        shape=shape(token_id={"type": "integer"}, name=STRING, scope=STRING, secret=STRING),
+    ),
+    Endpoint(
+        "DELETE",
+        "/admin/tokens/{name}",
+        "admin",
+        revoke_token,
+        "Revoke the live token of that name: the next request that presents it is refused (401).",
+        (path("name", description="The token's name."),),
+        responses={200: "Revoked", 404: "No live token has that name"},
+        tag="admin",
+        shape=shape(name=STRING, token_id={"type": "integer"}, revoked=BOOLEAN),
+    ),
+]

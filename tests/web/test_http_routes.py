@@ -1,0 +1,491 @@
+"""The second wave of management routes through the ASGI app on a real Postgres: schedules,
+DAGs, pause/resume, completion by task token, payload erasure and legal holds, the start-throttle
+override and API tokens (docs/http-api.md). Every status each route answers, and the scopes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import psycopg
+import pytest
+from web_helpers import api_client
+
+from harvest import App, Throttle, activity, workflow
+from harvest.db.sqlapi import SqlApi
+from harvest.declare.dags import Dag
+
+HANDED: list[str] = []
+
+
+@activity(start_to_close="60s")
+async def elsewhere(ctx, tag: str) -> str:
+    HANDED.append(ctx.task_token)
+    raise ctx.complete_async()
+
+
+@workflow
+async def external(ctx, tag: str) -> str:
+    return await ctx.execute_activity(elsewhere, tag)
+
+
+@workflow
+async def idle(ctx) -> None:
+    await ctx.wait_for_signal("go")
+
+
+@workflow(throttle=Throttle(rps=0.01, burst=1))
+async def paced(ctx, n: int) -> int:
+    return n
+
+
+@workflow(throttle=Throttle(rps=1, key="input.tenant"))
+async def per_tenant(ctx, job: dict) -> dict:
+    return job
+
+
+@activity
+async def noop(ctx, conf: dict) -> None:
+    return None
+
+
+NIGHTLY = Dag("nightly", max_active_runs=1)
+NIGHTLY.task("only", noop)
+WIDE = Dag("wide", max_active_runs=5)
+WIDE.task("only", noop)
+APP = App(workflows=[external, idle, paced, per_tenant], activities=[elsewhere, noop], dags=[NIGHTLY, WIDE])
+
+
+def error_of(response) -> dict:
+    body = response.json()
+    assert set(body["error"]) >= {"code", "message"}, body
+    return body["error"]
+
+
+@pytest.fixture
+def api(db: str):
+    with api_client(db, app=APP) as client:
+        yield client
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- schedules ------------------------------------------------------------------------------------
+def test_schedule_routes_answer_every_status(api) -> None:
+    made = api.post(
+        "/admin/schedules/workflow",
+        json={"name": "nightly-report", "workflow_name": "idle", "cron": "0 3 * * *", "tz": "Europe/Paris"},
+    )
+    assert made.status_code == 201, made.text
+    row = made.json()
+    assert row["when"] == "cron 0 3 * * * Europe/Paris" and len(row["next_fire_times"]) == 5
+    again = api.post("/admin/schedules/workflow", json={"name": "nightly-report", "every": "15m"})
+    assert again.status_code == 409 and error_of(again)["code"] == "schedule_already_exists"
+    assert api.post("/admin/schedules/workflow", json={"name": "x"}).status_code == 400  # no timing
+    both = api.post("/admin/schedules/workflow", json={"name": "x", "cron": "* * * * *", "every": "1m"})
+    assert both.status_code == 400 and error_of(both)["field"] == "every"
+    bad_cron = api.post("/admin/schedules/workflow", json={"name": "x", "cron": "61 * * * *"})
+    assert bad_cron.status_code == 400 and error_of(bad_cron)["field"] == "cron"
+    assert (
+        api.post("/admin/schedules/workflow", json={"name": "x", "every": "1m", "tz": "UTC"}).status_code
+        == 400
+    )
+    dag_kind = api.post(
+        "/admin/schedules/workflow", json={"name": "dag-sched", "every": "1h", "kind": "dag", "paused": True}
+    )
+    assert dag_kind.status_code == 201 and dag_kind.json()["paused"] is True
+
+    listed = api.get("/admin/schedules").json()
+    assert [r["name"] for r in listed["schedules"]] == ["dag-sched", "nightly-report"]
+    assert listed["status"] == "complete" and listed["schedules"][0]["shard_id"] == 0
+    only_dags = api.get("/admin/schedules", params={"kind": "dag"}).json()["schedules"]
+    assert [r["name"] for r in only_dags] == ["dag-sched"]
+    assert api.get("/admin/schedules", params={"kind": "cron"}).status_code == 400
+
+    got = api.get("/admin/schedules/nightly-report")
+    assert got.status_code == 200 and got.json()["workflow_name"] == "idle"
+    missing = api.get("/admin/schedules/nope")
+    assert missing.status_code == 404 and error_of(missing)["code"] == "not_found"
+    elsewhere = api.get("/admin/schedules/nightly-report", params={"shard_id": 3})
+    assert elsewhere.status_code == 400 and error_of(elsewhere)["field"] == "shard_id"
+
+    updated = api.patch("/admin/schedules/nightly-report", json={"every": "30m", "max_active_runs": 2})
+    assert updated.status_code == 200, updated.text
+    assert updated.json()["when"] == "every 1800s" and updated.json()["max_active_runs"] == 2
+    assert api.patch("/admin/schedules/nightly-report", json={}).status_code == 400
+    assert api.patch("/admin/schedules/nope", json={"every": "1h"}).status_code == 404
+
+    paused = api.post("/admin/schedules/nightly-report/pause", json={"note": "maintenance"})
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    assert paused.json()["next_fire_times"] == []
+    resumed = api.post("/admin/schedules/nightly-report/resume")
+    assert resumed.status_code == 200 and resumed.json()["paused"] is False
+    assert api.post("/admin/schedules/nope/pause", json={}).status_code == 404
+
+    fired = api.post("/admin/schedules/nightly-report/trigger", json={"overlap": "allow_all"})
+    assert fired.status_code == 200, fired.text
+    assert fired.json()["execution_id"]
+    assert (
+        api.post("/admin/schedules/nightly-report/trigger", json={"overlap": "sometimes"}).status_code == 400
+    )
+
+    backfilled = api.post(
+        "/admin/schedules/nightly-report/backfill",
+        json={"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T01:00:00Z"},
+    )
+    assert backfilled.status_code == 200, backfilled.text
+    assert backfilled.json()["slots"] == 3  # 00:00, 00:30, 01:00
+    backwards = api.post(
+        "/admin/schedules/nightly-report/backfill",
+        json={"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+    )
+    assert backwards.status_code == 400
+    assert (
+        api.post("/admin/schedules/nightly-report/backfill", json={"from": "2026-01-01"}).status_code == 400
+    )
+
+    assert api.delete("/admin/schedules/nightly-report").json() == {"name": "nightly-report", "deleted": True}
+    assert api.delete("/admin/schedules/nightly-report").status_code == 404
+    audit = api.get("/admin/audit", params={"operation": "schedule.create"}).json()["entries"]
+    assert audit and audit[0]["source"] == "api"
+
+
+# -- DAGs -----------------------------------------------------------------------------------------
+def test_dag_routes_trigger_pause_runs_and_retry(api, conn) -> None:
+    SqlApi(conn).register_dags([NIGHTLY.catalog(), WIDE.catalog()])
+    dags = api.get("/dags").json()
+    assert [d["dag_name"] for d in dags["dags"]] == ["nightly", "wide"] and dags["status"] == "complete"
+
+    started = api.post("/dags/nightly/trigger", json={"conf": {"date": "2026-04-21"}, "workflow_id": "n-1"})
+    assert started.status_code == 201, started.text
+    run_id = started.json()["execution_id"]
+    # max_active_runs = 1: a second run while the first runs is a 429 (HR018).
+    limited = api.post("/dags/nightly/trigger", json={})
+    assert limited.status_code == 429 and error_of(limited)["code"] == "dag_run_limit"
+    assert api.post("/dags/nope/trigger", json={}).status_code == 404
+
+    run = api.get(f"/dag-runs/{run_id}")
+    assert run.status_code == 200 and run.json()["conf"] == {"date": "2026-04-21"}
+    assert {t["task"]: t["state"] for t in run.json()["tasks"]} == {"only": "pending"}
+    assert api.get(f"/dag-runs/{uuid.uuid4()}").status_code == 404
+    runs = api.get("/dags/nightly/runs", params={"limit": 10}).json()
+    assert [str(r["execution_id"]) for r in runs["runs"]] == [run_id]
+
+    # A running run cannot be retried (HR019); once it ended, a retry is a new run, then the same.
+    not_yet = api.post(f"/dag-runs/{run_id}/retry")
+    assert not_yet.status_code == 409 and error_of(not_yet)["code"] == "dag_run_not_retryable"
+    assert api.post(f"/workflows/{run_id}/terminate", json={"reason": "test"}).status_code == 200
+    retried = api.post(f"/dag-runs/{run_id}/retry")
+    assert retried.status_code == 201, retried.text
+    assert retried.json()["started_fresh"] is True and retried.json()["workflow_id"] == "n-1"
+    same = api.post(f"/dag-runs/{run_id}/retry")
+    assert same.status_code == 200 and same.json()["execution_id"] == retried.json()["execution_id"]
+
+    paused = api.post("/dags/nightly/pause")
+    assert paused.status_code == 200 and paused.json()["changed"] is True
+    assert api.post("/dags/nightly/pause").json()["changed"] is False
+    refused = api.post("/dags/nightly/trigger", json={})
+    assert refused.status_code == 409 and error_of(refused)["code"] == "dag_paused"
+    assert api.post("/dags/nightly/unpause").json() == {
+        "dag_name": "nightly",
+        "paused": False,
+        "changed": True,
+        "shards": {"0": {"changed": True}},
+        "shard_errors": [],
+        "status": "complete",
+    }
+    assert api.post("/dags/nope/pause").status_code == 404
+    # The workflow_id of a running run attaches to it: 200 (below max_active_runs).
+    first = api.post("/dags/wide/trigger", json={"workflow_id": "w-1"})
+    attached = api.post("/dags/wide/trigger", json={"workflow_id": "w-1"})
+    assert (first.status_code, attached.status_code) == (201, 200)
+    assert attached.json()["execution_id"] == first.json()["execution_id"]
+    # A retry is admitted like a trigger: at max_active_runs it is a 429.
+    ended = retried.json()["execution_id"]
+    assert api.post(f"/workflows/{ended}/terminate", json={}).status_code == 200
+    assert api.post("/dags/nightly/trigger", json={}).status_code == 201  # the one run it may have
+    full = api.post(f"/dag-runs/{ended}/retry")
+    assert full.status_code == 429 and error_of(full)["code"] == "dag_run_limit"
+    assert api.post("/dags/wide/trigger", json={"shard_id": 7}).status_code == 400
+
+
+# -- pause / resume, completion by task token ----------------------------------------------------
+def test_pause_resume_and_their_refusals(api) -> None:
+    run = api.post("/workflows/idle/start", json={}).json()["execution_id"]
+    paused = api.post(f"/workflows/{run}/pause", json={"reason": "maintenance"})
+    assert paused.json() == {"execution_id": run, "status": "PAUSED", "changed": True}
+    assert api.post(f"/workflows/{run}/pause", json={}).json()["changed"] is False
+    assert api.get(f"/workflows/{run}").json()["execution"]["status"] == "PAUSED"
+    # A call that needs the run running is refused while it is paused (HR023).
+    update = api.post(f"/workflows/{run}/update", json={"update_name": "anything", "timeout_secs": 1})
+    assert update.status_code == 409 and error_of(update)["code"] == "workflow_paused"
+    resumed = api.post(f"/workflows/{run}/resume", json={})
+    assert resumed.json() == {"execution_id": run, "status": "RUNNING", "changed": True}
+    assert api.post(f"/workflows/{run}/resume", json={}).json()["changed"] is False
+    api.post(f"/workflows/{run}/terminate", json={})
+    ended = api.post(f"/workflows/{run}/pause", json={})
+    assert ended.status_code == 409 and error_of(ended)["code"] == "workflow_not_running"
+    assert api.post(f"/workflows/{uuid.uuid4()}/pause", json={}).status_code == 404
+    assert api.post("/workflows/not-a-uuid/resume", json={}).status_code == 400
+
+
+def test_activities_complete_fail_and_heartbeat_by_task_token(api, start_worker) -> None:
+    HANDED.clear()
+    start_worker(APP)
+    first = api.post("/workflows/external/start", json={"input": "one"}).json()["execution_id"]
+    token = wait_for(lambda: HANDED[:1], what="the activity's task token")[0]
+    beat = api.post("/activities/heartbeat", json={"task_token": token, "details": {"pct": 50}})
+    assert beat.json() == {"task_token": token, "cancel_requested": False}
+    done = api.post("/activities/complete", json={"task_token": token, "result": "from outside"})
+    assert done.json() == {"task_token": token, "outcome": "completed"}
+    result = api.get(f"/workflows/{first}/result", params={"wait": "30s"})
+    assert result.status_code == 200 and result.json()["output"] == "from outside"
+    repeat = api.post("/activities/complete", json={"task_token": token, "result": "from outside"})
+    assert repeat.json()["outcome"] == "already_completed"
+    other = api.post("/activities/complete", json={"task_token": token, "result": "another"})
+    assert other.status_code == 409 and error_of(other)["code"] == "stale_task"
+    assert api.post("/activities/heartbeat", json={"task_token": token}).status_code == 409
+
+    second = api.post("/workflows/external/start", json={"input": "two"}).json()["execution_id"]
+    token2 = wait_for(lambda: HANDED[1:2], what="the second task token")[0]
+    failed = api.post(
+        "/activities/fail",
+        json={"task_token": token2, "error_type": "Declined", "message": "no", "non_retryable": True},
+    )
+    # A non-retryable failure goes to the dead letters (the run waits for a replay).
+    assert failed.status_code == 200 and failed.json()["outcome"] == "dead_lettered", failed.text
+    letters = api.get("/dead-letters").json()["dead_letters"]
+    assert [str(d["execution_id"]) for d in letters] == [second]
+
+    malformed = api.post("/activities/complete", json={"task_token": "v1:nope"})
+    assert malformed.status_code == 400 and error_of(malformed)["field"] == "task_token"
+    assert api.post("/activities/fail", json={}).status_code == 400
+
+
+# -- payload erasure and legal holds ------------------------------------------------------------
+def test_erasure_and_legal_hold(api) -> None:
+    run = api.post("/workflows/idle/start", json={"input": {"secret": "s3cr3t"}}).json()["execution_id"]
+    open_run = api.post(f"/workflows/{run}/erase-payloads", json={})
+    assert open_run.status_code == 409 and error_of(open_run)["code"] == "execution_not_terminal"
+    api.post(f"/workflows/{run}/terminate", json={})
+    held = api.post(f"/workflows/{run}/legal-hold", json={"reason": "case 42"})
+    assert held.status_code == 200 and held.json()["legal_hold"] is True
+    refused = api.post(f"/workflows/{run}/erase-payloads", json={})
+    assert refused.status_code == 409 and error_of(refused)["code"] == "legal_hold_active"
+    assert api.post(f"/workflows/{run}/legal-hold", json={}).status_code == 400  # reason required
+    released = api.delete(f"/workflows/{run}/legal-hold")
+    assert released.json()["released"] is True
+    assert api.delete(f"/workflows/{run}/legal-hold").json()["released"] is False
+    erased = api.post(f"/workflows/{run}/erase-payloads", json={"operator_id": "dpo"})
+    assert erased.status_code == 200, erased.text
+    assert erased.json()["prior_residences"] == []
+    history = api.get(f"/workflows/{run}/history", params={"payload_policy": "full"}).text
+    assert "s3cr3t" not in history
+    missing = uuid.uuid4()
+    assert api.post(f"/workflows/{missing}/erase-payloads", json={}).status_code == 404
+    assert api.post(f"/workflows/{missing}/legal-hold", json={"reason": "x"}).status_code == 404
+
+
+# -- start-throttle override --------------------------------------------------------------------
+def test_start_throttle_override_routes(api, conn) -> None:
+    from psycopg.types.json import Jsonb
+
+    conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))
+    applied = api.post("/admin/start-throttles/paced/override", json={"rps": 50, "ttl_secs": 60})
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["shard_errors"] == [] and set(applied.json()["shards"]) == {"0"}
+    shown = api.get("/admin/start-throttles/paced").json()["shards"]["0"]
+    assert shown["override_rps"] == 50
+    audit = api.get("/admin/audit").json()["entries"]
+    assert any(e["operation"].startswith("start_throttle") and e["source"] == "api" for e in audit)
+    cleared = api.delete("/admin/start-throttles/paced/override")
+    assert cleared.status_code == 200 and cleared.json()["shards"]["0"] is True
+    assert api.get("/admin/start-throttles/paced").json()["shards"]["0"]["override_rps"] is None
+    undeclared = api.post("/admin/start-throttles/idle/override", json={"rps": 5})
+    assert undeclared.status_code == 404, undeclared.text
+    assert api.post("/admin/start-throttles/paced/override", json={"rps": 0}).status_code == 400
+    assert api.post("/admin/start-throttles/paced/override", json={}).status_code == 400
+    keyed = api.post("/admin/start-throttles/per_tenant/override", json={"rps": 5})
+    assert keyed.status_code == 409 and error_of(keyed)["code"] == "policy_conflict"
+
+
+# -- tokens and scopes ----------------------------------------------------------------------------
+def test_token_routes_show_the_secret_once(db: str, tokens: dict[str, str]) -> None:
+    admin = {"Authorization": f"Bearer {tokens['admin']}"}
+    with api_client(db, profile="production") as api:
+        made = api.post("/admin/tokens", headers=admin, json={"name": "ci-deploy", "scope": "operate"})
+        assert made.status_code == 201 and made.headers["Cache-Control"] == "no-store"
+        secret = made.json()["secret"]
+        assert secret.startswith("hvt_") and made.json()["scope"] == "operate"
+        listed = api.get("/admin/tokens", headers=admin)
+        assert listed.status_code == 200 and secret not in listed.text
+        assert "secret" not in listed.json()["tokens"][0]
+        assert {t["name"] for t in listed.json()["tokens"]} >= {"ci-deploy", "t-read"}
+        dup = api.post("/admin/tokens", headers=admin, json={"name": "ci-deploy", "scope": "read"})
+        assert dup.status_code == 409 and error_of(dup)["code"] == "api_token_exists"
+        bad = api.post("/admin/tokens", headers=admin, json={"name": "x", "scope": "root"})
+        assert bad.status_code == 400 and error_of(bad)["field"] == "scope"
+        new = {"Authorization": f"Bearer {secret}"}
+        assert api.get("/workflows", headers=new).status_code == 200
+        revoked = api.delete("/admin/tokens/ci-deploy", headers=admin)
+        assert revoked.status_code == 200 and revoked.json()["revoked"] is True
+        assert api.get("/workflows", headers=new).status_code == 401
+        assert api.delete("/admin/tokens/ci-deploy", headers=admin).status_code == 404
+        everyone = api.get("/admin/tokens", headers=admin, params={"include_revoked": "true"}).json()
+        assert any(t["name"] == "ci-deploy" and t["revoked_at"] for t in everyone["tokens"])
+
+
+def test_each_new_route_refuses_a_scope_below_its_own(db: str, tokens: dict[str, str]) -> None:
+    run = str(uuid.uuid4())
+    token = f"v1:{run}:1:1:1:1"
+    routes = [
+        ("GET", "/admin/schedules", None, "read"),
+        ("GET", "/admin/schedules/x", None, "read"),
+        ("POST", "/admin/schedules/workflow", {"name": "s", "every": "1h"}, "operate"),
+        ("PATCH", "/admin/schedules/x", {"every": "1h"}, "operate"),
+        ("DELETE", "/admin/schedules/x", None, "operate"),
+        ("POST", "/admin/schedules/x/pause", {}, "operate"),
+        ("POST", "/admin/schedules/x/resume", None, "operate"),
+        ("POST", "/admin/schedules/x/trigger", {}, "operate"),
+        (
+            "POST",
+            "/admin/schedules/x/backfill",
+            {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+            "operate",
+        ),
+        ("GET", "/dags", None, "read"),
+        ("POST", "/dags/x/trigger", {}, "operate"),
+        ("POST", "/dags/x/pause", None, "operate"),
+        ("POST", "/dags/x/unpause", None, "operate"),
+        ("GET", "/dags/x/runs", None, "read"),
+        ("GET", f"/dag-runs/{run}", None, "read"),
+        ("POST", f"/dag-runs/{run}/retry", None, "operate"),
+        ("POST", f"/workflows/{run}/pause", {}, "operate"),
+        ("POST", f"/workflows/{run}/resume", {}, "operate"),
+        ("POST", "/activities/complete", {"task_token": token}, "operate"),
+        ("POST", "/activities/fail", {"task_token": token}, "operate"),
+        ("POST", "/activities/heartbeat", {"task_token": token}, "operate"),
+        ("POST", f"/workflows/{run}/erase-payloads", {}, "admin"),
+        ("POST", f"/workflows/{run}/legal-hold", {"reason": "r"}, "admin"),
+        ("DELETE", f"/workflows/{run}/legal-hold", None, "admin"),
+        ("GET", "/admin/start-throttles/x", None, "admin"),
+        ("POST", "/admin/start-throttles/x/override", {"rps": 1}, "admin"),
+        ("DELETE", "/admin/start-throttles/x/override", None, "admin"),
+        ("GET", "/admin/tokens", None, "admin"),
+        ("POST", "/admin/tokens", {"name": "n", "scope": "read"}, "admin"),
+        ("DELETE", "/admin/tokens/nobody", None, "admin"),
+    ]
+    below = {"operate": "read", "admin": "operate"}
+    with api_client(db, profile="production") as api:
+        declared = {(e.method, e.path): e.scope for e in api.app.state.endpoints}
+        for method, path, payload, scope in routes:
+            assert api.request(method, path, json=payload).status_code == 401, path
+            template = next(p for (m, p) in declared if m == method and _matches(p, path))
+            assert declared[(method, template)] == scope, (method, path)
+            if scope in below:
+                bearer = {"Authorization": f"Bearer {tokens[below[scope]]}"}
+                refused = api.request(method, path, json=payload, headers=bearer)
+                assert refused.status_code == 403, (method, path, refused.text)
+                assert error_of(refused)["code"] == "permission_denied"
+            # The route's own scope gets past the authorizer (whatever the database says next).
+            allowed = api.request(
+                method, path, json=payload, headers={"Authorization": f"Bearer {tokens[scope]}"}
+            )
+            assert allowed.status_code not in (401, 403), (method, path, allowed.text)
+    # Creating a schedule is granted to harvest_operator: an operate token made one above.
+    with psycopg.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.schedules WHERE name = 's'").fetchone()[0] == 1
+
+
+def _matches(template: str, path: str) -> bool:
+    parts, given = template.strip("/").split("/"), path.strip("/").split("/")
+    return len(parts) == len(given) and all(
+        p.startswith("{") or p == g for p, g in zip(parts, given, strict=True)
+    )
+
+
+# -- on shards -------------------------------------------------------------------------------------
+@pytest.fixture
+def two_shards(pg_server, template_dsn):
+    """Shard number -> DSN: two migrated databases."""
+    names = {s: f"t_web{s}_{uuid.uuid4().hex[:8]}" for s in (0, 1)}
+    yield {s: pg_server.create_database(name, template="harvest_template") for s, name in names.items()}
+    for name in names.values():
+        pg_server.drop_database(name)
+
+
+def test_on_shards_a_schedule_lives_on_its_home_and_the_lists_read_every_shard(two_shards) -> None:
+    from harvest.shard.router import ShardRouter
+
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": two_shards[0],
+        "HARVEST_SHARDS__URLS__1": two_shards[1],
+    }
+    router = ShardRouter(readable=[0, 1], writable=[0, 1], default=0)
+    names = [f"sched-{i}" for i in range(8)]
+    homes = {name: router.schedule_home(name) for name in names}
+    assert set(homes.values()) == {0, 1}  # eight names reach both shards
+    for shard, dsn in two_shards.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
+            SqlApi(conn).register_dags([NIGHTLY.catalog()])
+    with api_client(None, env=env) as api:
+        for name in names:
+            assert (
+                api.post("/admin/schedules/workflow", json={"name": name, "every": "1h"}).status_code == 201
+            )
+        listed = api.get("/admin/schedules").json()
+        assert {r["name"]: r["shard_id"] for r in listed["schedules"]} == homes
+        for name in names:  # by name: its home shard
+            assert api.get(f"/admin/schedules/{name}").status_code == 200
+        other = {name: 1 - shard for name, shard in homes.items()}
+        name = names[0]
+        assert api.get(f"/admin/schedules/{name}", params={"shard_id": other[name]}).status_code == 404
+        assert api.delete(f"/admin/schedules/{name}").status_code == 200
+        dags = api.get("/dags").json()["dags"]
+        assert sorted((d["dag_name"], d["shard_id"]) for d in dags) == [("nightly", 0), ("nightly", 1)]
+        paused = api.post("/dags/nightly/pause").json()
+        assert paused["shards"] == {"0": {"changed": True}, "1": {"changed": True}}
+    for shard, dsn in two_shards.items():
+        with psycopg.connect(dsn) as conn:
+            rows = conn.execute("SELECT name FROM harvest.schedules ORDER BY name").fetchall()
+            assert [r[0] for r in rows] == sorted(n for n in names[1:] if homes[n] == shard)
+
+
+def test_a_shard_down_makes_the_lists_partial_and_a_write_to_it_a_503(db: str) -> None:
+    from harvest.shard.router import ShardRouter
+
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": db,  # shard 1 has no pool here
+    }
+    router = ShardRouter(readable=[0, 1], writable=[0, 1], default=0)
+    on_one = next(f"s-{i}" for i in range(100) if router.schedule_home(f"s-{i}") == 1)
+    on_zero = next(f"s-{i}" for i in range(100) if router.schedule_home(f"s-{i}") == 0)
+    with api_client(None, env=env) as api:
+        assert api.post("/admin/schedules/workflow", json={"name": on_zero, "every": "1h"}).status_code == 201
+        down = api.post("/admin/schedules/workflow", json={"name": on_one, "every": "1h"})
+        assert down.status_code == 503 and down.headers["Retry-After"], down.text
+        listed = api.get("/admin/schedules").json()
+        assert listed["status"] == "partial" and listed["unavailable_shards"] == [1]
+        assert [r["name"] for r in listed["schedules"]] == [on_zero]
+        dags = api.get("/dags").json()
+        assert dags["status"] == "partial" and dags["unavailable_shards"] == [1]
+        assert api.get("/dags/x/runs").status_code == 404  # not registered on the shard that answered
+        with psycopg.connect(db, autocommit=True) as conn:
+            SqlApi(conn).register_dags([NIGHTLY.catalog()])
+        runs = api.get("/dags/nightly/runs").json()
+        assert runs["status"] == "partial" and runs["unavailable_shards"] == [1] and runs["runs"] == []
+        paused = api.post("/dags/nightly/pause").json()
+        assert paused["shard_errors"] == [{"shard_id": 1, "error": "unreachable"}]
