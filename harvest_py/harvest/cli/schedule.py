@@ -31,7 +31,7 @@ from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
 from harvest.db.sqlapi import SqlApi
-from harvest.declare.schedules import OVERLAP_POLICIES, Schedule
+from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, upcoming_slots
 from harvest.shard.fanout import Merged
 
 UPCOMING = 5  # next fire times `get` shows
@@ -97,28 +97,9 @@ def _when(row: dict[str, Any]) -> str:
     return f"every {row.get('interval_secs')}s"
 
 
-def _timestamp(value: Any) -> dt.datetime | None:
-    if value is None or isinstance(value, dt.datetime):
-        return value
-    return dt.datetime.fromisoformat(value)
-
-
 def next_fire_times(row: dict[str, Any], count: int = UPCOMING) -> list[str]:
-    """The next ``count`` slots of a schedule row (get_schedule's JSON): its stored next slot,
-    then the ones after it; none while paused."""
-    if row.get("paused"):
-        return []
-    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
-    first = _timestamp(row.get("next_fire_at"))
-    if first is None:
-        after = max(t for t in (_timestamp(row.get("anchor_at")), _timestamp(row.get("last_slot_at"))) if t)
-        first = spec.next_after(after)
-    out = [first]
-    for slot in spec.iter_after(first):
-        if len(out) >= count:
-            break
-        out.append(slot)
-    return [s.isoformat() for s in out]
+    """The next ``count`` slots of a schedule row, ISO 8601 (none while paused)."""
+    return [s.isoformat() for s in upcoming_slots(row, count)]
 
 
 def _spec_options(cron: str | None, every: str | None, tz: str | None) -> dict[str, Any]:
