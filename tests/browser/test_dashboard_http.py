@@ -359,6 +359,9 @@ def test_schedules_pages_both_kinds_with_fire_times_firings_and_misses(ui: TestC
             " recorded_at) SELECT id, '2025-01-01T02:00Z', '2025-01-01T02:00Z', 1, 'catchup_off', now()"
             " FROM harvest.schedules WHERE name = 'greet-yearly'"
         )
+        conn.execute(
+            "UPDATE harvest.schedules SET missed_slots = missed_slots + 1 WHERE name = 'greet-yearly'"
+        )
     page = ui.get("/schedules/0/greet-yearly", headers=READ).text
     upcoming = re.findall(r"<li>(\d{4})-01-01 02:00:00Z", page.split('id="upcoming"')[1])
     assert len(upcoming) == 5 and upcoming == sorted(upcoming)  # 03:00 Paris is 02:00 UTC in winter

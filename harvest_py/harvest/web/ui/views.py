@@ -225,14 +225,15 @@ def merge_dags(per_shard: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any
     return [merged[name] for name in sorted(merged)]
 
 
-NODE_W, NODE_H, GAP_X, GAP_Y, PAD = 190, 62, 70, 22, 12
+NODE_W, NODE_H, GAP_X, GAP_Y, PAD, LANE = 190, 62, 70, 22, 12, 14
 
 
 def dag_graph(tasks: list[dict[str, Any]]) -> dict[str, Any]:
     """A DAG run's tasks laid out by topological level for an inline SVG: a task's level is one
     more than its deepest upstream task's (0 without any), levels are columns left to right, a
     column keeps the tasks' declared order. Edges run from an upstream task's right side to its
-    downstream task's left side. An upstream name the run does not list is ignored."""
+    downstream task's left side; one that skips a column runs along a lane of its own under
+    the boxes, so it never crosses one. An upstream name the run does not list is ignored."""
     names = [t["task"] for t in tasks]
     upstream = {t["task"]: [u for u in (t.get("upstream") or []) if u in names] for t in tasks}
     level: dict[str, int] = {}
@@ -254,24 +255,27 @@ def dag_graph(tasks: list[dict[str, Any]]) -> dict[str, Any]:
             x, y = PAD + col * (NODE_W + GAP_X), PAD + row * (NODE_H + GAP_Y)
             at[name] = (x, y)
             nodes.append({**by_name[name], "x": x, "y": y, "level": col})
-    edges = []
+    tallest = max((len(m) for m in columns.values()), default=1)
+    bottom = PAD + tallest * NODE_H + (tallest - 1) * GAP_Y  # the lowest box's bottom edge
+    edges, lanes = [], 0
     for name in names:
         x2, y2 = at[name]
         for up in upstream[name]:
             x1, y1 = at[up]
             sx, sy, ex, ey = x1 + NODE_W, y1 + NODE_H / 2, x2, y2 + NODE_H / 2
-            mid = (sx + ex) / 2
-            edges.append(
-                {
-                    "from": up,
-                    "to": name,
-                    "state": by_name[up].get("state"),
-                    "d": f"M{sx},{sy} C{mid},{sy} {mid},{ey} {ex},{ey}",
-                }
-            )
+            if level[name] - level[up] == 1:  # the next column: one curve across the gap
+                mid = (sx + ex) / 2
+                d = f"M{sx},{sy} C{mid},{sy} {mid},{ey} {ex},{ey}"
+            else:  # past other columns: down in the gap, along a lane under every box, and up
+                lanes += 1
+                lane, bend = bottom + LANE * lanes, GAP_X / 2
+                d = (
+                    f"M{sx},{sy} C{sx + bend},{sy} {sx + bend},{lane} {sx + GAP_X},{lane}"
+                    f" L{ex - GAP_X},{lane} C{ex - bend},{lane} {ex - bend},{ey} {ex},{ey}"
+                )
+            edges.append({"from": up, "to": name, "state": by_name[up].get("state"), "d": d})
     width = PAD * 2 + (max(columns, default=0) + 1) * NODE_W + max(columns, default=0) * GAP_X
-    tallest = max((len(m) for m in columns.values()), default=1)
-    height = PAD * 2 + tallest * NODE_H + (tallest - 1) * GAP_Y
+    height = bottom + LANE * lanes + PAD
     return {"nodes": nodes, "edges": edges, "width": width, "height": height, "w": NODE_W, "h": NODE_H}
 
 
