@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import urllib.parse
 import uuid
@@ -649,16 +650,34 @@ class Dashboard:
         if not isinstance(conf, dict):
             raise InvalidArgument("the conf must be a JSON object ({} for none)")
         workflow_id = _blank_none(form.get("workflow_id"))
+        shard = self.source.shards[0]
         if self.source.sharded:
-            shard = self.source.router.pick_for_new_workflow(name, workflow_id or str(uuid.uuid4()))
-        else:
-            shard = self.source.shards[0]
+            shard, workflow_id = await self._dag_home(name, workflow_id, principal)
         actor = principal.actor
         row = await self.source.on_shard(
             shard, principal, lambda api: api.trigger_dag(name, conf, workflow_id, actor), write=True
         )
         said = "triggered" if row["started_fresh"] else f"a run of workflow id {row['workflow_id']} exists"
         return self._back(request, f"/dags/{_quoted(name)}/runs/{row['execution_id']}", said)
+
+    async def _dag_home(self, name: str, workflow_id: str | None, principal: Principal) -> tuple[int, str]:
+        """Where a trigger of DAG ``name`` goes on several shards: with a workflow id, the shard
+        an unpinned start of that id goes to (so a later start of it finds the run); without
+        one, a writable shard that registered the DAG, with an id minted to route there."""
+        router = self.source.router
+        if workflow_id is not None:
+            return router.place(name, workflow_id), workflow_id
+        fan = await fan_out_async(
+            self.source.apis(principal), lambda api: api.list_dags(), timeout=self.source.timeout
+        )
+        registered = [s for s, rows in fan.results.items() if any(r["dag_name"] == name for r in rows)]
+        candidates = [s for s in registered if s in router.writable]
+        if not candidates:
+            if registered:
+                raise InvalidArgument(f"no shard that registered DAG {name!r} is accepting new workflows")
+            raise NotFound(f"no DAG {name!r} is registered on a shard that answered")
+        shard = random.choice(candidates)
+        return shard, router.mint_workflow_id(name, shard)
 
     async def pause_dag(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
         """Pause (or unpause) the DAG on every shard that registered it (each audits its own)."""
