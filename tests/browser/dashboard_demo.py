@@ -88,5 +88,11 @@ def start_demo(dsn: str, worker_id: str = "worker-a") -> tuple[Demo, RunningWork
             lambda: any(k["in_flight"] for k in sql.list_concurrency_keys("acme")),
             "the acme key to have work in flight",
         )
+    with client.sql() as sql:
+        demo.ids["dag"] = str(sql.trigger_dag("nightly_etl", {"date": "2026-05-01"})["execution_id"])
+    wait_for(
+        lambda: client.get_handle(demo.ids["dag"]).describe()["status"] == "FAILED",
+        "the DAG run to fail at its transform task",
+    )
     client.get_handle(demo.ids["approval"]).update("note", "rush it", wait="accepted", update_id="note-1")
     return demo, worker

@@ -7,7 +7,7 @@ import threading
 
 from harvest.errors import ActivityFailure
 
-from harvest import App, activity, update, workflow
+from harvest import App, Dag, Schedule, WorkflowSchedule, activity, update, workflow
 
 # Set at teardown: the held activity (a concurrency key's in-flight work) then finishes.
 RELEASE = threading.Event()
@@ -65,6 +65,28 @@ async def batch(ctx, n: int) -> int:
     return await ctx.execute_activity(hold, n)
 
 
+# A DAG whose run fails part-way: extract succeeds, transform fails (a declined card), load is
+# upstream_failed and page (one_failed) runs: the run view's graph shows each state. Its own
+# schedule (kind dag) and a workflow schedule fire once a year, so no slot comes during a test.
+nightly_etl = Dag(
+    "nightly_etl",
+    schedule=Schedule.cron("30 2 1 1 *"),
+    max_active_runs=2,
+    description="extract, transform, load; page on failure",
+)
+_extract = nightly_etl.task("extract", hello, args=["extract"])
+_transform = nightly_etl.task("transform", charge, args=[42]).after(_extract)
+_load = nightly_etl.task("load", hello, args=lambda conf, up: ["loaded"]).after(_transform)
+nightly_etl.task("page", hello, args=["oncall"], trigger_rule="one_failed").after(_transform, _load)
+
 app = App(
-    workflows=[greet, approval, billing, family, batch], activities=[hello, charge, hold], updates=[note]
+    workflows=[greet, approval, billing, family, batch],
+    activities=[hello, charge, hold],
+    updates=[note],
+    dags=[nightly_etl],
+    schedules=[
+        WorkflowSchedule(
+            "greet-yearly", Schedule.cron("0 3 1 1 *", tz="Europe/Paris"), workflow=greet, input="new year"
+        )
+    ],
 )

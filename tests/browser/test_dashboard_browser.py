@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from dashboard_demo import Demo
 from dashboard_helpers import (
@@ -142,11 +143,11 @@ def test_actions_with_their_scope_and_refused_without_it(browser: Any, site: str
     sign_in(browser, site, "operate-token")
     run = demo.ids["approval"]
     browser.get(f"{site}/workflows/{run}")
-    assert _forms(browser) == {"signal-form", "cancel-form"}  # no terminate, no reset
+    assert _forms(browser) == {"pause-form", "signal-form", "cancel-form"}  # no terminate, no reset
 
     sign_in(browser, site, "admin-token")
     browser.get(f"{site}/workflows/{run}")
-    assert _forms(browser) == {"signal-form", "cancel-form", "terminate-form", "reset-form"}
+    assert _forms(browser) == {"pause-form", "signal-form", "cancel-form", "terminate-form", "reset-form"}
     screenshot(browser, "execution-actions")
 
     # reset, dry run (checked by default): the plan, nothing written
@@ -201,3 +202,121 @@ def test_actions_with_their_scope_and_refused_without_it(browser: Any, site: str
     assert console_errors(browser) == []
     with demo.client.sql() as sql:
         wait_for(lambda: sql.list_dead_letters(10), "the replayed activity to fail into a new dead letter")
+
+
+def test_schedules_dags_and_a_paused_run(browser: Any, site: str, demo: Demo) -> None:
+    sign_in(browser, site, "read-token")
+    browser.get(f"{site}/workflows")
+    click_and_wait(browser, browser.find_element(By.LINK_TEXT, "Schedules"))
+    names = [
+        r.get_attribute("data-name") for r in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+    ]
+    assert names == ["greet-yearly", "nightly_etl"]
+    assert not _forms(browser)
+    screenshot(browser, "schedules")
+    Select(browser.find_element(By.NAME, "kind")).select_by_value("dag")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"))
+    assert [
+        r.get_attribute("data-name") for r in browser.find_elements(By.CSS_SELECTOR, "#schedules tbody tr")
+    ] == ["nightly_etl"]
+
+    # an operator triggers the workflow schedule: the firing links its run, which completes; the
+    # missed range is what a scheduler that was down past a slot records (catchup off)
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.schedule_misses (schedule_id, first_slot_at, last_slot_at, slots, reason,"
+            " recorded_at) SELECT id, '2026-01-01T02:00Z', '2026-01-01T02:00Z', 1, 'catchup_off', now()"
+            " FROM harvest.schedules WHERE name = 'greet-yearly'"
+        )
+        conn.execute(
+            "UPDATE harvest.schedules SET missed_slots = missed_slots + 1 WHERE name = 'greet-yearly'"
+        )
+    sign_in(browser, site, "operate-token")
+    browser.get(f"{site}/schedules")
+    click_and_wait(browser, browser.find_element(By.LINK_TEXT, "greet-yearly"))
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#upcoming li")) == 5
+    assert _forms(browser) == {"pause-form", "trigger-form"}
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#trigger-form button"))
+    assert "triggered" in _text(browser, ".flash")
+    with demo.client.sql() as sql:
+        wait_for(
+            lambda: [
+                f for f in sql.get_schedule("greet-yearly")["firings"] if f["run_status"] == "COMPLETED"
+            ],
+            "the triggered run to complete",
+        )
+    browser.refresh()
+    assert "COMPLETED" in _text(browser, "#firings")
+    assert "catchup_off" in _text(browser, "#misses")
+    screenshot(browser, "schedule")
+    form = browser.find_element(By.ID, "pause-form")
+    form.find_element(By.NAME, "note").send_keys("month-end freeze")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert "month-end freeze" in _text(browser, "#paused-banner")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#resume-form button"))
+    assert not browser.find_elements(By.ID, "paused-banner")
+
+    # the DAGs, one DAG's runs, a run's graph
+    click_and_wait(browser, browser.find_element(By.LINK_TEXT, "DAGs"))
+    assert "FAILED" in _text(browser, "#dags")
+    screenshot(browser, "dags")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#dags a"))
+    form = browser.find_element(By.ID, "trigger-form")
+    form.find_element(By.NAME, "conf").send_keys('{"date": "2026-05-02"}')
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert _text(browser, ".flash") == "triggered"
+    browser.get(f"{site}/dags/nightly_etl")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#dag-runs tbody tr")) == 2
+    screenshot(browser, "dag")
+    browser.get(f"{site}/dags/nightly_etl/runs/{demo.ids['dag']}")
+    states = {
+        g.get_attribute("data-task"): g.get_attribute("data-state")
+        for g in browser.find_elements(By.CSS_SELECTOR, "#dag-graph g.node")
+    }
+    assert states == {
+        "extract": "success",
+        "transform": "failed",
+        "load": "upstream_failed",
+        "page": "success",
+    }
+    # laid out left to right by level: each task's box starts right of its upstream task's
+    x = {
+        g.get_attribute("data-task"): g.find_element(By.TAG_NAME, "rect").rect["x"]
+        for g in browser.find_elements(By.CSS_SELECTOR, "#dag-graph g.node")
+    }
+    assert x["extract"] < x["transform"] < x["load"] < x["page"]
+    assert browser.find_element(By.ID, "retry-form")
+    screenshot(browser, "dag-run")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#retry-form button"))
+    assert "retried" in _text(browser, ".flash")
+    assert "carried over" in _text(browser, "#dag-tasks")
+
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+    )
+    browser.get(f"{site}/dags/nightly_etl/runs/{demo.ids['dag']}")
+    fill = browser.execute_script(
+        "return getComputedStyle(document.querySelector('g.task-failed rect')).fill"
+    )
+    assert fill == "rgb(61, 27, 24)"  # the dark --bad-bg
+    screenshot(browser, "dag-run-dark")
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+    # pause a run, find it under PAUSED, resume it
+    run = demo.ids["approval"]
+    browser.get(f"{site}/workflows/{run}")
+    form = browser.find_element(By.ID, "pause-form")
+    form.find_element(By.NAME, "reason").send_keys("payments provider down")
+    click_and_wait(browser, form.find_element(By.CSS_SELECTOR, "button"))
+    assert "payments provider down" in _text(browser, "#paused")
+    assert "resume-form" in _forms(browser)
+    screenshot(browser, "execution-paused")
+    browser.get(f"{site}/workflows")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, '.chips a[data-status="PAUSED"]'))
+    assert [
+        r.get_attribute("data-status") for r in browser.find_elements(By.CSS_SELECTOR, "#workflows tbody tr")
+    ] == ["PAUSED"]
+    browser.get(f"{site}/workflows/{run}")
+    click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "#resume-form button"))
+    assert _text(browser, ".flash") == "resumed"
+    assert console_errors(browser) == []

@@ -5,6 +5,7 @@ filters' 400s, paging, and each action done with its scope and refused without i
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Iterator
 
 import psycopg
@@ -334,3 +335,193 @@ def test_built_before_its_database_is_known_and_says_so_on_the_first_page(tmp_pa
     with TestClient(app) as client:
         page = client.get("/workers")
         assert page.status_code == 500 and "HARVEST_DATABASE_URL" in page.text
+
+
+# -- schedules, DAGs, PAUSED runs ------------------------------------------------------------------
+def test_schedules_pages_both_kinds_with_fire_times_firings_and_misses(ui: TestClient, demo: Demo) -> None:
+    listed = ui.get("/schedules", headers=READ)
+    assert listed.status_code == 200
+    table = listed.text.split('id="schedules"')[1].split("</table>")[0]
+    assert re.findall(r'<tr data-name="([^"]+)"', table) == ["greet-yearly", "nightly_etl"]
+    assert "cron 0 3 1 1 * Europe/Paris" in table and "kind-dag" in table
+    dag_only = ui.get("/schedules?kind=dag", headers=READ).text
+    assert re.findall(r'<tr data-name="([^"]+)"', dag_only) == ["nightly_etl"]
+    for query in ("kind=cron", "paused=maybe"):
+        assert ui.get(f"/schedules?{query}", headers=READ).status_code == 400, query
+    assert ui.get("/schedules/0/greet-yearly?limit=0", headers=READ).status_code == 400
+    assert ui.get("/schedules/0/nobody", headers=READ).status_code == 404
+    assert ui.get("/schedules/7/greet-yearly", headers=READ).status_code == 404
+
+    # a missed range, as a scheduler that was down past the slot records it (catchup off)
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO harvest.schedule_misses (schedule_id, first_slot_at, last_slot_at, slots, reason,"
+            " recorded_at) SELECT id, '2025-01-01T02:00Z', '2025-01-01T02:00Z', 1, 'catchup_off', now()"
+            " FROM harvest.schedules WHERE name = 'greet-yearly'"
+        )
+        conn.execute(
+            "UPDATE harvest.schedules SET missed_slots = missed_slots + 1 WHERE name = 'greet-yearly'"
+        )
+    page = ui.get("/schedules/0/greet-yearly", headers=READ).text
+    upcoming = re.findall(r"<li>(\d{4})-01-01 02:00:00Z", page.split('id="upcoming"')[1])
+    assert len(upcoming) == 5 and upcoming == sorted(upcoming)  # 03:00 Paris is 02:00 UTC in winter
+    misses = page.split('id="misses"')[1].split("</table>")[0]
+    assert "catchup_off" in misses and "2025-01-01 02:00:00Z" in misses
+    assert "No firing yet." in page
+    assert 'id="trigger-form"' not in page and 'id="pause-form"' not in page  # a read token
+
+    # trigger, then the firing is listed with its run and the run's outcome
+    assert ui.post("/schedules/0/greet-yearly/trigger", headers=READ).status_code == 403
+    fired = ui.post("/schedules/0/greet-yearly/trigger", headers=OPERATE, data={}, follow_redirects=False)
+    assert fired.status_code == 303 and "started" in urllib.parse.unquote_plus(fired.headers["location"])
+    assert (
+        ui.post("/schedules/0/greet-yearly/trigger", headers=OPERATE, data={"overlap": "x"}).status_code
+        == 400
+    )
+    with demo.client.sql() as sql:
+        firing = wait_for(
+            lambda: [
+                f for f in sql.get_schedule("greet-yearly")["firings"] if f["run_status"] == "COMPLETED"
+            ],
+            "the triggered run to complete",
+        )[0]
+    page = ui.get("/schedules/0/greet-yearly", headers=OPERATE).text
+    row = page.split('id="firings"')[1].split("</table>")[0]
+    assert f'href="/workflows/{firing["execution_id"]}"' in row and "COMPLETED" in row and "trigger" in row
+
+    # pause with a note, then resume: operate, each audited with the source ui
+    paused = ui.post("/schedules/0/greet-yearly/pause", headers=OPERATE, data={"note": "freeze"})
+    assert paused.status_code == 200 and 'id="paused-banner"' in paused.text and "freeze" in paused.text
+    assert "None while paused." in paused.text and 'id="resume-form"' in paused.text
+    assert 'data-paused="true"' in ui.get("/schedules?paused=true", headers=READ).text
+    assert ui.post("/schedules/0/greet-yearly/resume", headers=OPERATE).status_code == 200
+    assert ui.post("/schedules/0/greet-yearly/delete", headers=OPERATE).status_code == 404
+    assert _audit(demo.dsn, "schedule.pause") == [("ui", "greet-yearly")]
+    assert _audit(demo.dsn, "schedule.resume") == [("ui", "greet-yearly")]
+    assert _audit(demo.dsn, "schedule.trigger") == [("ui", "greet-yearly")]
+
+
+def test_dags_pages_and_the_run_graph(ui: TestClient, demo: Demo) -> None:
+    listed = ui.get("/dags", headers=READ)
+    assert listed.status_code == 200
+    row = listed.text.split('data-dag="nightly_etl"')[1].split("</tr>")[0]
+    assert ">4<" in row and ">2<" in row and "FAILED" in row  # tasks, max runs, last run
+    assert "cron &#39;30 2 1 1 *&#39; in UTC" in row
+    assert ui.get("/dags?paused=sometimes", headers=READ).status_code == 400
+    assert "nightly_etl" not in ui.get("/dags?paused=true", headers=READ).text.split('id="dags"')[1]
+
+    dag = ui.get("/dags/nightly_etl", headers=READ)
+    assert dag.status_code == 200 and f"/dags/nightly_etl/runs/{demo.ids['dag']}" in dag.text
+    assert 'id="trigger-form"' not in dag.text
+    for query in ("status=sleeping", "limit=0", "limit=201"):
+        assert ui.get(f"/dags/nightly_etl?{query}", headers=READ).status_code == 400, query
+    assert "No runs of that status." in ui.get("/dags/nightly_etl?status=completed", headers=READ).text
+    assert ui.get("/dags/nobody", headers=READ).status_code == 404
+
+    run = ui.get(f"/dags/nightly_etl/runs/{demo.ids['dag']}", headers=READ)
+    assert run.status_code == 200
+    nodes = dict(re.findall(r'<g class="node [^"]+" data-task="([^"]+)" data-state="([^"]+)"', run.text))
+    assert nodes == {
+        "extract": "success",
+        "transform": "failed",
+        "load": "upstream_failed",
+        "page": "success",
+    }
+    levels = dict(re.findall(r'data-task="([^"]+)" data-state="[^"]+" data-level="(\d)"', run.text))
+    assert levels == {"extract": "0", "transform": "1", "load": "2", "page": "3"}
+    edges = re.findall(r'data-from="([^"]+)" data-to="([^"]+)"', run.text)
+    assert sorted(edges) == [
+        ("extract", "transform"),
+        ("load", "page"),
+        ("transform", "load"),
+        ("transform", "page"),
+    ]
+    assert "CardDeclined" in run.text.split('id="dag-tasks"')[1]
+    assert 'id="retry-form"' not in run.text
+    assert ui.get(f"/dags/greet/runs/{demo.ids['dag']}", headers=READ).status_code == 404
+    assert ui.get(f"/dags/nightly_etl/runs/{demo.ids['greet-0']}", headers=READ).status_code == 404
+
+
+def test_dag_actions_need_operate(ui: TestClient, demo: Demo) -> None:
+    run = demo.ids["dag"]
+    assert ui.post("/dags/nightly_etl/trigger", headers=READ, data={"conf": "{}"}).status_code == 403
+    assert ui.post("/dags/nightly_etl/pause", headers=READ).status_code == 403
+    assert ui.post(f"/dags/nightly_etl/runs/{run}/retry", headers=READ).status_code == 403
+    page = ui.get(f"/dags/nightly_etl/runs/{run}", headers=OPERATE).text
+    assert 'id="retry-form"' in page
+    assert ui.post("/dags/nightly_etl/trigger", headers=OPERATE, data={"conf": "[1]"}).status_code == 400
+    assert ui.post("/dags/nightly_etl/trigger", headers=OPERATE, data={"conf": "{oops"}).status_code == 400
+
+    triggered = ui.post(
+        "/dags/nightly_etl/trigger",
+        headers=OPERATE,
+        data={"conf": '{"date": "2026-05-02"}', "workflow_id": "etl-0502"},
+        follow_redirects=False,
+    )
+    assert triggered.status_code == 303
+    new_run = re.search(r"/dags/nightly_etl/runs/([0-9a-f-]{36})", triggered.headers["location"]).group(1)
+    with demo.client.sql() as sql:
+        assert sql.get_dag_run(new_run)["conf"] == {"date": "2026-05-02"}
+    assert _audit(demo.dsn, "dag.pause") == []
+
+    paused = ui.post("/dags/nightly_etl/pause", headers=OPERATE)
+    assert (
+        paused.status_code == 200
+        and 'id="paused-banner"' in paused.text
+        and 'id="unpause-form"' in paused.text
+    )
+    refused = ui.post("/dags/nightly_etl/trigger", headers=OPERATE, data={"conf": "{}"})
+    assert refused.status_code == 409 and "paused" in refused.text  # DagPaused, nothing started
+    assert ui.post("/dags/nightly_etl/unpause", headers=OPERATE).status_code == 200
+    assert ui.post("/dags/nobody/pause", headers=OPERATE).status_code == 404
+
+    retried = ui.post(f"/dags/nightly_etl/runs/{run}/retry", headers=OPERATE, follow_redirects=False)
+    assert retried.status_code == 303
+    again = re.search(r"/runs/([0-9a-f-]{36})", retried.headers["location"]).group(1)
+    assert again != run
+    with demo.client.sql() as sql:
+        tasks = {t["task"]: t for t in sql.get_dag_run(again)["tasks"]}
+    assert tasks["extract"]["reused_from"] == run  # carried over, not run again
+    assert _audit(demo.dsn, "dag.pause") == [("ui", "nightly_etl")]
+    assert _audit(demo.dsn, "dag.unpause") == [("ui", "nightly_etl")]
+    assert _audit(demo.dsn, "dag.retry") == [("ui", "nightly_etl")]
+
+
+def test_pause_and_resume_a_run(ui: TestClient, demo: Demo) -> None:
+    run = demo.ids["approval"]
+    assert 'id="pause-form"' not in ui.get(f"/workflows/{run}", headers=READ).text
+    assert 'id="pause-form"' in ui.get(f"/workflows/{run}", headers=OPERATE).text
+    assert ui.post(f"/workflows/{run}/pause", headers=READ, data={"reason": "x"}).status_code == 403
+    paused = ui.post(f"/workflows/{run}/pause", headers=OPERATE, data={"reason": "provider down"})
+    assert paused.status_code == 200 and "paused" in paused.text
+    assert 'id="paused-banner"' in paused.text and "provider down" in paused.text
+    assert re.search(r'id="paused">since .*by operate-user: provider down', paused.text)
+    assert 'id="resume-form"' in paused.text and 'id="pause-form"' not in paused.text
+    assert 'id="signal-form"' in paused.text  # a paused run keeps its signals
+
+    listed = ui.get("/workflows?status=PAUSED", headers=READ).text
+    assert re.findall(r'href="/workflows/([0-9a-f-]{36})"', listed) == [run]
+    assert re.search(r'data-status="PAUSED">.*?<span class="count">1</span>', listed, re.S)
+    assert '<option value="PAUSED" selected>' in listed
+    assert ui.get("/workflows?status=paused", headers=READ).status_code == 200
+
+    assert ui.post(f"/workflows/{run}/resume", headers=READ).status_code == 403
+    resumed = ui.post(f"/workflows/{run}/resume", headers=OPERATE, data={"reason": "back"})
+    assert resumed.status_code == 200 and 'id="paused-banner"' not in resumed.text
+    assert 'id="pause-form"' in resumed.text
+    assert _audit(demo.dsn, "workflow.pause") == [("ui", run)]
+    assert _audit(demo.dsn, "workflow.resume") == [("ui", run)]
+    assert ui.post(f"/workflows/{demo.ids['greet-0']}/pause", headers=OPERATE).status_code == 409
+
+
+def test_navigation_links_the_new_pages(ui: TestClient) -> None:
+    nav = ui.get("/workers", headers=READ).text.split('<nav aria-label="pages">')[1].split("</nav>")[0]
+    assert re.findall(r'href="/([a-z-]+)"', nav) == [
+        "workflows",
+        "schedules",
+        "dags",
+        "workers",
+        "dead-letters",
+        "concurrency",
+        "shards",
+    ]

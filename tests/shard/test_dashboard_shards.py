@@ -1,7 +1,8 @@
 """The dashboard over three shards in headless Chromium (markers shard and browser): a shard taken
 down mid-test turns the Workers banner Degraded and its section into a "shard unavailable" stub,
 while the other shards' rows stay; the workflow list does the same, and a 400 still names an
-unknown shard."""
+unknown shard. The schedules and DAG pages read every shard, and a DAG trigger lands on a shard
+that registered the DAG."""
 
 from __future__ import annotations
 
@@ -96,3 +97,71 @@ def test_a_shard_down_shows_the_stub_and_a_degraded_banner(shards, per_shard_wor
             shards.start(1)
     finally:
         driver.quit()
+
+
+def test_schedules_and_dags_over_shards(shards, per_shard_workers) -> None:
+    """Over HTTP (no browser needed): the schedules of every shard, a DAG registered on two
+    shards as one row, triggers that land on a shard that registered it, a pause on each."""
+    import re
+
+    import psycopg
+    from dashboard_helpers import wait_for
+    from starlette.testclient import TestClient
+
+    from harvest.shard.router import ShardRouter
+
+    config = load_config(
+        env={
+            "HARVEST_SHARDS__READABLE": "0,1,2",
+            "HARVEST_SHARDS__WRITABLE": "0,1,2",
+            **{f"HARVEST_SHARDS__URLS__{s}": dsn for s, dsn in shards.dsns.items()},
+        }
+    )
+    router = ShardRouter.from_config(config)
+    per_shard_workers(demo_app.app, shard_ids=(0, 2))  # each declares the App's schedules and DAG
+
+    def registered(shard: int) -> bool:
+        with psycopg.connect(shards.dsns[shard], autocommit=True) as conn:
+            return bool(conn.execute("SELECT 1 FROM harvest.dags WHERE dag_name = 'nightly_etl'").fetchall())
+
+    wait_for(lambda: registered(0) and registered(2), "both workers to register the DAG")
+    headers = {"Authorization": "Bearer operate-token"}
+    with TestClient(dashboard_app(config=config, authorizer=TokenScopes(), timeout=TIMEOUT)) as client:
+        listed = client.get("/schedules", headers=headers).text
+        rows = set(re.findall(r'href="/schedules/(\d)/([a-z_-]+)"', listed))
+        assert rows == {(s, n) for s in "02" for n in ("greet-yearly", "nightly_etl")}
+
+        dags = client.get("/dags", headers=headers).text
+        assert dags.count('data-dag="nightly_etl"') == 1 and "<td>0, 2</td>" in dags
+
+        for _ in range(4):  # no workflow id: a shard that registered the DAG, never shard 1
+            sent = client.post("/dags/nightly_etl/trigger", headers=headers, data={"conf": "{}"})
+            assert sent.status_code == 200, sent.text
+            run = re.search(r"/dags/nightly_etl/runs/([0-9a-f-]{36})", str(sent.url)).group(1)
+            assert router.route(run) in (0, 2)
+            assert 'id="dag-graph"' in sent.text
+        pinned = router.mint_workflow_id("nightly_etl", 2)  # a workflow id: where its start goes
+        sent = client.post(
+            "/dags/nightly_etl/trigger", headers=headers, data={"conf": "{}", "workflow_id": pinned}
+        )
+        assert router.route(re.search(r"/runs/([0-9a-f-]{36})", str(sent.url)).group(1)) == 2
+
+        assert client.post("/dags/nightly_etl/pause", headers=headers).status_code == 200
+        for s in (0, 2):
+            with psycopg.connect(shards.dsns[s], autocommit=True) as conn:
+                paused = conn.execute(
+                    "SELECT paused FROM harvest.dags WHERE dag_name = 'nightly_etl'"
+                ).fetchone()
+            assert paused == (True,), s
+        assert 'data-dag="nightly_etl"' in client.get("/dags?paused=true", headers=headers).text
+        assert client.post("/dags/nightly_etl/unpause", headers=headers).status_code == 200
+
+        shards.stop(2)
+        try:
+            dags = client.get("/dags", headers=headers).text
+            assert re.findall(r'class="stub" role="alert" data-shard="(\d)"', dags) == ["2"]
+            assert "<td>0</td>" in dags.split('data-dag="nightly_etl"')[1].split("</tr>")[0]
+            page = client.get("/schedules", headers=headers).text
+            assert set(re.findall(r'href="/schedules/(\d)/', page)) == {"0"}
+        finally:
+            shards.start(2)

@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
-from harvest.web.ui.views import ago, execution_page, fleet_banner, when
+from harvest.web.ui.views import (
+    ago,
+    dag_graph,
+    duration,
+    execution_page,
+    fleet_banner,
+    merge_dags,
+    upcoming,
+    when,
+)
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -60,3 +69,100 @@ def test_execution_page_redacts_and_finds_signals_and_pending_updates() -> None:
     assert page["resettable"] == [1, 5]  # the last event before each workflow task
     shown = execution_page(row, {}, history, full=True)
     assert shown["payloads"]["input"] == ["secret"] and shown["signals"][0]["payload"] == {"card": "4111"}
+
+
+def _task(name: str, *upstream: str, state: str = "success") -> dict:
+    return {"task": name, "upstream": list(upstream), "state": state}
+
+
+def test_dag_graph_levels_columns_and_edges() -> None:
+    # a diamond with a tail, declared out of order, and an edge that skips a column
+    tasks = [
+        _task("d", "b", "c"),
+        _task("a"),
+        _task("b", "a", state="failed"),
+        _task("c", "a"),
+        _task("e", "a", "d", state="pending"),
+    ]
+    g = dag_graph(tasks)
+    level = {n["task"]: n["level"] for n in g["nodes"]}
+    assert level == {"a": 0, "b": 1, "c": 1, "d": 2, "e": 3}
+    x = {n["task"]: n["x"] for n in g["nodes"]}
+    y = {n["task"]: n["y"] for n in g["nodes"]}
+    assert x["a"] < x["b"] == x["c"] < x["d"] < x["e"]
+    assert y["b"] < y["c"]  # a column keeps the declared order
+    edges = {(e["from"], e["to"]): e for e in g["edges"]}
+    assert set(edges) == {("b", "d"), ("c", "d"), ("a", "b"), ("a", "c"), ("a", "e"), ("d", "e")}
+    assert edges[("b", "d")]["state"] == "failed"
+    # a -> e skips two columns: it runs along a lane below every box, inside the picture
+    lowest = max(n["y"] for n in g["nodes"]) + g["h"]
+    lane = float(edges[("a", "e")]["d"].split(" L")[1].split(",")[1].split()[0])
+    assert lowest < lane < g["height"]
+    assert " L" not in edges[("d", "e")]["d"]  # the next column: one curve
+    assert g["width"] == max(x.values()) + g["w"] + 12
+    assert dag_graph([])["nodes"] == []
+
+
+def test_merge_dags_over_shards_and_durations() -> None:
+    earlier, later = NOW - timedelta(hours=1), NOW
+    rows = merge_dags(
+        {
+            0: [
+                {
+                    "dag_name": "etl",
+                    "paused": False,
+                    "running_runs": 1,
+                    "last_run_at": earlier,
+                    "last_run_status": "COMPLETED",
+                }
+            ],
+            1: [
+                {
+                    "dag_name": "etl",
+                    "paused": True,
+                    "running_runs": 2,
+                    "last_run_at": later,
+                    "last_run_status": "FAILED",
+                },
+                {
+                    "dag_name": "adhoc",
+                    "paused": False,
+                    "running_runs": 0,
+                    "last_run_at": None,
+                    "last_run_status": None,
+                },
+            ],
+        }
+    )
+    assert [r["dag_name"] for r in rows] == ["adhoc", "etl"]
+    etl = rows[1]
+    assert etl["shards"] == [0, 1] and etl["paused"] and etl["paused_shards"] == [1]
+    assert etl["running_runs"] == 3 and (etl["last_run_at"], etl["last_run_status"]) == (later, "FAILED")
+    assert [duration(s) for s in (None, 0.25, 12.34, 245, 7380)] == [
+        "-",
+        "250ms",
+        "12.3s",
+        "4m 05s",
+        "2h 03m",
+    ]
+
+
+def test_upcoming_fire_times_of_a_stored_schedule() -> None:
+    row = {
+        "cron": "0 3 * * *",
+        "interval_secs": None,
+        "timezone": "Europe/Paris",
+        "paused": False,
+        "next_fire_at": None,
+        "anchor_at": "2026-03-28T12:00:00+00:00",
+        "last_slot_at": None,
+    }
+    times = upcoming(row, 3)
+    assert [t.isoformat() for t in times] == [  # 03:00 CEST (01:00 UTC) from the spring-forward night on
+        "2026-03-29T01:00:00+00:00",
+        "2026-03-30T01:00:00+00:00",
+        "2026-03-31T01:00:00+00:00",
+    ]
+    assert upcoming({**row, "paused": True}) == []
+    broken = {**row, "cron": "not a cron", "next_fire_at": NOW}
+    assert upcoming(broken) == [NOW]  # what the row says, when this version cannot compute more

@@ -64,6 +64,13 @@ class SkipTask(ActivityFailure):
         super().__init__("SkipTask", message, non_retryable=True)
 
 
+def _describe(schedule: Any) -> str:
+    """A schedule as harvest.dags stores it for people to read: a Schedule's own words
+    ("cron '0 3 * * *' in UTC", "every 900 s"), else its str()."""
+    describe = getattr(schedule, "describe", None)
+    return describe() if callable(describe) else str(schedule)
+
+
 def _check_name(value: Any, what: str) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         raise InvalidArgument(
@@ -431,7 +438,7 @@ class Dag:
             "queue": self.queue,
             "max_active_runs": self.max_active_runs,
             "description": self.description,
-            "schedule": None if self.schedule is None else str(self.schedule),
+            "schedule": None if self.schedule is None else _describe(self.schedule),
             "tasks": [self.tasks[name].to_json() for name in self.order],
         }
 

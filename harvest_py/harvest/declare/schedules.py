@@ -208,6 +208,30 @@ class Schedule:
                 yield slot
 
 
+def _moment(value: Any) -> _dt.datetime | None:
+    if value is None or isinstance(value, _dt.datetime):
+        return value
+    return _dt.datetime.fromisoformat(value)
+
+
+def upcoming_slots(row: dict[str, Any], count: int = 5) -> list[_dt.datetime]:
+    """The next ``count`` slots of a stored schedule (``get_schedule``'s JSON or a
+    ``list_schedules`` row): its stored next slot, then the ones after it; none while paused."""
+    if row.get("paused"):
+        return []
+    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
+    first = _moment(row.get("next_fire_at"))
+    if first is None:
+        known = [t for t in (_moment(row.get("anchor_at")), _moment(row.get("last_slot_at"))) if t]
+        first = spec.next_after(max(known) if known else _dt.datetime.now(UTC))
+    out = [first]
+    for slot in spec.iter_after(first):
+        if len(out) >= count:
+            break
+        out.append(slot)
+    return out
+
+
 def jitter_offset(name: str, slot: _dt.datetime, jitter_secs: float) -> _dt.timedelta:
     """How long after its slot a firing is due: a fraction of ``jitter_secs`` drawn from a hash
     of (name, slot), so every scheduler computes the same delay for a slot."""
@@ -236,21 +260,8 @@ def _moment(value: Any) -> _dt.datetime | None:
 
 
 def next_fire_times(row: dict[str, Any], count: int = 5) -> list[str]:
-    """The next ``count`` slots of a stored schedule (get_schedule's JSON): its stored next
-    slot, then the ones after it; none while paused."""
-    if row.get("paused"):
-        return []
-    spec = Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
-    first = _moment(row.get("next_fire_at"))
-    if first is None:
-        after = max(t for t in (_moment(row.get("anchor_at")), _moment(row.get("last_slot_at"))) if t)
-        first = spec.next_after(after)
-    out = [first]
-    for slot in spec.iter_after(first):
-        if len(out) >= count:
-            break
-        out.append(slot)
-    return [s.isoformat() for s in out]
+    """:func:`upcoming_slots` as ISO 8601 text (``harvest schedule get``, the HTTP API)."""
+    return [s.isoformat() for s in upcoming_slots(row, count)]
 
 
 def backfill_slots(row: dict[str, Any], start: _dt.datetime, end: _dt.datetime) -> list[_dt.datetime]:

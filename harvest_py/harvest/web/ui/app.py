@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import re
 import urllib.parse
 import uuid
@@ -46,6 +47,7 @@ from harvest.core.errors import (
 )
 from harvest.db.connection import DatabaseError, database_error_message
 from harvest.db.pools import TRANSIENT
+from harvest.declare.schedules import OVERLAP_POLICIES
 from harvest.shard.fanout import EXECUTION_STATUSES, UNAVAILABLE, Merged, fan_out_async
 from harvest.shard.health import shard_health
 from harvest.web.auth import default_authorizer, token_database
@@ -173,6 +175,26 @@ class Dashboard:
             Route("/workflows/{execution_id}/cancel", action(self.cancel, "operate"), methods=["POST"]),
             Route("/workflows/{execution_id}/terminate", action(self.terminate, "admin"), methods=["POST"]),
             Route("/workflows/{execution_id}/reset", action(self.reset, "admin"), methods=["POST"]),
+            Route("/workflows/{execution_id}/pause", action(self.pause, "operate"), methods=["POST"]),
+            Route("/workflows/{execution_id}/resume", action(self.resume, "operate"), methods=["POST"]),
+            Route("/schedules", page(self.schedules)),
+            Route("/schedules/{shard:int}/{name}", page(self.schedule)),
+            Route(
+                "/schedules/{shard:int}/{name}/{verb:str}",
+                action(self.schedule_action, "operate"),
+                methods=["POST"],
+            ),
+            Route("/dags", page(self.dags)),
+            Route("/dags/{name}", page(self.dag)),
+            Route("/dags/{name}/trigger", action(self.trigger_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name}/pause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name}/unpause", action(self.pause_dag, "operate"), methods=["POST"]),
+            Route("/dags/{name}/runs/{execution_id}", page(self.dag_run)),
+            Route(
+                "/dags/{name}/runs/{execution_id}/retry",
+                action(self.retry_dag_run, "operate"),
+                methods=["POST"],
+            ),
             Route("/dead-letters", page(self.dead_letters)),
             Route("/dead-letters/bulk", action(self.bulk, "operate"), methods=["POST"]),
             Route(
@@ -439,6 +461,259 @@ class Dashboard:
             result=plan,
         )
 
+    async def pause(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Pause a running run (docs/lifecycle.md): no task of it is claimed until the resume."""
+        execution_id = _execution_id(request.path_params["execution_id"])
+        reason = _blank_none(form.get("reason"))
+        changed = await self.source.routed(
+            execution_id,
+            principal,
+            lambda api: api.pause_workflow(execution_id, reason, principal.actor),
+            write=True,
+        )
+        return self._back(request, f"/workflows/{execution_id}", "paused" if changed else "already paused")
+
+    async def resume(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        execution_id = _execution_id(request.path_params["execution_id"])
+        reason = _blank_none(form.get("reason"))
+        changed = await self.source.routed(
+            execution_id,
+            principal,
+            lambda api: api.resume_workflow(execution_id, reason, principal.actor),
+            write=True,
+        )
+        said = "resumed" if changed else "it was not paused"
+        return self._back(request, f"/workflows/{execution_id}", said)
+
+    # -- schedules ---------------------------------------------------------------------------------
+    async def schedules(self, request: Request, principal: Principal) -> Response:
+        q = request.query_params
+        refresh = self._refresh(request)
+        kind = _choice(q, "kind", ("workflow", "dag"))
+        paused = _choice(q, "paused", ("true", "false"))
+        fan = await fan_out_async(
+            self.source.apis(principal), lambda api: api.list_schedules(kind), timeout=self.source.timeout
+        )
+        if not fan.results and fan.unavailable_shards:
+            raise DatabaseUnavailable("no shard could be read; retry when one is up")
+        rows = [
+            {**row, "shard_id": shard, "when": views.schedule_when(row), "upcoming": views.upcoming(row, 1)}
+            for shard, found in fan.results.items()
+            for row in found
+            if paused is None or row["paused"] == (paused == "true")
+        ]
+        rows.sort(key=lambda r: (r["name"], r["shard_id"]))
+        return self.render(
+            request,
+            "schedules.html",
+            principal=principal,
+            refresh=refresh,
+            rows=rows,
+            kind=kind,
+            paused=paused,
+            unavailable=fan.unavailable_shards,
+        )
+
+    def _schedule_shard(self, request: Request) -> tuple[int, str]:
+        shard, name = request.path_params["shard"], request.path_params["name"]
+        if shard not in self.source.shards:
+            raise NotFound(f"shard {shard} is not a shard of this deployment")
+        return shard, name
+
+    async def schedule(self, request: Request, principal: Principal) -> Response:
+        shard, name = self._schedule_shard(request)
+        limit = _int(request.query_params, "limit", 1, 1000, 20)
+        row = await self.source.on_shard(
+            shard, principal, lambda api: api.get_schedule(name, limit), write=False
+        )
+        return self.render(
+            request,
+            "schedule.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            s=row,
+            shard=shard,
+            when=views.schedule_when(row),
+            upcoming=views.upcoming(row, 5),
+            overlaps=OVERLAP_POLICIES,
+            limit=limit,
+        )
+
+    async def schedule_action(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Pause (with a note), resume or trigger (now, under the schedule's overlap policy or
+        the one chosen) the schedule on its shard, as `harvest schedule pause|resume|trigger`."""
+        shard, name = self._schedule_shard(request)
+        verb = request.path_params["verb"]
+        actor = principal.actor
+        if verb == "pause":
+            note = _blank_none(form.get("note"))
+            call: Callable[[Any], Awaitable[Any]] = lambda api: api.pause_schedule(name, note, actor)  # noqa: E731
+        elif verb == "resume":
+            call = lambda api: api.resume_schedule(name, actor)  # noqa: E731
+        elif verb == "trigger":
+            overlap = _choice(form, "overlap", OVERLAP_POLICIES)
+            call = lambda api: api.trigger_schedule(name, overlap, actor)  # noqa: E731
+        else:
+            raise NotFound(f"no schedule action {verb!r}: use pause, resume or trigger")
+        answer = await self.source.on_shard(shard, principal, call, write=True)
+        if verb == "trigger":
+            said = f"triggered: slot {views.when(answer.get('slot_at'))} {answer.get('status')}"
+            if answer.get("reason"):
+                said += f" ({answer['reason']})"
+            if answer.get("duplicate"):
+                said += ", a firing that second already existed"
+        else:
+            said = f"schedule {'paused' if answer.get('paused') else 'running'}"
+        return self._back(request, f"/schedules/{shard}/{urllib.parse.quote(name, safe='')}", said)
+
+    # -- DAGs ----------------------------------------------------------------------------------------
+    async def dags(self, request: Request, principal: Principal) -> Response:
+        q = request.query_params
+        refresh = self._refresh(request)
+        paused = _choice(q, "paused", ("true", "false"))
+        fan = await fan_out_async(
+            self.source.apis(principal), lambda api: api.list_dags(), timeout=self.source.timeout
+        )
+        if not fan.results and fan.unavailable_shards:
+            raise DatabaseUnavailable("no shard could be read; retry when one is up")
+        rows = views.merge_dags(fan.results)
+        if paused is not None:
+            rows = [r for r in rows if r["paused"] == (paused == "true")]
+        return self.render(
+            request,
+            "dags.html",
+            principal=principal,
+            refresh=refresh,
+            rows=rows,
+            paused=paused,
+            unavailable=fan.unavailable_shards,
+        )
+
+    async def dag(self, request: Request, principal: Principal) -> Response:
+        name = request.path_params["name"]
+        limit = _int(request.query_params, "limit", 1, MAX_PAGE, DEFAULT_PAGE)
+        status = _choice(request.query_params, "status", tuple(s.lower() for s in EXECUTION_STATUSES))
+
+        async def one(api: Any) -> Any:
+            dag = next((d for d in await api.list_dags() if d["dag_name"] == name), None)
+            return None if dag is None else (dag, await api.list_dag_runs(name, 1000 if status else limit))
+
+        fan = await fan_out_async(self.source.apis(principal), one, timeout=self.source.timeout)
+        found = {s: r for s, r in fan.results.items() if r is not None}
+        if not found:
+            if fan.unavailable_shards:
+                raise DatabaseUnavailable("no shard could be read; retry when one is up")
+            raise NotFound(f"no DAG {name!r} is registered on any shard")
+        dag = views.merge_dags({s: [r[0]] for s, r in found.items()})[0]
+        runs = [{**run, "shard_id": s} for s, r in found.items() for run in r[1]]
+        if status:
+            runs = [r for r in runs if r["status"] == status.upper()]
+        runs.sort(key=lambda r: r["created_at"], reverse=True)
+        return self.render(
+            request,
+            "dag.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            dag=dag,
+            runs=runs[:limit],
+            limit=limit,
+            status=status,
+            statuses=EXECUTION_STATUSES,
+            unavailable=fan.unavailable_shards,
+        )
+
+    async def dag_run(self, request: Request, principal: Principal) -> Response:
+        name = request.path_params["name"]
+        execution_id = _execution_id(request.path_params["execution_id"])
+        run = await self.source.routed(execution_id, principal, lambda api: api.get_dag_run(execution_id))
+        if run["dag_name"] != name:
+            raise NotFound(f"run {execution_id} is a run of DAG {run['dag_name']!r}, not of {name!r}")
+        return self.render(
+            request,
+            "dag_run.html",
+            principal=principal,
+            refresh=self._refresh(request),
+            run=run,
+            graph=views.dag_graph(run["tasks"]),
+        )
+
+    async def trigger_dag(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """A run of the DAG with the conf typed (a JSON object; empty: {}), as `harvest dag
+        trigger`. One database: there; shards: the shard an unpinned start of the DAG's workflow
+        with that workflow id (or a fresh one) goes to, which must have the DAG registered."""
+        name = request.path_params["name"]
+        text = (form.get("conf") or "").strip()
+        try:
+            conf = json.loads(text) if text else {}
+        except ValueError as exc:
+            raise InvalidArgument(f"the conf is not valid JSON ({exc})") from None
+        if not isinstance(conf, dict):
+            raise InvalidArgument("the conf must be a JSON object ({} for none)")
+        workflow_id = _blank_none(form.get("workflow_id"))
+        shard = self.source.shards[0]
+        if self.source.sharded:
+            shard, workflow_id = await self._dag_home(name, workflow_id, principal)
+        actor = principal.actor
+        row = await self.source.on_shard(
+            shard, principal, lambda api: api.trigger_dag(name, conf, workflow_id, actor), write=True
+        )
+        said = "triggered" if row["started_fresh"] else f"a run of workflow id {row['workflow_id']} exists"
+        return self._back(request, f"/dags/{_quoted(name)}/runs/{row['execution_id']}", said)
+
+    async def _dag_home(self, name: str, workflow_id: str | None, principal: Principal) -> tuple[int, str]:
+        """Where a trigger of DAG ``name`` goes on several shards: with a workflow id, the shard
+        an unpinned start of that id goes to (so a later start of it finds the run); without
+        one, a writable shard that registered the DAG, with an id minted to route there."""
+        router = self.source.router
+        if workflow_id is not None:
+            return router.place(name, workflow_id), workflow_id
+        fan = await fan_out_async(
+            self.source.apis(principal), lambda api: api.list_dags(), timeout=self.source.timeout
+        )
+        registered = [s for s, rows in fan.results.items() if any(r["dag_name"] == name for r in rows)]
+        candidates = [s for s in registered if s in router.writable]
+        if not candidates:
+            if registered:
+                raise InvalidArgument(f"no shard that registered DAG {name!r} is accepting new workflows")
+            raise NotFound(f"no DAG {name!r} is registered on a shard that answered")
+        shard = random.choice(candidates)
+        return shard, router.mint_workflow_id(name, shard)
+
+    async def pause_dag(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Pause (or unpause) the DAG on every shard that registered it (each audits its own)."""
+        name = request.path_params["name"]
+        pausing = request.url.path.endswith("/pause")
+
+        async def one(api: Any) -> Any:
+            try:
+                if pausing:
+                    return await api.pause_dag(name, principal.actor)
+                return await api.unpause_dag(name, principal.actor)
+            except NotFound:
+                return None
+
+        apis = {s: _writer(self.source, s, principal) for s in self.source.shards}
+        fan = await fan_out_async(apis, one, timeout=self.source.timeout)
+        changed = {s: c for s, c in fan.results.items() if c is not None}
+        if not changed and not fan.unavailable_shards:
+            raise NotFound(f"no DAG {name!r} is registered on any shard")
+        verb = "paused" if pausing else "unpaused"
+        said = verb if any(changed.values()) else f"{verb} already (nothing changed)"
+        if fan.unavailable_shards:
+            shards = ", ".join(map(str, fan.unavailable_shards))
+            said += f"; shard(s) {shards} could not be reached: do it again when they are up"
+        return self._back(request, f"/dags/{_quoted(name)}", said)
+
+    async def retry_dag_run(self, request: Request, principal: Principal, form: dict[str, str]) -> Response:
+        """Retry a failed run from its failed tasks (a new run; its successful tasks carried over)."""
+        name = request.path_params["name"]
+        execution_id = _execution_id(request.path_params["execution_id"])
+        row = await self.source.routed(
+            execution_id, principal, lambda api: api.retry_dag_run(execution_id, principal.actor), write=True
+        )
+        said = "retried: a new run" if row["started_fresh"] else "already retried: its newer run"
+        return self._back(request, f"/dags/{_quoted(name)}/runs/{row['execution_id']}", said)
+
     # -- dead letters --------------------------------------------------------------------------------
     async def dead_letters(self, request: Request, principal: Principal) -> Response:
         q = request.query_params
@@ -654,6 +929,10 @@ def _missing(*reads: Merged[Any]) -> list[int]:
 def _writer(source: Source, shard: int, principal: Principal) -> Callable[[], Any]:
     # A dry run too: it selects the rows it would act on FOR UPDATE, as the real run does.
     return lambda: source.lend(shard, principal, write=True)
+
+
+def _quoted(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
 
 
 def _blank_none(value: str | None) -> str | None:

@@ -67,7 +67,7 @@ def with_query(query: Any, **changes: Any) -> str:
 
 
 def install(env: jinja2.Environment) -> None:
-    env.filters.update(ago=ago, when=when, pretty=pretty, compact=compact)
+    env.filters.update(ago=ago, when=when, pretty=pretty, compact=compact, duration=duration)
     env.globals.update(with_query=with_query, COMPLETE=COMPLETE)
 
 
@@ -179,3 +179,115 @@ def execution_page(
         # the run had seen); the database checks the boundary is a completed one.
         "resettable": [e["event_id"] - 1 for e in events if e["event_type"] == "WorkflowTaskCompleted"],
     }
+
+
+# -- schedules -----------------------------------------------------------------------------------
+def schedule_when(row: dict[str, Any]) -> str:
+    """A schedule's cron (with its zone) or interval, as ``harvest schedule list`` says it."""
+    if row.get("cron"):
+        return f"cron {row['cron']} {row.get('timezone') or 'UTC'}"
+    return f"every {row.get('interval_secs')}s"
+
+
+def upcoming(row: dict[str, Any], count: int = 5) -> list[datetime]:
+    """The next ``count`` fire times of a schedule row (none while paused); a row the dashboard
+    cannot compute (a cron this version does not parse) shows its stored next slot only."""
+    from harvest.core.errors import InvalidArgument
+    from harvest.declare.schedules import upcoming_slots
+
+    try:
+        return upcoming_slots(row, count)
+    except InvalidArgument:
+        nxt = row.get("next_fire_at")
+        return [nxt] if nxt is not None and not row.get("paused") else []
+
+
+# -- DAGs ----------------------------------------------------------------------------------------
+def merge_dags(per_shard: dict[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per DAG over the shards that registered it: paused on any shard is paused (the
+    shards named), running runs summed, the newest last run."""
+    merged: dict[str, dict[str, Any]] = {}
+    for shard, rows in sorted(per_shard.items()):
+        for row in rows:
+            name = row["dag_name"]
+            one = merged.get(name)
+            if one is None:
+                one = merged[name] = {**row, "shards": [], "paused_shards": [], "running_runs": 0}
+            one["shards"].append(shard)
+            if row.get("paused"):
+                one["paused_shards"].append(shard)
+            one["running_runs"] += row.get("running_runs") or 0
+            last = row.get("last_run_at")
+            if last and (not one.get("last_run_at") or last > one["last_run_at"]):
+                one["last_run_at"], one["last_run_status"] = last, row.get("last_run_status")
+    for one in merged.values():
+        one["paused"] = bool(one["paused_shards"])
+    return [merged[name] for name in sorted(merged)]
+
+
+NODE_W, NODE_H, GAP_X, GAP_Y, PAD, LANE = 190, 62, 70, 22, 12, 14
+
+
+def dag_graph(tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A DAG run's tasks laid out by topological level for an inline SVG: a task's level is one
+    more than its deepest upstream task's (0 without any), levels are columns left to right, a
+    column keeps the tasks' declared order. Edges run from an upstream task's right side to its
+    downstream task's left side; one that skips a column runs along a lane of its own under
+    the boxes, so it never crosses one. An upstream name the run does not list is ignored."""
+    names = [t["task"] for t in tasks]
+    upstream = {t["task"]: [u for u in (t.get("upstream") or []) if u in names] for t in tasks}
+    level: dict[str, int] = {}
+
+    def depth(name: str, seen: tuple[str, ...] = ()) -> int:
+        if name not in level:
+            ups = [u for u in upstream[name] if u not in seen]  # a cycle cannot be declared; be safe
+            level[name] = 1 + max((depth(u, (*seen, name)) for u in ups), default=-1)
+        return level[name]
+
+    columns: dict[int, list[str]] = {}
+    for name in names:
+        columns.setdefault(depth(name), []).append(name)
+    at: dict[str, tuple[int, int]] = {}
+    nodes = []
+    by_name = {t["task"]: t for t in tasks}
+    for col, members in sorted(columns.items()):
+        for row, name in enumerate(members):
+            x, y = PAD + col * (NODE_W + GAP_X), PAD + row * (NODE_H + GAP_Y)
+            at[name] = (x, y)
+            nodes.append({**by_name[name], "x": x, "y": y, "level": col})
+    tallest = max((len(m) for m in columns.values()), default=1)
+    bottom = PAD + tallest * NODE_H + (tallest - 1) * GAP_Y  # the lowest box's bottom edge
+    edges, lanes = [], 0
+    for name in names:
+        x2, y2 = at[name]
+        for up in upstream[name]:
+            x1, y1 = at[up]
+            sx, sy, ex, ey = x1 + NODE_W, y1 + NODE_H / 2, x2, y2 + NODE_H / 2
+            if level[name] - level[up] == 1:  # the next column: one curve across the gap
+                mid = (sx + ex) / 2
+                d = f"M{sx},{sy} C{mid},{sy} {mid},{ey} {ex},{ey}"
+            else:  # past other columns: down in the gap, along a lane under every box, and up
+                lanes += 1
+                lane, bend = bottom + LANE * lanes, GAP_X / 2
+                d = (
+                    f"M{sx},{sy} C{sx + bend},{sy} {sx + bend},{lane} {sx + GAP_X},{lane}"
+                    f" L{ex - GAP_X},{lane} C{ex - bend},{lane} {ex - bend},{ey} {ex},{ey}"
+                )
+            edges.append({"from": up, "to": name, "state": by_name[up].get("state"), "d": d})
+    width = PAD * 2 + (max(columns, default=0) + 1) * NODE_W + max(columns, default=0) * GAP_X
+    height = bottom + LANE * lanes + PAD
+    return {"nodes": nodes, "edges": edges, "width": width, "height": height, "w": NODE_W, "h": NODE_H}
+
+
+def duration(seconds: Any) -> str:
+    """Seconds as "850ms", "12.3s", "4m 05s", "2h 03m" (or "-")."""
+    if seconds is None:
+        return "-"
+    s = float(seconds)
+    if s < 1:
+        return f"{int(s * 1000)}ms"
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m {int(s % 60):02d}s"
+    return f"{int(s // 3600)}h {int(s % 3600 // 60):02d}m"
