@@ -395,7 +395,12 @@ BEGIN
     );
     PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
-        'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id));
+        'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id)
+        -- A child's trace is its root run's (docs/observability.md): the parent's own root, or
+        -- the parent itself (also when the parent lives on another shard and is not read here).
+        || CASE WHEN p_parent_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('trace_root', coalesce(
+               (SELECT ev.event_data ->> 'trace_root' FROM harvest.events AS ev
+                WHERE ev.execution_id = p_parent_id AND ev.event_id = 1), p_parent_id::text)) END);
     IF v_concurrency_key IS NOT NULL AND p_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
         PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
                                    (p_policy #>> '{concurrency,limit}')::integer, v_id);

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(155);
+SELECT plan(157);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -57,6 +57,16 @@ SELECT is((SELECT parent_id FROM harvest.executions WHERE id = (SELECT execution
           (SELECT execution_id FROM minted), 'p_parent_id is stored on the child');
 SELECT is((SELECT event_data ->> 'parent_id' FROM harvest.events WHERE execution_id = (SELECT execution_id FROM child)),
           (SELECT execution_id::text FROM minted), 'WorkflowStarted carries the parent_id');
+CREATE TEMP TABLE grandchild ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflow('start_grandchild', p_parent_id => (SELECT execution_id FROM child));
+SELECT is((SELECT string_agg(e.event_data ->> 'trace_root', ',' ORDER BY e.execution_id = (SELECT execution_id FROM child) DESC)
+           FROM harvest.events AS e
+           WHERE e.event_id = 1 AND e.execution_id IN ((SELECT execution_id FROM child), (SELECT execution_id FROM grandchild))),
+          (SELECT execution_id::text || ',' || execution_id::text FROM minted),
+          'a child and a grandchild carry the root run as their trace_root');
+SELECT is((SELECT event_data ? 'trace_root' FROM harvest.events
+           WHERE execution_id = (SELECT execution_id FROM minted) AND event_id = 1), false,
+          'a root run carries no trace_root (its trace is its own id)');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_shard => 70000)$$, 'HR001', NULL,
                  'a shard out of 0..65535: HR001');
 SELECT is(harvest._start_check_shard(NULL), 0, '_start_check_shard(): NULL is this database''s shard (0)');

@@ -27,8 +27,14 @@ async def traced_act(ctx, x: int) -> int:
 
 
 @workflow(queue="tp_child")
-async def traced_child(ctx, x: int) -> int:
+async def traced_grandchild(ctx, x: int) -> int:
     return await ctx.execute_activity(traced_act, x)
+
+
+@workflow(queue="tp_child")
+async def traced_child(ctx, x: int) -> int:
+    y = await ctx.execute_activity(traced_act, x)
+    return await ctx.execute_child_workflow(traced_grandchild, y, queue="tp_child")
 
 
 @workflow(queue="tp")
@@ -41,7 +47,7 @@ async def traced_parent(ctx, x: int) -> int:
     return z
 
 
-app = App(workflows=[traced_parent, traced_child], activities=[traced_act])
+app = App(workflows=[traced_parent, traced_child, traced_grandchild], activities=[traced_act])
 
 
 class FileExporter(SpanExporter):

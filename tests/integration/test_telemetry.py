@@ -1,8 +1,9 @@
 """Traces and structured logs across real worker processes (docs/observability.md).
 
 Two worker processes: A decides the parent (queue tp, no sticky cache: every workflow task
-replays), B runs the activities and the child (tp_act, tp_child). One run of the parent, with
-an activity and a child, must give one connected trace over both processes' spans; the JSON
+replays), B runs the activities, the child and the grandchild (tp_act, tp_child). One run of
+the parent, with an activity, a child and a grandchild, must give one connected trace (the root
+run's) over both processes' spans; the JSON
 log lines of workflow and activity code must carry the run's fields and the trace id; the
 parent's ctx.logger lines must appear once each although A replays the history on every task.
 """
@@ -54,7 +55,7 @@ def test_one_trace_across_two_worker_processes_and_json_logs(db: str, tmp_path: 
                 except Exception:
                     assert time.monotonic() < deadline
                     time.sleep(0.2)
-            assert handle.result(timeout=60) == 3
+            assert handle.result(timeout=60) == 4
         time.sleep(0.5)  # the last spans are exported as they end
     finally:
         for proc in (a, b):
@@ -69,9 +70,9 @@ def test_one_trace_across_two_worker_processes_and_json_logs(db: str, tmp_path: 
         by_name.setdefault(span["name"], []).append(span)
     # The activity spans (both in B) and the parent's first task (in A) are in the run's trace.
     activities = by_name["harvest.activity.execute"]
-    assert len(activities) == 2 and all(s["trace_id"] == run_trace for s in activities)
+    assert len(activities) == 3 and all(s["trace_id"] == run_trace for s in activities)
     assert all(s["trace_id"] == run_trace for s in spans_b), (
-        "B's spans (activities, child tasks) are in one trace"
+        "B's spans (activities, the child's and the grandchild's tasks) are in the root run's trace"
     )
     first_task = [s for s in by_name["harvest.workflow.task"] if s in spans_a]
     assert first_task and first_task[0]["trace_id"] == run_trace
@@ -87,10 +88,13 @@ def test_one_trace_across_two_worker_processes_and_json_logs(db: str, tmp_path: 
 
     logs_b = _lines(tmp_path / "b.log")
     ran = [line for line in logs_b if line["message"] in ("activity ran", "plain logger in an activity")]
-    assert len(ran) == 4
+    assert len(ran) == 6
     for line in ran:
         assert line["activity"] == "traced_act" and line["attempt"] == 1
-        assert line["workflow"] in ("traced_parent", "traced_child") and line["execution_id"]
+        assert (
+            line["workflow"] in ("traced_parent", "traced_child", "traced_grandchild")
+            and line["execution_id"]
+        )
         assert line["trace_id"] == run_trace
     logs_a = _lines(tmp_path / "a.log")
     said = [line["message"] for line in logs_a if line["logger"] == "harvest.workflow"]

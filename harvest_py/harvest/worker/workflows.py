@@ -216,6 +216,12 @@ def place_children(worker: Worker, execution_id: str, commands: list[dict[str, A
     return placed
 
 
+def _trace_root(started: dict[str, Any]) -> str | None:
+    """The run whose trace a run's spans join (its WorkflowStarted): the root of its family of
+    children, written at the child's start, or, in histories from before, its parent."""
+    return started.get("trace_root") or started.get("parent_id")
+
+
 def _event(row: dict[str, Any]) -> dict[str, Any]:
     return {"event_id": row["event_id"], "event_type": row["event_type"], "event_data": row["event_data"]}
 
@@ -272,7 +278,7 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
     if cached is not None:
         parent_id = getattr(cached, "trace_parent_id", None)
     else:
-        parent_id = task["new_events"][0]["event_data"].get("parent_id")
+        parent_id = _trace_root(task["new_events"][0]["event_data"])
     return tracing.span(
         "harvest.workflow.task", execution_id=execution_id, parent_id=parent_id, attributes=attributes
     )
@@ -324,7 +330,7 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
                 replayed = True
             if events and events[0]["event_type"] == "WorkflowStarted":
-                run.trace_parent_id = events[0]["event_data"].get("parent_id")
+                run.trace_parent_id = _trace_root(events[0]["event_data"])
             activation = await run.advance(await _decoded(worker, task, events))
     except Exception as exc:
         if run is not None:
