@@ -134,12 +134,20 @@ def test_schedules_and_dags_over_shards(shards, per_shard_workers) -> None:
         dags = client.get("/dags", headers=headers).text
         assert dags.count('data-dag="nightly_etl"') == 1 and "<td>0, 2</td>" in dags
 
+        def ended(run: str) -> bool:
+            with psycopg.connect(shards.dsns[router.route(run)], autocommit=True) as conn:
+                status = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (run,))
+                return status.fetchone()[0] not in ("RUNNING", "PAUSED")
+
         for _ in range(4):  # no workflow id: a shard that registered the DAG, never shard 1
             sent = client.post("/dags/nightly_etl/trigger", headers=headers, data={"conf": "{}"})
             assert sent.status_code == 200, sent.text
             run = re.search(r"/dags/nightly_etl/runs/([0-9a-f-]{36})", str(sent.url)).group(1)
             assert router.route(run) in (0, 2)
             assert 'id="dag-graph"' in sent.text
+            # Each run ends before the next trigger: the demo DAG's max_active_runs (2) would
+            # refuse a third live run on one shard, wherever the random placement put them.
+            wait_for(lambda run=run: ended(run), "the triggered DAG run to end")
         pinned = router.mint_workflow_id("nightly_etl", 2)  # a workflow id: where its start goes
         sent = client.post(
             "/dags/nightly_etl/trigger", headers=headers, data={"conf": "{}", "workflow_id": pinned}
