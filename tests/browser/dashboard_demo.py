@@ -3,46 +3,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import demo_app
 from dashboard_helpers import wait_for
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+
+from worker_helpers import RunningWorker  # the one worker-in-a-thread of the suites
+
 from harvest import Client, Worker
-
-
-# -- a worker in a thread ------------------------------------------------------------------------
-class RunningWorker:
-    """A Worker on its own event loop in a thread (as tests/integration's), stopped at teardown."""
-
-    def __init__(self, worker: Worker):
-        self.worker, self.loop, self.error = worker, None, None
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._main, daemon=True)
-
-    def _main(self) -> None:
-        async def go() -> None:
-            self.loop = asyncio.get_running_loop()
-            self._ready.set()
-            await self.worker.run()
-
-        try:
-            asyncio.run(go())
-        except BaseException as exc:
-            self.error = exc
-            self._ready.set()
-
-    def start(self) -> RunningWorker:
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def stop(self) -> None:
-        if self.loop is not None and self._thread.is_alive():
-            self.loop.call_soon_threadsafe(self.worker.request_stop)
-        self._thread.join(30)
 
 
 @dataclass
