@@ -327,8 +327,12 @@ def _from_file(path: Path) -> dict[tuple[str, ...], Setting]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return _from_data(data, str(path))
+
+
+def _from_data(data: Mapping[str, Any], source: str) -> dict[tuple[str, ...], Setting]:
+    """The file's keys from a mapping (the parsed TOML, or Django's ``settings.HARVEST``)."""
     out: dict[tuple[str, ...], Setting] = {}
-    source = str(path)
     for name, value in data.items():
         if name in SECTIONS:
             if not isinstance(value, dict):
@@ -381,11 +385,24 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     return out
 
 
-def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key."""
+def load_config(
+    path: str | os.PathLike | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    data: Mapping[str, Any] | None = None,
+    source: str = "settings",
+) -> Config:
+    """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key.
+
+    ``data``: the file's keys as a mapping (``{"database_url": ..., "worker": {"concurrency":
+    8}}``), read instead of any file, errors naming ``source`` (Django's ``settings.HARVEST``)."""
     env = os.environ if env is None else env
-    file_path = config_path(path, env)
-    settings = _from_file(file_path) if file_path else {}
+    if data is not None:
+        file_path = None
+        settings = _from_data(data, source)
+    else:
+        file_path = config_path(path, env)
+        settings = _from_file(file_path) if file_path else {}
     for key, setting in _from_env(env).items():
         if SCHEMA[key] in TABLES and key in settings:
             # A table merges entry by entry: a variable adds or overrides one shard's URL (the
