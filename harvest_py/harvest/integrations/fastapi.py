@@ -22,9 +22,20 @@ from typing import Annotated
 from fastapi import Depends
 
 from harvest.client.client import AsyncClient
-from harvest.integrations.starlette import DEFAULT_MOUNT_PATH, HarvestLifespan, harvest_client
+from harvest.integrations.starlette import (
+    DEFAULT_MOUNT_PATH,
+    HarvestLifespan,
+    harvest_client,
+    harvest_error_handler,
+)
 
-__all__ = ["DEFAULT_MOUNT_PATH", "HarvestClient", "HarvestLifespan", "harvest_client"]
+__all__ = [
+    "DEFAULT_MOUNT_PATH",
+    "HarvestClient",
+    "HarvestLifespan",
+    "harvest_client",
+    "harvest_error_handler",
+]
 
 # A route parameter annotated with this receives the app's AsyncClient.
 HarvestClient = Annotated[AsyncClient, Depends(harvest_client)]

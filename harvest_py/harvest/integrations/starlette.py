@@ -29,7 +29,8 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import HTTPConnection
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
 from starlette.routing import Mount
 
 from harvest.client.client import AsyncClient
@@ -38,10 +39,11 @@ from harvest.config.config import Config
 from harvest.config.process import configured_options, is_sharded, run_worker, worker_dsn
 from harvest.declare.definitions import App
 from harvest.web.app import management_app
+from harvest.web.errors import error_response
 from harvest.web.principal import Authorizer
 from harvest.worker.worker import Worker
 
-__all__ = ["DEFAULT_MOUNT_PATH", "HarvestLifespan", "harvest_client"]
+__all__ = ["DEFAULT_MOUNT_PATH", "HarvestLifespan", "harvest_client", "harvest_error_handler"]
 
 log = logging.getLogger("harvest.integrations")
 
@@ -201,3 +203,11 @@ def harvest_client(connection: HTTPConnection) -> AsyncClient:
     if not isinstance(harvest, HarvestLifespan):
         raise RuntimeError("this app has no HarvestLifespan: pass one as the app's lifespan=")
     return harvest.client
+
+
+async def harvest_error_handler(request: Request, exc: Exception) -> Response:
+    """The management API's JSON error for a :class:`harvest.HarvestError` one of your routes
+    raised (``NotFound`` 404, ``WorkflowAlreadyExists`` 409, ``WorkflowNotRunning`` 409, ...,
+    ``{"error": {"code", "message", ...}}``): ``exception_handlers={HarvestError:
+    harvest_error_handler}``."""
+    return error_response(exc)
