@@ -53,7 +53,7 @@ def database() -> Iterator[str]:
         server.stop()
 
 
-ORDERS = [
+ORDERS: list[dict[str, Any]] = [
     {"order_id": "A-1", "customer_id": "cus_ann", "email": "ann@example.test", "amount_cents": 12_000},
     {"order_id": "B-2", "customer_id": "cus_bo", "email": "bo@example.test", "amount_cents": 150_000},
     {"order_id": "C-3", "customer_id": "cus_cy", "email": "cy@example.test", "amount_cents": 4_000},
