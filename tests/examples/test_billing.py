@@ -131,7 +131,7 @@ def test_the_daily_report_runs_on_its_schedule_at_three(env: WorkflowEnvironment
     # (a slot seen more than a minute late is missed, as catchup=False says).
     with env.time_skipping_paused():
         env.wait_until_idle()
-        now = env.now()
+        now = env.now().astimezone(dt.UTC)
         slot = now.replace(hour=3, minute=0, second=0, microsecond=0)
         if slot <= now:
             slot += dt.timedelta(days=1)

@@ -13,6 +13,7 @@ from pathlib import Path
 import django
 import pytest
 
+TZ_BEFORE = os.environ.get("TZ")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_project.settings")
 django.setup()
 
@@ -121,3 +122,8 @@ def test_harvest_worker_needs_an_app() -> None:
         call_command("harvest_worker")
     with override_settings(HARVEST=BASE), pytest.raises(CommandError, match="which the App does not declare"):
         call_command("harvest_worker", "--queue", "nope")
+
+
+def test_setting_django_up_left_the_processs_time_zone_alone() -> None:
+    # The suite's other tests run in this process after Django's setup (settings.TIME_ZONE = None).
+    assert os.environ.get("TZ") == TZ_BEFORE
