@@ -1,0 +1,68 @@
+"""``python -m examples.entity``: an account opened by its first command, a dozen commands
+(one refused), three rotations by continue-as-new, queries on the current run, then close."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from harvest import AsyncClient
+
+from examples._runner import main, say
+from examples.entity.workflows import AccountState, Command, account, app
+
+ACCOUNT_ID = "acct-42"
+WORKFLOW_ID = f"account-{ACCOUNT_ID}"
+
+
+async def send(client: AsyncClient, command: Command, commands_per_run: int) -> None:
+    """Send a command to the account, opening it (in the same transaction) if it has no run."""
+    await client.signal_with_start(
+        account,
+        AccountState(ACCOUNT_ID, owner="ann"),
+        commands_per_run,
+        workflow_id=WORKFLOW_ID,
+        signal="command",
+        signal_payload=command,
+    )
+
+
+async def summary_after(client: AsyncClient, commands: int, timeout: float = 30.0) -> dict[str, Any]:
+    """The summary of the account's current run once it has handled ``commands`` commands.
+    (A query answers from the last completed step, so a command just sent may not show yet.)"""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        handle = client.get_handle(workflow=account, workflow_id=WORKFLOW_ID)  # the current run
+        answer: dict[str, Any] = await handle.query("summary")
+        if answer["commands_seen"] >= commands or loop.time() > deadline:
+            return answer
+        await asyncio.sleep(0.05)
+
+
+async def scenario(client: AsyncClient, commands_per_run: int = 4) -> AccountState:
+    commands = [Command("deposit", 10_000, "salary")]
+    commands += [Command("withdraw", 1_500, f"groceries {week}") for week in range(1, 5)]
+    commands += [
+        Command("withdraw", 50_000, "a car"),  # refused: insufficient funds
+        Command("freeze"),
+        Command("deposit", 100, "refund"),  # refused: frozen
+        Command("unfreeze"),
+        Command("deposit", 2_500, "refund"),
+        Command("withdraw", 1_000, "books"),
+    ]
+    for command in commands:
+        await send(client, command, commands_per_run)
+    summary = await summary_after(client, len(commands))
+    say(f"after {len(commands)} commands, run {summary['runs']}: balance {summary['balance_cents']} cents")
+    say(f"  recent: {summary['recent'][-3:]}")
+    say(f"  refused: {summary['refused']}")
+    await send(client, Command("close"), commands_per_run)
+    final: AccountState = await client.get_handle(workflow=account, workflow_id=WORKFLOW_ID).result(timeout=60)
+    say(f"closed after {final.commands_seen} commands in {final.runs} runs: {final.recent[-1]}")
+    return final
+
+
+if __name__ == "__main__":
+    sys.exit(main(app, scenario))
