@@ -10,10 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from harvest import AsyncClient
-
 from examples._runner import main, say
 from examples.agent_daemon.workflows import DaemonState, Inbox, Task, agent_daemon, app
+from harvest import AsyncClient
 
 DAEMON_ID = "agent-daemon"
 
@@ -33,12 +32,18 @@ async def scenario(client: AsyncClient, workspace: str, budget_micros: int = 40_
     await _until_finished(client, 2)
     await daemon.signal("inbox", Inbox("task", Task("count", f"count: {'NOTES.md'}", budget_micros=5_000)))
     await daemon.signal("inbox", Inbox("stop"))
-    final: DaemonState = await client.get_handle(workflow=agent_daemon, workflow_id=DAEMON_ID).result(timeout=60)
+    final: DaemonState = await client.get_handle(workflow=agent_daemon, workflow_id=DAEMON_ID).result(
+        timeout=60
+    )
     for report in final.recent:
-        say(f"  {report.session_id}: {report.status}, {len(report.turns)} turns, "
-            f"{report.cost_micros} micro-dollars: {report.answer}")  # fmt: skip
-    say(f"spent {final.spent_micros} of {final.budget_micros} micro-dollars; "
-        f"tokens in {final.input_tokens}, out {final.output_tokens}")  # fmt: skip
+        say(
+            f"  {report.session_id}: {report.status}, {len(report.turns)} turns, "
+            f"{report.cost_micros} micro-dollars: {report.answer}"
+        )
+    say(
+        f"spent {final.spent_micros} of {final.budget_micros} micro-dollars; "
+        f"tokens in {final.input_tokens}, out {final.output_tokens}"
+    )
     say(f"NOTES.md:\n{(Path(workspace) / 'NOTES.md').read_text()}")
     return final
 

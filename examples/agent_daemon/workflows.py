@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from examples.agent_daemon import model
+from examples.agent_daemon.model import Message, ModelReply, ToolCall
 from harvest import (
     ActivityContext,
     App,
@@ -36,9 +38,6 @@ from harvest import (
     update,
     workflow,
 )
-
-from examples.agent_daemon import model
-from examples.agent_daemon.model import Message, ModelReply, ToolCall
 
 # Prices in millionths of a US dollar per token ($3 and $15 per million tokens).
 PRICE_INPUT_MICROS = 3
@@ -222,7 +221,11 @@ async def agent_daemon(ctx: WorkflowContext, state: DaemonState, tasks_per_run: 
         task = message.task
         taken += 1
         if state.spent_micros + state.reserved_micros + task.budget_micros > state.budget_micros:
-            record(SessionReport(task.session_id, "refused", "its budget does not fit what is left of the daemon's"))
+            record(
+                SessionReport(
+                    task.session_id, "refused", "its budget does not fit what is left of the daemon's"
+                )
+            )
         else:
             state.reserved_micros += task.budget_micros
             running.append(asyncio.create_task(run(task)))

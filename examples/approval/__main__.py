@@ -8,18 +8,23 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
-from harvest import AsyncClient, StartOptions, UpdateRejected
-
 from examples._runner import main, say
 from examples.approval.workflows import Decision, Outcome, Request, app, approval
+from harvest import AsyncClient, StartOptions, UpdateRejected
 
 SECOND = dt.timedelta(seconds=1)
 
 
 async def scenario(client: AsyncClient, deadline: dt.timedelta = SECOND) -> list[Outcome]:
     """Run both requests; returns their outcomes."""
-    laptop = Request("REQ-1", requester="ann", approver="bob", manager="carol", description="a laptop",
-                     amount_cents=180_000)  # fmt: skip
+    laptop = Request(
+        "REQ-1",
+        requester="ann",
+        approver="bob",
+        manager="carol",
+        description="a laptop",
+        amount_cents=180_000,
+    )
     handle = await client.start_workflow(
         approval, laptop, deadline * 60, deadline * 60, options=StartOptions(workflow_id="approval-REQ-1")
     )
@@ -34,8 +39,14 @@ async def scenario(client: AsyncClient, deadline: dt.timedelta = SECOND) -> list
     first: Outcome = await handle.result(timeout=60)
     say(f"  outcome: {first}")
 
-    monitor = Request("REQ-2", requester="ann", approver="bob", manager="carol", description="a monitor",
-                      amount_cents=30_000)  # fmt: skip
+    monitor = Request(
+        "REQ-2",
+        requester="ann",
+        approver="bob",
+        manager="carol",
+        description="a monitor",
+        amount_cents=30_000,
+    )
     handle = await client.start_workflow(
         approval, monitor, deadline, deadline, options=StartOptions(workflow_id="approval-REQ-2")
     )

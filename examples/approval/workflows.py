@@ -149,7 +149,9 @@ async def reassign(ctx: WorkflowContext, approver: str) -> str:
     """Hand the decision to someone else (who is told so); answers the new approver."""
     ctx.state["approver"] = approver
     request: Request = ctx.state["request"]
-    await ctx.execute_activity(notify, approver, f"please approve {request.request_id}: {request.description}")
+    await ctx.execute_activity(
+        notify, approver, f"please approve {request.request_id}: {request.description}"
+    )
     return approver
 
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import sys
 
-from harvest import StartOptions
-from harvest.testing import WorkflowEnvironment
-
 from examples._runner import say
 from examples.autoresearch.workflows import NightPlan, Progress, build_app, research_night
+from harvest import StartOptions
+from harvest.testing import WorkflowEnvironment
 
 
 def night(env: WorkflowEnvironment, plan: NightPlan) -> Progress:
@@ -27,10 +26,14 @@ def night(env: WorkflowEnvironment, plan: NightPlan) -> Progress:
     progress: Progress = handle.result(timeout=120)
     for trial in progress.kept:
         c = trial.candidate
-        say(f"  kept #{trial.iteration:>2}: loss {trial.val_loss:.4f}  lr {c.learning_rate:.2e} "
-            f"width {c.width:>4}  ({c.note}) commit {trial.commit}")  # fmt: skip
-    say(f"{progress.iteration} trials, {len(progress.kept)} kept, {progress.gpu_minutes} GPU minutes, "
-        f"{progress.runs} runs (continue-as-new); ended: {progress.ended} at {env.now():%H:%M}")  # fmt: skip
+        say(
+            f"  kept #{trial.iteration:>2}: loss {trial.val_loss:.4f}  lr {c.learning_rate:.2e} "
+            f"width {c.width:>4}  ({c.note}) commit {trial.commit}"
+        )
+    say(
+        f"{progress.iteration} trials, {len(progress.kept)} kept, {progress.gpu_minutes} GPU minutes, "
+        f"{progress.runs} runs (continue-as-new); ended: {progress.ended} at {env.now():%H:%M}"
+    )
     return progress
 
 

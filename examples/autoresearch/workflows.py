@@ -21,6 +21,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from examples.autoresearch import simulation
+from examples.autoresearch.simulation import Candidate
 from harvest import (
     ActivityContext,
     App,
@@ -32,9 +34,6 @@ from harvest import (
     update,
     workflow,
 )
-
-from examples.autoresearch import simulation
-from examples.autoresearch.simulation import Candidate
 
 RECENT = 10
 
@@ -194,7 +193,6 @@ nightly = WorkflowSchedule(
     workflow=research_night,
     input=NightPlan(),
 )
-
 
 
 def build_app(*, nightly_schedule: bool = True) -> App:

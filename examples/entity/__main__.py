@@ -7,25 +7,31 @@ import asyncio
 import sys
 from typing import Any
 
-from harvest import AsyncClient
-
 from examples._runner import main, say
 from examples.entity.workflows import AccountState, Command, account, app
+from harvest import AsyncClient
 
 ACCOUNT_ID = "acct-42"
 WORKFLOW_ID = f"account-{ACCOUNT_ID}"
 
 
-async def send(client: AsyncClient, command: Command, commands_per_run: int) -> None:
-    """Send a command to the account, opening it (in the same transaction) if it has no run."""
+async def open_account(client: AsyncClient, first: Command, commands_per_run: int) -> None:
+    """Send the account its first command, starting its run in the same transaction (a retried
+    call, or a run that is already there, just gets the signal)."""
     await client.signal_with_start(
         account,
         AccountState(ACCOUNT_ID, owner="ann"),
         commands_per_run,
         workflow_id=WORKFLOW_ID,
         signal="command",
-        signal_payload=command,
+        signal_payload=first,
     )
+
+
+async def send(client: AsyncClient, command: Command) -> None:
+    """Send a command to the account's current run (a handle by workflow_id finds it; a signal
+    to a run that has just continued as new follows it to its successor)."""
+    await client.get_handle(workflow=account, workflow_id=WORKFLOW_ID).signal("command", command)
 
 
 async def summary_after(client: AsyncClient, commands: int, timeout: float = 30.0) -> dict[str, Any]:
@@ -52,14 +58,17 @@ async def scenario(client: AsyncClient, commands_per_run: int = 4) -> AccountSta
         Command("deposit", 2_500, "refund"),
         Command("withdraw", 1_000, "books"),
     ]
-    for command in commands:
-        await send(client, command, commands_per_run)
+    await open_account(client, commands[0], commands_per_run)
+    for command in commands[1:]:
+        await send(client, command)
     summary = await summary_after(client, len(commands))
     say(f"after {len(commands)} commands, run {summary['runs']}: balance {summary['balance_cents']} cents")
     say(f"  recent: {summary['recent'][-3:]}")
     say(f"  refused: {summary['refused']}")
-    await send(client, Command("close"), commands_per_run)
-    final: AccountState = await client.get_handle(workflow=account, workflow_id=WORKFLOW_ID).result(timeout=60)
+    await send(client, Command("close"))
+    final: AccountState = await client.get_handle(workflow=account, workflow_id=WORKFLOW_ID).result(
+        timeout=60
+    )
     say(f"closed after {final.commands_seen} commands in {final.runs} runs: {final.recent[-1]}")
     return final
 

@@ -59,9 +59,7 @@ def send_statement(ctx: ActivityContext, account_id: str, owner: str, balance_ce
 
 
 @workflow
-async def account(
-    ctx: WorkflowContext, state: AccountState, commands_per_run: int = 1000
-) -> AccountState:
+async def account(ctx: WorkflowContext, state: AccountState, commands_per_run: int = 1000) -> AccountState:
     """Run the account until a ``close`` command; continue as new every ``commands_per_run``
     commands, carrying ``state``."""
     ctx.state["account"] = state

@@ -18,10 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harvest import Client
-
 from examples._runner import database, say
 from examples.standalone_worker.client import start_reports
+from harvest import Client
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "harvest.toml"

@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from examples.standalone_worker.app import ReportRequest, report
 from harvest import Client, StartOptions, WorkflowHandle
 
-from examples.standalone_worker.app import ReportRequest, report
 
-
-def start_reports(client: Client, count: int, out_dir: str, work_seconds: float = 1.0) -> list[WorkflowHandle]:
+def start_reports(
+    client: Client, count: int, out_dir: str, work_seconds: float = 1.0
+) -> list[WorkflowHandle]:
     """Start ``count`` reports (workflow ids ``report-1``...; a repeated start attaches)."""
     return [
         client.start_workflow(

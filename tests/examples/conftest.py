@@ -18,6 +18,8 @@ from harvest.testing import WorkflowEnvironment
 
 
 @pytest.fixture
-def harvest_env(harvest_app: App, db: str, harvest_env_options: dict[str, Any]) -> Iterator[WorkflowEnvironment]:
+def harvest_env(
+    harvest_app: App, db: str, harvest_env_options: dict[str, Any]
+) -> Iterator[WorkflowEnvironment]:
     with WorkflowEnvironment(harvest_app, dsn=db, **harvest_env_options) as env:
         yield env

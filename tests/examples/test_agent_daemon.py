@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from harvest import App, UpdateRejected, WorkflowHandle
-from harvest.testing import WorkflowEnvironment
-
 from examples.agent_daemon import DaemonState, SessionReport, Task, agent_daemon, app, model
 from examples.agent_daemon.__main__ import DAEMON_ID, scenario
 from examples.agent_daemon.workflows import PRICE_INPUT_MICROS, PRICE_OUTPUT_MICROS, Inbox, agent_session
+from harvest import App, UpdateRejected, WorkflowHandle
+from harvest.testing import WorkflowEnvironment
 
 
 @pytest.fixture
@@ -55,8 +54,11 @@ def test_two_sessions_edit_one_file_under_the_mutex_and_the_books_add_up(
     )  # both notes: the second session read the file after the first one wrote it
     reports = {r.session_id: r for r in final.recent}
     assert {k: r.status for k, r in reports.items()} == {
-        "note-1": "done", "note-2": "done", "big": "refused", "count": "done",
-    }  # fmt: skip
+        "note-1": "done",
+        "note-2": "done",
+        "big": "refused",
+        "count": "done",
+    }
     assert reports["count"].answer == "NOTES.md has 2 lines."
     assert [t.tool for t in reports["note-1"].turns] == ["read_file", "write_file", None]
     for report in reports.values():

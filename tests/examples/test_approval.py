@@ -9,14 +9,14 @@ import time
 
 import pytest
 
+from examples.approval import Decision, Outcome, Request, app, approval
+from examples.approval.__main__ import scenario
 from harvest import App, StartOptions, UpdateRejected
 from harvest.testing import WorkflowEnvironment
 
-from examples.approval import Decision, Outcome, Request, app, approval
-from examples.approval.__main__ import scenario
-
-REQUEST = Request("REQ-7", requester="ann", approver="bob", manager="carol", description="a desk",
-                  amount_cents=40_000)  # fmt: skip
+REQUEST = Request(
+    "REQ-7", requester="ann", approver="bob", manager="carol", description="a desk", amount_cents=40_000
+)
 
 
 @pytest.fixture
@@ -91,5 +91,9 @@ def test_the_runner_scenario(harvest_env: WorkflowEnvironment):
             return await scenario(client)
 
     first, second = asyncio.run(run())
-    assert (first.status, first.decided_by, first.comments) == ("approved", "bob", ["the old one no longer boots"])
+    assert (first.status, first.decided_by, first.comments) == (
+        "approved",
+        "bob",
+        ["the old one no longer boots"],
+    )
     assert (second.status, second.escalated) == ("expired", True)

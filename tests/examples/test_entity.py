@@ -7,12 +7,11 @@ import asyncio
 
 import pytest
 
-from harvest import App, Client, WorkflowHandle
-from harvest.testing import WorkflowEnvironment
-
 from examples import _runner
 from examples.entity import AccountState, Command, account, app
 from examples.entity.__main__ import WORKFLOW_ID, scenario
+from harvest import App, Client, WorkflowHandle
+from harvest.testing import WorkflowEnvironment
 
 
 @pytest.fixture
@@ -20,9 +19,19 @@ def harvest_app() -> App:
     return app
 
 
-def send(client: Client, command: Command, commands_per_run: int = 3) -> WorkflowHandle:
-    return client.signal_with_start(account, AccountState("a-1", "ann"), commands_per_run, workflow_id=WORKFLOW_ID,
-                             signal="command", signal_payload=command)  # fmt: skip
+def open_account(client: Client, first: Command, commands_per_run: int = 3) -> WorkflowHandle:
+    return client.signal_with_start(
+        account,
+        AccountState("a-1", "ann"),
+        commands_per_run,
+        workflow_id=WORKFLOW_ID,
+        signal="command",
+        signal_payload=first,
+    )
+
+
+def send(client: Client, command: Command) -> None:
+    client.get_handle(workflow=account, workflow_id=WORKFLOW_ID).signal("command", command)
 
 
 def test_commands_survive_rotations_and_queries_reach_the_current_run(harvest_env: WorkflowEnvironment):
@@ -38,7 +47,7 @@ def test_commands_survive_rotations_and_queries_reach_the_current_run(harvest_en
         Command("withdraw", 100, "frozen"),  # refused
         Command("unfreeze"),
     ]
-    first = send(env.client, commands[0])  # opens the account
+    first = open_account(env.client, commands[0])
     for command in commands[1:]:  # sent in a burst: most are buffered while the first ones run
         send(env.client, command)
     env.wait_until_idle()
@@ -50,8 +59,10 @@ def test_commands_survive_rotations_and_queries_reach_the_current_run(harvest_en
     assert current.query("balance") == 900
     assert [r.split(":")[0] for r in summary["refused"]] == ["too much", "nothing", "frozen"]
     assert [c.args[1] for c in env.activity_calls("post_to_ledger")] == [
-        "deposit 1000 (d1)", "withdraw 300 (w1)", "deposit 200 (d2)",
-    ]  # fmt: skip
+        "deposit 1000 (d1)",
+        "withdraw 300 (w1)",
+        "deposit 200 (d2)",
+    ]
     assert first.describe()["status"] == "CONTINUED_AS_NEW"
     assert current.execution_id != first.execution_id
 
