@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from harvest import App, AsyncClient
+from harvest import App, AsyncClient, QueryFailed
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 from harvest.worker import Worker
@@ -58,6 +58,31 @@ async def run_with_worker(app: App, dsn: str, scenario: Scenario, **worker_optio
     finally:
         worker.request_stop()
         await running
+
+
+async def query_until(
+    client: AsyncClient,
+    workflow: Any,
+    workflow_id: str,
+    name: str,
+    done: Callable[[Any], bool],
+    timeout: float = 30.0,
+) -> Any:
+    """Ask query ``name`` of the current run of ``workflow_id`` until ``done(answer)``. A query
+    answers from the run's last completed step, so what was just sent may not show yet, and a
+    run that has not taken its first step has no state to read (its handler raises)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        try:
+            answer = await client.get_handle(workflow=workflow, workflow_id=workflow_id).query(name)
+        except QueryFailed:
+            if loop.time() > deadline:
+                raise
+        else:
+            if done(answer) or loop.time() > deadline:
+                return answer
+        await asyncio.sleep(0.05)
 
 
 def main(app: App, scenario: Scenario, **worker_options: Any) -> int:

@@ -4,13 +4,13 @@ notes), one counts its lines, one is refused because the budget is spent; then t
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from examples._runner import main, say
+from examples._runner import main, query_until, say
 from examples.agent_daemon.workflows import DaemonState, Inbox, Task, agent_daemon, app
 from harvest import AsyncClient
 
@@ -27,9 +27,9 @@ async def scenario(client: AsyncClient, workspace: str, budget_micros: int = 40_
     )
     say(f"daemon {daemon.execution_id} on workspace {workspace}")
     await daemon.signal("inbox", Inbox("task", Task("note-2", "note: call the bank", budget_micros=15_000)))
-    # The third task's budget does not fit while both sessions hold their reservations.
-    await daemon.signal("inbox", Inbox("task", Task("big", "note: a long essay", budget_micros=20_000)))
-    await _until_finished(client, 2)
+    # The third task's budget does not fit beside the reservation of a session still running.
+    await daemon.signal("inbox", Inbox("task", Task("big", "note: a long essay", budget_micros=30_000)))
+    await query_until(client, agent_daemon, DAEMON_ID, "costs", finished(2))
     await daemon.signal("inbox", Inbox("task", Task("count", f"count: {'NOTES.md'}", budget_micros=5_000)))
     await daemon.signal("inbox", Inbox("stop"))
     final: DaemonState = await client.get_handle(workflow=agent_daemon, workflow_id=DAEMON_ID).result(
@@ -48,18 +48,9 @@ async def scenario(client: AsyncClient, workspace: str, budget_micros: int = 40_
     return final
 
 
-async def _until_finished(client: AsyncClient, sessions: int, timeout: float = 30.0) -> dict[str, Any]:
-    """The daemon's books once ``sessions`` sessions have reported (queries read its last step)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        books: dict[str, Any] = await client.get_handle(workflow=agent_daemon, workflow_id=DAEMON_ID).query(
-            "costs"
-        )
-        done = sum(n for status, n in books["sessions"].items() if status != "refused")
-        if done >= sessions or loop.time() > deadline:
-            return books
-        await asyncio.sleep(0.05)
+def finished(sessions: int) -> Callable[[dict[str, Any]], bool]:
+    """Whether the books show ``sessions`` sessions that ran (refusals not counted)."""
+    return lambda books: sum(n for status, n in books["sessions"].items() if status != "refused") >= sessions
 
 
 if __name__ == "__main__":

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from typing import Any
 
-from examples._runner import main, say
+from examples._runner import main, query_until, say
 from examples.entity.workflows import AccountState, Command, account, app
 from harvest import AsyncClient
 
@@ -34,19 +33,6 @@ async def send(client: AsyncClient, command: Command) -> None:
     await client.get_handle(workflow=account, workflow_id=WORKFLOW_ID).signal("command", command)
 
 
-async def summary_after(client: AsyncClient, commands: int, timeout: float = 30.0) -> dict[str, Any]:
-    """The summary of the account's current run once it has handled ``commands`` commands.
-    (A query answers from the last completed step, so a command just sent may not show yet.)"""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        handle = client.get_handle(workflow=account, workflow_id=WORKFLOW_ID)  # the current run
-        answer: dict[str, Any] = await handle.query("summary")
-        if answer["commands_seen"] >= commands or loop.time() > deadline:
-            return answer
-        await asyncio.sleep(0.05)
-
-
 async def scenario(client: AsyncClient, commands_per_run: int = 4) -> AccountState:
     commands = [Command("deposit", 10_000, "salary")]
     commands += [Command("withdraw", 1_500, f"groceries {week}") for week in range(1, 5)]
@@ -61,7 +47,9 @@ async def scenario(client: AsyncClient, commands_per_run: int = 4) -> AccountSta
     await open_account(client, commands[0], commands_per_run)
     for command in commands[1:]:
         await send(client, command)
-    summary = await summary_after(client, len(commands))
+    summary: dict[str, Any] = await query_until(
+        client, account, WORKFLOW_ID, "summary", lambda answer: answer["commands_seen"] >= len(commands)
+    )
     say(f"after {len(commands)} commands, run {summary['runs']}: balance {summary['balance_cents']} cents")
     say(f"  recent: {summary['recent'][-3:]}")
     say(f"  refused: {summary['refused']}")
