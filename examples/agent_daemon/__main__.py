@@ -1,6 +1,6 @@
 """``python -m examples.agent_daemon [WORKSPACE]``: a daemon on the embedded PostgreSQL takes
 four tasks: two sessions append to the same NOTES.md at once (the workspace mutex keeps both
-notes), one counts its lines, one is refused because the budget is spent; then the books."""
+notes), one counts its lines, one is refused because its budget does not fit; then the books."""
 
 from __future__ import annotations
 
