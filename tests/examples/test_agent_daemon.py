@@ -15,7 +15,7 @@ from examples.agent_daemon import DaemonState, SessionReport, Task, agent_daemon
 from examples.agent_daemon.__main__ import DAEMON_ID, scenario
 from examples.agent_daemon.workflows import PRICE_INPUT_MICROS, PRICE_OUTPUT_MICROS, Inbox, agent_session
 from harvest import App, UpdateRejected, WorkflowHandle
-from harvest.testing import WorkflowEnvironment
+from harvest.testing import WorkflowEnvironment, WorkflowReplayer
 
 
 @pytest.fixture
@@ -72,11 +72,24 @@ def test_two_sessions_edit_one_file_under_the_mutex_and_the_books_add_up(
     assert final.reserved_micros == 0
     assert final.sessions == {"done": 3, "refused": 1}
 
-    first, second = (
-        held(harvest_env.client.get_handle(workflow=agent_session, workflow_id=f"{DAEMON_ID}/{name}"))
+    sessions = [
+        harvest_env.client.get_handle(workflow=agent_session, workflow_id=f"{DAEMON_ID}/{name}")
         for name in ("note-1", "note-2")
-    )
+    ]
+    first, second = (held(handle) for handle in sessions)
     assert first[1] <= second[0] or second[1] <= first[0]  # never both inside at once
+
+    # Every model call is in the history once, and the session replays from it alone (no
+    # database, no model): a restarted daemon pays for no finished turn again.
+    history = sessions[0].history()
+    calls = [
+        e
+        for e in history
+        if e["event_type"] == "ActivityScheduled" and e["event_data"]["name"] == "call_model"
+    ]
+    assert len(calls) == len(reports["note-1"].turns)
+    replay = WorkflowReplayer(app).replay(history)
+    assert replay.ok, replay.error
 
 
 def test_a_session_stops_at_its_budget_and_the_daemon_budget_can_be_raised(
