@@ -35,8 +35,8 @@ dev: install
 	$(BIN)/harvest dev
 
 lint: install
-	$(BIN)/ruff check harvest_py tests scripts $(wildcard bench)
-	$(BIN)/ruff format --check harvest_py tests scripts $(wildcard bench)
+	$(BIN)/ruff check harvest_py tests scripts examples $(wildcard bench)
+	$(BIN)/ruff format --check harvest_py tests scripts examples $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
 test: install lint pgtap chromium promtool test-python test-pg15

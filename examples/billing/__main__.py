@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
+
 from examples.billing.api import create_api
 from examples.billing.workflows import Policy
 

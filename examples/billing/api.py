@@ -13,10 +13,10 @@
 from dataclasses import asdict
 from typing import Any
 
-from examples.billing.workflows import Order, Policy, Receipt, app, checkout, daily_billing_report
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from examples.billing.workflows import Order, Policy, Receipt, app, checkout, daily_billing_report
 from harvest import HarvestError, StartOptions
 from harvest.integrations.fastapi import HarvestClient, HarvestLifespan, harvest_error_handler
 

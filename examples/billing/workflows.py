@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from examples.billing import payments
-
 from harvest import (
     DEFAULT_VERSION,
     ActivityError,

@@ -10,12 +10,13 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from harvest.errors import NotFound
+
 from examples.billing import payments
 from examples.billing.api import create_api
 from examples.billing.workflows import (
@@ -26,8 +27,6 @@ from examples.billing.workflows import (
     checkout,
     daily_billing_report,
 )
-from harvest.errors import NotFound
-
 from harvest import App, workflow
 from harvest.config import Config
 from harvest.testing import WorkflowEnvironment, WorkflowReplayer
@@ -37,10 +36,10 @@ POLICY = Policy()  # the service's own waits: two days for an approval, an hour 
 
 
 @pytest.fixture
-def env(db: str) -> Iterator[WorkflowEnvironment]:
+def harvest_app() -> App:
+    """The App ``harvest_env`` runs (tests/examples/conftest.py), with a fresh payment stand-in."""
     payments.reset()
-    with WorkflowEnvironment(app, dsn=db) as environment:
-        yield environment
+    return app
 
 
 def order(order_id: str, amount_cents: int = 10_000, **fields: Any) -> Order:
@@ -56,8 +55,9 @@ def run(env: WorkflowEnvironment, o: Order) -> Receipt:
 
 
 def test_an_order_is_taxed_charged_once_invoiced_and_the_hour_of_cooling_off_is_skipped(
-    env: WorkflowEnvironment,
+    harvest_env: WorkflowEnvironment,
 ) -> None:
+    env = harvest_env
     started = time.monotonic()
     handle = env.client.start_workflow(checkout, order("a", 10_000), POLICY)
     receipt: Receipt = handle.result(timeout=20)
@@ -77,8 +77,9 @@ def test_an_order_is_taxed_charged_once_invoiced_and_the_hour_of_cooling_off_is_
 
 
 def test_a_large_order_waits_two_days_for_approval_then_is_rejected_or_approved(
-    env: WorkflowEnvironment,
+    harvest_env: WorkflowEnvironment,
 ) -> None:
+    env = harvest_env
     assert run(env, order("big", 150_000)).status == "rejected"  # nobody approved in two days
     assert payments.PROVIDER.charges == {}
 
@@ -91,8 +92,9 @@ def test_a_large_order_waits_two_days_for_approval_then_is_rejected_or_approved(
 
 
 def test_cancel_during_cooling_off_and_a_bounced_invoice_refund_the_charge_and_release_the_credit(
-    env: WorkflowEnvironment,
+    harvest_env: WorkflowEnvironment,
 ) -> None:
+    env = harvest_env
     handle = env.client.start_workflow(checkout, order("c"), POLICY)
     env.wait_until_idle()
     assert handle.query("checkout_status") == "cooling_off"
@@ -110,8 +112,9 @@ def test_cancel_during_cooling_off_and_a_bounced_invoice_refund_the_charge_and_r
 
 
 def test_a_declined_card_releases_the_credit_and_a_lost_answer_is_not_a_second_charge(
-    env: WorkflowEnvironment,
+    harvest_env: WorkflowEnvironment,
 ) -> None:
+    env = harvest_env
     declined = run(env, order("e", customer_id="declined_e"))
     assert declined.status == "failed" and "CardDeclined" in declined.reason
     assert payments.PROVIDER.charges == {} and all(
@@ -125,7 +128,8 @@ def test_a_declined_card_releases_the_credit_and_a_lost_answer_is_not_a_second_c
     assert next(iter(payments.PROVIDER.charges.values())).id == receipt.charge_id
 
 
-def test_the_daily_report_runs_on_its_schedule_at_three(env: WorkflowEnvironment) -> None:
+def test_the_daily_report_runs_on_its_schedule_at_three(harvest_env: WorkflowEnvironment) -> None:
+    env = harvest_env
     run(env, order("g", 10_000))
     # By hand from here: no automatic skip may move the clock between reading it and moving it
     # (a slot seen more than a minute late is missed, as catchup=False says).
@@ -175,7 +179,8 @@ def test_the_version_gate_replays_a_run_recorded_before_it(db: str) -> None:
     assert result.ok, result.error
 
 
-def test_the_routes_start_steer_and_report_checkouts(env: WorkflowEnvironment) -> None:
+def test_the_routes_start_steer_and_report_checkouts(harvest_env: WorkflowEnvironment) -> None:
+    env = harvest_env
     import asyncio
 
     api = create_api(POLICY, dsn=env.dsn, config=Config(), profile="dev", run_worker=False)
