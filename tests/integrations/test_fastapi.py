@@ -88,12 +88,14 @@ def test_routes_start_workflows_the_in_process_worker_runs_and_the_api_is_mounte
         assert (await http.get("/api/harvest/health/ready")).status_code == 200
         harvest = api.state.harvest
         assert harvest.worker is not None and harvest.management_api is not None
-        return {"worker_id": harvest.worker.worker_id}
+        assert harvest.management_api.state.harvest.opened  # its pools opened with the app
+        return {"worker_id": harvest.worker.worker_id, "api": harvest.management_api}
 
     seen = asyncio.run(serve(api, calls))
     # Shut down cleanly: the worker stopped (its row says so), the client closed, the mount gone.
     with Client(db) as client, client.sql() as sql:
         assert sql.get_worker(seen["worker_id"])["status"] == "stopped"
+    assert not seen["api"].state.harvest.opened  # the management API's pools closed
     with pytest.raises(RuntimeError, match="not started"):
         api.state.harvest.client  # noqa: B018
     assert not [r for r in api.router.routes if getattr(r, "path", "") == "/api/harvest"]
