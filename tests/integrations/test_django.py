@@ -23,7 +23,7 @@ from django.core.management.base import CommandError  # noqa: E402
 from django.test import Client as DjangoClient  # noqa: E402
 from django.test import override_settings  # noqa: E402
 
-from harvest.config import load_config  # noqa: E402
+from harvest.config import config_from_mapping  # noqa: E402
 from harvest.core.errors import ConfigError  # noqa: E402
 from harvest.integrations import django as harvest_django  # noqa: E402
 from harvest.integrations.django.apps import HarvestConfig  # noqa: E402
@@ -80,7 +80,7 @@ def test_a_changed_setting_closes_the_shared_client(harvest_db: str) -> None:
 
 def test_settings_harvest_is_a_harvest_config_with_the_variables_over_it() -> None:
     data = {"database_url": "postgresql:///a", "worker": {"concurrency": 8, "queues": ["a", "b"]}}
-    config = load_config(data=data, source="settings.HARVEST", env={"HARVEST_WORKER__CONCURRENCY": "3"})
+    config = config_from_mapping(data, "settings.HARVEST", env={"HARVEST_WORKER__CONCURRENCY": "3"})
     assert config.get("database_url") == "postgresql:///a"
     assert config.get("worker.queues") == ["a", "b"]
     assert config.setting("worker.concurrency").source == "HARVEST_WORKER__CONCURRENCY"
@@ -88,11 +88,11 @@ def test_settings_harvest_is_a_harvest_config_with_the_variables_over_it() -> No
     with pytest.raises(
         ConfigError, match=r"worker\.concurency.*settings\.HARVEST.*did you mean worker\.concurrency"
     ):
-        load_config(data={"worker": {"concurency": 8}}, source="settings.HARVEST", env={})
+        config_from_mapping({"worker": {"concurency": 8}}, "settings.HARVEST", env={})
     with pytest.raises(
         ConfigError, match=r"worker\.concurrency \(from settings\.HARVEST\): expected an integer"
     ):
-        load_config(data={"worker": {"concurrency": "many"}}, source="settings.HARVEST", env={})
+        config_from_mapping({"worker": {"concurrency": "many"}}, "settings.HARVEST", env={})
 
 
 def test_a_bad_setting_stops_django_at_startup_with_its_name() -> None:

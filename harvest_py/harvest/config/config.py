@@ -385,24 +385,24 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     return out
 
 
-def load_config(
-    path: str | os.PathLike | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    data: Mapping[str, Any] | None = None,
-    source: str = "settings",
-) -> Config:
-    """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key.
-
-    ``data``: the file's keys as a mapping (``{"database_url": ..., "worker": {"concurrency":
-    8}}``), read instead of any file, errors naming ``source`` (Django's ``settings.HARVEST``)."""
+def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key."""
     env = os.environ if env is None else env
-    if data is not None:
-        file_path = None
-        settings = _from_data(data, source)
-    else:
-        file_path = config_path(path, env)
-        settings = _from_file(file_path) if file_path else {}
+    file_path = config_path(path, env)
+    return _with_env(_from_file(file_path) if file_path else {}, file_path, env)
+
+
+def config_from_mapping(data: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None) -> Config:
+    """:func:`load_config` with the file's keys given as a mapping instead of a file
+    (``{"database_url": ..., "worker": {"concurrency": 8}}``, Django's ``settings.HARVEST``):
+    no file is read, the ``HARVEST_*`` variables win over it, and errors name ``source``."""
+    return _with_env(_from_data(data, source), None, os.environ if env is None else env)
+
+
+def _with_env(
+    settings: dict[tuple[str, ...], Setting], file_path: Path | None, env: Mapping[str, str]
+) -> Config:
+    """The file's settings with the ``HARVEST_*`` variables over them, the role checked."""
     for key, setting in _from_env(env).items():
         if SCHEMA[key] in TABLES and key in settings:
             # A table merges entry by entry: a variable adds or overrides one shard's URL (the

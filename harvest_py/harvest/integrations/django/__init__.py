@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from harvest.client.client import Client
-from harvest.config import load_config, shard_pools
+from harvest.config import config_from_mapping, shard_pools
 from harvest.config.config import Config
 from harvest.config.process import is_sharded, worker_dsn
 from harvest.core.errors import ConfigError
@@ -65,7 +65,7 @@ def get_config() -> Config:
     """``settings.HARVEST`` (less ``app``) as a :class:`harvest.config.Config`, with the
     ``HARVEST_*`` variables over it; a bad key or value is a ConfigError naming it."""
     data = {key: value for key, value in _settings().items() if key != APP_KEY}
-    return load_config(data=data, source=f"settings.{SETTING}")
+    return config_from_mapping(data, f"settings.{SETTING}")
 
 
 def get_app() -> App | None:
