@@ -34,6 +34,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "harvest_py" / "harvest"
 #             Nothing below the faces imports it (the Worker takes a WorkerOptions instead).
 #   cli       the `harvest` command (a face); it may start the web face (`harvest serve`)
 #   web       the HTTP face: the management API, event streams, the dashboard
+#   integrations  a face inside a web framework's process (FastAPI/Starlette lifespan, Django):
+#             a client, a worker and the management API, through config and web
 # "harvest" is the package's own __init__: the public names, resolved lazily from the layers.
 BELOW_FACES = {"core", "telemetry", "declare", "runtime", "db", "shard", "client", "worker"}
 ALLOWED: dict[str, set[str]] = {
@@ -49,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": BELOW_FACES | {"config"},
     "cli": BELOW_FACES | {"testing", "config", "cli", "web"},
     "web": BELOW_FACES | {"config", "web"},
+    "integrations": BELOW_FACES | {"config", "web", "integrations"},
     "harvest": BELOW_FACES,
 }
 DRIVERS = ("psycopg", "psycopg_pool", "pglast")

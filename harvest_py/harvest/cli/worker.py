@@ -154,10 +154,8 @@ def worker(
 ) -> None:
     """Run the runtimes of the App at TARGET (module:attribute) that this process's role places here."""
     from harvest.cli.output import CONFIG_KEY, CONFIG_PATH_KEY, cli_config
-    from harvest.config import database_url as resolve_database_url
-    from harvest.config import resolve_queues, runtime_plan, shard_urls, worker_options
-    from harvest.shard.router import ShardRouter
-    from harvest.worker import Worker
+    from harvest.config import resolve_queues, runtime_plan
+    from harvest.config.process import configured_options, run_worker
 
     # The config first: a bad key stops the boot before the App is even imported. This
     # command's --config wins over `harvest --config` given before it; the root has
@@ -208,39 +206,7 @@ def worker(
         )
     # One database, or a pool per shard ([shards]: docs/sharding.md); worker.shard_assignments
     # picks the shards to poll (auto: every shard with a url), each of which must have a url.
-    router = ShardRouter.from_config(config)
-    sharded = bool(config.get("shards.urls")) or router != ShardRouter.single(0)
-    try:
-        dsn = resolve_database_url(database_url, config)  # the same path as every other command
-    except ConfigError:
-        if not sharded or "0" not in (config.get("shards.urls") or {}):
-            raise
-        dsn = None  # shard 0's url is shards.urls.0
     # One WorkerOptions: flags > HARVEST_* > file for its tunables, the role for the switches.
-    options = worker_options(
-        config,
-        queues=polled,
-        run_worker=plan.worker.value,
-        run_scanner=plan.scheduler.value,
-        run_retention=plan.retention.value,
-        **({} if metrics_interval is None else {"metrics_interval": metrics_interval}),
-    )
-    if not sharded:
-        asyncio.run(Worker(app, dsn, options=options).run(install_signal_handlers=True))
-        return
-    urls = shard_urls(config, dsn)
-
-    async def run_sharded() -> None:
-        # The cross-shard pump (relays of external signals and cancels, cross-shard children)
-        # needs a pool to every shard a relay may target, not only the assigned ones; each
-        # shard's scanner sweeps that shard's outbox (harvest/shard/relay_pump.py).
-        from harvest.shard.pools import AsyncShardPools
-        from harvest.shard.relay_pump import RelayPump
-
-        async with AsyncShardPools(router, urls, max_size=2) as pump_pools:
-            instance = Worker(
-                app, options=options, shards=urls, router=router, relay_pump=RelayPump(pump_pools)
-            )
-            await instance.run(install_signal_handlers=True)
-
-    asyncio.run(run_sharded())
+    fixed = {} if metrics_interval is None else {"metrics_interval": metrics_interval}
+    options = configured_options(app, config, **fixed)
+    asyncio.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))

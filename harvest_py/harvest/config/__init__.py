@@ -5,6 +5,7 @@ See :mod:`harvest.config.config` for precedence and the role table."""
 from harvest.config.config import (
     Config,
     async_shard_pools,
+    config_from_mapping,
     database_url,
     declared_queues,
     fleet_queues,
@@ -22,6 +23,7 @@ from harvest.config.config import (
 __all__ = [
     "Config",
     "async_shard_pools",
+    "config_from_mapping",
     "database_url",
     "declared_queues",
     "fleet_queues",

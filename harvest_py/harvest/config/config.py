@@ -327,8 +327,12 @@ def _from_file(path: Path) -> dict[tuple[str, ...], Setting]:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    return _from_data(data, str(path))
+
+
+def _from_data(data: Mapping[str, Any], source: str) -> dict[tuple[str, ...], Setting]:
+    """The file's keys from a mapping (the parsed TOML, or Django's ``settings.HARVEST``)."""
     out: dict[tuple[str, ...], Setting] = {}
-    source = str(path)
     for name, value in data.items():
         if name in SECTIONS:
             if not isinstance(value, dict):
@@ -385,7 +389,20 @@ def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | 
     """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key."""
     env = os.environ if env is None else env
     file_path = config_path(path, env)
-    settings = _from_file(file_path) if file_path else {}
+    return _with_env(_from_file(file_path) if file_path else {}, file_path, env)
+
+
+def config_from_mapping(data: Mapping[str, Any], source: str, env: Mapping[str, str] | None = None) -> Config:
+    """:func:`load_config` with the file's keys given as a mapping instead of a file
+    (``{"database_url": ..., "worker": {"concurrency": 8}}``, Django's ``settings.HARVEST``):
+    no file is read, the ``HARVEST_*`` variables win over it, and errors name ``source``."""
+    return _with_env(_from_data(data, source), None, os.environ if env is None else env)
+
+
+def _with_env(
+    settings: dict[tuple[str, ...], Setting], file_path: Path | None, env: Mapping[str, str]
+) -> Config:
+    """The file's settings with the ``HARVEST_*`` variables over them, the role checked."""
     for key, setting in _from_env(env).items():
         if SCHEMA[key] in TABLES and key in settings:
             # A table merges entry by entry: a variable adds or overrides one shard's URL (the

@@ -1,0 +1,89 @@
+"""Run the worker of a configured process: one database, or a pool per shard.
+
+The one place that turns a :class:`~harvest.config.Config` and a :class:`WorkerOptions` into a
+running :class:`~harvest.worker.Worker`: ``harvest worker``, Django's ``manage.py
+harvest_worker`` and the FastAPI/Starlette lifespan (harvest/integrations) all call it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from harvest.config.config import (
+    Config,
+    database_url,
+    resolve_queues,
+    runtime_plan,
+    shard_urls,
+    worker_options,
+)
+from harvest.core.errors import ConfigError
+from harvest.shard.router import ShardRouter
+from harvest.worker.options import WorkerOptions
+from harvest.worker.worker import Worker
+
+
+def is_sharded(config: Config) -> bool:
+    """Whether the worker of this configuration polls shards (``[shards]``) rather than one database."""
+    return bool(config.get("shards.urls")) or ShardRouter.from_config(config) != ShardRouter.single(0)
+
+
+def worker_dsn(config: Config, explicit: str | None = None) -> str | None:
+    """The database URL of the worker (``explicit``, ``HARVEST_DATABASE_URL``, the config's
+    ``database_url``); None on shards whose shard 0 is in ``shards.urls``."""
+    try:
+        return database_url(explicit, config)
+    except ConfigError:
+        if not is_sharded(config) or "0" not in (config.get("shards.urls") or {}):
+            raise
+        return None
+
+
+async def run_worker(
+    app: Any,
+    config: Config,
+    options: WorkerOptions,
+    *,
+    database_url: str | None = None,
+    install_signal_handlers: bool = False,
+    started: Callable[[Worker], None] | None = None,
+) -> None:
+    """Run a worker for ``app`` until it is asked to stop (``worker.request_stop()``, or SIGTERM
+    and SIGINT with ``install_signal_handlers``), then drain it. ``started`` is handed the
+    :class:`Worker` before it runs (to stop it from elsewhere)."""
+    dsn = worker_dsn(config, database_url)
+    if not is_sharded(config):
+        worker = Worker(app, dsn, options=options)
+        if started is not None:
+            started(worker)
+        await worker.run(install_signal_handlers=install_signal_handlers)
+        return
+    # The cross-shard pump (relays of external signals and cancels, cross-shard children)
+    # needs a pool to every shard a relay may target, not only the assigned ones; each
+    # shard's scanner sweeps that shard's outbox (harvest/shard/relay_pump.py).
+    from harvest.shard.pools import AsyncShardPools
+    from harvest.shard.relay_pump import RelayPump
+
+    router = ShardRouter.from_config(config)
+    urls = shard_urls(config, dsn)
+    async with AsyncShardPools(router, urls, max_size=2) as pump_pools:
+        worker = Worker(app, options=options, shards=urls, router=router, relay_pump=RelayPump(pump_pools))
+        if started is not None:
+            started(worker)
+        await worker.run(install_signal_handlers=install_signal_handlers)
+
+
+def configured_options(app: Any, config: Config, **fixed: Any) -> WorkerOptions:
+    """The WorkerOptions of a process running ``app`` under ``config``: the queues it polls
+    (``worker.queues`` narrowing the App's), the role's switches (worker, scheduler,
+    retention), the ``[worker]`` tunables, and ``fixed`` over them."""
+    plan = runtime_plan(config)
+    polled, _, _ = resolve_queues(app, config)
+    switches = {
+        "queues": polled,
+        "run_worker": plan.worker.value,
+        "run_scanner": plan.scheduler.value,
+        "run_retention": plan.retention.value,
+    }
+    return worker_options(config, **{**switches, **fixed})

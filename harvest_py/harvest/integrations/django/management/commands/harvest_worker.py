@@ -1,0 +1,63 @@
+"""``python manage.py harvest_worker``: run the worker of ``settings.HARVEST["app"]``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from harvest.config.process import configured_options, run_worker
+from harvest.core.errors import ConfigError
+from harvest.integrations.django import APP_KEY, SETTING, get_app, get_config
+
+
+class Command(BaseCommand):
+    help = (
+        f'Run a Harvest worker for settings.{SETTING}["{APP_KEY}"] until SIGTERM or Ctrl-C, then drain '
+        "(the options of `harvest worker`, from settings.HARVEST and HARVEST_* variables)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            help="Poll only this declared queue (repeatable; default: worker.queues, else every queue "
+            "the App uses).",
+        )
+        parser.add_argument("--concurrency", type=int, help="Tasks in flight at once.")
+        parser.add_argument(
+            "--shutdown-grace",
+            type=float,
+            help="Seconds to finish in-flight work after SIGTERM before releasing it.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            app = get_app()
+            if app is None:
+                raise ConfigError(
+                    f'settings.{SETTING} names no App: set "{APP_KEY}" to its dotted path '
+                    '("myproject.workflows.app")'
+                )
+            config = get_config().with_overrides(
+                {
+                    "worker.queues": (options["queues"], "--queue"),
+                    "worker.concurrency": (options["concurrency"], "--concurrency"),
+                    "worker.shutdown_grace": (options["shutdown_grace"], "--shutdown-grace"),
+                }
+            )
+            worker_options = configured_options(app, config)
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from None
+        if not (worker_options.run_worker or worker_options.run_scanner or worker_options.run_retention):
+            raise CommandError(
+                "nothing to run: the role places no runtime in this process; set HARVEST_ROLE=worker"
+            )
+        self.stdout.write(f"harvest worker polling {', '.join(worker_options.queues or ['default'])}")
+        try:
+            asyncio.run(run_worker(app, config, worker_options, install_signal_handlers=True))
+        except ConfigError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write("harvest worker stopped")

@@ -1,0 +1,213 @@
+"""A lifespan that runs Harvest with a Starlette or FastAPI app.
+
+::
+
+    from fastapi import FastAPI
+    from harvest.integrations.starlette import HarvestLifespan
+
+    harvest = HarvestLifespan(app, run_worker=True)      # app: your harvest.App
+    api = FastAPI(lifespan=harvest)
+
+    @api.post("/orders")
+    async def create(request: Request) -> dict:
+        handle = await harvest_client(request).start_workflow(checkout, ...)
+
+At startup it opens an :class:`~harvest.AsyncClient` (``api.state.harvest.client``), mounts the
+management API (:func:`harvest.web.management_app`) at ``mount_path`` and opens its pools, and,
+with ``run_worker=True``, starts a :class:`~harvest.Worker` for the App on the app's event loop.
+At shutdown it stops the worker (it drains: tasks in flight finish within
+``worker.shutdown_grace``, the rest is released to other workers), then closes the management
+API's pools and the client. docs/integrations.md is the guide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import HTTPConnection, Request
+from starlette.responses import Response
+from starlette.routing import Mount
+
+from harvest.client.client import AsyncClient
+from harvest.config import async_shard_pools, load_config
+from harvest.config.config import Config
+from harvest.config.process import configured_options, is_sharded, run_worker, worker_dsn
+from harvest.declare.definitions import App
+from harvest.web.app import management_app
+from harvest.web.errors import error_response
+from harvest.web.principal import Authorizer
+from harvest.worker.worker import Worker
+
+__all__ = ["DEFAULT_MOUNT_PATH", "HarvestLifespan", "harvest_client", "harvest_error_handler"]
+
+log = logging.getLogger("harvest.integrations")
+
+# Where the management API is mounted by default: the path `harvest serve` serves it at.
+DEFAULT_MOUNT_PATH = "/api/harvest"
+
+
+class HarvestLifespan:
+    """Harvest's part of an ASGI app's lifespan; pass it as ``lifespan=`` (it is callable with
+    the app), or enter ``harvest(app)`` inside your own lifespan.
+
+    ``app``: the :class:`harvest.App` (its payload codecs are the client's; required with
+    ``run_worker``; the management API shows its catalog). ``dsn``: the database (default:
+    ``HARVEST_DATABASE_URL``, else the config's ``database_url``; a ``[shards]`` config opens a
+    pool per shard instead). ``config``: a :class:`harvest.config.Config` (default:
+    ``harvest.toml`` and ``HARVEST_*``, as ``harvest worker`` reads them). ``run_worker``: run
+    the App's worker in this process, with the config's ``[worker]`` options and the role's
+    switches, overridden by ``worker_options`` (``{"concurrency": 4}``). ``mount_path``: where
+    the management API goes (None: not mounted); ``authorizer`` and ``profile`` are
+    :func:`harvest.web.management_app`'s (without an authorizer only the ``dev`` profile serves
+    anyone, as admin; any other checks API tokens). ``pool_size``: the client's connections.
+    """
+
+    def __init__(
+        self,
+        app: App | None = None,
+        *,
+        dsn: str | None = None,
+        config: Config | None = None,
+        run_worker: bool = False,
+        worker_options: Mapping[str, Any] | None = None,
+        mount_path: str | None = DEFAULT_MOUNT_PATH,
+        authorizer: Authorizer | None = None,
+        profile: str | None = None,
+        pool_size: int = 4,
+    ) -> None:
+        if run_worker and app is None:
+            raise ValueError("HarvestLifespan(run_worker=True) needs the App the worker runs")
+        if mount_path is not None and (not mount_path.startswith("/") or mount_path.endswith("/")):
+            raise ValueError(f"mount_path {mount_path!r} must start with / and not end with one")
+        self.app = app
+        self.dsn = dsn
+        self.config = config
+        self.run_worker = run_worker
+        self.worker_options = dict(worker_options or {})
+        self.mount_path = mount_path
+        self.authorizer = authorizer
+        self.profile = profile
+        self.pool_size = pool_size
+        self.management_api: Starlette | None = None
+        self.worker: Worker | None = None
+        self._client: AsyncClient | None = None
+        self._worker_task: asyncio.Task[None] | None = None
+
+    @property
+    def client(self) -> AsyncClient:
+        """The :class:`~harvest.AsyncClient` opened at startup (a RuntimeError before it, or after
+        shutdown). It belongs to the app's event loop: use it from ``async def`` routes."""
+        if self._client is None:
+            raise RuntimeError(
+                "Harvest is not started: pass HarvestLifespan as the app's lifespan= "
+                "(or enter it in your own lifespan) and use the client from requests"
+            )
+        return self._client
+
+    def __call__(self, asgi_app: Starlette) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._lifespan(asgi_app)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, asgi_app: Starlette) -> AsyncIterator[None]:
+        config = self.config if self.config is not None else load_config()
+        asgi_app.state.harvest = self
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self._forget)
+            self._client = await self._open_client(config, stack)
+            if self.mount_path is not None:
+                await stack.enter_async_context(self._mounted(asgi_app, config))
+            if self.run_worker:
+                await self._start_worker(config)
+                stack.push_async_callback(self._stop_worker)
+            yield
+
+    async def _forget(self) -> None:
+        self._client = None
+
+    async def _open_client(self, config: Config, stack: contextlib.AsyncExitStack) -> AsyncClient:
+        codecs = self.app.payloads if self.app is not None else None
+        if is_sharded(config):
+            pools = async_shard_pools(config, self.dsn, max_size=self.pool_size)
+            stack.push_async_callback(pools.close)
+            client = await AsyncClient.connect(shards=pools, codecs=codecs)
+        else:
+            client = await AsyncClient.connect(
+                worker_dsn(config, self.dsn), pool_size=self.pool_size, codecs=codecs
+            )
+        stack.push_async_callback(client.close)
+        return client
+
+    @contextlib.asynccontextmanager
+    async def _mounted(self, asgi_app: Starlette, config: Config) -> AsyncIterator[None]:
+        """The management API mounted at ``mount_path``, its own lifespan run (Starlette runs
+        none for a mounted app): its pools open now, and close when the app stops."""
+        api = management_app(
+            dsn=None if is_sharded(config) else worker_dsn(config, self.dsn),
+            config=config,
+            authorizer=self.authorizer,
+            profile=self.profile,
+            app=self.app,
+        )
+        mount = Mount(self.mount_path or DEFAULT_MOUNT_PATH, app=api)
+        asgi_app.router.routes.append(mount)
+        self.management_api = api
+        try:
+            async with api.router.lifespan_context(api):
+                yield
+        finally:
+            asgi_app.router.routes.remove(mount)
+            self.management_api = None
+
+    async def _start_worker(self, config: Config) -> None:
+        assert self.app is not None  # checked in __init__
+        options = configured_options(self.app, config, **self.worker_options)
+
+        def started(worker: Worker) -> None:
+            self.worker = worker
+
+        self._worker_task = asyncio.create_task(
+            run_worker(self.app, config, options, database_url=self.dsn, started=started),
+            name="harvest-worker",
+        )
+        self._worker_task.add_done_callback(_log_worker_end)
+
+    async def _stop_worker(self) -> None:
+        """Stop claiming, let the tasks in flight finish (``shutdown_grace``), release the
+        rest; a worker that had failed raises its error here."""
+        task, self._worker_task = self._worker_task, None
+        if task is None:
+            return
+        if self.worker is not None:
+            self.worker.request_stop()
+        try:
+            await task
+        finally:
+            self.worker = None
+
+
+def _log_worker_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("harvest: the in-process worker stopped: %s", task.exception())
+
+
+def harvest_client(connection: HTTPConnection) -> AsyncClient:
+    """The client of the app serving ``connection`` (a request or a websocket): what a route
+    calls (``harvest_client(request).start_workflow(...)``); FastAPI's ``HarvestClient`` is
+    this as a dependency."""
+    harvest = getattr(connection.app.state, "harvest", None)
+    if not isinstance(harvest, HarvestLifespan):
+        raise RuntimeError("this app has no HarvestLifespan: pass one as the app's lifespan=")
+    return harvest.client
+
+
+async def harvest_error_handler(request: Request, exc: Exception) -> Response:
+    """The management API's JSON error for a :class:`harvest.HarvestError` one of your routes
+    raised (``NotFound`` 404, ``WorkflowAlreadyExists`` 409, ``WorkflowNotRunning`` 409, ...,
+    ``{"error": {"code", "message", ...}}``): ``exception_handlers={HarvestError:
+    harvest_error_handler}``."""
+    return error_response(exc)

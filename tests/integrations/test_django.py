@@ -1,0 +1,129 @@
+"""The Django integration (harvest.integrations.django): settings.HARVEST, the shared client in a
+view, and ``manage.py harvest_worker`` as a real process, on the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import django
+import pytest
+
+TZ_BEFORE = os.environ.get("TZ")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_project.settings")
+django.setup()
+
+from django.core.exceptions import ImproperlyConfigured  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.core.management.base import CommandError  # noqa: E402
+from django.test import Client as DjangoClient  # noqa: E402
+from django.test import override_settings  # noqa: E402
+
+from harvest.config import config_from_mapping  # noqa: E402
+from harvest.core.errors import ConfigError  # noqa: E402
+from harvest.integrations import django as harvest_django  # noqa: E402
+from harvest.integrations.django.apps import HarvestConfig  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+BASE = {"app": "django_project.workflows.app", "worker": {"concurrency": 4, "shutdown_grace": 5.0}}
+
+
+@pytest.fixture
+def harvest_db(db: str) -> Iterator[str]:
+    """settings.HARVEST on the test database; the shared client closed after the test."""
+    with override_settings(HARVEST={**BASE, "database_url": db}):
+        yield db
+    harvest_django.close_client()
+
+
+def test_a_view_starts_a_run_that_manage_py_harvest_worker_runs_then_stops_on_sigterm(
+    harvest_db: str,
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")},
+        "HARVEST_DATABASE_URL": harvest_db,
+        "DJANGO_SETTINGS_MODULE": "django_project.settings",
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "django", "harvest_worker", "--queue", "default"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        response = DjangoClient().post("/greet/ann")
+        assert response.status_code == 202, response.content
+        execution_id = response.json()["execution_id"]
+        client = harvest_django.get_client()
+        assert client is harvest_django.get_client()  # one client for the process
+        assert client.get_handle(workflow_id="greet-ann").result(timeout=30) == "hello ANN"
+        assert client.get_handle(execution_id).describe()["status"] == "COMPLETED"
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "harvest worker polling default" in out and "harvest worker stopped" in out, (out, err)
+
+
+def test_a_changed_setting_closes_the_shared_client(harvest_db: str) -> None:
+    first = harvest_django.get_client()
+    with override_settings(HARVEST={**BASE, "database_url": harvest_db, "profile": "dev"}):
+        assert harvest_django.get_client() is not first
+        assert harvest_django.get_config().get("profile") == "dev"
+
+
+def test_settings_harvest_is_a_harvest_config_with_the_variables_over_it() -> None:
+    data = {"database_url": "postgresql:///a", "worker": {"concurrency": 8, "queues": ["a", "b"]}}
+    config = config_from_mapping(data, "settings.HARVEST", env={"HARVEST_WORKER__CONCURRENCY": "3"})
+    assert config.get("database_url") == "postgresql:///a"
+    assert config.get("worker.queues") == ["a", "b"]
+    assert config.setting("worker.concurrency").source == "HARVEST_WORKER__CONCURRENCY"
+    assert config.get("worker.concurrency") == 3
+    with pytest.raises(
+        ConfigError, match=r"worker\.concurency.*settings\.HARVEST.*did you mean worker\.concurrency"
+    ):
+        config_from_mapping({"worker": {"concurency": 8}}, "settings.HARVEST", env={})
+    with pytest.raises(
+        ConfigError, match=r"worker\.concurrency \(from settings\.HARVEST\): expected an integer"
+    ):
+        config_from_mapping({"worker": {"concurrency": "many"}}, "settings.HARVEST", env={})
+
+
+def test_a_bad_setting_stops_django_at_startup_with_its_name() -> None:
+    config = HarvestConfig("harvest.integrations.django", harvest_django)
+    with (
+        override_settings(HARVEST={"worker": {"concurency": 8}}),
+        pytest.raises(ImproperlyConfigured, match="concurency"),
+    ):
+        config.ready()
+    with (
+        override_settings(HARVEST={"app": "django_project.settings.SECRET_KEY"}),
+        pytest.raises(ImproperlyConfigured, match=r"is a str, not a harvest\.App"),
+    ):
+        config.ready()
+    with (
+        override_settings(HARVEST={"app": "no_such_module.app"}),
+        pytest.raises(ImproperlyConfigured, match="cannot be imported"),
+    ):
+        config.ready()
+
+
+def test_harvest_worker_needs_an_app() -> None:
+    with (
+        override_settings(HARVEST={"database_url": "postgresql:///unused"}),
+        pytest.raises(CommandError, match='names no App: set "app"'),
+    ):
+        call_command("harvest_worker")
+    with override_settings(HARVEST=BASE), pytest.raises(CommandError, match="which the App does not declare"):
+        call_command("harvest_worker", "--queue", "nope")
+
+
+def test_setting_django_up_left_the_processs_time_zone_alone() -> None:
+    # The suite's other tests run in this process after Django's setup (settings.TIME_ZONE = None).
+    assert os.environ.get("TZ") == TZ_BEFORE

@@ -1,0 +1,161 @@
+"""The FastAPI/Starlette lifespan (harvest.integrations.starlette): a real FastAPI app, its
+lifespan run, requests through httpx's ASGI transport, on the test database."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from harvest import App, Client, activity, workflow
+from harvest.config import Config
+from harvest.integrations.fastapi import HarvestClient, HarvestLifespan
+from harvest.integrations.starlette import harvest_client
+
+# An activity in flight when the app stops: the worker's drain lets it finish.
+slow_started = asyncio.Event()
+
+
+@activity
+async def shout(ctx: Any, name: str) -> str:
+    return name.upper()
+
+
+@activity
+async def slow(ctx: Any, name: str) -> str:
+    slow_started.set()
+    await asyncio.sleep(0.3)
+    return f"slow {name}"
+
+
+@workflow
+async def greet(ctx: Any, name: str) -> str:
+    return "hello " + await ctx.execute_activity(shout, name)
+
+
+@workflow
+async def lingering(ctx: Any, name: str) -> str:
+    return await ctx.execute_activity(slow, name)
+
+
+app = App(workflows=[greet, lingering], activities=[shout, slow])
+FAST = {"poll_interval": 0.2, "scan_interval": 0.2, "shutdown_grace": 5.0}
+
+
+def fastapi_app(db: str, **options: Any) -> FastAPI:
+    options.setdefault("worker_options", FAST)
+    harvest = HarvestLifespan(app, dsn=db, config=Config(), profile="dev", **options)
+    api = FastAPI(lifespan=harvest)
+
+    @api.post("/greet/{name}")
+    async def start(name: str, client: HarvestClient) -> dict[str, Any]:
+        handle = await client.start_workflow(greet, name, workflow_id=f"greet-{name}")
+        return {"execution_id": handle.execution_id, "result": await handle.result(timeout=20)}
+
+    @api.post("/linger/{name}")
+    async def linger(name: str, client: HarvestClient) -> dict[str, Any]:
+        handle = await client.start_workflow(lingering, name)
+        return {"execution_id": handle.execution_id}
+
+    return api
+
+
+async def serve(api: Any, calls: Any) -> Any:
+    """Run ``calls(http)`` inside the app's lifespan, as a server would."""
+    async with api.router.lifespan_context(api):
+        transport = httpx.ASGITransport(app=api)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+            return await calls(http)
+
+
+def test_routes_start_workflows_the_in_process_worker_runs_and_the_api_is_mounted(db: str) -> None:
+    api = fastapi_app(db, run_worker=True)
+
+    async def calls(http: httpx.AsyncClient) -> dict[str, Any]:
+        started = (await http.post("/greet/ann")).json()
+        assert started["result"] == "hello ANN"
+        # The management API, mounted at /api/harvest, sees the same run.
+        run = await http.get(f"/api/harvest/workflows/{started['execution_id']}")
+        assert run.status_code == 200, run.text
+        assert run.json()["execution"]["status"] == "COMPLETED", run.json()
+        assert (await http.get("/api/harvest/health/ready")).status_code == 200
+        harvest = api.state.harvest
+        assert harvest.worker is not None and harvest.management_api is not None
+        assert harvest.management_api.state.harvest.opened  # its pools opened with the app
+        return {"worker_id": harvest.worker.worker_id, "api": harvest.management_api}
+
+    seen = asyncio.run(serve(api, calls))
+    # Shut down cleanly: the worker stopped (its row says so), the client closed, the mount gone.
+    with Client(db) as client, client.sql() as sql:
+        assert sql.get_worker(seen["worker_id"])["status"] == "stopped"
+    assert not seen["api"].state.harvest.opened  # the management API's pools closed
+    with pytest.raises(RuntimeError, match="not started"):
+        api.state.harvest.client  # noqa: B018
+    assert not [r for r in api.router.routes if getattr(r, "path", "") == "/api/harvest"]
+
+
+def test_shutdown_drains_the_activity_in_flight(db: str) -> None:
+    api = fastapi_app(db, run_worker=True)
+
+    async def calls(http: httpx.AsyncClient) -> str:
+        slow_started.clear()
+        execution_id = (await http.post("/linger/bo")).json()["execution_id"]
+        await asyncio.wait_for(slow_started.wait(), 10)
+        return execution_id  # the app stops now, with the activity running
+
+    execution_id = asyncio.run(serve(api, calls))
+    with Client(db) as client:
+        events = [e["event_type"] for e in client.get_handle(execution_id).history()]
+    assert "ActivityCompleted" in events, events  # finished in the drain, not released
+
+
+def test_without_a_worker_runs_wait_for_one_and_the_api_can_stay_unmounted(db: str) -> None:
+    api = fastapi_app(db, run_worker=False, mount_path=None)
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        handle = await api.state.harvest.client.start_workflow(greet, "cy")
+        assert (await handle.describe())["status"] == "RUNNING"
+        assert api.state.harvest.worker is None
+        assert (await http.get("/api/harvest/health/ready")).status_code == 404
+
+    asyncio.run(serve(api, calls))
+
+
+def test_a_plain_starlette_app_and_a_lifespan_of_its_own(db: str) -> None:
+    harvest = HarvestLifespan(app, dsn=db, config=Config(), profile="dev")
+    opened: list[str] = []
+
+    async def count(request: Request) -> JSONResponse:
+        result = await harvest_client(request).sql.count_executions()
+        return JSONResponse({"groups": len(result)})
+
+    import contextlib
+
+    @contextlib.asynccontextmanager
+    async def lifespan(asgi_app: Starlette) -> Any:
+        async with harvest(asgi_app):  # Harvest inside the app's own lifespan
+            opened.append("mine")
+            yield
+
+    api = Starlette(routes=[Route("/count", count)], lifespan=lifespan)
+
+    async def calls(http: httpx.AsyncClient) -> None:
+        assert (await http.get("/count")).status_code == 200
+        assert (await http.get("/api/harvest/openapi.json")).status_code == 200
+
+    asyncio.run(serve(api, calls))
+    assert opened == ["mine"]
+
+
+def test_bad_arguments_are_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="needs the App"):
+        HarvestLifespan(run_worker=True)
+    with pytest.raises(ValueError, match="must start with /"):
+        HarvestLifespan(app, mount_path="api/")
