@@ -321,6 +321,57 @@ def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn)
     assert counted["other"] == {"groups": 1, "executions": 1} and counted["total"] == 4
 
 
+def test_list_and_count_take_a_filter_expression_with_or(api, conn) -> None:
+    runs = {
+        key: start(conn, "greet", key, search_attributes=attrs)
+        for key, attrs in {
+            "acme-big": {"tenant": "acme", "amount": 500},
+            "acme-small": {"tenant": "acme", "amount": 5},
+            "other-big": {"tenant": "other", "amount": 900},
+            "other-small": {"tenant": "other", "amount": 1},
+        }.items()
+    }
+    ledger = start(conn, "ledger", "books")
+    expression = "(tenant = acme AND amount >= 100) OR tenant IN (nobody, 'other') AND amount < 10"
+    listed = api.get("/workflows", params={"filter": expression, "order": "asc"})
+    assert listed.status_code == 200, listed.text
+    assert [r["workflow_id"] for r in listed.json()["executions"]] == ["acme-big", "other-small"]
+    either = api.get("/workflows", params={"filter": "amount > 800 OR workflow_name = ledger"}).json()
+    assert {r["execution_id"] for r in either["executions"]} == {runs["other-big"], ledger}
+    # ANDed with the other filters, and paged with the same filter.
+    page = api.get(
+        "/workflows", params={"filter": "tenant = acme OR tenant = other", "page_size": 3, "state": "RUNNING"}
+    ).json()
+    assert len(page["executions"]) == 3 and page["next_cursor"]
+    rest = api.get(
+        "/workflows",
+        params={
+            "filter": "tenant = acme OR tenant = other",
+            "page_size": 3,
+            "state": "RUNNING",
+            "cursor": page["next_cursor"],
+        },
+    ).json()
+    assert len(rest["executions"]) == 1 and rest["next_cursor"] is None
+    changed = api.get("/workflows", params={"filter": "tenant = acme", "cursor": page["next_cursor"]})
+    assert changed.status_code == 400  # a cursor is for the filters it was issued with
+    counted = api.get("/workflows/count", params={"filter": "tenant = acme OR amount > 800"}).json()
+    assert counted["total"] == 3
+    # Bad expressions are a 400 naming the filter, never a match against nothing or a 500.
+    for bad in (
+        "status = RUNNING OR tenant = acme",
+        "(tenant = acme",
+        "tenant ~ x",
+        'tenant = "x\') OR 1=1 --"',
+    ):
+        answer = api.get("/workflows", params={"filter": bad})
+        if bad.startswith('tenant = "'):  # a quoted value is a value: it matches nothing, it runs nothing
+            assert answer.status_code == 200 and answer.json()["executions"] == []
+            continue
+        assert answer.status_code == 400, (bad, answer.text)
+        assert error_of(answer)["field"] == "filter" and error_of(answer)["message"].startswith("filter: ")
+
+
 def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:
     handlers = api.get("/workflows/types/ledger/handlers").json()
     assert [q["name"] for q in handlers["queries"]] == ["broken", "total"]
