@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from operator_helpers import park, start
@@ -370,6 +371,40 @@ def test_list_and_count_take_a_filter_expression_with_or(api, conn) -> None:
             continue
         assert answer.status_code == 400, (bad, answer.text)
         assert error_of(answer)["field"] == "filter" and error_of(answer)["message"].startswith("filter: ")
+
+
+def test_concurrent_query_and_update_waits_share_one_listen_connection(db: str, conn) -> None:
+    """N waits held at once by one API process use one LISTEN connection (the hub) and at most
+    the pool's connections, not one connection per wait."""
+    waits, pool_size = 12, 3
+    run = start(conn, "ledger", "nobody-answers")  # no worker: every wait runs to its timeout
+    with api_client(db, app=APP, pool_size=pool_size) as api:
+
+        def ask(i: int):
+            if i % 2:
+                return api.post(f"/workflows/{run}/query", json={"query_name": "total", "timeout_secs": 2})
+            return api.post(
+                f"/workflows/{run}/update", json={"update_name": "add", "input": i, "timeout_secs": 2}
+            )
+
+        with ThreadPoolExecutor(waits) as threads:
+            answers = [threads.submit(ask, i) for i in range(waits)]
+            state = api.app.state.harvest
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # until every wait is registered with the hub
+                hub = state.hubs.get((0, "harvest_query_answers"))
+                if hub is not None and hub.waiters == waits:
+                    break
+                time.sleep(0.02)
+            assert hub is not None and hub.waiters == waits
+            listening, backends = conn.execute(
+                "SELECT count(*) FILTER (WHERE query LIKE 'LISTEN %%'), count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            codes = [a.result().status_code for a in answers]
+    assert listening == 1, f"{listening} LISTEN connections for {waits} waits"
+    assert backends <= pool_size + 1, f"{backends} connections for {waits} waits"
+    assert codes == [504] * waits
 
 
 def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:

@@ -85,7 +85,7 @@ class HarvestState:
     plan: RuntimePlan | None = None
     max_payload_bytes: int | None = None
     shard_timeout: float = SHARD_TIMEOUT_SECS
-    hubs: dict[int, NotificationHub] = field(default_factory=dict)
+    hubs: dict[tuple[int, str], NotificationHub] = field(default_factory=dict)
     own_pools: bool = False
     opened: bool = False
     _lock: asyncio.Lock | None = None
@@ -130,12 +130,21 @@ class HarvestState:
                 self.max_payload_bytes = await AsyncSqlApi(self.pool).payload_limit()
             self.opened = True
 
-    def hub(self, shard: int) -> NotificationHub:
-        """The one LISTEN connection on ``harvest_done`` of ``shard`` (opened on first use)."""
-        hub = self.hubs.get(shard)
+    def hub(self, shard: int, channel: str = channels.DONE) -> NotificationHub:
+        """The process's one LISTEN connection on ``channel`` of ``shard`` (opened on first use):
+        ``harvest_done`` wakes the result waits, ``harvest_query_answers`` the query and update
+        waits. N waits share it (fan-out by payload), none holds a connection of its own."""
+        hub = self.hubs.get((shard, channel))
         if hub is None:
             dsn = self.pools.dsn(shard) if self.pools is not None else self.dsn
-            hub = self.hubs[shard] = NotificationHub(dsn, channels.DONE)
+            hub = self.hubs[(shard, channel)] = NotificationHub(dsn, channel)
+        return hub
+
+    async def listener(self, shard: int, channel: str) -> NotificationHub:
+        """:meth:`hub`, listening (or, after a second without a connection, trying to in the
+        background: the waits' own re-reads answer meanwhile)."""
+        hub = self.hub(shard, channel)
+        await hub.start(timeout=1.0)
         return hub
 
     async def close(self) -> None:
