@@ -407,6 +407,34 @@ def test_concurrent_query_and_update_waits_share_one_listen_connection(db: str, 
     assert codes == [504] * waits
 
 
+def test_history_export_batch_is_the_clis_document(api, conn) -> None:
+    runs = [start(conn, "greet", f"batch-{i}", input=[f"secret-{i}"]) for i in range(3)]
+    start(conn, "ledger", "not-in-the-batch")
+    batch = api.get(
+        "/history/export-batch", params={"workflow_name": "greet", "state_group": "running", "limit": 2}
+    )
+    assert batch.status_code == 200, batch.text
+    doc = batch.json()
+    assert doc["schema"] == "harvest.history_export_batch" and doc["status"] == "complete"
+    assert doc["shard_coverage"] == {"read": [0], "unavailable": []} and doc["failures"] == []
+    assert len(doc["exports"]) == 2 and {e["execution_id"] for e in doc["exports"]} <= set(runs)
+    first = doc["exports"][0]["events"][0]
+    assert first["event_type"] == "WorkflowStarted" and first["event_data"]["input"]["redacted"] is True
+    full = api.get(
+        "/history/export-batch",
+        params={"workflow_name": "greet", "state_group": "all", "payload_policy": "full"},
+    ).json()
+    assert sorted(e["events"][0]["event_data"]["input"][0] for e in full["exports"]) == [
+        "secret-0",
+        "secret-1",
+        "secret-2",
+    ]
+    none = api.get("/history/export-batch").json()  # terminal runs only by default: none ended
+    assert none["exports"] == [] and none["status"] == "complete"
+    assert error_of(api.get("/history/export-batch", params={"limit": 0}))["field"] == "limit"
+    assert error_of(api.get("/history/export-batch", params={"state_group": "x"}))["field"] == "state_group"
+
+
 def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:
     handlers = api.get("/workflows/types/ledger/handlers").json()
     assert [q["name"] for q in handlers["queries"]] == ["broken", "total"]

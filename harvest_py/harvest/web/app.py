@@ -166,6 +166,7 @@ def endpoints() -> list[Endpoint]:
         dags,
         dead_letters,
         health,
+        history,
         lifecycle,
         payloads,
         schedules,
@@ -185,6 +186,7 @@ def endpoints() -> list[Endpoint]:
         *schedules.ENDPOINTS,
         *dags.ENDPOINTS,
         *tokens.ENDPOINTS,
+        *history.ENDPOINTS,
     ]
     return sorted(found, key=lambda e: e.path.count("{"))
 
