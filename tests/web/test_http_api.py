@@ -718,9 +718,21 @@ def test_an_operators_call_is_audited_with_the_tokens_name_and_the_route(
     with api_client(db, profile="production") as api:
         operate = {"Authorization": f"Bearer {tokens['operate']}"}
         run = api.post("/workflows/greet/start", headers=operate, json={}).json()["execution_id"]
+        signal = {"signal_name": "nudge", "payload": {"card": "4111"}}
+        assert api.post(f"/workflows/{run}/signal", headers=operate, json=signal).status_code == 200
         assert api.post(f"/workflows/{run}/cancel", headers=operate, json={}).status_code == 202
     with psycopg.connect(db) as conn:
-        row = conn.execute(
-            "SELECT actor, source, route FROM harvest.audit_log WHERE operation = 'workflow.cancel'"
-        ).fetchone()
-    assert row == ("t-operate", "api", "POST /workflows/{execution_id}/cancel")
+        rows = conn.execute(
+            "SELECT operation, target, actor, source, route, details::text FROM harvest.audit_log"
+            " WHERE operation LIKE 'workflow.%' ORDER BY id"
+        ).fetchall()
+        start(conn, "greet", "from-the-library")  # application traffic: the history is its record
+        audited = "SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'workflow.%'"
+        assert conn.execute(audited).fetchone()[0] == len(rows)
+    # Starts and signals through the API are audited too (functions/audit.sql, _audit_asserted).
+    assert [r[:5] for r in rows] == [
+        ("workflow.start", run, "t-operate", "api", "POST /workflows/{name}/start"),
+        ("workflow.signal", run, "t-operate", "api", "POST /workflows/{execution_id}/signal"),
+        ("workflow.cancel", run, "t-operate", "api", "POST /workflows/{execution_id}/cancel"),
+    ]
+    assert "4111" not in " ".join(r[5] for r in rows)  # no payload in the audit log
