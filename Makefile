@@ -41,10 +41,11 @@ lint: install
 
 test: install lint pgtap chromium promtool test-python test-pg15
 
-# The slow suites (markers shard, chaos and browser: several PostgreSQL servers, killed
-# processes, a headless Chromium) run in a second pytest process beside the rest. SKIP_SLOW=1
-# leaves them out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
-SLOW_MARKERS = shard or chaos or browser
+# The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
+# processes, a headless Chromium, schemathesis over the API, ~65 s) run in a second pytest process
+# beside the rest. SKIP_SLOW=1 leaves them out for a quick local run (`make test SKIP_SLOW=1`);
+# CI runs everything.
+SLOW_MARKERS = shard or chaos or browser or webfuzz
 test-python: install
 ifeq ($(SKIP_SLOW),1)
 	$(BIN)/pytest -q -p no:cacheprovider -m "not ($(SLOW_MARKERS))" tests

@@ -13,7 +13,9 @@ from starlette.requests import Request
 from web_helpers import api_client
 
 from harvest import App, RateLimit, Throttle, activity, query, update, workflow
+from harvest.web.metrics import METRICS
 from harvest.web.principal import Principal
+from harvest.web.streams import STREAMS
 
 
 @activity
@@ -650,6 +652,18 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         assert "default" in operation["responses"]
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
     assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "admin"
+    # The routes mounted beside the declared ones, from their own declarations (openapi.Mounted).
+    for route in (METRICS, *STREAMS):
+        operation = doc["paths"][route.path]["get"]
+        assert operation["operationId"] == route.operation_id and operation["x-harvest-scope"] == "read"
+        assert list(operation["responses"]["200"]["content"]) == [route.media_type]
+    assert {route.path for route in STREAMS} == {
+        "/workflows/{execution_id}/events/stream",
+        "/stream",
+        "/stream/durable",
+    }
+    served = {(r.path, m) for r in api.app.routes if hasattr(r, "methods") for m in r.methods or ()}
+    assert ("/workflows/{execution_id:uuid}/events/stream", "GET") in served  # the route it documents
 
 
 def test_a_database_down_at_boot_is_a_503_not_a_dead_server() -> None:

@@ -53,10 +53,10 @@ from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.router import ShardRouter
 from harvest.web.auth import DevAuthorizer, default_authorizer, token_database
 from harvest.web.errors import error_body, error_response
-from harvest.web.metrics import metrics_routes
+from harvest.web.metrics import METRICS, metrics_routes
 from harvest.web.principal import Authorizer
 from harvest.web.routes import Endpoint
-from harvest.web.streams import EventHub, stream_routes
+from harvest.web.streams import STREAMS, EventHub, stream_routes
 from harvest.web.ui import dashboard_app
 
 log = logging.getLogger("harvest.web")
@@ -247,17 +247,21 @@ def management_app(
     )
     table = endpoints()
     routes = [Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table]
-    routes.append(Route("/openapi.json", openapi.route(table), methods=["GET"], name="openapi"))
     # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and, on one
-    # database, the event streams (docs/event-streams.md), under the same authorizer.
+    # database, the event streams (docs/event-streams.md), under the same authorizer. The metrics
+    # and the streams declare their /openapi.json entries (openapi.Mounted); the dashboard's HTML
+    # pages and forms are not part of the API document.
     ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile)
     routes.append(Mount("/ui", app=ui))
     routes += metrics_routes(authorizer=authorizer)  # GET /admin/metrics (docs/observability.md)
+    mounted: list[openapi.Mounted] = [METRICS]
     hub = None
     stream_dsn = None if shards is not None or shards_configured(config) else token_database(dsn, config)
     if stream_dsn:
         hub = EventHub(stream_dsn)
         routes += stream_routes(hub, authorizer)
+        mounted += STREAMS
+    routes.append(Route("/openapi.json", openapi.route(table, mounted), methods=["GET"], name="openapi"))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -28,7 +28,9 @@ from starlette.routing import Route
 
 from harvest.core.errors import InvalidArgument
 from harvest.db.event_stream import PAGE, EventSource
+from harvest.web.openapi import Mounted
 from harvest.web.principal import Authorizer
+from harvest.web.routes import Param, path
 
 log = logging.getLogger("harvest.web.streams")
 
@@ -235,6 +237,55 @@ def _last_event_id(request: Request) -> int | None:
     return value
 
 
+_RESUME = (
+    Param(
+        "Last-Event-ID",
+        "integer",
+        minimum=0,
+        where="header",
+        description="The id: of the last event seen: the stream resumes after it.",
+    ),
+    Param("last_event_id", "integer", minimum=0, description="The same as the Last-Event-ID header."),
+)
+_ANSWERS = {200: "text/event-stream: id:/data: events, : keepalive comments", 400: "A bad Last-Event-ID"}
+# The stream routes as /openapi.json shows them (stream_routes builds its routes from these).
+STREAMS = (
+    Mounted(
+        "GET",
+        "/workflows/{execution_id}/events/stream",
+        "workflow_event_stream",
+        "One execution's events as server-sent events (id: the event id), from Last-Event-ID, then live.",
+        "read",
+        "text/event-stream",
+        (path("execution_id", "uuid", "The execution id (a UUID)."), *_RESUME),
+        {**_ANSWERS, 404: "No such execution"},
+        "streams",
+    ),
+    Mounted(
+        "GET",
+        "/stream",
+        "event_stream",
+        "Every event as server-sent events (id: the global id), from Last-Event-ID, then live.",
+        "read",
+        "text/event-stream",
+        _RESUME,
+        _ANSWERS,
+        "streams",
+    ),
+    Mounted(
+        "GET",
+        "/stream/durable",
+        "durable_event_stream",
+        "The spec's name of the resumable stream of every event: the same as /stream.",
+        "read",
+        "text/event-stream",
+        _RESUME,
+        _ANSWERS,
+        "streams",
+    ),
+)
+
+
 def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = KEEPALIVE_SECS) -> list[Route]:
     """The stream routes (scope read), to mount beside the management API's: one execution's,
     and every event's (``/stream``, also at ``/stream/durable``)."""
@@ -265,9 +316,6 @@ def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = K
     async def all_stream(request: Request) -> StreamingResponse:
         return await respond(request, None)
 
-    return [
-        Route("/workflows/{execution_id:uuid}/events/stream", workflow_stream, methods=["GET"]),
-        Route("/stream", all_stream, methods=["GET"]),
-        # The spec's name for the resumable stream of every event: /stream is resumable already.
-        Route("/stream/durable", all_stream, methods=["GET"]),
-    ]
+    one, every, durable = STREAMS
+    # /stream/durable is the spec's name for the resumable stream of every event: /stream is it.
+    return [one.route(workflow_stream), every.route(all_stream), durable.route(all_stream)]
