@@ -115,6 +115,11 @@ extension: install
 bench-install: install
 	$(BIN)/pip install --quiet -e '.[bench]'
 
+# The management API's load check (docs/http-api.md): 1,000 result long-polls and 200 event
+# streams held by one `harvest serve` on loopback; prints peak RSS and database connections.
+bench-http: install
+	$(PY) bench/http_long_polls.py --n 1000 --sse 200
+
 bench: bench-install
 	$(PY) bench/run.py
 

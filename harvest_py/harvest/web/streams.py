@@ -180,7 +180,11 @@ class EventHub:
                         last = event[key]
                         yield event
             try:
-                item = await asyncio.wait_for(sub.queue.get(), keepalive)
+                # A queued item is taken at once; only an empty queue waits (a task per wait).
+                if not sub.queue.empty():
+                    item = sub.queue.get_nowait()
+                else:
+                    item = await asyncio.wait_for(sub.queue.get(), keepalive)
             except TimeoutError:
                 yield None
                 continue
@@ -217,9 +221,18 @@ _ALL_FIELDS = ("global_id", *_FIELDS, "workflow_name", "workflow_id")
 def _sse(event: dict[str, Any] | None, key: str) -> bytes:
     if event is None:
         return b": keepalive\n\n"
+    # One event goes to every subscriber as the same dict: it is encoded once per stream kind.
+    cached = event.get(_ENCODED, {}).get(key)
+    if cached is not None:
+        return cached
     fields = _ALL_FIELDS if key == "global_id" else _FIELDS
     data = json.dumps({f: event.get(f) for f in fields}, default=str, separators=(",", ":"))
-    return f"id: {event[key]}\ndata: {data}\n\n".encode()
+    encoded = f"id: {event[key]}\ndata: {data}\n\n".encode()
+    event.setdefault(_ENCODED, {})[key] = encoded
+    return encoded
+
+
+_ENCODED = "\x00sse"  # where _sse keeps an event's encodings (no field of a row has this name)
 
 
 def _last_event_id(request: Request) -> int | None:
@@ -301,8 +314,13 @@ def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = K
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
                 yield b": stream open\n\n"
+                chunk: list[bytes] = []
                 async for event in hub.events(sub, last_id, keepalive=keepalive):
-                    yield _sse(event, key)
+                    chunk.append(_sse(event, key))
+                    # What is queued already goes out in one write, not one write per event.
+                    if sub.queue.empty() or len(chunk) >= 256:
+                        yield b"".join(chunk)
+                        chunk.clear()
 
         return StreamingResponse(
             body(),
