@@ -17,8 +17,8 @@ scope)`` first; the principal's role is applied to each database connection the 
 Without an authorizer, the ``dev`` profile serves everyone as admin (:class:`DevAuthorizer`,
 with a warning); any other profile checks API tokens in the database (``TokenAuthorizer``,
 docs/auth.md): no token, no access (401 on every route but the health probes). The dashboard is
-mounted at ``/ui`` and, on one database, the event streams beside the routes, under the same
-authorizer.
+mounted at ``/ui`` and the event streams (one database's, or every shard's merged) beside the
+routes, under the same authorizer.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from harvest.web.errors import error_body, error_response
 from harvest.web.metrics import METRICS, metrics_routes
 from harvest.web.principal import Authorizer
 from harvest.web.routes import Endpoint
-from harvest.web.streams import STREAMS, EventHub, stream_routes
+from harvest.web.streams import STREAMS, EventHub, ShardStreams, stream_routes
 from harvest.web.ui import dashboard_app
 
 log = logging.getLogger("harvest.web")
@@ -247,18 +247,25 @@ def management_app(
     )
     table = endpoints()
     routes = [Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table]
-    # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and, on one
-    # database, the event streams (docs/event-streams.md), under the same authorizer. The metrics
+    # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and the
+    # event streams (docs/event-streams.md), under the same authorizer. The metrics
     # and the streams declare their /openapi.json entries (openapi.Mounted); the dashboard's HTML
     # pages and forms are not part of the API document.
     ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile)
     routes.append(Mount("/ui", app=ui))
     routes += metrics_routes(authorizer=authorizer)  # GET /admin/metrics (docs/observability.md)
     mounted: list[openapi.Mounted] = [METRICS]
-    hub = None
-    stream_dsn = None if shards is not None or shards_configured(config) else token_database(dsn, config)
-    if stream_dsn:
+    hub: EventHub | ShardStreams | None = None
+    if shards is not None or shards_configured(config):
+
+        async def topology() -> tuple[ShardRouter, Any]:
+            await state.open()
+            return state.router, state.pools.dsn
+
+        hub = ShardStreams(topology)  # a hub per shard; /stream merges them
+    elif stream_dsn := token_database(dsn, config):
         hub = EventHub(stream_dsn)
+    if hub is not None:
         routes += stream_routes(hub, authorizer)
         mounted += STREAMS
     routes.append(Route("/openapi.json", openapi.route(table, mounted), methods=["GET"], name="openapi"))
@@ -286,4 +293,5 @@ def management_app(
     )
     api.state.harvest = state
     api.state.endpoints = table
+    api.state.streams = hub  # the event streams' hub(s): closed by the lifespan (aclose())
     return api
