@@ -37,7 +37,8 @@ ShardBatch = tuple[list[tuple[datetime, dict[str, Any]]], list[dict[str, Any]]]
 
 def updated_at(row: dict[str, Any]) -> datetime:
     """When a run last changed: its end, or (still running) its start."""
-    return row.get("completed_at") or row["created_at"]
+    moment: datetime = row.get("completed_at") or row["created_at"]
+    return moment
 
 
 def _matching(

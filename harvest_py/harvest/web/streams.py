@@ -229,7 +229,7 @@ def _sse(event: dict[str, Any] | None, key: str) -> bytes:
     if event is None:
         return b": keepalive\n\n"
     # One event goes to every subscriber as the same dict: it is encoded once per stream kind.
-    cached = event.get(_ENCODED, {}).get(key)
+    cached: bytes | None = event.get(_ENCODED, {}).get(key)
     if cached is not None:
         return cached
     fields = _ALL_FIELDS if key == "global_id" else _FIELDS
@@ -387,7 +387,7 @@ def _merged_id(positions: dict[int, int]) -> str:
 def _merged_sse(event: dict[str, Any], shard: int, positions: dict[int, int]) -> bytes:
     """An event of the merged stream: its fields and shard_id, and as its id every shard's
     position (a resumed stream goes on from each of them)."""
-    data = event.get(_ENCODED, {}).get("merged")
+    data: bytes | None = event.get(_ENCODED, {}).get("merged")
     if data is None:
         fields = {f: event.get(f) for f in _ALL_FIELDS}
         data = json.dumps({**fields, "shard_id": shard}, default=str, separators=(",", ":")).encode()
