@@ -41,10 +41,11 @@ lint: install
 
 test: install lint pgtap chromium promtool test-python test-pg15
 
-# The slow suites (markers shard, chaos and browser: several PostgreSQL servers, killed
-# processes, a headless Chromium) run in a second pytest process beside the rest. SKIP_SLOW=1
-# leaves them out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
-SLOW_MARKERS = shard or chaos or browser
+# The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
+# processes, a headless Chromium, schemathesis over the API, ~65 s) run in a second pytest process
+# beside the rest. SKIP_SLOW=1 leaves them out for a quick local run (`make test SKIP_SLOW=1`);
+# CI runs everything.
+SLOW_MARKERS = shard or chaos or browser or webfuzz
 test-python: install
 ifeq ($(SKIP_SLOW),1)
 	$(BIN)/pytest -q -p no:cacheprovider -m "not ($(SLOW_MARKERS))" tests
@@ -113,6 +114,11 @@ extension: install
 # Benchmarks (docs/benchmarks.md). The peers and the plotting come from the `bench` extra.
 bench-install: install
 	$(BIN)/pip install --quiet -e '.[bench]'
+
+# The management API's load check (docs/http-api.md): 1,000 result long-polls and 200 event
+# streams held by one `harvest serve` on loopback; prints peak RSS and database connections.
+bench-http: install
+	$(PY) bench/http_long_polls.py --n 1000 --sse 200
 
 bench: bench-install
 	$(PY) bench/run.py

@@ -1,14 +1,17 @@
-"""The management API under many long-polls: N concurrent ``GET /workflows/{id}/result?wait=``
-held by one ``harvest serve`` process on loopback.
+"""The management API under many long-polls and event-stream subscribers: N concurrent
+``GET /workflows/{id}/result?wait=`` and S server-sent event streams held by one ``harvest serve``
+process on loopback.
 
-    python bench/http_long_polls.py [--n 1000] [--wait 60]
+    python bench/http_long_polls.py [--n 1000] [--sse 200] [--wait 60]     # make bench-http
 
 A load check beside `make bench` (not a test). It starts an EmbeddedPostgres, migrates it,
 starts N runs (no worker: they stay RUNNING), starts ``harvest serve`` as its own process, and
-opens N concurrent long-polls. Once every poll is parked it reads the server's resident memory
-(/proc) and the database connections the server holds (pg_stat_activity, by its application
-name), then terminates every run in one statement and times how long until every poll has
-answered 200. It prints one JSON line.
+opens N concurrent long-polls and S streams (half of them one run's
+``/workflows/{id}/events/stream``, half ``/stream``, every event). Once every poll is parked and
+every stream open it reads the server's resident memory (/proc) and the database connections
+the server holds (pg_stat_activity: all of them, and how many LISTEN), then terminates every run
+in one statement and times how long until every poll has answered 200 and every stream has
+seen its runs' WorkflowTerminated events. It prints one JSON line, peak RSS included.
 """
 
 from __future__ import annotations
@@ -42,9 +45,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _rss_mib(pid: int) -> float:
+def _rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory now (VmRSS), or the peak so far (VmHWM)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -54,14 +58,37 @@ def _cpu_secs(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _server_connections(dsn: str) -> int:
-    """The connections of the database other than this bench's own (the API's pool and its
-    one LISTEN connection: the bench's sessions run no other client)."""
+def _server_connections(dsn: str) -> tuple[int, int]:
+    """The connections of the database other than this bench's own (the API's pool, its LISTEN
+    connections and the event streams' reader: the bench's sessions run no other client), and
+    how many of them LISTEN."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         return conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
-        ).fetchone()[0]
+            "SELECT count(*), count(*) FILTER (WHERE query LIKE 'LISTEN %%') FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        ).fetchone()
+
+
+class Stream:
+    """One SSE subscriber: counts the WorkflowTerminated events it reads until it has ``expect``."""
+
+    def __init__(self, client: httpx.AsyncClient, url: str, expect: int):
+        self.client, self.url, self.expect = client, url, expect
+        self.opened = asyncio.Event()
+        self.terminated = 0
+        self.done_at: float | None = None
+
+    async def run(self) -> None:
+        async with self.client.stream("GET", self.url, headers={"Accept": "text/event-stream"}) as response:
+            response.raise_for_status()
+            async for line in response.aiter_lines():
+                if line.startswith(": stream open"):
+                    self.opened.set()
+                elif line.startswith("data:") and '"WorkflowTerminated"' in line:
+                    self.terminated += 1
+                    if self.terminated >= self.expect:
+                        self.done_at = time.monotonic()
+                        return
 
 
 async def main_async(args: argparse.Namespace, dsn: str, base: str, pid: int) -> dict:
@@ -74,7 +101,8 @@ async def main_async(args: argparse.Namespace, dsn: str, base: str, pid: int) ->
                 (args.n,),
             )
         ]
-    limits = httpx.Limits(max_connections=args.n + 10, max_keepalive_connections=args.n + 10)
+    total = args.n + args.sse
+    limits = httpx.Limits(max_connections=total + 10, max_keepalive_connections=total + 10)
     async with httpx.AsyncClient(base_url=base, limits=limits, timeout=args.wait + 60) as client:
 
         async def one(execution_id: str) -> tuple[int, float]:
@@ -83,6 +111,12 @@ async def main_async(args: argparse.Namespace, dsn: str, base: str, pid: int) ->
 
         cpu_before = _cpu_secs(pid)
         opened = time.monotonic()
+        own = args.sse // 2  # one run's stream each; the rest follow every event
+        streams = [Stream(client, f"/workflows/{ids[k % len(ids)]}/events/stream", 1) for k in range(own)]
+        streams += [Stream(client, "/stream", args.n) for _ in range(args.sse - own)]
+        readers = [asyncio.create_task(s.run()) for s in streams]
+        await asyncio.wait_for(asyncio.gather(*(s.opened.wait() for s in streams)), args.wait)
+        streams_open_after = time.monotonic() - opened
         tasks = [asyncio.create_task(one(i)) for i in ids]
         # Parked: every poll has marked its waiter row (harvest.wait_for_result).
         deadline = time.monotonic() + args.wait
@@ -94,7 +128,7 @@ async def main_async(args: argparse.Namespace, dsn: str, base: str, pid: int) ->
                 await asyncio.sleep(0.1)
         parked_after = time.monotonic() - opened
         rss = _rss_mib(pid)
-        connections = _server_connections(dsn)
+        connections, listening = _server_connections(dsn)
         cpu_parked = _cpu_secs(pid) - cpu_before
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(
@@ -102,15 +136,24 @@ async def main_async(args: argparse.Namespace, dsn: str, base: str, pid: int) ->
             )
         ended = time.monotonic()  # every run ended (and notified) at this commit
         results = await asyncio.gather(*tasks)
+        await asyncio.wait_for(asyncio.gather(*readers), args.wait)
         cpu_answered = _cpu_secs(pid) - cpu_before - cpu_parked
+        peak = _rss_mib(pid, "VmHWM")
     statuses = sorted({status for status, _ in results})
     done = [at - ended for _, at in results]
+    streamed = [s.done_at - ended for s in streams if s.done_at is not None]
     return {
         "polls": args.n,
+        "streams": args.sse,
         "statuses": statuses,
+        "streams_open_secs": round(streams_open_after, 2),
         "parked_secs": round(parked_after, 2),
         "server_rss_mib": round(rss, 1),
+        "server_peak_rss_mib": round(peak, 1),
         "server_db_connections": connections,
+        "server_listen_connections": listening,
+        "streams_complete": len(streamed),
+        "all_streams_complete_after_end_secs": round(max(streamed), 3) if streamed else None,
         "server_cpu_secs_to_park": round(cpu_parked, 2),
         "server_cpu_secs_to_answer": round(cpu_answered, 2),
         "all_answered_after_end_secs": round(max(done), 3),
@@ -121,6 +164,9 @@ async def main_async(args: argparse.Namespace, dsn: str, base: str, pid: int) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument(
+        "--sse", type=int, default=200, help="Event-stream subscribers (half one run's, half /stream)."
+    )
     parser.add_argument("--wait", type=float, default=60.0)
     args = parser.parse_args()
     server = EmbeddedPostgres(settings={**SERVER_SETTINGS, "max_connections": "300"})

@@ -10,8 +10,10 @@
 -- the caller says it is (a person, a ticket, a bot). Every operator mutation writes
 -- one row: cancel, terminate, reset, dead-letter replay and discard (one by one, and
 -- in bulk), rate-limit overrides, worker drains, retention settings and runs, API
--- tokens created and revoked. Starts, signals, queries and updates are application
--- traffic, not audited.
+-- tokens created and revoked. Starts and signals are audited when the caller names an
+-- actor (_audit_asserted: the HTTP API and the dashboard always do); from the client
+-- library and the engine they are application traffic, recorded by the history alone.
+-- Queries write nothing; updates are recorded in the history with their update_id.
 CREATE OR REPLACE FUNCTION harvest._audit(p_operation text, p_target text, p_operator_id text, p_details jsonb)
 RETURNS bigint
 LANGUAGE sql
@@ -47,6 +49,25 @@ AS $$
            nullif(left(btrim(coalesce(current_setting('harvest.audit_route', true), '')), 200), '');
 $$;
 
+-- Audit an action only when the caller names an actor (harvest.audit_actor): the
+-- HTTP API and the dashboard always do (harvest.db.connection.set_role), the client
+-- library and the engine never do. Starts and signals call it: through a face they are
+-- an operator's (or a service's) mutating call, written beside the action in its own
+-- transaction; from application code and from the engine (children, continue-as-new)
+-- they are the data plane, whose own record is the run's history, and an audit row per
+-- start would double the hottest write. A session that names an actor only adds rows
+-- of its own.
+CREATE OR REPLACE FUNCTION harvest._audit_asserted(p_operation text, p_target text, p_details jsonb)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF (SELECT c.actor FROM harvest._audit_context() AS c) IS NOT NULL THEN
+        PERFORM harvest._audit(p_operation, p_target, NULL, p_details);
+    END IF;
+END;
+$$;
+
 -- The audit source of a session, from the application_name Harvest's own faces
 -- set (the CLI 'harvest-cli', the HTTP API 'harvest-api', the dashboard
 -- 'harvest-ui'). The spec's audit log knows only api, cli and ui, so any other
@@ -78,5 +99,5 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.list_audit_log IS
 'The audit log of operator actions (terminate, cancel, reset, dead-letter replay and discard, worker drain, '
-'retention, rate-limit overrides, API tokens) with each row''s actor, login, source and route, newest first, '
+'retention, rate-limit overrides, API tokens; starts and signals made through the HTTP API or the dashboard) with each row''s actor, login, source and route, newest first, '
 'optionally of one operation; p_limit 1..1000. For operators (role harvest_reader).';

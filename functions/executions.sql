@@ -200,6 +200,304 @@ EXCEPTION WHEN OTHERS THEN
 END;
 $$;
 
+-- A filter expression (the workflow list's `filter`, docs/http-api.md "Filter expressions"):
+--   expr := term { AND term } { OR term { AND term } }     (AND binds tighter; parentheses group)
+--   term := '(' expr ')' | field op value | field IN '(' value { ',' value } ')'
+-- field: workflow_name, status (or state), or a search attribute key; op: = != <> > >= < <=.
+-- A quoted value ("..." or '...') is a string; a bare one a number, true/false, or a string.
+-- It compiles to one parenthesised predicate over alias e in which every key and value is a
+-- bound parameter ($1[i] of a text[] passed with EXECUTE ... USING), never spliced text. An OR
+-- must find each of its sides through a search attribute (the GIN index executions_search) or
+-- workflow_name = / IN (executions_name_created), so an OR never forces a full scan.
+CREATE OR REPLACE FUNCTION harvest._filter_tokens(p_filter text, OUT kinds text[], OUT texts text[])
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_match text[];
+BEGIN
+    kinds := ARRAY[]::text[];
+    texts := ARRAY[]::text[];
+    FOR v_match IN
+        SELECT regexp_matches(p_filter,
+            '\s*(?:"((?:[^"\\]|\\.)*)"|''((?:[^''\\]|\\.)*)''|(>=|<=|!=|<>|=|>|<|\(|\)|,)|([A-Za-z0-9_.:+\-]+)|(\S))',
+            'g')
+    LOOP
+        IF v_match[1] IS NOT NULL OR v_match[2] IS NOT NULL THEN
+            kinds := array_append(kinds, 'value');
+            texts := array_append(texts, regexp_replace(coalesce(v_match[1], v_match[2]), '\\(.)', '\1', 'g'));
+        ELSIF v_match[3] IS NOT NULL THEN
+            kinds := array_append(kinds, 'punct');
+            texts := array_append(texts, CASE v_match[3] WHEN '<>' THEN '!=' ELSE v_match[3] END);
+        ELSIF v_match[4] IS NOT NULL THEN
+            kinds := array_append(kinds, 'word');
+            texts := array_append(texts, v_match[4]);
+        ELSE
+            RAISE EXCEPTION 'filter: unexpected "%" in "%"', v_match[5], p_filter USING ERRCODE = 'HR001',
+                HINT = 'write key = value joined by AND / OR, with parentheses; quote a value that has spaces '
+                       'or punctuation ("..." or ''...''), and close every quote';
+        END IF;
+    END LOOP;
+END;
+$$;
+
+-- One side of an OR: terms joined by AND. Anchored when any term is.
+CREATE OR REPLACE FUNCTION harvest._filter_and(
+    p_kinds text[], p_texts text[], INOUT p_pos integer, INOUT p_params text[], p_depth integer,
+    OUT o_sql text, OUT o_anchored boolean
+)
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_term record;
+    v_parts text[] := ARRAY[]::text[];
+BEGIN
+    o_anchored := false;
+    LOOP
+        SELECT * INTO v_term FROM harvest._filter_term(p_kinds, p_texts, p_pos, p_params, p_depth);
+        p_pos := v_term.p_pos;
+        p_params := v_term.p_params;
+        v_parts := array_append(v_parts, v_term.o_sql);
+        o_anchored := o_anchored OR v_term.o_anchored;
+        EXIT WHEN p_kinds[p_pos] IS DISTINCT FROM 'word' OR upper(p_texts[p_pos]) <> 'AND';
+        p_pos := p_pos + 1;
+    END LOOP;
+    o_sql := CASE WHEN cardinality(v_parts) = 1 THEN v_parts[1]
+                  ELSE '(' || array_to_string(v_parts, ' AND ') || ')' END;
+END;
+$$;
+
+-- Sides joined by OR; each side of an OR must be anchored (HR001 otherwise).
+CREATE OR REPLACE FUNCTION harvest._filter_or(
+    p_kinds text[], p_texts text[], INOUT p_pos integer, INOUT p_params text[], p_depth integer,
+    OUT o_sql text, OUT o_anchored boolean
+)
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_side record;
+    v_parts text[] := ARRAY[]::text[];
+    v_loose boolean := false;
+BEGIN
+    IF p_depth > 16 THEN
+        RAISE EXCEPTION 'filter: parentheses nest deeper than 16' USING ERRCODE = 'HR001',
+            HINT = 'flatten the expression';
+    END IF;
+    o_anchored := true;
+    LOOP
+        SELECT * INTO v_side FROM harvest._filter_and(p_kinds, p_texts, p_pos, p_params, p_depth);
+        p_pos := v_side.p_pos;
+        p_params := v_side.p_params;
+        v_parts := array_append(v_parts, v_side.o_sql);
+        v_loose := v_loose OR NOT v_side.o_anchored;
+        o_anchored := o_anchored AND v_side.o_anchored;
+        EXIT WHEN p_kinds[p_pos] IS DISTINCT FROM 'word' OR upper(p_texts[p_pos]) <> 'OR';
+        p_pos := p_pos + 1;
+    END LOOP;
+    IF cardinality(v_parts) = 1 THEN
+        o_sql := v_parts[1];
+        RETURN;
+    END IF;
+    IF v_loose THEN
+        RAISE EXCEPTION 'filter: each side of an OR must test a search attribute or workflow_name = / IN'
+            USING ERRCODE = 'HR001',
+            HINT = 'a side that tests only status or workflow_name != would scan every run: add a search '
+                   'attribute or workflow_name test to it, or move the status test out of the OR (status = X AND (a OR b))';
+    END IF;
+    o_sql := '(' || array_to_string(v_parts, ' OR ') || ')';
+END;
+$$;
+
+-- A parenthesised expression or one test.
+CREATE OR REPLACE FUNCTION harvest._filter_term(
+    p_kinds text[], p_texts text[], INOUT p_pos integer, INOUT p_params text[], p_depth integer,
+    OUT o_sql text, OUT o_anchored boolean
+)
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_inner record;
+    v_field text;
+    v_key text;
+    v_op text;
+    v_values text[] := ARRAY[]::text[];
+    v_bare boolean[] := ARRAY[]::boolean[];
+    v_parts text[] := ARRAY[]::text[];
+    v_first integer;
+    v_i integer;
+    v_k integer;
+    v_typed text;
+    v_type text;
+    v_attr text;
+    v_hint constant text := 'write key = value, key IN (a, b), workflow_name = x, status = RUNNING, joined by AND / OR';
+BEGIN
+    IF p_kinds[p_pos] IS NULL THEN
+        RAISE EXCEPTION 'filter: ends where a test was expected' USING ERRCODE = 'HR001', HINT = v_hint;
+    END IF;
+    IF p_kinds[p_pos] = 'punct' AND p_texts[p_pos] = '(' THEN
+        SELECT * INTO v_inner FROM harvest._filter_or(p_kinds, p_texts, p_pos + 1, p_params, p_depth + 1);
+        p_pos := v_inner.p_pos;
+        p_params := v_inner.p_params;
+        IF p_kinds[p_pos] IS DISTINCT FROM 'punct' OR p_texts[p_pos] <> ')' THEN
+            RAISE EXCEPTION 'filter: "(" is not closed' USING ERRCODE = 'HR001', HINT = v_hint;
+        END IF;
+        p_pos := p_pos + 1;
+        o_sql := v_inner.o_sql;
+        o_anchored := v_inner.o_anchored;
+        RETURN;
+    END IF;
+    v_field := p_texts[p_pos];
+    IF p_kinds[p_pos] <> 'word' OR upper(v_field) IN ('AND', 'OR', 'IN')
+       OR v_field !~ '^[A-Za-z0-9_.\-]+$' THEN
+        RAISE EXCEPTION 'filter: "%" is not a search attribute key, workflow_name or status', v_field
+            USING ERRCODE = 'HR001', HINT = v_hint;
+    END IF;
+    p_pos := p_pos + 1;
+    IF p_kinds[p_pos] = 'punct' AND p_texts[p_pos] IN ('=', '!=', '>', '>=', '<', '<=') THEN
+        v_op := p_texts[p_pos];
+        p_pos := p_pos + 1;
+        IF p_kinds[p_pos] IS NULL OR p_kinds[p_pos] = 'punct'
+           OR (p_kinds[p_pos] = 'word' AND upper(p_texts[p_pos]) IN ('AND', 'OR', 'IN')) THEN
+            RAISE EXCEPTION 'filter: "% %" has no value', v_field, v_op USING ERRCODE = 'HR001', HINT = v_hint;
+        END IF;
+        v_values := ARRAY[p_texts[p_pos]];
+        v_bare := ARRAY[p_kinds[p_pos] = 'word'];
+        p_pos := p_pos + 1;
+    ELSIF p_kinds[p_pos] = 'word' AND upper(p_texts[p_pos]) = 'IN' THEN
+        v_op := 'IN';
+        p_pos := p_pos + 1;
+        IF p_kinds[p_pos] IS DISTINCT FROM 'punct' OR p_texts[p_pos] <> '(' THEN
+            RAISE EXCEPTION 'filter: "% IN" needs a list: % IN (a, b)', v_field, v_field
+                USING ERRCODE = 'HR001', HINT = v_hint;
+        END IF;
+        LOOP
+            p_pos := p_pos + 1;
+            IF p_kinds[p_pos] IS NULL OR p_kinds[p_pos] = 'punct' THEN
+                RAISE EXCEPTION 'filter: the list of "% IN" has a missing value', v_field
+                    USING ERRCODE = 'HR001', HINT = v_hint;
+            END IF;
+            v_values := array_append(v_values, p_texts[p_pos]);
+            v_bare := array_append(v_bare, p_kinds[p_pos] = 'word');
+            p_pos := p_pos + 1;
+            EXIT WHEN p_kinds[p_pos] IS DISTINCT FROM 'punct' OR p_texts[p_pos] <> ',';
+        END LOOP;
+        IF p_kinds[p_pos] IS DISTINCT FROM 'punct' OR p_texts[p_pos] <> ')' THEN
+            RAISE EXCEPTION 'filter: the list of "% IN" is not closed with ")"', v_field
+                USING ERRCODE = 'HR001', HINT = v_hint;
+        END IF;
+        p_pos := p_pos + 1;
+        IF cardinality(v_values) > 100 THEN
+            RAISE EXCEPTION 'filter: "% IN" lists % values, over 100', v_field, cardinality(v_values)
+                USING ERRCODE = 'HR001', HINT = 'split the list, or filter on a coarser attribute';
+        END IF;
+    ELSE
+        RAISE EXCEPTION 'filter: "%" is not followed by an operator (=, !=, >, >=, <, <=, IN)', v_field
+            USING ERRCODE = 'HR001', HINT = v_hint;
+    END IF;
+    IF cardinality(p_params) + cardinality(v_values) > 200 THEN
+        RAISE EXCEPTION 'filter: more than 200 keys and values' USING ERRCODE = 'HR001',
+            HINT = 'make the expression smaller';
+    END IF;
+
+    IF lower(v_field) IN ('workflow_name', 'status', 'state') THEN
+        IF v_op NOT IN ('=', '!=', 'IN') THEN
+            RAISE EXCEPTION 'filter: % takes =, != or IN, not %', lower(v_field), v_op
+                USING ERRCODE = 'HR001', HINT = v_hint;
+        END IF;
+        IF lower(v_field) <> 'workflow_name' THEN
+            v_field := 'status';
+            FOR v_i IN 1 .. cardinality(v_values) LOOP
+                v_values[v_i] := upper(v_values[v_i]);
+                IF v_values[v_i] NOT IN ('RUNNING', 'PAUSED', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED',
+                                          'TIMED_OUT', 'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED') THEN
+                    RAISE EXCEPTION 'filter: unknown state "%"', v_values[v_i] USING ERRCODE = 'HR001',
+                        HINT = 'use RUNNING, PAUSED, COMPLETED, FAILED, CANCELLED, TERMINATED, TIMED_OUT, '
+                               'CONTINUED_AS_NEW, MIGRATING or MIGRATED';
+                END IF;
+            END LOOP;
+        ELSE
+            v_field := 'workflow_name';
+        END IF;
+        v_first := cardinality(p_params) + 1;
+        p_params := p_params || v_values;
+        o_sql := CASE v_op
+            WHEN '=' THEN format('e.%I = $1[%s]', v_field, v_first)
+            WHEN '!=' THEN format('e.%I <> $1[%s]', v_field, v_first)
+            ELSE format('e.%I = ANY ($1[%s:%s])', v_field, v_first, cardinality(p_params)) END;
+        o_anchored := v_field = 'workflow_name' AND v_op <> '!=';
+        RETURN;
+    END IF;
+
+    -- A search attribute: the key and each value are parameters; each test goes through the
+    -- GIN index (@> containment, ? key existence) before any typed comparison.
+    p_params := array_append(p_params, v_field);
+    v_k := cardinality(p_params);
+    v_attr := format('(e.search_attributes -> $1[%s])', v_k);
+    FOR v_i IN 1 .. cardinality(v_values) LOOP
+        p_params := array_append(p_params, v_values[v_i]);
+        v_type := 'string';
+        v_typed := format('$1[%s]', cardinality(p_params));
+        IF v_bare[v_i] AND v_values[v_i] ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+            v_type := 'number';
+            v_typed := v_typed || '::numeric';
+        ELSIF v_bare[v_i] AND lower(v_values[v_i]) IN ('true', 'false') THEN
+            v_type := 'boolean';
+            p_params[cardinality(p_params)] := lower(v_values[v_i]);
+            v_typed := v_typed || '::boolean';
+        END IF;
+        IF v_op IN ('=', 'IN') THEN
+            v_parts := array_append(v_parts, format('e.search_attributes @> jsonb_build_object($1[%s], %s)',
+                                                    v_k, v_typed));
+        ELSIF v_op = '!=' THEN
+            v_parts := array_append(v_parts, format(
+                '(e.search_attributes ? $1[%s] AND jsonb_typeof(%s) = %L'
+                ' AND NOT e.search_attributes @> jsonb_build_object($1[%s], %s))',
+                v_k, v_attr, v_type, v_k, v_typed));
+        ELSIF v_type = 'boolean' THEN
+            RAISE EXCEPTION 'filter: compare true or false with = or !=, not %', v_op USING ERRCODE = 'HR001',
+                HINT = v_hint;
+        ELSE
+            -- CASE fixes the order: the cast runs only on a value of its type.
+            v_parts := array_append(v_parts, format(
+                '(e.search_attributes ? $1[%s] AND CASE WHEN jsonb_typeof(%s) = %L THEN (%s)%s %s %s ELSE false END)',
+                v_k, v_attr, v_type, format('e.search_attributes ->> $1[%s]', v_k),
+                CASE v_type WHEN 'number' THEN '::numeric' ELSE '' END, v_op, v_typed));
+        END IF;
+    END LOOP;
+    o_sql := CASE WHEN cardinality(v_parts) = 1 THEN v_parts[1]
+                  ELSE '(' || array_to_string(v_parts, ' OR ') || ')' END;
+    o_anchored := true;
+END;
+$$;
+
+-- The predicate and parameters of a filter expression (NULL or blank: none).
+CREATE OR REPLACE FUNCTION harvest._compile_filter(p_filter text, OUT o_sql text, OUT o_params text[])
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_tokens record;
+    v_tree record;
+BEGIN
+    o_params := ARRAY[]::text[];
+    IF p_filter IS NULL OR btrim(p_filter) = '' THEN
+        o_sql := 'true';
+        RETURN;
+    END IF;
+    IF length(p_filter) > 4096 THEN
+        RAISE EXCEPTION 'filter: % characters, over 4096', length(p_filter) USING ERRCODE = 'HR001',
+            HINT = 'make the expression smaller';
+    END IF;
+    SELECT * INTO v_tokens FROM harvest._filter_tokens(p_filter);
+    SELECT * INTO v_tree FROM harvest._filter_or(v_tokens.kinds, v_tokens.texts, 1, ARRAY[]::text[], 0);
+    IF v_tree.p_pos <= cardinality(v_tokens.kinds) THEN
+        RAISE EXCEPTION 'filter: unexpected "%" in "%"', v_tokens.texts[v_tree.p_pos], p_filter
+            USING ERRCODE = 'HR001',
+            HINT = 'join tests with AND or OR, and close every parenthesis';
+    END IF;
+    o_sql := v_tree.o_sql;
+    o_params := v_tree.p_params;
+END;
+$$;
+
 -- The WHERE conditions (over alias e) of the workflow list's filters, shared by
 -- list_executions and count_executions so both read the same rows. An unknown
 -- state or a malformed search filter raises HR001.
@@ -260,7 +558,8 @@ CREATE OR REPLACE FUNCTION harvest.list_executions(
     p_created_before timestamptz DEFAULT NULL,
     p_page_size integer DEFAULT 50,
     p_cursor text DEFAULT NULL,
-    p_order text DEFAULT 'desc'
+    p_order text DEFAULT 'desc',
+    p_filter text DEFAULT NULL
 )
 RETURNS TABLE (
     execution_id uuid, workflow_name text, workflow_id text, status text, queue text,
@@ -276,6 +575,7 @@ DECLARE
     v_sql text;
     v_count integer := 0;
     v_row record;
+    v_filter record;
 BEGIN
     IF v_order NOT IN ('asc', 'desc') THEN
         RAISE EXCEPTION 'order "%" is not asc or desc', p_order USING ERRCODE = 'HR001';
@@ -285,6 +585,8 @@ BEGIN
     END IF;
     v_where := harvest._execution_filters(p_status, p_workflow_name, p_search_attributes, p_created_after,
                                           p_created_before);
+    SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
+    v_where := v_where || v_filter.o_sql;
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
         SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);
         v_where := v_where || format('(e.created_at, e.id) %s (%L::timestamptz, %L::uuid)',
@@ -299,7 +601,7 @@ BEGIN
         array_to_string(v_where, ' AND '), v_order, v_order, p_page_size + 1);
     -- Fetch one row past the page; each row is emitted one step late so the page's
     -- last row can carry next_cursor exactly when another row follows it.
-    FOR v_row IN EXECUTE v_sql LOOP
+    FOR v_row IN EXECUTE v_sql USING v_filter.o_params LOOP
         v_count := v_count + 1;
         IF v_count > 1 THEN
             IF v_count > p_page_size THEN
@@ -335,24 +637,28 @@ CREATE OR REPLACE FUNCTION harvest.count_executions(
     p_workflow_name text DEFAULT NULL,
     p_search_attributes text[] DEFAULT NULL,
     p_created_after timestamptz DEFAULT NULL,
-    p_created_before timestamptz DEFAULT NULL
+    p_created_before timestamptz DEFAULT NULL,
+    p_filter text DEFAULT NULL
 )
 RETURNS TABLE (status text, workflow_name text, executions bigint)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_by text := lower(coalesce(p_group_by, 'status'));
+    v_filter record;
 BEGIN
     IF v_by NOT IN ('status', 'workflow_name', 'all') THEN
         RAISE EXCEPTION 'cannot count executions by "%"', p_group_by USING ERRCODE = 'HR001',
             HINT = 'group by status, workflow_name or all';
     END IF;
+    SELECT * INTO v_filter FROM harvest._compile_filter(p_filter);
     RETURN QUERY EXECUTE format(
         'SELECT %s, %s, count(*) FROM harvest.executions AS e WHERE %s GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2',
         CASE WHEN v_by IN ('status', 'all') THEN 'e.status' ELSE 'NULL::text' END,
         CASE WHEN v_by IN ('workflow_name', 'all') THEN 'e.workflow_name' ELSE 'NULL::text' END,
         array_to_string(harvest._execution_filters(p_status, p_workflow_name, p_search_attributes,
-                                                   p_created_after, p_created_before), ' AND '));
+                                                   p_created_after, p_created_before) || v_filter.o_sql, ' AND '))
+    USING v_filter.o_params;
 END;
 $$;
 
@@ -546,10 +852,11 @@ COMMENT ON FUNCTION harvest.get_execution_by_workflow_id IS
 'there is none, HR001 when the id is empty or, with no name, several workflows use it. For clients (role '
 'harvest_reader).';
 COMMENT ON FUNCTION harvest.list_executions IS
-'The workflow list: optional filters composed with AND, keyset pages on (created_at, id) with next_cursor; an '
+'The workflow list: optional filters composed with AND (p_filter: an expression with AND, OR, IN and parentheses '
+'whose keys and values are bound parameters), keyset pages on (created_at, id) with next_cursor; an '
 'unknown state, bad filter, order, page size or cursor raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.count_executions IS
-'How many executions match the workflow list''s filters, per status, workflow_name or both (p_group_by status, '
+'How many executions match the workflow list''s filters (p_filter included), per status, workflow_name or both (p_group_by status, '
 'workflow_name, all); a bad filter or group raises HR001. For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.get_execution_stack IS
 'What a run is waiting on now: open activities, timers, unread signals, running children, the workflow task, the '

@@ -23,6 +23,9 @@ BEGIN
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
         'signal_id', coalesce(p_signal_id, gen_random_uuid()::text)));
     PERFORM harvest._ensure_workflow_task(p_execution_id);
+    -- Through the HTTP API or the dashboard: audited, without the payload (functions/audit.sql).
+    PERFORM harvest._audit_asserted('workflow.signal', p_execution_id::text, jsonb_build_object(
+        'signal_name', p_signal_name, 'event_id', v_event_id));
     RETURN v_event_id;
 END;
 $$;

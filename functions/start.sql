@@ -469,6 +469,10 @@ BEGIN
             p_reuse_policy, p_conflict_policy, p_search_attributes, p_priority,
             p_execution_timeout_secs, p_run_timeout_secs);
         IF v_gate.action <> 'start' THEN
+            IF v_gate.status = 'DEFERRED' THEN
+                PERFORM harvest._audit_asserted('workflow.start', NULL, jsonb_build_object(
+                    'workflow_name', p_workflow_name, 'workflow_id', v_gate.workflow_id, 'outcome', 'deferred'));
+            END IF;
             RETURN QUERY SELECT v_gate.execution_id, v_gate.workflow_id, v_gate.status, v_gate.started_fresh;
             RETURN;
         END IF;
@@ -489,6 +493,10 @@ BEGIN
     v_id := harvest._start_insert(p_workflow_name, p_input, v_workflow_id, p_queue, p_search_attributes,
         p_priority, p_parent_id, v_shard, p_execution_timeout_secs, p_run_timeout_secs, v_policy,
         v_quota_key, v_concurrency_key);
+    -- Through the HTTP API or the dashboard (an asserted actor): audited (functions/audit.sql).
+    PERFORM harvest._audit_asserted('workflow.start', v_id::text, jsonb_build_object(
+        'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id, 'queue', p_queue,
+        'reuse_policy', p_reuse_policy, 'conflict_policy', p_conflict_policy, 'outcome', 'started'));
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
 $$;

@@ -1,6 +1,7 @@
--- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log.
+-- functions/audit.sql: harvest._audit, harvest._audit_context, harvest._audit_source, harvest.list_audit_log,
+-- harvest._audit_asserted.
 BEGIN;
-SELECT plan(10);
+SELECT plan(14);
 
 SELECT ok(harvest._audit('test.op', 't', 'me', '{}') > 0, '_audit returns the new row id');
 
@@ -33,6 +34,32 @@ SELECT harvest._audit('test.context', 't', NULL, '{}');
 SELECT results_eq($$SELECT actor, login, source FROM harvest.list_audit_log(1)$$,
                   $$VALUES (session_user::text COLLATE "default", session_user::text COLLATE "default", 'cli'::text)$$,
                   '_audit(): without an assertion the actor is the login');
+
+
+-- Starts and signals: audited only when the caller names an actor (the HTTP API, the dashboard).
+CREATE TEMP TABLE before_count ON COMMIT DROP AS SELECT count(*) AS n FROM harvest.audit_log;
+SELECT harvest._audit_asserted('test.asserted', 't', '{}');
+SELECT is((SELECT count(*) FROM harvest.audit_log) - (SELECT n FROM before_count), 0::bigint,
+          '_audit_asserted(): no actor named, no row (application traffic)');
+SELECT harvest.start_workflow('audited_wf', '[]', 'quiet', 'audited_q');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.start'), 0::bigint,
+          'a start from the client library (no actor) writes no audit row');
+SELECT set_config('harvest.audit_actor', 'ops-bot', true), set_config('harvest.audit_source', 'api', true),
+       set_config('harvest.audit_route', 'POST /workflows/{name}/start', true);
+CREATE TEMP TABLE loud ON COMMIT DROP AS
+SELECT (harvest.start_workflow('audited_wf', '[]', 'loud', 'audited_q')).execution_id AS id;
+SELECT harvest.signal_workflow((SELECT id FROM loud), 'poke', '{"secret": 1}');
+SELECT results_eq($$SELECT operation, target, actor, source, details - 'event_id' - 'application_name' FROM harvest.audit_log
+                    WHERE operation IN ('workflow.start', 'workflow.signal') ORDER BY id$$,
+                  $$VALUES ('workflow.start'::text, (SELECT id::text FROM loud), 'ops-bot'::text, 'api'::text,
+                            '{"workflow_name": "audited_wf", "workflow_id": "loud", "queue": "audited_q",
+                              "reuse_policy": "allow_duplicate", "conflict_policy": "unspecified",
+                              "outcome": "started"}'::jsonb),
+                           ('workflow.signal', (SELECT id::text FROM loud), 'ops-bot', 'api',
+                            '{"signal_name": "poke"}'::jsonb)$$,
+                  'a start and a signal through a face are audited with its actor, without the payload');
+SELECT is((SELECT count(*) FROM harvest.audit_log WHERE details::text LIKE '%secret%'), 0::bigint,
+          'no signal payload in the audit log');
 
 SELECT * FROM finish();
 ROLLBACK;

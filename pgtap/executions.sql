@@ -101,7 +101,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(26);
+SELECT plan(46);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -142,6 +142,73 @@ SELECT throws_ok($$SELECT * FROM harvest.count_executions('tenant')$$, 'HR001',
                  'cannot count executions by "tenant"', 'an unknown grouping is refused');
 SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_status => 'DONE')$$, 'HR001', NULL,
                  'an unknown state is refused by the count as by the list');
+
+-- The filter expression: OR, AND, IN, parentheses; keys and values are bound parameters.
+SELECT is((SELECT count(*) FROM harvest.list_executions(p_workflow_name => 'op_wf',
+           p_filter => 'tenant = acme OR amount >= 5')), 3::bigint, 'filter: an OR of two attribute tests');
+SELECT is((SELECT array_agg(r.search_attributes ->> 'amount' ORDER BY r.search_attributes ->> 'amount')
+           FROM harvest.list_executions(p_filter => '(tenant = "acme" and amount > 2) or vip = true') AS r),
+          ARRAY['3', '4'], 'filter: AND binds inside parentheses, OR between them, true is a boolean');
+SELECT is((SELECT count(*) FROM harvest.list_executions(p_filter => 'tenant IN (acme, ''nobody'')')), 2::bigint,
+          'filter: IN over quoted and bare values');
+SELECT is((SELECT count(*) FROM harvest.list_executions(
+           p_filter => 'workflow_name IN (op_wf, other_wf) AND amount != 1 AND status = running')), 4::bigint,
+          'filter: workflow_name IN, a typed !=, a status test');
+SELECT is((SELECT count(*) FROM harvest.list_executions(p_filter => 'amount = "3"')), 0::bigint,
+          'filter: a quoted number is a string and matches no number');
+SELECT is((SELECT count(*) FROM harvest.list_executions(p_filter => 'tenant = "x'') OR true --"')), 0::bigint,
+          'filter: a value is a parameter, never SQL');
+SELECT is((SELECT c.executions FROM harvest.count_executions(p_filter => 'tenant = acme OR amount >= 5') AS c),
+          3::bigint, 'filter: count_executions reads the same rows as the list');
+SELECT is((SELECT o_params FROM harvest._compile_filter('tenant = acme OR amount >= 5')),
+          ARRAY['tenant', 'acme', 'amount', '5'], '_compile_filter: keys and values become parameters');
+SELECT ok((SELECT o_sql !~ 'acme|tenant' FROM harvest._compile_filter('tenant = acme OR amount >= 5')),
+          '_compile_filter: no key or value is spliced into the predicate');
+SELECT is((SELECT kinds FROM harvest._filter_tokens('a IN ("x y", 2) <> b')),
+          ARRAY['word', 'word', 'punct', 'value', 'punct', 'word', 'punct', 'punct', 'word'],
+          '_filter_tokens: words, quoted values and punctuation');
+SELECT is((SELECT o_anchored FROM harvest._filter_term(ARRAY['word', 'punct', 'word'], ARRAY['status', '=', 'running'],
+           1, ARRAY[]::text[], 0)), false, '_filter_term: a status test alone finds no row by an index');
+SELECT is((SELECT o_anchored FROM harvest._filter_and(ARRAY['word', 'punct', 'word', 'word', 'word', 'punct', 'word'],
+           ARRAY['status', '=', 'running', 'and', 'k', '=', 'v'], 1, ARRAY[]::text[], 0)), true,
+          '_filter_and: one indexed test anchors an AND');
+SELECT is((SELECT o_sql FROM harvest._filter_or(ARRAY['word', 'punct', 'word', 'word', 'word', 'punct', 'word'],
+           ARRAY['workflow_name', '=', 'a', 'OR', 'workflow_name', '=', 'b'], 1, ARRAY[]::text[], 0)),
+          '(e.workflow_name = $1[1] OR e.workflow_name = $1[2])', '_filter_or: sides joined by OR over parameters');
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => 'status = RUNNING OR tenant = acme')$$, 'HR001',
+                 'filter: each side of an OR must test a search attribute or workflow_name = / IN',
+                 'filter: an OR side that no index finds is refused (it would scan every run)');
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => '(tenant = acme')$$, 'HR001',
+                 'filter: "(" is not closed', 'filter: an unclosed parenthesis is refused');
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => 'tenant = ')$$, 'HR001',
+                 'filter: "tenant =" has no value', 'filter: a test without a value is refused');
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => 'tenant ~ acme')$$, 'HR001',
+                 'filter: unexpected "~" in "tenant ~ acme"', 'filter: an unknown character is refused');
+SELECT throws_ok($$SELECT * FROM harvest.count_executions(p_filter => 'status = DONE')$$, 'HR001',
+                 'filter: unknown state "DONE"', 'filter: an unknown state is refused');
+SELECT throws_ok($$SELECT * FROM harvest.list_executions(p_filter => 'vip > true')$$, 'HR001',
+                 'filter: compare true or false with = or !=, not >', 'filter: booleans are not ordered');
+
+-- Each side of an OR goes through an index (BitmapOr over the GIN and the name index).
+CREATE FUNCTION pg_temp.filter_plan(p_filter text) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_compiled record;
+    v_line text;
+    v_plan text := '';
+BEGIN
+    SELECT * INTO v_compiled FROM harvest._compile_filter(p_filter);
+    FOR v_line IN EXECUTE 'EXPLAIN SELECT e.id FROM harvest.executions AS e WHERE ' || v_compiled.o_sql
+        USING v_compiled.o_params LOOP
+        v_plan := v_plan || v_line || E'\n';
+    END LOOP;
+    RETURN v_plan;
+END;
+$fn$;
+SET LOCAL enable_seqscan = off;
+SELECT matches(pg_temp.filter_plan('tenant = acme OR workflow_name IN (a, b) OR amount > 3'),
+               'BitmapOr.*executions_search.*executions_name_created.*executions_search',
+               'filter: an OR is a BitmapOr of index scans, never a full scan');
+RESET enable_seqscan;
 
 SELECT is(harvest._execution_filters('running', 'w', NULL, NULL, NULL),
           ARRAY['true', 'e.status = ANY(''{RUNNING}''::text[])', 'e.workflow_name = ''w'''],

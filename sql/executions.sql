@@ -89,6 +89,11 @@ ON harvest.executions (created_at, id);
 CREATE INDEX executions_name_created
 ON harvest.executions (workflow_name, created_at, id);
 
+-- The workflow list's search attribute tests (@> containment, ? key existence): each side of
+-- a filter's OR is found through it or executions_name_created (functions/executions.sql).
+CREATE INDEX executions_search
+ON harvest.executions USING gin (search_attributes);
+
 -- The janitor: terminal runs by completion time.
 CREATE INDEX executions_completed
 ON harvest.executions (completed_at)

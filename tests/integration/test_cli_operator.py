@@ -57,6 +57,21 @@ def test_workflow_list_filters_and_pages(db: str, conn) -> None:
     r = harvest(db, "workflow", "list", "--search-attr", "amount>=20", "--output", "json")
     assert {e["execution_id"] for e in json.loads(r.stdout)["executions"]} == {ids[2], ids[3], ids[4]}
 
+    # A filter expression with OR (docs/http-api.md, "Filter expressions"), ANDed with the rest.
+    r = harvest(
+        db,
+        "workflow",
+        "list",
+        "--state",
+        "RUNNING",
+        "--filter",
+        "amount >= 40 OR workflow_name = billing",
+        "--output",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    assert {e["execution_id"] for e in json.loads(r.stdout)["executions"]} == {ids[4], other}
+
     # Keyset pages of 2 over 6 runs: 2 + 2 + 2, every run once, newest first.
     seen, cursor, pages = [], None, 0
     while True:
@@ -84,6 +99,7 @@ def test_workflow_list_filters_and_pages(db: str, conn) -> None:
         (["--search-attr", "tenant"], 'search attribute filter "tenant" is malformed'),
         (["--cursor", "not-a-cursor"], "cursor"),
         (["--page-size", "5000"], "page size 5000 is out of range"),
+        (["--filter", "status = RUNNING OR tenant = acme"], "each side of an OR must test"),
     ],
 )
 def test_workflow_list_rejects_bad_filters(db: str, args: list[str], needle: str) -> None:

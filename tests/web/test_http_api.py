@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from operator_helpers import park, start
@@ -12,7 +13,9 @@ from starlette.requests import Request
 from web_helpers import api_client
 
 from harvest import App, RateLimit, Throttle, activity, query, update, workflow
+from harvest.web.metrics import METRICS
 from harvest.web.principal import Principal
+from harvest.web.streams import STREAMS
 
 
 @activity
@@ -321,6 +324,119 @@ def test_list_pages_with_a_cursor_and_count_rolls_the_tail_into_other(api, conn)
     assert counted["other"] == {"groups": 1, "executions": 1} and counted["total"] == 4
 
 
+def test_list_and_count_take_a_filter_expression_with_or(api, conn) -> None:
+    runs = {
+        key: start(conn, "greet", key, search_attributes=attrs)
+        for key, attrs in {
+            "acme-big": {"tenant": "acme", "amount": 500},
+            "acme-small": {"tenant": "acme", "amount": 5},
+            "other-big": {"tenant": "other", "amount": 900},
+            "other-small": {"tenant": "other", "amount": 1},
+        }.items()
+    }
+    ledger = start(conn, "ledger", "books")
+    expression = "(tenant = acme AND amount >= 100) OR tenant IN (nobody, 'other') AND amount < 10"
+    listed = api.get("/workflows", params={"filter": expression, "order": "asc"})
+    assert listed.status_code == 200, listed.text
+    assert [r["workflow_id"] for r in listed.json()["executions"]] == ["acme-big", "other-small"]
+    either = api.get("/workflows", params={"filter": "amount > 800 OR workflow_name = ledger"}).json()
+    assert {r["execution_id"] for r in either["executions"]} == {runs["other-big"], ledger}
+    # ANDed with the other filters, and paged with the same filter.
+    page = api.get(
+        "/workflows", params={"filter": "tenant = acme OR tenant = other", "page_size": 3, "state": "RUNNING"}
+    ).json()
+    assert len(page["executions"]) == 3 and page["next_cursor"]
+    rest = api.get(
+        "/workflows",
+        params={
+            "filter": "tenant = acme OR tenant = other",
+            "page_size": 3,
+            "state": "RUNNING",
+            "cursor": page["next_cursor"],
+        },
+    ).json()
+    assert len(rest["executions"]) == 1 and rest["next_cursor"] is None
+    changed = api.get("/workflows", params={"filter": "tenant = acme", "cursor": page["next_cursor"]})
+    assert changed.status_code == 400  # a cursor is for the filters it was issued with
+    counted = api.get("/workflows/count", params={"filter": "tenant = acme OR amount > 800"}).json()
+    assert counted["total"] == 3
+    # Bad expressions are a 400 naming the filter, never a match against nothing or a 500.
+    for bad in (
+        "status = RUNNING OR tenant = acme",
+        "(tenant = acme",
+        "tenant ~ x",
+        'tenant = "x\') OR 1=1 --"',
+    ):
+        answer = api.get("/workflows", params={"filter": bad})
+        if bad.startswith('tenant = "'):  # a quoted value is a value: it matches nothing, it runs nothing
+            assert answer.status_code == 200 and answer.json()["executions"] == []
+            continue
+        assert answer.status_code == 400, (bad, answer.text)
+        assert error_of(answer)["field"] == "filter" and error_of(answer)["message"].startswith("filter: ")
+
+
+def test_concurrent_query_and_update_waits_share_one_listen_connection(db: str, conn) -> None:
+    """N waits held at once by one API process use one LISTEN connection (the hub) and at most
+    the pool's connections, not one connection per wait."""
+    waits, pool_size = 12, 3
+    run = start(conn, "ledger", "nobody-answers")  # no worker: every wait runs to its timeout
+    with api_client(db, app=APP, pool_size=pool_size) as api:
+
+        def ask(i: int):
+            if i % 2:
+                return api.post(f"/workflows/{run}/query", json={"query_name": "total", "timeout_secs": 2})
+            return api.post(
+                f"/workflows/{run}/update", json={"update_name": "add", "input": i, "timeout_secs": 2}
+            )
+
+        with ThreadPoolExecutor(waits) as threads:
+            answers = [threads.submit(ask, i) for i in range(waits)]
+            state = api.app.state.harvest
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # until every wait is registered with the hub
+                hub = state.hubs.get((0, "harvest_query_answers"))
+                if hub is not None and hub.waiters == waits:
+                    break
+                time.sleep(0.02)
+            assert hub is not None and hub.waiters == waits
+            listening, backends = conn.execute(
+                "SELECT count(*) FILTER (WHERE query LIKE 'LISTEN %%'), count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+            codes = [a.result().status_code for a in answers]
+    assert listening == 1, f"{listening} LISTEN connections for {waits} waits"
+    assert backends <= pool_size + 1, f"{backends} connections for {waits} waits"
+    assert codes == [504] * waits
+
+
+def test_history_export_batch_is_the_clis_document(api, conn) -> None:
+    runs = [start(conn, "greet", f"batch-{i}", input=[f"secret-{i}"]) for i in range(3)]
+    start(conn, "ledger", "not-in-the-batch")
+    batch = api.get(
+        "/history/export-batch", params={"workflow_name": "greet", "state_group": "running", "limit": 2}
+    )
+    assert batch.status_code == 200, batch.text
+    doc = batch.json()
+    assert doc["schema"] == "harvest.history_export_batch" and doc["status"] == "complete"
+    assert doc["shard_coverage"] == {"read": [0], "unavailable": []} and doc["failures"] == []
+    assert len(doc["exports"]) == 2 and {e["execution_id"] for e in doc["exports"]} <= set(runs)
+    first = doc["exports"][0]["events"][0]
+    assert first["event_type"] == "WorkflowStarted" and first["event_data"]["input"]["redacted"] is True
+    full = api.get(
+        "/history/export-batch",
+        params={"workflow_name": "greet", "state_group": "all", "payload_policy": "full"},
+    ).json()
+    assert sorted(e["events"][0]["event_data"]["input"][0] for e in full["exports"]) == [
+        "secret-0",
+        "secret-1",
+        "secret-2",
+    ]
+    none = api.get("/history/export-batch").json()  # terminal runs only by default: none ended
+    assert none["exports"] == [] and none["status"] == "complete"
+    assert error_of(api.get("/history/export-batch", params={"limit": 0}))["field"] == "limit"
+    assert error_of(api.get("/history/export-batch", params={"state_group": "x"}))["field"] == "state_group"
+
+
 def test_handlers_and_registered_types_with_declared_dependencies(api) -> None:
     handlers = api.get("/workflows/types/ledger/handlers").json()
     assert [q["name"] for q in handlers["queries"]] == ["broken", "total"]
@@ -536,6 +652,18 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         assert "default" in operation["responses"]
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
     assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "admin"
+    # The routes mounted beside the declared ones, from their own declarations (openapi.Mounted).
+    for route in (METRICS, *STREAMS):
+        operation = doc["paths"][route.path]["get"]
+        assert operation["operationId"] == route.operation_id and operation["x-harvest-scope"] == "read"
+        assert list(operation["responses"]["200"]["content"]) == [route.media_type]
+    assert {route.path for route in STREAMS} == {
+        "/workflows/{execution_id}/events/stream",
+        "/stream",
+        "/stream/durable",
+    }
+    served = {(r.path, m) for r in api.app.routes if hasattr(r, "methods") for m in r.methods or ()}
+    assert ("/workflows/{execution_id:uuid}/events/stream", "GET") in served  # the route it documents
 
 
 def test_a_database_down_at_boot_is_a_503_not_a_dead_server() -> None:
@@ -604,9 +732,21 @@ def test_an_operators_call_is_audited_with_the_tokens_name_and_the_route(
     with api_client(db, profile="production") as api:
         operate = {"Authorization": f"Bearer {tokens['operate']}"}
         run = api.post("/workflows/greet/start", headers=operate, json={}).json()["execution_id"]
+        signal = {"signal_name": "nudge", "payload": {"card": "4111"}}
+        assert api.post(f"/workflows/{run}/signal", headers=operate, json=signal).status_code == 200
         assert api.post(f"/workflows/{run}/cancel", headers=operate, json={}).status_code == 202
     with psycopg.connect(db) as conn:
-        row = conn.execute(
-            "SELECT actor, source, route FROM harvest.audit_log WHERE operation = 'workflow.cancel'"
-        ).fetchone()
-    assert row == ("t-operate", "api", "POST /workflows/{execution_id}/cancel")
+        rows = conn.execute(
+            "SELECT operation, target, actor, source, route, details::text FROM harvest.audit_log"
+            " WHERE operation LIKE 'workflow.%' ORDER BY id"
+        ).fetchall()
+        start(conn, "greet", "from-the-library")  # application traffic: the history is its record
+        audited = "SELECT count(*) FROM harvest.audit_log WHERE operation LIKE 'workflow.%'"
+        assert conn.execute(audited).fetchone()[0] == len(rows)
+    # Starts and signals through the API are audited too (functions/audit.sql, _audit_asserted).
+    assert [r[:5] for r in rows] == [
+        ("workflow.start", run, "t-operate", "api", "POST /workflows/{name}/start"),
+        ("workflow.signal", run, "t-operate", "api", "POST /workflows/{execution_id}/signal"),
+        ("workflow.cancel", run, "t-operate", "api", "POST /workflows/{execution_id}/cancel"),
+    ]
+    assert "4111" not in " ".join(r[5] for r in rows)  # no payload in the audit log

@@ -1,19 +1,15 @@
-"""schemathesis over /openapi.json: generated requests against the API served by uvicorn on
-loopback (a real Postgres behind it) find no 500, no undeclared status, no answer that breaks its
-declared schema. Bounded: a few examples per operation."""
+"""schemathesis over /openapi.json: generated requests against the management API's ASGI app
+(in process, its lifespan run; a real Postgres behind it) find no 500, no undeclared status, no
+answer that breaks its declared schema. Bounded: a few examples per operation."""
 
 from __future__ import annotations
 
 import os
-import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
-uvicorn = pytest.importorskip("uvicorn")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 from hypothesis.errors import Unsatisfiable  # noqa: E402
@@ -23,6 +19,7 @@ from schemathesis.checks import (  # noqa: E402
     response_schema_conformance,
     status_code_conformance,
 )
+from starlette.applications import Starlette  # noqa: E402
 
 from harvest.config import load_config  # noqa: E402
 from harvest.web.app import management_app  # noqa: E402
@@ -30,41 +27,33 @@ from harvest.web.app import management_app  # noqa: E402
 # WEB_FUZZ_EXAMPLES raises it for a longer run by hand.
 EXAMPLES = int(os.environ.get("WEB_FUZZ_EXAMPLES", "8"))
 # Waits a generated request could hold for minutes (an update's timeout on a run it just
-# started, with no worker to answer): their bounds are the route tests' business.
-SLOW = ["update_with_start"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# started, with no worker to answer), and the event streams (they never end: a stream is held
+# until the client leaves): their bounds are the route tests' business (test_streams.py).
+SLOW = ["update_with_start", "workflow_event_stream", "event_stream", "durable_event_stream"]
 
 
 @pytest.fixture
-def served(db: str) -> Iterator[str]:
-    port = _free_port()
+def served(db: str) -> Iterator[Starlette]:
+    from schemathesis.python.asgi import shutdown_lifespans
+
     api = management_app(dsn=db, config=load_config(env={}), profile="dev")
-    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(20)
+    try:
+        yield api
+    finally:
+        shutdown_lifespans()  # the app's lifespan: its pools and listeners close
 
 
+@pytest.mark.webfuzz
 @pytest.mark.parametrize("mode", ["positive", "negative"])
-def test_generated_requests_find_no_500_and_no_schema_violation(served: str, mode: str) -> None:
-    """Every operation (but the slow waits), EXAMPLES generated requests each, valid ones and
-    (negative) ones that break the schema; the checks: no 5xx, every status declared, JSON where
-    JSON is declared, every body matching its schema."""
+def test_generated_requests_find_no_500_and_no_schema_violation(served: Starlette, mode: str) -> None:
+    """Every operation (but the slow waits and the streams), EXAMPLES generated requests each,
+    valid ones and (negative) ones that break the schema; the checks: no 5xx, every status
+    declared, the declared content type, every JSON body matching its schema."""
     from hypothesis import given
     from schemathesis import GenerationMode
 
-    schema = schemathesis.openapi.from_url(f"{served}/openapi.json").exclude(operation_id=SLOW)
+    schema = schemathesis.openapi.from_asgi("/openapi.json", served).exclude(operation_id=SLOW)
+
     checks = [
         not_a_server_error,
         status_code_conformance,

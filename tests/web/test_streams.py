@@ -57,7 +57,8 @@ class Sse:
                 if line.startswith(":"):
                     self.comments.append(line)
                 elif line.startswith("id: "):
-                    event_id = int(line[4:])
+                    raw = line[4:]  # a global or event id; on shards every shard's position
+                    event_id = int(raw) if raw.isdigit() else raw
                 elif line.startswith("data: "):
                     data = json.loads(line[6:])
                 elif line == "" and data is not None:
@@ -420,3 +421,73 @@ def test_the_hub_stops_listening_when_its_last_subscriber_leaves_and_starts_agai
             await hub.aclose()
 
     assert run(main()) == (True, 0, "again")
+
+
+@pytest.fixture
+def shard_dbs(pg_server, template_dsn):
+    """Shard number -> DSN: two migrated databases, each with its shard identity."""
+    import uuid
+
+    names = {s: f"t_sse{s}_{uuid.uuid4().hex[:8]}" for s in (0, 1)}
+    dsns = {s: pg_server.create_database(name, template="harvest_template") for s, name in names.items()}
+    for shard, dsn in dsns.items():
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT harvest.set_shard_id(%s, 'tests')", (shard,))
+    yield dsns
+    for name in names.values():
+        pg_server.drop_database(name)
+
+
+def test_on_shards_the_stream_merges_every_shard_and_resumes_from_each(shard_dbs: dict[int, str]) -> None:
+    """The management app on two shards: /stream merges both shards' events (shard_id on each,
+    every shard's position as the id) and resumes from each; one run's stream reads its shard."""
+    from harvest.config import load_config
+    from harvest.web.app import management_app
+
+    env = {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__URLS__0": shard_dbs[0],
+        "HARVEST_SHARDS__URLS__1": shard_dbs[1],
+    }
+
+    async def main() -> None:
+        api = management_app(config=load_config(env=env), profile="dev")
+        try:
+            async with serve(api) as url, httpx.AsyncClient(base_url=f"{url}", timeout=30) as client:
+                sse_headers = {"Accept": "text/event-stream"}
+                async with client.stream("GET", "/stream", headers=sse_headers) as response:
+                    assert response.status_code == 200
+                    sse = Sse(response)
+                    assert await sse.next_comment() == ": stream open"
+                    a = await start(shard_dbs[0], "on-0")
+                    b = await start(shard_dbs[1], "on-1")
+                    seen = [await sse.next_event(), await sse.next_event()]
+                    assert sorted((d["shard_id"], d["execution_id"]) for _, d in seen) == [(0, a), (1, b)]
+                    last = seen[-1][0]
+                    positions = dict(part.split(":") for part in last.split(","))
+                    assert set(positions) == {"0", "1"}  # every shard's position, in one id
+                await signal(shard_dbs[0], a, "after-0")
+                await signal(shard_dbs[1], b, "after-1")
+                resumed = {**sse_headers, "Last-Event-ID": last}
+                async with client.stream("GET", "/stream/durable", headers=resumed) as response:
+                    sse = Sse(response)
+                    again = [await sse.next_event(), await sse.next_event()]
+                    assert sorted((d["shard_id"], d["event_data"]["name"]) for _, d in again) == [
+                        (0, "after-0"),
+                        (1, "after-1"),
+                    ]  # nothing before the id, nothing of either shard missed
+                async with client.stream("GET", f"/workflows/{b}/events/stream", headers=sse_headers) as r:
+                    sse = Sse(r)
+                    history = [await sse.next_event(), await sse.next_event()]
+                    assert [(i, d["event_type"]) for i, d in history] == [
+                        (1, "WorkflowStarted"),
+                        (2, "SignalReceived"),
+                    ]
+                bad = await client.get("/stream", headers={**sse_headers, "Last-Event-ID": "12"})
+                assert bad.status_code == 400 and "shard:global_id" in bad.json()["error"]["message"]
+        finally:
+            await api.state.streams.aclose()
+            await api.state.harvest.close()
+
+    run(main())

@@ -71,8 +71,8 @@ def _check_history(history: object, path: Path) -> None:
 def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     """Replay an exported history against the current code; exit 0 on success, 1 on divergence."""
     from harvest.cli.worker import load_app
+    from harvest.client.export_batch import BATCH_SCHEMA
     from harvest.testing import WorkflowReplayer
-    from harvest.testing.replay import BATCH_SCHEMA
 
     app = load_app(target)
     try:

@@ -267,6 +267,13 @@ CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%
 @click.option("--created-after", default=None, type=click.DateTime(CREATED_TIMES))
 @click.option("--created-before", default=None, type=click.DateTime(CREATED_TIMES))
 @click.option(
+    "--filter",
+    "filter_expr",
+    default=None,
+    help="An expression with AND, OR, IN and parentheses: 'tenant = acme OR (region IN (eu, us) AND "
+    'amount >= 100)\' (docs/http-api.md, "Filter expressions"); ANDed with the other filters.',
+)
+@click.option(
     "--page-size",
     "--limit",
     "page_size",
@@ -285,6 +292,7 @@ def list_(
     search_attrs,
     created_after,
     created_before,
+    filter_expr,
     page_size,
     cursor,
     order,
@@ -305,6 +313,7 @@ def list_(
             page_size=page_size,
             cursor=cursor,
             order=order,
+            filter=filter_expr,
         ),
     )
 
@@ -338,9 +347,20 @@ def list_(
 )
 @click.option("--created-after", default=None, type=click.DateTime(CREATED_TIMES))
 @click.option("--created-before", default=None, type=click.DateTime(CREATED_TIMES))
+@click.option("--filter", "filter_expr", default=None, help="As for `workflow list`.")
 @database_url_option
 @output_option
-def count(group_by, state, workflow_name, search_attrs, created_after, created_before, database_url, output):
+def count(
+    group_by,
+    state,
+    workflow_name,
+    search_attrs,
+    created_after,
+    created_before,
+    filter_expr,
+    database_url,
+    output,
+):
     """Count executions (per status by default) over every shard, with the list's filters."""
     merged = read_shards(
         database_url,
@@ -351,6 +371,7 @@ def count(group_by, state, workflow_name, search_attrs, created_after, created_b
             search_attributes=list(search_attrs),
             created_after=created_after,
             created_before=created_before,
+            filter=filter_expr,
         ),
     )
     columns = {"status": ["status"], "workflow_name": ["workflow_name"], "all": ["status", "workflow_name"]}

@@ -21,6 +21,7 @@ import inspect
 import time
 import uuid
 import warnings
+from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
 from harvest.client import messages as messaging
@@ -1267,6 +1268,10 @@ class AsyncClient:
         self.router = self._target.router
         self._starts = _ShardStarts(self._target)
         self.max_payload_bytes = _limit(max_payload_bytes)  # see Client
+        # (shard, channel) -> a started harvest.db.notify.NotificationHub: query and update waits
+        # then share the process's one LISTEN connection instead of opening one each (the HTTP
+        # API sets it); None: each wait LISTENs on a connection of its own.
+        self.notifications: Callable[[int, str], Awaitable[Any]] | None = None
 
     @property
     def sql(self) -> AsyncSqlApi:

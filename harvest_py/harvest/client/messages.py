@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from harvest.client import payloads as payload_policy
+from harvest.client import routing
 from harvest.core import payload
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
@@ -31,7 +32,7 @@ from harvest.core.errors import (
 )
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
-from harvest.db.steps import Notified, Sql, Steps, alisten, listen
+from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps_on_hub, listen
 
 __all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
 
@@ -212,7 +213,17 @@ def _listen_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
 def _alisten_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
     """:func:`_listen_where_it_lives` under asyncio (an awaitable)."""
     target, steps = client._target, _steps_per_attempt(make)
-    return target.follow(execution_id, lambda shard: alisten(target.dsn_of(shard), CHANNEL, steps()))
+    return target.follow(execution_id, lambda shard: _alisten_on(client, shard, steps()))
+
+
+async def _alisten_on(client: Any, shard: int, steps: Steps[dict[str, Any]]) -> dict[str, Any]:
+    """Drive ``steps`` on ``shard``: through the process's one LISTEN connection when the client
+    was given one (``client.notifications``, the HTTP API's), else on a connection of its own."""
+    notifications = getattr(client, "notifications", None)
+    if notifications is None:
+        return await alisten(client._target.dsn_of(shard), CHANNEL, steps)
+    hub = await notifications(shard, CHANNEL)
+    return await arun_steps_on_hub(steps, client._target.sql(shard), hub)
 
 
 def _key_dsn(client: Any, call: dict[str, Any]) -> str:
@@ -316,10 +327,9 @@ async def aupdate_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
-    row = await alisten(
-        _key_dsn(client, call),
-        CHANNEL,
-        _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client)),
+    shard = routing.hashed_shard(client._target, call["workflow_name"], call["workflow_id"])
+    row = await _alisten_on(
+        client, shard, _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client))
     )
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 

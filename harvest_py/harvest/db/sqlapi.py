@@ -206,13 +206,13 @@ SELECT * FROM harvest.list_executions(
     p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
     p_created_before => %(created_before)s, p_page_size => %(page_size)s, p_cursor => %(cursor)s,
-    p_order => %(order)s)
+    p_order => %(order)s, p_filter => %(filter)s)
 """
 COUNT_EXECUTIONS = """
 SELECT * FROM harvest.count_executions(
     p_group_by => %(group_by)s, p_status => %(state)s, p_workflow_name => %(workflow_name)s,
     p_search_attributes => %(search_attributes)s, p_created_after => %(created_after)s,
-    p_created_before => %(created_before)s)
+    p_created_before => %(created_before)s, p_filter => %(filter)s)
 """
 # The children of several executions in one statement (a fan-out level of the tree: a child
 # may live on another shard than its parent, so each level asks every shard for all of them).
@@ -1181,6 +1181,7 @@ def list_executions(
     page_size: int = 50,
     cursor: str | None = None,
     order: str = "desc",
+    filter: str | None = None,
 ) -> dict[str, Any]:
     return {
         "state": state,
@@ -1191,6 +1192,7 @@ def list_executions(
         "page_size": page_size,
         "cursor": cursor,
         "order": order,
+        "filter": filter,
     }
 
 
@@ -1202,6 +1204,7 @@ def count_executions(
     search_attributes: list[str] | None = None,
     created_after: Any = None,
     created_before: Any = None,
+    filter: str | None = None,
 ) -> dict[str, Any]:
     return {
         "group_by": group_by,
@@ -1210,6 +1213,7 @@ def count_executions(
         "search_attributes": list(search_attributes) if search_attributes else None,
         "created_after": created_after,
         "created_before": created_before,
+        "filter": filter,
     }
 
 

@@ -14,15 +14,19 @@ returns its answer.
 ``run_steps`` drives a generator on a :class:`SqlApi`, ``arun_steps`` on an
 :class:`AsyncSqlApi`; ``listen``/``alisten`` first open a connection of their own and
 LISTEN on a channel. These four are the only code that differs between the two clients'
-waits. An operation's exception is thrown into the generator (which may catch it, as a wait
+waits. A server holding many waits at once drives them with ``arun_steps_on_hub`` instead: its
+SQL calls take pooled connections one at a time and its waits are woken by the process's one
+LISTEN connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no connection.
+An operation's exception is thrown into the generator (which may catch it, as a wait
 catches NotFound); a ``cleanup`` call given to the driver runs however the steps end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect, connect_async
@@ -139,3 +143,41 @@ async def alisten(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None =
     async with conn:
         await conn.execute(channels.listen(channel))
         return await arun_steps(steps, AsyncSqlApi.on_connection(conn), cleanup)
+
+
+class Waiting(Protocol):
+    """What :func:`arun_steps_on_hub` needs of a hub (:class:`harvest.db.notify.NotificationHub`)."""
+
+    def waiting(self, payload: str) -> contextlib.AbstractAsyncContextManager[asyncio.Event]: ...
+
+
+async def arun_steps_on_hub(steps: Steps[T], sql: AsyncSqlApi, hub: Waiting, cleanup: Sql | None = None) -> T:
+    """:func:`arun_steps` with each ``Notified`` served by ``hub``: the process's one LISTEN
+    connection wakes the wait, and ``sql`` (a pool) lends a connection per call only.
+
+    The first ``Notified`` of a payload registers with the hub and goes straight back to the
+    steps (which read again): a notification that came between their read and the registration
+    is then seen by that read, and every later one sets the registered event."""
+    stepper = _Stepper(steps)
+    async with contextlib.AsyncExitStack() as registered:
+        woken: dict[str, asyncio.Event] = {}
+        try:
+            while (op := stepper.next()) is not None:
+                try:
+                    if isinstance(op, Notified):
+                        event = woken.get(op.payload)
+                        if event is None:
+                            woken[op.payload] = await registered.enter_async_context(hub.waiting(op.payload))
+                            continue  # read again, now that no notification can be missed
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(event.wait(), op.timeout)
+                        event.clear()
+                    else:
+                        stepper.value = await op.on(sql)
+                except Exception as exc:
+                    stepper.error = exc
+            return stepper.result
+        finally:
+            if cleanup is not None:
+                with contextlib.suppress(DatabaseError):
+                    await cleanup.on(sql)

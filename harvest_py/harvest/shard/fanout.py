@@ -486,6 +486,7 @@ def list_workflows(
     page_size: int = 50,
     cursor: str | None = None,
     order: str = "desc",
+    filter: str | None = None,
 ) -> Plan:
     """One page of the workflow list across shards, ordered by (created_at, id).
 
@@ -510,6 +511,7 @@ def list_workflows(
             "search_attributes": list(search_attributes or []),
             "created_after": created_after,
             "created_before": created_before,
+            **({"filter": filter} if filter else {}),
         }
     )
     start: ListCursor | None = None
@@ -541,6 +543,7 @@ def list_workflows(
             page_size=page_size,
             cursor=shard_cursor(position(shard)),
             order=order,
+            filter=filter,
         )
 
     fan = yield Step(read)
@@ -614,6 +617,7 @@ def count_executions(
     search_attributes: list[str] | None = None,
     created_after: Any = None,
     created_before: Any = None,
+    filter: str | None = None,
 ) -> Plan:
     """How many executions match, per status (or workflow name, or both), over every shard."""
     fan = yield Step(
@@ -624,6 +628,7 @@ def count_executions(
             search_attributes=list(search_attributes) if search_attributes else None,
             created_after=created_after,
             created_before=created_before,
+            filter=filter,
         )
     )
     rows = _summed(fan, ("status", "workflow_name"), ("executions",))

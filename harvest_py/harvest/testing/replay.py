@@ -56,10 +56,6 @@ _GROUP_EVENTS = frozenset(
 )
 
 
-# The schema name of a `harvest history export-batch` document (harvest/cli/export_batch.py).
-BATCH_SCHEMA = "harvest.history_export_batch"
-
-
 @dataclass
 class ReplayResult:
     """``ok``, or the first difference: ``seq`` and the ``expected`` (recorded) vs ``got``."""
@@ -214,6 +210,8 @@ class WorkflowReplayer:
         """Replay each history of a ``harvest history export-batch`` document (a dict or the path
         of its JSON file): execution id -> result. A redacted export cannot be replayed (its
         payloads are gone) and reports so; export with ``--payload-policy full``."""
+        from harvest.client.export_batch import BATCH_SCHEMA  # its writer's name (loads no driver here)
+
         if isinstance(batch, (str, os.PathLike)):
             with open(batch, encoding="utf-8") as fh:
                 batch = json.load(fh)

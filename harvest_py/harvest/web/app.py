@@ -17,8 +17,8 @@ scope)`` first; the principal's role is applied to each database connection the 
 Without an authorizer, the ``dev`` profile serves everyone as admin (:class:`DevAuthorizer`,
 with a warning); any other profile checks API tokens in the database (``TokenAuthorizer``,
 docs/auth.md): no token, no access (401 on every route but the health probes). The dashboard is
-mounted at ``/ui`` and, on one database, the event streams beside the routes, under the same
-authorizer.
+mounted at ``/ui`` and the event streams (one database's, or every shard's merged) beside the
+routes, under the same authorizer.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.router import ShardRouter
 from harvest.web.auth import DevAuthorizer, default_authorizer, token_database
 from harvest.web.errors import error_body, error_response
-from harvest.web.metrics import metrics_routes
+from harvest.web.metrics import METRICS, metrics_routes
 from harvest.web.principal import Authorizer
 from harvest.web.routes import Endpoint
-from harvest.web.streams import EventHub, stream_routes
+from harvest.web.streams import STREAMS, EventHub, ShardStreams, stream_routes
 from harvest.web.ui import dashboard_app
 
 log = logging.getLogger("harvest.web")
@@ -85,7 +85,7 @@ class HarvestState:
     plan: RuntimePlan | None = None
     max_payload_bytes: int | None = None
     shard_timeout: float = SHARD_TIMEOUT_SECS
-    hubs: dict[int, NotificationHub] = field(default_factory=dict)
+    hubs: dict[tuple[int, str], NotificationHub] = field(default_factory=dict)
     own_pools: bool = False
     opened: bool = False
     _lock: asyncio.Lock | None = None
@@ -130,12 +130,21 @@ class HarvestState:
                 self.max_payload_bytes = await AsyncSqlApi(self.pool).payload_limit()
             self.opened = True
 
-    def hub(self, shard: int) -> NotificationHub:
-        """The one LISTEN connection on ``harvest_done`` of ``shard`` (opened on first use)."""
-        hub = self.hubs.get(shard)
+    def hub(self, shard: int, channel: str = channels.DONE) -> NotificationHub:
+        """The process's one LISTEN connection on ``channel`` of ``shard`` (opened on first use):
+        ``harvest_done`` wakes the result waits, ``harvest_query_answers`` the query and update
+        waits. N waits share it (fan-out by payload), none holds a connection of its own."""
+        hub = self.hubs.get((shard, channel))
         if hub is None:
             dsn = self.pools.dsn(shard) if self.pools is not None else self.dsn
-            hub = self.hubs[shard] = NotificationHub(dsn, channels.DONE)
+            hub = self.hubs[(shard, channel)] = NotificationHub(dsn, channel)
+        return hub
+
+    async def listener(self, shard: int, channel: str) -> NotificationHub:
+        """:meth:`hub`, listening (or, after a second without a connection, trying to in the
+        background: the waits' own re-reads answer meanwhile)."""
+        hub = self.hub(shard, channel)
+        await hub.start(timeout=1.0)
         return hub
 
     async def close(self) -> None:
@@ -157,6 +166,7 @@ def endpoints() -> list[Endpoint]:
         dags,
         dead_letters,
         health,
+        history,
         lifecycle,
         payloads,
         schedules,
@@ -176,6 +186,7 @@ def endpoints() -> list[Endpoint]:
         *schedules.ENDPOINTS,
         *dags.ENDPOINTS,
         *tokens.ENDPOINTS,
+        *history.ENDPOINTS,
     ]
     return sorted(found, key=lambda e: e.path.count("{"))
 
@@ -236,17 +247,28 @@ def management_app(
     )
     table = endpoints()
     routes = [Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table]
-    routes.append(Route("/openapi.json", openapi.route(table), methods=["GET"], name="openapi"))
-    # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and, on one
-    # database, the event streams (docs/event-streams.md), under the same authorizer.
+    # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and the
+    # event streams (docs/event-streams.md), under the same authorizer. The metrics
+    # and the streams declare their /openapi.json entries (openapi.Mounted); the dashboard's HTML
+    # pages and forms are not part of the API document.
     ui = dashboard_app(dsn=dsn, shards=shards, config=config, authorizer=authorizer, profile=profile)
     routes.append(Mount("/ui", app=ui))
     routes += metrics_routes(authorizer=authorizer)  # GET /admin/metrics (docs/observability.md)
-    hub = None
-    stream_dsn = None if shards is not None or shards_configured(config) else token_database(dsn, config)
-    if stream_dsn:
+    mounted: list[openapi.Mounted] = [METRICS]
+    hub: EventHub | ShardStreams | None = None
+    if shards is not None or shards_configured(config):
+
+        async def topology() -> tuple[ShardRouter, Any]:
+            await state.open()
+            return state.router, state.pools.dsn
+
+        hub = ShardStreams(topology)  # a hub per shard; /stream merges them
+    elif stream_dsn := token_database(dsn, config):
         hub = EventHub(stream_dsn)
+    if hub is not None:
         routes += stream_routes(hub, authorizer)
+        mounted += STREAMS
+    routes.append(Route("/openapi.json", openapi.route(table, mounted), methods=["GET"], name="openapi"))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -271,4 +293,5 @@ def management_app(
     )
     api.state.harvest = state
     api.state.endpoints = table
+    api.state.streams = hub  # the event streams' hub(s): closed by the lifespan (aclose())
     return api

@@ -16,13 +16,26 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from harvest.telemetry.metrics import CONTENT_TYPE, Metrics, NullMetrics, render_metrics
+from harvest.web.openapi import Mounted
 
 if TYPE_CHECKING:
     from starlette.requests import Request
 
     from harvest.web.principal import Authorizer
 
-__all__ = ["metrics_routes", "run_samplers"]
+__all__ = ["METRICS", "metrics_routes", "run_samplers"]
+
+# The route as /openapi.json shows it (metrics_routes builds its route from it).
+METRICS = Mounted(
+    "GET",
+    "/admin/metrics",
+    "admin_metrics",
+    "This process's metrics in the Prometheus text exposition format (send Accept: text/plain).",
+    "read",
+    CONTENT_TYPE,
+    responses={200: "The exposition", 401: "No authorizer or no token"},
+    tag="admin",
+)
 
 
 def metrics_routes(
@@ -48,7 +61,7 @@ def metrics_routes(
         body = render_metrics() if metrics is None else render_metrics(metrics)
         return Response(body, media_type=CONTENT_TYPE)
 
-    return [Route(path, admin_metrics, methods=["GET"], name="admin_metrics")]
+    return [Route(path, admin_metrics, methods=["GET"], name=METRICS.operation_id)]
 
 
 async def run_samplers(

@@ -3,13 +3,18 @@ declares its method, path, scope, parameters, body and answers once, in harvest/
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from harvest.web.routes import Endpoint
+from harvest.web.routes import Endpoint, Param
+
+if TYPE_CHECKING:
+    from harvest.web.principal import Scope
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -24,22 +29,73 @@ ERROR_SCHEMA: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class Mounted:
+    """A route mounted beside the declared Endpoints (the event streams, the metrics): declared
+    once here, it makes its Starlette route (:meth:`route`) and its /openapi.json entry. Its
+    handler checks its own request; ``media_type`` is what a 200 answers (an error is JSON)."""
+
+    method: str
+    path: str  # the OpenAPI form: /workflows/{execution_id}/events/stream
+    operation_id: str
+    summary: str
+    scope: Scope | None
+    media_type: str
+    params: tuple[Param, ...] = ()
+    responses: dict[int, str] = field(default_factory=lambda: {200: "OK"})
+    tag: str = ""
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "string"})
+
+    def route(self, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
+        """The Starlette route of ``endpoint`` at :attr:`path` (a uuid path parameter converted)."""
+        starlette_path = self.path
+        for p in self.params:
+            if p.where == "path" and p.kind == "uuid":
+                starlette_path = starlette_path.replace("{" + p.name + "}", "{" + p.name + ":uuid}")
+        return Route(starlette_path, endpoint, methods=[self.method], name=self.operation_id)
+
+
+def _parameter(p: Param) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "in": p.where,
+        "required": p.required,
+        "schema": p.schema(),
+        **({"description": p.description} if p.description else {}),
+        **({"explode": True, "style": "form"} if p.repeat else {}),
+    }
+
+
+def _mounted(route: Mounted) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "operationId": route.operation_id,
+        "summary": route.summary,
+        "tags": [route.tag] if route.tag else [],
+        "parameters": [_parameter(p) for p in route.params],
+        "responses": {},
+    }
+    if route.scope is not None:
+        op["x-harvest-scope"] = route.scope
+        op["security"] = [{"bearer": [route.scope]}]
+    for status, description in sorted(route.responses.items()):
+        if status < 400:
+            content = {route.media_type: {"schema": route.schema}}
+        else:
+            content = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+        op["responses"][str(status)] = {"description": description, "content": content}
+    op["responses"]["default"] = {
+        "description": "An error: {error: {code, message, ...}}",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+    return op
+
+
 def _operation(endpoint: Endpoint) -> dict[str, Any]:
     op: dict[str, Any] = {
         "operationId": endpoint.operation_id,
         "summary": endpoint.summary,
         "tags": [endpoint.tag] if endpoint.tag else [],
-        "parameters": [
-            {
-                "name": p.name,
-                "in": p.where,
-                "required": p.required,
-                "schema": p.schema(),
-                **({"description": p.description} if p.description else {}),
-                **({"explode": True, "style": "form"} if p.repeat else {}),
-            }
-            for p in endpoint.params
-        ],
+        "parameters": [_parameter(p) for p in endpoint.params],
         "responses": {},
     }
     if endpoint.scope is not None:
@@ -66,11 +122,15 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
     return op
 
 
-def document(endpoints: Sequence[Endpoint], server: str = "/") -> dict[str, Any]:
-    """The OpenAPI document of ``endpoints``."""
+def document(
+    endpoints: Sequence[Endpoint], server: str = "/", mounted: Sequence[Mounted] = ()
+) -> dict[str, Any]:
+    """The OpenAPI document of ``endpoints`` and of the ``mounted`` routes beside them."""
     paths: dict[str, dict[str, Any]] = {}
     for endpoint in endpoints:
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint)
+    for route in mounted:
+        paths.setdefault(route.path, {})[route.method.lower()] = _mounted(route)
     paths["/openapi.json"] = {
         "get": {
             "operationId": "openapi",
@@ -97,9 +157,9 @@ def document(endpoints: Sequence[Endpoint], server: str = "/") -> dict[str, Any]
     }
 
 
-def route(endpoints: Sequence[Endpoint]) -> Any:
+def route(endpoints: Sequence[Endpoint], mounted: Sequence[Mounted] = ()) -> Any:
     async def openapi(request: Request) -> JSONResponse:
         root = request.scope.get("root_path", "") or "/"
-        return JSONResponse(document(endpoints, root))
+        return JSONResponse(document(endpoints, root, mounted))
 
     return openapi

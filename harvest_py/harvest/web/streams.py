@@ -10,6 +10,11 @@ One ``EventHub`` per process holds one LISTEN connection and one reading connect
 (``harvest.db.event_stream.EventSource``) and fans each batch out to every subscriber's bounded
 queue without waiting. A subscriber whose queue is full is not waited for: its queue is
 emptied and it reads what it missed from the table by its own cursor, then goes on live.
+
+On shards (:class:`ShardStreams`) there is one hub per shard: one execution's stream is its
+shard's, and ``/stream`` merges every readable shard's events as they arrive, each with its
+``shard_id``, its ``id:`` every shard's position (``0:812,1:77``) so a resumed stream goes on
+from each.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,9 +31,13 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from harvest.core.errors import InvalidArgument
+from harvest.client import routing
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument
 from harvest.db.event_stream import PAGE, EventSource
+from harvest.shard.router import ShardRouter
+from harvest.web.openapi import Mounted
 from harvest.web.principal import Authorizer
+from harvest.web.routes import Param, path
 
 log = logging.getLogger("harvest.web.streams")
 
@@ -178,7 +187,11 @@ class EventHub:
                         last = event[key]
                         yield event
             try:
-                item = await asyncio.wait_for(sub.queue.get(), keepalive)
+                # A queued item is taken at once; only an empty queue waits (a task per wait).
+                if not sub.queue.empty():
+                    item = sub.queue.get_nowait()
+                else:
+                    item = await asyncio.wait_for(sub.queue.get(), keepalive)
             except TimeoutError:
                 yield None
                 continue
@@ -215,9 +228,18 @@ _ALL_FIELDS = ("global_id", *_FIELDS, "workflow_name", "workflow_id")
 def _sse(event: dict[str, Any] | None, key: str) -> bytes:
     if event is None:
         return b": keepalive\n\n"
+    # One event goes to every subscriber as the same dict: it is encoded once per stream kind.
+    cached: bytes | None = event.get(_ENCODED, {}).get(key)
+    if cached is not None:
+        return cached
     fields = _ALL_FIELDS if key == "global_id" else _FIELDS
     data = json.dumps({f: event.get(f) for f in fields}, default=str, separators=(",", ":"))
-    return f"id: {event[key]}\ndata: {data}\n\n".encode()
+    encoded = f"id: {event[key]}\ndata: {data}\n\n".encode()
+    event.setdefault(_ENCODED, {})[key] = encoded
+    return encoded
+
+
+_ENCODED = "\x00sse"  # where _sse keeps an event's encodings (no field of a row has this name)
 
 
 def _last_event_id(request: Request) -> int | None:
@@ -235,14 +257,208 @@ def _last_event_id(request: Request) -> int | None:
     return value
 
 
-def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = KEEPALIVE_SECS) -> list[Route]:
+_RESUME = (
+    Param(
+        "Last-Event-ID",
+        "integer",
+        minimum=0,
+        where="header",
+        description="The id: of the last event seen: the stream resumes after it.",
+    ),
+    Param("last_event_id", "integer", minimum=0, description="The same as the Last-Event-ID header."),
+)
+_ANSWERS = {200: "text/event-stream: id:/data: events, : keepalive comments", 400: "A bad Last-Event-ID"}
+# The stream routes as /openapi.json shows them (stream_routes builds its routes from these).
+STREAMS = (
+    Mounted(
+        "GET",
+        "/workflows/{execution_id}/events/stream",
+        "workflow_event_stream",
+        "One execution's events as server-sent events (id: the event id), from Last-Event-ID, then live.",
+        "read",
+        "text/event-stream",
+        (path("execution_id", "uuid", "The execution id (a UUID)."), *_RESUME),
+        {**_ANSWERS, 404: "No such execution"},
+        "streams",
+    ),
+    Mounted(
+        "GET",
+        "/stream",
+        "event_stream",
+        "Every event as server-sent events (id: the global id), from Last-Event-ID, then live.",
+        "read",
+        "text/event-stream",
+        _RESUME,
+        _ANSWERS,
+        "streams",
+    ),
+    Mounted(
+        "GET",
+        "/stream/durable",
+        "durable_event_stream",
+        "The spec's name of the resumable stream of every event: the same as /stream.",
+        "read",
+        "text/event-stream",
+        _RESUME,
+        _ANSWERS,
+        "streams",
+    ),
+)
+
+
+class ShardStreams:
+    """The event streams of a sharded deployment: one :class:`EventHub` per shard (its own LISTEN
+    and reading connection, opened by the first subscriber of that shard). One execution's
+    stream is read on the shard its id routes to; ``/stream`` merges every readable shard's.
+
+    ``topology()`` answers the router and the DSN of each shard (the management app opens its
+    pools first)."""
+
+    sharded = True
+
+    def __init__(
+        self,
+        topology: Callable[[], Awaitable[tuple[ShardRouter, Callable[[int], str]]]],
+        **hub_options: Any,
+    ):
+        self._topology, self._options = topology, hub_options
+        self.hubs: dict[int, EventHub] = {}
+
+    async def _hub(self, shard: int, dsn_of: Callable[[int], str]) -> EventHub:
+        hub = self.hubs.get(shard)
+        if hub is None:
+            hub = self.hubs[shard] = EventHub(dsn_of(shard), **self._options)
+        return hub
+
+    async def of_execution(self, execution_id: str) -> EventHub:
+        router, dsn_of = await self._topology()
+        return await self._hub(routing.route_id(router, execution_id), dsn_of)
+
+    async def every(self) -> dict[int, EventHub]:
+        router, dsn_of = await self._topology()
+        return {shard: await self._hub(shard, dsn_of) for shard in sorted(router.readable)}
+
+    async def aclose(self) -> None:
+        for hub in list(self.hubs.values()):
+            await hub.aclose()
+        self.hubs.clear()
+
+
+class _OneDatabase:
+    """The streams of one database: its one hub."""
+
+    sharded = False
+
+    def __init__(self, hub: EventHub):
+        self.hub = hub
+
+    async def of_execution(self, execution_id: str) -> EventHub:
+        return self.hub
+
+    async def every(self) -> dict[int, EventHub]:
+        return {0: self.hub}
+
+    async def aclose(self) -> None:
+        await self.hub.aclose()
+
+
+def _positions(request: Request) -> dict[int, int]:
+    """The merged stream's Last-Event-ID: ``shard:global_id`` for each shard, comma-separated
+    (the ``id:`` of its last event seen)."""
+    raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+    if raw is None or raw.strip() == "":
+        return {}
+    out: dict[int, int] = {}
+    for part in raw.split(","):
+        shard, _, position = part.strip().partition(":")
+        if not (shard.isdigit() and position.isdigit()):
+            raise InvalidArgument(
+                f"Last-Event-ID {raw!r} is not a position of this sharded stream (shard:global_id, "
+                "comma-separated): pass the id: of the last event seen"
+            )
+        out[int(shard)] = int(position)
+    return out
+
+
+def _merged_id(positions: dict[int, int]) -> str:
+    return ",".join(f"{shard}:{position}" for shard, position in sorted(positions.items()))
+
+
+def _merged_sse(event: dict[str, Any], shard: int, positions: dict[int, int]) -> bytes:
+    """An event of the merged stream: its fields and shard_id, and as its id every shard's
+    position (a resumed stream goes on from each of them)."""
+    data: bytes | None = event.get(_ENCODED, {}).get("merged")
+    if data is None:
+        fields = {f: event.get(f) for f in _ALL_FIELDS}
+        data = json.dumps({**fields, "shard_id": shard}, default=str, separators=(",", ":")).encode()
+        event.setdefault(_ENCODED, {})["merged"] = data
+    return b"id: " + _merged_id(positions).encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _merged_body(
+    hubs: dict[int, EventHub], unavailable: list[int], given: dict[int, int], keepalive: float
+) -> AsyncIterator[bytes]:
+    """Every shard's events as they arrive (in order within a shard), tagged with shard_id; a
+    shard's listener stopping ends the response (the client resumes from the last id)."""
+
+    async def pump(shard: int, hub: EventHub, sub: Subscriber, merged: asyncio.Queue[Any]) -> None:
+        async for event in hub.events(sub, given.get(shard), keepalive=3600.0):
+            if event is not None:
+                await merged.put((shard, event))
+        await merged.put(None)
+
+    async def body() -> AsyncIterator[bytes]:
+        merged: asyncio.Queue[Any] = asyncio.Queue(QUEUE_SIZE)
+        async with contextlib.AsyncExitStack() as stack:
+            subs = {s: await stack.enter_async_context(hub.subscribe(None)) for s, hub in hubs.items()}
+            # Every shard's position from the start: a resumed id names each shard read.
+            positions = {**given, **{s: given.get(s, sub.start_cursor) for s, sub in subs.items()}}
+            tasks = [asyncio.create_task(pump(s, hubs[s], sub, merged)) for s, sub in subs.items()]
+            try:
+                yield b": stream open\n\n" + b"".join(
+                    f": shard {s} unavailable: resume later for its events\n\n".encode() for s in unavailable
+                )
+                while True:
+                    try:
+                        item = (
+                            merged.get_nowait()
+                            if not merged.empty()
+                            else await asyncio.wait_for(merged.get(), keepalive)
+                        )
+                    except TimeoutError:
+                        yield b": keepalive\n\n"
+                        continue
+                    if item is None:
+                        return
+                    shard, event = item
+                    positions[shard] = event["global_id"]
+                    yield _merged_sse(event, shard, positions)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    return body()
+
+
+def stream_routes(
+    hub: EventHub | ShardStreams, authorizer: Authorizer, *, keepalive: float = KEEPALIVE_SECS
+) -> list[Route]:
     """The stream routes (scope read), to mount beside the management API's: one execution's,
-    and every event's (``/stream``, also at ``/stream/durable``)."""
+    and every event's (``/stream``, also at ``/stream/durable``). ``hub``: one database's
+    :class:`EventHub`, or a :class:`ShardStreams`."""
+    streams = hub if isinstance(hub, ShardStreams) else _OneDatabase(hub)
 
     async def respond(request: Request, execution_id: str | None) -> StreamingResponse:
         await authorizer.authorize(request, "read")
+        if execution_id is None and streams.sharded:
+            return await respond_merged(request)
         last_id = _last_event_id(request)
         key = "global_id" if execution_id is None else "event_id"
+        if execution_id is not None:
+            hub = await streams.of_execution(execution_id)
+        else:
+            hub = (await streams.every())[0]
         await hub.start()  # a database that cannot be reached is an error answer, not an empty stream
         if execution_id is not None:
             await hub.source.get_execution(execution_id)  # NotFound (404) for an unknown id
@@ -250,11 +466,37 @@ def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = K
         async def body() -> AsyncIterator[bytes]:
             async with hub.subscribe(execution_id) as sub:
                 yield b": stream open\n\n"
+                chunk: list[bytes] = []
                 async for event in hub.events(sub, last_id, keepalive=keepalive):
-                    yield _sse(event, key)
+                    chunk.append(_sse(event, key))
+                    # What is queued already goes out in one write, not one write per event.
+                    if sub.queue.empty() or len(chunk) >= 256:
+                        yield b"".join(chunk)
+                        chunk.clear()
 
         return StreamingResponse(
             body(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def respond_merged(request: Request) -> StreamingResponse:
+        given = _positions(request)
+        started: dict[int, EventHub] = {}
+        unavailable: list[int] = []
+        for shard, shard_hub in (await streams.every()).items():
+            try:
+                await shard_hub.start()
+                started[shard] = shard_hub
+            except Exception as exc:  # a shard down: the others stream, its position is kept
+                log.warning("event stream: shard %s unavailable: %s", shard, exc)
+                unavailable.append(shard)
+        if not started:
+            raise DatabaseUnavailable(
+                f"no shard's events could be read (shard(s) {', '.join(map(str, unavailable))}); retry later"
+            )
+        return StreamingResponse(
+            _merged_body(started, unavailable, given, keepalive),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
@@ -265,9 +507,6 @@ def stream_routes(hub: EventHub, authorizer: Authorizer, *, keepalive: float = K
     async def all_stream(request: Request) -> StreamingResponse:
         return await respond(request, None)
 
-    return [
-        Route("/workflows/{execution_id:uuid}/events/stream", workflow_stream, methods=["GET"]),
-        Route("/stream", all_stream, methods=["GET"]),
-        # The spec's name for the resumable stream of every event: /stream is resumable already.
-        Route("/stream/durable", all_stream, methods=["GET"]),
-    ]
+    one, every, durable = STREAMS
+    # /stream/durable is the spec's name for the resumable stream of every event: /stream is it.
+    return [one.route(workflow_stream), every.route(all_stream), durable.route(all_stream)]

@@ -335,6 +335,8 @@ class Call:
             else:
                 dsn = dsn_with_role(self.state.dsn, self.principal.role, self.principal.source)
                 self._client = AsyncClient(dsn, self._sql.pool, limit)
+            # Query and update waits share the process's LISTEN connections (HarvestState.hub).
+            self._client.notifications = self.state.listener
         return self._client
 
 

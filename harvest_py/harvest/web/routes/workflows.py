@@ -59,6 +59,12 @@ FILTERS = (
     Param("started_before", "datetime", description="Created before (RFC 3339); alias created_before."),
     Param("created_after", "datetime"),
     Param("created_before", "datetime"),
+    Param(
+        "filter",
+        description="An expression with AND, OR, IN and parentheses over search attributes, workflow_name "
+        "and status: tenant = acme OR (region IN (eu, us) AND amount >= 100). Each side of an OR must "
+        "test a search attribute or workflow_name = / IN. ANDed with the other filters.",
+    ),
 )
 _OPS = {"eq": "=", "ne": "!=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
@@ -87,19 +93,33 @@ def _filters(args: dict[str, Any]) -> dict[str, Any]:
         "search_attributes": searches,
         "created_after": after,
         "created_before": before,
+        "filter": args["filter"],
     }
+
+
+def _named(exc: InvalidArgument) -> InvalidArgument:
+    """The SQL's refusal of a filter expression, as a 400 naming the ``filter`` parameter."""
+    if str(exc).startswith("filter: "):
+        exc.field = "filter"  # type: ignore[attr-defined]
+    return exc
 
 
 async def list_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
     page_size = args["page_size"] or args["limit"] or 50
-    found = await call.reads().list_workflows(
-        **_filters(args), page_size=page_size, cursor=args["cursor"], order=args["order"]
-    )
+    try:
+        found = await call.reads().list_workflows(
+            **_filters(args), page_size=page_size, cursor=args["cursor"], order=args["order"]
+        )
+    except InvalidArgument as exc:
+        raise _named(exc) from None
     return merged(found, "executions")
 
 
 async def count_workflows(call: Call, args: dict[str, Any], _: Any) -> Any:
-    found = await call.reads().count_executions(group_by=args["group_by"], **_filters(args))
+    try:
+        found = await call.reads().count_executions(group_by=args["group_by"], **_filters(args))
+    except InvalidArgument as exc:
+        raise _named(exc) from None
     out = merged(found, "counts")
     rows, top = out["counts"], args["top"]
     rest = rows[top:]
