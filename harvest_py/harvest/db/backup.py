@@ -626,4 +626,3 @@ def histories(
                 }
                 events = replace_refs(events, stored)
             yield run["id"], run["workflow_name"], events
-
