@@ -2,7 +2,8 @@
 -- docs/flow-control.md "Usage"): the agent cost ledger (harvest.llm_calls) that its llm_* fields
 -- sum, and count_usage's new shape (activity_compute_seconds, the llm_* fields, and no
 -- caller's window parameter: the ceiling is the server's alone), which CREATE OR REPLACE cannot
--- make of the old one.
+-- make of the old one. And the index retention uses to delete offloaded payloads no run owns
+-- (functions/retention.sql).
 
 DROP FUNCTION IF EXISTS harvest.count_usage(timestamptz, timestamptz, text, interval);
 
@@ -30,3 +31,8 @@ CREATE TABLE harvest.llm_calls (
 
 CREATE INDEX llm_calls_execution
 ON harvest.llm_calls (execution_id, recorded_at);
+
+-- Run-less offloaded payloads, oldest first, for retention.
+CREATE INDEX payloads_runless
+ON harvest.payloads (created_at)
+WHERE execution_id IS NULL;
