@@ -76,7 +76,7 @@ AS $$
         WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
             THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
-        WHEN p_name = 'put_payloads' THEN 'harvest_operator,harvest_worker'
+        WHEN p_name IN ('put_payloads', 'set_payloads_execution') THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'get_payloads' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',

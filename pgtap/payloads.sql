@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(35);
+SELECT plan(38);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -103,6 +103,14 @@ SELECT pg_temp.start_run('pl_ref', 'pl_wf', 'pl_q', jsonb_build_array(jsonb_buil
 SELECT ok(NOT 'offloaded_payloads' = ANY(harvest._migration_blockers(
               (SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('pl_ref')))),
           'a run with offloaded payloads can be rebalanced (its payloads move with it)');
+
+-- A client's start input, stored before the run existed, is handed to the run that references it.
+SELECT is(harvest.set_payloads_execution((SELECT ids FROM pl_ids), pg_temp.run('pl_ref')), 2,
+          'set_payloads_execution(): run-less rows are handed to the run');
+SELECT is(harvest.set_payloads_execution((SELECT ids FROM pl_ids), pg_temp.run('pl_a')), 0,
+          'set_payloads_execution(): rows another run owns are left alone');
+SELECT throws_ok(format($$SELECT harvest.set_payloads_execution(%L, gen_random_uuid())$$, (SELECT ids FROM pl_ids)),
+                 'HR002', NULL, 'set_payloads_execution(): an unknown run is HR002');
 
 SELECT * FROM finish();
 ROLLBACK;

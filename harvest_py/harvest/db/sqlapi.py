@@ -1631,6 +1631,7 @@ def stop_event_stream(listener_id: str) -> dict[str, Any]:
 # -- payloads: offload store, erasure, legal holds (functions/payloads.sql) -----------------------
 PUT_PAYLOADS = "SELECT harvest.put_payloads(%(execution_id)s, %(values)s::jsonb[]) AS ids"
 GET_PAYLOADS = "SELECT * FROM harvest.get_payloads(%(ids)s::uuid[])"
+SET_PAYLOADS_EXECUTION = "SELECT harvest.set_payloads_execution(%(ids)s::uuid[], %(execution_id)s) AS changed"
 ERASE_PAYLOADS = (
     "SELECT harvest.erase_payloads(%(execution_id)s, %(operator_id)s, %(prior_residence)s) AS summary"
 )
@@ -1646,6 +1647,11 @@ def _payload_map(found: Rows) -> dict[str, Any]:
 @call(PUT_PAYLOADS, column("ids"))
 def put_payloads(execution_id: str | None, values: list[Any]) -> dict[str, Any]:
     return {"execution_id": execution_id, "values": [Jsonb(v) for v in values]}
+
+
+@call(SET_PAYLOADS_EXECUTION, column("changed"))
+def set_payloads_execution(ids: list[str], execution_id: str) -> dict[str, Any]:
+    return {"ids": list(ids), "execution_id": execution_id}
 
 
 @call(GET_PAYLOADS, _payload_map)
