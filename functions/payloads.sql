@@ -10,13 +10,20 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_ids uuid [];
+    v_execution harvest.executions;
 BEGIN
     IF p_values IS NULL OR cardinality(p_values) = 0 THEN
         RETURN '{}'::uuid [];
     END IF;
-    IF p_execution_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM harvest.executions WHERE id = p_execution_id) THEN
-        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
-            HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
+    IF p_execution_id IS NOT NULL THEN
+        SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+                HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
+        END IF;
+        -- A rebalance's seal or staged copy is not where the run's history is read: HR013 sends
+        -- the writer on to the live run (the router follows the pointer).
+        PERFORM harvest._refuse_moved(v_execution, 'store payloads of');
     END IF;
     IF array_position(p_values, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'put_payloads got a NULL payload' USING ERRCODE = 'HR001',
