@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -15,6 +16,7 @@ from click.testing import CliRunner
 
 from harvest import App, Client, activity, workflow
 from harvest.cli.main import main as cli
+from harvest.db import backup
 from harvest.db.backup import SCRATCH_PREFIX, check_copy, drill
 
 
@@ -47,6 +49,18 @@ async def bv_waiting_parent(ctx) -> str:
 
 
 APP = App(workflows=[bv_child, bv_waiting_child, bv_parent, bv_waiting_parent], activities=[bv_double])
+
+
+@workflow(name="bv_child")
+async def bv_child_changed(ctx, x: int) -> int:
+    await ctx.sleep(1)  # a timer the recorded histories never started: they no longer replay
+    return await ctx.execute_activity(bv_double, x)
+
+
+# The same App with bv_child's code changed incompatibly.
+CHANGED = App(
+    workflows=[bv_child_changed, bv_waiting_child, bv_parent, bv_waiting_parent], activities=[bv_double]
+)
 
 
 def _verify(dsn: str, *args: str) -> tuple[int, dict | None, str]:
@@ -87,6 +101,24 @@ def test_a_clean_database_verifies_and_replays_and_leaves_no_scratch_database(db
     assert data["rows"]["0"] > 0
     assert "dropped scratch database" in output
     assert _scratch_left(db) == []
+
+
+def test_histories_that_no_longer_replay_under_the_apps_code_fail_with_exit_1(db: str, runs) -> None:
+    code, data, output = _verify(db, "--app", "test_backup_verify:CHANGED")
+    assert code == 1, output
+    replays = [p for p in data["problems"] if p["check"] == "replay"]
+    assert len(replays) == 2 and data["replay"] == {"replayed": 5, "failed": 2}, data
+    assert _scratch_left(db) == []
+
+
+def test_a_failed_restore_exits_3_and_still_drops_its_scratch_database(db: str, monkeypatch) -> None:
+    real = backup.find_tool
+    monkeypatch.setattr(
+        backup, "find_tool", lambda name: Path("/bin/false") if name == "pg_restore" else real(name)
+    )
+    code, _data, output = _verify(db)
+    assert code == 3 and "pg_restore failed" in output, output
+    assert "dropped scratch database" in output and _scratch_left(db) == []
 
 
 def test_a_removed_event_and_a_child_without_its_parent_event_fail_with_exit_1(db: str, runs) -> None:
