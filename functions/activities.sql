@@ -79,10 +79,23 @@ BEGIN
         RETURN 'dead_lettered';
     END IF;
     PERFORM harvest._append_event(p_execution.id, 'ActivityFailed', jsonb_build_object(
-        'seq', p_task.seq, 'failure', v_failure, 'attempt', p_task.attempt));
+        'seq', p_task.seq, 'failure', v_failure, 'attempt', p_task.attempt) || harvest._attempt_started(p_task));
     PERFORM harvest._ensure_workflow_task(p_execution.id);
     RETURN 'failed';
 END;
+$$;
+
+-- When the final attempt of an activity started, for its outcome event: {"started_at": ...}
+-- while a worker holds the attempt, {} for one a worker let go of (completed elsewhere by its
+-- task token: not worker compute) or never started. The usage report's
+-- activity_compute_seconds is the outcome's time minus this (functions/flow_usage.sql).
+CREATE OR REPLACE FUNCTION harvest._attempt_started(p_task harvest.tasks)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN p_task.lease_owner IS NOT NULL AND p_task.started_at IS NOT NULL
+                THEN jsonb_build_object('started_at', p_task.started_at)
+                ELSE '{}'::jsonb END;
 $$;
 
 -- The data of an activity task's ActivityCompleted event.
@@ -91,7 +104,7 @@ RETURNS jsonb
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object('seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb),
-                              'attempt', p_task.attempt);
+                              'attempt', p_task.attempt) || harvest._attempt_started(p_task);
 $$;
 
 -- Record a locked activity task's result in the history of its locked execution

@@ -14,29 +14,37 @@
 --                               window: a 3-attempt activity contributes 3
 --   activity_executions_failed  ActivityFailed events (retries exhausted, non-retryable, or a
 --                               discarded dead letter)
---   activity_span_seconds       per finished activity, ActivityScheduled to its outcome, summed
---                               (the history does not record when the final attempt started,
---                               so this includes queueing and retry backoff)
+--   activity_compute_seconds    per finished activity, its final attempt's start (the outcome's
+--                               started_at, functions/activities.sql) to its outcome, summed:
+--                               retry backoff and queueing are excluded by construction; an
+--                               activity completed elsewhere by its task token, a discarded dead
+--                               letter and outcomes written before 0037 carry no start and add 0
+--   llm_calls, llm_input_tokens, the agent cost ledger (harvest.llm_calls) rows recorded in the
+--   llm_output_tokens,          window: calls, token sums, cost in millionths of a US dollar
+--   llm_cost_usd_micros,        (priced rows only), rows with no cost, latency sum
+--   llm_unpriced_calls,
+--   llm_latency_ms
 -- Local activities are markers, not activities, and are not counted.
 -- A run moved by a shard rebalance is counted once across the shards: each event
 -- on the shard that appended it (the events a copy brought are skipped, and so is
--- a staged copy), so the per-shard reports add up.
+-- a staged copy), so the per-shard reports add up. Ledger rows stay on the shard
+-- that recorded them (a move does not copy them): the sealed source counts its rows.
 --
 -- group_by: 'workflow_name' (default) or 'search_attr:<key>'; a run without the
 -- key is grouped under '(unattributed)', never dropped. A window wider than the
--- ceiling is refused (HR001) naming it. The ceiling is the server's:
--- harvest.engine_settings.usage_max_window (default 90 days, owner-only); a
--- caller's p_max_window can narrow it, never widen it.
+-- ceiling is refused (HR001) naming it. The ceiling is the server's alone:
+-- harvest.engine_settings.usage_max_window (default 90 days, owner-only); no
+-- caller's parameter can widen or bypass it.
 --
 -- Cost: the runs considered are those alive during the window (created before
 -- its end, not closed before its start); their events are read by the events
--- primary key. No index on events.created_at is needed or added.
+-- primary key, their ledger rows by (execution_id, recorded_at). No index on
+-- events.created_at is needed or added.
 
 CREATE OR REPLACE FUNCTION harvest.count_usage(
     p_from timestamptz,
     p_to timestamptz,
-    p_group_by text DEFAULT 'workflow_name',
-    p_max_window interval DEFAULT NULL
+    p_group_by text DEFAULT 'workflow_name'
 )
 RETURNS TABLE (
     group_name text,
@@ -47,16 +55,21 @@ RETURNS TABLE (
     timed_out bigint,
     activity_executions bigint,
     activity_executions_failed bigint,
-    activity_span_seconds double precision
+    activity_compute_seconds double precision,
+    llm_calls bigint,
+    llm_input_tokens bigint,
+    llm_output_tokens bigint,
+    llm_cost_usd_micros bigint,
+    llm_unpriced_calls bigint,
+    llm_latency_ms bigint
 )
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
     v_attr text;
-    -- The server's ceiling; reading it here (not trusting the argument) is the point.
+    -- The server's ceiling; reading it here (not taking it from the caller) is the point.
     v_ceiling interval := coalesce(
         (SELECT s.usage_max_window FROM harvest.engine_settings AS s WHERE s.id), interval '90 days');
-    v_max_window interval := least(coalesce(p_max_window, v_ceiling), v_ceiling);
 BEGIN
     IF p_from IS NULL OR p_to IS NULL THEN
         RAISE EXCEPTION 'usage report: from and to are required' USING ERRCODE = 'HR001';
@@ -64,11 +77,11 @@ BEGIN
     IF p_to <= p_from THEN
         RAISE EXCEPTION 'usage report: to (%) must be after from (%)', p_to, p_from USING ERRCODE = 'HR001';
     END IF;
-    IF p_to - p_from > v_max_window THEN
+    IF p_to - p_from > v_ceiling THEN
         RAISE EXCEPTION 'usage report: the window % .. % (%) is wider than the ceiling of %',
-            p_from, p_to, justify_interval(p_to - p_from), v_max_window USING ERRCODE = 'HR001',
-            HINT = 'ask for a narrower window (several reports can be added up); the server''s ceiling is '
-                   || v_ceiling || ' (harvest.engine_settings.usage_max_window, set by the schema owner)';
+            p_from, p_to, justify_interval(p_to - p_from), v_ceiling USING ERRCODE = 'HR001',
+            HINT = 'ask for a narrower window (several reports can be added up); the ceiling is the '
+                   || 'server''s (harvest.engine_settings.usage_max_window, set by the schema owner)';
     END IF;
     IF coalesce(p_group_by, 'workflow_name') = 'workflow_name' THEN
         v_attr := NULL;
@@ -89,7 +102,7 @@ BEGIN
           AND x.status <> 'MIGRATING'
     ),
     ev AS (
-        SELECT r.grp, e.execution_id, e.event_type, e.event_data, e.created_at
+        SELECT r.grp, e.event_type, e.event_data, e.created_at
         FROM runs AS r
         JOIN harvest.events AS e ON e.execution_id = r.id
         -- A moved run's copied events are counted on the shard that appended them
@@ -99,17 +112,6 @@ BEGIN
           AND NOT coalesce(a.copied_events @> e.event_id, false)
           AND e.event_type IN ('WorkflowStarted', 'WorkflowCompleted', 'WorkflowFailed', 'WorkflowCancelled',
                                'WorkflowTimedOut', 'ActivityCompleted', 'ActivityFailed')
-    ),
-    spans AS (
-        SELECT ev.grp, extract(EPOCH FROM ev.created_at - s.created_at)::double precision AS secs
-        FROM ev
-        JOIN LATERAL (
-            SELECT sch.created_at FROM harvest.events AS sch
-            WHERE sch.execution_id = ev.execution_id AND sch.event_type = 'ActivityScheduled'
-              AND sch.event_data -> 'seq' = ev.event_data -> 'seq'
-            ORDER BY sch.event_id DESC LIMIT 1
-        ) AS s ON true
-        WHERE ev.event_type IN ('ActivityCompleted', 'ActivityFailed')
     ),
     counted AS (
         SELECT ev.grp,
@@ -121,20 +123,87 @@ BEGIN
                coalesce(sum(greatest(coalesce((ev.event_data ->> 'attempt')::integer, 1), 1))
                    FILTER (WHERE ev.event_type IN ('ActivityCompleted', 'ActivityFailed')), 0)::bigint
                    AS activity_executions,
-               count(*) FILTER (WHERE ev.event_type = 'ActivityFailed') AS activity_executions_failed
+               count(*) FILTER (WHERE ev.event_type = 'ActivityFailed') AS activity_executions_failed,
+               coalesce(sum(greatest(extract(EPOCH FROM ev.created_at
+                                             - (ev.event_data ->> 'started_at')::timestamptz), 0))
+                   FILTER (WHERE ev.event_type IN ('ActivityCompleted', 'ActivityFailed')
+                           AND ev.event_data ? 'started_at'), 0)::double precision AS activity_compute_seconds
         FROM ev
         GROUP BY ev.grp
+    ),
+    ledger AS (
+        SELECT r.grp,
+               count(*) AS llm_calls,
+               coalesce(sum(l.input_tokens), 0)::bigint AS llm_input_tokens,
+               coalesce(sum(l.output_tokens), 0)::bigint AS llm_output_tokens,
+               coalesce(sum(l.cost_usd_micros), 0)::bigint AS llm_cost_usd_micros,
+               count(*) FILTER (WHERE l.cost_usd_micros IS NULL) AS llm_unpriced_calls,
+               coalesce(sum(l.latency_ms), 0)::bigint AS llm_latency_ms
+        FROM runs AS r
+        JOIN harvest.llm_calls AS l ON l.execution_id = r.id
+        WHERE l.recorded_at >= p_from AND l.recorded_at < p_to
+        GROUP BY r.grp
     )
-    SELECT c.grp, c.workflow_starts, c.completed, c.failed, c.cancelled, c.timed_out,
-           c.activity_executions, c.activity_executions_failed,
-           coalesce((SELECT sum(s.secs) FROM spans AS s WHERE s.grp = c.grp), 0)::double precision
+    SELECT coalesce(c.grp, l.grp),
+           coalesce(c.workflow_starts, 0), coalesce(c.completed, 0), coalesce(c.failed, 0),
+           coalesce(c.cancelled, 0), coalesce(c.timed_out, 0), coalesce(c.activity_executions, 0),
+           coalesce(c.activity_executions_failed, 0), coalesce(c.activity_compute_seconds, 0),
+           coalesce(l.llm_calls, 0), coalesce(l.llm_input_tokens, 0), coalesce(l.llm_output_tokens, 0),
+           coalesce(l.llm_cost_usd_micros, 0), coalesce(l.llm_unpriced_calls, 0), coalesce(l.llm_latency_ms, 0)
     FROM counted AS c
-    ORDER BY c.grp;
+    FULL JOIN ledger AS l ON l.grp = c.grp
+    ORDER BY 1;
+END;
+$$;
+
+-- Record one model call of an agent workload in the cost ledger, from the activity attempt that
+-- made it (its task id and fencing token: only the worker holding the attempt can write, and
+-- the row is its run's); returns the row's id. HR004 when the attempt is no longer held.
+-- p_cost_usd_micros NULL: a call with no known price (the report counts it as unpriced).
+CREATE OR REPLACE FUNCTION harvest.record_llm_call(
+    p_task_id bigint,
+    p_fencing_token bigint,
+    p_model text,
+    p_input_tokens bigint DEFAULT 0,
+    p_output_tokens bigint DEFAULT 0,
+    p_cost_usd_micros bigint DEFAULT NULL,
+    p_latency_ms bigint DEFAULT NULL
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task harvest.tasks;
+    v_id bigint;
+BEGIN
+    IF p_model IS NULL OR p_model = '' THEN
+        RAISE EXCEPTION 'an LLM call needs its model name' USING ERRCODE = 'HR001';
+    END IF;
+    IF coalesce(p_input_tokens, 0) < 0 OR coalesce(p_output_tokens, 0) < 0 OR p_cost_usd_micros < 0
+       OR p_latency_ms < 0 THEN
+        RAISE EXCEPTION 'an LLM call''s tokens, cost and latency cannot be negative' USING ERRCODE = 'HR001';
+    END IF;
+    SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = p_task_id AND t.kind = 'activity';
+    IF NOT FOUND OR v_task.status <> 'running' OR v_task.fencing_token IS DISTINCT FROM p_fencing_token THEN
+        RAISE EXCEPTION 'task % is no longer held by this worker', p_task_id USING ERRCODE = 'HR004';
+    END IF;
+    INSERT INTO harvest.llm_calls (
+        execution_id, seq, attempt, model, input_tokens, output_tokens, cost_usd_micros, latency_ms, recorded_at
+    ) VALUES (
+        v_task.execution_id, v_task.seq, v_task.attempt, left(p_model, 200), coalesce(p_input_tokens, 0),
+        coalesce(p_output_tokens, 0), p_cost_usd_micros, p_latency_ms, harvest.now()
+    )
+    RETURNING id INTO v_id;
+    RETURN v_id;
 END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.count_usage IS
 'What each workflow type or search-attribute group consumed over [p_from, p_to), from the durable events (starts,'
-' outcomes, activity attempts and span); a window wider than the server''s ceiling raises HR001. For operators '
-'(role harvest_reader).';
+' outcomes, activity attempts and compute seconds) and the agent cost ledger (llm_*); a window wider than the '
+'server''s ceiling raises HR001. For operators (role harvest_reader).';
+COMMENT ON FUNCTION harvest.record_llm_call IS
+'Record one model call (model, tokens, cost in micro-USD or NULL, latency) in the agent cost ledger from the '
+'activity attempt that made it; HR004 once the attempt is no longer held. Called by the Python worker (role '
+'harvest_worker).';

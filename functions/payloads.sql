@@ -10,13 +10,20 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_ids uuid [];
+    v_execution harvest.executions;
 BEGIN
     IF p_values IS NULL OR cardinality(p_values) = 0 THEN
         RETURN '{}'::uuid [];
     END IF;
-    IF p_execution_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM harvest.executions WHERE id = p_execution_id) THEN
-        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
-            HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
+    IF p_execution_id IS NOT NULL THEN
+        SELECT * INTO v_execution FROM harvest.executions WHERE id = p_execution_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+                HINT = 'store a run''s payloads in its own database (the shard its id routes to)';
+        END IF;
+        -- A rebalance's seal or staged copy is not where the run's history is read: HR013 sends
+        -- the writer on to the live run (the router follows the pointer).
+        PERFORM harvest._refuse_moved(v_execution, 'store payloads of');
     END IF;
     IF array_position(p_values, NULL) IS NOT NULL THEN
         RAISE EXCEPTION 'put_payloads got a NULL payload' USING ERRCODE = 'HR001',
@@ -34,6 +41,28 @@ BEGIN
 
     SELECT array_agg(g.id ORDER BY g.n) INTO v_ids FROM given AS g WHERE g.id IN (SELECT s.id FROM stored AS s);
     RETURN v_ids;
+END;
+$$;
+
+-- Give run-less offloaded payloads to the run that references them: a client stores a start's
+-- large input before the run exists (put_payloads with no run), starts it and hands the rows to
+-- it in the same transaction, so they go with the run and retention never takes them as
+-- run-less. Rows another run owns are left alone. Returns how many rows changed.
+CREATE OR REPLACE FUNCTION harvest.set_payloads_execution(p_ids uuid[], p_execution_id uuid)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_count integer;
+BEGIN
+    IF p_execution_id IS NULL OR NOT EXISTS (SELECT 1 FROM harvest.executions WHERE id = p_execution_id) THEN
+        RAISE EXCEPTION 'execution % not found', p_execution_id USING ERRCODE = 'HR002',
+            HINT = 'hand payloads to a run of this database';
+    END IF;
+    UPDATE harvest.payloads AS p SET execution_id = p_execution_id
+    WHERE p.id = ANY(p_ids) AND p.execution_id IS NULL;
+    GET DIAGNOSTICS v_count = ROW_COUNT;
+    RETURN v_count;
 END;
 $$;
 
@@ -249,6 +278,10 @@ $$;
 COMMENT ON FUNCTION harvest.put_payloads IS
 'Store offloaded payloads (JSON as the writer''s codecs left it) for p_execution_id; returns their ids in order. '
 'Called by workers (role harvest_worker) and clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.set_payloads_execution IS
+'Give run-less offloaded payloads (a client''s start input, stored before the run existed) to the run that '
+'references them, in the start''s transaction; rows another run owns are left alone. Roles harvest_operator, '
+'harvest_worker.';
 COMMENT ON FUNCTION harvest.get_payloads IS
 'The stored offloaded payloads of p_ids (an erased one is {"_harvest_erased": true}; an unknown id is absent). '
 'For workers, clients and operators (roles harvest_reader, harvest_worker).';

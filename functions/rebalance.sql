@@ -67,10 +67,6 @@ AS $$
             THEN 'concurrency_slot' END,
         -- Offloaded payloads live in this database's harvest.payloads, which a move does not
         -- copy: the run's references would not resolve on the target (docs/payloads.md).
-        CASE WHEN p_execution.input::text LIKE '%"_harvest_ref"%'
-                  OR EXISTS (SELECT 1 FROM harvest.events AS ev
-                             WHERE ev.execution_id = p_execution.id AND ev.event_data::text LIKE '%"_harvest_ref"%')
-            THEN 'offloaded_payloads' END,
         CASE WHEN EXISTS (SELECT 1 FROM harvest.shard_migrations AS m
                           WHERE m.execution_id = p_execution.id
                             AND m.phase IN ('planned', 'copied', 'verified', 'cut_over')
@@ -217,6 +213,14 @@ BEGIN
                             WHERE ev.execution_id = v_migration.execution_id), '[]'::jsonb),
         'tasks', coalesce((SELECT jsonb_agg(to_jsonb(t) - 'id' ORDER BY t.id) FROM harvest.tasks AS t
                            WHERE t.execution_id = v_migration.execution_id), '[]'::jsonb),
+        -- The offloaded payloads the run wrote or references (a child's input its parent
+        -- offloaded, a client's start input): the history's references must resolve there.
+        'payloads', coalesce((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.id) FROM harvest.payloads AS p
+                              WHERE p.execution_id = v_migration.execution_id
+                                 OR p.id IN (SELECT harvest._payload_refs(to_jsonb(v_execution))
+                                             UNION
+                                             SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
+                                             WHERE ev.execution_id = v_migration.execution_id)), '[]'::jsonb),
         'history', harvest.history_digest(v_migration.execution_id));
 END;
 $$;
@@ -370,6 +374,12 @@ BEGIN
     END IF;
     -- The copies take this shard's next global ids (its event stream's cursor).
     PERFORM harvest._insert_copied_rows('events', p_copy -> 'events', '{global_id}', 'ON CONFLICT DO NOTHING');
+    -- Its offloaded payloads, owned here by the moved run (whoever wrote them on the source: the
+    -- row must belong to a run of this database); a copy from before 0037 has none.
+    INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
+    SELECT p.id, v_incoming.id, p.created_at, p.bytes, p.data, p.erased_at
+    FROM jsonb_populate_recordset(NULL::harvest.payloads, coalesce(p_copy -> 'payloads', '[]'::jsonb)) AS p
+    ON CONFLICT (id) DO NOTHING;
     INSERT INTO harvest.shard_arrivals (
         execution_id, migration_id, source_shard, tasks, prior_seal, staged_at, copied_events
     ) VALUES (

@@ -83,6 +83,7 @@ DECLARE
     v_cutoff timestamptz;
     v_ids uuid[];
     v_remaining bigint;
+    v_runless bigint;
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     v_max_age := coalesce(p_max_age, v_config.max_age);
@@ -115,6 +116,18 @@ BEGIN
     END IF;
     -- Receipts of relays applied for other shards (relays.sql) past the window.
     DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
+    -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer,
+    -- a start whose client stored its input and then failed, a writer that named no run. A
+    -- run's own rows go with it (ON DELETE CASCADE); a client's start input is owned by its
+    -- run from the start's transaction on, so no live run references a run-less row.
+    WITH gone AS (
+        DELETE FROM harvest.payloads AS p
+        WHERE p.id IN (SELECT q.id FROM harvest.payloads AS q
+                       WHERE q.execution_id IS NULL AND q.created_at < v_cutoff
+                       ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED)
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_runless FROM gone;
     SELECT count(*) INTO v_remaining FROM harvest.executions AS e
     WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff;
     UPDATE harvest.retention_config
@@ -125,7 +138,7 @@ BEGIN
             'deleted', coalesce(cardinality(v_ids), 0), 'cutoff', v_cutoff));
     END IF;
     RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'remaining', v_remaining,
-                              'cutoff', v_cutoff, 'batch_size', v_batch);
+                              'cutoff', v_cutoff, 'batch_size', v_batch, 'runless_payloads_deleted', v_runless);
 END;
 $$;
 

@@ -66,7 +66,7 @@ AS $$
                         'heartbeat_partitions',
                         'claim_cross_shard_children', 'set_cross_shard_child_running', 'complete_cross_shard_child',
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
-                        'cancel_cross_shard_child', 'detach_activity')
+                        'cancel_cross_shard_child', 'detach_activity', 'record_llm_call')
             THEN 'harvest_worker'
         WHEN p_name IN ('declare_schedules', 'list_due_schedules', 'fire_schedule', 'start_buffered_firings')
             THEN 'harvest_worker'
@@ -76,7 +76,7 @@ AS $$
         WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
             THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
-        WHEN p_name = 'put_payloads' THEN 'harvest_operator,harvest_worker'
+        WHEN p_name IN ('put_payloads', 'set_payloads_execution') THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'get_payloads' THEN 'harvest_reader,harvest_worker'
         WHEN p_name = 'get_residence' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('activate_migration', 'complete_migration', 'claim_stalled_migrations',

@@ -5,7 +5,7 @@
 -- committed with its result), harvest._record_activity_result, harvest._store_activity_result,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(150);
+SELECT plan(152);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -30,7 +30,7 @@ $fn$;
 SELECT pg_temp.act('ok');
 SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s, '{"sent": true}')$$,
                        pg_temp.task('ok'), pg_temp.token('ok')), 'complete_activity() succeeds');
-SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('ok'))$$,
+SELECT results_eq($$SELECT event_type, event_data - 'started_at' FROM pg_temp.last_event(pg_temp.run('ok'))$$,
                   $$VALUES ('ActivityCompleted'::text, '{"seq": 1, "result": {"sent": true}, "attempt": 1}'::jsonb)$$,
                   'complete_activity(): ActivityCompleted{seq, result, attempt}');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE id = pg_temp.task('ok')$$, 'the activity task is deleted');
@@ -184,7 +184,7 @@ SELECT is(pg_temp.fail('flag_false', '{"error_type": "E", "message": "m", "non_r
 SELECT pg_temp.act('nodl', '{"dead_letter": false, "retry": {"max_attempts": 1}}');
 SELECT is(pg_temp.fail('nodl', '{"error_type": "E", "message": "no luck", "non_retryable": false, "details": null}'),
           'failed', 'dead_letter=false, attempts exhausted: failed');
-SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('nodl'))$$,
+SELECT results_eq($$SELECT event_type, event_data - 'started_at' FROM pg_temp.last_event(pg_temp.run('nodl'))$$,
     $$VALUES ('ActivityFailed'::text, '{"seq": 1, "attempt": 1, "failure": {"error_type": "E", "message": "no luck",
               "non_retryable": false, "details": null}}'::jsonb)$$,
     'dead_letter=false: ActivityFailed{seq, failure, attempt} is appended');
@@ -310,7 +310,7 @@ SELECT results_eq(
               format('task %s was claimed again (fencing token %s is stale)',
                      pg_temp.task('ca_stale'), pg_temp.token('ca_stale') - 1), NULL)$$,
     'complete_activities(): one row per item, completed or the problem with its message');
-SELECT results_eq($$SELECT event_type, event_data FROM pg_temp.last_event(pg_temp.run('ca_good'))$$,
+SELECT results_eq($$SELECT event_type, event_data - 'started_at' FROM pg_temp.last_event(pg_temp.run('ca_good'))$$,
                   $$VALUES ('ActivityCompleted'::text, '{"seq": 1, "result": {"n": 1}, "attempt": 1}'::jsonb)$$,
                   'the good item: ActivityCompleted{seq, result, attempt}');
 SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('ca_good')$$,
@@ -437,7 +437,7 @@ SELECT is(harvest._record_activity_result(
               (SELECT t FROM harvest.tasks AS t WHERE t.id = pg_temp.task('rec.1')), '7', 'hw', NULL, 30),
           NULL, '_record_activity_result() without worker queues: nothing handed');
 SELECT results_eq(
-    $$SELECT (SELECT event_data FROM pg_temp.last_event(pg_temp.run('rec.1'))), t.kind, t.status
+    $$SELECT (SELECT event_data - 'started_at' FROM pg_temp.last_event(pg_temp.run('rec.1'))), t.kind, t.status
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('rec.1')$$,
     $$VALUES ('{"seq": 1, "result": 7, "attempt": 1}'::jsonb, 'workflow'::text, 'pending'::text)$$,
     '_record_activity_result(): ActivityCompleted and a pending workflow task');
@@ -518,7 +518,7 @@ SELECT results_eq(
     $$VALUES ('completed'::text, NULL::jsonb, '{"last_event_id": 6, "execution_status": "RUNNING"}'::jsonb, 1)$$,
     'a decision accepted: completed, decided {last_event_id, execution_status RUNNING, handed}, handed NULL');
 SELECT results_eq(
-    $$SELECT event_id, event_type, event_data FROM harvest.events
+    $$SELECT event_id, event_type, event_data - 'started_at' FROM harvest.events
       WHERE execution_id = pg_temp.run('da.1') AND event_id > 3 ORDER BY event_id$$,
     $$VALUES (4::bigint, 'ActivityCompleted'::text, '{"seq": 1, "result": "da.1", "attempt": 1}'::jsonb),
              (5, 'WorkflowTaskCompleted', '{"through": 4, "worker_id": "dw"}'),
@@ -728,7 +728,7 @@ SELECT results_eq(
     $$SELECT pg_temp.run('store.1'), 3::bigint, 'RUNNING'::text$$,
     '_store_activity_result() returns the execution as it was before the result');
 SELECT results_eq(
-    $$SELECT ev.event_id, ev.event_type, ev.event_data, (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+    $$SELECT ev.event_id, ev.event_type, ev.event_data - 'started_at', (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
       FROM harvest.executions AS e JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = e.last_event_id
       WHERE e.id = pg_temp.run('store.1')$$,
     $$VALUES (4::bigint, 'ActivityCompleted'::text, '{"seq": 1, "result": {"x": 1}, "attempt": 1}'::jsonb, 0::bigint)$$,
@@ -744,11 +744,19 @@ SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('store_end.1'))
 
 -- _activity_completed: the event data both paths write (a result alone, or with its decision).
 SELECT is(harvest._activity_completed((SELECT t FROM ended_task), '{"b": [1, 2]}'),
-          '{"seq": 1, "result": {"b": [1, 2]}, "attempt": 1}'::jsonb,
-          '_activity_completed(): seq, result and attempt of the task');
-SELECT is(harvest._activity_completed((SELECT t FROM ended_task), NULL),
+          jsonb_build_object('seq', 1, 'result', '{"b": [1, 2]}'::jsonb, 'attempt', 1,
+                             'started_at', (SELECT (t).started_at FROM ended_task)),
+          '_activity_completed(): seq, result and attempt of the task, and when the attempt started');
+SELECT is(harvest._activity_completed((SELECT t FROM ended_task), NULL) - 'started_at',
           '{"seq": 1, "result": null, "attempt": 1}'::jsonb,
           '_activity_completed() of a NULL result: JSON null');
+-- _attempt_started: the final attempt's start while a worker holds it; nothing once let go
+-- (completed elsewhere by its task token: not worker compute).
+SELECT is(harvest._attempt_started((SELECT t FROM ended_task)),
+          jsonb_build_object('started_at', (SELECT (t).started_at FROM ended_task)),
+          '_attempt_started(): {started_at} of an attempt a worker holds');
+SELECT is(harvest._attempt_started(jsonb_populate_record((SELECT t FROM ended_task), '{"lease_owner": null}')), '{}'::jsonb,
+          '_attempt_started(): nothing for an attempt a worker let go of');
 
 -- Payload size: an activity's result, failure or heartbeat details over the limit.
 SELECT pg_temp.act('big', '{"dead_letter": false}');

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(35);
+SELECT plan(39);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -97,12 +97,25 @@ DELETE FROM harvest.executions WHERE id = pg_temp.run('pl_open');
 SELECT is((SELECT count(*) FROM harvest.payloads WHERE data = '"owned"'), 0::bigint,
           'a run''s offloaded payloads go with it when retention deletes it');
 
--- A move does not copy the offload store: a run holding a reference is not quiescent.
+-- A move copies the run's offloaded payloads (functions/rebalance.sql): a reference blocks nothing.
 SELECT pg_temp.start_run('pl_ref', 'pl_wf', 'pl_q', jsonb_build_array(jsonb_build_object(
     '_harvest_ref', (SELECT ids[2] FROM pl_ids), 'bytes', 6)));
-SELECT ok('offloaded_payloads' = ANY(harvest._migration_blockers(
+SELECT ok(NOT 'offloaded_payloads' = ANY(harvest._migration_blockers(
               (SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('pl_ref')))),
-          'a run with offloaded payloads cannot be rebalanced');
+          'a run with offloaded payloads can be rebalanced (its payloads move with it)');
+
+UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 3 WHERE id = pg_temp.run('pl_ref');
+SELECT throws_ok(format($$SELECT harvest.put_payloads(%L, ARRAY['1'::jsonb])$$, pg_temp.run('pl_ref')), 'HR013', NULL,
+                 'put_payloads(): a moved run''s seal refuses them (HR013: follow the pointer)');
+UPDATE harvest.executions SET status = 'RUNNING', migrated_to_shard = NULL WHERE id = pg_temp.run('pl_ref');
+
+-- A client's start input, stored before the run existed, is handed to the run that references it.
+SELECT is(harvest.set_payloads_execution((SELECT ids FROM pl_ids), pg_temp.run('pl_ref')), 2,
+          'set_payloads_execution(): run-less rows are handed to the run');
+SELECT is(harvest.set_payloads_execution((SELECT ids FROM pl_ids), pg_temp.run('pl_a')), 0,
+          'set_payloads_execution(): rows another run owns are left alone');
+SELECT throws_ok(format($$SELECT harvest.set_payloads_execution(%L, gen_random_uuid())$$, (SELECT ids FROM pl_ids)),
+                 'HR002', NULL, 'set_payloads_execution(): an unknown run is HR002');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -8,7 +8,7 @@
 -- helpers _raise_migration, _lock_migration, _migration_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(55);
+SELECT plan(58);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -74,8 +74,16 @@ SELECT is(harvest._migration_json(m) ->> 'target_shard', '1', '_migration_json()
 FROM harvest.shard_migrations AS m WHERE m.id = pg_temp.mig('timer');
 SELECT throws_ok($$SELECT harvest._raise_migration('x', 'boom', NULL)$$, 'HR013', 'boom', '_raise_migration(): HR013');
 
--- Export, copy, verify on the source.
+-- Export, copy, verify on the source. The run owns one offloaded payload and its input
+-- references another (a row another run wrote, as a parent offloads a child's input).
+SELECT harvest.put_payloads(pg_temp.parked('timer'), ARRAY['"own"'::jsonb]);
+UPDATE harvest.executions SET input = jsonb_build_array(jsonb_build_object(
+    '_harvest_ref', (harvest.put_payloads(pg_temp.parked('signal'), ARRAY['"referenced"'::jsonb]))[1], 'bytes', 12))
+WHERE id = pg_temp.parked('timer');
 INSERT INTO copies SELECT 'timer', harvest.get_migration_copy(pg_temp.mig('timer'));
+SELECT is((SELECT array_agg(p.value ->> 'data' ORDER BY p.value ->> 'data')
+           FROM copies AS c, jsonb_array_elements(c.copy -> 'payloads') AS p),
+          ARRAY['own', 'referenced'], 'get_migration_copy(): the offloaded payloads the run wrote or references');
 SELECT is((SELECT jsonb_array_length(copy -> 'events') FROM copies), 3,
           'get_migration_copy(): the whole history (started, task completed, timer started)');
 SELECT is((SELECT copy #>> '{tasks,0,kind}' FROM copies), 'timer', 'get_migration_copy(): the timer task row');
@@ -147,6 +155,14 @@ SELECT is((harvest.accept_migration_copy((SELECT copy FROM copies)) ->> 'event_c
           'accept_migration_copy(): stages the copy and returns its history_digest');
 SELECT is((SELECT status FROM harvest.executions WHERE id = pg_temp.parked('timer')), 'MIGRATING',
           'accept_migration_copy(): the staged copy is MIGRATING');
+SELECT is((SELECT array_agg(p.data::text ORDER BY p.data::text) FROM harvest.payloads AS p
+           WHERE p.execution_id = pg_temp.parked('timer')),
+          ARRAY['"own"', '"referenced"'],
+          'accept_migration_copy(): the payloads arrive, owned by the moved run');
+SELECT is((SELECT g.data::text FROM harvest.get_payloads(ARRAY(SELECT harvest._payload_refs(e.input)
+                                                              FROM harvest.executions AS e
+                                                              WHERE e.id = pg_temp.parked('timer'))) AS g),
+          '"referenced"', 'accept_migration_copy(): the moved input''s reference resolves on the target');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.parked('timer')), 0::bigint,
           'accept_migration_copy(): its tasks wait in shard_arrivals, so no timer fires');
 SELECT lives_ok($$SELECT harvest.accept_migration_copy((SELECT copy FROM copies))$$, 'accept_migration_copy(): idempotent');

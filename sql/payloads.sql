@@ -23,6 +23,11 @@ CREATE INDEX payloads_execution
 ON harvest.payloads (execution_id)
 WHERE execution_id IS NOT NULL;
 
+-- Run-less rows, oldest first, for retention (functions/retention.sql, 0037).
+CREATE INDEX payloads_runless
+ON harvest.payloads (created_at)
+WHERE execution_id IS NULL;
+
 -- Legal holds: while a row is here, erase_payloads refuses the execution (HR030). Set and
 -- released by admins, audited.
 CREATE TABLE harvest.legal_holds (

@@ -92,5 +92,10 @@ def test_worker_killed_while_its_decision_ahead_waits_to_commit(chaos_db, worker
     assert all(r["worker_pid"] == a.pid for r in by_seq[1][:1])
     assert len(by_seq[2]) == len(by_seq[3]) == 1, "a quick activity ran twice"
     assert all(r["worker_pid"] != a.pid for r in by_seq[2] + by_seq[3])
-    completed = [e["event_data"] for e in events if e["event_type"] == "ActivityCompleted"]
+    # (started_at: when the final attempt started, for the usage report)
+    completed = [
+        {k: v for k, v in e["event_data"].items() if k != "started_at"}
+        for e in events
+        if e["event_type"] == "ActivityCompleted"
+    ]
     assert completed[0] == {"seq": 1, "result": expected_first, "attempt": 1 if outcome == "commits" else 2}

@@ -32,7 +32,12 @@ def test_sigterm_releases_in_flight_activity_to_another_worker(chaos_db, workers
     assert [r["attempt"] for r in done] == [1, 1]
     events = history(chaos_db, handle.execution_id)
     check_history(events)
-    completed = [e["event_data"] for e in events if e["event_type"] == "ActivityCompleted"]
+    # (started_at: when the final attempt started, for the usage report)
+    completed = [
+        {k: v for k, v in e["event_data"].items() if k != "started_at"}
+        for e in events
+        if e["event_type"] == "ActivityCompleted"
+    ]
     assert completed == [{"seq": 1, "result": "run2", "attempt": 1}]
     [row] = query(chaos_db, "SELECT status FROM harvest.workers WHERE pid = %s", (a.pid,))
     assert row["status"] == "stopped"
@@ -59,7 +64,7 @@ def test_a_signalled_worker_is_draining_until_its_in_flight_work_is_done(chaos_d
     [run] = runs(chaos_db, handle.execution_id)
     assert (run["worker_pid"], run["result"]) == (a.pid, "run1")
     completed = [
-        e["event_data"]
+        {k: v for k, v in e["event_data"].items() if k != "started_at"}
         for e in history(chaos_db, handle.execution_id)
         if e["event_type"] == "ActivityCompleted"
     ]

@@ -126,7 +126,12 @@ def test_late_activity_completion_is_refused_by_fencing(chaos_db, client, sessio
         )
 
     events = history(chaos_db, handle.execution_id)
-    completed = [e["event_data"] for e in events if e["event_type"] == "ActivityCompleted"]
+    # (started_at: when the final attempt started, for the usage report)
+    completed = [
+        {k: v for k, v in e["event_data"].items() if k != "started_at"}
+        for e in events
+        if e["event_type"] == "ActivityCompleted"
+    ]
     assert completed == [{"seq": 1, "result": "new", "attempt": 2}]
     check_history(events, completed=False)
 
@@ -197,5 +202,10 @@ def test_real_worker_finishing_after_its_lease_is_refused(chaos_db, workers, cli
     events = history(chaos_db, handle.execution_id)
     check_history(events)
     assert count_events(events, "ActivityCompleted") == 1
-    completed = [e["event_data"] for e in events if e["event_type"] == "ActivityCompleted"]
+    # (started_at: when the final attempt started, for the usage report)
+    completed = [
+        {k: v for k, v in e["event_data"].items() if k != "started_at"}
+        for e in events
+        if e["event_type"] == "ActivityCompleted"
+    ]
     assert completed == [{"seq": 1, "result": "run2", "attempt": 2}]

@@ -143,7 +143,7 @@ def test_usage_report_from_durable_events(db, start_worker, client) -> None:
     row = next(r for r in by_name if r["group_name"] == "metered_work")
     assert (row["workflow_starts"], row["completed"], row["failed"]) == (4, 3, 1)
     assert (row["activity_executions"], row["activity_executions_failed"]) == (4, 0)
-    assert row["activity_span_seconds"] >= 0
+    assert row["activity_compute_seconds"] >= 0
     tenants = {r["group_name"]: (r["workflow_starts"], r["failed"]) for r in by_tenant}
     assert tenants["acme"] == (2, 0)
     assert tenants["(unattributed)"][0] >= 2 and tenants["(unattributed)"][1] == 1

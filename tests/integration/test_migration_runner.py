@@ -259,7 +259,7 @@ def test_a_function_file_that_left_functions_loses_its_ledger_row(fresh_db: str,
     assert sorted(function_ledger(fresh_db)) == sorted(p.name for p in functions.glob("*.sql"))
     assert query(
         fresh_db,
-        "SELECT to_regprocedure('harvest.count_usage(timestamptz,timestamptz,text,interval)') IS NOT NULL",
+        "SELECT to_regprocedure('harvest.count_usage(timestamptz,timestamptz,text)') IS NOT NULL",
     )[0][0]
     assert cli("status", "--check", dsn=fresh_db).exit_code == 0
     assert "retired" not in cli("run", dsn=fresh_db).stdout

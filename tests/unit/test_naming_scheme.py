@@ -40,6 +40,7 @@ VERBS = {
     "heartbeat",
     "pause",  # pause_dag, unpause_dag (functions/dags.sql)
     "prune",
+    "record",  # record_llm_call: one row of the agent cost ledger (functions/flow_usage.sql)
     "register",
     "release",
     "replay",

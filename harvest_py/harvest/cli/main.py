@@ -135,6 +135,7 @@ def _register() -> None:
     from harvest.cli import (
         activity,
         audit,
+        backup,
         concurrency,
         dag,
         dev,
@@ -187,6 +188,7 @@ def _register() -> None:
     main.add_command(activity.activity)
     main.add_command(throttle.throttle)
     main.add_command(metrics.metrics)
+    main.add_command(backup.backup)
     _reads_config_first(main)
 
 

@@ -351,9 +351,17 @@ def _failure_report(error: BaseException | ActivityFailure) -> dict[str, Any]:
     return report
 
 
-def _signal_payload(name: str, value: Any, limit: int | None, chain: CodecChain | None = None) -> Any:
+def _signal_payload(
+    name: str,
+    value: Any,
+    limit: int | None,
+    chain: CodecChain | None = None,
+    payloads: Payloads | None = None,
+) -> Any:
     encoded = _coded(chain, payload.encode(value, "payload"))
-    payload.check_size(encoded, f"the payload of signal {name}", limit)
+    # An offloaded payload is checked as the history holds it: its reference.
+    written = payload_policy.as_written(payloads, [encoded])[0]
+    payload.check_size(written, f"the payload of signal {name}", limit)
     return encoded
 
 
@@ -423,12 +431,14 @@ def _start_args(
     queue: str | None,
     limit: int | None,
     chain: CodecChain | None = None,
+    payloads: Payloads | None = None,
 ) -> tuple[str, WorkflowDefinition | None, list, str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
-    payload.check_size(encoded, f"the input of workflow {name}", limit)
+    # What the history holds is checked: an argument the client offloads is its reference.
+    payload.check_size(payload_policy.as_written(payloads, encoded), f"the input of workflow {name}", limit)
     queue = queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
 
@@ -638,9 +648,14 @@ class WorkflowHandle(_Handle):
     @_finds_run
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
-        encoded = _signal_payload(
-            name, payload_value, self.client.max_payload_bytes, self.client.payloads.chain
-        )
+        policy = self.client.payloads
+        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
+        if payload_policy.offload_plan(policy, [encoded]):
+            # Stored on the run's database, owned by the run (docs/payloads.md).
+            encoded = self._at(
+                self.execution_id,
+                lambda sql: payload_policy.offload(policy, sql, str(self.execution_id), [encoded], [0])[0][0],
+            )
         with tracing.span(
             "harvest.workflow.signal",
             execution_id=str(self.execution_id),
@@ -854,7 +869,7 @@ class Client:
         pin is checked by that database: another shard's is refused with WrongShard)."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain
+            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
         )
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
@@ -873,7 +888,10 @@ class Client:
             opts.run_timeout,
         )
         connection = opts.connection
-        if connection is not None:
+        offloaded = payload_policy.offload_plan(self.payloads, call["input"])
+        if offloaded:
+            row = self._start_offloaded(call, placement, connection, offloaded)
+        elif connection is not None:
             if placement.pinned:
                 row = _start_in_transaction(connection, call, placement)
             else:
@@ -900,6 +918,30 @@ class Client:
         return WorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
+
+    def _start_offloaded(
+        self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
+    ) -> dict[str, Any]:
+        """A start whose input has arguments over the offload threshold: stored, started and
+        handed to the run in one transaction on the run's database (docs/payloads.md)."""
+
+        def go(conn: Any) -> dict[str, Any]:
+            with conn.transaction():
+                sql = SqlApi(conn)
+                values, owned = payload_policy.offload(self.payloads, sql, None, call["input"], where)
+                started = {**call, "input": values}
+                if placement.pinned:
+                    row = _start_in_transaction(conn, started, placement)
+                else:
+                    row = sql.start_workflow(**started, shard=placement.shard)
+                if owned and row.get("execution_id") is not None:
+                    sql.set_payloads_execution(owned, str(row["execution_id"]))
+                return row
+
+        if connection is not None:
+            return go(connection)
+        with self._target.connection(routing.ONE if placement.shard is None else placement.shard) as conn:
+            return go(conn)
 
     def signal_with_start(
         self,
@@ -1086,9 +1128,16 @@ class AsyncWorkflowHandle(_Handle):
     @_afinds_run
     async def signal(self, name: str, payload_value: Any = None) -> None:
         """See :meth:`WorkflowHandle.signal`."""
-        encoded = _signal_payload(
-            name, payload_value, self.client.max_payload_bytes, self.client.payloads.chain
-        )
+        policy = self.client.payloads
+        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
+        if payload_policy.offload_plan(policy, [encoded]):
+
+            async def stored(sql: Any) -> Any:
+                run = str(self.execution_id)
+                values, _owned = await payload_policy.aoffload(policy, sql, run, [encoded], [0])
+                return values[0]
+
+            encoded = await self._at(self.execution_id, stored)
         with tracing.span(
             "harvest.workflow.signal",
             execution_id=str(self.execution_id),
@@ -1341,7 +1390,7 @@ class AsyncClient:
         """See :meth:`Client.start_workflow`."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain
+            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
         )
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
@@ -1360,7 +1409,10 @@ class AsyncClient:
             opts.run_timeout,
         )
         connection = opts.connection
-        if connection is not None:
+        offloaded = payload_policy.offload_plan(self.payloads, call["input"])
+        if offloaded:
+            row = await self._astart_offloaded(call, placement, connection, offloaded)
+        elif connection is not None:
             if placement.pinned:
                 row = await _astart_in_transaction(connection, call, placement)
             else:
@@ -1384,6 +1436,30 @@ class AsyncClient:
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
+
+    async def _astart_offloaded(
+        self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
+    ) -> dict[str, Any]:
+        """:meth:`Client._start_offloaded` under asyncio (outside the shared start transaction)."""
+
+        async def go(conn: Any) -> dict[str, Any]:
+            async with conn.transaction():
+                sql = AsyncSqlApi.on_connection(conn)
+                values, owned = await payload_policy.aoffload(self.payloads, sql, None, call["input"], where)
+                started = {**call, "input": values}
+                if placement.pinned:
+                    row = await _astart_in_transaction(conn, started, placement)
+                else:
+                    row = await sql.start_workflow(**started, shard=placement.shard)
+                if owned and row.get("execution_id") is not None:
+                    await sql.set_payloads_execution(owned, str(row["execution_id"]))
+                return row
+
+        if connection is not None:
+            return await go(connection)
+        shard = routing.ONE if placement.shard is None else placement.shard
+        async with self._target.connection(shard) as conn:
+            return await go(conn)
 
     async def signal_with_start(
         self,

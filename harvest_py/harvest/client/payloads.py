@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harvest.core.codecs import Payloads, refs_in, replace_refs
+from harvest.core.codecs import Payloads, SqlPayloadStore, refs_in, replace_refs
 from harvest.db import sqlapi
 from harvest.db.steps import Sql, Steps
 
@@ -27,3 +27,64 @@ def decoded(payloads: Payloads | None, value: Any) -> Steps[Any]:
     if ids:
         value = replace_refs(value, (yield Sql(sqlapi.get_payloads, ids)))
     return (payloads or _NONE).chain.decode_tree(value)
+
+
+# -- offload from clients (docs/payloads.md "Large payloads") ----------------------------------------
+# A client's start input (each argument) and signal payload above its offload_bytes go to its
+# store too, so histories stay small whoever writes them. The rows are stored on the connection
+# the start or the signal uses (the run's database): a start's, before the run exists, without a
+# run, then handed to it in the same transaction (harvest.set_payloads_execution); a signal's,
+# owned by the run signalled.
+
+
+def offload_plan(payloads: Payloads | None, values: list[Any]) -> list[int]:
+    """The positions of ``values`` (encoded payloads) that go to the offload store."""
+    if payloads is None or payloads.offload_bytes is None:
+        return []
+    return [i for i, v in enumerate(values) if payloads.oversized(v)]
+
+
+def as_written(payloads: Payloads | None, values: list[Any]) -> list[Any]:
+    """``values`` as the history will hold them (an offloaded one as its reference), for the
+    size check of what is written."""
+    big = set(offload_plan(payloads, values))
+    return [Payloads.reference("0" * 36, v) if i in big else v for i, v in enumerate(values)]
+
+
+def _run_coroutine(coro: Any) -> Any:
+    """A custom store's coroutine from synchronous code (its own event loop, in a thread)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+def offload(
+    payloads: Payloads, sql: Any, execution_id: str | None, values: list[Any], where: list[int]
+) -> tuple[list[Any], list[str]]:
+    """``values`` with the payloads at ``where`` stored (synchronous SQL API ``sql``) and replaced
+    by references; and the stored ids of the default store (empty for another store)."""
+    big = [values[i] for i in where]
+    if isinstance(payloads.store, SqlPayloadStore):
+        ids = [str(i) for i in sql.put_payloads(execution_id, big)]
+        owned = ids
+    else:
+        ids = [str(i) for i in _run_coroutine(payloads.store.put(sql, execution_id, big))]
+        owned = []
+    out = list(values)
+    for i, stored in zip(where, ids, strict=True):
+        out[i] = Payloads.reference(stored, values[i])
+    return out, owned
+
+
+async def aoffload(
+    payloads: Payloads, sql: Any, execution_id: str | None, values: list[Any], where: list[int]
+) -> tuple[list[Any], list[str]]:
+    """:func:`offload` on an asynchronous SQL API."""
+    big = [values[i] for i in where]
+    ids = [str(i) for i in await payloads.store.put(sql, execution_id, big)]
+    out = list(values)
+    for i, stored in zip(where, ids, strict=True):
+        out[i] = Payloads.reference(stored, values[i])
+    return out, ids if isinstance(payloads.store, SqlPayloadStore) else []

@@ -456,6 +456,21 @@ class Payloads:
 
     # ------------------------------------------------------------------ writes
 
+    def oversized(self, encoded: Any) -> bool:
+        """Whether an already encoded payload goes to the offload store (larger than
+        ``offload_bytes`` as JSON text, and not a reference already)."""
+        return (
+            self.offload_bytes is not None
+            and encoded is not None
+            and not is_ref(encoded)
+            and len(_json_bytes(encoded)) > self.offload_bytes
+        )
+
+    @staticmethod
+    def reference(stored_id: str, encoded: Any) -> dict[str, Any]:
+        """What a history holds in place of an offloaded payload."""
+        return {REF_KEY: stored_id, "bytes": len(_json_bytes(encoded))}
+
     def _marker(self, big: list[Any]) -> Callable[[Any], Any]:
         def mark(value: Any) -> Any:
             value = self.chain.encode(value)

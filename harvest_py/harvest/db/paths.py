@@ -60,6 +60,7 @@ SCHEMA_FILES = (
     "schedules",
     "dags",
     "payloads",
+    "llm_calls",
     "triggers",
 )
 

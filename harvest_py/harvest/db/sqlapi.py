@@ -190,8 +190,11 @@ MUTEX_STATUS = "SELECT * FROM harvest.list_mutexes(%(key)s)"
 # -- start throttle / debounce / batch and the usage report (functions/flow_throttle.sql, flow_usage.sql)
 PENDING_STARTS_STATUS = "SELECT * FROM harvest.list_pending_starts(%(workflow_name)s)"
 USAGE_REPORT = """
-SELECT * FROM harvest.count_usage(%(from_)s, %(to)s, %(group_by)s,
-                                   %(max_window)s::interval)
+SELECT * FROM harvest.count_usage(%(from_)s, %(to)s, %(group_by)s)
+"""
+RECORD_LLM_CALL = """
+SELECT harvest.record_llm_call(%(task_id)s, %(fencing_token)s, %(model)s, %(input_tokens)s,
+                               %(output_tokens)s, %(cost_usd_micros)s, %(latency_ms)s) AS id
 """
 RESET_WORKFLOW = """
 SELECT harvest.reset_workflow(%(execution_id)s, %(to_event)s, %(reason)s, %(operator_id)s,
@@ -1098,10 +1101,29 @@ def list_pending_starts(workflow_name: str | None = None) -> dict[str, Any]:
 
 
 @call(USAGE_REPORT)
-def count_usage(
-    from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None
+def count_usage(from_: Any, to: Any, group_by: str = "workflow_name") -> dict[str, Any]:
+    return {"from_": from_, "to": to, "group_by": group_by}
+
+
+@call(RECORD_LLM_CALL, column("id"))
+def record_llm_call(
+    task_id: int,
+    fencing_token: int,
+    model: str,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+    cost_usd_micros: int | None = None,
+    latency_ms: int | None = None,
 ) -> dict[str, Any]:
-    return {"from_": from_, "to": to, "group_by": group_by, "max_window": max_window}
+    return {
+        "task_id": task_id,
+        "fencing_token": fencing_token,
+        "model": model,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cost_usd_micros": cost_usd_micros,
+        "latency_ms": latency_ms,
+    }
 
 
 # -- dead letters (functions/dead_letters.sql) -------------------------------------------------
@@ -1613,6 +1635,7 @@ def stop_event_stream(listener_id: str) -> dict[str, Any]:
 # -- payloads: offload store, erasure, legal holds (functions/payloads.sql) -----------------------
 PUT_PAYLOADS = "SELECT harvest.put_payloads(%(execution_id)s, %(values)s::jsonb[]) AS ids"
 GET_PAYLOADS = "SELECT * FROM harvest.get_payloads(%(ids)s::uuid[])"
+SET_PAYLOADS_EXECUTION = "SELECT harvest.set_payloads_execution(%(ids)s::uuid[], %(execution_id)s) AS changed"
 ERASE_PAYLOADS = (
     "SELECT harvest.erase_payloads(%(execution_id)s, %(operator_id)s, %(prior_residence)s) AS summary"
 )
@@ -1628,6 +1651,11 @@ def _payload_map(found: Rows) -> dict[str, Any]:
 @call(PUT_PAYLOADS, column("ids"))
 def put_payloads(execution_id: str | None, values: list[Any]) -> dict[str, Any]:
     return {"execution_id": execution_id, "values": [Jsonb(v) for v in values]}
+
+
+@call(SET_PAYLOADS_EXECUTION, column("changed"))
+def set_payloads_execution(ids: list[str], execution_id: str) -> dict[str, Any]:
+    return {"ids": list(ids), "execution_id": execution_id}
 
 
 @call(GET_PAYLOADS, _payload_map)

@@ -665,14 +665,20 @@ USAGE_SUMS = (
     "timed_out",
     "activity_executions",
     "activity_executions_failed",
-    "activity_span_seconds",
+    "activity_compute_seconds",
+    "llm_calls",
+    "llm_input_tokens",
+    "llm_output_tokens",
+    "llm_cost_usd_micros",
+    "llm_unpriced_calls",
+    "llm_latency_ms",
 )
 
 
-def count_usage(from_: Any, to: Any, group_by: str = "workflow_name", max_window: Any = None) -> Plan:
+def count_usage(from_: Any, to: Any, group_by: str = "workflow_name") -> Plan:
     """The usage report summed per group over every shard (no roll-up of a long tail: a
     chargeback report that dropped small tenants would be wrong)."""
-    fan = yield Step(lambda api, _s: api.count_usage(from_, to, group_by, max_window))
+    fan = yield Step(lambda api, _s: api.count_usage(from_, to, group_by))
     rows = _summed(fan, ("group_name",), USAGE_SUMS)
     rows.sort(key=lambda r: r["group_name"] or "")
     return Merged(rows, fan.unavailable_shards, fan.status)

@@ -110,6 +110,51 @@ class ActivityContext:
         future = asyncio.run_coroutine_threadsafe(self.aheartbeat(details), self._loop)
         return future.result()
 
+    async def arecord_llm_call(
+        self,
+        model: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd_micros: int | None = None,
+        latency_ms: int | None = None,
+    ) -> int:
+        """Record one model call this attempt made in the agent cost ledger (what the usage
+        report's ``llm_*`` fields sum; docs/flow-control.md, "Usage"): tokens, cost in
+        millionths of a US dollar (None: no known price, counted as unpriced), latency.
+        Returns the ledger row's id; ``StaleTask`` (HR004) once this attempt is not
+        held any more."""
+        return int(
+            await lane_of(self._task).sql.record_llm_call(
+                self._task["task_id"],
+                self._task["fencing_token"],
+                model,
+                input_tokens,
+                output_tokens,
+                cost_usd_micros,
+                latency_ms,
+            )
+        )
+
+    def record_llm_call(
+        self,
+        model: str,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost_usd_micros: int | None = None,
+        latency_ms: int | None = None,
+    ) -> int:
+        """``arecord_llm_call`` from a plain ``def`` activity running in the worker's thread pool."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            raise RuntimeError("in an async activity use `await ctx.arecord_llm_call(...)`")
+        future = asyncio.run_coroutine_threadsafe(
+            self.arecord_llm_call(model, input_tokens, output_tokens, cost_usd_micros, latency_ms), self._loop
+        )
+        return future.result()
+
 
 # A failure report's message is cut to this many characters when the report is over the limit.
 _MESSAGE_CUT = 2000
