@@ -1338,7 +1338,7 @@ def request_update(
     }
 
 
-@call(UPDATE_WITH_START, first)
+@call(UPDATE_WITH_START, first, retry_conflicts=True)
 def update_with_start(
     workflow_name: str,
     workflow_id: str,
