@@ -261,7 +261,13 @@ BEGIN
         END IF;
         v_queues := harvest._hand_off_queues(p_worker_id);
     END IF;
-    -- Lock executions in one order in every batch, so two batches never deadlock.
+    -- The start locks of the decisions first (decide.sql), then executions in one
+    -- order in every batch, so two batches never deadlock.
+    IF p_decisions IS NOT NULL THEN
+        PERFORM harvest._lock_decision_start_keys(p_task_ids,
+            ARRAY(SELECT d.decision -> 'commands' FROM unnest(p_decisions) WITH ORDINALITY AS d (decision, n)
+                  ORDER BY d.n));
+    END IF;
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
         -- an id list scans the whole table.)

@@ -1,9 +1,10 @@
 -- Core helpers shared by every other functions/ file: the clock, ids, the event
 -- append, workflow wake-ups and notifications.
 --
--- Lock order, everywhere: an execution row first, then its task rows. A function
--- that starts from a task id reads the task's execution id without a lock, locks
--- the execution, then locks and re-checks the task. claim_tasks locks only task
+-- Lock order, everywhere: start locks of business keys (start.sql) before any
+-- execution row, an execution row before its task rows (docs/internals.md, "Lock
+-- order"). A function that starts from a task id reads the task's execution id
+-- without a lock, locks the execution, then locks and re-checks the task. claim_tasks locks only task
 -- rows (SKIP LOCKED) and never waits, so it cannot join a deadlock.
 
 -- The engine's clock. Tests set `harvest.fake_now` to move time without sleeping,

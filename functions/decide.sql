@@ -75,6 +75,60 @@ BEGIN
 END;
 $$;
 
+-- Take the start locks (functions/start.sql) that a decision's commands will take,
+-- before any execution row: its own run's business key for a continue_as_new, a
+-- local child's for a start_child_workflow (its workflow_id, or the one _start_child
+-- derives). p_commands[i] is the command array of the task p_task_ids[i] (NULL: none).
+-- Every start takes its key's start lock before it locks the key's runs, so a
+-- decision that locked its run first and then waited on the lock deadlocked with a
+-- signal_with_start (or any attaching start) of the rotating key: the start held the
+-- lock and waited on the run's row (docs/internals.md, "Lock order"). Keys go in
+-- (workflow_name, workflow_id) order, as start_workflows takes them. A run's name and
+-- workflow_id never change, so they are read without a lock. Commands that are not
+-- well formed lock nothing here: the dispatcher refuses them.
+CREATE OR REPLACE FUNCTION harvest._lock_decision_start_keys(p_task_ids bigint[], p_commands jsonb[])
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_key record;
+BEGIN
+    -- The common decision starts nothing: no lookup at all.
+    IF NOT EXISTS (SELECT 1 FROM unnest(p_commands) AS c (commands)
+                   WHERE jsonb_typeof(c.commands) = 'array'
+                     AND (c.commands @> '[{"type": "continue_as_new"}]'
+                          OR c.commands @> '[{"type": "start_child_workflow"}]')) THEN
+        RETURN;
+    END IF;
+    FOR v_key IN
+        SELECT DISTINCT k.workflow_name, k.workflow_id
+        FROM unnest(p_task_ids, p_commands) AS u (task_id, commands)
+        -- (A scalar probe per id, not a join: see complete_workflow_tasks.)
+        CROSS JOIN LATERAL (
+            SELECT e.workflow_name, e.workflow_id FROM harvest.executions AS e
+            WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.task_id)
+        ) AS e
+        CROSS JOIN LATERAL jsonb_array_elements(
+            CASE WHEN jsonb_typeof(u.commands) = 'array' THEN u.commands ELSE '[]' END) AS c (command)
+        CROSS JOIN LATERAL (
+            SELECT e.workflow_name, e.workflow_id
+            WHERE c.command ->> 'type' = 'continue_as_new'
+            UNION ALL
+            SELECT c.command ->> 'workflow_name',
+                   coalesce(c.command ->> 'workflow_id', CASE WHEN jsonb_typeof(c.command -> 'seq') = 'number'
+                       THEN e.workflow_id || '/' || (c.command -> 'seq')::integer END)
+            WHERE c.command ->> 'type' = 'start_child_workflow'
+              AND jsonb_typeof(c.command -> 'workflow_name') = 'string'
+        ) AS k
+        WHERE k.workflow_id IS NOT NULL
+        ORDER BY k.workflow_name, k.workflow_id
+    LOOP
+        PERFORM pg_advisory_xact_lock(
+            hashtextextended('harvest.start:' || v_key.workflow_name || ':' || v_key.workflow_id, 0));
+    END LOOP;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._require(p_command jsonb, p_field text, p_type text)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE
@@ -617,6 +671,7 @@ DECLARE
     v_refusal text;
     v_owner_mode boolean := harvest._owner_mode_on();
 BEGIN
+    PERFORM harvest._lock_decision_start_keys(ARRAY[p_task_id], ARRAY[p_commands]);
     v_task := harvest._lock_claimed_task(p_task_id, p_fencing_token, 'workflow');
     IF v_owner_mode THEN
         v_refusal := harvest._check_owner(v_task.execution_id, p_worker_id, p_owner_epoch);
@@ -685,7 +740,9 @@ BEGIN
         RAISE EXCEPTION 'task ids, fencing tokens, throughs, commands and hand-off slots must be '
             'arrays of one length' USING ERRCODE = 'HR001';
     END IF;
-    -- Lock executions in one order in every batch, so two batches never deadlock.
+    -- The start locks first, then executions in one order in every batch, so two
+    -- batches never deadlock (docs/internals.md, "Lock order").
+    PERFORM harvest._lock_decision_start_keys(p_task_ids, p_commands);
     -- (RETURN NEXT per item: a set query here would be planned on every call.)
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with

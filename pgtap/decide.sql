@@ -4,9 +4,10 @@
 -- harvest._apply_decision (the decision on its own),
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require, the
--- checks of the external signal and cancel commands.
+-- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
+-- (the start locks a decision takes before its run's row).
 BEGIN;
-SELECT plan(239);
+SELECT plan(242);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1390,6 +1391,42 @@ SELECT results_eq(
       WHERE continued_from = pg_temp.run('cmd_can')$$,
     $$VALUES ('RUNNING'::text, '["next"]'::jsonb)$$,
     '... and its successor runs with the new input');
+
+-- The start locks of a decision's starts, taken before any row: the run's own key for a
+-- continue_as_new, a child's given or derived workflow_id, nothing for other commands. (The
+-- run is renamed first: its start took its key's lock in this transaction already.)
+SELECT pg_temp.start_and_claim('lk');
+UPDATE harvest.executions SET workflow_id = 'lk-renamed' WHERE id = pg_temp.run('lk');
+CREATE FUNCTION pg_temp.start_lock_held(p_name text, p_id text) RETURNS boolean LANGUAGE sql AS $fn$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_locks AS l,
+            LATERAL (SELECT hashtextextended('harvest.start:' || p_name || ':' || p_id, 0) AS k) AS h
+        WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.objsubid = 1
+          AND l.classid = ((h.k >> 32) & 4294967295)::oid AND l.objid = (h.k & 4294967295)::oid);
+$fn$;
+CREATE TEMP TABLE advisory_before ON COMMIT DROP AS
+SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid();
+SELECT harvest._lock_decision_start_keys(ARRAY[pg_temp.task('lk')], ARRAY[$$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "input": []},
+    {"type": "record_marker", "seq": 2, "kind": "now", "value": "x"}]$$::jsonb]);
+SELECT results_eq(
+    $$SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()$$,
+    $$SELECT n FROM advisory_before$$,
+    '_lock_decision_start_keys() of a decision that starts nothing takes no lock');
+SELECT results_eq(
+    $$SELECT pg_temp.start_lock_held('decide_wf', 'lk-renamed'), pg_temp.start_lock_held('kid_wf', 'kid-lk'),
+             pg_temp.start_lock_held('kid_wf', 'lk-renamed/4')$$,
+    $$VALUES (false, false, false)$$,
+    '... none of the keys below is held before');
+SELECT harvest._lock_decision_start_keys(ARRAY[pg_temp.task('lk'), NULL], ARRAY[$$[
+    {"type": "start_child_workflow", "seq": 3, "workflow_name": "kid_wf", "workflow_id": "kid-lk"},
+    {"type": "start_child_workflow", "seq": 4, "workflow_name": "kid_wf"},
+    {"type": "continue_as_new", "input": []}]$$::jsonb, '"not an array"'::jsonb]);
+SELECT results_eq(
+    $$SELECT pg_temp.start_lock_held('decide_wf', 'lk-renamed'), pg_temp.start_lock_held('kid_wf', 'kid-lk'),
+             pg_temp.start_lock_held('kid_wf', 'lk-renamed/4')$$,
+    $$VALUES (true, true, true)$$,
+    '... a continue_as_new locks its run''s key, a child its workflow_id or the derived one; a malformed item nothing');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p

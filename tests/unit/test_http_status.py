@@ -41,6 +41,7 @@ def test_every_sqlstate_class_declares_a_status_that_is_not_a_bare_500(sqlstate:
         (errors.ShardUnavailable, 503),
         (errors.DatabaseUnavailable, 503),
         (errors.NotPlacedHere, 503),
+        (errors.TransactionConflict, 503),
         (errors.QueryFailed, 422),
         (errors.QueryTimeout, 504),
         (errors.ConfigError, 500),

@@ -121,7 +121,9 @@ def _not_deferred(handle: Any) -> None:
         )
 
 
-# How many continue-as-new hops one signal/cancel/terminate call follows.
+# How many continue-as-new hops one signal/cancel/terminate/pause/resume call follows, from the
+# newest run its handle reached (docs/workflows.md, "Continue-as-new"): a bound on one call's walk
+# (two round trips a hop), not on the chain.
 _MAX_CHAIN = 100
 # result() re-reads the run this often while it waits, in case a close raced its mark.
 _RESULT_REREAD_SECS = 5.0
@@ -265,15 +267,16 @@ def _limit(value: int | None) -> int | None:
     return value
 
 
-def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None) -> Steps[Any]:
+def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None) -> Steps[tuple[str, Any]]:
     """Apply ``call`` (a declaration of harvest.db.sqlapi: run id first, then ``args``) to the
     run that is current now: a run that continued as new hands signals, cancels and
-    terminations on to its successor. One loop for both clients (harvest.db.steps); a successor
-    on another shard (``route``) raises _Hop for the handle to go on there."""
+    terminations on to its successor. Returns the run it acted on and the call's answer. One
+    loop for both clients (harvest.db.steps); a successor on another shard (``route``) raises
+    _Hop for the handle to go on there."""
     run = execution_id
     for _ in range(_MAX_CHAIN):
         try:
-            return (yield Sql(call, run, *args))
+            return run, (yield Sql(call, run, *args))
         except ExecutionMigrated:
             if run == execution_id:
                 raise
@@ -285,14 +288,14 @@ def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None)
             if not _same_shard(route, run, successor):
                 raise _Hop(successor) from None
             run = successor
-    raise WorkflowNotRunning(
-        f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times while this call followed it"
-    )
+    raise _chain_too_long(execution_id)
 
 
 def _chain_too_long(execution_id: str | None) -> WorkflowNotRunning:
     return WorkflowNotRunning(
-        f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times while this call followed it"
+        f"workflow {execution_id} continued as new more than {_MAX_CHAIN} times past the run this handle "
+        "last reached, more hops than one call follows: get a handle by workflow_id "
+        "(client.get_handle(workflow_id=...)) to act on its current run"
     )
 
 
@@ -519,6 +522,9 @@ class _Handle:
         self.shard_id = shard_id if execution_id is None else _shard_or_none(execution_id)
         # get_handle(workflow_id=): the run is looked up at the first call (_find_run).
         self._by_key: str | None = None  # the workflow name to look under ("" for any)
+        # The newest run of the continue-as-new chain a signal/cancel/terminate/pause/resume
+        # reached (None: execution_id): the next such call follows the chain from there.
+        self._current_run: str | None = None
 
     def _key_lookup(self) -> tuple[int, str | None]:
         """Where a handle by workflow_id looks its run up: the shard and the workflow name."""
@@ -532,6 +538,7 @@ class _Handle:
         return routing.hashed_shard(target, name or "", self.workflow_id), name
 
     def _found(self, row: dict[str, Any]) -> None:
+        self._current_run = None
         self.execution_id = str(row["id"])
         self.shard_id = _shard_or_none(self.execution_id)
         self._by_key = None
@@ -619,14 +626,15 @@ class WorkflowHandle(_Handle):
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
         route = self.client._target.route
-        run = self.execution_id
+        run = self._current_run or self.execution_id
         for _ in range(_MAX_CHAIN):
             try:
-                return self._at(
+                self._current_run, answer = self._at(
                     run, lambda sql, r=run: run_steps(_on_current_run(r, call, *args, route=route), sql)
                 )
+                return answer
             except _Hop as hop:
-                run = hop.execution_id
+                run = self._current_run = hop.execution_id
         raise _chain_too_long(self.execution_id)
 
     @_finds_run
@@ -1089,14 +1097,15 @@ class AsyncWorkflowHandle(_Handle):
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
         route = self.client._target.route
-        run = self.execution_id
+        run = self._current_run or self.execution_id
         for _ in range(_MAX_CHAIN):
             try:
-                return await self._at(
+                self._current_run, answer = await self._at(
                     run, lambda sql, r=run: arun_steps(_on_current_run(r, call, *args, route=route), sql)
                 )
+                return answer
             except _Hop as hop:
-                run = hop.execution_id
+                run = self._current_run = hop.execution_id
         raise _chain_too_long(self.execution_id)
 
     @_afinds_run

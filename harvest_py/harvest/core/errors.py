@@ -34,6 +34,21 @@ class ConnectionRejected(DatabaseUnavailable):
     database, pg_hba.conf, TLS setup): retrying cannot help, so nothing waits and retries."""
 
 
+class TransactionConflict(HarvestError):
+    """Postgres rolled back the call's transaction to break a deadlock (SQLSTATE 40P01) or a
+    serialization conflict (40001), so nothing the call asked for was done. The client retries
+    such a start or signal itself a few times (harvest.db.sqlapi); this is raised when those
+    retries met the conflict again, or at once when the call ran inside the caller's own
+    transaction (only the caller can run that again). Retryable (HTTP 503)."""
+
+    http_status = 503
+
+    def __init__(self, message: str, sqlstate: str | None = None, attempts: int = 1):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.attempts = attempts
+
+
 class SchemaMismatch(HarvestError):
     """The database schema is not the one this package expects."""
 

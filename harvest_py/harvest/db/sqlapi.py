@@ -13,8 +13,11 @@ differs is the two executors (``_all`` / ``_stream``), which run a statement.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
+import random
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +26,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from harvest.core.errors import from_database_error
+from harvest.core.errors import TransactionConflict, from_database_error
 
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
@@ -290,6 +293,38 @@ def translated_errors() -> Iterator[None]:
         raise mapped from None
 
 
+# A deadlock (40P01) or serialization failure (40001) rolls the whole transaction back: a call
+# that was its own transaction (an autocommit connection, the client's pools) did nothing and
+# is run again, up to CONFLICT_ATTEMPTS times in all, after a short jittered pause; a call in
+# the caller's transaction is not (only the caller can run the transaction again). Either way
+# what reaches the caller is a TransactionConflict, never psycopg's exception. Only calls
+# declared retry_conflicts=True (the client's starts and signals) do this; the worker's
+# batches have their own fallback (docs/internals.md, "Lock order").
+CONFLICT_ATTEMPTS = 3
+_CONFLICTS: tuple[type[psycopg.Error], ...] = (
+    psycopg.errors.DeadlockDetected,
+    psycopg.errors.SerializationFailure,
+)
+
+
+def _conflict_pause(attempt: int) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: 10-50 ms, times the attempts so far."""
+    return random.uniform(0.01, 0.05) * attempt
+
+
+def _conflict_error(exc: psycopg.Error, attempts: int, own_transaction: bool) -> TransactionConflict:
+    what = "a deadlock" if exc.sqlstate == "40P01" else "a serialization conflict"
+    if own_transaction:
+        tail = f"{attempts} time{'s' if attempts > 1 else ''}; nothing was done: retry the call"
+    else:
+        tail = "inside the caller's transaction, which is rolled back: run the transaction again"
+    return TransactionConflict(
+        f"the database rolled the call back to break {what} (SQLSTATE {exc.sqlstate}) {tail}",
+        exc.sqlstate,
+        attempts,
+    )
+
+
 # -- the declarations ------------------------------------------------------------------------
 # A call is its SQL text, a parameter function (its signature is the method's signature; it
 # returns the statement's parameters) and a result shape (the rows in, the method's value out).
@@ -330,17 +365,22 @@ class Call:
     params: Callable[..., dict[str, Any]]
     shape: Callable[[Rows], Any]
     stream: bool = False  # rows one page at a time through a server-side cursor (page_size)
+    retry_conflicts: bool = False  # run again after a deadlock or serialization failure (above)
 
 
 CALLS: dict[str, Call] = {}
 
 
 def call(
-    sql: str | Callable[[dict[str, Any]], str], shape: Callable[[Rows], Any] = rows, *, stream: bool = False
+    sql: str | Callable[[dict[str, Any]], str],
+    shape: Callable[[Rows], Any] = rows,
+    *,
+    stream: bool = False,
+    retry_conflicts: bool = False,
 ) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., dict[str, Any]]]:
     def declare(params: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
         assert params.__name__ not in CALLS, f"{params.__name__} is declared twice"
-        CALLS[params.__name__] = Call(params.__name__, sql, params, shape, stream)
+        CALLS[params.__name__] = Call(params.__name__, sql, params, shape, stream, retry_conflicts)
         return params
 
     return declare
@@ -355,7 +395,7 @@ def _jsonb_or_null(value: Any) -> Jsonb | None:
 
 
 # -- executions: start, signal, cancel, read (functions/start.sql, signals.sql, executions.sql)
-@call(START_WORKFLOW, first)
+@call(START_WORKFLOW, first, retry_conflicts=True)
 def start_workflow(
     workflow_name: str,
     input: list[Any],
@@ -386,19 +426,19 @@ def start_workflow(
     }
 
 
-@call(START_WORKFLOWS)
+@call(START_WORKFLOWS, retry_conflicts=True)
 def start_workflows(starts: list[dict[str, Any]]) -> dict[str, Any]:
     """Start many (start_workflow's arguments, by name, per start) in one transaction;
     one row per start, ``n`` its position from 1."""
     return {"starts": _jsonb(starts)}
 
 
-@call(SIGNAL_WORKFLOW, column("event_id"))
+@call(SIGNAL_WORKFLOW, column("event_id"), retry_conflicts=True)
 def signal_workflow(execution_id: str, signal_name: str, payload: Any) -> dict[str, Any]:
     return {"execution_id": execution_id, "signal_name": signal_name, "payload": _jsonb(payload)}
 
 
-@call(SIGNAL_WITH_START, first)
+@call(SIGNAL_WITH_START, first, retry_conflicts=True)
 def signal_with_start(
     workflow_name: str,
     workflow_id: str,
@@ -1324,7 +1364,7 @@ def request_update(
     }
 
 
-@call(UPDATE_WITH_START, first)
+@call(UPDATE_WITH_START, first, retry_conflicts=True)
 def update_with_start(
     workflow_name: str,
     workflow_id: str,
@@ -1695,6 +1735,17 @@ class SqlApi:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
+    def _all_retrying(self, sql: str, params: dict[str, Any]) -> Rows:
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                return self._all(sql, params)
+            except _CONFLICTS as exc:
+                own = self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                if not own or attempt == CONFLICT_ATTEMPTS:
+                    raise _conflict_error(exc, attempt, own) from None
+            time.sleep(_conflict_pause(attempt))
+        raise AssertionError("unreachable")
+
     def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         page_size = params.pop("page_size")
         with (
@@ -1733,10 +1784,26 @@ class AsyncSqlApi:
 
     async def _all(self, sql: str, params: dict[str, Any]) -> Rows:
         async with self.pool.connection() as conn:
-            with translated_errors():
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(sql, params)
-                    return await cur.fetchall() if cur.description else []
+            return await self._on(conn, sql, params)
+
+    @staticmethod
+    async def _on(conn: psycopg.AsyncConnection, sql: str, params: dict[str, Any]) -> Rows:
+        with translated_errors():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(sql, params)
+                return await cur.fetchall() if cur.description else []
+
+    async def _all_retrying(self, sql: str, params: dict[str, Any]) -> Rows:
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            async with self.pool.connection() as conn:
+                try:
+                    return await self._on(conn, sql, params)
+                except _CONFLICTS as exc:
+                    own = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                    if not own or attempt == CONFLICT_ATTEMPTS:
+                        raise _conflict_error(exc, attempt, own) from None
+            await asyncio.sleep(_conflict_pause(attempt))
+        raise AssertionError("unreachable")
 
     async def _stream(self, sql: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         page_size = params.pop("page_size")
@@ -1766,6 +1833,16 @@ def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
         def method(self, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
             return self._stream(sql if fixed else sql(values), values)
+    elif spec.retry_conflicts and is_async:
+
+        async def method(self, *args: Any, **kwargs: Any) -> Any:
+            values = params(*args, **kwargs)
+            return shape(await self._all_retrying(sql if fixed else sql(values), values))
+    elif spec.retry_conflicts:
+
+        def method(self, *args: Any, **kwargs: Any) -> Any:
+            values = params(*args, **kwargs)
+            return shape(self._all_retrying(sql if fixed else sql(values), values))
     elif is_async and fixed and shape is rows:  # the worker's claims and completions: no shaping
 
         async def method(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,0 +1,282 @@
+"""A run continuing as new and a start of its business key take their locks in one order.
+
+Every start takes its key's start lock (``harvest.start:<name>:<id>``) before it locks the
+key's runs; a decision whose continue_as_new starts the successor used to lock its run first
+and take the start lock after, so a ``signal_with_start`` (or any attaching start) of the
+rotating key could deadlock with it (SQLSTATE 40P01, a raw psycopg error at the client).
+docs/internals.md, "Lock order".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from harvest import App, Client, workflow
+from harvest.core.errors import TransactionConflict, WorkflowNotRunning
+from harvest.db import sqlapi
+
+
+def _wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
+    """Until the session named ``application_name`` waits on a lock (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while not conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+        " AND datname = current_database() AND wait_event_type = 'Lock')",
+        (application_name,),
+    ).fetchone()[0]:
+        assert time.monotonic() < deadline, f"{application_name} never waited on a lock"
+        time.sleep(0.01)
+
+
+def _in_thread(target: Callable[[], Any], outcome: dict[str, Any], key: str) -> threading.Thread:
+    def run() -> None:
+        try:
+            outcome[key] = target()
+        except BaseException as exc:  # the assertion below names it
+            outcome[key] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_rotation_and_a_signal_with_start_of_its_key_do_not_deadlock(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """The interleaving that deadlocked, forced: a third session holds the run's row while
+    the rotation and then the signal_with_start queue up behind it, then lets go."""
+    run_id = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow('rotor', '[0]', 'rotor-1')"
+    ).fetchone()[0]
+    task_id, token = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+    ).fetchone()
+    through = conn.execute(
+        "SELECT last_event_id FROM harvest.executions WHERE id = %s", (run_id,)
+    ).fetchone()[0]
+
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as holder:  # a transaction: the row stays locked until commit
+        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run_id,))
+
+        def rotate() -> Any:
+            with psycopg.connect(db, autocommit=True, application_name="rotate") as c:
+                return c.execute(
+                    "SELECT execution_status FROM harvest.complete_workflow_task(%s, %s, %s, %s)",
+                    (task_id, token, through, Jsonb([{"type": "continue_as_new", "input": [1]}])),
+                ).fetchone()[0]
+
+        def signal_with_start() -> Any:
+            with psycopg.connect(db, autocommit=True, application_name="sws") as c:
+                return c.execute(
+                    "SELECT execution_id, started_fresh FROM harvest.signal_with_start("
+                    "'rotor', 'rotor-1', 'tick', '\"x\"')"
+                ).fetchone()
+
+        rotating = _in_thread(rotate, outcome, "rotate")
+        _wait_until_blocked(conn, "rotate")
+        signalling = _in_thread(signal_with_start, outcome, "sws")
+        _wait_until_blocked(conn, "sws")
+        holder.commit()
+        rotating.join(20)
+        signalling.join(20)
+
+    assert outcome["rotate"] == "CONTINUED_AS_NEW", outcome
+    successor, started_fresh = outcome["sws"]  # no DeadlockDetected on either side
+    assert not started_fresh and successor != run_id  # it attached to the rotation's successor
+    assert conn.execute(
+        "SELECT status, continued_from FROM harvest.executions WHERE id = %s", (successor,)
+    ).fetchone() == ("RUNNING", run_id)
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE execution_id = %s AND event_type = 'SignalReceived'"
+            " AND event_data ->> 'name' = 'tick'",
+            (successor,),
+        ).fetchone()[0]
+        == 1
+    )
+
+
+@workflow
+async def ticking_rotor(ctx: Any, n: int) -> int:
+    await ctx.wait_for_signal("tick")
+    await ctx.continue_as_new(n + 1)
+    return n
+
+
+def test_signal_with_start_races_a_worker_rotating_after_every_signal(
+    start_worker: Callable[..., Any],
+    client: Client,
+    conn: psycopg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Real connections: a worker continues the run as new after each signal while four
+    threads signal_with_start its key; every call succeeds at its first attempt (the client's
+    retry is off, so a deadlock would fail the call) and no signal is lost."""
+    monkeypatch.setattr(sqlapi, "CONFLICT_ATTEMPTS", 1)
+    start_worker(App(workflows=[ticking_rotor]), poll_interval=0.05)
+    client.start_workflow(ticking_rotor, 0, workflow_id="ticking")
+    threads, calls = 4, 25
+    failures: list[BaseException] = []
+
+    def send() -> None:
+        for _ in range(calls):
+            try:
+                client.signal_with_start(ticking_rotor, 0, workflow_id="ticking", signal="tick")
+            except BaseException as exc:
+                failures.append(exc)
+
+    senders = [threading.Thread(target=send) for _ in range(threads)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join(60)
+    assert failures == []
+    # Each run reads one tick and rotates: the chain grows by one run per signal.
+    deadline = time.monotonic() + 30
+    while (
+        rotated := conn.execute(
+            "SELECT count(*) FROM harvest.executions"
+            " WHERE workflow_id = 'ticking' AND status = 'CONTINUED_AS_NEW'"
+        ).fetchone()[0]
+    ) < threads * calls:
+        assert time.monotonic() < deadline, f"{rotated} rotations for {threads * calls} signals"
+        time.sleep(0.05)
+    assert rotated == threads * calls
+
+
+class _Conflicting:
+    """A connection stand-in whose first ``fail`` statements raise ``error`` (as Postgres does
+    when it rolls a statement's transaction back), and which runs the rest on ``real``."""
+
+    def __init__(self, real: psycopg.Connection, error: type[psycopg.Error], fail: int):
+        self.real, self.error, self.fail, self.calls = real, error, fail, 0
+        self.info = real.info
+
+    def cursor(self, **kwargs: Any) -> _ConflictingCursor:
+        return _ConflictingCursor(self, self.real.cursor(**kwargs))
+
+
+class _ConflictingCursor:
+    def __init__(self, conn: _Conflicting, real: psycopg.Cursor[Any]):
+        self.conn, self.real = conn, real
+        self.description: Any = None
+
+    def __enter__(self) -> _ConflictingCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.real.close()
+
+    def execute(self, query: Any, params: Any = None) -> _ConflictingCursor:
+        self.conn.calls += 1
+        if self.conn.calls <= self.conn.fail:
+            raise self.conn.error("forced")
+        self.real.execute(query, params)
+        self.description = self.real.description
+        return self
+
+    def fetchall(self) -> list[Any]:
+        return self.real.fetchall()
+
+
+@pytest.mark.parametrize("error", [psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure])
+def test_a_conflict_is_retried_then_typed(conn: psycopg.Connection, error: type[psycopg.Error]) -> None:
+    conn.execute("SELECT harvest.start_workflow('rotor', '[0]', 'typed-1')")
+    once = _Conflicting(conn, error, fail=sqlapi.CONFLICT_ATTEMPTS - 1)
+    started = sqlapi.SqlApi(once).start_workflow(  # type: ignore[arg-type]
+        "rotor", [0], "typed-1", "default", "allow_duplicate", "unspecified", {}, 0
+    )
+    assert once.calls == sqlapi.CONFLICT_ATTEMPTS and started["started_fresh"] is False
+    always = _Conflicting(conn, error, fail=99)
+    with pytest.raises(TransactionConflict, match="retry the call") as raised:
+        sqlapi.SqlApi(always).signal_workflow(started["execution_id"], "tick", None)  # type: ignore[arg-type]
+    assert always.calls == sqlapi.CONFLICT_ATTEMPTS and raised.value.sqlstate == error.sqlstate
+    assert not isinstance(raised.value.__cause__, psycopg.Error)
+
+
+def test_the_async_api_retries_a_conflict_too(db: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_on = sqlapi.AsyncSqlApi._on
+    calls = 0
+
+    async def conflicting(conn: psycopg.AsyncConnection, sql: str, params: dict[str, Any]) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls < sqlapi.CONFLICT_ATTEMPTS:
+            raise psycopg.errors.DeadlockDetected("forced")
+        return await real_on(conn, sql, params)
+
+    monkeypatch.setattr(sqlapi.AsyncSqlApi, "_on", staticmethod(conflicting))
+
+    async def go() -> Any:
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as aconn:
+            return await sqlapi.AsyncSqlApi.on_connection(aconn).signal_with_start(
+                "rotor", "async-1", "tick", None, [0], "default", {}
+            )
+
+    assert asyncio.run(go())["started_fresh"] is True
+    assert calls == sqlapi.CONFLICT_ATTEMPTS
+
+
+def test_a_conflict_in_the_callers_transaction_is_typed_at_once(db: str) -> None:
+    """Inside the caller's transaction nothing is run again: the caller owns the retry."""
+    with psycopg.connect(db) as own:  # not autocommit: the call runs in a transaction block
+        own.execute("SELECT 1")
+        failing = _Conflicting(own, psycopg.errors.DeadlockDetected, fail=99)
+        with pytest.raises(TransactionConflict, match="caller's transaction"):
+            sqlapi.SqlApi(failing).signal_workflow(  # type: ignore[arg-type]
+                "00000000-0000-0000-0000-000000000000", "tick", None
+            )
+        assert failing.calls == 1
+
+
+def _rotate(conn: psycopg.Connection, times: int) -> None:
+    """Continue the one running run of queue 'default' as new ``times`` times, by SQL."""
+    for _ in range(times):
+        task_id, token, run = conn.execute(
+            "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+        ).fetchone()
+        through = conn.execute(
+            "SELECT last_event_id FROM harvest.executions WHERE id = %s", (run,)
+        ).fetchone()[0]
+        conn.execute(
+            "SELECT harvest.complete_workflow_task(%s, %s, %s, %s)",
+            (task_id, token, through, Jsonb([{"type": "continue_as_new", "input": []}])),
+        )
+
+
+def test_a_handle_follows_the_chain_from_the_newest_run_it_reached(
+    client: Client, conn: psycopg.Connection
+) -> None:
+    """One call follows at most 100 rotations, counted from the run the handle last reached:
+    a handle in use keeps up with a chain of any length; one left behind by more is told
+    how to reach the current run."""
+    first = str(
+        conn.execute("SELECT execution_id FROM harvest.start_workflow('chain', '[]', 'chain-1')").fetchone()[
+            0
+        ]
+    )
+    kept = client.get_handle(first)
+    _rotate(conn, 60)
+    kept.signal("poke")
+    _rotate(conn, 60)  # 120 past the first run, 60 past the one the handle reached
+    kept.signal("poke")
+    current = client.get_handle(workflow_id="chain-1").describe()
+    assert current["status"] == "RUNNING"
+    assert (
+        conn.execute(
+            "SELECT count(*) FROM harvest.events WHERE execution_id = %s AND event_type = 'SignalReceived'",
+            (current["id"],),
+        ).fetchone()[0]
+        == 1
+    )
+    with pytest.raises(WorkflowNotRunning, match=r"more than 100 times.*get_handle\(workflow_id="):
+        client.get_handle(first).signal("poke")  # a fresh handle on the first run: 120 hops
