@@ -74,11 +74,15 @@ def _history(db: str, execution_id: str) -> list[dict]:
     return [{"event_id": i, "event_type": t, "event_data": d} for i, t, d in rows]
 
 
+# What differs between two runs of one workflow: who ran it, its id, and when an attempt started
+# (an outcome's started_at, for the usage report's compute seconds).
+_VARYING = ("worker_id", "workflow_id", "started_at")
+
+
 def _comparable(history: list[dict]) -> list[tuple[str, dict]]:
-    """Without worker and workflow ids (what differs between the two runs)."""
+    """Without worker and workflow ids and attempt start times (what differs between the two runs)."""
     return [
-        (e["event_type"], {k: v for k, v in e["event_data"].items() if k not in ("worker_id", "workflow_id")})
-        for e in history
+        (e["event_type"], {k: v for k, v in e["event_data"].items() if k not in _VARYING}) for e in history
     ]
 
 

@@ -49,14 +49,14 @@ async def fan_out(ctx, n: int) -> int:
 
 
 def _history(db: str, execution_id: str) -> list[tuple[str, dict]]:
-    """The events without worker ids and timestamps (what differs between two workers)."""
+    """The events without worker ids and times, attempt starts too (what differs between two workers)."""
     with psycopg.connect(db) as conn:
         rows = conn.execute(
             "SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
             (execution_id,),
         ).fetchall()
     return [
-        (kind, {k: v for k, v in data.items() if k not in ("worker_id", "workflow_id")})
+        (kind, {k: v for k, v in data.items() if k not in ("worker_id", "workflow_id", "started_at")})
         for kind, data in rows
     ]
 
