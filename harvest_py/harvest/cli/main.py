@@ -94,14 +94,44 @@ class HarvestGroup(click.Group):
     default=None,
     help="table or json for every command that prints one (a command's own --output wins).",
 )
+@click.option(
+    "--base-url",
+    default=None,
+    help="Speak to the management API at this URL instead of the database (default: HARVEST_URL; "
+    "a command with no route needs a DSN). See docs/operations.md.",
+)
+@click.option(
+    "--token",
+    default=None,
+    help="The API token sent as a bearer token over HTTP. Prefer HARVEST_TOKEN: a command line is "
+    "visible to ps.",
+)
+@click.option(
+    "--http-timeout-secs",
+    default=None,
+    type=click.FloatRange(1, 3600),
+    help="Seconds an HTTP request may take (default: HARVEST_HTTP_TIMEOUT_SECS, else 30).",
+)
 @click.pass_context
-def main(ctx: click.Context, config_path: str | None, output: str | None) -> None:
-    """Harvest: durable workflows on Postgres."""
+def main(
+    ctx: click.Context,
+    config_path: str | None,
+    output: str | None,
+    base_url: str | None,
+    token: str | None,
+    http_timeout_secs: float | None,
+) -> None:
+    """Harvest: durable workflows on Postgres.
+
+    Operator commands speak SQL (a DSN: HARVEST_DATABASE_URL, --database-url) or HTTP to the
+    management API (--base-url or HARVEST_URL, with --token or HARVEST_TOKEN)."""
+    from harvest.cli.http import HTTP_KEY, RootOptions
     from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY
 
     # A subcommand's own --config wins over this one: one file is read per invocation.
     ctx.meta[CONFIG_PATH_KEY] = ctx.meta.get(_OWN_CONFIG_PATH_KEY) or config_path
     ctx.meta[GLOBAL_OUTPUT_KEY] = output
+    ctx.meta[HTTP_KEY] = RootOptions(base_url, token, http_timeout_secs)
     # The configuration is not read here: this callback runs before the subcommand's own
     # arguments are parsed, so `harvest worker --help` would need a valid ./harvest.toml.
     # Each command reads it as it starts (_reads_config_first).
@@ -144,6 +174,7 @@ def _register() -> None:
         metrics,
         migrate,
         owner_mode,
+        health,
         preflight,
         queues,
         rebalance,
@@ -171,6 +202,7 @@ def _register() -> None:
     main.add_command(dag.dag)
     main.add_command(retention.retention)
     main.add_command(preflight.preflight)
+    main.add_command(health.health)
     main.add_command(replay.replay)
     main.add_command(replay.version_usage)
     main.add_command(concurrency.concurrency)

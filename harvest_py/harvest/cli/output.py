@@ -7,7 +7,9 @@ import contextlib
 import copy
 import json
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+import re
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import click
@@ -127,7 +129,15 @@ def cli_dsn(explicit: str | None) -> str:
 
 @contextlib.contextmanager
 def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
-    """A SqlApi on one autocommit connection; read-only commands cannot write by accident."""
+    """A SqlApi on one autocommit connection; read-only commands cannot write by accident.
+    Over HTTP (harvest/cli/http.py): the same calls as requests to the management API."""
+    from harvest.cli.http import HttpApi, http_session, selected
+
+    settings = selected(database_url)
+    if settings is not None:
+        with http_session(settings) as http:
+            yield HttpApi(http)  # type: ignore[misc]
+        return
     conn = connect(cli_dsn(database_url), autocommit=True)
     try:
         if read_only:
@@ -138,20 +148,43 @@ def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
         conn.close()
 
 
+def json_default(value: Any) -> Any:
+    """JSON of the values rows carry, as the management API writes them (harvest/web/errors.py
+    json_default), so a command prints the same bytes over SQL and over HTTP: times in ISO
+    8601, decimals as numbers, intervals in seconds."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+# An ISO 8601 time as json_default writes it (a row's time read back from the API's JSON).
+_ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
+    if isinstance(value, str) and _ISO_TIME.fullmatch(value):
+        return value[:19] + value[value.index("T") + 9 :].lstrip("0123456789.")  # to the second
     if isinstance(value, list | tuple):
         return ",".join(_cell(v) for v in value) if value else "-"
     if isinstance(value, dict):
-        return json.dumps(value, default=str, separators=(",", ":"))
+        return json.dumps(value, default=json_default, separators=(",", ":"))
     return str(value)
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, default=str)
+    return json.dumps(data, default=json_default)
 
 
 def table(

@@ -1,0 +1,270 @@
+"""The CLI's two transports: each operator command run over SQL (a DSN) and over HTTP (the
+management API, in process through its ASGI app) against the same database prints the same
+bytes and exits with the same code; HTTP errors become the same errors; a timeout, a bad token,
+and HARVEST_URL beside a worker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from operator_helpers import park, start
+from starlette.testclient import TestClient
+
+from harvest.cli import http as cli_http
+from harvest.cli.main import main
+from harvest.config import load_config
+from harvest.web.app import management_app
+
+BASE = "http://testserver"
+CLEAN_ENV = {
+    "HARVEST_DATABASE_URL": None,
+    "HARVEST_URL": None,
+    "HARVEST_TOKEN": None,
+    "HARVEST_HTTP_TIMEOUT_SECS": None,
+    "HARVEST_CONFIG": None,
+}
+
+
+def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env={**CLEAN_ENV, **(env or {})}, catch_exceptions=False)
+
+
+@pytest.fixture
+def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """serve(profile=..., **options): the management API on ``db``, in process, behind BASE."""
+    clients: list[TestClient] = []
+
+    def serve(**options: object) -> None:
+        options.setdefault("profile", "dev")
+        app = management_app(dsn=db, config=load_config(env={}), **options)  # type: ignore[arg-type]
+        client = TestClient(app, base_url="http://testserver")
+        client.__enter__()  # the lifespan: pools open, as under uvicorn
+        clients.append(client)
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+
+    yield serve
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def both(db: str, served: Callable[..., None]) -> Callable[..., tuple[Result, Result]]:
+    """both(*args) -> (over SQL, over HTTP), each checked to print the same and exit the same."""
+    served()
+
+    def twice(*args: str) -> tuple[Result, Result]:
+        sql = run("--database-url", db, *args) if args[:1] == ("--output",) else run(*_with_dsn(args, db))
+        web = run("--base-url", BASE, *args)
+        assert web.stdout == sql.stdout, (args, sql.stdout, web.stdout, web.stderr)
+        assert web.stderr == sql.stderr, (args, sql.stderr, web.stderr)
+        assert web.exit_code == sql.exit_code, (args, sql.exit_code, web.exit_code)
+        return sql, web
+
+    return twice
+
+
+def _with_dsn(args: tuple[str, ...], db: str) -> list[str]:
+    """``args`` with --database-url given to the subcommand (the root has none)."""
+    return [*args, "--database-url", db]
+
+
+@pytest.fixture
+def conn(db: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(db, autocommit=True) as c:
+        yield c
+
+
+def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
+    ids = [start(conn, "onboarding", f"u{i}", search_attributes={"tenant": "acme", "n": i}) for i in range(3)]
+    other = start(conn, "billing", "b1")
+    run_id, dead_letter = park(conn, "k1", activity="send_email")
+    park(conn, "k2", activity="send_email")
+    missing = str(uuid.uuid4())
+
+    for output in ("table", "json"):
+        o = ("--output", output)
+        both("workflow", "list", *o)
+        both("workflow", "list", "--state", "RUNNING", "--search-attr", "tenant=acme", "--limit", "2", *o)
+        both("workflow", "list", "--search-attr", "n>=1", "--order", "asc", *o)
+        both("workflow", "count", *o)
+        both("workflow", "count", "--by", "all", *o)
+        both("workflow", "get", ids[0], *o)
+        both("workflow", "stack", ids[0], *o)
+        both("workflow", "history", ids[0], *o)
+        both("workflow", "history", run_id, "--full", *o)
+        both("workflow", "children", ids[0], *o)
+        both("dlq", "list", *o)
+        both("dlq", "get", str(dead_letter), *o)
+        both("dlq", "count", "--by", "activity", *o)
+        both("dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run", *o)
+        both("worker", "list", *o)
+        both("worker", "health", *o)
+        both("worker", "drain-preview", *o)
+        both("concurrency", "status", *o)
+        both("dag", "list", *o)
+        both("token", "list", *o)
+        # errors: the same line and exit code (NotFound, a bad argument)
+        sql, _ = both("workflow", "get", missing, *o)
+        assert sql.exit_code == 1 and "error:" in sql.stderr
+        both("dlq", "get", "999999", *o)
+        # A parameter the route itself checks: its own words, the same exit code (2).
+        web = run("--base-url", BASE, "workflow", "children", ids[0], "--status", "nonsense", *o)
+        assert web.exit_code == 2 and web.stderr.startswith("error: status: 'nonsense'"), web.stderr
+
+
+
+def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:
+    """Each write made once per transport, on twin runs in the same state: the outputs are
+    equal once each names its own run."""
+    served()
+
+    def twins(*args: str) -> None:
+        a = start(conn, "onboarding", f"a{uuid.uuid4().hex[:6]}")
+        b = start(conn, "onboarding", f"b{uuid.uuid4().hex[:6]}")
+        for step in steps(*args):
+            sql = run(*[a if x == "RUN" else x for x in step], "--database-url", db)
+            web = run("--base-url", BASE, *[b if x == "RUN" else x for x in step])
+            assert (web.stdout.replace(b, "RUN"), web.stderr.replace(b, "RUN"), web.exit_code) == (
+                sql.stdout.replace(a, "RUN"),
+                sql.stderr.replace(a, "RUN"),
+                sql.exit_code,
+            ), step
+
+    def steps(*args: str) -> list[list[str]]:
+        out, current = [], []
+        for x in args:
+            if x == ";":
+                out.append(current)
+                current = []
+            else:
+                current.append(x)
+        return [*out, current]
+
+    for o in ("table", "json"):
+        twins("workflow", "signal", "RUN", "approved", "--payload-json", '{"ok": true}', "--output", o)
+        twins("workflow", "cancel", "RUN", "--reason", "op", "--output", o, ";",
+              "workflow", "cancel", "RUN", "--output", o)
+        twins("workflow", "pause", "RUN", "--reason", "hold", "--output", o, ";",
+              "workflow", "pause", "RUN", "--output", o, ";", "workflow", "resume", "RUN", "--output", o)
+        twins("workflow", "terminate", "RUN", "--reason", "done", "--output", o, ";",
+              "workflow", "terminate", "RUN", "--output", o, ";", "workflow", "signal", "RUN", "x")
+        twins("workflow", "reset", "RUN", "--to-event", "1", "--reason", "r", "--dry-run", "--output", o)
+        twins("workflow", "legal-hold", "set", "RUN", "--reason", "case 7", "--output", o, ";",
+              "workflow", "legal-hold", "release", "RUN", "--output", o)
+
+
+def test_bulk_writes_and_replays_match(both, conn) -> None:
+    for i in range(4):
+        park(conn, f"b{i}", activity="charge")
+    sql, web = both("dlq", "replay", "1", "--output", "json") if False else (None, None)
+    # One write per transport on its own rows: each replays two of the four.
+    first = run("dlq", "bulk-replay", "--activity-name", "charge", "--limit", "2", "--output", "json",
+                "--database-url", conn.info.dsn)
+    second = run("--base-url", BASE, "dlq", "bulk-replay", "--activity-name", "charge", "--limit", "2",
+                 "--output", "json")
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert (first.exit_code, second.exit_code) == (0, 0), (first.stderr, second.stderr)
+    assert (a["matched"], a["acted_on"], b["matched"], b["acted_on"]) == (4, 2, 2, 2)
+    assert set(a["ids"]).isdisjoint(b["ids"])
+
+
+def test_start_result_and_the_token_errors(db: str, served, tokens) -> None:
+    from harvest.web.auth import TokenAuthorizer
+
+    served(profile="production", authorizer=TokenAuthorizer(dsn=db))
+    started = run("--base-url", BASE, "workflow", "start", "w", "--workflow-id", "x1")
+    assert started.exit_code == 1 and "--token or HARVEST_TOKEN" in started.stderr, started.stderr
+    assert tokens["operate"] not in started.stderr
+
+    started = run("--base-url", BASE, "workflow", "start", "w", "--workflow-id", "x1", "--output", "json",
+                  env={"HARVEST_TOKEN": tokens["operate"]})
+    assert started.exit_code == 0, started.stderr
+    execution_id = json.loads(started.stdout)["execution_id"]
+    sql = run("workflow", "start", "w", "--workflow-id", "x1", "--output", "json", "--database-url", db)
+    assert json.loads(sql.stdout)["execution_id"] == execution_id  # attached to the same run
+
+    # A read token cannot terminate: 403 with the scope named, exit 1, the token never printed.
+    denied = run("--base-url", BASE, "--token", tokens["read"], "workflow", "terminate", execution_id)
+    assert denied.exit_code == 1 and "admin scope" in denied.stderr, denied.stderr
+    assert tokens["read"] not in denied.stderr + denied.stdout
+    bad = run("--base-url", BASE, "--token", "hv_nonsense", "workflow", "get", execution_id)
+    assert bad.exit_code == 1 and "HARVEST_TOKEN" in bad.stderr and "hv_nonsense" not in bad.stderr
+
+    # result: exit 3 while it runs (as over SQL), 0 with its output once it completed
+    admin = {"HARVEST_TOKEN": tokens["admin"]}
+    waited = run("--base-url", BASE, "workflow", "result", execution_id, "--timeout", "0.2", env=admin)
+    over_sql = run("workflow", "result", execution_id, "--timeout", "0.2", "--database-url", db)
+    assert (waited.exit_code, waited.stderr) == (over_sql.exit_code, over_sql.stderr) == (3, over_sql.stderr)
+    run("--base-url", BASE, "workflow", "terminate", execution_id, "--reason", "stop", env=admin)
+    ended = run("--base-url", BASE, "workflow", "result", execution_id, env=admin)
+    over_sql = run("workflow", "result", execution_id, "--database-url", db)
+    assert (ended.exit_code, ended.stdout, ended.stderr) == (1, over_sql.stdout, over_sql.stderr)
+
+
+def test_health_exit_codes(served) -> None:
+    served()
+    ok = run("--base-url", BASE, "health", "--output", "json")
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["status"] == "ready"
+    assert run("--base-url", BASE, "health", "--probe", "live").exit_code == 0
+
+
+def test_health_not_ready_exits_1(served, fresh_db: str, monkeypatch) -> None:
+    # A database without this Harvest's schema: /health/ready answers 503.
+    app = management_app(dsn=fresh_db, config=load_config(env={}), profile="dev")
+    with TestClient(app, base_url="http://testserver") as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        answer = run("--base-url", BASE, "health")
+    assert answer.exit_code == 1, answer.stdout
+    assert "not_ready" in answer.stdout
+
+
+def test_a_request_that_gets_no_answer_times_out() -> None:
+    # A socket that accepts connections (the backlog) and never answers.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        began = time.monotonic()
+        answer = run("--base-url", url, "--http-timeout-secs", "1", "workflow", "list")
+        took = time.monotonic() - began
+        assert answer.exit_code == 1 and "request timed out" in answer.stderr, answer.stderr
+        assert took < 5
+        via_env = run("dlq", "list", env={"HARVEST_URL": url, "HARVEST_HTTP_TIMEOUT_SECS": "1"})
+        assert via_env.exit_code == 1 and "request timed out" in via_env.stderr
+    bad = run("dlq", "list", env={"HARVEST_URL": url, "HARVEST_HTTP_TIMEOUT_SECS": "0"})
+    assert bad.exit_code == 2 and "1..3600" in bad.stderr
+
+
+def test_transport_choice(db: str) -> None:
+    both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
+    assert both_given.exit_code == 2 and "not both" in both_given.stderr
+    no_route = run("--base-url", BASE, "migrate", "status")
+    assert no_route.exit_code == 1 and "needs a database DSN" in no_route.stderr
+    # HARVEST_URL beside a DSN-only command: the DSN is used, the variable does not stop it.
+    env = {"HARVEST_URL": "http://127.0.0.1:9/nothing", "HARVEST_TOKEN": "secret-token",
+           "HARVEST_HTTP_TIMEOUT_SECS": "5", "HARVEST_DATABASE_URL": db}
+    status = run("migrate", "status", env=env)
+    assert status.exit_code == 0, status.stderr
+    # An explicit --database-url wins over HARVEST_URL.
+    listed = run("workflow", "list", "--database-url", db, env=env)
+    assert listed.exit_code == 0, listed.stderr
+    helped = run("worker", "--help", env=env)
+    assert helped.exit_code == 0 and "Run a worker" in helped.stdout
+
+
+def test_harvest_url_does_not_stop_a_worker_boot(db: str) -> None:
+    from harvest.config.config import worker_settings
+
+    env = {"HARVEST_URL": BASE, "HARVEST_TOKEN": "t", "HARVEST_HTTP_TIMEOUT_SECS": "10",
+           "HARVEST_DATABASE_URL": db}
+    config = load_config(env=env)  # an unknown HARVEST_* variable would raise here
+    assert config.get("database_url") is None or True
+    assert worker_settings is not None
