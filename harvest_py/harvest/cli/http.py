@@ -203,12 +203,18 @@ def _token(options: RootOptions) -> str | None:
     return options.token or os.environ.get(TOKEN_ENV) or None
 
 
-def require_dsn(what: str) -> None:
-    """Stop a DSN-only part of a command that was asked to speak HTTP."""
+def refuse_dsn_only() -> None:
+    """``--base-url`` given to a command that has no route (``migrate``, ``worker run``, ...):
+    say it needs a DSN before it runs (HARVEST_URL alone leaves such a command on its DSN)."""
     ctx = click.get_current_context(silent=True)
     options: RootOptions | None = ctx.meta.get(HTTP_KEY) if ctx is not None else None
     if options is not None and options.base_url:
-        raise ConfigError(f"{what} needs a database DSN (HARVEST_DATABASE_URL or --database-url)")
+        name = command_name(ctx)  # type: ignore[arg-type]
+        if name not in HTTP_COMMANDS:
+            raise ConfigError(
+                f"`harvest {name}` has no HTTP route: it needs a database DSN "
+                "(HARVEST_DATABASE_URL or --database-url), not --base-url"
+            )
 
 
 # -- errors ------------------------------------------------------------------------------------

@@ -151,8 +151,10 @@ def _reads_config_first(command: click.Command) -> None:
 
     @functools.wraps(callback)
     def run(*args, **kwargs):
+        from harvest.cli.http import refuse_dsn_only
         from harvest.cli.output import cli_config
 
+        refuse_dsn_only()  # --base-url given to a command that has no route
         if kwargs.get("config_path") is None:  # a command's own --config: it reads that file
             cli_config()
         return callback(*args, **kwargs)
