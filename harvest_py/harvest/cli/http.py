@@ -106,6 +106,11 @@ HTTP_COMMANDS = frozenset(
         "worker drain",
         "worker drain-preview",
         "concurrency status",
+        "retention status",
+        "retention set",
+        "retention run-now",
+        "audit list",
+        "usage",
         "token list",
         "token create",
         "token revoke",
@@ -522,7 +527,7 @@ class HttpApi:
 
     # DAGs
     def list_dags(self) -> list[dict[str, Any]]:
-        return self.http.get("/dags")["dags"]
+        return [_untagged(r) for r in self.http.get("/dags")["dags"]]
 
     def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:
         body = {"conf": conf, "workflow_id": workflow_id, "operator_id": operator}
@@ -535,7 +540,7 @@ class HttpApi:
         return self.http.post(f"/dags/{_p(name)}/unpause", {"operator_id": operator})["changed"]
 
     def list_dag_runs(self, name: str, limit: int) -> list[dict[str, Any]]:
-        return self.http.get(f"/dags/{_p(name)}/runs", limit=limit)["runs"]
+        return [_untagged(r) for r in self.http.get(f"/dags/{_p(name)}/runs", limit=limit)["runs"]]
 
     def get_dag_run(self, execution_id: str) -> dict[str, Any]:
         return self.http.get(f"/dag-runs/{_p(execution_id)}")
@@ -560,6 +565,40 @@ class HttpApi:
         answer = self.http.get("/workers/drain-preview", queue=queue, worker_id=worker_id)
         return [_untagged(r) for r in answer["workers"]]
 
+    # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
+    def get_retention_status(self) -> dict[str, Any]:
+        return _first_shard(self.http.get("/admin/retention/settings"))
+
+    def set_retention(
+        self, max_age: str | None, batch_size: int | None = None, operator: str | None = None
+    ) -> dict[str, Any]:
+        body = {"max_age": max_age or "off", "batch_size": batch_size, "operator_id": operator}
+        return _first_shard(self.http.post("/admin/retention/settings", body, scope="admin"))
+
+    def set_worker_retention(self, max_age: str | None, operator: str | None = None) -> dict[str, Any]:
+        body = {"worker_max_age": max_age or "off", "operator_id": operator}
+        return _first_shard(self.http.post("/admin/retention/settings", body, scope="admin"))
+
+    def sweep_retention(
+        self, max_age: str | None, batch_size: int | None, max_batches: int, operator: str | None
+    ) -> dict[str, Any]:
+        body = {"max_age": max_age, "batch_size": batch_size, "max_batches": max_batches, "operator_id": operator}
+        budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
+        answer = self.http.post("/admin/retention/run-now", body, scope="admin", timeout=budget)
+        shards = answer.get("shards") or []
+        if len(shards) == 1:
+            return _untagged(shards[0])
+        keys = ("deleted", "batches", "workers_deleted")
+        out: dict[str, Any] = {k: sum(r.get(k) or 0 for r in shards) for k in keys}
+        out["remaining"] = sum(r.get("remaining") or 0 for r in shards)
+        out["cutoff"] = min((r["cutoff"] for r in shards if r.get("cutoff")), default=None)
+        return out
+
+    # audit
+    def list_audit_log(self, limit: int = 100, operation: str | None = None) -> list[dict[str, Any]]:
+        answer = self.http.get("/admin/audit", limit=limit, operation=operation)
+        return [_untagged(r) for r in answer["entries"]]
+
     # tokens
     def create_api_token(self, name: str, scope: str) -> dict[str, Any]:
         return self.http.post("/admin/tokens", {"name": name, "scope": scope}, scope="admin")
@@ -574,6 +613,14 @@ class HttpApi:
 def _untagged(row: dict[str, Any]) -> dict[str, Any]:
     """A row a route tagged with the shard it came from, as one database's SQL returns it."""
     return {k: v for k, v in row.items() if k != "shard_id"}
+
+
+def _first_shard(answer: dict[str, Any]) -> dict[str, Any]:
+    """The default shard's row of a per-shard answer ({"shards": [{shard_id, ...}]})."""
+    shards = answer.get("shards") or []
+    if not shards:
+        raise DatabaseUnavailable("the management API read no shard; retry")
+    return _untagged(shards[0])
 
 
 def _merged(answer: dict[str, Any], key: str | None) -> Merged[Any]:
@@ -684,6 +731,11 @@ class HttpReads:
 
     def get_worker_health(self) -> Merged[Any]:
         return _merged(self.http.get("/workers/health"), None)
+
+    def count_usage(self, from_: Any, to: Any, group_by: str = "workflow_name") -> Merged[Any]:
+        answer = self.http.get("/admin/usage", **{"from": from_, "to": to, "group_by": group_by})
+        rows = [{"group_name": g["group"], **{k: v for k, v in g.items() if k != "group"}} for g in answer["groups"]]
+        return Merged(rows, list(answer.get("unavailable_shards") or []), answer.get("status") or COMPLETE)
 
     def list_concurrency_keys(self, key: str | None = None) -> Merged[Any]:
         status, rows = self.http.request("GET", "/admin/concurrency", params={"key": key})
