@@ -317,3 +317,36 @@ def test_harvest_url_does_not_stop_a_worker_boot(db: str) -> None:
     load_config(env=env)  # raises ConfigError on an unknown HARVEST_* name
     with pytest.raises(Exception, match="unknown setting HARVEST_URLS"):
         load_config(env={"HARVEST_URLS": BASE})
+
+
+@pytest.fixture
+def live_url(db: str) -> Iterator[str]:
+    """The management API on a real uvicorn on loopback (a stream needs one), in a thread."""
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+def test_events_tail_prints_the_same_over_sql_and_http(db: str, conn, live_url: str) -> None:
+    first = start(conn, "onboarding", "e1")
+    start(conn, "billing", "e2")
+    conn.execute("SELECT harvest.signal_workflow(%s, 'go', '{}'::jsonb)", (first,))
+    for o in ("table", "json"):
+        args = ("events", "tail", "--after", "0", "--limit", "2", "--workflow", first, "--output", o)
+        sql = run(*args, "--database-url", db)
+        web = run("--base-url", live_url, *args)
+        assert sql.exit_code == 0 and len(sql.stdout.splitlines()) == 2, sql.stderr
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code)

@@ -77,7 +77,21 @@ def tail(
 ) -> None:
     """Print events as they are written (Ctrl-C stops), one line each: global id, time,
     workflow name/id, event id and type, data. With --output json, one JSON object a line."""
+    from harvest.cli.http import http_session, selected
+
+    settings = selected(database_url)
     try:
-        asyncio.run(_tail(cli_dsn(database_url), workflow, after, limit, output))
+        if settings is None:
+            asyncio.run(_tail(cli_dsn(database_url), workflow, after, limit, output))
+            return
+        with http_session(settings) as http:  # GET /stream (docs/event-streams.md)
+            printed = 0
+            for event in http.stream_events(after):
+                if workflow is not None and str(event["execution_id"]) != workflow:
+                    continue
+                click.echo(_line(event, output))
+                printed += 1
+                if limit is not None and printed >= limit:
+                    return
     except KeyboardInterrupt:
         pass

@@ -106,6 +106,7 @@ HTTP_COMMANDS = frozenset(
         "worker drain",
         "worker drain-preview",
         "concurrency status",
+        "events tail",
         "retention status",
         "retention set",
         "retention run-now",
@@ -340,6 +341,61 @@ class Http:
         if answer.status_code >= 400 and answer.status_code not in ok:
             raise error_from_answer(answer.status_code, data, scope)
         return answer.status_code, data
+
+    def stream_events(self, after: int | None) -> Iterator[dict[str, Any]]:
+        """Every event from ``/stream`` (server-sent events), after global id ``after`` (None:
+        from now). The timeout bounds the answer's headers; then the stream fails only when no
+        data (nor a keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever
+        is longer."""
+        import json as json_
+
+        headers = {"Accept": "text/event-stream"}
+        if after is not None:
+            headers["Last-Event-ID"] = str(after)
+        budget = self.settings.timeout
+        request = self.client.build_request("GET", "/stream", headers=headers, timeout=budget)
+        try:
+            answer = self.client.send(request, stream=True)
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(
+                f"request timed out: GET /stream had no answer within {budget:g}s "
+                f"(--http-timeout-secs / {TIMEOUT_ENV})"
+            ) from None
+        except self._httpx.HTTPError as exc:
+            raise DatabaseUnavailable(
+                f"could not reach the management API at {self.settings.base_url}: "
+                f"{type(exc).__name__}: {exc} (set --base-url or {URL_ENV}, or give a DSN)"
+            ) from None
+        idle = max(STREAM_IDLE_SECS, budget)
+        try:
+            if answer.status_code >= 400:
+                answer.read()
+                try:
+                    body = answer.json()
+                except ValueError:
+                    body = None
+                raise error_from_answer(answer.status_code, body, "read")
+            # The headers came: from here on a read may wait `idle` (the transport reads the
+            # request's read timeout when the body starts).
+            timeouts = request.extensions.get("timeout")
+            if isinstance(timeouts, dict):
+                timeouts["read"] = idle
+            data: list[str] = []
+            for line in answer.iter_lines():
+                if line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+                elif line == "" and data:
+                    event = json_.loads("\n".join(data))
+                    data = []
+                    if isinstance(event.get("created_at"), str):
+                        event["created_at"] = datetime.fromisoformat(event["created_at"])
+                    yield event
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(f"request timed out: the event stream sent nothing for {idle:g}s") from None
+        except self._httpx.HTTPError as exc:
+            raise DatabaseUnavailable(f"the event stream broke off: {type(exc).__name__}: {exc}") from None
+        finally:
+            answer.close()
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)[1]

@@ -51,6 +51,19 @@ def scrub(text: str) -> str:
         dsns.append(cli_config().get("database_url"))
     for dsn in dsns:
         text = redact(text, dsn)
+    # The API token (--token, HARVEST_TOKEN) never shows either.
+    tokens = [os.environ.get("HARVEST_TOKEN")]
+    for i, arg in enumerate(argv):
+        if arg == "--token" and i + 1 < len(argv):
+            tokens.append(argv[i + 1])
+        elif arg.startswith("--token="):
+            tokens.append(arg.split("=", 1)[1])
+    ctx = click.get_current_context(silent=True)
+    options = ctx.meta.get("harvest.http") if ctx is not None else None
+    tokens.append(getattr(options, "token", None))
+    for token in tokens:
+        if token and len(token) >= 4:
+            text = text.replace(token, "***")
     return redact(text)
 
 
