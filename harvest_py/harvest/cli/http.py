@@ -107,6 +107,15 @@ HTTP_COMMANDS = frozenset(
         "worker drain-preview",
         "concurrency status",
         "events tail",
+        "schedule list",
+        "schedule get",
+        "schedule create-workflow",
+        "schedule update",
+        "schedule delete",
+        "schedule pause",
+        "schedule resume",
+        "schedule trigger",
+        "schedule backfill",
         "retention status",
         "retention set",
         "retention run-now",
@@ -621,6 +630,63 @@ class HttpApi:
         answer = self.http.get("/workers/drain-preview", queue=queue, worker_id=worker_id)
         return [_untagged(r) for r in answer["workers"]]
 
+    # schedules (on self.shard: its home shard unless named)
+    def _schedule(self, name: str, suffix: str = "") -> str:
+        return f"/admin/schedules/{_p(name)}{suffix}"
+
+    def list_schedules(self, kind: str | None = None) -> list[dict[str, Any]]:
+        rows = self.http.get("/admin/schedules", kind=kind)["schedules"]
+        return [_schedule_row(r) for r in rows]
+
+    def get_schedule(self, name: str, limit: int = 20) -> dict[str, Any]:
+        return _schedule_row(self.http.get(self._schedule(name), limit=limit, shard_id=self.shard))
+
+    def create_schedule(self, name: str, workflow_name: str, **options: Any) -> dict[str, Any]:
+        body = {"name": name, "workflow_name": workflow_name, "shard_id": self.shard}
+        body.update(_schedule_fields(options))
+        for key in ("kind", "paused"):
+            if options.get(key) is not None:
+                body[key] = options[key]
+        return _schedule_row(self.http.post("/admin/schedules/workflow", body))
+
+    def update_schedule(self, name: str, changes: dict[str, Any], operator: str | None = None) -> dict[str, Any]:
+        path = self._schedule(name)
+        answer = self.http.request(
+            "PATCH", path, params={"shard_id": self.shard}, json=_schedule_fields(changes), scope="operate"
+        )[1]
+        return _schedule_row(answer)
+
+    def delete_schedule(self, name: str, operator: str | None = None) -> bool:
+        try:
+            self.http.request("DELETE", self._schedule(name), params={"shard_id": self.shard}, scope="operate")
+        except NotFound:
+            return False
+        return True
+
+    def pause_schedule(self, name: str, note: str | None = None, operator: str | None = None) -> dict[str, Any]:
+        path = self._schedule(name, "/pause")
+        body = {k: v for k, v in {"note": note}.items() if v is not None}
+        return _schedule_row(self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1])
+
+    def resume_schedule(self, name: str, operator: str | None = None) -> dict[str, Any]:
+        path = self._schedule(name, "/resume")
+        return _schedule_row(self.http.request("POST", path, params={"shard_id": self.shard}, json={})[1])
+
+    def trigger_schedule(self, name: str, overlap: str | None = None, operator: str | None = None) -> Any:
+        body = {k: v for k, v in {"overlap": overlap}.items() if v is not None}
+        path = self._schedule(name, "/trigger")
+        return self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1]
+
+    def backfill_schedule(
+        self, name: str, slots: list[datetime], overlap: str, operator: str | None = None
+    ) -> dict[str, Any]:
+        # The route finds the slots in [from, to] again: the first and last of ours bound the same.
+        ends = (slots[0], slots[-1]) if slots else (datetime(1970, 1, 1), datetime(1970, 1, 1))
+        body = {"from": _body(ends[0]), "to": _body(ends[1]), "overlap": overlap}
+        path = self._schedule(name, "/backfill")
+        answer = self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1]
+        return {k: v for k, v in answer.items() if k not in ("name", "slots")}
+
     # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
     def get_retention_status(self) -> dict[str, Any]:
         return _first_shard(self.http.get("/admin/retention/settings"))
@@ -669,6 +735,39 @@ class HttpApi:
 def _untagged(row: dict[str, Any]) -> dict[str, Any]:
     """A row a route tagged with the shard it came from, as one database's SQL returns it."""
     return {k: v for k, v in row.items() if k != "shard_id"}
+
+
+def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A schedule as the SQL returns it: the route's view fields (when, next_fire_times, and the
+    shard it read) are the CLI's to compute."""
+    return {k: v for k, v in row.items() if k not in ("when", "next_fire_times", "shard_id")}
+
+
+def _secs(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _schedule_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """create_schedule / update_schedule keyword arguments as the schedule routes' body fields."""
+    body: dict[str, Any] = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key == "cron":
+            body["cron"] = value
+        elif key == "timezone":
+            body["tz"] = value
+        elif key == "interval_secs":
+            body["every"] = _secs(value)
+        elif key == "input":
+            body["input"] = value[0] if isinstance(value, list) and len(value) == 1 else value
+        elif key == "catchup_window_secs":
+            body["catchup_window"] = _secs(value)
+        elif key == "jitter_secs":
+            body["jitter"] = _secs(value)
+        elif key in ("workflow_name", "queue", "max_active_runs", "overlap", "catchup"):
+            body[key] = value
+    return body
 
 
 def _first_shard(answer: dict[str, Any]) -> dict[str, Any]:
