@@ -120,6 +120,8 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
         both("token", "revoke", "no_such_token", *o)
         both("activity", "complete", "not-a-token", "--result-json", "1", *o)
         both("dlq", "replay", "999999", *o)
+        both("version-usage", "--change-id", "fix-1", "--state-group", "all", *o)
+        both("queue", "coverage", *o)
         # errors: the same line and exit code (NotFound, a bad argument)
         sql, _ = both("workflow", "get", missing, *o)
         assert sql.exit_code == 1 and "error:" in sql.stderr
@@ -127,6 +129,13 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
         # A parameter the route itself checks: its own words, the same exit code (2).
         web = run("--base-url", BASE, "workflow", "children", ids[0], "--status", "nonsense", *o)
         assert web.exit_code == 2 and web.stderr.startswith("error: status: 'nonsense'"), web.stderr
+
+    # shard health observes now: the same answer but for observed_at
+    sql = run("shard", "health", "-o", "json", "--database-url", conn.info.dsn)
+    web = run("--base-url", BASE, "shard", "health", "-o", "json")
+    a, b = json.loads(sql.stdout), json.loads(web.stdout)
+    assert a.pop("observed_at") <= b.pop("observed_at") and a == b
+    assert sql.exit_code == web.exit_code
 
 
 

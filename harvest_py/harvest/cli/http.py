@@ -107,6 +107,10 @@ HTTP_COMMANDS = frozenset(
         "worker drain-preview",
         "concurrency status",
         "events tail",
+        "workflow erase-payloads",
+        "version-usage",
+        "queue coverage",
+        "shard health",
         "schedule list",
         "schedule get",
         "schedule create-workflow",
@@ -525,6 +529,45 @@ class HttpApi:
         return self.http.request(
             "DELETE", f"/workflows/{_p(execution_id)}/legal-hold", params=params, scope="admin"
         )[1]
+
+    def erase_payloads(self, execution_id: str, operator: str | None = None) -> dict[str, Any]:
+        """The erasure everywhere the run lived (the server scrubs every prior residence)."""
+        body = {"operator_id": operator}
+        return self.http.post(f"/workflows/{_p(execution_id)}/erase-payloads", body, scope="admin")
+
+    def count_versions(
+        self, change_id: str, version: int | None, state_group: str, workflow_name: str | None = None
+    ) -> list[dict[str, Any]]:
+        answer = self.http.get(
+            "/admin/version-gates/usage",
+            change_id=change_id,
+            recorded_version=version,
+            state_group=state_group,
+            workflow_name=workflow_name,
+            shard_id=self.shard,
+        )
+        if answer.get("status") in ("partial", "unavailable"):
+            # A shard not read may hold the runs: fail as the CLI's own fan-out does, never a false zero.
+            shards = ", ".join(str(s) for s in answer.get("unavailable_shards") or [])
+            raise DatabaseUnavailable(
+                f"{answer['status']}: shard(s) {shards} could not be read; the usage is incomplete, "
+                "do not remove a version branch on it"
+            )
+        rows = answer["versions"]
+        per_shard: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            per_shard.setdefault(row.get("shard_id", 0), []).append(_untagged(row))
+        if len(per_shard) <= 1:
+            return [r for found in per_shard.values() for r in found]
+        from harvest.cli.replay import _summed_versions
+
+        return list(_summed_versions(per_shard))
+
+    def list_workers(
+        self, queue: str | None = None, status: str | None = None, health: str | None = None
+    ) -> list[dict[str, Any]]:
+        answer = self.http.get("/workers", queue=queue, status=status, health=health)
+        return [_untagged(r) for r in answer["workers"]]
 
     # activities by task token
     def complete_activity_by_token(self, token: str, result: Any) -> Any:

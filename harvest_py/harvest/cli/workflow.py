@@ -785,7 +785,8 @@ def erase_payloads(execution_id: str, operator_id: str | None, database_url: str
             summary = erase_payloads_everywhere(pools, execution_id, operator_id)
     else:
         with sql_api(database_url, read_only=False) as sql:
-            summary = {**sql.erase_payloads(execution_id, operator_id), "prior_residences": []}
+            summary = sql.erase_payloads(execution_id, operator_id)
+            summary.setdefault("prior_residences", [])  # over HTTP the server names them
     emit(summary, output, lambda d: mapping(d, ERASE_KEYS))
 
 

@@ -117,7 +117,9 @@ async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
 
     fan = await fan_out_async(
         call.providers(),
-        lambda sql: sql.count_versions(args["change_id"], args["recorded_version"], args["state_group"]),
+        lambda sql: sql.count_versions(
+            args["change_id"], args["recorded_version"], args["state_group"], args["workflow_name"]
+        ),
         shards=shards,
         timeout=call.state.shard_timeout if call.sharded else None,
     )
@@ -344,6 +346,7 @@ ENDPOINTS = [
             Param("recorded_version", "integer", minimum=-(2**31), maximum=2**31 - 1),
             Param("state_group", "enum", default="active", choices=("active", "terminal", "all")),
             Param("shard_id", "integer", minimum=0, maximum=65535),
+            Param("workflow_name", description="Only runs of this workflow."),
         ),
         tag="admin",
     ),
