@@ -107,6 +107,9 @@ HTTP_COMMANDS = frozenset(
         "worker drain-preview",
         "concurrency status",
         "events tail",
+        "throttle get",
+        "throttle override",
+        "throttle clear-override",
         "workflow erase-payloads",
         "version-usage",
         "queue coverage",
@@ -730,6 +733,21 @@ class HttpApi:
         answer = self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1]
         return {k: v for k, v in answer.items() if k not in ("name", "slots")}
 
+    # start throttles: the routes answer per shard (each_shard spreads a PerShard over its shards)
+    def get_start_throttle(self, workflow_name: str) -> PerShard:
+        return _per_shard(self.http.get(f"/admin/start-throttles/{_p(workflow_name)}"))
+
+    def set_start_throttle_override(
+        self, workflow_name: str, rps: float, burst: float | None, ttl_secs: float, operator: str | None
+    ) -> PerShard:
+        body = {"rps": rps, "burst": burst, "ttl_secs": ttl_secs, "operator_id": operator}
+        path = f"/admin/start-throttles/{_p(workflow_name)}/override"
+        return _per_shard(self.http.post(path, body, scope="admin"))
+
+    def clear_start_throttle_override(self, workflow_name: str, operator: str | None = None) -> PerShard:
+        path = f"/admin/start-throttles/{_p(workflow_name)}/override"
+        return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
+
     # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
     def get_retention_status(self) -> dict[str, Any]:
         return _first_shard(self.http.get("/admin/retention/settings"))
@@ -778,6 +796,20 @@ class HttpApi:
 def _untagged(row: dict[str, Any]) -> dict[str, Any]:
     """A row a route tagged with the shard it came from, as one database's SQL returns it."""
     return {k: v for k, v in row.items() if k != "shard_id"}
+
+
+@dataclass
+class PerShard:
+    """An answer a route gave per shard of its server: {shard: answer}, and the shards it missed."""
+
+    results: dict[int, Any]
+    unavailable: list[int]
+
+
+def _per_shard(answer: dict[str, Any]) -> PerShard:
+    missed = list(answer.get("unavailable_shards") or [])
+    missed += [e["shard_id"] for e in answer.get("shard_errors") or [] if e.get("shard_id") not in missed]
+    return PerShard({int(s): r for s, r in (answer.get("shards") or {}).items()}, missed)
 
 
 def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from harvest.cli.http import HttpApi, HttpClient, HttpReads, HttpSettings, http_session
+from harvest.cli.http import HttpApi, HttpClient, HttpReads, HttpSettings, PerShard, http_session
 from harvest.cli.http import selected as http_selected
 from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
 from harvest.client.routing import resident
@@ -104,7 +104,10 @@ def each_shard(
     settings = http_selected(database_url)
     if settings is not None:
         with _http_api(settings, None) as api:
-            return FanOut.of({0: read(api)}, ())
+            value = read(api)
+        if isinstance(value, PerShard):  # the route answered for every shard of the server
+            return FanOut.of(value.results, value.unavailable)
+        return FanOut.of({0: value}, ())
     config = cli_config()
     opened = shard_apis if read_only else shard_writers
     with opened(config, database_url) as apis:
