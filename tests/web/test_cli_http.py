@@ -421,3 +421,61 @@ def test_schedule_commands_match(db: str, served) -> None:
                 _back(sql.stderr, pairs, 1),
                 sql.exit_code,
             ), step
+
+
+# -- with a worker: query, update, result --------------------------------------------------------
+
+from harvest import App, query, update, workflow  # noqa: E402
+
+
+@workflow
+async def tally(ctx, owner: str) -> dict:
+    ctx.state.update(owner=owner, total=0)
+    await ctx.wait_for_signal("close")
+    await ctx.drain_admitted_updates()
+    return {"owner": owner, "total": ctx.state["total"]}
+
+
+@query(workflow="tally")
+def tally_total(ctx) -> int:
+    return ctx.state["total"]
+
+
+@update(workflow="tally")
+def tally_add(ctx, amount: int) -> int:
+    ctx.state["total"] += amount
+    return ctx.state["total"]
+
+
+TALLY = App(workflows=[tally], queries=[tally_total], updates=[tally_add])
+
+
+def test_query_update_and_result_match(db: str, served, start_worker) -> None:
+    served(app=TALLY)
+    start_worker(TALLY)
+    started = run("--base-url", BASE, "workflow", "start", "tally", "--input-json", '"ann"', "--output", "json")
+    assert started.exit_code == 0, started.stderr
+    run_id = json.loads(started.stdout)["execution_id"]
+
+    def same(*args: str) -> Result:
+        sql = run(*args, "--database-url", db)
+        web = run("--base-url", BASE, *args)
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code), args
+        return sql
+
+    deadline = time.monotonic() + 10
+    while run("workflow", "query", run_id, "tally_total", "--database-url", db).exit_code != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for o in ("table", "json"):
+        same("workflow", "query", run_id, "tally_total", "--output", o)
+        same("workflow", "query", run_id, "no_such_query", "--output", o)
+        # The same update id is applied once: the second transport reads the first's outcome.
+        same("workflow", "update", run_id, "tally_add", "--input-json", "5", "--update-id", f"u-{o}", "-o", o)
+    accepted = run("--base-url", BASE, "workflow", "update", run_id, "tally_add", "--input-json", "1",
+                   "--wait", "accepted", "--update-id", "acc", "--output", "json")
+    assert accepted.exit_code == 0 and json.loads(accepted.stdout)["status"] == "accepted", accepted.stderr
+    same("workflow", "update", run_id, "tally_add", "--input-json", "1", "--wait", "accepted", "--update-id", "acc")
+    assert run("--base-url", BASE, "workflow", "signal", run_id, "close").exit_code == 0
+    result = same("workflow", "result", run_id, "--timeout", "10")
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"owner": "ann", "total": 11}
