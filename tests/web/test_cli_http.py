@@ -83,7 +83,7 @@ def conn(db: str) -> Iterator[psycopg.Connection]:
 
 def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
     ids = [start(conn, "onboarding", f"u{i}", search_attributes={"tenant": "acme", "n": i}) for i in range(3)]
-    other = start(conn, "billing", "b1")
+    start(conn, "billing", "b1")
     run_id, dead_letter = park(conn, "k1", activity="send_email")
     park(conn, "k2", activity="send_email")
     missing = str(uuid.uuid4())
@@ -139,7 +139,6 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
     assert sql.exit_code == web.exit_code
 
 
-
 def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:
     """Each write made once per transport, on twin runs in the same state: the outputs are
     equal once each names its own run."""
@@ -151,7 +150,7 @@ def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:
             for name in pairs[0][1:]:  # a start throttle declared, as a worker registers it
                 conn.execute(
                     "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)"
-                    " VALUES ('workflow', %s, '{\"throttle\": {\"rps\": 1, \"burst\": 1}}', now())",
+                    ' VALUES (\'workflow\', %s, \'{"throttle": {"rps": 1, "burst": 1}}\', now())',
                     (name,),
                 )
         elif "DL" in args:  # a dead letter each, the same in all but its ids
@@ -183,21 +182,106 @@ def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:
 
     for o in ("table", "json"):
         twins("workflow", "signal", "RUN", "approved", "--payload-json", '{"ok": true}', "--output", o)
-        twins("workflow", "cancel", "RUN", "--reason", "op", "--output", o, ";",
-              "workflow", "cancel", "RUN", "--output", o)
-        twins("workflow", "pause", "RUN", "--reason", "hold", "--output", o, ";",
-              "workflow", "pause", "RUN", "--output", o, ";", "workflow", "resume", "RUN", "--output", o)
-        twins("workflow", "terminate", "RUN", "--reason", "done", "--output", o, ";",
-              "workflow", "terminate", "RUN", "--output", o, ";", "workflow", "signal", "RUN", "x")
+        twins(
+            "workflow",
+            "cancel",
+            "RUN",
+            "--reason",
+            "op",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "cancel",
+            "RUN",
+            "--output",
+            o,
+        )
+        twins(
+            "workflow",
+            "pause",
+            "RUN",
+            "--reason",
+            "hold",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "pause",
+            "RUN",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "resume",
+            "RUN",
+            "--output",
+            o,
+        )
+        twins(
+            "workflow",
+            "terminate",
+            "RUN",
+            "--reason",
+            "done",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "terminate",
+            "RUN",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "signal",
+            "RUN",
+            "x",
+        )
         twins("workflow", "reset", "RUN", "--to-event", "1", "--reason", "r", "--dry-run", "--output", o)
         twins("dlq", "replay", "DL", "--output", o, ";", "dlq", "replay", "DL", "--output", o)
         twins("dlq", "discard", "DL", "--output", o)
         twins("throttle", "override", "nobody", "--rps", "2", "--output", o)  # none declared: an error
-        twins("throttle", "override", "RUN_NAME", "--rps", "2", "--ttl-secs", "60", "--output", o, ";",
-              "throttle", "clear-override", "RUN_NAME", "--output", o, ";",
-              "throttle", "clear-override", "RUN_NAME", "--output", o)
-        twins("workflow", "legal-hold", "set", "RUN", "--reason", "case 7", "--output", o, ";",
-              "workflow", "legal-hold", "release", "RUN", "--output", o)
+        twins(
+            "throttle",
+            "override",
+            "RUN_NAME",
+            "--rps",
+            "2",
+            "--ttl-secs",
+            "60",
+            "--output",
+            o,
+            ";",
+            "throttle",
+            "clear-override",
+            "RUN_NAME",
+            "--output",
+            o,
+            ";",
+            "throttle",
+            "clear-override",
+            "RUN_NAME",
+            "--output",
+            o,
+        )
+        twins(
+            "workflow",
+            "legal-hold",
+            "set",
+            "RUN",
+            "--reason",
+            "case 7",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "legal-hold",
+            "release",
+            "RUN",
+            "--output",
+            o,
+        )
 
 
 def _sub(arg: str, pairs: list[tuple[str, str, str]], side: int) -> str:
@@ -233,15 +317,35 @@ def test_settings_writes_match(both, db: str) -> None:
     assert revoked.exit_code == 0, revoked.stderr
 
 
-def test_bulk_writes_and_replays_match(both, conn) -> None:
+def test_bulk_writes_and_replays_match(served, conn) -> None:
+    served()
     for i in range(4):
         park(conn, f"b{i}", activity="charge")
-    sql, web = both("dlq", "replay", "1", "--output", "json") if False else (None, None)
     # One write per transport on its own rows: each replays two of the four.
-    first = run("dlq", "bulk-replay", "--activity-name", "charge", "--limit", "2", "--output", "json",
-                "--database-url", conn.info.dsn)
-    second = run("--base-url", BASE, "dlq", "bulk-replay", "--activity-name", "charge", "--limit", "2",
-                 "--output", "json")
+    first = run(
+        "dlq",
+        "bulk-replay",
+        "--activity-name",
+        "charge",
+        "--limit",
+        "2",
+        "--output",
+        "json",
+        "--database-url",
+        conn.info.dsn,
+    )
+    second = run(
+        "--base-url",
+        BASE,
+        "dlq",
+        "bulk-replay",
+        "--activity-name",
+        "charge",
+        "--limit",
+        "2",
+        "--output",
+        "json",
+    )
     a, b = json.loads(first.stdout), json.loads(second.stdout)
     assert (first.exit_code, second.exit_code) == (0, 0), (first.stderr, second.stderr)
     assert (a["matched"], a["acted_on"], b["matched"], b["acted_on"]) == (4, 2, 2, 2)
@@ -256,8 +360,18 @@ def test_start_result_and_the_token_errors(db: str, served, tokens) -> None:
     assert started.exit_code == 1 and "--token or HARVEST_TOKEN" in started.stderr, started.stderr
     assert tokens["operate"] not in started.stderr
 
-    started = run("--base-url", BASE, "workflow", "start", "w", "--workflow-id", "x1", "--output", "json",
-                  env={"HARVEST_TOKEN": tokens["operate"]})
+    started = run(
+        "--base-url",
+        BASE,
+        "workflow",
+        "start",
+        "w",
+        "--workflow-id",
+        "x1",
+        "--output",
+        "json",
+        env={"HARVEST_TOKEN": tokens["operate"]},
+    )
     assert started.exit_code == 0, started.stderr
     execution_id = json.loads(started.stdout)["execution_id"]
     sql = run("workflow", "start", "w", "--workflow-id", "x1", "--output", "json", "--database-url", db)
@@ -322,8 +436,12 @@ def test_transport_choice(db: str) -> None:
     no_route = run("--base-url", BASE, "migrate", "status")
     assert no_route.exit_code == 1 and "needs a database DSN" in no_route.stderr
     # HARVEST_URL beside a DSN-only command: the DSN is used, the variable does not stop it.
-    env = {"HARVEST_URL": "http://127.0.0.1:9/nothing", "HARVEST_TOKEN": "secret-token",
-           "HARVEST_HTTP_TIMEOUT_SECS": "5", "HARVEST_DATABASE_URL": db}
+    env = {
+        "HARVEST_URL": "http://127.0.0.1:9/nothing",
+        "HARVEST_TOKEN": "secret-token",
+        "HARVEST_HTTP_TIMEOUT_SECS": "5",
+        "HARVEST_DATABASE_URL": db,
+    }
     status = run("migrate", "status", env=env)
     assert status.exit_code == 0, status.stderr
     # An explicit --database-url wins over HARVEST_URL.
@@ -390,9 +508,27 @@ def test_schedule_commands_match(db: str, served) -> None:
     served()
     pairs = [("S", "sched_sql", "sched_web")]
     steps = [
-        ["schedule", "create-workflow", "--name", "S", "--workflow", "nightly", "--cron", "0 3 * * *",
-         "--tz", "Europe/Paris", "--input-json", '{"a": 1}', "--max-active-runs", "2", "--jitter", "30s",
-         "--catchup-window", "6h", "--paused"],
+        [
+            "schedule",
+            "create-workflow",
+            "--name",
+            "S",
+            "--workflow",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Europe/Paris",
+            "--input-json",
+            '{"a": 1}',
+            "--max-active-runs",
+            "2",
+            "--jitter",
+            "30s",
+            "--catchup-window",
+            "6h",
+            "--paused",
+        ],
         ["schedule", "get", "S"],
         ["schedule", "update", "S", "--every", "15m", "--overlap", "buffer_one"],
         ["schedule", "resume", "S"],
@@ -407,11 +543,16 @@ def test_schedule_commands_match(db: str, served) -> None:
     for step in steps:
         for o in ("table", "json"):
             if step == ["LIST"]:  # both schedules, by either transport
-                lists = [run("schedule", "list", "-o", o, "--database-url", db),
-                         run("--base-url", BASE, "schedule", "list", "-o", o)]
+                lists = [
+                    run("schedule", "list", "-o", o, "--database-url", db),
+                    run("--base-url", BASE, "schedule", "list", "-o", o),
+                ]
                 assert lists[0].stdout == lists[1].stdout and "sched_web" in lists[0].stdout
                 continue
-            if step[1] in ("create-workflow", "delete", "update", "backfill", "pause", "resume") and o == "json":
+            if (
+                step[1] in ("create-workflow", "delete", "update", "backfill", "pause", "resume")
+                and o == "json"
+            ):
                 continue  # a write is made once per transport
             sql = run(*[_sub(x, pairs, 1) for x in step], "--output", o, "--database-url", db)
             web = run("--base-url", BASE, *[_sub(x, pairs, 2) for x in step], "--output", o)
@@ -453,7 +594,9 @@ TALLY = App(workflows=[tally], queries=[tally_total], updates=[tally_add])
 def test_query_update_and_result_match(db: str, served, start_worker) -> None:
     served(app=TALLY)
     start_worker(TALLY)
-    started = run("--base-url", BASE, "workflow", "start", "tally", "--input-json", '"ann"', "--output", "json")
+    started = run(
+        "--base-url", BASE, "workflow", "start", "tally", "--input-json", '"ann"', "--output", "json"
+    )
     assert started.exit_code == 0, started.stderr
     run_id = json.loads(started.stdout)["execution_id"]
 
@@ -472,10 +615,35 @@ def test_query_update_and_result_match(db: str, served, start_worker) -> None:
         same("workflow", "query", run_id, "no_such_query", "--output", o)
         # The same update id is applied once: the second transport reads the first's outcome.
         same("workflow", "update", run_id, "tally_add", "--input-json", "5", "--update-id", f"u-{o}", "-o", o)
-    accepted = run("--base-url", BASE, "workflow", "update", run_id, "tally_add", "--input-json", "1",
-                   "--wait", "accepted", "--update-id", "acc", "--output", "json")
+    accepted = run(
+        "--base-url",
+        BASE,
+        "workflow",
+        "update",
+        run_id,
+        "tally_add",
+        "--input-json",
+        "1",
+        "--wait",
+        "accepted",
+        "--update-id",
+        "acc",
+        "--output",
+        "json",
+    )
     assert accepted.exit_code == 0 and json.loads(accepted.stdout)["status"] == "accepted", accepted.stderr
-    same("workflow", "update", run_id, "tally_add", "--input-json", "1", "--wait", "accepted", "--update-id", "acc")
+    same(
+        "workflow",
+        "update",
+        run_id,
+        "tally_add",
+        "--input-json",
+        "1",
+        "--wait",
+        "accepted",
+        "--update-id",
+        "acc",
+    )
     assert run("--base-url", BASE, "workflow", "signal", run_id, "close").exit_code == 0
     result = same("workflow", "result", run_id, "--timeout", "10")
     assert result.exit_code == 0 and json.loads(result.stdout) == {"owner": "ann", "total": 11}

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import click
@@ -45,9 +45,6 @@ from harvest.core.errors import (
     error_code,
 )
 from harvest.shard.fanout import COMPLETE, Merged
-
-if TYPE_CHECKING:
-    import httpx
 
 URL_ENV = "HARVEST_URL"
 TOKEN_ENV = "HARVEST_TOKEN"
@@ -147,7 +144,8 @@ class HttpSettings:
     timeout: float = DEFAULT_TIMEOUT_SECS
 
     def __repr__(self) -> str:  # the token never shows, not even in a traceback
-        return f"HttpSettings(base_url={self.base_url!r}, token={'***' if self.token else None}, timeout={self.timeout})"
+        token = "***" if self.token else None
+        return f"HttpSettings(base_url={self.base_url!r}, token={token}, timeout={self.timeout})"
 
 
 @dataclass(frozen=True)
@@ -298,10 +296,9 @@ class Http:
         try:
             import httpx
         except ImportError:  # pragma: no cover - httpx comes with harvest-workflows[web]
-            raise ConfigError(
-                "speaking HTTP needs httpx: pip install 'harvest-workflows[web]'"
-            ) from None
+            raise ConfigError("speaking HTTP needs httpx: pip install 'harvest-workflows[web]'") from None
         self.settings = settings
+        self.last_headers: Any = {}
         headers = {"Accept": "application/json", "User-Agent": "harvest-cli"}
         if settings.token:
             headers["Authorization"] = f"Bearer {settings.token}"
@@ -348,6 +345,7 @@ class Http:
                 f"could not reach the management API at {self.settings.base_url}: "
                 f"{type(exc).__name__}: {exc} (set --base-url or {URL_ENV}, or give a DSN)"
             ) from None
+        self.last_headers = answer.headers
         data = None
         if answer.content:
             try:
@@ -471,7 +469,9 @@ class HttpApi:
         self.http, self.shard = http, shard
 
     def __getattr__(self, name: str) -> Any:
-        raise ConfigError(f"this command's {name.replace('_', ' ')} needs a database DSN: it has no HTTP route")
+        raise ConfigError(
+            f"this command's {name.replace('_', ' ')} needs a database DSN: it has no HTTP route"
+        )
 
     # executions
     def get_execution(self, execution_id: str) -> dict[str, Any]:
@@ -497,11 +497,15 @@ class HttpApi:
     def terminate_workflow(self, execution_id: str, reason: str | None = None) -> None:
         self.http.post(f"/workflows/{_p(execution_id)}/terminate", {"reason": reason}, scope="admin")
 
-    def pause_workflow(self, execution_id: str, reason: str | None = None, operator: str | None = None) -> bool:
+    def pause_workflow(
+        self, execution_id: str, reason: str | None = None, operator: str | None = None
+    ) -> bool:
         body = {"reason": reason, "operator_id": operator}
         return bool(self.http.post(f"/workflows/{_p(execution_id)}/pause", body)["changed"])
 
-    def resume_workflow(self, execution_id: str, reason: str | None = None, operator: str | None = None) -> bool:
+    def resume_workflow(
+        self, execution_id: str, reason: str | None = None, operator: str | None = None
+    ) -> bool:
         body = {"reason": reason, "operator_id": operator}
         return bool(self.http.post(f"/workflows/{_p(execution_id)}/resume", body)["changed"])
 
@@ -695,7 +699,9 @@ class HttpApi:
                 body[key] = options[key]
         return _schedule_row(self.http.post("/admin/schedules/workflow", body))
 
-    def update_schedule(self, name: str, changes: dict[str, Any], operator: str | None = None) -> dict[str, Any]:
+    def update_schedule(
+        self, name: str, changes: dict[str, Any], operator: str | None = None
+    ) -> dict[str, Any]:
         path = self._schedule(name)
         answer = self.http.request(
             "PATCH", path, params={"shard_id": self.shard}, json=_schedule_fields(changes), scope="operate"
@@ -704,12 +710,16 @@ class HttpApi:
 
     def delete_schedule(self, name: str, operator: str | None = None) -> bool:
         try:
-            self.http.request("DELETE", self._schedule(name), params={"shard_id": self.shard}, scope="operate")
+            self.http.request(
+                "DELETE", self._schedule(name), params={"shard_id": self.shard}, scope="operate"
+            )
         except NotFound:
             return False
         return True
 
-    def pause_schedule(self, name: str, note: str | None = None, operator: str | None = None) -> dict[str, Any]:
+    def pause_schedule(
+        self, name: str, note: str | None = None, operator: str | None = None
+    ) -> dict[str, Any]:
         path = self._schedule(name, "/pause")
         body = {k: v for k, v in {"note": note}.items() if v is not None}
         return _schedule_row(self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1])
@@ -765,7 +775,12 @@ class HttpApi:
     def sweep_retention(
         self, max_age: str | None, batch_size: int | None, max_batches: int, operator: str | None
     ) -> dict[str, Any]:
-        body = {"max_age": max_age, "batch_size": batch_size, "max_batches": max_batches, "operator_id": operator}
+        body = {
+            "max_age": max_age,
+            "batch_size": batch_size,
+            "max_batches": max_batches,
+            "operator_id": operator,
+        }
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
         answer = self.http.post("/admin/retention/run-now", body, scope="admin", timeout=budget)
         shards = answer.get("shards") or []
@@ -855,9 +870,11 @@ def _first_shard(answer: dict[str, Any]) -> dict[str, Any]:
 
 def _merged(answer: dict[str, Any], key: str | None) -> Merged[Any]:
     """A fan-out route's answer as the Merged the CLI's own fan-out gives."""
-    value = answer[key] if key is not None else {
-        k: v for k, v in answer.items() if k not in ("status", "unavailable_shards")
-    }
+    value = (
+        answer[key]
+        if key is not None
+        else {k: v for k, v in answer.items() if k not in ("status", "unavailable_shards")}
+    )
     return Merged(
         value,
         list(answer.get("unavailable_shards") or []),
@@ -924,7 +941,9 @@ class HttpReads:
         answer = self.http.get(f"/workflows/{_p(execution_id)}/children", status=status, depth=depth)
         merged = _merged(answer, "items")
         # The route adds the spec's aliases (exec_id, started_at); the CLI prints the rows.
-        merged.value = [{k: v for k, v in r.items() if k not in ("exec_id", "started_at")} for r in merged.value]
+        merged.value = [
+            {k: v for k, v in r.items() if k not in ("exec_id", "started_at")} for r in merged.value
+        ]
         merged.next_cursor = None
         return merged
 
@@ -964,12 +983,18 @@ class HttpReads:
 
     def count_usage(self, from_: Any, to: Any, group_by: str = "workflow_name") -> Merged[Any]:
         answer = self.http.get("/admin/usage", **{"from": from_, "to": to, "group_by": group_by})
-        rows = [{"group_name": g["group"], **{k: v for k, v in g.items() if k != "group"}} for g in answer["groups"]]
+        rows = [
+            {"group_name": g["group"], **{k: v for k, v in g.items() if k != "group"}}
+            for g in answer["groups"]
+        ]
         return Merged(rows, list(answer.get("unavailable_shards") or []), answer.get("status") or COMPLETE)
 
     def list_concurrency_keys(self, key: str | None = None) -> Merged[Any]:
-        status, rows = self.http.request("GET", "/admin/concurrency", params={"key": key})
-        return Merged(rows, [], COMPLETE)
+        rows = self.http.request("GET", "/admin/concurrency", params={"key": key})[1]
+        # The route keeps the spec's bare array: a partial read is said in its headers.
+        headers = self.http.last_headers
+        missed = [int(s) for s in (headers.get("x-harvest-unavailable-shards") or "").split(",") if s]
+        return Merged(rows, missed, headers.get("x-harvest-status") or COMPLETE)
 
 
 # -- the client calls (start, result, query, update) --------------------------------------------
@@ -1080,7 +1105,13 @@ class HttpHandle:
         timeout: float = 30.0,
         update_id: str | None = None,
     ) -> Any:
-        body = {"update_name": name, "input": arg, "wait": wait, "timeout_secs": timeout, "update_id": update_id}
+        body = {
+            "update_name": name,
+            "input": arg,
+            "wait": wait,
+            "timeout_secs": timeout,
+            "update_id": update_id,
+        }
         # The spec: an update waited to completion gets its own timeout plus 10 s.
         budget = timeout + UPDATE_MARGIN_SECS if wait == "completed" else None
         answer = self.http.post(f"/workflows/{_p(self.execution_id)}/update", body, timeout=budget)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-from collections.abc import Iterator, Sequence
 import re
+from collections.abc import Iterator, Sequence
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any

@@ -97,4 +97,8 @@ def _local_report(app_target: str | None, database_url: str | None) -> dict[str,
     else:
         checks = run_checks(cli_dsn(database_url), app, app_error)
     observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    return {"overall_status": overall(checks), "observed_at": observed, "checks": [c.to_json() for c in checks]}
+    return {
+        "overall_status": overall(checks),
+        "observed_at": observed,
+        "checks": [c.to_json() for c in checks],
+    }

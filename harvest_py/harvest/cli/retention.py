@@ -130,7 +130,9 @@ def run_now(max_age, batch_size, max_batches, operator, database_url, output) ->
     )
 
 
-def _sweep(sql: Any, max_age: Any, batch_size: Any, max_batches: int, operator: Any, output: str) -> dict[str, Any]:
+def _sweep(
+    sql: Any, max_age: Any, batch_size: Any, max_batches: int, operator: Any, output: str
+) -> dict[str, Any]:
     """The janitor's batches on this database, with a progress bar."""
     deleted = 0
     batches = 0

@@ -106,7 +106,9 @@ def health(
     settings = selected(database_url)
     if settings is not None:  # the server's shards, as it sees them
         if app_target:
-            raise InvalidArgument("--app is not sent over HTTP: the server checks each shard's registered queues")
+            raise InvalidArgument(
+                "--app is not sent over HTTP: the server checks each shard's registered queues"
+            )
         with http_session(settings) as http:
             params = {"candidate_shard": candidate_shard}
             data = http.request("GET", "/admin/shards/health", params=params, scope="admin")[1]
