@@ -135,6 +135,10 @@ HTTP_COMMANDS = frozenset(
 )
 
 
+# Commands that read no database at all (an App, a file): --base-url changes nothing for them.
+NO_DATABASE_COMMANDS = frozenset({"workflow handlers", "replay"})
+
+
 @dataclass(frozen=True)
 class HttpSettings:
     """Where and how the CLI speaks to the management API."""
@@ -142,6 +146,7 @@ class HttpSettings:
     base_url: str
     token: str | None = None
     timeout: float = DEFAULT_TIMEOUT_SECS
+    implicit: bool = False  # the default URL: nothing named a DSN or a URL
 
     def __repr__(self) -> str:  # the token never shows, not even in a traceback
         token = "***" if self.token else None
@@ -210,7 +215,7 @@ def selected(database_url: str | None = None) -> HttpSettings | None:
 
     if os.environ.get(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
         return None
-    return HttpSettings(DEFAULT_BASE_URL, _token(options), _timeout(options))
+    return HttpSettings(DEFAULT_BASE_URL, _token(options), _timeout(options), implicit=True)
 
 
 def _shards(config: Any) -> bool:
@@ -230,7 +235,7 @@ def refuse_dsn_only() -> None:
     options: RootOptions | None = ctx.meta.get(HTTP_KEY) if ctx is not None else None
     if options is not None and options.base_url:
         name = command_name(ctx)  # type: ignore[arg-type]
-        if name not in HTTP_COMMANDS:
+        if name not in HTTP_COMMANDS and name not in NO_DATABASE_COMMANDS:
             raise ConfigError(
                 f"`harvest {name}` has no HTTP route: it needs a database DSN "
                 "(HARVEST_DATABASE_URL or --database-url), not --base-url"
@@ -341,10 +346,7 @@ class Http:
                 f"(--http-timeout-secs / {TIMEOUT_ENV})"
             ) from None
         except self._httpx.HTTPError as exc:
-            raise DatabaseUnavailable(
-                f"could not reach the management API at {self.settings.base_url}: "
-                f"{type(exc).__name__}: {exc} (set --base-url or {URL_ENV}, or give a DSN)"
-            ) from None
+            raise self._unreachable(exc) from None
         self.last_headers = answer.headers
         data = None
         if answer.content:
@@ -355,6 +357,21 @@ class Http:
         if answer.status_code >= 400 and answer.status_code not in ok:
             raise error_from_answer(answer.status_code, data, scope)
         return answer.status_code, data
+
+    def _unreachable(self, exc: Exception) -> HarvestError:
+        where = f"{type(exc).__name__}: {exc}"
+        if self.settings.implicit:  # nothing was given: name every place to give one
+            from harvest.config.config import DSN_ENV
+
+            return ConfigError(
+                f"no database or management API given: set {DSN_ENV} (preferred: a command line is "
+                "visible to ps) or database_url in harvest.toml, or pass --database-url; or set "
+                f"{URL_ENV} / --base-url (the default {DEFAULT_BASE_URL} did not answer: {where})"
+            )
+        return DatabaseUnavailable(
+            f"could not reach the management API at {self.settings.base_url}: {where} "
+            f"(check --base-url / {URL_ENV})"
+        )
 
     def stream_events(self, after: int | None) -> Iterator[dict[str, Any]]:
         """Every event from ``/stream`` (server-sent events), after global id ``after`` (None:
@@ -376,10 +393,7 @@ class Http:
                 f"(--http-timeout-secs / {TIMEOUT_ENV})"
             ) from None
         except self._httpx.HTTPError as exc:
-            raise DatabaseUnavailable(
-                f"could not reach the management API at {self.settings.base_url}: "
-                f"{type(exc).__name__}: {exc} (set --base-url or {URL_ENV}, or give a DSN)"
-            ) from None
+            raise self._unreachable(exc) from None
         idle = max(STREAM_IDLE_SECS, budget)
         try:
             if answer.status_code >= 400:
