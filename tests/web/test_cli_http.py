@@ -647,3 +647,59 @@ def test_query_update_and_result_match(db: str, served, start_worker) -> None:
     assert run("--base-url", BASE, "workflow", "signal", run_id, "close").exit_code == 0
     result = same("workflow", "result", run_id, "--timeout", "10")
     assert result.exit_code == 0 and json.loads(result.stdout) == {"owner": "ann", "total": 11}
+
+
+# -- DAGs ---------------------------------------------------------------------------------------
+
+from harvest import activity  # noqa: E402
+from harvest.db.sqlapi import SqlApi  # noqa: E402
+from harvest.declare.dags import Dag  # noqa: E402
+
+
+@activity
+async def dag_step(ctx) -> None:
+    return None
+
+
+def _dag(name: str) -> Dag:
+    dag = Dag(name, max_active_runs=1)
+    dag.task("only", dag_step)
+    return dag
+
+
+def test_dag_commands_match(db: str, served, conn) -> None:
+    """Twin DAGs triggered, read, retried and paused once per transport: the same outputs once
+    each names its own DAG and run."""
+    served()
+    SqlApi(conn).register_dags([_dag("dag_sql").catalog(), _dag("dag_web").catalog()])
+    ids: dict[str, str] = {}
+    for side, name in ((1, "dag_sql"), (2, "dag_web")):
+        args = ["dag", "trigger", name, "--conf-json", '{"date": "2026-04-21"}', "--workflow-id", f"w-{name}"]
+        answer = (
+            run(*args, "-o", "json", "--database-url", db)
+            if side == 1
+            else run("--base-url", BASE, *args, "-o", "json")
+        )
+        assert answer.exit_code == 0, answer.stderr
+        ids[name] = json.loads(answer.stdout)["execution_id"]
+    pairs = [("D", "dag_sql", "dag_web"), ("R", ids["dag_sql"], ids["dag_web"])]
+    steps = [
+        ["dag", "trigger", "D", "--workflow-id", "w-D"],  # the same workflow id: that run (200)
+        ["dag", "trigger", "D"],  # at max_active_runs: refused
+        ["dag", "get", "R"],
+        ["dag", "runs", "D"],
+        ["dag", "retry", "R"],  # still running: not retryable
+        ["dag", "pause", "D"],
+        ["dag", "pause", "D"],
+        ["dag", "trigger", "D"],  # paused: refused
+        ["dag", "unpause", "D"],
+    ]
+    for step in steps:
+        for o in ("table", "json"):
+            sql = run(*[_sub(x, pairs, 1) for x in step], "--output", o, "--database-url", db)
+            web = run("--base-url", BASE, *[_sub(x, pairs, 2) for x in step], "--output", o)
+            assert (_now(_back(web.stdout, pairs, 2)), _back(web.stderr, pairs, 2), web.exit_code) == (
+                _now(_back(sql.stdout, pairs, 1)),
+                _back(sql.stderr, pairs, 1),
+                sql.exit_code,
+            ), step

@@ -273,6 +273,8 @@ def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
             f"{message} (HTTP {status}): this call needs a token with the {scope_hint} scope "
             "(harvest token create NAME --scope ...)"
         )
+    if status == 404 and message.startswith("no route"):
+        message += " (is --base-url / HARVEST_URL the API's mount, e.g. .../api/harvest?)"
     cls = _error_classes().get(code)
     if cls is None:
         if status == 404:
@@ -325,7 +327,7 @@ class Http:
         *,
         params: dict[str, Any] | None = None,
         json: Any = None,
-        scope: str = "read",
+        scope: str | None = None,
         timeout: float | None = None,
         ok: tuple[int, ...] = (),
     ) -> tuple[int, Any]:
@@ -355,7 +357,9 @@ class Http:
             except ValueError:
                 data = None
         if answer.status_code >= 400 and answer.status_code not in ok:
-            raise error_from_answer(answer.status_code, data, scope)
+            raise error_from_answer(
+                answer.status_code, data, scope or ("read" if method == "GET" else "operate")
+            )
         return answer.status_code, data
 
     def _unreachable(self, exc: Exception) -> HarvestError:
@@ -659,14 +663,15 @@ class HttpApi:
         return [_untagged(r) for r in self.http.get("/dags")["dags"]]
 
     def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:
-        body = {"conf": conf, "workflow_id": workflow_id, "operator_id": operator}
+        # The route records the token's actor as the operator (it takes no operator_id).
+        body = {"conf": conf, "workflow_id": workflow_id}
         return self.http.post(f"/dags/{_p(name)}/trigger", body)
 
     def pause_dag(self, name: str, operator: str | None = None) -> Any:
-        return self.http.post(f"/dags/{_p(name)}/pause", {"operator_id": operator})["changed"]
+        return self.http.post(f"/dags/{_p(name)}/pause")["changed"]
 
     def unpause_dag(self, name: str, operator: str | None = None) -> Any:
-        return self.http.post(f"/dags/{_p(name)}/unpause", {"operator_id": operator})["changed"]
+        return self.http.post(f"/dags/{_p(name)}/unpause")["changed"]
 
     def list_dag_runs(self, name: str, limit: int) -> list[dict[str, Any]]:
         return [_untagged(r) for r in self.http.get(f"/dags/{_p(name)}/runs", limit=limit)["runs"]]
@@ -675,7 +680,7 @@ class HttpApi:
         return self.http.get(f"/dag-runs/{_p(execution_id)}")
 
     def retry_dag_run(self, execution_id: str, operator: str | None = None) -> Any:
-        return self.http.post(f"/dag-runs/{_p(execution_id)}/retry", {"operator_id": operator})
+        return self.http.post(f"/dag-runs/{_p(execution_id)}/retry")
 
     # workers
     def get_worker(self, worker_id: str) -> dict[str, Any]:
