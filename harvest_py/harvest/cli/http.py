@@ -437,8 +437,8 @@ class Http:
         return self.request("POST", path, json=clean, scope=scope, **kw)[1]
 
 
-def _query(params: dict[str, Any]) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
+def _query(params: dict[str, Any]) -> list[tuple[str, str | int | float | bool | None]]:
+    out: list[tuple[str, str | int | float | bool | None]] = []
     for key, value in params.items():
         values = value if isinstance(value, list | tuple) else [value]
         for v in values:
@@ -493,16 +493,16 @@ class HttpApi:
 
     # executions
     def get_execution(self, execution_id: str) -> dict[str, Any]:
-        return self.http.get(f"/workflows/{_p(execution_id)}")["execution"]
+        return _obj(self.http.get(f"/workflows/{_p(execution_id)}")["execution"])
 
     def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
         doc = self.http.get(
             f"/workflows/{_p(execution_id)}/history", after_event_id=after_event_id, payload_policy="full"
         )
-        return doc["events"]
+        return _rows(doc["events"])
 
     def get_execution_stack(self, execution_id: str) -> dict[str, Any]:
-        return self.http.get(f"/workflows/{_p(execution_id)}/stack")
+        return _obj(self.http.get(f"/workflows/{_p(execution_id)}/stack"))
 
     def signal_workflow(self, execution_id: str, name: str, payload: Any = None) -> Any:
         body = {"signal_name": name, "payload": payload}
@@ -543,22 +543,21 @@ class HttpApi:
             "signal_reapply": signal_reapply,
             "dry_run": dry_run,
         }
-        return self.http.post(f"/workflows/{_p(execution_id)}/reset", body, scope="admin")
+        return _obj(self.http.post(f"/workflows/{_p(execution_id)}/reset", body, scope="admin"))
 
     def set_legal_hold(self, execution_id: str, reason: str, operator: str | None = None) -> dict[str, Any]:
         body = {"reason": reason, "operator_id": operator}
-        return self.http.post(f"/workflows/{_p(execution_id)}/legal-hold", body, scope="admin")
+        return _obj(self.http.post(f"/workflows/{_p(execution_id)}/legal-hold", body, scope="admin"))
 
     def release_legal_hold(self, execution_id: str, operator: str | None = None) -> dict[str, Any]:
         params = {"operator_id": operator}
-        return self.http.request(
-            "DELETE", f"/workflows/{_p(execution_id)}/legal-hold", params=params, scope="admin"
-        )[1]
+        path = f"/workflows/{_p(execution_id)}/legal-hold"
+        return _obj(self.http.request("DELETE", path, params=params, scope="admin")[1])
 
     def erase_payloads(self, execution_id: str, operator: str | None = None) -> dict[str, Any]:
         """The erasure everywhere the run lived (the server scrubs every prior residence)."""
         body = {"operator_id": operator}
-        return self.http.post(f"/workflows/{_p(execution_id)}/erase-payloads", body, scope="admin")
+        return _obj(self.http.post(f"/workflows/{_p(execution_id)}/erase-payloads", body, scope="admin"))
 
     def count_versions(
         self, change_id: str, version: int | None, state_group: str, workflow_name: str | None = None
@@ -617,7 +616,7 @@ class HttpApi:
         return {"shard_id": self.shard}
 
     def get_dead_letter(self, dead_letter_id: int) -> dict[str, Any]:
-        row = self.http.get(f"/dead-letters/{dead_letter_id}", **self._shard())
+        row = _obj(self.http.get(f"/dead-letters/{dead_letter_id}", **self._shard()))
         row.pop("shard_id", None)  # the route names the shard; the SQL row does not carry it
         return row
 
@@ -656,7 +655,7 @@ class HttpApi:
         # A bulk write may take long: at least BULK_WRITE_SECS (the spec's budget).
         budget = None if dry_run else max(self.http.settings.timeout, BULK_WRITE_SECS)
         scope = "admin" if action == "discard" else "operate"
-        return self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget)
+        return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
 
     # DAGs
     def list_dags(self) -> list[dict[str, Any]]:
@@ -677,7 +676,7 @@ class HttpApi:
         return [_untagged(r) for r in self.http.get(f"/dags/{_p(name)}/runs", limit=limit)["runs"]]
 
     def get_dag_run(self, execution_id: str) -> dict[str, Any]:
-        return self.http.get(f"/dag-runs/{_p(execution_id)}")
+        return _obj(self.http.get(f"/dag-runs/{_p(execution_id)}"))
 
     def retry_dag_run(self, execution_id: str, operator: str | None = None) -> Any:
         return self.http.post(f"/dag-runs/{_p(execution_id)}/retry")
@@ -818,13 +817,26 @@ class HttpApi:
 
     # tokens
     def create_api_token(self, name: str, scope: str) -> dict[str, Any]:
-        return self.http.post("/admin/tokens", {"name": name, "scope": scope}, scope="admin")
+        return _obj(self.http.post("/admin/tokens", {"name": name, "scope": scope}, scope="admin"))
 
     def list_api_tokens(self, include_revoked: bool = False) -> list[dict[str, Any]]:
-        return self.http.get("/admin/tokens", include_revoked=include_revoked)["tokens"]
+        return _rows(self.http.get("/admin/tokens", include_revoked=include_revoked)["tokens"])
 
     def revoke_api_token(self, name: str) -> Any:
         return self.http.request("DELETE", f"/admin/tokens/{_p(name)}", scope="admin")[1]["token_id"]
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object of an answer (anything else: the API answered what the CLI cannot read)."""
+    if not isinstance(value, dict):
+        raise HarvestError(f"the management API answered {type(value).__name__} where an object was expected")
+    return value
+
+
+def _rows(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise HarvestError(f"the management API answered {type(value).__name__} where a list was expected")
+    return [_obj(v) for v in value]
 
 
 def _untagged(row: dict[str, Any]) -> dict[str, Any]:
