@@ -703,3 +703,41 @@ def test_dag_commands_match(db: str, served, conn) -> None:
                 _back(sql.stderr, pairs, 1),
                 sql.exit_code,
             ), step
+
+
+def test_every_command_that_prints_takes_the_global_output() -> None:
+    """`harvest --output json CMD` reaches every command that prints a result (the rest run a
+    process, print a fixed format or write a file)."""
+    import click
+
+    exempt = {
+        "dev",
+        "serve",
+        "worker run",
+        "metrics",
+        "history export",
+        "history export-batch",
+        "replay",
+        "workflow result",
+    }
+    missing = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        options = [p for p in command.params if p.name == "output"]
+        name = " ".join(path)
+        if name not in exempt and not (options and options[0].callback is not None):
+            missing.append(name)
+
+    walk(main, [])
+    assert missing == []
+
+
+def test_migrate_status_and_run_follow_the_global_output(db: str) -> None:
+    status = run("--output", "json", "migrate", "status", "--database-url", db)
+    assert status.exit_code == 0 and "migrations" in json.loads(status.stdout)
+    ran = run("--output", "json", "migrate", "run", "--dry-run", "--database-url", db)
+    assert ran.exit_code == 0 and json.loads(ran.stdout)["applied"] == [], ran.stdout
