@@ -426,6 +426,9 @@ def test_a_request_that_gets_no_answer_times_out() -> None:
         assert took < 5
         via_env = run("dlq", "list", env={"HARVEST_URL": url, "HARVEST_HTTP_TIMEOUT_SECS": "1"})
         assert via_env.exit_code == 1 and "request timed out" in via_env.stderr
+        # events tail: the timeout bounds the answer's headers
+        tail = run("--base-url", url, "--http-timeout-secs", "1", "events", "tail")
+        assert tail.exit_code == 1 and "request timed out: GET /stream" in tail.stderr, tail.stderr
     bad = run("dlq", "list", env={"HARVEST_URL": url, "HARVEST_HTTP_TIMEOUT_SECS": "0"})
     assert bad.exit_code == 2 and "1..3600" in bad.stderr
 
