@@ -744,3 +744,34 @@ def test_migrate_status_and_run_follow_the_global_output(db: str) -> None:
     assert status.exit_code == 0 and "migrations" in json.loads(status.stdout)
     ran = run("--output", "json", "migrate", "run", "--dry-run", "--database-url", db)
     assert ran.exit_code == 0 and json.loads(ran.stdout)["applied"] == [], ran.stdout
+
+
+def test_events_tail_fails_on_a_silent_stream_after_the_idle_limit(monkeypatch) -> None:
+    """Headers within --http-timeout-secs, then the idle limit (60 s in use; 2 s here) applies."""
+    import threading
+
+    monkeypatch.setattr(cli_http, "STREAM_IDLE_SECS", 2.0)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    held: list[socket.socket] = []
+
+    def answer_headers_only() -> None:
+        peer, _ = listener.accept()
+        peer.recv(65536)
+        peer.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        held.append(peer)  # then nothing, not even a keepalive
+
+    thread = threading.Thread(target=answer_headers_only, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    began = time.monotonic()
+    tail = run("--base-url", url, "--http-timeout-secs", "1", "events", "tail")
+    took = time.monotonic() - began
+    for peer in held:
+        peer.close()
+    listener.close()
+    assert tail.exit_code == 1 and "the event stream sent nothing for 2s" in tail.stderr, tail.stderr
+    assert 1.8 < took < 5
