@@ -83,7 +83,8 @@ def tail(
 ) -> None:
     """Print events as they are written (Ctrl-C stops), one line each: global id, time,
     workflow name/id, event id and type, data. With --output json, one JSON object a line."""
-    from harvest.cli.http import http_session, selected
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
 
     settings = selected(database_url)
     try:

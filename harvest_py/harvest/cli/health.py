@@ -23,7 +23,8 @@ from harvest.cli.output import emit, mapping, output_option
 @output_option
 def health(probe: str, output: str) -> None:
     """Ask the management API whether it is ready (--base-url or HARVEST_URL). Exit 0: ready."""
-    from harvest.cli.http import http_session, selected
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
 
     settings = selected()
     if settings is None:

@@ -125,8 +125,7 @@ def main(
 
     Operator commands speak SQL (a DSN: HARVEST_DATABASE_URL, --database-url) or HTTP to the
     management API (--base-url or HARVEST_URL, with --token or HARVEST_TOKEN)."""
-    from harvest.cli.http import HTTP_KEY, RootOptions
-    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY
+    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, HTTP_KEY, RootOptions
 
     # A subcommand's own --config wins over this one: one file is read per invocation.
     ctx.meta[CONFIG_PATH_KEY] = ctx.meta.get(_OWN_CONFIG_PATH_KEY) or config_path
@@ -151,8 +150,7 @@ def _reads_config_first(command: click.Command) -> None:
 
     @functools.wraps(callback)
     def run(*args, **kwargs):
-        from harvest.cli.http import refuse_dsn_only
-        from harvest.cli.output import cli_config
+        from harvest.cli.output import cli_config, refuse_dsn_only
 
         refuse_dsn_only()  # --base-url given to a command that has no route
         if kwargs.get("config_path") is None:  # a command's own --config: it reads that file

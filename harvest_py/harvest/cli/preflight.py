@@ -31,7 +31,8 @@ from harvest.core.errors import HarvestError, InvalidArgument
 @output_option
 def preflight(app_target: str | None, database_url: str | None, output: str) -> None:
     """Read-only deploy gate. Exit 0 = pass, 2 = warn, 1 = fail."""
-    from harvest.cli.http import http_session, selected
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
 
     settings = selected(database_url)
     if settings is not None:

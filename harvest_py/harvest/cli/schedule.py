@@ -79,7 +79,8 @@ def _schedule_api(
 ) -> Iterator[SqlApi]:
     """The SQL API on the database that holds schedule ``name``: the one database, or its home
     shard (``shard`` to name another). Over HTTP: the schedule routes (the server finds its home)."""
-    from harvest.cli.http import HttpApi, http_session, selected
+    from harvest.cli.http import HttpApi, http_session
+    from harvest.cli.output import selected
 
     settings = selected(database_url)
     if settings is not None:

@@ -100,7 +100,8 @@ def health(
     """One row per configured shard: roles, reachability, schema, live workers, queue coverage,
     pressure, stranded work and reason codes. Exit 0 = every writable shard and the candidate
     ready, 2 = degraded, 1 = unavailable."""
-    from harvest.cli.http import http_session, selected
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
     from harvest.shard.health import shard_health
 
     settings = selected(database_url)

@@ -20,8 +20,8 @@ from typing import Any
 import click
 
 from harvest.cli.http import HttpApi, HttpClient, HttpReads, HttpSettings, PerShard, http_session
-from harvest.cli.http import selected as http_selected
 from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
+from harvest.cli.output import selected as http_selected
 from harvest.client.routing import resident
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
