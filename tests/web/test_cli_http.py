@@ -775,3 +775,20 @@ def test_events_tail_fails_on_a_silent_stream_after_the_idle_limit(monkeypatch) 
     listener.close()
     assert tail.exit_code == 1 and "the event stream sent nothing for 2s" in tail.stderr, tail.stderr
     assert 1.8 < took < 5
+
+
+def test_preflight_over_http_runs_the_servers_checks(db: str, served) -> None:
+    """The same checks as over SQL, run by the server, plus admin_auth_boundary (a dev API serves
+    everyone as admin: warn, exit 2); the table is the command's own."""
+    served()
+    sql = run("preflight", "-o", "json", "--database-url", db)
+    web = run("--base-url", BASE, "preflight", "-o", "json")
+    local = {c["name"]: c["status"] for c in json.loads(sql.stdout)["checks"]}
+    remote = {c["name"]: c["status"] for c in json.loads(web.stdout)["checks"]}
+    assert remote.pop("admin_auth_boundary") == "warn"
+    assert remote == local
+    assert web.exit_code == 2 and json.loads(web.stdout)["overall_status"] == "warn"
+    table = run("--base-url", BASE, "preflight")
+    assert table.stdout.startswith("overall_status: warn") and "admin_auth_boundary" in table.stdout
+    refused = run("--base-url", BASE, "preflight", "--app", "x:y")
+    assert refused.exit_code == 2 and "--app is not sent over HTTP" in refused.stderr
