@@ -124,7 +124,10 @@ def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = 
     curl = (
         curl_line(base) if demo or not app.workflows else curl_line(base, min(app.workflows), '{"input": []}')
     )
-    click.echo(f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n")
+    click.echo(
+        f"Management API: {base}  (OpenAPI: {base}/openapi.json)\n  {curl}\n"
+        f"  HARVEST_URL={base} harvest workflow list    (the CLI over HTTP)\n"
+    )
     server = uvicorn.Server(
         uvicorn.Config(
             served_app(api), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import click
 
@@ -43,6 +44,14 @@ def _line(event: dict, output: str) -> str:
     )
 
 
+def _show(event: dict[str, Any], workflow: str | None, output: str) -> int:
+    """Print ``event`` unless --workflow names another run: 1 when printed, else 0."""
+    if workflow is not None and str(event["execution_id"]) != workflow:
+        return 0
+    click.echo(_line(event, output))
+    return 1
+
+
 async def _tail(dsn: str, workflow: str | None, after: int | None, limit: int | None, output: str) -> None:
     source = EventSource(dsn)
     await source.open()
@@ -51,10 +60,7 @@ async def _tail(dsn: str, workflow: str | None, after: int | None, limit: int | 
         start = after if after is not None else await source.start_position()
         async for batch in source.follow(start):
             for event in batch:
-                if workflow is not None and str(event["execution_id"]) != workflow:
-                    continue
-                click.echo(_line(event, output))
-                printed += 1
+                printed += _show(event, workflow, output)
                 if limit is not None and printed >= limit:
                     return
     finally:
@@ -77,7 +83,19 @@ def tail(
 ) -> None:
     """Print events as they are written (Ctrl-C stops), one line each: global id, time,
     workflow name/id, event id and type, data. With --output json, one JSON object a line."""
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
+
+    settings = selected(database_url)
     try:
-        asyncio.run(_tail(cli_dsn(database_url), workflow, after, limit, output))
+        if settings is None:
+            asyncio.run(_tail(cli_dsn(database_url), workflow, after, limit, output))
+            return
+        with http_session(settings) as http:  # GET /stream (docs/event-streams.md)
+            printed = 0
+            for event in http.stream_events(after):
+                printed += _show(event, workflow, output)
+                if limit is not None and printed >= limit:
+                    return
     except KeyboardInterrupt:
         pass

@@ -94,14 +94,43 @@ class HarvestGroup(click.Group):
     default=None,
     help="table or json for every command that prints one (a command's own --output wins).",
 )
+@click.option(
+    "--base-url",
+    default=None,
+    help="Speak to the management API at this URL instead of the database (default: HARVEST_URL; "
+    "a command with no route needs a DSN). See docs/operations.md.",
+)
+@click.option(
+    "--token",
+    default=None,
+    help="The API token sent as a bearer token over HTTP. Prefer HARVEST_TOKEN: a command line is "
+    "visible to ps.",
+)
+@click.option(
+    "--http-timeout-secs",
+    default=None,
+    type=click.FloatRange(1, 3600),
+    help="Seconds an HTTP request may take (default: HARVEST_HTTP_TIMEOUT_SECS, else 30).",
+)
 @click.pass_context
-def main(ctx: click.Context, config_path: str | None, output: str | None) -> None:
-    """Harvest: durable workflows on Postgres."""
-    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY
+def main(
+    ctx: click.Context,
+    config_path: str | None,
+    output: str | None,
+    base_url: str | None,
+    token: str | None,
+    http_timeout_secs: float | None,
+) -> None:
+    """Harvest: durable workflows on Postgres.
+
+    Operator commands speak SQL (a DSN: HARVEST_DATABASE_URL, --database-url) or HTTP to the
+    management API (--base-url or HARVEST_URL, with --token or HARVEST_TOKEN)."""
+    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, HTTP_KEY, RootOptions
 
     # A subcommand's own --config wins over this one: one file is read per invocation.
     ctx.meta[CONFIG_PATH_KEY] = ctx.meta.get(_OWN_CONFIG_PATH_KEY) or config_path
     ctx.meta[GLOBAL_OUTPUT_KEY] = output
+    ctx.meta[HTTP_KEY] = RootOptions(base_url, token, http_timeout_secs)
     # The configuration is not read here: this callback runs before the subcommand's own
     # arguments are parsed, so `harvest worker --help` would need a valid ./harvest.toml.
     # Each command reads it as it starts (_reads_config_first).
@@ -121,8 +150,9 @@ def _reads_config_first(command: click.Command) -> None:
 
     @functools.wraps(callback)
     def run(*args, **kwargs):
-        from harvest.cli.output import cli_config
+        from harvest.cli.output import cli_config, refuse_dsn_only
 
+        refuse_dsn_only()  # --base-url given to a command that has no route
         if kwargs.get("config_path") is None:  # a command's own --config: it reads that file
             cli_config()
         return callback(*args, **kwargs)
@@ -142,6 +172,7 @@ def _register() -> None:
         dlq,
         events,
         export_batch,
+        health,
         metrics,
         migrate,
         owner_mode,
@@ -172,6 +203,7 @@ def _register() -> None:
     main.add_command(dag.dag)
     main.add_command(retention.retention)
     main.add_command(preflight.preflight)
+    main.add_command(health.health)
     main.add_command(replay.replay)
     main.add_command(replay.version_usage)
     main.add_command(concurrency.concurrency)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from harvest.cli.output import cli_dsn, scrub
+from harvest.cli.output import cli_dsn, output_option, scrub, to_json
 from harvest.core.errors import HarvestError
 from harvest.db.connection import describe_dsn
 from harvest.db.migrate import Migrator
@@ -53,7 +53,7 @@ def migrate() -> None:
     is_flag=True,
     help="Exit 1 while anything is pending, or when the database is ahead of this Harvest.",
 )
-@click.option("--output", type=click.Choice(["table", "json"]), default="table")
+@output_option
 def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool, output: str) -> None:
     """Show which migrations are applied and which are pending."""
     migrator = Migrator(cli_dsn(database_url), include_dirs)
@@ -127,18 +127,35 @@ def status(database_url: str | None, include_dirs: tuple[Path, ...], check: bool
     "another shard's executions).",
 )
 @click.option("--operator-id", default=None, help="Who sets the shard id, for the audit log.")
+@output_option
 def run(
     database_url: str | None,
     include_dirs: tuple[Path, ...],
     dry_run: bool,
     shard_id: int | None,
     operator_id: str | None,
+    output: str,
 ) -> None:
     """Apply every pending migration in version order, then changed function files; with
     --shard-id N, then make the database shard N."""
     dsn = cli_dsn(database_url)
     migrator = Migrator(dsn, include_dirs, progress=lambda msg: click.echo(msg, err=True))
     report = migrator.run(dry_run=dry_run, shard_id=shard_id, operator_id=operator_id)
+    if output == "json":  # the same facts as the lines below, for scripts
+        click.echo(
+            to_json(
+                {
+                    "database": describe_dsn(dsn),
+                    "dry_run": dry_run,
+                    "applied": [m.label for m in report.applied],
+                    "applied_non_transactional": [m.label for m in report.applied_non_transactional],
+                    "functions_applied": list(report.functions_applied),
+                    "functions_retired": list(report.functions_retired),
+                    "shard": report.shard,
+                }
+            )
+        )
+        return
     if dry_run:
         click.echo(f"plan for {describe_dsn(dsn)} (dry run, nothing changed):")
         for m in report.applied:

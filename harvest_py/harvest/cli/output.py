@@ -6,13 +6,27 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
+import re
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import click
 
+from harvest.cli.http import (
+    DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT_SECS,
+    HTTP_KEY,
+    TIMEOUT_ENV,
+    TOKEN_ENV,
+    URL_ENV,
+    HttpSettings,
+)
 from harvest.config import Config, database_url, load_config
+from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
 
@@ -49,6 +63,19 @@ def scrub(text: str) -> str:
         dsns.append(cli_config().get("database_url"))
     for dsn in dsns:
         text = redact(text, dsn)
+    # The API token (--token, HARVEST_TOKEN) never shows either.
+    tokens = [os.environ.get("HARVEST_TOKEN")]
+    for i, arg in enumerate(argv):
+        if arg == "--token" and i + 1 < len(argv):
+            tokens.append(argv[i + 1])
+        elif arg.startswith("--token="):
+            tokens.append(arg.split("=", 1)[1])
+    ctx = click.get_current_context(silent=True)
+    options = ctx.meta.get("harvest.http") if ctx is not None else None
+    tokens.append(getattr(options, "token", None))
+    for token in tokens:
+        if token and len(token) >= 4:
+            text = text.replace(token, "***")
     return redact(text)
 
 
@@ -127,7 +154,15 @@ def cli_dsn(explicit: str | None) -> str:
 
 @contextlib.contextmanager
 def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
-    """A SqlApi on one autocommit connection; read-only commands cannot write by accident."""
+    """A SqlApi on one autocommit connection; read-only commands cannot write by accident.
+    Over HTTP (harvest/cli/http.py): the same calls as requests to the management API."""
+    from harvest.cli.http import HttpApi, http_session
+
+    settings = selected(database_url)
+    if settings is not None:
+        with http_session(settings) as http:
+            yield HttpApi(http)  # type: ignore[misc]
+        return
     conn = connect(cli_dsn(database_url), autocommit=True)
     try:
         if read_only:
@@ -138,20 +173,43 @@ def sql_api(database_url: str | None, *, read_only: bool) -> Iterator[SqlApi]:
         conn.close()
 
 
+def json_default(value: Any) -> Any:
+    """JSON of the values rows carry, as the management API writes them (harvest/web/errors.py
+    json_default), so a command prints the same bytes over SQL and over HTTP: times in ISO
+    8601, decimals as numbers, intervals in seconds."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+# An ISO 8601 time as json_default writes it (a row's time read back from the API's JSON).
+_ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})")
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.isoformat(timespec="seconds")
+    if isinstance(value, str) and _ISO_TIME.fullmatch(value):
+        return value[:19] + value[value.index("T") + 9 :].lstrip("0123456789.")  # to the second
     if isinstance(value, list | tuple):
         return ",".join(_cell(v) for v in value) if value else "-"
     if isinstance(value, dict):
-        return json.dumps(value, default=str, separators=(",", ":"))
+        return json.dumps(value, default=json_default, separators=(",", ":"))
     return str(value)
 
 
 def to_json(data: Any) -> str:
-    return json.dumps(data, default=str)
+    return json.dumps(data, default=json_default)
 
 
 def table(
@@ -195,3 +253,174 @@ def progress(total: int, label: str, enabled: bool = True) -> Iterator[Any]:
         length=max(total, 1), label=label, file=click.get_text_stream("stderr"), show_pos=True
     ) as bar:
         yield bar
+
+
+# -- the transport of a command: SQL (a DSN) or HTTP (the management API, harvest/cli/http.py) --
+# Which one a command uses: docs/operations.md, "The CLI's two transports" (and http.py's docstring).
+
+# The commands that have a route (`harvest <path>`): HARVEST_URL selects HTTP for these only.
+HTTP_COMMANDS = frozenset(
+    {
+        "health",
+        "preflight",
+        "workflow list",
+        "workflow count",
+        "workflow get",
+        "workflow start",
+        "workflow result",
+        "workflow history",
+        "workflow stack",
+        "workflow children",
+        "workflow signal",
+        "workflow query",
+        "workflow update",
+        "workflow cancel",
+        "workflow terminate",
+        "workflow pause",
+        "workflow resume",
+        "workflow reset",
+        "workflow legal-hold set",
+        "workflow legal-hold release",
+        "dlq list",
+        "dlq get",
+        "dlq count",
+        "dlq aggregate",
+        "dlq replay",
+        "dlq discard",
+        "dlq bulk-replay",
+        "dlq bulk-discard",
+        "dag list",
+        "dag trigger",
+        "dag pause",
+        "dag unpause",
+        "dag runs",
+        "dag get",
+        "dag retry",
+        "worker list",
+        "worker get",
+        "worker health",
+        "worker drain",
+        "worker drain-preview",
+        "concurrency status",
+        "events tail",
+        "throttle get",
+        "throttle override",
+        "throttle clear-override",
+        "workflow erase-payloads",
+        "version-usage",
+        "queue coverage",
+        "shard health",
+        "schedule list",
+        "schedule get",
+        "schedule create-workflow",
+        "schedule update",
+        "schedule delete",
+        "schedule pause",
+        "schedule resume",
+        "schedule trigger",
+        "schedule backfill",
+        "retention status",
+        "retention set",
+        "retention run-now",
+        "audit list",
+        "usage",
+        "token list",
+        "token create",
+        "token revoke",
+        "activity complete",
+        "activity fail",
+        "activity heartbeat",
+    }
+)
+
+
+# Commands that read no database at all (an App, a file): --base-url changes nothing for them.
+NO_DATABASE_COMMANDS = frozenset({"workflow handlers", "replay"})
+
+
+@dataclass(frozen=True)
+class RootOptions:
+    """The root group's transport options as given (None: not given on the command line)."""
+
+    base_url: str | None
+    token: str | None
+    timeout: float | None
+
+
+def command_name(ctx: click.Context) -> str:
+    """``workflow list`` for ``harvest workflow list`` (the path below the root)."""
+    parts = []
+    while ctx.parent is not None:
+        parts.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(parts))
+
+
+def _timeout(options: RootOptions) -> float:
+    if options.timeout is not None:
+        return options.timeout
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_TIMEOUT_SECS
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidArgument(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds (1..3600)") from None
+    if not 1 <= value <= 3600:
+        raise InvalidArgument(f"{TIMEOUT_ENV}={raw!r} is out of range 1..3600")
+    return value
+
+
+def selected(database_url: str | None = None) -> HttpSettings | None:
+    """The HTTP settings when this command speaks HTTP, else None (the module docstring's order)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    options: RootOptions | None = ctx.meta.get(HTTP_KEY)
+    if options is None:
+        return None
+    name = command_name(ctx)
+    routed = name in HTTP_COMMANDS
+    if options.base_url:
+        if database_url:
+            raise InvalidArgument("give --base-url (HTTP) or --database-url (SQL), not both")
+        if not routed:
+            raise ConfigError(
+                f"`harvest {name}` has no HTTP route: it needs a database DSN "
+                "(HARVEST_DATABASE_URL or --database-url), not --base-url"
+            )
+        return HttpSettings(options.base_url, _token(options), _timeout(options))
+    if database_url or not routed:
+        return None
+    env_url = os.environ.get(URL_ENV)
+    if env_url:
+        return HttpSettings(env_url, _token(options), _timeout(options))
+    from harvest.config.config import DSN_ENV
+
+    if os.environ.get(DSN_ENV) or cli_config().get("database_url") or _shards(cli_config()):
+        return None
+    return HttpSettings(DEFAULT_BASE_URL, _token(options), _timeout(options), implicit=True)
+
+
+def _shards(config: Any) -> bool:
+    from harvest.config import shards_configured
+
+    return bool(shards_configured(config))
+
+
+def _token(options: RootOptions) -> str | None:
+    return options.token or os.environ.get(TOKEN_ENV) or None
+
+
+def refuse_dsn_only() -> None:
+    """``--base-url`` given to a command that has no route (``migrate``, ``worker run``, ...):
+    say it needs a DSN before it runs (HARVEST_URL alone leaves such a command on its DSN)."""
+    ctx = click.get_current_context(silent=True)
+    options: RootOptions | None = ctx.meta.get(HTTP_KEY) if ctx is not None else None
+    if options is not None and options.base_url:
+        name = command_name(ctx)  # type: ignore[arg-type]
+        if name not in HTTP_COMMANDS and name not in NO_DATABASE_COMMANDS:
+            raise ConfigError(
+                f"`harvest {name}` has no HTTP route: it needs a database DSN "
+                "(HARVEST_DATABASE_URL or --database-url), not --base-url"
+            )

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
 from harvest.cli.output import cli_dsn, database_url_option, output_option, table, to_json
 from harvest.config.preflight import EXIT, Check, overall, run_checks, run_shard_checks
-from harvest.core.errors import HarvestError
+from harvest.core.errors import HarvestError, InvalidArgument
 
 
 @click.command()
@@ -30,31 +31,26 @@ from harvest.core.errors import HarvestError
 @output_option
 def preflight(app_target: str | None, database_url: str | None, output: str) -> None:
     """Read-only deploy gate. Exit 0 = pass, 2 = warn, 1 = fail."""
-    from harvest.cli.output import cli_config
-    from harvest.cli.shard import shard_targets
-    from harvest.shard.router import ShardRouter
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
 
-    config = cli_config()
-    app, app_error = None, None
-    if app_target:
-        from harvest.cli.worker import load_app
-
-        try:
-            app = load_app(app_target)
-        except HarvestError as exc:
-            app_error = Check("app", "fail", str(exc), scope=app_target)
-    if config.get("shards.urls") or ShardRouter.from_config(config) != ShardRouter.single(0):
-        checks = run_shard_checks(*shard_targets(database_url), app, app_error)
-    else:
-        checks = run_checks(cli_dsn(database_url), app, app_error)
-    result = overall(checks)
-    observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-    if output == "json":
-        click.echo(
-            to_json(
-                {"overall_status": result, "observed_at": observed, "checks": [c.to_json() for c in checks]}
+    settings = selected(database_url)
+    if settings is not None:
+        # The server runs the same checks on its own database(s) and App, and adds whether the
+        # API has an auth boundary (admin_auth_boundary).
+        if app_target:
+            raise InvalidArgument(
+                "--app is not sent over HTTP: the server checks the App it serves "
+                "(harvest serve --app); give a DSN to check a local App"
             )
-        )
+        with http_session(settings) as http:
+            report = http.request("GET", "/admin/preflight", scope="admin")[1]
+    else:
+        report = _local_report(app_target, database_url)
+    result, observed = report["overall_status"], report["observed_at"]
+    checks = [Check(**c) for c in report["checks"]]
+    if output == "json":
+        click.echo(to_json(report))
     else:
         click.echo(f"overall_status: {result}\nobserved_at: {observed}\n")
         click.echo(
@@ -80,3 +76,30 @@ def preflight(app_target: str | None, database_url: str | None, output: str) -> 
                 if c.remediation:
                     click.echo(f"  remediation: {c.remediation}")
     sys.exit(EXIT[result])
+
+
+def _local_report(app_target: str | None, database_url: str | None) -> dict[str, Any]:
+    """The checks run here, over the DSN (or [shards]), as the route's JSON."""
+    from harvest.cli.output import cli_config
+    from harvest.cli.shard import shard_targets
+    from harvest.shard.router import ShardRouter
+
+    config = cli_config()
+    app, app_error = None, None
+    if app_target:
+        from harvest.cli.worker import load_app
+
+        try:
+            app = load_app(app_target)
+        except HarvestError as exc:
+            app_error = Check("app", "fail", str(exc), scope=app_target)
+    if config.get("shards.urls") or ShardRouter.from_config(config) != ShardRouter.single(0):
+        checks = run_shard_checks(*shard_targets(database_url), app, app_error)
+    else:
+        checks = run_checks(cli_dsn(database_url), app, app_error)
+    observed = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {
+        "overall_status": overall(checks),
+        "observed_at": observed,
+        "checks": [c.to_json() for c in checks],
+    }

@@ -13,24 +13,9 @@ from harvest.cli.output import cli_config, output_option
 from harvest.cli.shards import each_shard, shard_api
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument
-from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
+from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE, sum_versions
 
 NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
-
-
-def _summed_versions(results: dict) -> list[dict]:
-    """Each (version, state_group) summed over the shards; the sample ids of every shard."""
-    rows: dict[tuple, dict] = {}
-    for found in results.values():
-        for row in found:
-            into = rows.setdefault(
-                (row["version"], row["state_group"]), {**row, "executions": 0, "sample_execution_ids": []}
-            )
-            into["executions"] += row["executions"]
-            into["sample_execution_ids"] = into["sample_execution_ids"] + list(
-                row["sample_execution_ids"] or []
-            )
-    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], str(k[1])))]
 
 
 def _check_history(history: object, path: Path) -> None:
@@ -165,7 +150,7 @@ def version_usage(
             rows, unavailable, status = count(api), [], COMPLETE
     elif shards_configured(cli_config()):
         fan = each_shard(database_url, count, none_is_error=False)
-        rows, unavailable, status = _summed_versions(fan.results), fan.unavailable_shards, fan.status
+        rows, unavailable, status = sum_versions(fan.results), fan.unavailable_shards, fan.status
     else:
         with shard_api(database_url, None, read_only=True) as api:
             rows, unavailable, status = count(api), [], COMPLETE

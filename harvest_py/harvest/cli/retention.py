@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from harvest.cli.output import (
@@ -111,26 +113,12 @@ def set_(max_age, batch_size, worker_max_age, operator, database_url, output) ->
 def run_now(max_age, batch_size, max_batches, operator, database_url, output) -> None:
     """Delete expired terminal executions now, batch by batch, until none remain (and the
     stopped or stale worker rows the worker rule lets go)."""
-    deleted = 0
-    batches = 0
     with sql_api(database_url, read_only=False) as sql:
-        workers_deleted = sql.prune_workers(operator=operator)["deleted"]
-        eligible = sql.get_retention_status().get("eligible") or 0
-        with progress(eligible, "deleting executions", enabled=output != "json" and eligible > 0) as bar:
-            while batches < max_batches:
-                result = sql.run_retention(max_age, batch_size, operator)
-                batches += 1
-                deleted += result["deleted"]
-                bar.update(result["deleted"])
-                if result["deleted"] == 0 or result["remaining"] == 0:
-                    break
-    data = {
-        "deleted": deleted,
-        "batches": batches,
-        "remaining": result["remaining"],
-        "cutoff": result["cutoff"],
-        "workers_deleted": workers_deleted,
-    }
+        sweep = getattr(sql, "sweep_retention", None)
+        if sweep is not None:  # over HTTP the server sweeps (503 where its janitor does not run)
+            data = sweep(max_age, batch_size, max_batches, operator)
+        else:
+            data = _sweep(sql, max_age, batch_size, max_batches, operator, output)
     emit(
         data,
         output,
@@ -140,3 +128,28 @@ def run_now(max_age, batch_size, max_batches, operator, database_url, output) ->
             f"deleted {d['workers_deleted']} worker row(s)"
         ),
     )
+
+
+def _sweep(
+    sql: Any, max_age: Any, batch_size: Any, max_batches: int, operator: Any, output: str
+) -> dict[str, Any]:
+    """The janitor's batches on this database, with a progress bar."""
+    deleted = 0
+    batches = 0
+    workers_deleted = sql.prune_workers(operator=operator)["deleted"]
+    eligible = sql.get_retention_status().get("eligible") or 0
+    with progress(eligible, "deleting executions", enabled=output != "json" and eligible > 0) as bar:
+        while batches < max_batches:
+            result = sql.run_retention(max_age, batch_size, operator)
+            batches += 1
+            deleted += result["deleted"]
+            bar.update(result["deleted"])
+            if result["deleted"] == 0 or result["remaining"] == 0:
+                break
+    return {
+        "deleted": deleted,
+        "batches": batches,
+        "remaining": result["remaining"],
+        "cutoff": result["cutoff"],
+        "workers_deleted": workers_deleted,
+    }

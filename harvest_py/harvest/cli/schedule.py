@@ -78,7 +78,15 @@ def _schedule_api(
     database_url: str | None, name: str, shard: int | None, *, read_only: bool
 ) -> Iterator[SqlApi]:
     """The SQL API on the database that holds schedule ``name``: the one database, or its home
-    shard (``shard`` to name another)."""
+    shard (``shard`` to name another). Over HTTP: the schedule routes (the server finds its home)."""
+    from harvest.cli.http import HttpApi, http_session
+    from harvest.cli.output import selected
+
+    settings = selected(database_url)
+    if settings is not None:
+        with http_session(settings) as http:
+            yield HttpApi(http, shard)  # type: ignore[misc]
+        return
     config = cli_config()
     if not shards_configured(config):
         with _sql_api(database_url, read_only=read_only) as sql:

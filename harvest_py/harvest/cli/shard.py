@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import cli_config, cli_dsn, database_url_option, emit, output_option, table
-from harvest.core.errors import ConfigError
+from harvest.core.errors import ConfigError, InvalidArgument
 
 EXIT = {"ready": 0, "degraded": 2, "unavailable": 1}
 
@@ -100,8 +100,21 @@ def health(
     """One row per configured shard: roles, reachability, schema, live workers, queue coverage,
     pressure, stranded work and reason codes. Exit 0 = every writable shard and the candidate
     ready, 2 = degraded, 1 = unavailable."""
+    from harvest.cli.http import http_session
+    from harvest.cli.output import selected
     from harvest.shard.health import shard_health
 
+    settings = selected(database_url)
+    if settings is not None:  # the server's shards, as it sees them
+        if app_target:
+            raise InvalidArgument(
+                "--app is not sent over HTTP: the server checks each shard's registered queues"
+            )
+        with http_session(settings) as http:
+            params = {"candidate_shard": candidate_shard}
+            data = http.request("GET", "/admin/shards/health", params=params, scope="admin")[1]
+        emit(data, output, _render)
+        sys.exit(EXIT[data["readiness"]])
     queues = None
     if app_target:
         from harvest.cli.worker import load_app

@@ -19,7 +19,9 @@ from typing import Any
 
 import click
 
+from harvest.cli.http import HttpApi, HttpClient, HttpReads, HttpSettings, PerShard, http_session
 from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
+from harvest.cli.output import selected as http_selected
 from harvest.client.routing import resident
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
@@ -99,6 +101,13 @@ def each_shard(
     """``read(api)`` on every shard (one database: on it alone, its errors as before), each
     shard bounded by ``shards.cli_timeout``. No shard answering is DatabaseUnavailable (unless
     ``none_is_error`` is False); the caller decides what a partial answer means for it."""
+    settings = http_selected(database_url)
+    if settings is not None:
+        with _http_api(settings, None) as api:
+            value = read(api)
+        if isinstance(value, PerShard):  # the route answered for every shard of the server
+            return FanOut.of(value.results, value.unavailable)
+        return FanOut.of({0: value}, ())
     config = cli_config()
     opened = shard_apis if read_only else shard_writers
     with opened(config, database_url) as apis:
@@ -118,6 +127,12 @@ def _require_some(status: str, unavailable: list[int]) -> None:
         )
 
 
+@contextlib.contextmanager
+def _http_api(settings: HttpSettings, shard: int | None) -> Iterator[Any]:
+    with http_session(settings) as http:
+        yield HttpApi(http, shard)
+
+
 def _check_identity(sql: SqlApi, shard: int) -> None:
     found = sql.get_shard_id()
     if found != shard:
@@ -133,7 +148,13 @@ def _check_identity(sql: SqlApi, shard: int) -> None:
 def shard_api(database_url: str | None, shard: int | None, *, read_only: bool) -> Iterator[SqlApi]:
     """The SQL API on one shard's database: ``shard`` (None: the default shard), for what is
     addressed by a number that is only unique per shard (a dead letter's id). One database
-    (no ``[shards]``): that database, which must be ``shard`` when one is given."""
+    (no ``[shards]``): that database, which must be ``shard`` when one is given. Over HTTP: the
+    routes, with ``shard_id`` sent."""
+    settings = http_selected(database_url)
+    if settings is not None:
+        with _http_api(settings, shard) as api:
+            yield api
+        return
     config = cli_config()
     if not shards_configured(config):
         with sql_api(database_url, read_only=read_only) as sql:
@@ -178,6 +199,10 @@ def routed_read(
 def _routed(
     database_url: str | None, execution_id: str, fn: Callable[[SqlApi, bool], Any], read_only: bool
 ) -> Any:
+    settings = http_selected(database_url)
+    if settings is not None:  # the server routes it (and follows a moved run)
+        with _http_api(settings, None) as api:
+            return fn(api, False)
     config = cli_config()
     if not shards_configured(config):
         with sql_api(database_url, read_only=read_only) as sql:
@@ -208,6 +233,11 @@ def cli_client(database_url: str | None) -> Iterator[Any]:
     :func:`cli_pools` with ``[shards]`` (placement, and every call routed by its id)."""
     from harvest.client import Client
 
+    settings = http_selected(database_url)
+    if settings is not None:
+        with http_session(settings) as http:
+            yield HttpClient(http)
+        return
     config = cli_config()
     if not shards_configured(config):
         with Client(cli_dsn(database_url)) as client:
@@ -219,7 +249,14 @@ def cli_client(database_url: str | None) -> Iterator[Any]:
 
 def read_shards(database_url: str | None, read: Callable[[ShardReads], Merged[Any]]) -> Merged[Any]:
     """``read`` over every shard. No shard answering is an error (exit code of
-    DatabaseUnavailable); some answering is a partial answer, printed with a warning."""
+    DatabaseUnavailable); some answering is a partial answer, printed with a warning. Over
+    HTTP the server fans out: the route's answer is the same Merged."""
+    settings = http_selected(database_url)
+    if settings is not None:
+        with http_session(settings) as http:
+            merged = read(HttpReads(http))  # type: ignore[arg-type]
+        _require_some(merged.status, merged.unavailable_shards)
+        return merged
     config = cli_config()
     with shard_apis(config, database_url) as apis:
         merged = read(ShardReads(apis, timeout=cli_timeout(config) if shards_configured(config) else None))

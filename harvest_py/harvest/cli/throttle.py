@@ -9,6 +9,7 @@ throttle declared with a key has no single bucket: HR007, exit code of PolicyCon
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -27,9 +28,19 @@ COLUMNS = [
 ]
 
 
-def _on_every_shard(database_url: str | None, call: Any, *, read_only: bool, output: str, what: str) -> None:
+def _on_every_shard(
+    database_url: str | None,
+    call: Any,
+    *,
+    read_only: bool,
+    output: str,
+    what: str,
+    shape: Callable[[Any], dict[str, Any] | None] = lambda row: row,
+) -> None:
+    """``call(api)`` on every shard (over HTTP the route answers per shard), each answer made a
+    row by ``shape``."""
     fan = each_shard(database_url, call, read_only=read_only, none_is_error=False)
-    rows = [{"shard_id": s, **(row or {})} for s, row in fan.results.items()]
+    rows = [{"shard_id": s, **(shape(row) or {})} for s, row in fan.results.items()]
     emit(
         {"shards": rows, "status": fan.status, "unavailable_shards": fan.unavailable_shards},
         output,
@@ -54,10 +65,11 @@ def get(workflow_name: str, database_url: str | None, output: str) -> None:
     """The declared rate and the live override (none once expired), per shard."""
     _on_every_shard(
         database_url,
-        lambda api: api.get_start_throttle(workflow_name) or {"workflow_name": workflow_name},
+        lambda api: api.get_start_throttle(workflow_name),
         read_only=True,
         output=output,
         what="were not read",
+        shape=lambda row: row or {"workflow_name": workflow_name},
     )
 
 
@@ -89,11 +101,9 @@ def clear_override(workflow_name, operator, database_url, output) -> None:
     """Drop the override now (admin; audited on each shard)."""
     _on_every_shard(
         database_url,
-        lambda api: {
-            "workflow_name": workflow_name,
-            "was_live": api.clear_start_throttle_override(workflow_name, operator),
-        },
+        lambda api: api.clear_start_throttle_override(workflow_name, operator),
         read_only=False,
         output=output,
         what="still have the override",
+        shape=lambda was_live: {"workflow_name": workflow_name, "was_live": was_live},
     )

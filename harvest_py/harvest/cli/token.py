@@ -52,8 +52,13 @@ def list_(include_revoked: bool, database_url: str | None, output: str) -> None:
 @token.command("revoke")
 @click.argument("name")
 @database_url_option
-def revoke(name: str, database_url: str | None) -> None:
+@output_option
+def revoke(name: str, database_url: str | None, output: str) -> None:
     """Revoke the live token NAME: the next request that presents it is refused (401)."""
     with sql_api(database_url, read_only=False) as sql:
         token_id = sql.revoke_api_token(name)
-    click.echo(f"revoked token {name!r} (id {token_id})")
+    emit(
+        {"name": name, "token_id": token_id, "revoked": True},
+        output,
+        lambda d: f"revoked token {name!r} (id {token_id})",
+    )

@@ -15,6 +15,7 @@ from harvest.cli.output import (
     AliasedOption,
     database_url_option,
     emit,
+    json_default,
     mapping,
     output_option,
     table,
@@ -47,7 +48,7 @@ def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
 
 
 def _echo(data: Any, output: str) -> None:
-    text = json.dumps(data, default=str, indent=None if output == "json" else 2)
+    text = json.dumps(data, default=json_default, indent=None if output == "json" else 2)
     click.echo(text)
 
 
@@ -214,7 +215,7 @@ def history(execution_id: str, full: bool, database_url: str | None, output: str
     """Show an execution's event history (payload values redacted unless --full)."""
     doc = _history_rows(execution_id, full, database_url)
     if output == "json":
-        click.echo(json.dumps(doc, default=str))
+        click.echo(json.dumps(doc, default=json_default))
         return
     rows = [dict(e, summary=_summary(e)) for e in doc["events"]]
     click.echo(table(rows, ["event_id", "event_type", "created_at", "summary"]))
@@ -805,7 +806,8 @@ def erase_payloads(execution_id: str, operator_id: str | None, database_url: str
             summary = erase_payloads_everywhere(pools, execution_id, operator_id)
     else:
         with sql_api(database_url, read_only=False) as sql:
-            summary = {**sql.erase_payloads(execution_id, operator_id), "prior_residences": []}
+            summary = sql.erase_payloads(execution_id, operator_id)
+            summary.setdefault("prior_residences", [])  # over HTTP the server names them
     emit(summary, output, lambda d: mapping(d, ERASE_KEYS))
 
 

@@ -1135,8 +1135,8 @@ class AsyncWorkflowHandle(_Handle):
         await self._on_current(sqlapi.terminate_workflow, reason)
 
     @_afinds_run
-    async def signal(self, name: str, payload_value: Any = None) -> None:
-        """See :meth:`WorkflowHandle.signal`."""
+    async def signal(self, name: str, payload_value: Any = None) -> Any:
+        """See :meth:`WorkflowHandle.signal`; returns the signal's event id."""
         policy = self.client.payloads
         encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
         if payload_policy.offload_plan(policy, [encoded]):
@@ -1152,7 +1152,7 @@ class AsyncWorkflowHandle(_Handle):
             execution_id=str(self.execution_id),
             attributes={"harvest.signal": name},
         ):
-            await self._on_current(sqlapi.signal_workflow, name, encoded)
+            return await self._on_current(sqlapi.signal_workflow, name, encoded)
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:

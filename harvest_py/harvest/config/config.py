@@ -55,6 +55,10 @@ NOT_CONFIG = frozenset(
         "HARVEST_TEST_DSN",
         "HARVEST_SQL_DIR",
         "HARVEST_CONFIG",
+        # the CLI's HTTP transport (harvest/cli/http.py): never a worker's concern
+        "HARVEST_URL",
+        "HARVEST_TOKEN",
+        "HARVEST_HTTP_TIMEOUT_SECS",
     }
 )
 

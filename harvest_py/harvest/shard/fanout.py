@@ -945,6 +945,22 @@ PLANS: dict[str, Callable[..., Plan]] = {
 }
 
 
+def sum_versions(results: Mapping[int, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """``count_versions`` rows of several shards: each (version, state_group) summed, with the
+    sample ids of every shard (`harvest version-usage`, over SQL and over HTTP)."""
+    rows: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for found in results.values():
+        for row in found:
+            into = rows.setdefault(
+                (row["version"], row["state_group"]), {**row, "executions": 0, "sample_execution_ids": []}
+            )
+            into["executions"] += row["executions"]
+            into["sample_execution_ids"] = into["sample_execution_ids"] + list(
+                row["sample_execution_ids"] or []
+            )
+    return [rows[k] for k in sorted(rows, key=lambda k: (k[0], str(k[1])))]
+
+
 class ShardReads:
     """The fan-out reads over a mapping of synchronous APIs: ``ShardReads(apis).list_workflows(...)``
     returns a :class:`Merged`. One method per entry of PLANS, with the plan's arguments;

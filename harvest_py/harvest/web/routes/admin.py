@@ -117,7 +117,9 @@ async def version_usage(call: Call, args: dict[str, Any], _: Any) -> Any:
 
     fan = await fan_out_async(
         call.providers(),
-        lambda sql: sql.count_versions(args["change_id"], args["recorded_version"], args["state_group"]),
+        lambda sql: sql.count_versions(
+            args["change_id"], args["recorded_version"], args["state_group"], args["workflow_name"]
+        ),
         shards=shards,
         timeout=call.state.shard_timeout if call.sharded else None,
     )
@@ -344,6 +346,7 @@ ENDPOINTS = [
             Param("recorded_version", "integer", minimum=-(2**31), maximum=2**31 - 1),
             Param("state_group", "enum", default="active", choices=("active", "terminal", "all")),
             Param("shard_id", "integer", minimum=0, maximum=65535),
+            Param("workflow_name", description="Only runs of this workflow."),
         ),
         tag="admin",
     ),
@@ -423,6 +426,76 @@ ENDPOINTS = [
         audit_log,
         "The audit log of operator actions, newest first.",
         (Param("limit", "integer", default=100, minimum=1, maximum=1000), Param("operation")),
+        tag="admin",
+    ),
+]
+
+
+# -- the retention settings, wherever the janitor runs (added for `harvest retention status|set`
+# over HTTP: /admin/retention answers for this process's janitor only) -----------------------
+
+
+def _off(value: str | None) -> str | None:
+    """An interval, or None for ``off`` (keep everything), as `harvest retention set` takes it."""
+    return None if value is None or value.strip().lower() in ("off", "none", "") else value
+
+
+async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """Each shard's retention settings, last run and eligible count (the database's, not this
+    process's janitor: /admin/retention says where that runs)."""
+    fan = await call.each_shard(lambda sql: sql.get_retention_status())
+    if not fan.results:
+        raise DatabaseUnavailable("no shard could be read; retry when one is up")
+    shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
+    return {"shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+
+
+async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
+    """Set max_age (with batch_size) and/or worker_max_age on every shard; ``off`` keeps all."""
+    if data.get("max_age") is None and data.get("worker_max_age") is None:
+        raise invalid("max_age", "give max_age, worker_max_age or both")
+    if data.get("batch_size") is not None and data.get("max_age") is None:
+        raise invalid("batch_size", "batch_size goes with max_age")
+    operator = data.get("operator_id") or call.operator_id
+
+    async def write(sql: Any) -> Any:
+        status = None
+        if data.get("max_age") is not None:
+            status = await sql.set_retention(_off(data["max_age"]), data.get("batch_size"), operator)
+        if data.get("worker_max_age") is not None:
+            status = await sql.set_worker_retention(_off(data["worker_max_age"]), operator)
+        return status
+
+    fan = await call.each_shard(write)
+    if not fan.results:
+        raise DatabaseUnavailable("no shard could be reached: nothing was set; retry")
+    shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
+    return {"shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+
+
+ENDPOINTS += [
+    Endpoint(
+        "GET",
+        "/admin/retention/settings",
+        "admin",
+        retention_settings,
+        "Each shard's retention settings, last run and eligible count, wherever the janitor runs.",
+        tag="admin",
+    ),
+    Endpoint(
+        "POST",
+        "/admin/retention/settings",
+        "admin",
+        set_retention_settings,
+        "Set the retention age (and batch size) and/or the worker-row age on every shard; off keeps all.",
+        body=body(
+            {
+                "max_age": STRING,
+                "batch_size": {"type": "integer", "minimum": 1, "maximum": 10_000},
+                "worker_max_age": STRING,
+                "operator_id": STRING,
+            }
+        ),
         tag="admin",
     ),
 ]

@@ -74,6 +74,8 @@ async def _set_paused(call: Call, name: str, paused: bool) -> dict[str, Any]:
                 return await sql.pause_dag(name, call.operator_id)
             return await sql.unpause_dag(name, call.operator_id)
         except NotFound:
+            if not call.sharded:  # one database: its own error (as `harvest dag pause`)
+                raise
             return None
 
     fan = await call.each_shard(flip)

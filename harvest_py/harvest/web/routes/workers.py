@@ -48,6 +48,8 @@ async def get_worker(call: Call, args: dict[str, Any], _: Any) -> Any:
     worker_id = args["worker_id"]
     fan = await call.each_shard(lambda sql: _found_or_none(sql, worker_id))
     rows = [{**row, "shard_id": s} for s, row in fan.results.items() if row is not None]
+    if not rows and not call.sharded:  # one database: its own error (as `harvest worker get`)
+        await call.on_shard(None, lambda sql: sql.get_worker(worker_id))
     if not rows:
         missing = f" (shard(s) {', '.join(map(str, fan.unavailable_shards))} could not be read)"
         raise NotFound(f"no worker {worker_id!r} on any shard{missing if fan.unavailable_shards else ''}")

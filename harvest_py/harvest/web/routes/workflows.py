@@ -347,8 +347,13 @@ async def start_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
 
 async def signal_workflow(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     execution_id = args["execution_id"]
-    await call.client().get_handle(execution_id).signal(data["signal_name"], data.get("payload"))
-    return {"execution_id": execution_id, "signal_name": data["signal_name"], "delivered": True}
+    event_id = await call.client().get_handle(execution_id).signal(data["signal_name"], data.get("payload"))
+    return {
+        "execution_id": execution_id,
+        "signal_name": data["signal_name"],
+        "delivered": True,
+        "event_id": event_id,
+    }
 
 
 async def signal_with_start(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:

@@ -1,0 +1,981 @@
+"""The CLI's second transport: the management HTTP API (harvest/web/routes/), spoken with httpx.
+
+Each operator command is written once, against the operator API it calls (the SQL API
+objects of harvest/db/sqlapi.py, the fan-out reads of harvest/shard/fanout.py, the client);
+the seams in harvest/cli/shards.py and harvest/cli/output.py hand it either those (a DSN) or
+the objects here (a base URL), which make the same calls as requests to the routes and give
+back the same values. An error answer becomes the same :class:`HarvestError` subclass (its
+``code`` is the class name in snake case, harvest.core.errors.error_code), so a command prints
+the same line and exits with the same code over either transport.
+
+Which transport a command uses (:func:`harvest.cli.output.selected`; docs/operations.md, "The
+CLI's two transports"):
+
+1. ``--base-url`` on the root group: HTTP (with ``--database-url`` too: an error).
+2. ``--database-url`` on the command: SQL, as before.
+3. ``HARVEST_URL`` in the environment: HTTP for a command that has a route; a command that
+   exists only for a DSN (``migrate``, ``worker run``, ``shard rebalance``, ...) keeps its DSN.
+4. A DSN from ``HARVEST_DATABASE_URL`` or the config file: SQL.
+5. Nothing at all: HTTP at the default URL (http://localhost:3000/api/harvest).
+
+The token (``--token``/``HARVEST_TOKEN``) is sent as a bearer token and never printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from harvest.core import errors as harvest_errors
+from harvest.core.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    HarvestError,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    TimeoutError_,
+    Unauthenticated,
+    error_code,
+)
+from harvest.shard.fanout import COMPLETE, Merged, sum_versions
+
+URL_ENV = "HARVEST_URL"
+TOKEN_ENV = "HARVEST_TOKEN"
+TIMEOUT_ENV = "HARVEST_HTTP_TIMEOUT_SECS"
+DEFAULT_BASE_URL = "http://localhost:3000/api/harvest"
+DEFAULT_TIMEOUT_SECS = 30.0
+# The spec's longer budgets: an update waited to completion gets its own timeout plus this;
+# a bulk dead-letter write at least BULK_WRITE_SECS; a stream's idle limit at least STREAM_IDLE_SECS.
+UPDATE_MARGIN_SECS = 10.0
+BULK_WRITE_SECS = 300.0
+STREAM_IDLE_SECS = 60.0
+# ctx.meta key of the root group's transport options.
+HTTP_KEY = "harvest.http"
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Where and how the CLI speaks to the management API."""
+
+    base_url: str
+    token: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_SECS
+    implicit: bool = False  # the default URL: nothing named a DSN or a URL
+
+    def __repr__(self) -> str:  # the token never shows, not even in a traceback
+        token = "***" if self.token else None
+        return f"HttpSettings(base_url={self.base_url!r}, token={token}, timeout={self.timeout})"
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def _error_classes() -> dict[str, type[HarvestError]]:
+    out: dict[str, type[HarvestError]] = {}
+    pending: list[type[HarvestError]] = [HarvestError]
+    while pending:
+        cls = pending.pop()
+        if cls.__module__ == harvest_errors.__name__:
+            out.setdefault(error_code(cls.__new__(cls)), cls)
+        pending.extend(cls.__subclasses__())
+    return out
+
+
+def error_from_answer(status: int, body: Any, scope_hint: str) -> HarvestError:
+    """The HarvestError an error answer stands for: its ``code`` names the class."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        error = {}
+    code = str(error.get("code") or "")
+    message = str(error.get("message") or f"the management API answered HTTP {status}")
+    if status == 401 or code == "unauthenticated":
+        return Unauthenticated(
+            f"{message} (HTTP {status}): pass an API token with --token or {TOKEN_ENV} "
+            f"(harvest token create NAME --scope {scope_hint})"
+        )
+    if status == 403 or code == "permission_denied":
+        return PermissionDenied(
+            f"{message} (HTTP {status}): this call needs a token with the {scope_hint} scope "
+            "(harvest token create NAME --scope ...)"
+        )
+    if status == 404 and message.startswith("no route"):
+        message += " (is --base-url / HARVEST_URL the API's mount, e.g. .../api/harvest?)"
+    cls = _error_classes().get(code)
+    if cls is None:
+        if status == 404:
+            return NotFound(f"{message} (HTTP 404: is the base URL the API's mount?)")
+        if status >= 500:
+            return DatabaseUnavailable(message) if status == 503 else HarvestError(message)
+        return InvalidArgument(message) if status in (400, 422) else HarvestError(message)
+    if cls is harvest_errors.WorkflowAlreadyExists:
+        return cls(message, error.get("existing_execution_id"), error.get("existing_state"))
+    try:
+        return cls(message)
+    except TypeError:
+        return HarvestError(message)
+
+
+# -- the transport -----------------------------------------------------------------------------
+
+# Tests inject an in-process transport (an ASGI app) here; None: the network.
+TRANSPORT: Any = None
+
+
+class Http:
+    """One httpx client for a command: JSON in and out, errors as HarvestErrors."""
+
+    def __init__(self, settings: HttpSettings):
+        try:
+            import httpx
+        except ImportError:  # pragma: no cover - httpx comes with harvest-workflows[web]
+            raise ConfigError("speaking HTTP needs httpx: pip install 'harvest-workflows[web]'") from None
+        self.settings = settings
+        self.last_headers: Any = {}
+        headers = {"Accept": "application/json", "User-Agent": "harvest-cli"}
+        if settings.token:
+            headers["Authorization"] = f"Bearer {settings.token}"
+        self._httpx = httpx
+        self.client = httpx.Client(
+            base_url=settings.base_url.rstrip("/"),
+            headers=headers,
+            timeout=settings.timeout,
+            transport=TRANSPORT,
+        )
+
+    def close(self) -> None:
+        self.client.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        scope: str | None = None,
+        timeout: float | None = None,
+        ok: tuple[int, ...] = (),
+    ) -> tuple[int, Any]:
+        """(status, decoded JSON or None); an answer >= 400 (not in ``ok``) raises its error."""
+        query = _query(params or {})
+        budget = self.settings.timeout if timeout is None else timeout
+        try:
+            answer = self.client.request(
+                method,
+                path,
+                params=query,
+                json=json if json is not None or method != "GET" else None,
+                timeout=budget,
+            )
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(
+                f"request timed out: {method} {path} had no answer within {budget:g}s "
+                f"(--http-timeout-secs / {TIMEOUT_ENV})"
+            ) from None
+        except self._httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+        self.last_headers = answer.headers
+        data = None
+        if answer.content:
+            try:
+                data = answer.json()
+            except ValueError:
+                data = None
+        if answer.status_code >= 400 and answer.status_code not in ok:
+            raise error_from_answer(
+                answer.status_code, data, scope or ("read" if method == "GET" else "operate")
+            )
+        return answer.status_code, data
+
+    def _unreachable(self, exc: Exception) -> HarvestError:
+        where = f"{type(exc).__name__}: {exc}"
+        if self.settings.implicit:  # nothing was given: name every place to give one
+            from harvest.config.config import DSN_ENV
+
+            return ConfigError(
+                f"no database or management API given: set {DSN_ENV} (preferred: a command line is "
+                "visible to ps) or database_url in harvest.toml, or pass --database-url; or set "
+                f"{URL_ENV} / --base-url (the default {DEFAULT_BASE_URL} did not answer: {where})"
+            )
+        return DatabaseUnavailable(
+            f"could not reach the management API at {self.settings.base_url}: {where} "
+            f"(check --base-url / {URL_ENV})"
+        )
+
+    def stream_events(self, after: int | None) -> Iterator[dict[str, Any]]:
+        """Every event from ``/stream`` (server-sent events), after global id ``after`` (None:
+        from now). The timeout bounds the answer's headers; then the stream fails only when no
+        data (nor a keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever
+        is longer."""
+        import json as json_
+
+        headers = {"Accept": "text/event-stream"}
+        if after is not None:
+            headers["Last-Event-ID"] = str(after)
+        budget = self.settings.timeout
+        request = self.client.build_request("GET", "/stream", headers=headers, timeout=budget)
+        try:
+            answer = self.client.send(request, stream=True)
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(
+                f"request timed out: GET /stream had no answer within {budget:g}s "
+                f"(--http-timeout-secs / {TIMEOUT_ENV})"
+            ) from None
+        except self._httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+        idle = max(STREAM_IDLE_SECS, budget)
+        try:
+            if answer.status_code >= 400:
+                answer.read()
+                try:
+                    body = answer.json()
+                except ValueError:
+                    body = None
+                raise error_from_answer(answer.status_code, body, "read")
+            # The headers came: from here on a read may wait `idle` (the transport reads the
+            # request's read timeout when the body starts).
+            timeouts = request.extensions.get("timeout")
+            if isinstance(timeouts, dict):
+                timeouts["read"] = idle
+            data: list[str] = []
+            for line in answer.iter_lines():
+                if line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+                elif line == "" and data:
+                    event = json_.loads("\n".join(data))
+                    data = []
+                    if isinstance(event.get("created_at"), str):
+                        event["created_at"] = datetime.fromisoformat(event["created_at"])
+                    yield event
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(f"request timed out: the event stream sent nothing for {idle:g}s") from None
+        except self._httpx.HTTPError as exc:
+            raise DatabaseUnavailable(f"the event stream broke off: {type(exc).__name__}: {exc}") from None
+        finally:
+            answer.close()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params=params)[1]
+
+    def post(self, path: str, body: dict[str, Any] | None = None, scope: str = "operate", **kw: Any) -> Any:
+        clean = {k: v for k, v in (body or {}).items() if v is not None}
+        return self.request("POST", path, json=clean, scope=scope, **kw)[1]
+
+
+def _query(params: dict[str, Any]) -> list[tuple[str, str | int | float | bool | None]]:
+    out: list[tuple[str, str | int | float | bool | None]] = []
+    for key, value in params.items():
+        values = value if isinstance(value, list | tuple) else [value]
+        for v in values:
+            if v is None:
+                continue
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            elif isinstance(v, datetime):
+                v = v.isoformat()
+            out.append((key, str(v)))
+    return out
+
+
+def _body(value: Any) -> Any:
+    """A JSON body value: times as RFC 3339 (a time without an offset is UTC on the server)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _body(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_body(v) for v in value]
+    return value
+
+
+def _p(segment: Any) -> str:
+    return quote(str(segment), safe="")
+
+
+@contextlib.contextmanager
+def http_session(settings: HttpSettings) -> Iterator[Http]:
+    http = Http(settings)
+    try:
+        yield http
+    finally:
+        http.close()
+
+
+# -- the operator API over HTTP ----------------------------------------------------------------
+
+
+class HttpApi:
+    """The SQL API calls the commands make, as requests (the same arguments, the same values).
+    ``shard``: the shard a per-shard call (a dead letter) names (None: the server's default)."""
+
+    def __init__(self, http: Http, shard: int | None = None):
+        self.http, self.shard = http, shard
+
+    def __getattr__(self, name: str) -> Any:
+        raise ConfigError(
+            f"this command's {name.replace('_', ' ')} needs a database DSN: it has no HTTP route"
+        )
+
+    # executions
+    def get_execution(self, execution_id: str) -> dict[str, Any]:
+        return _obj(self.http.get(f"/workflows/{_p(execution_id)}")["execution"])
+
+    def get_history(self, execution_id: str, after_event_id: int = 0) -> list[dict[str, Any]]:
+        doc = self.http.get(
+            f"/workflows/{_p(execution_id)}/history", after_event_id=after_event_id, payload_policy="full"
+        )
+        return _rows(doc["events"])
+
+    def get_execution_stack(self, execution_id: str) -> dict[str, Any]:
+        return _obj(self.http.get(f"/workflows/{_p(execution_id)}/stack"))
+
+    def signal_workflow(self, execution_id: str, name: str, payload: Any = None) -> Any:
+        body = {"signal_name": name, "payload": payload}
+        return self.http.post(f"/workflows/{_p(execution_id)}/signal", body).get("event_id")
+
+    def cancel_workflow(self, execution_id: str, reason: str | None = None) -> bool:
+        answer = self.http.post(f"/workflows/{_p(execution_id)}/cancel", {"reason": reason})
+        return bool(answer["first_request"])
+
+    def terminate_workflow(self, execution_id: str, reason: str | None = None) -> None:
+        self.http.post(f"/workflows/{_p(execution_id)}/terminate", {"reason": reason}, scope="admin")
+
+    def pause_workflow(
+        self, execution_id: str, reason: str | None = None, operator: str | None = None
+    ) -> bool:
+        body = {"reason": reason, "operator_id": operator}
+        return bool(self.http.post(f"/workflows/{_p(execution_id)}/pause", body)["changed"])
+
+    def resume_workflow(
+        self, execution_id: str, reason: str | None = None, operator: str | None = None
+    ) -> bool:
+        body = {"reason": reason, "operator_id": operator}
+        return bool(self.http.post(f"/workflows/{_p(execution_id)}/resume", body)["changed"])
+
+    def reset_workflow(
+        self,
+        execution_id: str,
+        to_event: int,
+        reason: str,
+        operator: str | None,
+        signal_reapply: str,
+        dry_run: bool,
+    ) -> dict[str, Any]:
+        body = {
+            "to_event": to_event,
+            "reason": reason,
+            "operator_id": operator,
+            "signal_reapply": signal_reapply,
+            "dry_run": dry_run,
+        }
+        return _obj(self.http.post(f"/workflows/{_p(execution_id)}/reset", body, scope="admin"))
+
+    def set_legal_hold(self, execution_id: str, reason: str, operator: str | None = None) -> dict[str, Any]:
+        body = {"reason": reason, "operator_id": operator}
+        return _obj(self.http.post(f"/workflows/{_p(execution_id)}/legal-hold", body, scope="admin"))
+
+    def release_legal_hold(self, execution_id: str, operator: str | None = None) -> dict[str, Any]:
+        params = {"operator_id": operator}
+        path = f"/workflows/{_p(execution_id)}/legal-hold"
+        return _obj(self.http.request("DELETE", path, params=params, scope="admin")[1])
+
+    def erase_payloads(self, execution_id: str, operator: str | None = None) -> dict[str, Any]:
+        """The erasure everywhere the run lived (the server scrubs every prior residence)."""
+        body = {"operator_id": operator}
+        return _obj(self.http.post(f"/workflows/{_p(execution_id)}/erase-payloads", body, scope="admin"))
+
+    def count_versions(
+        self, change_id: str, version: int | None, state_group: str, workflow_name: str | None = None
+    ) -> list[dict[str, Any]]:
+        answer = self.http.get(
+            "/admin/version-gates/usage",
+            change_id=change_id,
+            recorded_version=version,
+            state_group=state_group,
+            workflow_name=workflow_name,
+            shard_id=self.shard,
+        )
+        if answer.get("status") in ("partial", "unavailable"):
+            # A shard not read may hold the runs: fail as the CLI's own fan-out does, never a false zero.
+            shards = ", ".join(str(s) for s in answer.get("unavailable_shards") or [])
+            raise DatabaseUnavailable(
+                f"{answer['status']}: shard(s) {shards} could not be read; the usage is incomplete, "
+                "do not remove a version branch on it"
+            )
+        rows = answer["versions"]
+        per_shard: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            per_shard.setdefault(row.get("shard_id", 0), []).append(_untagged(row))
+        if len(per_shard) <= 1:
+            return [r for found in per_shard.values() for r in found]
+        return sum_versions(per_shard)
+
+    def list_workers(
+        self, queue: str | None = None, status: str | None = None, health: str | None = None
+    ) -> list[dict[str, Any]]:
+        answer = self.http.get("/workers", queue=queue, status=status, health=health)
+        return [_untagged(r) for r in answer["workers"]]
+
+    # activities by task token
+    def complete_activity_by_token(self, token: str, result: Any) -> Any:
+        return self.http.post("/activities/complete", {"task_token": token, "result": result})["outcome"]
+
+    def fail_activity_by_token(self, token: str, failure: dict[str, Any]) -> Any:
+        body = {
+            "task_token": token,
+            "error_type": failure.get("error_type"),
+            "message": failure.get("message"),
+            "non_retryable": failure.get("non_retryable"),
+            "details": failure.get("details"),
+        }
+        return self.http.post("/activities/fail", body)["outcome"]
+
+    def heartbeat_activity_by_token(self, token: str, details: Any) -> Any:
+        body = {"task_token": token, "details": details}
+        return self.http.post("/activities/heartbeat", body)["cancel_requested"]
+
+    # dead letters (on self.shard)
+    def _shard(self) -> dict[str, Any]:
+        return {"shard_id": self.shard}
+
+    def get_dead_letter(self, dead_letter_id: int) -> dict[str, Any]:
+        row = _obj(self.http.get(f"/dead-letters/{dead_letter_id}", **self._shard()))
+        row.pop("shard_id", None)  # the route names the shard; the SQL row does not carry it
+        return row
+
+    def replay_dead_letter(self, dead_letter_id: int) -> Any:
+        path = f"/dead-letters/{dead_letter_id}/replay"
+        return self.http.request("POST", path, params=self._shard(), json={})[1]["task_id"]
+
+    def discard_dead_letter(self, dead_letter_id: int) -> None:
+        path = f"/dead-letters/{dead_letter_id}/discard"
+        self.http.request("POST", path, params=self._shard(), json={}, scope="admin")
+
+    def bulk_dead_letters(
+        self,
+        action: str,
+        *,
+        activity_name: str | None = None,
+        workflow_name: str | None = None,
+        failed_after: Any = None,
+        failed_before: Any = None,
+        limit: int = 100,
+        dry_run: bool = False,
+        operator: str | None = None,
+    ) -> dict[str, Any]:
+        body = _body(
+            {
+                "activity_name": activity_name,
+                "workflow_name": workflow_name,
+                "failed_after": failed_after,
+                "failed_before": failed_before,
+                "limit": limit,
+                "dry_run": dry_run,
+                "operator_id": operator,
+                "shard_id": self.shard,
+            }
+        )
+        # A bulk write may take long: at least BULK_WRITE_SECS (the spec's budget).
+        budget = None if dry_run else max(self.http.settings.timeout, BULK_WRITE_SECS)
+        scope = "admin" if action == "discard" else "operate"
+        return _obj(self.http.post(f"/dead-letters/{action}", body, scope=scope, timeout=budget))
+
+    # DAGs
+    def list_dags(self) -> list[dict[str, Any]]:
+        return [_untagged(r) for r in self.http.get("/dags")["dags"]]
+
+    def trigger_dag(self, name: str, conf: Any, workflow_id: str | None, operator: str | None) -> Any:
+        # The route records the token's actor as the operator (it takes no operator_id).
+        body = {"conf": conf, "workflow_id": workflow_id}
+        return self.http.post(f"/dags/{_p(name)}/trigger", body)
+
+    def pause_dag(self, name: str, operator: str | None = None) -> Any:
+        return self.http.post(f"/dags/{_p(name)}/pause")["changed"]
+
+    def unpause_dag(self, name: str, operator: str | None = None) -> Any:
+        return self.http.post(f"/dags/{_p(name)}/unpause")["changed"]
+
+    def list_dag_runs(self, name: str, limit: int) -> list[dict[str, Any]]:
+        return [_untagged(r) for r in self.http.get(f"/dags/{_p(name)}/runs", limit=limit)["runs"]]
+
+    def get_dag_run(self, execution_id: str) -> dict[str, Any]:
+        return _obj(self.http.get(f"/dag-runs/{_p(execution_id)}"))
+
+    def retry_dag_run(self, execution_id: str, operator: str | None = None) -> Any:
+        return self.http.post(f"/dag-runs/{_p(execution_id)}/retry")
+
+    # workers
+    def get_worker(self, worker_id: str) -> dict[str, Any]:
+        answer = self.http.get(f"/workers/{_p(worker_id)}")
+        rows = answer.get("rows") or []
+        return _untagged(rows[0] if rows else answer)
+
+    def drain_worker(self, worker_id: str, deadline: Any, operator: str | None) -> dict[str, Any]:
+        body = _body({"deadline_at": deadline, "operator_id": operator})
+        answer = self.http.post(f"/workers/{_p(worker_id)}/drain", body, scope="admin")
+        rows = answer.get("rows") or []
+        found = [r for r in rows if r.get("outcome") != "not_found"] or rows
+        return _untagged(found[0]) if found else {"worker_id": worker_id, "outcome": "not_found"}
+
+    def preview_drain(self, queue: str | None, worker_id: str | None) -> list[dict[str, Any]]:
+        answer = self.http.get("/workers/drain-preview", queue=queue, worker_id=worker_id)
+        return [_untagged(r) for r in answer["workers"]]
+
+    # schedules (on self.shard: its home shard unless named)
+    def _schedule(self, name: str, suffix: str = "") -> str:
+        return f"/admin/schedules/{_p(name)}{suffix}"
+
+    def list_schedules(self, kind: str | None = None) -> list[dict[str, Any]]:
+        rows = self.http.get("/admin/schedules", kind=kind)["schedules"]
+        return [_schedule_row(r) for r in rows]
+
+    def get_schedule(self, name: str, limit: int = 20) -> dict[str, Any]:
+        return _schedule_row(self.http.get(self._schedule(name), limit=limit, shard_id=self.shard))
+
+    def create_schedule(self, name: str, workflow_name: str, **options: Any) -> dict[str, Any]:
+        body = {"name": name, "workflow_name": workflow_name, "shard_id": self.shard}
+        body.update(_schedule_fields(options))
+        for key in ("kind", "paused"):
+            if options.get(key) is not None:
+                body[key] = options[key]
+        return _schedule_row(self.http.post("/admin/schedules/workflow", body))
+
+    def update_schedule(
+        self, name: str, changes: dict[str, Any], operator: str | None = None
+    ) -> dict[str, Any]:
+        path = self._schedule(name)
+        answer = self.http.request(
+            "PATCH", path, params={"shard_id": self.shard}, json=_schedule_fields(changes), scope="operate"
+        )[1]
+        return _schedule_row(answer)
+
+    def delete_schedule(self, name: str, operator: str | None = None) -> bool:
+        try:
+            self.http.request(
+                "DELETE", self._schedule(name), params={"shard_id": self.shard}, scope="operate"
+            )
+        except NotFound:
+            return False
+        return True
+
+    def pause_schedule(
+        self, name: str, note: str | None = None, operator: str | None = None
+    ) -> dict[str, Any]:
+        path = self._schedule(name, "/pause")
+        body = {k: v for k, v in {"note": note}.items() if v is not None}
+        return _schedule_row(self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1])
+
+    def resume_schedule(self, name: str, operator: str | None = None) -> dict[str, Any]:
+        path = self._schedule(name, "/resume")
+        return _schedule_row(self.http.request("POST", path, params={"shard_id": self.shard}, json={})[1])
+
+    def trigger_schedule(self, name: str, overlap: str | None = None, operator: str | None = None) -> Any:
+        body = {k: v for k, v in {"overlap": overlap}.items() if v is not None}
+        path = self._schedule(name, "/trigger")
+        return self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1]
+
+    def backfill_schedule(
+        self, name: str, slots: list[datetime], overlap: str, operator: str | None = None
+    ) -> dict[str, Any]:
+        # The route finds the slots in [from, to] again: the first and last of ours bound the same.
+        ends = (slots[0], slots[-1]) if slots else (datetime(1970, 1, 1), datetime(1970, 1, 1))
+        body = {"from": _body(ends[0]), "to": _body(ends[1]), "overlap": overlap}
+        path = self._schedule(name, "/backfill")
+        answer = self.http.request("POST", path, params={"shard_id": self.shard}, json=body)[1]
+        return {k: v for k, v in answer.items() if k not in ("name", "slots")}
+
+    # start throttles: the routes answer per shard (each_shard spreads a PerShard over its shards)
+    def get_start_throttle(self, workflow_name: str) -> PerShard:
+        return _per_shard(self.http.get(f"/admin/start-throttles/{_p(workflow_name)}"))
+
+    def set_start_throttle_override(
+        self, workflow_name: str, rps: float, burst: float | None, ttl_secs: float, operator: str | None
+    ) -> PerShard:
+        body = {"rps": rps, "burst": burst, "ttl_secs": ttl_secs, "operator_id": operator}
+        path = f"/admin/start-throttles/{_p(workflow_name)}/override"
+        return _per_shard(self.http.post(path, body, scope="admin"))
+
+    def clear_start_throttle_override(self, workflow_name: str, operator: str | None = None) -> PerShard:
+        path = f"/admin/start-throttles/{_p(workflow_name)}/override"
+        return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
+
+    # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
+    def get_retention_status(self) -> dict[str, Any]:
+        return _first_shard(self.http.get("/admin/retention/settings"))
+
+    def set_retention(
+        self, max_age: str | None, batch_size: int | None = None, operator: str | None = None
+    ) -> dict[str, Any]:
+        body = {"max_age": max_age or "off", "batch_size": batch_size, "operator_id": operator}
+        return _first_shard(self.http.post("/admin/retention/settings", body, scope="admin"))
+
+    def set_worker_retention(self, max_age: str | None, operator: str | None = None) -> dict[str, Any]:
+        body = {"worker_max_age": max_age or "off", "operator_id": operator}
+        return _first_shard(self.http.post("/admin/retention/settings", body, scope="admin"))
+
+    def sweep_retention(
+        self, max_age: str | None, batch_size: int | None, max_batches: int, operator: str | None
+    ) -> dict[str, Any]:
+        body = {
+            "max_age": max_age,
+            "batch_size": batch_size,
+            "max_batches": max_batches,
+            "operator_id": operator,
+        }
+        budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
+        answer = self.http.post("/admin/retention/run-now", body, scope="admin", timeout=budget)
+        shards = answer.get("shards") or []
+        if len(shards) == 1:
+            return _untagged(shards[0])
+        keys = ("deleted", "batches", "workers_deleted")
+        out: dict[str, Any] = {k: sum(r.get(k) or 0 for r in shards) for k in keys}
+        out["remaining"] = sum(r.get("remaining") or 0 for r in shards)
+        out["cutoff"] = min((r["cutoff"] for r in shards if r.get("cutoff")), default=None)
+        return out
+
+    # audit
+    def list_audit_log(self, limit: int = 100, operation: str | None = None) -> list[dict[str, Any]]:
+        answer = self.http.get("/admin/audit", limit=limit, operation=operation)
+        return [_untagged(r) for r in answer["entries"]]
+
+    # tokens
+    def create_api_token(self, name: str, scope: str) -> dict[str, Any]:
+        return _obj(self.http.post("/admin/tokens", {"name": name, "scope": scope}, scope="admin"))
+
+    def list_api_tokens(self, include_revoked: bool = False) -> list[dict[str, Any]]:
+        return _rows(self.http.get("/admin/tokens", include_revoked=include_revoked)["tokens"])
+
+    def revoke_api_token(self, name: str) -> Any:
+        return self.http.request("DELETE", f"/admin/tokens/{_p(name)}", scope="admin")[1]["token_id"]
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object of an answer (anything else: the API answered what the CLI cannot read)."""
+    if not isinstance(value, dict):
+        raise HarvestError(f"the management API answered {type(value).__name__} where an object was expected")
+    return value
+
+
+def _rows(value: Any) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise HarvestError(f"the management API answered {type(value).__name__} where a list was expected")
+    return [_obj(v) for v in value]
+
+
+def _untagged(row: dict[str, Any]) -> dict[str, Any]:
+    """A row a route tagged with the shard it came from, as one database's SQL returns it."""
+    return {k: v for k, v in row.items() if k != "shard_id"}
+
+
+@dataclass
+class PerShard:
+    """An answer a route gave per shard of its server: {shard: answer}, and the shards it missed."""
+
+    results: dict[int, Any]
+    unavailable: list[int]
+
+
+def _per_shard(answer: dict[str, Any]) -> PerShard:
+    missed = list(answer.get("unavailable_shards") or [])
+    missed += [e["shard_id"] for e in answer.get("shard_errors") or [] if e.get("shard_id") not in missed]
+    return PerShard({int(s): r for s, r in (answer.get("shards") or {}).items()}, missed)
+
+
+def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A schedule as the SQL returns it: the route's view fields (when, next_fire_times, and the
+    shard it read) are the CLI's to compute."""
+    return {k: v for k, v in row.items() if k not in ("when", "next_fire_times", "shard_id")}
+
+
+def _secs(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _schedule_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """create_schedule / update_schedule keyword arguments as the schedule routes' body fields."""
+    body: dict[str, Any] = {}
+    for key, value in options.items():
+        if value is None:
+            continue
+        if key == "cron":
+            body["cron"] = value
+        elif key == "timezone":
+            body["tz"] = value
+        elif key == "interval_secs":
+            body["every"] = _secs(value)
+        elif key == "input":
+            body["input"] = value[0] if isinstance(value, list) and len(value) == 1 else value
+        elif key == "catchup_window_secs":
+            body["catchup_window"] = _secs(value)
+        elif key == "jitter_secs":
+            body["jitter"] = _secs(value)
+        elif key in ("workflow_name", "queue", "max_active_runs", "overlap", "catchup"):
+            body[key] = value
+    return body
+
+
+def _first_shard(answer: dict[str, Any]) -> dict[str, Any]:
+    """The default shard's row of a per-shard answer ({"shards": [{shard_id, ...}]})."""
+    shards = answer.get("shards") or []
+    if not shards:
+        raise DatabaseUnavailable("the management API read no shard; retry")
+    return _untagged(shards[0])
+
+
+def _merged(answer: dict[str, Any], key: str | None) -> Merged[Any]:
+    """A fan-out route's answer as the Merged the CLI's own fan-out gives."""
+    value = (
+        answer[key]
+        if key is not None
+        else {k: v for k, v in answer.items() if k not in ("status", "unavailable_shards")}
+    )
+    return Merged(
+        value,
+        list(answer.get("unavailable_shards") or []),
+        answer.get("status") or COMPLETE,
+        answer.get("next_cursor"),
+    )
+
+
+class HttpReads:
+    """The fan-out reads (harvest.shard.fanout.ShardReads) over the routes that make them."""
+
+    def __init__(self, http: Http):
+        self.http = http
+        self.apis: dict[int, Any] = {}  # the shards are the server's; the CLI names none
+
+    def list_workflows(
+        self,
+        *,
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        page_size: int = 50,
+        cursor: str | None = None,
+        order: str = "desc",
+    ) -> Merged[Any]:
+        answer = self.http.get(
+            "/workflows",
+            state=state,
+            workflow_name=workflow_name,
+            search_attr=list(search_attributes or []),
+            created_after=created_after,
+            created_before=created_before,
+            page_size=page_size,
+            cursor=cursor,
+            order=order,
+        )
+        return _merged(answer, "executions")
+
+    def count_executions(
+        self,
+        *,
+        group_by: str = "status",
+        state: str | None = None,
+        workflow_name: str | None = None,
+        search_attributes: list[str] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+    ) -> Merged[Any]:
+        answer = self.http.get(
+            "/workflows/count",
+            group_by=group_by,
+            state=state,
+            workflow_name=workflow_name,
+            search_attr=list(search_attributes or []),
+            created_after=created_after,
+            created_before=created_before,
+            top=1000,  # every group: the CLI prints them all
+        )
+        return _merged(answer, "counts")
+
+    def list_children(self, execution_id: str, status: str | None = None, depth: int = 1) -> Merged[Any]:
+        answer = self.http.get(f"/workflows/{_p(execution_id)}/children", status=status, depth=depth)
+        merged = _merged(answer, "items")
+        # The route adds the spec's aliases (exec_id, started_at); the CLI prints the rows.
+        merged.value = [
+            {k: v for k, v in r.items() if k not in ("exec_id", "started_at")} for r in merged.value
+        ]
+        merged.next_cursor = None
+        return merged
+
+    def list_dead_letters(
+        self,
+        limit: int = 100,
+        activity_name: str | None = None,
+        workflow_name: str | None = None,
+        cursor: str | None = None,
+        before_id: int | None = None,
+    ) -> Merged[Any]:
+        answer = self.http.get(
+            "/dead-letters",
+            limit=limit,
+            activity_name=activity_name,
+            workflow_name=workflow_name,
+            cursor=cursor,
+            before_id=before_id,
+        )
+        return _merged(answer, "dead_letters")
+
+    def count_dead_letters(self, group_by: str = "all") -> Merged[Any]:
+        return _merged(self.http.get("/dead-letters/aggregate", group_by=group_by), "groups")
+
+    def list_workers(
+        self,
+        queue: str | None = None,
+        status: str | None = None,
+        health: str | None = None,
+        shard_id: int | None = None,
+    ) -> Merged[Any]:
+        answer = self.http.get("/workers", queue=queue, status=status, health=health, shard_id=shard_id)
+        return _merged(answer, "workers")
+
+    def get_worker_health(self) -> Merged[Any]:
+        return _merged(self.http.get("/workers/health"), None)
+
+    def count_usage(self, from_: Any, to: Any, group_by: str = "workflow_name") -> Merged[Any]:
+        answer = self.http.get("/admin/usage", **{"from": from_, "to": to, "group_by": group_by})
+        rows = [
+            {"group_name": g["group"], **{k: v for k, v in g.items() if k != "group"}}
+            for g in answer["groups"]
+        ]
+        return Merged(rows, list(answer.get("unavailable_shards") or []), answer.get("status") or COMPLETE)
+
+    def list_concurrency_keys(self, key: str | None = None) -> Merged[Any]:
+        rows = self.http.request("GET", "/admin/concurrency", params={"key": key})[1]
+        # The route keeps the spec's bare array: a partial read is said in its headers.
+        headers = self.http.last_headers
+        missed = [int(s) for s in (headers.get("x-harvest-unavailable-shards") or "").split(",") if s]
+        return Merged(rows, missed, headers.get("x-harvest-status") or COMPLETE)
+
+
+# -- the client calls (start, result, query, update) --------------------------------------------
+
+
+@dataclass
+class HttpStarted:
+    execution_id: str
+    workflow_id: str
+    started_fresh: bool
+    shard_id: int | None = None
+
+
+class HttpClient:
+    """What the commands ask of harvest.client.Client, over the routes."""
+
+    def __init__(self, http: Http):
+        self.http = http
+
+    def start_workflow(
+        self,
+        name: str,
+        *args: Any,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        reuse_policy: str | None = None,
+        conflict_policy: str | None = None,
+        shard_id: int | None = None,
+        residency_key: str | None = None,
+    ) -> HttpStarted:
+        body = {
+            "input": list(args),
+            "workflow_id": workflow_id,
+            "queue": queue,
+            "reuse_policy": reuse_policy,
+            "conflict_policy": conflict_policy,
+            "shard_id": shard_id,
+            "residency_key": residency_key,
+        }
+        needs_admin = conflict_policy == "terminate_existing" or reuse_policy == "terminate_if_running"
+        status, data = self.http.request(
+            "POST",
+            f"/workflows/{_p(name)}/start",
+            json={k: v for k, v in body.items() if v is not None},
+            scope="admin" if needs_admin else "operate",
+        )
+        return HttpStarted(
+            data["execution_id"],
+            data["workflow_id"],
+            data.get("started_fresh", status == 201),
+            data.get("shard_id"),
+        )
+
+    def get_handle(self, execution_id: str) -> HttpHandle:
+        return HttpHandle(self.http, execution_id)
+
+
+# The longest wait one result request asks for (the route's own limit is 300 s).
+RESULT_POLL_SECS = 60.0
+
+
+class HttpHandle:
+    def __init__(self, http: Http, execution_id: str):
+        self.http, self.execution_id = http, execution_id
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The run's result, by long polls of ``/result?wait=`` (204 while it runs)."""
+        import time
+
+        from harvest.client.client import _outcome
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = RESULT_POLL_SECS if deadline is None else max(0.0, deadline - time.monotonic())
+            wait = min(left, RESULT_POLL_SECS)
+            status, data = self.http.request(
+                "GET",
+                f"/workflows/{_p(self.execution_id)}/result",
+                params={"wait": f"{wait:.3f}"},
+                timeout=self.http.settings.timeout + wait,
+            )
+            if status == 200:
+                execution = {
+                    "id": data["execution_id"],
+                    "status": data["state"],
+                    "output": data.get("output"),
+                    "failure": data.get("error"),
+                }
+                return _outcome(execution, None)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError_(f"workflow {self.execution_id} is still running after {timeout}s")
+
+    def query(self, name: str, arg: Any = None, timeout: float = 10.0) -> Any:
+        body = {"query_name": name, "input": arg, "timeout_secs": timeout}
+        answer = self.http.post(
+            f"/workflows/{_p(self.execution_id)}/query",
+            body,
+            timeout=self.http.settings.timeout + timeout,
+        )
+        return answer["result"]
+
+    def update(
+        self,
+        name: str,
+        arg: Any = None,
+        *,
+        wait: str = "completed",
+        timeout: float = 30.0,
+        update_id: str | None = None,
+    ) -> Any:
+        body = {
+            "update_name": name,
+            "input": arg,
+            "wait": wait,
+            "timeout_secs": timeout,
+            "update_id": update_id,
+        }
+        # The spec: an update waited to completion gets its own timeout plus 10 s.
+        budget = timeout + UPDATE_MARGIN_SECS if wait == "completed" else None
+        answer = self.http.post(f"/workflows/{_p(self.execution_id)}/update", body, timeout=budget)
+        if answer.get("status") == "accepted":
+            from harvest.client.messages import UpdateHandle
+
+            return UpdateHandle(None, self.execution_id, answer["update_id"], name)
+        return answer["result"]

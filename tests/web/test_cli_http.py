@@ -1,0 +1,794 @@
+"""The CLI's two transports: each operator command run over SQL (a DSN) and over HTTP (the
+management API, in process through its ASGI app) against the same database prints the same
+bytes and exits with the same code; HTTP errors become the same errors; a timeout, a bad token,
+and HARVEST_URL beside a worker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from operator_helpers import park, start
+from starlette.testclient import TestClient
+
+from harvest.cli import http as cli_http
+from harvest.cli.main import main
+from harvest.config import load_config
+from harvest.web.app import management_app
+
+BASE = "http://testserver"
+CLEAN_ENV = {
+    "HARVEST_DATABASE_URL": None,
+    "HARVEST_URL": None,
+    "HARVEST_TOKEN": None,
+    "HARVEST_HTTP_TIMEOUT_SECS": None,
+    "HARVEST_CONFIG": None,
+}
+
+
+def run(*args: str, env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env={**CLEAN_ENV, **(env or {})}, catch_exceptions=False)
+
+
+@pytest.fixture
+def served(db: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    """serve(profile=..., **options): the management API on ``db``, in process, behind BASE."""
+    clients: list[TestClient] = []
+
+    def serve(**options: object) -> None:
+        options.setdefault("profile", "dev")
+        app = management_app(dsn=db, config=load_config(env={}), **options)  # type: ignore[arg-type]
+        client = TestClient(app, base_url="http://testserver")
+        client.__enter__()  # the lifespan: pools open, as under uvicorn
+        clients.append(client)
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+
+    yield serve
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def both(db: str, served: Callable[..., None]) -> Callable[..., tuple[Result, Result]]:
+    """both(*args) -> (over SQL, over HTTP), each checked to print the same and exit the same."""
+    served()
+
+    def twice(*args: str) -> tuple[Result, Result]:
+        sql = run("--database-url", db, *args) if args[:1] == ("--output",) else run(*_with_dsn(args, db))
+        web = run("--base-url", BASE, *args)
+        assert web.stdout == sql.stdout, (args, sql.stdout, web.stdout, web.stderr)
+        assert web.stderr == sql.stderr, (args, sql.stderr, web.stderr)
+        assert web.exit_code == sql.exit_code, (args, sql.exit_code, web.exit_code)
+        return sql, web
+
+    return twice
+
+
+def _with_dsn(args: tuple[str, ...], db: str) -> list[str]:
+    """``args`` with --database-url given to the subcommand (the root has none)."""
+    return [*args, "--database-url", db]
+
+
+@pytest.fixture
+def conn(db: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(db, autocommit=True) as c:
+        yield c
+
+
+def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
+    ids = [start(conn, "onboarding", f"u{i}", search_attributes={"tenant": "acme", "n": i}) for i in range(3)]
+    start(conn, "billing", "b1")
+    run_id, dead_letter = park(conn, "k1", activity="send_email")
+    park(conn, "k2", activity="send_email")
+    missing = str(uuid.uuid4())
+
+    for output in ("table", "json"):
+        o = ("--output", output)
+        both("workflow", "list", *o)
+        both("workflow", "list", "--state", "RUNNING", "--search-attr", "tenant=acme", "--limit", "2", *o)
+        both("workflow", "list", "--search-attr", "n>=1", "--order", "asc", *o)
+        both("workflow", "count", *o)
+        both("workflow", "count", "--by", "all", *o)
+        both("workflow", "get", ids[0], *o)
+        both("workflow", "stack", ids[0], *o)
+        both("workflow", "history", ids[0], *o)
+        both("workflow", "history", run_id, "--full", *o)
+        both("workflow", "children", ids[0], *o)
+        both("dlq", "list", *o)
+        both("dlq", "get", str(dead_letter), *o)
+        both("dlq", "count", "--by", "activity", *o)
+        both("dlq", "bulk-replay", "--activity-name", "send_email", "--dry-run", *o)
+        both("worker", "list", *o)
+        both("worker", "health", *o)
+        both("worker", "drain-preview", *o)
+        both("concurrency", "status", *o)
+        both("dag", "list", *o)
+        both("token", "list", *o)
+        both("retention", "status", *o)
+        both("audit", "list", *o)
+        both("usage", "--from", "2026-01-01T00:00:00Z", "--to", "2036-01-01T00:00:00Z", *o)
+        both("worker", "get", "nobody", *o)
+        both("worker", "drain", "nobody", *o)
+        both("dag", "pause", "no_such_dag", *o)
+        both("dag", "runs", "no_such_dag", *o)
+        both("token", "revoke", "no_such_token", *o)
+        both("activity", "complete", "not-a-token", "--result-json", "1", *o)
+        both("dlq", "replay", "999999", *o)
+        both("version-usage", "--change-id", "fix-1", "--state-group", "all", *o)
+        both("queue", "coverage", *o)
+        both("throttle", "get", "onboarding", *o)
+        # errors: the same line and exit code (NotFound, a bad argument)
+        sql, _ = both("workflow", "get", missing, *o)
+        assert sql.exit_code == 1 and "error:" in sql.stderr
+        both("dlq", "get", "999999", *o)
+        # A parameter the route itself checks: its own words, the same exit code (2).
+        web = run("--base-url", BASE, "workflow", "children", ids[0], "--status", "nonsense", *o)
+        assert web.exit_code == 2 and web.stderr.startswith("error: status: 'nonsense'"), web.stderr
+
+    # shard health observes now: the same answer but for observed_at
+    sql = run("shard", "health", "-o", "json", "--database-url", conn.info.dsn)
+    web = run("--base-url", BASE, "shard", "health", "-o", "json")
+    a, b = json.loads(sql.stdout), json.loads(web.stdout)
+    assert a.pop("observed_at") <= b.pop("observed_at") and a == b
+    assert sql.exit_code == web.exit_code
+
+
+def test_writes_print_the_same_over_sql_and_http(db: str, served, conn) -> None:
+    """Each write made once per transport, on twin runs in the same state: the outputs are
+    equal once each names its own run."""
+    served()
+
+    def twins(*args: str) -> None:
+        if "RUN_NAME" in args:  # a workflow type each
+            pairs = [("RUN_NAME", f"wa{uuid.uuid4().hex[:6]}", f"wb{uuid.uuid4().hex[:6]}")]
+            for name in pairs[0][1:]:  # a start throttle declared, as a worker registers it
+                conn.execute(
+                    "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)"
+                    ' VALUES (\'workflow\', %s, \'{"throttle": {"rps": 1, "burst": 1}}\', now())',
+                    (name,),
+                )
+        elif "DL" in args:  # a dead letter each, the same in all but its ids
+            (a, da), (b, db_) = park(conn, uuid.uuid4().hex[:6]), park(conn, uuid.uuid4().hex[:6])
+            pairs = [("DL", str(da), str(db_))]
+        else:
+            a = start(conn, "onboarding", f"a{uuid.uuid4().hex[:6]}")
+            b = start(conn, "onboarding", f"b{uuid.uuid4().hex[:6]}")
+            pairs = [("RUN", a, b)]
+        for step in steps(*args):
+            sql = run(*[_sub(x, pairs, 1) for x in step], "--database-url", db)
+            web = run("--base-url", BASE, *[_sub(x, pairs, 2) for x in step])
+            # Twins written moments apart: the times they carry (with microseconds) differ.
+            assert (_now(_back(web.stdout, pairs, 2)), _back(web.stderr, pairs, 2), web.exit_code) == (
+                _now(_back(sql.stdout, pairs, 1)),
+                _back(sql.stderr, pairs, 1),
+                sql.exit_code,
+            ), step
+
+    def steps(*args: str) -> list[list[str]]:
+        out, current = [], []
+        for x in args:
+            if x == ";":
+                out.append(current)
+                current = []
+            else:
+                current.append(x)
+        return [*out, current]
+
+    for o in ("table", "json"):
+        twins("workflow", "signal", "RUN", "approved", "--payload-json", '{"ok": true}', "--output", o)
+        twins(
+            "workflow",
+            "cancel",
+            "RUN",
+            "--reason",
+            "op",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "cancel",
+            "RUN",
+            "--output",
+            o,
+        )
+        twins(
+            "workflow",
+            "pause",
+            "RUN",
+            "--reason",
+            "hold",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "pause",
+            "RUN",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "resume",
+            "RUN",
+            "--output",
+            o,
+        )
+        twins(
+            "workflow",
+            "terminate",
+            "RUN",
+            "--reason",
+            "done",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "terminate",
+            "RUN",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "signal",
+            "RUN",
+            "x",
+        )
+        twins("workflow", "reset", "RUN", "--to-event", "1", "--reason", "r", "--dry-run", "--output", o)
+        twins("dlq", "replay", "DL", "--output", o, ";", "dlq", "replay", "DL", "--output", o)
+        twins("dlq", "discard", "DL", "--output", o)
+        twins("throttle", "override", "nobody", "--rps", "2", "--output", o)  # none declared: an error
+        twins(
+            "throttle",
+            "override",
+            "RUN_NAME",
+            "--rps",
+            "2",
+            "--ttl-secs",
+            "60",
+            "--output",
+            o,
+            ";",
+            "throttle",
+            "clear-override",
+            "RUN_NAME",
+            "--output",
+            o,
+            ";",
+            "throttle",
+            "clear-override",
+            "RUN_NAME",
+            "--output",
+            o,
+        )
+        twins(
+            "workflow",
+            "legal-hold",
+            "set",
+            "RUN",
+            "--reason",
+            "case 7",
+            "--output",
+            o,
+            ";",
+            "workflow",
+            "legal-hold",
+            "release",
+            "RUN",
+            "--output",
+            o,
+        )
+
+
+def _sub(arg: str, pairs: list[tuple[str, str, str]], side: int) -> str:
+    for pair in pairs:
+        if arg == pair[0]:
+            return pair[side]
+    return arg
+
+
+def _back(text: str, pairs: list[tuple[str, str, str]], side: int) -> str:
+    import re
+
+    for pair in pairs:
+        text = re.sub(rf"\b{re.escape(pair[side])}\b", pair[0], text)
+    # A replay's new task id is the next of a sequence: the two replays take two of them.
+    return re.sub(r'(task |"task_id": )\d+', r"\1N", text)
+
+
+def test_settings_writes_match(both, db: str) -> None:
+    # Each set writes updated_at (now): the rest of the answer is the same.
+    for args in (["--max-age", "30 days"], ["--max-age", "off", "--worker-max-age", "off"]):
+        sql = run("retention", "set", *args, "--output", "json", "--database-url", db)
+        web = run("--base-url", BASE, "retention", "set", *args, "--output", "json")
+        a, b = json.loads(sql.stdout), json.loads(web.stdout)
+        assert a.pop("updated_at") <= b.pop("updated_at") and a == b, (a, b)
+    both("retention", "run-now", "--output", "json")  # the served app runs its janitor (dev, combined)
+    both("retention", "status")
+    made = run("--base-url", BASE, "token", "create", "ci-bot", "--scope", "read", "--output", "json")
+    assert made.exit_code == 0, made.stderr
+    assert json.loads(made.stdout)["secret"]
+    both("token", "create", "ci-bot", "--scope", "read")  # the same error twice: it exists
+    revoked = run("--base-url", BASE, "--output", "json", "token", "revoke", "ci-bot")
+    assert revoked.exit_code == 0, revoked.stderr
+
+
+def test_bulk_writes_and_replays_match(served, conn) -> None:
+    served()
+    for i in range(4):
+        park(conn, f"b{i}", activity="charge")
+    # One write per transport on its own rows: each replays two of the four.
+    first = run(
+        "dlq",
+        "bulk-replay",
+        "--activity-name",
+        "charge",
+        "--limit",
+        "2",
+        "--output",
+        "json",
+        "--database-url",
+        conn.info.dsn,
+    )
+    second = run(
+        "--base-url",
+        BASE,
+        "dlq",
+        "bulk-replay",
+        "--activity-name",
+        "charge",
+        "--limit",
+        "2",
+        "--output",
+        "json",
+    )
+    a, b = json.loads(first.stdout), json.loads(second.stdout)
+    assert (first.exit_code, second.exit_code) == (0, 0), (first.stderr, second.stderr)
+    assert (a["matched"], a["acted_on"], b["matched"], b["acted_on"]) == (4, 2, 2, 2)
+    assert set(a["ids"]).isdisjoint(b["ids"])
+
+
+def test_start_result_and_the_token_errors(db: str, served, tokens) -> None:
+    from harvest.web.auth import TokenAuthorizer
+
+    served(profile="production", authorizer=TokenAuthorizer(dsn=db))
+    started = run("--base-url", BASE, "workflow", "start", "w", "--workflow-id", "x1")
+    assert started.exit_code == 1 and "--token or HARVEST_TOKEN" in started.stderr, started.stderr
+    assert tokens["operate"] not in started.stderr
+
+    started = run(
+        "--base-url",
+        BASE,
+        "workflow",
+        "start",
+        "w",
+        "--workflow-id",
+        "x1",
+        "--output",
+        "json",
+        env={"HARVEST_TOKEN": tokens["operate"]},
+    )
+    assert started.exit_code == 0, started.stderr
+    execution_id = json.loads(started.stdout)["execution_id"]
+    sql = run("workflow", "start", "w", "--workflow-id", "x1", "--output", "json", "--database-url", db)
+    assert json.loads(sql.stdout)["execution_id"] == execution_id  # attached to the same run
+
+    # A read token cannot terminate: 403 with the scope named, exit 1, the token never printed.
+    denied = run("--base-url", BASE, "--token", tokens["read"], "workflow", "terminate", execution_id)
+    assert denied.exit_code == 1 and "admin scope" in denied.stderr, denied.stderr
+    assert tokens["read"] not in denied.stderr + denied.stdout
+    bad = run("--base-url", BASE, "--token", "hv_nonsense", "workflow", "get", execution_id)
+    assert bad.exit_code == 1 and "HARVEST_TOKEN" in bad.stderr and "hv_nonsense" not in bad.stderr
+
+    # result: exit 3 while it runs (as over SQL), 0 with its output once it completed
+    admin = {"HARVEST_TOKEN": tokens["admin"]}
+    waited = run("--base-url", BASE, "workflow", "result", execution_id, "--timeout", "0.2", env=admin)
+    over_sql = run("workflow", "result", execution_id, "--timeout", "0.2", "--database-url", db)
+    assert (waited.exit_code, waited.stderr) == (over_sql.exit_code, over_sql.stderr) == (3, over_sql.stderr)
+    run("--base-url", BASE, "workflow", "terminate", execution_id, "--reason", "stop", env=admin)
+    ended = run("--base-url", BASE, "workflow", "result", execution_id, env=admin)
+    over_sql = run("workflow", "result", execution_id, "--database-url", db)
+    assert (ended.exit_code, ended.stdout, ended.stderr) == (1, over_sql.stdout, over_sql.stderr)
+
+
+def test_health_exit_codes(served) -> None:
+    served()
+    ok = run("--base-url", BASE, "health", "--output", "json")
+    assert ok.exit_code == 0, ok.stderr
+    assert json.loads(ok.stdout)["status"] == "ready"
+    assert run("--base-url", BASE, "health", "--probe", "live").exit_code == 0
+
+
+def test_health_not_ready_exits_1(served, fresh_db: str, monkeypatch) -> None:
+    # A database without this Harvest's schema: /health/ready answers 503.
+    app = management_app(dsn=fresh_db, config=load_config(env={}), profile="dev")
+    with TestClient(app, base_url="http://testserver") as client:
+        monkeypatch.setattr(cli_http, "TRANSPORT", client._transport)
+        answer = run("--base-url", BASE, "health")
+    assert answer.exit_code == 1, answer.stdout
+    assert "not_ready" in answer.stdout
+
+
+def test_a_request_that_gets_no_answer_times_out() -> None:
+    # A socket that accepts connections (the backlog) and never answers.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        began = time.monotonic()
+        answer = run("--base-url", url, "--http-timeout-secs", "1", "workflow", "list")
+        took = time.monotonic() - began
+        assert answer.exit_code == 1 and "request timed out" in answer.stderr, answer.stderr
+        assert took < 5
+        via_env = run("dlq", "list", env={"HARVEST_URL": url, "HARVEST_HTTP_TIMEOUT_SECS": "1"})
+        assert via_env.exit_code == 1 and "request timed out" in via_env.stderr
+        # events tail: the timeout bounds the answer's headers
+        tail = run("--base-url", url, "--http-timeout-secs", "1", "events", "tail")
+        assert tail.exit_code == 1 and "request timed out: GET /stream" in tail.stderr, tail.stderr
+    bad = run("dlq", "list", env={"HARVEST_URL": url, "HARVEST_HTTP_TIMEOUT_SECS": "0"})
+    assert bad.exit_code == 2 and "1..3600" in bad.stderr
+
+
+def test_transport_choice(db: str) -> None:
+    both_given = run("--base-url", BASE, "workflow", "list", "--database-url", db)
+    assert both_given.exit_code == 2 and "not both" in both_given.stderr
+    no_route = run("--base-url", BASE, "migrate", "status")
+    assert no_route.exit_code == 1 and "needs a database DSN" in no_route.stderr
+    # HARVEST_URL beside a DSN-only command: the DSN is used, the variable does not stop it.
+    env = {
+        "HARVEST_URL": "http://127.0.0.1:9/nothing",
+        "HARVEST_TOKEN": "secret-token",
+        "HARVEST_HTTP_TIMEOUT_SECS": "5",
+        "HARVEST_DATABASE_URL": db,
+    }
+    status = run("migrate", "status", env=env)
+    assert status.exit_code == 0, status.stderr
+    # An explicit --database-url wins over HARVEST_URL.
+    listed = run("workflow", "list", "--database-url", db, env=env)
+    assert listed.exit_code == 0, listed.stderr
+    helped = run("worker", "--help", env=env)
+    assert helped.exit_code == 0 and "Run a worker" in helped.stdout
+
+
+def test_harvest_url_does_not_stop_a_worker_boot(db: str) -> None:
+    """The worker's boot reads every HARVEST_* variable and stops on an unknown one: the CLI's
+    three are known names."""
+    env = {"HARVEST_URL": BASE, "HARVEST_TOKEN": "t", "HARVEST_HTTP_TIMEOUT_SECS": "10"}
+    load_config(env=env)  # raises ConfigError on an unknown HARVEST_* name
+    with pytest.raises(Exception, match="unknown setting HARVEST_URLS"):
+        load_config(env={"HARVEST_URLS": BASE})
+
+
+@pytest.fixture
+def live_url(db: str) -> Iterator[str]:
+    """The management API on a real uvicorn on loopback (a stream needs one), in a thread."""
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = management_app(dsn=db, config=load_config(env={}), profile="dev")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+def test_events_tail_prints_the_same_over_sql_and_http(db: str, conn, live_url: str) -> None:
+    first = start(conn, "onboarding", "e1")
+    start(conn, "billing", "e2")
+    conn.execute("SELECT harvest.signal_workflow(%s, 'go', '{}'::jsonb)", (first,))
+    for o in ("table", "json"):
+        args = ("events", "tail", "--after", "0", "--limit", "2", "--workflow", first, "--output", o)
+        sql = run(*args, "--database-url", db)
+        web = run("--base-url", live_url, *args)
+        assert sql.exit_code == 0 and len(sql.stdout.splitlines()) == 2, sql.stderr
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code)
+
+
+def _now(text: str) -> str:
+    """``text`` with the times of today masked: twins written moments apart differ in them."""
+    import re
+    from datetime import UTC, datetime, timedelta
+
+    days = "|".join((datetime.now(UTC) + timedelta(days=d)).strftime("%Y-%m-%d") for d in (-1, 0, 1))
+    return re.sub(rf"(?:{days})[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:\+00:00|Z)", "NOW", text)
+
+
+def test_schedule_commands_match(db: str, served) -> None:
+    """Twin schedules made and changed once per transport: the outputs are equal once each
+    names its own schedule."""
+    served()
+    pairs = [("S", "sched_sql", "sched_web")]
+    steps = [
+        [
+            "schedule",
+            "create-workflow",
+            "--name",
+            "S",
+            "--workflow",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Europe/Paris",
+            "--input-json",
+            '{"a": 1}',
+            "--max-active-runs",
+            "2",
+            "--jitter",
+            "30s",
+            "--catchup-window",
+            "6h",
+            "--paused",
+        ],
+        ["schedule", "get", "S"],
+        ["schedule", "update", "S", "--every", "15m", "--overlap", "buffer_one"],
+        ["schedule", "resume", "S"],
+        ["schedule", "pause", "S", "--note", "maintenance"],
+        ["schedule", "backfill", "S", "--from", "2030-01-01", "--to", "2030-01-01T01:00:00+00:00"],
+        ["schedule", "get", "S", "--limit", "3"],
+        ["LIST"],
+        ["schedule", "delete", "S"],
+        ["schedule", "delete", "S"],
+        ["schedule", "get", "S"],
+    ]
+    for step in steps:
+        for o in ("table", "json"):
+            if step == ["LIST"]:  # both schedules, by either transport
+                lists = [
+                    run("schedule", "list", "-o", o, "--database-url", db),
+                    run("--base-url", BASE, "schedule", "list", "-o", o),
+                ]
+                assert lists[0].stdout == lists[1].stdout and "sched_web" in lists[0].stdout
+                continue
+            if (
+                step[1] in ("create-workflow", "delete", "update", "backfill", "pause", "resume")
+                and o == "json"
+            ):
+                continue  # a write is made once per transport
+            sql = run(*[_sub(x, pairs, 1) for x in step], "--output", o, "--database-url", db)
+            web = run("--base-url", BASE, *[_sub(x, pairs, 2) for x in step], "--output", o)
+            # The twins were made moments apart: their own times (with microseconds) differ.
+            assert (_now(_back(web.stdout, pairs, 2)), _back(web.stderr, pairs, 2), web.exit_code) == (
+                _now(_back(sql.stdout, pairs, 1)),
+                _back(sql.stderr, pairs, 1),
+                sql.exit_code,
+            ), step
+
+
+# -- with a worker: query, update, result --------------------------------------------------------
+
+from harvest import App, query, update, workflow  # noqa: E402
+
+
+@workflow
+async def tally(ctx, owner: str) -> dict:
+    ctx.state.update(owner=owner, total=0)
+    await ctx.wait_for_signal("close")
+    await ctx.drain_admitted_updates()
+    return {"owner": owner, "total": ctx.state["total"]}
+
+
+@query(workflow="tally")
+def tally_total(ctx) -> int:
+    return ctx.state["total"]
+
+
+@update(workflow="tally")
+def tally_add(ctx, amount: int) -> int:
+    ctx.state["total"] += amount
+    return ctx.state["total"]
+
+
+TALLY = App(workflows=[tally], queries=[tally_total], updates=[tally_add])
+
+
+def test_query_update_and_result_match(db: str, served, start_worker) -> None:
+    served(app=TALLY)
+    start_worker(TALLY)
+    started = run(
+        "--base-url", BASE, "workflow", "start", "tally", "--input-json", '"ann"', "--output", "json"
+    )
+    assert started.exit_code == 0, started.stderr
+    run_id = json.loads(started.stdout)["execution_id"]
+
+    def same(*args: str) -> Result:
+        sql = run(*args, "--database-url", db)
+        web = run("--base-url", BASE, *args)
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code), args
+        return sql
+
+    deadline = time.monotonic() + 10
+    while run("workflow", "query", run_id, "tally_total", "--database-url", db).exit_code != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    for o in ("table", "json"):
+        same("workflow", "query", run_id, "tally_total", "--output", o)
+        same("workflow", "query", run_id, "no_such_query", "--output", o)
+        # The same update id is applied once: the second transport reads the first's outcome.
+        same("workflow", "update", run_id, "tally_add", "--input-json", "5", "--update-id", f"u-{o}", "-o", o)
+    accepted = run(
+        "--base-url",
+        BASE,
+        "workflow",
+        "update",
+        run_id,
+        "tally_add",
+        "--input-json",
+        "1",
+        "--wait",
+        "accepted",
+        "--update-id",
+        "acc",
+        "--output",
+        "json",
+    )
+    assert accepted.exit_code == 0 and json.loads(accepted.stdout)["status"] == "accepted", accepted.stderr
+    same(
+        "workflow",
+        "update",
+        run_id,
+        "tally_add",
+        "--input-json",
+        "1",
+        "--wait",
+        "accepted",
+        "--update-id",
+        "acc",
+    )
+    assert run("--base-url", BASE, "workflow", "signal", run_id, "close").exit_code == 0
+    result = same("workflow", "result", run_id, "--timeout", "10")
+    assert result.exit_code == 0 and json.loads(result.stdout) == {"owner": "ann", "total": 11}
+
+
+# -- DAGs ---------------------------------------------------------------------------------------
+
+from harvest import activity  # noqa: E402
+from harvest.db.sqlapi import SqlApi  # noqa: E402
+from harvest.declare.dags import Dag  # noqa: E402
+
+
+@activity
+async def dag_step(ctx) -> None:
+    return None
+
+
+def _dag(name: str) -> Dag:
+    dag = Dag(name, max_active_runs=1)
+    dag.task("only", dag_step)
+    return dag
+
+
+def test_dag_commands_match(db: str, served, conn) -> None:
+    """Twin DAGs triggered, read, retried and paused once per transport: the same outputs once
+    each names its own DAG and run."""
+    served()
+    SqlApi(conn).register_dags([_dag("dag_sql").catalog(), _dag("dag_web").catalog()])
+    ids: dict[str, str] = {}
+    for side, name in ((1, "dag_sql"), (2, "dag_web")):
+        args = ["dag", "trigger", name, "--conf-json", '{"date": "2026-04-21"}', "--workflow-id", f"w-{name}"]
+        answer = (
+            run(*args, "-o", "json", "--database-url", db)
+            if side == 1
+            else run("--base-url", BASE, *args, "-o", "json")
+        )
+        assert answer.exit_code == 0, answer.stderr
+        ids[name] = json.loads(answer.stdout)["execution_id"]
+    pairs = [("D", "dag_sql", "dag_web"), ("R", ids["dag_sql"], ids["dag_web"])]
+    steps = [
+        ["dag", "trigger", "D", "--workflow-id", "w-D"],  # the same workflow id: that run (200)
+        ["dag", "trigger", "D"],  # at max_active_runs: refused
+        ["dag", "get", "R"],
+        ["dag", "runs", "D"],
+        ["dag", "retry", "R"],  # still running: not retryable
+        ["dag", "pause", "D"],
+        ["dag", "pause", "D"],
+        ["dag", "trigger", "D"],  # paused: refused
+        ["dag", "unpause", "D"],
+    ]
+    for step in steps:
+        for o in ("table", "json"):
+            sql = run(*[_sub(x, pairs, 1) for x in step], "--output", o, "--database-url", db)
+            web = run("--base-url", BASE, *[_sub(x, pairs, 2) for x in step], "--output", o)
+            assert (_now(_back(web.stdout, pairs, 2)), _back(web.stderr, pairs, 2), web.exit_code) == (
+                _now(_back(sql.stdout, pairs, 1)),
+                _back(sql.stderr, pairs, 1),
+                sql.exit_code,
+            ), step
+
+
+def test_every_command_that_prints_takes_the_global_output() -> None:
+    """`harvest --output json CMD` reaches every command that prints a result (the rest run a
+    process, print a fixed format or write a file)."""
+    import click
+
+    exempt = {
+        "dev",
+        "serve",
+        "worker run",
+        "metrics",
+        "history export",
+        "history export-batch",
+        "replay",
+        "workflow result",
+    }
+    missing = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        options = [p for p in command.params if p.name == "output"]
+        name = " ".join(path)
+        if name not in exempt and not (options and options[0].callback is not None):
+            missing.append(name)
+
+    walk(main, [])
+    assert missing == []
+
+
+def test_migrate_status_and_run_follow_the_global_output(db: str) -> None:
+    status = run("--output", "json", "migrate", "status", "--database-url", db)
+    assert status.exit_code == 0 and "migrations" in json.loads(status.stdout)
+    ran = run("--output", "json", "migrate", "run", "--dry-run", "--database-url", db)
+    assert ran.exit_code == 0 and json.loads(ran.stdout)["applied"] == [], ran.stdout
+
+
+def test_events_tail_fails_on_a_silent_stream_after_the_idle_limit(monkeypatch) -> None:
+    """Headers within --http-timeout-secs, then the idle limit (60 s in use; 2 s here) applies."""
+    import threading
+
+    monkeypatch.setattr(cli_http, "STREAM_IDLE_SECS", 2.0)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    held: list[socket.socket] = []
+
+    def answer_headers_only() -> None:
+        peer, _ = listener.accept()
+        peer.recv(65536)
+        peer.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        held.append(peer)  # then nothing, not even a keepalive
+
+    thread = threading.Thread(target=answer_headers_only, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    began = time.monotonic()
+    tail = run("--base-url", url, "--http-timeout-secs", "1", "events", "tail")
+    took = time.monotonic() - began
+    for peer in held:
+        peer.close()
+    listener.close()
+    assert tail.exit_code == 1 and "the event stream sent nothing for 2s" in tail.stderr, tail.stderr
+    assert 1.8 < took < 5
+
+
+def test_preflight_over_http_runs_the_servers_checks(db: str, served) -> None:
+    """The same checks as over SQL, run by the server, plus admin_auth_boundary (a dev API serves
+    everyone as admin: warn, exit 2); the table is the command's own."""
+    served()
+    sql = run("preflight", "-o", "json", "--database-url", db)
+    web = run("--base-url", BASE, "preflight", "-o", "json")
+    local = {c["name"]: c["status"] for c in json.loads(sql.stdout)["checks"]}
+    remote = {c["name"]: c["status"] for c in json.loads(web.stdout)["checks"]}
+    assert remote.pop("admin_auth_boundary") == "warn"
+    assert remote == local
+    assert web.exit_code == 2 and json.loads(web.stdout)["overall_status"] == "warn"
+    table = run("--base-url", BASE, "preflight")
+    assert table.stdout.startswith("overall_status: warn") and "admin_auth_boundary" in table.stdout
+    refused = run("--base-url", BASE, "preflight", "--app", "x:y")
+    assert refused.exit_code == 2 and "--app is not sent over HTTP" in refused.stderr
