@@ -4,7 +4,9 @@
 
 CREATE OR REPLACE FUNCTION harvest.signal_workflow(
     p_execution_id uuid, p_signal_name text, p_payload jsonb DEFAULT 'null'::jsonb,
-    p_signal_id text DEFAULT NULL
+    p_signal_id text DEFAULT NULL,
+    -- The sender's span (W3C traceparent): the workflow task that reads the signal links to it.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -18,10 +20,12 @@ BEGIN
     END IF;
     PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
                                    harvest._payload_limit());
+    PERFORM harvest._check_traceparent(p_traceparent);
     v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
     v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
-        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text)));
+        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text))
+        || CASE WHEN p_traceparent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', p_traceparent) END);
     PERFORM harvest._ensure_workflow_task(p_execution_id);
     RETURN v_event_id;
 END;
@@ -85,7 +89,8 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.signal_workflow IS
 'Append a SignalReceived event to a RUNNING run and wake it; returns the event id. HR005 when the run has ended, '
-'HR008 for a payload over payload_limit(). Called by clients (role harvest_operator).';
+'HR008 for a payload over payload_limit(); p_traceparent (the sender''s W3C span, HR001 when malformed) is kept on the '
+'event for the reading task''s span link. Called by clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.signal_with_start IS
 'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction. '
 'Called by clients (role harvest_operator).';
