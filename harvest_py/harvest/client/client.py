@@ -643,9 +643,11 @@ class WorkflowHandle(_Handle):
         with tracing.span(
             "harvest.workflow.signal",
             execution_id=str(self.execution_id),
+            caller_first=True,
             attributes={"harvest.signal": name},
         ):
-            self._on_current(sqlapi.signal_workflow, name, encoded)
+            # The sender's span: the workflow task that reads the signal links to it.
+            self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
@@ -683,7 +685,9 @@ class WorkflowHandle(_Handle):
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
         run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
+        with tracing.span(
+            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
+        ):
             return messaging.update(
                 self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
             )
@@ -858,7 +862,6 @@ class Client:
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
         )
-        started_ns = time.time_ns() if tracing.ACTIVE else 0
         call = _start_call(
             name,
             encoded,
@@ -871,25 +874,25 @@ class Client:
             opts.execution_timeout,
             opts.run_timeout,
         )
-        connection = opts.connection
-        if connection is not None:
-            if placement.pinned:
-                row = _start_in_transaction(connection, call, placement)
+        with tracing.start_span(name) as trace:
+            # The caller's trace context, captured at start (docs/observability.md).
+            call["traceparent"] = trace.traceparent
+            connection = opts.connection
+            if connection is not None:
+                if placement.pinned:
+                    row = _start_in_transaction(connection, call, placement)
+                else:
+                    row = SqlApi(connection).start_workflow(**call)
+            elif placement.pinned:
+                with self._target.connection(placement.shard) as conn:
+                    row = _start_in_transaction(conn, call, placement)
             else:
-                row = SqlApi(connection).start_workflow(**call)
-        elif placement.pinned:
-            with self._target.connection(placement.shard) as conn:
-                row = _start_in_transaction(conn, call, placement)
-        else:
-            with routing.api(
-                self._target, routing.ONE if placement.shard is None else placement.shard
-            ) as sql:
-                row = sql.start_workflow(**call, shard=placement.shard)
-        if started_ns:
-            tracing.record_span(
-                "harvest.workflow.start",
-                str(row["execution_id"]),
-                started_ns,
+                with routing.api(
+                    self._target, routing.ONE if placement.shard is None else placement.shard
+                ) as sql:
+                    row = sql.start_workflow(**call, shard=placement.shard)
+            trace.started(
+                row["execution_id"],
                 {
                     "harvest.workflow": name,
                     "harvest.queue": queue,
@@ -1091,9 +1094,11 @@ class AsyncWorkflowHandle(_Handle):
         with tracing.span(
             "harvest.workflow.signal",
             execution_id=str(self.execution_id),
+            caller_first=True,
             attributes={"harvest.signal": name},
         ):
-            await self._on_current(sqlapi.signal_workflow, name, encoded)
+            # The sender's span: the workflow task that reads the signal links to it.
+            await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
@@ -1126,7 +1131,9 @@ class AsyncWorkflowHandle(_Handle):
         result_type: Any = Any,
     ) -> Any:
         run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
+        with tracing.span(
+            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
+        ):
             return await messaging.aupdate(
                 self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
             )
@@ -1341,7 +1348,6 @@ class AsyncClient:
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
         )
-        started_ns = time.time_ns() if tracing.ACTIVE else 0
         call = _start_call(
             name,
             encoded,
@@ -1354,22 +1360,22 @@ class AsyncClient:
             opts.execution_timeout,
             opts.run_timeout,
         )
-        connection = opts.connection
-        if connection is not None:
-            if placement.pinned:
-                row = await _astart_in_transaction(connection, call, placement)
+        with tracing.start_span(name) as trace:
+            # The caller's trace context, captured at start (docs/observability.md).
+            call["traceparent"] = trace.traceparent
+            connection = opts.connection
+            if connection is not None:
+                if placement.pinned:
+                    row = await _astart_in_transaction(connection, call, placement)
+                else:
+                    row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
+            elif placement.pinned:
+                async with self._target.connection(placement.shard) as conn:
+                    row = await _astart_in_transaction(conn, call, placement)
             else:
-                row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
-        elif placement.pinned:
-            async with self._target.connection(placement.shard) as conn:
-                row = await _astart_in_transaction(conn, call, placement)
-        else:
-            row = await self._starts.start(call, placement.shard)
-        if started_ns:
-            tracing.record_span(
-                "harvest.workflow.start",
-                str(row["execution_id"]),
-                started_ns,
+                row = await self._starts.start(call, placement.shard)
+            trace.started(
+                row["execution_id"],
                 {
                     "harvest.workflow": name,
                     "harvest.queue": queue,
