@@ -107,8 +107,7 @@ GET_METRIC_SAMPLES = "SELECT harvest.get_metric_samples(%(max_keys)s) AS samples
 SAMPLER_LOCK_KEY = 0x68617276_6D657472  # "harv" "metr"
 TRY_LEAD_SAMPLER = "SELECT pg_try_advisory_lock(%(key)s) AS leader"
 LIST_FORCED_CLOSES = """
-SELECT * FROM harvest.list_forced_closes(
-    %(after_at)s, %(after_id)s, harvest.now() - make_interval(secs => %(lag)s), %(limit)s)
+SELECT * FROM harvest.list_forced_closes(%(after_at)s, %(after_id)s, %(until)s, %(limit)s)
 """
 # -- shard rebalancing (functions/rebalance.sql)
 LIST_MIGRATION_CANDIDATES = """
@@ -560,10 +559,10 @@ def get_metric_samples(max_keys: int = 50) -> dict[str, Any]:
 
 
 @call(LIST_FORCED_CLOSES)
-def list_forced_closes(after_at: Any, after_id: Any, lag: float = 5.0, limit: int = 1000) -> dict[str, Any]:
+def list_forced_closes(after_at: Any, after_id: Any, until: Any, limit: int = 1000) -> dict[str, Any]:
     """The runs closed outside a decision (terminated, timed out, superseded) after the
-    sampler's ``(completed_at, id)`` cursor, up to ``lag`` seconds before the database's now."""
-    return {"after_at": after_at, "after_id": after_id, "lag": lag, "limit": limit}
+    sampler's ``(completed_at, id)`` cursor, closed at or before ``until``."""
+    return {"after_at": after_at, "after_id": after_id, "until": until, "limit": limit}
 
 
 @call(TRY_LEAD_SAMPLER, column("leader"))

@@ -443,7 +443,9 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     )
     if finished:
         status = closing_status(commands, outcome["execution_status"])
-        if status is not None:
+        # A run terminated or timed out meanwhile was closed by no decision: the placed
+        # sampler counts it (harvest.list_forced_closes), not this worker.
+        if status is not None and status not in ("TERMINATED", "TIMED_OUT"):
             worker.metrics.workflow_closed(task["workflow_name"], status, outcome["last_event_id"])
         run.close()
     else:
