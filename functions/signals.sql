@@ -40,7 +40,10 @@ CREATE OR REPLACE FUNCTION harvest.signal_with_start(
     p_signal_payload jsonb DEFAULT 'null'::jsonb,
     p_input jsonb DEFAULT '[]'::jsonb,
     p_queue text DEFAULT 'default',
-    p_search_attributes jsonb DEFAULT '{}'::jsonb
+    p_search_attributes jsonb DEFAULT '{}'::jsonb,
+    -- The caller's span (W3C traceparent): a run started here continues its trace, and
+    -- the signal links to it (signal_workflow).
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -55,8 +58,10 @@ BEGIN
     SELECT * INTO v_started FROM harvest.start_workflow(
         p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
         p_queue => p_queue, p_reuse_policy => 'terminate_if_running',
-        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
-    PERFORM harvest.signal_workflow(v_started.execution_id, p_signal_name, p_signal_payload);
+        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes,
+        p_traceparent => p_traceparent);
+    PERFORM harvest.signal_workflow(v_started.execution_id, p_signal_name, p_signal_payload,
+                                    p_traceparent => p_traceparent);
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.started_fresh;
 END;
 $$;
@@ -92,8 +97,9 @@ COMMENT ON FUNCTION harvest.signal_workflow IS
 'HR008 for a payload over payload_limit(); p_traceparent (the sender''s W3C span, HR001 when malformed) is kept on the '
 'event for the reading task''s span link. Called by clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.signal_with_start IS
-'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction. '
-'Called by clients (role harvest_operator).';
+'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction; '
+'p_traceparent is the caller''s span, for the run it starts and the signal. Called by clients (role '
+'harvest_operator).';
 COMMENT ON FUNCTION harvest.cancel_workflow IS
 'Ask a RUNNING run to cancel (the workflow sees it at its await point, activities on their next heartbeat), '
 'audited; returns false when already requested, HR005 when it has ended. Called by clients (role '

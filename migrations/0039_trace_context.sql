@@ -17,3 +17,4 @@ DROP FUNCTION IF EXISTS harvest._continue_as_new(harvest.executions, jsonb, bigi
 DROP FUNCTION IF EXISTS harvest.claim_cross_shard_children(integer, double precision);
 DROP FUNCTION IF EXISTS harvest.start_cross_shard_child(uuid, uuid, integer, text, text, text, jsonb, text);
 DROP FUNCTION IF EXISTS harvest.signal_workflow(uuid, text, jsonb, text);
+DROP FUNCTION IF EXISTS harvest.signal_with_start(text, text, text, jsonb, jsonb, text, jsonb);

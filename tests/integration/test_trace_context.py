@@ -127,3 +127,21 @@ def test_a_signal_is_linked_from_the_task_that_reads_it(spans, start_worker, cli
     assert len(readers) == 1 and readers[0].context.trace_id == run_trace
     (link,) = [x for x in readers[0].links if x.context.span_id == sent.context.span_id]
     assert link.attributes["harvest.link"] == "signal" and link.attributes["harvest.signal"] == "go"
+
+
+def test_signal_with_start_inside_the_callers_span_continues_its_trace(
+    spans, start_worker, client: Client
+) -> None:
+    exporter, provider = spans
+    start_worker(APP)
+    with provider.get_tracer("the caller").start_as_current_span("caller") as caller:
+        handle = client.signal_with_start(tc_waiter, workflow_id="tc-sws", signal="go", signal_payload="hi")
+    assert handle.result(timeout=30) == "hi"
+    finished = exporter.get_finished_spans()
+    (start,) = _by_name(finished, "harvest.workflow.start")
+    assert start.parent.span_id == caller.get_span_context().span_id
+    tasks = _by_name(finished, "harvest.workflow.task")
+    assert tasks and {t.context.trace_id for t in tasks} == {caller.get_span_context().trace_id}
+    assert any(link.context.span_id == start.context.span_id for t in tasks for link in t.links), (
+        "the signal links to the span that sent it"
+    )

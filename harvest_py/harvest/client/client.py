@@ -931,14 +931,21 @@ class Client:
             self.payloads.chain,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        try:
-            with routing.api(self._target, shard) as sql:
-                row = sql.signal_with_start(**call)
-        except ExecutionMigrated as exc:
-            moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
-            handle = WorkflowHandle(self, moved, workflow_id, definition, False)
-            handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
-            return handle
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
+            try:
+                with routing.api(self._target, shard) as sql:
+                    row = sql.signal_with_start(**call)
+            except ExecutionMigrated as exc:
+                moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
+                handle = WorkflowHandle(self, moved, workflow_id, definition, False)
+                handle._on_current(
+                    sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
+                )
+                return handle
+            trace.started(
+                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
+            )
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
     def update_with_start(
@@ -1412,13 +1419,20 @@ class AsyncClient:
             self.payloads.chain,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        try:
-            row = await self._target.sql(shard).signal_with_start(**call)
-        except ExecutionMigrated as exc:
-            moved = _moved_run(self._target, exc)  # see Client.signal_with_start
-            handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
-            await handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
-            return handle
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # see Client.signal_with_start
+            try:
+                row = await self._target.sql(shard).signal_with_start(**call)
+            except ExecutionMigrated as exc:
+                moved = _moved_run(self._target, exc)  # see Client.signal_with_start
+                handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
+                await handle._on_current(
+                    sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
+                )
+                return handle
+            trace.started(
+                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
+            )
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )

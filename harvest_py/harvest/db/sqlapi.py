@@ -42,7 +42,7 @@ SIGNAL_WITH_START = """
 SELECT * FROM harvest.signal_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_signal_name => %(signal_name)s, p_signal_payload => %(payload)s, p_input => %(input)s,
-    p_queue => %(queue)s, p_search_attributes => %(search_attributes)s)
+    p_queue => %(queue)s, p_search_attributes => %(search_attributes)s, p_traceparent => %(traceparent)s)
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
@@ -419,8 +419,10 @@ def signal_with_start(
     input: list[Any],
     queue: str,
     search_attributes: dict[str, Any],
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "workflow_name": workflow_name,
         "workflow_id": workflow_id,
         "signal_name": signal_name,
