@@ -65,11 +65,12 @@ def _by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan
 
 def test_a_start_inside_the_callers_span_continues_its_trace(spans, start_worker, client: Client) -> None:
     exporter, provider = spans
-    start_worker(APP, cache_size=0)  # every task replays: replay roots are linked, not in the trace
+    worker = start_worker(APP, cache_size=0)  # every task replays: replay roots are linked, not in the trace
     caller_tracer = provider.get_tracer("the caller")
     with caller_tracer.start_as_current_span("caller") as caller:
         handle = client.start_workflow(tc_parent, 1, 2)
     assert handle.result(timeout=30) == 5
+    worker.stop()  # its last spans end after the commit the result reads
 
     finished = exporter.get_finished_spans()
     trace_id = caller.get_span_context().trace_id
@@ -104,12 +105,13 @@ def test_a_start_inside_the_callers_span_continues_its_trace(spans, start_worker
 
 def test_a_signal_is_linked_from_the_task_that_reads_it(spans, start_worker, client: Client) -> None:
     exporter, provider = spans
-    start_worker(APP)
+    worker = start_worker(APP)
     handle = client.start_workflow(tc_waiter)
     run_trace = int(str(handle.execution_id).replace("-", ""), 16)
     with provider.get_tracer("the sender").start_as_current_span("sender") as sender:
         handle.signal("go", "now")
     assert handle.result(timeout=30) == "now"
+    worker.stop()
 
     finished = exporter.get_finished_spans()
     (start,) = _by_name(finished, "harvest.workflow.start")
@@ -133,10 +135,11 @@ def test_signal_with_start_inside_the_callers_span_continues_its_trace(
     spans, start_worker, client: Client
 ) -> None:
     exporter, provider = spans
-    start_worker(APP)
+    worker = start_worker(APP)
     with provider.get_tracer("the caller").start_as_current_span("caller") as caller:
         handle = client.signal_with_start(tc_waiter, workflow_id="tc-sws", signal="go", signal_payload="hi")
     assert handle.result(timeout=30) == "hi"
+    worker.stop()
     finished = exporter.get_finished_spans()
     (start,) = _by_name(finished, "harvest.workflow.start")
     assert start.parent.span_id == caller.get_span_context().span_id
