@@ -265,7 +265,7 @@ END;
 $$;
 
 -- signal_external_workflow: ExternalSignalRequested{seq, execution_id, workflow_id,
--- workflow_name, signal_name, payload} and its relay (relays.sql, _decide_external);
+-- workflow_name, signal_name, payload[, traceparent]} and its relay (relays.sql, _decide_external);
 -- the outcome comes back as ExternalSignalDelivered or ExternalSignalFailed. The
 -- payload is held to the limit a client's signal is (HR008).
 CREATE OR REPLACE FUNCTION harvest._decide_signal_external_workflow(
@@ -283,7 +283,10 @@ BEGIN
     PERFORM harvest._check_payload(format('the payload of signal %s', p_command ->> 'signal_name'),
                                    p_command -> 'payload', p_limit);
     PERFORM harvest._decide_external(p_execution, p_seq, p_command, 'external_signal', jsonb_build_object(
-        'signal_name', p_command ->> 'signal_name', 'payload', coalesce(p_command -> 'payload', 'null'::jsonb)));
+        'signal_name', p_command ->> 'signal_name', 'payload', coalesce(p_command -> 'payload', 'null'::jsonb))
+        -- The sending task's span (tracing on): the target's SignalReceived carries it, for a link.
+        || CASE WHEN p_command ->> 'traceparent' IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('traceparent', harvest._check_traceparent(p_command ->> 'traceparent')) END);
 END;
 $$;
 

@@ -44,7 +44,12 @@ async def tc_waiter(ctx) -> str:
     return await ctx.wait_for_signal("go")
 
 
-APP = App(workflows=[tc_parent, tc_child, tc_waiter], activities=[tc_act])
+@workflow
+async def tc_sender(ctx, target: str) -> None:
+    await ctx.signal_external_workflow(target, "go", "from a workflow")
+
+
+APP = App(workflows=[tc_parent, tc_child, tc_waiter, tc_sender], activities=[tc_act])
 
 
 @pytest.fixture
@@ -148,3 +153,27 @@ def test_signal_with_start_inside_the_callers_span_continues_its_trace(
     assert any(link.context.span_id == start.context.span_id for t in tasks for link in t.links), (
         "the signal links to the span that sent it"
     )
+
+
+def test_a_signal_from_another_workflow_is_linked_to_the_sending_task(
+    spans, start_worker, client: Client
+) -> None:
+    exporter, _provider = spans
+    worker = start_worker(APP)
+    target = client.start_workflow(tc_waiter)
+    sender = client.start_workflow(tc_sender, str(target.execution_id))
+    assert target.result(timeout=30) == "from a workflow"
+    sender.result(timeout=30)
+    worker.stop()
+    tasks = [s for s in exporter.get_finished_spans() if s.name == "harvest.workflow.task"]
+    sending = {
+        s.context.span_id for s in tasks if s.attributes["harvest.execution_id"] == str(sender.execution_id)
+    }
+    links = [
+        link
+        for s in tasks
+        if s.attributes["harvest.execution_id"] == str(target.execution_id)
+        for link in s.links
+    ]
+    assert [link.context.span_id in sending for link in links] == [True]
+    assert links[0].context.trace_id == int(str(sender.execution_id).replace("-", ""), 16)

@@ -455,8 +455,9 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
 
 def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
     """Tracing on: the decision's child, timer and continue-as-new spans (a child's start and a
-    continue-as-new carry theirs), and each scheduled activity's options carrying the current
-    span's traceparent (its parent, on any worker)."""
+    continue-as-new carry theirs), each scheduled activity's options carrying the current
+    span's traceparent (its parent, on any worker), and each external signal carrying it (the
+    target's task links to it)."""
     commands = tracing.decision_spans(commands, execution_id)
     parent = tracing.traceparent()
     if parent is None:
@@ -464,6 +465,8 @@ def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[d
     return [
         {**c, "options": {**(c.get("options") or {}), "traceparent": parent}}
         if c["type"] == "schedule_activity"
+        else {**c, "traceparent": parent}  # the target's task links to the sending task
+        if c["type"] == "signal_external_workflow"
         else c
         for c in commands
     ]
