@@ -46,7 +46,7 @@ class MetricsSampler:
         interval: float = 15.0,
         max_keys: int = 50,
         close_lag: float = 5.0,
-    ):
+    ) -> None:
         self.metrics = metrics
         self.interval = interval
         self.max_keys = max_keys

@@ -281,7 +281,7 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
             "harvest.workflow.execute", execution_id=execution_id, root=True, attributes=attributes
         )
     if cached is not None:
-        seed = getattr(cached, "trace_seed", None) or {}
+        seed = cached.trace_seed or {}
     else:
         seed = _trace_seed(task["new_events"][0]["event_data"])
     return tracing.span("harvest.workflow.task", execution_id=execution_id, attributes=attributes, **seed)
@@ -393,7 +393,7 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             "harvest.workflow.task",
             execution_id=execution_id,
             attributes={"harvest.workflow": task["workflow_name"], "harvest.after_replay": True},
-            **(getattr(run, "trace_seed", None) or {}),
+            **(run.trace_seed or {}),
         ):
             commands = traced_commands(commands, execution_id)
     elif tracing.ACTIVE:
