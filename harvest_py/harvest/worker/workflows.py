@@ -280,10 +280,7 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
         return tracing.span(
             "harvest.workflow.execute", execution_id=execution_id, root=True, attributes=attributes
         )
-    if cached is not None:
-        seed = cached.trace_seed or {}
-    else:
-        seed = _trace_seed(task["new_events"][0]["event_data"])
+    seed = _trace_seed(task["new_events"][0]["event_data"]) if cached is None else cached.trace_seed or {}
     return tracing.span("harvest.workflow.task", execution_id=execution_id, attributes=attributes, **seed)
 
 
