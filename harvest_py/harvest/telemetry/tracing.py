@@ -146,24 +146,26 @@ def span(
 ) -> Iterator[Any]:
     """A span in the run's trace (``execution_id``, or its root's; under ``started_by``, the
     span that started the run, when known); under ``traceparent_of`` when given; a new root
-    linked to the run's trace when ``root``; the child of the caller's active span instead,
-    when there is one and ``caller_first``. A no-op when off."""
+    when ``root`` (:func:`link_run` links it to the run's trace once the run's start is read);
+    the child of the caller's active span instead, when there is one and ``caller_first``. A
+    no-op when off."""
     if not ACTIVE:
         yield None
         return
     links = []
     context = None
-    current = _otel.get_current_span().get_span_context()
-    if link_current and current.is_valid:
-        links.append(_otel.Link(current))
-    if caller_first and current.is_valid:
+    caller = _otel.get_current_span().get_span_context()
+    if link_current and caller.is_valid:
+        links.append(_otel.Link(caller))
+    if caller_first and caller.is_valid:
         pass  # the caller's span is the parent (the current context)
     elif execution_id is not None:
-        run = run_context(execution_id, parent_id, started_by)
         if root:  # the link to the run's trace comes with link_run, once its start is read
             context = _otel.set_span_in_context(_otel.INVALID_SPAN)
         else:
-            context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run
+            context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run_context(
+                execution_id, parent_id, started_by
+            )
     attrs = {"harvest.execution_id": execution_id} if execution_id else {}
     if attributes:
         attrs.update({k: v for k, v in attributes.items() if v is not None})
