@@ -2,8 +2,10 @@
 -- a child, a continue-as-new successor or a signal is made, so one trace spans the whole
 -- workflow across processes and shards.
 
--- A cross-shard child carries its parent's child.start span to its own shard.
+-- A cross-shard child carries its parent's child.start span to its own shard; an update
+-- request its client's update span.
 ALTER TABLE harvest.cross_shard_children ADD COLUMN traceparent text;
+ALTER TABLE harvest.query_requests ADD COLUMN traceparent text;
 
 -- Each of these takes a traceparent (or returns one): drop the old signatures so the
 -- functions/ files create the new ones, not overloads beside them.
@@ -18,3 +20,5 @@ DROP FUNCTION IF EXISTS harvest.claim_cross_shard_children(integer, double preci
 DROP FUNCTION IF EXISTS harvest.start_cross_shard_child(uuid, uuid, integer, text, text, text, jsonb, text);
 DROP FUNCTION IF EXISTS harvest.signal_workflow(uuid, text, jsonb, text);
 DROP FUNCTION IF EXISTS harvest.signal_with_start(text, text, text, jsonb, jsonb, text, jsonb);
+DROP FUNCTION IF EXISTS harvest.request_update(uuid, text, jsonb, text, double precision);
+DROP FUNCTION IF EXISTS harvest.update_with_start(text, text, text, jsonb, jsonb, text, text, double precision, jsonb);

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from harvest import App, Client, activity, workflow
+from harvest import App, Client, activity, update, workflow
 from harvest.telemetry import tracing
 
 
@@ -49,7 +49,22 @@ async def tc_sender(ctx, target: str) -> None:
     await ctx.signal_external_workflow(target, "go", "from a workflow")
 
 
-APP = App(workflows=[tc_parent, tc_child, tc_waiter, tc_sender], activities=[tc_act])
+@workflow
+async def tc_counter(ctx) -> int:
+    ctx.state["n"] = 0
+    await ctx.wait_for_signal("stop")
+    return ctx.state["n"]
+
+
+@update(workflow="tc_counter")
+def tc_bump(ctx, by: int) -> int:
+    ctx.state["n"] += by
+    return ctx.state["n"]
+
+
+APP = App(
+    workflows=[tc_parent, tc_child, tc_waiter, tc_sender, tc_counter], activities=[tc_act], updates=[tc_bump]
+)
 
 
 @pytest.fixture
@@ -177,3 +192,26 @@ def test_a_signal_from_another_workflow_is_linked_to_the_sending_task(
     ]
     assert [link.context.span_id in sending for link in links] == [True]
     assert links[0].context.trace_id == int(str(sender.execution_id).replace("-", ""), 16)
+
+
+def test_an_update_is_linked_from_the_task_that_runs_its_handler(spans, start_worker, client: Client) -> None:
+    exporter, provider = spans
+    worker = start_worker(APP)
+    handle = client.start_workflow(tc_counter)
+    with provider.get_tracer("the caller").start_as_current_span("caller") as caller:
+        assert handle.update("tc_bump", 2) == 2
+    handle.signal("stop")
+    assert handle.result(timeout=30) == 2
+    worker.stop()
+    finished = exporter.get_finished_spans()
+    (sent,) = [s for s in finished if s.name == "harvest.workflow.update"]
+    assert sent.parent.span_id == caller.get_span_context().span_id
+    links = [
+        link
+        for s in finished
+        if s.name == "harvest.workflow.task"
+        for link in s.links
+        if link.context.span_id == sent.context.span_id
+    ]
+    assert len(links) == 1 and links[0].attributes["harvest.link"] == "update"
+    assert links[0].attributes["harvest.update"] == "tc_bump"

@@ -981,12 +981,22 @@ class Client:
             self.max_payload_bytes,
             self.payloads.chain,
         )
-        try:
-            row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
-        except ExecutionMigrated as exc:
-            handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
-            return handle, handle.update(
-                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
+            try:
+                row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+            except ExecutionMigrated as exc:
+                handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+                return handle, handle.update(
+                    update,
+                    update_arg,
+                    wait=wait,
+                    timeout=timeout,
+                    update_id=update_id,
+                    result_type=result_type,
+                )
+            trace.started(
+                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
             )
         return (
             WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
@@ -1467,12 +1477,24 @@ class AsyncClient:
             self.max_payload_bytes,
             self.payloads.chain,
         )
-        try:
-            row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
-        except ExecutionMigrated as exc:
-            handle = AsyncWorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
-            return handle, await handle.update(
-                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # see Client.update_with_start
+            try:
+                row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+            except ExecutionMigrated as exc:
+                handle = AsyncWorkflowHandle(
+                    self, _moved_run(self._target, exc), workflow_id, definition, False
+                )
+                return handle, await handle.update(
+                    update,
+                    update_arg,
+                    wait=wait,
+                    timeout=timeout,
+                    update_id=update_id,
+                    result_type=result_type,
+                )
+            trace.started(
+                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
             )
         return (
             AsyncWorkflowHandle(

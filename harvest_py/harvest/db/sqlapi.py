@@ -257,14 +257,15 @@ PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)
 # -- queries and updates (functions/messages.sql)
 REQUEST_QUERY = "SELECT harvest.request_query(%(execution_id)s, %(name)s, %(arg)s, %(timeout)s) AS request_id"
 REQUEST_UPDATE = """
-SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s)
+SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s,
+                                     p_traceparent => %(traceparent)s)
 """
 UPDATE_WITH_START = """
 SELECT * FROM harvest.update_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_update_name => %(name)s, p_update_arg => %(arg)s, p_input => %(input)s,
     p_queue => %(queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
-    p_search_attributes => %(search_attributes)s)
+    p_search_attributes => %(search_attributes)s, p_traceparent => %(traceparent)s)
 """
 PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
 GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
@@ -1314,9 +1315,15 @@ def request_query(execution_id: str, name: str, arg: Any, timeout: float) -> dic
 
 @call(REQUEST_UPDATE, first)
 def request_update(
-    execution_id: str, name: str, arg: Any, update_id: str | None, timeout: float
+    execution_id: str,
+    name: str,
+    arg: Any,
+    update_id: str | None,
+    timeout: float,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "execution_id": execution_id,
         "name": name,
         "arg": _jsonb(arg),
@@ -1336,8 +1343,10 @@ def update_with_start(
     update_id: str | None,
     timeout: float,
     search_attributes: dict[str, Any],
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "workflow_name": workflow_name,
         "workflow_id": workflow_id,
         "name": name,

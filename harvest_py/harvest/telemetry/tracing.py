@@ -222,21 +222,25 @@ def link_run(execution_id: str, parent_id: str | None = None, started_by: str | 
     _otel.get_current_span().add_link(_otel.get_current_span(run).get_span_context(), {"harvest.link": "run"})
 
 
+_MESSAGES = {"SignalReceived": "signal", "UpdateAccepted": "update"}
+
+
 def link_signals(events: Iterable[Mapping[str, Any]]) -> None:
-    """Link the current span (the workflow task reading them) to the senders of the signals
-    among ``events`` (each ``SignalReceived`` carrying the sender's traceparent)."""
+    """Link the current span (the workflow task reading them) to the senders of the signals and
+    updates among ``events`` (a ``SignalReceived`` or ``UpdateAccepted`` carrying the sender's
+    traceparent)."""
     if not ACTIVE:
         return
     current = _otel.get_current_span()
     for event in events:
-        if event.get("event_type") != "SignalReceived":
+        kind = _MESSAGES.get(event.get("event_type", ""))
+        if kind is None:
             continue
         sender = (event.get("event_data") or {}).get("traceparent")
         context = _span_context(sender) if isinstance(sender, str) else None
         if context is not None:
-            current.add_link(
-                context, {"harvest.link": "signal", "harvest.signal": event["event_data"].get("name")}
-            )
+            name = event["event_data"].get("name")
+            current.add_link(context, {"harvest.link": kind, f"harvest.{kind}": name})
 
 
 def traceparent() -> str | None:
