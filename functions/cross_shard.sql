@@ -27,7 +27,7 @@ CREATE OR REPLACE FUNCTION harvest.claim_cross_shard_children(
 RETURNS TABLE (
     child_execution_id uuid, parent_execution_id uuid, parent_seq integer, target_shard integer,
     workflow_name text, workflow_id text, queue text, input jsonb, parent_close_policy text,
-    status text, cancel_requested boolean, attempts integer
+    status text, cancel_requested boolean, attempts integer, traceparent text
 )
 LANGUAGE plpgsql
 AS $$
@@ -52,7 +52,8 @@ BEGIN
     SET next_attempt_at = v_now + make_interval(secs => p_lease_secs)
     FROM due AS d WHERE c.child_execution_id = d.child_execution_id
     RETURNING c.child_execution_id, c.parent_execution_id, c.parent_seq, c.target_shard, c.workflow_name,
-              c.workflow_id, c.queue, c.input, c.parent_close_policy, c.status, c.cancel_requested, c.attempts;
+              c.workflow_id, c.queue, c.input, c.parent_close_policy, c.status, c.cancel_requested, c.attempts,
+              c.traceparent;
 END;
 $$;
 
@@ -152,7 +153,9 @@ $$;
 -- UnknownWorkflow; failure says why, for the parent's ChildWorkflowFailed).
 CREATE OR REPLACE FUNCTION harvest.start_cross_shard_child(
     p_child_execution_id uuid, p_parent_execution_id uuid, p_parent_seq integer, p_workflow_name text,
-    p_workflow_id text, p_queue text, p_input jsonb, p_parent_close_policy text
+    p_workflow_id text, p_queue text, p_input jsonb, p_parent_close_policy text,
+    -- The parent's child.start span (claim_cross_shard_children's traceparent), or NULL.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (outcome text, status text, failure jsonb)
 LANGUAGE plpgsql
@@ -206,7 +209,7 @@ BEGIN
         END IF;
         PERFORM harvest._start_insert(p_workflow_name, p_input, p_workflow_id, p_queue, '{}'::jsonb, 0,
             p_parent_execution_id, harvest.get_shard_id(), NULL, NULL, v_policy, v_quota_key, v_concurrency_key,
-            p_child_execution_id);
+            p_child_execution_id, harvest._check_traceparent(p_traceparent));
         UPDATE harvest.executions AS e SET parent_seq = p_parent_seq, parent_close_policy = p_parent_close_policy
         WHERE e.id = p_child_execution_id;
     EXCEPTION

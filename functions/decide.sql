@@ -319,7 +319,7 @@ END;
 $$;
 
 -- signal_external_workflow: ExternalSignalRequested{seq, execution_id, workflow_id,
--- workflow_name, signal_name, payload} and its relay (relays.sql, _decide_external);
+-- workflow_name, signal_name, payload[, traceparent]} and its relay (relays.sql, _decide_external);
 -- the outcome comes back as ExternalSignalDelivered or ExternalSignalFailed. The
 -- payload is held to the limit a client's signal is (HR008).
 CREATE OR REPLACE FUNCTION harvest._decide_signal_external_workflow(
@@ -337,7 +337,10 @@ BEGIN
     PERFORM harvest._check_payload(format('the payload of signal %s', p_command ->> 'signal_name'),
                                    p_command -> 'payload', p_limit);
     PERFORM harvest._decide_external(p_execution, p_seq, p_command, 'external_signal', jsonb_build_object(
-        'signal_name', p_command ->> 'signal_name', 'payload', coalesce(p_command -> 'payload', 'null'::jsonb)));
+        'signal_name', p_command ->> 'signal_name', 'payload', coalesce(p_command -> 'payload', 'null'::jsonb))
+        -- The sending task's span (tracing on): the target's SignalReceived carries it, for a link.
+        || CASE WHEN p_command ->> 'traceparent' IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('traceparent', harvest._check_traceparent(p_command ->> 'traceparent')) END);
 END;
 $$;
 
@@ -396,7 +399,8 @@ BEGIN
     PERFORM harvest._check_payload(format('the continue-as-new input of workflow %s',
         p_execution.workflow_name), p_command -> 'input', p_limit);
     PERFORM harvest._continue_as_new(p_execution, coalesce(p_command -> 'input', '[]'::jsonb),
-                                     p_through, coalesce(p_command -> 'signals', '[]'::jsonb));
+                                     p_through, coalesce(p_command -> 'signals', '[]'::jsonb),
+                                     p_command ->> 'traceparent');
     ends_run := true;
 END;
 $$;
@@ -884,11 +888,11 @@ BEGIN
         v_child_id := harvest._new_execution_id(v_target);
         INSERT INTO harvest.cross_shard_children (
             child_execution_id, parent_execution_id, parent_seq, target_shard, workflow_name, workflow_id,
-            queue, input, parent_close_policy, created_at
+            queue, input, parent_close_policy, created_at, traceparent
         ) VALUES (
             v_child_id, p_parent.id, p_seq, v_target, v_name, v_workflow_id,
             coalesce(p_command ->> 'task_queue', p_parent.queue), coalesce(p_command -> 'input', '[]'::jsonb),
-            v_policy, harvest.now()
+            v_policy, harvest.now(), harvest._check_traceparent(p_command ->> 'traceparent')
         );
         PERFORM harvest._append_event(p_parent.id, 'ChildWorkflowStarted', jsonb_build_object(
             'seq', p_seq, 'workflow_name', v_name, 'workflow_id', v_workflow_id,
@@ -902,7 +906,9 @@ BEGIN
             p_queue => coalesce(p_command ->> 'task_queue', p_parent.queue),
             p_reuse_policy => 'terminate_if_running', p_conflict_policy => 'fail',
             -- NULL: this database's shard (a moved parent's id names its origin shard).
-            p_parent_id => p_parent.id, p_shard => NULL) AS s;
+            p_parent_id => p_parent.id, p_shard => NULL,
+            -- The parent's child.start span (a worker with tracing on): the child continues it.
+            p_traceparent => p_command ->> 'traceparent') AS s;
         UPDATE harvest.executions SET parent_seq = p_seq, parent_close_policy = v_policy
         WHERE id = v_child_id;
     EXCEPTION
@@ -937,7 +943,10 @@ $$;
 -- End this run as CONTINUED_AS_NEW and start its successor (same workflow_id,
 -- name, queue, search attributes, parent link and chain deadline) atomically.
 CREATE OR REPLACE FUNCTION harvest._continue_as_new(
-    p_execution harvest.executions, p_input jsonb, p_through bigint, p_signals jsonb DEFAULT '[]'::jsonb
+    p_execution harvest.executions, p_input jsonb, p_through bigint, p_signals jsonb DEFAULT '[]'::jsonb,
+    -- The continue_as_new span of the decision (a worker with tracing on): the successor
+    -- continues its trace; NULL: the successor keeps its predecessor's starting span.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpgsql
@@ -953,7 +962,10 @@ BEGIN
         p_reuse_policy => 'terminate_if_running', p_search_attributes => p_execution.search_attributes,
         -- NULL: this database's shard (a moved run's id names its origin shard).
         p_parent_id => p_execution.parent_id, p_shard => NULL,
-        p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false) AS s;
+        p_run_timeout_secs => p_execution.run_timeout_secs, p_flow_gates => false,
+        p_traceparent => coalesce(p_traceparent, (
+            SELECT ev.event_data ->> 'traceparent' FROM harvest.events AS ev
+            WHERE ev.execution_id = p_execution.id AND ev.event_id = 1))) AS s;
     UPDATE harvest.executions
     SET parent_seq = p_execution.parent_seq, parent_close_policy = p_execution.parent_close_policy,
         continued_from = p_execution.id, execution_timeout_at = p_execution.execution_timeout_at,

@@ -79,7 +79,9 @@ $$;
 -- completed). Only an update never seen before goes to a worker for validation.
 CREATE OR REPLACE FUNCTION harvest.request_update(
     p_execution_id uuid, p_name text, p_arg jsonb DEFAULT 'null'::jsonb,
-    p_update_id text DEFAULT NULL, p_timeout_secs double precision DEFAULT 30
+    p_update_id text DEFAULT NULL, p_timeout_secs double precision DEFAULT 30,
+    -- The client's update span (W3C traceparent): the task that runs the handler links to it.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (request_id bigint, update_id text, status text)
 LANGUAGE plpgsql
@@ -101,6 +103,7 @@ BEGIN
     END IF;
     PERFORM harvest._check_payload(format('the argument of update %s', p_name), p_arg,
                                    harvest._payload_limit());
+    PERFORM harvest._check_traceparent(p_traceparent);
     v_execution := harvest._lock_execution(p_execution_id);
     PERFORM harvest._refuse_moved(v_execution, 'update');
     DELETE FROM harvest.query_requests AS r
@@ -149,11 +152,11 @@ BEGIN
             USING ERRCODE = 'HR005', HINT = 'update_with_start starts a new run when none is running';
     END IF;
     INSERT INTO harvest.query_requests (execution_id, kind, name, arg, update_id, queue, status,
-                                        answer, error, created_at, expires_at, answered_at)
+                                        answer, error, created_at, expires_at, answered_at, traceparent)
     VALUES (p_execution_id, 'update', p_name, coalesce(p_arg, 'null'::jsonb), v_update_id,
             v_execution.queue, v_status, v_answer, v_error, v_now,
             v_now + make_interval(secs => p_timeout_secs),
-            CASE WHEN v_status IN ('completed', 'failed') THEN v_now END)
+            CASE WHEN v_status IN ('completed', 'failed') THEN v_now END, p_traceparent)
     RETURNING id INTO v_request.id;
     IF v_status = 'pending' THEN
         PERFORM pg_notify('harvest_queries', v_execution.queue);
@@ -173,7 +176,9 @@ CREATE OR REPLACE FUNCTION harvest.update_with_start(
     p_queue text DEFAULT 'default',
     p_update_id text DEFAULT NULL,
     p_timeout_secs double precision DEFAULT 30,
-    p_search_attributes jsonb DEFAULT '{}'::jsonb
+    p_search_attributes jsonb DEFAULT '{}'::jsonb,
+    -- The caller's span (W3C traceparent): for the run it starts and the update.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (
     execution_id uuid, workflow_id text, started_fresh boolean, request_id bigint,
@@ -192,9 +197,10 @@ BEGIN
     SELECT * INTO v_started FROM harvest.start_workflow(
         p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
         p_queue => p_queue, p_reuse_policy => 'terminate_if_running',
-        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
+        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes,
+        p_traceparent => p_traceparent);
     SELECT * INTO v_request FROM harvest.request_update(v_started.execution_id, p_update_name,
-        p_update_arg, p_update_id, p_timeout_secs);
+        p_update_arg, p_update_id, p_timeout_secs, p_traceparent);
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.started_fresh,
         v_request.request_id, v_request.update_id, v_request.status;
 END;
@@ -330,7 +336,9 @@ BEGIN
           AND ev.event_data ->> 'update_id' = v_request.update_id
     ) THEN
         PERFORM harvest._append_event(v_execution.id, 'UpdateAccepted', jsonb_build_object(
-            'update_id', v_request.update_id, 'name', v_request.name, 'input', v_request.arg));
+            'update_id', v_request.update_id, 'name', v_request.name, 'input', v_request.arg)
+            || CASE WHEN v_request.traceparent IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('traceparent', v_request.traceparent) END);
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
     UPDATE harvest.query_requests AS r

@@ -128,6 +128,43 @@ BEGIN
 END;
 $$;
 
+-- The runs closed outside any worker's decision, after a keyset cursor: TERMINATED
+-- (an operator, a parent's close policy, a reuse policy), TIMED_OUT (the scanner) and
+-- CANCELLED by a concurrency supersede (on_conflict = cancel_running). A decision's own
+-- closes are counted by the worker that made it (harvest_workflow_terminal); these are
+-- counted by the placed sampler (harvest/worker/sampler.py), which keeps the cursor.
+-- Rows after (p_after_at, p_after_id) in (completed_at, id) order, closed at or before
+-- p_until, at most p_limit; history_size is the run's event count.
+CREATE OR REPLACE FUNCTION harvest.list_forced_closes(
+    p_after_at timestamptz, p_after_id uuid, p_until timestamptz, p_limit integer DEFAULT 1000
+)
+RETURNS TABLE (
+    execution_id uuid, workflow_name text, status text, superseded boolean, history_size bigint,
+    completed_at timestamptz
+)
+LANGUAGE plpgsql STABLE
+AS $$
+BEGIN
+    IF p_after_at IS NULL OR p_until IS NULL THEN
+        RAISE EXCEPTION 'list_forced_closes needs a cursor time and an upper bound' USING ERRCODE = 'HR001',
+            HINT = 'pass p_after_at and p_until (the sampler''s cursor and the database''s now)';
+    END IF;
+    IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+        RAISE EXCEPTION 'list_forced_closes: p_limit = % is out of range', coalesce(p_limit::text, 'NULL')
+            USING ERRCODE = 'HR001', HINT = 'pass a limit from 1 to 10000';
+    END IF;
+    RETURN QUERY
+    SELECT e.id, e.workflow_name, e.status, e.status = 'CANCELLED', e.last_event_id, e.completed_at
+    FROM harvest.executions AS e
+    WHERE e.completed_at >= p_after_at AND e.completed_at <= p_until
+      AND (e.completed_at, e.id) > (p_after_at, coalesce(p_after_id, '00000000-0000-0000-0000-000000000000'::uuid))
+      AND (e.status IN ('TERMINATED', 'TIMED_OUT')
+           OR (e.status = 'CANCELLED' AND e.failure ->> 'error_type' = 'Superseded'))
+    ORDER BY e.completed_at, e.id
+    LIMIT p_limit;
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.get_metric_samples IS
 'The sampled gauges of this database in one read-only round trip (docs/observability.md): per queue and kind the '
@@ -135,3 +172,7 @@ COMMENT ON FUNCTION harvest.get_metric_samples IS
 'workers per queue and health; the busiest p_max_keys concurrency keys (the rest summed); stranded work; relay and '
 'cross-shard child backlogs; retention lag. HR001 for p_max_keys outside 0..1000. Called by the metrics sampler '
 '(roles harvest_reader, harvest_worker).';
+COMMENT ON FUNCTION harvest.list_forced_closes IS
+'The runs closed outside any worker''s decision (TERMINATED, TIMED_OUT, CANCELLED by a concurrency supersede) after a '
+'(completed_at, id) cursor up to p_until, at most p_limit, with their history size; HR001 for a missing bound or a '
+'limit outside 1..10000. Called by the metrics sampler (roles harvest_reader, harvest_worker).';

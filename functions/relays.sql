@@ -310,7 +310,9 @@ BEGIN
     IF p_kind = 'external_signal' THEN
         PERFORM harvest._append_event(v_target.id, 'SignalReceived', jsonb_build_object(
             'name', p_payload ->> 'signal_name', 'payload', coalesce(p_payload -> 'payload', 'null'::jsonb),
-            'signal_id', p_signal_id, 'sender_execution_id', p_source_execution_id));
+            'signal_id', p_signal_id, 'sender_execution_id', p_source_execution_id)
+            || CASE WHEN p_payload ? 'traceparent' THEN jsonb_build_object('traceparent', p_payload -> 'traceparent')
+                    ELSE '{}'::jsonb END);
         PERFORM harvest._ensure_workflow_task(v_target.id);
         outcome := 'delivered';
         RETURN;

@@ -4,7 +4,9 @@
 
 CREATE OR REPLACE FUNCTION harvest.signal_workflow(
     p_execution_id uuid, p_signal_name text, p_payload jsonb DEFAULT 'null'::jsonb,
-    p_signal_id text DEFAULT NULL
+    p_signal_id text DEFAULT NULL,
+    -- The sender's span (W3C traceparent): the workflow task that reads the signal links to it.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -18,10 +20,12 @@ BEGIN
     END IF;
     PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
                                    harvest._payload_limit());
+    PERFORM harvest._check_traceparent(p_traceparent);
     v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
     v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
         'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
-        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text)));
+        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text))
+        || CASE WHEN p_traceparent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', p_traceparent) END);
     PERFORM harvest._ensure_workflow_task(p_execution_id);
     -- Through the HTTP API or the dashboard: audited, without the payload (functions/audit.sql).
     PERFORM harvest._audit_asserted('workflow.signal', p_execution_id::text, jsonb_build_object(
@@ -39,7 +43,10 @@ CREATE OR REPLACE FUNCTION harvest.signal_with_start(
     p_signal_payload jsonb DEFAULT 'null'::jsonb,
     p_input jsonb DEFAULT '[]'::jsonb,
     p_queue text DEFAULT 'default',
-    p_search_attributes jsonb DEFAULT '{}'::jsonb
+    p_search_attributes jsonb DEFAULT '{}'::jsonb,
+    -- The caller's span (W3C traceparent): a run started here continues its trace, and
+    -- the signal links to it (signal_workflow).
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -54,8 +61,10 @@ BEGIN
     SELECT * INTO v_started FROM harvest.start_workflow(
         p_workflow_name => p_workflow_name, p_input => p_input, p_workflow_id => p_workflow_id,
         p_queue => p_queue, p_reuse_policy => 'terminate_if_running',
-        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes);
-    PERFORM harvest.signal_workflow(v_started.execution_id, p_signal_name, p_signal_payload);
+        p_conflict_policy => 'use_existing', p_search_attributes => p_search_attributes,
+        p_traceparent => p_traceparent);
+    PERFORM harvest.signal_workflow(v_started.execution_id, p_signal_name, p_signal_payload,
+                                    p_traceparent => p_traceparent);
     RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.started_fresh;
 END;
 $$;
@@ -88,10 +97,12 @@ $$;
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.signal_workflow IS
 'Append a SignalReceived event to a RUNNING run and wake it; returns the event id. HR005 when the run has ended, '
-'HR008 for a payload over payload_limit(). Called by clients (role harvest_operator).';
+'HR008 for a payload over payload_limit(); p_traceparent (the sender''s W3C span, HR001 when malformed) is kept on the '
+'event for the reading task''s span link. Called by clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.signal_with_start IS
-'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction. '
-'Called by clients (role harvest_operator).';
+'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction; '
+'p_traceparent is the caller''s span, for the run it starts and the signal. Called by clients (role '
+'harvest_operator).';
 COMMENT ON FUNCTION harvest.cancel_workflow IS
 'Ask a RUNNING run to cancel (the workflow sees it at its await point, activities on their next heartbeat), '
 'audited; returns false when already requested, HR005 when it has ended. Called by clients (role '

@@ -64,6 +64,25 @@ $$;
 -- flow keys (quota, concurrency), and the insert. A gate that refuses raises;
 -- nothing is written before the deferral.
 
+-- A W3C traceparent (version 00: 00-<32 hex trace id>-<16 hex span id>-<2 hex flags>,
+-- ids not all zero) or NULL, returned as given; anything else is refused (HR001), so
+-- what a history carries is always a context a worker can continue.
+CREATE OR REPLACE FUNCTION harvest._check_traceparent(p_traceparent text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+BEGIN
+    IF p_traceparent IS NOT NULL AND (
+        p_traceparent !~ '^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$'
+        OR substr(p_traceparent, 4, 32) = repeat('0', 32) OR substr(p_traceparent, 37, 16) = repeat('0', 16)
+    ) THEN
+        RAISE EXCEPTION 'traceparent "%" is not a W3C traceparent', left(p_traceparent, 100) USING ERRCODE = 'HR001',
+            HINT = 'pass 00-<32 lowercase hex trace id>-<16 hex span id>-<2 hex flags>, or none';
+    END IF;
+    RETURN p_traceparent;
+END;
+$$;
+
 -- The arguments' shapes (HR001), and the input within the payload limit (HR008).
 CREATE OR REPLACE FUNCTION harvest._start_check_arguments(
     p_workflow_name text, p_input jsonb, p_workflow_id text, p_queue text,
@@ -375,7 +394,9 @@ CREATE OR REPLACE FUNCTION harvest._start_insert(
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
     p_policy jsonb, p_quota_key text, p_concurrency_key text,
     -- NULL: mint one for p_shard; a cross-shard child brings the id its parent minted.
-    p_execution_id uuid DEFAULT NULL
+    p_execution_id uuid DEFAULT NULL,
+    -- The W3C traceparent of the span that started the run (docs/observability.md), or NULL.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS uuid
 LANGUAGE plpgsql
@@ -403,7 +424,11 @@ BEGIN
         -- the parent itself (also when the parent lives on another shard and is not read here).
         || CASE WHEN p_parent_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('trace_root', coalesce(
                (SELECT ev.event_data ->> 'trace_root' FROM harvest.events AS ev
-                WHERE ev.execution_id = p_parent_id AND ev.event_id = 1), p_parent_id::text)) END);
+                WHERE ev.execution_id = p_parent_id AND ev.event_id = 1), p_parent_id::text)) END
+        -- The span that started it: the caller's start, the parent's child.start, or the
+        -- predecessor's continue_as_new; its spans continue that trace.
+        || CASE WHEN p_traceparent IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('traceparent', harvest._check_traceparent(p_traceparent)) END);
     IF v_concurrency_key IS NOT NULL AND p_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
         PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
                                    (p_policy #>> '{concurrency,limit}')::integer, v_id);
@@ -441,7 +466,9 @@ CREATE OR REPLACE FUNCTION harvest.start_workflow(
     p_run_timeout_secs double precision DEFAULT NULL,
     -- false: skip the deferring gates (throttle, debounce, batch); a released
     -- pending start and a continue-as-new successor pass false.
-    p_flow_gates boolean DEFAULT true
+    p_flow_gates boolean DEFAULT true,
+    -- The W3C traceparent of the starting span: the run's spans continue its trace.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -458,6 +485,7 @@ DECLARE
     v_shard integer;
 BEGIN
     v_shard := harvest._start_check_shard(p_shard);
+    PERFORM harvest._check_traceparent(p_traceparent);
     PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_queue,
                                            p_search_attributes, p_reuse_policy, p_conflict_policy);
     PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
@@ -495,7 +523,7 @@ BEGIN
     END IF;
     v_id := harvest._start_insert(p_workflow_name, p_input, v_workflow_id, p_queue, p_search_attributes,
         p_priority, p_parent_id, v_shard, p_execution_timeout_secs, p_run_timeout_secs, v_policy,
-        v_quota_key, v_concurrency_key);
+        v_quota_key, v_concurrency_key, NULL, p_traceparent);
     -- Through the HTTP API or the dashboard (an asserted actor): audited (functions/audit.sql).
     PERFORM harvest._audit_asserted('workflow.start', v_id::text, jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', v_workflow_id, 'queue', p_queue,
@@ -503,11 +531,14 @@ BEGIN
     RETURN QUERY SELECT v_id, v_workflow_id, 'RUNNING'::text, true;
 END;
 $$;
-COMMENT ON FUNCTION harvest.start_workflow(text, jsonb, text, text, text, text, jsonb, integer, uuid, integer, double precision, double precision, boolean) IS
+COMMENT ON FUNCTION harvest.start_workflow(
+    text, jsonb, text, text, text, text, jsonb, integer, uuid, integer, double precision, double precision, boolean, text
+) IS
 'Start a workflow run: the execution, its WorkflowStarted event and first workflow task, after the reuse and conflict '
 'policies resolve any prior run of (workflow_name, workflow_id) and the flow policy''s gates admit it; returns '
 'execution_id, workflow_id, status (RUNNING, a prior''s, or DEFERRED) and started_fresh; the id is minted for this '
-'database''s shard, and a p_shard naming another is refused with HR011. Called by clients (Python '
+'database''s shard, and a p_shard naming another is refused with HR011; p_traceparent (a W3C traceparent, HR001 when '
+'malformed) puts the run''s spans in the caller''s trace. Called by clients (Python '
 'Client, CLI, psql; role harvest_operator, and harvest_admin for a policy that can terminate a live run) and by '
 'the engine for children and continue-as-new.';
 
@@ -559,7 +590,8 @@ BEGIN
             p_priority => coalesce((v_start.args ->> 'priority')::integer, 0),
             p_shard => (v_start.args ->> 'shard')::integer,
             p_execution_timeout_secs => (v_start.args ->> 'execution_timeout')::double precision,
-            p_run_timeout_secs => (v_start.args ->> 'run_timeout')::double precision);
+            p_run_timeout_secs => (v_start.args ->> 'run_timeout')::double precision,
+            p_traceparent => v_start.args ->> 'traceparent');
         n := v_start.n;
         execution_id := v_row.execution_id;
         workflow_id := v_row.workflow_id;

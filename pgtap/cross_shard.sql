@@ -7,7 +7,7 @@
 -- start_cross_shard_child (once per id), get_cross_shard_child (following
 -- continue-as-new), cancel_cross_shard_child (the parent's close policy).
 BEGIN;
-SELECT plan(60);
+SELECT plan(66);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -128,11 +128,25 @@ SELECT lives_ok($$SELECT harvest._close_cross_shard_children(pg_temp.run('xq'))$
 SELECT ok(harvest.set_cross_shard_child_running((pg_temp.row_of('xa')).child_execution_id) AND pg_temp.row_of('xa') IS NULL,
           'set_cross_shard_child_running(): the abandoned child of an ended parent, once started, is forgotten');
 
+SELECT isnt(pg_temp.start_run('xtp', 'xs_parent', 'xq_xtp'), NULL, 'setup: a traced parent');
+SELECT is(pg_temp.decide('xtp', jsonb_build_array(pg_temp.remote_child(1, 'xtp1') || '{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}')),
+          'RUNNING', 'a remote child whose command carries the parent''s child.start span');
+SELECT is((pg_temp.row_of('xtp1')).traceparent, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'its lifecycle row keeps the traceparent');
+UPDATE harvest.cross_shard_children SET next_attempt_at = NULL WHERE workflow_id = 'xtp1';
+SELECT is((SELECT c.traceparent FROM harvest.claim_cross_shard_children(1000, 30) AS c WHERE c.workflow_id = 'xtp1'),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'claim_cross_shard_children(): a row brings its traceparent to the pump');
+
 -- ------------------------------------------------------------ the child's shard
 CREATE TEMP TABLE xs_ids AS SELECT
     ('0000' || substr(gen_random_uuid()::text, 5))::uuid AS child,
     ('0000' || substr(gen_random_uuid()::text, 5))::uuid AS clash,
     ('0001' || substr(gen_random_uuid()::text, 5))::uuid AS parent;
+SELECT is((SELECT s.outcome FROM xs_ids, harvest.start_cross_shard_child(
+               ('0000' || substr(gen_random_uuid()::text, 5))::uuid, parent, 9, 'xs_child', 'ttp', 'xq_ttp', '[1]',
+               'terminate', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') AS s), 'started', 'setup: a cross-shard child started with a traceparent');
+SELECT is((SELECT ev.event_data ->> 'traceparent' FROM harvest.executions AS e
+           JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 1 WHERE e.workflow_id = 'ttp'),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'start_cross_shard_child(p_traceparent): the child''s WorkflowStarted continues the parent''s span');
 SELECT results_eq(
     $$SELECT s.* FROM xs_ids, harvest.start_cross_shard_child(child, parent, 3, 'xs_child', 't1', 'xq_t1',
                                                               '[1]', 'request_cancel') AS s$$,

@@ -7,7 +7,7 @@
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row).
 BEGIN;
-SELECT plan(242);
+SELECT plan(246);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -405,6 +405,24 @@ SELECT results_eq(
       JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 3 WHERE e.id = pg_temp.run('cancel')$$,
     $$VALUES ('Cancelled'::text, 'WorkflowCancelled'::text, '{"details": "user asked"}'::jsonb)$$,
     'cancel_workflow: WorkflowCancelled{details} and a Cancelled failure');
+
+-- Trace context: a continue_as_new command's traceparent starts the successor, and a
+-- successor of a run started with one keeps it when the command has none.
+SELECT pg_temp.start_and_claim('can_tp');
+SELECT is((SELECT execution_status FROM harvest.complete_workflow_task(pg_temp.task('can_tp'), pg_temp.token('can_tp'),
+              1, '[{"type": "continue_as_new", "input": [2], "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}]')),
+          'CONTINUED_AS_NEW', 'setup: a continue_as_new command with a traceparent');
+SELECT is((SELECT ev.event_data ->> 'traceparent' FROM harvest.executions AS n
+           JOIN harvest.events AS ev ON ev.execution_id = n.id AND ev.event_id = 1
+           WHERE n.continued_from = pg_temp.run('can_tp')),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', '_continue_as_new(): the successor continues the decision''s continue_as_new span');
+SELECT lives_ok($$SELECT harvest._continue_as_new(e, '[3]', 1) FROM harvest.executions AS e
+                  WHERE e.continued_from = pg_temp.run('can_tp')$$, 'setup: its successor continues as new, untraced');
+SELECT is((SELECT ev.event_data ->> 'traceparent' FROM harvest.executions AS n
+           JOIN harvest.executions AS m ON n.continued_from = m.id
+           JOIN harvest.events AS ev ON ev.execution_id = n.id AND ev.event_id = 1
+           WHERE m.continued_from = pg_temp.run('can_tp')),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', '_continue_as_new(): without one, the successor keeps its predecessor''s starting span');
 
 -- continue_as_new (harvest._continue_as_new): this run ends, its successor starts.
 SELECT pg_temp.start_and_claim('can');

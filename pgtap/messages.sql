@@ -4,7 +4,7 @@
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(103);
+SELECT plan(113);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -287,6 +287,29 @@ SELECT throws_ok(format($$SELECT harvest.answer_query(%s, 'wbig', to_jsonb(repea
                  'HR008', 'the answer to query state is 102 bytes, over the payload limit of 64 bytes',
                  'answer_query() with an answer over the limit: HR008');
 UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+
+-- Trace context: the client's update span travels on the request to UpdateAccepted.
+SELECT isnt(pg_temp.start_decided('tp', 'q_wf', 'qq_tp'), NULL, 'setup: an idle run on queue qq_tp');
+SELECT lives_ok($$SELECT harvest.register_worker('wtp', ARRAY['qq_tp'], 'host', 1, 5)$$,
+                'setup: a live worker polls qq_tp');
+INSERT INTO ids SELECT 'utp', r.request_id
+FROM harvest.request_update(pg_temp.run('tp'), 'bump', 'null', 'u-tp', 60, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') AS r;
+SELECT is((pg_temp.req(pg_temp.id('utp'))).traceparent, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'request_update(p_traceparent): kept on the request');
+SELECT is((SELECT count(*) FROM harvest.claim_query_requests('wtp', ARRAY['qq_tp'])), 1::bigint,
+          'setup: the worker claims it');
+SELECT is(harvest.accept_update(pg_temp.id('utp'), 'wtp'), 'accepted', 'setup: and accepts it');
+SELECT is((SELECT event_data ->> 'traceparent' FROM pg_temp.last_event(pg_temp.run('tp'))), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          'accept_update(): UpdateAccepted carries the client''s span');
+SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'bump', 'null', 'u-bad', 60, 'x')$$,
+                        pg_temp.run('tp')), 'HR001', NULL, 'request_update(): a malformed traceparent is HR001');
+SELECT lives_ok($$SELECT * FROM harvest.update_with_start('q_wf', 'uws-tp', 'bump', p_queue => 'qq_tp',
+                                                          p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')$$,
+                'setup: update_with_start with the caller''s span');
+SELECT is((SELECT r.traceparent FROM harvest.query_requests AS r JOIN harvest.executions AS e ON e.id = r.execution_id
+           WHERE e.workflow_id = 'uws-tp'), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'update_with_start(p_traceparent): the update request keeps it');
+SELECT is((SELECT ev.event_data ->> 'traceparent' FROM harvest.executions AS e
+           JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 1 WHERE e.workflow_id = 'uws-tp'),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'update_with_start(p_traceparent): the run it starts continues the caller''s span');
 
 SELECT * FROM finish();
 ROLLBACK;

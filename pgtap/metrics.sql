@@ -1,6 +1,7 @@
--- functions/metrics.sql: get_metric_samples, the gauges the metrics sampler publishes.
+-- functions/metrics.sql: get_metric_samples, the gauges the metrics sampler publishes, and
+-- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(13);
+SELECT plan(19);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT throws_ok($$SELECT harvest.get_metric_samples(-1)$$, 'HR001', NULL,
@@ -68,6 +69,45 @@ SELECT is(harvest.get_metric_samples() -> 'retention', '{"configured": true, "la
 SELECT ok(has_function_privilege('harvest_worker', 'harvest.get_metric_samples(integer)', 'EXECUTE')
           AND has_function_privilege('harvest_reader', 'harvest.get_metric_samples(integer)', 'EXECUTE'),
           'get_metric_samples(): granted to harvest_reader and harvest_worker');
+
+-- list_forced_closes: terminated, timed out and superseded runs after the cursor, not the
+-- closes a decision made (a worker counts those), not before the cursor, not after p_until.
+SELECT pg_temp.start_run('fc_term', 'fc_wf', 'fc_q');
+SELECT pg_temp.start_run('fc_timeout', 'fc_wf', 'fc_q');
+SELECT pg_temp.start_run('fc_super', 'fc_wf', 'fc_q');
+SELECT pg_temp.start_run('fc_done', 'fc_wf', 'fc_q');
+SELECT pg_temp.start_run('fc_old', 'fc_wf', 'fc_q');
+SELECT pg_temp.start_run('fc_late', 'fc_wf', 'fc_q');
+SELECT harvest.terminate_workflow(pg_temp.run('fc_term'), 'test');
+UPDATE harvest.executions SET status = 'TIMED_OUT', completed_at = harvest.now() WHERE id = pg_temp.run('fc_timeout');
+UPDATE harvest.executions SET status = 'CANCELLED', completed_at = harvest.now(),
+    failure = '{"error_type": "Superseded", "message": "m", "non_retryable": true, "details": null}'
+WHERE id = pg_temp.run('fc_super');
+UPDATE harvest.executions SET status = 'COMPLETED', completed_at = harvest.now() WHERE id = pg_temp.run('fc_done');
+UPDATE harvest.executions SET status = 'TERMINATED', completed_at = harvest.now() - interval '1 hour'
+WHERE id = pg_temp.run('fc_old');
+UPDATE harvest.executions SET status = 'TERMINATED', completed_at = harvest.now() + interval '1 hour'
+WHERE id = pg_temp.run('fc_late');
+SELECT is((SELECT array_agg(f.status || ':' || f.superseded ORDER BY f.status)
+           FROM harvest.list_forced_closes(harvest.now() - interval '1 minute', NULL, harvest.now()) AS f),
+          ARRAY['CANCELLED:true', 'TERMINATED:false', 'TIMED_OUT:false'],
+          'list_forced_closes(): terminated, timed out and superseded runs in the window, not a decision''s close');
+SELECT is((SELECT f.history_size FROM harvest.list_forced_closes(harvest.now() - interval '1 minute', NULL,
+                                                                  harvest.now()) AS f
+           WHERE f.execution_id = pg_temp.run('fc_term')),
+          pg_temp.last_event_id(pg_temp.run('fc_term')),
+          'list_forced_closes(): history_size is the run''s event count');
+SELECT is((SELECT count(*) FROM harvest.list_forced_closes(harvest.now() - interval '1 minute', NULL,
+                                                            harvest.now(), 1)),
+          1::bigint, 'list_forced_closes(): at most p_limit rows');
+SELECT is((SELECT count(*)
+           FROM harvest.list_forced_closes(harvest.now() - interval '1 minute', NULL, harvest.now(), 1) AS f
+           CROSS JOIN LATERAL harvest.list_forced_closes(f.completed_at, f.execution_id, harvest.now()) AS r),
+          2::bigint, 'list_forced_closes(): a cursor resumes after its last row');
+SELECT throws_ok($$SELECT * FROM harvest.list_forced_closes(NULL, NULL, harvest.now())$$, 'HR001', NULL,
+                 'list_forced_closes(): no cursor time is HR001');
+SELECT throws_ok($$SELECT * FROM harvest.list_forced_closes(harvest.now(), NULL, harvest.now(), 0)$$, 'HR001',
+                 NULL, 'list_forced_closes(): a limit of 0 is HR001');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -8,7 +8,7 @@
 -- here by inserting rows into harvest.relays directly and delivered by
 -- harvest.deliver_relays().
 BEGIN;
-SELECT plan(86);
+SELECT plan(89);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -320,6 +320,16 @@ SELECT matches((SELECT event_data ->> 'signal_id' FROM pg_temp.event(pg_temp.run
 SELECT is(pg_temp.workflow_tasks(pg_temp.run('xs_tgt')), 1::bigint, 'the target is woken');
 SELECT is(pg_temp.workflow_tasks(pg_temp.run('xs_src')), 1::bigint, 'the sender is woken by its outcome');
 SELECT is_empty($$SELECT 1 FROM harvest.relays$$, 'nothing is left in relays');
+
+-- A traced sender: its task's traceparent reaches the target's SignalReceived (a span link).
+SELECT is(pg_temp.decide('xs_src', jsonb_build_array(pg_temp.signal(5, jsonb_build_object(
+              'execution_id', pg_temp.run('xs_tgt'), 'traceparent', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')) -> 0)),
+          'RUNNING', 'a decision signals the target with its task''s traceparent');
+SELECT is((SELECT event_data ->> 'traceparent' FROM pg_temp.event(pg_temp.run('xs_tgt'))), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          '_apply_external(): the target''s SignalReceived carries the sender''s span');
+SELECT throws_ok($$SELECT pg_temp.decide('xs_src', pg_temp.signal(6, jsonb_build_object(
+                     'execution_id', pg_temp.run('xs_tgt'), 'traceparent', 'bad')))$$, 'HR001', NULL,
+                 'a malformed traceparent on signal_external_workflow is HR001');
 
 -- ------------------------------------------- by business key, with and without the name
 SELECT is(pg_temp.decide('xs_src', pg_temp.signal(2, '{"workflow_id": "xs_tgt"}', 'by_key')), 'RUNNING',

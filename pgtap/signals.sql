@@ -3,7 +3,7 @@
 -- a running prior, a terminal prior) and harvest.cancel_workflow (the flag, one
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it).
 BEGIN;
-SELECT plan(72);
+SELECT plan(76);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -232,6 +232,24 @@ SELECT results_eq(format($$SELECT operation, target, actor = session_user, sourc
                          pg_temp.run('aud'), pg_temp.run('aud')),
                   'cancel_workflow() writes one audit row per request, source api');
 RESET application_name;
+
+-- Trace context: the sender's traceparent is kept on SignalReceived; a malformed one is refused.
+SELECT isnt(pg_temp.start_run('sig_tp', 'sig_tp_wf', 'sig_tp_q'), NULL, 'setup: a run to signal');
+CREATE TEMP TABLE sig_tp AS
+SELECT harvest.signal_workflow(pg_temp.run('sig_tp'), 'go', 'null', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') AS event_id;
+SELECT is((SELECT e.event_data ->> 'traceparent' FROM harvest.events AS e WHERE e.execution_id = pg_temp.run('sig_tp')
+           AND e.event_id = (SELECT event_id FROM sig_tp)),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'signal_workflow(p_traceparent): SignalReceived carries the sender''s span');
+SELECT throws_ok($$SELECT harvest.signal_workflow(pg_temp.run('sig_tp'), 'go', 'null', p_traceparent => 'x')$$,
+                 'HR001', NULL, 'signal_workflow(): a malformed traceparent is HR001');
+
+CREATE TEMP TABLE swst AS
+SELECT * FROM harvest.signal_with_start('sig_tp_wf', 'swst-1', 'go', p_queue => 'sig_tp_q', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+SELECT results_eq(
+    $$SELECT e.event_type, e.event_data ->> 'traceparent' FROM harvest.events AS e
+      WHERE e.execution_id = (SELECT execution_id FROM swst) ORDER BY e.event_id$$,
+    $$VALUES ('WorkflowStarted'::text, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'::text), ('SignalReceived', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')$$,
+    'signal_with_start(p_traceparent): the run it starts continues the caller''s span, and the signal carries it');
 
 SELECT * FROM finish();
 ROLLBACK;

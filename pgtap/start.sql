@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(157);
+SELECT plan(161);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -67,6 +67,20 @@ SELECT is((SELECT string_agg(e.event_data ->> 'trace_root', ',' ORDER BY e.execu
 SELECT is((SELECT event_data ? 'trace_root' FROM harvest.events
            WHERE execution_id = (SELECT execution_id FROM minted) AND event_id = 1), false,
           'a root run carries no trace_root (its trace is its own id)');
+-- Trace context: a start's traceparent is kept on WorkflowStarted; a malformed one is refused.
+CREATE TEMP TABLE traced ON COMMIT DROP AS
+SELECT s.execution_id FROM harvest.start_workflow('start_traced', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') AS s
+UNION ALL
+SELECT s.execution_id FROM harvest.start_workflows('[{"workflow_name": "start_traced", "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}]') AS s;
+SELECT is((SELECT array_agg(e.event_data ->> 'traceparent') FROM harvest.events AS e
+           WHERE e.event_id = 1 AND e.execution_id IN (SELECT execution_id FROM traced)),
+          ARRAY['00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'],
+          'start_workflow(p_traceparent), start_workflows(): WorkflowStarted carries the caller''s traceparent');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_traced', p_traceparent => '00-abc-def-01')$$, 'HR001',
+                 'traceparent "00-abc-def-01" is not a W3C traceparent', 'a malformed traceparent is HR001');
+SELECT throws_ok($$SELECT harvest._check_traceparent('00-00000000000000000000000000000000-b7ad6b7169203331-01')$$,
+                 'HR001', NULL, '_check_traceparent(): an all-zero trace id is refused');
+SELECT is(harvest._check_traceparent(NULL), NULL, '_check_traceparent(): none is fine');
 SELECT throws_ok($$SELECT * FROM harvest.start_workflow('start_wf', p_shard => 70000)$$, 'HR001', NULL,
                  'a shard out of 0..65535: HR001');
 SELECT is(harvest._start_check_shard(NULL), 0, '_start_check_shard(): NULL is this database''s shard (0)');

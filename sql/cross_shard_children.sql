@@ -32,6 +32,9 @@ CREATE TABLE harvest.cross_shard_children (
     last_error text,
     next_attempt_at timestamptz,
     created_at timestamptz NOT NULL,
+    -- The W3C traceparent of the parent's child.start span (tracing on), for the
+    -- child's WorkflowStarted: its spans join the root run's trace on any shard.
+    traceparent text,
     CONSTRAINT cross_shard_children_pkey PRIMARY KEY (child_execution_id),
     CONSTRAINT cross_shard_children_status_check CHECK (status IN ('starting', 'running')),
     CONSTRAINT cross_shard_children_policy_check CHECK (

@@ -20,6 +20,9 @@ CREATE TABLE harvest.query_requests (
     claimed_by text,
     lease_expires_at timestamptz,
     answered_at timestamptz,
+    -- The W3C traceparent of the client's update span (tracing on): UpdateAccepted carries
+    -- it, and the workflow task that runs the handler links to it.
+    traceparent text,
     CONSTRAINT query_requests_pkey PRIMARY KEY (id),
     CONSTRAINT query_requests_kind_check CHECK (kind IN ('query', 'update')),
     CONSTRAINT query_requests_status_check CHECK (

@@ -1,4 +1,5 @@
-"""The faces of the metrics: GET /admin/metrics (harvest/web/metrics.py) and `harvest metrics`."""
+"""The faces of the metrics: GET /admin/metrics (harvest/web/metrics.py) and `harvest metrics`;
+the runs closed outside a decision, counted by the sampler and scraped from the route."""
 
 from __future__ import annotations
 
@@ -13,13 +14,21 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 from operator_helpers import HARVEST, harvest, start
+from psycopg.types.json import Jsonb
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
+from harvest import App, Client, StartOptions, workflow
+from harvest.core.errors import WorkflowTimedOut
+from harvest.db.connection import connect_async
+from harvest.db.sqlapi import AsyncSqlApi
+from harvest.declare.flow_control import Concurrency
 from harvest.telemetry.metrics import Metrics
 from harvest.web.metrics import metrics_routes, run_samplers
 from harvest.web.principal import Principal
+from harvest.worker.sampler import MetricsSampler
 
 
 async def _get(app, *headers: dict) -> list[httpx.Response]:
@@ -123,3 +132,56 @@ def test_a_web_process_can_run_the_sampler(db: str) -> None:
 
     asyncio.run(sample_a_while())
     assert metrics.registry.get_sample_value("harvest_timers_pending", {"shard": "0"}) == 0
+
+
+@workflow
+async def forced_waiter(ctx) -> None:
+    await ctx.wait_for_signal("never")
+
+
+@workflow(concurrency=Concurrency(key="input.doc", limit=1, on_conflict="cancel_running"))
+async def forced_latest(ctx, doc: dict) -> None:
+    await ctx.wait_for_signal("never")
+
+
+FORCED = App(workflows=[forced_waiter, forced_latest])
+
+
+def test_terminated_timed_out_and_superseded_runs_are_counted_and_scraped(
+    db: str, start_worker, client: Client
+) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(FORCED.flow_policies()),))
+    start_worker(FORCED)  # its scanner times the run out
+    metrics = Metrics()
+    sampler = MetricsSampler(metrics, close_lag=0)
+
+    async def sample() -> None:
+        async with await connect_async(db, autocommit=True) as conn:
+            await sampler.sample(AsyncSqlApi.on_connection(conn), 0)
+
+    asyncio.run(sample())  # the first sample sets the cursor: nothing closed before counts
+    terminated = client.start_workflow(forced_waiter)
+    terminated.terminate("drill")
+    timed_out = client.start_workflow(forced_waiter, options=StartOptions(execution_timeout="0.3s"))
+    with pytest.raises(WorkflowTimedOut):
+        timed_out.result(timeout=30)
+    superseded = client.start_workflow(forced_latest, {"doc": "d1"})
+    client.start_workflow(forced_latest, {"doc": "d1"})
+    assert superseded.describe()["status"] == "CANCELLED"
+    sizes = [len(h.history()) for h in (terminated, timed_out)]
+    asyncio.run(sample())
+    asyncio.run(sample())  # a second sample counts nothing again
+
+    app = Starlette(routes=metrics_routes(authorizer=TokenCheck(), metrics=metrics))
+    (scraped,) = asyncio.run(_get(app, {"authorization": "Bearer r"}))
+    assert scraped.status_code == 200
+    for line in (
+        'harvest_workflow_terminal_total{status="TERMINATED",workflow_type="forced_waiter"} 1.0',
+        'harvest_workflow_terminal_total{status="TIMED_OUT",workflow_type="forced_waiter"} 1.0',
+        'harvest_workflow_terminal_total{status="CANCELLED",workflow_type="forced_latest"} 1.0',
+        'harvest_concurrency_superseded_total{workflow="forced_latest"} 1.0',
+        'harvest_workflow_history_size_count{workflow_type="forced_waiter"} 2.0',
+        f'harvest_workflow_history_size_sum{{workflow_type="forced_waiter"}} {float(sum(sizes))}',
+    ):
+        assert line in scraped.text, line

@@ -667,9 +667,11 @@ class WorkflowHandle(_Handle):
         with tracing.span(
             "harvest.workflow.signal",
             execution_id=str(self.execution_id),
+            caller_first=True,
             attributes={"harvest.signal": name},
         ):
-            self._on_current(sqlapi.signal_workflow, name, encoded)
+            # The sender's span: the workflow task that reads the signal links to it.
+            self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
@@ -707,7 +709,9 @@ class WorkflowHandle(_Handle):
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
         run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
+        with tracing.span(
+            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
+        ):
             return messaging.update(
                 self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
             )
@@ -882,7 +886,6 @@ class Client:
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
         )
-        started_ns = time.time_ns() if tracing.ACTIVE else 0
         call = _start_call(
             name,
             encoded,
@@ -895,28 +898,28 @@ class Client:
             opts.execution_timeout,
             opts.run_timeout,
         )
-        connection = opts.connection
-        offloaded = payload_policy.offload_plan(self.payloads, call["input"])
-        if offloaded:
-            row = self._start_offloaded(call, placement, connection, offloaded)
-        elif connection is not None:
-            if placement.pinned:
-                row = _start_in_transaction(connection, call, placement)
+        with tracing.start_span(name) as trace:
+            # The caller's trace context, captured at start (docs/observability.md).
+            call["traceparent"] = trace.traceparent
+            connection = opts.connection
+            offloaded = payload_policy.offload_plan(self.payloads, call["input"])
+            if offloaded:
+                row = self._start_offloaded(call, placement, connection, offloaded)
+            elif connection is not None:
+                if placement.pinned:
+                    row = _start_in_transaction(connection, call, placement)
+                else:
+                    row = SqlApi(connection).start_workflow(**call)
+            elif placement.pinned:
+                with self._target.connection(placement.shard) as conn:
+                    row = _start_in_transaction(conn, call, placement)
             else:
-                row = SqlApi(connection).start_workflow(**call)
-        elif placement.pinned:
-            with self._target.connection(placement.shard) as conn:
-                row = _start_in_transaction(conn, call, placement)
-        else:
-            with routing.api(
-                self._target, routing.ONE if placement.shard is None else placement.shard
-            ) as sql:
-                row = sql.start_workflow(**call, shard=placement.shard)
-        if started_ns:
-            tracing.record_span(
-                "harvest.workflow.start",
-                str(row["execution_id"]),
-                started_ns,
+                with routing.api(
+                    self._target, routing.ONE if placement.shard is None else placement.shard
+                ) as sql:
+                    row = sql.start_workflow(**call, shard=placement.shard)
+            trace.started(
+                row["execution_id"],
                 {
                     "harvest.workflow": name,
                     "harvest.queue": queue,
@@ -979,14 +982,21 @@ class Client:
             self.payloads.chain,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        try:
-            with routing.api(self._target, shard) as sql:
-                row = sql.signal_with_start(**call)
-        except ExecutionMigrated as exc:
-            moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
-            handle = WorkflowHandle(self, moved, workflow_id, definition, False)
-            handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
-            return handle
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
+            try:
+                with routing.api(self._target, shard) as sql:
+                    row = sql.signal_with_start(**call)
+            except ExecutionMigrated as exc:
+                moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
+                handle = WorkflowHandle(self, moved, workflow_id, definition, False)
+                handle._on_current(
+                    sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
+                )
+                return handle
+            trace.started(
+                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
+            )
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
     def update_with_start(
@@ -1022,12 +1032,22 @@ class Client:
             self.max_payload_bytes,
             self.payloads.chain,
         )
-        try:
-            row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
-        except ExecutionMigrated as exc:
-            handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
-            return handle, handle.update(
-                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
+            try:
+                row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
+            except ExecutionMigrated as exc:
+                handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+                return handle, handle.update(
+                    update,
+                    update_arg,
+                    wait=wait,
+                    timeout=timeout,
+                    update_id=update_id,
+                    result_type=result_type,
+                )
+            trace.started(
+                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
             )
         return (
             WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
@@ -1150,9 +1170,11 @@ class AsyncWorkflowHandle(_Handle):
         with tracing.span(
             "harvest.workflow.signal",
             execution_id=str(self.execution_id),
+            caller_first=True,
             attributes={"harvest.signal": name},
         ):
-            return await self._on_current(sqlapi.signal_workflow, name, encoded)
+            # The sender's span: the workflow task that reads the signal links to it.
+            return await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
@@ -1185,7 +1207,9 @@ class AsyncWorkflowHandle(_Handle):
         result_type: Any = Any,
     ) -> Any:
         run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
+        with tracing.span(
+            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
+        ):
             return await messaging.aupdate(
                 self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
             )
@@ -1404,7 +1428,6 @@ class AsyncClient:
         placement = routing.place_start(
             self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
         )
-        started_ns = time.time_ns() if tracing.ACTIVE else 0
         call = _start_call(
             name,
             encoded,
@@ -1417,25 +1440,25 @@ class AsyncClient:
             opts.execution_timeout,
             opts.run_timeout,
         )
-        connection = opts.connection
-        offloaded = payload_policy.offload_plan(self.payloads, call["input"])
-        if offloaded:
-            row = await self._astart_offloaded(call, placement, connection, offloaded)
-        elif connection is not None:
-            if placement.pinned:
-                row = await _astart_in_transaction(connection, call, placement)
+        with tracing.start_span(name) as trace:
+            # The caller's trace context, captured at start (docs/observability.md).
+            call["traceparent"] = trace.traceparent
+            connection = opts.connection
+            offloaded = payload_policy.offload_plan(self.payloads, call["input"])
+            if offloaded:
+                row = await self._astart_offloaded(call, placement, connection, offloaded)
+            elif connection is not None:
+                if placement.pinned:
+                    row = await _astart_in_transaction(connection, call, placement)
+                else:
+                    row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
+            elif placement.pinned:
+                async with self._target.connection(placement.shard) as conn:
+                    row = await _astart_in_transaction(conn, call, placement)
             else:
-                row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
-        elif placement.pinned:
-            async with self._target.connection(placement.shard) as conn:
-                row = await _astart_in_transaction(conn, call, placement)
-        else:
-            row = await self._starts.start(call, placement.shard)
-        if started_ns:
-            tracing.record_span(
-                "harvest.workflow.start",
-                str(row["execution_id"]),
-                started_ns,
+                row = await self._starts.start(call, placement.shard)
+            trace.started(
+                row["execution_id"],
                 {
                     "harvest.workflow": name,
                     "harvest.queue": queue,
@@ -1496,13 +1519,20 @@ class AsyncClient:
             self.payloads.chain,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        try:
-            row = await self._target.sql(shard).signal_with_start(**call)
-        except ExecutionMigrated as exc:
-            moved = _moved_run(self._target, exc)  # see Client.signal_with_start
-            handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
-            await handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
-            return handle
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # see Client.signal_with_start
+            try:
+                row = await self._target.sql(shard).signal_with_start(**call)
+            except ExecutionMigrated as exc:
+                moved = _moved_run(self._target, exc)  # see Client.signal_with_start
+                handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
+                await handle._on_current(
+                    sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
+                )
+                return handle
+            trace.started(
+                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
+            )
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )
@@ -1537,12 +1567,24 @@ class AsyncClient:
             self.max_payload_bytes,
             self.payloads.chain,
         )
-        try:
-            row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
-        except ExecutionMigrated as exc:
-            handle = AsyncWorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
-            return handle, await handle.update(
-                update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
+        with tracing.start_span(call["workflow_name"]) as trace:
+            call["traceparent"] = trace.traceparent  # see Client.update_with_start
+            try:
+                row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
+            except ExecutionMigrated as exc:
+                handle = AsyncWorkflowHandle(
+                    self, _moved_run(self._target, exc), workflow_id, definition, False
+                )
+                return handle, await handle.update(
+                    update,
+                    update_arg,
+                    wait=wait,
+                    timeout=timeout,
+                    update_id=update_id,
+                    result_type=result_type,
+                )
+            trace.started(
+                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
             )
         return (
             AsyncWorkflowHandle(

@@ -33,6 +33,7 @@ from harvest.core.errors import (
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
 from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps_on_hub, listen
+from harvest.telemetry import tracing
 
 __all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
 
@@ -142,9 +143,10 @@ def _request_query(execution_id: str, name: str, encoded: Any, secs: float) -> S
 
 
 def _request_update(
-    execution_id: str, name: str, encoded: Any, update_id: str | None, secs: float
+    execution_id: str, name: str, encoded: Any, update_id: str | None, secs: float, traceparent: str | None
 ) -> Steps[int]:
-    return (yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs))["request_id"]
+    row = yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs, traceparent)
+    return row["request_id"]
 
 
 def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]) -> Steps[int]:
@@ -174,7 +176,8 @@ def _update_steps(
     encoded = payload_policy.of(client).chain.encode(payload.encode(arg, "update arg"))
     payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
     return _answer(
-        _request_update(execution_id, name, encoded, update_id, secs),
+        # The caller's update span: the workflow task that runs the handler links to it.
+        _request_update(execution_id, name, encoded, update_id, secs, tracing.traceparent()),
         wait,
         secs,
         f"update {name!r} on execution {execution_id}",

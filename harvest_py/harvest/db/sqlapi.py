@@ -34,17 +34,18 @@ SELECT * FROM harvest.start_workflow(
     p_queue => %(queue)s, p_reuse_policy => %(reuse_policy)s,
     p_conflict_policy => %(conflict_policy)s, p_search_attributes => %(search_attributes)s,
     p_priority => %(priority)s, p_execution_timeout_secs => %(execution_timeout)s,
-    p_run_timeout_secs => %(run_timeout)s, p_shard => %(shard)s)
+    p_run_timeout_secs => %(run_timeout)s, p_shard => %(shard)s, p_traceparent => %(traceparent)s)
 """
 START_WORKFLOWS = "SELECT * FROM harvest.start_workflows(%(starts)s)"
 SIGNAL_WORKFLOW = """
-SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s) AS event_id
+SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s,
+                               p_traceparent => %(traceparent)s) AS event_id
 """
 SIGNAL_WITH_START = """
 SELECT * FROM harvest.signal_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_signal_name => %(signal_name)s, p_signal_payload => %(payload)s, p_input => %(input)s,
-    p_queue => %(queue)s, p_search_attributes => %(search_attributes)s)
+    p_queue => %(queue)s, p_search_attributes => %(search_attributes)s, p_traceparent => %(traceparent)s)
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
@@ -108,6 +109,9 @@ GET_METRIC_SAMPLES = "SELECT harvest.get_metric_samples(%(max_keys)s) AS samples
 # One metrics sampler per database: the session that holds this lock (it goes with the session).
 SAMPLER_LOCK_KEY = 0x68617276_6D657472  # "harv" "metr"
 TRY_LEAD_SAMPLER = "SELECT pg_try_advisory_lock(%(key)s) AS leader"
+LIST_FORCED_CLOSES = """
+SELECT * FROM harvest.list_forced_closes(%(after_at)s, %(after_id)s, %(until)s, %(limit)s)
+"""
 # -- shard rebalancing (functions/rebalance.sql)
 LIST_MIGRATION_CANDIDATES = """
 SELECT * FROM harvest.list_migration_candidates(%(workflow_name)s, %(execution_id)s, %(limit)s)
@@ -174,7 +178,8 @@ RELEASE_CROSS_SHARD_CHILD = (
 )
 START_CROSS_SHARD_CHILD = """
 SELECT * FROM harvest.start_cross_shard_child(%(child_execution_id)s, %(parent_execution_id)s,
-    %(parent_seq)s, %(workflow_name)s, %(workflow_id)s, %(queue)s, %(input)s, %(parent_close_policy)s)
+    %(parent_seq)s, %(workflow_name)s, %(workflow_id)s, %(queue)s, %(input)s, %(parent_close_policy)s,
+    %(traceparent)s)
 """
 GET_CROSS_SHARD_CHILD = "SELECT * FROM harvest.get_cross_shard_child(%(child_execution_id)s)"
 CANCEL_CROSS_SHARD_CHILD = """
@@ -258,14 +263,15 @@ PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)
 # -- queries and updates (functions/messages.sql)
 REQUEST_QUERY = "SELECT harvest.request_query(%(execution_id)s, %(name)s, %(arg)s, %(timeout)s) AS request_id"
 REQUEST_UPDATE = """
-SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s)
+SELECT * FROM harvest.request_update(%(execution_id)s, %(name)s, %(arg)s, %(update_id)s, %(timeout)s,
+                                     p_traceparent => %(traceparent)s)
 """
 UPDATE_WITH_START = """
 SELECT * FROM harvest.update_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
     p_update_name => %(name)s, p_update_arg => %(arg)s, p_input => %(input)s,
     p_queue => %(queue)s, p_update_id => %(update_id)s, p_timeout_secs => %(timeout)s,
-    p_search_attributes => %(search_attributes)s)
+    p_search_attributes => %(search_attributes)s, p_traceparent => %(traceparent)s)
 """
 PAYLOAD_LIMIT = "SELECT harvest.payload_limit() AS payload_limit"
 GET_QUERY_REQUEST = "SELECT * FROM harvest.get_query_request(%(request_id)s)"
@@ -408,10 +414,13 @@ def start_workflow(
     execution_timeout: float | None = None,
     run_timeout: float | None = None,
     shard: int | None = None,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     """Start one run; ``shard`` None mints an id of this database's shard, another shard's
-    number is refused with WrongShard (HR011)."""
+    number is refused with WrongShard (HR011); ``traceparent`` (W3C) puts the run's spans in
+    that trace (docs/observability.md)."""
     return {
+        "traceparent": traceparent,
         "shard": shard,
         "workflow_name": workflow_name,
         "input": _jsonb(input),
@@ -434,8 +443,15 @@ def start_workflows(starts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @call(SIGNAL_WORKFLOW, column("event_id"), retry_conflicts=True)
-def signal_workflow(execution_id: str, signal_name: str, payload: Any) -> dict[str, Any]:
-    return {"execution_id": execution_id, "signal_name": signal_name, "payload": _jsonb(payload)}
+def signal_workflow(
+    execution_id: str, signal_name: str, payload: Any, traceparent: str | None = None
+) -> dict[str, Any]:
+    return {
+        "execution_id": execution_id,
+        "signal_name": signal_name,
+        "payload": _jsonb(payload),
+        "traceparent": traceparent,
+    }
 
 
 @call(SIGNAL_WITH_START, first, retry_conflicts=True)
@@ -447,8 +463,10 @@ def signal_with_start(
     input: list[Any],
     queue: str,
     search_attributes: dict[str, Any],
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "workflow_name": workflow_name,
         "workflow_id": workflow_id,
         "signal_name": signal_name,
@@ -584,6 +602,13 @@ def get_metric_samples(max_keys: int = 50) -> dict[str, Any]:
     dead letters, workers, the busiest ``max_keys`` concurrency keys, stranded work, relay
     backlogs, retention lag."""
     return {"max_keys": max_keys}
+
+
+@call(LIST_FORCED_CLOSES)
+def list_forced_closes(after_at: Any, after_id: Any, until: Any, limit: int = 1000) -> dict[str, Any]:
+    """The runs closed outside a decision (terminated, timed out, superseded) after the
+    sampler's ``(completed_at, id)`` cursor, closed at or before ``until``."""
+    return {"after_at": after_at, "after_id": after_id, "until": until, "limit": limit}
 
 
 @call(TRY_LEAD_SAMPLER, column("leader"))
@@ -827,9 +852,12 @@ def start_cross_shard_child(
     queue: str,
     input: Any,
     parent_close_policy: str,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
-    """On a child's shard: start it under its minted id, once: ``{outcome, status, failure}``."""
+    """On a child's shard: start it under its minted id, once: ``{outcome, status, failure}``;
+    ``traceparent``: the parent's child.start span, continued by the child's spans."""
     return {
+        "traceparent": traceparent,
         "child_execution_id": child_execution_id,
         "parent_execution_id": parent_execution_id,
         "parent_seq": parent_seq,
@@ -1353,9 +1381,15 @@ def request_query(execution_id: str, name: str, arg: Any, timeout: float) -> dic
 
 @call(REQUEST_UPDATE, first)
 def request_update(
-    execution_id: str, name: str, arg: Any, update_id: str | None, timeout: float
+    execution_id: str,
+    name: str,
+    arg: Any,
+    update_id: str | None,
+    timeout: float,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "execution_id": execution_id,
         "name": name,
         "arg": _jsonb(arg),
@@ -1375,8 +1409,10 @@ def update_with_start(
     update_id: str | None,
     timeout: float,
     search_attributes: dict[str, Any],
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "workflow_name": workflow_name,
         "workflow_id": workflow_id,
         "name": name,

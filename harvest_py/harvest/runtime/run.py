@@ -97,6 +97,9 @@ class Activation:
 class WorkflowRun(CommandIssuer):
     """One execution's workflow code, stepped through its history."""
 
+    # Where the worker puts this run's spans (harvest/worker/workflows.py, _trace_seed).
+    trace_seed: dict[str, Any] | None = None
+
     def __init__(
         self,
         app_or_definition: Any,

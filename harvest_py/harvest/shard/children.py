@@ -146,6 +146,7 @@ async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:
                 row["queue"],
                 row["input"],
                 row["parent_close_policy"],
+                row.get("traceparent"),  # the parent's child.start span: the root's trace, on this shard
             )
             if started["outcome"] == "failed":
                 return ("settle", "START_FAILED", None, started["failure"])

@@ -257,7 +257,8 @@ class Metrics:
         )
         self.workflow_terminal = counter(
             "harvest_workflow_terminal",
-            "Runs a decision of this process closed, by status.",
+            "Runs closed, by status: by a decision of this process, or (TERMINATED, TIMED_OUT, a "
+            "superseded CANCELLED) counted by the placed sampler.",
             ("workflow_type", "status"),
         )
         self.workflow_history_size = histogram(
@@ -304,7 +305,7 @@ class Metrics:
         )
         self.concurrency_superseded = counter(
             "harvest_concurrency_superseded",
-            "Runs superseded by a newer run of their concurrency key.",
+            "Runs superseded by a newer run of their concurrency key (counted by the placed sampler).",
             ("workflow",),
         )
         # -- sampled from SQL by the placed sampler ---------------------------------------------
@@ -411,6 +412,12 @@ class Metrics:
         self.workflow_history_size(workflow_type).observe(history_size)
         if status == "CONTINUED_AS_NEW":
             self.workflow_continue_as_new(workflow_type).inc()
+
+    def forced_close(self, workflow_type: str, status: str, history_size: int, superseded: bool) -> None:
+        """For the sampler: a run closed outside any decision (harvest.list_forced_closes)."""
+        self.workflow_closed(workflow_type, status, history_size)
+        if superseded:
+            self.concurrency_superseded(workflow_type).inc()
 
     def history_bloat(self, workflow_type: str) -> None:
         self.workflow_history_bloat(workflow_type).inc()

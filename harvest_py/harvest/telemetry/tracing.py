@@ -19,23 +19,51 @@ Spans (attributes: ``harvest.execution_id``, ``harvest.workflow``, ``harvest.que
 ``harvest.workflow.continue_as_new``  a decision that continues the run as new
 ===============================  ====================================================
 
-One trace per run, across processes, with no stored context: a run's trace id is its execution
-id (a UUID is 128 bits, a W3C trace id's size), and its root span id is derived from it, so every
-process that touches the run (the client that started it, each worker deciding it, each worker
-running one of its activities) puts its spans in the same trace with no lookup. A child's trace
-is its parent's (the parent id is in the child's ``WorkflowStarted``). An activity's span is the
-child of the workflow task span that scheduled it (its W3C ``traceparent`` travels in the
-activity's options). The caller's own span at a start is linked from the start span.
+One trace per workflow, across processes and shards. The trace is fixed where the run starts
+and its context is captured there as a W3C ``traceparent`` kept on the run's ``WorkflowStarted``
+(functions/start.sql):
+
+* a client start inside the caller's active span: the start span is that span's child and the
+  run's spans continue the caller's trace (the start span is their parent);
+* a child: its parent's ``harvest.child.start`` span, carried on the decision's command (and, for
+  a child placed on another shard, on its ``cross_shard_children`` row to that shard), so
+  children and grandchildren on any shard are in the root's trace;
+* a continue-as-new successor: the decision's ``harvest.workflow.continue_as_new`` span (or,
+  from a worker with tracing off, its predecessor's starting context);
+* an activity: the workflow task span that scheduled it (``traceparent`` in its options).
+
+A run started with no span around (no caller span, a schedule, a worker with tracing off)
+has no stored context and needs none: its trace id is its execution id (a UUID is 128 bits, a
+W3C trace id's size; a child's is its root run's, ``trace_root``) and the parent span id is
+derived from it, so every process that touches the run puts its spans in the same trace with
+no lookup; the client's start span is recorded into that trace once the id is known.
+
+A signal is a message into a running run: the sender's span (the caller's child when one is
+active) is kept on ``SignalReceived`` and the workflow task that reads the signal *links* to
+it (OpenTelemetry's messaging convention: a consumer that may process several messages in one
+operation links to each producer rather than taking one as its parent), so the run's trace
+stays one tree and each signal leads back to the sender's trace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["ACTIVE", "configure", "current_ids", "run_context", "span", "traceparent"]
+__all__ = [
+    "ACTIVE",
+    "configure",
+    "current_ids",
+    "link_run",
+    "link_signals",
+    "run_context",
+    "span",
+    "start_span",
+    "traceparent",
+]
 
 ACTIVE = False  # True once configure() has run
 _tracer: Any = None
@@ -61,8 +89,14 @@ def _root_span_id(trace_id: int) -> int:
     return (trace_id & 0xFFFF_FFFF_FFFF_FFFF) or 1
 
 
-def run_context(execution_id: str, parent_id: str | None = None) -> Any:
-    """The OpenTelemetry context of a run's trace (its parent's, for a child)."""
+def run_context(execution_id: str, parent_id: str | None = None, started_by: str | None = None) -> Any:
+    """The OpenTelemetry context a run's spans are children of: the span that started it
+    (``started_by``, the traceparent on its WorkflowStarted) when it has one, else the derived
+    root of its trace (its root run's, ``parent_id``, for a child)."""
+    if started_by:
+        context = _from_traceparent(started_by)
+        if context is not None:
+            return context
     trace_id = uuid.UUID(str(parent_id or execution_id)).int
     parent = _otel.SpanContext(
         trace_id=trace_id,
@@ -73,18 +107,28 @@ def run_context(execution_id: str, parent_id: str | None = None) -> Any:
     return _otel.set_span_in_context(_otel.NonRecordingSpan(parent))
 
 
-def _from_traceparent(value: str) -> Any:
+def _span_context(value: str) -> Any:
+    """The SpanContext of a W3C traceparent, or None when it is not one."""
     try:
-        _, trace_id, span_id, flags = value.split("-")
-        parent = _otel.SpanContext(
+        version, trace_id, span_id, flags = value.split("-")
+        if version != "00" or len(trace_id) != 32 or len(span_id) != 16:
+            return None
+        context = _otel.SpanContext(
             trace_id=int(trace_id, 16),
             span_id=int(span_id, 16),
             is_remote=True,
             trace_flags=_otel.TraceFlags(int(flags, 16)),
         )
-    except ValueError:
+    except (ValueError, AttributeError):
         return None
-    return _otel.set_span_in_context(_otel.NonRecordingSpan(parent))
+    return context if context.is_valid else None
+
+
+def _from_traceparent(value: str) -> Any:
+    context = _span_context(value)
+    if context is None:
+        return None
+    return _otel.set_span_in_context(_otel.NonRecordingSpan(context))
 
 
 @contextlib.contextmanager
@@ -93,34 +137,110 @@ def span(
     *,
     execution_id: str | None = None,
     parent_id: str | None = None,
+    started_by: str | None = None,
     traceparent_of: str | None = None,
     root: bool = False,
     link_current: bool = False,
+    caller_first: bool = False,
     attributes: Mapping[str, Any] | None = None,
 ) -> Iterator[Any]:
-    """A span in the run's trace (``execution_id``, or its parent's); under ``traceparent_of``
-    when given; a new root linked to the run's trace when ``root``. A no-op when off."""
+    """A span in the run's trace (``execution_id``, or its root's; under ``started_by``, the
+    span that started the run, when known); under ``traceparent_of`` when given; a new root
+    when ``root`` (:func:`link_run` links it to the run's trace once the run's start is read);
+    the child of the caller's active span instead, when there is one and ``caller_first``. A
+    no-op when off."""
     if not ACTIVE:
         yield None
         return
     links = []
     context = None
-    if link_current:
-        current = _otel.get_current_span().get_span_context()
-        if current.is_valid:
-            links.append(_otel.Link(current))
-    if execution_id is not None:
-        run = run_context(execution_id, parent_id)
-        if root:
-            links.append(_otel.Link(_otel.get_current_span(run).get_span_context(), {"harvest.link": "run"}))
+    caller = _otel.get_current_span().get_span_context()
+    if link_current and caller.is_valid:
+        links.append(_otel.Link(caller))
+    if caller_first and caller.is_valid:
+        pass  # the caller's span is the parent (the current context)
+    elif execution_id is not None:
+        if root:  # the link to the run's trace comes with link_run, once its start is read
             context = _otel.set_span_in_context(_otel.INVALID_SPAN)
         else:
-            context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run
+            context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run_context(
+                execution_id, parent_id, started_by
+            )
     attrs = {"harvest.execution_id": execution_id} if execution_id else {}
     if attributes:
         attrs.update({k: v for k, v in attributes.items() if v is not None})
     with _tracer.start_as_current_span(name, context=context, links=links, attributes=attrs) as current:
         yield current
+
+
+class StartTrace:
+    """A client start's span (:func:`start_span`): ``traceparent`` goes to the database with the
+    start; :meth:`started` names the run once the database answered."""
+
+    def __init__(self, span: Any = None, started_ns: int = 0) -> None:
+        self.span = span
+        self.started_ns = started_ns
+        self.traceparent: str | None = None
+        if span is not None:
+            context = span.get_span_context()
+            self.traceparent = (
+                f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
+            )
+
+    def started(self, execution_id: Any, attributes: Mapping[str, Any]) -> None:
+        attrs = {k: v for k, v in attributes.items() if v is not None}
+        if self.span is not None:
+            self.span.set_attributes({"harvest.execution_id": str(execution_id), **attrs})
+        elif self.started_ns:
+            record_span("harvest.workflow.start", str(execution_id), self.started_ns, attrs)
+
+
+@contextlib.contextmanager
+def start_span(workflow_name: str) -> Iterator[StartTrace]:
+    """A client start. Inside the caller's active span: ``harvest.workflow.start`` is its child
+    and its traceparent is captured for the run (the run's spans continue the caller's trace).
+    With no span around: the start span is recorded in the run's own trace once its id is known.
+    Off: nothing (``traceparent`` None)."""
+    if not ACTIVE:
+        yield StartTrace()
+        return
+    if not _otel.get_current_span().get_span_context().is_valid:
+        yield StartTrace(started_ns=time.time_ns())
+        return
+    with _tracer.start_as_current_span(
+        "harvest.workflow.start", attributes={"harvest.workflow": workflow_name}
+    ) as current:
+        yield StartTrace(current)
+
+
+def link_run(execution_id: str, parent_id: str | None = None, started_by: str | None = None) -> None:
+    """Link the current span (a replay's new root) to the run's trace: the span that started
+    the run, or the derived root of its trace."""
+    if not ACTIVE:
+        return
+    run = run_context(execution_id, parent_id, started_by)
+    _otel.get_current_span().add_link(_otel.get_current_span(run).get_span_context(), {"harvest.link": "run"})
+
+
+_MESSAGES = {"SignalReceived": "signal", "UpdateAccepted": "update"}
+
+
+def link_signals(events: Iterable[Mapping[str, Any]]) -> None:
+    """Link the current span (the workflow task reading them) to the senders of the signals and
+    updates among ``events`` (a ``SignalReceived`` or ``UpdateAccepted`` carrying the sender's
+    traceparent)."""
+    if not ACTIVE:
+        return
+    current = _otel.get_current_span()
+    for event in events:
+        kind = _MESSAGES.get(event.get("event_type", ""))
+        if kind is None:
+            continue
+        sender = (event.get("event_data") or {}).get("traceparent")
+        context = _span_context(sender) if isinstance(sender, str) else None
+        if context is not None:
+            name = event["event_data"].get("name")
+            current.add_link(context, {"harvest.link": kind, f"harvest.{kind}": name})
 
 
 def traceparent() -> str | None:
@@ -143,10 +263,13 @@ def current_ids() -> tuple[str, str] | None:
     return f"{context.trace_id:032x}", f"{context.span_id:016x}"
 
 
-def decision_spans(commands: list[dict[str, Any]], execution_id: str) -> None:
-    """Short spans, under the current workflow task span, for the decision's durable steps."""
+def decision_spans(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
+    """Short spans, under the current workflow task span, for the decision's durable steps;
+    returns the commands, a child's start and a continue-as-new carrying their span's
+    traceparent (the child, the successor, continue it: one trace for the whole workflow)."""
     if not ACTIVE:
-        return
+        return commands
+    traced = []
     for command in commands:
         kind = command["type"]
         if kind == "start_child_workflow":
@@ -156,12 +279,16 @@ def decision_spans(commands: list[dict[str, Any]], execution_id: str) -> None:
         elif kind == "continue_as_new":
             name, attrs = "harvest.workflow.continue_as_new", {}
         else:
+            traced.append(command)
             continue
         attrs["harvest.seq"] = command.get("seq")
         with _tracer.start_as_current_span(
             name, attributes={k: v for k, v in attrs.items() if v is not None}
         ):
-            pass
+            if kind != "start_timer":
+                command = {**command, "traceparent": traceparent()}
+        traced.append(command)
+    return traced
 
 
 def record_span(

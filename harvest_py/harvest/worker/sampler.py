@@ -9,12 +9,22 @@ session holds the sampler's advisory lock (``harvest.db.sqlapi.try_lead_sampler`
 the others try again every interval and take over when the leader's session ends (a crash, a
 stop, a lost connection). Each sample is one read-only round trip
 (``harvest.get_metric_samples()``) published through :meth:`Metrics.apply_samples`.
+
+The runs closed outside any worker's decision (terminated, timed out, superseded by a newer run
+of their concurrency key) are counted here too, into the same terminal-run counter and history
+size histogram a decision feeds (and ``harvest_concurrency_superseded``): each sample reads the
+ones closed since the last (``harvest.list_forced_closes``, a keyset cursor over
+``completed_at``) up to ``close_lag`` seconds ago, the margin that lets a slow transaction's
+close commit before its time is passed. The leader counts from its first sample on: closes
+while no process led (or before a new leader's first sample) are not counted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import datetime, timedelta
+from typing import Any
 
 from harvest.db import SCHEMA_VERSION
 from harvest.db.connection import connect_async, redact
@@ -29,10 +39,20 @@ log = logging.getLogger("harvest.telemetry.sampler")
 class MetricsSampler:
     """Samples each database it is run on every ``interval`` seconds while it leads there."""
 
-    def __init__(self, metrics: Metrics | NullMetrics, *, interval: float = 15.0, max_keys: int = 50):
+    def __init__(
+        self,
+        metrics: Metrics | NullMetrics,
+        *,
+        interval: float = 15.0,
+        max_keys: int = 50,
+        close_lag: float = 5.0,
+    ) -> None:
         self.metrics = metrics
         self.interval = interval
         self.max_keys = max_keys
+        self.close_lag = close_lag
+        # Per shard: the (completed_at, id) of the last forced close counted.
+        self._closes: dict[int, tuple[datetime, Any]] = {}
         self.leading: set[int] = set()  # the shards this process samples now
         self.samples = 0  # samples taken (tests, logs)
 
@@ -50,8 +70,9 @@ class MetricsSampler:
                     log.info(
                         "metrics sampler: this process samples shard %s every %.0fs", shard, self.interval
                     )
+                    self._closes.pop(shard, None)  # a new lead counts from its first sample
                     while True:
-                        await self.sample(sql)
+                        await self.sample(sql, shard)
                         failed = False
                         await asyncio.sleep(self.interval)
             except asyncio.CancelledError:
@@ -68,9 +89,35 @@ class MetricsSampler:
             finally:
                 self.leading.discard(shard)
 
-    async def sample(self, sql: AsyncSqlApi) -> dict:
-        samples = await sql.get_metric_samples(self.max_keys)
+    async def sample(self, sql: AsyncSqlApi, shard: int = 0) -> dict[str, Any]:
+        samples: dict[str, Any] = await sql.get_metric_samples(self.max_keys)
         behind = (samples.get("schema_version") or "") < SCHEMA_VERSION
         self.metrics.apply_samples(samples, schema_behind=behind)
+        if not behind:
+            await self._count_closes(sql, shard, datetime.fromisoformat(samples["observed_at"]))
         self.samples += 1
         return samples
+
+    async def _count_closes(self, sql: AsyncSqlApi, shard: int, now: datetime) -> None:
+        """Count the runs closed outside a decision since the last sample of this shard."""
+        until = now - timedelta(seconds=self.close_lag)
+        after = self._closes.get(shard)
+        if after is None:  # the first sample: count from here on
+            self._closes[shard] = (until, _LAST_ID)
+            return
+        for _ in range(_MAX_PAGES):
+            rows = await sql.list_forced_closes(after[0], after[1], until, _PAGE)
+            for row in rows:
+                self.metrics.forced_close(
+                    row["workflow_name"], row["status"], row["history_size"], row["superseded"]
+                )
+            if len(rows) < _PAGE:
+                break
+            after = (rows[-1]["completed_at"], rows[-1]["execution_id"])
+        # Everything closed by ``until`` was read (or, past _MAX_PAGES pages, skipped).
+        self._closes[shard] = (max(until, after[0]), _LAST_ID)
+
+
+_PAGE = 1000
+_MAX_PAGES = 10
+_LAST_ID = "ffffffff-ffff-ffff-ffff-ffffffffffff"

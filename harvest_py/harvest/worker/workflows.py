@@ -216,10 +216,15 @@ def place_children(worker: Worker, execution_id: str, commands: list[dict[str, A
     return placed
 
 
-def _trace_root(started: dict[str, Any]) -> str | None:
-    """The run whose trace a run's spans join (its WorkflowStarted): the root of its family of
-    children, written at the child's start, or, in histories from before, its parent."""
-    return started.get("trace_root") or started.get("parent_id")
+def _trace_seed(started: dict[str, Any]) -> dict[str, Any]:
+    """Where a run's spans go (its WorkflowStarted; harvest/telemetry/tracing.py): under the
+    span that started it (``traceparent``: a caller's start, a parent's child.start, a
+    predecessor's continue_as_new) when there was one, else in the trace of the root of its
+    family of children (written at the child's start, or, in histories from before, its parent)."""
+    return {
+        "parent_id": started.get("trace_root") or started.get("parent_id"),
+        "started_by": started.get("traceparent"),
+    }
 
 
 def _event(row: dict[str, Any]) -> dict[str, Any]:
@@ -275,13 +280,8 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
         return tracing.span(
             "harvest.workflow.execute", execution_id=execution_id, root=True, attributes=attributes
         )
-    if cached is not None:
-        parent_id = getattr(cached, "trace_parent_id", None)
-    else:
-        parent_id = _trace_root(task["new_events"][0]["event_data"])
-    return tracing.span(
-        "harvest.workflow.task", execution_id=execution_id, parent_id=parent_id, attributes=attributes
-    )
+    seed = _trace_seed(task["new_events"][0]["event_data"]) if cached is None else cached.trace_seed or {}
+    return tracing.span("harvest.workflow.task", execution_id=execution_id, attributes=attributes, **seed)
 
 
 async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
@@ -295,6 +295,7 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             events = _carried_after(task, run.last_event_id)  # we decided it last
             if events is None:
                 events = await lane_of(task).sql.get_history(execution_id, run.last_event_id)
+            tracing.link_signals(events)  # the new events: their senders' spans
             try:
                 activation = await run.advance(await _decoded(worker, task, events))
             except NonDeterminismError:
@@ -326,11 +327,15 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             )
             if task.get("new_events") is not None and task.get("new_events_after") == 0:
                 events = task["new_events"]  # a run nobody decided yet: the claim carried it all
+                tracing.link_signals(events)
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
                 replayed = True
+                tracing.link_signals(task.get("new_events") or ())  # only what is new to this task
             if events and events[0]["event_type"] == "WorkflowStarted":
-                run.trace_parent_id = _trace_root(events[0]["event_data"])
+                run.trace_seed = _trace_seed(events[0]["event_data"])
+                if replayed:  # the replay's new root span links to the run's trace
+                    tracing.link_run(execution_id, **run.trace_seed)
             activation = await run.advance(await _decoded(worker, task, events))
     except Exception as exc:
         if run is not None:
@@ -384,8 +389,8 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         with tracing.span(
             "harvest.workflow.task",
             execution_id=execution_id,
-            parent_id=getattr(run, "trace_parent_id", None),
             attributes={"harvest.workflow": task["workflow_name"], "harvest.after_replay": True},
+            **(run.trace_seed or {}),
         ):
             commands = traced_commands(commands, execution_id)
     elif tracing.ACTIVE:
@@ -435,7 +440,9 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     )
     if finished:
         status = closing_status(commands, outcome["execution_status"])
-        if status is not None:
+        # A run terminated or timed out meanwhile was closed by no decision: the placed
+        # sampler counts it (harvest.list_forced_closes), not this worker.
+        if status is not None and status not in ("TERMINATED", "TIMED_OUT"):
             worker.metrics.workflow_closed(task["workflow_name"], status, outcome["last_event_id"])
         run.close()
     else:
@@ -444,15 +451,19 @@ async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
 
 
 def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
-    """Tracing on: the decision's child, timer and continue-as-new spans, and each scheduled
-    activity's options carrying the current span's traceparent (its parent, on any worker)."""
-    tracing.decision_spans(commands, execution_id)
+    """Tracing on: the decision's child, timer and continue-as-new spans (a child's start and a
+    continue-as-new carry theirs), each scheduled activity's options carrying the current
+    span's traceparent (its parent, on any worker), and each external signal carrying it (the
+    target's task links to it)."""
+    commands = tracing.decision_spans(commands, execution_id)
     parent = tracing.traceparent()
     if parent is None:
         return commands
     return [
         {**c, "options": {**(c.get("options") or {}), "traceparent": parent}}
         if c["type"] == "schedule_activity"
+        else {**c, "traceparent": parent}  # the target's task links to the sending task
+        if c["type"] == "signal_external_workflow"
         else c
         for c in commands
     ]
