@@ -577,9 +577,12 @@ BEGIN
 END;
 $$;
 
--- The claimable tasks (pending, not timers) of the given runs: what a Redis
--- dispatch publishes after the commit that made them (docs/redis-dispatch.md).
-CREATE OR REPLACE FUNCTION harvest.list_claimable_tasks(p_execution_ids uuid[])
+-- The claimable tasks (pending, not timers) of the given runs, of kind p_kind
+-- (NULL: both): what a Redis dispatch publishes after the commit that made them
+-- (docs/redis-dispatch.md). An activity result makes only a workflow task, so
+-- its publish asks for that kind and does not publish the run's other pending
+-- activities again.
+CREATE OR REPLACE FUNCTION harvest.list_claimable_tasks(p_execution_ids uuid[], p_kind text DEFAULT NULL)
 RETURNS TABLE (task_id bigint, queue text, due_at timestamptz)
 LANGUAGE sql STABLE
 AS $$
@@ -588,6 +591,7 @@ AS $$
     CROSS JOIN LATERAL (
         SELECT p.id, p.queue, p.due_at FROM harvest.tasks AS p
         WHERE p.execution_id = k.id AND p.status = 'pending' AND p.kind <> 'timer'
+          AND (p_kind IS NULL OR p.kind = p_kind)
         OFFSET 0
     ) AS t
     ORDER BY t.id;
@@ -713,8 +717,8 @@ COMMENT ON FUNCTION harvest.claim_named_tasks IS
 '(one of p_queues, pending, due, not jumping its queue''s order, admitted by owner mode and the flow-control gates); '
 'the others are skipped and stay with claim_tasks. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.list_claimable_tasks IS
-'The pending tasks (not timers) of p_execution_ids with their queue and due time: what a Redis dispatch publishes '
-'after the commit that made them. Called by the Python worker and client (roles harvest_operator, harvest_worker).';
+'The pending tasks (not timers) of p_execution_ids, of kind p_kind when given, with their queue and due time: '
+'what a Redis dispatch publishes after the commit that made them. Called by the Python worker and client (roles harvest_operator, harvest_worker).';
 COMMENT ON FUNCTION harvest.next_due_at IS
 'When the earliest not-yet-due work of p_queues (timers, retry backoffs) becomes due, so an idle worker sleeps '
 'exactly until then. Called by the Python worker (role harvest_worker).';

@@ -6,7 +6,7 @@
 -- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks.
 BEGIN;
-SELECT plan(116);
+SELECT plan(117);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -478,6 +478,8 @@ SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-other', ARRAY['rdq'
                 'claim_named_tasks(): a row another worker holds is skipped (its lease stands)');
 SELECT is_empty($$SELECT * FROM harvest.list_claimable_tasks(ARRAY[pg_temp.run('rd2')])$$,
                 'list_claimable_tasks(): a claimed task is not claimable');
+SELECT is_empty($$SELECT * FROM harvest.list_claimable_tasks(ARRAY[pg_temp.run('rd1')], 'activity')$$,
+                'list_claimable_tasks(): p_kind filters (rd1 has a workflow task, no activity)');
 SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['elsewhere'],
                   ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd1'))])$$,
                 'claim_named_tasks(): a row of a queue the worker does not poll is skipped');

@@ -53,7 +53,7 @@ NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
 CLAIM_NAMED_TASKS = """
 SELECT * FROM harvest.claim_named_tasks(%(worker_id)s, %(queues)s, %(task_ids)s, %(workflow_lease_secs)s)
 """
-LIST_CLAIMABLE_TASKS = "SELECT * FROM harvest.list_claimable_tasks(%(execution_ids)s::uuid[])"
+LIST_CLAIMABLE_TASKS = "SELECT * FROM harvest.list_claimable_tasks(%(execution_ids)s::uuid[], %(kind)s)"
 COMPLETE_WORKFLOW_TASKS = """
 SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
                                               %(throughs)b, %(commands)b::jsonb[],
@@ -851,9 +851,10 @@ def claim_named_tasks(
 
 
 @call(LIST_CLAIMABLE_TASKS)
-def list_claimable_tasks(execution_ids: list[str]) -> dict[str, Any]:
-    """The pending tasks of these runs (task_id, queue, due_at): what Redis dispatch publishes."""
-    return {"execution_ids": [str(e) for e in execution_ids]}
+def list_claimable_tasks(execution_ids: list[str], kind: str | None = None) -> dict[str, Any]:
+    """The pending tasks of these runs, of ``kind`` if given (task_id, queue, due_at): what
+    Redis dispatch publishes."""
+    return {"execution_ids": [str(e) for e in execution_ids], "kind": kind}
 
 
 @call(NEXT_DUE_AT, column("due_at"))
