@@ -226,7 +226,8 @@ def worker(
         **({} if metrics_interval is None else {"metrics_interval": metrics_interval}),
     )
     if not sharded:
-        asyncio.run(Worker(app, dsn, options=options).run(install_signal_handlers=True))
+        worker = Worker(app, dsn, options=options, redis_url=config.get("redis.url"))
+        asyncio.run(worker.run(install_signal_handlers=True))
         return
     urls = shard_urls(config, dsn)
 
@@ -239,7 +240,12 @@ def worker(
 
         async with AsyncShardPools(router, urls, max_size=2) as pump_pools:
             instance = Worker(
-                app, options=options, shards=urls, router=router, relay_pump=RelayPump(pump_pools)
+                app,
+                options=options,
+                shards=urls,
+                router=router,
+                relay_pump=RelayPump(pump_pools),
+                redis_url=config.get("redis.url"),
             )
             await instance.run(install_signal_handlers=True)
 

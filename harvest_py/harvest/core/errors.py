@@ -34,6 +34,14 @@ class ConnectionRejected(DatabaseUnavailable):
     database, pg_hba.conf, TLS setup): retrying cannot help, so nothing waits and retries."""
 
 
+class RedisUnavailable(HarvestError):
+    """Redis dispatch is configured (``redis.url``) and its Redis cannot be reached at start
+    (docs/redis-dispatch.md): the process refuses to boot rather than run without its channel.
+    Once started, a lost Redis is not an error: the Postgres claim path carries the work."""
+
+    http_status = 503
+
+
 class SchemaMismatch(HarvestError):
     """The database schema is not the one this package expects."""
 
