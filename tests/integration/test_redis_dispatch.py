@@ -172,7 +172,7 @@ def test_dispatch_runs_every_task_once_and_claims_by_reference(db, redis_server,
     # The decider published the activities each decision left pending (the other worker's
     # Postgres claim may take one first: it is not published then); the runner reads them all.
     entries, _ = asyncio.run(stream_state())
-    assert 0 < entries
+    assert entries > 0
     deadline = time.monotonic() + 10
     while dispatch.read < entries and time.monotonic() < deadline:
         time.sleep(0.02)
