@@ -208,6 +208,8 @@ class RedisDispatch:
     async def _claim(self, channel: RedisChannel, refs: list[TaskRef]) -> None:
         """Claim the rows the references name (as many as there are free slots), run them, ack all."""
         worker = self.worker
+        if worker.stopping:
+            return  # not acked: the rows are the Postgres claim's (close() drops our pending entries)
         self.read += len(refs)
         soon = datetime.now(UTC) + DUE_SLACK
         ids = list(
