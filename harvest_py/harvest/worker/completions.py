@@ -50,7 +50,7 @@ class _TaskGroupCommit(GroupCommit):
     # What a commit of this batch makes claimable, for Redis dispatch (None: any kind).
     publishes: str | None = None
 
-    def _committed(self, items: list[tuple]) -> None:
+    def _committed(self, items: list[tuple[Any, ...]]) -> None:
         """Redis dispatch: publish what the commit made claimable (worker/redis_dispatch.py)."""
         if self._worker.redis is not None and self._on is not self._worker:
             self._worker.after_commit(
