@@ -491,6 +491,9 @@ BEGIN
         FROM harvest._order_candidates(p_queues, v_ids, v_now, v_window, p_limit) AS o;
     END IF;
 
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;  -- nothing due: an idle claim ends here
+    END IF;
     RETURN QUERY
     SELECT * FROM harvest._claim_candidates(v_ids, v_gated, p_worker_id, p_limit, p_workflow_lease_secs, v_now);
 END;
