@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -126,6 +127,15 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         server.kill()
 
 
+def connected(*running: Any) -> None:
+    """Wait until each RunningWorker's Redis dispatch is up (its consumer groups exist): a
+    reference published before its group was made is the Postgres claim's, by design."""
+    deadline = time.monotonic() + 10
+    while not all(r.worker.redis.connected and r.worker.lanes[0].ready for r in running):
+        assert time.monotonic() < deadline, "the Redis dispatch of a worker did not come up"
+        time.sleep(0.01)
+
+
 def start_fans(client: Client, count: int, width: int) -> list:
     return [client.start_workflow(fan, i * width, width, workflow_id=f"rd-{i}") for i in range(count)]
 
@@ -144,6 +154,7 @@ def test_dispatch_runs_every_task_once_and_claims_by_reference(db, redis_server,
     ran.clear()
     decider = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url, hand_off=False)
     runner = start_worker(app, queues=["rd_acts"], redis_url=redis_server.url, concurrency=8)
+    connected(decider, runner)
     dispatch = runner.worker.redis
     # Both paths run: the runner's LISTEN/NOTIFY claim often takes a row before its reference
     # arrives (that reference is then skipped), so rounds go on until one was claimed by it.
@@ -195,6 +206,7 @@ def test_a_reference_to_a_row_another_worker_holds_is_acked_and_not_run(db, redi
         ).fetchone()
     assert task is not None
     running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
     dispatch = running.worker.redis
 
     async def publish() -> None:
@@ -246,7 +258,9 @@ def test_harvest_worker_exits_1_on_an_unreachable_redis(db, tmp_path) -> None:
 
 
 def test_boot_refuses_redis_cluster(db, tmp_path) -> None:
-    server = RedisServer(tmp_path).start("--cluster-enabled", "yes")
+    # The cluster bus gets a free port of its own (by default it is the port + 10000, which
+    # may be taken or past 65535).
+    server = RedisServer(tmp_path).start("--cluster-enabled", "yes", "--cluster-port", str(free_port()))
     try:
         with pytest.raises(
             ConfigError, match="is a Redis Cluster node; Redis dispatch supports one Redis instance"
@@ -422,6 +436,7 @@ def test_redis_killed_mid_run_the_postgres_claim_finishes_the_work(db, tmp_path,
     try:
         decider = start_worker(app, queues=["rd_wf"], redis_url=server.url, hand_off=False)
         runner = start_worker(app, queues=["rd_acts"], redis_url=server.url, concurrency=4)
+        connected(decider, runner)
         first = start_fans(client, 4, 5)
         assert [h.result(timeout=30) for h in first] == [sum(range(i * 5, i * 5 + 5)) for i in range(4)]
         server.kill()
