@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 
-.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool extension clean
+.PHONY: help install dev test test-python test-pg15 lint pgtap chromium promtool redis extension clean
 
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
@@ -16,6 +16,7 @@ help:
 	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
 	@echo "make chromium   install headless Chromium and its driver (Debian's chromium, chromium-driver) for tests/browser"
 	@echo "make promtool   install promtool (Debian's prometheus), which checks and tests the alert pack"
+	@echo "make redis      install redis-server (Debian's redis-server) for the Redis dispatch tests and bench"
 	@echo "make test-pg15  run pgTAP and the migration tests on a throwaway Debian PostgreSQL 15"
 	@echo "make extension  build harvest--<version>.sql and harvest.control"
 	@echo "make bench      Harvest vs DBOS, PgQueuer and pgbench on one embedded PostgreSQL, and 1/2/4 shards, with the issue-20 target table (~10 min)"
@@ -39,7 +40,7 @@ lint: install
 	$(BIN)/ruff format --check harvest_py tests scripts examples $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 
-test: install lint pgtap chromium promtool test-python test-pg15
+test: install lint pgtap chromium promtool redis test-python test-pg15
 
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
 # processes, a headless Chromium, schemathesis over the API, ~65 s) run in a second pytest process
@@ -65,6 +66,20 @@ promtool:
 	        exit 1; \
 	    fi; \
 	fi
+
+# redis-server (Debian's redis-server, Redis 7) for the optional Redis dispatch's tests and bench
+# (tests/integration/test_redis_dispatch.py starts its own server on a free port; docs/redis-dispatch.md).
+redis:
+	@if ! command -v redis-server >/dev/null; then \
+	    if [ "$$(id -u)" -eq 0 ]; then \
+	        DEBIAN_FRONTEND=noninteractive apt-get update && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-server; \
+	    else \
+	        echo "redis-server is not installed: run 'sudo apt-get install -y redis-server', or 'sudo make redis'" >&2; \
+	        exit 1; \
+	    fi; \
+	fi
+	@echo "redis: $$(redis-server --version | head -1)"
 
 # pgTAP from Debian's package, for PostgreSQL 15 and copied into the embedded server's
 # share/extension (pgTAP is plain SQL, so the same files load in PostgreSQL 18).

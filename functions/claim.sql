@@ -306,6 +306,104 @@ BEGIN
 END;
 $$;
 
+-- The end of a claim (claim_tasks, claim_named_tasks): lease up to p_limit of
+-- the candidates p_ids (in claim order) through owner mode's partitions and,
+-- when any carries one (p_gated), the admission gates; returns the claimed tasks.
+CREATE OR REPLACE FUNCTION harvest._claim_candidates(
+    p_ids bigint[], p_gated boolean, p_worker_id text, p_limit integer,
+    p_workflow_lease_secs double precision, p_now timestamptz
+)
+RETURNS TABLE (
+    task_id bigint,
+    kind text,
+    execution_id uuid,
+    workflow_name text,
+    workflow_id text,
+    queue text,
+    seq integer,
+    activity_name text,
+    input jsonb,
+    options jsonb,
+    attempt integer,
+    fencing_token bigint,
+    lease_expires_at timestamptz,
+    heartbeat_details jsonb,
+    new_events jsonb,
+    new_events_after bigint,
+    owner_epoch bigint
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_ids bigint[] := p_ids;
+    v_admitted bigint[];
+    v_claimed bigint[];
+BEGIN
+    IF harvest._owner_mode_on() THEN
+        -- Owner mode: leave the workflow tasks of partitions other live owners hold,
+        -- and acquire the partitions of those claimed (owners.sql).
+        v_ids := harvest._owner_candidates(v_ids, p_worker_id, p_now);
+        IF p_gated THEN
+            v_admitted := harvest._admit_candidates(v_ids, p_now);
+            SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
+            FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
+            WHERE u.id = ANY(v_admitted);
+        END IF;
+        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
+        FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
+        v_claimed := harvest._acquire_partitions(v_claimed, p_worker_id, p_now);
+        IF p_gated THEN
+            PERFORM harvest._after_gated_claim(v_claimed, p_now);
+        END IF;
+        RETURN QUERY  -- (probes per id, as below)
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
+               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+               c.lease_expires_at, c.heartbeat_details,
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+               CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch((l.e).workflow_id, p_worker_id) END
+        FROM unnest(v_claimed) AS k (id)
+        CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
+        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+        ORDER BY c.priority DESC, c.due_at, c.id;
+        RETURN;
+    END IF;
+
+    IF NOT p_gated THEN
+        -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
+        -- join may be cached as a generic plan that scans the whole table.
+        RETURN QUERY
+        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
+               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+               c.lease_expires_at, c.heartbeat_details,
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+               NULL::bigint
+        FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c
+        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+        ORDER BY c.priority DESC, c.due_at, c.id;
+        RETURN;
+    END IF;
+
+    -- The gates return the admissible ids as a set: keep the claim order.
+    v_admitted := harvest._admit_candidates(v_ids, p_now);
+    SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
+    FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
+    WHERE u.id = ANY(v_admitted);
+    SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
+    FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
+    PERFORM harvest._after_gated_claim(v_claimed, p_now);
+    RETURN QUERY  -- (probes per id, as above)
+    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
+           c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
+           c.lease_expires_at, c.heartbeat_details,
+           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+           NULL::bigint
+    FROM unnest(v_claimed) AS k (id)
+    CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
+    CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+    ORDER BY c.priority DESC, c.due_at, c.id;
+END;
+$$;
+
 -- Claim up to p_limit tasks from p_queues for p_worker_id. Each claimed row gets a
 -- lease and a new fencing token; completing with an older token is refused.
 CREATE OR REPLACE FUNCTION harvest.claim_tasks(
@@ -342,14 +440,11 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
-    v_owner_mode boolean := harvest._owner_mode_on();
     -- Look a little past the batch size so rows locked by other claimers do not
     -- starve this one, but never scan the whole backlog.
     v_window integer := greatest(p_limit, 1) * 4 + 16;
     v_ids bigint[];
     v_gated boolean;
-    v_admitted bigint[];
-    v_claimed bigint[];
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
         RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
@@ -396,69 +491,113 @@ BEGIN
         FROM harvest._order_candidates(p_queues, v_ids, v_now, v_window, p_limit) AS o;
     END IF;
 
-    IF v_owner_mode THEN
-        -- Owner mode: leave the workflow tasks of partitions other live owners hold,
-        -- and acquire the partitions of those claimed (owners.sql).
-        v_ids := harvest._owner_candidates(v_ids, p_worker_id, v_now);
-        IF v_gated THEN
-            v_admitted := harvest._admit_candidates(v_ids, v_now);
-            SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
-            FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
-            WHERE u.id = ANY(v_admitted);
-        END IF;
-        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
-        FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
-        v_claimed := harvest._acquire_partitions(v_claimed, p_worker_id, v_now);
-        IF v_gated THEN
-            PERFORM harvest._after_gated_claim(v_claimed, v_now);
-        END IF;
-        RETURN QUERY  -- (probes per id, as below)
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
-               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-               c.lease_expires_at, c.heartbeat_details,
-               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
-               CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch((l.e).workflow_id, p_worker_id) END
-        FROM unnest(v_claimed) AS k (id)
-        CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
-        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
-        ORDER BY c.priority DESC, c.due_at, c.id;
-        RETURN;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;  -- nothing due: an idle claim ends here
     END IF;
-
-    IF NOT v_gated THEN
-        -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
-        -- join may be cached as a generic plan that scans the whole table.
-        RETURN QUERY
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
-               c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-               c.lease_expires_at, c.heartbeat_details,
-               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
-               NULL::bigint
-        FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c
-        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
-        ORDER BY c.priority DESC, c.due_at, c.id;
-        RETURN;
-    END IF;
-
-    -- The gates return the admissible ids as a set: keep the claim order.
-    v_admitted := harvest._admit_candidates(v_ids, v_now);
-    SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
-    FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
-    WHERE u.id = ANY(v_admitted);
-    SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
-    FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, v_now) AS c;
-    PERFORM harvest._after_gated_claim(v_claimed, v_now);
-    RETURN QUERY  -- (probes per id, as above)
-    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
-           c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-           c.lease_expires_at, c.heartbeat_details,
-           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
-           NULL::bigint
-    FROM unnest(v_claimed) AS k (id)
-    CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
-    CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
-    ORDER BY c.priority DESC, c.due_at, c.id;
+    RETURN QUERY
+    SELECT * FROM harvest._claim_candidates(v_ids, v_gated, p_worker_id, p_limit, p_workflow_lease_secs, v_now);
 END;
+$$;
+
+-- Redis dispatch (docs/redis-dispatch.md): claim the tasks named by the
+-- references a worker read from Redis. A reference is only a hint: each named
+-- row passes the whole claim predicate here (one of p_queues, pending, not a
+-- timer, due; a running row's lease and a paused run's 'paused' status keep it
+-- out), the order rule of a hand-off (_may_hand_off: no fair queue, no ageing
+-- work, no pending task of a higher priority, so a reference never jumps the
+-- queue's order), owner mode's partitions and the admission gates
+-- (_claim_candidates, as claim_tasks). A row claimed by another worker, finished,
+-- paused or not admitted is skipped; it stays with the Postgres claim.
+CREATE OR REPLACE FUNCTION harvest.claim_named_tasks(
+    p_worker_id text,
+    p_queues text[],
+    p_task_ids bigint[],
+    p_workflow_lease_secs double precision DEFAULT 30
+)
+RETURNS TABLE (
+    task_id bigint,
+    kind text,
+    execution_id uuid,
+    workflow_name text,
+    workflow_id text,
+    queue text,
+    seq integer,
+    activity_name text,
+    input jsonb,
+    options jsonb,
+    attempt integer,
+    fencing_token bigint,
+    lease_expires_at timestamptz,
+    heartbeat_details jsonb,
+    new_events jsonb,
+    new_events_after bigint,
+    owner_epoch bigint
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_ids bigint[];
+    v_gated boolean;
+BEGIN
+    IF p_worker_id IS NULL OR p_worker_id = '' THEN
+        RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
+    END IF;
+    IF p_queues IS NULL OR cardinality(p_queues) = 0 THEN
+        RAISE EXCEPTION 'no queues given' USING ERRCODE = 'HR001',
+            HINT = 'pass the task queues this worker polls, e.g. ARRAY[''default'']';
+    END IF;
+    IF p_task_ids IS NULL OR cardinality(p_task_ids) < 1 OR cardinality(p_task_ids) > 1000 THEN
+        RAISE EXCEPTION 'claim_named_tasks takes 1..1000 task ids, got %', coalesce(cardinality(p_task_ids), 0)
+            USING ERRCODE = 'HR001';
+    END IF;
+    IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
+        RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+            USING ERRCODE = 'HR001';
+    END IF;
+
+    -- One primary-key probe per distinct id (LATERAL ... OFFSET 0, as everywhere); the
+    -- predicate is wrapped in IS TRUE so that no partial index of the queue applies
+    -- (see core.sql's note on IS TRUE): a cached generic plan must probe the key.
+    SELECT coalesce(array_agg(t.id ORDER BY t.priority DESC, t.due_at, t.id), ARRAY[]::bigint[]),
+           coalesce(bool_or(t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL), false)
+    INTO v_ids, v_gated
+    FROM (SELECT DISTINCT u.id FROM unnest(p_task_ids) AS u (id)) AS k
+    CROSS JOIN LATERAL (
+        SELECT p.* FROM harvest.tasks AS p
+        WHERE p.id = k.id
+          AND (p.status = 'pending' AND p.kind <> 'timer' AND p.queue = ANY(p_queues) AND p.due_at <= v_now) IS TRUE
+        OFFSET 0
+    ) AS t
+    WHERE harvest._may_hand_off(t.queue, t.priority, p_queues);
+
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT * FROM harvest._claim_candidates(
+        v_ids, v_gated, p_worker_id, cardinality(v_ids), p_workflow_lease_secs, v_now);
+END;
+$$;
+
+-- The claimable tasks (pending, not timers) of the given runs, of kind p_kind
+-- (NULL: both): what a Redis dispatch publishes after the commit that made them
+-- (docs/redis-dispatch.md). An activity result makes only a workflow task, so
+-- its publish asks for that kind and does not publish the run's other pending
+-- activities again.
+CREATE OR REPLACE FUNCTION harvest.list_claimable_tasks(p_execution_ids uuid[], p_kind text DEFAULT NULL)
+RETURNS TABLE (task_id bigint, queue text, due_at timestamptz)
+LANGUAGE sql STABLE
+AS $$
+    SELECT t.id, t.queue, t.due_at
+    FROM (SELECT DISTINCT u.id FROM unnest(p_execution_ids) AS u (id)) AS k
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.queue, p.due_at FROM harvest.tasks AS p
+        WHERE p.execution_id = k.id AND p.status = 'pending' AND p.kind <> 'timer'
+          AND (p_kind IS NULL OR p.kind = p_kind)
+        OFFSET 0
+    ) AS t
+    ORDER BY t.id;
 $$;
 
 -- When the earliest not-yet-due work of these queues becomes due (timers and
@@ -576,6 +715,13 @@ COMMENT ON FUNCTION harvest.claim_tasks IS
 'Claim up to p_limit due tasks of p_queues for p_worker_id: each gets a lease and a new fencing token, and '
 'completing it under an older token is refused (HR004). In owner mode it acquires the decision partitions of '
 'the workflow tasks it claims and returns their owner_epoch. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.claim_named_tasks IS
+'Redis dispatch: claim the tasks p_task_ids names for p_worker_id, each only if claim_tasks could take it next '
+'(one of p_queues, pending, due, not jumping its queue''s order, admitted by owner mode and the flow-control gates); '
+'the others are skipped and stay with claim_tasks. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.list_claimable_tasks IS
+'The pending tasks (not timers) of p_execution_ids, of kind p_kind when given, with their queue and due time: '
+'what a Redis dispatch publishes after the commit that made them. Called by the Python worker and client (roles harvest_operator, harvest_worker).';
 COMMENT ON FUNCTION harvest.next_due_at IS
 'When the earliest not-yet-due work of p_queues (timers, retry backoffs) becomes due, so an idle worker sleeps '
 'exactly until then. Called by the Python worker (role harvest_worker).';

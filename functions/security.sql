@@ -52,7 +52,7 @@ LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE
         WHEN p_name LIKE '\_%' THEN NULL
-        WHEN p_name IN ('claim_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
+        WHEN p_name IN ('claim_tasks', 'claim_named_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
                         'fail_workflow_task', 'complete_activity',
                         'complete_activities',
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
@@ -75,6 +75,7 @@ AS $$
                         'trigger_schedule', 'backfill_schedule') THEN 'harvest_operator'
         WHEN p_name IN ('complete_activity_by_token', 'fail_activity_by_token', 'heartbeat_activity_by_token')
             THEN 'harvest_operator,harvest_worker'
+        WHEN p_name = 'list_claimable_tasks' THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'payload_limit' THEN 'harvest_reader,harvest_worker'
         WHEN p_name IN ('put_payloads', 'set_payloads_execution') THEN 'harvest_operator,harvest_worker'
         WHEN p_name = 'get_payloads' THEN 'harvest_reader,harvest_worker'

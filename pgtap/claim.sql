@@ -3,9 +3,10 @@
 -- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
 -- harvest._task_for_worker, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
--- pgtap/activities.sql).
+-- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
+-- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks.
 BEGIN;
-SELECT plan(97);
+SELECT plan(117);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -446,6 +447,77 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execu
 SELECT lives_ok(format($$SELECT handed FROM harvest.complete_workflow_task(%s, %s, 3, '[]', 'w-hand')$$,
                        (SELECT id FROM hwt), (SELECT fencing_token FROM harvest.tasks WHERE id = (SELECT id FROM hwt))),
                 'the handed workflow task completes under its fencing token');
+
+-- ---------------------------------------------------------------- Redis dispatch
+-- claim_named_tasks: a named row is claimed only where claim_tasks could take it.
+SET LOCAL harvest.fake_now = '2030-01-04 00:00:00+00';
+SELECT throws_ok($$SELECT * FROM harvest.claim_named_tasks('', ARRAY['q'], ARRAY[1::bigint])$$, 'HR001',
+                 'worker id is empty', 'claim_named_tasks(): an empty worker id: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_named_tasks('w', ARRAY[]::text[], ARRAY[1::bigint])$$, 'HR001',
+                 'no queues given', 'claim_named_tasks(): no queues: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_named_tasks('w', ARRAY['q'], ARRAY[]::bigint[])$$, 'HR001',
+                 'claim_named_tasks takes 1..1000 task ids, got 0', 'claim_named_tasks(): no ids: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.claim_named_tasks('w', ARRAY['q'], ARRAY[1::bigint], 0)$$, 'HR001',
+                 'workflow task lease 0 must be positive seconds', 'claim_named_tasks(): a lease of 0: HR001');
+SELECT pg_temp.start_run('rd1', 'wf_rd', 'rdq');
+SELECT pg_temp.start_run('rd2', 'wf_rd', 'rdq');
+SELECT results_eq($$SELECT task_id, queue, due_at FROM harvest.list_claimable_tasks(ARRAY[pg_temp.run('rd1'), pg_temp.run('rd2')])$$,
+                  $$SELECT id, queue, due_at FROM harvest.tasks WHERE execution_id IN (pg_temp.run('rd1'), pg_temp.run('rd2'))
+                    ORDER BY id$$,
+                  'list_claimable_tasks(): each run''s pending task with its queue and due time');
+CREATE TEMP TABLE rd ON COMMIT DROP AS
+SELECT c.* FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq'],
+    ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd2'))], 40) AS c;
+SELECT results_eq($$SELECT execution_id, kind, workflow_id, queue, attempt, lease_expires_at FROM rd$$,
+                  $$VALUES (pg_temp.run('rd2'), 'workflow'::text, 'rd2'::text, 'rdq'::text, 1,
+                            '2030-01-04 00:00:40+00'::timestamptz)$$,
+                  'claim_named_tasks(): the named row, not the head of the queue, leased as a claim would');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE id = (SELECT task_id FROM rd)$$,
+                  $$VALUES ('running'::text, 'w-redis'::text)$$, 'the named row is running under the worker');
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-other', ARRAY['rdq'], ARRAY[(SELECT task_id FROM rd)])$$,
+                'claim_named_tasks(): a row another worker holds is skipped (its lease stands)');
+SELECT is_empty($$SELECT * FROM harvest.list_claimable_tasks(ARRAY[pg_temp.run('rd2')])$$,
+                'list_claimable_tasks(): a claimed task is not claimable');
+SELECT is_empty($$SELECT * FROM harvest.list_claimable_tasks(ARRAY[pg_temp.run('rd1')], 'activity')$$,
+                'list_claimable_tasks(): p_kind filters (rd1 has a workflow task, no activity)');
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['elsewhere'],
+                  ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd1'))])$$,
+                'claim_named_tasks(): a row of a queue the worker does not poll is skipped');
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq'], ARRAY[-1::bigint])$$,
+                'claim_named_tasks(): an id that names no row is skipped');
+-- A run of higher priority waits in the queue: a named row behind it would jump it.
+SELECT pg_temp.remember('rd_hi', s.execution_id)
+FROM harvest.start_workflow('wf_rd', '[]', 'rd_hi', 'rdq', p_priority => 5) AS s;
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq'],
+                  ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd1'))])$$,
+                'claim_named_tasks(): a row behind a pending task of higher priority is skipped (the order stands)');
+SELECT is((SELECT execution_id FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq'],
+              ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd_hi'))])),
+          pg_temp.run('rd_hi'), 'claim_named_tasks(): the head of the queue is claimed');
+-- A paused run's task is not claimable.
+SELECT is(harvest.pause_workflow(pg_temp.run('rd1'), 'hold', 'oncall'), true, 'setup: rd1 paused');
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq'],
+                  ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd1'))])$$,
+                'claim_named_tasks(): a paused run''s task is skipped');
+-- A task not due yet (a retry's backoff) waits.
+SELECT pg_temp.start_run('rd_later', 'wf_rd', 'rdq_later');
+UPDATE harvest.tasks SET due_at = '2030-01-04 00:05:00+00' WHERE execution_id = pg_temp.run('rd_later');
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq_later'],
+                  ARRAY[(SELECT id FROM harvest.tasks WHERE execution_id = pg_temp.run('rd_later'))])$$,
+                'claim_named_tasks(): a task not due yet is skipped');
+-- The admission gates: three activities under a cap of 2 are claimed two at most.
+SELECT harvest.start_workflow('wf_rd_act', '[]', 'rd_acts', 'rdq0');
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jsonb_agg(jsonb_build_object(
+    'type', 'schedule_activity', 'seq', i, 'name', 'capped', 'input', '[]'::jsonb, 'queue', 'rdq_capped',
+    'options', '{"max_concurrent": 2, "concurrency_key": "rd_k"}'::jsonb)) FROM generate_series(1, 3) AS i))
+FROM harvest.claim_tasks('w', ARRAY['rdq0']) AS c;
+SELECT is((SELECT count(*) FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq_capped'],
+              (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'rdq_capped'))), 2::bigint,
+          'claim_named_tasks(): the concurrency cap admits two of three named rows');
+SELECT is(harvest._in_flight('activity', 'rd_k'), 2::bigint, 'and their slots are taken (_after_gated_claim)');
+SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq_capped'],
+                  (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'rdq_capped' AND status = 'pending'))$$,
+                'claim_named_tasks(): the third waits while the cap is full');
 
 SELECT * FROM finish();
 ROLLBACK;

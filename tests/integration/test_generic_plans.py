@@ -305,14 +305,14 @@ TRAPS = [
     ),
     case(
         Statement(
-            "claim_tasks",
+            "_claim_candidates",
             r"RETURN QUERY\s+SELECT c\.id[^;]*FROM harvest\._claim_ids",
             {
                 "v_ids": "bigint[]",
                 "p_worker_id": "text",
                 "p_limit": "integer",
                 "p_workflow_lease_secs": "double precision",
-                "v_now": "timestamptz",
+                "p_now": "timestamptz",
             },
         ),
         BY_PK,
@@ -322,13 +322,23 @@ TRAPS = [
     ),
     case(
         Statement(
-            "claim_tasks",
+            "_claim_candidates",
             r"RETURN QUERY\s+SELECT c\.id[^;]*FROM unnest\(v_claimed\)",
             {"v_claimed": "bigint[]", "p_worker_id": "text"},
         ),
         {"executions": {"executions_pkey"}, "tasks": {"tasks_pkey"}},
         f"claim.sql (gated claims): {ID_LIST}",
         id="claim_tasks-gated",
+    ),
+    case(
+        Statement(
+            "claim_named_tasks",
+            r"SELECT coalesce\(array_agg\(t\.id ORDER BY t\.priority",
+            {"p_task_ids": "bigint[]", "p_queues": "text[]", "v_now": "timestamptz"},
+        ),
+        {"tasks": {"tasks_pkey"}},
+        f"claim.sql (Redis dispatch): {ID_LIST}",
+        id="claim_named_tasks",
     ),
     case(
         Statement(

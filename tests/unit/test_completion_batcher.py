@@ -69,6 +69,7 @@ class FakeWorker:
     workflow_lease = 30.0
     history_event_hard_cap = 50_000
     history_byte_hard_cap = 1_000_000
+    redis = None  # no Redis dispatch (worker/redis_dispatch.py)
 
     def __init__(self, sql: FakeSql):
         self.sql = sql

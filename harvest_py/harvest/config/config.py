@@ -113,6 +113,9 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("web", "host"): str,
     ("web", "port"): int,
     ("readiness", "require_shard_readiness"): bool,
+    # The optional Redis dispatch (docs/redis-dispatch.md): unset, every worker stays on the
+    # Postgres claim path.
+    ("redis", "url"): str,
 }
 SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
@@ -424,7 +427,27 @@ def _with_env(
         raise ConfigError(
             f"retention.run_on {run_on.value!r} (from {run_on.source}) is unknown; use {' or '.join(RUN_ON)}"
         )
+    _check_redis(config)
     return config
+
+
+def _check_redis(config: Config) -> None:
+    """``redis.url``: a usable URL, the client library installed, and a single-shard deployment
+    (docs/redis-dispatch.md); a configured URL is never silently ignored."""
+    setting = config.setting("redis.url")
+    if setting is None:
+        return
+    from harvest.db.redis_channel import check_url
+
+    check_url(setting.value, f"redis.url (from {setting.source})")
+    shards = set(config.get("shards.readable") or []) | set(config.get("shards.writable") or [])
+    shards |= {int(k) for k in config.get("shards.urls") or {}}
+    if len(shards) > 1:
+        raise ConfigError(
+            f"redis.url (from {setting.source}) is set and [shards] names {len(shards)} shards "
+            f"({', '.join(map(str, sorted(shards)))}): Redis dispatch supports a single-shard deployment "
+            "only; unset redis.url (every shard keeps the Postgres claim path) or run one shard"
+        )
 
 
 # -- the database URL, for every command -----------------------------------------------------------

@@ -54,7 +54,7 @@ async def run_worker(
     :class:`Worker` before it runs (to stop it from elsewhere)."""
     dsn = worker_dsn(config, database_url)
     if not is_sharded(config):
-        worker = Worker(app, dsn, options=options)
+        worker = Worker(app, dsn, options=options, redis_url=config.get("redis.url"))
         if started is not None:
             started(worker)
         await worker.run(install_signal_handlers=install_signal_handlers)
@@ -68,7 +68,14 @@ async def run_worker(
     router = ShardRouter.from_config(config)
     urls = shard_urls(config, dsn)
     async with AsyncShardPools(router, urls, max_size=2) as pump_pools:
-        worker = Worker(app, options=options, shards=urls, router=router, relay_pump=RelayPump(pump_pools))
+        worker = Worker(
+            app,
+            options=options,
+            shards=urls,
+            router=router,
+            relay_pump=RelayPump(pump_pools),
+            redis_url=config.get("redis.url"),  # refused on shards: docs/redis-dispatch.md
+        )
         if started is not None:
             started(worker)
         await worker.run(install_signal_handlers=install_signal_handlers)

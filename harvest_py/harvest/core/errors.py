@@ -49,6 +49,14 @@ class TransactionConflict(HarvestError):
         self.attempts = attempts
 
 
+class RedisUnavailable(HarvestError):
+    """Redis dispatch is configured (``redis.url``) and its Redis cannot be reached at start
+    (docs/redis-dispatch.md): the process refuses to boot rather than run without its channel.
+    Once started, a lost Redis is not an error: the Postgres claim path carries the work."""
+
+    http_status = 503
+
+
 class SchemaMismatch(HarvestError):
     """The database schema is not the one this package expects."""
 

@@ -53,6 +53,11 @@ CLAIM_TASKS = """
 SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
 NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
+# -- Redis dispatch (functions/claim.sql, docs/redis-dispatch.md)
+CLAIM_NAMED_TASKS = """
+SELECT * FROM harvest.claim_named_tasks(%(worker_id)s, %(queues)s, %(task_ids)s, %(workflow_lease_secs)s)
+"""
+LIST_CLAIMABLE_TASKS = "SELECT * FROM harvest.list_claimable_tasks(%(execution_ids)s::uuid[], %(kind)s)"
 COMPLETE_WORKFLOW_TASKS = """
 SELECT * FROM harvest.complete_workflow_tasks(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
                                               %(throughs)b, %(commands)b::jsonb[],
@@ -901,6 +906,26 @@ def claim_tasks(worker_id: str, queues: list[str], limit: int, workflow_lease_se
         "limit": limit,
         "workflow_lease_secs": workflow_lease_secs,
     }
+
+
+@call(CLAIM_NAMED_TASKS)
+def claim_named_tasks(
+    worker_id: str, queues: list[str], task_ids: list[int], workflow_lease_secs: float
+) -> dict[str, Any]:
+    """Redis dispatch: claim the named tasks that claim_tasks could take next (functions/claim.sql)."""
+    return {
+        "worker_id": worker_id,
+        "queues": queues,
+        "task_ids": task_ids,
+        "workflow_lease_secs": workflow_lease_secs,
+    }
+
+
+@call(LIST_CLAIMABLE_TASKS)
+def list_claimable_tasks(execution_ids: list[str], kind: str | None = None) -> dict[str, Any]:
+    """The pending tasks of these runs, of ``kind`` if given (task_id, queue, due_at): what
+    Redis dispatch publishes."""
+    return {"execution_ids": [str(e) for e in execution_ids], "kind": kind}
 
 
 @call(NEXT_DUE_AT, column("due_at"))

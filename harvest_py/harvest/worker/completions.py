@@ -15,7 +15,7 @@ happened to the run meanwhile, and says so in ``decided``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
@@ -47,6 +47,16 @@ class _TaskGroupCommit(GroupCommit):
     def _retried(self, exc: Exception) -> None:
         self._worker.metrics.transaction_retry(self.site, retry_reason(exc))
 
+    # What a commit of this batch makes claimable, for Redis dispatch (None: any kind).
+    publishes: str | None = None
+
+    def _committed(self, items: list[tuple[Any, ...]]) -> None:
+        """Redis dispatch: publish what the commit made claimable (worker/redis_dispatch.py)."""
+        if self._worker.redis is not None and self._on is not self._worker:
+            self._worker.after_commit(
+                cast("ShardLane", self._on), [item[0] for item in items], self.publishes
+            )
+
     def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
         by_id = {row["task_id"]: row for row in rows}
         for item in batch:
@@ -74,6 +84,7 @@ class CompletionBatcher(_TaskGroupCommit):
 
     what = "activity results"
     site = "activity_completion"
+    publishes = "workflow"  # a result wakes its run's workflow task, nothing else
 
     async def complete(
         self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
@@ -86,7 +97,7 @@ class CompletionBatcher(_TaskGroupCommit):
 
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker
-        return await self._on.sql.complete_activities(
+        rows = await self._on.sql.complete_activities(
             worker.worker_id,
             items,
             hand_off=worker.accepts_hand_off(),
@@ -94,6 +105,8 @@ class CompletionBatcher(_TaskGroupCommit):
             event_cap=worker.history_event_hard_cap,
             byte_cap=worker.history_byte_hard_cap,
         )
+        self._committed(items)
+        return rows
 
     def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
         # A decision the database refuses fails the call: retry without decisions, so
@@ -136,12 +149,14 @@ class DecisionBatcher(_TaskGroupCommit):
 
     async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
         worker = self._worker
-        return await self._on.sql.complete_workflow_tasks(
+        rows = await self._on.sql.complete_workflow_tasks(
             worker.worker_id,
             items,
             event_cap=worker.history_event_hard_cap,
             byte_cap=worker.history_byte_hard_cap,
         )
+        self._committed(items)
+        return rows
 
     def _answer(self, row: dict[str, Any]) -> dict[str, Any]:
         return row

@@ -43,6 +43,7 @@ from harvest.db import channels
 from harvest.db.connection import connect_async, is_permanent, redact, resolve_dsn
 from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, open_async_pool
+from harvest.db.redis_channel import check_url
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.declare.definitions import App
 from harvest.declare.schedules import schedule_specs
@@ -59,6 +60,7 @@ from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
 from harvest.worker.options import WorkerOptions, refuse_auto_with_cells, resolve_shard_assignments
 from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.queries import serve_queries
+from harvest.worker.redis_dispatch import RedisDispatch, refuse_sharded
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
@@ -103,6 +105,7 @@ class Worker:
         router: ShardRouter | None = None,
         relay_pump: RelayPump | None = None,
         codecs: Any = None,
+        redis_url: str | None = None,
         **overrides: Any,
     ):
         """``options`` holds every tunable (worker/options.py: names, defaults, bounds); keyword
@@ -120,7 +123,12 @@ class Worker:
         scanner and places cross-shard children; None on a single database.
 
         ``codecs`` (a list of codecs or a ``harvest.core.codecs.Payloads``) overrides the App's
-        payload policy for this worker (docs/payloads.md)."""
+        payload policy for this worker (docs/payloads.md).
+
+        ``redis_url`` (``[redis] url``) turns on the optional Redis dispatch beside the Postgres
+        claim (worker/redis_dispatch.py, docs/redis-dispatch.md): single shard only (a
+        ConfigError otherwise), and :meth:`run` fails with RedisUnavailable when it cannot
+        reach that Redis at start."""
         options = (options or WorkerOptions()).replace(**overrides)
         self.options = options
         queues, concurrency, claim_batch = options.queues, options.concurrency, options.claim_batch
@@ -176,6 +184,14 @@ class Worker:
             ShardLane(self, shard, dsns[shard], handles_outages=self._sharded)
             for shard in self.shard_assignments
         ]
+        # The optional Redis dispatch (worker/redis_dispatch.py): None unless redis_url is set.
+        self.redis: RedisDispatch | None = None
+        if redis_url:
+            check_url(redis_url)
+            refuse_sharded(len(dsns) if router is None else len(set(dsns) | set(router.writable)))
+            self.redis = RedisDispatch(self, redis_url)
+        # The run of each task in flight, by (shard, task id): what a commit's publish reads.
+        self._run_of: dict[tuple[int, int], str] = {}
         self.dsn = self.lanes[0].dsn
         self._next_lane = 0  # where the next claim round starts (round-robin)
         self._close_pools: Any = None
@@ -251,6 +267,8 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
         try:
+            if self.redis is not None:
+                await self.redis.open()  # a configured Redis that cannot be reached fails the boot
             await self._open_lanes()
             if self.max_payload_bytes is None:
                 self.max_payload_bytes = await self._first_usable().sql.payload_limit()
@@ -275,6 +293,11 @@ class Worker:
                     background.append(asyncio.create_task(self._retention(lane)))
                 if self.sampler is not None:
                     background.append(asyncio.create_task(self.sampler.run(lane.dsn, lane.shard)))
+            if self.redis is not None and self.run_worker:
+                background += [
+                    asyncio.create_task(self.redis.consume_loop()),
+                    asyncio.create_task(self.redis.publish_loop()),
+                ]
             try:
                 if self.run_worker:
                     await self._claim_loop()
@@ -294,6 +317,8 @@ class Worker:
                     await asyncio.gather(*heartbeats, return_exceptions=True)
         finally:
             self.executors.shutdown()
+            if self.redis is not None:
+                await self.redis.close()
             for lane in self.lanes:
                 await lane.close()
             if self._close_pools is not None:
@@ -629,6 +654,32 @@ class Worker:
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
 
+    # -- Redis dispatch (worker/redis_dispatch.py) -------------------------------------------
+    def free_slots(self) -> int:
+        """Slots neither running a task nor promised to one."""
+        return self.concurrency - len(self._inflight) - self._reserved
+
+    def hold_slots(self, n: int) -> int:
+        """Keep ``n`` slots from the claim loop while a named claim is in flight."""
+        self._reserved += n
+        return n
+
+    def release_held(self, n: int) -> None:
+        self._reserved -= n
+
+    def run_claimed(self, task: dict[str, Any]) -> None:
+        """Run a task the Redis consumer claimed by name (its ``_lane`` set)."""
+        self._spawn(task)
+
+    def after_commit(self, lane: ShardLane, task_ids: list[int], kind: str | None) -> None:
+        """A batch of these tasks' decisions (``kind`` None) or activity results (``kind``
+        "workflow": what a result makes) committed on ``lane``: with Redis dispatch, publish
+        the claimable tasks the commit made for their runs."""
+        if self.redis is None:
+            return
+        runs = [self._run_of.get((lane.shard, task_id)) for task_id in task_ids]
+        self.redis.committed([r for r in runs if r is not None], kind)
+
     def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
         if task["kind"] == "workflow":
             task["_lane"].owners.note(task)
@@ -636,6 +687,8 @@ class Worker:
         task["_lane"].dispatched += 1
         self.metrics.dispatched(task["queue"], task["kind"], task["_lane"].shard)
         key = _key(task)
+        if self.redis is not None:
+            self._run_of[(key[0], key[1])] = str(task["execution_id"])
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
         handle = asyncio.create_task(self._guard(runner, task))
         self._inflight[key] = handle
@@ -658,6 +711,9 @@ class Worker:
             self._slot_claimed_at.pop(key, None)
             self.completed_tasks += 1
             self._wake.set()
+            if self.redis is not None:
+                self._run_of.pop((key[0], key[1]), None)
+                self.redis.slot_freed()
 
     async def _idle(self) -> None:
         if len(self._inflight) < self.concurrency and not self._all_sleeping():

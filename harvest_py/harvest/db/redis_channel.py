@@ -1,0 +1,259 @@
+"""The Redis Streams channel of the optional Redis dispatch (docs/redis-dispatch.md).
+
+Postgres keeps every row, every claim gate and the whole history; Redis carries only a
+reference (task id, queue, due time) to a row that became claimable, so a worker can claim
+that row by its key instead of searching a queue for one. A reference is a hint: the claim
+in Postgres (``harvest.claim_named_tasks``) applies the whole claim predicate, and the
+Postgres claim path (LISTEN/NOTIFY and polling) keeps running beside it, so a reference
+that is lost, late, duplicated or stale loses nothing and runs nothing twice.
+
+Key layout: one stream per queue, ``harvest:tasks:<queue>``, trimmed to about
+``STREAM_MAXLEN`` entries, read through one consumer group (``GROUP``) by every worker;
+each entry has the fields ``task_id``, ``queue`` and ``due_at`` (ISO 8601). v1 targets one
+Redis instance (Redis Cluster is refused at connect) and a single-shard Harvest.
+
+This module is the only importer of ``redis`` (the ``redis`` extra); it sits in the
+database layer beside psycopg so that the client and the worker can both publish.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from harvest.core.errors import ConfigError, RedisUnavailable
+
+log = logging.getLogger("harvest.redis")
+
+STREAM_PREFIX = "harvest:tasks:"
+GROUP = "harvest"
+# Entries kept per queue's stream (approximate trimming): a bound on Redis memory. A
+# reference trimmed before any worker read it is found by the Postgres claim instead.
+STREAM_MAXLEN = 100_000
+SCHEMES = ("redis", "rediss")
+# Query options of a URL that would weaken TLS verification: refused (docs/redis-dispatch.md).
+UNSAFE_OPTIONS = frozenset({"ssl_cert_reqs", "ssl_check_hostname", "ssl_ca_certs", "ssl_ca_path"})
+CONNECT_TIMEOUT_SECS = 5.0
+
+
+def stream_key(queue: str) -> str:
+    return STREAM_PREFIX + queue
+
+
+def endpoint(url: str) -> str:
+    """``scheme://host:port/db`` of a Redis URL, never its user or password (for errors and logs)."""
+    parts = urlsplit(url)
+    host = parts.hostname or "localhost"
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        port = "?"
+    db = parts.path if parts.path not in ("", "/") else ""
+    return f"{parts.scheme}://{host}:{port}{db}"
+
+
+def check_url(url: str, where: str = "redis.url") -> None:
+    """Refuse a URL Redis dispatch cannot use safely, and a process without the client library.
+
+    ``redis://`` (plaintext) or ``rediss://`` (TLS, verified against the platform trust store,
+    or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``); no query option may weaken the verification; the
+    ``redis`` package must be installed (``pip install 'harvest-workflows[redis]'``): a
+    configured URL is never silently ignored.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ConfigError(
+            f"{where}: {endpoint(url)!r} is not a Redis URL; use redis://host:6379 or rediss:// for TLS"
+        )
+    unsafe = sorted(UNSAFE_OPTIONS & set(parse_qs(parts.query)))
+    if unsafe:
+        raise ConfigError(
+            f"{where}: the URL sets {', '.join(unsafe)}; Redis dispatch always verifies a rediss:// "
+            "server against the trust store (set SSL_CERT_FILE or SSL_CERT_DIR for a private CA)"
+        )
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            f"{where} is set but the redis client is not installed: pip install 'harvest-workflows[redis]', "
+            "or unset it to stay on the Postgres claim path"
+        ) from None
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """One reference read from a stream: the task it names and the entry to ack."""
+
+    task_id: int
+    queue: str
+    due_at: datetime | None
+    stream: str
+    message_id: str
+
+
+def _decode(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _refs(entries: Iterable[Any]) -> list[TaskRef]:
+    """TaskRefs of XREADGROUP/XAUTOCLAIM answers: [(stream, [(id, fields), ...]), ...]."""
+    refs = []
+    for stream, messages in entries:
+        for message_id, fields in messages:
+            if not fields:  # an entry trimmed away while pending: nothing to claim, only to ack
+                refs.append(TaskRef(0, "", None, _decode(stream), _decode(message_id)))
+                continue
+            got = {_decode(k): _decode(v) for k, v in fields.items()}
+            try:
+                task_id = int(got["task_id"])
+                due_at = datetime.fromisoformat(got["due_at"]) if got.get("due_at") else None
+            except (KeyError, ValueError):
+                task_id, due_at = 0, None  # not ours: acked and skipped
+            refs.append(TaskRef(task_id, got.get("queue", ""), due_at, _decode(stream), _decode(message_id)))
+    return refs
+
+
+class RedisChannel:
+    """One process's connection to the dispatch streams (asyncio)."""
+
+    def __init__(self, url: str, client: Any) -> None:
+        self.url = url
+        self.endpoint = endpoint(url)
+        self._client = client
+
+    @classmethod
+    async def connect(cls, url: str, queues: Sequence[str] = ()) -> RedisChannel:
+        """Connect, check that this is one Redis instance, and make the consumer group of each
+        queue's stream. Raises RedisUnavailable naming the endpoint when it cannot connect (a
+        configured URL that cannot connect fails the boot: docs/redis-dispatch.md) and
+        ConfigError for Redis Cluster."""
+        check_url(url)
+        import redis.asyncio as aioredis
+        from redis.exceptions import RedisError
+
+        options: dict[str, Any] = {
+            "socket_connect_timeout": CONNECT_TIMEOUT_SECS,
+            "health_check_interval": 15,
+        }
+        if urlsplit(url).scheme == "rediss":
+            # Verified against the platform trust store (SSL_CERT_FILE / SSL_CERT_DIR replace it),
+            # host name included; no switch turns this off.
+            options.update(ssl_cert_reqs="required", ssl_check_hostname=True)
+        client = aioredis.Redis.from_url(url, **options)
+        channel = cls(url, client)
+        try:
+            await client.ping()
+            cluster = await client.info("cluster")
+            if int(cluster.get("cluster_enabled", 0) or 0):
+                await channel.close()
+                raise ConfigError(
+                    f"redis.url: {channel.endpoint} is a Redis Cluster node; Redis dispatch supports "
+                    "one Redis instance only (docs/redis-dispatch.md)"
+                )
+            await channel.ensure_groups(queues)
+        except RedisError as exc:
+            await channel.close()
+            raise RedisUnavailable(
+                f"Redis dispatch is configured (redis.url) but {channel.endpoint} cannot be reached: "
+                f"{type(exc).__name__}: {_safe(exc, url)}; start Redis or unset redis.url"
+            ) from None
+        except OSError as exc:
+            await channel.close()
+            raise RedisUnavailable(
+                f"Redis dispatch is configured (redis.url) but {channel.endpoint} cannot be reached: "
+                f"{exc.strerror or exc}; start Redis or unset redis.url"
+            ) from None
+        return channel
+
+    async def ensure_groups(self, queues: Iterable[str]) -> None:
+        """The consumer group of each queue's stream (made with the stream; an existing one kept).
+        A new group starts at the stream's end: what was published before is the Postgres
+        claim's."""
+        from redis.exceptions import ResponseError
+
+        for queue in queues:
+            try:
+                await self._client.xgroup_create(stream_key(queue), GROUP, id="$", mkstream=True)
+            except ResponseError as exc:
+                if "BUSYGROUP" not in str(exc):
+                    raise
+
+    async def publish(self, refs: Iterable[Mapping[str, Any]]) -> int:
+        """Add one entry per claimable task (``task_id``, ``queue``, ``due_at``) to its queue's
+        stream, in one round trip; returns how many."""
+        pipe = self._client.pipeline(transaction=False)
+        n = 0
+        for ref in refs:
+            due = ref.get("due_at")
+            pipe.xadd(
+                stream_key(ref["queue"]),
+                {
+                    "task_id": str(ref["task_id"]),
+                    "queue": ref["queue"],
+                    "due_at": due.isoformat() if isinstance(due, datetime) else str(due or ""),
+                },
+                maxlen=STREAM_MAXLEN,
+                approximate=True,
+            )
+            n += 1
+        if n:
+            await pipe.execute()
+        return n
+
+    async def read(self, consumer: str, queues: Sequence[str], count: int, block_ms: int) -> list[TaskRef]:
+        """Up to ``count`` new references of these queues for ``consumer``, waiting up to
+        ``block_ms`` for one; each stays pending in the group until :meth:`ack`."""
+        answer = await self._client.xreadgroup(
+            GROUP, consumer, {stream_key(q): ">" for q in queues}, count=count, block=block_ms
+        )
+        return _refs(answer or [])
+
+    async def reclaim(
+        self, consumer: str, queues: Sequence[str], min_idle_ms: int, count: int
+    ) -> list[TaskRef]:
+        """References another consumer read and never acked for ``min_idle_ms`` (it died between
+        read and ack): taken over by ``consumer``, to be claimed (or found taken) and acked."""
+        refs: list[TaskRef] = []
+        for queue in queues:
+            answer = await self._client.xautoclaim(
+                stream_key(queue), GROUP, consumer, min_idle_ms, start_id="0-0", count=count
+            )
+            # [next start id, [(id, fields), ...], [deleted ids]] (Redis 7)
+            refs += _refs([(stream_key(queue), answer[1])])
+            for deleted in answer[2] if len(answer) > 2 else []:
+                refs.append(TaskRef(0, queue, None, stream_key(queue), _decode(deleted)))
+        return refs
+
+    async def ack(self, refs: Iterable[TaskRef]) -> None:
+        by_stream: dict[str, list[str]] = {}
+        for ref in refs:
+            by_stream.setdefault(ref.stream, []).append(ref.message_id)
+        if not by_stream:
+            return
+        pipe = self._client.pipeline(transaction=False)
+        for stream, ids in by_stream.items():
+            pipe.xack(stream, GROUP, *ids)
+        await pipe.execute()
+
+    async def delete_consumer(self, consumer: str, queues: Iterable[str]) -> None:
+        """Forget a stopping consumer (its unacked references, if any, go with it: the rows
+        they name are the Postgres claim's)."""
+        for queue in queues:
+            await self._client.xgroup_delconsumer(stream_key(queue), GROUP, consumer)
+
+    async def close(self) -> None:
+        try:
+            await self._client.aclose()
+        except AttributeError:  # redis < 5.0.1
+            await self._client.close()
+
+
+def _safe(exc: BaseException, url: str) -> str:
+    """An error's text with the URL's password taken out."""
+    text = str(exc)
+    password = urlsplit(url).password
+    return text.replace(password, "***") if password else text

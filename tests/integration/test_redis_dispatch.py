@@ -1,0 +1,458 @@
+"""The optional Redis dispatch (harvest/worker/redis_dispatch.py, docs/redis-dispatch.md) on a real
+redis-server (Debian's, `make redis`) that each test starts on a free port in its own directory.
+
+Dispatch end to end, a reference to a row another worker holds (acked, run once), the boot
+refusals (unreachable, Redis Cluster, sharded), the config checks, and Redis killed mid-run
+(marker chaos): the Postgres claim path finishes the work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from harvest import App, Client, Worker, activity, workflow
+from harvest.config import load_config
+from harvest.core.errors import ConfigError, RedisUnavailable
+from harvest.db.redis_channel import GROUP, RedisChannel, check_url, endpoint, stream_key
+
+REDIS_SERVER = shutil.which("redis-server")
+pytestmark = pytest.mark.skipif(
+    REDIS_SERVER is None and os.environ.get("CI") != "true",
+    reason="redis-server is not installed (make redis)",
+)
+
+ran: dict[int, int] = {}
+ran_lock = threading.Lock()
+
+
+@activity(queue="rd_acts")
+async def mark(ctx, i: int) -> int:
+    with ran_lock:
+        ran[i] = ran.get(i, 0) + 1
+    await asyncio.sleep(0.005)
+    return i
+
+
+@workflow(queue="rd_wf")
+async def fan(ctx, first: int, n: int) -> int:
+    return sum(await asyncio.gather(*(ctx.execute_activity(mark, first + i) for i in range(n))))
+
+
+app = App(workflows=[fan], activities=[mark])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A redis-server of one test: its own port and directory, no persistence; killed at the end."""
+
+    def __init__(self, directory: Path, port: int | None = None):
+        self.directory = directory
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, *extra: str) -> RedisServer:
+        assert REDIS_SERVER is not None, "redis-server is not installed: make redis"
+        self.proc = subprocess.Popen(
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"redis-server did not start on port {self.port}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def connected(*running: Any) -> None:
+    """Wait until each RunningWorker's Redis dispatch is up (its consumer groups exist): a
+    reference published before its group was made is the Postgres claim's, by design."""
+    deadline = time.monotonic() + 10
+    while not all(r.worker.redis.connected and r.worker.lanes[0].ready for r in running):
+        assert time.monotonic() < deadline, "the Redis dispatch of a worker did not come up"
+        time.sleep(0.01)
+
+
+def start_fans(client: Client, count: int, width: int) -> list:
+    return [client.start_workflow(fan, i * width, width, workflow_id=f"rd-{i}") for i in range(count)]
+
+
+def run_of_each(width: int, count: int) -> dict[int, int]:
+    with ran_lock:
+        return {i: ran.get(i, 0) for i in range(count * width)}
+
+
+# -- dispatch end to end ---------------------------------------------------------------------------
+
+
+def test_dispatch_runs_every_task_once_and_claims_by_reference(db, redis_server, start_worker, client):
+    """Two workers with Redis: the decider publishes the activities it does not hand off, the
+    other claims them by reference; every activity runs once and every reference is acked."""
+    ran.clear()
+    decider = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url, hand_off=False)
+    runner = start_worker(app, queues=["rd_acts"], redis_url=redis_server.url, concurrency=8)
+    connected(decider, runner)
+    dispatch = runner.worker.redis
+    # Both paths run: the runner's LISTEN/NOTIFY claim often takes a row before its reference
+    # arrives (that reference is then skipped), so rounds go on until one was claimed by it.
+    for round_ in range(5):
+        first = round_ * 12
+        handles = [
+            client.start_workflow(fan, (first + i) * 5, 5, workflow_id=f"rd-{first + i}") for i in range(12)
+        ]
+        assert [h.result(timeout=30) for h in handles] == [
+            sum(range(j * 5, j * 5 + 5)) for j in range(first, first + 12)
+        ]
+        if dispatch.claimed:
+            break
+    assert set(run_of_each(5, first + 12).values()) == {1}  # each activity ran exactly once
+    assert decider.worker.redis.published > 0
+
+    async def stream_state() -> tuple[int, int]:
+        """(references published to rd_acts, references read there and not acked)"""
+        channel = await RedisChannel.connect(redis_server.url)
+        try:
+            info = await channel._client.xpending(stream_key("rd_acts"), GROUP)
+            return await channel._client.xlen(stream_key("rd_acts")), info["pending"]
+        finally:
+            await channel.close()
+
+    # The decider published the activities each decision left pending (the other worker's
+    # Postgres claim may take one first: it is not published then); the runner reads them all.
+    entries, _ = asyncio.run(stream_state())
+    assert entries > 0
+    deadline = time.monotonic() + 10
+    while dispatch.read < entries and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert dispatch.read == entries
+    assert dispatch.claimed + dispatch.skipped == dispatch.read
+    assert dispatch.claimed > 0, "no task was claimed through Redis"
+    assert asyncio.run(stream_state()) == (entries, 0)  # every reference read was acked
+
+
+def test_a_reference_to_a_row_another_worker_holds_is_acked_and_not_run(db, redis_server, start_worker):
+    """A stale reference (the row is already claimed elsewhere) is acked and skipped: the row
+    keeps its holder and its lease, and nothing runs twice."""
+    ran.clear()
+    with Client(db) as c:
+        c.start_workflow(fan, 1000, 1, workflow_id="held")
+    with psycopg.connect(db, autocommit=True) as conn:
+        task = conn.execute(
+            "SELECT task_id, fencing_token, queue, lease_expires_at "
+            "FROM harvest.claim_tasks('other', ARRAY['rd_wf'], 1, 60)"
+        ).fetchone()
+    assert task is not None
+    running = start_worker(app, queues=["rd_wf"], redis_url=redis_server.url)
+    connected(running)
+    dispatch = running.worker.redis
+
+    async def publish() -> None:
+        channel = await RedisChannel.connect(redis_server.url)
+        try:
+            await channel.publish([{"task_id": task[0], "queue": "rd_wf", "due_at": task[3]}])
+        finally:
+            await channel.close()
+
+    asyncio.run(publish())
+    deadline = time.monotonic() + 5
+    while dispatch.read < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert (dispatch.read, dispatch.claimed, dispatch.skipped) == (1, 0, 1)
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT status, lease_owner, fencing_token FROM harvest.tasks WHERE id = %s", (task[0],)
+        ).fetchone()
+    assert row == ("running", "other", task[1])  # still the other worker's claim
+    assert ran == {}
+
+
+# -- boot refusals and config ----------------------------------------------------------------------
+
+
+def test_boot_refuses_an_unreachable_redis_naming_it(db) -> None:
+    port = free_port()  # nothing listens there
+    worker = Worker(app, db, redis_url=f"redis://:s3cret@127.0.0.1:{port}/0")
+    with pytest.raises(RedisUnavailable) as refused:
+        asyncio.run(worker.run())
+    message = str(refused.value)
+    assert f"redis://127.0.0.1:{port}/0 cannot be reached" in message
+    assert "s3cret" not in message
+
+
+def test_harvest_worker_exits_1_on_an_unreachable_redis(db, tmp_path) -> None:
+    from test_config import harvest_cmd, one_error_line
+
+    port = free_port()
+    r = harvest_cmd(
+        db,
+        "worker",
+        "test_redis_dispatch:app",
+        env={"HARVEST_REDIS__URL": f"redis://127.0.0.1:{port}"},
+        cwd=tmp_path,
+    )
+    assert r.returncode == 1
+    assert f"redis://127.0.0.1:{port} cannot be reached" in one_error_line(r)
+
+
+def test_boot_refuses_redis_cluster(db, tmp_path) -> None:
+    # The cluster bus gets a free port of its own (by default it is the port + 10000, which
+    # may be taken or past 65535).
+    server = RedisServer(tmp_path).start("--cluster-enabled", "yes", "--cluster-port", str(free_port()))
+    try:
+        with pytest.raises(
+            ConfigError, match="is a Redis Cluster node; Redis dispatch supports one Redis instance"
+        ):
+            asyncio.run(Worker(app, db, redis_url=server.url).run())
+    finally:
+        server.kill()
+
+
+def test_a_sharded_deployment_is_refused(db) -> None:
+    with pytest.raises(ConfigError, match="single-shard deployment only"):
+        load_config(
+            env={
+                "HARVEST_REDIS__URL": "redis://cache:6379",
+                "HARVEST_SHARDS__URLS__0": db,
+                "HARVEST_SHARDS__URLS__1": db,
+            }
+        )
+    with pytest.raises(ConfigError, match="polls 2 shards: Redis dispatch supports a single-shard"):
+        Worker(app, shards={0: db, 1: db}, redis_url="redis://cache:6379")
+
+
+@pytest.mark.parametrize(
+    ("url", "needle"),
+    [
+        ("http://cache:6379", "is not a Redis URL"),
+        ("rediss://cache:6380?ssl_cert_reqs=none", "sets ssl_cert_reqs; Redis dispatch always verifies"),
+    ],
+)
+def test_config_refuses_an_unusable_url(url: str, needle: str) -> None:
+    with pytest.raises(ConfigError, match=needle):
+        load_config(env={"HARVEST_REDIS__URL": url})
+    assert load_config(env={"HARVEST_REDIS__URL": "rediss://u:pw@cache:6380/2"}).get("redis.url")
+    check_url("redis://cache")
+    assert endpoint("rediss://u:pw@cache:6380/2") == "rediss://cache:6380/2"
+
+
+def _certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate it signed for the name ``localhost`` only."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = dt.datetime.now(dt.UTC)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(name("harvest test CA"))
+        .issuer_name(name("harvest test CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name("localhost"))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = directory / "ca.pem", directory / "server.pem", directory / "server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return paths
+
+
+def test_tls_is_verified_against_the_trust_store(tmp_path, monkeypatch) -> None:
+    """rediss:// verifies the server: refused by the platform trust store (a private CA), accepted
+    with SSL_CERT_FILE naming that CA, and refused again for a name the certificate does not carry."""
+    ca, cert, key = _certificates(tmp_path)
+    server = RedisServer(tmp_path)  # started here: RedisServer.start's probe speaks plaintext
+    assert REDIS_SERVER is not None
+    server.proc = subprocess.Popen(
+        [
+            REDIS_SERVER,
+            "--port",
+            "0",
+            "--tls-port",
+            str(server.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(tmp_path),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--tls-cert-file",
+            str(cert),
+            "--tls-key-file",
+            str(key),
+            "--tls-ca-cert-file",
+            str(ca),
+            "--tls-auth-clients",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server (TLS) did not start"
+                time.sleep(0.02)
+
+        async def connect(url: str) -> None:
+            channel = await RedisChannel.connect(url, ["q"])
+            await channel.close()
+
+        url = f"rediss://localhost:{server.port}/0"
+        monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        with pytest.raises(RedisUnavailable, match="certificate verify failed"):
+            asyncio.run(connect(url))
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+        asyncio.run(connect(url))  # the private CA replaces the store: verified, connected
+        with pytest.raises(RedisUnavailable, match=r"certificate verify failed|match"):
+            asyncio.run(connect(f"rediss://127.0.0.1:{server.port}/0"))  # not the certificate's name
+    finally:
+        server.kill()
+
+
+# -- Redis lost mid-run ------------------------------------------------------------------------------
+
+
+@pytest.mark.chaos
+def test_redis_killed_mid_run_the_postgres_claim_finishes_the_work(db, tmp_path, start_worker, client):
+    ran.clear()
+    server = RedisServer(tmp_path).start()
+    try:
+        decider = start_worker(app, queues=["rd_wf"], redis_url=server.url, hand_off=False)
+        runner = start_worker(app, queues=["rd_acts"], redis_url=server.url, concurrency=4)
+        connected(decider, runner)
+        first = start_fans(client, 4, 5)
+        assert [h.result(timeout=30) for h in first] == [sum(range(i * 5, i * 5 + 5)) for i in range(4)]
+        server.kill()
+        handles = [client.start_workflow(fan, 100 + i * 5, 5, workflow_id=f"rd-late-{i}") for i in range(8)]
+        assert [h.result(timeout=30) for h in handles] == [
+            sum(range(100 + i * 5, 105 + i * 5)) for i in range(8)
+        ]
+        assert runner.worker.redis.losses + decider.worker.redis.losses >= 1
+        assert not runner.worker.redis.connected
+        with ran_lock:
+            assert set(ran.values()) == {1} and len(ran) == 60
+        # Back on the same port: the consumer reconnects and claims by reference again.
+        server = RedisServer(tmp_path, server.port).start()
+        deadline = time.monotonic() + 10
+        while not runner.worker.redis.connected and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert runner.worker.redis.connected
+    finally:
+        server.kill()
