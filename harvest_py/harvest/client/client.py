@@ -21,7 +21,8 @@ import inspect
 import time
 import uuid
 import warnings
-from typing import Any, Self
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
@@ -58,6 +59,12 @@ from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, 
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 from harvest.telemetry import tracing
+
+# A handle's result type, and the positional arguments of the workflow function a start is
+# typed by (docs/workflows.md "Types"); a start by name gives a WorkflowHandle[Any].
+ResultT = TypeVar("ResultT")
+Args = TypeVarTuple("Args")
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 REUSE_POLICIES = (
     "allow_duplicate",
@@ -559,25 +566,25 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
     return handle
 
 
-def _finds_run(method: Any) -> Any:
+def _finds_run(method: _Method) -> _Method:
     """A WorkflowHandle method that first finds the run of a handle by workflow_id."""
 
     @functools.wraps(method)
-    def call(self: WorkflowHandle, *args: Any, **kwargs: Any) -> Any:
+    def call(self: WorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
             shard, name = self._key_lookup()
             with routing.api(self.client._target, shard) as sql:
                 self._found(sql.get_execution_by_workflow_id(self.workflow_id, name))
         return method(self, *args, **kwargs)
 
-    return call
+    return cast("_Method", call)
 
 
-def _afinds_run(method: Any) -> Any:
+def _afinds_run(method: _Method) -> _Method:
     """:func:`_finds_run` for AsyncWorkflowHandle."""
 
     @functools.wraps(method)
-    async def call(self: AsyncWorkflowHandle, *args: Any, **kwargs: Any) -> Any:
+    async def call(self: AsyncWorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
             shard, name = self._key_lookup()
             self._found(
@@ -585,13 +592,14 @@ def _afinds_run(method: Any) -> Any:
             )
         return await method(self, *args, **kwargs)
 
-    return call
+    return cast("_Method", call)
 
 
-class WorkflowHandle(_Handle):
+class WorkflowHandle(_Handle, Generic[ResultT]):
     """One execution, seen from a synchronous client. Every call goes to the shard the run
     lives on: its id's shard, or where a rebalance moved it (a one-database client: its
-    database)."""
+    database). ``ResultT`` is what :meth:`result` returns: the workflow function's return type
+    when the handle came from a start or ``get_handle`` given the function, else ``Any``."""
 
     client: Client
 
@@ -723,7 +731,7 @@ class WorkflowHandle(_Handle):
         return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
 
     @_finds_run
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> ResultT:
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
         LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
         on each successor's shard in turn."""
@@ -733,7 +741,7 @@ class WorkflowHandle(_Handle):
         route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
-                return target.follow(
+                outcome: ResultT = target.follow(
                     run,
                     lambda shard, r=run: listen(
                         target.dsn_of(shard),
@@ -742,6 +750,7 @@ class WorkflowHandle(_Handle):
                         cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
                     ),
                 )
+                return outcome
             except _Hop as hop:
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
@@ -834,9 +843,27 @@ class Client:
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
         return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
+    @overload
     def start_workflow(
-        self, workflow: Any, /, *args: Any, options: StartOptions | None = None, **kwargs: Any
-    ) -> WorkflowHandle:
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        /,
+        *args: *Args,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def start_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        /,
+        *args: Any,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[Any]: ...
+    def start_workflow(
+        self, workflow: Any, /, *args: object, options: StartOptions | None = None, **kwargs: Any
+    ) -> WorkflowHandle[Any]:
         """Start (or attach to) a run; see docs/workflows.md for the policies.
 
         ``*args`` and ``**kwargs`` are the workflow's arguments; ``options=StartOptions(...)``
@@ -900,9 +927,23 @@ class Client:
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
 
+    @overload
     def signal_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def signal_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         signal: str,
@@ -911,7 +952,19 @@ class Client:
         search_attributes: dict[str, Any] | None = None,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]: ...
+    def signal_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[Any]:
         """Signal the running run of workflow_id, starting one first if none runs (atomically).
 
         On shards it goes where an unpinned start of (name, workflow_id) would: no placement."""
@@ -938,9 +991,27 @@ class Client:
             return handle
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
+    @overload
     def update_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[WorkflowHandle[ResultT], Any]: ...
+    @overload
+    def update_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         update: str,
@@ -953,7 +1024,23 @@ class Client:
         result_type: Any = Any,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> tuple[WorkflowHandle, Any]:
+    ) -> tuple[WorkflowHandle[Any], Any]: ...
+    def update_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[WorkflowHandle[Any], Any]:
         """Attach to the running run of workflow_id (or start one) and update it, atomically.
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
@@ -1015,9 +1102,33 @@ class Client:
         encoded = None if details is None else payload.encode(details)
         return self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded))
 
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None,
+        workflow: Callable[..., Awaitable[ResultT]],
+        *,
+        workflow_id: str | None = None,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: None = None,
+        *,
+        workflow: Callable[..., Awaitable[ResultT]],
+        workflow_id: str,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None = None,
+        workflow: str | WorkflowDefinition | None = None,
+        *,
+        workflow_id: str | None = None,
+    ) -> WorkflowHandle[Any]: ...
     def get_handle(
         self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]:
         """A handle on a run: by ``execution_id``, or by ``workflow_id`` (its current run: the
         running one, else the newest, found at the handle's first call; ``workflow``, a
         ``@workflow`` or its name, narrows it to that workflow and types the result)."""
@@ -1029,8 +1140,8 @@ class Client:
         return self._sql()
 
 
-class AsyncWorkflowHandle(_Handle):
-    """One execution, seen from an asyncio client."""
+class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
+    """One execution, seen from an asyncio client (``ResultT`` as for :class:`WorkflowHandle`)."""
 
     client: AsyncClient
 
@@ -1163,7 +1274,7 @@ class AsyncWorkflowHandle(_Handle):
         return _children(await reads.list_children(self.execution_id, status, depth))
 
     @_afinds_run
-    async def result(self, timeout: float | None = None) -> Any:
+    async def result(self, timeout: float | None = None) -> ResultT:
         """See :meth:`WorkflowHandle.result`."""
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
@@ -1171,7 +1282,7 @@ class AsyncWorkflowHandle(_Handle):
         route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
-                return await target.follow(
+                outcome: ResultT = await target.follow(
                     run,
                     lambda shard, r=run: alisten(
                         target.dsn_of(shard),
@@ -1180,6 +1291,7 @@ class AsyncWorkflowHandle(_Handle):
                         cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
                     ),
                 )
+                return outcome
             except _Hop as hop:
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
@@ -1330,9 +1442,27 @@ class AsyncClient:
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
         return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
 
+    @overload
     async def start_workflow(
-        self, workflow: Any, /, *args: Any, options: StartOptions | None = None, **kwargs: Any
-    ) -> AsyncWorkflowHandle:
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        /,
+        *args: *Args,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    async def start_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        /,
+        *args: Any,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[Any]: ...
+    async def start_workflow(
+        self, workflow: Any, /, *args: object, options: StartOptions | None = None, **kwargs: Any
+    ) -> AsyncWorkflowHandle[Any]:
         """See :meth:`Client.start_workflow`."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
@@ -1380,9 +1510,23 @@ class AsyncClient:
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
 
+    @overload
     async def signal_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    async def signal_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         signal: str,
@@ -1391,7 +1535,19 @@ class AsyncClient:
         search_attributes: dict[str, Any] | None = None,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> AsyncWorkflowHandle:
+    ) -> AsyncWorkflowHandle[Any]: ...
+    async def signal_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[Any]:
         """The asyncio twin of :meth:`Client.signal_with_start`."""
         definition, call = _signal_with_start_call(
             workflow,
@@ -1417,9 +1573,27 @@ class AsyncClient:
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )
 
+    @overload
     async def update_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[AsyncWorkflowHandle[ResultT], Any]: ...
+    @overload
+    async def update_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         update: str,
@@ -1432,7 +1606,23 @@ class AsyncClient:
         result_type: Any = Any,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> tuple[AsyncWorkflowHandle, Any]:
+    ) -> tuple[AsyncWorkflowHandle[Any], Any]: ...
+    async def update_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[AsyncWorkflowHandle[Any], Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
         definition, call = _update_with_start_call(
             workflow,
@@ -1492,8 +1682,32 @@ class AsyncClient:
             task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
         )
 
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None,
+        workflow: Callable[..., Awaitable[ResultT]],
+        *,
+        workflow_id: str | None = None,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: None = None,
+        *,
+        workflow: Callable[..., Awaitable[ResultT]],
+        workflow_id: str,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None = None,
+        workflow: str | WorkflowDefinition | None = None,
+        *,
+        workflow_id: str | None = None,
+    ) -> AsyncWorkflowHandle[Any]: ...
     def get_handle(
         self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
-    ) -> AsyncWorkflowHandle:
+    ) -> AsyncWorkflowHandle[Any]:
         """See :meth:`Client.get_handle`."""
         return _handle_of(AsyncWorkflowHandle, self, execution_id, workflow, workflow_id)
