@@ -79,7 +79,9 @@ def _check_name(value: Any, what: str) -> str:
     return value
 
 
-def _options(dag: str, task: str, options: Mapping[str, Any], allowed: tuple[str, ...], kind: str) -> dict:
+def _options(
+    dag: str, task: str, options: Mapping[str, Any], allowed: tuple[str, ...], kind: str
+) -> dict[str, Any]:
     out = {}
     for key, value in options.items():
         if key not in allowed:
@@ -446,7 +448,7 @@ class Dag:
         return f"Dag({self.name!r}, tasks={list(self.tasks)})"
 
 
-async def _dag_workflow(ctx: Any, conf: Any = None, retry: dict | None = None) -> dict:
+async def _dag_workflow(ctx: Any, conf: Any = None, retry: dict[str, Any] | None = None) -> dict[str, Any]:
     """The signature of every DAG's workflow: ``conf`` (any JSON; None reads as ``{}``) and
     ``retry`` (``{"retry_of": execution id, "results": {task: result}}``, set by a retry).
     The worker's runtime runs the graph interpreter in its place (``WorkflowDefinition.dag``)."""

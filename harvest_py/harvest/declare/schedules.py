@@ -308,7 +308,7 @@ class WorkflowSchedule:
     schedule: Schedule
     workflow: Any = None
     input: Any = None
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     max_active_runs: int = 1
     overlap: str = "skip"
     catchup: Any = False
