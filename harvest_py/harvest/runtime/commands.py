@@ -98,7 +98,7 @@ BOOKKEEPING_EVENTS = frozenset(
 EVENT_TYPES = frozenset(COMMAND_EVENTS) | frozenset(RESOLUTION_EVENTS) | TERMINAL_EVENTS | BOOKKEEPING_EVENTS
 
 
-def describe_command(cmd: dict) -> str:
+def describe_command(cmd: dict[str, Any]) -> str:
     """What a replay compares: the command kind plus what identifies it."""
     kind = cmd["type"]
     if kind == "schedule_activity":
@@ -127,11 +127,11 @@ def describe_command(cmd: dict) -> str:
     return kind
 
 
-def event_as_command(event: dict) -> dict:
+def event_as_command(event: dict[str, Any]) -> dict[str, Any]:
     return {"type": COMMAND_EVENTS[event["event_type"]], **event["event_data"]}
 
 
-def same(cmd: dict, recorded: dict) -> bool:
+def same(cmd: dict[str, Any], recorded: dict[str, Any]) -> bool:
     return describe_command(cmd) == describe_command(recorded)
 
 
@@ -174,13 +174,13 @@ class Pending:
     seq: int
     kind: str  # "activity" | "timer" | "local_activity" | "child" | "mutex" | "external"
     name: str | None
-    future: asyncio.Future
+    future: asyncio.Future[Any]
     defn: Any = None
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     recorded: Any = None  # a local activity's marker value, when replayed
     done: bool = False
     on_fire: Callable[[], None] | None = None  # run at delivery (a signal wait's timeout)
-    handle: ChildHandle | None = None  # a child workflow's
+    handle: ChildHandle[Any] | None = None  # a child workflow's
 
 
 class CommandIssuer:
@@ -193,10 +193,10 @@ class CommandIssuer:
     app: Any
     execution_id: str
     _seq: int
-    _expected: dict[int, dict] | None
-    _new_commands: list[dict]
+    _expected: dict[int, dict[str, Any]] | None
+    _new_commands: list[dict[str, Any]]
     _pending: dict[int, Pending]
-    _children: dict[int, ChildHandle]
+    _children: dict[int, ChildHandle[Any]]
     _cancelled_timers: set[int]
     _versions: dict[str, int]
     _fatal: BaseException | None
@@ -224,7 +224,7 @@ class CommandIssuer:
         self._fatal = self._fatal or exc
         raise exc
 
-    def _match(self, command: dict) -> dict | None:
+    def _match(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """Replay: check ``command`` against the history and return the recorded event data."""
         if self._expected is None:
             return None
@@ -238,7 +238,7 @@ class CommandIssuer:
             self._raise_fatal(nondeterminism(seq, describe_command(recorded), got))
         return event["event_data"]
 
-    def _record(self, command: dict) -> dict | None:
+    def _record(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """Match a replayed command, or queue a new one; the recorded data when replaying."""
         recorded = self._match(command)
         if recorded is None:
@@ -246,15 +246,15 @@ class CommandIssuer:
         return recorded
 
     def issue(
-        self, command: dict, kind: str, name: str | None, on_fire: Callable[[], None] | None = None
-    ) -> asyncio.Future:
+        self, command: dict[str, Any], kind: str, name: str | None, on_fire: Callable[[], None] | None = None
+    ) -> asyncio.Future[Any]:
         """Issue an activity or timer command; the future resolves from its history event."""
         self._record(command)
         future = self._loop.create_future()
         self._pending[command["seq"]] = Pending(command["seq"], kind, name, future, on_fire=on_fire)
         return future
 
-    def issue_local(self, defn: Any, args: tuple) -> asyncio.Future:
+    def issue_local(self, defn: Any, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         seq = self.next_seq()
         probe = {"type": "record_marker", "seq": seq, "kind": "local_activity", "value": {"name": defn.name}}
         recorded = self._match(probe)
@@ -282,7 +282,7 @@ class CommandIssuer:
         self._cancelled_timers.add(timer_seq)
         self._record({"type": "cancel_timer", "seq": self.next_seq(), "timer_seq": timer_seq})
 
-    def start_child(self, command: dict, decode: Callable[[Any], Any]) -> ChildHandle:
+    def start_child(self, command: dict[str, Any], decode: Callable[[Any], Any]) -> ChildHandle[Any]:
         """Command ``start_child_workflow``; the handle resolves from the child's events."""
         self._record(command)
         seq, name = command["seq"], command["workflow_name"]

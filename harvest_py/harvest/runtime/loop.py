@@ -41,8 +41,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         self._ready: collections.deque[asyncio.Handle] = collections.deque()
         self._closed = False
         self._stepping = False
-        self._exception_handler: Callable | None = None
-        self._task_factory: Callable | None = None
+        self._exception_handler: Callable[..., Any] | None = None
+        self._task_factory: Callable[..., Any] | None = None
         self.logical_time = 0.0
         self.fatal_error: BaseException | None = None
 
@@ -131,12 +131,12 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def time(self) -> float:
         return self.logical_time
 
-    def create_future(self) -> asyncio.Future:
+    def create_future(self) -> asyncio.Future[Any]:
         return asyncio.Future(loop=self)
 
     def create_task(
         self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None
-    ) -> asyncio.Task:
+    ) -> asyncio.Task[Any]:
         self._check_closed()
         if self._task_factory is not None:
             task = self._task_factory(self, coro)
@@ -144,10 +144,10 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
             task = asyncio.Task(coro, loop=self, name=name, context=context)
         return task
 
-    def set_task_factory(self, factory: Callable | None) -> None:
+    def set_task_factory(self, factory: Callable[..., Any] | None) -> None:
         self._task_factory = factory
 
-    def get_task_factory(self) -> Callable | None:
+    def get_task_factory(self) -> Callable[..., Any] | None:
         return self._task_factory
 
     # ------------------------------------------------------------------ state
@@ -178,10 +178,10 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         pass
 
     # ------------------------------------------------------------------ errors
-    def set_exception_handler(self, handler: Callable | None) -> None:
+    def set_exception_handler(self, handler: Callable[..., Any] | None) -> None:
         self._exception_handler = handler
 
-    def get_exception_handler(self) -> Callable | None:
+    def get_exception_handler(self) -> Callable[..., Any] | None:
         return self._exception_handler
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:

@@ -142,24 +142,24 @@ class WorkflowRun(CommandIssuer):
         self._local_sleep = local_sleep
         self._loop = DeterministicEventLoop()
         self.ctx: WorkflowContext | None = None
-        self._main: asyncio.Task | None = None
-        self._start: dict | None = None
+        self._main: asyncio.Task[Any] | None = None
+        self._start: dict[str, Any] | None = None
         self.last_event_id = 0
         self._markers: deque[tuple[int, int]] = deque()  # (event_id, through), not yet stepped
-        self._groups: dict[int, dict[int, dict]] = {}  # marker event id -> seq -> command event
+        self._groups: dict[int, dict[int, dict[str, Any]]] = {}  # marker event id -> seq -> command event
         self._group_owner: int | None = None
-        self._resolutions: deque[dict] = deque()
-        self._terminal_event: dict | None = None
+        self._resolutions: deque[dict[str, Any]] = deque()
+        self._terminal_event: dict[str, Any] | None = None
         self._terminal_owner: int | None = None  # the marker whose step wrote the terminal event
         self._seq = 0
         self._pending: dict[int, Pending] = {}
-        self._expected: dict[int, dict] | None = None  # recorded commands of a replayed step
-        self._new_commands: list[dict] = []
-        self._live: tuple[int, list[dict]] | None = None  # last activation, not yet confirmed
+        self._expected: dict[int, dict[str, Any]] | None = None  # recorded commands of a replayed step
+        self._new_commands: list[dict[str, Any]] = []
+        self._live: tuple[int, list[dict[str, Any]]] | None = None  # last activation, not yet confirmed
         self._fatal: BaseException | None = None
         self.signals = SignalBuffer()
         self.handlers = RunHandlers(self)  # queries and updates
-        self._children: dict[int, ChildHandle] = {}
+        self._children: dict[int, ChildHandle[Any]] = {}
         self._cancelled_timers: set[int] = set()
         self._versions: dict[str, int] = {}
         self._mutex_keys: set[str] = set()  # keys held or awaited by ctx.mutex (runtime/mutex.py)
@@ -171,7 +171,7 @@ class WorkflowRun(CommandIssuer):
         self.finished = False
 
     # ------------------------------------------------------------------ public
-    async def advance(self, new_events: list[dict], *, local_activities: bool = True) -> Activation:
+    async def advance(self, new_events: list[dict[str, Any]], *, local_activities: bool = True) -> Activation:
         """Feed events not seen before; get the commands of the new batch.
 
         With ``local_activities=False`` a step that would run a local activity raises
@@ -229,7 +229,7 @@ class WorkflowRun(CommandIssuer):
         self.last_event_id = last_event_id
         return True
 
-    def replay_history(self, events: list[dict]) -> None:
+    def replay_history(self, events: list[dict[str, Any]]) -> None:
         """Check a whole history, closed or not, against the code; produce nothing new.
 
         Every recorded step is replayed and matched (``NonDeterminismError`` on the
@@ -262,7 +262,7 @@ class WorkflowRun(CommandIssuer):
         self._children.clear()
 
     # ------------------------------------------------------------------ history
-    def _ingest(self, events: list[dict]) -> None:
+    def _ingest(self, events: list[dict[str, Any]]) -> None:
         for event in events:
             event_id = int(event["event_id"])
             if event_id != self.last_event_id + 1:
@@ -411,7 +411,7 @@ class WorkflowRun(CommandIssuer):
         self._live = None
         self._apply_started(recorded)
 
-    def _apply_started(self, group: dict[int, dict]) -> None:
+    def _apply_started(self, group: dict[int, dict[str, Any]]) -> None:
         """A confirmed step's ``ChildWorkflowStarted`` events reach their handles."""
         for seq in sorted(group):
             event = group[seq]
@@ -432,7 +432,7 @@ class WorkflowRun(CommandIssuer):
             self._fatal = self._main.exception()
             raise self._fatal
 
-    def _terminal_command(self) -> dict:
+    def _terminal_command(self) -> dict[str, Any]:
         task = self._main
         if task.cancelled():
             if self.cancel_requested:
@@ -467,7 +467,7 @@ class WorkflowRun(CommandIssuer):
         while self._resolutions and (through is None or self._resolutions[0]["event_id"] <= through):
             self._resolve(self._resolutions.popleft())
 
-    def _resolve(self, event: dict) -> None:
+    def _resolve(self, event: dict[str, Any]) -> None:
         data, kind = event["event_data"], event["event_type"]
         if kind == "UpdateAccepted":
             self.handlers.admit(data)
@@ -520,7 +520,7 @@ class WorkflowRun(CommandIssuer):
         if self._main is not None and not self._main.done():
             self._main.cancel(msg=reason if isinstance(reason, str) else None)
 
-    def _resolve_local(self, pending: Pending, value: dict) -> None:
+    def _resolve_local(self, pending: Pending, value: dict[str, Any]) -> None:
         pending.done = True
         self._pending.pop(pending.seq, None)
         if pending.future.done():
@@ -531,7 +531,7 @@ class WorkflowRun(CommandIssuer):
         else:
             pending.future.set_result(value.get("result"))
 
-    async def _execute_local(self, pending: Pending) -> dict:
+    async def _execute_local(self, pending: Pending) -> dict[str, Any]:
         defn = pending.defn
         if defn.fn is None:
             return {
