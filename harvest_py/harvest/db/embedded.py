@@ -81,7 +81,7 @@ class EmbeddedPostgres:
     def dsn_for(self, dbname: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
 
-    def _run(self, args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    def _run(self, args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
         kwargs.setdefault("check", True)
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)

@@ -17,7 +17,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
@@ -1382,7 +1382,7 @@ def create_schedule(
     cron: str | None = None,
     interval_secs: int | None = None,
     timezone: str = "UTC",
-    input: list | None = None,
+    input: list[Any] | None = None,
     queue: str = "default",
     max_active_runs: int = 1,
     overlap: str = "skip",
@@ -1655,8 +1655,12 @@ class SqlApi:
     One method per entry of ``CALLS`` (added below), each returning what its shape makes of
     the rows."""
 
-    def __init__(self, conn: psycopg.Connection):
+    def __init__(self, conn: psycopg.Connection[Any]):
         self.conn = conn
+
+    if TYPE_CHECKING:
+        # The methods of CALLS are set on the class below, so a checker knows them by name only.
+        def __getattr__(self, name: str) -> Any: ...
 
     def _all(self, sql: str, params: dict[str, Any]) -> Rows:
         with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
@@ -1693,6 +1697,10 @@ class AsyncSqlApi:
 
     def __init__(self, pool: Any):
         self.pool = pool
+
+    if TYPE_CHECKING:
+        # The methods of CALLS are set on the class below, so a checker knows them by name only.
+        def __getattr__(self, name: str) -> Any: ...
 
     @classmethod
     def on_connection(cls, conn: psycopg.AsyncConnection) -> AsyncSqlApi:
