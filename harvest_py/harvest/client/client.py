@@ -232,12 +232,12 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
 
 def _start_call(
     name: str,
-    encoded: list,
+    encoded: list[Any],
     workflow_id: str | None,
     queue: str,
     reuse_policy: str,
     conflict_policy: str,
-    search_attributes: dict | None,
+    search_attributes: dict[str, Any] | None,
     priority: int,
     execution_timeout: Any,
     run_timeout: Any,
@@ -365,13 +365,13 @@ def _signal_payload(name: str, value: Any, limit: int | None, chain: CodecChain 
 
 def _signal_with_start_call(
     workflow: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     workflow_id: str,
     signal: str,
     signal_payload: Any,
     queue: str | None,
-    search_attributes: dict | None,
+    search_attributes: dict[str, Any] | None,
     limit: int | None,
     chain: CodecChain | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
@@ -391,14 +391,14 @@ def _signal_with_start_call(
 
 def _update_with_start_call(
     workflow: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     workflow_id: str,
     update: str,
     update_arg: Any,
     update_id: str | None,
     queue: str | None,
-    search_attributes: dict | None,
+    search_attributes: dict[str, Any] | None,
     limit: int | None,
     chain: CodecChain | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
@@ -424,12 +424,12 @@ def _coded(chain: CodecChain | None, value: Any) -> Any:
 
 def _start_args(
     workflow: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     queue: str | None,
     limit: int | None,
     chain: CodecChain | None = None,
-) -> tuple[str, WorkflowDefinition | None, list, str]:
+) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
@@ -1309,10 +1309,10 @@ class _StartBatcher(GroupCommit):
     async def start(self, call: dict[str, Any]) -> dict[str, Any]:
         return await self._submit(call)
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         return await self._sql.start_workflows([call for (call,) in items])
 
-    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         by_n = {row["n"]: row for row in rows}
         for n, (_call, future) in enumerate(batch, start=1):
             if future.done():
