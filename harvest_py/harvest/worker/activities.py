@@ -47,7 +47,7 @@ class ActivityContext:
         self.cancel_requested = False
 
     @property
-    def logger(self) -> logging.LoggerAdapter:
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger whose lines carry the run, the activity and the attempt."""
         return logging.LoggerAdapter(
             logging.getLogger("harvest.activity"),

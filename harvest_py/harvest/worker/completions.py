@@ -47,7 +47,7 @@ class _TaskGroupCommit(GroupCommit):
     def _retried(self, exc: Exception) -> None:
         self._worker.metrics.transaction_retry(self.site, retry_reason(exc))
 
-    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         by_id = {row["task_id"]: row for row in rows}
         for item in batch:
             task_id, future = item[0], item[-1]
@@ -84,7 +84,7 @@ class CompletionBatcher(_TaskGroupCommit):
         """
         return await self._submit(task_id, fencing_token, result, decision)
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
         return await self._on.sql.complete_activities(
             worker.worker_id,
@@ -95,7 +95,7 @@ class CompletionBatcher(_TaskGroupCommit):
             byte_cap=worker.history_byte_hard_cap,
         )
 
-    def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
+    def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:
         # A decision the database refuses fails the call: retry without decisions, so
         # that no result is lost to it. Otherwise a refusal of the whole call (a
         # HarvestError) would be refused again item by item.
@@ -103,7 +103,7 @@ class CompletionBatcher(_TaskGroupCommit):
             return True
         return len(batch) > 1 and not isinstance(exc, HarvestError)
 
-    def _alone(self, item: tuple) -> tuple:
+    def _alone(self, item: tuple[Any, ...]) -> tuple[Any, ...]:
         task_id, token, result, _decision, future = item
         return task_id, token, result, None, future
 
@@ -134,7 +134,7 @@ class DecisionBatcher(_TaskGroupCommit):
         """
         return await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch)
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
         return await self._on.sql.complete_workflow_tasks(
             worker.worker_id,

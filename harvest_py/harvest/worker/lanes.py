@@ -61,7 +61,7 @@ class ShardLane:
         # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
         self.dispatched = 0
         self.handles_outages = handles_outages
-        self._probe: asyncio.Task | None = None
+        self._probe: asyncio.Task[Any] | None = None
 
     @property
     def usable(self) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from harvest.db import SCHEMA_VERSION
 from harvest.db.connection import connect_async, redact
@@ -68,7 +69,7 @@ class MetricsSampler:
             finally:
                 self.leading.discard(shard)
 
-    async def sample(self, sql: AsyncSqlApi) -> dict:
+    async def sample(self, sql: AsyncSqlApi) -> dict[str, Any]:
         samples = await sql.get_metric_samples(self.max_keys)
         behind = (samples.get("schema_version") or "") < SCHEMA_VERSION
         self.metrics.apply_samples(samples, schema_behind=behind)

@@ -183,7 +183,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         # Keyed by _key: (shard, task id, fencing token).
-        self._inflight: dict[tuple[int, int, int], asyncio.Task] = {}
+        self._inflight: dict[tuple[int, int, int], asyncio.Task[Any]] = {}
         # Slots promised to hand-offs a commit in flight may return (see reserve_slots).
         self._reserved = 0
         # When the slot of each task in flight was last claimed: a hand-off passes the
@@ -466,7 +466,7 @@ class Worker:
                 grace,
             )
             deadline = asyncio.get_running_loop().time() + grace
-            pending: set[asyncio.Task] = set()
+            pending: set[asyncio.Task[Any]] = set()
             # Handed-off tasks may join while others finish: wait until none is left.
             while self._inflight:
                 remaining = deadline - asyncio.get_running_loop().time()
