@@ -306,7 +306,7 @@ def _suggest(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def config_path(explicit: str | os.PathLike | None, env: Mapping[str, str]) -> Path | None:
+def config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
     """--config, else HARVEST_CONFIG, else ./harvest.toml if present; a named file must exist."""
     if explicit:
         path, what = Path(explicit), "--config"
@@ -381,7 +381,7 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     return out
 
 
-def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key."""
     env = os.environ if env is None else env
     file_path = config_path(path, env)
