@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from harvest.declare.definitions import App, RetryPolicy, activity, workflow
 
 
@@ -14,13 +16,13 @@ async def fetch_greeting(ctx, name: str) -> str:
 
 
 @activity(start_to_close="10s")
-def record_visit(ctx, name: str) -> dict:
+def record_visit(ctx, name: str) -> dict[str, Any]:
     # A plain def runs in the worker's thread pool.
     return {"name": name, "idempotency_key": str(ctx.idempotency_key())}
 
 
 @workflow
-async def greet(ctx, name: str) -> dict:
+async def greet(ctx, name: str) -> dict[str, Any]:
     greeting = await ctx.execute_activity(fetch_greeting, name)
     await ctx.sleep("2s")
     visit = await ctx.execute_activity(record_visit, name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from click.decorators import FC
 
 from harvest.cli.output import (
     PAGE,
@@ -73,7 +74,7 @@ def list_(activity_name, workflow_name, limit, before_id, cursor, database_url, 
     emit_merged(merged, "dead_letters", output, render)
 
 
-def shard_id_option(f):
+def shard_id_option(f: FC) -> FC:
     return click.option(
         "--shard-id",
         type=click.IntRange(0, 65535),
@@ -162,7 +163,7 @@ def discard(dead_letter_id, shard_id, database_url, output) -> None:
     )
 
 
-def _bulk_options(f):
+def _bulk_options(f: FC) -> FC:
     for option in reversed(
         [
             click.option("--activity-name", default=None),

@@ -38,7 +38,7 @@ def _updated(row: dict[str, Any]) -> datetime:
 
 def _matching(
     api: Any, workflow_name: str | None, group: set[str], after: datetime | None, limit: int
-) -> list:
+) -> list[Any]:
     """The newest ``limit`` runs of one shard in ``group`` updated after ``after`` (seals skipped:
     the live copy is listed on its own shard)."""
     found: list[dict[str, Any]] = []
@@ -97,7 +97,7 @@ def export_batch(
         updated_after = updated_after.replace(tzinfo=UTC)
     group, full = STATE_GROUPS[state_group], payload_policy == "full"
 
-    def read(api: Any) -> tuple[list, list]:
+    def read(api: Any) -> tuple[list[Any], list[Any]]:
         exports, failures = [], []
         shard = _shard_of(api)
         for row in _matching(api, workflow_name, group, updated_after, limit):

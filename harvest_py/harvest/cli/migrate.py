@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -178,7 +179,7 @@ def run(
     )
 
 
-def _shard_note(shard: dict) -> str:
+def _shard_note(shard: dict[str, Any]) -> str:
     if shard["changed"]:
         return f"; shard id set to {shard['shard_id']} (was {shard['previous_shard_id']})"
     return f"; shard id {shard['shard_id']} (unchanged)"

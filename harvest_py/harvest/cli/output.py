@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 import click
+from click.decorators import FC
 
 from harvest.config import Config, database_url, load_config
 from harvest.db.connection import connect
@@ -71,7 +72,7 @@ def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> N
     group.add_command(alias)
 
 
-def operator_id_option(f):
+def operator_id_option(f: FC) -> FC:
     return click.option(
         "--operator-id",
         "--operator",
@@ -82,7 +83,7 @@ def operator_id_option(f):
     )(f)
 
 
-def database_url_option(f):
+def database_url_option(f: FC) -> FC:
     return click.option(
         "--database-url",
         default=None,
@@ -97,7 +98,7 @@ def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> st
     return value
 
 
-def output_option(f):
+def output_option(f: FC) -> FC:
     return click.option(
         "--output",
         "-o",

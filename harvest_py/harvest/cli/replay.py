@@ -18,9 +18,9 @@ from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
 NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
 
 
-def _summed_versions(results: dict) -> list[dict]:
+def _summed_versions(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each (version, state_group) summed over the shards; the sample ids of every shard."""
-    rows: dict[tuple, dict] = {}
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for found in results.values():
         for row in found:
             into = rows.setdefault(
@@ -94,7 +94,7 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     sys.exit(1)
 
 
-def _replay_batch(replayer: Any, batch: dict, workflow_name: str | None, path: Path) -> None:
+def _replay_batch(replayer: Any, batch: dict[str, Any], workflow_name: str | None, path: Path) -> None:
     """Replay every export of a batch (of ``workflow_name`` only, when given); one line each;
     exit 1 when any diverges or the batch is not complete."""
     if workflow_name is not None:
@@ -157,7 +157,7 @@ def version_usage(
     unavailable (a shard could not be read: exit 1, never a false zero)."""
     group = "active" if guard else state_group
 
-    def count(api) -> list[dict]:
+    def count(api) -> list[dict[str, Any]]:
         return api.count_versions(change_id, version, group, workflow_name)
 
     if shard_id is not None:

@@ -7,6 +7,7 @@ treats a first argument that is not one of its subcommands as that target.
 from __future__ import annotations
 
 from datetime import UTC
+from typing import Any
 
 import click
 
@@ -59,7 +60,7 @@ def _sharded() -> bool:
     return shards_configured(cli_config())
 
 
-def _tag(fan) -> list[dict]:
+def _tag(fan) -> list[dict[str, Any]]:
     return [{**row, "shard_id": s} for s, row in fan.results.items() if row is not None]
 
 
