@@ -111,10 +111,12 @@ class _Family:
 
     __slots__ = ("bounds", "children", "doc", "kind", "labels", "lock", "name")
 
-    def __init__(self, kind: str, name: str, doc: str, labels: Iterable[str], lock: Any, bounds: tuple = ()):
+    def __init__(
+        self, kind: str, name: str, doc: str, labels: Iterable[str], lock: Any, bounds: tuple[Any, ...] = ()
+    ):
         self.kind, self.name, self.doc, self.labels = kind, name, doc, list(labels)
         self.lock, self.bounds = lock, tuple(float(b) for b in bounds)
-        self.children: dict[tuple, Any] = {}
+        self.children: dict[tuple[Any, ...], Any] = {}
 
     def __call__(self, *labels: Any) -> Any:
         child = self.children.get(labels)
@@ -199,7 +201,7 @@ class Metrics:
             hot.append(_Family("counter", name, doc, labels, lock))
             return hot[-1]
 
-        def histogram(name: str, doc: str, labels: Iterable[str], buckets: tuple) -> _Family:
+        def histogram(name: str, doc: str, labels: Iterable[str], buckets: tuple[Any, ...]) -> _Family:
             hot.append(_Family("histogram", name, doc, labels, lock, buckets))
             return hot[-1]
 
