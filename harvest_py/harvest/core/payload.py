@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import PayloadError, PayloadTooLarge
 from harvest.core.jsonb import stored_text
@@ -45,7 +45,7 @@ from harvest.core.jsonb import stored_text
 try:  # optional dependency
     import pydantic as _pydantic
 except ImportError:  # pragma: no cover - exercised only without pydantic
-    _pydantic = None
+    _pydantic = None  # type: ignore[assignment]  # the module, or None without pydantic
 
 __all__ = [
     "check_size",
@@ -348,7 +348,7 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         raise PayloadError(f"{path}: cannot decode {value!r:.80} as {tp.__name__}: {exc}") from exc
     if _is_pydantic_class(tp):
         try:
-            return tp.model_validate(value)
+            return cast(Any, tp).model_validate(value)
         except Exception as exc:
             raise PayloadError(f"{path}: cannot decode as {tp.__name__}: {exc}") from exc
     if dataclasses.is_dataclass(tp):
@@ -447,8 +447,8 @@ def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
     if not isinstance(value, dict):
         raise _fail(path, f"object for {tp.__name__}", value)
     hints = _safe_hints(tp)
-    kwargs = {}
-    late = {}
+    kwargs: dict[str, Any] = {}
+    late: dict[str, Any] = {}
     for f in dataclasses.fields(tp):
         if f.name not in value:
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
@@ -567,7 +567,7 @@ def decode_args(fn: Callable[..., Any] | None, json_args: Any) -> tuple[tuple[An
             i = len(json_args)
             continue
         if i >= len(json_args):
-            if p.default is p.empty and p.kind is not p.VAR_POSITIONAL:
+            if p.default is p.empty:  # (a *args parameter took the rest above)
                 raise PayloadError(f"input: missing argument {p.name!r} of {getattr(fn, '__name__', fn)}")
             continue
         try:
