@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.durations import parse_duration
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument
@@ -253,7 +253,7 @@ class Dag:
             workflow=self.name,
             kind="dag",
             queue=self.queue,
-            max_active_runs=self.max_active_runs if bounded else 1,
+            max_active_runs=self.max_active_runs if self.max_active_runs is not None else 1,
             overlap="skip" if bounded else "allow_all",
         )
 
@@ -262,7 +262,7 @@ class Dag:
             raise InvalidArgument(
                 f"dag {self.name!r} {where}: trigger_rule {rule!r} is not one of {list(TRIGGER_RULES)}"
             )
-        return rule
+        return cast(str, rule)
 
     def task(
         self,

@@ -27,7 +27,7 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument, NotFound
 from harvest.core.payload import _safe_hints, decode
@@ -65,7 +65,7 @@ class HandlerDefinition:
         return (decode(raw, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
 
     def describe(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "name": self.name,
             "input_type_hint": type_hint_name(self.arg_hint()),
             "output_type_hint": type_hint_name(self.return_hint()),
@@ -94,14 +94,14 @@ def check_handler(fn: Any, kind: str, name: str) -> Callable[..., Any]:
     try:
         params = _positional(fn)
     except (TypeError, ValueError):
-        return fn  # builtins without a signature: trust the caller
+        return cast("Callable[..., Any]", fn)  # builtins without a signature: trust the caller
     required = [p for p in params if p.default is p.empty]
     if not params or len(required) > 2:
         raise TypeError(
             f"{kind} handler {name!r} ({getattr(fn, '__qualname__', fn)}): a handler "
             "takes (ctx) or (ctx, arg)"
         )
-    return fn
+    return cast("Callable[..., Any]", fn)
 
 
 def type_hint_name(hint: Any) -> str | None:
