@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, cast
 
 from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
 from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
 from harvest.runtime.external import describe_target
-from harvest.runtime.loop import IllegalWorkflowOperation
+from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
 
 __all__ = [
     "BOOKKEEPING_EVENTS",
@@ -124,7 +124,7 @@ def describe_command(cmd: dict[str, Any]) -> str:
         return f"signal_external_workflow {cmd.get('signal_name')!r} to {describe_target(cmd)}"
     if kind == "cancel_external_workflow":
         return f"cancel_external_workflow of {describe_target(cmd)}"
-    return kind
+    return cast(str, kind)
 
 
 def event_as_command(event: dict[str, Any]) -> dict[str, Any]:
@@ -200,6 +200,7 @@ class CommandIssuer:
     _cancelled_timers: set[int]
     _versions: dict[str, int]
     _fatal: BaseException | None
+    _loop: DeterministicEventLoop
 
     # ------------------------------------------------------------------ for WorkflowContext
     def next_seq(self) -> int:
@@ -218,7 +219,7 @@ class CommandIssuer:
     def set_logical_time(self, timestamp: float) -> None:
         self._loop.logical_time = timestamp
 
-    def _raise_fatal(self, exc: BaseException) -> None:
+    def _raise_fatal(self, exc: BaseException) -> NoReturn:
         if self._loop.fatal_error is None:
             self._loop.fatal_error = exc
         self._fatal = self._fatal or exc
@@ -236,7 +237,7 @@ class CommandIssuer:
         recorded = event_as_command(event)
         if not same(command, recorded):
             self._raise_fatal(nondeterminism(seq, describe_command(recorded), got))
-        return event["event_data"]
+        return cast("dict[str, Any] | None", event["event_data"])
 
     def _record(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """Match a replayed command, or queue a new one; the recorded data when replaying."""
@@ -310,8 +311,8 @@ class CommandIssuer:
             seq = self._seq + 1
             if self._expected is not None:
                 event = self._expected.get(seq)
-                data = (event or {}).get("event_data") or {}
-                value = data.get("value") if isinstance(data.get("value"), dict) else {}
+                data: dict[str, Any] = (event or {}).get("event_data") or {}
+                value: dict[str, Any] = data["value"] if isinstance(data.get("value"), dict) else {}
                 if (
                     event is None
                     or event["event_type"] != "MarkerRecorded"
@@ -340,7 +341,7 @@ class CommandIssuer:
                             "value": {"change_id": change_id},
                         }
                     )
-                    known = int(value.get("version"))
+                    known = int(cast(int, value.get("version")))  # (a version marker has one)
             else:
                 known = max_supported
                 self._new_commands.append(

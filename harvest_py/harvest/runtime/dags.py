@@ -110,7 +110,7 @@ async def _run_child(ctx: Any, task: Any, args: list[Any]) -> tuple[str, Any]:
             )
             if state == "skipped":
                 return state, None
-            failure = {**failure, "child_status": err.status}
+            failure = {**(failure or {}), "child_status": err.status}  # (not None unless skipped)
             # Every workflow failure is recorded non_retryable (a run is not retried), so the
             # flag says nothing here: the policy's attempts and non_retryable_errors decide.
             verdict = ActivityFailure.from_json({**failure, "non_retryable": False})

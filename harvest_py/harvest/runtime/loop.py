@@ -14,13 +14,17 @@ import collections
 import contextvars
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn, TypeVar, TypeVarTuple, cast
 
 from harvest.core.errors import NonDeterminismError
 
 __all__ = ["DeterministicEventLoop", "IllegalWorkflowOperation"]
 
 log = logging.getLogger("harvest.runtime")
+
+# The scheduling methods keep asyncio.AbstractEventLoop's signatures (typeshed's).
+_Args = TypeVarTuple("_Args")
+_T = TypeVar("_T")
 
 # A workflow that never blocks (``while True: await asyncio.sleep(0)``) would hang the worker.
 MAX_CALLBACKS_PER_STEP = 1_000_000
@@ -79,7 +83,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def has_ready(self) -> bool:
         return bool(self._ready)
 
-    def _illegal(self, message: str) -> None:
+    def _illegal(self, message: str) -> NoReturn:
         exc = IllegalWorkflowOperation(message)
         if self.fatal_error is None:
             self.fatal_error = exc
@@ -87,7 +91,10 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
 
     # ------------------------------------------------------------------ scheduling
     def call_soon(
-        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+        self,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
+        context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         self._check_closed()
         handle = asyncio.Handle(callback, args, self, context)
@@ -97,8 +104,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def call_later(
         self,
         delay: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         self._illegal(
@@ -110,19 +117,24 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def call_at(
         self,
         when: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         return self.call_later(0, callback, *args, context=context)
 
     def call_soon_threadsafe(
-        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+        self,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
+        context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         self._illegal("threads are not allowed in a workflow: put the work in an activity")
         raise AssertionError("unreachable")
 
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
+    def run_in_executor(
+        self, executor: Any, func: Callable[[*_Args], _T], *args: *_Args
+    ) -> asyncio.Future[_T]:
         self._illegal(
             "run_in_executor / asyncio.to_thread are not allowed in a workflow: "
             "put blocking work in an activity"
@@ -139,7 +151,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.Task[Any]:
         self._check_closed()
         if self._task_factory is not None:
-            task = self._task_factory(self, coro)
+            task = cast("asyncio.Task[Any]", self._task_factory(self, coro))
         else:
             task = asyncio.Task(coro, loop=self, name=name, context=context)
         return task

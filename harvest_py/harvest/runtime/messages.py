@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core.errors import InvalidArgument, NonDeterminismError, PayloadError, QueryFailed
 from harvest.core.payload import encode
@@ -64,7 +64,7 @@ class RunHandlers:
             return own
         app = self.run.app
         table = getattr(app, "queries" if kind == "query" else "updates", None) or {}
-        return table.get(self.run.definition.name, {}).get(name)
+        return cast("HandlerDefinition | None", table.get(self.run.definition.name, {}).get(name))
 
     def known(self, kind: str) -> list[str]:
         app = self.run.app

@@ -25,7 +25,7 @@ import random as _random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.deprecation import queue_alias
 from harvest.core.errors import (
@@ -140,7 +140,7 @@ class WorkflowRun(CommandIssuer):
         self.rng = rng or _random.SystemRandom()
         self.continue_as_new_threshold = continue_as_new_threshold
         self._local_sleep = local_sleep
-        self._loop = DeterministicEventLoop()
+        self._loop = DeterministicEventLoop()  # type: ignore[abstract]  # no I/O methods: workflows do no I/O
         self.ctx: WorkflowContext | None = None
         self._main: asyncio.Task[Any] | None = None
         self._start: dict[str, Any] | None = None
@@ -244,8 +244,8 @@ class WorkflowRun(CommandIssuer):
         while self._markers:
             marker_id, through = self._markers.popleft()
             self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
-        if self._terminal_owner is not None and not self._main.done():
-            recorded = self._terminal_event["event_type"]
+        if self._terminal_owner is not None and not self._main_task.done():
+            recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             self._raise_fatal(
                 nondeterminism(
                     None,
@@ -329,7 +329,7 @@ class WorkflowRun(CommandIssuer):
         self._deliver(through)
         self._run_until_blocked_replay()
         self.handlers.end_of_step()
-        if self._main.done() and not closes:
+        if self._main_task.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
                 f"event {through}, but its history continues (event {marker_id} onwards)"
@@ -341,9 +341,9 @@ class WorkflowRun(CommandIssuer):
                 nondeterminism(seq, expected, "nothing", "the code no longer issues this command")
             )
         self._expected = None
-        if closes and self._main.done():
+        if closes and self._main_task.done():
             got = TERMINAL_COMMANDS[self._terminal_command()["type"]]
-            recorded = self._terminal_event["event_type"]
+            recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             if got != recorded:
                 self._raise_fatal(nondeterminism(None, recorded, got, "the workflow now ends differently"))
         self._apply_started(group)
@@ -355,7 +355,7 @@ class WorkflowRun(CommandIssuer):
                 (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
                 key=lambda p: p.seq,
             )
-            if self._main.done() or not ready:
+            if self._main_task.done() or not ready:
                 return
             for p in ready:
                 self._resolve_local(p, p.recorded)
@@ -366,7 +366,7 @@ class WorkflowRun(CommandIssuer):
         self._deliver(None)
         while True:
             self._step_loop()
-            if self._main.done():
+            if self._main_task.done():
                 self.finished = True
                 break
             ready = sorted(
@@ -395,7 +395,7 @@ class WorkflowRun(CommandIssuer):
         return Activation(commands, self.last_event_id, self.finished)
 
     def _confirm_live(self, marker_id: int, through: int) -> None:
-        live_through, commands = self._live
+        live_through, commands = cast("tuple[int, list[dict[str, Any]]]", self._live)
         recorded = self._groups.pop(marker_id)
         issued = {c["seq"]: c for c in commands if "seq" in c}
         if (
@@ -419,21 +419,26 @@ class WorkflowRun(CommandIssuer):
             if event["event_type"] == "ChildWorkflowStarted" and handle is not None:
                 handle._set_started(event["event_data"])
 
+    @property
+    def _main_task(self) -> asyncio.Task[Any]:
+        """The workflow function's task: set by the first step (``_begin``), read after it."""
+        return cast("asyncio.Task[Any]", self._main)
+
     def _step_loop(self) -> None:
         self._loop.run_until_idle()
         if self._loop.fatal_error is not None:
             self._fatal = self._loop.fatal_error
             raise self._fatal
         if (
-            self._main.done()
-            and not self._main.cancelled()
-            and isinstance(self._main.exception(), NonDeterminismError)
+            self._main_task.done()
+            and not self._main_task.cancelled()
+            and isinstance(self._main_task.exception(), NonDeterminismError)
         ):
-            self._fatal = self._main.exception()
-            raise self._fatal
+            self._fatal = self._main_task.exception()
+            raise cast(BaseException, self._fatal)
 
     def _terminal_command(self) -> dict[str, Any]:
-        task = self._main
+        task = self._main_task
         if task.cancelled():
             if self.cancel_requested:
                 details = self.cancel_reason if self._cancel_details is _UNSET else self._cancel_details
