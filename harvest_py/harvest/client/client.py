@@ -158,7 +158,7 @@ def _same_shard(route: Any, run: str, successor: str) -> bool:
     return route is None or route(run) == route(successor)
 
 
-class Children(list):
+class Children(list[Any]):
     """An execution's children (a list of rows) and how complete it is: ``status``
     ``"complete"``, or ``"partial"`` with the shards that could not be read in
     ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md)."""
@@ -474,7 +474,7 @@ def _start_in_transaction(conn: Any, call: dict[str, Any], placement: routing.Pl
         row = sql.start_workflow(**call, shard=placement.shard)
         if routing.pin_was_deferred(call["workflow_name"], placement, row):
             routing.refuse_pending(call["workflow_name"], row, sql.list_pending_starts(call["workflow_name"]))
-    return row
+    return cast("dict[str, Any]", row)
 
 
 async def _astart_in_transaction(
@@ -487,7 +487,7 @@ async def _astart_in_transaction(
         if routing.pin_was_deferred(call["workflow_name"], placement, row):
             pending = await sql.list_pending_starts(call["workflow_name"])
             routing.refuse_pending(call["workflow_name"], row, pending)
-    return row
+    return cast("dict[str, Any]", row)
 
 
 class _Handle:
@@ -537,7 +537,7 @@ class _Handle:
         return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
 
-def _history_read(target: Any, execution_id: str) -> Any:
+def _history_read(target: Any, execution_id: str | None) -> Any:
     """``fn(sql)`` reading a run's history: as it is on one database; on shards with the row's
     residence in the same statement, so a seal (a run a rebalance moved) is followed."""
     if not target.sharded:
@@ -546,7 +546,7 @@ def _history_read(target: Any, execution_id: str) -> Any:
     def read(sql: Any) -> list[dict[str, Any]]:
         found = sql.get_resident_history(execution_id, 0)
         routing.resident(found["residence"], True)
-        return found["events"]
+        return cast("list[dict[str, Any]]", found["events"])
 
     return read
 
@@ -603,7 +603,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
     client: Client
 
-    def _at(self, execution_id: str, fn: Any) -> Any:
+    def _at(self, execution_id: str | None, fn: Any) -> Any:
         """``fn(sql)`` on the shard ``execution_id`` lives on (routing.follow)."""
         target = self.client._target
 
@@ -629,13 +629,19 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     @_finds_run
     def describe(self) -> dict[str, Any]:
         sharded = self.client._target.sharded
-        return self._at(
-            self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
+        return cast(
+            "dict[str, Any]",
+            self._at(
+                self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
+            ),
         )
 
     @_finds_run
     def history(self) -> list[dict[str, Any]]:
-        return self._at(self.execution_id, _history_read(self.client._target, self.execution_id))
+        return cast(
+            "list[dict[str, Any]]",
+            self._at(self.execution_id, _history_read(self.client._target, self.execution_id)),
+        )
 
     @_finds_run
     def terminate(self, reason: str | None = None) -> None:
@@ -658,24 +664,24 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
-        return self._on_current(sqlapi.cancel_workflow, reason)
+        return cast("bool", self._on_current(sqlapi.cancel_workflow, reason))
 
     @_finds_run
     def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """Pause the (current) run: none of its work starts until :meth:`resume`; running work
         finishes, signals are kept (docs/lifecycle.md). False if it was paused already."""
-        return self._on_current(sqlapi.pause_workflow, reason, operator_id)
+        return cast("bool", self._on_current(sqlapi.pause_workflow, reason, operator_id))
 
     @_finds_run
     def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """Resume a paused run: overdue timers fire once, kept signals arrive in order. False
         if it was running."""
-        return self._on_current(sqlapi.resume_workflow, reason, operator_id)
+        return cast("bool", self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_finds_run
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
-        return messaging.query(self.client, self.execution_id, name, arg, timeout, result_type)
+        return messaging.query(self.client, cast(str, self.execution_id), name, arg, timeout, result_type)
 
     @_finds_run
     def update(
@@ -693,7 +699,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         run, attributes = str(self.execution_id), {"harvest.update": name}
         with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
             return messaging.update(
-                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
             )
 
     @_finds_run
@@ -711,10 +717,13 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork (on the source's shard).
         """
-        return self._at(
-            self.execution_id,
-            lambda sql: sql.reset_workflow(
-                self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+        return cast(
+            "dict[str, Any]",
+            self._at(
+                self.execution_id,
+                lambda sql: sql.reset_workflow(
+                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+                ),
             ),
         )
 
@@ -841,7 +850,7 @@ class Client:
         return routing.api(self._target, self.router.default if shard is None else shard)
 
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
+        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
     @overload
     def start_workflow(
@@ -986,7 +995,7 @@ class Client:
                 row = sql.signal_with_start(**call)
         except ExecutionMigrated as exc:
             moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
-            handle = WorkflowHandle(self, moved, workflow_id, definition, False)
+            handle: WorkflowHandle[Any] = WorkflowHandle(self, moved, workflow_id, definition, False)
             handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
             return handle
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
@@ -1061,7 +1070,9 @@ class Client:
         try:
             row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
         except ExecutionMigrated as exc:
-            handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+            handle: WorkflowHandle[Any] = WorkflowHandle(
+                self, _moved_run(self._target, exc), workflow_id, definition, False
+            )
             return handle, handle.update(
                 update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
             )
@@ -1088,19 +1099,27 @@ class Client:
         encoded = _checked(
             _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
         )
-        return self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded))
+        return cast(
+            "str",
+            self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)),
+        )
 
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """Fail that attempt by its task token: retried, dead-lettered or failed per the
         activity's retry policy (returns which)."""
         report = _failure_report(error)
-        return self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+        return cast(
+            "str", self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+        )
 
     def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """Heartbeat it by its task token (its heartbeat timeout still applies); True when its
         run was asked to cancel."""
         encoded = None if details is None else payload.encode(details)
-        return self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded))
+        return cast(
+            "bool",
+            self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)),
+        )
 
     @overload
     def get_handle(
@@ -1132,9 +1151,11 @@ class Client:
         """A handle on a run: by ``execution_id``, or by ``workflow_id`` (its current run: the
         running one, else the newest, found at the handle's first call; ``workflow``, a
         ``@workflow`` or its name, narrows it to that workflow and types the result)."""
-        return _handle_of(WorkflowHandle, self, execution_id, workflow, workflow_id)
+        return cast(
+            "WorkflowHandle[Any]", _handle_of(WorkflowHandle, self, execution_id, workflow, workflow_id)
+        )
 
-    def sql(self):
+    def sql(self) -> contextlib.AbstractContextManager[SqlApi]:
         """A scope yielding :class:`SqlApi` on a pooled connection (for operator calls); on
         shards, a connection of the default shard (``client.pools.api(n)`` for another)."""
         return self._sql()
@@ -1145,7 +1166,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     client: AsyncClient
 
-    async def _at(self, execution_id: str, fn: Any) -> Any:
+    async def _at(self, execution_id: str | None, fn: Any) -> Any:
         """``await fn(sql)`` on the shard ``execution_id`` lives on (see WorkflowHandle._at)."""
         target = self.client._target
 
@@ -1174,19 +1195,22 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         async def read(sql: AsyncSqlApi) -> dict[str, Any]:
             return routing.resident(await sql.get_execution(self.execution_id), sharded)
 
-        return await self._at(self.execution_id, read)
+        return cast("dict[str, Any]", await self._at(self.execution_id, read))
 
     @_afinds_run
     async def history(self) -> list[dict[str, Any]]:
         if not self.client._target.sharded:
-            return await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0))
+            return cast(
+                "list[dict[str, Any]]",
+                await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0)),
+            )
 
         async def read(sql: AsyncSqlApi) -> list[dict[str, Any]]:
             found = await sql.get_resident_history(self.execution_id, 0)
             routing.resident(found["residence"], True)
-            return found["events"]
+            return cast("list[dict[str, Any]]", found["events"])
 
-        return await self._at(self.execution_id, read)
+        return cast("list[dict[str, Any]]", await self._at(self.execution_id, read))
 
     @_afinds_run
     async def terminate(self, reason: str | None = None) -> None:
@@ -1209,21 +1233,23 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.cancel`."""
-        return await self._on_current(sqlapi.cancel_workflow, reason)
+        return cast("bool", await self._on_current(sqlapi.cancel_workflow, reason))
 
     @_afinds_run
     async def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.pause`."""
-        return await self._on_current(sqlapi.pause_workflow, reason, operator_id)
+        return cast("bool", await self._on_current(sqlapi.pause_workflow, reason, operator_id))
 
     @_afinds_run
     async def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.resume`."""
-        return await self._on_current(sqlapi.resume_workflow, reason, operator_id)
+        return cast("bool", await self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_afinds_run
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
-        return await messaging.aquery(self.client, self.execution_id, name, arg, timeout, result_type)
+        return await messaging.aquery(
+            self.client, cast(str, self.execution_id), name, arg, timeout, result_type
+        )
 
     @_afinds_run
     async def update(
@@ -1239,7 +1265,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         run, attributes = str(self.execution_id), {"harvest.update": name}
         with tracing.span("harvest.workflow.update", execution_id=run, attributes=attributes):
             return await messaging.aupdate(
-                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
             )
 
     @_afinds_run
@@ -1253,10 +1279,13 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`WorkflowHandle.reset`."""
-        return await self._at(
-            self.execution_id,
-            lambda sql: sql.reset_workflow(
-                self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+        return cast(
+            "dict[str, Any]",
+            await self._at(
+                self.execution_id,
+                lambda sql: sql.reset_workflow(
+                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+                ),
             ),
         )
 
@@ -1307,10 +1336,10 @@ class _StartBatcher(GroupCommit):
         self._sql = sql
 
     async def start(self, call: dict[str, Any]) -> dict[str, Any]:
-        return await self._submit(call)
+        return cast("dict[str, Any]", await self._submit(call))
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
-        return await self._sql.start_workflows([call for (call,) in items])
+        return cast("list[dict[str, Any]]", await self._sql.start_workflows([call for (call,) in items]))
 
     def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         by_n = {row["n"]: row for row in rows}
@@ -1374,7 +1403,9 @@ class AsyncClient:
         self.dsn = dsn
         self.pools = shards
         self._target: Any = (
-            routing.AsyncSharded(shards) if shards is not None else routing.AsyncOneDatabase(dsn, pool)
+            routing.AsyncSharded(shards)
+            if shards is not None
+            else routing.AsyncOneDatabase(cast(str, dsn), pool)  # AsyncClient.connect: one of the two
         )
         self.router = self._target.router
         self._starts = _ShardStarts(self._target)
@@ -1385,7 +1416,7 @@ class AsyncClient:
         """The SQL API on the pool (for operator calls): each call takes a pooled connection
         and is one transaction, so no scope is needed, unlike :meth:`Client.sql`. On shards,
         the default shard's pool (``client.pools.api(n)`` for another)."""
-        return self._target.sql(self.router.default)
+        return cast("AsyncSqlApi", self._target.sql(self.router.default))
 
     @classmethod
     async def connect(
@@ -1440,7 +1471,7 @@ class AsyncClient:
         await self.close()
 
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
+        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
     @overload
     async def start_workflow(
@@ -1566,7 +1597,9 @@ class AsyncClient:
             row = await self._target.sql(shard).signal_with_start(**call)
         except ExecutionMigrated as exc:
             moved = _moved_run(self._target, exc)  # see Client.signal_with_start
-            handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
+            handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
+                self, moved, workflow_id, definition, False
+            )
             await handle._on_current(sqlapi.signal_workflow, call["signal_name"], call["payload"])
             return handle
         return AsyncWorkflowHandle(
@@ -1640,7 +1673,9 @@ class AsyncClient:
         try:
             row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
         except ExecutionMigrated as exc:
-            handle = AsyncWorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+            handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
+                self, _moved_run(self._target, exc), workflow_id, definition, False
+            )
             return handle, await handle.update(
                 update, update_arg, wait=wait, timeout=timeout, update_id=update_id, result_type=result_type
             )
@@ -1666,20 +1701,29 @@ class AsyncClient:
         encoded = _checked(
             _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
         )
-        return await self._by_token(
-            task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
+        return cast(
+            "str",
+            await self._by_token(
+                task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
+            ),
         )
 
     async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """See :meth:`Client.fail_activity`."""
         report = _failure_report(error)
-        return await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+        return cast(
+            "str",
+            await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report)),
+        )
 
     async def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """See :meth:`Client.heartbeat_activity`."""
         encoded = None if details is None else payload.encode(details)
-        return await self._by_token(
-            task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
+        return cast(
+            "bool",
+            await self._by_token(
+                task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
+            ),
         )
 
     @overload
@@ -1710,4 +1754,7 @@ class AsyncClient:
         self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
     ) -> AsyncWorkflowHandle[Any]:
         """See :meth:`Client.get_handle`."""
-        return _handle_of(AsyncWorkflowHandle, self, execution_id, workflow, workflow_id)
+        return cast(
+            "AsyncWorkflowHandle[Any]",
+            _handle_of(AsyncWorkflowHandle, self, execution_id, workflow, workflow_id),
+        )

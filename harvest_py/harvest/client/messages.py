@@ -16,7 +16,7 @@ any live worker polls the queue).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from harvest.client import payloads as payload_policy
 from harvest.core import payload
@@ -137,18 +137,20 @@ def _answer_steps(
 
 
 def _request_query(execution_id: str, name: str, encoded: Any, secs: float) -> Steps[int]:
-    return (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs))
+    return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs)))
 
 
 def _request_update(
     execution_id: str, name: str, encoded: Any, update_id: str | None, secs: float
 ) -> Steps[int]:
-    return (yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs))["request_id"]
+    return cast(
+        "int", (yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs))["request_id"]
+    )
 
 
 def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]) -> Steps[int]:
     started.update((yield Sql(sqlapi.update_with_start, **call, timeout=secs)))
-    return started["request_id"]
+    return cast("int", started["request_id"])
 
 
 # The steps of each operation, shared by the sync and the asyncio functions below; the
@@ -217,7 +219,7 @@ def _alisten_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
 
 def _key_dsn(client: Any, call: dict[str, Any]) -> str:
     """update_with_start goes where an unpinned start of its (name, workflow_id) would."""
-    return client._dsn_of_key(call["workflow_name"], call["workflow_id"])
+    return cast("str", client._dsn_of_key(call["workflow_name"], call["workflow_id"]))
 
 
 # ---------------------------------------------------------------------- the sync API
@@ -325,7 +327,7 @@ async def aupdate_with_start(
 
 
 class AsyncUpdateHandle(UpdateHandle):
-    async def result(self, timeout: Any = 30.0) -> Any:  # type: ignore[override]
+    async def result(self, timeout: Any = 30.0) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         return await aupdate(
             self.client,
             self.execution_id,
