@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument
 from harvest.db.pools import TRANSIENT
@@ -318,7 +318,7 @@ def run(
                 )
             )
     except StopIteration as done:
-        return done.value
+        return cast("Merged[Any]", done.value)
 
 
 async def run_async(apis: Mapping[int, Any], plan: Plan, *, timeout: float | None = None) -> Merged[Any]:
@@ -330,7 +330,7 @@ async def run_async(apis: Mapping[int, Any], plan: Plan, *, timeout: float | Non
                 await _fan_out_async(apis, step.read, shards=step.shards, timeout=timeout, skip=step.skip)
             )
     except StopIteration as done:
-        return done.value
+        return cast("Merged[Any]", done.value)
 
 
 def _tagged(fan: FanOut[list[dict[str, Any]]]) -> Iterable[dict[str, Any]]:
@@ -942,12 +942,20 @@ class ShardReads:
     def __init__(self, apis: Mapping[int, Any], *, concurrent: bool = True, timeout: float | None = None):
         self.apis, self.concurrent, self.timeout = apis, concurrent, timeout
 
+    if TYPE_CHECKING:  # the reads of PLANS are set on the class below
+
+        def __getattr__(self, name: str) -> Callable[..., Merged[Any]]: ...
+
 
 class AsyncShardReads:
     """The same reads over async APIs (every shard at once); ``timeout`` bounds each shard."""
 
     def __init__(self, apis: Mapping[int, Any], *, timeout: float | None = None):
         self.apis, self.timeout = apis, timeout
+
+    if TYPE_CHECKING:  # the reads of PLANS are set on the class below
+
+        def __getattr__(self, name: str) -> Callable[..., Awaitable[Merged[Any]]]: ...
 
 
 def _sync_method(plan: Callable[..., Plan]) -> Callable[..., Merged[Any]]:
