@@ -17,7 +17,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -1737,37 +1737,40 @@ class AsyncSqlApi:
 def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
     params, shape, sql = spec.params, spec.shape, spec.sql
     fixed = isinstance(sql, str)
+    # (for a checker: `sql` is the text when fixed, else the function that picks it)
+    text, pick = cast(str, sql), cast("Callable[[dict[str, Any]], str]", sql)
+    method: Callable[..., Any]
     if spec.stream:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return self._stream(sql if fixed else sql(values), values)
+            return self._stream(text if fixed else pick(values), values)
     elif is_async and fixed and shape is rows:  # the worker's claims and completions: no shaping
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
-            return await self._all(sql, params(*args, **kwargs))
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await self._all(text, params(*args, **kwargs))
     elif is_async and fixed:
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
-            return shape(await self._all(sql, params(*args, **kwargs)))
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return shape(await self._all(text, params(*args, **kwargs)))
     elif is_async:
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return shape(await self._all(sql(values), values))
+            return shape(await self._all(pick(values), values))
     elif fixed:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
-            return shape(self._all(sql, params(*args, **kwargs)))
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return shape(self._all(text, params(*args, **kwargs)))
     else:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return shape(self._all(sql(values), values))
+            return shape(self._all(pick(values), values))
 
     signature = inspect.signature(params)
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    method.__signature__ = signature.replace(
+    method.__signature__ = signature.replace(  # type: ignore[union-attr]  # read by inspect.signature
         parameters=[self_param, *signature.parameters.values()], return_annotation=inspect.Signature.empty
     )
     method.__name__ = spec.name

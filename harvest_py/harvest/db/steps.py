@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Generator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect, connect_async
@@ -67,6 +67,11 @@ class _Stepper:
 
     __slots__ = ("error", "result", "steps", "value")
 
+    steps: Steps[Any]
+    value: Any
+    error: Exception | None
+    result: Any
+
     def __init__(self, steps: Steps[Any]):
         self.steps, self.value, self.error, self.result = steps, None, None, None
 
@@ -96,7 +101,7 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
                     stepper.value = op.on(sql)
             except Exception as exc:
                 stepper.error = exc
-        return stepper.result
+        return cast(T, stepper.result)
     finally:
         if cleanup is not None:
             with contextlib.suppress(DatabaseError):
@@ -118,7 +123,7 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = No
                     stepper.value = await op.on(sql)
             except Exception as exc:
                 stepper.error = exc
-        return stepper.result
+        return cast(T, stepper.result)
     finally:
         if cleanup is not None:
             with contextlib.suppress(DatabaseError):
