@@ -15,7 +15,7 @@ happened to the run meanwhile, and says so in ``decided``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
@@ -82,17 +82,20 @@ class CompletionBatcher(_TaskGroupCommit):
 
         Raises StaleTask when the task is no longer ours (its lease was lost).
         """
-        return await self._submit(task_id, fencing_token, result, decision)
+        return cast("Recorded", await self._submit(task_id, fencing_token, result, decision))
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
-        return await self._on.sql.complete_activities(
-            worker.worker_id,
-            items,
-            hand_off=worker.accepts_hand_off(),
-            workflow_lease_secs=worker.workflow_lease,
-            event_cap=worker.history_event_hard_cap,
-            byte_cap=worker.history_byte_hard_cap,
+        return cast(
+            "list[dict[str, Any]]",
+            await self._on.sql.complete_activities(
+                worker.worker_id,
+                items,
+                hand_off=worker.accepts_hand_off(),
+                workflow_lease_secs=worker.workflow_lease,
+                event_cap=worker.history_event_hard_cap,
+                byte_cap=worker.history_byte_hard_cap,
+            ),
         )
 
     def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:
@@ -132,15 +135,21 @@ class DecisionBatcher(_TaskGroupCommit):
         partition is no longer held at ``owner_epoch``: outcome ``not_owner``),
         InvalidArgument (or the database's error) when the decision is refused.
         """
-        return await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch)
+        return cast(
+            "dict[str, Any]",
+            await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch),
+        )
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
-        return await self._on.sql.complete_workflow_tasks(
-            worker.worker_id,
-            items,
-            event_cap=worker.history_event_hard_cap,
-            byte_cap=worker.history_byte_hard_cap,
+        return cast(
+            "list[dict[str, Any]]",
+            await self._on.sql.complete_workflow_tasks(
+                worker.worker_id,
+                items,
+                event_cap=worker.history_event_hard_cap,
+                byte_cap=worker.history_byte_hard_cap,
+            ),
         )
 
     def _answer(self, row: dict[str, Any]) -> dict[str, Any]:

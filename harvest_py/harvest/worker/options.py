@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD
@@ -75,7 +75,7 @@ def resolve_shard_assignments(
             f"worker.shard_assignments names shard {shard}, which has no url: add shards.urls.{shard} "
             f"(HARVEST_SHARDS__URLS__{shard}) or remove it from worker.shard_assignments"
         )
-    return tuple(assignments)
+    return tuple(cast("tuple[int, ...]", assignments))  # not AUTO: the shard numbers
 
 
 def refuse_auto_with_cells(assignments: tuple[int, ...] | str, reserved: Iterable[int]) -> None:

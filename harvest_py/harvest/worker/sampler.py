@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, cast
 
 from harvest.db import SCHEMA_VERSION
 from harvest.db.connection import connect_async, redact
@@ -74,4 +74,4 @@ class MetricsSampler:
         behind = (samples.get("schema_version") or "") < SCHEMA_VERSION
         self.metrics.apply_samples(samples, schema_behind=behind)
         self.samples += 1
-        return samples
+        return cast("dict[str, Any]", samples)
