@@ -779,7 +779,7 @@ def _descendants(
     answered: set[int] = set()
     for level in range(1, depth + 1):
         ids = list(frontier)
-        fan = yield Step(lambda api, _s, ids=ids: api.list_children_of(ids))
+        fan = yield Step(lambda api, _s, ids=ids: api.list_children_of(ids))  # type: ignore[misc]  # ids bound per level
         unavailable |= set(fan.unavailable_shards)
         answered |= set(fan.results)
         frontier = []
