@@ -35,7 +35,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
@@ -59,15 +59,15 @@ NOT_CONFIG = frozenset(
 )
 
 
-class ShardList(list):
+class ShardList(list[int]):
     """The kind of a config key that lists shard numbers (``shards.readable``, ...)."""
 
 
-class ShardUrls(dict):
+class ShardUrls(dict[int, str]):
     """The kind of ``shards.urls``: shard number (a string key in TOML) -> database URL."""
 
 
-class ShardResidency(dict):
+class ShardResidency(dict[str, int]):
     """The kind of ``shards.residency``: residency key -> shard number."""
 
 
@@ -75,7 +75,7 @@ class ShardAssignments(str):
     """The kind of ``worker.shard_assignments``: ``"auto"`` or a list of shard numbers."""
 
 
-class ShardForwards(dict):
+class ShardForwards(dict[int, int]):
     """The kind of ``shards.forwards``: a decommissioned shard number -> the shard its ids route to."""
 
 
@@ -114,7 +114,7 @@ SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
 BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {key: (t.low, t.high) for key, t in WORKER_KEYS.items()}
 BOUNDS[("shards", "default")] = (0, MAX_SHARD)
-UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
+UNITS: dict[tuple[str, ...], str] = {key: t.unit for key, t in WORKER_KEYS.items()}
 UNITS[("shards", "default")] = ""
 BOUNDS[("shards", "cli_timeout")] = (0.1, 600)
 UNITS[("shards", "cli_timeout")] = " seconds"
@@ -566,7 +566,7 @@ def runtime_plan(config: Config) -> RuntimePlan:
     if enabled is not None and not enabled.value:
         retention = Switch("retention.enabled", False, f"explicit ({enabled.source})")
     elif run_on == "all":
-        where = config.setting("retention.run_on")
+        where = cast(Setting, config.setting("retention.run_on"))  # run_on was read from it
         retention = Switch("retention.enabled", True, f"explicit (run_on=all from {where.source})")
     else:
         retention = Switch(
