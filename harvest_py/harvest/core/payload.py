@@ -341,7 +341,7 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         if issubclass(tp, Decimal):
             return tp(str(value))
         if issubclass(tp, _dt.timedelta):
-            return tp(seconds=value)
+            return tp(seconds=cast(float, value))
     except PayloadError:
         raise
     except (ValueError, TypeError, ArithmeticError) as exc:
