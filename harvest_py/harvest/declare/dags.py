@@ -68,7 +68,7 @@ def _describe(schedule: Any) -> str:
     """A schedule as harvest.dags stores it for people to read: a Schedule's own words
     ("cron '0 3 * * *' in UTC", "every 900 s"), else its str()."""
     describe = getattr(schedule, "describe", None)
-    return describe() if callable(describe) else str(schedule)
+    return cast(str, describe()) if callable(describe) else str(schedule)
 
 
 def _check_name(value: Any, what: str) -> str:

@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from harvest.core.durations import parse_duration
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
@@ -430,7 +430,7 @@ def activity(
                 f"@activity(executor='process') on {f.__qualname__}: a process runs a function it can "
                 "import by name; define it at the top level of a module"
             )
-        f.__harvest_activity__ = ActivityDefinition(
+        cast(Any, f).__harvest_activity__ = ActivityDefinition(
             name=_check_name(name or f.__name__, "activity name"),
             fn=f,
             local=bool(local),
