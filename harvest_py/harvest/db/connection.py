@@ -15,7 +15,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Self, cast
+from typing import Any, LiteralString, Self, cast
 from urllib.parse import unquote
 
 import psycopg
@@ -326,13 +326,13 @@ FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
 
 
-def _role_statements(role: str, source: str) -> str:
+def _role_statements(role: str, source: str) -> LiteralString:
     if role not in FACE_ROLES:
         raise ValueError(f"unknown role {role!r}: a request runs as one of {', '.join(sorted(FACE_ROLES))}")
     if source not in FACE_APPLICATION_NAMES:
         raise ValueError(f"unknown audit source {source!r}")
     # Both names come from the closed sets above, never from a request.
-    return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"
+    return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"  # pyright: ignore[reportReturnType]
 
 
 # The audit context a face asserts for its own calls (harvest._audit_context, functions/audit.sql):

@@ -295,7 +295,7 @@ class Migrator:
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
-                conn.execute(paths.ledger_file().read_text())
+                conn.execute(paths.ledger_file().read_text())  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
                 applied = self._applied(conn)
                 for migration in self.migrations:
                     if (migration.set_name, migration.version) in applied:
@@ -377,12 +377,12 @@ class Migrator:
             offset = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
             line = sql.count("\n", 0, offset) + 1
             raise MigrationError(
-                f"{path} line {line}: {exc.args[0]}; nothing from this file "
+                f"{path} line {line}: {exc.args[0]}; nothing from this file "  # pyright: ignore[reportGeneralTypeIssues]
                 "was recorded, fix it and run again"
             ) from None
         for line, stmt in parsed:
             try:
-                conn.execute(stmt, prepare=False)
+                conn.execute(stmt, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own files
             except psycopg.Error as exc:
                 message = (exc.diag.message_primary or str(exc)).strip()
                 position = exc.diag.statement_position

@@ -17,7 +17,7 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -1662,12 +1662,12 @@ class SqlApi:
         # The methods of CALLS are set on the class below, so a checker knows them by name only.
         def __getattr__(self, name: str) -> Any: ...
 
-    def _all(self, sql: str, params: dict[str, Any]) -> Rows:
+    def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
-    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def _stream(self, sql: LiteralString, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         page_size = params.pop("page_size")
         with (
             translated_errors(),
@@ -1707,14 +1707,14 @@ class AsyncSqlApi:
         """The API on one connection the caller holds (its transaction, its LISTEN)."""
         return cls(_OneConnection(conn))
 
-    async def _all(self, sql: str, params: dict[str, Any]) -> Rows:
+    async def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         async with self.pool.connection() as conn:
             with translated_errors():
                 async with conn.cursor(row_factory=dict_row) as cur:
                     await cur.execute(sql, params)
                     return await cur.fetchall() if cur.description else []
 
-    async def _stream(self, sql: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, sql: LiteralString, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         page_size = params.pop("page_size")
         async with self.pool.connection() as conn:
             with translated_errors():
@@ -1738,7 +1738,7 @@ def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
     params, shape, sql = spec.params, spec.shape, spec.sql
     fixed = isinstance(sql, str)
     # (for a checker: `sql` is the text when fixed, else the function that picks it)
-    text, pick = cast(str, sql), cast("Callable[[dict[str, Any]], str]", sql)
+    text, pick = cast("LiteralString", sql), cast("Callable[[dict[str, Any]], LiteralString]", sql)
     method: Callable[..., Any]
     if spec.stream:
 
