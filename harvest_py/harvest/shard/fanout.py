@@ -150,14 +150,14 @@ def is_shard_failure(exc: BaseException) -> bool:
 # Internally a read gets (api, shard): the workflow list gives each shard its own position.
 def _call_sync(provider: Any, read: Callable[[Any, int], T], shard: int) -> T:
     if callable(provider):
-        with provider() as api:
+        with cast(Any, provider)() as api:
             return read(api, shard)
     return read(provider, shard)
 
 
 async def _call_async(provider: Any, read: Callable[[Any, int], Any], shard: int) -> Any:
     if callable(provider):
-        async with provider() as api:
+        async with cast(Any, provider)() as api:
             answer = read(api, shard)
             return await answer if inspect.isawaitable(answer) else answer
     answer = read(provider, shard)
