@@ -616,7 +616,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
         route = self.client._target.route
-        run = self.execution_id
+        run = cast(str, self.execution_id)  # a found, not deferred, run
         for _ in range(_MAX_CHAIN):
             try:
                 return self._at(
@@ -746,7 +746,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         on each successor's shard in turn."""
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
-        target, run = self.client._target, self.execution_id
+        target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
@@ -1178,7 +1178,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
         route = self.client._target.route
-        run = self.execution_id
+        run = cast(str, self.execution_id)  # a found, not deferred, run
         for _ in range(_MAX_CHAIN):
             try:
                 return await self._at(
@@ -1307,7 +1307,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         """See :meth:`WorkflowHandle.result`."""
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
-        target, run = self.client._target, self.execution_id
+        target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
