@@ -272,5 +272,6 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     finally:
         if ahead is not None:
             ahead.settle(recorded)
-    if recorded.handed is not None:  # the workflow this woke, leased to us: decide it now
-        worker.run_handed(recorded.handed, task)
+    # (recorded is set: every except above returns)
+    if recorded.handed is not None:  # pyright: ignore[reportOptionalMemberAccess]
+        worker.run_handed(recorded.handed, task)  # pyright: ignore[reportOptionalMemberAccess]

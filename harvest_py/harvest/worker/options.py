@@ -212,7 +212,7 @@ class Tunable:
         if value is None and self.optional:
             return
         ok_type = isinstance(value, int if self.integer else int | float) and not isinstance(value, bool)
-        if not ok_type or not self.low <= value <= self.high:  # NaN fails the comparison
+        if not ok_type or not self.low <= cast(float, value) <= self.high:  # NaN fails the comparison
             raise InvalidArgument(
                 f"Worker({self.name}={value!r}): allowed {'an integer' if self.integer else 'a number'} "
                 f"from {_text(self.low)} to {_text(self.high)}"
