@@ -494,7 +494,7 @@ class Metrics:
                 value.forget(str(shard))
 
     def render(self) -> bytes:
-        return _prom.generate_latest(self.registry)
+        return _prom.generate_latest(self.registry)  # pyright: ignore[reportOptionalMemberAccess]  # set: Metrics() needs it
 
 
 class NullMetrics:
