@@ -61,20 +61,34 @@ def _expected() -> dict[tuple[str, int], dict[str, str]]:
     return out
 
 
-def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="module")
-def mypy() -> list[Finding]:
+def outputs() -> dict[str, tuple[int, str, str]]:
+    """Both checkers at once (one process each, side by side): name -> (exit code, stdout, stderr)."""
     cases = [str(p.relative_to(ROOT)) for p in _case_files()]
-    done = _run(
-        [str(BIN / "mypy"), "--no-error-summary", "--hide-error-context", "harvest_py/harvest", *cases]
-    )
-    if done.returncode not in (0, 1):
-        pytest.fail(f"mypy did not run: {done.stderr or done.stdout}")
+    running = {
+        "mypy": _start(
+            [str(BIN / "mypy"), "--no-error-summary", "--hide-error-context", "harvest_py/harvest", *cases]
+        ),
+        "pyright": _start([str(BIN / "pyright"), "--outputjson", "harvest_py/harvest", *cases]),
+    }
+    out = {}
+    for name, process in running.items():
+        stdout, stderr = process.communicate(timeout=TIMEOUT)
+        out[name] = (process.returncode, stdout, stderr)
+    return out
+
+
+@pytest.fixture(scope="module")
+def mypy(outputs: dict[str, tuple[int, str, str]]) -> list[Finding]:
+    code, stdout, stderr = outputs["mypy"]
+    if code not in (0, 1):
+        pytest.fail(f"mypy did not run: {stderr or stdout}")
     findings = []
-    for text in done.stdout.splitlines():
+    for text in stdout.splitlines():
         found = MYPY_LINE.match(text)
         if found:
             findings.append(Finding(found["path"], int(found["line"]), found["code"] or "", found["message"]))
@@ -82,13 +96,12 @@ def mypy() -> list[Finding]:
 
 
 @pytest.fixture(scope="module")
-def pyright() -> list[Finding]:
-    cases = [str(p.relative_to(ROOT)) for p in _case_files()]
-    done = _run([str(BIN / "pyright"), "--outputjson", "harvest_py/harvest", *cases])
+def pyright(outputs: dict[str, tuple[int, str, str]]) -> list[Finding]:
+    _, stdout, stderr = outputs["pyright"]
     try:
-        report = json.loads(done.stdout)
+        report = json.loads(stdout)
     except ValueError:
-        pytest.fail(f"pyright did not run: {done.stderr or done.stdout}")
+        pytest.fail(f"pyright did not run: {stderr or stdout}")
     return [
         Finding(
             os.path.relpath(d["file"], ROOT),

@@ -22,11 +22,9 @@ async def pay(ctx: WorkflowContext, amount: float) -> bool:
     await ctx.execute_activity(charge, "17")  # expect-error: mypy=arg-type pyright=reportArgumentType
     await ctx.execute_activity(reserve, "sku")  # expect-error: mypy=arg-type pyright=reportArgumentType
     await ctx.execute_activity(charge, 1, 2)  # expect-error: mypy=call-arg pyright=reportCallIssue
-    receipt: int = await ctx.execute_activity(
-        charge, 1
-    )  # expect-error: mypy=arg-type pyright=reportAssignmentType
+    n: int = await ctx.execute_activity(charge, 1)  # expect-error: mypy=arg-type pyright=reportAssignmentType
     await ctx.execute_child_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
-    return receipt > 0
+    return n > 0
 
 
 @harvest.workflow  # expect-error: mypy=type-var pyright=reportArgumentType
