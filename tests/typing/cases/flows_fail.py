@@ -22,6 +22,7 @@ async def pay(ctx: WorkflowContext, amount: float) -> bool:
     await ctx.execute_activity(charge, "17")  # expect-error: mypy=arg-type pyright=reportArgumentType
     await ctx.execute_activity(reserve, "sku")  # expect-error: mypy=arg-type pyright=reportArgumentType
     await ctx.execute_activity(charge, 1, 2)  # expect-error: mypy=call-arg pyright=reportCallIssue
+    await ctx.execute_activity(charge)  # expect-error: mypy=arg-type pyright=reportArgumentType
     n: int = await ctx.execute_activity(charge, 1)  # expect-error: mypy=arg-type pyright=reportAssignmentType
     await ctx.execute_child_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
     return n > 0
