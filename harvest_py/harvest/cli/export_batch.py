@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -33,7 +33,7 @@ STATE_GROUPS = {
 
 
 def _updated(row: dict[str, Any]) -> datetime:
-    return row.get("completed_at") or row["created_at"]
+    return cast(datetime, row.get("completed_at") or row["created_at"])
 
 
 def _matching(
@@ -54,7 +54,8 @@ def _matching(
 
 
 def _export_of(api: Any, shard: int, row: dict[str, Any], full: bool) -> dict[str, Any]:
-    from harvest.cli.workflow import _resolved, redact
+    from harvest.cli.workflow import _resolved
+    from harvest.core.payload import redact
 
     execution_id = str(row["execution_id"])
     execution = api.get_execution(execution_id)
@@ -84,7 +85,13 @@ def _export_of(api: Any, shard: int, row: dict[str, Any], full: bool) -> dict[st
 )
 @database_url_option
 def export_batch(
-    workflow_name, state_group, updated_after, limit, payload_policy, path, database_url
+    workflow_name: str | None,
+    state_group: str,
+    updated_after: datetime | None,
+    limit: int,
+    payload_policy: str,
+    path: str,
+    database_url: str | None,
 ) -> None:
     """Export a bounded batch of recent histories (every shard) for replay in CI.
 
@@ -114,7 +121,7 @@ def export_batch(
         (e for found, _ in fan.results.values() for e in found), key=lambda p: p[0], reverse=True
     )
     failures = [f for _, failed in fan.results.values() for f in failed]
-    batch = {
+    batch: dict[str, Any] = {
         "schema": BATCH_SCHEMA,
         "version": BATCH_VERSION,
         "status": fan.status,

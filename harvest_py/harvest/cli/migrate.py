@@ -33,7 +33,7 @@ class _MigrateGroup(click.Group):
     """Errors become one line on stderr and the error's exit code, also when this group
     runs on its own (``harvest.cli.migrate.migrate``) rather than under ``harvest``."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except HarvestError as exc:

@@ -59,7 +59,7 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         # Nothing declared and no --app: unknown, not "all covered" (the spec's null fails closed).
         data["unpolled_declared_queues"] = None
 
-    def render(d):
+    def render(d: dict[str, Any]) -> str:
         unpolled = d["unpolled_declared_queues"]
         rows = [
             {"queue": q, "live_workers": n, "covered": "NO" if not n or q in (unpolled or ()) else "yes"}
