@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -18,7 +18,7 @@ from harvest.shard.fanout import COMPLETE, PARTIAL, UNAVAILABLE
 NO_MATCHES = "no_matches"  # every shard read, no run recorded the gate (the spec's status)
 
 
-def _summed_versions(results: dict[str, Any]) -> list[dict[str, Any]]:
+def _summed_versions(results: dict[int, Any]) -> list[dict[str, Any]]:
     """Each (version, state_group) summed over the shards; the sample ids of every shard."""
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for found in results.values():
@@ -157,8 +157,8 @@ def version_usage(
     unavailable (a shard could not be read: exit 1, never a false zero)."""
     group = "active" if guard else state_group
 
-    def count(api) -> list[dict[str, Any]]:
-        return api.count_versions(change_id, version, group, workflow_name)
+    def count(api: Any) -> list[dict[str, Any]]:
+        return cast("list[dict[str, Any]]", api.count_versions(change_id, version, group, workflow_name))
 
     if shard_id is not None:
         with shard_api(database_url, shard_id, read_only=True) as api:
