@@ -35,6 +35,8 @@ def not_async(ctx: WorkflowContext) -> None:
 
 def start(client: Client) -> str:
     client.start_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    sws = client.signal_with_start
+    sws(pay, "1", workflow_id="p", signal="s")  # expect-error: mypy=arg-type pyright=reportArgumentType
     handle = client.start_workflow(pay, 10.0)
     text: str = handle.result()  # expect-error: mypy=assignment pyright=reportAssignmentType
     return text

@@ -72,12 +72,20 @@ def start(client: Client) -> bool:
     found = client.get_handle(workflow_id="order-1", workflow=checkout)
     assert_type(found, WorkflowHandle[bool])
     assert_type(client.get_handle("0190-...").result(), Any)
+    assert_type(client.get_handle("0190-...", checkout), WorkflowHandle[bool])
+    signalled = client.signal_with_start(checkout, Order(3, 1.0), workflow_id="order-3", signal="go")
+    assert_type(signalled, WorkflowHandle[bool])
+    updated, outcome = client.update_with_start(checkout, Order(4, 1.0), workflow_id="o-4", update="approve")
+    assert_type(updated, WorkflowHandle[bool])
+    assert_type(outcome, Any)
     return handle.result(timeout=5)
 
 
 async def start_async(client: AsyncClient) -> dict[str, int]:
     handle = await client.start_workflow(child, 3)
     assert_type(handle, harvest.AsyncWorkflowHandle[dict[str, int]])
+    found = client.get_handle(workflow_id="c-3", workflow=child)
+    assert_type(await found.result(), dict[str, int])
     return await handle.result()
 
 
