@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument
 from harvest.db.pools import TRANSIENT
@@ -238,6 +238,22 @@ def _fan_out(
     return _collect(outcomes, missing)
 
 
+@overload
+async def fan_out_async(
+    apis: Mapping[int, Any],
+    read: Callable[[Any], Awaitable[T]],
+    *,
+    shards: Iterable[int] | None = None,
+    timeout: float | None = None,
+) -> FanOut[T]: ...
+@overload
+async def fan_out_async(
+    apis: Mapping[int, Any],
+    read: Callable[[Any], T],
+    *,
+    shards: Iterable[int] | None = None,
+    timeout: float | None = None,
+) -> FanOut[T]: ...
 async def fan_out_async(
     apis: Mapping[int, Any],
     read: Callable[[Any], Awaitable[T] | T],
