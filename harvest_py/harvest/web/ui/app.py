@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import jinja2
 from starlette.applications import Starlette
@@ -979,7 +979,8 @@ def dashboard_app(
     ``app.state.dashboard.close()`` in its own)."""
     if authorizer is None:
         authorizer = default_authorizer(profile, token_database(dsn, config), source="ui")
-    dashboard = Dashboard(Source(dsn=dsn, shards=shards, config=config, timeout=timeout), authorizer)
+    source = Source(dsn=dsn, shards=shards, config=config, timeout=timeout)
+    dashboard = Dashboard(source, cast("Authorizer", authorizer))  # (set above when None)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
