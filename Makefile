@@ -12,7 +12,7 @@ SQL_FILES := $(wildcard sql/*.sql functions/*.sql migrations/*.sql bench/*.sql)
 help:
 	@echo "make dev        run Harvest end to end on an embedded PostgreSQL"
 	@echo "make test       install what tests need, lint, run every suite"
-	@echo "make lint       sqlfluff over the SQL, ruff check and ruff format --check over the Python"
+	@echo "make lint       sqlfluff over the SQL, ruff over the Python, mypy --strict and pyright (tests/typing)"
 	@echo "make pgtap      install pgTAP (Debian's postgresql-15-pgtap) for PG 15 and the embedded server"
 	@echo "make chromium   install headless Chromium and its driver (Debian's chromium, chromium-driver) for tests/browser"
 	@echo "make promtool   install promtool (Debian's prometheus), which checks and tests the alert pack"
@@ -39,6 +39,7 @@ lint: install
 	$(BIN)/ruff check harvest_py tests scripts examples $(wildcard bench)
 	$(BIN)/ruff format --check harvest_py tests scripts examples $(wildcard bench)
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
+	$(BIN)/pytest -q -p no:cacheprovider tests/typing/check_types.py
 
 test: install lint pgtap chromium promtool redis test-python test-pg15
 

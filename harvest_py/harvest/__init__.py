@@ -50,8 +50,9 @@ if TYPE_CHECKING:
     from harvest.declare.messages import describe_handlers, query, update
     from harvest.declare.schedules import Schedule, WorkflowSchedule
     from harvest.runtime import DEFAULT_VERSION, WorkflowContext
-    from harvest.runtime.children import ChildPlacement
+    from harvest.runtime.children import ChildHandle, ChildPlacement
     from harvest.runtime.external import ExternalWorkflow
+    from harvest.runtime.local import LocalActivityContext
     from harvest.runtime.saga import Saga
     from harvest.worker import ActivityContext, Worker
 
@@ -105,7 +106,8 @@ _WHERE: dict[str, str] = {
     **dict.fromkeys(["DEFAULT_VERSION", "WorkflowContext"], "harvest.runtime"),
     "Saga": "harvest.runtime.saga",
     "ExternalWorkflow": "harvest.runtime.external",
-    "ChildPlacement": "harvest.runtime.children",
+    **dict.fromkeys(["ChildHandle", "ChildPlacement"], "harvest.runtime.children"),
+    "LocalActivityContext": "harvest.runtime.local",
     **dict.fromkeys(["ActivityContext", "Worker"], "harvest.worker"),
 }
 
@@ -118,6 +120,7 @@ __all__ = [
     "AsyncClient",
     "AsyncWorkflowHandle",
     "Batch",
+    "ChildHandle",
     "ChildPlacement",
     "ChildWorkflowError",
     "Client",
@@ -130,6 +133,7 @@ __all__ = [
     "ExternalWorkflowNotRunning",
     "ExternalWorkflowUnreachable",
     "HarvestError",
+    "LocalActivityContext",
     "NonDeterminismError",
     "QueryFailed",
     "QueryTimeout",
@@ -163,13 +167,15 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'harvest' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # resolve once; later lookups skip this hook
-    return value
+if not TYPE_CHECKING:  # a checker sees the imports above, so a misspelt name is an error there
+
+    def __getattr__(name: str) -> Any:
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module 'harvest' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # resolve once; later lookups skip this hook
+        return value
 
 
 def __dir__() -> list[str]:

@@ -34,7 +34,9 @@ def activity() -> None:
 @click.option("--result-file", default=None, help="Read the result JSON from a file (- for stdin).")
 @database_url_option
 @output_option
-def complete(task_token, result_json, result_file, database_url, output) -> None:
+def complete(
+    task_token: str, result_json: str | None, result_file: str | None, database_url: str | None, output: str
+) -> None:
     """Complete the activity: completed, or already_completed for a repeat of the same result."""
     result = read_json_option(result_json, result_file, "result")
     outcome = _by_token(database_url, task_token, lambda sql, t: sql.complete_activity_by_token(t, result))
@@ -48,7 +50,9 @@ def complete(task_token, result_json, result_file, database_url, output) -> None
 @click.option("--non-retryable", is_flag=True, help="Fail for good instead of retrying per the policy.")
 @database_url_option
 @output_option
-def fail(task_token, error_type, message, non_retryable, database_url, output) -> None:
+def fail(
+    task_token: str, error_type: str, message: str, non_retryable: bool, database_url: str | None, output: str
+) -> None:
     """Fail this attempt: retried, dead-lettered or failed per the activity's retry policy."""
     failure = ActivityFailure(error_type, message, non_retryable=non_retryable).to_json()
     outcome = _by_token(database_url, task_token, lambda sql, t: sql.fail_activity_by_token(t, failure))
@@ -60,7 +64,7 @@ def fail(task_token, error_type, message, non_retryable, database_url, output) -
 @click.option("--details-json", default=None, help="Progress details: one JSON value.")
 @database_url_option
 @output_option
-def heartbeat(task_token, details_json, database_url, output) -> None:
+def heartbeat(task_token: str, details_json: str | None, database_url: str | None, output: str) -> None:
     """Heartbeat the activity (its heartbeat timeout still applies); says whether its run was asked
     to cancel."""
     details = read_json_option(details_json, None, "details")

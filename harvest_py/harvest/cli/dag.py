@@ -32,7 +32,7 @@ def dag() -> None:
 @dag.command("list")
 @database_url_option
 @output_option
-def list_(database_url, output) -> None:
+def list_(database_url: str | None, output: str) -> None:
     """The DAGs the workers registered, with their pause and runs."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.list_dags()
@@ -75,7 +75,15 @@ def list_(database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def trigger(name, conf_json, conf_file, workflow_id, operator, database_url, output) -> None:
+def trigger(
+    name: str,
+    conf_json: str | None,
+    conf_file: str | None,
+    workflow_id: str | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Start a run of DAG NAME now (refused while it is paused or at its max_active_runs)."""
     conf = read_json_option(conf_json, conf_file, "conf")
     with sql_api(database_url, read_only=False) as sql:
@@ -88,7 +96,7 @@ def trigger(name, conf_json, conf_file, workflow_id, operator, database_url, out
 @operator_id_option
 @database_url_option
 @output_option
-def pause(name, operator, database_url, output) -> None:
+def pause(name: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Pause DAG NAME: triggers and retries are refused until it is unpaused."""
     with sql_api(database_url, read_only=False) as sql:
         changed = sql.pause_dag(name, operator)
@@ -100,7 +108,7 @@ def pause(name, operator, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def unpause(name, operator, database_url, output) -> None:
+def unpause(name: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Unpause DAG NAME."""
     with sql_api(database_url, read_only=False) as sql:
         changed = sql.unpause_dag(name, operator)
@@ -116,7 +124,7 @@ def _counts(counts: dict[str, int] | None) -> str:
 @click.option("--limit", default=50, show_default=True, type=PAGE)
 @database_url_option
 @output_option
-def runs(name, limit, database_url, output) -> None:
+def runs(name: str, limit: int, database_url: str | None, output: str) -> None:
     """The runs of DAG NAME, newest first, with their tasks' states counted."""
     with sql_api(database_url, read_only=True) as sql:
         rows = sql.list_dag_runs(name, limit)
@@ -201,7 +209,7 @@ def _run_text(run: dict[str, Any]) -> str:
 @click.argument("execution_id")
 @database_url_option
 @output_option
-def get(execution_id, database_url, output) -> None:
+def get(execution_id: str, database_url: str | None, output: str) -> None:
     """One DAG run: each task's state, attempts and timings (from the run's history)."""
     with sql_api(database_url, read_only=True) as sql:
         run = sql.get_dag_run(execution_id)
@@ -213,7 +221,7 @@ def get(execution_id, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def retry(execution_id, operator, database_url, output) -> None:
+def retry(execution_id: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Retry a failed DAG run from its failed tasks: a new run that keeps the successful
     tasks' results and runs the rest."""
     with sql_api(database_url, read_only=False) as sql:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 import click
+from click.decorators import FC
 
 from harvest.cli.output import (
     PAGE,
@@ -42,7 +46,15 @@ def dlq() -> None:
 @click.option("--cursor", default=None, help="next_cursor from the previous page (every shard).")
 @database_url_option
 @output_option
-def list_(activity_name, workflow_name, limit, before_id, cursor, database_url, output) -> None:
+def list_(
+    activity_name: str | None,
+    workflow_name: str | None,
+    limit: int,
+    before_id: int | None,
+    cursor: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """List dead letters over every shard, newest failure first."""
     merged = read_shards(
         database_url,
@@ -51,7 +63,7 @@ def list_(activity_name, workflow_name, limit, before_id, cursor, database_url, 
     for row in merged.value:
         row["error"] = f"{row['failure'].get('error_type')}: {row['failure'].get('message')}"
 
-    def render(rows):
+    def render(rows: list[dict[str, Any]]) -> str:
         text = table(
             rows,
             [
@@ -73,7 +85,7 @@ def list_(activity_name, workflow_name, limit, before_id, cursor, database_url, 
     emit_merged(merged, "dead_letters", output, render)
 
 
-def shard_id_option(f):
+def shard_id_option(f: FC) -> FC:
     return click.option(
         "--shard-id",
         type=click.IntRange(0, 65535),
@@ -88,7 +100,7 @@ def shard_id_option(f):
 @shard_id_option
 @database_url_option
 @output_option
-def get(dead_letter_id, shard_id, database_url, output) -> None:
+def get(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
     """Show one dead letter with its failure."""
     with shard_api(database_url, shard_id, read_only=True) as sql:
         row = sql.get_dead_letter(dead_letter_id)
@@ -105,7 +117,7 @@ def get(dead_letter_id, shard_id, database_url, output) -> None:
 )
 @database_url_option
 @output_option
-def count(group_by, database_url, output) -> None:
+def count(group_by: str, database_url: str | None, output: str) -> None:
     """Count dead letters by activity, workflow and error type, over every shard."""
     merged = read_shards(database_url, lambda reads: reads.count_dead_letters(group_by))
     emit_merged(
@@ -135,7 +147,7 @@ hidden_alias(dlq, count, "aggregate")  # the old name (CONTRIBUTING.md "Names")
 @shard_id_option
 @database_url_option
 @output_option
-def replay(dead_letter_id, shard_id, database_url, output) -> None:
+def replay(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
     """Re-enqueue one dead letter with a fresh attempt budget."""
     with shard_api(database_url, shard_id, read_only=False) as sql:
         task_id = sql.replay_dead_letter(dead_letter_id)
@@ -151,7 +163,7 @@ def replay(dead_letter_id, shard_id, database_url, output) -> None:
 @shard_id_option
 @database_url_option
 @output_option
-def discard(dead_letter_id, shard_id, database_url, output) -> None:
+def discard(dead_letter_id: int, shard_id: int | None, database_url: str | None, output: str) -> None:
     """Discard one dead letter: its workflow receives the activity's failure."""
     with shard_api(database_url, shard_id, read_only=False) as sql:
         sql.discard_dead_letter(dead_letter_id)
@@ -162,7 +174,7 @@ def discard(dead_letter_id, shard_id, database_url, output) -> None:
     )
 
 
-def _bulk_options(f):
+def _bulk_options(f: FC) -> FC:
     for option in reversed(
         [
             click.option("--activity-name", default=None),
@@ -197,17 +209,17 @@ def _bulk_options(f):
 
 def _bulk(
     action: str,
-    activity_name,
-    workflow_name,
-    failed_after,
-    failed_before,
-    limit,
-    dry_run,
-    operator,
-    batch,
-    shard_id,
-    database_url,
-    output,
+    activity_name: str | None,
+    workflow_name: str | None,
+    failed_after: datetime | None,
+    failed_before: datetime | None,
+    limit: int,
+    dry_run: bool,
+    operator: str | None,
+    batch: int,
+    shard_id: int | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     if not (activity_name or workflow_name or failed_after or failed_before):
         raise InvalidArgument(
@@ -260,7 +272,7 @@ def _bulk(
                         break
     if dry_run:
 
-        def render(d):
+        def render(d: dict[str, Any]) -> str:
             return (
                 f"dry run: {d['matched']} matched, {len(d['ids'])} would be {action}ed"
                 + (
@@ -272,7 +284,7 @@ def _bulk(
             )
     else:
 
-        def render(d):
+        def render(d: dict[str, Any]) -> str:
             return (
                 f"{d['matched']} matched, {d['acted_on']} {action}ed, {len(d['failures'])} failed"
                 + "".join(f"\n  failed: {f['id']}: {f['error']}" for f in d["failures"])
@@ -288,13 +300,13 @@ def _bulk(
 
 @dlq.command("bulk-replay")
 @_bulk_options
-def bulk_replay(**options) -> None:
+def bulk_replay(**options: Any) -> None:
     """Replay every dead letter matching the filter (at most --limit per call)."""
     _bulk("replay", **options)
 
 
 @dlq.command("bulk-discard")
 @_bulk_options
-def bulk_discard(**options) -> None:
+def bulk_discard(**options: Any) -> None:
     """Discard every dead letter matching the filter (at most --limit per call)."""
     _bulk("discard", **options)

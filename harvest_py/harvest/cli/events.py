@@ -18,7 +18,7 @@ def events() -> None:
     """Follow the event stream."""
 
 
-def _line(event: dict, output: str) -> str:
+def _line(event: dict[str, Any], output: str) -> str:
     if output == "json":
         return json.dumps(
             {

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from typing import Any
 
 import click
@@ -41,7 +42,13 @@ from harvest.shard.fanout import COMPLETE
 )
 @database_url_option
 def export_batch(
-    workflow_name, state_group, updated_after, limit, payload_policy, path, database_url
+    workflow_name: str | None,
+    state_group: str,
+    updated_after: datetime | None,
+    limit: int,
+    payload_policy: str,
+    path: str,
+    database_url: str | None,
 ) -> None:
     """Export a bounded batch of recent histories (every shard) for replay in CI.
 

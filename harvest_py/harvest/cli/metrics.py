@@ -10,6 +10,7 @@ and named on stderr; none answering exits 1. Docs: docs/observability.md.
 from __future__ import annotations
 
 import sys
+from typing import Any, cast
 
 import click
 
@@ -41,7 +42,7 @@ def metrics(database_url: str | None, max_keys: int) -> None:
         for shard, provider in sorted(apis.items()):
             try:
                 if callable(provider):
-                    with provider() as sql:
+                    with cast(Any, provider)() as sql:
                         samples = sql.get_metric_samples(max_keys)
                 else:
                     samples = provider.get_metric_samples(max_keys)

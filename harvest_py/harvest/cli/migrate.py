@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -32,7 +33,7 @@ class _MigrateGroup(click.Group):
     """Errors become one line on stderr and the error's exit code, also when this group
     runs on its own (``harvest.cli.migrate.migrate``) rather than under ``harvest``."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
@@ -195,7 +196,7 @@ def run(
     )
 
 
-def _shard_note(shard: dict) -> str:
+def _shard_note(shard: dict[str, Any]) -> str:
     if shard["changed"]:
         return f"; shard id set to {shard['shard_id']} (was {shard['previous_shard_id']})"
     return f"; shard id {shard['shard_id']} (unchanged)"

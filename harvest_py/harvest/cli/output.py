@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import click
+from click.decorators import FC
 
 from harvest.cli.http import (
     DEFAULT_BASE_URL,
@@ -98,7 +99,7 @@ def hidden_alias(group: click.Group, command: click.Command, old_name: str) -> N
     group.add_command(alias)
 
 
-def operator_id_option(f):
+def operator_id_option(f: FC) -> FC:
     return click.option(
         "--operator-id",
         "--operator",
@@ -109,7 +110,7 @@ def operator_id_option(f):
     )(f)
 
 
-def database_url_option(f):
+def database_url_option(f: FC) -> FC:
     return click.option(
         "--database-url",
         default=None,
@@ -124,7 +125,7 @@ def _global_output(ctx: click.Context, param: click.Parameter, value: str) -> st
     return value
 
 
-def output_option(f):
+def output_option(f: FC) -> FC:
     return click.option(
         "--output",
         "-o",

@@ -88,7 +88,14 @@ def status(shard_id: int | None, database_url: str | None, output: str) -> None:
     _finish(rows, unavailable, output, "were not read")
 
 
-def _switch(enabled: bool, lease_secs: float | None, shard_id, operator, database_url, output) -> None:
+def _switch(
+    enabled: bool,
+    lease_secs: float | None,
+    shard_id: int | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     if not operator:
         raise InvalidArgument("--operator-id is required: who turns owner mode on or off, for the audit log")
     rows, unavailable = _on_shards(
@@ -112,7 +119,13 @@ def _switch(enabled: bool, lease_secs: float | None, shard_id, operator, databas
 @operator_id_option
 @database_url_option
 @output_option
-def on(lease_secs, shard_id, operator, database_url, output) -> None:
+def on(
+    lease_secs: float | None,
+    shard_id: int | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Turn owner mode on (admin, one audited call per shard)."""
     _switch(True, lease_secs, shard_id, operator, database_url, output)
 
@@ -122,6 +135,6 @@ def on(lease_secs, shard_id, operator, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def off(shard_id, operator, database_url, output) -> None:
+def off(shard_id: int | None, operator: str | None, database_url: str | None, output: str) -> None:
     """Turn owner mode off (admin, one audited call per shard): every owner row is freed."""
     _switch(False, None, shard_id, operator, database_url, output)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from harvest.cli.output import cli_config, database_url_option, emit, output_option, sql_api, table
@@ -57,7 +59,7 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         # Nothing declared and no --app: unknown, not "all covered" (the spec's null fails closed).
         data["unpolled_declared_queues"] = None
 
-    def render(d):
+    def render(d: dict[str, Any]) -> str:
         unpolled = d["unpolled_declared_queues"]
         rows = [
             {"queue": q, "live_workers": n, "covered": "NO" if not n or q in (unpolled or ()) else "yes"}
@@ -79,7 +81,7 @@ def coverage(app_target: str | None, strict: bool, database_url: str | None, out
         raise SystemExit(2)  # a shard not read is coverage unknown: fail closed
 
 
-def _coverage_shards(database_url: str | None, declared: list[str] | None) -> dict:
+def _coverage_shards(database_url: str | None, declared: list[str] | None) -> dict[str, Any]:
     """Coverage over every shard: a queue is polled when each shard that answered has a live
     worker on it (work on a shard no live worker polls waits). ``live_workers`` counts distinct
     workers over the shards; ``by_shard`` names each shard's unpolled queues. ``declared``

@@ -9,7 +9,8 @@ operation): each shard's URL comes from ``shards.urls`` / ``HARVEST_SHARDS__URLS
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -17,6 +18,14 @@ from harvest.cli.output import cli_config, emit, output_option, table
 from harvest.core.errors import ConfigError, InvalidArgument
 
 SHARD_HELP = "A shard's database: N=URL (repeatable; wins over shards.urls for that shard)."
+
+
+if TYPE_CHECKING:
+    from harvest.shard import ShardPools
+
+# The replay half of a verification: (events, workflow name) -> (ok, error), or None when the
+# App does not register that workflow.
+Replay = Callable[[list[dict[str, Any]], str], "tuple[bool, Any] | None"]
 
 
 def _shard_dsns(pairs: tuple[str, ...]) -> dict[int, str]:
@@ -38,7 +47,7 @@ def _shard_dsns(pairs: tuple[str, ...]) -> dict[int, str]:
     return dsns
 
 
-def _pools(pairs: tuple[str, ...]):
+def _pools(pairs: tuple[str, ...]) -> ShardPools:
     from harvest.shard import ShardPools, ShardRouter
 
     dsns = _shard_dsns(pairs)
@@ -48,7 +57,7 @@ def _pools(pairs: tuple[str, ...]):
     return ShardPools(ShardRouter(shards, shards, shards[0]), dsns, max_size=2)
 
 
-def _replay_with(target: str | None):
+def _replay_with(target: str | None) -> Replay | None:
     """The replay half of verification: the App's registered code, when --app is given."""
     if target is None:
         return None
@@ -58,7 +67,7 @@ def _replay_with(target: str | None):
     app = load_app(target)
     replayer = WorkflowReplayer(app)
 
-    def replay(events: list[dict[str, Any]], workflow_name: str):
+    def replay(events: list[dict[str, Any]], workflow_name: str) -> tuple[bool, Any] | None:
         try:
             app.workflow(workflow_name)
         except Exception:  # the App does not register this workflow: structural only
@@ -163,12 +172,12 @@ def rebalance_resume(
             )
         if target is not None:
             targets = [t for t in targets if t == target]
-        moves = []
+        moves: list[dict[str, Any]] = []
         for to in targets:
             rebalancer = Rebalancer(pools, source, to, operator_id=operator, replay=_replay_with(app_target))
             moves.extend(m.as_dict() for m in rebalancer.resume())
     outcomes = ("moved", "declined", "failed")
-    report = {
+    report: dict[str, Any] = {
         "from": source,
         "to": target if target is not None else ",".join(map(str, targets)) or "-",
         "counts": {o: sum(1 for m in moves if m["outcome"] == o) for o in outcomes},

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -79,7 +79,7 @@ def replay(target: str, workflow_name: str | None, json_path: Path) -> None:
     sys.exit(1)
 
 
-def _replay_batch(replayer: Any, batch: dict, workflow_name: str | None, path: Path) -> None:
+def _replay_batch(replayer: Any, batch: dict[str, Any], workflow_name: str | None, path: Path) -> None:
     """Replay every export of a batch (of ``workflow_name`` only, when given); one line each;
     exit 1 when any diverges or the batch is not complete."""
     if workflow_name is not None:
@@ -142,8 +142,8 @@ def version_usage(
     unavailable (a shard could not be read: exit 1, never a false zero)."""
     group = "active" if guard else state_group
 
-    def count(api) -> list[dict]:
-        return api.count_versions(change_id, version, group, workflow_name)
+    def count(api: Any) -> list[dict[str, Any]]:
+        return cast("list[dict[str, Any]]", api.count_versions(change_id, version, group, workflow_name))
 
     if shard_id is not None:
         with shard_api(database_url, shard_id, read_only=True) as api:

@@ -41,7 +41,7 @@ def retention() -> None:
 @retention.command("status")
 @database_url_option
 @output_option
-def status(database_url, output) -> None:
+def status(database_url: str | None, output: str) -> None:
     """Show the settings, the last run and how many executions a run would delete (with
     [shards]: per shard, each shard's own settings and runs)."""
     if shards_configured(cli_config()):
@@ -83,7 +83,14 @@ def _interval_or_off(value: str) -> str | None:
 @operator_id_option
 @database_url_option
 @output_option
-def set_(max_age, batch_size, worker_max_age, operator, database_url, output) -> None:
+def set_(
+    max_age: str | None,
+    batch_size: int | None,
+    worker_max_age: str | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Configure retention."""
     if max_age is None and worker_max_age is None:
         raise click.UsageError("give --max-age, --worker-max-age or both")
@@ -110,7 +117,14 @@ def set_(max_age, batch_size, worker_max_age, operator, database_url, output) ->
 @operator_id_option
 @database_url_option
 @output_option
-def run_now(max_age, batch_size, max_batches, operator, database_url, output) -> None:
+def run_now(
+    max_age: str | None,
+    batch_size: int | None,
+    max_batches: int,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Delete expired terminal executions now, batch by batch, until none remain (and the
     stopped or stale worker rows the worker rule lets go)."""
     with sql_api(database_url, read_only=False) as sql:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import click
+from click.decorators import FC
 
 from harvest.cli.output import (
     cli_config,
@@ -241,7 +242,7 @@ def _emit_schedule(data: dict[str, Any], output: str) -> None:
     emit(data, output, render)
 
 
-def _shard_option(f):
+def _shard_option(f: FC) -> FC:
     return click.option(
         "--shard-id",
         "shard",

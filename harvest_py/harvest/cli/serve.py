@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+from collections.abc import AsyncIterator
 from typing import Any
 
 import click
@@ -36,7 +37,7 @@ def served_app(api: Any, mount: str = MOUNT) -> Any:
     from starlette.routing import Mount
 
     @contextlib.asynccontextmanager
-    async def lifespan(_app: Any):
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
         state = api.state.harvest
         try:
             await state.open()
@@ -77,7 +78,12 @@ def curl_line(base: str, workflow: str = "greet", input_json: str = '{"input": [
 )
 @database_url_option
 def serve(
-    host: str | None, port: int | None, app_target: str | None, log_level: str, log_format: str, database_url
+    host: str | None,
+    port: int | None,
+    app_target: str | None,
+    log_level: str,
+    log_format: str,
+    database_url: str | None,
 ) -> None:
     """Serve the management API (mounted at /api/harvest) as the web process role."""
     import uvicorn

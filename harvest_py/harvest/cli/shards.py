@@ -182,7 +182,9 @@ def routed_call(
 
 
 def routed_read(
-    database_url: str | None, execution_id: str, fn: Callable[[SqlApi, Callable[[dict], dict]], Any]
+    database_url: str | None,
+    execution_id: str,
+    fn: Callable[[SqlApi, Callable[[dict[str, Any]], dict[str, Any]]], Any],
 ) -> Any:
     """:func:`routed_call` for a read, in a read-only transaction: ``fn(sql, resident)``, where
     ``resident(row)`` passes a row read by id (status, migrated_to_shard) and, over shards,

@@ -81,7 +81,15 @@ def get(workflow_name: str, database_url: str | None, output: str) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def override(workflow_name, rps, burst, ttl_secs, operator, database_url, output) -> None:
+def override(
+    workflow_name: str,
+    rps: float,
+    burst: float | None,
+    ttl_secs: float,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Lay a temporary rate over the declared throttle (admin; audited on each shard)."""
     _on_every_shard(
         database_url,
@@ -97,7 +105,7 @@ def override(workflow_name, rps, burst, ttl_secs, operator, database_url, output
 @operator_id_option
 @database_url_option
 @output_option
-def clear_override(workflow_name, operator, database_url, output) -> None:
+def clear_override(workflow_name: str, operator: str | None, database_url: str | None, output: str) -> None:
     """Drop the override now (admin; audited on each shard)."""
     _on_every_shard(
         database_url,

@@ -25,7 +25,7 @@ from harvest.shard.fanout import USAGE_SUMS
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the same as --output json).")
 @database_url_option
 @output_option
-def usage(from_, to, group_by, as_json, database_url, output) -> None:
+def usage(from_: str, to: str, group_by: str, as_json: bool, database_url: str | None, output: str) -> None:
     """What each workflow type or tenant consumed over a window, summed over every shard."""
     now = datetime.now(UTC)
     start, end = when(from_, "--from", now), when(to, "--to", now)

@@ -6,7 +6,8 @@ treats a first argument that is not one of its subcommands as that target.
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
+from typing import Any, cast
 
 import click
 
@@ -59,18 +60,18 @@ def _sharded() -> bool:
     return shards_configured(cli_config())
 
 
-def _tag(fan) -> list[dict]:
+def _tag(fan: Any) -> list[dict[str, Any]]:
     return [{**row, "shard_id": s} for s, row in fan.results.items() if row is not None]
 
 
-def _worker_or_none(api, worker_id: str):
+def _worker_or_none(api: Any, worker_id: str) -> dict[str, Any] | None:
     try:
-        return api.get_worker(worker_id)
+        return cast("dict[str, Any]", api.get_worker(worker_id))
     except NotFound:
         return None
 
 
-def get_worker_shards(worker_id: str, database_url, output) -> None:
+def get_worker_shards(worker_id: str, database_url: str | None, output: str) -> None:
     """`worker get` with [shards]: the worker's row on every shard that has one (one per shard
     it polls), each with its shard_id."""
     fan = each_shard(database_url, lambda api: _worker_or_none(api, worker_id))
@@ -87,7 +88,9 @@ def get_worker_shards(worker_id: str, database_url, output) -> None:
     )
 
 
-def drain_worker_shards(worker_id: str, deadline, operator, database_url, output) -> None:
+def drain_worker_shards(
+    worker_id: str, deadline: datetime | None, operator: str | None, database_url: str | None, output: str
+) -> None:
     """`worker drain` with [shards]: the worker's row drained on every shard (each shard audits
     its own drain). A shard that could not be reached is named and the command exits 1."""
     fan = each_shard(
@@ -108,8 +111,15 @@ def drain_worker_shards(worker_id: str, deadline, operator, database_url, output
         raise SystemExit(1)
 
 
-def list_workers(queue, status, health, database_url, output, shard_id=None) -> None:
-    def read(reads):
+def list_workers(
+    queue: str | None,
+    status: str | None,
+    health: str | None,
+    database_url: str | None,
+    output: str,
+    shard_id: int | None = None,
+) -> None:
+    def read(reads: Any) -> Any:
         if shard_id is not None and shard_id not in reads.apis:
             shards = ", ".join(str(s) for s in sorted(reads.apis))
             raise InvalidArgument(f"--shard-id {shard_id}: no such shard; the shards here are {shards}")
@@ -136,7 +146,14 @@ def register(group: click.Group) -> None:
     )
     @database_url_option
     @output_option
-    def list_(queue, status, health, shard_id, database_url, output) -> None:
+    def list_(
+        queue: str | None,
+        status: str | None,
+        health: str | None,
+        shard_id: int | None,
+        database_url: str | None,
+        output: str,
+    ) -> None:
         """List registered workers (stale first within each status)."""
         list_workers(queue, status, health, database_url, output, shard_id)
 
@@ -144,7 +161,7 @@ def register(group: click.Group) -> None:
     @click.argument("worker_id")
     @database_url_option
     @output_option
-    def get(worker_id, database_url, output) -> None:
+    def get(worker_id: str, database_url: str | None, output: str) -> None:
         """Show one worker, with the ids of the tasks it holds (with [shards]: its row on every
         shard it polls, each with shard_id)."""
         if _sharded():
@@ -157,12 +174,12 @@ def register(group: click.Group) -> None:
     @group.command("health")
     @database_url_option
     @output_option
-    def health(database_url, output) -> None:
+    def health(database_url: str | None, output: str) -> None:
         """The fleet roll-up over every shard: healthy, stale, draining; workers per queue and per
         shard (not stopped), split by health."""
         merged = read_shards(database_url, lambda reads: reads.get_worker_health())
 
-        def render(d):
+        def render(d: dict[str, Any]) -> str:
             text = mapping(d, ["healthy", "stale", "draining", "stopped", "total", "by_shard"])
             split = d.get("by_queue_health") or {}
             queues = [
@@ -186,7 +203,9 @@ def register(group: click.Group) -> None:
     @operator_id_option
     @database_url_option
     @output_option
-    def drain(worker_id, deadline, operator, database_url, output) -> None:
+    def drain(
+        worker_id: str, deadline: datetime | None, operator: str | None, database_url: str | None, output: str
+    ) -> None:
         """Ask a worker to stop claiming, finish its in-flight work and stop (by --deadline, if given)."""
         if deadline is not None and deadline.tzinfo is None:
             deadline = deadline.replace(tzinfo=UTC)  # a time without an offset is UTC
@@ -204,7 +223,9 @@ def register(group: click.Group) -> None:
     @click.option("--worker-id", default=None)
     @database_url_option
     @output_option
-    def drain_preview(queue, worker_id, database_url, output) -> None:
+    def drain_preview(
+        queue: str | None, worker_id: str | None, database_url: str | None, output: str
+    ) -> None:
         """Who a drain would affect, their in-flight work, and queues left uncovered. Writes nothing."""
         if _sharded():
             fan = each_shard(database_url, lambda api: api.preview_drain(queue, worker_id))
@@ -224,7 +245,7 @@ def register(group: click.Group) -> None:
 class WorkerGroup(click.Group):
     """`harvest worker SUBCOMMAND ...` for the fleet, else `harvest worker TARGET [options]` runs a worker."""
 
-    def __init__(self, *args, run_command: click.Command, **kwargs):
+    def __init__(self, *args: Any, run_command: click.Command, **kwargs: Any):
         kwargs.setdefault("context_settings", {})
         kwargs["context_settings"].update(ignore_unknown_options=True, allow_extra_args=True)
         super().__init__(*args, **kwargs)
@@ -237,13 +258,15 @@ class WorkerGroup(click.Group):
             args = ["__run__"]
         return super().parse_args(ctx, args)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]):
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         run_args = ctx.meta.get("harvest.worker.run_args")
         if run_args is not None:
             return "run", self.run_command, run_args
         return super().resolve_command(ctx, args)
 
-    def format_usage(self, ctx: click.Context, formatter) -> None:
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("harvest worker", "TARGET [OPTIONS] | COMMAND [ARGS]...")
 
 

@@ -22,7 +22,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any, Self
+from typing import Any, Generic, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
@@ -59,6 +59,12 @@ from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, 
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 from harvest.telemetry import tracing
+
+# A handle's result type, and the positional arguments of the workflow function a start is
+# typed by (docs/workflows.md "Types"); a start by name gives a WorkflowHandle[Any].
+ResultT = TypeVar("ResultT")
+Args = TypeVarTuple("Args")
+_Method = TypeVar("_Method", bound=Callable[..., Any])
 
 REUSE_POLICIES = (
     "allow_duplicate",
@@ -154,7 +160,7 @@ def _same_shard(route: Any, run: str, successor: str) -> bool:
     return route is None or route(run) == route(successor)
 
 
-class Children(list):
+class Children(list[Any]):
     """An execution's children (a list of rows) and how complete it is: ``status``
     ``"complete"``, or ``"partial"`` with the shards that could not be read in
     ``unavailable_shards`` (a sharded client reads every shard, docs/sharding.md)."""
@@ -228,12 +234,12 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
 
 def _start_call(
     name: str,
-    encoded: list,
+    encoded: list[Any],
     workflow_id: str | None,
     queue: str,
     reuse_policy: str,
     conflict_policy: str,
-    search_attributes: dict | None,
+    search_attributes: dict[str, Any] | None,
     priority: int,
     execution_timeout: Any,
     run_timeout: Any,
@@ -370,13 +376,13 @@ def _signal_payload(
 
 def _signal_with_start_call(
     workflow: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     workflow_id: str,
     signal: str,
     signal_payload: Any,
     queue: str | None,
-    search_attributes: dict | None,
+    search_attributes: dict[str, Any] | None,
     limit: int | None,
     chain: CodecChain | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
@@ -396,14 +402,14 @@ def _signal_with_start_call(
 
 def _update_with_start_call(
     workflow: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     workflow_id: str,
     update: str,
     update_arg: Any,
     update_id: str | None,
     queue: str | None,
-    search_attributes: dict | None,
+    search_attributes: dict[str, Any] | None,
     limit: int | None,
     chain: CodecChain | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
@@ -429,13 +435,13 @@ def _coded(chain: CodecChain | None, value: Any) -> Any:
 
 def _start_args(
     workflow: Any,
-    args: tuple,
-    kwargs: dict,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
     queue: str | None,
     limit: int | None,
     chain: CodecChain | None = None,
     payloads: Payloads | None = None,
-) -> tuple[str, WorkflowDefinition | None, list, str]:
+) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
@@ -481,7 +487,7 @@ def _start_in_transaction(conn: Any, call: dict[str, Any], placement: routing.Pl
         row = sql.start_workflow(**call, shard=placement.shard)
         if routing.pin_was_deferred(call["workflow_name"], placement, row):
             routing.refuse_pending(call["workflow_name"], row, sql.list_pending_starts(call["workflow_name"]))
-    return row
+    return cast("dict[str, Any]", row)
 
 
 async def _astart_in_transaction(
@@ -494,7 +500,7 @@ async def _astart_in_transaction(
         if routing.pin_was_deferred(call["workflow_name"], placement, row):
             pending = await sql.list_pending_starts(call["workflow_name"])
             routing.refuse_pending(call["workflow_name"], row, pending)
-    return row
+    return cast("dict[str, Any]", row)
 
 
 class _Handle:
@@ -548,7 +554,7 @@ class _Handle:
         return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
 
-def _history_read(target: Any, execution_id: str) -> Any:
+def _history_read(target: Any, execution_id: str | None) -> Any:
     """``fn(sql)`` reading a run's history: as it is on one database; on shards with the row's
     residence in the same statement, so a seal (a run a rebalance moved) is followed."""
     if not target.sharded:
@@ -557,7 +563,7 @@ def _history_read(target: Any, execution_id: str) -> Any:
     def read(sql: Any) -> list[dict[str, Any]]:
         found = sql.get_resident_history(execution_id, 0)
         routing.resident(found["residence"], True)
-        return found["events"]
+        return cast("list[dict[str, Any]]", found["events"])
 
     return read
 
@@ -577,25 +583,25 @@ def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow
     return handle
 
 
-def _finds_run(method: Any) -> Any:
+def _finds_run(method: _Method) -> _Method:
     """A WorkflowHandle method that first finds the run of a handle by workflow_id."""
 
     @functools.wraps(method)
-    def call(self: WorkflowHandle, *args: Any, **kwargs: Any) -> Any:
+    def call(self: WorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
             shard, name = self._key_lookup()
             with routing.api(self.client._target, shard) as sql:
                 self._found(sql.get_execution_by_workflow_id(self.workflow_id, name))
         return method(self, *args, **kwargs)
 
-    return call
+    return cast("_Method", call)
 
 
-def _afinds_run(method: Any) -> Any:
+def _afinds_run(method: _Method) -> _Method:
     """:func:`_finds_run` for AsyncWorkflowHandle."""
 
     @functools.wraps(method)
-    async def call(self: AsyncWorkflowHandle, *args: Any, **kwargs: Any) -> Any:
+    async def call(self: AsyncWorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
             shard, name = self._key_lookup()
             self._found(
@@ -603,17 +609,18 @@ def _afinds_run(method: Any) -> Any:
             )
         return await method(self, *args, **kwargs)
 
-    return call
+    return cast("_Method", call)
 
 
-class WorkflowHandle(_Handle):
+class WorkflowHandle(_Handle, Generic[ResultT]):
     """One execution, seen from a synchronous client. Every call goes to the shard the run
     lives on: its id's shard, or where a rebalance moved it (a one-database client: its
-    database)."""
+    database). ``ResultT`` is what :meth:`result` returns: the workflow function's return type
+    when the handle came from a start or ``get_handle`` given the function, else ``Any``."""
 
     client: Client
 
-    def _at(self, execution_id: str, fn: Any) -> Any:
+    def _at(self, execution_id: str | None, fn: Any) -> Any:
         """``fn(sql)`` on the shard ``execution_id`` lives on (routing.follow)."""
         target = self.client._target
 
@@ -626,7 +633,7 @@ class WorkflowHandle(_Handle):
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
         route = self.client._target.route
-        run = self._current_run or self.execution_id
+        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
         for _ in range(_MAX_CHAIN):
             try:
                 self._current_run, answer = self._at(
@@ -640,13 +647,19 @@ class WorkflowHandle(_Handle):
     @_finds_run
     def describe(self) -> dict[str, Any]:
         sharded = self.client._target.sharded
-        return self._at(
-            self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
+        return cast(
+            "dict[str, Any]",
+            self._at(
+                self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
+            ),
         )
 
     @_finds_run
     def history(self) -> list[dict[str, Any]]:
-        return self._at(self.execution_id, _history_read(self.client._target, self.execution_id))
+        return cast(
+            "list[dict[str, Any]]",
+            self._at(self.execution_id, _history_read(self.client._target, self.execution_id)),
+        )
 
     @_finds_run
     def terminate(self, reason: str | None = None) -> None:
@@ -676,24 +689,24 @@ class WorkflowHandle(_Handle):
     @_finds_run
     def cancel(self, reason: str | None = None) -> bool:
         """Ask the run to cancel (it may clean up); False if a cancel was already requested."""
-        return self._on_current(sqlapi.cancel_workflow, reason)
+        return cast("bool", self._on_current(sqlapi.cancel_workflow, reason))
 
     @_finds_run
     def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """Pause the (current) run: none of its work starts until :meth:`resume`; running work
         finishes, signals are kept (docs/lifecycle.md). False if it was paused already."""
-        return self._on_current(sqlapi.pause_workflow, reason, operator_id)
+        return cast("bool", self._on_current(sqlapi.pause_workflow, reason, operator_id))
 
     @_finds_run
     def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """Resume a paused run: overdue timers fire once, kept signals arrive in order. False
         if it was running."""
-        return self._on_current(sqlapi.resume_workflow, reason, operator_id)
+        return cast("bool", self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_finds_run
     def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
         """A worker's answer from the run's current state; nothing is written (docs/messages.md)."""
-        return messaging.query(self.client, self.execution_id, name, arg, timeout, result_type)
+        return messaging.query(self.client, cast(str, self.execution_id), name, arg, timeout, result_type)
 
     @_finds_run
     def update(
@@ -713,7 +726,7 @@ class WorkflowHandle(_Handle):
             "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
         ):
             return messaging.update(
-                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
             )
 
     @_finds_run
@@ -731,10 +744,13 @@ class WorkflowHandle(_Handle):
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork (on the source's shard).
         """
-        return self._at(
-            self.execution_id,
-            lambda sql: sql.reset_workflow(
-                self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+        return cast(
+            "dict[str, Any]",
+            self._at(
+                self.execution_id,
+                lambda sql: sql.reset_workflow(
+                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+                ),
             ),
         )
 
@@ -751,17 +767,17 @@ class WorkflowHandle(_Handle):
         return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
 
     @_finds_run
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> ResultT:
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
         LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
         on each successor's shard in turn."""
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
-        target, run = self.client._target, self.execution_id
+        target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
-                return target.follow(
+                outcome: ResultT = target.follow(
                     run,
                     lambda shard, r=run: listen(
                         target.dsn_of(shard),
@@ -770,6 +786,7 @@ class WorkflowHandle(_Handle):
                         cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
                     ),
                 )
+                return outcome
             except _Hop as hop:
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
@@ -860,11 +877,29 @@ class Client:
         return routing.api(self._target, self.router.default if shard is None else shard)
 
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
+        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
+    @overload
     def start_workflow(
-        self, workflow: Any, /, *args: Any, options: StartOptions | None = None, **kwargs: Any
-    ) -> WorkflowHandle:
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        /,
+        *args: *Args,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def start_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        /,
+        *args: Any,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[Any]: ...
+    def start_workflow(
+        self, workflow: Any, /, *args: object, options: StartOptions | None = None, **kwargs: Any
+    ) -> WorkflowHandle[Any]:
         """Start (or attach to) a run; see docs/workflows.md for the policies.
 
         ``*args`` and ``**kwargs`` are the workflow's arguments; ``options=StartOptions(...)``
@@ -954,9 +989,23 @@ class Client:
         with self._target.connection(routing.ONE if placement.shard is None else placement.shard) as conn:
             return go(conn)
 
+    @overload
     def signal_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def signal_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         signal: str,
@@ -965,7 +1014,19 @@ class Client:
         search_attributes: dict[str, Any] | None = None,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]: ...
+    def signal_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle[Any]:
         """Signal the running run of workflow_id, starting one first if none runs (atomically).
 
         On shards it goes where an unpinned start of (name, workflow_id) would: no placement."""
@@ -989,7 +1050,7 @@ class Client:
                     row = sql.signal_with_start(**call)
             except ExecutionMigrated as exc:
                 moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
-                handle = WorkflowHandle(self, moved, workflow_id, definition, False)
+                handle: WorkflowHandle[Any] = WorkflowHandle(self, moved, workflow_id, definition, False)
                 handle._on_current(
                     sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
                 )
@@ -999,9 +1060,27 @@ class Client:
             )
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
 
+    @overload
     def update_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[WorkflowHandle[ResultT], Any]: ...
+    @overload
+    def update_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         update: str,
@@ -1014,7 +1093,23 @@ class Client:
         result_type: Any = Any,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> tuple[WorkflowHandle, Any]:
+    ) -> tuple[WorkflowHandle[Any], Any]: ...
+    def update_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[WorkflowHandle[Any], Any]:
         """Attach to the running run of workflow_id (or start one) and update it, atomically.
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
@@ -1037,7 +1132,9 @@ class Client:
             try:
                 row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
             except ExecutionMigrated as exc:
-                handle = WorkflowHandle(self, _moved_run(self._target, exc), workflow_id, definition, False)
+                handle: WorkflowHandle[Any] = WorkflowHandle(
+                    self, _moved_run(self._target, exc), workflow_id, definition, False
+                )
                 return handle, handle.update(
                     update,
                     update_arg,
@@ -1072,40 +1169,74 @@ class Client:
         encoded = _checked(
             _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
         )
-        return self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded))
+        return cast(
+            "str",
+            self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)),
+        )
 
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """Fail that attempt by its task token: retried, dead-lettered or failed per the
         activity's retry policy (returns which)."""
         report = _failure_report(error)
-        return self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+        return cast(
+            "str", self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+        )
 
     def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """Heartbeat it by its task token (its heartbeat timeout still applies); True when its
         run was asked to cancel."""
         encoded = None if details is None else payload.encode(details)
-        return self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded))
+        return cast(
+            "bool",
+            self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)),
+        )
 
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None,
+        workflow: Callable[..., Awaitable[ResultT]],
+        *,
+        workflow_id: str | None = None,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: None = None,
+        *,
+        workflow: Callable[..., Awaitable[ResultT]],
+        workflow_id: str,
+    ) -> WorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None = None,
+        workflow: str | WorkflowDefinition | None = None,
+        *,
+        workflow_id: str | None = None,
+    ) -> WorkflowHandle[Any]: ...
     def get_handle(
         self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
-    ) -> WorkflowHandle:
+    ) -> WorkflowHandle[Any]:
         """A handle on a run: by ``execution_id``, or by ``workflow_id`` (its current run: the
         running one, else the newest, found at the handle's first call; ``workflow``, a
         ``@workflow`` or its name, narrows it to that workflow and types the result)."""
-        return _handle_of(WorkflowHandle, self, execution_id, workflow, workflow_id)
+        return cast(
+            "WorkflowHandle[Any]", _handle_of(WorkflowHandle, self, execution_id, workflow, workflow_id)
+        )
 
-    def sql(self):
+    def sql(self) -> contextlib.AbstractContextManager[SqlApi]:
         """A scope yielding :class:`SqlApi` on a pooled connection (for operator calls); on
         shards, a connection of the default shard (``client.pools.api(n)`` for another)."""
         return self._sql()
 
 
-class AsyncWorkflowHandle(_Handle):
-    """One execution, seen from an asyncio client."""
+class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
+    """One execution, seen from an asyncio client (``ResultT`` as for :class:`WorkflowHandle`)."""
 
     client: AsyncClient
 
-    async def _at(self, execution_id: str, fn: Any) -> Any:
+    async def _at(self, execution_id: str | None, fn: Any) -> Any:
         """``await fn(sql)`` on the shard ``execution_id`` lives on (see WorkflowHandle._at)."""
         target = self.client._target
 
@@ -1117,7 +1248,7 @@ class AsyncWorkflowHandle(_Handle):
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
         route = self.client._target.route
-        run = self._current_run or self.execution_id
+        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
         for _ in range(_MAX_CHAIN):
             try:
                 self._current_run, answer = await self._at(
@@ -1135,19 +1266,22 @@ class AsyncWorkflowHandle(_Handle):
         async def read(sql: AsyncSqlApi) -> dict[str, Any]:
             return routing.resident(await sql.get_execution(self.execution_id), sharded)
 
-        return await self._at(self.execution_id, read)
+        return cast("dict[str, Any]", await self._at(self.execution_id, read))
 
     @_afinds_run
     async def history(self) -> list[dict[str, Any]]:
         if not self.client._target.sharded:
-            return await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0))
+            return cast(
+                "list[dict[str, Any]]",
+                await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0)),
+            )
 
         async def read(sql: AsyncSqlApi) -> list[dict[str, Any]]:
             found = await sql.get_resident_history(self.execution_id, 0)
             routing.resident(found["residence"], True)
-            return found["events"]
+            return cast("list[dict[str, Any]]", found["events"])
 
-        return await self._at(self.execution_id, read)
+        return cast("list[dict[str, Any]]", await self._at(self.execution_id, read))
 
     @_afinds_run
     async def terminate(self, reason: str | None = None) -> None:
@@ -1179,21 +1313,23 @@ class AsyncWorkflowHandle(_Handle):
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.cancel`."""
-        return await self._on_current(sqlapi.cancel_workflow, reason)
+        return cast("bool", await self._on_current(sqlapi.cancel_workflow, reason))
 
     @_afinds_run
     async def pause(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.pause`."""
-        return await self._on_current(sqlapi.pause_workflow, reason, operator_id)
+        return cast("bool", await self._on_current(sqlapi.pause_workflow, reason, operator_id))
 
     @_afinds_run
     async def resume(self, reason: str | None = None, *, operator_id: str | None = None) -> bool:
         """See :meth:`WorkflowHandle.resume`."""
-        return await self._on_current(sqlapi.resume_workflow, reason, operator_id)
+        return cast("bool", await self._on_current(sqlapi.resume_workflow, reason, operator_id))
 
     @_afinds_run
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
-        return await messaging.aquery(self.client, self.execution_id, name, arg, timeout, result_type)
+        return await messaging.aquery(
+            self.client, cast(str, self.execution_id), name, arg, timeout, result_type
+        )
 
     @_afinds_run
     async def update(
@@ -1211,7 +1347,7 @@ class AsyncWorkflowHandle(_Handle):
             "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
         ):
             return await messaging.aupdate(
-                self.client, self.execution_id, name, arg, wait, timeout, update_id, result_type
+                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
             )
 
     @_afinds_run
@@ -1225,10 +1361,13 @@ class AsyncWorkflowHandle(_Handle):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`WorkflowHandle.reset`."""
-        return await self._at(
-            self.execution_id,
-            lambda sql: sql.reset_workflow(
-                self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+        return cast(
+            "dict[str, Any]",
+            await self._at(
+                self.execution_id,
+                lambda sql: sql.reset_workflow(
+                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
+                ),
             ),
         )
 
@@ -1246,15 +1385,15 @@ class AsyncWorkflowHandle(_Handle):
         return _children(await reads.list_children(self.execution_id, status, depth))
 
     @_afinds_run
-    async def result(self, timeout: float | None = None) -> Any:
+    async def result(self, timeout: float | None = None) -> ResultT:
         """See :meth:`WorkflowHandle.result`."""
         _not_deferred(self)
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
-        target, run = self.client._target, self.execution_id
+        target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
         for _ in range(_MAX_CHAIN):
             try:
-                return await target.follow(
+                outcome: ResultT = await target.follow(
                     run,
                     lambda shard, r=run: alisten(
                         target.dsn_of(shard),
@@ -1263,6 +1402,7 @@ class AsyncWorkflowHandle(_Handle):
                         cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
                     ),
                 )
+                return outcome
             except _Hop as hop:
                 run = hop.execution_id
         raise _chain_too_long(self.execution_id)
@@ -1278,12 +1418,12 @@ class _StartBatcher(GroupCommit):
         self._sql = sql
 
     async def start(self, call: dict[str, Any]) -> dict[str, Any]:
-        return await self._submit(call)
+        return cast("dict[str, Any]", await self._submit(call))
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
-        return await self._sql.start_workflows([call for (call,) in items])
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+        return cast("list[dict[str, Any]]", await self._sql.start_workflows([call for (call,) in items]))
 
-    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         by_n = {row["n"]: row for row in rows}
         for n, (_call, future) in enumerate(batch, start=1):
             if future.done():
@@ -1345,7 +1485,9 @@ class AsyncClient:
         self.dsn = dsn
         self.pools = shards
         self._target: Any = (
-            routing.AsyncSharded(shards) if shards is not None else routing.AsyncOneDatabase(dsn, pool)
+            routing.AsyncSharded(shards)
+            if shards is not None
+            else routing.AsyncOneDatabase(cast(str, dsn), pool)  # AsyncClient.connect: one of the two
         )
         self.router = self._target.router
         self._starts = _ShardStarts(self._target)
@@ -1360,7 +1502,7 @@ class AsyncClient:
         """The SQL API on the pool (for operator calls): each call takes a pooled connection
         and is one transaction, so no scope is needed, unlike :meth:`Client.sql`. On shards,
         the default shard's pool (``client.pools.api(n)`` for another)."""
-        return self._target.sql(self.router.default)
+        return cast("AsyncSqlApi", self._target.sql(self.router.default))
 
     @classmethod
     async def connect(
@@ -1415,11 +1557,29 @@ class AsyncClient:
         await self.close()
 
     def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id))
+        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
+    @overload
     async def start_workflow(
-        self, workflow: Any, /, *args: Any, options: StartOptions | None = None, **kwargs: Any
-    ) -> AsyncWorkflowHandle:
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        /,
+        *args: *Args,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    async def start_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        /,
+        *args: Any,
+        options: StartOptions | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[Any]: ...
+    async def start_workflow(
+        self, workflow: Any, /, *args: object, options: StartOptions | None = None, **kwargs: Any
+    ) -> AsyncWorkflowHandle[Any]:
         """See :meth:`Client.start_workflow`."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
@@ -1493,9 +1653,23 @@ class AsyncClient:
         async with self._target.connection(shard) as conn:
             return await go(conn)
 
+    @overload
     async def signal_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    async def signal_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         signal: str,
@@ -1504,7 +1678,19 @@ class AsyncClient:
         search_attributes: dict[str, Any] | None = None,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> AsyncWorkflowHandle:
+    ) -> AsyncWorkflowHandle[Any]: ...
+    async def signal_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        signal: str,
+        signal_payload: Any = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle[Any]:
         """The asyncio twin of :meth:`Client.signal_with_start`."""
         definition, call = _signal_with_start_call(
             workflow,
@@ -1525,7 +1711,9 @@ class AsyncClient:
                 row = await self._target.sql(shard).signal_with_start(**call)
             except ExecutionMigrated as exc:
                 moved = _moved_run(self._target, exc)  # see Client.signal_with_start
-                handle = AsyncWorkflowHandle(self, moved, workflow_id, definition, False)
+                handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
+                    self, moved, workflow_id, definition, False
+                )
                 await handle._on_current(
                     sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
                 )
@@ -1537,9 +1725,27 @@ class AsyncClient:
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )
 
+    @overload
     async def update_with_start(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[AsyncWorkflowHandle[ResultT], Any]: ...
+    @overload
+    async def update_with_start(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str,
         update: str,
@@ -1552,7 +1758,23 @@ class AsyncClient:
         result_type: Any = Any,
         task_queue: str | None = None,
         **kwargs: Any,
-    ) -> tuple[AsyncWorkflowHandle, Any]:
+    ) -> tuple[AsyncWorkflowHandle[Any], Any]: ...
+    async def update_with_start(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str,
+        update: str,
+        update_arg: Any = None,
+        wait: str = "completed",
+        timeout: Any = 30.0,
+        update_id: str | None = None,
+        queue: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        result_type: Any = Any,
+        task_queue: str | None = None,
+        **kwargs: Any,
+    ) -> tuple[AsyncWorkflowHandle[Any], Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
         definition, call = _update_with_start_call(
             workflow,
@@ -1572,7 +1794,7 @@ class AsyncClient:
             try:
                 row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
             except ExecutionMigrated as exc:
-                handle = AsyncWorkflowHandle(
+                handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
                     self, _moved_run(self._target, exc), workflow_id, definition, False
                 )
                 return handle, await handle.update(
@@ -1608,24 +1830,60 @@ class AsyncClient:
         encoded = _checked(
             _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
         )
-        return await self._by_token(
-            task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
+        return cast(
+            "str",
+            await self._by_token(
+                task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
+            ),
         )
 
     async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """See :meth:`Client.fail_activity`."""
         report = _failure_report(error)
-        return await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
+        return cast(
+            "str",
+            await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report)),
+        )
 
     async def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """See :meth:`Client.heartbeat_activity`."""
         encoded = None if details is None else payload.encode(details)
-        return await self._by_token(
-            task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
+        return cast(
+            "bool",
+            await self._by_token(
+                task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
+            ),
         )
 
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None,
+        workflow: Callable[..., Awaitable[ResultT]],
+        *,
+        workflow_id: str | None = None,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: None = None,
+        *,
+        workflow: Callable[..., Awaitable[ResultT]],
+        workflow_id: str,
+    ) -> AsyncWorkflowHandle[ResultT]: ...
+    @overload
+    def get_handle(
+        self,
+        execution_id: str | None = None,
+        workflow: str | WorkflowDefinition | None = None,
+        *,
+        workflow_id: str | None = None,
+    ) -> AsyncWorkflowHandle[Any]: ...
     def get_handle(
         self, execution_id: str | None = None, workflow: Any = None, *, workflow_id: str | None = None
-    ) -> AsyncWorkflowHandle:
+    ) -> AsyncWorkflowHandle[Any]:
         """See :meth:`Client.get_handle`."""
-        return _handle_of(AsyncWorkflowHandle, self, execution_id, workflow, workflow_id)
+        return cast(
+            "AsyncWorkflowHandle[Any]",
+            _handle_of(AsyncWorkflowHandle, self, execution_id, workflow, workflow_id),
+        )

@@ -16,7 +16,7 @@ any live worker polls the queue).
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
@@ -139,19 +139,19 @@ def _answer_steps(
 
 
 def _request_query(execution_id: str, name: str, encoded: Any, secs: float) -> Steps[int]:
-    return (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs))
+    return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs)))
 
 
 def _request_update(
     execution_id: str, name: str, encoded: Any, update_id: str | None, secs: float, traceparent: str | None
 ) -> Steps[int]:
     row = yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs, traceparent)
-    return row["request_id"]
+    return cast(int, row["request_id"])
 
 
 def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]) -> Steps[int]:
     started.update((yield Sql(sqlapi.update_with_start, **call, timeout=secs)))
-    return started["request_id"]
+    return cast("int", started["request_id"])
 
 
 # The steps of each operation, shared by the sync and the asyncio functions below; the
@@ -231,7 +231,7 @@ async def _alisten_on(client: Any, shard: int, steps: Steps[dict[str, Any]]) -> 
 
 def _key_dsn(client: Any, call: dict[str, Any]) -> str:
     """update_with_start goes where an unpinned start of its (name, workflow_id) would."""
-    return client._dsn_of_key(call["workflow_name"], call["workflow_id"])
+    return cast("str", client._dsn_of_key(call["workflow_name"], call["workflow_id"]))
 
 
 # ---------------------------------------------------------------------- the sync API
@@ -338,7 +338,7 @@ async def aupdate_with_start(
 
 
 class AsyncUpdateHandle(UpdateHandle):
-    async def result(self, timeout: Any = 30.0) -> Any:  # type: ignore[override]
+    async def result(self, timeout: Any = 30.0) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
         return await aupdate(
             self.client,
             self.execution_id,

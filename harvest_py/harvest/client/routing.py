@@ -17,7 +17,7 @@ import contextlib
 import functools
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ExecutionMigrated, InvalidArgument
 from harvest.db.pools import AsyncConnectionPool, ConnectionPool
@@ -201,7 +201,7 @@ class _Shards:
         return self.pools.connection(shard)
 
     def dsn_of(self, shard: int) -> str:
-        return self.pools.dsn(shard)
+        return cast("str", self.pools.dsn(shard))
 
     def providers(self) -> Mapping[int, Any]:
         """Every readable shard: one with no pool is named unavailable by the fan-out."""

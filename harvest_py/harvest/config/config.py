@@ -35,7 +35,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
@@ -63,15 +63,15 @@ NOT_CONFIG = frozenset(
 )
 
 
-class ShardList(list):
+class ShardList(list[int]):
     """The kind of a config key that lists shard numbers (``shards.readable``, ...)."""
 
 
-class ShardUrls(dict):
+class ShardUrls(dict[int, str]):
     """The kind of ``shards.urls``: shard number (a string key in TOML) -> database URL."""
 
 
-class ShardResidency(dict):
+class ShardResidency(dict[str, int]):
     """The kind of ``shards.residency``: residency key -> shard number."""
 
 
@@ -79,7 +79,7 @@ class ShardAssignments(str):
     """The kind of ``worker.shard_assignments``: ``"auto"`` or a list of shard numbers."""
 
 
-class ShardForwards(dict):
+class ShardForwards(dict[int, int]):
     """The kind of ``shards.forwards``: a decommissioned shard number -> the shard its ids route to."""
 
 
@@ -121,7 +121,7 @@ SECTIONS = frozenset(k[0] for k in SCHEMA if len(k) == 2)
 # key -> (lowest, highest) allowed, inclusive, and its unit (WorkerOptions' bounds).
 BOUNDS: dict[tuple[str, ...], tuple[float, float]] = {key: (t.low, t.high) for key, t in WORKER_KEYS.items()}
 BOUNDS[("shards", "default")] = (0, MAX_SHARD)
-UNITS = {key: t.unit for key, t in WORKER_KEYS.items()}
+UNITS: dict[tuple[str, ...], str] = {key: t.unit for key, t in WORKER_KEYS.items()}
 UNITS[("shards", "default")] = ""
 BOUNDS[("shards", "cli_timeout")] = (0.1, 600)
 UNITS[("shards", "cli_timeout")] = " seconds"
@@ -313,7 +313,7 @@ def _suggest(name: str, candidates: Iterable[str]) -> str:
     return f"; did you mean {close[0]}?" if close else ""
 
 
-def config_path(explicit: str | os.PathLike | None, env: Mapping[str, str]) -> Path | None:
+def config_path(explicit: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
     """--config, else HARVEST_CONFIG, else ./harvest.toml if present; a named file must exist."""
     if explicit:
         path, what = Path(explicit), "--config"
@@ -392,7 +392,7 @@ def _from_env(env: Mapping[str, str]) -> dict[tuple[str, ...], Setting]:
     return out
 
 
-def load_config(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> Config:
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Read the config file and the ``HARVEST_*`` variables (variables win); validate every key."""
     env = os.environ if env is None else env
     file_path = config_path(path, env)
@@ -610,7 +610,7 @@ def runtime_plan(config: Config) -> RuntimePlan:
     if enabled is not None and not enabled.value:
         retention = Switch("retention.enabled", False, f"explicit ({enabled.source})")
     elif run_on == "all":
-        where = config.setting("retention.run_on")
+        where = cast(Setting, config.setting("retention.run_on"))  # run_on was read from it
         retention = Switch("retention.enabled", True, f"explicit (run_on=all from {where.source})")
     else:
         retention = Switch(

@@ -11,12 +11,16 @@ and itself. Over HTTP one more check, ``admin_auth_boundary``, says whether the 
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import HarvestError
 from harvest.db.connection import connect
 from harvest.db.sqlapi import SqlApi, translated_errors
+
+if TYPE_CHECKING:
+    from harvest.declare.definitions import App
 
 RANK = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
 EXIT = {"pass": 0, "warn": 2, "fail": 1}
@@ -48,13 +52,13 @@ def _first_line(exc: Exception) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
-def _resolves(name: str, catalog) -> bool:
+def _resolves(name: str, catalog: Container[str]) -> bool:
     """A declared name resolves when it is registered as written (``billing.charge`` is a
     legal registered name), or, for a path like ``billing::charge``, by its last segment."""
     return name in catalog or name.split("::")[-1].split(".")[-1] in catalog
 
 
-def _catalog_consistency(app) -> Check:
+def _catalog_consistency(app: App) -> Check:
     failures = []
     checked = 0
     for name, definition in sorted(app.workflows.items()):
@@ -90,7 +94,7 @@ def _catalog_consistency(app) -> Check:
     )
 
 
-def _queue_coverage(sql: SqlApi, app) -> Check:
+def _queue_coverage(sql: SqlApi, app: App | None) -> Check:
     """Each queue with no live worker: the App's declared queues with --app, else the queues the
     fleet registered (every worker row, stopped and stale too: a queue whose workers all died is
     exactly the one to report). No registered worker at all: coverage is unknown, and a gate fails
@@ -248,6 +252,8 @@ def _database_checks(
                 Check("migrations", "fail", f"cannot read the migration ledger: {exc}".splitlines()[0])
             )
         expected = latest_core_version()
+        found: str | None
+        error: str | None
         try:
             with translated_errors():
                 found = sql.schema_version()

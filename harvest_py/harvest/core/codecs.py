@@ -24,7 +24,7 @@ import json
 import os
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from harvest.core.errors import PayloadError, PayloadKeyMissing
 
@@ -136,7 +136,7 @@ class AesGcmCodec:
         if aead is None:
             raise PayloadKeyMissing(key_id, sorted(self._aead))
         try:
-            return aead.decrypt(data[:12], data[12:], tag.encode())
+            return cast("bytes", aead.decrypt(data[:12], data[12:], tag.encode()))
         except Exception:  # cryptography's InvalidTag: wrong key bytes or a tampered payload
             raise PayloadError(
                 f"payload encrypted with key {key_id!r} does not decrypt with this process's key {key_id!r}: "
@@ -409,7 +409,7 @@ class SqlPayloadStore:
         return [str(i) for i in await sql.put_payloads(execution_id, values)]
 
     async def get(self, sql: Any, ids: list[str]) -> dict[str, Any]:
-        return await sql.get_payloads(ids)
+        return cast("dict[str, Any]", await sql.get_payloads(ids))
 
 
 class _Pending:

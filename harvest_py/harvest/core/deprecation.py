@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from harvest.core.errors import InvalidArgument
 
@@ -22,7 +23,7 @@ def queue_alias(queue: str | None, task_queue: str | None, *, stacklevel: int = 
 def renamed_attribute(new: str, old: str) -> property:
     """A read-only ``old`` attribute that reads ``new``, with a DeprecationWarning."""
 
-    def read(self):
+    def read(self: Any) -> Any:
         warnings.warn(f"{old} is deprecated: read {new} (the same value)", DeprecationWarning, stacklevel=2)
         return getattr(self, new)
 

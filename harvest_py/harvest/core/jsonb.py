@@ -64,7 +64,7 @@ def _stored_float(value: float) -> str:
     return format(Decimal(float.__repr__(value)), "f")
 
 
-def _stored_object(value: dict) -> str:
+def _stored_object(value: dict[str, Any]) -> str:
     members = {}
     for key, item in value.items():
         if not isinstance(key, str):

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import PayloadError, PayloadTooLarge
 from harvest.core.jsonb import stored_text
@@ -45,7 +45,7 @@ from harvest.core.jsonb import stored_text
 try:  # optional dependency
     import pydantic as _pydantic
 except ImportError:  # pragma: no cover - exercised only without pydantic
-    _pydantic = None
+    _pydantic = None  # type: ignore[assignment]  # the module, or None without pydantic
 
 __all__ = [
     "check_size",
@@ -233,7 +233,7 @@ def _decode(value: Any, tp: Any, path: str) -> Any:
     return value
 
 
-def _decode_union(value: Any, args: tuple, path: str) -> Any:
+def _decode_union(value: Any, args: tuple[Any, ...], path: str) -> Any:
     if value is None and type(None) in args:
         return None
     candidates = [a for a in args if a is not type(None)]
@@ -248,7 +248,7 @@ def _decode_union(value: Any, args: tuple, path: str) -> Any:
     raise PayloadError(f"{path}: no member of the union accepts it ({'; '.join(errors)})")
 
 
-def _decode_generic(value: Any, origin: Any, args: tuple, path: str) -> Any:
+def _decode_generic(value: Any, origin: Any, args: tuple[Any, ...], path: str) -> Any:
     if isinstance(origin, type) and issubclass(origin, Mapping):
         if not isinstance(value, dict):
             raise _fail(path, "object", value)
@@ -341,14 +341,14 @@ def _decode_class(value: Any, tp: type, path: str) -> Any:
         if issubclass(tp, Decimal):
             return tp(str(value))
         if issubclass(tp, _dt.timedelta):
-            return tp(seconds=value)
+            return tp(seconds=cast(float, value))
     except PayloadError:
         raise
     except (ValueError, TypeError, ArithmeticError) as exc:
         raise PayloadError(f"{path}: cannot decode {value!r:.80} as {tp.__name__}: {exc}") from exc
     if _is_pydantic_class(tp):
         try:
-            return tp.model_validate(value)
+            return cast(Any, tp).model_validate(value)
         except Exception as exc:
             raise PayloadError(f"{path}: cannot decode as {tp.__name__}: {exc}") from exc
     if dataclasses.is_dataclass(tp):
@@ -447,8 +447,8 @@ def _decode_dataclass(value: Any, tp: type, path: str) -> Any:
     if not isinstance(value, dict):
         raise _fail(path, f"object for {tp.__name__}", value)
     hints = _safe_hints(tp)
-    kwargs = {}
-    late = {}
+    kwargs: dict[str, Any] = {}
+    late: dict[str, Any] = {}
     for f in dataclasses.fields(tp):
         if f.name not in value:
             has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
@@ -481,30 +481,33 @@ def _safe_hints(obj: Any) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _signature(fn: Callable) -> inspect.Signature:
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     """Cached: building a signature costs more than encoding a small payload."""
     return inspect.signature(fn)
 
 
-def _params(fn: Callable) -> tuple[inspect.Parameter, ...]:
+def _params(fn: Callable[..., Any]) -> tuple[inspect.Parameter, ...]:
     """The parameters after the first (the ``ctx``)."""
     return tuple(_signature(fn).parameters.values())[1:]
 
 
-def param_hints(fn: Callable) -> dict[str, Any]:
+def param_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     hints = _safe_hints(fn)
     return {p.name: hints.get(p.name, Any) for p in _params(fn)}
 
 
-def return_hint(fn: Callable | None) -> Any:
+def return_hint(fn: Callable[..., Any] | None) -> Any:
     if fn is None:
         return Any
     return _safe_hints(fn).get("return", Any)
 
 
 def encode_args(
-    fn: Callable | None, args: tuple | list = (), kwargs: Mapping | None = None, path: str = "input"
-) -> list:
+    fn: Callable[..., Any] | None,
+    args: tuple[Any, ...] | list[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    path: str = "input",
+) -> list[Any]:
     """Encode a call's arguments (``ctx`` excluded) as the positional JSON array of the wire.
 
     Keyword arguments are placed at their parameter's position; skipped parameters before a
@@ -543,7 +546,7 @@ def encode_args(
     return [encode(v, f"{path}[{i}]") for i, v in enumerate(values)]
 
 
-def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
+def decode_args(fn: Callable[..., Any] | None, json_args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Turn the wire's JSON array back into ``(args, kwargs)`` typed by ``fn``'s hints."""
     if json_args is None:
         json_args = []
@@ -564,7 +567,7 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
             i = len(json_args)
             continue
         if i >= len(json_args):
-            if p.default is p.empty and p.kind is not p.VAR_POSITIONAL:
+            if p.default is p.empty:  # (a *args parameter took the rest above)
                 raise PayloadError(f"input: missing argument {p.name!r} of {getattr(fn, '__name__', fn)}")
             continue
         try:
@@ -585,7 +588,7 @@ def decode_args(fn: Callable | None, json_args: Any) -> tuple[tuple, dict]:
     return tuple(args), kwargs
 
 
-def decode_result(fn: Callable | None, value: Any) -> Any:
+def decode_result(fn: Callable[..., Any] | None, value: Any) -> Any:
     """Decode a result by ``fn``'s return annotation (raw JSON when there is none)."""
     hint = return_hint(fn)
     try:

@@ -3,6 +3,8 @@ functions/); tests/unit/test_layers.py checks each name here is one the SQL noti
 
 from __future__ import annotations
 
+from typing import LiteralString
+
 # A task became claimable on a queue (payload: the queue): wakes idle workers' claim loops.
 TASKS = "harvest_tasks"
 # An execution closed (payload: its id): wakes handle.result() waits.
@@ -19,8 +21,8 @@ EVENTS = "harvest_events"
 ALL = (TASKS, DONE, QUERIES, QUERY_ANSWERS, EVENTS)
 
 
-def listen(channel: str) -> str:
+def listen(channel: str) -> LiteralString:
     """The LISTEN statement for one of the channels above (a name, never user input)."""
     if channel not in ALL:
         raise ValueError(f"unknown channel {channel!r}")
-    return f"LISTEN {channel}"
+    return f"LISTEN {channel}"  # pyright: ignore[reportReturnType]  # a name of ALL

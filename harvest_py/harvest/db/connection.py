@@ -15,7 +15,7 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, LiteralString, Self, cast
 from urllib.parse import unquote
 
 import psycopg
@@ -45,7 +45,7 @@ def resolve_dsn(explicit: str | None = None) -> str:
     return dsn
 
 
-def parse_dsn(dsn: str, what: str = "the database URL") -> dict[str, str]:
+def parse_dsn(dsn: str, what: str = "the database URL") -> dict[str, Any]:
     """libpq's reading of the DSN, or a ConfigError whose text has no password (libpq's
     parse errors quote the DSN)."""
     try:
@@ -88,7 +88,7 @@ def _keyword_values(dsn: str) -> list[str]:
         rest = dsn[match.end() :]
         if rest.startswith("'"):
             # Quoted: up to the closing unescaped quote, or the end if it never closes.
-            body = re.match(r"'((?:[^'\\]|\\.)*)'?", rest).group(1)
+            body = cast("re.Match[str]", re.match(r"'((?:[^'\\]|\\.)*)'?", rest)).group(1)  # always matches
             values += [body, re.sub(r"\\(.)", r"\1", body)]
         else:
             # Bare: libpq takes one token, but a password with a space was meant whole
@@ -104,7 +104,7 @@ def _secrets(dsn: str) -> set[str]:
     try:
         password = conninfo.conninfo_to_dict(dsn).get("password")
         if password:
-            found.add(password)
+            found.add(cast(str, password))
     except psycopg.Error:
         pass  # unparseable: the tolerant readings below still find it
     userinfo = re.match(r"\s*[a-z][a-z0-9+.-]*://(.*)@", dsn, re.IGNORECASE | re.DOTALL)
@@ -235,7 +235,7 @@ class RedactingConnection(psycopg.Connection):
     the error's text, so that text must not carry the password."""
 
     @classmethod
-    def connect(cls, conninfo: str = "", **kwargs):  # type: ignore[override]
+    def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
             return super().connect(conninfo, **kwargs)
         except psycopg.Error as exc:
@@ -246,7 +246,7 @@ class RedactingAsyncConnection(psycopg.AsyncConnection):
     """:class:`RedactingConnection` for asyncio pools."""
 
     @classmethod
-    async def connect(cls, conninfo: str = "", **kwargs):  # type: ignore[override]
+    async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
         try:
             return await super().connect(conninfo, **kwargs)
         except psycopg.Error as exc:
@@ -279,7 +279,9 @@ def tls_warning(dsn: str, env: Mapping[str, str] | None = None) -> str | None:
     except psycopg.Error:
         return None  # connecting reports the DSN itself
     # libpq connects to hostaddr when given (host then only names the certificate).
-    hosts = params.get("hostaddr") or params.get("host") or env.get("PGHOSTADDR") or env.get("PGHOST") or ""
+    hosts = cast(
+        str, params.get("hostaddr") or params.get("host") or env.get("PGHOSTADDR") or env.get("PGHOST") or ""
+    )
     remote = [h.strip() for h in hosts.split(",") if not _is_local(h)]
     if not remote:
         return None
@@ -324,13 +326,13 @@ FACE_ROLES = frozenset({"harvest_reader", "harvest_operator", "harvest_admin"})
 FACE_APPLICATION_NAMES = {"api": "harvest-api", "cli": "harvest-cli", "ui": "harvest-ui"}
 
 
-def _role_statements(role: str, source: str) -> str:
+def _role_statements(role: str, source: str) -> LiteralString:
     if role not in FACE_ROLES:
         raise ValueError(f"unknown role {role!r}: a request runs as one of {', '.join(sorted(FACE_ROLES))}")
     if source not in FACE_APPLICATION_NAMES:
         raise ValueError(f"unknown audit source {source!r}")
     # Both names come from the closed sets above, never from a request.
-    return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"
+    return f"SET ROLE {role}; SET application_name = '{FACE_APPLICATION_NAMES[source]}'"  # pyright: ignore[reportReturnType]
 
 
 # The audit context a face asserts for its own calls (harvest._audit_context, functions/audit.sql):

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Self
+from typing import Any, Self, cast
 
 from harvest.core.errors import ConfigError
 
@@ -37,7 +37,7 @@ def share_dir() -> Path:
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        return cast("int", sock.getsockname()[1])
 
 
 def _ensure_service_user() -> pwd.struct_passwd:
@@ -81,7 +81,7 @@ class EmbeddedPostgres:
     def dsn_for(self, dbname: str) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{dbname}"
 
-    def _run(self, args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    def _run(self, args: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         kwargs.setdefault("check", True)
         kwargs.setdefault("capture_output", True)
         kwargs.setdefault("text", True)
@@ -173,5 +173,5 @@ class EmbeddedPostgres:
         self.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -54,9 +54,9 @@ class EventSource:
         self.dsn = dsn
         self.listener_id = listener_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.max_gap_wait = max_gap_wait
-        self._listen: psycopg.AsyncConnection | None = None
-        self._read: psycopg.AsyncConnection | None = None
-        self._api: AsyncSqlApi | None = None
+        self._listen: psycopg.AsyncConnection[Any] = None  # type: ignore[assignment]  # set by open()
+        self._read: psycopg.AsyncConnection[Any] | None = None
+        self._api: AsyncSqlApi = None  # type: ignore[assignment]  # set by open(), used after it
         self._lock = asyncio.Lock()  # the reading connection runs one statement at a time
         self._last_heartbeat = 0.0
 
@@ -95,20 +95,20 @@ class EventSource:
 
     async def events_after(self, global_id: int, limit: int = PAGE) -> list[dict[str, Any]]:
         async with self._lock:
-            return await self._api.list_events(global_id, limit)
+            return cast("list[dict[str, Any]]", await self._api.list_events(global_id, limit))
 
     async def history_after(self, execution_id: str, event_id: int) -> list[dict[str, Any]]:
         async with self._lock:
-            return await self._api.get_history(execution_id, event_id)
+            return cast("list[dict[str, Any]]", await self._api.get_history(execution_id, event_id))
 
     async def get_execution(self, execution_id: str) -> dict[str, Any] | None:
         """The execution (NotFound, HR002, when there is none)."""
         async with self._lock:
-            return await self._api.get_execution(execution_id)
+            return cast("dict[str, Any] | None", await self._api.get_execution(execution_id))
 
     async def horizon(self) -> dict[str, Any]:
         async with self._lock:
-            return await self._api.get_event_horizon()
+            return cast("dict[str, Any]", await self._api.get_event_horizon())
 
     async def start_position(self) -> int:
         """The last global id handed out now, once every id up to it is final (at most
@@ -117,7 +117,7 @@ class EventSource:
         deadline = time.monotonic() + self.max_gap_wait
         while (await self.horizon())["xmin"] < h["xmax"] and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        return h["last_global_id"]
+        return cast("int", h["last_global_id"])
 
     async def follow(self, after: int) -> AsyncIterator[list[dict[str, Any]]]:
         """Batches of events after global id ``after`` (a delivered id, or start_position()), in

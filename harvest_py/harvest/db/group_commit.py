@@ -34,8 +34,8 @@ class GroupCommit:
 
     def __init__(self, max_batch: int = MAX_BATCH):
         self._max_batch = max_batch
-        self._waiting: list[tuple] = []
-        self._flusher: asyncio.Task | None = None
+        self._waiting: list[tuple[Any, ...]] = []
+        self._flusher: asyncio.Task[Any] | None = None
         self.batches = 0  # flushes sent (a measure of the batching, for benchmarks)
         self.items = 0
 
@@ -57,7 +57,7 @@ class GroupCommit:
                     if not future.done():
                         future.set_exception(exc)
 
-    async def _flush(self, batch: list[tuple]) -> None:
+    async def _flush(self, batch: list[tuple[Any, ...]]) -> None:
         try:
             rows = await self._send([item[:-1] for item in batch])
         except Exception as exc:
@@ -81,21 +81,21 @@ class GroupCommit:
         self.items += len(batch)
         self._settle(batch, rows)
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         """Commit the items (each without its future); one row per item."""
         raise NotImplementedError
 
-    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         """Resolve each item's future from the rows."""
         raise NotImplementedError
 
-    def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
+    def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:
         """Whether a failed batch is worth committing item by item."""
         return len(batch) > 1
 
     def _retried(self, exc: Exception) -> None:
         """A failed batch is being committed again item by item (a metrics hook)."""
 
-    def _alone(self, item: tuple) -> tuple:
+    def _alone(self, item: tuple[Any, ...]) -> tuple[Any, ...]:
         """The item as it is sent on its own after its batch failed."""
         return item

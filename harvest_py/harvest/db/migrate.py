@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 
@@ -183,7 +183,7 @@ class Migrator:
 
     # -- reading -----------------------------------------------------------------------
     def _ledger(self, conn: psycopg.Connection) -> list[tuple[str, str, str, datetime]]:
-        exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]
+        exists = conn.execute("SELECT to_regclass('harvest.schema_migrations') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
             return []
         return conn.execute(
@@ -224,8 +224,8 @@ class Migrator:
         )
 
     def _stale_functions(self, conn: psycopg.Connection) -> list[Path]:
-        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]
-        recorded = {}
+        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
+        recorded: dict[str, Any] = {}
         if exists:
             recorded = dict(conn.execute("SELECT file_name, checksum FROM harvest.function_files").fetchall())
         return [p for p in function_files() if recorded.get(p.name) != file_checksum(p)]
@@ -233,7 +233,7 @@ class Migrator:
     def _retired_functions(self, conn: psycopg.Connection) -> list[str]:
         """Ledger rows of files no longer in functions/ (a file renamed, merged or removed).
         Left behind they would make an upgraded ledger differ from a fresh one."""
-        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]
+        exists = conn.execute("SELECT to_regclass('harvest.function_files') IS NOT NULL").fetchone()[0]  # type: ignore[index]  # one row
         if not exists:
             return []
         current = [p.name for p in function_files()]
@@ -295,7 +295,7 @@ class Migrator:
                 if ahead:
                     raise SchemaMismatch(f"{ahead}; nothing was changed")
                 # The ledgers' one definition is sql/ledger.sql (a fresh install's first file).
-                conn.execute(paths.ledger_file().read_text())
+                conn.execute(paths.ledger_file().read_text())  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own file
                 applied = self._applied(conn)
                 for migration in self.migrations:
                     if (migration.set_name, migration.version) in applied:
@@ -333,18 +333,24 @@ class Migrator:
 
     def _current_shard(self, conn: psycopg.Connection) -> int | None:
         """The database's shard number; None before shard identity exists (0023 pending)."""
-        if not conn.execute("SELECT to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()[0]:
+        if not conn.execute("SELECT to_regclass('harvest.shard_identity') IS NOT NULL").fetchone()[0]:  # type: ignore[index]  # one row
             return None
-        return conn.execute("SELECT shard_id FROM harvest.shard_identity WHERE id").fetchone()[0]
+        return cast(
+            "int | None",
+            conn.execute("SELECT shard_id FROM harvest.shard_identity WHERE id").fetchone()[0],  # type: ignore[index]  # one row
+        )
 
     def _set_shard_id(
         self, conn: psycopg.Connection, shard_id: int, operator_id: str | None
     ) -> dict[str, Any]:
         try:
             with conn.transaction():
-                return conn.execute(
-                    "SELECT harvest.set_shard_id(%s, %s)", (shard_id, operator_id), prepare=False
-                ).fetchone()[0]
+                return cast(
+                    "dict[str, Any]",
+                    conn.execute(  # type: ignore[index]  # one row
+                        "SELECT harvest.set_shard_id(%s, %s)", (shard_id, operator_id), prepare=False
+                    ).fetchone()[0],
+                )
         except psycopg.Error as exc:
             mapped = from_database_error(exc)
             if mapped is not None:
@@ -354,7 +360,7 @@ class Migrator:
             ) from None
 
     def _secure_functions(self, conn: psycopg.Connection) -> None:
-        exists = conn.execute("SELECT to_regprocedure('harvest._secure_functions()') IS NOT NULL").fetchone()[
+        exists = conn.execute("SELECT to_regprocedure('harvest._secure_functions()') IS NOT NULL").fetchone()[  # type: ignore[index]  # one row
             0
         ]
         if exists:
@@ -371,12 +377,12 @@ class Migrator:
             offset = exc.args[1] if len(exc.args) > 1 and isinstance(exc.args[1], int) else 0
             line = sql.count("\n", 0, offset) + 1
             raise MigrationError(
-                f"{path} line {line}: {exc.args[0]}; nothing from this file "
+                f"{path} line {line}: {exc.args[0]}; nothing from this file "  # pyright: ignore[reportGeneralTypeIssues]
                 "was recorded, fix it and run again"
             ) from None
         for line, stmt in parsed:
             try:
-                conn.execute(stmt, prepare=False)
+                conn.execute(stmt, prepare=False)  # pyright: ignore[reportArgumentType, reportCallIssue]  # our own files
             except psycopg.Error as exc:
                 message = (exc.diag.message_primary or str(exc)).strip()
                 position = exc.diag.statement_position
@@ -463,7 +469,7 @@ def check_schema(conn: psycopg.Connection) -> None:
     expected = SCHEMA_VERSION
     try:
         with conn.transaction():
-            found = conn.execute("SELECT harvest.schema_version()").fetchone()[0]
+            found = conn.execute("SELECT harvest.schema_version()").fetchone()[0]  # type: ignore[index]  # one row
     except _NO_SCHEMA:
         found = None
     if found != expected:

@@ -48,7 +48,7 @@ async def open_async_pool(
     min_size: int = 1,
     timeout: float = 30.0,
     application_name: str | None = None,
-) -> AsyncConnectionPool:
+) -> AsyncConnectionPool[Any]:
     """An asyncio pool, returned once ``min_size`` connections are up (else PoolTimeout
     after ``timeout`` seconds, and the pool is closed). ``application_name`` names the
     connections (the audit log's source: ``harvest-api`` for the HTTP API's pools)."""

@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -1509,7 +1509,7 @@ def create_schedule(
     cron: str | None = None,
     interval_secs: int | None = None,
     timezone: str = "UTC",
-    input: list | None = None,
+    input: list[Any] | None = None,
     queue: str = "default",
     max_active_runs: int = 1,
     overlap: str = "skip",
@@ -1788,15 +1788,19 @@ class SqlApi:
     One method per entry of ``CALLS`` (added below), each returning what its shape makes of
     the rows."""
 
-    def __init__(self, conn: psycopg.Connection):
+    def __init__(self, conn: psycopg.Connection[Any]):
         self.conn = conn
 
-    def _all(self, sql: str, params: dict[str, Any]) -> Rows:
+    if TYPE_CHECKING:
+        # The methods of CALLS are set on the class below, so a checker knows them by name only.
+        def __getattr__(self, name: str) -> Any: ...
+
+    def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
-    def _all_retrying(self, sql: str, params: dict[str, Any]) -> Rows:
+    def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             try:
                 return self._all(sql, params)
@@ -1807,7 +1811,7 @@ class SqlApi:
             time.sleep(_conflict_pause(attempt))
         raise AssertionError("unreachable")
 
-    def _stream(self, sql: str, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    def _stream(self, sql: LiteralString, params: dict[str, Any]) -> Iterator[dict[str, Any]]:
         page_size = params.pop("page_size")
         with (
             translated_errors(),
@@ -1838,23 +1842,27 @@ class AsyncSqlApi:
     def __init__(self, pool: Any):
         self.pool = pool
 
+    if TYPE_CHECKING:
+        # The methods of CALLS are set on the class below, so a checker knows them by name only.
+        def __getattr__(self, name: str) -> Any: ...
+
     @classmethod
     def on_connection(cls, conn: psycopg.AsyncConnection) -> AsyncSqlApi:
         """The API on one connection the caller holds (its transaction, its LISTEN)."""
         return cls(_OneConnection(conn))
 
-    async def _all(self, sql: str, params: dict[str, Any]) -> Rows:
+    async def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         async with self.pool.connection() as conn:
             return await self._on(conn, sql, params)
 
     @staticmethod
-    async def _on(conn: psycopg.AsyncConnection, sql: str, params: dict[str, Any]) -> Rows:
+    async def _on(conn: psycopg.AsyncConnection[Any], sql: LiteralString, params: dict[str, Any]) -> Rows:
         with translated_errors():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(sql, params)
                 return await cur.fetchall() if cur.description else []
 
-    async def _all_retrying(self, sql: str, params: dict[str, Any]) -> Rows:
+    async def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
             async with self.pool.connection() as conn:
                 try:
@@ -1866,7 +1874,7 @@ class AsyncSqlApi:
             await asyncio.sleep(_conflict_pause(attempt))
         raise AssertionError("unreachable")
 
-    async def _stream(self, sql: str, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, sql: LiteralString, params: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
         page_size = params.pop("page_size")
         async with self.pool.connection() as conn:
             with translated_errors():
@@ -1889,47 +1897,50 @@ class AsyncSqlApi:
 def _method(spec: Call, is_async: bool) -> Callable[..., Any]:
     params, shape, sql = spec.params, spec.shape, spec.sql
     fixed = isinstance(sql, str)
+    # (for a checker: `sql` is the text when fixed, else the function that picks it)
+    text, pick = cast("LiteralString", sql), cast("Callable[[dict[str, Any]], LiteralString]", sql)
+    method: Callable[..., Any]
     if spec.stream:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return self._stream(sql if fixed else sql(values), values)
+            return self._stream(text if fixed else pick(values), values)
     elif spec.retry_conflicts and is_async:
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return shape(await self._all_retrying(sql if fixed else sql(values), values))
+            return shape(await self._all_retrying(text if fixed else pick(values), values))
     elif spec.retry_conflicts:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return shape(self._all_retrying(sql if fixed else sql(values), values))
+            return shape(self._all_retrying(text if fixed else pick(values), values))
     elif is_async and fixed and shape is rows:  # the worker's claims and completions: no shaping
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
-            return await self._all(sql, params(*args, **kwargs))
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return await self._all(text, params(*args, **kwargs))
     elif is_async and fixed:
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
-            return shape(await self._all(sql, params(*args, **kwargs)))
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return shape(await self._all(text, params(*args, **kwargs)))
     elif is_async:
 
-        async def method(self, *args: Any, **kwargs: Any) -> Any:
+        async def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return shape(await self._all(sql(values), values))
+            return shape(await self._all(pick(values), values))
     elif fixed:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
-            return shape(self._all(sql, params(*args, **kwargs)))
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return shape(self._all(text, params(*args, **kwargs)))
     else:
 
-        def method(self, *args: Any, **kwargs: Any) -> Any:
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             values = params(*args, **kwargs)
-            return shape(self._all(sql(values), values))
+            return shape(self._all(pick(values), values))
 
     signature = inspect.signature(params)
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    method.__signature__ = signature.replace(
+    method.__signature__ = signature.replace(  # type: ignore[union-attr]  # read by inspect.signature
         parameters=[self_param, *signature.parameters.values()], return_annotation=inspect.Signature.empty
     )
     method.__name__ = spec.name

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Generator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect, connect_async
@@ -71,6 +71,11 @@ class _Stepper:
 
     __slots__ = ("error", "result", "steps", "value")
 
+    steps: Steps[Any]
+    value: Any
+    error: Exception | None
+    result: Any
+
     def __init__(self, steps: Steps[Any]):
         self.steps, self.value, self.error, self.result = steps, None, None, None
 
@@ -100,7 +105,7 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
                     stepper.value = op.on(sql)
             except Exception as exc:
                 stepper.error = exc
-        return stepper.result
+        return cast(T, stepper.result)
     finally:
         if cleanup is not None:
             with contextlib.suppress(DatabaseError):
@@ -122,7 +127,7 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = No
                     stepper.value = await op.on(sql)
             except Exception as exc:
                 stepper.error = exc
-        return stepper.result
+        return cast(T, stepper.result)
     finally:
         if cleanup is not None:
             with contextlib.suppress(DatabaseError):

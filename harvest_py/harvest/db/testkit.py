@@ -14,7 +14,7 @@ off (every production install).
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import psycopg
 from psycopg import conninfo, sql
@@ -36,7 +36,7 @@ SHARED = "shared"
 def shared_clock_dsn(dsn: str) -> str:
     """``dsn`` with ``harvest.fake_now = 'shared'`` set on every connection made from it."""
     params = conninfo.conninfo_to_dict(dsn)
-    options = params.get("options") or ""
+    options = str(params.get("options") or "")
     if "harvest.fake_now" not in options:
         options = f"{options} -c harvest.fake_now={SHARED}".strip()
     return conninfo.make_conninfo(dsn, options=options)
@@ -109,10 +109,13 @@ class SharedClock:
         self._conn.close()
 
     def now(self) -> _dt.datetime:
-        return self._conn.execute("SELECT harvest.now()").fetchone()[0]
+        return cast("_dt.datetime", self._conn.execute("SELECT harvest.now()").fetchone()[0])
 
     def offset(self) -> _dt.timedelta:
-        return self._conn.execute("SELECT test_clock_offset FROM harvest.engine_settings").fetchone()[0]
+        return cast(
+            "_dt.timedelta",
+            self._conn.execute("SELECT test_clock_offset FROM harvest.engine_settings").fetchone()[0],
+        )
 
     def set_offset(self, offset: _dt.timedelta) -> None:
         """Set the clock to real time plus ``offset`` (a caller that moves it forward computes

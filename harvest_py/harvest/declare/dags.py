@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.durations import parse_duration
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument
@@ -68,7 +68,7 @@ def _describe(schedule: Any) -> str:
     """A schedule as harvest.dags stores it for people to read: a Schedule's own words
     ("cron '0 3 * * *' in UTC", "every 900 s"), else its str()."""
     describe = getattr(schedule, "describe", None)
-    return describe() if callable(describe) else str(schedule)
+    return cast(str, describe()) if callable(describe) else str(schedule)
 
 
 def _check_name(value: Any, what: str) -> str:
@@ -79,7 +79,9 @@ def _check_name(value: Any, what: str) -> str:
     return value
 
 
-def _options(dag: str, task: str, options: Mapping[str, Any], allowed: tuple[str, ...], kind: str) -> dict:
+def _options(
+    dag: str, task: str, options: Mapping[str, Any], allowed: tuple[str, ...], kind: str
+) -> dict[str, Any]:
     out = {}
     for key, value in options.items():
         if key not in allowed:
@@ -251,7 +253,7 @@ class Dag:
             workflow=self.name,
             kind="dag",
             queue=self.queue,
-            max_active_runs=self.max_active_runs if bounded else 1,
+            max_active_runs=self.max_active_runs if self.max_active_runs is not None else 1,
             overlap="skip" if bounded else "allow_all",
         )
 
@@ -260,7 +262,7 @@ class Dag:
             raise InvalidArgument(
                 f"dag {self.name!r} {where}: trigger_rule {rule!r} is not one of {list(TRIGGER_RULES)}"
             )
-        return rule
+        return cast(str, rule)
 
     def task(
         self,
@@ -446,7 +448,7 @@ class Dag:
         return f"Dag({self.name!r}, tasks={list(self.tasks)})"
 
 
-async def _dag_workflow(ctx: Any, conf: Any = None, retry: dict | None = None) -> dict:
+async def _dag_workflow(ctx: Any, conf: Any = None, retry: dict[str, Any] | None = None) -> dict[str, Any]:
     """The signature of every DAG's workflow: ``conf`` (any JSON; None reads as ``{}``) and
     ``retry`` (``{"retry_of": execution id, "results": {task: result}}``, set by a retry).
     The worker's runtime runs the graph interpreter in its place (``WorkflowDefinition.dag``)."""

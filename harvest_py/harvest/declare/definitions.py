@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast, overload
 
 from harvest.core.durations import parse_duration
 from harvest.core.errors import ActivityFailure, ConfigError, InvalidArgument, NotFound
@@ -29,6 +29,11 @@ __all__ = [
 ]
 
 DEFAULT_QUEUE = "default"
+
+# What the decorators give back: the decorated function itself, its type unchanged, so a checker
+# sees its own signature (docs/workflows.md "Types"). A workflow must be an ``async def``.
+WorkflowFn = TypeVar("WorkflowFn", bound=Callable[..., Coroutine[Any, Any, Any]])
+ActivityFn = TypeVar("ActivityFn", bound=Callable[..., Any])
 
 # Task priorities: higher is claimed first. Bounded so priority ageing cannot overflow an integer.
 PRIORITY_RANGE = (-1_000_000, 1_000_000)
@@ -278,7 +283,7 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
-def _check_takes_ctx(fn: Callable, kind: str) -> None:
+def _check_takes_ctx(fn: Callable[..., Any], kind: str) -> None:
     params = list(inspect.signature(fn).parameters.values())
     if not params or params[0].kind not in (
         inspect.Parameter.POSITIONAL_ONLY,
@@ -290,8 +295,24 @@ def _check_takes_ctx(fn: Callable, kind: str) -> None:
         )
 
 
+@overload
+def workflow(fn: WorkflowFn) -> WorkflowFn: ...
+@overload
 def workflow(
-    fn: Callable | None = None,
+    fn: None = None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    concurrency: Any = None,
+    quota: Any = None,
+    throttle: Any = None,
+    debounce: Any = None,
+    batch: Any = None,
+    activities: Iterable[Any] | None = None,
+    children: Iterable[Any] | None = None,
+) -> Callable[[WorkflowFn], WorkflowFn]: ...
+def workflow(
+    fn: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     queue: str | None = None,
@@ -309,7 +330,7 @@ def workflow(
     ``harvest preflight --app`` can refuse a deploy whose App misses one.
     """
 
-    def wrap(f: Callable) -> Callable:
+    def wrap(f: Any) -> Any:  # typed by the overloads above
         if not inspect.iscoroutinefunction(f):
             raise TypeError(
                 f"@workflow {getattr(f, '__qualname__', f)!r} must be an "
@@ -330,8 +351,30 @@ def workflow(
     return wrap(fn) if fn is not None else wrap
 
 
+@overload
+def activity(fn: ActivityFn) -> ActivityFn: ...
+@overload
 def activity(
-    fn: Callable | None = None,
+    fn: None = None,
+    *,
+    start_to_close: Any = 300.0,
+    schedule_to_close: Any = None,
+    heartbeat_timeout: Any = None,
+    retry: RetryPolicy | None = None,
+    queue: str | None = None,
+    local: bool = False,
+    name: str | None = None,
+    priority: int = 0,
+    dead_letter: bool = True,
+    max_concurrent: int | None = None,
+    concurrency_key: str | None = None,
+    rate_limit: Any = None,
+    priority_aging_secs: Any = None,
+    fairness_key: str | None = None,
+    executor: str | None = None,
+) -> Callable[[ActivityFn], ActivityFn]: ...
+def activity(
+    fn: Callable[..., Any] | None = None,
     *,
     start_to_close: Any = 300.0,
     schedule_to_close: Any = None,
@@ -371,7 +414,7 @@ def activity(
         }
     )
 
-    def wrap(f: Callable) -> Callable:
+    def wrap(f: Any) -> Any:  # typed by the overloads above
         if not callable(f):
             raise TypeError(f"@activity expects a function, got {f!r}")
         if inspect.isclass(f):
@@ -387,7 +430,7 @@ def activity(
                 f"@activity(executor='process') on {f.__qualname__}: a process runs a function it can "
                 "import by name; define it at the top level of a module"
             )
-        f.__harvest_activity__ = ActivityDefinition(
+        cast(Any, f).__harvest_activity__ = ActivityDefinition(
             name=_check_name(name or f.__name__, "activity name"),
             fn=f,
             local=bool(local),
@@ -453,7 +496,7 @@ class App:
         return describe_handlers(self, workflow)
 
     @staticmethod
-    def _add(table: dict, defn: Any, kind: str) -> None:
+    def _add(table: dict[str, Any], defn: Any, kind: str) -> None:
         existing = table.get(defn.name)
         if existing is not None:
             if existing.fn is defn.fn:

@@ -27,7 +27,7 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument, NotFound
 from harvest.core.payload import _safe_hints, decode
@@ -58,14 +58,14 @@ class HandlerDefinition:
     def return_hint(self) -> Any:
         return _safe_hints(self.fn).get("return", Any)
 
-    def decode_arg(self, raw: Any) -> tuple:
+    def decode_arg(self, raw: Any) -> tuple[Any, ...]:
         """The positional arguments after ctx: ``()`` or ``(decoded arg,)``."""
         if not self.takes_arg:
             return ()
         return (decode(raw, self.arg_hint(), f"{self.kind} {self.name!r} argument"),)
 
     def describe(self) -> dict[str, Any]:
-        out = {
+        out: dict[str, Any] = {
             "name": self.name,
             "input_type_hint": type_hint_name(self.arg_hint()),
             "output_type_hint": type_hint_name(self.return_hint()),
@@ -75,7 +75,7 @@ class HandlerDefinition:
         return out
 
 
-def _positional(fn: Callable) -> list[inspect.Parameter]:
+def _positional(fn: Callable[..., Any]) -> list[inspect.Parameter]:
     return [
         p
         for p in inspect.signature(fn).parameters.values()
@@ -83,25 +83,25 @@ def _positional(fn: Callable) -> list[inspect.Parameter]:
     ]
 
 
-def _takes_arg(fn: Callable) -> bool:
+def _takes_arg(fn: Callable[..., Any]) -> bool:
     return len(_positional(fn)) >= 2
 
 
-def check_handler(fn: Any, kind: str, name: str) -> Callable:
+def check_handler(fn: Any, kind: str, name: str) -> Callable[..., Any]:
     """A handler takes ``(ctx)`` or ``(ctx, arg)``; refuse anything else at registration."""
     if not callable(fn):
         raise TypeError(f"{kind} handler {name!r}: expected a function, got {fn!r}")
     try:
         params = _positional(fn)
     except (TypeError, ValueError):
-        return fn  # builtins without a signature: trust the caller
+        return cast("Callable[..., Any]", fn)  # builtins without a signature: trust the caller
     required = [p for p in params if p.default is p.empty]
     if not params or len(required) > 2:
         raise TypeError(
             f"{kind} handler {name!r} ({getattr(fn, '__qualname__', fn)}): a handler "
             "takes (ctx) or (ctx, arg)"
         )
-    return fn
+    return cast("Callable[..., Any]", fn)
 
 
 def type_hint_name(hint: Any) -> str | None:
@@ -124,14 +124,14 @@ def _check_name(name: Any, what: str) -> str:
 
 
 def _decorator(
-    kind: str, workflow: Any, name: str | None, validator: Callable | None
-) -> Callable[[Callable], Callable]:
+    kind: str, workflow: Any, name: str | None, validator: Callable[..., Any] | None
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     wf_name = getattr(getattr(workflow, "__harvest_workflow__", None), "name", None) or workflow
     _check_name(wf_name, f"@{kind}(workflow=...)")
     if validator is not None:
         check_handler(validator, f"{kind} validator", name or "?")
 
-    def wrap(fn: Callable) -> Callable:
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
         handler_name = _check_name(name or fn.__name__, f"{kind} name")
         check_handler(fn, kind, handler_name)
         setattr(fn, f"__harvest_{kind}__", HandlerDefinition(kind, handler_name, fn, wf_name, validator))
@@ -140,7 +140,7 @@ def _decorator(
     return wrap
 
 
-def query(fn: Callable | None = None, *, workflow: Any = None, name: str | None = None) -> Any:
+def query(fn: Callable[..., Any] | None = None, *, workflow: Any = None, name: str | None = None) -> Any:
     """Declare a query handler of ``workflow`` (a name or a ``@workflow`` function).
 
     It must not change the workflow or wait: it reads (``ctx.state``, the arg) and
@@ -152,11 +152,11 @@ def query(fn: Callable | None = None, *, workflow: Any = None, name: str | None 
 
 
 def update(
-    fn: Callable | None = None,
+    fn: Callable[..., Any] | None = None,
     *,
     workflow: Any = None,
     name: str | None = None,
-    validator: Callable | None = None,
+    validator: Callable[..., Any] | None = None,
 ) -> Any:
     """Declare an update handler of ``workflow``; ``validator(ctx, arg)`` rejects by raising.
 

@@ -21,7 +21,7 @@ import datetime as _dt
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
@@ -200,7 +200,7 @@ class Schedule:
         # croniter walks local wall time; each match maps to UTC (_to_utc), and a match at or
         # before the last slot (a gap's times collapsing into one instant, the second pass of
         # a repeated hour) is dropped.
-        it = croniter(self.expression, wall - _dt.timedelta(seconds=1), second_at_beginning=True)
+        it = croniter(cast(str, self.expression), wall - _dt.timedelta(seconds=1), second_at_beginning=True)
         while True:
             slot = _to_utc(it.get_next(_dt.datetime), zone)
             if slot > last:
@@ -253,12 +253,6 @@ def describe_row(row: dict[str, Any]) -> str:
     return f"every {row.get('interval_secs')}s"
 
 
-def _moment(value: Any) -> _dt.datetime | None:
-    if value is None or isinstance(value, _dt.datetime):
-        return value
-    return _dt.datetime.fromisoformat(value)
-
-
 def next_fire_times(row: dict[str, Any], count: int = 5) -> list[str]:
     """:func:`upcoming_slots` as ISO 8601 text (``harvest schedule get``, the HTTP API)."""
     return [s.isoformat() for s in upcoming_slots(row, count)]
@@ -308,7 +302,7 @@ class WorkflowSchedule:
     schedule: Schedule
     workflow: Any = None
     input: Any = None
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     max_active_runs: int = 1
     overlap: str = "skip"
     catchup: Any = False

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from harvest.core.errors import InvalidArgument
 
 __all__ = ["ChildHandle", "ChildPlacement"]
+
+ResultT = TypeVar("ResultT")
 
 
 @dataclass(frozen=True)
@@ -76,17 +78,18 @@ ChildPlacement.PARENT_SHARD = ChildPlacement("parent_shard")
 ChildPlacement.DISTRIBUTED = ChildPlacement("distributed")
 
 
-class ChildHandle:
-    """A started child: ``await handle.result()``, ``await handle.started()``."""
+class ChildHandle(Generic[ResultT]):
+    """A started child: ``await handle.result()``, ``await handle.started()``. ``ResultT`` is
+    the child workflow's return type (``ChildHandle[Any]`` when it was started by name)."""
 
     def __init__(
         self,
         seq: int,
         workflow_name: str,
         workflow_id: str | None,
-        result_future: asyncio.Future,
-        started_future: asyncio.Future,
-        decode: Callable[[Any], Any],
+        result_future: asyncio.Future[Any],
+        started_future: asyncio.Future[Any],
+        decode: Callable[[Any], ResultT],
     ):
         self.seq = seq
         self.workflow_name = workflow_name
@@ -97,7 +100,7 @@ class ChildHandle:
         self._started = started_future
         self._decode = decode
 
-    def _set_started(self, data: dict) -> None:
+    def _set_started(self, data: dict[str, Any]) -> None:
         self.child_execution_id = data.get("child_execution_id") or self.child_execution_id
         self.workflow_id = data.get("workflow_id") or self.workflow_id
         self.parent_close_policy = data.get("parent_close_policy") or self.parent_close_policy
@@ -108,12 +111,12 @@ class ChildHandle:
     def is_started(self) -> bool:
         return self.child_execution_id is not None
 
-    async def started(self) -> ChildHandle:
+    async def started(self) -> ChildHandle[ResultT]:
         """Wait until the history records the child's start (its execution id is then set)."""
         await asyncio.shield(self._started)
         return self
 
-    async def result(self) -> Any:
+    async def result(self) -> ResultT:
         """The child's result (decoded by its return hint); ``ChildWorkflowError`` if it failed."""
         raw = await asyncio.shield(self._result)
         return self._decode(raw)

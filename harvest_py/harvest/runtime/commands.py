@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, cast
 
 from harvest.core.errors import ActivityError, ActivityFailure, ChildWorkflowError, NonDeterminismError
 from harvest.declare.definitions import WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.context import DEFAULT_VERSION
 from harvest.runtime.external import describe_target
-from harvest.runtime.loop import IllegalWorkflowOperation
+from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperation
 
 __all__ = [
     "BOOKKEEPING_EVENTS",
@@ -98,7 +98,7 @@ BOOKKEEPING_EVENTS = frozenset(
 EVENT_TYPES = frozenset(COMMAND_EVENTS) | frozenset(RESOLUTION_EVENTS) | TERMINAL_EVENTS | BOOKKEEPING_EVENTS
 
 
-def describe_command(cmd: dict) -> str:
+def describe_command(cmd: dict[str, Any]) -> str:
     """What a replay compares: the command kind plus what identifies it."""
     kind = cmd["type"]
     if kind == "schedule_activity":
@@ -124,14 +124,14 @@ def describe_command(cmd: dict) -> str:
         return f"signal_external_workflow {cmd.get('signal_name')!r} to {describe_target(cmd)}"
     if kind == "cancel_external_workflow":
         return f"cancel_external_workflow of {describe_target(cmd)}"
-    return kind
+    return cast(str, kind)
 
 
-def event_as_command(event: dict) -> dict:
+def event_as_command(event: dict[str, Any]) -> dict[str, Any]:
     return {"type": COMMAND_EVENTS[event["event_type"]], **event["event_data"]}
 
 
-def same(cmd: dict, recorded: dict) -> bool:
+def same(cmd: dict[str, Any], recorded: dict[str, Any]) -> bool:
     return describe_command(cmd) == describe_command(recorded)
 
 
@@ -174,13 +174,13 @@ class Pending:
     seq: int
     kind: str  # "activity" | "timer" | "local_activity" | "child" | "mutex" | "external"
     name: str | None
-    future: asyncio.Future
+    future: asyncio.Future[Any]
     defn: Any = None
-    args: tuple = ()
+    args: tuple[Any, ...] = ()
     recorded: Any = None  # a local activity's marker value, when replayed
     done: bool = False
     on_fire: Callable[[], None] | None = None  # run at delivery (a signal wait's timeout)
-    handle: ChildHandle | None = None  # a child workflow's
+    handle: ChildHandle[Any] | None = None  # a child workflow's
 
 
 class CommandIssuer:
@@ -193,13 +193,14 @@ class CommandIssuer:
     app: Any
     execution_id: str
     _seq: int
-    _expected: dict[int, dict] | None
-    _new_commands: list[dict]
+    _expected: dict[int, dict[str, Any]] | None
+    _new_commands: list[dict[str, Any]]
     _pending: dict[int, Pending]
-    _children: dict[int, ChildHandle]
+    _children: dict[int, ChildHandle[Any]]
     _cancelled_timers: set[int]
     _versions: dict[str, int]
     _fatal: BaseException | None
+    _loop: DeterministicEventLoop
 
     # ------------------------------------------------------------------ for WorkflowContext
     def next_seq(self) -> int:
@@ -218,13 +219,13 @@ class CommandIssuer:
     def set_logical_time(self, timestamp: float) -> None:
         self._loop.logical_time = timestamp
 
-    def _raise_fatal(self, exc: BaseException) -> None:
+    def _raise_fatal(self, exc: BaseException) -> NoReturn:
         if self._loop.fatal_error is None:
             self._loop.fatal_error = exc
         self._fatal = self._fatal or exc
         raise exc
 
-    def _match(self, command: dict) -> dict | None:
+    def _match(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """Replay: check ``command`` against the history and return the recorded event data."""
         if self._expected is None:
             return None
@@ -236,9 +237,9 @@ class CommandIssuer:
         recorded = event_as_command(event)
         if not same(command, recorded):
             self._raise_fatal(nondeterminism(seq, describe_command(recorded), got))
-        return event["event_data"]
+        return cast("dict[str, Any] | None", event["event_data"])
 
-    def _record(self, command: dict) -> dict | None:
+    def _record(self, command: dict[str, Any]) -> dict[str, Any] | None:
         """Match a replayed command, or queue a new one; the recorded data when replaying."""
         recorded = self._match(command)
         if recorded is None:
@@ -246,15 +247,15 @@ class CommandIssuer:
         return recorded
 
     def issue(
-        self, command: dict, kind: str, name: str | None, on_fire: Callable[[], None] | None = None
-    ) -> asyncio.Future:
+        self, command: dict[str, Any], kind: str, name: str | None, on_fire: Callable[[], None] | None = None
+    ) -> asyncio.Future[Any]:
         """Issue an activity or timer command; the future resolves from its history event."""
         self._record(command)
         future = self._loop.create_future()
         self._pending[command["seq"]] = Pending(command["seq"], kind, name, future, on_fire=on_fire)
         return future
 
-    def issue_local(self, defn: Any, args: tuple) -> asyncio.Future:
+    def issue_local(self, defn: Any, args: tuple[Any, ...]) -> asyncio.Future[Any]:
         seq = self.next_seq()
         probe = {"type": "record_marker", "seq": seq, "kind": "local_activity", "value": {"name": defn.name}}
         recorded = self._match(probe)
@@ -282,7 +283,7 @@ class CommandIssuer:
         self._cancelled_timers.add(timer_seq)
         self._record({"type": "cancel_timer", "seq": self.next_seq(), "timer_seq": timer_seq})
 
-    def start_child(self, command: dict, decode: Callable[[Any], Any]) -> ChildHandle:
+    def start_child(self, command: dict[str, Any], decode: Callable[[Any], Any]) -> ChildHandle[Any]:
         """Command ``start_child_workflow``; the handle resolves from the child's events."""
         self._record(command)
         seq, name = command["seq"], command["workflow_name"]
@@ -310,8 +311,8 @@ class CommandIssuer:
             seq = self._seq + 1
             if self._expected is not None:
                 event = self._expected.get(seq)
-                data = (event or {}).get("event_data") or {}
-                value = data.get("value") if isinstance(data.get("value"), dict) else {}
+                data: dict[str, Any] = (event or {}).get("event_data") or {}
+                value: dict[str, Any] = data["value"] if isinstance(data.get("value"), dict) else {}
                 if (
                     event is None
                     or event["event_type"] != "MarkerRecorded"
@@ -340,7 +341,7 @@ class CommandIssuer:
                             "value": {"change_id": change_id},
                         }
                     )
-                    known = int(value.get("version"))
+                    known = int(cast(int, value.get("version")))  # (a version marker has one)
             else:
                 known = max_supported
                 self._new_commands.append(

@@ -12,9 +12,9 @@ import asyncio
 import datetime as _dt
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, TypeVarTuple, overload
 
 from harvest.core.deprecation import queue_alias, renamed_attribute
 from harvest.core.durations import parse_duration
@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_VERSION", "ContinueAsNew", "WorkflowContext", "WorkflowInfo"]
 
+# The typing of calls by function (docs/workflows.md "Types"): ``Args`` are the positional
+# arguments after the ctx, checked against the function passed; ``ResultT`` its result
+# (an ``async def``'s awaited value). By name, or by definition, the result is ``Any``.
+ResultT = TypeVar("ResultT")
+Args = TypeVarTuple("Args")
+T = TypeVar("T")
+
 # ``ctx.version`` returns it when replaying a history recorded before the call existed.
 DEFAULT_VERSION = -1
 PARENT_CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")
@@ -42,7 +49,7 @@ class ContinueAsNew(BaseException):
     A ``BaseException`` so that ``except Exception`` in workflow code does not swallow it.
     """
 
-    def __init__(self, input: list):
+    def __init__(self, input: list[Any]):
         super().__init__(f"continue as new with {input!r:.80}")
         self.input = input
 
@@ -57,7 +64,7 @@ class WorkflowInfo:
     task_queue = renamed_attribute("queue", "WorkflowInfo.task_queue")
 
 
-class _ReplayAwareLogger(logging.LoggerAdapter):
+class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
     """``ctx.logger``: drops the lines of a replayed step (WorkflowContext.is_replaying)."""
 
     def __init__(self, ctx: WorkflowContext):
@@ -106,7 +113,7 @@ class WorkflowContext:
     task_queue = renamed_attribute("queue", "ctx.task_queue")
 
     @property
-    def logger(self) -> logging.LoggerAdapter:
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger for workflow code that writes each line once per run: lines of a step being
         replayed are dropped. Lines carry ``execution_id``, ``workflow_id`` and ``workflow``."""
         logger = self.__dict__.get("_logger")
@@ -128,7 +135,19 @@ class WorkflowContext:
         return self._run.through
 
     # ------------------------------------------------------------------ activities
-    async def execute_activity(self, activity: Any, *args: Any, **options: Any) -> Any:
+    @overload
+    async def execute_activity(
+        self, activity: Callable[[Any, *Args], Awaitable[ResultT]], *args: *Args, **options: Any
+    ) -> ResultT: ...
+    @overload
+    async def execute_activity(
+        self, activity: Callable[[Any, *Args], ResultT], *args: *Args, **options: Any
+    ) -> ResultT: ...
+    @overload
+    async def execute_activity(
+        self, activity: str | ActivityDefinition, *args: Any, **options: Any
+    ) -> Any: ...
+    async def execute_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Schedule an activity and wait for its result.
 
         ``activity`` is a decorated function (the result is decoded by its return hint)
@@ -145,10 +164,10 @@ class WorkflowContext:
     def _schedule_activity(
         self,
         defn: ActivityDefinition,
-        fn: Callable | None,
-        args: tuple,
-        options: dict,
-        tag: dict | None = None,
+        fn: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+        tag: dict[str, Any] | None = None,
     ) -> Any:
         """Issue ``schedule_activity``; the future of its raw JSON result. ``tag`` joins the
         recorded options (a DAG's task name: runtime/dags.py), never what replay compares."""
@@ -164,12 +183,30 @@ class WorkflowContext:
         }
         return self._run.issue(command, "activity", defn.name)
 
-    async def execute_local_activity(self, activity: Any, *args: Any, **options: Any) -> Any:
+    @overload
+    async def execute_local_activity(
+        self, activity: Callable[[Any, *Args], Awaitable[ResultT]], *args: *Args, **options: Any
+    ) -> ResultT: ...
+    @overload
+    async def execute_local_activity(
+        self, activity: Callable[[Any, *Args], ResultT], *args: *Args, **options: Any
+    ) -> ResultT: ...
+    @overload
+    async def execute_local_activity(
+        self, activity: str | ActivityDefinition, *args: Any, **options: Any
+    ) -> Any: ...
+    async def execute_local_activity(self, activity: Any, *args: object, **options: Any) -> Any:
         """Run an activity inline in this workflow task; its outcome is recorded as a marker."""
         defn, fn = self._resolve(activity)
         return await self._local(defn, fn, args, options)
 
-    async def _local(self, defn: ActivityDefinition, fn: Callable | None, args: tuple, options: dict) -> Any:
+    async def _local(
+        self,
+        defn: ActivityDefinition,
+        fn: Callable[..., Any] | None,
+        args: tuple[Any, ...],
+        options: dict[str, Any],
+    ) -> Any:
         # Run what the App registers under the name, as a worker runs a regular activity by
         # name (the same definition, or a test kit's mock of it: harvest.testing).
         registered = self._run.find_activity(defn.name)
@@ -182,7 +219,7 @@ class WorkflowContext:
         raw = await future
         return decode_result(fn, raw) if fn is not None else raw
 
-    def _resolve(self, activity: Any) -> tuple[ActivityDefinition, Callable | None]:
+    def _resolve(self, activity: Any) -> tuple[ActivityDefinition, Callable[..., Any] | None]:
         if isinstance(activity, str):
             defn = self._run.find_activity(activity)
             if defn is None:  # not ours: the worker serving that name reports unknown names
@@ -223,16 +260,21 @@ class WorkflowContext:
             self._run.marker("uuid4", lambda: str(uuid.UUID(int=self._run.rng.getrandbits(128), version=4)))
         )
 
-    def side_effect(self, fn: Callable[[], Any]) -> Any:
+    def side_effect(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` once and record its JSON-encodable result; replays read it back.
 
         ``fn`` must not fail: an exception fails the workflow task (which is retried),
         because a failure that is not recorded cannot be replayed.
         """
         value = self._run.marker("side_effect", lambda: encode(self._run.call_side_effect(fn), "side_effect"))
-        return decode(value, return_hint(fn), "side_effect")
+        decoded: T = decode(value, return_hint(fn), "side_effect")
+        return decoded
 
     # ------------------------------------------------------------------ signals
+    @overload
+    async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: type[T]) -> T: ...
+    @overload
+    async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any: ...
     async def wait_for_signal(self, name: str, timeout: Any = None, *, type_hint: Any = Any) -> Any:
         """The oldest buffered payload of signal ``name``, or wait for the next one.
 
@@ -342,16 +384,38 @@ class WorkflowContext:
         return self._run.cancel_requested
 
     # ------------------------------------------------------------------ children
+    @overload
     async def start_child_workflow(
         self,
-        workflow: Any,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        parent_close_policy: str = "terminate",
+        task_queue: str | None = None,
+        placement: ChildPlacement | None = None,
+    ) -> ChildHandle[ResultT]: ...
+    @overload
+    async def start_child_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
         *args: Any,
         workflow_id: str | None = None,
         queue: str | None = None,
         parent_close_policy: str = "terminate",
         task_queue: str | None = None,
         placement: ChildPlacement | None = None,
-    ) -> ChildHandle:
+    ) -> ChildHandle[Any]: ...
+    async def start_child_workflow(
+        self,
+        workflow: Any,
+        *args: object,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        parent_close_policy: str = "terminate",
+        task_queue: str | None = None,
+        placement: ChildPlacement | None = None,
+    ) -> ChildHandle[Any]:
         """Start a child workflow (command ``start_child_workflow``) and return its handle.
 
         ``workflow`` is a ``@workflow`` function or definition (its arguments are encoded
@@ -391,10 +455,32 @@ class WorkflowContext:
         command["seq"] = self._run.next_seq()
         return self._run.start_child(command, lambda raw: decode_result(fn, raw))
 
+    @overload
+    async def execute_child_workflow(
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        *args: *Args,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        parent_close_policy: str = "terminate",
+        task_queue: str | None = None,
+        placement: ChildPlacement | None = None,
+    ) -> ResultT: ...
+    @overload
+    async def execute_child_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        *args: Any,
+        workflow_id: str | None = None,
+        queue: str | None = None,
+        parent_close_policy: str = "terminate",
+        task_queue: str | None = None,
+        placement: ChildPlacement | None = None,
+    ) -> Any: ...
     async def execute_child_workflow(
         self,
         workflow: Any,
-        *args: Any,
+        *args: object,
         workflow_id: str | None = None,
         queue: str | None = None,
         parent_close_policy: str = "terminate",

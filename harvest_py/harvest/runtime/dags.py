@@ -61,7 +61,7 @@ def decide(rule: str, upstream: list[str]) -> str | None:
 
 
 def _mark(
-    ctx: Any, task: str, state: str, failure: dict | None = None, reused_from: str | None = None
+    ctx: Any, task: str, state: str, failure: dict[str, Any] | None = None, reused_from: str | None = None
 ) -> None:
     """A ``dag_node`` marker: the task ended without running anything (``reused_from``: the
     state is the retried run's)."""
@@ -74,12 +74,12 @@ def _mark(
     run._record({"type": "record_marker", "seq": run.next_seq(), "kind": "dag_node", "value": value})
 
 
-def _skip_or_fail(failure: dict | None) -> tuple[str, dict | None]:
+def _skip_or_fail(failure: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
     failure = failure or {"error_type": "Error", "message": "", "non_retryable": True, "details": None}
     return ("skipped", None) if failure.get("error_type") == "SkipTask" else ("failed", failure)
 
 
-async def _run_activity(ctx: Any, task: Any, args: list) -> tuple[str, Any]:
+async def _run_activity(ctx: Any, task: Any, args: list[Any]) -> tuple[str, Any]:
     defn = task.definition
     if defn is None or defn.fn is None:
         defn = ctx._run.find_activity(task.target)
@@ -94,7 +94,7 @@ async def _run_activity(ctx: Any, task: Any, args: list) -> tuple[str, Any]:
     return "success", raw
 
 
-async def _run_child(ctx: Any, task: Any, args: list) -> tuple[str, Any]:
+async def _run_child(ctx: Any, task: Any, args: list[Any]) -> tuple[str, Any]:
     retry = task.options.get("retry")
     attempt = 1
     while True:
@@ -110,7 +110,7 @@ async def _run_child(ctx: Any, task: Any, args: list) -> tuple[str, Any]:
             )
             if state == "skipped":
                 return state, None
-            failure = {**failure, "child_status": err.status}
+            failure = {**(failure or {}), "child_status": err.status}  # (not None unless skipped)
             # Every workflow failure is recorded non_retryable (a run is not retried), so the
             # flag says nothing here: the policy's attempts and non_retryable_errors decide.
             verdict = ActivityFailure.from_json({**failure, "non_retryable": False})
@@ -120,7 +120,9 @@ async def _run_child(ctx: Any, task: Any, args: list) -> tuple[str, Any]:
             attempt += 1
 
 
-async def run_dag(ctx: Any, conf: Any = None, retry: dict | None = None, *, dag: Any) -> dict:
+async def run_dag(
+    ctx: Any, conf: Any = None, retry: dict[str, Any] | None = None, *, dag: Any
+) -> dict[str, Any]:
     """Run ``dag`` as the workflow ``ctx`` belongs to, with the run's ``conf``; ``retry``
     carries the successful results of the run this one retries (they are not run again)."""
     conf = {} if conf is None else conf
@@ -139,7 +141,7 @@ async def run_dag(ctx: Any, conf: Any = None, retry: dict | None = None, *, dag:
         if name in skipped and all(states[u] in ("success", "skipped") for u in upstream):
             states[name] = "skipped"
             _mark(ctx, name, "skipped", reused_from=retry.get("retry_of"))
-    running: dict[str, asyncio.Task] = {}
+    running: dict[str, asyncio.Task[Any]] = {}
 
     async def node(name: str) -> tuple[str, Any]:
         task = dag.tasks[name]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import InvalidArgument
 from harvest.runtime.children import ChildHandle
@@ -88,7 +88,7 @@ def external_target(target: Any) -> ExternalWorkflow:
             )
         return ExternalWorkflow(execution_id=target.child_execution_id)
     if isinstance(target, (str, uuid.UUID)):
-        return ExternalWorkflow(execution_id=target)
+        return ExternalWorkflow(execution_id=cast(str, target))  # a UUID is made text by __post_init__
     raise TypeError(
         f"external workflow target: {target!r} is not an execution id, a ChildHandle or an ExternalWorkflow"
     )

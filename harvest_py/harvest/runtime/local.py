@@ -60,7 +60,7 @@ Sleep = Callable[[float], Awaitable[Any]]
 
 async def run_local_activity(
     defn: ActivityDefinition,
-    args: tuple,
+    args: tuple[Any, ...],
     execution_id: str,
     seq: int,
     context_factory: ContextFactory,
@@ -95,7 +95,7 @@ async def run_local_activity(
         attempt += 1
 
 
-async def _call(defn: ActivityDefinition, ctx: Any, args: tuple) -> Any:
+async def _call(defn: ActivityDefinition, ctx: Any, args: tuple[Any, ...]) -> Any:
     coro = defn.fn(ctx, *args) if defn.is_async else asyncio.to_thread(defn.fn, ctx, *args)
     try:
         return await asyncio.wait_for(coro, timeout=defn.start_to_close or None)

@@ -14,13 +14,17 @@ import collections
 import contextvars
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn, TypeVar, TypeVarTuple, cast
 
 from harvest.core.errors import NonDeterminismError
 
 __all__ = ["DeterministicEventLoop", "IllegalWorkflowOperation"]
 
 log = logging.getLogger("harvest.runtime")
+
+# The scheduling methods keep asyncio.AbstractEventLoop's signatures (typeshed's).
+_Args = TypeVarTuple("_Args")
+_T = TypeVar("_T")
 
 # A workflow that never blocks (``while True: await asyncio.sleep(0)``) would hang the worker.
 MAX_CALLBACKS_PER_STEP = 1_000_000
@@ -41,8 +45,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         self._ready: collections.deque[asyncio.Handle] = collections.deque()
         self._closed = False
         self._stepping = False
-        self._exception_handler: Callable | None = None
-        self._task_factory: Callable | None = None
+        self._exception_handler: Callable[..., Any] | None = None
+        self._task_factory: Callable[..., Any] | None = None
         self.logical_time = 0.0
         self.fatal_error: BaseException | None = None
 
@@ -79,7 +83,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def has_ready(self) -> bool:
         return bool(self._ready)
 
-    def _illegal(self, message: str) -> None:
+    def _illegal(self, message: str) -> NoReturn:
         exc = IllegalWorkflowOperation(message)
         if self.fatal_error is None:
             self.fatal_error = exc
@@ -87,7 +91,10 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
 
     # ------------------------------------------------------------------ scheduling
     def call_soon(
-        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+        self,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
+        context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         self._check_closed()
         handle = asyncio.Handle(callback, args, self, context)
@@ -97,8 +104,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def call_later(
         self,
         delay: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         self._illegal(
@@ -110,19 +117,24 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def call_at(
         self,
         when: float,
-        callback: Callable[..., Any],
-        *args: Any,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
         context: contextvars.Context | None = None,
     ) -> asyncio.TimerHandle:
         return self.call_later(0, callback, *args, context=context)
 
     def call_soon_threadsafe(
-        self, callback: Callable[..., Any], *args: Any, context: contextvars.Context | None = None
+        self,
+        callback: Callable[[*_Args], object],
+        *args: *_Args,
+        context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
         self._illegal("threads are not allowed in a workflow: put the work in an activity")
         raise AssertionError("unreachable")
 
-    def run_in_executor(self, executor: Any, func: Callable[..., Any], *args: Any) -> Any:
+    def run_in_executor(
+        self, executor: Any, func: Callable[[*_Args], _T], *args: *_Args
+    ) -> asyncio.Future[_T]:
         self._illegal(
             "run_in_executor / asyncio.to_thread are not allowed in a workflow: "
             "put blocking work in an activity"
@@ -131,23 +143,23 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     def time(self) -> float:
         return self.logical_time
 
-    def create_future(self) -> asyncio.Future:
+    def create_future(self) -> asyncio.Future[Any]:
         return asyncio.Future(loop=self)
 
     def create_task(
         self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None
-    ) -> asyncio.Task:
+    ) -> asyncio.Task[Any]:
         self._check_closed()
         if self._task_factory is not None:
-            task = self._task_factory(self, coro)
+            task = cast("asyncio.Task[Any]", self._task_factory(self, coro))
         else:
             task = asyncio.Task(coro, loop=self, name=name, context=context)
         return task
 
-    def set_task_factory(self, factory: Callable | None) -> None:
+    def set_task_factory(self, factory: Callable[..., Any] | None) -> None:
         self._task_factory = factory
 
-    def get_task_factory(self) -> Callable | None:
+    def get_task_factory(self) -> Callable[..., Any] | None:
         return self._task_factory
 
     # ------------------------------------------------------------------ state
@@ -178,10 +190,10 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         pass
 
     # ------------------------------------------------------------------ errors
-    def set_exception_handler(self, handler: Callable | None) -> None:
+    def set_exception_handler(self, handler: Callable[..., Any] | None) -> None:
         self._exception_handler = handler
 
-    def get_exception_handler(self) -> Callable | None:
+    def get_exception_handler(self) -> Callable[..., Any] | None:
         return self._exception_handler
 
     def default_exception_handler(self, context: dict[str, Any]) -> None:

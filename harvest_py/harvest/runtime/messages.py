@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core.errors import InvalidArgument, NonDeterminismError, PayloadError, QueryFailed
 from harvest.core.payload import encode
@@ -52,9 +52,9 @@ class RunHandlers:
         self.state: dict[str, Any] = {}  # ctx.state: what declarative handlers read
         self.read_only: str | None = None  # set while a query or validator runs
         self.tainted = False
-        self._admitted: list[dict] = []  # accepted, waiting for a handler until the step ends
-        self._running: dict[str, asyncio.Task] = {}
-        self._drain_waiters: list[asyncio.Future] = []
+        self._admitted: list[dict[str, Any]] = []  # accepted, waiting for a handler until the step ends
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._drain_waiters: list[asyncio.Future[Any]] = []
         self.completed: set[str] = set()
 
     # ------------------------------------------------------------------ lookup
@@ -64,7 +64,7 @@ class RunHandlers:
             return own
         app = self.run.app
         table = getattr(app, "queries" if kind == "query" else "updates", None) or {}
-        return table.get(self.run.definition.name, {}).get(name)
+        return cast("HandlerDefinition | None", table.get(self.run.definition.name, {}).get(name))
 
     def known(self, kind: str) -> list[str]:
         app = self.run.app
@@ -80,12 +80,14 @@ class RunHandlers:
         )
 
     # ------------------------------------------------------------------ registration
-    def register_query(self, name: str, fn: Callable) -> None:
+    def register_query(self, name: str, fn: Callable[..., Any]) -> None:
         self.queries[_name(name, "query")] = HandlerDefinition(
             "query", name, check_handler(fn, "query", name)
         )
 
-    def register_update(self, name: str, fn: Callable, validator: Callable | None = None) -> None:
+    def register_update(
+        self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None = None
+    ) -> None:
         if validator is not None:
             check_handler(validator, "update validator", name)
         defn = HandlerDefinition(
@@ -98,7 +100,7 @@ class RunHandlers:
             self._start(defn, data)
 
     # ------------------------------------------------------------------ updates in the workflow
-    def admit(self, data: dict) -> None:
+    def admit(self, data: dict[str, Any]) -> None:
         """``UpdateAccepted`` was delivered: run its handler, or hold it until the step ends."""
         update_id = str(data.get("update_id"))
         if update_id in self._running or update_id in self.completed:
@@ -109,15 +111,15 @@ class RunHandlers:
         else:
             self._start(handler, data)
 
-    def _start(self, handler: HandlerDefinition, data: dict) -> None:
+    def _start(self, handler: HandlerDefinition, data: dict[str, Any]) -> None:
         update_id = str(data.get("update_id"))
         task = self.run._loop.create_task(self._run_update(handler, data))
         self._running[update_id] = task
 
-    async def _run_update(self, handler: HandlerDefinition, data: dict) -> None:
+    async def _run_update(self, handler: HandlerDefinition, data: dict[str, Any]) -> None:
         update_id = str(data.get("update_id"))
         result: Any = None
-        failure: dict | None = None
+        failure: dict[str, Any] | None = None
         try:
             value = handler.fn(self.run.ctx, *handler.decode_arg(data.get("input")))
             if inspect.isawaitable(value):
@@ -133,7 +135,7 @@ class RunHandlers:
             self._running.pop(update_id, None)
         self._complete(update_id, result, failure)
 
-    def _complete(self, update_id: str, result: Any, failure: dict | None) -> None:
+    def _complete(self, update_id: str, result: Any, failure: dict[str, Any] | None) -> None:
         command: dict[str, Any] = {
             "type": "complete_update",
             "seq": self.run.next_seq(),
@@ -198,7 +200,7 @@ class RunHandlers:
                 f"the validator of update {name!r}",
             )
 
-    def _read_only(self, fn: Callable, args: tuple, what: str) -> Any:
+    def _read_only(self, fn: Callable[..., Any], args: tuple[Any, ...], what: str) -> Any:
         run = self.run
         before = (run._seq, len(run._new_commands), run.signals.count())
         previous, self.read_only = (
@@ -222,7 +224,7 @@ class RunHandlers:
                 self.tainted = True
 
 
-def _takes_arg_or_none(fn: Callable) -> bool:
+def _takes_arg_or_none(fn: Callable[..., Any]) -> bool:
     try:
         return (
             len(

@@ -25,7 +25,7 @@ import random as _random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.deprecation import queue_alias
 from harvest.core.errors import (
@@ -143,26 +143,26 @@ class WorkflowRun(CommandIssuer):
         self.rng = rng or _random.SystemRandom()
         self.continue_as_new_threshold = continue_as_new_threshold
         self._local_sleep = local_sleep
-        self._loop = DeterministicEventLoop()
+        self._loop = DeterministicEventLoop()  # type: ignore[abstract]  # no I/O methods: workflows do no I/O
         self.ctx: WorkflowContext | None = None
-        self._main: asyncio.Task | None = None
-        self._start: dict | None = None
+        self._main: asyncio.Task[Any] | None = None
+        self._start: dict[str, Any] | None = None
         self.last_event_id = 0
         self._markers: deque[tuple[int, int]] = deque()  # (event_id, through), not yet stepped
-        self._groups: dict[int, dict[int, dict]] = {}  # marker event id -> seq -> command event
+        self._groups: dict[int, dict[int, dict[str, Any]]] = {}  # marker event id -> seq -> command event
         self._group_owner: int | None = None
-        self._resolutions: deque[dict] = deque()
-        self._terminal_event: dict | None = None
+        self._resolutions: deque[dict[str, Any]] = deque()
+        self._terminal_event: dict[str, Any] | None = None
         self._terminal_owner: int | None = None  # the marker whose step wrote the terminal event
         self._seq = 0
         self._pending: dict[int, Pending] = {}
-        self._expected: dict[int, dict] | None = None  # recorded commands of a replayed step
-        self._new_commands: list[dict] = []
-        self._live: tuple[int, list[dict]] | None = None  # last activation, not yet confirmed
+        self._expected: dict[int, dict[str, Any]] | None = None  # recorded commands of a replayed step
+        self._new_commands: list[dict[str, Any]] = []
+        self._live: tuple[int, list[dict[str, Any]]] | None = None  # last activation, not yet confirmed
         self._fatal: BaseException | None = None
         self.signals = SignalBuffer()
         self.handlers = RunHandlers(self)  # queries and updates
-        self._children: dict[int, ChildHandle] = {}
+        self._children: dict[int, ChildHandle[Any]] = {}
         self._cancelled_timers: set[int] = set()
         self._versions: dict[str, int] = {}
         self._mutex_keys: set[str] = set()  # keys held or awaited by ctx.mutex (runtime/mutex.py)
@@ -174,7 +174,7 @@ class WorkflowRun(CommandIssuer):
         self.finished = False
 
     # ------------------------------------------------------------------ public
-    async def advance(self, new_events: list[dict], *, local_activities: bool = True) -> Activation:
+    async def advance(self, new_events: list[dict[str, Any]], *, local_activities: bool = True) -> Activation:
         """Feed events not seen before; get the commands of the new batch.
 
         With ``local_activities=False`` a step that would run a local activity raises
@@ -232,7 +232,7 @@ class WorkflowRun(CommandIssuer):
         self.last_event_id = last_event_id
         return True
 
-    def replay_history(self, events: list[dict]) -> None:
+    def replay_history(self, events: list[dict[str, Any]]) -> None:
         """Check a whole history, closed or not, against the code; produce nothing new.
 
         Every recorded step is replayed and matched (``NonDeterminismError`` on the
@@ -247,8 +247,8 @@ class WorkflowRun(CommandIssuer):
         while self._markers:
             marker_id, through = self._markers.popleft()
             self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
-        if self._terminal_owner is not None and not self._main.done():
-            recorded = self._terminal_event["event_type"]
+        if self._terminal_owner is not None and not self._main_task.done():
+            recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             self._raise_fatal(
                 nondeterminism(
                     None,
@@ -265,7 +265,7 @@ class WorkflowRun(CommandIssuer):
         self._children.clear()
 
     # ------------------------------------------------------------------ history
-    def _ingest(self, events: list[dict]) -> None:
+    def _ingest(self, events: list[dict[str, Any]]) -> None:
         for event in events:
             event_id = int(event["event_id"])
             if event_id != self.last_event_id + 1:
@@ -332,7 +332,7 @@ class WorkflowRun(CommandIssuer):
         self._deliver(through)
         self._run_until_blocked_replay()
         self.handlers.end_of_step()
-        if self._main.done() and not closes:
+        if self._main_task.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
                 f"event {through}, but its history continues (event {marker_id} onwards)"
@@ -344,9 +344,9 @@ class WorkflowRun(CommandIssuer):
                 nondeterminism(seq, expected, "nothing", "the code no longer issues this command")
             )
         self._expected = None
-        if closes and self._main.done():
+        if closes and self._main_task.done():
             got = TERMINAL_COMMANDS[self._terminal_command()["type"]]
-            recorded = self._terminal_event["event_type"]
+            recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             if got != recorded:
                 self._raise_fatal(nondeterminism(None, recorded, got, "the workflow now ends differently"))
         self._apply_started(group)
@@ -358,7 +358,7 @@ class WorkflowRun(CommandIssuer):
                 (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
                 key=lambda p: p.seq,
             )
-            if self._main.done() or not ready:
+            if self._main_task.done() or not ready:
                 return
             for p in ready:
                 self._resolve_local(p, p.recorded)
@@ -369,7 +369,7 @@ class WorkflowRun(CommandIssuer):
         self._deliver(None)
         while True:
             self._step_loop()
-            if self._main.done():
+            if self._main_task.done():
                 self.finished = True
                 break
             ready = sorted(
@@ -398,7 +398,7 @@ class WorkflowRun(CommandIssuer):
         return Activation(commands, self.last_event_id, self.finished)
 
     def _confirm_live(self, marker_id: int, through: int) -> None:
-        live_through, commands = self._live
+        live_through, commands = cast("tuple[int, list[dict[str, Any]]]", self._live)
         recorded = self._groups.pop(marker_id)
         issued = {c["seq"]: c for c in commands if "seq" in c}
         if (
@@ -414,7 +414,7 @@ class WorkflowRun(CommandIssuer):
         self._live = None
         self._apply_started(recorded)
 
-    def _apply_started(self, group: dict[int, dict]) -> None:
+    def _apply_started(self, group: dict[int, dict[str, Any]]) -> None:
         """A confirmed step's ``ChildWorkflowStarted`` events reach their handles."""
         for seq in sorted(group):
             event = group[seq]
@@ -422,21 +422,26 @@ class WorkflowRun(CommandIssuer):
             if event["event_type"] == "ChildWorkflowStarted" and handle is not None:
                 handle._set_started(event["event_data"])
 
+    @property
+    def _main_task(self) -> asyncio.Task[Any]:
+        """The workflow function's task: set by the first step (``_begin``), read after it."""
+        return cast("asyncio.Task[Any]", self._main)
+
     def _step_loop(self) -> None:
         self._loop.run_until_idle()
         if self._loop.fatal_error is not None:
             self._fatal = self._loop.fatal_error
             raise self._fatal
         if (
-            self._main.done()
-            and not self._main.cancelled()
-            and isinstance(self._main.exception(), NonDeterminismError)
+            self._main_task.done()
+            and not self._main_task.cancelled()
+            and isinstance(self._main_task.exception(), NonDeterminismError)
         ):
-            self._fatal = self._main.exception()
-            raise self._fatal
+            self._fatal = self._main_task.exception()
+            raise cast(BaseException, self._fatal)
 
-    def _terminal_command(self) -> dict:
-        task = self._main
+    def _terminal_command(self) -> dict[str, Any]:
+        task = self._main_task
         if task.cancelled():
             if self.cancel_requested:
                 details = self.cancel_reason if self._cancel_details is _UNSET else self._cancel_details
@@ -470,7 +475,7 @@ class WorkflowRun(CommandIssuer):
         while self._resolutions and (through is None or self._resolutions[0]["event_id"] <= through):
             self._resolve(self._resolutions.popleft())
 
-    def _resolve(self, event: dict) -> None:
+    def _resolve(self, event: dict[str, Any]) -> None:
         data, kind = event["event_data"], event["event_type"]
         if kind == "UpdateAccepted":
             self.handlers.admit(data)
@@ -523,7 +528,7 @@ class WorkflowRun(CommandIssuer):
         if self._main is not None and not self._main.done():
             self._main.cancel(msg=reason if isinstance(reason, str) else None)
 
-    def _resolve_local(self, pending: Pending, value: dict) -> None:
+    def _resolve_local(self, pending: Pending, value: dict[str, Any]) -> None:
         pending.done = True
         self._pending.pop(pending.seq, None)
         if pending.future.done():
@@ -534,7 +539,7 @@ class WorkflowRun(CommandIssuer):
         else:
             pending.future.set_result(value.get("result"))
 
-    async def _execute_local(self, pending: Pending) -> dict:
+    async def _execute_local(self, pending: Pending) -> dict[str, Any]:
         defn = pending.defn
         if defn.fn is None:
             return {

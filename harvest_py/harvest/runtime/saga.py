@@ -46,7 +46,7 @@ class Saga:
     def __init__(self, ctx: Any, *, continue_on_error: bool = True):
         self.ctx = ctx
         self.continue_on_error = continue_on_error
-        self._compensations: list[tuple[Any, tuple]] = []
+        self._compensations: list[tuple[Any, tuple[Any, ...]]] = []
         self.errors: list[BaseException] = []  # failed compensations, in the order they ran
 
     def add_compensation(self, step: Any, *args: Any) -> None:

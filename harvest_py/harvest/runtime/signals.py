@@ -19,7 +19,7 @@ class SignalBuffer:
         # Per name, (arrival number, payload): the number keeps the global order for
         # pending(), which a continue-as-new hands to the next run.
         self._buffers: dict[str, deque[tuple[int, Any]]] = {}
-        self._waiters: dict[str, deque[asyncio.Future]] = {}
+        self._waiters: dict[str, deque[asyncio.Future[Any]]] = {}
         self._arrivals = 0
 
     def deliver(self, name: str, payload: Any) -> None:
@@ -45,7 +45,7 @@ class SignalBuffer:
         buffer = self._buffers.setdefault(name, deque())
         buffer.appendleft((buffer[0][0] - 1 if buffer else 0, payload))
 
-    def wait(self, name: str, future: asyncio.Future) -> None:
+    def wait(self, name: str, future: asyncio.Future[Any]) -> None:
         self._waiters.setdefault(name, deque()).append(future)
 
     def count(self, name: str | None = None) -> int:

@@ -110,7 +110,9 @@ async def drive_children(
             log.warning("cross-shard child %s: reporting to shard %s failed: %s", child, source, exc)
 
 
-async def _report(pools: AsyncShardPools, source: int, child: Any, step: tuple, report: PumpReport) -> None:
+async def _report(
+    pools: AsyncShardPools, source: int, child: Any, step: tuple[Any, ...], report: PumpReport
+) -> None:
     if step[0] == "running":  # its lease runs out and the next sweep reads it again
         return
     async with pools.api(source) as sql:
@@ -127,7 +129,7 @@ async def _report(pools: AsyncShardPools, source: int, child: Any, step: tuple, 
             report.children["settled"] = report.children.get("settled", 0) + 1
 
 
-async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple:
+async def _step(pools: AsyncShardPools, row: dict[str, Any]) -> tuple[Any, ...]:
     child, target = row["child_execution_id"], row["target_shard"]
     async with pools.api(target) as sql:
         if row["cancel_requested"]:  # the parent ended first: its close policy, then forget the row

@@ -11,7 +11,7 @@ the shard is back finishes the job (each step is idempotent).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from harvest.shard.pools import ShardPools
 
@@ -26,7 +26,7 @@ def erase_payloads_everywhere(
 
     def live(shard: int) -> dict[str, Any]:
         with pools.api(shard) as sql:
-            return sql.erase_payloads(execution_id, operator_id)
+            return cast("dict[str, Any]", sql.erase_payloads(execution_id, operator_id))
 
     summary = pools.follow(execution_id, live)
     prior = []

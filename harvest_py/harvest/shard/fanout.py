@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
 from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument
 from harvest.db.pools import TRANSIENT
@@ -150,14 +150,14 @@ def is_shard_failure(exc: BaseException) -> bool:
 # Internally a read gets (api, shard): the workflow list gives each shard its own position.
 def _call_sync(provider: Any, read: Callable[[Any, int], T], shard: int) -> T:
     if callable(provider):
-        with provider() as api:
+        with cast(Any, provider)() as api:
             return read(api, shard)
     return read(provider, shard)
 
 
 async def _call_async(provider: Any, read: Callable[[Any, int], Any], shard: int) -> Any:
     if callable(provider):
-        async with provider() as api:
+        async with cast(Any, provider)() as api:
             answer = read(api, shard)
             return await answer if inspect.isawaitable(answer) else answer
     answer = read(provider, shard)
@@ -238,6 +238,22 @@ def _fan_out(
     return _collect(outcomes, missing)
 
 
+@overload
+async def fan_out_async(
+    apis: Mapping[int, Any],
+    read: Callable[[Any], Awaitable[T]],
+    *,
+    shards: Iterable[int] | None = None,
+    timeout: float | None = None,
+) -> FanOut[T]: ...
+@overload
+async def fan_out_async(
+    apis: Mapping[int, Any],
+    read: Callable[[Any], T],
+    *,
+    shards: Iterable[int] | None = None,
+    timeout: float | None = None,
+) -> FanOut[T]: ...
 async def fan_out_async(
     apis: Mapping[int, Any],
     read: Callable[[Any], Awaitable[T] | T],
@@ -318,7 +334,7 @@ def run(
                 )
             )
     except StopIteration as done:
-        return done.value
+        return cast("Merged[Any]", done.value)
 
 
 async def run_async(apis: Mapping[int, Any], plan: Plan, *, timeout: float | None = None) -> Merged[Any]:
@@ -330,7 +346,7 @@ async def run_async(apis: Mapping[int, Any], plan: Plan, *, timeout: float | Non
                 await _fan_out_async(apis, step.read, shards=step.shards, timeout=timeout, skip=step.skip)
             )
     except StopIteration as done:
-        return done.value
+        return cast("Merged[Any]", done.value)
 
 
 def _tagged(fan: FanOut[list[dict[str, Any]]]) -> Iterable[dict[str, Any]]:
@@ -790,7 +806,7 @@ def _descendants(
     answered: set[int] = set()
     for level in range(1, depth + 1):
         ids = list(frontier)
-        fan = yield Step(lambda api, _s, ids=ids: api.list_children_of(ids))
+        fan = yield Step(lambda api, _s, ids=ids: api.list_children_of(ids))  # type: ignore[misc]  # ids bound per level
         unavailable |= set(fan.unavailable_shards)
         answered |= set(fan.results)
         frontier = []
@@ -969,12 +985,20 @@ class ShardReads:
     def __init__(self, apis: Mapping[int, Any], *, concurrent: bool = True, timeout: float | None = None):
         self.apis, self.concurrent, self.timeout = apis, concurrent, timeout
 
+    if TYPE_CHECKING:  # the reads of PLANS are set on the class below
+
+        def __getattr__(self, name: str) -> Callable[..., Merged[Any]]: ...
+
 
 class AsyncShardReads:
     """The same reads over async APIs (every shard at once); ``timeout`` bounds each shard."""
 
     def __init__(self, apis: Mapping[int, Any], *, timeout: float | None = None):
         self.apis, self.timeout = apis, timeout
+
+    if TYPE_CHECKING:  # the reads of PLANS are set on the class below
+
+        def __getattr__(self, name: str) -> Callable[..., Awaitable[Merged[Any]]]: ...
 
 
 def _sync_method(plan: Callable[..., Plan]) -> Callable[..., Merged[Any]]:

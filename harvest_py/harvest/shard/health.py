@@ -173,7 +173,7 @@ def shard_health(
 
     ``queues``: the declared queues to check coverage of (an App's), else each shard's
     registered ones. Never raises for one shard: its row carries the reason."""
-    shards = sorted({*router.readable, *urls, *([candidate] if candidate is not None else [])})
+    shards: list[int] = sorted({*router.readable, *urls, *([candidate] if candidate is not None else [])})
     rows = []
     for shard in shards:
         roles = shard_roles(router, shard, candidate)

@@ -26,7 +26,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, ExecutionMigrated, HarvestError, InvalidArgument
 from harvest.core.ids import shard_of
@@ -282,7 +282,10 @@ class Rebalancer:
                     problem = f"the copied history does not replay under the registered code: {error}"
         with self.pools.api(self.source) as sql:
             if problem is not None:
-                return sql.fail_migration(migration_id, f"verification failed: {problem}", self.operator_id)
+                return cast(
+                    "dict[str, Any]",
+                    sql.fail_migration(migration_id, f"verification failed: {problem}", self.operator_id),
+                )
             record = sql.verify_migration(migration_id, digest)
         if record["phase"] == "verified":
             self._phase("verified", record)

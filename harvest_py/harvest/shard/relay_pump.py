@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import HarvestError, ShardUnavailable
 from harvest.shard.pools import AsyncShardPools
@@ -166,15 +166,18 @@ class RelayPump:
         if shard in report.unavailable:
             raise ShardUnavailable(shard, report.unavailable[shard])
         async with self.pools.api(shard) as sql:
-            return await sql.deliver_external_relay(
-                relay["source_shard"],
-                relay["relay_id"],
-                relay["kind"],
-                relay["target_execution_id"],
-                relay["target_workflow_name"],
-                relay["target_workflow_id"],
-                relay["payload"],
-                relay["source_execution_id"],
+            return cast(
+                "dict[str, Any]",
+                await sql.deliver_external_relay(
+                    relay["source_shard"],
+                    relay["relay_id"],
+                    relay["kind"],
+                    relay["target_execution_id"],
+                    relay["target_workflow_name"],
+                    relay["target_workflow_id"],
+                    relay["payload"],
+                    relay["source_execution_id"],
+                ),
             )
 
     async def _deliver(self, relay: dict[str, Any], report: PumpReport) -> tuple[dict[str, Any] | None, str]:

@@ -26,7 +26,8 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
-from typing import Any
+from types import EllipsisType
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError
 
@@ -36,7 +37,7 @@ try:  # the `metrics` extra
     from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
     from prometheus_client.utils import floatToGoString
 except ImportError:  # pragma: no cover - exercised by the import test in a bare interpreter
-    _prom = None
+    _prom = None  # type: ignore[assignment]  # the module, or None without prometheus-client
 
 __all__ = [
     "CONTENT_TYPE",
@@ -111,10 +112,12 @@ class _Family:
 
     __slots__ = ("bounds", "children", "doc", "kind", "labels", "lock", "name")
 
-    def __init__(self, kind: str, name: str, doc: str, labels: Iterable[str], lock: Any, bounds: tuple = ()):
+    def __init__(
+        self, kind: str, name: str, doc: str, labels: Iterable[str], lock: Any, bounds: tuple[Any, ...] = ()
+    ):
         self.kind, self.name, self.doc, self.labels = kind, name, doc, list(labels)
         self.lock, self.bounds = lock, tuple(float(b) for b in bounds)
-        self.children: dict[tuple, Any] = {}
+        self.children: dict[tuple[Any, ...], Any] = {}
 
     def __call__(self, *labels: Any) -> Any:
         child = self.children.get(labels)
@@ -131,12 +134,12 @@ class _Family:
 
     def family(self) -> Any:
         if self.kind == "counter":
-            family = CounterMetricFamily(self.name, self.doc, labels=self.labels)
+            family: Any = CounterMetricFamily(self.name, self.doc, labels=self.labels)
             for labels, child in list(self.children.items()):
                 family.add_metric([str(v) for v in labels], child.value)
             return family
         family = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
-        edges = [floatToGoString(b) for b in self.bounds] + ["+Inf"]
+        edges = [floatToGoString(b) for b in self.bounds] + ["+Inf"]  # type: ignore[no-untyped-call]
         for labels, child in list(self.children.items()):
             with self.lock:
                 counts, total = list(child.counts), child.sum
@@ -189,7 +192,7 @@ class Metrics:
     def __init__(self, registry: Any = None):
         if _prom is None:
             raise RuntimeError("prometheus-client is not installed: pip install 'harvest-workflows[metrics]'")
-        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.registry: Any = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
 
         lock = threading.Lock()
@@ -199,7 +202,7 @@ class Metrics:
             hot.append(_Family("counter", name, doc, labels, lock))
             return hot[-1]
 
-        def histogram(name: str, doc: str, labels: Iterable[str], buckets: tuple) -> _Family:
+        def histogram(name: str, doc: str, labels: Iterable[str], buckets: tuple[Any, ...]) -> _Family:
             hot.append(_Family("histogram", name, doc, labels, lock, buckets))
             return hot[-1]
 
@@ -462,8 +465,8 @@ class Metrics:
             shard, {(w["queue"], w["health"]): w["count"] for w in samples.get("workers") or []}
         )
         keys = samples.get("concurrency") or []
-        in_flight = {(k["key"], k["task_type"]): k["in_flight"] for k in keys}
-        pending = {(k["key"], k["task_type"]): k["pending"] for k in keys}
+        in_flight: dict[tuple[str, ...], float] = {(k["key"], k["task_type"]): k["in_flight"] for k in keys}
+        pending: dict[tuple[str, ...], float] = {(k["key"], k["task_type"]): k["pending"] for k in keys}
         other = samples.get("other_keys") or {}
         if other.get("keys"):
             in_flight[(OTHER_KEYS, "any")] = other["in_flight"]
@@ -498,7 +501,7 @@ class Metrics:
                 value.forget(str(shard))
 
     def render(self) -> bytes:
-        return _prom.generate_latest(self.registry)
+        return _prom.generate_latest(self.registry)  # pyright: ignore[reportOptionalMemberAccess]  # set: Metrics() needs it
 
 
 class NullMetrics:
@@ -537,12 +540,12 @@ def serve_metrics(port: int, host: str = "127.0.0.1") -> Any:
     if _prom is None:
         raise ConfigError("--metrics-port needs prometheus-client: pip install 'harvest-workflows[metrics]'")
     try:
-        return _prom.start_http_server(port, addr=host, registry=process_metrics().registry)
+        return _prom.start_http_server(port, addr=host, registry=cast(Metrics, process_metrics()).registry)
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def render_metrics(metrics: Metrics | NullMetrics | None = ...) -> bytes:  # type: ignore[assignment]
+def render_metrics(metrics: Metrics | NullMetrics | EllipsisType | None = ...) -> bytes:
     """The Prometheus text exposition of ``metrics`` (default: this process's)."""
     if metrics is ...:
         metrics = process_metrics()

@@ -239,6 +239,7 @@ class WorkflowEnvironment:
         original = self._original_app.activities.get(name)
         calls = self._calls.setdefault(name, [])
 
+        call: Callable[..., Any]
         if inspect.iscoroutinefunction(fn):
 
             async def call(ctx: Any, *args: Any, **kwargs: Any) -> Any:

@@ -71,7 +71,7 @@ class ReplayResult:
         return self.ok
 
 
-def load_history(history: Any) -> list[dict]:
+def load_history(history: Any) -> list[dict[str, Any]]:
     """Events from a list, or from a JSON file (a list, or an object with ``events``)."""
     if isinstance(history, (str, os.PathLike)):
         with open(history, encoding="utf-8") as fh:
@@ -86,7 +86,7 @@ def load_history(history: Any) -> list[dict]:
     return sorted(history, key=lambda e: int(e["event_id"]))
 
 
-def _data(event: dict) -> dict:
+def _data(event: dict[str, Any]) -> dict[str, Any]:
     data = event.get("event_data") or {}
     return json.loads(data) if isinstance(data, str) else data
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core.errors import PermissionDenied, Unauthenticated
 from harvest.db.pools import open_async_pool
@@ -65,7 +65,9 @@ class TokenAuthorizer:
 
     async def _api(self) -> AsyncSqlApi:
         if self._pool is None:
-            self._pool = await open_async_pool(self._dsn, max_size=self._pool_size)
+            self._pool = await open_async_pool(
+                cast(str, self._dsn), max_size=self._pool_size
+            )  # a pool or a dsn
         return AsyncSqlApi(self._pool)
 
     async def authorize(self, request: Request, needed: Scope) -> Principal:

@@ -50,7 +50,7 @@ _RESYNC = object()  # in a subscriber's queue: it fell behind, read from the tab
 class Subscriber:
     execution_id: str | None  # None: every event
     start_cursor: int = 0  # the hub's cursor when it subscribed: live events follow it
-    queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
+    queue: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(QUEUE_SIZE))
     resyncs: int = 0
 
     def offer(self, event: dict[str, Any]) -> None:
@@ -83,8 +83,8 @@ class EventHub:
         self._of_execution: dict[str, set[Subscriber]] = {}
         self._of_all: set[Subscriber] = set()
         self.cursor = 0  # every global id up to this is delivered to the subscribers (or final)
-        self._task: asyncio.Task | None = None
-        self._ready: asyncio.Future | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._ready: asyncio.Future[Any] | None = None
         self._start_lock = asyncio.Lock()
         self._idle: asyncio.TimerHandle | None = None
 

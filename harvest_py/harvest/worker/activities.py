@@ -47,7 +47,7 @@ class ActivityContext:
         self.cancel_requested = False
 
     @property
-    def logger(self) -> logging.LoggerAdapter:
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger whose lines carry the run, the activity and the attempt."""
         return logging.LoggerAdapter(
             logging.getLogger("harvest.activity"),
@@ -317,5 +317,6 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     finally:
         if ahead is not None:
             ahead.settle(recorded)
-    if recorded.handed is not None:  # the workflow this woke, leased to us: decide it now
-        worker.run_handed(recorded.handed, task)
+    # (recorded is set: every except above returns)
+    if recorded.handed is not None:  # pyright: ignore[reportOptionalMemberAccess]
+        worker.run_handed(recorded.handed, task)  # pyright: ignore[reportOptionalMemberAccess]

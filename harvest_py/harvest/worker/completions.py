@@ -57,7 +57,7 @@ class _TaskGroupCommit(GroupCommit):
                 cast("ShardLane", self._on), [item[0] for item in items], self.publishes
             )
 
-    def _settle(self, batch: list[tuple], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         by_id = {row["task_id"]: row for row in rows}
         for item in batch:
             task_id, future = item[0], item[-1]
@@ -93,22 +93,25 @@ class CompletionBatcher(_TaskGroupCommit):
 
         Raises StaleTask when the task is no longer ours (its lease was lost).
         """
-        return await self._submit(task_id, fencing_token, result, decision)
+        return cast("Recorded", await self._submit(task_id, fencing_token, result, decision))
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
-        rows = await self._on.sql.complete_activities(
-            worker.worker_id,
-            items,
-            hand_off=worker.accepts_hand_off(),
-            workflow_lease_secs=worker.workflow_lease,
-            event_cap=worker.history_event_hard_cap,
-            byte_cap=worker.history_byte_hard_cap,
+        rows = cast(
+            "list[dict[str, Any]]",
+            await self._on.sql.complete_activities(
+                worker.worker_id,
+                items,
+                hand_off=worker.accepts_hand_off(),
+                workflow_lease_secs=worker.workflow_lease,
+                event_cap=worker.history_event_hard_cap,
+                byte_cap=worker.history_byte_hard_cap,
+            ),
         )
         self._committed(items)
         return rows
 
-    def _retry_alone(self, batch: list[tuple], exc: Exception) -> bool:
+    def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:
         # A decision the database refuses fails the call: retry without decisions, so
         # that no result is lost to it. Otherwise a refusal of the whole call (a
         # HarvestError) would be refused again item by item.
@@ -116,7 +119,7 @@ class CompletionBatcher(_TaskGroupCommit):
             return True
         return len(batch) > 1 and not isinstance(exc, HarvestError)
 
-    def _alone(self, item: tuple) -> tuple:
+    def _alone(self, item: tuple[Any, ...]) -> tuple[Any, ...]:
         task_id, token, result, _decision, future = item
         return task_id, token, result, None, future
 
@@ -145,15 +148,21 @@ class DecisionBatcher(_TaskGroupCommit):
         partition is no longer held at ``owner_epoch``: outcome ``not_owner``),
         InvalidArgument (or the database's error) when the decision is refused.
         """
-        return await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch)
+        return cast(
+            "dict[str, Any]",
+            await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch),
+        )
 
-    async def _send(self, items: list[tuple]) -> list[dict[str, Any]]:
+    async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
-        rows = await self._on.sql.complete_workflow_tasks(
-            worker.worker_id,
-            items,
-            event_cap=worker.history_event_hard_cap,
-            byte_cap=worker.history_byte_hard_cap,
+        rows = cast(
+            "list[dict[str, Any]]",
+            await self._on.sql.complete_workflow_tasks(
+                worker.worker_id,
+                items,
+                event_cap=worker.history_event_hard_cap,
+                byte_cap=worker.history_byte_hard_cap,
+            ),
         )
         self._committed(items)
         return rows

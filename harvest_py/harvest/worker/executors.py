@@ -56,7 +56,7 @@ class ProcessActivityContext:
         )
 
 
-def _call(fn: Any, ctx: ProcessActivityContext, args: tuple, kwargs: dict) -> Any:
+def _call(fn: Any, ctx: ProcessActivityContext, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Runs in the child process."""
     return fn(ctx, *args, **kwargs)
 
@@ -96,7 +96,9 @@ class ActivityExecutors:
             )
         return self._processes
 
-    async def run(self, definition: ActivityDefinition, ctx: Any, args: tuple, kwargs: dict) -> Any:
+    async def run(
+        self, definition: ActivityDefinition, ctx: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
         """Run a plain ``def`` activity where its definition says; returns its result."""
         loop = asyncio.get_running_loop()
         if definition.executor != "process":

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import redact
@@ -48,7 +48,8 @@ class ShardLane:
         self.worker = worker
         self.shard = shard
         self.dsn = dsn
-        self.sql: AsyncSqlApi | None = None
+        # None until the lane connects (typed as set: every use is after it, serving checks it)
+        self.sql: AsyncSqlApi = None  # type: ignore[assignment]
         self.completions = CompletionBatcher(worker, lane=self)
         self.decisions = DecisionBatcher(worker, lane=self)
         # Owner mode (worker/owners.py): the decision partitions this worker holds on this shard.
@@ -61,7 +62,7 @@ class ShardLane:
         # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
         self.dispatched = 0
         self.handles_outages = handles_outages
-        self._probe: asyncio.Task | None = None
+        self._probe: asyncio.Task[Any] | None = None
 
     @property
     def usable(self) -> bool:
@@ -131,4 +132,4 @@ class ShardLane:
 
 def lane_of(task: dict[str, Any]) -> ShardLane:
     """The lane a task was claimed from (or handed by): where everything about it is written."""
-    return task["_lane"]
+    return cast("ShardLane", task["_lane"])

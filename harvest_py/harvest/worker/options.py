@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument
 from harvest.core.ids import MAX_SHARD
@@ -75,7 +75,7 @@ def resolve_shard_assignments(
             f"worker.shard_assignments names shard {shard}, which has no url: add shards.urls.{shard} "
             f"(HARVEST_SHARDS__URLS__{shard}) or remove it from worker.shard_assignments"
         )
-    return tuple(assignments)
+    return tuple(cast("tuple[int, ...]", assignments))  # not AUTO: the shard numbers
 
 
 def refuse_auto_with_cells(assignments: tuple[int, ...] | str, reserved: Iterable[int]) -> None:
@@ -212,7 +212,7 @@ class Tunable:
         if value is None and self.optional:
             return
         ok_type = isinstance(value, int if self.integer else int | float) and not isinstance(value, bool)
-        if not ok_type or not self.low <= value <= self.high:  # NaN fails the comparison
+        if not ok_type or not self.low <= cast(float, value) <= self.high:  # NaN fails the comparison
             raise InvalidArgument(
                 f"Worker({self.name}={value!r}): allowed {'an integer' if self.integer else 'a number'} "
                 f"from {_text(self.low)} to {_text(self.high)}"

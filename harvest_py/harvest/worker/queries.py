@@ -69,7 +69,7 @@ class QueryResponder:
         self.worker = worker
         self.lane = lane
         self._wake = asyncio.Event()
-        self._inflight: set[asyncio.Task] = set()
+        self._inflight: set[asyncio.Task[Any]] = set()
         self.answered = 0
 
     async def run(self) -> None:
@@ -109,7 +109,7 @@ class QueryResponder:
                 task.cancel()
             await asyncio.gather(listener, *self._inflight, return_exceptions=True)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self._inflight.discard(task)
         self._wake.set()
 
@@ -180,7 +180,7 @@ class QueryResponder:
                 if evicted is not None:
                     evicted.close()
 
-    async def _reply(self, request_id: int, answer: Any, error: dict | None) -> None:
+    async def _reply(self, request_id: int, answer: Any, error: dict[str, Any] | None) -> None:
         w = self.worker
         answer = await w.payloads.encode(self.lane.sql, None, answer)
         error = await w.payloads.encode_failure(self.lane.sql, None, error)

@@ -32,7 +32,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any, NamedTuple
@@ -199,7 +199,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         # Keyed by _key: (shard, task id, fencing token).
-        self._inflight: dict[tuple[int, int, int], asyncio.Task] = {}
+        self._inflight: dict[tuple[int, int, int], asyncio.Task[Any]] = {}
         # Slots promised to hand-offs a commit in flight may return (see reserve_slots).
         self._reserved = 0
         # When the slot of each task in flight was last claimed: a hand-off passes the
@@ -233,7 +233,7 @@ class Worker:
 
     # -- the first shard's lane (the only one with one database) ---------------------------
     @property
-    def sql(self) -> AsyncSqlApi | None:
+    def sql(self) -> AsyncSqlApi:
         """The SQL API of the first assigned shard (None until :meth:`run` has connected)."""
         return self.lanes[0].sql
 
@@ -379,8 +379,8 @@ class Worker:
                 up.append(lane)
         if not up:
             raise unreachable[0][1]
-        for lane, exc in unreachable:
-            lane.note_failure(exc, "connecting at start")
+        for lane, failure in unreachable:
+            lane.note_failure(failure, "connecting at start")
 
     async def bring_up(self, lane: ShardLane) -> None:
         """Open (or check) a shard's pool and set the lane up if it never was: identity,
@@ -437,7 +437,7 @@ class Worker:
         if self.app.dags:
             await lane.sql.register_dags([dag.catalog() for dag in self.app.dags.values()])
 
-    async def _first_connections(self) -> tuple[list[ShardLane], list[tuple[ShardLane, Exception]]]:
+    async def _first_connections(self) -> tuple[list[ShardLane], list[tuple[ShardLane, BaseException]]]:
         """Connect once to each shard before opening its pool, which would retry any error for
         CONNECT_WAIT_SECS: an answer (a wrong password, an unknown database, a bad DSN) ends
         the start at once; only an outage (the server not up yet) is waited for, and only
@@ -491,7 +491,7 @@ class Worker:
                 grace,
             )
             deadline = asyncio.get_running_loop().time() + grace
-            pending: set[asyncio.Task] = set()
+            pending: set[asyncio.Task[Any]] = set()
             # Handed-off tasks may join while others finish: wait until none is left.
             while self._inflight:
                 remaining = deadline - asyncio.get_running_loop().time()
@@ -693,7 +693,9 @@ class Worker:
         handle = asyncio.create_task(self._guard(runner, task))
         self._inflight[key] = handle
 
-    async def _guard(self, runner, task: dict[str, Any]) -> None:
+    async def _guard(
+        self, runner: Callable[[Worker, dict[str, Any]], Awaitable[Any]], task: dict[str, Any]
+    ) -> None:
         try:
             await runner(self, task)
         except asyncio.CancelledError:

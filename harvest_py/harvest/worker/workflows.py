@@ -12,7 +12,7 @@ import logging
 import traceback
 from collections import OrderedDict
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core import payload
 from harvest.core.errors import (
@@ -183,7 +183,7 @@ def fit_payloads(
         return commands
     fitted = []
     for command in commands:
-        exc = _oversized(command, limit, workflow_name)
+        exc = _oversized(command, cast(int, limit), workflow_name)  # payloads_fit is True without one
         if exc is not None and command["type"] == "complete_update":
             log.warning("workflow %s (%s): update fails: %s", execution_id, workflow_name, exc)
             command = {k: v for k, v in command.items() if k not in ("result", "failure")}
@@ -236,7 +236,9 @@ async def _decoded(
 ) -> list[dict[str, Any]]:
     """The events a run reads, with offloaded payloads resolved and codec envelopes decoded
     (docs/payloads.md): the one place a worker decodes a history."""
-    return await worker.payloads.decode(lane_of(task).sql, [_event(e) for e in events])
+    return cast(
+        "list[dict[str, Any]]", await worker.payloads.decode(lane_of(task).sql, [_event(e) for e in events])
+    )
 
 
 def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, Any]] | None:
@@ -252,7 +254,7 @@ def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, A
     skip = last_event_id - since
     if skip > len(events) or (skip < len(events) and events[skip]["event_id"] != last_event_id + 1):
         return None
-    return events[skip:]
+    return cast("list[dict[str, Any]] | None", events[skip:])
 
 
 async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:

@@ -55,7 +55,7 @@ class Param:
     repeat: bool = False  # may be given several times (a list)
 
     def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = {  # type: ignore[assignment]  # every schema is a dict
             "string": {"type": "string"},
             "integer": {"type": "integer"},
             "number": {"type": "number"},
@@ -162,7 +162,7 @@ def shape(**properties: dict[str, Any]) -> dict[str, Any]:
 
 
 ROWS = {"type": "array", "items": {"type": "object"}}
-FANOUT = {
+FANOUT: dict[str, Any] = {
     "status": {"type": "string", "enum": ["complete", "partial"]},
     "unavailable_shards": {"type": "array"},
 }
@@ -355,7 +355,8 @@ def merged(value: Merged[Any], key: str | None) -> dict[str, Any]:
 
 # -- routes ------------------------------------------------------------------------------------
 
-Handler = Callable[[Call, dict[str, Any], dict[str, Any] | None], Awaitable[Any]]
+# (call, query parameters, the JSON body: None for a route without one)
+Handler = Callable[[Call, dict[str, Any], Any], Awaitable[Any]]
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ janitor does not run), rate-limit pacing overrides, shard health and the audit l
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from starlette.concurrency import run_in_threadpool
 
@@ -263,7 +263,7 @@ async def preflight(call: Call, args: dict[str, Any], _: Any) -> Any:
     if state.sharded:
         checks = await run_in_threadpool(run_shard_checks, state.router, shard_urls(state), state.app)
     else:
-        checks = await run_in_threadpool(run_checks, state.dsn, state.app)
+        checks = await run_in_threadpool(run_checks, cast(str, state.dsn), state.app)  # one database
     unauthenticated = state.unauthenticated
     checks.append(
         Check(

@@ -10,7 +10,7 @@ DAG, and a run is found by its execution id as any run is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from harvest.core.errors import DatabaseUnavailable, NotFound
 from harvest.shard.fanout import Merged
@@ -71,8 +71,8 @@ async def _set_paused(call: Call, name: str, paused: bool) -> dict[str, Any]:
     async def flip(sql: Any) -> bool | None:
         try:
             if paused:
-                return await sql.pause_dag(name, call.operator_id)
-            return await sql.unpause_dag(name, call.operator_id)
+                return cast("bool | None", await sql.pause_dag(name, call.operator_id))
+            return cast("bool | None", await sql.unpause_dag(name, call.operator_id))
         except NotFound:
             if not call.sharded:  # one database: its own error (as `harvest dag pause`)
                 raise

@@ -19,11 +19,11 @@ import random
 import re
 import urllib.parse
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, overload
 
 import jinja2
 from starlette.applications import Starlette
@@ -82,6 +82,10 @@ def _param(params: Any, name: str) -> str | None:
     return value or None  # a form sends its empty fields as ""
 
 
+@overload
+def _int(params: Any, name: str, lo: int, hi: int, default: int) -> int: ...
+@overload
+def _int(params: Any, name: str, lo: int, hi: int, default: None) -> int | None: ...
 def _int(params: Any, name: str, lo: int, hi: int, default: int | None) -> int | None:
     raw = _param(params, name)
     if raw is None:
@@ -260,7 +264,7 @@ class Dashboard:
             )
         try:
             return await handler(request, principal)
-        except (HarvestError, *TRANSIENT) as exc:
+        except (HarvestError, *TRANSIENT) as exc:  # type: ignore[misc]  # TRANSIENT: exception classes
             return self.error(request, _error_status(exc), _one_line(exc), principal)
         except DatabaseError as exc:  # not one of ours: the server's first line, never a traceback
             log.exception("dashboard: %s %s failed", request.method, request.url.path)
@@ -975,10 +979,11 @@ def dashboard_app(
     ``app.state.dashboard.close()`` in its own)."""
     if authorizer is None:
         authorizer = default_authorizer(profile, token_database(dsn, config), source="ui")
-    dashboard = Dashboard(Source(dsn=dsn, shards=shards, config=config, timeout=timeout), authorizer)
+    source = Source(dsn=dsn, shards=shards, config=config, timeout=timeout)
+    dashboard = Dashboard(source, cast("Authorizer", authorizer))  # (set above when None)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
         await dashboard.close()
 

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from harvest.config import Config, async_shard_pools, database_url, shard_urls, shards_configured
 from harvest.core.errors import ConfigError
@@ -90,7 +90,8 @@ class Source:
         its configuration is complete (a database URL that only the environment of the
         serving process has), and a bad one is reported by the first page."""
         if self._pools is None:
-            config, size, timeout = self._config, self._max_size, self.timeout
+            # (a config is given when neither a dsn nor shards are: __init__ checks)
+            config, size, timeout = cast(Config, self._config), self._max_size, self.timeout
             if self._dsn is not None:
                 self._pools = _OneDatabase(self._dsn, max_size=size, timeout=timeout)
             elif shards_configured(config):
@@ -107,7 +108,7 @@ class Source:
 
     @property
     def router(self) -> ShardRouter:
-        return self.pools.router
+        return cast(ShardRouter, self.pools.router)
 
     @property
     def shards(self) -> tuple[int, ...]:
@@ -170,7 +171,7 @@ class Source:
             async with self.lend(shard, principal, write=write) as api:
                 return await fn(api)
 
-        return await self.pools.follow(execution_id, attempt)
+        return cast(T, await self.pools.follow(execution_id, attempt))
 
     async def close(self) -> None:
         if self._owned and self._pools is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import jinja2
 
@@ -40,8 +41,8 @@ def when(moment: Any) -> str:
         try:
             moment = datetime.fromisoformat(moment)
         except ValueError:
-            return moment
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+            return cast(str, moment)
+    return cast(str, moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ"))
 
 
 def pretty(value: Any) -> str:
@@ -128,7 +129,7 @@ def execution_page(
 ) -> dict[str, Any]:
     """The parts of the execution page: the run (payloads redacted unless ``full``), what it
     waits on, the timeline, its signals and the updates accepted but not completed."""
-    show = (lambda v: v) if full else redact
+    show: Callable[[Any], Any] = (lambda v: v) if full else redact
     events = []
     signals = []
     accepted: dict[str, dict[str, Any]] = {}

@@ -1,0 +1,42 @@
+"""Must NOT type-check: each line marked ``# expect-error: mypy=<code> pyright=<rule>`` is an error
+in both checkers (tests/typing/check_types.py), and no other line is."""
+
+from __future__ import annotations
+
+import harvest
+from harvest import ActivityContext, Client, WorkflowContext
+
+
+@harvest.activity
+async def charge(ctx: ActivityContext, order_id: int) -> str:
+    return str(order_id)
+
+
+@harvest.activity
+def reserve(ctx: ActivityContext, sku: str, count: int) -> list[int]:
+    return [count]
+
+
+@harvest.workflow
+async def pay(ctx: WorkflowContext, amount: float) -> bool:
+    await ctx.execute_activity(charge, "17")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    await ctx.execute_activity(reserve, "sku")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    await ctx.execute_activity(charge, 1, 2)  # expect-error: mypy=call-arg pyright=reportCallIssue
+    await ctx.execute_activity(charge)  # expect-error: mypy=arg-type pyright=reportArgumentType
+    n: int = await ctx.execute_activity(charge, 1)  # expect-error: mypy=arg-type pyright=reportAssignmentType
+    await ctx.execute_child_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    return n > 0
+
+
+@harvest.workflow  # expect-error: mypy=type-var pyright=reportArgumentType
+def not_async(ctx: WorkflowContext) -> None:
+    return None
+
+
+def start(client: Client) -> str:
+    client.start_workflow(pay, "ten")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    sws = client.signal_with_start
+    sws(pay, "1", workflow_id="p", signal="s")  # expect-error: mypy=arg-type pyright=reportArgumentType
+    handle = client.start_workflow(pay, 10.0)
+    text: str = handle.result()  # expect-error: mypy=assignment pyright=reportAssignmentType
+    return text

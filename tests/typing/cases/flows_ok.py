@@ -1,0 +1,92 @@
+"""Must type-check: arguments and results flow from the decorated functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, assert_type
+
+import harvest
+from harvest import ActivityContext, App, AsyncClient, Client, WorkflowContext, WorkflowHandle
+
+
+@dataclass
+class Order:
+    id: int
+    total: float
+
+
+@harvest.activity
+async def charge(ctx: ActivityContext, order: Order, retries: int = 3) -> str:
+    return f"charged {order.id}"
+
+
+@harvest.activity(start_to_close="10s")
+def reserve(ctx: ActivityContext, sku: str) -> list[int]:
+    return [1, 2]
+
+
+@harvest.activity(local=True)
+def stamp(ctx: Any) -> float:
+    return 1.0
+
+
+@harvest.workflow
+async def child(ctx: WorkflowContext, n: int) -> dict[str, int]:
+    return {"n": n}
+
+
+@harvest.workflow(queue="orders")
+async def checkout(ctx: WorkflowContext, order: Order) -> bool:
+    receipt = await ctx.execute_activity(charge, order)
+    assert_type(receipt, str)
+    again = await ctx.execute_activity(charge, order, 5, start_to_close="1m")
+    assert_type(again, str)
+    slots = await ctx.execute_activity(reserve, "sku-1")
+    assert_type(slots, list[int])
+    assert_type(await ctx.execute_local_activity(stamp), float)
+    by_name = await ctx.execute_activity("charge", order)
+    assert_type(by_name, Any)
+    result = await ctx.execute_child_workflow(child, 3, workflow_id="c-1")
+    assert_type(result, dict[str, int])
+    handle = await ctx.start_child_workflow(child, 4)
+    assert_type(handle, harvest.ChildHandle[dict[str, int]])
+    assert_type(await handle.result(), dict[str, int])
+    assert_type(ctx.side_effect(lambda: 7), int)
+    assert_type(await ctx.wait_for_signal("approved", type_hint=bool), bool)
+    assert_type(ctx.now().year, int)
+    return bool(receipt) and bool(slots)
+
+
+def call_directly(ctx: ActivityContext) -> None:
+    # The decorators give the function back: it is still callable (and testable) as written.
+    assert_type(reserve(ctx, "sku-1"), list[int])
+
+
+def start(client: Client) -> bool:
+    handle = client.start_workflow(checkout, Order(1, 9.5))
+    assert_type(handle, WorkflowHandle[bool])
+    options = harvest.StartOptions(workflow_id="order-1")
+    assert_type(client.start_workflow(checkout, Order(2, 1.0), options=options).result(), bool)
+    by_name = client.start_workflow("checkout", {"id": 1, "total": 2.0})
+    assert_type(by_name, WorkflowHandle[Any])
+    found = client.get_handle(workflow_id="order-1", workflow=checkout)
+    assert_type(found, WorkflowHandle[bool])
+    assert_type(client.get_handle("0190-...").result(), Any)
+    assert_type(client.get_handle("0190-...", checkout), WorkflowHandle[bool])
+    signalled = client.signal_with_start(checkout, Order(3, 1.0), workflow_id="order-3", signal="go")
+    assert_type(signalled, WorkflowHandle[bool])
+    updated, outcome = client.update_with_start(checkout, Order(4, 1.0), workflow_id="o-4", update="approve")
+    assert_type(updated, WorkflowHandle[bool])
+    assert_type(outcome, Any)
+    return handle.result(timeout=5)
+
+
+async def start_async(client: AsyncClient) -> dict[str, int]:
+    handle = await client.start_workflow(child, 3)
+    assert_type(handle, harvest.AsyncWorkflowHandle[dict[str, int]])
+    found = client.get_handle(workflow_id="c-3", workflow=child)
+    assert_type(await found.result(), dict[str, int])
+    return await handle.result()
+
+
+app = App(workflows=[checkout, child], activities=[charge, reserve, stamp])
