@@ -48,6 +48,7 @@ def endpoint(url: str) -> str:
     """``scheme://host:port/db`` of a Redis URL, never its user or password (for errors and logs)."""
     parts = urlsplit(url)
     host = parts.hostname or "localhost"
+    port: int | str
     try:
         port = parts.port or 6379
     except ValueError:

@@ -181,7 +181,7 @@ async def arun_steps_on_hub(steps: Steps[T], sql: AsyncSqlApi, hub: Waiting, cle
                         stepper.value = await op.on(sql)
                 except Exception as exc:
                     stepper.error = exc
-            return stepper.result
+            return cast(T, stepper.result)
         finally:
             if cleanup is not None:
                 with contextlib.suppress(DatabaseError):

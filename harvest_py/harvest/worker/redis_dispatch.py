@@ -190,6 +190,8 @@ class RedisDispatch:
                     await asyncio.wait_for(self._slot_freed.wait(), BLOCK_MS / 1000)
                 continue
             channel = self.channel
+            if channel is None:  # lost while this loop waited for a slot: reconnect first
+                continue
             try:
                 refs = await channel.read(
                     worker.worker_id, worker.queues, min(free, worker.claim_batch), BLOCK_MS
