@@ -94,6 +94,8 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
         both("workflow", "list", "--state", "RUNNING", "--search-attr", "tenant=acme", "--limit", "2", *o)
         both("workflow", "list", "--search-attr", "n>=1", "--order", "asc", *o)
         both("workflow", "count", *o)
+        both("workflow", "list", "--filter", "tenant = 'acme' OR workflow_name = 'billing'", *o)
+        both("workflow", "count", "--filter", "n >= 1 OR workflow_name IN ('billing')", *o)
         both("workflow", "count", "--by", "all", *o)
         both("workflow", "get", ids[0], *o)
         both("workflow", "stack", ids[0], *o)
@@ -130,6 +132,10 @@ def test_operator_commands_print_the_same_over_sql_and_http(both, conn) -> None:
         # A parameter the route itself checks: its own words, the same exit code (2).
         web = run("--base-url", BASE, "workflow", "children", ids[0], "--status", "nonsense", *o)
         assert web.exit_code == 2 and web.stderr.startswith("error: status: 'nonsense'"), web.stderr
+
+    # export-batch writes one document (no --output): the same over the route
+    both("history", "export-batch", "--state-group", "all", "--limit", "3")
+    both("history", "export-batch", "--state-group", "all", "--payload-policy", "full")
 
     # shard health observes now: the same answer but for observed_at
     sql = run("shard", "health", "-o", "json", "--database-url", conn.info.dsn)

@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from harvest.cli.output import database_url_option
+from harvest.cli.http import http_session
+from harvest.cli.output import database_url_option, json_default, selected
 from harvest.cli.shards import each_shard
 from harvest.client.export_batch import MAX_LIMIT, STATE_GROUPS, assemble, shard_batch
 from harvest.db.steps import run_steps
@@ -57,23 +58,37 @@ def export_batch(
 
     if updated_after is not None and updated_after.tzinfo is None:
         updated_after = updated_after.replace(tzinfo=UTC)
-    full = payload_policy == "full"
+    settings = selected(database_url)
+    if settings is not None:  # over the management API: the same document, built by the route
+        params = {
+            "workflow_name": workflow_name,
+            "state_group": state_group,
+            "updated_after": updated_after,
+            "limit": limit,
+            "payload_policy": payload_policy,
+        }
+        with http_session(settings) as http:
+            _, batch = http.request("GET", "/history/export-batch", params=params)
+        status, unavailable = batch["status"], list(batch["shard_coverage"].get("unavailable") or [])
+    else:
+        full = payload_policy == "full"
 
-    def read(api: Any) -> Any:
-        return run_steps(shard_batch(workflow_name, state_group, updated_after, limit, full), api)
+        def read(api: Any) -> Any:
+            return run_steps(shard_batch(workflow_name, state_group, updated_after, limit, full), api)
 
-    fan = each_shard(database_url, read, none_is_error=False)
-    batch = assemble(fan.results, fan.unavailable_shards, fan.status, payload_policy, limit)
-    text = json.dumps(batch, default=str, indent=2) + "\n"
+        fan = each_shard(database_url, read, none_is_error=False)
+        batch = assemble(fan.results, fan.unavailable_shards, fan.status, payload_policy, limit)
+        status, unavailable = fan.status, fan.unavailable_shards
+    text = json.dumps(batch, default=json_default, indent=2) + "\n"
     if path == "-":
         sys.stdout.write(text)
     else:
         with open(path, "w") as out:
             out.write(text)
-        click.echo(f"wrote {path}: {len(batch['exports'])} export(s), status {fan.status}", err=True)
-    if fan.status != COMPLETE:
+        click.echo(f"wrote {path}: {len(batch['exports'])} export(s), status {status}", err=True)
+    if status != COMPLETE:
         click.echo(
-            f"warning: shard(s) {', '.join(map(str, fan.unavailable_shards))} could not be read: the "
+            f"warning: shard(s) {', '.join(map(str, unavailable))} could not be read: the "
             "batch is partial (a blocked release gate until they are exported or waived)",
             err=True,
         )

@@ -760,12 +760,14 @@ class HttpReads:
         page_size: int = 50,
         cursor: str | None = None,
         order: str = "desc",
+        filter: str | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows",
             state=state,
             workflow_name=workflow_name,
             search_attr=list(search_attributes or []),
+            filter=filter,
             created_after=created_after,
             created_before=created_before,
             page_size=page_size,
@@ -783,6 +785,7 @@ class HttpReads:
         search_attributes: list[str] | None = None,
         created_after: Any = None,
         created_before: Any = None,
+        filter: str | None = None,
     ) -> Merged[Any]:
         answer = self.http.get(
             "/workflows/count",
@@ -790,6 +793,7 @@ class HttpReads:
             state=state,
             workflow_name=workflow_name,
             search_attr=list(search_attributes or []),
+            filter=filter,
             created_after=created_after,
             created_before=created_before,
             top=1000,  # every group: the CLI prints them all
