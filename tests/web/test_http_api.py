@@ -651,7 +651,7 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         assert operation.get("x-harvest-scope") == endpoint.scope
         assert "default" in operation["responses"]
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
-    assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "admin"
+    assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "read"  # the spec: a read token is enough
     # The routes mounted beside the declared ones, from their own declarations (openapi.Mounted).
     for route in (METRICS, *STREAMS):
         operation = doc["paths"][route.path]["get"]
@@ -750,3 +750,14 @@ def test_an_operators_call_is_audited_with_the_tokens_name_and_the_route(
         ("workflow.cancel", run, "t-operate", "api", "POST /workflows/{execution_id}/cancel"),
     ]
     assert "4111" not in " ".join(r[5] for r in rows)  # no payload in the audit log
+
+
+def test_a_read_token_runs_preflight_and_every_check_can_read(db: str) -> None:
+    """The spec's deploy gate: `harvest preflight` with a read-scoped token (its checks are
+    read-only, so the reader role runs all of them: none fails for a permission)."""
+    with api_client(db, authorizer=Fixed("read")) as reader:
+        answer = reader.get("/admin/preflight")
+        assert answer.status_code == 200, answer.text
+        checks = answer.json()["checks"]
+        assert checks and not [c for c in checks if "permission" in str(c).lower()], checks
+        assert reader.get("/admin/config").status_code == 403  # the rest of /admin stays admin

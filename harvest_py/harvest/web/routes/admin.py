@@ -291,7 +291,7 @@ ENDPOINTS = [
     Endpoint(
         "GET",
         "/admin/preflight",
-        "admin",
+        "read",
         preflight,
         "The read-only deploy gate: pass, warn or fail.",
         tag="admin",
