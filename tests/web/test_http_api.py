@@ -651,7 +651,7 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
         assert operation.get("x-harvest-scope") == endpoint.scope
         assert "default" in operation["responses"]
     assert doc["paths"]["/workflows/{name}/start"]["post"]["x-harvest-scope"] == "operate"
-    assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "read"  # the spec: a read token is enough
+    assert doc["paths"]["/admin/preflight"]["get"]["x-harvest-scope"] == "read"  # the spec: a read token
     # The routes mounted beside the declared ones, from their own declarations (openapi.Mounted).
     for route in (METRICS, *STREAMS):
         operation = doc["paths"][route.path]["get"]
