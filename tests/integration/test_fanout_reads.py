@@ -193,7 +193,8 @@ def test_cli_reads_go_through_the_seam_and_print_partial(shards, monkeypatch) ->
         yield apis_for({0: shards[0], 1: shards[1], 3: shards[3]})
 
     monkeypatch.setattr(cli_shards, "shard_apis", three)
-    runner = CliRunner()
+    # A DSN selects the SQL transport (with none, the CLI would try the default HTTP URL).
+    runner = CliRunner(env={"HARVEST_DATABASE_URL": shards[0], "HARVEST_URL": None})
     out = runner.invoke(main, ["workflow", "list", "--output", "json"])
     assert out.exit_code == 0, out.output
     data = json.loads(out.stdout)
@@ -227,7 +228,7 @@ def test_cli_pages_usage_and_dead_letters_over_three_shards(shards, monkeypatch)
         yield apis_for(live)
 
     monkeypatch.setattr(cli_shards, "shard_apis", seam)
-    runner = CliRunner()
+    runner = CliRunner(env={"HARVEST_DATABASE_URL": live[0], "HARVEST_URL": None})  # SQL, as above
 
     def pages(*args: str) -> list[dict]:
         got, cursor = [], None
