@@ -60,7 +60,9 @@ def _rows(dsn: str, sql: str, *args: object) -> list[tuple[Any, ...]]:
 
 
 def _owners(dsn: str) -> list[str | None]:
-    return [r[0] for r in _rows(dsn, "SELECT execution_id::text FROM harvest.payloads ORDER BY created_at, id")]
+    return [
+        r[0] for r in _rows(dsn, "SELECT execution_id::text FROM harvest.payloads ORDER BY created_at, id")
+    ]
 
 
 def _is_ref(value: Any) -> bool:
@@ -161,7 +163,9 @@ def test_async_client_offloads_update_with_start_signal_with_start_update_and_qu
             await client.close()
 
     second, answer = asyncio.run(go())
-    assert answer == [4000, 2, 4002, 4001, 4003, 4000], "replayed from the stored history, references resolved"
+    assert answer == [4000, 2, 4002, 4001, 4003, 4000], (
+        "replayed from the stored history, references resolved"
+    )
     assert _owners(db).count(second) == 5
     assert _rows(db, "SELECT count(*) FROM harvest.payloads WHERE execution_id IS NULL") == [(0,)]
 
@@ -198,7 +202,9 @@ def test_a_custom_store_serves_the_sync_client_and_the_worker(db: str, start_wor
         handle = client.start_workflow(o2_echo, BIG)
         handle.signal("text", BIG + "y")
         assert handle.result(timeout=30) == 8001
-    assert [run for run, _ in store.put_calls] == [None, handle.execution_id], "start run-less, signal the run's"
+    assert [run for run, _ in store.put_calls] == [None, handle.execution_id], (
+        "start run-less, signal the run's"
+    )
     assert all(limit > 0 for _, limit in store.put_calls)
     [(stored_input,)] = _rows(db, "SELECT input FROM harvest.executions WHERE id = %s", handle.execution_id)
     assert stored_input[0]["_harvest_ref"] in store.rows
