@@ -111,6 +111,11 @@ def test_sync_client_offloads_signal_with_start_update_and_query_in_their_own_tr
         worker.stop()
         start_worker(APP)  # a worker with no cached state: the query replays the stored history
         assert handle.query("seen", "p") == [4000, 7, 4001, 4002, 1]
+        other, grown = client.update_with_start(
+            o2_box, BIG, 9, workflow_id="o2-sync-2", update="grow", update_arg=BIG + "q"
+        )
+        assert grown == 4001
+        assert _owners(db).count(str(other.execution_id)) == 2, "its start argument and update argument"
     assert _rows(db, "SELECT count(*) FROM harvest.payloads WHERE execution_id IS NULL") == [(0,)]
 
 
