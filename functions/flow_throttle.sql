@@ -184,13 +184,17 @@ $$;
 
 -- Start one pending start now (the caller holds its key's lock) and drop its row.
 -- The batched run's input is one argument: the list of the collected arguments.
+-- The offloaded payloads its input references that no run owns (a client stored them when it
+-- made the start, docs/payloads.md) are handed to the run in the same transaction.
 CREATE OR REPLACE FUNCTION harvest._release_pending_start(p_row harvest.pending_starts)
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_started record;
 BEGIN
     DELETE FROM harvest.pending_starts AS p WHERE p.id = p_row.id;
-    RETURN QUERY SELECT s.execution_id, s.workflow_id, s.status, s.started_fresh
+    SELECT s.execution_id, s.workflow_id, s.status, s.started_fresh INTO v_started
     FROM harvest.start_workflow(
         p_workflow_name => p_row.workflow_name,
         p_input => CASE WHEN p_row.kind = 'batch' THEN jsonb_build_array(p_row.input) ELSE p_row.input END,
@@ -198,6 +202,11 @@ BEGIN
         p_reuse_policy => p_row.reuse_policy, p_search_attributes => p_row.search_attributes,
         p_priority => p_row.priority, p_execution_timeout_secs => p_row.execution_timeout_secs,
         p_run_timeout_secs => p_row.run_timeout_secs, p_flow_gates => false) AS s;
+    IF v_started.execution_id IS NOT NULL THEN
+        UPDATE harvest.payloads AS p SET execution_id = v_started.execution_id
+        WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input));
+    END IF;
+    RETURN QUERY SELECT v_started.execution_id, v_started.workflow_id, v_started.status, v_started.started_fresh;
 END;
 $$;
 

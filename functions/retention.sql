@@ -84,6 +84,7 @@ DECLARE
     v_ids uuid[];
     v_remaining bigint;
     v_runless bigint;
+    v_held uuid [];
 BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     v_max_age := coalesce(p_max_age, v_config.max_age);
@@ -117,13 +118,17 @@ BEGIN
     -- Receipts of relays applied for other shards (relays.sql) past the window.
     DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
     -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer,
-    -- a start whose client stored its input and then failed, a writer that named no run. A
-    -- run's own rows go with it (ON DELETE CASCADE); a client's start input is owned by its
-    -- run from the start's transaction on, so no live run references a run-less row.
+    -- a writer that named no run. A run's own rows go with it (ON DELETE CASCADE); a client's
+    -- start input is owned by its run from the start's transaction on, so no live run
+    -- references a run-less row. A start a throttle, debounce or batch holds back has no run
+    -- yet: the rows its input references are kept until it is released, which hands them to
+    -- its run (_release_pending_start).
+    SELECT coalesce(array_agg(DISTINCT r.ref), '{}'::uuid []) INTO v_held
+    FROM harvest.pending_starts AS ps, harvest._payload_refs(ps.input) AS r (ref);
     WITH gone AS (
         DELETE FROM harvest.payloads AS p
         WHERE p.id IN (SELECT q.id FROM harvest.payloads AS q
-                       WHERE q.execution_id IS NULL AND q.created_at < v_cutoff
+                       WHERE q.execution_id IS NULL AND q.created_at < v_cutoff AND q.id <> ALL(v_held)
                        ORDER BY q.created_at LIMIT v_batch FOR UPDATE SKIP LOCKED)
         RETURNING 1
     )

@@ -1,7 +1,7 @@
 -- functions/payloads.sql: put_payloads, get_payloads, _erase_payload_fields, _payload_refs,
 -- erase_payloads, set_legal_hold, release_legal_hold.
 BEGIN;
-SELECT plan(39);
+SELECT plan(40);
 
 -- The offload store.
 CREATE TEMP TABLE pl_ids ON COMMIT DROP AS
@@ -55,9 +55,18 @@ SELECT is((harvest.release_legal_hold(pg_temp.run('pl_a')) ->> 'released')::bool
 
 INSERT INTO harvest.relays (target_execution_id, kind, payload, created_at)
 VALUES (pg_temp.run('pl_a'), 'child_closed', '{"result": "secret-result"}', harvest.now());
+-- A query's large answer, stored with no run, referenced by its request.
+INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
+VALUES ('00000000-0000-0000-0000-0000000000a1', NULL, harvest.now(), 8, '"answer"');
+INSERT INTO harvest.query_requests (execution_id, kind, name, queue, status, answer, created_at, expires_at)
+VALUES (pg_temp.run('pl_a'), 'query', 'q', 'pl_q', 'completed',
+        '{"_harvest_ref": "00000000-0000-0000-0000-0000000000a1", "bytes": 8}', harvest.now(), harvest.now());
 CREATE TEMP TABLE pl_erased ON COMMIT DROP AS
 SELECT harvest.erase_payloads(pg_temp.run('pl_a'), 'ops') AS summary;
-SELECT is((SELECT (summary ->> 'offloaded')::int FROM pl_erased), 1, 'the referenced offloaded row is erased');
+SELECT is((SELECT (summary ->> 'offloaded')::int FROM pl_erased), 2,
+          'the referenced offloaded rows are erased (the result, a query''s answer)');
+SELECT is((SELECT data FROM harvest.payloads WHERE id = '00000000-0000-0000-0000-0000000000a1'),
+          '{"_harvest_erased": true}'::jsonb, 'a query''s offloaded answer is found through its request and erased');
 SELECT is((SELECT input FROM harvest.executions WHERE id = pg_temp.run('pl_a')),
           '[{"_harvest_erased": true}]'::jsonb, 'the execution''s input is erased');
 SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('pl_a')

@@ -1,7 +1,7 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
 -- registry rule: _prunable_workers, set_worker_retention, prune_workers.
 BEGIN;
-SELECT plan(23);
+SELECT plan(24);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -23,7 +23,12 @@ VALUES (1, 10, 'delivered', '2029-01-01'), (1, 11, 'delivered', '2029-12-31');
 -- Offloaded payloads: two no run owns (an old one, a recent one), an old one the running run owns.
 INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
 VALUES (gen_random_uuid(), NULL, '2029-01-01', 5, '"old"'), (gen_random_uuid(), NULL, '2029-12-31', 8, '"recent"'),
-       (gen_random_uuid(), (SELECT id FROM rt WHERE n = 4), '2029-01-01', 7, '"owned"');
+       (gen_random_uuid(), (SELECT id FROM rt WHERE n = 4), '2029-01-01', 7, '"owned"'),
+       ('00000000-0000-0000-0000-0000000000e1', NULL, '2029-01-01', 6, '"held"');
+-- A start a throttle holds back references the old run-less "held" row: it has no run yet.
+INSERT INTO harvest.pending_starts (kind, workflow_name, gate_key, workflow_id, queue, input, created_at, updated_at)
+VALUES ('throttle', 'rt_held', '', 'rt-held', 'rt_q',
+        '[{"_harvest_ref": "00000000-0000-0000-0000-0000000000e1", "bytes": 6}]', '2029-01-01', '2029-01-01');
 
 SELECT throws_ok($$SELECT harvest.run_retention()$$, 'HR001', NULL, 'not configured: refused');
 SELECT throws_ok($$SELECT harvest.set_retention('-1 day')$$, 'HR001', NULL, 'a negative age is refused');
@@ -32,8 +37,10 @@ CREATE TEMP TABLE first_run ON COMMIT DROP AS SELECT harvest.run_retention() AS 
 SELECT is((SELECT (r ->> 'deleted')::int FROM first_run), 2, 'one batch at most');
 SELECT is((SELECT (r ->> 'runless_payloads_deleted')::int FROM first_run), 1,
           'run_retention(): an offloaded payload no run owns goes once older than the window');
-SELECT is((SELECT array_agg(data::text ORDER BY data::text) FROM harvest.payloads), ARRAY['"owned"', '"recent"'],
-          'a recent run-less payload and a live run''s own stay');
+SELECT is((SELECT array_agg(data::text ORDER BY data::text) FROM harvest.payloads WHERE data <> '"held"'),
+          ARRAY['"owned"', '"recent"'], 'a recent run-less payload and a live run''s own stay');
+SELECT is((SELECT count(*)::integer FROM harvest.payloads WHERE data = '"held"'), 1,
+          'run_retention(): an old run-less payload a pending start''s input references stays');
 SELECT is((harvest.run_retention() ->> 'remaining')::int, 0, 'the next batch takes the rest');
 SELECT is((SELECT count(*) FROM harvest.executions WHERE workflow_name = 'rt_wf'), 1::bigint,
           'only the running one is left');

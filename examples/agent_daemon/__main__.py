@@ -4,6 +4,7 @@ notes), one counts its lines, one is refused because its budget does not fit; th
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import tempfile
 from collections.abc import Callable
@@ -44,6 +45,12 @@ async def scenario(client: AsyncClient, workspace: str, budget_micros: int = 40_
         f"spent {final.spent_micros} of {final.budget_micros} micro-dollars; "
         f"tokens in {final.input_tokens}, out {final.output_tokens}"
     )
+    # The same calls in Harvest's cost ledger, as `harvest usage --from 1h` reports them.
+    now = dt.datetime.now(dt.UTC)
+    usage = await client.sql.count_usage(now - dt.timedelta(hours=1), now + dt.timedelta(minutes=1))
+    calls = sum(int(row["llm_calls"] or 0) for row in usage)
+    cost = sum(int(row["llm_cost_usd_micros"] or 0) for row in usage)
+    say(f"the cost ledger: {calls} model calls, {cost} micro-dollars")
     say(f"NOTES.md:\n{(Path(workspace) / 'NOTES.md').read_text()}")
     return final
 

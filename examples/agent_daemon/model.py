@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 NOTES = "NOTES.md"
+MODEL = "scripted-offline"  # the name the cost ledger records its calls under
 
 
 @dataclass

@@ -12,15 +12,19 @@ The sessions share one workspace directory. A session plans without a lock and t
 durable mutex ``workspace:<dir>`` for the turns that read and write it, so two sessions editing
 the same file serialise instead of losing each other's write.
 
-Cost accounting is plain state in the workflows (Harvest has no LLM cost ledger): each model
-reply carries its token counts, the session prices them (``PRICE_*``) and stops when it reaches
-its own budget, and the daemon admits a task only if its budget fits what is left of the
-daemon's, reserving it until the session reports what it really spent.
+Costs are kept twice, for two jobs. The budget logic needs the books in workflow state, where a
+decision can read them: each model reply carries its token counts, the session prices them
+(``PRICE_*``) and stops when it reaches its own budget, and the daemon admits a task only if its
+budget fits what is left of the daemon's, reserving it until the session reports what it really
+spent. And ``call_model`` records each call in Harvest's agent cost ledger
+(``ctx.record_llm_call``), which ``harvest usage`` and ``count_usage`` sum per workflow or per
+tenant across every run (docs/flow-control.md, "The agent cost ledger").
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,10 +101,25 @@ class DaemonState:
 # -- activities ------------------------------------------------------------------------------
 
 
+def price_micros(input_tokens: int, output_tokens: int) -> int:
+    """A call's cost in millionths of a US dollar."""
+    return input_tokens * PRICE_INPUT_MICROS + output_tokens * PRICE_OUTPUT_MICROS
+
+
 @activity(start_to_close="2m", retry=RetryPolicy.exponential(max_attempts=3, initial="2s"))
 def call_model(ctx: ActivityContext, prompt: str, transcript: list[Message]) -> ModelReply:
-    """One model call (here the scripted offline model; a real one is an API call)."""
-    return model.reply(prompt, transcript)
+    """One model call (here the scripted offline model; a real one is an API call), recorded
+    in the cost ledger by the attempt that made it."""
+    started = time.monotonic()
+    answer = model.reply(prompt, transcript)
+    ctx.record_llm_call(
+        model.MODEL,
+        input_tokens=answer.input_tokens,
+        output_tokens=answer.output_tokens,
+        cost_usd_micros=price_micros(answer.input_tokens, answer.output_tokens),
+        latency_ms=int((time.monotonic() - started) * 1000),
+    )
+    return answer
 
 
 def _inside(workspace: str, path: str) -> Path:
@@ -143,7 +162,7 @@ async def agent_session(ctx: WorkflowContext, task: Task, workspace: str) -> Ses
 
     async def think() -> ModelReply:
         answer: ModelReply = await ctx.execute_activity(call_model, task.prompt, transcript)
-        cost = answer.input_tokens * PRICE_INPUT_MICROS + answer.output_tokens * PRICE_OUTPUT_MICROS
+        cost = price_micros(answer.input_tokens, answer.output_tokens)
         tool = answer.tool_call.tool if answer.tool_call else None
         report.turns.append(Turn(answer.text, tool, answer.input_tokens, answer.output_tokens, cost))
         report.cost_micros += cost

@@ -72,6 +72,33 @@ def test_two_sessions_edit_one_file_under_the_mutex_and_the_books_add_up(
     assert final.reserved_micros == 0
     assert final.sessions == {"done": 3, "refused": 1}
 
+    # Each model call is in Harvest's cost ledger too, once: the usage report's llm_* sums are
+    # the daemon's own books (one priced row per turn, all of them the sessions').
+    now = dt.datetime.now(dt.UTC)
+    with harvest_env.client.sql() as sql:
+        groups = {
+            row["group_name"]: row
+            for row in sql.count_usage(now - dt.timedelta(hours=1), now + dt.timedelta(minutes=1))
+        }
+    ledger = {
+        field: sum(int(row[field] or 0) for row in groups.values())
+        for field in (
+            "llm_calls",
+            "llm_input_tokens",
+            "llm_output_tokens",
+            "llm_cost_usd_micros",
+            "llm_unpriced_calls",
+        )
+    }
+    assert ledger == {
+        "llm_calls": sum(len(r.turns) for r in reports.values()),
+        "llm_input_tokens": final.input_tokens,
+        "llm_output_tokens": final.output_tokens,
+        "llm_cost_usd_micros": final.spent_micros,
+        "llm_unpriced_calls": 0,
+    }
+    assert groups["agent_session"]["llm_calls"] == ledger["llm_calls"] > 0
+
     sessions = [
         harvest_env.client.get_handle(workflow=agent_session, workflow_id=f"{DAEMON_ID}/{name}")
         for name in ("note-1", "note-2")

@@ -25,6 +25,7 @@ from test_cross_shard_relays import canceller, collector, sender, stubborn
 
 from harvest import App, AsyncClient, Client, workflow
 from harvest.cli.main import main as cli
+from harvest.core.codecs import Payloads
 from harvest.core.errors import WorkflowCancelled, WorkflowTerminated
 from harvest.shard import AsyncShardPools, ShardPools, ShardRouter
 from harvest.shard.rebalance import Rebalancer
@@ -255,3 +256,26 @@ def test_a_moved_run_that_continues_as_new_is_followed_to_its_successor(shards) 
     )
     assert successor.startswith("0001"), "minted for shard 1, where the run lived when it rotated"
     assert signals(shards.dsns[1], successor, "second") == 1
+
+
+def test_an_offloading_signal_with_start_on_a_moved_run_stores_its_payload_where_the_run_lives(
+    shards,
+) -> None:
+    big = "x" * 4000
+    with RunningWorker(APP, shards.dsns[0]):
+        execution_id = _start_parked(shards, fw_parked, "o", workflow_id="fw-offload")
+    with _pools(shards) as pools:
+        _move(pools, execution_id, 0, 1)
+        with (
+            RunningWorker(APP, shards.dsns[1]),
+            Client(shards=pools, codecs=Payloads(offload_bytes=256)) as client,
+        ):
+            attached = client.signal_with_start(
+                fw_parked, "ignored", workflow_id="fw-offload", signal="go", signal_payload=big
+            )
+            assert attached.execution_id == execution_id
+            assert attached.result(timeout=60) == {"tag": "o", "value": big}
+    # Stored first on the key's shard with the call, which the seal refused: rolled back there.
+    assert scalar(shards.dsns[0], "SELECT count(*) FROM harvest.payloads") == 0
+    owned = "SELECT count(*) FROM harvest.payloads WHERE execution_id = %s"
+    assert scalar(shards.dsns[1], owned, execution_id) == 1, "stored on shard 1, owned by the run"

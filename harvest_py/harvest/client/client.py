@@ -385,10 +385,13 @@ def _signal_with_start_call(
     search_attributes: dict[str, Any] | None,
     limit: int | None,
     chain: CodecChain | None = None,
+    payloads: Payloads | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain)
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain, payloads)
     signal_encoded = _coded(chain, payload.encode(signal_payload, "signal_payload"))
-    payload.check_size(signal_encoded, f"the payload of signal {signal}", limit)
+    # Checked as the history holds it: an offloaded payload is its reference.
+    written = payload_policy.as_written(payloads, [signal_encoded])[0]
+    payload.check_size(written, f"the payload of signal {signal}", limit)
     return definition, {
         "workflow_name": name,
         "workflow_id": workflow_id,
@@ -412,15 +415,19 @@ def _update_with_start_call(
     search_attributes: dict[str, Any] | None,
     limit: int | None,
     chain: CodecChain | None = None,
+    payloads: Payloads | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain)
+    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain, payloads)
+    arg = _coded(chain, payload.encode(update_arg, "update_arg"))
+    # Checked as the history holds it: an offloaded argument is its reference.
+    payload.check_size(
+        payload_policy.as_written(payloads, [arg])[0], f"the argument of update {update}", limit
+    )
     return definition, {
         "workflow_name": name,
         "workflow_id": workflow_id,
         "name": update,
-        "arg": _checked(
-            _coded(chain, payload.encode(update_arg, "update_arg")), f"the argument of update {update}", limit
-        ),
+        "arg": arg,
         "input": encoded,
         "queue": queue,
         "update_id": update_id,
@@ -1041,24 +1048,43 @@ class Client:
             search_attributes,
             self.max_payload_bytes,
             self.payloads.chain,
+            self.payloads,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
         with tracing.start_span(call["workflow_name"]) as trace:
             call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
             try:
-                with routing.api(self._target, shard) as sql:
-                    row = sql.signal_with_start(**call)
+                if payload_policy.offload_plan(self.payloads, [*call["input"], call["payload"]]):
+                    row = self._signal_with_start_offloaded(call, shard)
+                else:
+                    with routing.api(self._target, shard) as sql:
+                        row = sql.signal_with_start(**call)
             except ExecutionMigrated as exc:
                 moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
                 handle: WorkflowHandle[Any] = WorkflowHandle(self, moved, workflow_id, definition, False)
-                handle._on_current(
-                    sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
+                written = handle._at(
+                    moved,
+                    lambda sql: payload_policy.offloaded(self.payloads, sql, moved, [call["payload"]])[0][0],
                 )
+                handle._on_current(sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"])
                 return handle
             trace.started(
                 row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
             )
         return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
+
+    def _signal_with_start_offloaded(self, call: dict[str, Any], shard: int) -> dict[str, Any]:
+        """A signal_with_start with a start argument or the signal's payload over the offload
+        threshold: stored with no run, then the call, then the rows handed to the run it signalled
+        (started or not), in one transaction (docs/payloads.md): a refused call leaves no row."""
+        values = [*call["input"], call["payload"]]
+        with self._target.connection(shard) as conn, conn.transaction():
+            sql = SqlApi(conn)
+            stored, owned = payload_policy.offloaded(self.payloads, sql, None, values)
+            row = sql.signal_with_start(**{**call, "input": stored[:-1], "payload": stored[-1]})
+            if owned:
+                sql.set_payloads_execution(owned, str(row["execution_id"]))
+        return cast("dict[str, Any]", row)
 
     @overload
     def update_with_start(
@@ -1126,6 +1152,7 @@ class Client:
             search_attributes,
             self.max_payload_bytes,
             self.payloads.chain,
+            self.payloads,
         )
         with tracing.start_span(call["workflow_name"]) as trace:
             call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
@@ -1703,19 +1730,30 @@ class AsyncClient:
             search_attributes,
             self.max_payload_bytes,
             self.payloads.chain,
+            self.payloads,
         )
         shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
         with tracing.start_span(call["workflow_name"]) as trace:
             call["traceparent"] = trace.traceparent  # see Client.signal_with_start
             try:
-                row = await self._target.sql(shard).signal_with_start(**call)
+                if payload_policy.offload_plan(self.payloads, [*call["input"], call["payload"]]):
+                    row = await self._signal_with_start_offloaded(call, shard)
+                else:
+                    row = await self._target.sql(shard).signal_with_start(**call)
             except ExecutionMigrated as exc:
                 moved = _moved_run(self._target, exc)  # see Client.signal_with_start
                 handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
                     self, moved, workflow_id, definition, False
                 )
+
+                async def stored(sql: Any) -> Any:
+                    return (await payload_policy.aoffloaded(self.payloads, sql, moved, [call["payload"]]))[0][
+                        0
+                    ]
+
+                written = await handle._at(moved, stored)
                 await handle._on_current(
-                    sqlapi.signal_workflow, call["signal_name"], call["payload"], call["traceparent"]
+                    sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"]
                 )
                 return handle
             trace.started(
@@ -1724,6 +1762,17 @@ class AsyncClient:
         return AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
         )
+
+    async def _signal_with_start_offloaded(self, call: dict[str, Any], shard: int) -> dict[str, Any]:
+        """:meth:`Client._signal_with_start_offloaded` under asyncio."""
+        values = [*call["input"], call["payload"]]
+        async with self._target.connection(shard) as conn, conn.transaction():
+            sql = AsyncSqlApi.on_connection(conn)
+            stored, owned = await payload_policy.aoffloaded(self.payloads, sql, None, values)
+            row = await sql.signal_with_start(**{**call, "input": stored[:-1], "payload": stored[-1]})
+            if owned:
+                await sql.set_payloads_execution(owned, str(row["execution_id"]))
+        return cast("dict[str, Any]", row)
 
     @overload
     async def update_with_start(
@@ -1788,6 +1837,7 @@ class AsyncClient:
             search_attributes,
             self.max_payload_bytes,
             self.payloads.chain,
+            self.payloads,
         )
         with tracing.start_span(call["workflow_name"]) as trace:
             call["traceparent"] = trace.traceparent  # see Client.update_with_start

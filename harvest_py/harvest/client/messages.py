@@ -32,7 +32,7 @@ from harvest.core.errors import (
 )
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
-from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps_on_hub, listen
+from harvest.db.steps import Atomic, Notified, Sql, Steps, alisten, arun_steps_on_hub, listen
 from harvest.telemetry import tracing
 
 __all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
@@ -138,30 +138,91 @@ def _answer_steps(
         yield Notified(str(request_id), min(remaining, _RECHECK_SECS))
 
 
-def _request_query(execution_id: str, name: str, encoded: Any, secs: float) -> Steps[int]:
-    return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs)))
+def _request_query(
+    execution_id: str, name: str, encoded: Any, secs: float, payloads: Any = None
+) -> Steps[int]:
+    if not payload_policy.offload_plan(payloads, [encoded]):
+        return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs)))
+
+    # A large argument is stored (owned by the run) in the request's own transaction.
+    def sync(sql: Any) -> int:
+        values, _owned = payload_policy.offloaded(payloads, sql, execution_id, [encoded])
+        return cast("int", sql.request_query(execution_id, name, values[0], secs))
+
+    async def asynchronous(sql: Any) -> int:
+        values, _owned = await payload_policy.aoffloaded(payloads, sql, execution_id, [encoded])
+        return cast("int", await sql.request_query(execution_id, name, values[0], secs))
+
+    return cast("int", (yield Atomic(sync, asynchronous)))
 
 
 def _request_update(
-    execution_id: str, name: str, encoded: Any, update_id: str | None, secs: float, traceparent: str | None
+    execution_id: str,
+    name: str,
+    encoded: Any,
+    update_id: str | None,
+    secs: float,
+    traceparent: str | None,
+    payloads: Any = None,
 ) -> Steps[int]:
-    row = yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs, traceparent)
+    if not payload_policy.offload_plan(payloads, [encoded]):
+        row = yield Sql(sqlapi.request_update, execution_id, name, encoded, update_id, secs, traceparent)
+        return cast(int, row["request_id"])
+
+    # A large argument is stored (owned by the run) in the request's own transaction.
+    def sync(sql: Any) -> dict[str, Any]:
+        values, _owned = payload_policy.offloaded(payloads, sql, execution_id, [encoded])
+        return cast(
+            "dict[str, Any]", sql.request_update(execution_id, name, values[0], update_id, secs, traceparent)
+        )
+
+    async def asynchronous(sql: Any) -> dict[str, Any]:
+        values, _owned = await payload_policy.aoffloaded(payloads, sql, execution_id, [encoded])
+        row = await sql.request_update(execution_id, name, values[0], update_id, secs, traceparent)
+        return cast("dict[str, Any]", row)
+
+    row = yield Atomic(sync, asynchronous)
     return cast(int, row["request_id"])
 
 
-def _start_and_update(call: dict[str, Any], secs: float, started: dict[str, Any]) -> Steps[int]:
-    started.update((yield Sql(sqlapi.update_with_start, **call, timeout=secs)))
+def _start_and_update(
+    call: dict[str, Any], secs: float, started: dict[str, Any], payloads: Any = None
+) -> Steps[int]:
+    values = [*call["input"], call["arg"]]  # the start's arguments, then the update's
+    if not payload_policy.offload_plan(payloads, values):
+        started.update((yield Sql(sqlapi.update_with_start, **call, timeout=secs)))
+        return cast("int", started["request_id"])
+
+    # Large ones are stored before the run exists, then handed to the run the call started or
+    # attached to, all in the call's one transaction (docs/payloads.md).
+    def sync(sql: Any) -> dict[str, Any]:
+        stored, owned = payload_policy.offloaded(payloads, sql, None, values)
+        row = sql.update_with_start(**{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs)
+        if owned and row.get("execution_id") is not None:
+            sql.set_payloads_execution(owned, str(row["execution_id"]))
+        return cast("dict[str, Any]", row)
+
+    async def asynchronous(sql: Any) -> dict[str, Any]:
+        stored, owned = await payload_policy.aoffloaded(payloads, sql, None, values)
+        row = await sql.update_with_start(**{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs)
+        if owned and row.get("execution_id") is not None:
+            await sql.set_payloads_execution(owned, str(row["execution_id"]))
+        return cast("dict[str, Any]", row)
+
+    started.update((yield Atomic(sync, asynchronous)))
     return cast("int", started["request_id"])
 
 
 # The steps of each operation, shared by the sync and the asyncio functions below; the
 # arguments are checked here, before any connection is opened.
 def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: Any) -> Steps[dict[str, Any]]:
-    secs = seconds(timeout)
-    encoded = payload_policy.of(client).chain.encode(payload.encode(arg, "query arg"))
-    payload.check_size(encoded, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
+    secs, policy = seconds(timeout), payload_policy.of(client)
+    encoded = policy.chain.encode(payload.encode(arg, "query arg"))
+    # An argument the client offloads is checked as the request holds it: its reference.
+    written = payload_policy.as_written(policy, [encoded])[0]
+    payload.check_size(written, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
     return _answer(
-        _request_query(execution_id, name, encoded, secs),
+        _request_query(execution_id, name, encoded, secs, policy),
         "completed",
         secs,
         f"query {name!r} on execution {execution_id}",
@@ -172,12 +233,13 @@ def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: A
 def _update_steps(
     client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any, update_id: str | None
 ) -> Steps[dict[str, Any]]:
-    secs, wait = seconds(timeout), check_wait(wait)
-    encoded = payload_policy.of(client).chain.encode(payload.encode(arg, "update arg"))
-    payload.check_size(encoded, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
+    secs, wait, policy = seconds(timeout), check_wait(wait), payload_policy.of(client)
+    encoded = policy.chain.encode(payload.encode(arg, "update arg"))
+    written = payload_policy.as_written(policy, [encoded])[0]  # as the request holds it
+    payload.check_size(written, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
     return _answer(
         # The caller's update span: the workflow task that runs the handler links to it.
-        _request_update(execution_id, name, encoded, update_id, secs, tracing.traceparent()),
+        _request_update(execution_id, name, encoded, update_id, secs, tracing.traceparent(), policy),
         wait,
         secs,
         f"update {name!r} on execution {execution_id}",
@@ -190,7 +252,7 @@ def _update_with_start_steps(
 ) -> Steps[dict[str, Any]]:
     secs, wait = seconds(timeout), check_wait(wait)
     return _answer(
-        _start_and_update(call, secs, started),
+        _start_and_update(call, secs, started, payloads),
         wait,
         secs,
         f"update {call['name']!r} on workflow {call['workflow_id']!r}",

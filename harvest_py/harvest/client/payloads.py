@@ -51,6 +51,23 @@ def as_written(payloads: Payloads | None, values: list[Any]) -> list[Any]:
     return [Payloads.reference("0" * 36, v) if i in big else v for i, v in enumerate(values)]
 
 
+class AwaitableSql:
+    """A synchronous SQL API seen as an asynchronous one, for a custom store's coroutines called
+    from the sync client: each call runs on the same connection (inside the caller's transaction),
+    so a store written for :class:`harvest.db.sqlapi.AsyncSqlApi` works from both clients."""
+
+    def __init__(self, sql: Any):
+        self.sql = sql
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.sql, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
+        return call
+
+
 def _run_coroutine(coro: Any) -> Any:
     """A custom store's coroutine from synchronous code (its own event loop, in a thread)."""
     import asyncio
@@ -70,7 +87,7 @@ def offload(
         ids = [str(i) for i in sql.put_payloads(execution_id, big)]
         owned = ids
     else:
-        ids = [str(i) for i in _run_coroutine(payloads.store.put(sql, execution_id, big))]
+        ids = [str(i) for i in _run_coroutine(payloads.store.put(AwaitableSql(sql), execution_id, big))]
         owned = []
     out = list(values)
     for i, stored in zip(where, ids, strict=True):
@@ -88,3 +105,23 @@ async def aoffload(
     for i, stored in zip(where, ids, strict=True):
         out[i] = Payloads.reference(stored, values[i])
     return out, ids if isinstance(payloads.store, SqlPayloadStore) else []
+
+
+def offloaded(
+    payloads: Payloads | None, sql: Any, execution_id: str | None, values: list[Any]
+) -> tuple[list[Any], list[str]]:
+    """:func:`offload` of the oversized ones among ``values`` (none: ``values`` as they are)."""
+    where = offload_plan(payloads, values)
+    if payloads is None or not where:
+        return values, []
+    return offload(payloads, sql, execution_id, values, where)
+
+
+async def aoffloaded(
+    payloads: Payloads | None, sql: Any, execution_id: str | None, values: list[Any]
+) -> tuple[list[Any], list[str]]:
+    """:func:`offloaded` on an asynchronous SQL API."""
+    where = offload_plan(payloads, values)
+    if payloads is None or not where:
+        return values, []
+    return await aoffload(payloads, sql, execution_id, values, where)

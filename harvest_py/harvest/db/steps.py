@@ -8,6 +8,10 @@ returns its answer.
 * ``Sql(call, *args, **kwargs)``: call the SQL API; ``call`` is a declaration of ``harvest.db.sqlapi``
   (``sqlapi.get_execution``), so a misspelt call fails at import, not at run time. The
   generator is sent the call's value, or has its exception thrown in.
+* ``Atomic(sync, asynchronous)``: client code that makes several calls in one transaction on
+  one connection (an offloaded payload stored with the request that references it): the sync
+  driver calls ``sync(sql)``, the asyncio drivers ``await asynchronous(sql)``, each on an API
+  bound to that connection inside ``transaction()``; the generator is sent the return value.
 * ``Notified(payload, timeout)``: wait until a NOTIFY with this payload arrives on the
   listening connection, or ``timeout`` seconds pass (``None`` is sent back either way).
 
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeVar, cast
 
 from harvest.db import channels
@@ -53,6 +57,24 @@ class Sql:
         return f"Sql({self.name}, {self.args!r}, {self.kwargs!r})"
 
 
+class Atomic:
+    """Calls made in one transaction on one connection (see the module docstring)."""
+
+    __slots__ = ("asynchronous", "sync")
+
+    def __init__(self, sync: Callable[[SqlApi], Any], asynchronous: Callable[[AsyncSqlApi], Awaitable[Any]]):
+        self.sync = sync
+        self.asynchronous = asynchronous
+
+    def on(self, sql: SqlApi) -> Any:
+        with sql.conn.transaction():
+            return self.sync(sql)
+
+    async def aon(self, sql: AsyncSqlApi) -> Any:
+        async with sql.pool.connection() as conn, conn.transaction():
+            return await self.asynchronous(AsyncSqlApi.on_connection(conn))
+
+
 class Notified:
     """Wait for a NOTIFY carrying ``payload`` on the listening connection, at most ``timeout`` s."""
 
@@ -63,7 +85,7 @@ class Notified:
         self.timeout = timeout
 
 
-Steps = Generator[Sql | Notified, Any, T]
+Steps = Generator[Sql | Atomic | Notified, Any, T]
 
 
 class _Stepper:
@@ -79,7 +101,7 @@ class _Stepper:
     def __init__(self, steps: Steps[Any]):
         self.steps, self.value, self.error, self.result = steps, None, None, None
 
-    def next(self) -> Sql | Notified | None:
+    def next(self) -> Sql | Atomic | Notified | None:
         """The next operation, or None once the steps have returned (``result``)."""
         try:
             op = self.steps.send(self.value) if self.error is None else self.steps.throw(self.error)
@@ -123,6 +145,8 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = No
                         async for note in conn.notifies(timeout=op.timeout):
                             if note.payload == op.payload:
                                 break
+                elif isinstance(op, Atomic):
+                    stepper.value = await op.aon(sql)
                 else:
                     stepper.value = await op.on(sql)
             except Exception as exc:
@@ -177,6 +201,8 @@ async def arun_steps_on_hub(steps: Steps[T], sql: AsyncSqlApi, hub: Waiting, cle
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(event.wait(), op.timeout)
                         event.clear()
+                    elif isinstance(op, Atomic):
+                        stepper.value = await op.aon(sql)
                     else:
                         stepper.value = await op.on(sql)
                 except Exception as exc:
