@@ -56,6 +56,7 @@ from typing import Any
 __all__ = [
     "ACTIVE",
     "configure",
+    "continue_incoming",
     "current_ids",
     "link_run",
     "link_signals",
@@ -83,6 +84,33 @@ def configure(tracer_provider: Any = None) -> None:
 def disable() -> None:
     global ACTIVE, _tracer
     ACTIVE, _tracer = False, None
+
+
+@contextlib.contextmanager
+def continue_incoming(headers: Mapping[str, str]) -> Iterator[None]:
+    """Continue an incoming request's W3C trace context (its ``traceparent`` and ``tracestate``
+    headers) while the block runs: a start, signal or update made in it is the caller's span's
+    child (the management API's routes, harvest/web/routes). Nothing changes when tracing is
+    off, when a span is already current (an ASGI tracing middleware's server span is the better
+    parent), or when the header is absent or malformed (it is ignored, as W3C asks)."""
+    if not ACTIVE or "traceparent" not in headers or _otel.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    try:
+        incoming = TraceContextTextMapPropagator().extract(headers)
+    except Exception:  # a header no parser expected: traced as a request with no caller
+        incoming = None
+    if incoming is None or not _otel.get_current_span(incoming).get_span_context().is_valid:
+        yield
+        return
+    token = otel_context.attach(incoming)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _root_span_id(trace_id: int) -> int:
