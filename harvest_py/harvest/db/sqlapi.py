@@ -1497,7 +1497,7 @@ SELECT harvest.fire_schedule(
     p_schedule_id => %(schedule_id)s, p_revision => %(revision)s, p_slots => %(slots)s::timestamptz[],
     p_next_fire_at => %(next_fire_at)s, p_next_due_at => %(next_due_at)s,
     p_missed_first_at => %(missed_first_at)s, p_missed_last_at => %(missed_last_at)s,
-    p_missed_slots => %(missed_slots)s) AS result
+    p_missed_slots => %(missed_slots)s, p_traceparent => %(traceparent)s) AS result
 """
 
 
@@ -1613,8 +1613,10 @@ def fire_schedule(
     missed_first_at: Any = None,
     missed_last_at: Any = None,
     missed_slots: int = 0,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "schedule_id": schedule_id,
         "revision": revision,
         "slots": list(slots),

@@ -174,7 +174,8 @@ def span(
 ) -> Iterator[Any]:
     """A span in the run's trace (``execution_id``, or its root's; under ``started_by``, the
     span that started the run, when known); under ``traceparent_of`` when given; a new root
-    when ``root`` (:func:`link_run` links it to the run's trace once the run's start is read);
+    when ``root`` (a replay's: :func:`link_run` links it to the run's trace once the run's start
+    is read; a schedule's firing);
     the child of the caller's active span instead, when there is one and ``caller_first``. A
     no-op when off."""
     if not ACTIVE:
@@ -187,13 +188,12 @@ def span(
         links.append(_otel.Link(caller))
     if caller_first and caller.is_valid:
         pass  # the caller's span is the parent (the current context)
+    elif root:  # a new trace (a replay's: link_run links it to the run's trace once its start is read)
+        context = _otel.set_span_in_context(_otel.INVALID_SPAN)
     elif execution_id is not None:
-        if root:  # the link to the run's trace comes with link_run, once its start is read
-            context = _otel.set_span_in_context(_otel.INVALID_SPAN)
-        else:
-            context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run_context(
-                execution_id, parent_id, started_by
-            )
+        context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run_context(
+            execution_id, parent_id, started_by
+        )
     attrs = {"harvest.execution_id": execution_id} if execution_id else {}
     if attributes:
         attrs.update({k: v for k, v in attributes.items() if v is not None})
@@ -218,8 +218,10 @@ class StartTrace:
     def started(self, execution_id: Any, attributes: Mapping[str, Any]) -> None:
         attrs = {k: v for k, v in attributes.items() if v is not None}
         if self.span is not None:
-            self.span.set_attributes({"harvest.execution_id": str(execution_id), **attrs})
-        elif self.started_ns:
+            if execution_id is not None:
+                attrs["harvest.execution_id"] = str(execution_id)
+            self.span.set_attributes(attrs)
+        elif self.started_ns and execution_id is not None:  # a deferred start has no run (id) yet
             record_span("harvest.workflow.start", str(execution_id), self.started_ns, attrs)
 
 
