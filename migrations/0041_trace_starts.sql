@@ -1,8 +1,8 @@
 -- 0041: traces of the starts no client makes (docs/observability.md): a schedule's firing
 -- keeps the W3C traceparent of the scheduler's harvest.schedule.fire span (a buffered firing
 -- starts its run under it later), a deferred start (throttle, debounce, batch) keeps its
--- caller's, and a worker claims an update request with its client's span (the validation
--- span's parent).
+-- caller's, a DAG trigger takes its caller's, and a worker claims an update request with its
+-- client's span (the validation span's parent).
 ALTER TABLE harvest.schedule_firings ADD COLUMN traceparent text;
 ALTER TABLE harvest.pending_starts ADD COLUMN traceparent text;
 
@@ -19,3 +19,4 @@ DROP FUNCTION IF EXISTS harvest._start_defer(
     text, jsonb, jsonb, text, text, text, text, jsonb, integer, double precision, double precision
 );
 DROP FUNCTION IF EXISTS harvest.claim_query_requests(text, text[], integer, double precision);
+DROP FUNCTION IF EXISTS harvest.trigger_dag(text, jsonb, text, text);

@@ -94,7 +94,9 @@ def test_a_schedule_firing_is_the_root_of_its_runs_trace(
     clock = testkit.SharedClock(db)
     try:
         worker = start_worker(APP, dsn=testkit.shared_clock_dsn(db), scan_interval=0.1)
-        slot = _wait_for(lambda: _one(db, "SELECT next_fire_at FROM harvest.schedules WHERE name = 'ts_every'"))
+        slot = _wait_for(
+            lambda: _one(db, "SELECT next_fire_at FROM harvest.schedules WHERE name = 'ts_every'")
+        )
         clock.set_offset(clock.offset() + (slot - clock.now()) + dt.timedelta(seconds=1))
         run = _wait_for(
             lambda: _one(
@@ -114,11 +116,15 @@ def test_a_schedule_firing_is_the_root_of_its_runs_trace(
     assert fire.parent is None, "the firing is a new trace's root"
     assert fire.attributes["harvest.schedule"] == "ts_every"
     assert fire.attributes["harvest.schedule.outcome"] == "fired"
-    tasks = [t for t in _named(finished, "harvest.workflow.task") if t.attributes["harvest.execution_id"] == run]
+    tasks = [
+        t for t in _named(finished, "harvest.workflow.task") if t.attributes["harvest.execution_id"] == run
+    ]
     assert tasks and {t.context.trace_id for t in tasks} == {fire.context.trace_id}
     assert tasks[0].parent is not None and tasks[0].parent.span_id == fire.context.span_id
     stored = _one(
-        db, "SELECT event_data ->> 'traceparent' FROM harvest.events WHERE execution_id = %s AND event_id = 1", run
+        db,
+        "SELECT event_data ->> 'traceparent' FROM harvest.events WHERE execution_id = %s AND event_id = 1",
+        run,
     )
     assert stored.startswith(f"00-{fire.context.trace_id:032x}-{fire.context.span_id:016x}-")
 
@@ -137,7 +143,11 @@ def test_a_released_deferred_start_continues_its_callers_trace(
     assert first.deferred and second.deferred and second.execution_id is None
     start_worker(APP)
     run = _wait_for(
-        lambda: _one(db, "SELECT id::text FROM harvest.executions WHERE workflow_name = 'ts_reindex' AND status = 'COMPLETED'")
+        lambda: _one(
+            db,
+            "SELECT id::text FROM harvest.executions "
+            "WHERE workflow_name = 'ts_reindex' AND status = 'COMPLETED'",
+        )
     )
     finished = exporter.get_finished_spans()
     (start,) = _named(finished, "harvest.workflow.start")

@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from web_helpers import api_client
 
-from harvest import App, update, workflow
+from harvest import App, activity, update, workflow
+from harvest.db.sqlapi import SqlApi
+from harvest.declare.dags import Dag
 from harvest.telemetry import tracing
 
 
@@ -31,7 +34,14 @@ def th_add(ctx: Any, by: int) -> int:
     return int(ctx.state["n"])
 
 
-APP = App(workflows=[th_tally], updates=[th_add])
+@activity
+async def th_noop(ctx: Any, conf: dict[str, Any]) -> None:
+    return None
+
+
+TH_DAG = Dag("th_dag")
+TH_DAG.task("only", th_noop)
+APP = App(workflows=[th_tally], updates=[th_add], activities=[th_noop], dags=[TH_DAG])
 
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -93,6 +103,26 @@ def test_start_signal_and_update_over_http_continue_the_callers_trace(
     assert asked.parent is not None and asked.parent.span_id == 0x00F067AA0BA902B8
     linked = {link.context.span_id for t in tasks for link in t.links}
     assert {sent.context.span_id, asked.context.span_id} <= linked
+
+
+def test_a_dag_trigger_over_http_continues_the_callers_trace(db: str, exporter: InMemorySpanExporter) -> None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        SqlApi(conn).register_dags([TH_DAG.catalog()])
+    with api_client(db, app=APP) as api:
+        started = api.post("/dags/th_dag/trigger", json={}, headers=header("00f067aa0ba902c1"))
+        assert started.status_code == 201, started.text
+        run = started.json()["execution_id"]
+    (start,) = _named(exporter.get_finished_spans(), "harvest.workflow.start")
+    assert start.context.trace_id == int(CALLER_TRACE, 16) and start.parent is not None
+    assert start.parent.span_id == 0x00F067AA0BA902C1
+    assert start.attributes is not None and start.attributes["harvest.dag"] == "th_dag"
+    with psycopg.connect(db, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT event_data ->> 'traceparent' FROM harvest.events "
+            "WHERE execution_id = %s AND event_id = 1",
+            (run,),
+        ).fetchone()
+    assert row is not None and row[0].startswith(f"00-{CALLER_TRACE}-{start.context.span_id:016x}-")
 
 
 @pytest.mark.parametrize(
