@@ -14,6 +14,9 @@ Spans (attributes: ``harvest.execution_id``, ``harvest.workflow``, ``harvest.que
 ``harvest.activity.execute``     one activity attempt
 ``harvest.workflow.signal``      a client signal
 ``harvest.workflow.update``      a client update (to its answer or acceptance)
+``harvest.update.validate``      a worker validating an update (child of the client's update span)
+``harvest.schedule.fire``        a scheduler tick of one schedule: a new trace's root, continued
+                                 by the runs of the slots it fires (buffered ones too)
 ``harvest.child.start``          a decision that starts a child workflow
 ``harvest.timer.start``          a decision that starts a durable timer
 ``harvest.workflow.continue_as_new``  a decision that continues the run as new
@@ -32,7 +35,11 @@ and its context is captured there as a W3C ``traceparent`` kept on the run's ``W
   from a worker with tracing off, its predecessor's starting context);
 * an activity: the workflow task span that scheduled it (``traceparent`` in its options).
 
-A run started with no span around (no caller span, a schedule, a worker with tracing off)
+A deferred start (throttle, debounce, batch) keeps its caller's start span and the released run
+continues it; a DAG trigger is a start like a client's. A request to the management API
+continues the caller's ``traceparent`` header (:func:`continue_incoming`).
+
+A run started with no span around (no caller span, a worker with tracing off)
 has no stored context and needs none: its trace id is its execution id (a UUID is 128 bits, a
 W3C trace id's size; a child's is its root run's, ``trace_root``) and the parent span id is
 derived from it, so every process that touches the run puts its spans in the same trace with
