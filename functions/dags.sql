@@ -165,7 +165,9 @@ $$;
 -- Start a run of DAG p_dag_name with conf p_conf (NULL: {}); p_workflow_id NULL mints
 -- one, a RUNNING run of the same id is attached to (started_fresh false).
 CREATE OR REPLACE FUNCTION harvest.trigger_dag(
-    p_dag_name text, p_conf jsonb DEFAULT NULL, p_workflow_id text DEFAULT NULL, p_operator_id text DEFAULT NULL
+    p_dag_name text, p_conf jsonb DEFAULT NULL, p_workflow_id text DEFAULT NULL, p_operator_id text DEFAULT NULL,
+    -- The caller's span (W3C traceparent, HR001 when malformed): the run continues it.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -176,7 +178,8 @@ BEGIN
     RETURN QUERY
     SELECT s.execution_id, s.workflow_id, s.status, s.started_fresh
     FROM harvest.start_workflow(p_dag_name, jsonb_build_array(coalesce(p_conf, '{}'::jsonb)), p_workflow_id,
-                                v_dag.queue, p_search_attributes => jsonb_build_object('dag', p_dag_name)) AS s;
+                                v_dag.queue, p_search_attributes => jsonb_build_object('dag', p_dag_name),
+                                p_traceparent => p_traceparent) AS s;
 END;
 $$;
 
@@ -450,7 +453,8 @@ COMMENT ON FUNCTION harvest.unpause_dag IS
 'Unpause a DAG; returns whether it changed; HR002 for an unknown DAG; audited. For operators (role harvest_operator).';
 COMMENT ON FUNCTION harvest.trigger_dag IS
 'Start a run of a DAG with a conf (its workflow run, input [conf]); refused when the DAG is paused (HR017) or has '
-'max_active_runs RUNNING runs (HR018), HR002 when not registered. For operators (role harvest_operator).';
+'max_active_runs RUNNING runs (HR018), HR002 when not registered; p_traceparent (the caller''s span, HR001 when '
+'malformed) puts the run in the caller''s trace. For operators (role harvest_operator).';
 COMMENT ON FUNCTION harvest.get_dag_run IS
 'One DAG run with each task''s state, attempts, timings, result and failure, derived from the run''s history; HR002 '
 'when the run is missing or not a DAG''s. For operators (role harvest_reader).';

@@ -107,7 +107,10 @@ $$;
 CREATE OR REPLACE FUNCTION harvest._start_gate(
     p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_search_attributes jsonb, p_priority integer,
-    p_execution_timeout_secs double precision, p_run_timeout_secs double precision
+    p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
+    -- The caller's span (W3C traceparent, checked by start_workflow): the released run
+    -- continues it (debounce, batch: the latest caller's that has one).
+    p_traceparent text DEFAULT NULL
 )
 RETURNS TABLE (action text, execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
@@ -134,26 +137,29 @@ BEGIN
         END IF;
         INSERT INTO harvest.pending_starts (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
-            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, traceparent
         ) VALUES (
             'throttle', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
-            p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now
+            p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
+            p_traceparent
         ) RETURNING * INTO v_row;
     ELSIF v_kind = 'debounce' THEN
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
-            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,
+            traceparent
         ) VALUES (
             'debounce', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            least(v_now + v_quiet, v_now + v_max_wait)
+            least(v_now + v_quiet, v_now + v_max_wait), p_traceparent
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
         SET input = excluded.input, queue = excluded.queue,
             search_attributes = excluded.search_attributes, priority = excluded.priority,
             reuse_policy = excluded.reuse_policy, execution_timeout_secs = excluded.execution_timeout_secs,
             run_timeout_secs = excluded.run_timeout_secs, starts = p.starts + 1, updated_at = v_now,
-            release_at = least(v_now + v_quiet, p.created_at + v_max_wait)
+            release_at = least(v_now + v_quiet, p.created_at + v_max_wait),
+            traceparent = coalesce(excluded.traceparent, p.traceparent)
         RETURNING * INTO v_row;
     ELSE
         IF jsonb_array_length(p_input) <> 1 THEN
@@ -163,14 +169,16 @@ BEGIN
         END IF;
         INSERT INTO harvest.pending_starts AS p (
             kind, workflow_name, gate_key, workflow_id, queue, input, search_attributes, priority,
-            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at
+            reuse_policy, execution_timeout_secs, run_timeout_secs, created_at, updated_at, release_at,
+            traceparent
         ) VALUES (
             'batch', p_workflow_name, v_key, v_workflow_id, p_queue, p_input, p_search_attributes,
             p_priority, p_reuse_policy, p_execution_timeout_secs, p_run_timeout_secs, v_now, v_now,
-            v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision)
+            v_now + make_interval(secs => (v_spec ->> 'window_secs')::double precision), p_traceparent
         )
         ON CONFLICT (kind, workflow_name, gate_key) WHERE kind IN ('debounce', 'batch') DO UPDATE
-        SET input = p.input || excluded.input, starts = p.starts + 1, updated_at = v_now
+        SET input = p.input || excluded.input, starts = p.starts + 1, updated_at = v_now,
+            traceparent = coalesce(excluded.traceparent, p.traceparent)
         RETURNING * INTO v_row;
         IF v_row.starts >= (v_spec ->> 'max_size')::integer THEN
             RETURN QUERY SELECT 'started'::text, s.execution_id, s.workflow_id, s.status, s.started_fresh
@@ -201,7 +209,8 @@ BEGIN
         p_workflow_id => p_row.workflow_id, p_queue => p_row.queue,
         p_reuse_policy => p_row.reuse_policy, p_search_attributes => p_row.search_attributes,
         p_priority => p_row.priority, p_execution_timeout_secs => p_row.execution_timeout_secs,
-        p_run_timeout_secs => p_row.run_timeout_secs, p_flow_gates => false) AS s;
+        p_run_timeout_secs => p_row.run_timeout_secs, p_flow_gates => false,
+        p_traceparent => p_row.traceparent) AS s;
     IF v_started.execution_id IS NOT NULL THEN
         UPDATE harvest.payloads AS p SET execution_id = v_started.execution_id
         WHERE p.execution_id IS NULL AND p.id IN (SELECT harvest._payload_refs(p_row.input));

@@ -215,7 +215,7 @@ CREATE OR REPLACE FUNCTION harvest.claim_query_requests(
 RETURNS TABLE (
     request_id bigint, kind text, execution_id uuid, workflow_name text, workflow_id text,
     queue text, execution_status text, name text, arg jsonb, update_id text,
-    expires_at timestamptz
+    expires_at timestamptz, traceparent text
 )
 LANGUAGE plpgsql
 AS $$
@@ -244,7 +244,7 @@ BEGIN
         RETURNING r.*
     )
     SELECT c.id, c.kind, c.execution_id, e.workflow_name, e.workflow_id, e.queue, e.status,
-           c.name, c.arg, c.update_id, c.expires_at
+           c.name, c.arg, c.update_id, c.expires_at, c.traceparent
     FROM claimed AS c JOIN harvest.executions AS e ON e.id = c.execution_id
     ORDER BY c.id;
 END;
@@ -456,7 +456,8 @@ COMMENT ON FUNCTION harvest.update_with_start IS
 'transaction. Called by clients (role harvest_operator).';
 COMMENT ON FUNCTION harvest.claim_query_requests IS
 'A worker claims open query and update requests of its queues (pending, or running past their claimer''s lease), '
-'oldest first, never waiting on a lock. Called by the Python worker (role harvest_worker).';
+'oldest first, never waiting on a lock, each with its client''s span (traceparent, or NULL): the parent of the '
+'worker''s validation span. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.answer_query IS
 'Answer a claimed request: a query''s answer or error, or an update''s rejection; returns the new status, or NULL'
 ' when the request is no longer this worker''s. Called by the Python worker (role harvest_worker).';

@@ -259,7 +259,8 @@ BEGIN
     BEGIN
         SELECT * INTO v_start FROM harvest.start_workflow(
             p_workflow_name => p_schedule.workflow_name, p_input => p_schedule.input,
-            p_workflow_id => v_firing.workflow_id, p_queue => p_schedule.queue);
+            p_workflow_id => v_firing.workflow_id, p_queue => p_schedule.queue,
+            p_traceparent => v_firing.traceparent);
         UPDATE harvest.schedule_firings AS f SET
             status = 'started', execution_id = v_start.execution_id, started_at = v_now,
             reason = CASE WHEN v_start.status = 'DEFERRED' THEN 'deferred'
@@ -308,8 +309,10 @@ $$;
 -- Fire one slot of a locked schedule under an overlap policy: record the firing
 -- (a slot already recorded is answered as status duplicate and nothing happens),
 -- start older buffered firings first, then start, skip or buffer this one.
+-- p_traceparent: the firing's span (its run continues it, whenever it starts).
 CREATE OR REPLACE FUNCTION harvest._fire_slot(
-    p_schedule harvest.schedules, p_slot timestamptz, p_origin text, p_overlap text
+    p_schedule harvest.schedules, p_slot timestamptz, p_origin text, p_overlap text,
+    p_traceparent text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -321,9 +324,12 @@ DECLARE
     v_run record;
     v_waiting boolean;
 BEGIN
-    INSERT INTO harvest.schedule_firings AS f (schedule_id, slot_at, origin, status, workflow_id, recorded_at)
+    INSERT INTO harvest.schedule_firings AS f (
+        schedule_id, slot_at, origin, status, workflow_id, recorded_at, traceparent
+    )
     VALUES (p_schedule.id, p_slot, p_origin, 'buffered',
-            'sched:' || p_schedule.name || ':' || floor(extract(EPOCH FROM p_slot))::bigint, v_now)
+            'sched:' || p_schedule.name || ':' || floor(extract(EPOCH FROM p_slot))::bigint, v_now,
+            p_traceparent)
     ON CONFLICT (schedule_id, slot_at) DO NOTHING
     RETURNING f.id INTO v_id;
     IF v_id IS NULL THEN
@@ -740,7 +746,10 @@ CREATE OR REPLACE FUNCTION harvest.fire_schedule(
     p_next_due_at timestamptz,
     p_missed_first_at timestamptz DEFAULT NULL,
     p_missed_last_at timestamptz DEFAULT NULL,
-    p_missed_slots integer DEFAULT 0
+    p_missed_slots integer DEFAULT 0,
+    -- The scheduler's harvest.schedule.fire span (W3C traceparent, HR001 when malformed):
+    -- the runs of the slots it fires continue it.
+    p_traceparent text DEFAULT NULL
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -764,6 +773,7 @@ BEGIN
         RAISE EXCEPTION 'fire_schedule: p_missed_slots > 0 goes with the first and last missed slot'
             USING ERRCODE = 'HR001';
     END IF;
+    PERFORM harvest._check_traceparent(p_traceparent);
     SELECT * INTO v_schedule FROM harvest.schedules AS s WHERE s.id = p_schedule_id FOR UPDATE SKIP LOCKED;
     IF NOT FOUND THEN
         RETURN jsonb_build_object('outcome', 'busy');
@@ -789,7 +799,8 @@ BEGIN
             v_missed_first := least(v_missed_first, v_slot);
             v_missed_last := greatest(v_missed_last, v_slot);
         ELSE
-            v_firings := v_firings || harvest._fire_slot(v_schedule, v_slot, 'schedule', v_schedule.overlap);
+            v_firings := v_firings || harvest._fire_slot(v_schedule, v_slot, 'schedule', v_schedule.overlap,
+                                                          p_traceparent);
         END IF;
     END LOOP;
     IF p_next_fire_at <= v_previous THEN
@@ -880,7 +891,8 @@ COMMENT ON FUNCTION harvest.list_due_schedules IS
 COMMENT ON FUNCTION harvest.fire_schedule IS
 'The scheduler tick of one schedule in one transaction: lock it (busy when another scheduler has it), check '
 'the revision (stale), fire the due slots inside the catch-up window under the overlap policy, record missed '
-'ones, store the next slot; (schedule, slot) is unique so nothing fires twice. Called by the scheduler (role '
+'ones, store the next slot; (schedule, slot) is unique so nothing fires twice; p_traceparent (the scheduler''s '
+'fire span, HR001 when malformed) is kept on each firing and continued by its run. Called by the scheduler (role '
 'harvest_worker).';
 COMMENT ON FUNCTION harvest.start_buffered_firings IS
 'Start buffered firings of schedules whose live runs fell below max_active_runs, oldest slot first. Called by '

@@ -236,6 +236,7 @@ CREATE OR REPLACE FUNCTION harvest._start_defer(
     p_workflow_name text, p_policy jsonb, p_input jsonb, p_workflow_id text, p_queue text,
     p_reuse_policy text, p_conflict_policy text, p_search_attributes jsonb, p_priority integer,
     p_execution_timeout_secs double precision, p_run_timeout_secs double precision,
+    p_traceparent text DEFAULT NULL,
     OUT action text, OUT execution_id uuid, OUT workflow_id text, OUT status text, OUT started_fresh boolean
 )
 LANGUAGE plpgsql
@@ -250,7 +251,7 @@ BEGIN
     SELECT * INTO action, execution_id, workflow_id, status, started_fresh
     FROM harvest._start_gate(p_workflow_name, p_policy, p_input, p_workflow_id,
         p_queue, p_reuse_policy, p_search_attributes, coalesce(p_priority, 0),
-        p_execution_timeout_secs, p_run_timeout_secs) AS g;
+        p_execution_timeout_secs, p_run_timeout_secs, p_traceparent) AS g;
 END;
 $$;
 
@@ -498,7 +499,7 @@ BEGIN
        AND p_parent_id IS NULL THEN
         v_gate := harvest._start_defer(p_workflow_name, v_policy, p_input, p_workflow_id, p_queue,
             p_reuse_policy, p_conflict_policy, p_search_attributes, p_priority,
-            p_execution_timeout_secs, p_run_timeout_secs);
+            p_execution_timeout_secs, p_run_timeout_secs, p_traceparent);
         IF v_gate.action <> 'start' THEN
             IF v_gate.status = 'DEFERRED' THEN
                 PERFORM harvest._audit_asserted('workflow.start', NULL, jsonb_build_object(

@@ -6,7 +6,7 @@
 -- (runtime/dags.py): an activity whose options carry dag_node, a dag_node marker, a child
 -- whose workflow id is '<run id>/<task>'.
 BEGIN;
-SELECT plan(44);
+SELECT plan(46);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- A DAG of four tasks: a (activity) -> b (skipped), c (child), d (activity).
@@ -62,6 +62,16 @@ SELECT results_eq($$SELECT workflow_name, workflow_id, queue, input, search_attr
 SELECT throws_ok($$SELECT * FROM harvest.trigger_dag('dg_etl')$$, 'HR018', 'dag dg_etl has 1 running run(s), its max_active_runs',
                  'a second run over max_active_runs 1: HR018');
 SELECT throws_ok($$SELECT * FROM harvest.trigger_dag('nope')$$, 'HR002', NULL, 'trigger_dag() of an unknown DAG: HR002');
+SAVEPOINT traced_trigger;
+UPDATE harvest.dags SET max_active_runs = 2 WHERE dag_name = 'dg_etl';
+SELECT throws_ok($$SELECT * FROM harvest.trigger_dag('dg_etl', p_traceparent => 'nope')$$, 'HR001', NULL,
+                 'trigger_dag() refuses a malformed traceparent');
+CREATE TEMP TABLE traced_dag ON COMMIT DROP AS
+SELECT execution_id FROM harvest.trigger_dag('dg_etl', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+SELECT is((SELECT ev.event_data ->> 'traceparent' FROM traced_dag AS t
+           JOIN harvest.events AS ev ON ev.execution_id = t.execution_id AND ev.event_type = 'WorkflowStarted'),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'trigger_dag(p_traceparent): the run continues the caller''s span');
+ROLLBACK TO SAVEPOINT traced_trigger;
 
 -- The run decides: a scheduled, b skipped by a marker, c started as a child.
 SELECT pg_temp.decide('dg1', jsonb_build_array(

@@ -4,7 +4,7 @@
 -- harvest._throttle_override_spec, harvest.get_start_throttle, harvest.set_start_throttle_override,
 -- harvest.clear_start_throttle_override.
 BEGIN;
-SELECT plan(41);
+SELECT plan(43);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.declare_flow_policies('{"workflows": {
     "wf_t": {"throttle": {"rps": 2, "burst": 2, "key": null}},
@@ -77,6 +77,17 @@ SELECT harvest.start_workflow('wf_d', '[{"doc": "c"}]', 'dc', 'dq');
 SELECT is((SELECT s.status FROM harvest.pending_starts AS p,
            LATERAL harvest._release_pending_start(p) AS s WHERE p.kind = 'debounce'), 'RUNNING',
           '_release_pending_start() starts a pending start now (it skips the gates)');
+-- Trace context: a deferred start keeps its caller's span and the released run continues it.
+SELECT harvest.start_workflow('wf_d', '[{"doc": "t"}]', 'dt', 'dq', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01');
+SELECT harvest.start_workflow('wf_d', '[{"doc": "t", "v": 2}]', 'dt', 'dq');
+SELECT is((SELECT traceparent FROM harvest.pending_starts WHERE kind = 'debounce'), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          '_start_gate(): a debounced burst keeps the latest caller''s span (a start with none keeps it)');
+CREATE TEMP TABLE released_traced ON COMMIT DROP AS
+SELECT s.execution_id FROM harvest.pending_starts AS p, LATERAL harvest._release_pending_start(p) AS s
+WHERE p.kind = 'debounce';
+SELECT is((SELECT ev.event_data ->> 'traceparent' FROM released_traced AS r
+           JOIN harvest.events AS ev ON ev.execution_id = r.execution_id AND ev.event_type = 'WorkflowStarted'),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', '_release_pending_start(): the released run continues the deferred caller''s span');
 SELECT results_eq($$SELECT action, execution_id IS NULL FROM harvest._start_gate('wf_b',
         '{"batch": {"max_size": 5, "window_secs": 1}}', '["q"]', 'wid', 'bq', 'allow_duplicate', '{}', 0, NULL, NULL)$$,
     $$VALUES ('deferred'::text, true)$$, '_start_gate(): a batch start is deferred');

@@ -295,8 +295,8 @@ SELECT lives_ok($$SELECT harvest.register_worker('wtp', ARRAY['qq_tp'], 'host', 
 INSERT INTO ids SELECT 'utp', r.request_id
 FROM harvest.request_update(pg_temp.run('tp'), 'bump', 'null', 'u-tp', 60, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01') AS r;
 SELECT is((pg_temp.req(pg_temp.id('utp'))).traceparent, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'request_update(p_traceparent): kept on the request');
-SELECT is((SELECT count(*) FROM harvest.claim_query_requests('wtp', ARRAY['qq_tp'])), 1::bigint,
-          'setup: the worker claims it');
+SELECT is((SELECT string_agg(traceparent, ',') FROM harvest.claim_query_requests('wtp', ARRAY['qq_tp'])),
+          '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'claim_query_requests() hands out the client''s span (the validation span''s parent)');
 SELECT is(harvest.accept_update(pg_temp.id('utp'), 'wtp'), 'accepted', 'setup: and accepts it');
 SELECT is((SELECT event_data ->> 'traceparent' FROM pg_temp.last_event(pg_temp.run('tp'))), '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
           'accept_update(): UpdateAccepted carries the client''s span');

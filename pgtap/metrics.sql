@@ -1,7 +1,7 @@
 -- functions/metrics.sql: get_metric_samples, the gauges the metrics sampler publishes, and
 -- list_forced_closes, the runs closed outside a decision that it counts.
 BEGIN;
-SELECT plan(19);
+SELECT plan(20);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 SELECT throws_ok($$SELECT harvest.get_metric_samples(-1)$$, 'HR001', NULL,
@@ -12,7 +12,8 @@ SELECT throws_ok($$SELECT harvest.get_metric_samples(NULL)$$, 'HR001', NULL,
 SELECT is(harvest.get_metric_samples() - ARRAY['observed_at', 'schema_version'],
           '{"shard_id": 0, "queues": [], "timers_pending": 0, "dead_letters": [], "workers": [],
             "concurrency": [], "other_keys": {"keys": 0, "in_flight": 0, "pending": 0}, "stranded": [],
-            "relays": {"local": 0, "remote": 0, "remote_oldest_secs": null},
+            "relays": {"local": 0, "remote": 0, "remote_oldest_secs": null,
+                       "by_id_indeterminate_signal_oldest_secs": null, "by_id_indeterminate_cancel_oldest_secs": null},
             "cross_shard_children": {"in_flight": 0, "oldest_secs": null},
             "retention": {"configured": false, "lag_secs": null}}'::jsonb,
           'get_metric_samples(): an empty database samples zeros and empty lists');
@@ -108,6 +109,22 @@ SELECT throws_ok($$SELECT * FROM harvest.list_forced_closes(NULL, NULL, harvest.
                  'list_forced_closes(): no cursor time is HR001');
 SELECT throws_ok($$SELECT * FROM harvest.list_forced_closes(harvest.now(), NULL, harvest.now(), 0)$$, 'HR001',
                  NULL, 'list_forced_closes(): a limit of 0 is HR001');
+
+-- A by-id external signal to another shard whose delivery was released with an error 90 s ago
+-- (its shard could not be inspected), a pending by-id cancel not tried yet, a by-key signal.
+INSERT INTO harvest.relays (target_execution_id, kind, created_at, source_execution_id, source_seq,
+                            target_shard, remote, attempts, last_error)
+VALUES (gen_random_uuid(), 'external_signal', harvest.now() - interval '90 seconds', gen_random_uuid(), 1, 1,
+        true, 2, 'shard 1: shard 1 is unavailable'),
+       (gen_random_uuid(), 'external_cancel', harvest.now() - interval '200 seconds', gen_random_uuid(), 2, 1,
+        true, 0, NULL);
+INSERT INTO harvest.relays (kind, created_at, source_execution_id, source_seq, target_workflow_id,
+                            target_workflow_name, remote, attempts, last_error)
+VALUES ('external_signal', harvest.now() - interval '500 seconds', gen_random_uuid(), 3, 'k', 'wf', true, 1,
+        'shard 2 unavailable');
+SELECT is((harvest.get_metric_samples() -> 'relays') - ARRAY['local', 'remote', 'remote_oldest_secs'],
+          '{"by_id_indeterminate_signal_oldest_secs": 90, "by_id_indeterminate_cancel_oldest_secs": null}'::jsonb,
+          'get_metric_samples(): the oldest by-id signal and cancel a delivery attempt left pending');
 
 SELECT * FROM finish();
 ROLLBACK;

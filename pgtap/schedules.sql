@@ -9,7 +9,7 @@
 -- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(63);
+SELECT plan(66);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -96,6 +96,28 @@ SELECT is((SELECT harvest._fire_slot(s, '2030-01-01 00:15:00+00', 'schedule', 'a
           'the (schedule, slot) firing is unique: firing a recorded slot again starts nothing');
 SELECT is((SELECT count(*)::integer FROM harvest.executions WHERE workflow_id LIKE 'sched:every:%'), 1,
           'one run for the slot');
+-- The scheduler's fire span: kept on the firing, continued by its run (docs/observability.md).
+CREATE TEMP TABLE traced_sched ON COMMIT DROP AS
+SELECT (harvest.create_schedule('traced', 'tick_wf', p_interval_secs => 900) ->> 'name') AS name;
+UPDATE harvest.schedules SET next_fire_at = '2030-01-01 00:15:00+00', next_due_at = '2030-01-01 00:15:00+00'
+WHERE name = 'traced';
+SELECT throws_ok($$SELECT harvest.fire_schedule(s.id, s.revision, '{2030-01-01 00:15:00+00}',
+                       '2030-01-01 00:30:00+00', '2030-01-01 00:30:00+00', p_traceparent => 'nope')
+                   FROM harvest.schedules AS s WHERE s.name = 'traced'$$,
+                 'HR001', NULL, 'fire_schedule() refuses a malformed traceparent');
+SELECT is((SELECT harvest.fire_schedule(s.id, s.revision, '{2030-01-01 00:15:00+00}', '2030-01-01 00:30:00+00',
+                  '2030-01-01 00:30:00+00', p_traceparent => '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')
+                  -> 'firings' -> 0 ->> 'status'
+           FROM harvest.schedules AS s WHERE s.name = 'traced'), 'started', 'a traced tick fires the slot');
+SELECT results_eq(
+    $$SELECT f.traceparent, ev.event_data ->> 'traceparent' FROM harvest.schedule_firings AS f
+      JOIN harvest.schedules AS s ON s.id = f.schedule_id AND s.name = 'traced'
+      JOIN harvest.events AS ev ON ev.execution_id = f.execution_id AND ev.event_type = 'WorkflowStarted'$$,
+    $$VALUES ('00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'::text,
+              '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'::text)$$,
+    'the firing keeps the fire span and its run''s WorkflowStarted carries it');
+SELECT pg_temp.finish_runs('traced');
+DELETE FROM harvest.schedules WHERE name = 'traced';
 
 -- A second session holding the row makes the tick answer busy (SKIP LOCKED); one
 -- transaction cannot hold a lock against itself, so tests/integration/test_schedules.py

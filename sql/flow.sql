@@ -103,6 +103,9 @@ CREATE TABLE harvest.pending_starts (
     release_at timestamptz,
     attempts integer NOT NULL DEFAULT 0,
     last_error text,
+    -- The W3C traceparent of the deferred start's caller (tracing on; debounce and batch:
+    -- the latest caller's that had one): the released run continues it.
+    traceparent text,
     CONSTRAINT pending_starts_pkey PRIMARY KEY (id),
     CONSTRAINT pending_starts_kind_check CHECK (kind IN ('throttle', 'debounce', 'batch'))
 );

@@ -67,6 +67,9 @@ CREATE TABLE harvest.schedule_firings (
     execution_id uuid,
     recorded_at timestamptz NOT NULL,
     started_at timestamptz,
+    -- The W3C traceparent of the scheduler's harvest.schedule.fire span that recorded the
+    -- firing (tracing on): its run, started now or later from the buffer, continues it.
+    traceparent text,
     CONSTRAINT schedule_firings_pkey PRIMARY KEY (id),
     CONSTRAINT schedule_firings_slot_key UNIQUE (schedule_id, slot_at),
     CONSTRAINT schedule_firings_schedule_fkey FOREIGN KEY (schedule_id)

@@ -1497,7 +1497,7 @@ SELECT harvest.fire_schedule(
     p_schedule_id => %(schedule_id)s, p_revision => %(revision)s, p_slots => %(slots)s::timestamptz[],
     p_next_fire_at => %(next_fire_at)s, p_next_due_at => %(next_due_at)s,
     p_missed_first_at => %(missed_first_at)s, p_missed_last_at => %(missed_last_at)s,
-    p_missed_slots => %(missed_slots)s) AS result
+    p_missed_slots => %(missed_slots)s, p_traceparent => %(traceparent)s) AS result
 """
 
 
@@ -1613,8 +1613,10 @@ def fire_schedule(
     missed_first_at: Any = None,
     missed_last_at: Any = None,
     missed_slots: int = 0,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "schedule_id": schedule_id,
         "revision": revision,
         "slots": list(slots),
@@ -1636,7 +1638,9 @@ REGISTER_DAGS = "SELECT harvest.register_dags(%(dags)s) AS registered"
 LIST_DAGS = "SELECT * FROM harvest.list_dags()"
 PAUSE_DAG = "SELECT harvest.pause_dag(%(dag_name)s, %(operator)s) AS changed"
 UNPAUSE_DAG = "SELECT harvest.unpause_dag(%(dag_name)s, %(operator)s) AS changed"
-TRIGGER_DAG = "SELECT * FROM harvest.trigger_dag(%(dag_name)s, %(conf)s, %(workflow_id)s, %(operator)s)"
+TRIGGER_DAG = """
+SELECT * FROM harvest.trigger_dag(%(dag_name)s, %(conf)s, %(workflow_id)s, %(operator)s, %(traceparent)s)
+"""
 GET_DAG_RUN = "SELECT harvest.get_dag_run(%(execution_id)s) AS run"
 LIST_DAG_RUNS = "SELECT * FROM harvest.list_dag_runs(%(dag_name)s, %(limit)s)"
 RETRY_DAG_RUN = "SELECT * FROM harvest.retry_dag_run(%(execution_id)s, %(operator)s)"
@@ -1664,9 +1668,14 @@ def unpause_dag(dag_name: str, operator: str | None = None) -> dict[str, Any]:
 
 @call(TRIGGER_DAG, first)
 def trigger_dag(
-    dag_name: str, conf: Any = None, workflow_id: str | None = None, operator: str | None = None
+    dag_name: str,
+    conf: Any = None,
+    workflow_id: str | None = None,
+    operator: str | None = None,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     return {
+        "traceparent": traceparent,
         "dag_name": dag_name,
         "conf": _jsonb_or_null(conf),
         "workflow_id": workflow_id,

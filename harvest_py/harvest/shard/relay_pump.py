@@ -54,6 +54,10 @@ class PumpReport:
     released: int = 0
     unavailable: dict[int, str] = field(default_factory=dict)
     children: dict[str, int] = field(default_factory=dict)
+    # By-id deliveries left pending because the target's shard could not be inspected:
+    # (shard, why: ``no_pool`` in this process or ``unreachable``) -> how many this tick
+    # (harvest_external_signal_by_id_indeterminate_shard_total).
+    by_id_indeterminate: dict[tuple[int, str], int] = field(default_factory=dict)
 
     @property
     def moved(self) -> bool:
@@ -218,6 +222,9 @@ class RelayPump:
             )
         except ShardUnavailable as exc:
             report.unavailable.setdefault(exc.shard, exc.reason)
+            why = "no_pool" if exc.shard not in self.pools.shards else "unreachable"
+            key = (exc.shard, why)
+            report.by_id_indeterminate[key] = report.by_id_indeterminate.get(key, 0) + 1
             return None, f"shard {exc.shard}: {exc.reason}"
         except Exception as exc:  # refused there (a payload over its limit, a move not active yet): retried
             return None, f"{type(exc).__name__}: {exc}"

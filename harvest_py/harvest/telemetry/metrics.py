@@ -301,6 +301,12 @@ class Metrics:
             "Cross-shard relay rows the pump claimed, settled or released for a retry.",
             ("outcome",),
         )
+        self.external_signal_by_id_indeterminate_shard = counter(
+            "harvest_external_signal_by_id_indeterminate_shard",
+            "By-id external signals and cancels left pending because the target's shard could not be "
+            "inspected (kind: no_pool in this process, or unreachable).",
+            ("shard", "kind"),
+        )
         self.schedule_missed = counter(
             "harvest_schedule_missed",
             "Schedule fires that were skipped or came too late (fed by the schedule ticker).",
@@ -357,6 +363,16 @@ class Metrics:
         )
         self.relay_oldest_age = sampled(
             "harvest_relay_oldest_age_seconds", "Age of the oldest remote relay row.", ()
+        )
+        self.external_signal_by_id_stuck_age = sampled(
+            "harvest_external_signal_by_id_oldest_pending_indeterminate_age_seconds",
+            "Age of the oldest by-id external signal to another shard that a delivery attempt left pending.",
+            (),
+        )
+        self.external_cancel_by_id_stuck_age = sampled(
+            "harvest_external_cancel_by_id_oldest_pending_indeterminate_age_seconds",
+            "Age of the oldest by-id external cancel to another shard that a delivery attempt left pending.",
+            (),
         )
         self.cross_shard_children = sampled(
             "harvest_cross_shard_children_in_flight", "Cross-shard children not settled yet.", ()
@@ -441,6 +457,12 @@ class Metrics:
         if released:
             self.relay_pump("released").inc(released)
 
+    def by_id_indeterminate(self, counts: Mapping[tuple[int, str], int]) -> None:
+        """By-id external signals and cancels the relay pump left pending this tick because the
+        target's shard could not be inspected: (shard, ``no_pool`` | ``unreachable``) -> count."""
+        for (shard, kind), count in counts.items():
+            self.external_signal_by_id_indeterminate_shard(shard, kind).inc(count)
+
     def missed_schedule(self, schedule: str, count: int = 1) -> None:
         """For the schedule ticker: ``count`` fires of ``schedule`` skipped or late."""
         self.schedule_missed(schedule).inc(count)
@@ -481,6 +503,12 @@ class Metrics:
             shard, {("local",): relays.get("local", 0), ("remote",): relays.get("remote", 0)}
         )
         self.relay_oldest_age.replace(shard, {(): relays.get("remote_oldest_secs") or 0.0})
+        self.external_signal_by_id_stuck_age.replace(
+            shard, {(): relays.get("by_id_indeterminate_signal_oldest_secs") or 0.0}
+        )
+        self.external_cancel_by_id_stuck_age.replace(
+            shard, {(): relays.get("by_id_indeterminate_cancel_oldest_secs") or 0.0}
+        )
         children = samples.get("cross_shard_children") or {}
         self.cross_shard_children.replace(shard, {(): children.get("in_flight", 0)})
         self.cross_shard_children_oldest_age.replace(shard, {(): children.get("oldest_secs") or 0.0})

@@ -14,6 +14,9 @@ Spans (attributes: ``harvest.execution_id``, ``harvest.workflow``, ``harvest.que
 ``harvest.activity.execute``     one activity attempt
 ``harvest.workflow.signal``      a client signal
 ``harvest.workflow.update``      a client update (to its answer or acceptance)
+``harvest.update.validate``      a worker validating an update (child of the client's update span)
+``harvest.schedule.fire``        a scheduler tick of one schedule: a new trace's root, continued
+                                 by the runs of the slots it fires (buffered ones too)
 ``harvest.child.start``          a decision that starts a child workflow
 ``harvest.timer.start``          a decision that starts a durable timer
 ``harvest.workflow.continue_as_new``  a decision that continues the run as new
@@ -32,7 +35,11 @@ and its context is captured there as a W3C ``traceparent`` kept on the run's ``W
   from a worker with tracing off, its predecessor's starting context);
 * an activity: the workflow task span that scheduled it (``traceparent`` in its options).
 
-A run started with no span around (no caller span, a schedule, a worker with tracing off)
+A deferred start (throttle, debounce, batch) keeps its caller's start span and the released run
+continues it; a DAG trigger is a start like a client's. A request to the management API
+continues the caller's ``traceparent`` header (:func:`continue_incoming`).
+
+A run started with no span around (no caller span, a worker with tracing off)
 has no stored context and needs none: its trace id is its execution id (a UUID is 128 bits, a
 W3C trace id's size; a child's is its root run's, ``trace_root``) and the parent span id is
 derived from it, so every process that touches the run puts its spans in the same trace with
@@ -56,6 +63,7 @@ from typing import Any
 __all__ = [
     "ACTIVE",
     "configure",
+    "continue_incoming",
     "current_ids",
     "link_run",
     "link_signals",
@@ -83,6 +91,33 @@ def configure(tracer_provider: Any = None) -> None:
 def disable() -> None:
     global ACTIVE, _tracer
     ACTIVE, _tracer = False, None
+
+
+@contextlib.contextmanager
+def continue_incoming(headers: Mapping[str, str]) -> Iterator[None]:
+    """Continue an incoming request's W3C trace context (its ``traceparent`` and ``tracestate``
+    headers) while the block runs: a start, signal or update made in it is the caller's span's
+    child (the management API's routes, harvest/web/routes). Nothing changes when tracing is
+    off, when a span is already current (an ASGI tracing middleware's server span is the better
+    parent), or when the header is absent or malformed (it is ignored, as W3C asks)."""
+    if not ACTIVE or "traceparent" not in headers or _otel.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    try:
+        incoming = TraceContextTextMapPropagator().extract(headers)
+    except Exception:  # a header no parser expected: traced as a request with no caller
+        incoming = None
+    if incoming is None or not _otel.get_current_span(incoming).get_span_context().is_valid:
+        yield
+        return
+    token = otel_context.attach(incoming)
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def _root_span_id(trace_id: int) -> int:
@@ -146,7 +181,8 @@ def span(
 ) -> Iterator[Any]:
     """A span in the run's trace (``execution_id``, or its root's; under ``started_by``, the
     span that started the run, when known); under ``traceparent_of`` when given; a new root
-    when ``root`` (:func:`link_run` links it to the run's trace once the run's start is read);
+    when ``root`` (a replay's: :func:`link_run` links it to the run's trace once the run's start
+    is read; a schedule's firing);
     the child of the caller's active span instead, when there is one and ``caller_first``. A
     no-op when off."""
     if not ACTIVE:
@@ -159,13 +195,12 @@ def span(
         links.append(_otel.Link(caller))
     if caller_first and caller.is_valid:
         pass  # the caller's span is the parent (the current context)
+    elif root:  # a new trace (a replay's: link_run links it to the run's trace once its start is read)
+        context = _otel.set_span_in_context(_otel.INVALID_SPAN)
     elif execution_id is not None:
-        if root:  # the link to the run's trace comes with link_run, once its start is read
-            context = _otel.set_span_in_context(_otel.INVALID_SPAN)
-        else:
-            context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run_context(
-                execution_id, parent_id, started_by
-            )
+        context = (_from_traceparent(traceparent_of) if traceparent_of else None) or run_context(
+            execution_id, parent_id, started_by
+        )
     attrs = {"harvest.execution_id": execution_id} if execution_id else {}
     if attributes:
         attrs.update({k: v for k, v in attributes.items() if v is not None})
@@ -190,8 +225,10 @@ class StartTrace:
     def started(self, execution_id: Any, attributes: Mapping[str, Any]) -> None:
         attrs = {k: v for k, v in attributes.items() if v is not None}
         if self.span is not None:
-            self.span.set_attributes({"harvest.execution_id": str(execution_id), **attrs})
-        elif self.started_ns:
+            if execution_id is not None:
+                attrs["harvest.execution_id"] = str(execution_id)
+            self.span.set_attributes(attrs)
+        elif self.started_ns and execution_id is not None:  # a deferred start has no run (id) yet
             record_span("harvest.workflow.start", str(execution_id), self.started_ns, attrs)
 
 

@@ -33,6 +33,7 @@ from harvest.db import channels
 from harvest.db.connection import connect_async, redact
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
+from harvest.telemetry import tracing
 
 if TYPE_CHECKING:
     from harvest.worker.lanes import ShardLane
@@ -133,6 +134,29 @@ class QueryResponder:
 
     # ------------------------------------------------------------------ one request
     async def _answer(self, request: dict[str, Any]) -> None:
+        if request["kind"] != "update" or not tracing.ACTIVE:
+            await self._respond(request)
+            return
+        # The validation's span (docs/observability.md): the child of the client's update span
+        # (the request's traceparent; the client waits for this answer), else in the run's trace.
+        execution_id = str(request["execution_id"])
+        cached = self.worker.cache.peek(execution_id)
+        seed = (cached.trace_seed if cached is not None else None) or {}
+        attributes = {"harvest.update": request["name"], "harvest.workflow": request["workflow_name"]}
+        with tracing.span(
+            "harvest.update.validate",
+            execution_id=execution_id,
+            traceparent_of=request.get("traceparent"),
+            attributes=attributes,
+            **seed,
+        ) as current:
+            outcome = await self._respond(request)
+            if outcome is not None:
+                current.set_attribute("harvest.update.outcome", outcome)
+
+    async def _respond(self, request: dict[str, Any]) -> str | None:
+        """Answer one request; for an update, whether it was ``accepted`` or ``rejected``
+        (None: the answer failed and the request goes to the next claimer)."""
         w = self.worker
         request_id, kind, name = request["request_id"], request["kind"], request["name"]
         try:
@@ -144,7 +168,7 @@ class QueryResponder:
                 "%s %r on %s: cannot rebuild the workflow state: %s", kind, name, request["execution_id"], exc
             )
             await self._reply(request_id, None, failure_of(exc))
-            return
+            return "rejected"
         try:
             if kind == "query":
                 try:
@@ -156,22 +180,24 @@ class QueryResponder:
                 except Exception as exc:
                     answer, error = None, failure_of(self._explain(run, exc))
                 await self._reply(request_id, answer, error)
-                return
+                return None
             try:
                 run.handlers.validate_update(name, request["arg"])
             except UnknownHandler as exc:
                 if run.through != 0:  # a run that has stepped: its handlers are all known
                     await self._reply(request_id, None, failure_of(exc))
-                    return
+                    return "rejected"
             except Exception as exc:
                 await self._reply(request_id, None, failure_of(exc))
-                return
+                return "rejected"
             await self.lane.sql.accept_update(request_id, w.worker_id)
             self.answered += 1
+            return "accepted"
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("answering %s %r (request %s) failed", kind, name, request_id)
+            return None
         finally:
             if fresh:
                 _dispose(run)

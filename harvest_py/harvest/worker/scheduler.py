@@ -19,6 +19,7 @@ from typing import Any
 
 from harvest.core.errors import HarvestError
 from harvest.declare.schedules import Schedule, jitter_offset
+from harvest.telemetry import tracing
 
 log = logging.getLogger("harvest.scheduler")
 
@@ -113,6 +114,27 @@ class TickReport:
         return self.buffered_started + sum(1 for f in self.fired if f.get("status") == "started")
 
 
+async def _traced_fire(sql: Any, row: dict[str, Any], plan: TickPlan) -> dict[str, Any]:
+    """``fire_schedule`` inside a ``harvest.schedule.fire`` span, the root of a new trace: the
+    runs of the slots it fires (now, or later from the overlap buffer) continue it, each firing
+    keeping its traceparent (docs/observability.md)."""
+    attributes = {
+        "harvest.schedule": row["name"],
+        "harvest.schedule.slots": len(plan.slots),
+    }
+    with tracing.span("harvest.schedule.fire", root=True, attributes=attributes) as current:
+        result: dict[str, Any] = await sql.fire_schedule(**plan.args(), traceparent=tracing.traceparent())
+        firings = result.get("firings") or []
+        current.set_attributes(
+            {
+                "harvest.schedule.outcome": str(result.get("outcome")),
+                "harvest.schedule.started": sum(1 for f in firings if f.get("status") == "started"),
+                "harvest.schedule.missed": int(result.get("missed") or 0),
+            }
+        )
+        return result
+
+
 async def tick(sql: Any, limit: int = 100, metrics: Any = None) -> TickReport:
     """One scheduler tick over ``sql`` (an AsyncSqlApi of one shard); ``metrics`` (the worker's,
     harvest/telemetry/metrics.py) counts the missed slots (``harvest_schedule_missed_total``)."""
@@ -127,7 +149,10 @@ async def tick(sql: Any, limit: int = 100, metrics: Any = None) -> TickReport:
             log.warning("scheduler: schedule %r cannot be computed: %s", row["name"], exc)
             continue
         try:
-            result = await sql.fire_schedule(**plan.args())
+            if tracing.ACTIVE:
+                result = await _traced_fire(sql, row, plan)
+            else:
+                result = await sql.fire_schedule(**plan.args())
         except HarvestError as exc:
             # fire_schedule refused the plan (HR001): nothing was written; the others go on.
             report.errors.append(f"schedule {row['name']!r}: {exc}")

@@ -813,6 +813,8 @@ class Worker:
                 if self.relay_pump is not None:
                     report = await self.relay_pump.tick(sources)
                     self.metrics.pumped(report.claimed, report.settled, report.released)
+                    if report.by_id_indeterminate:
+                        self.metrics.by_id_indeterminate(report.by_id_indeterminate)
                     if report.moved:
                         self._wake.set()
                 # Shards only: finish this shard's moves a killed rebalancer left mid-way (its

@@ -28,6 +28,7 @@ from harvest.core.errors import DatabaseUnavailable, InvalidArgument, PayloadToo
 from harvest.db.pools import RoledPool
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.shard.fanout import UNAVAILABLE, AsyncShardReads, Merged
+from harvest.telemetry import tracing
 from harvest.web.errors import HarvestJSONResponse, error_response
 
 if TYPE_CHECKING:
@@ -406,7 +407,11 @@ class Endpoint:
                     decoded = {}
                 data = check_body(self.body, decoded)
             call = _Anonymous(request, state) if principal is None else Call(request, state, principal, self)
-            answer = await self.handler(call, args, data)
+            if tracing.ACTIVE:  # the caller's traceparent header, when it sends one
+                with tracing.continue_incoming(request.headers):
+                    answer = await self.handler(call, args, data)
+            else:
+                answer = await self.handler(call, args, data)
         except Exception as exc:  # every failure becomes the JSON error shape
             return error_response(exc)
         if isinstance(answer, Response):

@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from harvest.core.errors import DatabaseUnavailable, NotFound
 from harvest.shard.fanout import Merged
+from harvest.telemetry import tracing
 from harvest.web.routes import (
     ANY,
     BOOLEAN,
@@ -55,12 +56,20 @@ def _started(row: dict[str, Any]) -> Reply:
 async def trigger_dag(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
     name = args["dag_name"]
     conf = data.get("conf")
-    row = await call.on_shard(
-        data.get("shard_id"),
-        lambda sql: sql.trigger_dag(
-            name, {} if conf is None else conf, data.get("workflow_id"), call.operator_id
-        ),
-    )
+    # A start like a client's (docs/observability.md): the caller's span (its traceparent
+    # header) is the start span's parent, and the run continues the start span.
+    with tracing.start_span(name) as trace:
+        row = await call.on_shard(
+            data.get("shard_id"),
+            lambda sql: sql.trigger_dag(
+                name,
+                {} if conf is None else conf,
+                data.get("workflow_id"),
+                call.operator_id,
+                trace.traceparent,
+            ),
+        )
+        trace.started(row.get("execution_id"), {"harvest.workflow": name, "harvest.dag": name})
     return _started(row)
 
 
