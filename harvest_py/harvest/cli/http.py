@@ -24,7 +24,7 @@ The token (``--token``/``HARVEST_TOKEN``) is sent as a bearer token and never pr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -207,16 +207,19 @@ class Http:
             f"(check --base-url / {URL_ENV})"
         )
 
-    def stream_events(self, after: int | None) -> Iterator[dict[str, Any]]:
-        """Every event from ``/stream`` (server-sent events), after global id ``after`` (None:
-        from now). The timeout bounds the answer's headers; then the stream fails only when no
-        data (nor a keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever
-        is longer."""
+    def stream_events(
+        self, after: str | None, note: Callable[[str], None] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every event from ``/stream`` (server-sent events), after ``after`` (a global id; on a
+        sharded server every shard's position, which each event then carries as ``position``;
+        None: from now). ``note`` gets what the stream says of a shard it could not open. The
+        timeout bounds the answer's headers; then the stream fails only when no data (nor a
+        keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever is longer."""
         import json as json_
 
         headers = {"Accept": "text/event-stream"}
         if after is not None:
-            headers["Last-Event-ID"] = str(after)
+            headers["Last-Event-ID"] = after
         budget = self.settings.timeout
         request = self.client.build_request("GET", "/stream", headers=headers, timeout=budget)
         try:
@@ -243,14 +246,21 @@ class Http:
             if isinstance(timeouts, dict):
                 timeouts["read"] = idle
             data: list[str] = []
+            position = None
             for line in answer.iter_lines():
                 if line.startswith("data:"):
                     data.append(line[5:].lstrip(" "))
+                elif line.startswith("id:"):
+                    position = line[3:].lstrip(" ")
+                elif line.startswith(": shard ") and note is not None:
+                    note(line[2:])
                 elif line == "" and data:
                     event = json_.loads("\n".join(data))
                     data = []
                     if isinstance(event.get("created_at"), str):
                         event["created_at"] = datetime.fromisoformat(event["created_at"])
+                    if "shard_id" in event:  # a sharded server's merged stream
+                        event["position"] = position
                     yield event
         except self._httpx.TimeoutException:
             raise TimeoutError_(f"request timed out: the event stream sent nothing for {idle:g}s") from None
