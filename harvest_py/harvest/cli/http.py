@@ -520,9 +520,11 @@ class HttpApi:
         return self.http.post(f"/dag-runs/{_p(execution_id)}/retry")
 
     # workers
-    def get_worker(self, worker_id: str) -> dict[str, Any]:
+    def get_worker(self, worker_id: str) -> dict[str, Any] | PerShard:
         answer = self.http.get(f"/workers/{_p(worker_id)}")
         rows = answer.get("rows") or []
+        if answer.get("sharded"):  # the worker's row on each shard it polls
+            return _by_shard(answer, rows)
         return _untagged(rows[0] if rows else answer)
 
     def drain_worker(self, worker_id: str, deadline: Any, operator: str | None) -> dict[str, Any]:
@@ -615,8 +617,11 @@ class HttpApi:
         return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
 
     # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
-    def get_retention_status(self) -> dict[str, Any]:
-        return _first_shard(self.http.get("/admin/retention/settings"))
+    def get_retention_status(self) -> dict[str, Any] | PerShard:
+        answer = self.http.get("/admin/retention/settings")
+        if answer.get("sharded"):  # each shard's own settings
+            return _by_shard(answer, answer["shards"])
+        return _first_shard(answer)
 
     def set_retention(
         self, max_age: str | None, batch_size: int | None = None, operator: str | None = None
@@ -649,8 +654,12 @@ class HttpApi:
         return out
 
     # audit
-    def list_audit_log(self, limit: int = 100, operation: str | None = None) -> list[dict[str, Any]]:
+    def list_audit_log(
+        self, limit: int = 100, operation: str | None = None
+    ) -> list[dict[str, Any]] | PerShard:
         answer = self.http.get("/admin/audit", limit=limit, operation=operation)
+        if answer.get("sharded"):  # every shard's newest, merged (as the CLI merges them)
+            return _by_shard(answer, answer["entries"], every=True)
         return [_untagged(r) for r in answer["entries"]]
 
     # tokens
@@ -684,16 +693,33 @@ def _untagged(row: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class PerShard:
-    """An answer a route gave per shard of its server: {shard: answer}, and the shards it missed."""
+    """An answer a route gave per shard of its server: {shard: answer}, and the shards it missed
+    (``status``: the server's, when it says; ``sharded``: False when the server is one database
+    but the route still answers per shard, as the throttle routes do)."""
 
     results: dict[int, Any]
     unavailable: list[int]
+    status: str | None = None
+    sharded: bool = True
 
 
 def _per_shard(answer: dict[str, Any]) -> PerShard:
     missed = list(answer.get("unavailable_shards") or [])
     missed += [e["shard_id"] for e in answer.get("shard_errors") or [] if e.get("shard_id") not in missed]
     return PerShard({int(s): r for s, r in (answer.get("shards") or {}).items()}, missed)
+
+
+def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]], every: bool = False) -> PerShard:
+    """A sharded server's rows (each with its shard_id) as {shard: row}, or with ``every``
+    {shard: [rows]}; the server's status (a shard with no row is no missing shard)."""
+    missed = list(answer.get("unavailable_shards") or [])
+    results: dict[int, Any] = {}
+    if every:
+        for row in rows:
+            results.setdefault(int(row["shard_id"]), []).append(_untagged(row))
+    else:
+        results = {int(row["shard_id"]): _untagged(row) for row in rows}
+    return PerShard(results, missed, answer.get("read_status") or answer.get("status"))
 
 
 def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:
