@@ -798,3 +798,36 @@ def test_preflight_over_http_runs_the_servers_checks(db: str, served) -> None:
     assert table.stdout.startswith("overall_status: warn") and "admin_auth_boundary" in table.stdout
     refused = run("--base-url", BASE, "preflight", "--app", "x:y")
     assert refused.exit_code == 2 and "--app is not sent over HTTP" in refused.stderr
+
+
+def test_history_export_writes_the_same_bytes_over_sql_and_http(db: str, served, conn, tmp_path) -> None:
+    """`history export` over HTTP (GET /workflows/{id}/history/export): the same document, to
+    stdout or a file, redacted or full with an offloaded payload resolved; the same error."""
+    from harvest import Client
+    from harvest.core.codecs import Payloads
+
+    served()
+    big = "x" * 300
+    with Client(db, codecs=Payloads(offload_bytes=64)) as client:
+        eid = client.start_workflow("onboarding", {"blob": big}, workflow_id="exp-1").execution_id
+    conn.execute("SELECT harvest.signal_workflow(%s, 'go', '{\"n\": 1}'::jsonb)", (eid,))
+    stored = conn.execute("SELECT event_data::text FROM harvest.events WHERE event_id = 1").fetchone()
+    assert "_harvest_ref" in stored[0] and big not in stored[0]  # the input was offloaded
+    for policy in (["--payload-policy", "full"], ["--full"], []):
+        sql = run("history", "export", eid, *policy, "--database-url", db)
+        web = run("--base-url", BASE, "history", "export", eid, *policy)
+        assert sql.exit_code == 0, sql.stderr
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code), policy
+        doc = json.loads(sql.stdout)
+        assert doc["redacted"] is (not policy) and len(doc["events"]) == 2
+        assert ("_harvest_ref" in sql.stdout, big in sql.stdout) == (False, bool(policy))
+    files = [tmp_path / "sql.json", tmp_path / "web.json"]
+    sql = run("history", "export", eid, "--file", str(files[0]), "--database-url", db)
+    web = run("--base-url", BASE, "history", "export", eid, "--file", str(files[1]))
+    assert (sql.exit_code, web.exit_code) == (0, 0) and files[0].read_text() == files[1].read_text()
+    assert web.stderr == sql.stderr.replace("sql.json", "web.json")
+    missing = str(uuid.uuid4())
+    sql = run("history", "export", missing, "--file", str(tmp_path / "m.json"), "--database-url", db)
+    web = run("--base-url", BASE, "history", "export", missing, "--file", str(tmp_path / "m.json"))
+    assert (web.stderr, web.exit_code) == (sql.stderr, sql.exit_code) and sql.exit_code != 0
+    assert not (tmp_path / "m.json").exists()

@@ -269,6 +269,40 @@ class Http:
         finally:
             answer.close()
 
+    def download(
+        self, path: str, params: dict[str, Any], opened: Callable[[], contextlib.AbstractContextManager[Any]]
+    ) -> None:
+        """The text a route streams, copied as it arrives into ``opened()`` (opened only once the
+        answer is a success: an error answer leaves no file). The timeout bounds each read."""
+        budget = self.settings.timeout
+        request = self.client.build_request("GET", path, params=_query(params), timeout=budget)
+        try:
+            answer = self.client.send(request, stream=True)
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(
+                f"request timed out: GET {path} had no answer within {budget:g}s "
+                f"(--http-timeout-secs / {TIMEOUT_ENV})"
+            ) from None
+        except self._httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+        try:
+            if answer.status_code >= 400:
+                answer.read()
+                try:
+                    body = answer.json()
+                except ValueError:
+                    body = None
+                raise error_from_answer(answer.status_code, body, "read")
+            with opened() as out:
+                for text in answer.iter_text():
+                    out.write(text)
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(f"request timed out: GET {path} sent nothing for {budget:g}s") from None
+        except self._httpx.HTTPError as exc:
+            raise DatabaseUnavailable(f"GET {path} broke off: {type(exc).__name__}: {exc}") from None
+        finally:
+            answer.close()
+
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)[1]
 
