@@ -60,7 +60,9 @@ def _last(shards, shard: int) -> int:
 
 
 def _start(env: dict[str, str], shard: int, workflow_id: str) -> None:
-    started = _run(["workflow", "start", "greet", "--shard-id", str(shard), "--workflow-id", workflow_id], env)
+    started = _run(
+        ["workflow", "start", "greet", "--shard-id", str(shard), "--workflow-id", workflow_id], env
+    )
     assert started.exit_code == 0, started.stderr
 
 
