@@ -6,6 +6,7 @@ merges them (harvest.shard.event_merge): each line starts with every shard's pos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -111,9 +112,13 @@ async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: 
             click.echo(f"warning: {unavailable_note(shard)}", err=True)
         starts = {s: given[s] if s in given else await src.start_position() for s, src in sources.items()}
         streams = {s: _each(src, starts[s]) for s, src in sources.items()}
-        async for item in merge_streams(streams, {**given, **starts}, keepalive=3600.0):
-            if item is not None and not printer.show({**item.event, "shard_id": item.shard}, item.position):
-                return
+        merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
+        async with contextlib.aclosing(merged):  # its readers stop before the sources close
+            async for item in merged:
+                if item is None:
+                    continue
+                if not printer.show({**item.event, "shard_id": item.shard}, item.position):
+                    return
     finally:
         for source in sources.values():
             await source.close()

@@ -11,7 +11,7 @@ shards carry no order between them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,7 @@ async def merge_streams(
     positions: Mapping[int, int],
     *,
     keepalive: float,
-) -> AsyncIterator[MergedEvent | None]:
+) -> AsyncGenerator[MergedEvent | None, None]:
     """The shards' events (each stream: one shard's events in global id order; a None in one is
     skipped) as they arrive; None after ``keepalive`` seconds without any. ``positions``: each
     shard's start (a shard not streamed keeps its given position). Ends when one stream ends

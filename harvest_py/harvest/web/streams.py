@@ -395,7 +395,10 @@ def _merged_body(
             yield b": stream open\n\n" + b"".join(
                 f": {unavailable_note(s)}\n\n".encode() for s in unavailable
             )
-            async for item in merge_streams(streams, positions, keepalive=keepalive):
+            merged = await stack.enter_async_context(
+                contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive))
+            )
+            async for item in merged:
                 if item is None:
                     yield b": keepalive\n\n"
                 else:
