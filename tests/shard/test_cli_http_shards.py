@@ -52,6 +52,9 @@ def test_fan_out_reads_match_over_three_shards_and_a_stopped_one(shards, served)
         assert started.exit_code == 0, started.stderr
     with shards.connect(1) as conn:
         conn.execute("SELECT harvest.register_worker('w1', ARRAY['default'], 'host', 1, 60, '{}')")
+    for shard in (0, 2):  # an audit row on two shards
+        with shards.connect(shard) as conn:
+            conn.execute("SELECT harvest.set_retention('30 days', 100, 'ops')")
 
     def same(*args: str) -> Result:
         sql = _run(list(args), env)
@@ -67,6 +70,12 @@ def test_fan_out_reads_match_over_three_shards_and_a_stopped_one(shards, served)
         ("dlq", "count"),
         ("worker", "list"),
         ("worker", "health"),
+        # Per shard over SQL, so per shard over HTTP too (the route says the server is sharded).
+        ("worker", "get", "w1"),
+        ("worker", "get", "nobody"),
+        ("audit", "list"),
+        ("audit", "list", "--limit", "1"),
+        ("retention", "status"),
     ]
     for o in ("table", "json"):
         for args in reads:
@@ -77,5 +86,8 @@ def test_fan_out_reads_match_over_three_shards_and_a_stopped_one(shards, served)
             listed = same("workflow", "list", "--output", o)
             assert "warning: partial: shard(s) 1" in listed.stderr
             same("worker", "health", "--output", o)
+            assert "shard(s) 1 could not be read" in same("worker", "get", "w1", "--output", o).stderr
+            same("audit", "list", "--output", o)
+            assert "shard_id" in same("retention", "status", "--output", o).stdout
     finally:
         shards.start(1)

@@ -798,3 +798,96 @@ def test_preflight_over_http_runs_the_servers_checks(db: str, served) -> None:
     assert table.stdout.startswith("overall_status: warn") and "admin_auth_boundary" in table.stdout
     refused = run("--base-url", BASE, "preflight", "--app", "x:y")
     assert refused.exit_code == 2 and "--app is not sent over HTTP" in refused.stderr
+
+
+def test_history_export_writes_the_same_bytes_over_sql_and_http(db: str, served, conn, tmp_path) -> None:
+    """`history export` over HTTP (GET /workflows/{id}/history/export): the same document, to
+    stdout or a file, redacted or full with an offloaded payload resolved; the same error."""
+    from harvest import Client
+    from harvest.core.codecs import Payloads
+
+    served()
+    big = "x" * 300
+    with Client(db, codecs=Payloads(offload_bytes=64)) as client:
+        eid = client.start_workflow("onboarding", {"blob": big}, workflow_id="exp-1").execution_id
+    conn.execute("SELECT harvest.signal_workflow(%s, 'go', '{\"n\": 1}'::jsonb)", (eid,))
+    stored = conn.execute("SELECT event_data::text FROM harvest.events WHERE event_id = 1").fetchone()
+    assert "_harvest_ref" in stored[0] and big not in stored[0]  # the input was offloaded
+    for policy in (["--payload-policy", "full"], ["--full"], []):
+        sql = run("history", "export", eid, *policy, "--database-url", db)
+        web = run("--base-url", BASE, "history", "export", eid, *policy)
+        assert sql.exit_code == 0, sql.stderr
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code), policy
+        doc = json.loads(sql.stdout)
+        assert doc["redacted"] is (not policy) and len(doc["events"]) == 2
+        assert ("_harvest_ref" in sql.stdout, big in sql.stdout) == (False, bool(policy))
+    files = [tmp_path / "sql.json", tmp_path / "web.json"]
+    sql = run("history", "export", eid, "--file", str(files[0]), "--database-url", db)
+    web = run("--base-url", BASE, "history", "export", eid, "--file", str(files[1]))
+    assert (sql.exit_code, web.exit_code) == (0, 0) and files[0].read_text() == files[1].read_text()
+    assert web.stderr == sql.stderr.replace("sql.json", "web.json")
+    missing = str(uuid.uuid4())
+    sql = run("history", "export", missing, "--file", str(tmp_path / "m.json"), "--database-url", db)
+    web = run("--base-url", BASE, "history", "export", missing, "--file", str(tmp_path / "m.json"))
+    assert (web.stderr, web.exit_code) == (sql.stderr, sql.exit_code) and sql.exit_code != 0
+    assert not (tmp_path / "m.json").exists()
+
+
+HANDED: list[str] = []
+
+
+@activity(start_to_close="60s")
+async def elsewhere(ctx, tag: str) -> str:
+    HANDED.append(ctx.task_token)
+    raise ctx.complete_async()
+
+
+@workflow
+async def external(ctx, tag: str) -> str:
+    return await ctx.execute_activity(elsewhere, tag)
+
+
+def test_activity_commands_by_a_real_task_token_match(db: str, served, start_worker) -> None:
+    """`activity heartbeat|complete|fail` on twin tokens (activities that raised
+    ctx.complete_async()), one over each transport: the same output, the same error."""
+    from harvest.core.task_token import TaskToken
+
+    HANDED.clear()
+    served()
+    start_worker(App(workflows=[external], activities=[elsewhere]))
+    runs = [
+        run("workflow", "start", "external", "--input-json", f'"t{i}"', "--database-url", db)
+        for i in range(4)
+    ]
+    assert all(r.exit_code == 0 for r in runs), [r.stderr for r in runs]
+    deadline = time.monotonic() + 30
+    while len(HANDED) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(HANDED) == 4, "the activities' task tokens"
+
+    def same(args: list[str], pair: tuple[str, str]) -> Result:
+        sql = run(*[pair[0] if a == "TOKEN" else a for a in args], "--database-url", db)
+        web = run("--base-url", BASE, *[pair[1] if a == "TOKEN" else a for a in args])
+        ids = [str(TaskToken.parse(t).execution_id) for t in pair]
+
+        def back(text: str) -> str:  # the twin's token and run named as this one's
+            return text.replace(pair[1], pair[0]).replace(ids[1], ids[0])
+
+        assert (back(web.stdout), back(web.stderr), web.exit_code) == (
+            sql.stdout,
+            sql.stderr,
+            sql.exit_code,
+        ), args
+        return sql
+
+    done, failing = (HANDED[0], HANDED[1]), (HANDED[2], HANDED[3])
+    assert same(["activity", "heartbeat", "TOKEN", "--details-json", '{"pct": 50}'], done).stdout == "ok\n"
+    beat = same(["activity", "heartbeat", "TOKEN", "--output", "json"], done)
+    assert json.loads(beat.stdout)["cancel_requested"] is False
+    complete = ["activity", "complete", "TOKEN", "--result-json", '"from outside"']
+    assert same(complete, done).stdout == "completed\n"
+    assert json.loads(same([*complete, "--output", "json"], done).stdout)["outcome"] == "already_completed"
+    stale = same(["activity", "complete", "TOKEN", "--result-json", '"another"'], done)
+    assert stale.exit_code != 0 and "Traceback" not in stale.stderr
+    failed = same(["activity", "fail", "TOKEN", "--error-type", "Declined", "--non-retryable"], failing)
+    assert failed.stdout == "dead_lettered\n", failed.stderr

@@ -1,16 +1,39 @@
 """`harvest events tail [--workflow ID]`: print events as they are written, over the database
-(the event stream's reader, harvest.db.event_stream; docs/event-streams.md)."""
+(the event stream's reader, harvest.db.event_stream; docs/event-streams.md) or the management
+API's ``/stream``. With ``[shards]`` every readable shard is followed, merged as ``/stream``
+merges them (harvest.shard.event_merge): each line starts with every shard's position."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import click
 
-from harvest.cli.output import cli_dsn, database_url_option, output_option
+from harvest.cli.output import cli_config, cli_dsn, database_url_option, output_option
+from harvest.core.errors import DatabaseUnavailable
 from harvest.db.event_stream import EventSource
+from harvest.shard.event_merge import (
+    merge_streams,
+    none_readable,
+    parse_global_id,
+    parse_positions,
+    unavailable_note,
+)
+
+_FIELDS = (
+    "global_id",
+    "execution_id",
+    "event_id",
+    "event_type",
+    "event_data",
+    "created_at",
+    "workflow_name",
+    "workflow_id",
+)
 
 
 @click.group()
@@ -18,84 +41,128 @@ def events() -> None:
     """Follow the event stream."""
 
 
-def _line(event: dict[str, Any], output: str) -> str:
+def _line(event: dict[str, Any], output: str, position: str | None) -> str:
+    """One event's line; ``position`` (on shards): every shard's, first, to resume from."""
     if output == "json":
-        return json.dumps(
-            {
-                k: event[k]
-                for k in (
-                    "global_id",
-                    "execution_id",
-                    "event_id",
-                    "event_type",
-                    "event_data",
-                    "created_at",
-                    "workflow_name",
-                    "workflow_id",
-                )
-            },
-            default=str,
-            separators=(",", ":"),
-        )
+        shown = {k: event[k] for k in _FIELDS}
+        if position is not None:
+            shown.update(shard_id=event["shard_id"], position=position)
+        return json.dumps(shown, default=str, separators=(",", ":"))
     data = json.dumps(event["event_data"], default=str, separators=(",", ":"))
+    first = event["global_id"] if position is None else f"{position}  shard {event['shard_id']}"
     return (
-        f"{event['global_id']}  {event['created_at'].isoformat(timespec='milliseconds')}  "
+        f"{first}  {event['created_at'].isoformat(timespec='milliseconds')}  "
         f"{event['workflow_name']}/{event['workflow_id']}  #{event['event_id']} {event['event_type']}  {data}"
     )
 
 
-def _show(event: dict[str, Any], workflow: str | None, output: str) -> int:
-    """Print ``event`` unless --workflow names another run: 1 when printed, else 0."""
-    if workflow is not None and str(event["execution_id"]) != workflow:
-        return 0
-    click.echo(_line(event, output))
-    return 1
+class _Printer:
+    """Prints the events --workflow selects until --limit of them are printed."""
+
+    def __init__(self, workflow: str | None, limit: int | None, output: str):
+        self.workflow, self.limit, self.output = workflow, limit, output
+        self.printed = 0
+
+    def show(self, event: dict[str, Any], position: str | None = None) -> bool:
+        """Print ``event`` unless --workflow names another run; False once --limit is reached."""
+        if self.workflow is None or str(event["execution_id"]) == self.workflow:
+            click.echo(_line(event, self.output, position))
+            self.printed += 1
+        return self.limit is None or self.printed < self.limit
 
 
-async def _tail(dsn: str, workflow: str | None, after: int | None, limit: int | None, output: str) -> None:
+async def _tail(dsn: str, after: int | None, printer: _Printer) -> None:
     source = EventSource(dsn)
     await source.open()
-    printed = 0
     try:
         start = after if after is not None else await source.start_position()
         async for batch in source.follow(start):
             for event in batch:
-                printed += _show(event, workflow, output)
-                if limit is not None and printed >= limit:
+                if not printer.show(event):
                     return
     finally:
         await source.close()
+
+
+async def _each(source: EventSource, start: int) -> AsyncIterator[dict[str, Any] | None]:
+    async for batch in source.follow(start):
+        for event in batch:
+            yield event
+
+
+async def _tail_shards(urls: dict[int, str | None], after: str | None, printer: _Printer) -> None:
+    """Every shard's events merged (a shard that cannot be reached is named on stderr and keeps
+    its position, so a later resume picks its events up)."""
+    given = parse_positions(after) if after is not None else {}
+    sources: dict[int, EventSource] = {}
+    unavailable: list[int] = []
+    try:
+        for shard, url in sorted(urls.items()):
+            try:
+                if url is None:
+                    raise DatabaseUnavailable(f"shard {shard} has no url")
+                source = EventSource(url)
+                await source.open()
+                sources[shard] = source
+            except Exception:
+                unavailable.append(shard)
+        if not sources:
+            raise none_readable(unavailable)
+        for shard in unavailable:
+            click.echo(f"warning: {unavailable_note(shard)}", err=True)
+        starts = {s: given[s] if s in given else await src.start_position() for s, src in sources.items()}
+        streams = {s: _each(src, starts[s]) for s, src in sources.items()}
+        merged = merge_streams(streams, {**given, **starts}, keepalive=3600.0)
+        async with contextlib.aclosing(merged):  # its readers stop before the sources close
+            async for item in merged:
+                if item is None:
+                    continue
+                if not printer.show({**item.event, "shard_id": item.shard}, item.position):
+                    return
+    finally:
+        for source in sources.values():
+            await source.close()
 
 
 @events.command("tail")
 @click.option("--workflow", "workflow", default=None, help="Only the events of this execution id.")
 @click.option(
     "--after",
-    type=click.IntRange(0),
     default=None,
-    help="Start after this global id (the first column) instead of now: resume where you stopped.",
+    help="Start after this position (the first column) instead of now, to resume where you "
+    "stopped: a global id, or on shards every shard's (0:812,1:77).",
 )
 @click.option("--limit", type=click.IntRange(1), default=None, help="Stop after this many events.")
 @database_url_option
 @output_option
 def tail(
-    workflow: str | None, after: int | None, limit: int | None, database_url: str | None, output: str
+    workflow: str | None, after: str | None, limit: int | None, database_url: str | None, output: str
 ) -> None:
     """Print events as they are written (Ctrl-C stops), one line each: global id, time,
-    workflow name/id, event id and type, data. With --output json, one JSON object a line."""
+    workflow name/id, event id and type, data. On shards every shard's events, each line
+    starting with every shard's position and the event's shard. With --output json, one JSON
+    object a line."""
     from harvest.cli.http import http_session
     from harvest.cli.output import selected
+    from harvest.config import shards_configured
+    from harvest.config.config import _pool_arguments
 
+    printer = _Printer(workflow, limit, output)
     settings = selected(database_url)
     try:
-        if settings is None:
-            asyncio.run(_tail(cli_dsn(database_url), workflow, after, limit, output))
+        if settings is not None:
+            with http_session(settings) as http:  # GET /stream (docs/event-streams.md)
+                notes = lambda text: click.echo(f"warning: {text}", err=True)  # noqa: E731
+                for event in http.stream_events(after, notes):
+                    if not printer.show(event, event.get("position")):
+                        return
             return
-        with http_session(settings) as http:  # GET /stream (docs/event-streams.md)
-            printed = 0
-            for event in http.stream_events(after):
-                printed += _show(event, workflow, output)
-                if limit is not None and printed >= limit:
-                    return
+        config = cli_config()
+        if not shards_configured(config):
+            start = parse_global_id(after) if after is not None else None
+            asyncio.run(_tail(cli_dsn(database_url), start, printer))
+            return
+        router, urls = _pool_arguments(config, database_url)  # as the CLI's pools find them
+        asyncio.run(_tail_shards({s: urls.get(s) for s in router.readable}, after, printer))
     except KeyboardInterrupt:
         pass

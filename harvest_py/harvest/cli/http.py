@@ -24,7 +24,7 @@ The token (``--token``/``HARVEST_TOKEN``) is sent as a bearer token and never pr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -207,16 +207,19 @@ class Http:
             f"(check --base-url / {URL_ENV})"
         )
 
-    def stream_events(self, after: int | None) -> Iterator[dict[str, Any]]:
-        """Every event from ``/stream`` (server-sent events), after global id ``after`` (None:
-        from now). The timeout bounds the answer's headers; then the stream fails only when no
-        data (nor a keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever
-        is longer."""
+    def stream_events(
+        self, after: str | None, note: Callable[[str], None] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """Every event from ``/stream`` (server-sent events), after ``after`` (a global id; on a
+        sharded server every shard's position, which each event then carries as ``position``;
+        None: from now). ``note`` gets what the stream says of a shard it could not open. The
+        timeout bounds the answer's headers; then the stream fails only when no data (nor a
+        keepalive, every 15 s) arrives for STREAM_IDLE_SECS or the timeout, whichever is longer."""
         import json as json_
 
         headers = {"Accept": "text/event-stream"}
         if after is not None:
-            headers["Last-Event-ID"] = str(after)
+            headers["Last-Event-ID"] = after
         budget = self.settings.timeout
         request = self.client.build_request("GET", "/stream", headers=headers, timeout=budget)
         try:
@@ -243,19 +246,60 @@ class Http:
             if isinstance(timeouts, dict):
                 timeouts["read"] = idle
             data: list[str] = []
+            position = None
             for line in answer.iter_lines():
                 if line.startswith("data:"):
                     data.append(line[5:].lstrip(" "))
+                elif line.startswith("id:"):
+                    position = line[3:].lstrip(" ")
+                elif line.startswith(": shard ") and note is not None:
+                    note(line[2:])
                 elif line == "" and data:
                     event = json_.loads("\n".join(data))
                     data = []
                     if isinstance(event.get("created_at"), str):
                         event["created_at"] = datetime.fromisoformat(event["created_at"])
+                    if "shard_id" in event:  # a sharded server's merged stream
+                        event["position"] = position
                     yield event
         except self._httpx.TimeoutException:
             raise TimeoutError_(f"request timed out: the event stream sent nothing for {idle:g}s") from None
         except self._httpx.HTTPError as exc:
             raise DatabaseUnavailable(f"the event stream broke off: {type(exc).__name__}: {exc}") from None
+        finally:
+            answer.close()
+
+    def download(
+        self, path: str, params: dict[str, Any], opened: Callable[[], contextlib.AbstractContextManager[Any]]
+    ) -> None:
+        """The text a route streams, copied as it arrives into ``opened()`` (opened only once the
+        answer is a success: an error answer leaves no file). The timeout bounds each read."""
+        budget = self.settings.timeout
+        request = self.client.build_request("GET", path, params=_query(params), timeout=budget)
+        try:
+            answer = self.client.send(request, stream=True)
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(
+                f"request timed out: GET {path} had no answer within {budget:g}s "
+                f"(--http-timeout-secs / {TIMEOUT_ENV})"
+            ) from None
+        except self._httpx.HTTPError as exc:
+            raise self._unreachable(exc) from None
+        try:
+            if answer.status_code >= 400:
+                answer.read()
+                try:
+                    body = answer.json()
+                except ValueError:
+                    body = None
+                raise error_from_answer(answer.status_code, body, "read")
+            with opened() as out:
+                for text in answer.iter_text():
+                    out.write(text)
+        except self._httpx.TimeoutException:
+            raise TimeoutError_(f"request timed out: GET {path} sent nothing for {budget:g}s") from None
+        except self._httpx.HTTPError as exc:
+            raise DatabaseUnavailable(f"GET {path} broke off: {type(exc).__name__}: {exc}") from None
         finally:
             answer.close()
 
@@ -510,9 +554,11 @@ class HttpApi:
         return self.http.post(f"/dag-runs/{_p(execution_id)}/retry")
 
     # workers
-    def get_worker(self, worker_id: str) -> dict[str, Any]:
+    def get_worker(self, worker_id: str) -> dict[str, Any] | PerShard:
         answer = self.http.get(f"/workers/{_p(worker_id)}")
         rows = answer.get("rows") or []
+        if answer.get("sharded"):  # the worker's row on each shard it polls
+            return _by_shard(answer, rows)
         return _untagged(rows[0] if rows else answer)
 
     def drain_worker(self, worker_id: str, deadline: Any, operator: str | None) -> dict[str, Any]:
@@ -605,8 +651,11 @@ class HttpApi:
         return _per_shard(self.http.request("DELETE", path, scope="admin")[1])
 
     # retention (the database's settings: /admin/retention/settings; the sweep runs in the server)
-    def get_retention_status(self) -> dict[str, Any]:
-        return _first_shard(self.http.get("/admin/retention/settings"))
+    def get_retention_status(self) -> dict[str, Any] | PerShard:
+        answer = self.http.get("/admin/retention/settings")
+        if answer.get("sharded"):  # each shard's own settings
+            return _by_shard(answer, answer["shards"])
+        return _first_shard(answer)
 
     def set_retention(
         self, max_age: str | None, batch_size: int | None = None, operator: str | None = None
@@ -639,8 +688,12 @@ class HttpApi:
         return out
 
     # audit
-    def list_audit_log(self, limit: int = 100, operation: str | None = None) -> list[dict[str, Any]]:
+    def list_audit_log(
+        self, limit: int = 100, operation: str | None = None
+    ) -> list[dict[str, Any]] | PerShard:
         answer = self.http.get("/admin/audit", limit=limit, operation=operation)
+        if answer.get("sharded"):  # every shard's newest, merged (as the CLI merges them)
+            return _by_shard(answer, answer["entries"], every=True)
         return [_untagged(r) for r in answer["entries"]]
 
     # tokens
@@ -674,16 +727,33 @@ def _untagged(row: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class PerShard:
-    """An answer a route gave per shard of its server: {shard: answer}, and the shards it missed."""
+    """An answer a route gave per shard of its server: {shard: answer}, and the shards it missed
+    (``status``: the server's, when it says; ``sharded``: False when the server is one database
+    but the route still answers per shard, as the throttle routes do)."""
 
     results: dict[int, Any]
     unavailable: list[int]
+    status: str | None = None
+    sharded: bool = True
 
 
 def _per_shard(answer: dict[str, Any]) -> PerShard:
     missed = list(answer.get("unavailable_shards") or [])
     missed += [e["shard_id"] for e in answer.get("shard_errors") or [] if e.get("shard_id") not in missed]
     return PerShard({int(s): r for s, r in (answer.get("shards") or {}).items()}, missed)
+
+
+def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]], every: bool = False) -> PerShard:
+    """A sharded server's rows (each with its shard_id) as {shard: row}, or with ``every``
+    {shard: [rows]}; the server's status (a shard with no row is no missing shard)."""
+    missed = list(answer.get("unavailable_shards") or [])
+    results: dict[int, Any] = {}
+    if every:
+        for row in rows:
+            results.setdefault(int(row["shard_id"]), []).append(_untagged(row))
+    else:
+        results = {int(row["shard_id"]): _untagged(row) for row in rows}
+    return PerShard(results, missed, answer.get("read_status") or answer.get("status"))
 
 
 def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:

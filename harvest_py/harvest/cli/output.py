@@ -308,6 +308,7 @@ HTTP_COMMANDS = frozenset(
         "throttle override",
         "throttle clear-override",
         "workflow erase-payloads",
+        "history export",
         "history export-batch",
         "version-usage",
         "queue coverage",

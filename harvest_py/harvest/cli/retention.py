@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
-    cli_config,
     database_url_option,
     emit,
     mapping,
@@ -16,8 +15,7 @@ from harvest.cli.output import (
     progress,
     sql_api,
 )
-from harvest.cli.shards import each_shard, emit_merged
-from harvest.config import shards_configured
+from harvest.cli.shards import deployment_read, emit_merged
 from harvest.shard.fanout import Merged
 
 STATUS_KEYS = [
@@ -42,21 +40,20 @@ def retention() -> None:
 @database_url_option
 @output_option
 def status(database_url: str | None, output: str) -> None:
-    """Show the settings, the last run and how many executions a run would delete (with
-    [shards]: per shard, each shard's own settings and runs)."""
-    if shards_configured(cli_config()):
-        fan = each_shard(database_url, lambda api: api.get_retention_status())
-        rows = [{"shard_id": s, **data} for s, data in fan.results.items()]
-        emit_merged(
-            Merged(rows, fan.unavailable_shards, fan.status),
-            "shards",
-            output,
-            lambda d: "\n\n".join(mapping(r, ["shard_id", *STATUS_KEYS]) for r in d),
-        )
+    """Show the settings, the last run and how many executions a run would delete (on shards,
+    over SQL with [shards] or HTTP to a sharded server: per shard, each shard's own settings
+    and runs)."""
+    sharded, fan = deployment_read(database_url, lambda api: api.get_retention_status())
+    if not sharded:
+        emit(fan.results[0], output, lambda d: mapping(d, STATUS_KEYS))
         return
-    with sql_api(database_url, read_only=True) as sql:
-        data = sql.get_retention_status()
-    emit(data, output, lambda d: mapping(d, STATUS_KEYS))
+    rows = [{"shard_id": s, **data} for s, data in fan.results.items()]
+    emit_merged(
+        Merged(rows, fan.unavailable_shards, fan.status),
+        "shards",
+        output,
+        lambda d: "\n\n".join(mapping(r, ["shard_id", *STATUS_KEYS]) for r in d),
+    )
 
 
 def _interval_or_off(value: str) -> str | None:

@@ -101,22 +101,41 @@ def each_shard(
     """``read(api)`` on every shard (one database: on it alone, its errors as before), each
     shard bounded by ``shards.cli_timeout``. No shard answering is DatabaseUnavailable (unless
     ``none_is_error`` is False); the caller decides what a partial answer means for it."""
+    return deployment_read(database_url, read, read_only=read_only, none_is_error=none_is_error)[1]
+
+
+def deployment_read(
+    database_url: str | None,
+    read: Callable[[Any], Any],
+    one: Callable[[Any], Any] | None = None,
+    *,
+    read_only: bool = True,
+    none_is_error: bool = True,
+) -> tuple[bool, FanOut[Any]]:
+    """(whether the deployment is sharded, :func:`each_shard`'s answers). Sharded: over SQL a
+    ``[shards]`` configuration, over HTTP a server that answered per shard (a
+    :class:`PerShard`), so a command prints the same form over either transport. ``one``: the
+    call on one database, and over HTTP (where the server fans out itself), when it differs
+    from ``read`` (default: ``read``)."""
     settings = http_selected(database_url)
     if settings is not None:
         with _http_api(settings, None) as api:
-            value = read(api)
+            value = (one or read)(api)
         if isinstance(value, PerShard):  # the route answered for every shard of the server
-            return FanOut.of(value.results, value.unavailable)
-        return FanOut.of({0: value}, ())
+            fan = FanOut.of(value.results, value.unavailable)
+            if value.status is not None:
+                fan.status = value.status
+            return value.sharded, fan
+        return False, FanOut.of({0: value}, ())
     config = cli_config()
     opened = shard_apis if read_only else shard_writers
     with opened(config, database_url) as apis:
         if not shards_configured(config):
-            return FanOut.of({0: read(apis[0])}, ())
+            return False, FanOut.of({0: (one or read)(apis[0])}, ())
         fan = fan_out(apis, read, timeout=cli_timeout(config))
     if none_is_error:
         _require_some(fan.status, fan.unavailable_shards)
-    return fan
+    return True, fan
 
 
 def _require_some(status: str, unavailable: list[int]) -> None:

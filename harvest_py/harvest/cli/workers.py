@@ -20,10 +20,10 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.cli.shards import each_shard, emit_merged, read_shards
+from harvest.cli.shards import deployment_read, each_shard, emit_merged, read_shards
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
-from harvest.shard.fanout import Merged
+from harvest.shard.fanout import Merged, no_worker_anywhere
 
 TIMES = ["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S%z"]
 WORKER_COLUMNS = [
@@ -72,16 +72,18 @@ def _worker_or_none(api: Any, worker_id: str) -> dict[str, Any] | None:
 
 
 def get_worker_shards(worker_id: str, database_url: str | None, output: str) -> None:
-    """`worker get` with [shards]: the worker's row on every shard that has one (one per shard
-    it polls), each with its shard_id."""
-    fan = each_shard(database_url, lambda api: _worker_or_none(api, worker_id))
+    """`worker get`: one database's form, or on shards (SQL: [shards]; HTTP: a sharded server)
+    the worker's row on every shard that has one (one per shard it polls), each with its
+    shard_id."""
+    sharded, fan = deployment_read(
+        database_url, lambda api: _worker_or_none(api, worker_id), lambda api: api.get_worker(worker_id)
+    )
+    if not sharded:
+        emit(fan.results[0], output, lambda d: mapping(d, WORKER_FIELDS))
+        return
     rows = _tag(fan)
     if not rows:
-        missing = f" (shard(s) {', '.join(map(str, fan.unavailable_shards))} could not be read)"
-        raise NotFound(
-            f"no worker {worker_id!r} on any shard{missing if fan.unavailable_shards else ''}; "
-            "list them with harvest worker list"
-        )
+        raise no_worker_anywhere(worker_id, fan.unavailable_shards)
     merged = Merged(rows, fan.unavailable_shards, fan.status)
     emit_merged(
         merged, "workers", output, lambda d: "\n\n".join(mapping(r, ["shard_id", *WORKER_FIELDS]) for r in d)
@@ -164,12 +166,7 @@ def register(group: click.Group) -> None:
     def get(worker_id: str, database_url: str | None, output: str) -> None:
         """Show one worker, with the ids of the tasks it holds (with [shards]: its row on every
         shard it polls, each with shard_id)."""
-        if _sharded():
-            get_worker_shards(worker_id, database_url, output)
-            return
-        with sql_api(database_url, read_only=True) as sql:
-            data = sql.get_worker(worker_id)
-        emit(data, output, lambda d: mapping(d, WORKER_FIELDS))
+        get_worker_shards(worker_id, database_url, output)
 
     @group.command("health")
     @database_url_option

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import click
 
@@ -18,12 +20,16 @@ from harvest.cli.output import (
     json_default,
     mapping,
     output_option,
+    selected,
     table,
 )
 from harvest.cli.shards import cli_client, emit_merged, read_shards, routed_call, routed_read
-from harvest.core.codecs import describe_tree, refs_in, replace_refs
+from harvest.client.export_batch import resolved
+from harvest.client.history_export import EXPORT_PAGE_SIZE, export_chunks
+from harvest.core.codecs import describe_tree
 from harvest.core.errors import InvalidArgument
 from harvest.core.payload import redact
+from harvest.db.steps import run_steps
 
 
 def read_json_option(inline: str | None, path: str | None, what: str) -> Any:
@@ -566,31 +572,11 @@ def _history_rows(execution_id: str, full: bool, database_url: str | None) -> di
 def _resolved(sql: Any, value: Any) -> Any:
     """``value`` with its offloaded payloads read back from the store (codec envelopes stay as
     they are: a full export carries payloads as stored, self-describing)."""
-    ids = refs_in(value)
-    return replace_refs(value, sql.get_payloads(ids)) if ids else value
+    return run_steps(resolved(value), sql)
 
 
-# Events fetched per round trip by `history export` (a server-side cursor's page).
-EXPORT_PAGE_SIZE = 500
-
-
-def _indented(value: Any, level: int) -> str:
-    # json.dumps(indent=2) of a value nested `level` spaces deep: its strings hold no raw
-    # newline (JSON escapes them), so every newline starts one of its own lines.
-    return json.dumps(value, default=str, indent=2).replace("\n", "\n" + " " * level)
-
-
-def _write_history(out: Any, execution: dict[str, Any], events: Any, full: bool) -> None:
-    """Write {"execution", "events", "redacted"} exactly as json.dumps(doc, indent=2) would,
-    one event at a time as the events arrive, so no whole history is ever held."""
-    shown = execution if full else redact(execution)
-    out.write('{\n  "execution": ' + _indented(shown, 2) + ',\n  "events": [')
-    first = True
-    for event in events:
-        out.write(("\n    " if first else ",\n    ") + _indented(event if full else redact(event), 4))
-        first = False
-    out.write("]" if first else "\n  ]")
-    out.write(',\n  "redacted": ' + json.dumps(not full) + "\n}\n")
+def _opened(path: str) -> Any:
+    return contextlib.nullcontext(sys.stdout) if path == "-" else open(path, "w")
 
 
 @click.group("history")
@@ -628,13 +614,18 @@ def export(
         events = sql.iter_history(execution_id, EXPORT_PAGE_SIZE)
         if full:  # offloaded payloads are resolved, so the file stands alone (docs/payloads.md)
             execution, events = _resolved(sql, execution), (_resolved(sql, e) for e in events)
-        if path == "-":
-            _write_history(sys.stdout, execution, events, full)
-        else:
-            with open(path, "w") as out:
-                _write_history(out, execution, events, full)
+        with _opened(path) as out:
+            out.writelines(export_chunks(execution, events, full))
 
-    routed_read(database_url, execution_id, write)
+    settings = selected(database_url)
+    if settings is not None:  # the same bytes, written by the route
+        from harvest.cli.http import http_session
+
+        with http_session(settings) as http:
+            route = f"/workflows/{quote(execution_id, safe='')}/history/export"
+            http.download(route, {"payload_policy": "full" if full else "redacted"}, lambda: _opened(path))
+    else:
+        routed_read(database_url, execution_id, write)
     if path != "-":
         click.echo(f"wrote {path}", err=True)
 

@@ -58,7 +58,7 @@ def _matching(
             return found[:limit]
 
 
-def _resolved(value: Any) -> Steps[Any]:
+def resolved(value: Any) -> Steps[Any]:
     """``value`` with its offloaded payloads read back from the store (codec envelopes stay as
     stored: a full export carries payloads self-describing)."""
     ids = refs_in(value)
@@ -72,8 +72,8 @@ def _export(shard: int, row: dict[str, Any], full: bool) -> Steps[dict[str, Any]
     execution = yield Sql(sqlapi.get_execution, execution_id)
     events = yield Sql(sqlapi.get_history, execution_id)
     if full:  # payloads as stored, offloaded ones resolved (as `history export --payload-policy full`)
-        execution = yield from _resolved(execution)
-        events = yield from _resolved(events)
+        execution = yield from resolved(execution)
+        events = yield from resolved(events)
         doc = {"execution": execution, "events": events, "redacted": False}
     else:
         doc = redact({"execution": execution, "events": events, "redacted": True})

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast, overload
 
-from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument
+from harvest.core.errors import DatabaseUnavailable, HarvestError, InvalidArgument, NotFound
 from harvest.db.pools import TRANSIENT
 
 __all__ = [
@@ -130,6 +130,24 @@ class Merged(Generic[R]):
         if self.next_cursor is not None or key in ("executions", "dead_letters"):
             out["next_cursor"] = self.next_cursor
         return out
+
+
+# -- the per-shard answers the CLI and the management API both give ----------------------------
+
+
+def newest_audit_first(row: dict[str, Any]) -> tuple[Any, int, int]:
+    """The sort key (reversed) of every shard's audit rows merged: newest first, ties by shard
+    then id, so the CLI and ``GET /admin/audit`` keep the same ``limit`` rows."""
+    return (row["at"], -int(row["shard_id"]), int(row["id"]))
+
+
+def no_worker_anywhere(worker_id: str, unavailable: Iterable[int]) -> NotFound:
+    """A worker no readable shard has (naming the shards that could not be read)."""
+    missed = ", ".join(map(str, unavailable))
+    where = f" (shard(s) {missed} could not be read)" if missed else ""
+    return NotFound(
+        f"no worker {worker_id!r} on any shard{where}; list them with harvest worker list (GET /workers)"
+    )
 
 
 # -- which failures make a shard "unavailable" -------------------------------------------------

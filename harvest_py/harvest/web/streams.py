@@ -32,8 +32,14 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from harvest.client import routing
-from harvest.core.errors import DatabaseUnavailable, InvalidArgument
 from harvest.db.event_stream import PAGE, EventSource
+from harvest.shard.event_merge import (
+    merge_streams,
+    none_readable,
+    parse_global_id,
+    parse_positions,
+    unavailable_note,
+)
 from harvest.shard.router import ShardRouter
 from harvest.web.openapi import Mounted
 from harvest.web.principal import Authorizer
@@ -246,15 +252,7 @@ def _last_event_id(request: Request) -> int | None:
     raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(
-            f"Last-Event-ID {raw!r} is not an event id: pass the id: of the last event seen"
-        ) from None
-    if value < 0:
-        raise InvalidArgument(f"Last-Event-ID {value} is negative: pass the id: of the last event seen")
-    return value
+    return parse_global_id(raw)
 
 
 _RESUME = (
@@ -368,23 +366,10 @@ def _positions(request: Request) -> dict[int, int]:
     raw = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
     if raw is None or raw.strip() == "":
         return {}
-    out: dict[int, int] = {}
-    for part in raw.split(","):
-        shard, _, position = part.strip().partition(":")
-        if not (shard.isdigit() and position.isdigit()):
-            raise InvalidArgument(
-                f"Last-Event-ID {raw!r} is not a position of this sharded stream (shard:global_id, "
-                "comma-separated): pass the id: of the last event seen"
-            )
-        out[int(shard)] = int(position)
-    return out
+    return parse_positions(raw)
 
 
-def _merged_id(positions: dict[int, int]) -> str:
-    return ",".join(f"{shard}:{position}" for shard, position in sorted(positions.items()))
-
-
-def _merged_sse(event: dict[str, Any], shard: int, positions: dict[int, int]) -> bytes:
+def _merged_sse(event: dict[str, Any], shard: int, position: str) -> bytes:
     """An event of the merged stream: its fields and shard_id, and as its id every shard's
     position (a resumed stream goes on from each of them)."""
     data: bytes | None = event.get(_ENCODED, {}).get("merged")
@@ -392,7 +377,7 @@ def _merged_sse(event: dict[str, Any], shard: int, positions: dict[int, int]) ->
         fields = {f: event.get(f) for f in _ALL_FIELDS}
         data = json.dumps({**fields, "shard_id": shard}, default=str, separators=(",", ":")).encode()
         event.setdefault(_ENCODED, {})["merged"] = data
-    return b"id: " + _merged_id(positions).encode() + b"\ndata: " + data + b"\n\n"
+    return b"id: " + position.encode() + b"\ndata: " + data + b"\n\n"
 
 
 def _merged_body(
@@ -401,42 +386,23 @@ def _merged_body(
     """Every shard's events as they arrive (in order within a shard), tagged with shard_id; a
     shard's listener stopping ends the response (the client resumes from the last id)."""
 
-    async def pump(shard: int, hub: EventHub, sub: Subscriber, merged: asyncio.Queue[Any]) -> None:
-        async for event in hub.events(sub, given.get(shard), keepalive=3600.0):
-            if event is not None:
-                await merged.put((shard, event))
-        await merged.put(None)
-
     async def body() -> AsyncIterator[bytes]:
-        merged: asyncio.Queue[Any] = asyncio.Queue(QUEUE_SIZE)
         async with contextlib.AsyncExitStack() as stack:
             subs = {s: await stack.enter_async_context(hub.subscribe(None)) for s, hub in hubs.items()}
             # Every shard's position from the start: a resumed id names each shard read.
             positions = {**given, **{s: given.get(s, sub.start_cursor) for s, sub in subs.items()}}
-            tasks = [asyncio.create_task(pump(s, hubs[s], sub, merged)) for s, sub in subs.items()]
-            try:
-                yield b": stream open\n\n" + b"".join(
-                    f": shard {s} unavailable: resume later for its events\n\n".encode() for s in unavailable
-                )
-                while True:
-                    try:
-                        item = (
-                            merged.get_nowait()
-                            if not merged.empty()
-                            else await asyncio.wait_for(merged.get(), keepalive)
-                        )
-                    except TimeoutError:
-                        yield b": keepalive\n\n"
-                        continue
-                    if item is None:
-                        return
-                    shard, event = item
-                    positions[shard] = event["global_id"]
-                    yield _merged_sse(event, shard, positions)
-            finally:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            streams = {s: hubs[s].events(sub, given.get(s), keepalive=3600.0) for s, sub in subs.items()}
+            yield b": stream open\n\n" + b"".join(
+                f": {unavailable_note(s)}\n\n".encode() for s in unavailable
+            )
+            merged = await stack.enter_async_context(
+                contextlib.aclosing(merge_streams(streams, positions, keepalive=keepalive))
+            )
+            async for item in merged:
+                if item is None:
+                    yield b": keepalive\n\n"
+                else:
+                    yield _merged_sse(item.event, item.shard, item.position)
 
     return body()
 
@@ -492,9 +458,7 @@ def stream_routes(
                 log.warning("event stream: shard %s unavailable: %s", shard, exc)
                 unavailable.append(shard)
         if not started:
-            raise DatabaseUnavailable(
-                f"no shard's events could be read (shard(s) {', '.join(map(str, unavailable))}); retry later"
-            )
+            raise none_readable(unavailable)
         return StreamingResponse(
             _merged_body(started, unavailable, given, keepalive),
             media_type="text/event-stream",

@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotPlacedHere
-from harvest.shard.fanout import USAGE_SUMS
+from harvest.shard.fanout import USAGE_SUMS, newest_audit_first
 from harvest.web.routes import STRING, Call, Endpoint, Param, Reply, body, invalid, merged, path
 from harvest.web.routes.health import shard_readiness, shard_urls
 
@@ -245,11 +245,12 @@ async def shards_health(call: Call, args: dict[str, Any], _: Any) -> Any:
 async def audit_log(call: Call, args: dict[str, Any], _: Any) -> Any:
     fan = await call.each_shard(lambda sql: sql.list_audit_log(args["limit"], args["operation"]))
     rows = [{**r, "shard_id": s} for s, found in fan.results.items() for r in found]
-    rows.sort(key=lambda r: r["at"], reverse=True)
+    rows.sort(key=newest_audit_first, reverse=True)
     return {
         "entries": rows[: args["limit"]],
         "status": fan.status,
         "unavailable_shards": fan.unavailable_shards,
+        "sharded": call.sharded,
     }
 
 
@@ -447,7 +448,12 @@ async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
     if not fan.results:
         raise DatabaseUnavailable("no shard could be read; retry when one is up")
     shards = [{"shard_id": s, **data} for s, data in fan.results.items()]
-    return {"shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+    return {
+        "shards": shards,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+        "sharded": call.sharded,
+    }
 
 
 async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:

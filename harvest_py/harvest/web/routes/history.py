@@ -12,13 +12,21 @@ on the server.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
-from harvest.client.export_batch import MAX_LIMIT, STATE_GROUPS, assemble, shard_batch
+from starlette.responses import StreamingResponse
+
+from harvest.client.export_batch import MAX_LIMIT, STATE_GROUPS, assemble, resolved, shard_batch
+from harvest.client.history_export import EXPORT_PAGE_SIZE, aexport_chunks
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.steps import arun_steps
 from harvest.shard.fanout import UNAVAILABLE
-from harvest.web.routes import ROWS, Call, Endpoint, Param, shape
+from harvest.web.routes import ROWS, Call, Endpoint, Param, path, shape
+
+# Pieces of an export read ahead of a slow client (each is one event's text).
+_READ_AHEAD = 16
 
 
 async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -33,6 +41,50 @@ async def export_history_batch(call: Call, args: dict[str, Any], _: Any) -> Any:
             f"no shard could be read (shard(s) {shards} unreachable); retry when one is up"
         )
     return assemble(fan.results, fan.unavailable_shards, fan.status, args["payload_policy"], args["limit"])
+
+
+async def export_workflow_history(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """One execution's export, as `harvest history export` writes it (the same bytes), streamed
+    from a server-side cursor as the events are read; under ``full`` offloaded payloads are
+    resolved. An unknown or moved run is an error answer before any byte."""
+    execution_id, full = args["execution_id"], args["payload_policy"] == "full"
+
+    async def head(sql: Any) -> tuple[dict[str, Any], int | None]:
+        execution = call.resident(await sql.get_execution(execution_id))
+        if full:
+            execution = await arun_steps(resolved(execution), sql)
+        return execution, (await sql.get_shard_id() if call.sharded else None)
+
+    execution, shard = await call.routed(execution_id, head)
+    pieces: asyncio.Queue[str | BaseException | None] = asyncio.Queue(_READ_AHEAD)
+
+    async def produce(sql: Any) -> None:
+        async def events() -> AsyncIterator[dict[str, Any]]:
+            async for event in sql.iter_history(execution_id, EXPORT_PAGE_SIZE):
+                yield await arun_steps(resolved(event), sql) if full else event
+
+        async for piece in aexport_chunks(execution, events(), full):
+            await pieces.put(piece)
+
+    async def body() -> AsyncIterator[bytes]:
+        async def run() -> None:
+            try:
+                await call.on_shard(shard, produce)
+                await pieces.put(None)
+            except Exception as exc:  # the stream ends short: the client sees it broke off
+                await pieces.put(exc)
+
+        task = asyncio.create_task(run())
+        try:
+            while (piece := await pieces.get()) is not None:
+                if isinstance(piece, BaseException):
+                    raise piece
+                yield piece.encode()
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    return StreamingResponse(body(), media_type="application/json")
 
 
 ENDPOINTS = [
@@ -65,5 +117,20 @@ ENDPOINTS = [
             failures=ROWS,
             shard_coverage={"type": "object"},
         ),
+    ),
+    Endpoint(
+        "GET",
+        "/workflows/{execution_id}/history/export",
+        "read",
+        export_workflow_history,
+        "One execution and its history as one JSON document (as harvest history export writes it), "
+        "payload values redacted unless payload_policy=full (then offloaded payloads resolved).",
+        (
+            path("execution_id", "uuid", "The execution id (a UUID)."),
+            Param("payload_policy", "enum", default="redacted", choices=("redacted", "full")),
+        ),
+        responses={200: "The export, streamed", 404: "No such execution"},
+        tag="workflows",
+        shape=shape(execution={"type": "object"}, events=ROWS, redacted={"type": "boolean"}),
     ),
 ]

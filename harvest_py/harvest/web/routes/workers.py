@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from harvest.core.errors import NotFound
+from harvest.shard.fanout import no_worker_anywhere
 from harvest.web.routes import (
     DATETIME,
     FANOUT,
@@ -51,10 +52,15 @@ async def get_worker(call: Call, args: dict[str, Any], _: Any) -> Any:
     if not rows and not call.sharded:  # one database: its own error (as `harvest worker get`)
         await call.on_shard(None, lambda sql: sql.get_worker(worker_id))
     if not rows:
-        missing = f" (shard(s) {', '.join(map(str, fan.unavailable_shards))} could not be read)"
-        raise NotFound(f"no worker {worker_id!r} on any shard{missing if fan.unavailable_shards else ''}")
+        raise no_worker_anywhere(worker_id, fan.unavailable_shards)
     # One row per shard the worker polls; the first is the answer, all are listed.
-    return {**rows[0], "rows": rows, "read_status": fan.status, "unavailable_shards": fan.unavailable_shards}
+    return {
+        **rows[0],
+        "rows": rows,
+        "read_status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+        "sharded": call.sharded,
+    }
 
 
 async def drain_worker(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:

@@ -1,0 +1,61 @@
+"""One history export (``harvest history export``, ``GET /workflows/{id}/history/export``;
+docs/payloads.md "Exports"): ``{"execution", "events", "redacted"}`` as ``json.dumps(doc,
+indent=2)`` would write it, produced one event at a time as the events are read (a server-side
+cursor), so no whole history is ever held. Written once, so both faces give the same bytes.
+
+A redacted export (the default) shows each payload value as ``{"redacted": true, "bytes": n}``;
+a full one carries payloads as stored, offloaded ones read back from the store
+(:func:`harvest.client.export_batch.resolved`), codec envelopes as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any
+
+from harvest.core.payload import redact
+
+# Events fetched per round trip (a server-side cursor's page).
+EXPORT_PAGE_SIZE = 500
+
+
+def _indented(value: Any, level: int) -> str:
+    # json.dumps(indent=2) of a value nested `level` spaces deep: its strings hold no raw
+    # newline (JSON escapes them), so every newline starts one of its own lines.
+    return json.dumps(value, default=str, indent=2).replace("\n", "\n" + " " * level)
+
+
+def _head(execution: dict[str, Any], full: bool) -> str:
+    shown = execution if full else redact(execution)
+    return '{\n  "execution": ' + _indented(shown, 2) + ',\n  "events": ['
+
+
+def _event(event: dict[str, Any], first: bool, full: bool) -> str:
+    return ("\n    " if first else ",\n    ") + _indented(event if full else redact(event), 4)
+
+
+def _tail(none: bool, full: bool) -> str:
+    return ("]" if none else "\n  ]") + ',\n  "redacted": ' + json.dumps(not full) + "\n}\n"
+
+
+def export_chunks(execution: dict[str, Any], events: Iterable[dict[str, Any]], full: bool) -> Iterator[str]:
+    """The export's text, a piece per event (``full``: payloads shown; else redacted here)."""
+    yield _head(execution, full)
+    first = True
+    for event in events:
+        yield _event(event, first, full)
+        first = False
+    yield _tail(first, full)
+
+
+async def aexport_chunks(
+    execution: dict[str, Any], events: AsyncIterable[dict[str, Any]], full: bool
+) -> AsyncIterator[str]:
+    """:func:`export_chunks` of events read under asyncio."""
+    yield _head(execution, full)
+    first = True
+    async for event in events:
+        yield _event(event, first, full)
+        first = False
+    yield _tail(first, full)

@@ -1,0 +1,121 @@
+"""Every shard's event stream followed as one (docs/event-streams.md, "On shards"): written once
+for the management API's ``/stream`` (harvest/web/streams.py) and ``harvest events tail`` over
+SQL with ``[shards]`` (harvest/cli/events.py).
+
+A position is every shard's last delivered global id, ``shard:global_id`` comma-separated
+(``0:812,1:77``): the ``id:`` of each merged event and what a resumed stream starts after. The
+shards' events are interleaved as they arrive, each shard's in order; two events of different
+shards carry no order between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from harvest.core.errors import DatabaseUnavailable, InvalidArgument
+
+# Events one merge may hold before a fast shard waits for the reader.
+MERGE_QUEUE = 1000
+
+
+def parse_global_id(raw: str) -> int:
+    """One database's resume position: the global id of the last event seen."""
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(
+            f"Last-Event-ID {raw!r} is not an event id: pass the id: of the last event seen"
+        ) from None
+    if value < 0:
+        raise InvalidArgument(f"Last-Event-ID {value} is negative: pass the id: of the last event seen")
+    return value
+
+
+def parse_positions(raw: str) -> dict[int, int]:
+    """A merged stream's resume position: ``shard:global_id`` for each shard, comma-separated."""
+    out: dict[int, int] = {}
+    for part in raw.split(","):
+        shard, _, position = part.strip().partition(":")
+        if not (shard.isdigit() and position.isdigit()):
+            raise InvalidArgument(
+                f"Last-Event-ID {raw!r} is not a position of this sharded stream (shard:global_id, "
+                "comma-separated): pass the id: of the last event seen"
+            )
+        out[int(shard)] = int(position)
+    return out
+
+
+def format_positions(positions: Mapping[int, int]) -> str:
+    return ",".join(f"{shard}:{position}" for shard, position in sorted(positions.items()))
+
+
+def unavailable_note(shard: int) -> str:
+    """What a merged stream says of a shard it could not open (its position is kept)."""
+    return f"shard {shard} unavailable: resume later for its events"
+
+
+def none_readable(unavailable: list[int]) -> DatabaseUnavailable:
+    shards = ", ".join(map(str, unavailable))
+    return DatabaseUnavailable(f"no shard's events could be read (shard(s) {shards}); retry later")
+
+
+@dataclass(frozen=True)
+class MergedEvent:
+    """One event of the merged stream: its shard, the event, and every shard's position once it
+    is delivered (resume after this to miss nothing of any shard)."""
+
+    shard: int
+    event: dict[str, Any]
+    position: str
+
+
+async def merge_streams(
+    streams: Mapping[int, AsyncIterator[dict[str, Any] | None]],
+    positions: Mapping[int, int],
+    *,
+    keepalive: float,
+) -> AsyncGenerator[MergedEvent | None, None]:
+    """The shards' events (each stream: one shard's events in global id order; a None in one is
+    skipped) as they arrive; None after ``keepalive`` seconds without any. ``positions``: each
+    shard's start (a shard not streamed keeps its given position). Ends when one stream ends
+    (its database went: the caller resumes from the last position)."""
+    merged: asyncio.Queue[tuple[int, dict[str, Any]] | None] = asyncio.Queue(MERGE_QUEUE)
+    at = dict(positions)
+
+    failed: list[Exception] = []
+
+    async def pump(shard: int, stream: AsyncIterator[dict[str, Any] | None]) -> None:
+        try:
+            async for event in stream:
+                if event is not None:
+                    await merged.put((shard, event))
+        except Exception as exc:  # its database went: the merge ends with the error
+            failed.append(exc)
+        await merged.put(None)
+
+    tasks = [asyncio.create_task(pump(s, stream)) for s, stream in streams.items()]
+    try:
+        while True:
+            try:
+                item = (
+                    merged.get_nowait()
+                    if not merged.empty()
+                    else await asyncio.wait_for(merged.get(), keepalive)
+                )
+            except TimeoutError:
+                yield None
+                continue
+            if item is None:
+                if failed:
+                    raise failed[0]
+                return
+            shard, event = item
+            at[shard] = event["global_id"]
+            yield MergedEvent(shard, event, format_positions(at))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,112 @@
+"""`harvest events tail` on shards: over SQL with [shards] it follows every shard, merged as the
+management API's /stream merges them (harvest.shard.event_merge), and prints what the same
+command prints over HTTP against a sharded server; a position it printed resumes on each shard."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner, Result
+
+from harvest.cli.main import main
+from harvest.config import load_config
+from harvest.web.app import management_app
+
+pytestmark = pytest.mark.shard
+
+CLEAN = {"HARVEST_DATABASE_URL": None, "HARVEST_URL": None, "HARVEST_TOKEN": None, "HARVEST_CONFIG": None}
+
+
+def _env(shards) -> dict[str, str]:
+    return {
+        "HARVEST_SHARDS__READABLE": "0,1",
+        "HARVEST_SHARDS__WRITABLE": "0,1",
+        "HARVEST_SHARDS__CLI_TIMEOUT": "1",
+        **{f"HARVEST_SHARDS__URLS__{s}": shards.dsns[s] for s in (0, 1)},
+    }
+
+
+def _run(args: list[str], env: dict[str, str | None]) -> Result:
+    return CliRunner().invoke(main, args, env={**CLEAN, **env}, catch_exceptions=False)
+
+
+@pytest.fixture
+def live_url(shards) -> Iterator[str]:
+    """The sharded management API on a real uvicorn on loopback (a stream needs one)."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    app = management_app(config=load_config(env=_env(shards)), profile="dev")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server.should_exit = True
+    thread.join(5)
+    sock.close()
+
+
+def _last(shards, shard: int) -> int:
+    with shards.connect(shard) as conn:
+        return int(conn.execute("SELECT coalesce(max(global_id), 0) FROM harvest.events").fetchone()[0])
+
+
+def _start(env: dict[str, str], shard: int, workflow_id: str) -> None:
+    started = _run(
+        ["workflow", "start", "greet", "--shard-id", str(shard), "--workflow-id", workflow_id], env
+    )
+    assert started.exit_code == 0, started.stderr
+
+
+def test_events_tail_follows_every_shard_over_sql_as_over_http(shards, live_url: str) -> None:
+    env = _env(shards)
+    before = {s: _last(shards, s) for s in (0, 1)}
+    _start(env, 0, "t0")
+    _start(env, 1, "t1")
+    after_0 = {s: _last(shards, s) for s in (0, 1)}
+    new = (after_0[0] - before[0]) + (after_0[1] - before[1])
+    assert after_0[0] > before[0] and after_0[1] > before[1]
+
+    # Past shard 0's new events: only shard 1's remain, in its order, the same bytes both ways.
+    for o in ("table", "json"):
+        args = ["events", "tail", "--after", f"0:{after_0[0]},1:{before[1]}"]
+        args += ["--limit", str(after_0[1] - before[1]), "--output", o]
+        sql = _run(args, env)
+        web = _run(["--base-url", live_url, *args], {})
+        assert sql.exit_code == 0, sql.stderr
+        assert (web.stdout, web.stderr, web.exit_code) == (sql.stdout, sql.stderr, sql.exit_code)
+        assert sql.stdout.startswith(f"0:{after_0[0]},1:{before[1] + 1}  shard 1  ") or o == "json"
+
+    # Both shards' new events, merged as they arrive: the same events either way, each line's
+    # position naming its own event on its shard.
+    args = ["events", "tail", "--after", f"0:{before[0]},1:{before[1]}", "--limit", str(new), "-o", "json"]
+    seen = {}
+    for name, result in (("sql", _run(args, env)), ("http", _run(["--base-url", live_url, *args], {}))):
+        assert result.exit_code == 0, result.stderr
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        for line in lines:
+            mine = dict(p.split(":") for p in line["position"].split(","))
+            assert int(mine[str(line["shard_id"])]) == line["global_id"]
+        seen[name] = sorted((e["shard_id"], e["global_id"], e["event_type"]) for e in lines)
+        last = lines[-1]["position"]
+        assert last == f"0:{after_0[0]},1:{after_0[1]}"
+    assert seen["sql"] == seen["http"] and len(seen["sql"]) == new
+
+    # A printed position resumes on each shard: only what was written since.
+    _start(env, 0, "t2")
+    resumed = _run(["events", "tail", "--after", last, "--limit", "1", "-o", "json"], env)
+    event = json.loads(resumed.stdout)
+    assert (event["shard_id"], event["global_id"]) == (0, after_0[0] + 1), resumed.stderr
+    # A plain global id is no position of a sharded stream: the same error both ways.
+    sql = _run(["events", "tail", "--after", "5"], env)
+    web = _run(["--base-url", live_url, "events", "tail", "--after", "5"], {})
+    assert sql.exit_code == web.exit_code != 0 and "shard:global_id" in sql.stderr
+    assert web.stderr == sql.stderr
