@@ -74,6 +74,10 @@ _UNSET = object()
 # does not know (WorkflowRun.recorded). A child's start event carries the child's
 # id; a mutex marker may be followed by a grant; a terminal command ends the run.
 _SELF_RECORDING = frozenset({"schedule_activity", "start_timer", "record_marker", "cancel_timer"})
+# The vocabulary as sets, for the per-event tests of _ingest (the event types are disjoint).
+_COMMAND_EVENTS = frozenset(COMMAND_EVENTS)
+_RESOLUTION_EVENTS = frozenset(RESOLUTION_EVENTS)
+_TERMINAL_COMMAND_EVENTS = frozenset(TERMINAL_COMMANDS.values())
 
 
 class HistoryMismatch(HarvestError):
@@ -266,34 +270,41 @@ class WorkflowRun(CommandIssuer):
 
     # ------------------------------------------------------------------ history
     def _ingest(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            event_id = int(event["event_id"])
-            if event_id != self.last_event_id + 1:
-                raise HistoryMismatch(
-                    f"execution {self.execution_id}: expected event {self.last_event_id + 1}, got {event_id}"
-                )
-            self.last_event_id = event_id
-            data = event.get("event_data") or {}
-            if isinstance(data, str):
-                data = json.loads(data)
-            event = {"event_id": event_id, "event_type": event["event_type"], "event_data": data}
-            kind = event["event_type"]
-            if kind == "WorkflowStarted":
-                self._start = data
-            elif kind == "WorkflowTaskCompleted":
-                self._markers.append((event_id, int(data["through"])))
-                self._groups[event_id] = {}
-                self._group_owner = event_id
-            elif kind in COMMAND_EVENTS:
-                if self._group_owner is None:
-                    raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
-                self._groups[self._group_owner][int(data["seq"])] = event
-            elif kind in RESOLUTION_EVENTS:
-                self._resolutions.append(event)
-            elif kind in TERMINAL_EVENTS:
-                self._terminal_event = event
-                if kind in TERMINAL_COMMANDS.values():
-                    self._terminal_owner = self._group_owner
+        # The hot loop of a replay: attributes it touches per event are bound once, and
+        # last_event_id is written back however the loop ends (as if set per event).
+        last = self.last_event_id
+        groups, markers, resolutions = self._groups, self._markers, self._resolutions
+        try:
+            for event in events:
+                event_id = int(event["event_id"])
+                if event_id != last + 1:
+                    raise HistoryMismatch(
+                        f"execution {self.execution_id}: expected event {last + 1}, got {event_id}"
+                    )
+                last = event_id
+                data = event.get("event_data") or {}
+                if isinstance(data, str):
+                    data = json.loads(data)
+                kind = event["event_type"]
+                event = {"event_id": event_id, "event_type": kind, "event_data": data}
+                if kind in _COMMAND_EVENTS:
+                    if self._group_owner is None:
+                        raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
+                    groups[self._group_owner][int(data["seq"])] = event
+                elif kind in _RESOLUTION_EVENTS:
+                    resolutions.append(event)
+                elif kind == "WorkflowTaskCompleted":
+                    markers.append((event_id, int(data["through"])))
+                    groups[event_id] = {}
+                    self._group_owner = event_id
+                elif kind == "WorkflowStarted":
+                    self._start = data
+                elif kind in TERMINAL_EVENTS:
+                    self._terminal_event = event
+                    if kind in _TERMINAL_COMMAND_EVENTS:
+                        self._terminal_owner = self._group_owner
+        finally:
+            self.last_event_id = last
 
     def _begin(self) -> None:
         if self._start is None:
@@ -416,6 +427,8 @@ class WorkflowRun(CommandIssuer):
 
     def _apply_started(self, group: dict[int, dict[str, Any]]) -> None:
         """A confirmed step's ``ChildWorkflowStarted`` events reach their handles."""
+        if not self._children:
+            return  # no handle to reach (the common case: a run that starts no child)
         for seq in sorted(group):
             event = group[seq]
             handle = self._children.get(seq)
