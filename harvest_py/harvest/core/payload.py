@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - exercised only without pydantic
     _pydantic = None  # type: ignore[assignment]  # the module, or None without pydantic
 
 __all__ = [
+    "approx_size",
     "check_size",
     "decode",
     "decode_args",
@@ -77,6 +78,21 @@ def payload_size(value: Any) -> int:
         return len(stored_text(value).encode("utf-8"))
     except ValueError:
         return 0  # the database refuses it for another reason, and says so
+
+
+def approx_size(value: Any) -> int:
+    """About the bytes of ``value``'s JSON text, cheaply (the sticky cache's estimate of what a
+    run holds, harvest/worker/workflows.py): a scalar counts 8, a string its length, anything
+    else the length of ``json.dumps`` (C speed; ASCII escapes make it an overestimate)."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float:
+        return 8
+    if kind is str:
+        return len(value) + 2
+    try:
+        return len(json.dumps(value))
+    except (TypeError, ValueError):
+        return len(repr(value))
 
 
 def check_size(value: Any, what: str, limit: int | None) -> None:

@@ -38,7 +38,7 @@ from harvest.core.errors import (
     PayloadError,
     external_workflow_error,
 )
-from harvest.core.payload import decode_args, encode
+from harvest.core.payload import approx_size, decode_args, encode
 from harvest.declare.definitions import App, WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.commands import (
@@ -74,6 +74,20 @@ _UNSET = object()
 # does not know (WorkflowRun.recorded). A child's start event carries the child's
 # id; a mutex marker may be followed by a grant; a terminal command ends the run.
 _SELF_RECORDING = frozenset({"schedule_activity", "start_timer", "record_marker", "cancel_timer"})
+# What a run is handed from outside, by event type: the field holding the payload its code
+# receives (and may keep). Their sizes add up to WorkflowRun.payload_bytes, the sticky cache's
+# estimate of what a run holds beyond its fixed cost (harvest/worker/workflows.py).
+_PAYLOAD_FIELD = {
+    "WorkflowStarted": "input",
+    "ActivityCompleted": "result",
+    "ActivityFailed": "failure",
+    "ChildWorkflowCompleted": "result",
+    "ChildWorkflowFailed": "failure",
+    "SignalReceived": "payload",
+    "UpdateAccepted": "input",
+    "WorkflowCancelRequested": "reason",
+    "MarkerRecorded": "value",
+}
 # The vocabulary as sets, for the per-event tests of _ingest (the event types are disjoint).
 _COMMAND_EVENTS = frozenset(COMMAND_EVENTS)
 _RESOLUTION_EVENTS = frozenset(RESOLUTION_EVENTS)
@@ -152,6 +166,9 @@ class WorkflowRun(CommandIssuer):
         self._main: asyncio.Task[Any] | None = None
         self._start: dict[str, Any] | None = None
         self.last_event_id = 0
+        # About the bytes of the payloads fed to the run so far (_PAYLOAD_FIELD, approx_size):
+        # counted once per event as it is read, never by walking the run.
+        self.payload_bytes = 0
         self._markers: deque[tuple[int, int]] = deque()  # (event_id, through), not yet stepped
         self._groups: dict[int, dict[int, dict[str, Any]]] = {}  # marker event id -> seq -> command event
         self._group_owner: int | None = None
@@ -272,7 +289,7 @@ class WorkflowRun(CommandIssuer):
     def _ingest(self, events: list[dict[str, Any]]) -> None:
         # The hot loop of a replay: attributes it touches per event are bound once, and
         # last_event_id is written back however the loop ends (as if set per event).
-        last = self.last_event_id
+        last, held = self.last_event_id, self.payload_bytes
         groups, markers, resolutions = self._groups, self._markers, self._resolutions
         try:
             for event in events:
@@ -287,6 +304,9 @@ class WorkflowRun(CommandIssuer):
                     data = json.loads(data)
                 kind = event["event_type"]
                 event = {"event_id": event_id, "event_type": kind, "event_data": data}
+                field = _PAYLOAD_FIELD.get(kind)
+                if field is not None:
+                    held += approx_size(data.get(field))
                 if kind in _COMMAND_EVENTS:
                     if self._group_owner is None:
                         raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
@@ -304,7 +324,7 @@ class WorkflowRun(CommandIssuer):
                     if kind in _TERMINAL_COMMAND_EVENTS:
                         self._terminal_owner = self._group_owner
         finally:
-            self.last_event_id = last
+            self.last_event_id, self.payload_bytes = last, held
 
     def _begin(self) -> None:
         if self._start is None:
