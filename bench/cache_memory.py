@@ -114,7 +114,7 @@ async def bench(n: int, max_bytes: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2_000)
-    parser.add_argument("--max-bytes", type=int, default=8 * 1024 * 1024)
+    parser.add_argument("--max-bytes", type=int, default=2 * 1024 * 1024)
     args = parser.parse_args()
     result = asyncio.run(bench(args.runs, args.max_bytes))
     result["measured_at"] = datetime.now(UTC).isoformat()
