@@ -293,7 +293,8 @@ class WorkflowRun(CommandIssuer):
         groups, markers, resolutions = self._groups, self._markers, self._resolutions
         try:
             for event in events:
-                event_id = int(event["event_id"])
+                raw_id = event["event_id"]
+                event_id = raw_id if type(raw_id) is int else int(raw_id)
                 if event_id != last + 1:
                     raise HistoryMismatch(
                         f"execution {self.execution_id}: expected event {last + 1}, got {event_id}"
@@ -303,7 +304,15 @@ class WorkflowRun(CommandIssuer):
                 if isinstance(data, str):
                     data = json.loads(data)
                 kind = event["event_type"]
-                event = {"event_id": event_id, "event_type": kind, "event_data": data}
+                if (
+                    type(event) is not dict
+                    or len(event) != 3
+                    or event["event_data"] is not data
+                    or raw_id is not event_id
+                ):
+                    # Our own copy, in our shape; an event already in it is kept as it is (the
+                    # run never changes an event: one dict less per event on a long replay).
+                    event = {"event_id": event_id, "event_type": kind, "event_data": data}
                 field = _PAYLOAD_FIELD.get(kind)
                 if field is not None:
                     held += approx_size(data.get(field))
@@ -385,12 +394,12 @@ class WorkflowRun(CommandIssuer):
     def _run_until_blocked_replay(self) -> None:
         while True:
             self._step_loop()
-            ready = sorted(
-                (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
-                key=lambda p: p.seq,
-            )
-            if self._main_task.done() or not ready:
+            if self._main_task.done():
                 return
+            ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
+            if not ready:
+                return
+            ready.sort(key=lambda p: p.seq)
             for p in ready:
                 self._resolve_local(p, p.recorded)
 
