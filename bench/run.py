@@ -82,6 +82,7 @@ FULL = {
     "remote_rate": 20.0,
     "remote_seconds": 20.0,
     "replay_sizes": "1000,10000,100000",
+    "cache_runs": 2000,
 }
 # --quick skips the profiled run and the synchronous_commit=off row.
 QUICK = {
@@ -110,6 +111,7 @@ QUICK = {
     "remote_rate": 20.0,
     "remote_seconds": 5.0,
     "replay_sizes": "1000,10000,100000",
+    "cache_runs": 500,
 }
 
 
@@ -450,6 +452,9 @@ def main() -> None:
         results["replay"] = bench.run(
             "replay_bench.py", "--sizes", cfg["replay_sizes"], "--repeats", str(cfg["replay_repeats"])
         )
+
+        bench.say(f"worker memory: {cfg['cache_runs']:,} cached runs of the canonical workflow, no database")
+        results["cache_memory"] = bench.run("cache_memory.py", "--runs", str(cfg["cache_runs"]))
 
         bench.say("sharding: the canonical workflow on 1, 2 and 4 shards, each shard its own server")
         results["sharding"] = shard_bench.measure(cfg, bench.say, SERVER_SETTINGS)

@@ -93,6 +93,18 @@ def _replay_100k(r: dict) -> tuple[float, str]:
     )
 
 
+def _worker_memory(r: dict) -> tuple[float, str]:
+    cm = r["cache_memory"]
+    canonical, large, bounded = cm["canonical"], cm["result_10kb"], cm["bounded"]
+    return canonical["traced_bytes_per_run"] / 1024, (
+        f"traced per cached canonical run (the cache's estimate {canonical['estimate_bytes_per_run'] / 1024:,.1f} KiB); "
+        f"fed a 10 KB result {large['traced_bytes_per_run'] / 1024:,.1f} KiB "
+        f"(estimate {large['estimate_bytes_per_run'] / 1024:,.1f}); "
+        f"cache_max_bytes {bounded['max_bytes'] / 2**20:g} MiB kept {bounded['kept']:,} of {bounded['runs']:,} runs, "
+        f"{bounded['traced_bytes'] / 2**20:,.1f} MiB traced"
+    )
+
+
 def _cross_shard(r: dict) -> tuple[float, str]:
     sh = _s(r, "sharding")
     return sh[
@@ -240,13 +252,12 @@ TARGETS: list[Target] = [
         "worker memory per cached run; cache bounded in bytes",
         "report",
         None,
-        "",
+        " KiB",
         None,
-        "not built",
-        _never(
-            "no bench row measures the worker's memory per cached run, and the cache is bounded in runs only"
-        ),
-        "",
+        "bench/cache_memory.py: tracemalloc over N cached runs of the canonical workflow (no database), "
+        "/ N; the same runs in a cache bounded by cache_max_bytes",
+        _worker_memory,
+        "the worker memory row did not run",
     ),
     Target(
         "cross_shard",
@@ -271,6 +282,8 @@ def _fmt(value: float, unit: str) -> str:
         return f"{value:.2f} ms"
     if unit == " s":
         return f"{value:.3g} s"
+    if unit == " KiB":
+        return f"{value:,.1f} KiB"
     return f"{value:g}"
 
 

@@ -156,3 +156,45 @@ def test_pydantic_models_when_installed():
     assert decode(wire["acct"], Account) == acct
     with pytest.raises(PayloadError, match="value: cannot decode as Account"):
         decode({"account_id": "nope"}, Account)
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+async def plain(ctx, a: int, b: str = "x", c: float = 1.5) -> int:
+    return a
+
+
+async def plain_posonly(ctx, a: int, /, b: int = 2) -> int:
+    return a
+
+
+def test_a_plain_positional_call_skips_bind_and_encodes_the_same() -> None:
+    # encode_args takes a shortcut for positional calls of functions whose parameters are all
+    # positional (no Signature.bind, scalars as they are): the same wire as the keyword form,
+    # which goes through bind.
+    for args, by_name in (((1,), {}), ((1, "y"), {"b": "y"}), ((1, "y", 2.5), {"b": "y", "c": 2.5})):
+        assert encode_args(plain, args) == encode_args(plain, (1,), by_name) == list(args)
+    assert encode_args(plain_posonly, (1, 3)) == encode_args(plain_posonly, (1,), {"b": 3}) == [1, 3]
+    # Values that only look like JSON scalars are still converted.
+    encoded = encode_args(plain, (Level.LOW, Color.RED, WHEN))
+    assert encoded == [1, "red", WHEN.isoformat()] and type(encoded[0]) is int
+    with pytest.raises(PayloadError, match=r"input\[2\]: cannot encode non-finite"):
+        encode_args(plain, (1, "y", float("inf")))
+    with pytest.raises(TypeError, match="bad arguments for plain: missing a required argument: 'a'"):
+        encode_args(plain, ())
+    with pytest.raises(TypeError, match="bad arguments for plain: too many positional arguments"):
+        encode_args(plain, (1, "y", 2.5, 4))
+
+
+def test_scalars_of_the_hinted_type_decode_to_themselves_and_others_still_fail() -> None:
+    assert decode_args(plain, [1, "y", 2.5]) == ((1, "y", 2.5), {})
+    assert decode_args(plain, [1, "y", 2]) == ((1, "y", 2.0), {})  # an int read as a float
+    assert type(decode_args(plain, [1, "y", 2])[0][2]) is float
+    with pytest.raises(PayloadError, match="expected int, got bool"):
+        decode(True, int)
+    with pytest.raises(PayloadError, match="expected bool, got int"):
+        decode(1, bool)
+    with pytest.raises(PayloadError, match=r"parameter 'b' of plain \(str\)"):
+        decode_args(plain, [1, 2])

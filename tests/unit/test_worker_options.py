@@ -67,6 +67,7 @@ def test_the_config_file_keys_take_their_type_and_bounds_from_the_options() -> N
         ("worker", "shutdown_grace"),
         ("worker", "heartbeat_interval"),
         ("worker", "max_payload_bytes"),
+        ("worker", "cache_max_bytes"),
         ("retention", "interval"),
     }
     for key, t in keyed.items():

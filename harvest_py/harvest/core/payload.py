@@ -48,6 +48,7 @@ except ImportError:  # pragma: no cover - exercised only without pydantic
     _pydantic = None  # type: ignore[assignment]  # the module, or None without pydantic
 
 __all__ = [
+    "approx_size",
     "check_size",
     "decode",
     "decode_args",
@@ -77,6 +78,21 @@ def payload_size(value: Any) -> int:
         return len(stored_text(value).encode("utf-8"))
     except ValueError:
         return 0  # the database refuses it for another reason, and says so
+
+
+def approx_size(value: Any) -> int:
+    """About the bytes of ``value``'s JSON text, cheaply (the sticky cache's estimate of what a
+    run holds, harvest/worker/workflows.py): a scalar counts 8, a string its length, anything
+    else the length of ``json.dumps`` (C speed; ASCII escapes make it an overestimate)."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int or kind is float:
+        return 8
+    if kind is str:
+        return len(value) + 2
+    try:
+        return len(json.dumps(value))
+    except (TypeError, ValueError):
+        return len(repr(value))
 
 
 def check_size(value: Any, what: str, limit: int | None) -> None:
@@ -114,6 +130,9 @@ def _key_path(path: str, key: str) -> str:
 
 def encode(value: Any, path: str = "value") -> Any:
     """Return a JSON-compatible copy of ``value`` or raise ``PayloadError`` naming the path."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value  # JSON already (what _encode returns for them, without its checks)
     return _encode(value, path, set())
 
 
@@ -198,7 +217,13 @@ def _fail(path: str, expected: str, value: Any) -> PayloadError:
     return PayloadError(f"{path}: expected {expected}, got {type(value).__name__} {value!r:.80}")
 
 
+# Hints whose JSON form is the value itself: a value of exactly that type decodes to itself.
+_JSON_SCALARS = frozenset({int, str, bool, float})
+
+
 def _decode(value: Any, tp: Any, path: str) -> Any:
+    if type(value) is tp and tp in _JSON_SCALARS:
+        return value  # what _decode_class returns for them, without the walk of the hint
     if (
         tp is Any
         or (tp is None and value is None)
@@ -488,12 +513,58 @@ def _signature(fn: Callable[..., Any]) -> inspect.Signature:
 
 def _params(fn: Callable[..., Any]) -> tuple[inspect.Parameter, ...]:
     """The parameters after the first (the ``ctx``)."""
-    return tuple(_signature(fn).parameters.values())[1:]
+    return _call_plan(fn).params
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CallPlan:
+    """What ``encode_args`` and ``decode_args`` need of a function, worked out once per
+    function (``_call_plan``) instead of on every call: its parameters after the ``ctx``,
+    their hints, and whether a plain positional call can skip ``Signature.bind``."""
+
+    params: tuple[inspect.Parameter, ...]
+    hints: tuple[Any, ...]  # each parameter's resolved hint, Any where it has none
+    # When every parameter, the ctx included, is an ordinary positional one: how many follow
+    # the ctx (a call with `required` to `positional` positional arguments binds them in
+    # order and leaves the rest to their defaults). None: the call goes through bind.
+    positional: int | None
+    required: int  # the leading parameters after the ctx up to the last one without a default
+
+
+@functools.lru_cache(maxsize=4096)
+def _call_plan(fn: Callable[..., Any]) -> _CallPlan:
+    every = tuple(_signature(fn).parameters.values())
+    params = every[1:]
+    hints = _safe_hints(fn)
+    plain = bool(every) and all(p.kind in _POSITIONAL for p in every)
+    required = max((i + 1 for i, p in enumerate(params) if p.default is p.empty), default=0)
+    return _CallPlan(
+        params=params,
+        hints=tuple(hints.get(p.name, Any) for p in params),
+        positional=len(params) if plain else None,
+        required=required,
+    )
+
+
+def _encode_items(values: tuple[Any, ...] | list[Any], path: str) -> list[Any]:
+    """``encode`` of each value at ``path[i]`` (the path is only built for a value that is
+    not JSON already)."""
+    out: list[Any] = []
+    for i, value in enumerate(values):
+        kind = type(value)
+        if kind is str or kind is int or kind is bool or value is None:
+            out.append(value)
+        else:
+            out.append(encode(value, f"{path}[{i}]"))
+    return out
 
 
 def param_hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    hints = _safe_hints(fn)
-    return {p.name: hints.get(p.name, Any) for p in _params(fn)}
+    plan = _call_plan(fn)
+    return {p.name: hint for p, hint in zip(plan.params, plan.hints, strict=True)}
 
 
 def return_hint(fn: Callable[..., Any] | None) -> Any:
@@ -513,14 +584,19 @@ def encode_args(
     Keyword arguments are placed at their parameter's position; skipped parameters before a
     supplied one get their default, trailing defaults are left out so decode applies them.
     """
-    kwargs = dict(kwargs or {})
+    kwargs = dict(kwargs) if kwargs else {}
     if fn is None:
         if kwargs:
             raise TypeError(
                 f"keyword arguments need the function to place them: got {sorted(kwargs)} without a function"
             )
-        return [encode(a, f"{path}[{i}]") for i, a in enumerate(args)]
-    params = _params(fn)
+        return _encode_items(args, path)
+    plan = _call_plan(fn)
+    if not kwargs and plan.positional is not None and plan.required <= len(args) <= plan.positional:
+        # What bind and the loop below give for this call: the arguments in order, the
+        # parameters after them left to their defaults.
+        return _encode_items(args, path)
+    params = plan.params
     try:
         bound = _signature(fn).bind(None, *args, **kwargs)
     except TypeError as exc:
@@ -543,7 +619,7 @@ def encode_args(
             values.append(bound.arguments[p.name])
         else:
             pending.append(p.default)
-    return [encode(v, f"{path}[{i}]") for i, v in enumerate(values)]
+    return _encode_items(values, path)
 
 
 def decode_args(fn: Callable[..., Any] | None, json_args: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -554,14 +630,13 @@ def decode_args(fn: Callable[..., Any] | None, json_args: Any) -> tuple[tuple[An
         raise PayloadError(f"input: expected a JSON array of arguments, got {type(json_args).__name__}")
     if fn is None:
         return tuple(json_args), {}
-    hints = _safe_hints(fn)
+    plan = _call_plan(fn)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     i = 0
-    for p in _params(fn):
+    for p, hint in zip(plan.params, plan.hints, strict=True):
         if p.kind is p.VAR_KEYWORD:
             continue
-        hint = hints.get(p.name, Any)
         if p.kind is p.VAR_POSITIONAL:
             args.extend(_decode(v, hint, f"input[{j}]") for j, v in enumerate(json_args[i:], start=i))
             i = len(json_args)

@@ -38,7 +38,7 @@ from harvest.core.errors import (
     PayloadError,
     external_workflow_error,
 )
-from harvest.core.payload import decode_args, encode
+from harvest.core.payload import approx_size, decode_args, encode
 from harvest.declare.definitions import App, WorkflowDefinition
 from harvest.runtime.children import ChildHandle
 from harvest.runtime.commands import (
@@ -74,6 +74,24 @@ _UNSET = object()
 # does not know (WorkflowRun.recorded). A child's start event carries the child's
 # id; a mutex marker may be followed by a grant; a terminal command ends the run.
 _SELF_RECORDING = frozenset({"schedule_activity", "start_timer", "record_marker", "cancel_timer"})
+# What a run is handed from outside, by event type: the field holding the payload its code
+# receives (and may keep). Their sizes add up to WorkflowRun.payload_bytes, the sticky cache's
+# estimate of what a run holds beyond its fixed cost (harvest/worker/workflows.py).
+_PAYLOAD_FIELD = {
+    "WorkflowStarted": "input",
+    "ActivityCompleted": "result",
+    "ActivityFailed": "failure",
+    "ChildWorkflowCompleted": "result",
+    "ChildWorkflowFailed": "failure",
+    "SignalReceived": "payload",
+    "UpdateAccepted": "input",
+    "WorkflowCancelRequested": "reason",
+    "MarkerRecorded": "value",
+}
+# The vocabulary as sets, for the per-event tests of _ingest (the event types are disjoint).
+_COMMAND_EVENTS = frozenset(COMMAND_EVENTS)
+_RESOLUTION_EVENTS = frozenset(RESOLUTION_EVENTS)
+_TERMINAL_COMMAND_EVENTS = frozenset(TERMINAL_COMMANDS.values())
 
 
 class HistoryMismatch(HarvestError):
@@ -148,6 +166,9 @@ class WorkflowRun(CommandIssuer):
         self._main: asyncio.Task[Any] | None = None
         self._start: dict[str, Any] | None = None
         self.last_event_id = 0
+        # About the bytes of the payloads fed to the run so far (_PAYLOAD_FIELD, approx_size):
+        # counted once per event as it is read, never by walking the run.
+        self.payload_bytes = 0
         self._markers: deque[tuple[int, int]] = deque()  # (event_id, through), not yet stepped
         self._groups: dict[int, dict[int, dict[str, Any]]] = {}  # marker event id -> seq -> command event
         self._group_owner: int | None = None
@@ -266,34 +287,53 @@ class WorkflowRun(CommandIssuer):
 
     # ------------------------------------------------------------------ history
     def _ingest(self, events: list[dict[str, Any]]) -> None:
-        for event in events:
-            event_id = int(event["event_id"])
-            if event_id != self.last_event_id + 1:
-                raise HistoryMismatch(
-                    f"execution {self.execution_id}: expected event {self.last_event_id + 1}, got {event_id}"
-                )
-            self.last_event_id = event_id
-            data = event.get("event_data") or {}
-            if isinstance(data, str):
-                data = json.loads(data)
-            event = {"event_id": event_id, "event_type": event["event_type"], "event_data": data}
-            kind = event["event_type"]
-            if kind == "WorkflowStarted":
-                self._start = data
-            elif kind == "WorkflowTaskCompleted":
-                self._markers.append((event_id, int(data["through"])))
-                self._groups[event_id] = {}
-                self._group_owner = event_id
-            elif kind in COMMAND_EVENTS:
-                if self._group_owner is None:
-                    raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
-                self._groups[self._group_owner][int(data["seq"])] = event
-            elif kind in RESOLUTION_EVENTS:
-                self._resolutions.append(event)
-            elif kind in TERMINAL_EVENTS:
-                self._terminal_event = event
-                if kind in TERMINAL_COMMANDS.values():
-                    self._terminal_owner = self._group_owner
+        # The hot loop of a replay: attributes it touches per event are bound once, and
+        # last_event_id is written back however the loop ends (as if set per event).
+        last, held = self.last_event_id, self.payload_bytes
+        groups, markers, resolutions = self._groups, self._markers, self._resolutions
+        try:
+            for event in events:
+                raw_id = event["event_id"]
+                event_id = raw_id if type(raw_id) is int else int(raw_id)
+                if event_id != last + 1:
+                    raise HistoryMismatch(
+                        f"execution {self.execution_id}: expected event {last + 1}, got {event_id}"
+                    )
+                last = event_id
+                data = event.get("event_data") or {}
+                if isinstance(data, str):
+                    data = json.loads(data)
+                kind = event["event_type"]
+                if (
+                    type(event) is not dict
+                    or len(event) != 3
+                    or event["event_data"] is not data
+                    or raw_id is not event_id
+                ):
+                    # Our own copy, in our shape; an event already in it is kept as it is (the
+                    # run never changes an event: one dict less per event on a long replay).
+                    event = {"event_id": event_id, "event_type": kind, "event_data": data}
+                field = _PAYLOAD_FIELD.get(kind)
+                if field is not None:
+                    held += approx_size(data.get(field))
+                if kind in _COMMAND_EVENTS:
+                    if self._group_owner is None:
+                        raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
+                    groups[self._group_owner][int(data["seq"])] = event
+                elif kind in _RESOLUTION_EVENTS:
+                    resolutions.append(event)
+                elif kind == "WorkflowTaskCompleted":
+                    markers.append((event_id, int(data["through"])))
+                    groups[event_id] = {}
+                    self._group_owner = event_id
+                elif kind == "WorkflowStarted":
+                    self._start = data
+                elif kind in TERMINAL_EVENTS:
+                    self._terminal_event = event
+                    if kind in _TERMINAL_COMMAND_EVENTS:
+                        self._terminal_owner = self._group_owner
+        finally:
+            self.last_event_id, self.payload_bytes = last, held
 
     def _begin(self) -> None:
         if self._start is None:
@@ -354,12 +394,12 @@ class WorkflowRun(CommandIssuer):
     def _run_until_blocked_replay(self) -> None:
         while True:
             self._step_loop()
-            ready = sorted(
-                (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
-                key=lambda p: p.seq,
-            )
-            if self._main_task.done() or not ready:
+            if self._main_task.done():
                 return
+            ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
+            if not ready:
+                return
+            ready.sort(key=lambda p: p.seq)
             for p in ready:
                 self._resolve_local(p, p.recorded)
 
@@ -416,6 +456,8 @@ class WorkflowRun(CommandIssuer):
 
     def _apply_started(self, group: dict[int, dict[str, Any]]) -> None:
         """A confirmed step's ``ChildWorkflowStarted`` events reach their handles."""
+        if not self._children:
+            return  # no handle to reach (the common case: a run that starts no child)
         for seq in sorted(group):
             event = group[seq]
             handle = self._children.get(seq)

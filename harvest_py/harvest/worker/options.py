@@ -147,8 +147,14 @@ class WorkerOptions:
     scan_interval: float = _secs(0.01, 3_600, 1.0)
     workflow_lease: float = _secs(0.1, 86_400, 30.0)
     retention_interval: float = _secs(0.1, 86_400, 60.0, config=("retention", "interval"))
-    # Runs kept in the sticky cache (an LRU; 0 replays every task).
+    # Runs kept in the sticky cache (an LRU; 0 replays every task), and the most bytes they may
+    # hold by the cache's estimate (a fixed cost per run plus the payloads fed to it; docs/
+    # workflows.md "The sticky cache"); past either bound the least recently used runs go.
+    # None: bounded in runs only.
     cache_size: int = _num(0, 10_000_000, 1000, integer=True)
+    cache_max_bytes: int | None = _num(
+        0, 2**62, 256 * 1024 * 1024, integer=True, optional=True, config=("worker", "cache_max_bytes")
+    )
     worker_id: str | None = None  # None: <host>-<pid>-<random>
     # History guardrails (docs/workflows.md): the soft threshold feeds ctx.should_continue_as_new();
     # a run past a hard cap fails (None: unlimited); the bloat warning fires at this fraction of

@@ -161,7 +161,7 @@ class Worker:
         self.workflow_lease = options.workflow_lease
         self.shutdown_grace = options.shutdown_grace
         self.worker_id = options.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.cache = StickyCache(options.cache_size)
+        self.cache = StickyCache(options.cache_size, options.cache_max_bytes)
         # History guardrails (docs/workflows.md): the soft threshold feeds
         # ctx.should_continue_as_new(); a run past a hard cap fails (None: unlimited).
         self.continue_as_new_threshold = continue_as_new_threshold

@@ -44,17 +44,41 @@ _BLOAT_WARNED_MAX = 10_000
 WORKFLOW_TASK_RETRY_SECS = 5.0
 
 
-class StickyCache:
-    """LRU of execution id -> WorkflowRun."""
+# The sticky cache's estimate of a cached run: this fixed cost (the run's loop, task, context,
+# coroutine frame and bookkeeping: about 12.7 KB traced per cached run of the canonical
+# workflow, bench/cache_memory.py) plus the payloads fed to it (WorkflowRun.payload_bytes).
+CACHED_RUN_BASE_BYTES = 16 * 1024
 
-    def __init__(self, capacity: int):
+
+def cached_run_bytes(run: WorkflowRun) -> int:
+    """What the sticky cache counts for ``run`` against its byte bound."""
+    return CACHED_RUN_BASE_BYTES + run.payload_bytes
+
+
+class StickyCache:
+    """LRU of execution id -> WorkflowRun, bounded in runs (``capacity``) and in the estimated
+    bytes of the runs it keeps (``max_bytes``; None: no byte bound): past either, the least
+    recently used runs are closed and dropped. A run over ``max_bytes`` by itself is not kept
+    (and evicts nobody)."""
+
+    def __init__(self, capacity: int, max_bytes: int | None = None):
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self._runs: OrderedDict[str, WorkflowRun] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # each cached run's estimate when it was put
+        self.bytes = 0  # their sum
         self.hits = 0
         self.misses = 0
+        self.evictions = 0  # runs dropped for either bound
+
+    def _forget(self, execution_id: str) -> WorkflowRun | None:
+        run = self._runs.pop(execution_id, None)
+        if run is not None:
+            self.bytes -= self._sizes.pop(execution_id)
+        return run
 
     def take(self, execution_id: str) -> WorkflowRun | None:
-        run = self._runs.pop(execution_id, None)
+        run = self._forget(execution_id)
         if run is None:
             self.misses += 1
         else:
@@ -66,8 +90,7 @@ class StickyCache:
         run = self._runs.get(execution_id)
         if run is None or not run.settled:
             return None
-        del self._runs[execution_id]
-        return run
+        return self._forget(execution_id)
 
     def peek(self, execution_id: str) -> WorkflowRun | None:
         """The cached run, left in place (queries read it; see worker/queries.py)."""
@@ -77,17 +100,26 @@ class StickyCache:
         if self.capacity <= 0:
             run.close()
             return
-        replaced = self._runs.pop(execution_id, None)
+        replaced = self._forget(execution_id)
         if replaced is not None and replaced is not run:
             replaced.close()  # two tasks of one run raced; the later one's run stays
+        size, limit = cached_run_bytes(run), self.max_bytes
+        if limit is not None and size > limit:
+            self.evictions += 1  # over the bound alone: not kept, and nobody else evicted for it
+            run.close()
+            return
         self._runs[execution_id] = run
-        while len(self._runs) > self.capacity:
-            _, evicted = self._runs.popitem(last=False)
+        self._sizes[execution_id] = size
+        self.bytes += size
+        while len(self._runs) > self.capacity or (limit is not None and self.bytes > limit):
+            evicted_id, evicted = self._runs.popitem(last=False)
+            self.bytes -= self._sizes.pop(evicted_id)
+            self.evictions += 1
             evicted.close()
 
     def drop(self, execution_id: str) -> None:
         """Forget a cached run (owner mode: its partition was taken by another worker)."""
-        run = self._runs.pop(execution_id, None)
+        run = self._forget(execution_id)
         if run is not None:
             run.close()
 
