@@ -7,6 +7,7 @@ import contextlib
 import ipaddress
 import os
 import shlex
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,6 +15,12 @@ from harvest.core.errors import ConfigError
 from harvest.db.connection import parse_dsn, redact
 from harvest.db.embedded import EmbeddedPostgres, bin_dir
 from harvest.db.migrate import Migrator
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from harvest.declare.definitions import App
+    from harvest.worker import Worker
 
 DEV_DSN_ENV = "HARVEST_DEV_DATABASE_URL"
 
@@ -68,6 +75,7 @@ def dev(
     from harvest.worker import Worker
 
     configure_logging("INFO", log_format)
+    # mypy does not narrow by an import: the demo's binds app when None (the two ignores below)
     app = load_app(target) if target else None
     if app is None:
         from harvest.cli.demo import app
@@ -90,12 +98,12 @@ def dev(
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow start greet --input-json '[\"world\"]'\n"
                 f"  HARVEST_DATABASE_URL={quoted} harvest workflow result <execution_id>\n"
             )
-        worker = Worker(app, dsn, poll_interval=1.0)
+        worker = Worker(app, dsn, poll_interval=1.0)  # type: ignore[arg-type]
         if demo_and_exit:
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             asyncio.run(_demo(worker, dsn))
         else:
-            server_task = None if no_api else _api_server(app, dsn, host, port, demo=not target)
+            server_task = None if no_api else _api_server(app, dsn, host, port, demo=not target)  # type: ignore[arg-type]
             click.echo("Ctrl-C stops everything and removes what was created.\n")
             with contextlib.suppress(KeyboardInterrupt):
                 asyncio.run(_run(worker, server_task))
@@ -105,7 +113,9 @@ def dev(
             server.stop()
 
 
-def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = True):
+def _api_server(
+    app: App, dsn: str, host: str | None, port: int | None, demo: bool = True
+) -> uvicorn.Server | None:
     """The management API of the dev runner (profile dev: every caller is admin, so it listens
     on localhost by default), with its URL and one curl printed; None when uvicorn is missing."""
     try:
@@ -133,22 +143,23 @@ def _api_server(app, dsn: str, host: str | None, port: int | None, demo: bool = 
             served_app(api), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECS
         )
     )
-    server.install_signal_handlers = lambda: None  # the worker owns Ctrl-C
+    # the worker owns Ctrl-C (uvicorn before 0.29 read this hook; later ones have none)
+    server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
     return server
 
 
-async def _run(worker, server) -> None:
+async def _run(worker: Worker, server: uvicorn.Server | None) -> None:
     """The worker, and the API beside it until the worker stops."""
     serving = asyncio.create_task(server.serve()) if server is not None else None
     try:
         await worker.run(install_signal_handlers=True)
     finally:
         if serving is not None:
-            server.should_exit = True
+            server.should_exit = True  # type: ignore[union-attr]  # serving is set only with a server
             await serving
 
 
-async def _demo(worker, dsn: str) -> None:
+async def _demo(worker: Worker, dsn: str) -> None:
     from harvest.cli.demo import greet
     from harvest.client import AsyncClient
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from typing import Any, cast
 
 import click
 
@@ -28,6 +29,7 @@ def _own_config_path(ctx: click.Context) -> str | None:
     None and the real parse reports what is wrong.
     """
     protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+    command: click.Command | None
     args, command, parent = [*protected, *ctx.args], ctx.command, ctx
     try:
         while isinstance(command, click.Group) and args:
@@ -36,7 +38,7 @@ def _own_config_path(ctx: click.Context) -> str | None:
                 return None
             parent = command.make_context(name, list(args), parent=parent, resilient_parsing=True)
             if parent.params.get("config_path") is not None:
-                return parent.params["config_path"]
+                return cast("str", parent.params["config_path"])
             protected = (
                 parent._protected_args if hasattr(parent, "_protected_args") else parent.protected_args
             )
@@ -49,7 +51,7 @@ def _own_config_path(ctx: click.Context) -> str | None:
 class HarvestGroup(click.Group):
     """Turn every Harvest error into one line on stderr and its exit code; no traceback."""
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         previous = os.environ.get("PGAPPNAME")
         os.environ["PGAPPNAME"] = previous or CLI_APPLICATION_NAME
         # The invoked subcommand's own --config (`harvest worker --config x.toml app:app`) is
@@ -125,7 +127,8 @@ def main(
 
     Operator commands speak SQL (a DSN: HARVEST_DATABASE_URL, --database-url) or HTTP to the
     management API (--base-url or HARVEST_URL, with --token or HARVEST_TOKEN)."""
-    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, HTTP_KEY, RootOptions
+    from harvest.cli.http import HTTP_KEY
+    from harvest.cli.output import CONFIG_PATH_KEY, GLOBAL_OUTPUT_KEY, RootOptions
 
     # A subcommand's own --config wins over this one: one file is read per invocation.
     ctx.meta[CONFIG_PATH_KEY] = ctx.meta.get(_OWN_CONFIG_PATH_KEY) or config_path
@@ -149,7 +152,7 @@ def _reads_config_first(command: click.Command) -> None:
         return
 
     @functools.wraps(callback)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         from harvest.cli.output import cli_config, refuse_dsn_only
 
         refuse_dsn_only()  # --base-url given to a command that has no route
@@ -157,7 +160,7 @@ def _reads_config_first(command: click.Command) -> None:
             cli_config()
         return callback(*args, **kwargs)
 
-    run._harvest_reads_config = True
+    run._harvest_reads_config = True  # type: ignore[attr-defined]  # a mark on the function object
     command.callback = run
 
 

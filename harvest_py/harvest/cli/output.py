@@ -8,11 +8,11 @@ import copy
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import click
 from click.decorators import FC
@@ -84,7 +84,7 @@ class AliasedOption(click.Option):
     """An option whose first name is the one --help shows; the later names are old spellings,
     still accepted but no longer advertised (CONTRIBUTING.md "Names")."""
 
-    def get_help_record(self, ctx: click.Context):
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
         shown, self.opts = self.opts, self.opts[:1]
         try:
             return super().get_help_record(ctx)
@@ -145,7 +145,7 @@ def cli_config() -> Config:
     meta = ctx.meta if ctx is not None else {}
     if CONFIG_KEY not in meta:
         meta[CONFIG_KEY] = load_config(meta.get(CONFIG_PATH_KEY))
-    return meta[CONFIG_KEY]
+    return cast("Config", meta[CONFIG_KEY])
 
 
 def cli_dsn(explicit: str | None) -> str:
@@ -231,7 +231,7 @@ def mapping(data: dict[str, Any], keys: Sequence[str] | None = None) -> str:
     return "\n".join(f"{k.ljust(width)}  {_cell(data.get(k))}" for k in keys)
 
 
-def emit(data: Any, output: str, render) -> None:
+def emit(data: Any, output: str, render: Callable[[Any], str]) -> None:
     """JSON as-is for --output json; otherwise the render(data) text."""
     if output == "json":
         click.echo(to_json(data))
@@ -250,8 +250,12 @@ def progress(total: int, label: str, enabled: bool = True) -> Iterator[Any]:
 
         yield _Null()
         return
+    # click 8.5 serves get_text_stream through a module __getattr__ typed object (deprecated)
     with click.progressbar(
-        length=max(total, 1), label=label, file=click.get_text_stream("stderr"), show_pos=True
+        length=max(total, 1),
+        label=label,
+        file=click.get_text_stream("stderr"),  # type: ignore[operator]
+        show_pos=True,
     ) as bar:
         yield bar
 

@@ -160,23 +160,23 @@ def schedule() -> None:
 @database_url_option
 @output_option
 def create_workflow(
-    name,
-    workflow_name,
-    cron,
-    every,
-    tz,
-    input_json,
-    queue,
-    max_active_runs,
-    overlap,
-    catchup,
-    catchup_window,
-    jitter,
-    kind,
-    paused,
-    operator,
-    database_url,
-    output,
+    name: str,
+    workflow_name: str | None,
+    cron: str | None,
+    every: str | None,
+    tz: str | None,
+    input_json: str | None,
+    queue: str,
+    max_active_runs: int,
+    overlap: str,
+    catchup: bool | None,
+    catchup_window: str | None,
+    jitter: str,
+    kind: str,
+    paused: bool,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """Create a workflow schedule."""
     timing = _spec_options(cron, every, tz)
@@ -204,7 +204,7 @@ def create_workflow(
 @click.option("--kind", default=None, type=click.Choice(["workflow", "dag"]), help="Only this kind.")
 @database_url_option
 @output_option
-def list_(kind, database_url, output) -> None:
+def list_(kind: str | None, database_url: str | None, output: str) -> None:
     """List the schedules, DAG and workflow kinds together (every shard)."""
     fan = each_shard(database_url, lambda api: api.list_schedules(kind))
     sharded = shards_configured(cli_config())
@@ -260,7 +260,7 @@ def _shard_option(f: FC) -> FC:
 @_shard_option
 @database_url_option
 @output_option
-def get(name, limit, shard, database_url, output) -> None:
+def get(name: str, limit: int, shard: int | None, database_url: str | None, output: str) -> None:
     """Show a schedule: next fire times, last firings with run ids and outcomes, misses."""
     with _schedule_api(database_url, name, shard, read_only=True) as sql:
         data = sql.get_schedule(name, limit)
@@ -274,7 +274,14 @@ def get(name, limit, shard, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def pause(name, note, shard, operator, database_url, output) -> None:
+def pause(
+    name: str,
+    note: str | None,
+    shard: int | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Pause a schedule (a worker restart keeps the pause)."""
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         data = sql.pause_schedule(name, note, operator)
@@ -287,7 +294,7 @@ def pause(name, note, shard, operator, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def resume(name, shard, operator, database_url, output) -> None:
+def resume(name: str, shard: int | None, operator: str | None, database_url: str | None, output: str) -> None:
     """Resume a paused schedule from now (what it skipped while paused is not fired)."""
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         data = sql.resume_schedule(name, operator)
@@ -301,7 +308,14 @@ def resume(name, shard, operator, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def trigger(name, overlap, shard, operator, database_url, output) -> None:
+def trigger(
+    name: str,
+    overlap: str | None,
+    shard: int | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Fire a schedule now."""
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         data = sql.trigger_schedule(name, overlap, operator)
@@ -326,22 +340,22 @@ def trigger(name, overlap, shard, operator, database_url, output) -> None:
 @database_url_option
 @output_option
 def update(
-    name,
-    workflow_name,
-    cron,
-    every,
-    tz,
-    input_json,
-    queue,
-    max_active_runs,
-    overlap,
-    catchup,
-    catchup_window,
-    jitter,
-    shard,
-    operator,
-    database_url,
-    output,
+    name: str,
+    workflow_name: str | None,
+    cron: str | None,
+    every: str | None,
+    tz: str | None,
+    input_json: str | None,
+    queue: str | None,
+    max_active_runs: int | None,
+    overlap: str | None,
+    catchup: bool | None,
+    catchup_window: str | None,
+    jitter: str | None,
+    shard: int | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """Change fields of a schedule (a new cron, interval, zone or jitter counts from now)."""
     if tz and not cron:
@@ -370,7 +384,7 @@ def update(
 @operator_id_option
 @database_url_option
 @output_option
-def delete(name, shard, operator, database_url, output) -> None:
+def delete(name: str, shard: int | None, operator: str | None, database_url: str | None, output: str) -> None:
     """Delete a schedule and its firing history (its runs go on)."""
     with _schedule_api(database_url, name, shard, read_only=False) as sql:
         deleted = sql.delete_schedule(name, operator)
@@ -400,7 +414,16 @@ def delete(name, shard, operator, database_url, output) -> None:
 @operator_id_option
 @database_url_option
 @output_option
-def backfill(name, start, end, overlap, shard, operator, database_url, output) -> None:
+def backfill(
+    name: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    overlap: str,
+    shard: int | None,
+    operator: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Fire the schedule's slots in [--from, --to] that never fired (at most 10000)."""
     start = start if start.tzinfo else start.replace(tzinfo=dt.UTC)
     end = end if end.tzinfo else end.replace(tzinfo=dt.UTC)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import click
@@ -294,17 +295,17 @@ CREATED_TIMES = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%
 @database_url_option
 @output_option
 def list_(
-    state,
-    workflow_name,
-    search_attrs,
-    created_after,
-    created_before,
-    filter_expr,
-    page_size,
-    cursor,
-    order,
-    database_url,
-    output,
+    state: str | None,
+    workflow_name: str | None,
+    search_attrs: tuple[str, ...],
+    created_after: datetime | None,
+    created_before: datetime | None,
+    filter_expr: str | None,
+    page_size: int,
+    cursor: str | None,
+    order: str,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """List executions, newest first, with filters and keyset pagination, over every shard."""
     if not 1 <= page_size <= 1000:  # the SQL check's words; a huge int would not even reach it
@@ -324,7 +325,7 @@ def list_(
         ),
     )
 
-    def render(rows):
+    def render(rows: list[dict[str, Any]]) -> str:
         text = table(
             rows,
             ["execution_id", "workflow_name", "workflow_id", "status", "created_at", "completed_at"],
@@ -358,16 +359,16 @@ def list_(
 @database_url_option
 @output_option
 def count(
-    group_by,
-    state,
-    workflow_name,
-    search_attrs,
-    created_after,
-    created_before,
-    filter_expr,
-    database_url,
-    output,
-):
+    group_by: str,
+    state: str | None,
+    workflow_name: str | None,
+    search_attrs: tuple[str, ...],
+    created_after: datetime | None,
+    created_before: datetime | None,
+    filter_expr: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Count executions (per status by default) over every shard, with the list's filters."""
     merged = read_shards(
         database_url,
@@ -400,7 +401,14 @@ def count(
 @click.option("--payload-file", default=None, help="Read the payload JSON from a file (- for stdin).")
 @database_url_option
 @output_option
-def signal(execution_id, signal_name, payload_json, payload_file, database_url, output) -> None:
+def signal(
+    execution_id: str,
+    signal_name: str,
+    payload_json: str | None,
+    payload_file: str | None,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Send signal SIGNAL_NAME to a running execution."""
     payload = read_json_option(payload_json, payload_file, "payload")
     event_id = routed_call(
@@ -418,7 +426,7 @@ def signal(execution_id, signal_name, payload_json, payload_file, database_url, 
 @click.option("--reason", default=None)
 @database_url_option
 @output_option
-def cancel(execution_id, reason, database_url, output) -> None:
+def cancel(execution_id: str, reason: str | None, database_url: str | None, output: str) -> None:
     """Ask a running execution to cancel (its code may clean up)."""
     requested = routed_call(database_url, execution_id, lambda sql: sql.cancel_workflow(execution_id, reason))
     emit(
@@ -434,7 +442,9 @@ def cancel(execution_id, reason, database_url, output) -> None:
 @click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
 @database_url_option
 @output_option
-def pause(execution_id, reason, operator_id, database_url, output) -> None:
+def pause(
+    execution_id: str, reason: str | None, operator_id: str | None, database_url: str | None, output: str
+) -> None:
     """Pause a running execution: none of its work starts until it is resumed (docs/lifecycle.md)."""
     paused = routed_call(
         database_url, execution_id, lambda sql: sql.pause_workflow(execution_id, reason, operator_id)
@@ -452,7 +462,9 @@ def pause(execution_id, reason, operator_id, database_url, output) -> None:
 @click.option("--operator-id", default=None, help="Who asks (a person, a ticket, a bot).")
 @database_url_option
 @output_option
-def resume(execution_id, reason, operator_id, database_url, output) -> None:
+def resume(
+    execution_id: str, reason: str | None, operator_id: str | None, database_url: str | None, output: str
+) -> None:
     """Resume a paused execution: overdue timers fire once, kept signals arrive in order."""
     resumed = routed_call(
         database_url, execution_id, lambda sql: sql.resume_workflow(execution_id, reason, operator_id)
@@ -468,13 +480,13 @@ def resume(execution_id, reason, operator_id, database_url, output) -> None:
 @click.argument("execution_id")
 @database_url_option
 @output_option
-def stack(execution_id, database_url, output) -> None:
+def stack(execution_id: str, database_url: str | None, output: str) -> None:
     """What an execution is waiting on now, and its last event id."""
     data = routed_read(
         database_url, execution_id, lambda sql, resident: resident(sql.get_execution_stack(execution_id))
     )
 
-    def render(d):
+    def render(d: dict[str, Any]) -> str:
         parts = [
             mapping(
                 d,
@@ -536,7 +548,7 @@ def stack(execution_id, database_url, output) -> None:
 @click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 100))
 @database_url_option
 @output_option
-def children(execution_id, state, depth, database_url, output) -> None:
+def children(execution_id: str, state: str | None, depth: int, database_url: str | None, output: str) -> None:
     """List an execution's child workflows (to --depth levels), on every shard, newest first."""
     merged = read_shards(database_url, lambda reads: reads.list_children(execution_id, state, depth))
     emit_merged(
@@ -566,7 +578,7 @@ def _history_rows(execution_id: str, full: bool, database_url: str | None) -> di
     execution, events = routed_read(database_url, execution_id, read)
     doc = {"execution": execution, "events": events, "redacted": not full}
     # The CLI holds no codec keys: an encoded payload shows what it is, not its bytes.
-    return describe_tree(doc) if full else redact(doc)
+    return cast("dict[str, Any]", describe_tree(doc) if full else redact(doc))
 
 
 def _resolved(sql: Any, value: Any) -> Any:
@@ -663,7 +675,15 @@ def export(
 )
 @database_url_option
 @output_option
-def query(execution_id, name, input_json, input_file, timeout, database_url, output) -> None:
+def query(
+    execution_id: str,
+    name: str,
+    input_json: str | None,
+    input_file: str | None,
+    timeout: float,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Ask a running execution's query handler NAME; a live worker answers, nothing is written."""
     arg = read_json_option(input_json, input_file, "input")
     with cli_client(database_url) as client:
@@ -692,7 +712,15 @@ def query(execution_id, name, input_json, input_file, timeout, database_url, out
 @database_url_option
 @output_option
 def update(
-    execution_id, name, input_json, input_file, wait, update_id, timeout_secs, database_url, output
+    execution_id: str,
+    name: str,
+    input_json: str | None,
+    input_file: str | None,
+    wait: str,
+    update_id: str | None,
+    timeout_secs: float,
+    database_url: str | None,
+    output: str,
 ) -> None:
     """Validate, record and run update NAME on a running execution."""
     from harvest.client.messages import UpdateHandle
@@ -747,7 +775,16 @@ RESET_KEYS = [
 )
 @database_url_option
 @output_option
-def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, database_url, output) -> None:
+def reset(
+    execution_id: str,
+    to_event: int,
+    reason: str,
+    operator_id: str | None,
+    signal_reapply: str,
+    dry_run: bool,
+    database_url: str | None,
+    output: str,
+) -> None:
     """Fork a running execution from a completed boundary under the current code (admin).
 
     The source ends TERMINATED; new_execution_id names the fork.
@@ -759,7 +796,7 @@ def reset(execution_id, to_event, reason, operator_id, signal_reapply, dry_run, 
         lambda sql: sql.reset_workflow(execution_id, to_event, reason, operator_id, signal_reapply, dry_run),
     )
 
-    def render(d):
+    def render(d: dict[str, Any]) -> str:
         text = mapping(d, RESET_KEYS)
         if d.get("problems"):
             text += "\nproblems:\n" + "\n".join(f"  - {p}" for p in d["problems"])
@@ -815,7 +852,7 @@ def legal_hold() -> None:
 @output_option
 def legal_hold_set(
     execution_id: str, reason: str, operator_id: str | None, database_url: str | None, output: str
-):
+) -> None:
     """Set a legal hold on an execution."""
     hold = routed_call(
         database_url, execution_id, lambda sql: sql.set_legal_hold(execution_id, reason, operator_id)
@@ -828,7 +865,9 @@ def legal_hold_set(
 @click.option("--operator-id", default=None, help="Who you are, for the audit log.")
 @database_url_option
 @output_option
-def legal_hold_release(execution_id: str, operator_id: str | None, database_url: str | None, output: str):
+def legal_hold_release(
+    execution_id: str, operator_id: str | None, database_url: str | None, output: str
+) -> None:
     """Release an execution's legal hold."""
     hold = routed_call(
         database_url, execution_id, lambda sql: sql.release_legal_hold(execution_id, operator_id)
@@ -846,14 +885,14 @@ def legal_hold_release(execution_id: str, operator_id: str | None, database_url:
 @click.option("--app", "app_target", required=True, help="module:app that registers the workflow.")
 @click.argument("name")
 @output_option
-def handlers(app_target, name, output) -> None:
+def handlers(app_target: str, name: str, output: str) -> None:
     """The queries and updates workflow NAME declares in the App (no database needed)."""
     from harvest.cli.worker import load_app
     from harvest.declare.messages import describe_handlers
 
     data = describe_handlers(load_app(app_target), name)
 
-    def render(d):
+    def render(d: dict[str, Any]) -> str:
         parts = [f"workflow: {d['workflow']}", "", "queries:"]
         parts.append(
             table(d["queries"], ["name", "input_type_hint", "output_type_hint"])

@@ -28,13 +28,13 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 
 from harvest.config import (
     Config,
@@ -137,7 +137,8 @@ class HarvestState:
         hub = self.hubs.get((shard, channel))
         if hub is None:
             dsn = self.pools.dsn(shard) if self.pools is not None else self.dsn
-            hub = self.hubs[(shard, channel)] = NotificationHub(dsn, channel)
+            # (one database: the routes opened the state first, which set its dsn)
+            hub = self.hubs[(shard, channel)] = NotificationHub(dsn, channel)  # type: ignore[arg-type]
         return hub
 
     async def listener(self, shard: int, channel: str) -> NotificationHub:
@@ -230,10 +231,13 @@ def management_app(
     if dsn is not None and shards is not None:
         raise ConfigError("give management_app a dsn or shards=, not both")
     config = load_config() if config is None else config
-    profile = profile or config.get("profile") or "production"
+    profile = cast("str", profile or config.get("profile") or "production")  # config.get: Any
     own_authorizer = authorizer is None
     if authorizer is None:
-        authorizer = default_authorizer(profile, None if shards is not None else token_database(dsn, config))
+        authorizer = cast(
+            "Authorizer",
+            default_authorizer(profile, None if shards is not None else token_database(dsn, config)),
+        )
     state = HarvestState(
         config=config,
         profile=profile,
@@ -246,7 +250,9 @@ def management_app(
         plan=runtime_plan(config),
     )
     table = endpoints()
-    routes = [Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table]
+    routes: list[BaseRoute] = [
+        Route(e.path, e.__call__, methods=[e.method], name=e.operation_id) for e in table
+    ]
     # Beside the declared routes: the dashboard (/ui, docs/dashboard.md), the metrics and the
     # event streams (docs/event-streams.md), under the same authorizer. The metrics
     # and the streams declare their /openapi.json entries (openapi.Mounted); the dashboard's HTML
@@ -284,7 +290,7 @@ def management_app(
             if hub is not None:
                 await hub.aclose()
             if own_authorizer and hasattr(authorizer, "aclose"):
-                await authorizer.aclose()
+                await authorizer.aclose()  # pyright: ignore[reportAttributeAccessIssue]  # hasattr, above
 
     api = Starlette(
         routes=routes,

@@ -108,9 +108,11 @@ class EventHub:
                 loop = asyncio.get_running_loop()
                 self._ready = loop.create_future()
                 self._task = loop.create_task(self._run())
+        assert self._ready is not None  # for the checkers: set with the task, above or before
         await asyncio.shield(self._ready)
 
     async def _run(self) -> None:
+        assert self._ready is not None  # for the checkers: start() sets it before this task exists
         try:
             await self.source.open()
             self.cursor = await self.source.start_position()

@@ -254,7 +254,7 @@ class Call:
         if self.state.pools is not None:
             self._pools = self.state.pools.with_role(role, source, **who)
             self._sql: AsyncSqlApi | None = None
-        else:
+        else:  # _sql is set exactly when _pools is None (the ignores below where it is read)
             self._pools = None
             self._sql = AsyncSqlApi(RoledPool(self.state.pool, role, source, **who))
 
@@ -289,9 +289,9 @@ class Call:
         """``fn(sql)`` on one shard (None: the default; one database: the database, which must be
         that shard when a number is given)."""
         if self._pools is None:
-            if shard is not None and shard != await self._sql.get_shard_id():
+            if shard is not None and shard != await self._sql.get_shard_id():  # type: ignore[union-attr]
                 raise invalid("shard_id", f"{shard} is not this database's shard")
-            return await fn(self._sql)
+            return await fn(self._sql)  # type: ignore[arg-type]
         target = self.state.router.default if shard is None else shard
         if target not in self.state.router.readable:
             raise invalid("shard_id", f"{target} is not a shard of this deployment")
@@ -303,17 +303,17 @@ class Call:
         from harvest.shard.fanout import FanOut, fan_out_async
 
         if self._pools is None:
-            return FanOut.of({0: await fn(self._sql)}, ())
+            return FanOut.of({0: await fn(self._sql)}, ())  # type: ignore[arg-type]
         return await fan_out_async(self.providers(), fn, timeout=self.state.shard_timeout)
 
     async def routed(self, execution_id: str, fn: Callable[[AsyncSqlApi], Awaitable[Any]]) -> Any:
         """``fn(sql)`` on the shard the execution lives on (its id's shard, then a moved run's
         forwarding pointer); one database: the database."""
         if self._pools is None:
-            return await fn(self._sql)
+            return await fn(self._sql)  # type: ignore[arg-type]
 
         async def attempt(shard: int) -> Any:
-            async with self._pools.api(shard) as sql:
+            async with self._pools.api(shard) as sql:  # pyright: ignore[reportOptionalMemberAccess]  # pools, above
                 return await fn(sql)
 
         routing.route_id(self.state.router, execution_id)
@@ -334,8 +334,9 @@ class Call:
             if self._pools is not None:
                 self._client = AsyncClient(None, None, limit, shards=self._pools)
             else:
-                dsn = dsn_with_role(self.state.dsn, self.principal.role, self.principal.source)
-                self._client = AsyncClient(dsn, self._sql.pool, limit)
+                # one database: state.open() set its dsn, and _sql is set
+                dsn = dsn_with_role(self.state.dsn, self.principal.role, self.principal.source)  # type: ignore[arg-type]
+                self._client = AsyncClient(dsn, self._sql.pool, limit)  # type: ignore[union-attr]
             # Query and update waits share the process's LISTEN connections (HarvestState.hub).
             self._client.notifications = self.state.listener
         return self._client
@@ -407,11 +408,12 @@ class Endpoint:
                     decoded = {}
                 data = check_body(self.body, decoded)
             call = _Anonymous(request, state) if principal is None else Call(request, state, principal, self)
+            # a route with no scope (the probes) is handed an _Anonymous: request and state only
             if tracing.ACTIVE:  # the caller's traceparent header, when it sends one
                 with tracing.continue_incoming(request.headers):
-                    answer = await self.handler(call, args, data)
+                    answer = await self.handler(call, args, data)  # type: ignore[arg-type]
             else:
-                answer = await self.handler(call, args, data)
+                answer = await self.handler(call, args, data)  # type: ignore[arg-type]
         except Exception as exc:  # every failure becomes the JSON error shape
             return error_response(exc)
         if isinstance(answer, Response):

@@ -186,12 +186,14 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                 while True:
                     if wait > 0 and marked != current:
                         # Mark the waiter (the close then notifies) and read, in one call.
+                        # (mypy infers no lambda with a default; the default binds this hop's id)
                         row = await call.routed(
-                            current, lambda sql, c=current: sql.wait_for_result(c, waiter)
+                            current,
+                            lambda sql, c=current: sql.wait_for_result(c, waiter),  # type: ignore[misc]
                         )
                         marked = current
                     else:
-                        row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))
+                        row = await call.routed(current, lambda sql, c=current: sql.get_execution(c))  # type: ignore[misc]
                     row = call.resident(row)
                     if row["status"] != "RUNNING":
                         marked = None  # the close deleted the mark
@@ -384,7 +386,7 @@ async def query_workflow(call: Call, args: dict[str, Any], data: dict[str, Any])
     return {"execution_id": execution_id, "query_name": data["query_name"], "result": value}
 
 
-def _update_answer(execution_id: str, name: str, wait: str, outcome: Any) -> Reply:
+def _update_answer(execution_id: str | None, name: str, wait: str, outcome: Any) -> Reply:
     if wait == "accepted":
         return Reply(
             {
