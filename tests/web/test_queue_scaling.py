@@ -99,8 +99,9 @@ def test_scope_and_bad_parameters_are_refused(db: str, tokens: dict[str, str]) -
 
 
 def test_signals_sum_over_shards() -> None:
-    """Two shards' samples: counts add, the oldest age is the oldest anywhere, stale workers and
-    a draining one are not counted; desired_workers rounds up over backlog plus running."""
+    """Two shards' reads: counts add, the oldest age is the oldest anywhere, a worker polling both
+    shards counts once (stale and draining ones are not in the healthy list); desired_workers
+    rounds up over backlog plus running; a queue only a worker names answers with zeros."""
     shard = {
         "queues": [
             {
@@ -121,8 +122,8 @@ def test_signals_sum_over_shards() -> None:
             },
         ],
         "workers": [
-            {"queue": "q", "health": "healthy", "count": 2},
             {"queue": "q", "health": "stale", "count": 4},
+            {"queue": "spare", "health": "stale", "count": 1},
         ],
     }
     other = {
@@ -136,19 +137,27 @@ def test_signals_sum_over_shards() -> None:
                 "oldest_claimable_secs": 40.5,
             }
         ],
-        "workers": [
-            {"queue": "q", "health": "draining", "count": 1},
-            {"queue": "q", "health": "healthy", "count": 1},
-        ],
+        "workers": [{"queue": "q", "health": "healthy", "count": 2}],
     }
-    assert scaling_signals([shard, other], 5) == [
+    both = {"worker_id": "w1", "queues": ["q"]}
+    reads = [(shard, [both]), (other, [both, {"worker_id": "w2", "queues": ["q"]}])]
+    assert scaling_signals(reads, 5) == [
         {
             "queue": "q",
             "backlog": 8,
             "oldest_age_seconds": 40.5,
             "scheduled": 1,
             "running": 2,
-            "workers": 3,
+            "workers": 2,
             "desired_workers": 2,
-        }
+        },
+        {
+            "queue": "spare",
+            "backlog": 0,
+            "oldest_age_seconds": None,
+            "scheduled": 0,
+            "running": 0,
+            "workers": 0,
+            "desired_workers": 0,
+        },
     ]

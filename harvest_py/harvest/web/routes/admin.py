@@ -296,18 +296,22 @@ async def preflight(call: Call, args: dict[str, Any], _: Any) -> Any:
 DEFAULT_PER_WORKER = 20
 
 
-def scaling_signals(samples: list[dict[str, Any]], per_worker: int) -> list[dict[str, Any]]:
-    """Per queue, summed over the shards' ``get_metric_samples`` answers (workflow and activity
-    tasks together): claimable backlog, oldest claimable age (the oldest on any shard), scheduled
-    and running tasks, healthy workers polling it, and ``desired_workers`` =
+def scaling_signals(
+    reads: list[tuple[dict[str, Any], list[dict[str, Any]]]], per_worker: int
+) -> list[dict[str, Any]]:
+    """Per queue, over the shards' (``get_metric_samples``, healthy active ``list_workers``)
+    answers, workflow and activity tasks together: claimable backlog, oldest claimable age (the
+    oldest on any shard), scheduled and running tasks summed; ``workers`` the distinct healthy,
+    active workers polling it (one polling several shards counts once); ``desired_workers`` =
     ceil((backlog + running) / per_worker): enough workers for the work ready now and in hand."""
     queues: dict[str, dict[str, Any]] = {}
+    polling: dict[str, set[str]] = {}
 
     def row(name: str) -> dict[str, Any]:
         empty = {"backlog": 0, "oldest_age_seconds": None, "scheduled": 0, "running": 0, "workers": 0}
         return queues.setdefault(name, {"queue": name, **empty})
 
-    for sample in samples:
+    for sample, healthy in reads:
         for q in sample.get("queues") or []:
             out = row(q["queue"])
             out["backlog"] += int(q["claimable"])
@@ -317,10 +321,13 @@ def scaling_signals(samples: list[dict[str, Any]], per_worker: int) -> list[dict
             if age is not None:
                 out["oldest_age_seconds"] = max(float(age), out["oldest_age_seconds"] or 0.0)
         for w in sample.get("workers") or []:
-            counted = row(w["queue"])  # a polled queue with no work answers too (desired 0)
-            if w["health"] == "healthy":
-                counted["workers"] += int(w["count"])
-    for out in queues.values():
+            row(w["queue"])  # a queue a registered worker names answers too (desired 0 when idle)
+        for worker in healthy:
+            for name in worker.get("queues") or []:
+                row(name)
+                polling.setdefault(name, set()).add(worker["worker_id"])
+    for name, out in queues.items():
+        out["workers"] = len(polling.get(name, ()))
         out["desired_workers"] = -(-(out["backlog"] + out["running"]) // per_worker)
     return [queues[name] for name in sorted(queues)]
 
@@ -354,7 +361,11 @@ def scaling_text(queues: list[dict[str, Any]], unavailable: int) -> str:
 
 async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Scaling signals per queue, summed over every shard; JSON, or Prometheus text."""
-    fan = await call.each_shard(lambda sql: sql.get_metric_samples(0))
+
+    async def read(sql: Any) -> Any:
+        return await sql.get_metric_samples(0), await sql.list_workers(None, "active", "healthy")
+
+    fan = await call.each_shard(read)
     if not fan.results:
         raise DatabaseUnavailable("no shard could be read for the scaling signals; retry when one is up")
     queues = scaling_signals(list(fan.results.values()), args["per_worker"])
