@@ -46,6 +46,10 @@ def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
         with shards.connect(1) as conn, shards.connect(2) as other:
             for c in (conn, other):
                 c.execute("SELECT harvest.register_worker('w-multi', ARRAY['default'], 'host', 1, 60, '{}')")
+        # Scaling signals: the three runs' tasks summed over the shards, w-multi counted once.
+        scaling = api.get("/admin/queues/scaling", params={"queue": "default", "per_worker": 2}).json()
+        assert scaling["status"] == "complete" and scaling["unavailable_shards"] == []
+        assert [(q["backlog"], q["workers"], q["desired_workers"]) for q in scaling["queues"]] == [(3, 1, 2)]
         drained = api.post("/workers/w-multi/drain", json={}).json()
         assert drained["outcome"] == "accepted" and drained["shards"] == [1, 2]
         shards.stop(1)
@@ -56,6 +60,9 @@ def test_routes_over_three_shards_and_a_stopped_one(shards) -> None:
             down = api.get(f"/workflows/{ids[1]}")
             assert down.status_code == 503 and down.json()["error"]["shard_id"] == 1
             assert api.get(f"/workflows/{ids[0]}").status_code == 200
+            scaling = api.get("/admin/queues/scaling", params={"format": "prometheus"})
+            assert scaling.headers["X-Harvest-Unavailable-Shards"] == "1"
+            assert "harvest_queue_scaling_unavailable_shards 1" in scaling.text
             health = api.get("/admin/shards/health").json()
             assert {r["shard_id"]: r["readiness"] for r in health["shards"]}[1] == "unavailable"
         finally:

@@ -111,10 +111,10 @@ def _operation(endpoint: Endpoint) -> dict[str, Any]:
             op["responses"][str(status)] = {"description": description}
         else:
             shape = {"$ref": "#/components/schemas/Error"} if status >= 400 else endpoint.shape
-            op["responses"][str(status)] = {
-                "description": description,
-                "content": {"application/json": {"schema": shape}},
-            }
+            content: dict[str, Any] = {"application/json": {"schema": shape}}
+            if status < 400:
+                content.update({media: {"schema": {"type": "string"}} for media in endpoint.also})
+            op["responses"][str(status)] = {"description": description, "content": content}
     op["responses"]["default"] = {
         "description": "An error: {error: {code, message, ...}}",
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},

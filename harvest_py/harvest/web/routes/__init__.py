@@ -384,6 +384,7 @@ class Endpoint:
     responses: dict[int, str] = field(default_factory=lambda: {200: "OK"})
     tag: str = ""
     shape: dict[str, Any] = field(default_factory=lambda: {"type": "object"})  # a success's JSON
+    also: tuple[str, ...] = ()  # other media types a success may answer (text, its schema a string)
 
     @property
     def operation_id(self) -> str:

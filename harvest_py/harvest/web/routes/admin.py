@@ -1,6 +1,6 @@
-"""Administration: preflight, concurrency, usage, config (with ``shard_topology``), queue
-coverage, version-gate usage, retention (``placed_elsewhere``; run-now answers 503 where the
-janitor does not run), rate-limit pacing overrides, shard health and the audit log
+"""Administration: preflight, concurrency, usage, queue scaling signals, config (with
+``shard_topology``), queue coverage, version-gate usage, retention (``placed_elsewhere``; run-now
+answers 503 where the janitor does not run), rate-limit pacing overrides, shard health and the audit log
 (docs/http-api.md, "Admin"). Every route here needs the admin scope."""
 
 from __future__ import annotations
@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
 
 from harvest.config import declared_queues, merge_coverage, resolve_queues
 from harvest.core.durations import moment
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotPlacedHere
 from harvest.shard.fanout import USAGE_SUMS, newest_audit_first
+from harvest.telemetry.metrics import CONTENT_TYPE
 from harvest.web.routes import STRING, Call, Endpoint, Param, Reply, body, invalid, merged, path
 from harvest.web.routes.health import shard_readiness, shard_urls
 
@@ -287,6 +289,103 @@ async def preflight(call: Call, args: dict[str, Any], _: Any) -> Any:
     }
 
 
+# -- scaling signals for an autoscaler (KEDA, an HPA on external metrics) -------------------------
+
+# desired_workers assumes a worker runs this many tasks at once unless ?per_worker= says otherwise:
+# the worker's own default concurrency (harvest.worker.options.WorkerOptions.concurrency).
+DEFAULT_PER_WORKER = 20
+
+
+def scaling_signals(
+    reads: list[tuple[dict[str, Any], list[dict[str, Any]]]], per_worker: int
+) -> list[dict[str, Any]]:
+    """Per queue, over the shards' (``get_metric_samples``, healthy active ``list_workers``)
+    answers, workflow and activity tasks together: claimable backlog, oldest claimable age (the
+    oldest on any shard), scheduled and running tasks summed; ``workers`` the distinct healthy,
+    active workers polling it (one polling several shards counts once); ``desired_workers`` =
+    ceil((backlog + running) / per_worker): enough workers for the work ready now and in hand."""
+    queues: dict[str, dict[str, Any]] = {}
+    polling: dict[str, set[str]] = {}
+
+    def row(name: str) -> dict[str, Any]:
+        empty = {"backlog": 0, "oldest_age_seconds": None, "scheduled": 0, "running": 0, "workers": 0}
+        return queues.setdefault(name, {"queue": name, **empty})
+
+    for sample, healthy in reads:
+        for q in sample.get("queues") or []:
+            out = row(q["queue"])
+            out["backlog"] += int(q["claimable"])
+            out["scheduled"] += int(q["scheduled"])
+            out["running"] += int(q["running"])
+            age = q.get("oldest_claimable_secs")
+            if age is not None:
+                out["oldest_age_seconds"] = max(float(age), out["oldest_age_seconds"] or 0.0)
+        for w in sample.get("workers") or []:
+            row(w["queue"])  # a queue a registered worker names answers too (desired 0 when idle)
+        for worker in healthy:
+            for name in worker.get("queues") or []:
+                row(name)
+                polling.setdefault(name, set()).add(worker["worker_id"])
+    for name, out in queues.items():
+        out["workers"] = len(polling.get(name, ()))
+        out["desired_workers"] = -(-(out["backlog"] + out["running"]) // per_worker)
+    return [queues[name] for name in sorted(queues)]
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+GAUGES = (
+    ("backlog", "Claimable tasks (due now, not yet claimed) of the queue, over every shard."),
+    ("oldest_age_seconds", "Age of the oldest claimable task of the queue (0: none)."),
+    ("scheduled", "Tasks of the queue due later (retries, delays), over every shard."),
+    ("running", "Tasks of the queue claimed and running now."),
+    ("workers", "Healthy workers polling the queue."),
+    ("desired_workers", "ceil((backlog + running) / per_worker): a worker-count hint."),
+)
+
+
+def scaling_text(queues: list[dict[str, Any]], unavailable: int) -> str:
+    """The signals as Prometheus text (one gauge family per signal, a ``queue`` label)."""
+    lines: list[str] = []
+    for key, help_text in GAUGES:
+        name = f"harvest_queue_scaling_{key}"
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+        lines += [f'{name}{{queue="{_label(q["queue"])}"}} {q[key] or 0}' for q in queues]
+    name = "harvest_queue_scaling_unavailable_shards"
+    lines += [f"# HELP {name} Shards not read for these signals (0: complete).", f"# TYPE {name} gauge"]
+    lines.append(f"{name} {unavailable}")
+    return "\n".join(lines) + "\n"
+
+
+async def queue_scaling(call: Call, args: dict[str, Any], _: Any) -> Any:
+    """Scaling signals per queue, summed over every shard; JSON, or Prometheus text."""
+
+    async def read(sql: Any) -> Any:
+        return await sql.get_metric_samples(0), await sql.list_workers(None, "active", "healthy")
+
+    fan = await call.each_shard(read)
+    if not fan.results:
+        raise DatabaseUnavailable("no shard could be read for the scaling signals; retry when one is up")
+    queues = scaling_signals(list(fan.results.values()), args["per_worker"])
+    if args["queue"] is not None:
+        queues = [q for q in queues if q["queue"] == args["queue"]]
+    headers = {"X-Harvest-Status": fan.status}
+    if fan.unavailable_shards:
+        headers["X-Harvest-Unavailable-Shards"] = ",".join(map(str, fan.unavailable_shards))
+    if args["format"] == "prometheus":
+        text = scaling_text(queues, len(fan.unavailable_shards))
+        return Response(text, media_type=CONTENT_TYPE, headers=headers)
+    body = {
+        "status": fan.status,
+        "per_worker": args["per_worker"],
+        "queues": queues,
+        "unavailable_shards": fan.unavailable_shards,
+    }
+    return Reply(body, headers=headers)
+
+
 ACTIVITY = path("activity_name")
 ENDPOINTS = [
     Endpoint(
@@ -319,6 +418,28 @@ ENDPOINTS = [
             Param("group_by", default="workflow_name", description="workflow_name or search_attr:<key>."),
         ),
         tag="admin",
+    ),
+    Endpoint(
+        "GET",
+        "/admin/queues/scaling",
+        "admin",
+        queue_scaling,
+        "Scaling signals per queue over every shard (backlog, oldest age, workers, desired_workers), "
+        "for an autoscaler; Prometheus text with format=prometheus.",
+        (
+            Param("format", "enum", default="json", choices=("json", "prometheus")),
+            Param(
+                "per_worker",
+                "integer",
+                default=DEFAULT_PER_WORKER,
+                minimum=1,
+                maximum=10_000,
+                description="Tasks one worker runs at once, for desired_workers (default 20).",
+            ),
+            Param("queue", description="Only this queue."),
+        ),
+        tag="admin",
+        also=(CONTENT_TYPE,),
     ),
     Endpoint(
         "GET",
