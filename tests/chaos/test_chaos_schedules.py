@@ -42,7 +42,9 @@ def _spawn(db: str, seconds: float, hold: float) -> subprocess.Popen:
 def test_three_racing_schedulers_and_a_kill_mid_tick_fire_each_slot_once(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         SqlApi(conn).create_schedule("race", "race_wf", cron="* * * * * *", overlap="allow_all")
-    procs = [_spawn(db, 8, 0.3) for _ in range(3)]
+    # The victim runs until it is killed: among three racers it may lose every slot for a while
+    # (each second one of them wins), and after the other two stop it wins the next tick alone.
+    procs = [_spawn(db, 30, 0.3), _spawn(db, 8, 0.3), _spawn(db, 8, 0.3)]
     victim = procs[0]
     held: list[str] = []
     deadline = time.monotonic() + 30
