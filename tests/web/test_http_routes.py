@@ -382,6 +382,12 @@ def test_each_new_route_refuses_a_scope_below_its_own(db: str, tokens: dict[str,
         ("GET", "/admin/tokens", None, "admin"),
         ("POST", "/admin/tokens", {"name": "n", "scope": "read"}, "admin"),
         ("DELETE", "/admin/tokens/nobody", None, "admin"),
+        ("GET", "/history/export-batch", None, "read"),
+        ("GET", f"/workflows/{run}/history/export", None, "read"),
+        ("GET", "/admin/preflight", None, "read"),
+        ("GET", "/admin/retention/settings", None, "admin"),
+        ("POST", "/admin/retention/settings", {"max_age": "off"}, "admin"),
+        ("GET", "/admin/queues/scaling", None, "admin"),
     ]
     below = {"operate": "read", "admin": "operate"}
     with api_client(db, profile="production") as api:
