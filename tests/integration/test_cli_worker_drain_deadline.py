@@ -53,7 +53,9 @@ def test_drain_deadline_stops_the_worker_and_releases_in_flight_work(
     handle = client.start_workflow(runs_stuck, 1)
     wait_until(lambda: started == [1], what="the activity to be in flight")
 
-    deadline = (datetime.now(UTC) + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Far enough ahead that the CLI's own start on a loaded machine does not reach it (the
+    # command refuses a deadline in the past), near enough that only it can end the drain.
+    deadline = (datetime.now(UTC) + timedelta(seconds=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
     began = time.monotonic()
     r = harvest(
         db,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 import pytest
+from stopping import assert_thread_stopped
 
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
@@ -155,6 +156,7 @@ class PerShardWorkers:
         self._thread.join(30)
         if self.error is not None:
             raise self.error
+        assert_thread_stopped(self._thread, self.loop, "the per-shard workers (30 s after their stop)")
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from harvest.db.connection import connect_async, redact
 from harvest.runtime import WorkflowRun
 from harvest.runtime.messages import UnknownHandler, failure_of
 from harvest.telemetry import tracing
+from harvest.worker.stopping import cancel_and_wait
 
 if TYPE_CHECKING:
     from harvest.worker.lanes import ShardLane
@@ -105,10 +106,7 @@ class QueryResponder:
                     await asyncio.wait_for(self._wake.wait(), w.poll_interval)
                 self._wake.clear()
         finally:
-            listener.cancel()
-            for task in list(self._inflight):
-                task.cancel()
-            await asyncio.gather(listener, *self._inflight, return_exceptions=True)
+            await cancel_and_wait([listener, *self._inflight], f"query responder (shard {self.lane.shard})")
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._inflight.discard(task)
@@ -128,6 +126,8 @@ class QueryResponder:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self.worker.stopping:
+                    return  # a cancellation a driver turned into an error (see worker/stopping.py)
                 if not lane.note_failure(exc, "query listener"):
                     log.warning("query listener lost (%s); reconnecting", redact(str(exc), lane.dsn))
                 await asyncio.sleep(1.0)

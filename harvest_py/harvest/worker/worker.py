@@ -61,6 +61,7 @@ from harvest.worker.options import WorkerOptions, refuse_auto_with_cells, resolv
 from harvest.worker.owners import RECENT_HEARTBEATS
 from harvest.worker.queries import serve_queries
 from harvest.worker.redis_dispatch import RedisDispatch, refuse_sharded
+from harvest.worker.stopping import cancel_and_wait
 from harvest.worker.workflows import StickyCache, run_workflow_task
 
 log = logging.getLogger("harvest.worker")
@@ -281,18 +282,20 @@ class Worker:
                 log.info("worker %s polling %s%s", self.worker_id, ", ".join(self.queues), shards)
                 self._warn_uncovered()
             for lane in self.lanes:
+                shard = lane.shard  # each task is named, so a stop that hangs names it (worker/stopping.py)
                 if self.run_worker:
-                    heartbeats.append(asyncio.create_task(self._heartbeat(lane)))
+                    heartbeats.append(asyncio.create_task(self._heartbeat(lane), name=f"heartbeat-{shard}"))
                     background += [
-                        asyncio.create_task(self._listen(lane)),
-                        asyncio.create_task(serve_queries(self, lane)),
+                        asyncio.create_task(self._listen(lane), name=f"task-listener-{shard}"),
+                        asyncio.create_task(serve_queries(self, lane), name=f"queries-{shard}"),
                     ]  # queries and updates
                 if self.run_scanner:
-                    background.append(asyncio.create_task(self._scan(lane)))
+                    background.append(asyncio.create_task(self._scan(lane), name=f"scanner-{shard}"))
                 if self.run_retention:
-                    background.append(asyncio.create_task(self._retention(lane)))
+                    background.append(asyncio.create_task(self._retention(lane), name=f"retention-{shard}"))
                 if self.sampler is not None:
-                    background.append(asyncio.create_task(self.sampler.run(lane.dsn, lane.shard)))
+                    sampler = self.sampler.run(lane.dsn, shard)
+                    background.append(asyncio.create_task(sampler, name=f"sampler-{shard}"))
             if self.redis is not None and self.run_worker:
                 background += [
                     asyncio.create_task(self.redis.consume_loop()),
@@ -304,17 +307,13 @@ class Worker:
                 else:
                     await self._stopping.wait()
             finally:
-                for task in background:
-                    task.cancel()
-                await asyncio.gather(*background, return_exceptions=True)
+                await cancel_and_wait(background, "background")
                 try:
                     if self.run_worker:
                         await self._drain()
                 finally:
                     # The heartbeat outlives the drain: a draining worker is not stale.
-                    for task in heartbeats:
-                        task.cancel()
-                    await asyncio.gather(*heartbeats, return_exceptions=True)
+                    await cancel_and_wait(heartbeats, "heartbeat")
         finally:
             self.executors.shutdown()
             if self.redis is not None:
@@ -776,6 +775,8 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if self.stopping:
+                    return  # a cancellation a driver turned into an error (see worker/stopping.py)
                 if not lane.note_failure(exc, "notification listener"):
                     log.warning("notification listener lost (%s); reconnecting", redact(str(exc), lane.dsn))
                 await asyncio.sleep(1.0)

@@ -1,0 +1,48 @@
+"""Ending a worker's background tasks so that a stop always ends.
+
+``task.cancel()`` followed by ``gather`` waits forever for a task that lost its
+cancellation: a driver call that turns the CancelledError into an ordinary error,
+caught by a loop that retries. The worker then never returns from ``run`` and its
+listeners keep polling a database nobody serves any more. So each wait is bounded:
+a task still running after ``STOP_WAIT_SECS`` is cancelled once more (a lost
+cancellation is a race of one moment) and, if it still runs, named in the log and
+left behind rather than holding the stop hostage."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+log = logging.getLogger("harvest.worker")
+
+STOP_WAIT_SECS = 5.0
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], what: str) -> None:
+    """Cancel ``tasks`` and wait for them, bounded (see the module's note)."""
+    tasks = list(tasks)
+    pending = {task for task in tasks if not task.done()}
+    for task in pending:
+        task.cancel()
+    for attempt in range(2):
+        if not pending:
+            break
+        _, pending = await asyncio.wait(pending, timeout=STOP_WAIT_SECS)
+        if pending and attempt == 0:
+            for task in pending:
+                task.cancel()  # the first one was lost: a second, once
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            with contextlib.suppress(BaseException):
+                task.exception()  # retrieved, so asyncio does not report it at exit
+    if pending:
+        log.warning(
+            "%d %s task(s) did not stop within %.0fs of their cancellation; left behind: %s",
+            len(pending),
+            what,
+            2 * STOP_WAIT_SECS,
+            ", ".join(sorted(task.get_name() for task in pending)),
+        )

@@ -1,0 +1,83 @@
+"""A worker's stop ends even when a background task loses its cancellation (worker/stopping.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from harvest.worker import stopping
+
+
+async def _loses_the_first_cancellation(ran: list[str]) -> None:
+    # What a driver that turns a CancelledError into an ordinary error does to a retry loop.
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        ran.append("first cancellation swallowed")
+    await asyncio.sleep(3600)
+
+
+async def _never_ends() -> None:
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+
+
+async def _fails() -> None:
+    raise RuntimeError("boom")
+
+
+@pytest.fixture(autouse=True)
+def short_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stopping, "STOP_WAIT_SECS", 0.05)
+
+
+def test_a_task_that_loses_its_first_cancellation_is_cancelled_again_and_stops() -> None:
+    async def main() -> asyncio.Task[None]:
+        ran: list[str] = []
+        task = asyncio.create_task(_loses_the_first_cancellation(ran), name="listener-0")
+        await asyncio.sleep(0)
+        await stopping.cancel_and_wait([task], "background")
+        assert ran == ["first cancellation swallowed"]
+        return task
+
+    assert asyncio.run(main()).cancelled()
+
+
+def test_a_task_that_ignores_every_cancellation_is_named_in_the_log_and_left(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="harvest.worker")
+
+    async def main() -> tuple[bool, bool]:
+        stuck = asyncio.create_task(_never_ends(), name="queries-1")
+        fine = asyncio.create_task(asyncio.sleep(3600), name="scanner-1")
+        await asyncio.sleep(0)
+        await stopping.cancel_and_wait([stuck, fine], "background")  # returns: the stop goes on
+        return stuck.done(), fine.cancelled()
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) == (False, True)
+    finally:
+        loop.close()  # the stuck task is abandoned with its loop, as a stopping worker leaves it
+    [record] = [r for r in caplog.records if "did not stop" in r.getMessage()]
+    assert "1 background task(s)" in record.getMessage() and "queries-1" in record.getMessage()
+
+
+def test_a_failed_task_is_reaped_without_an_unretrieved_exception_report() -> None:
+    reports: list[dict[str, object]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reports.append(context))
+        task = asyncio.create_task(_fails())
+        await asyncio.sleep(0.01)
+        await stopping.cancel_and_wait([task], "background")
+        del task
+
+    asyncio.run(main())
+    assert reports == []
