@@ -1,8 +1,9 @@
 -- 0044: cheaper rows (docs/performance.md, "where the SQL path's time goes"). The closed
 -- lists of events.event_type, executions.status and parent_close_policy, tasks.kind and
--- status move from IN lists in table CHECKs to domains the same-named table CHECKs cast
--- to. PostgreSQL reads a table CHECK's expression back from its stored text for every
--- INSERT or UPDATE statement on the table, a domain's once per session; the rule, the
+-- status, and the forwarding pointer's rule (executions_migrated_to_shard_check), move
+-- from IN lists in table CHECKs to domains the same-named table CHECKs cast to.
+-- PostgreSQL reads a table CHECK's expression back from its stored text for every INSERT
+-- or UPDATE statement on the table, a domain's once per session; the rules, the
 -- constraint names and the SQLSTATE (23514) of a violation stay. The columns stay text.
 -- Each ADD CONSTRAINT checks the table's rows once (a scan, no rewrite, no index rebuilt).
 CREATE DOMAIN harvest.event_type AS text
@@ -31,6 +32,12 @@ CONSTRAINT executions_parent_close_policy_check CHECK (
     value IN ('terminate', 'request_cancel', 'abandon')
 );
 
+CREATE DOMAIN harvest.migrated_status AS text
+CONSTRAINT executions_migrated_to_shard_check CHECK (value IN ('MIGRATING', 'MIGRATED'));
+
+CREATE DOMAIN harvest.shard_number AS integer
+CONSTRAINT executions_migrated_to_shard_check CHECK (value BETWEEN 0 AND 65535);
+
 CREATE DOMAIN harvest.task_kind AS text
 CONSTRAINT tasks_kind_check CHECK (value IN ('workflow', 'activity', 'timer'));
 
@@ -47,6 +54,11 @@ ADD CONSTRAINT executions_status_check CHECK ((status::harvest.execution_status)
 DROP CONSTRAINT executions_parent_close_policy_check,
 ADD CONSTRAINT executions_parent_close_policy_check CHECK (
     (parent_close_policy::harvest.parent_close_policy) IS NOT NULL
+),
+DROP CONSTRAINT executions_migrated_to_shard_check,
+ADD CONSTRAINT executions_migrated_to_shard_check CHECK (
+    (migrated_to_shard::harvest.shard_number) IS NULL
+    OR (status::harvest.migrated_status) IS NOT NULL
 );
 
 ALTER TABLE harvest.tasks

@@ -18,6 +18,14 @@ CONSTRAINT executions_parent_close_policy_check CHECK (
     value IN ('terminate', 'request_cancel', 'abandon')
 );
 
+-- A forwarding pointer (migrated_to_shard) only on a MIGRATING or MIGRATED row, and a
+-- shard number in range: the same casts, one per column.
+CREATE DOMAIN harvest.migrated_status AS text
+CONSTRAINT executions_migrated_to_shard_check CHECK (value IN ('MIGRATING', 'MIGRATED'));
+
+CREATE DOMAIN harvest.shard_number AS integer
+CONSTRAINT executions_migrated_to_shard_check CHECK (value BETWEEN 0 AND 65535);
+
 CREATE TABLE harvest.executions (
     id uuid NOT NULL,
     workflow_name text NOT NULL,
@@ -67,8 +75,8 @@ CREATE TABLE harvest.executions (
         (parent_close_policy::harvest.parent_close_policy) IS NOT NULL
     ),
     CONSTRAINT executions_migrated_to_shard_check CHECK (
-        migrated_to_shard IS NULL
-        OR (status IN ('MIGRATING', 'MIGRATED') AND migrated_to_shard BETWEEN 0 AND 65535)
+        (migrated_to_shard::harvest.shard_number) IS NULL
+        OR (status::harvest.migrated_status) IS NOT NULL
     )
 );
 
