@@ -1,9 +1,10 @@
 """One vocabulary: the event and command types the SQL knows are the runtime's.
 
 The SQL's event types are the domain harvest.event_type that the CHECK on
-harvest.events.event_type casts to (sql/events.sql, migrations 0020 and 0044); the runtime's are harvest.runtime.commands.EVENT_TYPES. The SQL's
-command types are the branches of the dispatcher over a command's "type"
-(functions/decide.sql); the runtime's are the commands it matches and the terminal ones.
+harvest.events.event_type casts to (sql/events.sql, migrations 0020 and 0044); the
+runtime's are harvest.runtime.commands.EVENT_TYPES. The SQL's command types are the
+branches of the dispatcher over a command's "type" (functions/decide.sql); the runtime's
+are the commands it matches and the terminal ones.
 """
 
 from __future__ import annotations
