@@ -247,6 +247,19 @@ def issue20_lines(results: dict) -> list[str]:
                 for t in stm["top"]
             ),
         ]
+        if stm.get("statements_per_workflow") is not None:
+            floor_count = (floor or {}).get("statements_per_run")
+            lines += [
+                "",
+                f"The SQL path runs {stm['statements_per_workflow']:g} statements per workflow inside its "
+                f"functions ({stm['writes_per_workflow']:g} of them INSERT, UPDATE or DELETE), each paying "
+                "executor start-up and a plan check (a write also its table's CHECKs and trigger WHENs)"
+                + (
+                    f"; the floor writes the same rows in {floor_count:g} statements per run."
+                    if floor_count is not None
+                    else "."
+                ),
+            ]
     elif stm:
         lines += ["", f"SQL path per-statement costs: not measured ({stm.get('reason')})."]
     fo = results.get("fan_out")

@@ -106,9 +106,19 @@ def statement_costs(dsn: str, n: int, batch: int, options: dict, limit: int = 15
             " ORDER BY total_exec_time DESC LIMIT %s",
             (limit,),
         ).fetchall()
+        # Every statement the functions run pays executor start-up and a plan check whatever
+        # its rows (docs/performance.md "Where the SQL path's time goes"): count them.
+        nested, writes = conn.execute(
+            "SELECT coalesce(sum(calls), 0),"
+            " coalesce(sum(calls) FILTER (WHERE query ~* '^\\s*(INSERT|UPDATE|DELETE)'), 0)"
+            " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+            " WHERE datname = current_database()) AND NOT toplevel"
+        ).fetchone()
     return {
         "available": True,
         "workflows": n,
+        "statements_per_workflow": round(nested / n, 1),
+        "writes_per_workflow": round(writes / n, 1),
         "top": [
             {"query": q, "calls_per_workflow": round(c / n, 2), "us_per_workflow": round(t * 1000 / n, 1)}
             for q, _top, c, t in rows

@@ -2,6 +2,30 @@
 -- migrations added them (a catalog compares column order), so a fresh install
 -- and an upgraded one hold the same table.
 
+-- The closed lists of a run's status and parent close policy, as domains the table's
+-- CHECKs cast to: a table CHECK's expression is read back from its stored text by every
+-- INSERT or UPDATE statement (a run's row is updated on every event append), a domain's
+-- once per session (docs/performance.md, "where the SQL path's time goes"). The columns
+-- stay text; a value outside the list fails with SQLSTATE 23514 naming the same constraint.
+CREATE DOMAIN harvest.execution_status AS text
+CONSTRAINT executions_status_check CHECK (value IN (
+    'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
+    'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED', 'PAUSED'
+));
+
+CREATE DOMAIN harvest.parent_close_policy AS text
+CONSTRAINT executions_parent_close_policy_check CHECK (
+    value IN ('terminate', 'request_cancel', 'abandon')
+);
+
+-- A forwarding pointer (migrated_to_shard) only on a MIGRATING or MIGRATED row, and a
+-- shard number in range: the same casts, one per column.
+CREATE DOMAIN harvest.migrated_status AS text
+CONSTRAINT executions_migrated_to_shard_check CHECK (value IN ('MIGRATING', 'MIGRATED'));
+
+CREATE DOMAIN harvest.shard_number AS integer
+CONSTRAINT executions_migrated_to_shard_check CHECK (value BETWEEN 0 AND 65535);
+
 CREATE TABLE harvest.executions (
     id uuid NOT NULL,
     workflow_name text NOT NULL,
@@ -43,19 +67,16 @@ CREATE TABLE harvest.executions (
     migrated_to_shard integer,
     migrated_from_shards integer[] NOT NULL DEFAULT '{}'::integer[],
     CONSTRAINT executions_pkey PRIMARY KEY (id),
-    CONSTRAINT executions_status_check CHECK (status IN (
-        'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
-        'CONTINUED_AS_NEW', 'MIGRATING', 'MIGRATED', 'PAUSED'
-    )),
+    CONSTRAINT executions_status_check CHECK ((status::harvest.execution_status) IS NOT NULL),
     CONSTRAINT executions_search_attributes_object CHECK (
         jsonb_typeof(search_attributes) = 'object'
     ),
     CONSTRAINT executions_parent_close_policy_check CHECK (
-        parent_close_policy IN ('terminate', 'request_cancel', 'abandon')
+        (parent_close_policy::harvest.parent_close_policy) IS NOT NULL
     ),
     CONSTRAINT executions_migrated_to_shard_check CHECK (
-        migrated_to_shard IS NULL
-        OR (status IN ('MIGRATING', 'MIGRATED') AND migrated_to_shard BETWEEN 0 AND 65535)
+        (migrated_to_shard::harvest.shard_number) IS NULL
+        OR (status::harvest.migrated_status) IS NOT NULL
     )
 );
 

@@ -2,6 +2,17 @@
 -- A PAUSED run's tasks that no worker holds wait in status 'paused' (functions/lifecycle.sql).
 -- A finished task is deleted, so the claimable index stays as small as the backlog.
 
+-- A task's kind and status lists, as domains the table's CHECKs cast to: a table
+-- CHECK's expression is read back from its stored text by every INSERT or UPDATE
+-- statement, a domain's once per session (docs/performance.md, "where the SQL path's
+-- time goes"). The columns stay text; a value outside the list fails with SQLSTATE 23514
+-- naming the same constraint.
+CREATE DOMAIN harvest.task_kind AS text
+CONSTRAINT tasks_kind_check CHECK (value IN ('workflow', 'activity', 'timer'));
+
+CREATE DOMAIN harvest.task_status AS text
+CONSTRAINT tasks_status_check CHECK (value IN ('pending', 'running', 'paused'));
+
 CREATE TABLE harvest.tasks (
     id bigint GENERATED ALWAYS AS IDENTITY,
     execution_id uuid NOT NULL,
@@ -38,8 +49,8 @@ CREATE TABLE harvest.tasks (
     priority_aging_secs double precision,
     fairness_key text,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),
-    CONSTRAINT tasks_kind_check CHECK (kind IN ('workflow', 'activity', 'timer')),
-    CONSTRAINT tasks_status_check CHECK (status IN ('pending', 'running', 'paused')),
+    CONSTRAINT tasks_kind_check CHECK ((kind::harvest.task_kind) IS NOT NULL),
+    CONSTRAINT tasks_status_check CHECK ((status::harvest.task_status) IS NOT NULL),
     CONSTRAINT tasks_concurrency_limit_check CHECK (concurrency_limit IS NULL OR concurrency_limit >= 1),
     CONSTRAINT tasks_priority_aging_secs_check CHECK (priority_aging_secs IS NULL OR priority_aging_secs > 0),
     CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)

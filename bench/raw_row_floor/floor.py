@@ -351,6 +351,13 @@ def main() -> None:
             "runs": runs,
             "best_runs_per_s": max(r["runs_per_s"] for r in runs),
             "top_statements": statements(args.dsn, script),
+            # The same rows in this many statements per run (the SQL path's statement-cost row
+            # prints its own count beside it).
+            "statements_per_run": round(
+                sum(1 for line in script.splitlines() if re.match(r"(INSERT|UPDATE|DELETE) ", line))
+                / RUNS_PER_TRANSACTION,
+                2,
+            ),
             "measured_at": datetime.now(UTC).isoformat(),
         }
     )

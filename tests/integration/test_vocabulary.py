@@ -1,9 +1,10 @@
 """One vocabulary: the event and command types the SQL knows are the runtime's.
 
-The SQL's event types are the CHECK on harvest.events.event_type (sql/events.sql,
-migration 0020); the runtime's are harvest.runtime.commands.EVENT_TYPES. The SQL's
-command types are the branches of the dispatcher over a command's "type"
-(functions/decide.sql); the runtime's are the commands it matches and the terminal ones.
+The SQL's event types are the domain harvest.event_type that the CHECK on
+harvest.events.event_type casts to (sql/events.sql, migrations 0020 and 0044); the
+runtime's are harvest.runtime.commands.EVENT_TYPES. The SQL's command types are the
+branches of the dispatcher over a command's "type" (functions/decide.sql); the runtime's
+are the commands it matches and the terminal ones.
 """
 
 from __future__ import annotations
@@ -23,12 +24,19 @@ RUNTIME_COMMAND_TYPES = set(commands.COMMAND_EVENTS.values()) | set(commands.TER
 
 def check_values(dsn: str) -> set[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(
+        table = conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
             " WHERE conrelid = 'harvest.events'::regclass"
             " AND conname = 'events_event_type_check'"
         ).fetchone()
-    assert row, "harvest.events has no events_event_type_check"
+        row = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE contypid = 'harvest.event_type'::regtype"
+            " AND conname = 'events_event_type_check'"
+        ).fetchone()
+    assert table, "harvest.events has no events_event_type_check"
+    assert "harvest.event_type" in table[0], table[0]  # the table's CHECK is the domain's list
+    assert row, "harvest.event_type has no events_event_type_check"
     return set(re.findall(r"'(\w+)'::text", row[0]))
 
 
