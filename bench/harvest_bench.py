@@ -250,11 +250,13 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
 
 async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
     k = max(1, n // fan)
-    async with InProcessWorker(dsn):
+    async with InProcessWorker(dsn) as worker:
         client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
         try:
+            cpu0, server0 = time.process_time(), server_cpu_seconds(dsn)
             await _start_many(client, fan_out, [fan] * k)
             await _wait_done(dsn, k, timeout)
+            cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(dsn) - server0
         finally:
             await client.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -274,6 +276,20 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
         "completed": done,
         "elapsed_s": round(elapsed, 3),
         "throughput": round(done / elapsed, 1),
+        # This process (worker, starters, the wait loop) and the server, per activity.
+        "cpu": {
+            "server_s": round(server_cpu, 3),
+            "client_s": round(cpu, 3),
+            "server_ms_per_activity": round(server_cpu * 1000 / (k * fan), 4),
+            "worker_ms_per_activity": round(cpu * 1000 / (k * fan), 4),
+        },
+        "steps": {
+            "handed_tasks": worker.handed_tasks,
+            "decided_ahead": worker.decided_ahead,
+            "result_batches": worker.completions.batches,
+            "completed_tasks": worker.completed_tasks,
+            "cache_misses": worker.cache.misses,
+        },
         "worker_options": WORKER_OPTIONS,
     }
 
@@ -394,7 +410,13 @@ def main() -> None:
     parser.add_argument(
         "--no-metrics", action="store_true", help="Worker(metrics=False): the A/B of docs/observability.md"
     )
+    parser.add_argument("--concurrency", type=int, help="Worker(concurrency), default bench/common.py's")
+    parser.add_argument("--claim-batch", type=int, help="Worker(claim_batch), default bench/common.py's")
     args = parser.parse_args()
+    if args.concurrency:
+        WORKER_OPTIONS["concurrency"] = args.concurrency
+    if args.claim_batch:
+        WORKER_OPTIONS["claim_batch"] = args.claim_batch
     if args.no_metrics:
         WORKER_OPTIONS["metrics"] = False
     logging.basicConfig(level=logging.ERROR)

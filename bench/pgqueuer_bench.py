@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contextlib
 
 import psycopg
-from common import CONCURRENCY, emit, settle_stats, xact_commits
+from common import CONCURRENCY, emit, server_cpu_seconds, settle_stats, xact_commits
 from pgqueuer import Job, PsycopgDriver, Queries, QueueManager
 from pgqueuer.domain.types import QueueExecutionMode
 
@@ -70,6 +70,7 @@ async def bench(dsn: str, n: int, batch: int = BATCH, concurrency: int = CONCURR
                     return
                 await asyncio.sleep(0.02)
 
+    cpu0, server0 = time.process_time(), server_cpu_seconds(dsn)
     t0 = time.monotonic()
     watcher = asyncio.create_task(watch())
     await qm.run(
@@ -80,6 +81,7 @@ async def bench(dsn: str, n: int, batch: int = BATCH, concurrency: int = CONCURR
     )
     await watcher
     elapsed = drained_at - t0
+    cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(dsn) - server0
     await conn.close()
     settle_stats()
     commits = xact_commits(dsn) - commits_before
@@ -93,6 +95,13 @@ async def bench(dsn: str, n: int, batch: int = BATCH, concurrency: int = CONCURR
         "last_job_body_s": round(last_body - t0, 3),
         "commits": commits,
         "commits_per_job": round(commits / n, 3),
+        # The drain only (the jobs are enqueued before it): this process and the server, per job.
+        "cpu": {
+            "server_s": round(server_cpu, 3),
+            "client_s": round(cpu, 3),
+            "server_ms_per_job": round(server_cpu * 1000 / n, 4),
+            "worker_ms_per_job": round(cpu * 1000 / n, 4),
+        },
         "settings": {
             "batch_size": batch,
             "max_concurrent_tasks": concurrency,

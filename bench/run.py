@@ -78,6 +78,8 @@ FULL = {
     "sql_statements": 500,
     "fan_out_n": 20000,
     "fan_out_rounds": 2,
+    # Harvest's Worker(concurrency, claim_batch), swept as PgQueuer's settings are.
+    "harvest_sweep": [[50, 50], [200, 200], [500, 500]],
     "pgqueuer_sweep": [[25, 50], [25, 100], [100, 200], [100, 400], [500, 1000], [500, 2000]],
     "remote_rate": 20.0,
     "remote_seconds": 20.0,
@@ -107,6 +109,7 @@ QUICK = {
     "sql_statements": 100,
     "fan_out_n": 2000,
     "fan_out_rounds": 1,
+    "harvest_sweep": [[50, 50], [200, 200]],
     "pgqueuer_sweep": [[25, 50], [25, 100], [100, 200], [100, 400], [500, 1000], [500, 2000]],
     "remote_rate": 20.0,
     "remote_seconds": 5.0,
@@ -214,6 +217,51 @@ def median(values: list[float]) -> float:
     return round(statistics.median(values), 1)
 
 
+def _median_ms(values: list[float | None]) -> float | None:
+    """The median of per-task CPU figures (None where a row has none)."""
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 4) if known else None
+
+
+def fan_out_summary(fo: dict) -> dict:
+    """The fan-out row's summary: Harvest at its best (concurrency, claim batch) of the sweep
+    (each setting's median over the rounds), PgQueuer at its best, and their ratio."""
+    s: dict = {}
+    # Each Harvest setting's median over the rounds; the best setting is the row's figure.
+    by_setting: dict[tuple[int, int], list[dict]] = {}
+    for x in fo["harvest"]:
+        w = x["worker_options"]
+        by_setting.setdefault((w["concurrency"], w["claim_batch"]), []).append(x)
+    settings = {
+        k: {
+            "per_s": median([x["throughput"] for x in v]),
+            "server_ms": _median_ms([x.get("cpu", {}).get("server_ms_per_activity") for x in v]),
+            "worker_ms": _median_ms([x.get("cpu", {}).get("worker_ms_per_activity") for x in v]),
+        }
+        for k, v in by_setting.items()
+    }
+    (concurrency, claim_batch), h_best = max(settings.items(), key=lambda kv: kv[1]["per_s"])
+    s["fan_out"] = {
+        "n": fo["harvest"][0]["n"],
+        "workflows": fo["harvest"][0]["workflows"],
+        "harvest_per_s": h_best["per_s"],
+        "concurrency": concurrency,
+        "claim_batch": claim_batch,
+        "server_ms_per_activity": h_best["server_ms"],
+        "worker_ms_per_activity": h_best["worker_ms"],
+    }
+    best = max(fo["pgqueuer"], key=lambda x: x["throughput"])
+    s["pgqueuer_best"] = {
+        "jobs_per_s": best["throughput"],
+        "batch_size": best["settings"]["batch_size"],
+        "concurrency": best["settings"]["max_concurrent_tasks"],
+        "server_ms_per_job": (best.get("cpu") or {}).get("server_ms_per_job"),
+        "worker_ms_per_job": (best.get("cpu") or {}).get("worker_ms_per_job"),
+    }
+    s["fan_out_vs_pgqueuer"] = round(s["fan_out"]["harvest_per_s"] / best["throughput"], 2)
+    return s
+
+
 def summarize(results: dict) -> dict:
     """The headline figures: medians over rounds, ratios, the ceiling and the targets."""
     rounds = results["rounds"]
@@ -277,18 +325,7 @@ def summarize(results: dict) -> dict:
             s["sql_efficiency"] = round(s["sql_path_wf_per_s"] / s["raw_row_floor_runs_per_s"], 3)
     fo = results.get("fan_out")
     if fo:
-        s["fan_out"] = {
-            "n": fo["harvest"][0]["n"],
-            "workflows": fo["harvest"][0]["workflows"],
-            "harvest_per_s": median([x["throughput"] for x in fo["harvest"]]),
-        }
-        best = max(fo["pgqueuer"], key=lambda x: x["throughput"])
-        s["pgqueuer_best"] = {
-            "jobs_per_s": best["throughput"],
-            "batch_size": best["settings"]["batch_size"],
-            "concurrency": best["settings"]["max_concurrent_tasks"],
-        }
-        s["fan_out_vs_pgqueuer"] = round(s["fan_out"]["harvest_per_s"] / best["throughput"], 2)
+        s.update(fan_out_summary(fo))
     if results.get("remote_latency"):
         s["remote_start_to_result"] = results["remote_latency"]["start_to_result"]
     lat = results["latency"]
@@ -523,18 +560,35 @@ def main() -> None:
 
 def fan_out_rows(bench: Bench, template: str, cfg: dict) -> dict:
     """Harvest's N-activity fan-out (N/100 workflows fanning out 100 no-op activities each)
-    beside PgQueuer draining N no-op jobs at each (batch size, concurrency) of the sweep.
-    With two Harvest rounds, one runs before the sweep and one after."""
+    at each Worker (concurrency, claim batch) of its sweep, beside PgQueuer draining N no-op
+    jobs at each (batch size, concurrency) of its own. With two rounds, Harvest's sweep runs
+    once before PgQueuer's and once after."""
     n = str(cfg["fan_out_n"])
     out: dict = {"harvest": [], "pgqueuer": []}
 
     def harvest_round() -> None:
-        bench.say(f"fan-out: Harvest, {n} no-op activities ({cfg['fan_out_n'] // 100} workflows x 100)")
-        out["harvest"].append(
-            bench.system(
-                "harvest_bench.py", "hfan", "--mode", "tasks", "--n", n, "--fan", "100", template=template
+        for concurrency, claim_batch in cfg["harvest_sweep"]:
+            bench.say(
+                f"fan-out: Harvest, {n} no-op activities ({cfg['fan_out_n'] // 100} workflows x 100),"
+                f" concurrency={concurrency}, claim_batch={claim_batch}"
             )
-        )
+            out["harvest"].append(
+                bench.system(
+                    "harvest_bench.py",
+                    "hfan",
+                    "--mode",
+                    "tasks",
+                    "--n",
+                    n,
+                    "--fan",
+                    "100",
+                    "--concurrency",
+                    str(concurrency),
+                    "--claim-batch",
+                    str(claim_batch),
+                    template=template,
+                )
+            )
 
     harvest_round()
     for batch, concurrency in cfg["pgqueuer_sweep"]:

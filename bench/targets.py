@@ -65,7 +65,8 @@ def _sql_efficiency(r: dict) -> tuple[float, str]:
 def _fan_out(r: dict) -> tuple[float, str]:
     h, best = _s(r, "fan_out", "harvest_per_s"), _s(r, "pgqueuer_best")
     return h / best["jobs_per_s"], (
-        f"{h:,.1f} vs {best['jobs_per_s']:,.1f} tasks/s ({_s(r, 'fan_out', 'n'):,} each; PgQueuer "
+        f"{h:,.1f} vs {best['jobs_per_s']:,.1f} tasks/s ({_s(r, 'fan_out', 'n'):,} each; Harvest "
+        f"concurrency={_s(r, 'fan_out').get('concurrency', 50)}, PgQueuer "
         f"batch_size={best['batch_size']}, max_concurrent_tasks={best['concurrency']})"
     )
 

@@ -155,6 +155,35 @@ BEGIN
 END;
 $$;
 
+-- Record the results of one locked run's activity tasks (already dropped) in one
+-- append, as _record_activity_result records one: the ActivityCompleted events in
+-- the given order, one row update, and one wake-up of the workflow (handed to
+-- p_worker_id under the same rules, or queued). A run that has ended records
+-- nothing. Returns the handed workflow task's id, or NULL.
+CREATE OR REPLACE FUNCTION harvest._record_activity_results(
+    p_execution_id uuid, p_event_types text[], p_event_datas jsonb[], p_worker_id text,
+    p_worker_queues text[], p_workflow_lease_secs double precision
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run records them (lifecycle.sql)
+        RETURN NULL;
+    END IF;
+    PERFORM harvest._append_events(p_execution_id, p_event_types, p_event_datas);
+    IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id AND v_execution.status = 'RUNNING'
+       AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues) THEN
+        RETURN harvest._hand_workflow_task(p_execution_id, p_worker_id, p_workflow_lease_secs);
+    END IF;
+    PERFORM harvest._ensure_workflow_task(p_execution_id);
+    RETURN NULL;
+END;
+$$;
+
 -- Whether a worker's decision made on an activity's result, before the result was
 -- committed, is the decision the workflow task this result wakes would make, so
 -- it may be applied in the same transaction (docs/internals.md, "Deciding
@@ -246,6 +275,12 @@ DECLARE
     v_bytes bigint;
     v_owner_mode boolean := harvest._owner_mode_on();  -- once per batch (owners.sql)
     v_item_queues text[];
+    -- The plain results of one run gathered for one append (see _record_activity_results).
+    v_run uuid;
+    v_run_types text[] := ARRAY[]::text[];
+    v_run_datas jsonb[] := ARRAY[]::jsonb[];
+    v_run_queues text[];
+    v_run_last integer;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -283,6 +318,15 @@ BEGIN
                 v_try.message := format('the result of activity task %s is %s bytes, over the payload '
                     'limit of %s bytes', v_item.id, v_bytes, v_limit);
             END IF;
+        END IF;
+        -- A run's gathered results go in before anything else touches it: before the
+        -- next run's, and before a decision, which must see every result before it.
+        IF v_try.problem IS NULL AND cardinality(v_run_types) > 0
+           AND ((v_try.task).execution_id IS DISTINCT FROM v_run OR v_item.decision IS NOT NULL) THEN
+            v_handed[v_run_last] := harvest._record_activity_results(
+                v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
+            v_run_types := ARRAY[]::text[];
+            v_run_datas := ARRAY[]::jsonb[];
         END IF;
         v_ids := v_ids || v_item.id;
         v_outcomes := v_outcomes || coalesce(v_try.problem, 'completed');
@@ -330,11 +374,26 @@ BEGIN
                 'last_event_id', v_applied.last_event_id,
                 'execution_status', v_applied.execution_status, 'handed', v_applied.handed);
         ELSE
-            v_handed := v_handed || harvest._record_activity_result(
-                v_try.task, v_item.result, p_worker_id, v_item_queues, p_workflow_lease_secs);
+            -- Gathered: one append, one row update and one wake-up for all of a run's
+            -- results in this batch, not one each (a fan-in of many activities).
+            DELETE FROM harvest.tasks AS t WHERE t.id = (v_try.task).id;
+            IF cardinality(v_run_types) = 0 THEN
+                v_run := (v_try.task).execution_id;
+                v_run_queues := v_item_queues;
+            ELSIF v_item_queues IS NULL THEN
+                v_run_queues := NULL;  -- one result that may not be handed: none is
+            END IF;
+            v_run_types := v_run_types || 'ActivityCompleted'::text;
+            v_run_datas := v_run_datas || harvest._activity_completed(v_try.task, v_item.result);
+            v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;
+            v_run_last := cardinality(v_handed);
         END IF;
     END LOOP;
+    IF cardinality(v_run_types) > 0 THEN
+        v_handed[v_run_last] := harvest._record_activity_results(
+            v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
+    END IF;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.
     -- (RETURN NEXT by primary key: a set query here would be planned on every call.)
     FOR v_i IN 1 .. cardinality(v_ids) LOOP

@@ -217,6 +217,65 @@ BEGIN
 END;
 $$;
 
+-- schedule_activity of an activity that queues (no hand-off slot left for it): its
+-- ActivityScheduled event only, as _decide_schedule_activity writes it; the task
+-- row is gathered with the decision's other queued activities and inserted with
+-- them by _queue_activities, one statement for the lot (a fan-out of many).
+CREATE OR REPLACE FUNCTION harvest._decide_queue_activity(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
+    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
+    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._require(p_command, 'name', 'string');
+    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
+        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
+    event_type := 'ActivityScheduled';
+    event_data := jsonb_build_object(
+        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
+        'queue', coalesce(p_command ->> 'queue', p_execution.queue),
+        'options', coalesce(p_command -> 'options', '{}'::jsonb));
+END;
+$$;
+
+-- The task rows of a decision's queued activities (_decide_queue_activity), in
+-- command order, one INSERT: the rows _decide_schedule_activity inserts for an
+-- activity it does not hand ('paused' on a PAUSED run), and one notification per
+-- queue that gained pending work.
+CREATE OR REPLACE FUNCTION harvest._queue_activities(
+    p_execution harvest.executions, p_seqs integer[], p_commands jsonb[], p_now timestamptz
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queues text[];
+    v_queue text;
+BEGIN
+    WITH queued AS (
+        INSERT INTO harvest.tasks (
+            execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+            scheduled_at, deadline_at, status
+        )
+        SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
+               coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
+               q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
+               coalesce(q.command -> 'options', '{}'::jsonb), p_now,
+               p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
+               CASE WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END
+        FROM unnest(p_seqs, p_commands) WITH ORDINALITY AS q (seq, command, n)
+        ORDER BY q.n
+        RETURNING queue, status
+    )
+    SELECT array_agg(DISTINCT queued.queue) FILTER (WHERE queued.status = 'pending') INTO v_queues FROM queued;
+    FOREACH v_queue IN ARRAY coalesce(v_queues, ARRAY[]::text[]) LOOP
+        PERFORM harvest._notify_queue(v_queue);
+    END LOOP;
+END;
+$$;
+
 -- start_timer: TimerStarted{fire_at} and the timer task, due then ('paused' on a
 -- PAUSED run: it fires once the run is resumed).
 CREATE OR REPLACE FUNCTION harvest._decide_start_timer(
@@ -543,6 +602,10 @@ DECLARE
         WHEN p_owner_epoch IS NULL THEN jsonb_build_object('through', p_through, 'worker_id', p_worker_id)
         ELSE jsonb_build_object('through', p_through, 'worker_id', p_worker_id, 'owner_epoch', p_owner_epoch) END;
     v_decided_through bigint := p_through;  -- the marker's, until it is flushed
+    -- Activities that queue (no hand-off slot left), gathered for one INSERT
+    -- (_queue_activities), flushed before any other command and before the events.
+    v_queued_seqs integer[] := ARRAY[]::integer[];
+    v_queued jsonb[] := ARRAY[]::jsonb[];
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -568,6 +631,11 @@ BEGIN
                       'cancel_external_workflow') THEN
             v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
         END IF;
+        IF v_type IS DISTINCT FROM 'schedule_activity' AND cardinality(v_queued) > 0 THEN
+            PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
+            v_queued_seqs := ARRAY[]::integer[];
+            v_queued := ARRAY[]::jsonb[];
+        END IF;
         IF (v_type IN ('start_child_workflow', 'complete_update', 'continue_as_new', 'signal_external_workflow',
                        'cancel_external_workflow')
             OR (v_type = 'record_marker' AND v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release')))
@@ -579,11 +647,27 @@ BEGIN
         END IF;
         CASE v_type
         WHEN 'schedule_activity' THEN
-            v_step := harvest._decide_schedule_activity(v_execution, v_seq, v_command, p_worker_id, v_now,
-                v_limit, jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0), v_worker_queues);
-            v_worker_queues := v_step.worker_queues;
-            IF v_step.handed IS NOT NULL THEN
-                v_handed := v_handed || jsonb_build_array(v_step.handed);
+            IF jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
+               AND (v_worker_queues IS NULL  -- not read yet
+                    OR coalesce(v_command ->> 'queue', v_execution.queue) = ANY(v_worker_queues)) THEN
+                -- It may be handed: the queued ones go in first (ids in command order,
+                -- and its hand-off rules see every task before it).
+                IF cardinality(v_queued) > 0 THEN
+                    PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
+                    v_queued_seqs := ARRAY[]::integer[];
+                    v_queued := ARRAY[]::jsonb[];
+                END IF;
+                v_step := harvest._decide_schedule_activity(v_execution, v_seq, v_command, p_worker_id, v_now,
+                    v_limit, true, v_worker_queues);
+                v_worker_queues := v_step.worker_queues;
+                IF v_step.handed IS NOT NULL THEN
+                    v_handed := v_handed || jsonb_build_array(v_step.handed);
+                END IF;
+            ELSE
+                -- No slot left to hand it to, or a queue the worker does not poll: it queues.
+                v_step := harvest._decide_queue_activity(v_execution, v_seq, v_command, v_limit);
+                v_queued_seqs := v_queued_seqs || v_seq;
+                v_queued := v_queued || v_command;
             END IF;
         WHEN 'start_timer' THEN
             v_step := harvest._decide_start_timer(v_execution, v_seq, v_command, v_now);
@@ -622,6 +706,9 @@ BEGIN
             v_close_failure := v_step.close_failure;
         END IF;
     END LOOP;
+    IF cardinality(v_queued) > 0 THEN
+        PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
+    END IF;
     IF cardinality(v_types) > 0 THEN
         PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
     END IF;

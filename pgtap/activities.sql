@@ -2,10 +2,11 @@
 -- (retries with backoff, non-retryable resolution, dead letters, schedule_to_close),
 -- harvest._fail_activity_attempt, harvest.heartbeat_activity, harvest.complete_activities
 -- (a group commit: refused items, the hand-off of the woken workflow task, a decision
--- committed with its result), harvest._record_activity_result, harvest._store_activity_result,
+-- committed with its result, a run's results gathered into one append),
+-- harvest._record_activity_result, harvest._record_activity_results, harvest._store_activity_result,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(152);
+SELECT plan(166);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -441,6 +442,80 @@ SELECT results_eq(
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('rec.1')$$,
     $$VALUES ('{"seq": 1, "result": 7, "attempt": 1}'::jsonb, 'workflow'::text, 'pending'::text)$$,
     '_record_activity_result(): ActivityCompleted and a pending workflow task');
+
+-- A run's results in one batch go in as one append: the events in task order, one
+-- row update (one new row version), one wake-up; a refused item among them and the
+-- results of another run in between change nothing of that.
+SELECT pg_temp.decided('grp', 'someone-else', 3);
+SELECT pg_temp.decided('grp_b', 'someone-else', 1);
+CREATE TEMP TABLE grp_before ON COMMIT DROP AS
+SELECT e.last_event_id, e.history_bytes,
+       (SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'harvest.executions'::regclass) AS updates
+FROM harvest.executions AS e WHERE e.id = pg_temp.run('grp.1');
+INSERT INTO batches
+SELECT 'grp', c.* FROM harvest.complete_activities('hw',
+    ARRAY[pg_temp.task('grp.3'), pg_temp.task('grp_b.1'), pg_temp.task('grp.2'), pg_temp.task('grp.1')],
+    ARRAY[pg_temp.token('grp.3'), pg_temp.token('grp_b.1'), pg_temp.token('grp.2') - 1, pg_temp.token('grp.1')],
+    ARRAY['"c"', '"b1"', '"stale"', '"a"']::jsonb[], true, 45) AS c;
+SELECT results_eq($$SELECT task_id, outcome, handed FROM batches WHERE batch = 'grp' ORDER BY task_id$$,
+                  $$VALUES (pg_temp.task('grp.1'), 'completed'::text, NULL::jsonb),
+                           (pg_temp.task('grp.2'), 'stale', NULL), (pg_temp.task('grp.3'), 'completed', NULL),
+                           (pg_temp.task('grp_b.1'), 'completed', NULL)$$,
+                  'a batch over two runs with a refused item: one row each, in any input order');
+SELECT results_eq(
+    $$SELECT ev.event_id - b.last_event_id, ev.event_data ->> 'seq', ev.event_data ->> 'result'
+      FROM harvest.events AS ev, grp_before AS b
+      WHERE ev.execution_id = pg_temp.run('grp.1') AND ev.event_id > b.last_event_id ORDER BY ev.event_id$$,
+    $$VALUES (1::bigint, '1'::text, 'a'::text), (2, '3', 'c')$$,
+    'the run''s two results: ActivityCompleted events in task order, ids after the history''s end, gapless');
+SELECT results_eq(
+    $$SELECT e.last_event_id - b.last_event_id, e.history_bytes > b.history_bytes,
+             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id AND t.kind = 'workflow'),
+             (SELECT t.status FROM harvest.tasks AS t WHERE t.execution_id = e.id AND t.kind = 'workflow')
+      FROM harvest.executions AS e, grp_before AS b WHERE e.id = pg_temp.run('grp.1')$$,
+    $$VALUES (2::bigint, true, 1::bigint, 'pending'::text)$$,
+    'last_event_id and history_bytes moved by both; one pending workflow task wakes the run');
+SELECT is((SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relid = 'harvest.executions'::regclass)
+          - (SELECT updates FROM grp_before), 2::bigint,
+          'two runs in the batch: two updates of harvest.executions, one per run, not one per result');
+SELECT results_eq(
+    $$SELECT t.status, t.fencing_token FROM harvest.tasks AS t WHERE t.id = pg_temp.task('grp.2')$$,
+    $$VALUES ('running'::text, pg_temp.token('grp.2'))$$,
+    'the refused item of that run: its task untouched');
+SELECT results_eq($$SELECT event_type, event_data ->> 'result' FROM pg_temp.last_event(pg_temp.run('grp_b.1'))$$,
+                  $$VALUES ('ActivityCompleted'::text, 'b1'::text)$$,
+                  'the other run''s result: recorded in its own history');
+
+-- _record_activity_results on its own: the events in the order given, the wake-up handed
+-- under the hand-off rules, nothing for a run that has ended.
+SELECT pg_temp.decided('recs', 'hw', 2);
+DELETE FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('recs.1');
+SELECT ok(harvest._record_activity_results(pg_temp.run('recs.1'), ARRAY['ActivityCompleted', 'ActivityCompleted'],
+              ARRAY['{"seq": 2, "result": 2}', '{"seq": 1, "result": 1}']::jsonb[], 'hw', ARRAY['wq_recs'], 30)
+          IS NOT NULL, '_record_activity_results() for the worker that decided last, queues given: a handed task');
+SELECT results_eq(
+    $$SELECT array_agg(ev.event_data ->> 'seq' ORDER BY ev.event_id), max(ev.event_id) = pg_temp.last_event_id(pg_temp.run('recs.1'))
+      FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('recs.1') AND ev.event_type = 'ActivityCompleted'$$,
+    $$VALUES (ARRAY['2', '1'], true)$$,
+    '_record_activity_results(): the events in the order given, last_event_id at the last');
+SELECT results_eq(
+    $$SELECT t.status, t.lease_owner FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('recs.1')$$,
+    $$VALUES ('running'::text, 'hw'::text)$$,
+    '_record_activity_results(): the handed workflow task is leased to the worker');
+SELECT pg_temp.decided('recs_q', 'hw');
+DELETE FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('recs_q.1');
+SELECT is(harvest._record_activity_results(pg_temp.run('recs_q.1'), ARRAY['ActivityCompleted'],
+              ARRAY['{"seq": 1}']::jsonb[], 'hw', NULL, 30),
+          NULL, '_record_activity_results() without worker queues: nothing handed');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('recs_q.1')), 1::bigint, 'and the run is woken by a pending workflow task');
+SELECT pg_temp.decided('recs_end', 'hw');
+SELECT lives_ok(format($$SELECT harvest.terminate_workflow('%s')$$, pg_temp.run('recs_end.1')),
+                'setup: the run is terminated');
+SELECT is(harvest._record_activity_results(pg_temp.run('recs_end.1'), ARRAY['ActivityCompleted'],
+              ARRAY['{"seq": 1}']::jsonb[], 'hw', ARRAY['wq_recs_end'], 30),
+          NULL, '_record_activity_results() of a run that ended: NULL');
+SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('recs_end.1'))), 'WorkflowTerminated',
+          'and it records nothing');
 
 -- ---------------------------------------------------------------- deciding on a result
 -- complete_activities(p_decisions): the decision a worker's cached run made on an

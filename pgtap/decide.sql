@@ -5,9 +5,10 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
--- (the start locks a decision takes before its run's row).
+-- (the start locks a decision takes before its run's row), harvest._decide_queue_activity and
+-- harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(246);
+SELECT plan(256);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -766,6 +767,33 @@ SELECT results_eq(
                       "name": "a", "queue": "hand_q"}]', 'hander')$$,
            pg_temp.task('hand_def'), pg_temp.token('hand_def')),
     $$VALUES ('[]'::jsonb)$$, 'without p_hand_off_slots nothing is handed');
+-- Queued activities go in as one INSERT before the next other command's work: the
+-- rows (ids) and the events keep the commands' order around a timer between them.
+SELECT pg_temp.hand('hand_order', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_q"},
+    {"type": "schedule_activity", "seq": 2, "name": "b", "queue": "hand_q"},
+    {"type": "start_timer", "seq": 3, "duration": 60},
+    {"type": "schedule_activity", "seq": 4, "name": "c"}]$$, 1);
+SELECT results_eq(
+    $$SELECT array_agg(t.seq ORDER BY t.id), array_agg(t.kind || ':' || t.status ORDER BY t.id),
+             (SELECT array_agg(e.event_type || ':' || coalesce(e.event_data ->> 'seq', '') ORDER BY e.event_id)
+              FROM harvest.events AS e WHERE e.execution_id = pg_temp.run('hand_order') AND e.event_data ? 'seq')
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand_order')$$,
+    $$VALUES (ARRAY[1, 2, 3, 4], ARRAY['activity:running', 'activity:pending', 'timer:pending', 'activity:pending'],
+              ARRAY['ActivityScheduled:1', 'ActivityScheduled:2', 'TimerStarted:3', 'ActivityScheduled:4'])$$,
+    'one handed, the rest queued: task rows and events in the commands'' order');
+-- An activity on a queue the worker does not poll queues at once (gathered), and the one
+-- after it on a queue it polls is still handed: rows in the commands' order.
+SELECT pg_temp.hand('hand_mix', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "nobody_polls"},
+    {"type": "schedule_activity", "seq": 2, "name": "b", "queue": "hand_q"},
+    {"type": "schedule_activity", "seq": 3, "name": "c", "queue": "nobody_polls"}]$$, 2);
+SELECT results_eq(
+    $$SELECT array_agg(t.seq ORDER BY t.id), array_agg(t.status ORDER BY t.id),
+             (SELECT array_agg(h ->> 'activity_name') FROM jsonb_array_elements(pg_temp.handed('hand_mix')) AS h)
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand_mix')$$,
+    $$VALUES (ARRAY[1, 2, 3], ARRAY['pending', 'running', 'pending'], ARRAY['b'])$$,
+    'a queue the worker does not poll: queued; the polled one between: handed; rows in order');
 
 -- Activities with an admission gate or a claim-order key are never handed.
 SELECT pg_temp.hand('gate', $$[
@@ -1318,6 +1346,47 @@ SELECT throws_ok($$SELECT * FROM harvest._decide_schedule_activity(pg_temp.exec(
                        'fn-worker', harvest.now(), 5, false, NULL)$$,
                  'HR008', 'the input of activity big (command 4) is 7 bytes, over the payload limit of 5 bytes',
                  '_decide_schedule_activity() checks the input against p_limit: HR008');
+-- _decide_queue_activity: the same event, and no row until _queue_activities inserts the
+-- decision's queued activities, in command order, as _decide_schedule_activity would.
+SELECT results_eq(
+    $$SELECT d.event_type, d.event_data, d.ends_run
+      FROM harvest._decide_queue_activity(pg_temp.exec('cmd_fn'), 11,
+          '{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}', 1000) AS d$$,
+    $$VALUES ('ActivityScheduled'::text,
+              jsonb_build_object('seq', 11, 'name', 'q1', 'input', '[1]'::jsonb, 'queue', 'dq_cmd_fn',
+                                 'options', '{"priority": 3}'::jsonb),
+              NULL::boolean)$$,
+    '_decide_queue_activity() returns ActivityScheduled (the run''s queue when the command names none)');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND seq = 11), 0::bigint,
+          '... and inserts no task row');
+SELECT throws_ok($$SELECT * FROM harvest._decide_queue_activity(pg_temp.exec('cmd_fn'), 12,
+                       '{"type": "schedule_activity", "seq": 12, "name": "big", "input": [12345]}', 5)$$,
+                 'HR008', 'the input of activity big (command 12) is 7 bytes, over the payload limit of 5 bytes',
+                 '_decide_queue_activity() checks the input against p_limit: HR008');
+SELECT throws_ok($$SELECT * FROM harvest._decide_queue_activity(pg_temp.exec('cmd_fn'), 12,
+                       '{"type": "schedule_activity", "seq": 12}', 1000)$$,
+                 'HR001', NULL, '_decide_queue_activity() without a name: HR001');
+SELECT lives_ok($$SELECT harvest._queue_activities(pg_temp.exec('cmd_fn'), ARRAY[11, 12],
+                      ARRAY['{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}',
+                            '{"type": "schedule_activity", "seq": 12, "name": "q2", "queue": "fn_q",
+                              "options": {"schedule_to_close": 60}}']::jsonb[], harvest.now())$$,
+                '_queue_activities() inserts the queued activities');
+SELECT results_eq(
+    $$SELECT seq, queue, status, priority, activity_name, input, options, due_at, scheduled_at, deadline_at, attempt,
+             fencing_token, lease_owner
+      FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND seq IN (11, 12) ORDER BY id$$,
+    $$VALUES (11, 'dq_cmd_fn'::text, 'pending'::text, 3, 'q1'::text, '[1]'::jsonb, '{"priority": 3}'::jsonb,
+              '2030-01-05 00:00:00+00'::timestamptz, '2030-01-05 00:00:00+00'::timestamptz, NULL::timestamptz, 0,
+              0::bigint, NULL::text),
+             (12, 'fn_q', 'pending', 0, 'q2', '[]', '{"schedule_to_close": 60}', '2030-01-05 00:00:00+00',
+              '2030-01-05 00:00:00+00', '2030-01-05 00:01:00+00', 0, 0, NULL)$$,
+    '... pending rows in command order: queue, priority, input ([] when none), options, due now, the schedule_to_close deadline');
+SELECT lives_ok($$SELECT harvest._queue_activities(
+                      jsonb_populate_record(pg_temp.exec('cmd_fn'), '{"status": "PAUSED"}'), ARRAY[13],
+                      ARRAY['{"type": "schedule_activity", "seq": 13, "name": "q3"}']::jsonb[], harvest.now())$$,
+                'setup: _queue_activities() for a PAUSED run');
+SELECT is((SELECT status FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND seq = 13), 'paused',
+          '_queue_activities() on a PAUSED run: the rows wait, paused');
 SELECT results_eq(
     $$SELECT d.event_type, d.event_data, d.ends_run FROM harvest._decide_start_timer(pg_temp.exec('cmd_fn'), 5,
           '{"type": "start_timer", "seq": 5, "duration": 60}', '2030-01-05 00:00:30+00') AS d$$,

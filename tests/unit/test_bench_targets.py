@@ -147,3 +147,54 @@ def test_the_table_prints_every_row():
     assert len(lines) == 2 + len(T.TARGETS)
     assert any("not measured" in line for line in lines)
     assert any("**missed**" in line for line in lines)
+
+
+def _run_module():
+    # bench/run.py by path, its own directory first (it imports report, targets, shard_bench).
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_run", BENCH / "run.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _fan_row(concurrency: int, per_s: float, server_ms: float) -> dict:
+    return {
+        "n": 20000,
+        "workflows": 200,
+        "throughput": per_s,
+        "worker_options": {"concurrency": concurrency, "claim_batch": concurrency},
+        "cpu": {"server_ms_per_activity": server_ms, "worker_ms_per_activity": 0.2},
+    }
+
+
+def test_fan_out_summary_takes_each_side_at_its_best_setting():
+    run = _run_module()
+    fo = {
+        # Two rounds of Harvest's sweep: the best setting by its median over the rounds.
+        "harvest": [
+            _fan_row(50, 1000.0, 0.5),
+            _fan_row(200, 1900.0, 0.3),
+            _fan_row(50, 1300.0, 0.5),
+            _fan_row(200, 1500.0, 0.34),
+        ],
+        "pgqueuer": [
+            {"throughput": 3000.0, "settings": {"batch_size": 100, "max_concurrent_tasks": 400}},
+            {
+                "throughput": 3400.0,
+                "settings": {"batch_size": 500, "max_concurrent_tasks": 2000},
+                "cpu": {"server_ms_per_job": 0.05, "worker_ms_per_job": 0.09},
+            },
+        ],
+    }
+    s = run.fan_out_summary(fo)
+    assert s["fan_out"]["concurrency"] == 200  # median 1700 beats 50's median 1150
+    assert s["fan_out"]["harvest_per_s"] == pytest.approx(1700.0)
+    assert s["fan_out"]["server_ms_per_activity"] == pytest.approx(0.32)
+    assert s["pgqueuer_best"]["batch_size"] == 500
+    assert s["pgqueuer_best"]["server_ms_per_job"] == 0.05
+    assert s["fan_out_vs_pgqueuer"] == pytest.approx(0.5)
+    assert "Harvest concurrency=200" in rows({"summary": s})["fan_out_vs_pgqueuer"]["detail"]

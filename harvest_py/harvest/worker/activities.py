@@ -260,7 +260,9 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         else:
             call = worker.executors.run(definition, ctx, args, kwargs)  # a thread, or a process
         try:
-            result = await asyncio.wait_for(call, timeout=timeout)
+            # (asyncio.timeout, not wait_for: no second task per activity.)
+            async with asyncio.timeout(timeout):
+                result = await call
         except CompleteAsync:
             # Completed elsewhere: the task stays running under its lease, held by no worker.
             detached = await lane_of(task).sql.detach_activity(task_id, token)
