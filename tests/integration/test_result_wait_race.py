@@ -93,6 +93,10 @@ def test_a_waiter_marking_holds_up_no_step_of_the_run(db: str) -> None:
         )
 
 
+WAIT = "SELECT status FROM harvest.wait_for_result(%s, %s)"
+MARKS = "SELECT count(*) FROM harvest.result_waiters WHERE waiter_id = %s"
+
+
 def test_a_close_that_races_a_mark_in_flight_notifies_and_the_mark_goes_with_the_next_read(db: str) -> None:
     run, waiter_id = _start(db), str(uuid.uuid4())
     with (
@@ -101,16 +105,16 @@ def test_a_close_that_races_a_mark_in_flight_notifies_and_the_mark_goes_with_the
         psycopg.connect(db, autocommit=True) as closer,
     ):
         listener.execute("LISTEN harvest_done")
-        status = waiter.execute("SELECT status FROM harvest.wait_for_result(%s, %s)", (run, waiter_id)).fetchone()
+        status = waiter.execute(WAIT, (run, waiter_id)).fetchone()
         assert status[0] == "RUNNING"  # marked, not committed: the close cannot see this mark
         closer.execute("SELECT harvest.terminate_workflow(%s, 'race')", (run,))
         woken = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
         assert woken == [run]  # notified all the same
         waiter.commit()  # the mark now lands on a closed run
-        left = closer.execute("SELECT count(*) FROM harvest.result_waiters WHERE waiter_id = %s", (waiter_id,))
+        left = closer.execute(MARKS, (waiter_id,))
         assert left.fetchone()[0] == 1
         # The waiter's read after the notification answers, and takes its mark with it.
-        again = closer.execute("SELECT status FROM harvest.wait_for_result(%s, %s)", (run, waiter_id)).fetchone()
+        again = closer.execute(WAIT, (run, waiter_id)).fetchone()
         assert again[0] == "TERMINATED"
-        left = closer.execute("SELECT count(*) FROM harvest.result_waiters WHERE waiter_id = %s", (waiter_id,))
+        left = closer.execute(MARKS, (waiter_id,))
         assert left.fetchone()[0] == 0

@@ -53,9 +53,9 @@ from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
+from harvest.db.notify import NotificationHub
 from harvest.db.pools import open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.db.notify import NotificationHub
 from harvest.db.steps import Notified, Sql, Steps, arun_steps, arun_steps_on_hub, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
