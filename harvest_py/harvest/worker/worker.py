@@ -200,6 +200,13 @@ class Worker:
         # Set when the only wake-ups since the loop last slept are finished tasks that need no
         # claim (see _finished): the loop then reads the next due time again and sleeps on.
         self._due_only = False
+        # An App with flow-control policies (a workflow's concurrency, an activity's cap or
+        # rate) claims after every finished task, as it always did: a run's close or a task's
+        # end frees room for gated work that no notification announces.
+        policies = app.flow_policies()
+        self._claims_on_every_finish = any(policies.get("workflows", {}).values()) or bool(
+            policies.get("activities")
+        )
         self._stopping = asyncio.Event()
         # Keyed by _key: (shard, task id, fencing token).
         self._inflight: dict[tuple[int, int, int], asyncio.Task[Any]] = {}
@@ -726,9 +733,14 @@ class Worker:
         it). One whose mark asks every shard to notify it is told of any new claimable work, so
         it only reads the next due time again (the task may have made a timer or a retry due
         later); it claims when the task held an admission gate (concurrency_key, rate_limit),
-        whose freed room no notification announces."""
+        or its App declares flow-control policies, whose freed room no notification announces."""
         options = task.get("options") or {}
-        if self._all_sleeping() and "concurrency_key" not in options and "rate_limit" not in options:
+        if (
+            self._all_sleeping()
+            and not self._claims_on_every_finish
+            and "concurrency_key" not in options
+            and "rate_limit" not in options
+        ):
             if not self._wake.is_set():
                 self._due_only = True
             self._wake.set()
