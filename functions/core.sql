@@ -254,9 +254,16 @@ BEGIN
     WHERE id = p_execution_id
     RETURNING * INTO v_execution;
     DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
-    -- Notify only when a client waits for this result (see harvest.wait_for_result in executions.sql).
-    DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
-    IF FOUND THEN
+    -- Notify only when a client waits for this result (see harvest.wait_for_result in
+    -- executions.sql): the waiters lock ('WAIT', the run) orders their marks with this delete;
+    -- taken without waiting, and when a waiter is marking right now, notify whatever we see.
+    IF pg_try_advisory_xact_lock(1463896404, hashtext(p_execution_id::text)) THEN
+        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
+        IF FOUND THEN
+            PERFORM pg_notify('harvest_done', p_execution_id::text);
+        END IF;
+    ELSE
+        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
         PERFORM pg_notify('harvest_done', p_execution_id::text);
     END IF;
     IF v_execution.parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN

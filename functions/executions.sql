@@ -780,12 +780,24 @@ AS $$
 DECLARE
     v_execution harvest.executions;
 BEGIN
-    -- Wait for a close in flight: a closing transaction deletes the waiters it can see and
-    -- notifies only if it found one, so a waiter marked while the close is uncommitted (and read
-    -- the run as still running) would never be woken. The share lock orders the two: either the
-    -- close commits first and the run is read as closed here, or this mark commits first and
-    -- the close (which updates the row, so waits for this lock) sees it and notifies.
-    PERFORM 1 FROM harvest.executions WHERE id = p_execution_id FOR SHARE;
+    -- A run that has ended is read and returned without a lock (the read a waiter makes when
+    -- its notification comes). This waiter's own mark, if any, goes: the close deletes the
+    -- marks it sees, and this one it may not have seen (below), so the waiter need not call
+    -- stop_waiting_for_result after an answer.
+    v_execution := harvest.get_execution(p_execution_id);
+    IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
+        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id AND waiter_id = p_waiter_id;
+        RETURN v_execution;
+    END IF;
+    -- Order the mark with a close in flight: a closing transaction deletes the waiters it can
+    -- see and notifies only if it found one, so a waiter marked while the close is uncommitted
+    -- (and read the run as still running) would never be woken. The close takes this run's
+    -- lock in the two-key advisory space (class 1463896404, 'WAIT') exclusive without waiting
+    -- (_close_execution): either it holds it, and this waits for its commit and reads the run
+    -- closed, or this mark commits first and the close sees it, or the close finds the lock
+    -- taken and notifies whatever it sees. A row lock here (FOR SHARE) made the run's next
+    -- decision or result wait for this mark's commit and wrote the row.
+    PERFORM pg_advisory_xact_lock_shared(1463896404, hashtext(p_execution_id::text));
     v_execution := harvest.get_execution(p_execution_id);
     IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
         INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
@@ -866,8 +878,9 @@ COMMENT ON FUNCTION harvest.list_children IS
 'An execution''s children, direct or down to p_depth levels (1..100), newest first, optionally of one status '
 '(else HR001). For operators (role harvest_reader).';
 COMMENT ON FUNCTION harvest.wait_for_result IS
-'While the run is RUNNING, mark p_waiter_id as waiting for its end; returns the run as it is now, after any '
-'close in flight (HR002 when it does not exist). Called by clients waiting for a result (roles harvest_reader, harvest_worker).';
+'While the run is RUNNING or PAUSED, mark p_waiter_id as waiting for its end; returns the run as it is now, after '
+'any close in flight (HR002 when it does not exist); a run that has ended drops the waiter''s mark on it. Called by '
+'clients waiting for a result (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.stop_waiting_for_result IS
 'Drop a waiter''s marks (it got its answer, timed out or gave up). Called by clients (roles harvest_reader, '
 'harvest_worker).';

@@ -275,7 +275,7 @@ ROLLBACK;
 -- harvest.wait_for_result, harvest.stop_waiting_for_result, and the
 -- waiter marks _close_execution consumes (it notifies harvest_done only for them).
 BEGIN;
-SELECT plan(8);
+SELECT plan(10);
 
 SELECT pg_temp.start_run('a', 'res_wf', 'default', p_workflow_id => 'res-a');
 SELECT pg_temp.start_run('b', 'res_wf', 'default', p_workflow_id => 'res-b');
@@ -296,6 +296,14 @@ SELECT is((SELECT count(*) FROM harvest.result_waiters WHERE execution_id = pg_t
           'a closed run has no waiter marks left');
 SELECT is((harvest.wait_for_result(pg_temp.run('a'), gen_random_uuid())).status, 'TERMINATED',
           'waiting on a finished run answers at once and marks nothing');
+-- A mark that committed after the close's delete (the close found the waiters' lock taken, so
+-- it notified without seeing it) goes when its waiter reads the ended run.
+INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+VALUES (pg_temp.run('a'), '00000000-0000-0000-0000-0000000000a2', now());
+SELECT is((harvest.wait_for_result(pg_temp.run('a'), '00000000-0000-0000-0000-0000000000a2')).status,
+          'TERMINATED', 'the waiter reads the ended run');
+SELECT is((SELECT count(*) FROM harvest.result_waiters), 0::bigint,
+          'and its mark left on the ended run goes with that read');
 
 SELECT harvest.wait_for_result(pg_temp.run('b'), '00000000-0000-0000-0000-0000000000b1');
 SELECT harvest.stop_waiting_for_result('00000000-0000-0000-0000-0000000000b1');

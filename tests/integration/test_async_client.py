@@ -150,3 +150,47 @@ def test_async_iter_history_streams_the_same_events_as_get_history(start_worker,
 
     streamed, whole = asyncio.run(go())
     assert len(whole) > 2 and streamed == whole  # more than one page, in order
+
+
+def test_async_results_share_one_listen_connection_and_clean_up_only_what_they_left(
+    start_worker, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from harvest.core.errors import TimeoutError_
+    from harvest.db import notify, steps
+    from harvest.db.sqlapi import AsyncSqlApi
+
+    connects: list[str] = []
+    cleanups: list[str] = []
+    for module in (notify, steps):
+        real = module.connect_async
+
+        async def counted(*args, _real=real, **kwargs):
+            connects.append("listen")
+            return await _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "connect_async", counted)
+    real_stop = AsyncSqlApi.stop_waiting_for_result
+
+    async def stop(self, waiter_id):
+        cleanups.append(waiter_id)
+        return await real_stop(self, waiter_id)
+
+    monkeypatch.setattr(AsyncSqlApi, "stop_waiting_for_result", stop)
+    start_worker(APP)
+
+    async def go() -> list:
+        async with await AsyncClient.connect(db) as aclient:
+            handles = [await aclient.start_workflow(child_square, i) for i in range(4)]
+            answers = [await handle.result(timeout=30) for handle in handles]
+            waiting = await aclient.start_workflow(collector, 1)
+            with pytest.raises(TimeoutError_):
+                await waiting.result(timeout=0.3)
+            return answers
+
+    assert asyncio.run(go()) == [0, 1, 4, 9]
+    assert connects == ["listen"]  # one LISTEN connection for every wait, none per result()
+    assert len(cleanups) == 1  # only the wait that gave up with its mark still there
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM harvest.result_waiters").fetchone()[0] == 0

@@ -53,9 +53,10 @@ from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
+from harvest.db.notify import NotificationHub
 from harvest.db.pools import open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.db.steps import Notified, Sql, Steps, alisten, arun_steps, listen, run_steps
+from harvest.db.steps import Notified, Sql, Steps, arun_steps, arun_steps_on_hub, listen, run_steps
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 from harvest.telemetry import tracing
@@ -133,6 +134,8 @@ def _not_deferred(handle: Any) -> None:
 _MAX_CHAIN = 100
 # result() re-reads the run this often while it waits, in case a close raced its mark.
 _RESULT_REREAD_SECS = 5.0
+# How long a wait lets an AsyncClient's LISTEN connection come up before it reads without it.
+_HUB_START_SECS = 5.0
 
 
 def _successor(execution: dict[str, Any]) -> str | None:
@@ -305,10 +308,25 @@ def _chain_too_long(execution_id: str | None) -> WorkflowNotRunning:
     )
 
 
+class _Marks:
+    """The runs a result wait has marked itself waiting for (``harvest.wait_for_result`` of a
+    live run) and not yet read as ended (that read drops the waiter's mark, as the close does):
+    the wait calls ``stop_waiting_for_result`` at the end only when one is left."""
+
+    __slots__ = ("runs", "waiter_id")
+
+    def __init__(self, waiter_id: str):
+        self.waiter_id = waiter_id
+        self.runs: set[str] = set()
+
+    def cleanup(self) -> Sql | None:
+        return Sql(sqlapi.stop_waiting_for_result, self.waiter_id) if self.runs else None
+
+
 def _result_steps(
     handle: Any,
     execution_id: str,
-    waiter_id: str,
+    marks: _Marks,
     deadline: float | None,
     timeout: float | None,
     route: Any = None,
@@ -319,7 +337,11 @@ def _result_steps(
     first = execution_id
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
-        execution = yield Sql(sqlapi.wait_for_result, execution_id, waiter_id)
+        execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id)
+        if execution["status"] in LIVE_STATUSES:
+            marks.runs.add(execution_id)
+        else:
+            marks.runs.discard(execution_id)
         if execution["status"] in ("COMPLETED", "FAILED"):  # its output as the worker's codecs wrote it
             execution = {
                 **execution,
@@ -782,17 +804,22 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
         target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
+
+        def wait(shard: int, run: str) -> ResultT:
+            marks = _Marks(waiter_id)
+            return cast(
+                ResultT,
+                listen(
+                    target.dsn_of(shard),
+                    channels.DONE,
+                    _result_steps(self, run, marks, deadline, timeout, route),
+                    cleanup=marks.cleanup,
+                ),
+            )
+
         for _ in range(_MAX_CHAIN):
             try:
-                outcome: ResultT = target.follow(
-                    run,
-                    lambda shard, r=run: listen(
-                        target.dsn_of(shard),
-                        channels.DONE,
-                        _result_steps(self, r, waiter_id, deadline, timeout, route),
-                        cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
-                    ),
-                )
+                outcome: ResultT = target.follow(run, lambda shard, r=run: wait(shard, r))
                 return outcome
             except _Hop as hop:
                 run = hop.execution_id
@@ -1418,17 +1445,27 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
         target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
+
+        async def wait(shard: int, run: str) -> ResultT:
+            # On the client's one LISTEN connection per shard (or the one it was given:
+            # client.notifications), registered for the run before the first read; each call
+            # borrows a pooled connection.
+            marks = _Marks(waiter_id)
+            hub = await self.client._listener(shard, channels.DONE)
+            return cast(
+                ResultT,
+                await arun_steps_on_hub(
+                    _result_steps(self, run, marks, deadline, timeout, route),
+                    target.sql(shard),
+                    hub,
+                    cleanup=marks.cleanup,
+                    expect=run,
+                ),
+            )
+
         for _ in range(_MAX_CHAIN):
             try:
-                outcome: ResultT = await target.follow(
-                    run,
-                    lambda shard, r=run: alisten(
-                        target.dsn_of(shard),
-                        channels.DONE,
-                        _result_steps(self, r, waiter_id, deadline, timeout, route),
-                        cleanup=Sql(sqlapi.stop_waiting_for_result, waiter_id),
-                    ),
-                )
+                outcome: ResultT = await target.follow(run, lambda shard, r=run: wait(shard, r))
                 return outcome
             except _Hop as hop:
                 run = hop.execution_id
@@ -1519,10 +1556,26 @@ class AsyncClient:
         self.router = self._target.router
         self._starts = _ShardStarts(self._target)
         self.max_payload_bytes = _limit(max_payload_bytes)  # see Client
-        # (shard, channel) -> a started harvest.db.notify.NotificationHub: query and update waits
-        # then share the process's one LISTEN connection instead of opening one each (the HTTP
-        # API sets it); None: each wait LISTENs on a connection of its own.
-        self.notifications: Callable[[int, str], Awaitable[Any]] | None = None
+        # (shard, channel) -> a started harvest.db.notify.NotificationHub: result, query and
+        # update waits share one LISTEN connection per shard and channel instead of opening one
+        # each. By default the client's own (opened on first use, closed by close()); the HTTP
+        # API gives its process's. None: query and update waits LISTEN on a connection each.
+        self._hubs: dict[tuple[int, str], NotificationHub] = {}
+        self.notifications: Callable[[int, str], Awaitable[Any]] | None = self._own_listener
+
+    async def _own_listener(self, shard: int, channel: str) -> NotificationHub:
+        """This client's LISTEN connection on ``channel`` of ``shard``, listening (or, after
+        HUB_START_SECS without a connection, trying to in the background: the waits' own
+        re-reads answer meanwhile)."""
+        hub = self._hubs.get((shard, channel))
+        if hub is None:
+            hub = self._hubs[(shard, channel)] = NotificationHub(self._target.dsn_of(shard), channel)
+        await hub.start(timeout=_HUB_START_SECS)
+        return hub
+
+    async def _listener(self, shard: int, channel: str) -> Any:
+        """The hub a wait on ``channel`` of ``shard`` registers with (see ``notifications``)."""
+        return await (self.notifications or self._own_listener)(shard, channel)
 
     @property
     def sql(self) -> AsyncSqlApi:
@@ -1575,6 +1628,9 @@ class AsyncClient:
         return cls(dsn, pool, limit, codecs=codecs)
 
     async def close(self) -> None:
+        hubs, self._hubs = list(self._hubs.values()), {}
+        for hub in hubs:
+            await hub.close()
         await self._target.close()
 
     async def __aenter__(self) -> Self:

@@ -22,7 +22,9 @@ waits. A server holding many waits at once drives them with ``arun_steps_on_hub`
 SQL calls take pooled connections one at a time and its waits are woken by the process's one
 LISTEN connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no connection.
 An operation's exception is thrown into the generator (which may catch it, as a wait
-catches NotFound); a ``cleanup`` call given to the driver runs however the steps end.
+catches NotFound); a ``cleanup`` call given to the driver runs however the steps end (given as
+a function, it is asked for the call then, and None skips it: a wait that knows it left no
+mark behind saves the round trip).
 """
 
 from __future__ import annotations
@@ -87,6 +89,13 @@ class Notified:
 
 Steps = Generator[Sql | Atomic | Notified, Any, T]
 
+# A driver's cleanup: a call, or a function that says at the end which call (None: none).
+Cleanup = Sql | Callable[[], Sql | None] | None
+
+
+def _cleanup_call(cleanup: Cleanup) -> Sql | None:
+    return cleanup() if callable(cleanup) else cleanup
+
 
 class _Stepper:
     """Where a generator stands: what to send it next (a value, or an error to throw in)."""
@@ -112,7 +121,7 @@ class _Stepper:
         return op
 
 
-def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
+def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
     """Drive ``steps`` on a synchronous API (``Notified`` needs ``sql.conn`` to LISTEN), then,
     however they end, make the ``cleanup`` call (a database error of its own is ignored)."""
     stepper = _Stepper(steps)
@@ -129,12 +138,12 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Sql | None = None) -> T:
                 stepper.error = exc
         return cast(T, stepper.result)
     finally:
-        if cleanup is not None:
+        if (call := _cleanup_call(cleanup)) is not None:
             with contextlib.suppress(DatabaseError):
-                cleanup.on(sql)
+                call.on(sql)
 
 
-async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = None) -> T:
+async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None) -> T:
     """:func:`run_steps` under asyncio (``Notified`` needs ``sql`` on one connection: ``alisten``)."""
     stepper = _Stepper(steps)
     try:
@@ -153,12 +162,12 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Sql | None = No
                 stepper.error = exc
         return cast(T, stepper.result)
     finally:
-        if cleanup is not None:
+        if (call := _cleanup_call(cleanup)) is not None:
             with contextlib.suppress(DatabaseError):
-                await cleanup.on(sql)
+                await call.on(sql)
 
 
-def listen(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None = None) -> T:
+def listen(dsn: str, channel: str, steps: Steps[T], cleanup: Cleanup = None) -> T:
     """Drive ``steps`` on a connection of its own that LISTENs on ``channel`` first (so no
     notification the steps wait for can come before the LISTEN)."""
     with connect(dsn, autocommit=True) as conn:
@@ -166,7 +175,7 @@ def listen(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None = None) 
         return run_steps(steps, SqlApi(conn), cleanup)
 
 
-async def alisten(dsn: str, channel: str, steps: Steps[T], cleanup: Sql | None = None) -> T:
+async def alisten(dsn: str, channel: str, steps: Steps[T], cleanup: Cleanup = None) -> T:
     """:func:`listen` under asyncio."""
     conn = await connect_async(dsn, autocommit=True)
     async with conn:
@@ -180,16 +189,22 @@ class Waiting(Protocol):
     def waiting(self, payload: str) -> contextlib.AbstractAsyncContextManager[asyncio.Event]: ...
 
 
-async def arun_steps_on_hub(steps: Steps[T], sql: AsyncSqlApi, hub: Waiting, cleanup: Sql | None = None) -> T:
+async def arun_steps_on_hub(
+    steps: Steps[T], sql: AsyncSqlApi, hub: Waiting, cleanup: Cleanup = None, *, expect: str | None = None
+) -> T:
     """:func:`arun_steps` with each ``Notified`` served by ``hub``: the process's one LISTEN
     connection wakes the wait, and ``sql`` (a pool) lends a connection per call only.
 
     The first ``Notified`` of a payload registers with the hub and goes straight back to the
     steps (which read again): a notification that came between their read and the registration
-    is then seen by that read, and every later one sets the registered event."""
+    is then seen by that read, and every later one sets the registered event. ``expect`` names a
+    payload to register before the first step, so its first ``Notified`` waits at once (a result
+    wait knows its run's id: one read, not two)."""
     stepper = _Stepper(steps)
     async with contextlib.AsyncExitStack() as registered:
         woken: dict[str, asyncio.Event] = {}
+        if expect is not None:
+            woken[expect] = await registered.enter_async_context(hub.waiting(expect))
         try:
             while (op := stepper.next()) is not None:
                 try:
@@ -209,6 +224,6 @@ async def arun_steps_on_hub(steps: Steps[T], sql: AsyncSqlApi, hub: Waiting, cle
                     stepper.error = exc
             return cast(T, stepper.result)
         finally:
-            if cleanup is not None:
+            if (call := _cleanup_call(cleanup)) is not None:
                 with contextlib.suppress(DatabaseError):
-                    await cleanup.on(sql)
+                    await call.on(sql)

@@ -198,6 +198,16 @@ class Worker:
         self._close_pools: Any = None
         self._pools: Any = None  # AsyncShardPools, with shards=
         self._wake = asyncio.Event()
+        # Set when the only wake-ups since the loop last slept are finished tasks that need no
+        # claim (see _finished): the loop then reads the next due time again and sleeps on.
+        self._due_only = False
+        # An App with flow-control policies (a workflow's concurrency, an activity's cap or
+        # rate) claims after every finished task, as it always did: a run's close or a task's
+        # end frees room for gated work that no notification announces.
+        policies = app.flow_policies()
+        self._claims_on_every_finish = any(policies.get("workflows", {}).values()) or bool(
+            policies.get("activities")
+        )
         self._stopping = asyncio.Event()
         # Keyed by _key: (shard, task id, fencing token).
         self._inflight: dict[tuple[int, int, int], asyncio.Task[Any]] = {}
@@ -254,13 +264,14 @@ class Worker:
 
     def wake(self) -> None:
         """Wake the claim loop (work may be waiting)."""
+        self._due_only = False
         self._wake.set()
 
     # -- lifecycle -----------------------------------------------------------------------
     def request_stop(self) -> None:
         """Stop claiming; :meth:`run` then drains and returns."""
         self._stopping.set()
-        self._wake.set()
+        self.wake()
 
     async def run(self, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
@@ -711,10 +722,29 @@ class Worker:
             self._inflight.pop(key, None)
             self._slot_claimed_at.pop(key, None)
             self.completed_tasks += 1
-            self._wake.set()
+            self._finished(task)
             if self.redis is not None:
                 self._run_of.pop((key[0], key[1]), None)
                 self.redis.slot_freed()
+
+    def _finished(self, task: dict[str, Any]) -> None:
+        """A task in flight ended. A busy worker claims again at once (producers do not notify
+        it). One whose mark asks every shard to notify it is told of any new claimable work, so
+        it only reads the next due time again (the task may have made a timer or a retry due
+        later); it claims when the task held an admission gate (concurrency_key, rate_limit),
+        or its App declares flow-control policies, whose freed room no notification announces."""
+        options = task.get("options") or {}
+        if (
+            self._all_sleeping()
+            and not self._claims_on_every_finish
+            and "concurrency_key" not in options
+            and "rate_limit" not in options
+        ):
+            if not self._wake.is_set():
+                self._due_only = True
+            self._wake.set()
+        else:
+            self.wake()
 
     async def _idle(self) -> None:
         if len(self._inflight) < self.concurrency and not self._all_sleeping():
@@ -729,20 +759,23 @@ class Worker:
             claimed, _ = await self._claim()
             if claimed:
                 return
-        timeout = self.poll_interval
-        if len(self._inflight) < self.concurrency:
-            for lane in self.lanes:
-                if not lane.usable:
-                    continue
-                try:
-                    due = await lane.sql.next_due_at(self.queues)
-                except Exception as exc:
-                    lane.note_failure(exc, "reading the next due time")
-                    continue
-                if due is not None:
-                    until = (due - datetime.now(UTC)).total_seconds()
-                    timeout = max(0.0, min(timeout, until + 0.005))
-        await self._sleep(timeout)
+        while True:
+            self._due_only = False
+            timeout = self.poll_interval
+            if len(self._inflight) < self.concurrency:
+                for lane in self.lanes:
+                    if not lane.usable:
+                        continue
+                    try:
+                        due = await lane.sql.next_due_at(self.queues)
+                    except Exception as exc:
+                        lane.note_failure(exc, "reading the next due time")
+                        continue
+                    if due is not None:
+                        until = (due - datetime.now(UTC)).total_seconds()
+                        timeout = max(0.0, min(timeout, until + 0.005))
+            if not (await self._sleep(timeout) and self._due_only and not self._stopping.is_set()):
+                return
 
     def _all_sleeping(self) -> bool:
         """Whether every shard we can reach has our mark asking its producers to notify us."""
@@ -768,10 +801,10 @@ class Worker:
                 conn = await connect_async(lane.dsn, autocommit=True)
                 async with conn:
                     await conn.execute(channels.listen(channels.TASKS))
-                    self._wake.set()  # anything that arrived while we were not listening
+                    self.wake()  # anything that arrived while we were not listening
                     async for note in conn.notifies():
                         if note.payload in self.queues:
-                            self._wake.set()
+                            self.wake()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -806,7 +839,7 @@ class Worker:
                     or moved["mutex_grants"]
                     or moved["starts_released"]
                 ):
-                    self._wake.set()
+                    self.wake()
                 # Shards only (relay_pump is None on a single database): the cross-shard pump
                 # sweeps this shard's outbox and the cross-shard children its runs started (a
                 # worker given one database and a pump sweeps the pump's own sources).
@@ -817,7 +850,7 @@ class Worker:
                     if report.by_id_indeterminate:
                         self.metrics.by_id_indeterminate(report.by_id_indeterminate)
                     if report.moved:
-                        self._wake.set()
+                        self.wake()
                 # Shards only: finish this shard's moves a killed rebalancer left mid-way (its
                 # own pacing: every 5 s, moves stalled 30 s; harvest/shard/rebalance.py).
                 if self.relay_pump is not None and self._sharded:
@@ -843,7 +876,7 @@ class Worker:
             return
         if fired.fired or fired.buffered_started:
             log.info("scheduler: %d slot(s) fired, %d run(s) started", len(fired.fired), fired.started)
-            self._wake.set()
+            self.wake()
 
     async def _heartbeat(self, lane: ShardLane) -> None:
         """Keep our registry row on the shard fresh; a drain of it (on any shard) drains the

@@ -1,0 +1,91 @@
+"""What a finished task wakes the claim loop for (Worker._finished): a claim, or only a fresh
+read of the next due time when every shard's producers already notify this worker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from harvest import App, Worker, activity, workflow
+from harvest.declare.flow_control import Concurrency
+
+
+@activity
+async def noop(ctx) -> None:
+    return None
+
+
+@workflow(concurrency=Concurrency(key="input", limit=1, on_conflict="defer"))
+async def one_per_key(ctx, key: str) -> None:
+    return None
+
+
+def _woken_for(app: App, options: dict | None, sleeping: bool) -> str:
+    async def go() -> str:
+        worker = Worker(app, "postgresql://unused/db")
+        worker.lanes[0].sleeping = sleeping
+        worker._finished({"task_id": 1, "kind": "activity", "options": options})
+        assert worker._wake.is_set()
+        return "due" if worker._due_only else "claim"
+
+    return asyncio.run(go())
+
+
+PLAIN = App(activities=[noop])
+
+
+def test_a_worker_producers_notify_only_rereads_the_next_due_time():
+    assert _woken_for(PLAIN, {"retry": {}}, sleeping=True) == "due"
+    assert _woken_for(PLAIN, None, sleeping=True) == "due"
+
+
+def test_a_busy_worker_claims_again():
+    assert _woken_for(PLAIN, None, sleeping=False) == "claim"
+
+
+@pytest.mark.parametrize("gate", [{"concurrency_key": "k", "max_concurrent": 1}, {"rate_limit": {"rps": 1}}])
+def test_a_task_that_held_an_admission_gate_makes_it_claim(gate: dict):
+    assert _woken_for(PLAIN, gate, sleeping=True) == "claim"
+
+
+def test_an_app_with_flow_policies_claims_after_every_task():
+    assert _woken_for(App(workflows=[one_per_key], activities=[noop]), None, sleeping=True) == "claim"
+
+
+def test_a_wake_that_asks_for_a_claim_is_not_downgraded_by_a_finish():
+    async def go() -> bool:
+        worker = Worker(PLAIN, "postgresql://unused/db")
+        worker.lanes[0].sleeping = True
+        worker.wake()  # a notification, a scan that moved work, a stop
+        worker._finished({"task_id": 1, "kind": "activity", "options": None})
+        return worker._due_only
+
+    assert asyncio.run(go()) is False
+
+
+def test_the_idle_loop_rereads_the_due_time_on_a_finish_and_returns_to_claim_on_a_wake():
+    class Sql:
+        reads = 0
+
+        async def next_due_at(self, queues: list[str]) -> None:
+            Sql.reads += 1
+            return
+
+    async def go() -> list[int]:
+        worker = Worker(PLAIN, "postgresql://unused/db", poll_interval=30.0)
+        lane = worker.lanes[0]
+        lane.sql, lane.ready, lane.sleeping = Sql(), True, True
+        idle = asyncio.create_task(worker._idle())
+        seen = []
+        for _ in range(3):  # three tasks finish: the loop reads the due time again each time
+            await asyncio.sleep(0.01)
+            seen.append(Sql.reads)
+            worker._finished({"task_id": 1, "kind": "activity", "options": None})
+        await asyncio.sleep(0.01)
+        assert not idle.done()  # no claim: still asleep
+        worker.wake()  # new work notified: back to the claim loop
+        await asyncio.wait_for(idle, 5)
+        return seen
+
+    assert asyncio.run(go()) == [1, 2, 3]
