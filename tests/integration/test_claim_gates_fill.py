@@ -31,8 +31,13 @@ def test_the_fill_writes_what_start_and_a_decision_write_for_every_shape(db):
 
 def test_claims_keep_the_backlog_and_never_pass_a_full_gate(db):
     bench = _bench()
+    bench.BULK = 100  # the deep fill's path: indexes dropped, filled, built again
+    with psycopg.connect(db, autocommit=True) as conn:
+        indexes = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'harvest' ORDER BY 1"
+        migrated = conn.execute(indexes).fetchall()
     bench.build(db, 400, say=lambda _message: None)
     with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute(indexes).fetchall() == migrated
         pending = "SELECT count(*) FROM harvest.tasks WHERE status = 'pending'"
         assert conn.execute(pending).fetchone()[0] == 400
         full = {
