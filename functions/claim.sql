@@ -347,7 +347,7 @@ BEGIN
             v_admitted := harvest._admit_candidates(v_ids, p_now);
             SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
             FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
-            WHERE u.id = ANY(v_admitted);
+            WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));  -- (hashed: see below)
         END IF;
         SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
@@ -383,11 +383,13 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The gates return the admissible ids as a set: keep the claim order.
+    -- The gates return the admissible ids as a set: keep the claim order. IN over
+    -- the unnested set is a hashed lookup; "= ANY(v_admitted)" compared every
+    -- candidate with every admitted id (a window of hundreds squared).
     v_admitted := harvest._admit_candidates(v_ids, p_now);
     SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
     FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
-    WHERE u.id = ANY(v_admitted);
+    WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));
     SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, p_now);
@@ -494,6 +496,12 @@ BEGIN
     IF cardinality(v_ids) = 0 THEN
         RETURN;  -- nothing due: an idle claim ends here
     END IF;
+    -- The gates and the lease read the first v_window candidates in claim order,
+    -- whatever the number of queues and windows: the same slack past the batch as
+    -- one queue's head gives. Each candidate costs a few primary-key probes, and
+    -- four polled queues with ageing and fairness windows bring a thousand, whose
+    -- probes cost more the deeper the table (docs/performance.md, "Every gate on").
+    v_ids := v_ids[1:v_window];
     RETURN QUERY
     SELECT * FROM harvest._claim_candidates(v_ids, v_gated, p_worker_id, p_limit, p_workflow_lease_secs, v_now);
 END;
