@@ -44,6 +44,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -390,6 +391,17 @@ def explain_claim(conn: psycopg.Connection[Any]) -> str:
     return "\n\n".join(notices)
 
 
+def _commit() -> str:
+    """The checkout's commit (the SQL functions measured), or "" outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True
+        )
+    except OSError:
+        return ""
+    return head.stdout.strip()
+
+
 def machine() -> dict[str, Any]:
     model = ""
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -446,7 +458,8 @@ def main() -> None:
                 r[0] for r in admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'claim_%'")
             }
         for depth in depths:
-            if f"claim_{depth}" in present:
+            if f"claim_{depth}" in present:  # filled by an earlier run: bring its functions up to date
+                Migrator(server.dsn_for(f"claim_{depth}")).run()
                 fill_secs[depth] = None
                 continue
             print(f"filling {depth:,}", flush=True)
@@ -510,6 +523,7 @@ def main() -> None:
     result = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {**machine(), "postgres": version},
+        "commit": _commit(),
         "command": "nice -n 10 python bench/claim_gates.py --depths "
         + args.depths
         + f" --rounds {args.rounds}",
