@@ -254,6 +254,9 @@ DECLARE
     v_more bigint[];
 BEGIN
     ids := p_head;
+    -- The ageing window and the fairness heads share p_window across the polled
+    -- queues (one queue gets all of it): four queues read a quarter each, not four
+    -- windows, so the candidates stay about as many however deep the queues are.
     -- The ageing window: the oldest due tasks that age, whatever their priority.
     SELECT ids || coalesce(array_agg(o.id), ARRAY[]::bigint[]) INTO ids
     FROM unnest(p_queues) AS q (name)
@@ -263,7 +266,7 @@ BEGIN
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
         ORDER BY t.due_at, t.id
-        LIMIT p_window
+        LIMIT ceil(p_window::numeric / cardinality(p_queues))
     ) AS o;
     -- The fairness window: the head of each key visited, sharing the window.
     FOREACH v_queue IN ARRAY p_queues LOOP
@@ -277,7 +280,8 @@ BEGIN
             WHERE t.queue = v_queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
               AND t.kind <> 'timer' AND t.due_at <= p_now
             ORDER BY t.priority DESC, t.due_at, t.id
-            LIMIT least(p_limit, greatest(1, ceil(p_window::numeric / greatest(cardinality(v_keys), 1))))
+            LIMIT least(p_limit, greatest(1, ceil(
+                p_window::numeric / (greatest(cardinality(v_keys), 1) * cardinality(p_queues)))))
         ) AS h;
         ids := ids || v_more;
     END LOOP;
@@ -477,6 +481,8 @@ BEGIN
         ORDER BY t.priority DESC, t.due_at, t.id
         LIMIT v_window
     ) AS head;
+    -- The head of all the polled queues: their first v_window in claim order.
+    v_ids := v_ids[1:v_window];
 
     -- Ageing or fairness-keyed work on these queues: widen and reorder the
     -- candidates. Otherwise two probes of empty partial indexes, nothing more.
