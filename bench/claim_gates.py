@@ -102,7 +102,11 @@ SELECT g.i, harvest._new_execution_id(0) AS id,
             WHEN g.i % 20 BETWEEN 14 AND 16 THEN 'act_fair'
             WHEN g.i % 20 >= 17 THEN 'act_plain' END AS activity_name,
        (g.i / 7) % 10 AS priority,
-       %(now)s::timestamptz - make_interval(secs => (g.i * 7) % 3600) AS at
+       -- Due times over the last hour: in insertion order when span is given (as the write
+       -- path makes them: a task is due when it is written), else scattered across it.
+       %(now)s::timestamptz - CASE WHEN %(span)s::bigint > 0
+                                   THEN make_interval(secs => 3600.0 * (%(span)s::bigint - g.i) / %(span)s::bigint)
+                                   ELSE make_interval(secs => (g.i * 7) % 3600) END AS at
 FROM generate_series(%(lo)s::bigint, %(hi)s::bigint) AS g (i)
 """.replace("{tenants}", str(TENANTS))
 
@@ -241,7 +245,13 @@ def sql(statement: str) -> str:
 
 
 def fill(
-    conn: psycopg.Connection[Any], lo: int, hi: int, prefix: str, now: Any, chunk: int = 1_000_000
+    conn: psycopg.Connection[Any],
+    lo: int,
+    hi: int,
+    prefix: str,
+    now: Any,
+    chunk: int = 1_000_000,
+    span: int = 0,
 ) -> None:
     options = json.dumps(activity_options())
     for start in range(lo, hi + 1, chunk):
@@ -253,12 +263,13 @@ def fill(
             "now": now,
             "options": options,
             "decider": DECIDER,
+            "span": span,
         }
         with conn.transaction():
             conn.execute(sql(FILL), params)
 
 
-def build(dsn: str, depth: int, say: Any = print) -> None:
+def build(dsn: str, depth: int, say: Any = print, due: str = "scattered") -> None:
     """Migrate and fill one database: depth pending tasks, the held work, then ANALYZE."""
     Migrator(dsn).run()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -271,7 +282,7 @@ def build(dsn: str, depth: int, say: Any = print) -> None:
         indexes = [] if depth < BULK else conn.execute(DEFERRABLE_INDEXES).fetchall()
         for name, _definition in indexes:
             conn.execute(f"DROP INDEX harvest.{name}")
-        fill(conn, 1, depth, "b", now)
+        fill(conn, 1, depth, "b", now, span=depth if due == "time" else 0)
         if indexes:
             say(f"  {depth:,} rows in {time.monotonic() - started:,.0f} s; building {len(indexes)} indexes")
             conn.execute("SET maintenance_work_mem = '1GB'")
@@ -308,7 +319,7 @@ def check_fill(conn: psycopg.Connection[Any], rows: range = range(1, 21)) -> lis
     problems = []
     for i in rows:
         run = conn.execute(
-            sql(RUNS) + " LIMIT 1", {"lo": i, "hi": i, "prefix": "real-", "now": now}
+            sql(RUNS) + " LIMIT 1", {"lo": i, "hi": i, "prefix": "real-", "now": now, "span": 0}
         ).fetchone()
         assert run is not None
         _, _, workflow_name, workflow_id, queue, tenant, kind, activity_name, priority, _ = run
@@ -426,6 +437,13 @@ def main() -> None:
         default=20,
         help="VACUUM the queue tables of every depth every this many rounds (untimed)",
     )
+    parser.add_argument(
+        "--due",
+        choices=["scattered", "time"],
+        default="scattered",
+        help="due times scattered over the last hour regardless of insertion order (the worst case "
+        "for a claim's locality), or in insertion order as the write path makes them",
+    )
     parser.add_argument("--explain", action="store_true", help="print the plans of a claim at each depth")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "claim_cost.json"))
     parser.add_argument(
@@ -436,6 +454,7 @@ def main() -> None:
     parser.add_argument("--fill-only", action="store_true", help="fill the databases and stop (with --data)")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
+    prefix = "claim_" if args.due == "scattered" else "claim_time_"
     started = time.monotonic()
     settings = {"shared_buffers": "512MB", "max_wal_size": "8GB", "checkpoint_timeout": "30min"}
     data = Path(args.data) if args.data else None
@@ -458,22 +477,22 @@ def main() -> None:
                 r[0] for r in admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'claim_%'")
             }
         for depth in depths:
-            if f"claim_{depth}" in present:  # filled by an earlier run: bring its functions up to date
-                Migrator(server.dsn_for(f"claim_{depth}")).run()
+            if f"{prefix}{depth}" in present:  # filled by an earlier run: bring its functions up to date
+                Migrator(server.dsn_for(f"{prefix}{depth}")).run()
                 fill_secs[depth] = None
                 continue
             print(f"filling {depth:,}", flush=True)
             t0 = time.monotonic()
             with psycopg.connect(server.dsn, autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE claim_{depth}_filling")
-            build(server.dsn_for(f"claim_{depth}_filling"), depth)
+                admin.execute(f"CREATE DATABASE {prefix}{depth}_filling")
+            build(server.dsn_for(f"{prefix}{depth}_filling"), depth, due=args.due)
             with psycopg.connect(server.dsn, autocommit=True) as admin:
-                admin.execute(f"ALTER DATABASE claim_{depth}_filling RENAME TO claim_{depth}")
+                admin.execute(f"ALTER DATABASE {prefix}{depth}_filling RENAME TO {prefix}{depth}")
             fill_secs[depth] = round(time.monotonic() - t0, 1)
         if args.fill_only:
             return
         for depth in depths:
-            conns[depth] = psycopg.connect(server.dsn_for(f"claim_{depth}"), autocommit=True)
+            conns[depth] = psycopg.connect(server.dsn_for(f"{prefix}{depth}"), autocommit=True)
             for _ in range(5):  # warm the session's plans and the index heads
                 claim_once(conns[depth])
         samples: dict[int, list[float]] = {d: [] for d in depths}
@@ -529,6 +548,7 @@ def main() -> None:
         + f" --rounds {args.rounds}",
         "minutes": round((time.monotonic() - started) / 60, 1),
         "batch": BATCH,
+        "due": args.due,
         "queues": QUEUES,
         "rows": rows,
     }
