@@ -52,6 +52,7 @@ from typing import Any
 
 import psycopg
 
+from harvest.db import paths
 from harvest.db.embedded import EmbeddedPostgres
 from harvest.db.migrate import Migrator
 from harvest.declare.definitions import ActivityDefinition
@@ -403,10 +404,11 @@ def explain_claim(conn: psycopg.Connection[Any]) -> str:
 
 
 def _commit() -> str:
-    """The checkout's commit (the SQL functions measured), or "" outside git."""
+    """The commit of the checkout whose SQL functions were measured (the harvest package
+    imported), or "" outside git."""
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True
+            ["git", "rev-parse", "--short", "HEAD"], cwd=paths.functions_dir(), capture_output=True, text=True
         )
     except OSError:
         return ""
