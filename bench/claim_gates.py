@@ -372,6 +372,19 @@ def claim_once(conn: psycopg.Connection[Any]) -> tuple[float, int]:
     return ms, len(rows)
 
 
+def gate_calls(conn: psycopg.Connection[Any]) -> int:
+    """How many times this database ran harvest._admit_candidates (track_functions),
+    this session's counts flushed first."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT 1")  # the flush happens at the end of a statement
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions "
+        "WHERE schemaname = 'harvest' AND funcname = '_admit_candidates'"
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def vacuum(conn: psycopg.Connection[Any]) -> None:
     """VACUUM the tables a claim and its release churn, as an autovacuum tuned for a queue
     would: each claim and release leaves some 150 dead task rows, and at 1,000 pending the
@@ -495,8 +508,10 @@ def main() -> None:
             return
         for depth in depths:
             conns[depth] = psycopg.connect(server.dsn_for(f"{prefix}{depth}"), autocommit=True)
+            conns[depth].execute("SET track_functions = 'pl'")
             for _ in range(5):  # warm the session's plans and the index heads
                 claim_once(conns[depth])
+        admissions = {d: gate_calls(conns[d]) for d in depths}
         samples: dict[int, list[float]] = {d: [] for d in depths}
         claimed: dict[int, list[int]] = {d: [] for d in depths}
         for r in range(args.rounds):
@@ -508,6 +523,7 @@ def main() -> None:
                 ms, n = claim_once(conns[depth])
                 samples[depth].append(ms)
                 claimed[depth].append(n)
+        admissions = {d: gate_calls(conns[d]) - admissions[d] for d in depths}
         plans = {d: explain_claim(conns[d]) for d in depths} if args.explain else {}
     finally:
         for c in conns.values():
@@ -526,18 +542,22 @@ def main() -> None:
                 "p90_ms": round(s[int(len(s) * 0.9)], 3),
                 "ratio_to_first": round(median / base, 3),
                 "claimed_median": statistics.median(claimed[depth]),
+                # The share of claims that went through the admission gates (_admit_candidates):
+                # a claim whose candidates carry no gate takes the default path.
+                "gated_share": round(admissions[depth] / len(s), 3),
                 "samples": len(s),
                 "fill_s": fill_secs[depth],
             }
         )
     print(
-        f"\n| claim (limit {BATCH}, 4 queues, every gate on) | median | p90 | tasks claimed | vs {depths[0]:,} |"
+        f"\n| claim (limit {BATCH}, 4 queues, every gate on) | median | p90 | tasks claimed | gated claims "
+        f"| vs {depths[0]:,} |"
     )
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print(
             f"| {row['pending']:,} pending | {row['median_ms']:.2f} ms | {row['p90_ms']:.2f} ms | "
-            f"{row['claimed_median']:g} | {row['ratio_to_first']:.2f}x |"
+            f"{row['claimed_median']:g} | {row['gated_share']:.0%} | {row['ratio_to_first']:.2f}x |"
         )
     for depth, plan in plans.items():
         print(f"\n-- the statements of one claim at {depth:,} pending\n{plan}")

@@ -141,9 +141,15 @@ def _claim_10m(r: dict) -> tuple[float, str]:
         )
     low, deep = by_depth[1_000]["median_ms"], by_depth[10_000_000]["median_ms"]
     m = cost.get("machine") or {}
+    gated = ""
+    if "gated_share" in by_depth[1_000] and "gated_share" in by_depth[10_000_000]:
+        gated = (
+            f"; claims through the gates {by_depth[1_000]['gated_share']:.0%} at 1K, "
+            f"{by_depth[10_000_000]['gated_share']:.0%} at 10M"
+        )
     return deep / low, (
         f"{deep:.2f} ms at 10,000,000 vs {low:.2f} ms at 1,000 pending, claim of {cost.get('batch', '?')} "
-        f"(median of {by_depth[10_000_000]['samples']} each); measured by hand {cost['measured_at'][:10]} "
+        f"(median of {by_depth[10_000_000]['samples']} each{gated}); measured by hand {cost['measured_at'][:10]} "
         f"on {m.get('host', '?')} ({m.get('cpus', '?')} CPUs), not in this run: {cost.get('command', '')}"
     )
 

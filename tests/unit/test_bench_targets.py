@@ -156,6 +156,9 @@ def test_the_claim_row_is_the_committed_measurement_at_10m_over_1k():
     assert row["value"] == pytest.approx(1.3) and row["status"] == T.MET
     assert "26.00 ms at 10,000,000 vs 20.00 ms at 1,000" in row["detail"]
     assert "2026-12-01" in row["detail"] and "devbox" in row["detail"]
+    gates = _claim_cost((1_000, 20.0), (10_000_000, 26.0))
+    gates["rows"][0]["gated_share"], gates["rows"][1]["gated_share"] = 1.0, 0.42
+    assert "through the gates 100% at 1K, 42% at 10M" in rows({"claim_cost": gates})["claim_10m"]["detail"]
     missed = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (10_000_000, 31.0))})
     assert missed["claim_10m"]["status"] == T.MISSED  # 1.55x > 1.5x
     shallow = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (1_000_000, 22.0))})
