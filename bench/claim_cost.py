@@ -9,7 +9,8 @@ empty, or ageing (priority_aging_secs, priorities 0-9, due over the last hour),
 or fairness-keyed over 50 tenant keys); then claim_tasks(limit 10) is timed
 inside a transaction that is rolled back, so every sample sees the same backlog.
 Prints a markdown table (median ms) and, with --explain, the EXPLAIN (ANALYZE,
-BUFFERS) of the statements behind the mode.
+BUFFERS) of the statements behind the mode. One gate at a time on one queue; every
+gate at once on four queues, up to 10M pending, is bench/claim_gates.py (issue 20's row).
 """
 
 from __future__ import annotations

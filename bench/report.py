@@ -203,7 +203,9 @@ def markdown(results: dict) -> str:
         "",
         # Results saved before bench/targets.py carry the previous issue's rows: evaluate anew.
         *targets.markdown(
-            s["targets"] if s.get("targets") and "status" in s["targets"][0] else targets.evaluate(results)
+            s["targets"]
+            if s.get("targets") and "status" in s["targets"][0]
+            else targets.evaluate(targets.with_claim_cost(results))
         ),
     ]
     return "\n".join(lines) + "\n"

@@ -540,7 +540,7 @@ def main() -> None:
         server.stop()
 
     results["summary"] = summarize(results)
-    results["summary"]["targets"] = targets.evaluate(results)
+    results["summary"]["targets"] = targets.evaluate(targets.with_claim_cost(results))
     results["total_seconds"] = round(time.monotonic() - started, 1)
     suffix = "quick" if args.quick else "latest"
     json_path = RESULTS / f"{suffix}.json"

@@ -254,6 +254,9 @@ DECLARE
     v_more bigint[];
 BEGIN
     ids := p_head;
+    -- The ageing window and the fairness heads share p_window across the polled
+    -- queues (one queue gets all of it): four queues read a quarter each, not four
+    -- windows, so the candidates stay about as many however deep the queues are.
     -- The ageing window: the oldest due tasks that age, whatever their priority.
     SELECT ids || coalesce(array_agg(o.id), ARRAY[]::bigint[]) INTO ids
     FROM unnest(p_queues) AS q (name)
@@ -263,7 +266,7 @@ BEGIN
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
         ORDER BY t.due_at, t.id
-        LIMIT p_window
+        LIMIT ceil(p_window::numeric / cardinality(p_queues))
     ) AS o;
     -- The fairness window: the head of each key visited, sharing the window.
     FOREACH v_queue IN ARRAY p_queues LOOP
@@ -277,7 +280,8 @@ BEGIN
             WHERE t.queue = v_queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
               AND t.kind <> 'timer' AND t.due_at <= p_now
             ORDER BY t.priority DESC, t.due_at, t.id
-            LIMIT least(p_limit, greatest(1, ceil(p_window::numeric / greatest(cardinality(v_keys), 1))))
+            LIMIT least(p_limit, greatest(1, ceil(
+                p_window::numeric / (greatest(cardinality(v_keys), 1) * cardinality(p_queues)))))
         ) AS h;
         ids := ids || v_more;
     END LOOP;
@@ -347,7 +351,7 @@ BEGIN
             v_admitted := harvest._admit_candidates(v_ids, p_now);
             SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
             FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
-            WHERE u.id = ANY(v_admitted);
+            WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));  -- (hashed: see below)
         END IF;
         SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
@@ -383,11 +387,13 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The gates return the admissible ids as a set: keep the claim order.
+    -- The gates return the admissible ids as a set: keep the claim order. IN over
+    -- the unnested set is a hashed lookup; "= ANY(v_admitted)" compared every
+    -- candidate with every admitted id (a window of hundreds squared).
     v_admitted := harvest._admit_candidates(v_ids, p_now);
     SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
     FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
-    WHERE u.id = ANY(v_admitted);
+    WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));
     SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, p_now);
@@ -475,6 +481,8 @@ BEGIN
         ORDER BY t.priority DESC, t.due_at, t.id
         LIMIT v_window
     ) AS head;
+    -- The head of all the polled queues: their first v_window in claim order.
+    v_ids := v_ids[1:v_window];
 
     -- Ageing or fairness-keyed work on these queues: widen and reorder the
     -- candidates. Otherwise two probes of empty partial indexes, nothing more.
@@ -494,6 +502,12 @@ BEGIN
     IF cardinality(v_ids) = 0 THEN
         RETURN;  -- nothing due: an idle claim ends here
     END IF;
+    -- The gates and the lease read the first v_window candidates in claim order,
+    -- whatever the number of queues and windows: the same slack past the batch as
+    -- one queue's head gives. Each candidate costs a few primary-key probes, and
+    -- four polled queues with ageing and fairness windows bring a thousand, whose
+    -- probes cost more the deeper the table (docs/performance.md, "Every gate on").
+    v_ids := v_ids[1:v_window];
     RETURN QUERY
     SELECT * FROM harvest._claim_candidates(v_ids, v_gated, p_worker_id, p_limit, p_workflow_lease_secs, v_now);
 END;

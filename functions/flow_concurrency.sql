@@ -177,7 +177,9 @@ BEGIN
     END LOOP;
     v_buckets := harvest._lock_rate_buckets(p_ids, p_now);
 
-    WITH c AS (
+    -- Every step is MATERIALIZED: judged is read by three aggregates below, and
+    -- an inlined CASE would run its per-row subqueries once for each.
+    WITH c AS MATERIALIZED (
         SELECT t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
                row_number() OVER (PARTITION BY t.kind, t.concurrency_key
                                   ORDER BY t.priority DESC, t.due_at, t.id) AS c_rank,
@@ -186,7 +188,13 @@ BEGIN
         FROM harvest.tasks AS t
         WHERE t.id = ANY(p_ids) AND t.status = 'pending'
     ),
-    judged AS (
+    -- In flight once per key this claim holds, not once per candidate: a window
+    -- holds hundreds of candidates of a few keys.
+    flight AS MATERIALIZED (
+        SELECT k.kind, k.concurrency_key, harvest._in_flight(k.kind, k.concurrency_key) AS n
+        FROM (SELECT DISTINCT c.kind, c.concurrency_key FROM c WHERE c.concurrency_key = ANY(v_locked)) AS k
+    ),
+    judged AS MATERIALIZED (
         SELECT c.id,
                CASE
                    WHEN c.concurrency_key IS NULL THEN 'ok'
@@ -194,8 +202,7 @@ BEGIN
                    WHEN c.kind = 'workflow' AND EXISTS (
                        SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = c.execution_id
                    ) THEN 'ok'
-                   WHEN c.c_rank <= c.concurrency_limit - harvest._in_flight(c.kind, c.concurrency_key)
-                       THEN 'ok'
+                   WHEN c.c_rank <= c.concurrency_limit - f.n THEN 'ok'
                    ELSE 'capped'
                END AS cap,
                CASE
@@ -206,6 +213,7 @@ BEGIN
                END AS rate,
                CASE WHEN b.rps > 0 THEN (c.r_rank - b.tokens) / b.rps END AS rate_wait
         FROM c
+        LEFT JOIN flight AS f ON f.kind = c.kind AND f.concurrency_key = c.concurrency_key
         LEFT JOIN LATERAL harvest._bucket_now(c.rate_key, p_now) AS b ON c.rate_key = ANY(v_buckets)
     )
     SELECT coalesce(array_agg(j.id) FILTER (WHERE j.cap = 'ok' AND j.rate = 'ok'), ARRAY[]::bigint[]),
@@ -236,16 +244,24 @@ $$;
 -- In-flight count of one key: running activity rows, or admitted running runs.
 CREATE OR REPLACE FUNCTION harvest._in_flight(p_kind text, p_key text)
 RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 AS $$
-    SELECT CASE WHEN p_kind = 'workflow' THEN (
-        SELECT count(*) FROM harvest.workflow_slots AS s
-        JOIN harvest.executions AS e ON e.id = s.execution_id
-        WHERE s.concurrency_key = p_key AND e.status = 'RUNNING'
-    ) ELSE (
+BEGIN
+    -- PL/pgSQL, not SQL: its two statements keep their plans for the session. A SQL
+    -- function with sub-SELECTs is never inlined, and it was planned again on every
+    -- call (a claim makes one per key of its window).
+    IF p_kind = 'workflow' THEN
+        RETURN (
+            SELECT count(*) FROM harvest.workflow_slots AS s
+            JOIN harvest.executions AS e ON e.id = s.execution_id
+            WHERE s.concurrency_key = p_key AND e.status = 'RUNNING'
+        );
+    END IF;
+    RETURN (
         SELECT count(*) FROM harvest.tasks AS r
         WHERE r.concurrency_key = p_key AND r.status = 'running' AND r.kind = 'activity'
-    ) END;
+    );
+END;
 $$;
 
 -- After a gated claim: admitted runs take their workflow slot, and the buckets

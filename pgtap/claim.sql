@@ -6,7 +6,7 @@
 -- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks.
 BEGIN;
-SELECT plan(117);
+SELECT plan(120);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -330,6 +330,24 @@ SELECT is((SELECT array_agg(t.fairness_key ORDER BY u.ord) FROM harvest._order_c
           ARRAY['a', 'a', 'a'], '_order_candidates(): once a key is gone the rest follow in order');
 SELECT is((SELECT o.gated FROM harvest._order_candidates(ARRAY['fair_q'], ARRAY[]::bigint[], harvest.now(), 20, 3)
            AS o), false, '_order_candidates(): no gated candidate');
+
+-- Several queues share the ageing window (20 here): a quarter of it each for four, all of it
+-- for one, so the candidates of a claim do not grow with the number of queues polled.
+SELECT pg_temp.fill('share_' || q, 30, 0, 100, '{"priority_aging_secs": 10}', '[]')
+FROM unnest(ARRAY['a', 'b', 'c', 'd']) AS q;
+SELECT is((SELECT cardinality(o.ids) FROM harvest._order_candidates(
+              ARRAY['share_a', 'share_b', 'share_c', 'share_d'], ARRAY[]::bigint[], harvest.now(), 20, 3) AS o),
+          20, '_order_candidates(): four queues share the ageing window, five each');
+SELECT is((SELECT cardinality(o.ids) FROM harvest._order_candidates(
+              ARRAY['share_a'], ARRAY[]::bigint[], harvest.now(), 20, 3) AS o),
+          20, '_order_candidates(): one queue has the whole window');
+-- The claim keeps its first limit * 4 + 16 candidates in claim order across the queues.
+SELECT pg_temp.fill('multi_a', 30, 0, 0, '{}', '[]');
+SELECT pg_temp.fill('multi_b', 1, 9, 0, '{}', '[]');
+SELECT results_eq(
+    $$SELECT t.queue, t.priority FROM harvest.claim_tasks('w-multi', ARRAY['multi_a', 'multi_b'], 1) AS c
+      JOIN harvest.tasks AS t ON t.id = c.task_id$$,
+    $$VALUES ('multi_b'::text, 9)$$, 'claim_tasks() over several queues takes the first in claim order');
 
 -- _claim_ids takes the ids in the order given.
 SELECT pg_temp.fill('ids_q', 3, 0, 0, '{}', '[]');

@@ -4,6 +4,7 @@ not measured. No timing here: the figures are given."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -137,9 +138,41 @@ def test_missing_measurements_are_not_measured_with_a_reason_and_no_figure():
     assert r["sql_efficiency"]["detail"] == "the raw-row floor did not run"
 
 
-def test_rows_the_bench_cannot_measure_stay_unmeasured_whatever_the_results():
+def _claim_cost(*depths_ms: tuple[int, float]) -> dict:
+    return {
+        "measured_at": "2026-12-01T19:30:00+00:00",
+        "machine": {"host": "devbox", "cpus": 2},
+        "command": "nice -n 10 python bench/claim_gates.py",
+        "batch": 50,
+        "rows": [{"pending": d, "median_ms": ms, "samples": 200} for d, ms in depths_ms],
+    }
+
+
+def test_the_claim_row_is_the_committed_measurement_at_10m_over_1k():
     r = rows(sample())
-    assert r["claim_10m"]["status"] == T.NOT_MEASURED
+    assert r["claim_10m"]["status"] == T.NOT_MEASURED  # a run without the by-hand measurement
+    met = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (1_000_000, 22.0), (10_000_000, 26.0))})
+    row = met["claim_10m"]
+    assert row["value"] == pytest.approx(1.3) and row["status"] == T.MET
+    assert "26.00 ms at 10,000,000 vs 20.00 ms at 1,000" in row["detail"]
+    assert "2026-12-01" in row["detail"] and "devbox" in row["detail"]
+    gates = _claim_cost((1_000, 20.0), (10_000_000, 26.0))
+    gates["rows"][0]["gated_share"], gates["rows"][1]["gated_share"] = 1.0, 0.42
+    assert "through the gates 100% at 1K, 42% at 10M" in rows({"claim_cost": gates})["claim_10m"]["detail"]
+    missed = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (10_000_000, 31.0))})
+    assert missed["claim_10m"]["status"] == T.MISSED  # 1.55x > 1.5x
+    shallow = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (1_000_000, 22.0))})
+    assert shallow["claim_10m"]["status"] == T.NOT_MEASURED
+    assert "1,000, 1,000,000" in shallow["claim_10m"]["detail"]
+
+
+def test_with_claim_cost_reads_the_committed_file_unless_the_results_carry_one(tmp_path):
+    path = tmp_path / "claim_cost.json"
+    path.write_text(json.dumps(_claim_cost((1_000, 20.0), (10_000_000, 24.0))))
+    assert T.with_claim_cost({}, path)["claim_cost"]["rows"][1]["median_ms"] == 24.0
+    own = {"claim_cost": _claim_cost((1_000, 1.0), (10_000_000, 1.0))}
+    assert T.with_claim_cost(own, path)["claim_cost"]["rows"][1]["median_ms"] == 1.0
+    assert "claim_cost" not in T.with_claim_cost({}, tmp_path / "absent.json")
 
 
 def test_the_table_prints_every_row():
