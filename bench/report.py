@@ -259,8 +259,8 @@ def issue20_lines(results: dict) -> list[str]:
             floor_count = (floor or {}).get("statements_per_run")
             lines += [
                 "",
-                f"The SQL path runs {stm['statements_per_workflow']:g} statements per workflow inside its "
-                f"functions ({stm['writes_per_workflow']:g} of them INSERT, UPDATE or DELETE), each paying "
+                f"The SQL path runs {float(stm['statements_per_workflow']):g} statements per workflow inside its "
+                f"functions ({float(stm['writes_per_workflow']):g} of them INSERT, UPDATE or DELETE), each paying "
                 "executor start-up and a plan check (a write also its table's CHECKs and trigger WHENs)"
                 + (
                     f"; the floor writes the same rows in {floor_count:g} statements per run."

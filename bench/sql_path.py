@@ -117,8 +117,9 @@ def statement_costs(dsn: str, n: int, batch: int, options: dict, limit: int = 15
     return {
         "available": True,
         "workflows": n,
-        "statements_per_workflow": round(nested / n, 1),
-        "writes_per_workflow": round(writes / n, 1),
+        # sum() of a bigint is numeric: a Decimal, which the JSON output would write as a string.
+        "statements_per_workflow": round(float(nested) / n, 1),
+        "writes_per_workflow": round(float(writes) / n, 1),
         "top": [
             {"query": q, "calls_per_workflow": round(c / n, 2), "us_per_workflow": round(t * 1000 / n, 1)}
             for q, _top, c, t in rows
