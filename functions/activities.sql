@@ -146,12 +146,7 @@ BEGIN
     IF v_execution.id IS NULL THEN
         RETURN NULL;
     END IF;
-    IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id AND v_execution.status = 'RUNNING'
-       AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues) THEN
-        RETURN harvest._hand_workflow_task(v_execution.id, p_worker_id, p_workflow_lease_secs);
-    END IF;
-    PERFORM harvest._ensure_workflow_task(v_execution.id);
-    RETURN NULL;
+    RETURN harvest._wake_after_results(v_execution, p_worker_id, p_worker_queues, p_workflow_lease_secs);
 END;
 $$;
 
@@ -175,11 +170,27 @@ BEGIN
         RETURN NULL;
     END IF;
     PERFORM harvest._append_events(p_execution_id, p_event_types, p_event_datas);
-    IF p_worker_queues IS NOT NULL AND v_execution.decided_by = p_worker_id AND v_execution.status = 'RUNNING'
-       AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues) THEN
-        RETURN harvest._hand_workflow_task(p_execution_id, p_worker_id, p_workflow_lease_secs);
+    RETURN harvest._wake_after_results(v_execution, p_worker_id, p_worker_queues, p_workflow_lease_secs);
+END;
+$$;
+
+-- Wake a run's workflow once results are recorded in its history (p_execution: the run's
+-- row as read before): the workflow task is handed to p_worker_id (p_worker_queues: its
+-- queues, from _hand_off_queues) when that worker's cached run decided last and the
+-- hand-off rules allow it (claim.sql), else queued. Returns the handed task's id, or NULL.
+CREATE OR REPLACE FUNCTION harvest._wake_after_results(
+    p_execution harvest.executions, p_worker_id text, p_worker_queues text[],
+    p_workflow_lease_secs double precision
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_worker_queues IS NOT NULL AND p_execution.decided_by = p_worker_id AND p_execution.status = 'RUNNING'
+       AND harvest._may_hand_off(p_execution.queue, 0, p_worker_queues) THEN
+        RETURN harvest._hand_workflow_task(p_execution.id, p_worker_id, p_workflow_lease_secs);
     END IF;
-    PERFORM harvest._ensure_workflow_task(p_execution_id);
+    PERFORM harvest._ensure_workflow_task(p_execution.id);
     RETURN NULL;
 END;
 $$;

@@ -177,13 +177,8 @@ DECLARE
     v_hand boolean := false;
     v_task harvest.tasks;
 BEGIN
-    PERFORM harvest._require(p_command, 'name', 'string');
-    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
-        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
     event_type := 'ActivityScheduled';
-    event_data := jsonb_build_object(
-        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
-        'queue', v_queue, 'options', v_options);
+    event_data := harvest._activity_scheduled(p_execution, p_seq, p_command, p_limit);
     -- An activity with an admission gate or a claim-order key always queues; a
     -- PAUSED run's (a decision in flight when it was paused) waits, 'paused'.
     IF p_may_hand AND p_execution.status = 'RUNNING'
@@ -217,10 +212,31 @@ BEGIN
 END;
 $$;
 
+-- A schedule_activity command checked (a name; its input within p_limit, else HR008)
+-- and the data of its ActivityScheduled event: the one description of both the
+-- activity that may be handed (_decide_schedule_activity) and the one that queues
+-- (_decide_queue_activity).
+CREATE OR REPLACE FUNCTION harvest._activity_scheduled(
+    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._require(p_command, 'name', 'string');
+    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
+        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
+    RETURN jsonb_build_object(
+        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
+        'queue', coalesce(p_command ->> 'queue', p_execution.queue),
+        'options', coalesce(p_command -> 'options', '{}'::jsonb));
+END;
+$$;
+
 -- schedule_activity of an activity that queues (no hand-off slot left for it): its
--- ActivityScheduled event only, as _decide_schedule_activity writes it; the task
--- row is gathered with the decision's other queued activities and inserted with
--- them by _queue_activities, one statement for the lot (a fan-out of many).
+-- ActivityScheduled event only; the task row is gathered with the decision's other
+-- queued activities and inserted with them by _queue_activities, one statement for
+-- the lot (a fan-out of many).
 CREATE OR REPLACE FUNCTION harvest._decide_queue_activity(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
     OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
@@ -229,14 +245,8 @@ CREATE OR REPLACE FUNCTION harvest._decide_queue_activity(
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM harvest._require(p_command, 'name', 'string');
-    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
-        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
     event_type := 'ActivityScheduled';
-    event_data := jsonb_build_object(
-        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
-        'queue', coalesce(p_command ->> 'queue', p_execution.queue),
-        'options', coalesce(p_command -> 'options', '{}'::jsonb));
+    event_data := harvest._activity_scheduled(p_execution, p_seq, p_command, p_limit);
 END;
 $$;
 
@@ -606,6 +616,7 @@ DECLARE
     -- (_queue_activities), flushed before any other command and before the events.
     v_queued_seqs integer[] := ARRAY[]::integer[];
     v_queued jsonb[] := ARRAY[]::jsonb[];
+    v_may_hand boolean;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -631,7 +642,14 @@ BEGIN
                       'cancel_external_workflow') THEN
             v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
         END IF;
-        IF v_type IS DISTINCT FROM 'schedule_activity' AND cardinality(v_queued) > 0 THEN
+        -- An activity may be handed while a hand-off slot is left and its queue is one the
+        -- worker polls (read at the first attempt); any other activity queues.
+        v_may_hand := v_type = 'schedule_activity'
+            AND jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
+            AND (v_worker_queues IS NULL OR coalesce(v_command ->> 'queue', v_execution.queue) = ANY(v_worker_queues));
+        -- The gathered queued activities go in before anything that does not queue too: task
+        -- ids keep the commands' order, and a hand-off's rules see every task before it.
+        IF cardinality(v_queued) > 0 AND (v_type IS DISTINCT FROM 'schedule_activity' OR v_may_hand) THEN
             PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
             v_queued_seqs := ARRAY[]::integer[];
             v_queued := ARRAY[]::jsonb[];
@@ -647,16 +665,7 @@ BEGIN
         END IF;
         CASE v_type
         WHEN 'schedule_activity' THEN
-            IF jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
-               AND (v_worker_queues IS NULL  -- not read yet
-                    OR coalesce(v_command ->> 'queue', v_execution.queue) = ANY(v_worker_queues)) THEN
-                -- It may be handed: the queued ones go in first (ids in command order,
-                -- and its hand-off rules see every task before it).
-                IF cardinality(v_queued) > 0 THEN
-                    PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
-                    v_queued_seqs := ARRAY[]::integer[];
-                    v_queued := ARRAY[]::jsonb[];
-                END IF;
+            IF v_may_hand THEN
                 v_step := harvest._decide_schedule_activity(v_execution, v_seq, v_command, p_worker_id, v_now,
                     v_limit, true, v_worker_queues);
                 v_worker_queues := v_step.worker_queues;

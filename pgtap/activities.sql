@@ -4,9 +4,10 @@
 -- (a group commit: refused items, the hand-off of the woken workflow task, a decision
 -- committed with its result, a run's results gathered into one append),
 -- harvest._record_activity_result, harvest._record_activity_results, harvest._store_activity_result,
+-- harvest._wake_after_results,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(166);
+SELECT plan(168);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -442,6 +443,19 @@ SELECT results_eq(
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('rec.1')$$,
     $$VALUES ('{"seq": 1, "result": 7, "attempt": 1}'::jsonb, 'workflow'::text, 'pending'::text)$$,
     '_record_activity_result(): ActivityCompleted and a pending workflow task');
+
+-- _wake_after_results on its own: a worker that did not decide last is not handed the
+-- wake-up, which queues (once: a second wake-up finds the task there).
+SELECT pg_temp.decided('wake', 'someone-else');
+SELECT is(harvest._wake_after_results((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('wake.1')),
+                                      'hw', ARRAY['dq_wake'], 30),
+          NULL, '_wake_after_results() for a run another worker decided: nothing handed');
+SELECT harvest._wake_after_results((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('wake.1')),
+                                   'hw', NULL, 30);
+SELECT results_eq(
+    $$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('wake.1') AND kind = 'workflow'$$,
+    $$VALUES ('workflow'::text, 'pending'::text)$$,
+    '... its workflow task is queued, once');
 
 -- A run's results in one batch go in as one append: the events in task order, one
 -- row update (one new row version), one wake-up; a refused item among them and the

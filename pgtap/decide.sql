@@ -5,10 +5,10 @@
 -- harvest.complete_workflow_tasks (the group commit of decisions),
 -- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
--- (the start locks a decision takes before its run's row), harvest._decide_queue_activity and
--- harvest._queue_activities (a decision's queued activities, one INSERT).
+-- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
+-- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(256);
+SELECT plan(257);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1346,6 +1346,11 @@ SELECT throws_ok($$SELECT * FROM harvest._decide_schedule_activity(pg_temp.exec(
                        'fn-worker', harvest.now(), 5, false, NULL)$$,
                  'HR008', 'the input of activity big (command 4) is 7 bytes, over the payload limit of 5 bytes',
                  '_decide_schedule_activity() checks the input against p_limit: HR008');
+-- _activity_scheduled: the one description of a scheduled activity, a named queue kept.
+SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 13,
+              '{"type": "schedule_activity", "seq": 13, "name": "q3", "queue": "fn_q"}', 1000),
+          jsonb_build_object('seq', 13, 'name', 'q3', 'input', NULL, 'queue', 'fn_q', 'options', '{}'::jsonb),
+          '_activity_scheduled() returns the ActivityScheduled data (the command''s queue, no options: {})');
 -- _decide_queue_activity: the same event, and no row until _queue_activities inserts the
 -- decision's queued activities, in command order, as _decide_schedule_activity would.
 SELECT results_eq(
