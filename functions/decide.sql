@@ -123,8 +123,7 @@ BEGIN
         WHERE k.workflow_id IS NOT NULL
         ORDER BY k.workflow_name, k.workflow_id
     LOOP
-        PERFORM pg_advisory_xact_lock(
-            hashtextextended('harvest.start:' || v_key.workflow_name || ':' || v_key.workflow_id, 0));
+        PERFORM harvest._lock_start_key(v_key.workflow_name, v_key.workflow_id);
     END LOOP;
 END;
 $$;

@@ -322,8 +322,7 @@ BEGIN
             v_incoming.id, v_incoming.status USING ERRCODE = 'HR001';
     END IF;
     -- Serialise with other starts of the key (start.sql takes the same lock).
-    PERFORM pg_advisory_xact_lock(
-        hashtextextended('harvest.start:' || v_incoming.workflow_name || ':' || v_incoming.workflow_id, 0));
+    PERFORM harvest._lock_start_key(v_incoming.workflow_name, v_incoming.workflow_id);
     SELECT * INTO v_existing FROM harvest.executions WHERE id = v_incoming.id FOR UPDATE;
     SELECT * INTO v_arrival FROM harvest.shard_arrivals WHERE execution_id = v_incoming.id FOR UPDATE;
     IF FOUND AND v_existing.status = 'MIGRATING' THEN

@@ -114,6 +114,12 @@ BEGIN
         RAISE EXCEPTION 'unknown signal_reapply "%"', p_signal_reapply USING ERRCODE = 'HR001',
             HINT = 'use drop or buffer';
     END IF;
+    -- The key's start lock before the run's row, as every start takes them: a start of the
+    -- key waiting on the row would otherwise read the run this reset terminates and miss
+    -- its fork (a statement's snapshot predates the fork), then attach to the ended run or
+    -- collide with the fork in executions_active_workflow_id.
+    PERFORM harvest._lock_start_key(e.workflow_name, e.workflow_id)
+    FROM harvest.executions AS e WHERE e.id = p_execution_id;
     v_source := harvest._lock_execution(p_execution_id);
     PERFORM harvest._refuse_moved(v_source, 'reset');
     v_problems := harvest._reset_problems(v_source, p_to_event);

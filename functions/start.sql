@@ -286,6 +286,17 @@ AS $$
     END;
 $$;
 
+-- The start lock of a business key: every path that creates or replaces a run of
+-- (workflow_name, workflow_id) takes it before it reads or locks the key's runs (starts,
+-- continue_as_new and child starts in decide.sql, a reset's fork, a moved run's import),
+-- so concurrent starts of the key converge on one run and see each other's rows.
+CREATE OR REPLACE FUNCTION harvest._lock_start_key(p_workflow_name text, p_workflow_id text)
+RETURNS void
+LANGUAGE sql
+AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('harvest.start:' || p_workflow_name || ':' || p_workflow_id, 0));
+$$;
+
 -- The prior run of the key under the reuse and conflict policies, with the start
 -- lock held: returns the run to attach to, or NULL when a new run is to start (after
 -- the running prior it replaces was terminated); a rejected start raises HR003.
@@ -298,8 +309,7 @@ AS $$
 DECLARE
     v_prior harvest.executions;
 BEGIN
-    PERFORM pg_advisory_xact_lock(
-        hashtextextended('harvest.start:' || p_workflow_name || ':' || p_workflow_id, 0));
+    PERFORM harvest._lock_start_key(p_workflow_name, p_workflow_id);
 
     -- The prior: the RUNNING run of the key, else its latest. Why BETWEEN and the
     -- leading e.workflow_id in ORDER BY: a generic plan (PL/pgSQL caches one per

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(161);
+SELECT plan(162);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -504,6 +504,12 @@ SELECT results_eq(
              ('COMPLETED', 'allow_duplicate_failed_only', 'unspecified', 'attach'),
              ('TIMED_OUT', 'allow_duplicate_failed_only', 'unspecified', 'start')$$,
     '_start_action(): start without a prior; conflict_policy decides about a RUNNING prior, reuse_policy about a terminal one');
+SELECT harvest._lock_start_key('fn_wf', 'fn-lock');
+SELECT ok(EXISTS (SELECT 1 FROM pg_locks AS l
+                  WHERE l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.objsubid = 1 AND l.granted
+                    AND ((l.classid::bigint << 32) | l.objid::bigint)
+                        = hashtextextended('harvest.start:fn_wf:fn-lock', 0)),
+          '_lock_start_key(): this transaction holds the key''s start lock (harvest.start:<name>:<id>)');
 SELECT is((harvest._start_resolve_prior('fn_wf', 'fn-none', 'allow_duplicate', 'unspecified')).id, NULL,
           '_start_resolve_prior() without a prior: NULL (start a new run)');
 CREATE TEMP TABLE fn_prior ON COMMIT DROP AS SELECT * FROM harvest.start_workflow('fn_wf', '[]', 'fn-1', 'fn_q');

@@ -105,6 +105,42 @@ def test_a_rotation_and_a_signal_with_start_of_its_key_do_not_deadlock(
     )
 
 
+@pytest.mark.parametrize("reuse_policy", ["allow_duplicate", "allow_duplicate_failed_only"])
+def test_a_start_racing_a_reset_of_its_key_reads_the_fork(
+    db: str, conn: psycopg.Connection, reuse_policy: str
+) -> None:
+    """A reset ends its run and inserts the fork under the same key; a start of the key that
+    arrives meanwhile waits, then attaches to the fork: it neither attaches to the ended run
+    nor collides with the fork (the reset takes the key's start lock before the run's row)."""
+    run_id = conn.execute(
+        "SELECT execution_id FROM harvest.start_workflow('rotor', '[0]', 'reset-race')"
+    ).fetchone()[0]
+    outcome: dict[str, Any] = {}
+    with psycopg.connect(db) as resetting:  # a transaction: the reset commits below
+        fork = resetting.execute(
+            "SELECT (harvest.reset_workflow(%s, 1, 'race') ->> 'new_execution_id')::uuid", (run_id,)
+        ).fetchone()[0]
+
+        def start() -> Any:
+            with psycopg.connect(db, autocommit=True, application_name="start") as c:
+                return c.execute(
+                    "SELECT execution_id, started_fresh FROM harvest.start_workflow("
+                    "'rotor', '[1]', 'reset-race', 'default', %s)",
+                    (reuse_policy,),
+                ).fetchone()
+
+        starting = _in_thread(start, outcome, "start")
+        _wait_until_blocked(conn, "start")
+        resetting.commit()
+        starting.join(20)
+
+    assert outcome["start"] == (fork, False), outcome
+    assert conn.execute(
+        "SELECT array_agg(status ORDER BY created_at) FROM harvest.executions"
+        " WHERE workflow_id = 'reset-race'"
+    ).fetchone()[0] == ["TERMINATED", "RUNNING"]
+
+
 @workflow
 async def ticking_rotor(ctx: Any, n: int) -> int:
     await ctx.wait_for_signal("tick")
