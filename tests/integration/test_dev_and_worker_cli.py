@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -54,6 +58,44 @@ def test_dev_uses_an_existing_local_database(db: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Hello, world!" in done.stdout
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_dev_stops_cleanly_on_a_signal(db: str, tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C (or a SIGTERM), pressed twice, stops the worker, then the management API beside
+    it: exit 0 and no traceback. uvicorn took the signals while it served, and a second SIGINT
+    made it skip the API's shutdown, which was then cancelled mid-way."""
+    env = {**os.environ, "HARVEST_DEV_DATABASE_URL": db}
+    log = tmp_path / "dev.log"
+    with socket.socket() as probe:  # a free port, so the test can see the API answer
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with log.open("w") as out:
+        dev = subprocess.Popen(
+            [*HARVEST, "dev", "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not _answers(f"http://127.0.0.1:{port}/api/harvest/openapi.json"):
+                assert dev.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+            dev.send_signal(sig)
+            time.sleep(0.05)
+            dev.send_signal(sig)  # impatient: a second Ctrl-C while it stops
+            assert dev.wait(timeout=60) == 0, log.read_text()
+        finally:
+            if dev.poll() is None:
+                dev.kill()
+    output = log.read_text()
+    assert "Traceback" not in output and "Error" not in output, output
 
 
 def test_worker_and_client_refuse_an_unmigrated_database(fresh_db: str) -> None:

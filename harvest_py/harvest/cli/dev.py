@@ -143,8 +143,9 @@ def _api_server(
             served_app(api), host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACE_SECS
         )
     )
-    # the worker owns Ctrl-C (uvicorn before 0.29 read this hook; later ones have none)
-    server.install_signal_handlers = lambda: None  # type: ignore[attr-defined]
+    # The worker owns Ctrl-C and stops the server after it. uvicorn (0.29 and later) would
+    # take SIGINT and SIGTERM for the length of serve() and raise them again when it returns.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
     return server
 
 
