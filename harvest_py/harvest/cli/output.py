@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -250,11 +251,10 @@ def progress(total: int, label: str, enabled: bool = True) -> Iterator[Any]:
 
         yield _Null()
         return
-    # click 8.5 serves get_text_stream through a module __getattr__ typed object (deprecated)
     with click.progressbar(
         length=max(total, 1),
         label=label,
-        file=click.get_text_stream("stderr"),  # type: ignore[operator]
+        file=sys.stderr,  # read at the call: a CliRunner's stream in tests
         show_pos=True,
     ) as bar:
         yield bar
