@@ -4,6 +4,7 @@ back as the CLI's own fan-out would have merged them."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -80,6 +81,12 @@ def test_fan_out_reads_match_over_three_shards_and_a_stopped_one(shards, served)
     for o in ("table", "json"):
         for args in reads:
             same(*args, "--output", o)
+    # A write of every shard's settings answers per shard over either transport.
+    for transport in ([], ["--base-url", BASE]):
+        written = _run([*transport, "retention", "set", "--max-age", "7 days", "--output", "json"], env)
+        assert written.exit_code == 0, written.stderr
+        shard_rows = json.loads(written.stdout)["shards"]
+        assert [(r["shard_id"], r["max_age"]) for r in shard_rows] == [(s, "7 days") for s in (0, 1, 2)]
     shards.stop(1)
     try:
         for o in ("table", "json"):  # partial: the same rows and the same warning on stderr

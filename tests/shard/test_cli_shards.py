@@ -148,6 +148,26 @@ def test_retention_status_is_per_shard(shards) -> None:
     assert [r["shard_id"] for r in data["shards"]] == [0, 2] and data["unavailable_shards"] == [1]
 
 
+def test_retention_set_writes_every_shard(shards) -> None:
+    """`retention set` over SQL with [shards] sets every shard, as the HTTP route does (it set
+    the database of --database-url only); a shard it cannot reach is named and it exits 1."""
+    result, data = _json(_env(shards), "retention", "set", "--max-age", "30 days", "--batch-size", "200")
+    assert result.exit_code == 0, result.stderr
+    assert [(r["shard_id"], r["max_age"], r["batch_size"]) for r in data["shards"]] == [
+        (s, "30 days", 200) for s in (0, 1, 2)
+    ]
+    configured = "SELECT harvest.get_retention_status() ->> 'configured' = 'true'"
+    for s in (0, 1, 2):
+        with shards.connect(s) as conn:
+            assert conn.execute(configured).fetchone()[0]
+    result, data = _stopped(shards, 2, "retention", "set", "--max-age", "off")
+    assert result.exit_code == 1
+    assert "shard(s) 2 could not be reached and keep their retention settings" in result.stderr
+    assert [(r["shard_id"], r["configured"]) for r in data["shards"]] == [(0, False), (1, False)]
+    with shards.connect(2) as conn:  # the stopped shard kept its settings
+        assert conn.execute(configured).fetchone()[0]
+
+
 def _version_marker(shards, shard: int, change_id: str, version: int) -> None:
     with shards.connect(shard) as conn:
         conn.execute("SELECT harvest.start_workflow('gated', p_workflow_id => %s)", (f"{change_id}-{shard}",))

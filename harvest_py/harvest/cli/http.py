@@ -659,13 +659,22 @@ class HttpApi:
 
     def set_retention(
         self, max_age: str | None, batch_size: int | None = None, operator: str | None = None
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | PerShard:
         body = {"max_age": max_age or "off", "batch_size": batch_size, "operator_id": operator}
-        return _first_shard(self.http.post("/admin/retention/settings", body, scope="admin"))
+        return self._retention_written(body)
 
-    def set_worker_retention(self, max_age: str | None, operator: str | None = None) -> dict[str, Any]:
+    def set_worker_retention(
+        self, max_age: str | None, operator: str | None = None
+    ) -> dict[str, Any] | PerShard:
         body = {"worker_max_age": max_age or "off", "operator_id": operator}
-        return _first_shard(self.http.post("/admin/retention/settings", body, scope="admin"))
+        return self._retention_written(body)
+
+    def _retention_written(self, body: dict[str, Any]) -> dict[str, Any] | PerShard:
+        """The server sets every shard: per shard when it is sharded, as `retention status`."""
+        answer = self.http.post("/admin/retention/settings", body, scope="admin")
+        if answer.get("sharded"):
+            return _by_shard(answer, answer["shards"])
+        return _first_shard(answer)
 
     def sweep_retention(
         self, max_age: str | None, batch_size: int | None, max_batches: int, operator: str | None

@@ -16,7 +16,7 @@ from harvest.cli.output import (
     sql_api,
 )
 from harvest.cli.shards import deployment_read, emit_merged
-from harvest.shard.fanout import Merged
+from harvest.shard.fanout import FanOut, Merged
 
 STATUS_KEYS = [
     "configured",
@@ -43,7 +43,11 @@ def status(database_url: str | None, output: str) -> None:
     """Show the settings, the last run and how many executions a run would delete (on shards,
     over SQL with [shards] or HTTP to a sharded server: per shard, each shard's own settings
     and runs)."""
-    sharded, fan = deployment_read(database_url, lambda api: api.get_retention_status())
+    _emit_per_shard(*deployment_read(database_url, lambda api: api.get_retention_status()), output)
+
+
+def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str) -> None:
+    """One database's settings as they are; a sharded deployment's as one row per shard."""
     if not sharded:
         emit(fan.results[0], output, lambda d: mapping(d, STATUS_KEYS))
         return
@@ -88,17 +92,31 @@ def set_(
     database_url: str | None,
     output: str,
 ) -> None:
-    """Configure retention."""
+    """Configure retention (on shards: every shard, as over HTTP; exit 1 naming the shards that
+    could not be reached, which keep their settings)."""
     if max_age is None and worker_max_age is None:
         raise click.UsageError("give --max-age, --worker-max-age or both")
     if batch_size is not None and max_age is None:
         raise click.UsageError("--batch-size goes with --max-age")
-    with sql_api(database_url, read_only=False) as sql:
+
+    def write(api: Any) -> Any:
+        data = None
         if max_age is not None:
-            data = sql.set_retention(_interval_or_off(max_age), batch_size, operator)
+            data = api.set_retention(_interval_or_off(max_age), batch_size, operator)
         if worker_max_age is not None:
-            data = sql.set_worker_retention(_interval_or_off(worker_max_age), operator)
-    emit(data, output, lambda d: mapping(d, STATUS_KEYS))
+            data = api.set_worker_retention(_interval_or_off(worker_max_age), operator)
+        return data
+
+    sharded, fan = deployment_read(database_url, write, read_only=False)
+    _emit_per_shard(sharded, fan, output)
+    if fan.unavailable_shards:
+        shards = ", ".join(str(s) for s in fan.unavailable_shards)
+        click.echo(
+            f"error: shard(s) {shards} could not be reached and keep their retention settings; "
+            "run the command again when they are up",
+            err=True,
+        )
+        raise SystemExit(1)
 
 
 @retention.command("run-now")

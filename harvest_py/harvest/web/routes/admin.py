@@ -597,7 +597,12 @@ async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[st
     if not fan.results:
         raise DatabaseUnavailable("no shard could be reached: nothing was set; retry")
     shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
-    return {"shards": shards, "status": fan.status, "unavailable_shards": fan.unavailable_shards}
+    return {
+        "shards": shards,
+        "status": fan.status,
+        "unavailable_shards": fan.unavailable_shards,
+        "sharded": call.sharded,
+    }
 
 
 ENDPOINTS += [
