@@ -216,6 +216,29 @@ def test_a_custom_store_serves_the_sync_client_and_the_worker(db: str, start_wor
     assert _rows(db, "SELECT count(*) FROM harvest.payloads") == [(0,)], "nothing in the default store"
 
 
+@workflow
+async def o2_big_answer(ctx: Any, n: int) -> str:
+    return BIG * n
+
+
+def test_both_clients_resolve_a_result_from_a_custom_store(db: str, start_worker: Any) -> None:
+    """A worker offloads a large result to its custom store; a client with the same store reads
+    the value (it used to read harvest.payloads only, and handed back the reference)."""
+    store = MemoryStore()
+    start_worker(App(workflows=[o2_big_answer], codecs=Payloads(offload_bytes=256, store=store)))
+    with Client(db, codecs=Payloads(store=store)) as client:
+        assert client.start_workflow(o2_big_answer, 2).result(timeout=30) == BIG * 2
+
+    async def go() -> str:
+        async with await AsyncClient.connect(db, codecs=Payloads(store=store)) as client:
+            handle = await client.start_workflow(o2_big_answer, 3)
+            return str(await handle.result(timeout=30))
+
+    assert asyncio.run(go()) == BIG * 3
+    [(output,)] = _rows(db, "SELECT output FROM harvest.executions ORDER BY created_at LIMIT 1")
+    assert output["_harvest_ref"] in store.rows, "the history holds a reference to the custom store"
+
+
 def test_a_held_back_start_keeps_its_offloaded_input_through_retention_until_released(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute("SELECT harvest.declare_flow_policies(%s)", (Jsonb(APP.flow_policies()),))

@@ -10,7 +10,7 @@ from typing import Any
 
 from harvest.core.codecs import Payloads, SqlPayloadStore, refs_in, replace_refs
 from harvest.db import sqlapi
-from harvest.db.steps import Sql, Steps
+from harvest.db.steps import Atomic, Sql, Steps
 
 _NONE = Payloads()
 
@@ -21,12 +21,21 @@ def of(client: Any) -> Payloads:
 
 
 def decoded(payloads: Payloads | None, value: Any) -> Steps[Any]:
-    """``value`` with its references resolved (from the default store, ``harvest.payloads`` of the
-    database the read came from) and its envelopes decoded."""
+    """``value`` with its references resolved from the client's store (the default one reads
+    ``harvest.payloads`` of the database the read came from) and its envelopes decoded."""
+    policy = payloads or _NONE
     ids = refs_in(value)
     if ids:
-        value = replace_refs(value, (yield Sql(sqlapi.get_payloads, ids)))
-    return (payloads or _NONE).chain.decode_tree(value)
+        store = policy.store
+        if isinstance(store, SqlPayloadStore):
+            found = yield Sql(sqlapi.get_payloads, ids)
+        else:  # a custom store: awaited on the async client, on a loop of its own on the sync one
+            found = yield Atomic(
+                lambda sql: _run_coroutine(store.get(AwaitableSql(sql), ids)),
+                lambda sql: store.get(sql, ids),
+            )
+        value = replace_refs(value, found)
+    return policy.chain.decode_tree(value)
 
 
 # -- offload from clients (docs/payloads.md "Large payloads") ----------------------------------------
