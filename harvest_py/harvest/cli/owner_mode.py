@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
-from harvest.cli.shards import each_shard, shard_api
+from harvest.cli.shards import each_shard, fail_if_unreached, shard_api
 from harvest.core.errors import InvalidArgument
 
 COLUMNS = ["shard_id", "enabled", "lease_secs", "owned", "partitions", "by_worker", "updated_at"]
@@ -63,13 +63,7 @@ def _render(rows: list[dict[str, Any]]) -> str:
 
 def _finish(rows: list[dict[str, Any]], unavailable: list[int], output: str, what: str) -> None:
     emit({"shards": rows, "unavailable_shards": unavailable}, output, lambda d: _render(d["shards"]))
-    if unavailable:
-        shards = ", ".join(str(s) for s in unavailable)
-        click.echo(
-            f"error: shard(s) {shards} could not be reached and {what}; run it again when they are up",
-            err=True,
-        )
-        raise SystemExit(1)
+    fail_if_unreached(unavailable, what)
 
 
 @click.group("owner-mode")

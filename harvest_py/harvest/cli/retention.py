@@ -15,7 +15,7 @@ from harvest.cli.output import (
     progress,
     sql_api,
 )
-from harvest.cli.shards import deployment_read, emit_merged
+from harvest.cli.shards import deployment_read, emit_merged, fail_if_unreached
 from harvest.shard.fanout import FanOut, Merged
 
 STATUS_KEYS = [
@@ -109,14 +109,7 @@ def set_(
 
     sharded, fan = deployment_read(database_url, write, read_only=False)
     _emit_per_shard(sharded, fan, output)
-    if fan.unavailable_shards:
-        shards = ", ".join(str(s) for s in fan.unavailable_shards)
-        click.echo(
-            f"error: shard(s) {shards} could not be reached and keep their retention settings; "
-            "run the command again when they are up",
-            err=True,
-        )
-        raise SystemExit(1)
+    fail_if_unreached(fan.unavailable_shards, "keep their retention settings")
 
 
 @retention.command("run-now")

@@ -295,6 +295,18 @@ def warn_partial(merged: Merged[Any]) -> None:
         )
 
 
+def fail_if_unreached(unavailable: list[int], what: str) -> None:
+    """A write on every shard that missed some: name them on stderr (``what`` says what that
+    left undone, e.g. "were not drained") and exit 1, so a script sees it; nothing otherwise."""
+    if unavailable:
+        shards = ", ".join(str(s) for s in unavailable)
+        click.echo(
+            f"error: shard(s) {shards} could not be reached and {what}; run it again when they are up",
+            err=True,
+        )
+        raise SystemExit(1)
+
+
 def emit_merged(merged: Merged[Any], key: str | None, output: str, render: Callable[[Any], str]) -> None:
     """JSON: the value under ``key`` with status and unavailable_shards (next_cursor when
     paginated), or, with ``key`` None, the value's own keys plus those two; table: render(value)

@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import database_url_option, emit, operator_id_option, output_option, table
-from harvest.cli.shards import each_shard
+from harvest.cli.shards import each_shard, fail_if_unreached
 
 COLUMNS = [
     "shard_id",
@@ -46,10 +46,7 @@ def _on_every_shard(
         output,
         lambda d: table(d["shards"], COLUMNS),
     )
-    if fan.unavailable_shards:
-        shards = ", ".join(str(s) for s in fan.unavailable_shards)
-        click.echo(f"error: shard(s) {shards} could not be reached and {what}; run it again", err=True)
-        raise SystemExit(1)
+    fail_if_unreached(fan.unavailable_shards, what)
 
 
 @click.group()

@@ -20,7 +20,7 @@ from harvest.cli.output import (
     sql_api,
     table,
 )
-from harvest.cli.shards import deployment_read, each_shard, emit_merged, read_shards
+from harvest.cli.shards import deployment_read, each_shard, emit_merged, fail_if_unreached, read_shards
 from harvest.config import shards_configured
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.shard.fanout import Merged, no_worker_anywhere
@@ -101,14 +101,7 @@ def drain_worker_shards(
     rows = _tag(fan)
     merged = Merged(rows, fan.unavailable_shards, fan.status)
     emit_merged(merged, "workers", output, lambda d: table(d, [*DRAIN_FIELDS, "shard_id"]))
-    if fan.unavailable_shards:
-        shards = ", ".join(str(s) for s in fan.unavailable_shards)
-        click.echo(
-            f"error: shard(s) {shards} could not be reached and were not drained; run the drain again "
-            "when they are up",
-            err=True,
-        )
-        raise SystemExit(1)
+    fail_if_unreached(fan.unavailable_shards, "were not drained")
     if all(r["outcome"] == "not_found" for r in rows):
         raise SystemExit(1)
 
