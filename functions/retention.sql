@@ -117,6 +117,13 @@ BEGIN
     END IF;
     -- Receipts of relays applied for other shards (relays.sql) past the window.
     DELETE FROM harvest.relay_receipts AS r WHERE r.received_at < v_cutoff;
+    -- A result waiter's mark past the window on a run that is not live: a client that died
+    -- between marking itself and re-reading a run that was closing (the close deletes the
+    -- marks it sees; a waiter that lives deletes its own when it reads the run ended).
+    DELETE FROM harvest.result_waiters AS w
+    WHERE w.since < v_cutoff AND NOT EXISTS (
+        SELECT 1 FROM harvest.executions AS e
+        WHERE e.id = w.execution_id AND e.status IN ('RUNNING', 'PAUSED'));
     -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer,
     -- a writer that named no run. A run's own rows go with it (ON DELETE CASCADE); a client's
     -- start input is owned by its run from the start's transaction on, so no live run

@@ -1,7 +1,7 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
 -- registry rule: _prunable_workers, set_worker_retention, prune_workers.
 BEGIN;
-SELECT plan(24);
+SELECT plan(25);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -25,6 +25,11 @@ INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data)
 VALUES (gen_random_uuid(), NULL, '2029-01-01', 5, '"old"'), (gen_random_uuid(), NULL, '2029-12-31', 8, '"recent"'),
        (gen_random_uuid(), (SELECT id FROM rt WHERE n = 4), '2029-01-01', 7, '"owned"'),
        ('00000000-0000-0000-0000-0000000000e1', NULL, '2029-01-01', 6, '"held"');
+-- Result waiters' marks: an old one on an ended run (its client died mid-mark), an old one on
+-- the running run (a client that still waits), a recent one on an ended run.
+INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+SELECT id, gen_random_uuid(), CASE WHEN n = 3 THEN '2029-12-31'::timestamptz ELSE '2029-01-01' END
+FROM rt WHERE n IN (1, 3, 4);
 -- A start a throttle holds back references the old run-less "held" row: it has no run yet.
 INSERT INTO harvest.pending_starts (kind, workflow_name, gate_key, workflow_id, queue, input, created_at, updated_at)
 VALUES ('throttle', 'rt_held', '', 'rt-held', 'rt_q',
@@ -53,6 +58,8 @@ SELECT is((SELECT array_agg(kind) FROM harvest.relays), ARRAY['external_signal']
           'a relay to a deleted run goes, unless it is an external signal or cancel whose sender awaits it');
 SELECT is((SELECT array_agg(relay_id) FROM harvest.relay_receipts), ARRAY[11::bigint],
           'relay receipts older than the window go');
+SELECT is((SELECT array_agg(rt.n ORDER BY rt.n) FROM harvest.result_waiters AS w JOIN rt ON rt.id = w.execution_id),
+          ARRAY[3, 4], 'a result waiter''s mark goes once older than the window and its run is not live');
 DELETE FROM harvest.relays;
 SELECT pass('setup: relays cleared');
 
