@@ -46,6 +46,9 @@ try:  # optional dependency
     import pydantic as _pydantic
 except ImportError:  # pragma: no cover - exercised only without pydantic
     _pydantic = None  # type: ignore[assignment]  # the module, or None without pydantic
+# Bound once: pydantic serves its names through a module __getattr__ (an import lookup on
+# every access), and the check runs for every payload that is not a plain JSON value.
+_BaseModel: type | None = _pydantic.BaseModel if _pydantic is not None else None
 
 __all__ = [
     "approx_size",
@@ -114,11 +117,11 @@ def check_size(value: Any, what: str, limit: int | None) -> None:
 
 
 def _is_pydantic_model(obj: Any) -> bool:
-    return _pydantic is not None and isinstance(obj, _pydantic.BaseModel)
+    return _BaseModel is not None and isinstance(obj, _BaseModel)
 
 
 def _is_pydantic_class(tp: Any) -> bool:
-    return _pydantic is not None and isinstance(tp, type) and issubclass(tp, _pydantic.BaseModel)
+    return _BaseModel is not None and isinstance(tp, type) and issubclass(tp, _BaseModel)
 
 
 def _key_path(path: str, key: str) -> str:
