@@ -32,7 +32,11 @@ def _owner(dsn: str, workflow_id: str) -> dict:
 
 def test_sigkill_the_owner_mid_decision_the_partition_is_acquired_again(chaos_db, workers, client):
     query(chaos_db, "SELECT harvest.set_owner_mode(true, %s, 'chaos')", (OWNER_LEASE_SECS,))
-    a = workers.start()
+    # A's workflow task must outlive the setup below (B's start, eight starts, B's first
+    # partition), which took over 2 s on a loaded machine: nothing extends a workflow task's
+    # lease while its local activity runs (docs/activities.md), so at the harness's 2 s A's
+    # own scanner released the task and A ran the local activity again before the kill.
+    a = workers.start(workflow_lease=8.0)
     decider = client.start_workflow(wf_decider, "forever", workflow_id="decider")
     # A holds the decider's second workflow task (its local activity blocks in it) and its partition.
     wait_until(
