@@ -58,7 +58,7 @@ AS $$
                         'fail_activity', 'heartbeat_activity', 'register_worker', 'heartbeat_worker',
                         'release_worker_tasks', 'release_task', 'set_worker_sleeping', 'stop_worker', 'begin_worker_drain',
                         'register_workflows', 'register_dags',
-                        'expire_tasks', 'expire_workflows', 'scan',
+                        'expire_tasks', 'expire_workflows', 'scan', 'heartbeat_workflow_task',
                         'deliver_relays', 'next_due_at', 'claim_query_requests', 'answer_query', 'accept_update',
                         'expire_query_requests', 'declare_flow_policies', 'grant_mutexes',
                         'get_worker_drain_deadline', 'release_pending_starts',

@@ -107,6 +107,29 @@ BEGIN
 END;
 $$;
 
+-- A workflow task that runs long (a local activity, a long replay) keeps its lease: the
+-- worker deciding it extends the lease while it works, under the claim's fencing token, so
+-- expire_tasks does not hand the task to another worker that would run it again. A lease
+-- that already ran out is not revived: the scanner may have released the task.
+CREATE OR REPLACE FUNCTION harvest.heartbeat_workflow_task(
+    p_task_id bigint, p_fencing_token bigint, p_lease_secs double precision
+)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_lease_secs IS NULL OR NOT p_lease_secs BETWEEN 0.1 AND 86400 THEN
+        RAISE EXCEPTION 'a workflow task lease of % s is out of range', p_lease_secs USING ERRCODE = 'HR001',
+            HINT = 'give 0.1 to 86400 seconds (the worker''s workflow_lease)';
+    END IF;
+    UPDATE harvest.tasks AS t
+    SET lease_expires_at = harvest.now() + make_interval(secs => p_lease_secs)
+    WHERE t.id = p_task_id AND t.kind = 'workflow' AND t.status = 'running'
+      AND t.fencing_token = p_fencing_token AND t.lease_expires_at >= harvest.now();
+    RETURN FOUND;
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.expire_tasks IS
 'Crash recovery and activity timeouts: expired workflow-task leases go back to pending, expired activity leases '
@@ -115,3 +138,7 @@ COMMENT ON FUNCTION harvest.expire_tasks IS
 COMMENT ON FUNCTION harvest.expire_workflows IS
 'End runs past their run or execution timeout as TIMED_OUT; returns how many. Called by the scanner, harvest.scan'
 ' (role harvest_worker).';
+COMMENT ON FUNCTION harvest.heartbeat_workflow_task IS
+'Extend a running workflow task''s lease to now + p_lease_secs under its fencing token while its worker still '
+'decides it (a local activity, a long replay); false when the task is no longer this claim''s or its lease ran '
+'out. Called by workers (role harvest_worker).';

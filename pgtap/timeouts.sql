@@ -2,7 +2,7 @@
 -- StartToCloseTimeout / HeartbeatTimeout, schedule_to_close deadlines, the bound —
 -- and harvest.expire_workflows. The scanner pass that runs them is pgtap/scanner.sql.
 BEGIN;
-SELECT plan(45);
+SELECT plan(52);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -195,6 +195,28 @@ FROM generate_series(1, 2) AS i, harvest.start_workflow('to_timed', '[]', 'bound
 SET LOCAL harvest.fake_now = '2030-01-01 04:01:03+00';
 SELECT is(harvest.expire_workflows(1), 1, 'expire_workflows(1) ends one run per call');
 SELECT is(harvest.expire_workflows(1), 1, 'the next call ends the other');
+
+-- heartbeat_workflow_task: a workflow task its worker still decides keeps its lease.
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+SELECT pg_temp.workflow('kept');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:20+00';
+SELECT is(harvest.heartbeat_workflow_task(pg_temp.task('kept'), pg_temp.token('kept'), 30), true,
+          'heartbeat_workflow_task(): the claim''s worker extends its running workflow task ...');
+SELECT is((SELECT lease_expires_at FROM harvest.tasks WHERE id = pg_temp.task('kept')),
+          '2030-01-02 00:00:50+00'::timestamptz, '... to now + the lease');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:40+00';
+SELECT is((SELECT count(*) FROM harvest.expire_tasks() AS x WHERE x.task_id = pg_temp.task('kept')), 0::bigint,
+          'past the claim''s 30 s, the scanner leaves the extended task');
+SELECT is(harvest.heartbeat_workflow_task(pg_temp.task('kept'), pg_temp.token('kept') + 1, 30), false,
+          'another fencing token extends nothing');
+SELECT is(harvest.heartbeat_workflow_task(pg_temp.task('s2c'), pg_temp.token('s2c'), 30), false,
+          'an activity task is not a workflow task (heartbeat_activity extends those)');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:51+00';
+SELECT is(harvest.heartbeat_workflow_task(pg_temp.task('kept'), pg_temp.token('kept'), 30), false,
+          'a lease that ran out is not revived (the scanner may have released the task)');
+SELECT throws_ok(format($$SELECT harvest.heartbeat_workflow_task(%s, %s, 0)$$,
+                        pg_temp.task('kept'), pg_temp.token('kept')), 'HR001', NULL,
+                 'a lease out of 0.1 to 86400 s is refused (HR001)');
 
 SELECT * FROM finish();
 ROLLBACK;

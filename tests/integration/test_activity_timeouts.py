@@ -143,6 +143,34 @@ def test_local_activity_retries_inline_and_records_one_marker(start_worker, clie
     assert not [e for e in handle.history() if e["event_type"] == "ActivityScheduled"]
 
 
+slow_calls: list[str] = []
+
+
+@activity(local=True, start_to_close="10s")
+async def slow_local(ctx, key: str) -> str:
+    slow_calls.append(key)
+    await asyncio.sleep(1.5)  # the work: longer than the worker's workflow lease below
+    return f"{key}:done"
+
+
+@workflow
+async def slow_local_flow(ctx, key: str) -> str:
+    return await ctx.execute_activity(slow_local, key)
+
+
+def test_a_local_activity_longer_than_the_workflow_lease_runs_once(start_worker, client: Client) -> None:
+    """The workflow task running the local activity keeps its 0.6 s lease while it runs (the
+    scanner, every 0.1 s, released it and the worker ran the local activity again)."""
+    start_worker(
+        App(workflows=[slow_local_flow], activities=[slow_local]), workflow_lease=0.6, scan_interval=0.1
+    )
+    handle = client.start_workflow(slow_local_flow, "k")
+    assert handle.result(timeout=30) == "k:done"
+    assert slow_calls == ["k"]
+    markers = [e for e in handle.history() if e["event_type"] == "MarkerRecorded"]
+    assert [m["event_data"]["value"]["result"] for m in markers] == ["k:done"]
+
+
 def test_one_notification_per_queue_per_transaction(db: str, client: Client) -> None:
     """A decision enqueueing many activities notifies once, not once per row."""
     with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:

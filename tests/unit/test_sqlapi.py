@@ -101,6 +101,7 @@ ROW = {
     "paused": True,
     "resumed": True,
     "detached": True,
+    "extended": True,
     "registered": 1,
     "status": "s",
     "moved": {},

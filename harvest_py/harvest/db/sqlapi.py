@@ -78,6 +78,9 @@ FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(
 HEARTBEAT_ACTIVITY = """
 SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) AS cancel_requested
 """
+HEARTBEAT_WORKFLOW_TASK = """
+SELECT harvest.heartbeat_workflow_task(%(task_id)s, %(fencing_token)s, %(lease_secs)s) AS extended
+"""
 GET_EXECUTION = "SELECT * FROM harvest.get_execution(%(execution_id)s)"
 GET_EXECUTION_BY_WORKFLOW_ID = (
     "SELECT * FROM harvest.get_execution_by_workflow_id(%(workflow_id)s, %(workflow_name)s)"
@@ -1004,6 +1007,11 @@ def fail_activity(task_id: int, fencing_token: int, failure: dict[str, Any]) -> 
 @call(HEARTBEAT_ACTIVITY, lambda found: bool(found[0]["cancel_requested"]))
 def heartbeat_activity(task_id: int, fencing_token: int, details: Any) -> dict[str, Any]:
     return {"task_id": task_id, "fencing_token": fencing_token, "details": _jsonb_or_null(details)}
+
+
+@call(HEARTBEAT_WORKFLOW_TASK, lambda found: bool(found[0]["extended"]))
+def heartbeat_workflow_task(task_id: int, fencing_token: int, lease_secs: float) -> dict[str, Any]:
+    return {"task_id": task_id, "fencing_token": fencing_token, "lease_secs": lease_secs}
 
 
 # Lifecycle (functions/lifecycle.sql): pause and resume, external activity completion.

@@ -32,6 +32,7 @@ from harvest.shard.router import ShardRouter
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.lanes import lane_of
+from harvest.worker.lease_keeper import LeaseKeeper
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker
@@ -319,6 +320,16 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
 
 
 async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
+    # A task still running after a third of its lease (a local activity, a long replay)
+    # keeps the lease until it ends, so no other worker takes it and runs it again.
+    keeper = LeaseKeeper(lane_of(task).sql, task["task_id"], task["fencing_token"], worker.workflow_lease)
+    try:
+        await _decide_workflow_task(worker, task)
+    finally:
+        keeper.stop()
+
+
+async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     execution_id = str(task["execution_id"])
     task_id, token = task["task_id"], task["fencing_token"]
     started = perf_counter()
