@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from apps import wf_decider, wf_single
 from harness import check_history, count_events, history, query, runs, wait_until
@@ -79,15 +81,44 @@ def test_sigkill_mid_decision_applies_no_command_twice(chaos_db, workers, client
     assert sorted(r["result"] for r in regular) == ["a:ok", "c:ok"]
 
 
-def test_slow_decision_past_its_lease_is_refused(chaos_db, workers, client):
-    """Not killed, only slow: the lease expires, another claim redoes the task, the late commit fails."""
-    workers.start()
-    workers.start()
-    handle = client.start_workflow(wf_decider, "sleep:3")  # 3 s > workflow_lease of 2 s
+def test_a_frozen_decider_past_its_lease_is_refused(chaos_db, workers, client):
+    """Not killed, frozen (SIGSTOP: a long GC pause, a suspended VM): a live worker keeps its
+    workflow task's lease while it runs, but a frozen one cannot, so the lease expires, another
+    worker redoes the task, and the frozen one's late commit fails when it wakes."""
+    a = workers.start()
+    handle = client.start_workflow(wf_decider, "sleep:3")
+    wait_until(
+        lambda: [r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"],
+        15,
+        "the local activity to start inside the workflow task",
+    )
+    workers.kill(a, signal.SIGSTOP)
+    try:
+        b = workers.start()
+        wait_until(
+            lambda: len([r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"]) == 2,
+            20,
+            "worker B to redo the workflow task once A's lease ran out",
+        )
+    finally:
+        workers.kill(a, signal.SIGCONT)
     assert handle.result(timeout=25) == ["a:ok", "run2", "c:ok"]
-    check_history(history(chaos_db, handle.execution_id))
-    wait_until(lambda: "was refused" in workers.all_logs(), 10, "the late commit to be refused")
+    wait_until(lambda: "was refused" in workers.log(a), 15, "A's late commit to be refused")
     local = [r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"]
-    assert [r["result"] for r in local] == ["run1", "run2"]  # the slow run did finish, late
+    assert [(r["worker_pid"], r["result"]) for r in local] == [(a.pid, "run1"), (b.pid, "run2")]
     # The refused commit wrote nothing: the history is still exactly one clean run.
+    check_history(history(chaos_db, handle.execution_id))
+
+
+def test_a_slow_decider_keeps_its_lease(chaos_db, workers, client):
+    """Slow, not frozen: a local activity of 3 s in a workflow task whose lease is 2 s. The
+    worker extends the lease while it runs, so the task is decided once, by the worker that
+    claimed it, with a second worker idle beside it."""
+    workers.start()
+    workers.start()
+    handle = client.start_workflow(wf_decider, "sleep:3")
+    assert handle.result(timeout=25) == ["a:ok", "run1", "c:ok"]
+    local = [r for r in runs(chaos_db, handle.execution_id) if r["kind"] == "local"]
+    assert [r["result"] for r in local] == ["run1"]
+    assert "was refused" not in workers.all_logs()
     check_history(history(chaos_db, handle.execution_id))
