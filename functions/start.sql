@@ -108,8 +108,10 @@ BEGIN
             coalesce(jsonb_typeof(p_input), 'NULL')
             USING ERRCODE = 'HR001', HINT = 'for one argument 42 pass ''[42]''::jsonb';
     END IF;
-    PERFORM harvest._check_payload(format('the input of workflow %s', p_workflow_name), p_input,
-                                   harvest._payload_limit());
+    IF octet_length(p_input::text) > harvest._payload_limit() THEN  -- (_check_payload's measure)
+        PERFORM harvest._check_payload(format('the input of workflow %s', p_workflow_name), p_input,
+                                       harvest._payload_limit());
+    END IF;
     IF p_search_attributes IS NULL OR jsonb_typeof(p_search_attributes) <> 'object' THEN
         RAISE EXCEPTION 'search attributes must be a JSON object, got %',
             coalesce(jsonb_typeof(p_search_attributes), 'NULL') USING ERRCODE = 'HR001';
@@ -407,6 +409,7 @@ DECLARE
     v_execution_deadline timestamptz := v_now + make_interval(secs => p_execution_timeout_secs);
     v_concurrency_key text := p_concurrency_key;
     v_id uuid;
+    v_first bigint;  -- (the append is an assignment: a PERFORM would be a statement of its own)
 BEGIN
     v_id := coalesce(p_execution_id, harvest._new_execution_id(p_shard));
     INSERT INTO harvest.executions (
@@ -418,7 +421,7 @@ BEGIN
         least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
         v_concurrency_key, p_quota_key, p_run_timeout_secs
     );
-    PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
+    v_first := harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
         'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id)
         -- A child's trace is its root run's (docs/observability.md): the parent's own root, or
@@ -484,9 +487,10 @@ DECLARE
     v_concurrency_key text;
     v_id uuid;
     v_shard integer;
+    v_traceparent text;
 BEGIN
     v_shard := harvest._start_check_shard(p_shard);
-    PERFORM harvest._check_traceparent(p_traceparent);
+    v_traceparent := harvest._check_traceparent(p_traceparent);  -- (an expression, not a PERFORM)
     PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_queue,
                                            p_search_attributes, p_reuse_policy, p_conflict_policy);
     PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
