@@ -91,20 +91,17 @@ $$;
 -- activity_compute_seconds is the outcome's time minus this (functions/flow_usage.sql).
 CREATE OR REPLACE FUNCTION harvest._attempt_started(p_task harvest.tasks)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE WHEN p_task.lease_owner IS NOT NULL AND p_task.started_at IS NOT NULL
                 THEN jsonb_build_object('started_at', p_task.started_at)
                 ELSE '{}'::jsonb END;
 $$;
 
--- The data of an activity task's ActivityCompleted event. Both are STABLE, not IMMUTABLE
--- (jsonb_build_object is stable): PostgreSQL inlines a SQL function into its caller's
--- expression only when it calls nothing more volatile than itself, and each call of one it
--- cannot inline runs as a statement of its own (docs/performance.md, "Fewer statements").
+-- The data of an activity task's ActivityCompleted event.
 CREATE OR REPLACE FUNCTION harvest._activity_completed(p_task harvest.tasks, p_result jsonb)
 RETURNS jsonb
-LANGUAGE sql STABLE
+LANGUAGE sql IMMUTABLE
 AS $$
     SELECT jsonb_build_object('seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb),
                               'attempt', p_task.attempt) || harvest._attempt_started(p_task);
@@ -167,13 +164,12 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_execution harvest.executions;
-    v_last bigint;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN  -- a paused run records them (lifecycle.sql)
         RETURN NULL;
     END IF;
-    v_last := harvest._append_events(p_execution_id, p_event_types, p_event_datas);  -- (an expression, not a PERFORM)
+    PERFORM harvest._append_events(p_execution_id, p_event_types, p_event_datas);
     RETURN harvest._wake_after_results(v_execution, p_worker_id, p_worker_queues, p_workflow_lease_secs);
 END;
 $$;
@@ -214,21 +210,16 @@ RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
-    v_read record;
     v_execution harvest.executions;
 BEGIN
-    -- The run and whether its workflow task is open, in one statement.
-    SELECT e AS execution,
-           EXISTS (SELECT 1 FROM harvest.tasks AS t WHERE t.execution_id = e.id AND t.kind = 'workflow') AS task_open
-    INTO v_read
-    FROM harvest.executions AS e WHERE e.id = p_task.execution_id;
-    v_execution := v_read.execution;
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_task.execution_id;
     IF v_execution.status IS DISTINCT FROM 'RUNNING' OR v_execution.last_event_id <> p_after
        OR v_execution.decided_by IS DISTINCT FROM p_worker_id
        OR coalesce(p_result, 'null'::jsonb)::text IS DISTINCT FROM p_result_text THEN
         RETURN false;
     END IF;
-    RETURN NOT v_read.task_open AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues);
+    PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = v_execution.id AND t.kind = 'workflow';
+    RETURN NOT FOUND AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues);
 END;
 $$;
 

@@ -647,26 +647,31 @@ $$;
 -- Each probe reads the head of a queue index (ORDER BY its order, LIMIT 1), a
 -- shape no cached generic plan turns into a table scan: an EXISTS over
 -- "priority > $n" was planned as a sequential scan that read every pending task.
--- One statement, not three (each paid executor start-up): the probes are subqueries
--- of one expression, each run only when the ones before it passed.
 CREATE OR REPLACE FUNCTION harvest._may_hand_off(p_queue text, p_priority integer, p_worker_queues text[])
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
+DECLARE
+    v_top integer;
 BEGIN
-    RETURN NOT coalesce(NOT p_queue = ANY(p_worker_queues) OR p_worker_queues IS NULL
-                        OR EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_queue), false)
-        AND NOT coalesce((SELECT t.priority FROM harvest.tasks AS t  -- tasks_claimable's head
-                          WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
-                          ORDER BY t.priority DESC
-                          LIMIT 1) > p_priority, false)
-        AND NOT EXISTS (  -- tasks_claimable_aging's head
-            SELECT 1 FROM harvest.tasks AS t
-            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
-              AND t.priority_aging_secs IS NOT NULL
-            ORDER BY t.due_at
-            LIMIT 1
-        );
+    IF NOT p_queue = ANY(p_worker_queues) OR p_worker_queues IS NULL
+       OR EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_queue) THEN
+        RETURN false;
+    END IF;
+    SELECT t.priority INTO v_top FROM harvest.tasks AS t  -- tasks_claimable's head
+    WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+    ORDER BY t.priority DESC
+    LIMIT 1;
+    IF v_top > p_priority THEN
+        RETURN false;
+    END IF;
+    RETURN NOT EXISTS (  -- tasks_claimable_aging's head
+        SELECT 1 FROM harvest.tasks AS t
+        WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+          AND t.priority_aging_secs IS NOT NULL
+        ORDER BY t.due_at
+        LIMIT 1
+    );
 END;
 $$;
 

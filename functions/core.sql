@@ -154,7 +154,6 @@ AS $$
 DECLARE
     v_count integer := cardinality(p_event_types);
     v_last bigint;
-    v_streamed boolean;
 BEGIN
     UPDATE harvest.executions
     SET last_event_id = last_event_id + v_count,
@@ -164,20 +163,12 @@ BEGIN
         decided_by = CASE WHEN p_decided_through IS NULL THEN decided_by ELSE p_decided_by END,
         decided_through = coalesce(p_decided_through, decided_through)
     WHERE id = p_execution_id
-    -- Whether a process streams events: _notify_events' probe (event_streams.sql), read by
-    -- this statement rather than by two of its own (a SQL function with a subquery is never
-    -- inlined, so it is written out here).
-    RETURNING last_event_id, EXISTS (
-        SELECT 1 FROM harvest.event_stream_listeners AS l
-        WHERE l.heartbeat_at > now() - interval '30 seconds'
-    ) INTO v_last, v_streamed;
+    RETURNING last_event_id INTO v_last;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
     SELECT p_execution_id, v_last - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
            harvest.now()
     FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
-    IF v_streamed THEN  -- only while a process streams
-        PERFORM pg_notify('harvest_events', p_execution_id::text);
-    END IF;
+    PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
     RETURN v_last;
 END;
 $$;

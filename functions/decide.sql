@@ -21,13 +21,12 @@ CREATE OR REPLACE FUNCTION harvest._try_lock_claimed_task(
 )
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_execution_id uuid;
 BEGIN
-    -- The task's run read without a lock and locked, in one statement; no row when the
-    -- task is gone.
-    PERFORM 1 FROM harvest.executions AS e
-    WHERE e.id = (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id)
-    FOR UPDATE;
+    SELECT t.execution_id INTO v_execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id;
     IF FOUND THEN
+        PERFORM 1 FROM harvest.executions WHERE id = v_execution_id FOR UPDATE;
         SELECT * INTO task FROM harvest.tasks AS t WHERE t.id = p_task_id FOR UPDATE;
     END IF;
     IF NOT FOUND THEN
@@ -223,18 +222,12 @@ CREATE OR REPLACE FUNCTION harvest._activity_scheduled(
 RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    -- (Checks as expressions, not PERFORMs: a PERFORM runs as a statement of its own.
-    -- _check_payload raises, so it runs only on an input over the limit, measured as it
-    -- measures one.)
-    v_name jsonb := harvest._require(p_command, 'name', 'string');
 BEGIN
-    IF octet_length((p_command -> 'input')::text) > p_limit THEN
-        PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
-            p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
-    END IF;
+    PERFORM harvest._require(p_command, 'name', 'string');
+    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
+        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
     RETURN jsonb_build_object(
-        'seq', p_seq, 'name', v_name, 'input', p_command -> 'input',
+        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
         'queue', coalesce(p_command ->> 'queue', p_execution.queue),
         'options', coalesce(p_command -> 'options', '{}'::jsonb));
 END;
@@ -490,10 +483,8 @@ CREATE OR REPLACE FUNCTION harvest._decide_complete_workflow(
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF octet_length((p_command -> 'result')::text) > p_limit THEN  -- (see _activity_scheduled)
-        PERFORM harvest._check_payload(format('the result of workflow %s', p_execution.workflow_name),
-                                       p_command -> 'result', p_limit);
-    END IF;
+    PERFORM harvest._check_payload(format('the result of workflow %s', p_execution.workflow_name),
+                                   p_command -> 'result', p_limit);
     event_type := 'WorkflowCompleted';
     event_data := jsonb_build_object('result', p_command -> 'result');
     ends_run := true;
@@ -626,10 +617,6 @@ DECLARE
     v_queued_seqs integer[] := ARRAY[]::integer[];
     v_queued jsonb[] := ARRAY[]::jsonb[];
     v_may_hand boolean;
-    -- The last appended event's id. The appends are assignments, not PERFORMs: a PERFORM
-    -- runs as a statement of its own (executor start-up, a plan check), an assignment of
-    -- a function call as a plain expression (docs/performance.md, "Fewer statements").
-    v_appended bigint;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -671,7 +658,7 @@ BEGIN
                        'cancel_external_workflow')
             OR (v_type = 'record_marker' AND v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release')))
            AND cardinality(v_types) > 0 THEN
-            v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+            PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
             v_types := ARRAY[]::text[];
             v_datas := ARRAY[]::jsonb[];
             v_decided_through := NULL;
@@ -732,7 +719,7 @@ BEGIN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
     END IF;
     IF cardinality(v_types) > 0 THEN
-        v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+        PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
     END IF;
     IF v_close_status IS NOT NULL THEN  -- the run ended: its end event is appended above
         PERFORM harvest._close_execution(v_execution.id, v_close_status, v_close_output, v_close_failure);

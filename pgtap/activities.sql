@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(169);
+SELECT plan(168);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -839,14 +839,6 @@ SELECT is(harvest._activity_completed((SELECT t FROM ended_task), '{"b": [1, 2]}
 SELECT is(harvest._activity_completed((SELECT t FROM ended_task), NULL) - 'started_at',
           '{"seq": 1, "result": null, "attempt": 1}'::jsonb,
           '_activity_completed() of a NULL result: JSON null');
--- Both are STABLE, so a caller's expression inlines them: an IMMUTABLE SQL function that
--- calls jsonb_build_object (stable) is never inlined, and each call was a statement.
-SELECT results_eq(
-    $$SELECT p.proname::text COLLATE "C", p.provolatile::text COLLATE "C" FROM pg_proc AS p
-      WHERE p.pronamespace = 'harvest'::regnamespace AND p.proname IN ('_activity_completed', '_attempt_started')
-      ORDER BY 1$$,
-    $$VALUES ('_activity_completed'::text COLLATE "C", 's'::text COLLATE "C"), ('_attempt_started', 's')$$,
-    '_activity_completed() and _attempt_started() are STABLE (inlined where they are called)');
 -- _attempt_started: the final attempt's start while a worker holds it; nothing once let go
 -- (completed elsewhere by its task token: not worker compute).
 SELECT is(harvest._attempt_started((SELECT t FROM ended_task)),

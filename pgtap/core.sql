@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(72);
+SELECT plan(71);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -89,12 +89,6 @@ SELECT results_eq(
     $$SELECT decided_by, decided_through FROM harvest.executions WHERE id = (SELECT execution_id FROM run)$$,
     $$VALUES ('w-core'::text, 5::bigint)$$,
     '_append_events(p_decided_by, p_decided_through) records who decided, and through what');
--- The append reads whether a process streams (a fresh event_stream_listeners row) in its row
--- update, and notifies harvest_events only then (tests/web/test_streams.py hears it).
-INSERT INTO harvest.event_stream_listeners (listener_id, heartbeat_at) VALUES ('pgtap-core', now());
-SELECT is(harvest._append_events((SELECT execution_id FROM run), ARRAY['MarkerRecorded'], ARRAY[NULL]::jsonb[]),
-          7::bigint, '_append_events() while a process streams: appended (and notified)');
-DELETE FROM harvest.event_stream_listeners WHERE listener_id = 'pgtap-core';
 
 -- _notify_queue
 SELECT lives_ok($$SELECT harvest._notify_queue('core_q')$$, '_notify_queue() sends a notification');

@@ -386,23 +386,13 @@ TRAPS = [
     case(
         Statement(
             "_may_decide_on_result",
-            r"SELECT e AS execution,",
-            {"p_task.execution_id": "uuid"},
+            r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
+            {"v_execution.id": "uuid"},
         ),
-        {"executions": {"executions_pkey"}, "tasks": {"tasks_one_workflow_task", "tasks_execution"}},
-        "activities.sql: the run by its key and its open workflow task by the partial unique index "
+        {"tasks": {"tasks_one_workflow_task", "tasks_execution"}},
+        "activities.sql: the open workflow task of one execution, by the partial unique index "
         "(a literal kind = 'workflow' matches its predicate in a generic plan)",
         id="_may_decide_on_result-open-workflow-task",
-    ),
-    case(
-        Statement(
-            "_try_lock_claimed_task",
-            r"PERFORM 1 FROM harvest\.executions AS e",
-            {"p_task_id": "bigint"},
-        ),
-        {"executions": {"executions_pkey"}, "tasks": {"tasks_pkey"}},
-        "decide.sql: the task's run found by the task's key and locked by its own, one statement",
-        id="_try_lock_claimed_task-lock-run",
     ),
     case(
         Statement(
