@@ -108,8 +108,10 @@ BEGIN
             coalesce(jsonb_typeof(p_input), 'NULL')
             USING ERRCODE = 'HR001', HINT = 'for one argument 42 pass ''[42]''::jsonb';
     END IF;
-    PERFORM harvest._check_payload(format('the input of workflow %s', p_workflow_name), p_input,
-                                   harvest._payload_limit());
+    IF octet_length(p_input::text) > harvest._payload_limit() THEN  -- (_check_payload's measure)
+        PERFORM harvest._check_payload(format('the input of workflow %s', p_workflow_name), p_input,
+                                       harvest._payload_limit());
+    END IF;
     IF p_search_attributes IS NULL OR jsonb_typeof(p_search_attributes) <> 'object' THEN
         RAISE EXCEPTION 'search attributes must be a JSON object, got %',
             coalesce(jsonb_typeof(p_search_attributes), 'NULL') USING ERRCODE = 'HR001';
@@ -417,6 +419,7 @@ DECLARE
     v_execution_deadline timestamptz := v_now + make_interval(secs => p_execution_timeout_secs);
     v_concurrency_key text := p_concurrency_key;
     v_id uuid;
+    v_first bigint;  -- (the append is an assignment: a PERFORM would be a statement of its own)
 BEGIN
     v_id := coalesce(p_execution_id, harvest._new_execution_id(p_shard));
     INSERT INTO harvest.executions (
@@ -428,7 +431,7 @@ BEGIN
         least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
         v_concurrency_key, p_quota_key, p_run_timeout_secs
     );
-    PERFORM harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
+    v_first := harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
         'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id)
         -- A child's trace is its root run's (docs/observability.md): the parent's own root, or
@@ -453,6 +456,118 @@ BEGIN
     );
     PERFORM harvest._notify_queue(p_queue);
     RETURN v_id;
+END;
+$$;
+
+-- Whether every start of a start_workflows batch is plain, so _start_plain_batch may
+-- start them all with one statement per table instead of start_workflow's statements
+-- per run: a minted workflow_id (none given: a new key has no prior and no other start
+-- can contend for its lock), the default policies, no shard, traceparent or timeouts, an
+-- array input within the payload limit, an object of search attributes, a priority in
+-- range, a queue, no flow policy for the name, a name the queue's workers registered (or
+-- a queue with no registrations), and no asserted actor to audit. One statement; any
+-- other batch goes one start at a time, with start_workflow's checks and errors.
+CREATE OR REPLACE FUNCTION harvest._starts_plain(p_starts jsonb, p_limit integer)
+RETURNS boolean
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    RETURN jsonb_array_length(p_starts) > 0
+        AND (SELECT c.actor FROM harvest._audit_context() AS c) IS NULL
+        AND NOT EXISTS (
+            SELECT 1 FROM jsonb_array_elements(p_starts) AS s (v)
+            WHERE NOT coalesce(
+                jsonb_typeof(s.v) = 'object'
+                AND jsonb_typeof(s.v -> 'workflow_name') = 'string' AND btrim(s.v ->> 'workflow_name') <> ''
+                AND s.v ->> 'workflow_id' IS NULL
+                AND coalesce(s.v ->> 'reuse_policy', 'allow_duplicate') = 'allow_duplicate'
+                AND coalesce(s.v ->> 'conflict_policy', 'unspecified') = 'unspecified'
+                AND s.v ->> 'shard' IS NULL AND s.v ->> 'traceparent' IS NULL AND s.v ->> 'task_queue' IS NULL
+                AND s.v ->> 'execution_timeout' IS NULL AND s.v ->> 'run_timeout' IS NULL
+                AND jsonb_typeof(coalesce(s.v -> 'input', '[]')) = 'array'
+                AND octet_length(coalesce(s.v -> 'input', '[]')::text) <= p_limit
+                AND jsonb_typeof(coalesce(s.v -> 'search_attributes', '{}')) = 'object'
+                AND (s.v ->> 'priority' IS NULL OR (jsonb_typeof(s.v -> 'priority') = 'number'
+                                                    AND s.v ->> 'priority' ~ '^-?[0-9]{1,7}$'
+                                                    AND (s.v ->> 'priority')::integer BETWEEN -1000000 AND 1000000))
+                AND btrim(coalesce(s.v ->> 'queue', 'default')) <> ''
+                AND NOT EXISTS (SELECT 1 FROM harvest.flow_policies AS p
+                                WHERE p.kind = 'workflow' AND p.name = s.v ->> 'workflow_name')
+                AND (EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
+                             WHERE r.queue = coalesce(s.v ->> 'queue', 'default')
+                               AND r.workflow_name = s.v ->> 'workflow_name')
+                     OR NOT EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
+                                    WHERE r.queue = coalesce(s.v ->> 'queue', 'default'))), false)
+        );
+END;
+$$;
+
+-- Start a batch of plain starts (_starts_plain) as start_workflow starts each, in
+-- start_workflows' order ((workflow_name, position): their workflow_ids are minted):
+-- the execution rows, their WorkflowStarted events and first workflow tasks, each one
+-- statement for the batch, then one wake-up per queue. Each row is what _start_insert
+-- writes (the row is inserted with the event already counted, one row version instead
+-- of two); the stream is notified per run, as _append_events notifies.
+CREATE OR REPLACE FUNCTION harvest._start_plain_batch(p_starts jsonb)
+RETURNS TABLE (n integer, execution_id uuid, workflow_id text, status text, started_fresh boolean)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_now timestamptz := harvest.now();
+    v_shard integer := harvest.get_shard_id();
+    v_runs record;
+    v_queue text;
+BEGIN
+    SELECT array_agg(r.n ORDER BY r.k) AS ns, array_agg(r.id ORDER BY r.k) AS ids,
+           array_agg(r.workflow_name ORDER BY r.k) AS names, array_agg(r.workflow_id ORDER BY r.k) AS workflow_ids,
+           array_agg(r.queue ORDER BY r.k) AS queues, array_agg(r.input ORDER BY r.k) AS inputs,
+           array_agg(r.search_attributes ORDER BY r.k) AS search_attributes,
+           array_agg(r.priority ORDER BY r.k) AS priorities,
+           array_agg(jsonb_build_object('workflow_name', r.workflow_name, 'workflow_id', r.workflow_id,
+                                        'input', r.input, 'task_queue', r.queue, 'parent_id', NULL)
+                     ORDER BY r.k) AS datas
+    INTO v_runs
+    FROM (
+        SELECT s.ordinality::integer AS n, harvest._new_execution_id(v_shard) AS id,
+               s.value ->> 'workflow_name' AS workflow_name, gen_random_uuid()::text AS workflow_id,
+               coalesce(s.value ->> 'queue', 'default') AS queue, coalesce(s.value -> 'input', '[]') AS input,
+               coalesce(s.value -> 'search_attributes', '{}') AS search_attributes,
+               coalesce((s.value ->> 'priority')::integer, 0) AS priority,
+               row_number() OVER (ORDER BY s.value ->> 'workflow_name', s.ordinality) AS k
+        FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
+    ) AS r;
+    INSERT INTO harvest.executions (
+        id, workflow_name, workflow_id, queue, input, search_attributes, parent_id, created_at,
+        execution_timeout_at, timeout_at, concurrency_key, quota_key, run_timeout_secs,
+        last_event_id, history_bytes
+    )
+    SELECT u.id, u.name, u.workflow_id, u.queue, u.input, u.search_attributes, NULL, v_now,
+           NULL, NULL, NULL, NULL, NULL, 1, harvest._event_bytes(u.data)
+    FROM unnest(v_runs.ids, v_runs.names, v_runs.workflow_ids, v_runs.queues, v_runs.inputs,
+                v_runs.search_attributes, v_runs.datas) WITH ORDINALITY
+        AS u (id, name, workflow_id, queue, input, search_attributes, data, k)
+    ORDER BY u.k;
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    SELECT u.id, 1, 'WorkflowStarted', u.data, v_now
+    FROM unnest(v_runs.ids, v_runs.datas) WITH ORDINALITY AS u (id, data, k)
+    ORDER BY u.k;
+    INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
+    SELECT u.id, 'workflow', u.queue, u.priority, v_now, v_now
+    FROM unnest(v_runs.ids, v_runs.queues, v_runs.priorities) WITH ORDINALITY AS u (id, queue, priority, k)
+    ORDER BY u.k;
+    -- The stream (_notify_events' probe and message, per run) only while a process streams.
+    PERFORM pg_notify('harvest_events', u.id::text)
+    FROM unnest(v_runs.ids) WITH ORDINALITY AS u (id, k)
+    WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
+                  WHERE l.heartbeat_at > now() - interval '30 seconds')
+    ORDER BY u.k;
+    FOR v_queue IN SELECT DISTINCT q.queue FROM unnest(v_runs.queues) AS q (queue) ORDER BY 1 LOOP
+        PERFORM harvest._notify_queue(v_queue);
+    END LOOP;
+    RETURN QUERY
+    SELECT u.n, u.id, u.workflow_id, 'RUNNING'::text, true
+    FROM unnest(v_runs.ns, v_runs.ids, v_runs.workflow_ids) WITH ORDINALITY AS u (n, id, workflow_id, k)
+    ORDER BY u.k;
 END;
 $$;
 
@@ -494,9 +609,10 @@ DECLARE
     v_concurrency_key text;
     v_id uuid;
     v_shard integer;
+    v_traceparent text;
 BEGIN
     v_shard := harvest._start_check_shard(p_shard);
-    PERFORM harvest._check_traceparent(p_traceparent);
+    v_traceparent := harvest._check_traceparent(p_traceparent);  -- (an expression, not a PERFORM)
     PERFORM harvest._start_check_arguments(p_workflow_name, p_input, v_workflow_id, p_queue,
                                            p_search_attributes, p_reuse_policy, p_conflict_policy);
     PERFORM harvest._start_check_admin(p_reuse_policy, p_conflict_policy, p_flow_gates);
@@ -572,6 +688,12 @@ DECLARE
 BEGIN
     IF p_starts IS NULL OR jsonb_typeof(p_starts) <> 'array' THEN
         RAISE EXCEPTION 'starts must be a JSON array of objects' USING ERRCODE = 'HR001';
+    END IF;
+    -- A batch of plain starts (the common one: no workflow_id, no policy): one statement
+    -- per table for the lot (_starts_plain, _start_plain_batch).
+    IF harvest._starts_plain(p_starts, harvest._payload_limit()) THEN
+        RETURN QUERY SELECT * FROM harvest._start_plain_batch(p_starts);
+        RETURN;
     END IF;
     FOR v_start IN
         SELECT s.value AS args, s.ordinality::integer AS n

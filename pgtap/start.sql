@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(162);
+SELECT plan(175);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -560,6 +560,79 @@ SELECT results_eq(
 SELECT throws_ok($$SELECT * FROM harvest._start_defer('fn_paced', '{"throttle": {}}', '[]', 'fp-3', 'fn_q',
                        'allow_duplicate', 'fail', '{}', 0, NULL, NULL)$$, 'HR001', NULL,
                  '_start_defer() with a conflict_policy: HR001');
+
+-- _starts_plain and _start_plain_batch: start_workflows' batch of plain starts, one statement
+-- per table. Which batches are plain: none given a workflow_id, a policy, a shard, a
+-- traceparent, timeouts, a payload over the limit, a flow policy, an unregistered name, or
+-- an asserted actor (each goes one by one, with start_workflow's checks and errors).
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf", "input": [1], "queue": "pl_q", "priority": 3,
+                                   "search_attributes": {"a": 1}, "workflow_id": null}]', 1000), true,
+          '_starts_plain(): a minted id, the default policies, an input within the limit: plain');
+SELECT is(ARRAY(SELECT harvest._starts_plain(jsonb_build_array(jsonb_build_object('workflow_name', 'pl_wf') || x.v), 1000)
+                FROM (VALUES ('{"workflow_id": "k"}'::jsonb), ('{"reuse_policy": "reject_duplicate"}'),
+                             ('{"conflict_policy": "fail"}'), ('{"shard": 0}'), ('{"task_queue": "q"}'),
+                             ('{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'),
+                             ('{"execution_timeout": 5}'), ('{"run_timeout": 5}'), ('{"input": {}}'),
+                             (jsonb_build_object('input', jsonb_build_array(repeat('x', 1000)))),
+                             ('{"search_attributes": []}'), ('{"priority": 1.5}'), ('{"priority": 2000000}'),
+                             ('{"queue": " "}'), ('{"queue": "reg_q"}')) AS x (v)),
+          array_fill(false, ARRAY[15]),
+          '_starts_plain(): not with a workflow_id, a policy, a shard, task_queue, a traceparent, timeouts, '
+          'a non-array input, an input over the limit, bad search attributes or priority, a blank queue, '
+          'or a name the queue''s workers did not register');
+SELECT is(harvest._starts_plain('[{"workflow_name": "fn_paced"}]', 1000), false,
+          '_starts_plain(): not for a name with a flow policy');
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf"}, 7]', 1000), false,
+          '_starts_plain(): not when any element is not an object');
+SELECT is(harvest._starts_plain('[]', 1000), false, '_starts_plain(): not for an empty batch');
+SELECT set_config('harvest.audit_actor', 'tok', true);
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf"}]', 1000), false,
+          '_starts_plain(): not with an asserted actor (each start is audited)');
+SELECT set_config('harvest.audit_actor', '', true);
+-- The batch writes what start_workflow writes for each start, in start_workflows' order
+-- (name, then position): executions, WorkflowStarted, the first workflow task.
+CREATE TEMP TABLE pl_batch ON COMMIT DROP AS
+SELECT * FROM harvest._start_plain_batch('[{"workflow_name": "pl_wf_b", "input": [1], "queue": "pl_q", "priority": 3},
+                                          {"workflow_name": "pl_wf_a", "search_attributes": {"s": "x"}},
+                                          {"workflow_name": "pl_wf_b", "input": [2], "queue": "pl_q"}]');
+CREATE TEMP TABLE pl_one ON COMMIT DROP AS
+SELECT 2 AS n, * FROM harvest.start_workflow('pl_wf_a', '[]', NULL, 'default', p_search_attributes => '{"s": "x"}')
+UNION ALL SELECT 1, * FROM harvest.start_workflow('pl_wf_b', '[1]', NULL, 'pl_q', p_priority => 3)
+UNION ALL SELECT 3, * FROM harvest.start_workflow('pl_wf_b', '[2]', NULL, 'pl_q');
+SELECT is(ARRAY(SELECT n FROM pl_batch), ARRAY[2, 1, 3],
+          '_start_plain_batch(): one row per start, in (workflow_name, position) order');
+SELECT ok((SELECT bool_and(b.status = 'RUNNING' AND b.started_fresh AND b.workflow_id ~ '^[0-9a-f-]{36}$'
+                           AND harvest.shard_of(b.execution_id) = harvest.get_shard_id())
+           FROM pl_batch AS b),
+          '_start_plain_batch(): each RUNNING, fresh, with a minted workflow_id and an id of this shard');
+CREATE FUNCTION pg_temp.pl_rows(p_ids uuid[]) RETURNS TABLE (k bigint, execution jsonb, events jsonb, tasks jsonb)
+LANGUAGE sql AS $fn$
+    SELECT u.k,
+           to_jsonb(e) - ARRAY['id', 'workflow_id'],
+           (SELECT jsonb_agg(to_jsonb(ev) - ARRAY['execution_id', 'global_id'] - 'event_data'
+                             || jsonb_build_object('data', ev.event_data - 'workflow_id') ORDER BY ev.event_id)
+            FROM harvest.events AS ev WHERE ev.execution_id = e.id),
+           (SELECT jsonb_agg(to_jsonb(t) - ARRAY['id', 'execution_id'] ORDER BY t.id)
+            FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+    FROM unnest(p_ids) WITH ORDINALITY AS u (id, k) JOIN harvest.executions AS e ON e.id = u.id;
+$fn$;
+SELECT results_eq(
+    $$SELECT * FROM pg_temp.pl_rows(ARRAY(SELECT execution_id FROM pl_batch ORDER BY n)) ORDER BY k$$,
+    $$SELECT * FROM pg_temp.pl_rows(ARRAY(SELECT execution_id FROM pl_one ORDER BY n)) ORDER BY k$$,
+    '_start_plain_batch(): the rows, events and tasks start_workflow writes for the same starts');
+SELECT ok((SELECT bool_and(ev.event_data ->> 'workflow_id' = b.workflow_id) FROM pl_batch AS b
+           JOIN harvest.events AS ev ON ev.execution_id = b.execution_id),
+          '_start_plain_batch(): WorkflowStarted names the minted workflow_id');
+SELECT is(ARRAY(SELECT b.n FROM pl_batch AS b JOIN harvest.events AS ev ON ev.execution_id = b.execution_id
+                ORDER BY ev.global_id),
+          ARRAY[2, 1, 3], '_start_plain_batch(): events (and their global ids) in the batch''s order');
+SELECT is(ARRAY(SELECT b.n FROM pl_batch AS b JOIN harvest.tasks AS t ON t.execution_id = b.execution_id
+                ORDER BY t.id),
+          ARRAY[2, 1, 3], '_start_plain_batch(): task ids in the batch''s order');
+SELECT results_eq(
+    $$SELECT n, status, started_fresh FROM harvest.start_workflows('[{"workflow_name": "pl_wf"}, {"workflow_name": "pl_wf"}]')$$,
+    $$VALUES (1, 'RUNNING'::text, true), (2, 'RUNNING'::text, true)$$,
+    'start_workflows() of plain starts: through _start_plain_batch, one row each');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
