@@ -43,8 +43,10 @@ async def serve(dsn: str) -> None:
     if task.done():
         task.result()
     print("ready", flush=True)
+    cpu = time.process_time()
     # Until the parent closes our stdin.
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    print(f"cpu {time.process_time() - cpu:.4f}", flush=True)  # this process' CPU while measured
     worker.request_stop()
     await task
 
@@ -145,6 +147,7 @@ def main() -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    cpu = time.process_time()
     try:
         if child.stdout.readline().strip() != "ready":
             raise SystemExit(f"the worker process did not start ({child.wait()})")
@@ -154,7 +157,14 @@ def main() -> None:
             result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup))
     finally:
         child.stdin.close()
+        worker_cpu = child.stdout.readline().split()
         child.wait(timeout=60)
+    # Python CPU of each process per run (warm-up included): the worker's and this client's.
+    n = result["n"] + args.warmup
+    result["cpu_ms_per_run"] = {
+        "client": round((time.process_time() - cpu) * 1000 / n, 3),
+        "worker": round(float(worker_cpu[1]) * 1000 / n, 3) if len(worker_cpu) == 2 else None,
+    }
     result["measured_at"] = datetime.now(UTC).isoformat()
     emit(result)
 
