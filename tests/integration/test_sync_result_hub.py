@@ -35,7 +35,21 @@ async def gated(ctx) -> str:
     return await ctx.wait_for_signal("go")
 
 
-APP = App(workflows=[squared, gated], activities=[square])
+@workflow
+async def counter(ctx) -> int:
+    count = 0
+
+    def add(ctx, by: int) -> int:
+        nonlocal count
+        count += by
+        return count
+
+    ctx.register_query_handler("count", lambda ctx: count)
+    ctx.register_update_handler("add", add)
+    return await ctx.wait_for_signal("stop")
+
+
+APP = App(workflows=[squared, gated, counter], activities=[square])
 
 
 def _count_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -140,3 +154,20 @@ def test_closing_the_client_wakes_a_hub_wait_with_no_notification(db: str) -> No
     with hub.waiting(str(uuid.uuid4())) as event:
         hub.close()
         assert event.is_set()
+
+
+def test_sync_queries_and_updates_wait_on_the_same_listen_connection(
+    start_worker, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    connects = _count_connects(monkeypatch)
+    start_worker(APP)
+    with Client(db) as client:
+        handle = client.start_workflow(counter)
+        answers = [handle.update("add", 2, timeout=30), handle.update("add", 3, timeout=30)]
+        answers.append(handle.query("count", timeout=30))
+        _, done = client.update_with_start(
+            counter, workflow_id="wid-uws", update="add", update_arg=4, timeout=30
+        )
+        answers.append(done)
+    assert answers == [2, 5, 5, 4]
+    assert connects == ["listen"]  # the answers channel's one LISTEN connection, none per wait

@@ -943,9 +943,6 @@ class Client:
     def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
         return routing.api(self._target, self.router.default if shard is None else shard)
 
-    def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
-
     @overload
     def start_workflow(
         self,
@@ -1671,9 +1668,6 @@ class AsyncClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
     @overload
     async def start_workflow(
