@@ -6,6 +6,8 @@ settings, as harvest_bench.py). This process starts a one-activity workflow
 ``handle.result()``; the figure per run is the wall clock from just before
 ``start_workflow`` to the return of ``result()`` (which LISTENs for the run's end),
 both on this process' clock. The runs overlap as their rate and latency make them.
+``--client sync``: the same with the synchronous ``Client``, each run in a thread of its own
+(``start_workflow`` then ``result()``).
 Prints one JSON object (see bench/common.py).
 """
 
@@ -25,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from canonical import noop, one_step
 from common import emit, latency_summary
 
-from harvest import App, AsyncClient, Worker
+from harvest import App, AsyncClient, Client, Worker
 
 APP = App(workflows=[one_step], activities=[noop])
 
@@ -41,8 +43,10 @@ async def serve(dsn: str) -> None:
     if task.done():
         task.result()
     print("ready", flush=True)
+    cpu = time.process_time()
     # Until the parent closes our stdin.
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    print(f"cpu {time.process_time() - cpu:.4f}", flush=True)  # this process' CPU while measured
     worker.request_stop()
     await task
 
@@ -85,6 +89,45 @@ async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
     }
 
 
+def measure_sync(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = Client(dsn, pool_size=4, check_schema=False)
+    took: list[float] = []
+
+    def one(i: int, record: bool) -> None:
+        t0 = time.perf_counter()
+        client.start_workflow(one_step, i).result(timeout=60)
+        if record:
+            took.append(time.perf_counter() - t0)
+
+    try:
+        for i in range(warmup):
+            one(i, False)
+        n = max(1, int(rate * seconds))
+        with ThreadPoolExecutor(16) as pool:
+            runs = []
+            t0 = time.monotonic()
+            for i in range(n):
+                delay = t0 + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                runs.append(pool.submit(one, i, True))
+            for run in runs:
+                run.result()
+    finally:
+        client.close()
+    return {
+        "system": "harvest",
+        "mode": "remote_start_to_result_sync",
+        "workflow": "one_step (one no-op activity), synchronous Client",
+        "rate_wf_per_s": rate,
+        "n": n,
+        "start_to_result": latency_summary(took),
+        "over_1s": sum(1 for t in took if t > 1.0),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True)
@@ -92,6 +135,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="workflows started per second")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--client", choices=("async", "sync"), default="async")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if args.serve:
@@ -103,13 +147,24 @@ def main() -> None:
         stdout=subprocess.PIPE,
         text=True,
     )
+    cpu = time.process_time()
     try:
         if child.stdout.readline().strip() != "ready":
             raise SystemExit(f"the worker process did not start ({child.wait()})")
-        result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup))
+        if args.client == "sync":
+            result = measure_sync(args.dsn, args.rate, args.seconds, args.warmup)
+        else:
+            result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup))
     finally:
         child.stdin.close()
+        worker_cpu = child.stdout.readline().split()
         child.wait(timeout=60)
+    # Python CPU of each process per run (warm-up included): the worker's and this client's.
+    n = result["n"] + args.warmup
+    result["cpu_ms_per_run"] = {
+        "client": round((time.process_time() - cpu) * 1000 / n, 3),
+        "worker": round(float(worker_cpu[1]) * 1000 / n, 3) if len(worker_cpu) == 2 else None,
+    }
     result["measured_at"] = datetime.now(UTC).isoformat()
     emit(result)
 

@@ -89,3 +89,81 @@ def test_the_idle_loop_rereads_the_due_time_on_a_finish_and_returns_to_claim_on_
         return seen
 
     assert asyncio.run(go()) == [1, 2, 3]
+
+
+class _Shard:
+    """A shard's SQL API as the claim loop uses it: claims answer ``answers`` in turn."""
+
+    def __init__(self, answers: list[list[dict]]):
+        self.answers, self.reads = answers, 0
+        self.hold: asyncio.Event | None = None  # set: next_due_at waits for it
+
+    async def next_due_at(self, queues: list[str]) -> None:
+        self.reads += 1
+        if self.hold is not None:
+            await self.hold.wait()
+
+    async def claim_tasks(self, *args: object) -> list[dict]:
+        return self.answers.pop(0)
+
+    async def set_worker_sleeping(self, *args: object) -> None:
+        return None
+
+
+def _sleeping_worker(shard: _Shard) -> Worker:
+    worker = Worker(PLAIN, "postgresql://unused/db", poll_interval=30.0)
+    worker._spawn = lambda task, slot_claimed_at=None: None  # type: ignore[method-assign]
+    lane = worker.lanes[0]
+    lane.sql, lane.ready, lane.sleeping = shard, True, True
+    return worker
+
+
+async def _idle_once(worker: Worker) -> None:
+    idle = asyncio.create_task(worker._idle())
+    await asyncio.sleep(0.01)
+    worker.wake()
+    await asyncio.wait_for(idle, 5)
+
+
+def test_a_claim_that_found_work_does_not_read_the_due_time_again_an_end_or_an_empty_claim_does():
+    task = {"task_id": 1, "kind": "workflow", "options": None, "queue": "default"}
+
+    async def go() -> list[int]:
+        shard = _Shard([[task], [task], []])
+        worker = _sleeping_worker(shard)
+        seen = []
+        await _idle_once(worker)  # the first sleep reads it
+        seen.append(shard.reads)
+        await worker._claim()  # found work: the time read before stands
+        await _idle_once(worker)
+        seen.append(shard.reads)
+        worker._finished(task)  # a task ended: it may have made a timer
+        await _idle_once(worker)
+        seen.append(shard.reads)
+        await worker._claim()  # found work again
+        await _idle_once(worker)
+        seen.append(shard.reads)
+        await worker._claim()  # came back empty: read again
+        await _idle_once(worker)
+        seen.append(shard.reads)
+        return seen
+
+    assert asyncio.run(go()) == [1, 1, 2, 2, 3]
+
+
+def test_a_due_time_read_that_a_task_end_overtook_is_read_again():
+    async def go() -> int:
+        shard = _Shard([])
+        worker = _sleeping_worker(shard)
+        shard.hold = asyncio.Event()
+        idle = asyncio.create_task(worker._idle())
+        await asyncio.sleep(0.01)  # the read is in flight
+        worker._finished({"task_id": 1, "kind": "activity", "options": None})
+        shard.hold.set()
+        await asyncio.sleep(0.01)  # the loop woke for the end and read again: the first read fell
+        worker.wake()
+        await asyncio.wait_for(idle, 5)
+        await _idle_once(worker)  # the read after the end stands
+        return shard.reads
+
+    assert asyncio.run(go()) == 2

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import threading
 import time
 import uuid
 import warnings
@@ -53,10 +54,18 @@ from harvest.db.connection import connect, connect_async, resolve_dsn
 from harvest.db.group_commit import GroupCommit
 from harvest.db.migrate import check_schema as verify_schema
 from harvest.db.migrate import check_schema_async
-from harvest.db.notify import NotificationHub
+from harvest.db.notify import NotificationHub, ThreadNotificationHub
 from harvest.db.pools import open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
-from harvest.db.steps import Notified, Sql, Steps, arun_steps, arun_steps_on_hub, listen, run_steps
+from harvest.db.steps import (
+    Notified,
+    Sql,
+    Steps,
+    arun_steps,
+    arun_steps_on_hub,
+    run_steps,
+    run_steps_on_hub,
+)
 from harvest.declare.definitions import WorkflowDefinition, check_priority
 from harvest.shard.fanout import COMPLETE, UNAVAILABLE, AsyncShardReads, ShardReads
 from harvest.telemetry import tracing
@@ -806,14 +815,17 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         route = target.route if target.sharded else None
 
         def wait(shard: int, run: str) -> ResultT:
+            # On the client's one LISTEN connection per shard (read by a thread of its own),
+            # registered for the run before the first read; each call borrows a pooled connection.
             marks = _Marks(waiter_id)
             return cast(
                 ResultT,
-                listen(
-                    target.dsn_of(shard),
-                    channels.DONE,
+                run_steps_on_hub(
                     _result_steps(self, run, marks, deadline, timeout, route),
+                    lambda: routing.api(target, shard),
+                    self.client._listener(shard, channels.DONE),
                     cleanup=marks.cleanup,
+                    expect=run,
                 ),
             )
 
@@ -882,6 +894,11 @@ class Client:
                     self.max_payload_bytes = SqlApi(conn).payload_limit()
             self._target = routing.OneDatabase(self.dsn, open_pool(self.dsn, max_size=pool_size))
         self.router = self._target.router
+        # (shard, channel) -> a started ThreadNotificationHub: result waits share one LISTEN
+        # connection per shard and channel (opened on first use, closed by close()) instead of
+        # opening a connection each.
+        self._hubs: dict[tuple[int, str], ThreadNotificationHub] = {}
+        self._hubs_lock = threading.Lock()
 
     def _first_connections(self, check_schema: bool) -> None:
         """The first shard that answers (the default first): its identity (a pool's first
@@ -899,6 +916,10 @@ class Client:
                 continue
 
     def close(self) -> None:
+        with self._hubs_lock:
+            hubs, self._hubs = list(self._hubs.values()), {}
+        for hub in hubs:
+            hub.close()
         self._target.close()
 
     def __enter__(self) -> Self:
@@ -907,11 +928,20 @@ class Client:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def _listener(self, shard: int, channel: str) -> ThreadNotificationHub:
+        """This client's LISTEN connection on ``channel`` of ``shard``, listening (or, after
+        HUB_START_SECS without a connection, trying to in the background: the waits' own
+        re-reads answer meanwhile)."""
+        with self._hubs_lock:
+            hub = self._hubs.get((shard, channel))
+            if hub is None:
+                hub = ThreadNotificationHub(self._target.dsn_of(shard), channel)
+                self._hubs[(shard, channel)] = hub
+        hub.start(timeout=_HUB_START_SECS)
+        return hub
+
     def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
         return routing.api(self._target, self.router.default if shard is None else shard)
-
-    def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
     @overload
     def start_workflow(
@@ -1638,9 +1668,6 @@ class AsyncClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
-
-    def _dsn_of_key(self, name: str, workflow_id: str) -> str:
-        return cast("str", self._target.dsn_of(routing.hashed_shard(self._target, name, workflow_id)))
 
     @overload
     async def start_workflow(

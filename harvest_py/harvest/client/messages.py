@@ -32,7 +32,15 @@ from harvest.core.errors import (
 )
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
-from harvest.db.steps import Atomic, Notified, Sql, Steps, alisten, arun_steps_on_hub, listen
+from harvest.db.steps import (
+    Atomic,
+    Notified,
+    Sql,
+    Steps,
+    alisten,
+    arun_steps_on_hub,
+    run_steps_on_hub,
+)
 from harvest.telemetry import tracing
 
 __all__ = ["WAIT_STAGES", "AsyncUpdateHandle", "UpdateHandle"]
@@ -268,11 +276,18 @@ def _steps_per_attempt(make: Any) -> Any:
 
 
 def _listen_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
-    """``listen`` on the shard ``execution_id`` lives on: its id's shard, then a rebalance's
+    """Drive the steps on the shard ``execution_id`` lives on: its id's shard, then a rebalance's
     forwarding pointer (a seal refuses the request with HR013 before anything is written, and
-    the request is made afresh there)."""
+    the request is made afresh there), woken by the client's one LISTEN connection there."""
     target, steps = client._target, _steps_per_attempt(make)
-    return target.follow(execution_id, lambda shard: listen(target.dsn_of(shard), CHANNEL, steps()))
+    return target.follow(execution_id, lambda shard: _listen_on(client, shard, steps()))
+
+
+def _listen_on(client: Any, shard: int, steps: Steps[dict[str, Any]]) -> dict[str, Any]:
+    """Drive ``steps`` on ``shard``: each call on a pooled connection, each wait on the client's
+    one LISTEN connection of the shard (``Client._listener``, a ThreadNotificationHub)."""
+    target = client._target
+    return run_steps_on_hub(steps, lambda: routing.api(target, shard), client._listener(shard, CHANNEL))
 
 
 def _alisten_where_it_lives(client: Any, execution_id: str, make: Any) -> Any:
@@ -289,11 +304,6 @@ async def _alisten_on(client: Any, shard: int, steps: Steps[dict[str, Any]]) -> 
         return await alisten(client._target.dsn_of(shard), CHANNEL, steps)
     hub = await notifications(shard, CHANNEL)
     return await arun_steps_on_hub(steps, client._target.sql(shard), hub)
-
-
-def _key_dsn(client: Any, call: dict[str, Any]) -> str:
-    """update_with_start goes where an unpinned start of its (name, workflow_id) would."""
-    return cast("str", client._dsn_of_key(call["workflow_name"], call["workflow_id"]))
 
 
 # ---------------------------------------------------------------------- the sync API
@@ -333,10 +343,9 @@ def update_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
     started: dict[str, Any] = {}
-    row = listen(
-        _key_dsn(client, call),
-        CHANNEL,
-        _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client)),
+    shard = routing.hashed_shard(client._target, call["workflow_name"], call["workflow_id"])
+    row = _listen_on(
+        client, shard, _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client))
     )
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 

@@ -6,6 +6,9 @@ own and wakes the waiters registered for a payload (an execution id on ``harvest
 registers before it reads the database (``waiting``), so a NOTIFY that comes between its read and
 its sleep is not lost. When the connection drops, every waiter is woken (it re-reads what it waits
 for) and the hub reconnects in the background.
+
+:class:`ThreadNotificationHub` is the same for threads (the synchronous ``Client``): its one
+connection is read by a daemon thread, and a wait blocks on a :class:`threading.Event`.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+import os
+import selectors
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 from harvest.db import channels
-from harvest.db.connection import DatabaseError, connect_async
+from harvest.db.connection import DatabaseError, connect, connect_async, redact
 
 log = logging.getLogger("harvest.db.notify")
 
@@ -96,3 +103,109 @@ class NotificationHub:
             self._ready.clear()
             self._wake_all()
             await asyncio.sleep(RECONNECT_SECS)
+
+
+class ThreadNotificationHub:
+    """:class:`NotificationHub` for threads: LISTEN on ``channel`` over one connection to ``dsn``,
+    read by a daemon thread that wakes the :class:`threading.Event` of each waiter registered for
+    a notification's payload (and every waiter when the connection drops)."""
+
+    def __init__(self, dsn: str, channel: str = channels.DONE):
+        channels.listen(channel)  # an unknown channel fails here
+        self.dsn, self.channel = dsn, channel
+        self._waiters: dict[str, set[threading.Event]] = {}
+        self._lock = threading.Lock()  # guards _waiters and _thread
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._stop_r, self._stop_w = -1, -1  # a pipe: close() writes to it to end the thread's select
+
+    @property
+    def waiters(self) -> int:
+        """How many waits are registered now."""
+        with self._lock:
+            return sum(len(events) for events in self._waiters.values())
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the thread
+        goes on trying, and waiters then rely on their re-reads). A closed hub stays closed."""
+        with self._lock:
+            if self._thread is None and not self._stop.is_set():
+                self._stop_r, self._stop_w = os.pipe()
+                self._thread = threading.Thread(
+                    target=self._run, name=f"harvest-listen-{self.channel}", daemon=True
+                )
+                self._thread.start()
+        self._ready.wait(timeout)
+
+    def close(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._stop_w, b"x")
+            thread.join()
+            os.close(self._stop_r)
+            os.close(self._stop_w)
+        self._wake_all()
+
+    @contextlib.contextmanager
+    def waiting(self, payload: str) -> Iterator[threading.Event]:
+        """An event set when a NOTIFY with ``payload`` arrives (or the connection drops) while
+        the block runs. Register first, then read, then wait on the event."""
+        event = threading.Event()
+        with self._lock:
+            self._waiters.setdefault(payload, set()).add(event)
+        try:
+            yield event
+        finally:
+            with self._lock:
+                events = self._waiters.get(payload)
+                if events is not None:
+                    events.discard(event)
+                    if not events:
+                        del self._waiters[payload]
+
+    def _wake(self, payload: str) -> None:
+        with self._lock:
+            events = list(self._waiters.get(payload, ()))
+        for event in events:
+            event.set()
+
+    def _wake_all(self) -> None:
+        with self._lock:
+            events = [event for waiting in self._waiters.values() for event in waiting]
+        for event in events:
+            event.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with connect(self.dsn, autocommit=True) as conn:
+                    conn.execute(channels.listen(self.channel))
+                    self._ready.set()
+                    self._wake_all()  # a notification may have been missed while reconnecting
+                    self._read(conn.pgconn)
+            except Exception as exc:
+                if not self._stop.is_set():
+                    log.warning(
+                        "harvest: LISTEN %s lost its connection (%s); reconnecting",
+                        self.channel,
+                        redact(str(exc), self.dsn),
+                    )
+            self._ready.clear()
+            self._wake_all()
+            self._stop.wait(RECONNECT_SECS)
+
+    def _read(self, pgconn: Any) -> None:
+        """Wake the waiters of each notification that arrives, until close() or a lost connection
+        (which raises)."""
+        with selectors.DefaultSelector() as selector:
+            selector.register(pgconn.socket, selectors.EVENT_READ)
+            selector.register(self._stop_r, selectors.EVENT_READ)
+            while not self._stop.is_set():
+                pgconn.consume_input()  # raises once the connection is lost
+                while (note := pgconn.notifies()) is not None:
+                    self._wake(note.extra.decode())
+                selector.select()

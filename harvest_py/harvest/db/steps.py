@@ -20,7 +20,9 @@ returns its answer.
 LISTEN on a channel. These four are the only code that differs between the two clients'
 waits. A server holding many waits at once drives them with ``arun_steps_on_hub`` instead: its
 SQL calls take pooled connections one at a time and its waits are woken by the process's one
-LISTEN connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no connection.
+LISTEN connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no connection;
+``run_steps_on_hub`` is the same for threads (the synchronous ``Client``'s result waits, on a
+:class:`harvest.db.notify.ThreadNotificationHub`).
 An operation's exception is thrown into the generator (which may catch it, as a wait
 catches NotFound); a ``cleanup`` call given to the driver runs however the steps end (given as
 a function, it is asked for the call then, and None skips it: a wait that knows it left no
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeVar, cast
 
@@ -227,3 +230,48 @@ async def arun_steps_on_hub(
             if (call := _cleanup_call(cleanup)) is not None:
                 with contextlib.suppress(DatabaseError):
                     await call.on(sql)
+
+
+class ThreadWaiting(Protocol):
+    """What :func:`run_steps_on_hub` needs of a hub (:class:`harvest.db.notify.ThreadNotificationHub`)."""
+
+    def waiting(self, payload: str) -> contextlib.AbstractContextManager[threading.Event]: ...
+
+
+def run_steps_on_hub(
+    steps: Steps[T],
+    api: Callable[[], contextlib.AbstractContextManager[SqlApi]],
+    hub: ThreadWaiting,
+    cleanup: Cleanup = None,
+    *,
+    expect: str | None = None,
+) -> T:
+    """:func:`arun_steps_on_hub` for threads: each call takes a connection from ``api()`` (a
+    pooled connection, given back after the call) and each ``Notified`` waits on ``hub``'s event
+    for its payload, registered as there (``expect`` first, any other at its first ``Notified``,
+    which then reads again)."""
+    stepper = _Stepper(steps)
+    with contextlib.ExitStack() as registered:
+        woken: dict[str, threading.Event] = {}
+        if expect is not None:
+            woken[expect] = registered.enter_context(hub.waiting(expect))
+        try:
+            while (op := stepper.next()) is not None:
+                try:
+                    if isinstance(op, Notified):
+                        event = woken.get(op.payload)
+                        if event is None:
+                            woken[op.payload] = registered.enter_context(hub.waiting(op.payload))
+                            continue  # read again, now that no notification can be missed
+                        event.wait(op.timeout)
+                        event.clear()
+                    else:
+                        with api() as sql:
+                            stepper.value = op.on(sql)
+                except Exception as exc:
+                    stepper.error = exc
+            return cast(T, stepper.result)
+        finally:
+            if (call := _cleanup_call(cleanup)) is not None:
+                with contextlib.suppress(DatabaseError), api() as sql:
+                    call.on(sql)

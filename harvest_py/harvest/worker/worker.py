@@ -201,6 +201,13 @@ class Worker:
         # Set when the only wake-ups since the loop last slept are finished tasks that need no
         # claim (see _finished): the loop then reads the next due time again and sleeps on.
         self._due_only = False
+        # The next due time each shard last answered (next_due_at), and the shards whose answer
+        # still stands: no task of ours has ended since it was read and no claim there came back
+        # empty. Only claims that found work followed it, and their tasks' ends read it again
+        # (see _idle), so the loop sleeps on it instead of reading it after every claim.
+        self._due_at: dict[int, datetime | None] = {}
+        self._due_current: set[int] = set()
+        self._ends = 0  # tasks ended so far: a read that an end overtook does not stand
         # An App with flow-control policies (a workflow's concurrency, an activity's cap or
         # rate) claims after every finished task, as it always did: a run's close or a task's
         # end frees room for gated work that no notification announces.
@@ -562,6 +569,8 @@ class Worker:
                 await self._sleep(self.poll_interval)
                 return [], False
             self.metrics.claimed(lane.shard, perf_counter() - started)
+            if not claimed:
+                self._due_current.discard(lane.shard)
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
@@ -594,6 +603,8 @@ class Worker:
                     raise
                 continue
             self.metrics.claimed(lane.shard, perf_counter() - started)
+            if not claimed:
+                self._due_current.discard(lane.shard)
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
@@ -733,6 +744,8 @@ class Worker:
         it only reads the next due time again (the task may have made a timer or a retry due
         later); it claims when the task held an admission gate (concurrency_key, rate_limit),
         or its App declares flow-control policies, whose freed room no notification announces."""
+        self._due_current.clear()  # it may have made a timer or a retry: read the due time again
+        self._ends += 1
         options = task.get("options") or {}
         if (
             self._all_sleeping()
@@ -766,11 +779,20 @@ class Worker:
                 for lane in self.lanes:
                     if not lane.usable:
                         continue
-                    try:
-                        due = await lane.sql.next_due_at(self.queues)
-                    except Exception as exc:
-                        lane.note_failure(exc, "reading the next due time")
-                        continue
+                    due = self._due_at.get(lane.shard)
+                    if lane.shard not in self._due_current or (due is not None and due <= datetime.now(UTC)):
+                        # Else the time read before stands (see __init__): what another process
+                        # made due meanwhile without a notification waits as it would for an
+                        # idle worker, until poll_interval.
+                        ends = self._ends
+                        try:
+                            due = await lane.sql.next_due_at(self.queues)
+                        except Exception as exc:
+                            lane.note_failure(exc, "reading the next due time")
+                            continue
+                        self._due_at[lane.shard] = due
+                        if ends == self._ends:
+                            self._due_current.add(lane.shard)
                     if due is not None:
                         until = (due - datetime.now(UTC)).total_seconds()
                         timeout = max(0.0, min(timeout, until + 0.005))

@@ -1,0 +1,183 @@
+"""Per-step timeline of the start -> result row (docs/performance.md).
+
+Runs bench/remote_latency.py's setup (a worker in a child process, ``one_step`` started from this
+one) one run at a time at ``--rate`` runs/s, and timestamps in both processes, on the one
+system-wide monotonic clock: every ``AsyncSqlApi`` call (sent, answered), the worker's wake-ups
+and the client's hub notifications. Prints, for the most common sequence of steps, the median
+time of each step from the client's ``start_workflow`` (and the gap from the step before).
+Not a benchmark (the timestamps cost a little); use it to see where a run waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from remote_latency import APP, one_step
+
+from harvest.db import notify, sqlapi
+from harvest.worker import worker as worker_module
+
+EVENTS: list[tuple[float, str]] = []
+CLOCK = time.perf_counter  # CLOCK_MONOTONIC: one clock for both processes
+NAME = re.compile(r"harvest\.(\w+)\s*\(")
+
+
+def _name(sql: str) -> str:
+    found = NAME.search(sql)
+    return found.group(1) if found else sql[:30]
+
+
+def instrument(tag: str) -> None:
+    api = sqlapi.AsyncSqlApi
+    for attr in ("_all", "_all_retrying"):
+        real = getattr(api, attr)
+
+        def traced(self: Any, sql: str, params: Any, _real: Any = real) -> Any:
+            async def call() -> Any:
+                EVENTS.append((CLOCK(), f"{tag}:{_name(sql)}>"))
+                try:
+                    return await _real(self, sql, params)
+                finally:
+                    EVENTS.append((CLOCK(), f"{tag}:{_name(sql)}<"))
+
+            return call()
+
+        setattr(api, attr, traced)
+    wake = worker_module.Worker.wake
+
+    def traced_wake(self: Any) -> None:
+        EVENTS.append((CLOCK(), f"{tag}:woken"))
+        wake(self)
+
+    worker_module.Worker.wake = traced_wake  # type: ignore[method-assign]
+    hub_wake = notify.NotificationHub._wake
+
+    def traced_hub(self: Any, payload: str) -> None:
+        EVENTS.append((CLOCK(), f"{tag}:hub notified"))
+        hub_wake(self, payload)
+
+    notify.NotificationHub._wake = traced_hub  # type: ignore[method-assign]
+
+
+async def serve(dsn: str, out: str) -> None:
+    from harvest_bench import WORKER_OPTIONS
+
+    from harvest import Worker
+
+    instrument("W")
+    worker = Worker(APP, dsn, **WORKER_OPTIONS)
+    task = asyncio.create_task(worker.run())
+    while worker.sql is None and not task.done():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.1)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    worker.request_stop()
+    await task
+    with open(out, "w") as f:
+        json.dump(EVENTS, f)
+
+
+async def measure(dsn: str, n: int, rate: float) -> None:
+    from harvest import AsyncClient
+
+    instrument("C")
+    client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+    for i in range(5):  # warm-up
+        await (await client.start_workflow(one_step, i)).result(timeout=60)
+    EVENTS.clear()
+    t0 = time.monotonic()
+    for i in range(n):  # one at a time
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        EVENTS.append((CLOCK(), "C:start_workflow"))
+        handle = await client.start_workflow(one_step, i)
+        await handle.result(timeout=60)
+        EVENTS.append((CLOCK(), "C:result returned"))
+    await client.close()
+
+
+def timeline(events: list[tuple[float, str]]) -> None:
+    runs: list[list[tuple[float, str]]] = []
+    for t, what in sorted(events):
+        if what == "C:start_workflow":
+            runs.append([])
+        if runs:
+            runs[-1].append((t, what))
+    sequences: collections.Counter[tuple[str, ...]] = collections.Counter()
+    at: dict[str, list[float]] = collections.defaultdict(list)
+    took = []
+    for run in runs:
+        end = max((t for t, what in run if what == "C:result returned"), default=None)
+        if end is None:
+            continue
+        took.append((end - run[0][0]) * 1000)
+        seen: collections.Counter[str] = collections.Counter()
+        steps = []
+        for t, what in run:
+            if t > end:
+                continue
+            seen[what] += 1
+            step = what if seen[what] == 1 else f"{what} #{seen[what]}"
+            steps.append(step)
+            at[step].append((t - run[0][0]) * 1000)
+        sequences[tuple(steps)] += 1
+    steps, count = sequences.most_common(1)[0]
+    print(
+        f"{len(took)} runs, start -> result p50 {statistics.median(took):.2f} ms; steps in the most common order"
+    )
+    print(f"({count} runs) as medians from start_workflow, ms (C: client, W: worker; > sent, < answered):")
+    before = 0.0
+    for step in steps:
+        median = statistics.median(at[step])
+        print(f"{median:8.2f}  {median - before:+7.2f}  {step}")
+        before = median
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--runs", type=int, default=60)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve(args.dsn, args.serve))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "worker.json")
+        child = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--dsn", args.dsn, "--serve", out],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if child.stdout is None or child.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the worker process did not start ({child.wait()})")
+        try:
+            asyncio.run(measure(args.dsn, args.runs, args.rate))
+        finally:
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait(timeout=60)
+        with open(out) as f:
+            worker_events = [(t, what) for t, what in json.load(f)]
+    timeline(EVENTS + worker_events)
+
+
+if __name__ == "__main__":
+    main()
