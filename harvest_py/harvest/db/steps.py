@@ -16,12 +16,11 @@ returns its answer.
   listening connection, or ``timeout`` seconds pass (``None`` is sent back either way).
 
 ``run_steps`` drives a generator on a :class:`SqlApi`, ``arun_steps`` on an
-:class:`AsyncSqlApi`; ``listen``/``alisten`` first open a connection of their own and
-LISTEN on a channel. These four are the only code that differs between the two clients'
-waits. A server holding many waits at once drives them with ``arun_steps_on_hub`` instead: its
-SQL calls take pooled connections one at a time and its waits are woken by the process's one
-LISTEN connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no connection;
-``run_steps_on_hub`` is the same for threads (the synchronous ``Client``'s result waits, on a
+:class:`AsyncSqlApi`; ``alisten`` first opens a connection of its own and LISTENs on a
+channel (an AsyncClient given no hub). Every other wait is driven by ``arun_steps_on_hub``:
+its SQL calls take pooled connections one at a time and it is woken by the process's one LISTEN
+connection (:class:`harvest.db.notify.NotificationHub`), so a wait holds no connection;
+``run_steps_on_hub`` is the same for threads (the synchronous ``Client``'s waits, on a
 :class:`harvest.db.notify.ThreadNotificationHub`).
 An operation's exception is thrown into the generator (which may catch it, as a wait
 catches NotFound); a ``cleanup`` call given to the driver runs however the steps end (given as
@@ -38,7 +37,7 @@ from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeVar, cast
 
 from harvest.db import channels
-from harvest.db.connection import DatabaseError, connect, connect_async
+from harvest.db.connection import DatabaseError, connect_async
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
 T = TypeVar("T")
@@ -170,16 +169,10 @@ async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None)
                 await call.on(sql)
 
 
-def listen(dsn: str, channel: str, steps: Steps[T], cleanup: Cleanup = None) -> T:
-    """Drive ``steps`` on a connection of its own that LISTENs on ``channel`` first (so no
-    notification the steps wait for can come before the LISTEN)."""
-    with connect(dsn, autocommit=True) as conn:
-        conn.execute(channels.listen(channel))
-        return run_steps(steps, SqlApi(conn), cleanup)
-
-
 async def alisten(dsn: str, channel: str, steps: Steps[T], cleanup: Cleanup = None) -> T:
-    """:func:`listen` under asyncio."""
+    """Drive ``steps`` on a connection of its own that LISTENs on ``channel`` first (so no
+    notification the steps wait for can come before the LISTEN): an AsyncClient whose
+    ``notifications`` is None. Every other wait registers with a hub (below)."""
     conn = await connect_async(dsn, autocommit=True)
     async with conn:
         await conn.execute(channels.listen(channel))
