@@ -314,13 +314,12 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close
         # The deadline counts from here, before the first step runs.
         deadline = None if timeout is None else _loop_time() + timeout
-        call: Coroutine[Any, Any, Any]
-        if definition.is_async:
-            call = definition.fn(ctx, *args, **kwargs)
-        else:
-            call = worker.executors.run(definition, ctx, args, kwargs)  # a thread, or a process
         try:
-            result = await _run_within(call, deadline)
+            if definition.is_async:
+                result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
+            else:  # a thread, or a process: it always suspends, so the timer goes first
+                async with asyncio.timeout_at(deadline):
+                    result = await worker.executors.run(definition, ctx, args, kwargs)
         except CompleteAsync:
             # Completed elsewhere: the task stays running under its lease, held by no worker.
             detached = await lane_of(task).sql.detach_activity(task_id, token)
