@@ -1,12 +1,12 @@
 -- functions/claim.sql: harvest.claim_tasks (order, due time, queues, leases,
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
--- harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
+-- harvest._claim_head (the head of the polled queues), harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
 -- harvest._task_for_worker, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
 -- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks.
 BEGIN;
-SELECT plan(120);
+SELECT plan(124);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -194,6 +194,18 @@ SELECT is(harvest._fire_due_timers(ARRAY['wq_timer3']), 0, 'the timer of a run t
 -- _claim_ids on its own: only pending ids, at most the limit.
 INSERT INTO runs SELECT 'X' || i, s.execution_id
 FROM generate_series(1, 3) AS i, harvest.start_workflow('claim_wf', '[]', 'X' || i, 'xq') AS s;
+-- _claim_head: the due pending tasks of the polled queues, in claim order, at most p_window.
+SELECT is((SELECT h.ids FROM harvest._claim_head(ARRAY['xq', 'no_such_q'], harvest.now(), 10) AS h),
+          (SELECT array_agg(id ORDER BY priority DESC, due_at, id) FROM harvest.tasks
+           WHERE queue = 'xq' AND status = 'pending'),
+          '_claim_head() lists the due pending tasks of the queues in claim order');
+SELECT is((SELECT cardinality(h.ids) FROM harvest._claim_head(ARRAY['xq'], harvest.now(), 2) AS h), 2,
+          '_claim_head() returns at most p_window ids');
+SELECT is((SELECT h.gated FROM harvest._claim_head(ARRAY['xq'], harvest.now(), 10) AS h), false,
+          '_claim_head() says when no candidate carries an admission gate');
+SELECT ok((SELECT p.proconfig FROM pg_catalog.pg_proc AS p WHERE p.oid = 'harvest._claim_head'::regproc)
+          @> ARRAY['plan_cache_mode=force_generic_plan'],
+          '_claim_head() keeps one generic plan (no planning per claim)');
 SELECT is((SELECT count(*) FROM harvest._claim_ids(
               (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq'), 'wx', 2, 30, harvest.now())),
           2::bigint, '_claim_ids() claims at most p_limit of the ids');

@@ -288,6 +288,17 @@ TRAPS = [
     ),
     case(
         Statement(
+            "_claim_head",
+            r"SELECT \(coalesce\(array_agg\(head\.id",
+            {"p_queues": "text[]", "p_now": "timestamptz", "p_window": "integer"},
+        ),
+        {"tasks": {"tasks_claimable"}},
+        "claim.sql: the head of each polled queue walks tasks_claimable in claim order "
+        "(the generic plan is forced there: SET plan_cache_mode = force_generic_plan)",
+        id="_claim_head",
+    ),
+    case(
+        Statement(
             "_claim_ids",
             r"WITH locked AS",
             {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine, Generator
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -34,11 +35,11 @@ class ActivityContext:
 
     task_queue = renamed_attribute("queue", "ctx.task_queue")
 
-    def __init__(self, worker: Worker, task: dict[str, Any]):
+    def __init__(self, worker: Worker, task: dict[str, Any], execution_id: str | None = None):
         self._worker = worker
         self._task = task
         self._loop = asyncio.get_running_loop()
-        self.execution_id = str(task["execution_id"])
+        self.execution_id = str(task["execution_id"]) if execution_id is None else execution_id
         self.workflow_id = task["workflow_id"]
         self.workflow_name = task["workflow_name"]
         self.activity_name = task["activity_name"]
@@ -156,6 +157,59 @@ class ActivityContext:
         return future.result()
 
 
+def _loop_time() -> float:
+    """The running loop's clock (what asyncio.timeout_at's deadlines are on)."""
+    return asyncio.get_running_loop().time()
+
+
+async def _run_within(call: Coroutine[Any, Any, Any], deadline: float | None) -> Any:
+    """``await call`` bounded by ``deadline`` (the loop's clock; None: unbounded).
+
+    The first step runs at once: an activity that returns without suspending (most
+    small ones) is done before any timer is armed, and one that does suspend goes on
+    under ``asyncio.timeout_at`` from where it stopped. A timer could not interrupt
+    that first step anyway (it fires only when the coroutine suspends), and the
+    deadline was fixed before it ran, so a first step that overran it still ends in
+    TimeoutError at its first suspension, as before. (asyncio.timeout, not wait_for:
+    no second task per activity.)"""
+    try:
+        yielded = call.send(None)
+    except StopIteration as done:
+        return done.value
+    async with asyncio.timeout_at(deadline):
+        return await _Resumed(call, yielded)
+
+
+class _Resumed:
+    """A coroutine that already ran to its first suspension (which yielded ``first``),
+    awaited from there: what ``await`` of the coroutine would have done next."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any):
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation or a timeout thrown in: pass it on
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
 # A failure report's message is cut to this many characters when the report is over the limit.
 _MESSAGE_CUT = 2000
 
@@ -203,8 +257,9 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
 
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     """Run one claimed activity task to a reported outcome (or a lost lease)."""
+    execution_id = str(task["execution_id"])
     token = log_fields(
-        execution_id=str(task["execution_id"]),
+        execution_id=execution_id,
         workflow_id=task["workflow_id"],
         workflow=task["workflow_name"],
         activity=task["activity_name"],
@@ -212,10 +267,10 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     )
     try:
         if not tracing.ACTIVE:
-            return await _run_activity_task(worker, task)
+            return await _run_activity_task(worker, task, execution_id)
         with tracing.span(
             "harvest.activity.execute",
-            execution_id=str(task["execution_id"]),
+            execution_id=execution_id,
             traceparent_of=(task.get("options") or {}).get("traceparent"),
             attributes={
                 "harvest.workflow": task["workflow_name"],
@@ -224,12 +279,12 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                 "harvest.queue": task["queue"],
             },
         ):
-            return await _run_activity_task(worker, task)
+            return await _run_activity_task(worker, task, execution_id)
     finally:
         LOG_FIELDS.reset(token)
 
 
-async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
+async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id: str) -> None:
     definition = worker.app.find_activity(task["activity_name"])
     task_id, token = task["task_id"], task["fencing_token"]
     started = perf_counter()
@@ -241,10 +296,12 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                 f"worker {worker.worker_id}; register it in the App of the workers "
                 f"polling queue {task['queue']!r}",
             )
-        ctx = ActivityContext(worker, task)
+        ctx = ActivityContext(worker, task, execution_id)
         # The one place an activity's payloads are decoded (codecs, offload; docs/payloads.md).
-        stored_input = await worker.payloads.decode(lane_of(task).sql, task["input"] or [])
-        ctx.heartbeat_details = await worker.payloads.decode(lane_of(task).sql, ctx.heartbeat_details)
+        sql = lane_of(task).sql
+        stored_input = await worker.payloads.decode(sql, task["input"] or [])
+        if ctx.heartbeat_details is not None:  # (a first attempt has none)
+            ctx.heartbeat_details = await worker.payloads.decode(sql, ctx.heartbeat_details)
         try:
             args, kwargs = payload.decode_args(definition.fn, stored_input)
         except PayloadError as exc:
@@ -255,14 +312,14 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
                 non_retryable=True,
             ) from exc
         timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close
-        if definition.is_async:
-            call = definition.fn(ctx, *args, **kwargs)
-        else:
-            call = worker.executors.run(definition, ctx, args, kwargs)  # a thread, or a process
+        # The deadline counts from here, before the first step runs.
+        deadline = None if timeout is None else _loop_time() + timeout
         try:
-            # (asyncio.timeout, not wait_for: no second task per activity.)
-            async with asyncio.timeout(timeout):
-                result = await call
+            if definition.is_async:
+                result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
+            else:  # a thread, or a process: it always suspends, so the timer goes first
+                async with asyncio.timeout_at(deadline):
+                    result = await worker.executors.run(definition, ctx, args, kwargs)
         except CompleteAsync:
             # Completed elsewhere: the task stays running under its lease, held by no worker.
             detached = await lane_of(task).sql.detach_activity(task_id, token)
@@ -278,7 +335,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
         except PayloadError as exc:
             raise ActivityFailure("PayloadError", f"the result cannot be stored: {exc}", True) from exc
         plain = encoded
-        encoded = await worker.payloads.encode(lane_of(task).sql, str(task["execution_id"]), encoded)
+        encoded = await worker.payloads.encode(sql, execution_id, encoded)
         payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
     except asyncio.CancelledError:
         raise
