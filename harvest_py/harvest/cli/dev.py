@@ -145,7 +145,7 @@ def _api_server(
     )
     # The worker owns Ctrl-C and stops the server after it. uvicorn (0.29 and later) would
     # take SIGINT and SIGTERM for the length of serve() and raise them again when it returns.
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
     return server
 
 
