@@ -98,6 +98,14 @@ class HistoryMismatch(HarvestError):
     """The new events do not continue this cached run; replay from the full history."""
 
 
+def _by_seq(pending: Pending) -> int:
+    return pending.seq
+
+
+def _command_seq(command: dict[str, Any]) -> Any:
+    return command["seq"]
+
+
 class LocalActivitiesDeferred(HarvestError):
     """The step would run local activities, which the caller asked not to; the run is
     left mid-step and must be dropped."""
@@ -399,7 +407,7 @@ class WorkflowRun(CommandIssuer):
             ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
             if not ready:
                 return
-            ready.sort(key=lambda p: p.seq)
+            ready.sort(key=_by_seq)
             for p in ready:
                 self._resolve_local(p, p.recorded)
 
@@ -412,12 +420,10 @@ class WorkflowRun(CommandIssuer):
             if self._main_task.done():
                 self.finished = True
                 break
-            ready = sorted(
-                (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
-                key=lambda p: p.seq,
-            )
+            ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
             if not ready:
                 break
+            ready.sort(key=_by_seq)
             if not local_activities:
                 raise LocalActivitiesDeferred(
                     f"execution {self.execution_id}: the step runs "
@@ -430,7 +436,9 @@ class WorkflowRun(CommandIssuer):
                 )
                 self._resolve_local(p, value)
         self.handlers.end_of_step()
-        commands = sorted(self._new_commands, key=lambda c: c["seq"])
+        commands = self._new_commands  # a fresh list per step (above); sorted in place
+        if len(commands) > 1:
+            commands.sort(key=_command_seq)
         self._new_commands = []
         if self.finished:
             commands.append(self._terminal_command())
@@ -467,19 +475,17 @@ class WorkflowRun(CommandIssuer):
     @property
     def _main_task(self) -> asyncio.Task[Any]:
         """The workflow function's task: set by the first step (``_begin``), read after it."""
-        return cast("asyncio.Task[Any]", self._main)
+        return self._main  # type: ignore[return-value]  # (no cast() call: read several times a step)
 
     def _step_loop(self) -> None:
-        self._loop.run_until_idle()
-        if self._loop.fatal_error is not None:
-            self._fatal = self._loop.fatal_error
+        loop = self._loop
+        loop.run_until_idle()
+        if loop.fatal_error is not None:
+            self._fatal = loop.fatal_error
             raise self._fatal
-        if (
-            self._main_task.done()
-            and not self._main_task.cancelled()
-            and isinstance(self._main_task.exception(), NonDeterminismError)
-        ):
-            self._fatal = self._main_task.exception()
+        main = self._main_task
+        if main.done() and not main.cancelled() and isinstance(main.exception(), NonDeterminismError):
+            self._fatal = main.exception()
             raise cast(BaseException, self._fatal)
 
     def _terminal_command(self) -> dict[str, Any]:
