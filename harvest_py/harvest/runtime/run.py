@@ -98,14 +98,6 @@ class HistoryMismatch(HarvestError):
     """The new events do not continue this cached run; replay from the full history."""
 
 
-def _by_seq(pending: Pending) -> int:
-    return pending.seq
-
-
-def _command_seq(command: dict[str, Any]) -> Any:
-    return command["seq"]
-
-
 class LocalActivitiesDeferred(HarvestError):
     """The step would run local activities, which the caller asked not to; the run is
     left mid-step and must be dropped."""
@@ -407,7 +399,7 @@ class WorkflowRun(CommandIssuer):
             ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
             if not ready:
                 return
-            ready.sort(key=_by_seq)
+            ready.sort(key=lambda p: p.seq)
             for p in ready:
                 self._resolve_local(p, p.recorded)
 
@@ -420,10 +412,12 @@ class WorkflowRun(CommandIssuer):
             if self._main_task.done():
                 self.finished = True
                 break
-            ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
+            ready = sorted(
+                (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
+                key=lambda p: p.seq,
+            )
             if not ready:
                 break
-            ready.sort(key=_by_seq)
             if not local_activities:
                 raise LocalActivitiesDeferred(
                     f"execution {self.execution_id}: the step runs "
@@ -436,9 +430,7 @@ class WorkflowRun(CommandIssuer):
                 )
                 self._resolve_local(p, value)
         self.handlers.end_of_step()
-        commands = self._new_commands  # a fresh list per step (above); sorted in place
-        if len(commands) > 1:
-            commands.sort(key=_command_seq)
+        commands = sorted(self._new_commands, key=lambda c: c["seq"])
         self._new_commands = []
         if self.finished:
             commands.append(self._terminal_command())
@@ -475,17 +467,19 @@ class WorkflowRun(CommandIssuer):
     @property
     def _main_task(self) -> asyncio.Task[Any]:
         """The workflow function's task: set by the first step (``_begin``), read after it."""
-        return self._main  # type: ignore[return-value]  # (no cast() call: read several times a step)
+        return cast("asyncio.Task[Any]", self._main)
 
     def _step_loop(self) -> None:
-        loop = self._loop
-        loop.run_until_idle()
-        if loop.fatal_error is not None:
-            self._fatal = loop.fatal_error
+        self._loop.run_until_idle()
+        if self._loop.fatal_error is not None:
+            self._fatal = self._loop.fatal_error
             raise self._fatal
-        main = self._main_task
-        if main.done() and not main.cancelled() and isinstance(main.exception(), NonDeterminismError):
-            self._fatal = main.exception()
+        if (
+            self._main_task.done()
+            and not self._main_task.cancelled()
+            and isinstance(self._main_task.exception(), NonDeterminismError)
+        ):
+            self._fatal = self._main_task.exception()
             raise cast(BaseException, self._fatal)
 
     def _terminal_command(self) -> dict[str, Any]:
