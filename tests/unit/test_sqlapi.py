@@ -9,7 +9,6 @@ import contextlib
 import inspect
 from typing import Any, Self
 
-import psycopg
 import pytest
 
 from harvest.core.errors import NotFound
@@ -46,15 +45,9 @@ def _plain(value: Any) -> Any:
     return getattr(value, "obj", value)
 
 
-class _Result:
-    """What sqlapi reads of a statement's result: it returned rows (psycopg's PGresult)."""
-
-    nfields, status = 1, psycopg.pq.ExecStatus.TUPLES_OK
-
-
 class _Cursor:
     def __init__(self, log: list, rows: list[dict[str, Any]]):
-        self.log, self.rows, self.description, self.pgresult = log, rows, True, _Result()
+        self.log, self.rows, self.description = log, rows, True
         self.itersize = None
 
     def execute(self, sql: str, params: dict[str, Any]) -> None:

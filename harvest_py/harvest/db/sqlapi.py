@@ -1799,18 +1799,6 @@ def release_legal_hold(execution_id: str, operator_id: str | None = None) -> dic
 
 
 # -- the two executors -------------------------------------------------------------------------
-_ROW_STATUSES = frozenset(
-    {psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.SINGLE_TUPLE, psycopg.pq.ExecStatus.TUPLES_CHUNK}
-)
-
-
-def _has_rows(cur: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
-    """Whether the statement returned a result set: ``cur.description is not None``, without
-    building its list of Column objects (one per column, on every call)."""
-    res = cur.pgresult
-    return bool(res and (res.nfields or res.status in _ROW_STATUSES))
-
-
 class SqlApi:
     """The SQL API over one synchronous connection (the caller owns transactions).
 
@@ -1827,7 +1815,7 @@ class SqlApi:
     def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
-            return cur.fetchall() if _has_rows(cur) else []
+            return cur.fetchall() if cur.description else []
 
     def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
@@ -1889,7 +1877,7 @@ class AsyncSqlApi:
         with translated_errors():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(sql, params)
-                return await cur.fetchall() if _has_rows(cur) else []
+                return await cur.fetchall() if cur.description else []
 
     async def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
