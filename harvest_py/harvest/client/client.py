@@ -204,7 +204,6 @@ class StartOptions:
 # The start options start_workflow still takes as keyword arguments when no options= is given
 # (and task_queue=, the old spelling of queue=).
 _START_KEYWORDS = frozenset(f.name for f in dataclasses.fields(StartOptions)) | {"task_queue"}
-_DEFAULT_START = StartOptions()
 
 
 def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[StartOptions, dict[str, Any]]:
@@ -219,8 +218,6 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
     if options is not None:
         kwargs = {**kwargs, "options": options}
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in _START_KEYWORDS}
-    if not given:
-        return _DEFAULT_START, kwargs  # (frozen: one instance serves every plain start)
     task_queue = given.pop("task_queue", None)
     if task_queue is not None:
         given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=4)
@@ -257,9 +254,7 @@ def _start_call(
         "queue": queue,
         "reuse_policy": reuse_policy,
         "conflict_policy": conflict_policy,
-        "search_attributes": payload.encode(search_attributes, "search_attributes")
-        if search_attributes
-        else {},
+        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
         "priority": check_priority(priority),
         "execution_timeout": None
         if execution_timeout is None
@@ -426,9 +421,7 @@ def _signal_with_start_call(
         "payload": signal_encoded,
         "input": encoded,
         "queue": queue,
-        "search_attributes": payload.encode(search_attributes, "search_attributes")
-        if search_attributes
-        else {},
+        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
@@ -460,9 +453,7 @@ def _update_with_start_call(
         "input": encoded,
         "queue": queue,
         "update_id": update_id,
-        "search_attributes": payload.encode(search_attributes, "search_attributes")
-        if search_attributes
-        else {},
+        "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
