@@ -198,3 +198,26 @@ def test_scalars_of_the_hinted_type_decode_to_themselves_and_others_still_fail()
         decode(1, bool)
     with pytest.raises(PayloadError, match=r"parameter 'b' of plain \(str\)"):
         decode_args(plain, [1, 2])
+
+
+def _plain(ctx: Any, a: float, b: int = 3, c: Any = None) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("json_args", "expected"),
+    [
+        ([1.5], (1.5,)),  # scalars of the hint's own type (and Any) pass as they are
+        ([1.5, 2, {"x": [1]}], (1.5, 2, {"x": [1]})),
+        ([1], (1.0,)),  # an int for a float: still converted by the hint
+    ],
+)
+def test_decode_args_of_a_plain_call_is_what_the_hints_give(json_args: list[Any], expected: tuple) -> None:
+    args, kwargs = decode_args(_plain, json_args)
+    assert (args, kwargs) == (expected, {})
+    assert [type(a) for a in args] == [type(e) for e in expected]
+
+
+@pytest.mark.parametrize("bad", [[1.5, True], [1.5, "2"]])
+def test_decode_args_of_a_plain_call_still_refuses_a_value_of_another_type(bad: list[Any]) -> None:
+    with pytest.raises(PayloadError, match=r"parameter 'b' of _plain \(int\): input\[1\]: expected int"):
+        decode_args(_plain, bad)

@@ -634,6 +634,17 @@ def decode_args(fn: Callable[..., Any] | None, json_args: Any) -> tuple[tuple[An
     if fn is None:
         return tuple(json_args), {}
     plan = _call_plan(fn)
+    if plan.positional is not None and plan.required <= len(json_args) <= plan.positional:
+        # A plain positional call (encode_args' fast path): when each value is a JSON scalar of
+        # its hint's own type (or the hint is Any), _decode would return it as it is, and the
+        # loop below would take them in order and leave the rest to their defaults.
+        hints = plan.hints
+        for i, value in enumerate(json_args):
+            hint = hints[i]
+            if hint is not Any and (type(value) is not hint or hint not in _JSON_SCALARS):
+                break
+        else:
+            return tuple(json_args), {}
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     i = 0

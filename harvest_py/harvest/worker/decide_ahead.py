@@ -103,7 +103,10 @@ async def decide_ahead(
         return None
     try:
         result_text = jsonb.stored_text(result)
-        seen = json.loads(result_text if plain is None else jsonb.stored_text(plain))
+        if plain is None and (result is None or type(result) is int or type(result) is bool):
+            seen = result  # what reading result_text back gives, without the parse
+        else:
+            seen = json.loads(result_text if plain is None else jsonb.stored_text(plain))
     except (ValueError, TypeError):  # not storable as it stands: the plain path reports it
         worker.cache.put(execution_id, run)
         return None

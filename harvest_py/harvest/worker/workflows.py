@@ -176,20 +176,25 @@ def _oversized(command: dict[str, Any], limit: int, workflow_name: str) -> Paylo
     kind = command["type"]
     if kind == "complete_update":
         field = "failure" if "failure" in command else "result"
-        what = f"the {field} of update {command.get('update_id')}"
     elif kind in _COMMAND_PAYLOADS:
-        field, what = _COMMAND_PAYLOADS[kind]
-        what = what.format(
+        field = _COMMAND_PAYLOADS[kind][0]
+    else:
+        return None
+    value = command.get(field)
+    if payload.payload_size(value) <= limit:
+        return None  # nearly always: what the refusal would name is worked out for a refusal only
+    if kind == "complete_update":
+        what = f"the {field} of update {command.get('update_id')}"
+    else:
+        what = _COMMAND_PAYLOADS[kind][1].format(
             name=command.get("name"),
             seq=command.get("seq"),
             kind=command.get("kind"),
             workflow=workflow_name,
             signal_name=command.get("signal_name"),
         )
-    else:
-        return None
     try:
-        payload.check_size(command.get(field), what, limit)
+        payload.check_size(value, what, limit)
     except PayloadTooLarge as exc:
         return exc
     return None

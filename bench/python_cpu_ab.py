@@ -1,0 +1,120 @@
+"""Paired A/B of the worker/client process' Python CPU per canonical workflow: two
+checkouts of Harvest (a baseline and a candidate), alternating, on one embedded server.
+
+Each side gets its own template database migrated by its own code, and every run a
+fresh clone of it. A run is ``bench/harvest_bench.py --mode workflows --n N`` of that
+side (its own harvest_py on PYTHONPATH): 8 starters and one in-process Worker. The
+figure is the bench process' ``time.process_time()`` over the drain divided by N
+(``cpu.client_s``), plus the throughput. Prints one line per pair and a JSON summary.
+
+    python bench/python_cpu_ab.py --base /work/wt/base --candidate . --pairs 6 --n 600
+
+With ``--together`` each pair's two runs go at once (each on its own database of the
+one server), so both sides see the same load from whatever else runs on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg
+from run import SERVER_SETTINGS
+from sql_path_ab import MIGRATE, fresh, side_env
+
+from harvest.db.embedded import EmbeddedPostgres
+
+
+def one_run(root: Path, dsn: str, n: int) -> tuple[float, float, float]:
+    """(process CPU ms per workflow, server CPU ms per workflow, workflows per second)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(root / "bench" / "harvest_bench.py"),
+            "--dsn",
+            dsn,
+            "--mode",
+            "workflows",
+            "--n",
+            f"{n}",
+        ],
+        env=side_env(root),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["completed"] == n, result
+    cpu = result["cpu"]
+    return cpu["client_s"] * 1000 / n, cpu["server_s"] * 1000 / n, result["throughput"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--base", required=True, type=Path)
+    parser.add_argument("--candidate", default=Path("."), type=Path)
+    parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--n", type=int, default=600)
+    parser.add_argument(
+        "--together", action="store_true", help="run each pair's two sides at once (both see the same load)"
+    )
+    args = parser.parse_args()
+    sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
+    with (
+        EmbeddedPostgres(settings=SERVER_SETTINGS) as server,
+        psycopg.connect(server.dsn, autocommit=True) as admin,
+    ):
+        for key, root in sides.items():
+            admin.execute(f'CREATE DATABASE "tmpl_{key}"')
+            subprocess.run(
+                [sys.executable, "-c", MIGRATE, server.dsn_for(f"tmpl_{key}")], env=side_env(root), check=True
+            )
+        pairs = []
+        for i in range(args.pairs):
+            order = ["base", "cand"] if i % 2 == 0 else ["cand", "base"]
+            row: dict = {"pair": i + 1, "first": order[0]}
+            dsns = {key: fresh(admin, server, f"run_{key}", f"tmpl_{key}") for key in order}
+            if args.together:
+                with ThreadPoolExecutor(2) as pool:
+                    runs = {key: pool.submit(one_run, sides[key], dsns[key], args.n) for key in order}
+                    row.update({key: run.result() for key, run in runs.items()})
+            else:
+                for key in order:
+                    row[key] = one_run(sides[key], dsns[key], args.n)
+            for key in order:
+                admin.execute(f'DROP DATABASE "run_{key}"')
+            row["ratio"] = row["cand"][0] / row["base"][0]
+            row["tput_ratio"] = row["cand"][2] / row["base"][2]
+            pairs.append(row)
+            print(
+                f"pair {i + 1} ({order[0]} first): base {row['base'][0]:.3f} ms/wf ({row['base'][2]:.0f} wf/s)"
+                f"  cand {row['cand'][0]:.3f} ms/wf ({row['cand'][2]:.0f} wf/s)  cpu ratio {row['ratio']:.3f}"
+                f"  tput ratio {row['tput_ratio']:.2f}  load {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+        print(
+            json.dumps(
+                {
+                    "median_cpu_ratio": round(statistics.median(p["ratio"] for p in pairs), 3),
+                    "cpu_ratios": [round(p["ratio"], 3) for p in pairs],
+                    "median_base_ms_wf": round(statistics.median(p["base"][0] for p in pairs), 3),
+                    "median_cand_ms_wf": round(statistics.median(p["cand"][0] for p in pairs), 3),
+                    "median_tput_ratio": round(statistics.median(p["tput_ratio"] for p in pairs), 3),
+                    "median_base_wf_s": round(statistics.median(p["base"][2] for p in pairs), 1),
+                    "median_cand_wf_s": round(statistics.median(p["cand"][2] for p in pairs), 1),
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
