@@ -142,7 +142,25 @@ def click_and_wait(driver: Any, element: Any) -> None:
 
     page = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 20).until(expected_conditions.staleness_of(page))
+    # WebDriverWait ignores only NoSuchElementException by default: list the errors that mean
+    # "the old page is gone". Chromium, asked about a node while the new page replaces it,
+    # answers "Node with given id does not belong to the document" as an unknown error (a
+    # loaded machine hits that window) instead of a stale reference.
+    WebDriverWait(driver, 20).until(_gone(expected_conditions.staleness_of(page)))
+
+
+def _gone(stale: Callable[[Any], Any]) -> Callable[[Any], bool]:
+    from selenium.common.exceptions import WebDriverException
+
+    def check(driver: Any) -> bool:
+        try:
+            return bool(stale(driver))
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+
+    return check
 
 
 def screenshot(driver: Any, name: str) -> Path:

@@ -15,7 +15,7 @@ import pytest
 
 from harvest import App, Client, activity, workflow
 from harvest.core.errors import TimeoutError_
-from harvest.db import channels, notify, steps
+from harvest.db import channels, notify
 from harvest.db.notify import ThreadNotificationHub
 from harvest.db.sqlapi import SqlApi
 
@@ -54,7 +54,7 @@ APP = App(workflows=[squared, gated, counter], activities=[square])
 
 def _count_connects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     connects: list[str] = []
-    for module in (notify, steps):
+    for module in (notify,):  # the hub's LISTEN connection; every read takes a pooled one
         real = module.connect
 
         def counted(*args, _real=real, **kwargs):

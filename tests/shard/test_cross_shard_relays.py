@@ -171,9 +171,9 @@ def test_a_business_key_with_a_shard_down_and_no_live_run_waits_instead_of_not_f
             assert source.describe()["status"] == "RUNNING", "never not_found while shard 2 is unread"
         finally:
             shards.start(2)
-    with shard_workers(app, shards), clients(shards) as c:
-        assert source.result(timeout=60) == "sent"
-        assert target.result(timeout=60) == ["x"]
+    with shard_workers(app, shards), clients(shards) as c:  # the earlier clients are closed
+        assert c[0].get_handle(source.execution_id).result(timeout=60) == "sent"
+        assert c[2].get_handle(target.execution_id).result(timeout=60) == ["x"]
 
 
 def test_delivery_is_idempotent_on_source_shard_and_relay_id(shards) -> None:

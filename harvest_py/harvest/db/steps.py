@@ -36,6 +36,8 @@ import threading
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Protocol, TypeVar, cast
 
+from psycopg.errors import AdminShutdown
+
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect_async
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
@@ -215,7 +217,7 @@ async def arun_steps_on_hub(
                     elif isinstance(op, Atomic):
                         stepper.value = await op.aon(sql)
                     else:
-                        stepper.value = await op.on(sql)
+                        stepper.value = await _aon_live_connection(op, sql)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
@@ -229,6 +231,37 @@ class ThreadWaiting(Protocol):
     """What :func:`run_steps_on_hub` needs of a hub (:class:`harvest.db.notify.ThreadNotificationHub`)."""
 
     def waiting(self, payload: str) -> contextlib.AbstractContextManager[threading.Event]: ...
+
+
+# A pooled connection whose server restarted (or whose backend an admin terminated) since it
+# was pooled answers its next statement with AdminShutdown (57P01) without running it: a
+# terminated backend commits nothing. A wait on pooled connections (below) then makes the call
+# again on the next connection, as many times as a pool may hold such connections. The
+# waits' calls read, or mark a waiter, which is idempotent.
+STALE_CONNECTION_ATTEMPTS = 8
+
+
+def _on_live_connection(
+    op: Sql | Atomic, api: Callable[[], contextlib.AbstractContextManager[SqlApi]]
+) -> Any:
+    for attempt in range(STALE_CONNECTION_ATTEMPTS):
+        try:
+            with api() as sql:
+                return op.on(sql)
+        except AdminShutdown:
+            if attempt == STALE_CONNECTION_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _aon_live_connection(op: Sql, sql: AsyncSqlApi) -> Any:
+    for attempt in range(STALE_CONNECTION_ATTEMPTS):
+        try:
+            return await op.on(sql)
+        except AdminShutdown:
+            if attempt == STALE_CONNECTION_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def run_steps_on_hub(
@@ -259,8 +292,7 @@ def run_steps_on_hub(
                         event.wait(op.timeout)
                         event.clear()
                     else:
-                        with api() as sql:
-                            stepper.value = op.on(sql)
+                        stepper.value = _on_live_connection(op, api)
                 except Exception as exc:
                     stepper.error = exc
             return cast(T, stepper.result)
