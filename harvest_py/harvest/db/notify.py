@@ -20,15 +20,60 @@ import os
 import selectors
 import threading
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from harvest.db import channels
 from harvest.db.connection import DatabaseError, connect, connect_async, redact
 
 log = logging.getLogger("harvest.db.notify")
 
+
+class _Settable(Protocol):
+    def set(self) -> None: ...
+
+
+E = TypeVar("E", bound=_Settable)
+
 # How long the hub waits before it connects again after losing its connection.
 RECONNECT_SECS = 1.0
+
+
+class _Waiters(Generic[E]):
+    """payload -> the events of the waits registered for it, for both hubs. Thread-safe: the
+    thread hub's reader wakes waiters from its own thread (the asyncio hub's lock is never
+    contended)."""
+
+    def __init__(self) -> None:
+        self._by_payload: dict[str, set[E]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return sum(len(events) for events in self._by_payload.values())
+
+    def add(self, payload: str, event: E) -> None:
+        with self._lock:
+            self._by_payload.setdefault(payload, set()).add(event)
+
+    def discard(self, payload: str, event: E) -> None:
+        with self._lock:
+            events = self._by_payload.get(payload)
+            if events is not None:
+                events.discard(event)
+                if not events:
+                    del self._by_payload[payload]
+
+    def wake(self, payload: str) -> None:
+        with self._lock:
+            events = list(self._by_payload.get(payload, ()))
+        for event in events:
+            event.set()
+
+    def wake_all(self) -> None:
+        with self._lock:
+            events = [event for waiting in self._by_payload.values() for event in waiting]
+        for event in events:
+            event.set()
 
 
 class NotificationHub:
@@ -37,14 +82,14 @@ class NotificationHub:
     def __init__(self, dsn: str, channel: str = channels.DONE):
         channels.listen(channel)  # an unknown channel fails here
         self.dsn, self.channel = dsn, channel
-        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiters: _Waiters[asyncio.Event] = _Waiters()
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
     @property
     def waiters(self) -> int:
         """How many waits are registered now."""
-        return sum(len(events) for events in self._waiters.values())
+        return len(self._waiters)
 
     async def start(self, timeout: float = 10.0) -> None:
         """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the hub
@@ -60,31 +105,18 @@ class NotificationHub:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self._wake_all()
+        self._waiters.wake_all()
 
     @contextlib.asynccontextmanager
     async def waiting(self, payload: str) -> AsyncIterator[asyncio.Event]:
         """An event set when a NOTIFY with ``payload`` arrives (or the connection drops) while
         the block runs. Register first, then read, then wait on the event."""
         event = asyncio.Event()
-        self._waiters.setdefault(payload, set()).add(event)
+        self._waiters.add(payload, event)
         try:
             yield event
         finally:
-            events = self._waiters.get(payload)
-            if events is not None:
-                events.discard(event)
-                if not events:
-                    del self._waiters[payload]
-
-    def _wake(self, payload: str) -> None:
-        for event in self._waiters.get(payload, ()):
-            event.set()
-
-    def _wake_all(self) -> None:
-        for events in self._waiters.values():
-            for event in events:
-                event.set()
+            self._waiters.discard(payload, event)
 
     async def _run(self) -> None:
         while True:
@@ -93,15 +125,15 @@ class NotificationHub:
                 async with conn:
                     await conn.execute(channels.listen(self.channel))
                     self._ready.set()
-                    self._wake_all()  # a notification may have been missed while reconnecting
+                    self._waiters.wake_all()  # a notification may have been missed while reconnecting
                     async for note in conn.notifies():
-                        self._wake(note.payload)
+                        self._waiters.wake(note.payload)
             except asyncio.CancelledError:
                 raise
             except (DatabaseError, OSError, Exception) as exc:
                 log.warning("harvest: LISTEN %s lost its connection (%s); reconnecting", self.channel, exc)
             self._ready.clear()
-            self._wake_all()
+            self._waiters.wake_all()
             await asyncio.sleep(RECONNECT_SECS)
 
 
@@ -113,8 +145,8 @@ class ThreadNotificationHub:
     def __init__(self, dsn: str, channel: str = channels.DONE):
         channels.listen(channel)  # an unknown channel fails here
         self.dsn, self.channel = dsn, channel
-        self._waiters: dict[str, set[threading.Event]] = {}
-        self._lock = threading.Lock()  # guards _waiters and _thread
+        self._waiters: _Waiters[threading.Event] = _Waiters()
+        self._lock = threading.Lock()  # guards _thread
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -123,8 +155,7 @@ class ThreadNotificationHub:
     @property
     def waiters(self) -> int:
         """How many waits are registered now."""
-        with self._lock:
-            return sum(len(events) for events in self._waiters.values())
+        return len(self._waiters)
 
     def start(self, timeout: float = 10.0) -> None:
         """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the thread
@@ -148,36 +179,18 @@ class ThreadNotificationHub:
             thread.join()
             os.close(self._stop_r)
             os.close(self._stop_w)
-        self._wake_all()
+        self._waiters.wake_all()
 
     @contextlib.contextmanager
     def waiting(self, payload: str) -> Iterator[threading.Event]:
         """An event set when a NOTIFY with ``payload`` arrives (or the connection drops) while
         the block runs. Register first, then read, then wait on the event."""
         event = threading.Event()
-        with self._lock:
-            self._waiters.setdefault(payload, set()).add(event)
+        self._waiters.add(payload, event)
         try:
             yield event
         finally:
-            with self._lock:
-                events = self._waiters.get(payload)
-                if events is not None:
-                    events.discard(event)
-                    if not events:
-                        del self._waiters[payload]
-
-    def _wake(self, payload: str) -> None:
-        with self._lock:
-            events = list(self._waiters.get(payload, ()))
-        for event in events:
-            event.set()
-
-    def _wake_all(self) -> None:
-        with self._lock:
-            events = [event for waiting in self._waiters.values() for event in waiting]
-        for event in events:
-            event.set()
+            self._waiters.discard(payload, event)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -185,7 +198,7 @@ class ThreadNotificationHub:
                 with connect(self.dsn, autocommit=True) as conn:
                     conn.execute(channels.listen(self.channel))
                     self._ready.set()
-                    self._wake_all()  # a notification may have been missed while reconnecting
+                    self._waiters.wake_all()  # a notification may have been missed while reconnecting
                     self._read(conn.pgconn)
             except Exception as exc:
                 if not self._stop.is_set():
@@ -195,7 +208,7 @@ class ThreadNotificationHub:
                         redact(str(exc), self.dsn),
                     )
             self._ready.clear()
-            self._wake_all()
+            self._waiters.wake_all()
             self._stop.wait(RECONNECT_SECS)
 
     def _read(self, pgconn: Any) -> None:
@@ -207,5 +220,5 @@ class ThreadNotificationHub:
             while not self._stop.is_set():
                 pgconn.consume_input()  # raises once the connection is lost
                 while (note := pgconn.notifies()) is not None:
-                    self._wake(note.extra.decode())
+                    self._waiters.wake(note.extra.decode())
                 selector.select()

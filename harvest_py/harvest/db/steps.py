@@ -244,24 +244,18 @@ STALE_CONNECTION_ATTEMPTS = 8
 def _on_live_connection(
     op: Sql | Atomic, api: Callable[[], contextlib.AbstractContextManager[SqlApi]]
 ) -> Any:
-    for attempt in range(STALE_CONNECTION_ATTEMPTS):
-        try:
-            with api() as sql:
-                return op.on(sql)
-        except AdminShutdown:
-            if attempt == STALE_CONNECTION_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    for _ in range(STALE_CONNECTION_ATTEMPTS - 1):
+        with contextlib.suppress(AdminShutdown), api() as sql:
+            return op.on(sql)
+    with api() as sql:  # the last attempt's AdminShutdown is the caller's
+        return op.on(sql)
 
 
 async def _aon_live_connection(op: Sql, sql: AsyncSqlApi) -> Any:
-    for attempt in range(STALE_CONNECTION_ATTEMPTS):
-        try:
+    for _ in range(STALE_CONNECTION_ATTEMPTS - 1):
+        with contextlib.suppress(AdminShutdown):
             return await op.on(sql)
-        except AdminShutdown:
-            if attempt == STALE_CONNECTION_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    return await op.on(sql)
 
 
 def run_steps_on_hub(
