@@ -21,14 +21,13 @@ import os
 import statistics
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
 from run import SERVER_SETTINGS
-from sql_path_ab import MIGRATE, fresh, side_env
+from sql_path_ab import migrate_templates, paired_runs, side_env
 
 from harvest.db.embedded import EmbeddedPostgres
 
@@ -72,30 +71,16 @@ def main() -> None:
         EmbeddedPostgres(settings=SERVER_SETTINGS) as server,
         psycopg.connect(server.dsn, autocommit=True) as admin,
     ):
-        for key, root in sides.items():
-            admin.execute(f'CREATE DATABASE "tmpl_{key}"')
-            subprocess.run(
-                [sys.executable, "-c", MIGRATE, server.dsn_for(f"tmpl_{key}")], env=side_env(root), check=True
-            )
+        migrate_templates(admin, server, sides)
         pairs = []
-        for i in range(args.pairs):
-            order = ["base", "cand"] if i % 2 == 0 else ["cand", "base"]
-            row: dict = {"pair": i + 1, "first": order[0]}
-            dsns = {key: fresh(admin, server, f"run_{key}", f"tmpl_{key}") for key in order}
-            if args.together:
-                with ThreadPoolExecutor(2) as pool:
-                    runs = {key: pool.submit(one_run, sides[key], dsns[key], args.n) for key in order}
-                    row.update({key: run.result() for key, run in runs.items()})
-            else:
-                for key in order:
-                    row[key] = one_run(sides[key], dsns[key], args.n)
-            for key in order:
-                admin.execute(f'DROP DATABASE "run_{key}"')
+        for row in paired_runs(
+            admin, server, args.pairs, args.together, lambda key, dsn: one_run(sides[key], dsn, args.n)
+        ):
             row["ratio"] = row["cand"][0] / row["base"][0]
             row["tput_ratio"] = row["cand"][2] / row["base"][2]
             pairs.append(row)
             print(
-                f"pair {i + 1} ({order[0]} first): base {row['base'][0]:.3f} ms/wf ({row['base'][2]:.0f} wf/s)"
+                f"pair {row['pair']} ({row['first']} first): base {row['base'][0]:.3f} ms/wf ({row['base'][2]:.0f} wf/s)"
                 f"  cand {row['cand'][0]:.3f} ms/wf ({row['cand'][2]:.0f} wf/s)  cpu ratio {row['ratio']:.3f}"
                 f"  tput ratio {row['tput_ratio']:.2f}  load {os.getloadavg()[0]:.1f}",
                 flush=True,

@@ -22,8 +22,10 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,6 +57,41 @@ def fresh(admin: psycopg.Connection, server: EmbeddedPostgres, name: str, templa
     admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
     admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
     return server.dsn_for(name)
+
+
+def migrate_templates(admin: psycopg.Connection, server: EmbeddedPostgres, sides: dict[str, Path]) -> None:
+    """A template database per side ("tmpl_base", "tmpl_cand"), migrated by that side's code."""
+    for key, root in sides.items():
+        admin.execute(f'CREATE DATABASE "tmpl_{key}"')
+        subprocess.run(
+            [sys.executable, "-c", MIGRATE, server.dsn_for(f"tmpl_{key}")], env=side_env(root), check=True
+        )
+
+
+def paired_runs(
+    admin: psycopg.Connection,
+    server: EmbeddedPostgres,
+    pairs: int,
+    together: bool,
+    run: Callable[[str, str], Any],
+) -> Iterator[dict[str, Any]]:
+    """The pairs of an A/B: each side's ``run(side, dsn)`` on a fresh clone of its template, the
+    base first in odd pairs and the candidate first in even ones (or both at once with
+    ``together``); yields {"pair", "first", "base", "cand"} as each pair ends."""
+    for i in range(pairs):
+        order = ["base", "cand"] if i % 2 == 0 else ["cand", "base"]
+        row: dict[str, Any] = {"pair": i + 1, "first": order[0]}
+        dsns = {key: fresh(admin, server, f"run_{key}", f"tmpl_{key}") for key in order}
+        if together:
+            with ThreadPoolExecutor(2) as pool:
+                runs = {key: pool.submit(run, key, dsns[key]) for key in order}
+                row.update({key: done.result() for key, done in runs.items()})
+        else:
+            for key in order:
+                row[key] = run(key, dsns[key])
+        for key in order:
+            admin.execute(f'DROP DATABASE "run_{key}"')
+        yield row
 
 
 def one_run(dsn: str, procedure: str, n: int, batch: int, options: str) -> tuple[float, float]:
@@ -113,11 +150,7 @@ def main() -> None:
         EmbeddedPostgres(settings=settings) as server,
         psycopg.connect(server.dsn, autocommit=True) as admin,
     ):
-        for key, root in sides.items():
-            admin.execute(f'CREATE DATABASE "tmpl_{key}"')
-            subprocess.run(
-                [sys.executable, "-c", MIGRATE, server.dsn_for(f"tmpl_{key}")], env=side_env(root), check=True
-            )
+        migrate_templates(admin, server, sides)
         counts = {
             k: statements(
                 fresh(admin, server, f"st_{k}", f"tmpl_{k}"), procedures[k], 200, args.batch, options
@@ -126,26 +159,17 @@ def main() -> None:
         }
         print(json.dumps({"statements": counts}), flush=True)
         pairs = []
-        for i in range(args.pairs):
-            order = ["base", "cand"] if i % 2 == 0 else ["cand", "base"]
-            row: dict = {"pair": i + 1, "first": order[0]}
-            dsns = {key: fresh(admin, server, f"run_{key}", f"tmpl_{key}") for key in order}
-            if args.together:
-                with ThreadPoolExecutor(2) as pool:
-                    runs = {
-                        key: pool.submit(one_run, dsns[key], procedures[key], args.n, args.batch, options)
-                        for key in order
-                    }
-                    row.update({key: run.result() for key, run in runs.items()})
-            else:
-                for key in order:
-                    row[key] = one_run(dsns[key], procedures[key], args.n, args.batch, options)
-            for key in order:
-                admin.execute(f'DROP DATABASE "run_{key}"')
+        for row in paired_runs(
+            admin,
+            server,
+            args.pairs,
+            args.together,
+            lambda key, dsn: one_run(dsn, procedures[key], args.n, args.batch, options),
+        ):
             row["ratio"] = row["cand"][0] / row["base"][0]
             pairs.append(row)
             print(
-                f"pair {i + 1} ({order[0]} first): base {row['base'][0]:.2f} ms/wf ({row['base'][1]:.0f} wf/s)"
+                f"pair {row['pair']} ({row['first']} first): base {row['base'][0]:.2f} ms/wf ({row['base'][1]:.0f} wf/s)"
                 f"  cand {row['cand'][0]:.2f} ms/wf ({row['cand'][1]:.0f} wf/s)  ratio {row['ratio']:.2f}"
                 f"  load {os.getloadavg()[0]:.1f}",
                 flush=True,
