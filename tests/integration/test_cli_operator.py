@@ -329,6 +329,30 @@ def test_retention_deletes_stopped_and_long_stale_worker_rows(db: str, conn) -> 
     assert {x[0] for x in conn.execute("SELECT id FROM harvest.workers")} == {"live"}
 
 
+def test_retention_set_writes_both_ages_or_neither(db: str, conn) -> None:
+    """Both ages go in one transaction: a refused worker age leaves the run age as it was."""
+    r = harvest(db, "retention", "set", "--max-age", "30 days", "--worker-max-age", "soon")
+    assert r.returncode != 0 and "soon" in one_error_line(r), r.stdout + r.stderr
+    status = json.loads(harvest(db, "retention", "status", "--output", "json").stdout)
+    assert status["max_age"] is None and status["worker_max_age"] == "7 days", status
+    r = harvest(
+        db,
+        "retention",
+        "set",
+        "--max-age",
+        "30 days",
+        "--batch-size",
+        "50",
+        "--worker-max-age",
+        "off",
+        "--output",
+        "json",
+    )
+    assert r.returncode == 0, r.stderr
+    status = json.loads(r.stdout)
+    assert (status["max_age"], status["batch_size"], status["worker_max_age"]) == ("30 days", 50, None)
+
+
 def test_preflight_pass_warn_and_fail(db: str, conn, fresh_db: str, tmp_path, monkeypatch) -> None:
     # Other function files may have changed since the template was migrated: bring it current.
     assert harvest(db, "migrate", "run").returncode == 0

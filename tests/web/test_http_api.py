@@ -555,6 +555,20 @@ def test_retention_on_a_web_replica_is_placed_elsewhere_and_run_now_is_503(db: s
         assert swept.json()["deleted"] == 0
 
 
+def test_retention_settings_write_both_ages_or_neither(db: str) -> None:
+    with api_client(db) as api:
+        refused = api.post("/admin/retention/settings", json={"max_age": "30 days", "worker_max_age": "soon"})
+        assert refused.status_code == 400, refused.text
+        shard = api.get("/admin/retention/settings").json()["shards"][0]
+        assert shard["max_age"] is None and shard["worker_max_age"] == "7 days", shard
+        both = api.post("/admin/retention/settings", json={"max_age": "30 days", "worker_max_age": "off"})
+        assert both.status_code == 200, both.text
+        assert (both.json()["shards"][0]["max_age"], both.json()["shards"][0]["worker_max_age"]) == (
+            "30 days",
+            None,
+        )
+
+
 # -- authorization and roles -----------------------------------------------------------------------
 class Refusing:
     """An authorizer that refuses with Starlette's own HTTPException."""

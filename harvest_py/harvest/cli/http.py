@@ -657,20 +657,17 @@ class HttpApi:
             return _by_shard(answer, answer["shards"])
         return _first_shard(answer)
 
-    def set_retention(
-        self, max_age: str | None, batch_size: int | None = None, operator: str | None = None
+    def set_retention_settings(
+        self,
+        max_age: str | None = None,
+        batch_size: int | None = None,
+        worker_max_age: str | None = None,
+        operator: str | None = None,
     ) -> dict[str, Any] | PerShard:
-        body = {"max_age": max_age or "off", "batch_size": batch_size, "operator_id": operator}
-        return self._retention_written(body)
-
-    def set_worker_retention(
-        self, max_age: str | None, operator: str | None = None
-    ) -> dict[str, Any] | PerShard:
-        body = {"worker_max_age": max_age or "off", "operator_id": operator}
-        return self._retention_written(body)
-
-    def _retention_written(self, body: dict[str, Any]) -> dict[str, Any] | PerShard:
-        """The server sets every shard: per shard when it is sharded, as `retention status`."""
+        """One POST for both ages (the server sets them in one transaction per shard), per shard
+        when it is sharded, as `retention status`. None leaves a setting as it is."""
+        given = {"max_age": max_age, "batch_size": batch_size, "worker_max_age": worker_max_age}
+        body = {k: v for k, v in given.items() if v is not None} | {"operator_id": operator}
         answer = self.http.post("/admin/retention/settings", body, scope="admin")
         if answer.get("sharded"):
             return _by_shard(answer, answer["shards"])

@@ -60,10 +60,6 @@ def _emit_per_shard(sharded: bool, fan: FanOut[Any], output: str) -> None:
     )
 
 
-def _interval_or_off(value: str) -> str | None:
-    return None if value.strip().lower() in ("off", "none", "") else value
-
-
 @retention.command("set")
 @click.option(
     "--max-age",
@@ -99,15 +95,11 @@ def set_(
     if batch_size is not None and max_age is None:
         raise click.UsageError("--batch-size goes with --max-age")
 
-    def write(api: Any) -> Any:
-        data = None
-        if max_age is not None:
-            data = api.set_retention(_interval_or_off(max_age), batch_size, operator)
-        if worker_max_age is not None:
-            data = api.set_worker_retention(_interval_or_off(worker_max_age), operator)
-        return data
-
-    sharded, fan = deployment_read(database_url, write, read_only=False)
+    sharded, fan = deployment_read(
+        database_url,
+        lambda api: api.set_retention_settings(max_age, batch_size, worker_max_age, operator),
+        read_only=False,
+    )
     _emit_per_shard(sharded, fan, output)
     fail_if_unreached(fan.unavailable_shards, "keep their retention settings")
 

@@ -262,9 +262,17 @@ GET_EVENT_HORIZON = "SELECT * FROM harvest.get_event_horizon()"
 HEARTBEAT_EVENT_STREAM = "SELECT harvest.heartbeat_event_stream(%(listener_id)s)"
 STOP_EVENT_STREAM = "SELECT harvest.stop_event_stream(%(listener_id)s) AS stopped"
 RETENTION_STATUS = "SELECT harvest.get_retention_status() AS status"
-SET_RETENTION = "SELECT harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS status"
+# Both ages in one statement, so in one transaction: a refused worker age leaves the run age
+# unset too. The fenced subquery (OFFSET 0) sets the run age first; the outer CASE reads its
+# status when no worker age is given.
+SET_RETENTION_SETTINGS = (
+    "SELECT CASE WHEN %(worker_given)s"
+    " THEN harvest.set_worker_retention(%(worker_max_age)s::interval, %(operator)s) ELSE r.status END"
+    " AS status FROM (SELECT CASE WHEN %(max_age_given)s"
+    " THEN harvest.set_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) END AS status"
+    " OFFSET 0) AS r"
+)
 RUN_RETENTION = "SELECT harvest.run_retention(%(max_age)s::interval, %(batch_size)s, %(operator)s) AS result"
-SET_WORKER_RETENTION = "SELECT harvest.set_worker_retention(%(max_age)s::interval, %(operator)s) AS status"
 PRUNE_WORKERS = "SELECT harvest.prune_workers(%(max_age)s::interval, %(operator)s) AS result"
 
 
@@ -1382,11 +1390,28 @@ def get_retention_status() -> dict[str, Any]:
     return {}
 
 
-@call(SET_RETENTION, column("status"))
-def set_retention(
-    max_age: str | None, batch_size: int | None = None, operator: str | None = None
+def _age_or_off(value: str | None) -> str | None:
+    """A retention age as the CLI and the API take it: an interval, or ``off`` (keep all: NULL)."""
+    return None if value is None or value.strip().lower() in ("off", "none", "") else value
+
+
+@call(SET_RETENTION_SETTINGS, column("status"))
+def set_retention_settings(
+    max_age: str | None = None,
+    batch_size: int | None = None,
+    worker_max_age: str | None = None,
+    operator: str | None = None,
 ) -> dict[str, Any]:
-    return {"max_age": max_age, "batch_size": batch_size, "operator": operator}
+    """The run age (with its batch size) and/or the worker-row age, each an interval or ``off``;
+    None leaves that setting as it is. Both are set in one transaction (SET_RETENTION_SETTINGS)."""
+    return {
+        "max_age_given": max_age is not None,
+        "max_age": _age_or_off(max_age),
+        "batch_size": batch_size,
+        "worker_given": worker_max_age is not None,
+        "worker_max_age": _age_or_off(worker_max_age),
+        "operator": operator,
+    }
 
 
 @call(RUN_RETENTION, column("result"))
@@ -1394,11 +1419,6 @@ def run_retention(
     max_age: str | None = None, batch_size: int | None = None, operator: str | None = None
 ) -> dict[str, Any]:
     return {"max_age": max_age, "batch_size": batch_size, "operator": operator}
-
-
-@call(SET_WORKER_RETENTION, column("status"))
-def set_worker_retention(max_age: str | None, operator: str | None = None) -> dict[str, Any]:
-    return {"max_age": max_age, "operator": operator}
 
 
 @call(PRUNE_WORKERS, column("result"))

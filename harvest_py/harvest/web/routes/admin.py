@@ -557,11 +557,6 @@ ENDPOINTS = [
 # over HTTP: /admin/retention answers for this process's janitor only) -----------------------
 
 
-def _off(value: str | None) -> str | None:
-    """An interval, or None for ``off`` (keep everything), as `harvest retention set` takes it."""
-    return None if value is None or value.strip().lower() in ("off", "none", "") else value
-
-
 async def retention_settings(call: Call, args: dict[str, Any], _: Any) -> Any:
     """Each shard's retention settings, last run and eligible count (the database's, not this
     process's janitor: /admin/retention says where that runs)."""
@@ -585,15 +580,11 @@ async def set_retention_settings(call: Call, args: dict[str, Any], data: dict[st
         raise invalid("batch_size", "batch_size goes with max_age")
     operator = data.get("operator_id") or call.operator_id
 
-    async def write(sql: Any) -> Any:
-        status = None
-        if data.get("max_age") is not None:
-            status = await sql.set_retention(_off(data["max_age"]), data.get("batch_size"), operator)
-        if data.get("worker_max_age") is not None:
-            status = await sql.set_worker_retention(_off(data["worker_max_age"]), operator)
-        return status
-
-    fan = await call.each_shard(write)
+    fan = await call.each_shard(
+        lambda sql: sql.set_retention_settings(
+            data.get("max_age"), data.get("batch_size"), data.get("worker_max_age"), operator
+        )
+    )
     if not fan.results:
         raise DatabaseUnavailable("no shard could be reached: nothing was set; retry")
     shards = [{"shard_id": s, **r} for s, r in fan.results.items()]
