@@ -140,36 +140,6 @@ BEGIN
 END;
 $$;
 
--- The claim-order columns of a task at insert (the BEFORE INSERT trigger
--- tasks_claim_order_columns calls this): an activity's priority_aging_secs as
--- given, its fairness_key resolved from the input by its key path (a missing
--- value means no key). The first keyed task of a queue makes it a fair queue;
--- on a fair queue a task without a key gets '' (the unkeyed group), so the
--- fairness skip-scan finds unkeyed work (workflow tasks) behind a keyed flood.
-CREATE OR REPLACE FUNCTION harvest._claim_order_columns(p_task harvest.tasks)
-RETURNS harvest.tasks
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    IF p_task.kind = 'activity' AND p_task.options ?| ARRAY['fairness_key', 'priority_aging_secs'] THEN
-        IF p_task.options ->> 'priority_aging_secs' IS NOT NULL THEN
-            p_task.priority_aging_secs := (p_task.options ->> 'priority_aging_secs')::double precision;
-        END IF;
-        IF p_task.options ->> 'fairness_key' IS NOT NULL THEN
-            p_task.fairness_key := harvest._resolve_key(p_task.input, p_task.options ->> 'fairness_key');
-        END IF;
-    END IF;
-    IF p_task.fairness_key IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_task.queue) THEN
-            INSERT INTO harvest.fair_queues (queue) VALUES (p_task.queue) ON CONFLICT (queue) DO NOTHING;
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_task.queue) THEN
-        p_task.fairness_key := '';
-    END IF;
-    RETURN p_task;
-END;
-$$;
-
 -- The first fairness key of a queue's claimable tasks after p_after (the first
 -- of all when p_after is NULL): one step of the skip-scan over tasks_claimable_fair.
 CREATE OR REPLACE FUNCTION harvest._next_fairness_key(p_queue text, p_after text)

@@ -280,8 +280,8 @@ SELECT results_eq(
     $$SELECT fairness_key, priority_aging_secs FROM harvest.tasks WHERE queue = 'order_q'$$,
     $$VALUES ('acme'::text, 10::double precision)$$,
     'the insert trigger fills fairness_key (resolved from the input) and priority_aging_secs');
-SELECT is((SELECT (harvest._claim_order_columns(t)).fairness_key FROM harvest.tasks AS t WHERE queue = 'order_q'),
-          'acme', '_claim_order_columns() resolves the key path');
+SELECT is((SELECT count(*) FROM harvest.fair_queues WHERE queue = 'order_q'), 1::bigint,
+          'the first keyed task makes its queue a fair queue (the insert trigger)');
 SELECT pg_temp.fill('order_q2', 1, 0, 0, '{"fairness_key": "input.missing"}', '[{"tenant": "acme"}]');
 SELECT is((SELECT fairness_key FROM harvest.tasks WHERE queue = 'order_q2'), NULL,
           'a key path missing from the input: no fairness key');

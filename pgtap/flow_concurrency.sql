@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
 -- harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(22);
+SELECT plan(25);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -63,5 +63,30 @@ SELECT harvest.start_workflow('wf_latest', '[{"t": "z"}]', 'l2', 'lq');
 SELECT is((SELECT status FROM harvest.executions WHERE workflow_id = 'l1'), 'CANCELLED', 'cancel_running: the older run is cancelled');
 SELECT is(cardinality(harvest._supersede('wf_latest', 'z', 1, gen_random_uuid())), 1,
           '_supersede() sheds the runs beyond limit - 1');
+-- The tasks_derived_columns trigger (sql/triggers.sql) fills the derived columns for any
+-- writer, not only the functions: a plain INSERT of an activity with every gate and
+-- claim-order option, then a workflow task on the queue it made fair, then a timer.
+SELECT harvest.start_workflow('wf_trg', '[]', 'trg', 'trg_q0');
+SELECT results_eq($$
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name, input, options)
+    SELECT e.id, 'activity', 'trg_q', harvest.now(), harvest.now(), 901, 'act', '[{"t": "x", "f": "acme"}]',
+           '{"max_concurrent": 2, "concurrency_key": "k9", "rate_limit": {"rps": 1, "key": "input.t"},
+             "fairness_key": "input.f", "priority_aging_secs": 5}'
+    FROM harvest.executions AS e WHERE e.workflow_id = 'trg'
+    RETURNING concurrency_key, concurrency_limit, rate_key, priority_aging_secs, fairness_key$$,
+    $$VALUES ('k9', 2, 'dyn-rate:input.t:x', 5::double precision, 'acme')$$,
+    'a plain INSERT of an activity gets its gate and claim-order columns (tasks_derived_columns)');
+SELECT is((SELECT count(*) FROM harvest.fair_queues WHERE queue = 'trg_q'), 1::bigint,
+          'its fairness key makes the queue fair');
+DELETE FROM harvest.tasks WHERE kind = 'workflow' AND execution_id = (
+    SELECT e.id FROM harvest.executions AS e WHERE e.workflow_id = 'trg');
+SELECT results_eq($$
+    INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq)
+    SELECT e.id, k.kind, 'trg_q', harvest.now(), harvest.now(), k.seq
+    FROM harvest.executions AS e, (VALUES (1, 'workflow', NULL::integer), (2, 'timer', 902)) AS k (n, kind, seq)
+    WHERE e.workflow_id = 'trg' ORDER BY k.n
+    RETURNING kind, fairness_key, rate_key$$,
+    $$VALUES ('workflow', '', NULL::text), ('timer', NULL, NULL)$$,
+    'on a fair queue a plain INSERT of a workflow task joins the unkeyed group, a timer gets no key');
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/flow_mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
 -- harvest.grant_mutexes, harvest.list_mutexes, harvest._mutex_on_marker (through the events_mutex trigger).
 BEGIN;
-SELECT plan(9);
+SELECT plan(11);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE m ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_m', '[]', 'm' || n, 'mq')).execution_id FROM generate_series(1, 2) AS n;
@@ -29,5 +29,19 @@ SELECT results_eq($$SELECT holder_execution_id, waiters FROM harvest.list_mutexe
     'a release by a run still waiting withdraws its request (a cancelled ctx.mutex wait)');
 SELECT is(harvest.grant_mutexes(), 0, 'grant_mutexes(): nothing to grant');
 SELECT is(harvest._mutex_grant_next('K'), false, '_mutex_grant_next() of a key nobody waits for');
+-- The events_mutex trigger applies a mutex marker whoever inserts it (a plain INSERT
+-- here), and only a mutex marker: a marker of another kind leaves the keys alone.
+UPDATE harvest.executions SET last_event_id = last_event_id + 2 WHERE id = (SELECT execution_id FROM m WHERE n = 1);
+INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+SELECT e.id, e.last_event_id - 1, 'MarkerRecorded',
+       '{"seq": 20, "kind": "side_effect", "value": {"key": "K3"}}', harvest.now()
+FROM harvest.executions AS e WHERE e.id = (SELECT execution_id FROM m WHERE n = 1);
+SELECT is_empty($$SELECT * FROM harvest.list_mutexes('K3')$$, 'a marker of another kind takes no key');
+INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+SELECT e.id, e.last_event_id, 'MarkerRecorded',
+       '{"seq": 21, "kind": "mutex_acquire", "value": {"key": "K3"}}', harvest.now()
+FROM harvest.executions AS e WHERE e.id = (SELECT execution_id FROM m WHERE n = 1);
+SELECT is((SELECT holder_execution_id FROM harvest.list_mutexes('K3')), (SELECT execution_id FROM m WHERE n = 1),
+          'a plain INSERT of a mutex_acquire marker takes the key (events_mutex)');
 SELECT * FROM finish();
 ROLLBACK;

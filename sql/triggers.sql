@@ -1,25 +1,51 @@
 -- Triggers, after every table: they keep derived columns and flow-control state
 -- in step with the rows they watch. The work is in the functions they call
--- (functions/flow_concurrency.sql, flow_mutex.sql and claim.sql); these wrappers only bind
--- them to the tables.
+-- (functions/flow_concurrency.sql and flow_mutex.sql); these wrappers bind them to the
+-- tables, except the claim-order columns of a task, written in its trigger.
 
--- Activity task rows take their gate columns from their options at insert
--- (decide.sql and the dead-letter replay write options only). The WHEN clause
--- keeps the trigger from firing for tasks without a gate.
-CREATE FUNCTION harvest._tasks_flow_columns()
+-- Task rows take their derived columns from their options at insert (decide.sql and the
+-- dead-letter replay write options only), in one BEFORE INSERT trigger for every task but
+-- a timer. An activity whose options name a gate gets its gate columns
+-- (_flow_task_columns). Claim order (functions/claim.sql): an activity's
+-- priority_aging_secs as given, its fairness_key resolved from the input by its key path
+-- (a missing value means no key); the first keyed task of a queue makes it a fair queue,
+-- and on a fair queue a task without a key gets '' (the unkeyed group), so the fairness
+-- skip-scan finds unkeyed work (workflow tasks) behind a keyed flood. One trigger with
+-- the claim order written in it, not two calling out: PostgreSQL reads each trigger's
+-- WHEN clause back from its stored text on every INSERT statement, and a call passing
+-- the row costs a copy of it each way (docs/performance.md, "Cheaper write statements").
+CREATE FUNCTION harvest._tasks_derived_columns()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    RETURN harvest._flow_task_columns(NEW);
+    IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['concurrency_key', 'rate_limit'] THEN
+        NEW := harvest._flow_task_columns(NEW);
+    END IF;
+    IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['fairness_key', 'priority_aging_secs'] THEN
+        IF NEW.options ->> 'priority_aging_secs' IS NOT NULL THEN
+            NEW.priority_aging_secs := (NEW.options ->> 'priority_aging_secs')::double precision;
+        END IF;
+        IF NEW.options ->> 'fairness_key' IS NOT NULL THEN
+            NEW.fairness_key := harvest._resolve_key(NEW.input, NEW.options ->> 'fairness_key');
+        END IF;
+    END IF;
+    IF NEW.fairness_key IS NOT NULL THEN
+        IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
+            INSERT INTO harvest.fair_queues (queue) VALUES (NEW.queue) ON CONFLICT (queue) DO NOTHING;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
+        NEW.fairness_key := '';
+    END IF;
+    RETURN NEW;
 END;
 $$;
 
-CREATE TRIGGER tasks_flow_columns
+CREATE TRIGGER tasks_derived_columns
 BEFORE INSERT ON harvest.tasks
 FOR EACH ROW
-WHEN (new.kind = 'activity' AND new.options ?| ARRAY['concurrency_key', 'rate_limit'])
-EXECUTE FUNCTION harvest._tasks_flow_columns();
+WHEN (new.kind <> 'timer')
+EXECUTE FUNCTION harvest._tasks_derived_columns();
 
 -- A run ending (any path: completion, failure, cancel, terminate, timeout,
 -- reset, supersede) gives back its workflow slot and its mutexes in the same
@@ -41,13 +67,19 @@ WHEN (old.status IN ('RUNNING', 'PAUSED') AND new.status NOT IN ('RUNNING', 'PAU
 EXECUTE FUNCTION harvest._executions_flow_release();
 
 -- Mutex markers (record_marker kind mutex_acquire / mutex_release) take effect
--- in the transaction that records them (functions/flow_mutex.sql).
+-- in the transaction that records them (functions/flow_mutex.sql). The WHEN clause
+-- is the event type alone, and the kind is checked here: a WHEN clause is read back
+-- from its stored text on every INSERT statement into events, and the kind's IN list
+-- made that the larger part of an append's cost (docs/performance.md, "Cheaper write
+-- statements"); a marker of another kind pays one call instead.
 CREATE FUNCTION harvest._events_mutex()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM harvest._mutex_on_marker(NEW);
+    IF NEW.event_data ->> 'kind' IN ('mutex_acquire', 'mutex_release') THEN
+        PERFORM harvest._mutex_on_marker(NEW);
+    END IF;
     RETURN NULL;
 END;
 $$;
@@ -55,23 +87,5 @@ $$;
 CREATE TRIGGER events_mutex
 AFTER INSERT ON harvest.events
 FOR EACH ROW
-WHEN (new.event_type = 'MarkerRecorded' AND new.event_data ->> 'kind' IN ('mutex_acquire', 'mutex_release'))
+WHEN (new.event_type = 'MarkerRecorded')
 EXECUTE FUNCTION harvest._events_mutex();
-
--- Task rows take priority_aging_secs and fairness_key from their options at
--- insert (decide.sql and the dead-letter replay write options only); on a fair
--- queue an unkeyed task joins the unkeyed group ''.
-CREATE FUNCTION harvest._tasks_claim_order_columns()
-RETURNS trigger
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    RETURN harvest._claim_order_columns(NEW);
-END;
-$$;
-
-CREATE TRIGGER tasks_claim_order_columns
-BEFORE INSERT ON harvest.tasks
-FOR EACH ROW
-WHEN (new.kind <> 'timer')
-EXECUTE FUNCTION harvest._tasks_claim_order_columns();
