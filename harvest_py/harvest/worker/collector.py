@@ -32,8 +32,10 @@ def tune_collector(gen0_threshold: int = GEN0_THRESHOLD) -> tuple[int, int, int]
     ``gen0_threshold``. Returns the thresholds in force before (``gc.set_threshold(*them)``
     restores them; ``gc.unfreeze()`` returns the frozen objects to the collector).
 
-    Garbage cycles are still collected, only in larger batches; objects frozen here are never
-    freed, which is what start-up's modules are anyway. Call it once, after the imports."""
+    Garbage cycles are still collected, only in larger batches. A frozen object is still freed
+    when its reference count drops to zero, but a cycle of frozen objects that becomes garbage
+    later is never collected: bounded by what start-up allocated, and start-up's modules and
+    classes live as long as the process anyway. Call it once, after the imports."""
     before = gc.get_threshold()
     gc.collect()  # start-up's own cycles are freed, not frozen
     gc.freeze()
