@@ -49,6 +49,7 @@ from common import (
 )
 
 from harvest import App, AsyncClient, Worker, activity, workflow
+from harvest.worker.collector import tune_collector
 
 STARTERS = 8
 WORKER_OPTIONS = {
@@ -148,6 +149,9 @@ def _worker_ended(task: asyncio.Task) -> None:
 
 class InProcessWorker:
     def __init__(self, dsn: str):
+        # What `harvest worker` does to its process once the App is imported (docs/operations.md),
+        # so the bench measures what its users run.
+        tune_collector()
         self.worker = Worker(APP, dsn, **WORKER_OPTIONS)
         self.task: asyncio.Task | None = None
 

@@ -92,6 +92,13 @@ def load_app(target: str) -> App:
     help="Processes that run executor='process' activities (default: worker.activity_processes, "
     "else the CPU count).",
 )
+@click.option(
+    "--gc-tuning/--no-gc-tuning",
+    "gc_tuning",
+    default=None,
+    help="Freeze start-up's objects and raise the cyclic GC's generation-0 threshold once the App "
+    "is imported (default: worker.gc_tuning, else on; docs/operations.md).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @click.option(
     "--shutdown-grace",
@@ -144,6 +151,7 @@ def worker(
     concurrency: int | None,
     activity_threads: int | None,
     activity_processes: int | None,
+    gc_tuning: bool | None,
     database_url: str | None,
     shutdown_grace: float | None,
     log_level: str,
@@ -175,6 +183,7 @@ def worker(
             "worker.activity_threads": (activity_threads, "--activity-threads"),
             "worker.activity_processes": (activity_processes, "--activity-processes"),
             "worker.shutdown_grace": (shutdown_grace, "--shutdown-grace"),
+            "worker.gc_tuning": (gc_tuning, "--gc-tuning/--no-gc-tuning"),
         }
     )
     plan = runtime_plan(config)
@@ -209,4 +218,9 @@ def worker(
     # One WorkerOptions: flags > HARVEST_* > file for its tunables, the role for the switches.
     fixed = {} if metrics_interval is None else {"metrics_interval": metrics_interval}
     options = configured_options(app, config, **fixed)
+    if config.get("worker.gc_tuning", True):
+        # Process-wide, so here and not in the library: this process is the worker's own.
+        from harvest.worker.collector import tune_collector
+
+        tune_collector()
     asyncio.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))

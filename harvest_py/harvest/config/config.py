@@ -96,6 +96,8 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("worker", "enabled"): bool,
     ("worker", "queues"): list,
     ("worker", "shard_assignments"): ShardAssignments,
+    # `harvest worker` tunes the process' cyclic GC unless false (harvest/worker/collector.py).
+    ("worker", "gc_tuning"): bool,
     **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "worker"},
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,

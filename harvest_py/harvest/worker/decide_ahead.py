@@ -101,12 +101,15 @@ async def decide_ahead(
     run = worker.cache.take_settled(execution_id)
     if run is None:
         return None
+    read = result if plain is None else plain
     try:
         result_text = jsonb.stored_text(result)
-        if plain is None and (result is None or type(result) is int or type(result) is bool):
-            seen = result  # what reading result_text back gives, without the parse
+        if read is None or type(read) is int or type(read) is bool:
+            seen = read  # what reading its stored text back gives, without the print and parse
+        elif read is result:  # no codec changed it: its stored text is result_text
+            seen = json.loads(result_text)
         else:
-            seen = json.loads(result_text if plain is None else jsonb.stored_text(plain))
+            seen = json.loads(jsonb.stored_text(read))
     except (ValueError, TypeError):  # not storable as it stands: the plain path reports it
         worker.cache.put(execution_id, run)
         return None
