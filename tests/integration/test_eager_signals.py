@@ -108,17 +108,42 @@ def test_a_worker_that_takes_no_hand_off_gets_an_ordinary_signal(db: str) -> Non
 
 
 def test_a_full_worker_promises_no_slot(db: str) -> None:
-    worker = Worker(APP, db, concurrency=1)
-    lane = worker.lanes[0]
-    lane.ready = True
-    lane.sql = object()  # type: ignore[assignment]  # usable, never called
-    slot = worker.eager_slot()
-    assert slot == (worker.worker_id, worker.workflow_lease)
-    assert worker.eager_slot() is None  # its one slot is promised
-    worker.run_eager(None)
-    assert worker.free_slots() == 1
-    worker.request_stop()
-    assert worker.eager_slot() is None  # stopping: no new work
+    async def main() -> None:
+        worker = Worker(APP, db, concurrency=1)
+        lane = worker.lanes[0]
+        lane.ready = True
+        lane.sql = object()  # type: ignore[assignment]  # usable, never called
+        assert worker.eager_slot() is None  # not running: no loop of its own yet
+        worker._loop = asyncio.get_running_loop()
+        slot = worker.eager_slot()
+        assert slot == (worker.worker_id, worker.workflow_lease)
+        assert worker.eager_slot() is None  # its one slot is promised
+        worker.run_eager(None)
+        assert worker.free_slots() == 1
+        worker.request_stop()
+        assert worker.eager_slot() is None  # stopping: no new work
+
+    asyncio.run(main())
+
+
+def test_a_worker_on_another_event_loop_gets_ordinary_signals(db: str, start_worker) -> None:
+    running = start_worker(APP)  # its own loop, in a thread
+
+    async def main() -> tuple[str, int]:
+        while not (running.worker.lanes[0].usable and running.worker.lanes[0].sleeping):
+            await asyncio.sleep(0.01)
+        async with await AsyncClient.connect(db, eager_worker=running.worker) as client:
+            handle = await client.start_workflow(pinged, 1, workflow_id="pinged-thread")
+            await _idle(db, handle.execution_id, 0)
+            await handle.signal("ping", 5)
+            return handle.execution_id, await handle.result(timeout=30)
+
+    run, result = asyncio.run(main())
+    running.stop()
+    assert result == 10
+    assert running.worker.eager_tasks == 0
+    assert running.worker.free_slots() == running.worker.concurrency
+    assert _history(db, run)[-1][0] == "WorkflowCompleted"
 
 
 def test_eager_worker_needs_one_database() -> None:
