@@ -3,7 +3,7 @@
 -- a running prior, a terminal prior) and harvest.cancel_workflow (the flag, one
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it).
 BEGIN;
-SELECT plan(96);
+SELECT plan(100);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -292,6 +292,13 @@ SELECT isnt(pg_temp.start_decided('eager_nw', 'sig_wf', 'sq_eager', '[]', 'sew',
 SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager_nw'), 'go', '1', NULL, NULL, 'gone', 30) -> 'handed'),
           'null'::jsonb, 'a worker that is not active is handed nothing');
 SELECT is(pg_temp.workflow_tasks(pg_temp.run('eager_nw')), 1::bigint, 'its run is woken all the same');
+SELECT isnt(pg_temp.start_decided('eager_p', 'sig_wf', 'sq_eager_paused', '[]', 'sew', 'sew'), NULL,
+            'setup: an idle run sew decided last, then paused');
+SELECT ok(harvest.pause_workflow(pg_temp.run('eager_p')), 'setup: paused');
+SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager_p'), 'go', '1', NULL, NULL, 'sew', 30) -> 'handed'),
+          'null'::jsonb, 'a paused run is handed nothing');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('eager_p')$$,
+                  $$VALUES ('paused'::text, NULL::text)$$, 'its task waits paused, as an ordinary signal leaves it');
 -- Only a session that holds harvest_worker too leases a task: an operator's is a plain signal.
 SELECT isnt(pg_temp.start_decided('eager_op', 'sig_wf', 'sq_eager', '[]', 'sew', 'sew'), NULL,
             'setup: another idle run sew decided last');
