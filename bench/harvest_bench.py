@@ -19,7 +19,9 @@ Modes (``--mode``):
   code* = when the workflow code got the payload (first, live execution, not a
   replay) - the send time; *signal -> activity body* = when the no-op activity the
   workflow starts on it runs - the send time (the workflow acting on it, seen from
-  outside). Both clocks are this process' ``time.time()``.
+  outside). Both clocks are this process' ``time.time()``. ``--eager``: the client is given the
+  in-process worker (``AsyncClient(eager_worker=)``), so a signal's transaction may hand the woken
+  workflow task to it (docs/messages.md, "Eager signals").
 
 Prints one JSON object (see bench/common.py).
 """
@@ -351,17 +353,25 @@ async def _wait_for_events(dsn: str, event_type: str, n: int, timeout: float) ->
             await asyncio.sleep(0.05)
 
 
-async def bench_signals(dsn: str, rate: float, seconds: float, runs: int, timeout: float) -> dict:
+async def bench_signals(
+    dsn: str, rate: float, seconds: float, runs: int, timeout: float, eager: bool = False
+) -> dict:
     n = max(runs, int(rate * seconds))
     n -= n % runs  # the same number of pings for every run
     per_run = n // runs
-    async with InProcessWorker(dsn):
-        client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+    async with InProcessWorker(dsn) as worker:
+        client = await AsyncClient.connect(
+            dsn, pool_size=4, check_schema=False, **({"eager_worker": worker} if eager else {})
+        )
         try:
-            handles = [await client.start_workflow(ping_loop, per_run) for _ in range(runs)]
+            handles = [await client.start_workflow(ping_loop, per_run + 1) for _ in range(runs)]
             # Every run has finished its first task and waits for a signal.
             await _wait_for_events(dsn, "WorkflowTaskCompleted", runs, timeout)
             await asyncio.sleep(0.5)
+            # One unrecorded signal per run first: the pooled sessions plan their statements
+            # (the first calls' planning was most of the p99 of 100 signals).
+            await asyncio.gather(*(handle.signal("ping", -1) for handle in handles))
+            await _wait_for_events(dsn, "ActivityCompleted", runs, timeout)
 
             async def send(handle, i: int) -> None:
                 key = (handle.execution_id, i)
@@ -393,6 +403,8 @@ async def bench_signals(dsn: str, rate: float, seconds: float, runs: int, timeou
         "round_trip": latency_summary(acted),
         "to_workflow_code": latency_summary(seen),
         "send_call": latency_summary(acked),
+        "eager": eager,
+        "eager_tasks": worker.eager_tasks if eager else 0,
         "worker_options": WORKER_OPTIONS,
     }
 
@@ -408,6 +420,11 @@ def main() -> None:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="duration (latency and signals modes)")
     parser.add_argument("--runs", type=int, default=10, help="workflows receiving the signals (signals mode)")
+    parser.add_argument(
+        "--eager",
+        action="store_true",
+        help="signals mode: the client sends eager signals to the in-process worker (AsyncClient(eager_worker=))",
+    )
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--statements", action="store_true", help="add pg_stat_statements' top list")
     parser.add_argument("--profile", help="write a pyinstrument profile (text) to this path")
@@ -430,7 +447,7 @@ def main() -> None:
     elif args.mode == "tasks":
         coro = bench_tasks(args.dsn, args.n, args.fan, args.timeout)
     elif args.mode == "signals":
-        coro = bench_signals(args.dsn, args.rate, args.seconds, args.runs, args.timeout)
+        coro = bench_signals(args.dsn, args.rate, args.seconds, args.runs, args.timeout, args.eager)
     else:
         coro = bench_latency(args.dsn, args.rate, args.seconds, args.timeout)
 

@@ -6,6 +6,10 @@ system-wide monotonic clock: every ``AsyncSqlApi`` call (sent, answered), the wo
 and the client's hub notifications. Prints, for the most common sequence of steps, the median
 time of each step from the client's ``start_workflow`` (and the gap from the step before).
 Not a benchmark (the timestamps cost a little); use it to see where a run waits.
+
+``--signals``: the signal round trip instead (harvest_bench.py's ``signals`` row, but with the
+worker in the child process): one run waits on ``ping`` signals, this process sends one at a
+time, and a step ends when the worker runs the no-op activity the workflow starts on it.
 """
 
 from __future__ import annotations
@@ -25,14 +29,34 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from remote_latency import APP, one_step
+from canonical import noop
+from remote_latency import one_step
 
+from harvest import App, activity, workflow
 from harvest.db import notify, sqlapi
 from harvest.worker import worker as worker_module
 
 EVENTS: list[tuple[float, str]] = []
 CLOCK = time.perf_counter  # CLOCK_MONOTONIC: one clock for both processes
 NAME = re.compile(r"harvest\.(\w+)\s*\(")
+
+
+@activity
+async def pinged(ctx, i: int) -> int:
+    EVENTS.append((CLOCK(), "W:activity body"))
+    return i
+
+
+@workflow
+async def ping_loop(ctx, pings: int) -> int:
+    """The signals trace's workflow: a no-op activity on each ``ping`` signal."""
+    for _ in range(pings):
+        i = await ctx.wait_for_signal("ping", type_hint=int)
+        await ctx.execute_activity(pinged, i)
+    return pings
+
+
+APP = App(workflows=[one_step, ping_loop], activities=[noop, pinged])
 
 
 def _name(sql: str) -> str:
@@ -63,13 +87,13 @@ def instrument(tag: str) -> None:
         wake(self)
 
     worker_module.Worker.wake = traced_wake  # type: ignore[method-assign]
-    hub_wake = notify.NotificationHub._wake
+    hub_wake = notify._Waiters.wake
 
     def traced_hub(self: Any, payload: str) -> None:
         EVENTS.append((CLOCK(), f"{tag}:hub notified"))
         hub_wake(self, payload)
 
-    notify.NotificationHub._wake = traced_hub  # type: ignore[method-assign]
+    notify._Waiters.wake = traced_hub  # type: ignore[method-assign]
 
 
 async def serve(dsn: str, out: str) -> None:
@@ -111,10 +135,35 @@ async def measure(dsn: str, n: int, rate: float) -> None:
     await client.close()
 
 
-def timeline(events: list[tuple[float, str]]) -> None:
+async def measure_signals(dsn: str, n: int, rate: float) -> None:
+    """``n`` signals to one ``ping_loop`` run, one at a time at ``rate``/s (each well after the
+    workflow acted on the one before: a round trip is a few tens of ms at most)."""
+    from harvest import AsyncClient
+
+    instrument("C")
+    client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
+    handle = await client.start_workflow(ping_loop, n + 5)
+    for i in range(5):  # warm-up
+        await handle.signal("ping", i)
+        await asyncio.sleep(0.1)
+    EVENTS.clear()
+    t0 = time.monotonic()
+    for i in range(n):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        EVENTS.append((CLOCK(), "C:signal"))
+        await handle.signal("ping", i)
+    await handle.result(timeout=60)
+    await client.close()
+
+
+def timeline(
+    events: list[tuple[float, str]], first: str = "C:start_workflow", last: str = "C:result returned"
+) -> None:
     runs: list[list[tuple[float, str]]] = []
     for t, what in sorted(events):
-        if what == "C:start_workflow":
+        if what == first:
             runs.append([])
         if runs:
             runs[-1].append((t, what))
@@ -122,7 +171,7 @@ def timeline(events: list[tuple[float, str]]) -> None:
     at: dict[str, list[float]] = collections.defaultdict(list)
     took = []
     for run in runs:
-        end = max((t for t, what in run if what == "C:result returned"), default=None)
+        end = min((t for t, what in run if what == last), default=None)
         if end is None:
             continue
         took.append((end - run[0][0]) * 1000)
@@ -138,9 +187,9 @@ def timeline(events: list[tuple[float, str]]) -> None:
         sequences[tuple(steps)] += 1
     steps, count = sequences.most_common(1)[0]
     print(
-        f"{len(took)} runs, start -> result p50 {statistics.median(took):.2f} ms; steps in the most common order"
+        f"{len(took)} runs, {first} -> {last} p50 {statistics.median(took):.2f} ms; steps in the most common order"
     )
-    print(f"({count} runs) as medians from start_workflow, ms (C: client, W: worker; > sent, < answered):")
+    print(f"({count} runs) as medians from {first}, ms (C: client, W: worker; > sent, < answered):")
     before = 0.0
     for step in steps:
         median = statistics.median(at[step])
@@ -153,6 +202,7 @@ def main() -> None:
     parser.add_argument("--dsn", required=True)
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--signals", action="store_true", help="the signal round trip instead")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -169,14 +219,17 @@ def main() -> None:
         if child.stdout is None or child.stdout.readline().strip() != "ready":
             raise SystemExit(f"the worker process did not start ({child.wait()})")
         try:
-            asyncio.run(measure(args.dsn, args.runs, args.rate))
+            asyncio.run((measure_signals if args.signals else measure)(args.dsn, args.runs, args.rate))
         finally:
             if child.stdin is not None:
                 child.stdin.close()
             child.wait(timeout=60)
         with open(out) as f:
             worker_events = [(t, what) for t, what in json.load(f)]
-    timeline(EVENTS + worker_events)
+    if args.signals:
+        timeline(EVENTS + worker_events, "C:signal", "W:activity body")
+    else:
+        timeline(EVENTS + worker_events)
 
 
 if __name__ == "__main__":

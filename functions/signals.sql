@@ -2,6 +2,57 @@
 -- a SignalReceived event, so it is buffered in the history until the workflow
 -- reads it and delivered in the order the database accepted it.
 
+-- The one body of signal_workflow and signal_workflow_eager: the checks, the
+-- SignalReceived event and the wake-up of the run's workflow task, handed to
+-- p_worker_id (p_worker_queues: its queues, from _hand_off_queues; NULL: none is
+-- handed) under complete_activities' rules (activities.sql, _wake_after_results:
+-- its cached run decided last, the run is RUNNING, the hand-off rules of claim.sql
+-- allow it), else queued. Returns the event id and the handed task (as a claim
+-- would return it) or NULL.
+CREATE OR REPLACE FUNCTION harvest._signal_workflow(
+    p_execution_id uuid, p_signal_name text, p_payload jsonb, p_signal_id text, p_traceparent text,
+    p_worker_id text, p_worker_queues text[], p_workflow_lease_secs double precision,
+    OUT event_id bigint, OUT handed jsonb
+)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_execution harvest.executions;
+    v_task_id bigint;
+    v_task harvest.tasks;
+BEGIN
+    IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
+        RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
+    END IF;
+    PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
+                                   harvest._payload_limit());
+    PERFORM harvest._check_traceparent(p_traceparent);
+    v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
+    event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
+        'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
+        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text))
+        || CASE WHEN p_traceparent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', p_traceparent) END);
+    IF p_worker_queues IS NULL THEN
+        PERFORM harvest._ensure_workflow_task(p_execution_id);
+    ELSE
+        -- v_execution is the row as locked: the append changed neither its status nor decided_by.
+        v_task_id := harvest._wake_after_results(v_execution, p_worker_id, p_worker_queues, p_workflow_lease_secs);
+    END IF;
+    -- Through the HTTP API or the dashboard: audited, without the payload (functions/audit.sql).
+    PERFORM harvest._audit_asserted('workflow.signal', p_execution_id::text, jsonb_build_object(
+        'signal_name', p_signal_name, 'event_id', event_id));
+    IF v_task_id IS NOT NULL THEN
+        SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_task_id;
+        SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+        handed := harvest._task_for_worker(v_task, v_execution, p_worker_id);
+        IF harvest._owner_mode_on() THEN
+            handed := handed || jsonb_build_object(
+                'owner_epoch', harvest._owner_epoch(v_execution.workflow_id, p_worker_id));
+        END IF;
+    END IF;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.signal_workflow(
     p_execution_id uuid, p_signal_name text, p_payload jsonb DEFAULT 'null'::jsonb,
     p_signal_id text DEFAULT NULL,
@@ -11,26 +62,47 @@ CREATE OR REPLACE FUNCTION harvest.signal_workflow(
 RETURNS bigint
 LANGUAGE plpgsql
 AS $$
-DECLARE
-    v_execution harvest.executions;
-    v_event_id bigint;
 BEGIN
-    IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
-        RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
+    RETURN (harvest._signal_workflow(p_execution_id, p_signal_name, p_payload, p_signal_id, p_traceparent,
+                                     NULL, NULL, NULL)).event_id;
+END;
+$$;
+
+-- Eager signal (docs/messages.md, "Eager signals"): signal_workflow from a process that
+-- also hosts a worker, p_worker_id. The woken workflow task is leased to that worker in
+-- the signal's own transaction (a p_workflow_lease_secs lease, a fresh fencing token), as
+-- complete_activities hands one to the worker whose cached run decided last, so the
+-- worker decides without a NOTIFY and a claim. Only when the session holds
+-- harvest_worker as well (else it is signal_workflow, the task queued), the worker is
+-- active and polls the run's queue, its cached run decided last, the run is RUNNING,
+-- the claim would have been free to pick the task next (claim.sql, _may_hand_off), and,
+-- in owner mode, the worker owns the run's partition. Returns {"event_id", "handed":
+-- the task as claim_tasks returns it, or null}.
+CREATE OR REPLACE FUNCTION harvest.signal_workflow_eager(
+    p_execution_id uuid, p_signal_name text, p_payload jsonb, p_signal_id text, p_traceparent text,
+    p_worker_id text, p_workflow_lease_secs double precision
+)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_queues text[];
+    v_signal record;
+BEGIN
+    IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
+        RAISE EXCEPTION 'workflow task lease % must be positive seconds', p_workflow_lease_secs
+            USING ERRCODE = 'HR001';
     END IF;
-    PERFORM harvest._check_payload(format('the payload of signal %s', p_signal_name), p_payload,
-                                   harvest._payload_limit());
-    PERFORM harvest._check_traceparent(p_traceparent);
-    v_execution := harvest._lock_running_execution(p_execution_id, 'signal');
-    v_event_id := harvest._append_event(p_execution_id, 'SignalReceived', jsonb_build_object(
-        'name', p_signal_name, 'payload', coalesce(p_payload, 'null'::jsonb),
-        'signal_id', coalesce(p_signal_id, gen_random_uuid()::text))
-        || CASE WHEN p_traceparent IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('traceparent', p_traceparent) END);
-    PERFORM harvest._ensure_workflow_task(p_execution_id);
-    -- Through the HTTP API or the dashboard: audited, without the payload (functions/audit.sql).
-    PERFORM harvest._audit_asserted('workflow.signal', p_execution_id::text, jsonb_build_object(
-        'signal_name', p_signal_name, 'event_id', v_event_id));
-    RETURN v_event_id;
+    IF harvest._session_has_role('harvest_worker') THEN
+        v_queues := harvest._hand_off_queues(p_worker_id);
+        IF v_queues IS NOT NULL AND harvest._owner_mode_on() AND harvest._owner_epoch(
+               (SELECT e.workflow_id FROM harvest.executions AS e WHERE e.id = p_execution_id), p_worker_id) IS NULL THEN
+            v_queues := NULL;  -- another worker owns the run's partition (owners.sql)
+        END IF;
+    END IF;
+    v_signal := harvest._signal_workflow(p_execution_id, p_signal_name, p_payload, p_signal_id, p_traceparent,
+                                         p_worker_id, v_queues, p_workflow_lease_secs);
+    RETURN jsonb_build_object('event_id', v_signal.event_id, 'handed', v_signal.handed);
 END;
 $$;
 
@@ -99,6 +171,12 @@ COMMENT ON FUNCTION harvest.signal_workflow IS
 'Append a SignalReceived event to a RUNNING run and wake it; returns the event id. HR005 when the run has ended, '
 'HR008 for a payload over payload_limit(); p_traceparent (the sender''s W3C span, HR001 when malformed) is kept on the '
 'event for the reading task''s span link. Called by clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.signal_workflow_eager IS
+'signal_workflow from a process that also hosts worker p_worker_id: the woken workflow task is leased to that worker '
+'in the signal''s transaction (p_workflow_lease_secs) when the session also holds harvest_worker and the hand-off rules '
+'allow it (its cached run decided last, it is active and polls the queue, claim.sql''s _may_hand_off, owner mode''s '
+'partition), else queued as signal_workflow queues it; returns {"event_id", "handed": the task as claim_tasks returns '
+'it, or null}. Called by clients that host a worker (role harvest_operator).';
 COMMENT ON FUNCTION harvest.signal_with_start IS
 'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction; '
 'p_traceparent is the caller''s span, for the run it starts and the signal. Called by clients (role '

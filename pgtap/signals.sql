@@ -3,7 +3,7 @@
 -- a running prior, a terminal prior) and harvest.cancel_workflow (the flag, one
 -- WorkflowCancelRequested, the wake-up, heartbeats that learn of it).
 BEGIN;
-SELECT plan(76);
+SELECT plan(100);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -250,6 +250,72 @@ SELECT results_eq(
       WHERE e.execution_id = (SELECT execution_id FROM swst) ORDER BY e.event_id$$,
     $$VALUES ('WorkflowStarted'::text, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'::text), ('SignalReceived', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01')$$,
     'signal_with_start(p_traceparent): the run it starts continues the caller''s span, and the signal carries it');
+
+-- ---------------------------------------------------------------- signal_workflow_eager
+-- (signal_workflow and signal_workflow_eager share one body, harvest._signal_workflow.)
+-- A worker 'sew' on sq_eager whose cached run decided last: the woken workflow task is
+-- leased to it in the signal's transaction, carrying the signal.
+SELECT harvest.register_worker('sew', ARRAY['sq_eager', 'sq_eager_paused'], 'host', 1);
+SELECT harvest.register_worker('sew_other', ARRAY['sq_other_q'], 'host', 2);
+SELECT isnt(pg_temp.start_decided('eager', 'sig_wf', 'sq_eager', '[]', 'sew', 'sew'), NULL,
+            'setup: an idle run that worker sew decided last');
+CREATE TEMP TABLE eager1 AS
+SELECT harvest.signal_workflow_eager(pg_temp.run('eager'), 'go', '7', 'e-1', NULL, 'sew', 30) AS r;
+SELECT is((SELECT (r ->> 'event_id')::bigint FROM eager1), 3::bigint,
+          'signal_workflow_eager() returns the SignalReceived event''s id');
+SELECT results_eq(
+    $$SELECT (r -> 'handed' ->> 'task_id')::bigint, r -> 'handed' ->> 'kind', (r -> 'handed' ->> 'fencing_token')::bigint
+      FROM eager1$$,
+    $$SELECT t.id, 'workflow'::text, t.fencing_token FROM harvest.tasks AS t
+      WHERE t.execution_id = pg_temp.run('eager') AND t.status = 'running' AND t.lease_owner = 'sew'
+        AND t.lease_expires_at = harvest.now() + interval '30 seconds'$$,
+    'the woken workflow task is leased to the worker (its lease, a fencing token) and returned as a claim returns it');
+SELECT is((SELECT r -> 'handed' -> 'new_events' -> -1 -> 'event_data' FROM eager1),
+          '{"name": "go", "payload": 7, "signal_id": "e-1"}'::jsonb,
+          'the handed task carries the events since the worker''s decision, the signal last');
+SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager'), 'go', '8', NULL, NULL, 'sew', 30) -> 'handed'),
+          'null'::jsonb, 'a signal while that task is held hands nothing (the task will see it)');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('eager')), 1::bigint, 'and adds no second workflow task');
+-- Where the hand-off rules do not allow it, the task is queued as signal_workflow queues it.
+SELECT isnt(pg_temp.start_decided('eager_dec', 'sig_wf', 'sq_eager', '[]', 'sew', 'someone_else'), NULL,
+            'setup: an idle run another worker decided last');
+SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager_dec'), 'go', '1', NULL, NULL, 'sew', 30) -> 'handed'),
+          'null'::jsonb, 'a run another worker decided last is not handed');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('eager_dec')$$,
+                  $$VALUES ('pending'::text, NULL::text)$$, 'its workflow task is queued (pending)');
+SELECT isnt(pg_temp.start_decided('eager_q', 'sig_wf', 'sq_eager', '[]', 'sew', 'sew_other'), NULL,
+            'setup: an idle run decided last by a worker that does not poll its queue');
+SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager_q'), 'go', '1', NULL, NULL, 'sew_other', 30) -> 'handed'),
+          'null'::jsonb, 'a worker that does not poll the run''s queue is handed nothing');
+SELECT isnt(pg_temp.start_decided('eager_nw', 'sig_wf', 'sq_eager', '[]', 'sew', 'gone'), NULL,
+            'setup: an idle run decided last by a worker that is not registered');
+SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager_nw'), 'go', '1', NULL, NULL, 'gone', 30) -> 'handed'),
+          'null'::jsonb, 'a worker that is not active is handed nothing');
+SELECT is(pg_temp.workflow_tasks(pg_temp.run('eager_nw')), 1::bigint, 'its run is woken all the same');
+SELECT isnt(pg_temp.start_decided('eager_p', 'sig_wf', 'sq_eager_paused', '[]', 'sew', 'sew'), NULL,
+            'setup: an idle run sew decided last, then paused');
+SELECT ok(harvest.pause_workflow(pg_temp.run('eager_p')), 'setup: paused');
+SELECT is((SELECT harvest.signal_workflow_eager(pg_temp.run('eager_p'), 'go', '1', NULL, NULL, 'sew', 30) -> 'handed'),
+          'null'::jsonb, 'a paused run is handed nothing');
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('eager_p')$$,
+                  $$VALUES ('paused'::text, NULL::text)$$, 'its task waits paused, as an ordinary signal leaves it');
+-- Only a session that holds harvest_worker too leases a task: an operator's is a plain signal.
+SELECT isnt(pg_temp.start_decided('eager_op', 'sig_wf', 'sq_eager', '[]', 'sew', 'sew'), NULL,
+            'setup: another idle run sew decided last');
+SELECT set_config('eager.op_run', pg_temp.run('eager_op')::text, true);
+SET LOCAL ROLE harvest_operator;
+SELECT is((SELECT harvest.signal_workflow_eager(current_setting('eager.op_run')::uuid, 'go', '1', NULL, NULL, 'sew', 30)
+           -> 'handed'),
+          'null'::jsonb, 'an operator without harvest_worker hands nothing to any worker');
+RESET ROLE;
+SELECT results_eq($$SELECT status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('eager_op')$$,
+                  $$VALUES ('pending'::text, NULL::text)$$, 'the operator''s signal queues the task');
+SELECT throws_ok($$SELECT harvest.signal_workflow_eager(pg_temp.run('eager'), 'go', '1', NULL, NULL, 'sew', 0)$$,
+                 'HR001', NULL, 'signal_workflow_eager(): a lease that is not positive is HR001');
+SELECT throws_ok($$SELECT harvest.signal_workflow_eager(pg_temp.run('eager'), ' ', '1', NULL, NULL, 'sew', 30)$$,
+                 'HR001', NULL, 'signal_workflow_eager(): an empty signal name is HR001, as signal_workflow''s');
+SELECT throws_ok($$SELECT harvest.signal_workflow_eager(gen_random_uuid(), 'go', '1', NULL, NULL, 'sew', 30)$$,
+                 'HR002', NULL, 'signal_workflow_eager(): an unknown run is HR002');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -22,6 +22,9 @@ NO_IO = {"get_handle"}
 # AsyncClient is made by `await AsyncClient.connect(...)` (a constructor cannot await); its
 # parameters are Client()'s, checked below.
 ASYNC_ONLY = {"connect"}
+# AsyncClient.connect's parameters that Client() lacks: an eager signal's handed task runs on
+# the worker's event loop, which the synchronous Client's threads are not (docs/messages.md).
+ASYNC_ONLY_PARAMETERS = {"eager_worker"}
 
 
 def public(cls: type) -> dict[str, object]:
@@ -58,7 +61,8 @@ def test_each_twin_takes_the_same_parameters_and_is_a_coroutine(sync: type, asyn
 
 
 def test_async_client_connect_takes_client_parameters() -> None:
-    assert parameters(Client.__init__)[1:] == parameters(AsyncClient.connect)  # (bound: no cls)
+    asynchronous = [p for p in parameters(AsyncClient.connect) if p[0] not in ASYNC_ONLY_PARAMETERS]
+    assert parameters(Client.__init__)[1:] == asynchronous  # (bound: no cls)
 
 
 def test_the_twins_repr_the_same_way() -> None:

@@ -23,7 +23,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Self, TypeVar, TypeVarTuple, cast, overload
+from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
@@ -539,6 +539,23 @@ async def _astart_in_transaction(
             pending = await sql.list_pending_starts(call["workflow_name"])
             routing.refuse_pending(call["workflow_name"], row, pending)
     return cast("dict[str, Any]", row)
+
+
+class EagerWorker(Protocol):
+    """A worker in the client's process that a signal may hand its run's woken workflow task to
+    (``harvest.Worker``; docs/messages.md, "Eager signals"). The client stays below the worker
+    layer: it knows the worker by these two methods only."""
+
+    def eager_slot(self) -> tuple[str, float] | None:
+        """Promise one free slot to a signal in flight: (worker id, workflow task lease in
+        seconds), or None when the worker takes no task now. Every promise is settled by one
+        :meth:`run_eager`."""
+        ...
+
+    def run_eager(self, task: dict[str, Any] | None) -> None:
+        """Run the task the signal's transaction leased to the worker (None: none was) and
+        give the promised slot back."""
+        ...
 
 
 class _Handle:
@@ -1392,7 +1409,19 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
             attributes={"harvest.signal": name},
         ):
             # The sender's span: the workflow task that reads the signal links to it.
-            return await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+            eager = self.client.eager_worker
+            slot = eager.eager_slot() if eager is not None else None
+            if eager is None or slot is None:
+                return await self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
+            handed = None
+            try:
+                answer = await self._on_current(
+                    sqlapi.signal_workflow_eager, name, encoded, tracing.traceparent(), *slot
+                )
+                handed = answer["handed"]
+            finally:
+                eager.run_eager(handed)
+            return answer["event_id"]
 
     @_afinds_run
     async def cancel(self, reason: str | None = None) -> bool:
@@ -1574,10 +1603,16 @@ class AsyncClient:
         *,
         shards: Any = None,
         codecs: Any = None,
+        eager_worker: EagerWorker | None = None,
     ):
         self.payloads = Payloads.of(codecs)  # see Client
         self.dsn = dsn
         self.pools = shards
+        # A worker in this process (one database only): a signal's own transaction hands it the
+        # run's woken workflow task when the hand-off rules allow (see AsyncWorkflowHandle.signal).
+        if eager_worker is not None and shards is not None:
+            raise InvalidArgument("eager_worker= needs a client of one database, not shards=")
+        self.eager_worker = eager_worker
         self._target: Any = (
             routing.AsyncSharded(shards)
             if shards is not None
@@ -1624,9 +1659,17 @@ class AsyncClient:
         check_schema: bool = True,
         max_payload_bytes: int | None = None,
         codecs: Any = None,
+        eager_worker: EagerWorker | None = None,
     ) -> AsyncClient:
+        """``eager_worker``: a ``harvest.Worker`` running in this process on the same database.
+        A signal this client sends then hands the run's woken workflow task to that worker in
+        the signal's own transaction when it may (its cached run decided last, it polls the
+        queue, it has a free slot: docs/messages.md, "Eager signals"), sparing the NOTIFY and
+        the claim; otherwise the signal is an ordinary one."""
         limit = _limit(max_payload_bytes)
         if shards is not None:
+            if eager_worker is not None:
+                raise InvalidArgument("eager_worker= needs a client of one database, not shards=")
             if dsn is not None:
                 raise InvalidArgument("give the client a dsn or shards=, not both")
             routing.check_pools(shards, asynchronous=True)
@@ -1655,7 +1698,7 @@ class AsyncClient:
         finally:
             await conn.close()
         pool = await open_async_pool(dsn, max_size=pool_size)
-        return cls(dsn, pool, limit, codecs=codecs)
+        return cls(dsn, pool, limit, codecs=codecs, eager_worker=eager_worker)
 
     async def close(self) -> None:
         hubs, self._hubs = list(self._hubs.values()), {}

@@ -41,6 +41,10 @@ SIGNAL_WORKFLOW = """
 SELECT harvest.signal_workflow(%(execution_id)s, %(signal_name)s, %(payload)s,
                                p_traceparent => %(traceparent)s) AS event_id
 """
+SIGNAL_WORKFLOW_EAGER = """
+SELECT harvest.signal_workflow_eager(%(execution_id)s, %(signal_name)s, %(payload)s, NULL, %(traceparent)s,
+                                     %(worker_id)s, %(workflow_lease_secs)s) AS answer
+"""
 SIGNAL_WITH_START = """
 SELECT * FROM harvest.signal_with_start(
     p_workflow_name => %(workflow_name)s, p_workflow_id => %(workflow_id)s,
@@ -467,6 +471,27 @@ def signal_workflow(
         "signal_name": signal_name,
         "payload": _jsonb(payload),
         "traceparent": traceparent,
+    }
+
+
+@call(SIGNAL_WORKFLOW_EAGER, column("answer"), retry_conflicts=True)
+def signal_workflow_eager(
+    execution_id: str,
+    signal_name: str,
+    payload: Any,
+    traceparent: str | None,
+    worker_id: str,
+    workflow_lease_secs: float,
+) -> dict[str, Any]:
+    """signal_workflow from a process hosting worker ``worker_id``: answers {"event_id", "handed":
+    the woken workflow task leased to that worker, or None} (functions/signals.sql)."""
+    return {
+        "execution_id": execution_id,
+        "signal_name": signal_name,
+        "payload": _jsonb(payload),
+        "traceparent": traceparent,
+        "worker_id": worker_id,
+        "workflow_lease_secs": workflow_lease_secs,
     }
 
 

@@ -225,6 +225,8 @@ class Worker:
         self._slot_claimed_at: dict[tuple[int, int, int], float] = {}
         self.hand_off = options.hand_off
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
+        self.eager_tasks = 0  # workflow tasks an eager signal's transaction leased to us
+        self._loop: asyncio.AbstractEventLoop | None = None  # the event loop run() runs on
         self.decided_ahead = 0  # decisions committed with the result they decided on
         self.completed_tasks = 0
         # Process roles (harvest.config): which runtimes this process runs. run_worker is the
@@ -282,6 +284,7 @@ class Worker:
 
     async def run(self, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
+        self._loop = loop  # eager signals run their handed task here only (see eager_slot)
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
@@ -671,6 +674,42 @@ class Worker:
         self.handed_tasks += 1
         task["_lane"] = caller["_lane"]
         self._spawn(task, self._slot_claimed_at.get(_key(caller)))
+
+    # -- eager signals (client.AsyncClient(eager_worker=), functions/signals.sql) ------------
+    def eager_slot(self) -> tuple[str, float] | None:
+        """Promise a free slot to a signal an ``AsyncClient`` of this process is sending, whose
+        transaction may lease the run's woken workflow task to us (signal_workflow_eager):
+        (worker id, workflow lease), or None when we would not run it now: several shards, not
+        running the claim loop, not set up yet, stopping, hand-off off, no free slot, or a
+        caller on another event loop than ours (a worker run in a thread of its own). Each
+        promise is settled by :meth:`run_eager`."""
+        lane = self.lanes[0]
+        try:
+            caller_loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            caller_loop = None
+        if (
+            caller_loop is None
+            or caller_loop is not self._loop
+            or self._sharded
+            or not self.run_worker
+            or not lane.usable
+            or not self.accepts_hand_off()
+            or self.free_slots() <= 0
+        ):
+            return None
+        self._reserved += 1
+        return self.worker_id, self.workflow_lease
+
+    def run_eager(self, task: dict[str, Any] | None) -> None:
+        """Run the workflow task a signal's transaction leased to us, as if the claim loop had
+        claimed it (None: it was not handed), and give back the slot :meth:`eager_slot`
+        promised."""
+        self._reserved -= 1
+        if task is not None:
+            self.eager_tasks += 1
+            task["_lane"] = self.lanes[0]
+            self._spawn(task)
 
     def _now(self) -> float:
         return asyncio.get_running_loop().time()
