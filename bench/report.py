@@ -139,6 +139,14 @@ def markdown(results: dict) -> str:
             lines.append(
                 f"| {label} | {_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |"
             )
+        eager = results.get("signals_eager")
+        # The target is read on the plain row above; this one needs the worker in the client's process.
+        if eager:
+            d = eager["round_trip"]
+            lines.append(
+                "| signal round trip, eager (`AsyncClient(eager_worker=)` in the worker's process) | "
+                f"{_f(d['p50_ms'], 2)} | {_f(d['p95_ms'], 2)} | {_f(d['p99_ms'], 2)} | {d['n']} |"
+            )
     else:
         lines.append(f"| signal round trip | {results.get('signal_round_trip', 'not measured')} | | | |")
     lines += [

@@ -336,6 +336,8 @@ def summarize(results: dict) -> dict:
         s["signal_round_trip"] = sig["round_trip"]
         s["signal_to_workflow_code"] = sig["to_workflow_code"]
         s["signal_send_call"] = sig["send_call"]
+    if results.get("signals_eager"):
+        s["signal_round_trip_eager"] = results["signals_eager"]["round_trip"]
     s["replay"] = {row["events"]: row["runtime"] for row in results["replay"]["sizes"]}
     if results.get("sharding"):
         s["sharding"] = results["sharding"]["summary"]
@@ -476,6 +478,21 @@ def main() -> None:
             "hsig",
             "--mode",
             "signals",
+            "--rate",
+            str(cfg["signal_rate"]),
+            "--runs",
+            str(cfg["signal_runs"]),
+            "--seconds",
+            str(cfg["latency_seconds"]),
+            template=template,
+        )
+        bench.say("signals, eager: the same, the client given the worker of its process (eager_worker=)")
+        results["signals_eager"] = bench.system(
+            "harvest_bench.py",
+            "hsige",
+            "--mode",
+            "signals",
+            "--eager",
             "--rate",
             str(cfg["signal_rate"]),
             "--runs",
