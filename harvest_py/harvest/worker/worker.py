@@ -574,6 +574,7 @@ class Worker:
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
+            lane.backlog = len(claimed) == want  # (see result_claim_limit)
             if len(claimed) == want:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
             return claimed, len(claimed) == want
@@ -658,6 +659,17 @@ class Worker:
         grant = SlotGrant(granted, granted - 1)
         self._reserved += grant.from_free
         return grant
+
+    def result_claim_limit(self, lane: ShardLane) -> int:
+        """How many tasks a batch of activity results on ``lane`` may claim in its own
+        transaction, for the slots its results free (worker/completions.py): the claim batch
+        while the lane's last claim came back full, none otherwise. One database only (a
+        sharded worker's claims go round its shards), and it rides on hand-off: not while
+        stopping, nor with ``hand_off`` off, nor with Redis dispatch (its consumer claims
+        for the free slots)."""
+        if self._sharded or self.redis is not None or not lane.backlog or not self.accepts_hand_off():
+            return 0
+        return self.claim_batch
 
     def release_slots(self, grant: SlotGrant) -> None:
         self._reserved -= grant.from_free
