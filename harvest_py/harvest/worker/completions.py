@@ -105,6 +105,8 @@ class CompletionBatcher(_TaskGroupCommit):
     site = "activity_completion"
     publishes = "workflow"  # a result wakes its run's workflow task, nothing else
 
+    claimed = 0  # tasks claimed with result batches (complete_activities_with_claim)
+
     async def complete(
         self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
     ) -> Recorded:
@@ -173,6 +175,7 @@ class CompletionBatcher(_TaskGroupCommit):
     def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         claimed = [row["handed"] for row in rows if row["outcome"] == "claimed"]
         if claimed:
+            self.claimed += len(claimed)
             # (A claimed task's id may be a refused item's: its lease expired and this
             # claim took the task again.) The tasks go to the last completed item's
             # handler: handlers resume in the batch's order, so it runs them once the
