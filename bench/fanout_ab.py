@@ -7,6 +7,9 @@ harvest_py on PYTHONPATH): N/100 workflows each fanning out 100 no-op activities
 by one in-process Worker. Per run: activities per second, the server's CPU per activity
 (its process tree, /proc) and the bench process' CPU per activity (``time.process_time()``).
 Prints one line per pair (ratios candidate/base) and a JSON summary of the medians.
+With ``--together`` each pair's two drains run at once, each on its own database of the
+one server: both see the same load, but the server CPU column is then the two sides'
+together (read the bench process' CPU, the throughput and the commits instead).
 
     python bench/fanout_ab.py --base /work/wt/base --candidate . --pairs 6 --n 5000
 """
@@ -76,6 +79,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--claim-batch", type=int, default=50)
+    parser.add_argument(
+        "--together",
+        action="store_true",
+        help="run each pair's two sides at once (same load; the server CPU column is then both sides')",
+    )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     keys = ("tput", "server", "worker")
@@ -89,7 +97,7 @@ def main() -> None:
             admin,
             server,
             args.pairs,
-            False,
+            args.together,
             lambda key, dsn: one_run(sides[key], dsn, args.n, args.concurrency, args.claim_batch),
         ):
             ratios = {k: row["cand"][k] / row["base"][k] for k in keys}
