@@ -298,7 +298,7 @@ class ClaimingWorker(FakeWorker):
         self.queues = ["q"]
         self.spawned: list[dict] = []
 
-    def result_claim_limit(self, lane) -> int:
+    def result_claim_limit(self, lane, results) -> int:
         return 8 if lane.backlog else 0
 
     def run_claimed(self, task) -> None:

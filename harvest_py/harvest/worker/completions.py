@@ -119,7 +119,7 @@ class CompletionBatcher(_TaskGroupCommit):
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
         lane = self._lane
-        limit = 0 if lane is None else worker.result_claim_limit(lane)
+        limit = 0 if lane is None else worker.result_claim_limit(lane, len(items))
         if lane is not None and limit:
             rows = cast(
                 "list[dict[str, Any]]",

@@ -79,6 +79,11 @@ class SlotGrant(NamedTuple):
 HAND_OFF_CHAIN_SECS = 0.5
 
 
+# The largest batch of activity results that also claims for the slots it frees
+# (Worker.result_claim_limit; docs/performance.md, "Fan-out row, fourth cut").
+RESULT_CLAIM_MAX_BATCH = 32
+
+
 # How long a starting worker waits for an unreachable database (an outage, not a refusal).
 CONNECT_WAIT_SECS = 30.0
 
@@ -660,14 +665,22 @@ class Worker:
         self._reserved += grant.from_free
         return grant
 
-    def result_claim_limit(self, lane: ShardLane) -> int:
-        """How many tasks a batch of activity results on ``lane`` may claim in its own
-        transaction, for the slots its results free (worker/completions.py): the claim batch
-        while the lane's last claim came back full, none otherwise. One database only (a
-        sharded worker's claims go round its shards), and it rides on hand-off: not while
-        stopping, nor with ``hand_off`` off, nor with Redis dispatch (its consumer claims
-        for the free slots)."""
-        if self._sharded or self.redis is not None or not lane.backlog or not self.accepts_hand_off():
+    def result_claim_limit(self, lane: ShardLane, results: int) -> int:
+        """How many tasks a batch of ``results`` activity results on ``lane`` may claim in its
+        own transaction, for the slots its results free (worker/completions.py): the claim
+        batch while the lane's last claim came back full, none otherwise, and none for a batch
+        over RESULT_CLAIM_MAX_BATCH (a large claim inside the batch delays its answer, the
+        woken runs' decisions with it, more than the separate claim costs). One database
+        only (a sharded worker's claims go round its shards), and it rides on hand-off: not
+        while stopping, nor with ``hand_off`` off, nor with Redis dispatch (its consumer
+        claims for the free slots)."""
+        if (
+            results > RESULT_CLAIM_MAX_BATCH
+            or self._sharded
+            or self.redis is not None
+            or not lane.backlog
+            or not self.accepts_hand_off()
+        ):
             return 0
         return self.claim_batch
 
