@@ -12,8 +12,8 @@ may also carry the decision the worker's cached run made on it
 (worker/decide_ahead.py); the database applies it with the result when nothing
 happened to the run meanwhile, and says so in ``decided``.
 
-While work is waiting (the last claim came back full), the activity batch also
-claims in its own transaction (``harvest.complete_activities_with_claim``):
+While work is waiting (the last claim came back full), a small activity batch
+(Worker.result_claim_limit) also claims in its own transaction (``harvest.complete_activities_with_claim``):
 one task for each result that completes without handing a task back, whose
 handler runs it in the slot it frees, as it runs a handed task. That saves the
 claim loop's round trip and commit per batch; the claim is claim_tasks itself.

@@ -81,7 +81,7 @@ HAND_OFF_CHAIN_SECS = 0.5
 
 # The largest batch of activity results that also claims for the slots it frees
 # (Worker.result_claim_limit; docs/performance.md, "Fan-out row, fourth cut").
-RESULT_CLAIM_MAX_BATCH = 32
+RESULT_CLAIM_MAX_BATCH = 64
 
 
 # How long a starting worker waits for an unreachable database (an outage, not a refusal).
