@@ -42,15 +42,18 @@ from harvest.cli import main
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
 listener.listen(64)
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)
 print("ready", flush=True)
 while True:
     conn, _ = listener.accept()
+    try:  # reap finished handlers (their CPU and their commands' counts as the zygote's children's)
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
     if os.fork():
         conn.close()
         continue
     listener.close()
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     head, fds, _, _ = socket.recv_fds(conn, 16, 3)
     size = int(head.decode())
     body = b""
