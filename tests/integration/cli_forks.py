@@ -54,7 +54,7 @@ while True:
         conn.close()
         continue
     listener.close()
-    head, fds, _, _ = socket.recv_fds(conn, 16, 3)
+    head, fds, _, _ = socket.recv_fds(conn, 15, 3)  # the 15-byte length, and the 3 descriptors
     size = int(head.decode())
     body = b""
     while len(body) < size:
