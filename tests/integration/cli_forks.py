@@ -55,6 +55,8 @@ while True:
         continue
     listener.close()
     head, fds, _, _ = socket.recv_fds(conn, 15, 3)  # the 15-byte length, and the 3 descriptors
+    while len(head) < 15:
+        head += conn.recv(15 - len(head))
     size = int(head.decode())
     body = b""
     while len(body) < size:
