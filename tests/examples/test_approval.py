@@ -79,7 +79,8 @@ def test_nobody_decides_and_it_expires_after_both_deadlines(harvest_env: Workflo
 
     assert (outcome.status, outcome.decided_by, outcome.escalated) == ("expired", None, True)
     assert env.now() - start >= dt.timedelta(days=3)
-    assert time.monotonic() - began < 5  # three days in (much) less than five seconds
+    # Skipped, not waited out: a real wait would be three days; a loaded machine can take seconds.
+    assert time.monotonic() - began < 60
     assert [to for to, _ in notices(env)] == ["bob", "carol", "ann"]
 
 

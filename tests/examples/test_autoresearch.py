@@ -51,7 +51,9 @@ def test_a_night_keeps_only_improvements_and_rotates(harvest_env: WorkflowEnviro
     assert all(t.commit for t in progress.kept)
     assert progress.runs == -(-len(expected) // plan.iterations_per_run)  # continued as new
     assert harvest_env.now() - start >= dt.timedelta(hours=4)
-    assert time.monotonic() - began < 4 * 1.0  # under a second a simulated hour, with room
+    # Skipped, not waited out: one real training alone would take ten minutes; a loaded machine can
+    # take seconds (an idle one, under a second a simulated hour).
+    assert time.monotonic() - began < 60
 
 
 def test_two_loops_share_the_gpu_one_training_at_a_time(harvest_env: WorkflowEnvironment):

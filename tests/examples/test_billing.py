@@ -61,7 +61,7 @@ def test_an_order_is_taxed_charged_once_invoiced_and_the_hour_of_cooling_off_is_
     started = time.monotonic()
     handle = env.client.start_workflow(checkout, order("a", 10_000), POLICY)
     receipt: Receipt = handle.result(timeout=20)
-    assert time.monotonic() - started < 5  # an hour of cooling off, skipped
+    assert time.monotonic() - started < 60  # an hour of cooling off, skipped (not waited out)
     assert receipt.status == "paid", receipt
     assert (receipt.tax_cents, receipt.total_cents, receipt.eur_cents) == (2_000, 12_000, 12_000)
     assert receipt.invoice_number.startswith("INV-")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cli_forks
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -24,9 +25,7 @@ def harvest(
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), env.get("PYTHONPATH")) if p
     )
-    return subprocess.run(
-        [*HARVEST, *args], env=env, capture_output=True, text=True, timeout=timeout, input=stdin, check=False
-    )
+    return cli_forks.run(args, env, input=stdin, timeout=timeout)
 
 
 def start(

@@ -9,9 +9,10 @@ import os
 import subprocess
 from pathlib import Path
 
+import cli_forks
 import psycopg
 import pytest
-from operator_helpers import HARVEST, REPO, start
+from operator_helpers import REPO, start
 
 
 def run(
@@ -25,9 +26,7 @@ def run(
     base["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "harvest_py"), str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p
     )
-    return subprocess.run(
-        [*HARVEST, *args], cwd=cwd, env=base, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return cli_forks.run(args, base, cwd=cwd, timeout=timeout)
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:

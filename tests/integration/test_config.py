@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import cli_forks
 import psycopg
 import pytest
 
@@ -254,15 +255,7 @@ def harvest_cmd(
     cwd: Path | None = None,
     timeout: float = 60,
 ) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*HARVEST, *args],
-        env=run_env(dsn, env or {}),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return cli_forks.run(args, run_env(dsn, env or {}), cwd=cwd, timeout=timeout)
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:

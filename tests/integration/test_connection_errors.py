@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
+import cli_forks
 import psycopg
 import pytest
 from click.testing import CliRunner
@@ -107,9 +108,7 @@ def test_a_real_process_prints_one_line_without_the_password(
         args = [*command, "--database-url", dsn] if how == "flag" else command
         if how == "env":
             env["HARVEST_DATABASE_URL"] = dsn
-        done = subprocess.run(
-            [*HARVEST, *args], env=env, capture_output=True, text=True, timeout=60, check=False
-        )
+        done = cli_forks.run(args, env, timeout=60)
         assert done.returncode == 1, done.stderr
         assert not leaks(done.stdout + done.stderr, secrets), done.stderr
         assert "Traceback" not in done.stderr

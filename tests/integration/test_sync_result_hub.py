@@ -124,7 +124,10 @@ def test_a_lost_listen_connection_wakes_the_waits_and_is_made_again(
         def wait() -> None:
             answer["value"] = waiting.result(timeout=60)
 
-        listening = "SELECT pid FROM pg_stat_activity WHERE query ILIKE %s AND pid <> pg_backend_pid()"
+        listening = (
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE %s"
+            " AND pid <> pg_backend_pid()"
+        )
         with hub.waiting(str(waiting.execution_id)) as seen:
             thread = threading.Thread(target=wait)
             thread.start()

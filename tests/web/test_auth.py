@@ -9,8 +9,8 @@ import json
 import logging
 import os
 import subprocess
-import sys
 
+import cli_forks
 import httpx
 import psycopg
 import pytest
@@ -168,13 +168,7 @@ def test_set_role_takes_only_the_request_roles(db: str) -> None:
 
 def _harvest(db: str, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HARVEST_DATABASE_URL": db}
-    return subprocess.run(
-        [sys.executable, "-c", "from harvest.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return cli_forks.run(args, env, timeout=60)
 
 
 def test_the_token_cli_creates_lists_and_revokes(db: str, web_login: str) -> None:
