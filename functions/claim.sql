@@ -708,6 +708,64 @@ BEGIN
 END;
 $$;
 
+-- A worker's group commit of activity results that also claims, in the same
+-- transaction, for the slots the results free: complete_activities, then
+-- claim_tasks for up to p_claim_limit tasks, never more than the results that
+-- complete without handing a task back (no handed workflow task, no activity
+-- handed by a decision made ahead): each such result's handler ends and frees
+-- its slot, and the worker gives it one claimed task to run instead. The claim
+-- is claim_tasks itself (timers, windows, owner mode, admission gates, leases,
+-- fencing tokens), after the results, so it takes no lock that could wait while
+-- the batch holds its runs' rows (its own are SKIP LOCKED or try-locks). It
+-- saves the claim's own round trip and commit per result batch. The rows are
+-- complete_activities' rows, then one per claimed task: outcome 'claimed',
+-- task_id its id, handed the task as claim_tasks returns it, as JSON.
+CREATE OR REPLACE FUNCTION harvest.complete_activities_with_claim(
+    p_worker_id text,
+    p_queues text[],
+    p_claim_limit integer,
+    p_task_ids bigint[],
+    p_fencing_tokens bigint[],
+    p_results jsonb[],
+    p_hand_off boolean DEFAULT false,
+    p_workflow_lease_secs double precision DEFAULT 30,
+    p_decisions jsonb[] DEFAULT NULL,
+    p_event_cap bigint DEFAULT 50000,
+    p_byte_cap bigint DEFAULT 52428800
+)
+RETURNS TABLE (task_id bigint, outcome text, message text, handed jsonb, decided jsonb)
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_row record;
+    v_freed integer := 0;
+BEGIN
+    IF p_claim_limit IS NULL OR p_claim_limit < 0 OR p_claim_limit > 1000 THEN
+        RAISE EXCEPTION 'claim limit % is out of range 0..1000', p_claim_limit USING ERRCODE = 'HR001';
+    END IF;
+    FOR v_row IN
+        SELECT * FROM harvest.complete_activities(p_worker_id, p_task_ids, p_fencing_tokens, p_results,
+            p_hand_off, p_workflow_lease_secs, p_decisions, p_event_cap, p_byte_cap) AS c
+    LOOP
+        task_id := v_row.task_id;
+        outcome := v_row.outcome;
+        message := v_row.message;
+        handed := v_row.handed;
+        decided := v_row.decided;
+        IF v_row.outcome = 'completed' AND v_row.handed IS NULL
+           AND coalesce(jsonb_array_length(v_row.decided -> 'handed'), 0) = 0 THEN
+            v_freed := v_freed + 1;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+    IF least(p_claim_limit, v_freed) > 0 THEN
+        RETURN QUERY
+        SELECT c.task_id, 'claimed'::text, NULL::text, to_jsonb(c), NULL::jsonb
+        FROM harvest.claim_tasks(p_worker_id, p_queues, least(p_claim_limit, v_freed), p_workflow_lease_secs) AS c;
+    END IF;
+END;
+$$;
+
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.claim_tasks IS
 'Claim up to p_limit due tasks of p_queues for p_worker_id: each gets a lease and a new fencing token, and '
@@ -723,3 +781,7 @@ COMMENT ON FUNCTION harvest.list_claimable_tasks IS
 COMMENT ON FUNCTION harvest.next_due_at IS
 'When the earliest not-yet-due work of p_queues (timers, retry backoffs) becomes due, so an idle worker sleeps '
 'exactly until then. Called by the Python worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.complete_activities_with_claim IS
+'complete_activities, then in the same transaction claim_tasks for up to p_claim_limit tasks, never more than the '
+'results that complete without handing a task back (each frees its worker slot); claimed tasks come back as rows '
+'with outcome claimed and the task in handed. Called by the Python worker (role harvest_worker).';

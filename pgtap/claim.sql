@@ -4,9 +4,10 @@
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
 -- harvest._task_for_worker, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
 -- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
--- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks.
+-- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
+-- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(124);
+SELECT plan(137);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -548,6 +549,109 @@ SELECT is(harvest._in_flight('activity', 'rd_k'), 2::bigint, 'and their slots ar
 SELECT is_empty($$SELECT * FROM harvest.claim_named_tasks('w-redis', ARRAY['rdq_capped'],
                   (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'rdq_capped' AND status = 'pending'))$$,
                 'claim_named_tasks(): the third waits while the cap is full');
+
+-- ------------------------------------------------- complete_activities_with_claim
+-- The results, then claim_tasks for the slots they free: up to p_claim_limit, never
+-- more than the results completed without a task handed back.
+CREATE TEMP TABLE cwb (batch text, task_id bigint, outcome text, message text, handed jsonb, decided jsonb)
+ON COMMIT DROP;
+CREATE FUNCTION pg_temp.cw_run(p_key text, p_queue text, p_n integer, p_options jsonb DEFAULT '{}')
+RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.start_decided(p_key, 'cw_wf', 'cwq_' || p_key,
+        (SELECT jsonb_agg(jsonb_build_object('type', 'schedule_activity', 'seq', g, 'name', 'cw_act',
+                                             'queue', p_queue, 'options', p_options) ORDER BY g)
+         FROM generate_series(1, p_n) AS g),
+        'cw', 'cw');
+$fn$;
+-- Claim p_n activities of p_queue as cw, remembered as <p_key>.1, <p_key>.2, ...
+CREATE FUNCTION pg_temp.cw_claim(p_key text, p_queue text, p_n integer) RETURNS void LANGUAGE sql AS $fn$
+    SELECT pg_temp.remember(p_key || '.' || row_number() OVER (ORDER BY c.task_id), c.execution_id, c.task_id,
+                            c.fencing_token)
+    FROM harvest.claim_tasks('cw', ARRAY[p_queue], p_n) AS c;
+$fn$;
+-- Complete the activities p_keys (a stale token where p_stale) as cw in one batch p_batch.
+CREATE FUNCTION pg_temp.cw_batch(p_batch text, p_keys text[], p_queues text[], p_limit integer,
+                                 p_hand_off boolean DEFAULT false, p_stale boolean DEFAULT false)
+RETURNS void LANGUAGE sql AS $fn$
+    INSERT INTO cwb
+    SELECT p_batch, c.* FROM harvest.complete_activities_with_claim('cw', p_queues, p_limit,
+        (SELECT array_agg(pg_temp.task(k) ORDER BY n) FROM unnest(p_keys) WITH ORDINALITY AS u (k, n)),
+        (SELECT array_agg(pg_temp.token(k) - CASE WHEN p_stale THEN 1 ELSE 0 END ORDER BY n)
+         FROM unnest(p_keys) WITH ORDINALITY AS u (k, n)),
+        (SELECT array_agg(to_jsonb(k) ORDER BY n) FROM unnest(p_keys) WITH ORDINALITY AS u (k, n)),
+        p_hand_off, 45) AS c;
+$fn$;
+SELECT harvest.register_worker('cw', ARRAY['cwq_cw1', 'cwq_cw2', 'cwq_a', 'cwq_b'], 'host', 1);
+
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities_with_claim('cw', ARRAY['cwq_a'], -1,
+                   ARRAY[]::bigint[], ARRAY[]::bigint[], ARRAY[]::jsonb[])$$,
+                 'HR001', 'claim limit -1 is out of range 0..1000', 'complete_activities_with_claim(): limit -1: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities_with_claim('cw', ARRAY['cwq_a'], 1001,
+                   ARRAY[]::bigint[], ARRAY[]::bigint[], ARRAY[]::jsonb[])$$,
+                 'HR001', 'claim limit 1001 is out of range 0..1000', 'complete_activities_with_claim(): limit 1001: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities_with_claim('cw', ARRAY['cwq_a'], 1,
+                   ARRAY[1]::bigint[], ARRAY[]::bigint[], ARRAY[]::jsonb[])$$,
+                 'HR001', NULL, 'complete_activities_with_claim(): complete_activities'' own checks apply');
+
+-- Two results free two slots: two of the four waiting activities are claimed, under a
+-- limit of 10, after the two completed rows.
+SELECT pg_temp.cw_run('cw1', 'cwq_a', 6);
+SELECT pg_temp.cw_claim('cw1', 'cwq_a', 2);
+SELECT pg_temp.cw_batch('two', ARRAY['cw1.1', 'cw1.2'], ARRAY['cwq_a'], 10);
+SELECT results_eq($$SELECT task_id, outcome, handed IS NULL FROM cwb WHERE batch = 'two' AND outcome <> 'claimed'$$,
+                  $$VALUES (pg_temp.task('cw1.1'), 'completed'::text, true), (pg_temp.task('cw1.2'), 'completed', true)$$,
+                  'complete_activities_with_claim(): one row per result first, as complete_activities');
+SELECT results_eq(
+    $$SELECT count(*), count(DISTINCT b.task_id),
+             bool_and(t.status = 'running' AND t.lease_owner = 'cw' AND t.kind = 'activity'
+                      AND (b.handed ->> 'fencing_token')::bigint = t.fencing_token
+                      AND (b.handed ->> 'task_id')::bigint = b.task_id AND t.attempt = 1)
+      FROM cwb AS b JOIN harvest.tasks AS t ON t.id = b.task_id WHERE b.batch = 'two' AND b.outcome = 'claimed'$$,
+    $$VALUES (2::bigint, 2::bigint, true)$$,
+    'two results free two slots: two tasks claimed (limit 10), leased to the worker under their new tokens');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('cw1') AND kind = 'activity'
+           AND status = 'pending'), 2::bigint, 'the other two waiting activities stay pending');
+SELECT is((SELECT array_agg(k ORDER BY k) FROM cwb AS b, jsonb_object_keys(b.handed) AS k
+           WHERE b.batch = 'two' AND b.outcome = 'claimed' AND b.task_id = (SELECT min(task_id) FROM cwb WHERE batch = 'two' AND outcome = 'claimed')),
+          (SELECT array_agg(a.name::text ORDER BY a.name::text)
+           FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)
+           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'),
+          'a claimed task''s keys are claim_tasks'' columns');
+
+-- The limit bounds it; a stale result frees nothing (its handler holds no claim).
+SELECT pg_temp.cw_claim('cw1x', 'cwq_a', 2);
+SELECT pg_temp.cw_batch('lim', ARRAY['cw1x.1'], ARRAY['cwq_a'], 0);
+SELECT is((SELECT count(*) FROM cwb WHERE batch = 'lim' AND outcome = 'claimed'), 0::bigint,
+          'limit 0: nothing claimed');
+SELECT pg_temp.cw_batch('stale', ARRAY['cw1x.2'], ARRAY['cwq_a'], 10, p_stale => true);
+SELECT results_eq($$SELECT outcome FROM cwb WHERE batch = 'stale'$$, $$VALUES ('stale'::text)$$,
+                  'a stale result: refused, and nothing claimed for it');
+
+-- A result whose wake-up is handed back to the worker frees no slot: of two results of
+-- one run, one row carries the handed workflow task, so one task is claimed.
+SELECT pg_temp.cw_run('cw2', 'cwq_b', 3);
+SELECT pg_temp.cw_claim('cw2', 'cwq_b', 2);
+SELECT pg_temp.cw_batch('handed', ARRAY['cw2.1', 'cw2.2'], ARRAY['cwq_b'], 10, p_hand_off => true);
+SELECT results_eq($$SELECT count(*) FILTER (WHERE outcome = 'completed'), count(handed) FILTER (WHERE outcome = 'completed'),
+                           count(*) FILTER (WHERE outcome = 'claimed')
+                    FROM cwb WHERE batch = 'handed'$$,
+                  $$VALUES (2::bigint, 1::bigint, 1::bigint)$$,
+                  'two results, one handing the woken workflow task back: one task claimed');
+
+-- The admission gates apply as in claim_tasks: under a cap of 1, the completed task's
+-- slot admits one of the two waiting.
+SELECT pg_temp.cw_run('cw3', 'cwq_cap', 3, '{"max_concurrent": 1, "concurrency_key": "cw_k"}');
+SELECT pg_temp.cw_claim('cw3', 'cwq_cap', 3);
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE queue = 'cwq_cap' AND status = 'running'), 1::bigint,
+          'setup: the cap of 1 admits one');
+-- (the refused two stepped back a little: look again past that)
+SELECT set_config('harvest.fake_now', (harvest.now() + interval '10 seconds')::text, true);
+SELECT pg_temp.cw_batch('capped', ARRAY['cw3.1'], ARRAY['cwq_cap'], 10);
+SELECT results_eq($$SELECT count(*) FILTER (WHERE outcome = 'completed'), count(*) FILTER (WHERE outcome = 'claimed')
+                    FROM cwb WHERE batch = 'capped'$$,
+                  $$VALUES (1::bigint, 1::bigint)$$,
+                  'a concurrency cap of 1: the completed result''s room admits one more, not two');
+SELECT is(harvest._in_flight('activity', 'cw_k'), 1::bigint, 'and its slot is taken (_after_gated_claim)');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -259,3 +259,87 @@ def test_a_lone_decision_the_database_refuses_raises_for_its_caller():
     with pytest.raises(InvalidArgument):
         run(main())
     assert sql.batches == [[1]]
+
+
+class ClaimingSql(FakeSql):
+    """complete_activities_with_claim: the items as FakeSql answers them, then one claimed task
+    per result that hands nothing back, up to the limit, while ``waiting`` lasts."""
+
+    def __init__(self, waiting: int, **kwargs):
+        super().__init__(**kwargs)
+        self.waiting = waiting
+        self.limits: list[int] = []
+
+    async def complete_activities_with_claim(
+        self, worker_id, queues, limit, items, hand_off, workflow_lease_secs, event_cap, byte_cap
+    ):
+        rows = await self.complete_activities(
+            worker_id, items, hand_off, workflow_lease_secs, event_cap, byte_cap
+        )
+        self.limits.append(limit)
+        freed = sum(1 for row in rows if row["outcome"] == "completed" and row["handed"] is None)
+        n = min(limit, freed, self.waiting)
+        self.waiting -= n
+        claimed = [{"task_id": 1000 + self.waiting + i, "kind": "activity"} for i in range(n)]
+        return rows + [
+            {"task_id": t["task_id"], "outcome": "claimed", "message": None, "handed": t} for t in claimed
+        ]
+
+
+class FakeLane:
+    def __init__(self, sql):
+        self.sql = sql
+        self.backlog = True
+
+
+class ClaimingWorker(FakeWorker):
+    def __init__(self, sql):
+        super().__init__(sql)
+        self.queues = ["q"]
+        self.spawned: list[dict] = []
+
+    def result_claim_limit(self, lane, results) -> int:
+        return 8 if lane.backlog else 0
+
+    def run_claimed(self, task) -> None:
+        self.spawned.append(task)
+
+
+def test_a_batch_claims_for_the_slots_its_results_free_and_its_last_completed_handler_runs_them():
+    # Four results, one refused (stale) and one handing its run's workflow task back: two free
+    # their slots, so two tasks are claimed, and both go to the last completed result (3), whose
+    # handler resumes after the others have ended.
+    sql = ClaimingSql(waiting=5, stale={4}, handed={2: {"task_id": 99, "kind": "workflow"}})
+    worker = ClaimingWorker(sql)
+    lane = FakeLane(sql)
+
+    async def main():
+        batcher = CompletionBatcher(worker, lane=lane)
+        answers = await asyncio.gather(
+            *(batcher.complete(i, 1, i) for i in (1, 2, 3, 4)), return_exceptions=True
+        )
+        return answers, batcher
+
+    (one, two, three, four), batcher = run(main())
+    assert one == Recorded() and two.handed == {"task_id": 99, "kind": "workflow"} and two.claimed is None
+    assert [t["task_id"] for t in three.claimed] == [1003, 1004]
+    assert all(t["_lane"] is lane for t in three.claimed)
+    assert isinstance(four, StaleTask)
+    assert (batcher.claimed, sql.limits, worker.spawned) == (2, [8], [])
+    assert lane.backlog  # the claim came back full: work is still waiting
+
+
+def test_a_short_claim_ends_the_batches_claims_until_the_claim_loop_finds_work_again():
+    sql = ClaimingSql(waiting=1)
+    lane = FakeLane(sql)
+
+    async def main():
+        batcher = CompletionBatcher(ClaimingWorker(sql), lane=lane)
+        first = await asyncio.gather(*(batcher.complete(i, 1, i) for i in (1, 2)))
+        second = await batcher.complete(3, 1, 3)
+        return first, second
+
+    (one, two), three = run(main())
+    assert one.claimed is None and [t["task_id"] for t in two.claimed] == [1000]
+    assert not lane.backlog  # one claimed for two freed slots: nothing more waits
+    assert three == Recorded() and sql.limits == [8]  # the next batch did not claim

@@ -97,3 +97,21 @@ def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims(monkeypatch):
 def test_no_slots_when_hand_off_is_off():
     worker = saturated_worker(2, Clock(), hand_off=False)
     assert worker.reserve_slots(1, task(0)).slots == 0
+
+
+def test_a_result_batch_claims_only_while_work_waits_and_only_when_small():
+    """Worker.result_claim_limit (worker/completions.py: the batch's claim for the slots it frees)."""
+    worker = Worker(App(activities=[noop]), "postgresql://unused/db", concurrency=50, claim_batch=40)
+    lane = SimpleNamespace(backlog=True)
+    limit = worker_module.RESULT_CLAIM_MAX_BATCH
+    assert worker.result_claim_limit(lane, 1) == 40
+    assert worker.result_claim_limit(lane, limit) == 40
+    assert worker.result_claim_limit(lane, limit + 1) == 0  # a large batch leaves it to the claim loop
+    lane.backlog = False  # the last claim came back short: nothing is waiting
+    assert worker.result_claim_limit(lane, 1) == 0
+    lane.backlog = True
+    worker.hand_off = False  # it rides on hand-off
+    assert worker.result_claim_limit(lane, 1) == 0
+    worker.hand_off = True
+    worker.request_stop()  # not while stopping
+    assert worker.result_claim_limit(lane, 1) == 0

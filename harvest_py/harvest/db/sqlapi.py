@@ -78,6 +78,12 @@ SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)b, %(fencing
                                           %(results)b::jsonb[], %(hand_off)s, %(workflow_lease_secs)s,
                                           %(decisions)b::jsonb[], %(event_cap)s, %(byte_cap)s)
 """
+COMPLETE_ACTIVITIES_WITH_CLAIM = """
+SELECT * FROM harvest.complete_activities_with_claim(%(worker_id)s, %(queues)s, %(claim_limit)s,
+                                                     %(task_ids)b, %(fencing_tokens)b, %(results)b::jsonb[],
+                                                     %(hand_off)s, %(workflow_lease_secs)s,
+                                                     %(decisions)b::jsonb[], %(event_cap)s, %(byte_cap)s)
+"""
 FAIL_ACTIVITY = "SELECT harvest.fail_activity(%(task_id)s, %(fencing_token)s, %(failure)s) AS outcome"
 HEARTBEAT_ACTIVITY = """
 SELECT harvest.heartbeat_activity(%(task_id)s, %(fencing_token)s, %(details)s) AS cancel_requested
@@ -1030,6 +1036,26 @@ def complete_activities(
         "event_cap": event_cap,
         "byte_cap": byte_cap,
     }
+
+
+@call(COMPLETE_ACTIVITIES_WITH_CLAIM)
+def complete_activities_with_claim(
+    worker_id: str,
+    queues: list[str],
+    claim_limit: int,
+    items: list[tuple[int, int, Any, dict[str, Any] | None]],
+    hand_off: bool,
+    workflow_lease_secs: float,
+    event_cap: int | None = 50_000,
+    byte_cap: int | None = 50 * 1024 * 1024,
+) -> dict[str, Any]:
+    """``complete_activities``, then a claim of up to ``claim_limit`` tasks of ``queues`` for the
+    slots the results free, in the same transaction (functions/claim.sql): the item rows, then
+    one row per claimed task (outcome ``claimed``, the task in ``handed``)."""
+    params = complete_activities(worker_id, items, hand_off, workflow_lease_secs, event_cap, byte_cap)
+    params["queues"] = queues
+    params["claim_limit"] = claim_limit
+    return params
 
 
 @call(FAIL_ACTIVITY, column("outcome"))

@@ -379,3 +379,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
     # (recorded is set: every except above returns)
     if recorded.handed is not None:  # pyright: ignore[reportOptionalMemberAccess]
         worker.run_handed(recorded.handed, task)  # pyright: ignore[reportOptionalMemberAccess]
+    if recorded.claimed is not None:  # pyright: ignore[reportOptionalMemberAccess]
+        # Claimed with the batch for the slots its results free (worker/completions.py).
+        for claimed in recorded.claimed:  # pyright: ignore[reportOptionalMemberAccess]
+            worker.run_claimed(claimed)

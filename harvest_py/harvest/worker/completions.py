@@ -11,6 +11,12 @@ run decided a woken workflow last, the workflow task comes back leased to us
 may also carry the decision the worker's cached run made on it
 (worker/decide_ahead.py); the database applies it with the result when nothing
 happened to the run meanwhile, and says so in ``decided``.
+
+While work is waiting (the last claim came back full), a small activity batch
+(Worker.result_claim_limit) also claims in its own transaction (``harvest.complete_activities_with_claim``):
+one task for each result that completes without handing a task back, whose
+handler runs it in the slot it frees, as it runs a handed task. That saves the
+claim loop's round trip and commit per batch; the claim is claim_tasks itself.
 """
 
 from __future__ import annotations
@@ -31,6 +37,18 @@ class Recorded(NamedTuple):
 
     handed: dict[str, Any] | None = None
     decided: dict[str, Any] | None = None
+    # Tasks claimed with the batch, for the slots its results free: this handler runs them
+    # as it ends (the batch's last completed result's; worker/completions.py).
+    claimed: list[dict[str, Any]] | None = None
+
+
+def frees_slot(row: dict[str, Any]) -> bool:
+    """Whether a completed result's handler ends with nothing handed back (its slot frees):
+    the rule complete_activities_with_claim counts by (functions/claim.sql)."""
+    if row["outcome"] != "completed" or row["handed"] is not None:
+        return False
+    decided = row.get("decided")
+    return decided is None or not decided["handed"]
 
 
 class _TaskGroupCommit(GroupCommit):
@@ -43,6 +61,7 @@ class _TaskGroupCommit(GroupCommit):
         self._worker = worker
         # The shard the batch commits to: its lane's database (the worker's own without one).
         self._on = lane or worker
+        self._lane = lane
 
     def _retried(self, exc: Exception) -> None:
         self._worker.metrics.transaction_retry(self.site, retry_reason(exc))
@@ -86,6 +105,8 @@ class CompletionBatcher(_TaskGroupCommit):
     site = "activity_completion"
     publishes = "workflow"  # a result wakes its run's workflow task, nothing else
 
+    claimed = 0  # tasks claimed with result batches (complete_activities_with_claim)
+
     async def complete(
         self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
     ) -> Recorded:
@@ -97,19 +118,47 @@ class CompletionBatcher(_TaskGroupCommit):
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
-        rows = cast(
-            "list[dict[str, Any]]",
-            await self._on.sql.complete_activities(
-                worker.worker_id,
-                items,
-                hand_off=worker.accepts_hand_off(),
-                workflow_lease_secs=worker.workflow_lease,
-                event_cap=worker.history_event_hard_cap,
-                byte_cap=worker.history_byte_hard_cap,
-            ),
-        )
+        lane = self._lane
+        limit = 0 if lane is None else worker.result_claim_limit(lane, len(items))
+        if lane is not None and limit:
+            rows = cast(
+                "list[dict[str, Any]]",
+                await self._on.sql.complete_activities_with_claim(
+                    worker.worker_id,
+                    worker.queues,
+                    limit,
+                    items,
+                    hand_off=worker.accepts_hand_off(),
+                    workflow_lease_secs=worker.workflow_lease,
+                    event_cap=worker.history_event_hard_cap,
+                    byte_cap=worker.history_byte_hard_cap,
+                ),
+            )
+            self._claimed_with(lane, rows, limit)
+        else:
+            rows = cast(
+                "list[dict[str, Any]]",
+                await self._on.sql.complete_activities(
+                    worker.worker_id,
+                    items,
+                    hand_off=worker.accepts_hand_off(),
+                    workflow_lease_secs=worker.workflow_lease,
+                    event_cap=worker.history_event_hard_cap,
+                    byte_cap=worker.history_byte_hard_cap,
+                ),
+            )
         self._committed(items)
         return rows
+
+    @staticmethod
+    def _claimed_with(lane: ShardLane, rows: list[dict[str, Any]], limit: int) -> None:
+        """Note on the lane whether the batch's claim came back full (the backlog stands)."""
+        claimed = sum(1 for row in rows if row["outcome"] == "claimed")
+        freed = sum(1 for row in rows if row["outcome"] != "claimed" and frees_slot(row))
+        lane.backlog = claimed == min(limit, freed)
+        for row in rows:
+            if row["outcome"] == "claimed":
+                row["handed"]["_lane"] = lane
 
     def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:
         # A decision the database refuses fails the call: retry without decisions, so
@@ -123,8 +172,33 @@ class CompletionBatcher(_TaskGroupCommit):
         task_id, token, result, _decision, future = item
         return task_id, token, result, None, future
 
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
+        claimed = [row["handed"] for row in rows if row["outcome"] == "claimed"]
+        if claimed:
+            self.claimed += len(claimed)
+            # (A claimed task's id may be a refused item's: its lease expired and this
+            # claim took the task again.) The tasks go to the last completed item's
+            # handler: handlers resume in the batch's order, so it runs them once the
+            # others have ended (freeing their slots) and settled their runs.
+            rows = [row for row in rows if row["outcome"] != "claimed"]
+            futures = {item[0]: item[-1] for item in batch}
+            last = next(
+                (
+                    row
+                    for row in reversed(rows)
+                    if row["outcome"] == "completed" and not futures[row["task_id"]].done()
+                ),
+                None,
+            )
+            if last is None:  # (never: a claim needs a completed result)
+                for task in claimed:
+                    self._worker.run_claimed(task)
+            else:
+                last["claimed"] = claimed
+        super()._settle(batch, rows)
+
     def _answer(self, row: dict[str, Any]) -> Recorded:
-        return Recorded(row["handed"], row.get("decided"))
+        return Recorded(row["handed"], row.get("decided"), row.get("claimed"))
 
 
 class DecisionBatcher(_TaskGroupCommit):

@@ -61,6 +61,9 @@ class ShardLane:
         self.outages = 0  # times this lane went down (for tests and logs)
         # Tasks run from this shard, claimed or handed (the guide's harvest.shard.dispatched{shard}).
         self.dispatched = 0
+        # Whether this shard's last claim came back full (work was waiting): only then does a
+        # batch of activity results claim for the slots it frees (worker/completions.py).
+        self.backlog = False
         self.handles_outages = handles_outages
         self._probe: asyncio.Task[Any] | None = None
 

@@ -79,6 +79,11 @@ class SlotGrant(NamedTuple):
 HAND_OFF_CHAIN_SECS = 0.5
 
 
+# The largest batch of activity results that also claims for the slots it frees
+# (Worker.result_claim_limit; docs/performance.md, "Fan-out row, fourth cut").
+RESULT_CLAIM_MAX_BATCH = 64
+
+
 # How long a starting worker waits for an unreachable database (an outage, not a refusal).
 CONNECT_WAIT_SECS = 30.0
 
@@ -577,6 +582,7 @@ class Worker:
             for task in claimed:
                 task["_lane"] = lane
                 self._spawn(task)
+            lane.backlog = len(claimed) == want  # (see result_claim_limit)
             if len(claimed) == want:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
             return claimed, len(claimed) == want
@@ -661,6 +667,25 @@ class Worker:
         grant = SlotGrant(granted, granted - 1)
         self._reserved += grant.from_free
         return grant
+
+    def result_claim_limit(self, lane: ShardLane, results: int) -> int:
+        """How many tasks a batch of ``results`` activity results on ``lane`` may claim in its
+        own transaction, for the slots its results free (worker/completions.py): the claim
+        batch while the lane's last claim came back full, none otherwise, and none for a batch
+        over RESULT_CLAIM_MAX_BATCH (a large claim inside the batch delays its answer, the
+        woken runs' decisions with it, more than the separate claim costs). One database
+        only (a sharded worker's claims go round its shards), and it rides on hand-off: not
+        while stopping, nor with ``hand_off`` off, nor with Redis dispatch (its consumer
+        claims for the free slots)."""
+        if (
+            results > RESULT_CLAIM_MAX_BATCH
+            or self._sharded
+            or self.redis is not None
+            or not lane.backlog
+            or not self.accepts_hand_off()
+        ):
+            return 0
+        return self.claim_batch
 
     def release_slots(self, grant: SlotGrant) -> None:
         self._reserved -= grant.from_free
