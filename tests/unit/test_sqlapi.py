@@ -104,6 +104,7 @@ ROW = {
     "extended": True,
     "registered": 1,
     "status": "s",
+    "answer": {},
     "moved": {},
     "declared": 1,
     "cleared": True,
