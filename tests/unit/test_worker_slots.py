@@ -115,3 +115,39 @@ def test_a_result_batch_claims_only_while_work_waits_and_only_when_small():
     worker.hand_off = True
     worker.request_stop()  # not while stopping
     assert worker.result_claim_limit(lane, 1) == 0
+
+
+def test_a_claim_in_flight_keeps_its_slots_from_a_hand_off(monkeypatch):
+    """The claim loop's claim and a decision's hand-off must not both be promised the same free
+    slots: the worker would run more tasks than its concurrency."""
+    worker = Worker(App(activities=[noop]), "postgresql://unused/db", concurrency=4, claim_batch=8)
+    worker._now = Clock()
+    worker._inflight[key(0)] = object()  # a workflow task deciding: three slots are free
+    answer = asyncio.Event()
+
+    class Sql:
+        async def claim_tasks(self, worker_id, queues, limit, lease):
+            await answer.wait()
+            return [dict(task(10 + i), kind="activity", queue="q") for i in range(limit - 1)]
+
+    lane = SimpleNamespace(shard=0, dispatched=0, sql=Sql(), backlog=False, usable=True)
+    worker.lanes = [lane]
+
+    async def blocked_activity(_worker, _task):
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(worker_module, "run_activity_task", blocked_activity)
+
+    async def main():
+        claim = asyncio.create_task(worker._claim())
+        await asyncio.sleep(0)  # the claim for the three free slots is in flight
+        grant = worker.reserve_slots(5, task(0))
+        assert (grant.slots, grant.from_free) == (1, 0)  # only the decider's own slot
+        answer.set()
+        claimed, full = await claim
+        assert len(claimed) == 2 and not full
+        assert len(worker._inflight) + worker._reserved <= worker.concurrency
+        for handle in list(worker._inflight.values())[1:]:
+            handle.cancel()
+
+    asyncio.run(main())

@@ -32,7 +32,7 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any, NamedTuple
@@ -570,7 +570,10 @@ class Worker:
             lane = self.lanes[0]
             started = perf_counter()
             try:
-                claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
+                with self._claiming(want):
+                    claimed = await lane.sql.claim_tasks(
+                        self.worker_id, self.queues, want, self.workflow_lease
+                    )
             except TRANSIENT as exc:
                 self.metrics.transaction_retry("claim", retry_reason(exc))
                 log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
@@ -587,6 +590,17 @@ class Worker:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
             return claimed, len(claimed) == want
         return await self._claim_round(free)
+
+    @contextlib.contextmanager
+    def _claiming(self, want: int) -> Iterator[None]:
+        """Promise the slots a claim asks for until it answers: a commit handing tasks back
+        meanwhile (reserve_slots) must not be promised them too, or both would fill them and
+        run more tasks than the concurrency."""
+        self._reserved += want
+        try:
+            yield
+        finally:
+            self._reserved -= want
 
     async def _claim_round(self, free: int) -> tuple[list[dict[str, Any]], bool]:
         lanes = self.lanes
@@ -606,7 +620,10 @@ class Worker:
                 break
             started = perf_counter()
             try:
-                claimed = await lane.sql.claim_tasks(self.worker_id, self.queues, want, self.workflow_lease)
+                with self._claiming(want):
+                    claimed = await lane.sql.claim_tasks(
+                        self.worker_id, self.queues, want, self.workflow_lease
+                    )
             except OUTAGE as exc:
                 if not lane.note_failure(exc, "claiming"):
                     raise
