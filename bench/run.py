@@ -471,36 +471,24 @@ def main() -> None:
             template=template,
         )
         bench.say(
-            f"signals: round trip at a steady {cfg['signal_rate']:g} signals/s to {cfg['signal_runs']} runs"
+            f"signals: round trip at a steady {cfg['signal_rate']:g} signals/s to {cfg['signal_runs']} runs,"
+            " plain, then eager (the client given the worker of its process: eager_worker=)"
         )
-        results["signals"] = bench.system(
-            "harvest_bench.py",
-            "hsig",
-            "--mode",
-            "signals",
-            "--rate",
-            str(cfg["signal_rate"]),
-            "--runs",
-            str(cfg["signal_runs"]),
-            "--seconds",
-            str(cfg["latency_seconds"]),
-            template=template,
-        )
-        bench.say("signals, eager: the same, the client given the worker of its process (eager_worker=)")
-        results["signals_eager"] = bench.system(
-            "harvest_bench.py",
-            "hsige",
-            "--mode",
-            "signals",
-            "--eager",
-            "--rate",
-            str(cfg["signal_rate"]),
-            "--runs",
-            str(cfg["signal_runs"]),
-            "--seconds",
-            str(cfg["latency_seconds"]),
-            template=template,
-        )
+        for key, label, eager in (("signals", "hsig", []), ("signals_eager", "hsige", ["--eager"])):
+            results[key] = bench.system(
+                "harvest_bench.py",
+                label,
+                "--mode",
+                "signals",
+                *eager,
+                "--rate",
+                str(cfg["signal_rate"]),
+                "--runs",
+                str(cfg["signal_runs"]),
+                "--seconds",
+                str(cfg["latency_seconds"]),
+                template=template,
+            )
 
         bench.say(f"replay: {cfg['replay_sizes']} events, no database")
         results["replay"] = bench.run(
