@@ -78,11 +78,13 @@ def main() -> None:
         ):
             row["ratio"] = row["cand"][0] / row["base"][0]
             row["tput_ratio"] = row["cand"][2] / row["base"][2]
+            row["server_ratio"] = row["cand"][1] / row["base"][1]
             pairs.append(row)
             print(
                 f"pair {row['pair']} ({row['first']} first): base {row['base'][0]:.3f} ms/wf ({row['base'][2]:.0f} wf/s)"
                 f"  cand {row['cand'][0]:.3f} ms/wf ({row['cand'][2]:.0f} wf/s)  cpu ratio {row['ratio']:.3f}"
-                f"  tput ratio {row['tput_ratio']:.2f}  load {os.getloadavg()[0]:.1f}",
+                f"  tput ratio {row['tput_ratio']:.2f}  server ms/wf {row['base'][1]:.2f} -> {row['cand'][1]:.2f}"
+                f" ({row['server_ratio']:.2f})  load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
         print(
@@ -93,6 +95,7 @@ def main() -> None:
                     "median_base_ms_wf": round(statistics.median(p["base"][0] for p in pairs), 3),
                     "median_cand_ms_wf": round(statistics.median(p["cand"][0] for p in pairs), 3),
                     "median_tput_ratio": round(statistics.median(p["tput_ratio"] for p in pairs), 3),
+                    "median_server_ratio": round(statistics.median(p["server_ratio"] for p in pairs), 3),
                     "median_base_wf_s": round(statistics.median(p["base"][2] for p in pairs), 1),
                     "median_cand_wf_s": round(statistics.median(p["cand"][2] for p in pairs), 1),
                 }
