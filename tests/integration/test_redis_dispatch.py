@@ -156,8 +156,18 @@ def test_dispatch_runs_every_task_once_and_claims_by_reference(db, redis_server,
     runner = start_worker(app, queues=["rd_acts"], redis_url=redis_server.url, concurrency=8)
     connected(decider, runner)
     dispatch = runner.worker.redis
-    # Both paths run: the runner's LISTEN/NOTIFY claim often takes a row before its reference
-    # arrives (that reference is then skipped), so rounds go on until one was claimed by it.
+    # Both paths run. The runner's LISTEN/NOTIFY claim usually takes a row before its reference
+    # arrives (that reference is then skipped), and a claim in flight keeps its slots, so a
+    # reference read meanwhile finds none free: the runner's claim loop here starts each claim
+    # 50 ms late, which leaves the first slots to the references and the rest to it. Rounds go
+    # on until one task was claimed by reference.
+    claim_now = runner.worker._claim
+
+    async def claim_late():
+        await asyncio.sleep(0.05)
+        return await claim_now()
+
+    runner.worker._claim = claim_late
     for round_ in range(5):
         first = round_ * 12
         handles = [
