@@ -280,8 +280,6 @@ DECLARE
     v_handed bigint[] := ARRAY[]::bigint[];
     v_decided jsonb[] := ARRAY[]::jsonb[];
     v_i integer;
-    v_task harvest.tasks;
-    v_execution harvest.executions;
     v_limit integer := harvest._payload_limit();  -- once per batch
     v_bytes bigint;
     v_owner_mode boolean := harvest._owner_mode_on();  -- once per batch (owners.sql)
@@ -414,13 +412,7 @@ BEGIN
         decided := v_decided[v_i];
         handed := NULL;
         IF v_handed[v_i] IS NOT NULL THEN
-            SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_handed[v_i];
-            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
-            handed := harvest._task_for_worker(v_task, v_execution, p_worker_id);
-            IF v_owner_mode THEN
-                handed := handed || jsonb_build_object(
-                    'owner_epoch', harvest._owner_epoch(v_execution.workflow_id, p_worker_id));
-            END IF;
+            handed := harvest._handed_task(v_handed[v_i], p_worker_id, v_owner_mode);
         END IF;
         RETURN NEXT;
     END LOOP;

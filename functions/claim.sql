@@ -680,6 +680,28 @@ AS $$
         'owner_epoch', NULL);
 $$;
 
+-- A task handed to p_worker_id by the commit that leased it (a result's or a signal's
+-- wake-up), as claim_tasks would return it, read after the commit's writes so it
+-- carries every event they appended; in owner mode (p_owner_mode, read once by the
+-- caller) with the worker's owner_epoch for the run's partition (owners.sql).
+CREATE OR REPLACE FUNCTION harvest._handed_task(p_task_id bigint, p_worker_id text, p_owner_mode boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_task harvest.tasks;
+    v_execution harvest.executions;
+BEGIN
+    SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = p_task_id;
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
+    IF NOT p_owner_mode THEN
+        RETURN harvest._task_for_worker(v_task, v_execution, p_worker_id);
+    END IF;
+    RETURN harvest._task_for_worker(v_task, v_execution, p_worker_id)
+        || jsonb_build_object('owner_epoch', harvest._owner_epoch(v_execution.workflow_id, p_worker_id));
+END;
+$$;
+
 -- Wake a locked, running execution by handing its workflow task straight to
 -- p_worker_id (leased as a claim would); returns the task id, or NULL when the
 -- execution already has a workflow task (it will see the new events) or is not running.

@@ -19,7 +19,6 @@ AS $$
 DECLARE
     v_execution harvest.executions;
     v_task_id bigint;
-    v_task harvest.tasks;
 BEGIN
     IF p_signal_name IS NULL OR btrim(p_signal_name) = '' THEN
         RAISE EXCEPTION 'signal name is empty' USING ERRCODE = 'HR001';
@@ -42,13 +41,7 @@ BEGIN
     PERFORM harvest._audit_asserted('workflow.signal', p_execution_id::text, jsonb_build_object(
         'signal_name', p_signal_name, 'event_id', event_id));
     IF v_task_id IS NOT NULL THEN
-        SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_task_id;
-        SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
-        handed := harvest._task_for_worker(v_task, v_execution, p_worker_id);
-        IF harvest._owner_mode_on() THEN
-            handed := handed || jsonb_build_object(
-                'owner_epoch', harvest._owner_epoch(v_execution.workflow_id, p_worker_id));
-        END IF;
+        handed := harvest._handed_task(v_task_id, p_worker_id, harvest._owner_mode_on());
     END IF;
 END;
 $$;

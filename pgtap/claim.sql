@@ -2,12 +2,12 @@
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
 -- harvest._claim_head (the head of the polled queues), harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
--- harvest._task_for_worker, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
+-- harvest._task_for_worker, harvest._handed_task, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
 -- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(137);
+SELECT plan(139);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -451,6 +451,15 @@ SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS 
            JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
           (SELECT to_jsonb(c) FROM tfw_act AS c),
           '_task_for_worker() of an activity task: claim_tasks'' row as JSON');
+-- _handed_task: the same JSON read by the task's id; in owner mode with the worker's
+-- owner_epoch for the run's partition (NULL here: w-tfw owns none).
+SELECT is(harvest._handed_task((SELECT task_id FROM tfw_act), 'w-tfw', false),
+          (SELECT to_jsonb(c) FROM tfw_act AS c),
+          '_handed_task(): a task by its id, as claim_tasks returns it');
+SELECT is(harvest._handed_task((SELECT task_id FROM tfw_act), 'w-tfw', true),
+          (SELECT to_jsonb(c) || jsonb_build_object('owner_epoch', harvest._owner_epoch(c.workflow_id, 'w-tfw'))
+           FROM tfw_act AS c),
+          '_handed_task() in owner mode: with the worker''s owner_epoch for the run''s partition');
 
 -- _hand_workflow_task: a running workflow task leased to the worker, unless the
 -- run already has a workflow task or is not running.
