@@ -118,37 +118,23 @@ class CompletionBatcher(_TaskGroupCommit):
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
+        options = {
+            "hand_off": worker.accepts_hand_off(),
+            "workflow_lease_secs": worker.workflow_lease,
+            "event_cap": worker.history_event_hard_cap,
+            "byte_cap": worker.history_byte_hard_cap,
+        }
         lane = self._lane
         limit = 0 if lane is None else worker.result_claim_limit(lane, len(items))
         if lane is not None and limit:
-            rows = cast(
-                "list[dict[str, Any]]",
-                await self._on.sql.complete_activities_with_claim(
-                    worker.worker_id,
-                    worker.queues,
-                    limit,
-                    items,
-                    hand_off=worker.accepts_hand_off(),
-                    workflow_lease_secs=worker.workflow_lease,
-                    event_cap=worker.history_event_hard_cap,
-                    byte_cap=worker.history_byte_hard_cap,
-                ),
+            rows = await self._on.sql.complete_activities_with_claim(
+                worker.worker_id, worker.queues, limit, items, **options
             )
             self._claimed_with(lane, rows, limit)
         else:
-            rows = cast(
-                "list[dict[str, Any]]",
-                await self._on.sql.complete_activities(
-                    worker.worker_id,
-                    items,
-                    hand_off=worker.accepts_hand_off(),
-                    workflow_lease_secs=worker.workflow_lease,
-                    event_cap=worker.history_event_hard_cap,
-                    byte_cap=worker.history_byte_hard_cap,
-                ),
-            )
+            rows = await self._on.sql.complete_activities(worker.worker_id, items, **options)
         self._committed(items)
-        return rows
+        return cast("list[dict[str, Any]]", rows)
 
     @staticmethod
     def _claimed_with(lane: ShardLane, rows: list[dict[str, Any]], limit: int) -> None:

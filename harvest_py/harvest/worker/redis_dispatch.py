@@ -222,19 +222,17 @@ class RedisDispatch:
         claimed: list[dict[str, Any]] = []
         if ids:
             lane = self.lane
-            hold = worker.hold_slots(len(ids))  # the claim loop must not fill them meanwhile
             try:
-                claimed = await lane.sql.claim_named_tasks(
-                    worker.worker_id, worker.queues, ids, worker.workflow_lease
-                )
+                with worker.holding_slots(len(ids)):  # the claim loop must not fill them meanwhile
+                    claimed = await lane.sql.claim_named_tasks(
+                        worker.worker_id, worker.queues, ids, worker.workflow_lease
+                    )
             except Exception as exc:
                 # Not acked: the references stay pending and are taken over later; the rows
                 # meanwhile are the Postgres claim's.
                 if not isinstance(exc, TRANSIENT) and not lane.note_failure(exc, "claiming named tasks"):
                     log.warning("redis dispatch: claiming named tasks failed: %s", exc)
                 return
-            finally:
-                worker.release_held(hold)
             for task in claimed:
                 task["_lane"] = lane
                 worker.run_claimed(task)

@@ -570,7 +570,7 @@ class Worker:
             lane = self.lanes[0]
             started = perf_counter()
             try:
-                with self._claiming(want):
+                with self.holding_slots(want):
                     claimed = await lane.sql.claim_tasks(
                         self.worker_id, self.queues, want, self.workflow_lease
                     )
@@ -592,15 +592,16 @@ class Worker:
         return await self._claim_round(free)
 
     @contextlib.contextmanager
-    def _claiming(self, want: int) -> Iterator[None]:
-        """Promise the slots a claim asks for until it answers: a commit handing tasks back
-        meanwhile (reserve_slots) must not be promised them too, or both would fill them and
-        run more tasks than the concurrency."""
-        self._reserved += want
+    def holding_slots(self, n: int) -> Iterator[None]:
+        """Promise ``n`` free slots to a claim until it answers (the claim loop's, or the Redis
+        consumer's by name): another claim or a commit handing tasks back meanwhile
+        (reserve_slots) must not be promised them too, or both would fill them and run more
+        tasks than the concurrency."""
+        self._reserved += n
         try:
             yield
         finally:
-            self._reserved -= want
+            self._reserved -= n
 
     async def _claim_round(self, free: int) -> tuple[list[dict[str, Any]], bool]:
         lanes = self.lanes
@@ -620,7 +621,7 @@ class Worker:
                 break
             started = perf_counter()
             try:
-                with self._claiming(want):
+                with self.holding_slots(want):
                     claimed = await lane.sql.claim_tasks(
                         self.worker_id, self.queues, want, self.workflow_lease
                     )
@@ -760,14 +761,6 @@ class Worker:
     def free_slots(self) -> int:
         """Slots neither running a task nor promised to one."""
         return self.concurrency - len(self._inflight) - self._reserved
-
-    def hold_slots(self, n: int) -> int:
-        """Keep ``n`` slots from the claim loop while a named claim is in flight."""
-        self._reserved += n
-        return n
-
-    def release_held(self, n: int) -> None:
-        self._reserved -= n
 
     def run_claimed(self, task: dict[str, Any]) -> None:
         """Run a task the Redis consumer claimed by name (its ``_lane`` set)."""
