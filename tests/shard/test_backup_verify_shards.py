@@ -51,6 +51,15 @@ def _status(shards, shard: int, execution_id: str) -> str | None:
         return row[0] if row else None
 
 
+def _lifecycle(shards, child: str) -> str | None:
+    """The parent shard's (shard 0) lifecycle row for a cross-shard child."""
+    with shards.connect(0) as conn:
+        row = conn.execute(
+            "SELECT status FROM harvest.cross_shard_children WHERE child_execution_id = %s", (child,)
+        ).fetchone()
+        return row[0] if row else None
+
+
 def test_shards_verify_together_and_a_lost_remote_child_is_caught(shards) -> None:
     enable_cross_shard_relays(shards)
     with shard_workers(APP, shards), clients(shards) as c:
@@ -68,6 +77,9 @@ def test_shards_verify_together_and_a_lost_remote_child_is_caught(shards) -> Non
         )
         assert shard_of(child) == 1
         wait_for(lambda: _status(shards, 1, child) == "RUNNING", what="child running")
+        # The relay marks the parent's lifecycle row started after the child exists; a row still
+        # 'starting' when the workers stop is (rightly) never checked, so wait for the mark.
+        wait_for(lambda: _lifecycle(shards, child) == "running", what="the lifecycle row marked running")
     code, data, output = _verify(shards, "--app", "test_backup_verify_shards:APP")
     assert code == 0, output
     assert (
