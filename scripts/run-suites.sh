@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
-# make test-python: the slow suites (the pytest markers in $2: several servers, killed
-# processes) run in a second pytest process beside the rest, which mostly waits on the
-# database, so the two overlap on two cores. The slow suites' output is printed after the
-# others'; the exit status fails if either failed.
+# make test-python: each group of slow suites (the pytest marker expressions in $2, separated by
+# commas: several servers, killed processes, a browser) runs in a pytest process of its own
+# beside the rest. They mostly wait on databases and child processes, so the processes overlap
+# on two cores. Each group's output is printed after the others'; the exit status fails if any
+# process failed.
 set -uo pipefail
 pytest_cmd=$1
-slow=$2
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-# shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
-$pytest_cmd -m "$slow" tests >"$log" 2>&1 &
-slow_pid=$!
+IFS=, read -r -a groups <<<"$2"
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+pids=()
+all=""
+for i in "${!groups[@]}"; do
+    group=${groups[$i]}
+    all="${all:+$all or }$group"
+    # shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
+    $pytest_cmd -m "$group" tests >"$dir/$i.log" 2>&1 &
+    pids+=($!)
+done
 # shellcheck disable=SC2086
-$pytest_cmd -m "not ($slow)" tests
-fast_rc=$?
-wait "$slow_pid"
-slow_rc=$?
-echo "== the slow suites (-m \"$slow\") =="
-cat "$log"
-exit $((fast_rc != 0 || slow_rc != 0))
+$pytest_cmd -m "not ($all)" tests
+failed=$?
+for i in "${!groups[@]}"; do
+    wait "${pids[$i]}" || failed=1
+    echo "== slow suites: -m \"${groups[$i]}\" =="
+    cat "$dir/$i.log"
+done
+exit $((failed != 0))
