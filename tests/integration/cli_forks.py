@@ -1,14 +1,14 @@
 """`harvest ARGS` as a real process of its own, forked from a warm one instead of started cold.
 
-A cold ``python -c "from harvest.cli import main; main()"`` spends about a second of CPU
-importing the package before the command runs, and the CLI tests run hundreds of them. Here a
-zygote process imports ``harvest.cli`` once (started with the same interpreter, PYTHONPATH and
-locale as the cold command would get) and forks for each command: the fork gets the caller's
-arguments, environment, working directory and stdin/stdout/stderr, then runs ``main()`` at the
-top level of its interpreter, so exit codes, SystemExit messages, tracebacks and output are the
-interpreter's own, as for the cold command. The caller gets a ``subprocess.CompletedProcess``
-(text, like ``subprocess.run(..., capture_output=True, text=True)``) and, on timeout, the same
-``subprocess.TimeoutExpired`` after the fork is killed.
+A cold ``python -c "from harvest.cli import main; main()"`` spends up to a second of CPU
+importing the command's modules before it runs, and the CLI tests run hundreds of them. Here a
+zygote process imports ``harvest.cli`` and every command's modules once (started with the same
+interpreter, PYTHONPATH and locale as the cold command would get) and forks for each command:
+the fork gets the caller's arguments, environment, working directory and stdin/stdout/stderr,
+then runs ``main()`` at the top level of its interpreter, so exit codes, SystemExit messages,
+tracebacks and output are the interpreter's own, as for the cold command. The caller gets a
+``subprocess.CompletedProcess`` (text, like ``subprocess.run(..., capture_output=True,
+text=True)``) and, on timeout, the same ``subprocess.TimeoutExpired`` after the fork is killed.
 
 What a fork does not redo: the imports (module-level code of harvest and its dependencies ran
 once in the zygote; harvest reads its environment variables when a command runs, not at import)
@@ -39,6 +39,9 @@ ZYGOTE = r"""
 import ctypes, json, os, signal, socket, sys
 ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: gone with the test run
 from harvest.cli import main
+from harvest.cli.main import load_commands
+load_commands()  # the commands' modules load when used: here once, not in every fork
+import harvest.worker.worker  # what `harvest worker` and `harvest dev` run (harvest.worker is lazy)
 listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 listener.bind(sys.argv[1])
 listener.listen(64)

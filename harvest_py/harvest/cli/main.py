@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import sys
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, cast
 
 import click
 
-from harvest.cli.output import scrub
 from harvest.core.errors import HarvestError
-from harvest.db.connection import DatabaseError, database_error_message
+
+# This module is all `harvest --help` imports (besides click and harvest.core.errors): each
+# command's module, and what it needs (the database driver, the config, the web server, the
+# worker), is imported when that command is resolved. tests/unit/test_cli_lazy.py holds it.
 
 # The application_name of every connection a command opens (libpq reads PGAPPNAME):
 # the audit log records operator actions made through the CLI with source cli.
@@ -48,8 +52,50 @@ def _own_config_path(ctx: click.Context) -> str | None:
     return None
 
 
+class LazyCommand(NamedTuple):
+    """A root command known by name before its module is imported."""
+
+    load: Callable[[], click.Command]  # imports the command's module(s), returns the command
+    help: str  # its one-line help in `harvest --help` (the command's own, checked by a test)
+
+
 class HarvestGroup(click.Group):
-    """Turn every Harvest error into one line on stderr and its exit code; no traceback."""
+    """Turn every Harvest error into one line on stderr and its exit code; no traceback.
+
+    Commands in `lazy` are imported the first time they are resolved (run, --help, a
+    completion); `harvest --help` lists them from their registered one-line help."""
+
+    lazy: Mapping[str, LazyCommand] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            command = self.lazy[cmd_name].load()
+            _reads_config_first(command)
+            self.commands[cmd_name] = command
+        return self.commands.get(cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            # "Did you mean ...?" from every command's name, not only the ones imported so far
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=exc.ctx
+            ) from None
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own listing, with a stand-in carrying the registered help for each command
+        # not imported yet (its short help is made from that help exactly as from the real one).
+        shown = click.Group(self.name)
+        for name in self.list_commands(ctx):
+            command = self.commands.get(name) or click.Command(name, help=self.lazy[name].help)
+            shown.add_command(command, name)
+        click.Group.format_commands(shown, ctx, formatter)
 
     def invoke(self, ctx: click.Context) -> Any:
         previous = os.environ.get("PGAPPNAME")
@@ -60,6 +106,8 @@ class HarvestGroup(click.Group):
         try:
             return super().invoke(ctx)
         except HarvestError as exc:
+            from harvest.cli.output import scrub
+
             click.echo(f"error: {scrub(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.NoArgsIsHelpError:
@@ -69,8 +117,17 @@ class HarvestGroup(click.Group):
             where = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             click.echo(f"error: {exc.format_message()}{where}", err=True)
             sys.exit(exc.exit_code)
-        except DatabaseError as exc:
+        except Exception as exc:
             # A database error the SQL API has no class for: still one line, never a traceback.
+            # The driver is imported here, not above: a command that raised one has loaded it.
+            if "psycopg" not in sys.modules:
+                raise
+            from harvest.db.connection import DatabaseError, database_error_message
+
+            if not isinstance(exc, DatabaseError):
+                raise
+            from harvest.cli.output import scrub
+
             message, exit_code = database_error_message(exc)
             click.echo(f"error: {scrub(message)}", err=True)
             sys.exit(exit_code)
@@ -164,67 +221,129 @@ def _reads_config_first(command: click.Command) -> None:
     command.callback = run
 
 
-def _register() -> None:
-    from harvest.cli import (
-        activity,
-        audit,
-        backup,
-        concurrency,
-        dag,
-        dev,
-        dlq,
-        events,
-        export_batch,
-        health,
-        metrics,
-        migrate,
-        owner_mode,
-        preflight,
-        queues,
-        rebalance,
-        replay,
-        retention,
-        schedule,
-        serve,
-        shard,
-        throttle,
-        token,
-        usage,
-        worker,
-        workers,
-        workflow,
-    )
+def load_commands() -> None:
+    """Import every command now (a process that forks commands, like the tests' CLI zygote,
+    imports them once instead of in each fork)."""
+    ctx = click.Context(main)
+    for name in main.list_commands(ctx):
+        main.get_command(ctx, name)
 
-    main.add_command(migrate.migrate)
-    main.add_command(dev.dev)
-    main.add_command(serve.serve)
-    main.add_command(workers.worker_group(worker.worker))
-    main.add_command(workflow.workflow)
-    main.add_command(workflow.history_group)
+
+def _command(module: str, name: str) -> Callable[[], click.Command]:
+    def load() -> click.Command:
+        return cast("click.Command", getattr(importlib.import_module(module), name))
+
+    return load
+
+
+def _worker() -> click.Command:
+    from harvest.cli import worker, workers
+
+    return workers.worker_group(worker.worker)
+
+
+def _history() -> click.Command:
+    from harvest.cli import export_batch, workflow
+
     workflow.history_group.add_command(export_batch.export_batch)
-    main.add_command(dlq.dlq)
-    main.add_command(dag.dag)
-    main.add_command(retention.retention)
-    main.add_command(preflight.preflight)
-    main.add_command(health.health)
-    main.add_command(replay.replay)
-    main.add_command(replay.version_usage)
-    main.add_command(concurrency.concurrency)
-    main.add_command(queues.queue)
-    main.add_command(audit.audit)
-    main.add_command(shard.shard)
+    return workflow.history_group
+
+
+def _shard() -> click.Command:
+    from harvest.cli import owner_mode, rebalance, shard
+
     shard.shard.add_command(rebalance.rebalance)
     shard.shard.add_command(rebalance.rebalance_resume)
     shard.shard.add_command(owner_mode.owner_mode)
-    main.add_command(usage.usage)
-    main.add_command(schedule.schedule)
-    main.add_command(token.token)
-    main.add_command(events.events)
-    main.add_command(activity.activity)
-    main.add_command(throttle.throttle)
-    main.add_command(metrics.metrics)
-    main.add_command(backup.backup)
-    _reads_config_first(main)
+    return shard.shard
 
 
-_register()
+# Every root command: how to import it and its line in `harvest --help`. A new command is
+# one entry here (tests/unit/test_cli_lazy.py checks each help line against the command's).
+COMMANDS: dict[str, LazyCommand] = {
+    "activity": LazyCommand(
+        _command("harvest.cli.activity", "activity"), "Finish activities completed elsewhere, by task token."
+    ),
+    "audit": LazyCommand(
+        _command("harvest.cli.audit", "audit"),
+        "Who did what to the engine, when, and through which face (api, cli, ui).",
+    ),
+    "backup": LazyCommand(
+        _command("harvest.cli.backup", "backup"), "Backup drills (DSN-only: they need no running app)."
+    ),
+    "concurrency": LazyCommand(
+        _command("harvest.cli.concurrency", "concurrency"),
+        "Concurrency keys: their limit, what runs and what waits.",
+    ),
+    "dag": LazyCommand(
+        _command("harvest.cli.dag", "dag"),
+        "DAGs: list, trigger, pause, and their runs with each task's state.",
+    ),
+    "dev": LazyCommand(
+        _command("harvest.cli.dev", "dev"),
+        "Run a worker and the management API on an embedded PostgreSQL "
+        "(or HARVEST_DEV_DATABASE_URL, local only).",
+    ),
+    "dlq": LazyCommand(
+        _command("harvest.cli.dlq", "dlq"), "Dead letters: activity invocations that exhausted their retries."
+    ),
+    "events": LazyCommand(_command("harvest.cli.events", "events"), "Follow the event stream."),
+    "health": LazyCommand(
+        _command("harvest.cli.health", "health"),
+        "Ask the management API whether it is ready (--base-url or HARVEST_URL).",
+    ),
+    "history": LazyCommand(_history, "Export execution histories."),
+    "metrics": LazyCommand(
+        _command("harvest.cli.metrics", "metrics"),
+        "Print the sampled gauges of every shard as Prometheus text.",
+    ),
+    "migrate": LazyCommand(
+        _command("harvest.cli.migrate", "migrate"), "Apply and inspect Harvest's schema migrations."
+    ),
+    "preflight": LazyCommand(_command("harvest.cli.preflight", "preflight"), "Read-only deploy gate."),
+    "queue": LazyCommand(
+        _command("harvest.cli.queues", "queue"), "Task queues: which declared queue a live worker polls."
+    ),
+    "replay": LazyCommand(
+        _command("harvest.cli.replay", "replay"),
+        "Replay an exported history against the current code; exit 0 on success, 1 on divergence.",
+    ),
+    "retention": LazyCommand(
+        _command("harvest.cli.retention", "retention"),
+        "Delete terminal executions older than the configured age.",
+    ),
+    "schedule": LazyCommand(
+        _command("harvest.cli.schedule", "schedule"),
+        "Workflows started on a cron or an interval (docs/schedules.md).",
+    ),
+    "serve": LazyCommand(
+        _command("harvest.cli.serve", "serve"),
+        "Serve the management API (mounted at /api/harvest) as the web process role.",
+    ),
+    "shard": LazyCommand(_shard, "Shards: health and readiness, rebalancing, owner mode (docs/sharding.md)."),
+    "throttle": LazyCommand(
+        _command("harvest.cli.throttle", "throttle"),
+        "A workflow's start throttle and its pacing override, on every shard.",
+    ),
+    "token": LazyCommand(
+        _command("harvest.cli.token", "token"),
+        "API tokens for the HTTP management API: read, operate or admin.",
+    ),
+    "usage": LazyCommand(
+        _command("harvest.cli.usage", "usage"),
+        "What each workflow type or tenant consumed over a window, summed over every shard.",
+    ),
+    "version-usage": LazyCommand(
+        _command("harvest.cli.replay", "version_usage"),
+        "Which recorded versions of a ctx.version() gate are still in use (read-only).",
+    ),
+    "worker": LazyCommand(
+        _worker,
+        "Run a worker (`harvest worker module:app [OPTIONS]`, see `harvest worker run --help`), "
+        "or inspect and drain the fleet.",
+    ),
+    "workflow": LazyCommand(
+        _command("harvest.cli.workflow", "workflow"), "Start workflows and inspect executions."
+    ),
+}
+main.lazy = COMMANDS
