@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,34 +27,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
 from run import SERVER_SETTINGS
-from sql_path_ab import migrate_templates, paired_runs, side_env
+from sql_path_ab import bench_json, migrate_templates, paired_runs
 
 from harvest.db.embedded import EmbeddedPostgres
 
 
 def one_run(root: Path, dsn: str, n: int, concurrency: int, claim_batch: int) -> dict[str, float]:
     """One drain: throughput, server and bench-process CPU ms per activity, result batches."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(root / "bench" / "harvest_bench.py"),
-            "--dsn",
-            dsn,
-            "--mode",
-            "tasks",
-            "--n",
-            f"{n}",
-            "--concurrency",
-            f"{concurrency}",
-            "--claim-batch",
-            f"{claim_batch}",
-        ],
-        env=side_env(root),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result = json.loads(out.strip().splitlines()[-1])
+    result = bench_json(
+        root,
+        "harvest_bench.py",
+        "--dsn",
+        dsn,
+        "--mode",
+        "tasks",
+        "--n",
+        f"{n}",
+        "--concurrency",
+        f"{concurrency}",
+        "--claim-batch",
+        f"{claim_batch}",
+    )
     assert result["completed"] == n, result
     cpu = result["cpu"]
     with psycopg.connect(dsn, autocommit=True) as conn:

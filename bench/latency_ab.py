@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ import psutil
 import psycopg
 from common import server_cpu_seconds
 from run import SERVER_SETTINGS
-from sql_path_ab import migrate_templates, paired_runs, side_env
+from sql_path_ab import bench_json, migrate_templates, paired_runs
 
 from harvest.db.embedded import EmbeddedPostgres
 
@@ -49,15 +48,8 @@ def one_run(
     script, extra, key, per = ROWS[row]
     extra = extra + more
     before = server_cpu_seconds(postmaster_pid=postmaster)
-    out = subprocess.run(
-        [sys.executable, str(bench / script), "--dsn", dsn, "--seconds", str(seconds), *extra],
-        env=dict(side_env(root), PYTHONPATH=f"{root / 'harvest_py'}{os.pathsep}{bench}"),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    result = bench_json(root, script, "--dsn", dsn, "--seconds", str(seconds), *extra, bench=bench)
     server = server_cpu_seconds(postmaster_pid=postmaster) - before
-    result = json.loads(out.strip().splitlines()[-1])
     figure = result[key]
     return {
         "p50": figure["p50_ms"],

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,30 +26,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import psycopg
 from run import SERVER_SETTINGS
-from sql_path_ab import migrate_templates, paired_runs, side_env
+from sql_path_ab import bench_json, migrate_templates, paired_runs
 
 from harvest.db.embedded import EmbeddedPostgres
 
 
 def one_run(root: Path, dsn: str, n: int) -> tuple[float, float, float]:
     """(process CPU ms per workflow, server CPU ms per workflow, workflows per second)."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(root / "bench" / "harvest_bench.py"),
-            "--dsn",
-            dsn,
-            "--mode",
-            "workflows",
-            "--n",
-            f"{n}",
-        ],
-        env=side_env(root),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    result = json.loads(out.strip().splitlines()[-1])
+    result = bench_json(root, "harvest_bench.py", "--dsn", dsn, "--mode", "workflows", "--n", f"{n}")
     assert result["completed"] == n, result
     cpu = result["cpu"]
     return cpu["client_s"] * 1000 / n, cpu["server_s"] * 1000 / n, result["throughput"]

@@ -42,10 +42,26 @@ OPTIONS = (
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def side_env(root: Path) -> dict[str, str]:
+def side_env(root: Path, bench: Path | None = None) -> dict[str, str]:
+    """The environment of a side's process: ``root``'s library and bench scripts (or ``bench``'s)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = f"{root / 'harvest_py'}{os.pathsep}{root / 'bench'}"
+    env["PYTHONPATH"] = f"{root / 'harvest_py'}{os.pathsep}{bench or root / 'bench'}"
     return env
+
+
+def bench_json(root: Path, script: str, *args: str, bench: Path | None = None) -> dict[str, Any]:
+    """Run ``bench/<script> args...`` (of ``bench``, else of ``root``) with ``root``'s library,
+    and return the JSON object its last line prints (its result)."""
+    folder = bench or root / "bench"
+    out = subprocess.run(
+        [sys.executable, str(folder / script), *args],
+        env=side_env(root, folder),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def cpu_seconds(pid: int) -> float:
