@@ -82,6 +82,11 @@ err = io.StringIO()
 with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
     main.main(["versio"], prog_name="harvest")
 out["no_such_command"] = err.getvalue()
+import harvest.cli.dlq
+out["dlq"] = sorted(sys.modules)
+from harvest.cli.main import load_commands
+load_commands()
+out["every_command"] = sorted(sys.modules)
 print(json.dumps(out))
 """.replace("WIDTHS", repr(WIDTHS))
 
@@ -134,6 +139,13 @@ def test_each_registered_help_line_is_the_commands_own(name: str) -> None:
     stand_in = click.Command(name, help=COMMANDS[name].help)
     for limit in range(3, 160):
         assert stand_in.get_short_help_str(limit) == command.get_short_help_str(limit), (name, limit)
+
+
+def test_commands_import_the_web_server_and_telemetry_only_when_they_run(fresh: dict[str, object]) -> None:
+    # `harvest serve` and `harvest dev` import the web app (and OpenTelemetry) as they start
+    assert _loaded(fresh["every_command"], ["starlette", "uvicorn", "opentelemetry"]) == []
+    # an operator command that does not speak through the client does not import it
+    assert _loaded(fresh["dlq"], ["harvest.client.client", "harvest.worker.worker"]) == []
 
 
 def test_a_mistyped_command_suggests_one_not_imported_yet(fresh: dict[str, object]) -> None:

@@ -22,7 +22,6 @@ import click
 from harvest.cli.http import HttpApi, HttpClient, HttpReads, HttpSettings, PerShard, http_session
 from harvest.cli.output import cli_config, cli_dsn, emit, sql_api
 from harvest.cli.output import selected as http_selected
-from harvest.client.routing import resident
 from harvest.config import Config, shard_pools, shards_configured
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, WrongShard
 from harvest.db.sqlapi import SqlApi, translated_errors
@@ -243,6 +242,8 @@ def _routed(
 
 def _resident(sql: SqlApi, execution_id: str, row: dict[str, Any], sharded: bool) -> dict[str, Any]:
     if sharded and row.get("status") in ("MIGRATED", "MIGRATING"):
+        from harvest.client.routing import resident  # the client: only for a moved execution
+
         # A row without the pointer (the stack) has its residence read, on a seal only.
         resident(row if "migrated_to_shard" in row else sql.get_residence(execution_id), True)
     return row
