@@ -1,0 +1,58 @@
+"""The JSON of the engine's ``jsonb`` parameters and columns, without the stdlib's per-call wrappers.
+
+Every payload, command and decision crosses psycopg as JSON: ``json.dumps`` of each ``jsonb``
+parameter and ``json.loads`` of each ``jsonb`` value read back. For the small values of the hot
+path (an activity's ``int`` result, a one-command decision) the stdlib's Python wrappers around
+its C encoder and scanner cost more than the C code: ``json.loads`` of ``bytes`` guesses the
+encoding in Python and matches whitespace twice, and ``json.dumps`` builds an encoder through
+three Python calls. :func:`dumps` and :func:`loads` call the C parts directly and return exactly
+what ``json.dumps`` / ``json.loads`` return (same text, same values, the same errors: anything
+unusual goes to the stdlib function itself). tests/unit/test_jsoncodec.py pins the equivalence.
+"""
+
+from __future__ import annotations
+
+import json
+from json import decoder, encoder, scanner
+from typing import Any
+
+from psycopg.abc import AdaptContext
+from psycopg.types.json import set_json_loads
+
+__all__ = ["dumps", "loads", "use_on"]
+
+# json.dumps' defaults: ensure_ascii, check_circular, allow_nan, ", " and ": ", no sort, no skip.
+_default = json.JSONEncoder().default  # the TypeError json.dumps raises for a value it cannot write
+_c_make_encoder: Any = encoder.c_make_encoder
+_escape = encoder.encode_basestring_ascii
+_scan: Any = scanner.c_make_scanner(decoder.JSONDecoder()) if scanner.c_make_scanner is not None else None
+
+
+def dumps(value: Any) -> str:
+    """``json.dumps(value)``."""
+    if isinstance(value, str):
+        return _escape(value)  # json.dumps' own shortcut for a string
+    if _c_make_encoder is None:  # no C accelerator: the stdlib's own path
+        return json.dumps(value)
+    # A fresh markers dict per call, as json.dumps makes one (a failed call leaves it dirty).
+    return "".join(_c_make_encoder({}, _default, _escape, None, ": ", ", ", False, False, True)(value, 0))
+
+
+def loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """``json.loads(data)`` of the UTF-8 text PostgreSQL sends for a ``json``/``jsonb`` value."""
+    if _scan is None or not isinstance(data, bytes) or data[:3] == b"\xef\xbb\xbf" or b"\x00" in data[:4]:
+        # (a BOM or a NUL in the first bytes: json.loads would guess another encoding)
+        return json.loads(data if not isinstance(data, memoryview) else bytes(data))
+    try:
+        text = data.decode("utf-8", "surrogatepass")  # what json.loads decodes UTF-8 bytes with
+        value, end = _scan(text, 0)
+    except (UnicodeDecodeError, StopIteration, ValueError):
+        return json.loads(data)  # leading whitespace, or not JSON: json.loads' answer or error
+    if end != len(text):  # trailing whitespace or text: json.loads' answer or error
+        return json.loads(data)
+    return value
+
+
+def use_on(context: AdaptContext) -> None:
+    """Read ``json``/``jsonb`` values on ``context`` (a connection) with :func:`loads`."""
+    set_json_loads(loads, context)
