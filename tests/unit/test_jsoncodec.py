@@ -10,6 +10,8 @@ import math
 
 import pytest
 
+from harvest.core.jsonb import stored_text
+from harvest.core.payload import approx_size, payload_size
 from harvest.db.jsoncodec import dumps, loads
 
 
@@ -120,3 +122,28 @@ def test_loads_refuses_what_json_loads_refuses(data):
         json.loads(data)
     assert type(ours.value) is type(theirs.value)
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("value", VALUES, ids=range(len(VALUES)))
+def test_the_sizes_are_what_they_were(value):
+    """payload_size takes a string's length for its byte count only when it is ASCII, stored_text
+    tests exact int and str first, and approx_size measures with dumps: the same numbers."""
+    try:
+        expected = len(stored_text(value).encode("utf-8"))
+    except ValueError:
+        expected = 0
+    except TypeError:
+        expected = None
+    if expected is None:
+        with pytest.raises(TypeError):
+            payload_size(value)
+    else:
+        assert payload_size(value) == expected
+    if type(value) not in (type(None), bool, int, float, str):
+        assert approx_size(value) == len(json.dumps(value))
+
+
+@pytest.mark.parametrize("value", [Level.HIGH, Text("sub"), True, False, 7, "é\n"])
+def test_stored_text_of_subclasses_and_exact_types(value):
+    text = json.dumps(value, ensure_ascii=False)
+    assert stored_text(value) == text

@@ -5,37 +5,26 @@ parameter and ``json.loads`` of each ``jsonb`` value read back. For the small va
 path (an activity's ``int`` result, a one-command decision) the stdlib's Python wrappers around
 its C encoder and scanner cost more than the C code: ``json.loads`` of ``bytes`` guesses the
 encoding in Python and matches whitespace twice, and ``json.dumps`` builds an encoder through
-three Python calls. :func:`dumps` and :func:`loads` call the C parts directly and return exactly
-what ``json.dumps`` / ``json.loads`` return (same text, same values, the same errors: anything
-unusual goes to the stdlib function itself). tests/unit/test_jsoncodec.py pins the equivalence.
+three Python calls. :func:`dumps` (``harvest.core.jsonb.dumps``) and :func:`loads` call the C
+parts directly and return exactly what ``json.dumps`` / ``json.loads`` return (same text, same
+values, the same errors: anything unusual goes to the stdlib function itself).
+tests/unit/test_jsoncodec.py pins the equivalence.
 """
 
 from __future__ import annotations
 
 import json
-from json import decoder, encoder, scanner
+from json import decoder, scanner
 from typing import Any
 
 from psycopg.abc import AdaptContext
 from psycopg.types.json import set_json_loads
 
+from harvest.core.jsonb import dumps
+
 __all__ = ["dumps", "loads", "use_on"]
 
-# json.dumps' defaults: ensure_ascii, check_circular, allow_nan, ", " and ": ", no sort, no skip.
-_default = json.JSONEncoder().default  # the TypeError json.dumps raises for a value it cannot write
-_c_make_encoder: Any = encoder.c_make_encoder
-_escape = encoder.encode_basestring_ascii
 _scan: Any = scanner.c_make_scanner(decoder.JSONDecoder()) if scanner.c_make_scanner is not None else None
-
-
-def dumps(value: Any) -> str:
-    """``json.dumps(value)``."""
-    if isinstance(value, str):
-        return _escape(value)  # json.dumps' own shortcut for a string
-    if _c_make_encoder is None:  # no C accelerator: the stdlib's own path
-        return json.dumps(value)
-    # A fresh markers dict per call, as json.dumps makes one (a failed call leaves it dirty).
-    return "".join(_c_make_encoder({}, _default, _escape, None, ": ", ", ", False, False, True)(value, 0))
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
