@@ -26,7 +26,7 @@ __all__ = ["dumps", "stored_text", "stored_value"]
 
 # json.dumps' defaults: ensure_ascii, check_circular, allow_nan, ", " and ": ", no sort, no skip.
 _default = json.JSONEncoder().default  # the TypeError json.dumps raises for a value it cannot write
-_c_make_encoder: Any = encoder.c_make_encoder
+_c_make_encoder: Any = vars(encoder).get("c_make_encoder")  # None without the C accelerator
 _escape_ascii = encoder.encode_basestring_ascii
 
 

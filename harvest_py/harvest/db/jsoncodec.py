@@ -24,7 +24,8 @@ from harvest.core.jsonb import dumps
 
 __all__ = ["dumps", "loads", "use_on"]
 
-_scan: Any = scanner.c_make_scanner(decoder.JSONDecoder()) if scanner.c_make_scanner is not None else None
+_c_make_scanner: Any = vars(scanner).get("c_make_scanner")  # None without the C accelerator
+_scan: Any = _c_make_scanner(decoder.JSONDecoder()) if _c_make_scanner is not None else None
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
