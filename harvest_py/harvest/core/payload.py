@@ -40,7 +40,7 @@ from decimal import Decimal
 from typing import Any, cast
 
 from harvest.core.errors import PayloadError, PayloadTooLarge
-from harvest.core.jsonb import stored_text
+from harvest.core.jsonb import dumps, stored_text
 
 try:  # optional dependency
     import pydantic as _pydantic
@@ -78,7 +78,8 @@ def payload_size(value: Any) -> int:
     """The size the engine counts for an encoded payload: the bytes of its JSON text as
     the database prints it (``octet_length(p::jsonb::text)`` in SQL, core.sql)."""
     try:
-        return len(stored_text(value).encode("utf-8"))
+        text = stored_text(value)
+        return len(text) if text.isascii() else len(text.encode("utf-8"))  # ASCII: a byte a character
     except ValueError:
         return 0  # the database refuses it for another reason, and says so
 
@@ -93,7 +94,7 @@ def approx_size(value: Any) -> int:
     if kind is str:
         return len(value) + 2
     try:
-        return len(json.dumps(value))
+        return len(dumps(value))
     except (TypeError, ValueError):
         return len(repr(value))
 

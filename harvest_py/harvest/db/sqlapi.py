@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from harvest.core.errors import TransactionConflict, from_database_error
+from harvest.db.jsoncodec import dumps
 
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
@@ -418,12 +419,13 @@ def call(
     return declare
 
 
+# The parameters' JSON is json.dumps' text, written without its per-call wrappers (jsoncodec).
 def _jsonb(value: Any) -> Jsonb:
-    return Jsonb(value)
+    return Jsonb(value, dumps)
 
 
 def _jsonb_or_null(value: Any) -> Jsonb | None:
-    return None if value is None else Jsonb(value)
+    return None if value is None else Jsonb(value, dumps)
 
 
 # -- executions: start, signal, cancel, read (functions/start.sql, signals.sql, executions.sql)
@@ -1839,7 +1841,7 @@ def _payload_map(found: Rows) -> dict[str, Any]:
 
 @call(PUT_PAYLOADS, column("ids"))
 def put_payloads(execution_id: str | None, values: list[Any]) -> dict[str, Any]:
-    return {"execution_id": execution_id, "values": [Jsonb(v) for v in values]}
+    return {"execution_id": execution_id, "values": [Jsonb(v, dumps) for v in values]}
 
 
 @call(SET_PAYLOADS_EXECUTION, column("changed"))

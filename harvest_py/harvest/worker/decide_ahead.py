@@ -142,10 +142,12 @@ async def decide_ahead(
     if not payloads_fit(commands, worker.max_payload_bytes, task["workflow_name"]):
         run.close()  # the database would refuse it: the woken workflow task fails the run, typed
         return None
-    if any("placement" in c for c in activation.commands):
-        run.close()  # a placed child is resolved to its shard by the workflow task (place_children)
-        return None
-    grant = worker.reserve_slots(
-        sum(1 for c in activation.commands if c["type"] == "schedule_activity"), task
-    )
+    scheduled = 0  # the step's activities: the slots its commit may hand tasks back to
+    for command in activation.commands:
+        if "placement" in command:
+            run.close()  # a placed child is resolved to its shard by the workflow task (place_children)
+            return None
+        if command["type"] == "schedule_activity":
+            scheduled += 1
+    grant = worker.reserve_slots(scheduled, task)
     return DecisionAhead(worker, task, run, activation, after, result_text, grant, commands)
