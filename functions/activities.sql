@@ -89,9 +89,14 @@ $$;
 -- while a worker holds the attempt, {} for one a worker let go of (completed elsewhere by its
 -- task token: not worker compute) or never started. The usage report's
 -- activity_compute_seconds is the outcome's time minus this (functions/flow_usage.sql).
+-- STABLE, as its body is (jsonb_build_object of a timestamptz is STABLE: the output
+-- depends on TimeZone), and so are its callers here: PostgreSQL inlines a SQL function
+-- into the expression that calls it only when the function is no less volatile than its
+-- body, and a call that is not inlined runs as a statement of its own (in a complete_activities
+-- batch: once per result; docs/performance.md, "Fan-out row, fifth cut").
 CREATE OR REPLACE FUNCTION harvest._attempt_started(p_task harvest.tasks)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_task.lease_owner IS NOT NULL AND p_task.started_at IS NOT NULL
                 THEN jsonb_build_object('started_at', p_task.started_at)
@@ -99,9 +104,10 @@ AS $$
 $$;
 
 -- The data of an activity task's ActivityCompleted event.
+-- (STABLE: see _attempt_started.)
 CREATE OR REPLACE FUNCTION harvest._activity_completed(p_task harvest.tasks, p_result jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT jsonb_build_object('seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb),
                               'attempt', p_task.attempt) || harvest._attempt_started(p_task);

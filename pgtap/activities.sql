@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(168);
+SELECT plan(170);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -846,6 +846,24 @@ SELECT is(harvest._attempt_started((SELECT t FROM ended_task)),
           '_attempt_started(): {started_at} of an attempt a worker holds');
 SELECT is(harvest._attempt_started(jsonb_populate_record((SELECT t FROM ended_task), '{"lease_owner": null}')), '{}'::jsonb,
           '_attempt_started(): nothing for an attempt a worker let go of');
+-- Both are inlined into the expression that calls them (complete_activities' per-result
+-- step): declared no less volatile than their bodies, they do not run as statements of their own.
+CREATE FUNCTION pg_temp.generic_plan(p_query text) RETURNS text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_line text;
+    v_plan text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE, GENERIC_PLAN) ' || p_query LOOP
+        v_plan := v_plan || v_line || E'\n';
+    END LOOP;
+    RETURN v_plan;
+END;
+$fn$;
+SELECT unalike(pg_temp.generic_plan('SELECT harvest._activity_completed($1::harvest.tasks, $2::jsonb)'),
+               '%_activity_completed(%', '_activity_completed() is inlined into its caller''s expression');
+SELECT unalike(pg_temp.generic_plan('SELECT harvest._attempt_started($1::harvest.tasks)'),
+               '%_attempt_started(%', '_attempt_started() is inlined into its caller''s expression');
 
 -- Payload size: an activity's result, failure or heartbeat details over the limit.
 SELECT pg_temp.act('big', '{"dead_letter": false}');
