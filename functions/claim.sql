@@ -340,9 +340,6 @@ DECLARE
     v_admitted bigint[];
     v_claimed bigint[];
 BEGIN
-    -- (new_events: _events_since_decision is called for workflow tasks only, in a CASE: it
-    -- answers NULL for an activity, but a call passing the run's row costs a copy of the
-    -- row per claimed activity; docs/performance.md, "Fan-out row, fifth cut".)
     IF harvest._owner_mode_on() THEN
         -- Owner mode: leave the workflow tasks of partitions other live owners hold,
         -- and acquire the partitions of those claimed (owners.sql).
@@ -363,8 +360,7 @@ BEGIN
         SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
-               CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(l.e, c.kind, p_worker_id) END,
-               coalesce((l.e).decided_through, 0),
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
                CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch((l.e).workflow_id, p_worker_id) END
         FROM unnest(v_claimed) AS k (id)
         CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
@@ -380,8 +376,7 @@ BEGIN
         SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
                c.lease_expires_at, c.heartbeat_details,
-               CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(l.e, c.kind, p_worker_id) END,
-               coalesce((l.e).decided_through, 0),
+               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
                NULL::bigint
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c
         CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
@@ -403,8 +398,7 @@ BEGIN
     SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details,
-           CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(l.e, c.kind, p_worker_id) END,
-           coalesce((l.e).decided_through, 0),
+           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
            NULL::bigint
     FROM unnest(v_claimed) AS k (id)
     CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
