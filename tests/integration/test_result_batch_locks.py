@@ -21,7 +21,9 @@ def _run_with_activities(conn: psycopg.Connection, workflow_id: str, n: int) -> 
     task_id, token, execution_id = conn.execute(
         "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('decider', ARRAY['wq'], 1)"
     ).fetchone()
-    commands = [{"type": "schedule_activity", "seq": i, "name": "noop", "queue": "fq"} for i in range(1, n + 1)]
+    commands = [
+        {"type": "schedule_activity", "seq": i, "name": "noop", "queue": "fq"} for i in range(1, n + 1)
+    ]
     conn.execute(SCHEDULE, (task_id, token, Jsonb(commands)))
     return str(execution_id)
 
@@ -56,7 +58,9 @@ def test_a_later_result_of_a_run_taken_again_by_another_worker_is_refused_as_sta
     run = _run_with_activities(conn, "fan-stale", 3)
     held = _claim(conn, "a", 3)
     # The second task goes back to the queue (as a lease expiry's requeue does) and worker b takes it.
-    conn.execute("UPDATE harvest.tasks SET status = 'pending', lease_owner = NULL WHERE id = %s", (held[1][0],))
+    conn.execute(
+        "UPDATE harvest.tasks SET status = 'pending', lease_owner = NULL WHERE id = %s", (held[1][0],)
+    )
     taken = _claim(conn, "b", 1)
     assert [t[0] for t in taken] == [held[1][0]] and taken[0][1] != held[1][1]
 
