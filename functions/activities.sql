@@ -89,9 +89,14 @@ $$;
 -- while a worker holds the attempt, {} for one a worker let go of (completed elsewhere by its
 -- task token: not worker compute) or never started. The usage report's
 -- activity_compute_seconds is the outcome's time minus this (functions/flow_usage.sql).
+-- STABLE, as its body is (jsonb_build_object of a timestamptz is STABLE: the output
+-- depends on TimeZone), and so are its callers here: PostgreSQL inlines a SQL function
+-- into the expression that calls it only when the function is no less volatile than its
+-- body, and a call that is not inlined runs as a statement of its own (in a complete_activities
+-- batch: once per result; docs/performance.md, "Fan-out row, fifth cut").
 CREATE OR REPLACE FUNCTION harvest._attempt_started(p_task harvest.tasks)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT CASE WHEN p_task.lease_owner IS NOT NULL AND p_task.started_at IS NOT NULL
                 THEN jsonb_build_object('started_at', p_task.started_at)
@@ -99,9 +104,10 @@ AS $$
 $$;
 
 -- The data of an activity task's ActivityCompleted event.
+-- (STABLE: see _attempt_started.)
 CREATE OR REPLACE FUNCTION harvest._activity_completed(p_task harvest.tasks, p_result jsonb)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE
+LANGUAGE sql STABLE
 AS $$
     SELECT jsonb_build_object('seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb),
                               'attempt', p_task.attempt) || harvest._attempt_started(p_task);
@@ -272,6 +278,13 @@ DECLARE
     v_queues text[];
     v_item record;
     v_try record;
+    v_task harvest.tasks;
+    v_problem text;
+    v_message text;
+    -- The run whose row this batch locked last (items come in run order): its next
+    -- items need their task's lock only.
+    v_locked_run uuid;
+    v_taken boolean;
     v_decision jsonb;
     v_applied record;
     v_ids bigint[] := ARRAY[]::bigint[];
@@ -315,31 +328,53 @@ BEGIN
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
         -- an id list scans the whole table.)
-        SELECT u.id, u.token, u.result, u.decision
+        SELECT u.id, u.token, u.result, u.decision,
+               (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id) AS run
         FROM unnest(p_task_ids, p_fencing_tokens, p_results, p_decisions) AS u (id, token, result, decision)
-        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
+        ORDER BY run, u.id
     LOOP
-        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
-        IF v_try.problem IS NULL THEN
+        v_problem := NULL;
+        v_message := NULL;
+        v_taken := false;
+        IF v_item.run = v_locked_run THEN
+            -- Its run's row is this transaction's already (the lock order, run then task,
+            -- holds): lock the task, and take it when _try_lock_claimed_task would find
+            -- nothing wrong with it. Anything else goes the full way, which says what.
+            -- (A task's run never changes and task ids are never reused.)
+            SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_item.id FOR UPDATE;
+            v_taken := FOUND AND v_task.kind = 'activity' AND v_task.status = 'running'
+                       AND v_task.fencing_token IS NOT DISTINCT FROM v_item.token
+                       AND (v_task.lease_expires_at < harvest.now()) IS NOT TRUE;
+        END IF;
+        IF NOT v_taken THEN
+            v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
+            v_task := v_try.task;
+            v_problem := v_try.problem;
+            v_message := v_try.message;
+            IF v_problem IS NULL THEN
+                v_locked_run := v_task.execution_id;
+            END IF;
+        END IF;
+        IF v_problem IS NULL THEN
             v_bytes := octet_length(v_item.result::text);
             IF v_bytes > v_limit THEN
-                v_try.problem := 'too_large';
-                v_try.message := format('the result of activity task %s is %s bytes, over the payload '
+                v_problem := 'too_large';
+                v_message := format('the result of activity task %s is %s bytes, over the payload '
                     'limit of %s bytes', v_item.id, v_bytes, v_limit);
             END IF;
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.
-        IF v_try.problem IS NULL AND cardinality(v_run_types) > 0
-           AND ((v_try.task).execution_id IS DISTINCT FROM v_run OR v_item.decision IS NOT NULL) THEN
+        IF v_problem IS NULL AND cardinality(v_run_types) > 0
+           AND (v_task.execution_id IS DISTINCT FROM v_run OR v_item.decision IS NOT NULL) THEN
             v_handed[v_run_last] := harvest._record_activity_results(
                 v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
             v_run_types := ARRAY[]::text[];
             v_run_datas := ARRAY[]::jsonb[];
         END IF;
         v_ids := v_ids || v_item.id;
-        v_outcomes := v_outcomes || coalesce(v_try.problem, 'completed');
-        v_messages := v_messages || v_try.message;
+        v_outcomes := v_outcomes || coalesce(v_problem, 'completed');
+        v_messages := v_messages || v_message;
         v_decision := v_item.decision;
         IF v_decision IS NOT NULL AND (jsonb_typeof(v_decision -> 'after') IS DISTINCT FROM 'number'
                                        OR jsonb_typeof(v_decision -> 'result_text') IS DISTINCT FROM 'string') THEN
@@ -350,33 +385,33 @@ BEGIN
         -- "owner_epoch") or is handed the woken workflow task; a result without them
         -- is recorded alone, a foreign writer's append.
         v_item_queues := v_queues;
-        IF v_try.problem IS NULL AND v_owner_mode AND v_queues IS NOT NULL THEN
-            IF v_decision IS NOT NULL AND harvest._check_owner((v_try.task).execution_id, p_worker_id,
+        IF v_problem IS NULL AND v_owner_mode AND v_queues IS NOT NULL THEN
+            IF v_decision IS NOT NULL AND harvest._check_owner(v_task.execution_id, p_worker_id,
                                                                (v_decision ->> 'owner_epoch')::bigint) IS NOT NULL THEN
                 v_decision := NULL;
             END IF;
             IF v_decision IS NULL AND harvest._owner_epoch(
-                   (SELECT e.workflow_id FROM harvest.executions AS e WHERE e.id = (v_try.task).execution_id),
+                   (SELECT e.workflow_id FROM harvest.executions AS e WHERE e.id = v_task.execution_id),
                    p_worker_id) IS NULL THEN
                 v_item_queues := NULL;
             END IF;
         END IF;
-        IF v_try.problem IS NOT NULL THEN
+        IF v_problem IS NOT NULL THEN
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;
         ELSIF v_decision IS NOT NULL AND v_queues IS NOT NULL
-              AND harvest._may_decide_on_result(v_try.task, v_item.result,
+              AND harvest._may_decide_on_result(v_task, v_item.result,
                     (v_decision ->> 'after')::bigint, v_decision ->> 'result_text',
                     p_worker_id, v_queues) THEN
             -- The result's event goes in with the decision's (one row update for both);
             -- the decision is through it. _may_decide_on_result saw the run RUNNING and
             -- its history ending at "after".
-            DELETE FROM harvest.tasks AS t WHERE t.id = (v_try.task).id;
-            v_applied := harvest._apply_decision((v_try.task).execution_id,
+            DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
+            v_applied := harvest._apply_decision(v_task.execution_id,
                 (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
                 coalesce((v_decision ->> 'hand_off_slots')::integer, 0),
-                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed(v_try.task, v_item.result)],
+                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed(v_task, v_item.result)],
                 CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
@@ -385,15 +420,15 @@ BEGIN
         ELSE
             -- Gathered: one append, one row update and one wake-up for all of a run's
             -- results in this batch, not one each (a fan-in of many activities).
-            DELETE FROM harvest.tasks AS t WHERE t.id = (v_try.task).id;
+            DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
             IF cardinality(v_run_types) = 0 THEN
-                v_run := (v_try.task).execution_id;
+                v_run := v_task.execution_id;
                 v_run_queues := v_item_queues;
             ELSIF v_item_queues IS NULL THEN
                 v_run_queues := NULL;  -- one result that may not be handed: none is
             END IF;
             v_run_types := v_run_types || 'ActivityCompleted'::text;
-            v_run_datas := v_run_datas || harvest._activity_completed(v_try.task, v_item.result);
+            v_run_datas := v_run_datas || harvest._activity_completed(v_task, v_item.result);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;
             v_run_last := cardinality(v_handed);

@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(168);
+SELECT plan(172);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -499,6 +499,35 @@ SELECT results_eq(
 SELECT results_eq($$SELECT event_type, event_data ->> 'result' FROM pg_temp.last_event(pg_temp.run('grp_b.1'))$$,
                   $$VALUES ('ActivityCompleted'::text, 'b1'::text)$$,
                   'the other run''s result: recorded in its own history');
+-- A run's later items in a batch lock their task only (the batch holds the run's row from
+-- its first item): each refusal there reads as it does on the full path, and a refused
+-- item between good ones of the run changes nothing of them.
+SELECT pg_temp.decided('lr', 'someone-else', 5);
+UPDATE harvest.tasks SET lease_expires_at = harvest.now() - interval '1 second' WHERE id = pg_temp.task('lr.3');
+UPDATE harvest.tasks SET status = 'pending', lease_owner = NULL WHERE id = pg_temp.task('lr.4');
+INSERT INTO batches
+SELECT 'lr', c.* FROM harvest.complete_activities('hw',
+    ARRAY[pg_temp.task('lr.5'), pg_temp.task('lr.4'), pg_temp.task('lr.3'), pg_temp.task('lr.2'), pg_temp.task('lr.1')],
+    ARRAY[pg_temp.token('lr.5'), pg_temp.token('lr.4'), pg_temp.token('lr.3'), pg_temp.token('lr.2') - 1,
+          pg_temp.token('lr.1')],
+    ARRAY['5', '4', '3', '2', '1']::jsonb[], true, 45) AS c;
+SELECT results_eq(
+    $$SELECT task_id, outcome, message FROM batches WHERE batch = 'lr' ORDER BY task_id$$,
+    $$VALUES (pg_temp.task('lr.1'), 'completed'::text, NULL::text),
+             (pg_temp.task('lr.2'), 'stale', format('task %s was claimed again (fencing token %s is stale)',
+                                                   pg_temp.task('lr.2'), pg_temp.token('lr.2') - 1)),
+             (pg_temp.task('lr.3'), 'expired',
+              format('task %s: the lease expired at 2030-01-01 00:04:59+00, so this result is refused',
+                     pg_temp.task('lr.3'))),
+             (pg_temp.task('lr.4'), 'stale', format('task %s was claimed again (fencing token %s is stale)',
+                                                   pg_temp.task('lr.4'), pg_temp.token('lr.4'))),
+             (pg_temp.task('lr.5'), 'completed', NULL)$$,
+    'complete_activities(): a run''s later items refused as the full path refuses them, the good ones completed');
+SELECT results_eq(
+    $$SELECT array_agg(ev.event_data ->> 'seq' ORDER BY ev.event_id)
+      FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('lr.1') AND ev.event_type = 'ActivityCompleted'$$,
+    $$VALUES (ARRAY['1', '5'])$$,
+    'the run''s good items recorded in task order, the refused ones not');
 
 -- _record_activity_results on its own: the events in the order given, the wake-up handed
 -- under the hand-off rules, nothing for a run that has ended.
@@ -846,6 +875,24 @@ SELECT is(harvest._attempt_started((SELECT t FROM ended_task)),
           '_attempt_started(): {started_at} of an attempt a worker holds');
 SELECT is(harvest._attempt_started(jsonb_populate_record((SELECT t FROM ended_task), '{"lease_owner": null}')), '{}'::jsonb,
           '_attempt_started(): nothing for an attempt a worker let go of');
+-- Both are inlined into the expression that calls them (complete_activities' per-result
+-- step): declared no less volatile than their bodies, they do not run as statements of their own.
+CREATE FUNCTION pg_temp.generic_plan(p_query text) RETURNS text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_line text;
+    v_plan text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE, GENERIC_PLAN) ' || p_query LOOP
+        v_plan := v_plan || v_line || E'\n';
+    END LOOP;
+    RETURN v_plan;
+END;
+$fn$;
+SELECT unalike(pg_temp.generic_plan('SELECT harvest._activity_completed($1::harvest.tasks, $2::jsonb)'),
+               '%_activity_completed(%', '_activity_completed() is inlined into its caller''s expression');
+SELECT unalike(pg_temp.generic_plan('SELECT harvest._attempt_started($1::harvest.tasks)'),
+               '%_attempt_started(%', '_attempt_started() is inlined into its caller''s expression');
 
 -- Payload size: an activity's result, failure or heartbeat details over the limit.
 SELECT pg_temp.act('big', '{"dead_letter": false}');

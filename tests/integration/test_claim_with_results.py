@@ -67,3 +67,38 @@ def test_without_hand_off_no_result_batch_claims(db, start_worker):
     assert ran == dict.fromkeys(range(300), 1)
     assert state["most"] <= 8
     assert worker.completions.claimed == 0
+
+
+together = {"running": 0}
+
+
+@activity
+async def all_at_once(ctx, i: int) -> int:
+    # Each waits until all 300 run, so that their results come in together.
+    together["running"] += 1
+    while together["running"] < 300:
+        await asyncio.sleep(0.001)
+    return i
+
+
+@workflow
+async def fan_together(ctx, start: int) -> int:
+    results = await asyncio.gather(*(ctx.execute_activity(all_at_once, start + i) for i in range(100)))
+    return sum(results)
+
+
+def test_a_worker_of_many_slots_commits_the_results_that_pile_up_in_batches_over_a_hundred(db, start_worker):
+    # 300 slots: the results that pile up behind a batch in flight go in one commit of up to
+    # 150 (worker/completions.py, result_batch_size), not in batches of 100.
+    together["running"] = 0
+    worker = start_worker(
+        App(workflows=[fan_together], activities=[all_at_once]), concurrency=300, claim_batch=300
+    )
+    with Client(db) as client:
+        handles = [
+            client.start_workflow(fan_together, k * 100, workflow_id=f"together-{k}") for k in range(3)
+        ]
+        for k, handle in enumerate(handles):
+            assert handle.result(timeout=60) == sum(range(k * 100, k * 100 + 100))
+    assert together["running"] == 300
+    assert 100 < worker.worker.completions.largest <= 150, worker.worker.completions.largest

@@ -7,9 +7,11 @@ import asyncio
 import psycopg
 import pytest
 
+from harvest import App, Worker, activity
 from harvest.core.errors import InvalidArgument, StaleTask
+from harvest.db.group_commit import MAX_BATCH
 from harvest.telemetry.metrics import Metrics
-from harvest.worker.completions import CompletionBatcher, DecisionBatcher, Recorded
+from harvest.worker.completions import CompletionBatcher, DecisionBatcher, Recorded, result_batch_size
 
 
 class FakeSql:
@@ -343,3 +345,31 @@ def test_a_short_claim_ends_the_batches_claims_until_the_claim_loop_finds_work_a
     assert one.claimed is None and [t["task_id"] for t in two.claimed] == [1000]
     assert not lane.backlog  # one claimed for two freed slots: nothing more waits
     assert three == Recorded() and sql.limits == [8]  # the next batch did not claim
+
+
+@activity
+async def _noop(ctx) -> None:
+    return None
+
+
+def test_a_worker_of_many_slots_batches_up_to_half_of_them():
+    # Up to 200 slots a batch carries MAX_BATCH results, as before; above, half the slots.
+    assert result_batch_size(20) == result_batch_size(200) == MAX_BATCH == 100
+    assert (result_batch_size(202), result_batch_size(500)) == (101, 250)
+    for concurrency, size in ((50, 100), (500, 250)):
+        worker = Worker(App(activities=[_noop]), "postgresql://unused/db", concurrency=concurrency)
+        assert worker.completions._max_batch == size
+        assert worker.decisions._max_batch == MAX_BATCH  # decisions keep theirs
+
+
+def test_a_batch_of_a_busy_worker_carries_what_piled_up_behind_the_one_in_flight():
+    sql = FakeSql()
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql), result_batch_size(500))
+        first = asyncio.create_task(batcher.complete(1, 1, None))
+        await asyncio.sleep(0.001)  # its flush is in flight
+        await asyncio.gather(first, *(batcher.complete(i, 1, None) for i in range(2, 302)))
+
+    run(main())
+    assert [len(batch) for batch in sql.batches] == [1, 250, 50]

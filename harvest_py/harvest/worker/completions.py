@@ -32,6 +32,16 @@ if TYPE_CHECKING:
     from harvest.worker.worker import Worker
 
 
+def result_batch_size(concurrency: int) -> int:
+    """The most activity results one batch carries for a worker of ``concurrency`` slots:
+    MAX_BATCH, or half the slots above 200. One batch is in flight at a time and a slot is
+    held until its result commits, so at a high concurrency the results that pile up behind
+    a batch go in one commit, not several of MAX_BATCH: fewer commits, and more of a run's
+    results in one append and one wake-up (fewer decisions of a fan-in). docs/performance.md,
+    "Fan-out row, fifth cut"."""
+    return max(MAX_BATCH, concurrency // 2)
+
+
 class Recorded(NamedTuple):
     """One result's answer: a workflow task handed to us, and what its decision wrote."""
 
@@ -106,6 +116,7 @@ class CompletionBatcher(_TaskGroupCommit):
     publishes = "workflow"  # a result wakes its run's workflow task, nothing else
 
     claimed = 0  # tasks claimed with result batches (complete_activities_with_claim)
+    largest = 0  # the most results one batch carried (for tests and benchmarks)
 
     async def complete(
         self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
@@ -125,6 +136,7 @@ class CompletionBatcher(_TaskGroupCommit):
             "byte_cap": worker.history_byte_hard_cap,
         }
         lane = self._lane
+        self.largest = max(self.largest, len(items))
         limit = 0 if lane is None else worker.result_claim_limit(lane, len(items))
         if lane is not None and limit:
             rows = await self._on.sql.complete_activities_with_claim(

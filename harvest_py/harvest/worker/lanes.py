@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import redact
 from harvest.db.pools import TRANSIENT
-from harvest.worker.completions import CompletionBatcher, DecisionBatcher
+from harvest.worker.completions import CompletionBatcher, DecisionBatcher, result_batch_size
 from harvest.worker.owners import Owners
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class ShardLane:
         self.dsn = dsn
         # None until the lane connects (typed as set: every use is after it, serving checks it)
         self.sql: AsyncSqlApi = None  # type: ignore[assignment]
-        self.completions = CompletionBatcher(worker, lane=self)
+        self.completions = CompletionBatcher(worker, result_batch_size(worker.concurrency), lane=self)
         self.decisions = DecisionBatcher(worker, lane=self)
         # Owner mode (worker/owners.py): the decision partitions this worker holds on this shard.
         self.owners = Owners()

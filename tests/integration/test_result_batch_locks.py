@@ -1,0 +1,95 @@
+"""A batch of activity results locks each run's row once (functions/activities.sql,
+complete_activities): a run's later results lock their task only, and anything the full
+lock would refuse (a task taken again by another worker, or deleted while the batch
+waited for the run) is refused the same way, on real connections.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+SCHEDULE = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)"
+
+
+def _run_with_activities(conn: psycopg.Connection, workflow_id: str, n: int) -> str:
+    """A run on queue wq that scheduled n activities on fq; returns its execution id."""
+    conn.execute("SELECT harvest.start_workflow('fan', '[]', %s, 'wq')", (workflow_id,))
+    task_id, token, execution_id = conn.execute(
+        "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('decider', ARRAY['wq'], 1)"
+    ).fetchone()
+    commands = [
+        {"type": "schedule_activity", "seq": i, "name": "noop", "queue": "fq"} for i in range(1, n + 1)
+    ]
+    conn.execute(SCHEDULE, (task_id, token, Jsonb(commands)))
+    return str(execution_id)
+
+
+def _claim(conn: psycopg.Connection, worker: str, n: int) -> list[tuple[int, int, int]]:
+    return conn.execute(
+        "SELECT task_id, fencing_token, seq FROM harvest.claim_tasks(%s, ARRAY['fq'], %s) ORDER BY seq",
+        (worker, n),
+    ).fetchall()
+
+
+def _complete(conn: psycopg.Connection, worker: str, tasks: list[tuple[int, int, int]], results: list[str]):
+    return dict(
+        conn.execute(
+            "SELECT task_id, outcome FROM harvest.complete_activities(%s, %s, %s, %s::jsonb[], true)",
+            (worker, [t[0] for t in tasks], [t[1] for t in tasks], [Jsonb(r) for r in results]),
+        ).fetchall()
+    )
+
+
+def _completed(conn: psycopg.Connection, execution_id: str) -> list[tuple[str, str]]:
+    return conn.execute(
+        "SELECT event_data ->> 'seq', event_data ->> 'result' FROM harvest.events"
+        " WHERE execution_id = %s AND event_type = 'ActivityCompleted' ORDER BY event_id",
+        (execution_id,),
+    ).fetchall()
+
+
+def test_a_later_result_of_a_run_taken_again_by_another_worker_is_refused_as_stale(conn):
+    for worker in ("a", "b"):
+        conn.execute("SELECT harvest.register_worker(%s, ARRAY['fq'], 'host', 1)", (worker,))
+    run = _run_with_activities(conn, "fan-stale", 3)
+    held = _claim(conn, "a", 3)
+    # The second task goes back to the queue (as a lease expiry's requeue does) and worker b takes it.
+    conn.execute(
+        "UPDATE harvest.tasks SET status = 'pending', lease_owner = NULL WHERE id = %s", (held[1][0],)
+    )
+    taken = _claim(conn, "b", 1)
+    assert [t[0] for t in taken] == [held[1][0]] and taken[0][1] != held[1][1]
+
+    outcomes = _complete(conn, "a", held, ["a1", "a2", "a3"])
+    assert outcomes == {held[0][0]: "completed", held[1][0]: "stale", held[2][0]: "completed"}
+    assert _complete(conn, "b", taken, ["b2"]) == {taken[0][0]: "completed"}
+    assert _completed(conn, run) == [("1", "a1"), ("3", "a3"), ("2", "b2")]
+
+
+def test_a_task_deleted_while_the_batch_waited_for_its_run_is_refused_as_gone(db, conn):
+    conn.execute("SELECT harvest.register_worker('a', ARRAY['fq'], 'host', 1)")
+    run = _run_with_activities(conn, "fan-gone", 3)
+    held = _claim(conn, "a", 3)
+    outcome: dict = {}
+    with psycopg.connect(db, autocommit=True) as batch, psycopg.connect(db) as holder:
+        pid = batch.execute("SELECT pg_backend_pid()").fetchone()[0]
+        # Another transaction holds the run's row (as a decision does) while the batch starts.
+        holder.execute("SELECT 1 FROM harvest.executions WHERE id = %s FOR UPDATE", (run,))
+        thread = threading.Thread(target=lambda: outcome.update(_complete(batch, "a", held, ["1", "2", "3"])))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while conn.execute(
+            "SELECT wait_event_type IS DISTINCT FROM 'Lock' FROM pg_stat_activity WHERE pid = %s", (pid,)
+        ).fetchone()[0]:
+            assert time.monotonic() < deadline, "the batch never waited for the run's row"
+            time.sleep(0.01)
+        # Meanwhile that transaction drops the run's third task, then lets go of the run.
+        holder.execute("DELETE FROM harvest.tasks WHERE id = %s", (held[2][0],))
+        holder.commit()
+        thread.join(30)
+    assert outcome == {held[0][0]: "completed", held[1][0]: "completed", held[2][0]: "gone"}
+    assert _completed(conn, run) == [("1", "1"), ("2", "2")]
