@@ -337,8 +337,12 @@ def test_one_config_file_is_loaded_per_invocation(tmp_path: Path, monkeypatch) -
 
 
 def _command_paths(group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    import click
+
+    ctx = click.Context(group)
     paths = [prefix]
-    for name, command in group.commands.items():
+    for name in group.list_commands(ctx):  # (the root imports its commands when asked for them)
+        command = group.get_command(ctx, name)
         if hasattr(command, "commands"):
             paths.extend(_command_paths(command, (*prefix, name)))
         else:

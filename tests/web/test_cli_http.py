@@ -733,8 +733,9 @@ def test_every_command_that_prints_takes_the_global_output() -> None:
 
     def walk(command: click.Command, path: list[str]) -> None:
         if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
-                walk(sub, [*path, name])
+            ctx = click.Context(command)
+            for name in command.list_commands(ctx):  # (the root imports its commands when asked)
+                walk(command.get_command(ctx, name), [*path, name])
             return
         options = [p for p in command.params if p.name == "output"]
         name = " ".join(path)
