@@ -14,6 +14,7 @@ import time
 
 import psycopg
 import pytest
+from history_helpers import RUN_SPECIFIC, comparable_history
 
 from harvest import App, AsyncClient, Worker, activity, workflow
 from harvest.core.errors import InvalidArgument
@@ -34,17 +35,7 @@ async def pinged(ctx, pings: int) -> int:
 
 
 APP = App(workflows=[pinged], activities=[double])
-
-
-def _history(db: str, execution_id: str) -> list[tuple[str, dict]]:
-    """The events without worker ids, times and signal ids (what differs between two runs)."""
-    with psycopg.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
-            (execution_id,),
-        ).fetchall()
-    dropped = ("worker_id", "workflow_id", "started_at", "signal_id")
-    return [(kind, {k: v for k, v in data.items() if k not in dropped}) for kind, data in rows]
+SIGNAL_RUN_SPECIFIC = (*RUN_SPECIFIC, "signal_id")  # a signal's id differs between two runs too
 
 
 async def _idle(db: str, execution_id: str, completed: int) -> None:
@@ -94,7 +85,9 @@ def test_an_eager_signal_hands_the_woken_task_to_the_worker_and_writes_the_same_
     assert plain.eager_tasks == 0
     # Each signal found the run idle, decided last by this worker: each woken task was handed.
     assert eager.eager_tasks == 3
-    assert _history(db, eager_run) == _history(db, plain_run)
+    assert comparable_history(db, eager_run, SIGNAL_RUN_SPECIFIC) == comparable_history(
+        db, plain_run, SIGNAL_RUN_SPECIFIC
+    )
     with psycopg.connect(db) as conn:
         leftovers = conn.execute("SELECT count(*) FROM harvest.tasks").fetchone()
     assert leftovers == (0,)
@@ -104,7 +97,7 @@ def test_a_worker_that_takes_no_hand_off_gets_an_ordinary_signal(db: str) -> Non
     run, worker = asyncio.run(_signal_three(db, True, hand_off=False))
     assert worker.eager_tasks == 0
     assert worker.eager_slot() is None
-    assert _history(db, run)[-1][0] == "WorkflowCompleted"
+    assert comparable_history(db, run)[-1][0] == "WorkflowCompleted"
 
 
 def test_a_full_worker_promises_no_slot(db: str) -> None:
@@ -143,7 +136,7 @@ def test_a_worker_on_another_event_loop_gets_ordinary_signals(db: str, start_wor
     assert result == 10
     assert running.worker.eager_tasks == 0
     assert running.worker.free_slots() == running.worker.concurrency
-    assert _history(db, run)[-1][0] == "WorkflowCompleted"
+    assert comparable_history(db, run)[-1][0] == "WorkflowCompleted"
 
 
 def test_eager_worker_needs_one_database() -> None:

@@ -15,6 +15,7 @@ import threading
 import time
 
 import psycopg
+from history_helpers import comparable_history
 
 from harvest import App, Client, activity, workflow
 
@@ -48,19 +49,6 @@ async def fan_out(ctx, n: int) -> int:
     return sum(results)
 
 
-def _history(db: str, execution_id: str) -> list[tuple[str, dict]]:
-    """The events without worker ids and times, attempt starts too (what differs between two workers)."""
-    with psycopg.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT event_type, event_data FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
-            (execution_id,),
-        ).fetchall()
-    return [
-        (kind, {k: v for k, v in data.items() if k not in ("worker_id", "workflow_id", "started_at")})
-        for kind, data in rows
-    ]
-
-
 def test_a_sequential_workflow_runs_on_hand_offs_and_writes_the_claim_only_history(db, start_worker):
     app = App(workflows=[three_steps], activities=[step])
     histories = []
@@ -74,7 +62,7 @@ def test_a_sequential_workflow_runs_on_hand_offs_and_writes_the_claim_only_histo
         # (test_decide_ahead.py), so no workflow task is handed back.
         assert worker.worker.handed_tasks == (3 if hand_off else 0)
         assert worker.worker.decided_ahead == (3 if hand_off else 0)
-        histories.append(_history(db, handle.execution_id))
+        histories.append(comparable_history(db, handle.execution_id))
     assert histories[0] == histories[1]
 
 
