@@ -45,11 +45,6 @@ def dumps(value: Any) -> str:
 
 def stored_text(value: Any) -> str:
     """Return ``value::jsonb::text`` as the database prints it."""
-    kind = type(value)  # the common exact types first; a subclass takes the checks below
-    if kind is int:
-        return int.__repr__(value)
-    if kind is str:
-        return encode_basestring(_stored_string(value))
     if value is None:
         return "null"
     if value is True:
