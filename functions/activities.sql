@@ -284,7 +284,6 @@ DECLARE
     -- The run whose row this batch locked last (items come in run order): its next
     -- items need their task's lock only.
     v_locked_run uuid;
-    v_taken boolean;
     v_decision jsonb;
     v_applied record;
     v_ids bigint[] := ARRAY[]::bigint[];
@@ -333,29 +332,16 @@ BEGIN
         FROM unnest(p_task_ids, p_fencing_tokens, p_results, p_decisions) AS u (id, token, result, decision)
         ORDER BY run, u.id
     LOOP
-        v_problem := NULL;
-        v_message := NULL;
-        v_taken := false;
-        IF v_item.run = v_locked_run THEN
-            -- Its run's row is this transaction's already (the lock order, run then task,
-            -- holds): lock the task, and take it when _try_lock_claimed_task would find
-            -- nothing wrong with it. Anything else goes the full way, which says what.
-            -- (A task's run never changes and task ids are never reused.)
-            SELECT * INTO v_task FROM harvest.tasks AS t WHERE t.id = v_item.id FOR UPDATE;
-            v_taken := FOUND AND v_task.kind = 'activity' AND v_task.status = 'running'
-                       AND v_task.fencing_token IS NOT DISTINCT FROM v_item.token
-                       AND (v_task.lease_expires_at < harvest.now()) IS NOT TRUE;
-        END IF;
-        IF NOT v_taken THEN
+        IF v_item.run = v_locked_run THEN  -- a run's later item: its row is ours already
+            v_try := harvest._try_lock_task_of_locked_run(v_item.id, v_item.token, 'activity');
+        ELSE
             v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
-            v_task := v_try.task;
-            v_problem := v_try.problem;
-            v_message := v_try.message;
-            IF v_problem IS NULL THEN
-                v_locked_run := v_task.execution_id;
-            END IF;
         END IF;
+        v_task := v_try.task;
+        v_problem := v_try.problem;
+        v_message := v_try.message;
         IF v_problem IS NULL THEN
+            v_locked_run := v_task.execution_id;
             v_bytes := octet_length(v_item.result::text);
             IF v_bytes > v_limit THEN
                 v_problem := 'too_large';

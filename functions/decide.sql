@@ -23,12 +23,30 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_execution_id uuid;
+    v_try record;
 BEGIN
     SELECT t.execution_id INTO v_execution_id FROM harvest.tasks AS t WHERE t.id = p_task_id;
     IF FOUND THEN
         PERFORM 1 FROM harvest.executions WHERE id = v_execution_id FOR UPDATE;
-        SELECT * INTO task FROM harvest.tasks AS t WHERE t.id = p_task_id FOR UPDATE;
     END IF;
+    v_try := harvest._try_lock_task_of_locked_run(p_task_id, p_fencing_token, p_kind);
+    task := v_try.task;
+    problem := v_try.problem;
+    message := v_try.message;
+END;
+$$;
+
+-- _try_lock_claimed_task's second half, for a caller that holds the task's run row already
+-- (complete_activities' later results of one run: the lock order, run then task, holds):
+-- lock the task row and say what is wrong with it, in _try_lock_claimed_task's words.
+CREATE OR REPLACE FUNCTION harvest._try_lock_task_of_locked_run(
+    p_task_id bigint, p_fencing_token bigint, p_kind text,
+    OUT task harvest.tasks, OUT problem text, OUT message text
+)
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    SELECT * INTO task FROM harvest.tasks AS t WHERE t.id = p_task_id FOR UPDATE;
     IF NOT FOUND THEN
         problem := 'gone';
         message := format('task %s is gone: its lease expired or the run ended, and the work '

@@ -3,12 +3,12 @@
 -- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
 -- harvest._apply_decision (the decision on its own),
 -- harvest.complete_workflow_tasks (the group commit of decisions),
--- harvest._try_lock_claimed_task, harvest._lock_claimed_task, harvest._require, the
+-- harvest._try_lock_claimed_task, harvest._try_lock_task_of_locked_run, harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(257);
+SELECT plan(259);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -652,6 +652,16 @@ SELECT results_eq($$SELECT * FROM pg_temp.try_lock(-1, 1, 'workflow')$$,
                   $$VALUES (NULL::bigint, NULL::bigint, 'gone'::text,
                             'task -1 is gone: its lease expired or the run ended, and the work was handed on'::text)$$,
                   '_try_lock_claimed_task() of an unknown task: gone, no row');
+-- Its second half, for a caller holding the run's row: the same answers in the same words.
+SELECT results_eq($$SELECT (t.task).id, t.problem FROM harvest._try_lock_task_of_locked_run(
+                        pg_temp.task('try'), pg_temp.token('try'), 'workflow') AS t$$,
+                  $$SELECT pg_temp.task('try'), NULL::text$$,
+                  '_try_lock_task_of_locked_run(): the claimed row and no problem');
+SELECT results_eq($$SELECT t.task IS NULL, t.problem, t.message FROM harvest._try_lock_task_of_locked_run(
+                        pg_temp.task('try'), pg_temp.token('try') - 1, 'workflow') AS t$$,
+                  $$SELECT true, 'stale'::text, format('task %s was claimed again (fencing token %s is stale)',
+                                                      pg_temp.task('try'), pg_temp.token('try') - 1)$$,
+                  '_try_lock_task_of_locked_run() with another fencing token: stale, no row, the same message');
 SELECT results_eq($$SELECT * FROM pg_temp.try_lock(pg_temp.task('try'), pg_temp.token('try'), 'activity')$$,
                   $$SELECT NULL::bigint, NULL::bigint, 'kind'::text,
                            format('task %s is a workflow task, not a activity task', pg_temp.task('try'))$$,
