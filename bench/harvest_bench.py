@@ -23,6 +23,9 @@ Modes (``--mode``):
   in-process worker (``AsyncClient(eager_worker=)``), so a signal's transaction may hand the woken
   workflow task to it (docs/messages.md, "Eager signals").
 
+The process runs on the event loop ``harvest worker`` would pick (``--event-loop``, default
+auto: uvloop when it is installed).
+
 Prints one JSON object (see bench/common.py).
 """
 
@@ -52,6 +55,7 @@ from common import (
 
 from harvest import App, AsyncClient, Worker, activity, workflow
 from harvest.worker.collector import tune_collector
+from harvest.worker.event_loop import EVENT_LOOPS, choose_event_loop
 
 STARTERS = 8
 WORKER_OPTIONS = {
@@ -433,7 +437,14 @@ def main() -> None:
     )
     parser.add_argument("--concurrency", type=int, help="Worker(concurrency), default bench/common.py's")
     parser.add_argument("--claim-batch", type=int, help="Worker(claim_batch), default bench/common.py's")
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the process' loop, as `harvest worker --event-loop` picks it (auto: uvloop when installed)",
+    )
     args = parser.parse_args()
+    loop = choose_event_loop(args.event_loop)
     if args.concurrency:
         WORKER_OPTIONS["concurrency"] = args.concurrency
     if args.claim_batch:
@@ -456,13 +467,14 @@ def main() -> None:
 
         profiler = Profiler(async_mode="enabled", interval=0.001)
         profiler.start()
-        result = asyncio.run(coro)
+        result = loop.run(coro)
         profiler.stop()
         with open(args.profile, "w") as fh:
             fh.write(profiler.output_text(unicode=False, color=False, show_all=False))
         result["profile"] = args.profile
     else:
-        result = asyncio.run(coro)
+        result = loop.run(coro)
+    result["event_loop"] = loop.name
     result["measured_at"] = datetime.now(UTC).isoformat()
     emit(result)
 

@@ -6,6 +6,8 @@ from the manager's start to its exit. PgQueuer runs on psycopg (its
 ``PsycopgDriver``, one async connection), the driver Harvest uses too.
 ``--batch-size`` and ``--concurrency`` (``max_concurrent_tasks``) default to the settings
 every system gets (bench/common.py); bench/run.py also sweeps them to find PgQueuer's best.
+It runs on asyncio's loop: PgQueuer's CLI (``pgq run``) takes uvloop when it is installed, but
+uvloop measured no faster for this drain (docs/performance.md, "Cheaper Python, sixth cut").
 Prints one JSON object (see bench/common.py).
 """
 

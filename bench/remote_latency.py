@@ -28,6 +28,7 @@ from canonical import noop, one_step
 from common import emit, latency_summary
 
 from harvest import App, AsyncClient, Client, Worker
+from harvest.worker.event_loop import choose_event_loop
 
 APP = App(workflows=[one_step], activities=[noop])
 
@@ -138,8 +139,8 @@ def main() -> None:
     parser.add_argument("--client", choices=("async", "sync"), default="async")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    if args.serve:
-        asyncio.run(serve(args.dsn))
+    if args.serve:  # the worker process, on the loop `harvest worker` picks (uvloop when installed)
+        choose_event_loop("auto").run(serve(args.dsn))
         return
     child = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--dsn", args.dsn, "--serve"],

@@ -193,7 +193,7 @@ def machine(server: EmbeddedPostgres) -> dict:
             for k in [*SERVER_SETTINGS, "wal_sync_method", "wal_level", "commit_delay"]
         }
     packages = {}
-    for pkg in ("dbos", "pgqueuer", "psycopg", "harvest-workflows"):
+    for pkg in ("dbos", "pgqueuer", "psycopg", "harvest-workflows", "uvloop"):
         try:
             from importlib.metadata import version as pkg_version
 

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from worker_helpers import REPO, run_in_cli_worker
 
 from harvest import App, Client, activity, workflow
 from harvest.worker.collector import GEN0_THRESHOLD
-
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
 
 @activity
@@ -43,26 +38,7 @@ def interpreter_thresholds() -> list[int]:
 
 def worker_collector(db: str, client: Client, args: list[str], env: dict[str, str]) -> list[int]:
     """Run `harvest worker test_worker_gc_tuning:app ARGS`, start a run, return what its activity saw."""
-    run_env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
-    run_env["HARVEST_DATABASE_URL"] = db
-    run_env["HARVEST_SCHEDULER__ENABLED"] = "false"
-    run_env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "harvest_py"), str(HERE), run_env.get("PYTHONPATH")) if p
-    )
-    run_env.update(env)
-    proc = subprocess.Popen(
-        [*HARVEST, "worker", "test_worker_gc_tuning:app", *args],
-        env=run_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        state = client.start_workflow(report_collector).result(timeout=60)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
+    state, _ = run_in_cli_worker(db, client, "test_worker_gc_tuning:app", report_collector, args, env)
     return list(state)
 
 

@@ -1,11 +1,21 @@
-"""A real worker on its own event loop in a background thread (the integration and web suites)."""
+"""A real worker on its own event loop in a background thread (the integration and web suites),
+and a real `harvest worker` process running one workflow."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
+from typing import Any
 
-from harvest import Worker
+from harvest import Client, Worker
+
+REPO = Path(__file__).resolve().parents[2]
+HARVEST = [sys.executable, "-c", "from harvest.cli import main; main()"]
 
 
 class RunningWorker:
@@ -41,3 +51,33 @@ class RunningWorker:
         self._thread.join(30)
         if self.error is not None:
             raise self.error
+
+
+def run_in_cli_worker(
+    db: str, client: Client, target: str, workflow: Any, args: list[str], env: dict[str, str]
+) -> tuple[Any, str]:
+    """Run `harvest worker TARGET ARGS` (TARGET's module beside this file) with ENV over a clean
+    HARVEST_* environment, start WORKFLOW and wait for its result, then stop the process with
+    SIGTERM and check it exited cleanly: (the result, the process' stderr)."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
+    run_env["HARVEST_DATABASE_URL"] = db
+    run_env["HARVEST_SCHEDULER__ENABLED"] = "false"
+    here = str(Path(__file__).resolve().parent)
+    run_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "harvest_py"), here, run_env.get("PYTHONPATH")) if p
+    )
+    run_env.update(env)
+    proc = subprocess.Popen(
+        [*HARVEST, "worker", target, *args],
+        env=run_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        result = client.start_workflow(workflow).result(timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    return result, stderr

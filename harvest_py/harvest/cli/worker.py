@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import logging
 import sys
@@ -99,6 +98,14 @@ def load_app(target: str) -> App:
     help="Freeze start-up's objects and raise the cyclic GC's generation-0 threshold once the App "
     "is imported (default: worker.gc_tuning, else on; docs/operations.md).",
 )
+@click.option(
+    "--event-loop",
+    "event_loop",
+    default=None,
+    type=click.Choice(["auto", "asyncio", "uvloop"]),
+    help="The process' event loop: auto takes uvloop when it is installed "
+    "(default: worker.event_loop, else auto; docs/operations.md).",
+)
 @click.option("--database-url", default=None, help="Prefer HARVEST_DATABASE_URL.")
 @click.option(
     "--shutdown-grace",
@@ -152,6 +159,7 @@ def worker(
     activity_threads: int | None,
     activity_processes: int | None,
     gc_tuning: bool | None,
+    event_loop: str | None,
     database_url: str | None,
     shutdown_grace: float | None,
     log_level: str,
@@ -184,10 +192,12 @@ def worker(
             "worker.activity_processes": (activity_processes, "--activity-processes"),
             "worker.shutdown_grace": (shutdown_grace, "--shutdown-grace"),
             "worker.gc_tuning": (gc_tuning, "--gc-tuning/--no-gc-tuning"),
+            "worker.event_loop": (event_loop, "--event-loop"),
         }
     )
     plan = runtime_plan(config)
     from harvest.telemetry.logs import configure_logging
+    from harvest.worker.event_loop import choose_event_loop
 
     configure_logging(log_level, log_format)
     if metrics_port is not None:
@@ -197,6 +207,7 @@ def worker(
         logging.getLogger("harvest.telemetry").info(
             "metrics on http://%s:%d/metrics", metrics_host, metrics_port
         )
+    loop = choose_event_loop(config.get("worker.event_loop", "auto"))
     app = load_app(target)
     polled, declared, source = resolve_queues(app, config)
     plan.log()
@@ -223,4 +234,5 @@ def worker(
         from harvest.worker.collector import tune_collector
 
         tune_collector()
-    asyncio.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))
+    logging.getLogger("harvest.worker").info("harvest worker: event loop %s", loop.name)
+    loop.run(run_worker(app, config, options, database_url=database_url, install_signal_handlers=True))

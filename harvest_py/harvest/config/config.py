@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from harvest.core.errors import ConfigError, InvalidArgument
+from harvest.worker.event_loop import EVENT_LOOPS
 from harvest.worker.options import WorkerOptions, parse_shard_assignments, tunables
 
 log = logging.getLogger("harvest.config")
@@ -98,6 +99,9 @@ SCHEMA: dict[tuple[str, ...], type] = {
     ("worker", "shard_assignments"): ShardAssignments,
     # `harvest worker` tunes the process' cyclic GC unless false (harvest/worker/collector.py).
     ("worker", "gc_tuning"): bool,
+    # `harvest worker`'s event loop: auto (uvloop when installed), asyncio or uvloop
+    # (harvest/worker/event_loop.py).
+    ("worker", "event_loop"): str,
     **{key: int if t.integer else float for key, t in WORKER_KEYS.items() if key[0] == "worker"},
     ("scheduler", "enabled"): bool,
     ("retention", "enabled"): bool,
@@ -428,6 +432,12 @@ def _with_env(
     if run_on and run_on.value not in RUN_ON:
         raise ConfigError(
             f"retention.run_on {run_on.value!r} (from {run_on.source}) is unknown; use {' or '.join(RUN_ON)}"
+        )
+    event_loop = config.setting("worker.event_loop")
+    if event_loop and event_loop.value not in EVENT_LOOPS:
+        raise ConfigError(
+            f"worker.event_loop {event_loop.value!r} (from {event_loop.source}) is unknown; "
+            f"use {', '.join(EVENT_LOOPS)}"
         )
     _check_redis(config)
     return config
