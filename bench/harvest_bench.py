@@ -43,6 +43,7 @@ from canonical import noop, three_steps
 from common import (
     CLAIM_BATCH,
     CONCURRENCY,
+    database_backends_cpu,
     emit,
     latency_summary,
     server_cpu_seconds,
@@ -259,10 +260,14 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
     async with InProcessWorker(dsn) as worker:
         client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
         try:
-            cpu0, server0 = time.process_time(), server_cpu_seconds(dsn)
+            cpu0, server0, db0 = time.process_time(), server_cpu_seconds(dsn), database_backends_cpu(dsn)
             await _start_many(client, fan_out, [fan] * k)
             await _wait_done(dsn, k, timeout)
+            db1 = database_backends_cpu(dsn)
             cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(dsn) - server0
+            # This database's backends alone (the worker's and the client's connections, open
+            # throughout): what a side's drain costs the server when another runs beside it.
+            db_cpu = sum(now - db0.get(pid, 0.0) for pid, now in db1.items())
         finally:
             await client.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -288,6 +293,7 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
             "client_s": round(cpu, 3),
             "server_ms_per_activity": round(server_cpu * 1000 / (k * fan), 4),
             "worker_ms_per_activity": round(cpu * 1000 / (k * fan), 4),
+            "backends_ms_per_activity": round(db_cpu * 1000 / (k * fan), 4),
         },
         "steps": {
             "handed_tasks": worker.handed_tasks,
