@@ -1397,7 +1397,7 @@ SELECT results_eq(
     'two well-formed schedule_activity commands: no call of _require or _check_payload');
 SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('no_checks') AND kind = 'activity'),
           2::bigint, '... and both activities are scheduled');
-SET LOCAL track_functions = 'none';
+RESET track_functions;
 -- _decide_queue_activity: the same event, and no row until _queue_activities inserts the
 -- decision's queued activities, in command order, as _decide_schedule_activity would.
 SELECT results_eq(
