@@ -82,6 +82,29 @@ def server_cpu_seconds(dsn: str | None = None, postmaster_pid: int | None = None
     return total
 
 
+def database_backends_cpu(dsn: str) -> dict[int, float]:
+    """CPU seconds so far of each backend connected to this DSN's database but ours, by pid
+    (/proc/<pid>/schedstat: nanoseconds). Two readings around a phase, while its connections
+    are open, give that database's share of the server even when another database of the
+    same server is busy at the same time (``sum(after[p] - before.get(p, 0))``); background
+    processes and backends that exited between the readings are not in it."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
+    cpu: dict[int, float] = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as stat:
+                cpu[pid] = int(stat.read().split()[0]) / 1e9
+        except OSError:  # exited since the listing
+            pass
+    return cpu
+
+
 def settle_stats() -> None:
     """Give exited/idle backends time to flush their statistics (PGSTAT_MIN_INTERVAL is 1 s)."""
     time.sleep(1.2)

@@ -9,7 +9,9 @@ by one in-process Worker. Per run: activities per second, the server's CPU per a
 Prints one line per pair (ratios candidate/base) and a JSON summary of the medians.
 With ``--together`` each pair's two drains run at once, each on its own database of the
 one server: both see the same load, but the server CPU column is then the two sides'
-together (read the bench process' CPU, the throughput and the commits instead).
+together; read the backends column instead (each side's database's own backends: the
+worker's and the client's connections), with the bench process' CPU, the throughput and
+the commits.
 
     python bench/fanout_ab.py --base /work/wt/base --candidate . --pairs 6 --n 5000
 """
@@ -31,9 +33,13 @@ from sql_path_ab import bench_json, migrate_templates, paired_runs
 
 from harvest.db.embedded import EmbeddedPostgres
 
+BENCH = Path(__file__).resolve().parent  # the bench scripts both sides run
+
 
 def one_run(root: Path, dsn: str, n: int, concurrency: int, claim_batch: int) -> dict[str, float]:
-    """One drain: throughput, server and bench-process CPU ms per activity, result batches."""
+    """One drain: throughput, server, this database's backends' and bench-process CPU ms per
+    activity, result batches. Both sides run this checkout's bench script (with their own
+    library), so both report the same figures."""
     result = bench_json(
         root,
         "harvest_bench.py",
@@ -47,6 +53,7 @@ def one_run(root: Path, dsn: str, n: int, concurrency: int, claim_batch: int) ->
         f"{concurrency}",
         "--claim-batch",
         f"{claim_batch}",
+        bench=BENCH,
     )
     assert result["completed"] == n, result
     cpu = result["cpu"]
@@ -58,6 +65,7 @@ def one_run(root: Path, dsn: str, n: int, concurrency: int, claim_batch: int) ->
         "tput": result["throughput"],
         "server": cpu["server_ms_per_activity"],
         "worker": cpu["worker_ms_per_activity"],
+        "backends": cpu["backends_ms_per_activity"],
         "batches": result["steps"]["result_batches"],
         "commits": commits,
     }
@@ -78,7 +86,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
-    keys = ("tput", "server", "worker")
+    keys = ("tput", "server", "backends", "worker")
     with (
         EmbeddedPostgres(settings=SERVER_SETTINGS) as server,
         psycopg.connect(server.dsn, autocommit=True) as admin,
@@ -98,7 +106,8 @@ def main() -> None:
             print(
                 f"pair {row['pair']} ({row['first']} first): act/s {b['tput']:.0f} -> {c['tput']:.0f}"
                 f" ({ratios['tput']:.2f}); server ms/act {b['server']:.3f} -> {c['server']:.3f}"
-                f" ({ratios['server']:.2f}); worker ms/act {b['worker']:.3f} -> {c['worker']:.3f}"
+                f" ({ratios['server']:.2f}); backends ms/act {b['backends']:.3f} -> {c['backends']:.3f}"
+                f" ({ratios['backends']:.2f}); worker ms/act {b['worker']:.3f} -> {c['worker']:.3f}"
                 f" ({ratios['worker']:.2f}); commits {b['commits']} -> {c['commits']};"
                 f" load {os.getloadavg()[0]:.1f}",
                 flush=True,

@@ -46,6 +46,7 @@ from canonical import noop, three_steps
 from common import (
     CLAIM_BATCH,
     CONCURRENCY,
+    database_backends_cpu,
     emit,
     latency_summary,
     server_cpu_seconds,
@@ -55,7 +56,32 @@ from common import (
 
 from harvest import App, AsyncClient, Worker, activity, workflow
 from harvest.worker.collector import tune_collector
-from harvest.worker.event_loop import EVENT_LOOPS, choose_event_loop
+
+try:
+    from harvest.worker.event_loop import EVENT_LOOPS, choose_event_loop
+except ImportError:  # an A/B's baseline library, older than the loop choice: fanout_ab.py runs
+    # this script on both sides, so the baseline runs on the loop the choice's default picks too.
+    import importlib.util
+
+    from harvest.core.errors import ConfigError
+
+    EVENT_LOOPS = ("auto", "asyncio", "uvloop")
+
+    class _Loop:
+        def __init__(self, uvloop: bool):
+            self.name = "uvloop" if uvloop else "asyncio"
+            self._factory = __import__("uvloop").new_event_loop if uvloop else None
+
+        def run(self, main):  # what the library's EventLoopChoice.run does
+            with asyncio.Runner(loop_factory=self._factory) as runner:
+                return runner.run(main)
+
+    def choose_event_loop(choice: str = "auto") -> _Loop:
+        found = importlib.util.find_spec("uvloop") is not None
+        if choice == "uvloop" and not found:
+            raise ConfigError("uvloop is not installed")
+        return _Loop(choice != "asyncio" and found)
+
 
 STARTERS = 8
 WORKER_OPTIONS = {
@@ -263,10 +289,14 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
     async with InProcessWorker(dsn) as worker:
         client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
         try:
-            cpu0, server0 = time.process_time(), server_cpu_seconds(dsn)
+            cpu0, server0, db0 = time.process_time(), server_cpu_seconds(dsn), database_backends_cpu(dsn)
             await _start_many(client, fan_out, [fan] * k)
             await _wait_done(dsn, k, timeout)
+            db1 = database_backends_cpu(dsn)
             cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(dsn) - server0
+            # This database's backends alone (the worker's and the client's connections, open
+            # throughout): what a side's drain costs the server when another runs beside it.
+            db_cpu = sum(now - db0.get(pid, 0.0) for pid, now in db1.items())
         finally:
             await client.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -292,6 +322,7 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
             "client_s": round(cpu, 3),
             "server_ms_per_activity": round(server_cpu * 1000 / (k * fan), 4),
             "worker_ms_per_activity": round(cpu * 1000 / (k * fan), 4),
+            "backends_ms_per_activity": round(db_cpu * 1000 / (k * fan), 4),
         },
         "steps": {
             "handed_tasks": worker.handed_tasks,

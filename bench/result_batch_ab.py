@@ -5,8 +5,11 @@ Each side gets its own database migrated by its own code (bench/sql_path_ab.py's
 and one connection. Runs on queue ``wq`` each schedule 100 activities on ``fq``; per round
 each side claims ``--steps`` batches of ``--batch`` tasks as worker ``w`` (``claim_tasks``),
 then completes them a batch per call (``complete_activities``), as a worker's group commit
-does; the figures are that backend's CPU (/proc/<pid>/schedstat: nanoseconds on a CPU, where utime + stime count
-10 ms ticks; its WAL flushes at commit included) over the completing calls, per result, and over the claims, per task claimed. The side that goes first swaps every round. Prints one
+does, the two sides taking turns call by call; the figures are that backend's CPU (/proc/<pid>/schedstat: nanoseconds on a CPU, where utime + stime count
+10 ms ticks; its WAL flushes at commit included) over the completing calls, per result, and over the claims, per task claimed. With ``--decide`` each side also makes, per round,
+the decisions of ``--decide`` runs that schedule 100 activities each (``complete_workflow_task``; their
+runs started and their workflow tasks claimed beforehand, unmeasured), and the figure is the backend's
+CPU over those calls per activity scheduled. The side that goes first swaps every call and every round. Prints one
 line per round (candidate/base) and a JSON summary of the medians.
 
     python bench/result_batch_ab.py --base /work/wt/base --candidate . --rounds 8
@@ -38,6 +41,32 @@ def cpu_seconds(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
+COMMANDS = Jsonb(
+    [
+        {"type": "schedule_activity", "seq": i, "name": "noop", "queue": "fq", "input": [i], "options": {}}
+        for i in range(1, 101)
+    ]
+)
+
+
+def deciders(conn: psycopg.Connection, runs: int, first: int) -> list[tuple[int, int]]:
+    """Start ``runs`` runs (``dec-<first>``...) and claim their workflow tasks: what ``decide`` decides."""
+    tasks = []
+    for k in range(first, first + runs):
+        conn.execute("SELECT harvest.start_workflow('fan', '[]', %s, 'dq')", (f"dec-{k}",))
+        tasks.append(
+            conn.execute(
+                "SELECT task_id, fencing_token FROM harvest.claim_tasks('decider', ARRAY['dq'], 1)"
+            ).fetchone()
+        )
+    return tasks
+
+
+def decide(conn: psycopg.Connection, task: tuple[int, int]) -> None:
+    """One decision scheduling 100 activities."""
+    conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], COMMANDS))
+
+
 def complete(conn: psycopg.Connection, held: list[tuple[int, int]]) -> None:
     ids, tokens = [t[0] for t in held], [t[1] for t in held]
     rows = conn.execute(
@@ -54,6 +83,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument(
+        "--decide", type=int, default=0, help="runs of 100 activities decided per round and side"
+    )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     per_round = args.steps * args.batch
@@ -72,47 +104,83 @@ def main() -> None:
             pids[key] = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
             for _ in range(2):  # warm the plans
                 complete(conn, claim(conn, args.batch))
+            if args.decide:
+                for task in deciders(conn, 2, -2):
+                    decide(conn, task)
         ratios, cpu = [], {key: [] for key in sides}
         claim_ratios, claim_cpu = [], {key: [] for key in sides}
+        decide_ratios, decide_cpu = [], {key: [] for key in sides}
         for r in range(args.rounds):
-            order = ["base", "cand"] if r % 2 == 0 else ["cand", "base"]
-            this, claims = {}, {}
-            for key in order:
-                conn = conns[key]
-                c0 = cpu_seconds(pids[key])
-                batches = [claim(conn, args.batch) for _ in range(args.steps)]
-                claims[key] = (cpu_seconds(pids[key]) - c0) * 1000 / per_round
-                assert all(len(b) == args.batch for b in batches), "the backlog ran out"
-                c0 = cpu_seconds(pids[key])
-                for held in batches:
-                    complete(conn, held)
-                this[key] = (cpu_seconds(pids[key]) - c0) * 1000 / per_round
-                time.sleep(0.05)
+            # The sides take turns call by call (the first swapped every call and every
+            # round), so the machine's drift over a round hits both alike.
+            orders = [["base", "cand"], ["cand", "base"]]
+            first = r % 2
+            used = dict.fromkeys(sides, 0.0)
+            batches: dict[str, list[list[tuple[int, int]]]] = {key: [] for key in sides}
+            for i in range(args.steps):
+                for key in orders[(i + first) % 2]:
+                    c0 = cpu_seconds(pids[key])
+                    batches[key].append(claim(conns[key], args.batch))
+                    used[key] += cpu_seconds(pids[key]) - c0
+            claims = {key: used[key] * 1000 / per_round for key in sides}
+            assert all(len(b) == args.batch for key in sides for b in batches[key]), "the backlog ran out"
+            used = dict.fromkeys(sides, 0.0)
+            for i in range(args.steps):
+                for key in orders[(i + first) % 2]:
+                    c0 = cpu_seconds(pids[key])
+                    complete(conns[key], batches[key][i])
+                    used[key] += cpu_seconds(pids[key]) - c0
+            this = {key: used[key] * 1000 / per_round for key in sides}
+            decisions = {}
+            if args.decide:
+                tasks = {key: deciders(conns[key], args.decide, r * args.decide) for key in sides}
+                used = dict.fromkeys(sides, 0.0)
+                for i in range(args.decide):
+                    for key in orders[(i + first) % 2]:
+                        c0 = cpu_seconds(pids[key])
+                        decide(conns[key], tasks[key][i])
+                        used[key] += cpu_seconds(pids[key]) - c0
+                decisions = {key: used[key] * 1000 / (args.decide * 100) for key in sides}
+            time.sleep(0.05)
             for key in sides:
                 cpu[key].append(this[key])
                 claim_cpu[key].append(claims[key])
             ratios.append(this["cand"] / this["base"])
             claim_ratios.append(claims["cand"] / claims["base"])
+            decided = ""
+            if args.decide:
+                for key in sides:
+                    decide_cpu[key].append(decisions[key])
+                decide_ratios.append(decisions["cand"] / decisions["base"])
+                decided = (
+                    f"; ms/activity decided base {decisions['base']:.4f} cand {decisions['cand']:.4f}"
+                    f" ratio {decide_ratios[-1]:.3f}"
+                )
             print(
-                f"round {r + 1} ({order[0]} first): backend CPU ms/result base {this['base']:.4f}"
+                f"round {r + 1} ({orders[first][0]} first): backend CPU ms/result base {this['base']:.4f}"
                 f" cand {this['cand']:.4f} ratio {ratios[-1]:.3f}; ms/task claimed base {claims['base']:.4f}"
-                f" cand {claims['cand']:.4f} ratio {claim_ratios[-1]:.3f}; load {os.getloadavg()[0]:.1f}",
+                f" cand {claims['cand']:.4f} ratio {claim_ratios[-1]:.3f}{decided}; load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )
         for conn in conns.values():
             conn.close()
-    print(
-        json.dumps(
-            {
-                "median_cpu_ratio": round(statistics.median(ratios), 3),
-                "cpu_ratios": [round(x, 3) for x in ratios],
-                "median_cpu_ms_per_result": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
-                "median_claim_ratio": round(statistics.median(claim_ratios), 3),
-                "claim_ratios": [round(x, 3) for x in claim_ratios],
-                "median_claim_ms_per_task": {k: round(statistics.median(v), 4) for k, v in claim_cpu.items()},
-            }
-        )
-    )
+    summary = {
+        "median_cpu_ratio": round(statistics.median(ratios), 3),
+        "cpu_ratios": [round(x, 3) for x in ratios],
+        "median_cpu_ms_per_result": {k: round(statistics.median(v), 4) for k, v in cpu.items()},
+        "median_claim_ratio": round(statistics.median(claim_ratios), 3),
+        "claim_ratios": [round(x, 3) for x in claim_ratios],
+        "median_claim_ms_per_task": {k: round(statistics.median(v), 4) for k, v in claim_cpu.items()},
+    }
+    if args.decide:
+        summary |= {
+            "median_decide_ratio": round(statistics.median(decide_ratios), 3),
+            "decide_ratios": [round(x, 3) for x in decide_ratios],
+            "median_decide_ms_per_activity": {
+                k: round(statistics.median(v), 4) for k, v in decide_cpu.items()
+            },
+        }
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -284,6 +284,8 @@ DECLARE
     -- The run whose row this batch locked last (items come in run order): its next
     -- items need their task's lock only.
     v_locked_run uuid;
+    v_deleted boolean;  -- the item's task was taken by the one-statement way
+    v_now timestamptz := harvest.now();  -- the transaction's clock: once per batch
     v_decision jsonb;
     v_applied record;
     v_ids bigint[] := ARRAY[]::bigint[];
@@ -332,21 +334,48 @@ BEGIN
         FROM unnest(p_task_ids, p_fencing_tokens, p_results, p_decisions) AS u (id, token, result, decision)
         ORDER BY run, u.id
     LOOP
-        IF v_item.run = v_locked_run THEN  -- a run's later item: its row is ours already
-            v_try := harvest._try_lock_task_of_locked_run(v_item.id, v_item.token, 'activity');
-        ELSE
-            v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
+        -- The usual item (its task still the worker's, its result within the limit) is
+        -- taken by one statement: its run's row locked first (once per run: the lock
+        -- order, run then task), then the task deleted where every condition of
+        -- _try_lock_task_of_locked_run holds, under the row lock the DELETE takes. Any
+        -- other item goes the full way below, which locks and names its problem
+        -- (docs/performance.md, "Fan-out row, sixth cut"). The conditions are one CASE,
+        -- which no partial index's predicate follows from: the primary key is the
+        -- DELETE's only way in (written as plain conditions, a plan read every running
+        -- task through tasks_running_lease).
+        v_task := NULL;
+        v_problem := NULL;
+        v_message := NULL;
+        v_deleted := false;
+        v_bytes := octet_length(v_item.result::text);
+        IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit THEN
+            IF v_item.run IS DISTINCT FROM v_locked_run THEN
+                PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+                v_locked_run := v_item.run;
+            END IF;
+            DELETE FROM harvest.tasks AS t
+            WHERE t.id = v_item.id
+              AND CASE WHEN t.kind = 'activity' AND t.status = 'running' AND t.fencing_token = v_item.token
+                       THEN (t.lease_expires_at < v_now) IS NOT TRUE ELSE false END
+            RETURNING * INTO v_task;
+            v_deleted := FOUND;
         END IF;
-        v_task := v_try.task;
-        v_problem := v_try.problem;
-        v_message := v_try.message;
-        IF v_problem IS NULL THEN
-            v_locked_run := v_task.execution_id;
-            v_bytes := octet_length(v_item.result::text);
-            IF v_bytes > v_limit THEN
-                v_problem := 'too_large';
-                v_message := format('the result of activity task %s is %s bytes, over the payload '
-                    'limit of %s bytes', v_item.id, v_bytes, v_limit);
+        IF NOT v_deleted THEN
+            IF v_item.run = v_locked_run THEN  -- a run's later item: its row is ours already
+                v_try := harvest._try_lock_task_of_locked_run(v_item.id, v_item.token, 'activity');
+            ELSE
+                v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'activity');
+            END IF;
+            v_task := v_try.task;
+            v_problem := v_try.problem;
+            v_message := v_try.message;
+            IF v_problem IS NULL THEN
+                v_locked_run := v_task.execution_id;
+                IF v_bytes > v_limit THEN
+                    v_problem := 'too_large';
+                    v_message := format('the result of activity task %s is %s bytes, over the payload '
+                        'limit of %s bytes', v_item.id, v_bytes, v_limit);
+                END IF;
             END IF;
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
@@ -392,7 +421,9 @@ BEGIN
             -- The result's event goes in with the decision's (one row update for both);
             -- the decision is through it. _may_decide_on_result saw the run RUNNING and
             -- its history ending at "after".
-            DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
+            IF NOT v_deleted THEN
+                DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
+            END IF;
             v_applied := harvest._apply_decision(v_task.execution_id,
                 (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
@@ -406,7 +437,9 @@ BEGIN
         ELSE
             -- Gathered: one append, one row update and one wake-up for all of a run's
             -- results in this batch, not one each (a fan-in of many activities).
-            DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
+            IF NOT v_deleted THEN
+                DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
+            END IF;
             IF cardinality(v_run_types) = 0 THEN
                 v_run := v_task.execution_id;
                 v_run_queues := v_item_queues;

@@ -232,7 +232,11 @@ $$;
 -- A schedule_activity command checked (a name; its input within p_limit, else HR008)
 -- and the data of its ActivityScheduled event: the one description of both the
 -- activity that may be handed (_decide_schedule_activity) and the one that queues
--- (_decide_queue_activity).
+-- (_decide_queue_activity). The checks are tested in the IF conditions (expressions
+-- PL/pgSQL evaluates without starting an executor) and _require and _check_payload are
+-- called only to raise: a PERFORM is a statement of its own, and these two were two of
+-- an activity's statements on every decision that scheduled it (docs/performance.md,
+-- "Fan-out row, sixth cut").
 CREATE OR REPLACE FUNCTION harvest._activity_scheduled(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer
 )
@@ -240,9 +244,13 @@ RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM harvest._require(p_command, 'name', 'string');
-    PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
-        p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
+    IF jsonb_typeof(p_command -> 'name') IS DISTINCT FROM 'string' THEN
+        PERFORM harvest._require(p_command, 'name', 'string');
+    END IF;
+    IF octet_length((p_command -> 'input')::text) > p_limit THEN
+        PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
+            p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
+    END IF;
     RETURN jsonb_build_object(
         'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
         'queue', coalesce(p_command ->> 'queue', p_execution.queue),
@@ -657,7 +665,10 @@ BEGIN
         IF v_type IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer',
                       'start_child_workflow', 'complete_update', 'signal_external_workflow',
                       'cancel_external_workflow') THEN
-            v_seq := (harvest._require(v_command, 'seq', 'number'))::integer;
+            IF jsonb_typeof(v_command -> 'seq') IS DISTINCT FROM 'number' THEN
+                PERFORM harvest._require(v_command, 'seq', 'number');  -- (it raises)
+            END IF;
+            v_seq := (v_command -> 'seq')::integer;
         END IF;
         -- An activity may be handed while a hand-off slot is left and its queue is one the
         -- worker polls (read at the first attempt); any other activity queues.

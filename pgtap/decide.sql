@@ -8,7 +8,7 @@
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(259);
+SELECT plan(265);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1361,6 +1361,43 @@ SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 13,
               '{"type": "schedule_activity", "seq": 13, "name": "q3", "queue": "fn_q"}', 1000),
           jsonb_build_object('seq', 13, 'name', 'q3', 'input', NULL, 'queue', 'fn_q', 'options', '{}'::jsonb),
           '_activity_scheduled() returns the ActivityScheduled data (the command''s queue, no options: {})');
+-- Its checks at their edges: an input of exactly p_limit bytes passes, one byte over is
+-- HR008; a name that is not a string is HR001, as _require words it.
+SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 14,
+              '{"type": "schedule_activity", "seq": 14, "name": "q4", "input": [12345]}', 7) ->> 'name',
+          'q4', '_activity_scheduled(): an input of exactly the limit (7 bytes) passes');
+SELECT throws_ok($$SELECT harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 14,
+                       '{"type": "schedule_activity", "seq": 14, "name": "q4", "input": [123456]}', 7)$$,
+                 'HR008', 'the input of activity q4 (command 14) is 8 bytes, over the payload limit of 7 bytes',
+                 '_activity_scheduled(): one byte over the limit: HR008');
+SELECT throws_ok($$SELECT harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 14,
+                       '{"type": "schedule_activity", "seq": 14, "name": 4}', 1000)$$,
+                 'HR001', 'command schedule_activity needs "name" as a JSON string, got number',
+                 '_activity_scheduled(): a name that is not a string: HR001');
+-- A decision that schedules activities calls _require and _check_payload only to raise:
+-- a well-formed schedule_activity costs neither call (each was a statement of its own).
+SET LOCAL track_functions = 'pl';
+CREATE FUNCTION pg_temp.calls(p_fn regprocedure) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f WHERE f.funcid = p_fn), 0);
+$fn$;
+SELECT pg_temp.start_and_claim('no_checks');
+CREATE TEMP TABLE checks_before ON COMMIT DROP AS
+SELECT pg_temp.calls('harvest._require(jsonb,text,text)') AS requires,
+       pg_temp.calls('harvest._check_payload(text,jsonb,integer)') AS payload_checks;
+SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                             jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'a', 'input', '[1]'::jsonb),
+                             jsonb_build_object('type', 'schedule_activity', 'seq', 2, 'name', 'b', 'input', '[2]'::jsonb)))$$,
+                       pg_temp.task('no_checks'), pg_temp.token('no_checks')),
+                'setup: a decision schedules two activities');
+SELECT results_eq(
+    $$SELECT pg_temp.calls('harvest._require(jsonb,text,text)') - b.requires,
+             pg_temp.calls('harvest._check_payload(text,jsonb,integer)') - b.payload_checks
+      FROM checks_before AS b$$,
+    $$VALUES (0::bigint, 0::bigint)$$,
+    'two well-formed schedule_activity commands: no call of _require or _check_payload');
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('no_checks') AND kind = 'activity'),
+          2::bigint, '... and both activities are scheduled');
+RESET track_functions;
 -- _decide_queue_activity: the same event, and no row until _queue_activities inserts the
 -- decision's queued activities, in command order, as _decide_schedule_activity would.
 SELECT results_eq(
