@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -134,3 +135,54 @@ def test_concurrent_async_starts_share_commits_and_a_refused_one_fails_alone(db:
     # which the refused start sank; they were then committed one by one (only commits
     # that succeeded count: the first, and 30 of the 31).
     assert (batcher.batches, batcher.items) == (32, 51)
+
+
+def test_an_apps_declared_workflows_keep_the_clients_start_batches_plain(db: str) -> None:
+    """A worker declares every workflow of its App, {} for one without a flow policy (so a
+    policy dropped from the code is cleared). Such a name must not send the AsyncClient's
+    batches one start at a time (start_workflow per start): start_workflows takes them
+    through _start_plain_batch, as it does before any worker declared anything."""
+    import asyncio
+
+    from harvest import App, AsyncClient, workflow
+    from harvest.client import client as client_module
+
+    @workflow(name="plain_wf")
+    async def plain_wf(ctx, n: int) -> int:
+        return n
+
+    app = App(workflows=[plain_wf])
+    assert app.flow_policies()["workflows"] == {"plain_wf": {}}
+    with psycopg.connect(db, autocommit=True) as conn:
+        # What a worker does at start-up (worker.py _register, _set_up).
+        conn.execute("SELECT harvest.register_workflows(%s, %s)", (["default"], ["plain_wf"]))
+        conn.execute("SELECT harvest.declare_flow_policies(%s)", (json.dumps(app.flow_policies()),))
+
+    sent: list[list[dict]] = []
+    send = client_module._StartBatcher._send
+
+    async def recording(self, items):  # type: ignore[no-untyped-def]
+        sent.append([call for (call,) in items])
+        return await send(self, items)
+
+    async def main() -> None:
+        async with await AsyncClient.connect(db, check_schema=False) as aclient:
+            await asyncio.gather(*(aclient.start_workflow(plain_wf, i) for i in range(5)))
+
+    client_module._StartBatcher._send = recording  # type: ignore[method-assign]
+    try:
+        asyncio.run(main())
+    finally:
+        client_module._StartBatcher._send = send  # type: ignore[method-assign]
+    assert sent and sum(len(batch) for batch in sent) == 5
+    with psycopg.connect(db) as conn:  # one transaction, rolled back: the batch again, counted
+        conn.execute("SET LOCAL track_functions = 'all'")
+        conn.execute("SELECT * FROM harvest.start_workflows(%s)", (json.dumps(sent[0], default=str),))
+        calls = dict(
+            conn.execute(
+                "SELECT funcname, calls FROM pg_stat_xact_user_functions"
+                " WHERE schemaname = 'harvest' AND funcname IN ('_start_plain_batch', 'start_workflow')"
+            ).fetchall()
+        )
+        conn.rollback()
+    assert calls == {"_start_plain_batch": 1}
