@@ -471,7 +471,8 @@ $$;
 -- per run: a minted workflow_id (none given: a new key has no prior and no other start
 -- can contend for its lock), the default policies, no shard, traceparent or timeouts, an
 -- array input within the payload limit, an object of search attributes, a priority in
--- range, a queue, no flow policy for the name, a name the queue's workers registered (or
+-- range, a queue, no flow policy for the name (or an empty one: what a worker declares for a
+-- workflow without flow control), a name the queue's workers registered (or
 -- a queue with no registrations), and no asserted actor to audit. One statement; any
 -- other batch goes one start at a time, with start_workflow's checks and errors.
 CREATE OR REPLACE FUNCTION harvest._starts_plain(p_starts jsonb, p_limit integer)
@@ -498,8 +499,12 @@ BEGIN
                                                     AND s.v ->> 'priority' ~ '^-?[0-9]{1,7}$'
                                                     AND (s.v ->> 'priority')::integer BETWEEN -1000000 AND 1000000))
                 AND btrim(coalesce(s.v ->> 'queue', 'default')) <> ''
+                -- An empty policy is none: a worker declares one for every workflow of its
+                -- App ('{}' without flow control, clearing an earlier one), and start_workflow
+                -- reads only its keys.
                 AND NOT EXISTS (SELECT 1 FROM harvest.flow_policies AS p
-                                WHERE p.kind = 'workflow' AND p.name = s.v ->> 'workflow_name')
+                                WHERE p.kind = 'workflow' AND p.name = s.v ->> 'workflow_name'
+                                  AND p.policy <> '{}'::jsonb)
                 AND (EXISTS (SELECT 1 FROM harvest.registered_workflows AS r
                              WHERE r.queue = coalesce(s.v ->> 'queue', 'default')
                                AND r.workflow_name = s.v ->> 'workflow_name')

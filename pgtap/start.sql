@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(175);
+SELECT plan(177);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -582,6 +582,15 @@ SELECT is(ARRAY(SELECT harvest._starts_plain(jsonb_build_array(jsonb_build_objec
           'or a name the queue''s workers did not register');
 SELECT is(harvest._starts_plain('[{"workflow_name": "fn_paced"}]', 1000), false,
           '_starts_plain(): not for a name with a flow policy');
+-- A worker declares a policy for every workflow of its App, '{}' for one without flow control:
+-- that is no policy, and start_workflow reads it as none.
+SELECT harvest.declare_flow_policies('{"workflows": {"pl_wf_free": {}}}');
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf_free"}]', 1000), true,
+          '_starts_plain(): a name whose declared policy is empty is plain');
+SELECT harvest.declare_flow_policies('{"workflows": {"pl_wf_free": {"concurrency": {"key": "input", "limit": 1}}}}');
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf_free"}]', 1000), false,
+          '_starts_plain(): not once that name declares a policy (a concurrency key)');
+SELECT harvest.declare_flow_policies('{"workflows": {"pl_wf_free": {}}}');
 SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf"}, 7]', 1000), false,
           '_starts_plain(): not when any element is not an object');
 SELECT is(harvest._starts_plain('[]', 1000), false, '_starts_plain(): not for an empty batch');
