@@ -7,7 +7,9 @@ first in even ones). A run is one of the rows' own benchmarks with ``PYTHONPATH`
 side's ``harvest_py``: ``remote`` (bench/remote_latency.py, start -> result from another
 process), ``dispatch`` (harvest_bench.py ``--mode latency``) or ``signals`` (``--mode
 signals``), each ``--seconds`` long at its default rate; the server's CPU is read from
-``/proc`` around the run. Prints one line per pair and row (p50 / p99 of both sides, their
+``/proc`` around the run. ``--together``: a pair's two runs at once instead of one after the
+other, so both see the same load (each then also loads the other; the server's CPU, which
+``/proc`` cannot split between them, is not reported). Prints one line per pair and row (p50 / p99 of both sides, their
 ratio) and a JSON summary with the per-pair ratios and their medians.
 
     python bench/latency_ab.py --base /work/wt/base27 --candidate . --pairs 6 --rows signals
@@ -42,19 +44,20 @@ ROWS = {
 
 
 def one_run(
-    root: Path, row: str, dsn: str, seconds: float, postmaster: int, more: list[str], bench: Path
+    root: Path, row: str, dsn: str, seconds: float, postmaster: int | None, more: list[str], bench: Path
 ) -> dict[str, Any]:
     """One run of ``row`` with the library of ``root`` and the scripts of ``bench``."""
     script, extra, key, per = ROWS[row]
     extra = extra + more
-    before = server_cpu_seconds(postmaster_pid=postmaster)
+    before = 0.0 if postmaster is None else server_cpu_seconds(postmaster_pid=postmaster)
     result = bench_json(root, script, "--dsn", dsn, "--seconds", str(seconds), *extra, bench=bench)
-    server = server_cpu_seconds(postmaster_pid=postmaster) - before
+    server = 0.0 if postmaster is None else server_cpu_seconds(postmaster_pid=postmaster) - before
     figure = result[key]
     return {
         "p50": figure["p50_ms"],
         "p99": figure["p99_ms"],
-        "server_ms": server * 1000 / result[per],
+        # (both sides at once: the server's CPU is theirs together, so it is not given)
+        "server_ms": float("nan") if postmaster is None else server * 1000 / result[per],
     }
 
 
@@ -72,6 +75,9 @@ def main() -> None:
         choices=("own", "cand"),
         default="own",
         help="run each side's own bench scripts (default), or the candidate's for both (a bench changed since the base)",
+    )
+    parser.add_argument(
+        "--together", action="store_true", help="a pair's two runs at once (both see the same load)"
     )
     parser.add_argument(
         "--cand-args",
@@ -95,13 +101,13 @@ def main() -> None:
                 admin,
                 server,
                 args.pairs,
-                False,
+                args.together,
                 lambda key, dsn, row=row: one_run(
                     sides[key],
                     row,
                     dsn,
                     args.seconds,
-                    postmaster,
+                    None if args.together else postmaster,
                     args.cand_args.split() if key == "cand" else [],
                     sides["cand" if args.bench_from == "cand" else key] / "bench",
                 ),

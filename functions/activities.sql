@@ -308,9 +308,13 @@ BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
        OR cardinality(p_task_ids) <> cardinality(p_results)
-       OR cardinality(p_task_ids) <> coalesce(cardinality(p_decisions), cardinality(p_task_ids)) THEN
+       OR cardinality(p_task_ids) <> coalesce(cardinality(p_decisions), cardinality(p_task_ids))
+       -- (the loop below reads every array at p_task_ids' subscripts)
+       OR array_lower(p_fencing_tokens, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)
+       OR array_lower(p_results, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)
+       OR (p_decisions IS NOT NULL AND array_lower(p_decisions, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)) THEN
         RAISE EXCEPTION 'task ids, fencing tokens, results (and decisions, if given) must be '
-            'arrays of one length' USING ERRCODE = 'HR001';
+            'arrays of one length and one first subscript' USING ERRCODE = 'HR001';
     END IF;
     IF p_hand_off THEN
         IF p_workflow_lease_secs IS NULL OR p_workflow_lease_secs <= 0 THEN
@@ -328,11 +332,13 @@ BEGIN
     END IF;
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
-        -- an id list scans the whole table.)
-        SELECT u.id, u.token, u.result, u.decision,
-               (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id) AS run
-        FROM unnest(p_task_ids, p_fencing_tokens, p_results, p_decisions) AS u (id, token, result, decision)
-        ORDER BY run, u.id
+        -- an id list scans the whole table. The items by subscript, not unnest, so the
+        -- cached generic plan serves a call of one item too: complete_workflow_tasks.)
+        SELECT p_task_ids[s.i] AS id, p_fencing_tokens[s.i] AS token, p_results[s.i] AS result,
+               p_decisions[s.i] AS decision,
+               (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_ids[s.i]) AS run
+        FROM generate_subscripts(p_task_ids, 1) AS s (i)
+        ORDER BY run, id
     LOOP
         -- The usual item (its task still the worker's, its result within the limit) is
         -- taken by one statement: its run's row locked first (once per run: the lock

@@ -864,9 +864,15 @@ BEGIN
     IF p_task_ids IS NULL OR v_count IS DISTINCT FROM cardinality(p_fencing_tokens)
        OR v_count IS DISTINCT FROM cardinality(p_throughs)
        OR v_count IS DISTINCT FROM cardinality(p_commands)
-       OR v_count IS DISTINCT FROM cardinality(p_hand_off_slots) THEN
+       OR v_count IS DISTINCT FROM cardinality(p_hand_off_slots)
+       -- (the loop below reads every array at p_task_ids' subscripts)
+       OR array_lower(p_fencing_tokens, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)
+       OR array_lower(p_throughs, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)
+       OR array_lower(p_commands, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)
+       OR array_lower(p_hand_off_slots, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)
+       OR (p_owner_epochs IS NOT NULL AND array_lower(p_owner_epochs, 1) IS DISTINCT FROM array_lower(p_task_ids, 1)) THEN
         RAISE EXCEPTION 'task ids, fencing tokens, throughs, commands and hand-off slots must be '
-            'arrays of one length' USING ERRCODE = 'HR001';
+            'arrays of one length and one first subscript' USING ERRCODE = 'HR001';
     END IF;
     -- The start locks first, then executions in one order in every batch, so two
     -- batches never deadlock (docs/internals.md, "Lock order").
@@ -874,11 +880,15 @@ BEGIN
     -- (RETURN NEXT per item: a set query here would be planned on every call.)
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
-        -- an id list scans the whole table.)
-        SELECT u.id, u.token, u.through, u.commands, u.slots, u.epoch
-        FROM unnest(p_task_ids, p_fencing_tokens, p_throughs, p_commands, p_hand_off_slots, p_owner_epochs)
-            AS u (id, token, through, commands, slots, epoch)
-        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = u.id), u.id
+        -- an id list scans the whole table. The items by subscript, not unnest: the
+        -- planner sizes unnest by the array a custom plan sees, so a call of one item
+        -- always looked cheaper planned afresh, and was; generate_subscripts has one
+        -- size for every plan, so the cached generic plan serves (performance.md,
+        -- "Latency rows, sixth cut").)
+        SELECT p_task_ids[s.i] AS id, p_fencing_tokens[s.i] AS token, p_throughs[s.i] AS through,
+               p_commands[s.i] AS commands, p_hand_off_slots[s.i] AS slots, p_owner_epochs[s.i] AS epoch
+        FROM generate_subscripts(p_task_ids, 1) AS s (i)
+        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_ids[s.i]), p_task_ids[s.i]
     LOOP
         task_id := v_item.id;
         v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');

@@ -420,6 +420,7 @@ DECLARE
     v_concurrency_key text := p_concurrency_key;
     v_id uuid;
     v_first bigint;  -- (the append is an assignment: a PERFORM would be a statement of its own)
+    v_trace jsonb := '{}'::jsonb;  -- WorkflowStarted's trace_root and traceparent, when given
 BEGIN
     v_id := coalesce(p_execution_id, harvest._new_execution_id(p_shard));
     INSERT INTO harvest.executions (
@@ -431,18 +432,24 @@ BEGIN
         least(v_execution_deadline, v_now + make_interval(secs => p_run_timeout_secs)),
         v_concurrency_key, p_quota_key, p_run_timeout_secs
     );
+    -- A child's trace is its root run's (docs/observability.md): the parent's own root, or
+    -- the parent itself (also when the parent lives on another shard and is not read here).
+    -- (Read apart from the append below: with the parent's read inside it, the append's
+    -- cached generic plan looked dearer than a plan made for a run without a parent, so
+    -- every start planned the append afresh; alone, it is a simple expression.)
+    IF p_parent_id IS NOT NULL THEN
+        v_trace := jsonb_build_object('trace_root', coalesce(
+            (SELECT ev.event_data ->> 'trace_root' FROM harvest.events AS ev
+             WHERE ev.execution_id = p_parent_id AND ev.event_id = 1), p_parent_id::text));
+    END IF;
+    -- The span that started it: the caller's start, the parent's child.start, or the
+    -- predecessor's continue_as_new; its spans continue that trace.
+    IF p_traceparent IS NOT NULL THEN
+        v_trace := v_trace || jsonb_build_object('traceparent', harvest._check_traceparent(p_traceparent));
+    END IF;
     v_first := harvest._append_event(v_id, 'WorkflowStarted', jsonb_build_object(
         'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id,
-        'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id)
-        -- A child's trace is its root run's (docs/observability.md): the parent's own root, or
-        -- the parent itself (also when the parent lives on another shard and is not read here).
-        || CASE WHEN p_parent_id IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('trace_root', coalesce(
-               (SELECT ev.event_data ->> 'trace_root' FROM harvest.events AS ev
-                WHERE ev.execution_id = p_parent_id AND ev.event_id = 1), p_parent_id::text)) END
-        -- The span that started it: the caller's start, the parent's child.start, or the
-        -- predecessor's continue_as_new; its spans continue that trace.
-        || CASE WHEN p_traceparent IS NULL THEN '{}'::jsonb
-                ELSE jsonb_build_object('traceparent', harvest._check_traceparent(p_traceparent)) END);
+        'input', p_input, 'task_queue', p_queue, 'parent_id', p_parent_id) || v_trace);
     IF v_concurrency_key IS NOT NULL AND p_policy #>> '{concurrency,on_conflict}' = 'cancel_running' THEN
         PERFORM harvest._supersede(p_workflow_name, v_concurrency_key,
                                    (p_policy #>> '{concurrency,limit}')::integer, v_id);
@@ -492,6 +499,9 @@ BEGIN
                                                     AND s.v ->> 'priority' ~ '^-?[0-9]{1,7}$'
                                                     AND (s.v ->> 'priority')::integer BETWEEN -1000000 AND 1000000))
                 AND btrim(coalesce(s.v ->> 'queue', 'default')) <> ''
+                -- An empty policy is none: a worker declares one for every workflow of its
+                -- App ('{}' without flow control, clearing an earlier one), and start_workflow
+                -- reads only its keys.
                 AND NOT EXISTS (SELECT 1 FROM harvest.flow_policies AS p
                                 WHERE p.kind = 'workflow' AND p.name = s.v ->> 'workflow_name'
                                   AND p.policy <> '{}'::jsonb)

@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(177);
+SELECT plan(179);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -281,8 +281,16 @@ $fn$;
 
 SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[],
                                                              ARRAY['1', '2']::jsonb[])$$,
-                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length',
+                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length and one first subscript',
                  'complete_activities() with arrays of different lengths: HR001');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1]::bigint[], '[0:0]={1}'::bigint[],
+                                                             ARRAY['1']::jsonb[])$$,
+                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length and one first subscript',
+                 'complete_activities() with fencing tokens from another first subscript: HR001 (items are read by subscript)');
+SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1]::bigint[], ARRAY[1]::bigint[],
+                                                             ARRAY['1']::jsonb[], true, 45, '[2:2]={"{}"}'::jsonb[])$$,
+                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length and one first subscript',
+                 'complete_activities() with decisions from another first subscript: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', NULL, ARRAY[1]::bigint[], ARRAY['1']::jsonb[])$$,
                  'HR001', NULL, 'complete_activities() without task ids: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1]::bigint[], NULL, ARRAY['1']::jsonb[])$$,
@@ -869,7 +877,7 @@ SELECT results_eq($$SELECT outcome, decided, handed IS NOT NULL FROM batches WHE
 
 SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1, 2]::bigint[], ARRAY[1, 2]::bigint[],
                                                              ARRAY['1', '2']::jsonb[], true, 45, ARRAY['{}']::jsonb[])$$,
-                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length',
+                 'HR001', 'task ids, fencing tokens, results (and decisions, if given) must be arrays of one length and one first subscript',
                  'complete_activities() with fewer decisions than items: HR001');
 
 -- _may_decide_on_result on its own.

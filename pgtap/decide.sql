@@ -8,7 +8,7 @@
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(265);
+SELECT plan(268);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1166,16 +1166,27 @@ SELECT pg_temp.start_and_claim('wb_y');
 SELECT throws_ok(
     format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
                '{}', ARRAY['[]']::jsonb[], '{0}')$$, pg_temp.task('wb_y'), pg_temp.token('wb_y')),
-    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length',
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length and one first subscript',
     'complete_workflow_tasks() with p_throughs shorter: HR001');
 SELECT throws_ok(
     format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
                '{1}', ARRAY['[]']::jsonb[], '{0, 0}')$$, pg_temp.task('wb_y'), pg_temp.token('wb_y')),
-    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length',
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length and one first subscript',
     'complete_workflow_tasks() with p_hand_off_slots longer: HR001');
 SELECT throws_ok(
+    format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], '[0:0]={%s}'::bigint[],
+               '{1}', ARRAY['[]']::jsonb[], '{0}')$$, pg_temp.task('wb_y'), pg_temp.token('wb_y')),
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length and one first subscript',
+    'complete_workflow_tasks() with p_fencing_tokens from another first subscript: HR001 (items are read by subscript)');
+SELECT throws_ok(
+    format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], ARRAY[%s]::bigint[],
+               '{1}', ARRAY['[]']::jsonb[], '{0}', 50000, 52428800, '[2:2]={1}'::bigint[])$$,
+           pg_temp.task('wb_y'), pg_temp.token('wb_y')),
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length and one first subscript',
+    'complete_workflow_tasks() with p_owner_epochs from another first subscript: HR001');
+SELECT throws_ok(
     $$SELECT * FROM harvest.complete_workflow_tasks('batcher', NULL, NULL, NULL, NULL, NULL)$$,
-    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length',
+    'HR001', 'task ids, fencing tokens, throughs, commands and hand-off slots must be arrays of one length and one first subscript',
     'complete_workflow_tasks() with NULL task ids: HR001');
 SELECT throws_ok(
     format($$SELECT * FROM harvest.complete_workflow_tasks('batcher', ARRAY[%s]::bigint[], NULL, '{1}',
@@ -1185,6 +1196,12 @@ SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = pg_temp.run('
           'complete_workflow_tasks(): the refused calls wrote nothing');
 SELECT is_empty($$SELECT * FROM harvest.complete_workflow_tasks('batcher', '{}', '{}', '{}', '{}', '{}')$$,
                 'complete_workflow_tasks() of empty arrays: no rows');
+SELECT is(
+    (SELECT outcome FROM harvest.complete_workflow_tasks('batcher', format('[3:3]={%s}', pg_temp.task('wb_y'))::bigint[],
+         format('[3:3]={%s}', pg_temp.token('wb_y'))::bigint[], '[3:3]={1}'::bigint[],
+         '[3:3]={"[]"}'::jsonb[], '[3:3]={0}'::integer[])),
+    'completed',
+    'complete_workflow_tasks() with every array from subscript 3: the item completes');
 
 -- One row per item, matched by task id: the items are applied (and the rows come
 -- back) in execution-id order, not in the order sent. Sent here in descending

@@ -1,0 +1,185 @@
+"""Each hot function's server cost per CALL (docs/performance.md, "Latency rows, sixth cut").
+
+Drives the start -> result row's SQL path (``one_step``: start, claim, decision with the activity
+handed, result and close decided ahead, the waiter's read) from one connection, ``--batch`` runs
+per call, each call its own transaction as the client and the worker send it, and reads the
+backend's CPU from ``/proc/<pid>/schedstat`` (nanoseconds on a CPU) around every call. Prints,
+per function, the backend CPU per call and per run: at ``--batch 1`` a call's whole cost is per
+run, at ``--batch 50`` only the per-item part is, so the difference is what a call costs before
+its first item. ``--statements`` adds ``pg_stat_statements`` (``track = all``) figures: the
+statements one call runs, nested ones included, per call.
+
+    python bench/call_cost.py --dsn D --runs 300 --batch 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+STEPS = (
+    "start_workflows",
+    "claim_tasks",
+    "complete_workflow_tasks",
+    "complete_activities",
+    "wait_for_result",
+)
+OPTIONS = {"retry": {"maximum_attempts": 3}, "start_to_close_secs": 30}
+# A start as the client sends it (AsyncClient.start_workflow: every argument named).
+START = {
+    "workflow_name": "one_step",
+    "input": [0],
+    "workflow_id": None,
+    "reuse_policy": "allow_duplicate",
+    "conflict_policy": "unspecified",
+    "search_attributes": {},
+    "priority": 0,
+    "execution_timeout": None,
+    "run_timeout": None,
+    "traceparent": None,
+}
+
+
+def on_cpu_ns(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+def one_round(
+    conn: psycopg.Connection, pid: int, queue: str, worker: str, batch: int, cost: dict[str, int]
+) -> None:
+    """One batch of runs through the path, each call's backend CPU added to ``cost``."""
+
+    def call(step: str, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        before = on_cpu_ns(pid)
+        cur = conn.execute(sql, params, prepare=True)
+        rows = cur.fetchall()
+        cost[step] += on_cpu_ns(pid) - before
+        names = [d.name for d in cur.description or []]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    starts = [dict(START, queue=queue) for _ in range(batch)]
+    started = call("start_workflows", "SELECT * FROM harvest.start_workflows(%s)", (Jsonb(starts),))
+    claimed = call(
+        "claim_tasks", "SELECT * FROM harvest.claim_tasks(%s, %s, %s, %s)", (worker, [queue], batch, 30.0)
+    )
+    if len(claimed) != batch:
+        raise SystemExit(f"claimed {len(claimed)} of {batch}")
+    tasks = claimed
+    command = {
+        "type": "schedule_activity",
+        "seq": 1,
+        "name": "noop",
+        "input": [1],
+        "queue": queue,
+        "options": OPTIONS,
+    }
+    decided = call(
+        "complete_workflow_tasks",
+        "SELECT * FROM harvest.complete_workflow_tasks(%s, %s, %s, %s, %s::jsonb[], %s::integer[], 50000, 52428800, NULL)",
+        (
+            worker,
+            [t["task_id"] for t in tasks],
+            [t["fencing_token"] for t in tasks],
+            [t["new_events_after"] + len(t["new_events"]) for t in tasks],
+            [Jsonb([command]) for _ in tasks],
+            [1 for _ in tasks],
+        ),
+    )
+    handed = [row["handed"][0] for row in decided]
+    decisions = [
+        Jsonb(
+            {
+                "after": row["last_event_id"],
+                "result_text": "1",
+                "hand_off_slots": 1,
+                "commands": [{"type": "complete_workflow", "result": 1}],
+            }
+        )
+        for row in decided
+    ]
+    closed = call(
+        "complete_activities",
+        "SELECT * FROM harvest.complete_activities(%s, %s, %s, %s::jsonb[], true, 30, %s::jsonb[], 50000, 52428800)",
+        (
+            worker,
+            [h["task_id"] for h in handed],
+            [h["fencing_token"] for h in handed],
+            [Jsonb(1) for _ in handed],
+            decisions,
+        ),
+    )
+    if sum(1 for row in closed if row["decided"] is not None) != batch:
+        raise SystemExit(f"closed {closed}")
+    waiter = uuid.uuid4()
+    for row in started:
+        call(
+            "wait_for_result", "SELECT * FROM harvest.wait_for_result(%s, %s)", (row["execution_id"], waiter)
+        )
+
+
+def prepare(conn: psycopg.Connection) -> tuple[int, str, str]:
+    """A worker and a queue of this run's own: (backend pid, queue, worker id)."""
+    pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+    tag = uuid.uuid4().hex[:8]
+    queue, worker = f"call-cost-{tag}", f"call-cost-{tag}"
+    conn.execute("SELECT harvest.register_worker(%s, %s, 'bench', %s, 100, '{}')", (worker, [queue], pid))
+    # What a worker of an App with one_step and no flow control declares at start-up.
+    conn.execute("SELECT harvest.register_workflows(%s, %s)", ([queue], ["one_step"]))
+    conn.execute(
+        """SELECT harvest.declare_flow_policies('{"workflows": {"one_step": {}}, "activities": {}}')"""
+    )
+    return pid, queue, worker
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", required=True)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=20, help="runs first, not counted")
+    parser.add_argument("--statements", action="store_true", help="pg_stat_statements (track = all) per call")
+    args = parser.parse_args()
+    with psycopg.connect(args.dsn, autocommit=True) as conn:
+        pid, queue, worker = prepare(conn)
+        warm = dict.fromkeys(STEPS, 0)
+        for _ in range(max(1, args.warmup // args.batch)):
+            one_round(conn, pid, queue, worker, args.batch, warm)
+        if args.statements:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            conn.execute("SET pg_stat_statements.track = 'all'")
+            conn.execute("SET pg_stat_statements.track_planning = on")
+            conn.execute("SELECT pg_stat_statements_reset()")
+        cost = dict.fromkeys(STEPS, 0)
+        rounds = max(1, args.runs // args.batch)
+        for _ in range(rounds):
+            one_round(conn, pid, queue, worker, args.batch, cost)
+        runs = rounds * args.batch
+        out: dict[str, Any] = {"batch": args.batch, "runs": runs}
+        for step in STEPS:
+            calls = rounds * (args.batch if step == "wait_for_result" else 1)
+            out[step] = {
+                "us_per_call": round(cost[step] / calls / 1000, 1),
+                "us_per_run": round(cost[step] / runs / 1000, 1),
+            }
+        out["total_us_per_run"] = round(sum(cost.values()) / runs / 1000, 1)
+        if args.statements:
+            nested = conn.execute(
+                "SELECT sum(calls), sum(total_exec_time) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM"
+                " pg_database WHERE datname = current_database()) AND NOT toplevel"
+            ).fetchone()
+            out["nested_statements_per_run"] = round(float(nested[0] or 0) / runs, 1)  # type: ignore[index]
+        print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
