@@ -364,7 +364,7 @@ TRAPS = [
     case(
         Statement(
             "complete_activities",
-            r"SELECT u\.id, u\.token, u\.result",
+            r"SELECT p_task_ids\[s\.i\] AS id, p_fencing_tokens\[s\.i\] AS token, p_results",
             {
                 "p_task_ids": "bigint[]",
                 "p_fencing_tokens": "bigint[]",
@@ -374,13 +374,13 @@ TRAPS = [
         ),
         {"tasks": {"tasks_pkey"}},
         f"activities.sql: {ID_LIST}, e.g. ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t "
-        "WHERE t.id = u.id), u.id",
+        "WHERE t.id = p_task_ids[s.i]), id",
         id="complete_activities-order",
     ),
     case(
         Statement(
             "complete_workflow_tasks",
-            r"SELECT u\.id, u\.token, u\.through",
+            r"SELECT p_task_ids\[s\.i\] AS id, p_fencing_tokens\[s\.i\] AS token, p_throughs",
             {
                 "p_task_ids": "bigint[]",
                 "p_fencing_tokens": "bigint[]",
