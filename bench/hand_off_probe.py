@@ -11,6 +11,15 @@ statements of ``_may_hand_off`` from ``pg_stat_statements``: calls per workflow,
 and shared buffers per call.
 
     python bench/hand_off_probe.py --base /work/wt/base --candidate . --rounds 1 --n 1000
+
+With ``--micro`` it times the two probe shapes alone instead, as PL/pgSQL statements (a
+cached plan with the priority as a parameter) in one backend: ``--calls`` calls per loop,
+the two shapes alternating ``--rounds`` times, on the candidate's schema, in two states of
+the ``default`` queue: 2,000 runs started and 1,000 of their workflow tasks claimed (a
+backlog behind the claimed tasks' dead entries), then all 2,000 claimed (an empty queue
+whose entries vacuum has not removed). Backend CPU from /proc/<pid>/schedstat.
+
+    python bench/hand_off_probe.py --base /work/wt/base --candidate . --micro --rounds 6
 """
 
 from __future__ import annotations
@@ -118,6 +127,81 @@ def one_drain(root: Path, dsn: str, n: int, every: float) -> dict[str, Any]:
     }
 
 
+LOOPS = {
+    "head": (
+        "CREATE FUNCTION pg_temp.loop_head(p_priority integer, p_calls integer) RETURNS integer"
+        " LANGUAGE plpgsql AS $$ DECLARE v_top integer; v_hits integer := 0; BEGIN"
+        " FOR i IN 1..p_calls LOOP"
+        "  SELECT t.priority INTO v_top FROM harvest.tasks AS t"
+        "  WHERE t.queue = 'default' AND t.status = 'pending' AND t.kind <> 'timer'"
+        "  ORDER BY t.priority DESC LIMIT 1;"
+        "  IF v_top > p_priority THEN v_hits := v_hits + 1; END IF;"
+        " END LOOP; RETURN v_hits; END $$"
+    ),
+    "bounded": (
+        "CREATE FUNCTION pg_temp.loop_bounded(p_priority integer, p_calls integer) RETURNS integer"
+        " LANGUAGE plpgsql AS $$ DECLARE v_hits integer := 0; BEGIN"
+        " FOR i IN 1..p_calls LOOP"
+        "  PERFORM t.priority FROM harvest.tasks AS t"
+        "  WHERE t.queue = 'default' AND t.priority > p_priority AND t.status = 'pending'"
+        "  AND t.kind <> 'timer' ORDER BY t.priority DESC LIMIT 1;"
+        "  IF FOUND THEN v_hits := v_hits + 1; END IF;"
+        " END LOOP; RETURN v_hits; END $$"
+    ),
+}
+
+
+def backend_ns(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+def micro(dsn: str, rounds: int, calls: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+        for sql in LOOPS.values():
+            conn.execute(sql)
+        conn.execute(
+            "SELECT count(*) FROM generate_series(1, 2000) AS g,"
+            " LATERAL harvest.start_workflow('probe_wf', '[]', 'probe-' || g, 'default') AS s"
+        )
+        for claimed in (1000, 2000):
+            while (
+                conn.execute(
+                    "SELECT count(*) FROM harvest.tasks WHERE queue = 'default' AND status = 'running'"
+                ).fetchone()[0]
+                < claimed
+            ):
+                conn.execute("SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['default'], 50)")
+            per_call: dict[str, list[float]] = {name: [] for name in LOOPS}
+            for i in range(rounds):
+                for name in LOOPS if i % 2 == 0 else list(LOOPS)[::-1]:
+                    before = backend_ns(pid)
+                    (hits,) = conn.execute(f"SELECT pg_temp.loop_{name}(0, %s)", (calls,)).fetchone()
+                    per_call[name].append((backend_ns(pid) - before) / calls / 1000)
+                    assert hits == 0, (name, hits)
+            print(
+                json.dumps(
+                    {
+                        "claimed": claimed,
+                        "pending": 2000 - claimed,
+                        **{
+                            f"{name}_us_per_call": [round(x, 2) for x in got]
+                            for name, got in per_call.items()
+                        },
+                        **{
+                            f"{name}_median_us": round(statistics.median(got), 2)
+                            for name, got in per_call.items()
+                        },
+                        "ratios": [
+                            round(b / h, 3)
+                            for h, b in zip(per_call["head"], per_call["bounded"], strict=True)
+                        ],
+                    }
+                ),
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, type=Path)
@@ -125,6 +209,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--every", type=float, default=0.05, help="seconds between EXPLAIN samples")
+    parser.add_argument("--micro", action="store_true", help="time the two probe shapes alone")
+    parser.add_argument("--calls", type=int, default=20000, help="--micro: calls per timed loop")
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     settings = {**SERVER_SETTINGS, "pg_stat_statements.track": "all"}
@@ -133,6 +219,9 @@ def main() -> None:
         psycopg.connect(server.dsn, autocommit=True) as admin,
     ):
         migrate_templates(admin, server, sides)
+        if args.micro:
+            micro(fresh(admin, server, "run_cand", "tmpl_cand"), args.rounds, args.calls)
+            return
         for i in range(args.rounds):
             for key in ("base", "cand") if i % 2 == 0 else ("cand", "base"):
                 dsn = fresh(admin, server, f"run_{key}", f"tmpl_{key}")
