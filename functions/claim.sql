@@ -633,9 +633,10 @@ $$;
 -- "priority > $n" was planned as a sequential scan that read every pending task.
 -- The priority probe is bounded by p_priority in the index condition, so it reads
 -- only the entries above it: in a queue of one priority, a descent to the queue's
--- head and no heap page. Unbounded, it read the queue's first live pending task
--- (and every dead entry of a claimed or finished task before it) from the heap,
--- about four times the buffers (docs/performance.md, "Hand-off probe, sixth cut").
+-- head and no heap page (2 buffers). Unbounded, it read the queue's first live
+-- pending task (and any dead entry of a claimed task before it not yet marked dead
+-- in the index) from the heap: 5.3 buffers per call in the canonical drain
+-- (docs/performance.md, "Hand-off probe, sixth cut").
 CREATE OR REPLACE FUNCTION harvest._may_hand_off(p_queue text, p_priority integer, p_worker_queues text[])
 RETURNS boolean
 LANGUAGE plpgsql STABLE
