@@ -631,22 +631,26 @@ $$;
 -- Each probe reads the head of a queue index (ORDER BY its order, LIMIT 1), a
 -- shape no cached generic plan turns into a table scan: an EXISTS over
 -- "priority > $n" was planned as a sequential scan that read every pending task.
+-- The priority probe is bounded by p_priority in the index condition, so it reads
+-- only the entries above it: in a queue of one priority, a descent to the queue's
+-- head and no heap page (2 buffers). Unbounded, it read the queue's first live
+-- pending task (and any dead entry of a claimed task before it not yet marked dead
+-- in the index) from the heap: 5.3 buffers per call in the canonical drain
+-- (docs/performance.md, "Hand-off probe, sixth cut").
 CREATE OR REPLACE FUNCTION harvest._may_hand_off(p_queue text, p_priority integer, p_worker_queues text[])
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_top integer;
 BEGIN
     IF NOT p_queue = ANY(p_worker_queues) OR p_worker_queues IS NULL
        OR EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_queue) THEN
         RETURN false;
     END IF;
-    SELECT t.priority INTO v_top FROM harvest.tasks AS t  -- tasks_claimable's head
-    WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+    PERFORM t.priority FROM harvest.tasks AS t  -- tasks_claimable's head, above p_priority
+    WHERE t.queue = p_queue AND t.priority > p_priority AND t.status = 'pending' AND t.kind <> 'timer'
     ORDER BY t.priority DESC
     LIMIT 1;
-    IF v_top > p_priority THEN
+    IF FOUND THEN
         RETURN false;
     END IF;
     RETURN NOT EXISTS (  -- tasks_claimable_aging's head

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(139);
+SELECT plan(142);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -435,6 +435,32 @@ SELECT is(harvest._may_hand_off('wq_ho_timer', 0, harvest._hand_off_queues('h-ac
 SELECT pg_temp.fill('ho_age_q', 1, 0, 0, '{"priority_aging_secs": 10}', '[]');
 SELECT is(harvest._may_hand_off('ho_age_q', 9, harvest._hand_off_queues('h-active')), false,
           '_may_hand_off(): a pending ageing task blocks even a higher priority');
+-- The priority probe reads tasks_claimable bounded by the priority (only entries above it):
+-- the bound holds for negative priorities, and stops at the queue (a higher priority pending
+-- elsewhere, in a queue before or after it in the index, does not block).
+SELECT pg_temp.fill('ho_bound_q', 2, -3, 0, '{}', '[]');
+SELECT pg_temp.fill('ho_bound_q', 1, 0, 0, '{}', '[]');
+SELECT pg_temp.fill('ho_bound_a', 1, 7, 0, '{}', '[]');
+SELECT pg_temp.fill('ho_bound_z', 1, 7, 0, '{}', '[]');
+SELECT results_eq(
+    $$SELECT harvest._may_hand_off('ho_bound_q', -4, q), harvest._may_hand_off('ho_bound_q', -3, q),
+             harvest._may_hand_off('ho_bound_q', -1, q), harvest._may_hand_off('ho_bound_q', 0, q),
+             harvest._may_hand_off('ho_bound_q', 6, q)
+      FROM (VALUES (ARRAY['ho_bound_q', 'ho_bound_a', 'ho_bound_z'])) AS v (q)$$,
+    $$VALUES (false, false, false, true, true)$$,
+    '_may_hand_off(): negative priorities are bounded as others; other queues'' tasks do not block');
+UPDATE harvest.tasks SET status = 'paused' WHERE queue = 'ho_bound_q' AND priority = 0;
+SELECT is(harvest._may_hand_off('ho_bound_q', -1, ARRAY['ho_bound_q']), true,
+          '_may_hand_off(): a paused task of a higher priority does not block');
+DELETE FROM harvest.tasks WHERE queue = 'ho_bound_q' AND priority = -3;
+INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)
+SELECT t.execution_id, 'activity', 'ho_bound_q', -2, harvest.now(), harvest.now(), 100, 'act'
+FROM harvest.tasks AS t WHERE t.queue = 'ho_bound_q' LIMIT 1;
+SELECT results_eq(
+    $$SELECT harvest._may_hand_off('ho_bound_q', -3, ARRAY['ho_bound_q']),
+             harvest._may_hand_off('ho_bound_q', -2, ARRAY['ho_bound_q'])$$,
+    $$VALUES (false, true)$$,
+    '_may_hand_off(): a task inserted since blocks a lower priority; the deleted ones do not count');
 
 -- _task_for_worker: the JSON of a task is the row claim_tasks returns for it.
 SELECT harvest.start_workflow('tfw_wf', '[5]', 'tfw', 'tfw_q');

@@ -247,6 +247,13 @@ ID_LIST = (
 BY_PK = {"executions": {"executions_pkey"}}
 
 
+HAND_OFF_PROBE = Statement(
+    "_may_hand_off",
+    r"PERFORM t\.priority FROM harvest\.tasks",
+    {"p_queue": "text", "p_priority": "integer"},
+)
+
+
 def case(stmt: Statement, expected: dict[str, set[str]], why: str, id: str):
     """A statement, the only indexes its generic plan may read through, and the trap it avoids."""
     return pytest.param(stmt, expected, why, id=id)
@@ -406,6 +413,13 @@ TRAPS = [
         id="_may_decide_on_result-open-workflow-task",
     ),
     case(
+        HAND_OFF_PROBE,
+        {"tasks": {"tasks_claimable"}},
+        "claim.sql (hand-off): the head of one queue's tasks_claimable above a priority, in its "
+        "order (an EXISTS over `priority > $n` was cached as a sequential scan of every pending task)",
+        id="_may_hand_off-priority",
+    ),
+    case(
         Statement(
             "_decide_cancel_timer",
             r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
@@ -448,3 +462,21 @@ def test_hot_path_statement_keeps_its_index(
     sql = plain_sql(never_analysed, stmt)
     plan = generic_plan(never_analysed, sql, list(stmt.params.values()))
     assert_reads_only_through(plan, expected, f"{sql}\n(the trap: {why})")
+
+
+def test_the_hand_off_probe_is_bounded_by_the_priority_in_the_index(
+    never_analysed: psycopg.Connection,
+) -> None:
+    """_may_hand_off's priority probe stops at the first entry of tasks_claimable at or below
+    the new task's priority without reading the heap: the bound is an index condition, not a
+    filter applied to each entry (a filter reads the queue's live head and the dead entries of
+    claimed tasks before it from the heap; docs/performance.md, "Hand-off probe, sixth cut")."""
+    sql = plain_sql(never_analysed, HAND_OFF_PROBE)
+    plan = generic_plan(never_analysed, sql, list(HAND_OFF_PROBE.params.values()))
+    scans = [n for n in nodes(plan) if n.get("Index Name") == "tasks_claimable"]
+    assert len(scans) == 1, f"expected one scan of tasks_claimable:\n{sql}\n{plan}"
+    condition = scans[0].get("Index Cond", "")
+    assert "priority >" in condition and "queue =" in condition, (
+        f"the priority bound is not in the index condition ({condition!r}):\n{sql}"
+    )
+    assert "Filter" not in scans[0], f"the probe filters entries ({scans[0]['Filter']!r}):\n{sql}"
