@@ -1,6 +1,7 @@
 """The worker's claim (harvest.db.sqlapi.CLAIM_TASKS) names harvest.claim_tasks' columns so that a
-task's ``options`` comes as its text, and ``claimed_rows`` decodes each distinct text once (issue
-20, "Cheaper Python, seventh cut"). No database: the column list is read from functions/claim.sql."""
+task's ``options`` and ``execution_id`` come as text, and ``claimed_rows`` decodes each distinct
+options text once (issue 20, "Cheaper Python, seventh cut"). No database: the column list is read
+from functions/claim.sql."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def test_the_claim_selects_every_column_of_claim_tasks_in_order() -> None:
     assert "options" in returned and len(returned) > 10
     assert _selected_columns() == returned
     assert "options::text AS options" in " ".join(CLAIM_TASKS.split())
+    assert "execution_id::text AS execution_id" in " ".join(CLAIM_TASKS.split())
 
 
 def test_claimed_rows_decode_the_options_text_as_json_does() -> None:
