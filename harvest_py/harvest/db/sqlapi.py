@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import json
 import random
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,7 +27,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from harvest.core.errors import TransactionConflict, from_database_error
-from harvest.db.jsoncodec import dumps
+from harvest.db.jsoncodec import dumps, loads
 
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
@@ -409,7 +408,7 @@ def claimed_rows(found: Rows) -> Rows:
             if value is None:
                 if len(memo) >= _CLAIMED_OPTIONS_MAX:
                     memo.clear()
-                value = memo[text] = json.loads(text)
+                value = memo[text] = loads(text)
             row["options"] = value
     return found
 
