@@ -93,6 +93,40 @@ def test_refs_are_collected_and_replaced():
     assert replace_refs(value, {"x": 1}) == {"a": [1], "b": {"_harvest_ref": "y"}}
 
 
+def test_marked_finds_an_envelope_or_a_reference_at_any_depth_and_nothing_else():
+    from harvest.core.codecs import _marked
+
+    envelope = CodecChain([ZlibCodec()]).encode("x" * 100)
+    assert "_harvest_codec" in envelope
+    for found in (
+        envelope,
+        {"_harvest_ref": "r"},
+        [1, "a", {"b": [None, {"c": envelope}]}],
+        {"events": [{"event_data": {"seq": 1}}, {"event_data": {"result": [[{"_harvest_ref": "r"}]]}}]},
+        [[], {}, [[[envelope]]]],
+    ):
+        assert _marked(found) is True, found
+    for plain in (
+        None,
+        3,
+        "_harvest_codec",
+        [],
+        {},
+        [3],
+        [1, "_harvest_ref", 2.5, True, None],
+        {"a": "_harvest_codec", "b": {"c": ["_harvest_ref"]}},
+        ("_harvest_ref", {"_harvest_ref": "r"}),  # a tuple is not JSON: not walked, as before
+        {"a": ({"_harvest_codec": 1},)},
+        [{"seq": i, "options": {"retry": {"non_retryable_errors": []}}} for i in range(50)],
+    ):
+        assert _marked(plain) is False, plain
+
+
+def test_decode_hands_back_an_unmarked_value_itself():
+    value = [{"event_id": 1, "event_data": {"seq": 1, "input": [3]}}]
+    assert asyncio.run(Payloads(CodecChain([ZlibCodec()])).decode(None, value)) is value
+
+
 class _MemoryStore:
     def __init__(self):
         self.rows = {}

@@ -105,6 +105,10 @@ def test_loads_is_json_loads(value):
         bytearray(b"[1, 2]"),
         memoryview(b'{"a": [1]}'),
         '"\U0001f600"'.encode(),
+        " [1] ",
+        "[1]\n",
+        '{"a": {"b": [1.5, null, true]}}',
+        '"\\ud83d\\ude00"',
     ],
 )
 def test_loads_reads_what_json_loads_reads(data):
@@ -113,7 +117,22 @@ def test_loads_reads_what_json_loads_reads(data):
 
 
 @pytest.mark.parametrize(
-    "data", [b"", b" ", b"[1", b"[1] x", b"nul", b'"\\x"', b"\xff\xfe\xfd", b"\xc3", b'{"a" 1}', "[1"]
+    "data",
+    [
+        b"",
+        b" ",
+        b"[1",
+        b"[1] x",
+        b"nul",
+        b'"\\x"',
+        b"\xff\xfe\xfd",
+        b"\xc3",
+        b'{"a" 1}',
+        "[1",
+        "",
+        "[1] x",
+        "\ufeff[1]",
+    ],
 )
 def test_loads_refuses_what_json_loads_refuses(data):
     with pytest.raises(ValueError) as ours:  # JSONDecodeError and UnicodeDecodeError are ValueErrors

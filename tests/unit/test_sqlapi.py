@@ -54,7 +54,7 @@ class _Cursor:
         self.log.append((sql, {k: _plain(v) for k, v in params.items()}))
 
     def fetchall(self) -> list[dict[str, Any]]:
-        return self.rows
+        return [dict(row) for row in self.rows]  # fresh rows per fetch, as psycopg's
 
     def __enter__(self) -> Self:
         return self
@@ -68,7 +68,7 @@ class _AsyncCursor(_Cursor):
         _Cursor.execute(self, sql, params)
 
     async def fetchall(self) -> list[dict[str, Any]]:  # type: ignore[override]
-        return self.rows
+        return [dict(row) for row in self.rows]
 
     async def __aenter__(self) -> Self:
         return self
@@ -133,6 +133,7 @@ ROW = {
     "data": {},
     "samples": {},
     "leader": True,
+    "options": '{"retry": {"max_attempts": 3}, "start_to_close": 300}',  # claim_tasks: as text
 }
 SAMPLE = {
     "str": "a",

@@ -29,7 +29,14 @@ _scan: Any = _c_make_scanner(decoder.JSONDecoder()) if _c_make_scanner is not No
 
 
 def loads(data: bytes | bytearray | memoryview | str) -> Any:
-    """``json.loads(data)`` of the UTF-8 text PostgreSQL sends for a ``json``/``jsonb`` value."""
+    """``json.loads(data)`` of the UTF-8 text PostgreSQL sends for a ``json``/``jsonb`` value
+    (or of that text already decoded: a value read as ``text``, harvest.db.sqlapi.claimed_rows)."""
+    if _scan is not None and isinstance(data, str):
+        try:
+            value, end = _scan(data, 0)
+        except (StopIteration, ValueError):
+            return json.loads(data)  # leading whitespace, a BOM, or not JSON: its answer or error
+        return value if end == len(data) else json.loads(data)
     if _scan is None or not isinstance(data, bytes) or data[:3] == b"\xef\xbb\xbf" or b"\x00" in data[:4]:
         # (a BOM or a NUL in the first bytes: json.loads would guess another encoding)
         return json.loads(data if not isinstance(data, memoryview) else bytes(data))

@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from harvest.core.errors import TransactionConflict, from_database_error
-from harvest.db.jsoncodec import dumps
+from harvest.db.jsoncodec import dumps, loads
 
 START_WORKFLOW = """
 SELECT * FROM harvest.start_workflow(
@@ -54,8 +54,16 @@ SELECT * FROM harvest.signal_with_start(
 """
 CANCEL_WORKFLOW = "SELECT harvest.cancel_workflow(%(execution_id)s, %(reason)s) AS requested"
 LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)s, %(depth)s)"
+# The columns of harvest.claim_tasks (functions/claim.sql), named so that ``options`` comes as
+# its text (claimed_rows decodes each distinct text once) and ``execution_id`` as text, as a
+# task handed back in a jsonb row has it: every use of it in the worker is its text, and
+# psycopg's uuid loader and UUID.__str__ cost ~2-3 us a row (tests/unit/test_claim_columns.py
+# keeps the list equal to the function's).
 CLAIM_TASKS = """
-SELECT * FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
+SELECT task_id, kind, execution_id::text AS execution_id, workflow_name, workflow_id, queue, seq,
+       activity_name, input, options::text AS options, attempt, fencing_token, lease_expires_at,
+       heartbeat_details, new_events, new_events_after, owner_epoch
+  FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
 NEXT_DUE_AT = "SELECT harvest.next_due_at(%(queues)s) AS due_at"
 # -- Redis dispatch (functions/claim.sql, docs/redis-dispatch.md)
@@ -379,6 +387,30 @@ def first(found: Rows) -> dict[str, Any] | None:
 
 def nothing(found: Rows) -> None:
     """No value (the call is made for its effect)."""
+
+
+# Decoded ``options`` of claimed tasks by their text (see claimed_rows); cleared when full.
+_CLAIMED_OPTIONS: dict[str, Any] = {}
+_CLAIMED_OPTIONS_MAX = 256
+
+
+def claimed_rows(found: Rows) -> Rows:
+    """Every row, its ``options`` text decoded: the claim's tasks of one activity (a fan-out's,
+    a queue's) carry the same options, and decoding each row's in full (~2-4 us of JSON for the
+    two or three keys the worker reads) was most of a claimed row's cost. Rows whose options
+    have the same text share one decoded value, which nothing may change (the worker only
+    reads it)."""
+    memo = _CLAIMED_OPTIONS
+    for row in found:
+        text = row["options"]
+        if text is not None:
+            value = memo.get(text)
+            if value is None:
+                if len(memo) >= _CLAIMED_OPTIONS_MAX:
+                    memo.clear()
+                value = memo[text] = loads(text)
+            row["options"] = value
+    return found
 
 
 def column(name: str) -> Callable[[Rows], Any]:
@@ -942,7 +974,7 @@ def payload_limit() -> dict[str, Any]:
 
 
 # -- the worker: claim, decide, activities, registry (functions/claim.sql, decide.sql, ...) ----
-@call(CLAIM_TASKS)
+@call(CLAIM_TASKS, claimed_rows)
 def claim_tasks(worker_id: str, queues: list[str], limit: int, workflow_lease_secs: float) -> dict[str, Any]:
     return {
         "worker_id": worker_id,
