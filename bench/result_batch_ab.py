@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +77,21 @@ def complete(conn: psycopg.Connection, held: list[tuple[int, int]]) -> None:
     assert all(r[0] == "completed" for r in rows), rows
 
 
+def turns(
+    pids: dict[str, int], orders: list[list[str]], first: int, calls: int, step: Callable[[str, int], object]
+) -> dict[str, float]:
+    """Each side's backend CPU seconds over `calls` calls of step(side, i), the sides taking
+    turns call by call (which goes first swaps every call; `first` swaps it every round). The
+    steps run at once, so they may read the caller's loop variables."""
+    used = dict.fromkeys(pids, 0.0)
+    for i in range(calls):
+        for key in orders[(i + first) % 2]:
+            c0 = cpu_seconds(pids[key])
+            step(key, i)
+            used[key] += cpu_seconds(pids[key]) - c0
+    return used
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--base", required=True, type=Path)
@@ -115,31 +131,30 @@ def main() -> None:
             # round), so the machine's drift over a round hits both alike.
             orders = [["base", "cand"], ["cand", "base"]]
             first = r % 2
-            used = dict.fromkeys(sides, 0.0)
             batches: dict[str, list[list[tuple[int, int]]]] = {key: [] for key in sides}
-            for i in range(args.steps):
-                for key in orders[(i + first) % 2]:
-                    c0 = cpu_seconds(pids[key])
-                    batches[key].append(claim(conns[key], args.batch))
-                    used[key] += cpu_seconds(pids[key]) - c0
+            used = turns(
+                pids,
+                orders,
+                first,
+                args.steps,
+                lambda key, _, got=batches: got[key].append(claim(conns[key], args.batch)),
+            )
             claims = {key: used[key] * 1000 / per_round for key in sides}
             assert all(len(b) == args.batch for key in sides for b in batches[key]), "the backlog ran out"
-            used = dict.fromkeys(sides, 0.0)
-            for i in range(args.steps):
-                for key in orders[(i + first) % 2]:
-                    c0 = cpu_seconds(pids[key])
-                    complete(conns[key], batches[key][i])
-                    used[key] += cpu_seconds(pids[key]) - c0
+            used = turns(
+                pids, orders, first, args.steps, lambda key, i, got=batches: complete(conns[key], got[key][i])
+            )
             this = {key: used[key] * 1000 / per_round for key in sides}
             decisions = {}
             if args.decide:
                 tasks = {key: deciders(conns[key], args.decide, r * args.decide) for key in sides}
-                used = dict.fromkeys(sides, 0.0)
-                for i in range(args.decide):
-                    for key in orders[(i + first) % 2]:
-                        c0 = cpu_seconds(pids[key])
-                        decide(conns[key], tasks[key][i])
-                        used[key] += cpu_seconds(pids[key]) - c0
+                used = turns(
+                    pids,
+                    orders,
+                    first,
+                    args.decide,
+                    lambda key, i, got=tasks: decide(conns[key], got[key][i]),
+                )
                 decisions = {key: used[key] * 1000 / (args.decide * 100) for key in sides}
             time.sleep(0.05)
             for key in sides:
