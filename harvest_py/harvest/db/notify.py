@@ -159,9 +159,12 @@ class ThreadNotificationHub:
 
     def start(self, timeout: float = 10.0) -> None:
         """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the thread
-        goes on trying, and waiters then rely on their re-reads). A closed hub stays closed."""
+        goes on trying, and waiters then rely on their re-reads). A closed hub stays closed, and
+        starting it returns at once: nothing would ever make it ready."""
         with self._lock:
-            if self._thread is None and not self._stop.is_set():
+            if self._stop.is_set():
+                return
+            if self._thread is None:
                 self._stop_r, self._stop_w = os.pipe()
                 self._thread = threading.Thread(
                     target=self._run, name=f"harvest-listen-{self.channel}", daemon=True
