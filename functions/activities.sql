@@ -342,13 +342,13 @@ BEGIN
     LOOP
         -- The usual item (its task still the worker's, its result within the limit) is
         -- taken by one statement: its run's row locked first (once per run: the lock
-        -- order, run then task), then the task deleted where every condition of
-        -- _try_lock_task_of_locked_run holds, under the row lock the DELETE takes. Any
-        -- other item goes the full way below, which locks and names its problem
-        -- (docs/performance.md, "Fan-out row, sixth cut"). The conditions are one CASE,
-        -- which no partial index's predicate follows from: the primary key is the
-        -- DELETE's only way in (written as plain conditions, a plan read every running
-        -- task through tasks_running_lease).
+        -- order, run then task), then the task deleted where _claimed_task_problem, the
+        -- rules _try_lock_task_of_locked_run applies, finds nothing wrong, under the row
+        -- lock the DELETE takes. Any other item goes the full way below, which locks and
+        -- names its problem (docs/performance.md, "Fan-out row, sixth cut"). The rules
+        -- are one CASE, which no partial index's predicate follows from: the primary key
+        -- is the DELETE's only way in (written as plain conditions, a plan read every
+        -- running task through tasks_running_lease).
         v_task := NULL;
         v_problem := NULL;
         v_message := NULL;
@@ -361,8 +361,8 @@ BEGIN
             END IF;
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
-              AND CASE WHEN t.kind = 'activity' AND t.status = 'running' AND t.fencing_token = v_item.token
-                       THEN (t.lease_expires_at < v_now) IS NOT TRUE ELSE false END
+              AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
+                                                'activity', v_item.token, v_now) IS NULL
             RETURNING * INTO v_task;
             v_deleted := FOUND;
         END IF;

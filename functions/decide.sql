@@ -36,6 +36,27 @@ BEGIN
 END;
 $$;
 
+-- What is wrong with a task row for a worker that claimed it as a p_kind task under
+-- p_fencing_token, at p_now: 'kind', 'stale' (claimed again, or no longer running), 'expired'
+-- (its lease ended), or NULL (nothing: the worker may complete it). The one statement of
+-- these rules: _try_lock_task_of_locked_run names the problem with it, and
+-- complete_activities' one-statement DELETE of a usual result takes a task only where it is
+-- NULL. A SQL function of its columns, so it is inlined into both (a row argument would
+-- build the whole row per call).
+CREATE OR REPLACE FUNCTION harvest._claimed_task_problem(
+    p_kind text, p_status text, p_fencing_token bigint, p_lease_expires_at timestamptz,
+    p_expected_kind text, p_expected_token bigint, p_now timestamptz
+)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE
+        WHEN p_kind <> p_expected_kind THEN 'kind'
+        WHEN p_status <> 'running' OR p_fencing_token IS DISTINCT FROM p_expected_token THEN 'stale'
+        WHEN p_lease_expires_at < p_now THEN 'expired'
+    END
+$$;
+
 -- _try_lock_claimed_task's second half, for a caller that holds the task's run row already
 -- (complete_activities' later results of one run: the lock order, run then task, holds):
 -- lock the task row and say what is wrong with it, in _try_lock_claimed_task's words.
@@ -51,16 +72,16 @@ BEGIN
         problem := 'gone';
         message := format('task %s is gone: its lease expired or the run ended, and the work '
                           'was handed on', p_task_id);
-    ELSIF task.kind <> p_kind THEN
-        problem := 'kind';
-        message := format('task %s is a %s task, not a %s task', p_task_id, task.kind, p_kind);
-    ELSIF task.status <> 'running' OR task.fencing_token IS DISTINCT FROM p_fencing_token THEN
-        problem := 'stale';
-        message := format('task %s was claimed again (fencing token %s is stale)', p_task_id, p_fencing_token);
-    ELSIF task.lease_expires_at < harvest.now() THEN
-        problem := 'expired';
-        message := format('task %s: the lease expired at %s, so this result is refused',
-                          p_task_id, task.lease_expires_at);
+    ELSE
+        problem := harvest._claimed_task_problem(task.kind, task.status, task.fencing_token,
+                                                 task.lease_expires_at, p_kind, p_fencing_token, harvest.now());
+        message := CASE problem
+            WHEN 'kind' THEN format('task %s is a %s task, not a %s task', p_task_id, task.kind, p_kind)
+            WHEN 'stale' THEN format('task %s was claimed again (fencing token %s is stale)',
+                                     p_task_id, p_fencing_token)
+            WHEN 'expired' THEN format('task %s: the lease expired at %s, so this result is refused',
+                                       p_task_id, task.lease_expires_at)
+        END;
     END IF;
     IF problem IS NOT NULL THEN
         task := NULL;

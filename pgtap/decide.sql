@@ -3,12 +3,13 @@
 -- expired leases, the hand-off of scheduled activities), harvest.fail_workflow_task,
 -- harvest._apply_decision (the decision on its own),
 -- harvest.complete_workflow_tasks (the group commit of decisions),
--- harvest._try_lock_claimed_task, harvest._try_lock_task_of_locked_run, harvest._lock_claimed_task, harvest._require, the
+-- harvest._try_lock_claimed_task, harvest._try_lock_task_of_locked_run, harvest._claimed_task_problem
+-- (the rules both ways of taking a claimed task apply), harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(268);
+SELECT plan(271);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -652,6 +653,39 @@ SELECT results_eq($$SELECT * FROM pg_temp.try_lock(-1, 1, 'workflow')$$,
                   $$VALUES (NULL::bigint, NULL::bigint, 'gone'::text,
                             'task -1 is gone: its lease expired or the run ended, and the work was handed on'::text)$$,
                   '_try_lock_claimed_task() of an unknown task: gone, no row');
+-- The rules both ways of taking a claimed task apply, in the order they are named.
+SELECT results_eq($$SELECT harvest._claimed_task_problem(k, s, tok, lease, 'activity', 7, '2030-01-01 00:00:00+00')
+                    FROM (VALUES (1, 'activity', 'running', 7::bigint, '2030-01-01 00:00:01+00'::timestamptz),
+                                 (2, 'activity', 'running', 7, '2030-01-01 00:00:00+00'),
+                                 (3, 'activity', 'running', 7, NULL),
+                                 (4, 'workflow', 'pending', 8, '2029-01-01 00:00:00+00'),
+                                 (5, 'activity', 'pending', 7, '2030-01-01 00:00:01+00'),
+                                 (6, 'activity', 'running', 8, '2030-01-01 00:00:01+00'),
+                                 (7, 'activity', 'running', NULL, '2030-01-01 00:00:01+00'),
+                                 (8, 'activity', 'running', 7, '2029-12-31 23:59:59+00'),
+                                 (9, 'activity', 'pending', 7, '2029-12-31 23:59:59+00'))
+                         AS c (n, k, s, tok, lease) ORDER BY n$$,
+                  $$VALUES (NULL::text), (NULL), (NULL), ('kind'), ('stale'), ('stale'), ('stale'),
+                           ('expired'), ('stale')$$,
+                  '_claimed_task_problem(): nothing wrong (a lease ending now or never is live), '
+                  'then kind before stale before expired');
+SELECT is(harvest._claimed_task_problem('activity', 'running', NULL, NULL, 'activity', NULL, now()), NULL,
+          '_claimed_task_problem(): no token on either side is the same token');
+CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_line text;
+    v_plan text := '';
+BEGIN
+    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE) ' || p_query LOOP
+        v_plan := v_plan || v_line || E'\n';
+    END LOOP;
+    RETURN v_plan;
+END;
+$fn$;
+SELECT unalike(pg_temp.plan_of($$SELECT t.id FROM harvest.tasks AS t WHERE harvest._claimed_task_problem(
+                   t.kind, t.status, t.fencing_token, t.lease_expires_at, 'activity', 1, now()) IS NULL$$),
+               '%_claimed_task_problem(%', '_claimed_task_problem() is inlined into its caller''s expression');
 -- Its second half, for a caller holding the run's row: the same answers in the same words.
 SELECT results_eq($$SELECT (t.task).id, t.problem FROM harvest._try_lock_task_of_locked_run(
                         pg_temp.task('try'), pg_temp.token('try'), 'workflow') AS t$$,

@@ -421,6 +421,19 @@ TRAPS = [
     ),
     case(
         Statement(
+            "complete_activities",
+            r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.id = v_item\.id",
+            {"v_item.id": "bigint", "v_item.token": "bigint", "v_now": "timestamptz"},
+        ),
+        {"tasks": {"tasks_pkey"}},
+        "activities.sql (a usual result, one statement): the acceptance rules written as plain "
+        "conditions (`t.status = 'running' AND t.lease_expires_at >= now`) imply the predicate of the "
+        "partial index tasks_running_lease, and early custom plans read every running task through "
+        "it; as _claimed_task_problem's CASE, inlined, nothing implies it",
+        id="complete_activities-usual-result",
+    ),
+    case(
+        Statement(
             "_decide_cancel_timer",
             r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
             {"p_execution.id": "uuid", "p_command": "jsonb"},
