@@ -353,7 +353,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         return
     worker.metrics.activity_finished(task["workflow_name"], task["activity_name"], perf_counter() - started)
     # The cached run may decide on this result now, to commit both at once.
-    ahead = await decide_ahead(worker, task, encoded, plain, execution_id)
+    ahead = await decide_ahead(worker, task, encoded, plain)
     recorded = None
     try:
         recorded = await lane_of(task).completions.complete(

@@ -47,11 +47,10 @@ class DecisionAhead:
         result_text: str,
         grant: SlotGrant,
         commands: list[dict[str, Any]] | None = None,
-        execution_id: str | None = None,
     ):
         self._worker = worker
         self._task = task  # the activity task whose result this decision rides with
-        self._execution_id = str(task["execution_id"]) if execution_id is None else execution_id
+        self._execution_id = str(task["execution_id"])
         self._workflow_name = task["workflow_name"]
         self._run = run
         self._activation = activation
@@ -90,17 +89,15 @@ class DecisionAhead:
 
 
 async def decide_ahead(
-    worker: Worker, task: dict[str, Any], result: Any, plain: Any = None, execution_id: str | None = None
+    worker: Worker, task: dict[str, Any], result: Any, plain: Any = None
 ) -> DecisionAhead | None:
     """The cached run's decision on this activity result, or None where none can be made.
 
     ``result`` is the result as it will be stored; ``plain`` the same before the worker's
-    codecs (docs/payloads.md), what the run reads (None: ``result`` itself); ``execution_id``
-    the task's run as text, when the caller has it already (None: made from the task)."""
+    codecs (docs/payloads.md), what the run reads (None: ``result`` itself)."""
     if not worker.accepts_hand_off():
         return None
-    if execution_id is None:
-        execution_id = str(task["execution_id"])
+    execution_id = str(task["execution_id"])
     run = worker.cache.take_settled(execution_id)
     if run is None:
         return None
@@ -153,4 +150,4 @@ async def decide_ahead(
         if command["type"] == "schedule_activity":
             scheduled += 1
     grant = worker.reserve_slots(scheduled, task)
-    return DecisionAhead(worker, task, run, activation, after, result_text, grant, commands, execution_id)
+    return DecisionAhead(worker, task, run, activation, after, result_text, grant, commands)
