@@ -60,27 +60,24 @@ from harvest.worker.collector import tune_collector
 try:
     from harvest.worker.event_loop import EVENT_LOOPS, choose_event_loop
 except ImportError:  # an A/B's baseline library, older than the loop choice: fanout_ab.py runs
-    # this script on both sides, so the baseline runs on the loop the choice's default picks too.
+    # this script on both sides, so the baseline takes the choice from this checkout's own module
+    # (it needs only harvest.core.errors, which every library has) and runs on the same loop.
     import importlib.util
 
-    from harvest.core.errors import ConfigError
-
-    EVENT_LOOPS = ("auto", "asyncio", "uvloop")
-
-    class _Loop:
-        def __init__(self, uvloop: bool):
-            self.name = "uvloop" if uvloop else "asyncio"
-            self._factory = __import__("uvloop").new_event_loop if uvloop else None
-
-        def run(self, main):  # what the library's EventLoopChoice.run does
-            with asyncio.Runner(loop_factory=self._factory) as runner:
-                return runner.run(main)
-
-    def choose_event_loop(choice: str = "auto") -> _Loop:
-        found = importlib.util.find_spec("uvloop") is not None
-        if choice == "uvloop" and not found:
-            raise ConfigError("uvloop is not installed")
-        return _Loop(choice != "asyncio" and found)
+    _spec = importlib.util.spec_from_file_location(
+        "_bench_event_loop",
+        os.path.join(
+            os.path.dirname(os.path.abspath(__file__)),
+            "..",
+            "harvest_py",
+            "harvest",
+            "worker",
+            "event_loop.py",
+        ),
+    )
+    _event_loop = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # (dataclasses look it up)
+    _spec.loader.exec_module(_event_loop)
+    EVENT_LOOPS, choose_event_loop = _event_loop.EVENT_LOOPS, _event_loop.choose_event_loop
 
 
 STARTERS = 8
