@@ -680,9 +680,14 @@ def test_openapi_lists_every_route_with_its_scope(api) -> None:
     assert ("/workflows/{execution_id:uuid}/events/stream", "GET") in served  # the route it documents
 
 
-def test_a_database_down_at_boot_is_a_503_not_a_dead_server() -> None:
+def test_a_database_down_at_boot_is_a_503_not_a_dead_server(monkeypatch: pytest.MonkeyPatch) -> None:
     import socket
 
+    import harvest.web.app
+
+    # Each open (the lifespan's, then each request's) waits OPEN_SECS for the pool: three opens
+    # at the default 5 s made this the slowest test of the suite.
+    monkeypatch.setattr(harvest.web.app, "OPEN_SECS", 0.5)
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
