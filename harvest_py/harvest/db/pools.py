@@ -2,15 +2,12 @@
 
 The layers above open pools only here, so they never import psycopg_pool (docs/internals.md,
 "Python layers"). Every pool is autocommit (one SQL API call, one transaction) and uses the
-redacting connection class, so a failed connect the pool logs never shows the password, and
-lends the connection returned last (:class:`LifoConnectionPool`), so the hot statements stay on
-as few backends as their concurrency needs.
+redacting connection class, so a failed connect the pool logs never shows the password.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -23,8 +20,6 @@ __all__ = [
     "TRANSIENT",
     "AsyncConnectionPool",
     "ConnectionPool",
-    "LifoAsyncConnectionPool",
-    "LifoConnectionPool",
     "RoledPool",
     "open_async_pool",
     "open_pool",
@@ -34,38 +29,40 @@ __all__ = [
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 
 
-def _newest_first(ready: deque[Any]) -> None:
-    """Lend the connection returned last: psycopg_pool lends from the left of its deque of ready
-    connections and returns them to the right, so the newest goes to the left first (under the
-    pool's lock, where it is called). The least recently returned stays leftmost, where the
-    pool's own shrinking (``max_idle``) takes the one it closes."""
-    if len(ready) > 1:
-        ready.rotate(1)
+class _LastInFirstOut:
+    """A pool that lends the connection returned last (psycopg_pool lends the one returned
+    first: every connection of the pool takes turns).
+
+    Lent in turn, each of a pool's connections runs every hot statement, so each backend
+    plans it (five custom plans, then the generic one, and again after every invalidation of
+    the tables it reads) and warms its caches, and psycopg prepares it once per connection. Lent
+    last-in-first-out, the calls stay on as few backends as the concurrent demand needs; the
+    others idle and the pool's own shrinking (``max_idle``) can close them. Nothing else
+    changes: the same connections, checks and errors. (The ready connections are a deque that
+    psycopg_pool lends from the left and returns to the right; the newest goes to the left
+    first, under the pool's lock. The least recently returned stays leftmost, where
+    ``_shrink_pool`` takes the one it closes.)"""
+
+    _pool: Any
+
+    def _newest_first(self) -> None:
+        if len(self._pool) > 1:
+            self._pool.rotate(1)
 
 
-class LifoConnectionPool(ConnectionPool[Any]):
-    """A :class:`ConnectionPool` that lends the connection returned last.
-
-    psycopg_pool lends the one returned first, so every connection of a pool takes turns and
-    each backend runs every hot statement: each compiles the functions, plans every statement
-    (five custom plans, then the generic one, and again after every invalidation of the tables
-    it reads) and fills its caches, and psycopg prepares every statement on each connection.
-    Lent last-in-first-out, the calls stay on as few backends as their concurrency needs; the
-    others idle, and the pool's ``max_idle`` closes those above ``min_size``. The same
-    connections, checks and errors otherwise (docs/performance.md, "Canonical drain, seventh
-    cut")."""
+class LifoConnectionPool(_LastInFirstOut, ConnectionPool):  # type: ignore[misc]
+    """:class:`ConnectionPool`, lending the connection returned last (:class:`_LastInFirstOut`)."""
 
     def _get_ready_connection(self, timeout: float | None) -> Any:
-        _newest_first(self._pool)
+        self._newest_first()
         return super()._get_ready_connection(timeout)
 
 
-class LifoAsyncConnectionPool(AsyncConnectionPool[Any]):
-    """:class:`LifoConnectionPool` for asyncio: an :class:`AsyncConnectionPool` that lends the
-    connection returned last."""
+class LifoAsyncConnectionPool(_LastInFirstOut, AsyncConnectionPool):  # type: ignore[misc]
+    """:class:`AsyncConnectionPool`, lending the connection returned last (:class:`_LastInFirstOut`)."""
 
     async def _get_ready_connection(self, timeout: float | None) -> Any:
-        _newest_first(self._pool)
+        self._newest_first()
         return await super()._get_ready_connection(timeout)
 
 
