@@ -29,46 +29,9 @@ __all__ = [
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 
 
-class _LastInFirstOut:
-    """A pool that lends the connection returned last (psycopg_pool lends the one returned
-    first: every connection of the pool takes turns).
-
-    Lent in turn, each of a pool's connections runs every hot statement, so each backend
-    plans it (five custom plans, then the generic one, and again after every invalidation of
-    the tables it reads) and warms its caches, and psycopg prepares it once per connection. Lent
-    last-in-first-out, the calls stay on as few backends as the concurrent demand needs; the
-    others idle and the pool's own shrinking (``max_idle``) can close them. Nothing else
-    changes: the same connections, checks and errors. (The ready connections are a deque that
-    psycopg_pool lends from the left and returns to the right; the newest goes to the left
-    first, under the pool's lock. The least recently returned stays leftmost, where
-    ``_shrink_pool`` takes the one it closes.)"""
-
-    _pool: Any
-
-    def _newest_first(self) -> None:
-        if len(self._pool) > 1:
-            self._pool.rotate(1)
-
-
-class LifoConnectionPool(_LastInFirstOut, ConnectionPool):  # type: ignore[misc]
-    """:class:`ConnectionPool`, lending the connection returned last (:class:`_LastInFirstOut`)."""
-
-    def _get_ready_connection(self, timeout: float | None) -> Any:
-        self._newest_first()
-        return super()._get_ready_connection(timeout)
-
-
-class LifoAsyncConnectionPool(_LastInFirstOut, AsyncConnectionPool):  # type: ignore[misc]
-    """:class:`AsyncConnectionPool`, lending the connection returned last (:class:`_LastInFirstOut`)."""
-
-    async def _get_ready_connection(self, timeout: float | None) -> Any:
-        self._newest_first()
-        return await super()._get_ready_connection(timeout)
-
-
 def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
     """An open synchronous pool (it fills in the background)."""
-    return LifoConnectionPool(
+    return ConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
@@ -92,7 +55,7 @@ async def open_async_pool(
     kwargs: dict[str, Any] = {"autocommit": True}
     if application_name:
         kwargs["application_name"] = application_name
-    pool = LifoAsyncConnectionPool(
+    pool = AsyncConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
