@@ -4,7 +4,7 @@ checkouts of Harvest (a baseline and a candidate), alternating, on one embedded 
 Each side gets its own template database migrated by its own code, and every run a
 fresh clone of it. A run is ``bench/harvest_bench.py --mode workflows --n N`` of that
 side (its own harvest_py on PYTHONPATH; both sides run the candidate's bench scripts, so they
-are measured the same way): 8 starters and one in-process Worker. The figure is the bench
+are measured the same way, unless ``--bench-from own``): 8 starters and one in-process Worker. The figure is the bench
 process' ``time.process_time()`` over the drain divided by N (``cpu.client_s``), plus the
 throughput, the whole server's CPU per workflow and that of the side's own database's backends
 (``cpu.backends_s``: the worker's and the client's pools; the server measure that stays the
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -46,7 +47,7 @@ def one_run(root: Path, dsn: str, n: int, bench: Path) -> tuple[float, float, fl
         cpu["client_s"] * 1000 / n,
         cpu["server_s"] * 1000 / n,
         result["throughput"],
-        cpu["backends_s"] * 1000 / n,
+        cpu.get("backends_s", math.nan) * 1000 / n,
     )
 
 
@@ -58,6 +59,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=600)
     parser.add_argument(
         "--together", action="store_true", help="run each pair's two sides at once (both see the same load)"
+    )
+    parser.add_argument(
+        "--bench-from",
+        choices=("cand", "own"),
+        default="cand",
+        help="run the candidate's bench scripts for both sides (default: both measured the same way), "
+        "or each side's own (a base whose harvest_bench.py reports no backends' CPU shows nan there)",
     )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
@@ -72,7 +80,9 @@ def main() -> None:
             server,
             args.pairs,
             args.together,
-            lambda key, dsn: one_run(sides[key], dsn, args.n, sides["cand"] / "bench"),
+            lambda key, dsn: one_run(
+                sides[key], dsn, args.n, sides["cand" if args.bench_from == "cand" else key] / "bench"
+            ),
         ):
             row["ratio"] = row["cand"][0] / row["base"][0]
             row["tput_ratio"] = row["cand"][2] / row["base"][2]
