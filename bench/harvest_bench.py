@@ -235,12 +235,16 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
         try:
             # CPU from the moment the system is up (as dbos_bench.py: after DBOS.launch())
             # until every run has completed.
-            cpu0, server0 = time.process_time(), server_cpu_seconds(dsn)
+            cpu0, server0, db0 = time.process_time(), server_cpu_seconds(dsn), database_backends_cpu(dsn)
             wall0 = time.monotonic()
             await _start_many(client, three_steps, list(range(n)))
             start_wall = time.monotonic() - wall0
             await _wait_done(dsn, n, timeout)
+            db1 = database_backends_cpu(dsn)
             cpu, server_cpu = time.process_time() - cpu0, server_cpu_seconds(dsn) - server0
+            # This database's backends alone (the worker's and the client's pools): what a
+            # side's drain costs the server when another runs beside it (python_cpu_ab.py).
+            db_cpu = sum(now - db0.get(pid, 0.0) for pid, now in db1.items())
         finally:
             await client.close()
     settle_stats()
@@ -264,7 +268,7 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
         "commits": commits,
         "commits_per_workflow": round(commits / n, 2),
         "events_per_workflow": round(events / n, 2),
-        "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3)},
+        "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3), "backends_s": round(db_cpu, 3)},
         "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
         # How the steps ran: handed tasks skipped a claim; decisions ahead rode with
         # the result they decided on (worker/decide_ahead.py).
