@@ -141,7 +141,7 @@ def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str,
             "SELECT harvest.register_workflows(%s, %s)", ([f"other-{tag}-q{i}" for i in range(10)], names)
         )
         conn.execute(
-            "SELECT harvest.declare_flow_policies(%s)", (Jsonb({"workflows": dict.fromkeys(names, {})}),)
+            "SELECT harvest.declare_flow_policies(%s)", (Jsonb({"workflows": {name: {} for name in names}}),)
         )
         conn.execute("ANALYZE harvest.registered_workflows")
         conn.execute("ANALYZE harvest.flow_policies")
@@ -162,7 +162,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20, help="runs first, not counted")
     parser.add_argument("--statements", action="store_true", help="pg_stat_statements (track = all) per call")
     parser.add_argument(
-        "--registrations", type=int, default=0, help="other (queue, workflow) registrations first (see prepare)"
+        "--registrations",
+        type=int,
+        default=0,
+        help="other (queue, workflow) registrations first (see prepare)",
     )
     args = parser.parse_args()
     with psycopg.connect(args.dsn, autocommit=True) as conn:

@@ -500,10 +500,15 @@ def test_the_hand_off_probe_is_bounded_by_the_priority_in_the_index(
 REGISTRATIONS = {
     "never analysed, empty": [],
     "analysed: 3,000 registrations and declared policies": [
-        "INSERT INTO harvest.registered_workflows (queue, workflow_name, first_registered_at, last_registered_at)"
-        " SELECT 'q' || (g % 10), 'wf-' || g, now(), now() FROM generate_series(1, 3000) AS g",
-        "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)"
-        " SELECT 'workflow', 'wf-' || g, '{}', now() FROM generate_series(1, 3000) AS g",
+        (
+            "INSERT INTO harvest.registered_workflows (queue, workflow_name, first_registered_at,"
+            " last_registered_at) SELECT 'q' || (g % 10), 'wf-' || g, now(), now()"
+            " FROM generate_series(1, 3000) AS g"
+        ),
+        (
+            "INSERT INTO harvest.flow_policies (kind, name, policy, updated_at)"
+            " SELECT 'workflow', 'wf-' || g, '{}', now() FROM generate_series(1, 3000) AS g"
+        ),
         "ANALYZE harvest.registered_workflows",
         "ANALYZE harvest.flow_policies",
     ],
@@ -522,7 +527,7 @@ def test_the_plain_start_check_probes_the_policy_and_registrations_by_key(
         conn.execute(setup)
     source = function_source(conn, "_starts_plain")
     found = re.search(r"RETURN (jsonb_array_length\(p_starts\).*?);", source, re.DOTALL)
-    assert found is not None, "no RETURN jsonb_array_length(p_starts) ... in harvest._starts_plain: update this test"
+    assert found is not None, "no RETURN jsonb_array_length(p_starts) ... in _starts_plain: update this test"
     sql = "SELECT " + re.sub(r"\bp_starts\b", "$1", re.sub(r"\bp_limit\b", "$2", found.group(1)))
     plan = generic_plan(conn, " ".join(sql.split()), ["jsonb", "integer"])
     assert_reads_only_through(
