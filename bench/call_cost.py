@@ -127,11 +127,24 @@ def one_round(
         )
 
 
-def prepare(conn: psycopg.Connection) -> tuple[int, str, str]:
-    """A worker and a queue of this run's own: (backend pid, queue, worker id)."""
+def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str, str]:
+    """A worker and a queue of this run's own: (backend pid, queue, worker id). With
+    ``registrations``, first that many other (queue, workflow) registrations and as many
+    workflows declared without flow control, as the workers of a larger deployment leave
+    them (ten queues), analysed."""
     pid = conn.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
     tag = uuid.uuid4().hex[:8]
     queue, worker = f"call-cost-{tag}", f"call-cost-{tag}"
+    if registrations:
+        names = [f"other-{tag}-{i}" for i in range(max(1, registrations // 10))]
+        conn.execute(
+            "SELECT harvest.register_workflows(%s, %s)", ([f"other-{tag}-q{i}" for i in range(10)], names)
+        )
+        conn.execute(
+            "SELECT harvest.declare_flow_policies(%s)", (Jsonb({"workflows": {name: {} for name in names}}),)
+        )
+        conn.execute("ANALYZE harvest.registered_workflows")
+        conn.execute("ANALYZE harvest.flow_policies")
     conn.execute("SELECT harvest.register_worker(%s, %s, 'bench', %s, 100, '{}')", (worker, [queue], pid))
     # What a worker of an App with one_step and no flow control declares at start-up.
     conn.execute("SELECT harvest.register_workflows(%s, %s)", ([queue], ["one_step"]))
@@ -148,9 +161,15 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=20, help="runs first, not counted")
     parser.add_argument("--statements", action="store_true", help="pg_stat_statements (track = all) per call")
+    parser.add_argument(
+        "--registrations",
+        type=int,
+        default=0,
+        help="other (queue, workflow) registrations first (see prepare)",
+    )
     args = parser.parse_args()
     with psycopg.connect(args.dsn, autocommit=True) as conn:
-        pid, queue, worker = prepare(conn)
+        pid, queue, worker = prepare(conn, args.registrations)
         warm = dict.fromkeys(STEPS, 0)
         for _ in range(max(1, args.warmup // args.batch)):
             one_round(conn, pid, queue, worker, args.batch, warm)

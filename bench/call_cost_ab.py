@@ -41,6 +41,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--dsn", help="an existing server's admin DSN (default: an embedded server)")
     parser.add_argument(
+        "--registrations",
+        type=int,
+        default=0,
+        help="other (queue, workflow) registrations in each database first (call_cost.py --registrations)",
+    )
+    parser.add_argument(
         "--interleaved", action="store_true", help="both sides' rounds alternating in one process"
     )
     args = parser.parse_args()
@@ -77,6 +83,8 @@ def main() -> None:
                     str(args.runs),
                     "--batch",
                     str(args.batch),
+                    "--registrations",
+                    str(args.registrations),
                     bench=bench,
                 )
                 figures = {step: float(out[step]["us_per_run"]) for step in STEPS}
@@ -86,7 +94,7 @@ def main() -> None:
             def interleaved(dsns: dict[str, str]) -> dict[str, dict[str, float]]:
                 conns = {key: psycopg.connect(dsn, autocommit=True) for key, dsn in dsns.items()}
                 try:
-                    setup = {key: prepare(conn) for key, conn in conns.items()}
+                    setup = {key: prepare(conn, args.registrations) for key, conn in conns.items()}
                     costs = {key: dict.fromkeys(STEPS, 0) for key in conns}
                     rounds = max(1, args.runs // args.batch)
                     for i in range(20 + rounds):

@@ -336,11 +336,29 @@ async def bench_tasks(dsn: str, n: int, fan: int, timeout: float) -> dict:
     }
 
 
+class _SteadyCpu:
+    """CPU while the steady load runs (after the worker's start-up): this database's backends
+    (``database_backends_cpu``: right even when another run shares the server, as
+    ``latency_ab.py --together`` has it) and this process (worker and client), per run."""
+
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self.backends = database_backends_cpu(dsn)
+        self.process = time.process_time()
+
+    def per(self, n: int) -> dict[str, float]:
+        process = time.process_time() - self.process
+        after = database_backends_cpu(self.dsn)
+        backends = sum(now - self.backends.get(pid, 0.0) for pid, now in after.items())
+        return {"backends": round(backends * 1000 / n, 4), "process": round(process * 1000 / n, 4)}
+
+
 async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -> dict:
     n = max(1, int(rate * seconds))
     async with InProcessWorker(dsn):
         client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
         try:
+            cpu = _SteadyCpu(dsn)
             t0 = time.monotonic()
             for i in range(n):
                 delay = t0 + i / rate - time.monotonic()
@@ -348,6 +366,7 @@ async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -
                     await asyncio.sleep(delay)
                 asyncio.ensure_future(client.start_workflow(three_steps_timed, i))
             await _wait_done(dsn, n, timeout)
+            steady = cpu.per(n)
         finally:
             await client.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -371,6 +390,7 @@ async def bench_latency(dsn: str, rate: float, seconds: float, timeout: float) -
         "activity_rate_per_s": rate * 3,
         "dispatch": latency_summary(dispatch),
         "start_to_result": latency_summary([(b - a).total_seconds() for a, b in runs]),
+        "cpu_ms_per_run": steady,
         "worker_options": WORKER_OPTIONS,
     }
 
@@ -416,6 +436,7 @@ async def bench_signals(
                 SIGNAL_ACKED[key] = time.time()
 
             sends = []
+            cpu = _SteadyCpu(dsn)
             t0 = time.monotonic()
             for k in range(n):
                 delay = t0 + k / rate - time.monotonic()
@@ -424,6 +445,7 @@ async def bench_signals(
                 sends.append(asyncio.ensure_future(send(handles[k % runs], k // runs)))
             await asyncio.gather(*sends)
             await _wait_done(dsn, runs, timeout)
+            steady = cpu.per(n)
         finally:
             await client.close()
     seen = [SIGNAL_SEEN[k] - sent for k, sent in SIGNAL_SENT.items() if k in SIGNAL_SEEN]
@@ -441,6 +463,7 @@ async def bench_signals(
         "send_call": latency_summary(acked),
         "eager": eager,
         "eager_tasks": worker.eager_tasks if eager else 0,
+        "cpu_ms_per_run": steady,
         "worker_options": WORKER_OPTIONS,
     }
 

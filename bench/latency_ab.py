@@ -58,7 +58,22 @@ def one_run(
         "p99": figure["p99_ms"],
         # (both sides at once: the server's CPU is theirs together, so it is not given)
         "server_ms": float("nan") if postmaster is None else server * 1000 / result[per],
+        **steady_cpu(result),
     }
+
+
+def steady_cpu(result: dict[str, Any]) -> dict[str, float]:
+    """The run's own CPU per run while its steady load ran, where its script reports it (the
+    candidate's scripts do: ``--bench-from cand``): its database's backends, and its Python
+    processes (worker and client). Each side's own, so it stands with ``--together`` too."""
+    cpu = result.get("cpu_ms_per_run") or {}
+    if "backends_ms_per_run" in result:  # remote_latency.py: a worker process and a client
+        backends = result["backends_ms_per_run"]
+        process = (cpu.get("worker") or float("nan")) + cpu.get("client", float("nan"))
+    else:  # harvest_bench.py: one process
+        backends = cpu.get("backends", float("nan"))
+        process = cpu.get("process", float("nan"))
+    return {"backends_ms": backends, "process_ms": process}
 
 
 def main() -> None:
@@ -116,11 +131,15 @@ def main() -> None:
                 pair["p50_ratio"] = cand["p50"] / base["p50"]
                 pair["p99_ratio"] = cand["p99"] / base["p99"]
                 pair["cpu_ratio"] = cand["server_ms"] / base["server_ms"]
+                pair["backends_ratio"] = cand["backends_ms"] / base["backends_ms"]
+                pair["process_ratio"] = cand["process_ms"] / base["process_ms"]
                 pairs.append(pair)
                 print(
                     f"{row} pair {pair['pair']} ({pair['first']} first): base {base['p50']:.2f} / {base['p99']:.2f} ms"
                     f"  cand {cand['p50']:.2f} / {cand['p99']:.2f} ms  p50 ratio {pair['p50_ratio']:.2f}"
                     f"  server {base['server_ms']:.2f} -> {cand['server_ms']:.2f} ms"
+                    f"  backends {base['backends_ms']:.3f} -> {cand['backends_ms']:.3f} ms"
+                    f"  python {base['process_ms']:.3f} -> {cand['process_ms']:.3f} ms"
                     f"  load {os.getloadavg()[0]:.1f}",
                     flush=True,
                 )
@@ -146,6 +165,18 @@ def main() -> None:
                 ],
                 "cpu_ratios": [round(p["cpu_ratio"], 2) for p in pairs],
                 "cpu_ratio_median": med([p["cpu_ratio"] for p in pairs]),
+                "backends_ms": [
+                    med([p["base"]["backends_ms"] for p in pairs]),
+                    med([p["cand"]["backends_ms"] for p in pairs]),
+                ],
+                "backends_ratios": [round(p["backends_ratio"], 2) for p in pairs],
+                "backends_ratio_median": med([p["backends_ratio"] for p in pairs]),
+                "process_ms": [
+                    med([p["base"]["process_ms"] for p in pairs]),
+                    med([p["cand"]["process_ms"] for p in pairs]),
+                ],
+                "process_ratios": [round(p["process_ratio"], 2) for p in pairs],
+                "process_ratio_median": med([p["process_ratio"] for p in pairs]),
             }
         print(json.dumps(summary), flush=True)
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from canonical import noop, one_step
-from common import emit, latency_summary
+from common import database_backends_cpu, emit, latency_summary
 
 from harvest import App, AsyncClient, Client, Worker
 from harvest.worker.event_loop import choose_event_loop
@@ -68,6 +68,7 @@ async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
             await one(i, False)
         n = max(1, int(rate * seconds))
         runs = []
+        before = database_backends_cpu(dsn)
         t0 = time.monotonic()
         for i in range(n):
             delay = t0 + i / rate - time.monotonic()
@@ -75,8 +76,12 @@ async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
                 await asyncio.sleep(delay)
             runs.append(asyncio.ensure_future(one(i, True)))
         await asyncio.gather(*runs)
+        after = database_backends_cpu(dsn)
     finally:
         await client.close()
+    # This database's backends while the measured runs ran (right even when another run
+    # shares the server, as latency_ab.py --together has it), per run.
+    backends = sum(now - before.get(pid, 0.0) for pid, now in after.items()) * 1000 / n
     return {
         "system": "harvest",
         "mode": "remote_start_to_result",
@@ -84,6 +89,7 @@ async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
         "rate_wf_per_s": rate,
         "n": n,
         "start_to_result": latency_summary(took),
+        "backends_ms_per_run": round(backends, 4),
         # Runs whose result came after a second: result() waits on NOTIFY and re-reads the
         # run every 5 s, so these are wake-ups it missed (docs/benchmarks.md).
         "over_1s": sum(1 for t in took if t > 1.0),

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(177);
+SELECT plan(181);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -590,6 +590,20 @@ SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf_declared"}]', 1000), 
 SELECT harvest.declare_flow_policies('{"workflows": {"pl_wf_declared": {"quota": {"max_active_executions": 5}}}}');
 SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf_declared"}]', 1000), false,
           '_starts_plain(): not once that name declares a policy (a quota)');
+-- The registrations are read by key (scalar probes, not a hashed scan): a queue whose
+-- workers registered names before and after this one in the key's order, and not it.
+SELECT harvest.register_workflows(ARRAY['pl_reg_q'], ARRAY['pl_a_other', 'pl_z_other']);
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_m_wf", "queue": "pl_reg_q"}]', 1000), false,
+          '_starts_plain(): not for a name the queue''s workers did not register (others before and after it)');
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_m_wf", "queue": "pl_reg_nobody_q"}]', 1000), true,
+          '_starts_plain(): a queue no worker registered anything on takes any name');
+SELECT harvest.register_workflows(ARRAY['pl_reg_q'], ARRAY['pl_m_wf']);
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_m_wf", "queue": "pl_reg_q"}, '
+                                '{"workflow_name": "pl_a_other", "queue": "pl_reg_q"}]', 1000), true,
+          '_starts_plain(): names the queue''s workers registered');
+SELECT is(harvest._starts_plain('[{"workflow_name": "pl_m_wf", "queue": "pl_reg_q"}, '
+                                '{"workflow_name": "pl_b_wf", "queue": "pl_reg_q"}]', 1000), false,
+          '_starts_plain(): not when one name of the batch is not registered on its queue');
 SELECT is(harvest._starts_plain('[{"workflow_name": "pl_wf"}, 7]', 1000), false,
           '_starts_plain(): not when any element is not an object');
 SELECT is(harvest._starts_plain('[]', 1000), false, '_starts_plain(): not for an empty batch');

@@ -167,3 +167,62 @@ def test_a_due_time_read_that_a_task_end_overtook_is_read_again():
         return shard.reads
 
     assert asyncio.run(go()) == 2
+
+
+@pytest.mark.parametrize(
+    ("commands", "nothing_later"),
+    [
+        ([], True),
+        ([{"type": "schedule_activity", "options": {"retry": {}}}, {"type": "complete_workflow"}], True),
+        ([{"type": "schedule_activity", "options": {"rate_limit": {"rps": 1}}}], False),
+        ([{"type": "schedule_activity", "options": {"concurrency_key": "k"}}], False),
+        ([{"type": "schedule_activity"}, {"type": "start_timer", "seq": 2}], False),
+        ([{"type": "fail_workflow"}], False),
+        ([{"type": "start_child_workflow"}], False),
+        ([{"type": "continue_as_new"}], False),
+        ([{"type": "record_marker"}], False),
+    ],
+)
+def test_which_decisions_make_nothing_due_later(commands: list[dict], nothing_later: bool):
+    from harvest.worker.workflows import makes_nothing_due_later
+
+    assert makes_nothing_due_later(commands) is nothing_later
+
+
+def test_an_end_that_made_nothing_due_later_leaves_the_due_time_read_before_standing():
+    plain = {"task_id": 1, "kind": "activity", "options": None, "queue": "default"}
+    quiet = dict(plain, _nothing_due_later=True)
+
+    async def go() -> list[int]:
+        shard = _Shard([])
+        worker = _sleeping_worker(shard)
+        seen = []
+        await _idle_once(worker)  # the first sleep reads it
+        seen.append(shard.reads)
+        worker._finished(quiet)  # a result recorded, an activity handed: the time stands
+        await _idle_once(worker)
+        seen.append(shard.reads)
+        worker._finished(plain)  # an end that may have made a timer or a retry: read again
+        await _idle_once(worker)
+        seen.append(shard.reads)
+        return seen
+
+    assert asyncio.run(go()) == [1, 1, 2]
+
+
+def test_a_due_time_read_that_a_quiet_end_overtook_stands():
+    async def go() -> int:
+        shard = _Shard([])
+        worker = _sleeping_worker(shard)
+        shard.hold = asyncio.Event()
+        idle = asyncio.create_task(worker._idle())
+        await asyncio.sleep(0.01)  # the read is in flight
+        worker._finished({"task_id": 1, "kind": "activity", "options": None, "_nothing_due_later": True})
+        shard.hold.set()
+        await asyncio.sleep(0.01)
+        worker.wake()
+        await asyncio.wait_for(idle, 5)
+        await _idle_once(worker)  # the read before the end stands
+        return shard.reads
+
+    assert asyncio.run(go()) == 1

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Generator
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core import payload
 from harvest.core.deprecation import renamed_attribute
@@ -17,6 +17,7 @@ from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
 from harvest.worker.lanes import lane_of
+from harvest.worker.workflows import makes_nothing_due_later
 
 if TYPE_CHECKING:
     from harvest.worker.worker import Worker
@@ -377,6 +378,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         if ahead is not None:
             ahead.settle(recorded)
     # (recorded is set: every except above returns)
+    if ahead is None or makes_nothing_due_later(cast("list[dict[str, Any]]", ahead.decision["commands"])):
+        task["_nothing_due_later"] = True  # a result wakes its run at once (read by Worker._finished)
     if recorded.handed is not None:  # pyright: ignore[reportOptionalMemberAccess]
         worker.run_handed(recorded.handed, task)  # pyright: ignore[reportOptionalMemberAccess]
     if recorded.claimed is not None:  # pyright: ignore[reportOptionalMemberAccess]

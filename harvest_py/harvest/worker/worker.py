@@ -816,10 +816,14 @@ class Worker:
         """A task in flight ended. A busy worker claims again at once (producers do not notify
         it). One whose mark asks every shard to notify it is told of any new claimable work, so
         it only reads the next due time again (the task may have made a timer or a retry due
-        later); it claims when the task held an admission gate (concurrency_key, rate_limit),
-        or its App declares flow-control policies, whose freed room no notification announces."""
-        self._due_current.clear()  # it may have made a timer or a retry: read the due time again
-        self._ends += 1
+        later), unless its handler saw it make nothing due later (``_nothing_due_later``: a
+        result recorded, or a decision of activities and the run's end only), when the time
+        read before stands; it claims when the task held an admission gate (concurrency_key,
+        rate_limit), or its App declares flow-control policies, whose freed room no
+        notification announces."""
+        if not task.get("_nothing_due_later"):
+            self._due_current.clear()  # it may have made a timer or a retry: read the due time again
+            self._ends += 1
         options = task.get("options") or {}
         if (
             self._all_sleeping()

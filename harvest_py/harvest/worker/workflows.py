@@ -479,6 +479,8 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         raise
     finally:
         worker.release_slots(grant)
+    if makes_nothing_due_later(commands):
+        task["_nothing_due_later"] = True  # (read by Worker._finished)
     for handed in outcome["handed"]:
         worker.run_handed(handed, task)
     warn_on_bloat(worker, execution_id, task["workflow_name"], outcome["last_event_id"])
@@ -526,6 +528,25 @@ _CLOSING = {
     "cancel_workflow": "CANCELLED",
     "continue_as_new": "CONTINUED_AS_NEW",
 }
+
+
+# Commands whose transaction makes no task due later (a timer, a retry, a deferred or gated
+# start): an activity due at once, handed or announced by its NOTIFY, and the run's end.
+_DUE_NOW_ONLY = frozenset(("schedule_activity", "complete_workflow"))
+# An activity with one of these options may be held back by its gate (claim.sql moves its due time).
+_GATED_OPTIONS = ("concurrency_key", "rate_limit")
+
+
+def makes_nothing_due_later(commands: list[dict[str, Any]]) -> bool:
+    """Whether committing ``commands`` leaves no task due later than now: the worker's next due
+    time (worker.py, _finished) then stands, and its end needs no ``next_due_at`` read."""
+    for command in commands:
+        if command["type"] not in _DUE_NOW_ONLY:
+            return False
+        options = command.get("options")
+        if options and any(key in options for key in _GATED_OPTIONS):
+            return False
+    return True
 
 
 def closing_status(commands: list[dict[str, Any]], execution_status: str) -> str | None:

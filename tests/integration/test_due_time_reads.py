@@ -1,0 +1,78 @@
+"""When a worker whose producers notify it reads the next due time (worker.py, _finished).
+
+A task's end reads it again only when the end may have made a task due later (a timer, a
+retry); a recorded result or a decision of activities and the run's end leaves the time read
+before standing. The poll interval here is far longer than the timers, so a timer that no read
+announced would fire a minute late and fail the test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from harvest import App, Client, activity, workflow
+from harvest.db import sqlapi
+
+
+@activity
+async def step(ctx, n: int) -> int:
+    return n
+
+
+@workflow
+async def two_steps(ctx, n: int) -> int:
+    a = await ctx.execute_activity(step, n)
+    return a + await ctx.execute_activity(step, n)
+
+
+@workflow
+async def step_then_sleep(ctx, n: int) -> int:
+    a = await ctx.execute_activity(step, n)
+    await ctx.sleep(0.3)  # decided on the activity's result, ahead: the result's end reads the time
+    return a
+
+
+@workflow
+async def sleep_first(ctx, n: int) -> int:
+    await ctx.sleep(0.3)  # the first decision: the workflow task's end reads the time
+    return await ctx.execute_activity(step, n)
+
+
+APP = App(workflows=[two_steps, step_then_sleep, sleep_first], activities=[step])
+
+
+@pytest.fixture
+def due_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    reads: list[int] = []
+    real = sqlapi.AsyncSqlApi.next_due_at
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        return await real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sqlapi.AsyncSqlApi, "next_due_at", counted)
+    return reads
+
+
+def test_runs_of_activities_alone_read_the_due_time_no_more_often(
+    db: str, start_worker, client: Client, due_reads: list[int]
+) -> None:
+    start_worker(APP, poll_interval=60.0)
+    assert client.start_workflow(two_steps, 1).result(timeout=30) == 2
+    before = len(due_reads)
+    for i in range(5):
+        assert client.start_workflow(two_steps, i).result(timeout=30) == 2 * i
+    # Three task ends per run, none of which made anything due later: before this change,
+    # fifteen reads.
+    assert len(due_reads) - before < 5
+
+
+@pytest.mark.parametrize("flow", [step_then_sleep, sleep_first])
+def test_a_timer_a_task_end_made_fires_on_time_not_at_the_poll_interval(
+    db: str, start_worker, client: Client, due_reads: list[int], flow: Any
+) -> None:
+    start_worker(APP, poll_interval=60.0)
+    assert client.start_workflow(two_steps, 1).result(timeout=30) == 2  # the worker is asleep now
+    assert client.start_workflow(flow, 4).result(timeout=20) == 4
