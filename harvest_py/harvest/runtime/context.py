@@ -179,7 +179,7 @@ class WorkflowContext:
             "seq": run.next_seq(),
             "name": defn.name,
             "input": encode_args(fn, args),  # on replay too: a bad argument fails as it did
-            "queue": defn.queue or self.queue,
+            "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
             command["options"] = {**defn.options_json(), **(tag or {})}

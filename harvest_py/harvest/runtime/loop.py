@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextvars
 import logging
+from asyncio.events import _get_running_loop, _set_running_loop
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar, TypeVarTuple, cast
 
@@ -55,8 +56,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         """Run ready callbacks until none is left: every coroutine is blocked."""
         if self._stepping:
             raise RuntimeError("the workflow loop is already being stepped")
-        prev = asyncio.events._get_running_loop()
-        asyncio.events._set_running_loop(self)
+        prev = _get_running_loop()
+        _set_running_loop(self)
         self._stepping = True
         count = 0
         try:
@@ -78,7 +79,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
             pass  # recorded in fatal_error; the run reports it
         finally:
             self._stepping = False
-            asyncio.events._set_running_loop(prev)
+            _set_running_loop(prev)
 
     def has_ready(self) -> bool:
         return bool(self._ready)
@@ -96,7 +97,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         *args: *_Args,
         context: contextvars.Context | None = None,
     ) -> asyncio.Handle:
-        self._check_closed()
+        if self._closed:  # (_check_closed, inline: a task's every wake-up comes here)
+            raise RuntimeError("the workflow loop is closed")
         handle = asyncio.Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle

@@ -151,6 +151,8 @@ class RunHandlers:
 
     def end_of_step(self) -> None:
         """Every coroutine is blocked: updates still without a handler fail as unknown."""
+        if not self._admitted:
+            return  # (every step of a replay ends here: no list made and dropped per step)
         admitted, self._admitted = self._admitted, []
         for data in admitted:
             name = str(data.get("name"))

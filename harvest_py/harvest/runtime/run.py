@@ -169,14 +169,21 @@ class WorkflowRun(CommandIssuer):
         # About the bytes of the payloads fed to the run so far (_PAYLOAD_FIELD, approx_size):
         # counted once per event as it is read, never by walking the run.
         self.payload_bytes = 0
-        self._markers: deque[tuple[int, int]] = deque()  # (event_id, through), not yet stepped
-        self._groups: dict[int, dict[int, dict[str, Any]]] = {}  # marker event id -> seq -> command event
-        self._group_owner: int | None = None
+        # What _ingest reads and the steps consume, held without a container per step (a long
+        # history's groups and pairs all lived until their step, for the collector to walk):
+        # the markers not yet stepped as flat pairs (event_id, through, event_id, through, ...),
+        # and every command event not yet taken by its step, in event order. A step's command
+        # events are the ones before the next marker (_take_group).
+        self._markers: deque[int] = deque()
+        self._commands: deque[dict[str, Any]] = deque()
+        self._group_owner: int | None = None  # the last marker read: command events after it are its
+        self._group_starts: list[dict[str, Any]] | None = None  # the taken group's ChildWorkflowStarted
         self._resolutions: deque[dict[str, Any]] = deque()
         self._terminal_event: dict[str, Any] | None = None
         self._terminal_owner: int | None = None  # the marker whose step wrote the terminal event
         self._seq = 0
         self._pending: dict[int, Pending] = {}
+        self._issued_local = False  # a local activity was issued: steps look for ready ones
         self._expected: dict[int, dict[str, Any]] | None = None  # recorded commands of a replayed step
         self._new_commands: list[dict[str, Any]] = []
         self._live: tuple[int, list[dict[str, Any]]] | None = None  # last activation, not yet confirmed
@@ -210,8 +217,9 @@ class WorkflowRun(CommandIssuer):
             return Activation([], self.last_event_id, True)
         if self._main is None:
             self._begin()
-        while self._markers:
-            marker_id, through = self._markers.popleft()
+        markers = self._markers
+        while markers:
+            marker_id, through = markers.popleft(), markers.popleft()
             if self._live is not None:
                 self._confirm_live(marker_id, through)
             else:
@@ -265,8 +273,9 @@ class WorkflowRun(CommandIssuer):
             raise RuntimeError("replay_history needs a fresh WorkflowRun")
         self._ingest(events)
         self._begin()
-        while self._markers:
-            marker_id, through = self._markers.popleft()
+        markers = self._markers
+        while markers:
+            marker_id, through = markers.popleft(), markers.popleft()
             self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
         if self._terminal_owner is not None and not self._main_task.done():
             recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
@@ -290,7 +299,11 @@ class WorkflowRun(CommandIssuer):
         # The hot loop of a replay: attributes it touches per event are bound once, and
         # last_event_id is written back however the loop ends (as if set per event).
         last, held = self.last_event_id, self.payload_bytes
-        groups, markers, resolutions = self._groups, self._markers, self._resolutions
+        markers, commands, resolutions = self._markers, self._commands, self._resolutions
+        # Whether the last marker read is still to be stepped (its group is open): command
+        # events join it. Within a batch it always is; a batch that begins with a command event
+        # after the previous batch's steps continues a step already taken.
+        group_open = bool(markers)
         try:
             for event in events:
                 raw_id = event["event_id"]
@@ -317,15 +330,23 @@ class WorkflowRun(CommandIssuer):
                 if field is not None:
                     held += approx_size(data.get(field))
                 if kind in _COMMAND_EVENTS:
-                    if self._group_owner is None:
-                        raise HistoryMismatch(f"event {event_id} {kind} precedes any WorkflowTaskCompleted")
-                    groups[self._group_owner][int(data["seq"])] = event
+                    if not group_open:
+                        if self._group_owner is None:
+                            raise HistoryMismatch(
+                                f"event {event_id} {kind} precedes any WorkflowTaskCompleted"
+                            )
+                        raise HistoryMismatch(
+                            f"execution {self.execution_id}: event {event_id} {kind} belongs to the "
+                            f"step of event {self._group_owner}, which was already taken"
+                        )
+                    int(data["seq"])  # a command event has a seq (_take_group reads it)
+                    commands.append(event)
                 elif kind in _RESOLUTION_EVENTS:
                     resolutions.append(event)
                 elif kind == "WorkflowTaskCompleted":
-                    markers.append((event_id, int(data["through"])))
-                    groups[event_id] = {}
-                    self._group_owner = event_id
+                    markers.append(event_id)
+                    markers.append(int(data["through"]))
+                    self._group_owner, group_open = event_id, True
                 elif kind == "WorkflowStarted":
                     self._start = data
                 elif kind in TERMINAL_EVENTS:
@@ -367,12 +388,16 @@ class WorkflowRun(CommandIssuer):
     # ------------------------------------------------------------------ steps
     def _replay_step(self, marker_id: int, through: int, closes: bool = False) -> None:
         self.is_replaying, self.through = True, through
-        group = self._groups.pop(marker_id)
-        self._expected = dict(group)
-        self._deliver(through)
+        self._expected = self._take_group()
+        starts = self._group_starts
+        resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
+        while resolutions and resolutions[0]["event_id"] <= through:
+            self._resolve(resolutions.popleft())
         self._run_until_blocked_replay()
         self.handlers.end_of_step()
-        if self._main_task.done() and not closes:
+        main = self._main
+        assert main is not None  # (_begin ran)
+        if main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
                 f"event {through}, but its history continues (event {marker_id} onwards)"
@@ -384,17 +409,38 @@ class WorkflowRun(CommandIssuer):
                 nondeterminism(seq, expected, "nothing", "the code no longer issues this command")
             )
         self._expected = None
-        if closes and self._main_task.done():
+        if closes and main.done():
             got = TERMINAL_COMMANDS[self._terminal_command()["type"]]
             recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             if got != recorded:
                 self._raise_fatal(nondeterminism(None, recorded, got, "the workflow now ends differently"))
-        self._apply_started(group)
+        if starts is not None:
+            self._apply_started(starts)
+
+    def _take_group(self) -> dict[int, dict[str, Any]]:
+        """The command events of the step whose marker was just taken, by seq: the ones read
+        before the next marker. Its ``ChildWorkflowStarted`` events go to ``_group_starts``
+        (None if there are none), for ``_apply_started`` once the step is confirmed."""
+        commands, group = self._commands, {}
+        self._group_starts, started = None, False
+        if commands:
+            bound = self._markers[0] if self._markers else None  # the next marker's event id
+            while commands and (bound is None or commands[0]["event_id"] < bound):
+                event = commands.popleft()
+                group[int(event["event_data"]["seq"])] = event
+                started = started or event["event_type"] == "ChildWorkflowStarted"
+        if started:
+            self._group_starts = [
+                event for _, event in sorted(group.items()) if event["event_type"] == "ChildWorkflowStarted"
+            ]
+        return group
 
     def _run_until_blocked_replay(self) -> None:
+        main = self._main
+        assert main is not None  # (_begin ran)
         while True:
             self._step_loop()
-            if self._main_task.done():
+            if main.done() or not self._issued_local:
                 return
             ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
             if not ready:
@@ -411,6 +457,8 @@ class WorkflowRun(CommandIssuer):
             self._step_loop()
             if self._main_task.done():
                 self.finished = True
+                break
+            if not self._issued_local:
                 break
             ready = sorted(
                 (p for p in self._pending.values() if p.kind == "local_activity" and not p.done),
@@ -439,7 +487,8 @@ class WorkflowRun(CommandIssuer):
 
     def _confirm_live(self, marker_id: int, through: int) -> None:
         live_through, commands = cast("tuple[int, list[dict[str, Any]]]", self._live)
-        recorded = self._groups.pop(marker_id)
+        recorded = self._take_group()
+        starts = self._group_starts
         issued = {c["seq"]: c for c in commands if "seq" in c}
         if (
             through != live_through
@@ -452,16 +501,16 @@ class WorkflowRun(CommandIssuer):
                 f"cached run produced (through {live_through})"
             )
         self._live = None
-        self._apply_started(recorded)
+        if starts is not None:
+            self._apply_started(starts)
 
-    def _apply_started(self, group: dict[int, dict[str, Any]]) -> None:
-        """A confirmed step's ``ChildWorkflowStarted`` events reach their handles."""
+    def _apply_started(self, starts: list[dict[str, Any]]) -> None:
+        """A confirmed step's ``ChildWorkflowStarted`` events reach their handles, in seq order."""
         if not self._children:
-            return  # no handle to reach (the common case: a run that starts no child)
-        for seq in sorted(group):
-            event = group[seq]
-            handle = self._children.get(seq)
-            if event["event_type"] == "ChildWorkflowStarted" and handle is not None:
+            return  # no handle to reach
+        for event in starts:
+            handle = self._children.get(int(event["event_data"]["seq"]))
+            if handle is not None:
                 handle._set_started(event["event_data"])
 
     @property
@@ -470,16 +519,15 @@ class WorkflowRun(CommandIssuer):
         return cast("asyncio.Task[Any]", self._main)
 
     def _step_loop(self) -> None:
-        self._loop.run_until_idle()
-        if self._loop.fatal_error is not None:
-            self._fatal = self._loop.fatal_error
+        loop = self._loop
+        loop.run_until_idle()
+        if loop.fatal_error is not None:
+            self._fatal = loop.fatal_error
             raise self._fatal
-        if (
-            self._main_task.done()
-            and not self._main_task.cancelled()
-            and isinstance(self._main_task.exception(), NonDeterminismError)
-        ):
-            self._fatal = self._main_task.exception()
+        main = self._main
+        assert main is not None  # (_begin ran)
+        if main.done() and not main.cancelled() and isinstance(main.exception(), NonDeterminismError):
+            self._fatal = main.exception()
             raise cast(BaseException, self._fatal)
 
     def _terminal_command(self) -> dict[str, Any]:
@@ -519,15 +567,16 @@ class WorkflowRun(CommandIssuer):
 
     def _resolve(self, event: dict[str, Any]) -> None:
         data, kind = event["event_data"], event["event_type"]
-        if kind == "UpdateAccepted":
-            self.handlers.admit(data)
-            return
-        if kind == "SignalReceived":
-            self.signals.deliver(str(data.get("name")), data.get("payload"))
-            return
-        if kind == "WorkflowCancelRequested":
-            self._request_cancel(data.get("reason"))
-            return
+        if kind != "ActivityCompleted":  # (the common one goes straight to its seq)
+            if kind == "UpdateAccepted":
+                self.handlers.admit(data)
+                return
+            if kind == "SignalReceived":
+                self.signals.deliver(str(data.get("name")), data.get("payload"))
+                return
+            if kind == "WorkflowCancelRequested":
+                self._request_cancel(data.get("reason"))
+                return
         seq = int(data.get("seq", 0))
         if kind == "TimerFired" and seq in self._cancelled_timers:
             return  # it fired before our cancel_timer reached the database; the wait is over
@@ -543,7 +592,9 @@ class WorkflowRun(CommandIssuer):
             pending.on_fire()
         if pending.future.done():  # the awaiting task was cancelled; the outcome is moot
             return
-        if kind == "ActivityFailed":
+        if kind == "ActivityCompleted":
+            pending.future.set_result(data.get("result"))
+        elif kind == "ActivityFailed":
             failure = ActivityFailure.from_json(data.get("failure") or {})
             pending.future.set_exception(ActivityError(pending.name or "?", failure))
         elif kind == "ChildWorkflowFailed":
