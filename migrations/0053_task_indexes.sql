@@ -9,3 +9,8 @@ CREATE UNIQUE INDEX tasks_execution_seq
 ON harvest.tasks (execution_id, seq);
 DROP INDEX harvest.tasks_activity_invocation;
 DROP INDEX harvest.tasks_execution;
+
+-- A decision's queued activity is checked and described inline (_activity_command_ok,
+-- _activity_scheduled_data); its step function is gone. (Installed with the functions,
+-- after the migrations.)
+DROP FUNCTION IF EXISTS harvest._decide_queue_activity(harvest.executions, integer, jsonb, integer);
