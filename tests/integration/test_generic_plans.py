@@ -334,8 +334,8 @@ TRAPS = [
             },
         ),
         BY_PK,
-        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x "
-        "WHERE x.id = c.execution_id OFFSET 0) AS l (e)",
+        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x.workflow_name, ... FROM "
+        "harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l",
         id="claim_tasks-executions",
     ),
     case(
