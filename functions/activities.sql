@@ -363,7 +363,12 @@ BEGIN
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
                                                 'activity', v_item.token, v_now) IS NULL
-            RETURNING * INTO v_task;
+            -- The columns the item's recording reads (its run, for _may_decide_on_result and
+            -- the append; its event's data, _activity_completed), not *: a RETURNING list is
+            -- built again on every execution (a tuple descriptor of every column of tasks, per
+            -- result; docs/performance.md, "Fan-out row, seventh cut").
+            RETURNING t.id, t.execution_id, t.seq, t.attempt, t.lease_owner, t.started_at
+            INTO v_task.id, v_task.execution_id, v_task.seq, v_task.attempt, v_task.lease_owner, v_task.started_at;
             v_deleted := FOUND;
         END IF;
         IF NOT v_deleted THEN

@@ -357,14 +357,16 @@ BEGIN
             PERFORM harvest._after_gated_claim(v_claimed, p_now);
         END IF;
         RETURN QUERY  -- (probes per id, as below)
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
+        SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-               c.lease_expires_at, c.heartbeat_details,
-               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
-               CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch((l.e).workflow_id, p_worker_id) END
+               c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
+               CASE WHEN c.kind = 'workflow' THEN harvest._owner_epoch(l.workflow_id, p_worker_id) END
         FROM unnest(v_claimed) AS k (id)
         CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
-        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+        CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
+                                   CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
+                            FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)
+            AS l (workflow_name, workflow_id, decided_through, new_events)
         ORDER BY c.priority DESC, c.due_at, c.id;
         RETURN;
     END IF;
@@ -373,13 +375,15 @@ BEGIN
         -- Executions by one primary-key probe per claimed row (LATERAL, OFFSET 0): a
         -- join may be cached as a generic plan that scans the whole table.
         RETURN QUERY
-        SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
+        SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
                c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-               c.lease_expires_at, c.heartbeat_details,
-               harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+               c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
                NULL::bigint
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c
-        CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+        CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
+                                   CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
+                            FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)
+            AS l (workflow_name, workflow_id, decided_through, new_events)
         ORDER BY c.priority DESC, c.due_at, c.id;
         RETURN;
     END IF;
@@ -395,14 +399,16 @@ BEGIN
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
     PERFORM harvest._after_gated_claim(v_claimed, p_now);
     RETURN QUERY  -- (probes per id, as above)
-    SELECT c.id, c.kind, c.execution_id, (l.e).workflow_name, (l.e).workflow_id,
+    SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
-           c.lease_expires_at, c.heartbeat_details,
-           harvest._events_since_decision(l.e, c.kind, p_worker_id), coalesce((l.e).decided_through, 0),
+           c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
            NULL::bigint
     FROM unnest(v_claimed) AS k (id)
     CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
-    CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l (e)
+    CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
+                               CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
+                        FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)
+        AS l (workflow_name, workflow_id, decided_through, new_events)
     ORDER BY c.priority DESC, c.due_at, c.id;
 END;
 $$;

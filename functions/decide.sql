@@ -250,14 +250,36 @@ BEGIN
 END;
 $$;
 
--- A schedule_activity command checked (a name; its input within p_limit, else HR008)
--- and the data of its ActivityScheduled event: the one description of both the
--- activity that may be handed (_decide_schedule_activity) and the one that queues
--- (_decide_queue_activity). The checks are tested in the IF conditions (expressions
--- PL/pgSQL evaluates without starting an executor) and _require and _check_payload are
--- called only to raise: a PERFORM is a statement of its own, and these two were two of
--- an activity's statements on every decision that scheduled it (docs/performance.md,
--- "Fan-out row, sixth cut").
+-- A schedule_activity command's checks passed: a name, and its input within p_limit
+-- (an inlined SQL expression: the usual command is checked with no call).
+CREATE OR REPLACE FUNCTION harvest._activity_command_ok(p_command jsonb, p_limit integer)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT jsonb_typeof(p_command -> 'name') IS NOT DISTINCT FROM 'string'
+        AND (octet_length((p_command -> 'input')::text) > p_limit) IS NOT TRUE
+$$;
+
+-- The data of a scheduled activity's ActivityScheduled event, on p_queue (the
+-- command's, else its run's). SQL and STABLE (jsonb_build_object is), so a caller's
+-- expression inlines it.
+CREATE OR REPLACE FUNCTION harvest._activity_scheduled_data(p_queue text, p_seq integer, p_command jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT jsonb_build_object(
+        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
+        'queue', p_queue, 'options', coalesce(p_command -> 'options', '{}'::jsonb))
+$$;
+
+-- A schedule_activity command checked (a name, else HR001; its input within p_limit,
+-- else HR008) and the data of its ActivityScheduled event: the one description of both
+-- the activity that may be handed (_decide_schedule_activity) and the one that queues
+-- (_apply_decision, which tests _activity_command_ok itself and calls this only to raise:
+-- a call per queued activity, with the run's row as a composite argument, was most of
+-- the dispatch's cost; docs/performance.md, "Fan-out row, seventh cut"). _require and
+-- _check_payload are called only to raise: a PERFORM is a statement of its own
+-- ("Fan-out row, sixth cut").
 CREATE OR REPLACE FUNCTION harvest._activity_scheduled(
     p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer
 )
@@ -265,38 +287,18 @@ RETURNS jsonb
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF jsonb_typeof(p_command -> 'name') IS DISTINCT FROM 'string' THEN
-        PERFORM harvest._require(p_command, 'name', 'string');
-    END IF;
-    IF octet_length((p_command -> 'input')::text) > p_limit THEN
+    IF NOT harvest._activity_command_ok(p_command, p_limit) THEN
+        IF jsonb_typeof(p_command -> 'name') IS DISTINCT FROM 'string' THEN
+            PERFORM harvest._require(p_command, 'name', 'string');
+        END IF;
         PERFORM harvest._check_payload(format('the input of activity %s (command %s)',
             p_command ->> 'name', p_seq), p_command -> 'input', p_limit);
     END IF;
-    RETURN jsonb_build_object(
-        'seq', p_seq, 'name', p_command ->> 'name', 'input', p_command -> 'input',
-        'queue', coalesce(p_command ->> 'queue', p_execution.queue),
-        'options', coalesce(p_command -> 'options', '{}'::jsonb));
+    RETURN harvest._activity_scheduled_data(coalesce(p_command ->> 'queue', p_execution.queue), p_seq, p_command);
 END;
 $$;
 
--- schedule_activity of an activity that queues (no hand-off slot left for it): its
--- ActivityScheduled event only; the task row is gathered with the decision's other
--- queued activities and inserted with them by _queue_activities, one statement for
--- the lot (a fan-out of many).
-CREATE OR REPLACE FUNCTION harvest._decide_queue_activity(
-    p_execution harvest.executions, p_seq integer, p_command jsonb, p_limit integer,
-    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
-    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb
-)
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    event_type := 'ActivityScheduled';
-    event_data := harvest._activity_scheduled(p_execution, p_seq, p_command, p_limit);
-END;
-$$;
-
--- The task rows of a decision's queued activities (_decide_queue_activity), in
+-- The task rows of a decision's queued activities (gathered by _apply_decision), in
 -- command order, one INSERT: the rows _decide_schedule_activity inserts for an
 -- activity it does not hand ('paused' on a PAUSED run), and one notification per
 -- queue that gained pending work.
@@ -722,10 +724,19 @@ BEGIN
                     v_handed := v_handed || jsonb_build_array(v_step.handed);
                 END IF;
             ELSE
-                -- No slot left to hand it to, or a queue the worker does not poll: it queues.
-                v_step := harvest._decide_queue_activity(v_execution, v_seq, v_command, v_limit);
+                -- No slot left to hand it to, or a queue the worker does not poll: it queues,
+                -- with its event only (its row goes in with the others, _queue_activities).
+                -- The checks and the event's data are inlined expressions; _activity_scheduled,
+                -- the one description, is called only to raise.
+                IF NOT harvest._activity_command_ok(v_command, v_limit) THEN
+                    PERFORM harvest._activity_scheduled(v_execution, v_seq, v_command, v_limit);
+                END IF;
+                v_types := v_types || 'ActivityScheduled'::text;
+                v_datas := v_datas || harvest._activity_scheduled_data(
+                    coalesce(v_command ->> 'queue', v_execution.queue), v_seq, v_command);
                 v_queued_seqs := v_queued_seqs || v_seq;
                 v_queued := v_queued || v_command;
+                CONTINUE;  -- (nothing below applies: no other event, the run goes on)
             END IF;
         WHEN 'start_timer' THEN
             v_step := harvest._decide_start_timer(v_execution, v_seq, v_command, v_now);

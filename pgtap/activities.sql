@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(179);
+SELECT plan(180);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -707,6 +707,15 @@ SELECT results_eq(
              (5, 'WorkflowTaskCompleted', '{"through": 4, "worker_id": "dw"}'),
              (6, 'ActivityScheduled', '{"seq": 2, "name": "next", "input": [2], "queue": "dq_next", "options": {}}')$$,
     'the history: ActivityCompleted, WorkflowTaskCompleted{through: the result''s event}, then the command''s event');
+-- Both results went the one-statement way (the DELETE returns the columns their events
+-- read): each ActivityCompleted carries its attempt's started_at, the plain one as well.
+SELECT results_eq(
+    $$SELECT count(*) FILTER (WHERE (ev.event_data ->> 'started_at')::timestamptz <= harvest.now()
+                                AND (ev.event_data ->> 'attempt')::integer = 1 AND (ev.event_data ->> 'seq')::integer = 1)
+      FROM harvest.events AS ev
+      WHERE ev.execution_id IN (pg_temp.run('da.1'), pg_temp.run('da_plain.1')) AND ev.event_type = 'ActivityCompleted'$$,
+    $$VALUES (2::bigint)$$,
+    'both results record their attempt''s started_at, attempt and seq');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 4::bigint, 6::bigint, 'RUNNING'::text)$$,

@@ -7,9 +7,10 @@
 -- (the rules both ways of taking a claimed task apply), harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
--- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
+-- harvest._activity_command_ok, harvest._activity_scheduled_data and harvest._queue_activities (a
+-- decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(271);
+SELECT plan(273);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1425,8 +1426,30 @@ SELECT throws_ok($$SELECT harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 14
                        '{"type": "schedule_activity", "seq": 14, "name": 4}', 1000)$$,
                  'HR001', 'command schedule_activity needs "name" as a JSON string, got number',
                  '_activity_scheduled(): a name that is not a string: HR001');
--- A decision that schedules activities calls _require and _check_payload only to raise:
--- a well-formed schedule_activity costs neither call (each was a statement of its own).
+-- _activity_command_ok: the checks _activity_scheduled raises on, as a yes or no, at their
+-- edges (a string name; an input of at most p_limit bytes, or none).
+SELECT results_eq(
+    $$SELECT harvest._activity_command_ok(c.command, 7) FROM (VALUES
+          ('{"name": "a", "input": [12345]}'::jsonb, 1), ('{"name": "a", "input": [123456]}', 2),
+          ('{"name": "a"}', 3), ('{"name": 4, "input": [1]}', 4), ('{"input": [1]}', 5),
+          ('{"name": null}', 6)) AS c (command, n) ORDER BY c.n$$,
+    $$VALUES (true), (false), (true), (false), (false), (false)$$,
+    '_activity_command_ok(): a string name and an input of at most the limit (7 bytes), or none');
+-- _activity_scheduled_data: the event's data on the queue given.
+SELECT is(harvest._activity_scheduled_data('dq_cmd_fn', 11,
+              '{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}'),
+          jsonb_build_object('seq', 11, 'name', 'q1', 'input', '[1]'::jsonb, 'queue', 'dq_cmd_fn',
+                             'options', '{"priority": 3}'::jsonb),
+          '_activity_scheduled_data() returns the ActivityScheduled data');
+-- Both are inlined into the expression that calls them (a decision's per-activity step):
+-- no call of their own per queued activity.
+SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_command_ok(t.input, t.seq) FROM harvest.tasks AS t'),
+               '%_activity_command_ok(%', '_activity_command_ok() is inlined into its caller''s expression');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_scheduled_data(t.queue, t.seq, t.input) FROM harvest.tasks AS t'),
+               '%_activity_scheduled_data(%', '_activity_scheduled_data() is inlined into its caller''s expression');
+-- A decision that schedules activities it queues calls no function per activity (the checks
+-- and the event's data are inlined expressions): _require, _check_payload and
+-- _activity_scheduled are called only to raise.
 SET LOCAL track_functions = 'pl';
 CREATE FUNCTION pg_temp.calls(p_fn regprocedure) RETURNS bigint LANGUAGE sql AS $fn$
     SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f WHERE f.funcid = p_fn), 0);
@@ -1434,7 +1457,8 @@ $fn$;
 SELECT pg_temp.start_and_claim('no_checks');
 CREATE TEMP TABLE checks_before ON COMMIT DROP AS
 SELECT pg_temp.calls('harvest._require(jsonb,text,text)') AS requires,
-       pg_temp.calls('harvest._check_payload(text,jsonb,integer)') AS payload_checks;
+       pg_temp.calls('harvest._check_payload(text,jsonb,integer)') AS payload_checks,
+       pg_temp.calls('harvest._activity_scheduled(harvest.executions,integer,jsonb,integer)') AS described;
 SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
                              jsonb_build_object('type', 'schedule_activity', 'seq', 1, 'name', 'a', 'input', '[1]'::jsonb),
                              jsonb_build_object('type', 'schedule_activity', 'seq', 2, 'name', 'b', 'input', '[2]'::jsonb)))$$,
@@ -1442,33 +1466,39 @@ SELECT lives_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
                 'setup: a decision schedules two activities');
 SELECT results_eq(
     $$SELECT pg_temp.calls('harvest._require(jsonb,text,text)') - b.requires,
-             pg_temp.calls('harvest._check_payload(text,jsonb,integer)') - b.payload_checks
+             pg_temp.calls('harvest._check_payload(text,jsonb,integer)') - b.payload_checks,
+             pg_temp.calls('harvest._activity_scheduled(harvest.executions,integer,jsonb,integer)') - b.described
       FROM checks_before AS b$$,
-    $$VALUES (0::bigint, 0::bigint)$$,
-    'two well-formed schedule_activity commands: no call of _require or _check_payload');
-SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('no_checks') AND kind = 'activity'),
-          2::bigint, '... and both activities are scheduled');
-RESET track_functions;
--- _decide_queue_activity: the same event, and no row until _queue_activities inserts the
--- decision's queued activities, in command order, as _decide_schedule_activity would.
+    $$VALUES (0::bigint, 0::bigint, 0::bigint)$$,
+    'two well-formed queued schedule_activity commands: no call of _require, _check_payload or _activity_scheduled');
 SELECT results_eq(
-    $$SELECT d.event_type, d.event_data, d.ends_run
-      FROM harvest._decide_queue_activity(pg_temp.exec('cmd_fn'), 11,
-          '{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}', 1000) AS d$$,
-    $$VALUES ('ActivityScheduled'::text,
-              jsonb_build_object('seq', 11, 'name', 'q1', 'input', '[1]'::jsonb, 'queue', 'dq_cmd_fn',
-                                 'options', '{"priority": 3}'::jsonb),
-              NULL::boolean)$$,
-    '_decide_queue_activity() returns ActivityScheduled (the run''s queue when the command names none)');
-SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND seq = 11), 0::bigint,
-          '... and inserts no task row');
-SELECT throws_ok($$SELECT * FROM harvest._decide_queue_activity(pg_temp.exec('cmd_fn'), 12,
-                       '{"type": "schedule_activity", "seq": 12, "name": "big", "input": [12345]}', 5)$$,
-                 'HR008', 'the input of activity big (command 12) is 7 bytes, over the payload limit of 5 bytes',
-                 '_decide_queue_activity() checks the input against p_limit: HR008');
-SELECT throws_ok($$SELECT * FROM harvest._decide_queue_activity(pg_temp.exec('cmd_fn'), 12,
-                       '{"type": "schedule_activity", "seq": 12}', 1000)$$,
-                 'HR001', NULL, '_decide_queue_activity() without a name: HR001');
+    $$SELECT seq, status, e.event_data
+      FROM harvest.tasks AS t
+      JOIN harvest.events AS e ON e.execution_id = t.execution_id AND e.event_type = 'ActivityScheduled'
+           AND (e.event_data ->> 'seq')::integer = t.seq
+      WHERE t.execution_id = pg_temp.run('no_checks') AND t.kind = 'activity' ORDER BY t.seq$$,
+    $$VALUES (1, 'pending'::text, jsonb_build_object('seq', 1, 'name', 'a', 'input', '[1]'::jsonb,
+                                                     'queue', 'dq_no_checks', 'options', '{}'::jsonb)),
+             (2, 'pending', jsonb_build_object('seq', 2, 'name', 'b', 'input', '[2]'::jsonb,
+                                               'queue', 'dq_no_checks', 'options', '{}'::jsonb))$$,
+    '... and both activities are queued, each with its ActivityScheduled event');
+RESET track_functions;
+-- The queued way raises what _activity_scheduled raises: an input over the limit (HR008,
+-- naming the activity and its command), a command without a name (HR001).
+SELECT pg_temp.start_and_claim('queued_big');
+UPDATE harvest.engine_settings SET max_payload_bytes = 5;
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "schedule_activity", "seq": 1, "name": "a", "input": [1]},
+                            {"type": "schedule_activity", "seq": 2, "name": "big", "input": [12345]}]')$$,
+                        pg_temp.task('queued_big'), pg_temp.token('queued_big')),
+                 'HR008', 'the input of activity big (command 2) is 7 bytes, over the payload limit of 5 bytes',
+                 'a decision''s queued activity over the payload limit: HR008');
+UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
+SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1,
+                          '[{"type": "schedule_activity", "seq": 1, "name": "a"}, {"type": "schedule_activity", "seq": 2}]')$$,
+                        pg_temp.task('queued_big'), pg_temp.token('queued_big')),
+                 'HR001', 'command schedule_activity needs "name" as a JSON string, got nothing',
+                 'a decision''s queued activity without a name: HR001');
 SELECT lives_ok($$SELECT harvest._queue_activities(pg_temp.exec('cmd_fn'), ARRAY[11, 12],
                       ARRAY['{"type": "schedule_activity", "seq": 11, "name": "q1", "input": [1], "options": {"priority": 3}}',
                             '{"type": "schedule_activity", "seq": 12, "name": "q2", "queue": "fn_q",

@@ -77,17 +77,18 @@ CREATE UNIQUE INDEX tasks_one_workflow_task
 ON harvest.tasks (execution_id)
 WHERE kind = 'workflow';
 
--- An activity invocation (execution, seq) is one row for all its attempts.
-CREATE UNIQUE INDEX tasks_activity_invocation
-ON harvest.tasks (execution_id, seq)
-WHERE kind IN ('activity', 'timer');
+-- An activity invocation (execution, seq) is one row for all its attempts, and a run's
+-- tasks are found by its prefix (a lookup, a cancel, a close's delete, the foreign key's
+-- cascade). A workflow task's seq is NULL, so the index asks nothing of it (NULLs are
+-- distinct); one index where an unkeyed one by execution and a partial unique one by
+-- (execution, seq) were two: each task insert and each claim (a non-HOT update) wrote both
+-- (docs/performance.md, "Fan-out row, seventh cut").
+CREATE UNIQUE INDEX tasks_execution_seq
+ON harvest.tasks (execution_id, seq);
 
 CREATE INDEX tasks_deadline
 ON harvest.tasks (deadline_at)
 WHERE deadline_at IS NOT NULL;
-
-CREATE INDEX tasks_execution
-ON harvest.tasks (execution_id);
 
 -- In-flight per key: running task rows with a key. Tasks without a key are not
 -- in this index, so uncapped work pays nothing for it.

@@ -334,8 +334,8 @@ TRAPS = [
             },
         ),
         BY_PK,
-        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x FROM harvest.executions AS x "
-        "WHERE x.id = c.execution_id OFFSET 0) AS l (e)",
+        f"claim.sql: {ID_LIST}, e.g. CROSS JOIN LATERAL (SELECT x.workflow_name, ... FROM "
+        "harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0) AS l",
         id="claim_tasks-executions",
     ),
     case(
@@ -407,7 +407,7 @@ TRAPS = [
             r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
             {"v_execution.id": "uuid"},
         ),
-        {"tasks": {"tasks_one_workflow_task", "tasks_execution"}},
+        {"tasks": {"tasks_one_workflow_task", "tasks_execution_seq"}},
         "activities.sql: the open workflow task of one execution, by the partial unique index "
         "(a literal kind = 'workflow' matches its predicate in a generic plan)",
         id="_may_decide_on_result-open-workflow-task",
@@ -438,11 +438,11 @@ TRAPS = [
             r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
             {"p_execution.id": "uuid", "p_command": "jsonb"},
         ),
-        {"tasks": {"tasks_activity_invocation", "tasks_execution"}},
+        {"tasks": {"tasks_execution_seq"}},
         "decide.sql (cancel_timer): `t.kind = 'timer'` implies the predicate of the partial index "
         "tasks_timers_due, and the planner scans every timer filtering on execution and seq; e.g. "
         "`t.kind IN ('activity', 'timer') AND (t.kind = 'timer') IS TRUE` leaves "
-        "tasks_activity_invocation (execution_id, seq)",
+        "tasks_execution_seq (execution_id, seq)",
         id="_decide_cancel_timer",
     ),
     case(

@@ -101,7 +101,7 @@ def test_catalog_snapshot_notices_a_difference(two_dbs: tuple[str, str]) -> None
     canonical, migrated = two_dbs
     changes = [
         ("columns", "ALTER TABLE harvest.workers ALTER COLUMN heartbeat_interval_secs SET DEFAULT 11"),
-        ("indexes", "DROP INDEX harvest.tasks_execution"),
+        ("indexes", "DROP INDEX harvest.tasks_deadline"),
         (
             "functions",
             (

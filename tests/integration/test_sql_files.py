@@ -329,7 +329,7 @@ def test_sql_holds_no_alter() -> None:
         "ALTER TABLE harvest.tasks ADD COLUMN x int;",
         "ALTER TABLE harvest.tasks ALTER COLUMN seq DROP NOT NULL;",
         "ALTER INDEX harvest.a RENAME TO b;",
-        "DROP INDEX harvest.tasks_execution;",
+        "DROP INDEX harvest.tasks_deadline;",
         "ALTER SEQUENCE harvest.fencing_tokens RESTART;",
     ],
 )
