@@ -246,7 +246,6 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_execution harvest.executions;
-    v_child record;
 BEGIN
     UPDATE harvest.executions
     SET status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
@@ -270,13 +269,12 @@ BEGIN
             'seq', v_execution.parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
             'result', p_output, 'failure', p_failure));
     END IF;
-    FOR v_child IN
-        SELECT e.id, e.parent_close_policy FROM harvest.executions AS e
-        WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon'
-    LOOP
-        PERFORM harvest._queue_relay(v_child.id, 'parent_closed', jsonb_build_object(
-            'policy', v_child.parent_close_policy, 'parent_execution_id', p_execution_id));
-    END LOOP;
+    -- (One statement, not a FOR loop over the children: a query loop opens a cursor on
+    -- every close, children or not.)
+    PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
+        'policy', e.parent_close_policy, 'parent_execution_id', p_execution_id))
+    FROM harvest.executions AS e
+    WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
     -- Children on other shards (cross_shard.sql): their rows carry the close to them. A
     -- probe first: most runs have none, and the two writes would cost their set-up anyway.
     IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN

@@ -680,7 +680,10 @@ BEGIN
         RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
     END IF;
 
-    FOR v_command IN SELECT value FROM jsonb_array_elements(p_commands) LOOP
+    -- (By subscript, not a FOR over jsonb_array_elements: a query loop opens a cursor per
+    -- decision; an expression per command opens none.)
+    FOR v_n IN 0 .. jsonb_array_length(p_commands) - 1 LOOP
+        v_command := p_commands -> v_n;
         v_type := v_command ->> 'type';
         IF v_closed THEN
             RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
