@@ -898,9 +898,6 @@ DECLARE
     v_decided record;
     v_count integer := cardinality(p_task_ids);
     v_owner_mode boolean := harvest._owner_mode_on();
-    v_now timestamptz := harvest.now();  -- the transaction's clock: once per batch
-    v_run uuid;  -- the item's run, once its task is taken
-    v_taken boolean;  -- the item's task was taken by the one-statement way
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -930,56 +927,33 @@ BEGIN
         -- size for every plan, so the cached generic plan serves (performance.md,
         -- "Latency rows, sixth cut").)
         SELECT p_task_ids[s.i] AS id, p_fencing_tokens[s.i] AS token, p_throughs[s.i] AS through,
-               p_commands[s.i] AS commands, p_hand_off_slots[s.i] AS slots, p_owner_epochs[s.i] AS epoch,
-               (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_ids[s.i]) AS run
+               p_commands[s.i] AS commands, p_hand_off_slots[s.i] AS slots, p_owner_epochs[s.i] AS epoch
         FROM generate_subscripts(p_task_ids, 1) AS s (i)
-        ORDER BY run, id
+        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_ids[s.i]), p_task_ids[s.i]
     LOOP
         task_id := v_item.id;
-        outcome := 'completed';
-        message := NULL;
+        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
+        outcome := coalesce(v_try.problem, 'completed');
+        message := v_try.message;
         last_event_id := NULL;
         execution_status := NULL;
         handed := NULL;
-        -- The usual item (its task still the worker's; not in owner mode, whose check comes
-        -- before the task goes) is taken as complete_activities takes a usual result: its
-        -- run's row locked, then the task deleted where _claimed_task_problem finds nothing
-        -- wrong, under the row lock the DELETE takes. Any other item goes the full way,
-        -- which locks and names its problem.
-        v_taken := false;
-        IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
-            DELETE FROM harvest.tasks AS t
-            WHERE t.id = v_item.id
-              AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
-                                                'workflow', v_item.token, v_now) IS NULL
-            RETURNING t.execution_id INTO v_run;
-            v_taken := FOUND;
-        END IF;
-        IF NOT v_taken THEN
-            v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
-            outcome := coalesce(v_try.problem, 'completed');
-            message := v_try.message;
-            v_run := (v_try.task).execution_id;
-            IF v_try.problem IS NULL AND v_owner_mode THEN
-                -- A stale owner's decision is refused and its task goes back to the queue at
-                -- once, for the partition's owner to claim.
-                message := harvest._check_owner(v_run, p_worker_id, v_item.epoch);
-                IF message IS NOT NULL THEN
-                    outcome := 'not_owner';
-                    UPDATE harvest.tasks AS t
-                    SET status = harvest._queued_status(t.execution_id), lease_owner = NULL, lease_expires_at = NULL,
-                        due_at = harvest.now()
-                    WHERE t.id = v_item.id;
-                    PERFORM harvest._notify_queue((v_try.task).queue);
-                END IF;
-            END IF;
-            IF outcome = 'completed' THEN
-                DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
+        IF v_try.problem IS NULL AND v_owner_mode THEN
+            -- A stale owner's decision is refused and its task goes back to the queue at
+            -- once, for the partition's owner to claim.
+            message := harvest._check_owner((v_try.task).execution_id, p_worker_id, v_item.epoch);
+            IF message IS NOT NULL THEN
+                outcome := 'not_owner';
+                UPDATE harvest.tasks AS t
+                SET status = harvest._queued_status(t.execution_id), lease_owner = NULL, lease_expires_at = NULL,
+                    due_at = harvest.now()
+                WHERE t.id = v_item.id;
+                PERFORM harvest._notify_queue((v_try.task).queue);
             END IF;
         END IF;
         IF outcome = 'completed' THEN
-            v_decided := harvest._apply_decision(v_run, v_item.through,
+            DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
+            v_decided := harvest._apply_decision((v_try.task).execution_id, v_item.through,
                 v_item.commands, p_worker_id, p_event_cap, p_byte_cap, v_item.slots,
                 p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
             last_event_id := v_decided.last_event_id;

@@ -9,7 +9,7 @@
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._decide_queue_activity and harvest._queue_activities (a decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(272);
+SELECT plan(271);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -994,9 +994,6 @@ SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('
 -- complete_workflow_task applies one, or refused on its own (gone, kind, stale,
 -- expired: its message, nothing written for it); a bad command fails the whole call.
 SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
--- (Function calls counted from here, for the one-statement way below: a call's counting is
--- set when its expression is first run in the transaction.)
-SET LOCAL track_functions = 'pl';
 SELECT harvest.register_worker('batcher', ARRAY['wb_q'], 'host-b', 2);
 CREATE TEMP TABLE batch_rows (label text, n bigint, task_id bigint, outcome text, message text,
                               last_event_id bigint, execution_status text, handed jsonb) ON COMMIT DROP;
@@ -1133,24 +1130,6 @@ SELECT results_eq(
               'timer'::text, '2030-01-01 00:07:00+00'::timestamptz),
              ('TimerStarted', '{"seq": 1, "fire_at": "2030-01-01T00:07:00+00:00"}', 'timer', '2030-01-01 00:07:00+00')$$,
     'complete_workflow_tasks(): the batch''s good item is applied beside the refused ones');
--- The usual item (its task still the worker's) is taken by one DELETE under its run's
--- row lock; only a refused one goes through _try_lock_claimed_task, which names its problem.
-CREATE TEMP TABLE try_locks ON COMMIT DROP AS
-SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
-                 WHERE f.funcid = 'harvest._try_lock_claimed_task(bigint,bigint,text)'::regprocedure), 0) AS before;
-SELECT pg_temp.start_and_claim('wb_u');
-SELECT pg_temp.start_and_claim('wb_t');
-SELECT pg_temp.batch('usual', ARRAY['wb_u', 'wb_t'],
-    ARRAY['[{"type": "start_timer", "seq": 1, "duration": 60}]', '[{"type": "start_timer", "seq": 1, "duration": 60}]']::jsonb[],
-    ARRAY[0, 0], ARRAY[0, -1]);
-SELECT results_eq(
-    $$SELECT r.outcome, r.last_event_id,
-             coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
-                       WHERE f.funcid = 'harvest._try_lock_claimed_task(bigint,bigint,text)'::regprocedure), 0)
-             - (SELECT l.before FROM try_locks AS l)
-      FROM batch_rows AS r WHERE r.label = 'usual' ORDER BY r.outcome$$,
-    $$VALUES ('completed'::text, 3::bigint, 1::bigint), ('stale', NULL, 1)$$,
-    'complete_workflow_tasks(): a usual item completes without _try_lock_claimed_task; the stale one is named by it (one call)');
 
 -- An activity task's id: kind. A decision that completes the run: COMPLETED, handed [].
 INSERT INTO keyed

@@ -434,17 +434,6 @@ TRAPS = [
     ),
     case(
         Statement(
-            "complete_workflow_tasks",
-            r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.id = v_item\.id\s+AND",
-            {"v_item.id": "bigint", "v_item.token": "bigint", "v_now": "timestamptz"},
-        ),
-        {"tasks": {"tasks_pkey"}},
-        "decide.sql (a usual decision, one statement): as complete_activities' usual result, the "
-        "acceptance rules as _claimed_task_problem's CASE, which implies no partial index's predicate",
-        id="complete_workflow_tasks-usual-item",
-    ),
-    case(
-        Statement(
             "_decide_cancel_timer",
             r"DELETE FROM harvest\.tasks AS t\s+WHERE t\.execution_id",
             {"p_execution.id": "uuid", "p_command": "jsonb"},
