@@ -140,36 +140,35 @@ END;
 $$;
 
 -- Append events in order; the caller holds the execution row lock, which makes
--- event ids gapless and ordered. Returns the id of the last one. One row update
--- for them all (each update of the row costs a new row version), and, when
--- p_decided_through is given, the decision that the first of them marks:
--- decided_by/decided_through (see _apply_decision).
+-- event ids gapless and ordered. Returns the id of the last one, and the run's
+-- history size and status as the append left them (a decision's history caps read
+-- them: _apply_decision). One row update for them all (each update of the row costs
+-- a new row version), and, when p_decided_through is given, the decision that the
+-- first of them marks: decided_by/decided_through (see _apply_decision).
 CREATE OR REPLACE FUNCTION harvest._append_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
-    p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL
+    p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL,
+    OUT last_event_id bigint, OUT history_bytes bigint, OUT execution_status text
 )
-RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_count integer := cardinality(p_event_types);
-    v_last bigint;
 BEGIN
-    UPDATE harvest.executions
-    SET last_event_id = last_event_id + v_count,
-        history_bytes = history_bytes + (
+    UPDATE harvest.executions AS x
+    SET last_event_id = x.last_event_id + v_count,
+        history_bytes = x.history_bytes + (
             SELECT sum(harvest._event_bytes(coalesce(d.data, '{}'::jsonb)))
             FROM unnest(p_event_datas) AS d (data)),
-        decided_by = CASE WHEN p_decided_through IS NULL THEN decided_by ELSE p_decided_by END,
-        decided_through = coalesce(p_decided_through, decided_through)
-    WHERE id = p_execution_id
-    RETURNING last_event_id INTO v_last;
+        decided_by = CASE WHEN p_decided_through IS NULL THEN x.decided_by ELSE p_decided_by END,
+        decided_through = coalesce(p_decided_through, x.decided_through)
+    WHERE x.id = p_execution_id
+    RETURNING x.last_event_id, x.history_bytes, x.status INTO last_event_id, history_bytes, execution_status;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT p_execution_id, v_last - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
+    SELECT p_execution_id, last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
            harvest.now()
     FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
     PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
-    RETURN v_last;
 END;
 $$;
 
@@ -180,7 +179,7 @@ CREATE OR REPLACE FUNCTION harvest._append_event(
 RETURNS bigint
 LANGUAGE sql
 AS $$
-    SELECT harvest._append_events(p_execution_id, ARRAY[p_event_type], ARRAY[p_event_data]);
+    SELECT (harvest._append_events(p_execution_id, ARRAY[p_event_type], ARRAY[p_event_data])).last_event_id;
 $$;
 
 -- Tell workers of a queue that claimable work exists, if any of them is asleep.
@@ -247,7 +246,6 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_execution harvest.executions;
-    v_child record;
 BEGIN
     UPDATE harvest.executions
     SET status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
@@ -271,15 +269,17 @@ BEGIN
             'seq', v_execution.parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
             'result', p_output, 'failure', p_failure));
     END IF;
-    FOR v_child IN
-        SELECT e.id, e.parent_close_policy FROM harvest.executions AS e
-        WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon'
-    LOOP
-        PERFORM harvest._queue_relay(v_child.id, 'parent_closed', jsonb_build_object(
-            'policy', v_child.parent_close_policy, 'parent_execution_id', p_execution_id));
-    END LOOP;
-    -- Children on other shards (cross_shard.sql): their rows carry the close to them.
-    PERFORM harvest._close_cross_shard_children(p_execution_id);
+    -- (One statement, not a FOR loop over the children: a query loop opens a cursor on
+    -- every close, children or not.)
+    PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
+        'policy', e.parent_close_policy, 'parent_execution_id', p_execution_id))
+    FROM harvest.executions AS e
+    WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
+    -- Children on other shards (cross_shard.sql): their rows carry the close to them. A
+    -- probe first: most runs have none, and the two writes would cost their set-up anyway.
+    IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
+        PERFORM harvest._close_cross_shard_children(p_execution_id);
+    END IF;
 END;
 $$;
 

@@ -651,6 +651,8 @@ DECLARE
     v_worker_queues text[];
     v_handed jsonb := '[]'::jsonb;
     v_cap record;
+    v_appended record;  -- the last _append_events: the run's counters and status after it
+    v_may_cap boolean := true;  -- until that append's counters say the run is under both caps
     -- Events not yet appended: the decision's marker and its commands' events go in
     -- one _append_events call, flushed before a command whose own work appends
     -- events (a child's start, an update, continue-as-new, a mutex marker, whose
@@ -680,7 +682,10 @@ BEGIN
         RAISE EXCEPTION 'commands must be a JSON array' USING ERRCODE = 'HR001';
     END IF;
 
-    FOR v_command IN SELECT value FROM jsonb_array_elements(p_commands) LOOP
+    -- (By subscript, not a FOR over jsonb_array_elements: a query loop opens a cursor per
+    -- decision; an expression per command opens none.)
+    FOR v_n IN 0 .. jsonb_array_length(p_commands) - 1 LOOP
+        v_command := p_commands -> v_n;
         v_type := v_command ->> 'type';
         IF v_closed THEN
             RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
@@ -779,25 +784,40 @@ BEGIN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
     END IF;
     IF cardinality(v_types) > 0 THEN
-        PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+        -- The run's row as this last append left it: nothing below but the close writes it.
+        v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
     END IF;
     IF v_close_status IS NOT NULL THEN  -- the run ended: its end event is appended above
         PERFORM harvest._close_execution(v_execution.id, v_close_status, v_close_output, v_close_failure);
+        last_event_id := v_appended.last_event_id;  -- (the end event is always in the last append)
+        execution_status := v_close_status;
+        handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+        RETURN;
     END IF;
-    IF v_closed THEN
+    IF v_closed THEN  -- continued as new: _continue_as_new closed it
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status
         FROM harvest.executions AS e WHERE e.id = v_execution.id;
-        handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+        handed := '[]'::jsonb;
         RETURN;
     END IF;
 
-    -- A run past a hard cap fails with a typed reason unless it just ended.
-    v_cap := harvest._decide_history_caps(v_execution.id, p_event_cap, p_byte_cap, v_now);
-    last_event_id := v_cap.last_event_id;
-    execution_status := v_cap.execution_status;
-    IF v_cap.capped THEN
-        handed := '[]'::jsonb;  -- the close dropped the tasks handed above
-        RETURN;
+    -- A run past a hard cap fails with a typed reason unless it just ended. The last
+    -- append returned the counters the check reads; a run under both caps (the usual
+    -- case) needs no second read of its row.
+    IF cardinality(v_types) > 0 THEN
+        v_may_cap := coalesce(v_appended.last_event_id > p_event_cap OR v_appended.history_bytes > p_byte_cap, false);
+    END IF;
+    IF NOT v_may_cap THEN
+        last_event_id := v_appended.last_event_id;
+        execution_status := v_appended.execution_status;
+    ELSE
+        v_cap := harvest._decide_history_caps(v_execution.id, p_event_cap, p_byte_cap, v_now);
+        last_event_id := v_cap.last_event_id;
+        execution_status := v_cap.execution_status;
+        IF v_cap.capped THEN
+            handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+            RETURN;
+        END IF;
     END IF;
     -- Events that arrived while this task was in flight belong to the next batch.
     IF v_seen_until > p_through THEN

@@ -282,14 +282,23 @@ BEGIN
 END;
 $$;
 
--- A run left RUNNING: give back its workflow slot and its mutexes.
+-- A run left RUNNING: give back its workflow slot and its mutexes. Most runs hold
+-- neither: three primary-key or index probes in one expression decide that, instead of
+-- a DELETE and the release's query of both mutex tables on every close (a write
+-- statement costs its set-up whatever it finds: docs/performance.md, "SQL path,
+-- seventh cut"). The slot and the mutex rows of a run are written under its row lock
+-- or by a claim, as before; what the probes miss the DELETE would have missed too.
 CREATE OR REPLACE FUNCTION harvest._flow_release(p_execution_id uuid)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    DELETE FROM harvest.workflow_slots WHERE execution_id = p_execution_id;
-    PERFORM harvest._mutex_release_all(p_execution_id);
+    IF EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution_id)
+       OR EXISTS (SELECT 1 FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id)
+       OR EXISTS (SELECT 1 FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id) THEN
+        DELETE FROM harvest.workflow_slots WHERE execution_id = p_execution_id;
+        PERFORM harvest._mutex_release_all(p_execution_id);
+    END IF;
 END;
 $$;
 

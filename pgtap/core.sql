@@ -69,8 +69,8 @@ SELECT results_eq(
     '_append_event() stores type and data (NULL data as {}), stamped with harvest.now()');
 
 -- _append_events: several events in order, in one row update; a decision's marker.
-SELECT is(harvest._append_events((SELECT execution_id FROM run), ARRAY['TimerStarted', 'MarkerRecorded'],
-                                 ARRAY['{"seq": 2}', NULL]::jsonb[]), 5::bigint,
+SELECT is((harvest._append_events((SELECT execution_id FROM run), ARRAY['TimerStarted', 'MarkerRecorded'],
+                                  ARRAY['{"seq": 2}', NULL]::jsonb[])).last_event_id, 5::bigint,
           '_append_events() returns the id of the last event');
 SELECT results_eq(
     $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.history_bytes,
@@ -82,9 +82,14 @@ SELECT results_eq(
               WHERE execution_id = (SELECT execution_id FROM run)),
              ARRAY['TimerStarted {"seq": 2}', 'MarkerRecorded {}']$$,
     '_append_events(): ids 4 and 5 in order, the bytes counted, no decision recorded');
-SELECT is(harvest._append_events((SELECT execution_id FROM run), ARRAY['WorkflowTaskCompleted'],
-                                 ARRAY['{"through": 5, "worker_id": "w-core"}']::jsonb[], 'w-core', 5), 6::bigint,
-          '_append_events() with a decision marker');
+CREATE TEMP TABLE appended AS
+SELECT * FROM harvest._append_events((SELECT execution_id FROM run), ARRAY['WorkflowTaskCompleted'],
+                                     ARRAY['{"through": 5, "worker_id": "w-core"}']::jsonb[], 'w-core', 5);
+SELECT results_eq(
+    $$SELECT last_event_id, history_bytes, execution_status FROM appended$$,
+    $$SELECT 6::bigint, (SELECT sum(octet_length(event_data::text))::bigint FROM harvest.events
+                         WHERE execution_id = (SELECT execution_id FROM run)), 'RUNNING'::text$$,
+    '_append_events() with a decision marker returns the last id, the history bytes of every event and the status');
 SELECT results_eq(
     $$SELECT decided_by, decided_through FROM harvest.executions WHERE id = (SELECT execution_id FROM run)$$,
     $$VALUES ('w-core'::text, 5::bigint)$$,

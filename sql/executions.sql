@@ -78,7 +78,7 @@ CREATE TABLE harvest.executions (
         (migrated_to_shard::harvest.shard_number) IS NULL
         OR (status::harvest.migrated_status) IS NOT NULL
     )
-);
+) WITH (fillfactor = 70);
 
 -- One live run per business key; terminal runs keep their rows for history. A
 -- PAUSED run is live (functions/lifecycle.sql). A
