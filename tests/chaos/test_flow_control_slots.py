@@ -54,7 +54,9 @@ def running(dsn: str) -> list[tuple[str, int]]:
 
 def test_killed_workers_slots_come_back_after_their_leases_expire(db: str, tmp_path: Path) -> None:
     (tmp_path / "fcapp.py").write_text(APP_MODULE)
-    env = dict(os.environ, HARVEST_DATABASE_URL=db, PYTHONPATH=str(tmp_path), PYTHONUNBUFFERED="1")
+    # (the inherited PYTHONPATH kept after the app's folder: a worktree's run imports its own library)
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, HARVEST_DATABASE_URL=db, PYTHONPATH=path, PYTHONUNBUFFERED="1")
     procs: list[subprocess.Popen] = []
 
     def spawn() -> subprocess.Popen:

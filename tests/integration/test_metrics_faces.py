@@ -94,7 +94,8 @@ def _free_port() -> int:
 
 def test_harvest_worker_serves_its_metrics_on_a_port(db: str) -> None:
     port = _free_port()
-    env = {**os.environ, "HARVEST_DATABASE_URL": db, "PYTHONPATH": str(Path(__file__).parent)}
+    path = os.pathsep.join(p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "HARVEST_DATABASE_URL": db, "PYTHONPATH": path}
     worker = subprocess.Popen(
         [*HARVEST, "worker", "telemetry_worker:app", "--metrics-port", str(port), "--log-format", "json"],
         env=env,

@@ -34,7 +34,10 @@ def _spawn(db: str, queues: str, tmp: Path, name: str, cache_size: int) -> subpr
             str(tmp / f"{name}.log"),
             str(cache_size),
         ],
-        env={**os.environ, "PYTHONPATH": str(HERE)},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
+        },
     )
 
 
