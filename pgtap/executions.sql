@@ -1,7 +1,7 @@
 -- functions/executions.sql: harvest.get_execution, get_execution_by_workflow_id, harvest.get_history,
 -- harvest.terminate_workflow; then the list and the stack, waiting for a result,
--- the children (list_children) and the runs per version (count_versions), each in a
--- transaction of its own.
+-- the children (list_children), the runs per version (count_versions) and a run row's
+-- rules (the executions_checks trigger), each in a transaction of its own.
 BEGIN;
 SELECT plan(28);
 SET LOCAL TimeZone = 'UTC';
@@ -447,6 +447,72 @@ SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, 'done')$$, '
                  'count_versions() with an unknown state group: HR001');
 SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, NULL)$$, 'HR001', 'unknown state_group "<NULL>"',
                  'count_versions() with a NULL state group: HR001');
+
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A run's row rules (the executions_checks trigger in sql/triggers.sql; table CHECKs
+-- before 0057), for any writer: a plain INSERT or UPDATE by the owner is refused as the
+-- CHECKs refused it (SQLSTATE 23514, the same constraint names); an UPDATE that sets none
+-- of the four columns (an event append) does not fire it.
+BEGIN;
+SELECT plan(14);
+
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)
+VALUES ('00000000-0000-4000-8000-0000000c0001', 'chk_wf', 'chk-1', now());
+
+SELECT throws_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, status)
+                   VALUES (gen_random_uuid(), 'chk_wf', 'chk-2', now(), 'DONE')$$, '23514',
+                 'value for domain harvest.execution_status violates check constraint "executions_status_check"',
+                 'an INSERT of an unknown status is refused');
+SELECT throws_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, parent_close_policy)
+                   VALUES (gen_random_uuid(), 'chk_wf', 'chk-2', now(), 'orphan')$$, '23514',
+                 'value for domain harvest.parent_close_policy violates check constraint "executions_parent_close_policy_check"',
+                 'an INSERT of an unknown parent close policy is refused');
+SELECT throws_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, search_attributes)
+                   VALUES (gen_random_uuid(), 'chk_wf', 'chk-2', now(), '[1]')$$, '23514',
+                 'new row for relation "executions" violates check constraint "executions_search_attributes_object"',
+                 'an INSERT of search attributes that are not an object is refused');
+SELECT throws_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, migrated_to_shard)
+                   VALUES (gen_random_uuid(), 'chk_wf', 'chk-2', now(), 3)$$, '23514',
+                 'value for domain harvest.migrated_status violates check constraint "executions_migrated_to_shard_check"',
+                 'an INSERT of a forwarding pointer on a RUNNING run is refused');
+SELECT throws_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, status, migrated_to_shard)
+                   VALUES (gen_random_uuid(), 'chk_wf', 'chk-2', now(), 'MIGRATED', 65536)$$, '23514',
+                 'value for domain harvest.shard_number violates check constraint "executions_migrated_to_shard_check"',
+                 'an INSERT of a shard number out of range is refused');
+SELECT throws_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, status)
+                   VALUES (gen_random_uuid(), 'chk_wf', 'chk-2', now(), NULL)$$, '23502', NULL,
+                 'a NULL status is still refused by its NOT NULL');
+SELECT lives_ok($$INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at, status, migrated_to_shard)
+                  VALUES (gen_random_uuid(), 'chk_wf', 'chk-3', now(), 'MIGRATED', 65535)$$,
+                'a MIGRATED row with a forwarding pointer in range is taken');
+
+SELECT throws_ok($$UPDATE harvest.executions SET status = 'DONE' WHERE workflow_id = 'chk-1'$$, '23514',
+                 'value for domain harvest.execution_status violates check constraint "executions_status_check"',
+                 'an UPDATE to an unknown status is refused');
+SELECT throws_ok($$UPDATE harvest.executions SET parent_close_policy = 'orphan' WHERE workflow_id = 'chk-1'$$, '23514',
+                 'value for domain harvest.parent_close_policy violates check constraint "executions_parent_close_policy_check"',
+                 'an UPDATE to an unknown parent close policy is refused');
+SELECT throws_ok($$UPDATE harvest.executions SET search_attributes = '"x"' WHERE workflow_id = 'chk-1'$$, '23514',
+                 'new row for relation "executions" violates check constraint "executions_search_attributes_object"',
+                 'an UPDATE of search attributes to a non-object is refused');
+SELECT throws_ok($$UPDATE harvest.executions SET migrated_to_shard = 3 WHERE workflow_id = 'chk-1'$$, '23514',
+                 'value for domain harvest.migrated_status violates check constraint "executions_migrated_to_shard_check"',
+                 'an UPDATE setting a forwarding pointer on a RUNNING run is refused');
+SELECT throws_ok($$UPDATE harvest.executions SET status = 'COMPLETED' WHERE workflow_id = 'chk-3'$$, '23514',
+                 'value for domain harvest.migrated_status violates check constraint "executions_migrated_to_shard_check"',
+                 'an UPDATE of the status alone is checked against the pointer the row holds');
+SELECT lives_ok($$UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 3 WHERE workflow_id = 'chk-1'$$,
+                'an UPDATE to MIGRATED with a pointer is taken');
+-- The trigger fires on INSERT and on an UPDATE of exactly the four columns the rules read.
+SELECT is(
+    (SELECT (t.tgtype & 20) || ' ' || string_agg(a.attname, ',' ORDER BY a.attname)
+     FROM pg_trigger AS t JOIN pg_attribute AS a ON a.attrelid = t.tgrelid AND a.attnum = ANY (t.tgattr)
+     WHERE t.tgrelid = 'harvest.executions'::regclass AND t.tgname = 'executions_checks'
+     GROUP BY t.tgtype),
+    '20 migrated_to_shard,parent_close_policy,search_attributes,status',
+    'executions_checks fires on INSERT and on an UPDATE of status, parent_close_policy, search_attributes, migrated_to_shard');
 
 SELECT * FROM finish();
 ROLLBACK;

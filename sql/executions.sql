@@ -2,11 +2,14 @@
 -- migrations added them (a catalog compares column order), so a fresh install
 -- and an upgraded one hold the same table.
 
--- The closed lists of a run's status and parent close policy, as domains the table's
--- CHECKs cast to: a table CHECK's expression is read back from its stored text by every
--- INSERT or UPDATE statement (a run's row is updated on every event append), a domain's
--- once per session (docs/performance.md, "where the SQL path's time goes"). The columns
--- stay text; a value outside the list fails with SQLSTATE 23514 naming the same constraint.
+-- The closed lists of a run's status and parent close policy, as domains: a value outside
+-- the list fails its cast with SQLSTATE 23514 naming the constraint. The casts and the
+-- search attributes' rule are checked by the executions_checks trigger (sql/triggers.sql)
+-- on every INSERT and on every UPDATE that sets one of the columns they read, not by table
+-- CHECKs: PostgreSQL reads a table CHECK back from its stored text and compiles it on every
+-- UPDATE statement, whichever columns it sets, and a run's row is updated on every event
+-- append (docs/performance.md, "SQL path, eighth cut"). A domain's constraint is read once
+-- per session. The columns stay text.
 CREATE DOMAIN harvest.execution_status AS text
 CONSTRAINT executions_status_check CHECK (value IN (
     'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT',
@@ -19,7 +22,7 @@ CONSTRAINT executions_parent_close_policy_check CHECK (
 );
 
 -- A forwarding pointer (migrated_to_shard) only on a MIGRATING or MIGRATED row, and a
--- shard number in range: the same casts, one per column.
+-- shard number in range: one cast per column.
 CREATE DOMAIN harvest.migrated_status AS text
 CONSTRAINT executions_migrated_to_shard_check CHECK (value IN ('MIGRATING', 'MIGRATED'));
 
@@ -66,18 +69,7 @@ CREATE TABLE harvest.executions (
     -- it lived on before, oldest first (the residence chain erasure walks).
     migrated_to_shard integer,
     migrated_from_shards integer[] NOT NULL DEFAULT '{}'::integer[],
-    CONSTRAINT executions_pkey PRIMARY KEY (id),
-    CONSTRAINT executions_status_check CHECK ((status::harvest.execution_status) IS NOT NULL),
-    CONSTRAINT executions_search_attributes_object CHECK (
-        jsonb_typeof(search_attributes) = 'object'
-    ),
-    CONSTRAINT executions_parent_close_policy_check CHECK (
-        (parent_close_policy::harvest.parent_close_policy) IS NOT NULL
-    ),
-    CONSTRAINT executions_migrated_to_shard_check CHECK (
-        (migrated_to_shard::harvest.shard_number) IS NULL
-        OR (status::harvest.migrated_status) IS NOT NULL
-    )
+    CONSTRAINT executions_pkey PRIMARY KEY (id)
 ) WITH (fillfactor = 70);
 
 -- One live run per business key; terminal runs keep their rows for history. A

@@ -4,7 +4,9 @@ Migration 0044 (docs/performance.md "Where the SQL path's time goes") replaced t
 of seven table CHECKs with casts to domains, so PostgreSQL compiles them once per session
 instead of once per statement. The rules must be the old ones: every value the old CHECK
 took is taken, every value it refused is refused with SQLSTATE 23514 naming the same
-constraint, on INSERT and on UPDATE, and the columns stay text.
+constraint, on INSERT and on UPDATE, and the columns stay text. Migration 0057 moved the
+executions rules from table CHECKs into the executions_checks trigger (sql/triggers.sql),
+which fires on INSERT and on an UPDATE of the columns they read; the tests here hold for it.
 """
 
 from __future__ import annotations
@@ -67,6 +69,23 @@ def test_a_runs_row_is_taken_exactly_when_the_old_checks_took_it(conn: psycopg.C
     }
 
 
+def test_search_attributes_must_be_an_object(conn: psycopg.Connection) -> None:
+    for value, taken in [("{}", True), ('{"a": 1}', True), ("[]", False), ('"x"', False), ("1", False)]:
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at,"
+                    " search_attributes) VALUES (gen_random_uuid(), 'w', %s, now(), %s::jsonb)",
+                    (uuid.uuid4().hex, value),
+                )
+            refused = None
+        except psycopg.errors.CheckViolation as exc:
+            refused = exc.diag.constraint_name
+        assert (refused is None) == taken, value
+        if not taken:
+            assert refused == "executions_search_attributes_object"
+
+
 def test_an_update_is_checked_too(conn: psycopg.Connection) -> None:
     run = conn.execute(
         "INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)"
@@ -76,6 +95,7 @@ def test_an_update_is_checked_too(conn: psycopg.Connection) -> None:
         ("status = 'DONE'", "executions_status_check"),
         ("migrated_to_shard = 3", "executions_migrated_to_shard_check"),
         ("parent_close_policy = 'orphan'", "executions_parent_close_policy_check"),
+        ("search_attributes = '[]'", "executions_search_attributes_object"),
     ]:
         with pytest.raises(psycopg.errors.CheckViolation) as caught:
             conn.execute(f"UPDATE harvest.executions SET {assignment} WHERE id = %s", (run,))
@@ -113,7 +133,7 @@ def test_a_tasks_kind_and_status_are_the_old_lists(conn: psycopg.Connection) -> 
             assert constraint == ("tasks_kind_check" if kind == "job" else "tasks_status_check")
 
 
-def test_the_columns_stay_text_and_each_domain_names_its_table_constraint(conn: psycopg.Connection) -> None:
+def test_the_columns_stay_text_and_each_domain_names_its_rule(conn: psycopg.Connection) -> None:
     columns = conn.execute(
         "SELECT c.relname || '.' || a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
         " JOIN pg_class c ON c.oid = a.attrelid WHERE c.relnamespace = 'harvest'::regnamespace"
@@ -127,14 +147,25 @@ def test_the_columns_stay_text_and_each_domain_names_its_table_constraint(conn: 
             " WHERE k.connamespace = 'harvest'::regnamespace"
         ).fetchall()
     )
+    # A domain's constraint is named after the rule it carries: a table CHECK of events or
+    # tasks, or one of the executions rules the executions_checks trigger casts to.
     tables = {
         r[0]
         for r in conn.execute(
             "SELECT conname FROM pg_constraint WHERE contype = 'c' AND conrelid IN"
-            " ('harvest.events'::regclass, 'harvest.executions'::regclass, 'harvest.tasks'::regclass)"
+            " ('harvest.events'::regclass, 'harvest.tasks'::regclass)"
         )
+    } | {
+        "executions_status_check",
+        "executions_parent_close_policy_check",
+        "executions_migrated_to_shard_check",
     }
     assert set(domains.values()) <= tables
+    source = conn.execute(
+        "SELECT prosrc FROM pg_proc WHERE oid = 'harvest._executions_checks'::regproc"
+    ).fetchone()[0]
+    for domain in ("execution_status", "parent_close_policy", "migrated_status", "shard_number"):
+        assert f"::harvest.{domain})" in source, domain
     assert set(domains) >= {
         "event_type",
         "execution_status",
