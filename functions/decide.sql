@@ -658,6 +658,9 @@ DECLARE
     v_hand_cmds jsonb[] := ARRAY[]::jsonb[];
     v_may_hand boolean;
     v_queue text;
+    v_priority integer;
+    v_hand_queue text;  -- the queue and priority _may_hand_off allowed for the gathered handed ones
+    v_hand_priority integer;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -737,8 +740,14 @@ BEGIN
                 IF v_worker_queues IS NULL THEN
                     v_worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
                 END IF;
-                IF harvest._may_hand_off(v_queue, coalesce((v_command #>> '{options,priority}')::integer, 0),
-                                         v_worker_queues) THEN
+                v_priority := coalesce((v_command #>> '{options,priority}')::integer, 0);
+                -- The rules' answer holds for the next activity of the same queue and priority
+                -- while the ones gathered with it are not yet inserted: nothing of this
+                -- transaction has written a task since it was asked (a handed row is running).
+                IF (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
+                   OR harvest._may_hand_off(v_queue, v_priority, v_worker_queues) THEN
+                    v_hand_queue := v_queue;
+                    v_hand_priority := v_priority;
                     v_hand_seqs := v_hand_seqs || v_seq;
                     v_hand_cmds := v_hand_cmds || v_command;
                     CONTINUE;

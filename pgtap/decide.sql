@@ -10,7 +10,7 @@
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each).
 BEGIN;
-SELECT plan(275);
+SELECT plan(276);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -889,6 +889,19 @@ SELECT results_eq(
     $$SELECT seq, priority, status FROM harvest.tasks WHERE execution_id = pg_temp.run('prio') ORDER BY seq$$,
     $$VALUES (1, 5, 'pending'::text), (2, 0, 'pending'), (3, 5, 'running')$$,
     'a higher priority pending on the queue: queued; the same priority: handed');
+
+-- The rules' answer is taken again once a task went in since: a handed one (above the
+-- pending 5 of the test before), then a gated one of a higher priority (queued, which sends
+-- the handed one in first), then one like the first: not handed (the 7 is ahead of it).
+SELECT pg_temp.hand('prio_again', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "first", "queue": "prio_q", "options": {"priority": 6}},
+    {"type": "schedule_activity", "seq": 2, "name": "gated7", "queue": "prio_q",
+     "options": {"concurrency_key": "p7", "max_concurrent": 1, "priority": 7}},
+    {"type": "schedule_activity", "seq": 3, "name": "again", "queue": "prio_q", "options": {"priority": 6}}]$$, 3);
+SELECT results_eq(
+    $$SELECT seq, priority, status FROM harvest.tasks WHERE execution_id = pg_temp.run('prio_again') ORDER BY id$$,
+    $$VALUES (1, 6, 'running'::text), (2, 7, 'pending'), (3, 6, 'pending')$$,
+    'handed, then a higher priority queued: the next one of the first''s queue and priority is asked again, and queued');
 
 -- Not an active worker polling the queue: nothing handed.
 SELECT pg_temp.hand('unpolled', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "nobody_polls"}]', 1);
