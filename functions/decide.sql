@@ -307,8 +307,13 @@ BEGIN
                'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
                p_now + make_interval(secs => harvest._lease_secs(
                    'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0))
-        FROM unnest(p_seqs, p_commands) WITH ORDINALITY AS q (seq, command, n)
-        ORDER BY q.n
+        -- (By subscript, not unnest: the planner takes unnest's size from the array, so a
+        -- custom plan of one item always looked cheaper than the cached generic one and
+        -- the statement was planned afresh on every call; a decision hands one activity
+        -- at a time in the canonical drain.)
+        FROM (SELECT s.i, p_seqs[s.i] AS seq, p_commands[s.i] AS command
+              FROM generate_subscripts(p_seqs, 1) AS s (i)) AS q
+        ORDER BY q.i
         RETURNING t
     )
     SELECT array_agg(harvest._task_for_worker(h.t, p_execution, p_worker_id) ORDER BY (h.t).id)
