@@ -314,11 +314,13 @@ BEGIN
         FROM (SELECT s.i, p_seqs[s.i] AS seq, p_commands[s.i] AS command
               FROM generate_subscripts(p_seqs, 1) AS s (i)) AS q
         ORDER BY q.i
-        RETURNING t
+        -- (Built in the RETURNING list, where _task_for_worker inlines into the row's own
+        -- columns: a whole row returned and described afterwards was made a composite and
+        -- taken apart again per field, a dearer statement than the single-row INSERT
+        -- it replaced for a decision that hands one activity.)
+        RETURNING t.id, harvest._task_for_worker(t, p_execution, p_worker_id) AS task
     )
-    SELECT array_agg(harvest._task_for_worker(h.t, p_execution, p_worker_id) ORDER BY (h.t).id)
-    INTO v_handed
-    FROM handed AS h;
+    SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
     RETURN v_handed;
 END;
 $$;
