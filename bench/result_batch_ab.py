@@ -63,9 +63,20 @@ def deciders(conn: psycopg.Connection, runs: int, first: int) -> list[tuple[int,
     return tasks
 
 
-def decide(conn: psycopg.Connection, task: tuple[int, int]) -> None:
-    """One decision scheduling 100 activities."""
-    conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], COMMANDS))
+def decide(conn: psycopg.Connection, task: tuple[int, int], hand: int = 0, fan: int = 100) -> None:
+    """One decision scheduling ``fan`` activities, the first ``hand`` of them handed to its worker."""
+    commands = COMMANDS if fan == 100 else Jsonb(COMMANDS.obj[:fan])
+    if not hand:
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], commands)
+        )
+        return
+    (handed,) = conn.execute(
+        "SELECT jsonb_array_length(handed) FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider',"
+        " p_hand_off_slots => %s)",
+        (task[0], task[1], commands, hand),
+    ).fetchone()
+    assert handed == min(hand, fan), (handed, hand)
 
 
 def complete(conn: psycopg.Connection, held: list[tuple[int, int]]) -> None:
@@ -102,6 +113,18 @@ def main() -> None:
     parser.add_argument(
         "--decide", type=int, default=0, help="runs of 100 activities decided per round and side"
     )
+    parser.add_argument(
+        "--hand",
+        type=int,
+        default=0,
+        help="with --decide: each decision hands this many of its activities to its worker (hand-off)",
+    )
+    parser.add_argument(
+        "--fan",
+        type=int,
+        default=100,
+        help="with --decide: activities per decision (100; 1 is the canonical drain's)",
+    )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
     per_round = args.steps * args.batch
@@ -115,6 +138,8 @@ def main() -> None:
         for key in sides:
             conn = psycopg.connect(fresh(admin, server, f"run_{key}", f"tmpl_{key}"), autocommit=True)
             conn.execute("SELECT harvest.register_worker('w', ARRAY['fq'], 'host', 1)")
+            if args.hand:  # the deciding worker polls fq: its activities may be handed to it
+                conn.execute("SELECT harvest.register_worker('decider', ARRAY['dq', 'fq'], 'host', 1)")
             schedule(conn, runs)
             conns[key] = conn
             pids[key] = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
@@ -122,7 +147,7 @@ def main() -> None:
                 complete(conn, claim(conn, args.batch))
             if args.decide:
                 for task in deciders(conn, 2, -2):
-                    decide(conn, task)
+                    decide(conn, task, args.hand, args.fan)
         ratios, cpu = [], {key: [] for key in sides}
         claim_ratios, claim_cpu = [], {key: [] for key in sides}
         decide_ratios, decide_cpu = [], {key: [] for key in sides}
@@ -153,9 +178,9 @@ def main() -> None:
                     orders,
                     first,
                     args.decide,
-                    lambda key, i, got=tasks: decide(conns[key], got[key][i]),
+                    lambda key, i, got=tasks: decide(conns[key], got[key][i], args.hand, args.fan),
                 )
-                decisions = {key: used[key] * 1000 / (args.decide * 100) for key in sides}
+                decisions = {key: used[key] * 1000 / (args.decide * args.fan) for key in sides}
             time.sleep(0.05)
             for key in sides:
                 cpu[key].append(this[key])

@@ -109,8 +109,25 @@ CREATE OR REPLACE FUNCTION harvest._activity_completed(p_task harvest.tasks, p_r
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
-    SELECT jsonb_build_object('seq', p_task.seq, 'result', coalesce(p_result, 'null'::jsonb),
-                              'attempt', p_task.attempt) || harvest._attempt_started(p_task);
+    SELECT harvest._activity_completed_data(p_task.seq, p_task.attempt, p_task.lease_owner,
+                                            p_task.started_at, p_result);
+$$;
+
+-- The same from the task's columns, which is what complete_activities has of a task it
+-- deleted (the DELETE's RETURNING list): no row of tasks made a composite per result,
+-- and one object built, not two joined (_attempt_started's started_at is the fourth
+-- key here; docs/performance.md, "Fan-out row, eighth cut").
+CREATE OR REPLACE FUNCTION harvest._activity_completed_data(
+    p_seq integer, p_attempt integer, p_lease_owner text, p_started_at timestamptz, p_result jsonb
+)
+RETURNS jsonb
+LANGUAGE sql STABLE
+AS $$
+    SELECT CASE WHEN p_lease_owner IS NOT NULL AND p_started_at IS NOT NULL
+                THEN jsonb_build_object('seq', p_seq, 'result', coalesce(p_result, 'null'::jsonb),
+                                        'attempt', p_attempt, 'started_at', p_started_at)
+                ELSE jsonb_build_object('seq', p_seq, 'result', coalesce(p_result, 'null'::jsonb),
+                                        'attempt', p_attempt) END;
 $$;
 
 -- Record a locked activity task's result in the history of its locked execution
@@ -439,7 +456,8 @@ BEGIN
                 (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
                 coalesce((v_decision ->> 'hand_off_slots')::integer, 0),
-                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed(v_task, v_item.result)],
+                ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed_data(v_task.seq, v_task.attempt,
+                    v_task.lease_owner, v_task.started_at, v_item.result)],
                 CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
@@ -458,7 +476,8 @@ BEGIN
                 v_run_queues := NULL;  -- one result that may not be handed: none is
             END IF;
             v_run_types := v_run_types || 'ActivityCompleted'::text;
-            v_run_datas := v_run_datas || harvest._activity_completed(v_task, v_item.result);
+            v_run_datas := v_run_datas || harvest._activity_completed_data(v_task.seq, v_task.attempt,
+                v_task.lease_owner, v_task.started_at, v_item.result);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;
             v_run_last := cardinality(v_handed);

@@ -5,9 +5,9 @@
 -- committed with its result, a run's results gathered into one append),
 -- harvest._record_activity_result, harvest._record_activity_results, harvest._store_activity_result,
 -- harvest._wake_after_results,
--- harvest._activity_completed and harvest._may_decide_on_result.
+-- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(180);
+SELECT plan(183);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -942,6 +942,14 @@ SELECT is(harvest._activity_completed((SELECT t FROM ended_task), '{"b": [1, 2]}
 SELECT is(harvest._activity_completed((SELECT t FROM ended_task), NULL) - 'started_at',
           '{"seq": 1, "result": null, "attempt": 1}'::jsonb,
           '_activity_completed() of a NULL result: JSON null');
+-- _activity_completed_data: the same object from the task's columns (what complete_activities
+-- has of a task its DELETE took): started_at only while a worker held the attempt.
+SELECT is(harvest._activity_completed_data(1, 1, 'w', (SELECT (t).started_at FROM ended_task), '{"b": [1, 2]}'),
+          harvest._activity_completed((SELECT t FROM ended_task), '{"b": [1, 2]}'),
+          '_activity_completed_data() of the task''s columns is _activity_completed() of its row');
+SELECT is(harvest._activity_completed_data(2, 3, NULL, '2030-01-01 00:00:00+00', NULL),
+          '{"seq": 2, "result": null, "attempt": 3}'::jsonb,
+          '_activity_completed_data(): no started_at for an attempt no worker holds; a NULL result is JSON null');
 -- _attempt_started: the final attempt's start while a worker holds it; nothing once let go
 -- (completed elsewhere by its task token: not worker compute).
 SELECT is(harvest._attempt_started((SELECT t FROM ended_task)),
@@ -968,6 +976,9 @@ SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_completed(t, t.input) F
                '%_activity_completed(%', '_activity_completed() is inlined into its caller''s expression');
 SELECT unalike(pg_temp.plan_of('SELECT harvest._attempt_started(t) FROM harvest.tasks AS t'),
                '%_attempt_started(%', '_attempt_started() is inlined into its caller''s expression');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_completed_data(t.seq, t.attempt, t.lease_owner, t.started_at, t.input)
+                                 FROM harvest.tasks AS t'),
+               '%_activity_completed_data(%', '_activity_completed_data() is inlined into its caller''s expression');
 
 -- Payload size: an activity's result, failure or heartbeat details over the limit.
 SELECT pg_temp.act('big', '{"dead_letter": false}');
