@@ -393,10 +393,15 @@ class WorkflowRun(CommandIssuer):
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
         while resolutions and resolutions[0]["event_id"] <= through:
             self._resolve(resolutions.popleft())
-        self._run_until_blocked_replay()
-        self.handlers.end_of_step()
         main = self._main
         assert main is not None  # (_begin ran)
+        loop = self._loop
+        loop.run_until_idle()  # (_step_loop and _run_until_blocked_replay, inline: once per step)
+        if loop.fatal_error is not None or main.done() or self._issued_local:
+            self._run_until_blocked_replay()
+        handlers = self.handlers
+        if handlers._admitted:  # (end_of_step's own test, inline)
+            handlers.end_of_step()
         if main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
@@ -436,10 +441,13 @@ class WorkflowRun(CommandIssuer):
         return group
 
     def _run_until_blocked_replay(self) -> None:
+        """The rest of a replayed step once its loop has run once: the checks of ``_step_loop``,
+        then the recorded outcomes of its ready local activities, running the loop again
+        after each round, until it is blocked."""
         main = self._main
         assert main is not None  # (_begin ran)
         while True:
-            self._step_loop()
+            self._check_step_loop()
             if main.done() or not self._issued_local:
                 return
             ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
@@ -448,6 +456,7 @@ class WorkflowRun(CommandIssuer):
             ready.sort(key=lambda p: p.seq)
             for p in ready:
                 self._resolve_local(p, p.recorded)
+            self._loop.run_until_idle()
 
     async def _live_step(self, local_activities: bool = True) -> Activation:
         self.is_replaying, self.through = False, self.last_event_id
@@ -519,8 +528,13 @@ class WorkflowRun(CommandIssuer):
         return cast("asyncio.Task[Any]", self._main)
 
     def _step_loop(self) -> None:
+        self._loop.run_until_idle()
+        self._check_step_loop()
+
+    def _check_step_loop(self) -> None:
+        """After the loop ran: a fatal error of the loop or a non-determinism error that
+        ended the workflow ends the run."""
         loop = self._loop
-        loop.run_until_idle()
         if loop.fatal_error is not None:
             self._fatal = loop.fatal_error
             raise self._fatal
