@@ -16,7 +16,7 @@ import contextvars
 import logging
 from asyncio.events import _get_running_loop, _set_running_loop
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, TypeVarTuple, cast
 
 from harvest.core.errors import NonDeterminismError
 
@@ -30,8 +30,22 @@ _T = TypeVar("_T")
 
 # A workflow that never blocks (``while True: await asyncio.sleep(0)``) would hang the worker.
 MAX_CALLBACKS_PER_STEP = 1_000_000
-# call_soon fills an asyncio.Handle's slots itself: Handle.__init__ is a Python call per
-# handle, and asks the loop for get_debug() each time (a replay makes one handle per step).
+
+
+class _Handle(asyncio.Handle):
+    """An ``asyncio.Handle`` that ``call_soon`` fills itself: ``Handle.__init__`` is a Python
+    call per handle and asks the loop for ``get_debug()`` each time (a replay makes one
+    handle per step). The slots are asyncio's own; typeshed leaves these ones out."""
+
+    __slots__ = ()
+    if TYPE_CHECKING:
+        _callback: Callable[..., object]
+        _context: contextvars.Context
+        _loop: asyncio.AbstractEventLoop
+        _source_traceback: Any
+        _repr: str | None
+
+
 _new_handle = object.__new__
 
 
@@ -47,7 +61,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     """Ready-queue only; ``time()`` is the workflow's logical time."""
 
     def __init__(self) -> None:
-        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._ready: collections.deque[_Handle] = collections.deque()
         self._closed = False
         self._stepping = False
         self._exception_handler: Callable[..., Any] | None = None
@@ -96,7 +110,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
             self._stepping = False
             _set_running_loop(prev)
 
-    def _callback_failed(self, handle: asyncio.Handle, exc: BaseException) -> None:
+    def _callback_failed(self, handle: _Handle, exc: BaseException) -> None:
         """What ``asyncio.Handle._run`` does with a callback's exception: hand it to the
         loop's exception handler."""
         source = asyncio.format_helpers._format_callback_source(handle._callback, handle._args)
@@ -127,8 +141,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.Handle:
         if self._closed:  # (_check_closed, inline: a task's every wake-up comes here)
             raise RuntimeError("the workflow loop is closed")
-        # asyncio.Handle(callback, args, self, context), its slots filled here (_new_handle)
-        handle = _new_handle(asyncio.Handle)
+        # asyncio.Handle(callback, args, self, context), its slots filled here (_Handle)
+        handle: _Handle = _new_handle(_Handle)
         handle._callback, handle._args, handle._cancelled = callback, args, False
         handle._loop, handle._source_traceback, handle._repr = self, None, None
         handle._context = context if context is not None else contextvars.copy_context()
@@ -199,7 +213,11 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     # ------------------------------------------------------------------ state
     # Never in debug mode. A C callable returning False (bool() is False), not a method:
     # asyncio calls it for every future and handle it makes on this loop, two per replayed step.
-    get_debug = staticmethod(bool)
+    if TYPE_CHECKING:
+
+        def get_debug(self) -> bool: ...
+    else:
+        get_debug = staticmethod(bool)
 
     def set_debug(self, enabled: bool) -> None:
         pass

@@ -432,7 +432,8 @@ class WorkflowRun(CommandIssuer):
             bound = self._markers[0] if self._markers else None  # the next marker's event id
             while commands and (bound is None or commands[0]["event_id"] < bound):
                 event = commands.popleft()
-                group[int(event["event_data"]["seq"])] = event
+                seq = event["event_data"]["seq"]
+                group[seq if type(seq) is int else int(seq)] = event  # (int(seq), no call for an int)
                 started = started or event["event_type"] == "ChildWorkflowStarted"
         if started:
             self._group_starts = [
@@ -591,7 +592,9 @@ class WorkflowRun(CommandIssuer):
             if kind == "WorkflowCancelRequested":
                 self._request_cancel(data.get("reason"))
                 return
-        seq = int(data.get("seq", 0))
+        seq = data.get("seq", 0)
+        if type(seq) is not int:  # (int(seq), no call for an int)
+            seq = int(seq)
         if kind == "TimerFired" and seq in self._cancelled_timers:
             return  # it fired before our cancel_timer reached the database; the wait is over
         pending = self._pending.pop(seq, None)
