@@ -339,13 +339,15 @@ class WorkflowRun(CommandIssuer):
                             f"execution {self.execution_id}: event {event_id} {kind} belongs to the "
                             f"step of event {self._group_owner}, which was already taken"
                         )
-                    int(data["seq"])  # a command event has a seq (_take_group reads it)
+                    if type(data["seq"]) is not int:  # a command event has a seq (_take_group reads it)
+                        int(data["seq"])
                     commands.append(event)
                 elif kind in _RESOLUTION_EVENTS:
                     resolutions.append(event)
                 elif kind == "WorkflowTaskCompleted":
                     markers.append(event_id)
-                    markers.append(int(data["through"]))
+                    through = data["through"]
+                    markers.append(through if type(through) is int else int(through))
                     self._group_owner, group_open = event_id, True
                 elif kind == "WorkflowStarted":
                     self._start = data
