@@ -81,3 +81,47 @@ def test_busy_workflow_is_stopped(monkeypatch):
 
     with pytest.raises(IllegalWorkflowOperation, match="without blocking"):
         asyncio.run(new_run(None, spin).advance(HistoryBuilder("spin").events))
+
+
+def test_handles_behave_as_asyncio_handles():
+    """call_soon fills its handles itself and run_until_idle runs them inline (no
+    Handle.__init__ or Handle._run per callback): cancelling, several arguments, the
+    context, and a failing callback reported to the exception handler as asyncio does."""
+    import contextvars
+
+    loop = DeterministicEventLoop()
+    reports: list[dict] = []
+    loop.set_exception_handler(lambda _loop, context: reports.append(context))
+    seen: list[object] = []
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "in ctx")
+
+    def boom(x: int) -> None:
+        raise ValueError(f"boom {x}")
+
+    skipped = loop.call_soon(seen.append, "cancelled")
+    failing = loop.call_soon(boom, 7)
+    loop.call_soon(lambda a, b, c: seen.append((a, b, c)), 1, 2, 3)
+    loop.call_soon(lambda: seen.append(var.get()), context=ctx)
+    loop.call_soon(lambda: seen.append(var.get()))
+    skipped.cancel()
+    assert isinstance(failing, asyncio.Handle) and skipped.cancelled() and not failing.cancelled()
+    assert repr(skipped).endswith("cancelled>")
+    loop.run_until_idle()
+    assert seen == [(1, 2, 3), "in ctx", "unset"]  # the failure did not stop the others
+    assert loop.fatal_error is None and not loop.is_running()
+    [report] = reports
+    assert report["handle"] is failing and isinstance(report["exception"], ValueError)
+    assert report["message"].startswith("Exception in callback ") and "boom" in report["message"]
+    # A coroutine's wake-ups are handles too: the task still sees its result.
+    fut = loop.create_future()
+
+    async def waiter() -> int:
+        return await fut
+
+    task = loop.create_task(waiter())
+    loop.run_until_idle()
+    fut.set_result(3)
+    loop.run_until_idle()
+    assert task.result() == 3 and loop.get_debug() is False

@@ -577,6 +577,9 @@ def return_hint(fn: Callable[..., Any] | None) -> Any:
     return _safe_hints(fn).get("return", Any)
 
 
+_NO_KWARGS: Mapping[str, Any] = types.MappingProxyType({})
+
+
 def encode_args(
     fn: Callable[..., Any] | None,
     args: tuple[Any, ...] | list[Any] = (),
@@ -588,7 +591,7 @@ def encode_args(
     Keyword arguments are placed at their parameter's position; skipped parameters before a
     supplied one get their default, trailing defaults are left out so decode applies them.
     """
-    kwargs = dict(kwargs) if kwargs else {}
+    kwargs = dict(kwargs) if kwargs else _NO_KWARGS  # (read only until bind below copies it)
     if fn is None:
         if kwargs:
             raise TypeError(

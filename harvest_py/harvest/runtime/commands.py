@@ -24,6 +24,8 @@ from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperatio
 if TYPE_CHECKING:
     from harvest.runtime.messages import RunHandlers
 
+_Future = asyncio.Future  # what DeterministicEventLoop.create_future makes
+
 __all__ = [
     "BOOKKEEPING_EVENTS",
     "COMMAND_EVENTS",
@@ -258,8 +260,8 @@ class CommandIssuer:
             and event["event_type"] == "ActivityScheduled"
             and "type" not in data
             and type(name) is str
-            and type(data.get("name")) is str
-            and data["name"] == name
+            and type(recorded_name := data.get("name")) is str
+            and recorded_name == name
         ):
             got, recorded = describe_command(command), describe_event(event)
             if recorded != got:
@@ -286,8 +288,13 @@ class CommandIssuer:
             self._new_commands.append(command)
         else:
             self._match(command)
-        future = self._loop.create_future()
-        self._pending[command["seq"]] = Pending(command["seq"], kind, name, future, on_fire=on_fire)
+        future: asyncio.Future[Any] = _Future(loop=self._loop)  # (create_future, inline)
+        seq = command["seq"]
+        # (on_fire by keyword only when there is one: a keyword makes a dict for the call)
+        if on_fire is None:
+            self._pending[seq] = Pending(seq, kind, name, future)
+        else:
+            self._pending[seq] = Pending(seq, kind, name, future, on_fire=on_fire)
         return future
 
     def issue_local(self, defn: Any, args: tuple[Any, ...]) -> asyncio.Future[Any]:

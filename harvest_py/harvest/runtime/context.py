@@ -181,7 +181,8 @@ class WorkflowContext:
             "input": encode_args(fn, args),  # on replay too: a bad argument fails as it did
             "queue": defn.queue or self.info.queue,
         }
-        if not run.matching():  # a replay compares the name only; the options cannot fail
+        # A replay compares the name only; the options cannot fail. (not run.matching(), inline)
+        if run._expected is None:
             command["options"] = {**defn.options_json(), **(tag or {})}
         return run.issue(command, "activity", defn.name)
 

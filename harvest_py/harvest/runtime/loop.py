@@ -10,12 +10,13 @@ inside its own asyncio loop.
 from __future__ import annotations
 
 import asyncio
+import asyncio.format_helpers
 import collections
 import contextvars
 import logging
 from asyncio.events import _get_running_loop, _set_running_loop
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, TypeVarTuple, cast
 
 from harvest.core.errors import NonDeterminismError
 
@@ -31,6 +32,23 @@ _T = TypeVar("_T")
 MAX_CALLBACKS_PER_STEP = 1_000_000
 
 
+class _Handle(asyncio.Handle):
+    """An ``asyncio.Handle`` that ``call_soon`` fills itself: ``Handle.__init__`` is a Python
+    call per handle and asks the loop for ``get_debug()`` each time (a replay makes one
+    handle per step). The slots are asyncio's own; typeshed leaves these ones out."""
+
+    __slots__ = ()
+    if TYPE_CHECKING:
+        _callback: Callable[..., object]
+        _context: contextvars.Context
+        _loop: asyncio.AbstractEventLoop
+        _source_traceback: Any
+        _repr: str | None
+
+
+_new_handle = object.__new__
+
+
 class IllegalWorkflowOperation(NonDeterminismError):
     """Workflow code did something that cannot be replayed (wall-clock sleep, threads, I/O).
 
@@ -43,7 +61,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     """Ready-queue only; ``time()`` is the workflow's logical time."""
 
     def __init__(self) -> None:
-        self._ready: collections.deque[asyncio.Handle] = collections.deque()
+        self._ready: collections.deque[_Handle] = collections.deque()
         self._closed = False
         self._stepping = False
         self._exception_handler: Callable[..., Any] | None = None
@@ -59,10 +77,10 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         prev = _get_running_loop()
         _set_running_loop(self)
         self._stepping = True
-        count = 0
+        count, ready = 0, self._ready
         try:
-            while self._ready:
-                handle = self._ready.popleft()
+            while ready:
+                handle = ready.popleft()
                 if handle._cancelled:
                     continue
                 count += 1
@@ -72,7 +90,18 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
                         f"{MAX_CALLBACKS_PER_STEP} callbacks without blocking; "
                         "a busy loop never yields to durable events"
                     )
-                handle._run()
+                # (Handle._run, inline: one call fewer per wake-up of a task)
+                # (a task's wake-up has one argument, passed without building a tuple)
+                args = handle._args
+                try:
+                    if len(args) == 1:
+                        handle._context.run(handle._callback, args[0])
+                    else:
+                        handle._context.run(handle._callback, *args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._callback_failed(handle, exc)
                 if self.fatal_error is not None:
                     break
         except IllegalWorkflowOperation:
@@ -80,6 +109,19 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         finally:
             self._stepping = False
             _set_running_loop(prev)
+
+    def _callback_failed(self, handle: _Handle, exc: BaseException) -> None:
+        """What ``asyncio.Handle._run`` does with a callback's exception: hand it to the
+        loop's exception handler."""
+        source = asyncio.format_helpers._format_callback_source(handle._callback, handle._args)
+        context: dict[str, Any] = {
+            "message": f"Exception in callback {source}",
+            "exception": exc,
+            "handle": handle,
+        }
+        if handle._source_traceback:
+            context["source_traceback"] = handle._source_traceback
+        self.call_exception_handler(context)
 
     def has_ready(self) -> bool:
         return bool(self._ready)
@@ -99,7 +141,11 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
     ) -> asyncio.Handle:
         if self._closed:  # (_check_closed, inline: a task's every wake-up comes here)
             raise RuntimeError("the workflow loop is closed")
-        handle = asyncio.Handle(callback, args, self, context)
+        # asyncio.Handle(callback, args, self, context), its slots filled here (_Handle)
+        handle: _Handle = _new_handle(_Handle)
+        handle._callback, handle._args, handle._cancelled = callback, args, False
+        handle._loop, handle._source_traceback, handle._repr = self, None, None
+        handle._context = context if context is not None else contextvars.copy_context()
         self._ready.append(handle)
         return handle
 
@@ -165,8 +211,13 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         return self._task_factory
 
     # ------------------------------------------------------------------ state
-    def get_debug(self) -> bool:
-        return False
+    # Never in debug mode. A C callable returning False (bool() is False), not a method:
+    # asyncio calls it for every future and handle it makes on this loop, two per replayed step.
+    if TYPE_CHECKING:
+
+        def get_debug(self) -> bool: ...
+    else:
+        get_debug = staticmethod(bool)
 
     def set_debug(self, enabled: bool) -> None:
         pass

@@ -339,13 +339,15 @@ class WorkflowRun(CommandIssuer):
                             f"execution {self.execution_id}: event {event_id} {kind} belongs to the "
                             f"step of event {self._group_owner}, which was already taken"
                         )
-                    int(data["seq"])  # a command event has a seq (_take_group reads it)
+                    if type(data["seq"]) is not int:  # a command event has a seq (_take_group reads it)
+                        int(data["seq"])
                     commands.append(event)
                 elif kind in _RESOLUTION_EVENTS:
                     resolutions.append(event)
                 elif kind == "WorkflowTaskCompleted":
                     markers.append(event_id)
-                    markers.append(int(data["through"]))
+                    through = data["through"]
+                    markers.append(through if type(through) is int else int(through))
                     self._group_owner, group_open = event_id, True
                 elif kind == "WorkflowStarted":
                     self._start = data
@@ -393,10 +395,15 @@ class WorkflowRun(CommandIssuer):
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
         while resolutions and resolutions[0]["event_id"] <= through:
             self._resolve(resolutions.popleft())
-        self._run_until_blocked_replay()
-        self.handlers.end_of_step()
         main = self._main
         assert main is not None  # (_begin ran)
+        loop = self._loop
+        loop.run_until_idle()  # (_step_loop and _run_until_blocked_replay, inline: once per step)
+        if loop.fatal_error is not None or main.done() or self._issued_local:
+            self._run_until_blocked_replay()
+        handlers = self.handlers
+        if handlers._admitted:  # (end_of_step's own test, inline)
+            handlers.end_of_step()
         if main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
@@ -427,7 +434,8 @@ class WorkflowRun(CommandIssuer):
             bound = self._markers[0] if self._markers else None  # the next marker's event id
             while commands and (bound is None or commands[0]["event_id"] < bound):
                 event = commands.popleft()
-                group[int(event["event_data"]["seq"])] = event
+                seq = event["event_data"]["seq"]
+                group[seq if type(seq) is int else int(seq)] = event  # (int(seq), no call for an int)
                 started = started or event["event_type"] == "ChildWorkflowStarted"
         if started:
             self._group_starts = [
@@ -436,10 +444,13 @@ class WorkflowRun(CommandIssuer):
         return group
 
     def _run_until_blocked_replay(self) -> None:
+        """The rest of a replayed step once its loop has run once: the checks of ``_step_loop``,
+        then the recorded outcomes of its ready local activities, running the loop again
+        after each round, until it is blocked."""
         main = self._main
         assert main is not None  # (_begin ran)
         while True:
-            self._step_loop()
+            self._check_step_loop()
             if main.done() or not self._issued_local:
                 return
             ready = [p for p in self._pending.values() if p.kind == "local_activity" and not p.done]
@@ -448,6 +459,7 @@ class WorkflowRun(CommandIssuer):
             ready.sort(key=lambda p: p.seq)
             for p in ready:
                 self._resolve_local(p, p.recorded)
+            self._loop.run_until_idle()
 
     async def _live_step(self, local_activities: bool = True) -> Activation:
         self.is_replaying, self.through = False, self.last_event_id
@@ -519,8 +531,13 @@ class WorkflowRun(CommandIssuer):
         return cast("asyncio.Task[Any]", self._main)
 
     def _step_loop(self) -> None:
+        self._loop.run_until_idle()
+        self._check_step_loop()
+
+    def _check_step_loop(self) -> None:
+        """After the loop ran: a fatal error of the loop or a non-determinism error that
+        ended the workflow ends the run."""
         loop = self._loop
-        loop.run_until_idle()
         if loop.fatal_error is not None:
             self._fatal = loop.fatal_error
             raise self._fatal
@@ -577,7 +594,9 @@ class WorkflowRun(CommandIssuer):
             if kind == "WorkflowCancelRequested":
                 self._request_cancel(data.get("reason"))
                 return
-        seq = int(data.get("seq", 0))
+        seq = data.get("seq", 0)
+        if type(seq) is not int:  # (int(seq), no call for an int)
+            seq = int(seq)
         if kind == "TimerFired" and seq in self._cancelled_timers:
             return  # it fired before our cancel_timer reached the database; the wait is over
         pending = self._pending.pop(seq, None)
