@@ -151,22 +151,28 @@ def test_a_claim_that_found_work_does_not_read_the_due_time_again_an_end_or_an_e
     assert asyncio.run(go()) == [1, 1, 2, 2, 3]
 
 
-def test_a_due_time_read_that_a_task_end_overtook_is_read_again():
+@pytest.mark.parametrize(
+    ("quiet", "reads"),
+    [(False, 2), (True, 1)],
+    ids=["an end that may make work due later: read again", "a quiet end: the read before it stands"],
+)
+def test_a_due_time_read_that_a_task_end_overtook(quiet: bool, reads: int):
     async def go() -> int:
         shard = _Shard([])
         worker = _sleeping_worker(shard)
         shard.hold = asyncio.Event()
         idle = asyncio.create_task(worker._idle())
         await asyncio.sleep(0.01)  # the read is in flight
-        worker._finished({"task_id": 1, "kind": "activity", "options": None})
+        end = {"task_id": 1, "kind": "activity", "options": None}
+        worker._finished({**end, "_nothing_due_later": True} if quiet else end)
         shard.hold.set()
-        await asyncio.sleep(0.01)  # the loop woke for the end and read again: the first read fell
+        await asyncio.sleep(0.01)  # an end that may make work due later woke the loop: it read again
         worker.wake()
         await asyncio.wait_for(idle, 5)
-        await _idle_once(worker)  # the read after the end stands
+        await _idle_once(worker)  # the read after the end (or, quiet, before it) stands
         return shard.reads
 
-    assert asyncio.run(go()) == 2
+    assert asyncio.run(go()) == reads
 
 
 @pytest.mark.parametrize(
@@ -208,21 +214,3 @@ def test_an_end_that_made_nothing_due_later_leaves_the_due_time_read_before_stan
         return seen
 
     assert asyncio.run(go()) == [1, 1, 2]
-
-
-def test_a_due_time_read_that_a_quiet_end_overtook_stands():
-    async def go() -> int:
-        shard = _Shard([])
-        worker = _sleeping_worker(shard)
-        shard.hold = asyncio.Event()
-        idle = asyncio.create_task(worker._idle())
-        await asyncio.sleep(0.01)  # the read is in flight
-        worker._finished({"task_id": 1, "kind": "activity", "options": None, "_nothing_due_later": True})
-        shard.hold.set()
-        await asyncio.sleep(0.01)
-        worker.wake()
-        await asyncio.wait_for(idle, 5)
-        await _idle_once(worker)  # the read before the end stands
-        return shard.reads
-
-    assert asyncio.run(go()) == 1
