@@ -960,18 +960,6 @@ SELECT is(harvest._attempt_started(jsonb_populate_record((SELECT t FROM ended_ta
 -- Both are inlined into the expression that calls them (complete_activities' per-result
 -- step): declared no less volatile than their bodies, they do not run as statements of their own.
 -- (A whole-row variable stands for the caller's row: EXPLAIN (GENERIC_PLAN) is PostgreSQL 16+.)
-CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_line text;
-    v_plan text := '';
-BEGIN
-    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE) ' || p_query LOOP
-        v_plan := v_plan || v_line || E'\n';
-    END LOOP;
-    RETURN v_plan;
-END;
-$fn$;
 SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_completed(t, t.input) FROM harvest.tasks AS t'),
                '%_activity_completed(%', '_activity_completed() is inlined into its caller''s expression');
 SELECT unalike(pg_temp.plan_of('SELECT harvest._attempt_started(t) FROM harvest.tasks AS t'),

@@ -672,18 +672,6 @@ SELECT results_eq($$SELECT harvest._claimed_task_problem(k, s, tok, lease, 'acti
                   'then kind before stale before expired');
 SELECT is(harvest._claimed_task_problem('activity', 'running', NULL, NULL, 'activity', NULL, now()), NULL,
           '_claimed_task_problem(): no token on either side is the same token');
-CREATE FUNCTION pg_temp.plan_of(p_query text) RETURNS text
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    v_line text;
-    v_plan text := '';
-BEGIN
-    FOR v_line IN EXECUTE 'EXPLAIN (VERBOSE) ' || p_query LOOP
-        v_plan := v_plan || v_line || E'\n';
-    END LOOP;
-    RETURN v_plan;
-END;
-$fn$;
 SELECT unalike(pg_temp.plan_of($$SELECT t.id FROM harvest.tasks AS t WHERE harvest._claimed_task_problem(
                    t.kind, t.status, t.fencing_token, t.lease_expires_at, 'activity', 1, now()) IS NULL$$),
                '%_claimed_task_problem(%', '_claimed_task_problem() is inlined into its caller''s expression');
