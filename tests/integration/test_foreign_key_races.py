@@ -1,0 +1,132 @@
+"""A run's events and tasks never outlive it, whoever writes them and whatever runs at once.
+
+The rule is the foreign keys `events_execution_fkey` and `tasks_execution_fkey` (ON DELETE
+CASCADE). Their checks are the fan-out's largest single cost, and a statement-level check with
+a trigger cascade was built to replace them (docs/performance.md, "Foreign-key checks,
+priced"): it passed the READ COMMITTED races below and failed the REPEATABLE READ one (it
+left an orphan). These tests hold any replacement to the foreign key's behaviour,
+with two real sessions and a plain INSERT by the owner (the writer no function guards).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+CHILDREN = {
+    "events": (
+        "INSERT INTO harvest.events (execution_id, event_id, event_type, created_at)"
+        " VALUES (%s, 1000, 'WorkflowTaskCompleted', now())"
+    ),
+    "tasks": (
+        "INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, seq, scheduled_at)"
+        " VALUES (%s, 'timer', 'default', now() + interval '1 hour', 1000, now())"
+    ),
+}
+
+
+def _orphans(conn: psycopg.Connection, table: str) -> int:
+    row = conn.execute(
+        f"SELECT count(*) FROM harvest.{table} AS c"
+        " WHERE NOT EXISTS (SELECT 1 FROM harvest.executions AS x WHERE x.id = c.execution_id)"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _run(conn: psycopg.Connection) -> str:
+    row = conn.execute("SELECT execution_id FROM harvest.start_workflow('wf')").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
+    """Until the session named ``application_name`` waits on a lock (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while not conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
+        " AND datname = current_database() AND wait_event_type = 'Lock')",
+        (application_name,),
+    ).fetchone()[0]:  # type: ignore[index]  # one row
+        assert time.monotonic() < deadline, f"{application_name} never waited on a lock"
+        time.sleep(0.01)
+
+
+def _in_thread(target: Callable[[], Any], outcome: dict[str, Any]) -> threading.Thread:
+    def run() -> None:
+        try:
+            outcome["result"] = target()
+        except BaseException as exc:  # the assertion names it
+            outcome["result"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("table", sorted(CHILDREN))
+def test_a_delete_waiting_on_an_insert_cascades_to_the_new_row(
+    db: str, conn: psycopg.Connection, table: str
+) -> None:
+    run_id = _run(conn)
+    with (
+        psycopg.connect(db, application_name="inserter") as inserter,
+        psycopg.connect(db, application_name="deleter") as deleter,
+    ):
+        inserter.execute(CHILDREN[table], (run_id,))
+        outcome: dict[str, Any] = {}
+
+        def delete() -> None:
+            deleter.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+            deleter.commit()
+
+        thread = _in_thread(delete, outcome)
+        _wait_until_blocked(conn, "deleter")
+        inserter.commit()
+        thread.join(10)
+    assert outcome["result"] is None
+    assert _orphans(conn, table) == 0
+
+
+@pytest.mark.parametrize("table", sorted(CHILDREN))
+def test_an_insert_waiting_on_a_delete_fails(db: str, conn: psycopg.Connection, table: str) -> None:
+    run_id = _run(conn)
+    with (
+        psycopg.connect(db, application_name="inserter") as inserter,
+        psycopg.connect(db, application_name="deleter") as deleter,
+    ):
+        deleter.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+        outcome: dict[str, Any] = {}
+
+        def insert() -> None:
+            inserter.execute(CHILDREN[table], (run_id,))
+            inserter.commit()
+
+        thread = _in_thread(insert, outcome)
+        _wait_until_blocked(conn, "inserter")
+        deleter.commit()
+        thread.join(10)
+    assert isinstance(outcome["result"], psycopg.errors.ForeignKeyViolation)
+    assert _orphans(conn, table) == 0
+
+
+@pytest.mark.parametrize("table", sorted(CHILDREN))
+def test_a_repeatable_read_delete_cannot_miss_a_row_committed_after_its_snapshot(
+    db: str, conn: psycopg.Connection, table: str
+) -> None:
+    """The cascade looks with the newest snapshot: a row its transaction cannot see fails the
+    delete instead of being left behind."""
+    run_id = _run(conn)
+    with psycopg.connect(db) as deleter, psycopg.connect(db) as inserter:
+        deleter.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        deleter.execute("SELECT count(*) FROM harvest.executions")  # its snapshot
+        inserter.execute(CHILDREN[table], (run_id,))
+        inserter.commit()
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            deleter.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
+    assert _orphans(conn, table) == 0
