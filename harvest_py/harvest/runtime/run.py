@@ -370,7 +370,12 @@ class WorkflowRun(CommandIssuer):
                     event = {"event_id": event_id, "event_type": kind, "event_data": data}
                 field = _PAYLOAD_FIELD.get(kind)
                 if field is not None:
-                    held += approx_size(data.get(field))
+                    value = data.get(field)
+                    value_type = type(value)
+                    if value is None or value_type is int or value_type is bool or value_type is float:
+                        held += 8  # (approx_size's first case, inline: a scalar result)
+                    else:
+                        held += approx_size(value)
                 if kind in _COMMAND_EVENTS:
                     if not group_open:
                         if self._group_owner is None:
@@ -391,8 +396,16 @@ class WorkflowRun(CommandIssuer):
                     # it saw none past this one (its `through`) and the run can begin.
                     if stream and markers:
                         if markers[1] < event_id and self._start is not None:
+                            # As the steps after the batch take it (advance's, and replay_history's,
+                            # whose early steps never close the run: no terminal event read yet).
+                            marker_id, marker_through = markers.popleft(), markers.popleft()
                             try:
-                                self._step_early()
+                                if self._main is None:
+                                    self._begin()
+                                if self._live is not None:
+                                    self._confirm_live(marker_id, marker_through)
+                                else:
+                                    self._replay_step(marker_id, marker_through)
                             except Exception as exc:  # (raised once the batch is read)
                                 deferred, stream = exc, False
                         else:
@@ -418,18 +431,6 @@ class WorkflowRun(CommandIssuer):
         finally:
             self.last_event_id, self.payload_bytes = last, held
         return deferred
-
-    def _step_early(self) -> None:
-        """Take the one queued step while reading (``_ingest``): as the steps after the batch
-        would (advance's, and replay_history's, whose early steps never close the run)."""
-        markers = self._markers
-        marker_id, through = markers.popleft(), markers.popleft()
-        if self._main is None:
-            self._begin()
-        if self._live is not None:
-            self._confirm_live(marker_id, through)
-        else:
-            self._replay_step(marker_id, through)
 
     def _begin(self) -> None:
         if self._start is None:
@@ -466,8 +467,22 @@ class WorkflowRun(CommandIssuer):
         self._expected = self._take_group()
         starts = self._group_starts
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
+        pending_by_seq = self._pending
         while resolutions and resolutions[0]["event_id"] <= through:
-            self._resolve(resolutions.popleft())
+            event = resolutions.popleft()
+            if event["event_type"] == "ActivityCompleted":
+                # (_resolve's common case, inline: a completed activity its call waits for)
+                data = event["event_data"]
+                seq = data.get("seq", 0)
+                pending = pending_by_seq.get(seq) if type(seq) is int else None
+                if pending is not None and pending.kind == "activity" and pending.on_fire is None:
+                    del pending_by_seq[seq]
+                    pending.done = True
+                    future = pending.future
+                    if not future.done():
+                        future.set_result(data.get("result"))
+                    continue
+            self._resolve(event)
         main = self._main
         assert main is not None  # (_begin ran)
         loop = self._loop
