@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 from typing import Any
 
 import pytest
@@ -79,9 +80,13 @@ def test_each_step_is_taken_when_the_next_marker_is_read() -> None:
 
     activation = asyncio.run(run.advance(Watched(events)))
     assert [c["seq"] for c in activation.commands] == [7]
-    markers = [(e["event_id"], e["event_data"]["through"]) for e in events if e["event_type"] == "WorkflowTaskCompleted"]
+    markers = [
+        (e["event_id"], e["event_data"]["through"])
+        for e in events
+        if e["event_type"] == "WorkflowTaskCompleted"
+    ]
     assert len(markers) == 6
-    for (_, through), (next_marker, _) in zip(markers, markers[1:], strict=False):
+    for (_, through), (next_marker, _) in itertools.pairwise(markers):
         # The event after the next marker is read once that marker took this step.
         assert through_when_read[next_marker] == through
     assert through_when_read[markers[0][0]] == 0  # nothing stepped before the first marker's group

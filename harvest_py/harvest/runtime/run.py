@@ -94,6 +94,7 @@ _COMMAND_EVENTS = frozenset(COMMAND_EVENTS)
 _RESOLUTION_EVENTS = frozenset(RESOLUTION_EVENTS)
 _TERMINAL_COMMAND_EVENTS = frozenset(TERMINAL_COMMANDS.values())
 _TERMINAL_EVENT_NAMES = frozenset(TERMINAL_EVENTS)
+_SCALARS = frozenset({int, bool, float})  # what approx_size counts as 8 bytes, with None
 
 
 class HistoryMismatch(HarvestError):
@@ -370,12 +371,11 @@ class WorkflowRun(CommandIssuer):
                     event = {"event_id": event_id, "event_type": kind, "event_data": data}
                 field = _PAYLOAD_FIELD.get(kind)
                 if field is not None:
-                    value = data.get(field)
-                    value_type = type(value)
-                    if value is None or value_type is int or value_type is bool or value_type is float:
+                    payload = data.get(field)
+                    if payload is None or type(payload) in _SCALARS:
                         held += 8  # (approx_size's first case, inline: a scalar result)
                     else:
-                        held += approx_size(value)
+                        held += approx_size(payload)
                 if kind in _COMMAND_EVENTS:
                     if not group_open:
                         if self._group_owner is None:
