@@ -464,7 +464,7 @@ class WorkflowRun(CommandIssuer):
     # ------------------------------------------------------------------ steps
     def _replay_step(self, marker_id: int, through: int, closes: bool = False) -> None:
         self.is_replaying, self.through = True, through
-        self._expected = self._take_group()
+        expected = self._expected = self._take_group()  # (the code's _match takes from it)
         starts = self._group_starts
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
         pending_by_seq = self._pending
@@ -497,11 +497,15 @@ class WorkflowRun(CommandIssuer):
                 f"non-determinism: the workflow finished while replaying the step through "
                 f"event {through}, but its history continues (event {marker_id} onwards)"
             )
-        if self._expected:
-            seq = min(self._expected)
-            expected = describe_command(event_as_command(self._expected[seq]))
+        if expected:
+            seq = min(expected)
             self._raise_fatal(
-                nondeterminism(seq, expected, "nothing", "the code no longer issues this command")
+                nondeterminism(
+                    seq,
+                    describe_command(event_as_command(expected[seq])),
+                    "nothing",
+                    "the code no longer issues this command",
+                )
             )
         self._expected = None
         if closes and main.done():
