@@ -306,7 +306,7 @@ class CommandIssuer:
                 self._match(command)
         future: asyncio.Future[Any] = _Future(loop=self._loop)  # (create_future, inline)
         # Pending(seq, kind, name, future, on_fire=on_fire), its slots filled here: the dataclass'
-        # __init__ is a Python call from C per activity and timer (test_replay_inline_pending).
+        # __init__ is a Python call from C per activity and timer (test_replay_one_pass.py).
         pending: Pending = _new_pending(Pending)
         pending.seq, pending.kind, pending.name, pending.future = seq, kind, name, future
         pending.defn, pending.args, pending.recorded, pending.done = None, (), None, False
