@@ -74,8 +74,11 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         """Run ready callbacks until none is left: every coroutine is blocked."""
         if self._stepping:
             raise RuntimeError("the workflow loop is already being stepped")
+        # A replay sets us as the running loop once for all its steps (WorkflowRun.advance);
+        # then there is nothing to set here (a C call that allocates, twice per step).
         prev = _get_running_loop()
-        _set_running_loop(self)
+        if prev is not self:
+            _set_running_loop(self)
         self._stepping = True
         count, ready = 0, self._ready
         try:
@@ -108,7 +111,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
             pass  # recorded in fatal_error; the run reports it
         finally:
             self._stepping = False
-            _set_running_loop(prev)
+            if prev is not self:
+                _set_running_loop(prev)
 
     def _callback_failed(self, handle: _Handle, exc: BaseException) -> None:
         """What ``asyncio.Handle._run`` does with a callback's exception: hand it to the

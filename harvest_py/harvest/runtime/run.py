@@ -22,6 +22,7 @@ import datetime as _dt
 import functools
 import json
 import random as _random
+from asyncio.events import _get_running_loop, _set_running_loop
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -92,6 +93,8 @@ _PAYLOAD_FIELD = {
 _COMMAND_EVENTS = frozenset(COMMAND_EVENTS)
 _RESOLUTION_EVENTS = frozenset(RESOLUTION_EVENTS)
 _TERMINAL_COMMAND_EVENTS = frozenset(TERMINAL_COMMANDS.values())
+_TERMINAL_EVENT_NAMES = frozenset(TERMINAL_EVENTS)
+_SCALARS = frozenset({int, bool, float})  # what approx_size counts as 8 bytes, with None
 
 
 class HistoryMismatch(HarvestError):
@@ -211,19 +214,39 @@ class WorkflowRun(CommandIssuer):
         """
         if self._fatal is not None:
             raise self._fatal
-        self._ingest(new_events)
-        if self._terminal_event is not None or self.finished:
-            self.finished = True
-            return Activation([], self.last_event_id, True)
-        if self._main is None:
-            self._begin()
-        markers = self._markers
-        while markers:
-            marker_id, through = markers.popleft(), markers.popleft()
-            if self._live is not None:
-                self._confirm_live(marker_id, through)
-            else:
-                self._replay_step(marker_id, through)
+        # Step while reading (_ingest) unless the run has ended or this batch ends it: a batch
+        # that closes the run replays nothing (below), so its steps would be work thrown away.
+        last = new_events[-1] if type(new_events) is list and new_events else None
+        last_kind = last.get("event_type") if type(last) is dict else None
+        stream = not (
+            self.finished
+            or self._terminal_event is not None
+            or (type(last_kind) is str and last_kind in _TERMINAL_EVENT_NAMES)
+        )
+        # The synchronous part (every recorded step) runs with our loop as the running one,
+        # set once here rather than by each step's run_until_idle.
+        prev = _get_running_loop()
+        _set_running_loop(self._loop)
+        try:
+            deferred = self._ingest(new_events, stream)
+            if self._terminal_event is not None or self.finished:
+                if deferred is not None:
+                    self._fatal = None  # (a step taken before the terminal event was read)
+                self.finished = True
+                return Activation([], self.last_event_id, True)
+            if deferred is not None:
+                raise deferred
+            if self._main is None:
+                self._begin()
+            markers = self._markers
+            while markers:
+                marker_id, through = markers.popleft(), markers.popleft()
+                if self._live is not None:
+                    self._confirm_live(marker_id, through)
+                else:
+                    self._replay_step(marker_id, through)
+        finally:
+            _set_running_loop(prev)
         if self._live is not None:
             raise HistoryMismatch(
                 f"execution {self.execution_id}: the last activation "
@@ -271,12 +294,20 @@ class WorkflowRun(CommandIssuer):
         """
         if self._main is not None or self._fatal is not None:
             raise RuntimeError("replay_history needs a fresh WorkflowRun")
-        self._ingest(events)
-        self._begin()
-        markers = self._markers
-        while markers:
-            marker_id, through = markers.popleft(), markers.popleft()
-            self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
+        prev = _get_running_loop()
+        _set_running_loop(self._loop)
+        try:
+            deferred = self._ingest(events, True)
+            if deferred is not None:
+                raise deferred
+            if self._main is None:  # (no step was taken while reading)
+                self._begin()
+            markers = self._markers
+            while markers:
+                marker_id, through = markers.popleft(), markers.popleft()
+                self._replay_step(marker_id, through, closes=marker_id == self._terminal_owner)
+        finally:
+            _set_running_loop(prev)
         if self._terminal_owner is not None and not self._main_task.done():
             recorded = cast("dict[str, Any]", self._terminal_event)["event_type"]
             self._raise_fatal(
@@ -295,9 +326,21 @@ class WorkflowRun(CommandIssuer):
         self._children.clear()
 
     # ------------------------------------------------------------------ history
-    def _ingest(self, events: list[dict[str, Any]]) -> None:
+    def _ingest(self, events: list[dict[str, Any]], stream: bool = False) -> BaseException | None:
+        """Read a batch: check it, queue its markers, command events and resolutions.
+
+        With ``stream``, a step is taken as soon as its events are all read (when the next
+        marker is), while they are still in the CPU's caches: a long history is then walked
+        once, not twice (it did not fit in them between the batch check and the steps). The
+        errors are the ones reading the whole batch first and then stepping raised: a step's
+        exception is kept (returned) and stepping stops, reading goes on and an error in the
+        batch raises instead; a step is only taken early when it sees exactly what it would
+        have seen after the whole batch (its events all read, the run's WorkflowStarted read,
+        no terminal event read: see below). The steps not taken are left queued, as before.
+        """
         # The hot loop of a replay: attributes it touches per event are bound once, and
         # last_event_id is written back however the loop ends (as if set per event).
+        deferred: BaseException | None = None
         last, held = self.last_event_id, self.payload_bytes
         markers, commands, resolutions = self._markers, self._commands, self._resolutions
         # Whether the last marker read is still to be stepped (its group is open): command
@@ -328,7 +371,11 @@ class WorkflowRun(CommandIssuer):
                     event = {"event_id": event_id, "event_type": kind, "event_data": data}
                 field = _PAYLOAD_FIELD.get(kind)
                 if field is not None:
-                    held += approx_size(data.get(field))
+                    payload = data.get(field)
+                    if payload is None or type(payload) in _SCALARS:
+                        held += 8  # (approx_size's first case, inline: a scalar result)
+                    else:
+                        held += approx_size(payload)
                 if kind in _COMMAND_EVENTS:
                     if not group_open:
                         if self._group_owner is None:
@@ -345,18 +392,45 @@ class WorkflowRun(CommandIssuer):
                 elif kind in _RESOLUTION_EVENTS:
                     resolutions.append(event)
                 elif kind == "WorkflowTaskCompleted":
+                    # The step of the marker before this one has all its events: take it now if
+                    # it saw none past this one (its `through`) and the run can begin.
+                    if stream and markers:
+                        if markers[1] < event_id and self._start is not None:
+                            # As the steps after the batch take it (advance's, and replay_history's,
+                            # whose early steps never close the run: no terminal event read yet).
+                            marker_id, marker_through = markers.popleft(), markers.popleft()
+                            try:
+                                if self._main is None:
+                                    self._begin()
+                                if self._live is not None:
+                                    self._confirm_live(marker_id, marker_through)
+                                else:
+                                    self._replay_step(marker_id, marker_through)
+                            except Exception as exc:  # (raised once the batch is read)
+                                deferred, stream = exc, False
+                        else:
+                            stream = False
                     markers.append(event_id)
                     through = data["through"]
                     markers.append(through if type(through) is int else int(through))
                     self._group_owner, group_open = event_id, True
                 elif kind == "WorkflowStarted":
+                    if self._start is not None:
+                        # The engine writes one, as event 1; a run begun with one cannot take another.
+                        raise HistoryMismatch(
+                            f"execution {self.execution_id}: event {event_id} is a second WorkflowStarted"
+                        )
                     self._start = data
                 elif kind in TERMINAL_EVENTS:
+                    # Steps after this wait for the whole batch: a batch that ends the run
+                    # replays nothing (advance), and a closing step must know it closes.
+                    stream = False
                     self._terminal_event = event
                     if kind in _TERMINAL_COMMAND_EVENTS:
                         self._terminal_owner = self._group_owner
         finally:
             self.last_event_id, self.payload_bytes = last, held
+        return deferred
 
     def _begin(self) -> None:
         if self._start is None:
@@ -390,11 +464,25 @@ class WorkflowRun(CommandIssuer):
     # ------------------------------------------------------------------ steps
     def _replay_step(self, marker_id: int, through: int, closes: bool = False) -> None:
         self.is_replaying, self.through = True, through
-        self._expected = self._take_group()
+        expected = self._expected = self._take_group()  # (the code's _match takes from it)
         starts = self._group_starts
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
+        pending_by_seq = self._pending
         while resolutions and resolutions[0]["event_id"] <= through:
-            self._resolve(resolutions.popleft())
+            event = resolutions.popleft()
+            if event["event_type"] == "ActivityCompleted":
+                # (_resolve's common case, inline: a completed activity its call waits for)
+                data = event["event_data"]
+                seq = data.get("seq", 0)
+                pending = pending_by_seq.get(seq) if type(seq) is int else None
+                if pending is not None and pending.kind == "activity" and pending.on_fire is None:
+                    del pending_by_seq[seq]
+                    pending.done = True
+                    future = pending.future
+                    if not future.done():
+                        future.set_result(data.get("result"))
+                    continue
+            self._resolve(event)
         main = self._main
         assert main is not None  # (_begin ran)
         loop = self._loop
@@ -409,11 +497,15 @@ class WorkflowRun(CommandIssuer):
                 f"non-determinism: the workflow finished while replaying the step through "
                 f"event {through}, but its history continues (event {marker_id} onwards)"
             )
-        if self._expected:
-            seq = min(self._expected)
-            expected = describe_command(event_as_command(self._expected[seq]))
+        if expected:
+            seq = min(expected)
             self._raise_fatal(
-                nondeterminism(seq, expected, "nothing", "the code no longer issues this command")
+                nondeterminism(
+                    seq,
+                    describe_command(event_as_command(expected[seq])),
+                    "nothing",
+                    "the code no longer issues this command",
+                )
             )
         self._expected = None
         if closes and main.done():
