@@ -342,10 +342,17 @@ BEGIN
     END IF;
     -- The start locks of the decisions first (decide.sql), then executions in one
     -- order in every batch, so two batches never deadlock.
+    -- (Only when a decision starts a run: asked per decision by an expression, not by
+    -- the lock function's statements, decide.sql _starts_runs.)
     IF p_decisions IS NOT NULL THEN
-        PERFORM harvest._lock_decision_start_keys(p_task_ids,
-            ARRAY(SELECT d.decision -> 'commands' FROM unnest(p_decisions) WITH ORDINALITY AS d (decision, n)
-                  ORDER BY d.n));
+        FOREACH v_decision IN ARRAY p_decisions LOOP
+            IF harvest._starts_runs(v_decision -> 'commands') THEN
+                PERFORM harvest._lock_decision_start_keys(p_task_ids,
+                    ARRAY(SELECT d.decision -> 'commands' FROM unnest(p_decisions) WITH ORDINALITY AS d (decision, n)
+                          ORDER BY d.n));
+                EXIT;
+            END IF;
+        END LOOP;
     END IF;
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with

@@ -245,12 +245,15 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_execution harvest.executions;
+    v_parent_id uuid;
+    v_parent_seq integer;
 BEGIN
+    -- (The two columns read below, not *: a RETURNING list's tuple descriptor is built
+    -- on every execution, one of every column of executions for RETURNING *.)
     UPDATE harvest.executions
     SET status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
     WHERE id = p_execution_id
-    RETURNING * INTO v_execution;
+    RETURNING parent_id, parent_seq INTO v_parent_id, v_parent_seq;
     DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
     -- Notify only when a client waits for this result (see harvest.wait_for_result in
     -- executions.sql): the waiters lock ('WAIT', the run) orders their marks with this delete;
@@ -264,9 +267,9 @@ BEGIN
         DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
         PERFORM pg_notify('harvest_done', p_execution_id::text);
     END IF;
-    IF v_execution.parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
-        PERFORM harvest._queue_relay(v_execution.parent_id, 'child_closed', jsonb_build_object(
-            'seq', v_execution.parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
+    IF v_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
+        PERFORM harvest._queue_relay(v_parent_id, 'child_closed', jsonb_build_object(
+            'seq', v_parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
             'result', p_output, 'failure', p_failure));
     END IF;
     -- (One statement, not a FOR loop over the children: a query loop opens a cursor on

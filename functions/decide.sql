@@ -125,6 +125,20 @@ $$;
 -- (workflow_name, workflow_id) order, as start_workflows takes them. A run's name and
 -- workflow_id never change, so they are read without a lock. Commands that are not
 -- well formed lock nothing here: the dispatcher refuses them.
+-- Whether one decision's commands (a JSON array; anything else: false) start a run,
+-- a continue_as_new or a start_child_workflow: only those need their start locks.
+-- An expression (inlined where it is called), so a commit of one decision asks it
+-- without a statement: the lock function's call and its probe are two executor
+-- start-ups on every commit (docs/performance.md, "Per-call costs at one item").
+CREATE OR REPLACE FUNCTION harvest._starts_runs(p_commands jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT coalesce(jsonb_typeof(p_commands) = 'array'
+                    AND (p_commands @> '[{"type": "continue_as_new"}]'
+                         OR p_commands @> '[{"type": "start_child_workflow"}]'), false);
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._lock_decision_start_keys(p_task_ids bigint[], p_commands jsonb[])
 RETURNS void
 LANGUAGE plpgsql
@@ -133,10 +147,7 @@ DECLARE
     v_key record;
 BEGIN
     -- The common decision starts nothing: no lookup at all.
-    IF NOT EXISTS (SELECT 1 FROM unnest(p_commands) AS c (commands)
-                   WHERE jsonb_typeof(c.commands) = 'array'
-                     AND (c.commands @> '[{"type": "continue_as_new"}]'
-                          OR c.commands @> '[{"type": "start_child_workflow"}]')) THEN
+    IF NOT EXISTS (SELECT 1 FROM unnest(p_commands) AS c (commands) WHERE harvest._starts_runs(c.commands)) THEN
         RETURN;
     END IF;
     FOR v_key IN
@@ -909,6 +920,7 @@ DECLARE
     v_decided record;
     v_count integer := cardinality(p_task_ids);
     v_owner_mode boolean := harvest._owner_mode_on();
+    v_commands jsonb;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -927,8 +939,15 @@ BEGIN
             'arrays of one length and one first subscript' USING ERRCODE = 'HR001';
     END IF;
     -- The start locks first, then executions in one order in every batch, so two
-    -- batches never deadlock (docs/internals.md, "Lock order").
-    PERFORM harvest._lock_decision_start_keys(p_task_ids, p_commands);
+    -- batches never deadlock (docs/internals.md, "Lock order"). Only when a decision
+    -- starts a run: asked per decision by an expression, not by the lock function's
+    -- statements (_starts_runs).
+    FOREACH v_commands IN ARRAY p_commands LOOP
+        IF harvest._starts_runs(v_commands) THEN
+            PERFORM harvest._lock_decision_start_keys(p_task_ids, p_commands);
+            EXIT;
+        END IF;
+    END LOOP;
     -- (RETURN NEXT per item: a set query here would be planned on every call.)
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with

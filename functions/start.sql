@@ -583,9 +583,15 @@ BEGIN
     WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
                   WHERE l.heartbeat_at > now() - interval '30 seconds')
     ORDER BY u.k;
-    FOR v_queue IN SELECT DISTINCT q.queue FROM unnest(v_runs.queues) AS q (queue) ORDER BY 1 LOOP
-        PERFORM harvest._notify_queue(v_queue);
-    END LOOP;
+    -- One queue (a batch's usual case, and every start of one): its wake-up without the
+    -- query for the distinct queues (a cursor opened on every start).
+    IF v_runs.queues <@ v_runs.queues[1:1] THEN
+        PERFORM harvest._notify_queue(v_runs.queues[1]);
+    ELSE
+        FOR v_queue IN SELECT DISTINCT q.queue FROM unnest(v_runs.queues) AS q (queue) ORDER BY 1 LOOP
+            PERFORM harvest._notify_queue(v_queue);
+        END LOOP;
+    END IF;
     RETURN QUERY
     SELECT u.n, u.id, u.workflow_id, 'RUNNING'::text, true
     FROM unnest(v_runs.ns, v_runs.ids, v_runs.workflow_ids) WITH ORDINALITY AS u (n, id, workflow_id, k)

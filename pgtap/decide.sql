@@ -10,7 +10,7 @@
 -- harvest._activity_command_ok, harvest._activity_scheduled_data and harvest._queue_activities (a
 -- decision's queued activities, one INSERT).
 BEGIN;
-SELECT plan(273);
+SELECT plan(274);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1635,6 +1635,16 @@ SELECT results_eq(
              pg_temp.start_lock_held('kid_wf', 'lk-renamed/4')$$,
     $$VALUES (true, true, true)$$,
     '... a continue_as_new locks its run''s key, a child its workflow_id or the derived one; a malformed item nothing');
+
+-- The expression the commits ask before any lock call: does a decision start a run?
+SELECT results_eq(
+    $$SELECT harvest._starts_runs('[{"type": "continue_as_new", "input": []}]'),
+             harvest._starts_runs('[{"type": "schedule_activity", "seq": 1}, {"type": "start_child_workflow", "seq": 2}]'),
+             harvest._starts_runs('[{"type": "schedule_activity", "seq": 1}]'), harvest._starts_runs('[]'),
+             harvest._starts_runs('{"type": "continue_as_new"}'), harvest._starts_runs('"continue_as_new"'),
+             harvest._starts_runs(NULL)$$,
+    $$VALUES (true, true, false, false, false, false, false)$$,
+    '_starts_runs(): a continue_as_new or a start_child_workflow in a command array; nothing else, no non-array, not NULL');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p

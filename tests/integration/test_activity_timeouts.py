@@ -206,6 +206,31 @@ def test_no_notification_while_no_worker_sleeps(db: str, client: Client) -> None
         assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
 
 
+def test_a_batch_of_plain_starts_wakes_each_of_its_queues_once(db: str) -> None:
+    """start_workflows' plain batch notifies once per distinct queue: a one-queue batch (and a
+    single start) takes the path without the distinct-queues query, a two-queue batch the loop."""
+    with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
+        listener.execute("LISTEN harvest_tasks")
+        conn.execute("SELECT harvest.register_worker('sleeper', ARRAY['qa', 'qb'], 'h', 1)")
+        conn.execute("SELECT harvest.set_worker_sleeping('sleeper', true)")
+
+        def start(*queues: str) -> list[str]:
+            starts = [{"workflow_name": "plain_wf", "queue": q} for q in queues]
+            rows = conn.execute(
+                "SELECT status FROM harvest.start_workflows(%s)", (psycopg.types.json.Jsonb(starts),)
+            ).fetchall()
+            assert [r[0] for r in rows] == ["RUNNING"] * len(queues)
+            return sorted(n.payload for n in listener.notifies(timeout=0.5))
+
+        assert start("qa") == ["qa"]
+        assert start("qb", "qb", "qb") == ["qb"]
+        assert start("qb", "qa", "qb") == ["qa", "qb"]
+        tasks = conn.execute(
+            "SELECT queue, count(*) FROM harvest.tasks WHERE kind = 'workflow' GROUP BY 1 ORDER BY 1"
+        ).fetchall()
+        assert tasks == [("qa", 2), ("qb", 5)]
+
+
 def test_a_closing_run_notifies_only_a_waiting_client(db: str, client: Client) -> None:
     """harvest_done costs a serialised commit, so it is sent only when result() waits."""
     with psycopg.connect(db, autocommit=True) as listener, psycopg.connect(db, autocommit=True) as conn:
