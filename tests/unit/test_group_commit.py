@@ -8,6 +8,7 @@ import asyncio
 from tests.unit.test_completion_batcher import FakeSql, FakeWorker
 
 from harvest.core.errors import StaleTask
+from harvest.db.group_commit import SPLIT_MIN
 from harvest.worker.completions import CompletionBatcher, Recorded
 
 
@@ -32,3 +33,81 @@ def test_a_cancelled_caller_leaves_its_batch_and_the_other_callers_alone():
     assert two == Recorded() and five == Recorded()
     assert isinstance(three, StaleTask)
     assert sql.batches == [[1], [2, 3, 4, 5], [2], [3], [4], [5]]  # both cancelled items still sent
+
+
+class _ConcurrentSql(FakeSql):
+    """complete_activities that notes how many calls are in flight at once."""
+
+    def __init__(self):
+        super().__init__()
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def complete_activities(self, *args, **kwargs):
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await super().complete_activities(*args, **kwargs)
+        finally:
+            self.in_flight -= 1
+
+
+def test_what_waits_behind_a_flush_goes_beside_it_and_no_more_than_two_at_once():
+    """A result that arrives while a batch commits goes at once in a second batch on another
+    connection (with one flush in flight the server's other core sat idle while the slots
+    waited, docs/performance.md); a third waits for one of them, and every item gets its answer."""
+    sql = _ConcurrentSql()
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql))
+        first = asyncio.create_task(batcher.complete(1, 1, 1))
+        await asyncio.sleep(0.001)  # its flush is in flight
+        second = asyncio.create_task(batcher.complete(2, 1, 2))
+        await asyncio.sleep(0.001)  # its flush is in flight beside the first
+        third = [asyncio.create_task(batcher.complete(i, 1, i)) for i in (3, 4)]
+        return await asyncio.gather(first, second, *third)
+
+    answers = asyncio.run(main())
+    assert answers == [Recorded()] * 4
+    assert sql.batches == [[1], [2], [3, 4]]
+    assert sql.most_in_flight == 2
+
+
+def test_a_flush_that_finds_many_waiting_takes_half_and_the_rest_goes_beside_it():
+    sql = _ConcurrentSql()
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql))
+        # One burst (the handlers a batch's answer woke): both halves commit at once.
+        await asyncio.gather(*(batcher.complete(i, 1, i) for i in range(1, 2 * SPLIT_MIN + 2)))
+        return batcher
+
+    batcher = asyncio.run(main())
+    half = SPLIT_MIN + 1
+    assert sql.batches == [list(range(1, half + 1)), list(range(half + 1, 2 * SPLIT_MIN + 2))]
+    assert sql.most_in_flight == 2
+    assert (batcher.batches, batcher.items) == (2, 2 * SPLIT_MIN + 1)
+
+
+def test_a_small_burst_stays_one_batch_and_items_after_any_interleaving_are_all_answered():
+    """Fewer than 2 * SPLIT_MIN waiting go in one batch (a split would only add a commit); waves
+    of items landing while flushes start and end (a flusher that finds nothing left) all get
+    their answer, with never more than two flushes in flight."""
+    sql = _ConcurrentSql()
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql))
+        burst = await asyncio.gather(*(batcher.complete(i, 1, i) for i in range(1, 2 * SPLIT_MIN)))
+        waves = []
+        for wave in range(20):
+            ids = [1000 + wave * 10 + i for i in range(wave % 4)]
+            waves += [asyncio.create_task(batcher.complete(task_id, 1, 0)) for task_id in ids]
+            await asyncio.sleep(0.003 * (wave % 3))
+        return burst, await asyncio.gather(*waves)
+
+    burst, waves = asyncio.run(main())
+    assert sql.batches[0] == list(range(1, 2 * SPLIT_MIN))
+    assert burst == [Recorded()] * (2 * SPLIT_MIN - 1)
+    assert waves == [Recorded()] * len(waves)
+    assert sum(len(batch) for batch in sql.batches) == 2 * SPLIT_MIN - 1 + len(waves)
+    assert sql.most_in_flight == 2

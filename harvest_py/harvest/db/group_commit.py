@@ -1,10 +1,17 @@
 """Group commit: many callers' writes, one transaction.
 
 A caller hands its item to a batcher and waits. One flush is in flight at a
-time; items that arrive while it runs wait for the next one, so a lone caller
-commits at once and busy ones share a transaction, one WAL flush and one round
-trip for the lot. Where a commit's WAL flush costs CPU (it cost this project's
-benchmark machine about 0.35 ms of server CPU), that is most of the saving.
+time (or ``max_flushes``); items that arrive while it runs wait for the next one,
+so a lone caller commits at once and busy ones share a transaction, one WAL flush
+and one round trip for the lot. Where a commit's WAL flush costs CPU (it cost this
+project's benchmark machine about 0.35 ms of server CPU), that is most of the saving.
+
+With ``max_flushes`` 2 (the worker's results and decisions) a second flush may run
+beside the first, on a second connection: what piles up behind one flush goes at
+once instead of waiting for it, and a flush that finds SPLIT_MIN * 2 items or more
+waiting takes half and leaves the rest to a second flush that starts with it. One
+flush at a time keeps one backend busy and the server's other core idle while the
+worker's slots wait on it (docs/performance.md, "Two result flushes in flight").
 
 Used by the worker for activity results and decisions (worker/completions.py)
 and by ``AsyncClient`` for starts (client/client.py).
@@ -20,10 +27,12 @@ log = logging.getLogger("harvest")
 
 # The most items one transaction carries (a bound on its lock set and duration).
 MAX_BATCH = 100
+# With a second flush free, a flush takes half of what waits once each half has this many.
+SPLIT_MIN = 8
 
 
 class GroupCommit:
-    """One flush in flight; the items that arrive meanwhile go in the next one.
+    """Up to ``max_flushes`` flushes in flight; the items that arrive meanwhile go in the next one.
 
     An item is a tuple whose last element is the future its caller awaits.
     Subclasses send a batch (``_send``) and hand each caller its answer
@@ -32,32 +41,52 @@ class GroupCommit:
 
     what = "items"
 
-    def __init__(self, max_batch: int = MAX_BATCH):
+    def __init__(self, max_batch: int = MAX_BATCH, max_flushes: int = 1):
         self._max_batch = max_batch
+        self._max_flushes = max(1, max_flushes)
         self._waiting: list[tuple[Any, ...]] = []
-        self._flusher: asyncio.Task[Any] | None = None
+        self._flushers: set[asyncio.Task[Any]] = set()  # (a reference, so none is collected)
+        self._flushing = 0  # flushers started and not ended (counted down as one ends, not after)
+        # A flusher started has not taken its batch yet: every item waiting now goes with it.
+        self._starting = False
         self.batches = 0  # flushes sent (a measure of the batching, for benchmarks)
         self.items = 0
 
     async def _submit(self, *item: Any) -> Any:
         future = asyncio.get_running_loop().create_future()
         self._waiting.append((*item, future))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush_all())
+        if not self._starting and self._flushing < self._max_flushes:
+            self._start_flusher()
         # A cancelled caller cancels only its own future, never the flush other callers wait on
         # (a task of its own): the item still goes with its batch, and _settle skips a done
         # future. (Not asyncio.shield: its relay cost a future and two loop callbacks per item.)
         return await future
 
+    def _start_flusher(self) -> None:
+        self._flushing += 1
+        self._starting = True
+        task = asyncio.create_task(self._flush_all())
+        self._flushers.add(task)
+        task.add_done_callback(self._flushers.discard)
+
     async def _flush_all(self) -> None:
-        while self._waiting:
-            batch, self._waiting = self._waiting[: self._max_batch], self._waiting[self._max_batch :]
-            try:
-                await self._flush(batch)
-            except Exception as exc:
-                for *_, future in batch:
-                    if not future.done():
-                        future.set_exception(exc)
+        self._starting = False
+        try:
+            while self._waiting:
+                take, waiting = self._max_batch, len(self._waiting)
+                if self._flushing < self._max_flushes and waiting >= 2 * SPLIT_MIN:
+                    take = min(take, (waiting + 1) // 2)  # the other half goes beside it
+                batch, self._waiting = self._waiting[:take], self._waiting[take:]
+                if self._waiting and not self._starting and self._flushing < self._max_flushes:
+                    self._start_flusher()
+                try:
+                    await self._flush(batch)
+                except Exception as exc:
+                    for *_, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+        finally:
+            self._flushing -= 1
 
     async def _flush(self, batch: list[tuple[Any, ...]]) -> None:
         try:

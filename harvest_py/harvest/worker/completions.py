@@ -27,6 +27,12 @@ from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, 
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
 from harvest.telemetry.metrics import retry_reason
 
+# Flushes of one batcher in flight at once (db/group_commit.py): while one batch commits, the
+# results and decisions of the slots it does not hold go beside it on a second connection, so
+# the server's two backends (and cores) work at once; with one, the worker's slots waited on
+# one backend (docs/performance.md, "Two result flushes in flight").
+FLUSHES = 2
+
 if TYPE_CHECKING:
     from harvest.worker.lanes import ShardLane
     from harvest.worker.worker import Worker
@@ -34,9 +40,9 @@ if TYPE_CHECKING:
 
 def result_batch_size(concurrency: int) -> int:
     """The most activity results one batch carries for a worker of ``concurrency`` slots:
-    MAX_BATCH, or half the slots above 200. One batch is in flight at a time and a slot is
-    held until its result commits, so at a high concurrency the results that pile up behind
-    a batch go in one commit, not several of MAX_BATCH: fewer commits, and more of a run's
+    MAX_BATCH, or half the slots above 200. At most FLUSHES batches are in flight at a time and a
+    slot is held until its result commits, so at a high concurrency the results that pile up
+    behind them go in one commit, not several of MAX_BATCH: fewer commits, and more of a run's
     results in one append and one wake-up (fewer decisions of a fan-in). docs/performance.md,
     "Fan-out row, fifth cut"."""
     return max(MAX_BATCH, concurrency // 2)
@@ -67,7 +73,7 @@ class _TaskGroupCommit(GroupCommit):
     site = "batch"  # harvest_db_transaction_retry_total{site}
 
     def __init__(self, worker: Worker, max_batch: int = MAX_BATCH, *, lane: ShardLane | None = None):
-        super().__init__(max_batch)
+        super().__init__(max_batch, FLUSHES)
         self._worker = worker
         # The shard the batch commits to: its lane's database (the worker's own without one).
         self._on = lane or worker
