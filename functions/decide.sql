@@ -292,7 +292,30 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_handed jsonb[];
+    v_task jsonb;
 BEGIN
+    -- A run of one (every handed activity of the canonical drain: a decision hands one) as
+    -- a single-row INSERT ... VALUES: the statement of many below is seven plan nodes (two
+    -- sorts, two tuplestores, an aggregate) against one, set up and torn down per call, and
+    -- made the canonical drain's backends 1.05-1.09x (docs/performance.md, "Hand-off
+    -- batching, again").
+    IF cardinality(p_seqs) = 1 THEN
+        INSERT INTO harvest.tasks AS t (
+            execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+            scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
+            lease_expires_at
+        ) VALUES (
+            p_execution.id, 'activity', coalesce(p_commands[1] ->> 'queue', p_execution.queue),
+            coalesce((p_commands[1] #>> '{options,priority}')::integer, 0), p_now, p_seqs[1],
+            p_commands[1] ->> 'name', coalesce(p_commands[1] -> 'input', '[]'::jsonb),
+            coalesce(p_commands[1] -> 'options', '{}'::jsonb), p_now,
+            p_now + make_interval(secs => (p_commands[1] #>> '{options,schedule_to_close}')::double precision),
+            'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
+            p_now + make_interval(secs => harvest._lease_secs(
+                'activity', coalesce(p_commands[1] -> 'options', '{}'::jsonb), 0))
+        ) RETURNING harvest._task_for_worker(t, p_execution, p_worker_id) INTO v_task;
+        RETURN ARRAY[v_task];
+    END IF;
     WITH handed AS (
         INSERT INTO harvest.tasks AS t (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,

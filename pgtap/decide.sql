@@ -10,7 +10,7 @@
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each).
 BEGIN;
-SELECT plan(276);
+SELECT plan(278);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1428,6 +1428,29 @@ SELECT is((SELECT handed FROM fn_handed),
 SELECT isnt((SELECT (handed[1] ->> 'fencing_token')::bigint FROM fn_handed),
             (SELECT (handed[2] ->> 'fencing_token')::bigint FROM fn_handed),
             '... each with its own fencing token');
+-- A run of one is inserted by a single-row INSERT ... VALUES (a decision of the canonical
+-- drain hands one activity; the INSERT ... SELECT cost it more: docs/performance.md,
+-- "Hand-off batching, again"): the same row and the same description as the statement of many.
+CREATE TEMP TABLE fn_handed_one ON COMMIT DROP AS
+SELECT 3 AS like_seq, harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[3],
+           ARRAY['{"type": "schedule_activity", "seq": 3, "name": "h2", "input": [2], "queue": "fn_hand",
+                   "options": {"priority": 2, "start_to_close": 20, "schedule_to_close": 60}}'::jsonb],
+           'fn-worker', harvest.now()) AS handed
+UNION ALL
+SELECT 4, harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[4],
+           ARRAY['{"type": "schedule_activity", "seq": 4, "name": "h1"}'::jsonb], 'fn-worker', harvest.now());
+SELECT results_eq(
+    $$SELECT o.like_seq, cardinality(o.handed), o.handed[1] - 'task_id' - 'fencing_token' - 'seq'
+      FROM fn_handed_one AS o ORDER BY o.like_seq$$,
+    $$SELECT s.like_seq, 1, f.handed[s.n] - 'task_id' - 'fencing_token' - 'seq'
+      FROM fn_handed AS f, (VALUES (3, 1), (4, 2)) AS s (like_seq, n) ORDER BY s.like_seq$$,
+    '_hand_activities() of one activity (one row, VALUES) describes it as the statement of many does');
+SELECT results_eq(
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq', t.fencing_token > 0
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('cmd_fn') AND t.seq IN (3, 4) ORDER BY t.seq$$,
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq', true
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('cmd_fn') AND t.seq IN (2, 1) ORDER BY t.seq DESC$$,
+    '... and its row is the one the statement of many inserts (status, lease, deadline, options, queue)');
 DELETE FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'activity';
 SELECT is(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[]::integer[], ARRAY[]::jsonb[], 'fn-worker',
                                    harvest.now()),
