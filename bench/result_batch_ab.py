@@ -67,7 +67,9 @@ def decide(conn: psycopg.Connection, task: tuple[int, int], hand: int = 0, fan: 
     """One decision scheduling ``fan`` activities, the first ``hand`` of them handed to its worker."""
     commands = COMMANDS if fan == 100 else Jsonb(COMMANDS.obj[:fan])
     if not hand:
-        conn.execute("SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], commands))
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)", (task[0], task[1], commands)
+        )
         return
     (handed,) = conn.execute(
         "SELECT jsonb_array_length(handed) FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider',"
@@ -118,7 +120,10 @@ def main() -> None:
         help="with --decide: each decision hands this many of its activities to its worker (hand-off)",
     )
     parser.add_argument(
-        "--fan", type=int, default=100, help="with --decide: activities per decision (100; 1 is the canonical drain's)"
+        "--fan",
+        type=int,
+        default=100,
+        help="with --decide: activities per decision (100; 1 is the canonical drain's)",
     )
     args = parser.parse_args()
     sides = {"base": args.base.resolve(), "cand": args.candidate.resolve()}
