@@ -205,62 +205,6 @@ $$;
 -- commands that carry one; p_now and p_limit are the decision's clock reading and
 -- payload limit.
 
--- schedule_activity: ActivityScheduled and its activity task. With p_may_hand (the
--- decision has hand-off slots left) the task may go straight to the deciding worker,
--- leased as a claim would (claim.sql, "Hand-off"), and is returned in handed; else it
--- is queued. worker_queues carries the worker's queues from one command to the next,
--- read at the first hand-off attempt.
-CREATE OR REPLACE FUNCTION harvest._decide_schedule_activity(
-    p_execution harvest.executions, p_seq integer, p_command jsonb, p_worker_id text,
-    p_now timestamptz, p_limit integer, p_may_hand boolean, INOUT worker_queues text[],
-    OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
-    OUT close_status text, OUT close_output jsonb, OUT close_failure jsonb, OUT handed jsonb
-)
-LANGUAGE plpgsql
-AS $$
-DECLARE
-    v_queue text := coalesce(p_command ->> 'queue', p_execution.queue);
-    v_options jsonb := coalesce(p_command -> 'options', '{}'::jsonb);
-    v_stc double precision := (v_options ->> 'schedule_to_close')::double precision;
-    v_priority integer := coalesce((v_options ->> 'priority')::integer, 0);
-    v_hand boolean := false;
-    v_task harvest.tasks;
-BEGIN
-    event_type := 'ActivityScheduled';
-    event_data := harvest._activity_scheduled(p_execution, p_seq, p_command, p_limit);
-    -- An activity with an admission gate or a claim-order key always queues; a
-    -- PAUSED run's (a decision in flight when it was paused) waits, 'paused'.
-    IF p_may_hand AND p_execution.status = 'RUNNING'
-       AND NOT v_options ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
-        IF worker_queues IS NULL THEN
-            worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
-        END IF;
-        v_hand := harvest._may_hand_off(v_queue, v_priority, worker_queues);
-    END IF;
-    INSERT INTO harvest.tasks (
-        execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
-        scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
-        lease_expires_at
-    ) VALUES (
-        p_execution.id, 'activity', v_queue, v_priority,
-        p_now, p_seq, p_command ->> 'name', coalesce(p_command -> 'input', '[]'::jsonb),
-        v_options, p_now,
-        CASE WHEN v_stc IS NOT NULL THEN p_now + make_interval(secs => v_stc) END,
-        CASE WHEN v_hand THEN 'running' WHEN p_execution.status = 'PAUSED' THEN 'paused' ELSE 'pending' END,
-        CASE WHEN v_hand THEN 1 ELSE 0 END,
-        CASE WHEN v_hand THEN p_now END,
-        CASE WHEN v_hand THEN p_worker_id END,
-        CASE WHEN v_hand THEN nextval('harvest.fencing_tokens') ELSE 0 END,
-        CASE WHEN v_hand THEN p_now + make_interval(secs => harvest._lease_secs('activity', v_options, 0)) END
-    ) RETURNING * INTO v_task;
-    IF v_hand THEN
-        handed := harvest._task_for_worker(v_task, p_execution, p_worker_id);
-    ELSIF v_task.status = 'pending' THEN
-        PERFORM harvest._notify_queue(v_queue);
-    END IF;
-END;
-$$;
-
 -- A schedule_activity command's checks passed: a name, and its input within p_limit
 -- (an inlined SQL expression: the usual command is checked with no call).
 CREATE OR REPLACE FUNCTION harvest._activity_command_ok(p_command jsonb, p_limit integer)
@@ -285,8 +229,8 @@ $$;
 
 -- A schedule_activity command checked (a name, else HR001; its input within p_limit,
 -- else HR008) and the data of its ActivityScheduled event: the one description of both
--- the activity that may be handed (_decide_schedule_activity) and the one that queues
--- (_apply_decision, which tests _activity_command_ok itself and calls this only to raise:
+-- the activity that is handed and the one that queues (_apply_decision, which tests
+-- _activity_command_ok itself for both and calls this only to raise:
 -- a call per queued activity, with the run's row as a composite argument, was most of
 -- the dispatch's cost; docs/performance.md, "Fan-out row, seventh cut"). _require and
 -- _check_payload are called only to raise: a PERFORM is a statement of its own
@@ -310,9 +254,8 @@ END;
 $$;
 
 -- The task rows of a decision's queued activities (gathered by _apply_decision), in
--- command order, one INSERT: the rows _decide_schedule_activity inserts for an
--- activity it does not hand ('paused' on a PAUSED run), and one notification per
--- queue that gained pending work.
+-- command order, one INSERT: the rows of the activities it does not hand ('paused' on a
+-- PAUSED run), and one notification per queue that gained pending work.
 CREATE OR REPLACE FUNCTION harvest._queue_activities(
     p_execution harvest.executions, p_seqs integer[], p_commands jsonb[], p_now timestamptz
 )
@@ -342,6 +285,77 @@ BEGIN
     FOREACH v_queue IN ARRAY coalesce(v_queues, ARRAY[]::text[]) LOOP
         PERFORM harvest._notify_queue(v_queue);
     END LOOP;
+END;
+$$;
+
+-- The task rows of a decision's handed activities (gathered by _apply_decision, each
+-- one _may_hand_off allowed), in command order, one INSERT: leased to p_worker_id as a
+-- claim would lease them (claim.sql, "Hand-off"); returns them as the worker receives
+-- them (_task_for_worker), in command order. One statement for the lot: an INSERT of
+-- one row pays its statement's set-up (the table's checks and its trigger's WHEN read
+-- back, the executor's start) per task (docs/performance.md, "Fan-out row, eighth cut").
+CREATE OR REPLACE FUNCTION harvest._hand_activities(
+    p_execution harvest.executions, p_seqs integer[], p_commands jsonb[], p_worker_id text,
+    p_now timestamptz
+)
+RETURNS jsonb[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_handed jsonb[];
+    v_task jsonb;
+BEGIN
+    -- A run of one (every handed activity of the canonical drain: a decision hands one) as
+    -- a single-row INSERT ... VALUES: the statement of many below is seven plan nodes (two
+    -- sorts, two tuplestores, an aggregate) against one, set up and torn down per call, and
+    -- made the canonical drain's backends 1.05-1.09x (docs/performance.md, "Hand-off
+    -- batching, again").
+    IF cardinality(p_seqs) = 1 THEN
+        INSERT INTO harvest.tasks AS t (
+            execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+            scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
+            lease_expires_at
+        ) VALUES (
+            p_execution.id, 'activity', coalesce(p_commands[1] ->> 'queue', p_execution.queue),
+            coalesce((p_commands[1] #>> '{options,priority}')::integer, 0), p_now, p_seqs[1],
+            p_commands[1] ->> 'name', coalesce(p_commands[1] -> 'input', '[]'::jsonb),
+            coalesce(p_commands[1] -> 'options', '{}'::jsonb), p_now,
+            p_now + make_interval(secs => (p_commands[1] #>> '{options,schedule_to_close}')::double precision),
+            'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
+            p_now + make_interval(secs => harvest._lease_secs(
+                'activity', coalesce(p_commands[1] -> 'options', '{}'::jsonb), 0))
+        ) RETURNING harvest._task_for_worker(t, p_execution, p_worker_id) INTO v_task;
+        RETURN ARRAY[v_task];
+    END IF;
+    WITH handed AS (
+        INSERT INTO harvest.tasks AS t (
+            execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+            scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
+            lease_expires_at
+        )
+        SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
+               coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
+               q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
+               coalesce(q.command -> 'options', '{}'::jsonb), p_now,
+               p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
+               'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
+               p_now + make_interval(secs => harvest._lease_secs(
+                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0))
+        -- (By subscript, not unnest: the planner takes unnest's size from the array, so a
+        -- custom plan of one item always looked cheaper than the cached generic one and
+        -- the statement was planned afresh on every call; a decision hands one activity
+        -- at a time in the canonical drain.)
+        FROM (SELECT s.i, p_seqs[s.i] AS seq, p_commands[s.i] AS command
+              FROM generate_subscripts(p_seqs, 1) AS s (i)) AS q
+        ORDER BY q.i
+        -- (Built in the RETURNING list, where _task_for_worker inlines into the row's own
+        -- columns: a whole row returned and described afterwards was made a composite and
+        -- taken apart again per field, a dearer statement than the single-row INSERT
+        -- it replaced for a decision that hands one activity.)
+        RETURNING t.id, harvest._task_for_worker(t, p_execution, p_worker_id) AS task
+    )
+    SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
+    RETURN v_handed;
 END;
 $$;
 
@@ -660,7 +674,9 @@ DECLARE
     v_close_output jsonb;
     v_close_failure jsonb;
     v_worker_queues text[];
-    v_handed jsonb := '[]'::jsonb;
+    -- The handed tasks, gathered as an array and made one JSON array at the end: a jsonb
+    -- array extended per handed task rebuilt every element before it each time.
+    v_handed jsonb[] := ARRAY[]::jsonb[];
     v_cap record;
     v_appended record;  -- the last _append_events: the run's counters and status after it
     v_may_cap boolean := true;  -- until that append's counters say the run is under both caps
@@ -677,7 +693,15 @@ DECLARE
     -- (_queue_activities), flushed before any other command and before the events.
     v_queued_seqs integer[] := ARRAY[]::integer[];
     v_queued jsonb[] := ARRAY[]::jsonb[];
+    -- Activities handed (hand-off slots left, _may_hand_off allowed), gathered for one
+    -- INSERT (_hand_activities) the same way.
+    v_hand_seqs integer[] := ARRAY[]::integer[];
+    v_hand_cmds jsonb[] := ARRAY[]::jsonb[];
     v_may_hand boolean;
+    v_queue text;
+    v_priority integer;
+    v_hand_queue text;  -- the queue and priority _may_hand_off allowed for the gathered handed ones
+    v_hand_priority integer;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -712,7 +736,7 @@ BEGIN
         -- An activity may be handed while a hand-off slot is left and its queue is one the
         -- worker polls (read at the first attempt); any other activity queues.
         v_may_hand := v_type = 'schedule_activity'
-            AND jsonb_array_length(v_handed) < coalesce(p_hand_off_slots, 0)
+            AND cardinality(v_handed) + cardinality(v_hand_seqs) < coalesce(p_hand_off_slots, 0)
             AND (v_worker_queues IS NULL OR coalesce(v_command ->> 'queue', v_execution.queue) = ANY(v_worker_queues));
         -- The gathered queued activities go in before anything that does not queue too: task
         -- ids keep the commands' order, and a hand-off's rules see every task before it.
@@ -720,6 +744,12 @@ BEGIN
             PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
             v_queued_seqs := ARRAY[]::integer[];
             v_queued := ARRAY[]::jsonb[];
+        END IF;
+        -- The gathered handed activities likewise, before anything that is not handed too.
+        IF cardinality(v_hand_seqs) > 0 AND NOT v_may_hand THEN
+            v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
+            v_hand_seqs := ARRAY[]::integer[];
+            v_hand_cmds := ARRAY[]::jsonb[];
         END IF;
         IF (v_type IN ('start_child_workflow', 'complete_update', 'continue_as_new', 'signal_external_workflow',
                        'cancel_external_workflow')
@@ -732,28 +762,47 @@ BEGIN
         END IF;
         CASE v_type
         WHEN 'schedule_activity' THEN
-            IF v_may_hand THEN
-                v_step := harvest._decide_schedule_activity(v_execution, v_seq, v_command, p_worker_id, v_now,
-                    v_limit, true, v_worker_queues);
-                v_worker_queues := v_step.worker_queues;
-                IF v_step.handed IS NOT NULL THEN
-                    v_handed := v_handed || jsonb_build_array(v_step.handed);
-                END IF;
-            ELSE
-                -- No slot left to hand it to, or a queue the worker does not poll: it queues,
-                -- with its event only (its row goes in with the others, _queue_activities).
-                -- The checks and the event's data are inlined expressions; _activity_scheduled,
-                -- the one description, is called only to raise.
-                IF NOT harvest._activity_command_ok(v_command, v_limit) THEN
-                    PERFORM harvest._activity_scheduled(v_execution, v_seq, v_command, v_limit);
-                END IF;
-                v_types := v_types || 'ActivityScheduled'::text;
-                v_datas := v_datas || harvest._activity_scheduled_data(
-                    coalesce(v_command ->> 'queue', v_execution.queue), v_seq, v_command);
-                v_queued_seqs := v_queued_seqs || v_seq;
-                v_queued := v_queued || v_command;
-                CONTINUE;  -- (nothing below applies: no other event, the run goes on)
+            -- Its event only here; its row goes in with the others it is gathered with: the
+            -- handed (_hand_activities) or the queued (_queue_activities). The checks and the
+            -- event's data are inlined expressions; _activity_scheduled, the one description,
+            -- is called only to raise.
+            IF NOT harvest._activity_command_ok(v_command, v_limit) THEN
+                PERFORM harvest._activity_scheduled(v_execution, v_seq, v_command, v_limit);
             END IF;
+            v_queue := coalesce(v_command ->> 'queue', v_execution.queue);
+            v_types := v_types || 'ActivityScheduled'::text;
+            v_datas := v_datas || harvest._activity_scheduled_data(v_queue, v_seq, v_command);
+            -- Handed (claim.sql, "Hand-off") when a slot is left, the run is RUNNING, the
+            -- activity has no admission gate or claim-order key and _may_hand_off allows it;
+            -- else it queues ('paused' on a PAUSED run: a decision in flight when it was paused).
+            IF v_may_hand AND v_execution.status = 'RUNNING'
+               AND NOT coalesce(v_command -> 'options', '{}'::jsonb)
+                       ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
+                IF v_worker_queues IS NULL THEN
+                    v_worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
+                END IF;
+                v_priority := coalesce((v_command #>> '{options,priority}')::integer, 0);
+                -- The rules' answer holds for the next activity of the same queue and priority
+                -- while the ones gathered with it are not yet inserted: nothing of this
+                -- transaction has written a task since it was asked (a handed row is running).
+                IF (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
+                   OR harvest._may_hand_off(v_queue, v_priority, v_worker_queues) THEN
+                    v_hand_queue := v_queue;
+                    v_hand_priority := v_priority;
+                    v_hand_seqs := v_hand_seqs || v_seq;
+                    v_hand_cmds := v_hand_cmds || v_command;
+                    CONTINUE;
+                END IF;
+            END IF;
+            IF cardinality(v_hand_seqs) > 0 THEN  -- (ids in command order)
+                v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds,
+                    p_worker_id, v_now);
+                v_hand_seqs := ARRAY[]::integer[];
+                v_hand_cmds := ARRAY[]::jsonb[];
+            END IF;
+            v_queued_seqs := v_queued_seqs || v_seq;
+            v_queued := v_queued || v_command;
+            CONTINUE;  -- (nothing below applies: no other event, the run goes on)
         WHEN 'start_timer' THEN
             v_step := harvest._decide_start_timer(v_execution, v_seq, v_command, v_now);
         WHEN 'record_marker' THEN
@@ -791,6 +840,9 @@ BEGIN
             v_close_failure := v_step.close_failure;
         END IF;
     END LOOP;
+    IF cardinality(v_hand_seqs) > 0 THEN
+        v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
+    END IF;
     IF cardinality(v_queued) > 0 THEN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
     END IF;
@@ -834,7 +886,7 @@ BEGIN
     IF v_seen_until > p_through THEN
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
-    handed := v_handed;
+    handed := to_jsonb(v_handed);
 END;
 $$;
 

@@ -7,10 +7,10 @@
 -- (the rules both ways of taking a claimed task apply), harvest._lock_claimed_task, harvest._require, the
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
--- harvest._activity_command_ok, harvest._activity_scheduled_data and harvest._queue_activities (a
--- decision's queued activities, one INSERT).
+-- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
+-- harvest._hand_activities (a decision's queued and handed activities, one INSERT each).
 BEGIN;
-SELECT plan(274);
+SELECT plan(279);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -828,6 +828,29 @@ SELECT results_eq(
     $$VALUES (ARRAY[1, 2, 3], ARRAY['pending', 'running', 'pending'], ARRAY['b'])$$,
     'a queue the worker does not poll: queued; the polled one between: handed; rows in order');
 
+-- Consecutive handed activities go in as one INSERT (_hand_activities), as queued ones do;
+-- a queued one between them sends the gathered ones in first: rows (ids) in the commands'
+-- order, and a hand-off slot counts the activities gathered, not yet inserted.
+SELECT pg_temp.hand('hand_batch', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "a", "queue": "hand_q"},
+    {"type": "schedule_activity", "seq": 2, "name": "b", "queue": "hand_q"},
+    {"type": "schedule_activity", "seq": 3, "name": "c", "queue": "nobody_polls"},
+    {"type": "schedule_activity", "seq": 4, "name": "d", "queue": "hand_q"},
+    {"type": "schedule_activity", "seq": 5, "name": "e", "queue": "hand_q"},
+    {"type": "schedule_activity", "seq": 6, "name": "f", "queue": "hand_q"}]$$, 4);
+SELECT results_eq(
+    $$SELECT array_agg(t.seq ORDER BY t.id), array_agg(t.status ORDER BY t.id),
+             (SELECT array_agg(h ->> 'activity_name') FROM jsonb_array_elements(pg_temp.handed('hand_batch')) AS h)
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand_batch')$$,
+    $$VALUES (ARRAY[1, 2, 3, 4, 5, 6], ARRAY['running', 'running', 'pending', 'running', 'running', 'pending'],
+              ARRAY['a', 'b', 'd', 'e'])$$,
+    'four slots: a, b handed, c queued, d, e handed, f queued (no slot left): rows in the commands'' order');
+SELECT results_eq(
+    $$SELECT array_agg(t.seq ORDER BY t.id) FROM harvest.tasks AS t
+      WHERE t.execution_id = pg_temp.run('hand_batch') GROUP BY t.cmin::text ORDER BY min(t.id)$$,
+    $$VALUES (ARRAY[1, 2]), (ARRAY[3]), (ARRAY[4, 5]), (ARRAY[6])$$,
+    '... by four INSERTs (rows of one statement share its cmin): a and b, c, d and e, f');
+
 -- Activities with an admission gate or a claim-order key are never handed.
 SELECT pg_temp.hand('gate', $$[
     {"type": "schedule_activity", "seq": 1, "name": "conc", "queue": "gq1",
@@ -854,6 +877,19 @@ SELECT results_eq(
     $$SELECT seq, priority, status FROM harvest.tasks WHERE execution_id = pg_temp.run('prio') ORDER BY seq$$,
     $$VALUES (1, 5, 'pending'::text), (2, 0, 'pending'), (3, 5, 'running')$$,
     'a higher priority pending on the queue: queued; the same priority: handed');
+
+-- The rules' answer is taken again once a task went in since: a handed one (above the
+-- pending 5 of the test before), then a gated one of a higher priority (queued, which sends
+-- the handed one in first), then one like the first: not handed (the 7 is ahead of it).
+SELECT pg_temp.hand('prio_again', $$[
+    {"type": "schedule_activity", "seq": 1, "name": "first", "queue": "prio_q", "options": {"priority": 6}},
+    {"type": "schedule_activity", "seq": 2, "name": "gated7", "queue": "prio_q",
+     "options": {"concurrency_key": "p7", "max_concurrent": 1, "priority": 7}},
+    {"type": "schedule_activity", "seq": 3, "name": "again", "queue": "prio_q", "options": {"priority": 6}}]$$, 3);
+SELECT results_eq(
+    $$SELECT seq, priority, status FROM harvest.tasks WHERE execution_id = pg_temp.run('prio_again') ORDER BY id$$,
+    $$VALUES (1, 6, 'running'::text), (2, 7, 'pending'), (3, 6, 'pending')$$,
+    'handed, then a higher priority queued: the next one of the first''s queue and priority is asked again, and queued');
 
 -- Not an active worker polling the queue: nothing handed.
 SELECT pg_temp.hand('unpolled', '[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "nobody_polls"}]', 1);
@@ -1363,39 +1399,65 @@ CREATE FUNCTION pg_temp.exec(p_key text) RETURNS harvest.executions LANGUAGE sql
     SELECT * FROM harvest.executions WHERE id = pg_temp.run(p_key);
 $fn$;
 SELECT harvest.register_worker('fn-worker', ARRAY['fn_hand'], 'host-f', 1);
+-- _hand_activities: a decision's handed activities, one INSERT, leased to the worker and
+-- returned as the worker receives them, in command order.
+CREATE TEMP TABLE fn_handed ON COMMIT DROP AS
+SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[2, 1],
+           ARRAY['{"type": "schedule_activity", "seq": 2, "name": "h2", "input": [2], "queue": "fn_hand",
+                   "options": {"priority": 2, "start_to_close": 20, "schedule_to_close": 60}}'::jsonb,
+                 '{"type": "schedule_activity", "seq": 1, "name": "h1"}'::jsonb],
+           'fn-worker', harvest.now()) AS handed;
 SELECT results_eq(
-    $$SELECT d.event_type, d.event_data, d.ends_run, d.close_status, d.handed, d.worker_queues
-      FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 1,
-          '{"type": "schedule_activity", "seq": 1, "name": "act", "input": [1], "queue": "fn_q",
-            "options": {"priority": 2}}', 'fn-worker', harvest.now(), 1000, false, NULL) AS d$$,
-    $$VALUES ('ActivityScheduled'::text,
-              '{"seq": 1, "name": "act", "input": [1], "queue": "fn_q", "options": {"priority": 2}}'::jsonb,
-              NULL::boolean, NULL::text, NULL::jsonb, NULL::text[])$$,
-    '_decide_schedule_activity() returns ActivityScheduled; without p_may_hand nothing is handed and the worker''s queues are not read');
+    $$SELECT h ->> 'activity_name', h ->> 'kind', (h ->> 'seq')::integer, h ->> 'queue', (h ->> 'attempt')::integer,
+             (h ->> 'lease_expires_at')::timestamptz
+      FROM fn_handed, unnest(handed) WITH ORDINALITY AS x (h, n) ORDER BY n$$,
+    $$VALUES ('h2'::text, 'activity'::text, 2, 'fn_hand'::text, 1, '2030-01-05 00:00:20+00'::timestamptz),
+             ('h1', 'activity', 1, 'dq_cmd_fn', 1, '2030-01-05 00:05:00+00')$$,
+    '_hand_activities() returns the handed tasks in command order: the command''s queue or the run''s, its lease');
 SELECT results_eq(
-    $$SELECT queue, status, priority, seq, activity_name, due_at FROM harvest.tasks
-      WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'activity' AND seq = 1$$,
-    $$VALUES ('fn_q'::text, 'pending'::text, 2, 1, 'act'::text, '2030-01-05 00:00:00+00'::timestamptz)$$,
-    '... and queues its pending activity task, due at p_now');
+    $$SELECT seq, status, attempt, lease_owner, priority, started_at, deadline_at, input, fencing_token > 0
+      FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'activity' ORDER BY id$$,
+    $$VALUES (2, 'running'::text, 1, 'fn-worker'::text, 2, '2030-01-05 00:00:00+00'::timestamptz,
+              '2030-01-05 00:01:00+00'::timestamptz, '[2]'::jsonb, true),
+             (1, 'running', 1, 'fn-worker', 0, '2030-01-05 00:00:00+00', NULL, '[]', true)$$,
+    '... their rows are running, leased to the worker (attempt 1, a fencing token), ids in command order');
+SELECT is((SELECT handed FROM fn_handed),
+          (SELECT array_agg(harvest._task_for_worker(t, pg_temp.exec('cmd_fn'), 'fn-worker') ORDER BY t.id)
+           FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('cmd_fn') AND t.kind = 'activity'),
+          '... each as _task_for_worker describes the stored row');
+SELECT isnt((SELECT (handed[1] ->> 'fencing_token')::bigint FROM fn_handed),
+            (SELECT (handed[2] ->> 'fencing_token')::bigint FROM fn_handed),
+            '... each with its own fencing token');
+-- A run of one is inserted by a single-row INSERT ... VALUES (a decision of the canonical
+-- drain hands one activity; the INSERT ... SELECT cost it more: docs/performance.md,
+-- "Hand-off batching, again"): the same row and the same description as the statement of many.
+CREATE TEMP TABLE fn_handed_one ON COMMIT DROP AS
+SELECT 3 AS like_seq, harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[3],
+           ARRAY['{"type": "schedule_activity", "seq": 3, "name": "h2", "input": [2], "queue": "fn_hand",
+                   "options": {"priority": 2, "start_to_close": 20, "schedule_to_close": 60}}'::jsonb],
+           'fn-worker', harvest.now()) AS handed
+UNION ALL
+SELECT 4, harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[4],
+           ARRAY['{"type": "schedule_activity", "seq": 4, "name": "h1"}'::jsonb], 'fn-worker', harvest.now());
 SELECT results_eq(
-    $$SELECT d.handed ->> 'activity_name', d.handed ->> 'kind', d.worker_queues
-      FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 2,
-          '{"type": "schedule_activity", "seq": 2, "name": "handed_act", "queue": "fn_hand"}',
-          'fn-worker', harvest.now(), 1000, true, NULL) AS d$$,
-    $$VALUES ('handed_act'::text, 'activity'::text, ARRAY['fn_hand'])$$,
-    '_decide_schedule_activity() with p_may_hand: handed to the worker, whose queues come back in worker_queues');
-SELECT is((SELECT status || ' by ' || lease_owner FROM harvest.tasks
-           WHERE execution_id = pg_temp.run('cmd_fn') AND seq = 2),
-          'running by fn-worker', '... the handed task is leased to the worker');
-SELECT is((SELECT d.handed FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 3,
-               '{"type": "schedule_activity", "seq": 3, "name": "a3", "queue": "fn_hand"}',
-               'fn-worker', harvest.now(), 1000, true, ARRAY['elsewhere']) AS d),
-          NULL::jsonb, '... given worker_queues it does not read them again: a queue not among them is not handed');
-SELECT throws_ok($$SELECT * FROM harvest._decide_schedule_activity(pg_temp.exec('cmd_fn'), 4,
-                       '{"type": "schedule_activity", "seq": 4, "name": "big", "input": [12345]}',
-                       'fn-worker', harvest.now(), 5, false, NULL)$$,
-                 'HR008', 'the input of activity big (command 4) is 7 bytes, over the payload limit of 5 bytes',
-                 '_decide_schedule_activity() checks the input against p_limit: HR008');
+    $$SELECT o.like_seq, cardinality(o.handed), o.handed[1] - 'task_id' - 'fencing_token' - 'seq'
+      FROM fn_handed_one AS o ORDER BY o.like_seq$$,
+    $$SELECT s.like_seq, 1, f.handed[s.n] - 'task_id' - 'fencing_token' - 'seq'
+      FROM fn_handed AS f, (VALUES (3, 1), (4, 2)) AS s (like_seq, n) ORDER BY s.like_seq$$,
+    '_hand_activities() of one activity (one row, VALUES) describes it as the statement of many does');
+SELECT results_eq(
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq', t.fencing_token > 0
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('cmd_fn') AND t.seq IN (3, 4) ORDER BY t.seq$$,
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq', true
+      FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('cmd_fn') AND t.seq IN (2, 1) ORDER BY t.seq DESC$$,
+    '... and its row is the one the statement of many inserts (status, lease, deadline, options, queue)');
+DELETE FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'activity';
+SELECT is(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[]::integer[], ARRAY[]::jsonb[], 'fn-worker',
+                                   harvest.now()),
+          NULL::jsonb[], '_hand_activities() of no activities inserts nothing: NULL');
+SELECT throws_ok($$SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[1, 1],
+                       ARRAY['{"name": "a"}'::jsonb, '{"name": "b"}'::jsonb], 'fn-worker', harvest.now())$$,
+                 '23505', NULL, '_hand_activities() keeps a run''s seqs unique (tasks_execution_seq)');
 -- _activity_scheduled: the one description of a scheduled activity, a named queue kept.
 SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 13,
               '{"type": "schedule_activity", "seq": 13, "name": "q3", "queue": "fn_q"}', 1000),
