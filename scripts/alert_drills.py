@@ -98,7 +98,9 @@ def main() -> None:
     try:
         dsn = server.start()
         Migrator(dsn).run()
-        env = {**os.environ, "HARVEST_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT / "scripts")}
+        # The inherited PYTHONPATH stays after scripts/: a worktree's run imports its own library.
+        path = os.pathsep.join(p for p in (str(ROOT / "scripts"), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "HARVEST_DATABASE_URL": dsn, "PYTHONPATH": path}
         ports = {"a": free_port(), "b": free_port()}
         workers = {}
         for name, queue, interval in (("a", "drill", "1"), ("b", "drill_other", "0")):

@@ -219,7 +219,9 @@ def test_the_routes_start_steer_and_report_checkouts(harvest_env: WorkflowEnviro
 
 def test_python_m_examples_billing_demo_and_exit(db: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HARVEST_")}
-    env.update(HARVEST_DATABASE_URL=db, PYTHONPATH=str(ROOT))
+    # The inherited PYTHONPATH stays after the root: a worktree's run imports its own library.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env.update(HARVEST_DATABASE_URL=db, PYTHONPATH=path)
     done = subprocess.run(
         [sys.executable, "-m", "examples.billing", "--demo-and-exit"],
         cwd=ROOT,
