@@ -170,7 +170,9 @@ def test_the_columns_stay_text_and_each_domain_names_its_rule(conn: psycopg.Conn
     for domain in ("execution_status", "parent_close_policy", "migrated_status", "shard_number"):
         assert f"::harvest.{domain})" in source, domain
     for function in ("_tasks_derived_columns", "_task_rules"):
-        source = conn.execute("SELECT prosrc FROM pg_proc WHERE oid = %s::regproc", (f"harvest.{function}",)).fetchone()[0]
+        source = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid = %s::regproc", (f"harvest.{function}",)
+        ).fetchone()[0]
         assert "::harvest.task_kind" in source, function
     assert set(domains) >= {
         "event_type",
