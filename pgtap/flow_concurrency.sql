@@ -90,3 +90,111 @@ SELECT results_eq($$
     'on a fair queue a plain INSERT of a workflow task joins the unkeyed group, a timer gets no key');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A task row's rules (sql/triggers.sql; table CHECKs before 0058), for any writer: the kind,
+-- the concurrency limit and the ageing bound checked by tasks_derived_columns on every
+-- insert, a timer's too (harvest._task_rules raises), and by tasks_checks on an UPDATE of
+-- their columns; the status still a table CHECK. Each refused with SQLSTATE 23514 naming the
+-- constraint the rule had, in the CHECKs' order (by name).
+BEGIN;
+SELECT plan(24);
+SET LOCAL TimeZone = 'UTC';
+
+INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)
+VALUES ('00000000-0000-4000-8000-0000000d0001', 'rules_wf', 'rules-1', now());
+CREATE TEMP VIEW rules_run AS SELECT '00000000-0000-4000-8000-0000000d0001'::uuid AS id;
+
+-- On INSERT.
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq)
+                   SELECT id, 'job', 'rq', now(), now(), 1 FROM rules_run$$, '23514',
+                 'value for domain harvest.task_kind violates check constraint "tasks_kind_check"',
+                 'an INSERT of an unknown kind is refused');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, status)
+                   SELECT id, 'activity', 'rq', now(), now(), 1, 'done' FROM rules_run$$, '23514',
+                 'value for domain harvest.task_status violates check constraint "tasks_status_check"',
+                 'an INSERT of an unknown status is refused (the status stays a CHECK)');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name, options)
+                   SELECT id, 'activity', 'rq', now(), now(), 1, 'a', '{"concurrency_key": "k", "max_concurrent": 0}'
+                   FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
+                 'an activity whose options give a concurrency limit of 0 is refused');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name, options)
+                   SELECT id, 'activity', 'rq', now(), now(), 1, 'a', '{"priority_aging_secs": -1}' FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_priority_aging_secs_check"',
+                 'an activity whose options give an ageing bound of -1 is refused');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, concurrency_limit)
+                   SELECT id, 'timer', 'rq', now(), now(), 1, 0 FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
+                 'a timer with a concurrency limit of 0 is refused (its insert is checked too)');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, priority_aging_secs)
+                   SELECT id, 'timer', 'rq', now(), now(), 1, 0 FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_priority_aging_secs_check"',
+                 'a timer with an ageing bound of 0 is refused');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, concurrency_limit)
+                   SELECT id, 'workflow', 'rq', now(), now(), NULL, -3 FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
+                 'a workflow task with a concurrency limit of -3 is refused');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, concurrency_limit, priority_aging_secs, status)
+                   SELECT id, 'job', 'rq', now(), now(), 1, 0, 0, 'done' FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
+                 'a row breaking every rule is refused by the first by name, as the CHECKs were');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, priority_aging_secs, status)
+                   SELECT id, 'job', 'rq', now(), now(), 1, 0, 'done' FROM rules_run$$, '23514',
+                 'value for domain harvest.task_kind violates check constraint "tasks_kind_check"',
+                 'then by the kind');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, priority_aging_secs, status)
+                   SELECT id, 'timer', 'rq', now(), now(), 1, 0, 'done' FROM rules_run$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_priority_aging_secs_check"',
+                 'then by the ageing bound, the status last');
+SELECT throws_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq)
+                   SELECT id, NULL, 'rq', now(), now(), 1 FROM rules_run$$, '23502', NULL,
+                 'a NULL kind is still refused by its NOT NULL');
+SELECT lives_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, concurrency_limit, priority_aging_secs)
+                  SELECT id, 'timer', 'rq', now(), now(), 1, 1, 'NaN' FROM rules_run$$,
+                'a limit of 1 and an ageing bound of NaN (above 0 for PostgreSQL) are taken, as the CHECKs took them');
+SELECT lives_ok($$INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, activity_name, options)
+                  SELECT id, 'activity', 'rq', now(), now(), 2, 'a', '{"concurrency_key": "k", "max_concurrent": 1, "priority_aging_secs": 0.5}'
+                  FROM rules_run$$,
+                'an activity with a limit of 1 and an ageing bound of 0.5 is taken');
+
+-- On UPDATE: the three rules by tasks_checks (after the row is written: the statement fails),
+-- the status by its CHECK.
+SELECT throws_ok($$UPDATE harvest.tasks SET kind = 'job' WHERE seq = 2$$, '23514',
+                 'value for domain harvest.task_kind violates check constraint "tasks_kind_check"',
+                 'an UPDATE to an unknown kind is refused');
+SELECT throws_ok($$UPDATE harvest.tasks SET concurrency_limit = 0 WHERE seq = 2$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
+                 'an UPDATE of the concurrency limit to 0 is refused');
+SELECT throws_ok($$UPDATE harvest.tasks SET priority_aging_secs = -0.5 WHERE seq = 2$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_priority_aging_secs_check"',
+                 'an UPDATE of the ageing bound to -0.5 is refused');
+SELECT throws_ok($$UPDATE harvest.tasks SET status = 'done' WHERE seq = 2$$, '23514',
+                 'value for domain harvest.task_status violates check constraint "tasks_status_check"',
+                 'an UPDATE to an unknown status is refused');
+SELECT throws_ok($$UPDATE harvest.tasks SET concurrency_limit = 0, kind = 'job' WHERE seq IN (1, 2)$$, '23514',
+                 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"',
+                 'an UPDATE of two rows breaking two rules is refused by the first by name');
+SELECT lives_ok($$UPDATE harvest.tasks SET status = 'running', kind = 'activity', concurrency_limit = 2 WHERE seq = 2$$,
+                'an UPDATE keeping to the rules is taken');
+SELECT is((SELECT status || ' ' || kind || ' ' || concurrency_limit FROM harvest.tasks WHERE seq = 2), 'running activity 2',
+          'and wrote its row');
+
+-- Where the rules live: the status alone is a table CHECK; tasks_derived_columns fires on
+-- every INSERT (no WHEN clause: timers are checked too); tasks_checks after an UPDATE of
+-- exactly the three columns.
+SELECT is((SELECT string_agg(conname, ',') FROM pg_constraint
+           WHERE conrelid = 'harvest.tasks'::regclass AND contype = 'c'),
+          'tasks_status_check', 'the status is the tasks'' only table CHECK');
+SELECT is((SELECT (t.tgtype::integer) || ' ' || (t.tgqual IS NULL)::text FROM pg_trigger AS t
+           WHERE t.tgrelid = 'harvest.tasks'::regclass AND t.tgname = 'tasks_derived_columns'),
+          '7 true', 'tasks_derived_columns fires before every INSERT, for each row, without a WHEN clause');
+SELECT is((SELECT (t.tgtype::integer) || ' ' || string_agg(a.attname, ',' ORDER BY a.attname)
+           FROM pg_trigger AS t JOIN pg_attribute AS a ON a.attrelid = t.tgrelid AND a.attnum = ANY (t.tgattr)
+           WHERE t.tgrelid = 'harvest.tasks'::regclass AND t.tgname = 'tasks_checks' AND t.tgqual IS NULL
+           GROUP BY t.tgtype),
+          '17 concurrency_limit,kind,priority_aging_secs',
+          'tasks_checks fires after an UPDATE of kind, concurrency_limit or priority_aging_secs, for each row');
+SELECT lives_ok($$SELECT harvest._task_rules('activity', NULL, NULL)$$, 'harvest._task_rules: NULLs pass');
+
+SELECT * FROM finish();
+ROLLBACK;

@@ -2,11 +2,15 @@
 -- A PAUSED run's tasks that no worker holds wait in status 'paused' (functions/lifecycle.sql).
 -- A finished task is deleted, so the claimable index stays as small as the backlog.
 
--- A task's kind and status lists, as domains the table's CHECKs cast to: a table
--- CHECK's expression is read back from its stored text by every INSERT or UPDATE
--- statement, a domain's once per session (docs/performance.md, "where the SQL path's
--- time goes"). The columns stay text; a value outside the list fails with SQLSTATE 23514
--- naming the same constraint.
+-- A task's kind and status lists, as domains: a table CHECK's expression is read back
+-- from its stored text by every INSERT or UPDATE statement, a domain's once per session
+-- (docs/performance.md, "where the SQL path's time goes"). The columns stay text; a value
+-- outside the list fails with SQLSTATE 23514 naming the constraint. The status is a table
+-- CHECK casting to its domain: a claim sets it on every row it takes, and one compile per
+-- statement costs less than a trigger call per row. The kind, like the concurrency limit
+-- and the ageing bound, is checked by triggers (sql/triggers.sql: on insert in
+-- tasks_derived_columns, on an update of their columns in tasks_checks), which no write
+-- path of Harvest's fires on update (docs/performance.md, "Task rows").
 CREATE DOMAIN harvest.task_kind AS text
 CONSTRAINT tasks_kind_check CHECK (value IN ('workflow', 'activity', 'timer'));
 
@@ -49,10 +53,7 @@ CREATE TABLE harvest.tasks (
     priority_aging_secs double precision,
     fairness_key text,
     CONSTRAINT tasks_pkey PRIMARY KEY (id),
-    CONSTRAINT tasks_kind_check CHECK ((kind::harvest.task_kind) IS NOT NULL),
     CONSTRAINT tasks_status_check CHECK ((status::harvest.task_status) IS NOT NULL),
-    CONSTRAINT tasks_concurrency_limit_check CHECK (concurrency_limit IS NULL OR concurrency_limit >= 1),
-    CONSTRAINT tasks_priority_aging_secs_check CHECK (priority_aging_secs IS NULL OR priority_aging_secs > 0),
     CONSTRAINT tasks_execution_fkey FOREIGN KEY (execution_id)
     REFERENCES harvest.executions (id) ON DELETE CASCADE
 );

@@ -4,39 +4,55 @@
 -- tables, except the claim-order columns of a task, written in its trigger.
 
 -- Task rows take their derived columns from their options at insert (decide.sql and the
--- dead-letter replay write options only), in one BEFORE INSERT trigger for every task but
--- a timer. An activity whose options name a gate gets its gate columns
--- (_flow_task_columns). Claim order (functions/claim.sql): an activity's
--- priority_aging_secs as given, its fairness_key resolved from the input by its key path
--- (a missing value means no key); the first keyed task of a queue makes it a fair queue,
--- and on a fair queue a task without a key gets '' (the unkeyed group), so the fairness
--- skip-scan finds unkeyed work (workflow tasks) behind a keyed flood. One trigger with
--- the claim order written in it, not two calling out: PostgreSQL reads each trigger's
--- WHEN clause back from its stored text on every INSERT statement, and a call passing
--- the row costs a copy of it each way (docs/performance.md, "Cheaper write statements").
+-- dead-letter replay write options only), in one BEFORE INSERT trigger. An activity whose
+-- options name a gate gets its gate columns (_flow_task_columns). Claim order
+-- (functions/claim.sql): an activity's priority_aging_secs as given, its fairness_key
+-- resolved from the input by its key path (a missing value means no key); the first keyed
+-- task of a queue makes it a fair queue, and on a fair queue a task without a key (not a
+-- timer) gets '' (the unkeyed group), so the fairness skip-scan finds unkeyed work
+-- (workflow tasks) behind a keyed flood. One trigger with the claim order written in it,
+-- not two calling out: a call passing the row costs a copy of it each way
+-- (docs/performance.md, "Cheaper write statements").
+--
+-- Then the row's rules that were table CHECKs, for every row, a timer's too: its kind in
+-- its closed list (a cast to the domain: SQLSTATE 23514 naming tasks_kind_check), a
+-- concurrency limit of at least 1 and an ageing bound above 0, on the values the row is
+-- written with. PostgreSQL reads every table CHECK back from its stored text and compiles
+-- it on every INSERT or UPDATE statement, as it does a trigger's WHEN clause (this trigger
+-- had one, for timers); a task insert is one statement in most paths (docs/performance.md,
+-- "Task rows"). The status stays a table CHECK (sql/tasks.sql). No trigger that fires
+-- after this one may change these columns.
 CREATE FUNCTION harvest._tasks_derived_columns()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['concurrency_key', 'rate_limit'] THEN
-        NEW := harvest._flow_task_columns(NEW);
-    END IF;
-    IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['fairness_key', 'priority_aging_secs'] THEN
-        IF NEW.options ->> 'priority_aging_secs' IS NOT NULL THEN
-            NEW.priority_aging_secs := (NEW.options ->> 'priority_aging_secs')::double precision;
+    IF NEW.kind <> 'timer' THEN
+        IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['concurrency_key', 'rate_limit'] THEN
+            NEW := harvest._flow_task_columns(NEW);
         END IF;
-        IF NEW.options ->> 'fairness_key' IS NOT NULL THEN
-            NEW.fairness_key := harvest._resolve_key(NEW.input, NEW.options ->> 'fairness_key');
+        IF NEW.kind = 'activity' AND NEW.options ?| ARRAY['fairness_key', 'priority_aging_secs'] THEN
+            IF NEW.options ->> 'priority_aging_secs' IS NOT NULL THEN
+                NEW.priority_aging_secs := (NEW.options ->> 'priority_aging_secs')::double precision;
+            END IF;
+            IF NEW.options ->> 'fairness_key' IS NOT NULL THEN
+                NEW.fairness_key := harvest._resolve_key(NEW.input, NEW.options ->> 'fairness_key');
+            END IF;
+        END IF;
+        IF NEW.fairness_key IS NOT NULL THEN
+            IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
+                INSERT INTO harvest.fair_queues (queue) VALUES (NEW.queue) ON CONFLICT (queue) DO NOTHING;
+            END IF;
+        ELSIF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
+            NEW.fairness_key := '';
         END IF;
     END IF;
-    IF NEW.fairness_key IS NOT NULL THEN
-        IF NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
-            INSERT INTO harvest.fair_queues (queue) VALUES (NEW.queue) ON CONFLICT (queue) DO NOTHING;
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = NEW.queue) THEN
-        NEW.fairness_key := '';
+    IF (NEW.concurrency_limit IS NULL OR NEW.concurrency_limit >= 1)
+       AND (NEW.kind::harvest.task_kind) IS NOT NULL
+       AND (NEW.priority_aging_secs IS NULL OR NEW.priority_aging_secs > 0) THEN
+        RETURN NEW;
     END IF;
+    PERFORM harvest._task_rules(NEW.kind, NEW.concurrency_limit, NEW.priority_aging_secs);
     RETURN NEW;
 END;
 $$;
@@ -44,8 +60,52 @@ $$;
 CREATE TRIGGER tasks_derived_columns
 BEFORE INSERT ON harvest.tasks
 FOR EACH ROW
-WHEN (new.kind <> 'timer')
 EXECUTE FUNCTION harvest._tasks_derived_columns();
+
+-- The rules tasks_derived_columns checks, raising the first one broken in the order the
+-- CHECKs ran (by name): tasks_concurrency_limit_check, tasks_kind_check,
+-- tasks_priority_aging_secs_check, with the message PostgreSQL gave. A NULL passes, as
+-- it passed the CHECKs (kind's NOT NULL refuses it after the BEFORE triggers).
+CREATE FUNCTION harvest._task_rules(p_kind text, p_concurrency_limit integer, p_priority_aging_secs double precision)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF NOT p_concurrency_limit >= 1 THEN
+        RAISE EXCEPTION 'new row for relation "tasks" violates check constraint "tasks_concurrency_limit_check"'
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'tasks_concurrency_limit_check',
+              SCHEMA = 'harvest', TABLE = 'tasks',
+              HINT = 'a task''s concurrency_limit is at least 1';
+    END IF;
+    PERFORM p_kind::harvest.task_kind;
+    IF NOT p_priority_aging_secs > 0 THEN
+        RAISE EXCEPTION 'new row for relation "tasks" violates check constraint "tasks_priority_aging_secs_check"'
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'tasks_priority_aging_secs_check',
+              SCHEMA = 'harvest', TABLE = 'tasks',
+              HINT = 'a task''s priority_aging_secs is above 0';
+    END IF;
+END;
+$$;
+
+-- The same rules on an UPDATE that sets one of their columns, which no function of
+-- Harvest's does (a claim sets the status, whose CHECK stays). An AFTER trigger: a BEFORE
+-- UPDATE row trigger makes PostgreSQL lock each updated row before the update, whichever
+-- columns the statement sets; an AFTER trigger with a column list is skipped by a bitmap
+-- test. A refusal fails the statement as the CHECK's did.
+CREATE FUNCTION harvest._tasks_checks()
+RETURNS trigger
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    PERFORM harvest._task_rules(NEW.kind, NEW.concurrency_limit, NEW.priority_aging_secs);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER tasks_checks
+AFTER UPDATE OF kind, concurrency_limit, priority_aging_secs ON harvest.tasks
+FOR EACH ROW
+EXECUTE FUNCTION harvest._tasks_checks();
 
 -- A run's row rules, for every writer: its status and parent close policy in their closed
 -- lists, a forwarding pointer (migrated_to_shard) only on a MIGRATING or MIGRATED row with a

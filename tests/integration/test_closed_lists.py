@@ -6,7 +6,8 @@ instead of once per statement. The rules must be the old ones: every value the o
 took is taken, every value it refused is refused with SQLSTATE 23514 naming the same
 constraint, on INSERT and on UPDATE, and the columns stay text. Migration 0057 moved the
 executions rules from table CHECKs into the executions_checks trigger (sql/triggers.sql),
-which fires on INSERT and on an UPDATE of the columns they read; the tests here hold for it.
+which fires on INSERT and on an UPDATE of the columns they read, and 0058 the task's kind
+rule into the tasks' triggers; the tests here hold for them.
 """
 
 from __future__ import annotations
@@ -148,7 +149,8 @@ def test_the_columns_stay_text_and_each_domain_names_its_rule(conn: psycopg.Conn
         ).fetchall()
     )
     # A domain's constraint is named after the rule it carries: a table CHECK of events or
-    # tasks, or one of the executions rules the executions_checks trigger casts to.
+    # tasks, one of the executions rules the executions_checks trigger casts to, or the task
+    # kind's rule, which the tasks' triggers cast to (0058).
     tables = {
         r[0]
         for r in conn.execute(
@@ -159,6 +161,7 @@ def test_the_columns_stay_text_and_each_domain_names_its_rule(conn: psycopg.Conn
         "executions_status_check",
         "executions_parent_close_policy_check",
         "executions_migrated_to_shard_check",
+        "tasks_kind_check",
     }
     assert set(domains.values()) <= tables
     source = conn.execute(
@@ -166,6 +169,11 @@ def test_the_columns_stay_text_and_each_domain_names_its_rule(conn: psycopg.Conn
     ).fetchone()[0]
     for domain in ("execution_status", "parent_close_policy", "migrated_status", "shard_number"):
         assert f"::harvest.{domain})" in source, domain
+    for function in ("_tasks_derived_columns", "_task_rules"):
+        source = conn.execute(
+            "SELECT prosrc FROM pg_proc WHERE oid = %s::regproc", (f"harvest.{function}",)
+        ).fetchone()[0]
+        assert "::harvest.task_kind" in source, function
     assert set(domains) >= {
         "event_type",
         "execution_status",
