@@ -64,7 +64,7 @@ END;
 $$;
 
 -- The gate columns of an activity task from its options (the BEFORE INSERT
--- trigger tasks_flow_columns calls this). rate_key names the token bucket:
+-- trigger tasks_derived_columns calls this). rate_key names the token bucket:
 -- rate:<activity> for a static limit, dyn-rate:<key path>:<value> per key.
 CREATE OR REPLACE FUNCTION harvest._flow_task_columns(p_task harvest.tasks)
 RETURNS harvest.tasks
