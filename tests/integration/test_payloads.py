@@ -311,3 +311,43 @@ def test_the_async_client_encodes_signal_with_start_and_update_with_start_and_de
     assert answer == "added " + SECRET
     assert result["note"] == {"text": SECRET} and result["sealed"]["sealed"] == SECRET
     assert SECRET not in _stored_text(db)
+
+
+@activity
+async def doubled(ctx, value: int) -> dict:
+    return {"doubled": value * 2}
+
+
+@workflow
+async def doubling(ctx, value: int) -> dict:
+    return await ctx.execute_activity(doubled, value)
+
+
+def test_a_plain_activity_input_and_result_skip_the_payload_codecs(db, start_worker, monkeypatch):
+    """Without codecs or offload, an activity's unmarked input and its result pass through as
+    they are: the activity path awaits no Payloads.decode or encode for them (a coroutine each,
+    per activity, on the fan-out's hot path). The history still goes through decode."""
+    seen: list[tuple[str, object]] = []
+    decode, encode = Payloads.decode, Payloads.encode
+
+    async def spy_decode(self, sql, value):
+        seen.append(("decode", value))
+        return await decode(self, sql, value)
+
+    async def spy_encode(self, sql, execution_id, value):
+        seen.append(("encode", value))
+        return await encode(self, sql, execution_id, value)
+
+    monkeypatch.setattr(Payloads, "decode", spy_decode)
+    monkeypatch.setattr(Payloads, "encode", spy_encode)
+    start_worker(App([doubling], [doubled]))
+    with Client(db) as client:
+        assert client.start_workflow(doubling, 21, workflow_id="plain-1").result(timeout=30) == {
+            "doubled": 42
+        }
+    assert ("decode", [21]) not in seen  # the activity's input, not decoded
+    assert ("encode", {"doubled": 42}) not in seen  # its result, not encoded
+    assert any(
+        kind == "decode" and isinstance(value, list) and value and "event_type" in value[0]
+        for kind, value in seen
+    )  # (the spy saw the history's decode: it was in place)

@@ -224,6 +224,10 @@ def _marked(value: Any) -> bool:
     return False
 
 
+# (the activity path asks before it awaits a decode: an unmarked input needs no coroutine)
+is_marked = _marked
+
+
 def replace_refs(value: Any, resolved: Mapping[str, Any]) -> Any:
     """``value`` with each reference replaced by its resolved payload (an unresolved one stays)."""
     if isinstance(value, dict):

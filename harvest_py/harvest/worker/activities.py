@@ -9,6 +9,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 from harvest.core import payload
+from harvest.core.codecs import is_marked
 from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
@@ -36,10 +37,16 @@ class ActivityContext:
 
     task_queue = renamed_attribute("queue", "ctx.task_queue")
 
-    def __init__(self, worker: Worker, task: dict[str, Any], execution_id: str | None = None):
+    def __init__(
+        self,
+        worker: Worker,
+        task: dict[str, Any],
+        execution_id: str | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ):
         self._worker = worker
         self._task = task
-        self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop() if loop is None else loop
         self.execution_id = str(task["execution_id"]) if execution_id is None else execution_id
         self.workflow_id = task["workflow_id"]
         self.workflow_name = task["workflow_name"]
@@ -158,11 +165,6 @@ class ActivityContext:
         return future.result()
 
 
-def _loop_time() -> float:
-    """The running loop's clock (what asyncio.timeout_at's deadlines are on)."""
-    return asyncio.get_running_loop().time()
-
-
 async def _run_within(call: Coroutine[Any, Any, Any], deadline: float | None) -> Any:
     """``await call`` bounded by ``deadline`` (the loop's clock; None: unbounded).
 
@@ -259,13 +261,15 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     """Run one claimed activity task to a reported outcome (or a lost lease)."""
     execution_id = str(task["execution_id"])
-    token = log_fields(
-        execution_id=execution_id,
-        workflow_id=task["workflow_id"],
-        workflow=task["workflow_name"],
-        activity=task["activity_name"],
-        attempt=task["attempt"],
-    )
+    # (log_fields, inline: a dict literal, not keywords and a comprehension, per activity)
+    fields = {
+        "execution_id": execution_id,
+        "workflow_id": task["workflow_id"],
+        "workflow": task["workflow_name"],
+        "activity": task["activity_name"],
+        "attempt": task["attempt"],
+    }
+    token = LOG_FIELDS.set(fields if None not in fields.values() else log_fields(**fields))
     try:
         if not tracing.ACTIVE:
             return await _run_activity_task(worker, task, execution_id)
@@ -297,10 +301,14 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
                 f"worker {worker.worker_id}; register it in the App of the workers "
                 f"polling queue {task['queue']!r}",
             )
-        ctx = ActivityContext(worker, task, execution_id)
+        # One running-loop look-up for the context and the deadline (in 3.11 each is a getpid()).
+        loop = asyncio.get_running_loop()
+        ctx = ActivityContext(worker, task, execution_id, loop)
         # The one place an activity's payloads are decoded (codecs, offload; docs/payloads.md).
         sql = lane_of(task).sql
-        stored_input = await worker.payloads.decode(sql, task["input"] or [])
+        stored_input = task["input"] or []
+        if is_marked(stored_input):  # (nearly never: no coroutine for the plain input)
+            stored_input = await worker.payloads.decode(sql, stored_input)
         if ctx.heartbeat_details is not None:  # (a first attempt has none)
             ctx.heartbeat_details = await worker.payloads.decode(sql, ctx.heartbeat_details)
         try:
@@ -314,7 +322,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
             ) from exc
         timeout = (task.get("options") or {}).get("start_to_close") or definition.start_to_close
         # The deadline counts from here, before the first step runs.
-        deadline = None if timeout is None else _loop_time() + timeout
+        deadline = None if timeout is None else loop.time() + timeout
         try:
             if definition.is_async:
                 result = await _run_within(definition.fn(ctx, *args, **kwargs), deadline)
@@ -336,7 +344,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         except PayloadError as exc:
             raise ActivityFailure("PayloadError", f"the result cannot be stored: {exc}", True) from exc
         plain = encoded
-        encoded = await worker.payloads.encode(sql, execution_id, encoded)
+        if worker.payloads.active:  # (codecs or offload configured: else no coroutine)
+            encoded = await worker.payloads.encode(sql, execution_id, encoded)
         payload.check_size(encoded, f"the result of activity {definition.name}", worker.max_payload_bytes)
     except asyncio.CancelledError:
         raise

@@ -784,8 +784,10 @@ class Worker:
         key = _key(task)
         if self.redis is not None:
             self._run_of[(key[0], key[1])] = str(task["execution_id"])
-        self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
-        handle = asyncio.create_task(self._guard(runner, task))
+        # One running-loop look-up for the clock and the task (in 3.11 each look-up is a getpid()).
+        loop = asyncio.get_running_loop()
+        self._slot_claimed_at[key] = loop.time() if slot_claimed_at is None else slot_claimed_at
+        handle = loop.create_task(self._guard(runner, task))
         self._inflight[key] = handle
 
     async def _guard(
