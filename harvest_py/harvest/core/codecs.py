@@ -41,6 +41,7 @@ __all__ = [
     "describe",
     "is_envelope",
     "is_erased",
+    "is_marked",
     "is_ref",
     "refs_in",
 ]
