@@ -451,12 +451,13 @@ SELECT throws_ok($$SELECT * FROM harvest.count_versions('vc', NULL, NULL)$$, 'HR
 SELECT * FROM finish();
 ROLLBACK;
 
--- A run's row rules (the executions_checks trigger in sql/triggers.sql; table CHECKs
--- before 0057), for any writer: a plain INSERT or UPDATE by the owner is refused as the
--- CHECKs refused it (SQLSTATE 23514, the same constraint names); an UPDATE that sets none
--- of the four columns (an event append) does not fire it.
+-- A run's row rules (the executions_checks and executions_checks_update triggers in
+-- sql/triggers.sql; table CHECKs before 0057), for any writer: a plain INSERT or UPDATE by
+-- the owner is refused as the CHECKs refused it (SQLSTATE 23514, the same constraint
+-- names); an UPDATE that sets none of the four columns (an event append) fires neither,
+-- and no BEFORE UPDATE row trigger makes it fetch and lock the row first (0062).
 BEGIN;
-SELECT plan(14);
+SELECT plan(17);
 
 INSERT INTO harvest.executions (id, workflow_name, workflow_id, created_at)
 VALUES ('00000000-0000-4000-8000-0000000c0001', 'chk_wf', 'chk-1', now());
@@ -505,14 +506,35 @@ SELECT throws_ok($$UPDATE harvest.executions SET status = 'COMPLETED' WHERE work
                  'an UPDATE of the status alone is checked against the pointer the row holds');
 SELECT lives_ok($$UPDATE harvest.executions SET status = 'MIGRATED', migrated_to_shard = 3 WHERE workflow_id = 'chk-1'$$,
                 'an UPDATE to MIGRATED with a pointer is taken');
--- The trigger fires on INSERT and on an UPDATE of exactly the four columns the rules read.
+-- On an UPDATE the rules run after the row is written (an AFTER trigger): the columns' NOT
+-- NULL refuses a NULL first, where the BEFORE trigger of 0057 reported the rule.
+SELECT throws_ok($$UPDATE harvest.executions SET status = NULL, search_attributes = '[1]' WHERE workflow_id = 'chk-3'$$,
+                 '23502', NULL,
+                 'an UPDATE breaking a NOT NULL and a rule is refused by the NOT NULL (the rules run after it)');
+-- executions_checks fires BEFORE an INSERT only (tgtype 7: row, before, insert), and
+-- executions_checks_update AFTER an UPDATE of exactly the four columns the rules read
+-- (17: row, update; no before bit).
 SELECT is(
-    (SELECT (t.tgtype & 20) || ' ' || string_agg(a.attname, ',' ORDER BY a.attname)
-     FROM pg_trigger AS t JOIN pg_attribute AS a ON a.attrelid = t.tgrelid AND a.attnum = ANY (t.tgattr)
+    (SELECT t.tgtype::int || ' ' || coalesce(string_agg(a.attname, ',' ORDER BY a.attname), '')
+     FROM pg_trigger AS t LEFT JOIN pg_attribute AS a ON a.attrelid = t.tgrelid AND a.attnum = ANY (t.tgattr)
      WHERE t.tgrelid = 'harvest.executions'::regclass AND t.tgname = 'executions_checks'
      GROUP BY t.tgtype),
-    '20 migrated_to_shard,parent_close_policy,search_attributes,status',
-    'executions_checks fires on INSERT and on an UPDATE of status, parent_close_policy, search_attributes, migrated_to_shard');
+    '7 ',
+    'executions_checks fires before an INSERT, and on nothing else');
+SELECT is(
+    (SELECT t.tgtype::int || ' ' || string_agg(a.attname, ',' ORDER BY a.attname)
+     FROM pg_trigger AS t JOIN pg_attribute AS a ON a.attrelid = t.tgrelid AND a.attnum = ANY (t.tgattr)
+     WHERE t.tgrelid = 'harvest.executions'::regclass AND t.tgname = 'executions_checks_update'
+     GROUP BY t.tgtype),
+    '17 migrated_to_shard,parent_close_policy,search_attributes,status',
+    'executions_checks_update fires after an UPDATE of status, parent_close_policy, search_attributes, migrated_to_shard');
+-- Any BEFORE UPDATE row trigger (whatever its column list) makes every UPDATE of a run's
+-- row fetch and lock it first, an event append's too.
+SELECT is(
+    (SELECT count(*) FROM pg_trigger AS t
+     WHERE t.tgrelid = 'harvest.executions'::regclass AND t.tgtype & 19 = 19),
+    0::bigint,
+    'harvest.executions has no BEFORE UPDATE row trigger');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -117,8 +117,9 @@ EXECUTE FUNCTION harvest._tasks_checks();
 -- outside a list fails its domain cast (SQLSTATE 23514, naming the constraint that held the
 -- rule); the rules run in the order the CHECKs did (by name), each only after the ones
 -- before it passed. A NULL passes here, as it passed the CHECKs: the columns' NOT NULL
--- refuses it after the BEFORE triggers (a row that breaks a NOT NULL and a rule here is
--- refused by this rule first). No other BEFORE trigger may change these columns.
+-- refuses it (after the BEFORE triggers on an insert, before the AFTER ones on an update;
+-- an inserted row that breaks a NOT NULL and a rule here is refused by this rule first).
+-- No BEFORE trigger may change these columns.
 CREATE FUNCTION harvest._executions_checks()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -142,7 +143,18 @@ END;
 $$;
 
 CREATE TRIGGER executions_checks
-BEFORE INSERT OR UPDATE OF status, parent_close_policy, search_attributes, migrated_to_shard
+BEFORE INSERT ON harvest.executions
+FOR EACH ROW
+EXECUTE FUNCTION harvest._executions_checks();
+
+-- The same rules on an UPDATE that sets one of their columns, as an AFTER trigger (its
+-- RETURN is ignored; a refusal fails the statement the same way): any BEFORE UPDATE row
+-- trigger makes PostgreSQL fetch and lock each updated row before the update, whichever
+-- columns the statement sets, and a run's row is updated on every event append; an AFTER
+-- trigger with a column list costs a bitmap test per row (docs/performance.md, "A run's
+-- row rules after the update"). It fires before executions_flow_release (by name).
+CREATE TRIGGER executions_checks_update
+AFTER UPDATE OF status, parent_close_policy, search_attributes, migrated_to_shard
 ON harvest.executions
 FOR EACH ROW
 EXECUTE FUNCTION harvest._executions_checks();

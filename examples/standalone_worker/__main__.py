@@ -45,7 +45,9 @@ def harvest_command() -> list[str]:
 def start_worker(dsn: str, log_path: Path) -> subprocess.Popen[bytes]:
     """``harvest worker --config harvest.toml examples.standalone_worker.app:app``, as a service
     manager would run it (the database URL in the environment, never on the command line)."""
-    env = {**os.environ, "HARVEST_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+    # The inherited PYTHONPATH stays after the root: a worktree's run imports its own library.
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "HARVEST_DATABASE_URL": dsn, "PYTHONPATH": path}
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [*harvest_command(), "worker", "--config", str(CONFIG), "examples.standalone_worker.app:app"],

@@ -6,8 +6,9 @@ instead of once per statement. The rules must be the old ones: every value the o
 took is taken, every value it refused is refused with SQLSTATE 23514 naming the same
 constraint, on INSERT and on UPDATE, and the columns stay text. Migration 0057 moved the
 executions rules from table CHECKs into the executions_checks trigger (sql/triggers.sql),
-which fires on INSERT and on an UPDATE of the columns they read, and 0058 the task's kind
-rule into the tasks' triggers; the tests here hold for them.
+which fires on INSERT and (since 0062, as executions_checks_update, after the row is written)
+on an UPDATE of the columns they read, and 0058 the task's kind rule into the tasks'
+triggers; the tests here hold for them.
 """
 
 from __future__ import annotations
