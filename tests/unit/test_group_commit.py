@@ -111,3 +111,29 @@ def test_a_small_burst_stays_one_batch_and_items_after_any_interleaving_are_all_
     assert waves == [Recorded()] * len(waves)
     assert sum(len(batch) for batch in sql.batches) == 2 * SPLIT_MIN - 1 + len(waves)
     assert sql.most_in_flight == 2
+
+
+def test_no_split_while_the_callers_of_a_flush_that_just_ended_come_back():
+    """A flush that finds 2 * SPLIT_MIN or more waiting within split_quiet of another flush's end
+    takes them all: the callers that flush answered are coming back with their next items, and a
+    split then made a third, smaller batch beside them (more commits for the same overlap,
+    docs/performance.md). Once the last end is older than split_quiet, a burst splits again."""
+    sql = _ConcurrentSql()
+    n = 2 * SPLIT_MIN + 1
+
+    async def main():
+        batcher = CompletionBatcher(FakeWorker(sql))
+        batcher.split_quiet = 3600.0  # any flush's end is recent (no timing in the test)
+        await batcher.complete(1, 1, 1)  # a flush ends
+        await asyncio.gather(*(batcher.complete(i, 1, i) for i in range(2, n + 2)))
+        batcher.split_quiet = 0.0  # every flush's end is long ago
+        await asyncio.gather(*(batcher.complete(i, 1, i) for i in range(100, 100 + n)))
+
+    asyncio.run(main())
+    half = SPLIT_MIN + 1
+    assert sql.batches == [
+        [1],
+        list(range(2, n + 2)),
+        list(range(100, 100 + half)),
+        list(range(100 + half, 100 + n)),
+    ]

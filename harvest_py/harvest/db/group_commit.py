@@ -9,9 +9,10 @@ project's benchmark machine about 0.35 ms of server CPU), that is most of the sa
 With ``max_flushes`` 2 (the worker's results and decisions) a second flush may run
 beside the first, on a second connection: what piles up behind one flush goes at
 once instead of waiting for it, and a flush that finds SPLIT_MIN * 2 items or more
-waiting takes half and leaves the rest to a second flush that starts with it. One
-flush at a time keeps one backend busy and the server's other core idle while the
-worker's slots wait on it (docs/performance.md, "Two result flushes in flight").
+waiting takes half and leaves the rest to a second flush that starts with it, unless
+a flush ended within ``split_quiet`` seconds. One flush at a time keeps one backend
+busy and the server's other core idle while the worker's slots wait on it
+(docs/performance.md, "Two result flushes in flight").
 
 Used by the worker for activity results and decisions (worker/completions.py)
 and by ``AsyncClient`` for starts (client/client.py).
@@ -29,6 +30,11 @@ log = logging.getLogger("harvest")
 MAX_BATCH = 100
 # With a second flush free, a flush takes half of what waits once each half has this many.
 SPLIT_MIN = 8
+# ... unless a flush ended this recently: the callers it answered are coming back with their
+# next items (a worker's slots, in two cohorts that take turns), and splitting what waits then
+# made a third, smaller cohort: more, smaller batches for the same overlap (docs/performance.md,
+# "Two result flushes in flight, again: no split while a flush's callers come back").
+SPLIT_QUIET_SECS = 0.02
 
 
 class GroupCommit:
@@ -40,6 +46,7 @@ class GroupCommit:
     """
 
     what = "items"
+    split_quiet = SPLIT_QUIET_SECS
 
     def __init__(self, max_batch: int = MAX_BATCH, max_flushes: int = 1):
         self._max_batch = max_batch
@@ -49,6 +56,7 @@ class GroupCommit:
         self._flushing = 0  # flushers started and not ended (counted down as one ends, not after)
         # A flusher started has not taken its batch yet: every item waiting now goes with it.
         self._starting = False
+        self._last_end = float("-inf")  # (loop time) when a flush last ended
         self.batches = 0  # flushes sent (a measure of the batching, for benchmarks)
         self.items = 0
 
@@ -74,7 +82,11 @@ class GroupCommit:
         try:
             while self._waiting:
                 take, waiting = self._max_batch, len(self._waiting)
-                if self._flushing < self._max_flushes and waiting >= 2 * SPLIT_MIN:
+                if (
+                    self._flushing < self._max_flushes
+                    and waiting >= 2 * SPLIT_MIN
+                    and asyncio.get_running_loop().time() - self._last_end >= self.split_quiet
+                ):
                     take = min(take, (waiting + 1) // 2)  # the other half goes beside it
                 batch, self._waiting = self._waiting[:take], self._waiting[take:]
                 if self._waiting and not self._starting and self._flushing < self._max_flushes:
@@ -85,6 +97,7 @@ class GroupCommit:
                     for *_, future in batch:
                         if not future.done():
                             future.set_exception(exc)
+                self._last_end = asyncio.get_running_loop().time()
         finally:
             self._flushing -= 1
 
