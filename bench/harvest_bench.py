@@ -252,6 +252,10 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
     with psycopg.connect(dsn, autocommit=True) as conn:
         rows = conn.execute("SELECT created_at, completed_at, status FROM harvest.executions").fetchall()
         events = conn.execute("SELECT count(*) FROM harvest.events").fetchone()[0]
+        # Sessions the drain opened: each compiles the functions and plans its statements anew.
+        (sessions,) = conn.execute(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
     completed = [r for r in rows if r[2] == "COMPLETED"]
     first = min(r[0] for r in rows)
     last = max(r[1] for r in completed)
@@ -267,6 +271,7 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
         "start_phase_s": round(start_wall, 3),
         "commits": commits,
         "commits_per_workflow": round(commits / n, 2),
+        "sessions": sessions,
         "events_per_workflow": round(events / n, 2),
         "cpu": {"server_s": round(server_cpu, 3), "client_s": round(cpu, 3), "backends_s": round(db_cpu, 3)},
         "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
@@ -276,6 +281,10 @@ async def bench_workflows(dsn: str, n: int, timeout: float, statements: bool) ->
             "handed_tasks": worker.handed_tasks,
             "decided_ahead": worker.decided_ahead,
             "result_batches": worker.completions.batches,
+            # Tasks claimed inside result batches (complete_activities_with_claim), and the
+            # decisions' batches: with result_batches, how the drain's commits split.
+            "claimed_with_results": worker.completions.claimed,
+            "decision_batches": worker.decisions.batches,
         },
         "worker_options": WORKER_OPTIONS,
         "starters": STARTERS,
