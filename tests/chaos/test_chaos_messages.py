@@ -154,7 +154,12 @@ def _kill_holding_local(dsn, workers, worker, eid: str) -> None:
     )
     before = history(dsn, eid)
     workers.kill(worker)
-    assert history(dsn, eid) == before, "the killed task wrote to the history"
+    # Other activities of the run (a burst's quick handlers) may record their results in the
+    # meantime; the held task's own commit would write its WorkflowTaskCompleted and commands.
+    after = history(dsn, eid)
+    assert after[: len(before)] == before
+    written = [e["event_type"] for e in after[len(before) :]]
+    assert set(written) <= {"ActivityCompleted", "ActivityFailed"}, f"the killed task wrote: {written}"
 
 
 def test_update_accepted_just_before_a_crash_is_applied_once(chaos_db, workers, client):
