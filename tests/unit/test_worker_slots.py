@@ -94,6 +94,26 @@ def test_a_slot_handed_on_for_too_long_goes_back_to_the_claims(monkeypatch):
     asyncio.run(main())
 
 
+def test_a_spawned_task_is_stamped_by_the_workers_clock(monkeypatch):
+    """A slot's claim time comes from Worker._now, the clock reserve_slots ages it on (an
+    injected clock, here, stands well apart from the loop's)."""
+    clock = Clock()
+    clock.now = 5.0
+    worker = saturated_worker(1, clock)
+
+    async def quick_activity(_worker, _task):
+        return None
+
+    monkeypatch.setattr(worker_module, "run_activity_task", quick_activity)
+
+    async def main():
+        worker._spawn(dict(task(7), kind="activity", queue="q"))
+        assert worker._slot_claimed_at[key(7)] == 5.0
+        await worker._inflight[key(7)]
+
+    asyncio.run(main())
+
+
 def test_no_slots_when_hand_off_is_off():
     worker = saturated_worker(2, Clock(), hand_off=False)
     assert worker.reserve_slots(1, task(0)).slots == 0

@@ -784,10 +784,9 @@ class Worker:
         key = _key(task)
         if self.redis is not None:
             self._run_of[(key[0], key[1])] = str(task["execution_id"])
-        # One running-loop look-up for the clock and the task (in 3.11 each look-up is a getpid()).
-        loop = asyncio.get_running_loop()
-        self._slot_claimed_at[key] = loop.time() if slot_claimed_at is None else slot_claimed_at
-        handle = loop.create_task(self._guard(runner, task))
+        # (The worker's clock, _now, which reserve_slots reads the slot's age on.)
+        self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
+        handle = asyncio.create_task(self._guard(runner, task))
         self._inflight[key] = handle
 
     async def _guard(
