@@ -33,7 +33,11 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message
 
 def log_fields(**fields: Any) -> Any:
     """Bind ``fields`` for the code this context runs next; returns the token to reset with."""
-    return LOG_FIELDS.set({k: v for k, v in fields.items() if v is not None})
+    # (The keywords' dict is the call's own: kept as it is unless a field is None, so the
+    # usual call, one per activity, builds no second dict.)
+    if None in fields.values():
+        fields = {k: v for k, v in fields.items() if v is not None}
+    return LOG_FIELDS.set(fields)
 
 
 class _ContextFilter(logging.Filter):

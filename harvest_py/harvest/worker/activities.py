@@ -261,15 +261,13 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
 async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
     """Run one claimed activity task to a reported outcome (or a lost lease)."""
     execution_id = str(task["execution_id"])
-    # (log_fields, inline: a dict literal, not keywords and a comprehension, per activity)
-    fields = {
-        "execution_id": execution_id,
-        "workflow_id": task["workflow_id"],
-        "workflow": task["workflow_name"],
-        "activity": task["activity_name"],
-        "attempt": task["attempt"],
-    }
-    token = LOG_FIELDS.set(fields if None not in fields.values() else log_fields(**fields))
+    token = log_fields(
+        execution_id=execution_id,
+        workflow_id=task["workflow_id"],
+        workflow=task["workflow_name"],
+        activity=task["activity_name"],
+        attempt=task["attempt"],
+    )
     try:
         if not tracing.ACTIVE:
             return await _run_activity_task(worker, task, execution_id)
