@@ -601,16 +601,8 @@ def encode_args(
     plan = _call_plan(fn)
     if not kwargs and plan.positional is not None and plan.required <= len(args) <= plan.positional:
         # What bind and the loop below give for this call: the arguments in order, the
-        # parameters after them left to their defaults. (_encode_items, inline: a workflow's
-        # every activity call comes here, on replay too)
-        out: list[Any] = []
-        for i, value in enumerate(args):
-            kind = type(value)
-            if kind is str or kind is int or kind is bool or value is None:
-                out.append(value)
-            else:
-                out.append(encode(value, f"{path}[{i}]"))
-        return out
+        # parameters after them left to their defaults.
+        return _encode_items(args, path)
     params = plan.params
     try:
         bound = _signature(fn).bind(None, *args, **kwargs)
