@@ -94,7 +94,7 @@ def test_refs_are_collected_and_replaced():
 
 
 def test_marked_finds_an_envelope_or_a_reference_at_any_depth_and_nothing_else():
-    from harvest.core.codecs import _marked
+    from harvest.core.codecs import is_marked
 
     envelope = CodecChain([ZlibCodec()]).encode("x" * 100)
     assert "_harvest_codec" in envelope
@@ -105,7 +105,7 @@ def test_marked_finds_an_envelope_or_a_reference_at_any_depth_and_nothing_else()
         {"events": [{"event_data": {"seq": 1}}, {"event_data": {"result": [[{"_harvest_ref": "r"}]]}}]},
         [[], {}, [[[envelope]]]],
     ):
-        assert _marked(found) is True, found
+        assert is_marked(found) is True, found
     for plain in (
         None,
         3,
@@ -119,7 +119,7 @@ def test_marked_finds_an_envelope_or_a_reference_at_any_depth_and_nothing_else()
         {"a": ({"_harvest_codec": 1},)},
         [{"seq": i, "options": {"retry": {"non_retryable_errors": []}}} for i in range(50)],
     ):
-        assert _marked(plain) is False, plain
+        assert is_marked(plain) is False, plain
 
 
 def test_decode_hands_back_an_unmarked_value_itself():

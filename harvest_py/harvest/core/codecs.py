@@ -206,7 +206,7 @@ def _collect_refs(value: Any, found: dict[str, None]) -> None:
             _collect_refs(item, found)
 
 
-def _marked(value: Any) -> bool:
+def is_marked(value: Any) -> bool:
     """Whether an envelope or a reference is anywhere in ``value`` (a walk that copies nothing).
 
     A plain loop, not ``any()`` of a generator: a history's walk visits every container of
@@ -220,13 +220,9 @@ def _marked(value: Any) -> bool:
     else:
         return False
     for item in items:  # noqa: SIM110 (any() of a generator is what this avoids)
-        if isinstance(item, (dict, list)) and _marked(item):
+        if isinstance(item, (dict, list)) and is_marked(item):
             return True
     return False
-
-
-# (the activity path asks before it awaits a decode: an unmarked input needs no coroutine)
-is_marked = _marked
 
 
 def replace_refs(value: Any, resolved: Mapping[str, Any]) -> Any:
@@ -538,7 +534,7 @@ class Payloads:
     async def decode(self, sql: Any, value: Any) -> Any:
         """``value`` (a row, an event, a list of them) with every reference resolved and every
         envelope decoded. A reference whose payload is gone stays a reference."""
-        if not _marked(value):  # the common case: nothing to resolve or decode, nothing copied
+        if not is_marked(value):  # the common case: nothing to resolve or decode, nothing copied
             return value
         ids = refs_in(value)
         if ids:
