@@ -196,8 +196,8 @@ def test_the_callers_running_loop_is_back_after_a_replay() -> None:
 
 
 def test_an_issued_activitys_pending_is_the_dataclass_one() -> None:
-    """issue fills Pending's slots itself (no __init__ per activity): every field set, with the
-    dataclass' defaults, live and on replay."""
+    """An issued activity's Pending has every field set, with the dataclass' defaults, live and
+    on replay."""
     run = new_run()
     asyncio.run(run.advance(events_of(2)[:1]))
     live = run._pending[1]

@@ -24,9 +24,6 @@ from harvest.runtime.loop import DeterministicEventLoop, IllegalWorkflowOperatio
 if TYPE_CHECKING:
     from harvest.runtime.messages import RunHandlers
 
-_Future = asyncio.Future  # what DeterministicEventLoop.create_future makes
-_new_pending = object.__new__
-
 __all__ = [
     "BOOKKEEPING_EVENTS",
     "COMMAND_EVENTS",
@@ -285,33 +282,12 @@ class CommandIssuer:
         self, command: dict[str, Any], kind: str, name: str | None, on_fire: Callable[[], None] | None = None
     ) -> asyncio.Future[Any]:
         """Issue an activity or timer command; the future resolves from its history event."""
-        seq = command["seq"]
-        expected = self._expected
-        if expected is None:  # (_record, inline: every activity and timer comes here)
+        if self._expected is None:  # (_record, inline: every activity and timer comes here)
             self._new_commands.append(command)
         else:
-            # (_match's common case, inline: a replayed schedule_activity of the recorded name)
-            event = expected.pop(seq, None)
-            if not (
-                event is not None
-                and command["type"] == "schedule_activity"
-                and event["event_type"] == "ActivityScheduled"
-                and "type" not in (data := event["event_data"])
-                and type(cmd_name := command.get("name")) is str
-                and type(recorded_name := data.get("name")) is str
-                and recorded_name == cmd_name
-            ):
-                if event is not None:
-                    expected[seq] = event  # (back for _match, which takes it again)
-                self._match(command)
-        future: asyncio.Future[Any] = _Future(loop=self._loop)  # (create_future, inline)
-        # Pending(seq, kind, name, future, on_fire=on_fire), its slots filled here: the dataclass'
-        # __init__ is a Python call from C per activity and timer (test_replay_one_pass.py).
-        pending: Pending = _new_pending(Pending)
-        pending.seq, pending.kind, pending.name, pending.future = seq, kind, name, future
-        pending.defn, pending.args, pending.recorded, pending.done = None, (), None, False
-        pending.on_fire, pending.handle = on_fire, None
-        self._pending[seq] = pending
+            self._match(command)
+        future = self._loop.create_future()
+        self._pending[command["seq"]] = Pending(command["seq"], kind, name, future, on_fire=on_fire)
         return future
 
     def issue_local(self, defn: Any, args: tuple[Any, ...]) -> asyncio.Future[Any]:

@@ -23,7 +23,6 @@ from harvest.core.payload import decode, decode_result, encode, encode_args, ret
 from harvest.declare.definitions import ActivityDefinition, WorkflowDefinition
 from harvest.runtime.children import ChildPlacement
 from harvest.runtime.external import external_target
-from harvest.runtime.loop import IllegalWorkflowOperation
 
 if TYPE_CHECKING:
     from harvest.runtime.children import ChildHandle
@@ -175,19 +174,14 @@ class WorkflowContext:
         if options:
             defn = defn.with_options(**options)
         run = self._run
-        read_only = run.handlers.read_only  # (run.next_seq(), inline: a replay's every step)
-        if read_only:
-            raise IllegalWorkflowOperation(read_only)
-        run._seq += 1
         command = {
             "type": "schedule_activity",
-            "seq": run._seq,
+            "seq": run.next_seq(),
             "name": defn.name,
             "input": encode_args(fn, args),  # on replay too: a bad argument fails as it did
             "queue": defn.queue or self.info.queue,
         }
-        # A replay compares the name only; the options cannot fail. (not run.matching(), inline)
-        if run._expected is None:
+        if not run.matching():  # a replay compares the name only; the options cannot fail
             command["options"] = {**defn.options_json(), **(tag or {})}
         return run.issue(command, "activity", defn.name)
 

@@ -94,7 +94,6 @@ _COMMAND_EVENTS = frozenset(COMMAND_EVENTS)
 _RESOLUTION_EVENTS = frozenset(RESOLUTION_EVENTS)
 _TERMINAL_COMMAND_EVENTS = frozenset(TERMINAL_COMMANDS.values())
 _TERMINAL_EVENT_NAMES = frozenset(TERMINAL_EVENTS)
-_SCALARS = frozenset({int, bool, float})  # what approx_size counts as 8 bytes, with None
 
 
 class HistoryMismatch(HarvestError):
@@ -371,11 +370,7 @@ class WorkflowRun(CommandIssuer):
                     event = {"event_id": event_id, "event_type": kind, "event_data": data}
                 field = _PAYLOAD_FIELD.get(kind)
                 if field is not None:
-                    payload = data.get(field)
-                    if payload is None or type(payload) in _SCALARS:
-                        held += 8  # (approx_size's first case, inline: a scalar result)
-                    else:
-                        held += approx_size(payload)
+                    held += approx_size(data.get(field))
                 if kind in _COMMAND_EVENTS:
                     if not group_open:
                         if self._group_owner is None:
@@ -467,31 +462,15 @@ class WorkflowRun(CommandIssuer):
         expected = self._expected = self._take_group()  # (the code's _match takes from it)
         starts = self._group_starts
         resolutions = self._resolutions  # _deliver(through), inline: it runs once per step
-        pending_by_seq = self._pending
         while resolutions and resolutions[0]["event_id"] <= through:
-            event = resolutions.popleft()
-            if event["event_type"] == "ActivityCompleted":
-                # (_resolve's common case, inline: a completed activity its call waits for)
-                data = event["event_data"]
-                seq = data.get("seq", 0)
-                pending = pending_by_seq.get(seq) if type(seq) is int else None
-                if pending is not None and pending.kind == "activity" and pending.on_fire is None:
-                    del pending_by_seq[seq]
-                    pending.done = True
-                    future = pending.future
-                    if not future.done():
-                        future.set_result(data.get("result"))
-                    continue
-            self._resolve(event)
+            self._resolve(resolutions.popleft())
         main = self._main
         assert main is not None  # (_begin ran)
         loop = self._loop
         loop.run_until_idle()  # (_step_loop and _run_until_blocked_replay, inline: once per step)
         if loop.fatal_error is not None or main.done() or self._issued_local:
             self._run_until_blocked_replay()
-        handlers = self.handlers
-        if handlers._admitted:  # (end_of_step's own test, inline)
-            handlers.end_of_step()
+        self.handlers.end_of_step()
         if main.done() and not closes:
             raise NonDeterminismError(
                 f"non-determinism: the workflow finished while replaying the step through "
