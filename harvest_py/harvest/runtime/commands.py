@@ -258,8 +258,8 @@ class CommandIssuer:
             and event["event_type"] == "ActivityScheduled"
             and "type" not in data
             and type(name) is str
-            and type(recorded_name := data.get("name")) is str
-            and recorded_name == name
+            and type(data.get("name")) is str
+            and data["name"] == name
         ):
             got, recorded = describe_command(command), describe_event(event)
             if recorded != got:
