@@ -125,3 +125,12 @@ def test_handles_behave_as_asyncio_handles():
     fut.set_result(3)
     loop.run_until_idle()
     assert task.result() == 3 and loop.get_debug() is False
+
+
+def test_call_soon_fills_every_slot_asyncio_gives_a_handle():
+    """call_soon builds its handles without Handle.__init__ (runtime/loop.py's _Handle), so a
+    Python whose asyncio.Handle gains a slot would hand out handles with that slot unset, to
+    fail later in cancel() or repr(). This names the slot instead."""
+    handle = DeterministicEventLoop().call_soon(print)
+    unset = [slot for slot in asyncio.Handle.__slots__ if slot != "__weakref__" and not hasattr(handle, slot)]
+    assert not unset, f"asyncio.Handle has slots DeterministicEventLoop.call_soon does not fill: {unset}"
