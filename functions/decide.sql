@@ -1024,9 +1024,9 @@ BEGIN
         -- a result: its run's row locked (the lock order, run then task), then the task
         -- deleted where _claimed_task_problem finds nothing wrong, under the row lock the
         -- DELETE takes; two statements where the lock, its probe, the task's lock and the
-        -- delete were four (docs/performance.md, "One-item calls: a decision's task taken
-        -- in one statement"). Any other item, and every item in owner mode (a stale owner's
-        -- task stays, to go back to the queue), goes the full way, which names its problem.
+        -- delete were four (docs/performance.md, "One-item calls"). Any other item, and
+        -- every item in owner mode (a stale owner's task stays, to go back to the queue),
+        -- goes the full way, which names its problem.
         v_run := NULL;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
             PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
