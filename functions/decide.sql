@@ -973,6 +973,8 @@ DECLARE
     v_count integer := cardinality(p_task_ids);
     v_owner_mode boolean := harvest._owner_mode_on();
     v_commands jsonb;
+    v_now timestamptz := harvest.now();
+    v_run uuid;  -- the item's run, when its task was taken by the one-statement way
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1009,17 +1011,45 @@ BEGIN
         -- size for every plan, so the cached generic plan serves (performance.md,
         -- "Latency rows, sixth cut").)
         SELECT p_task_ids[s.i] AS id, p_fencing_tokens[s.i] AS token, p_throughs[s.i] AS through,
-               p_commands[s.i] AS commands, p_hand_off_slots[s.i] AS slots, p_owner_epochs[s.i] AS epoch
+               p_commands[s.i] AS commands, p_hand_off_slots[s.i] AS slots, p_owner_epochs[s.i] AS epoch,
+               (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_ids[s.i]) AS run
         FROM generate_subscripts(p_task_ids, 1) AS s (i)
-        ORDER BY (SELECT t.execution_id FROM harvest.tasks AS t WHERE t.id = p_task_ids[s.i]), p_task_ids[s.i]
+        ORDER BY run, id
     LOOP
         task_id := v_item.id;
-        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
-        outcome := coalesce(v_try.problem, 'completed');
-        message := v_try.message;
         last_event_id := NULL;
         execution_status := NULL;
         handed := NULL;
+        -- The usual item (its task still this worker's) is taken as complete_activities takes
+        -- a result: its run's row locked (the lock order, run then task), then the task
+        -- deleted where _claimed_task_problem finds nothing wrong, under the row lock the
+        -- DELETE takes; two statements where the lock, its probe, the task's lock and the
+        -- delete were four (docs/performance.md, "One-item calls"). Any other item, and
+        -- every item in owner mode (a stale owner's task stays, to go back to the queue),
+        -- goes the full way, which names its problem.
+        v_run := NULL;
+        IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
+            PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            DELETE FROM harvest.tasks AS t
+            WHERE t.id = v_item.id
+              AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
+                                                'workflow', v_item.token, v_now) IS NULL
+            RETURNING t.execution_id INTO v_run;
+        END IF;
+        IF v_run IS NOT NULL THEN
+            outcome := 'completed';
+            message := NULL;
+            v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
+                p_event_cap, p_byte_cap, v_item.slots);
+            last_event_id := v_decided.last_event_id;
+            execution_status := v_decided.execution_status;
+            handed := v_decided.handed;
+            RETURN NEXT;
+            CONTINUE;
+        END IF;
+        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
+        outcome := coalesce(v_try.problem, 'completed');
+        message := v_try.message;
         IF v_try.problem IS NULL AND v_owner_mode THEN
             -- A stale owner's decision is refused and its task goes back to the queue at
             -- once, for the partition's owner to claim.

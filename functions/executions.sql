@@ -784,7 +784,13 @@ BEGIN
     -- its notification comes). This waiter's own mark, if any, goes: the close deletes the
     -- marks it sees, and this one it may not have seen (below), so the waiter need not call
     -- stop_waiting_for_result after an answer.
-    v_execution := harvest.get_execution(p_execution_id);
+    -- (The run read here, not by a call of get_execution: that call, its row built and
+    -- returned as a value and taken apart again, cost more than the read, twice per mark;
+    -- docs/performance.md, "One-item calls".)
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+    END IF;
     IF v_execution.status NOT IN ('RUNNING', 'PAUSED') THEN
         DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id AND waiter_id = p_waiter_id;
         RETURN v_execution;
@@ -798,7 +804,10 @@ BEGIN
     -- taken and notifies whatever it sees. A row lock here (FOR SHARE) made the run's next
     -- decision or result wait for this mark's commit and wrote the row.
     PERFORM pg_advisory_xact_lock_shared(1463896404, hashtext(p_execution_id::text));
-    v_execution := harvest.get_execution(p_execution_id);
+    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'execution % does not exist', p_execution_id USING ERRCODE = 'HR002';
+    END IF;
     IF v_execution.status IN ('RUNNING', 'PAUSED') THEN
         INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
         VALUES (p_execution_id, p_waiter_id, harvest.now())

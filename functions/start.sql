@@ -539,7 +539,48 @@ DECLARE
     v_shard integer := harvest.get_shard_id();
     v_runs record;
     v_queue text;
+    v_start jsonb;
+    v_id uuid;
+    v_workflow_id text;
+    v_input jsonb;
+    v_data jsonb;
 BEGIN
+    -- A batch of one (every start of a client starting one run at a time): the same rows,
+    -- written by single-row INSERTs of values computed here, not by the statements for many
+    -- below (an aggregate of nine sorted arrays, then three INSERTs over unnest with a sort
+    -- each), whose plan nodes are set up and torn down on every call, as _hand_activities
+    -- does for one activity (docs/performance.md, "One-item calls").
+    IF jsonb_array_length(p_starts) = 1 THEN
+        v_start := p_starts -> 0;
+        v_id := harvest._new_execution_id(v_shard);
+        v_workflow_id := gen_random_uuid()::text;
+        v_queue := coalesce(v_start ->> 'queue', 'default');
+        v_input := coalesce(v_start -> 'input', '[]');
+        v_data := jsonb_build_object('workflow_name', v_start ->> 'workflow_name', 'workflow_id', v_workflow_id,
+                                     'input', v_input, 'task_queue', v_queue, 'parent_id', NULL);
+        INSERT INTO harvest.executions (
+            id, workflow_name, workflow_id, queue, input, search_attributes, parent_id, created_at,
+            execution_timeout_at, timeout_at, concurrency_key, quota_key, run_timeout_secs,
+            last_event_id, history_bytes
+        ) VALUES (
+            v_id, v_start ->> 'workflow_name', v_workflow_id, v_queue, v_input,
+            coalesce(v_start -> 'search_attributes', '{}'), NULL, v_now,
+            NULL, NULL, NULL, NULL, NULL, 1, harvest._event_bytes(v_data)
+        );
+        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+        VALUES (v_id, 1, 'WorkflowStarted', v_data, v_now);
+        INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
+        VALUES (v_id, 'workflow', v_queue, coalesce((v_start ->> 'priority')::integer, 0), v_now, v_now);
+        PERFORM harvest._notify_events(v_id);  -- only while a process streams (event_streams.sql)
+        PERFORM harvest._notify_queue(v_queue);
+        n := 1;
+        execution_id := v_id;
+        workflow_id := v_workflow_id;
+        status := 'RUNNING';
+        started_fresh := true;
+        RETURN NEXT;
+        RETURN;
+    END IF;
     SELECT array_agg(r.n ORDER BY r.k) AS ns, array_agg(r.id ORDER BY r.k) AS ids,
            array_agg(r.workflow_name ORDER BY r.k) AS names, array_agg(r.workflow_id ORDER BY r.k) AS workflow_ids,
            array_agg(r.queue ORDER BY r.k) AS queues, array_agg(r.input ORDER BY r.k) AS inputs,

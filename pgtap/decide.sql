@@ -1716,3 +1716,27 @@ SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A usual item of complete_workflow_tasks (its task still the worker's) is taken by its run's
+-- lock and one DELETE, not by _try_lock_claimed_task's four statements; a refused item still
+-- goes that way, which names its problem (the refusals above). In a transaction of its own:
+-- a PL/pgSQL expression counts its calls only if it was first run while tracking was on.
+BEGIN;
+SELECT plan(2);
+SET LOCAL track_functions = 'pl';
+SELECT pg_temp.start_claimed('one_take', 'decide_wf', 'dq_one_take', 'worker-1');
+SELECT results_eq(
+    format($$SELECT outcome, last_event_id, execution_status FROM harvest.complete_workflow_tasks('worker-1',
+               ARRAY[%s]::bigint[], ARRAY[%s]::bigint[], ARRAY[1]::bigint[],
+               ARRAY['[{"type": "complete_workflow", "result": 1}]']::jsonb[], ARRAY[0])$$,
+           pg_temp.task('one_take'), pg_temp.token('one_take')),
+    $$VALUES ('completed'::text, 3::bigint, 'COMPLETED'::text)$$,
+    'complete_workflow_tasks() of one usual item: completed');
+SELECT results_eq(
+    $$SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                       WHERE f.funcid = 'harvest._try_lock_claimed_task(bigint,bigint,text)'::regprocedure), 0),
+             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('one_take'))$$,
+    $$VALUES (0::bigint, 0::bigint)$$,
+    '... taken without _try_lock_claimed_task, and its task is gone');
+SELECT * FROM finish();
+ROLLBACK;

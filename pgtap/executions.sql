@@ -538,3 +538,23 @@ SELECT is(
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- wait_for_result reads the run itself, not through get_execution (a call whose row is built,
+-- returned and taken apart again), and still answers HR002 for a run that does not exist. In a
+-- transaction of its own: a PL/pgSQL expression counts its calls only if it was first run
+-- while tracking was on.
+BEGIN;
+SELECT plan(3);
+SET LOCAL track_functions = 'pl';
+SELECT pg_temp.start_run('wfr_own_read', 'wfr_wf', 'wfr_q');
+SELECT is((harvest.wait_for_result(pg_temp.run('wfr_own_read'), '00000000-0000-0000-0000-0000000000a1')).status,
+          'RUNNING', 'wait_for_result() of a running run: the run as it is, the waiter marked');
+SELECT is(coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                    WHERE f.funcid = 'harvest.get_execution(uuid)'::regprocedure), 0),
+          0::bigint, '... read without a call of get_execution');
+SELECT throws_ok($$SELECT harvest.wait_for_result('00000000-0000-0000-0000-00000000dead',
+                                                  '00000000-0000-0000-0000-0000000000a1')$$,
+                 'HR002', 'execution 00000000-0000-0000-0000-00000000dead does not exist',
+                 'wait_for_result() of an unknown run: HR002');
+SELECT * FROM finish();
+ROLLBACK;

@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(181);
+SELECT plan(183);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -655,6 +655,25 @@ SELECT results_eq(
     $$SELECT n, status, started_fresh FROM harvest.start_workflows('[{"workflow_name": "pl_wf"}, {"workflow_name": "pl_wf"}]')$$,
     $$VALUES (1, 'RUNNING'::text, true), (2, 'RUNNING'::text, true)$$,
     'start_workflows() of plain starts: through _start_plain_batch, one row each');
+-- A batch of one start takes its own way (single-row INSERTs): the same rows as start_workflow,
+-- with every field given and with none.
+CREATE TEMP TABLE pl_batch_one ON COMMIT DROP AS
+SELECT 1 AS k, * FROM harvest._start_plain_batch('[{"workflow_name": "pl_wf_c", "input": [7], "queue": "pl_q",
+                                                    "priority": 2, "search_attributes": {"s": "y"}}]')
+UNION ALL SELECT 2, * FROM harvest._start_plain_batch('[{"workflow_name": "pl_wf_d"}]');
+CREATE TEMP TABLE pl_one_single ON COMMIT DROP AS
+SELECT 1 AS k, * FROM harvest.start_workflow('pl_wf_c', '[7]', NULL, 'pl_q', p_search_attributes => '{"s": "y"}',
+                                             p_priority => 2)
+UNION ALL SELECT 2, * FROM harvest.start_workflow('pl_wf_d');
+SELECT results_eq(
+    $$SELECT * FROM pg_temp.pl_rows(ARRAY(SELECT execution_id FROM pl_batch_one ORDER BY k)) ORDER BY k$$,
+    $$SELECT * FROM pg_temp.pl_rows(ARRAY(SELECT execution_id FROM pl_one_single ORDER BY k)) ORDER BY k$$,
+    '_start_plain_batch() of one start: the rows, events and tasks start_workflow writes for it');
+SELECT ok((SELECT bool_and(b.n = 1 AND b.status = 'RUNNING' AND b.started_fresh AND b.workflow_id ~ '^[0-9a-f-]{36}$'
+                           AND harvest.shard_of(b.execution_id) = harvest.get_shard_id()
+                           AND ev.event_data ->> 'workflow_id' = b.workflow_id)
+           FROM pl_batch_one AS b JOIN harvest.events AS ev ON ev.execution_id = b.execution_id),
+          '_start_plain_batch() of one start: n 1, RUNNING, fresh, its minted workflow_id named by WorkflowStarted');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p

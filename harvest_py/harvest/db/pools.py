@@ -7,9 +7,10 @@ redacting connection class, so a failed connect the pool logs never shows the pa
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
@@ -28,17 +29,42 @@ __all__ = [
 # A lost connection or a pool with none free in time: the call may succeed if retried.
 TRANSIENT: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout)
 
+_T = TypeVar("_T")
+
+
+class _MostRecentFirst(collections.deque[_T]):
+    """A pool's idle connections, lent most recently returned first.
+
+    psycopg_pool lends the connection idle longest (it takes from the left, returns to the
+    right), so one call at a time rotates over every connection: each server backend then
+    plans every hot statement afresh (the plan cache's first custom plans are per session),
+    and its caches are cold when its turn comes. Taken from the right, a process with one call
+    in flight keeps to one backend, and the others stay idle; when it shrinks, the pool then
+    closes the connection returned last, not the one idle longest (docs/performance.md,
+    "One-item calls")."""
+
+    def popleft(self) -> _T:
+        return self.pop()
+
+
+def _most_recent_first(pool: Any) -> None:
+    # (psycopg_pool has no setting for the order; its idle connections are this deque.)
+    pool._pool = _MostRecentFirst(pool._pool)
+
 
 def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
     """An open synchronous pool (it fills in the background)."""
-    return ConnectionPool(
+    pool: ConnectionPool = ConnectionPool(
         dsn,
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True},
-        open=True,
+        open=False,
         connection_class=RedactingConnection,
     )
+    _most_recent_first(pool)
+    pool.open()
+    return pool
 
 
 async def open_async_pool(
@@ -63,6 +89,7 @@ async def open_async_pool(
         open=False,
         connection_class=RedactingAsyncConnection,
     )
+    _most_recent_first(pool)
     try:
         await pool.open(wait=True, timeout=timeout)
     except BaseException:
