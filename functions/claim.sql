@@ -522,7 +522,7 @@ BEGIN
     -- The gates and the lease read the first v_window candidates in claim order,
     -- whatever the number of queues and windows: the same slack past the batch as
     -- one queue's head gives. Each candidate costs a few primary-key probes, and
-    -- four polled queues with ageing and fairness windows bring a thousand, whose
+    -- four polled queues with ageing and fairness windows bring some 700, whose
     -- probes cost more the deeper the table (docs/performance.md, "Every gate on").
     v_ids := v_ids[1:v_window];
     RETURN QUERY
