@@ -205,77 +205,103 @@ BEGIN
 END;
 $$;
 
--- The candidates of a claim on queues that hold ageing or fairness-keyed work:
--- the head window (p_head) plus, per queue, the oldest ageing tasks by due time
--- and the head of each fairness key visited, in claim order (round-robin across
--- (queue, fairness key), then effective priority, due time, id), and whether
--- any carries a gate.
+-- The candidates of a claim on queues that hold ageing or fairness-keyed work: the
+-- head window (the first p_window due tasks of the polled queues in priority order,
+-- as _claim_head's), the oldest ageing tasks by due time and the head of each
+-- fairness key visited, in claim order (round-robin across (queue, fairness key),
+-- then effective priority, due time, id), and whether any carries a gate.
 CREATE OR REPLACE FUNCTION harvest._order_candidates(
-    p_queues text[], p_head bigint[], p_now timestamptz, p_window integer, p_limit integer,
+    p_queues text[], p_now timestamptz, p_window integer, p_limit integer,
     OUT ids bigint[], OUT gated boolean
 )
 LANGUAGE plpgsql
+-- The windows' statement planned afresh costs about 0.4 ms, and with LIMITs it does not
+-- know the planner may keep doing so on every claim (as _claim_head's did); its generic
+-- plan walks the same indexes (tests/integration/test_generic_plans.py).
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     -- Distinct fairness keys one claim visits per queue.
     c_fair_keys constant integer := 32;
     v_queue text;
     v_keys text[];
-    v_more bigint[];
+    v_fair_queues text[] := ARRAY[]::text[];
+    v_fair_keys text[] := ARRAY[]::text[];
+    v_fair_take integer[] := ARRAY[]::integer[];
 BEGIN
-    ids := p_head;
+    -- The fairness keys visited, per queue (the skip-scan moves each queue's cursor).
     -- The ageing window and the fairness heads share p_window across the polled
     -- queues (one queue gets all of it): four queues read a quarter each, not four
     -- windows, so the candidates stay about as many however deep the queues are.
-    -- The ageing window: the oldest due tasks that age, whatever their priority.
-    SELECT ids || coalesce(array_agg(o.id), ARRAY[]::bigint[]) INTO ids
-    FROM unnest(p_queues) AS q (name)
-    CROSS JOIN LATERAL (
-        SELECT t.id
-        FROM harvest.tasks AS t
-        WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
-          AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
-        ORDER BY t.due_at, t.id
-        LIMIT ceil(p_window::numeric / cardinality(p_queues))
-    ) AS o;
-    -- The fairness window: the head of each key visited, sharing the window.
     FOREACH v_queue IN ARRAY p_queues LOOP
         CONTINUE WHEN harvest._next_fairness_key(v_queue, NULL) IS NULL;
         v_keys := harvest._fairness_keys(v_queue, c_fair_keys);
-        SELECT coalesce(array_agg(h.id), ARRAY[]::bigint[]) INTO v_more
-        FROM unnest(v_keys) AS k (fairness_key)
-        CROSS JOIN LATERAL (
-            SELECT t.id
-            FROM harvest.tasks AS t
-            WHERE t.queue = v_queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
-              AND t.kind <> 'timer' AND t.due_at <= p_now
-            ORDER BY t.priority DESC, t.due_at, t.id
-            LIMIT least(p_limit, greatest(1, ceil(
-                p_window::numeric / (greatest(cardinality(v_keys), 1) * cardinality(p_queues)))))
-        ) AS h;
-        ids := ids || v_more;
+        CONTINUE WHEN cardinality(v_keys) = 0;
+        v_fair_queues := v_fair_queues || array_fill(v_queue, ARRAY[cardinality(v_keys)]);
+        v_fair_keys := v_fair_keys || v_keys;
+        v_fair_take := v_fair_take || array_fill(least(p_limit, greatest(1, ceil(
+            p_window::numeric / (cardinality(v_keys) * cardinality(p_queues)))))::integer,
+            ARRAY[cardinality(v_keys)]);
     END LOOP;
 
+    -- One statement: each window reads its rows' ordering columns as it walks its
+    -- index, and the ordering uses them. Probing every candidate again by primary key
+    -- (as this did) cost a heap page and an index descent per candidate, some 700 a
+    -- claim over four queues, each dearer the deeper the table (docs/performance.md,
+    -- "Every gate on"). UNION drops the candidates two windows share (one snapshot:
+    -- equal rows).
     SELECT coalesce(array_agg(r.id ORDER BY r.fair_rank, r.effective DESC, r.due_at, r.id), ARRAY[]::bigint[]),
            coalesce(bool_or(r.gated), false)
     INTO ids, gated
     FROM (
-        SELECT e.id, e.due_at, e.effective, e.gated,
-               row_number() OVER (PARTITION BY e.queue, e.fairness_key
-                                  ORDER BY e.effective DESC, e.due_at, e.id) AS fair_rank
+        SELECT w.id, w.due_at, w.gated,
+               w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
+                   AS effective,
+               row_number() OVER (
+                   PARTITION BY w.queue, w.fairness_key
+                   ORDER BY w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
+                            DESC, w.due_at, w.id) AS fair_rank
         FROM (
-            SELECT t.id, t.queue, t.fairness_key, t.due_at,
-                   (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                   t.priority + coalesce(
-                       floor(extract(EPOCH FROM p_now - t.due_at) / t.priority_aging_secs), 0
-                   ) AS effective
-            -- One primary-key probe per distinct id (a cached generic plan of
-            -- "t.id = ANY(ids)" may scan the whole table).
-            FROM (SELECT DISTINCT u.id FROM unnest(ids) AS u (id)) AS k
+            -- The head: the first p_window due tasks of the queues, in priority order.
+            (SELECT h.*
+             FROM unnest(p_queues) AS q (name)
+             CROSS JOIN LATERAL (
+                 SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                        (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                 FROM harvest.tasks AS t
+                 WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
+                 ORDER BY t.priority DESC, t.due_at, t.id
+                 LIMIT p_window
+             ) AS h
+             ORDER BY h.priority DESC, h.due_at, h.id
+             LIMIT p_window)
+            UNION
+            -- The ageing window: the oldest due tasks that age, whatever their priority.
+            SELECT o.*
+            FROM unnest(p_queues) AS q (name)
             CROSS JOIN LATERAL (
-                SELECT p.* FROM harvest.tasks AS p WHERE p.id = k.id AND p.status = 'pending' OFFSET 0
-            ) AS t
-        ) AS e
+                SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                       (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                FROM harvest.tasks AS t
+                WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
+                  AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
+                ORDER BY t.due_at, t.id
+                LIMIT ceil(p_window::numeric / cardinality(p_queues))
+            ) AS o
+            UNION
+            -- The fairness window: the head of each key visited.
+            SELECT f.*
+            FROM unnest(v_fair_queues, v_fair_keys, v_fair_take) AS k (queue, fairness_key, take)
+            CROSS JOIN LATERAL (
+                SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                       (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                FROM harvest.tasks AS t
+                WHERE t.queue = k.queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
+                  AND t.kind <> 'timer' AND t.due_at <= p_now
+                ORDER BY t.priority DESC, t.due_at, t.id
+                LIMIT k.take
+            ) AS f
+        ) AS w
     ) AS r;
 END;
 $$;
@@ -472,10 +498,9 @@ BEGIN
 
     PERFORM harvest._fire_due_timers(p_queues);
 
-    SELECT h.ids, h.gated INTO v_ids, v_gated FROM harvest._claim_head(p_queues, v_now, v_window) AS h;
-
-    -- Ageing or fairness-keyed work on these queues: widen and reorder the
-    -- candidates. Otherwise two probes of empty partial indexes, nothing more.
+    -- Ageing or fairness-keyed work on these queues: the head, the ageing window and
+    -- the fairness heads in claim order. Otherwise two probes of empty partial
+    -- indexes, then the head alone.
     IF EXISTS (
         SELECT 1 FROM harvest.tasks AS t
         WHERE t.queue = ANY(p_queues) AND t.status = 'pending' AND t.kind <> 'timer'
@@ -486,7 +511,9 @@ BEGIN
           AND t.fairness_key IS NOT NULL
     ) THEN
         SELECT o.ids, o.gated INTO v_ids, v_gated
-        FROM harvest._order_candidates(p_queues, v_ids, v_now, v_window, p_limit) AS o;
+        FROM harvest._order_candidates(p_queues, v_now, v_window, p_limit) AS o;
+    ELSE
+        SELECT h.ids, h.gated INTO v_ids, v_gated FROM harvest._claim_head(p_queues, v_now, v_window) AS h;
     END IF;
 
     IF cardinality(v_ids) = 0 THEN
@@ -495,7 +522,7 @@ BEGIN
     -- The gates and the lease read the first v_window candidates in claim order,
     -- whatever the number of queues and windows: the same slack past the batch as
     -- one queue's head gives. Each candidate costs a few primary-key probes, and
-    -- four polled queues with ageing and fairness windows bring a thousand, whose
+    -- four polled queues with ageing and fairness windows bring some 700, whose
     -- probes cost more the deeper the table (docs/performance.md, "Every gate on").
     v_ids := v_ids[1:v_window];
     RETURN QUERY

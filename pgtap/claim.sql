@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(142);
+SELECT plan(143);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -337,23 +337,31 @@ SELECT is((SELECT cursor_key FROM harvest.fair_queues WHERE queue = 'fair_q'), N
 
 -- _order_candidates on its own: round-robin across keys, then effective priority.
 SELECT is((SELECT array_agg(t.fairness_key ORDER BY u.ord) FROM harvest._order_candidates(
-                ARRAY['fair_q'], ARRAY[]::bigint[], harvest.now(), 20, 3) AS o,
+                ARRAY['fair_q'], harvest.now(), 20, 3) AS o,
                 unnest(o.ids) WITH ORDINALITY AS u (id, ord) JOIN harvest.tasks AS t ON t.id = u.id
            WHERE u.ord <= 3),
           ARRAY['a', 'a', 'a'], '_order_candidates(): once a key is gone the rest follow in order');
-SELECT is((SELECT o.gated FROM harvest._order_candidates(ARRAY['fair_q'], ARRAY[]::bigint[], harvest.now(), 20, 3)
+SELECT is((SELECT o.gated FROM harvest._order_candidates(ARRAY['fair_q'], harvest.now(), 20, 3)
            AS o), false, '_order_candidates(): no gated candidate');
+SELECT ok((SELECT p.proconfig FROM pg_catalog.pg_proc AS p WHERE p.oid = 'harvest._order_candidates'::regproc)
+          @> ARRAY['plan_cache_mode=force_generic_plan'],
+          '_order_candidates() keeps one generic plan (no planning per claim)');
 
 -- Several queues share the ageing window (20 here): a quarter of it each for four, all of it
 -- for one, so the candidates of a claim do not grow with the number of queues polled.
 SELECT pg_temp.fill('share_' || q, 30, 0, 100, '{"priority_aging_secs": 10}', '[]')
 FROM unnest(ARRAY['a', 'b', 'c', 'd']) AS q;
+-- (The head, the first 20 of the four queues by priority, due time and id, is share_a's
+-- first 20: the other queues' candidates are their ageing share alone.)
+SELECT is((SELECT array_agg(n ORDER BY queue) FROM (
+              SELECT t.queue, count(*) AS n FROM harvest._order_candidates(
+                  ARRAY['share_a', 'share_b', 'share_c', 'share_d'], harvest.now(), 20, 3) AS o,
+                  unnest(o.ids) AS u (id) JOIN harvest.tasks AS t ON t.id = u.id
+              GROUP BY t.queue) AS c),
+          ARRAY[20, 5, 5, 5]::bigint[], '_order_candidates(): four queues share the ageing window, five each');
 SELECT is((SELECT cardinality(o.ids) FROM harvest._order_candidates(
-              ARRAY['share_a', 'share_b', 'share_c', 'share_d'], ARRAY[]::bigint[], harvest.now(), 20, 3) AS o),
-          20, '_order_candidates(): four queues share the ageing window, five each');
-SELECT is((SELECT cardinality(o.ids) FROM harvest._order_candidates(
-              ARRAY['share_a'], ARRAY[]::bigint[], harvest.now(), 20, 3) AS o),
-          20, '_order_candidates(): one queue has the whole window');
+              ARRAY['share_a'], harvest.now(), 20, 3) AS o),
+          20, '_order_candidates(): one queue has the whole window (the head''s rows, once each)');
 -- The claim keeps its first limit * 4 + 16 candidates in claim order across the queues.
 SELECT pg_temp.fill('multi_a', 30, 0, 0, '{}', '[]');
 SELECT pg_temp.fill('multi_b', 1, 9, 0, '{}', '[]');

@@ -362,11 +362,19 @@ TRAPS = [
         Statement(
             "_order_candidates",
             r"SELECT coalesce\(array_agg\(r\.id",
-            {"ids": "bigint[]", "p_now": "timestamptz"},
+            {
+                "p_queues": "text[]",
+                "p_now": "timestamptz",
+                "p_window": "integer",
+                "v_fair_queues": "text[]",
+                "v_fair_keys": "text[]",
+                "v_fair_take": "integer[]",
+            },
         ),
-        {"tasks": {"tasks_pkey"}},
-        f"claim.sql (fair and ageing queues): {ID_LIST}",
-        id="_order_candidates-order",
+        {"tasks": {"tasks_claimable", "tasks_claimable_aging", "tasks_claimable_fair"}},
+        "claim.sql (fair and ageing queues): each window walks its own index in its order and "
+        "carries its rows' columns (no probe per candidate, no scan of the table)",
+        id="_order_candidates-windows",
     ),
     case(
         Statement(
