@@ -260,9 +260,9 @@ $$;
 
 -- A closing decision's last events and the close in one row update
 -- (_apply_decision): the append's update and the close's would be two versions of
--- the run's row, and the close's, changing the status, is never HOT, so it writes
--- an entry in every index of executions (docs/performance.md, "A closing decision's
--- row, written once"). The row is closed before these events are inserted: the one
+-- the run's row, and the close's, changing the status, is never HOT: it writes an
+-- entry into each index the closed row is in (docs/performance.md, "A closing
+-- decision's row, written once"). The row is closed before these events are inserted: the one
 -- trigger on events acts on a mutex marker, which _decide_record_marker appends on
 -- its own, before, so it takes its key before the close gives the run's keys back.
 -- Returns the id of the last event.

@@ -856,7 +856,7 @@ BEGIN
         RETURN;
     END IF;
     IF cardinality(v_types) > 0 THEN
-        -- The run's row as this last append left it: nothing below writes it.
+        -- The run's row as this last append left it, for the history caps below.
         v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
