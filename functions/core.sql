@@ -254,6 +254,63 @@ BEGIN
     SET status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
     WHERE id = p_execution_id
     RETURNING parent_id, parent_seq INTO v_parent_id, v_parent_seq;
+    PERFORM harvest._after_close(p_execution_id, p_status, p_output, p_failure, v_parent_id, v_parent_seq);
+END;
+$$;
+
+-- A closing decision's last events and the close in one row update
+-- (_apply_decision): the append's update and the close's would be two versions of
+-- the run's row, and the close's, changing the status, is never HOT: it writes an
+-- entry into each index the closed row is in (docs/performance.md, "A closing
+-- decision's row, written once"). The row is closed before these events are inserted: the one
+-- trigger on events acts on a mutex marker, which _decide_record_marker appends on
+-- its own, before, so it takes its key before the close gives the run's keys back.
+-- Returns the id of the last event.
+CREATE OR REPLACE FUNCTION harvest._append_closing_events(
+    p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
+    p_decided_by text, p_decided_through bigint,
+    p_status text, p_output jsonb, p_failure jsonb
+)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_count integer := cardinality(p_event_types);
+    v_last_event_id bigint;
+    v_parent_id uuid;
+    v_parent_seq integer;
+BEGIN
+    UPDATE harvest.executions AS x
+    SET last_event_id = x.last_event_id + v_count,
+        history_bytes = x.history_bytes + (
+            SELECT sum(harvest._event_bytes(coalesce(d.data, '{}'::jsonb)))
+            FROM unnest(p_event_datas) AS d (data)),
+        decided_by = CASE WHEN p_decided_through IS NULL THEN x.decided_by ELSE p_decided_by END,
+        decided_through = coalesce(p_decided_through, x.decided_through),
+        status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
+    WHERE x.id = p_execution_id
+    RETURNING x.last_event_id, x.parent_id, x.parent_seq INTO v_last_event_id, v_parent_id, v_parent_seq;
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    SELECT p_execution_id, v_last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
+           harvest.now()
+    FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
+    PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+    PERFORM harvest._after_close(p_execution_id, p_status, p_output, p_failure, v_parent_id, v_parent_seq);
+    RETURN v_last_event_id;
+END;
+$$;
+
+-- What follows a run's row update to a terminal state (_close_execution,
+-- _append_closing_events): its tasks dropped, its result waiters told, its parent
+-- and children relayed to.
+CREATE OR REPLACE FUNCTION harvest._after_close(
+    p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb,
+    p_parent_id uuid, p_parent_seq integer
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
     DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
     -- Notify only when a client waits for this result (see harvest.wait_for_result in
     -- executions.sql): the waiters lock ('WAIT', the run) orders their marks with this delete;
@@ -267,9 +324,9 @@ BEGIN
         DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
         PERFORM pg_notify('harvest_done', p_execution_id::text);
     END IF;
-    IF v_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
-        PERFORM harvest._queue_relay(v_parent_id, 'child_closed', jsonb_build_object(
-            'seq', v_parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
+    IF p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
+        PERFORM harvest._queue_relay(p_parent_id, 'child_closed', jsonb_build_object(
+            'seq', p_parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
             'result', p_output, 'failure', p_failure));
     END IF;
     -- (One statement, not a FOR loop over the children: a query loop opens a cursor on

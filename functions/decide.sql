@@ -846,16 +846,18 @@ BEGIN
     IF cardinality(v_queued) > 0 THEN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
     END IF;
-    IF cardinality(v_types) > 0 THEN
-        -- The run's row as this last append left it: nothing below but the close writes it.
-        v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
-    END IF;
-    IF v_close_status IS NOT NULL THEN  -- the run ended: its end event is appended above
-        PERFORM harvest._close_execution(v_execution.id, v_close_status, v_close_output, v_close_failure);
-        last_event_id := v_appended.last_event_id;  -- (the end event is always in the last append)
+    IF v_close_status IS NOT NULL THEN
+        -- The run ended: its end event (always among these, the last) and the close in one
+        -- update of its row (core.sql, _append_closing_events).
+        last_event_id := harvest._append_closing_events(v_execution.id, v_types, v_datas, p_worker_id,
+            v_decided_through, v_close_status, v_close_output, v_close_failure);
         execution_status := v_close_status;
         handed := '[]'::jsonb;  -- the close dropped the tasks handed above
         RETURN;
+    END IF;
+    IF cardinality(v_types) > 0 THEN
+        -- The run's row as this last append left it, for the history caps below.
+        v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status

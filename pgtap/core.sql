@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(71);
+SELECT plan(79);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -127,6 +127,45 @@ SELECT harvest._ensure_workflow_task((SELECT execution_id FROM run));
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT execution_id FROM run)$$,
                 '_ensure_workflow_task() does nothing for a run that is not RUNNING');
 
+-- _append_closing_events: a closing decision's last events and the close in one row
+-- update; _after_close: the close's tail (tasks, waiters, the parent's relay).
+CREATE TEMP TABLE closing ON COMMIT DROP AS
+SELECT (harvest.start_workflow('core_wf', '[]', 'core-parent', 'core_q')).execution_id AS parent_id,
+       (harvest.start_workflow('core_wf', '[]', 'core-child', 'core_q')).execution_id AS child_id;
+UPDATE harvest.executions SET parent_id = (SELECT parent_id FROM closing), parent_seq = 7
+WHERE id = (SELECT child_id FROM closing);
+CREATE TEMP TABLE closing_updates ON COMMIT DROP AS
+SELECT pg_stat_get_xact_tuples_updated('harvest.executions'::regclass) AS n;
+SELECT is(harvest._append_closing_events((SELECT child_id FROM closing),
+              ARRAY['WorkflowTaskCompleted', 'WorkflowCompleted'],
+              ARRAY['{"through": 1, "worker_id": "w-close"}', '{"result": 5}']::jsonb[], 'w-close', 1,
+              'COMPLETED', '5', NULL),
+          3::bigint, '_append_closing_events() returns the id of the last event');
+SELECT is(pg_stat_get_xact_tuples_updated('harvest.executions'::regclass) - (SELECT n FROM closing_updates), 2::bigint,
+          '_append_closing_events() updates the run''s row once (and the parent''s once, for its ChildWorkflowCompleted)');
+SELECT results_eq(
+    $$SELECT status, output, failure, completed_at, last_event_id, decided_by, decided_through,
+             history_bytes = (SELECT sum(octet_length(ev.event_data::text)) FROM harvest.events AS ev
+                              WHERE ev.execution_id = e.id)
+      FROM harvest.executions AS e WHERE id = (SELECT child_id FROM closing)$$,
+    $$VALUES ('COMPLETED'::text, '5'::jsonb, NULL::jsonb, '2030-01-01 00:01:00+00'::timestamptz, 3::bigint,
+              'w-close'::text, 1::bigint, true)$$,
+    '_append_closing_events() sets the counters, the decision and the close in the row');
+SELECT results_eq(
+    $$SELECT event_id, event_type, event_data FROM harvest.events
+      WHERE execution_id = (SELECT child_id FROM closing) AND event_id > 1 ORDER BY event_id$$,
+    $$VALUES (2::bigint, 'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "w-close"}'::jsonb),
+             (3::bigint, 'WorkflowCompleted'::text, '{"result": 5}'::jsonb)$$,
+    '_append_closing_events() appends the events in order');
+SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = (SELECT child_id FROM closing)$$,
+                '_append_closing_events() deletes the run''s open tasks (_after_close)');
+SELECT results_eq(
+    $$SELECT event_type, event_data FROM harvest.events WHERE execution_id = (SELECT parent_id FROM closing)
+      ORDER BY event_id DESC LIMIT 1$$,
+    $$SELECT 'ChildWorkflowCompleted'::text,
+             jsonb_build_object('seq', 7, 'child_execution_id', (SELECT child_id FROM closing), 'result', 5)$$,
+    '_append_closing_events() relays the close to the parent (_after_close)');
+
 -- _lock_execution
 SELECT is((harvest._lock_execution((SELECT execution_id FROM run))).id, (SELECT execution_id FROM run),
           '_lock_execution() returns the execution row');
@@ -143,6 +182,11 @@ SELECT has_function('harvest', '_append_event', ARRAY['uuid', 'text', 'jsonb'],
                     'harvest._append_event(uuid, text, jsonb) exists');
 SELECT has_function('harvest', '_close_execution', ARRAY['uuid', 'text', 'jsonb', 'jsonb'],
                     'harvest._close_execution(uuid, text, jsonb, jsonb) exists');
+SELECT has_function('harvest', '_after_close', ARRAY['uuid', 'text', 'jsonb', 'jsonb', 'uuid', 'integer'],
+                    'harvest._after_close(uuid, text, jsonb, jsonb, uuid, integer) exists');
+SELECT has_function('harvest', '_append_closing_events',
+                    ARRAY['uuid', 'text[]', 'jsonb[]', 'text', 'bigint', 'text', 'jsonb', 'jsonb'],
+                    'harvest._append_closing_events(uuid, text[], jsonb[], text, bigint, text, jsonb, jsonb) exists');
 SELECT function_returns('harvest', 'shard_of', ARRAY['uuid'], 'integer', 'shard_of() returns integer');
 SELECT volatility_is('harvest', 'shard_of', ARRAY['uuid'], 'immutable', 'shard_of() is IMMUTABLE');
 

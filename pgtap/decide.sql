@@ -10,7 +10,7 @@
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each).
 BEGIN;
-SELECT plan(279);
+SELECT plan(281);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -229,6 +229,20 @@ SELECT results_eq(
     'complete_workflow: WorkflowCompleted{result} is the last event');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('done')$$,
                 'complete_workflow: no task of the run is left');
+
+-- A closing decision writes the run's row once: its last events and the close in one
+-- update (_append_closing_events), not the append's and then the close's (each a row
+-- version; the close's is never HOT).
+SELECT pg_temp.start_and_claim('done_once');
+CREATE TEMP TABLE done_once_updates ON COMMIT DROP AS
+SELECT pg_stat_get_xact_tuples_updated('harvest.executions'::regclass) AS n;
+SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.complete_workflow_task(%s, %s, 1,
+                           '[{"type": "schedule_activity", "seq": 1, "name": "a"},
+                             {"type": "complete_workflow", "result": 1}]')$$,
+                         pg_temp.task('done_once'), pg_temp.token('done_once')),
+                  $$VALUES (4::bigint, 'COMPLETED'::text)$$, 'complete_workflow: the answer (one row update)');
+SELECT is(pg_stat_get_xact_tuples_updated('harvest.executions'::regclass) - (SELECT n FROM done_once_updates), 1::bigint,
+          'a closing decision updates the run''s row once');
 
 -- A run that ends is not re-enqueued, whatever arrived past through.
 SELECT pg_temp.start_and_claim('done_late');

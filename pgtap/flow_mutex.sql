@@ -1,7 +1,7 @@
 -- functions/flow_mutex.sql: harvest._mutex_marker, harvest._mutex_grant_next, harvest._mutex_release_all,
 -- harvest.grant_mutexes, harvest.list_mutexes, harvest._mutex_on_marker (through the events_mutex trigger).
 BEGIN;
-SELECT plan(11);
+SELECT plan(13);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 CREATE TEMP TABLE m ON COMMIT DROP AS
 SELECT n, (harvest.start_workflow('wf_m', '[]', 'm' || n, 'mq')).execution_id FROM generate_series(1, 2) AS n;
@@ -43,5 +43,17 @@ SELECT e.id, e.last_event_id, 'MarkerRecorded',
 FROM harvest.executions AS e WHERE e.id = (SELECT execution_id FROM m WHERE n = 1);
 SELECT is((SELECT holder_execution_id FROM harvest.list_mutexes('K3')), (SELECT execution_id FROM m WHERE n = 1),
           'a plain INSERT of a mutex_acquire marker takes the key (events_mutex)');
+-- A mutex marker in a closing decision takes its key before the close gives the run's
+-- keys back (_decide_record_marker appends it before the closing append and close).
+CREATE TEMP TABLE m4 ON COMMIT DROP AS
+SELECT (harvest.start_workflow('wf_m', '[]', 'm4', 'mq4')).execution_id;
+SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1,
+    '[{"type": "record_marker", "seq": 1, "kind": "mutex_acquire", "value": {"key": "K4"}},
+      {"type": "complete_workflow", "result": null}]')
+FROM harvest.claim_tasks('w', ARRAY['mq4'], 10) AS c;
+SELECT results_eq($$SELECT status FROM harvest.executions WHERE id = (SELECT execution_id FROM m4)$$,
+                  $$VALUES ('COMPLETED'::text)$$, 'setup: the run took K4 and ended in one decision');
+SELECT is_empty($$SELECT * FROM harvest.list_mutexes('K4')$$,
+                'a run that takes a key in its closing decision gives it back');
 SELECT * FROM finish();
 ROLLBACK;

@@ -70,7 +70,9 @@ CREATE TABLE harvest.executions (
     migrated_to_shard integer,
     migrated_from_shards integer[] NOT NULL DEFAULT '{}'::integer[],
     CONSTRAINT executions_pkey PRIMARY KEY (id)
-) WITH (fillfactor = 70);
+    -- fillfactor: half of each page left for the updates of its rows (one per decision), so
+    -- they stay HOT (migration 0063, docs/performance.md, "A closing decision's row, written once").
+) WITH (fillfactor = 50);
 
 -- One live run per business key; terminal runs keep their rows for history. A
 -- PAUSED run is live (functions/lifecycle.sql). A
