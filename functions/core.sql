@@ -265,7 +265,9 @@ $$;
 -- decision's row, written once"). The row is closed before these events are inserted: the one
 -- trigger on events acts on a mutex marker, which _decide_record_marker appends on
 -- its own, before, so it takes its key before the close gives the run's keys back.
--- Returns the id of the last event.
+-- Returns the id of the last event. (Its own statement, not _append_events' with
+-- optional close columns: an UPDATE that names status fires the AFTER UPDATE OF
+-- status triggers, so every append would pay them.)
 CREATE OR REPLACE FUNCTION harvest._append_closing_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text, p_decided_through bigint,
