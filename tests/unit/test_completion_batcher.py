@@ -11,7 +11,13 @@ from harvest import App, Worker, activity
 from harvest.core.errors import InvalidArgument, StaleTask
 from harvest.db.group_commit import MAX_BATCH
 from harvest.telemetry.metrics import Metrics
-from harvest.worker.completions import CompletionBatcher, DecisionBatcher, Recorded, result_batch_size
+from harvest.worker.completions import (
+    DECISION_COMMANDS,
+    CompletionBatcher,
+    DecisionBatcher,
+    Recorded,
+    result_batch_size,
+)
 
 
 class FakeSql:
@@ -261,6 +267,33 @@ def test_a_lone_decision_the_database_refuses_raises_for_its_caller():
     with pytest.raises(InvalidArgument):
         run(main())
     assert sql.batches == [[1]]
+
+
+def test_a_burst_of_fan_out_decisions_commits_in_slices_of_commands():
+    """A flush of decisions carries whole decisions up to DECISION_COMMANDS commands: a burst of
+    fan-outs (each scheduling 100 activities) commits in slices the claims see one after another,
+    not in two transactions of ten thousand activities; small decisions batch as before."""
+    per = 100
+    sql = FakeDecisionSql()
+    fan = [{"type": "schedule_activity", "seq": i} for i in range(per)]
+
+    async def main():
+        batcher = DecisionBatcher(FakeDecidingWorker(sql))
+        first = asyncio.create_task(batcher.complete(1, 1, 4, [], 0))
+        await asyncio.sleep(0.001)  # in flight: the fan-outs made meanwhile wait behind it
+        await asyncio.gather(*(batcher.complete(i, 1, 4, fan, 0) for i in range(2, 62)))
+        await asyncio.gather(*(batcher.complete(i, 1, 4, [{"type": "x"}], 0) for i in range(100, 160)))
+        huge = [{"type": "schedule_activity", "seq": i} for i in range(DECISION_COMMANDS * 2)]
+        await batcher.complete(200, 1, 4, huge, 0)
+        await first
+
+    run(main())
+    fans = [b for b in sql.batches if any(2 <= t < 62 for t in b)]
+    assert sum(len(b) for b in fans) == 60
+    assert max(len(b) for b in fans) == DECISION_COMMANDS // per  # not 30 a flush (half of 60)
+    smalls = [b for b in sql.batches if any(100 <= t < 160 for t in b)]
+    assert len(smalls) <= 3  # one command each: as many a flush as before (half, then the rest)
+    assert [200] in sql.batches  # one decision over the bound still goes, alone
 
 
 class ClaimingSql(FakeSql):

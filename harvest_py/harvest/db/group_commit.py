@@ -76,6 +76,7 @@ class GroupCommit:
                 take, waiting = self._max_batch, len(self._waiting)
                 if self._flushing < self._max_flushes and waiting >= 2 * SPLIT_MIN:
                     take = min(take, (waiting + 1) // 2)  # the other half goes beside it
+                take = self._take(take)
                 batch, self._waiting = self._waiting[:take], self._waiting[take:]
                 if self._waiting and not self._starting and self._flushing < self._max_flushes:
                     self._start_flusher()
@@ -115,6 +116,10 @@ class GroupCommit:
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         """Commit the items (each without its future); one row per item."""
         raise NotImplementedError
+
+    def _take(self, take: int) -> int:
+        """How many of the first ``take`` waiting items the next flush carries (at least one)."""
+        return take
 
     def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
         """Resolve each item's future from the rows, skipping a done one (a cancelled caller's)."""
