@@ -316,8 +316,8 @@ $$;
 -- the same, and after its five custom plans the cache keeps the generic one, the same
 -- walk of tasks_claimable (tests/integration/test_generic_plans.py). This replaces a
 -- SET plan_cache_mode = force_generic_plan on the function, whose save and restore of
--- the setting (and the SQL function call it kept from being inlined) cost about 20 us
--- a claim (docs/performance.md, "The claim head inlined").
+-- the setting (and the SQL function call it kept from being inlined) cost 3-10 us a
+-- claim (docs/performance.md, "The claim head inlined").
 CREATE OR REPLACE FUNCTION harvest._claim_head(p_queues text[], p_now timestamptz, p_window integer)
 RETURNS TABLE (ids bigint[], gated boolean)
 LANGUAGE sql STABLE
