@@ -307,29 +307,32 @@ END;
 $$;
 
 -- The head of the polled queues: their first p_window due tasks in claim order
--- (tasks_claimable), and whether any carries an admission gate. Its own function
--- for its plan: inside claim_tasks the planner kept a custom plan for this
--- statement (the generic one looks dearer with LIMIT and the due time unknown)
--- and planned it again on every claim, about 0.15 ms, more than an idle claim's
--- whole execution. The generic plan is the same index walk
--- (tests/integration/test_generic_plans.py), so it is forced here, for this
--- statement only.
+-- (tasks_claimable), and whether any carries an admission gate. Inlined into
+-- claim_tasks' statement, which PL/pgSQL caches. A custom plan of it, made with the
+-- values known, looked cheaper than the generic one (one queue's unnest is one row,
+-- not ten; LIMIT 56 is 56 rows, not a tenth of the queue), so the plan cache planned
+-- it again on every claim, about 0.15 ms. The three parameters are therefore read
+-- through scalar subqueries, which no plan sees into: custom and generic plans cost
+-- the same, and after its five custom plans the cache keeps the generic one, the same
+-- walk of tasks_claimable (tests/integration/test_generic_plans.py). This replaces a
+-- SET plan_cache_mode = force_generic_plan on the function, whose save and restore of
+-- the setting (and the SQL function call it kept from being inlined) cost 3-10 us a
+-- claim (docs/performance.md, "The claim head inlined").
 CREATE OR REPLACE FUNCTION harvest._claim_head(p_queues text[], p_now timestamptz, p_window integer)
 RETURNS TABLE (ids bigint[], gated boolean)
 LANGUAGE sql STABLE
-SET plan_cache_mode = force_generic_plan
 AS $$
     SELECT (coalesce(array_agg(head.id ORDER BY head.priority DESC, head.due_at, head.id),
                      ARRAY[]::bigint[]))[1:p_window],
            coalesce(bool_or(head.gated), false)
-    FROM unnest(p_queues) AS q (name)
+    FROM unnest((SELECT p_queues)) AS q (name)
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.due_at, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
         FROM harvest.tasks AS t
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
-          AND t.due_at <= p_now
+          AND t.due_at <= (SELECT p_now)
         ORDER BY t.priority DESC, t.due_at, t.id
-        LIMIT p_window
+        LIMIT (SELECT p_window)
     ) AS head;
 $$;
 

@@ -204,9 +204,9 @@ SELECT is((SELECT cardinality(h.ids) FROM harvest._claim_head(ARRAY['xq'], harve
           '_claim_head() returns at most p_window ids');
 SELECT is((SELECT h.gated FROM harvest._claim_head(ARRAY['xq'], harvest.now(), 10) AS h), false,
           '_claim_head() says when no candidate carries an admission gate');
-SELECT ok((SELECT p.proconfig FROM pg_catalog.pg_proc AS p WHERE p.oid = 'harvest._claim_head'::regproc)
-          @> ARRAY['plan_cache_mode=force_generic_plan'],
-          '_claim_head() keeps one generic plan (no planning per claim)');
+SELECT ok((SELECT p.proconfig IS NULL AND NOT p.prosecdef FROM pg_catalog.pg_proc AS p
+           WHERE p.oid = 'harvest._claim_head'::regproc),
+          '_claim_head() has no SET clause: it is inlined into claim_tasks (tests/integration/test_generic_plans.py)');
 SELECT is((SELECT count(*) FROM harvest._claim_ids(
               (SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'xq'), 'wx', 2, 30, harvest.now())),
           2::bigint, '_claim_ids() claims at most p_limit of the ids');

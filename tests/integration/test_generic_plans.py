@@ -301,7 +301,7 @@ TRAPS = [
         ),
         {"tasks": {"tasks_claimable"}},
         "claim.sql: the head of each polled queue walks tasks_claimable in claim order "
-        "(the generic plan is forced there: SET plan_cache_mode = force_generic_plan)",
+        "(claim_tasks keeps this plan: test_the_claim_head_keeps_its_generic_plan_at_depth)",
         id="_claim_head",
     ),
     case(
@@ -501,6 +501,43 @@ def test_the_hand_off_probe_is_bounded_by_the_priority_in_the_index(
         f"the priority bound is not in the index condition ({condition!r}):\n{sql}"
     )
     assert "Filter" not in scans[0], f"the probe filters entries ({scans[0]['Filter']!r}):\n{sql}"
+
+
+def test_the_claim_head_keeps_its_generic_plan_at_depth(conn: psycopg.Connection) -> None:
+    """claim_tasks' head statement (_claim_head, inlined) settles on its generic plan after the
+    plan cache's five custom ones, with 2,000 pending tasks analysed, and that plan walks
+    tasks_claimable. The trap: with the queues, the due time and the window in sight, a custom
+    plan looks cheaper than the generic one (one queue's unnest is one row, LIMIT 56 is 56 rows),
+    so the cache planned the head afresh on every claim; a SET plan_cache_mode on the function
+    kept that off but cost a non-inlined call and the setting's save and restore per claim."""
+    conn.execute(
+        "SELECT count(*) FROM generate_series(1, 2000) AS g,"
+        " harvest.start_workflow('head_wf', '[]', 'head-' || g, 'head_q') AS s"
+    )
+    conn.execute("ANALYZE harvest.tasks")
+    stmt = Statement(
+        "claim_tasks",
+        r"SELECT h\.ids, h\.gated INTO v_ids, v_gated FROM harvest\._claim_head",
+        {"p_queues": "text[]", "v_now": "timestamptz", "v_window": "integer"},
+    )
+    sql = plain_sql(conn, stmt)
+    conn.execute(f"PREPARE claim_head (text[], timestamptz, integer) AS {sql}")
+    try:
+        for _ in range(8):
+            conn.execute("EXECUTE claim_head (ARRAY['head_q'], now(), 56)")
+        row = conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_catalog.pg_prepared_statements"
+            " WHERE name = 'claim_head'"
+        ).fetchone()
+        (explained,) = conn.execute(
+            "EXPLAIN (FORMAT JSON) EXECUTE claim_head (ARRAY['head_q'], now(), 56)"
+        ).fetchone()  # type: ignore[misc]
+    finally:
+        conn.execute("DEALLOCATE claim_head")
+    assert row == (3, 5), f"(generic, custom) plans of 8 executions: {row}, planned afresh:\n{sql}"
+    assert access_paths(explained[0]["Plan"], "tasks") == ["tasks_claimable"], (
+        f"the head's plan does not walk tasks_claimable (is _claim_head inlined?):\n{sql}"
+    )
 
 
 # -- start_workflows: whether a batch is plain ---------------------------------------------------
