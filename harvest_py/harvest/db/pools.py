@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -41,10 +42,37 @@ class _MostRecentFirst(collections.deque[_T]):
     and its caches are cold when its turn comes. Taken from the right, a process with one call
     in flight keeps to one backend, and the others stay idle; when it shrinks, the pool then
     closes the connection returned last, not the one idle longest (docs/performance.md,
-    "One-item calls")."""
+    "One-item calls"). Each connection is stamped as it goes in, for ``_idle_check``."""
 
     def popleft(self) -> _T:
         return self.pop()
+
+    def append(self, conn: _T) -> None:
+        conn._harvest_idle_since = time.monotonic()  # type: ignore[attr-defined]
+        super().append(conn)
+
+
+# A connection idle this long is pinged before it is lent. Lent last-returned-first, the
+# connections a burst needs beyond the usual one sit idle for as long as the quiet lasts, and a
+# server's idle_session_timeout, a proxy or a NAT may have closed them meanwhile: the ping
+# finds that, and the pool lends another instead of the call failing. (A connection in steady
+# use pays nothing: it was returned moments ago.)
+IDLE_CHECK_SECS = 30.0
+
+
+def _idle_too_long(conn: Any) -> bool:
+    since = getattr(conn, "_harvest_idle_since", None)
+    return since is not None and time.monotonic() - since > IDLE_CHECK_SECS
+
+
+async def _async_idle_check(conn: Any) -> None:
+    if _idle_too_long(conn):
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def _idle_check(conn: Any) -> None:
+    if _idle_too_long(conn):
+        ConnectionPool.check_connection(conn)
 
 
 def _most_recent_first(pool: Any) -> None:
@@ -61,6 +89,7 @@ def open_pool(dsn: str, *, max_size: int, min_size: int = 1) -> ConnectionPool:
         kwargs={"autocommit": True},
         open=False,
         connection_class=RedactingConnection,
+        check=_idle_check,
     )
     _most_recent_first(pool)
     pool.open()
@@ -88,6 +117,7 @@ async def open_async_pool(
         kwargs=kwargs,
         open=False,
         connection_class=RedactingAsyncConnection,
+        check=_async_idle_check,
     )
     _most_recent_first(pool)
     try:
