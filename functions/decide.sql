@@ -1041,34 +1041,31 @@ BEGIN
         IF v_run IS NOT NULL THEN
             outcome := 'completed';
             message := NULL;
-            v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
-                p_event_cap, p_byte_cap, v_item.slots);
-            last_event_id := v_decided.last_event_id;
-            execution_status := v_decided.execution_status;
-            handed := v_decided.handed;
-            RETURN NEXT;
-            CONTINUE;
-        END IF;
-        v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
-        outcome := coalesce(v_try.problem, 'completed');
-        message := v_try.message;
-        IF v_try.problem IS NULL AND v_owner_mode THEN
-            -- A stale owner's decision is refused and its task goes back to the queue at
-            -- once, for the partition's owner to claim.
-            message := harvest._check_owner((v_try.task).execution_id, p_worker_id, v_item.epoch);
-            IF message IS NOT NULL THEN
-                outcome := 'not_owner';
-                UPDATE harvest.tasks AS t
-                SET status = harvest._queued_status(t.execution_id), lease_owner = NULL, lease_expires_at = NULL,
-                    due_at = harvest.now()
-                WHERE t.id = v_item.id;
-                PERFORM harvest._notify_queue((v_try.task).queue);
+        ELSE
+            v_try := harvest._try_lock_claimed_task(v_item.id, v_item.token, 'workflow');
+            outcome := coalesce(v_try.problem, 'completed');
+            message := v_try.message;
+            IF v_try.problem IS NULL AND v_owner_mode THEN
+                -- A stale owner's decision is refused and its task goes back to the queue at
+                -- once, for the partition's owner to claim.
+                message := harvest._check_owner((v_try.task).execution_id, p_worker_id, v_item.epoch);
+                IF message IS NOT NULL THEN
+                    outcome := 'not_owner';
+                    UPDATE harvest.tasks AS t
+                    SET status = harvest._queued_status(t.execution_id), lease_owner = NULL, lease_expires_at = NULL,
+                        due_at = harvest.now()
+                    WHERE t.id = v_item.id;
+                    PERFORM harvest._notify_queue((v_try.task).queue);
+                END IF;
+            END IF;
+            IF outcome = 'completed' THEN
+                DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
+                v_run := (v_try.task).execution_id;
             END IF;
         END IF;
         IF outcome = 'completed' THEN
-            DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
-            v_decided := harvest._apply_decision((v_try.task).execution_id, v_item.through,
-                v_item.commands, p_worker_id, p_event_cap, p_byte_cap, v_item.slots,
+            v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
+                p_event_cap, p_byte_cap, v_item.slots,
                 p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
