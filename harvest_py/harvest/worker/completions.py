@@ -36,6 +36,9 @@ FLUSHES = 2
 # The most commands (activities scheduled, mostly) one flush of decisions carries, decisions whole
 # (DecisionBatcher._take): about 60 ms of a backend's time for a slice of a fan-out burst.
 DECISION_COMMANDS = 1000
+# Where a decision's commands sit in its batcher item (DecisionBatcher.complete's _submit:
+# task id, fencing token, through, commands, hand-off slots, owner epoch).
+_COMMANDS = 3
 
 if TYPE_CHECKING:
     from harvest.worker.lanes import ShardLane
@@ -221,7 +224,7 @@ class DecisionBatcher(_TaskGroupCommit):
         # after another, not all in one long transaction the worker's slots wait on.
         waiting, commands = self._waiting, 0
         for i in range(min(take, len(waiting))):
-            commands += len(waiting[i][3])
+            commands += len(waiting[i][_COMMANDS])
             if commands >= DECISION_COMMANDS:
                 return i + 1
         return take
