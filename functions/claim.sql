@@ -254,54 +254,55 @@ BEGIN
            coalesce(bool_or(r.gated), false)
     INTO ids, gated
     FROM (
-        SELECT w.id, w.due_at, w.gated,
-               w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
-                   AS effective,
-               row_number() OVER (
-                   PARTITION BY w.queue, w.fairness_key
-                   ORDER BY w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
-                            DESC, w.due_at, w.id) AS fair_rank
+        SELECT e.id, e.due_at, e.gated, e.effective,
+               row_number() OVER (PARTITION BY e.queue, e.fairness_key
+                                  ORDER BY e.effective DESC, e.due_at, e.id) AS fair_rank
         FROM (
-            -- The head: the first p_window due tasks of the queues, in priority order.
-            (SELECT h.*
-             FROM unnest(p_queues) AS q (name)
-             CROSS JOIN LATERAL (
-                 SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                        (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
-                 FROM harvest.tasks AS t
-                 WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
-                 ORDER BY t.priority DESC, t.due_at, t.id
-                 LIMIT p_window
-             ) AS h
-             ORDER BY h.priority DESC, h.due_at, h.id
-             LIMIT p_window)
-            UNION
-            -- The ageing window: the oldest due tasks that age, whatever their priority.
-            SELECT o.*
-            FROM unnest(p_queues) AS q (name)
-            CROSS JOIN LATERAL (
-                SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                       (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
-                FROM harvest.tasks AS t
-                WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
-                  AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
-                ORDER BY t.due_at, t.id
-                LIMIT ceil(p_window::numeric / cardinality(p_queues))
-            ) AS o
-            UNION
-            -- The fairness window: the head of each key visited.
-            SELECT f.*
-            FROM unnest(v_fair_queues, v_fair_keys, v_fair_take) AS k (queue, fairness_key, take)
-            CROSS JOIN LATERAL (
-                SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                       (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
-                FROM harvest.tasks AS t
-                WHERE t.queue = k.queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
-                  AND t.kind <> 'timer' AND t.due_at <= p_now
-                ORDER BY t.priority DESC, t.due_at, t.id
-                LIMIT k.take
-            ) AS f
-        ) AS w
+            SELECT w.id, w.queue, w.fairness_key, w.due_at, w.gated,
+                   w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
+                       AS effective
+            FROM (
+                -- The head: the first p_window due tasks of the queues, in priority order.
+                (SELECT h.*
+                 FROM unnest(p_queues) AS q (name)
+                 CROSS JOIN LATERAL (
+                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                            (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                     FROM harvest.tasks AS t
+                     WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
+                     ORDER BY t.priority DESC, t.due_at, t.id
+                     LIMIT p_window
+                 ) AS h
+                 ORDER BY h.priority DESC, h.due_at, h.id
+                 LIMIT p_window)
+                UNION
+                -- The ageing window: the oldest due tasks that age, whatever their priority.
+                SELECT o.*
+                FROM unnest(p_queues) AS q (name)
+                CROSS JOIN LATERAL (
+                    SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                    FROM harvest.tasks AS t
+                    WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
+                      AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
+                    ORDER BY t.due_at, t.id
+                    LIMIT ceil(p_window::numeric / cardinality(p_queues))
+                ) AS o
+                UNION
+                -- The fairness window: the head of each key visited.
+                SELECT f.*
+                FROM unnest(v_fair_queues, v_fair_keys, v_fair_take) AS k (queue, fairness_key, take)
+                CROSS JOIN LATERAL (
+                    SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                    FROM harvest.tasks AS t
+                    WHERE t.queue = k.queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
+                      AND t.kind <> 'timer' AND t.due_at <= p_now
+                    ORDER BY t.priority DESC, t.due_at, t.id
+                    LIMIT k.take
+                ) AS f
+            ) AS w
+        ) AS e
     ) AS r;
 END;
 $$;
