@@ -221,21 +221,34 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    -- Distinct fairness keys one claim visits per queue.
+    -- Most distinct fairness keys one claim visits per queue.
     c_fair_keys constant integer := 32;
     v_queue text;
     v_keys text[];
+    v_keyed_queues text[] := ARRAY[]::text[];
+    v_visit integer;
     v_fair_queues text[] := ARRAY[]::text[];
     v_fair_keys text[] := ARRAY[]::text[];
     v_fair_take integer[] := ARRAY[]::integer[];
 BEGIN
+    FOREACH v_queue IN ARRAY p_queues LOOP
+        IF harvest._next_fairness_key(v_queue, NULL) IS NOT NULL THEN
+            v_keyed_queues := v_keyed_queues || v_queue;
+        END IF;
+    END LOOP;
+    -- Each keyed queue visits no more keys than its share of the claim's limit: the
+    -- cursor moves past every key visited, so a key visited but not taken (the claim
+    -- was full) would wait a whole rotation for its next turn. A claim of 50 over
+    -- four keyed queues visits 13 keys a queue, not 32: strict round-robin, and the
+    -- skip-scan and the heads' probes, the part of the claim that grew fastest with
+    -- the backlog, shrink with it (docs/performance.md, "Fairness keys visited").
+    v_visit := least(c_fair_keys, greatest(1, ceil(p_limit::numeric / greatest(1, cardinality(v_keyed_queues)))))::integer;
     -- The fairness keys visited, per queue (the skip-scan moves each queue's cursor).
     -- The ageing window and the fairness heads share p_window across the polled
     -- queues (one queue gets all of it): four queues read a quarter each, not four
     -- windows, so the candidates stay about as many however deep the queues are.
-    FOREACH v_queue IN ARRAY p_queues LOOP
-        CONTINUE WHEN harvest._next_fairness_key(v_queue, NULL) IS NULL;
-        v_keys := harvest._fairness_keys(v_queue, c_fair_keys);
+    FOREACH v_queue IN ARRAY v_keyed_queues LOOP
+        v_keys := harvest._fairness_keys(v_queue, v_visit);
         CONTINUE WHEN cardinality(v_keys) = 0;
         v_fair_queues := v_fair_queues || array_fill(v_queue, ARRAY[cardinality(v_keys)]);
         v_fair_keys := v_fair_keys || v_keys;

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(143);
+SELECT plan(146);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -334,6 +334,21 @@ SELECT is(harvest._fairness_keys('many_q', 32),
 SELECT is(harvest._fairness_keys('fair_q', 32), ARRAY['a'], '_fairness_keys(): few keys, all of them');
 SELECT is((SELECT cursor_key FROM harvest.fair_queues WHERE queue = 'fair_q'), NULL,
           'few keys: no cursor is written');
+
+-- A claim visits no more keys per keyed queue than its share of the limit (a key
+-- visited and not taken would wait a whole rotation): 3 keys for a claim of 3,
+-- 2 a queue for a claim of 4 over two keyed queues, and never more than 32.
+SELECT pg_temp.fill(q, 1, 0, 0, '{"fairness_key": "input"}', to_jsonb(ARRAY[lpad(g::text, 3, '0')]))
+FROM generate_series(1, 40) AS g, unnest(ARRAY['visit_q', 'visit_a', 'visit_b']) AS q;
+SELECT cardinality(o.ids) > 0 FROM harvest._order_candidates(ARRAY['visit_q'], harvest.now(), 20, 3) AS o;
+SELECT is((SELECT cursor_key FROM harvest.fair_queues WHERE queue = 'visit_q'), '003',
+          '_order_candidates(): a claim of 3 visits 3 keys (the cursor moves past them only)');
+SELECT cardinality(o.ids) > 0 FROM harvest._order_candidates(ARRAY['visit_a', 'visit_b'], harvest.now(), 20, 4) AS o;
+SELECT is((SELECT array_agg(cursor_key ORDER BY queue) FROM harvest.fair_queues WHERE queue IN ('visit_a', 'visit_b')),
+          ARRAY['002', '002'], '_order_candidates(): two keyed queues share a claim of 4, two keys each');
+SELECT cardinality(o.ids) > 0 FROM harvest._order_candidates(ARRAY['visit_q'], harvest.now(), 400, 100) AS o;
+SELECT is((SELECT cursor_key FROM harvest.fair_queues WHERE queue = 'visit_q'), '035',
+          '_order_candidates(): a claim of 100 visits 32 keys, the most');
 
 -- _order_candidates on its own: round-robin across keys, then effective priority.
 SELECT is((SELECT array_agg(t.fairness_key ORDER BY u.ord) FROM harvest._order_candidates(
