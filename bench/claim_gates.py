@@ -382,6 +382,20 @@ def claim_once(conn: psycopg.Connection[Any]) -> tuple[float, int]:
     return ms, len(rows)
 
 
+def claim_buffers(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """The shared buffers one claim touches, every statement inside it counted (EXPLAIN's
+    top node includes the function's own statements), and how many of them were read from
+    outside the pool: (touched, read). Rolled back, so nothing needs releasing. The count
+    is the claim's work in pages, which the machine's caches do not change."""
+    with conn.transaction(force_rollback=True):
+        row = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, TIMING off, FORMAT JSON) " + CLAIM,
+            {"worker": WORKER, "queues": QUEUES, "limit": BATCH},
+        ).fetchone()
+    plan = row[0][0]["Plan"]  # type: ignore[index]
+    return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"], plan["Shared Read Blocks"]
+
+
 def gate_calls(conn: psycopg.Connection[Any]) -> int:
     """How many times this database ran harvest._admit_candidates (track_functions),
     this session's counts flushed first."""
@@ -524,6 +538,7 @@ def main() -> None:
         admissions = {d: gate_calls(conns[d]) for d in depths}
         samples: dict[int, list[float]] = {d: [] for d in depths}
         claimed: dict[int, list[int]] = {d: [] for d in depths}
+        buffers: dict[int, list[tuple[int, int]]] = {d: [] for d in depths}
         for r in range(args.rounds):
             if r % args.vacuum_every == 0:
                 for depth in depths:
@@ -533,6 +548,8 @@ def main() -> None:
                 ms, n = claim_once(conns[depth])
                 samples[depth].append(ms)
                 claimed[depth].append(n)
+                if r % 10 == 5:  # untimed: one claim in ten counted in pages as well
+                    buffers[depth].append(claim_buffers(conns[depth]))
         admissions = {d: gate_calls(conns[d]) - admissions[d] for d in depths}
         plans = {d: explain_claim(conns[d]) for d in depths} if args.explain else {}
     finally:
@@ -541,6 +558,7 @@ def main() -> None:
         if not data:  # with --data the server stays up for the next run (stop it with pg_ctl)
             server.stop()
     base = statistics.median(samples[depths[0]])
+    base_pages = statistics.median(b[0] for b in buffers[depths[0]]) if buffers[depths[0]] else 0
     rows = []
     for depth in depths:
         s = sorted(samples[depth])
@@ -554,20 +572,36 @@ def main() -> None:
                 "claimed_median": statistics.median(claimed[depth]),
                 # The share of claims that went through the admission gates (_admit_candidates):
                 # a claim whose candidates carry no gate takes the default path.
-                "gated_share": round(admissions[depth] / len(s), 3),
+                "gated_share": round(admissions[depth] / (len(s) + len(buffers[depth])), 3),
+                # Shared buffers a claim touches (median of one claim in ten) and of them read
+                # from outside the pool: the claim's work, which the caches do not change.
+                "buffers_median": statistics.median(b[0] for b in buffers[depth]) if buffers[depth] else None,
+                "buffers_read_median": statistics.median(b[1] for b in buffers[depth])
+                if buffers[depth]
+                else None,
+                "buffers_ratio_to_first": round(
+                    statistics.median(b[0] for b in buffers[depth]) / base_pages, 3
+                )
+                if buffers[depth] and base_pages
+                else None,
                 "samples": len(s),
                 "fill_s": fill_secs[depth],
             }
         )
     print(
         f"\n| claim (limit {BATCH}, 4 queues, every gate on) | median | p90 | tasks claimed | gated claims "
-        f"| vs {depths[0]:,} |"
+        f"| vs {depths[0]:,} | buffers (read) | buffers vs {depths[0]:,} |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
+        pages = (
+            f"{row['buffers_median']:g} ({row['buffers_read_median']:g}) | {row['buffers_ratio_to_first']:.2f}x"
+            if row["buffers_median"] is not None
+            else "- | -"
+        )
         print(
             f"| {row['pending']:,} pending | {row['median_ms']:.2f} ms | {row['p90_ms']:.2f} ms | "
-            f"{row['claimed_median']:g} | {row['gated_share']:.0%} | {row['ratio_to_first']:.2f}x |"
+            f"{row['claimed_median']:g} | {row['gated_share']:.0%} | {row['ratio_to_first']:.2f}x | {pages} |"
         )
     for depth, plan in plans.items():
         print(f"\n-- the statements of one claim at {depth:,} pending\n{plan}")

@@ -161,32 +161,62 @@ DECLARE
     c_cap_recheck constant interval := interval '200 milliseconds';
     v_key text;
     v_locked text[] := ARRAY[]::text[];
-    v_buckets text[];
+    v_buckets text[] := ARRAY[]::text[];
     v_admit bigint[];
     v_deferred bigint[];
     v_waits double precision[];
+    -- The pending candidates' columns, in one array each.
+    v_id bigint[];
+    v_kind text[];
+    v_execution uuid[];
+    v_ckey text[];
+    v_climit integer[];
+    v_rkey text[];
+    v_priority integer[];
+    v_due timestamptz[];
+    v_activity text[];
+    v_options jsonb[];
+    v_rated boolean;
 BEGIN
+    -- The candidates are read once, here: the key locks, the buckets and the ranks
+    -- below each read them by id before, a primary-key probe per candidate and
+    -- statement (some 200 a claim, five times; docs/performance.md, "Fairness keys
+    -- visited"). They are read before the key locks are taken: a candidate another
+    -- claim took in between is ranked here but counted in flight as well (that count
+    -- still starts after the locks), so the race can only admit one fewer, never one
+    -- more; the lease skips it anyway.
+    SELECT array_agg(t.id), array_agg(t.kind), array_agg(t.execution_id), array_agg(t.concurrency_key),
+           array_agg(t.concurrency_limit), array_agg(t.rate_key), array_agg(t.priority), array_agg(t.due_at),
+           array_agg(t.activity_name), array_agg(CASE WHEN t.rate_key IS NOT NULL THEN t.options END),
+           bool_or(t.rate_key IS NOT NULL)
+    INTO v_id, v_kind, v_execution, v_ckey, v_climit, v_rkey, v_priority, v_due, v_activity, v_options, v_rated
+    FROM harvest.tasks AS t
+    WHERE t.id = ANY(p_ids) AND t.status = 'pending';
+    IF v_id IS NULL THEN
+        RETURN ARRAY[]::bigint[];
+    END IF;
+
     FOR v_key IN
-        SELECT DISTINCT t.concurrency_key FROM harvest.tasks AS t
-        WHERE t.id = ANY(p_ids) AND t.concurrency_key IS NOT NULL
-        ORDER BY 1
+        SELECT DISTINCT k.key FROM unnest(v_ckey) AS k (key) WHERE k.key IS NOT NULL ORDER BY 1
     LOOP
         IF pg_try_advisory_xact_lock(hashtext(v_key)) THEN
             v_locked := v_locked || v_key;
         END IF;
     END LOOP;
-    v_buckets := harvest._lock_rate_buckets(p_ids, p_now);
+    IF v_rated THEN  -- no rate-keyed candidate: no bucket to make, lock or follow
+        v_buckets := harvest._lock_rate_buckets(v_rkey, v_activity, v_options, v_id, p_now);
+    END IF;
 
     -- Every step is MATERIALIZED: judged is read by three aggregates below, and
     -- an inlined CASE would run its per-row subqueries once for each.
     WITH c AS MATERIALIZED (
-        SELECT t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-               row_number() OVER (PARTITION BY t.kind, t.concurrency_key
-                                  ORDER BY t.priority DESC, t.due_at, t.id) AS c_rank,
-               row_number() OVER (PARTITION BY t.rate_key
-                                  ORDER BY t.priority DESC, t.due_at, t.id) AS r_rank
-        FROM harvest.tasks AS t
-        WHERE t.id = ANY(p_ids) AND t.status = 'pending'
+        SELECT u.id, u.kind, u.execution_id, u.concurrency_key, u.concurrency_limit, u.rate_key,
+               row_number() OVER (PARTITION BY u.kind, u.concurrency_key
+                                  ORDER BY u.priority DESC, u.due_at, u.id) AS c_rank,
+               row_number() OVER (PARTITION BY u.rate_key
+                                  ORDER BY u.priority DESC, u.due_at, u.id) AS r_rank
+        FROM unnest(v_id, v_kind, v_execution, v_ckey, v_climit, v_rkey, v_priority, v_due)
+            AS u (id, kind, execution_id, concurrency_key, concurrency_limit, rate_key, priority, due_at)
     ),
     -- In flight once per key this claim holds, not once per candidate: a window
     -- holds hundreds of candidates of a few keys.

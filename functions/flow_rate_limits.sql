@@ -41,8 +41,13 @@ AS $$
 $$;
 
 -- Create the missing buckets of these candidates (full), follow a changed
--- declaration, and lock the ones no other claimer holds; returns their keys.
-CREATE OR REPLACE FUNCTION harvest._lock_rate_buckets(p_ids bigint[], p_now timestamptz)
+-- declaration, and lock the ones no other claimer holds; returns their keys. The
+-- candidates come as columns (the rate-keyed ones' key, activity, options and id),
+-- read once by _admit_candidates: reading them here again by id cost a primary-key
+-- probe per candidate and statement (docs/performance.md, "Fairness keys visited").
+CREATE OR REPLACE FUNCTION harvest._lock_rate_buckets(
+    p_rate_keys text[], p_activity_names text[], p_options jsonb[], p_ids bigint[], p_now timestamptz
+)
 RETURNS text[]
 LANGUAGE plpgsql
 AS $$
@@ -50,21 +55,21 @@ DECLARE
     v_locked text[];
 BEGIN
     INSERT INTO harvest.rate_limit_buckets (bucket_key, activity_name, rps, burst, tokens, refilled_at, dynamic)
-    SELECT DISTINCT ON (t.rate_key) t.rate_key, t.activity_name,
-           (t.options #>> '{rate_limit,rps}')::double precision,
-           coalesce((t.options #>> '{rate_limit,burst}')::double precision,
-                    greatest((t.options #>> '{rate_limit,rps}')::double precision, 1)),
-           coalesce((t.options #>> '{rate_limit,burst}')::double precision,
-                    greatest((t.options #>> '{rate_limit,rps}')::double precision, 1)),
-           p_now, t.options #>> '{rate_limit,key}' IS NOT NULL
-    FROM harvest.tasks AS t
-    WHERE t.id = ANY(p_ids) AND t.rate_key IS NOT NULL
-    ORDER BY t.rate_key, t.id DESC
+    SELECT DISTINCT ON (r.rate_key) r.rate_key, r.activity_name,
+           (r.options #>> '{rate_limit,rps}')::double precision,
+           coalesce((r.options #>> '{rate_limit,burst}')::double precision,
+                    greatest((r.options #>> '{rate_limit,rps}')::double precision, 1)),
+           coalesce((r.options #>> '{rate_limit,burst}')::double precision,
+                    greatest((r.options #>> '{rate_limit,rps}')::double precision, 1)),
+           p_now, r.options #>> '{rate_limit,key}' IS NOT NULL
+    FROM unnest(p_rate_keys, p_activity_names, p_options, p_ids) AS r (rate_key, activity_name, options, id)
+    WHERE r.rate_key IS NOT NULL
+    ORDER BY r.rate_key, r.id DESC
     ON CONFLICT (bucket_key) DO NOTHING;
 
     SELECT array_agg(b.bucket_key) INTO v_locked FROM (
         SELECT r.bucket_key FROM harvest.rate_limit_buckets AS r
-        WHERE r.bucket_key IN (SELECT t.rate_key FROM harvest.tasks AS t WHERE t.id = ANY(p_ids))
+        WHERE r.bucket_key IN (SELECT k.key FROM unnest(p_rate_keys) AS k (key))
         ORDER BY r.bucket_key
         FOR UPDATE SKIP LOCKED
     ) AS b;
@@ -73,13 +78,13 @@ BEGIN
     UPDATE harvest.rate_limit_buckets AS b
     SET rps = d.rps, burst = d.burst, tokens = least(b.tokens, d.burst)
     FROM (
-        SELECT DISTINCT ON (t.rate_key) t.rate_key,
-               (t.options #>> '{rate_limit,rps}')::double precision AS rps,
-               coalesce((t.options #>> '{rate_limit,burst}')::double precision,
-                        greatest((t.options #>> '{rate_limit,rps}')::double precision, 1)) AS burst
-        FROM harvest.tasks AS t
-        WHERE t.id = ANY(p_ids) AND t.rate_key = ANY(v_locked)
-        ORDER BY t.rate_key, t.id DESC
+        SELECT DISTINCT ON (r.rate_key) r.rate_key,
+               (r.options #>> '{rate_limit,rps}')::double precision AS rps,
+               coalesce((r.options #>> '{rate_limit,burst}')::double precision,
+                        greatest((r.options #>> '{rate_limit,rps}')::double precision, 1)) AS burst
+        FROM unnest(p_rate_keys, p_options, p_ids) AS r (rate_key, options, id)
+        WHERE r.rate_key = ANY(v_locked)
+        ORDER BY r.rate_key, r.id DESC
     ) AS d
     WHERE b.bucket_key = d.rate_key AND (b.rps <> d.rps OR b.burst <> d.burst);
     RETURN coalesce(v_locked, ARRAY[]::text[]);

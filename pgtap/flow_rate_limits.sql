@@ -15,7 +15,9 @@ SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jso
 FROM harvest.claim_tasks('w', ARRAY['rq0']) AS c;
 
 SELECT is((SELECT count(DISTINCT rate_key) FROM harvest.tasks WHERE queue = 'rq'), 1::bigint, 'static limit: one bucket');
-SELECT is(harvest._lock_rate_buckets((SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'rq'), harvest.now()),
+SELECT is((SELECT harvest._lock_rate_buckets(array_agg(rate_key), array_agg(activity_name), array_agg(options),
+                                             array_agg(id), harvest.now())
+           FROM harvest.tasks WHERE queue = 'rq'),
           ARRAY['rate:paced'], '_lock_rate_buckets() creates and locks the bucket');
 SELECT results_eq($$SELECT tokens, rps, burst FROM harvest._bucket_now('rate:paced', harvest.now())$$,
                   $$VALUES (2::double precision, 2::double precision, 2::double precision)$$, 'a new bucket is full');
