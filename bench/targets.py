@@ -160,9 +160,13 @@ def _claim_10m(r: dict) -> tuple[float, str]:
             f"; claims through the gates {by_depth[1_000]['gated_share']:.0%} at 1K, "
             f"{by_depth[10_000_000]['gated_share']:.0%} at 10M"
         )
+    pages = ""
+    if by_depth[10_000_000].get("buffers_ratio_to_first") is not None:
+        # The claim's work in pages, which the machine's caches do not change.
+        pages = f"; buffers per claim {by_depth[10_000_000]['buffers_ratio_to_first']:.2f}x"
     return deep / low, (
         f"{deep:.2f} ms at 10,000,000 vs {low:.2f} ms at 1,000 pending, claim of {cost.get('batch', '?')} "
-        f"(median of {by_depth[10_000_000]['samples']} each{gated}); measured by hand {cost['measured_at'][:10]} "
+        f"(median of {by_depth[10_000_000]['samples']} each{gated}{pages}); measured by hand {cost['measured_at'][:10]} "
         f"on {m.get('host', '?')} ({m.get('cpus', '?')} CPUs), not in this run: {cost.get('command', '')}"
     )
 

@@ -159,6 +159,8 @@ def test_the_claim_row_is_the_committed_measurement_at_10m_over_1k():
     gates = _claim_cost((1_000, 20.0), (10_000_000, 26.0))
     gates["rows"][0]["gated_share"], gates["rows"][1]["gated_share"] = 1.0, 0.42
     assert "through the gates 100% at 1K, 42% at 10M" in rows({"claim_cost": gates})["claim_10m"]["detail"]
+    gates["rows"][1]["buffers_ratio_to_first"] = 1.87  # claim_gates.py counts a claim's buffers too
+    assert "buffers per claim 1.87x" in rows({"claim_cost": gates})["claim_10m"]["detail"]
     missed = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (10_000_000, 31.0))})
     assert missed["claim_10m"]["status"] == T.MISSED  # 1.55x > 1.5x
     shallow = rows({**sample(), "claim_cost": _claim_cost((1_000, 20.0), (1_000_000, 22.0))})
