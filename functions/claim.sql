@@ -382,6 +382,7 @@ DECLARE
     v_ids bigint[] := p_ids;
     v_admitted bigint[];
     v_claimed bigint[];
+    v_rows harvest.tasks[];
 BEGIN
     IF harvest._owner_mode_on() THEN
         -- Owner mode: leave the workflow tasks of partitions other live owners hold,
@@ -393,11 +394,13 @@ BEGIN
             FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
             WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));  -- (hashed: see below)
         END IF;
-        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
+        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]), coalesce(array_agg(c), ARRAY[]::harvest.tasks[])
+        INTO v_claimed, v_rows
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
         v_claimed := harvest._acquire_partitions(v_claimed, p_worker_id, p_now);
-        IF p_gated THEN
-            PERFORM harvest._after_gated_claim(v_claimed, p_now);
+        IF p_gated THEN  -- the rows of the tasks kept (the others' partitions went back)
+            PERFORM harvest._after_gated_claim(
+                ARRAY(SELECT r FROM unnest(v_rows) AS r WHERE r.id = ANY(v_claimed)), p_now);
         END IF;
         RETURN QUERY  -- (probes per id, as below)
         SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
@@ -438,16 +441,17 @@ BEGIN
     SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
     FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
     WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));
-    SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]) INTO v_claimed
+    -- The leased rows are kept for the after-claim steps and the answer: reading them
+    -- again by id cost a primary-key probe per claimed task, three times.
+    SELECT coalesce(array_agg(c), ARRAY[]::harvest.tasks[]) INTO v_rows
     FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
-    PERFORM harvest._after_gated_claim(v_claimed, p_now);
-    RETURN QUERY  -- (probes per id, as above)
+    PERFORM harvest._after_gated_claim(v_rows, p_now);
+    RETURN QUERY  -- (executions probed per id, as above)
     SELECT c.id, c.kind, c.execution_id, l.workflow_name, l.workflow_id,
            c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token,
            c.lease_expires_at, c.heartbeat_details, l.new_events, coalesce(l.decided_through, 0),
            NULL::bigint
-    FROM unnest(v_claimed) AS k (id)
-    CROSS JOIN LATERAL (SELECT t.* FROM harvest.tasks AS t WHERE t.id = k.id OFFSET 0) AS c
+    FROM unnest(v_rows) AS c
     CROSS JOIN LATERAL (SELECT x.workflow_name, x.workflow_id, x.decided_through,
                                CASE WHEN c.kind = 'workflow' THEN harvest._events_since_decision(x, c.kind, p_worker_id) END
                         FROM harvest.executions AS x WHERE x.id = c.execution_id OFFSET 0)

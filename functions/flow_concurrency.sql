@@ -295,18 +295,19 @@ END;
 $$;
 
 -- After a gated claim: admitted runs take their workflow slot, and the buckets
--- pay for the activities claimed (same transaction as the claim).
-CREATE OR REPLACE FUNCTION harvest._after_gated_claim(p_claimed bigint[], p_now timestamptz)
+-- pay for the activities claimed (same transaction as the claim). The claimed rows
+-- come as the lease returned them: reading them again by id cost a primary-key probe
+-- per claimed task, here and in _debit_rate_buckets.
+CREATE OR REPLACE FUNCTION harvest._after_gated_claim(p_claimed harvest.tasks[], p_now timestamptz)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
     INSERT INTO harvest.workflow_slots (execution_id, concurrency_key, workflow_name, admitted_at)
     SELECT t.execution_id, t.concurrency_key, e.workflow_name, p_now
-    FROM harvest.tasks AS t
+    FROM unnest(p_claimed) AS t
     JOIN harvest.executions AS e ON e.id = t.execution_id
-    WHERE t.id = ANY(p_claimed) AND t.kind = 'workflow' AND t.concurrency_key IS NOT NULL
-      AND e.status = 'RUNNING'
+    WHERE t.kind = 'workflow' AND t.concurrency_key IS NOT NULL AND e.status = 'RUNNING'
     ON CONFLICT (execution_id) DO NOTHING;
     PERFORM harvest._debit_rate_buckets(p_claimed, p_now);
 END;

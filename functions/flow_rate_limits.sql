@@ -92,15 +92,15 @@ END;
 $$;
 
 -- Pay for the rate-limited activities of a claim (their buckets are locked).
-CREATE OR REPLACE FUNCTION harvest._debit_rate_buckets(p_claimed bigint[], p_now timestamptz)
+CREATE OR REPLACE FUNCTION harvest._debit_rate_buckets(p_claimed harvest.tasks[], p_now timestamptz)
 RETURNS void
 LANGUAGE sql
 AS $$
     UPDATE harvest.rate_limit_buckets AS b
     SET tokens = n.tokens - used.n, refilled_at = p_now
     FROM (
-        SELECT t.rate_key, count(*) AS n FROM harvest.tasks AS t
-        WHERE t.id = ANY(p_claimed) AND t.rate_key IS NOT NULL
+        SELECT t.rate_key, count(*) AS n FROM unnest(p_claimed) AS t
+        WHERE t.rate_key IS NOT NULL
         GROUP BY t.rate_key
     ) AS used
     CROSS JOIN LATERAL harvest._bucket_now(used.rate_key, p_now) AS n

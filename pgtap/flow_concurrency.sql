@@ -53,7 +53,7 @@ SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jso
 FROM harvest.claim_tasks('w', ARRAY['aq0']) AS c;
 SELECT is(cardinality(harvest._admit_candidates((SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'aq'), harvest.now())),
           2, '_admit_candidates(): admits up to the cap');
-SELECT lives_ok($$SELECT harvest._after_gated_claim(ARRAY[]::bigint[], harvest.now())$$, '_after_gated_claim() of nothing');
+SELECT lives_ok($$SELECT harvest._after_gated_claim(ARRAY[]::harvest.tasks[], harvest.now())$$, '_after_gated_claim() of nothing');
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['aq'], 10)), 2::bigint, 'claim_tasks(): two of three under a cap of 2');
 SELECT is(harvest._in_flight('activity', 'k2'), 2::bigint, 'in flight = running rows of the key');
 

@@ -24,7 +24,7 @@ SELECT results_eq($$SELECT tokens, rps, burst FROM harvest._bucket_now('rate:pac
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 2::bigint, 'claim: the burst of 2 is admitted');
 SELECT is((SELECT tokens FROM harvest._bucket_now('rate:paced', harvest.now())), 0::double precision,
           'the claim paid for both (_debit_rate_buckets)');
-SELECT lives_ok($$SELECT harvest._debit_rate_buckets(ARRAY[]::bigint[], harvest.now())$$, '_debit_rate_buckets() of nothing');
+SELECT lives_ok($$SELECT harvest._debit_rate_buckets(ARRAY[]::harvest.tasks[], harvest.now())$$, '_debit_rate_buckets() of nothing');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00.5+00';
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['rq'], 10)), 1::bigint, 'half a second at 2/s: one more');
 

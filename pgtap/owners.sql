@@ -203,7 +203,7 @@ ROLLBACK;
 -- applied for the owner at its epoch; after another worker acquired the partition,
 -- refused (the result is recorded alone, the woken workflow task queued, not handed).
 BEGIN;
-SELECT plan(8);
+SELECT plan(10);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT harvest.set_owner_mode(true);
 SELECT harvest.register_worker('w1', ARRAY['aq'], 'h', 1);
@@ -263,6 +263,18 @@ SELECT is((SELECT array_agg(e.event_type ORDER BY e.event_id) FROM harvest.event
           ARRAY['SignalReceived', 'ActivityCompleted'], 'the result is in the history, alone');
 SELECT is((SELECT status || ':' || coalesce(lease_owner, '-') FROM harvest.tasks AS t JOIN ahead AS a USING (execution_id)
            WHERE a.key = 'c2' AND t.kind = 'workflow'), 'pending:-', 'the woken workflow task is queued for the owner');
+
+-- Owner mode with the gates: a keyed run admitted under its key's limit takes its slot
+-- from the leased row (_after_gated_claim), the second waits.
+SELECT harvest.declare_flow_policies('{"workflows": {"own_keyed": {"concurrency": {"key": "input.t", "limit": 1}}}}');
+SELECT harvest.register_worker('w-gate', ARRAY['gq'], 'h', 9);
+CREATE TEMP TABLE gated_runs ON COMMIT DROP AS
+SELECT n, (harvest.start_workflow('own_keyed', '[{"t": "g"}]', 'own-keyed-' || n, 'gq')).execution_id
+FROM generate_series(1, 2) AS n;
+SELECT is((SELECT count(*) || ':' || bool_and(c.owner_epoch IS NOT NULL)
+           FROM harvest.claim_tasks('w-gate', ARRAY['gq'], 10, 300) AS c), '1:true',
+          'owner mode, gated: one run of the key is claimed, with its epoch');
+SELECT is(harvest._in_flight('workflow', 'g'), 1::bigint, 'owner mode, gated: the admitted run holds its workflow slot');
 
 SELECT * FROM finish();
 ROLLBACK;

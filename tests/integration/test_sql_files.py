@@ -125,8 +125,10 @@ def _plpgsql_functions(sql: str) -> list[tuple[str, str]]:
 def for_plpgsql_parser(text: str) -> str:
     """libpg_query's PL/pgSQL parser resolves only pg_catalog and public in a qualified name
     (``harvest.tasks%ROWTYPE`` fails with "LookupExplicitNamespace only supports pg_catalog
-    and public"); the schema name does not change the syntax, so parse with it as public."""
-    return re.sub(r"\bharvest\.", "public.", text)
+    and public"); the schema name does not change the syntax, so parse with it as public.
+    It knows no tables either, so an array of a table's rows (``harvest.tasks[]``) is an
+    array of records to it, which no variable or parameter may be: parse it as ``text[]``."""
+    return re.sub(r"\bpublic\.\w+\[\]", "text[]", re.sub(r"\bharvest\.", "public.", text))
 
 
 @pytest.mark.parametrize("path", sql_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
