@@ -363,7 +363,9 @@ class WorkflowRun(CommandIssuer):
         code object and closure; on an asyncio whose gather is not shaped so, False.
         """
         pending = self._pending
-        if not pending or _GATHER_OUTER is None:
+        # (One open activity: its result leaves none open, so it wakes the run anyway; unheld,
+        # it may be decided ahead: worker/decide_ahead.py skips a holding run.)
+        if len(pending) < 2 or _GATHER_OUTER is None:
             return False
         outer: Any = None
         for p in pending.values():
