@@ -61,6 +61,11 @@ def one_run(root: Path, dsn: str, n: int, concurrency: int, claim_batch: int) ->
         (commits,) = conn.execute(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
+        # Decisions per run (WorkflowTaskCompleted markers): 2 are needed, the schedule and the close.
+        (decisions,) = conn.execute(
+            "SELECT count(*) FILTER (WHERE event_type = 'WorkflowTaskCompleted')::float8"
+            " / greatest(count(DISTINCT execution_id), 1) FROM harvest.events"
+        ).fetchone()
     return {
         "tput": result["throughput"],
         "server": cpu["server_ms_per_activity"],
@@ -68,6 +73,7 @@ def one_run(root: Path, dsn: str, n: int, concurrency: int, claim_batch: int) ->
         "backends": cpu["backends_ms_per_activity"],
         "batches": result["steps"]["result_batches"],
         "commits": commits,
+        "decisions": round(decisions, 2),
     }
 
 
@@ -109,6 +115,7 @@ def main() -> None:
                 f" ({ratios['server']:.2f}); backends ms/act {b['backends']:.3f} -> {c['backends']:.3f}"
                 f" ({ratios['backends']:.2f}); worker ms/act {b['worker']:.3f} -> {c['worker']:.3f}"
                 f" ({ratios['worker']:.2f}); commits {b['commits']} -> {c['commits']};"
+                f" decisions/run {b['decisions']} -> {c['decisions']};"
                 f" load {os.getloadavg()[0]:.1f}",
                 flush=True,
             )

@@ -198,9 +198,15 @@ END;
 $$;
 
 -- Wake a run's workflow once results are recorded in its history (p_execution: the run's
--- row as read before): the workflow task is handed to p_worker_id (p_worker_queues: its
--- queues, from _hand_off_queues) when that worker's cached run decided last and the
--- hand-off rules allow it (claim.sql), else queued. Returns the handed task's id, or NULL.
+-- row as read before, under its lock): the workflow task is handed to p_worker_id
+-- (p_worker_queues: its queues, from _hand_off_queues) when that worker's cached run
+-- decided last and the hand-off rules allow it (claim.sql), else queued. Returns the
+-- handed task's id, or NULL.
+-- Held wake-ups: a run whose last decision said it waits for all of its open activities
+-- at once (wake_hold, a hold_wakeups command: _apply_decision) is not woken while another
+-- of its activity tasks is open; the result that leaves none (the run's row lock orders
+-- the batches that record its results, so one of them sees none left) wakes it. A final
+-- failure (_fail_activity_attempt) and every other wake-up go their own ways, unheld.
 CREATE OR REPLACE FUNCTION harvest._wake_after_results(
     p_execution harvest.executions, p_worker_id text, p_worker_queues text[],
     p_workflow_lease_secs double precision
@@ -209,6 +215,11 @@ RETURNS bigint
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF p_execution.wake_hold AND EXISTS (
+        SELECT 1 FROM harvest.tasks AS t WHERE t.execution_id = p_execution.id AND t.kind = 'activity'
+    ) THEN
+        RETURN NULL;
+    END IF;
     IF p_worker_queues IS NOT NULL AND p_execution.decided_by = p_worker_id AND p_execution.status = 'RUNNING'
        AND harvest._may_hand_off(p_execution.queue, 0, p_worker_queues) THEN
         RETURN harvest._hand_workflow_task(p_execution.id, p_worker_id, p_workflow_lease_secs);

@@ -144,10 +144,13 @@ $$;
 -- history size and status as the append left them (a decision's history caps read
 -- them: _apply_decision). One row update for them all (each update of the row costs
 -- a new row version), and, when p_decided_through is given, the decision that the
--- first of them marks: decided_by/decided_through (see _apply_decision).
+-- first of them marks: decided_by/decided_through, and wake_hold, whether that decision
+-- holds the run's wake-ups until its activities drain (see _apply_decision,
+-- _wake_after_results).
 CREATE OR REPLACE FUNCTION harvest._append_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL,
+    p_wake_hold boolean DEFAULT false,
     OUT last_event_id bigint, OUT history_bytes bigint, OUT execution_status text
 )
 LANGUAGE plpgsql
@@ -161,7 +164,8 @@ BEGIN
             SELECT sum(harvest._event_bytes(coalesce(d.data, '{}'::jsonb)))
             FROM unnest(p_event_datas) AS d (data)),
         decided_by = CASE WHEN p_decided_through IS NULL THEN x.decided_by ELSE p_decided_by END,
-        decided_through = coalesce(p_decided_through, x.decided_through)
+        decided_through = coalesce(p_decided_through, x.decided_through),
+        wake_hold = CASE WHEN p_decided_through IS NULL THEN x.wake_hold ELSE coalesce(p_wake_hold, false) END
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.history_bytes, x.status INTO last_event_id, history_bytes, execution_status;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)

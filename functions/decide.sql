@@ -702,6 +702,9 @@ DECLARE
     v_priority integer;
     v_hand_queue text;  -- the queue and priority _may_hand_off allowed for the gathered handed ones
     v_hand_priority integer;
+    -- A hold_wakeups command came before the marker went in: the run's results wake it
+    -- only once its activities drain (_wake_after_results).
+    v_hold boolean := false;
 BEGIN
     SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
@@ -724,6 +727,14 @@ BEGIN
         v_type := v_command ->> 'type';
         IF v_closed THEN
             RAISE EXCEPTION 'command % follows the end of the workflow', v_type USING ERRCODE = 'HR001';
+        END IF;
+        IF v_type = 'hold_wakeups' THEN
+            -- No event: the worker's word that its run waits for all of its open activities
+            -- at once (a gather of them), written with the marker (the worker sends it
+            -- first). Whatever it said, the run wakes when they drain, when one fails for
+            -- good, and on every other wake-up (docs/internals.md, "Held wake-ups").
+            v_hold := true;
+            CONTINUE;
         END IF;
         IF v_type IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer',
                       'start_child_workflow', 'complete_update', 'signal_external_workflow',
@@ -755,7 +766,7 @@ BEGIN
                        'cancel_external_workflow')
             OR (v_type = 'record_marker' AND v_command ->> 'kind' IN ('mutex_acquire', 'mutex_release')))
            AND cardinality(v_types) > 0 THEN
-            PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+            PERFORM harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through, v_hold);
             v_types := ARRAY[]::text[];
             v_datas := ARRAY[]::jsonb[];
             v_decided_through := NULL;
@@ -857,7 +868,8 @@ BEGIN
     END IF;
     IF cardinality(v_types) > 0 THEN
         -- The run's row as this last append left it, for the history caps below.
-        v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through);
+        v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through,
+            v_hold);
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status

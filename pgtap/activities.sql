@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(183);
+SELECT plan(207);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -967,6 +967,104 @@ SELECT unalike(pg_temp.plan_of('SELECT harvest._attempt_started(t) FROM harvest.
 SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_completed_data(t.seq, t.attempt, t.lease_owner, t.started_at, t.input)
                                  FROM harvest.tasks AS t'),
                '%_activity_completed_data(%', '_activity_completed_data() is inlined into its caller''s expression');
+
+-- ---------------------------------------------------------------- held wake-ups
+-- A decision led by hold_wakeups (the worker's word that the run waits for all of its open
+-- activities at once) sets executions.wake_hold with its marker; a result that leaves
+-- another activity task of the run open then makes no workflow task (_wake_after_results);
+-- the last one does, and so do a final failure and every other wake-up.
+-- A held run on queue wq_<key> with p_n activities (seqs 1..p_n) on aq_<key>, each
+-- claimed by worker-a as key <key>.<seq>.
+CREATE FUNCTION pg_temp.held(p_key text, p_n integer, p_hold boolean DEFAULT true) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+BEGIN
+    PERFORM pg_temp.start_decided(p_key, 'held_wf', 'wq_' || p_key,
+        CASE WHEN p_hold THEN '[{"type": "hold_wakeups"}]'::jsonb ELSE '[]'::jsonb END
+        || (SELECT jsonb_agg(jsonb_build_object('type', 'schedule_activity', 'seq', i, 'name', 'act_held',
+                                                'input', jsonb_build_array(i), 'queue', 'aq_' || p_key,
+                                                'options', '{"dead_letter": false}'::jsonb) ORDER BY i)
+            FROM generate_series(1, p_n) AS i));
+    FOR v_task IN SELECT * FROM harvest.claim_tasks('worker-a', ARRAY['aq_' || p_key], p_n) LOOP
+        PERFORM pg_temp.remember(p_key || '.' || (SELECT t.seq FROM harvest.tasks AS t WHERE t.id = v_task.task_id),
+                                 v_task.execution_id, v_task.task_id, v_task.fencing_token);
+    END LOOP;
+END;
+$fn$;
+CREATE FUNCTION pg_temp.held_woken(p_key text) RETURNS boolean LANGUAGE sql AS $fn$
+    SELECT EXISTS (SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run(p_key || '.1') AND kind = 'workflow');
+$fn$;
+CREATE FUNCTION pg_temp.complete_held(p_keys text[]) RETURNS void LANGUAGE sql AS $fn$
+    SELECT count(*) FROM harvest.complete_activities('worker-a',
+        ARRAY(SELECT pg_temp.task(k) FROM unnest(p_keys) AS k), ARRAY(SELECT pg_temp.token(k) FROM unnest(p_keys) AS k),
+        ARRAY(SELECT to_jsonb(k) FROM unnest(p_keys) AS k));
+$fn$;
+
+SELECT pg_temp.held('hold', 3);
+SELECT is((SELECT wake_hold FROM harvest.executions WHERE id = pg_temp.run('hold.1')), true,
+          'a decision led by hold_wakeups sets the run''s wake_hold');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('hold.1')
+           AND event_type IN ('ActivityScheduled', 'WorkflowTaskCompleted')), 4::bigint,
+          '... and writes no event of its own (the marker and three ActivityScheduled)');
+SELECT pg_temp.complete_held(ARRAY['hold.1']);
+SELECT is(pg_temp.held_woken('hold'), false,
+          'held: complete_activities() records a result and makes no workflow task while another activity task is open');
+SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('hold.1'))), 'ActivityCompleted',
+          '... the result is in the history');
+SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s, '"hold.2"')$$, pg_temp.task('hold.2'), pg_temp.token('hold.2')),
+                'held: complete_activity() of the second');
+SELECT is(pg_temp.held_woken('hold'), false, '... makes no workflow task either (one activity task left)');
+SELECT is(pg_temp.fail('hold.3'), 'retry_scheduled', 'held: the last activity''s attempt fails and is retried');
+SELECT is(pg_temp.held_woken('hold'), false, '... a retry wakes nothing: the task is still open');
+SET LOCAL harvest.fake_now = '2030-01-01 00:05:05+00';  -- (past the retry's backoff)
+SELECT is((SELECT pg_temp.remember('hold.3', c.execution_id, c.task_id, c.fencing_token) = pg_temp.run('hold.1')
+           FROM harvest.claim_tasks('worker-a', ARRAY['aq_hold'], 1) AS c), true,
+          '... and its second attempt is claimed');
+SET LOCAL harvest.fake_now = '2030-01-01 00:05:00+00';
+SELECT pg_temp.complete_held(ARRAY['hold.3']);
+SELECT results_eq($$SELECT status FROM harvest.tasks WHERE execution_id = pg_temp.run('hold.1') AND kind = 'workflow'$$,
+                  $$VALUES ('pending'::text)$$, 'held: the result that leaves no activity task open wakes the run');
+SELECT is((SELECT count(*) FROM harvest.events WHERE execution_id = pg_temp.run('hold.1') AND event_type = 'ActivityCompleted'),
+          3::bigint, '... with all three results in its history');
+SELECT is(pg_temp.decide('hold.1', '[{"type": "schedule_activity", "seq": 4, "name": "act_held", "input": [4], "queue": "aq_hold"}]'),
+          'RUNNING', 'a decision without hold_wakeups');
+SELECT is((SELECT wake_hold FROM harvest.executions WHERE id = pg_temp.run('hold.1')), false,
+          '... clears wake_hold');
+
+SELECT pg_temp.held('nohold', 2, false);
+SELECT pg_temp.complete_held(ARRAY['nohold.1']);
+SELECT is(pg_temp.held_woken('nohold'), true, 'not held: a result wakes the run while another activity task is open (as before)');
+
+SELECT pg_temp.held('hold_batch', 3);
+SELECT pg_temp.complete_held(ARRAY['hold_batch.1', 'hold_batch.2', 'hold_batch.3']);
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('hold_batch.1') AND kind = 'workflow'),
+          1::bigint, 'held: one batch with all of a run''s results wakes it');
+
+SELECT pg_temp.held('hold_fail', 2);
+SELECT is(pg_temp.fail('hold_fail.1', '{"error_type": "E", "message": "no", "non_retryable": true}'), 'failed',
+          'held: an activity fails for good');
+SELECT is(pg_temp.held_woken('hold_fail'), true, '... and wakes the run at once, its other activity still open');
+
+SELECT pg_temp.held('hold_sig', 2);
+SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('hold_sig.1'), 'go', '1')$$, 'held: a signal');
+SELECT is(pg_temp.held_woken('hold_sig'), true, '... wakes the run at once');
+SELECT pg_temp.complete_held(ARRAY['hold_sig.1']);
+SELECT is((SELECT count(*) FROM harvest.tasks WHERE execution_id = pg_temp.run('hold_sig.1') AND kind = 'workflow'),
+          1::bigint, '... and a result after it finds the run''s one workflow task');
+
+-- A decision's marker flushed before hold_wakeups is read (a child's start flushes the events
+-- before it) does not hold: the worker sends hold_wakeups first.
+SELECT pg_temp.start_run('hold_late', 'held_wf', 'wq_hold_late');
+SELECT is(pg_temp.decide('hold_late', '[{"type": "start_child_workflow", "seq": 1, "workflow_name": "kid",
+                                         "workflow_id": "hold_late_kid", "input": []},
+                                        {"type": "hold_wakeups"}]'), 'RUNNING', 'hold_wakeups after a child''s start');
+SELECT is((SELECT wake_hold FROM harvest.executions WHERE id = pg_temp.run('hold_late')), false,
+          '... holds nothing: the marker went in before it');
+SELECT lives_ok($$SELECT harvest.signal_workflow(pg_temp.run('hold_late'), 'go', '1')$$, 'a signal wakes it');
+SELECT throws_ok($$SELECT pg_temp.decide('hold_late', '[{"type": "complete_workflow", "result": 1}, {"type": "hold_wakeups"}]')$$,
+                 'HR001', 'command hold_wakeups follows the end of the workflow',
+                 'hold_wakeups after the run''s end: HR001');
 
 -- Payload size: an activity's result, failure or heartbeat details over the limit.
 SELECT pg_temp.act('big', '{"dead_letter": false}');

@@ -69,6 +69,9 @@ CREATE TABLE harvest.executions (
     -- it lived on before, oldest first (the residence chain erasure walks).
     migrated_to_shard integer,
     migrated_from_shards integer[] NOT NULL DEFAULT '{}'::integer[],
+    -- The last decision's hold_wakeups: the run's results wake it only once its activity
+    -- tasks drain (functions/activities.sql, _wake_after_results; migration 0065).
+    wake_hold boolean NOT NULL DEFAULT false,
     CONSTRAINT executions_pkey PRIMARY KEY (id)
     -- fillfactor: half of each page left for the updates of its rows (one per decision), so
     -- they stay HOT (migration 0063, docs/performance.md, "A closing decision's row, written once").

@@ -100,4 +100,12 @@ def test_every_command_the_runtime_emits_is_in_its_vocabulary() -> None:
         for path in (ROOT / "harvest_py" / "harvest" / layer).rglob("*.py"):
             emitted |= set(re.findall(r"\"type\": \"([a-z_]+)\"", path.read_text()))
     assert len(emitted) >= 8, emitted
-    assert emitted <= RUNTIME_COMMAND_TYPES, emitted - RUNTIME_COMMAND_TYPES
+    known = RUNTIME_COMMAND_TYPES | commands.DIRECTIVE_COMMANDS
+    assert emitted <= known, emitted - known
+
+
+def test_the_sql_decision_reads_every_directive() -> None:
+    # A directive writes no event and is read before the dispatcher's CASE (decide.sql).
+    decide = (ROOT / "functions" / "decide.sql").read_text()
+    for directive in commands.DIRECTIVE_COMMANDS:
+        assert f"v_type = '{directive}'" in decide, directive

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BOOKKEEPING_EVENTS",
     "COMMAND_EVENTS",
+    "DIRECTIVE_COMMANDS",
     "EVENT_TYPES",
     "RESOLUTION_EVENTS",
     "TERMINAL_COMMANDS",
@@ -92,6 +93,10 @@ TERMINAL_COMMANDS = {
     "cancel_workflow": "WorkflowCancelled",
     "continue_as_new": "WorkflowContinuedAsNew",
 }
+# commands that write no event: what the worker tells the database of the run's wait
+# (hold_wakeups: docs/internals.md, "Held wake-ups"); _apply_decision reads them before its
+# dispatcher (tests/integration/test_vocabulary.py)
+DIRECTIVE_COMMANDS = frozenset({"hold_wakeups"})
 # events that neither match a command nor resolve one: the run's input, the step
 # boundary marker, and the note a reset leaves on its fork (history only)
 BOOKKEEPING_EVENTS = frozenset(

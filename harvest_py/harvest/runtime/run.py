@@ -22,6 +22,7 @@ import datetime as _dt
 import functools
 import json
 import random as _random
+import types
 from asyncio.events import _get_running_loop, _set_running_loop
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -96,6 +97,23 @@ _TERMINAL_COMMAND_EVENTS = frozenset(TERMINAL_COMMANDS.values())
 _TERMINAL_EVENT_NAMES = frozenset(TERMINAL_EVENTS)
 
 
+def _gather_done_code() -> tuple[types.CodeType | None, int | None]:
+    """The code of ``asyncio.gather``'s per-child callback and the index of ``outer`` (the
+    gathering future) in its closure; (None, None) if this asyncio's gather has none."""
+    for const in asyncio.tasks.gather.__code__.co_consts:
+        if (
+            isinstance(const, types.CodeType)
+            and const.co_name == "_done_callback"
+            and "outer" in const.co_freevars
+        ):
+            return const, const.co_freevars.index("outer")
+    return None, None
+
+
+_GATHER_DONE_CODE, _GATHER_OUTER = _gather_done_code()
+_EXECUTE_ACTIVITY_CODE = WorkflowContext.execute_activity.__code__
+
+
 class HistoryMismatch(HarvestError):
     """The new events do not continue this cached run; replay from the full history."""
 
@@ -112,6 +130,9 @@ class Activation:
     commands: list[dict[str, Any]]
     through: int
     finished: bool = False
+    # The run now waits for all of its open activities at once (WorkflowRun.holds_wakeups):
+    # its results need not wake it one batch at a time.
+    hold: bool = False
 
 
 class WorkflowRun(CommandIssuer):
@@ -202,6 +223,7 @@ class WorkflowRun(CommandIssuer):
         self.through = 0
         self.is_replaying = False
         self.finished = False
+        self.holding = False  # the last live step's Activation.hold
 
     # ------------------------------------------------------------------ public
     async def advance(self, new_events: list[dict[str, Any]], *, local_activities: bool = True) -> Activation:
@@ -323,6 +345,59 @@ class WorkflowRun(CommandIssuer):
         self._loop.close()
         self._pending.clear()
         self._children.clear()
+
+    def holds_wakeups(self) -> bool:
+        """Whether the run, blocked, waits for all of its open activities at once: nothing of
+        its code runs until the last of their results is in, or one fails.
+
+        That is so when every pending durable wait is an activity still awaited, each awaited
+        by exactly one task running ``WorkflowContext.execute_activity`` itself (which only
+        decodes the result after it), each such task awaited by exactly one
+        ``asyncio.gather``'s child callback, the same gather for all, and that gather has no
+        other child still running. Then a result that leaves another activity open only
+        counts in the gather, and the database may hold the run's wake-ups until they drain
+        (docs/internals.md, "Held wake-ups"). Anything else (a timer, child or signal wait
+        beside them, a task of the code's own between the result and the gather,
+        ``as_completed``, ``wait(FIRST_COMPLETED)``, a second gather) answers False: the
+        run is woken per result batch, as without a hold. It reads asyncio's gather by its
+        code object and closure; on an asyncio whose gather is not shaped so, False.
+        """
+        pending = self._pending
+        # (One open activity: its result leaves none open, so it wakes the run anyway; unheld,
+        # it may be decided ahead: worker/decide_ahead.py skips a holding run.)
+        if len(pending) < 2 or _GATHER_OUTER is None:
+            return False
+        outer: Any = None
+        for p in pending.values():
+            future: Any = p.future  # (asyncio's private fields below: C or Python, the same names)
+            if p.kind != "activity" or future.done():
+                return False
+            waiters: Any = future._callbacks
+            if not waiters or len(waiters) != 1:
+                return False
+            task: Any = getattr(waiters[0][0], "__self__", None)  # a task's wake-up, bound to it
+            if not isinstance(task, asyncio.Task) or task._fut_waiter is not future:  # type: ignore[attr-defined]
+                return False
+            if getattr(task.get_coro(), "cr_code", None) is not _EXECUTE_ACTIVITY_CODE:
+                return False
+            waiters = task._callbacks
+            if not waiters or len(waiters) != 1:
+                return False
+            callback: Any = waiters[0][0]
+            if getattr(callback, "__code__", None) is not _GATHER_DONE_CODE:
+                return False
+            gathering = callback.__closure__[_GATHER_OUTER].cell_contents
+            if outer is None:
+                outer = gathering
+            elif gathering is not outer:
+                return False
+        if outer is None or outer.done():
+            return False
+        running = 0
+        for child in outer._children:
+            if not child.done():
+                running += 1
+        return running == len(pending)
 
     # ------------------------------------------------------------------ history
     def _ingest(self, events: list[dict[str, Any]], stream: bool = False) -> BaseException | None:
@@ -565,8 +640,11 @@ class WorkflowRun(CommandIssuer):
         self._new_commands = []
         if self.finished:
             commands.append(self._terminal_command())
+            self.holding = False
+        else:
+            self.holding = self.holds_wakeups()
         self._live = (self.last_event_id, commands)
-        return Activation(commands, self.last_event_id, self.finished)
+        return Activation(commands, self.last_event_id, self.finished, self.holding)
 
     def _confirm_live(self, marker_id: int, through: int) -> None:
         live_through, commands = cast("tuple[int, list[dict[str, Any]]]", self._live)

@@ -25,7 +25,7 @@ from harvest.core import jsonb
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.completions import Recorded
 from harvest.worker.lanes import lane_of
-from harvest.worker.workflows import closing_status, payloads_fit, warn_on_bloat
+from harvest.worker.workflows import closing_status, payloads_fit, warn_on_bloat, with_hold
 
 if TYPE_CHECKING:
     from harvest.runtime import Activation, WorkflowRun
@@ -56,10 +56,11 @@ class DecisionAhead:
         self._activation = activation
         self._grant = grant
         # What complete_activities reads (functions/activities.sql).
+        commands = activation.commands if commands is None else commands
         self.decision = {
             "after": after,
             "result_text": result_text,
-            "commands": activation.commands if commands is None else commands,
+            "commands": with_hold(commands) if activation.hold else commands,
             "hand_off_slots": grant.slots,
         }
         epoch = lane_of(task).owners.epoch_for(task["workflow_id"])
@@ -100,6 +101,12 @@ async def decide_ahead(
     execution_id = str(task["execution_id"])
     run = worker.cache.take_settled(execution_id)
     if run is None:
+        return None
+    if run.holding:
+        # Its results do not wake it until its activities drain: a decision here would be
+        # one of the wake-ups the hold saves (and the last result's is refused anyway, the
+        # history having moved past the run's last decision).
+        worker.cache.put(execution_id, run)
         return None
     read = result if plain is None else plain
     try:

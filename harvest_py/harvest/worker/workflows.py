@@ -451,7 +451,12 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         # Group commit (worker/completions.py): decisions made together share a transaction.
         try:
             outcome = await lane_of(task).decisions.complete(
-                task_id, token, activation.through, commands, grant.slots, task.get("owner_epoch")
+                task_id,
+                token,
+                activation.through,
+                with_hold(commands) if activation.hold else commands,
+                grant.slots,
+                task.get("owner_epoch"),
             )
         except PayloadTooLarge as exc:
             # The server's limit is stricter than ours (it is the authority): the same
@@ -500,6 +505,14 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     else:
         run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
+
+
+def with_hold(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decision's commands led by ``hold_wakeups``: the run waits for all of its open
+    activities at once (WorkflowRun.holds_wakeups), so their results need not wake it until
+    they drain (functions/decide.sql, _apply_decision; docs/internals.md, "Held wake-ups").
+    First, so the database has it before the decision's marker is written."""
+    return [{"type": "hold_wakeups"}, *commands]
 
 
 def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
