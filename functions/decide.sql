@@ -656,6 +656,15 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     -- Owner mode: the owner epoch the decision was committed under (checked by the
     -- caller, owners.sql _check_owner), recorded on its WorkflowTaskCompleted marker.
     p_owner_epoch bigint DEFAULT NULL,
+    -- What the caller read already, so that the decision reads it no more (NULL: read here;
+    -- docs/performance.md, "A decision ahead reads its run once"): the run's row as it is
+    -- now (read under the caller's lock, with nothing written to it since), the worker's
+    -- queues (_hand_off_queues), the payload limit, and a queue that _may_hand_off allowed
+    -- at priority 0 in this transaction with nothing written since.
+    p_execution harvest.executions DEFAULT NULL,
+    p_worker_queues text[] DEFAULT NULL,
+    p_payload_limit integer DEFAULT NULL,
+    p_hand_off_queue text DEFAULT NULL,
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
 )
 LANGUAGE plpgsql
@@ -663,7 +672,8 @@ AS $$
 DECLARE
     v_execution harvest.executions;
     v_now timestamptz := harvest.now();
-    v_limit integer := harvest._payload_limit();  -- once per decision (core.sql, payload size)
+    -- once per decision (core.sql, payload size)
+    v_limit integer := coalesce(p_payload_limit, harvest._payload_limit());
     v_seen_until bigint;
     v_command jsonb;
     v_type text;
@@ -703,7 +713,11 @@ DECLARE
     v_hand_queue text;  -- the queue and priority _may_hand_off allowed for the gathered handed ones
     v_hand_priority integer;
 BEGIN
-    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF p_execution.id IS NULL THEN
+        SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    ELSE
+        v_execution := p_execution;
+    END IF;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
         RAISE EXCEPTION 'the leading events need one datum per type' USING ERRCODE = 'HR001';
     END IF;
@@ -779,13 +793,17 @@ BEGIN
                AND NOT coalesce(v_command -> 'options', '{}'::jsonb)
                        ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
                 IF v_worker_queues IS NULL THEN
-                    v_worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
+                    v_worker_queues := coalesce(p_worker_queues, harvest._hand_off_queues(p_worker_id),
+                                                ARRAY[]::text[]);
                 END IF;
                 v_priority := coalesce((v_command #>> '{options,priority}')::integer, 0);
                 -- The rules' answer holds for the next activity of the same queue and priority
                 -- while the ones gathered with it are not yet inserted: nothing of this
                 -- transaction has written a task since it was asked (a handed row is running).
+                -- The caller's answer (p_hand_off_queue) likewise for the first command, before
+                -- which this decision wrote nothing.
                 IF (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
+                   OR (v_n = 0 AND v_queue = p_hand_off_queue AND v_priority = 0)
                    OR harvest._may_hand_off(v_queue, v_priority, v_worker_queues) THEN
                     v_hand_queue := v_queue;
                     v_hand_priority := v_priority;
@@ -977,6 +995,7 @@ DECLARE
     v_commands jsonb;
     v_now timestamptz := harvest.now();
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
+    v_execution harvest.executions;  -- that run's row, as its lock read it (for _apply_decision)
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1030,8 +1049,9 @@ BEGIN
         -- every item in owner mode (a stale owner's task stays, to go back to the queue),
         -- goes the full way, which names its problem.
         v_run := NULL;
+        v_execution := NULL;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
@@ -1062,11 +1082,16 @@ BEGIN
                 DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
                 v_run := (v_try.task).execution_id;
             END IF;
+            v_execution := NULL;  -- (_apply_decision reads the row)
         END IF;
         IF outcome = 'completed' THEN
+            -- The one-statement way passes the row its lock read: only the task's DELETE ran
+            -- since, which does not write it (docs/performance.md, "A decision ahead reads its
+            -- run once").
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
-                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END,
+                p_execution => v_execution);
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
             handed := v_decided.handed;
