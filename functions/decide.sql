@@ -995,7 +995,6 @@ DECLARE
     v_commands jsonb;
     v_now timestamptz := harvest.now();
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
-    v_execution harvest.executions;  -- that run's row, as its lock read it (for _apply_decision)
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1049,9 +1048,8 @@ BEGIN
         -- every item in owner mode (a stale owner's task stays, to go back to the queue),
         -- goes the full way, which names its problem.
         v_run := NULL;
-        v_execution := NULL;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
@@ -1082,16 +1080,11 @@ BEGIN
                 DELETE FROM harvest.tasks AS t WHERE t.id = v_item.id;
                 v_run := (v_try.task).execution_id;
             END IF;
-            v_execution := NULL;  -- (_apply_decision reads the row)
         END IF;
         IF outcome = 'completed' THEN
-            -- The one-statement way passes the row its lock read: only the task's DELETE ran
-            -- since, which does not write it (docs/performance.md, "A decision ahead reads its
-            -- run once").
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
-                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END,
-                p_execution => v_execution);
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
             handed := v_decided.handed;
