@@ -235,25 +235,24 @@ $$;
 -- ahead"). It is when the worker's run had seen the whole history (nothing was
 -- appended after its last decision, event p_after), no workflow task is open, the
 -- hand-off rules would give that workflow task to this worker, and the run saw
--- the result exactly as it is stored (p_result_text, the jsonb text).
+-- the result exactly as it is stored (p_result_text, the jsonb text). p_execution:
+-- the run's row as the caller read it under its lock (complete_activities passes it
+-- on to _apply_decision: one read of the row where there were three).
 CREATE OR REPLACE FUNCTION harvest._may_decide_on_result(
-    p_task harvest.tasks, p_result jsonb, p_after bigint, p_result_text text,
+    p_execution harvest.executions, p_result jsonb, p_after bigint, p_result_text text,
     p_worker_id text, p_worker_queues text[]
 )
 RETURNS boolean
 LANGUAGE plpgsql STABLE
 AS $$
-DECLARE
-    v_execution harvest.executions;
 BEGIN
-    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_task.execution_id;
-    IF v_execution.status IS DISTINCT FROM 'RUNNING' OR v_execution.last_event_id <> p_after
-       OR v_execution.decided_by IS DISTINCT FROM p_worker_id
+    IF p_execution.status IS DISTINCT FROM 'RUNNING' OR p_execution.last_event_id <> p_after
+       OR p_execution.decided_by IS DISTINCT FROM p_worker_id
        OR coalesce(p_result, 'null'::jsonb)::text IS DISTINCT FROM p_result_text THEN
         RETURN false;
     END IF;
-    PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = v_execution.id AND t.kind = 'workflow';
-    RETURN NOT FOUND AND harvest._may_hand_off(v_execution.queue, 0, p_worker_queues);
+    PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = p_execution.id AND t.kind = 'workflow';
+    RETURN NOT FOUND AND harvest._may_hand_off(p_execution.queue, 0, p_worker_queues);
 END;
 $$;
 
@@ -332,6 +331,11 @@ DECLARE
     v_run_datas jsonb[] := ARRAY[]::jsonb[];
     v_run_queues text[];
     v_run_last integer;
+    -- A decision's run as read for it (_may_decide_on_result, _apply_decision), and whether
+    -- this item's own lock read it: nothing has written the row since (docs/performance.md,
+    -- "A decision ahead reads its run once").
+    v_execution harvest.executions;
+    v_row_read boolean;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -388,10 +392,18 @@ BEGIN
         v_problem := NULL;
         v_message := NULL;
         v_deleted := false;
+        v_row_read := false;
         v_bytes := octet_length(v_item.result::text);
         IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit THEN
             IF v_item.run IS DISTINCT FROM v_locked_run THEN
-                PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+                -- An item with a decision keeps the row its lock reads: the decision's checks
+                -- and its application read it (a result alone reads nothing of it).
+                IF v_item.decision IS NULL THEN
+                    PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+                ELSE
+                    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+                    v_row_read := true;
+                END IF;
                 v_locked_run := v_item.run;
             END IF;
             DELETE FROM harvest.tasks AS t
@@ -457,11 +469,19 @@ BEGIN
                 v_item_queues := NULL;
             END IF;
         END IF;
+        -- The run's row for a decision: as this item's lock read it when the task went by the
+        -- one-statement way (since then only the task's DELETE ran, which does not write the
+        -- row); read again when the full way took it, or an earlier item of the run locked it
+        -- (its results or decision may have written the row since).
+        IF v_problem IS NULL AND v_decision IS NOT NULL AND v_queues IS NOT NULL
+           AND NOT (v_row_read AND v_deleted) THEN
+            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_task.execution_id;
+        END IF;
         IF v_problem IS NOT NULL THEN
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || NULL::jsonb;
         ELSIF v_decision IS NOT NULL AND v_queues IS NOT NULL
-              AND harvest._may_decide_on_result(v_task, v_item.result,
+              AND harvest._may_decide_on_result(v_execution, v_item.result,
                     (v_decision ->> 'after')::bigint, v_decision ->> 'result_text',
                     p_worker_id, v_queues) THEN
             -- The result's event goes in with the decision's (one row update for both);
@@ -476,7 +496,10 @@ BEGIN
                 coalesce((v_decision ->> 'hand_off_slots')::integer, 0),
                 ARRAY['ActivityCompleted'], ARRAY[harvest._activity_completed_data(v_task.seq, v_task.attempt,
                     v_task.lease_owner, v_task.started_at, v_item.result)],
-                CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END);
+                CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END,
+                -- What this item read already: the row, the worker's queues, the limit, and the
+                -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
+                v_execution, v_queues, v_limit, v_execution.queue);
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
                 'last_event_id', v_applied.last_event_id,

@@ -656,6 +656,15 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     -- Owner mode: the owner epoch the decision was committed under (checked by the
     -- caller, owners.sql _check_owner), recorded on its WorkflowTaskCompleted marker.
     p_owner_epoch bigint DEFAULT NULL,
+    -- What the caller read already, so that the decision reads it no more (NULL: read here;
+    -- docs/performance.md, "A decision ahead reads its run once"): the run's row as it is
+    -- now (read under the caller's lock, with nothing written to it since), the worker's
+    -- queues (_hand_off_queues), the payload limit, and a queue that _may_hand_off allowed
+    -- at priority 0 in this transaction with nothing written since.
+    p_execution harvest.executions DEFAULT NULL,
+    p_worker_queues text[] DEFAULT NULL,
+    p_payload_limit integer DEFAULT NULL,
+    p_hand_off_queue text DEFAULT NULL,
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
 )
 LANGUAGE plpgsql
@@ -663,7 +672,8 @@ AS $$
 DECLARE
     v_execution harvest.executions;
     v_now timestamptz := harvest.now();
-    v_limit integer := harvest._payload_limit();  -- once per decision (core.sql, payload size)
+    -- once per decision (core.sql, payload size)
+    v_limit integer := coalesce(p_payload_limit, harvest._payload_limit());
     v_seen_until bigint;
     v_command jsonb;
     v_type text;
@@ -706,7 +716,11 @@ DECLARE
     -- only once its activities drain (_wake_after_results).
     v_hold boolean := false;
 BEGIN
-    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    IF p_execution.id IS NULL THEN
+        SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
+    ELSE
+        v_execution := p_execution;
+    END IF;
     IF cardinality(p_lead_types) IS DISTINCT FROM cardinality(p_lead_datas) THEN
         RAISE EXCEPTION 'the leading events need one datum per type' USING ERRCODE = 'HR001';
     END IF;
@@ -790,13 +804,17 @@ BEGIN
                AND NOT coalesce(v_command -> 'options', '{}'::jsonb)
                        ?| ARRAY['concurrency_key', 'rate_limit', 'fairness_key', 'priority_aging_secs'] THEN
                 IF v_worker_queues IS NULL THEN
-                    v_worker_queues := coalesce(harvest._hand_off_queues(p_worker_id), ARRAY[]::text[]);
+                    v_worker_queues := coalesce(p_worker_queues, harvest._hand_off_queues(p_worker_id),
+                                                ARRAY[]::text[]);
                 END IF;
                 v_priority := coalesce((v_command #>> '{options,priority}')::integer, 0);
                 -- The rules' answer holds for the next activity of the same queue and priority
                 -- while the ones gathered with it are not yet inserted: nothing of this
                 -- transaction has written a task since it was asked (a handed row is running).
+                -- The caller's answer (p_hand_off_queue) likewise for the first command, before
+                -- which this decision wrote nothing.
                 IF (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
+                   OR (v_n = 0 AND v_queue = p_hand_off_queue AND v_priority = 0)
                    OR harvest._may_hand_off(v_queue, v_priority, v_worker_queues) THEN
                     v_hand_queue := v_queue;
                     v_hand_priority := v_priority;

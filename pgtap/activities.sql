@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(207);
+SELECT plan(210);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -631,7 +631,7 @@ SELECT is((SELECT event_type FROM pg_temp.last_event(pg_temp.run('recs_end.1')))
 -- allows it; otherwise the result is recorded alone, as without a decision.
 SELECT harvest.register_worker('dw', ARRAY['wq_da', 'wq_da_plain', 'wq_da0', 'wq_da_done', 'wq_da_norm', 'wq_da_after',
                                            'wq_da_other', 'wq_da_open', 'wq_da_text', 'wq_da_prio', 'wq_da_off',
-                                           'wq_da_stale', 'wq_da_bad', 'wq_may', 'wq_store', 'wq_store_end', 'dq_next'],
+                                           'wq_da_stale', 'wq_da_bad', 'wq_da_once', 'wq_da_twice', 'wq_may', 'wq_store', 'wq_store_end', 'dq_next'],
                                'host', 3);
 SELECT harvest.register_worker('dw_drain', ARRAY['wq_da_drain'], 'host', 4);
 UPDATE harvest.workers SET status = 'draining' WHERE id = 'dw_drain';
@@ -716,6 +716,40 @@ SELECT results_eq(
       WHERE ev.execution_id IN (pg_temp.run('da.1'), pg_temp.run('da_plain.1')) AND ev.event_type = 'ActivityCompleted'$$,
     $$VALUES (2::bigint)$$,
     'both results record their attempt''s started_at, attempt and seq');
+-- A decision ahead reads its run's row once: the row its lock read serves the decision's
+-- checks (_may_decide_on_result) and its application (_apply_decision), which read it
+-- again each on their own before. Index scans of executions_pkey across the call: the
+-- lock's, the append's row update and the foreign keys' probes of the three events and
+-- the handed task: 6, where main's two more reads made 8.
+SELECT pg_temp.decided('da_once', 'dw');
+CREATE TEMP TABLE da_once_decision ON COMMIT DROP AS
+SELECT pg_temp.decision('da_once.1', '[{"type": "schedule_activity", "seq": 2, "name": "next"}]', 1) AS d;
+CREATE TEMP TABLE da_once_scans ON COMMIT DROP AS
+SELECT pg_stat_get_xact_numscans('harvest.executions_pkey'::regclass) AS n;
+SELECT pg_temp.decide_with_result('da_once', 'dw', 'da_once.1', (SELECT d FROM da_once_decision));
+SELECT is(pg_stat_get_xact_numscans('harvest.executions_pkey'::regclass) - (SELECT n FROM da_once_scans), 6::bigint,
+          'a decision ahead scans executions_pkey 6 times: its run''s row read once');
+SELECT results_eq(
+    $$SELECT b.outcome, b.decided ->> 'last_event_id', b.decided -> 'handed' -> 0 ->> 'queue', t.status, t.lease_owner
+      FROM batches AS b JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('da_once.1')
+      WHERE b.batch = 'da_once'$$,
+    $$VALUES ('completed'::text, '6'::text, 'wq_da_once'::text, 'running'::text, 'dw'::text)$$,
+    'the decision applied, its activity handed on the run''s queue (the hand-off rules asked once)');
+-- Two decisions of one run in one batch: the second reads the row the first wrote (its
+-- lock was the first item's), so it is through the first's events.
+SELECT pg_temp.decided('da_twice', 'dw', 2);
+INSERT INTO batches
+SELECT 'da_twice', c.* FROM harvest.complete_activities('dw',
+    ARRAY[pg_temp.task('da_twice.1'), pg_temp.task('da_twice.2')],
+    ARRAY[pg_temp.token('da_twice.1'), pg_temp.token('da_twice.2')],
+    ARRAY['"da_twice.1"', '"da_twice.2"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('da_twice.1', '[]', 0, 4),
+          pg_temp.decision('da_twice.2', '[{"type": "complete_workflow", "result": 2}]', 0, 6)]) AS c;
+SELECT results_eq(
+    $$SELECT b.outcome, b.decided ->> 'last_event_id', b.decided ->> 'execution_status'
+      FROM batches AS b WHERE b.batch = 'da_twice' ORDER BY b.task_id$$,
+    $$VALUES ('completed'::text, '6'::text, 'RUNNING'::text), ('completed', '9', 'COMPLETED')$$,
+    'two decisions of one run in one batch: the second through the first''s events, the run completed');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 4::bigint, 6::bigint, 'RUNNING'::text)$$,
@@ -893,7 +927,7 @@ SELECT throws_ok($$SELECT * FROM harvest.complete_activities('w', ARRAY[1, 2]::b
 SELECT pg_temp.decided('may', 'dw');
 CREATE FUNCTION pg_temp.may(p_after bigint, p_text text, p_worker text, p_queues text[], p_result jsonb DEFAULT '"r"')
 RETURNS boolean LANGUAGE sql AS $fn$
-    SELECT harvest._may_decide_on_result((SELECT t FROM harvest.tasks AS t WHERE t.id = pg_temp.task('may.1')),
+    SELECT harvest._may_decide_on_result((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('may.1')),
                                          p_result, p_after, p_text, p_worker, p_queues);
 $fn$;
 SELECT results_eq(

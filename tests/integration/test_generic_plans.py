@@ -413,7 +413,7 @@ TRAPS = [
         Statement(
             "_may_decide_on_result",
             r"PERFORM 1 FROM harvest\.tasks AS t WHERE t\.execution_id",
-            {"v_execution.id": "uuid"},
+            {"p_execution.id": "uuid"},
         ),
         {"tasks": {"tasks_one_workflow_task", "tasks_execution_seq"}},
         "activities.sql: the open workflow task of one execution, by the partial unique index "
