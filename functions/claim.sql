@@ -394,7 +394,7 @@ BEGIN
             FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
             WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));  -- (hashed: see below)
         END IF;
-        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]), coalesce(array_agg(c), ARRAY[]::harvest.tasks[])
+        SELECT coalesce(array_agg(c.id), ARRAY[]::bigint[]), array_agg(c) FILTER (WHERE p_gated)
         INTO v_claimed, v_rows
         FROM harvest._claim_ids(v_ids, p_worker_id, p_limit, p_workflow_lease_secs, p_now) AS c;
         v_claimed := harvest._acquire_partitions(v_claimed, p_worker_id, p_now);

@@ -60,7 +60,7 @@ class DecisionAhead:
         self.decision = {
             "after": after,
             "result_text": result_text,
-            "commands": with_hold(commands) if activation.hold else commands,
+            "commands": with_hold(commands, activation.hold),
             "hand_off_slots": grant.slots,
         }
         epoch = lane_of(task).owners.epoch_for(task["workflow_id"])

@@ -454,7 +454,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 task_id,
                 token,
                 activation.through,
-                with_hold(commands) if activation.hold else commands,
+                with_hold(commands, activation.hold),
                 grant.slots,
                 task.get("owner_epoch"),
             )
@@ -507,12 +507,12 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         worker.cache.put(execution_id, run)
 
 
-def with_hold(commands: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The decision's commands led by ``hold_wakeups``: the run waits for all of its open
-    activities at once (WorkflowRun.holds_wakeups), so their results need not wake it until
-    they drain (functions/decide.sql, _apply_decision; docs/internals.md, "Held wake-ups").
-    First, so the database has it before the decision's marker is written."""
-    return [{"type": "hold_wakeups"}, *commands]
+def with_hold(commands: list[dict[str, Any]], hold: bool) -> list[dict[str, Any]]:
+    """The decision's commands, led by ``hold_wakeups`` when the run waits for all of its open
+    activities at once (``Activation.hold``, WorkflowRun.holds_wakeups), so their results need
+    not wake it until they drain (functions/decide.sql, _apply_decision; docs/internals.md,
+    "Held wake-ups"). First, so the database has it before the decision's marker is written."""
+    return [{"type": "hold_wakeups"}, *commands] if hold else commands
 
 
 def traced_commands(commands: list[dict[str, Any]], execution_id: str) -> list[dict[str, Any]]:
