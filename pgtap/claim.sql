@@ -230,14 +230,13 @@ BEGIN
 END;
 $fn$;
 SELECT pg_temp.sticky_setup();
-SELECT is((SELECT v FROM sticky WHERE what = 'decided'), 1::bigint,
-          'complete_workflow_task() records what the decider had seen (its through)');
+SELECT is((SELECT v FROM sticky WHERE what = 'decided'), 3::bigint,
+          'complete_workflow_task() records what the decider has read: its through, its marker and its TimerStarted');
 SELECT results_eq(
-    $$SELECT c.new_events_after, jsonb_array_length(c.new_events), c.new_events -> 0 ->> 'event_type',
-             c.new_events -> 2 ->> 'event_type'
+    $$SELECT c.new_events_after, jsonb_array_length(c.new_events), c.new_events -> 0 ->> 'event_type'
       FROM harvest.claim_tasks('w-sticky', ARRAY['sticky_q'], 1) AS c$$,
-    $$VALUES (1::bigint, 3, 'WorkflowTaskCompleted'::text, 'SignalReceived'::text)$$,
-    'the deciding worker''s claim carries its own commands and what arrived since');
+    $$VALUES (3::bigint, 1, 'SignalReceived'::text)$$,
+    'the deciding worker''s claim carries what arrived since, not its own decision''s events');
 SELECT is((SELECT decided_by FROM harvest.executions WHERE workflow_id = 'sticky'), 'w-sticky',
           'decided_by names the worker');
 -- Another worker gets no events (it has no cached run to extend).
