@@ -43,7 +43,8 @@ APP = App(workflows=[gathers, sleeps_then_gathers], activities=[noop])
 def _history(db: str, execution_id: str) -> list[dict]:
     with psycopg.connect(db) as conn:
         rows = conn.execute(
-            "SELECT event_id, event_type, event_data FROM harvest.events WHERE execution_id = %s ORDER BY event_id",
+            "SELECT event_id, event_type, event_data FROM harvest.events"
+            " WHERE execution_id = %s ORDER BY event_id",
             (execution_id,),
         ).fetchall()
     return [{"event_id": i, "event_type": t, "event_data": d} for i, t, d in rows]
