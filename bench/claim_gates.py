@@ -156,7 +156,8 @@ ex AS (
            CASE WHEN x.kind = 'activity' THEN 3 ELSE 1 END,
            harvest._event_bytes(x.started)
                + coalesce(harvest._event_bytes(x.decided) + harvest._event_bytes(x.scheduled), 0),
-           CASE WHEN x.kind = 'activity' THEN %(decider)s::text END, CASE WHEN x.kind = 'activity' THEN 1 END
+           -- (a decision of one schedule_activity is through its own event: _append_events)
+           CASE WHEN x.kind = 'activity' THEN %(decider)s::text END, CASE WHEN x.kind = 'activity' THEN 3 END
     FROM x
     RETURNING 1
 ),

@@ -146,11 +146,15 @@ $$;
 -- a new row version), and, when p_decided_through is given, the decision that the
 -- first of them marks: decided_by/decided_through, and wake_hold, whether that decision
 -- holds the run's wake-ups until its activities drain (see _apply_decision,
--- _wake_after_results).
+-- _wake_after_results). With p_own_events, every event after the marker is the
+-- decision's own and of a kind its worker takes as read without reading it back
+-- (WorkflowRun.recorded, _SELF_RECORDING): decided_through then covers them too, so
+-- the next claim of the run by that worker carries only what came after them
+-- (_events_since_decision; a worker whose run did not take them reads them itself).
 CREATE OR REPLACE FUNCTION harvest._append_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL,
-    p_wake_hold boolean DEFAULT false,
+    p_wake_hold boolean DEFAULT false, p_own_events boolean DEFAULT false,
     OUT last_event_id bigint, OUT history_bytes bigint, OUT execution_status text
 )
 LANGUAGE plpgsql
@@ -164,7 +168,9 @@ BEGIN
             SELECT sum(harvest._event_bytes(coalesce(d.data, '{}'::jsonb)))
             FROM unnest(p_event_datas) AS d (data)),
         decided_by = CASE WHEN p_decided_through IS NULL THEN x.decided_by ELSE p_decided_by END,
-        decided_through = coalesce(p_decided_through, x.decided_through),
+        decided_through = CASE WHEN p_decided_through IS NULL THEN x.decided_through
+                               WHEN p_own_events THEN x.last_event_id + v_count
+                               ELSE p_decided_through END,
         wake_hold = CASE WHEN p_decided_through IS NULL THEN x.wake_hold ELSE coalesce(p_wake_hold, false) END
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.history_bytes, x.status INTO last_event_id, history_bytes, execution_status;

@@ -715,6 +715,11 @@ DECLARE
     -- A hold_wakeups command came before the marker went in: the run's results wake it
     -- only once its activities drain (_wake_after_results).
     v_hold boolean := false;
+    -- Every command so far one its worker's run records itself (WorkflowRun.recorded's
+    -- _SELF_RECORDING): when the decision goes in one append and saw the whole history,
+    -- decided_through covers its events, which the next claim of the run then leaves out
+    -- (_append_events).
+    v_own boolean := true;
 BEGIN
     IF p_execution.id IS NULL THEN
         SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = p_execution_id;
@@ -749,6 +754,9 @@ BEGIN
             -- good, and on every other wake-up (docs/internals.md, "Held wake-ups").
             v_hold := true;
             CONTINUE;
+        END IF;
+        IF v_type NOT IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer') THEN
+            v_own := false;
         END IF;
         IF v_type IN ('schedule_activity', 'start_timer', 'record_marker', 'cancel_timer',
                       'start_child_workflow', 'complete_update', 'signal_external_workflow',
@@ -886,8 +894,10 @@ BEGIN
     END IF;
     IF cardinality(v_types) > 0 THEN
         -- The run's row as this last append left it, for the history caps below.
+        -- (Own events only when the decision saw the whole history: its marker lands at
+        -- through + 1, nothing it did not read before it, as WorkflowRun.recorded expects.)
         v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through,
-            v_hold);
+            v_hold, v_own AND p_through = v_seen_until);
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status

@@ -355,7 +355,7 @@ SELECT results_eq(
              (h ->> 'fencing_token')::bigint, (h ->> 'lease_expires_at')::timestamptz, (h ->> 'new_events_after')::bigint
       FROM (SELECT handed AS h FROM batches WHERE batch = 'ho') AS b$$,
     $$SELECT t.id, 'workflow'::text, t.execution_id, 'act_wf'::text, 'ho'::text, false, 'wq_ho'::text, 1,
-             t.fencing_token, '2030-01-01 00:05:45+00'::timestamptz, 1::bigint
+             t.fencing_token, '2030-01-01 00:05:45+00'::timestamptz, 3::bigint
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('ho.1') AND t.kind = 'workflow'$$,
     'handed: the workflow task as claim_tasks returns it (attempt 1, its fencing token, lease = p_workflow_lease_secs)');
 SELECT cmp_ok((SELECT (handed ->> 'fencing_token')::bigint FROM batches WHERE batch = 'ho'), '>', pg_temp.token('ho.1'),
@@ -363,9 +363,9 @@ SELECT cmp_ok((SELECT (handed ->> 'fencing_token')::bigint FROM batches WHERE ba
 SELECT results_eq(
     $$SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint), max((e ->> 'event_id')::bigint)
       FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e WHERE b.batch = 'ho'$$,
-    $$SELECT ARRAY['WorkflowTaskCompleted', 'ActivityScheduled', 'ActivityCompleted'], last_event_id
+    $$SELECT ARRAY['ActivityCompleted'], last_event_id
       FROM harvest.executions WHERE id = pg_temp.run('ho.1')$$,
-    'handed.new_events: every event after decided_through, through the ActivityCompleted');
+    'handed.new_events: every event after decided_through (past the decision''s own marker and ActivityScheduled), through the ActivityCompleted');
 SELECT is((SELECT array_agg(k ORDER BY k) FROM batches AS b, jsonb_object_keys(b.handed) AS k WHERE b.batch = 'ho'),
           (SELECT array_agg(a.name ORDER BY a.name)
            FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)
@@ -679,7 +679,7 @@ RETURNS text LANGUAGE sql AS $fn$
     SELECT results_eq(
         format($$SELECT * FROM pg_temp.alone(%L, %L)$$, p_batch, p_batch || '.1'),
         format($$VALUES ('completed'::text, NULL::jsonb, %L::boolean, %L::text, %L::text,
-                         'ActivityCompleted'::text, 1::bigint)$$,
+                         'ActivityCompleted'::text, 3::bigint)$$,
                p_handed, CASE WHEN p_handed THEN 'running' ELSE 'pending' END,
                CASE WHEN p_handed THEN 'dw' END),
         p_description);
@@ -752,8 +752,8 @@ SELECT results_eq(
     'two decisions of one run in one batch: the second through the first''s events, the run completed');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
-    $$VALUES ('dw'::text, 4::bigint, 6::bigint, 'RUNNING'::text)$$,
-    'the run: decided_by the worker, decided_through the result''s event');
+    $$VALUES ('dw'::text, 6::bigint, 6::bigint, 'RUNNING'::text)$$,
+    'the run: decided_by the worker, decided_through past the decision''s own events (its marker and ActivityScheduled)');
 SELECT results_eq(
     $$SELECT kind, seq, status, lease_owner, attempt FROM harvest.tasks WHERE execution_id = pg_temp.run('da.1')$$,
     $$VALUES ('activity'::text, 2, 'running'::text, 'dw'::text, 1)$$,
@@ -827,8 +827,8 @@ SELECT pg_temp.refused('da_after', true,
                        'after is not the last event: refused; the result alone, its workflow task handed to the worker');
 SELECT is((SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint)
            FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e WHERE b.batch = 'da_after'),
-          ARRAY['WorkflowTaskCompleted', 'ActivityScheduled', 'SignalReceived', 'ActivityCompleted'],
-          'the handed workflow task carries the signal and the result');
+          ARRAY['SignalReceived', 'ActivityCompleted'],
+          'the handed workflow task carries the signal and the result (not the decision''s own events)');
 -- (b) Another worker decided last.
 SELECT pg_temp.decided('da_other', 'someone-else');
 SELECT pg_temp.decide_with_result('da_other', 'dw', 'da_other.1', pg_temp.decision('da_other.1', '[]'));
@@ -882,7 +882,7 @@ SELECT results_eq(
     $$SELECT t.kind, t.status, t.fencing_token, e.status, e.last_event_id, e.decided_through
       FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
       WHERE t.execution_id = pg_temp.run('da_stale.1')$$,
-    $$VALUES ('activity'::text, 'running'::text, pg_temp.token('da_stale.1'), 'RUNNING'::text, 3::bigint, 1::bigint)$$,
+    $$VALUES ('activity'::text, 'running'::text, pg_temp.token('da_stale.1'), 'RUNNING'::text, 3::bigint, 3::bigint)$$,
     'the stale item: its task untouched, no event, the run still RUNNING');
 
 -- A decision that cannot be applied (an unknown command, no commands) fails the
@@ -911,7 +911,7 @@ SELECT throws_like(format($$SELECT * FROM harvest.complete_activities('dw', ARRA
 SELECT results_eq(
     $$SELECT t.status, e.last_event_id, e.decided_through FROM harvest.tasks AS t
       JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.execution_id = pg_temp.run('da_bad.1')$$,
-    $$VALUES ('running'::text, 3::bigint, 1::bigint)$$,
+    $$VALUES ('running'::text, 3::bigint, 3::bigint)$$,
     'the failed call wrote nothing: the activity is still running, no event');
 SELECT pg_temp.batch('da_bad', 'dw', ARRAY['da_bad.1']);
 SELECT results_eq($$SELECT outcome, decided, handed IS NOT NULL FROM batches WHERE batch = 'da_bad'$$,

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(146);
+SELECT plan(147);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -230,16 +230,36 @@ BEGIN
 END;
 $fn$;
 SELECT pg_temp.sticky_setup();
-SELECT is((SELECT v FROM sticky WHERE what = 'decided'), 1::bigint,
-          'complete_workflow_task() records what the decider had seen (its through)');
+SELECT is((SELECT v FROM sticky WHERE what = 'decided'), 3::bigint,
+          'complete_workflow_task() records what the decider has read: its through, its marker and its TimerStarted');
 SELECT results_eq(
-    $$SELECT c.new_events_after, jsonb_array_length(c.new_events), c.new_events -> 0 ->> 'event_type',
-             c.new_events -> 2 ->> 'event_type'
+    $$SELECT c.new_events_after, jsonb_array_length(c.new_events), c.new_events -> 0 ->> 'event_type'
       FROM harvest.claim_tasks('w-sticky', ARRAY['sticky_q'], 1) AS c$$,
-    $$VALUES (1::bigint, 3, 'WorkflowTaskCompleted'::text, 'SignalReceived'::text)$$,
-    'the deciding worker''s claim carries its own commands and what arrived since');
+    $$VALUES (3::bigint, 1, 'SignalReceived'::text)$$,
+    'the deciding worker''s claim carries what arrived since, not its own decision''s events');
 SELECT is((SELECT decided_by FROM harvest.executions WHERE workflow_id = 'sticky'), 'w-sticky',
           'decided_by names the worker');
+-- A decision that did not see the whole history (a signal came in after its through) keeps
+-- decided_through at its through: the signal before its marker is carried with the rest.
+CREATE FUNCTION pg_temp.sticky_late_setup() RETURNS void LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_task record;
+    v_id uuid;
+BEGIN
+    SELECT s.execution_id INTO v_id FROM harvest.start_workflow('sticky_wf', '[]', 'sticky-late', 'sticky_late_q') AS s;
+    SELECT * INTO v_task FROM harvest.claim_tasks('w-sticky', ARRAY['sticky_late_q'], 1);
+    PERFORM harvest.signal_workflow(v_id, 'early', '"before the decision"');
+    PERFORM harvest.complete_workflow_task(v_task.task_id, v_task.fencing_token, 1,
+        '[{"type": "start_timer", "seq": 1, "duration": 3600}]', 'w-sticky');
+END;
+$fn$;
+SELECT pg_temp.sticky_late_setup();
+SELECT results_eq(
+    $$SELECT c.new_events_after, (SELECT array_agg(e ->> 'event_type' ORDER BY (e ->> 'event_id')::bigint)
+                                  FROM jsonb_array_elements(c.new_events) AS e)
+      FROM harvest.claim_tasks('w-sticky', ARRAY['sticky_late_q'], 1) AS c$$,
+    $$VALUES (1::bigint, ARRAY['SignalReceived', 'WorkflowTaskCompleted', 'TimerStarted'])$$,
+    'a decision through less than the whole history keeps decided_through at its through: the signal it did not see is carried');
 -- Another worker gets no events (it has no cached run to extend).
 UPDATE harvest.tasks SET status = 'pending' WHERE execution_id = (
     SELECT id FROM harvest.executions WHERE workflow_id = 'sticky') AND kind = 'workflow';

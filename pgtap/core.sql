@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(79);
+SELECT plan(81);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -94,6 +94,14 @@ SELECT results_eq(
     $$SELECT decided_by, decided_through FROM harvest.executions WHERE id = (SELECT execution_id FROM run)$$,
     $$VALUES ('w-core'::text, 5::bigint)$$,
     '_append_events(p_decided_by, p_decided_through) records who decided, and through what');
+SELECT is((harvest._append_events((SELECT execution_id FROM run), ARRAY['WorkflowTaskCompleted', 'TimerStarted'],
+                                  ARRAY['{"through": 6, "worker_id": "w-core"}', '{"seq": 3}']::jsonb[], 'w-core', 6,
+                                  false, true)).last_event_id, 8::bigint,
+          '_append_events() with p_own_events: a marker and its command''s event');
+SELECT results_eq(
+    $$SELECT decided_by, decided_through FROM harvest.executions WHERE id = (SELECT execution_id FROM run)$$,
+    $$VALUES ('w-core'::text, 8::bigint)$$,
+    '_append_events(p_own_events): decided_through covers the decision''s own events');
 
 -- _notify_queue
 SELECT lives_ok($$SELECT harvest._notify_queue('core_q')$$, '_notify_queue() sends a notification');

@@ -10,7 +10,7 @@
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each).
 BEGIN;
-SELECT plan(281);
+SELECT plan(282);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -368,6 +368,8 @@ SELECT results_eq(format($$SELECT last_event_id, execution_status FROM harvest.c
                             {"type": "start_child_workflow", "seq": 1, "workflow_name": "kid", "input": [1]}]')$$,
                          pg_temp.task('parent'), pg_temp.token('parent')),
                   $$VALUES (3::bigint, 'RUNNING'::text)$$, 'start_child_workflow: accepted');
+SELECT is((SELECT decided_through FROM harvest.executions WHERE id = pg_temp.run('parent')), 1::bigint,
+          'start_child_workflow: decided_through stays at the decision''s through (its event is not one a worker takes as read)');
 SELECT results_eq(
     $$SELECT c.workflow_id, c.status, c.queue, c.input, c.parent_seq, c.parent_close_policy,
              harvest.shard_of(c.id) = harvest.shard_of(c.parent_id)
@@ -632,12 +634,12 @@ SELECT results_eq(
              ev.created_at
       FROM harvest.executions AS e JOIN harvest.events AS ev ON ev.execution_id = e.id AND ev.event_id = 2
       WHERE e.id = pg_temp.run('marker')$$,
-    $$SELECT 2::bigint, 'w-marker'::text, 1::bigint,
+    $$SELECT 2::bigint, 'w-marker'::text, 2::bigint,
              (SELECT sum(octet_length(event_data::text))::bigint FROM harvest.events
               WHERE execution_id = pg_temp.run('marker')),
              'WorkflowTaskCompleted'::text, '{"through": 1, "worker_id": "w-marker"}'::jsonb,
              '2030-01-01 00:02:00+00'::timestamptz$$,
-    '_apply_decision(): event 2 WorkflowTaskCompleted{through, worker_id}, decided_by/through and history_bytes');
+    '_apply_decision(): event 2 WorkflowTaskCompleted{through, worker_id}, decided_by/through (past its own marker) and history_bytes');
 
 -- ---------------------------------------------------------------- _try_lock_claimed_task
 -- The non-raising lock: the row and no problem, or a problem (gone, kind, stale,
@@ -967,10 +969,10 @@ SELECT results_eq(
       FROM harvest.events AS ev JOIN harvest.executions AS e ON e.id = ev.execution_id
       WHERE ev.execution_id = pg_temp.run('apply') AND ev.event_id > 2 ORDER BY ev.event_id$$,
     $$VALUES (3::bigint, 'WorkflowTaskCompleted'::text, '{"through": 2, "worker_id": "hander"}'::jsonb,
-              'hander'::text, 2::bigint),
+              'hander'::text, 4::bigint),
              (4, 'ActivityScheduled', '{"seq": 1, "name": "a1", "input": null, "queue": "hand_q", "options": {}}',
-              'hander', 2)$$,
-    '_apply_decision(): the marker through p_through, then the command''s event; decided_by/through set');
+              'hander', 4)$$,
+    '_apply_decision(): the marker through p_through, then the command''s event; decided_by set, decided_through past the decision''s own events');
 SELECT results_eq($$SELECT kind, status, lease_owner FROM harvest.tasks WHERE execution_id = pg_temp.run('apply')$$,
                   $$VALUES ('activity'::text, 'running'::text, 'hander'::text)$$,
                   '_apply_decision(): the activity handed, and no workflow task when nothing is past through');
@@ -1023,8 +1025,8 @@ SELECT results_eq(
     $$SELECT e.decided_by, e.decided_through, e.history_bytes = (
           SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev WHERE ev.execution_id = e.id)
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('lead')$$,
-    $$VALUES ('hander'::text, 2::bigint, true)$$,
-    '_apply_decision() with a leading event: decided_by/through, and history_bytes counts every event');
+    $$VALUES ('hander'::text, 4::bigint, true)$$,
+    '_apply_decision() with a leading event: decided_by/through (past the decision''s own events), and history_bytes counts every event');
 SELECT is_empty($$SELECT 1 FROM harvest.tasks WHERE execution_id = pg_temp.run('lead') AND kind = 'workflow'$$,
                 '_apply_decision(): a leading event the decision is through wakes no workflow task');
 

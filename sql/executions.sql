@@ -57,8 +57,10 @@ CREATE TABLE harvest.executions (
     -- History size for the hard caps: the running sum of the events' JSON text
     -- bytes (harvest._event_bytes, maintained by _append_event).
     history_bytes bigint NOT NULL DEFAULT 0,
-    -- Who decided the run last and through which event: a claim by that same
-    -- worker carries the newer events, so its sticky cache needs no history read.
+    -- Who decided the run last and through which event its run has read (past the
+    -- decision's own events when its worker takes them as read: _append_events): a
+    -- claim by that same worker carries the newer events, so its sticky cache needs
+    -- no history read.
     decided_by text,
     decided_through bigint,
     -- The run's own timeout, which a continue-as-new successor inherits.
