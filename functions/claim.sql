@@ -517,7 +517,14 @@ BEGIN
             USING ERRCODE = 'HR001';
     END IF;
 
-    PERFORM harvest._fire_due_timers(p_queues);
+    -- Due timers first; a probe, so the usual claim (no timer due) skips the firing
+    -- function's call, its clock read and its query loop's cursor.
+    IF EXISTS (
+        SELECT 1 FROM harvest.tasks AS t
+        WHERE t.kind = 'timer' AND t.status = 'pending' AND t.due_at <= v_now AND t.queue = ANY(p_queues)
+    ) THEN
+        PERFORM harvest._fire_due_timers(p_queues);
+    END IF;
 
     -- Ageing or fairness-keyed work on these queues: the head, the ageing window and
     -- the fairness heads in claim order. Otherwise two probes of empty partial

@@ -7,8 +7,11 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(147);
+SELECT plan(149);
 SET LOCAL TimeZone = 'UTC';
+-- Function calls counted from the start (a call site compiled before this would not count):
+-- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
+SET LOCAL track_functions = 'pl';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- Start wf_<key> on a queue of its own (wq_<key>); worker "setup" takes its first
@@ -157,7 +160,14 @@ SELECT is((SELECT due_at FROM harvest.tasks
 SELECT is(harvest.next_due_at(ARRAY['wq_timer']), '2030-01-01 01:01:00+00'::timestamptz,
           'next_due_at() counts timers');
 SET LOCAL harvest.fake_now = '2030-01-01 01:00:59+00';
+CREATE FUNCTION pg_temp.timer_firings() RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                     WHERE f.funcid = 'harvest._fire_due_timers(text[],integer)'::regprocedure), 0);
+$fn$;
+CREATE TEMP TABLE firings_before ON COMMIT DROP AS SELECT pg_temp.timer_firings() AS n;
 SELECT is_empty($$SELECT * FROM harvest.claim_tasks('w1', ARRAY['wq_timer'])$$, 'a timer not yet due: nothing claimed');
+SELECT is(pg_temp.timer_firings() - (SELECT n FROM firings_before), 0::bigint,
+          'a claim with no timer due does not call _fire_due_timers (its probe finds none)');
 SELECT is((SELECT last_event_id FROM harvest.executions WHERE id = (SELECT execution_id FROM runs WHERE name = 'T')),
           3::bigint, 'a timer not yet due appends nothing');
 SET LOCAL harvest.fake_now = '2030-01-01 01:01:00+00';
@@ -165,6 +175,8 @@ CREATE TEMP TABLE fired ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w1'
 SELECT results_eq($$SELECT kind, execution_id, attempt FROM fired$$,
     $$SELECT 'workflow'::text, execution_id, 1 FROM runs WHERE name = 'T'$$,
     'a due timer fires inside the claim, whose batch holds the new workflow task');
+SELECT is(pg_temp.timer_firings() - (SELECT n FROM firings_before), 1::bigint,
+          '... through one call of _fire_due_timers');
 SELECT results_eq(
     $$SELECT event_id, event_type, event_data FROM harvest.events
       WHERE execution_id = (SELECT execution_id FROM runs WHERE name = 'T') AND event_id > 2 ORDER BY event_id$$,
