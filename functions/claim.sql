@@ -275,19 +275,42 @@ BEGIN
                    w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
                        AS effective
             FROM (
-                -- The head: the first p_window due tasks of the queues, in priority order.
-                (SELECT h.*
-                 FROM unnest(p_queues) AS q (name)
-                 CROSS JOIN LATERAL (
-                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                            (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
-                     FROM harvest.tasks AS t
-                     WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
-                     ORDER BY t.priority DESC, t.due_at, t.id
-                     LIMIT p_window
-                 ) AS h
-                 ORDER BY h.priority DESC, h.due_at, h.id
-                 LIMIT p_window)
+                -- The head: the first p_window due tasks of the queues, in priority order,
+                -- read in two passes. The first merges the queues' heads by their index
+                -- keys alone (an index-only scan of tasks_claimable, which visits the heap
+                -- only for pages not all-visible) and counts how many of the first p_window
+                -- each queue holds; the second reads exactly that many rows of each queue.
+                -- One pass reading every queue's first p_window rows from the heap read
+                -- four times the rows it kept over four queues, each on its own heap page
+                -- in a deep table (docs/performance.md, "claimdepth2 row"). One statement,
+                -- one snapshot: both passes see the same rows.
+                SELECT h.*
+                FROM (
+                    SELECT m.queue, count(*) AS n
+                    FROM (
+                        SELECT q.name AS queue, k.priority, k.due_at, k.id
+                        FROM unnest(p_queues) AS q (name)
+                        CROSS JOIN LATERAL (
+                            SELECT t.priority, t.due_at, t.id
+                            FROM harvest.tasks AS t
+                            WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
+                              AND t.due_at <= p_now
+                            ORDER BY t.priority DESC, t.due_at, t.id
+                            LIMIT p_window
+                        ) AS k
+                        ORDER BY k.priority DESC, k.due_at, k.id
+                        LIMIT p_window
+                    ) AS m
+                    GROUP BY m.queue
+                ) AS c
+                CROSS JOIN LATERAL (
+                    SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
+                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                    FROM harvest.tasks AS t
+                    WHERE t.queue = c.queue AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
+                    ORDER BY t.priority DESC, t.due_at, t.id
+                    LIMIT c.n
+                ) AS h
                 UNION
                 -- The ageing window: the oldest due tasks that age, whatever their priority.
                 SELECT o.*

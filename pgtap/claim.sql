@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(149);
+SELECT plan(151);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -409,6 +409,26 @@ SELECT is((SELECT array_agg(n ORDER BY queue) FROM (
 SELECT is((SELECT cardinality(o.ids) FROM harvest._order_candidates(
               ARRAY['share_a'], harvest.now(), 20, 3) AS o),
           20, '_order_candidates(): one queue has the whole window (the head''s rows, once each)');
+-- The head is the first p_window due tasks of all the polled queues in claim order, however
+-- unevenly the queues hold them: head_b's 3 (priority 7), then head_c's older priority-5
+-- tasks, then head_a's. (_order_candidates counts each queue's share of the window from the
+-- index keys, then reads that many rows of each queue.)
+SELECT pg_temp.fill('head_a', 6, 5, 100, '{}', '[]');
+SELECT pg_temp.fill('head_b', 3, 7, 10, '{}', '[]');
+SELECT pg_temp.fill('head_c', 6, 5, 200, '{}', '[]');
+SELECT is((SELECT array_agg(t.queue || ':' || n ORDER BY t.queue) FROM (
+              SELECT t.queue, count(*) AS n FROM harvest._order_candidates(
+                  ARRAY['head_a', 'head_b', 'head_c'], harvest.now(), 8, 2) AS o,
+                  unnest(o.ids) AS u (id) JOIN harvest.tasks AS t ON t.id = u.id
+              GROUP BY t.queue) AS t),
+          ARRAY['head_b:3', 'head_c:5'], '_order_candidates(): a head of 8 over three queues takes 0, 3 and 5');
+SELECT is((SELECT array_agg(t.queue || ':' || n ORDER BY t.queue) FROM (
+              SELECT t.queue, count(*) AS n FROM harvest._order_candidates(
+                  ARRAY['head_a', 'head_b', 'head_c'], harvest.now(), 12, 2) AS o,
+                  unnest(o.ids) AS u (id) JOIN harvest.tasks AS t ON t.id = u.id
+              GROUP BY t.queue) AS t),
+          ARRAY['head_a:3', 'head_b:3', 'head_c:6'], '_order_candidates(): a head of 12 takes 3, 3 and 6');
+
 -- The claim keeps its first limit * 4 + 16 candidates in claim order across the queues.
 SELECT pg_temp.fill('multi_a', 30, 0, 0, '{}', '[]');
 SELECT pg_temp.fill('multi_b', 1, 9, 0, '{}', '[]');
