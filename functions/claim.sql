@@ -39,6 +39,7 @@ BEGIN
     FOR v_timer IN
         SELECT t.id, t.execution_id, t.seq
         FROM harvest.tasks AS t
+        -- (claim_tasks probes this condition before it calls: keep the two alike)
         WHERE t.kind = 'timer' AND t.status = 'pending' AND t.due_at <= v_now AND t.queue = ANY(p_queues)
         ORDER BY t.due_at
         LIMIT p_limit
@@ -540,8 +541,8 @@ BEGIN
             USING ERRCODE = 'HR001';
     END IF;
 
-    -- Due timers first; a probe, so the usual claim (no timer due) skips the firing
-    -- function's call, its clock read and its query loop's cursor.
+    -- Due timers first; a probe of _fire_due_timers' own loop condition, so the usual claim
+    -- (no timer due) skips the firing function's call, its clock read and its loop's cursor.
     IF EXISTS (
         SELECT 1 FROM harvest.tasks AS t
         WHERE t.kind = 'timer' AND t.status = 'pending' AND t.due_at <= v_now AND t.queue = ANY(p_queues)

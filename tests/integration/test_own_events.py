@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import psycopg
-
 import harvest.worker.workflows as workflows
 from harvest import App, Client, activity, workflow
 from harvest.testing import WorkflowReplayer
@@ -40,16 +38,6 @@ async def sleeps_then_gathers(ctx: Any, n: int) -> int:
 APP = App(workflows=[gathers, sleeps_then_gathers], activities=[noop])
 
 
-def _history(db: str, execution_id: str) -> list[dict]:
-    with psycopg.connect(db) as conn:
-        rows = conn.execute(
-            "SELECT event_id, event_type, event_data FROM harvest.events"
-            " WHERE execution_id = %s ORDER BY event_id",
-            (execution_id,),
-        ).fetchall()
-    return [{"event_id": i, "event_type": t, "event_data": d} for i, t, d in rows]
-
-
 def test_the_close_of_a_gather_carries_its_results_only(db, start_worker, monkeypatch):
     carried: list[tuple[int, list[str], bool]] = []
     real = workflows._carried_after
@@ -67,6 +55,7 @@ def test_the_close_of_a_gather_carries_its_results_only(db, start_worker, monkey
         assert plain.result(timeout=60) == 435
         timed = client.start_workflow(sleeps_then_gathers, 20, workflow_id="own-timer")
         assert timed.result(timeout=60) == 190
+        histories = [plain.history(), timed.history()]
     worker.stop()
     # Each run's first decision comes from a claim of a run nobody decided (the whole history,
     # not through _carried_after); every later one from its own worker's cached run.
@@ -77,5 +66,5 @@ def test_the_close_of_a_gather_carries_its_results_only(db, start_worker, monkey
         (3, ["TimerFired"], True),
         (25, ["ActivityCompleted"] * 20, True),
     ]
-    for handle in (plain, timed):
-        WorkflowReplayer(APP).replay_or_raise(_history(db, handle.execution_id))
+    for history in histories:
+        WorkflowReplayer(APP).replay_or_raise(history)
