@@ -193,9 +193,12 @@ def markdown(results: dict) -> str:
                 "group commits take them, no Python (`bench/sql_path.py`):"
             ),
             "",
-            "| clients | workflows/s |",
-            "| ---: | ---: |",
-            *(f"| {r['clients']} | {_f(r['wf_per_s'])} |" for r in sp["runs"]),
+            "| clients | workflows/s | server CPU ms/workflow |",
+            "| ---: | ---: | ---: |",
+            *(
+                f"| {r['clients']} | {_f(r['wf_per_s'])} | {r.get('server_cpu_ms_per_wf', '-')} |"
+                for r in sp["runs"]
+            ),
             "",
             (
                 f"Harvest, with its Python worker and client, reaches **{s['fraction_of_sql_path']:.0%}** of "

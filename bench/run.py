@@ -319,6 +319,9 @@ def summarize(results: dict) -> dict:
         # Harvest's own statements back to back (bench/sql_path.py).
         s["sql_path_wf_per_s"] = results["sql_path"]["best_wf_per_s"]
         s["fraction_of_sql_path"] = round(s["harvest_wf_per_s"] / s["sql_path_wf_per_s"], 3)
+        best = max(results["sql_path"]["runs"], key=lambda r: r["wf_per_s"])
+        if best.get("server_cpu_ms_per_wf"):
+            s["sql_path_server_cpu_ms_per_wf"] = best["server_cpu_ms_per_wf"]
     if results.get("raw_row_floor"):
         s["raw_row_floor_runs_per_s"] = results["raw_row_floor"]["best_runs_per_s"]
         if s.get("sql_path_wf_per_s"):

@@ -54,7 +54,20 @@ def _canonical(r: dict) -> tuple[float, str]:
 
 def _worker_efficiency(r: dict) -> tuple[float, str]:
     h, sql = _s(r, "harvest_wf_per_s"), _s(r, "sql_path_wf_per_s")
-    return h / sql, f"{h:,.1f} vs {sql:,.1f} workflows/s"
+    detail = f"{h:,.1f} vs {sql:,.1f} workflows/s"
+    sql_cpu = (r.get("summary") or {}).get("sql_path_server_cpu_ms_per_wf")
+    cpu = (r.get("summary") or {}).get("harvest_cpu_ms_per_workflow") or {}
+    if sql_cpu and cpu.get("server") and cpu.get("client"):
+        # The worker's Python shares the SQL path's cores on one machine: even with the
+        # server doing no more than the SQL path per workflow and every core busy, the
+        # canonical drain could reach at most sql_cpu / (sql_cpu + the process' CPU).
+        bound = sql_cpu / (sql_cpu + cpu["client"])
+        detail += (
+            f"; server CPU per workflow {cpu['server']:.2f} ms vs the SQL path's {sql_cpu:.2f} "
+            f"({cpu['server'] / sql_cpu:.2f}x); with the process' {cpu['client']:.2f} ms on the same "
+            f"cores, at most {bound:.0%} at the SQL path's server cost"
+        )
+    return h / sql, detail
 
 
 def _sql_efficiency(r: dict) -> tuple[float, str]:

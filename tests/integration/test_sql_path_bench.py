@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -63,3 +66,23 @@ def test_the_sql_path_procedure_writes_the_histories_the_worker_writes(db):
             results = [e["event_data"]["result"] for e in history if e["event_type"] == "ActivityCompleted"]
             assert results == [1, 2, 3]
             WorkflowReplayer(APP).replay_or_raise(history)
+
+
+def test_the_sql_path_row_reports_the_servers_cpu_per_workflow(db):
+    # bench/sql_path.py as make bench runs it (a subprocess: bench/ is not a package), small.
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "harvest_py")}
+    command = [sys.executable, str(BENCH / "sql_path.py"), "--dsn", db]
+    out = subprocess.run(
+        [*command, "--clients", "1,2", "--n", "8", "--batch", "4"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=120,
+    ).stdout
+    row = json.loads(out.strip().splitlines()[-1])
+    assert [r["clients"] for r in row["runs"]] == [1, 2]
+    for run in row["runs"]:
+        assert run["workflows"] == 8
+        # Eight runs through the server's functions cost it something, and far less than a second each.
+        assert 0 < run["server_cpu_ms_per_wf"] < 1000

@@ -104,6 +104,18 @@ def test_each_figure_is_computed_from_the_results():
     assert r["canonical_vs_dbos"]["figure"] == "6.50x"
 
 
+def test_worker_efficiency_shows_the_bound_the_shared_cores_set():
+    plain = rows(sample())["worker_efficiency"]["detail"]
+    assert plain == "750.0 vs 1,500.0 workflows/s"  # no CPU figures: no bound claimed
+    results = sample()
+    results["summary"]["sql_path_server_cpu_ms_per_wf"] = 0.9
+    results["summary"]["harvest_cpu_ms_per_workflow"] = {"server": 1.2, "client": 0.3}
+    detail = rows(results)["worker_efficiency"]["detail"]
+    assert "server CPU per workflow 1.20 ms vs the SQL path's 0.90 (1.33x)" in detail
+    assert "at most 75% at the SQL path's server cost" in detail  # 0.9 / (0.9 + 0.3)
+    assert rows(results)["worker_efficiency"]["value"] == pytest.approx(0.5)  # the figure is unchanged
+
+
 def test_met_and_missed_follow_each_goal():
     r = rows(sample())
     status = {k: v["status"] for k, v in r.items()}
