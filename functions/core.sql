@@ -155,6 +155,7 @@ CREATE OR REPLACE FUNCTION harvest._append_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL,
     p_wake_hold boolean DEFAULT false, p_own_events boolean DEFAULT false,
+    p_defer boolean DEFAULT false,
     OUT last_event_id bigint, OUT history_bytes bigint, OUT execution_status text
 )
 LANGUAGE plpgsql
@@ -174,6 +175,9 @@ BEGIN
         wake_hold = CASE WHEN p_decided_through IS NULL THEN x.wake_hold ELSE coalesce(p_wake_hold, false) END
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.history_bytes, x.status INTO last_event_id, history_bytes, execution_status;
+    IF p_defer THEN
+        RETURN;
+    END IF;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
     SELECT p_execution_id, last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
            harvest.now()
@@ -281,7 +285,7 @@ $$;
 CREATE OR REPLACE FUNCTION harvest._append_closing_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text, p_decided_through bigint,
-    p_status text, p_output jsonb, p_failure jsonb
+    p_status text, p_output jsonb, p_failure jsonb, p_defer boolean DEFAULT false
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -302,11 +306,13 @@ BEGIN
         status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.parent_id, x.parent_seq INTO v_last_event_id, v_parent_id, v_parent_seq;
-    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT p_execution_id, v_last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
-           harvest.now()
-    FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
-    PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+    IF NOT p_defer THEN
+        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+        SELECT p_execution_id, v_last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
+               harvest.now()
+        FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
+        PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+    END IF;
     PERFORM harvest._after_close(p_execution_id, p_status, p_output, p_failure, v_parent_id, v_parent_seq);
     RETURN v_last_event_id;
 END;

@@ -665,7 +665,9 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_worker_queues text[] DEFAULT NULL,
     p_payload_limit integer DEFAULT NULL,
     p_hand_off_queue text DEFAULT NULL,
-    OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
+    p_defer_events boolean DEFAULT false,
+    OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb,
+    OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint
 )
 LANGUAGE plpgsql
 AS $$
@@ -887,7 +889,12 @@ BEGIN
         -- The run ended: its end event (always among these, the last) and the close in one
         -- update of its row (core.sql, _append_closing_events).
         last_event_id := harvest._append_closing_events(v_execution.id, v_types, v_datas, p_worker_id,
-            v_decided_through, v_close_status, v_close_output, v_close_failure);
+            v_decided_through, v_close_status, v_close_output, v_close_failure, p_defer_events);
+        IF p_defer_events THEN
+            deferred_types := v_types;
+            deferred_datas := v_datas;
+            deferred_last := last_event_id;
+        END IF;
         execution_status := v_close_status;
         handed := '[]'::jsonb;  -- the close dropped the tasks handed above
         RETURN;
@@ -897,7 +904,12 @@ BEGIN
         -- (Own events only when the decision saw the whole history: its marker lands at
         -- through + 1, nothing it did not read before it, as WorkflowRun.recorded expects.)
         v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through,
-            v_hold, v_own AND p_through = v_seen_until);
+            v_hold, v_own AND p_through = v_seen_until, p_defer_events AND NOT v_closed);
+        IF p_defer_events AND NOT v_closed THEN
+            deferred_types := v_types;
+            deferred_datas := v_datas;
+            deferred_last := v_appended.last_event_id;
+        END IF;
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status
@@ -1017,6 +1029,12 @@ DECLARE
     v_commands jsonb;
     v_now timestamptz := harvest.now();
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
+    v_ev_runs uuid[] := ARRAY[]::uuid[];
+    v_ev_ids bigint[] := ARRAY[]::bigint[];
+    v_ev_types text[] := ARRAY[]::text[];
+    v_ev_datas jsonb[] := ARRAY[]::jsonb[];
+    v_k integer;
+    v_n integer;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1106,13 +1124,28 @@ BEGIN
         IF outcome = 'completed' THEN
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
-                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_defer_events => true);
+            v_n := cardinality(v_decided.deferred_types);
+            IF v_n > 0 THEN
+                FOR v_k IN 1 .. v_n LOOP
+                    v_ev_runs := v_ev_runs || v_run;
+                    v_ev_ids := v_ev_ids || (v_decided.deferred_last - v_n + v_k);
+                END LOOP;
+                v_ev_types := v_ev_types || v_decided.deferred_types;
+                v_ev_datas := v_ev_datas || v_decided.deferred_datas;
+            END IF;
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
             handed := v_decided.handed;
         END IF;
         RETURN NEXT;
     END LOOP;
+    IF cardinality(v_ev_ids) > 0 THEN
+        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+        SELECT e.run, e.id, e.event_type, coalesce(e.event_data, '{}'::jsonb), v_now
+        FROM unnest(v_ev_runs, v_ev_ids, v_ev_types, v_ev_datas) AS e (run, id, event_type, event_data);
+        PERFORM harvest._notify_events(r.run) FROM (SELECT DISTINCT u.run FROM unnest(v_ev_runs) AS u (run)) AS r;
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint, bigint[]) IS
