@@ -336,11 +336,12 @@ DECLARE
     -- "A decision ahead reads its run once").
     v_execution harvest.executions;
     v_row_read boolean;
+    -- The applied decisions' last events, inserted once (_apply_decision's p_defer_events,
+    -- core.sql _insert_events): their runs, id offsets, types and data.
     v_ev_runs uuid[] := ARRAY[]::uuid[];
-    v_ev_ids bigint[] := ARRAY[]::bigint[];
+    v_ev_offsets bigint[] := ARRAY[]::bigint[];
     v_ev_types text[] := ARRAY[]::text[];
     v_ev_datas jsonb[] := ARRAY[]::jsonb[];
-    v_k integer;
     v_n integer;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
@@ -442,6 +443,16 @@ BEGIN
                 END IF;
             END IF;
         END IF;
+        -- A run's decided events held here go in before anything else of the run is done
+        -- (its next result or decision; a decision may read its history); another run's
+        -- may wait: nothing of this run reads them.
+        IF v_problem IS NULL AND v_task.execution_id = v_ev_runs[cardinality(v_ev_runs)] THEN
+            PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+            v_ev_runs := ARRAY[]::uuid[];
+            v_ev_offsets := ARRAY[]::bigint[];
+            v_ev_types := ARRAY[]::text[];
+            v_ev_datas := ARRAY[]::jsonb[];
+        END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.
         IF v_problem IS NULL AND cardinality(v_run_types) > 0
@@ -505,15 +516,14 @@ BEGIN
                 CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END,
                 -- What this item read already: the row, the worker's queues, the limit, and the
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
-                v_execution, v_queues, v_limit, v_execution.queue, true);
+                v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => true);
             v_n := cardinality(v_applied.deferred_types);
             IF v_n > 0 THEN
-                FOR v_k IN 1 .. v_n LOOP
-                    v_ev_runs := v_ev_runs || v_task.execution_id;
-                    v_ev_ids := v_ev_ids || (v_applied.deferred_last - v_n + v_k);
-                END LOOP;
                 v_ev_types := v_ev_types || v_applied.deferred_types;
                 v_ev_datas := v_ev_datas || v_applied.deferred_datas;
+                v_ev_runs := v_ev_runs || array_fill(v_task.execution_id, ARRAY[v_n]);
+                v_ev_offsets := v_ev_offsets || array_fill(v_applied.deferred_last - cardinality(v_ev_types),
+                                                           ARRAY[v_n]);
             END IF;
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
@@ -543,11 +553,8 @@ BEGIN
         v_handed[v_run_last] := harvest._record_activity_results(
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
     END IF;
-    IF cardinality(v_ev_ids) > 0 THEN
-        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-        SELECT e.run, e.id, e.event_type, coalesce(e.event_data, '{}'::jsonb), v_now
-        FROM unnest(v_ev_runs, v_ev_ids, v_ev_types, v_ev_datas) AS e (run, id, event_type, event_data);
-        PERFORM harvest._notify_events(r.run) FROM (SELECT DISTINCT u.run FROM unnest(v_ev_runs) AS u (run)) AS r;
+    IF cardinality(v_ev_runs) > 0 THEN
+        PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
     END IF;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.
     -- (RETURN NEXT by primary key: a set query here would be planned on every call.)

@@ -151,6 +151,8 @@ $$;
 -- (WorkflowRun.recorded, _SELF_RECORDING): decided_through then covers them too, so
 -- the next claim of the run by that worker carries only what came after them
 -- (_events_since_decision; a worker whose run did not take them reads them itself).
+-- With p_defer, the row is updated (the ids are taken) but the events are not inserted:
+-- the caller inserts them with _insert_events (see there), by the ids this returns.
 CREATE OR REPLACE FUNCTION harvest._append_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL,
@@ -176,13 +178,42 @@ BEGIN
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.history_bytes, x.status INTO last_event_id, history_bytes, execution_status;
     IF p_defer THEN
-        RETURN;
+        RETURN;  -- (the caller's _insert_events, with its notification)
     END IF;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
     SELECT p_execution_id, last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
            harvest.now()
     FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
     PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+END;
+$$;
+
+-- Insert events whose ids _append_events or _append_closing_events took with p_defer:
+-- a batch's (complete_activities, complete_workflow_tasks) decisions' last appends in one
+-- statement, not one per decision (executor start-up, plan check, constraints and the
+-- trigger's WHEN are paid per statement; docs/performance.md, "One statement per batch
+-- for a result batch's appends"). Event i (by subscript) is of run p_execution_ids[i]
+-- and has id p_id_offsets[i] + i: a caller adds a decision's n deferred events with the
+-- offset (its last id - the buffer's length after them) n times. Inserted in buffer
+-- order: each run's ids ascending, as their appends took them. A caller inserts the
+-- buffer before anything of a run it holds events of reads that run's history (its
+-- next item), and before it returns. Then the stream's notification (_notify_events'
+-- probe and message), once per run: identical messages of a transaction are one.
+CREATE OR REPLACE FUNCTION harvest._insert_events(
+    p_execution_ids uuid[], p_id_offsets bigint[], p_event_types text[], p_event_datas jsonb[]
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    SELECT p_execution_ids[s.i], p_id_offsets[s.i] + s.i, p_event_types[s.i],
+           coalesce(p_event_datas[s.i], '{}'::jsonb), harvest.now()
+    FROM generate_subscripts(p_event_types, 1) AS s (i);
+    PERFORM pg_notify('harvest_events', p_execution_ids[s.i]::text)
+    FROM generate_subscripts(p_execution_ids, 1) AS s (i)
+    WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
+                  WHERE l.heartbeat_at > now() - interval '30 seconds');
 END;
 $$;
 
@@ -281,7 +312,9 @@ $$;
 -- its own, before, so it takes its key before the close gives the run's keys back.
 -- Returns the id of the last event. (Its own statement, not _append_events' with
 -- optional close columns: an UPDATE that names status fires the AFTER UPDATE OF
--- status triggers, so every append would pay them.)
+-- status triggers, so every append would pay them.) With p_defer, the events are not
+-- inserted (as _append_events' p_defer): nothing _after_close does reads the closed
+-- run's history.
 CREATE OR REPLACE FUNCTION harvest._append_closing_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text, p_decided_through bigint,

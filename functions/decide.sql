@@ -643,6 +643,12 @@ $$;
 -- appended just before the marker, in the same row update, and the decision may
 -- be through it. The dispatcher: each command goes to its _decide_<type> (above);
 -- this function buffers their events, hands off, ends the run, checks the caps.
+-- With p_defer_events (a batch's caller), the decision's last append takes its ids
+-- but leaves the events to the caller (deferred_types, deferred_datas, deferred_last:
+-- the last one's id), which inserts its batch's with one _insert_events (core.sql);
+-- an append a command needs in the history at once (a mutex marker, and whatever goes
+-- before a child's start, an update, continue-as-new, an external command) is made
+-- as without it, and so are a continued run's last events.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -665,6 +671,7 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_worker_queues text[] DEFAULT NULL,
     p_payload_limit integer DEFAULT NULL,
     p_hand_off_queue text DEFAULT NULL,
+    -- The decision's last events left to the caller (see above).
     p_defer_events boolean DEFAULT false,
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb,
     OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint
@@ -1029,11 +1036,12 @@ DECLARE
     v_commands jsonb;
     v_now timestamptz := harvest.now();
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
+    -- The decisions' last events, inserted once (_apply_decision's p_defer_events,
+    -- core.sql _insert_events): their runs, id offsets, types and data.
     v_ev_runs uuid[] := ARRAY[]::uuid[];
-    v_ev_ids bigint[] := ARRAY[]::bigint[];
+    v_ev_offsets bigint[] := ARRAY[]::bigint[];
     v_ev_types text[] := ARRAY[]::text[];
     v_ev_datas jsonb[] := ARRAY[]::jsonb[];
-    v_k integer;
     v_n integer;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
@@ -1122,17 +1130,24 @@ BEGIN
             END IF;
         END IF;
         IF outcome = 'completed' THEN
+            -- A run's events held here go in before its next decision (which may read its
+            -- history); another run's may wait (nothing of this run reads them).
+            IF v_run = v_ev_runs[cardinality(v_ev_runs)] THEN
+                PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+                v_ev_runs := ARRAY[]::uuid[];
+                v_ev_offsets := ARRAY[]::bigint[];
+                v_ev_types := ARRAY[]::text[];
+                v_ev_datas := ARRAY[]::jsonb[];
+            END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
                 p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_defer_events => true);
             v_n := cardinality(v_decided.deferred_types);
             IF v_n > 0 THEN
-                FOR v_k IN 1 .. v_n LOOP
-                    v_ev_runs := v_ev_runs || v_run;
-                    v_ev_ids := v_ev_ids || (v_decided.deferred_last - v_n + v_k);
-                END LOOP;
                 v_ev_types := v_ev_types || v_decided.deferred_types;
                 v_ev_datas := v_ev_datas || v_decided.deferred_datas;
+                v_ev_runs := v_ev_runs || array_fill(v_run, ARRAY[v_n]);
+                v_ev_offsets := v_ev_offsets || array_fill(v_decided.deferred_last - cardinality(v_ev_types), ARRAY[v_n]);
             END IF;
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
@@ -1140,11 +1155,8 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
-    IF cardinality(v_ev_ids) > 0 THEN
-        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-        SELECT e.run, e.id, e.event_type, coalesce(e.event_data, '{}'::jsonb), v_now
-        FROM unnest(v_ev_runs, v_ev_ids, v_ev_types, v_ev_datas) AS e (run, id, event_type, event_data);
-        PERFORM harvest._notify_events(r.run) FROM (SELECT DISTINCT u.run FROM unnest(v_ev_runs) AS u (run)) AS r;
+    IF cardinality(v_ev_runs) > 0 THEN
+        PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
     END IF;
 END;
 $$;
