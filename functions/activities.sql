@@ -343,6 +343,9 @@ DECLARE
     v_ev_types text[] := ARRAY[]::text[];
     v_ev_datas jsonb[] := ARRAY[]::jsonb[];
     v_n integer;
+    -- (A call of one item appends as complete_activity does: one statement either way,
+    -- and the buffer's plumbing costs it some 20 us; docs/performance.md, as above.)
+    v_batched boolean := cardinality(p_task_ids) > 1;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -516,7 +519,7 @@ BEGIN
                 CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END,
                 -- What this item read already: the row, the worker's queues, the limit, and the
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
-                v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => true);
+                v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched);
             v_n := cardinality(v_applied.deferred_types);
             IF v_n > 0 THEN
                 v_ev_types := v_ev_types || v_applied.deferred_types;

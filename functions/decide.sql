@@ -1037,7 +1037,8 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
     -- The decisions' last events, inserted once (_apply_decision's p_defer_events,
-    -- core.sql _insert_events): their runs, id offsets, types and data.
+    -- core.sql _insert_events): their runs, id offsets, types and data. (Not for a call
+    -- of one item: one statement either way, and the buffer's plumbing costs it some 20 us.)
     v_ev_runs uuid[] := ARRAY[]::uuid[];
     v_ev_offsets bigint[] := ARRAY[]::bigint[];
     v_ev_types text[] := ARRAY[]::text[];
@@ -1141,7 +1142,7 @@ BEGIN
             END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
-                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_defer_events => true);
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_defer_events => v_count > 1);
             v_n := cardinality(v_decided.deferred_types);
             IF v_n > 0 THEN
                 v_ev_types := v_ev_types || v_decided.deferred_types;
