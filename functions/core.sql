@@ -192,8 +192,8 @@ $$;
 -- a batch's (complete_activities, complete_workflow_tasks) decisions' last appends in one
 -- statement, not one per decision (executor start-up, plan check, constraints and the
 -- trigger's WHEN are paid per statement; docs/performance.md, "One statement per batch
--- for a result batch's appends"). Event i (by subscript) is of run p_execution_ids[i]
--- and has id p_id_offsets[i] + i: a caller adds a decision's n deferred events with the
+-- for a result batch's appends"). The i-th event is of run p_execution_ids[i] and
+-- has id p_id_offsets[i] + i: a caller adds a decision's n deferred events with the
 -- offset (its last id - the buffer's length after them) n times. Inserted in buffer
 -- order: each run's ids ascending, as their appends took them. A caller inserts the
 -- buffer before anything of a run it holds events of reads that run's history (its
@@ -206,12 +206,15 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    -- (unnest, not subscripts: an element of a flat array of variable-width elements is
+    -- found by walking the ones before it, so a buffer of a fan-out's decisions, hundreds
+    -- of events, cost its square.)
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT p_execution_ids[s.i], p_id_offsets[s.i] + s.i, p_event_types[s.i],
-           coalesce(p_event_datas[s.i], '{}'::jsonb), harvest.now()
-    FROM generate_subscripts(p_event_types, 1) AS s (i);
-    PERFORM pg_notify('harvest_events', p_execution_ids[s.i]::text)
-    FROM generate_subscripts(p_execution_ids, 1) AS s (i)
+    SELECT e.execution_id, e.id_offset + e.i, e.event_type, coalesce(e.event_data, '{}'::jsonb), harvest.now()
+    FROM unnest(p_execution_ids, p_id_offsets, p_event_types, p_event_datas) WITH ORDINALITY
+        AS e (execution_id, id_offset, event_type, event_data, i);
+    PERFORM pg_notify('harvest_events', u.execution_id::text)
+    FROM unnest(p_execution_ids) AS u (execution_id)
     WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
                   WHERE l.heartbeat_at > now() - interval '30 seconds');
 END;
