@@ -346,6 +346,15 @@ DECLARE
     -- (A call of one item appends as complete_activity does: one statement either way,
     -- and the buffer's plumbing costs it some 20 us; docs/performance.md, as above.)
     v_batched boolean := cardinality(p_task_ids) > 1;
+    -- The applied decisions' handed activities, one each, handed once likewise
+    -- (_apply_decision's p_defer_hand, decide.sql _hand_activities_of_runs): the item each
+    -- answers, its run's row as the decision read it and id, its seq and command.
+    v_hd_items integer[] := ARRAY[]::integer[];
+    v_hd_runs harvest.executions[] := ARRAY[]::harvest.executions[];
+    v_hd_ids uuid[] := ARRAY[]::uuid[];
+    v_hd_seqs integer[] := ARRAY[]::integer[];
+    v_hd_cmds jsonb[] := ARRAY[]::jsonb[];
+    v_hd_tasks jsonb[];
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -449,12 +458,27 @@ BEGIN
         -- A run's decided events held here go in before anything else of the run is done
         -- (its next result or decision; a decision may read its history); another run's
         -- may wait: nothing of this run reads them.
+        -- Its handed activity likewise (a result's wake-up asks for the run's activity tasks,
+        -- a close deletes them).
         IF v_problem IS NULL AND v_task.execution_id = v_ev_runs[cardinality(v_ev_runs)] THEN
             PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
             v_ev_runs := ARRAY[]::uuid[];
             v_ev_offsets := ARRAY[]::bigint[];
             v_ev_types := ARRAY[]::text[];
             v_ev_datas := ARRAY[]::jsonb[];
+        END IF;
+        IF v_problem IS NULL AND v_task.execution_id = v_hd_ids[cardinality(v_hd_ids)] THEN
+            v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+                ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+            FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                        jsonb_build_array(v_hd_tasks[v_i]));
+            END LOOP;
+            v_hd_items := ARRAY[]::integer[];
+            v_hd_runs := ARRAY[]::harvest.executions[];
+            v_hd_ids := ARRAY[]::uuid[];
+            v_hd_seqs := ARRAY[]::integer[];
+            v_hd_cmds := ARRAY[]::jsonb[];
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.
@@ -519,7 +543,15 @@ BEGIN
                 CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END,
                 -- What this item read already: the row, the worker's queues, the limit, and the
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
-                v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched);
+                v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched,
+                p_defer_hand => v_batched);
+            IF v_applied.deferred_hand_seq IS NOT NULL THEN
+                v_hd_items := v_hd_items || (cardinality(v_decided) + 1);  -- (this item's, below)
+                v_hd_runs := v_hd_runs || v_execution;
+                v_hd_ids := v_hd_ids || v_execution.id;
+                v_hd_seqs := v_hd_seqs || v_applied.deferred_hand_seq;
+                v_hd_cmds := v_hd_cmds || v_applied.deferred_hand;
+            END IF;
             v_n := cardinality(v_applied.deferred_types);
             IF v_n > 0 THEN
                 v_ev_types := v_ev_types || v_applied.deferred_types;
@@ -558,6 +590,14 @@ BEGIN
     END IF;
     IF cardinality(v_ev_runs) > 0 THEN
         PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+    END IF;
+    IF cardinality(v_hd_ids) > 0 THEN
+        v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+            ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+        FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+            v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                    jsonb_build_array(v_hd_tasks[v_i]));
+        END LOOP;
     END IF;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.
     -- (RETURN NEXT by primary key: a set query here would be planned on every call.)

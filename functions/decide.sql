@@ -327,13 +327,37 @@ BEGIN
         ) RETURNING harvest._task_for_worker(t, p_execution, p_worker_id) INTO v_task;
         RETURN ARRAY[v_task];
     END IF;
+    RETURN harvest._hand_activities_of_runs(ARRAY[p_execution], ARRAY[p_execution.id],
+        array_fill(1, ARRAY[cardinality(p_seqs)]), p_seqs, p_commands, p_worker_id, p_now);
+END;
+$$;
+
+-- The statement of many of _hand_activities, for activities of several runs at once:
+-- activity i is of run p_executions[p_runs[i]] (its row as its decision read it, which the
+-- worker's copy of the task is built from: _task_for_worker), p_execution_ids those runs'
+-- ids in the same order. complete_activities hands a batch's decisions' activities with
+-- it (_apply_decision's p_defer_hand), one statement for the batch; _hand_activities its
+-- one run's. Returns the tasks as the worker receives them, in the arrays' order.
+CREATE OR REPLACE FUNCTION harvest._hand_activities_of_runs(
+    p_executions harvest.executions[], p_execution_ids uuid[], p_runs integer[], p_seqs integer[],
+    p_commands jsonb[], p_worker_id text, p_now timestamptz
+)
+RETURNS jsonb[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_handed jsonb[];
+BEGIN
+    IF cardinality(p_seqs) = 1 THEN  -- (the one-row statement: see _hand_activities)
+        RETURN harvest._hand_activities(p_executions[p_runs[1]], p_seqs, p_commands, p_worker_id, p_now);
+    END IF;
     WITH handed AS (
         INSERT INTO harvest.tasks AS t (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
             scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
             lease_expires_at
         )
-        SELECT p_execution.id, 'activity', coalesce(q.command ->> 'queue', p_execution.queue),
+        SELECT (q.x).id, 'activity', coalesce(q.command ->> 'queue', (q.x).queue),
                coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
                q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
                coalesce(q.command -> 'options', '{}'::jsonb), p_now,
@@ -341,18 +365,19 @@ BEGIN
                'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
                p_now + make_interval(secs => harvest._lease_secs(
                    'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0))
-        -- (By subscript, not unnest: the planner takes unnest's size from the array, so a
-        -- custom plan of one item always looked cheaper than the cached generic one and
-        -- the statement was planned afresh on every call; a decision hands one activity
-        -- at a time in the canonical drain.)
-        FROM (SELECT s.i, p_seqs[s.i] AS seq, p_commands[s.i] AS command
-              FROM generate_subscripts(p_seqs, 1) AS s (i)) AS q
+        -- (unnest, not subscripts: an element of a flat array of variable-width elements, a
+        -- command, is found by walking the ones before it, so a fan-out's decision of hundreds
+        -- of activities cost their square; the one-item call, whose custom plan unnest would
+        -- make dearer, goes the one-row way above.)
+        FROM (SELECT u.i, u.seq, u.command, p_executions[u.r] AS x
+              FROM unnest(p_runs, p_seqs, p_commands) WITH ORDINALITY AS u (r, seq, command, i)) AS q
         ORDER BY q.i
         -- (Built in the RETURNING list, where _task_for_worker inlines into the row's own
         -- columns: a whole row returned and described afterwards was made a composite and
         -- taken apart again per field, a dearer statement than the single-row INSERT
         -- it replaced for a decision that hands one activity.)
-        RETURNING t.id, harvest._task_for_worker(t, p_execution, p_worker_id) AS task
+        RETURNING t.id, harvest._task_for_worker(t, p_executions[array_position(p_execution_ids, t.execution_id)],
+                                                 p_worker_id) AS task
     )
     SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
     RETURN v_handed;
@@ -648,7 +673,12 @@ $$;
 -- the last one's id), which inserts its batch's with one _insert_events (core.sql);
 -- an append a command needs in the history at once (a mutex marker, and whatever goes
 -- before a child's start, an update, continue-as-new, an external command) is made
--- as without it, and so are a continued run's last events.
+-- as without it, and so are a continued run's last events. With p_defer_hand (the
+-- caller's p_execution given), a decision that hands one activity, after all of its other
+-- commands and without ending the run, leaves it to the caller likewise (deferred_hand_seq,
+-- deferred_hand: its seq and command; handed is then []), which hands its batch's with one
+-- _hand_activities_of_runs, p_execution the run's row; a decision the history caps then
+-- close leaves none.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -673,8 +703,11 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_hand_off_queue text DEFAULT NULL,
     -- The decision's last events left to the caller (see above).
     p_defer_events boolean DEFAULT false,
+    -- A decision's one handed activity left to the caller too (see above).
+    p_defer_hand boolean DEFAULT false,
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb,
-    OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint
+    OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint,
+    OUT deferred_hand_seq integer, OUT deferred_hand jsonb
 )
 LANGUAGE plpgsql
 AS $$
@@ -887,7 +920,12 @@ BEGIN
         END IF;
     END LOOP;
     IF cardinality(v_hand_seqs) > 0 THEN
-        v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
+        IF p_defer_hand AND cardinality(v_hand_seqs) = 1 AND cardinality(v_handed) = 0 AND NOT v_closed THEN
+            deferred_hand_seq := v_hand_seqs[1];
+            deferred_hand := v_hand_cmds[1];
+        ELSE
+            v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
+        END IF;
     END IF;
     IF cardinality(v_queued) > 0 THEN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
@@ -940,6 +978,8 @@ BEGIN
         execution_status := v_cap.execution_status;
         IF v_cap.capped THEN
             handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+            deferred_hand_seq := NULL;  -- and one left to the caller is not handed
+            deferred_hand := NULL;
             RETURN;
         END IF;
     END IF;

@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(216);
+SELECT plan(217);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -813,6 +813,16 @@ SELECT results_eq(
       WHERE b.batch = 'bw' AND b.task_id = pg_temp.task('bw_c.2')$$,
     $$VALUES (ARRAY['7:ActivityCompleted'])$$,
     'the run woken by its later result: its handed task carries the events after its decision');
+SELECT results_eq(
+    $$SELECT (h ->> 'task_id')::bigint, h ->> 'workflow_id', h ->> 'queue', (h ->> 'fencing_token')::bigint,
+             (h ->> 'new_events_after')::bigint, jsonb_array_length(b.decided -> 'handed')
+      FROM batches AS b, LATERAL (SELECT b.decided -> 'handed' -> 0 AS h) AS x
+      WHERE b.batch = 'bw' AND b.task_id = pg_temp.task('bw_a.1')$$,
+    $$SELECT t.id, e.workflow_id, 'dq_bw'::text, t.fencing_token, 3::bigint, 1
+      FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+      WHERE t.execution_id = pg_temp.run('bw_a.1') AND t.kind = 'activity' AND t.status = 'running'
+        AND t.lease_owner = 'bw'$$,
+    'a decision''s handed activity in the batch: decided.handed is its leased row, described with the run as the decision read it');
 -- _apply_decision with p_defer_events takes the ids (the run's row moves) and leaves the
 -- events to its caller, whose _insert_events puts them in at those ids.
 SELECT pg_temp.decided('bw_e', 'bw');
