@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(284);
+SELECT plan(285);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1495,7 +1495,15 @@ SELECT is((SELECT handed FROM fn_of_runs),
            FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
            WHERE t.seq IN (21, 22, 23) AND t.kind = 'activity'),
           '... each returned as _task_for_worker describes its row with its own run');
-DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23) AND kind = 'activity';
+SELECT harvest._hand_activities(pg_temp.exec('cmd_fn2'), ARRAY[31, 32],
+                                ARRAY['{"name": "r1"}', '{"name": "r3"}']::jsonb[], 'fn-worker', harvest.now());
+SELECT results_eq(
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq' FROM harvest.tasks AS t
+      WHERE t.seq IN (21, 23) AND t.kind = 'activity' ORDER BY t.id$$,
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq' FROM harvest.tasks AS t
+      WHERE t.seq IN (31, 32) AND t.kind = 'activity' ORDER BY t.id$$,
+    '... and their rows are the ones _hand_activities'' statement of many inserts for the same commands');
+DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity';
 -- _activity_scheduled: the one description of a scheduled activity, a named queue kept.
 SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 13,
               '{"type": "schedule_activity", "seq": 13, "name": "q3", "queue": "fn_q"}', 1000),
