@@ -355,6 +355,7 @@ DECLARE
     v_hd_seqs integer[] := ARRAY[]::integer[];
     v_hd_cmds jsonb[] := ARRAY[]::jsonb[];
     v_hd_tasks jsonb[];
+    v_held_run uuid;  -- the run of the events held last (NULL: none held)
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -455,30 +456,31 @@ BEGIN
                 END IF;
             END IF;
         END IF;
-        -- A run's decided events held here go in before anything else of the run is done
-        -- (its next result or decision; a decision may read its history); another run's
-        -- may wait: nothing of this run reads them.
-        -- Its handed activity likewise (a result's wake-up asks for the run's activity tasks,
-        -- a close deletes them).
-        IF v_problem IS NULL AND v_task.execution_id = v_ev_runs[cardinality(v_ev_runs)] THEN
+        -- A run's decided events (and handed activity) held here go in before anything else
+        -- of the run is done (its next result or decision: a decision may read its history, a
+        -- result's wake-up asks for its activity tasks, a close deletes them); another run's
+        -- may wait: nothing of this run reads them. (One test per item: a decision's handed
+        -- activity is held only with its events, so the run held last is the events'.)
+        IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
             PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
             v_ev_runs := ARRAY[]::uuid[];
             v_ev_offsets := ARRAY[]::bigint[];
             v_ev_types := ARRAY[]::text[];
             v_ev_datas := ARRAY[]::jsonb[];
-        END IF;
-        IF v_problem IS NULL AND v_task.execution_id = v_hd_ids[cardinality(v_hd_ids)] THEN
-            v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
-                ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-            FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
-                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
-                                                        jsonb_build_array(v_hd_tasks[v_i]));
-            END LOOP;
-            v_hd_items := ARRAY[]::integer[];
-            v_hd_runs := ARRAY[]::harvest.executions[];
-            v_hd_ids := ARRAY[]::uuid[];
-            v_hd_seqs := ARRAY[]::integer[];
-            v_hd_cmds := ARRAY[]::jsonb[];
+            IF cardinality(v_hd_ids) > 0 THEN
+                v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+                    ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+                FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+                    v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                            jsonb_build_array(v_hd_tasks[v_i]));
+                END LOOP;
+                v_hd_items := ARRAY[]::integer[];
+                v_hd_runs := ARRAY[]::harvest.executions[];
+                v_hd_ids := ARRAY[]::uuid[];
+                v_hd_seqs := ARRAY[]::integer[];
+                v_hd_cmds := ARRAY[]::jsonb[];
+            END IF;
+            v_held_run := NULL;
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.
@@ -559,6 +561,7 @@ BEGIN
                 v_ev_runs := v_ev_runs || array_fill(v_task.execution_id, ARRAY[v_n]);
                 v_ev_offsets := v_ev_offsets || array_fill(v_applied.deferred_last - cardinality(v_ev_types),
                                                            ARRAY[v_n]);
+                v_held_run := v_task.execution_id;
             END IF;
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
