@@ -946,7 +946,8 @@ BEGIN
         END IF;
     END LOOP;
     IF cardinality(v_hand_seqs) > 0 THEN
-        IF p_defer_hand AND cardinality(v_hand_seqs) = 1 AND cardinality(v_handed) = 0 AND NOT v_closed THEN
+        IF p_defer_hand AND p_execution.id IS NOT NULL AND cardinality(v_hand_seqs) = 1 AND cardinality(v_handed) = 0
+           AND NOT v_closed THEN
             deferred_hand_seq := v_hand_seqs[1];
             deferred_hand := v_hand_cmds[1];
         ELSE
@@ -1110,6 +1111,28 @@ DECLARE
     v_ev_types text[] := ARRAY[]::text[];
     v_ev_datas jsonb[] := ARRAY[]::jsonb[];
     v_n integer;
+    v_batched boolean := v_count > 1;
+    -- The run's row as the item's lock read it (NULL when the item went the full way), for
+    -- the decision (_apply_decision's p_execution) and its held handed activity.
+    v_execution harvest.executions;
+    -- The decisions' handed activities, one each, handed once (_apply_decision's
+    -- p_defer_hand, _hand_activities_of_runs) as complete_activities hands them: the answer
+    -- each belongs to, its run's row and id, its seq and command; and the answers, held to
+    -- the end of the call in a batch (returned as they go in a call of one item).
+    v_hd_items integer[] := ARRAY[]::integer[];
+    v_hd_runs harvest.executions[] := ARRAY[]::harvest.executions[];
+    v_hd_ids uuid[] := ARRAY[]::uuid[];
+    v_hd_seqs integer[] := ARRAY[]::integer[];
+    v_hd_cmds jsonb[] := ARRAY[]::jsonb[];
+    v_hd_tasks jsonb[];
+    v_held_run uuid;  -- the run of the events held last (NULL: none held)
+    v_o_ids bigint[] := ARRAY[]::bigint[];
+    v_o_outcomes text[] := ARRAY[]::text[];
+    v_o_messages text[] := ARRAY[]::text[];
+    v_o_lasts bigint[] := ARRAY[]::bigint[];
+    v_o_statuses text[] := ARRAY[]::text[];
+    v_o_handed jsonb[] := ARRAY[]::jsonb[];
+    v_i integer;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1137,7 +1160,7 @@ BEGIN
             EXIT;
         END IF;
     END LOOP;
-    -- (RETURN NEXT per item: a set query here would be planned on every call.)
+    -- (RETURN NEXT per answer: a set query here would be planned on every call.)
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
         -- an id list scans the whole table. The items by subscript, not unnest: the
@@ -1163,13 +1186,17 @@ BEGIN
         -- every item in owner mode (a stale owner's task stays, to go back to the queue),
         -- goes the full way, which names its problem.
         v_run := NULL;
+        v_execution := NULL;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
                                                 'workflow', v_item.token, v_now) IS NULL
             RETURNING t.execution_id INTO v_run;
+        END IF;
+        IF v_run IS NULL THEN
+            v_execution := NULL;  -- (the full way reads the run's row again)
         END IF;
         IF v_run IS NOT NULL THEN
             outcome := 'completed';
@@ -1197,34 +1224,83 @@ BEGIN
             END IF;
         END IF;
         IF outcome = 'completed' THEN
-            -- A run's events held here go in before its next decision (which may read its
-            -- history); another run's may wait (nothing of this run reads them).
-            IF v_run = v_ev_runs[cardinality(v_ev_runs)] THEN
+            -- What is held of a run (its events, its handed activity) goes in before its next
+            -- decision (which may read its history); another run's may wait (nothing of this
+            -- run reads them).
+            IF v_run = v_held_run THEN
                 PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
                 v_ev_runs := ARRAY[]::uuid[];
                 v_ev_offsets := ARRAY[]::bigint[];
                 v_ev_types := ARRAY[]::text[];
                 v_ev_datas := ARRAY[]::jsonb[];
+                IF cardinality(v_hd_ids) > 0 THEN
+                    v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+                        ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id,
+                        v_now);
+                    FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+                        v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+                    END LOOP;
+                    v_hd_items := ARRAY[]::integer[];
+                    v_hd_runs := ARRAY[]::harvest.executions[];
+                    v_hd_ids := ARRAY[]::uuid[];
+                    v_hd_seqs := ARRAY[]::integer[];
+                    v_hd_cmds := ARRAY[]::jsonb[];
+                END IF;
+                v_held_run := NULL;
             END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
-                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_defer_events => v_count > 1);
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_execution => v_execution,
+                p_defer_events => v_batched, p_defer_hand => v_batched);
             v_n := cardinality(v_decided.deferred_types);
             IF v_n > 0 THEN
                 v_ev_types := v_ev_types || v_decided.deferred_types;
                 v_ev_datas := v_ev_datas || v_decided.deferred_datas;
                 v_ev_runs := v_ev_runs || array_fill(v_run, ARRAY[v_n]);
                 v_ev_offsets := v_ev_offsets || array_fill(v_decided.deferred_last - cardinality(v_ev_types), ARRAY[v_n]);
+                v_held_run := v_run;
+            END IF;
+            IF v_decided.deferred_hand_seq IS NOT NULL THEN
+                v_hd_items := v_hd_items || (cardinality(v_o_ids) + 1);  -- (this item's answer, below)
+                v_hd_runs := v_hd_runs || v_execution;
+                v_hd_ids := v_hd_ids || v_run;
+                v_hd_seqs := v_hd_seqs || v_decided.deferred_hand_seq;
+                v_hd_cmds := v_hd_cmds || v_decided.deferred_hand;
             END IF;
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
             handed := v_decided.handed;
         END IF;
-        RETURN NEXT;
+        IF v_batched THEN
+            v_o_ids := v_o_ids || task_id;
+            v_o_outcomes := v_o_outcomes || outcome;
+            v_o_messages := v_o_messages || message;
+            v_o_lasts := v_o_lasts || last_event_id;
+            v_o_statuses := v_o_statuses || execution_status;
+            v_o_handed := v_o_handed || handed;
+        ELSE
+            RETURN NEXT;
+        END IF;
     END LOOP;
     IF cardinality(v_ev_runs) > 0 THEN
         PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
     END IF;
+    IF cardinality(v_hd_ids) > 0 THEN
+        v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+            ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+        FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+            v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+        END LOOP;
+    END IF;
+    FOR v_i IN 1 .. cardinality(v_o_ids) LOOP  -- (a batch's answers, held: see above)
+        task_id := v_o_ids[v_i];
+        outcome := v_o_outcomes[v_i];
+        message := v_o_messages[v_i];
+        last_event_id := v_o_lasts[v_i];
+        execution_status := v_o_statuses[v_i];
+        handed := v_o_handed[v_i];
+        RETURN NEXT;
+    END LOOP;
 END;
 $$;
 COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint, bigint[]) IS
