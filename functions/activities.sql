@@ -337,11 +337,12 @@ DECLARE
     v_execution harvest.executions;
     v_row_read boolean;
     -- The applied decisions' last events, inserted once (_apply_decision's p_defer_events,
-    -- core.sql _insert_events): their runs, id offsets, types and data.
-    v_ev_runs uuid[] := ARRAY[]::uuid[];
-    v_ev_offsets bigint[] := ARRAY[]::bigint[];
-    v_ev_types text[] := ARRAY[]::text[];
-    v_ev_datas jsonb[] := ARRAY[]::jsonb[];
+    -- core.sql _insert_events): their runs, id offsets, types and data. (These buffers start
+    -- NULL, not empty: a default is evaluated on every call, a call of one item's too.)
+    v_ev_runs uuid[];
+    v_ev_offsets bigint[];
+    v_ev_types text[];
+    v_ev_datas jsonb[];
     v_n integer;
     -- (A call of one item appends as complete_activity does: one statement either way,
     -- and the buffer's plumbing costs it some 20 us; docs/performance.md, as above.)
@@ -349,11 +350,11 @@ DECLARE
     -- The applied decisions' handed activities, one each, handed once likewise
     -- (_apply_decision's p_defer_hand, decide.sql _hand_activities_of_runs): the item each
     -- answers, its run's row as the decision read it and id, its seq and command.
-    v_hd_items integer[] := ARRAY[]::integer[];
-    v_hd_runs harvest.executions[] := ARRAY[]::harvest.executions[];
-    v_hd_ids uuid[] := ARRAY[]::uuid[];
-    v_hd_seqs integer[] := ARRAY[]::integer[];
-    v_hd_cmds jsonb[] := ARRAY[]::jsonb[];
+    v_hd_items integer[];
+    v_hd_runs harvest.executions[];
+    v_hd_ids uuid[];
+    v_hd_seqs integer[];
+    v_hd_cmds jsonb[];
     v_hd_tasks jsonb[];
     v_held_run uuid;  -- the run of the events held last (NULL: none held)
 BEGIN
@@ -463,10 +464,10 @@ BEGIN
         -- activity is held only with its events, so the run held last is the events'.)
         IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
             PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
-            v_ev_runs := ARRAY[]::uuid[];
-            v_ev_offsets := ARRAY[]::bigint[];
-            v_ev_types := ARRAY[]::text[];
-            v_ev_datas := ARRAY[]::jsonb[];
+            v_ev_runs := NULL;
+            v_ev_offsets := NULL;
+            v_ev_types := NULL;
+            v_ev_datas := NULL;
             IF cardinality(v_hd_ids) > 0 THEN
                 v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
                     ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
@@ -474,11 +475,11 @@ BEGIN
                     v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
                                                             jsonb_build_array(v_hd_tasks[v_i]));
                 END LOOP;
-                v_hd_items := ARRAY[]::integer[];
-                v_hd_runs := ARRAY[]::harvest.executions[];
-                v_hd_ids := ARRAY[]::uuid[];
-                v_hd_seqs := ARRAY[]::integer[];
-                v_hd_cmds := ARRAY[]::jsonb[];
+                v_hd_items := NULL;
+                v_hd_runs := NULL;
+                v_hd_ids := NULL;
+                v_hd_seqs := NULL;
+                v_hd_cmds := NULL;
             END IF;
             v_held_run := NULL;
         END IF;

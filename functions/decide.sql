@@ -1105,11 +1105,13 @@ DECLARE
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
     -- The decisions' last events, inserted once (_apply_decision's p_defer_events,
     -- core.sql _insert_events): their runs, id offsets, types and data. (Not for a call
-    -- of one item: one statement either way, and the buffer's plumbing costs it some 20 us.)
-    v_ev_runs uuid[] := ARRAY[]::uuid[];
-    v_ev_offsets bigint[] := ARRAY[]::bigint[];
-    v_ev_types text[] := ARRAY[]::text[];
-    v_ev_datas jsonb[] := ARRAY[]::jsonb[];
+    -- of one item: one statement either way, and the buffer's plumbing costs it some 20 us.
+    -- The buffers start NULL, not empty: a default is an expression evaluated on every
+    -- call, and a call of one item paid some 10 us for those of this call's buffers.)
+    v_ev_runs uuid[];
+    v_ev_offsets bigint[];
+    v_ev_types text[];
+    v_ev_datas jsonb[];
     v_n integer;
     v_batched boolean := v_count > 1;
     -- The run's row as the item's lock read it (NULL when the item went the full way), for
@@ -1119,19 +1121,19 @@ DECLARE
     -- p_defer_hand, _hand_activities_of_runs) as complete_activities hands them: the answer
     -- each belongs to, its run's row and id, its seq and command; and the answers, held to
     -- the end of the call in a batch (returned as they go in a call of one item).
-    v_hd_items integer[] := ARRAY[]::integer[];
-    v_hd_runs harvest.executions[] := ARRAY[]::harvest.executions[];
-    v_hd_ids uuid[] := ARRAY[]::uuid[];
-    v_hd_seqs integer[] := ARRAY[]::integer[];
-    v_hd_cmds jsonb[] := ARRAY[]::jsonb[];
+    v_hd_items integer[];
+    v_hd_runs harvest.executions[];
+    v_hd_ids uuid[];
+    v_hd_seqs integer[];
+    v_hd_cmds jsonb[];
     v_hd_tasks jsonb[];
     v_held_run uuid;  -- the run of the events held last (NULL: none held)
-    v_o_ids bigint[] := ARRAY[]::bigint[];
-    v_o_outcomes text[] := ARRAY[]::text[];
-    v_o_messages text[] := ARRAY[]::text[];
-    v_o_lasts bigint[] := ARRAY[]::bigint[];
-    v_o_statuses text[] := ARRAY[]::text[];
-    v_o_handed jsonb[] := ARRAY[]::jsonb[];
+    v_o_ids bigint[];
+    v_o_outcomes text[];
+    v_o_messages text[];
+    v_o_lasts bigint[];
+    v_o_statuses text[];
+    v_o_handed jsonb[];
     v_i integer;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
@@ -1229,10 +1231,10 @@ BEGIN
             -- run reads them).
             IF v_run = v_held_run THEN
                 PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
-                v_ev_runs := ARRAY[]::uuid[];
-                v_ev_offsets := ARRAY[]::bigint[];
-                v_ev_types := ARRAY[]::text[];
-                v_ev_datas := ARRAY[]::jsonb[];
+                v_ev_runs := NULL;
+                v_ev_offsets := NULL;
+                v_ev_types := NULL;
+                v_ev_datas := NULL;
                 IF cardinality(v_hd_ids) > 0 THEN
                     v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
                         ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id,
@@ -1240,11 +1242,11 @@ BEGIN
                     FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
                         v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
                     END LOOP;
-                    v_hd_items := ARRAY[]::integer[];
-                    v_hd_runs := ARRAY[]::harvest.executions[];
-                    v_hd_ids := ARRAY[]::uuid[];
-                    v_hd_seqs := ARRAY[]::integer[];
-                    v_hd_cmds := ARRAY[]::jsonb[];
+                    v_hd_items := NULL;
+                    v_hd_runs := NULL;
+                    v_hd_ids := NULL;
+                    v_hd_seqs := NULL;
+                    v_hd_cmds := NULL;
                 END IF;
                 v_held_run := NULL;
             END IF;
@@ -1261,7 +1263,7 @@ BEGIN
                 v_held_run := v_run;
             END IF;
             IF v_decided.deferred_hand_seq IS NOT NULL THEN
-                v_hd_items := v_hd_items || (cardinality(v_o_ids) + 1);  -- (this item's answer, below)
+                v_hd_items := v_hd_items || (coalesce(cardinality(v_o_ids), 0) + 1);  -- (this item's answer, below)
                 v_hd_runs := v_hd_runs || v_execution;
                 v_hd_ids := v_hd_ids || v_run;
                 v_hd_seqs := v_hd_seqs || v_decided.deferred_hand_seq;
@@ -1292,15 +1294,17 @@ BEGIN
             v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
         END LOOP;
     END IF;
-    FOR v_i IN 1 .. cardinality(v_o_ids) LOOP  -- (a batch's answers, held: see above)
-        task_id := v_o_ids[v_i];
-        outcome := v_o_outcomes[v_i];
-        message := v_o_messages[v_i];
-        last_event_id := v_o_lasts[v_i];
-        execution_status := v_o_statuses[v_i];
-        handed := v_o_handed[v_i];
-        RETURN NEXT;
-    END LOOP;
+    IF v_batched THEN  -- (a batch's answers, held: see above)
+        FOR v_i IN 1 .. cardinality(v_o_ids) LOOP
+            task_id := v_o_ids[v_i];
+            outcome := v_o_outcomes[v_i];
+            message := v_o_messages[v_i];
+            last_event_id := v_o_lasts[v_i];
+            execution_status := v_o_statuses[v_i];
+            handed := v_o_handed[v_i];
+            RETURN NEXT;
+        END LOOP;
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint, bigint[]) IS
