@@ -336,6 +336,27 @@ DECLARE
     -- "A decision ahead reads its run once").
     v_execution harvest.executions;
     v_row_read boolean;
+    -- The applied decisions' last events, inserted once (_apply_decision's p_defer_events,
+    -- core.sql _insert_events): their runs, id offsets, types and data. (These buffers start
+    -- NULL, not empty: a default is evaluated on every call, a call of one item's too.)
+    v_ev_runs uuid[];
+    v_ev_offsets bigint[];
+    v_ev_types text[];
+    v_ev_datas jsonb[];
+    v_n integer;
+    -- (A call of one item appends as complete_activity does: one statement either way,
+    -- and the buffer's plumbing costs it some 20 us; docs/performance.md, as above.)
+    v_batched boolean := cardinality(p_task_ids) > 1;
+    -- The applied decisions' handed activities, one each, handed once likewise
+    -- (_apply_decision's p_defer_hand, decide.sql _hand_activities_of_runs): the item each
+    -- answers, its run's row as the decision read it and id, its seq and command.
+    v_hd_items integer[];
+    v_hd_runs harvest.executions[];
+    v_hd_ids uuid[];
+    v_hd_seqs integer[];
+    v_hd_cmds jsonb[];
+    v_hd_tasks jsonb[];
+    v_held_run uuid;  -- the run of the events held last (NULL: none held)
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -436,6 +457,32 @@ BEGIN
                 END IF;
             END IF;
         END IF;
+        -- A run's decided events (and handed activity) held here go in before anything else
+        -- of the run is done (its next result or decision: a decision may read its history, a
+        -- result's wake-up asks for its activity tasks, a close deletes them); another run's
+        -- may wait: nothing of this run reads them. (One test per item: a decision's handed
+        -- activity is held only with its events, so the run held last is the events'.)
+        IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
+            PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+            v_ev_runs := NULL;
+            v_ev_offsets := NULL;
+            v_ev_types := NULL;
+            v_ev_datas := NULL;
+            IF cardinality(v_hd_ids) > 0 THEN
+                v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+                    ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+                FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+                    v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                            jsonb_build_array(v_hd_tasks[v_i]));
+                END LOOP;
+                v_hd_items := NULL;
+                v_hd_runs := NULL;
+                v_hd_ids := NULL;
+                v_hd_seqs := NULL;
+                v_hd_cmds := NULL;
+            END IF;
+            v_held_run := NULL;
+        END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.
         IF v_problem IS NULL AND cardinality(v_run_types) > 0
@@ -499,7 +546,24 @@ BEGIN
                 CASE WHEN v_owner_mode THEN (v_decision ->> 'owner_epoch')::bigint END,
                 -- What this item read already: the row, the worker's queues, the limit, and the
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
-                v_execution, v_queues, v_limit, v_execution.queue);
+                v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched,
+                p_defer_hand => v_batched);
+            IF v_applied.deferred_hand_seq IS NOT NULL THEN
+                v_hd_items := v_hd_items || (cardinality(v_decided) + 1);  -- (this item's, below)
+                v_hd_runs := v_hd_runs || v_execution;
+                v_hd_ids := v_hd_ids || v_execution.id;
+                v_hd_seqs := v_hd_seqs || v_applied.deferred_hand_seq;
+                v_hd_cmds := v_hd_cmds || v_applied.deferred_hand;
+            END IF;
+            v_n := cardinality(v_applied.deferred_types);
+            IF v_n > 0 THEN
+                v_ev_types := v_ev_types || v_applied.deferred_types;
+                v_ev_datas := v_ev_datas || v_applied.deferred_datas;
+                v_ev_runs := v_ev_runs || array_fill(v_task.execution_id, ARRAY[v_n]);
+                v_ev_offsets := v_ev_offsets || array_fill(v_applied.deferred_last - cardinality(v_ev_types),
+                                                           ARRAY[v_n]);
+                v_held_run := v_task.execution_id;
+            END IF;
             v_handed := v_handed || NULL::bigint;
             v_decided := v_decided || jsonb_build_object(
                 'last_event_id', v_applied.last_event_id,
@@ -527,6 +591,17 @@ BEGIN
     IF cardinality(v_run_types) > 0 THEN
         v_handed[v_run_last] := harvest._record_activity_results(
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
+    END IF;
+    IF cardinality(v_ev_runs) > 0 THEN
+        PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+    END IF;
+    IF cardinality(v_hd_ids) > 0 THEN
+        v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+            ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+        FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+            v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                    jsonb_build_array(v_hd_tasks[v_i]));
+        END LOOP;
     END IF;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.
     -- (RETURN NEXT by primary key: a set query here would be planned on every call.)

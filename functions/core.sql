@@ -151,10 +151,13 @@ $$;
 -- (WorkflowRun.recorded, _SELF_RECORDING): decided_through then covers them too, so
 -- the next claim of the run by that worker carries only what came after them
 -- (_events_since_decision; a worker whose run did not take them reads them itself).
+-- With p_defer, the row is updated (the ids are taken) but the events are not inserted:
+-- the caller inserts them with _insert_events (see there), by the ids this returns.
 CREATE OR REPLACE FUNCTION harvest._append_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text DEFAULT NULL, p_decided_through bigint DEFAULT NULL,
     p_wake_hold boolean DEFAULT false, p_own_events boolean DEFAULT false,
+    p_defer boolean DEFAULT false,
     OUT last_event_id bigint, OUT history_bytes bigint, OUT execution_status text
 )
 LANGUAGE plpgsql
@@ -174,11 +177,46 @@ BEGIN
         wake_hold = CASE WHEN p_decided_through IS NULL THEN x.wake_hold ELSE coalesce(p_wake_hold, false) END
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.history_bytes, x.status INTO last_event_id, history_bytes, execution_status;
+    IF p_defer THEN
+        RETURN;  -- (the caller's _insert_events, with its notification)
+    END IF;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
     SELECT p_execution_id, last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
            harvest.now()
     FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
     PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+END;
+$$;
+
+-- Insert events whose ids _append_events or _append_closing_events took with p_defer:
+-- a batch's (complete_activities, complete_workflow_tasks) decisions' last appends in one
+-- statement, not one per decision (executor start-up, plan check, constraints and the
+-- trigger's WHEN are paid per statement; docs/performance.md, "One statement per batch
+-- for a result batch's appends"). The i-th event is of run p_execution_ids[i] and
+-- has id p_id_offsets[i] + i: a caller adds a decision's n deferred events with the
+-- offset (its last id - the buffer's length after them) n times. Inserted in buffer
+-- order: each run's ids ascending, as their appends took them. A caller inserts the
+-- buffer before anything of a run it holds events of reads that run's history (its
+-- next item), and before it returns. Then the stream's notification (_notify_events'
+-- probe and message), once per run: identical messages of a transaction are one.
+CREATE OR REPLACE FUNCTION harvest._insert_events(
+    p_execution_ids uuid[], p_id_offsets bigint[], p_event_types text[], p_event_datas jsonb[]
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    -- (unnest, not subscripts: an element of a flat array of variable-width elements is
+    -- found by walking the ones before it, so a buffer of a fan-out's decisions, hundreds
+    -- of events, cost its square.)
+    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+    SELECT e.execution_id, e.id_offset + e.i, e.event_type, coalesce(e.event_data, '{}'::jsonb), harvest.now()
+    FROM unnest(p_execution_ids, p_id_offsets, p_event_types, p_event_datas) WITH ORDINALITY
+        AS e (execution_id, id_offset, event_type, event_data, i);
+    PERFORM pg_notify('harvest_events', u.execution_id::text)
+    FROM unnest(p_execution_ids) AS u (execution_id)
+    WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
+                  WHERE l.heartbeat_at > now() - interval '30 seconds');
 END;
 $$;
 
@@ -277,11 +315,13 @@ $$;
 -- its own, before, so it takes its key before the close gives the run's keys back.
 -- Returns the id of the last event. (Its own statement, not _append_events' with
 -- optional close columns: an UPDATE that names status fires the AFTER UPDATE OF
--- status triggers, so every append would pay them.)
+-- status triggers, so every append would pay them.) With p_defer, the events are not
+-- inserted (as _append_events' p_defer): nothing _after_close does reads the closed
+-- run's history.
 CREATE OR REPLACE FUNCTION harvest._append_closing_events(
     p_execution_id uuid, p_event_types text[], p_event_datas jsonb[],
     p_decided_by text, p_decided_through bigint,
-    p_status text, p_output jsonb, p_failure jsonb
+    p_status text, p_output jsonb, p_failure jsonb, p_defer boolean DEFAULT false
 )
 RETURNS bigint
 LANGUAGE plpgsql
@@ -302,11 +342,13 @@ BEGIN
         status = p_status, output = p_output, failure = p_failure, completed_at = harvest.now()
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.parent_id, x.parent_seq INTO v_last_event_id, v_parent_id, v_parent_seq;
-    INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT p_execution_id, v_last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
-           harvest.now()
-    FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
-    PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+    IF NOT p_defer THEN
+        INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
+        SELECT p_execution_id, v_last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
+               harvest.now()
+        FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
+        PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
+    END IF;
     PERFORM harvest._after_close(p_execution_id, p_status, p_output, p_failure, v_parent_id, v_parent_seq);
     RETURN v_last_event_id;
 END;

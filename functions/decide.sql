@@ -327,6 +327,9 @@ BEGIN
         ) RETURNING harvest._task_for_worker(t, p_execution, p_worker_id) INTO v_task;
         RETURN ARRAY[v_task];
     END IF;
+    -- (The statement of many of one run: its row a constant of the statement. Through
+    -- _hand_activities_of_runs, the row taken from an array per activity, the c500 fan-out's
+    -- backends were 1.031x; pgTAP decide.sql holds the two statements' rows equal.)
     WITH handed AS (
         INSERT INTO harvest.tasks AS t (
             execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
@@ -353,6 +356,54 @@ BEGIN
         -- taken apart again per field, a dearer statement than the single-row INSERT
         -- it replaced for a decision that hands one activity.)
         RETURNING t.id, harvest._task_for_worker(t, p_execution, p_worker_id) AS task
+    )
+    SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
+    RETURN v_handed;
+END;
+$$;
+
+-- _hand_activities' statement, for activities of several runs at once:
+-- activity i is of run p_executions[p_runs[i]] (its row as its decision read it, which the
+-- worker's copy of the task is built from: _task_for_worker), p_execution_ids those runs'
+-- ids in the same order. complete_activities hands a batch's decisions' activities with
+-- it (_apply_decision's p_defer_hand), one statement for the batch; _hand_activities its
+-- one run's. Returns the tasks as the worker receives them, in the arrays' order.
+CREATE OR REPLACE FUNCTION harvest._hand_activities_of_runs(
+    p_executions harvest.executions[], p_execution_ids uuid[], p_runs integer[], p_seqs integer[],
+    p_commands jsonb[], p_worker_id text, p_now timestamptz
+)
+RETURNS jsonb[]
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_handed jsonb[];
+BEGIN
+    IF cardinality(p_seqs) = 1 THEN  -- (the one-row statement: see _hand_activities)
+        RETURN harvest._hand_activities(p_executions[p_runs[1]], p_seqs, p_commands, p_worker_id, p_now);
+    END IF;
+    WITH handed AS (
+        INSERT INTO harvest.tasks AS t (
+            execution_id, kind, queue, priority, due_at, seq, activity_name, input, options,
+            scheduled_at, deadline_at, status, attempt, started_at, lease_owner, fencing_token,
+            lease_expires_at
+        )
+        SELECT (q.x).id, 'activity', coalesce(q.command ->> 'queue', (q.x).queue),
+               coalesce((q.command #>> '{options,priority}')::integer, 0), p_now, q.seq,
+               q.command ->> 'name', coalesce(q.command -> 'input', '[]'::jsonb),
+               coalesce(q.command -> 'options', '{}'::jsonb), p_now,
+               p_now + make_interval(secs => (q.command #>> '{options,schedule_to_close}')::double precision),
+               'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
+               p_now + make_interval(secs => harvest._lease_secs(
+                   'activity', coalesce(q.command -> 'options', '{}'::jsonb), 0))
+        -- (unnest, not subscripts: an element of a flat array of variable-width elements, a
+        -- command, is found by walking the ones before it, so a buffer of hundreds cost its
+        -- square; the one-item call, whose custom plan unnest would make dearer, goes the
+        -- one-row way above.)
+        FROM (SELECT u.i, u.seq, u.command, p_executions[u.r] AS x
+              FROM unnest(p_runs, p_seqs, p_commands) WITH ORDINALITY AS u (r, seq, command, i)) AS q
+        ORDER BY q.i
+        RETURNING t.id, harvest._task_for_worker(t, p_executions[array_position(p_execution_ids, t.execution_id)],
+                                                 p_worker_id) AS task
     )
     SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
     RETURN v_handed;
@@ -643,6 +694,17 @@ $$;
 -- appended just before the marker, in the same row update, and the decision may
 -- be through it. The dispatcher: each command goes to its _decide_<type> (above);
 -- this function buffers their events, hands off, ends the run, checks the caps.
+-- With p_defer_events (a batch's caller), the decision's last append takes its ids
+-- but leaves the events to the caller (deferred_types, deferred_datas, deferred_last:
+-- the last one's id), which inserts its batch's with one _insert_events (core.sql);
+-- an append a command needs in the history at once (a mutex marker, and whatever goes
+-- before a child's start, an update, continue-as-new, an external command) is made
+-- as without it, and so are a continued run's last events. With p_defer_hand (the
+-- caller's p_execution given), a decision that hands one activity, after all of its other
+-- commands and without ending the run, leaves it to the caller likewise (deferred_hand_seq,
+-- deferred_hand: its seq and command; handed is then []), which hands its batch's with one
+-- _hand_activities_of_runs, p_execution the run's row; a decision the history caps then
+-- close leaves none.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -665,7 +727,13 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_worker_queues text[] DEFAULT NULL,
     p_payload_limit integer DEFAULT NULL,
     p_hand_off_queue text DEFAULT NULL,
-    OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb
+    -- The decision's last events left to the caller (see above).
+    p_defer_events boolean DEFAULT false,
+    -- A decision's one handed activity left to the caller too (see above).
+    p_defer_hand boolean DEFAULT false,
+    OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb,
+    OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint,
+    OUT deferred_hand_seq integer, OUT deferred_hand jsonb
 )
 LANGUAGE plpgsql
 AS $$
@@ -878,7 +946,13 @@ BEGIN
         END IF;
     END LOOP;
     IF cardinality(v_hand_seqs) > 0 THEN
-        v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
+        IF p_defer_hand AND p_execution.id IS NOT NULL AND cardinality(v_hand_seqs) = 1 AND cardinality(v_handed) = 0
+           AND NOT v_closed THEN
+            deferred_hand_seq := v_hand_seqs[1];
+            deferred_hand := v_hand_cmds[1];
+        ELSE
+            v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
+        END IF;
     END IF;
     IF cardinality(v_queued) > 0 THEN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
@@ -887,7 +961,12 @@ BEGIN
         -- The run ended: its end event (always among these, the last) and the close in one
         -- update of its row (core.sql, _append_closing_events).
         last_event_id := harvest._append_closing_events(v_execution.id, v_types, v_datas, p_worker_id,
-            v_decided_through, v_close_status, v_close_output, v_close_failure);
+            v_decided_through, v_close_status, v_close_output, v_close_failure, p_defer_events);
+        IF p_defer_events THEN
+            deferred_types := v_types;
+            deferred_datas := v_datas;
+            deferred_last := last_event_id;
+        END IF;
         execution_status := v_close_status;
         handed := '[]'::jsonb;  -- the close dropped the tasks handed above
         RETURN;
@@ -897,7 +976,12 @@ BEGIN
         -- (Own events only when the decision saw the whole history: its marker lands at
         -- through + 1, nothing it did not read before it, as WorkflowRun.recorded expects.)
         v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through,
-            v_hold, v_own AND p_through = v_seen_until);
+            v_hold, v_own AND p_through = v_seen_until, p_defer_events AND NOT v_closed);
+        IF p_defer_events AND NOT v_closed THEN
+            deferred_types := v_types;
+            deferred_datas := v_datas;
+            deferred_last := v_appended.last_event_id;
+        END IF;
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
         SELECT e.last_event_id, e.status INTO last_event_id, execution_status
@@ -921,6 +1005,8 @@ BEGIN
         execution_status := v_cap.execution_status;
         IF v_cap.capped THEN
             handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+            deferred_hand_seq := NULL;  -- and one left to the caller is not handed
+            deferred_hand := NULL;
             RETURN;
         END IF;
     END IF;
@@ -1017,6 +1103,38 @@ DECLARE
     v_commands jsonb;
     v_now timestamptz := harvest.now();
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
+    -- The decisions' last events, inserted once (_apply_decision's p_defer_events,
+    -- core.sql _insert_events): their runs, id offsets, types and data. (Not for a call
+    -- of one item: one statement either way, and the buffer's plumbing costs it some 20 us.
+    -- The buffers start NULL, not empty: a default is an expression evaluated on every
+    -- call, and a call of one item paid some 10 us for those of this call's buffers.)
+    v_ev_runs uuid[];
+    v_ev_offsets bigint[];
+    v_ev_types text[];
+    v_ev_datas jsonb[];
+    v_n integer;
+    v_batched boolean := v_count > 1;
+    -- The run's row as the item's lock read it (NULL when the item went the full way), for
+    -- the decision (_apply_decision's p_execution) and its held handed activity.
+    v_execution harvest.executions;
+    -- The decisions' handed activities, one each, handed once (_apply_decision's
+    -- p_defer_hand, _hand_activities_of_runs) as complete_activities hands them: the answer
+    -- each belongs to, its run's row and id, its seq and command; and the answers, held to
+    -- the end of the call in a batch (returned as they go in a call of one item).
+    v_hd_items integer[];
+    v_hd_runs harvest.executions[];
+    v_hd_ids uuid[];
+    v_hd_seqs integer[];
+    v_hd_cmds jsonb[];
+    v_hd_tasks jsonb[];
+    v_held_run uuid;  -- the run of the events held last (NULL: none held)
+    v_o_ids bigint[];
+    v_o_outcomes text[];
+    v_o_messages text[];
+    v_o_lasts bigint[];
+    v_o_statuses text[];
+    v_o_handed jsonb[];
+    v_i integer;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1044,7 +1162,7 @@ BEGIN
             EXIT;
         END IF;
     END LOOP;
-    -- (RETURN NEXT per item: a set query here would be planned on every call.)
+    -- (RETURN NEXT per answer: a set query here would be planned on every call.)
     FOR v_item IN
         -- (A scalar probe per id, not a join: a cached generic plan of a join with
         -- an id list scans the whole table. The items by subscript, not unnest: the
@@ -1070,13 +1188,17 @@ BEGIN
         -- every item in owner mode (a stale owner's task stays, to go back to the queue),
         -- goes the full way, which names its problem.
         v_run := NULL;
+        v_execution := NULL;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
                                                 'workflow', v_item.token, v_now) IS NULL
             RETURNING t.execution_id INTO v_run;
+        END IF;
+        IF v_run IS NULL THEN
+            v_execution := NULL;  -- (the full way reads the run's row again)
         END IF;
         IF v_run IS NOT NULL THEN
             outcome := 'completed';
@@ -1104,15 +1226,85 @@ BEGIN
             END IF;
         END IF;
         IF outcome = 'completed' THEN
+            -- What is held of a run (its events, its handed activity) goes in before its next
+            -- decision (which may read its history); another run's may wait (nothing of this
+            -- run reads them).
+            IF v_run = v_held_run THEN
+                PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+                v_ev_runs := NULL;
+                v_ev_offsets := NULL;
+                v_ev_types := NULL;
+                v_ev_datas := NULL;
+                IF cardinality(v_hd_ids) > 0 THEN
+                    v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+                        ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id,
+                        v_now);
+                    FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+                        v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+                    END LOOP;
+                    v_hd_items := NULL;
+                    v_hd_runs := NULL;
+                    v_hd_ids := NULL;
+                    v_hd_seqs := NULL;
+                    v_hd_cmds := NULL;
+                END IF;
+                v_held_run := NULL;
+            END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
-                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END);
+                p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_execution => v_execution,
+                p_defer_events => v_batched, p_defer_hand => v_batched);
+            v_n := cardinality(v_decided.deferred_types);
+            IF v_n > 0 THEN
+                v_ev_types := v_ev_types || v_decided.deferred_types;
+                v_ev_datas := v_ev_datas || v_decided.deferred_datas;
+                v_ev_runs := v_ev_runs || array_fill(v_run, ARRAY[v_n]);
+                v_ev_offsets := v_ev_offsets || array_fill(v_decided.deferred_last - cardinality(v_ev_types), ARRAY[v_n]);
+                v_held_run := v_run;
+            END IF;
+            IF v_decided.deferred_hand_seq IS NOT NULL THEN
+                v_hd_items := v_hd_items || (coalesce(cardinality(v_o_ids), 0) + 1);  -- (this item's answer, below)
+                v_hd_runs := v_hd_runs || v_execution;
+                v_hd_ids := v_hd_ids || v_run;
+                v_hd_seqs := v_hd_seqs || v_decided.deferred_hand_seq;
+                v_hd_cmds := v_hd_cmds || v_decided.deferred_hand;
+            END IF;
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
             handed := v_decided.handed;
         END IF;
-        RETURN NEXT;
+        IF v_batched THEN
+            v_o_ids := v_o_ids || task_id;
+            v_o_outcomes := v_o_outcomes || outcome;
+            v_o_messages := v_o_messages || message;
+            v_o_lasts := v_o_lasts || last_event_id;
+            v_o_statuses := v_o_statuses || execution_status;
+            v_o_handed := v_o_handed || handed;
+        ELSE
+            RETURN NEXT;
+        END IF;
     END LOOP;
+    IF cardinality(v_ev_runs) > 0 THEN
+        PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+    END IF;
+    IF cardinality(v_hd_ids) > 0 THEN
+        v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
+            ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+        FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+            v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+        END LOOP;
+    END IF;
+    IF v_batched THEN  -- (a batch's answers, held: see above)
+        FOR v_i IN 1 .. cardinality(v_o_ids) LOOP
+            task_id := v_o_ids[v_i];
+            outcome := v_o_outcomes[v_i];
+            message := v_o_messages[v_i];
+            last_event_id := v_o_lasts[v_i];
+            execution_status := v_o_statuses[v_i];
+            handed := v_o_handed[v_i];
+            RETURN NEXT;
+        END LOOP;
+    END IF;
 END;
 $$;
 COMMENT ON FUNCTION harvest.complete_workflow_tasks(text, bigint[], bigint[], bigint[], jsonb[], integer[], bigint, bigint, bigint[]) IS

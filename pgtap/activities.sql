@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(210);
+SELECT plan(217);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -750,6 +750,100 @@ SELECT results_eq(
       FROM batches AS b WHERE b.batch = 'da_twice' ORDER BY b.task_id$$,
     $$VALUES ('completed'::text, '6'::text, 'RUNNING'::text), ('completed', '9', 'COMPLETED')$$,
     'two decisions of one run in one batch: the second through the first''s events, the run completed');
+-- A batch's decisions: each one's last events wait for one INSERT of the batch's
+-- (_apply_decision's p_defer_events, core.sql _insert_events), a run's before its next
+-- item. The histories are the ones one append per decision wrote: ids gapless from each
+-- run's last, in item order, the run's last_event_id, history_bytes and decided_through
+-- as the appends left them, a handed task carrying the run's events.
+SELECT harvest.register_worker('bw', ARRAY['wq_bw_a', 'wq_bw_b', 'wq_bw_c', 'wq_bw_d', 'wq_bw_e', 'dq_bw'], 'host', 3);
+SELECT pg_temp.decided('bw_a', 'bw');
+SELECT pg_temp.decided('bw_b', 'bw');
+SELECT pg_temp.decided('bw_c', 'bw', 2);
+SELECT pg_temp.decided('bw_d', 'bw');
+INSERT INTO batches
+SELECT 'bw', c.* FROM harvest.complete_activities('bw',
+    ARRAY[pg_temp.task('bw_d.1'), pg_temp.task('bw_c.2'), pg_temp.task('bw_b.1'), pg_temp.task('bw_c.1'),
+          pg_temp.task('bw_a.1')],
+    ARRAY[pg_temp.token('bw_d.1'), pg_temp.token('bw_c.2'), pg_temp.token('bw_b.1'), pg_temp.token('bw_c.1'),
+          pg_temp.token('bw_a.1')],
+    ARRAY['"bw_d.1"', '"bw_c.2"', '"bw_b.1"', '"bw_c.1"', '"bw_a.1"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('bw_d.1', '[{"type": "schedule_activity", "seq": 2, "name": "next", "queue": "dq_bw"}]'),
+          NULL,
+          pg_temp.decision('bw_b.1', '[{"type": "complete_workflow", "result": "b"}]', 1),
+          pg_temp.decision('bw_c.1', '[]'),
+          pg_temp.decision('bw_a.1', '[{"type": "schedule_activity", "seq": 2, "name": "next", "queue": "dq_bw"}]',
+                           1)]) AS c;
+SELECT results_eq(
+    $$SELECT b.task_id, b.outcome, b.decided - 'handed', b.handed IS NOT NULL
+      FROM batches AS b WHERE b.batch = 'bw' ORDER BY b.task_id$$,
+    $$VALUES (pg_temp.task('bw_a.1'), 'completed'::text, '{"last_event_id": 6, "execution_status": "RUNNING"}'::jsonb, false),
+             (pg_temp.task('bw_b.1'), 'completed', '{"last_event_id": 6, "execution_status": "COMPLETED"}', false),
+             (pg_temp.task('bw_c.1'), 'completed', '{"last_event_id": 6, "execution_status": "RUNNING"}', false),
+             (pg_temp.task('bw_c.2'), 'completed', NULL, true),
+             (pg_temp.task('bw_d.1'), 'completed', '{"last_event_id": 6, "execution_status": "RUNNING"}', false)$$,
+    'a batch of four runs'' decisions and a result: every item completed, each decision''s last event id');
+SELECT results_eq(
+    $$SELECT k, array_agg(ev.event_id::text || ':' || ev.event_type || coalesce(':' || (ev.event_data ->> 'seq'), '')
+                          ORDER BY ev.event_id)
+      FROM unnest(ARRAY['bw_a', 'bw_b', 'bw_c', 'bw_d']) AS k
+      JOIN harvest.events AS ev ON ev.execution_id = pg_temp.run(k || '.1') AND ev.event_id > 3
+      GROUP BY k ORDER BY k$$,
+    $$VALUES ('bw_a'::text, ARRAY['4:ActivityCompleted:1', '5:WorkflowTaskCompleted', '6:ActivityScheduled:2']),
+             ('bw_b', ARRAY['4:ActivityCompleted:1', '5:WorkflowTaskCompleted', '6:WorkflowCompleted']),
+             ('bw_c', ARRAY['4:ActivityScheduled:2', '5:ActivityCompleted:1', '6:WorkflowTaskCompleted',
+                            '7:ActivityCompleted:2']),
+             ('bw_d', ARRAY['4:ActivityCompleted:1', '5:WorkflowTaskCompleted', '6:ActivityScheduled:2'])$$,
+    'each run''s history: its decision''s events in order after its last, a later result of the run after them');
+SELECT results_eq(
+    $$SELECT k, e.last_event_id = (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = e.id),
+             e.last_event_id = (SELECT count(*) FROM harvest.events AS ev WHERE ev.execution_id = e.id),
+             e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data))
+                                FROM harvest.events AS ev WHERE ev.execution_id = e.id),
+             e.decided_by, e.decided_through, e.status
+      FROM unnest(ARRAY['bw_a', 'bw_b', 'bw_c', 'bw_d']) AS k JOIN harvest.executions AS e ON e.id = pg_temp.run(k || '.1')
+      ORDER BY k$$,
+    $$VALUES ('bw_a'::text, true, true, true, 'bw'::text, 6::bigint, 'RUNNING'::text),
+             ('bw_b', true, true, true, 'bw', 4, 'COMPLETED'),
+             ('bw_c', true, true, true, 'bw', 6, 'RUNNING'),
+             ('bw_d', true, true, true, 'bw', 6, 'RUNNING')$$,
+    'each run: last_event_id its last event and its count (gapless), history_bytes its events'' sum, decided_through');
+SELECT results_eq(
+    $$SELECT array_agg(e ->> 'event_id' || ':' || (e ->> 'event_type') ORDER BY (e ->> 'event_id')::bigint)
+      FROM batches AS b, jsonb_array_elements(b.handed -> 'new_events') AS e
+      WHERE b.batch = 'bw' AND b.task_id = pg_temp.task('bw_c.2')$$,
+    $$VALUES (ARRAY['7:ActivityCompleted'])$$,
+    'the run woken by its later result: its handed task carries the events after its decision');
+SELECT results_eq(
+    $$SELECT (h ->> 'task_id')::bigint, h ->> 'workflow_id', h ->> 'queue', (h ->> 'fencing_token')::bigint,
+             (h ->> 'new_events_after')::bigint, jsonb_array_length(b.decided -> 'handed')
+      FROM batches AS b, LATERAL (SELECT b.decided -> 'handed' -> 0 AS h) AS x
+      WHERE b.batch = 'bw' AND b.task_id = pg_temp.task('bw_a.1')$$,
+    $$SELECT t.id, e.workflow_id, 'dq_bw'::text, t.fencing_token, 3::bigint, 1
+      FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+      WHERE t.execution_id = pg_temp.run('bw_a.1') AND t.kind = 'activity' AND t.status = 'running'
+        AND t.lease_owner = 'bw'$$,
+    'a decision''s handed activity in the batch: decided.handed is its leased row, described with the run as the decision read it');
+-- _apply_decision with p_defer_events takes the ids (the run's row moves) and leaves the
+-- events to its caller, whose _insert_events puts them in at those ids.
+SELECT pg_temp.decided('bw_e', 'bw');
+DELETE FROM harvest.tasks WHERE id = pg_temp.task('bw_e.1');
+CREATE TEMP TABLE bw_deferred ON COMMIT DROP AS
+SELECT * FROM harvest._apply_decision(pg_temp.run('bw_e.1'), 3, '[{"type": "start_timer", "seq": 2, "duration": 60}]',
+                                      'bw', NULL, NULL, 0, p_defer_events => true);
+SELECT results_eq(
+    $$SELECT d.last_event_id, d.deferred_types, d.deferred_last, pg_temp.last_event_id(pg_temp.run('bw_e.1')),
+             (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1'))
+      FROM bw_deferred AS d$$,
+    $$VALUES (5::bigint, ARRAY['WorkflowTaskCompleted', 'TimerStarted'], 5::bigint, 5::bigint, 3::bigint)$$,
+    '_apply_decision(p_defer_events): the run''s ids taken (last_event_id 5), its events left to the caller');
+SELECT harvest._insert_events(ARRAY[pg_temp.run('bw_e.1'), pg_temp.run('bw_e.1')], ARRAY[3, 3]::bigint[],
+                              d.deferred_types, d.deferred_datas)
+FROM bw_deferred AS d;
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data ->> 'through'
+      FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1') AND ev.event_id > 3 ORDER BY ev.event_id$$,
+    $$VALUES (4::bigint, 'WorkflowTaskCompleted'::text, '3'::text), (5, 'TimerStarted', NULL)$$,
+    '_insert_events(): the events at their ids (offset + subscript), in order');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 6::bigint, 6::bigint, 'RUNNING'::text)$$,

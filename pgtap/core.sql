@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(81);
+SELECT plan(84);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -102,6 +102,21 @@ SELECT results_eq(
     $$SELECT decided_by, decided_through FROM harvest.executions WHERE id = (SELECT execution_id FROM run)$$,
     $$VALUES ('w-core'::text, 8::bigint)$$,
     '_append_events(p_own_events): decided_through covers the decision''s own events');
+-- _append_events(p_defer): the ids taken and the bytes counted, the events left to the
+-- caller's _insert_events, which puts them in at those ids (offset + position).
+SELECT is((harvest._append_events((SELECT execution_id FROM run), ARRAY['TimerStarted', 'MarkerRecorded'],
+                                  ARRAY['{"seq": 7}', '{"seq": 8, "kind": "k"}']::jsonb[],
+                                  p_defer => true)).last_event_id, 10::bigint,
+          '_append_events(p_defer) returns the last id it took');
+SELECT is((SELECT max(event_id) FROM harvest.events WHERE execution_id = (SELECT execution_id FROM run)), 8::bigint,
+          '_append_events(p_defer) inserts no event');
+SELECT harvest._insert_events(ARRAY[(SELECT execution_id FROM run), (SELECT execution_id FROM run)], ARRAY[8, 8]::bigint[],
+                              ARRAY['TimerStarted', 'MarkerRecorded'], ARRAY['{"seq": 7}', NULL]::jsonb[]);
+SELECT results_eq(
+    $$SELECT ev.event_id, ev.event_type, ev.event_data FROM harvest.events AS ev
+      WHERE ev.execution_id = (SELECT execution_id FROM run) AND ev.event_id > 8 ORDER BY ev.event_id$$,
+    $$VALUES (9::bigint, 'TimerStarted'::text, '{"seq": 7}'::jsonb), (10, 'MarkerRecorded', '{}')$$,
+    '_insert_events() puts the events in at offset + position, in order (NULL data as {})');
 
 -- _notify_queue
 SELECT lives_ok($$SELECT harvest._notify_queue('core_q')$$, '_notify_queue() sends a notification');
@@ -193,8 +208,8 @@ SELECT has_function('harvest', '_close_execution', ARRAY['uuid', 'text', 'jsonb'
 SELECT has_function('harvest', '_after_close', ARRAY['uuid', 'text', 'jsonb', 'jsonb', 'uuid', 'integer'],
                     'harvest._after_close(uuid, text, jsonb, jsonb, uuid, integer) exists');
 SELECT has_function('harvest', '_append_closing_events',
-                    ARRAY['uuid', 'text[]', 'jsonb[]', 'text', 'bigint', 'text', 'jsonb', 'jsonb'],
-                    'harvest._append_closing_events(uuid, text[], jsonb[], text, bigint, text, jsonb, jsonb) exists');
+                    ARRAY['uuid', 'text[]', 'jsonb[]', 'text', 'bigint', 'text', 'jsonb', 'jsonb', 'boolean'],
+                    'harvest._append_closing_events(uuid, text[], jsonb[], text, bigint, text, jsonb, jsonb, boolean) exists');
 SELECT function_returns('harvest', 'shard_of', ARRAY['uuid'], 'integer', 'shard_of() returns integer');
 SELECT volatility_is('harvest', 'shard_of', ARRAY['uuid'], 'immutable', 'shard_of() is IMMUTABLE');
 

@@ -8,9 +8,10 @@
 -- checks of the external signal and cancel commands, harvest._lock_decision_start_keys
 -- (the start locks a decision takes before its run's row), harvest._activity_scheduled,
 -- harvest._activity_command_ok, harvest._activity_scheduled_data, harvest._queue_activities and
--- harvest._hand_activities (a decision's queued and handed activities, one INSERT each).
+-- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
+-- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(282);
+SELECT plan(285);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1474,6 +1475,35 @@ SELECT is(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[]::integer[], A
 SELECT throws_ok($$SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[1, 1],
                        ARRAY['{"name": "a"}'::jsonb, '{"name": "b"}'::jsonb], 'fn-worker', harvest.now())$$,
                  '23505', NULL, '_hand_activities() keeps a run''s seqs unique (tasks_execution_seq)');
+-- _hand_activities_of_runs: activities of several runs in one INSERT (a result batch's
+-- decisions' handed ones), in the arrays' order, each described with its own run's row.
+SELECT pg_temp.start_and_claim('cmd_fn2');
+CREATE TEMP TABLE fn_of_runs ON COMMIT DROP AS
+SELECT harvest._hand_activities_of_runs(ARRAY[pg_temp.exec('cmd_fn2'), pg_temp.exec('cmd_fn')],
+           ARRAY[pg_temp.run('cmd_fn2'), pg_temp.run('cmd_fn')], ARRAY[1, 2, 1], ARRAY[21, 22, 23],
+           ARRAY['{"name": "r1"}', '{"name": "r2", "queue": "fn_hand"}', '{"name": "r3"}']::jsonb[],
+           'fn-worker', harvest.now()) AS handed;
+SELECT results_eq(
+    $$SELECT t.execution_id, t.seq, t.activity_name, t.queue, t.status, t.lease_owner
+      FROM harvest.tasks AS t WHERE t.seq IN (21, 22, 23) AND t.kind = 'activity' ORDER BY t.id$$,
+    $$VALUES (pg_temp.run('cmd_fn2'), 21, 'r1'::text, (pg_temp.exec('cmd_fn2')).queue, 'running'::text, 'fn-worker'::text),
+             (pg_temp.run('cmd_fn'), 22, 'r2', 'fn_hand', 'running', 'fn-worker'),
+             (pg_temp.run('cmd_fn2'), 23, 'r3', (pg_temp.exec('cmd_fn2')).queue, 'running', 'fn-worker')$$,
+    '_hand_activities_of_runs(): the rows in the arrays'' order, each on its run (its queue by default), leased');
+SELECT is((SELECT handed FROM fn_of_runs),
+          (SELECT array_agg(harvest._task_for_worker(t, e, 'fn-worker') ORDER BY t.id)
+           FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+           WHERE t.seq IN (21, 22, 23) AND t.kind = 'activity'),
+          '... each returned as _task_for_worker describes its row with its own run');
+SELECT harvest._hand_activities(pg_temp.exec('cmd_fn2'), ARRAY[31, 32],
+                                ARRAY['{"name": "r1"}', '{"name": "r3"}']::jsonb[], 'fn-worker', harvest.now());
+SELECT results_eq(
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq' FROM harvest.tasks AS t
+      WHERE t.seq IN (21, 23) AND t.kind = 'activity' ORDER BY t.id$$,
+    $$SELECT to_jsonb(t) - 'id' - 'fencing_token' - 'seq' FROM harvest.tasks AS t
+      WHERE t.seq IN (31, 32) AND t.kind = 'activity' ORDER BY t.id$$,
+    '... and their rows are the ones _hand_activities'' statement of many inserts for the same commands');
+DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity';
 -- _activity_scheduled: the one description of a scheduled activity, a named queue kept.
 SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 13,
               '{"type": "schedule_activity", "seq": 13, "name": "q3", "queue": "fn_q"}', 1000),

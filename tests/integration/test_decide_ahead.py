@@ -173,3 +173,38 @@ def test_children_and_continue_as_new_decided_ahead_replay(db, start_worker):
     assert len(runs) == 4  # three rounds of the parent and one child
     for execution_id in runs:
         WorkflowReplayer(app).replay_or_raise(_history(db, execution_id))
+
+
+@workflow
+async def three_echoes(ctx, n: int) -> str:
+    a = await ctx.execute_activity(echo, f"{n}a")
+    b = await ctx.execute_activity(echo, f"{n}b")
+    return await ctx.execute_activity(echo, a + b)
+
+
+def test_batched_decisions_write_gapless_histories(db, start_worker):
+    # Many runs at once: a flush of results and decisions carries several runs' decisions,
+    # whose events go in with one statement per call (harvest._insert_events). Every run's
+    # history must still be gapless, counted in its row (last_event_id, history_bytes) and
+    # replay as the decisions were made.
+    app = App(workflows=[three_echoes], activities=[echo])
+    worker = start_worker(app, concurrency=20)
+    with Client(db) as client:
+        handles = [client.start_workflow(three_echoes, i, workflow_id=f"three-{i}") for i in range(60)]
+        assert [h.result(timeout=60) for h in handles] == [f"{i}a{i}b" for i in range(60)]
+    worker.stop()
+    assert worker.worker.decided_ahead > 0
+    with psycopg.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT e.id::text, e.last_event_id, e.decided_through,"
+            " (SELECT count(*) FROM harvest.events AS ev WHERE ev.execution_id = e.id),"
+            " (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = e.id),"
+            " e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data))"
+            "                    FROM harvest.events AS ev WHERE ev.execution_id = e.id)"
+            " FROM harvest.executions AS e WHERE e.workflow_id LIKE 'three-%'"
+        ).fetchall()
+    assert len(rows) == 60
+    for execution_id, last, through, count, top, bytes_match in rows:
+        assert (count, top, bytes_match) == (last, last, True), execution_id
+        assert through <= last
+        WorkflowReplayer(app).replay_or_raise(_history(db, execution_id))
