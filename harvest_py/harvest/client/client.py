@@ -1140,7 +1140,7 @@ class Client:
                     "harvest.started_fresh": row["started_fresh"],
                 },
             )
-        handle = WorkflowHandle(
+        handle: WorkflowHandle[Any] = WorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
         return handle, "result_waiter" in call and _marked_by_start(row)
@@ -1934,7 +1934,7 @@ class AsyncClient:
                     "harvest.started_fresh": row["started_fresh"],
                 },
             )
-        handle = AsyncWorkflowHandle(
+        handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
         return handle, "result_waiter" in call and _marked_by_start(row)
