@@ -229,7 +229,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in _START_KEYWORDS}
     task_queue = given.pop("task_queue", None)
     if task_queue is not None:
-        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=4)
+        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=5)
     definition = _resolve_workflow(workflow)[1]
     if definition is not None and given:
         shadowed = sorted(set(given) & set(inspect.signature(definition.fn).parameters))
@@ -239,7 +239,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
                 f"parameter(s) of that name: pass the start's with options=StartOptions(...) and "
                 "every keyword argument goes to the workflow",
                 DeprecationWarning,
-                stacklevel=3,  # the caller of start_workflow
+                stacklevel=4,  # the caller of start_workflow (or execute_workflow), through _start
             )
     return StartOptions(**given), kwargs
 
