@@ -5,7 +5,8 @@ settings, as harvest_bench.py). This process starts a one-activity workflow
 (``canonical.one_step``) at a steady rate with an ``AsyncClient`` and awaits each run's
 ``handle.result()``; the figure per run is the wall clock from just before
 ``start_workflow`` to the return of ``result()`` (which LISTENs for the run's end),
-both on this process' clock. The runs overlap as their rate and latency make them.
+both on this process' clock; by default the pair is ``execute_workflow`` (a start that marks
+its waiter in its own transaction; ``--wait result`` for start then ``result()``). The runs overlap as their rate and latency make them.
 ``--client sync``: the same with the synchronous ``Client``, each run in a thread of its own
 (``start_workflow`` then ``result()``).
 Prints one JSON object (see bench/common.py).
@@ -52,14 +53,16 @@ async def serve(dsn: str) -> None:
     await task
 
 
-async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
+async def measure(dsn: str, rate: float, seconds: float, warmup: int, wait: str) -> dict:
     client = await AsyncClient.connect(dsn, pool_size=4, check_schema=False)
     took: list[float] = []
 
     async def one(i: int, record: bool) -> None:
         t0 = time.perf_counter()
-        handle = await client.start_workflow(one_step, i)
-        await handle.result(timeout=60)
+        if wait == "execute":  # the start marks its waiter (AsyncClient.execute_workflow)
+            await client.execute_workflow(one_step, i, result_timeout=60)
+        else:
+            await (await client.start_workflow(one_step, i)).result(timeout=60)
         if record:
             took.append(time.perf_counter() - t0)
 
@@ -96,7 +99,7 @@ async def measure(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
     }
 
 
-def measure_sync(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
+def measure_sync(dsn: str, rate: float, seconds: float, warmup: int, wait: str) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     client = Client(dsn, pool_size=4, check_schema=False)
@@ -104,7 +107,10 @@ def measure_sync(dsn: str, rate: float, seconds: float, warmup: int) -> dict:
 
     def one(i: int, record: bool) -> None:
         t0 = time.perf_counter()
-        client.start_workflow(one_step, i).result(timeout=60)
+        if wait == "execute":
+            client.execute_workflow(one_step, i, result_timeout=60)
+        else:
+            client.start_workflow(one_step, i).result(timeout=60)
         if record:
             took.append(time.perf_counter() - t0)
 
@@ -143,6 +149,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--client", choices=("async", "sync"), default="async")
+    parser.add_argument(
+        "--wait",
+        choices=("execute", "result"),
+        default="execute",
+        help="execute_workflow (the start marks its waiter; default) or start_workflow then result()",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     if args.serve:  # the worker process, on the loop `harvest worker` picks (uvloop when installed)
@@ -159,9 +171,9 @@ def main() -> None:
         if child.stdout.readline().strip() != "ready":
             raise SystemExit(f"the worker process did not start ({child.wait()})")
         if args.client == "sync":
-            result = measure_sync(args.dsn, args.rate, args.seconds, args.warmup)
+            result = measure_sync(args.dsn, args.rate, args.seconds, args.warmup, args.wait)
         else:
-            result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup))
+            result = asyncio.run(measure(args.dsn, args.rate, args.seconds, args.warmup, args.wait))
     finally:
         child.stdin.close()
         worker_cpu = child.stdout.readline().split()

@@ -571,6 +571,12 @@ BEGIN
         VALUES (v_id, 1, 'WorkflowStarted', v_data, v_now);
         INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at)
         VALUES (v_id, 'workflow', v_queue, coalesce((v_start ->> 'priority')::integer, 0), v_now, v_now);
+        -- A caller that will wait for the run's result marks itself in the start
+        -- (harvest.wait_for_result's mark, without its lock: no close can see this run yet).
+        IF v_start ? 'result_waiter' THEN
+            INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+            VALUES (v_id, (v_start ->> 'result_waiter')::uuid, v_now);
+        END IF;
         PERFORM harvest._notify_events(v_id);  -- only while a process streams (event_streams.sql)
         PERFORM harvest._notify_queue(v_queue);
         n := 1;
@@ -588,7 +594,8 @@ BEGIN
            array_agg(r.priority ORDER BY r.k) AS priorities,
            array_agg(jsonb_build_object('workflow_name', r.workflow_name, 'workflow_id', r.workflow_id,
                                         'input', r.input, 'task_queue', r.queue, 'parent_id', NULL)
-                     ORDER BY r.k) AS datas
+                     ORDER BY r.k) AS datas,
+           array_agg(r.waiter ORDER BY r.k) AS waiters, bool_or(r.waiter IS NOT NULL) AS waited
     INTO v_runs
     FROM (
         SELECT s.ordinality::integer AS n, harvest._new_execution_id(v_shard) AS id,
@@ -596,6 +603,7 @@ BEGIN
                coalesce(s.value ->> 'queue', 'default') AS queue, coalesce(s.value -> 'input', '[]') AS input,
                coalesce(s.value -> 'search_attributes', '{}') AS search_attributes,
                coalesce((s.value ->> 'priority')::integer, 0) AS priority,
+               (s.value ->> 'result_waiter')::uuid AS waiter,
                row_number() OVER (ORDER BY s.value ->> 'workflow_name', s.ordinality) AS k
         FROM jsonb_array_elements(p_starts) WITH ORDINALITY AS s
     ) AS r;
@@ -618,6 +626,12 @@ BEGIN
     SELECT u.id, 'workflow', u.queue, u.priority, v_now, v_now
     FROM unnest(v_runs.ids, v_runs.queues, v_runs.priorities) WITH ORDINALITY AS u (id, queue, priority, k)
     ORDER BY u.k;
+    IF v_runs.waited THEN  -- the marks of callers that will wait (as for a batch of one, above)
+        INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+        SELECT u.id, u.waiter, v_now
+        FROM unnest(v_runs.ids, v_runs.waiters) AS u (id, waiter)
+        WHERE u.waiter IS NOT NULL;
+    END IF;
     -- The stream (_notify_events' probe and message, per run) only while a process streams.
     PERFORM pg_notify('harvest_events', u.id::text)
     FROM unnest(v_runs.ids) WITH ORDINALITY AS u (id, k)
@@ -794,6 +808,14 @@ BEGIN
             p_execution_timeout_secs => (v_start.args ->> 'execution_timeout')::double precision,
             p_run_timeout_secs => (v_start.args ->> 'run_timeout')::double precision,
             p_traceparent => v_start.args ->> 'traceparent');
+        -- A caller that will wait marks itself on a run this start created (and only there:
+        -- a run it attached to may be closing, so that one is marked by wait_for_result).
+        IF v_start.args ? 'result_waiter' AND v_row.started_fresh AND v_row.status = 'RUNNING'
+           AND v_row.execution_id IS NOT NULL THEN
+            INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+            VALUES (v_row.execution_id, (v_start.args ->> 'result_waiter')::uuid, harvest.now())
+            ON CONFLICT DO NOTHING;
+        END IF;
         n := v_start.n;
         execution_id := v_row.execution_id;
         workflow_id := v_row.workflow_id;

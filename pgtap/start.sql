@@ -1,7 +1,7 @@
 -- functions/start.sql: harvest.start_workflow (and start_workflows, the batch) — minted ids, shards, the first
 -- event and task, argument checks, and every reuse_policy x conflict_policy cell.
 BEGIN;
-SELECT plan(183);
+SELECT plan(189);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -674,6 +674,41 @@ SELECT ok((SELECT bool_and(b.n = 1 AND b.status = 'RUNNING' AND b.started_fresh 
                            AND ev.event_data ->> 'workflow_id' = b.workflow_id)
            FROM pl_batch_one AS b JOIN harvest.events AS ev ON ev.execution_id = b.execution_id),
           '_start_plain_batch() of one start: n 1, RUNNING, fresh, its minted workflow_id named by WorkflowStarted');
+
+-- A start given "result_waiter" (Client.execute_workflow) marks that waiter for the run it
+-- creates, in its own transaction, on every path: a batch of one, a batch, one at a time.
+CREATE TEMP TABLE rw_one ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflows('[{"workflow_name": "rw_wf", "result_waiter": "00000000-0000-4000-8000-0000000000a1"}]');
+SELECT results_eq(
+    $$SELECT w.waiter_id, w.since FROM harvest.result_waiters AS w WHERE w.execution_id = (SELECT execution_id FROM rw_one)$$,
+    $$VALUES ('00000000-0000-4000-8000-0000000000a1'::uuid, harvest.now())$$,
+    'start_workflows() of one plain start with result_waiter marks that waiter for the run');
+CREATE TEMP TABLE rw_batch ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflows('[{"workflow_name": "rw_wf", "result_waiter": "00000000-0000-4000-8000-0000000000a2"},
+                                        {"workflow_name": "rw_wf"},
+                                        {"workflow_name": "rw_wf", "result_waiter": "00000000-0000-4000-8000-0000000000a3"}]');
+SELECT results_eq(
+    $$SELECT b.n, w.waiter_id FROM rw_batch AS b JOIN harvest.result_waiters AS w ON w.execution_id = b.execution_id
+      ORDER BY b.n$$,
+    $$VALUES (1, '00000000-0000-4000-8000-0000000000a2'::uuid), (3, '00000000-0000-4000-8000-0000000000a3'::uuid)$$,
+    'start_workflows() of a plain batch marks each start''s result_waiter, and only where one is given');
+CREATE TEMP TABLE rw_keyed ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflows('[{"workflow_name": "rw_wf", "workflow_id": "rw-1",
+                                         "result_waiter": "00000000-0000-4000-8000-0000000000a4"}]');
+SELECT results_eq(
+    $$SELECT w.waiter_id FROM harvest.result_waiters AS w WHERE w.execution_id = (SELECT execution_id FROM rw_keyed)$$,
+    $$VALUES ('00000000-0000-4000-8000-0000000000a4'::uuid)$$,
+    'start_workflows() one start at a time (a workflow_id given) marks the result_waiter of a run it created');
+-- Attached to a running run (use_existing): not marked by the start (wait_for_result marks it,
+-- ordered with a close in flight), and started_fresh says so.
+CREATE TEMP TABLE rw_attached ON COMMIT DROP AS
+SELECT * FROM harvest.start_workflows('[{"workflow_name": "rw_wf", "workflow_id": "rw-1", "conflict_policy": "use_existing",
+                                         "result_waiter": "00000000-0000-4000-8000-0000000000a5"}]');
+SELECT is((SELECT execution_id FROM rw_attached), (SELECT execution_id FROM rw_keyed), 'use_existing attaches to rw-1');
+SELECT is_empty($$SELECT 1 FROM harvest.result_waiters WHERE waiter_id = '00000000-0000-4000-8000-0000000000a5'$$,
+                'a start that attached to a running run does not mark its result_waiter');
+SELECT throws_ok($$SELECT * FROM harvest.start_workflows('[{"workflow_name": "rw_wf", "result_waiter": "nope"}]')$$,
+                 '22P02', NULL, 'a result_waiter that is not a uuid is refused');
 
 -- \df+ harvest.* documents the API: every public function of this file has a comment.
 SELECT is_empty($$SELECT p.proname FROM pg_catalog.pg_proc AS p

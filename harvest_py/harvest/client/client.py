@@ -229,7 +229,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in _START_KEYWORDS}
     task_queue = given.pop("task_queue", None)
     if task_queue is not None:
-        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=4)
+        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=5)
     definition = _resolve_workflow(workflow)[1]
     if definition is not None and given:
         shadowed = sorted(set(given) & set(inspect.signature(definition.fn).parameters))
@@ -239,7 +239,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
                 f"parameter(s) of that name: pass the start's with options=StartOptions(...) and "
                 "every keyword argument goes to the workflow",
                 DeprecationWarning,
-                stacklevel=3,  # the caller of start_workflow
+                stacklevel=4,  # the caller of start_workflow (or execute_workflow), through _start
             )
     return StartOptions(**given), kwargs
 
@@ -339,11 +339,20 @@ def _result_steps(
     deadline: float | None,
     timeout: float | None,
     route: Any = None,
+    marked: Callable[[], bool] | None = None,
 ) -> Steps[Any]:
     """Wait for the run (and any continue-as-new successors) to end; return or raise. One loop
     for both clients (harvest.db.steps); a successor on another shard (``route``) raises _Hop
-    for the handle to wait there, under the same deadline."""
+    for the handle to wait there, under the same deadline. ``marked``: the run's start marked
+    this waiter (Client.execute_workflow); asked once the wait is registered with the hub,
+    True when the hub has missed no notification since the start, and the first read then
+    waits for the close's notification instead of marking."""
     first = execution_id
+    if marked is not None and marked():
+        marks.runs.add(execution_id)
+        yield Notified(
+            execution_id, _RESULT_REREAD_SECS if timeout is None else min(timeout, _RESULT_REREAD_SECS)
+        )
     while True:
         # Marks us as waiting (a closing run then notifies) and reads the run.
         execution = yield Sql(sqlapi.wait_for_result, execution_id, marks.waiter_id)
@@ -504,6 +513,26 @@ def _moved_run(target: Any, exc: ExecutionMigrated) -> str:
     if not target.sharded or exc.reason != "migrated" or exc.execution_id is None:
         raise exc
     return str(exc.execution_id)
+
+
+def _marked_by_start(row: dict[str, Any]) -> bool:
+    """Whether start_workflows marked the start's ``result_waiter``: on a run it created."""
+    return (
+        bool(row.get("started_fresh"))
+        and row.get("status") == "RUNNING"
+        and row.get("execution_id") is not None
+    )
+
+
+def _listening_since(hub: Any) -> int | None:
+    """The hub's token before a start (None: a hub that cannot say, or not listening)."""
+    since = getattr(hub, "listening_since", None)
+    return None if since is None else cast("int | None", since())
+
+
+def _unmissed(hub: Any, token: int | None) -> Callable[[], bool]:
+    """Asked once a wait is registered: has the hub missed no notification since ``token``?"""
+    return lambda: token is not None and _listening_since(hub) == token
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -826,8 +855,14 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         """Wait for the run (and any continue-as-new successors) to end; return or raise. It
         LISTENs on the shard the run lives on (following a rebalance's forwarding pointer), and
         on each successor's shard in turn."""
+        return self._result(timeout, str(uuid.uuid4()))
+
+    def _result(
+        self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
+    ) -> ResultT:
+        """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
         _not_deferred(self)
-        waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
+        deadline = _deadline(timeout)
         target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
 
@@ -835,10 +870,11 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
             # On the client's one LISTEN connection per shard (read by a thread of its own),
             # registered for the run before the first read; each call borrows a pooled connection.
             marks = _Marks(waiter_id)
+            first = marked if run == self.execution_id else None
             return cast(
                 ResultT,
                 run_steps_on_hub(
-                    _result_steps(self, run, marks, deadline, timeout, route),
+                    _result_steps(self, run, marks, deadline, timeout, route, first),
                     lambda: routing.api(target, shard),
                     self.client._listener(shard, channels.DONE),
                     cleanup=marks.cleanup,
@@ -995,6 +1031,62 @@ class Client:
         writable shards. Without a ``workflow_id`` a pinned start mints one that hashes to its
         shard. ``connection=`` starts in your transaction on that connection's database (a
         pin is checked by that database: another shard's is refused with WrongShard)."""
+        return self._start(workflow, args, options, kwargs)[0]
+
+    @overload
+    def execute_workflow(
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        /,
+        *args: *Args,
+        options: StartOptions | None = None,
+        result_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ResultT: ...
+    @overload
+    def execute_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        /,
+        *args: Any,
+        options: StartOptions | None = None,
+        result_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any: ...
+    def execute_workflow(
+        self,
+        workflow: Any,
+        /,
+        *args: object,
+        options: StartOptions | None = None,
+        result_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Start a run and wait for its result: ``start_workflow(...)`` then ``result()``, in
+        fewer steps (docs/workflows.md, "Starting a run and waiting for it").
+
+        Takes start_workflow's arguments; ``result_timeout`` is result()'s ``timeout``
+        (TimeoutError_ when the run is still going then; the run goes on). The start marks this
+        caller as waiting for the run's result in its own transaction, so the wait need not mark
+        itself after it: on one database, a run the start created (not one it attached to, and
+        not a start given ``connection=``, offloaded input or a pinned shard) is waited for on
+        the client's LISTEN connection without a first read."""
+        waiter_id = str(uuid.uuid4())
+        hub = None if self._target.sharded else self._listener(routing.ONE, channels.DONE)
+        token = _listening_since(hub)
+        handle, marked = self._start(workflow, args, options, kwargs, waiter_id)
+        return handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
+
+    def _start(
+        self,
+        workflow: Any,
+        args: tuple[object, ...],
+        options: StartOptions | None,
+        kwargs: dict[str, Any],
+        waiter_id: str | None = None,
+    ) -> tuple[WorkflowHandle[Any], bool]:
+        """start_workflow; ``waiter_id``: the plain start marks it waiting for the run's result
+        in its own transaction (returns whether it did)."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
             workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
@@ -1033,7 +1125,13 @@ class Client:
                 with routing.api(
                     self._target, routing.ONE if placement.shard is None else placement.shard
                 ) as sql:
-                    row = sql.start_workflow(**call, shard=placement.shard)
+                    if waiter_id is None:
+                        row = sql.start_workflow(**call, shard=placement.shard)
+                    else:
+                        call = {**call, "result_waiter": waiter_id}
+                        if placement.shard is not None:
+                            call["shard"] = placement.shard
+                        row = sql.start_workflows([call])[0]
             trace.started(
                 row["execution_id"],
                 {
@@ -1042,9 +1140,10 @@ class Client:
                     "harvest.started_fresh": row["started_fresh"],
                 },
             )
-        return WorkflowHandle(
+        handle: WorkflowHandle[Any] = WorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
+        return handle, "result_waiter" in call and _marked_by_start(row)
 
     def _start_offloaded(
         self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
@@ -1500,8 +1599,14 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
     @_afinds_run
     async def result(self, timeout: float | None = None) -> ResultT:
         """See :meth:`WorkflowHandle.result`."""
+        return await self._result(timeout, str(uuid.uuid4()))
+
+    async def _result(
+        self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
+    ) -> ResultT:
+        """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
         _not_deferred(self)
-        waiter_id, deadline = str(uuid.uuid4()), _deadline(timeout)
+        deadline = _deadline(timeout)
         target, run = self.client._target, cast(str, self.execution_id)
         route = target.route if target.sharded else None
 
@@ -1511,10 +1616,11 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
             # borrows a pooled connection.
             marks = _Marks(waiter_id)
             hub = await self.client._listener(shard, channels.DONE)
+            first = marked if run == self.execution_id else None
             return cast(
                 ResultT,
                 await arun_steps_on_hub(
-                    _result_steps(self, run, marks, deadline, timeout, route),
+                    _result_steps(self, run, marks, deadline, timeout, route, first),
                     target.sql(shard),
                     hub,
                     cleanup=marks.cleanup,
@@ -1734,6 +1840,54 @@ class AsyncClient:
         self, workflow: Any, /, *args: object, options: StartOptions | None = None, **kwargs: Any
     ) -> AsyncWorkflowHandle[Any]:
         """See :meth:`Client.start_workflow`."""
+        return (await self._start(workflow, args, options, kwargs))[0]
+
+    @overload
+    async def execute_workflow(
+        self,
+        workflow: Callable[[Any, *Args], Awaitable[ResultT]],
+        /,
+        *args: *Args,
+        options: StartOptions | None = None,
+        result_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> ResultT: ...
+    @overload
+    async def execute_workflow(
+        self,
+        workflow: str | WorkflowDefinition,
+        /,
+        *args: Any,
+        options: StartOptions | None = None,
+        result_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any: ...
+    async def execute_workflow(
+        self,
+        workflow: Any,
+        /,
+        *args: object,
+        options: StartOptions | None = None,
+        result_timeout: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """See :meth:`Client.execute_workflow`."""
+        waiter_id = str(uuid.uuid4())
+        hub = None if self._target.sharded else await self._listener(routing.ONE, channels.DONE)
+        token = _listening_since(hub)
+        handle, marked = await self._start(workflow, args, options, kwargs, waiter_id)
+        return await handle._result(result_timeout, waiter_id, _unmissed(hub, token) if marked else None)
+
+    async def _start(
+        self,
+        workflow: Any,
+        args: tuple[object, ...],
+        options: StartOptions | None,
+        kwargs: dict[str, Any],
+        waiter_id: str | None = None,
+    ) -> tuple[AsyncWorkflowHandle[Any], bool]:
+        """start_workflow; ``waiter_id``: a start through the batched call marks it waiting for
+        the run's result in its own transaction (returns whether it did)."""
         opts, kwargs = _split_start(workflow, options, kwargs)
         name, definition, encoded, queue = _start_args(
             workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
@@ -1769,6 +1923,8 @@ class AsyncClient:
                 async with self._target.connection(placement.shard) as conn:
                     row = await _astart_in_transaction(conn, call, placement)
             else:
+                if waiter_id is not None:
+                    call = {**call, "result_waiter": waiter_id}
                 row = await self._starts.start(call, placement.shard)
             trace.started(
                 row["execution_id"],
@@ -1778,9 +1934,10 @@ class AsyncClient:
                     "harvest.started_fresh": row["started_fresh"],
                 },
             )
-        return AsyncWorkflowHandle(
+        handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
+        return handle, "result_waiter" in call and _marked_by_start(row)
 
     async def _astart_offloaded(
         self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]

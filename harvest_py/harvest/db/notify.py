@@ -36,6 +36,8 @@ E = TypeVar("E", bound=_Settable)
 
 # How long the hub waits before it connects again after losing its connection.
 RECONNECT_SECS = 1.0
+# How many notifications no wait was registered for a hub keeps (_Waiters._unclaimed).
+UNCLAIMED_KEPT = 1024
 
 
 class _Waiters(Generic[E]):
@@ -46,6 +48,13 @@ class _Waiters(Generic[E]):
     def __init__(self) -> None:
         self._by_payload: dict[str, set[E]] = {}
         self._lock = threading.Lock()
+        # Payloads notified while no wait was registered for them, oldest first (at most
+        # UNCLAIMED_KEPT): a wait that registers later is woken at once (a run started with its
+        # waiter marked, whose close came before the wait registered: Client.execute_workflow).
+        self._unclaimed: dict[str, None] = {}
+        # Counts the times every waiter was woken (the connection came up, dropped or closed): a
+        # notification may have been missed across one.
+        self.epoch = 0
 
     def __len__(self) -> int:
         with self._lock:
@@ -54,6 +63,9 @@ class _Waiters(Generic[E]):
     def add(self, payload: str, event: E) -> None:
         with self._lock:
             self._by_payload.setdefault(payload, set()).add(event)
+            missed = self._unclaimed.pop(payload, False) is None
+        if missed:
+            event.set()
 
     def discard(self, payload: str, event: E) -> None:
         with self._lock:
@@ -66,11 +78,16 @@ class _Waiters(Generic[E]):
     def wake(self, payload: str) -> None:
         with self._lock:
             events = list(self._by_payload.get(payload, ()))
+            if not events:
+                self._unclaimed[payload] = None
+                if len(self._unclaimed) > UNCLAIMED_KEPT:
+                    del self._unclaimed[next(iter(self._unclaimed))]
         for event in events:
             event.set()
 
     def wake_all(self) -> None:
         with self._lock:
+            self.epoch += 1
             events = [event for waiting in self._by_payload.values() for event in waiting]
         for event in events:
             event.set()
@@ -106,6 +123,12 @@ class NotificationHub:
                 await self._task
             self._task = None
         self._waiters.wake_all()
+
+    def listening_since(self) -> int | None:
+        """A token that stays the same while the LISTEN stays up (None while it is not): a wait
+        registered after a start, with the same token as before it, has missed no notification
+        since (those no wait was registered for are kept: :meth:`waiting` sees them)."""
+        return self._waiters.epoch if self._ready.is_set() else None
 
     @contextlib.asynccontextmanager
     async def waiting(self, payload: str) -> AsyncIterator[asyncio.Event]:
@@ -183,6 +206,12 @@ class ThreadNotificationHub:
             os.close(self._stop_r)
             os.close(self._stop_w)
         self._waiters.wake_all()
+
+    def listening_since(self) -> int | None:
+        """A token that stays the same while the LISTEN stays up (None while it is not): a wait
+        registered after a start, with the same token as before it, has missed no notification
+        since (those no wait was registered for are kept: :meth:`waiting` sees them)."""
+        return self._waiters.epoch if self._ready.is_set() else None
 
     @contextlib.contextmanager
     def waiting(self, payload: str) -> Iterator[threading.Event]:
