@@ -69,11 +69,12 @@ def test_the_sql_path_procedure_writes_the_histories_the_worker_writes(db):
 
 
 def test_the_sql_path_row_reports_the_servers_cpu_per_workflow(db):
-    # bench/sql_path.py as make bench runs it (a subprocess: bench/ is not a package), small.
+    # bench/sql_path.py as make bench runs it (a subprocess: bench/ is not a package), smaller.
     env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "harvest_py")}
     command = [sys.executable, str(BENCH / "sql_path.py"), "--dsn", db]
     out = subprocess.run(
-        [*command, "--clients", "1,2", "--n", "8", "--batch", "4"],
+        # Enough runs that the server's CPU spans many of psutil's 10 ms clock ticks.
+        [*command, "--clients", "1,2", "--n", "200", "--batch", "50"],
         capture_output=True,
         text=True,
         env=env,
@@ -83,6 +84,6 @@ def test_the_sql_path_row_reports_the_servers_cpu_per_workflow(db):
     row = json.loads(out.strip().splitlines()[-1])
     assert [r["clients"] for r in row["runs"]] == [1, 2]
     for run in row["runs"]:
-        assert run["workflows"] == 8
-        # Eight runs through the server's functions cost it something, and far less than a second each.
+        assert run["workflows"] == 200
+        # 200 runs through the server's functions cost it something, and far less than a second each.
         assert 0 < run["server_cpu_ms_per_wf"] < 1000
