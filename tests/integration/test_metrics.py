@@ -64,7 +64,10 @@ def test_a_known_workload_is_counted_and_sampled(start_worker, client: Client) -
     assert (
         value("harvest_activity_completed_total", workflow_type="metrics_wf", activity="metrics_flaky") == N
     )
-    assert value("harvest_workflow_terminal_total", workflow_type="metrics_wf", status="COMPLETED") == N
+    # The worker counts a close once its batch call returns; the client may have the result first.
+    wait_for(
+        lambda: value("harvest_workflow_terminal_total", workflow_type="metrics_wf", status="COMPLETED") == N
+    )
     assert value("harvest_workflow_history_size_count", workflow_type="metrics_wf") == N
     assert value("harvest_activity_duration_seconds_count", activity="metrics_flaky") == 2 * N
     # 2N activity attempts of metrics_wf, and metrics_dl_wf's one.
@@ -84,7 +87,8 @@ def test_a_known_workload_is_counted_and_sampled(start_worker, client: Client) -
         == 2 * N + 1
     )
     assert value("harvest_claim_duration_seconds_count", shard="0") > 0
-    assert value("harvest_scanner_tick_total", shard="0", outcome="ok") > 0
+    # The scanner's first tick comes scan_interval (0.2 s here) after the worker starts.
+    wait_for(lambda: value("harvest_scanner_tick_total", shard="0", outcome="ok") > 0)
 
     # The sampler (it leads: the only scanning process on this database) publishes the gauges.
     wait_for(
