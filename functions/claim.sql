@@ -269,17 +269,14 @@ BEGIN
     -- candidates by primary key again for them (docs/performance.md, "claimcols row").
     SELECT coalesce(array_agg(r.id ORDER BY r.fair_rank, r.effective DESC, r.due_at, r.id), ARRAY[]::bigint[]),
            coalesce(bool_or(r.gated), false),
-           array_agg(ROW(r.id, r.kind, r.execution_id, r.concurrency_key, r.concurrency_limit, r.rate_key,
-                         r.priority, r.due_at, r.activity_name, r.options)::harvest.gated_candidate)
-               FILTER (WHERE r.gated)
+           array_agg(r.gate) FILTER (WHERE r.gated)
     INTO ids, gated, gates
     FROM (
         SELECT e.*,
                row_number() OVER (PARTITION BY e.queue, e.fairness_key
                                   ORDER BY e.effective DESC, e.due_at, e.id) AS fair_rank
         FROM (
-            SELECT w.id, w.queue, w.fairness_key, w.priority, w.due_at, w.gated, w.kind, w.execution_id,
-                   w.concurrency_key, w.concurrency_limit, w.rate_key, w.activity_name, w.options,
+            SELECT w.id, w.queue, w.fairness_key, w.due_at, w.gated, w.gate,
                    w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
                        AS effective
             FROM (
@@ -314,8 +311,11 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
                            (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                           t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                           t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END AS options
+                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                               t.priority, t.due_at, t.activity_name,
+                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
+                           END AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = c.queue AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
                     ORDER BY t.priority DESC, t.due_at, t.id
@@ -328,8 +328,11 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
                            (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                           t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                           t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END AS options
+                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                               t.priority, t.due_at, t.activity_name,
+                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
+                           END AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
                       AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
@@ -343,8 +346,11 @@ BEGIN
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
                            (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                           t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                           t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END AS options
+                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                               t.priority, t.due_at, t.activity_name,
+                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
+                           END AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = k.queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
                       AND t.kind <> 'timer' AND t.due_at <= p_now
