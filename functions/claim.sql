@@ -384,14 +384,14 @@ AS $$
            coalesce(bool_or(head.gated), false),
            -- The gated candidates' columns, as _order_candidates' (the gates read no
            -- candidate again; they take those among the ids kept).
-           array_agg(ROW(head.id, head.kind, head.execution_id, head.concurrency_key, head.concurrency_limit,
-                         head.rate_key, head.priority, head.due_at, head.activity_name,
-                         head.options)::harvest.gated_candidate) FILTER (WHERE head.gated)
+           array_agg(head.gate) FILTER (WHERE head.gated)
     FROM unnest((SELECT p_queues)) AS q (name)
     CROSS JOIN LATERAL (
         SELECT t.id, t.priority, t.due_at, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-               t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key, t.activity_name,
-               CASE WHEN t.rate_key IS NOT NULL THEN t.options END AS options
+               CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                   t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key, t.priority,
+                   t.due_at, t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END
+               )::harvest.gated_candidate END AS gate
         FROM harvest.tasks AS t
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.due_at <= (SELECT p_now)
