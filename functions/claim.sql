@@ -364,8 +364,10 @@ END;
 $$;
 
 -- The head of the polled queues: their first p_window due tasks in claim order
--- (tasks_claimable), and whether any carries an admission gate. Inlined into
--- claim_tasks' statement, which PL/pgSQL caches. A custom plan of it, made with the
+-- (tasks_claimable), whether any carries an admission gate, and the columns the
+-- gates judge of those that do (harvest.gated_candidate, built only for a gated row:
+-- an ungated head pays one NULL column). Inlined into claim_tasks' statement, which
+-- PL/pgSQL caches. A custom plan of it, made with the
 -- values known, looked cheaper than the generic one (one queue's unnest is one row,
 -- not ten; LIMIT 56 is 56 rows, not a tenth of the queue), so the plan cache planned
 -- it again on every claim, about 0.15 ms. The three parameters are therefore read
