@@ -210,10 +210,11 @@ $$;
 -- head window (the first p_window due tasks of the polled queues in priority order,
 -- as _claim_head's), the oldest ageing tasks by due time and the head of each
 -- fairness key visited, in claim order (round-robin across (queue, fairness key),
--- then effective priority, due time, id), and whether any carries a gate.
+-- then effective priority, due time, id), whether any carries a gate, and the columns
+-- the gates read of those that do (in no order; NULL when none does).
 CREATE OR REPLACE FUNCTION harvest._order_candidates(
     p_queues text[], p_now timestamptz, p_window integer, p_limit integer,
-    OUT ids bigint[], OUT gated boolean
+    OUT ids bigint[], OUT gated boolean, OUT gates harvest.gated_candidate[]
 )
 LANGUAGE plpgsql
 -- The windows' statement planned afresh costs about 0.4 ms, and with LIMITs it does not
@@ -263,16 +264,19 @@ BEGIN
     -- (as this did) cost a heap page and an index descent per candidate, some 700 a
     -- claim over four queues, each dearer the deeper the table (docs/performance.md,
     -- "Every gate on"). UNION drops the candidates two windows share (one snapshot:
-    -- equal rows).
+    -- equal rows). The windows carry the gates' columns too (the gated candidates' kind,
+    -- run, keys, cap, activity and a rate-keyed one's options): the gates read the
+    -- candidates by primary key again for them (docs/performance.md, "claimcols row").
     SELECT coalesce(array_agg(r.id ORDER BY r.fair_rank, r.effective DESC, r.due_at, r.id), ARRAY[]::bigint[]),
-           coalesce(bool_or(r.gated), false)
-    INTO ids, gated
+           coalesce(bool_or(r.gated), false),
+           array_agg(r.gate) FILTER (WHERE r.gated)
+    INTO ids, gated, gates
     FROM (
-        SELECT e.id, e.due_at, e.gated, e.effective,
+        SELECT e.*,
                row_number() OVER (PARTITION BY e.queue, e.fairness_key
                                   ORDER BY e.effective DESC, e.due_at, e.id) AS fair_rank
         FROM (
-            SELECT w.id, w.queue, w.fairness_key, w.due_at, w.gated,
+            SELECT w.id, w.queue, w.fairness_key, w.due_at, w.gated, w.gate,
                    w.priority + coalesce(floor(extract(EPOCH FROM p_now - w.due_at) / w.priority_aging_secs), 0)
                        AS effective
             FROM (
@@ -306,7 +310,12 @@ BEGIN
                 ) AS c
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
+                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                               t.priority, t.due_at, t.activity_name,
+                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
+                           END AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = c.queue AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
                     ORDER BY t.priority DESC, t.due_at, t.id
@@ -318,7 +327,12 @@ BEGIN
                 FROM unnest(p_queues) AS q (name)
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
+                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                               t.priority, t.due_at, t.activity_name,
+                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
+                           END AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
                       AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
@@ -331,7 +345,12 @@ BEGIN
                 FROM unnest(v_fair_queues, v_fair_keys, v_fair_take) AS k (queue, fairness_key, take)
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
+                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                               t.priority, t.due_at, t.activity_name,
+                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
+                           END AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = k.queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
                       AND t.kind <> 'timer' AND t.due_at <= p_now
@@ -345,8 +364,10 @@ END;
 $$;
 
 -- The head of the polled queues: their first p_window due tasks in claim order
--- (tasks_claimable), and whether any carries an admission gate. Inlined into
--- claim_tasks' statement, which PL/pgSQL caches. A custom plan of it, made with the
+-- (tasks_claimable), whether any carries an admission gate, and the columns the
+-- gates judge of those that do (harvest.gated_candidate, built only for a gated row:
+-- an ungated head pays one NULL column). Inlined into claim_tasks' statement, which
+-- PL/pgSQL caches. A custom plan of it, made with the
 -- values known, looked cheaper than the generic one (one queue's unnest is one row,
 -- not ten; LIMIT 56 is 56 rows, not a tenth of the queue), so the plan cache planned
 -- it again on every claim, about 0.15 ms. The three parameters are therefore read
@@ -357,15 +378,22 @@ $$;
 -- the setting (and the SQL function call it kept from being inlined) cost 3-10 us a
 -- claim (docs/performance.md, "The claim head inlined").
 CREATE OR REPLACE FUNCTION harvest._claim_head(p_queues text[], p_now timestamptz, p_window integer)
-RETURNS TABLE (ids bigint[], gated boolean)
+RETURNS TABLE (ids bigint[], gated boolean, gates harvest.gated_candidate[])
 LANGUAGE sql STABLE
 AS $$
     SELECT (coalesce(array_agg(head.id ORDER BY head.priority DESC, head.due_at, head.id),
                      ARRAY[]::bigint[]))[1:p_window],
-           coalesce(bool_or(head.gated), false)
+           coalesce(bool_or(head.gated), false),
+           -- The gated candidates' columns, as _order_candidates' (the gates read no
+           -- candidate again; they take those among the ids kept).
+           array_agg(head.gate) FILTER (WHERE head.gated)
     FROM unnest((SELECT p_queues)) AS q (name)
     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.due_at, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated
+        SELECT t.id, t.priority, t.due_at, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
+               CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
+                   t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key, t.priority,
+                   t.due_at, t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END
+               )::harvest.gated_candidate END AS gate
         FROM harvest.tasks AS t
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.due_at <= (SELECT p_now)
@@ -376,9 +404,11 @@ $$;
 
 -- The end of a claim (claim_tasks, claim_named_tasks): lease up to p_limit of
 -- the candidates p_ids (in claim order) through owner mode's partitions and,
--- when any carries one (p_gated), the admission gates; returns the claimed tasks.
+-- when any carries one (p_gated), the admission gates, which read the gated
+-- candidates' columns from p_gates (as the windows read them); returns the
+-- claimed tasks.
 CREATE OR REPLACE FUNCTION harvest._claim_candidates(
-    p_ids bigint[], p_gated boolean, p_worker_id text, p_limit integer,
+    p_ids bigint[], p_gated boolean, p_gates harvest.gated_candidate[], p_worker_id text, p_limit integer,
     p_workflow_lease_secs double precision, p_now timestamptz
 )
 RETURNS TABLE (
@@ -413,7 +443,7 @@ BEGIN
         -- and acquire the partitions of those claimed (owners.sql).
         v_ids := harvest._owner_candidates(v_ids, p_worker_id, p_now);
         IF p_gated THEN
-            v_admitted := harvest._admit_candidates(v_ids, p_now);
+            v_admitted := harvest._admit_candidates(v_ids, p_gates, p_now);
             SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
             FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
             WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));  -- (hashed: see below)
@@ -461,7 +491,7 @@ BEGIN
     -- The gates return the admissible ids as a set: keep the claim order. IN over
     -- the unnested set is a hashed lookup; "= ANY(v_admitted)" compared every
     -- candidate with every admitted id (a window of hundreds squared).
-    v_admitted := harvest._admit_candidates(v_ids, p_now);
+    v_admitted := harvest._admit_candidates(v_ids, p_gates, p_now);
     SELECT coalesce(array_agg(u.id ORDER BY u.ord), ARRAY[]::bigint[]) INTO v_ids
     FROM unnest(v_ids) WITH ORDINALITY AS u (id, ord)
     WHERE u.id IN (SELECT a.id FROM unnest(v_admitted) AS a (id));
@@ -525,6 +555,7 @@ DECLARE
     v_window integer := greatest(p_limit, 1) * 4 + 16;
     v_ids bigint[];
     v_gated boolean;
+    v_gates harvest.gated_candidate[];
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
         RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
@@ -562,10 +593,11 @@ BEGIN
         WHERE t.queue = ANY(p_queues) AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.fairness_key IS NOT NULL
     ) THEN
-        SELECT o.ids, o.gated INTO v_ids, v_gated
+        SELECT o.ids, o.gated, o.gates INTO v_ids, v_gated, v_gates
         FROM harvest._order_candidates(p_queues, v_now, v_window, p_limit) AS o;
     ELSE
-        SELECT h.ids, h.gated INTO v_ids, v_gated FROM harvest._claim_head(p_queues, v_now, v_window) AS h;
+        SELECT h.ids, h.gated, h.gates INTO v_ids, v_gated, v_gates
+        FROM harvest._claim_head(p_queues, v_now, v_window) AS h;
     END IF;
 
     IF cardinality(v_ids) = 0 THEN
@@ -578,7 +610,8 @@ BEGIN
     -- probes cost more the deeper the table (docs/performance.md, "Every gate on").
     v_ids := v_ids[1:v_window];
     RETURN QUERY
-    SELECT * FROM harvest._claim_candidates(v_ids, v_gated, p_worker_id, p_limit, p_workflow_lease_secs, v_now);
+    SELECT * FROM harvest._claim_candidates(
+        v_ids, v_gated, v_gates, p_worker_id, p_limit, p_workflow_lease_secs, v_now);
 END;
 $$;
 
@@ -622,6 +655,7 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_ids bigint[];
     v_gated boolean;
+    v_gates harvest.gated_candidate[];
 BEGIN
     IF p_worker_id IS NULL OR p_worker_id = '' THEN
         RAISE EXCEPTION 'worker id is empty' USING ERRCODE = 'HR001';
@@ -641,10 +675,15 @@ BEGIN
 
     -- One primary-key probe per distinct id (LATERAL ... OFFSET 0, as everywhere); the
     -- predicate is wrapped in IS TRUE so that no partial index of the queue applies
-    -- (see core.sql's note on IS TRUE): a cached generic plan must probe the key.
+    -- (see core.sql's note on IS TRUE): a cached generic plan must probe the key. The
+    -- gated rows' columns go to the gates, as the claim's windows hand them theirs.
     SELECT coalesce(array_agg(t.id ORDER BY t.priority DESC, t.due_at, t.id), ARRAY[]::bigint[]),
-           coalesce(bool_or(t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL), false)
-    INTO v_ids, v_gated
+           coalesce(bool_or(t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL), false),
+           array_agg(ROW(t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
+                         t.priority, t.due_at, t.activity_name,
+                         CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate)
+               FILTER (WHERE t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL)
+    INTO v_ids, v_gated, v_gates
     FROM (SELECT DISTINCT u.id FROM unnest(p_task_ids) AS u (id)) AS k
     CROSS JOIN LATERAL (
         SELECT p.* FROM harvest.tasks AS p
@@ -659,7 +698,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT * FROM harvest._claim_candidates(
-        v_ids, v_gated, p_worker_id, cardinality(v_ids), p_workflow_lease_secs, v_now);
+        v_ids, v_gated, v_gates, p_worker_id, cardinality(v_ids), p_workflow_lease_secs, v_now);
 END;
 $$;
 

@@ -148,11 +148,16 @@ END;
 $$;
 
 -- The gates of one claim: given the candidate ids of the bounded window (some
--- with a concurrency or rate key), return the ids that may be claimed now.
--- Candidates refused by a full cap or an empty bucket are deferred a little
--- (due_at moves), so a saturated key does not fill the window and starve the
--- rest of the queue; candidates whose key another claimer holds are only skipped.
-CREATE OR REPLACE FUNCTION harvest._admit_candidates(p_ids bigint[], p_now timestamptz)
+-- with a concurrency or rate key) and the gated candidates' columns as the claim's
+-- windows read them (p_gates; those of ids not in p_ids are left out), return the
+-- ids that may be claimed now. Candidates refused by a full cap or an empty bucket
+-- are deferred a little (due_at moves), so a saturated key does not fill the window
+-- and starve the rest of the queue; candidates whose key another claimer holds are
+-- only skipped. A candidate with no gate is admitted (the lease skips it if it is
+-- no longer pending).
+CREATE OR REPLACE FUNCTION harvest._admit_candidates(
+    p_ids bigint[], p_gates harvest.gated_candidate[], p_now timestamptz
+)
 RETURNS bigint[]
 LANGUAGE plpgsql
 AS $$
@@ -165,7 +170,7 @@ DECLARE
     v_admit bigint[];
     v_deferred bigint[];
     v_waits double precision[];
-    -- The pending candidates' columns, in one array each.
+    -- The gated candidates' columns, in one array each.
     v_id bigint[];
     v_kind text[];
     v_execution uuid[];
@@ -178,22 +183,22 @@ DECLARE
     v_options jsonb[];
     v_rated boolean;
 BEGIN
-    -- The candidates are read once, here: the key locks, the buckets and the ranks
-    -- below each read them by id before, a primary-key probe per candidate and
-    -- statement (some 200 a claim, five times; docs/performance.md, "Fairness keys
-    -- visited"). They are read before the key locks are taken: a candidate another
-    -- claim took in between is ranked here but counted in flight as well (that count
-    -- still starts after the locks), so the race can only admit one fewer, never one
-    -- more; the lease skips it anyway.
-    SELECT array_agg(t.id), array_agg(t.kind), array_agg(t.execution_id), array_agg(t.concurrency_key),
-           array_agg(t.concurrency_limit), array_agg(t.rate_key), array_agg(t.priority), array_agg(t.due_at),
-           array_agg(t.activity_name), array_agg(CASE WHEN t.rate_key IS NOT NULL THEN t.options END),
-           bool_or(t.rate_key IS NOT NULL)
+    -- The candidates' columns come from the windows that found them: the key locks,
+    -- the buckets and the ranks read no candidate by id. Reading the window's 216 again
+    -- by primary key cost an index descent and a heap page each, 724 buffers a claim at
+    -- 10M pending, many from outside the pool (docs/performance.md, "claimcols row").
+    -- They were read before the key locks are taken (as the read here was): a candidate
+    -- another claim took in between is ranked here but counted in flight as well (that
+    -- count still starts after the locks), so the race can only admit one fewer, never
+    -- one more; the lease skips it anyway.
+    SELECT array_agg(g.id), array_agg(g.kind), array_agg(g.execution_id), array_agg(g.concurrency_key),
+           array_agg(g.concurrency_limit), array_agg(g.rate_key), array_agg(g.priority), array_agg(g.due_at),
+           array_agg(g.activity_name), array_agg(g.options), bool_or(g.rate_key IS NOT NULL)
     INTO v_id, v_kind, v_execution, v_ckey, v_climit, v_rkey, v_priority, v_due, v_activity, v_options, v_rated
-    FROM harvest.tasks AS t
-    WHERE t.id = ANY(p_ids) AND t.status = 'pending';
+    FROM unnest(p_gates) AS g
+    WHERE g.id IN (SELECT u.id FROM unnest(p_ids) AS u (id));  -- (hashed)
     IF v_id IS NULL THEN
-        RETURN ARRAY[]::bigint[];
+        RETURN p_ids;  -- no candidate carries a gate
     END IF;
 
     FOR v_key IN
@@ -246,13 +251,16 @@ BEGIN
         LEFT JOIN flight AS f ON f.kind = c.kind AND f.concurrency_key = c.concurrency_key
         LEFT JOIN LATERAL harvest._bucket_now(c.rate_key, p_now) AS b ON c.rate_key = ANY(v_buckets)
     )
-    SELECT coalesce(array_agg(j.id) FILTER (WHERE j.cap = 'ok' AND j.rate = 'ok'), ARRAY[]::bigint[]),
+    -- Admitted: the candidates with no gate, and the gated ones both gates let through.
+    SELECT coalesce(array_agg(u.id) FILTER (WHERE j.id IS NULL OR (j.cap = 'ok' AND j.rate = 'ok')),
+                    ARRAY[]::bigint[]),
            array_agg(j.id) FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited'),
            array_agg(CASE WHEN j.rate = 'limited' THEN greatest(j.rate_wait, 0.001)
                           ELSE extract(EPOCH FROM c_cap_recheck)::double precision END)
                FILTER (WHERE j.cap = 'capped' OR j.rate = 'limited')
     INTO v_admit, v_deferred, v_waits
-    FROM judged AS j;
+    FROM unnest(p_ids) AS u (id)
+    LEFT JOIN judged AS j ON j.id = u.id;
 
     -- Refused candidates step back (rows locked elsewhere are left alone).
     IF v_deferred IS NOT NULL THEN

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(151);
+SELECT plan(154);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -393,6 +393,29 @@ SELECT is((SELECT o.gated FROM harvest._order_candidates(ARRAY['fair_q'], harves
 SELECT ok((SELECT p.proconfig FROM pg_catalog.pg_proc AS p WHERE p.oid = 'harvest._order_candidates'::regproc)
           @> ARRAY['plan_cache_mode=force_generic_plan'],
           '_order_candidates() keeps one generic plan (no planning per claim)');
+
+-- The windows hand the gates the columns they judge (harvest.gated_candidate) of every
+-- candidate that carries a gate, and only of those: the gates read no candidate again.
+SELECT pg_temp.fill('gate_q', 2, 3, 0, '{"max_concurrent": 5, "concurrency_key": "gk"}', '[]');
+SELECT pg_temp.fill('gate_q', 1, 2, 0, '{"rate_limit": {"rps": 2}}', '[]');
+SELECT pg_temp.fill('gate_q', 2, 1, 0, '{}', '[]');
+SELECT pg_temp.fill('gate_fq', 1, 0, 0, '{"fairness_key": "input", "rate_limit": {"rps": 3}}', '["t1"]');
+SELECT pg_temp.fill('gate_fq', 2, 0, 0, '{"fairness_key": "input"}', '["t2"]');
+CREATE TEMP VIEW gate_cols AS
+SELECT t.queue, ROW(t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key, t.priority,
+           t.due_at, t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate AS g
+FROM harvest.tasks AS t
+WHERE t.queue IN ('gate_q', 'gate_fq') AND (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL);
+SELECT is((SELECT array_agg(g::text ORDER BY (g).id) FROM harvest._claim_head(ARRAY['gate_q'], harvest.now(), 10) AS h,
+                  unnest(h.gates) AS g),
+          (SELECT array_agg(c.g::text ORDER BY (c.g).id) FROM gate_cols AS c WHERE c.queue = 'gate_q'),
+          '_claim_head() hands the gated candidates'' columns (a rate-keyed one''s options too), none of the others''');
+SELECT is((SELECT array_agg(g::text ORDER BY (g).id) FROM harvest._order_candidates(
+                  ARRAY['gate_q', 'gate_fq'], harvest.now(), 20, 5) AS o, unnest(o.gates) AS g),
+          (SELECT array_agg(c.g::text ORDER BY (c.g).id) FROM gate_cols AS c),
+          '_order_candidates() hands the gated candidates'' columns, from the head and the fairness window');
+SELECT is((SELECT o.gates FROM harvest._order_candidates(ARRAY['fair_q'], harvest.now(), 20, 3) AS o), NULL,
+          '_order_candidates(): no gated candidate, no columns');
 
 -- Several queues share the ageing window (20 here): a quarter of it each for four, all of it
 -- for one, so the candidates of a claim do not grow with the number of queues polled.

@@ -3,7 +3,7 @@
 -- harvest._after_gated_claim, harvest._flow_release, harvest._supersede,
 -- harvest.list_concurrency_keys.
 BEGIN;
-SELECT plan(25);
+SELECT plan(28);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -51,7 +51,29 @@ SELECT harvest.complete_workflow_task(c.task_id, c.fencing_token, 1, (SELECT jso
     'type', 'schedule_activity', 'seq', i, 'name', 'capped', 'input', '[]'::jsonb, 'queue', 'aq',
     'options', '{"max_concurrent": 2, "concurrency_key": "k2"}'::jsonb)) FROM generate_series(1, 3) AS i))
 FROM harvest.claim_tasks('w', ARRAY['aq0']) AS c;
-SELECT is(cardinality(harvest._admit_candidates((SELECT array_agg(id) FROM harvest.tasks WHERE queue = 'aq'), harvest.now())),
+-- (The gates judge the columns the claim's windows read, handed in as harvest.gated_candidate.)
+CREATE TEMP TABLE aq_gates AS
+SELECT array_agg(id ORDER BY id) AS ids,
+       array_agg(ROW(id, kind, execution_id, concurrency_key, concurrency_limit, rate_key, priority, due_at,
+                     activity_name, NULL)::harvest.gated_candidate ORDER BY id) AS gates
+FROM harvest.tasks WHERE queue = 'aq';
+SELECT is((SELECT array_agg(a ORDER BY a) FROM unnest(harvest._admit_candidates((SELECT ids FROM aq_gates), (SELECT array_agg(
+              ROW(g.id, g.kind, g.execution_id, g.concurrency_key, 1, g.rate_key, g.priority, g.due_at,
+                  g.activity_name, g.options)::harvest.gated_candidate) FROM unnest((SELECT gates FROM aq_gates)) AS g),
+              harvest.now())) AS a),
+          (SELECT ids[1:1] FROM aq_gates),
+          '_admit_candidates(): judges the columns it is given (a cap of 1 handed in admits one), not the rows');
+UPDATE harvest.tasks AS t SET due_at = g.due_at  -- (the two refused stepped back: undone)
+FROM unnest((SELECT gates FROM aq_gates)) AS g WHERE t.id = g.id;
+SELECT is((SELECT array_agg(a ORDER BY a) FROM unnest(harvest._admit_candidates(
+              (SELECT ids FROM aq_gates), (SELECT gates FROM aq_gates)[1:1], harvest.now())) AS a),
+          (SELECT ids FROM aq_gates),
+          '_admit_candidates(): a candidate with no gate columns is admitted (one capped of the three here)');
+SELECT is((SELECT array_agg(a ORDER BY a) FROM unnest(harvest._admit_candidates(
+              (SELECT ids[2:3] FROM aq_gates), (SELECT gates FROM aq_gates), harvest.now())) AS a),
+          (SELECT ids[2:3] FROM aq_gates),
+          '_admit_candidates(): the columns of ids not among the candidates are left out (two of a cap of 2)');
+SELECT is(cardinality(harvest._admit_candidates((SELECT ids FROM aq_gates), (SELECT gates FROM aq_gates), harvest.now())),
           2, '_admit_candidates(): admits up to the cap');
 SELECT lives_ok($$SELECT harvest._after_gated_claim(ARRAY[]::harvest.tasks[], harvest.now())$$, '_after_gated_claim() of nothing');
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['aq'], 10)), 2::bigint, 'claim_tasks(): two of three under a cap of 2');

@@ -149,3 +149,21 @@ CREATE TABLE harvest.fair_queues (
     cursor_key text,
     CONSTRAINT fair_queues_pkey PRIMARY KEY (queue)
 );
+
+-- What a claim's windows hand the admission gates of a candidate that carries a gate
+-- (a concurrency or rate key): the columns harvest._admit_candidates and
+-- harvest._lock_rate_buckets judge it by, options only for a rate-keyed one, as the
+-- windows read the row (functions/claim.sql; docs/performance.md, "The gates read the
+-- windows' columns").
+CREATE TYPE harvest.gated_candidate AS (
+    id bigint,
+    kind text,
+    execution_id uuid,
+    concurrency_key text,
+    concurrency_limit integer,
+    rate_key text,
+    priority integer,
+    due_at timestamptz,
+    activity_name text,
+    options jsonb
+);

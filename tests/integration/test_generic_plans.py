@@ -517,7 +517,7 @@ def test_the_claim_head_keeps_its_generic_plan_at_depth(conn: psycopg.Connection
     conn.execute("ANALYZE harvest.tasks")
     stmt = Statement(
         "claim_tasks",
-        r"SELECT h\.ids, h\.gated INTO v_ids, v_gated FROM harvest\._claim_head",
+        r"SELECT h\.ids, h\.gated, h\.gates INTO v_ids, v_gated, v_gates\s+FROM harvest\._claim_head",
         {"p_queues": "text[]", "v_now": "timestamptz", "v_window": "integer"},
     )
     sql = plain_sql(conn, stmt)
