@@ -67,7 +67,7 @@ SELECT EXISTS (
 # The ageing window and the candidate ordering (the whole of _order_candidates for one queue).
 ORDER = """
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
-SELECT * FROM harvest._order_candidates(ARRAY['bq'], ARRAY[]::bigint[], now(), 56, 10)
+SELECT * FROM harvest._order_candidates(ARRAY['bq'], now(), 56, 10)
 """
 AGING_WINDOW = """
 EXPLAIN (ANALYZE, BUFFERS, COSTS OFF)
