@@ -463,24 +463,21 @@ BEGIN
         -- may wait: nothing of this run reads them. (One test per item: a decision's handed
         -- activity is held only with its events, so the run held last is the events'.)
         IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
-            PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+            v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+            FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
+                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                        jsonb_build_array(v_hd_tasks[v_i]));
+            END LOOP;
             v_ev_runs := NULL;
             v_ev_offsets := NULL;
             v_ev_types := NULL;
             v_ev_datas := NULL;
-            IF cardinality(v_hd_ids) > 0 THEN
-                v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
-                    ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-                FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
-                    v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
-                                                            jsonb_build_array(v_hd_tasks[v_i]));
-                END LOOP;
-                v_hd_items := NULL;
-                v_hd_runs := NULL;
-                v_hd_ids := NULL;
-                v_hd_seqs := NULL;
-                v_hd_cmds := NULL;
-            END IF;
+            v_hd_items := NULL;
+            v_hd_runs := NULL;
+            v_hd_ids := NULL;
+            v_hd_seqs := NULL;
+            v_hd_cmds := NULL;
             v_held_run := NULL;
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
@@ -592,13 +589,10 @@ BEGIN
         v_handed[v_run_last] := harvest._record_activity_results(
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
     END IF;
-    IF cardinality(v_ev_runs) > 0 THEN
-        PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
-    END IF;
-    IF cardinality(v_hd_ids) > 0 THEN
-        v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
-            ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-        FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+    IF v_held_run IS NOT NULL THEN  -- (something is held: a handed activity only with its events)
+        v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+            v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+        FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
                                                     jsonb_build_array(v_hd_tasks[v_i]));
         END LOOP;

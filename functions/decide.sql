@@ -410,6 +410,31 @@ BEGIN
 END;
 $$;
 
+-- What a batch call (complete_activities, complete_workflow_tasks) held back of its applied
+-- decisions goes in: their events with one _insert_events (core.sql), then their handed
+-- activities, one a decision, with one _hand_activities_of_runs (each activity on its own
+-- row of p_hd_runs). Returns the handed tasks as the worker receives them, in the held
+-- order (NULL when none was held); the caller puts each in its decision's answer.
+CREATE OR REPLACE FUNCTION harvest._write_held(
+    p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
+    p_hd_runs harvest.executions[], p_hd_ids uuid[], p_hd_seqs integer[], p_hd_cmds jsonb[],
+    p_worker_id text, p_now timestamptz
+)
+RETURNS jsonb[]
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF cardinality(p_ev_runs) > 0 THEN
+        PERFORM harvest._insert_events(p_ev_runs, p_ev_offsets, p_ev_types, p_ev_datas);
+    END IF;
+    IF cardinality(p_hd_ids) > 0 THEN
+        RETURN harvest._hand_activities_of_runs(p_hd_runs, p_hd_ids,
+            ARRAY(SELECT generate_series(1, cardinality(p_hd_ids))), p_hd_seqs, p_hd_cmds, p_worker_id, p_now);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 -- start_timer: TimerStarted{fire_at} and the timer task, due then ('paused' on a
 -- PAUSED run: it fires once the run is resumed).
 CREATE OR REPLACE FUNCTION harvest._decide_start_timer(
@@ -1230,24 +1255,20 @@ BEGIN
             -- decision (which may read its history); another run's may wait (nothing of this
             -- run reads them).
             IF v_run = v_held_run THEN
-                PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
+                v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                    v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+                FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
+                    v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+                END LOOP;
                 v_ev_runs := NULL;
                 v_ev_offsets := NULL;
                 v_ev_types := NULL;
                 v_ev_datas := NULL;
-                IF cardinality(v_hd_ids) > 0 THEN
-                    v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
-                        ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id,
-                        v_now);
-                    FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
-                        v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
-                    END LOOP;
-                    v_hd_items := NULL;
-                    v_hd_runs := NULL;
-                    v_hd_ids := NULL;
-                    v_hd_seqs := NULL;
-                    v_hd_cmds := NULL;
-                END IF;
+                v_hd_items := NULL;
+                v_hd_runs := NULL;
+                v_hd_ids := NULL;
+                v_hd_seqs := NULL;
+                v_hd_cmds := NULL;
                 v_held_run := NULL;
             END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
@@ -1284,13 +1305,10 @@ BEGIN
             RETURN NEXT;
         END IF;
     END LOOP;
-    IF cardinality(v_ev_runs) > 0 THEN
-        PERFORM harvest._insert_events(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas);
-    END IF;
-    IF cardinality(v_hd_ids) > 0 THEN
-        v_hd_tasks := harvest._hand_activities_of_runs(v_hd_runs, v_hd_ids,
-            ARRAY(SELECT generate_series(1, cardinality(v_hd_ids))), v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-        FOR v_i IN 1 .. cardinality(v_hd_items) LOOP
+    IF v_held_run IS NOT NULL THEN  -- (something is held: a handed activity only with its events)
+        v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+            v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+        FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
         END LOOP;
     END IF;

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(285);
+SELECT plan(288);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1504,6 +1504,29 @@ SELECT results_eq(
       WHERE t.seq IN (31, 32) AND t.kind = 'activity' ORDER BY t.id$$,
     '... and their rows are the ones _hand_activities'' statement of many inserts for the same commands');
 DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity';
+-- _write_held: what a batch call held goes in, the events at their ids, then the handed
+-- activities (each on its own run's row), which come back in the held order; nothing
+-- held, nothing written and NULL back.
+SELECT pg_temp.start_and_claim('cmd_wh');
+SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'fn-worker', harvest.now()),
+          NULL, '_write_held(): nothing held returns NULL');
+CREATE TEMP TABLE wh_handed ON COMMIT DROP AS
+SELECT harvest._write_held(
+           ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_wh')], ARRAY[40, 40]::bigint[],
+           ARRAY['MarkerRecorded', 'MarkerRecorded'], ARRAY['{"name": "w1"}', '{"name": "w2"}']::jsonb[],
+           ARRAY[pg_temp.exec('cmd_wh'), pg_temp.exec('cmd_fn')], ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_fn')],
+           ARRAY[41, 42], ARRAY['{"name": "h1"}', '{"name": "h2"}']::jsonb[], 'fn-worker', harvest.now()) AS handed;
+SELECT results_eq(
+    $$SELECT event_id, event_data ->> 'name' FROM harvest.events
+      WHERE execution_id = pg_temp.run('cmd_wh') AND event_id > 40 ORDER BY event_id$$,
+    $$VALUES (41::bigint, 'w1'::text), (42, 'w2')$$,
+    '_write_held(): the held events at their ids (offset + position), in order');
+SELECT is((SELECT handed FROM wh_handed),
+          (SELECT array_agg(harvest._task_for_worker(t, e, 'fn-worker') ORDER BY t.id)
+           FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
+           WHERE t.seq IN (41, 42) AND t.kind = 'activity' AND t.activity_name IN ('h1', 'h2')),
+          '... then the handed activities, each on its own run, returned in the held order');
+DELETE FROM harvest.tasks WHERE seq IN (41, 42) AND kind = 'activity' AND activity_name IN ('h1', 'h2');
 -- _activity_scheduled: the one description of a scheduled activity, a named queue kept.
 SELECT is(harvest._activity_scheduled(pg_temp.exec('cmd_fn'), 13,
               '{"type": "schedule_activity", "seq": 13, "name": "q3", "queue": "fn_q"}', 1000),
