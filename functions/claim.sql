@@ -206,6 +206,33 @@ BEGIN
 END;
 $$;
 
+-- Whether a task row passes an admission gate (a concurrency key or a rate limit), and
+-- the columns the gates judge of it (NULL for an ungated row: one NULL column is all an
+-- ungated candidate carries). The claim's windows, its head and claim_named_tasks build
+-- each candidate's through these, so what a gate reads is said once. Plain SQL
+-- expressions of the row: the planner inlines them into each statement (a field of the
+-- whole-row argument becomes the column itself), so the plans are the ones the written-out
+-- expressions gave (tests/integration/test_generic_plans.py). Not STRICT, not PL/pgSQL:
+-- either would keep them from being inlined.
+CREATE OR REPLACE FUNCTION harvest._is_gated(p_task harvest.tasks)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_task.concurrency_key IS NOT NULL OR p_task.rate_key IS NOT NULL;
+$$;
+
+CREATE OR REPLACE FUNCTION harvest._gate_of(p_task harvest.tasks)
+RETURNS harvest.gated_candidate
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT CASE WHEN harvest._is_gated(p_task) THEN ROW(
+        p_task.id, p_task.kind, p_task.execution_id, p_task.concurrency_key, p_task.concurrency_limit,
+        p_task.rate_key, p_task.priority, p_task.due_at, p_task.activity_name,
+        -- Only a rate limit reads the options (its cost per activity name).
+        CASE WHEN p_task.rate_key IS NOT NULL THEN p_task.options END
+    )::harvest.gated_candidate END;
+$$;
+
 -- The candidates of a claim on queues that hold ageing or fairness-keyed work: the
 -- head window (the first p_window due tasks of the polled queues in priority order,
 -- as _claim_head's), the oldest ageing tasks by due time and the head of each
@@ -310,12 +337,7 @@ BEGIN
                 ) AS c
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
-                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                               t.priority, t.due_at, t.activity_name,
-                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
-                           END AS gate
+                           harvest._is_gated(t) AS gated, harvest._gate_of(t) AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = c.queue AND t.status = 'pending' AND t.kind <> 'timer' AND t.due_at <= p_now
                     ORDER BY t.priority DESC, t.due_at, t.id
@@ -327,12 +349,7 @@ BEGIN
                 FROM unnest(p_queues) AS q (name)
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
-                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                               t.priority, t.due_at, t.activity_name,
-                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
-                           END AS gate
+                           harvest._is_gated(t) AS gated, harvest._gate_of(t) AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
                       AND t.priority_aging_secs IS NOT NULL AND t.due_at <= p_now
@@ -345,12 +362,7 @@ BEGIN
                 FROM unnest(v_fair_queues, v_fair_keys, v_fair_take) AS k (queue, fairness_key, take)
                 CROSS JOIN LATERAL (
                     SELECT t.id, t.queue, t.fairness_key, t.priority, t.due_at, t.priority_aging_secs,
-                           (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-                           CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
-                               t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                               t.priority, t.due_at, t.activity_name,
-                               CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate
-                           END AS gate
+                           harvest._is_gated(t) AS gated, harvest._gate_of(t) AS gate
                     FROM harvest.tasks AS t
                     WHERE t.queue = k.queue AND t.fairness_key = k.fairness_key AND t.status = 'pending'
                       AND t.kind <> 'timer' AND t.due_at <= p_now
@@ -389,11 +401,7 @@ AS $$
            array_agg(head.gate) FILTER (WHERE head.gated)
     FROM unnest((SELECT p_queues)) AS q (name)
     CROSS JOIN LATERAL (
-        SELECT t.id, t.priority, t.due_at, (t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL) AS gated,
-               CASE WHEN t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL THEN ROW(
-                   t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key, t.priority,
-                   t.due_at, t.activity_name, CASE WHEN t.rate_key IS NOT NULL THEN t.options END
-               )::harvest.gated_candidate END AS gate
+        SELECT t.id, t.priority, t.due_at, harvest._is_gated(t) AS gated, harvest._gate_of(t) AS gate
         FROM harvest.tasks AS t
         WHERE t.queue = q.name AND t.status = 'pending' AND t.kind <> 'timer'
           AND t.due_at <= (SELECT p_now)
@@ -678,11 +686,8 @@ BEGIN
     -- (see core.sql's note on IS TRUE): a cached generic plan must probe the key. The
     -- gated rows' columns go to the gates, as the claim's windows hand them theirs.
     SELECT coalesce(array_agg(t.id ORDER BY t.priority DESC, t.due_at, t.id), ARRAY[]::bigint[]),
-           coalesce(bool_or(t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL), false),
-           array_agg(ROW(t.id, t.kind, t.execution_id, t.concurrency_key, t.concurrency_limit, t.rate_key,
-                         t.priority, t.due_at, t.activity_name,
-                         CASE WHEN t.rate_key IS NOT NULL THEN t.options END)::harvest.gated_candidate)
-               FILTER (WHERE t.concurrency_key IS NOT NULL OR t.rate_key IS NOT NULL)
+           coalesce(bool_or(harvest._is_gated(t)), false),
+           array_agg(harvest._gate_of(t)) FILTER (WHERE harvest._is_gated(t))
     INTO v_ids, v_gated, v_gates
     FROM (SELECT DISTINCT u.id FROM unnest(p_task_ids) AS u (id)) AS k
     CROSS JOIN LATERAL (

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(154);
+SELECT plan(157);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -785,6 +785,25 @@ SELECT results_eq($$SELECT count(*) FILTER (WHERE outcome = 'completed'), count(
                   $$VALUES (1::bigint, 1::bigint)$$,
                   'a concurrency cap of 1: the completed result''s room admits one more, not two');
 SELECT is(harvest._in_flight('activity', 'cw_k'), 1::bigint, 'and its slot is taken (_after_gated_claim)');
+
+-- What a gate judges of a candidate (_is_gated, _gate_of): an ungated row carries a NULL
+-- gate; a capped one its key and limit but not its options; a rate-limited one its options.
+SELECT ok(NOT harvest._is_gated(jsonb_populate_record(NULL::harvest.tasks, '{"id": 1}'))
+          AND harvest._gate_of(jsonb_populate_record(NULL::harvest.tasks, '{"id": 1}')) IS NULL,
+          'an ungated task: not gated, no gate columns');
+SELECT results_eq(
+    $$SELECT (g).id, (g).concurrency_key, (g).concurrency_limit, (g).rate_key, (g).options
+      FROM (SELECT harvest._gate_of(jsonb_populate_record(NULL::harvest.tasks,
+                '{"id": 7, "kind": "activity", "concurrency_key": "k", "concurrency_limit": 2,
+                  "options": {"start_to_close": 5}}')) AS g) AS x$$,
+    $$VALUES (7::bigint, 'k'::text, 2, NULL::text, NULL::jsonb)$$,
+    'a capped task: gated, its key and limit carried, its options not');
+SELECT results_eq(
+    $$SELECT harvest._is_gated(r), (harvest._gate_of(r)).rate_key, (harvest._gate_of(r)).options
+      FROM jsonb_populate_record(NULL::harvest.tasks,
+          '{"id": 8, "rate_key": "r", "options": {"rate": 1}}') AS r$$,
+    $$VALUES (true, 'r'::text, '{"rate": 1}'::jsonb)$$,
+    'a rate-limited task: gated, with the options its rate limit reads');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -485,6 +485,43 @@ def test_hot_path_statement_keeps_its_index(
     assert_reads_only_through(plan, expected, f"{sql}\n(the trap: {why})")
 
 
+# claim_tasks' head statement (_claim_head, inlined into it).
+CLAIM_HEAD = Statement(
+    "claim_tasks",
+    r"SELECT h\.ids, h\.gated, h\.gates INTO v_ids, v_gated, v_gates\s+FROM harvest\._claim_head",
+    {"p_queues": "text[]", "v_now": "timestamptz", "v_window": "integer"},
+)
+GATE_BUILDERS = [CLAIM_HEAD] + [
+    t.values[0] for t in TRAPS if t.values[0].function in ("_order_candidates", "claim_named_tasks")
+]
+
+
+@pytest.mark.parametrize("stmt", GATE_BUILDERS, ids=lambda stmt: stmt.function)
+def test_the_gate_columns_are_inlined_into_the_claim_statements(
+    never_analysed: psycopg.Connection, stmt: Statement
+) -> None:
+    """The claim's statements build each candidate's gate columns through harvest._is_gated and
+    harvest._gate_of (claim.sql). Those are plain SQL expressions that the planner must inline:
+    a call left in the plan would run once per candidate row, a function call where the
+    written-out expression cost nothing (a PL/pgSQL body, STRICT or SECURITY DEFINER would
+    each keep them from being inlined)."""
+    sql = plain_sql(never_analysed, stmt)
+    types = list(stmt.params.values())
+    never_analysed.execute("SET plan_cache_mode = force_generic_plan")
+    never_analysed.execute(f"PREPARE gate_probe ({', '.join(types)}) AS {sql}")
+    try:
+        nulls = ", ".join(["NULL"] * len(types))
+        plan = "\n".join(
+            row[0]
+            for row in never_analysed.execute(f"EXPLAIN (VERBOSE, COSTS OFF) EXECUTE gate_probe ({nulls})")
+        )
+    finally:
+        never_analysed.execute("DEALLOCATE gate_probe")
+        never_analysed.execute("RESET plan_cache_mode")
+    assert "gated_candidate" in plan, f"the statement builds no gate columns:\n{plan}"
+    assert "_gate_of" not in plan and "_is_gated" not in plan, f"a gate function was not inlined:\n{plan}"
+
+
 def test_the_hand_off_probe_is_bounded_by_the_priority_in_the_index(
     never_analysed: psycopg.Connection,
 ) -> None:
@@ -515,12 +552,7 @@ def test_the_claim_head_keeps_its_generic_plan_at_depth(conn: psycopg.Connection
         " harvest.start_workflow('head_wf', '[]', 'head-' || g, 'head_q') AS s"
     )
     conn.execute("ANALYZE harvest.tasks")
-    stmt = Statement(
-        "claim_tasks",
-        r"SELECT h\.ids, h\.gated, h\.gates INTO v_ids, v_gated, v_gates\s+FROM harvest\._claim_head",
-        {"p_queues": "text[]", "v_now": "timestamptz", "v_window": "integer"},
-    )
-    sql = plain_sql(conn, stmt)
+    sql = plain_sql(conn, CLAIM_HEAD)
     conn.execute(f"PREPARE claim_head (text[], timestamptz, integer) AS {sql}")
     try:
         for _ in range(8):
