@@ -381,7 +381,6 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             else:
                 events = await lane_of(task).sql.get_history(execution_id, 0)
                 replayed = True
-                tracing.link_signals(task.get("new_events") or ())  # only what is new to this task
             if events and events[0]["event_type"] == "WorkflowStarted":
                 run.trace_seed = _trace_seed(events[0]["event_data"])
                 if replayed:  # the replay's new root span links to the run's trace
@@ -435,13 +434,17 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
     if tracing.ACTIVE and replayed:
-        # The replay is its own root; the decision's steps still belong to the run's trace.
+        # The replay is its own root; the decision's steps still belong to the run's trace,
+        # and so do the links to the senders of what is new to this task (only that: the
+        # replayed messages were linked by the tasks that read them first), as a task that
+        # found its run cached links them (docs/observability.md).
         with tracing.span(
             "harvest.workflow.task",
             execution_id=execution_id,
             attributes={"harvest.workflow": task["workflow_name"], "harvest.after_replay": True},
             **(run.trace_seed or {}),
         ):
+            tracing.link_signals(task.get("new_events") or ())
             commands = traced_commands(commands, execution_id)
     elif tracing.ACTIVE:
         commands = traced_commands(commands, execution_id)
