@@ -22,7 +22,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
@@ -58,6 +58,7 @@ from harvest.db.notify import NotificationHub, ThreadNotificationHub
 from harvest.db.pools import open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import (
+    InTransaction,
     Notified,
     Sql,
     Steps,
@@ -73,6 +74,7 @@ from harvest.telemetry import tracing
 # A handle's result type, and the positional arguments of the workflow function a start is
 # typed by (docs/workflows.md "Types"); a start by name gives a WorkflowHandle[Any].
 ResultT = TypeVar("ResultT")
+T = TypeVar("T")
 Args = TypeVarTuple("Args")
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -229,7 +231,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in _START_KEYWORDS}
     task_queue = given.pop("task_queue", None)
     if task_queue is not None:
-        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=5)
+        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=6)
     definition = _resolve_workflow(workflow)[1]
     if definition is not None and given:
         shadowed = sorted(set(given) & set(inspect.signature(definition.fn).parameters))
@@ -239,7 +241,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
                 f"parameter(s) of that name: pass the start's with options=StartOptions(...) and "
                 "every keyword argument goes to the workflow",
                 DeprecationWarning,
-                stacklevel=4,  # the caller of start_workflow (or execute_workflow), through _start
+                stacklevel=5,  # the caller of start_workflow (or execute_workflow), through _prepare_start
             )
     return StartOptions(**given), kwargs
 
@@ -546,28 +548,253 @@ def _children(merged: Any) -> Children:
     return Children(merged.value, merged.status, merged.unavailable_shards)
 
 
-def _start_in_transaction(conn: Any, call: dict[str, Any], placement: routing.Placement) -> dict[str, Any]:
-    """A pinned start in a transaction of its own (a savepoint inside the caller's), so the
-    refusal of a pin the database deferred by a debounce or a batch rolls it back."""
+# -- one place for both clients ------------------------------------------------------------------
+# Each piece of client logic is written once: as steps (harvest.db.steps: SQL calls, driven on a
+# SqlApi or an AsyncSqlApi) or, where it calls the client's own methods, as a flow (below), and
+# each client runs it with a driver of a few lines. The hot paths (a plain start, result(),
+# signal()) call their steps' drivers directly: no flow per call.
+
+
+def _one_call(call: Any, *args: Any) -> Steps[Any]:
+    """Steps of one SQL call."""
+    return (yield Sql(call, *args))
+
+
+def _on_shard(target: Any, shard: int, steps: Steps[T]) -> T:
+    """Drive ``steps`` on one connection of ``shard`` of a synchronous target."""
+    with routing.api(target, shard) as sql:
+        return run_steps(steps, sql)
+
+
+def _follow(target: Any, execution_id: Any, make: Callable[[], Steps[T]]) -> T:
+    """Drive ``make()``'s steps on the shard ``execution_id`` lives on (``target.follow``: its
+    id's shard, then a rebalance's forwarding pointer, each with steps afresh)."""
+    return cast(T, target.follow(execution_id, lambda shard: _on_shard(target, shard, make())))
+
+
+async def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[T]]) -> T:
+    """:func:`_follow` on an asyncio target (each call on a pooled connection)."""
+    return cast(T, await target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard))))
+
+
+def _in_transaction(conn: Any, steps: Steps[T]) -> T:
+    """Drive ``steps`` in a transaction of their own on ``conn`` (a savepoint inside the caller's)."""
     with conn.transaction():
-        sql = SqlApi(conn)
-        row = sql.start_workflow(**call, shard=placement.shard)
-        if routing.pin_was_deferred(call["workflow_name"], placement, row):
-            routing.refuse_pending(call["workflow_name"], row, sql.list_pending_starts(call["workflow_name"]))
-    return cast("dict[str, Any]", row)
+        return run_steps(steps, SqlApi(conn))
 
 
-async def _astart_in_transaction(
-    conn: Any, call: dict[str, Any], placement: routing.Placement
-) -> dict[str, Any]:
-    """:func:`_start_in_transaction` under asyncio."""
+async def _ain_transaction(conn: Any, steps: Steps[T]) -> T:
+    """:func:`_in_transaction` on an asyncio connection."""
     async with conn.transaction():
-        sql = AsyncSqlApi.on_connection(conn)
-        row = await sql.start_workflow(**call, shard=placement.shard)
-        if routing.pin_was_deferred(call["workflow_name"], placement, row):
-            pending = await sql.list_pending_starts(call["workflow_name"])
-            routing.refuse_pending(call["workflow_name"], row, pending)
+        return await arun_steps(steps, AsyncSqlApi.on_connection(conn))
+
+
+class _Do:
+    """A step of a flow: call ``fn`` (a method of the client or the handle that drives the flow);
+    the asyncio driver awaits what it returns."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+
+# A flow: client logic that calls the client's (or a handle's) own methods, written once for
+# both clients. ``_drive`` runs it for Client, ``_adrive`` for AsyncClient; what a call returns
+# is sent back in, what it raises is thrown in.
+_Flow = Generator[_Do, Any, T]
+
+
+def _drive(flow: _Flow[T]) -> T:
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        try:
+            value, error = op.fn(), None
+        except BaseException as exc:  # thrown into the flow, which raises it on
+            value, error = None, exc
+
+
+async def _adrive(flow: _Flow[T]) -> T:
+    """:func:`_drive` for AsyncClient."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as done:
+            return cast(T, done.value)
+        try:
+            value, error = await op.fn(), None
+        except BaseException as exc:  # thrown into the flow, which raises it on
+            value, error = None, exc
+
+
+def _prepare_start(
+    client: Any, workflow: Any, args: tuple[object, ...], options: Any, kwargs: dict[str, Any]
+) -> tuple[str, WorkflowDefinition | None, str, StartOptions, routing.Placement, dict[str, Any]]:
+    """A start_workflow call checked, encoded and placed: ``(name, definition, queue, options,
+    placement, call)``, ``call`` being harvest.start_workflow's arguments."""
+    opts, kwargs = _split_start(workflow, options, kwargs)
+    name, definition, encoded, queue = _start_args(
+        workflow, args, kwargs, opts.queue, client.max_payload_bytes, client.payloads.chain, client.payloads
+    )
+    placement = routing.place_start(
+        client._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
+    )
+    call = _start_call(
+        name,
+        encoded,
+        placement.workflow_id,
+        queue,
+        opts.reuse_policy,
+        opts.conflict_policy,
+        opts.search_attributes,
+        opts.priority,
+        opts.execution_timeout,
+        opts.run_timeout,
+    )
+    return name, definition, queue, opts, placement, call
+
+
+def _start_steps(
+    call: dict[str, Any], placement: routing.Placement, payloads: Payloads, where: list[int]
+) -> Steps[dict[str, Any]]:
+    """A start in a transaction of its own on one connection (a savepoint inside the caller's):
+    the input's arguments at ``where`` stored first, with no run, and handed to the run it
+    started (docs/payloads.md); a pin the database deferred by a debounce or a batch refused, so
+    that the refusal rolls the start back."""
+    owned: list[str] = []
+    if where:
+        values, owned = yield from payload_policy.offloaded(payloads, None, call["input"], where)
+        call = {**call, "input": values}
+    row = yield Sql(sqlapi.start_workflow, **call, shard=placement.shard)
+    name = call["workflow_name"]
+    if placement.pinned and routing.pin_was_deferred(name, placement, row):
+        routing.refuse_pending(name, row, (yield Sql(sqlapi.list_pending_starts, name)))
+    if owned and row.get("execution_id") is not None:
+        yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
     return cast("dict[str, Any]", row)
+
+
+def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str) -> None:
+    trace.started(
+        row["execution_id"],
+        {"harvest.workflow": name, "harvest.queue": queue, "harvest.started_fresh": row["started_fresh"]},
+    )
+
+
+def _signal_with_start_steps(call: dict[str, Any], payloads: Payloads) -> Steps[dict[str, Any]]:
+    """harvest.signal_with_start; with a start argument or the signal's payload over the offload
+    threshold: stored with no run, then the call, then the rows handed to the run it signalled
+    (started or not), in one transaction (docs/payloads.md): a refused call leaves no row."""
+    values = [*call["input"], call["payload"]]
+    if not payload_policy.offload_plan(payloads, values):
+        return cast("dict[str, Any]", (yield Sql(sqlapi.signal_with_start, **call)))
+
+    def offloaded() -> Steps[dict[str, Any]]:
+        stored, owned = yield from payload_policy.offloaded(payloads, None, values)
+        row = yield Sql(sqlapi.signal_with_start, **{**call, "input": stored[:-1], "payload": stored[-1]})
+        if owned:
+            yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
+        return cast("dict[str, Any]", row)
+
+    return cast("dict[str, Any]", (yield InTransaction(offloaded)))
+
+
+def _signal_with_start_flow(
+    client: Any, handle_cls: Any, definition: WorkflowDefinition | None, call: dict[str, Any]
+) -> _Flow[Any]:
+    """signal_with_start of both clients: where an unpinned start of the key would go."""
+    target, payloads = client._target, client.payloads
+    shard = routing.hashed_shard(target, call["workflow_name"], call["workflow_id"])
+    with tracing.start_span(call["workflow_name"]) as trace:
+        call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
+        try:
+            row = yield _Do(lambda: client._on(shard, _signal_with_start_steps(call, payloads)))
+        except ExecutionMigrated as exc:
+            moved = _moved_run(target, exc)  # the key's run was moved: signal it where it lives
+            handle = handle_cls(client, moved, call["workflow_id"], definition, False)
+            written = yield _Do(lambda: handle._at(moved, lambda: _stored(payloads, moved, call["payload"])))
+            yield _Do(
+                lambda: handle._on_current(
+                    sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"]
+                )
+            )
+            return handle
+        trace.started(
+            row["execution_id"],
+            {"harvest.signal": call["signal_name"], "harvest.started_fresh": row["started_fresh"]},
+        )
+    return handle_cls(client, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
+
+
+def _update_with_start_flow(
+    client: Any,
+    handle_cls: Any,
+    definition: WorkflowDefinition | None,
+    call: dict[str, Any],
+    update_arg: Any,
+    wait: str,
+    timeout: Any,
+    result_type: Any,
+    send: Callable[..., Any],
+) -> _Flow[tuple[Any, Any]]:
+    """update_with_start of both clients (``send``: messaging.update_with_start or its asyncio
+    twin): where an unpinned start of the key would go."""
+    with tracing.start_span(call["workflow_name"]) as trace:
+        call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
+        try:
+            row, outcome = yield _Do(lambda: send(client, call, wait, timeout, result_type))
+        except ExecutionMigrated as exc:
+            handle = handle_cls(
+                client, _moved_run(client._target, exc), call["workflow_id"], definition, False
+            )
+            updated = yield _Do(
+                lambda: handle.update(
+                    call["name"],
+                    update_arg,
+                    wait=wait,
+                    timeout=timeout,
+                    update_id=call["update_id"],
+                    result_type=result_type,
+                )
+            )
+            return handle, updated
+        trace.started(
+            row["execution_id"],
+            {"harvest.update": call["name"], "harvest.started_fresh": row["started_fresh"]},
+        )
+    return handle_cls(
+        client, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
+    ), outcome
+
+
+def _stored(payloads: Payloads, execution_id: str | None, value: Any) -> Steps[Any]:
+    """``value`` as it is written: offloaded (owned by ``execution_id``) when it is over the
+    threshold, its reference then."""
+    values, _owned = yield from payload_policy.offloaded(payloads, execution_id, [value])
+    return values[0]
+
+
+def _token_call(task_token: str, call: Any, *args: Any) -> tuple[str, Callable[[], Steps[Any]]]:
+    """Where an activity call by task token goes (its run's id) and its steps there."""
+    token = TaskToken.parse(task_token)
+    return token.execution_id, lambda: _one_call(call, str(token), *args)
+
+
+def _activity_result(client: Any, result: Any) -> Any:
+    return _checked(
+        _coded(client.payloads.chain, payload.encode(result)), "the activity result", client.max_payload_bytes
+    )
+
+
+def _heartbeat_details(details: Any) -> Any:
+    return None if details is None else payload.encode(details)
 
 
 class EagerWorker(Protocol):
@@ -616,8 +843,8 @@ class _Handle:
         # reached (None: execution_id): the next such call follows the chain from there.
         self._current_run: str | None = None
 
-    def _key_lookup(self) -> tuple[int, str | None]:
-        """Where a handle by workflow_id looks its run up: the shard and the workflow name."""
+    def _key_lookup(self) -> tuple[int, Steps[dict[str, Any]]]:
+        """Where a handle by workflow_id looks its run up (the shard) and the steps that do."""
         name = self._by_key or None
         target = self.client._target
         if target.sharded and name is None:
@@ -625,7 +852,8 @@ class _Handle:
                 f"a sharded client finds workflow_id {self.workflow_id!r} by its workflow: "
                 "get_handle(workflow_id=..., workflow=<the @workflow or its name>)"
             )
-        return routing.hashed_shard(target, name or "", self.workflow_id), name
+        shard = routing.hashed_shard(target, name or "", self.workflow_id)
+        return shard, _one_call(sqlapi.get_execution_by_workflow_id, self.workflow_id, name)
 
     def _found(self, row: dict[str, Any]) -> None:
         self._current_run = None
@@ -633,23 +861,82 @@ class _Handle:
         self.shard_id = _shard_or_none(self.execution_id)
         self._by_key = None
 
-    def __repr__(self) -> str:
-        deferred = ", deferred=True" if self.deferred else ""
-        return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+    # What both handles' methods do, written once: each handle drives it with its own ``_at``
+    # (steps on the shard a run lives on), ``_drive`` / ``_adrive`` (flows).
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
+        raise NotImplementedError
 
+    def _call(self, call: Any, *args: Any) -> Callable[[], Steps[Any]]:
+        """Steps of ``call`` (a declaration of harvest.db.sqlapi) on this run: its id, then ``args``."""
+        return lambda: _one_call(call, self.execution_id, *args)
 
-def _history_read(target: Any, execution_id: str | None) -> Any:
-    """``fn(sql)`` reading a run's history: as it is on one database; on shards with the row's
-    residence in the same statement, so a seal (a run a rebalance moved) is followed."""
-    if not target.sharded:
-        return lambda sql: sql.get_history(execution_id, 0)
+    def _describe(self) -> Steps[dict[str, Any]]:
+        row = yield Sql(sqlapi.get_execution, self.execution_id)
+        return routing.resident(row, self.client._target.sharded)
 
-    def read(sql: Any) -> list[dict[str, Any]]:
-        found = sql.get_resident_history(execution_id, 0)
+    def _history(self) -> Steps[list[dict[str, Any]]]:
+        """The run's history: as it is on one database; on shards with the row's residence in
+        the same statement, so a seal (a run a rebalance moved) is followed."""
+        if not self.client._target.sharded:
+            return cast("list[dict[str, Any]]", (yield Sql(sqlapi.get_history, self.execution_id, 0)))
+        found = yield Sql(sqlapi.get_resident_history, self.execution_id, 0)
         routing.resident(found["residence"], True)
         return cast("list[dict[str, Any]]", found["events"])
 
-    return read
+    def _children(self, reads: Any, status: str | None, depth: int) -> _Flow[Children]:
+        """children(): ``reads`` is the client's fan-out (ShardReads or AsyncShardReads)."""
+        target = self.client._target
+        if not target.sharded:
+            return Children(
+                (
+                    yield _Do(
+                        lambda: self._at(self.execution_id, self._call(sqlapi.list_children, status, depth))
+                    )
+                )
+            )
+        merged = yield _Do(lambda: reads(target.providers()).list_children(self.execution_id, status, depth))
+        return _children(merged)
+
+    def _signal_encoded(self, name: str, value: Any) -> tuple[Any, Callable[[], Steps[Any]] | None]:
+        """A signal's payload, encoded and checked; and, when it goes to the offload store, the
+        steps that store it on the run's database, owned by the run (docs/payloads.md), and give
+        its reference."""
+        policy = self.client.payloads
+        encoded = _signal_payload(name, value, self.client.max_payload_bytes, policy.chain, policy)
+        where = payload_policy.offload_plan(policy, [encoded])
+        if not where:
+            return encoded, None
+        run = str(self.execution_id)
+        return encoded, lambda: _stored(policy, run, encoded)
+
+    def _span(self, kind: str, name: str) -> Any:
+        """The sender's span of a signal or an update: the workflow task that reads it links to it."""
+        return tracing.span(
+            f"harvest.workflow.{kind}",
+            execution_id=str(self.execution_id),
+            caller_first=True,
+            attributes={f"harvest.{kind}": name},
+        )
+
+    def _waiting(
+        self,
+        run: str,
+        waiter_id: str,
+        deadline: float | None,
+        timeout: float | None,
+        marked: Callable[[], bool] | None,
+    ) -> tuple[Steps[Any], Callable[[], Sql | None]]:
+        """result()'s steps on ``run`` and their cleanup call (a mark left behind): on the
+        client's one LISTEN connection of the run's shard, registered for the run before the first
+        read, each call on a pooled connection; ``marked``: see _result_steps (the first run only)."""
+        marks = _Marks(waiter_id)
+        route = self.client._target.route if self.client._target.sharded else None
+        first = marked if run == self.execution_id else None
+        return _result_steps(self, run, marks, deadline, timeout, route, first), marks.cleanup
+
+    def __repr__(self) -> str:
+        deferred = ", deferred=True" if self.deferred else ""
+        return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
 
 def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow_id: str | None) -> Any:
@@ -673,9 +960,7 @@ def _finds_run(method: _Method) -> _Method:
     @functools.wraps(method)
     def call(self: WorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            shard, name = self._key_lookup()
-            with routing.api(self.client._target, shard) as sql:
-                self._found(sql.get_execution_by_workflow_id(self.workflow_id, name))
+            self._found(self.client._on(*self._key_lookup()))
         return method(self, *args, **kwargs)
 
     return cast("_Method", call)
@@ -687,10 +972,7 @@ def _afinds_run(method: _Method) -> _Method:
     @functools.wraps(method)
     async def call(self: AsyncWorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            shard, name = self._key_lookup()
-            self._found(
-                await self.client._target.sql(shard).get_execution_by_workflow_id(self.workflow_id, name)
-            )
+            self._found(await self.client._on(*self._key_lookup()))
         return await method(self, *args, **kwargs)
 
     return cast("_Method", call)
@@ -704,15 +986,9 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
     client: Client
 
-    def _at(self, execution_id: str | None, fn: Any) -> Any:
-        """``fn(sql)`` on the shard ``execution_id`` lives on (routing.follow)."""
-        target = self.client._target
-
-        def attempt(shard: int) -> Any:
-            with routing.api(target, shard) as sql:
-                return fn(sql)
-
-        return target.follow(execution_id, attempt)
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
+        """``make()``'s steps on the shard ``execution_id`` lives on (routing.follow)."""
+        return _follow(self.client._target, execution_id, make)
 
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
@@ -721,7 +997,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         for _ in range(_MAX_CHAIN):
             try:
                 self._current_run, answer = self._at(
-                    run, lambda sql, r=run: run_steps(_on_current_run(r, call, *args, route=route), sql)
+                    run, functools.partial(_on_current_run, run, call, *args, route=route)
                 )
                 return answer
             except _Hop as hop:
@@ -730,20 +1006,11 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
     @_finds_run
     def describe(self) -> dict[str, Any]:
-        sharded = self.client._target.sharded
-        return cast(
-            "dict[str, Any]",
-            self._at(
-                self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
-            ),
-        )
+        return cast("dict[str, Any]", self._at(self.execution_id, self._describe))
 
     @_finds_run
     def history(self) -> list[dict[str, Any]]:
-        return cast(
-            "list[dict[str, Any]]",
-            self._at(self.execution_id, _history_read(self.client._target, self.execution_id)),
-        )
+        return cast("list[dict[str, Any]]", self._at(self.execution_id, self._history))
 
     @_finds_run
     def terminate(self, reason: str | None = None) -> None:
@@ -753,21 +1020,10 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     @_finds_run
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
-        policy = self.client.payloads
-        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
-        if payload_policy.offload_plan(policy, [encoded]):
-            # Stored on the run's database, owned by the run (docs/payloads.md).
-            encoded = self._at(
-                self.execution_id,
-                lambda sql: payload_policy.offload(policy, sql, str(self.execution_id), [encoded], [0])[0][0],
-            )
-        with tracing.span(
-            "harvest.workflow.signal",
-            execution_id=str(self.execution_id),
-            caller_first=True,
-            attributes={"harvest.signal": name},
-        ):
-            # The sender's span: the workflow task that reads the signal links to it.
+        encoded, offload = self._signal_encoded(name, payload_value)
+        if offload is not None:
+            encoded = self._at(self.execution_id, offload)
+        with self._span("signal", name):
             self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_finds_run
@@ -805,13 +1061,9 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span(
-            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
-        ):
-            return messaging.update(
-                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
-            )
+        with self._span("update", name):
+            run = cast(str, self.execution_id)
+            return messaging.update(self.client, run, name, arg, wait, timeout, update_id, result_type)
 
     @_finds_run
     def reset(
@@ -828,27 +1080,15 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork (on the source's shard).
         """
-        return cast(
-            "dict[str, Any]",
-            self._at(
-                self.execution_id,
-                lambda sql: sql.reset_workflow(
-                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
-                ),
-            ),
-        )
+        reset = self._call(sqlapi.reset_workflow, to_event, reason, operator_id, signal_reapply, dry_run)
+        return cast("dict[str, Any]", self._at(self.execution_id, reset))
 
     @_finds_run
     def children(self, status: str | None = None, depth: int = 1) -> Children:
         """The run's child workflows (``depth`` levels down), optionally of one ``status``: a
         :class:`Children` list. A sharded client asks every readable shard (a child may live on
         any); its rows carry ``shard_id``, and a shard that cannot be read makes it ``partial``."""
-        target = self.client._target
-        if not target.sharded:
-            return Children(
-                self._at(self.execution_id, lambda sql: sql.list_children(self.execution_id, status, depth))
-            )
-        return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
+        return _drive(self._children(ShardReads, status, depth))
 
     @_finds_run
     def result(self, timeout: float | None = None) -> ResultT:
@@ -864,23 +1104,12 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         _not_deferred(self)
         deadline = _deadline(timeout)
         target, run = self.client._target, cast(str, self.execution_id)
-        route = target.route if target.sharded else None
 
         def wait(shard: int, run: str) -> ResultT:
-            # On the client's one LISTEN connection per shard (read by a thread of its own),
-            # registered for the run before the first read; each call borrows a pooled connection.
-            marks = _Marks(waiter_id)
-            first = marked if run == self.execution_id else None
-            return cast(
-                ResultT,
-                run_steps_on_hub(
-                    _result_steps(self, run, marks, deadline, timeout, route, first),
-                    lambda: routing.api(target, shard),
-                    self.client._listener(shard, channels.DONE),
-                    cleanup=marks.cleanup,
-                    expect=run,
-                ),
-            )
+            steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
+            listener = self.client._listener(shard, channels.DONE)  # read by a thread of its own
+            api = functools.partial(routing.api, target, shard)
+            return cast(ResultT, run_steps_on_hub(steps, api, listener, cleanup=cleanup, expect=run))
 
         for _ in range(_MAX_CHAIN):
             try:
@@ -996,6 +1225,10 @@ class Client:
     def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
         return routing.api(self._target, self.router.default if shard is None else shard)
 
+    def _on(self, shard: int, steps: Steps[T]) -> T:
+        """Drive ``steps`` on one connection of ``shard``."""
+        return _on_shard(self._target, shard, steps)
+
     @overload
     def start_workflow(
         self,
@@ -1087,40 +1320,22 @@ class Client:
     ) -> tuple[WorkflowHandle[Any], bool]:
         """start_workflow; ``waiter_id``: the plain start marks it waiting for the run's result
         in its own transaction (returns whether it did)."""
-        opts, kwargs = _split_start(workflow, options, kwargs)
-        name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
-        )
-        placement = routing.place_start(
-            self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
-        )
-        call = _start_call(
-            name,
-            encoded,
-            placement.workflow_id,
-            queue,
-            opts.reuse_policy,
-            opts.conflict_policy,
-            opts.search_attributes,
-            opts.priority,
-            opts.execution_timeout,
-            opts.run_timeout,
-        )
+        name, definition, queue, opts, placement, call = _prepare_start(self, workflow, args, options, kwargs)
         with tracing.start_span(name) as trace:
             # The caller's trace context, captured at start (docs/observability.md).
             call["traceparent"] = trace.traceparent
             connection = opts.connection
             offloaded = payload_policy.offload_plan(self.payloads, call["input"])
-            if offloaded:
-                row = self._start_offloaded(call, placement, connection, offloaded)
-            elif connection is not None:
-                if placement.pinned:
-                    row = _start_in_transaction(connection, call, placement)
+            if offloaded or placement.pinned:
+                steps = _start_steps(call, placement, self.payloads, offloaded)
+                if connection is not None:
+                    row = _in_transaction(connection, steps)
                 else:
-                    row = SqlApi(connection).start_workflow(**call)
-            elif placement.pinned:
-                with self._target.connection(placement.shard) as conn:
-                    row = _start_in_transaction(conn, call, placement)
+                    shard = routing.ONE if placement.shard is None else placement.shard
+                    with self._target.connection(shard) as conn:
+                        row = _in_transaction(conn, steps)
+            elif connection is not None:
+                row = SqlApi(connection).start_workflow(**call)
             else:
                 with routing.api(
                     self._target, routing.ONE if placement.shard is None else placement.shard
@@ -1132,42 +1347,11 @@ class Client:
                         if placement.shard is not None:
                             call["shard"] = placement.shard
                         row = sql.start_workflows([call])[0]
-            trace.started(
-                row["execution_id"],
-                {
-                    "harvest.workflow": name,
-                    "harvest.queue": queue,
-                    "harvest.started_fresh": row["started_fresh"],
-                },
-            )
+            _trace_started(trace, row, name, queue)
         handle: WorkflowHandle[Any] = WorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
         return handle, "result_waiter" in call and _marked_by_start(row)
-
-    def _start_offloaded(
-        self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
-    ) -> dict[str, Any]:
-        """A start whose input has arguments over the offload threshold: stored, started and
-        handed to the run in one transaction on the run's database (docs/payloads.md)."""
-
-        def go(conn: Any) -> dict[str, Any]:
-            with conn.transaction():
-                sql = SqlApi(conn)
-                values, owned = payload_policy.offload(self.payloads, sql, None, call["input"], where)
-                started = {**call, "input": values}
-                if placement.pinned:
-                    row = _start_in_transaction(conn, started, placement)
-                else:
-                    row = sql.start_workflow(**started, shard=placement.shard)
-                if owned and row.get("execution_id") is not None:
-                    sql.set_payloads_execution(owned, str(row["execution_id"]))
-                return row
-
-        if connection is not None:
-            return go(connection)
-        with self._target.connection(routing.ONE if placement.shard is None else placement.shard) as conn:
-            return go(conn)
 
     @overload
     def signal_with_start(
@@ -1223,41 +1407,9 @@ class Client:
             self.payloads.chain,
             self.payloads,
         )
-        shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
-            try:
-                if payload_policy.offload_plan(self.payloads, [*call["input"], call["payload"]]):
-                    row = self._signal_with_start_offloaded(call, shard)
-                else:
-                    with routing.api(self._target, shard) as sql:
-                        row = sql.signal_with_start(**call)
-            except ExecutionMigrated as exc:
-                moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
-                handle: WorkflowHandle[Any] = WorkflowHandle(self, moved, workflow_id, definition, False)
-                written = handle._at(
-                    moved,
-                    lambda sql: payload_policy.offloaded(self.payloads, sql, moved, [call["payload"]])[0][0],
-                )
-                handle._on_current(sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"])
-                return handle
-            trace.started(
-                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
-
-    def _signal_with_start_offloaded(self, call: dict[str, Any], shard: int) -> dict[str, Any]:
-        """A signal_with_start with a start argument or the signal's payload over the offload
-        threshold: stored with no run, then the call, then the rows handed to the run it signalled
-        (started or not), in one transaction (docs/payloads.md): a refused call leaves no row."""
-        values = [*call["input"], call["payload"]]
-        with self._target.connection(shard) as conn, conn.transaction():
-            sql = SqlApi(conn)
-            stored, owned = payload_policy.offloaded(self.payloads, sql, None, values)
-            row = sql.signal_with_start(**{**call, "input": stored[:-1], "payload": stored[-1]})
-            if owned:
-                sql.set_payloads_execution(owned, str(row["execution_id"]))
-        return cast("dict[str, Any]", row)
+        return cast(
+            "WorkflowHandle[Any]", _drive(_signal_with_start_flow(self, WorkflowHandle, definition, call))
+        )
 
     @overload
     def update_with_start(
@@ -1327,69 +1479,41 @@ class Client:
             self.payloads.chain,
             self.payloads,
         )
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
-            try:
-                row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
-            except ExecutionMigrated as exc:
-                handle: WorkflowHandle[Any] = WorkflowHandle(
-                    self, _moved_run(self._target, exc), workflow_id, definition, False
-                )
-                return handle, handle.update(
-                    update,
-                    update_arg,
-                    wait=wait,
-                    timeout=timeout,
-                    update_id=update_id,
-                    result_type=result_type,
-                )
-            trace.started(
-                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return (
-            WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
-            outcome,
+        flow = _update_with_start_flow(
+            self,
+            WorkflowHandle,
+            definition,
+            call,
+            update_arg,
+            wait,
+            timeout,
+            result_type,
+            messaging.update_with_start,
         )
+        return _drive(flow)
 
-    def _by_token(self, task_token: str, fn: Any) -> Any:
-        """``fn(sql, token)`` on the shard the token's run lives on."""
-        token = TaskToken.parse(task_token)
-        target = self._target
-
-        def attempt(shard: int) -> Any:
-            with routing.api(target, shard) as sql:
-                return fn(sql, str(token))
-
-        return target.follow(token.execution_id, attempt)
+    def _by_token(self, task_token: str, call: Any, *args: Any) -> Any:
+        """``call`` (a declaration of harvest.db.sqlapi) by task token, on the shard the token's run
+        lives on."""
+        return _follow(self._target, *_token_call(task_token, call, *args))
 
     def complete_activity(self, task_token: str, result: Any = None) -> str:
         """Complete an activity left to be completed elsewhere (``raise ctx.complete_async()``)
         by its ``ctx.task_token``: ``"completed"``, or ``"already_completed"`` for a repeat of
         the same completion. StaleTask once the attempt timed out, was retried or failed."""
-        encoded = _checked(
-            _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
-        )
-        return cast(
-            "str",
-            self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)),
-        )
+        encoded = _activity_result(self, result)
+        return cast("str", self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
 
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """Fail that attempt by its task token: retried, dead-lettered or failed per the
         activity's retry policy (returns which)."""
-        report = _failure_report(error)
-        return cast(
-            "str", self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
-        )
+        return cast("str", self._by_token(task_token, sqlapi.fail_activity_by_token, _failure_report(error)))
 
     def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """Heartbeat it by its task token (its heartbeat timeout still applies); True when its
         run was asked to cancel."""
-        encoded = None if details is None else payload.encode(details)
-        return cast(
-            "bool",
-            self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)),
-        )
+        encoded = _heartbeat_details(details)
+        return cast("bool", self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
 
     @overload
     def get_handle(
@@ -1436,14 +1560,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     client: AsyncClient
 
-    async def _at(self, execution_id: str | None, fn: Any) -> Any:
-        """``await fn(sql)`` on the shard ``execution_id`` lives on (see WorkflowHandle._at)."""
-        target = self.client._target
-
-        async def attempt(shard: int) -> Any:
-            return await fn(target.sql(shard))
-
-        return await target.follow(execution_id, attempt)
+    async def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
+        """See :meth:`WorkflowHandle._at` (each call on a pooled connection)."""
+        return await _afollow(self.client._target, execution_id, make)
 
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
@@ -1452,7 +1571,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         for _ in range(_MAX_CHAIN):
             try:
                 self._current_run, answer = await self._at(
-                    run, lambda sql, r=run: arun_steps(_on_current_run(r, call, *args, route=route), sql)
+                    run, functools.partial(_on_current_run, run, call, *args, route=route)
                 )
                 return answer
             except _Hop as hop:
@@ -1461,27 +1580,11 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     @_afinds_run
     async def describe(self) -> dict[str, Any]:
-        sharded = self.client._target.sharded
-
-        async def read(sql: AsyncSqlApi) -> dict[str, Any]:
-            return routing.resident(await sql.get_execution(self.execution_id), sharded)
-
-        return cast("dict[str, Any]", await self._at(self.execution_id, read))
+        return cast("dict[str, Any]", await self._at(self.execution_id, self._describe))
 
     @_afinds_run
     async def history(self) -> list[dict[str, Any]]:
-        if not self.client._target.sharded:
-            return cast(
-                "list[dict[str, Any]]",
-                await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0)),
-            )
-
-        async def read(sql: AsyncSqlApi) -> list[dict[str, Any]]:
-            found = await sql.get_resident_history(self.execution_id, 0)
-            routing.resident(found["residence"], True)
-            return cast("list[dict[str, Any]]", found["events"])
-
-        return cast("list[dict[str, Any]]", await self._at(self.execution_id, read))
+        return cast("list[dict[str, Any]]", await self._at(self.execution_id, self._history))
 
     @_afinds_run
     async def terminate(self, reason: str | None = None) -> None:
@@ -1491,23 +1594,10 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
     @_afinds_run
     async def signal(self, name: str, payload_value: Any = None) -> Any:
         """See :meth:`WorkflowHandle.signal`; returns the signal's event id."""
-        policy = self.client.payloads
-        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
-        if payload_policy.offload_plan(policy, [encoded]):
-
-            async def stored(sql: Any) -> Any:
-                run = str(self.execution_id)
-                values, _owned = await payload_policy.aoffload(policy, sql, run, [encoded], [0])
-                return values[0]
-
-            encoded = await self._at(self.execution_id, stored)
-        with tracing.span(
-            "harvest.workflow.signal",
-            execution_id=str(self.execution_id),
-            caller_first=True,
-            attributes={"harvest.signal": name},
-        ):
-            # The sender's span: the workflow task that reads the signal links to it.
+        encoded, offload = self._signal_encoded(name, payload_value)
+        if offload is not None:
+            encoded = await self._at(self.execution_id, offload)
+        with self._span("signal", name):
             eager = self.client.eager_worker
             slot = eager.eager_slot() if eager is not None else None
             if eager is None or slot is None:
@@ -1539,9 +1629,8 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     @_afinds_run
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
-        return await messaging.aquery(
-            self.client, cast(str, self.execution_id), name, arg, timeout, result_type
-        )
+        run = cast(str, self.execution_id)
+        return await messaging.aquery(self.client, run, name, arg, timeout, result_type)
 
     @_afinds_run
     async def update(
@@ -1554,13 +1643,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
-        run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span(
-            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
-        ):
-            return await messaging.aupdate(
-                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
-            )
+        with self._span("update", name):
+            run = cast(str, self.execution_id)
+            return await messaging.aupdate(self.client, run, name, arg, wait, timeout, update_id, result_type)
 
     @_afinds_run
     async def reset(
@@ -1573,28 +1658,13 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`WorkflowHandle.reset`."""
-        return cast(
-            "dict[str, Any]",
-            await self._at(
-                self.execution_id,
-                lambda sql: sql.reset_workflow(
-                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
-                ),
-            ),
-        )
+        reset = self._call(sqlapi.reset_workflow, to_event, reason, operator_id, signal_reapply, dry_run)
+        return cast("dict[str, Any]", await self._at(self.execution_id, reset))
 
     @_afinds_run
     async def children(self, status: str | None = None, depth: int = 1) -> Children:
         """See :meth:`WorkflowHandle.children`."""
-        target = self.client._target
-        if not target.sharded:
-            return Children(
-                await self._at(
-                    self.execution_id, lambda sql: sql.list_children(self.execution_id, status, depth)
-                )
-            )
-        reads = AsyncShardReads(target.providers())
-        return _children(await reads.list_children(self.execution_id, status, depth))
+        return await _adrive(self._children(AsyncShardReads, status, depth))
 
     @_afinds_run
     async def result(self, timeout: float | None = None) -> ResultT:
@@ -1608,24 +1678,14 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         _not_deferred(self)
         deadline = _deadline(timeout)
         target, run = self.client._target, cast(str, self.execution_id)
-        route = target.route if target.sharded else None
 
         async def wait(shard: int, run: str) -> ResultT:
-            # On the client's one LISTEN connection per shard (or the one it was given:
-            # client.notifications), registered for the run before the first read; each call
-            # borrows a pooled connection.
-            marks = _Marks(waiter_id)
-            hub = await self.client._listener(shard, channels.DONE)
-            first = marked if run == self.execution_id else None
+            # (or on the LISTEN connection the client was given: client.notifications)
+            steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
+            listener = await self.client._listener(shard, channels.DONE)
             return cast(
                 ResultT,
-                await arun_steps_on_hub(
-                    _result_steps(self, run, marks, deadline, timeout, route, first),
-                    target.sql(shard),
-                    hub,
-                    cleanup=marks.cleanup,
-                    expect=run,
-                ),
+                await arun_steps_on_hub(steps, target.sql(shard), listener, cleanup=cleanup, expect=run),
             )
 
         for _ in range(_MAX_CHAIN):
@@ -1747,6 +1807,10 @@ class AsyncClient:
     async def _listener(self, shard: int, channel: str) -> Any:
         """The hub a wait on ``channel`` of ``shard`` registers with (see ``notifications``)."""
         return await (self.notifications or self._own_listener)(shard, channel)
+
+    async def _on(self, shard: int, steps: Steps[T]) -> T:
+        """Drive ``steps`` on ``shard``'s pool (each call on a pooled connection)."""
+        return await arun_steps(steps, self._target.sql(shard))
 
     @property
     def sql(self) -> AsyncSqlApi:
@@ -1888,80 +1952,31 @@ class AsyncClient:
     ) -> tuple[AsyncWorkflowHandle[Any], bool]:
         """start_workflow; ``waiter_id``: a start through the batched call marks it waiting for
         the run's result in its own transaction (returns whether it did)."""
-        opts, kwargs = _split_start(workflow, options, kwargs)
-        name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
-        )
-        placement = routing.place_start(
-            self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
-        )
-        call = _start_call(
-            name,
-            encoded,
-            placement.workflow_id,
-            queue,
-            opts.reuse_policy,
-            opts.conflict_policy,
-            opts.search_attributes,
-            opts.priority,
-            opts.execution_timeout,
-            opts.run_timeout,
-        )
+        name, definition, queue, opts, placement, call = _prepare_start(self, workflow, args, options, kwargs)
         with tracing.start_span(name) as trace:
             # The caller's trace context, captured at start (docs/observability.md).
             call["traceparent"] = trace.traceparent
             connection = opts.connection
             offloaded = payload_policy.offload_plan(self.payloads, call["input"])
-            if offloaded:
-                row = await self._astart_offloaded(call, placement, connection, offloaded)
-            elif connection is not None:
-                if placement.pinned:
-                    row = await _astart_in_transaction(connection, call, placement)
+            if offloaded or placement.pinned:  # outside the shared start transaction
+                steps = _start_steps(call, placement, self.payloads, offloaded)
+                if connection is not None:
+                    row = await _ain_transaction(connection, steps)
                 else:
-                    row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
-            elif placement.pinned:
-                async with self._target.connection(placement.shard) as conn:
-                    row = await _astart_in_transaction(conn, call, placement)
+                    shard = routing.ONE if placement.shard is None else placement.shard
+                    async with self._target.connection(shard) as conn:
+                        row = await _ain_transaction(conn, steps)
+            elif connection is not None:
+                row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
             else:
                 if waiter_id is not None:
                     call = {**call, "result_waiter": waiter_id}
                 row = await self._starts.start(call, placement.shard)
-            trace.started(
-                row["execution_id"],
-                {
-                    "harvest.workflow": name,
-                    "harvest.queue": queue,
-                    "harvest.started_fresh": row["started_fresh"],
-                },
-            )
+            _trace_started(trace, row, name, queue)
         handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
             self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
         )
         return handle, "result_waiter" in call and _marked_by_start(row)
-
-    async def _astart_offloaded(
-        self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
-    ) -> dict[str, Any]:
-        """:meth:`Client._start_offloaded` under asyncio (outside the shared start transaction)."""
-
-        async def go(conn: Any) -> dict[str, Any]:
-            async with conn.transaction():
-                sql = AsyncSqlApi.on_connection(conn)
-                values, owned = await payload_policy.aoffload(self.payloads, sql, None, call["input"], where)
-                started = {**call, "input": values}
-                if placement.pinned:
-                    row = await _astart_in_transaction(conn, started, placement)
-                else:
-                    row = await sql.start_workflow(**started, shard=placement.shard)
-                if owned and row.get("execution_id") is not None:
-                    await sql.set_payloads_execution(owned, str(row["execution_id"]))
-                return row
-
-        if connection is not None:
-            return await go(connection)
-        shard = routing.ONE if placement.shard is None else placement.shard
-        async with self._target.connection(shard) as conn:
-            return await go(conn)
 
     @overload
     async def signal_with_start(
@@ -2015,47 +2030,8 @@ class AsyncClient:
             self.payloads.chain,
             self.payloads,
         )
-        shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # see Client.signal_with_start
-            try:
-                if payload_policy.offload_plan(self.payloads, [*call["input"], call["payload"]]):
-                    row = await self._signal_with_start_offloaded(call, shard)
-                else:
-                    row = await self._target.sql(shard).signal_with_start(**call)
-            except ExecutionMigrated as exc:
-                moved = _moved_run(self._target, exc)  # see Client.signal_with_start
-                handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
-                    self, moved, workflow_id, definition, False
-                )
-
-                async def stored(sql: Any) -> Any:
-                    return (await payload_policy.aoffloaded(self.payloads, sql, moved, [call["payload"]]))[0][
-                        0
-                    ]
-
-                written = await handle._at(moved, stored)
-                await handle._on_current(
-                    sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"]
-                )
-                return handle
-            trace.started(
-                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return AsyncWorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
-        )
-
-    async def _signal_with_start_offloaded(self, call: dict[str, Any], shard: int) -> dict[str, Any]:
-        """:meth:`Client._signal_with_start_offloaded` under asyncio."""
-        values = [*call["input"], call["payload"]]
-        async with self._target.connection(shard) as conn, conn.transaction():
-            sql = AsyncSqlApi.on_connection(conn)
-            stored, owned = await payload_policy.aoffloaded(self.payloads, sql, None, values)
-            row = await sql.signal_with_start(**{**call, "input": stored[:-1], "payload": stored[-1]})
-            if owned:
-                await sql.set_payloads_execution(owned, str(row["execution_id"]))
-        return cast("dict[str, Any]", row)
+        flow = _signal_with_start_flow(self, AsyncWorkflowHandle, definition, call)
+        return cast("AsyncWorkflowHandle[Any]", await _adrive(flow))
 
     @overload
     async def update_with_start(
@@ -2122,71 +2098,37 @@ class AsyncClient:
             self.payloads.chain,
             self.payloads,
         )
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # see Client.update_with_start
-            try:
-                row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
-            except ExecutionMigrated as exc:
-                handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
-                    self, _moved_run(self._target, exc), workflow_id, definition, False
-                )
-                return handle, await handle.update(
-                    update,
-                    update_arg,
-                    wait=wait,
-                    timeout=timeout,
-                    update_id=update_id,
-                    result_type=result_type,
-                )
-            trace.started(
-                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return (
-            AsyncWorkflowHandle(
-                self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
-            ),
-            outcome,
+        flow = _update_with_start_flow(
+            self,
+            AsyncWorkflowHandle,
+            definition,
+            call,
+            update_arg,
+            wait,
+            timeout,
+            result_type,
+            messaging.aupdate_with_start,
         )
+        return await _adrive(flow)
 
-    async def _by_token(self, task_token: str, fn: Any) -> Any:
+    async def _by_token(self, task_token: str, call: Any, *args: Any) -> Any:
         """See :meth:`Client._by_token`."""
-        token = TaskToken.parse(task_token)
-        target = self._target
-
-        async def attempt(shard: int) -> Any:
-            return await fn(target.sql(shard), str(token))
-
-        return await target.follow(token.execution_id, attempt)
+        return await _afollow(self._target, *_token_call(task_token, call, *args))
 
     async def complete_activity(self, task_token: str, result: Any = None) -> str:
         """See :meth:`Client.complete_activity`."""
-        encoded = _checked(
-            _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
-        )
-        return cast(
-            "str",
-            await self._by_token(
-                task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
-            ),
-        )
+        encoded = _activity_result(self, result)
+        return cast("str", await self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
 
     async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """See :meth:`Client.fail_activity`."""
         report = _failure_report(error)
-        return cast(
-            "str",
-            await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report)),
-        )
+        return cast("str", await self._by_token(task_token, sqlapi.fail_activity_by_token, report))
 
     async def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """See :meth:`Client.heartbeat_activity`."""
-        encoded = None if details is None else payload.encode(details)
-        return cast(
-            "bool",
-            await self._by_token(
-                task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
-            ),
-        )
+        encoded = _heartbeat_details(details)
+        return cast("bool", await self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
 
     @overload
     def get_handle(

@@ -33,7 +33,7 @@ from harvest.core.errors import (
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
 from harvest.db.steps import (
-    Atomic,
+    InTransaction,
     Notified,
     Sql,
     Steps,
@@ -153,15 +153,11 @@ def _request_query(
         return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs)))
 
     # A large argument is stored (owned by the run) in the request's own transaction.
-    def sync(sql: Any) -> int:
-        values, _owned = payload_policy.offloaded(payloads, sql, execution_id, [encoded])
-        return cast("int", sql.request_query(execution_id, name, values[0], secs))
+    def request() -> Steps[int]:
+        values, _owned = yield from payload_policy.offloaded(payloads, execution_id, [encoded])
+        return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, values[0], secs)))
 
-    async def asynchronous(sql: Any) -> int:
-        values, _owned = await payload_policy.aoffloaded(payloads, sql, execution_id, [encoded])
-        return cast("int", await sql.request_query(execution_id, name, values[0], secs))
-
-    return cast("int", (yield Atomic(sync, asynchronous)))
+    return cast("int", (yield InTransaction(request)))
 
 
 def _request_update(
@@ -178,18 +174,11 @@ def _request_update(
         return cast(int, row["request_id"])
 
     # A large argument is stored (owned by the run) in the request's own transaction.
-    def sync(sql: Any) -> dict[str, Any]:
-        values, _owned = payload_policy.offloaded(payloads, sql, execution_id, [encoded])
-        return cast(
-            "dict[str, Any]", sql.request_update(execution_id, name, values[0], update_id, secs, traceparent)
-        )
+    def request() -> Steps[Any]:
+        values, _owned = yield from payload_policy.offloaded(payloads, execution_id, [encoded])
+        return (yield Sql(sqlapi.request_update, execution_id, name, values[0], update_id, secs, traceparent))
 
-    async def asynchronous(sql: Any) -> dict[str, Any]:
-        values, _owned = await payload_policy.aoffloaded(payloads, sql, execution_id, [encoded])
-        row = await sql.request_update(execution_id, name, values[0], update_id, secs, traceparent)
-        return cast("dict[str, Any]", row)
-
-    row = yield Atomic(sync, asynchronous)
+    row = yield InTransaction(request)
     return cast(int, row["request_id"])
 
 
@@ -203,21 +192,16 @@ def _start_and_update(
 
     # Large ones are stored before the run exists, then handed to the run the call started or
     # attached to, all in the call's one transaction (docs/payloads.md).
-    def sync(sql: Any) -> dict[str, Any]:
-        stored, owned = payload_policy.offloaded(payloads, sql, None, values)
-        row = sql.update_with_start(**{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs)
+    def request() -> Steps[dict[str, Any]]:
+        stored, owned = yield from payload_policy.offloaded(payloads, None, values)
+        row = yield Sql(
+            sqlapi.update_with_start, **{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs
+        )
         if owned and row.get("execution_id") is not None:
-            sql.set_payloads_execution(owned, str(row["execution_id"]))
+            yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
         return cast("dict[str, Any]", row)
 
-    async def asynchronous(sql: Any) -> dict[str, Any]:
-        stored, owned = await payload_policy.aoffloaded(payloads, sql, None, values)
-        row = await sql.update_with_start(**{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs)
-        if owned and row.get("execution_id") is not None:
-            await sql.set_payloads_execution(owned, str(row["execution_id"]))
-        return cast("dict[str, Any]", row)
-
-    started.update((yield Atomic(sync, asynchronous)))
+    started.update((yield InTransaction(request)))
     return cast("int", started["request_id"])
 
 

@@ -12,6 +12,10 @@ returns its answer.
   one connection (an offloaded payload stored with the request that references it): the sync
   driver calls ``sync(sql)``, the asyncio drivers ``await asynchronous(sql)``, each on an API
   bound to that connection inside ``transaction()``; the generator is sent the return value.
+* ``InTransaction(make)``: the steps ``make()`` gives, made in one transaction on one connection
+  (a request stored with the offloaded payloads it references): each driver runs them with its
+  own ``run_steps`` / ``arun_steps`` on an API bound to that connection, so they are written once;
+  ``make`` is called afresh for each attempt (a stale pooled connection's retry).
 * ``Notified(payload, timeout)``: wait until a NOTIFY with this payload arrives on the
   listening connection, or ``timeout`` seconds pass (``None`` is sent back either way).
 
@@ -79,6 +83,23 @@ class Atomic:
     async def aon(self, sql: AsyncSqlApi) -> Any:
         async with sql.pool.connection() as conn, conn.transaction():
             return await self.asynchronous(AsyncSqlApi.on_connection(conn))
+
+
+class InTransaction(Atomic):
+    """Steps made in one transaction on one connection (see the module docstring)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Steps[Any]]):
+        self.make = make
+
+    def on(self, sql: SqlApi) -> Any:
+        with sql.conn.transaction():
+            return run_steps(self.make(), sql)
+
+    async def aon(self, sql: AsyncSqlApi) -> Any:
+        async with sql.pool.connection() as conn, conn.transaction():
+            return await arun_steps(self.make(), AsyncSqlApi.on_connection(conn))
 
 
 class Notified:
