@@ -29,7 +29,7 @@ from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
 from harvest.core import payload
-from harvest.core.codecs import CodecChain, Payloads
+from harvest.core.codecs import Payloads
 from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
@@ -61,6 +61,7 @@ from harvest.db.steps import (
     InTransaction,
     Notified,
     Sql,
+    Stepper,
     Steps,
     arun_steps,
     arun_steps_on_hub,
@@ -276,27 +277,25 @@ def _start_call(
     }
 
 
-def _checked(encoded: Any, what: str, limit: int | None) -> Any:
-    payload.check_size(encoded, what, limit)
-    return encoded
-
-
 def _limit(value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise InvalidArgument(f"max_payload_bytes must be a positive number of bytes, got {value!r}")
     return value
 
 
-def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None) -> Steps[tuple[str, Any]]:
+def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> Steps[Any]:
     """Apply ``call`` (a declaration of harvest.db.sqlapi: run id first, then ``args``) to the
     run that is current now: a run that continued as new hands signals, cancels and
-    terminations on to its successor. Returns the run it acted on and the call's answer. One
-    loop for both clients (harvest.db.steps); a successor on another shard (``route``) raises
-    _Hop for the handle to go on there."""
+    terminations on to its successor. Returns the call's answer; the handle keeps the run it
+    acted on (the next such call starts there). One loop for both clients (harvest.db.steps); a
+    successor on another shard raises _Hop for the handle to go on there (:func:`_chain`)."""
+    route = handle.client._target.route
     run = execution_id
     for _ in range(_MAX_CHAIN):
         try:
-            return run, (yield Sql(call, run, *args))
+            answer = yield Sql(call, run, *args)
+            handle._current_run = run
+            return answer
         except ExecutionMigrated:
             if run == execution_id:
                 raise
@@ -309,6 +308,32 @@ def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None)
                 raise _Hop(successor) from None
             run = successor
     raise _chain_too_long(execution_id)
+
+
+def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -> T:
+    """``act(run)``, then ``act`` on each run a _Hop names (a continue-as-new successor on another
+    shard, or one a rebalance moved), at most _MAX_CHAIN; ``keep``: the handle keeps the run it
+    hopped to (the newest run of the chain its calls reached)."""
+    for _ in range(_MAX_CHAIN):
+        try:
+            return act(run)
+        except _Hop as hop:
+            run = hop.execution_id
+            if keep:
+                handle._current_run = run
+    raise _chain_too_long(handle.execution_id)
+
+
+async def _achain(handle: Any, run: str, act: Callable[[str], Awaitable[T]], keep: bool = False) -> T:
+    """:func:`_chain` for AsyncWorkflowHandle."""
+    for _ in range(_MAX_CHAIN):
+        try:
+            return await act(run)
+        except _Hop as hop:
+            run = hop.execution_id
+            if keep:
+                handle._current_run = run
+    raise _chain_too_long(handle.execution_id)
 
 
 def _chain_too_long(execution_id: str | None) -> WorkflowNotRunning:
@@ -402,21 +427,17 @@ def _failure_report(error: BaseException | ActivityFailure) -> dict[str, Any]:
     return report
 
 
-def _signal_payload(
-    name: str,
-    value: Any,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
-) -> Any:
-    encoded = _coded(chain, payload.encode(value, "payload"))
-    # An offloaded payload is checked as the history holds it: its reference.
-    written = payload_policy.as_written(payloads, [encoded])[0]
-    payload.check_size(written, f"the payload of signal {name}", limit)
-    return encoded
+def _with_start_call(
+    client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
+) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+    """The start half of a signal_with_start or update_with_start call (the workflow_id, the
+    message and the search attributes go in after it)."""
+    name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, queue)
+    return definition, {"workflow_name": name, "input": encoded, "queue": queue}
 
 
 def _signal_with_start_call(
+    client: Any,
     workflow: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -425,27 +446,23 @@ def _signal_with_start_call(
     signal_payload: Any,
     queue: str | None,
     search_attributes: dict[str, Any] | None,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain, payloads)
-    signal_encoded = _coded(chain, payload.encode(signal_payload, "signal_payload"))
-    # Checked as the history holds it: an offloaded payload is its reference.
-    written = payload_policy.as_written(payloads, [signal_encoded])[0]
-    payload.check_size(written, f"the payload of signal {signal}", limit)
+    definition, call = _with_start_call(client, workflow, args, kwargs, queue)
+    label = f"the payload of signal {signal}"
+    signal_encoded = payload_policy.written(
+        client.payloads, signal_payload, "signal_payload", label, client.max_payload_bytes
+    )
     return definition, {
-        "workflow_name": name,
+        **call,
         "workflow_id": workflow_id,
         "signal_name": signal,
         "payload": signal_encoded,
-        "input": encoded,
-        "queue": queue,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
 def _update_with_start_call(
+    client: Any,
     workflow: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -455,47 +472,30 @@ def _update_with_start_call(
     update_id: str | None,
     queue: str | None,
     search_attributes: dict[str, Any] | None,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain, payloads)
-    arg = _coded(chain, payload.encode(update_arg, "update_arg"))
-    # Checked as the history holds it: an offloaded argument is its reference.
-    payload.check_size(
-        payload_policy.as_written(payloads, [arg])[0], f"the argument of update {update}", limit
-    )
+    definition, call = _with_start_call(client, workflow, args, kwargs, queue)
+    label = f"the argument of update {update}"
+    arg = payload_policy.written(client.payloads, update_arg, "update_arg", label, client.max_payload_bytes)
     return definition, {
-        "workflow_name": name,
+        **call,
         "workflow_id": workflow_id,
         "name": update,
         "arg": arg,
-        "input": encoded,
-        "queue": queue,
         "update_id": update_id,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
-def _coded(chain: CodecChain | None, value: Any) -> Any:
-    """A payload the client writes, through its codecs (docs/payloads.md)."""
-    return chain.encode(value) if chain else value
-
-
 def _start_args(
-    workflow: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    queue: str | None,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
+    client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
     # What the history holds is checked: an argument the client offloads is its reference.
+    limit = client.max_payload_bytes
     payload.check_size(payload_policy.as_written(payloads, encoded), f"the input of workflow {name}", limit)
     queue = queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
@@ -606,32 +606,24 @@ _Flow = Generator[_Do, Any, T]
 
 
 def _drive(flow: _Flow[T]) -> T:
-    value: Any = None
-    error: BaseException | None = None
-    while True:
+    stepper = Stepper(flow)
+    while (op := stepper.next()) is not None:
         try:
-            op = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return cast(T, done.value)
-        try:
-            value, error = op.fn(), None
+            stepper.value = op.fn()
         except BaseException as exc:  # thrown into the flow, which raises it on
-            value, error = None, exc
+            stepper.error = exc
+    return cast(T, stepper.result)
 
 
 async def _adrive(flow: _Flow[T]) -> T:
     """:func:`_drive` for AsyncClient."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
+    stepper = Stepper(flow)
+    while (op := stepper.next()) is not None:
         try:
-            op = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return cast(T, done.value)
-        try:
-            value, error = await op.fn(), None
+            stepper.value = await op.fn()
         except BaseException as exc:  # thrown into the flow, which raises it on
-            value, error = None, exc
+            stepper.error = exc
+    return cast(T, stepper.result)
 
 
 def _prepare_start(
@@ -640,9 +632,7 @@ def _prepare_start(
     """A start_workflow call checked, encoded and placed: ``(name, definition, queue, options,
     placement, call)``, ``call`` being harvest.start_workflow's arguments."""
     opts, kwargs = _split_start(workflow, options, kwargs)
-    name, definition, encoded, queue = _start_args(
-        workflow, args, kwargs, opts.queue, client.max_payload_bytes, client.payloads.chain, client.payloads
-    )
+    name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, opts.queue)
     placement = routing.place_start(
         client._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
     )
@@ -739,13 +729,13 @@ def _update_with_start_flow(
     definition: WorkflowDefinition | None,
     call: dict[str, Any],
     update_arg: Any,
-    wait: str,
-    timeout: Any,
-    result_type: Any,
+    options: tuple[str, Any, Any],
     send: Callable[..., Any],
 ) -> _Flow[tuple[Any, Any]]:
-    """update_with_start of both clients (``send``: messaging.update_with_start or its asyncio
-    twin): where an unpinned start of the key would go."""
+    """update_with_start of both clients (``options``: its wait, timeout and result_type;
+    ``send``: messaging.update_with_start or its asyncio twin): where an unpinned start of the
+    key would go."""
+    wait, timeout, result_type = options
     with tracing.start_span(call["workflow_name"]) as trace:
         call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
         try:
@@ -788,9 +778,9 @@ def _token_call(task_token: str, call: Any, *args: Any) -> tuple[str, Callable[[
 
 
 def _activity_result(client: Any, result: Any) -> Any:
-    return _checked(
-        _coded(client.payloads.chain, payload.encode(result)), "the activity result", client.max_payload_bytes
-    )
+    encoded = client.payloads.chain.encode(payload.encode(result))
+    payload.check_size(encoded, "the activity result", client.max_payload_bytes)
+    return encoded
 
 
 def _heartbeat_details(details: Any) -> Any:
@@ -870,6 +860,12 @@ class _Handle:
         """Steps of ``call`` (a declaration of harvest.db.sqlapi) on this run: its id, then ``args``."""
         return lambda: _one_call(call, self.execution_id, *args)
 
+    def _current(self, call: Any, args: tuple[Any, ...]) -> tuple[str, Callable[[str], Any]]:
+        """``_on_current``'s first run (the newest its calls reached) and what it does on a run:
+        ``call`` there, on the shard the run lives on."""
+        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
+        return run, lambda run: self._at(run, functools.partial(_on_current_run, self, run, call, *args))
+
     def _describe(self) -> Steps[dict[str, Any]]:
         row = yield Sql(sqlapi.get_execution, self.execution_id)
         return routing.resident(row, self.client._target.sharded)
@@ -901,8 +897,8 @@ class _Handle:
         """A signal's payload, encoded and checked; and, when it goes to the offload store, the
         steps that store it on the run's database, owned by the run (docs/payloads.md), and give
         its reference."""
-        policy = self.client.payloads
-        encoded = _signal_payload(name, value, self.client.max_payload_bytes, policy.chain, policy)
+        policy, label = self.client.payloads, f"the payload of signal {name}"
+        encoded = payload_policy.written(policy, value, "payload", label, self.client.max_payload_bytes)
         where = payload_policy.offload_plan(policy, [encoded])
         if not where:
             return encoded, None
@@ -992,17 +988,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
-        route = self.client._target.route
-        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
-        for _ in range(_MAX_CHAIN):
-            try:
-                self._current_run, answer = self._at(
-                    run, functools.partial(_on_current_run, run, call, *args, route=route)
-                )
-                return answer
-            except _Hop as hop:
-                run = self._current_run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        return _chain(self, *self._current(call, args), keep=True)
 
     @_finds_run
     def describe(self) -> dict[str, Any]:
@@ -1111,13 +1097,8 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
             api = functools.partial(routing.api, target, shard)
             return cast(ResultT, run_steps_on_hub(steps, api, listener, cleanup=cleanup, expect=run))
 
-        for _ in range(_MAX_CHAIN):
-            try:
-                outcome: ResultT = target.follow(run, lambda shard, r=run: wait(shard, r))
-                return outcome
-            except _Hop as hop:
-                run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        outcome: ResultT = _chain(self, run, lambda run: target.follow(run, lambda shard: wait(shard, run)))
+        return outcome
 
 
 class Client:
@@ -1394,18 +1375,9 @@ class Client:
         """Signal the running run of workflow_id, starting one first if none runs (atomically).
 
         On shards it goes where an unpinned start of (name, workflow_id) would: no placement."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _signal_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            signal,
-            signal_payload,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, signal, signal_payload, queue, search_attributes
         )
         return cast(
             "WorkflowHandle[Any]", _drive(_signal_with_start_flow(self, WorkflowHandle, definition, call))
@@ -1465,30 +1437,13 @@ class Client:
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``. On shards it goes where an unpinned start would: no placement."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _update_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            update,
-            update_arg,
-            update_id,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, update, update_arg, update_id, queue, search_attributes
         )
+        options = (wait, timeout, result_type)
         flow = _update_with_start_flow(
-            self,
-            WorkflowHandle,
-            definition,
-            call,
-            update_arg,
-            wait,
-            timeout,
-            result_type,
-            messaging.update_with_start,
+            self, WorkflowHandle, definition, call, update_arg, options, messaging.update_with_start
         )
         return _drive(flow)
 
@@ -1566,17 +1521,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
-        route = self.client._target.route
-        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
-        for _ in range(_MAX_CHAIN):
-            try:
-                self._current_run, answer = await self._at(
-                    run, functools.partial(_on_current_run, run, call, *args, route=route)
-                )
-                return answer
-            except _Hop as hop:
-                run = self._current_run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        return await _achain(self, *self._current(call, args), keep=True)
 
     @_afinds_run
     async def describe(self) -> dict[str, Any]:
@@ -1688,13 +1633,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
                 await arun_steps_on_hub(steps, target.sql(shard), listener, cleanup=cleanup, expect=run),
             )
 
-        for _ in range(_MAX_CHAIN):
-            try:
-                outcome: ResultT = await target.follow(run, lambda shard, r=run: wait(shard, r))
-                return outcome
-            except _Hop as hop:
-                run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        return await _achain(self, run, lambda run: target.follow(run, lambda shard: wait(shard, run)))
 
 
 class _StartBatcher(GroupCommit):
@@ -2017,18 +1956,9 @@ class AsyncClient:
         **kwargs: Any,
     ) -> AsyncWorkflowHandle[Any]:
         """The asyncio twin of :meth:`Client.signal_with_start`."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _signal_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            signal,
-            signal_payload,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, signal, signal_payload, queue, search_attributes
         )
         flow = _signal_with_start_flow(self, AsyncWorkflowHandle, definition, call)
         return cast("AsyncWorkflowHandle[Any]", await _adrive(flow))
@@ -2084,30 +2014,13 @@ class AsyncClient:
         **kwargs: Any,
     ) -> tuple[AsyncWorkflowHandle[Any], Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _update_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            update,
-            update_arg,
-            update_id,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, update, update_arg, update_id, queue, search_attributes
         )
+        options = (wait, timeout, result_type)
         flow = _update_with_start_flow(
-            self,
-            AsyncWorkflowHandle,
-            definition,
-            call,
-            update_arg,
-            wait,
-            timeout,
-            result_type,
-            messaging.aupdate_with_start,
+            self, AsyncWorkflowHandle, definition, call, update_arg, options, messaging.aupdate_with_start
         )
         return await _adrive(flow)
 

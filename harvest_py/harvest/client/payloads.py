@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harvest.core import payload
 from harvest.core.codecs import Payloads, SqlPayloadStore, refs_in, replace_refs
 from harvest.db import sqlapi
 from harvest.db.steps import Atomic, Sql, Steps
@@ -58,6 +59,16 @@ def as_written(payloads: Payloads | None, values: list[Any]) -> list[Any]:
     size check of what is written."""
     big = set(offload_plan(payloads, values))
     return [Payloads.reference("0" * 36, v) if i in big else v for i, v in enumerate(values)]
+
+
+def written(payloads: Payloads | None, value: Any, what: str, label: str, limit: int | None) -> Any:
+    """A value a client writes into a message (a signal's payload, an update's or a query's
+    argument): encoded (``what`` names it in an encoding error) through the client's codecs, its
+    size checked (``label``) as the history holds it: an offloaded one as its reference."""
+    policy = payloads or _NONE
+    encoded = policy.chain.encode(payload.encode(value, what))
+    payload.check_size(as_written(policy, [encoded])[0], label, limit)
+    return encoded
 
 
 class AwaitableSql:

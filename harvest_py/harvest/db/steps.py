@@ -38,7 +38,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from psycopg.errors import AdminShutdown
 
@@ -47,6 +47,7 @@ from harvest.db.connection import DatabaseError, connect_async
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
 T = TypeVar("T")
+Op = TypeVar("Op")
 
 
 class Sql:
@@ -122,20 +123,21 @@ def _cleanup_call(cleanup: Cleanup) -> Sql | None:
     return cleanup() if callable(cleanup) else cleanup
 
 
-class _Stepper:
-    """Where a generator stands: what to send it next (a value, or an error to throw in)."""
+class Stepper(Generic[Op]):
+    """Where a generator stands: what to send it next (a value, or an error to throw in). The
+    drivers below step steps with it; the client's flows (harvest.client.client) too."""
 
     __slots__ = ("error", "result", "steps", "value")
 
-    steps: Steps[Any]
+    steps: Generator[Op, Any, Any]
     value: Any
-    error: Exception | None
+    error: BaseException | None
     result: Any
 
-    def __init__(self, steps: Steps[Any]):
+    def __init__(self, steps: Generator[Op, Any, Any]):
         self.steps, self.value, self.error, self.result = steps, None, None, None
 
-    def next(self) -> Sql | Atomic | Notified | None:
+    def next(self) -> Op | None:
         """The next operation, or None once the steps have returned (``result``)."""
         try:
             op = self.steps.send(self.value) if self.error is None else self.steps.throw(self.error)
@@ -149,7 +151,7 @@ class _Stepper:
 def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
     """Drive ``steps`` on a synchronous API (``Notified`` needs ``sql.conn`` to LISTEN), then,
     however they end, make the ``cleanup`` call (a database error of its own is ignored)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     try:
         while (op := stepper.next()) is not None:
             try:
@@ -170,7 +172,7 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
 
 async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None) -> T:
     """:func:`run_steps` under asyncio (``Notified`` needs ``sql`` on one connection: ``alisten``)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     try:
         while (op := stepper.next()) is not None:
             try:
@@ -219,7 +221,7 @@ async def arun_steps_on_hub(
     is then seen by that read, and every later one sets the registered event. ``expect`` names a
     payload to register before the first step, so its first ``Notified`` waits at once (a result
     wait knows its run's id: one read, not two)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     async with contextlib.AsyncExitStack() as registered:
         woken: dict[str, asyncio.Event] = {}
         if expect is not None:
@@ -291,7 +293,7 @@ def run_steps_on_hub(
     pooled connection, given back after the call) and each ``Notified`` waits on ``hub``'s event
     for its payload, registered as there (``expect`` first, any other at its first ``Notified``,
     which then reads again)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     with contextlib.ExitStack() as registered:
         woken: dict[str, threading.Event] = {}
         if expect is not None:
