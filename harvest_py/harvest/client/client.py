@@ -577,15 +577,24 @@ async def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[T]])
     return cast(T, await target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard))))
 
 
-def _in_transaction(conn: Any, steps: Steps[T]) -> T:
-    """Drive ``steps`` in a transaction of their own on ``conn`` (a savepoint inside the caller's)."""
-    with conn.transaction():
+def _scope(target: Any, connection: Any, shard: int | None) -> Any:
+    """``connection`` as a scope (the caller's: nothing to give back), or a connection of
+    ``shard`` (None: a one-database client's) of a sync or an asyncio target."""
+    if connection is not None:
+        return contextlib.nullcontext(connection)
+    return target.connection(routing.ONE if shard is None else shard)
+
+
+def _in_transaction(target: Any, connection: Any, shard: int | None, steps: Steps[T]) -> T:
+    """Drive ``steps`` in a transaction of their own on ``connection`` (a savepoint inside the
+    caller's), or, given none, on a connection of ``shard`` (None: a one-database client's)."""
+    with _scope(target, connection, shard) as conn, conn.transaction():
         return run_steps(steps, SqlApi(conn))
 
 
-async def _ain_transaction(conn: Any, steps: Steps[T]) -> T:
-    """:func:`_in_transaction` on an asyncio connection."""
-    async with conn.transaction():
+async def _ain_transaction(target: Any, connection: Any, shard: int | None, steps: Steps[T]) -> T:
+    """:func:`_in_transaction` on an asyncio target or connection."""
+    async with _scope(target, connection, shard) as conn, conn.transaction():
         return await arun_steps(steps, AsyncSqlApi.on_connection(conn))
 
 
@@ -676,6 +685,16 @@ def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str) -> No
         row["execution_id"],
         {"harvest.workflow": name, "harvest.queue": queue, "harvest.started_fresh": row["started_fresh"]},
     )
+
+
+def _start_answer(
+    client: Any, handle_cls: Any, row: dict[str, Any], definition: Any, placement: Any, call: dict[str, Any]
+) -> tuple[Any, bool]:
+    """A start's handle, and whether the start marked the caller waiting for its result."""
+    handle = handle_cls(
+        client, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
+    )
+    return handle, "result_waiter" in call and _marked_by_start(row)
 
 
 def _signal_with_start_steps(call: dict[str, Any], payloads: Payloads) -> Steps[dict[str, Any]]:
@@ -1309,12 +1328,7 @@ class Client:
             offloaded = payload_policy.offload_plan(self.payloads, call["input"])
             if offloaded or placement.pinned:
                 steps = _start_steps(call, placement, self.payloads, offloaded)
-                if connection is not None:
-                    row = _in_transaction(connection, steps)
-                else:
-                    shard = routing.ONE if placement.shard is None else placement.shard
-                    with self._target.connection(shard) as conn:
-                        row = _in_transaction(conn, steps)
+                row = _in_transaction(self._target, connection, placement.shard, steps)
             elif connection is not None:
                 row = SqlApi(connection).start_workflow(**call)
             else:
@@ -1329,10 +1343,7 @@ class Client:
                             call["shard"] = placement.shard
                         row = sql.start_workflows([call])[0]
             _trace_started(trace, row, name, queue)
-        handle: WorkflowHandle[Any] = WorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
-        )
-        return handle, "result_waiter" in call and _marked_by_start(row)
+        return _start_answer(self, WorkflowHandle, row, definition, placement, call)
 
     @overload
     def signal_with_start(
@@ -1899,12 +1910,7 @@ class AsyncClient:
             offloaded = payload_policy.offload_plan(self.payloads, call["input"])
             if offloaded or placement.pinned:  # outside the shared start transaction
                 steps = _start_steps(call, placement, self.payloads, offloaded)
-                if connection is not None:
-                    row = await _ain_transaction(connection, steps)
-                else:
-                    shard = routing.ONE if placement.shard is None else placement.shard
-                    async with self._target.connection(shard) as conn:
-                        row = await _ain_transaction(conn, steps)
+                row = await _ain_transaction(self._target, connection, placement.shard, steps)
             elif connection is not None:
                 row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
             else:
@@ -1912,10 +1918,7 @@ class AsyncClient:
                     call = {**call, "result_waiter": waiter_id}
                 row = await self._starts.start(call, placement.shard)
             _trace_started(trace, row, name, queue)
-        handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
-        )
-        return handle, "result_waiter" in call and _marked_by_start(row)
+        return _start_answer(self, AsyncWorkflowHandle, row, definition, placement, call)
 
     @overload
     async def signal_with_start(
