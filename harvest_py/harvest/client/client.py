@@ -933,6 +933,11 @@ class _Handle:
             attributes={f"harvest.{kind}": name},
         )
 
+    def _result_start(self, timeout: float | None) -> tuple[Any, str, float | None]:
+        """Where a result wait starts: the client's target, the run, the deadline."""
+        _not_deferred(self)
+        return self.client._target, cast(str, self.execution_id), _deadline(timeout)
+
     def _waiting(
         self,
         run: str,
@@ -1106,9 +1111,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
-        _not_deferred(self)
-        deadline = _deadline(timeout)
-        target, run = self.client._target, cast(str, self.execution_id)
+        target, run, deadline = self._result_start(timeout)
 
         def wait(shard: int, run: str) -> ResultT:
             steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
@@ -1170,10 +1173,7 @@ class Client:
             # at once, redacted, instead of in the pool's background retries.
             # The same connection reads the server's payload limit: no second round trip.
             with connect(self.dsn, autocommit=True) as conn:
-                if check_schema:
-                    verify_schema(conn)
-                if self.max_payload_bytes is None:
-                    self.max_payload_bytes = SqlApi(conn).payload_limit()
+                self._first(conn, check_schema)
             self._target = routing.OneDatabase(self.dsn, open_pool(self.dsn, max_size=pool_size))
         self.router = self._target.router
         # (shard, channel) -> a started ThreadNotificationHub: result waits share one LISTEN
@@ -1189,13 +1189,18 @@ class Client:
         for shard in routing.boot_order(self.router, self.pools.shards):
             try:
                 with self.pools.connection(shard) as conn:
-                    if check_schema:
-                        verify_schema(conn)
-                    if self.max_payload_bytes is None:
-                        self.max_payload_bytes = SqlApi(conn).payload_limit()
+                    self._first(conn, check_schema)
                 return
             except ShardUnavailable:
                 continue
+
+    def _first(self, conn: Any, check_schema: bool) -> None:
+        """On the client's first connection: the schema checked, the server's payload limit read
+        (when none was given)."""
+        if check_schema:
+            verify_schema(conn)
+        if self.max_payload_bytes is None:
+            self.max_payload_bytes = SqlApi(conn).payload_limit()
 
     def close(self) -> None:
         with self._hubs_lock:
@@ -1631,9 +1636,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
-        _not_deferred(self)
-        deadline = _deadline(timeout)
-        target, run = self.client._target, cast(str, self.execution_id)
+        target, run, deadline = self._result_start(timeout)
 
         async def wait(shard: int, run: str) -> ResultT:
             # (or on the LISTEN connection the client was given: client.notifications)
@@ -1645,6 +1648,14 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
             )
 
         return await _achain(self, run, lambda run: target.follow(run, lambda shard: wait(shard, run)))
+
+
+async def _afirst(conn: Any, check_schema: bool, limit: int | None) -> int | None:
+    """:meth:`Client._first` for AsyncClient.connect: the payload limit (``limit`` when given)."""
+    first = AsyncSqlApi.on_connection(conn)
+    if check_schema:
+        await check_schema_async(first, "this Harvest")
+    return limit if limit is not None else await first.payload_limit()
 
 
 class _StartBatcher(GroupCommit):
@@ -1796,11 +1807,7 @@ class AsyncClient:
             for shard in routing.boot_order(shards.router, shards.shards):
                 try:
                     async with shards.connection(shard) as conn:
-                        first = AsyncSqlApi.on_connection(conn)
-                        if check_schema:
-                            await check_schema_async(first, "this Harvest")
-                        if limit is None:
-                            limit = await first.payload_limit()
+                        limit = await _afirst(conn, check_schema, limit)
                     break
                 except ShardUnavailable:
                     continue
@@ -1810,11 +1817,7 @@ class AsyncClient:
         # checks the schema and reads the server's payload limit.
         conn = await connect_async(dsn, autocommit=True)
         try:
-            first = AsyncSqlApi.on_connection(conn)
-            if check_schema:
-                await check_schema_async(first, "this Harvest")
-            if limit is None:
-                limit = await first.payload_limit()
+            limit = await _afirst(conn, check_schema, limit)
         finally:
             await conn.close()
         pool = await open_async_pool(dsn, max_size=pool_size)
