@@ -572,9 +572,11 @@ def _follow(target: Any, execution_id: Any, make: Callable[[], Steps[T]]) -> T:
     return cast(T, target.follow(execution_id, lambda shard: _on_shard(target, shard, make())))
 
 
-async def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[T]]) -> T:
-    """:func:`_follow` on an asyncio target (each call on a pooled connection)."""
-    return cast(T, await target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard))))
+def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[Any]]) -> Awaitable[Any]:
+    """:func:`_follow` on an asyncio target (each call on a pooled connection): an awaitable."""
+    return cast(
+        "Awaitable[Any]", target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard)))
+    )
 
 
 def _scope(target: Any, connection: Any, shard: int | None) -> Any:
@@ -902,13 +904,8 @@ class _Handle:
         """children(): ``reads`` is the client's fan-out (ShardReads or AsyncShardReads)."""
         target = self.client._target
         if not target.sharded:
-            return Children(
-                (
-                    yield _Do(
-                        lambda: self._at(self.execution_id, self._call(sqlapi.list_children, status, depth))
-                    )
-                )
-            )
+            listed = self._call(sqlapi.list_children, status, depth)
+            return Children((yield _Do(lambda: self._at(self.execution_id, listed))))
         merged = yield _Do(lambda: reads(target.providers()).list_children(self.execution_id, status, depth))
         return _children(merged)
 
@@ -924,13 +921,10 @@ class _Handle:
         run = str(self.execution_id)
         return encoded, lambda: _stored(policy, run, encoded)
 
-    def _span(self, kind: str, name: str) -> Any:
+    def _span(self, span: str, attribute: str, name: str) -> Any:
         """The sender's span of a signal or an update: the workflow task that reads it links to it."""
         return tracing.span(
-            f"harvest.workflow.{kind}",
-            execution_id=str(self.execution_id),
-            caller_first=True,
-            attributes={f"harvest.{kind}": name},
+            span, execution_id=str(self.execution_id), caller_first=True, attributes={attribute: name}
         )
 
     def _result_start(self, timeout: float | None) -> tuple[Any, str, float | None]:
@@ -1033,7 +1027,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         encoded, offload = self._signal_encoded(name, payload_value)
         if offload is not None:
             encoded = self._at(self.execution_id, offload)
-        with self._span("signal", name):
+        with self._span("harvest.workflow.signal", "harvest.signal", name):
             self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_finds_run
@@ -1071,7 +1065,7 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        with self._span("update", name):
+        with self._span("harvest.workflow.update", "harvest.update", name):
             run = cast(str, self.execution_id)
             return messaging.update(self.client, run, name, arg, wait, timeout, update_id, result_type)
 
@@ -1531,9 +1525,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     client: AsyncClient
 
-    async def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
-        """See :meth:`WorkflowHandle._at` (each call on a pooled connection)."""
-        return await _afollow(self.client._target, execution_id, make)
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Awaitable[Any]:
+        """See :meth:`WorkflowHandle._at`: an awaitable (each call on a pooled connection)."""
+        return _afollow(self.client._target, execution_id, make)
 
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
@@ -1558,7 +1552,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         encoded, offload = self._signal_encoded(name, payload_value)
         if offload is not None:
             encoded = await self._at(self.execution_id, offload)
-        with self._span("signal", name):
+        with self._span("harvest.workflow.signal", "harvest.signal", name):
             eager = self.client.eager_worker
             slot = eager.eager_slot() if eager is not None else None
             if eager is None or slot is None:
@@ -1604,7 +1598,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
-        with self._span("update", name):
+        with self._span("harvest.workflow.update", "harvest.update", name):
             run = cast(str, self.execution_id)
             return await messaging.aupdate(self.client, run, name, arg, wait, timeout, update_id, result_type)
 
