@@ -566,17 +566,15 @@ def _on_shard(target: Any, shard: int, steps: Steps[T]) -> T:
         return run_steps(steps, sql)
 
 
-def _follow(target: Any, execution_id: Any, make: Callable[[], Steps[T]]) -> T:
+def _follow(target: Any, execution_id: Any, make: Callable[[], Steps[Any]]) -> Any:
     """Drive ``make()``'s steps on the shard ``execution_id`` lives on (``target.follow``: its
     id's shard, then a rebalance's forwarding pointer, each with steps afresh)."""
-    return cast(T, target.follow(execution_id, lambda shard: _on_shard(target, shard, make())))
+    return target.follow(execution_id, lambda shard: _on_shard(target, shard, make()))
 
 
-def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[Any]]) -> Awaitable[Any]:
+def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[Any]]) -> Any:
     """:func:`_follow` on an asyncio target (each call on a pooled connection): an awaitable."""
-    return cast(
-        "Awaitable[Any]", target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard)))
-    )
+    return target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard)))
 
 
 def _scope(target: Any, connection: Any, shard: int | None) -> Any:
@@ -1525,7 +1523,7 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     client: AsyncClient
 
-    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Awaitable[Any]:
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
         """See :meth:`WorkflowHandle._at`: an awaitable (each call on a pooled connection)."""
         return _afollow(self.client._target, execution_id, make)
 
