@@ -205,8 +205,6 @@ def _start_and_update(
     return cast("int", started["request_id"])
 
 
-# The steps of each operation, shared by the sync and the asyncio functions below; the
-# arguments are checked here, before any connection is opened.
 def _argument(client: Any, arg: Any, kind: str, name: str) -> Any:
     """A query's or an update's argument, encoded and checked as the request holds it (an
     argument the client offloads: its reference)."""
@@ -216,6 +214,8 @@ def _argument(client: Any, arg: Any, kind: str, name: str) -> Any:
     )
 
 
+# The steps of each operation, shared by the sync and the asyncio functions below; the
+# arguments are checked here, before any connection is opened.
 def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: Any) -> Steps[dict[str, Any]]:
     secs, policy = seconds(timeout), payload_policy.of(client)
     encoded = _argument(client, arg, "query", name)
