@@ -22,14 +22,14 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Protocol, Self, TypeVar, TypeVarTuple, cast, overload
 
 from harvest.client import messages as messaging
 from harvest.client import payloads as payload_policy
 from harvest.client import routing
 from harvest.core import payload
-from harvest.core.codecs import CodecChain, Payloads
+from harvest.core.codecs import Payloads
 from harvest.core.deprecation import queue_alias
 from harvest.core.durations import parse_duration
 from harvest.core.errors import (
@@ -58,8 +58,10 @@ from harvest.db.notify import NotificationHub, ThreadNotificationHub
 from harvest.db.pools import open_async_pool, open_pool
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.db.steps import (
+    InTransaction,
     Notified,
     Sql,
+    Stepper,
     Steps,
     arun_steps,
     arun_steps_on_hub,
@@ -73,6 +75,7 @@ from harvest.telemetry import tracing
 # A handle's result type, and the positional arguments of the workflow function a start is
 # typed by (docs/workflows.md "Types"); a start by name gives a WorkflowHandle[Any].
 ResultT = TypeVar("ResultT")
+T = TypeVar("T")
 Args = TypeVarTuple("Args")
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
@@ -229,7 +232,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
     given = {name: kwargs.pop(name) for name in list(kwargs) if name in _START_KEYWORDS}
     task_queue = given.pop("task_queue", None)
     if task_queue is not None:
-        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=5)
+        given["queue"] = queue_alias(given.get("queue"), task_queue, stacklevel=6)
     definition = _resolve_workflow(workflow)[1]
     if definition is not None and given:
         shadowed = sorted(set(given) & set(inspect.signature(definition.fn).parameters))
@@ -239,7 +242,7 @@ def _split_start(workflow: Any, options: Any, kwargs: dict[str, Any]) -> tuple[S
                 f"parameter(s) of that name: pass the start's with options=StartOptions(...) and "
                 "every keyword argument goes to the workflow",
                 DeprecationWarning,
-                stacklevel=4,  # the caller of start_workflow (or execute_workflow), through _start
+                stacklevel=5,  # the caller of start_workflow (or execute_workflow), through _prepare_start
             )
     return StartOptions(**given), kwargs
 
@@ -274,27 +277,25 @@ def _start_call(
     }
 
 
-def _checked(encoded: Any, what: str, limit: int | None) -> Any:
-    payload.check_size(encoded, what, limit)
-    return encoded
-
-
 def _limit(value: int | None) -> int | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
         raise InvalidArgument(f"max_payload_bytes must be a positive number of bytes, got {value!r}")
     return value
 
 
-def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None) -> Steps[tuple[str, Any]]:
+def _on_current_run(handle: Any, execution_id: str, call: Any, *args: Any) -> Steps[Any]:
     """Apply ``call`` (a declaration of harvest.db.sqlapi: run id first, then ``args``) to the
     run that is current now: a run that continued as new hands signals, cancels and
-    terminations on to its successor. Returns the run it acted on and the call's answer. One
-    loop for both clients (harvest.db.steps); a successor on another shard (``route``) raises
-    _Hop for the handle to go on there."""
+    terminations on to its successor. Returns the call's answer; the handle keeps the run it
+    acted on (the next such call starts there). One loop for both clients (harvest.db.steps); a
+    successor on another shard raises _Hop for the handle to go on there (:func:`_chain`)."""
+    route = handle.client._target.route
     run = execution_id
     for _ in range(_MAX_CHAIN):
         try:
-            return run, (yield Sql(call, run, *args))
+            answer = yield Sql(call, run, *args)
+            handle._current_run = run
+            return answer
         except ExecutionMigrated:
             if run == execution_id:
                 raise
@@ -307,6 +308,32 @@ def _on_current_run(execution_id: str, call: Any, *args: Any, route: Any = None)
                 raise _Hop(successor) from None
             run = successor
     raise _chain_too_long(execution_id)
+
+
+def _chain(handle: Any, run: str, act: Callable[[str], T], keep: bool = False) -> T:
+    """``act(run)``, then ``act`` on each run a _Hop names (a continue-as-new successor on another
+    shard, or one a rebalance moved), at most _MAX_CHAIN; ``keep``: the handle keeps the run it
+    hopped to (the newest run of the chain its calls reached)."""
+    for _ in range(_MAX_CHAIN):
+        try:
+            return act(run)
+        except _Hop as hop:
+            run = hop.execution_id
+            if keep:
+                handle._current_run = run
+    raise _chain_too_long(handle.execution_id)
+
+
+async def _achain(handle: Any, run: str, act: Callable[[str], Awaitable[T]], keep: bool = False) -> T:
+    """:func:`_chain` for AsyncWorkflowHandle."""
+    for _ in range(_MAX_CHAIN):
+        try:
+            return await act(run)
+        except _Hop as hop:
+            run = hop.execution_id
+            if keep:
+                handle._current_run = run
+    raise _chain_too_long(handle.execution_id)
 
 
 def _chain_too_long(execution_id: str | None) -> WorkflowNotRunning:
@@ -400,21 +427,17 @@ def _failure_report(error: BaseException | ActivityFailure) -> dict[str, Any]:
     return report
 
 
-def _signal_payload(
-    name: str,
-    value: Any,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
-) -> Any:
-    encoded = _coded(chain, payload.encode(value, "payload"))
-    # An offloaded payload is checked as the history holds it: its reference.
-    written = payload_policy.as_written(payloads, [encoded])[0]
-    payload.check_size(written, f"the payload of signal {name}", limit)
-    return encoded
+def _with_start_call(
+    client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
+) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
+    """The start half of a signal_with_start or update_with_start call (the workflow_id, the
+    message and the search attributes go in after it)."""
+    name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, queue)
+    return definition, {"workflow_name": name, "input": encoded, "queue": queue}
 
 
 def _signal_with_start_call(
+    client: Any,
     workflow: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -423,27 +446,23 @@ def _signal_with_start_call(
     signal_payload: Any,
     queue: str | None,
     search_attributes: dict[str, Any] | None,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain, payloads)
-    signal_encoded = _coded(chain, payload.encode(signal_payload, "signal_payload"))
-    # Checked as the history holds it: an offloaded payload is its reference.
-    written = payload_policy.as_written(payloads, [signal_encoded])[0]
-    payload.check_size(written, f"the payload of signal {signal}", limit)
+    definition, call = _with_start_call(client, workflow, args, kwargs, queue)
+    label = f"the payload of signal {signal}"
+    signal_encoded = payload_policy.written(
+        client.payloads, signal_payload, "signal_payload", label, client.max_payload_bytes
+    )
     return definition, {
-        "workflow_name": name,
+        **call,
         "workflow_id": workflow_id,
         "signal_name": signal,
         "payload": signal_encoded,
-        "input": encoded,
-        "queue": queue,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
 def _update_with_start_call(
+    client: Any,
     workflow: Any,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -453,47 +472,30 @@ def _update_with_start_call(
     update_id: str | None,
     queue: str | None,
     search_attributes: dict[str, Any] | None,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
 ) -> tuple[WorkflowDefinition | None, dict[str, Any]]:
-    name, definition, encoded, queue = _start_args(workflow, args, kwargs, queue, limit, chain, payloads)
-    arg = _coded(chain, payload.encode(update_arg, "update_arg"))
-    # Checked as the history holds it: an offloaded argument is its reference.
-    payload.check_size(
-        payload_policy.as_written(payloads, [arg])[0], f"the argument of update {update}", limit
-    )
+    definition, call = _with_start_call(client, workflow, args, kwargs, queue)
+    label = f"the argument of update {update}"
+    arg = payload_policy.written(client.payloads, update_arg, "update_arg", label, client.max_payload_bytes)
     return definition, {
-        "workflow_name": name,
+        **call,
         "workflow_id": workflow_id,
         "name": update,
         "arg": arg,
-        "input": encoded,
-        "queue": queue,
         "update_id": update_id,
         "search_attributes": payload.encode(search_attributes or {}, "search_attributes"),
     }
 
 
-def _coded(chain: CodecChain | None, value: Any) -> Any:
-    """A payload the client writes, through its codecs (docs/payloads.md)."""
-    return chain.encode(value) if chain else value
-
-
 def _start_args(
-    workflow: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    queue: str | None,
-    limit: int | None,
-    chain: CodecChain | None = None,
-    payloads: Payloads | None = None,
+    client: Any, workflow: Any, args: tuple[Any, ...], kwargs: dict[str, Any], queue: str | None
 ) -> tuple[str, WorkflowDefinition | None, list[Any], str]:
     name, definition = _resolve_workflow(workflow)
     encoded = payload.encode_args(definition.fn if definition else None, args, kwargs)
+    chain, payloads = client.payloads.chain, client.payloads
     if chain:  # each argument encoded: the input stays a JSON array (docs/payloads.md)
         encoded = chain.encode_args(encoded)
     # What the history holds is checked: an argument the client offloads is its reference.
+    limit = client.max_payload_bytes
     payload.check_size(payload_policy.as_written(payloads, encoded), f"the input of workflow {name}", limit)
     queue = queue or (definition.queue if definition else "default")
     return name, definition, encoded, queue
@@ -546,28 +548,262 @@ def _children(merged: Any) -> Children:
     return Children(merged.value, merged.status, merged.unavailable_shards)
 
 
-def _start_in_transaction(conn: Any, call: dict[str, Any], placement: routing.Placement) -> dict[str, Any]:
-    """A pinned start in a transaction of its own (a savepoint inside the caller's), so the
-    refusal of a pin the database deferred by a debounce or a batch rolls it back."""
-    with conn.transaction():
-        sql = SqlApi(conn)
-        row = sql.start_workflow(**call, shard=placement.shard)
-        if routing.pin_was_deferred(call["workflow_name"], placement, row):
-            routing.refuse_pending(call["workflow_name"], row, sql.list_pending_starts(call["workflow_name"]))
+# -- one place for both clients ------------------------------------------------------------------
+# Each piece of client logic is written once: as steps (harvest.db.steps: SQL calls, driven on a
+# SqlApi or an AsyncSqlApi) or, where it calls the client's own methods, as a flow (below), and
+# each client runs it with a driver of a few lines. The hot paths (a plain start, result(),
+# signal()) call their steps' drivers directly: no flow per call.
+
+
+def _one_call(call: Any, *args: Any) -> Steps[Any]:
+    """Steps of one SQL call."""
+    return (yield Sql(call, *args))
+
+
+def _on_shard(target: Any, shard: int, steps: Steps[T]) -> T:
+    """Drive ``steps`` on one connection of ``shard`` of a synchronous target."""
+    with routing.api(target, shard) as sql:
+        return run_steps(steps, sql)
+
+
+def _follow(target: Any, execution_id: Any, make: Callable[[], Steps[Any]]) -> Any:
+    """Drive ``make()``'s steps on the shard ``execution_id`` lives on (``target.follow``: its
+    id's shard, then a rebalance's forwarding pointer, each with steps afresh)."""
+    return target.follow(execution_id, lambda shard: _on_shard(target, shard, make()))
+
+
+def _afollow(target: Any, execution_id: Any, make: Callable[[], Steps[Any]]) -> Any:
+    """:func:`_follow` on an asyncio target (each call on a pooled connection): an awaitable."""
+    return target.follow(execution_id, lambda shard: arun_steps(make(), target.sql(shard)))
+
+
+def _scope(target: Any, connection: Any, shard: int | None) -> Any:
+    """``connection`` as a scope (the caller's: nothing to give back), or a connection of
+    ``shard`` (None: a one-database client's) of a sync or an asyncio target."""
+    if connection is not None:
+        return contextlib.nullcontext(connection)
+    return target.connection(routing.ONE if shard is None else shard)
+
+
+def _in_transaction(target: Any, connection: Any, shard: int | None, steps: Steps[T]) -> T:
+    """Drive ``steps`` in a transaction of their own on ``connection`` (a savepoint inside the
+    caller's), or, given none, on a connection of ``shard`` (None: a one-database client's)."""
+    with _scope(target, connection, shard) as conn, conn.transaction():
+        return run_steps(steps, SqlApi(conn))
+
+
+async def _ain_transaction(target: Any, connection: Any, shard: int | None, steps: Steps[T]) -> T:
+    """:func:`_in_transaction` on an asyncio target or connection."""
+    async with _scope(target, connection, shard) as conn, conn.transaction():
+        return await arun_steps(steps, AsyncSqlApi.on_connection(conn))
+
+
+class _Do:
+    """A step of a flow: call ``fn`` (a method of the client or the handle that drives the flow);
+    the asyncio driver awaits what it returns."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+
+# A flow: client logic that calls the client's (or a handle's) own methods, written once for
+# both clients. ``_drive`` runs it for Client, ``_adrive`` for AsyncClient; what a call returns
+# is sent back in, what it raises is thrown in.
+_Flow = Generator[_Do, Any, T]
+
+
+def _drive(flow: _Flow[T]) -> T:
+    stepper = Stepper(flow)
+    while (op := stepper.next()) is not None:
+        try:
+            stepper.value = op.fn()
+        except BaseException as exc:  # thrown into the flow, which raises it on
+            stepper.error = exc
+    return cast(T, stepper.result)
+
+
+async def _adrive(flow: _Flow[T]) -> T:
+    """:func:`_drive` for AsyncClient."""
+    stepper = Stepper(flow)
+    while (op := stepper.next()) is not None:
+        try:
+            stepper.value = await op.fn()
+        except BaseException as exc:  # thrown into the flow, which raises it on
+            stepper.error = exc
+    return cast(T, stepper.result)
+
+
+def _prepare_start(
+    client: Any, workflow: Any, args: tuple[object, ...], options: Any, kwargs: dict[str, Any]
+) -> tuple[str, WorkflowDefinition | None, str, StartOptions, routing.Placement, dict[str, Any]]:
+    """A start_workflow call checked, encoded and placed: ``(name, definition, queue, options,
+    placement, call)``, ``call`` being harvest.start_workflow's arguments."""
+    opts, kwargs = _split_start(workflow, options, kwargs)
+    name, definition, encoded, queue = _start_args(client, workflow, args, kwargs, opts.queue)
+    placement = routing.place_start(
+        client._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
+    )
+    call = _start_call(
+        name,
+        encoded,
+        placement.workflow_id,
+        queue,
+        opts.reuse_policy,
+        opts.conflict_policy,
+        opts.search_attributes,
+        opts.priority,
+        opts.execution_timeout,
+        opts.run_timeout,
+    )
+    return name, definition, queue, opts, placement, call
+
+
+def _start_steps(
+    call: dict[str, Any], placement: routing.Placement, payloads: Payloads, where: list[int]
+) -> Steps[dict[str, Any]]:
+    """A start in a transaction of its own on one connection (a savepoint inside the caller's):
+    the input's arguments at ``where`` stored first, with no run, and handed to the run it
+    started (docs/payloads.md); a pin the database deferred by a debounce or a batch refused, so
+    that the refusal rolls the start back."""
+    owned: list[str] = []
+    if where:
+        values, owned = yield from payload_policy.offloaded(payloads, None, call["input"], where)
+        call = {**call, "input": values}
+    row = yield Sql(sqlapi.start_workflow, **call, shard=placement.shard)
+    name = call["workflow_name"]
+    if placement.pinned and routing.pin_was_deferred(name, placement, row):
+        routing.refuse_pending(name, row, (yield Sql(sqlapi.list_pending_starts, name)))
+    if owned and row.get("execution_id") is not None:
+        yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
     return cast("dict[str, Any]", row)
 
 
-async def _astart_in_transaction(
-    conn: Any, call: dict[str, Any], placement: routing.Placement
-) -> dict[str, Any]:
-    """:func:`_start_in_transaction` under asyncio."""
-    async with conn.transaction():
-        sql = AsyncSqlApi.on_connection(conn)
-        row = await sql.start_workflow(**call, shard=placement.shard)
-        if routing.pin_was_deferred(call["workflow_name"], placement, row):
-            pending = await sql.list_pending_starts(call["workflow_name"])
-            routing.refuse_pending(call["workflow_name"], row, pending)
-    return cast("dict[str, Any]", row)
+def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str) -> None:
+    trace.started(
+        row["execution_id"],
+        {"harvest.workflow": name, "harvest.queue": queue, "harvest.started_fresh": row["started_fresh"]},
+    )
+
+
+def _start_answer(
+    client: Any, handle_cls: Any, row: dict[str, Any], definition: Any, placement: Any, call: dict[str, Any]
+) -> tuple[Any, bool]:
+    """A start's handle, and whether the start marked the caller waiting for its result."""
+    handle = handle_cls(
+        client, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
+    )
+    return handle, "result_waiter" in call and _marked_by_start(row)
+
+
+def _signal_with_start_steps(call: dict[str, Any], payloads: Payloads) -> Steps[dict[str, Any]]:
+    """harvest.signal_with_start; with a start argument or the signal's payload over the offload
+    threshold: stored with no run, then the call, then the rows handed to the run it signalled
+    (started or not), in one transaction (docs/payloads.md): a refused call leaves no row."""
+    values = [*call["input"], call["payload"]]
+    if not payload_policy.offload_plan(payloads, values):
+        return cast("dict[str, Any]", (yield Sql(sqlapi.signal_with_start, **call)))
+
+    def offloaded() -> Steps[dict[str, Any]]:
+        stored, owned = yield from payload_policy.offloaded(payloads, None, values)
+        row = yield Sql(sqlapi.signal_with_start, **{**call, "input": stored[:-1], "payload": stored[-1]})
+        if owned:
+            yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
+        return cast("dict[str, Any]", row)
+
+    return cast("dict[str, Any]", (yield InTransaction(offloaded)))
+
+
+def _signal_with_start_flow(
+    client: Any, handle_cls: Any, definition: WorkflowDefinition | None, call: dict[str, Any]
+) -> _Flow[Any]:
+    """signal_with_start of both clients: where an unpinned start of the key would go."""
+    target, payloads = client._target, client.payloads
+    shard = routing.hashed_shard(target, call["workflow_name"], call["workflow_id"])
+    with tracing.start_span(call["workflow_name"]) as trace:
+        call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
+        try:
+            row = yield _Do(lambda: client._on(shard, _signal_with_start_steps(call, payloads)))
+        except ExecutionMigrated as exc:
+            moved = _moved_run(target, exc)  # the key's run was moved: signal it where it lives
+            handle = handle_cls(client, moved, call["workflow_id"], definition, False)
+            written = yield _Do(lambda: handle._at(moved, lambda: _stored(payloads, moved, call["payload"])))
+            yield _Do(
+                lambda: handle._on_current(
+                    sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"]
+                )
+            )
+            return handle
+        trace.started(
+            row["execution_id"],
+            {"harvest.signal": call["signal_name"], "harvest.started_fresh": row["started_fresh"]},
+        )
+    return handle_cls(client, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
+
+
+def _update_with_start_flow(
+    client: Any,
+    handle_cls: Any,
+    definition: WorkflowDefinition | None,
+    call: dict[str, Any],
+    update_arg: Any,
+    options: tuple[str, Any, Any],
+    send: Callable[..., Any],
+) -> _Flow[tuple[Any, Any]]:
+    """update_with_start of both clients (``options``: its wait, timeout and result_type;
+    ``send``: messaging.update_with_start or its asyncio twin): where an unpinned start of the
+    key would go."""
+    wait, timeout, result_type = options
+    with tracing.start_span(call["workflow_name"]) as trace:
+        call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
+        try:
+            row, outcome = yield _Do(lambda: send(client, call, wait, timeout, result_type))
+        except ExecutionMigrated as exc:
+            handle = handle_cls(
+                client, _moved_run(client._target, exc), call["workflow_id"], definition, False
+            )
+            updated = yield _Do(
+                lambda: handle.update(
+                    call["name"],
+                    update_arg,
+                    wait=wait,
+                    timeout=timeout,
+                    update_id=call["update_id"],
+                    result_type=result_type,
+                )
+            )
+            return handle, updated
+        trace.started(
+            row["execution_id"],
+            {"harvest.update": call["name"], "harvest.started_fresh": row["started_fresh"]},
+        )
+    return handle_cls(
+        client, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
+    ), outcome
+
+
+def _stored(payloads: Payloads, execution_id: str | None, value: Any) -> Steps[Any]:
+    """``value`` as it is written: offloaded (owned by ``execution_id``) when it is over the
+    threshold, its reference then."""
+    values, _owned = yield from payload_policy.offloaded(payloads, execution_id, [value])
+    return values[0]
+
+
+def _token_call(task_token: str, call: Any, *args: Any) -> tuple[str, Callable[[], Steps[Any]]]:
+    """Where an activity call by task token goes (its run's id) and its steps there."""
+    token = TaskToken.parse(task_token)
+    return token.execution_id, lambda: _one_call(call, str(token), *args)
+
+
+def _activity_result(client: Any, result: Any) -> Any:
+    encoded = client.payloads.chain.encode(payload.encode(result))
+    payload.check_size(encoded, "the activity result", client.max_payload_bytes)
+    return encoded
+
+
+def _heartbeat_details(details: Any) -> Any:
+    return None if details is None else payload.encode(details)
 
 
 class EagerWorker(Protocol):
@@ -616,8 +852,8 @@ class _Handle:
         # reached (None: execution_id): the next such call follows the chain from there.
         self._current_run: str | None = None
 
-    def _key_lookup(self) -> tuple[int, str | None]:
-        """Where a handle by workflow_id looks its run up: the shard and the workflow name."""
+    def _key_lookup(self) -> tuple[int, Steps[dict[str, Any]]]:
+        """Where a handle by workflow_id looks its run up (the shard) and the steps that do."""
         name = self._by_key or None
         target = self.client._target
         if target.sharded and name is None:
@@ -625,7 +861,8 @@ class _Handle:
                 f"a sharded client finds workflow_id {self.workflow_id!r} by its workflow: "
                 "get_handle(workflow_id=..., workflow=<the @workflow or its name>)"
             )
-        return routing.hashed_shard(target, name or "", self.workflow_id), name
+        shard = routing.hashed_shard(target, name or "", self.workflow_id)
+        return shard, _one_call(sqlapi.get_execution_by_workflow_id, self.workflow_id, name)
 
     def _found(self, row: dict[str, Any]) -> None:
         self._current_run = None
@@ -633,23 +870,85 @@ class _Handle:
         self.shard_id = _shard_or_none(self.execution_id)
         self._by_key = None
 
-    def __repr__(self) -> str:
-        deferred = ", deferred=True" if self.deferred else ""
-        return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
+    # What both handles' methods do, written once: each handle drives it with its own ``_at``
+    # (steps on the shard a run lives on), ``_drive`` / ``_adrive`` (flows).
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
+        raise NotImplementedError
 
+    def _call(self, call: Any, *args: Any) -> Callable[[], Steps[Any]]:
+        """Steps of ``call`` (a declaration of harvest.db.sqlapi) on this run: its id, then ``args``."""
+        return lambda: _one_call(call, self.execution_id, *args)
 
-def _history_read(target: Any, execution_id: str | None) -> Any:
-    """``fn(sql)`` reading a run's history: as it is on one database; on shards with the row's
-    residence in the same statement, so a seal (a run a rebalance moved) is followed."""
-    if not target.sharded:
-        return lambda sql: sql.get_history(execution_id, 0)
+    def _current(self, call: Any, args: tuple[Any, ...]) -> tuple[str, Callable[[str], Any]]:
+        """``_on_current``'s first run (the newest its calls reached) and what it does on a run:
+        ``call`` there, on the shard the run lives on."""
+        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
+        return run, lambda run: self._at(run, functools.partial(_on_current_run, self, run, call, *args))
 
-    def read(sql: Any) -> list[dict[str, Any]]:
-        found = sql.get_resident_history(execution_id, 0)
+    def _describe(self) -> Steps[dict[str, Any]]:
+        row = yield Sql(sqlapi.get_execution, self.execution_id)
+        return routing.resident(row, self.client._target.sharded)
+
+    def _history(self) -> Steps[list[dict[str, Any]]]:
+        """The run's history: as it is on one database; on shards with the row's residence in
+        the same statement, so a seal (a run a rebalance moved) is followed."""
+        if not self.client._target.sharded:
+            return cast("list[dict[str, Any]]", (yield Sql(sqlapi.get_history, self.execution_id, 0)))
+        found = yield Sql(sqlapi.get_resident_history, self.execution_id, 0)
         routing.resident(found["residence"], True)
         return cast("list[dict[str, Any]]", found["events"])
 
-    return read
+    def _children(self, reads: Any, status: str | None, depth: int) -> _Flow[Children]:
+        """children(): ``reads`` is the client's fan-out (ShardReads or AsyncShardReads)."""
+        target = self.client._target
+        if not target.sharded:
+            listed = self._call(sqlapi.list_children, status, depth)
+            return Children((yield _Do(lambda: self._at(self.execution_id, listed))))
+        merged = yield _Do(lambda: reads(target.providers()).list_children(self.execution_id, status, depth))
+        return _children(merged)
+
+    def _signal_encoded(self, name: str, value: Any) -> tuple[Any, Callable[[], Steps[Any]] | None]:
+        """A signal's payload, encoded and checked; and, when it goes to the offload store, the
+        steps that store it on the run's database, owned by the run (docs/payloads.md), and give
+        its reference."""
+        policy, label = self.client.payloads, f"the payload of signal {name}"
+        encoded = payload_policy.written(policy, value, "payload", label, self.client.max_payload_bytes)
+        where = payload_policy.offload_plan(policy, [encoded])
+        if not where:
+            return encoded, None
+        run = str(self.execution_id)
+        return encoded, lambda: _stored(policy, run, encoded)
+
+    def _span(self, span: str, attribute: str, name: str) -> Any:
+        """The sender's span of a signal or an update: the workflow task that reads it links to it."""
+        return tracing.span(
+            span, execution_id=str(self.execution_id), caller_first=True, attributes={attribute: name}
+        )
+
+    def _result_start(self, timeout: float | None) -> tuple[Any, str, float | None]:
+        """Where a result wait starts: the client's target, the run, the deadline."""
+        _not_deferred(self)
+        return self.client._target, cast(str, self.execution_id), _deadline(timeout)
+
+    def _waiting(
+        self,
+        run: str,
+        waiter_id: str,
+        deadline: float | None,
+        timeout: float | None,
+        marked: Callable[[], bool] | None,
+    ) -> tuple[Steps[Any], Callable[[], Sql | None]]:
+        """result()'s steps on ``run`` and their cleanup call (a mark left behind): on the
+        client's one LISTEN connection of the run's shard, registered for the run before the first
+        read, each call on a pooled connection; ``marked``: see _result_steps (the first run only)."""
+        marks = _Marks(waiter_id)
+        route = self.client._target.route if self.client._target.sharded else None
+        first = marked if run == self.execution_id else None
+        return _result_steps(self, run, marks, deadline, timeout, route, first), marks.cleanup
+
+    def __repr__(self) -> str:
+        deferred = ", deferred=True" if self.deferred else ""
+        return f"{type(self).__name__}({self.execution_id!r}, workflow_id={self.workflow_id!r}{deferred})"
 
 
 def _handle_of(cls: Any, client: Any, execution_id: Any, workflow: Any, workflow_id: str | None) -> Any:
@@ -673,9 +972,7 @@ def _finds_run(method: _Method) -> _Method:
     @functools.wraps(method)
     def call(self: WorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            shard, name = self._key_lookup()
-            with routing.api(self.client._target, shard) as sql:
-                self._found(sql.get_execution_by_workflow_id(self.workflow_id, name))
+            self._found(self.client._on(*self._key_lookup()))
         return method(self, *args, **kwargs)
 
     return cast("_Method", call)
@@ -687,10 +984,7 @@ def _afinds_run(method: _Method) -> _Method:
     @functools.wraps(method)
     async def call(self: AsyncWorkflowHandle[Any], *args: Any, **kwargs: Any) -> Any:
         if self._by_key is not None:
-            shard, name = self._key_lookup()
-            self._found(
-                await self.client._target.sql(shard).get_execution_by_workflow_id(self.workflow_id, name)
-            )
+            self._found(await self.client._on(*self._key_lookup()))
         return await method(self, *args, **kwargs)
 
     return cast("_Method", call)
@@ -704,46 +998,21 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
 
     client: Client
 
-    def _at(self, execution_id: str | None, fn: Any) -> Any:
-        """``fn(sql)`` on the shard ``execution_id`` lives on (routing.follow)."""
-        target = self.client._target
-
-        def attempt(shard: int) -> Any:
-            with routing.api(target, shard) as sql:
-                return fn(sql)
-
-        return target.follow(execution_id, attempt)
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
+        """``make()``'s steps on the shard ``execution_id`` lives on (routing.follow)."""
+        return _follow(self.client._target, execution_id, make)
 
     def _on_current(self, call: Any, *args: Any) -> Any:
         """``call`` on the run current now, following continue-as-new across shards."""
-        route = self.client._target.route
-        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
-        for _ in range(_MAX_CHAIN):
-            try:
-                self._current_run, answer = self._at(
-                    run, lambda sql, r=run: run_steps(_on_current_run(r, call, *args, route=route), sql)
-                )
-                return answer
-            except _Hop as hop:
-                run = self._current_run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        return _chain(self, *self._current(call, args), keep=True)
 
     @_finds_run
     def describe(self) -> dict[str, Any]:
-        sharded = self.client._target.sharded
-        return cast(
-            "dict[str, Any]",
-            self._at(
-                self.execution_id, lambda sql: routing.resident(sql.get_execution(self.execution_id), sharded)
-            ),
-        )
+        return cast("dict[str, Any]", self._at(self.execution_id, self._describe))
 
     @_finds_run
     def history(self) -> list[dict[str, Any]]:
-        return cast(
-            "list[dict[str, Any]]",
-            self._at(self.execution_id, _history_read(self.client._target, self.execution_id)),
-        )
+        return cast("list[dict[str, Any]]", self._at(self.execution_id, self._history))
 
     @_finds_run
     def terminate(self, reason: str | None = None) -> None:
@@ -753,21 +1022,10 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     @_finds_run
     def signal(self, name: str, payload_value: Any = None) -> None:
         """Deliver a durable signal; raises WorkflowNotRunning if the run has ended."""
-        policy = self.client.payloads
-        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
-        if payload_policy.offload_plan(policy, [encoded]):
-            # Stored on the run's database, owned by the run (docs/payloads.md).
-            encoded = self._at(
-                self.execution_id,
-                lambda sql: payload_policy.offload(policy, sql, str(self.execution_id), [encoded], [0])[0][0],
-            )
-        with tracing.span(
-            "harvest.workflow.signal",
-            execution_id=str(self.execution_id),
-            caller_first=True,
-            attributes={"harvest.signal": name},
-        ):
-            # The sender's span: the workflow task that reads the signal links to it.
+        encoded, offload = self._signal_encoded(name, payload_value)
+        if offload is not None:
+            encoded = self._at(self.execution_id, offload)
+        with self._span("harvest.workflow.signal", "harvest.signal", name):
             self._on_current(sqlapi.signal_workflow, name, encoded, tracing.traceparent())
 
     @_finds_run
@@ -805,13 +1063,9 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
     ) -> Any:
         """Validate, record and run update ``name``: its result (``wait="completed"``) or an
         ``UpdateHandle`` once it is recorded (``wait="accepted"``)."""
-        run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span(
-            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
-        ):
-            return messaging.update(
-                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
-            )
+        with self._span("harvest.workflow.update", "harvest.update", name):
+            run = cast(str, self.execution_id)
+            return messaging.update(self.client, run, name, arg, wait, timeout, update_id, result_type)
 
     @_finds_run
     def reset(
@@ -828,27 +1082,15 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         Returns the plan; without dry_run the source ends TERMINATED and the plan's
         ``new_execution_id`` names the fork (on the source's shard).
         """
-        return cast(
-            "dict[str, Any]",
-            self._at(
-                self.execution_id,
-                lambda sql: sql.reset_workflow(
-                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
-                ),
-            ),
-        )
+        reset = self._call(sqlapi.reset_workflow, to_event, reason, operator_id, signal_reapply, dry_run)
+        return cast("dict[str, Any]", self._at(self.execution_id, reset))
 
     @_finds_run
     def children(self, status: str | None = None, depth: int = 1) -> Children:
         """The run's child workflows (``depth`` levels down), optionally of one ``status``: a
         :class:`Children` list. A sharded client asks every readable shard (a child may live on
         any); its rows carry ``shard_id``, and a shard that cannot be read makes it ``partial``."""
-        target = self.client._target
-        if not target.sharded:
-            return Children(
-                self._at(self.execution_id, lambda sql: sql.list_children(self.execution_id, status, depth))
-            )
-        return _children(ShardReads(target.providers()).list_children(self.execution_id, status, depth))
+        return _drive(self._children(ShardReads, status, depth))
 
     @_finds_run
     def result(self, timeout: float | None = None) -> ResultT:
@@ -861,34 +1103,16 @@ class WorkflowHandle(_Handle, Generic[ResultT]):
         self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
-        _not_deferred(self)
-        deadline = _deadline(timeout)
-        target, run = self.client._target, cast(str, self.execution_id)
-        route = target.route if target.sharded else None
+        target, run, deadline = self._result_start(timeout)
 
         def wait(shard: int, run: str) -> ResultT:
-            # On the client's one LISTEN connection per shard (read by a thread of its own),
-            # registered for the run before the first read; each call borrows a pooled connection.
-            marks = _Marks(waiter_id)
-            first = marked if run == self.execution_id else None
-            return cast(
-                ResultT,
-                run_steps_on_hub(
-                    _result_steps(self, run, marks, deadline, timeout, route, first),
-                    lambda: routing.api(target, shard),
-                    self.client._listener(shard, channels.DONE),
-                    cleanup=marks.cleanup,
-                    expect=run,
-                ),
-            )
+            steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
+            listener = self.client._listener(shard, channels.DONE)  # read by a thread of its own
+            api = functools.partial(routing.api, target, shard)
+            return cast(ResultT, run_steps_on_hub(steps, api, listener, cleanup=cleanup, expect=run))
 
-        for _ in range(_MAX_CHAIN):
-            try:
-                outcome: ResultT = target.follow(run, lambda shard, r=run: wait(shard, r))
-                return outcome
-            except _Hop as hop:
-                run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        outcome: ResultT = _chain(self, run, lambda run: target.follow(run, lambda shard: wait(shard, run)))
+        return outcome
 
 
 class Client:
@@ -941,10 +1165,7 @@ class Client:
             # at once, redacted, instead of in the pool's background retries.
             # The same connection reads the server's payload limit: no second round trip.
             with connect(self.dsn, autocommit=True) as conn:
-                if check_schema:
-                    verify_schema(conn)
-                if self.max_payload_bytes is None:
-                    self.max_payload_bytes = SqlApi(conn).payload_limit()
+                self._first(conn, check_schema)
             self._target = routing.OneDatabase(self.dsn, open_pool(self.dsn, max_size=pool_size))
         self.router = self._target.router
         # (shard, channel) -> a started ThreadNotificationHub: result waits share one LISTEN
@@ -960,13 +1181,18 @@ class Client:
         for shard in routing.boot_order(self.router, self.pools.shards):
             try:
                 with self.pools.connection(shard) as conn:
-                    if check_schema:
-                        verify_schema(conn)
-                    if self.max_payload_bytes is None:
-                        self.max_payload_bytes = SqlApi(conn).payload_limit()
+                    self._first(conn, check_schema)
                 return
             except ShardUnavailable:
                 continue
+
+    def _first(self, conn: Any, check_schema: bool) -> None:
+        """On the client's first connection: the schema checked, the server's payload limit read
+        (when none was given)."""
+        if check_schema:
+            verify_schema(conn)
+        if self.max_payload_bytes is None:
+            self.max_payload_bytes = SqlApi(conn).payload_limit()
 
     def close(self) -> None:
         with self._hubs_lock:
@@ -995,6 +1221,10 @@ class Client:
 
     def _sql(self, shard: int | None = None) -> contextlib.AbstractContextManager[SqlApi]:
         return routing.api(self._target, self.router.default if shard is None else shard)
+
+    def _on(self, shard: int, steps: Steps[T]) -> T:
+        """Drive ``steps`` on one connection of ``shard``."""
+        return _on_shard(self._target, shard, steps)
 
     @overload
     def start_workflow(
@@ -1087,40 +1317,17 @@ class Client:
     ) -> tuple[WorkflowHandle[Any], bool]:
         """start_workflow; ``waiter_id``: the plain start marks it waiting for the run's result
         in its own transaction (returns whether it did)."""
-        opts, kwargs = _split_start(workflow, options, kwargs)
-        name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
-        )
-        placement = routing.place_start(
-            self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
-        )
-        call = _start_call(
-            name,
-            encoded,
-            placement.workflow_id,
-            queue,
-            opts.reuse_policy,
-            opts.conflict_policy,
-            opts.search_attributes,
-            opts.priority,
-            opts.execution_timeout,
-            opts.run_timeout,
-        )
+        name, definition, queue, opts, placement, call = _prepare_start(self, workflow, args, options, kwargs)
         with tracing.start_span(name) as trace:
             # The caller's trace context, captured at start (docs/observability.md).
             call["traceparent"] = trace.traceparent
             connection = opts.connection
             offloaded = payload_policy.offload_plan(self.payloads, call["input"])
-            if offloaded:
-                row = self._start_offloaded(call, placement, connection, offloaded)
+            if offloaded or placement.pinned:
+                steps = _start_steps(call, placement, self.payloads, offloaded)
+                row = _in_transaction(self._target, connection, placement.shard, steps)
             elif connection is not None:
-                if placement.pinned:
-                    row = _start_in_transaction(connection, call, placement)
-                else:
-                    row = SqlApi(connection).start_workflow(**call)
-            elif placement.pinned:
-                with self._target.connection(placement.shard) as conn:
-                    row = _start_in_transaction(conn, call, placement)
+                row = SqlApi(connection).start_workflow(**call)
             else:
                 with routing.api(
                     self._target, routing.ONE if placement.shard is None else placement.shard
@@ -1132,42 +1339,8 @@ class Client:
                         if placement.shard is not None:
                             call["shard"] = placement.shard
                         row = sql.start_workflows([call])[0]
-            trace.started(
-                row["execution_id"],
-                {
-                    "harvest.workflow": name,
-                    "harvest.queue": queue,
-                    "harvest.started_fresh": row["started_fresh"],
-                },
-            )
-        handle: WorkflowHandle[Any] = WorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
-        )
-        return handle, "result_waiter" in call and _marked_by_start(row)
-
-    def _start_offloaded(
-        self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
-    ) -> dict[str, Any]:
-        """A start whose input has arguments over the offload threshold: stored, started and
-        handed to the run in one transaction on the run's database (docs/payloads.md)."""
-
-        def go(conn: Any) -> dict[str, Any]:
-            with conn.transaction():
-                sql = SqlApi(conn)
-                values, owned = payload_policy.offload(self.payloads, sql, None, call["input"], where)
-                started = {**call, "input": values}
-                if placement.pinned:
-                    row = _start_in_transaction(conn, started, placement)
-                else:
-                    row = sql.start_workflow(**started, shard=placement.shard)
-                if owned and row.get("execution_id") is not None:
-                    sql.set_payloads_execution(owned, str(row["execution_id"]))
-                return row
-
-        if connection is not None:
-            return go(connection)
-        with self._target.connection(routing.ONE if placement.shard is None else placement.shard) as conn:
-            return go(conn)
+            _trace_started(trace, row, name, queue)
+        return _start_answer(self, WorkflowHandle, row, definition, placement, call)
 
     @overload
     def signal_with_start(
@@ -1210,54 +1383,13 @@ class Client:
         """Signal the running run of workflow_id, starting one first if none runs (atomically).
 
         On shards it goes where an unpinned start of (name, workflow_id) would: no placement."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _signal_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            signal,
-            signal_payload,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, signal, signal_payload, queue, search_attributes
         )
-        shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # the run it starts and the signal: the caller's
-            try:
-                if payload_policy.offload_plan(self.payloads, [*call["input"], call["payload"]]):
-                    row = self._signal_with_start_offloaded(call, shard)
-                else:
-                    with routing.api(self._target, shard) as sql:
-                        row = sql.signal_with_start(**call)
-            except ExecutionMigrated as exc:
-                moved = _moved_run(self._target, exc)  # the key's run was moved: signal it where it lives
-                handle: WorkflowHandle[Any] = WorkflowHandle(self, moved, workflow_id, definition, False)
-                written = handle._at(
-                    moved,
-                    lambda sql: payload_policy.offloaded(self.payloads, sql, moved, [call["payload"]])[0][0],
-                )
-                handle._on_current(sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"])
-                return handle
-            trace.started(
-                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"])
-
-    def _signal_with_start_offloaded(self, call: dict[str, Any], shard: int) -> dict[str, Any]:
-        """A signal_with_start with a start argument or the signal's payload over the offload
-        threshold: stored with no run, then the call, then the rows handed to the run it signalled
-        (started or not), in one transaction (docs/payloads.md): a refused call leaves no row."""
-        values = [*call["input"], call["payload"]]
-        with self._target.connection(shard) as conn, conn.transaction():
-            sql = SqlApi(conn)
-            stored, owned = payload_policy.offloaded(self.payloads, sql, None, values)
-            row = sql.signal_with_start(**{**call, "input": stored[:-1], "payload": stored[-1]})
-            if owned:
-                sql.set_payloads_execution(owned, str(row["execution_id"]))
-        return cast("dict[str, Any]", row)
+        return cast(
+            "WorkflowHandle[Any]", _drive(_signal_with_start_flow(self, WorkflowHandle, definition, call))
+        )
 
     @overload
     def update_with_start(
@@ -1313,83 +1445,38 @@ class Client:
 
         Returns ``(handle, outcome)``: the update's result, or an ``UpdateHandle`` with
         ``wait="accepted"``. On shards it goes where an unpinned start would: no placement."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _update_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            update,
-            update_arg,
-            update_id,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, update, update_arg, update_id, queue, search_attributes
         )
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # the run it starts and the update: the caller's
-            try:
-                row, outcome = messaging.update_with_start(self, call, wait, timeout, result_type)
-            except ExecutionMigrated as exc:
-                handle: WorkflowHandle[Any] = WorkflowHandle(
-                    self, _moved_run(self._target, exc), workflow_id, definition, False
-                )
-                return handle, handle.update(
-                    update,
-                    update_arg,
-                    wait=wait,
-                    timeout=timeout,
-                    update_id=update_id,
-                    result_type=result_type,
-                )
-            trace.started(
-                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return (
-            WorkflowHandle(self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]),
-            outcome,
+        options = (wait, timeout, result_type)
+        flow = _update_with_start_flow(
+            self, WorkflowHandle, definition, call, update_arg, options, messaging.update_with_start
         )
+        return _drive(flow)
 
-    def _by_token(self, task_token: str, fn: Any) -> Any:
-        """``fn(sql, token)`` on the shard the token's run lives on."""
-        token = TaskToken.parse(task_token)
-        target = self._target
-
-        def attempt(shard: int) -> Any:
-            with routing.api(target, shard) as sql:
-                return fn(sql, str(token))
-
-        return target.follow(token.execution_id, attempt)
+    def _by_token(self, task_token: str, call: Any, *args: Any) -> Any:
+        """``call`` (a declaration of harvest.db.sqlapi) by task token, on the shard the token's run
+        lives on."""
+        return _follow(self._target, *_token_call(task_token, call, *args))
 
     def complete_activity(self, task_token: str, result: Any = None) -> str:
         """Complete an activity left to be completed elsewhere (``raise ctx.complete_async()``)
         by its ``ctx.task_token``: ``"completed"``, or ``"already_completed"`` for a repeat of
         the same completion. StaleTask once the attempt timed out, was retried or failed."""
-        encoded = _checked(
-            _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
-        )
-        return cast(
-            "str",
-            self._by_token(task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)),
-        )
+        encoded = _activity_result(self, result)
+        return cast("str", self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
 
     def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """Fail that attempt by its task token: retried, dead-lettered or failed per the
         activity's retry policy (returns which)."""
-        report = _failure_report(error)
-        return cast(
-            "str", self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report))
-        )
+        return cast("str", self._by_token(task_token, sqlapi.fail_activity_by_token, _failure_report(error)))
 
     def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """Heartbeat it by its task token (its heartbeat timeout still applies); True when its
         run was asked to cancel."""
-        encoded = None if details is None else payload.encode(details)
-        return cast(
-            "bool",
-            self._by_token(task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)),
-        )
+        encoded = _heartbeat_details(details)
+        return cast("bool", self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
 
     @overload
     def get_handle(
@@ -1436,52 +1523,21 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     client: AsyncClient
 
-    async def _at(self, execution_id: str | None, fn: Any) -> Any:
-        """``await fn(sql)`` on the shard ``execution_id`` lives on (see WorkflowHandle._at)."""
-        target = self.client._target
-
-        async def attempt(shard: int) -> Any:
-            return await fn(target.sql(shard))
-
-        return await target.follow(execution_id, attempt)
+    def _at(self, execution_id: str | None, make: Callable[[], Steps[Any]]) -> Any:
+        """See :meth:`WorkflowHandle._at`: an awaitable (each call on a pooled connection)."""
+        return _afollow(self.client._target, execution_id, make)
 
     async def _on_current(self, call: Any, *args: Any) -> Any:
         """See :meth:`WorkflowHandle._on_current`."""
-        route = self.client._target.route
-        run = cast(str, self._current_run or self.execution_id)  # a found, not deferred, run
-        for _ in range(_MAX_CHAIN):
-            try:
-                self._current_run, answer = await self._at(
-                    run, lambda sql, r=run: arun_steps(_on_current_run(r, call, *args, route=route), sql)
-                )
-                return answer
-            except _Hop as hop:
-                run = self._current_run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        return await _achain(self, *self._current(call, args), keep=True)
 
     @_afinds_run
     async def describe(self) -> dict[str, Any]:
-        sharded = self.client._target.sharded
-
-        async def read(sql: AsyncSqlApi) -> dict[str, Any]:
-            return routing.resident(await sql.get_execution(self.execution_id), sharded)
-
-        return cast("dict[str, Any]", await self._at(self.execution_id, read))
+        return cast("dict[str, Any]", await self._at(self.execution_id, self._describe))
 
     @_afinds_run
     async def history(self) -> list[dict[str, Any]]:
-        if not self.client._target.sharded:
-            return cast(
-                "list[dict[str, Any]]",
-                await self._at(self.execution_id, lambda sql: sql.get_history(self.execution_id, 0)),
-            )
-
-        async def read(sql: AsyncSqlApi) -> list[dict[str, Any]]:
-            found = await sql.get_resident_history(self.execution_id, 0)
-            routing.resident(found["residence"], True)
-            return cast("list[dict[str, Any]]", found["events"])
-
-        return cast("list[dict[str, Any]]", await self._at(self.execution_id, read))
+        return cast("list[dict[str, Any]]", await self._at(self.execution_id, self._history))
 
     @_afinds_run
     async def terminate(self, reason: str | None = None) -> None:
@@ -1491,23 +1547,10 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
     @_afinds_run
     async def signal(self, name: str, payload_value: Any = None) -> Any:
         """See :meth:`WorkflowHandle.signal`; returns the signal's event id."""
-        policy = self.client.payloads
-        encoded = _signal_payload(name, payload_value, self.client.max_payload_bytes, policy.chain, policy)
-        if payload_policy.offload_plan(policy, [encoded]):
-
-            async def stored(sql: Any) -> Any:
-                run = str(self.execution_id)
-                values, _owned = await payload_policy.aoffload(policy, sql, run, [encoded], [0])
-                return values[0]
-
-            encoded = await self._at(self.execution_id, stored)
-        with tracing.span(
-            "harvest.workflow.signal",
-            execution_id=str(self.execution_id),
-            caller_first=True,
-            attributes={"harvest.signal": name},
-        ):
-            # The sender's span: the workflow task that reads the signal links to it.
+        encoded, offload = self._signal_encoded(name, payload_value)
+        if offload is not None:
+            encoded = await self._at(self.execution_id, offload)
+        with self._span("harvest.workflow.signal", "harvest.signal", name):
             eager = self.client.eager_worker
             slot = eager.eager_slot() if eager is not None else None
             if eager is None or slot is None:
@@ -1539,9 +1582,8 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
 
     @_afinds_run
     async def query(self, name: str, arg: Any = None, *, timeout: Any = 10.0, result_type: Any = Any) -> Any:
-        return await messaging.aquery(
-            self.client, cast(str, self.execution_id), name, arg, timeout, result_type
-        )
+        run = cast(str, self.execution_id)
+        return await messaging.aquery(self.client, run, name, arg, timeout, result_type)
 
     @_afinds_run
     async def update(
@@ -1554,13 +1596,9 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         update_id: str | None = None,
         result_type: Any = Any,
     ) -> Any:
-        run, attributes = str(self.execution_id), {"harvest.update": name}
-        with tracing.span(
-            "harvest.workflow.update", execution_id=run, caller_first=True, attributes=attributes
-        ):
-            return await messaging.aupdate(
-                self.client, cast(str, self.execution_id), name, arg, wait, timeout, update_id, result_type
-            )
+        with self._span("harvest.workflow.update", "harvest.update", name):
+            run = cast(str, self.execution_id)
+            return await messaging.aupdate(self.client, run, name, arg, wait, timeout, update_id, result_type)
 
     @_afinds_run
     async def reset(
@@ -1573,28 +1611,13 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         dry_run: bool = False,
     ) -> dict[str, Any]:
         """See :meth:`WorkflowHandle.reset`."""
-        return cast(
-            "dict[str, Any]",
-            await self._at(
-                self.execution_id,
-                lambda sql: sql.reset_workflow(
-                    self.execution_id, to_event, reason, operator_id, signal_reapply, dry_run
-                ),
-            ),
-        )
+        reset = self._call(sqlapi.reset_workflow, to_event, reason, operator_id, signal_reapply, dry_run)
+        return cast("dict[str, Any]", await self._at(self.execution_id, reset))
 
     @_afinds_run
     async def children(self, status: str | None = None, depth: int = 1) -> Children:
         """See :meth:`WorkflowHandle.children`."""
-        target = self.client._target
-        if not target.sharded:
-            return Children(
-                await self._at(
-                    self.execution_id, lambda sql: sql.list_children(self.execution_id, status, depth)
-                )
-            )
-        reads = AsyncShardReads(target.providers())
-        return _children(await reads.list_children(self.execution_id, status, depth))
+        return await _adrive(self._children(AsyncShardReads, status, depth))
 
     @_afinds_run
     async def result(self, timeout: float | None = None) -> ResultT:
@@ -1605,36 +1628,26 @@ class AsyncWorkflowHandle(_Handle, Generic[ResultT]):
         self, timeout: float | None, waiter_id: str, marked: Callable[[], bool] | None = None
     ) -> ResultT:
         """result() as ``waiter_id``; ``marked``: see _result_steps (the first run only)."""
-        _not_deferred(self)
-        deadline = _deadline(timeout)
-        target, run = self.client._target, cast(str, self.execution_id)
-        route = target.route if target.sharded else None
+        target, run, deadline = self._result_start(timeout)
 
         async def wait(shard: int, run: str) -> ResultT:
-            # On the client's one LISTEN connection per shard (or the one it was given:
-            # client.notifications), registered for the run before the first read; each call
-            # borrows a pooled connection.
-            marks = _Marks(waiter_id)
-            hub = await self.client._listener(shard, channels.DONE)
-            first = marked if run == self.execution_id else None
+            # (or on the LISTEN connection the client was given: client.notifications)
+            steps, cleanup = self._waiting(run, waiter_id, deadline, timeout, marked)
+            listener = await self.client._listener(shard, channels.DONE)
             return cast(
                 ResultT,
-                await arun_steps_on_hub(
-                    _result_steps(self, run, marks, deadline, timeout, route, first),
-                    target.sql(shard),
-                    hub,
-                    cleanup=marks.cleanup,
-                    expect=run,
-                ),
+                await arun_steps_on_hub(steps, target.sql(shard), listener, cleanup=cleanup, expect=run),
             )
 
-        for _ in range(_MAX_CHAIN):
-            try:
-                outcome: ResultT = await target.follow(run, lambda shard, r=run: wait(shard, r))
-                return outcome
-            except _Hop as hop:
-                run = hop.execution_id
-        raise _chain_too_long(self.execution_id)
+        return await _achain(self, run, lambda run: target.follow(run, lambda shard: wait(shard, run)))
+
+
+async def _afirst(conn: Any, check_schema: bool, limit: int | None) -> int | None:
+    """:meth:`Client._first` for AsyncClient.connect: the payload limit (``limit`` when given)."""
+    first = AsyncSqlApi.on_connection(conn)
+    if check_schema:
+        await check_schema_async(first, "this Harvest")
+    return limit if limit is not None else await first.payload_limit()
 
 
 class _StartBatcher(GroupCommit):
@@ -1748,6 +1761,10 @@ class AsyncClient:
         """The hub a wait on ``channel`` of ``shard`` registers with (see ``notifications``)."""
         return await (self.notifications or self._own_listener)(shard, channel)
 
+    async def _on(self, shard: int, steps: Steps[T]) -> T:
+        """Drive ``steps`` on ``shard``'s pool (each call on a pooled connection)."""
+        return await arun_steps(steps, self._target.sql(shard))
+
     @property
     def sql(self) -> AsyncSqlApi:
         """The SQL API on the pool (for operator calls): each call takes a pooled connection
@@ -1782,11 +1799,7 @@ class AsyncClient:
             for shard in routing.boot_order(shards.router, shards.shards):
                 try:
                     async with shards.connection(shard) as conn:
-                        first = AsyncSqlApi.on_connection(conn)
-                        if check_schema:
-                            await check_schema_async(first, "this Harvest")
-                        if limit is None:
-                            limit = await first.payload_limit()
+                        limit = await _afirst(conn, check_schema, limit)
                     break
                 except ShardUnavailable:
                     continue
@@ -1796,11 +1809,7 @@ class AsyncClient:
         # checks the schema and reads the server's payload limit.
         conn = await connect_async(dsn, autocommit=True)
         try:
-            first = AsyncSqlApi.on_connection(conn)
-            if check_schema:
-                await check_schema_async(first, "this Harvest")
-            if limit is None:
-                limit = await first.payload_limit()
+            limit = await _afirst(conn, check_schema, limit)
         finally:
             await conn.close()
         pool = await open_async_pool(dsn, max_size=pool_size)
@@ -1888,80 +1897,23 @@ class AsyncClient:
     ) -> tuple[AsyncWorkflowHandle[Any], bool]:
         """start_workflow; ``waiter_id``: a start through the batched call marks it waiting for
         the run's result in its own transaction (returns whether it did)."""
-        opts, kwargs = _split_start(workflow, options, kwargs)
-        name, definition, encoded, queue = _start_args(
-            workflow, args, kwargs, opts.queue, self.max_payload_bytes, self.payloads.chain, self.payloads
-        )
-        placement = routing.place_start(
-            self._target, name, opts.workflow_id, opts.shard_id, opts.residency_key, definition
-        )
-        call = _start_call(
-            name,
-            encoded,
-            placement.workflow_id,
-            queue,
-            opts.reuse_policy,
-            opts.conflict_policy,
-            opts.search_attributes,
-            opts.priority,
-            opts.execution_timeout,
-            opts.run_timeout,
-        )
+        name, definition, queue, opts, placement, call = _prepare_start(self, workflow, args, options, kwargs)
         with tracing.start_span(name) as trace:
             # The caller's trace context, captured at start (docs/observability.md).
             call["traceparent"] = trace.traceparent
             connection = opts.connection
             offloaded = payload_policy.offload_plan(self.payloads, call["input"])
-            if offloaded:
-                row = await self._astart_offloaded(call, placement, connection, offloaded)
+            if offloaded or placement.pinned:  # outside the shared start transaction
+                steps = _start_steps(call, placement, self.payloads, offloaded)
+                row = await _ain_transaction(self._target, connection, placement.shard, steps)
             elif connection is not None:
-                if placement.pinned:
-                    row = await _astart_in_transaction(connection, call, placement)
-                else:
-                    row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
-            elif placement.pinned:
-                async with self._target.connection(placement.shard) as conn:
-                    row = await _astart_in_transaction(conn, call, placement)
+                row = await AsyncSqlApi.on_connection(connection).start_workflow(**call)
             else:
                 if waiter_id is not None:
                     call = {**call, "result_waiter": waiter_id}
                 row = await self._starts.start(call, placement.shard)
-            trace.started(
-                row["execution_id"],
-                {
-                    "harvest.workflow": name,
-                    "harvest.queue": queue,
-                    "harvest.started_fresh": row["started_fresh"],
-                },
-            )
-        handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"], placement.shard
-        )
-        return handle, "result_waiter" in call and _marked_by_start(row)
-
-    async def _astart_offloaded(
-        self, call: dict[str, Any], placement: routing.Placement, connection: Any, where: list[int]
-    ) -> dict[str, Any]:
-        """:meth:`Client._start_offloaded` under asyncio (outside the shared start transaction)."""
-
-        async def go(conn: Any) -> dict[str, Any]:
-            async with conn.transaction():
-                sql = AsyncSqlApi.on_connection(conn)
-                values, owned = await payload_policy.aoffload(self.payloads, sql, None, call["input"], where)
-                started = {**call, "input": values}
-                if placement.pinned:
-                    row = await _astart_in_transaction(conn, started, placement)
-                else:
-                    row = await sql.start_workflow(**started, shard=placement.shard)
-                if owned and row.get("execution_id") is not None:
-                    await sql.set_payloads_execution(owned, str(row["execution_id"]))
-                return row
-
-        if connection is not None:
-            return await go(connection)
-        shard = routing.ONE if placement.shard is None else placement.shard
-        async with self._target.connection(shard) as conn:
-            return await go(conn)
+            _trace_started(trace, row, name, queue)
+        return _start_answer(self, AsyncWorkflowHandle, row, definition, placement, call)
 
     @overload
     async def signal_with_start(
@@ -2002,60 +1954,12 @@ class AsyncClient:
         **kwargs: Any,
     ) -> AsyncWorkflowHandle[Any]:
         """The asyncio twin of :meth:`Client.signal_with_start`."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _signal_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            signal,
-            signal_payload,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, signal, signal_payload, queue, search_attributes
         )
-        shard = routing.hashed_shard(self._target, call["workflow_name"], workflow_id)
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # see Client.signal_with_start
-            try:
-                if payload_policy.offload_plan(self.payloads, [*call["input"], call["payload"]]):
-                    row = await self._signal_with_start_offloaded(call, shard)
-                else:
-                    row = await self._target.sql(shard).signal_with_start(**call)
-            except ExecutionMigrated as exc:
-                moved = _moved_run(self._target, exc)  # see Client.signal_with_start
-                handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
-                    self, moved, workflow_id, definition, False
-                )
-
-                async def stored(sql: Any) -> Any:
-                    return (await payload_policy.aoffloaded(self.payloads, sql, moved, [call["payload"]]))[0][
-                        0
-                    ]
-
-                written = await handle._at(moved, stored)
-                await handle._on_current(
-                    sqlapi.signal_workflow, call["signal_name"], written, call["traceparent"]
-                )
-                return handle
-            trace.started(
-                row["execution_id"], {"harvest.signal": signal, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return AsyncWorkflowHandle(
-            self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
-        )
-
-    async def _signal_with_start_offloaded(self, call: dict[str, Any], shard: int) -> dict[str, Any]:
-        """:meth:`Client._signal_with_start_offloaded` under asyncio."""
-        values = [*call["input"], call["payload"]]
-        async with self._target.connection(shard) as conn, conn.transaction():
-            sql = AsyncSqlApi.on_connection(conn)
-            stored, owned = await payload_policy.aoffloaded(self.payloads, sql, None, values)
-            row = await sql.signal_with_start(**{**call, "input": stored[:-1], "payload": stored[-1]})
-            if owned:
-                await sql.set_payloads_execution(owned, str(row["execution_id"]))
-        return cast("dict[str, Any]", row)
+        flow = _signal_with_start_flow(self, AsyncWorkflowHandle, definition, call)
+        return cast("AsyncWorkflowHandle[Any]", await _adrive(flow))
 
     @overload
     async def update_with_start(
@@ -2108,85 +2012,34 @@ class AsyncClient:
         **kwargs: Any,
     ) -> tuple[AsyncWorkflowHandle[Any], Any]:
         """The asyncio twin of :meth:`Client.update_with_start`."""
+        queue = queue_alias(queue, task_queue)
         definition, call = _update_with_start_call(
-            workflow,
-            args,
-            kwargs,
-            workflow_id,
-            update,
-            update_arg,
-            update_id,
-            queue_alias(queue, task_queue),
-            search_attributes,
-            self.max_payload_bytes,
-            self.payloads.chain,
-            self.payloads,
+            self, workflow, args, kwargs, workflow_id, update, update_arg, update_id, queue, search_attributes
         )
-        with tracing.start_span(call["workflow_name"]) as trace:
-            call["traceparent"] = trace.traceparent  # see Client.update_with_start
-            try:
-                row, outcome = await messaging.aupdate_with_start(self, call, wait, timeout, result_type)
-            except ExecutionMigrated as exc:
-                handle: AsyncWorkflowHandle[Any] = AsyncWorkflowHandle(
-                    self, _moved_run(self._target, exc), workflow_id, definition, False
-                )
-                return handle, await handle.update(
-                    update,
-                    update_arg,
-                    wait=wait,
-                    timeout=timeout,
-                    update_id=update_id,
-                    result_type=result_type,
-                )
-            trace.started(
-                row["execution_id"], {"harvest.update": update, "harvest.started_fresh": row["started_fresh"]}
-            )
-        return (
-            AsyncWorkflowHandle(
-                self, row["execution_id"], row["workflow_id"], definition, row["started_fresh"]
-            ),
-            outcome,
+        options = (wait, timeout, result_type)
+        flow = _update_with_start_flow(
+            self, AsyncWorkflowHandle, definition, call, update_arg, options, messaging.aupdate_with_start
         )
+        return await _adrive(flow)
 
-    async def _by_token(self, task_token: str, fn: Any) -> Any:
+    async def _by_token(self, task_token: str, call: Any, *args: Any) -> Any:
         """See :meth:`Client._by_token`."""
-        token = TaskToken.parse(task_token)
-        target = self._target
-
-        async def attempt(shard: int) -> Any:
-            return await fn(target.sql(shard), str(token))
-
-        return await target.follow(token.execution_id, attempt)
+        return await _afollow(self._target, *_token_call(task_token, call, *args))
 
     async def complete_activity(self, task_token: str, result: Any = None) -> str:
         """See :meth:`Client.complete_activity`."""
-        encoded = _checked(
-            _coded(self.payloads.chain, payload.encode(result)), "the activity result", self.max_payload_bytes
-        )
-        return cast(
-            "str",
-            await self._by_token(
-                task_token, lambda sql, token: sql.complete_activity_by_token(token, encoded)
-            ),
-        )
+        encoded = _activity_result(self, result)
+        return cast("str", await self._by_token(task_token, sqlapi.complete_activity_by_token, encoded))
 
     async def fail_activity(self, task_token: str, error: BaseException | ActivityFailure) -> str:
         """See :meth:`Client.fail_activity`."""
         report = _failure_report(error)
-        return cast(
-            "str",
-            await self._by_token(task_token, lambda sql, token: sql.fail_activity_by_token(token, report)),
-        )
+        return cast("str", await self._by_token(task_token, sqlapi.fail_activity_by_token, report))
 
     async def heartbeat_activity(self, task_token: str, details: Any = None) -> bool:
         """See :meth:`Client.heartbeat_activity`."""
-        encoded = None if details is None else payload.encode(details)
-        return cast(
-            "bool",
-            await self._by_token(
-                task_token, lambda sql, token: sql.heartbeat_activity_by_token(token, encoded)
-            ),
-        )
+        encoded = _heartbeat_details(details)
+        return cast("bool", await self._by_token(task_token, sqlapi.heartbeat_activity_by_token, encoded))
 
     @overload
     def get_handle(

@@ -33,7 +33,7 @@ from harvest.core.errors import (
 from harvest.core.statuses import LIVE_STATUSES
 from harvest.db import channels, sqlapi
 from harvest.db.steps import (
-    Atomic,
+    InTransaction,
     Notified,
     Sql,
     Steps,
@@ -153,15 +153,11 @@ def _request_query(
         return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, encoded, secs)))
 
     # A large argument is stored (owned by the run) in the request's own transaction.
-    def sync(sql: Any) -> int:
-        values, _owned = payload_policy.offloaded(payloads, sql, execution_id, [encoded])
-        return cast("int", sql.request_query(execution_id, name, values[0], secs))
+    def request() -> Steps[int]:
+        values, _owned = yield from payload_policy.offloaded(payloads, execution_id, [encoded])
+        return cast("int", (yield Sql(sqlapi.request_query, execution_id, name, values[0], secs)))
 
-    async def asynchronous(sql: Any) -> int:
-        values, _owned = await payload_policy.aoffloaded(payloads, sql, execution_id, [encoded])
-        return cast("int", await sql.request_query(execution_id, name, values[0], secs))
-
-    return cast("int", (yield Atomic(sync, asynchronous)))
+    return cast("int", (yield InTransaction(request)))
 
 
 def _request_update(
@@ -178,18 +174,11 @@ def _request_update(
         return cast(int, row["request_id"])
 
     # A large argument is stored (owned by the run) in the request's own transaction.
-    def sync(sql: Any) -> dict[str, Any]:
-        values, _owned = payload_policy.offloaded(payloads, sql, execution_id, [encoded])
-        return cast(
-            "dict[str, Any]", sql.request_update(execution_id, name, values[0], update_id, secs, traceparent)
-        )
+    def request() -> Steps[Any]:
+        values, _owned = yield from payload_policy.offloaded(payloads, execution_id, [encoded])
+        return (yield Sql(sqlapi.request_update, execution_id, name, values[0], update_id, secs, traceparent))
 
-    async def asynchronous(sql: Any) -> dict[str, Any]:
-        values, _owned = await payload_policy.aoffloaded(payloads, sql, execution_id, [encoded])
-        row = await sql.request_update(execution_id, name, values[0], update_id, secs, traceparent)
-        return cast("dict[str, Any]", row)
-
-    row = yield Atomic(sync, asynchronous)
+    row = yield InTransaction(request)
     return cast(int, row["request_id"])
 
 
@@ -203,32 +192,33 @@ def _start_and_update(
 
     # Large ones are stored before the run exists, then handed to the run the call started or
     # attached to, all in the call's one transaction (docs/payloads.md).
-    def sync(sql: Any) -> dict[str, Any]:
-        stored, owned = payload_policy.offloaded(payloads, sql, None, values)
-        row = sql.update_with_start(**{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs)
+    def request() -> Steps[dict[str, Any]]:
+        stored, owned = yield from payload_policy.offloaded(payloads, None, values)
+        row = yield Sql(
+            sqlapi.update_with_start, **{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs
+        )
         if owned and row.get("execution_id") is not None:
-            sql.set_payloads_execution(owned, str(row["execution_id"]))
+            yield Sql(sqlapi.set_payloads_execution, owned, str(row["execution_id"]))
         return cast("dict[str, Any]", row)
 
-    async def asynchronous(sql: Any) -> dict[str, Any]:
-        stored, owned = await payload_policy.aoffloaded(payloads, sql, None, values)
-        row = await sql.update_with_start(**{**call, "input": stored[:-1], "arg": stored[-1]}, timeout=secs)
-        if owned and row.get("execution_id") is not None:
-            await sql.set_payloads_execution(owned, str(row["execution_id"]))
-        return cast("dict[str, Any]", row)
-
-    started.update((yield Atomic(sync, asynchronous)))
+    started.update((yield InTransaction(request)))
     return cast("int", started["request_id"])
+
+
+def _argument(client: Any, arg: Any, kind: str, name: str) -> Any:
+    """A query's or an update's argument, encoded and checked as the request holds it (an
+    argument the client offloads: its reference)."""
+    limit = getattr(client, "max_payload_bytes", None)
+    return payload_policy.written(
+        payload_policy.of(client), arg, f"{kind} arg", f"the argument of {kind} {name}", limit
+    )
 
 
 # The steps of each operation, shared by the sync and the asyncio functions below; the
 # arguments are checked here, before any connection is opened.
 def _query_steps(client: Any, execution_id: str, name: str, arg: Any, timeout: Any) -> Steps[dict[str, Any]]:
     secs, policy = seconds(timeout), payload_policy.of(client)
-    encoded = policy.chain.encode(payload.encode(arg, "query arg"))
-    # An argument the client offloads is checked as the request holds it: its reference.
-    written = payload_policy.as_written(policy, [encoded])[0]
-    payload.check_size(written, f"the argument of query {name}", getattr(client, "max_payload_bytes", None))
+    encoded = _argument(client, arg, "query", name)
     return _answer(
         _request_query(execution_id, name, encoded, secs, policy),
         "completed",
@@ -242,9 +232,7 @@ def _update_steps(
     client: Any, execution_id: str, name: str, arg: Any, wait: str, timeout: Any, update_id: str | None
 ) -> Steps[dict[str, Any]]:
     secs, wait, policy = seconds(timeout), check_wait(wait), payload_policy.of(client)
-    encoded = policy.chain.encode(payload.encode(arg, "update arg"))
-    written = payload_policy.as_written(policy, [encoded])[0]  # as the request holds it
-    payload.check_size(written, f"the argument of update {name}", getattr(client, "max_payload_bytes", None))
+    encoded = _argument(client, arg, "update", name)
     return _answer(
         # The caller's update span: the workflow task that runs the handler links to it.
         _request_update(execution_id, name, encoded, update_id, secs, tracing.traceparent(), policy),
@@ -339,14 +327,21 @@ def update(
     return _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
+def _update_with_start_request(
+    client: Any, call: dict[str, Any], wait: str, timeout: Any
+) -> tuple[dict[str, Any], int, Steps[dict[str, Any]]]:
+    """What update_with_start fills in with the row of the run it started or attached to, the
+    shard it goes to (an unpinned start's of the key) and its steps there."""
+    started: dict[str, Any] = {}
+    shard = routing.hashed_shard(client._target, call["workflow_name"], call["workflow_id"])
+    return started, shard, _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client))
+
+
 def update_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
-    started: dict[str, Any] = {}
-    shard = routing.hashed_shard(client._target, call["workflow_name"], call["workflow_id"])
-    row = _listen_on(
-        client, shard, _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client))
-    )
+    started, shard, steps = _update_with_start_request(client, call, wait, timeout)
+    row = _listen_on(client, shard, steps)
     return started, _update_outcome(client, row, wait, result_type, UpdateHandle)
 
 
@@ -360,8 +355,9 @@ class UpdateHandle:
     def __repr__(self) -> str:
         return f"UpdateHandle({self.name!r}, update_id={self.update_id!r})"
 
-    def result(self, timeout: Any = 30.0) -> Any:
-        return update(
+    def _again(self, timeout: Any) -> tuple[Any, str, str, None, str, Any, str, Any]:
+        """update()'s arguments that wait for this update's outcome."""
+        return (
             self.client,
             self.execution_id,
             self.name,
@@ -371,6 +367,9 @@ class UpdateHandle:
             self.update_id,
             self.result_type,
         )
+
+    def result(self, timeout: Any = 30.0) -> Any:
+        return update(*self._again(timeout))
 
 
 # ---------------------------------------------------------------------- the asyncio API
@@ -400,23 +399,11 @@ async def aupdate(
 async def aupdate_with_start(
     client: Any, call: dict[str, Any], wait: str, timeout: Any, result_type: Any
 ) -> tuple[dict[str, Any], Any]:
-    started: dict[str, Any] = {}
-    shard = routing.hashed_shard(client._target, call["workflow_name"], call["workflow_id"])
-    row = await _alisten_on(
-        client, shard, _update_with_start_steps(call, wait, timeout, started, payload_policy.of(client))
-    )
+    started, shard, steps = _update_with_start_request(client, call, wait, timeout)
+    row = await _alisten_on(client, shard, steps)
     return started, _update_outcome(client, row, wait, result_type, AsyncUpdateHandle)
 
 
 class AsyncUpdateHandle(UpdateHandle):
     async def result(self, timeout: Any = 30.0) -> Any:  # pyright: ignore[reportIncompatibleMethodOverride]
-        return await aupdate(
-            self.client,
-            self.execution_id,
-            self.name,
-            None,
-            "completed",
-            timeout,
-            self.update_id,
-            self.result_type,
-        )
+        return await aupdate(*self._again(timeout))

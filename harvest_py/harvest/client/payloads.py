@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harvest.core import payload
 from harvest.core.codecs import Payloads, SqlPayloadStore, refs_in, replace_refs
 from harvest.db import sqlapi
 from harvest.db.steps import Atomic, Sql, Steps
@@ -60,6 +61,16 @@ def as_written(payloads: Payloads | None, values: list[Any]) -> list[Any]:
     return [Payloads.reference("0" * 36, v) if i in big else v for i, v in enumerate(values)]
 
 
+def written(payloads: Payloads | None, value: Any, what: str, label: str, limit: int | None) -> Any:
+    """A value a client writes into a message (a signal's payload, an update's or a query's
+    argument): encoded (``what`` names it in an encoding error) through the client's codecs, its
+    size checked (``label``) as the history holds it: an offloaded one as its reference."""
+    policy = payloads or _NONE
+    encoded = policy.chain.encode(payload.encode(value, what))
+    payload.check_size(as_written(policy, [encoded])[0], label, limit)
+    return encoded
+
+
 class AwaitableSql:
     """A synchronous SQL API seen as an asynchronous one, for a custom store's coroutines called
     from the sync client: each call runs on the same connection (inside the caller's transaction),
@@ -86,51 +97,30 @@ def _run_coroutine(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
-def offload(
-    payloads: Payloads, sql: Any, execution_id: str | None, values: list[Any], where: list[int]
-) -> tuple[list[Any], list[str]]:
-    """``values`` with the payloads at ``where`` stored (synchronous SQL API ``sql``) and replaced
-    by references; and the stored ids of the default store (empty for another store)."""
+def offloaded(
+    payloads: Payloads | None, execution_id: str | None, values: list[Any], where: list[int] | None = None
+) -> Steps[tuple[list[Any], list[str]]]:
+    """``values`` with the payloads at ``where`` (default: the oversized ones; none: ``values`` as
+    they are) stored, owned by ``execution_id`` (None: no run yet), and replaced by references;
+    and the stored ids of the default store (empty for another store). One path for both clients
+    (harvest.db.steps); a custom store's coroutine is awaited on the async client, run on a loop of
+    its own on the sync one."""
+    if where is None:
+        where = offload_plan(payloads, values)
+    if payloads is None or not where:
+        return values, []
     big = [values[i] for i in where]
-    if isinstance(payloads.store, SqlPayloadStore):
-        ids = [str(i) for i in sql.put_payloads(execution_id, big)]
+    store = payloads.store
+    if isinstance(store, SqlPayloadStore):
+        ids = [str(i) for i in (yield Sql(sqlapi.put_payloads, execution_id, big))]
         owned = ids
     else:
-        ids = [str(i) for i in _run_coroutine(payloads.store.put(AwaitableSql(sql), execution_id, big))]
-        owned = []
+        put = yield Atomic(
+            lambda sql: _run_coroutine(store.put(AwaitableSql(sql), execution_id, big)),
+            lambda sql: store.put(sql, execution_id, big),
+        )
+        ids, owned = [str(i) for i in put], []
     out = list(values)
     for i, stored in zip(where, ids, strict=True):
         out[i] = Payloads.reference(stored, values[i])
     return out, owned
-
-
-async def aoffload(
-    payloads: Payloads, sql: Any, execution_id: str | None, values: list[Any], where: list[int]
-) -> tuple[list[Any], list[str]]:
-    """:func:`offload` on an asynchronous SQL API."""
-    big = [values[i] for i in where]
-    ids = [str(i) for i in await payloads.store.put(sql, execution_id, big)]
-    out = list(values)
-    for i, stored in zip(where, ids, strict=True):
-        out[i] = Payloads.reference(stored, values[i])
-    return out, ids if isinstance(payloads.store, SqlPayloadStore) else []
-
-
-def offloaded(
-    payloads: Payloads | None, sql: Any, execution_id: str | None, values: list[Any]
-) -> tuple[list[Any], list[str]]:
-    """:func:`offload` of the oversized ones among ``values`` (none: ``values`` as they are)."""
-    where = offload_plan(payloads, values)
-    if payloads is None or not where:
-        return values, []
-    return offload(payloads, sql, execution_id, values, where)
-
-
-async def aoffloaded(
-    payloads: Payloads | None, sql: Any, execution_id: str | None, values: list[Any]
-) -> tuple[list[Any], list[str]]:
-    """:func:`offloaded` on an asynchronous SQL API."""
-    where = offload_plan(payloads, values)
-    if payloads is None or not where:
-        return values, []
-    return await aoffload(payloads, sql, execution_id, values, where)

@@ -12,6 +12,10 @@ returns its answer.
   one connection (an offloaded payload stored with the request that references it): the sync
   driver calls ``sync(sql)``, the asyncio drivers ``await asynchronous(sql)``, each on an API
   bound to that connection inside ``transaction()``; the generator is sent the return value.
+* ``InTransaction(make)``: the steps ``make()`` gives, made in one transaction on one connection
+  (a request stored with the offloaded payloads it references): each driver runs them with its
+  own ``run_steps`` / ``arun_steps`` on an API bound to that connection, so they are written once;
+  ``make`` is called afresh for each attempt (a stale pooled connection's retry).
 * ``Notified(payload, timeout)``: wait until a NOTIFY with this payload arrives on the
   listening connection, or ``timeout`` seconds pass (``None`` is sent back either way).
 
@@ -34,7 +38,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 from psycopg.errors import AdminShutdown
 
@@ -43,6 +47,7 @@ from harvest.db.connection import DatabaseError, connect_async
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 
 T = TypeVar("T")
+Op = TypeVar("Op")
 
 
 class Sql:
@@ -81,6 +86,23 @@ class Atomic:
             return await self.asynchronous(AsyncSqlApi.on_connection(conn))
 
 
+class InTransaction(Atomic):
+    """Steps made in one transaction on one connection (see the module docstring)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Steps[Any]]):
+        self.make = make
+
+    def on(self, sql: SqlApi) -> Any:
+        with sql.conn.transaction():
+            return run_steps(self.make(), sql)
+
+    async def aon(self, sql: AsyncSqlApi) -> Any:
+        async with sql.pool.connection() as conn, conn.transaction():
+            return await arun_steps(self.make(), AsyncSqlApi.on_connection(conn))
+
+
 class Notified:
     """Wait for a NOTIFY carrying ``payload`` on the listening connection, at most ``timeout`` s."""
 
@@ -101,20 +123,21 @@ def _cleanup_call(cleanup: Cleanup) -> Sql | None:
     return cleanup() if callable(cleanup) else cleanup
 
 
-class _Stepper:
-    """Where a generator stands: what to send it next (a value, or an error to throw in)."""
+class Stepper(Generic[Op]):
+    """Where a generator stands: what to send it next (a value, or an error to throw in). The
+    drivers below step steps with it; the client's flows (harvest.client.client) too."""
 
     __slots__ = ("error", "result", "steps", "value")
 
-    steps: Steps[Any]
+    steps: Generator[Op, Any, Any]
     value: Any
-    error: Exception | None
+    error: BaseException | None
     result: Any
 
-    def __init__(self, steps: Steps[Any]):
+    def __init__(self, steps: Generator[Op, Any, Any]):
         self.steps, self.value, self.error, self.result = steps, None, None, None
 
-    def next(self) -> Sql | Atomic | Notified | None:
+    def next(self) -> Op | None:
         """The next operation, or None once the steps have returned (``result``)."""
         try:
             op = self.steps.send(self.value) if self.error is None else self.steps.throw(self.error)
@@ -128,7 +151,7 @@ class _Stepper:
 def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
     """Drive ``steps`` on a synchronous API (``Notified`` needs ``sql.conn`` to LISTEN), then,
     however they end, make the ``cleanup`` call (a database error of its own is ignored)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     try:
         while (op := stepper.next()) is not None:
             try:
@@ -149,7 +172,7 @@ def run_steps(steps: Steps[T], sql: SqlApi, cleanup: Cleanup = None) -> T:
 
 async def arun_steps(steps: Steps[T], sql: AsyncSqlApi, cleanup: Cleanup = None) -> T:
     """:func:`run_steps` under asyncio (``Notified`` needs ``sql`` on one connection: ``alisten``)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     try:
         while (op := stepper.next()) is not None:
             try:
@@ -198,7 +221,7 @@ async def arun_steps_on_hub(
     is then seen by that read, and every later one sets the registered event. ``expect`` names a
     payload to register before the first step, so its first ``Notified`` waits at once (a result
     wait knows its run's id: one read, not two)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     async with contextlib.AsyncExitStack() as registered:
         woken: dict[str, asyncio.Event] = {}
         if expect is not None:
@@ -270,7 +293,7 @@ def run_steps_on_hub(
     pooled connection, given back after the call) and each ``Notified`` waits on ``hub``'s event
     for its payload, registered as there (``expect`` first, any other at its first ``Notified``,
     which then reads again)."""
-    stepper = _Stepper(steps)
+    stepper = Stepper(steps)
     with contextlib.ExitStack() as registered:
         woken: dict[str, threading.Event] = {}
         if expect is not None:
