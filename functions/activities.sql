@@ -357,6 +357,16 @@ DECLARE
     v_hd_cmds jsonb[];
     v_hd_tasks jsonb[];
     v_held_run uuid;  -- the run of the events held last (NULL: none held)
+    -- The applied decisions' appends' row updates, written once likewise (_apply_decision's
+    -- p_defer_events, core.sql _update_held_rows): the runs, their last ids, the events
+    -- counted, the bytes added, decided_through and wake_hold.
+    v_rw_ids uuid[];
+    v_rw_lasts bigint[];
+    v_rw_counts integer[];
+    v_rw_bytes bigint[];
+    v_rw_throughs bigint[];
+    v_rw_holds boolean[];
+    v_cap record;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -463,12 +473,19 @@ BEGIN
         -- may wait: nothing of this run reads them. (One test per item: a decision's handed
         -- activity is held only with its events, so the run held last is the events'.)
         IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
-            v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                v_rw_holds, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
                 v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
                                                         jsonb_build_array(v_hd_tasks[v_i]));
             END LOOP;
+            v_rw_ids := NULL;
+            v_rw_lasts := NULL;
+            v_rw_counts := NULL;
+            v_rw_bytes := NULL;
+            v_rw_throughs := NULL;
+            v_rw_holds := NULL;
             v_ev_runs := NULL;
             v_ev_offsets := NULL;
             v_ev_types := NULL;
@@ -534,6 +551,18 @@ BEGIN
             IF NOT v_deleted THEN
                 DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
             END IF;
+            -- The held run rows go in before a decision that may act on another run (one of
+            -- them, perhaps: a close's relay to its parent, a mutex grant, a signal).
+            IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_decision -> 'commands') THEN
+                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                                                  v_rw_holds, p_worker_id);
+                v_rw_ids := NULL;
+                v_rw_lasts := NULL;
+                v_rw_counts := NULL;
+                v_rw_bytes := NULL;
+                v_rw_throughs := NULL;
+                v_rw_holds := NULL;
+            END IF;
             v_applied := harvest._apply_decision(v_task.execution_id,
                 (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
@@ -545,6 +574,33 @@ BEGIN
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
                 v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched,
                 p_defer_hand => v_batched);
+            IF v_applied.deferred_bytes IS NOT NULL THEN
+                v_rw_ids := v_rw_ids || v_task.execution_id;
+                v_rw_lasts := v_rw_lasts || v_applied.deferred_last;
+                v_rw_counts := v_rw_counts || cardinality(v_applied.deferred_types);
+                v_rw_bytes := v_rw_bytes || v_applied.deferred_bytes;
+                v_rw_throughs := v_rw_throughs || v_applied.deferred_through;
+                v_rw_holds := v_rw_holds || v_applied.deferred_hold;
+            END IF;
+            IF v_applied.caps_pending THEN
+                -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
+                -- checks them; a run they close keeps no handed activity.
+                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                                                  v_rw_holds, p_worker_id);
+                v_rw_ids := NULL;
+                v_rw_lasts := NULL;
+                v_rw_counts := NULL;
+                v_rw_bytes := NULL;
+                v_rw_throughs := NULL;
+                v_rw_holds := NULL;
+                v_cap := harvest._decide_history_caps(v_task.execution_id, p_event_cap, p_byte_cap, v_now);
+                IF v_cap.capped THEN
+                    v_applied.last_event_id := v_cap.last_event_id;
+                    v_applied.execution_status := v_cap.execution_status;
+                    v_applied.handed := '[]'::jsonb;
+                    v_applied.deferred_hand_seq := NULL;
+                END IF;
+            END IF;
             IF v_applied.deferred_hand_seq IS NOT NULL THEN
                 v_hd_items := v_hd_items || (cardinality(v_decided) + 1);  -- (this item's, below)
                 v_hd_runs := v_hd_runs || v_execution;
@@ -589,8 +645,9 @@ BEGIN
         v_handed[v_run_last] := harvest._record_activity_results(
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
     END IF;
-    IF v_held_run IS NOT NULL THEN  -- (something is held: a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+    IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
+        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
+            v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',

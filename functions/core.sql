@@ -220,6 +220,40 @@ BEGIN
 END;
 $$;
 
+-- The row updates of appends a batch's caller held back (_apply_decision's p_defer_events:
+-- a decision's one append), one statement for the batch where each was its own: run
+-- p_execution_ids[i] gets p_counts[i] more events, its last p_lasts[i], p_bytes[i] more
+-- history bytes, decided_by p_decided_by, decided_through p_throughs[i] and wake_hold
+-- p_holds[i], as _append_events sets them. The caller holds each run's lock and writes the
+-- held rows before anything else reads or appends to one of those runs (its next item, a
+-- decision that may act on another run, a history cap's close) and before it returns; each
+-- run once. The counters were computed from the row as read under that lock: a row whose
+-- last_event_id moved since is a bug of the caller's, refused here (XX000) rather than
+-- written with ids that collide.
+CREATE OR REPLACE FUNCTION harvest._update_held_rows(
+    p_execution_ids uuid[], p_lasts bigint[], p_counts integer[], p_bytes bigint[],
+    p_throughs bigint[], p_holds boolean[], p_decided_by text
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_rows integer;
+BEGIN
+    UPDATE harvest.executions AS x
+    SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes, decided_by = p_decided_by,
+        decided_through = u.decided_through, wake_hold = u.wake_hold
+    FROM unnest(p_execution_ids, p_lasts, p_counts, p_bytes, p_throughs, p_holds)
+        AS u (id, last_event_id, n, bytes, decided_through, wake_hold)
+    WHERE x.id = u.id AND x.last_event_id = u.last_event_id - u.n;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    IF v_rows <> cardinality(p_execution_ids) THEN
+        RAISE EXCEPTION 'internal: % of % held run rows were where their appends left them', v_rows,
+            cardinality(p_execution_ids) USING ERRCODE = 'XX000';
+    END IF;
+END;
+$$;
+
 -- Append one event (see _append_events); returns its id.
 CREATE OR REPLACE FUNCTION harvest._append_event(
     p_execution_id uuid, p_event_type text, p_event_data jsonb
