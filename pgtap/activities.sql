@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(217);
+SELECT plan(218);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -823,8 +823,10 @@ SELECT results_eq(
       WHERE t.execution_id = pg_temp.run('bw_a.1') AND t.kind = 'activity' AND t.status = 'running'
         AND t.lease_owner = 'bw'$$,
     'a decision''s handed activity in the batch: decided.handed is its leased row, described with the run as the decision read it');
--- _apply_decision with p_defer_events takes the ids (the run's row moves) and leaves the
--- events to its caller, whose _insert_events puts them in at those ids.
+-- _apply_decision with p_defer_events, of a decision that goes in one append, leaves that
+-- append to its caller: the ids (deferred_last, from the row as read), the row update's
+-- counters (deferred_bytes, deferred_through, deferred_hold) and the events, which the
+-- caller's _update_held_rows and _insert_events put in.
 SELECT pg_temp.decided('bw_e', 'bw');
 DELETE FROM harvest.tasks WHERE id = pg_temp.task('bw_e.1');
 CREATE TEMP TABLE bw_deferred ON COMMIT DROP AS
@@ -832,10 +834,16 @@ SELECT * FROM harvest._apply_decision(pg_temp.run('bw_e.1'), 3, '[{"type": "star
                                       'bw', NULL, NULL, 0, p_defer_events => true);
 SELECT results_eq(
     $$SELECT d.last_event_id, d.deferred_types, d.deferred_last, pg_temp.last_event_id(pg_temp.run('bw_e.1')),
-             (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1'))
+             (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1')),
+             d.deferred_bytes = (SELECT sum(harvest._event_bytes(x.data)) FROM unnest(d.deferred_datas) AS x (data)),
+             d.deferred_through, d.deferred_hold, d.caps_pending
       FROM bw_deferred AS d$$,
-    $$VALUES (5::bigint, ARRAY['WorkflowTaskCompleted', 'TimerStarted'], 5::bigint, 5::bigint, 3::bigint)$$,
-    '_apply_decision(p_defer_events): the run''s ids taken (last_event_id 5), its events left to the caller');
+    $$VALUES (5::bigint, ARRAY['WorkflowTaskCompleted', 'TimerStarted'], 5::bigint, 3::bigint, 3::bigint, true,
+              5::bigint, false, false)$$,
+    '_apply_decision(p_defer_events): ids 4-5 and the row''s update left to the caller (row and events untouched)');
+SELECT harvest._update_held_rows(ARRAY[pg_temp.run('bw_e.1')], ARRAY[d.deferred_last], ARRAY[2],
+                                 ARRAY[d.deferred_bytes], ARRAY[d.deferred_through], ARRAY[d.deferred_hold], 'bw')
+FROM bw_deferred AS d;
 SELECT harvest._insert_events(ARRAY[pg_temp.run('bw_e.1'), pg_temp.run('bw_e.1')], ARRAY[3, 3]::bigint[],
                               d.deferred_types, d.deferred_datas)
 FROM bw_deferred AS d;
@@ -844,6 +852,13 @@ SELECT results_eq(
       FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1') AND ev.event_id > 3 ORDER BY ev.event_id$$,
     $$VALUES (4::bigint, 'WorkflowTaskCompleted'::text, '3'::text), (5, 'TimerStarted', NULL)$$,
     '_insert_events(): the events at their ids (offset + subscript), in order');
+SELECT results_eq(
+    $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.wake_hold,
+             e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev
+                                WHERE ev.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_e.1')$$,
+    $$VALUES (5::bigint, 'bw'::text, 5::bigint, false, true)$$,
+    '_update_held_rows(): the run''s row as the one append would have left it');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 6::bigint, 6::bigint, 'RUNNING'::text)$$,
