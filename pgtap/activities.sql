@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(218);
+SELECT plan(220);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -859,6 +859,36 @@ SELECT results_eq(
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_e.1')$$,
     $$VALUES (5::bigint, 'bw'::text, 5::bigint, false, true)$$,
     '_update_held_rows(): the run''s row as the one append would have left it');
+-- What a batch holds of a run (its decision's row update, events and handed activity) goes
+-- in before that run's next item: here a result of the same run after a decision that holds
+-- its wake-ups (hold_wakeups) and hands an activity. The result's wake-up reads the run's
+-- wake_hold (in the held row) and its open activity tasks (the held handed one): held,
+-- it does not wake the run.
+SELECT harvest.register_worker('bw', ARRAY['wq_bw_a', 'wq_bw_b', 'wq_bw_c', 'wq_bw_d', 'wq_bw_e', 'wq_bw_h', 'dq_bw'],
+                               'host', 3);
+SELECT pg_temp.decided('bw_h', 'bw', 2);
+INSERT INTO batches
+SELECT 'bw_h', c.* FROM harvest.complete_activities('bw',
+    ARRAY[pg_temp.task('bw_h.1'), pg_temp.task('bw_h.2')], ARRAY[pg_temp.token('bw_h.1'), pg_temp.token('bw_h.2')],
+    ARRAY['"bw_h.1"', '"bw_h.2"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('bw_h.1', '[{"type": "hold_wakeups"},
+                                       {"type": "schedule_activity", "seq": 3, "name": "next", "queue": "dq_bw"}]', 1),
+          NULL]) AS c;
+SELECT results_eq(
+    $$SELECT b.outcome, b.decided ->> 'last_event_id', jsonb_array_length(b.decided -> 'handed'), b.handed IS NULL
+      FROM batches AS b WHERE b.batch = 'bw_h' ORDER BY b.task_id$$,
+    $$VALUES ('completed'::text, '7'::text, 1, true), ('completed', NULL, NULL, true)$$,
+    'a decision holding its wake-ups and a later result of its run in one batch: the result wakes nothing');
+SELECT results_eq(
+    $$SELECT e.wake_hold, e.last_event_id,
+             (SELECT array_agg(ev.event_id::text || ':' || ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = e.id AND ev.event_id > 4),
+             (SELECT array_agg(t.kind || ':' || t.status || ':' || coalesce(t.seq::text, '') ORDER BY t.id)
+              FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_h.1')$$,
+    $$VALUES (true, 8::bigint, ARRAY['5:ActivityCompleted', '6:WorkflowTaskCompleted', '7:ActivityScheduled',
+                                     '8:ActivityCompleted'], ARRAY['activity:running:3'])$$,
+    '... the run''s row and history as the decision left them, the result after, no workflow task (its handed activity open)');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 6::bigint, 6::bigint, 'RUNNING'::text)$$,
