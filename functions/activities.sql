@@ -366,6 +366,9 @@ DECLARE
     v_rw_bytes bigint[];
     v_rw_throughs bigint[];
     v_rw_holds boolean[];
+    v_rw_statuses text[];  -- (NULL: the run goes on; else the close's, with its output and failure)
+    v_rw_outputs jsonb[];
+    v_rw_failures jsonb[];
     v_cap record;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
@@ -474,7 +477,7 @@ BEGIN
         -- activity is held only with its events, so the run held last is the events'.)
         IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
             v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                v_rw_holds, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
                 v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
@@ -486,6 +489,9 @@ BEGIN
             v_rw_bytes := NULL;
             v_rw_throughs := NULL;
             v_rw_holds := NULL;
+            v_rw_statuses := NULL;
+            v_rw_outputs := NULL;
+            v_rw_failures := NULL;
             v_ev_runs := NULL;
             v_ev_offsets := NULL;
             v_ev_types := NULL;
@@ -555,13 +561,16 @@ BEGIN
             -- them, perhaps: a close's relay to its parent, a mutex grant, a signal).
             IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_decision -> 'commands') THEN
                 PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, p_worker_id);
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
                 v_rw_ids := NULL;
                 v_rw_lasts := NULL;
                 v_rw_counts := NULL;
                 v_rw_bytes := NULL;
                 v_rw_throughs := NULL;
                 v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
             END IF;
             v_applied := harvest._apply_decision(v_task.execution_id,
                 (v_decision ->> 'after')::bigint + 1,
@@ -581,18 +590,24 @@ BEGIN
                 v_rw_bytes := v_rw_bytes || v_applied.deferred_bytes;
                 v_rw_throughs := v_rw_throughs || v_applied.deferred_through;
                 v_rw_holds := v_rw_holds || v_applied.deferred_hold;
+                v_rw_statuses := v_rw_statuses || v_applied.deferred_status;
+                v_rw_outputs := v_rw_outputs || v_applied.deferred_output;
+                v_rw_failures := v_rw_failures || v_applied.deferred_failure;
             END IF;
             IF v_applied.caps_pending THEN
                 -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
                 -- checks them; a run they close keeps no handed activity.
                 PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, p_worker_id);
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
                 v_rw_ids := NULL;
                 v_rw_lasts := NULL;
                 v_rw_counts := NULL;
                 v_rw_bytes := NULL;
                 v_rw_throughs := NULL;
                 v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
                 v_cap := harvest._decide_history_caps(v_task.execution_id, p_event_cap, p_byte_cap, v_now);
                 IF v_cap.capped THEN
                     v_applied.last_event_id := v_cap.last_event_id;
@@ -646,7 +661,7 @@ BEGIN
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
     END IF;
     IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
+        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
             v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP

@@ -140,12 +140,15 @@ AS $$
 $$;
 
 -- Whether one decision's commands (a JSON array; anything else: false) act on its own run
--- only: each a schedule_activity, start_timer, cancel_timer, hold_wakeups, or a record_marker
--- that is not a mutex's. Any other command may append to another run or read its row in
--- the same transaction (a close's relays and flow release, a mutex grant, a child's start,
--- an external command, an update's answer), so a batch's caller writes the run rows it holds
--- back (_update_held_rows) before such a decision. An expression (inlined where it is
--- called), as _starts_runs.
+-- only in a batch: each a schedule_activity, start_timer, cancel_timer, hold_wakeups, a
+-- record_marker that is not a mutex's, or a close (complete_workflow, fail_workflow,
+-- cancel_workflow: in a batch its row update and its _after_close are held with the
+-- decision's append, _apply_decision, and made when the held rows go in). Any other command
+-- may append to another run or read its row in the same transaction (a mutex grant, a
+-- child's start, continue-as-new, an external command, an update's answer), so a batch's
+-- caller writes the run rows it holds back (_update_held_rows) before such a decision. Such
+-- decisions go in one append (none of these commands appends on its own). An expression
+-- (inlined where it is called), as _starts_runs.
 CREATE OR REPLACE FUNCTION harvest._acts_on_own_run(p_commands jsonb)
 RETURNS boolean
 LANGUAGE sql IMMUTABLE
@@ -153,6 +156,8 @@ AS $$
     SELECT coalesce(jsonb_typeof(p_commands) = 'array'
                     AND NOT p_commands @? '$[*] ? (!(@.type == "schedule_activity" || @.type == "start_timer"
                                                    || @.type == "cancel_timer" || @.type == "hold_wakeups"
+                                                   || @.type == "complete_workflow" || @.type == "fail_workflow"
+                                                   || @.type == "cancel_workflow"
                                                    || (@.type == "record_marker" && !(@.kind == "mutex_acquire"
                                                                                       || @.kind == "mutex_release"))))',
                     false);
@@ -437,7 +442,7 @@ $$;
 -- order (NULL when none was held); the caller puts each in its decision's answer.
 CREATE OR REPLACE FUNCTION harvest._write_held(
     p_rw_ids uuid[], p_rw_lasts bigint[], p_rw_counts integer[], p_rw_bytes bigint[],
-    p_rw_throughs bigint[], p_rw_holds boolean[],
+    p_rw_throughs bigint[], p_rw_holds boolean[], p_rw_statuses text[], p_rw_outputs jsonb[], p_rw_failures jsonb[],
     p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
     p_hd_runs harvest.executions[], p_hd_ids uuid[], p_hd_seqs integer[], p_hd_cmds jsonb[],
     p_worker_id text, p_now timestamptz
@@ -448,7 +453,7 @@ AS $$
 BEGIN
     IF cardinality(p_rw_ids) > 0 THEN
         PERFORM harvest._update_held_rows(p_rw_ids, p_rw_lasts, p_rw_counts, p_rw_bytes, p_rw_throughs,
-                                          p_rw_holds, p_worker_id);
+                                          p_rw_holds, p_rw_statuses, p_rw_outputs, p_rw_failures, p_worker_id);
     END IF;
     IF cardinality(p_ev_runs) > 0 THEN
         PERFORM harvest._insert_events(p_ev_runs, p_ev_offsets, p_ev_types, p_ev_datas);
@@ -757,13 +762,15 @@ $$;
 -- _hand_activities_of_runs, p_execution the run's row; a decision the history caps then
 -- close leaves none.
 -- With p_defer_events, a decision that goes in one append (its marker in its last append:
--- no command appended on its own before) and does not end its run leaves that append's row
--- update to the caller too (deferred_bytes, deferred_through, deferred_hold: what
--- _append_events would have added and set; deferred_last is then the run's row's
--- last_event_id as read, p_execution or read here, plus the append's events), which writes
--- its batch's with one _update_held_rows (core.sql). Its history caps are then the caller's
--- to check when caps_pending says the counters are past one (the caller writes the held rows,
--- then calls _decide_history_caps); the wake-up for events that came in flight is made here.
+-- no command appended on its own before) leaves that append's row update to the caller too
+-- (deferred_bytes, deferred_through, deferred_hold: what _append_events would have added and
+-- set; deferred_last is then the run's row's last_event_id as read, p_execution or read
+-- here, plus the append's events), and the close of a decision that ends its run
+-- (deferred_status, deferred_output, deferred_failure: what _append_closing_events would
+-- set), which writes its batch's with one _update_held_rows (core.sql). The history caps of
+-- a decision that does not end its run are then the caller's to check when caps_pending says
+-- the counters are past one (the caller writes the held rows, then calls
+-- _decide_history_caps); the wake-up for events that came in flight is made here.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -794,7 +801,7 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint,
     OUT deferred_hand_seq integer, OUT deferred_hand jsonb,
     OUT deferred_bytes bigint, OUT deferred_through bigint, OUT deferred_hold boolean,
-    OUT caps_pending boolean
+    OUT caps_pending boolean, OUT deferred_status text, OUT deferred_output jsonb, OUT deferred_failure jsonb
 )
 LANGUAGE plpgsql
 AS $$
@@ -1018,6 +1025,23 @@ BEGIN
     IF cardinality(v_queued) > 0 THEN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
     END IF;
+    IF v_close_status IS NOT NULL AND p_defer_events AND v_decided_through IS NOT NULL THEN
+        -- The run ended in the decision's one append: the close is left to the caller with the
+        -- append (deferred_status, deferred_output, deferred_failure; _update_held_rows closes
+        -- it as _append_closing_events would, then _after_close), the counters as below.
+        deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
+        deferred_last := v_execution.last_event_id + cardinality(v_types);
+        deferred_through := v_decided_through;
+        deferred_status := v_close_status;
+        deferred_output := v_close_output;
+        deferred_failure := v_close_failure;
+        deferred_types := v_types;
+        deferred_datas := v_datas;
+        last_event_id := deferred_last;
+        execution_status := v_close_status;
+        handed := '[]'::jsonb;  -- the close drops the tasks handed above
+        RETURN;
+    END IF;
     IF v_close_status IS NOT NULL THEN
         -- The run ended: its end event (always among these, the last) and the close in one
         -- update of its row (core.sql, _append_closing_events).
@@ -1227,6 +1251,9 @@ DECLARE
     v_rw_bytes bigint[];
     v_rw_throughs bigint[];
     v_rw_holds boolean[];
+    v_rw_statuses text[];  -- (NULL: the run goes on; else the close's, with its output and failure)
+    v_rw_outputs jsonb[];
+    v_rw_failures jsonb[];
     v_cap record;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
@@ -1289,7 +1316,7 @@ BEGIN
         -- run: an item then refused finds the earlier items' writes made a little earlier.)
         IF v_item.run = v_held_run THEN
             v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                v_rw_holds, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
                 v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
@@ -1300,6 +1327,9 @@ BEGIN
             v_rw_bytes := NULL;
             v_rw_throughs := NULL;
             v_rw_holds := NULL;
+            v_rw_statuses := NULL;
+            v_rw_outputs := NULL;
+            v_rw_failures := NULL;
             v_ev_runs := NULL;
             v_ev_offsets := NULL;
             v_ev_types := NULL;
@@ -1354,13 +1384,16 @@ BEGIN
             -- its parent, a mutex grant, a signal).
             IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_item.commands) THEN
                 PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, p_worker_id);
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
                 v_rw_ids := NULL;
                 v_rw_lasts := NULL;
                 v_rw_counts := NULL;
                 v_rw_bytes := NULL;
                 v_rw_throughs := NULL;
                 v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
             END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
@@ -1373,18 +1406,24 @@ BEGIN
                 v_rw_bytes := v_rw_bytes || v_decided.deferred_bytes;
                 v_rw_throughs := v_rw_throughs || v_decided.deferred_through;
                 v_rw_holds := v_rw_holds || v_decided.deferred_hold;
+                v_rw_statuses := v_rw_statuses || v_decided.deferred_status;
+                v_rw_outputs := v_rw_outputs || v_decided.deferred_output;
+                v_rw_failures := v_rw_failures || v_decided.deferred_failure;
             END IF;
             IF v_decided.caps_pending THEN
                 -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
                 -- checks them; a run they close keeps no handed activity.
                 PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, p_worker_id);
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
                 v_rw_ids := NULL;
                 v_rw_lasts := NULL;
                 v_rw_counts := NULL;
                 v_rw_bytes := NULL;
                 v_rw_throughs := NULL;
                 v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
                 v_cap := harvest._decide_history_caps(v_run, p_event_cap, p_byte_cap, v_now);
                 IF v_cap.capped THEN
                     v_decided.last_event_id := v_cap.last_event_id;
@@ -1424,7 +1463,7 @@ BEGIN
         END IF;
     END LOOP;
     IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
+        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
             v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP

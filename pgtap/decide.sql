@@ -1510,12 +1510,12 @@ DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity
 SELECT pg_temp.start_and_claim('cmd_wh');
 UPDATE harvest.executions SET last_event_id = 40 WHERE id = pg_temp.run('cmd_wh');
 SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                              'fn-worker', harvest.now()),
+                              NULL, NULL, NULL, 'fn-worker', harvest.now()),
           NULL, '_write_held(): nothing held returns NULL');
 CREATE TEMP TABLE wh_handed ON COMMIT DROP AS
 SELECT harvest._write_held(
            ARRAY[pg_temp.run('cmd_wh')], ARRAY[42]::bigint[], ARRAY[2], ARRAY[0]::bigint[], ARRAY[42]::bigint[],
-           ARRAY[false],
+           ARRAY[false], ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[], ARRAY[NULL]::jsonb[],
            ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_wh')], ARRAY[40, 40]::bigint[],
            ARRAY['MarkerRecorded', 'MarkerRecorded'], ARRAY['{"name": "w1"}', '{"name": "w2"}']::jsonb[],
            ARRAY[pg_temp.exec('cmd_wh'), pg_temp.exec('cmd_fn')], ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_fn')],
@@ -1582,9 +1582,9 @@ SELECT results_eq(
         '[{"type": "start_child_workflow", "seq": 1}]', '[{"type": "signal_external_workflow", "seq": 1}]',
         '[{"type": "cancel_external_workflow", "seq": 1}]', '[{"type": "complete_update", "seq": 1}]',
         '{"type": "start_timer"}', 'null']) WITH ORDINALITY AS u (c, n) ORDER BY n$$,
-    $$VALUES (true), (true), (true), (true), (false), (false), (false), (false), (false), (false), (false), (false),
+    $$VALUES (true), (true), (true), (true), (false), (true), (true), (true), (false), (false), (false), (false),
              (false), (false), (false)$$,
-    '_acts_on_own_run(): activities, timers, plain markers and hold_wakeups act on their own run; the rest may not');
+    '_acts_on_own_run(): activities, timers, plain markers, hold_wakeups and closes act on their own run; the rest may not');
 SELECT unalike(pg_temp.plan_of('SELECT harvest._acts_on_own_run(t.input) FROM harvest.tasks AS t'),
                '%_acts_on_own_run(%', '_acts_on_own_run() is inlined into its caller''s expression');
 -- Both are inlined into the expression that calls them (a decision's per-activity step):
@@ -1837,11 +1837,11 @@ SELECT results_eq(
 SELECT * FROM finish();
 ROLLBACK;
 
--- A batch's decisions that each go in one append leave their runs' row updates to one
--- _update_held_rows, where each was an _append_events of its own; before a decision that
--- may act on another run (a close: its relays, its flow release) the held rows go in
--- first. Items by run: the first queues an activity, the second completes its run, the
--- third starts a timer. A batch past the event cap fails its runs as the caps say, a
+-- A batch's decisions that each go in one append leave their runs' row updates (a close's
+-- too) to one _update_held_rows, where each was an _append_events or _append_closing_events
+-- of its own; before a decision that may act on another run (here a signal to another
+-- workflow) the held rows go in first. Items by run: the first queues an activity, the
+-- second completes its run, the third starts a timer, the fourth signals a workflow. A batch past the event cap fails its runs as the caps say, a
 -- held handed activity dropped. In a transaction of its own (tracking, as above).
 BEGIN;
 SELECT plan(5);
@@ -1850,46 +1850,54 @@ CREATE FUNCTION pg_temp.calls(p_fn regprocedure) RETURNS bigint LANGUAGE sql AS 
     SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f WHERE f.funcid = p_fn), 0);
 $fn$;
 SELECT pg_temp.start_claimed(k, 'decide_wf', 'dq_' || k, 'worker-1')
-FROM unnest(ARRAY['held_1', 'held_2', 'held_3', 'capped_1', 'capped_2']) AS k;
+FROM unnest(ARRAY['held_1', 'held_2', 'held_3', 'held_4', 'capped_1', 'capped_2']) AS k;
 CREATE TEMP TABLE held_items ON COMMIT DROP AS
 SELECT k, pg_temp.task(k) AS task, pg_temp.token(k) AS token, row_number() OVER (ORDER BY pg_temp.run(k)) AS n
-FROM unnest(ARRAY['held_1', 'held_2', 'held_3']) AS k;
+FROM unnest(ARRAY['held_1', 'held_2', 'held_3', 'held_4']) AS k;
 CREATE TEMP TABLE held_before ON COMMIT DROP AS
-SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text)') AS held,
-       pg_temp.calls('harvest._append_events(uuid,text[],jsonb[],text,bigint,boolean,boolean,boolean)') AS appends,
+SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text[],jsonb[],jsonb[],text)')
+           AS held,
        pg_temp.calls('harvest._append_closing_events(uuid,text[],jsonb[],text,bigint,text,jsonb,jsonb,boolean)') AS closes;
 CREATE TEMP TABLE held_done ON COMMIT DROP AS
 SELECT i.n, c.outcome, c.last_event_id, c.execution_status
 FROM harvest.complete_workflow_tasks('worker-1',
          (SELECT array_agg(task ORDER BY n) FROM held_items), (SELECT array_agg(token ORDER BY n) FROM held_items),
-         ARRAY[1, 1, 1]::bigint[],
+         ARRAY[1, 1, 1, 1]::bigint[],
          ARRAY['[{"type": "schedule_activity", "seq": 1, "name": "a"}]',
                '[{"type": "complete_workflow", "result": 2}]',
-               '[{"type": "start_timer", "seq": 1, "duration": 60}]']::jsonb[], ARRAY[0, 0, 0]) AS c
+               '[{"type": "start_timer", "seq": 1, "duration": 60}]',
+               jsonb_build_array(jsonb_build_object('type', 'signal_external_workflow', 'seq', 1, 'signal_name', 'go',
+                                                    'workflow_id', (SELECT k FROM held_items WHERE n = 1)))]::jsonb[],
+         ARRAY[0, 0, 0, 0]) AS c
 JOIN held_items AS i ON i.task = c.task_id;
 SELECT results_eq(
     $$SELECT n, outcome, last_event_id, execution_status FROM held_done ORDER BY n$$,
     $$VALUES (1::bigint, 'completed'::text, 3::bigint, 'RUNNING'::text), (2, 'completed', 3, 'COMPLETED'),
-             (3, 'completed', 3, 'RUNNING')$$,
-    'complete_workflow_tasks(): three runs'' decisions, each answered as one append would have left it');
+             (3, 'completed', 3, 'RUNNING'), (4, 'completed', 4, 'RUNNING')$$,
+    'complete_workflow_tasks(): four runs'' decisions, each answered as its appends would have left it');
 SELECT results_eq(
-    $$SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text)') - b.held,
-             pg_temp.calls('harvest._append_events(uuid,text[],jsonb[],text,bigint,boolean,boolean,boolean)') - b.appends,
+    $$SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text[],jsonb[],jsonb[],text)')
+             - b.held,
              pg_temp.calls('harvest._append_closing_events(uuid,text[],jsonb[],text,bigint,text,jsonb,jsonb,boolean)')
              - b.closes
       FROM held_before AS b$$,
-    $$VALUES (2::bigint, 0::bigint, 1::bigint)$$,
-    '... the two appends'' row updates in _update_held_rows, the first''s before the close, none in _append_events');
+    $$VALUES (1::bigint, 0::bigint)$$,
+    '... the first three''s row updates and close in one _update_held_rows, before the signal; none by _append_closing_events');
 SELECT results_eq(
     $$SELECT i.n, e.last_event_id, (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = e.id),
              (SELECT count(*) FROM harvest.events AS ev WHERE ev.execution_id = e.id),
              e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev
                                 WHERE ev.execution_id = e.id),
-             e.decided_by, e.decided_through, e.wake_hold
+             e.decided_by, e.decided_through, e.status,
+             (SELECT array_agg(ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = e.id AND ev.event_id > 2)
       FROM held_items AS i JOIN harvest.executions AS e ON e.id = pg_temp.run(i.k) ORDER BY i.n$$,
-    $$VALUES (1::bigint, 3::bigint, 3::bigint, 3::bigint, true, 'worker-1'::text, 3::bigint, false),
-             (2, 3, 3, 3, true, 'worker-1', 1, false), (3, 3, 3, 3, true, 'worker-1', 3, false)$$,
-    '... each run''s row: its last event and count, its bytes, decided_by and decided_through');
+    $$VALUES (1::bigint, 4::bigint, 4::bigint, 4::bigint, true, 'worker-1'::text, 3::bigint, 'RUNNING'::text,
+              ARRAY['ActivityScheduled', 'SignalReceived']),
+             (2, 3, 3, 3, true, 'worker-1', 1, 'COMPLETED', ARRAY['WorkflowCompleted']),
+             (3, 3, 3, 3, true, 'worker-1', 3, 'RUNNING', ARRAY['TimerStarted']),
+             (4, 4, 4, 4, true, 'worker-1', 1, 'RUNNING', ARRAY['ExternalSignalRequested', 'ExternalSignalDelivered'])$$,
+    '... each run''s row: its last event and count, its bytes, decided_by, decided_through, the signal after the first''s decision');
 CREATE TEMP TABLE capped_done ON COMMIT DROP AS
 SELECT c.* FROM harvest.complete_workflow_tasks('worker-1',
     ARRAY[pg_temp.task('capped_1'), pg_temp.task('capped_2')], ARRAY[pg_temp.token('capped_1'), pg_temp.token('capped_2')],
