@@ -428,6 +428,42 @@ BEGIN
         v_deleted := false;
         v_row_read := false;
         v_bytes := octet_length(v_item.result::text);
+        -- A run's decided row updates, events and handed activity held here go in before
+        -- anything else of the run is done (its next result or decision: a decision reads its
+        -- row and may read its history, a result's wake-up asks for its activity tasks and its
+        -- wake_hold, a held close deletes its tasks, this item's too); another run's may wait:
+        -- nothing of this run reads them. (One test per item: a decision's row and handed
+        -- activity are held only with its events, so the run held last is the events'. By the
+        -- task's run as read without a lock: the run held is the one this batch locked last,
+        -- and an item then refused finds the earlier items' writes made a little earlier.)
+        IF v_item.run = v_held_run THEN
+            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+            FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
+                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                        jsonb_build_array(v_hd_tasks[v_i]));
+            END LOOP;
+            v_rw_ids := NULL;
+            v_rw_lasts := NULL;
+            v_rw_counts := NULL;
+            v_rw_bytes := NULL;
+            v_rw_throughs := NULL;
+            v_rw_holds := NULL;
+            v_rw_statuses := NULL;
+            v_rw_outputs := NULL;
+            v_rw_failures := NULL;
+            v_ev_runs := NULL;
+            v_ev_offsets := NULL;
+            v_ev_types := NULL;
+            v_ev_datas := NULL;
+            v_hd_items := NULL;
+            v_hd_runs := NULL;
+            v_hd_ids := NULL;
+            v_hd_seqs := NULL;
+            v_hd_cmds := NULL;
+            v_held_run := NULL;
+        END IF;
         IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit THEN
             IF v_item.run IS DISTINCT FROM v_locked_run THEN
                 -- An item with a decision keeps the row its lock reads: the decision's checks
@@ -469,39 +505,6 @@ BEGIN
                         'limit of %s bytes', v_item.id, v_bytes, v_limit);
                 END IF;
             END IF;
-        END IF;
-        -- A run's decided events (and handed activity) held here go in before anything else
-        -- of the run is done (its next result or decision: a decision may read its history, a
-        -- result's wake-up asks for its activity tasks, a close deletes them); another run's
-        -- may wait: nothing of this run reads them. (One test per item: a decision's handed
-        -- activity is held only with its events, so the run held last is the events'.)
-        IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
-            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
-                v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-            FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
-                                                        jsonb_build_array(v_hd_tasks[v_i]));
-            END LOOP;
-            v_rw_ids := NULL;
-            v_rw_lasts := NULL;
-            v_rw_counts := NULL;
-            v_rw_bytes := NULL;
-            v_rw_throughs := NULL;
-            v_rw_holds := NULL;
-            v_rw_statuses := NULL;
-            v_rw_outputs := NULL;
-            v_rw_failures := NULL;
-            v_ev_runs := NULL;
-            v_ev_offsets := NULL;
-            v_ev_types := NULL;
-            v_ev_datas := NULL;
-            v_hd_items := NULL;
-            v_hd_runs := NULL;
-            v_hd_ids := NULL;
-            v_hd_seqs := NULL;
-            v_hd_cmds := NULL;
-            v_held_run := NULL;
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.

@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(220);
+SELECT plan(222);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -865,7 +865,8 @@ SELECT results_eq(
 -- its wake-ups (hold_wakeups) and hands an activity. The result's wake-up reads the run's
 -- wake_hold (in the held row) and its open activity tasks (the held handed one): held,
 -- it does not wake the run.
-SELECT harvest.register_worker('bw', ARRAY['wq_bw_a', 'wq_bw_b', 'wq_bw_c', 'wq_bw_d', 'wq_bw_e', 'wq_bw_h', 'dq_bw'],
+SELECT harvest.register_worker('bw', ARRAY['wq_bw_a', 'wq_bw_b', 'wq_bw_c', 'wq_bw_d', 'wq_bw_e', 'wq_bw_h', 'wq_bw_k',
+                                     'dq_bw'],
                                'host', 3);
 SELECT pg_temp.decided('bw_h', 'bw', 2);
 INSERT INTO batches
@@ -890,6 +891,29 @@ SELECT results_eq(
     $$VALUES (true, 8::bigint, ARRAY['5:ActivityCompleted', '6:WorkflowTaskCompleted', '7:ActivityScheduled',
                                      '8:ActivityCompleted'], ARRAY['activity:running:3'])$$,
     '... the run''s row and history as the decision left them, the result after, no workflow task (its handed activity open)');
+-- A decision that ends its run and a later result of the run in one batch: the close (held
+-- with the decision's append) goes in before the result is taken, which finds its task gone
+-- with the run's, as it would after a close of its own.
+SELECT pg_temp.decided('bw_k', 'bw', 2);
+INSERT INTO batches
+SELECT 'bw_k', c.* FROM harvest.complete_activities('bw',
+    ARRAY[pg_temp.task('bw_k.1'), pg_temp.task('bw_k.2')], ARRAY[pg_temp.token('bw_k.1'), pg_temp.token('bw_k.2')],
+    ARRAY['"bw_k.1"', '"bw_k.2"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('bw_k.1', '[{"type": "complete_workflow", "result": "k"}]'), NULL]) AS c;
+SELECT results_eq(
+    $$SELECT b.outcome, b.decided ->> 'last_event_id', b.decided ->> 'execution_status'
+      FROM batches AS b WHERE b.batch = 'bw_k' ORDER BY b.task_id$$,
+    $$VALUES ('completed'::text, '7'::text, 'COMPLETED'::text), ('gone', NULL, NULL)$$,
+    'a closing decision and a later result of its run in one batch: the result''s task gone with the run''s');
+SELECT results_eq(
+    $$SELECT e.status, e.last_event_id,
+             (SELECT array_agg(ev.event_id::text || ':' || ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = e.id AND ev.event_id > 4),
+             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_k.1')$$,
+    $$VALUES ('COMPLETED'::text, 7::bigint, ARRAY['5:ActivityCompleted', '6:WorkflowTaskCompleted', '7:WorkflowCompleted'],
+              0::bigint)$$,
+    '... the run closed with the decision''s events, no result after them, no task left');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 6::bigint, 6::bigint, 'RUNNING'::text)$$,
