@@ -1316,7 +1316,8 @@ BEGIN
         -- run: an item then refused finds the earlier items' writes made a little earlier.)
         IF v_item.run = v_held_run THEN
             v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
+                v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
                 v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
@@ -1463,7 +1464,8 @@ BEGIN
         END IF;
     END LOOP;
     IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
+        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
+            v_rw_statuses, v_rw_outputs, v_rw_failures,
             v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
