@@ -215,8 +215,7 @@ BEGIN
         AS e (execution_id, id_offset, event_type, event_data, i);
     PERFORM pg_notify('harvest_events', u.execution_id::text)
     FROM unnest(p_execution_ids) AS u (execution_id)
-    WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
-                  WHERE l.heartbeat_at > now() - interval '30 seconds');
+    WHERE EXISTS (SELECT 1 FROM harvest._live_event_listeners());  -- (event_streams.sql)
 END;
 $$;
 
