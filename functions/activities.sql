@@ -357,6 +357,19 @@ DECLARE
     v_hd_cmds jsonb[];
     v_hd_tasks jsonb[];
     v_held_run uuid;  -- the run of the events held last (NULL: none held)
+    -- The applied decisions' appends' row updates, written once likewise (_apply_decision's
+    -- p_defer_events, core.sql _update_held_rows): the runs, their last ids, the events
+    -- counted, the bytes added, decided_through and wake_hold.
+    v_rw_ids uuid[];
+    v_rw_lasts bigint[];
+    v_rw_counts integer[];
+    v_rw_bytes bigint[];
+    v_rw_throughs bigint[];
+    v_rw_holds boolean[];
+    v_rw_statuses text[];  -- (NULL: the run goes on; else the close's, with its output and failure)
+    v_rw_outputs jsonb[];
+    v_rw_failures jsonb[];
+    v_cap record;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
        OR cardinality(p_task_ids) <> cardinality(p_fencing_tokens)
@@ -415,6 +428,43 @@ BEGIN
         v_deleted := false;
         v_row_read := false;
         v_bytes := octet_length(v_item.result::text);
+        -- A run's decided row updates, events and handed activity held here go in before
+        -- anything else of the run is done (its next result or decision: a decision reads its
+        -- row and may read its history, a result's wake-up asks for its activity tasks and its
+        -- wake_hold, a held close deletes its tasks, this item's too); another run's may wait:
+        -- nothing of this run reads them. (One test per item: a decision's row and handed
+        -- activity are held only with its events, so the run held last is the events'. By the
+        -- task's run as read without a lock: the run held is the one this batch locked last,
+        -- and an item then refused finds the earlier items' writes made a little earlier.)
+        IF v_item.run = v_held_run THEN
+            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
+                v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+            FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
+                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
+                                                        jsonb_build_array(v_hd_tasks[v_i]));
+            END LOOP;
+            v_rw_ids := NULL;
+            v_rw_lasts := NULL;
+            v_rw_counts := NULL;
+            v_rw_bytes := NULL;
+            v_rw_throughs := NULL;
+            v_rw_holds := NULL;
+            v_rw_statuses := NULL;
+            v_rw_outputs := NULL;
+            v_rw_failures := NULL;
+            v_ev_runs := NULL;
+            v_ev_offsets := NULL;
+            v_ev_types := NULL;
+            v_ev_datas := NULL;
+            v_hd_items := NULL;
+            v_hd_runs := NULL;
+            v_hd_ids := NULL;
+            v_hd_seqs := NULL;
+            v_hd_cmds := NULL;
+            v_held_run := NULL;
+        END IF;
         IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit THEN
             IF v_item.run IS DISTINCT FROM v_locked_run THEN
                 -- An item with a decision keeps the row its lock reads: the decision's checks
@@ -456,29 +506,6 @@ BEGIN
                         'limit of %s bytes', v_item.id, v_bytes, v_limit);
                 END IF;
             END IF;
-        END IF;
-        -- A run's decided events (and handed activity) held here go in before anything else
-        -- of the run is done (its next result or decision: a decision may read its history, a
-        -- result's wake-up asks for its activity tasks, a close deletes them); another run's
-        -- may wait: nothing of this run reads them. (One test per item: a decision's handed
-        -- activity is held only with its events, so the run held last is the events'.)
-        IF v_problem IS NULL AND v_task.execution_id = v_held_run THEN
-            v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
-                v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-            FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
-                                                        jsonb_build_array(v_hd_tasks[v_i]));
-            END LOOP;
-            v_ev_runs := NULL;
-            v_ev_offsets := NULL;
-            v_ev_types := NULL;
-            v_ev_datas := NULL;
-            v_hd_items := NULL;
-            v_hd_runs := NULL;
-            v_hd_ids := NULL;
-            v_hd_seqs := NULL;
-            v_hd_cmds := NULL;
-            v_held_run := NULL;
         END IF;
         -- A run's gathered results go in before anything else touches it: before the
         -- next run's, and before a decision, which must see every result before it.
@@ -534,6 +561,21 @@ BEGIN
             IF NOT v_deleted THEN
                 DELETE FROM harvest.tasks AS t WHERE t.id = v_task.id;
             END IF;
+            -- The held run rows go in before a decision that may act on another run (one of
+            -- them, perhaps: a close's relay to its parent, a mutex grant, a signal).
+            IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_decision -> 'commands') THEN
+                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
+                v_rw_ids := NULL;
+                v_rw_lasts := NULL;
+                v_rw_counts := NULL;
+                v_rw_bytes := NULL;
+                v_rw_throughs := NULL;
+                v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
+            END IF;
             v_applied := harvest._apply_decision(v_task.execution_id,
                 (v_decision ->> 'after')::bigint + 1,
                 v_decision -> 'commands', p_worker_id, p_event_cap, p_byte_cap,
@@ -545,6 +587,39 @@ BEGIN
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
                 v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched,
                 p_defer_hand => v_batched);
+            IF v_applied.deferred_bytes IS NOT NULL THEN
+                v_rw_ids := v_rw_ids || v_task.execution_id;
+                v_rw_lasts := v_rw_lasts || v_applied.deferred_last;
+                v_rw_counts := v_rw_counts || cardinality(v_applied.deferred_types);
+                v_rw_bytes := v_rw_bytes || v_applied.deferred_bytes;
+                v_rw_throughs := v_rw_throughs || v_applied.deferred_through;
+                v_rw_holds := v_rw_holds || v_applied.deferred_hold;
+                v_rw_statuses := v_rw_statuses || v_applied.deferred_status;
+                v_rw_outputs := v_rw_outputs || v_applied.deferred_output;
+                v_rw_failures := v_rw_failures || v_applied.deferred_failure;
+            END IF;
+            IF v_applied.caps_pending THEN
+                -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
+                -- checks them; a run they close keeps no handed activity.
+                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
+                v_rw_ids := NULL;
+                v_rw_lasts := NULL;
+                v_rw_counts := NULL;
+                v_rw_bytes := NULL;
+                v_rw_throughs := NULL;
+                v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
+                v_cap := harvest._decide_history_caps(v_task.execution_id, p_event_cap, p_byte_cap, v_now);
+                IF v_cap.capped THEN
+                    v_applied.last_event_id := v_cap.last_event_id;
+                    v_applied.execution_status := v_cap.execution_status;
+                    v_applied.handed := '[]'::jsonb;
+                    v_applied.deferred_hand_seq := NULL;
+                END IF;
+            END IF;
             IF v_applied.deferred_hand_seq IS NOT NULL THEN
                 v_hd_items := v_hd_items || (cardinality(v_decided) + 1);  -- (this item's, below)
                 v_hd_runs := v_hd_runs || v_execution;
@@ -589,8 +664,10 @@ BEGIN
         v_handed[v_run_last] := harvest._record_activity_results(
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
     END IF;
-    IF v_held_run IS NOT NULL THEN  -- (something is held: a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+    IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
+        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
+            v_rw_statuses, v_rw_outputs, v_rw_failures,
+            v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',

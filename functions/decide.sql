@@ -139,6 +139,30 @@ AS $$
                          OR p_commands @> '[{"type": "start_child_workflow"}]'), false);
 $$;
 
+-- Whether one decision's commands (a JSON array; anything else: false) act on its own run
+-- only in a batch: each a schedule_activity, start_timer, cancel_timer, hold_wakeups, a
+-- record_marker that is not a mutex's, or a close (complete_workflow, fail_workflow,
+-- cancel_workflow: in a batch its row update and its _after_close are held with the
+-- decision's append, _apply_decision, and made when the held rows go in). Any other command
+-- may append to another run or read its row in the same transaction (a mutex grant, a
+-- child's start, continue-as-new, an external command, an update's answer), so a batch's
+-- caller writes the run rows it holds back (_update_held_rows) before such a decision. Such
+-- decisions go in one append (none of these commands appends on its own). An expression
+-- (inlined where it is called), as _starts_runs.
+CREATE OR REPLACE FUNCTION harvest._acts_on_own_run(p_commands jsonb)
+RETURNS boolean
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT coalesce(jsonb_typeof(p_commands) = 'array'
+                    AND NOT p_commands @? '$[*] ? (!(@.type == "schedule_activity" || @.type == "start_timer"
+                                                   || @.type == "cancel_timer" || @.type == "hold_wakeups"
+                                                   || @.type == "complete_workflow" || @.type == "fail_workflow"
+                                                   || @.type == "cancel_workflow"
+                                                   || (@.type == "record_marker" && !(@.kind == "mutex_acquire"
+                                                                                      || @.kind == "mutex_release"))))',
+                    false);
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._lock_decision_start_keys(p_task_ids bigint[], p_commands jsonb[])
 RETURNS void
 LANGUAGE plpgsql
@@ -411,11 +435,14 @@ END;
 $$;
 
 -- What a batch call (complete_activities, complete_workflow_tasks) held back of its applied
--- decisions goes in: their events with one _insert_events (core.sql), then their handed
--- activities, one a decision, with one _hand_activities_of_runs (each activity on its own
--- row of p_hd_runs). Returns the handed tasks as the worker receives them, in the held
+-- decisions goes in: their appends' row updates with one _update_held_rows (core.sql; the
+-- p_rw_ arrays, NULL when none is held), their events with one _insert_events, then their
+-- handed activities, one a decision, with one _hand_activities_of_runs (each activity on its
+-- own row of p_hd_runs). Returns the handed tasks as the worker receives them, in the held
 -- order (NULL when none was held); the caller puts each in its decision's answer.
 CREATE OR REPLACE FUNCTION harvest._write_held(
+    p_rw_ids uuid[], p_rw_lasts bigint[], p_rw_counts integer[], p_rw_bytes bigint[],
+    p_rw_throughs bigint[], p_rw_holds boolean[], p_rw_statuses text[], p_rw_outputs jsonb[], p_rw_failures jsonb[],
     p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
     p_hd_runs harvest.executions[], p_hd_ids uuid[], p_hd_seqs integer[], p_hd_cmds jsonb[],
     p_worker_id text, p_now timestamptz
@@ -424,6 +451,10 @@ RETURNS jsonb[]
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF cardinality(p_rw_ids) > 0 THEN
+        PERFORM harvest._update_held_rows(p_rw_ids, p_rw_lasts, p_rw_counts, p_rw_bytes, p_rw_throughs,
+                                          p_rw_holds, p_rw_statuses, p_rw_outputs, p_rw_failures, p_worker_id);
+    END IF;
     IF cardinality(p_ev_runs) > 0 THEN
         PERFORM harvest._insert_events(p_ev_runs, p_ev_offsets, p_ev_types, p_ev_datas);
     END IF;
@@ -730,6 +761,16 @@ $$;
 -- deferred_hand: its seq and command; handed is then []), which hands its batch's with one
 -- _hand_activities_of_runs, p_execution the run's row; a decision the history caps then
 -- close leaves none.
+-- With p_defer_events, a decision that goes in one append (its marker in its last append:
+-- no command appended on its own before) leaves that append's row update to the caller too
+-- (deferred_bytes, deferred_through, deferred_hold: what _append_events would have added and
+-- set; deferred_last is then the run's row's last_event_id as read, p_execution or read
+-- here, plus the append's events), and the close of a decision that ends its run
+-- (deferred_status, deferred_output, deferred_failure: what _append_closing_events would
+-- set), which writes its batch's with one _update_held_rows (core.sql). The history caps of
+-- a decision that does not end its run are then the caller's to check when caps_pending says
+-- the counters are past one (the caller writes the held rows, then calls
+-- _decide_history_caps); the wake-up for events that came in flight is made here.
 CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_execution_id uuid,
     p_through bigint,
@@ -758,7 +799,9 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_defer_hand boolean DEFAULT false,
     OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb,
     OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint,
-    OUT deferred_hand_seq integer, OUT deferred_hand jsonb
+    OUT deferred_hand_seq integer, OUT deferred_hand jsonb,
+    OUT deferred_bytes bigint, OUT deferred_through bigint, OUT deferred_hold boolean,
+    OUT caps_pending boolean, OUT deferred_status text, OUT deferred_output jsonb, OUT deferred_failure jsonb
 )
 LANGUAGE plpgsql
 AS $$
@@ -982,6 +1025,23 @@ BEGIN
     IF cardinality(v_queued) > 0 THEN
         PERFORM harvest._queue_activities(v_execution, v_queued_seqs, v_queued, v_now);
     END IF;
+    IF v_close_status IS NOT NULL AND p_defer_events AND v_decided_through IS NOT NULL THEN
+        -- The run ended in the decision's one append: the close is left to the caller with the
+        -- append (deferred_status, deferred_output, deferred_failure; _update_held_rows closes
+        -- it as _append_closing_events would, then _after_close), the counters as below.
+        deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
+        deferred_last := v_execution.last_event_id + cardinality(v_types);
+        deferred_through := v_decided_through;
+        deferred_status := v_close_status;
+        deferred_output := v_close_output;
+        deferred_failure := v_close_failure;
+        deferred_types := v_types;
+        deferred_datas := v_datas;
+        last_event_id := deferred_last;
+        execution_status := v_close_status;
+        handed := '[]'::jsonb;  -- the close drops the tasks handed above
+        RETURN;
+    END IF;
     IF v_close_status IS NOT NULL THEN
         -- The run ended: its end event (always among these, the last) and the close in one
         -- update of its row (core.sql, _append_closing_events).
@@ -994,6 +1054,29 @@ BEGIN
         END IF;
         execution_status := v_close_status;
         handed := '[]'::jsonb;  -- the close dropped the tasks handed above
+        RETURN;
+    END IF;
+    IF p_defer_events AND cardinality(v_types) > 0 AND v_decided_through IS NOT NULL AND NOT v_closed THEN
+        -- The decision's one append, row and events left to the caller: the counters as the
+        -- update would leave them, from the row as read (nothing of this decision wrote it).
+        -- (The bytes as _event_bytes counts them, summed by one expression: the elements'
+        -- texts joined, a NULL as '{}'.)
+        deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
+        deferred_last := v_execution.last_event_id + cardinality(v_types);
+        deferred_through := CASE WHEN v_own AND p_through = v_seen_until THEN deferred_last
+                                 ELSE v_decided_through END;
+        deferred_hold := v_hold;
+        deferred_types := v_types;
+        deferred_datas := v_datas;
+        last_event_id := deferred_last;
+        execution_status := v_execution.status;
+        caps_pending := coalesce(deferred_last > p_event_cap
+                                 OR v_execution.history_bytes + deferred_bytes > p_byte_cap, false);
+        IF v_seen_until > p_through THEN
+            -- (Before the caps, which the caller checks: a run they close drops this task.)
+            PERFORM harvest._ensure_workflow_task(v_execution.id);
+        END IF;
+        handed := to_jsonb(v_handed);
         RETURN;
     END IF;
     IF cardinality(v_types) > 0 THEN
@@ -1160,6 +1243,18 @@ DECLARE
     v_o_statuses text[];
     v_o_handed jsonb[];
     v_i integer;
+    -- The decisions' appends' row updates, written once likewise (_apply_decision's
+    -- p_defer_events, core.sql _update_held_rows), as complete_activities holds them.
+    v_rw_ids uuid[];
+    v_rw_lasts bigint[];
+    v_rw_counts integer[];
+    v_rw_bytes bigint[];
+    v_rw_throughs bigint[];
+    v_rw_holds boolean[];
+    v_rw_statuses text[];  -- (NULL: the run goes on; else the close's, with its output and failure)
+    v_rw_outputs jsonb[];
+    v_rw_failures jsonb[];
+    v_cap record;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
         RAISE EXCEPTION 'owner epochs, when given, must be an array of the task ids'' length' USING ERRCODE = 'HR001';
@@ -1214,6 +1309,39 @@ BEGIN
         -- goes the full way, which names its problem.
         v_run := NULL;
         v_execution := NULL;
+        -- What is held of a run (its row update, its events, its handed activity) goes in
+        -- before its next decision, which reads its row and may read its history; another
+        -- run's may wait (nothing of this run reads them). Before the row is read for the
+        -- decision: its held update is in the row then. (By the unlocked read of the task's
+        -- run: an item then refused finds the earlier items' writes made a little earlier.)
+        IF v_item.run = v_held_run THEN
+            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
+                v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+                v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
+            FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
+                v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+            END LOOP;
+            v_rw_ids := NULL;
+            v_rw_lasts := NULL;
+            v_rw_counts := NULL;
+            v_rw_bytes := NULL;
+            v_rw_throughs := NULL;
+            v_rw_holds := NULL;
+            v_rw_statuses := NULL;
+            v_rw_outputs := NULL;
+            v_rw_failures := NULL;
+            v_ev_runs := NULL;
+            v_ev_offsets := NULL;
+            v_ev_types := NULL;
+            v_ev_datas := NULL;
+            v_hd_items := NULL;
+            v_hd_runs := NULL;
+            v_hd_ids := NULL;
+            v_hd_seqs := NULL;
+            v_hd_cmds := NULL;
+            v_held_run := NULL;
+        END IF;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
             SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
             DELETE FROM harvest.tasks AS t
@@ -1251,30 +1379,60 @@ BEGIN
             END IF;
         END IF;
         IF outcome = 'completed' THEN
-            -- What is held of a run (its events, its handed activity) goes in before its next
-            -- decision (which may read its history); another run's may wait (nothing of this
-            -- run reads them).
-            IF v_run = v_held_run THEN
-                v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
-                    v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
-                FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-                    v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
-                END LOOP;
-                v_ev_runs := NULL;
-                v_ev_offsets := NULL;
-                v_ev_types := NULL;
-                v_ev_datas := NULL;
-                v_hd_items := NULL;
-                v_hd_runs := NULL;
-                v_hd_ids := NULL;
-                v_hd_seqs := NULL;
-                v_hd_cmds := NULL;
-                v_held_run := NULL;
+            -- (The item's run is the held one only as the unlocked read above saw it: a task's
+            -- run never changes, so this is that run.) The held run rows go in before a
+            -- decision that may act on another run (one of them, perhaps: a close's relay to
+            -- its parent, a mutex grant, a signal).
+            IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_item.commands) THEN
+                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
+                v_rw_ids := NULL;
+                v_rw_lasts := NULL;
+                v_rw_counts := NULL;
+                v_rw_bytes := NULL;
+                v_rw_throughs := NULL;
+                v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
             END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
                 p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_execution => v_execution,
                 p_defer_events => v_batched, p_defer_hand => v_batched);
+            IF v_decided.deferred_bytes IS NOT NULL THEN
+                v_rw_ids := v_rw_ids || v_run;
+                v_rw_lasts := v_rw_lasts || v_decided.deferred_last;
+                v_rw_counts := v_rw_counts || cardinality(v_decided.deferred_types);
+                v_rw_bytes := v_rw_bytes || v_decided.deferred_bytes;
+                v_rw_throughs := v_rw_throughs || v_decided.deferred_through;
+                v_rw_holds := v_rw_holds || v_decided.deferred_hold;
+                v_rw_statuses := v_rw_statuses || v_decided.deferred_status;
+                v_rw_outputs := v_rw_outputs || v_decided.deferred_output;
+                v_rw_failures := v_rw_failures || v_decided.deferred_failure;
+            END IF;
+            IF v_decided.caps_pending THEN
+                -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
+                -- checks them; a run they close keeps no handed activity.
+                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
+                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
+                v_rw_ids := NULL;
+                v_rw_lasts := NULL;
+                v_rw_counts := NULL;
+                v_rw_bytes := NULL;
+                v_rw_throughs := NULL;
+                v_rw_holds := NULL;
+                v_rw_statuses := NULL;
+                v_rw_outputs := NULL;
+                v_rw_failures := NULL;
+                v_cap := harvest._decide_history_caps(v_run, p_event_cap, p_byte_cap, v_now);
+                IF v_cap.capped THEN
+                    v_decided.last_event_id := v_cap.last_event_id;
+                    v_decided.execution_status := v_cap.execution_status;
+                    v_decided.handed := '[]'::jsonb;
+                    v_decided.deferred_hand_seq := NULL;
+                END IF;
+            END IF;
             v_n := cardinality(v_decided.deferred_types);
             IF v_n > 0 THEN
                 v_ev_types := v_ev_types || v_decided.deferred_types;
@@ -1305,8 +1463,10 @@ BEGIN
             RETURN NEXT;
         END IF;
     END LOOP;
-    IF v_held_run IS NOT NULL THEN  -- (something is held: a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+    IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
+        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
+            v_rw_statuses, v_rw_outputs, v_rw_failures,
+            v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);

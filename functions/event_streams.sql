@@ -4,18 +4,27 @@
 -- the work: an append costs one probe of the listener table, and a NOTIFY only while a
 -- process listens.
 
--- Wake the event stream's listeners, if any process listens (a fresh heartbeat): NOTIFY
--- takes a cluster-wide lock at commit, so an engine nobody streams from skips it.
--- Postgres folds the identical notifications of one transaction into one.
+-- The event stream's listeners that count: a heartbeat within 30 s (a process that stopped
+-- heartbeating stops the notifications; heartbeat_event_stream deletes its row after a
+-- minute). The one statement of the rule for every notifying append (_notify_events,
+-- core.sql _insert_events, start.sql _start_plain_batch): a SQL set-returning function, STABLE,
+-- which the planner inlines into the query that reads it, so it costs no call of its own.
+CREATE OR REPLACE FUNCTION harvest._live_event_listeners()
+RETURNS SETOF harvest.event_stream_listeners
+LANGUAGE sql STABLE
+AS $$
+    SELECT * FROM harvest.event_stream_listeners AS l WHERE l.heartbeat_at > now() - interval '30 seconds';
+$$;
+
+-- Wake the event stream's listeners, if any process listens (a fresh heartbeat:
+-- _live_event_listeners): NOTIFY takes a cluster-wide lock at commit, so an engine nobody
+-- streams from skips it. Postgres folds the identical notifications of one transaction into one.
 CREATE OR REPLACE FUNCTION harvest._notify_events(p_execution_id uuid)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF EXISTS (
-        SELECT 1 FROM harvest.event_stream_listeners AS l
-        WHERE l.heartbeat_at > now() - interval '30 seconds'
-    ) THEN
+    IF EXISTS (SELECT 1 FROM harvest._live_event_listeners()) THEN
         PERFORM pg_notify('harvest_events', p_execution_id::text);
     END IF;
 END;

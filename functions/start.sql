@@ -635,8 +635,7 @@ BEGIN
     -- The stream (_notify_events' probe and message, per run) only while a process streams.
     PERFORM pg_notify('harvest_events', u.id::text)
     FROM unnest(v_runs.ids) WITH ORDINALITY AS u (id, k)
-    WHERE EXISTS (SELECT 1 FROM harvest.event_stream_listeners AS l
-                  WHERE l.heartbeat_at > now() - interval '30 seconds')
+    WHERE EXISTS (SELECT 1 FROM harvest._live_event_listeners())  -- (event_streams.sql)
     ORDER BY u.k;
     -- One queue (a batch's usual case, and every start of one): its wake-up without the
     -- query for the distinct queues (a cursor opened on every start).

@@ -7,7 +7,7 @@
 -- harvest._wake_after_results,
 -- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
 BEGIN;
-SELECT plan(217);
+SELECT plan(222);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -823,8 +823,10 @@ SELECT results_eq(
       WHERE t.execution_id = pg_temp.run('bw_a.1') AND t.kind = 'activity' AND t.status = 'running'
         AND t.lease_owner = 'bw'$$,
     'a decision''s handed activity in the batch: decided.handed is its leased row, described with the run as the decision read it');
--- _apply_decision with p_defer_events takes the ids (the run's row moves) and leaves the
--- events to its caller, whose _insert_events puts them in at those ids.
+-- _apply_decision with p_defer_events, of a decision that goes in one append, leaves that
+-- append to its caller: the ids (deferred_last, from the row as read), the row update's
+-- counters (deferred_bytes, deferred_through, deferred_hold) and the events, which the
+-- caller's _update_held_rows and _insert_events put in.
 SELECT pg_temp.decided('bw_e', 'bw');
 DELETE FROM harvest.tasks WHERE id = pg_temp.task('bw_e.1');
 CREATE TEMP TABLE bw_deferred ON COMMIT DROP AS
@@ -832,10 +834,17 @@ SELECT * FROM harvest._apply_decision(pg_temp.run('bw_e.1'), 3, '[{"type": "star
                                       'bw', NULL, NULL, 0, p_defer_events => true);
 SELECT results_eq(
     $$SELECT d.last_event_id, d.deferred_types, d.deferred_last, pg_temp.last_event_id(pg_temp.run('bw_e.1')),
-             (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1'))
+             (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1')),
+             d.deferred_bytes = (SELECT sum(harvest._event_bytes(x.data)) FROM unnest(d.deferred_datas) AS x (data)),
+             d.deferred_through, d.deferred_hold, d.caps_pending
       FROM bw_deferred AS d$$,
-    $$VALUES (5::bigint, ARRAY['WorkflowTaskCompleted', 'TimerStarted'], 5::bigint, 5::bigint, 3::bigint)$$,
-    '_apply_decision(p_defer_events): the run''s ids taken (last_event_id 5), its events left to the caller');
+    $$VALUES (5::bigint, ARRAY['WorkflowTaskCompleted', 'TimerStarted'], 5::bigint, 3::bigint, 3::bigint, true,
+              5::bigint, false, false)$$,
+    '_apply_decision(p_defer_events): ids 4-5 and the row''s update left to the caller (row and events untouched)');
+SELECT harvest._update_held_rows(ARRAY[pg_temp.run('bw_e.1')], ARRAY[d.deferred_last], ARRAY[2],
+                                 ARRAY[d.deferred_bytes], ARRAY[d.deferred_through], ARRAY[d.deferred_hold],
+                                 ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[], ARRAY[NULL]::jsonb[], 'bw')
+FROM bw_deferred AS d;
 SELECT harvest._insert_events(ARRAY[pg_temp.run('bw_e.1'), pg_temp.run('bw_e.1')], ARRAY[3, 3]::bigint[],
                               d.deferred_types, d.deferred_datas)
 FROM bw_deferred AS d;
@@ -844,6 +853,67 @@ SELECT results_eq(
       FROM harvest.events AS ev WHERE ev.execution_id = pg_temp.run('bw_e.1') AND ev.event_id > 3 ORDER BY ev.event_id$$,
     $$VALUES (4::bigint, 'WorkflowTaskCompleted'::text, '3'::text), (5, 'TimerStarted', NULL)$$,
     '_insert_events(): the events at their ids (offset + subscript), in order');
+SELECT results_eq(
+    $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.wake_hold,
+             e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev
+                                WHERE ev.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_e.1')$$,
+    $$VALUES (5::bigint, 'bw'::text, 5::bigint, false, true)$$,
+    '_update_held_rows(): the run''s row as the one append would have left it');
+-- What a batch holds of a run (its decision's row update, events and handed activity) goes
+-- in before that run's next item: here a result of the same run after a decision that holds
+-- its wake-ups (hold_wakeups) and hands an activity. The result's wake-up reads the run's
+-- wake_hold (in the held row) and its open activity tasks (the held handed one): held,
+-- it does not wake the run.
+SELECT harvest.register_worker('bw', ARRAY['wq_bw_a', 'wq_bw_b', 'wq_bw_c', 'wq_bw_d', 'wq_bw_e', 'wq_bw_h', 'wq_bw_k',
+                                     'dq_bw'],
+                               'host', 3);
+SELECT pg_temp.decided('bw_h', 'bw', 2);
+INSERT INTO batches
+SELECT 'bw_h', c.* FROM harvest.complete_activities('bw',
+    ARRAY[pg_temp.task('bw_h.1'), pg_temp.task('bw_h.2')], ARRAY[pg_temp.token('bw_h.1'), pg_temp.token('bw_h.2')],
+    ARRAY['"bw_h.1"', '"bw_h.2"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('bw_h.1', '[{"type": "hold_wakeups"},
+                                       {"type": "schedule_activity", "seq": 3, "name": "next", "queue": "dq_bw"}]', 1),
+          NULL]) AS c;
+SELECT results_eq(
+    $$SELECT b.outcome, b.decided ->> 'last_event_id', jsonb_array_length(b.decided -> 'handed'), b.handed IS NULL
+      FROM batches AS b WHERE b.batch = 'bw_h' ORDER BY b.task_id$$,
+    $$VALUES ('completed'::text, '7'::text, 1, true), ('completed', NULL, NULL, true)$$,
+    'a decision holding its wake-ups and a later result of its run in one batch: the result wakes nothing');
+SELECT results_eq(
+    $$SELECT e.wake_hold, e.last_event_id,
+             (SELECT array_agg(ev.event_id::text || ':' || ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = e.id AND ev.event_id > 4),
+             (SELECT array_agg(t.kind || ':' || t.status || ':' || coalesce(t.seq::text, '') ORDER BY t.id)
+              FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_h.1')$$,
+    $$VALUES (true, 8::bigint, ARRAY['5:ActivityCompleted', '6:WorkflowTaskCompleted', '7:ActivityScheduled',
+                                     '8:ActivityCompleted'], ARRAY['activity:running:3'])$$,
+    '... the run''s row and history as the decision left them, the result after, no workflow task (its handed activity open)');
+-- A decision that ends its run and a later result of the run in one batch: the close (held
+-- with the decision's append) goes in before the result is taken, which finds its task gone
+-- with the run's, as it would after a close of its own.
+SELECT pg_temp.decided('bw_k', 'bw', 2);
+INSERT INTO batches
+SELECT 'bw_k', c.* FROM harvest.complete_activities('bw',
+    ARRAY[pg_temp.task('bw_k.1'), pg_temp.task('bw_k.2')], ARRAY[pg_temp.token('bw_k.1'), pg_temp.token('bw_k.2')],
+    ARRAY['"bw_k.1"', '"bw_k.2"']::jsonb[], true, 45,
+    ARRAY[pg_temp.decision('bw_k.1', '[{"type": "complete_workflow", "result": "k"}]'), NULL]) AS c;
+SELECT results_eq(
+    $$SELECT b.outcome, b.decided ->> 'last_event_id', b.decided ->> 'execution_status'
+      FROM batches AS b WHERE b.batch = 'bw_k' ORDER BY b.task_id$$,
+    $$VALUES ('completed'::text, '7'::text, 'COMPLETED'::text), ('gone', NULL, NULL)$$,
+    'a closing decision and a later result of its run in one batch: the result''s task gone with the run''s');
+SELECT results_eq(
+    $$SELECT e.status, e.last_event_id,
+             (SELECT array_agg(ev.event_id::text || ':' || ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = e.id AND ev.event_id > 4),
+             (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id = pg_temp.run('bw_k.1')$$,
+    $$VALUES ('COMPLETED'::text, 7::bigint, ARRAY['5:ActivityCompleted', '6:WorkflowTaskCompleted', '7:WorkflowCompleted'],
+              0::bigint)$$,
+    '... the run closed with the decision''s events, no result after them, no task left');
 SELECT results_eq(
     $$SELECT decided_by, decided_through, last_event_id, status FROM harvest.executions WHERE id = pg_temp.run('da.1')$$,
     $$VALUES ('dw'::text, 6::bigint, 6::bigint, 'RUNNING'::text)$$,

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(288);
+SELECT plan(291);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1508,10 +1508,14 @@ DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity
 -- activities (each on its own run's row), which come back in the held order; nothing
 -- held, nothing written and NULL back.
 SELECT pg_temp.start_and_claim('cmd_wh');
-SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'fn-worker', harvest.now()),
+UPDATE harvest.executions SET last_event_id = 40 WHERE id = pg_temp.run('cmd_wh');
+SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                              NULL, NULL, NULL, 'fn-worker', harvest.now()),
           NULL, '_write_held(): nothing held returns NULL');
 CREATE TEMP TABLE wh_handed ON COMMIT DROP AS
 SELECT harvest._write_held(
+           ARRAY[pg_temp.run('cmd_wh')], ARRAY[42]::bigint[], ARRAY[2], ARRAY[0]::bigint[], ARRAY[42]::bigint[],
+           ARRAY[false], ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[], ARRAY[NULL]::jsonb[],
            ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_wh')], ARRAY[40, 40]::bigint[],
            ARRAY['MarkerRecorded', 'MarkerRecorded'], ARRAY['{"name": "w1"}', '{"name": "w2"}']::jsonb[],
            ARRAY[pg_temp.exec('cmd_wh'), pg_temp.exec('cmd_fn')], ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_fn')],
@@ -1521,8 +1525,12 @@ SELECT results_eq(
       WHERE execution_id = pg_temp.run('cmd_wh') AND event_id > 40 ORDER BY event_id$$,
     $$VALUES (41::bigint, 'w1'::text), (42, 'w2')$$,
     '_write_held(): the held events at their ids (offset + position), in order');
-SELECT is((SELECT handed FROM wh_handed),
-          (SELECT array_agg(harvest._task_for_worker(t, e, 'fn-worker') ORDER BY t.id)
+SELECT results_eq(
+    $$SELECT last_event_id, decided_by, decided_through FROM harvest.executions WHERE id = pg_temp.run('cmd_wh')$$,
+    $$VALUES (42::bigint, 'fn-worker'::text, 42::bigint)$$,
+    '_write_held(): the held row updates first (_update_held_rows)');
+SELECT is((SELECT array_agg(h - 'new_events_after' ORDER BY n) FROM wh_handed, unnest(handed) WITH ORDINALITY AS u (h, n)),
+          (SELECT array_agg(harvest._task_for_worker(t, e, 'fn-worker') - 'new_events_after' ORDER BY t.id)
            FROM harvest.tasks AS t JOIN harvest.executions AS e ON e.id = t.execution_id
            WHERE t.seq IN (41, 42) AND t.kind = 'activity' AND t.activity_name IN ('h1', 'h2')),
           '... then the handed activities, each on its own run, returned in the held order');
@@ -1560,6 +1568,25 @@ SELECT is(harvest._activity_scheduled_data('dq_cmd_fn', 11,
           jsonb_build_object('seq', 11, 'name', 'q1', 'input', '[1]'::jsonb, 'queue', 'dq_cmd_fn',
                              'options', '{"priority": 3}'::jsonb),
           '_activity_scheduled_data() returns the ActivityScheduled data');
+-- _acts_on_own_run: a decision whose commands act on its own run only (the held run rows
+-- may wait for it); anything else, and anything not an array, may act on another.
+SELECT results_eq(
+    $$SELECT harvest._acts_on_own_run(c::jsonb) FROM unnest(ARRAY[
+        '[]',
+        '[{"type": "schedule_activity", "seq": 1}, {"type": "start_timer", "seq": 2}, {"type": "hold_wakeups"}]',
+        '[{"type": "cancel_timer", "seq": 1}, {"type": "record_marker", "seq": 2, "name": "m"}]',
+        '[{"type": "record_marker", "seq": 2, "kind": "version"}]',
+        '[{"type": "record_marker", "seq": 2, "kind": "mutex_acquire"}]',
+        '[{"type": "schedule_activity", "seq": 1}, {"type": "complete_workflow"}]',
+        '[{"type": "fail_workflow"}]', '[{"type": "cancel_workflow"}]', '[{"type": "continue_as_new"}]',
+        '[{"type": "start_child_workflow", "seq": 1}]', '[{"type": "signal_external_workflow", "seq": 1}]',
+        '[{"type": "cancel_external_workflow", "seq": 1}]', '[{"type": "complete_update", "seq": 1}]',
+        '{"type": "start_timer"}', 'null']) WITH ORDINALITY AS u (c, n) ORDER BY n$$,
+    $$VALUES (true), (true), (true), (true), (false), (true), (true), (true), (false), (false), (false), (false),
+             (false), (false), (false)$$,
+    '_acts_on_own_run(): activities, timers, plain markers, hold_wakeups and closes act on their own run; the rest may not');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._acts_on_own_run(t.input) FROM harvest.tasks AS t'),
+               '%_acts_on_own_run(%', '_acts_on_own_run() is inlined into its caller''s expression');
 -- Both are inlined into the expression that calls them (a decision's per-activity step):
 -- no call of their own per queued activity.
 SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_command_ok(t.input, t.seq) FROM harvest.tasks AS t'),
@@ -1807,5 +1834,96 @@ SELECT results_eq(
              (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('one_take'))$$,
     $$VALUES (0::bigint, 0::bigint)$$,
     '... taken without _try_lock_claimed_task, and its task is gone');
+SELECT * FROM finish();
+ROLLBACK;
+
+-- A batch's decisions that each go in one append leave their runs' row updates (a close's
+-- too) to one _update_held_rows, where each was an _append_events or _append_closing_events
+-- of its own; before a decision that may act on another run (here a signal to another
+-- workflow) the held rows go in first. Items by run: the first queues an activity, the
+-- second completes its run, the third starts a timer, the fourth signals a workflow. A batch past the event cap fails its runs as the caps say, a
+-- held handed activity dropped. In a transaction of its own (tracking, as above).
+BEGIN;
+SELECT plan(5);
+SET LOCAL track_functions = 'pl';
+CREATE FUNCTION pg_temp.calls(p_fn regprocedure) RETURNS bigint LANGUAGE sql AS $fn$
+    SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f WHERE f.funcid = p_fn), 0);
+$fn$;
+SELECT pg_temp.start_claimed(k, 'decide_wf', 'dq_' || k, 'worker-1')
+FROM unnest(ARRAY['held_1', 'held_2', 'held_3', 'held_4', 'capped_1', 'capped_2']) AS k;
+CREATE TEMP TABLE held_items ON COMMIT DROP AS
+SELECT k, pg_temp.task(k) AS task, pg_temp.token(k) AS token, row_number() OVER (ORDER BY pg_temp.run(k)) AS n
+FROM unnest(ARRAY['held_1', 'held_2', 'held_3', 'held_4']) AS k;
+CREATE TEMP TABLE held_before ON COMMIT DROP AS
+SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text[],jsonb[],jsonb[],text)')
+           AS held,
+       pg_temp.calls('harvest._append_closing_events(uuid,text[],jsonb[],text,bigint,text,jsonb,jsonb,boolean)') AS closes;
+CREATE TEMP TABLE held_done ON COMMIT DROP AS
+SELECT i.n, c.outcome, c.last_event_id, c.execution_status
+FROM harvest.complete_workflow_tasks('worker-1',
+         (SELECT array_agg(task ORDER BY n) FROM held_items), (SELECT array_agg(token ORDER BY n) FROM held_items),
+         ARRAY[1, 1, 1, 1]::bigint[],
+         ARRAY['[{"type": "schedule_activity", "seq": 1, "name": "a"}]',
+               '[{"type": "complete_workflow", "result": 2}]',
+               '[{"type": "start_timer", "seq": 1, "duration": 60}]',
+               jsonb_build_array(jsonb_build_object('type', 'signal_external_workflow', 'seq', 1, 'signal_name', 'go',
+                                                    'workflow_id', (SELECT k FROM held_items WHERE n = 1)))]::jsonb[],
+         ARRAY[0, 0, 0, 0]) AS c
+JOIN held_items AS i ON i.task = c.task_id;
+SELECT results_eq(
+    $$SELECT n, outcome, last_event_id, execution_status FROM held_done ORDER BY n$$,
+    $$VALUES (1::bigint, 'completed'::text, 3::bigint, 'RUNNING'::text), (2, 'completed', 3, 'COMPLETED'),
+             (3, 'completed', 3, 'RUNNING'), (4, 'completed', 4, 'RUNNING')$$,
+    'complete_workflow_tasks(): four runs'' decisions, each answered as its appends would have left it');
+SELECT results_eq(
+    $$SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text[],jsonb[],jsonb[],text)')
+             - b.held,
+             pg_temp.calls('harvest._append_closing_events(uuid,text[],jsonb[],text,bigint,text,jsonb,jsonb,boolean)')
+             - b.closes
+      FROM held_before AS b$$,
+    $$VALUES (1::bigint, 0::bigint)$$,
+    '... the first three''s row updates and close in one _update_held_rows, before the signal; none by _append_closing_events');
+SELECT results_eq(
+    $$SELECT i.n, e.last_event_id, (SELECT max(ev.event_id) FROM harvest.events AS ev WHERE ev.execution_id = e.id),
+             (SELECT count(*) FROM harvest.events AS ev WHERE ev.execution_id = e.id),
+             e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev
+                                WHERE ev.execution_id = e.id),
+             e.decided_by, e.decided_through, e.status,
+             (SELECT array_agg(ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = e.id AND ev.event_id > 2)
+      FROM held_items AS i JOIN harvest.executions AS e ON e.id = pg_temp.run(i.k) ORDER BY i.n$$,
+    $$VALUES (1::bigint, 4::bigint, 4::bigint, 4::bigint, true, 'worker-1'::text, 3::bigint, 'RUNNING'::text,
+              ARRAY['ActivityScheduled', 'SignalReceived']),
+             (2, 3, 3, 3, true, 'worker-1', 1, 'COMPLETED', ARRAY['WorkflowCompleted']),
+             (3, 3, 3, 3, true, 'worker-1', 3, 'RUNNING', ARRAY['TimerStarted']),
+             (4, 4, 4, 4, true, 'worker-1', 1, 'RUNNING', ARRAY['ExternalSignalRequested', 'ExternalSignalDelivered'])$$,
+    '... each run''s row: its last event and count, its bytes, decided_by, decided_through, the signal after the first''s decision');
+CREATE TEMP TABLE capped_done ON COMMIT DROP AS
+SELECT c.* FROM harvest.complete_workflow_tasks('worker-1',
+    ARRAY[pg_temp.task('capped_1'), pg_temp.task('capped_2')], ARRAY[pg_temp.token('capped_1'), pg_temp.token('capped_2')],
+    ARRAY[1, 1]::bigint[],
+    ARRAY['[{"type": "schedule_activity", "seq": 1, "name": "a", "queue": "dq_capped_1"}]',
+          '[{"type": "start_timer", "seq": 1, "duration": 60}]']::jsonb[], ARRAY[1, 1], 2) AS c;
+SELECT results_eq(
+    $$SELECT c.outcome, c.last_event_id, c.execution_status, c.handed,
+             (SELECT array_agg(ev.event_type ORDER BY ev.event_id) FROM harvest.events AS ev
+              WHERE ev.execution_id = t.run),
+             (SELECT count(*) FROM harvest.tasks AS x WHERE x.execution_id = t.run),
+             (SELECT count(*) FROM harvest.dead_letters AS d WHERE d.execution_id = t.run AND d.kind = 'workflow')
+      FROM capped_done AS c
+      JOIN (VALUES (pg_temp.task('capped_1'), pg_temp.run('capped_1'), 1), (pg_temp.task('capped_2'), pg_temp.run('capped_2'), 2))
+          AS t (task, run, n) ON t.task = c.task_id
+      ORDER BY t.n$$,
+    $$VALUES ('completed'::text, 4::bigint, 'FAILED'::text, '[]'::jsonb,
+              ARRAY['WorkflowStarted', 'WorkflowTaskCompleted', 'ActivityScheduled', 'WorkflowFailed'], 0::bigint, 1::bigint),
+             ('completed', 4, 'FAILED', '[]', ARRAY['WorkflowStarted', 'WorkflowTaskCompleted', 'TimerStarted',
+                                                    'WorkflowFailed'], 0, 1)$$,
+    'complete_workflow_tasks() past the event cap: each run failed by the caps, its handed activity dropped');
+SELECT results_eq(
+    $$SELECT e.last_event_id, e.history_bytes = (SELECT sum(harvest._event_bytes(ev.event_data)) FROM harvest.events AS ev
+                                                  WHERE ev.execution_id = e.id)
+      FROM harvest.executions AS e WHERE e.id IN (pg_temp.run('capped_1'), pg_temp.run('capped_2'))$$,
+    $$VALUES (4::bigint, true), (4, true)$$,
+    '... their rows counting every event');
 SELECT * FROM finish();
 ROLLBACK;

@@ -1,7 +1,7 @@
--- functions/event_streams.sql: harvest._notify_events, heartbeat_event_stream, stop_event_stream, list_events,
--- get_event_horizon.
+-- functions/event_streams.sql: harvest._notify_events, harvest._live_event_listeners, heartbeat_event_stream,
+-- stop_event_stream, list_events, get_event_horizon.
 BEGIN;
-SELECT plan(13);
+SELECT plan(16);
 
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, 'heartbeat_event_stream() registers a listener');
 SELECT lives_ok($$SELECT harvest.heartbeat_event_stream('host:1:a')$$, '... and again refreshes it');
@@ -10,6 +10,15 @@ SELECT throws_ok($$SELECT harvest.heartbeat_event_stream(' ')$$, 'HR001', NULL,
                  'heartbeat_event_stream() of a blank id: HR001');
 SELECT lives_ok($$SELECT harvest._notify_events(gen_random_uuid())$$,
                 '_notify_events() notifies while a listener is fresh (tests/web/test_streams.py hears it)');
+-- _live_event_listeners: the listeners whose heartbeat is under 30 s old, inlined where it is read.
+INSERT INTO harvest.event_stream_listeners (listener_id, heartbeat_at) VALUES ('host:2:stale', now() - interval '31 seconds');
+SELECT results_eq($$SELECT listener_id FROM harvest._live_event_listeners() ORDER BY listener_id$$,
+                  $$VALUES ('host:1:a'::text)$$, '_live_event_listeners(): the listeners heard from within 30 s');
+DELETE FROM harvest.event_stream_listeners WHERE listener_id = 'host:2:stale';
+SELECT unalike(pg_temp.plan_of('SELECT EXISTS (SELECT 1 FROM harvest._live_event_listeners())'),
+               '%_live_event_listeners%', '_live_event_listeners() is inlined into the query that reads it');
+SELECT alike(pg_temp.plan_of('SELECT EXISTS (SELECT 1 FROM harvest._live_event_listeners())'),
+             '%event_stream_listeners%', '... which reads the listeners'' table itself');
 SELECT is(harvest.stop_event_stream('host:1:a'), true, 'stop_event_stream() removes the listener');
 SELECT is(harvest.stop_event_stream('host:1:a'), false, '... once');
 
