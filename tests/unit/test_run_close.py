@@ -50,7 +50,8 @@ async def leaves_a_task(ctx: Any, n: int) -> int:
         finally:  # runs when the abandoned coroutine is finalized
             SEEN_IN_FINALLY.append(ctx.is_replaying)
 
-    asyncio.ensure_future(waits())
+    left = asyncio.ensure_future(waits())  # never awaited: suspended when the run ends
+    assert not left.done()
     return await ctx.execute_activity(noop, n)
 
 
@@ -88,8 +89,9 @@ async def _drive(run: WorkflowRun, name: str, n: int, results: int) -> list[dict
         last += 1 + len(activation.commands)  # the decision's marker and one event per command
         assert run.recorded(last)
         last += 1
-        result = {"event_id": last, "event_type": "ActivityCompleted", "event_data": {"seq": seq, "result": seq}}
-        activation = await run.advance([result])
+        data = {"seq": seq, "result": seq}
+        completed = {"event_id": last, "event_type": "ActivityCompleted", "event_data": data}
+        activation = await run.advance([completed])
     return activation.commands
 
 
