@@ -68,6 +68,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         self._task_factory: Callable[..., Any] | None = None
         self.logical_time = 0.0
         self.fatal_error: BaseException | None = None
+        self.tasks_created = 0  # (WorkflowRun.close: has a task other than the main one ever run?)
 
     # ------------------------------------------------------------------ stepping
     def run_until_idle(self) -> None:
@@ -202,6 +203,7 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         self, coro: Any, *, name: str | None = None, context: contextvars.Context | None = None
     ) -> asyncio.Task[Any]:
         self._check_closed()
+        self.tasks_created += 1
         if self._task_factory is not None:
             task = cast("asyncio.Task[Any]", self._task_factory(self, coro))
         else:

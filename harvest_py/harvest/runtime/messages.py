@@ -57,6 +57,10 @@ class RunHandlers:
         self._drain_waiters: list[asyncio.Future[Any]] = []
         self.completed: set[str] = set()
 
+    def detach(self) -> None:
+        """The run ended and is closed (WorkflowRun.close): drop the reference back to it."""
+        del self.run
+
     # ------------------------------------------------------------------ lookup
     def find(self, kind: str, name: str) -> HandlerDefinition | None:
         own = (self.queries if kind == "query" else self.updates).get(name)
