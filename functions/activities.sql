@@ -360,15 +360,7 @@ DECLARE
     -- The applied decisions' appends' row updates, written once likewise (_apply_decision's
     -- p_defer_events, core.sql _update_held_rows): the runs, their last ids, the events
     -- counted, the bytes added, decided_through and wake_hold.
-    v_rw_ids uuid[];
-    v_rw_lasts bigint[];
-    v_rw_counts integer[];
-    v_rw_bytes bigint[];
-    v_rw_throughs bigint[];
-    v_rw_holds boolean[];
-    v_rw_statuses text[];  -- (NULL: the run goes on; else the close's, with its output and failure)
-    v_rw_outputs jsonb[];
-    v_rw_failures jsonb[];
+    v_held_rows harvest.held_run_row[];
     v_cap record;
 BEGIN
     IF p_task_ids IS NULL OR p_fencing_tokens IS NULL OR p_results IS NULL
@@ -437,23 +429,13 @@ BEGIN
         -- task's run as read without a lock: the run held is the one this batch locked last,
         -- and an item then refused finds the earlier items' writes made a little earlier.)
         IF v_item.run = v_held_run THEN
-            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
-                v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+            v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
                 v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
                                                         jsonb_build_array(v_hd_tasks[v_i]));
             END LOOP;
-            v_rw_ids := NULL;
-            v_rw_lasts := NULL;
-            v_rw_counts := NULL;
-            v_rw_bytes := NULL;
-            v_rw_throughs := NULL;
-            v_rw_holds := NULL;
-            v_rw_statuses := NULL;
-            v_rw_outputs := NULL;
-            v_rw_failures := NULL;
+            v_held_rows := NULL;
             v_ev_runs := NULL;
             v_ev_offsets := NULL;
             v_ev_types := NULL;
@@ -563,18 +545,9 @@ BEGIN
             END IF;
             -- The held run rows go in before a decision that may act on another run (one of
             -- them, perhaps: a close's relay to its parent, a mutex grant, a signal).
-            IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_decision -> 'commands') THEN
-                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
-                v_rw_ids := NULL;
-                v_rw_lasts := NULL;
-                v_rw_counts := NULL;
-                v_rw_bytes := NULL;
-                v_rw_throughs := NULL;
-                v_rw_holds := NULL;
-                v_rw_statuses := NULL;
-                v_rw_outputs := NULL;
-                v_rw_failures := NULL;
+            IF v_held_rows IS NOT NULL AND NOT harvest._acts_on_own_run(v_decision -> 'commands') THEN
+                PERFORM harvest._update_held_rows(v_held_rows, p_worker_id);
+                v_held_rows := NULL;
             END IF;
             v_applied := harvest._apply_decision(v_task.execution_id,
                 (v_decision ->> 'after')::bigint + 1,
@@ -588,30 +561,16 @@ BEGIN
                 v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched,
                 p_defer_hand => v_batched);
             IF v_applied.deferred_bytes IS NOT NULL THEN
-                v_rw_ids := v_rw_ids || v_task.execution_id;
-                v_rw_lasts := v_rw_lasts || v_applied.deferred_last;
-                v_rw_counts := v_rw_counts || cardinality(v_applied.deferred_types);
-                v_rw_bytes := v_rw_bytes || v_applied.deferred_bytes;
-                v_rw_throughs := v_rw_throughs || v_applied.deferred_through;
-                v_rw_holds := v_rw_holds || v_applied.deferred_hold;
-                v_rw_statuses := v_rw_statuses || v_applied.deferred_status;
-                v_rw_outputs := v_rw_outputs || v_applied.deferred_output;
-                v_rw_failures := v_rw_failures || v_applied.deferred_failure;
+                v_held_rows := v_held_rows || ROW(v_task.execution_id, v_applied.deferred_last,
+                    cardinality(v_applied.deferred_types), v_applied.deferred_bytes, v_applied.deferred_through,
+                    v_applied.deferred_hold, v_applied.deferred_status, v_applied.deferred_output,
+                    v_applied.deferred_failure)::harvest.held_run_row;
             END IF;
             IF v_applied.caps_pending THEN
                 -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
                 -- checks them; a run they close keeps no handed activity.
-                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
-                v_rw_ids := NULL;
-                v_rw_lasts := NULL;
-                v_rw_counts := NULL;
-                v_rw_bytes := NULL;
-                v_rw_throughs := NULL;
-                v_rw_holds := NULL;
-                v_rw_statuses := NULL;
-                v_rw_outputs := NULL;
-                v_rw_failures := NULL;
+                PERFORM harvest._update_held_rows(v_held_rows, p_worker_id);
+                v_held_rows := NULL;
                 v_cap := harvest._decide_history_caps(v_task.execution_id, p_event_cap, p_byte_cap, v_now);
                 IF v_cap.capped THEN
                     v_applied.last_event_id := v_cap.last_event_id;
@@ -665,9 +624,7 @@ BEGIN
             v_run, v_run_types, v_run_datas, p_worker_id, v_run_queues, p_workflow_lease_secs);
     END IF;
     IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
-            v_rw_statuses, v_rw_outputs, v_rw_failures,
-            v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+        v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',

@@ -220,38 +220,33 @@ END;
 $$;
 
 -- The row updates of appends a batch's caller held back (_apply_decision's p_defer_events:
--- a decision's one append), one statement for the batch where each was its own: run
--- p_execution_ids[i] gets p_counts[i] more events, its last p_lasts[i], p_bytes[i] more
--- history bytes, decided_by p_decided_by, decided_through p_throughs[i] and wake_hold
--- p_holds[i], as _append_events sets them; or, where p_statuses[i] is not NULL (a decision
--- that ended its run), the close as _append_closing_events writes it (status, output,
--- failure, completed_at; wake_hold kept) in a second statement for the batch's closes,
--- then each closed run's _after_close, in the arrays' order. The caller holds each run's lock
+-- a decision's one append), one statement for the batch where each was its own: each row of
+-- p_rows (harvest.held_run_row) gives its run n more events, its last last_event_id, bytes
+-- more history bytes, decided_by p_decided_by, decided_through and wake_hold, as
+-- _append_events sets them; or, where its status is not NULL (a decision that ended its
+-- run), the close as _append_closing_events writes it (status, output, failure,
+-- completed_at; wake_hold kept) in a second statement for the batch's closes, then each
+-- closed run's _after_close, in p_rows' order. The caller holds each run's lock
 -- and writes the held rows before anything else reads or appends to one of those runs (its
 -- next item, a decision that may act on another run, a history cap's close) and before it
 -- returns; each run once. The counters were computed from the row as read under that lock:
 -- a row whose last_event_id moved since is a bug of the caller's, refused here (XX000)
 -- rather than written with ids that collide.
-CREATE OR REPLACE FUNCTION harvest._update_held_rows(
-    p_execution_ids uuid[], p_lasts bigint[], p_counts integer[], p_bytes bigint[],
-    p_throughs bigint[], p_holds boolean[], p_statuses text[], p_outputs jsonb[], p_failures jsonb[],
-    p_decided_by text
-)
+CREATE OR REPLACE FUNCTION harvest._update_held_rows(p_rows harvest.held_run_row[], p_decided_by text)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 DECLARE
     v_rows integer := 0;
     v_n integer;
-    v_closing integer := cardinality(array_remove(p_statuses, NULL));
+    v_closing integer := (SELECT count(*) FROM unnest(p_rows) AS u WHERE u.status IS NOT NULL);
     v_closed record;
 BEGIN
-    IF v_closing < cardinality(p_execution_ids) THEN
+    IF v_closing < cardinality(p_rows) THEN
         UPDATE harvest.executions AS x
         SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes, decided_by = p_decided_by,
             decided_through = u.decided_through, wake_hold = u.wake_hold
-        FROM unnest(p_execution_ids, p_lasts, p_counts, p_bytes, p_throughs, p_holds, p_statuses)
-            AS u (id, last_event_id, n, bytes, decided_through, wake_hold, status)
+        FROM unnest(p_rows) AS u
         WHERE x.id = u.id AND x.last_event_id = u.last_event_id - u.n AND u.status IS NULL;
         GET DIAGNOSTICS v_rows = ROW_COUNT;
     END IF;
@@ -263,8 +258,8 @@ BEGIN
             SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes,
                 decided_by = p_decided_by, decided_through = coalesce(u.decided_through, x.decided_through),
                 status = u.status, output = u.output, failure = u.failure, completed_at = harvest.now()
-            FROM unnest(p_execution_ids, p_lasts, p_counts, p_bytes, p_throughs, p_statuses, p_outputs, p_failures)
-                WITH ORDINALITY AS u (id, last_event_id, n, bytes, decided_through, status, output, failure, i)
+            FROM unnest(p_rows) WITH ORDINALITY
+                AS u (id, last_event_id, n, bytes, decided_through, wake_hold, status, output, failure, i)
             WHERE x.id = u.id AND x.last_event_id = u.last_event_id - u.n AND u.status IS NOT NULL
             RETURNING u.i, x.id, x.status, x.output, x.failure, x.parent_id, x.parent_seq
         )
@@ -279,9 +274,9 @@ BEGIN
                                          v_closed.failures[v_i], v_closed.parents[v_i], v_closed.seqs[v_i]);
         END LOOP;
     END IF;
-    IF v_rows <> cardinality(p_execution_ids) THEN
+    IF v_rows <> cardinality(p_rows) THEN
         RAISE EXCEPTION 'internal: % of % held run rows were where their appends left them', v_rows,
-            cardinality(p_execution_ids) USING ERRCODE = 'XX000';
+            cardinality(p_rows) USING ERRCODE = 'XX000';
     END IF;
 END;
 $$;

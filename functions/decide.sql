@@ -436,13 +436,12 @@ $$;
 
 -- What a batch call (complete_activities, complete_workflow_tasks) held back of its applied
 -- decisions goes in: their appends' row updates with one _update_held_rows (core.sql; the
--- p_rw_ arrays, NULL when none is held), their events with one _insert_events, then their
+-- p_rows, NULL when none is held), their events with one _insert_events, then their
 -- handed activities, one a decision, with one _hand_activities_of_runs (each activity on its
 -- own row of p_hd_runs). Returns the handed tasks as the worker receives them, in the held
 -- order (NULL when none was held); the caller puts each in its decision's answer.
 CREATE OR REPLACE FUNCTION harvest._write_held(
-    p_rw_ids uuid[], p_rw_lasts bigint[], p_rw_counts integer[], p_rw_bytes bigint[],
-    p_rw_throughs bigint[], p_rw_holds boolean[], p_rw_statuses text[], p_rw_outputs jsonb[], p_rw_failures jsonb[],
+    p_rows harvest.held_run_row[],
     p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
     p_hd_runs harvest.executions[], p_hd_ids uuid[], p_hd_seqs integer[], p_hd_cmds jsonb[],
     p_worker_id text, p_now timestamptz
@@ -451,9 +450,8 @@ RETURNS jsonb[]
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF cardinality(p_rw_ids) > 0 THEN
-        PERFORM harvest._update_held_rows(p_rw_ids, p_rw_lasts, p_rw_counts, p_rw_bytes, p_rw_throughs,
-                                          p_rw_holds, p_rw_statuses, p_rw_outputs, p_rw_failures, p_worker_id);
+    IF cardinality(p_rows) > 0 THEN
+        PERFORM harvest._update_held_rows(p_rows, p_worker_id);
     END IF;
     IF cardinality(p_ev_runs) > 0 THEN
         PERFORM harvest._insert_events(p_ev_runs, p_ev_offsets, p_ev_types, p_ev_datas);
@@ -1245,15 +1243,7 @@ DECLARE
     v_i integer;
     -- The decisions' appends' row updates, written once likewise (_apply_decision's
     -- p_defer_events, core.sql _update_held_rows), as complete_activities holds them.
-    v_rw_ids uuid[];
-    v_rw_lasts bigint[];
-    v_rw_counts integer[];
-    v_rw_bytes bigint[];
-    v_rw_throughs bigint[];
-    v_rw_holds boolean[];
-    v_rw_statuses text[];  -- (NULL: the run goes on; else the close's, with its output and failure)
-    v_rw_outputs jsonb[];
-    v_rw_failures jsonb[];
+    v_held_rows harvest.held_run_row[];
     v_cap record;
 BEGIN
     IF p_owner_epochs IS NOT NULL AND cardinality(p_owner_epochs) IS DISTINCT FROM v_count THEN
@@ -1315,22 +1305,12 @@ BEGIN
         -- decision: its held update is in the row then. (By the unlocked read of the task's
         -- run: an item then refused finds the earlier items' writes made a little earlier.)
         IF v_item.run = v_held_run THEN
-            v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures,
-                v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+            v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
                 v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
             END LOOP;
-            v_rw_ids := NULL;
-            v_rw_lasts := NULL;
-            v_rw_counts := NULL;
-            v_rw_bytes := NULL;
-            v_rw_throughs := NULL;
-            v_rw_holds := NULL;
-            v_rw_statuses := NULL;
-            v_rw_outputs := NULL;
-            v_rw_failures := NULL;
+            v_held_rows := NULL;
             v_ev_runs := NULL;
             v_ev_offsets := NULL;
             v_ev_types := NULL;
@@ -1383,48 +1363,25 @@ BEGIN
             -- run never changes, so this is that run.) The held run rows go in before a
             -- decision that may act on another run (one of them, perhaps: a close's relay to
             -- its parent, a mutex grant, a signal).
-            IF v_rw_ids IS NOT NULL AND NOT harvest._acts_on_own_run(v_item.commands) THEN
-                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
-                v_rw_ids := NULL;
-                v_rw_lasts := NULL;
-                v_rw_counts := NULL;
-                v_rw_bytes := NULL;
-                v_rw_throughs := NULL;
-                v_rw_holds := NULL;
-                v_rw_statuses := NULL;
-                v_rw_outputs := NULL;
-                v_rw_failures := NULL;
+            IF v_held_rows IS NOT NULL AND NOT harvest._acts_on_own_run(v_item.commands) THEN
+                PERFORM harvest._update_held_rows(v_held_rows, p_worker_id);
+                v_held_rows := NULL;
             END IF;
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
                 p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_execution => v_execution,
                 p_defer_events => v_batched, p_defer_hand => v_batched);
             IF v_decided.deferred_bytes IS NOT NULL THEN
-                v_rw_ids := v_rw_ids || v_run;
-                v_rw_lasts := v_rw_lasts || v_decided.deferred_last;
-                v_rw_counts := v_rw_counts || cardinality(v_decided.deferred_types);
-                v_rw_bytes := v_rw_bytes || v_decided.deferred_bytes;
-                v_rw_throughs := v_rw_throughs || v_decided.deferred_through;
-                v_rw_holds := v_rw_holds || v_decided.deferred_hold;
-                v_rw_statuses := v_rw_statuses || v_decided.deferred_status;
-                v_rw_outputs := v_rw_outputs || v_decided.deferred_output;
-                v_rw_failures := v_rw_failures || v_decided.deferred_failure;
+                v_held_rows := v_held_rows || ROW(v_run, v_decided.deferred_last,
+                    cardinality(v_decided.deferred_types), v_decided.deferred_bytes, v_decided.deferred_through,
+                    v_decided.deferred_hold, v_decided.deferred_status, v_decided.deferred_output,
+                    v_decided.deferred_failure)::harvest.held_run_row;
             END IF;
             IF v_decided.caps_pending THEN
                 -- Past a history cap (rare): the held rows go in, then the caps as _apply_decision
                 -- checks them; a run they close keeps no handed activity.
-                PERFORM harvest._update_held_rows(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs,
-                                                  v_rw_holds, v_rw_statuses, v_rw_outputs, v_rw_failures, p_worker_id);
-                v_rw_ids := NULL;
-                v_rw_lasts := NULL;
-                v_rw_counts := NULL;
-                v_rw_bytes := NULL;
-                v_rw_throughs := NULL;
-                v_rw_holds := NULL;
-                v_rw_statuses := NULL;
-                v_rw_outputs := NULL;
-                v_rw_failures := NULL;
+                PERFORM harvest._update_held_rows(v_held_rows, p_worker_id);
+                v_held_rows := NULL;
                 v_cap := harvest._decide_history_caps(v_run, p_event_cap, p_byte_cap, v_now);
                 IF v_cap.capped THEN
                     v_decided.last_event_id := v_cap.last_event_id;
@@ -1464,9 +1421,7 @@ BEGIN
         END IF;
     END LOOP;
     IF v_held_run IS NOT NULL THEN  -- (something is held: a row or a handed activity only with its events)
-        v_hd_tasks := harvest._write_held(v_rw_ids, v_rw_lasts, v_rw_counts, v_rw_bytes, v_rw_throughs, v_rw_holds,
-            v_rw_statuses, v_rw_outputs, v_rw_failures,
-            v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
+        v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
             v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);

@@ -841,9 +841,8 @@ SELECT results_eq(
     $$VALUES (5::bigint, ARRAY['WorkflowTaskCompleted', 'TimerStarted'], 5::bigint, 3::bigint, 3::bigint, true,
               5::bigint, false, false)$$,
     '_apply_decision(p_defer_events): ids 4-5 and the row''s update left to the caller (row and events untouched)');
-SELECT harvest._update_held_rows(ARRAY[pg_temp.run('bw_e.1')], ARRAY[d.deferred_last], ARRAY[2],
-                                 ARRAY[d.deferred_bytes], ARRAY[d.deferred_through], ARRAY[d.deferred_hold],
-                                 ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[], ARRAY[NULL]::jsonb[], 'bw')
+SELECT harvest._update_held_rows(ARRAY[ROW(pg_temp.run('bw_e.1'), d.deferred_last, 2, d.deferred_bytes,
+                                     d.deferred_through, d.deferred_hold, NULL, NULL, NULL)::harvest.held_run_row], 'bw')
 FROM bw_deferred AS d;
 SELECT harvest._insert_events(ARRAY[pg_temp.run('bw_e.1'), pg_temp.run('bw_e.1')], ARRAY[3, 3]::bigint[],
                               d.deferred_types, d.deferred_datas)

@@ -121,19 +121,17 @@ SELECT results_eq(
 -- append would have left them. A row whose last_event_id is not where the held append
 -- took its ids from is refused (XX000), nothing written.
 CREATE TEMP TABLE bytes_before AS SELECT history_bytes FROM harvest.executions WHERE id = (SELECT execution_id FROM run);
-SELECT harvest._update_held_rows(ARRAY[(SELECT execution_id FROM run)], ARRAY[12]::bigint[], ARRAY[2],
-                                 ARRAY[30]::bigint[], ARRAY[11]::bigint[], ARRAY[true], ARRAY[NULL]::text[],
-                                 ARRAY[NULL]::jsonb[], ARRAY[NULL]::jsonb[], 'w-held');
+SELECT harvest._update_held_rows(
+    ARRAY[ROW((SELECT execution_id FROM run), 12, 2, 30, 11, true, NULL, NULL, NULL)::harvest.held_run_row], 'w-held');
 SELECT results_eq(
     $$SELECT e.last_event_id, e.decided_by, e.decided_through, e.wake_hold,
              e.history_bytes - (SELECT b.history_bytes FROM bytes_before AS b)
       FROM harvest.executions AS e WHERE e.id = (SELECT execution_id FROM run)$$,
     $$VALUES (12::bigint, 'w-held'::text, 11::bigint, true, 30::bigint)$$,
     '_update_held_rows(): last_event_id, the bytes added, decided_by, decided_through and wake_hold set');
-SELECT throws_ok($$SELECT harvest._update_held_rows(ARRAY[(SELECT execution_id FROM run)], ARRAY[20]::bigint[],
-                                                    ARRAY[2], ARRAY[1]::bigint[], ARRAY[20]::bigint[],
-                                                    ARRAY[false], ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[],
-                                                    ARRAY[NULL]::jsonb[], 'w-held')$$,
+SELECT throws_ok($$SELECT harvest._update_held_rows(
+                      ARRAY[ROW((SELECT execution_id FROM run), 20, 2, 1, 20, false, NULL, NULL, NULL)::harvest.held_run_row],
+                      'w-held')$$,
                  'XX000', 'internal: 0 of 1 held run rows were where their appends left them',
                  '_update_held_rows(): a row its append did not take the ids from is refused');
 UPDATE harvest.executions SET last_event_id = 10, wake_hold = false, decided_by = 'w-core', decided_through = 8,

@@ -1509,13 +1509,11 @@ DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity
 -- held, nothing written and NULL back.
 SELECT pg_temp.start_and_claim('cmd_wh');
 UPDATE harvest.executions SET last_event_id = 40 WHERE id = pg_temp.run('cmd_wh');
-SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                              NULL, NULL, NULL, 'fn-worker', harvest.now()),
+SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'fn-worker', harvest.now()),
           NULL, '_write_held(): nothing held returns NULL');
 CREATE TEMP TABLE wh_handed ON COMMIT DROP AS
 SELECT harvest._write_held(
-           ARRAY[pg_temp.run('cmd_wh')], ARRAY[42]::bigint[], ARRAY[2], ARRAY[0]::bigint[], ARRAY[42]::bigint[],
-           ARRAY[false], ARRAY[NULL]::text[], ARRAY[NULL]::jsonb[], ARRAY[NULL]::jsonb[],
+           ARRAY[ROW(pg_temp.run('cmd_wh'), 42, 2, 0, 42, false, NULL, NULL, NULL)::harvest.held_run_row],
            ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_wh')], ARRAY[40, 40]::bigint[],
            ARRAY['MarkerRecorded', 'MarkerRecorded'], ARRAY['{"name": "w1"}', '{"name": "w2"}']::jsonb[],
            ARRAY[pg_temp.exec('cmd_wh'), pg_temp.exec('cmd_fn')], ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_fn')],
@@ -1855,7 +1853,7 @@ CREATE TEMP TABLE held_items ON COMMIT DROP AS
 SELECT k, pg_temp.task(k) AS task, pg_temp.token(k) AS token, row_number() OVER (ORDER BY pg_temp.run(k)) AS n
 FROM unnest(ARRAY['held_1', 'held_2', 'held_3', 'held_4']) AS k;
 CREATE TEMP TABLE held_before ON COMMIT DROP AS
-SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text[],jsonb[],jsonb[],text)')
+SELECT pg_temp.calls('harvest._update_held_rows(harvest.held_run_row[],text)')
            AS held,
        pg_temp.calls('harvest._append_closing_events(uuid,text[],jsonb[],text,bigint,text,jsonb,jsonb,boolean)') AS closes;
 CREATE TEMP TABLE held_done ON COMMIT DROP AS
@@ -1876,7 +1874,7 @@ SELECT results_eq(
              (3, 'completed', 3, 'RUNNING'), (4, 'completed', 4, 'RUNNING')$$,
     'complete_workflow_tasks(): four runs'' decisions, each answered as its appends would have left it');
 SELECT results_eq(
-    $$SELECT pg_temp.calls('harvest._update_held_rows(uuid[],bigint[],integer[],bigint[],bigint[],boolean[],text[],jsonb[],jsonb[],text)')
+    $$SELECT pg_temp.calls('harvest._update_held_rows(harvest.held_run_row[],text)')
              - b.held,
              pg_temp.calls('harvest._append_closing_events(uuid,text[],jsonb[],text,bigint,text,jsonb,jsonb,boolean)')
              - b.closes

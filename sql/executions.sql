@@ -128,3 +128,20 @@ WHERE status IN ('RUNNING', 'PAUSED') AND concurrency_key IS NOT NULL;
 CREATE INDEX executions_quota_key
 ON harvest.executions (quota_key)
 WHERE quota_key IS NOT NULL;
+
+-- A run's row update that a batch call (complete_activities, complete_workflow_tasks) held
+-- back from one decision's append, to write with its batch's (harvest._update_held_rows,
+-- functions/core.sql): the run, its last event id after the append, how many events it
+-- added and their bytes, the decision's decided_through and wake_hold, and for a decision
+-- that closed the run its status, output and failure (NULL status: the run goes on).
+CREATE TYPE harvest.held_run_row AS (
+    id uuid,
+    last_event_id bigint,
+    n integer,
+    bytes bigint,
+    decided_through bigint,
+    wake_hold boolean,
+    status text,
+    output jsonb,
+    failure jsonb
+);
