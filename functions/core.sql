@@ -225,8 +225,8 @@ $$;
 -- more history bytes, decided_by p_decided_by, decided_through and wake_hold, as
 -- _append_events sets them; or, where its status is not NULL (a decision that ended its
 -- run), the close as _append_closing_events writes it (status, output, failure,
--- completed_at; wake_hold kept) in a second statement for the batch's closes, then each
--- closed run's _after_close, in p_rows' order. The caller holds each run's lock
+-- completed_at; wake_hold kept) in a second statement for the batch's closes, then the
+-- closed runs' _after_closes, in p_rows' order. The caller holds each run's lock
 -- and writes the held rows before anything else reads or appends to one of those runs (its
 -- next item, a decision that may act on another run, a history cap's close) and before it
 -- returns; each run once. The counters were computed from the row as read under that lock:
@@ -252,7 +252,8 @@ BEGIN
     END IF;
     IF v_closing > 0 THEN
         -- (One statement for the closes: the status triggers fire per row at its end, as they
-        -- did at the end of each close's own; then each run's _after_close, as after its own.)
+        -- did at the end of each close's own; then _after_closes, what each run's _after_close
+        -- did after its own, in one pass.)
         WITH closed AS (
             UPDATE harvest.executions AS x
             SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes,
@@ -269,10 +270,10 @@ BEGIN
         INTO v_closed FROM closed AS c;
         v_n := coalesce(cardinality(v_closed.ids), 0);
         v_rows := v_rows + v_n;
-        FOR v_i IN 1 .. v_n LOOP
-            PERFORM harvest._after_close(v_closed.ids[v_i], v_closed.statuses[v_i], v_closed.outputs[v_i],
-                                         v_closed.failures[v_i], v_closed.parents[v_i], v_closed.seqs[v_i]);
-        END LOOP;
+        IF v_n > 0 THEN
+            PERFORM harvest._after_closes(v_closed.ids, v_closed.statuses, v_closed.outputs, v_closed.failures,
+                                          v_closed.parents, v_closed.seqs);
+        END IF;
     END IF;
     IF v_rows <> cardinality(p_rows) THEN
         RAISE EXCEPTION 'internal: % of % held run rows were where their appends left them', v_rows,
@@ -416,8 +417,7 @@ END;
 $$;
 
 -- What follows a run's row update to a terminal state (_close_execution,
--- _append_closing_events): its tasks dropped, its result waiters told, its parent
--- and children relayed to.
+-- _append_closing_events): _after_closes of that one run.
 CREATE OR REPLACE FUNCTION harvest._after_close(
     p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb,
     p_parent_id uuid, p_parent_seq integer
@@ -426,35 +426,81 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
-    -- Notify only when a client waits for this result (see harvest.wait_for_result in
-    -- executions.sql): the waiters lock ('WAIT', the run) orders their marks with this delete;
-    -- taken without waiting, and when a waiter is marking right now, notify whatever we see.
-    IF pg_try_advisory_xact_lock(1463896404, hashtext(p_execution_id::text)) THEN
-        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
-        IF FOUND THEN
-            PERFORM pg_notify('harvest_done', p_execution_id::text);
+    PERFORM harvest._after_closes(ARRAY[p_execution_id], ARRAY[p_status], ARRAY[p_output], ARRAY[p_failure],
+                                  ARRAY[p_parent_id], ARRAY[p_parent_seq]);
+END;
+$$;
+
+-- What follows the row updates of runs to a terminal state (_after_close of one,
+-- _update_held_rows of a batch's held closes): the i-th run p_ids[i], closed to
+-- p_statuses[i] with p_outputs[i] and p_failures[i], a child of p_parents[i] (or NULL) at
+-- p_seqs[i]. Their tasks dropped, their result waiters told, their parents and children
+-- relayed to. Each step one statement for all the runs, not one per run (the batch's
+-- closes paid five statements each; docs/performance.md, "A batch's closes in one pass");
+-- the relays, rare, run by run in p_ids' order, as each run's own close ran them. The
+-- caller holds each run's lock; each run once.
+CREATE OR REPLACE FUNCTION harvest._after_closes(
+    p_ids uuid[], p_statuses text[], p_outputs jsonb[], p_failures jsonb[], p_parents uuid[], p_seqs integer[]
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_locked boolean[];
+    v_told bigint;
+    v_relaying integer[];
+    v_i integer;
+BEGIN
+    -- The tasks go, and each run's lock ('WAIT', the run) is tried, in one statement: a
+    -- client marking itself a waiter for this result (harvest.wait_for_result in
+    -- executions.sql) takes it shared, so it orders their marks with the waiters' delete
+    -- below, which, in a later statement, reads them with a later snapshot. Taken without
+    -- waiting: where a waiter is marking right now, notify whatever we see.
+    WITH dropped AS (
+        DELETE FROM harvest.tasks AS t WHERE t.execution_id = ANY (p_ids)
+    )
+    SELECT array_agg(pg_try_advisory_xact_lock(1463896404, hashtext(u.id::text)) ORDER BY u.i) INTO v_locked
+    FROM unnest(p_ids) WITH ORDINALITY AS u (id, i);
+    -- Notify only when a client waits for a result: where the lock was taken, a run whose
+    -- waiters were found.
+    WITH told AS (
+        DELETE FROM harvest.result_waiters AS w WHERE w.execution_id = ANY (p_ids)
+        RETURNING w.execution_id
+    )
+    SELECT count(*) INTO v_told
+    FROM (
+        SELECT pg_notify('harvest_done', u.id::text)  -- (in p_ids' order: evaluated after the sort)
+        FROM unnest(p_ids, v_locked) WITH ORDINALITY AS u (id, locked, i)
+        WHERE NOT u.locked OR u.id IN (SELECT t.execution_id FROM told AS t)
+        ORDER BY u.i
+    ) AS n;
+    -- The runs with a parent to tell, live children to relay their close policy to, or
+    -- children on other shards (cross_shard.sql): a probe of all of them first, as most runs
+    -- have none. Nothing a run's relays do gives another of these runs any of them.
+    SELECT array_agg(u.i ORDER BY u.i) INTO v_relaying
+    FROM unnest(p_ids, p_statuses, p_parents) WITH ORDINALITY AS u (id, status, parent_id, i)
+    WHERE (u.parent_id IS NOT NULL AND u.status <> 'CONTINUED_AS_NEW')
+       OR EXISTS (SELECT 1 FROM harvest.executions AS e
+                  WHERE e.parent_id = u.id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon')
+       OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = u.id);
+    IF v_relaying IS NULL THEN
+        RETURN;
+    END IF;
+    FOREACH v_i IN ARRAY v_relaying LOOP
+        IF p_parents[v_i] IS NOT NULL AND p_statuses[v_i] <> 'CONTINUED_AS_NEW' THEN
+            PERFORM harvest._queue_relay(p_parents[v_i], 'child_closed', jsonb_build_object(
+                'seq', p_seqs[v_i], 'child_execution_id', p_ids[v_i], 'status', p_statuses[v_i],
+                'result', p_outputs[v_i], 'failure', p_failures[v_i]));
         END IF;
-    ELSE
-        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
-        PERFORM pg_notify('harvest_done', p_execution_id::text);
-    END IF;
-    IF p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
-        PERFORM harvest._queue_relay(p_parent_id, 'child_closed', jsonb_build_object(
-            'seq', p_parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
-            'result', p_output, 'failure', p_failure));
-    END IF;
-    -- (One statement, not a FOR loop over the children: a query loop opens a cursor on
-    -- every close, children or not.)
-    PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
-        'policy', e.parent_close_policy, 'parent_execution_id', p_execution_id))
-    FROM harvest.executions AS e
-    WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
-    -- Children on other shards (cross_shard.sql): their rows carry the close to them. A
-    -- probe first: most runs have none, and the two writes would cost their set-up anyway.
-    IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
-        PERFORM harvest._close_cross_shard_children(p_execution_id);
-    END IF;
+        -- (One statement, not a FOR loop over the children: a query loop opens a cursor.)
+        PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
+            'policy', e.parent_close_policy, 'parent_execution_id', p_ids[v_i]))
+        FROM harvest.executions AS e
+        WHERE e.parent_id = p_ids[v_i] AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
+        IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_ids[v_i]) THEN
+            PERFORM harvest._close_cross_shard_children(p_ids[v_i]);
+        END IF;
+    END LOOP;
 END;
 $$;
 
