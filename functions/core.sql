@@ -417,7 +417,9 @@ END;
 $$;
 
 -- What follows a run's row update to a terminal state (_close_execution,
--- _append_closing_events): _after_closes of that one run.
+-- _append_closing_events): its tasks dropped, its result waiters told, its parent
+-- and children relayed to (_relay_close). _after_closes does the same for a batch's closes
+-- in one pass; the two give the same rows (pgtap/core.sql).
 CREATE OR REPLACE FUNCTION harvest._after_close(
     p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb,
     p_parent_id uuid, p_parent_seq integer
@@ -426,24 +428,77 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM harvest._after_closes(ARRAY[p_execution_id], ARRAY[p_status], ARRAY[p_output], ARRAY[p_failure],
-                                  ARRAY[p_parent_id], ARRAY[p_parent_seq]);
+    DELETE FROM harvest.tasks WHERE execution_id = p_execution_id;
+    -- Notify only when a client waits for this result (see harvest.wait_for_result in
+    -- executions.sql): the waiters lock ('WAIT', the run) orders their marks with this delete;
+    -- taken without waiting, and when a waiter is marking right now, notify whatever we see.
+    IF pg_try_advisory_xact_lock(1463896404, hashtext(p_execution_id::text)) THEN
+        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
+        IF FOUND THEN
+            PERFORM pg_notify('harvest_done', p_execution_id::text);
+        END IF;
+    ELSE
+        DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
+        PERFORM pg_notify('harvest_done', p_execution_id::text);
+    END IF;
+    -- A probe first (_relay_close's three cases): most runs have no parent, no live child
+    -- and no child on another shard.
+    IF (p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW')
+       OR EXISTS (SELECT 1 FROM harvest.executions AS e
+                  WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED')
+                    AND e.parent_close_policy <> 'abandon')
+       OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
+        PERFORM harvest._relay_close(p_execution_id, p_status, p_output, p_failure, p_parent_id, p_parent_seq);
+    END IF;
 END;
 $$;
 
--- What follows the row updates of runs to a terminal state (_after_close of one,
--- _update_held_rows of a batch's held closes): the i-th run p_ids[i], closed to
--- p_statuses[i] with p_outputs[i] and p_failures[i], a child of p_parents[i] (or NULL) at
--- p_seqs[i]. Their tasks dropped, their result waiters told, their parents and children
--- relayed to. Each step one statement for all the runs, not one per run (the batch's
--- closes paid five statements each; docs/performance.md, "A batch's closes in one pass");
--- the relays, rare, run by run in p_ids' order, as each run's own close ran them. The
--- caller holds each run's lock; each run once.
+-- A closed run's relays (_after_close, _after_closes): its parent hears of the close
+-- (unless it continued as new: its successor keeps the link), its live children get their
+-- parent-close policy (relays.sql), and its children on other shards (cross_shard.sql) get
+-- the close through their rows.
+CREATE OR REPLACE FUNCTION harvest._relay_close(
+    p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb,
+    p_parent_id uuid, p_parent_seq integer
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
+        PERFORM harvest._queue_relay(p_parent_id, 'child_closed', jsonb_build_object(
+            'seq', p_parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
+            'result', p_output, 'failure', p_failure));
+    END IF;
+    -- (One statement, not a FOR loop over the children: a query loop opens a cursor.)
+    PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
+        'policy', e.parent_close_policy, 'parent_execution_id', p_execution_id))
+    FROM harvest.executions AS e
+    WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
+    IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
+        PERFORM harvest._close_cross_shard_children(p_execution_id);
+    END IF;
+END;
+$$;
+
+-- _after_close of a batch's closes (_update_held_rows) in one pass: the i-th run p_ids[i],
+-- closed to p_statuses[i] with p_outputs[i] and p_failures[i], a child of p_parents[i] (or
+-- NULL) at p_seqs[i]. The tasks' delete, the waiters' lock, delete and notification, and
+-- the relays' probe are one statement each for all the runs, where each run's _after_close
+-- ran four (docs/performance.md, "A batch's closes in one pass"); the few runs the probe
+-- finds get their _relay_close one by one, in p_ids' order, as after their own closes.
+-- Nothing a run's relays do gives another of these runs a task, a waiter or a relay to make
+-- (their rows are closed already), so doing each step for all of them first leaves the rows
+-- each run's _after_close in turn did. The caller holds each run's lock; each run once.
 CREATE OR REPLACE FUNCTION harvest._after_closes(
     p_ids uuid[], p_statuses text[], p_outputs jsonb[], p_failures jsonb[], p_parents uuid[], p_seqs integer[]
 )
 RETURNS void
 LANGUAGE plpgsql
+-- Planned once per session: the custom plans made for the arrays' values (a few rows, where
+-- the generic plans guess a hundred) never let the plan cache settle, and planning each call
+-- cost more than its closes (tests/integration/test_generic_plans.py pins the plans' paths).
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_locked boolean[];
@@ -451,18 +506,14 @@ DECLARE
     v_relaying integer[];
     v_i integer;
 BEGIN
-    -- The tasks go, and each run's lock ('WAIT', the run) is tried, in one statement: a
-    -- client marking itself a waiter for this result (harvest.wait_for_result in
-    -- executions.sql) takes it shared, so it orders their marks with the waiters' delete
-    -- below, which, in a later statement, reads them with a later snapshot. Taken without
-    -- waiting: where a waiter is marking right now, notify whatever we see.
+    -- The tasks go, and each run's waiters lock is tried (as _after_close's), in one
+    -- statement: the waiters' delete reads the marks in a later one, with a later snapshot.
     WITH dropped AS (
         DELETE FROM harvest.tasks AS t WHERE t.execution_id = ANY (p_ids)
     )
     SELECT array_agg(pg_try_advisory_xact_lock(1463896404, hashtext(u.id::text)) ORDER BY u.i) INTO v_locked
     FROM unnest(p_ids) WITH ORDINALITY AS u (id, i);
-    -- Notify only when a client waits for a result: where the lock was taken, a run whose
-    -- waiters were found.
+    -- A run's notification where its waiters were found, or where a waiter held its lock.
     WITH told AS (
         DELETE FROM harvest.result_waiters AS w WHERE w.execution_id = ANY (p_ids)
         RETURNING w.execution_id
@@ -474,33 +525,18 @@ BEGIN
         WHERE NOT u.locked OR u.id IN (SELECT t.execution_id FROM told AS t)
         ORDER BY u.i
     ) AS n;
-    -- The runs with a parent to tell, live children to relay their close policy to, or
-    -- children on other shards (cross_shard.sql): a probe of all of them first, as most runs
-    -- have none. Nothing a run's relays do gives another of these runs any of them.
     SELECT array_agg(u.i ORDER BY u.i) INTO v_relaying
     FROM unnest(p_ids, p_statuses, p_parents) WITH ORDINALITY AS u (id, status, parent_id, i)
     WHERE (u.parent_id IS NOT NULL AND u.status <> 'CONTINUED_AS_NEW')
        OR EXISTS (SELECT 1 FROM harvest.executions AS e
                   WHERE e.parent_id = u.id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon')
        OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = u.id);
-    IF v_relaying IS NULL THEN
-        RETURN;
+    IF v_relaying IS NOT NULL THEN
+        FOREACH v_i IN ARRAY v_relaying LOOP
+            PERFORM harvest._relay_close(p_ids[v_i], p_statuses[v_i], p_outputs[v_i], p_failures[v_i],
+                                         p_parents[v_i], p_seqs[v_i]);
+        END LOOP;
     END IF;
-    FOREACH v_i IN ARRAY v_relaying LOOP
-        IF p_parents[v_i] IS NOT NULL AND p_statuses[v_i] <> 'CONTINUED_AS_NEW' THEN
-            PERFORM harvest._queue_relay(p_parents[v_i], 'child_closed', jsonb_build_object(
-                'seq', p_seqs[v_i], 'child_execution_id', p_ids[v_i], 'status', p_statuses[v_i],
-                'result', p_outputs[v_i], 'failure', p_failures[v_i]));
-        END IF;
-        -- (One statement, not a FOR loop over the children: a query loop opens a cursor.)
-        PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
-            'policy', e.parent_close_policy, 'parent_execution_id', p_ids[v_i]))
-        FROM harvest.executions AS e
-        WHERE e.parent_id = p_ids[v_i] AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
-        IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_ids[v_i]) THEN
-            PERFORM harvest._close_cross_shard_children(p_ids[v_i]);
-        END IF;
-    END LOOP;
 END;
 $$;
 
