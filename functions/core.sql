@@ -525,12 +525,15 @@ BEGIN
         WHERE NOT u.locked OR u.id IN (SELECT t.execution_id FROM told AS t)
         ORDER BY u.i
     ) AS n;
+    -- (Scalar subqueries, not EXISTS: a generic plan made a correlated EXISTS under an OR a
+    -- hashed subplan, which read every live run through executions_status_created.)
     SELECT array_agg(u.i ORDER BY u.i) INTO v_relaying
     FROM unnest(p_ids, p_statuses, p_parents) WITH ORDINALITY AS u (id, status, parent_id, i)
     WHERE (u.parent_id IS NOT NULL AND u.status <> 'CONTINUED_AS_NEW')
-       OR EXISTS (SELECT 1 FROM harvest.executions AS e
-                  WHERE e.parent_id = u.id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon')
-       OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = u.id);
+       OR (SELECT 1 FROM harvest.executions AS e
+           WHERE e.parent_id = u.id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon'
+           LIMIT 1) IS NOT NULL
+       OR (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = u.id LIMIT 1) IS NOT NULL;
     IF v_relaying IS NOT NULL THEN
         FOREACH v_i IN ARRAY v_relaying LOOP
             PERFORM harvest._relay_close(p_ids[v_i], p_statuses[v_i], p_outputs[v_i], p_failures[v_i],

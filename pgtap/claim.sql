@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(157);
+SELECT plan(160);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -559,6 +559,15 @@ SELECT results_eq(
              (SELECT h FROM harvest._may_hand_off('ho_bound_q', -2, ARRAY['ho_bound_q']) AS h)$$,
     $$VALUES (false, true)$$,
     '_may_hand_off(): a task inserted since blocks a lower priority; the deleted ones do not count');
+-- One row, read as a scalar subquery that the planner inlines it into: no call of its own
+-- per hand-off (and not STRICT, not PL/pgSQL, which would keep it from being inlined).
+SELECT is((SELECT count(*) FROM harvest._may_hand_off('ho_q', 0, NULL)), 1::bigint,
+          '_may_hand_off(): one row, false with no worker queues');
+SELECT unalike(pg_temp.plan_of('SELECT (SELECT h FROM harvest._may_hand_off(t.queue, t.priority, ARRAY[''q'']) AS h)
+                                FROM harvest.tasks AS t'),
+               '%_may_hand_off(%', '_may_hand_off() is inlined into its caller''s query');
+SELECT unalike(pg_temp.plan_of('SELECT (SELECT h FROM harvest._may_hand_off(''q'', 0, ARRAY[''q'']) AS h)'),
+               '%Function Scan%', '... a scalar subquery over constants too: no function scan');
 
 -- _task_for_worker: the JSON of a task is the row claim_tasks returns for it.
 SELECT harvest.start_workflow('tfw_wf', '[5]', 'tfw', 'tfw_q');
