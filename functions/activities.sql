@@ -454,7 +454,8 @@ BEGIN
                 IF v_item.decision IS NULL THEN
                     PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
                 ELSE
-                    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+                    -- (The row as one value, not its columns: see complete_workflow_tasks.)
+                    v_execution := (SELECT e FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE);
                     v_row_read := true;
                 END IF;
                 v_locked_run := v_item.run;

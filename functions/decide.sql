@@ -1329,7 +1329,13 @@ BEGIN
             v_held_run := NULL;
         END IF;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            -- The row locked and read as one value, not as its columns: a statement's every plan
+            -- node builds a tuple descriptor of its target list at start-up, an entry (a type
+            -- lookup, a name copied) per column, and SELECT * FOR UPDATE had three of them, the
+            -- index scan's, the row lock's and the junk filter's, of every column of executions:
+            -- about half the statement (docs/performance.md, "A batch's closes in one pass").
+            -- Not found (no such run: the task's delete below refuses the item), the row is NULL.
+            v_execution := (SELECT e FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE);
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,
