@@ -221,7 +221,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF p_worker_queues IS NOT NULL AND p_execution.decided_by = p_worker_id AND p_execution.status = 'RUNNING'
-       AND harvest._may_hand_off(p_execution.queue, 0, p_worker_queues) THEN
+       AND (SELECT h FROM harvest._may_hand_off(p_execution.queue, 0, p_worker_queues) AS h) THEN
         RETURN harvest._hand_workflow_task(p_execution.id, p_worker_id, p_workflow_lease_secs);
     END IF;
     PERFORM harvest._ensure_workflow_task(p_execution.id);
@@ -252,7 +252,7 @@ BEGIN
         RETURN false;
     END IF;
     PERFORM 1 FROM harvest.tasks AS t WHERE t.execution_id = p_execution.id AND t.kind = 'workflow';
-    RETURN NOT FOUND AND harvest._may_hand_off(p_execution.queue, 0, p_worker_queues);
+    RETURN NOT FOUND AND (SELECT h FROM harvest._may_hand_off(p_execution.queue, 0, p_worker_queues) AS h);
 END;
 $$;
 
@@ -454,7 +454,8 @@ BEGIN
                 IF v_item.decision IS NULL THEN
                     PERFORM 1 FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
                 ELSE
-                    SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+                    -- (The row as one value, not its columns: see complete_workflow_tasks.)
+                    v_execution := (SELECT e FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE);
                     v_row_read := true;
                 END IF;
                 v_locked_run := v_item.run;

@@ -696,7 +696,7 @@ BEGIN
           AND (p.status = 'pending' AND p.kind <> 'timer' AND p.queue = ANY(p_queues) AND p.due_at <= v_now) IS TRUE
         OFFSET 0
     ) AS t
-    WHERE harvest._may_hand_off(t.queue, t.priority, p_queues);
+    WHERE (SELECT h FROM harvest._may_hand_off(t.queue, t.priority, p_queues) AS h);
 
     IF cardinality(v_ids) = 0 THEN
         RETURN;
@@ -756,40 +756,37 @@ AS $$
     SELECT w.queues FROM harvest.workers AS w WHERE w.id = p_worker_id AND w.status = 'active';
 $$;
 
--- Whether a new task of p_priority on p_queue may skip the queue (see above).
--- Each probe reads the head of a queue index (ORDER BY its order, LIMIT 1), a
--- shape no cached generic plan turns into a table scan: an EXISTS over
--- "priority > $n" was planned as a sequential scan that read every pending task.
--- The priority probe is bounded by p_priority in the index condition, so it reads
--- only the entries above it: in a queue of one priority, a descent to the queue's
--- head and no heap page (2 buffers). Unbounded, it read the queue's first live
--- pending task (and any dead entry of a claimed task before it not yet marked dead
--- in the index) from the heap: 5.3 buffers per call in the canonical drain
--- (docs/performance.md, "Hand-off probe, sixth cut").
+-- Whether a new task of p_priority on p_queue may skip the queue (see above): one row,
+-- true or false. Each probe reads the head of a queue index (ORDER BY its order, LIMIT 1,
+-- a scalar subquery: an EXISTS would drop both), a shape no cached generic plan turns into
+-- a table scan: an EXISTS over "priority > $n" was planned as a sequential scan that read
+-- every pending task. The priority probe is bounded by p_priority in the index condition,
+-- so it reads only the entries above it: in a queue of one priority, a descent to the
+-- queue's head and no heap page (2 buffers). Unbounded, it read the queue's first live
+-- pending task (and any dead entry of a claimed task before it not yet marked dead in the
+-- index) from the heap: 5.3 buffers per call in the canonical drain (docs/performance.md,
+-- "Hand-off probe, sixth cut"). A SQL set-returning function, STABLE, read as
+-- (SELECT h FROM harvest._may_hand_off(...) AS h): the planner inlines it into that query
+-- (as _live_event_listeners), so it costs no call and no three statements of its own, about
+-- four times a workflow (docs/performance.md, "A batch's closes in one pass"). The
+-- conditions are ANDed in this order and each probe runs only when those before it held.
+-- Not STRICT, not PL/pgSQL: either would keep it from being inlined.
 CREATE OR REPLACE FUNCTION harvest._may_hand_off(p_queue text, p_priority integer, p_worker_queues text[])
-RETURNS boolean
-LANGUAGE plpgsql STABLE
+RETURNS SETOF boolean
+LANGUAGE sql STABLE
+ROWS 1
 AS $$
-BEGIN
-    IF NOT p_queue = ANY(p_worker_queues) OR p_worker_queues IS NULL
-       OR EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_queue) THEN
-        RETURN false;
-    END IF;
-    PERFORM t.priority FROM harvest.tasks AS t  -- tasks_claimable's head, above p_priority
-    WHERE t.queue = p_queue AND t.priority > p_priority AND t.status = 'pending' AND t.kind <> 'timer'
-    ORDER BY t.priority DESC
-    LIMIT 1;
-    IF FOUND THEN
-        RETURN false;
-    END IF;
-    RETURN NOT EXISTS (  -- tasks_claimable_aging's head
-        SELECT 1 FROM harvest.tasks AS t
-        WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
-          AND t.priority_aging_secs IS NOT NULL
-        ORDER BY t.due_at
-        LIMIT 1
-    );
-END;
+    SELECT p_worker_queues IS NOT NULL AND (p_queue = ANY(p_worker_queues)) IS NOT FALSE
+       AND NOT EXISTS (SELECT 1 FROM harvest.fair_queues AS f WHERE f.queue = p_queue)
+       AND (SELECT t.priority FROM harvest.tasks AS t  -- tasks_claimable's head, above p_priority
+            WHERE t.queue = p_queue AND t.priority > p_priority AND t.status = 'pending' AND t.kind <> 'timer'
+            ORDER BY t.priority DESC
+            LIMIT 1) IS NULL
+       AND (SELECT t.due_at FROM harvest.tasks AS t  -- tasks_claimable_aging's head
+            WHERE t.queue = p_queue AND t.status = 'pending' AND t.kind <> 'timer'
+              AND t.priority_aging_secs IS NOT NULL
+            ORDER BY t.due_at
+            LIMIT 1) IS NULL;
 $$;
 
 -- A claimed or handed task as the worker receives it: claim_tasks' columns, as JSON.

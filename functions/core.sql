@@ -225,8 +225,8 @@ $$;
 -- more history bytes, decided_by p_decided_by, decided_through and wake_hold, as
 -- _append_events sets them; or, where its status is not NULL (a decision that ended its
 -- run), the close as _append_closing_events writes it (status, output, failure,
--- completed_at; wake_hold kept) in a second statement for the batch's closes, then each
--- closed run's _after_close, in p_rows' order. The caller holds each run's lock
+-- completed_at; wake_hold kept) in a second statement for the batch's closes, then the
+-- closed runs' _after_closes, in p_rows' order. The caller holds each run's lock
 -- and writes the held rows before anything else reads or appends to one of those runs (its
 -- next item, a decision that may act on another run, a history cap's close) and before it
 -- returns; each run once. The counters were computed from the row as read under that lock:
@@ -252,7 +252,8 @@ BEGIN
     END IF;
     IF v_closing > 0 THEN
         -- (One statement for the closes: the status triggers fire per row at its end, as they
-        -- did at the end of each close's own; then each run's _after_close, as after its own.)
+        -- did at the end of each close's own; then _after_closes, what each run's _after_close
+        -- did after its own, in one pass.)
         WITH closed AS (
             UPDATE harvest.executions AS x
             SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes,
@@ -269,10 +270,10 @@ BEGIN
         INTO v_closed FROM closed AS c;
         v_n := coalesce(cardinality(v_closed.ids), 0);
         v_rows := v_rows + v_n;
-        FOR v_i IN 1 .. v_n LOOP
-            PERFORM harvest._after_close(v_closed.ids[v_i], v_closed.statuses[v_i], v_closed.outputs[v_i],
-                                         v_closed.failures[v_i], v_closed.parents[v_i], v_closed.seqs[v_i]);
-        END LOOP;
+        IF v_n > 0 THEN
+            PERFORM harvest._after_closes(v_closed.ids, v_closed.statuses, v_closed.outputs, v_closed.failures,
+                                          v_closed.parents, v_closed.seqs);
+        END IF;
     END IF;
     IF v_rows <> cardinality(p_rows) THEN
         RAISE EXCEPTION 'internal: % of % held run rows were where their appends left them', v_rows,
@@ -417,7 +418,8 @@ $$;
 
 -- What follows a run's row update to a terminal state (_close_execution,
 -- _append_closing_events): its tasks dropped, its result waiters told, its parent
--- and children relayed to.
+-- and children relayed to (_relay_close). _after_closes does the same for a batch's closes
+-- in one pass; the two give the same rows (pgtap/core.sql).
 CREATE OR REPLACE FUNCTION harvest._after_close(
     p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb,
     p_parent_id uuid, p_parent_seq integer
@@ -439,21 +441,104 @@ BEGIN
         DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
         PERFORM pg_notify('harvest_done', p_execution_id::text);
     END IF;
+    -- A probe first (_relay_close's three cases): most runs have no parent, no live child
+    -- and no child on another shard.
+    IF (p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW')
+       OR EXISTS (SELECT 1 FROM harvest.executions AS e
+                  WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED')
+                    AND e.parent_close_policy <> 'abandon')
+       OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
+        PERFORM harvest._relay_close(p_execution_id, p_status, p_output, p_failure, p_parent_id, p_parent_seq);
+    END IF;
+END;
+$$;
+
+-- A closed run's relays (_after_close, _after_closes): its parent hears of the close
+-- (unless it continued as new: its successor keeps the link), its live children get their
+-- parent-close policy (relays.sql), and its children on other shards (cross_shard.sql) get
+-- the close through their rows.
+CREATE OR REPLACE FUNCTION harvest._relay_close(
+    p_execution_id uuid, p_status text, p_output jsonb, p_failure jsonb,
+    p_parent_id uuid, p_parent_seq integer
+)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
     IF p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW' THEN
         PERFORM harvest._queue_relay(p_parent_id, 'child_closed', jsonb_build_object(
             'seq', p_parent_seq, 'child_execution_id', p_execution_id, 'status', p_status,
             'result', p_output, 'failure', p_failure));
     END IF;
-    -- (One statement, not a FOR loop over the children: a query loop opens a cursor on
-    -- every close, children or not.)
+    -- (One statement, not a FOR loop over the children: a query loop opens a cursor.)
     PERFORM harvest._queue_relay(e.id, 'parent_closed', jsonb_build_object(
         'policy', e.parent_close_policy, 'parent_execution_id', p_execution_id))
     FROM harvest.executions AS e
     WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon';
-    -- Children on other shards (cross_shard.sql): their rows carry the close to them. A
-    -- probe first: most runs have none, and the two writes would cost their set-up anyway.
     IF EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
         PERFORM harvest._close_cross_shard_children(p_execution_id);
+    END IF;
+END;
+$$;
+
+-- _after_close of a batch's closes (_update_held_rows) in one pass: the i-th run p_ids[i],
+-- closed to p_statuses[i] with p_outputs[i] and p_failures[i], a child of p_parents[i] (or
+-- NULL) at p_seqs[i]. The tasks' delete, the waiters' lock, delete and notification, and
+-- the relays' probe are one statement each for all the runs, where each run's _after_close
+-- ran four (docs/performance.md, "A batch's closes in one pass"); the few runs the probe
+-- finds get their _relay_close one by one, in p_ids' order, as after their own closes.
+-- Nothing a run's relays do gives another of these runs a task, a waiter or a relay to make
+-- (their rows are closed already), so doing each step for all of them first leaves the rows
+-- each run's _after_close in turn did. The caller holds each run's lock; each run once.
+CREATE OR REPLACE FUNCTION harvest._after_closes(
+    p_ids uuid[], p_statuses text[], p_outputs jsonb[], p_failures jsonb[], p_parents uuid[], p_seqs integer[]
+)
+RETURNS void
+LANGUAGE plpgsql
+-- Planned once per session: the custom plans made for the arrays' values (a few rows, where
+-- the generic plans guess a hundred) never let the plan cache settle, and planning each call
+-- cost more than its closes (tests/integration/test_generic_plans.py pins the plans' paths).
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_locked boolean[];
+    v_told bigint;
+    v_relaying integer[];
+    v_i integer;
+BEGIN
+    -- The tasks go, and each run's waiters lock is tried (as _after_close's), in one
+    -- statement: the waiters' delete reads the marks in a later one, with a later snapshot.
+    WITH dropped AS (
+        DELETE FROM harvest.tasks AS t WHERE t.execution_id = ANY (p_ids)
+    )
+    SELECT array_agg(pg_try_advisory_xact_lock(1463896404, hashtext(u.id::text)) ORDER BY u.i) INTO v_locked
+    FROM unnest(p_ids) WITH ORDINALITY AS u (id, i);
+    -- A run's notification where its waiters were found, or where a waiter held its lock.
+    WITH told AS (
+        DELETE FROM harvest.result_waiters AS w WHERE w.execution_id = ANY (p_ids)
+        RETURNING w.execution_id
+    )
+    SELECT count(*) INTO v_told
+    FROM (
+        SELECT pg_notify('harvest_done', u.id::text)  -- (in p_ids' order: evaluated after the sort)
+        FROM unnest(p_ids, v_locked) WITH ORDINALITY AS u (id, locked, i)
+        WHERE NOT u.locked OR u.id IN (SELECT t.execution_id FROM told AS t)
+        ORDER BY u.i
+    ) AS n;
+    -- (Scalar subqueries, not EXISTS: a generic plan made a correlated EXISTS under an OR a
+    -- hashed subplan, which read every live run through executions_status_created.)
+    SELECT array_agg(u.i ORDER BY u.i) INTO v_relaying
+    FROM unnest(p_ids, p_statuses, p_parents) WITH ORDINALITY AS u (id, status, parent_id, i)
+    WHERE (u.parent_id IS NOT NULL AND u.status <> 'CONTINUED_AS_NEW')
+       OR (SELECT 1 FROM harvest.executions AS e
+           WHERE e.parent_id = u.id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon'
+           LIMIT 1) IS NOT NULL
+       OR (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = u.id LIMIT 1) IS NOT NULL;
+    IF v_relaying IS NOT NULL THEN
+        FOREACH v_i IN ARRAY v_relaying LOOP
+            PERFORM harvest._relay_close(p_ids[v_i], p_statuses[v_i], p_outputs[v_i], p_failures[v_i],
+                                         p_parents[v_i], p_seqs[v_i]);
+        END LOOP;
     END IF;
 END;
 $$;

@@ -846,6 +846,7 @@ DECLARE
     v_priority integer;
     v_hand_queue text;  -- the queue and priority _may_hand_off allowed for the gathered handed ones
     v_hand_priority integer;
+    v_allowed boolean;  -- _may_hand_off's answer, or an earlier one that holds
     -- A hold_wakeups command came before the marker went in: the run's results wake it
     -- only once its activities drain (_wake_after_results).
     v_hold boolean := false;
@@ -955,9 +956,14 @@ BEGIN
                 -- transaction has written a task since it was asked (a handed row is running).
                 -- The caller's answer (p_hand_off_queue) likewise for the first command, before
                 -- which this decision wrote nothing.
-                IF (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
-                   OR (v_n = 0 AND v_queue = p_hand_off_queue AND v_priority = 0)
-                   OR harvest._may_hand_off(v_queue, v_priority, v_worker_queues) THEN
+                -- (The rules' own query only when neither answer holds: a condition that reads
+                -- them is a query of its own, where these two are plain expressions.)
+                v_allowed := (cardinality(v_hand_seqs) > 0 AND v_queue = v_hand_queue AND v_priority = v_hand_priority)
+                             OR (v_n = 0 AND v_queue = p_hand_off_queue AND v_priority = 0);
+                IF NOT coalesce(v_allowed, false) THEN
+                    v_allowed := (SELECT h FROM harvest._may_hand_off(v_queue, v_priority, v_worker_queues) AS h);
+                END IF;
+                IF v_allowed THEN
                     v_hand_queue := v_queue;
                     v_hand_priority := v_priority;
                     v_hand_seqs := v_hand_seqs || v_seq;
@@ -1323,7 +1329,13 @@ BEGIN
             v_held_run := NULL;
         END IF;
         IF v_item.run IS NOT NULL AND NOT v_owner_mode THEN
-            SELECT * INTO v_execution FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE;
+            -- The row locked and read as one value, not as its columns: a statement's every plan
+            -- node builds a tuple descriptor of its target list at start-up, an entry (a type
+            -- lookup, a name copied) per column, and SELECT * FOR UPDATE had three of them, the
+            -- index scan's, the row lock's and the junk filter's, of every column of executions:
+            -- about half the statement (docs/performance.md, "A batch's closes in one pass").
+            -- Not found (no such run: the task's delete below refuses the item), the row is NULL.
+            v_execution := (SELECT e FROM harvest.executions AS e WHERE e.id = v_item.run FOR UPDATE);
             DELETE FROM harvest.tasks AS t
             WHERE t.id = v_item.id
               AND harvest._claimed_task_problem(t.kind, t.status, t.fencing_token, t.lease_expires_at,

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(157);
+SELECT plan(160);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -506,32 +506,32 @@ SELECT results_eq(
 
 -- _may_hand_off: the queue is polled, not fair, holds no pending task of a higher
 -- priority (timers and running tasks do not count) and no pending ageing task.
-SELECT is(harvest._may_hand_off('ho_q', 0, harvest._hand_off_queues('h-active')), true,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_q', 0, harvest._hand_off_queues('h-active')) AS h), true,
           '_may_hand_off(): an empty polled queue');
-SELECT is(harvest._may_hand_off('ho_elsewhere', 0, harvest._hand_off_queues('h-active')), false,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_elsewhere', 0, harvest._hand_off_queues('h-active')) AS h), false,
           '_may_hand_off(): a queue the worker does not poll');
-SELECT is(harvest._may_hand_off('ho_q', 0, NULL) IS NOT TRUE, true,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_q', 0, NULL) AS h) IS NOT TRUE, true,
           '_may_hand_off() with no worker queues: not allowed');
 INSERT INTO harvest.fair_queues (queue) VALUES ('ho_fair_q');
-SELECT is(harvest._may_hand_off('ho_fair_q', 0, harvest._hand_off_queues('h-active')), false,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_fair_q', 0, harvest._hand_off_queues('h-active')) AS h), false,
           '_may_hand_off(): a fair queue');
 SELECT pg_temp.fill('ho_prio_q', 1, 5, 0, '{}', '[]');
 SELECT results_eq(
-    $$SELECT harvest._may_hand_off('ho_prio_q', 4, q), harvest._may_hand_off('ho_prio_q', 5, q),
-             harvest._may_hand_off('ho_prio_q', 6, q)
+    $$SELECT (SELECT h FROM harvest._may_hand_off('ho_prio_q', 4, q) AS h), (SELECT h FROM harvest._may_hand_off('ho_prio_q', 5, q) AS h),
+             (SELECT h FROM harvest._may_hand_off('ho_prio_q', 6, q) AS h)
       FROM harvest._hand_off_queues('h-active') AS q$$,
     $$VALUES (false, true, true)$$,
     '_may_hand_off(): a pending task of a higher priority blocks; of the same or a lower one, not');
 SELECT is((SELECT count(*) FROM harvest.claim_tasks('w-ho', ARRAY['ho_prio_q'])), 1::bigint,
           'setup: the priority-5 task is claimed');
-SELECT is(harvest._may_hand_off('ho_prio_q', 0, harvest._hand_off_queues('h-active')), true,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_prio_q', 0, harvest._hand_off_queues('h-active')) AS h), true,
           '_may_hand_off(): a running task of a higher priority does not block');
 INSERT INTO runs SELECT 'HO_T', pg_temp.setup_run('ho_timer', '[{"type": "start_timer", "seq": 1, "duration": 60}]');
 UPDATE harvest.tasks SET priority = 9 WHERE kind = 'timer' AND queue = 'wq_ho_timer';
-SELECT is(harvest._may_hand_off('wq_ho_timer', 0, harvest._hand_off_queues('h-active')), true,
+SELECT is((SELECT h FROM harvest._may_hand_off('wq_ho_timer', 0, harvest._hand_off_queues('h-active')) AS h), true,
           '_may_hand_off(): a timer does not block, whatever its priority');
 SELECT pg_temp.fill('ho_age_q', 1, 0, 0, '{"priority_aging_secs": 10}', '[]');
-SELECT is(harvest._may_hand_off('ho_age_q', 9, harvest._hand_off_queues('h-active')), false,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_age_q', 9, harvest._hand_off_queues('h-active')) AS h), false,
           '_may_hand_off(): a pending ageing task blocks even a higher priority');
 -- The priority probe reads tasks_claimable bounded by the priority (only entries above it):
 -- the bound holds for negative priorities, and stops at the queue (a higher priority pending
@@ -541,24 +541,33 @@ SELECT pg_temp.fill('ho_bound_q', 1, 0, 0, '{}', '[]');
 SELECT pg_temp.fill('ho_bound_a', 1, 7, 0, '{}', '[]');
 SELECT pg_temp.fill('ho_bound_z', 1, 7, 0, '{}', '[]');
 SELECT results_eq(
-    $$SELECT harvest._may_hand_off('ho_bound_q', -4, q), harvest._may_hand_off('ho_bound_q', -3, q),
-             harvest._may_hand_off('ho_bound_q', -1, q), harvest._may_hand_off('ho_bound_q', 0, q),
-             harvest._may_hand_off('ho_bound_q', 6, q)
+    $$SELECT (SELECT h FROM harvest._may_hand_off('ho_bound_q', -4, q) AS h), (SELECT h FROM harvest._may_hand_off('ho_bound_q', -3, q) AS h),
+             (SELECT h FROM harvest._may_hand_off('ho_bound_q', -1, q) AS h), (SELECT h FROM harvest._may_hand_off('ho_bound_q', 0, q) AS h),
+             (SELECT h FROM harvest._may_hand_off('ho_bound_q', 6, q) AS h)
       FROM (VALUES (ARRAY['ho_bound_q', 'ho_bound_a', 'ho_bound_z'])) AS v (q)$$,
     $$VALUES (false, false, false, true, true)$$,
     '_may_hand_off(): negative priorities are bounded as others; other queues'' tasks do not block');
 UPDATE harvest.tasks SET status = 'paused' WHERE queue = 'ho_bound_q' AND priority = 0;
-SELECT is(harvest._may_hand_off('ho_bound_q', -1, ARRAY['ho_bound_q']), true,
+SELECT is((SELECT h FROM harvest._may_hand_off('ho_bound_q', -1, ARRAY['ho_bound_q']) AS h), true,
           '_may_hand_off(): a paused task of a higher priority does not block');
 DELETE FROM harvest.tasks WHERE queue = 'ho_bound_q' AND priority = -3;
 INSERT INTO harvest.tasks (execution_id, kind, queue, priority, due_at, scheduled_at, seq, activity_name)
 SELECT t.execution_id, 'activity', 'ho_bound_q', -2, harvest.now(), harvest.now(), 100, 'act'
 FROM harvest.tasks AS t WHERE t.queue = 'ho_bound_q' LIMIT 1;
 SELECT results_eq(
-    $$SELECT harvest._may_hand_off('ho_bound_q', -3, ARRAY['ho_bound_q']),
-             harvest._may_hand_off('ho_bound_q', -2, ARRAY['ho_bound_q'])$$,
+    $$SELECT (SELECT h FROM harvest._may_hand_off('ho_bound_q', -3, ARRAY['ho_bound_q']) AS h),
+             (SELECT h FROM harvest._may_hand_off('ho_bound_q', -2, ARRAY['ho_bound_q']) AS h)$$,
     $$VALUES (false, true)$$,
     '_may_hand_off(): a task inserted since blocks a lower priority; the deleted ones do not count');
+-- One row, read as a scalar subquery that the planner inlines it into: no call of its own
+-- per hand-off (and not STRICT, not PL/pgSQL, which would keep it from being inlined).
+SELECT is((SELECT count(*) FROM harvest._may_hand_off('ho_q', 0, NULL)), 1::bigint,
+          '_may_hand_off(): one row, false with no worker queues');
+SELECT unalike(pg_temp.plan_of('SELECT (SELECT h FROM harvest._may_hand_off(t.queue, t.priority, ARRAY[''q'']) AS h)
+                                FROM harvest.tasks AS t'),
+               '%_may_hand_off(%', '_may_hand_off() is inlined into its caller''s query');
+SELECT unalike(pg_temp.plan_of('SELECT (SELECT h FROM harvest._may_hand_off(''q'', 0, ARRAY[''q'']) AS h)'),
+               '%Function Scan%', '... a scalar subquery over constants too: no function scan');
 
 -- _task_for_worker: the JSON of a task is the row claim_tasks returns for it.
 SELECT harvest.start_workflow('tfw_wf', '[5]', 'tfw', 'tfw_q');

@@ -326,3 +326,129 @@ RESET ROLE;
 
 SELECT * FROM finish();
 ROLLBACK;
+
+-- _after_closes: a batch's closes' tails in one pass (_update_held_rows) leave the rows each
+-- run's _after_close leaves. Two groups of the same runs, each closed by one row update
+-- (as _update_held_rows closes a batch's): a parent (par) of three closing children, cl_a
+-- (COMPLETED, with two result waiters and an open timer), cl_b (FAILED) and cl_c (continued
+-- as new: no relay), and of one that goes on (kid); a closing parent cl_d of a live child
+-- (min, terminated by its policy) and of an abandoned one (aba, left running); a plain
+-- closing run cl_e with a waiter. Group g1's tails by one _after_closes, group g2's by
+-- _after_close run by run in the same order; then the rows of each group, its ids written as
+-- keys, are the same. (A run is closed once: _update_held_rows holds each run once, and a
+-- batch's next item of a closed run is refused gone, pgtap/activities.sql.)
+BEGIN;
+SELECT plan(9);
+CREATE TEMP TABLE ac_runs (g text, k text, n integer, status text, output jsonb, failure jsonb, parent text,
+                           seq integer, policy text) ON COMMIT DROP;
+INSERT INTO ac_runs
+SELECT g, v.*
+FROM unnest(ARRAY['g1', 'g2']) AS g
+CROSS JOIN (VALUES ('par', NULL::integer, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text, NULL::integer, NULL::text),
+                   ('cl_a', 1, 'COMPLETED', '5', NULL, 'par', 3, NULL),
+                   ('cl_b', 2, 'FAILED', NULL, '{"message": "no"}', 'par', 4, NULL),
+                   ('cl_c', 3, 'CONTINUED_AS_NEW', NULL, NULL, 'par', 5, NULL),
+                   ('kid', NULL, NULL, NULL, NULL, 'par', 6, NULL),
+                   ('cl_d', 4, 'COMPLETED', '"d"', NULL, NULL, NULL, NULL),
+                   ('min', NULL, NULL, NULL, NULL, 'cl_d', 1, 'terminate'),
+                   ('aba', NULL, NULL, NULL, NULL, 'cl_d', 2, 'abandon'),
+                   ('cl_e', 5, 'TERMINATED', NULL, '{"reason": "stop"}', NULL, NULL, NULL))
+    AS v (k, n, status, output, failure, parent, seq, policy);
+SELECT pg_temp.start_run(r.g || '_' || r.k, 'core_wf', 'acq_' || r.g || '_' || r.k) FROM ac_runs AS r;
+UPDATE harvest.executions AS e
+SET parent_id = pg_temp.run(r.g || '_' || r.parent), parent_seq = r.seq,
+    parent_close_policy = coalesce(r.policy, e.parent_close_policy)
+FROM ac_runs AS r WHERE e.id = pg_temp.run(r.g || '_' || r.k) AND r.parent IS NOT NULL;
+INSERT INTO harvest.tasks (execution_id, kind, queue, due_at, scheduled_at, seq, status)
+SELECT pg_temp.run(r.g || '_cl_a'), 'timer', 'acq_' || r.g || '_cl_a', now() + interval '1 hour', now(), 1, 'pending'
+FROM (SELECT DISTINCT g FROM ac_runs) AS r;
+INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+SELECT pg_temp.run(r.g || '_' || w.k), w.waiter, now()
+FROM (SELECT DISTINCT g FROM ac_runs) AS r
+CROSS JOIN (VALUES ('cl_a', '00000000-0000-4000-8000-00000000000a'::uuid), ('cl_a', '00000000-0000-4000-8000-00000000000b'),
+                   ('cl_e', '00000000-0000-4000-8000-00000000000a')) AS w (k, waiter);
+UPDATE harvest.executions AS e SET status = r.status, output = r.output, failure = r.failure, completed_at = now()
+FROM ac_runs AS r WHERE e.id = pg_temp.run(r.g || '_' || r.k) AND r.n IS NOT NULL;
+SELECT lives_ok(
+    $$SELECT harvest._after_closes(array_agg(e.id ORDER BY r.n), array_agg(e.status ORDER BY r.n),
+                                   array_agg(e.output ORDER BY r.n), array_agg(e.failure ORDER BY r.n),
+                                   array_agg(e.parent_id ORDER BY r.n), array_agg(e.parent_seq ORDER BY r.n))
+      FROM ac_runs AS r JOIN harvest.executions AS e ON e.id = pg_temp.run(r.g || '_' || r.k)
+      WHERE r.g = 'g1' AND r.n IS NOT NULL$$,
+    '_after_closes(): group g1''s five closes in one call');
+DO $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT e.* FROM ac_runs AS r JOIN harvest.executions AS e ON e.id = pg_temp.run(r.g || '_' || r.k)
+             WHERE r.g = 'g2' AND r.n IS NOT NULL ORDER BY r.n LOOP
+        PERFORM harvest._after_close(v.id, v.status, v.output, v.failure, v.parent_id, v.parent_seq);
+    END LOOP;
+END;
+$$;
+-- A group's rows, its runs' ids written as their keys.
+CREATE FUNCTION pg_temp.ac_keyed(p_g text, p_text text) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT r.k, pg_temp.run(p_g || '_' || r.k) AS id FROM ac_runs AS r WHERE r.g = p_g LOOP
+        p_text := replace(p_text, v.id::text, v.k);
+    END LOOP;
+    RETURN replace(p_text, p_g || '_', '');  -- (workflow ids and queues)
+END;
+$fn$;
+CREATE FUNCTION pg_temp.ac_rows(p_g text) RETURNS TABLE (what text, k text, detail text) LANGUAGE sql AS $fn$
+    SELECT 'run', r.k, pg_temp.ac_keyed(p_g, concat_ws(' ', e.status, e.output, e.failure, e.last_event_id))
+    FROM ac_runs AS r JOIN harvest.executions AS e ON e.id = pg_temp.run(p_g || '_' || r.k) WHERE r.g = p_g
+    UNION ALL
+    SELECT 'event', r.k, pg_temp.ac_keyed(p_g, concat_ws(' ', ev.event_id, ev.event_type, ev.event_data))
+    FROM ac_runs AS r JOIN harvest.events AS ev ON ev.execution_id = pg_temp.run(p_g || '_' || r.k) WHERE r.g = p_g
+    UNION ALL
+    SELECT 'task', r.k, concat_ws(' ', t.kind, t.status, t.seq)
+    FROM ac_runs AS r JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run(p_g || '_' || r.k) WHERE r.g = p_g
+    UNION ALL
+    SELECT 'waiter', r.k, w.waiter_id::text
+    FROM ac_runs AS r JOIN harvest.result_waiters AS w ON w.execution_id = pg_temp.run(p_g || '_' || r.k)
+    WHERE r.g = p_g
+    UNION ALL
+    SELECT 'relay', r.k, pg_temp.ac_keyed(p_g, concat_ws(' ', l.kind, l.payload))
+    FROM ac_runs AS r JOIN harvest.relays AS l ON l.target_execution_id = pg_temp.run(p_g || '_' || r.k)
+    WHERE r.g = p_g
+    UNION ALL
+    -- The waiters' lock of each closed run ('WAIT', the run), taken.
+    SELECT 'wait_lock', r.k, count(l.*)::text
+    FROM ac_runs AS r
+    LEFT JOIN pg_locks AS l
+        ON l.locktype = 'advisory' AND l.pid = pg_backend_pid() AND l.granted AND l.mode = 'ExclusiveLock'
+       AND l.classid = 1463896404
+       AND l.objid::bigint = (hashtext(pg_temp.run(p_g || '_' || r.k)::text)::bigint + 4294967296) % 4294967296
+    WHERE r.g = p_g AND r.n IS NOT NULL
+    GROUP BY r.k;
+$fn$;
+SELECT set_eq($$SELECT * FROM pg_temp.ac_rows('g1')$$, $$SELECT * FROM pg_temp.ac_rows('g2')$$,
+              '_after_closes() leaves the rows _after_close of each run in turn leaves');
+SELECT results_eq(
+    $$SELECT k, detail FROM pg_temp.ac_rows('g1') WHERE what = 'event' AND k = 'par' AND detail NOT LIKE '1 %'
+      ORDER BY detail$$,
+    $$VALUES ('par', '2 ChildWorkflowCompleted {"seq": 3, "result": 5, "child_execution_id": "cl_a"}'),
+             ('par', '3 ChildWorkflowFailed {"seq": 4, "status": "FAILED", "failure": {"message": "no"}, "child_execution_id": "cl_b"}')$$,
+    '... the parent hears of its closed children in order, not of the one continued as new');
+SELECT results_eq(
+    $$SELECT k, detail FROM pg_temp.ac_rows('g1') WHERE what = 'run' AND k IN ('min', 'aba', 'kid') ORDER BY k$$,
+    $$VALUES ('aba', 'RUNNING 1'), ('kid', 'RUNNING 1'),
+             ('min', 'TERMINATED {"details": null, "message": "the parent workflow closed", "error_type": "Terminated", "non_retryable": true} 2')$$,
+    '... a closed parent''s live child is terminated by its policy, an abandoned one and an open sibling go on');
+SELECT is((SELECT array_agg(k ORDER BY k) FROM pg_temp.ac_rows('g1') WHERE what = 'task'),
+          ARRAY['aba', 'kid', 'par'],
+          '... every closed run''s tasks go (a timer too), the terminated child''s with them');
+SELECT is_empty($$SELECT * FROM pg_temp.ac_rows('g1') WHERE what IN ('waiter', 'relay')$$,
+                '... their result waiters go, and no relay is left');
+SELECT is((SELECT array_agg(k || '=' || detail ORDER BY k) FROM pg_temp.ac_rows('g1') WHERE what = 'wait_lock'),
+          ARRAY['cl_a=1', 'cl_b=1', 'cl_c=1', 'cl_d=1', 'cl_e=1'],
+          '... each closed run''s waiters lock taken');
+SELECT has_function('harvest', '_after_closes', ARRAY['uuid[]', 'text[]', 'jsonb[]', 'jsonb[]', 'uuid[]', 'integer[]'],
+                    'harvest._after_closes(uuid[], text[], jsonb[], jsonb[], uuid[], integer[]) exists');
+SELECT has_function('harvest', '_relay_close', ARRAY['uuid', 'text', 'jsonb', 'jsonb', 'uuid', 'integer'],
+                    'harvest._relay_close(uuid, text, jsonb, jsonb, uuid, integer) exists');
+SELECT * FROM finish();
+ROLLBACK;

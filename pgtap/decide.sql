@@ -1925,3 +1925,119 @@ SELECT results_eq(
     '... their rows counting every event');
 SELECT * FROM finish();
 ROLLBACK;
+
+-- A batch that closes several runs: their tails go in one _after_closes (core.sql), after
+-- the batch's held rows, and leave the rows the same decisions leave one call each (the
+-- one-item form, _append_closing_events and _after_close per run). Per group (b: the batch,
+-- s: one call per item, in the batch's item order): two children of a parent (par) that
+-- complete and fail, a parent (boss) of a live child (min, terminated by its policy) that
+-- completes, and a run with a result waiter (waited) that cancels itself. In a transaction
+-- of its own (tracking, as above).
+BEGIN;
+SELECT plan(5);
+SET LOCAL track_functions = 'pl';
+CREATE TEMP TABLE cb_runs (g text, k text, commands jsonb, parent text, seq integer) ON COMMIT DROP;
+INSERT INTO cb_runs
+SELECT g, v.*
+FROM unnest(ARRAY['b', 's']) AS g
+CROSS JOIN (VALUES ('kid_1', '[{"type": "complete_workflow", "result": 1}]'::jsonb, 'par', 3),
+                   ('kid_2', '[{"type": "fail_workflow", "failure": {"message": "no"}}]', 'par', 4),
+                   ('boss', '[{"type": "complete_workflow", "result": "b"}]', NULL, NULL),
+                   ('waited', '[{"type": "cancel_workflow"}]', NULL, NULL),
+                   ('par', NULL, NULL, NULL),
+                   ('min', NULL, 'boss', 1)) AS v (k, commands, parent, seq);
+SELECT CASE WHEN r.commands IS NULL THEN pg_temp.start_run('cb' || r.g || '_' || r.k, 'decide_wf', 'cbq_' || r.k)
+            ELSE pg_temp.start_claimed('cb' || r.g || '_' || r.k, 'decide_wf', 'cbq_' || r.g || '_' || r.k, 'worker-1') END
+FROM cb_runs AS r;
+UPDATE harvest.executions AS e SET parent_id = pg_temp.run('cb' || r.g || '_' || r.parent), parent_seq = r.seq
+FROM cb_runs AS r WHERE e.id = pg_temp.run('cb' || r.g || '_' || r.k) AND r.parent IS NOT NULL;
+INSERT INTO harvest.result_waiters (execution_id, waiter_id, since)
+SELECT pg_temp.run('cb' || g || '_waited'), '00000000-0000-4000-8000-00000000000c', now()
+FROM unnest(ARRAY['b', 's']) AS g;
+-- The batch's item order (complete_workflow_tasks takes a batch's items in run order), for both groups.
+CREATE TEMP TABLE cb_order ON COMMIT DROP AS
+SELECT r.k, row_number() OVER (ORDER BY pg_temp.run('cbb_' || r.k)) AS n
+FROM cb_runs AS r WHERE r.g = 'b' AND r.commands IS NOT NULL;
+CREATE TEMP TABLE cb_before ON COMMIT DROP AS
+SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                 WHERE f.funcid = 'harvest._after_closes(uuid[],text[],jsonb[],jsonb[],uuid[],integer[])'::regprocedure), 0)
+           AS batch,
+       coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                 WHERE f.funcid = 'harvest._after_close(uuid,text,jsonb,jsonb,uuid,integer)'::regprocedure), 0) AS single;
+SELECT is((SELECT array_agg(c.execution_status ORDER BY o.n)
+           FROM harvest.complete_workflow_tasks('worker-1',
+                    (SELECT array_agg(pg_temp.task('cbb_' || o.k) ORDER BY o.n) FROM cb_order AS o),
+                    (SELECT array_agg(pg_temp.token('cbb_' || o.k) ORDER BY o.n) FROM cb_order AS o),
+                    ARRAY[1, 1, 1, 1]::bigint[],
+                    (SELECT array_agg(r.commands ORDER BY o.n) FROM cb_order AS o JOIN cb_runs AS r ON r.k = o.k AND r.g = 'b'),
+                    ARRAY[0, 0, 0, 0]) AS c
+           JOIN cb_order AS o ON pg_temp.task('cbb_' || o.k) = c.task_id),
+          (SELECT array_agg(CASE o.k WHEN 'kid_2' THEN 'FAILED' WHEN 'waited' THEN 'CANCELLED' ELSE 'COMPLETED' END
+                            ORDER BY o.n) FROM cb_order AS o),
+          'complete_workflow_tasks(): a batch of four closing decisions, each run closed');
+SELECT is((SELECT c.execution_status FROM cb_order AS o JOIN cb_runs AS r ON r.k = o.k AND r.g = 's'
+           CROSS JOIN LATERAL harvest.complete_workflow_tasks('worker-1', ARRAY[pg_temp.task('cbs_' || o.k)],
+                                                              ARRAY[pg_temp.token('cbs_' || o.k)], ARRAY[1]::bigint[],
+                                                              ARRAY[r.commands], ARRAY[0]) AS c
+           ORDER BY o.n LIMIT 1 OFFSET 3),
+          (SELECT CASE o.k WHEN 'kid_2' THEN 'FAILED' WHEN 'waited' THEN 'CANCELLED' ELSE 'COMPLETED' END
+           FROM cb_order AS o WHERE o.n = 4),
+          '... the same decisions one call each');
+SELECT results_eq(
+    $$SELECT coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                       WHERE f.funcid = 'harvest._after_closes(uuid[],text[],jsonb[],jsonb[],uuid[],integer[])'::regprocedure), 0)
+             - b.batch,
+             coalesce((SELECT f.calls FROM pg_stat_xact_user_functions AS f
+                       WHERE f.funcid = 'harvest._after_close(uuid,text,jsonb,jsonb,uuid,integer)'::regprocedure), 0)
+             - b.single
+      FROM cb_before AS b$$,
+    $$VALUES (1::bigint, 6::bigint)$$,
+    '... the batch''s four tails in one _after_closes; an _after_close per one-item close, and per terminated child');
+-- A group's rows, its runs' ids and names written as their keys.
+CREATE FUNCTION pg_temp.cb_keyed(p_g text, p_text text) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT r.k, pg_temp.run('cb' || p_g || '_' || r.k) AS id FROM cb_runs AS r WHERE r.g = p_g LOOP
+        p_text := replace(p_text, v.id::text, v.k);
+    END LOOP;
+    RETURN replace(replace(p_text, 'cb' || p_g || '_', ''), 'cbq_' || p_g || '_', 'cbq_');
+END;
+$fn$;
+CREATE FUNCTION pg_temp.cb_rows(p_g text) RETURNS TABLE (what text, k text, detail text) LANGUAGE sql AS $fn$
+    SELECT 'run', r.k, pg_temp.cb_keyed(p_g, concat_ws(' ', e.status, e.output, e.failure, e.last_event_id,
+                                                      e.history_bytes, e.decided_by, e.decided_through))
+    FROM cb_runs AS r JOIN harvest.executions AS e ON e.id = pg_temp.run('cb' || p_g || '_' || r.k) WHERE r.g = p_g
+    UNION ALL
+    SELECT 'event', r.k, pg_temp.cb_keyed(p_g, concat_ws(' ', ev.event_id, ev.event_type, ev.event_data))
+    FROM cb_runs AS r JOIN harvest.events AS ev ON ev.execution_id = pg_temp.run('cb' || p_g || '_' || r.k)
+    WHERE r.g = p_g
+    UNION ALL
+    SELECT 'task', r.k, concat_ws(' ', t.kind, t.status, t.seq)
+    FROM cb_runs AS r JOIN harvest.tasks AS t ON t.execution_id = pg_temp.run('cb' || p_g || '_' || r.k)
+    WHERE r.g = p_g
+    UNION ALL
+    SELECT 'waiter', r.k, w.waiter_id::text
+    FROM cb_runs AS r JOIN harvest.result_waiters AS w ON w.execution_id = pg_temp.run('cb' || p_g || '_' || r.k)
+    WHERE r.g = p_g
+    UNION ALL
+    SELECT 'relay', r.k, pg_temp.cb_keyed(p_g, concat_ws(' ', l.kind, l.payload))
+    FROM cb_runs AS r JOIN harvest.relays AS l ON l.target_execution_id = pg_temp.run('cb' || p_g || '_' || r.k)
+    WHERE r.g = p_g;
+$fn$;
+SELECT set_eq($$SELECT * FROM pg_temp.cb_rows('b')$$, $$SELECT * FROM pg_temp.cb_rows('s')$$,
+              '... and the batch leaves the rows the one-item calls leave');
+SELECT results_eq(
+    $$SELECT what, k, regexp_replace(regexp_replace(detail, ' \d+( worker-1 1)?$', ''), '^\d+ ', '') AS detail
+      FROM pg_temp.cb_rows('b')
+      WHERE (what = 'event' AND k = 'par' AND detail NOT LIKE '1 %') OR (what = 'run' AND k IN ('min', 'waited'))
+         OR what IN ('task', 'waiter', 'relay')
+      ORDER BY what, k, detail$$,
+    $$VALUES ('event', 'par', 'ChildWorkflowCompleted {"seq": 3, "result": 1, "child_execution_id": "kid_1"}'),
+             ('event', 'par', 'ChildWorkflowFailed {"seq": 4, "status": "FAILED", "failure": {"message": "no"}, "child_execution_id": "kid_2"}'),
+             ('run', 'min', 'TERMINATED {"details": null, "message": "the parent workflow closed", "error_type": "Terminated", "non_retryable": true} 2'),
+             ('run', 'waited', 'CANCELLED {"details": null, "message": "cancelled", "error_type": "Cancelled", "non_retryable": true} 3'),
+             ('task', 'par', 'workflow pending')$$,
+    '... the parent hears of both children, the live child of the closed parent is terminated, the waiter and every closed run''s task gone');
+SELECT * FROM finish();
+ROLLBACK;

@@ -247,10 +247,11 @@ ID_LIST = (
 BY_PK = {"executions": {"executions_pkey"}}
 
 
+# _may_hand_off's one SQL expression (inlined into its callers' queries), its probes included.
 HAND_OFF_PROBE = Statement(
     "_may_hand_off",
-    r"PERFORM t\.priority FROM harvest\.tasks",
-    {"p_queue": "text", "p_priority": "integer"},
+    r"SELECT p_worker_queues IS NOT NULL",
+    {"p_queue": "text", "p_priority": "integer", "p_worker_queues": "text[]"},
 )
 
 
@@ -354,7 +355,8 @@ TRAPS = [
             r"SELECT coalesce\(array_agg\(t\.id ORDER BY t\.priority",
             {"p_task_ids": "bigint[]", "p_queues": "text[]", "v_now": "timestamptz"},
         ),
-        {"tasks": {"tasks_pkey"}},
+        # (and the hand-off rules' probes, _may_hand_off inlined: the heads of the two queue indexes)
+        {"tasks": {"tasks_pkey", "tasks_claimable", "tasks_claimable_aging"}},
         f"claim.sql (Redis dispatch): {ID_LIST}",
         id="claim_named_tasks",
     ),
@@ -422,10 +424,41 @@ TRAPS = [
     ),
     case(
         HAND_OFF_PROBE,
-        {"tasks": {"tasks_claimable"}},
-        "claim.sql (hand-off): the head of one queue's tasks_claimable above a priority, in its "
-        "order (an EXISTS over `priority > $n` was cached as a sequential scan of every pending task)",
+        {"tasks": {"tasks_claimable", "tasks_claimable_aging"}, "fair_queues": {"fair_queues_pkey"}},
+        "claim.sql (hand-off): the head of one queue's tasks_claimable above a priority and of its "
+        "tasks_claimable_aging, each in its order (an EXISTS over `priority > $n` was cached as a "
+        "sequential scan of every pending task; an EXISTS drops the ORDER BY and LIMIT)",
         id="_may_hand_off-priority",
+    ),
+    case(
+        Statement(
+            "_after_closes",
+            r"WITH dropped AS",
+            {"p_ids": "uuid[]"},
+        ),
+        {"tasks": {"tasks_execution_seq", "tasks_one_workflow_task"}},
+        "core.sql: a batch's closed runs' tasks, by the run's index prefix, never every task",
+        id="_after_closes-tasks",
+    ),
+    case(
+        Statement(
+            "_after_closes",
+            r"WITH told AS",
+            {"p_ids": "uuid[]", "v_locked": "boolean[]"},
+        ),
+        {"result_waiters": {"result_waiters_pkey"}},
+        "core.sql: a batch's closed runs' result waiters, by the primary key's prefix",
+        id="_after_closes-waiters",
+    ),
+    case(
+        Statement(
+            "_after_closes",
+            r"SELECT array_agg\(u\.i ORDER BY u\.i\) INTO v_relaying",
+            {"p_ids": "uuid[]", "p_statuses": "text[]", "p_parents": "uuid[]"},
+        ),
+        {"executions": {"executions_parent"}, "cross_shard_children": {"cross_shard_children_parent"}},
+        "core.sql: the relays' probe of a batch's closes, one probe of each index per run",
+        id="_after_closes-relay-probe",
     ),
     case(
         Statement(
