@@ -58,11 +58,13 @@ LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)
 # The columns of harvest.claim_tasks (functions/claim.sql), named so that ``options`` comes as
 # its text (claimed_rows decodes each distinct text once) and ``execution_id`` as text, as a
 # task handed back in a jsonb row has it: every use of it in the worker is its text, and
-# psycopg's uuid loader and UUID.__str__ cost ~2-3 us a row (tests/unit/test_claim_columns.py
-# keeps the list equal to the function's).
+# psycopg's uuid loader and UUID.__str__ cost ~2-3 us a row. Every column but
+# lease_expires_at, which the worker never reads (nor does a task handed in a jsonb row carry
+# it: claim.sql _worker_task); tests/unit/test_claim_columns.py keeps the list equal to the
+# function's.
 CLAIM_TASKS = """
 SELECT task_id, kind, execution_id::text AS execution_id, workflow_name, workflow_id, queue, seq,
-       activity_name, input, options::text AS options, attempt, fencing_token, lease_expires_at,
+       activity_name, input, options::text AS options, attempt, fencing_token,
        heartbeat_details, new_events, new_events_after, owner_epoch
   FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
