@@ -10,11 +10,13 @@ from psycopg.types.json import Jsonb
 from harvest.core.jsonb import dumps
 from harvest.db.arrays import BigintArray, JsonbArray
 
-VALUES = [[5], {"seq": 2, "options": {"start_to_close": 300}}, "ünï \"q\" \\", 1e20, None, True, []]
+VALUES = [[5], {"seq": 2, "options": {"start_to_close": 300}}, 'ünï "q" \\', 1e20, None, True, []]
 
 
 def test_arrays_read_back_as_psycopgs_lists(conn: psycopg.Connection) -> None:
-    query = "SELECT %(a)b::text, %(j)b::jsonb[]::text, %(n)b::jsonb[]::text, %(e)b::jsonb[]::text, %(z)b::text"
+    query = (
+        "SELECT %(a)b::text, %(j)b::jsonb[]::text, %(n)b::jsonb[]::text, %(e)b::jsonb[]::text, %(z)b::text"
+    )
     ours = conn.execute(
         query,
         {

@@ -19,7 +19,7 @@ from harvest.db.arrays import BigintArray, JsonbArray
 VALUES: list[Any] = [
     [5],
     {"type": "schedule_activity", "seq": 2, "options": {"start_to_close": 300.0}},
-    "a \"quoted\" \\ string with ünïcode and \n",
+    'a "quoted" \\ string with ünïcode and \n',
     1e20,
     -0.0,
     None,
