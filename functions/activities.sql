@@ -277,7 +277,7 @@ $$;
 -- 'too_large', the message of _check_payload): the worker then fails the
 -- activity with a typed, non-retryable PayloadTooLarge. With p_hand_off, a woken
 -- workflow task may be handed to p_worker_id
--- (handed: the task as claim_tasks would return it, as JSON, carrying every
+-- (handed: the task as the worker receives it, claim.sql _worker_task, carrying every
 -- event up to the end of this batch).
 --
 -- An item may carry the worker's decision on its result (p_decisions, NULL for

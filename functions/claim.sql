@@ -789,29 +789,73 @@ AS $$
             LIMIT 1) IS NULL;
 $$;
 
--- A claimed or handed task as the worker receives it: claim_tasks' columns, as JSON.
+-- A task as the worker receives it inside a jsonb answer (a handed task, a task claimed
+-- inside a result batch): the worker's wire form of claim_tasks' row, with only what the
+-- worker reads (docs/internals.md, "The worker's task row"). Both kinds carry task_id,
+-- kind, execution_id, workflow_name, workflow_id, queue and fencing_token; a workflow task
+-- adds new_events, new_events_after and owner_epoch; an activity task seq, activity_name,
+-- input, attempt, heartbeat_details and its options less the keys only the engine reads
+-- (_worker_options). Not carried: lease_expires_at (the worker keeps no clock of its lease:
+-- the server's is the one that counts), a workflow task's attempt and its activity columns
+-- (NULL or {}), an activity task's new_events, new_events_after and owner_epoch (NULL, or
+-- the run's decided_through, which no activity reads). About 40% fewer bytes for the
+-- worker to parse per handed activity (docs/performance.md, "The worker's task row").
+CREATE OR REPLACE FUNCTION harvest._worker_task(
+    p_task_id bigint, p_kind text, p_execution_id uuid, p_workflow_name text, p_workflow_id text,
+    p_queue text, p_seq integer, p_activity_name text, p_input jsonb, p_options jsonb,
+    p_attempt integer, p_fencing_token bigint, p_heartbeat_details jsonb,
+    p_new_events jsonb, p_new_events_after bigint, p_owner_epoch bigint
+)
+RETURNS jsonb
+LANGUAGE sql STABLE  -- (jsonb_build_object is STABLE: an IMMUTABLE wrapper would not inline)
+AS $$
+    SELECT CASE WHEN p_kind = 'workflow'
+        THEN jsonb_build_object(
+            'task_id', p_task_id, 'kind', p_kind, 'execution_id', p_execution_id,
+            'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id, 'queue', p_queue,
+            'fencing_token', p_fencing_token, 'new_events', p_new_events,
+            'new_events_after', p_new_events_after, 'owner_epoch', p_owner_epoch)
+        ELSE jsonb_build_object(
+            'task_id', p_task_id, 'kind', p_kind, 'execution_id', p_execution_id,
+            'workflow_name', p_workflow_name, 'workflow_id', p_workflow_id, 'queue', p_queue,
+            'seq', p_seq, 'activity_name', p_activity_name, 'input', p_input,
+            'options', harvest._worker_options(p_options), 'attempt', p_attempt,
+            'fencing_token', p_fencing_token, 'heartbeat_details', p_heartbeat_details)
+        END;
+$$;
+
+-- An activity's options as the worker receives them: less the keys only the engine reads
+-- (the retry policy, the other timeouts, priority, dead letter, the admission gates' limits,
+-- fairness, a DAG task's name), so the keys the worker reads stay: start_to_close (its
+-- deadline), traceparent (its span), concurrency_key and rate_limit (a gated task's end
+-- claims again), and any key added later, which reaches the worker unless listed here.
+CREATE OR REPLACE FUNCTION harvest._worker_options(p_options jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT p_options - '{retry,priority,dead_letter,heartbeat_timeout,schedule_to_close,max_concurrent,priority_aging_secs,fairness_key,dag_node}'::text[];
+$$;
+
+-- A claimed or handed task as the worker receives it (_worker_task), from its row and its run's.
 CREATE OR REPLACE FUNCTION harvest._task_for_worker(
     p_task harvest.tasks, p_execution harvest.executions, p_worker_id text
 )
 RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
-    SELECT jsonb_build_object(
-        'task_id', p_task.id, 'kind', p_task.kind, 'execution_id', p_task.execution_id,
-        'workflow_name', p_execution.workflow_name, 'workflow_id', p_execution.workflow_id,
-        'queue', p_task.queue, 'seq', p_task.seq,
-        'activity_name', p_task.activity_name, 'input', p_task.input, 'options', p_task.options,
-        'attempt', p_task.attempt, 'fencing_token', p_task.fencing_token,
-        'lease_expires_at', p_task.lease_expires_at, 'heartbeat_details', p_task.heartbeat_details,
-        'new_events', CASE WHEN p_task.kind = 'workflow'
-                           THEN harvest._events_since_decision(p_execution, p_task.kind, p_worker_id) END,
-        'new_events_after', coalesce(p_execution.decided_through, 0),
-        -- Owner mode: complete_activities sets a handed workflow task's (owners.sql).
-        'owner_epoch', NULL);
+    SELECT harvest._worker_task(
+        p_task.id, p_task.kind, p_task.execution_id, p_execution.workflow_name, p_execution.workflow_id,
+        p_task.queue, p_task.seq, p_task.activity_name, p_task.input, p_task.options,
+        p_task.attempt, p_task.fencing_token, p_task.heartbeat_details,
+        CASE WHEN p_task.kind = 'workflow'
+             THEN harvest._events_since_decision(p_execution, p_task.kind, p_worker_id) END,
+        coalesce(p_execution.decided_through, 0),
+        -- Owner mode: _handed_task sets a handed workflow task's (owners.sql).
+        NULL);
 $$;
 
 -- A task handed to p_worker_id by the commit that leased it (a result's or a signal's
--- wake-up), as claim_tasks would return it, read after the commit's writes so it
+-- wake-up), as the worker receives it (_worker_task), read after the commit's writes so it
 -- carries every event they appended; in owner mode (p_owner_mode, read once by the
 -- caller) with the worker's owner_epoch for the run's partition (owners.sql).
 CREATE OR REPLACE FUNCTION harvest._handed_task(p_task_id bigint, p_worker_id text, p_owner_mode boolean)
@@ -871,7 +915,7 @@ $$;
 -- the batch holds its runs' rows (its own are SKIP LOCKED or try-locks). It
 -- saves the claim's own round trip and commit per result batch. The rows are
 -- complete_activities' rows, then one per claimed task: outcome 'claimed',
--- task_id its id, handed the task as claim_tasks returns it, as JSON.
+-- task_id its id, handed the task as the worker receives it (_worker_task).
 CREATE OR REPLACE FUNCTION harvest.complete_activities_with_claim(
     p_worker_id text,
     p_queues text[],
@@ -912,7 +956,11 @@ BEGIN
     END LOOP;
     IF least(p_claim_limit, v_freed) > 0 THEN
         RETURN QUERY
-        SELECT c.task_id, 'claimed'::text, NULL::text, to_jsonb(c), NULL::jsonb
+        SELECT c.task_id, 'claimed'::text, NULL::text,
+               harvest._worker_task(c.task_id, c.kind, c.execution_id, c.workflow_name, c.workflow_id, c.queue,
+                   c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token, c.heartbeat_details,
+                   c.new_events, c.new_events_after, c.owner_epoch),
+               NULL::jsonb
         FROM harvest.claim_tasks(p_worker_id, p_queues, least(p_claim_limit, v_freed), p_workflow_lease_secs) AS c;
     END IF;
 END;
@@ -936,4 +984,4 @@ COMMENT ON FUNCTION harvest.next_due_at IS
 COMMENT ON FUNCTION harvest.complete_activities_with_claim IS
 'complete_activities, then in the same transaction claim_tasks for up to p_claim_limit tasks, never more than the '
 'results that complete without handing a task back (each frees its worker slot); claimed tasks come back as rows '
-'with outcome claimed and the task in handed. Called by the Python worker (role harvest_worker).';
+'with outcome claimed and the task in handed (as the worker receives it: claim_tasks'' columns it reads). Called by the Python worker (role harvest_worker).';

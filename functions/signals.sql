@@ -70,7 +70,7 @@ $$;
 -- active and polls the run's queue, its cached run decided last, the run is RUNNING,
 -- the claim would have been free to pick the task next (claim.sql, _may_hand_off), and,
 -- in owner mode, the worker owns the run's partition. Returns {"event_id", "handed":
--- the task as claim_tasks returns it, or null}.
+-- the task as the worker receives it (claim.sql _worker_task), or null}.
 CREATE OR REPLACE FUNCTION harvest.signal_workflow_eager(
     p_execution_id uuid, p_signal_name text, p_payload jsonb, p_signal_id text, p_traceparent text,
     p_worker_id text, p_workflow_lease_secs double precision
@@ -168,8 +168,8 @@ COMMENT ON FUNCTION harvest.signal_workflow_eager IS
 'signal_workflow from a process that also hosts worker p_worker_id: the woken workflow task is leased to that worker '
 'in the signal''s transaction (p_workflow_lease_secs) when the session also holds harvest_worker and the hand-off rules '
 'allow it (its cached run decided last, it is active and polls the queue, claim.sql''s _may_hand_off, owner mode''s '
-'partition), else queued as signal_workflow queues it; returns {"event_id", "handed": the task as claim_tasks returns '
-'it, or null}. Called by clients that host a worker (role harvest_operator).';
+'partition), else queued as signal_workflow queues it; returns {"event_id", "handed": the task as the worker '
+'receives it (claim_tasks'' columns it reads), or null}. Called by clients that host a worker (role harvest_operator).';
 COMMENT ON FUNCTION harvest.signal_with_start IS
 'Signal the running run of (workflow_name, workflow_id), starting one first when none runs, in one transaction; '
 'p_traceparent is the caller''s span, for the run it starts and the signal. Called by clients (role '

@@ -2,12 +2,12 @@
 -- fencing tokens, batch limit, timers), harvest._fire_due_timers, harvest.next_due_at,
 -- harvest._claim_head (the head of the polled queues), harvest._claim_ids (the shared lock-and-lease step; the gates are in pgtap/flow_concurrency.sql),
 -- harvest._lease_secs, and the hand-off helpers harvest._hand_off_queues, harvest._may_hand_off,
--- harvest._task_for_worker, harvest._handed_task, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
+-- harvest._task_for_worker, harvest._worker_task, harvest._worker_options, harvest._handed_task, harvest._hand_workflow_task (their callers: pgtap/decide.sql,
 -- pgtap/activities.sql), and Redis dispatch's harvest.claim_named_tasks (which ends, as
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(160);
+SELECT plan(167);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -569,28 +569,64 @@ SELECT unalike(pg_temp.plan_of('SELECT (SELECT h FROM harvest._may_hand_off(t.qu
 SELECT unalike(pg_temp.plan_of('SELECT (SELECT h FROM harvest._may_hand_off(''q'', 0, ARRAY[''q'']) AS h)'),
                '%Function Scan%', '... a scalar subquery over constants too: no function scan');
 
--- _task_for_worker: the JSON of a task is the row claim_tasks returns for it.
+-- _task_for_worker: the JSON of a task is the worker's wire form of the row claim_tasks
+-- returns for it (_worker_task): the columns the worker reads, per kind.
+CREATE FUNCTION pg_temp.worker_form(c jsonb) RETURNS jsonb LANGUAGE sql AS $$
+    SELECT CASE WHEN (c ->> 'kind') = 'workflow'
+        THEN c - '{seq,activity_name,input,options,attempt,lease_expires_at,heartbeat_details}'::text[]
+        ELSE (c - '{lease_expires_at,new_events,new_events_after,owner_epoch}'::text[])
+             || jsonb_build_object('options', (c -> 'options') - 'heartbeat_timeout' - 'priority')
+        END;
+$$;
 SELECT harvest.start_workflow('tfw_wf', '[5]', 'tfw', 'tfw_q');
 CREATE TEMP TABLE tfw_claim ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w-tfw', ARRAY['tfw_q']);
 SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t
            JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_claim)),
-          (SELECT to_jsonb(c) FROM tfw_claim AS c),
-          '_task_for_worker() of a workflow task: claim_tasks'' row as JSON (with new_events)');
+          (SELECT pg_temp.worker_form(to_jsonb(c)) FROM tfw_claim AS c),
+          '_task_for_worker() of a workflow task: claim_tasks'' row as JSON (with new_events), its worker form');
+SELECT is((SELECT array_agg(k ORDER BY k) FROM tfw_claim AS c, jsonb_object_keys(pg_temp.worker_form(to_jsonb(c))) AS k),
+          '{execution_id,fencing_token,kind,new_events,new_events_after,owner_epoch,queue,task_id,workflow_id,workflow_name}',
+          '... a workflow task''s keys: its run, its token, its new events and owner epoch');
 SELECT is((SELECT jsonb_array_length(c.new_events) FROM tfw_claim AS c), 1, 'setup: the claim carried the history');
 INSERT INTO runs SELECT 'TFW_A', pg_temp.setup_run('tfw_act', $$[{"type": "schedule_activity", "seq": 1, "name": "a",
-    "input": [1], "queue": "tfw_aq", "options": {"start_to_close": 7}}]$$);
+    "input": [1], "queue": "tfw_aq", "options": {"start_to_close": 7, "heartbeat_timeout": 3, "priority": 1}}]$$);
 CREATE TEMP TABLE tfw_act ON COMMIT DROP AS SELECT * FROM harvest.claim_tasks('w-tfw', ARRAY['tfw_aq']);
 SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t
            JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
-          (SELECT to_jsonb(c) FROM tfw_act AS c),
-          '_task_for_worker() of an activity task: claim_tasks'' row as JSON');
+          (SELECT pg_temp.worker_form(to_jsonb(c)) FROM tfw_act AS c),
+          '_task_for_worker() of an activity task: claim_tasks'' row as JSON, its worker form');
+SELECT is((SELECT array_agg(k ORDER BY k) FROM tfw_act AS c, jsonb_object_keys(pg_temp.worker_form(to_jsonb(c))) AS k),
+          '{activity_name,attempt,execution_id,fencing_token,heartbeat_details,input,kind,options,queue,seq,task_id,workflow_id,workflow_name}',
+          '... an activity task''s keys: no lease expiry, no new events');
+SELECT is((SELECT harvest._task_for_worker(t, e, 'w-tfw') -> 'options' FROM harvest.tasks AS t
+           JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
+          '{"start_to_close": 7}'::jsonb, '... its options: those the worker reads (start_to_close), not the engine''s');
+-- _worker_options: an activity's options less the keys only the engine reads; the keys the
+-- worker reads, and any other, stay.
+SELECT is(harvest._worker_options('{"start_to_close": 300, "schedule_to_close": null, "heartbeat_timeout": null,
+              "retry": {"backoff": 2.0, "max_attempts": 3}, "priority": 0, "dead_letter": true}'),
+          '{"start_to_close": 300}'::jsonb, '_worker_options() of the usual options: start_to_close alone');
+SELECT is(harvest._worker_options('{"start_to_close": 5, "traceparent": "00-ab-cd-01", "max_concurrent": 2,
+              "concurrency_key": "k", "rate_limit": {"limit": 5, "period": 1}, "priority_aging_secs": 9,
+              "fairness_key": "f", "dag_node": "n", "someday": 1}'),
+          '{"start_to_close": 5, "traceparent": "00-ab-cd-01", "concurrency_key": "k",
+            "rate_limit": {"limit": 5, "period": 1}, "someday": 1}'::jsonb,
+          '_worker_options(): the deadline, the trace, the gates'' keys the worker reads, and unknown keys stay');
+SELECT is(harvest._worker_options('{}'), '{}'::jsonb, '_worker_options() of none: none');
+-- _worker_task: the wire form from the columns (what complete_activities_with_claim sends a
+-- claimed task as), the same as _task_for_worker's from the rows.
+SELECT is((SELECT harvest._worker_task(c.task_id, c.kind, c.execution_id, c.workflow_name, c.workflow_id, c.queue,
+              c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token, c.heartbeat_details,
+              c.new_events, c.new_events_after, c.owner_epoch) FROM tfw_act AS c),
+          (SELECT pg_temp.worker_form(to_jsonb(c)) FROM tfw_act AS c),
+          '_worker_task() of a claimed row''s columns: its worker form');
 -- _handed_task: the same JSON read by the task's id; in owner mode with the worker's
 -- owner_epoch for the run's partition (NULL here: w-tfw owns none).
 SELECT is(harvest._handed_task((SELECT task_id FROM tfw_act), 'w-tfw', false),
-          (SELECT to_jsonb(c) FROM tfw_act AS c),
-          '_handed_task(): a task by its id, as claim_tasks returns it');
+          (SELECT pg_temp.worker_form(to_jsonb(c)) FROM tfw_act AS c),
+          '_handed_task(): a task by its id, as the worker receives it');
 SELECT is(harvest._handed_task((SELECT task_id FROM tfw_act), 'w-tfw', true),
-          (SELECT to_jsonb(c) || jsonb_build_object('owner_epoch', harvest._owner_epoch(c.workflow_id, 'w-tfw'))
+          (SELECT pg_temp.worker_form(to_jsonb(c)) || jsonb_build_object('owner_epoch', harvest._owner_epoch(c.workflow_id, 'w-tfw'))
            FROM tfw_act AS c),
           '_handed_task() in owner mode: with the worker''s owner_epoch for the run''s partition');
 
@@ -757,8 +793,9 @@ SELECT is((SELECT array_agg(k ORDER BY k) FROM cwb AS b, jsonb_object_keys(b.han
            WHERE b.batch = 'two' AND b.outcome = 'claimed' AND b.task_id = (SELECT min(task_id) FROM cwb WHERE batch = 'two' AND outcome = 'claimed')),
           (SELECT array_agg(a.name::text ORDER BY a.name::text)
            FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)
-           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'),
-          'a claimed task''s keys are claim_tasks'' columns');
+           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'
+             AND a.name NOT IN ('lease_expires_at', 'new_events', 'new_events_after', 'owner_epoch')),
+          'a claimed activity task''s keys are claim_tasks'' columns the worker reads (_worker_task)');
 
 -- The limit bounds it; a stale result frees nothing (its handler holds no claim).
 SELECT pg_temp.cw_claim('cw1x', 'cwq_a', 2);

@@ -786,18 +786,19 @@ SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, h ->> 'kind', (h ->> 'execution_id')::uuid, h ->> 'workflow_name',
              h ->> 'workflow_id', h ? 'task_queue', h ->> 'queue', (h ->> 'seq')::integer, h ->> 'activity_name',
              h -> 'input', h -> 'options', (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint,
-             (h ->> 'lease_expires_at')::timestamptz, h -> 'heartbeat_details', h -> 'new_events'
+             (SELECT r.lease_expires_at FROM harvest.tasks AS r WHERE r.id = (h ->> 'task_id')::bigint), h -> 'heartbeat_details', h ? 'new_events'
       FROM (SELECT pg_temp.handed('hand') -> 0 AS h) AS x$$,
     $$SELECT t.id, 'activity'::text, t.execution_id, 'decide_wf'::text, 'hand'::text, false, 'hand_q'::text,
-             1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20, "heartbeat_timeout": 5}'::jsonb, 1,
-             t.fencing_token, t.lease_expires_at, 'null'::jsonb, 'null'::jsonb
+             1, 'first'::text, '[1]'::jsonb, '{"start_to_close": 20}'::jsonb, 1,
+             t.fencing_token, t.lease_expires_at, 'null'::jsonb, false
       FROM harvest.tasks AS t WHERE t.execution_id = pg_temp.run('hand') AND t.seq = 1$$,
-    'handed holds the task as the worker receives it: its id, run, queue, input, options, attempt, token and lease');
+    'handed holds the task as the worker receives it: its id, run, queue, input, the options it reads, attempt, token (its row''s lease)');
 SELECT is((SELECT array_agg(k ORDER BY k) FROM jsonb_object_keys(pg_temp.handed('hand') -> 0) AS k),
           (SELECT array_agg(a.name ORDER BY a.name)
            FROM pg_proc AS p, unnest(p.proargnames, p.proargmodes) AS a (name, mode)
-           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'),
-          'a handed task''s keys are claim_tasks'' columns');
+           WHERE p.oid = 'harvest.claim_tasks'::regproc AND a.mode = 't'
+             AND a.name NOT IN ('lease_expires_at', 'new_events', 'new_events_after', 'owner_epoch')),
+          'a handed activity''s keys are claim_tasks'' columns the worker reads of one (claim.sql _worker_task)');
 SELECT results_eq($$SELECT seq FROM harvest.claim_tasks('worker-2', ARRAY['hand_q'])$$, $$VALUES (2)$$,
                   'a claim gets the queued activity, not the handed one');
 SELECT lives_ok(format($$SELECT harvest.complete_activity(%s, %s, '"done"')$$,
@@ -1090,7 +1091,7 @@ SELECT results_eq(
     'complete_workflow_tasks(): each run gets WorkflowTaskCompleted{through, worker_id}, then its own ActivityScheduled');
 SELECT results_eq(
     $$SELECT (h ->> 'task_id')::bigint, (h ->> 'execution_id')::uuid, h ->> 'activity_name', h -> 'input',
-             (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint, (h ->> 'lease_expires_at')::timestamptz
+             (h ->> 'attempt')::integer, (h ->> 'fencing_token')::bigint, (SELECT r.lease_expires_at FROM harvest.tasks AS r WHERE r.id = (h ->> 'task_id')::bigint)
       FROM batch_rows AS r, jsonb_array_elements(r.handed) AS h
       WHERE r.label = 'pair' AND r.task_id = pg_temp.task('wb_a')$$,
     $$SELECT t.id, t.execution_id, t.activity_name, t.input, t.attempt, t.fencing_token, t.lease_expires_at
@@ -1426,7 +1427,7 @@ SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[2, 1],
            'fn-worker', harvest.now()) AS handed;
 SELECT results_eq(
     $$SELECT h ->> 'activity_name', h ->> 'kind', (h ->> 'seq')::integer, h ->> 'queue', (h ->> 'attempt')::integer,
-             (h ->> 'lease_expires_at')::timestamptz
+             (SELECT r.lease_expires_at FROM harvest.tasks AS r WHERE r.id = (h ->> 'task_id')::bigint)
       FROM fn_handed, unnest(handed) WITH ORDINALITY AS x (h, n) ORDER BY n$$,
     $$VALUES ('h2'::text, 'activity'::text, 2, 'fn_hand'::text, 1, '2030-01-05 00:00:20+00'::timestamptz),
              ('h1', 'activity', 1, 'dq_cmd_fn', 1, '2030-01-05 00:05:00+00')$$,

@@ -6,8 +6,11 @@ integration test test_jsonb_text_matches_server.py keeps checking that.
 
 from __future__ import annotations
 
+import enum
+
 import pytest
 
+from harvest.core import payload
 from harvest.core.jsonb import stored_text, stored_value
 
 
@@ -111,3 +114,23 @@ def test_values_the_database_refuses(value):
 def test_non_json_values_are_a_type_error(value):
     with pytest.raises(TypeError):
         stored_text(value)
+
+
+def test_exact_types_first_and_their_subclasses_as_before() -> None:
+    # An int or a list by its exact type (the payloads' usual values), and a bool, an int
+    # subclass and a tuple by the general tests, as json.dumps writes them.
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    assert stored_text(7) == "7" and stored_text(-(2**70)) == str(-(2**70))
+    assert stored_text(True) == "true" and stored_text([True, 0, False]) == "[true, 0, false]"
+    assert stored_text(Level.HIGH) == "3" and stored_text([Level.HIGH]) == "[3]"
+    assert stored_text((1, [2, (3,)])) == "[1, [2, [3]]]"
+    assert stored_text([]) == "[]" and stored_text([[], {}]) == "[[], {}]"
+
+
+def test_encode_of_an_empty_container_is_a_fresh_copy() -> None:
+    empty_dict: dict = {}
+    empty_list: list = []
+    assert payload.encode(empty_dict) == {} and payload.encode(empty_dict) is not empty_dict
+    assert payload.encode(empty_list) == [] and payload.encode(empty_list) is not empty_list

@@ -45,6 +45,11 @@ def dumps(value: Any) -> str:
 
 def stored_text(value: Any) -> str:
     """Return ``value::jsonb::text`` as the database prints it."""
+    kind = type(value)  # the payloads' usual values first, by their exact type (not bool: an int)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is list:
+        return "[" + ", ".join(map(stored_text, value)) + "]"
     if value is None:
         return "null"
     if value is True:

@@ -137,6 +137,8 @@ def encode(value: Any, path: str = "value") -> Any:
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
         return value  # JSON already (what _encode returns for them, without its checks)
+    if not value and (kind is dict or kind is list):
+        return {} if kind is dict else []  # (a start's empty search attributes: _encode's copy)
     return _encode(value, path, set())
 
 

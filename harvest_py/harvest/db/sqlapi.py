@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from harvest.core.errors import TransactionConflict, from_database_error
+from harvest.db.arrays import BigintArray, JsonbArray
 from harvest.db.jsoncodec import dumps, loads
 
 START_WORKFLOW = """
@@ -57,11 +58,13 @@ LIST_CHILDREN = "SELECT * FROM harvest.list_children(%(execution_id)s, %(status)
 # The columns of harvest.claim_tasks (functions/claim.sql), named so that ``options`` comes as
 # its text (claimed_rows decodes each distinct text once) and ``execution_id`` as text, as a
 # task handed back in a jsonb row has it: every use of it in the worker is its text, and
-# psycopg's uuid loader and UUID.__str__ cost ~2-3 us a row (tests/unit/test_claim_columns.py
-# keeps the list equal to the function's).
+# psycopg's uuid loader and UUID.__str__ cost ~2-3 us a row. Every column but
+# lease_expires_at, which the worker never reads (nor does a task handed in a jsonb row carry
+# it: claim.sql _worker_task); tests/unit/test_claim_columns.py keeps the list equal to the
+# function's.
 CLAIM_TASKS = """
 SELECT task_id, kind, execution_id::text AS execution_id, workflow_name, workflow_id, queue, seq,
-       activity_name, input, options::text AS options, attempt, fencing_token, lease_expires_at,
+       activity_name, input, options::text AS options, attempt, fencing_token,
        heartbeat_details, new_events, new_events_after, owner_epoch
   FROM harvest.claim_tasks(%(worker_id)s, %(queues)s, %(limit)s, %(workflow_lease_secs)s)
 """
@@ -81,7 +84,8 @@ FAIL_WORKFLOW_TASK = """
 SELECT harvest.fail_workflow_task(%(task_id)s, %(fencing_token)s, %(failure)s, %(retry_in_secs)s)
 """
 # The arrays go in binary (%b): psycopg's text form of an array escapes every quote
-# of every JSON element with a regular expression, a tenth of a busy worker's CPU.
+# of every JSON element with a regular expression, a tenth of a busy worker's CPU; the
+# group commits' arrays are harvest.db.arrays' lists, each written in one loop.
 COMPLETE_ACTIVITIES = """
 SELECT * FROM harvest.complete_activities(%(worker_id)s, %(task_ids)b, %(fencing_tokens)b,
                                           %(results)b::jsonb[], %(hand_off)s, %(workflow_lease_secs)s,
@@ -1022,10 +1026,10 @@ def complete_workflow_tasks(
     epochs = [i[5] for i in items]
     return {
         "worker_id": worker_id,
-        "task_ids": [i[0] for i in items],
-        "fencing_tokens": [i[1] for i in items],
-        "throughs": [i[2] for i in items],
-        "commands": [_jsonb(i[3]) for i in items],
+        "task_ids": BigintArray([i[0] for i in items]),
+        "fencing_tokens": BigintArray([i[1] for i in items]),
+        "throughs": BigintArray([i[2] for i in items]),
+        "commands": JsonbArray([i[3] for i in items]),
         "hand_off_slots": [i[4] for i in items],
         "event_cap": event_cap,
         "byte_cap": byte_cap,
@@ -1061,12 +1065,12 @@ def complete_activities(
     """
     return {
         "worker_id": worker_id,
-        "task_ids": [i[0] for i in items],
-        "fencing_tokens": [i[1] for i in items],
-        "results": [_jsonb(i[2]) for i in items],
+        "task_ids": BigintArray([i[0] for i in items]),
+        "fencing_tokens": BigintArray([i[1] for i in items]),
+        "results": JsonbArray([i[2] for i in items]),
         "hand_off": hand_off,
         "workflow_lease_secs": workflow_lease_secs,
-        "decisions": [_jsonb_or_null(i[3]) for i in items],
+        "decisions": JsonbArray([i[3] for i in items], none_is_null=True),
         "event_cap": event_cap,
         "byte_cap": byte_cap,
     }
