@@ -140,6 +140,7 @@ def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(
         handle = client.start_workflow(one_step, 7, workflow_id="refused")
         assert handle.result(timeout=30) == 8
     assert worker.worker.claims_decided == 0  # the one claim that tried rolled back
+    assert worker.worker.claims_rolled_back == 1
     with psycopg.connect(db, autocommit=True) as conn:
         assert conn.execute("SELECT last_value FROM public.refusals").fetchone()[0] == 2
     events = [kind for kind, _ in comparable_history(db, handle.execution_id)]
@@ -188,3 +189,41 @@ def test_a_workflow_task_that_fails_commits_its_claim_first_and_the_attempt_coun
     while (row := failed_once()) is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert row == ("pending", 1, "UnknownWorkflow")
+
+
+def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_holding_the_task(
+    db, start_worker
+):
+    # The claim holds the task's row while the decision locks the run's: the reverse of the lock
+    # order, so the decision waits on no lock for long (lock_timeout), and gives the task back.
+    # Here the first ActivityScheduled insert waits on an advisory lock the test holds.
+    ran.clear()
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            """
+            CREATE FUNCTION public.wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.event_type = 'ActivityScheduled' THEN
+                    PERFORM pg_advisory_xact_lock_shared(4242);
+                END IF;
+                RETURN NEW;
+            END $$"""
+        )
+        conn.execute(
+            "CREATE TRIGGER wait_for_test BEFORE INSERT ON harvest.events "
+            "FOR EACH ROW EXECUTE FUNCTION public.wait_for_test()"
+        )
+    worker = start_worker(APP)
+    time.sleep(0.2)
+    with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
+        holder.execute("SELECT pg_advisory_lock(4242)")
+        handle = client.start_workflow(one_step, 3, workflow_id="waits")
+        deadline = time.monotonic() + 30
+        while worker.worker.claims_rolled_back == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.worker.claims_rolled_back == 1
+        holder.execute("SELECT pg_advisory_unlock(4242)")
+        assert handle.result(timeout=30) == 4
+    assert worker.worker.claims_decided == 0
+    assert ran == [3]
+    assert [kind for kind, _ in comparable_history(db, handle.execution_id)].count("ActivityScheduled") == 1

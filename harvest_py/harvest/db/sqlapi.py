@@ -2010,6 +2010,10 @@ class AsyncSqlApi:
                         yield row
 
 
+# (set_config(..., true): this transaction only; the claim's own row locks skip, never wait.)
+OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
+
+
 class OpenClaim:
     """A claim whose transaction is still open (``AsyncSqlApi.claim_tasks_open``): the claim ran
     in a pipeline with no Sync after it, so its implicit transaction lasts until one comes
@@ -2110,6 +2114,12 @@ async def claim_tasks_open(
         with translated_errors():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(CLAIM_TASKS, claim_tasks(worker_id, queues, limit, workflow_lease_secs))
+                # For the rest of the transaction (the decision): a lock wait past this fails
+                # the statement, and the claim rolls back with it. The claim holds its task
+                # rows before the decision locks its run's row, the reverse of the lock order
+                # (docs/internals.md, "Lock order"): a signal that holds the run's row and waits
+                # for the task's would otherwise wait for the deadlock detector (a second).
+                await conn.execute(OPEN_CLAIM_LOCK_TIMEOUT)
                 found = claimed_rows(await cur.fetchall())
     except BaseException:
         await claim.rollback()

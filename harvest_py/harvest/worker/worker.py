@@ -240,6 +240,7 @@ class Worker:
         # workflow task it claimed (_claim_deciding): one commit for both.
         self.claim_decides = True
         self.claims_decided = 0  # workflow tasks whose decision committed with their claim
+        self.claims_rolled_back = 0  # claims rolled back with their decision (a refusal, a lock wait)
         self._woken_claim = False  # the next claim follows a wake-up on an idle worker
         self._claim_decides_after = 0.0  # (loop time) see CLAIM_DECIDES_PAUSE_SECS
         self._claim_window_ends: set[asyncio.Future[Any]] = set()
@@ -655,6 +656,7 @@ class Worker:
     def claim_decision_rolled_back(self) -> None:
         """A claim that decided was rolled back: its task is pending again. Claim it again at
         once, the ordinary way (CLAIM_DECIDES_PAUSE_SECS)."""
+        self.claims_rolled_back += 1
         self._claim_decides_after = self._now() + CLAIM_DECIDES_PAUSE_SECS
         self.wake()
 

@@ -525,6 +525,10 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
         worker.cache.put(execution_id, run)
 
 
+# Commands whose decision takes start locks (functions/decide.sql, _starts_runs).
+_STARTS_RUNS = frozenset(("continue_as_new", "start_child_workflow"))
+
+
 class ClaimRolledBack(Exception):
     """A decision made in its claim's transaction failed with it (the claim is undone)."""
 
@@ -549,6 +553,11 @@ async def decide_in_claim(
     if claim is None:
         return None
     task.pop("_window").cancel()
+    if any(c["type"] in _STARTS_RUNS for c in decision[3]):
+        # Its start locks come before any row lock (docs/internals.md, "Lock order"), and the
+        # claim holds the task's: the claim commits first, the decision goes the ordinary way.
+        await claim.commit()
+        return None
     try:
         rows = await claim.decide(
             worker.worker_id, [decision], worker.history_event_hard_cap, worker.history_byte_hard_cap
