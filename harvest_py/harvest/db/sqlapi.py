@@ -2015,7 +2015,7 @@ OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 
 
 class OpenClaim:
-    """A claim whose transaction is still open (``AsyncSqlApi.claim_tasks_open``): the claim ran
+    """A claim whose transaction is still open (``claim_tasks_open``): the claim ran
     in a pipeline with no Sync after it, so its implicit transaction lasts until one comes
     (the extended query protocol commits at Sync). Ended exactly once, by :meth:`decide` (the
     decision of the one workflow task it claimed, then the Sync: one commit for both),
