@@ -80,6 +80,30 @@ def instrument(tag: str) -> None:
             return call()
 
         setattr(api, attr, traced)
+    # A claim that decides (worker.py, _claim_deciding): its claim and its decision, each
+    # named as the call it carries.
+    claim_open = worker_module.claim_tasks_open
+
+    async def traced_claim_open(*args: Any, **kwargs: Any) -> Any:
+        EVENTS.append((CLOCK(), f"{tag}:claim_tasks (open)>"))
+        try:
+            return await claim_open(*args, **kwargs)
+        finally:
+            EVENTS.append((CLOCK(), f"{tag}:claim_tasks (open)<"))
+
+    worker_module.claim_tasks_open = traced_claim_open  # type: ignore[attr-defined]
+    for method in ("decide", "commit"):
+        real_method = getattr(sqlapi.OpenClaim, method)
+        label = "complete_workflow_tasks (in the claim)" if method == "decide" else "claim commit"
+
+        async def traced_method(self: Any, *args: Any, _real: Any = real_method, _label: str = label) -> Any:
+            EVENTS.append((CLOCK(), f"{tag}:{_label}>"))
+            try:
+                return await _real(self, *args)
+            finally:
+                EVENTS.append((CLOCK(), f"{tag}:{_label}<"))
+
+        setattr(sqlapi.OpenClaim, method, traced_method)
     wake = worker_module.Worker.wake
 
     def traced_wake(self: Any) -> None:

@@ -312,7 +312,7 @@ DECLARE
     -- items need their task's lock only.
     v_locked_run uuid;
     v_deleted boolean;  -- the item's task was taken by the one-statement way
-    v_now timestamptz := harvest.now();  -- the transaction's clock: once per batch
+    v_now timestamptz := harvest.now();  -- the engine's clock: once per batch
     v_decision jsonb;
     v_applied record;
     v_ids bigint[] := ARRAY[]::bigint[];

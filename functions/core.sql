@@ -25,17 +25,17 @@ DECLARE
     v_offset interval;
 BEGIN
     IF v_fake IS NULL OR v_fake = '' THEN
-        RETURN now();
+        RETURN statement_timestamp();
     END IF;
     -- Read inline, not through a _helper: a reader or worker calls now() directly,
     -- and may read engine_settings (_secure_functions) but execute no helper.
     SELECT s.test_clock_allowed, s.test_clock_offset INTO v_allowed, v_offset
     FROM harvest.engine_settings AS s WHERE s.id;
     IF NOT coalesce(v_allowed, false) THEN
-        RETURN now();
+        RETURN statement_timestamp();
     END IF;
     IF v_fake = 'shared' THEN
-        RETURN now() + v_offset;
+        RETURN statement_timestamp() + v_offset;
     END IF;
     RETURN v_fake::timestamptz;
 END;
@@ -603,8 +603,10 @@ $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.now IS
-'The engine''s clock: transaction time, or harvest.fake_now while the owner-only test clock '
-'(engine_settings.test_clock_allowed) is on (fake_now ''shared'': now() plus the owner-only '
+'The engine''s clock: the time the calling statement began (statement_timestamp(): in a call that is its '
+'own transaction, the transaction''s time; a worker''s claim that decides commits two statements as one, '
+'and its decision is stamped when it was sent), or harvest.fake_now while the owner-only test clock '
+'(engine_settings.test_clock_allowed) is on (fake_now ''shared'': the statement''s time plus the owner-only '
 'engine_settings.test_clock_offset). Read by every entry point (roles harvest_reader, harvest_worker).';
 COMMENT ON FUNCTION harvest.schema_version IS
 'The latest applied core migration; the Python client and worker refuse a schema they do not match. Roles '

@@ -1,26 +1,29 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(86);
+SELECT plan(87);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
 SELECT has_function('harvest', 'now', ARRAY[]::text[], 'harvest.now() exists');
-SELECT is(harvest.now(), now(), 'now(): without harvest.fake_now it is the transaction clock');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): without harvest.fake_now it is the statement''s clock');
+SELECT pg_sleep(0.002);
+SELECT cmp_ok(harvest.now(), '>', now(),
+              'now(): a later statement of the transaction reads a later clock (a claim that decides: its decision''s time)');
 SET LOCAL harvest.fake_now = '';
-SELECT is(harvest.now(), now(), 'now(): an empty harvest.fake_now is ignored');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): an empty harvest.fake_now is ignored');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 SELECT is(harvest.now(), '2030-01-01 00:00:00+00'::timestamptz, 'now(): harvest.fake_now moves the clock');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:42.5+00';
 SELECT is(harvest.now(), '2030-01-01 00:00:42.5+00'::timestamptz,
           'now(): a later SET LOCAL moves it again, with sub-second precision');
--- fake_now 'shared': now() plus the owner-only engine_settings.test_clock_offset (0035).
+-- fake_now 'shared': the statement's clock plus the owner-only engine_settings.test_clock_offset (0035).
 SET LOCAL harvest.fake_now = 'shared';
 UPDATE harvest.engine_settings SET test_clock_offset = interval '1 day 2 hours';
-SELECT is(harvest.now(), now() + interval '1 day 2 hours',
-          'now(): harvest.fake_now ''shared'' reads the shared clock, now() plus test_clock_offset');
+SELECT is(harvest.now(), statement_timestamp() + interval '1 day 2 hours',
+          'now(): harvest.fake_now ''shared'' reads the shared clock, the statement''s plus test_clock_offset');
 UPDATE harvest.engine_settings SET test_clock_offset = DEFAULT;
-SELECT is(harvest.now(), now(), 'now(): the shared clock with no offset is the transaction clock');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): the shared clock with no offset is the statement''s clock');
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 -- schema_version(): the latest applied core migration.
@@ -274,20 +277,20 @@ UPDATE harvest.engine_settings SET max_payload_bytes = DEFAULT;
 -- (The test harness turns it on for the clones it tests; this block turns it off.)
 UPDATE harvest.engine_settings SET test_clock_allowed = false;
 SET LOCAL harvest.fake_now = '2100-01-01 00:00:00+00';
-SELECT is(harvest.now(), now(), 'now(): with the test clock switched off, harvest.fake_now is ignored');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): with the test clock switched off, harvest.fake_now is ignored');
 UPDATE harvest.engine_settings SET test_clock_offset = interval '3 days';
 SET LOCAL harvest.fake_now = 'shared';
-SELECT is(harvest.now(), now(), 'now(): with the test clock switched off, the shared clock is ignored too');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): with the test clock switched off, the shared clock is ignored too');
 UPDATE harvest.engine_settings SET test_clock_offset = DEFAULT;
 SET LOCAL harvest.fake_now = '2100-01-01 00:00:00+00';
 SET LOCAL ROLE harvest_operator;
-SELECT is(harvest.now(), now(), 'now(): a harvest_operator setting harvest.fake_now sees real time');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): a harvest_operator setting harvest.fake_now sees real time');
 CREATE TEMP TABLE clock_run ON COMMIT DROP AS
 SELECT * FROM harvest.start_workflow('clock_wf', '[]', 'clock-1', 'clock_q');
-SELECT results_eq(
-    $$SELECT e.created_at, t.due_at FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
-      WHERE e.id = (SELECT execution_id FROM clock_run)$$,
-    $$SELECT now(), now()$$,
+SELECT ok(
+    (SELECT e.created_at BETWEEN now() AND statement_timestamp() AND t.due_at = e.created_at
+     FROM harvest.executions AS e JOIN harvest.tasks AS t ON t.execution_id = e.id
+     WHERE e.id = (SELECT execution_id FROM clock_run)),
     'start_workflow() as harvest_operator with harvest.fake_now: the run and its task are stamped with real time');
 SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_allowed = true$$, '42501', NULL,
                  'a harvest_operator cannot turn the test clock on');
@@ -301,9 +304,9 @@ SELECT throws_ok($$INSERT INTO harvest.engine_settings (id) VALUES (false)$$, '4
                  'a harvest_admin cannot add a settings row');
 RESET ROLE;
 SET LOCAL ROLE harvest_worker;
-SELECT is(harvest.now(), now(), 'now(): a harvest_worker setting harvest.fake_now sees real time');
+SELECT is(harvest.now(), statement_timestamp(), 'now(): a harvest_worker setting harvest.fake_now sees real time');
 SELECT is((SELECT c.lease_expires_at FROM harvest.claim_tasks('w-clock', ARRAY['clock_q'], 1, 30) AS c),
-          now() + interval '30 seconds',
+          statement_timestamp() + interval '30 seconds',
           'claim_tasks() as harvest_worker with harvest.fake_now: the lease runs on real time');
 SELECT throws_ok($$UPDATE harvest.engine_settings SET test_clock_allowed = true$$, '42501', NULL,
                  'a harvest_worker cannot turn the test clock on');

@@ -311,3 +311,23 @@ async def wf_external(ctx, tag: str) -> str:
 app = App(
     workflows=[*app.workflows.values(), wf_external], activities=[*app.activities.values(), external_step]
 )
+
+
+# ---------------------------------------------------------------------- a claim that decides
+@workflow
+async def wf_held_decision(ctx, tag: str) -> str:
+    """One quick activity. In a worker started with ``CHAOS_HOLD_DECISION`` naming a file that
+    exists, the first workflow task blocks the worker's whole event loop (it is killed there)
+    after writing ``<file>.entered``: the claim that woke it is still open, its decision not sent
+    (harvest/worker/worker.py, "_claim_deciding"). Any other worker decides it at once."""
+    hold = os.environ.get("CHAOS_HOLD_DECISION")
+    if hold and os.path.exists(hold):
+        import time
+
+        with open(hold + ".entered", "w") as marker:
+            marker.write(str(os.getpid()))
+        time.sleep(600)
+    return await ctx.execute_activity(quick, tag)
+
+
+app = App(workflows=[*app.workflows.values(), wf_held_decision], activities=list(app.activities.values()))

@@ -55,9 +55,10 @@ class WorkerProcs:
         workflow_lease: float = 2.0,
         shutdown_grace: float = 2.0,
         wait: bool = True,
+        env: dict[str, str] | None = None,
     ) -> subprocess.Popen:
         n = len(self.procs) + 1
-        env = dict(os.environ, HARVEST_DATABASE_URL=self.dsn, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, HARVEST_DATABASE_URL=self.dsn, PYTHONUNBUFFERED="1", **(env or {}))
         path = self.log_dir / f"worker-{n}.log"
         with open(path, "wb") as log:
             proc = subprocess.Popen(

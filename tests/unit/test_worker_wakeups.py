@@ -115,6 +115,7 @@ def _sleeping_worker(shard: _Shard) -> Worker:
     worker._spawn = lambda task, slot_claimed_at=None: None  # type: ignore[method-assign]
     lane = worker.lanes[0]
     lane.sql, lane.ready, lane.sleeping = shard, True, True
+    worker.claim_decides = False  # (this fake answers claim_tasks only: no claim is left open)
     return worker
 
 
@@ -214,3 +215,30 @@ def test_an_end_that_made_nothing_due_later_leaves_the_due_time_read_before_stan
         return seen
 
     assert asyncio.run(go()) == [1, 1, 2]
+
+
+def test_only_a_claim_woken_by_a_notification_on_an_idle_worker_may_keep_its_transaction_open():
+    async def go() -> list[bool]:
+        worker = _sleeping_worker(_Shard([]))
+        worker.claim_decides = True
+        seen = []
+        await _idle_once(worker)  # woken (a notification): the next claim may decide
+        seen += [worker._claim_may_decide(), worker._claim_may_decide()]  # once
+        idle = asyncio.create_task(worker._idle())
+        await asyncio.sleep(0.01)
+        # A task's end wakes it for the due time only (it sleeps on), then a notification.
+        worker._finished({"task_id": 1, "kind": "activity", "options": None, "_nothing_due_later": True})
+        await asyncio.sleep(0.01)
+        assert not idle.done()
+        worker.wake()
+        await asyncio.wait_for(idle, 5)
+        seen.append(worker._claim_may_decide())
+        worker.poll_interval = 0.01
+        await worker._idle()  # the poll's timeout, not a notification
+        seen.append(worker._claim_may_decide())
+        await _idle_once(worker)
+        worker._inflight[(0, 1, 1)] = None  # type: ignore[assignment]  # busy: claims commit alone
+        seen.append(worker._claim_may_decide())
+        return seen
+
+    assert asyncio.run(go()) == [True, False, True, False, False]

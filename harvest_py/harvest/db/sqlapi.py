@@ -2014,6 +2014,123 @@ class AsyncSqlApi:
                         yield row
 
 
+# (set_config(..., true): this transaction only; the claim's own row locks skip, never wait.)
+OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
+
+
+class OpenClaim:
+    """A claim whose transaction is still open (``claim_tasks_open``): the claim ran
+    in a pipeline with no Sync after it, so its implicit transaction lasts until one comes
+    (the extended query protocol commits at Sync). Ended exactly once, by :meth:`decide` (the
+    decision of the one workflow task it claimed, then the Sync: one commit for both),
+    :meth:`commit` (the claim alone) or :meth:`rollback`; each gives the connection back to
+    the pool. A lost connection or a process that dies in between rolls the claim back: the
+    task stays pending, with no lease to wait out (docs/internals.md, "A claim that decides")."""
+
+    def __init__(self, pool: Any, conn: psycopg.AsyncConnection[Any], pipeline: Any):
+        self._pool, self._conn, self._pipeline = pool, conn, pipeline
+        self._lock = asyncio.Lock()
+        self.open = True
+
+    async def decide(
+        self,
+        worker_id: str,
+        items: list[tuple[int, int, int, list[dict[str, Any]], int, int | None]],
+        event_cap: int | None,
+        byte_cap: int | None,
+    ) -> Rows | None:
+        """``complete_workflow_tasks(worker_id, items)`` in the claim's transaction, then its
+        commit: one round trip. None when the claim was already ended (its decision goes
+        the ordinary way). Raises as the call would; then nothing of the claim or the
+        decision was written."""
+        async with self._lock:
+            if not self.open:
+                return None
+            self.open = False
+            conn = self._conn
+            try:
+                with translated_errors():
+                    async with conn.cursor(row_factory=dict_row) as cur:
+                        await cur.execute(
+                            COMPLETE_WORKFLOW_TASKS,
+                            complete_workflow_tasks(worker_id, items, event_cap=event_cap, byte_cap=byte_cap),
+                        )
+                        await self._end(None)  # the Sync: the commit, and every result
+                        return await cur.fetchall()
+            finally:
+                await self._give_back()
+
+    async def commit(self) -> None:
+        """Commit the claim alone (its tasks go on the ordinary way)."""
+        async with self._lock:
+            if not self.open:
+                return
+            self.open = False
+            try:
+                with translated_errors():
+                    await self._end(None)
+            finally:
+                await self._give_back()
+
+    async def rollback(self) -> None:
+        """Undo the claim: its tasks are pending again, as if it never ran."""
+        async with self._lock:
+            if not self.open:
+                return
+            self.open = False
+            with contextlib.suppress(Exception):
+                await self._conn.execute("ROLLBACK")
+            with contextlib.suppress(Exception):
+                await self._end(None)
+            await self._give_back()
+
+    async def _end(self, exc: BaseException | None) -> None:
+        pipeline, self._pipeline = self._pipeline, None
+        if pipeline is not None:
+            await pipeline.__aexit__(type(exc) if exc else None, exc, None)
+
+    async def _give_back(self) -> None:
+        if self._pipeline is not None:
+            with contextlib.suppress(Exception):
+                await self._end(None)
+        conn = self._conn
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            with contextlib.suppress(Exception):
+                await conn.rollback()
+        await self._pool.putconn(conn)
+
+
+async def claim_tasks_open(
+    api: AsyncSqlApi, worker_id: str, queues: list[str], limit: int, workflow_lease_secs: float
+) -> tuple[Rows, OpenClaim]:
+    """``claim_tasks`` whose transaction is left open (:class:`OpenClaim`): its rows, and the
+    claim to end. One round trip, as the call's (a flush, no Sync)."""
+    pool = api.pool
+    conn = await pool.getconn()
+    pipeline = conn.pipeline()
+    try:
+        await pipeline.__aenter__()
+    except BaseException:
+        await pool.putconn(conn)
+        raise
+    claim = OpenClaim(pool, conn, pipeline)
+    try:
+        with translated_errors():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(CLAIM_TASKS, claim_tasks(worker_id, queues, limit, workflow_lease_secs))
+                # For the rest of the transaction (the decision): a lock wait past this fails
+                # the statement, and the claim rolls back with it. The claim holds its task
+                # rows before the decision locks its run's row, the reverse of the lock order
+                # (docs/internals.md, "Lock order"): a signal that holds the run's row and waits
+                # for the task's would otherwise wait for the deadlock detector (a second).
+                await conn.execute(OPEN_CLAIM_LOCK_TIMEOUT)
+                found = claimed_rows(await cur.fetchall())
+    except BaseException:
+        await claim.rollback()
+        raise
+    return found, claim
+
+
 # -- the methods, made from the declarations ---------------------------------------------------
 # A closure per call and kind: no lookup by name at call time, the same work per call as a
 # hand-written method (build the parameters, run, shape). The method carries the declaration's

@@ -74,6 +74,16 @@ def frees_slot(row: dict[str, Any]) -> bool:
     return decided is None or not decided["handed"]
 
 
+def refusal(row: dict[str, Any]) -> HarvestError:
+    """The exception for an item the batch did not complete (its ``outcome`` is not
+    ``completed``)."""
+    if row["outcome"] == "kind":
+        return InvalidArgument(row["message"])
+    if row["outcome"] == "too_large":  # the server's payload limit (HR008's message)
+        return PayloadTooLarge(row["message"])
+    return StaleTask(row["message"])
+
+
 class _TaskGroupCommit(GroupCommit):
     """A worker's batch of finished tasks: one row per task id, accepted or refused."""
 
@@ -110,12 +120,8 @@ class _TaskGroupCommit(GroupCommit):
                 future.set_exception(HarvestError(f"task {task_id}: no outcome in the batch"))
             elif row["outcome"] == "completed":
                 future.set_result(self._answer(row))
-            elif row["outcome"] == "kind":
-                future.set_exception(InvalidArgument(row["message"]))
-            elif row["outcome"] == "too_large":  # the server's payload limit (HR008's message)
-                future.set_exception(PayloadTooLarge(row["message"]))
             else:
-                future.set_exception(StaleTask(row["message"]))
+                future.set_exception(refusal(row))
 
     def _answer(self, row: dict[str, Any]) -> Any:
         raise NotImplementedError

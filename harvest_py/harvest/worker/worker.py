@@ -44,7 +44,7 @@ from harvest.db.connection import connect_async, is_permanent, redact, resolve_d
 from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
-from harvest.db.sqlapi import AsyncSqlApi
+from harvest.db.sqlapi import AsyncSqlApi, OpenClaim, claim_tasks_open
 from harvest.declare.definitions import App
 from harvest.declare.schedules import schedule_specs
 from harvest.shard.rebalance import ResumeScanner
@@ -91,6 +91,13 @@ CONNECT_WAIT_SECS = 30.0
 # How long a worker with tasks in flight waits for one of them to wake it before it
 # asks producers for a notification (see Worker._idle).
 BUSY_WAKE_SECS = 0.05
+# A claim that decides (Worker._claim_deciding): the longest its transaction stays open for the
+# decision of the workflow task it claimed; past it the claim commits alone and the decision
+# goes the ordinary way (a local activity, a long replay, a busy core).
+CLAIM_DECIDES_WINDOW_SECS = 0.02
+# After a claim that decided was rolled back (its decision refused, or its commit failed),
+# claims commit alone for this long: the task goes again the ordinary way, with its retries.
+CLAIM_DECIDES_PAUSE_SECS = 5.0
 
 
 def _key(task: dict[str, Any]) -> tuple[int, int, int]:
@@ -229,6 +236,14 @@ class Worker:
         # slot on, and its chain of hand-offs is bounded (see reserve_slots).
         self._slot_claimed_at: dict[tuple[int, int, int], float] = {}
         self.hand_off = options.hand_off
+        # A claim woken on an idle worker keeps its transaction open for the decision of the one
+        # workflow task it claimed (_claim_deciding): one commit for both.
+        self.claim_decides = True
+        self.claims_decided = 0  # workflow tasks whose decision committed with their claim
+        self.claims_rolled_back = 0  # claims rolled back with their decision (a refusal, a lock wait)
+        self._woken_claim = False  # the next claim follows a wake-up on an idle worker
+        self._claim_decides_after = 0.0  # (loop time) see CLAIM_DECIDES_PAUSE_SECS
+        self._claim_window_ends: set[asyncio.Future[Any]] = set()
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
         self.eager_tasks = 0  # workflow tasks an eager signal's transaction leased to us
         self._loop: asyncio.AbstractEventLoop | None = None  # the event loop run() runs on
@@ -569,11 +584,15 @@ class Worker:
         if not self._sharded:  # one database: one claim, as it always was
             lane = self.lanes[0]
             started = perf_counter()
+            deciding = self._claim_may_decide()
             try:
                 with self.holding_slots(want):
-                    claimed = await lane.sql.claim_tasks(
-                        self.worker_id, self.queues, want, self.workflow_lease
-                    )
+                    if deciding:
+                        claimed = await self._claim_deciding(lane, want)
+                    else:
+                        claimed = await lane.sql.claim_tasks(
+                            self.worker_id, self.queues, want, self.workflow_lease
+                        )
             except TRANSIENT as exc:
                 self.metrics.transaction_retry("claim", retry_reason(exc))
                 log.warning("claim failed (%s); retrying", redact(str(exc), lane.dsn))
@@ -590,6 +609,56 @@ class Worker:
                 await self._set_lane_sleeping(lane, False)  # saturated with work: producers need not notify
             return claimed, len(claimed) == want
         return await self._claim_round(free)
+
+    def _claim_may_decide(self) -> bool:
+        """Whether the next claim may keep its transaction open for its workflow task's
+        decision: one database, no Redis dispatch, a claim woken on an idle worker (nothing in
+        flight or promised), no flow-control policies (a gate's admission would stay locked
+        meanwhile), not stopping, and no claim that decided rolled back lately."""
+        woken, self._woken_claim = self._woken_claim, False
+        return (
+            woken
+            and self.claim_decides
+            and self.redis is None
+            and not self._inflight
+            and not self._reserved
+            and not self._claims_on_every_finish
+            and not self._stopping.is_set()
+            and self._now() >= self._claim_decides_after
+        )
+
+    async def _claim_deciding(self, lane: ShardLane, want: int) -> list[dict[str, Any]]:
+        """Claim with the transaction left open (db/sqlapi.py, OpenClaim). When it claimed one
+        workflow task (no owner mode), the task carries the open claim and its decision commits
+        in it (worker/workflows.py): one commit and one round trip fewer on the run's path. Any
+        other claim (none, an activity, several tasks) commits at once, before a task runs.
+        The claim commits alone after CLAIM_DECIDES_WINDOW_SECS if no decision came."""
+        claimed, claim = await claim_tasks_open(
+            lane.sql, self.worker_id, self.queues, want, self.workflow_lease
+        )
+        if len(claimed) == 1 and claimed[0]["kind"] == "workflow" and claimed[0]["owner_epoch"] is None:
+            claimed[0]["_open_claim"] = claim
+            # (a strong reference: the loop keeps only a weak one to a task)
+            claimed[0]["_window"] = asyncio.get_running_loop().call_later(
+                CLAIM_DECIDES_WINDOW_SECS, self._end_claim_window, claim
+            )
+            return claimed
+        await claim.commit()
+        return claimed
+
+    def _end_claim_window(self, claim: OpenClaim) -> None:
+        if claim.open:
+            self._claim_window_ends.add(asyncio.ensure_future(claim.commit()))
+            for future in list(self._claim_window_ends):
+                if future.done():
+                    self._claim_window_ends.discard(future)
+
+    def claim_decision_rolled_back(self) -> None:
+        """A claim that decided was rolled back: its task is pending again. Claim it again at
+        once, the ordinary way (CLAIM_DECIDES_PAUSE_SECS)."""
+        self.claims_rolled_back += 1
+        self._claim_decides_after = self._now() + CLAIM_DECIDES_PAUSE_SECS
+        self.wake()
 
     @contextlib.contextmanager
     def holding_slots(self, n: int) -> Iterator[None]:
@@ -795,7 +864,11 @@ class Worker:
         try:
             await runner(self, task)
         except asyncio.CancelledError:
-            # Shutting down before it finished: hand the task back at once.
+            # Shutting down before it finished: hand the task back at once (a claim still open
+            # gives it back by its rollback).
+            claim = task.pop("_open_claim", None)
+            if claim is not None:
+                await asyncio.shield(claim.rollback())
             with contextlib.suppress(Exception):
                 await asyncio.shield(lane_of(task).sql.release_task(task["task_id"], task["fencing_token"]))
             raise
@@ -804,6 +877,10 @@ class Worker:
                 "task %s (%s) crashed the handler; its lease will expire", task["task_id"], task["kind"]
             )
         finally:
+            claim = task.pop("_open_claim", None)
+            if claim is not None:  # (a handler that crashed before its decision)
+                with contextlib.suppress(Exception):
+                    await claim.commit()
             key = _key(task)
             self._inflight.pop(key, None)
             self._slot_claimed_at.pop(key, None)
@@ -875,7 +952,9 @@ class Worker:
                     if due is not None:
                         until = (due - datetime.now(UTC)).total_seconds()
                         timeout = max(0.0, min(timeout, until + 0.005))
-            if not (await self._sleep(timeout) and self._due_only and not self._stopping.is_set()):
+            woken = await self._sleep(timeout)
+            if not (woken and self._due_only and not self._stopping.is_set()):
+                self._woken_claim = woken and not self._due_only
                 return
 
     def _all_sleeping(self) -> bool:

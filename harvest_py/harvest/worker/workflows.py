@@ -31,6 +31,7 @@ from harvest.shard.children import place_child
 from harvest.shard.router import ShardRouter
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
+from harvest.worker.completions import refusal
 from harvest.worker.lanes import lane_of
 from harvest.worker.lease_keeper import LeaseKeeper
 
@@ -411,6 +412,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 "non_retryable": False,
                 "details": {"traceback": traceback.format_exc(limit=20)},
             }
+        await commit_open_claim(task)  # (its row lock would hold the call up)
         with contextlib.suppress(StaleTask):
             await lane_of(task).sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
@@ -435,6 +437,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             "non_retryable": False,
             "details": None,
         }
+        await commit_open_claim(task)
         with contextlib.suppress(StaleTask):
             await worker.sql.fail_workflow_task(task_id, token, failure, WORKFLOW_TASK_RETRY_SECS)
         return
@@ -458,7 +461,7 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     try:
         # Group commit (worker/completions.py): decisions made together share a transaction.
         try:
-            outcome = await lane_of(task).decisions.complete(
+            decision = (
                 task_id,
                 token,
                 activation.through,
@@ -466,6 +469,18 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
                 grant.slots,
                 task.get("owner_epoch"),
             )
+            outcome = await decide_in_claim(worker, task, decision)
+            if outcome is None:
+                outcome = await lane_of(task).decisions.complete(*decision)
+        except ClaimRolledBack as exc:
+            # Nothing of the claim or the decision was written: the task is pending again,
+            # and the worker claims it again the ordinary way.
+            log.warning(
+                "workflow task for %s: its claim and decision were rolled back: %s", execution_id, exc
+            )
+            run.close()
+            worker.claim_decision_rolled_back()
+            return
         except PayloadTooLarge as exc:
             # The server's limit is stricter than ours (it is the authority): the same
             # decision would be refused on every attempt, so the run fails, typed.
@@ -513,6 +528,54 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     else:
         run.recorded(outcome["last_event_id"])  # our own events need not be read back
         worker.cache.put(execution_id, run)
+
+
+# Commands whose decision takes start locks (functions/decide.sql, _starts_runs).
+_STARTS_RUNS = frozenset(("continue_as_new", "start_child_workflow"))
+
+
+class ClaimRolledBack(Exception):
+    """A decision made in its claim's transaction failed with it (the claim is undone)."""
+
+
+async def commit_open_claim(task: dict[str, Any]) -> None:
+    """Commit the claim of ``task`` if its transaction is still open (worker.py,
+    _claim_deciding): before any other call that locks the task's row."""
+    claim = task.pop("_open_claim", None)
+    if claim is not None:
+        task.pop("_window").cancel()
+        await claim.commit()
+
+
+async def decide_in_claim(
+    worker: Worker, task: dict[str, Any], decision: tuple[Any, ...]
+) -> dict[str, Any] | None:
+    """Commit ``decision`` in its claim's transaction when that is still open (worker.py,
+    _claim_deciding): the decision's row, or None (commit it the ordinary way). Raises the
+    item's refusal as the batch would (completions.refusal), or ClaimRolledBack when the call
+    failed: then neither the claim nor the decision was written."""
+    claim = task.pop("_open_claim", None)
+    if claim is None:
+        return None
+    task.pop("_window").cancel()
+    if any(c["type"] in _STARTS_RUNS for c in decision[3]):
+        # Its start locks come before any row lock (docs/internals.md, "Lock order"), and the
+        # claim holds the task's: the claim commits first, the decision goes the ordinary way.
+        await claim.commit()
+        return None
+    try:
+        rows = await claim.decide(
+            worker.worker_id, [decision], worker.history_event_hard_cap, worker.history_byte_hard_cap
+        )
+    except Exception as exc:
+        raise ClaimRolledBack(str(exc)) from exc
+    if rows is None:
+        return None
+    row = rows[0]
+    if row["outcome"] != "completed":
+        raise refusal(row)
+    worker.claims_decided += 1
+    return cast("dict[str, Any]", row)
 
 
 def with_hold(commands: list[dict[str, Any]], hold: bool) -> list[dict[str, Any]]:

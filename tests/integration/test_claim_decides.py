@@ -1,0 +1,229 @@
+"""A claim that decides (harvest/db/sqlapi.py, OpenClaim; harvest/worker/worker.py, _claim_deciding).
+
+An idle worker woken for work keeps its claim's transaction open when the claim brought one
+workflow task, decides it and commits the decision in that transaction: one commit for the claim
+and the decision. Until then nobody else sees the claim; a rollback (or a lost connection)
+leaves the task pending as it was, with no lease to wait out. The chaos test
+(tests/chaos/test_chaos_claim_decides.py) kills a worker in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import psycopg
+from history_helpers import comparable_history
+
+from harvest import App, Client, activity, workflow
+from harvest.db.pools import open_async_pool
+from harvest.db.sqlapi import AsyncSqlApi, claim_tasks_open
+from harvest.worker import workflows as workflows_module
+
+ran: list[int] = []
+
+
+@activity
+async def bump(ctx, x: int) -> int:
+    ran.append(x)
+    return x + 1
+
+
+@activity(local=True)
+async def slow_local(ctx, x: int) -> int:
+    await asyncio.sleep(0.1)  # past the claim's window (CLAIM_DECIDES_WINDOW_SECS)
+    return x
+
+
+@workflow
+async def one_step(ctx, x: int) -> int:
+    return await ctx.execute_activity(bump, x)
+
+
+@workflow
+async def local_first(ctx, x: int) -> int:
+    x = await ctx.execute_local_activity(slow_local, x)
+    return await ctx.execute_activity(bump, x)
+
+
+APP = App(workflows=[one_step, local_first], activities=[bump, slow_local])
+
+
+def _workflow_task(db: str, execution_id: str) -> tuple | None:
+    with psycopg.connect(db, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT status, attempt, lease_owner FROM harvest.tasks "
+            "WHERE execution_id = %s AND kind = 'workflow'",
+            (execution_id,),
+        ).fetchone()
+
+
+def _one_at_a_time(db: str, fn, n: int, prefix: str) -> list[str]:
+    """Start ``n`` runs one after the other, each after the one before ended and the worker idled."""
+    ids = []
+    with Client(db) as client:
+        for i in range(n):
+            time.sleep(0.1)  # the worker is idle, asleep, when the next start wakes it
+            handle = client.start_workflow(fn, i, workflow_id=f"{prefix}-{i}")
+            assert handle.result(timeout=30) == i + 1
+            ids.append(handle.execution_id)
+    return ids
+
+
+def test_an_open_claim_is_seen_by_nobody_until_it_commits_and_a_rollback_leaves_no_trace(db):
+    with Client(db) as client:
+        handle = client.start_workflow(one_step, 1, workflow_id="open")
+
+    async def main() -> None:
+        pool = await open_async_pool(db, max_size=2)
+        try:
+            api = AsyncSqlApi(pool)
+            rows, claim = await claim_tasks_open(api, "w1", ["default"], 10, 30.0)
+            assert [(r["kind"], r["execution_id"], r["attempt"]) for r in rows] == [
+                ("workflow", handle.execution_id, 1)
+            ]
+            assert _workflow_task(db, handle.execution_id) == ("pending", 0, None)
+            await claim.rollback()
+            assert _workflow_task(db, handle.execution_id) == ("pending", 0, None)
+            rows, claim = await claim_tasks_open(api, "w1", ["default"], 10, 30.0)
+            assert len(rows) == 1
+            await claim.commit()
+            assert _workflow_task(db, handle.execution_id) == ("running", 1, "w1")
+            await claim.commit()  # ended once: a second end does nothing
+            assert await claim.decide("w1", [], None, None) is None
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+
+
+def test_an_idle_worker_commits_its_woken_claim_with_the_decision_and_writes_the_same_history(
+    db, start_worker
+):
+    ran.clear()
+    worker = start_worker(APP)
+    merged = _one_at_a_time(db, one_step, 5, "merged")
+    decided = worker.worker.claims_decided
+    worker.stop()
+    # (The first claim after the worker starts is not woken by a notification.)
+    assert decided >= 4, decided
+    plain_worker = start_worker(APP)
+    plain_worker.worker.claim_decides = False
+    plain = _one_at_a_time(db, one_step, 5, "plain")
+    assert plain_worker.worker.claims_decided == 0
+    assert [comparable_history(db, e) for e in merged] == [comparable_history(db, e) for e in plain]
+    assert sorted(ran) == sorted(list(range(5)) * 2)  # each activity ran once
+
+
+def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(db, start_worker):
+    ran.clear()
+    with psycopg.connect(db, autocommit=True) as conn:
+        # The first ActivityScheduled event written fails its statement: the merged decision's.
+        conn.execute("CREATE SEQUENCE public.refusals")
+        conn.execute(
+            """
+            CREATE FUNCTION public.refuse_first() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.event_type = 'ActivityScheduled' AND nextval('public.refusals') = 1 THEN
+                    RAISE EXCEPTION 'refused once by the test';
+                END IF;
+                RETURN NEW;
+            END $$"""
+        )
+        conn.execute(
+            "CREATE TRIGGER refuse_first BEFORE INSERT ON harvest.events "
+            "FOR EACH ROW EXECUTE FUNCTION public.refuse_first()"
+        )
+    worker = start_worker(APP)
+    time.sleep(0.2)  # asleep: the start wakes it
+    with Client(db) as client:
+        handle = client.start_workflow(one_step, 7, workflow_id="refused")
+        assert handle.result(timeout=30) == 8
+    assert worker.worker.claims_decided == 0  # the one claim that tried rolled back
+    assert worker.worker.claims_rolled_back == 1
+    with psycopg.connect(db, autocommit=True) as conn:
+        assert conn.execute("SELECT last_value FROM public.refusals").fetchone()[0] == 2
+    events = [kind for kind, _ in comparable_history(db, handle.execution_id)]
+    assert events == [
+        "WorkflowStarted",
+        "WorkflowTaskCompleted",
+        "ActivityScheduled",
+        "ActivityCompleted",
+        "WorkflowTaskCompleted",
+        "WorkflowCompleted",
+    ]
+    assert ran == [7]
+
+
+def test_a_decision_past_the_window_commits_its_claim_alone(db, start_worker):
+    ran.clear()
+    worker = start_worker(APP)
+    _one_at_a_time(db, local_first, 2, "slow")
+    assert worker.worker.claims_decided == 0
+    assert ran == [0, 1]
+
+
+def test_a_workflow_task_that_fails_commits_its_claim_first_and_the_attempt_counts(
+    db, start_worker, monkeypatch
+):
+    # A run of a workflow this worker does not have: its workflow task fails on the worker
+    # (fail_workflow_task, retried a minute later). The claim commits before the failure is
+    # recorded: the attempt counts. (A claim rolled back instead would leave attempt 0.)
+    monkeypatch.setattr(workflows_module, "WORKFLOW_TASK_RETRY_SECS", 60.0)
+    start_worker(App(workflows=[one_step], activities=[bump]))
+    time.sleep(0.2)
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM harvest.registered_workflows")  # (or the start is refused)
+    with Client(db) as client:
+        handle = client.start_workflow("not_registered", workflow_id="unknown")
+
+    def failed_once() -> tuple | None:
+        with psycopg.connect(db, autocommit=True) as conn:
+            return conn.execute(
+                "SELECT status, attempt, last_failure ->> 'error_type' FROM harvest.tasks "
+                "WHERE execution_id = %s AND last_failure IS NOT NULL",
+                (handle.execution_id,),
+            ).fetchone()
+
+    deadline = time.monotonic() + 30
+    while (row := failed_once()) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert row == ("pending", 1, "UnknownWorkflow")
+
+
+def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_holding_the_task(
+    db, start_worker
+):
+    # The claim holds the task's row while the decision locks the run's: the reverse of the lock
+    # order, so the decision waits on no lock for long (lock_timeout), and gives the task back.
+    # Here the first ActivityScheduled insert waits on an advisory lock the test holds.
+    ran.clear()
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            """
+            CREATE FUNCTION public.wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.event_type = 'ActivityScheduled' THEN
+                    PERFORM pg_advisory_xact_lock_shared(4242);
+                END IF;
+                RETURN NEW;
+            END $$"""
+        )
+        conn.execute(
+            "CREATE TRIGGER wait_for_test BEFORE INSERT ON harvest.events "
+            "FOR EACH ROW EXECUTE FUNCTION public.wait_for_test()"
+        )
+    worker = start_worker(APP)
+    time.sleep(0.2)
+    with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
+        holder.execute("SELECT pg_advisory_lock(4242)")
+        handle = client.start_workflow(one_step, 3, workflow_id="waits")
+        deadline = time.monotonic() + 30
+        while worker.worker.claims_rolled_back == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.worker.claims_rolled_back == 1
+        holder.execute("SELECT pg_advisory_unlock(4242)")
+        assert handle.result(timeout=30) == 4
+    assert worker.worker.claims_decided == 0
+    assert ran == [3]
+    assert [kind for kind, _ in comparable_history(db, handle.execution_id)].count("ActivityScheduled") == 1
