@@ -9,6 +9,8 @@ and the history is what one worker would have written.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from apps import wf_held_decision
@@ -43,6 +45,16 @@ def test_worker_killed_between_its_claim_and_the_decision_loses_nothing(chaos_db
     hold = tmp_path / "hold"
     hold.write_text("")
     a = workers.start(concurrency=2, env={"CHAOS_HOLD_DECISION": str(hold)})
+    # Only a claim woken by a notification on an idle worker keeps its transaction open: start
+    # the run once A sleeps, not while its first claims (which commit alone) may still find it.
+    # The sleep mark is set just before the worker's last claim ahead of its wait, hence the
+    # short settle after it.
+    wait_until(
+        lambda: query(chaos_db, "SELECT 1 FROM harvest.workers WHERE pid = %s AND sleeping", (a.pid,)),
+        15,
+        "worker A to be idle, waiting for a notification",
+    )
+    time.sleep(0.3)
     handle = client.start_workflow(wf_held_decision, "x")
     eid = handle.execution_id
     entered = tmp_path / "hold.entered"
