@@ -36,6 +36,7 @@ from harvest.worker.lanes import lane_of
 from harvest.worker.lease_keeper import LeaseKeeper
 
 if TYPE_CHECKING:
+    from harvest.db.sqlapi import OpenClaim
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
@@ -538,12 +539,20 @@ class ClaimRolledBack(Exception):
     """A decision made in its claim's transaction failed with it (the claim is undone)."""
 
 
+def _take_open_claim(task: dict[str, Any]) -> OpenClaim | None:
+    """The open claim ``task`` carries (worker.py, _claim_deciding), now this caller's to end,
+    its window's timer cancelled; None when it has none."""
+    claim: OpenClaim | None = task.pop("_open_claim", None)
+    if claim is not None:
+        task.pop("_window").cancel()
+    return claim
+
+
 async def commit_open_claim(task: dict[str, Any]) -> None:
     """Commit the claim of ``task`` if its transaction is still open (worker.py,
     _claim_deciding): before any other call that locks the task's row."""
-    claim = task.pop("_open_claim", None)
+    claim = _take_open_claim(task)
     if claim is not None:
-        task.pop("_window").cancel()
         await claim.commit()
 
 
@@ -554,10 +563,9 @@ async def decide_in_claim(
     _claim_deciding): the decision's row, or None (commit it the ordinary way). Raises the
     item's refusal as the batch would (completions.refusal), or ClaimRolledBack when the call
     failed: then neither the claim nor the decision was written."""
-    claim = task.pop("_open_claim", None)
+    claim = _take_open_claim(task)
     if claim is None:
         return None
-    task.pop("_window").cancel()
     if any(c["type"] in _STARTS_RUNS for c in decision[3]):
         # Its start locks come before any row lock (docs/internals.md, "Lock order"), and the
         # claim holds the task's: the claim commits first, the decision goes the ordinary way.
@@ -575,7 +583,7 @@ async def decide_in_claim(
     if row["outcome"] != "completed":
         raise refusal(row)
     worker.claims_decided += 1
-    return cast("dict[str, Any]", row)
+    return row
 
 
 def with_hold(commands: list[dict[str, Any]], hold: bool) -> list[dict[str, Any]]:
