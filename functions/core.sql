@@ -416,6 +416,27 @@ BEGIN
 END;
 $$;
 
+-- Whether a closed run has relays to make (_relay_close's three cases): a parent to tell (not
+-- after a continue-as-new: its successor keeps the link), a live child with a close policy,
+-- or a child on another shard. One row, read as (SELECT r FROM harvest._close_relays(...) AS r):
+-- a SQL set-returning function the planner inlines into that query (as _may_hand_off), so
+-- _after_close and _after_closes probe by the same rule at no call's cost. Scalar subqueries,
+-- not EXISTS: in a generic plan a correlated EXISTS under an OR became a hashed subplan that
+-- read every live run through executions_status_created.
+CREATE OR REPLACE FUNCTION harvest._close_relays(p_execution_id uuid, p_status text, p_parent_id uuid)
+RETURNS SETOF boolean
+LANGUAGE sql STABLE
+ROWS 1
+AS $$
+    SELECT (p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW')
+        OR (SELECT 1 FROM harvest.executions AS e
+            WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED')
+              AND e.parent_close_policy <> 'abandon'
+            LIMIT 1) IS NOT NULL
+        OR (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id LIMIT 1)
+        IS NOT NULL;
+$$;
+
 -- What follows a run's row update to a terminal state (_close_execution,
 -- _append_closing_events): its tasks dropped, its result waiters told, its parent
 -- and children relayed to (_relay_close). _after_closes does the same for a batch's closes
@@ -441,13 +462,8 @@ BEGIN
         DELETE FROM harvest.result_waiters WHERE execution_id = p_execution_id;
         PERFORM pg_notify('harvest_done', p_execution_id::text);
     END IF;
-    -- A probe first (_relay_close's three cases): most runs have no parent, no live child
-    -- and no child on another shard.
-    IF (p_parent_id IS NOT NULL AND p_status <> 'CONTINUED_AS_NEW')
-       OR EXISTS (SELECT 1 FROM harvest.executions AS e
-                  WHERE e.parent_id = p_execution_id AND e.status IN ('RUNNING', 'PAUSED')
-                    AND e.parent_close_policy <> 'abandon')
-       OR EXISTS (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = p_execution_id) THEN
+    -- A probe first: most runs have no parent, no live child and no child on another shard.
+    IF (SELECT r FROM harvest._close_relays(p_execution_id, p_status, p_parent_id) AS r) THEN
         PERFORM harvest._relay_close(p_execution_id, p_status, p_output, p_failure, p_parent_id, p_parent_seq);
     END IF;
 END;
@@ -525,15 +541,9 @@ BEGIN
         WHERE NOT u.locked OR u.id IN (SELECT t.execution_id FROM told AS t)
         ORDER BY u.i
     ) AS n;
-    -- (Scalar subqueries, not EXISTS: a generic plan made a correlated EXISTS under an OR a
-    -- hashed subplan, which read every live run through executions_status_created.)
     SELECT array_agg(u.i ORDER BY u.i) INTO v_relaying
     FROM unnest(p_ids, p_statuses, p_parents) WITH ORDINALITY AS u (id, status, parent_id, i)
-    WHERE (u.parent_id IS NOT NULL AND u.status <> 'CONTINUED_AS_NEW')
-       OR (SELECT 1 FROM harvest.executions AS e
-           WHERE e.parent_id = u.id AND e.status IN ('RUNNING', 'PAUSED') AND e.parent_close_policy <> 'abandon'
-           LIMIT 1) IS NOT NULL
-       OR (SELECT 1 FROM harvest.cross_shard_children AS c WHERE c.parent_execution_id = u.id LIMIT 1) IS NOT NULL;
+    WHERE (SELECT r FROM harvest._close_relays(u.id, u.status, u.parent_id) AS r);
     IF v_relaying IS NOT NULL THEN
         FOREACH v_i IN ARRAY v_relaying LOOP
             PERFORM harvest._relay_close(p_ids[v_i], p_statuses[v_i], p_outputs[v_i], p_failures[v_i],

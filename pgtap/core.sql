@@ -341,7 +341,7 @@ ROLLBACK;
 -- keys, are the same. (A run is closed once: _update_held_rows holds each run once, and a
 -- batch's next item of a closed run is refused gone, pgtap/activities.sql.)
 BEGIN;
-SELECT plan(9);
+SELECT plan(15);
 CREATE TEMP TABLE ac_runs (g text, k text, n integer, status text, output jsonb, failure jsonb, parent text,
                            seq integer, policy text) ON COMMIT DROP;
 INSERT INTO ac_runs
@@ -449,6 +449,21 @@ SELECT is_empty($$SELECT * FROM pg_temp.ac_rows('g1') WHERE what IN ('waiter', '
 SELECT is((SELECT array_agg(k || '=' || detail ORDER BY k) FROM pg_temp.ac_rows('g1') WHERE what = 'wait_lock'),
           ARRAY['cl_a=1', 'cl_b=1', 'cl_c=1', 'cl_d=1', 'cl_e=1'],
           '... each closed run''s waiters lock taken');
+-- _close_relays: the one rule both probe by (a parent to tell, a live child, a child on another
+-- shard); one row, inlined into the query that reads it.
+SELECT is((SELECT r FROM harvest._close_relays(gen_random_uuid(), 'COMPLETED', NULL) AS r), false,
+          '_close_relays(): no parent, no child: nothing to relay');
+SELECT is((SELECT r FROM harvest._close_relays(gen_random_uuid(), 'FAILED', gen_random_uuid()) AS r), true,
+          '... a parent to tell');
+SELECT is((SELECT r FROM harvest._close_relays(gen_random_uuid(), 'CONTINUED_AS_NEW', gen_random_uuid()) AS r),
+          false, '... but not after a continue-as-new (its successor keeps the link)');
+SELECT is((SELECT r FROM harvest._close_relays(pg_temp.run('g1_par'), 'COMPLETED', NULL) AS r), true,
+          '... a live child with a close policy (par''s kid)');
+SELECT is((SELECT r FROM harvest._close_relays(pg_temp.run('g1_cl_d'), 'COMPLETED', NULL) AS r), false,
+          '... but not a live child it abandons (cl_d''s aba; min was terminated above)');
+SELECT unalike(pg_temp.plan_of('SELECT (SELECT r FROM harvest._close_relays(e.id, e.status, e.parent_id) AS r)
+                                FROM harvest.executions AS e'),
+               '%_close_relays(%', '... inlined into its caller''s query');
 SELECT has_function('harvest', '_after_closes', ARRAY['uuid[]', 'text[]', 'jsonb[]', 'jsonb[]', 'uuid[]', 'integer[]'],
                     'harvest._after_closes(uuid[], text[], jsonb[], jsonb[], uuid[], integer[]) exists');
 SELECT has_function('harvest', '_relay_close', ARRAY['uuid', 'text', 'jsonb', 'jsonb', 'uuid', 'integer'],
