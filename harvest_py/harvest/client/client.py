@@ -681,6 +681,8 @@ def _start_steps(
 
 
 def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str) -> None:
+    if trace is tracing.OFF:
+        return  # (tracing off: no attributes to build for a trace that records nothing)
     trace.started(
         row["execution_id"],
         {"harvest.workflow": name, "harvest.queue": queue, "harvest.started_fresh": row["started_fresh"]},
