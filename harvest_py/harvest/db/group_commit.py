@@ -61,7 +61,7 @@ class GroupCommit:
 
         (The future itself, not a coroutine awaiting it: a caller's ``await`` waits on it
         directly, with no coroutine and frame per item, for each of its callers' layers.)"""
-        future = self._loop().create_future()
+        future = asyncio.get_running_loop().create_future()
         self._waiting.append((*item, future))
         if not self._starting and self._flushing < self._max_flushes:
             self._start_flusher()
@@ -70,15 +70,10 @@ class GroupCommit:
         # future. (Not asyncio.shield: its relay cost a future and two loop callbacks per item.)
         return future
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop (a subclass may know it without asking asyncio: in Python 3.11
-        ``asyncio.get_running_loop()`` is a ``getpid()`` system call)."""
-        return asyncio.get_running_loop()
-
     def _start_flusher(self) -> None:
         self._flushing += 1
         self._starting = True
-        task = self._loop().create_task(self._flush_all())  # (asyncio.create_task)
+        task = asyncio.create_task(self._flush_all())
         self._flushers.add(task)
         task.add_done_callback(self._flushers.discard)
 

@@ -78,21 +78,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
         # A replay sets us as the running loop once for all its steps (WorkflowRun.advance);
         # then there is nothing to set here (a C call that allocates, twice per step).
         prev = _get_running_loop()
-        if prev is self:
-            self.run_ready()
-            return
-        _set_running_loop(self)
-        try:
-            self.run_ready()
-        finally:
-            _set_running_loop(prev)
-
-    def run_ready(self) -> None:
-        """:meth:`run_until_idle` when we are the running loop already (WorkflowRun.advance's
-        live step): without its look-up of the running loop, in Python 3.11 a ``getpid()``
-        system call."""
-        if self._stepping:
-            raise RuntimeError("the workflow loop is already being stepped")
+        if prev is not self:
+            _set_running_loop(self)
         self._stepping = True
         count, ready = 0, self._ready
         try:
@@ -125,6 +112,8 @@ class DeterministicEventLoop(asyncio.AbstractEventLoop):
             pass  # recorded in fatal_error; the run reports it
         finally:
             self._stepping = False
+            if prev is not self:
+                _set_running_loop(prev)
 
     def _callback_failed(self, handle: _Handle, exc: BaseException) -> None:
         """What ``asyncio.Handle._run`` does with a callback's exception: hand it to the

@@ -266,16 +266,13 @@ class WorkflowRun(CommandIssuer):
                     self._confirm_live(marker_id, through)
                 else:
                     self._replay_step(marker_id, through)
-            if self._live is not None:
-                raise HistoryMismatch(
-                    f"execution {self.execution_id}: the last activation "
-                    f"(through {self._live[0]}) was never recorded in the history"
-                )
-            # The live step's first round, with our loop still the running one: setting it
-            # and restoring it again costs two getpid() calls in 3.11 (see _live_begin).
-            self._live_begin()
         finally:
             _set_running_loop(prev)
+        if self._live is not None:
+            raise HistoryMismatch(
+                f"execution {self.execution_id}: the last activation "
+                f"(through {self._live[0]}) was never recorded in the history"
+            )
         return await self._live_step(local_activities)
 
     @property
@@ -621,22 +618,12 @@ class WorkflowRun(CommandIssuer):
                 self._resolve_local(p, p.recorded)
             self._loop.run_until_idle()
 
-    def _live_begin(self) -> None:
-        """The live step's first round: deliver the new resolutions and run the loop until it
-        is blocked. Called by :meth:`advance` while our loop is the running one, so the
-        loop's run needs no set and restore of its own (in Python 3.11 each set of the
-        running loop, and each look-up of it, is a ``getpid()`` system call)."""
+    async def _live_step(self, local_activities: bool = True) -> Activation:
         self.is_replaying, self.through = False, self.last_event_id
         self._new_commands = []
         self._deliver(None)
-        self._loop.run_ready()
-        self._check_step_loop()
-
-    async def _live_step(self, local_activities: bool = True) -> Activation:
-        """The rest of the live step after :meth:`_live_begin`'s first round: the local
-        activities it made ready (run with the worker's loop running), and a round after
-        each batch of them, until it is blocked; then its activation."""
         while True:
+            self._step_loop()
             if self._main_task.done():
                 self.finished = True
                 break
@@ -659,7 +646,6 @@ class WorkflowRun(CommandIssuer):
                     {"type": "record_marker", "seq": p.seq, "kind": "local_activity", "value": value}
                 )
                 self._resolve_local(p, value)
-            self._step_loop()
         self.handlers.end_of_step()
         commands = sorted(self._new_commands, key=lambda c: c["seq"])
         self._new_commands = []

@@ -301,9 +301,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
                 f"worker {worker.worker_id}; register it in the App of the workers "
                 f"polling queue {task['queue']!r}",
             )
-        # One running-loop look-up for the context and the deadline (in 3.11 asyncio's is a
-        # getpid(): the worker's own, while it runs).
-        loop = worker.running_loop()
+        # One running-loop look-up for the context and the deadline (in 3.11 each is a getpid()).
+        loop = asyncio.get_running_loop()
         ctx = ActivityContext(worker, task, execution_id, loop)
         # The one place an activity's payloads are decoded (codecs, offload; docs/payloads.md).
         sql = lane.sql

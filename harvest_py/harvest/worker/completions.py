@@ -100,11 +100,6 @@ class _TaskGroupCommit(GroupCommit):
     def _retried(self, exc: Exception) -> None:
         self._worker.metrics.transaction_retry(self.site, retry_reason(exc))
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        # The worker's, while it runs (Worker.running_loop); a test's fake worker has none.
-        loop = getattr(self._worker, "run_loop", None)
-        return loop if loop is not None else asyncio.get_running_loop()
-
     # What a commit of this batch makes claimable, for Redis dispatch (None: any kind).
     publishes: str | None = None
 

@@ -33,23 +33,13 @@ class LeaseKeeper:
         "_token",
     )
 
-    def __init__(
-        self,
-        sql: Any,
-        task_id: int,
-        fencing_token: int,
-        lease_secs: float,
-        loop: asyncio.AbstractEventLoop | None = None,
-    ):
+    def __init__(self, sql: Any, task_id: int, fencing_token: int, lease_secs: float):
         self._sql, self._task_id, self._token, self._lease = sql, task_id, fencing_token, lease_secs
         self._every = lease_secs / 3
         self._stopped = False
         self._calling = False
         self._loop_task: asyncio.Task[None] | None = None
-        # (``loop``: the running one, when the caller knows it: Worker.running_loop)
-        if loop is None:
-            loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._every, self._start)
+        self._timer = asyncio.get_running_loop().call_later(self._every, self._start)
 
     def _start(self) -> None:
         if not self._stopped:

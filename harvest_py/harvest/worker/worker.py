@@ -247,8 +247,6 @@ class Worker:
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
         self.eager_tasks = 0  # workflow tasks an eager signal's transaction leased to us
         self._loop: asyncio.AbstractEventLoop | None = None  # the event loop run() runs on
-        # The same while run() runs, None before and after: the hot paths' loop (running_loop).
-        self.run_loop: asyncio.AbstractEventLoop | None = None
         self.decided_ahead = 0  # decisions committed with the result they decided on
         self.completed_tasks = 0
         # Process roles (harvest.config): which runtimes this process runs. run_worker is the
@@ -307,21 +305,6 @@ class Worker:
     async def run(self, install_signal_handlers: bool = False) -> None:
         loop = asyncio.get_running_loop()
         self._loop = loop  # eager signals run their handed task here only (see eager_slot)
-        self.run_loop = loop
-        try:
-            await self._run(loop, install_signal_handlers)
-        finally:
-            self.run_loop = None
-
-    def running_loop(self) -> asyncio.AbstractEventLoop:
-        """The running event loop: the one run() runs on while it runs, without asking asyncio
-        (in Python 3.11 ``asyncio.get_running_loop()`` is a ``getpid()`` system call, about 40 a
-        canonical workflow in all); else asyncio's. Every task of the worker runs on run()'s loop
-        (eager signals and Redis dispatch check or share it), so while it runs they are one."""
-        loop = self.run_loop
-        return loop if loop is not None else asyncio.get_running_loop()
-
-    async def _run(self, loop: asyncio.AbstractEventLoop, install_signal_handlers: bool) -> None:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.request_stop)
@@ -843,7 +826,7 @@ class Worker:
             self._spawn(task)
 
     def _now(self) -> float:
-        return self.running_loop().time()
+        return asyncio.get_running_loop().time()
 
     # -- Redis dispatch (worker/redis_dispatch.py) -------------------------------------------
     def free_slots(self) -> int:
@@ -877,7 +860,7 @@ class Worker:
             self._run_of[(key[0], key[1])] = str(task["execution_id"])
         # (The worker's clock, _now, which reserve_slots reads the slot's age on.)
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
-        handle = self.running_loop().create_task(self._guard(runner, task))  # (asyncio.create_task)
+        handle = asyncio.create_task(self._guard(runner, task))
         self._inflight[key] = handle
 
     async def _guard(

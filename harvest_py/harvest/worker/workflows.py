@@ -334,13 +334,7 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
 async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     # A task still running after a third of its lease (a local activity, a long replay)
     # keeps the lease until it ends, so no other worker takes it and runs it again.
-    keeper = LeaseKeeper(
-        lane_of(task).sql,
-        task["task_id"],
-        task["fencing_token"],
-        worker.workflow_lease,
-        worker.running_loop(),
-    )
+    keeper = LeaseKeeper(lane_of(task).sql, task["task_id"], task["fencing_token"], worker.workflow_lease)
     try:
         await _decide_workflow_task(worker, task)
     finally:
