@@ -220,6 +220,10 @@ class _ConflictingCursor:
         self.description = self.real.description
         return self
 
+    @property
+    def pgresult(self) -> Any:  # (what the SQL API tests for rows: sqlapi._has_rows)
+        return self.real.pgresult
+
     def fetchall(self) -> list[Any]:
         return self.real.fetchall()
 

@@ -96,7 +96,7 @@ def test_results_finishing_together_share_a_commit_and_each_gets_its_answer():
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql))
-        first = asyncio.create_task(batcher.complete(1, 1, 1))
+        first = asyncio.ensure_future(batcher.complete(1, 1, 1))
         await asyncio.sleep(0.001)  # its flush is in flight
         rest = await asyncio.gather(*(batcher.complete(i, 1, i) for i in range(2, 11)))
         return [await first, *rest], batcher
@@ -181,7 +181,7 @@ def test_a_refused_decision_does_not_lose_its_result_nor_sink_the_batch():
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql))
-        first = asyncio.create_task(batcher.complete(1, 1, None))
+        first = asyncio.ensure_future(batcher.complete(1, 1, None))
         await asyncio.sleep(0.001)  # in flight: the next two share a batch
         rest = await asyncio.gather(
             batcher.complete(2, 1, None, {"commands": [{"type": "bad"}]}),
@@ -240,7 +240,7 @@ def test_decisions_made_together_share_a_commit_and_a_bad_one_fails_alone():
 
     async def main():
         batcher = DecisionBatcher(FakeDecidingWorker(sql))
-        first = asyncio.create_task(batcher.complete(1, 1, 4, [], 0))
+        first = asyncio.ensure_future(batcher.complete(1, 1, 4, [], 0))
         await asyncio.sleep(0.001)  # in flight: the next three share a batch
         rest = await asyncio.gather(
             batcher.complete(2, 1, 4, [{"type": "bad"}], 0),
@@ -279,7 +279,7 @@ def test_a_burst_of_fan_out_decisions_commits_in_slices_of_commands():
 
     async def main():
         batcher = DecisionBatcher(FakeDecidingWorker(sql))
-        first = asyncio.create_task(batcher.complete(1, 1, 4, [], 0))
+        first = asyncio.ensure_future(batcher.complete(1, 1, 4, [], 0))
         await asyncio.sleep(0.001)  # in flight: the fan-outs made meanwhile wait behind it
         await asyncio.gather(*(batcher.complete(i, 1, 4, fan, 0) for i in range(2, 62)))
         await asyncio.gather(*(batcher.complete(i, 1, 4, [{"type": "x"}], 0) for i in range(100, 160)))
@@ -400,7 +400,7 @@ def test_a_batch_of_a_busy_worker_carries_what_piled_up_behind_the_one_in_flight
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql), result_batch_size(500))
-        first = asyncio.create_task(batcher.complete(1, 1, None))
+        first = asyncio.ensure_future(batcher.complete(1, 1, None))
         await asyncio.sleep(0.001)  # its flush is in flight
         await asyncio.gather(first, *(batcher.complete(i, 1, None) for i in range(2, 302)))
 

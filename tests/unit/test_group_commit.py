@@ -4,12 +4,23 @@ callers alone (the worker's result batch, with test_completion_batcher.py's fake
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
+from typing import Any
 
 from tests.unit.test_completion_batcher import FakeSql, FakeWorker
 
 from harvest.core.errors import StaleTask
 from harvest.db.group_commit import SPLIT_MIN
 from harvest.worker.completions import CompletionBatcher, Recorded
+
+
+def _caller(answer: Awaitable[Any]) -> asyncio.Task[Any]:
+    """A task that waits on one item's answer (``complete`` queues the item and returns its future)."""
+
+    async def wait() -> Any:
+        return await answer
+
+    return asyncio.create_task(wait())
 
 
 def test_a_cancelled_caller_leaves_its_batch_and_the_other_callers_alone():
@@ -20,9 +31,9 @@ def test_a_cancelled_caller_leaves_its_batch_and_the_other_callers_alone():
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql))
-        in_flight = asyncio.create_task(batcher.complete(1, 1, 1))
+        in_flight = _caller(batcher.complete(1, 1, 1))
         await asyncio.sleep(0.001)  # its flush is in flight
-        queued = [asyncio.create_task(batcher.complete(i, 1, i)) for i in (2, 3, 4, 5)]
+        queued = [_caller(batcher.complete(i, 1, i)) for i in (2, 3, 4, 5)]
         await asyncio.sleep(0)
         in_flight.cancel()
         queued[2].cancel()  # task 4, queued behind the flush
@@ -60,11 +71,11 @@ def test_what_waits_behind_a_flush_goes_beside_it_and_no_more_than_two_at_once()
 
     async def main():
         batcher = CompletionBatcher(FakeWorker(sql))
-        first = asyncio.create_task(batcher.complete(1, 1, 1))
+        first = _caller(batcher.complete(1, 1, 1))
         await asyncio.sleep(0.001)  # its flush is in flight
-        second = asyncio.create_task(batcher.complete(2, 1, 2))
+        second = _caller(batcher.complete(2, 1, 2))
         await asyncio.sleep(0.001)  # its flush is in flight beside the first
-        third = [asyncio.create_task(batcher.complete(i, 1, i)) for i in (3, 4)]
+        third = [_caller(batcher.complete(i, 1, i)) for i in (3, 4)]
         return await asyncio.gather(first, second, *third)
 
     answers = asyncio.run(main())
@@ -101,7 +112,7 @@ def test_a_small_burst_stays_one_batch_and_items_after_any_interleaving_are_all_
         waves = []
         for wave in range(20):
             ids = [1000 + wave * 10 + i for i in range(wave % 4)]
-            waves += [asyncio.create_task(batcher.complete(task_id, 1, 0)) for task_id in ids]
+            waves += [_caller(batcher.complete(task_id, 1, 0)) for task_id in ids]
             await asyncio.sleep(0.003 * (wave % 3))
         return burst, await asyncio.gather(*waves)
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+from types import SimpleNamespace
 from typing import Any, Self
 
+import psycopg
 import pytest
 
 from harvest.core.errors import NotFound
@@ -48,6 +50,9 @@ def _plain(value: Any) -> Any:
 class _Cursor:
     def __init__(self, log: list, rows: list[dict[str, Any]]):
         self.log, self.rows, self.description = log, rows, True
+        self.pgresult = SimpleNamespace(
+            nfields=1, status=psycopg.pq.ExecStatus.TUPLES_OK
+        )  # (what _has_rows reads)
         self.itersize = None
 
     def execute(self, sql: str, params: dict[str, Any]) -> None:

@@ -681,6 +681,8 @@ def _start_steps(
 
 
 def _trace_started(trace: Any, row: dict[str, Any], name: str, queue: str) -> None:
+    if trace is tracing.OFF:
+        return  # (tracing off: no attributes to build for a trace that records nothing)
     trace.started(
         row["execution_id"],
         {"harvest.workflow": name, "harvest.queue": queue, "harvest.started_fresh": row["started_fresh"]},
@@ -1659,8 +1661,9 @@ class _StartBatcher(GroupCommit):
         super().__init__()
         self._sql = sql
 
-    async def start(self, call: dict[str, Any]) -> dict[str, Any]:
-        return cast("dict[str, Any]", await self._submit(call))
+    def start(self, call: dict[str, Any]) -> Awaitable[dict[str, Any]]:
+        """The future of one start's row, queued at the call (await it)."""
+        return self._submit(call)
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         return cast("list[dict[str, Any]]", await self._sql.start_workflows([call for (call,) in items]))
@@ -1690,10 +1693,11 @@ class _ShardStarts:
             batcher = self._by_shard[shard] = _StartBatcher(self._target.sql(shard))
         return batcher
 
-    async def start(self, call: dict[str, Any], shard: int | None = None) -> dict[str, Any]:
+    def start(self, call: dict[str, Any], shard: int | None = None) -> Awaitable[dict[str, Any]]:
+        """The future of one start's row, queued at the call (await it)."""
         if shard is not None:
             call = {**call, "shard": shard}
-        return await self.batcher(routing.ONE if shard is None else shard).start(call)
+        return self.batcher(routing.ONE if shard is None else shard).start(call)
 
     @property
     def batches(self) -> int:

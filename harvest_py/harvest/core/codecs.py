@@ -461,7 +461,7 @@ class Payloads:
     @property
     def active(self) -> bool:
         """Whether writes change anything (codecs or offload configured)."""
-        return bool(self.chain) or self.offload_bytes is not None
+        return bool(self.chain.codecs) or self.offload_bytes is not None  # (not CodecChain.__bool__: a call)
 
     # ------------------------------------------------------------------ writes
 

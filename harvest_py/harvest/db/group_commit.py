@@ -56,7 +56,11 @@ class GroupCommit:
         self.batches = 0  # flushes sent (a measure of the batching, for benchmarks)
         self.items = 0
 
-    async def _submit(self, *item: Any) -> Any:
+    def _submit(self, *item: Any) -> asyncio.Future[Any]:
+        """Queue ``item`` now; the future of its answer, for the caller to await.
+
+        (The future itself, not a coroutine awaiting it: a caller's ``await`` waits on it
+        directly, with no coroutine and frame per item, for each of its callers' layers.)"""
         future = asyncio.get_running_loop().create_future()
         self._waiting.append((*item, future))
         if not self._starting and self._flushing < self._max_flushes:
@@ -64,7 +68,7 @@ class GroupCommit:
         # A cancelled caller cancels only its own future, never the flush other callers wait on
         # (a task of its own): the item still goes with its batch, and _settle skips a done
         # future. (Not asyncio.shield: its relay cost a future and two loop callbacks per item.)
-        return await future
+        return future
 
     def _start_flusher(self) -> None:
         self._flushing += 1

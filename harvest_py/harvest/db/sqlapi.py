@@ -1924,7 +1924,7 @@ class SqlApi:
     def _all(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         with translated_errors(), self.conn.cursor(row_factory=dict_row) as cur:
             cur.execute(sql, params)
-            return cur.fetchall() if cur.description else []
+            return cur.fetchall() if _has_rows(cur) else []
 
     def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):
@@ -1947,6 +1947,20 @@ class SqlApi:
             cur.itersize = page_size
             cur.execute(sql, params)
             yield from cur
+
+
+_ES = psycopg.pq.ExecStatus
+# The statuses of a result with rows even with no columns (``SELECT ;``), as psycopg's
+# ``Cursor.description`` reads them.
+_ROWS_STATUSES = frozenset({_ES.TUPLES_OK, _ES.SINGLE_TUPLE, _ES.TUPLES_CHUNK})
+
+
+def _has_rows(cur: Any) -> bool:
+    """Whether the statement returned rows to fetch: ``cur.description is not None``, without
+    the ``Column`` per column (its name, type and sizes) that ``description`` builds and the
+    dict row factory never reads (it reads the names itself)."""
+    res = cur.pgresult
+    return res is not None and (res.nfields > 0 or res.status in _ROWS_STATUSES)
 
 
 class _OneConnection:
@@ -1986,7 +2000,7 @@ class AsyncSqlApi:
         with translated_errors():
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(sql, params)
-                return await cur.fetchall() if cur.description else []
+                return await cur.fetchall() if _has_rows(cur) else []
 
     async def _all_retrying(self, sql: LiteralString, params: dict[str, Any]) -> Rows:
         for attempt in range(1, CONFLICT_ATTEMPTS + 1):

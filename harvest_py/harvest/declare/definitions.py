@@ -59,6 +59,8 @@ def _num(x: float | None) -> float | int | None:
     """Integral seconds are written as ints, matching the wire examples."""
     if x is None:
         return None
+    if type(x) is float:  # (the usual: no float() copy)
+        return int(x) if x.is_integer() else x
     return int(x) if float(x).is_integer() else x
 
 
@@ -185,15 +187,22 @@ class ActivityDefinition:
 
     def options_json(self) -> dict[str, Any]:
         """The ``options`` object of a ``schedule_activity`` command."""
-        return {
+        options = {
             "start_to_close": _num(self.start_to_close),
             "schedule_to_close": _num(self.schedule_to_close),
             "heartbeat_timeout": _num(self.heartbeat_timeout),
             "retry": self.retry.to_json(),
             "priority": self.priority,
             "dead_letter": self.dead_letter,
-            **self._flow_options(),
         }
+        if (  # (_flow_options' tests: with none set, no call and no dict to merge)
+            self.max_concurrent is not None
+            or self.rate_limit is not None
+            or self.priority_aging_secs is not None
+            or self.fairness_key is not None
+        ):
+            options.update(self._flow_options())
+        return options
 
     def _flow_options(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

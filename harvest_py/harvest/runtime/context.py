@@ -182,7 +182,10 @@ class WorkflowContext:
             "queue": defn.queue or self.info.queue,
         }
         if not run.matching():  # a replay compares the name only; the options cannot fail
-            command["options"] = {**defn.options_json(), **(tag or {})}
+            options = defn.options_json()  # (a new dict each call: the tag joins it in place)
+            if tag:
+                options.update(tag)
+            command["options"] = options
         return run.issue(command, "activity", defn.name)
 
     @overload

@@ -400,11 +400,23 @@ class Metrics:
         )
 
         r.register(_HotCollector(hot))
+        # The hot paths' children by their calls' labels, each call's two children in one
+        # look-up and their updates under one hold of the lock (see dispatched).
+        self._lock = lock
+        self._dispatched: dict[tuple[Any, ...], tuple[_CounterChild, _CounterChild]] = {}
+        self._completed: dict[tuple[str, str], tuple[_CounterChild, _HistogramChild]] = {}
 
     # -- hot paths ---------------------------------------------------------------------------------
     def dispatched(self, queue: str, kind: str, shard: int) -> None:
-        self.queue_dispatched(queue, kind).inc()
-        self.shard_dispatched(shard).inc()
+        # (queue_dispatched(queue, kind).inc() and shard_dispatched(shard).inc(): four calls a
+        # task, where the children's pair is one look-up)
+        pair = self._dispatched.get((queue, kind, shard))
+        if pair is None:
+            pair = (self.queue_dispatched(queue, kind), self.shard_dispatched(shard))
+            self._dispatched[(queue, kind, shard)] = pair
+        with self._lock:
+            pair[0].value += 1.0
+            pair[1].value += 1.0
 
     def claimed(self, shard: int, seconds: float) -> None:
         self.claim_duration(shard).observe(seconds)
@@ -413,9 +425,20 @@ class Metrics:
         self, workflow_type: str, activity: str, seconds: float, error_type: str | None = None
     ) -> None:
         if error_type is None:
-            self.activity_completed(workflow_type, activity).inc()
-        else:
-            self.activity_failed(workflow_type, activity, error_type).inc()
+            # (activity_completed(...).inc() and activity_duration(activity).observe(seconds),
+            # the children's pair in one look-up, as dispatched does)
+            pair = self._completed.get((workflow_type, activity))
+            if pair is None:
+                pair = (self.activity_completed(workflow_type, activity), self.activity_duration(activity))
+                self._completed[(workflow_type, activity)] = pair
+            completed, duration = pair
+            slot = bisect_left(duration.bounds, seconds)
+            with self._lock:
+                completed.value += 1.0
+                duration.counts[slot] += 1
+                duration.sum += seconds
+            return
+        self.activity_failed(workflow_type, activity, error_type).inc()
         self.activity_duration(activity).observe(seconds)
 
     def workflow_task(self, workflow_type: str, seconds: float, replayed: bool) -> None:

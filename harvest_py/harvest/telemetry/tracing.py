@@ -232,15 +232,24 @@ class StartTrace:
             record_span("harvest.workflow.start", str(execution_id), self.started_ns, attrs)
 
 
-@contextlib.contextmanager
-def start_span(workflow_name: str) -> Iterator[StartTrace]:
+# Tracing off: every start's trace, which records nothing (``traceparent`` None, ``started``
+# a no-op), entered with no generator of its own.
+OFF = StartTrace()
+_OFF_SPAN = contextlib.nullcontext(OFF)
+
+
+def start_span(workflow_name: str) -> contextlib.AbstractContextManager[StartTrace]:
     """A client start. Inside the caller's active span: ``harvest.workflow.start`` is its child
     and its traceparent is captured for the run (the run's spans continue the caller's trace).
     With no span around: the start span is recorded in the run's own trace once its id is known.
-    Off: nothing (``traceparent`` None)."""
+    Off: nothing (:data:`OFF`: ``traceparent`` None)."""
     if not ACTIVE:
-        yield StartTrace()
-        return
+        return _OFF_SPAN
+    return _start_span(workflow_name)
+
+
+@contextlib.contextmanager
+def _start_span(workflow_name: str) -> Iterator[StartTrace]:
     if not _otel.get_current_span().get_span_context().is_valid:
         yield StartTrace(started_ns=time.time_ns())
         return

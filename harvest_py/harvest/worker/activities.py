@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine, Generator
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
 from harvest.core.codecs import is_marked
@@ -21,6 +21,7 @@ from harvest.worker.lanes import lane_of
 from harvest.worker.workflows import makes_nothing_due_later
 
 if TYPE_CHECKING:
+    from harvest.worker.lanes import ShardLane
     from harvest.worker.worker import Worker
 
 log = logging.getLogger("harvest.worker")
@@ -290,6 +291,7 @@ async def run_activity_task(worker: Worker, task: dict[str, Any]) -> None:
 async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id: str) -> None:
     definition = worker.app.find_activity(task["activity_name"])
     task_id, token = task["task_id"], task["fencing_token"]
+    lane: ShardLane = task["_lane"]  # (lane_of, inline)
     started = perf_counter()
     try:
         if definition is None:
@@ -303,7 +305,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         loop = asyncio.get_running_loop()
         ctx = ActivityContext(worker, task, execution_id, loop)
         # The one place an activity's payloads are decoded (codecs, offload; docs/payloads.md).
-        sql = lane_of(task).sql
+        sql = lane.sql
         stored_input = task["input"] or []
         if is_marked(stored_input):  # (nearly never: no coroutine for the plain input)
             stored_input = await worker.payloads.decode(sql, stored_input)
@@ -364,9 +366,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
     ahead = await decide_ahead(worker, task, encoded, plain)
     recorded = None
     try:
-        recorded = await lane_of(task).completions.complete(
-            task_id, token, encoded, ahead.decision if ahead else None
-        )
+        recorded = await lane.completions.complete(task_id, token, encoded, ahead.decision if ahead else None)
     except PayloadTooLarge as exc:
         # The server's limit is lower than ours (it is the authority): the same result
         # would be refused on every attempt, so the activity fails for good, typed.
@@ -385,7 +385,7 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         if ahead is not None:
             ahead.settle(recorded)
     # (recorded is set: every except above returns)
-    if ahead is None or makes_nothing_due_later(cast("list[dict[str, Any]]", ahead.decision["commands"])):
+    if ahead is None or makes_nothing_due_later(ahead.decision["commands"]):
         task["_nothing_due_later"] = True  # a result wakes its run at once (read by Worker._finished)
     if recorded.handed is not None:  # pyright: ignore[reportOptionalMemberAccess]
         worker.run_handed(recorded.handed, task)  # pyright: ignore[reportOptionalMemberAccess]

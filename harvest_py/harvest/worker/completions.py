@@ -21,6 +21,7 @@ claim loop's round trip and commit per batch; the claim is claim_tasks itself.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
@@ -137,14 +138,15 @@ class CompletionBatcher(_TaskGroupCommit):
     claimed = 0  # tasks claimed with result batches (complete_activities_with_claim)
     largest = 0  # the most results one batch carried (for tests and benchmarks)
 
-    async def complete(
+    def complete(
         self, task_id: int, fencing_token: int, result: Any, decision: dict[str, Any] | None = None
-    ) -> Recorded:
-        """Record one activity result, with the decision made on it if any.
+    ) -> asyncio.Future[Recorded]:
+        """Record one activity result, with the decision made on it if any: the future of
+        its answer (queued at the call; await it).
 
         Raises StaleTask when the task is no longer ours (its lease was lost).
         """
-        return cast("Recorded", await self._submit(task_id, fencing_token, result, decision))
+        return self._submit(task_id, fencing_token, result, decision)
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker
@@ -235,7 +237,7 @@ class DecisionBatcher(_TaskGroupCommit):
                 return i + 1
         return take
 
-    async def complete(
+    def complete(
         self,
         task_id: int,
         fencing_token: int,
@@ -243,17 +245,15 @@ class DecisionBatcher(_TaskGroupCommit):
         commands: list[dict[str, Any]],
         hand_off_slots: int,
         owner_epoch: int | None = None,
-    ) -> dict[str, Any]:
-        """Commit one decision; returns its row (last_event_id, execution_status, handed).
+    ) -> asyncio.Future[dict[str, Any]]:
+        """Commit one decision: the future of its row (last_event_id, execution_status,
+        handed), queued at the call (await it).
 
         Raises StaleTask when the task is no longer ours (or, in owner mode, its
         partition is no longer held at ``owner_epoch``: outcome ``not_owner``),
         InvalidArgument (or the database's error) when the decision is refused.
         """
-        return cast(
-            "dict[str, Any]",
-            await self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch),
-        )
+        return self._submit(task_id, fencing_token, through, commands, hand_off_slots, owner_epoch)
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         worker = self._worker

@@ -57,7 +57,7 @@ class DecisionAhead:
         self._grant = grant
         # What complete_activities reads (functions/activities.sql).
         commands = activation.commands if commands is None else commands
-        self.decision = {
+        self.decision: dict[str, Any] = {
             "after": after,
             "result_text": result_text,
             "commands": with_hold(commands, activation.hold),

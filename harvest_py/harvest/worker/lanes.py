@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from harvest.core.errors import DatabaseUnavailable
 from harvest.db.connection import redact
@@ -135,4 +135,5 @@ class ShardLane:
 
 def lane_of(task: dict[str, Any]) -> ShardLane:
     """The lane a task was claimed from (or handed by): where everything about it is written."""
-    return cast("ShardLane", task["_lane"])
+    lane: ShardLane = task["_lane"]  # (not typing.cast: a call per look-up, 16 a canonical workflow)
+    return lane

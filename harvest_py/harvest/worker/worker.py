@@ -744,9 +744,11 @@ class Worker:
         would otherwise never claim a new run, a signalled run or a due timer. Give
         the grant back with :meth:`release_slots` once the commit has answered.
         """
-        if wanted <= 0 or not self.accepts_hand_off():
+        # (accepts_hand_off, _key and _now inline: one call per finished task each)
+        if wanted <= 0 or not self.hand_off or self._stopping.is_set():
             return SlotGrant(0, 0)
-        claimed_at = self._slot_claimed_at.get(_key(caller))
+        key = (caller["_lane"].shard, caller["task_id"], caller["fencing_token"])
+        claimed_at = self._slot_claimed_at.get(key)
         if claimed_at is not None and self._now() - claimed_at > HAND_OFF_CHAIN_SECS:
             return SlotGrant(0, 0)
         free = max(0, self.concurrency - len(self._inflight) - self._reserved)
@@ -845,12 +847,15 @@ class Worker:
         self.redis.committed([r for r in runs if r is not None], kind)
 
     def _spawn(self, task: dict[str, Any], slot_claimed_at: float | None = None) -> None:
-        if task["kind"] == "workflow":
-            task["_lane"].owners.note(task)
-        runner = run_workflow_task if task["kind"] == "workflow" else run_activity_task
-        task["_lane"].dispatched += 1
-        self.metrics.dispatched(task["queue"], task["kind"], task["_lane"].shard)
-        key = _key(task)
+        lane, kind = task["_lane"], task["kind"]
+        if kind == "workflow":
+            lane.owners.note(task)
+            runner = run_workflow_task
+        else:
+            runner = run_activity_task
+        lane.dispatched += 1
+        self.metrics.dispatched(task["queue"], kind, lane.shard)
+        key = (lane.shard, task["task_id"], task["fencing_token"])  # (_key, inline)
         if self.redis is not None:
             self._run_of[(key[0], key[1])] = str(task["execution_id"])
         # (The worker's clock, _now, which reserve_slots reads the slot's age on.)
