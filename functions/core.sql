@@ -50,20 +50,26 @@ AS $$
 $$;
 
 -- A random UUID whose first two bytes carry the shard number, so any id routes
--- to its shard with no directory.
+-- to its shard with no directory. A SQL expression that inlines into its caller (a
+-- batch's start mints one per run: a PL/pgSQL call each was about 3 us; docs/performance.md,
+-- "SQL path, ninth cut"); a shard out of range goes to _shard_out_of_range, which raises.
 CREATE OR REPLACE FUNCTION harvest._new_execution_id(p_shard integer DEFAULT 0)
 RETURNS uuid
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE WHEN p_shard BETWEEN 0 AND 65535
+        THEN encode(overlay(uuid_send(gen_random_uuid())
+                            PLACING substring(int4send(p_shard) FROM 3 FOR 2) FROM 1 FOR 2), 'hex')::uuid
+        ELSE harvest._shard_out_of_range(p_shard) END;
+$$;
+
+-- A shard number out of range 0..65535 (NULL too): HR001, raised for _new_execution_id.
+CREATE OR REPLACE FUNCTION harvest._shard_out_of_range(p_shard integer)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE  -- (never evaluated while a plan is made)
 AS $$
 BEGIN
-    IF p_shard IS NULL OR p_shard < 0 OR p_shard > 65535 THEN
-        RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', p_shard
-            USING ERRCODE = 'HR001';
-    END IF;
-    RETURN encode(
-        overlay(uuid_send(gen_random_uuid())
-            PLACING decode(lpad(to_hex(p_shard), 4, '0'), 'hex') FROM 1 FOR 2),
-        'hex')::uuid;
+    RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', p_shard USING ERRCODE = 'HR001';
 END;
 $$;
 

@@ -654,6 +654,7 @@ END;
 $$;
 
 -- complete_workflow: WorkflowCompleted; the run ends COMPLETED with the result.
+-- (_apply_decision writes the same itself and calls this only to raise: keep the two alike.)
 CREATE OR REPLACE FUNCTION harvest._decide_complete_workflow(
     p_execution harvest.executions, p_command jsonb, p_limit integer,
     OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
@@ -1003,7 +1004,20 @@ BEGIN
         WHEN 'continue_as_new' THEN
             v_step := harvest._decide_continue_as_new(v_execution, v_command, p_through, v_limit);
         WHEN 'complete_workflow' THEN
-            v_step := harvest._decide_complete_workflow(v_execution, v_command, v_limit);
+            -- Its event and the close written here, as _decide_complete_workflow (the one
+            -- description) gives them; that function is called only for a result over the
+            -- limit, to raise: its call, its OUT parameters' descriptor and its check's PERFORM
+            -- were three statements' worth of a canonical workflow's last decision
+            -- (docs/performance.md, "SQL path, ninth cut").
+            IF (octet_length((v_command -> 'result')::text) > v_limit) IS TRUE THEN
+                v_step := harvest._decide_complete_workflow(v_execution, v_command, v_limit);  -- (it raises)
+            END IF;
+            v_types := v_types || 'WorkflowCompleted'::text;
+            v_datas := v_datas || jsonb_build_object('result', v_command -> 'result');
+            v_closed := true;
+            v_close_status := 'COMPLETED';
+            v_close_output := v_command -> 'result';
+            CONTINUE;
         WHEN 'fail_workflow' THEN
             v_step := harvest._decide_fail_workflow(v_execution, v_command, v_limit);
         ELSE

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(296);
+SELECT plan(298);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -1358,6 +1358,24 @@ SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1
                         pg_temp.task('big'), pg_temp.token('big')),
                  'HR008', 'the result of workflow decide_wf is 102 bytes, over the payload limit of 64 bytes',
                  'complete_workflow with a result over the limit: HR008');
+-- (_apply_decision checks the usual result itself and calls _decide_complete_workflow only to
+-- raise: a result of exactly the limit completes, and the event and the close are the ones
+-- _decide_complete_workflow describes.)
+SELECT is(pg_temp.dry_run(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'complete_workflow', 'result', repeat('x', 62))))$$,
+                        pg_temp.task('big'), pg_temp.token('big'))),
+          'ok', 'complete_workflow with a result of exactly the limit (64 bytes): completed');
+SELECT pg_temp.start_and_claim('cw_alike');
+SELECT harvest.complete_workflow_task(pg_temp.task('cw_alike'), pg_temp.token('cw_alike'), 1,
+                                      '[{"type": "complete_workflow", "result": {"r": [1, "two"]}}]');
+SELECT results_eq(
+    $$SELECT ev.event_type, ev.event_data, e.status, e.output, e.failure
+      FROM harvest.events AS ev JOIN harvest.executions AS e ON e.id = ev.execution_id
+      WHERE ev.execution_id = pg_temp.run('cw_alike') AND ev.event_id = 3$$,
+    $$SELECT d.event_type, d.event_data, d.close_status, d.close_output, d.close_failure
+      FROM harvest._decide_complete_workflow((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('cw_alike')),
+                                             '{"type": "complete_workflow", "result": {"r": [1, "two"]}}', 64) AS d$$,
+    'complete_workflow: the event and the close _decide_complete_workflow describes');
 SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
                               jsonb_build_object('type', 'fail_workflow', 'failure',
                                                  jsonb_build_object('message', repeat('x', 100)))))$$,
