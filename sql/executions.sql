@@ -176,9 +176,9 @@ CREATE TYPE harvest.worker_activity_task AS (
 CREATE TYPE harvest.applied_decision AS (
     last_event_id bigint,
     execution_status text,
-    handed harvest.worker_activity_task[],
-    deferred_types text[],
-    deferred_datas jsonb[],
+    handed harvest.worker_activity_task ARRAY,
+    deferred_types text ARRAY,
+    deferred_datas jsonb ARRAY,
     deferred_last bigint,
     deferred_hand_seq integer,
     deferred_hand jsonb,
@@ -189,5 +189,5 @@ CREATE TYPE harvest.applied_decision AS (
     deferred_status text,
     deferred_output jsonb,
     deferred_failure jsonb,
-    worker_queues text[]
+    worker_queues text ARRAY
 );
