@@ -314,7 +314,7 @@ DECLARE
     v_deleted boolean;  -- the item's task was taken by the one-statement way
     v_now timestamptz := harvest.now();  -- the engine's clock: once per batch
     v_decision jsonb;
-    v_applied record;
+    v_applied harvest.applied_decision;
     v_ids bigint[] := ARRAY[]::bigint[];
     v_outcomes text[] := ARRAY[]::text[];
     v_messages text[] := ARRAY[]::text[];
@@ -355,7 +355,9 @@ DECLARE
     v_hd_ids uuid[];
     v_hd_seqs integer[];
     v_hd_cmds jsonb[];
-    v_hd_tasks jsonb[];
+    v_hd_lasts bigint[];  -- (and the answer's last event id and run status)
+    v_hd_statuses text[];
+    v_hd_tasks harvest.worker_activity_task[];
     v_held_run uuid;  -- the run of the events held last (NULL: none held)
     -- The applied decisions' appends' row updates, written once likewise (_apply_decision's
     -- p_defer_events, core.sql _update_held_rows): the runs, their last ids, the events
@@ -432,8 +434,8 @@ BEGIN
             v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-                v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
-                                                        jsonb_build_array(v_hd_tasks[v_i]));
+                v_decided[v_hd_items[v_i]] := jsonb_build_object('last_event_id', v_hd_lasts[v_i],
+                'execution_status', v_hd_statuses[v_i], 'handed', v_hd_tasks[v_i:v_i]);
             END LOOP;
             v_held_rows := NULL;
             v_ev_runs := NULL;
@@ -445,6 +447,8 @@ BEGIN
             v_hd_ids := NULL;
             v_hd_seqs := NULL;
             v_hd_cmds := NULL;
+            v_hd_lasts := NULL;
+            v_hd_statuses := NULL;
             v_held_run := NULL;
         END IF;
         IF v_item.run IS NOT NULL AND NOT v_bytes > v_limit THEN
@@ -560,7 +564,7 @@ BEGIN
                 -- What this item read already: the row, the worker's queues, the limit, and the
                 -- run's queue, which _may_decide_on_result found open to a hand-off at priority 0.
                 v_execution, v_queues, v_limit, v_execution.queue, p_defer_events => v_batched,
-                p_defer_hand => v_batched);
+                p_defer_hand => v_batched, p_now => v_now);
             IF v_applied.deferred_bytes IS NOT NULL THEN
                 v_held_rows := v_held_rows || ROW(v_task.execution_id, v_applied.deferred_last,
                     cardinality(v_applied.deferred_types), v_applied.deferred_bytes, v_applied.deferred_through,
@@ -576,7 +580,7 @@ BEGIN
                 IF v_cap.capped THEN
                     v_applied.last_event_id := v_cap.last_event_id;
                     v_applied.execution_status := v_cap.execution_status;
-                    v_applied.handed := '[]'::jsonb;
+                    v_applied.handed := ARRAY[]::harvest.worker_activity_task[];
                     v_applied.deferred_hand_seq := NULL;
                 END IF;
             END IF;
@@ -586,6 +590,8 @@ BEGIN
                 v_hd_ids := v_hd_ids || v_execution.id;
                 v_hd_seqs := v_hd_seqs || v_applied.deferred_hand_seq;
                 v_hd_cmds := v_hd_cmds || v_applied.deferred_hand;
+                v_hd_lasts := v_hd_lasts || v_applied.last_event_id;
+                v_hd_statuses := v_hd_statuses || v_applied.execution_status;
             END IF;
             v_n := cardinality(v_applied.deferred_types);
             IF v_n > 0 THEN
@@ -597,9 +603,11 @@ BEGIN
                 v_held_run := v_task.execution_id;
             END IF;
             v_handed := v_handed || NULL::bigint;
-            v_decided := v_decided || jsonb_build_object(
+            -- The answer, built once with its handed tasks' rows inside (a held one's as it goes
+            -- in, above: one build, where a build and a jsonb_set were two).
+            v_decided := v_decided || CASE WHEN v_applied.deferred_hand_seq IS NULL THEN jsonb_build_object(
                 'last_event_id', v_applied.last_event_id,
-                'execution_status', v_applied.execution_status, 'handed', v_applied.handed);
+                'execution_status', v_applied.execution_status, 'handed', v_applied.handed) END;
         ELSE
             -- Gathered: one append, one row update and one wake-up for all of a run's
             -- results in this batch, not one each (a fan-in of many activities).
@@ -628,8 +636,8 @@ BEGIN
         v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-            v_decided[v_hd_items[v_i]] := jsonb_set(v_decided[v_hd_items[v_i]], '{handed}',
-                                                    jsonb_build_array(v_hd_tasks[v_i]));
+            v_decided[v_hd_items[v_i]] := jsonb_build_object('last_event_id', v_hd_lasts[v_i],
+                'execution_status', v_hd_statuses[v_i], 'handed', v_hd_tasks[v_i:v_i]);
         END LOOP;
     END IF;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.

@@ -50,20 +50,26 @@ AS $$
 $$;
 
 -- A random UUID whose first two bytes carry the shard number, so any id routes
--- to its shard with no directory.
+-- to its shard with no directory. A SQL expression that inlines into its caller (a
+-- batch's start mints one per run: a PL/pgSQL call each was about 3 us; docs/performance.md,
+-- "SQL path, ninth cut"); a shard out of range goes to _shard_out_of_range, which raises.
 CREATE OR REPLACE FUNCTION harvest._new_execution_id(p_shard integer DEFAULT 0)
 RETURNS uuid
-LANGUAGE plpgsql VOLATILE
+LANGUAGE sql VOLATILE
+AS $$
+    SELECT CASE WHEN p_shard BETWEEN 0 AND 65535
+        THEN encode(overlay(uuid_send(gen_random_uuid())
+                            PLACING substring(int4send(p_shard) FROM 3 FOR 2) FROM 1 FOR 2), 'hex')::uuid
+        ELSE harvest._shard_out_of_range(p_shard) END;
+$$;
+
+-- A shard number out of range 0..65535 (NULL too): HR001, raised for _new_execution_id.
+CREATE OR REPLACE FUNCTION harvest._shard_out_of_range(p_shard integer)
+RETURNS uuid
+LANGUAGE plpgsql VOLATILE  -- (never evaluated while a plan is made)
 AS $$
 BEGIN
-    IF p_shard IS NULL OR p_shard < 0 OR p_shard > 65535 THEN
-        RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', p_shard
-            USING ERRCODE = 'HR001';
-    END IF;
-    RETURN encode(
-        overlay(uuid_send(gen_random_uuid())
-            PLACING decode(lpad(to_hex(p_shard), 4, '0'), 'hex') FROM 1 FOR 2),
-        'hex')::uuid;
+    RAISE EXCEPTION 'shard % is out of range: a shard number is 0..65535', p_shard USING ERRCODE = 'HR001';
 END;
 $$;
 
@@ -164,6 +170,7 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_count integer := cardinality(p_event_types);
+    v_now timestamptz;
 BEGIN
     UPDATE harvest.executions AS x
     SET last_event_id = x.last_event_id + v_count,
@@ -180,9 +187,10 @@ BEGIN
     IF p_defer THEN
         RETURN;  -- (the caller's _insert_events, with its notification)
     END IF;
+    v_now := harvest.now();  -- (once, not per row: see _insert_events)
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
     SELECT p_execution_id, last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
-           harvest.now()
+           v_now
     FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
     PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
 END;
@@ -205,12 +213,17 @@ CREATE OR REPLACE FUNCTION harvest._insert_events(
 RETURNS void
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    -- The clock once, not per row: harvest.now() in the row list is a PL/pgSQL call per
+    -- event (about 0.3 us each, a dozen a canonical workflow here), and its value is the
+    -- same for every row of the statement (docs/performance.md, "SQL path, ninth cut").
+    v_now timestamptz := harvest.now();
 BEGIN
     -- (unnest, not subscripts: an element of a flat array of variable-width elements is
     -- found by walking the ones before it, so a buffer of a fan-out's decisions, hundreds
     -- of events, cost its square.)
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT e.execution_id, e.id_offset + e.i, e.event_type, coalesce(e.event_data, '{}'::jsonb), harvest.now()
+    SELECT e.execution_id, e.id_offset + e.i, e.event_type, coalesce(e.event_data, '{}'::jsonb), v_now
     FROM unnest(p_execution_ids, p_id_offsets, p_event_types, p_event_datas) WITH ORDINALITY
         AS e (execution_id, id_offset, event_type, event_data, i);
     PERFORM pg_notify('harvest_events', u.execution_id::text)
@@ -241,6 +254,7 @@ DECLARE
     v_n integer;
     v_closing integer := (SELECT count(*) FROM unnest(p_rows) AS u WHERE u.status IS NOT NULL);
     v_closed record;
+    v_now timestamptz;
 BEGIN
     IF v_closing < cardinality(p_rows) THEN
         UPDATE harvest.executions AS x
@@ -253,12 +267,13 @@ BEGIN
     IF v_closing > 0 THEN
         -- (One statement for the closes: the status triggers fire per row at its end, as they
         -- did at the end of each close's own; then _after_closes, what each run's _after_close
-        -- did after its own, in one pass.)
+        -- did after its own, in one pass. The clock once, not per closed row: see _insert_events.)
+        v_now := harvest.now();
         WITH closed AS (
             UPDATE harvest.executions AS x
             SET last_event_id = u.last_event_id, history_bytes = x.history_bytes + u.bytes,
                 decided_by = p_decided_by, decided_through = coalesce(u.decided_through, x.decided_through),
-                status = u.status, output = u.output, failure = u.failure, completed_at = harvest.now()
+                status = u.status, output = u.output, failure = u.failure, completed_at = v_now
             FROM unnest(p_rows) WITH ORDINALITY
                 AS u (id, last_event_id, n, bytes, decided_through, wake_hold, status, output, failure, i)
             WHERE x.id = u.id AND x.last_event_id = u.last_event_id - u.n AND u.status IS NOT NULL
@@ -393,6 +408,7 @@ DECLARE
     v_last_event_id bigint;
     v_parent_id uuid;
     v_parent_seq integer;
+    v_now timestamptz;
 BEGIN
     UPDATE harvest.executions AS x
     SET last_event_id = x.last_event_id + v_count,
@@ -405,9 +421,10 @@ BEGIN
     WHERE x.id = p_execution_id
     RETURNING x.last_event_id, x.parent_id, x.parent_seq INTO v_last_event_id, v_parent_id, v_parent_seq;
     IF NOT p_defer THEN
+        v_now := harvest.now();  -- (once, not per row: see _insert_events)
         INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
         SELECT p_execution_id, v_last_event_id - v_count + e.n, e.event_type, coalesce(e.event_data, '{}'::jsonb),
-               harvest.now()
+               v_now
         FROM unnest(p_event_types, p_event_datas) WITH ORDINALITY AS e (event_type, event_data, n);
         PERFORM harvest._notify_events(p_execution_id);  -- only while a process streams (event_streams.sql)
     END IF;

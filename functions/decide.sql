@@ -315,19 +315,18 @@ $$;
 -- The task rows of a decision's handed activities (gathered by _apply_decision, each
 -- one _may_hand_off allowed), in command order, one INSERT: leased to p_worker_id as a
 -- claim would lease them (claim.sql, "Hand-off"); returns them as the worker receives
--- them (_task_for_worker), in command order. One statement for the lot: an INSERT of
+-- them, as rows (claim.sql _activity_for_worker), in command order. One statement for the lot: an INSERT of
 -- one row pays its statement's set-up (the table's checks and its trigger's WHEN read
 -- back, the executor's start) per task (docs/performance.md, "Fan-out row, eighth cut").
 CREATE OR REPLACE FUNCTION harvest._hand_activities(
     p_execution harvest.executions, p_seqs integer[], p_commands jsonb[], p_worker_id text,
     p_now timestamptz
 )
-RETURNS jsonb[]
+RETURNS harvest.worker_activity_task[]
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_handed jsonb[];
-    v_task jsonb;
+    v_handed harvest.worker_activity_task[];
 BEGIN
     -- A run of one (every handed activity of the canonical drain: a decision hands one) as
     -- a single-row INSERT ... VALUES: the statement of many below is seven plan nodes (two
@@ -348,8 +347,8 @@ BEGIN
             'running', 1, p_now, p_worker_id, nextval('harvest.fencing_tokens'),
             p_now + make_interval(secs => harvest._lease_secs(
                 'activity', coalesce(p_commands[1] -> 'options', '{}'::jsonb), 0))
-        ) RETURNING harvest._task_for_worker(t, p_execution, p_worker_id) INTO v_task;
-        RETURN ARRAY[v_task];
+        ) RETURNING ARRAY[harvest._activity_for_worker(t, p_execution)] INTO v_handed;
+        RETURN v_handed;
     END IF;
     -- (The statement of many of one run: its row a constant of the statement. Through
     -- _hand_activities_of_runs, the row taken from an array per activity, the c500 fan-out's
@@ -375,11 +374,11 @@ BEGIN
         FROM (SELECT s.i, p_seqs[s.i] AS seq, p_commands[s.i] AS command
               FROM generate_subscripts(p_seqs, 1) AS s (i)) AS q
         ORDER BY q.i
-        -- (Built in the RETURNING list, where _task_for_worker inlines into the row's own
+        -- (Built in the RETURNING list, where _activity_for_worker inlines into the row's own
         -- columns: a whole row returned and described afterwards was made a composite and
         -- taken apart again per field, a dearer statement than the single-row INSERT
         -- it replaced for a decision that hands one activity.)
-        RETURNING t.id, harvest._task_for_worker(t, p_execution, p_worker_id) AS task
+        RETURNING t.id, harvest._activity_for_worker(t, p_execution) AS task
     )
     SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
     RETURN v_handed;
@@ -391,16 +390,17 @@ $$;
 -- worker's copy of the task is built from: _task_for_worker), p_execution_ids those runs'
 -- ids in the same order. complete_activities hands a batch's decisions' activities with
 -- it (_apply_decision's p_defer_hand), one statement for the batch; _hand_activities its
--- one run's. Returns the tasks as the worker receives them, in the arrays' order.
+-- one run's. Returns the tasks as the worker receives them (rows, as _hand_activities), in
+-- the arrays' order.
 CREATE OR REPLACE FUNCTION harvest._hand_activities_of_runs(
     p_executions harvest.executions[], p_execution_ids uuid[], p_runs integer[], p_seqs integer[],
     p_commands jsonb[], p_worker_id text, p_now timestamptz
 )
-RETURNS jsonb[]
+RETURNS harvest.worker_activity_task[]
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_handed jsonb[];
+    v_handed harvest.worker_activity_task[];
 BEGIN
     IF cardinality(p_seqs) = 1 THEN  -- (the one-row statement: see _hand_activities)
         RETURN harvest._hand_activities(p_executions[p_runs[1]], p_seqs, p_commands, p_worker_id, p_now);
@@ -426,8 +426,8 @@ BEGIN
         FROM (SELECT u.i, u.seq, u.command, p_executions[u.r] AS x
               FROM unnest(p_runs, p_seqs, p_commands) WITH ORDINALITY AS u (r, seq, command, i)) AS q
         ORDER BY q.i
-        RETURNING t.id, harvest._task_for_worker(t, p_executions[array_position(p_execution_ids, t.execution_id)],
-                                                 p_worker_id) AS task
+        RETURNING t.id, harvest._activity_for_worker(t, p_executions[array_position(p_execution_ids, t.execution_id)])
+            AS task
     )
     SELECT array_agg(h.task ORDER BY h.id) INTO v_handed FROM handed AS h;
     RETURN v_handed;
@@ -438,15 +438,16 @@ $$;
 -- decisions goes in: their appends' row updates with one _update_held_rows (core.sql; the
 -- p_rows, NULL when none is held), their events with one _insert_events, then their
 -- handed activities, one a decision, with one _hand_activities_of_runs (each activity on its
--- own row of p_hd_runs). Returns the handed tasks as the worker receives them, in the held
--- order (NULL when none was held); the caller puts each in its decision's answer.
+-- own row of p_hd_runs). Returns the handed tasks as the worker receives them (rows: see
+-- _hand_activities), in the held order (NULL when none was held); the caller puts each in
+-- its decision's answer.
 CREATE OR REPLACE FUNCTION harvest._write_held(
     p_rows harvest.held_run_row[],
     p_ev_runs uuid[], p_ev_offsets bigint[], p_ev_types text[], p_ev_datas jsonb[],
     p_hd_runs harvest.executions[], p_hd_ids uuid[], p_hd_seqs integer[], p_hd_cmds jsonb[],
     p_worker_id text, p_now timestamptz
 )
-RETURNS jsonb[]
+RETURNS harvest.worker_activity_task[]
 LANGUAGE plpgsql
 AS $$
 BEGIN
@@ -653,6 +654,7 @@ END;
 $$;
 
 -- complete_workflow: WorkflowCompleted; the run ends COMPLETED with the result.
+-- (_apply_decision writes the same itself and calls this only to raise: keep the two alike.)
 CREATE OR REPLACE FUNCTION harvest._decide_complete_workflow(
     p_execution harvest.executions, p_command jsonb, p_limit integer,
     OUT event_type text, OUT event_data jsonb, OUT ends_run boolean,
@@ -795,17 +797,20 @@ CREATE OR REPLACE FUNCTION harvest._apply_decision(
     p_defer_events boolean DEFAULT false,
     -- A decision's one handed activity left to the caller too (see above).
     p_defer_hand boolean DEFAULT false,
-    OUT last_event_id bigint, OUT execution_status text, OUT handed jsonb,
-    OUT deferred_types text[], OUT deferred_datas jsonb[], OUT deferred_last bigint,
-    OUT deferred_hand_seq integer, OUT deferred_hand jsonb,
-    OUT deferred_bytes bigint, OUT deferred_through bigint, OUT deferred_hold boolean,
-    OUT caps_pending boolean, OUT deferred_status text, OUT deferred_output jsonb, OUT deferred_failure jsonb
+    -- The caller's clock (NULL: read here).
+    p_now timestamptz DEFAULT NULL
 )
+-- One named composite, not fifteen OUT parameters: PL/pgSQL builds a function's result
+-- descriptor from pg_proc's argument arrays on every call of one with OUT parameters, and
+-- takes a named type's from the type cache (docs/performance.md, "SQL path, ninth cut").
+-- The fields: sql/executions.sql, harvest.applied_decision.
+RETURNS harvest.applied_decision
 LANGUAGE plpgsql
 AS $$
 DECLARE
+    r harvest.applied_decision;  -- the answer
     v_execution harvest.executions;
-    v_now timestamptz := harvest.now();
+    v_now timestamptz := coalesce(p_now, harvest.now());
     -- once per decision (core.sql, payload size)
     v_limit integer := coalesce(p_payload_limit, harvest._payload_limit());
     v_seen_until bigint;
@@ -818,9 +823,8 @@ DECLARE
     v_close_output jsonb;
     v_close_failure jsonb;
     v_worker_queues text[];
-    -- The handed tasks, gathered as an array and made one JSON array at the end: a jsonb
-    -- array extended per handed task rebuilt every element before it each time.
-    v_handed jsonb[] := ARRAY[]::jsonb[];
+    -- The handed tasks, gathered as an array of rows (the caller's answer makes them JSON).
+    v_handed harvest.worker_activity_task[] := ARRAY[]::harvest.worker_activity_task[];
     v_cap record;
     v_appended record;  -- the last _append_events: the run's counters and status after it
     v_may_cap boolean := true;  -- until that append's counters say the run is under both caps
@@ -949,6 +953,7 @@ BEGIN
                 IF v_worker_queues IS NULL THEN
                     v_worker_queues := coalesce(p_worker_queues, harvest._hand_off_queues(p_worker_id),
                                                 ARRAY[]::text[]);
+                    r.worker_queues := v_worker_queues;  -- (a batch's next decisions read them no more)
                 END IF;
                 v_priority := coalesce((v_command #>> '{options,priority}')::integer, 0);
                 -- The rules' answer holds for the next activity of the same queue and priority
@@ -999,7 +1004,20 @@ BEGIN
         WHEN 'continue_as_new' THEN
             v_step := harvest._decide_continue_as_new(v_execution, v_command, p_through, v_limit);
         WHEN 'complete_workflow' THEN
-            v_step := harvest._decide_complete_workflow(v_execution, v_command, v_limit);
+            -- Its event and the close written here, as _decide_complete_workflow (the one
+            -- description) gives them; that function is called only for a result over the
+            -- limit, to raise: its call, its OUT parameters' descriptor and its check's PERFORM
+            -- were three statements' worth of a canonical workflow's last decision
+            -- (docs/performance.md, "SQL path, ninth cut").
+            IF (octet_length((v_command -> 'result')::text) > v_limit) IS TRUE THEN
+                v_step := harvest._decide_complete_workflow(v_execution, v_command, v_limit);  -- (it raises)
+            END IF;
+            v_types := v_types || 'WorkflowCompleted'::text;
+            v_datas := v_datas || jsonb_build_object('result', v_command -> 'result');
+            v_closed := true;
+            v_close_status := 'COMPLETED';
+            v_close_output := v_command -> 'result';
+            CONTINUE;
         WHEN 'fail_workflow' THEN
             v_step := harvest._decide_fail_workflow(v_execution, v_command, v_limit);
         ELSE
@@ -1020,8 +1038,8 @@ BEGIN
     IF cardinality(v_hand_seqs) > 0 THEN
         IF p_defer_hand AND p_execution.id IS NOT NULL AND cardinality(v_hand_seqs) = 1 AND cardinality(v_handed) = 0
            AND NOT v_closed THEN
-            deferred_hand_seq := v_hand_seqs[1];
-            deferred_hand := v_hand_cmds[1];
+            r.deferred_hand_seq := v_hand_seqs[1];
+            r.deferred_hand := v_hand_cmds[1];
         ELSE
             v_handed := v_handed || harvest._hand_activities(v_execution, v_hand_seqs, v_hand_cmds, p_worker_id, v_now);
         END IF;
@@ -1033,55 +1051,55 @@ BEGIN
         -- The run ended in the decision's one append: the close is left to the caller with the
         -- append (deferred_status, deferred_output, deferred_failure; _update_held_rows closes
         -- it as _append_closing_events would, then _after_close), the counters as below.
-        deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
-        deferred_last := v_execution.last_event_id + cardinality(v_types);
-        deferred_through := v_decided_through;
-        deferred_status := v_close_status;
-        deferred_output := v_close_output;
-        deferred_failure := v_close_failure;
-        deferred_types := v_types;
-        deferred_datas := v_datas;
-        last_event_id := deferred_last;
-        execution_status := v_close_status;
-        handed := '[]'::jsonb;  -- the close drops the tasks handed above
-        RETURN;
+        r.deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
+        r.deferred_last := v_execution.last_event_id + cardinality(v_types);
+        r.deferred_through := v_decided_through;
+        r.deferred_status := v_close_status;
+        r.deferred_output := v_close_output;
+        r.deferred_failure := v_close_failure;
+        r.deferred_types := v_types;
+        r.deferred_datas := v_datas;
+        r.last_event_id := r.deferred_last;
+        r.execution_status := v_close_status;
+        r.handed := ARRAY[]::harvest.worker_activity_task[];  -- the close drops the tasks handed above
+        RETURN r;
     END IF;
     IF v_close_status IS NOT NULL THEN
         -- The run ended: its end event (always among these, the last) and the close in one
         -- update of its row (core.sql, _append_closing_events).
-        last_event_id := harvest._append_closing_events(v_execution.id, v_types, v_datas, p_worker_id,
+        r.last_event_id := harvest._append_closing_events(v_execution.id, v_types, v_datas, p_worker_id,
             v_decided_through, v_close_status, v_close_output, v_close_failure, p_defer_events);
         IF p_defer_events THEN
-            deferred_types := v_types;
-            deferred_datas := v_datas;
-            deferred_last := last_event_id;
+            r.deferred_types := v_types;
+            r.deferred_datas := v_datas;
+            r.deferred_last := r.last_event_id;
         END IF;
-        execution_status := v_close_status;
-        handed := '[]'::jsonb;  -- the close dropped the tasks handed above
-        RETURN;
+        r.execution_status := v_close_status;
+        r.handed := ARRAY[]::harvest.worker_activity_task[];  -- the close dropped the tasks handed above
+        RETURN r;
     END IF;
     IF p_defer_events AND cardinality(v_types) > 0 AND v_decided_through IS NOT NULL AND NOT v_closed THEN
         -- The decision's one append, row and events left to the caller: the counters as the
         -- update would leave them, from the row as read (nothing of this decision wrote it).
         -- (The bytes as _event_bytes counts them, summed by one expression: the elements'
         -- texts joined, a NULL as '{}'.)
-        deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
-        deferred_last := v_execution.last_event_id + cardinality(v_types);
-        deferred_through := CASE WHEN v_own AND p_through = v_seen_until THEN deferred_last
+        r.deferred_bytes := octet_length(array_to_string(v_datas::text[], '', '{}'));
+        r.deferred_last := v_execution.last_event_id + cardinality(v_types);
+        r.deferred_through := CASE WHEN v_own AND p_through = v_seen_until THEN r.deferred_last
                                  ELSE v_decided_through END;
-        deferred_hold := v_hold;
-        deferred_types := v_types;
-        deferred_datas := v_datas;
-        last_event_id := deferred_last;
-        execution_status := v_execution.status;
-        caps_pending := coalesce(deferred_last > p_event_cap
-                                 OR v_execution.history_bytes + deferred_bytes > p_byte_cap, false);
+        r.deferred_hold := v_hold;
+        r.deferred_types := v_types;
+        r.deferred_datas := v_datas;
+        r.last_event_id := r.deferred_last;
+        r.execution_status := v_execution.status;
+        r.caps_pending := coalesce(r.deferred_last > p_event_cap
+                                 OR v_execution.history_bytes + r.deferred_bytes > p_byte_cap, false);
         IF v_seen_until > p_through THEN
             -- (Before the caps, which the caller checks: a run they close drops this task.)
             PERFORM harvest._ensure_workflow_task(v_execution.id);
         END IF;
-        handed := to_jsonb(v_handed);
-        RETURN;
+        r.handed := v_handed;
+        RETURN r;
     END IF;
     IF cardinality(v_types) > 0 THEN
         -- The run's row as this last append left it, for the history caps below.
@@ -1090,16 +1108,16 @@ BEGIN
         v_appended := harvest._append_events(v_execution.id, v_types, v_datas, p_worker_id, v_decided_through,
             v_hold, v_own AND p_through = v_seen_until, p_defer_events AND NOT v_closed);
         IF p_defer_events AND NOT v_closed THEN
-            deferred_types := v_types;
-            deferred_datas := v_datas;
-            deferred_last := v_appended.last_event_id;
+            r.deferred_types := v_types;
+            r.deferred_datas := v_datas;
+            r.deferred_last := v_appended.last_event_id;
         END IF;
     END IF;
     IF v_closed THEN  -- continued as new: _continue_as_new closed it
-        SELECT e.last_event_id, e.status INTO last_event_id, execution_status
+        SELECT e.last_event_id, e.status INTO r.last_event_id, r.execution_status
         FROM harvest.executions AS e WHERE e.id = v_execution.id;
-        handed := '[]'::jsonb;
-        RETURN;
+        r.handed := ARRAY[]::harvest.worker_activity_task[];
+        RETURN r;
     END IF;
 
     -- A run past a hard cap fails with a typed reason unless it just ended. The last
@@ -1109,24 +1127,25 @@ BEGIN
         v_may_cap := coalesce(v_appended.last_event_id > p_event_cap OR v_appended.history_bytes > p_byte_cap, false);
     END IF;
     IF NOT v_may_cap THEN
-        last_event_id := v_appended.last_event_id;
-        execution_status := v_appended.execution_status;
+        r.last_event_id := v_appended.last_event_id;
+        r.execution_status := v_appended.execution_status;
     ELSE
         v_cap := harvest._decide_history_caps(v_execution.id, p_event_cap, p_byte_cap, v_now);
-        last_event_id := v_cap.last_event_id;
-        execution_status := v_cap.execution_status;
+        r.last_event_id := v_cap.last_event_id;
+        r.execution_status := v_cap.execution_status;
         IF v_cap.capped THEN
-            handed := '[]'::jsonb;  -- the close dropped the tasks handed above
-            deferred_hand_seq := NULL;  -- and one left to the caller is not handed
-            deferred_hand := NULL;
-            RETURN;
+            r.handed := ARRAY[]::harvest.worker_activity_task[];  -- the close dropped the tasks handed above
+            r.deferred_hand_seq := NULL;  -- and one left to the caller is not handed
+            r.deferred_hand := NULL;
+            RETURN r;
         END IF;
     END IF;
     -- Events that arrived while this task was in flight belong to the next batch.
     IF v_seen_until > p_through THEN
         PERFORM harvest._ensure_workflow_task(v_execution.id);
     END IF;
-    handed := to_jsonb(v_handed);
+    r.handed := v_handed;
+    RETURN r;
 END;
 $$;
 
@@ -1172,7 +1191,7 @@ BEGIN
     -- (RETURN NEXT, not RETURN QUERY: a query would be planned anew on every call.)
     last_event_id := v_decided.last_event_id;
     execution_status := v_decided.execution_status;
-    handed := v_decided.handed;
+    handed := to_jsonb(v_decided.handed);  -- (the tasks' rows as JSON, once)
     RETURN NEXT;
 END;
 $$;
@@ -1209,11 +1228,15 @@ AS $$
 DECLARE
     v_item record;
     v_try record;
-    v_decided record;
+    v_decided harvest.applied_decision;
     v_count integer := cardinality(p_task_ids);
     v_owner_mode boolean := harvest._owner_mode_on();
     v_commands jsonb;
     v_now timestamptz := harvest.now();
+    -- Read once per call, not once per decision (_apply_decision's p_payload_limit and
+    -- p_worker_queues): the payload limit, and the worker's queues once a decision read them.
+    v_limit integer := harvest._payload_limit();
+    v_queues text[];
     v_run uuid;  -- the item's run, when its task was taken by the one-statement way
     -- The decisions' last events, inserted once (_apply_decision's p_defer_events,
     -- core.sql _insert_events): their runs, id offsets, types and data. (Not for a call
@@ -1238,7 +1261,7 @@ DECLARE
     v_hd_ids uuid[];
     v_hd_seqs integer[];
     v_hd_cmds jsonb[];
-    v_hd_tasks jsonb[];
+    v_hd_tasks harvest.worker_activity_task[];
     v_held_run uuid;  -- the run of the events held last (NULL: none held)
     v_o_ids bigint[];
     v_o_outcomes text[];
@@ -1314,7 +1337,7 @@ BEGIN
             v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-                v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+                v_o_handed[v_hd_items[v_i]] := to_jsonb(v_hd_tasks[v_i:v_i]);
             END LOOP;
             v_held_rows := NULL;
             v_ev_runs := NULL;
@@ -1382,7 +1405,9 @@ BEGIN
             v_decided := harvest._apply_decision(v_run, v_item.through, v_item.commands, p_worker_id,
                 p_event_cap, p_byte_cap, v_item.slots,
                 p_owner_epoch => CASE WHEN v_owner_mode THEN v_item.epoch END, p_execution => v_execution,
-                p_defer_events => v_batched, p_defer_hand => v_batched);
+                p_worker_queues => v_queues, p_payload_limit => v_limit,
+                p_defer_events => v_batched, p_defer_hand => v_batched, p_now => v_now);
+            v_queues := coalesce(v_queues, v_decided.worker_queues);
             IF v_decided.deferred_bytes IS NOT NULL THEN
                 v_held_rows := v_held_rows || ROW(v_run, v_decided.deferred_last,
                     cardinality(v_decided.deferred_types), v_decided.deferred_bytes, v_decided.deferred_through,
@@ -1398,7 +1423,7 @@ BEGIN
                 IF v_cap.capped THEN
                     v_decided.last_event_id := v_cap.last_event_id;
                     v_decided.execution_status := v_cap.execution_status;
-                    v_decided.handed := '[]'::jsonb;
+                    v_decided.handed := ARRAY[]::harvest.worker_activity_task[];
                     v_decided.deferred_hand_seq := NULL;
                 END IF;
             END IF;
@@ -1419,7 +1444,8 @@ BEGIN
             END IF;
             last_event_id := v_decided.last_event_id;
             execution_status := v_decided.execution_status;
-            handed := v_decided.handed;
+            -- The handed tasks' rows as JSON, once (a held one's as it goes in, above).
+            handed := CASE WHEN v_decided.deferred_hand_seq IS NULL THEN to_jsonb(v_decided.handed) END;
         END IF;
         IF v_batched THEN
             v_o_ids := v_o_ids || task_id;
@@ -1436,7 +1462,7 @@ BEGIN
         v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-            v_o_handed[v_hd_items[v_i]] := jsonb_build_array(v_hd_tasks[v_i]);
+            v_o_handed[v_hd_items[v_i]] := to_jsonb(v_hd_tasks[v_i:v_i]);
         END LOOP;
     END IF;
     IF v_batched THEN  -- (a batch's answers, held: see above)

@@ -7,7 +7,7 @@
 -- claim_tasks does, in harvest._claim_candidates) and harvest.list_claimable_tasks, and
 -- harvest.complete_activities_with_claim (a result batch that claims for the slots it frees).
 BEGIN;
-SELECT plan(167);
+SELECT plan(171);
 SET LOCAL TimeZone = 'UTC';
 -- Function calls counted from the start (a call site compiled before this would not count):
 -- claim_tasks calls _fire_due_timers only when a timer is due (the timers below).
@@ -620,6 +620,25 @@ SELECT is((SELECT harvest._worker_task(c.task_id, c.kind, c.execution_id, c.work
               c.new_events, c.new_events_after, c.owner_epoch) FROM tfw_act AS c),
           (SELECT pg_temp.worker_form(to_jsonb(c)) FROM tfw_act AS c),
           '_worker_task() of a claimed row''s columns: its worker form');
+-- _worker_activity / _activity_for_worker: the same activity as a row of
+-- harvest.worker_activity_task (a decision's handed activities are carried as these), whose
+-- JSON is _worker_task's; inlined into the query that builds it.
+SELECT is((SELECT to_jsonb(harvest._worker_activity(c.task_id, c.kind, c.execution_id, c.workflow_name, c.workflow_id,
+              c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token, c.heartbeat_details))
+           FROM tfw_act AS c),
+          (SELECT pg_temp.worker_form(to_jsonb(c)) FROM tfw_act AS c),
+          '_worker_activity() of a claimed activity''s columns: a row whose JSON is its worker form');
+SELECT is((SELECT (harvest._worker_activity(c.task_id, c.kind, c.execution_id, c.workflow_name, c.workflow_id,
+              c.queue, c.seq, c.activity_name, c.input, c.options, c.attempt, c.fencing_token, c.heartbeat_details)).options
+           FROM tfw_act AS c),
+          '{"start_to_close": 7}'::jsonb, '... its options field: those the worker reads (_worker_options)');
+SELECT is((SELECT to_jsonb(harvest._activity_for_worker(t, e)) FROM harvest.tasks AS t
+           JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
+          (SELECT harvest._task_for_worker(t, e, 'w-tfw') FROM harvest.tasks AS t
+           JOIN harvest.executions AS e ON e.id = t.execution_id WHERE t.id = (SELECT task_id FROM tfw_act)),
+          '_activity_for_worker() of an activity''s row and its run''s: _task_for_worker''s JSON, as a row');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._activity_for_worker(t, e) FROM harvest.tasks AS t, harvest.executions AS e'),
+               '%_activity_for_worker(%', '_activity_for_worker() (and _worker_activity) inline into their caller''s query');
 -- _handed_task: the same JSON read by the task's id; in owner mode with the worker's
 -- owner_epoch for the run's partition (NULL here: w-tfw owns none).
 SELECT is(harvest._handed_task((SELECT task_id FROM tfw_act), 'w-tfw', false),

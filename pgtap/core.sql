@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(87);
+SELECT plan(90);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -48,6 +48,12 @@ SELECT throws_ok($$SELECT harvest._new_execution_id(-1)$$, 'HR001',
 SELECT throws_ok($$SELECT harvest._new_execution_id(65536)$$, 'HR001',
                  'shard 65536 is out of range: a shard number is 0..65535', '_new_execution_id(65536): HR001');
 SELECT throws_ok($$SELECT harvest._new_execution_id(NULL)$$, 'HR001', NULL, '_new_execution_id(NULL): HR001');
+SELECT throws_ok($$SELECT harvest._shard_out_of_range(70000)$$, 'HR001',
+                 'shard 70000 is out of range: a shard number is 0..65535', '_shard_out_of_range(): HR001, always');
+SELECT unalike(pg_temp.plan_of('SELECT harvest._new_execution_id(s) FROM generate_series(0, 3) AS s'),
+               '%_new_execution_id(%', '_new_execution_id() inlines into its caller''s query (no call per id)');
+SELECT is((SELECT bool_and(harvest.shard_of(harvest._new_execution_id(s)) = s) FROM generate_series(0, 65535, 257) AS s),
+          true, '_new_execution_id(s) of shards across the range routes each to s');
 SELECT is(harvest.shard_of('abcd0000-0000-4000-8000-000000000000'), 43981,
           'shard_of() reads the first two bytes big-endian');
 SELECT is(harvest.shard_of('0000ffff-0000-4000-8000-000000000000'), 0,

@@ -11,7 +11,7 @@
 -- harvest._hand_activities (a decision's queued and handed activities, one INSERT each),
 -- harvest._hand_activities_of_runs (several runs' handed activities in one INSERT).
 BEGIN;
-SELECT plan(291);
+SELECT plan(298);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -943,7 +943,7 @@ SELECT pg_temp.start_and_claim('apply');
 CREATE FUNCTION pg_temp.apply(p_key text, p_through bigint, p_commands jsonb, p_slots integer DEFAULT 0,
                               p_event_cap bigint DEFAULT 50000)
 RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb) LANGUAGE sql AS $fn$
-    SELECT d.last_event_id, d.execution_status, d.handed
+    SELECT d.last_event_id, d.execution_status, to_jsonb(d.handed)
     FROM harvest._apply_decision(pg_temp.run(p_key), p_through, p_commands, 'hander', p_event_cap, 52428800, p_slots) AS d;
 $fn$;
 SELECT throws_ok($$SELECT * FROM pg_temp.apply('apply', 0, '[]')$$, 'HR001',
@@ -992,6 +992,33 @@ SELECT results_eq(
       FROM harvest.executions AS e WHERE e.id = pg_temp.run('apply')$$,
     $$VALUES ('HistoryEventCapExceeded'::text, 0::bigint)$$,
     '_apply_decision() past the cap: HistoryEventCapExceeded, no task left');
+-- Its answer is one named composite (harvest.applied_decision), not OUT parameters; a caller's
+-- clock (p_now) stamps what it writes; the worker's queues come back once it read them (a
+-- batch passes them to its next decisions as p_worker_queues), NULL when nothing asked.
+SELECT is((SELECT p.prorettype::regtype::text FROM pg_proc AS p
+           WHERE p.oid = 'harvest._apply_decision'::regproc), 'harvest.applied_decision',
+          '_apply_decision() returns harvest.applied_decision');
+SELECT pg_temp.start_and_claim('apply_now');
+DELETE FROM harvest.tasks WHERE id = pg_temp.task('apply_now');
+CREATE TEMP TABLE apply_now ON COMMIT DROP AS
+SELECT d.* FROM harvest._apply_decision(pg_temp.run('apply_now'), 1,
+    '[{"type": "schedule_activity", "seq": 1, "name": "a1", "queue": "hand_q"},
+      {"type": "schedule_activity", "seq": 2, "name": "a2", "queue": "dq_apply_now"}]', 'hander', 50000, 52428800, 2,
+    p_now => '2031-02-03 04:05:06+00') AS d;
+SELECT results_eq(
+    $$SELECT seq, status, scheduled_at, due_at, started_at FROM harvest.tasks
+      WHERE execution_id = pg_temp.run('apply_now') ORDER BY seq$$,
+    $$VALUES (1, 'running'::text, '2031-02-03 04:05:06+00'::timestamptz, '2031-02-03 04:05:06+00'::timestamptz,
+              '2031-02-03 04:05:06+00'::timestamptz),
+             (2, 'pending', '2031-02-03 04:05:06+00', '2031-02-03 04:05:06+00', NULL)$$,
+    '_apply_decision(p_now): the handed and the queued activity''s times are the caller''s clock');
+SELECT results_eq(
+    $$SELECT worker_queues, cardinality(handed), handed[1].activity_name, pg_typeof(handed)::text FROM apply_now$$,
+    $$SELECT w.queues, 1, 'a1'::text, 'harvest.worker_activity_task[]'::text FROM harvest.workers AS w WHERE w.id = 'hander'$$,
+    '... the worker''s queues as it read them, and the handed activity as a row');
+SELECT is((SELECT d.worker_queues FROM harvest._apply_decision(pg_temp.run('apply_now'), 4, '[]', 'hander',
+               50000, 52428800, 1) AS d),
+          NULL, '... no queues when no activity asked for them');
 
 -- Leading events (complete_activities passes an activity's result this way): they
 -- go in before the marker, in the same execution row update, and the decision may
@@ -1000,7 +1027,7 @@ SELECT pg_temp.start_and_claim('lead');
 DELETE FROM harvest.tasks WHERE id = pg_temp.task('lead');
 CREATE FUNCTION pg_temp.apply_lead(p_through bigint, p_types text[], p_datas jsonb[])
 RETURNS TABLE (last_event_id bigint, execution_status text, handed jsonb) LANGUAGE sql AS $fn$
-    SELECT d.last_event_id, d.execution_status, d.handed
+    SELECT d.last_event_id, d.execution_status, to_jsonb(d.handed)
     FROM harvest._apply_decision(pg_temp.run('lead'), p_through,
         '[{"type": "schedule_activity", "seq": 2, "name": "a2", "queue": "hand_q"}]', 'hander', 50000, 52428800, 0,
         p_types, p_datas) AS d;
@@ -1331,6 +1358,24 @@ SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1
                         pg_temp.task('big'), pg_temp.token('big')),
                  'HR008', 'the result of workflow decide_wf is 102 bytes, over the payload limit of 64 bytes',
                  'complete_workflow with a result over the limit: HR008');
+-- (_apply_decision checks the usual result itself and calls _decide_complete_workflow only to
+-- raise: a result of exactly the limit completes, and the event and the close are the ones
+-- _decide_complete_workflow describes.)
+SELECT is(pg_temp.dry_run(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
+                              jsonb_build_object('type', 'complete_workflow', 'result', repeat('x', 62))))$$,
+                        pg_temp.task('big'), pg_temp.token('big'))),
+          'ok', 'complete_workflow with a result of exactly the limit (64 bytes): completed');
+SELECT pg_temp.start_and_claim('cw_alike');
+SELECT harvest.complete_workflow_task(pg_temp.task('cw_alike'), pg_temp.token('cw_alike'), 1,
+                                      '[{"type": "complete_workflow", "result": {"r": [1, "two"]}}]');
+SELECT results_eq(
+    $$SELECT ev.event_type, ev.event_data, e.status, e.output, e.failure
+      FROM harvest.events AS ev JOIN harvest.executions AS e ON e.id = ev.execution_id
+      WHERE ev.execution_id = pg_temp.run('cw_alike') AND ev.event_id = 3$$,
+    $$SELECT d.event_type, d.event_data, d.close_status, d.close_output, d.close_failure
+      FROM harvest._decide_complete_workflow((SELECT e FROM harvest.executions AS e WHERE e.id = pg_temp.run('cw_alike')),
+                                             '{"type": "complete_workflow", "result": {"r": [1, "two"]}}', 64) AS d$$,
+    'complete_workflow: the event and the close _decide_complete_workflow describes');
 SELECT throws_ok(format($$SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, jsonb_build_array(
                               jsonb_build_object('type', 'fail_workflow', 'failure',
                                                  jsonb_build_object('message', repeat('x', 100)))))$$,
@@ -1417,14 +1462,23 @@ CREATE FUNCTION pg_temp.exec(p_key text) RETURNS harvest.executions LANGUAGE sql
     SELECT * FROM harvest.executions WHERE id = pg_temp.run(p_key);
 $fn$;
 SELECT harvest.register_worker('fn-worker', ARRAY['fn_hand'], 'host-f', 1);
+-- The handed tasks' rows (harvest.worker_activity_task) as the JSON a call's answer makes
+-- of them, element by element.
+CREATE FUNCTION pg_temp.tasks_json(p harvest.worker_activity_task[]) RETURNS jsonb[] LANGUAGE sql AS $fn$
+    SELECT array_agg(to_jsonb(p[i]) ORDER BY i) FROM generate_subscripts(p, 1) AS i;
+$fn$;
 -- _hand_activities: a decision's handed activities, one INSERT, leased to the worker and
--- returned as the worker receives them, in command order.
+-- returned as the worker receives them (rows of harvest.worker_activity_task: the call's
+-- answer makes them JSON once), in command order.
+SELECT is(pg_typeof(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[]::integer[], ARRAY[]::jsonb[],
+                                             'fn-worker', harvest.now()))::text,
+          'harvest.worker_activity_task[]', '_hand_activities() returns rows of harvest.worker_activity_task');
 CREATE TEMP TABLE fn_handed ON COMMIT DROP AS
-SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[2, 1],
+SELECT pg_temp.tasks_json(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[2, 1],
            ARRAY['{"type": "schedule_activity", "seq": 2, "name": "h2", "input": [2], "queue": "fn_hand",
                    "options": {"priority": 2, "start_to_close": 20, "schedule_to_close": 60}}'::jsonb,
                  '{"type": "schedule_activity", "seq": 1, "name": "h1"}'::jsonb],
-           'fn-worker', harvest.now()) AS handed;
+           'fn-worker', harvest.now())) AS handed;
 SELECT results_eq(
     $$SELECT h ->> 'activity_name', h ->> 'kind', (h ->> 'seq')::integer, h ->> 'queue', (h ->> 'attempt')::integer,
              (SELECT r.lease_expires_at FROM harvest.tasks AS r WHERE r.id = (h ->> 'task_id')::bigint)
@@ -1450,13 +1504,13 @@ SELECT isnt((SELECT (handed[1] ->> 'fencing_token')::bigint FROM fn_handed),
 -- drain hands one activity; the INSERT ... SELECT cost it more: docs/performance.md,
 -- "Hand-off batching, again"): the same row and the same description as the statement of many.
 CREATE TEMP TABLE fn_handed_one ON COMMIT DROP AS
-SELECT 3 AS like_seq, harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[3],
+SELECT 3 AS like_seq, pg_temp.tasks_json(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[3],
            ARRAY['{"type": "schedule_activity", "seq": 3, "name": "h2", "input": [2], "queue": "fn_hand",
                    "options": {"priority": 2, "start_to_close": 20, "schedule_to_close": 60}}'::jsonb],
-           'fn-worker', harvest.now()) AS handed
+           'fn-worker', harvest.now())) AS handed
 UNION ALL
-SELECT 4, harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[4],
-           ARRAY['{"type": "schedule_activity", "seq": 4, "name": "h1"}'::jsonb], 'fn-worker', harvest.now());
+SELECT 4, pg_temp.tasks_json(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[4],
+           ARRAY['{"type": "schedule_activity", "seq": 4, "name": "h1"}'::jsonb], 'fn-worker', harvest.now()));
 SELECT results_eq(
     $$SELECT o.like_seq, cardinality(o.handed), o.handed[1] - 'task_id' - 'fencing_token' - 'seq'
       FROM fn_handed_one AS o ORDER BY o.like_seq$$,
@@ -1472,7 +1526,7 @@ SELECT results_eq(
 DELETE FROM harvest.tasks WHERE execution_id = pg_temp.run('cmd_fn') AND kind = 'activity';
 SELECT is(harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[]::integer[], ARRAY[]::jsonb[], 'fn-worker',
                                    harvest.now()),
-          NULL::jsonb[], '_hand_activities() of no activities inserts nothing: NULL');
+          NULL::harvest.worker_activity_task[], '_hand_activities() of no activities inserts nothing: NULL');
 SELECT throws_ok($$SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY[1, 1],
                        ARRAY['{"name": "a"}'::jsonb, '{"name": "b"}'::jsonb], 'fn-worker', harvest.now())$$,
                  '23505', NULL, '_hand_activities() keeps a run''s seqs unique (tasks_execution_seq)');
@@ -1480,10 +1534,10 @@ SELECT throws_ok($$SELECT harvest._hand_activities(pg_temp.exec('cmd_fn'), ARRAY
 -- decisions' handed ones), in the arrays' order, each described with its own run's row.
 SELECT pg_temp.start_and_claim('cmd_fn2');
 CREATE TEMP TABLE fn_of_runs ON COMMIT DROP AS
-SELECT harvest._hand_activities_of_runs(ARRAY[pg_temp.exec('cmd_fn2'), pg_temp.exec('cmd_fn')],
+SELECT pg_temp.tasks_json(harvest._hand_activities_of_runs(ARRAY[pg_temp.exec('cmd_fn2'), pg_temp.exec('cmd_fn')],
            ARRAY[pg_temp.run('cmd_fn2'), pg_temp.run('cmd_fn')], ARRAY[1, 2, 1], ARRAY[21, 22, 23],
            ARRAY['{"name": "r1"}', '{"name": "r2", "queue": "fn_hand"}', '{"name": "r3"}']::jsonb[],
-           'fn-worker', harvest.now()) AS handed;
+           'fn-worker', harvest.now())) AS handed;
 SELECT results_eq(
     $$SELECT t.execution_id, t.seq, t.activity_name, t.queue, t.status, t.lease_owner
       FROM harvest.tasks AS t WHERE t.seq IN (21, 22, 23) AND t.kind = 'activity' ORDER BY t.id$$,
@@ -1511,14 +1565,14 @@ DELETE FROM harvest.tasks WHERE seq IN (21, 22, 23, 31, 32) AND kind = 'activity
 SELECT pg_temp.start_and_claim('cmd_wh');
 UPDATE harvest.executions SET last_event_id = 40 WHERE id = pg_temp.run('cmd_wh');
 SELECT is(harvest._write_held(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'fn-worker', harvest.now()),
-          NULL, '_write_held(): nothing held returns NULL');
+          NULL::harvest.worker_activity_task[], '_write_held(): nothing held returns NULL');
 CREATE TEMP TABLE wh_handed ON COMMIT DROP AS
-SELECT harvest._write_held(
+SELECT pg_temp.tasks_json(harvest._write_held(
            ARRAY[ROW(pg_temp.run('cmd_wh'), 42, 2, 0, 42, false, NULL, NULL, NULL)::harvest.held_run_row],
            ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_wh')], ARRAY[40, 40]::bigint[],
            ARRAY['MarkerRecorded', 'MarkerRecorded'], ARRAY['{"name": "w1"}', '{"name": "w2"}']::jsonb[],
            ARRAY[pg_temp.exec('cmd_wh'), pg_temp.exec('cmd_fn')], ARRAY[pg_temp.run('cmd_wh'), pg_temp.run('cmd_fn')],
-           ARRAY[41, 42], ARRAY['{"name": "h1"}', '{"name": "h2"}']::jsonb[], 'fn-worker', harvest.now()) AS handed;
+           ARRAY[41, 42], ARRAY['{"name": "h1"}', '{"name": "h2"}']::jsonb[], 'fn-worker', harvest.now())) AS handed;
 SELECT results_eq(
     $$SELECT event_id, event_data ->> 'name' FROM harvest.events
       WHERE execution_id = pg_temp.run('cmd_wh') AND event_id > 40 ORDER BY event_id$$,

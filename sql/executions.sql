@@ -145,3 +145,49 @@ CREATE TYPE harvest.held_run_row AS (
     output jsonb,
     failure jsonb
 );
+
+-- An activity task as the worker receives it (functions/claim.sql, harvest._worker_activity:
+-- the activity keys of harvest._worker_task), as a row: a decision's handed activities are
+-- carried as these until the call's answer, where each becomes JSON once, inside the
+-- answer's own (docs/internals.md, "The worker's task row").
+CREATE TYPE harvest.worker_activity_task AS (
+    task_id bigint,
+    kind text,
+    execution_id uuid,
+    workflow_name text,
+    workflow_id text,
+    queue text,
+    seq integer,
+    activity_name text,
+    input jsonb,
+    options jsonb,
+    attempt integer,
+    fencing_token bigint,
+    heartbeat_details jsonb
+);
+
+-- What harvest._apply_decision (functions/decide.sql) answers: the decision's last event id,
+-- the run's status after it and its handed activities (tasks in the worker's form, as rows); what it left to its batch caller (the deferred_ fields: its last append's events,
+-- their last id and bytes, decided_through and wake_hold, its one handed activity's seq and
+-- command, a close's status, output and failure; caps_pending, the history caps to check);
+-- and the worker's queues when it read them (_hand_off_queues), for the batch's next
+-- decisions. A named type, not OUT parameters: a call of a function with OUT parameters builds
+-- its result's descriptor anew (docs/performance.md, "SQL path, ninth cut").
+CREATE TYPE harvest.applied_decision AS (
+    last_event_id bigint,
+    execution_status text,
+    handed harvest.worker_activity_task ARRAY,
+    deferred_types text ARRAY,
+    deferred_datas jsonb ARRAY,
+    deferred_last bigint,
+    deferred_hand_seq integer,
+    deferred_hand jsonb,
+    deferred_bytes bigint,
+    deferred_through bigint,
+    deferred_hold boolean,
+    caps_pending boolean,
+    deferred_status text,
+    deferred_output jsonb,
+    deferred_failure jsonb,
+    worker_queues text ARRAY
+);

@@ -161,13 +161,20 @@ EXECUTE FUNCTION harvest._executions_checks();
 
 -- A run ending (any path: completion, failure, cancel, terminate, timeout,
 -- reset, supersede) gives back its workflow slot and its mutexes in the same
--- transaction. Pausing is not ending: a PAUSED run keeps them.
+-- transaction. Pausing is not ending: a PAUSED run keeps them. The probes of
+-- _flow_release (functions/flow_concurrency.sql) first, here: most runs hold none of
+-- them, and a close then pays one statement, not the call's statement and the probes'
+-- (docs/performance.md, "SQL path, ninth cut").
 CREATE FUNCTION harvest._executions_flow_release()
 RETURNS trigger
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    PERFORM harvest._flow_release(NEW.id);
+    IF EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = NEW.id)
+       OR EXISTS (SELECT 1 FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = NEW.id)
+       OR EXISTS (SELECT 1 FROM harvest.mutex_waiters AS w WHERE w.execution_id = NEW.id) THEN
+        PERFORM harvest._flow_release(NEW.id);
+    END IF;
     RETURN NULL;
 END;
 $$;
