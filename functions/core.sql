@@ -245,9 +245,19 @@ $$;
 -- returns; each run once. The counters were computed from the row as read under that lock:
 -- a row whose last_event_id moved since is a bug of the caller's, refused here (XX000)
 -- rather than written with ids that collide.
+--
+-- Planned with sequential scans off (the statements it runs for the first time in a session,
+-- _after_closes' and the close triggers' included): a batch's rows are found by key. Left to
+-- the costs, a batch of a few dozen closes on a young, never-analysed database was planned as
+-- a hash join over a scan of every run (and _after_closes' delete as a scan of every task),
+-- the plan cache kept that plan for the session, and each close batch of a drain read both
+-- tables whole as they grew (tests/integration/test_generic_plans.py; docs/performance.md,
+-- "Canonical drain, eleventh cut"). Every table these statements read has an index on the
+-- columns they probe, so nothing is left to a full index walk instead.
 CREATE OR REPLACE FUNCTION harvest._update_held_rows(p_rows harvest.held_run_row[], p_decided_by text)
 RETURNS void
 LANGUAGE plpgsql
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_rows integer := 0;
@@ -530,8 +540,10 @@ RETURNS void
 LANGUAGE plpgsql
 -- Planned once per session: the custom plans made for the arrays' values (a few rows, where
 -- the generic plans guess a hundred) never let the plan cache settle, and planning each call
--- cost more than its closes (tests/integration/test_generic_plans.py pins the plans' paths).
+-- cost more than its closes (tests/integration/test_generic_plans.py pins the plans' paths);
+-- and with sequential scans off, as its caller _update_held_rows: the closed runs' tasks by key.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
 AS $$
 DECLARE
     v_locked boolean[];

@@ -432,6 +432,28 @@ TRAPS = [
     ),
     case(
         Statement(
+            "_update_held_rows",
+            r"UPDATE harvest\.executions AS x\s+SET last_event_id = u\.last_event_id, "
+            r"history_bytes = x\.history_bytes \+ u\.bytes, decided_by = p_decided_by,\s+"
+            r"decided_through = u\.decided_through",
+            {"p_rows": "harvest.held_run_row[]", "p_decided_by": "text"},
+        ),
+        BY_PK,
+        f"core.sql (a batch's appends' row updates): {ID_LIST}",
+        id="_update_held_rows-appends",
+    ),
+    case(
+        Statement(
+            "_update_held_rows",
+            r"WITH closed AS",
+            {"p_rows": "harvest.held_run_row[]", "p_decided_by": "text"},
+        ),
+        BY_PK,
+        f"core.sql (a batch's closes): {ID_LIST}",
+        id="_update_held_rows-closes",
+    ),
+    case(
+        Statement(
             "_after_closes",
             r"WITH dropped AS",
             {"p_ids": "uuid[]"},
@@ -646,3 +668,46 @@ def test_the_plain_start_check_probes_the_policy_and_registrations_by_key(
         sql,
     )
     assert not any(n.get("Subplan Name", "").startswith("hashed") for n in nodes(plan)), sql
+
+
+# -- a batch's closes: the runs' rows and their tasks by key, whatever the tables' size then ---------
+
+
+def test_a_batch_of_closes_reads_its_runs_and_their_tasks_by_key(conn: psycopg.Connection) -> None:
+    """_update_held_rows' closes (one UPDATE of executions joined to the batch's rows) and
+    _after_closes' delete of the closed runs' tasks read both tables through their indexes,
+    never a sequential scan. The trap: on a young, never-analysed database a batch of a few
+    dozen closes looked cheaper as a hash join over a scan of every run (and of every task),
+    the plan cache kept that plan for the session, and each close batch of a drain then read
+    the whole of both tables as they grew (docs/performance.md, "Canonical drain, eleventh
+    cut"). The functions plan their statements with sequential scans off."""
+    conn.execute(
+        "SELECT count(*) FROM generate_series(1, 2000) AS g,"
+        " harvest.start_workflow('close_wf', '[]', 'close-' || g, 'close_q') AS s"
+    )
+    runs = conn.execute(
+        "SELECT array_agg(e.id), array_agg(e.last_event_id) FROM ("
+        " SELECT e.id, e.last_event_id FROM harvest.executions AS e ORDER BY e.id LIMIT 50) AS e"
+    ).fetchone()
+    assert runs is not None and len(runs[0]) == 50
+    with conn.transaction():
+        conn.execute(
+            "SELECT harvest._update_held_rows(ARRAY("
+            " SELECT ROW(u.id, u.last_event_id, 0, 0, NULL, false, 'COMPLETED', '6'::jsonb, NULL)"
+            "::harvest.held_run_row FROM unnest(%s::uuid[], %s::bigint[]) AS u (id, last_event_id)), 'w')",
+            runs,
+        )
+        scans = dict(
+            conn.execute(
+                "SELECT relname, seq_scan FROM pg_catalog.pg_stat_xact_user_tables"
+                " WHERE schemaname = 'harvest' AND relname IN ('executions', 'tasks')"
+            ).fetchall()
+        )
+    assert scans == {"executions": 0, "tasks": 0}, f"sequential scans in a batch's closes: {scans}"
+    closed = conn.execute(
+        "SELECT count(*) FILTER (WHERE e.status = 'COMPLETED'),"
+        " (SELECT count(*) FROM harvest.tasks AS t WHERE t.execution_id = ANY (%s::uuid[]))"
+        " FROM harvest.executions AS e WHERE e.id = ANY (%s::uuid[])",
+        (runs[0], runs[0]),
+    ).fetchone()
+    assert closed == (50, 0)

@@ -85,3 +85,40 @@ def test_a_connection_in_steady_use_is_lent_without_a_ping(db: str, monkeypatch)
 
     asyncio.run(go())
     assert calls == []
+
+
+def test_a_pool_sets_its_sessions_settings_and_the_worker_plans_generically(db: str) -> None:
+    """open_async_pool(settings=) sets them on each connection it opens; the worker's pool
+    plans every statement once per session (harvest.worker.worker.SESSION_SETTINGS)."""
+    from harvest import App, Worker, activity, workflow
+
+    @activity
+    async def nothing(ctx) -> None:
+        return None
+
+    @workflow
+    async def idle(ctx) -> None:
+        return None
+
+    async def go() -> None:
+        pool = await open_async_pool(db, min_size=2, max_size=2, settings={"work_mem": "5MB"})
+        try:
+            async with pool.connection() as first, pool.connection() as second:
+                for conn in (first, second):
+                    assert (await (await conn.execute("SHOW work_mem")).fetchone()) == ("5MB",)
+        finally:
+            await pool.close()
+        worker = Worker(App(workflows=[idle], activities=[nothing]), db)
+        task = asyncio.create_task(worker.run())
+        try:
+            while worker.sql is None and not task.done():
+                await asyncio.sleep(0.01)
+            assert worker.sql is not None
+            async with worker.sql.pool.connection() as conn:
+                mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+            assert mode == ("force_generic_plan",)
+        finally:
+            worker.request_stop()
+            await task
+
+    asyncio.run(go())
