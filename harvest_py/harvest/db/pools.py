@@ -103,13 +103,10 @@ async def open_async_pool(
     min_size: int = 1,
     timeout: float = 30.0,
     application_name: str | None = None,
-    settings: dict[str, str] | None = None,
 ) -> AsyncConnectionPool[Any]:
     """An asyncio pool, returned once ``min_size`` connections are up (else PoolTimeout
     after ``timeout`` seconds, and the pool is closed). ``application_name`` names the
-    connections (the audit log's source: ``harvest-api`` for the HTTP API's pools);
-    ``settings`` are set for each connection's session as it opens (the worker's planner
-    settings: harvest.worker.worker.SESSION_SETTINGS)."""
+    connections (the audit log's source: ``harvest-api`` for the HTTP API's pools)."""
     kwargs: dict[str, Any] = {"autocommit": True}
     if application_name:
         kwargs["application_name"] = application_name
@@ -121,7 +118,6 @@ async def open_async_pool(
         open=False,
         connection_class=RedactingAsyncConnection,
         check=_async_idle_check,
-        configure=_session_settings(settings) if settings else None,
     )
     _most_recent_first(pool)
     try:
@@ -130,18 +126,6 @@ async def open_async_pool(
         await pool.close()
         raise
     return pool
-
-
-def _session_settings(settings: dict[str, str]) -> Any:
-    """A pool's ``configure``: one round trip per new connection that sets ``settings`` for
-    its session."""
-    statement = "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in settings)
-    values = [value for pair in settings.items() for value in pair]
-
-    async def configure(conn: Any) -> None:
-        await conn.execute(statement, values)
-
-    return configure
 
 
 class RoledPool:

@@ -299,11 +299,9 @@ class AsyncShardPools(_Base):
         max_size: int = 10,
         acquire_timeout: float = 10.0,
         min_size: int = 1,
-        settings: dict[str, str] | None = None,
     ):
         super().__init__(router, dsns, max_size=max_size, acquire_timeout=acquire_timeout)
         self.min_size = min(min_size, max_size)
-        self.settings = settings
         self._pools: dict[int, AsyncConnectionPool] = {}
         self._opening: dict[int, asyncio.Lock] = {}
 
@@ -318,11 +316,7 @@ class AsyncShardPools(_Base):
             if pool is None:
                 try:
                     pool = await open_async_pool(
-                        dsn,
-                        min_size=self.min_size,
-                        max_size=self.max_size,
-                        timeout=self.acquire_timeout,
-                        settings=self.settings,
+                        dsn, min_size=self.min_size, max_size=self.max_size, timeout=self.acquire_timeout
                     )
                 except TRANSIENT:
                     raise ShardUnavailable(shard) from None

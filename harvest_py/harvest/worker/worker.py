@@ -86,14 +86,6 @@ RESULT_CLAIM_MAX_BATCH = 64
 
 # How long a starting worker waits for an unreachable database (an outage, not a refusal).
 CONNECT_WAIT_SECS = 30.0
-# Set on each of the worker's pooled sessions (which run Harvest's functions only): every
-# statement is planned once per session, generically. Left to the plan cache, each backend
-# made five custom plans of every statement before its generic one, and replanned on every
-# call the statements whose custom plans looked cheaper (a result batch's ordering statement
-# about one call in two): most of a drain's planning, paid again by each of the backends the
-# worker's concurrent flushes use. The hot statements' generic plans are pinned by
-# tests/integration/test_generic_plans.py (docs/performance.md, "Canonical drain, eleventh cut").
-SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan"}
 
 
 # How long a worker with tasks in flight waits for one of them to wake it before it
@@ -399,11 +391,7 @@ class Worker:
         if not self._sharded:
             lane = self.lanes[0]
             pool = await open_async_pool(
-                lane.dsn,
-                min_size=2,
-                max_size=self.concurrency + 4,
-                timeout=CONNECT_WAIT_SECS,
-                settings=SESSION_SETTINGS,
+                lane.dsn, min_size=2, max_size=self.concurrency + 4, timeout=CONNECT_WAIT_SECS
             )
             self._close_pools = pool.close
             lane.sql = AsyncSqlApi(pool)
@@ -418,7 +406,6 @@ class Worker:
             min_size=2,
             max_size=self.concurrency + 4,
             acquire_timeout=CONNECT_WAIT_SECS,
-            settings=SESSION_SETTINGS,
         )
         self._pools = pools
         self._close_pools = pools.close
