@@ -321,23 +321,20 @@ BEGIN
 END;
 $$;
 
--- A run left RUNNING: give back its workflow slot and its mutexes. Most runs hold
--- neither: three primary-key or index probes in one expression decide that, instead of
--- a DELETE and the release's query of both mutex tables on every close (a write
--- statement costs its set-up whatever it finds: docs/performance.md, "SQL path,
--- seventh cut"). The slot and the mutex rows of a run are written under its row lock
--- or by a claim, as before; what the probes miss the DELETE would have missed too.
+-- A run left RUNNING: give back its workflow slot and its mutexes. Called by the
+-- executions_flow_release trigger (sql/triggers.sql) only when its probes found a slot,
+-- a held mutex or a queued wait of the run: most runs hold none, and the probes (three
+-- index lookups) cost less than this call's DELETE and the mutex tables' queries
+-- (docs/performance.md, "SQL path, seventh cut" and "ninth cut"). The slot and the mutex
+-- rows of a run are written under its row lock or by a claim, as before; what the probes
+-- miss the DELETE would have missed too.
 CREATE OR REPLACE FUNCTION harvest._flow_release(p_execution_id uuid)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM harvest.workflow_slots AS s WHERE s.execution_id = p_execution_id)
-       OR EXISTS (SELECT 1 FROM harvest.mutex_locks AS l WHERE l.holder_execution_id = p_execution_id)
-       OR EXISTS (SELECT 1 FROM harvest.mutex_waiters AS w WHERE w.execution_id = p_execution_id) THEN
-        DELETE FROM harvest.workflow_slots WHERE execution_id = p_execution_id;
-        PERFORM harvest._mutex_release_all(p_execution_id);
-    END IF;
+    DELETE FROM harvest.workflow_slots WHERE execution_id = p_execution_id;
+    PERFORM harvest._mutex_release_all(p_execution_id);
 END;
 $$;
 

@@ -161,10 +161,10 @@ EXECUTE FUNCTION harvest._executions_checks();
 
 -- A run ending (any path: completion, failure, cancel, terminate, timeout,
 -- reset, supersede) gives back its workflow slot and its mutexes in the same
--- transaction. Pausing is not ending: a PAUSED run keeps them. The probes of
--- _flow_release (functions/flow_concurrency.sql) first, here: most runs hold none of
--- them, and a close then pays one statement, not the call's statement and the probes'
--- (docs/performance.md, "SQL path, ninth cut").
+-- transaction. Pausing is not ending: a PAUSED run keeps them. Whether the run holds
+-- any is probed here, once, and _flow_release (functions/flow_concurrency.sql) is called
+-- only when it does: most runs hold none, and a close then pays one statement, not the
+-- call's statement and the probes' (docs/performance.md, "SQL path, ninth cut").
 CREATE FUNCTION harvest._executions_flow_release()
 RETURNS trigger
 LANGUAGE plpgsql
