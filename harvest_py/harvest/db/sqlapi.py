@@ -1952,7 +1952,10 @@ class SqlApi:
 _ES = psycopg.pq.ExecStatus
 # The statuses of a result with rows even with no columns (``SELECT ;``), as psycopg's
 # ``Cursor.description`` reads them.
-_ROWS_STATUSES = frozenset({_ES.TUPLES_OK, _ES.SINGLE_TUPLE, _ES.TUPLES_CHUNK})
+# (TUPLES_CHUNK by name: a psycopg built without libpq 17's chunked rows may lack it.)
+_ROWS_STATUSES = frozenset(
+    s for s in (_ES.TUPLES_OK, _ES.SINGLE_TUPLE, getattr(_ES, "TUPLES_CHUNK", None)) if s is not None
+)
 
 
 def _has_rows(cur: Any) -> bool:
