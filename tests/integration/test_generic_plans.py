@@ -446,7 +446,7 @@ TRAPS = [
         Statement(
             "_update_held_rows",
             r"WITH closed AS",
-            {"p_rows": "harvest.held_run_row[]", "p_decided_by": "text"},
+            {"p_rows": "harvest.held_run_row[]", "p_decided_by": "text", "v_now": "timestamptz"},
         ),
         BY_PK,
         f"core.sql (a batch's closes): {ID_LIST}",
