@@ -45,7 +45,12 @@ PROCEDURE = (Path(__file__).resolve().parent / "sql_path.sql").read_text()
 
 def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: dict) -> dict:
     errors: list[BaseException] = []
+    done_at: dict[str, float] = {}
     barrier = threading.Barrier(clients + 1)
+    # Each client keeps its connection (its backend) until the server's CPU is read again: a
+    # backend that has exited but is not yet reaped is in neither the postmaster's children nor
+    # its reaped children's times, so at one client the reading could miss nearly all the work.
+    measured = threading.Event()
 
     def client(tag: str) -> None:
         try:
@@ -54,6 +59,8 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
                 conn.execute(
                     "CALL bench.sql_path(%s, %s, %s, %s)", (per_client, batch, tag, json.dumps(options))
                 )
+                done_at[tag] = time.perf_counter()
+                measured.wait(timeout=600)
         except BaseException as exc:
             errors.append(exc)
             barrier.abort()
@@ -67,10 +74,13 @@ def run_clients(dsn: str, clients: int, per_client: int, batch: int, options: di
     except threading.BrokenBarrierError:
         pass  # a client failed before the start: its error is raised below
     started = time.perf_counter()
+    while len(done_at) < clients and not errors and any(t.is_alive() for t in threads):
+        time.sleep(0.001)
+    elapsed = max(done_at.values(), default=time.perf_counter()) - started
+    server_s = server_cpu_seconds(dsn) - server0
+    measured.set()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - started
-    server_s = server_cpu_seconds(dsn) - server0
     if errors:
         raise errors[0]
     with psycopg.connect(dsn, autocommit=True) as conn:
