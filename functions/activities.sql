@@ -270,6 +270,20 @@ BEGIN
 END;
 $$;
 
+-- A decided item's answer in complete_activities ({"last_event_id", "execution_status",
+-- "handed"}: the keys the worker reads), built once with its handed tasks' rows inside (a
+-- build and a jsonb_set of the handed tasks were two conversions; docs/performance.md, "SQL
+-- path, ninth cut"). A SQL expression that inlines into its caller.
+CREATE OR REPLACE FUNCTION harvest._decided_answer(
+    p_last_event_id bigint, p_execution_status text, p_handed harvest.worker_activity_task[]
+)
+RETURNS jsonb
+LANGUAGE sql STABLE  -- (as jsonb_build_object: so it inlines)
+AS $$
+    SELECT jsonb_build_object('last_event_id', p_last_event_id, 'execution_status', p_execution_status,
+                              'handed', p_handed);
+$$;
+
 -- A worker's group commit: complete many activity tasks in one transaction.
 -- Each item succeeds or is refused on its own (outcome 'completed', or the
 -- problem of _try_lock_claimed_task with its message); a refused item changes
@@ -434,8 +448,8 @@ BEGIN
             v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
                 v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
             FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-                v_decided[v_hd_items[v_i]] := jsonb_build_object('last_event_id', v_hd_lasts[v_i],
-                'execution_status', v_hd_statuses[v_i], 'handed', v_hd_tasks[v_i:v_i]);
+                v_decided[v_hd_items[v_i]] := harvest._decided_answer(v_hd_lasts[v_i], v_hd_statuses[v_i],
+                                                                      v_hd_tasks[v_i:v_i]);
             END LOOP;
             v_held_rows := NULL;
             v_ev_runs := NULL;
@@ -605,9 +619,8 @@ BEGIN
             v_handed := v_handed || NULL::bigint;
             -- The answer, built once with its handed tasks' rows inside (a held one's as it goes
             -- in, above: one build, where a build and a jsonb_set were two).
-            v_decided := v_decided || CASE WHEN v_applied.deferred_hand_seq IS NULL THEN jsonb_build_object(
-                'last_event_id', v_applied.last_event_id,
-                'execution_status', v_applied.execution_status, 'handed', v_applied.handed) END;
+            v_decided := v_decided || CASE WHEN v_applied.deferred_hand_seq IS NULL THEN harvest._decided_answer(
+                v_applied.last_event_id, v_applied.execution_status, v_applied.handed) END;
         ELSE
             -- Gathered: one append, one row update and one wake-up for all of a run's
             -- results in this batch, not one each (a fan-in of many activities).
@@ -636,8 +649,8 @@ BEGIN
         v_hd_tasks := harvest._write_held(v_held_rows, v_ev_runs, v_ev_offsets, v_ev_types, v_ev_datas,
             v_hd_runs, v_hd_ids, v_hd_seqs, v_hd_cmds, p_worker_id, v_now);
         FOR v_i IN 1 .. coalesce(cardinality(v_hd_items), 0) LOOP
-            v_decided[v_hd_items[v_i]] := jsonb_build_object('last_event_id', v_hd_lasts[v_i],
-                'execution_status', v_hd_statuses[v_i], 'handed', v_hd_tasks[v_i:v_i]);
+            v_decided[v_hd_items[v_i]] := harvest._decided_answer(v_hd_lasts[v_i], v_hd_statuses[v_i],
+                                                                  v_hd_tasks[v_i:v_i]);
         END LOOP;
     END IF;
     -- Handed tasks are read after the loop, so they carry this whole batch's events.

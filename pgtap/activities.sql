@@ -5,9 +5,10 @@
 -- committed with its result, a run's results gathered into one append),
 -- harvest._record_activity_result, harvest._record_activity_results, harvest._store_activity_result,
 -- harvest._wake_after_results,
--- harvest._activity_completed, harvest._activity_completed_data and harvest._may_decide_on_result.
+-- harvest._activity_completed, harvest._activity_completed_data, harvest._may_decide_on_result
+-- and harvest._decided_answer.
 BEGIN;
-SELECT plan(222);
+SELECT plan(224);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -1294,6 +1295,18 @@ SELECT is(pg_temp.fail('big', '{"error_type": "PayloadTooLarge", "message": "too
           'failed', 'the worker''s typed, non-retryable PayloadTooLarge failure ends the activity');
 SELECT is((SELECT event_data #>> '{failure,error_type}' FROM pg_temp.last_event(pg_temp.run('big')) WHERE event_type = 'ActivityFailed'),
           'PayloadTooLarge', '... and the workflow hears ActivityFailed{PayloadTooLarge}');
+
+-- _decided_answer: a decided item's answer, the keys the worker reads, its handed tasks as
+-- their worker form (to_jsonb of each row: claim.sql's _worker_activity).
+SELECT is(harvest._decided_answer(7, 'RUNNING', ARRAY[harvest._worker_activity(
+              41, 'activity', '00000000-0000-0000-0000-000000000001', 'wf', 'wid', 'q', 3, 'act',
+              '[1]', '{"start_to_close_timeout": 5}', 1, 9, NULL)]),
+          jsonb_build_object('last_event_id', 7, 'execution_status', 'RUNNING', 'handed', jsonb_build_array(
+              to_jsonb(harvest._worker_activity(41, 'activity', '00000000-0000-0000-0000-000000000001', 'wf',
+                  'wid', 'q', 3, 'act', '[1]', '{"start_to_close_timeout": 5}', 1, 9, NULL)))),
+          '_decided_answer(): last_event_id, execution_status and the handed tasks'' worker form');
+SELECT is(harvest._decided_answer(8, 'COMPLETED', ARRAY[]::harvest.worker_activity_task[]) -> 'handed',
+          '[]'::jsonb, '... and a closing decision''s answer hands nothing');
 
 SELECT * FROM finish();
 ROLLBACK;
