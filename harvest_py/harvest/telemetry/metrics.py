@@ -99,10 +99,13 @@ class _HistogramChild:
         self.sum = 0.0
 
     def observe(self, value: float) -> None:
-        slot = bisect_left(self.bounds, value)  # the first bucket whose bound (le) holds it
         with self.lock:
-            self.counts[slot] += 1
-            self.sum += value
+            self.observe_locked(value)
+
+    def observe_locked(self, value: float) -> None:
+        """``observe`` for a caller that holds the lock already (Metrics.activity_finished)."""
+        self.counts[bisect_left(self.bounds, value)] += 1  # the first bucket whose bound (le) holds it
+        self.sum += value
 
 
 class _Family:
@@ -432,11 +435,9 @@ class Metrics:
                 pair = (self.activity_completed(workflow_type, activity), self.activity_duration(activity))
                 self._completed[(workflow_type, activity)] = pair
             completed, duration = pair
-            slot = bisect_left(duration.bounds, seconds)
             with self._lock:
                 completed.value += 1.0
-                duration.counts[slot] += 1
-                duration.sum += seconds
+                duration.observe_locked(seconds)
             return
         self.activity_failed(workflow_type, activity, error_type).inc()
         self.activity_duration(activity).observe(seconds)
