@@ -66,7 +66,7 @@ AS $$
     SELECT CASE WHEN p_shard BETWEEN 0 AND 65535
         THEN encode(substring(int4send(p_shard) FROM 3 FOR 2)
                     || substring(int8send(harvest._id_clock_bits(
-                           floor(extract(epoch FROM transaction_timestamp()) * 1000)::bigint)) FROM 3 FOR 6)
+                           floor(date_part('epoch', transaction_timestamp()) * 1000)::bigint)) FROM 3 FOR 6)
                     || substring(uuid_send(gen_random_uuid()) FROM 9 FOR 8), 'hex')::uuid
         ELSE harvest._shard_out_of_range(p_shard) END;
 $$;

@@ -44,7 +44,7 @@ SELECT is(substr(harvest._new_execution_id(7)::text, 15, 1), '4',
 SELECT matches(substr(harvest._new_execution_id(7)::text, 20, 1), '^[89ab]$',
                '_new_execution_id() keeps the random uuid''s variant bits');
 SELECT is(substring(uuid_send(harvest._new_execution_id(9)) FROM 3 FOR 6),
-          substring(int8send(harvest._id_clock_bits(floor(extract(epoch FROM transaction_timestamp()) * 1000)::bigint))
+          substring(int8send(harvest._id_clock_bits(floor(date_part('epoch', transaction_timestamp()) * 1000)::bigint))
                     FROM 3 FOR 6),
           '_new_execution_id(): bytes 3-8 are the transaction''s clock in milliseconds');
 SELECT is(harvest._id_clock_bits(0), 16384::bigint, '_id_clock_bits(0): the version nibble alone');
