@@ -1,7 +1,7 @@
 -- functions/core.sql: the clock, execution ids and shards, the event append,
 -- workflow wake-ups, closing a run, locking an execution.
 BEGIN;
-SELECT plan(90);
+SELECT plan(96);
 SET LOCAL TimeZone = 'UTC';
 
 -- harvest.now(): the real clock unless harvest.fake_now is set (and the test clock is on).
@@ -41,6 +41,26 @@ SELECT is(left(harvest._new_execution_id(258)::text, 4), '0102',
           '_new_execution_id(258): shard bytes 0x01 0x02 lead the uuid');
 SELECT is(substr(harvest._new_execution_id(7)::text, 15, 1), '4',
           '_new_execution_id() keeps the random uuid''s version nibble');
+SELECT matches(substr(harvest._new_execution_id(7)::text, 20, 1), '^[89ab]$',
+               '_new_execution_id() keeps the random uuid''s variant bits');
+SELECT is(substring(uuid_send(harvest._new_execution_id(9)) FROM 3 FOR 6),
+          substring(int8send(harvest._id_clock_bits(floor(date_part('epoch', transaction_timestamp()) * 1000)::bigint))
+                    FROM 3 FOR 6),
+          '_new_execution_id(): bytes 3-8 are the transaction''s clock in milliseconds');
+SELECT is(harvest._id_clock_bits(0), 16384::bigint, '_id_clock_bits(0): the version nibble alone');
+SELECT is(harvest._id_clock_bits(17592186044415), 281474976665599::bigint,  -- 0xffffffff4fff
+          '_id_clock_bits(): 44 bits of clock around the version nibble');
+SELECT ok(harvest._id_clock_bits(4095) < harvest._id_clock_bits(4096)
+          AND harvest._id_clock_bits(4096) < harvest._id_clock_bits(4097),
+          '_id_clock_bits(): later milliseconds sort after earlier ones, across the nibble');
+SELECT ok((SELECT bool_and(a.id < b.id) FROM
+             (SELECT encode('\x0003'::bytea || substring(int8send(harvest._id_clock_bits(1764770000000)) FROM 3 FOR 6)
+                            || substring(uuid_send(gen_random_uuid()) FROM 9 FOR 8), 'hex')::uuid AS id
+              FROM generate_series(1, 20)) AS a,
+             (SELECT encode('\x0003'::bytea || substring(int8send(harvest._id_clock_bits(1764770000001)) FROM 3 FOR 6)
+                            || substring(uuid_send(gen_random_uuid()) FROM 9 FOR 8), 'hex')::uuid AS id
+              FROM generate_series(1, 20)) AS b),
+          'ids of one shard a millisecond later sort after every id of the millisecond before');
 SELECT isnt(harvest._new_execution_id(3), harvest._new_execution_id(3),
             '_new_execution_id(): two ids of one shard differ');
 SELECT throws_ok($$SELECT harvest._new_execution_id(-1)$$, 'HR001',
