@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 
 def function_source(conn: psycopg.Connection, name: str) -> str:
@@ -46,8 +47,8 @@ class Statement:
 
 def plain_sql(conn: psycopg.Connection, stmt: Statement) -> str:
     """The statement from its start up to its ';' (or the LOOP of a FOR ... IN query, or what
-    its end matches), as plain SQL: PERFORM becomes SELECT, RETURN QUERY and an INTO target are dropped, and the PL/pgSQL
-    variables become parameters."""
+    its end matches), as plain SQL: PERFORM becomes SELECT, RETURN QUERY and an INTO target
+    are dropped, and the PL/pgSQL variables become parameters."""
     source = function_source(conn, stmt.function)
     found = re.search(rf"(?P<statement>{stmt.start}.*?)(?:{stmt.end})", source, re.DOTALL)
     if found is None:
@@ -817,7 +818,8 @@ def test_a_hot_call_plans_its_nested_statements_generically(conn: psycopg.Connec
     conn.execute("CREATE TEMPORARY TABLE seen_modes (mode text)")
     conn.execute(
         "CREATE FUNCTION pg_temp.note_plan_cache_mode() RETURNS trigger LANGUAGE plpgsql AS $$"
-        " BEGIN INSERT INTO pg_temp.seen_modes VALUES (current_setting('plan_cache_mode')); RETURN NULL; END $$"
+        " BEGIN INSERT INTO pg_temp.seen_modes VALUES (current_setting('plan_cache_mode'));"
+        " RETURN NULL; END $$"
     )
     with conn.transaction(force_rollback=True):
         conn.execute(
@@ -856,7 +858,9 @@ def test_a_claim_probes_its_due_timers_by_index_among_many_future_ones(conn: psy
     scans = []
     for _ in range(8):
         with conn.transaction():
-            claimed = conn.execute("SELECT * FROM harvest.claim_tasks('timer-w', ARRAY['timer_q'], 1, 30)").fetchall()
+            claimed = conn.execute(
+                "SELECT * FROM harvest.claim_tasks('timer-w', ARRAY['timer_q'], 1, 30)"
+            ).fetchall()
             assert len(claimed) == 1 and claimed[0][1] == "workflow"
             (seq_scans,) = conn.execute(
                 "SELECT seq_scan FROM pg_catalog.pg_stat_xact_user_tables"
@@ -868,3 +872,100 @@ def test_a_claim_probes_its_due_timers_by_index_among_many_future_ones(conn: psy
         "SELECT count(*) FROM harvest.tasks WHERE kind = 'timer' AND status = 'pending' AND due_at <= now()"
     ).fetchone()
     assert due == (0,)
+
+
+PATH_OPTIONS = {"retry": {"maximum_attempts": 3}, "start_to_close_secs": 30}
+PATH_COMMAND = {"type": "schedule_activity", "seq": 1, "name": "noop", "input": [1], "queue": "path_q"}
+PATH_CLOSE = {"result_text": "1", "hand_off_slots": 1, "commands": [{"type": "complete_workflow"}]}
+
+
+def canonical_round(conn: psycopg.Connection, batch: int) -> None:
+    """batch runs through the canonical path's hot calls, as a worker's group commits send
+    them: a start batch, its claim, the decisions that hand an activity each, and the results
+    that close the runs decided ahead."""
+    starts = [{"workflow_name": "one_step", "input": [0], "queue": "path_q"} for _ in range(batch)]
+    conn.execute("SELECT * FROM harvest.start_workflows(%s)", (Jsonb(starts),))
+    tasks = conn.execute(
+        "SELECT task_id, fencing_token, new_events_after + jsonb_array_length(new_events)"
+        " FROM harvest.claim_tasks('path-w', ARRAY['path_q'], %s, 30)",
+        (batch,),
+    ).fetchall()
+    assert len(tasks) == batch
+    decided = conn.execute(
+        "SELECT last_event_id, handed FROM harvest.complete_workflow_tasks("
+        "%s, %s, %s, %s, %s::jsonb[], %s::integer[], 50000, 52428800, NULL)",
+        (
+            "path-w",
+            [t[0] for t in tasks],
+            [t[1] for t in tasks],
+            [t[2] for t in tasks],
+            [Jsonb([dict(PATH_COMMAND, options=PATH_OPTIONS)]) for _ in tasks],
+            [1 for _ in tasks],
+        ),
+    ).fetchall()
+    handed = [row[1][0] for row in decided]
+    closed = conn.execute(
+        "SELECT decided FROM harvest.complete_activities("
+        "%s, %s, %s, %s::jsonb[], true, 30, %s::jsonb[], 50000, 52428800)",
+        (
+            "path-w",
+            [h["task_id"] for h in handed],
+            [h["fencing_token"] for h in handed],
+            [Jsonb(1) for _ in handed],
+            [Jsonb(dict(PATH_CLOSE, after=row[0])) for row in decided],
+        ),
+    ).fetchall()
+    assert len(closed) == batch and all(row[0] is not None for row in closed), closed
+
+
+def sequential_scans(conn: psycopg.Connection) -> dict[str, int]:
+    """This transaction's sequential scans of the three big tables so far."""
+    return dict(
+        conn.execute(
+            "SELECT relname, seq_scan FROM pg_catalog.pg_stat_xact_user_tables"
+            " WHERE schemaname = 'harvest' AND relname IN ('executions', 'tasks', 'events')"
+        ).fetchall()
+    )
+
+
+@pytest.mark.parametrize("planned", ["on the tables analysed", "on the young tables, then grown"])
+def test_the_canonical_path_reads_no_table_whole_under_its_generic_plans(
+    conn: psycopg.Connection, planned: str
+) -> None:
+    """Every statement the canonical path's hot calls run (canonical_round; nested functions
+    and triggers included), planned once for the session as the hot entry points force it,
+    reads executions, tasks and events by key: no sequential scan of any once 2,000 other runs
+    are pending. Whether the session planned them after an ANALYZE of the grown tables, or at
+    its first round on the young, never-analysed database and kept those plans as the tables
+    grew (as a drain's worker sessions do: a plan that reads a table whole then costs more
+    with every run, on every call; docs/performance.md, "Canonical drain, eleventh cut")."""
+    conn.execute("SELECT harvest.register_worker('path-w', ARRAY['path_q'], 'host', 1)")
+    conn.execute("SELECT harvest.register_workflows(ARRAY['path_q'], ARRAY['one_step'])")
+    conn.execute(
+        """SELECT harvest.declare_flow_policies('{"workflows": {"one_step": {}}, "activities": {}}')"""
+    )
+    grow = (
+        "SELECT count(*) FROM generate_series(1, 2000) AS g,"
+        " harvest.start_workflow('bulk_wf', '[]', 'bulk-' || g, 'bulk_q') AS s"
+    )
+    with conn.transaction(force_rollback=True):
+        if planned == "on the tables analysed":
+            conn.execute(grow)
+            for table in ("executions", "tasks", "events"):
+                conn.execute(f"ANALYZE harvest.{table}")
+        else:
+            canonical_round(conn, 8)
+            conn.execute(grow)
+        before = sequential_scans(conn)
+        for _ in range(6):
+            canonical_round(conn, 8)
+        after = sequential_scans(conn)
+        finished = conn.execute(
+            "SELECT count(*) FROM harvest.executions"
+            " WHERE workflow_name = 'one_step' AND status = 'COMPLETED'"
+        ).fetchone()
+    assert finished == (48 if planned == "on the tables analysed" else 56,)
+    scans = {table: after.get(table, 0) - before.get(table, 0) for table in ("executions", "tasks", "events")}
+    assert scans == {"executions": 0, "tasks": 0, "events": 0}, (
+        f"sequential scans on the canonical path: {scans}"
+    )
