@@ -314,6 +314,9 @@ CREATE OR REPLACE FUNCTION harvest.complete_activities(
 )
 RETURNS TABLE (task_id bigint, outcome text, message text, handed jsonb, decided jsonb)
 LANGUAGE plpgsql
+-- Planned once per session (a hot entry point of the worker; docs/performance.md, "One plan per
+-- statement for the hot entry points"): every statement the call runs, nested ones too.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_queues text[];

@@ -555,6 +555,9 @@ RETURNS TABLE (
     owner_epoch bigint
 )
 LANGUAGE plpgsql
+-- Planned once per session (a hot entry point of the worker; docs/performance.md, "One plan per
+-- statement for the hot entry points"): every statement the call runs, nested ones too.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
@@ -582,9 +585,15 @@ BEGIN
 
     -- Due timers first; a probe of _fire_due_timers' own loop condition, so the usual claim
     -- (no timer due) skips the firing function's call, its clock read and its loop's cursor.
-    IF EXISTS (
-        SELECT 1 FROM harvest.tasks AS t
+    -- In due order with a LIMIT, not an EXISTS (which drops both): the plan made without
+    -- v_now's value guesses a third of the timers due, and an EXISTS was then planned as a
+    -- sequential scan of every task, read whole on each claim when none is due; this one
+    -- walks tasks_timers_due from its oldest entry (tests/integration/test_generic_plans.py).
+    IF (
+        SELECT true FROM harvest.tasks AS t
         WHERE t.kind = 'timer' AND t.status = 'pending' AND t.due_at <= v_now AND t.queue = ANY(p_queues)
+        ORDER BY t.due_at
+        LIMIT 1
     ) THEN
         PERFORM harvest._fire_due_timers(p_queues);
     END IF;
@@ -658,6 +667,9 @@ RETURNS TABLE (
     owner_epoch bigint
 )
 LANGUAGE plpgsql
+-- Planned once per session (a hot entry point of the worker; docs/performance.md, "One plan per
+-- statement for the hot entry points"): every statement the call runs, nested ones too.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz := harvest.now();
@@ -961,6 +973,9 @@ CREATE OR REPLACE FUNCTION harvest.complete_activities_with_claim(
 )
 RETURNS TABLE (task_id bigint, outcome text, message text, handed jsonb, decided jsonb)
 LANGUAGE plpgsql
+-- Planned once per session (a hot entry point of the worker; docs/performance.md, "One plan per
+-- statement for the hot entry points"): every statement the call runs, nested ones too.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_row record;

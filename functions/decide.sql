@@ -1224,6 +1224,9 @@ RETURNS TABLE (
     execution_status text, handed jsonb
 )
 LANGUAGE plpgsql
+-- Planned once per session (a hot entry point of the worker; docs/performance.md, "One plan per
+-- statement for the hot entry points"): every statement the call runs, nested ones too.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_item record;

@@ -763,6 +763,9 @@ COMMENT ON FUNCTION harvest.start_workflow(
 CREATE OR REPLACE FUNCTION harvest.start_workflows(p_starts jsonb)
 RETURNS TABLE (n integer, execution_id uuid, workflow_id text, status text, started_fresh boolean)
 LANGUAGE plpgsql
+-- Planned once per session (a hot entry point of the worker; docs/performance.md, "One plan per
+-- statement for the hot entry points"): every statement the call runs, nested ones too.
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_start record;

@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 
 def function_source(conn: psycopg.Connection, name: str) -> str:
@@ -41,19 +42,20 @@ class Statement:
     function: str  # harvest.<function>
     start: str  # a regex matching the start of the statement in the function's source
     params: dict[str, str]  # each PL/pgSQL variable it reads -> its SQL type, in $1, $2, ... order
+    end: str = r";|\bLOOP\b"  # a regex matching what ends it (dropped)
 
 
 def plain_sql(conn: psycopg.Connection, stmt: Statement) -> str:
-    """The statement from its start up to its ';' (or the LOOP of a FOR ... IN query), as plain
-    SQL: PERFORM becomes SELECT, RETURN QUERY and an INTO target are dropped, and the PL/pgSQL
-    variables become parameters."""
+    """The statement from its start up to its ';' (or the LOOP of a FOR ... IN query, or what
+    its end matches), as plain SQL: PERFORM becomes SELECT, RETURN QUERY and an INTO target
+    are dropped, and the PL/pgSQL variables become parameters."""
     source = function_source(conn, stmt.function)
-    found = re.search(rf"{stmt.start}.*?(?:;|\bLOOP\b)", source, re.DOTALL)
+    found = re.search(rf"(?P<statement>{stmt.start}.*?)(?:{stmt.end})", source, re.DOTALL)
     if found is None:
         raise LookupError(
             f"no statement matching {stmt.start!r} in harvest.{stmt.function}: update this test"
         )
-    sql = re.sub(r"(?:;|\bLOOP\b)$", "", found.group(0))
+    sql = found.group("statement")
     sql = re.sub(r"^PERFORM\b", "SELECT", sql)
     sql = re.sub(r"^RETURN QUERY\s+", "", sql)
     target = r"\s+INTO\s+(?:STRICT\s+)?[\w.]+(?:\s*,\s*[\w.]+)*"
@@ -252,6 +254,14 @@ HAND_OFF_PROBE = Statement(
     "_may_hand_off",
     r"SELECT p_worker_queues IS NOT NULL",
     {"p_queue": "text", "p_priority": "integer", "p_worker_queues": "text[]"},
+)
+
+# claim_tasks' probe of its queues' due timers (before _fire_due_timers' call).
+CLAIM_TIMER_PROBE = Statement(
+    "claim_tasks",
+    r"SELECT true FROM harvest\.tasks AS t\s+WHERE t\.kind = 'timer'",
+    {"v_now": "timestamptz", "p_queues": "text[]"},
+    end=r"\)\s*THEN\b",
 )
 
 
@@ -528,6 +538,60 @@ TRAPS = [
         f"owners.sql (a claim in owner mode): {ID_LIST}",
         id="_acquire_partitions",
     ),
+    # The statements below run inside claim_tasks, planned generically since the hot entry
+    # points force it (test_the_hot_entry_points_plan_each_statement_once).
+    case(
+        CLAIM_TIMER_PROBE,
+        {"tasks": {"tasks_timers_due"}},
+        "claim.sql: whether a timer is due, from the oldest entry of tasks_timers_due "
+        "(test_a_claim_probes_its_due_timers_by_index_among_many_future_ones)",
+        id="claim_tasks-timer-probe",
+    ),
+    case(
+        Statement(
+            "_fire_due_timers",
+            r"SELECT t\.id, t\.execution_id, t\.seq\s+FROM harvest\.tasks",
+            {"v_now": "timestamptz", "p_queues": "text[]", "p_limit": "integer"},
+        ),
+        {"tasks": {"tasks_timers_due"}},
+        "claim.sql: the due timers in due order, from the oldest entry of tasks_timers_due",
+        id="_fire_due_timers-due",
+    ),
+    case(
+        Statement(
+            "claim_tasks",
+            r"SELECT 1 FROM harvest\.tasks AS t\s+WHERE t\.queue = ANY\(p_queues\)[^;()]*?"
+            r"t\.priority_aging_secs IS NOT NULL",
+            {"p_queues": "text[]"},
+            end=r"\)\s*OR EXISTS",
+        ),
+        {"tasks": {"tasks_claimable_aging"}},
+        "claim.sql: whether the polled queues hold ageing work, a probe of its partial index",
+        id="claim_tasks-ageing-probe",
+    ),
+    case(
+        Statement(
+            "claim_tasks",
+            r"SELECT 1 FROM harvest\.tasks AS t\s+WHERE t\.queue = ANY\(p_queues\)[^;()]*?"
+            r"t\.fairness_key IS NOT NULL",
+            {"p_queues": "text[]"},
+            end=r"\)\s*THEN\b",
+        ),
+        {"tasks": {"tasks_claimable_fair"}},
+        "claim.sql: whether the polled queues hold fairness-keyed work, a probe of its partial index",
+        id="claim_tasks-fair-probe",
+    ),
+    case(
+        Statement(
+            "_continue_as_new",
+            r"SELECT ev\.event_data\s+FROM harvest\.events",
+            {"p_execution.id": "uuid", "p_through": "bigint"},
+        ),
+        {"events": {"events_pkey"}},
+        "decide.sql (continue_as_new): the signals after the decision's point, by the run's "
+        "primary-key prefix, not every event past an event id",
+        id="_continue_as_new-signals",
+    ),
 ]
 
 
@@ -711,3 +775,197 @@ def test_a_batch_of_closes_reads_its_runs_and_their_tasks_by_key(conn: psycopg.C
         (runs[0], runs[0]),
     ).fetchone()
     assert closed == (50, 0)
+
+
+# -- the hot entry points: every statement of the call planned once per session ----------------
+
+# Each runs every statement inside it (nested functions and triggers too) on the generic plan
+# the session makes at its first execution, as the plan cache would after five custom plans
+# (docs/performance.md, "One plan per statement for the hot entry points"); with the two
+# helpers that already did. Nothing else: the retention janitor compares columns with its
+# cutoff (`completed_at < v_cutoff`), whose generic plan reads the table whole.
+HOT_ENTRY_POINTS = {
+    "claim_tasks",
+    "claim_named_tasks",
+    "complete_activities",
+    "complete_activities_with_claim",
+    "complete_workflow_tasks",
+    "start_workflows",
+}
+FORCED_GENERIC = HOT_ENTRY_POINTS | {"_after_closes", "_order_candidates"}
+
+
+def test_the_hot_entry_points_plan_each_statement_once(conn: psycopg.Connection) -> None:
+    """The worker's per-run entry points carry `plan_cache_mode = force_generic_plan` beside
+    their search_path (which harvest._secure_functions sets and keeps), and no other function
+    does. The trap it avoids: each of a drain's worker backends made five custom plans of every
+    statement before its generic one, and planned afresh on every call a statement whose custom
+    plan looked cheaper (a start batch's aggregate, a decision batch's ordering)."""
+    rows = conn.execute(
+        "SELECT p.proname::text, coalesce(p.proconfig, ARRAY[]::text[]) FROM pg_catalog.pg_proc AS p"
+        " WHERE p.pronamespace = 'harvest'::regnamespace"
+    ).fetchall()
+    forced = {name for name, config in rows if "plan_cache_mode=force_generic_plan" in config}
+    assert forced == FORCED_GENERIC
+    for name, config in rows:
+        if name in HOT_ENTRY_POINTS:
+            assert "search_path=pg_catalog, harvest, pg_temp" in config, (name, config)
+
+
+def test_a_hot_call_plans_its_nested_statements_generically(conn: psycopg.Connection) -> None:
+    """The setting holds for everything a hot call runs (here a trigger on the tasks a start
+    batch inserts) and ends with the call: the session keeps its own."""
+    conn.execute("CREATE TEMPORARY TABLE seen_modes (mode text)")
+    conn.execute(
+        "CREATE FUNCTION pg_temp.note_plan_cache_mode() RETURNS trigger LANGUAGE plpgsql AS $$"
+        " BEGIN INSERT INTO pg_temp.seen_modes VALUES (current_setting('plan_cache_mode'));"
+        " RETURN NULL; END $$"
+    )
+    with conn.transaction(force_rollback=True):
+        conn.execute(
+            "CREATE TRIGGER note_plan_cache_mode AFTER INSERT ON harvest.tasks"
+            " FOR EACH STATEMENT EXECUTE FUNCTION pg_temp.note_plan_cache_mode()"
+        )
+        started = conn.execute(
+            "SELECT count(*) FROM harvest.start_workflows(%s::jsonb)",
+            ('[{"workflow_name": "modes_wf"}, {"workflow_name": "modes_wf"}]',),
+        ).fetchone()
+        seen = [mode for (mode,) in conn.execute("SELECT mode FROM pg_temp.seen_modes").fetchall()]
+        after = conn.execute("SELECT current_setting('plan_cache_mode')").fetchone()
+    assert started == (2,)
+    assert seen == ["force_generic_plan"]
+    assert after == ("auto",)
+
+
+def test_a_claim_probes_its_due_timers_by_index_among_many_future_ones(conn: psycopg.Connection) -> None:
+    """claim_tasks asks whether one of its queues' timers is due before it fires any, in a
+    plan made without the clock's value (a third of the timers due, the planner guesses).
+    The trap: written as an EXISTS (which drops an ORDER BY and LIMIT), that plan was a
+    sequential scan of every task, stopped at the first due timer; with 2,000 timers due in
+    an hour and none now, each claim read the whole table (on main from a session's sixth
+    claim, when the plan cache settled on the generic plan). In due order with a LIMIT it
+    reads tasks_timers_due from its oldest entry."""
+    conn.execute(
+        "SELECT count(*) FROM generate_series(1, 2000) AS g,"
+        " harvest.start_workflow('timer_wf', '[]', 'timer-' || g, 'timer_q') AS s"
+    )
+    conn.execute(
+        "INSERT INTO harvest.tasks (execution_id, kind, queue, seq, due_at, scheduled_at)"
+        " SELECT e.id, 'timer', 'timer_q', 2, now() + interval '1 hour', now() FROM harvest.executions AS e"
+    )
+    conn.execute("ANALYZE harvest.tasks")
+    conn.execute("SELECT harvest.register_worker('timer-w', ARRAY['other_q'], 'host', 1)")
+    scans = []
+    for _ in range(8):
+        with conn.transaction():
+            claimed = conn.execute(
+                "SELECT * FROM harvest.claim_tasks('timer-w', ARRAY['timer_q'], 1, 30)"
+            ).fetchall()
+            assert len(claimed) == 1 and claimed[0][1] == "workflow"
+            (seq_scans,) = conn.execute(
+                "SELECT seq_scan FROM pg_catalog.pg_stat_xact_user_tables"
+                " WHERE schemaname = 'harvest' AND relname = 'tasks'"
+            ).fetchone()  # type: ignore[misc]
+            scans.append(seq_scans)
+    assert scans == [0] * 8, f"sequential scans of tasks by each claim: {scans}"
+    due = conn.execute(
+        "SELECT count(*) FROM harvest.tasks WHERE kind = 'timer' AND status = 'pending' AND due_at <= now()"
+    ).fetchone()
+    assert due == (0,)
+
+
+PATH_OPTIONS = {"retry": {"maximum_attempts": 3}, "start_to_close_secs": 30}
+PATH_COMMAND = {"type": "schedule_activity", "seq": 1, "name": "noop", "input": [1], "queue": "path_q"}
+PATH_CLOSE = {"result_text": "1", "hand_off_slots": 1, "commands": [{"type": "complete_workflow"}]}
+
+
+def canonical_round(conn: psycopg.Connection, batch: int) -> None:
+    """batch runs through the canonical path's hot calls, as a worker's group commits send
+    them: a start batch, its claim, the decisions that hand an activity each, and the results
+    that close the runs decided ahead."""
+    starts = [{"workflow_name": "one_step", "input": [0], "queue": "path_q"} for _ in range(batch)]
+    conn.execute("SELECT * FROM harvest.start_workflows(%s)", (Jsonb(starts),))
+    tasks = conn.execute(
+        "SELECT task_id, fencing_token, new_events_after + jsonb_array_length(new_events)"
+        " FROM harvest.claim_tasks('path-w', ARRAY['path_q'], %s, 30)",
+        (batch,),
+    ).fetchall()
+    assert len(tasks) == batch
+    decided = conn.execute(
+        "SELECT last_event_id, handed FROM harvest.complete_workflow_tasks("
+        "%s, %s, %s, %s, %s::jsonb[], %s::integer[], 50000, 52428800, NULL)",
+        (
+            "path-w",
+            [t[0] for t in tasks],
+            [t[1] for t in tasks],
+            [t[2] for t in tasks],
+            [Jsonb([dict(PATH_COMMAND, options=PATH_OPTIONS)]) for _ in tasks],
+            [1 for _ in tasks],
+        ),
+    ).fetchall()
+    handed = [row[1][0] for row in decided]
+    closed = conn.execute(
+        "SELECT decided FROM harvest.complete_activities("
+        "%s, %s, %s, %s::jsonb[], true, 30, %s::jsonb[], 50000, 52428800)",
+        (
+            "path-w",
+            [h["task_id"] for h in handed],
+            [h["fencing_token"] for h in handed],
+            [Jsonb(1) for _ in handed],
+            [Jsonb(dict(PATH_CLOSE, after=row[0])) for row in decided],
+        ),
+    ).fetchall()
+    assert len(closed) == batch and all(row[0] is not None for row in closed), closed
+
+
+def sequential_scans(conn: psycopg.Connection) -> dict[str, int]:
+    """This transaction's sequential scans of the three big tables so far."""
+    return dict(
+        conn.execute(
+            "SELECT relname, seq_scan FROM pg_catalog.pg_stat_xact_user_tables"
+            " WHERE schemaname = 'harvest' AND relname IN ('executions', 'tasks', 'events')"
+        ).fetchall()
+    )
+
+
+@pytest.mark.parametrize("planned", ["on the tables analysed", "on the young tables, then grown"])
+def test_the_canonical_path_reads_no_table_whole_under_its_generic_plans(
+    conn: psycopg.Connection, planned: str
+) -> None:
+    """Every statement the canonical path's hot calls run (canonical_round; nested functions
+    and triggers included), planned once for the session as the hot entry points force it,
+    reads executions, tasks and events by key: no sequential scan of any once 2,000 other runs
+    are pending. Whether the session planned them after an ANALYZE of the grown tables, or at
+    its first round on the young, never-analysed database and kept those plans as the tables
+    grew (as a drain's worker sessions do: a plan that reads a table whole then costs more
+    with every run, on every call; docs/performance.md, "Canonical drain, eleventh cut")."""
+    conn.execute("SELECT harvest.register_worker('path-w', ARRAY['path_q'], 'host', 1)")
+    conn.execute("SELECT harvest.register_workflows(ARRAY['path_q'], ARRAY['one_step'])")
+    conn.execute(
+        """SELECT harvest.declare_flow_policies('{"workflows": {"one_step": {}}, "activities": {}}')"""
+    )
+    grow = (
+        "SELECT count(*) FROM generate_series(1, 2000) AS g,"
+        " harvest.start_workflow('bulk_wf', '[]', 'bulk-' || g, 'bulk_q') AS s"
+    )
+    with conn.transaction(force_rollback=True):
+        if planned == "on the tables analysed":
+            conn.execute(grow)
+            for table in ("executions", "tasks", "events"):
+                conn.execute(f"ANALYZE harvest.{table}")
+        else:
+            canonical_round(conn, 8)
+            conn.execute(grow)
+        before = sequential_scans(conn)
+        for _ in range(6):
+            canonical_round(conn, 8)
+        after = sequential_scans(conn)
+        finished = conn.execute(
+            "SELECT count(*) FROM harvest.executions"
+            " WHERE workflow_name = 'one_step' AND status = 'COMPLETED'"
+        ).fetchone()
+    assert finished == (48 if planned == "on the tables analysed" else 56,)
+    scans = {table: after.get(table, 0) - before.get(table, 0) for table in ("executions", "tasks", "events")}
+    assert scans == {"executions": 0, "tasks": 0, "events": 0}, (
+        f"sequential scans on the canonical path: {scans}"
+    )
