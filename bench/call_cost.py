@@ -9,7 +9,14 @@ run, at ``--batch 50`` only the per-item part is, so the difference is what a ca
 its first item. ``--statements`` adds ``pg_stat_statements`` (``track = all``) figures: the
 statements one call runs, nested ones included, per call.
 
+``--gaps 0,0.002,0.01,0.05``: the same calls with the connection idle that many seconds before
+each (the gaps taken in turn, ten runs each, so every gap sees the same load), and each call's
+wall clock besides its backend's CPU, per gap: what a call costs when it comes after a pause, as
+every call of a run does at the latency rows' rate, against back to back (docs/performance.md,
+"Latency rows, eleventh cut").
+
     python bench/call_cost.py --dsn D --runs 300 --batch 1
+    python bench/call_cost.py --dsn D --runs 200 --gaps 0,0.002,0.01,0.05
 """
 
 from __future__ import annotations
@@ -17,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -55,14 +64,28 @@ def on_cpu_ns(pid: int) -> int:
 
 
 def one_round(
-    conn: psycopg.Connection, pid: int, queue: str, worker: str, batch: int, cost: dict[str, int]
+    conn: psycopg.Connection,
+    pid: int,
+    queue: str,
+    worker: str,
+    batch: int,
+    cost: dict[str, int],
+    gap: float = 0.0,
+    walls: dict[str, list[float]] | None = None,
 ) -> None:
-    """One batch of runs through the path, each call's backend CPU added to ``cost``."""
+    """One batch of runs through the path, each call's backend CPU added to ``cost``; with
+    ``gap``, the connection idle that many seconds before each call, and with ``walls``, each
+    call's wall clock (ms) appended to its step's list."""
 
     def call(step: str, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if gap:
+            time.sleep(gap)
         before = on_cpu_ns(pid)
+        began = time.perf_counter()
         cur = conn.execute(sql, params, prepare=True)
         rows = cur.fetchall()
+        if walls is not None:
+            walls[step].append((time.perf_counter() - began) * 1000)
         cost[step] += on_cpu_ns(pid) - before
         names = [d.name for d in cur.description or []]
         return [dict(zip(names, row, strict=True)) for row in rows]
@@ -154,6 +177,36 @@ def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str,
     return pid, queue, worker
 
 
+def by_gap(
+    conn: psycopg.Connection, pid: int, queue: str, worker: str, runs: int, gaps: str
+) -> dict[str, Any]:
+    """One run per round, the gaps in turn ten rounds each: per gap and step, the call's wall
+    p50 and its backend's CPU per call (ms), and the five calls' wall p50s summed."""
+    pauses = [float(g) for g in gaps.split(",")]
+    walls: dict[float, dict[str, list[float]]] = {g: {step: [] for step in STEPS} for g in pauses}
+    cost: dict[float, dict[str, int]] = {g: dict.fromkeys(STEPS, 0) for g in pauses}
+    blocks = max(1, runs // 10)
+    for _ in range(blocks):
+        for g in pauses:
+            for _ in range(10):
+                one_round(conn, pid, queue, worker, 1, cost[g], g, walls[g])
+    out: dict[str, Any] = {"runs_per_gap": blocks * 10}
+    for g in pauses:
+        row = {
+            step: {
+                "wall_ms_p50": round(statistics.median(walls[g][step]), 3),
+                "cpu_ms": round(cost[g][step] / (blocks * 10) / 1e6, 3),
+            }
+            for step in STEPS
+        }
+        out[f"gap_{g * 1000:g}ms"] = {
+            **row,
+            "wall_ms_sum": round(sum(r["wall_ms_p50"] for r in row.values()), 3),
+            "cpu_ms_sum": round(sum(r["cpu_ms"] for r in row.values()), 3),
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dsn", required=True)
@@ -167,12 +220,19 @@ def main() -> None:
         default=0,
         help="other (queue, workflow) registrations first (see prepare)",
     )
+    parser.add_argument(
+        "--gaps",
+        help="comma-separated seconds idle before each call, taken in turn (wall and CPU per gap)",
+    )
     args = parser.parse_args()
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         pid, queue, worker = prepare(conn, args.registrations)
         warm = dict.fromkeys(STEPS, 0)
         for _ in range(max(1, args.warmup // args.batch)):
             one_round(conn, pid, queue, worker, args.batch, warm)
+        if args.gaps:
+            print(json.dumps(by_gap(conn, pid, queue, worker, args.runs, args.gaps)))
+            return
         if args.statements:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             conn.execute("SET pg_stat_statements.track = 'all'")

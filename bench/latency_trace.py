@@ -7,6 +7,10 @@ and the client's hub notifications. Prints, for the most common sequence of step
 time of each step from the client's ``start_workflow`` (and the gap from the step before).
 Not a benchmark (the timestamps cost a little); use it to see where a run waits.
 
+``--execute``: the client waits as the row's bench does (bench/remote_latency.py's default:
+``execute_workflow``, a start that marks its waiter, then one read after the close's
+notification) instead of ``start_workflow`` then ``result()``.
+
 ``--signals``: the signal round trip instead (harvest_bench.py's ``signals`` row, but with the
 worker in the child process): one run waits on ``ping`` signals, this process sends one at a
 time, and a step ends when the worker runs the no-op activity the workflow starts on it.
@@ -139,7 +143,7 @@ async def serve(dsn: str, out: str) -> None:
         json.dump(EVENTS, f)
 
 
-async def measure(dsn: str, n: int, rate: float) -> None:
+async def measure(dsn: str, n: int, rate: float, execute: bool = False) -> None:
     from harvest import AsyncClient
 
     instrument("C")
@@ -153,8 +157,11 @@ async def measure(dsn: str, n: int, rate: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
         EVENTS.append((CLOCK(), "C:start_workflow"))
-        handle = await client.start_workflow(one_step, i)
-        await handle.result(timeout=60)
+        if execute:
+            await client.execute_workflow(one_step, i, result_timeout=60)
+        else:
+            handle = await client.start_workflow(one_step, i)
+            await handle.result(timeout=60)
         EVENTS.append((CLOCK(), "C:result returned"))
     await client.close()
 
@@ -194,6 +201,7 @@ def timeline(
     sequences: collections.Counter[tuple[str, ...]] = collections.Counter()
     at: dict[str, list[float]] = collections.defaultdict(list)
     took = []
+    each: list[tuple[float, dict[str, float]]] = []  # (the run's time, its steps' times)
     for run in runs:
         end = min((t for t, what in run if what == last), default=None)
         if end is None:
@@ -201,6 +209,7 @@ def timeline(
         took.append((end - run[0][0]) * 1000)
         seen: collections.Counter[str] = collections.Counter()
         steps = []
+        times: dict[str, float] = {}
         for t, what in run:
             if t > end:
                 continue
@@ -208,17 +217,28 @@ def timeline(
             step = what if seen[what] == 1 else f"{what} #{seen[what]}"
             steps.append(step)
             at[step].append((t - run[0][0]) * 1000)
+            times[step] = (t - run[0][0]) * 1000
         sequences[tuple(steps)] += 1
+        each.append((took[-1], times))
     steps, count = sequences.most_common(1)[0]
+    ranked = sorted(took)
     print(
-        f"{len(took)} runs, {first} -> {last} p50 {statistics.median(took):.2f} ms; steps in the most common order"
+        f"{len(took)} runs, {first} -> {last} p50 {statistics.median(took):.2f} ms,"
+        f" p90 {ranked[int(0.9 * (len(ranked) - 1))]:.2f}, p99 {ranked[int(0.99 * (len(ranked) - 1))]:.2f};"
+        " steps in the most common order"
     )
-    print(f"({count} runs) as medians from {first}, ms (C: client, W: worker; > sent, < answered):")
-    before = 0.0
+    print(f"({count} runs) as medians from {first}, ms (C: client, W: worker; > sent, < answered);")
+    print("then the same medians over the slowest tenth of the runs (every order):")
+    slow = [times for _, times in sorted(each, key=lambda run: run[0])[-max(1, len(each) // 10) :]]
+    before = slow_before = 0.0
     for step in steps:
         median = statistics.median(at[step])
-        print(f"{median:8.2f}  {median - before:+7.2f}  {step}")
-        before = median
+        slow_at = [times[step] for times in slow if step in times]
+        slow_median = statistics.median(slow_at) if slow_at else float("nan")
+        print(
+            f"{median:8.2f}  {median - before:+7.2f}   {slow_median:8.2f}  {slow_median - slow_before:+7.2f}  {step}"
+        )
+        before, slow_before = median, slow_median
 
 
 def main() -> None:
@@ -227,6 +247,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--rate", type=float, default=20.0)
     parser.add_argument("--signals", action="store_true", help="the signal round trip instead")
+    parser.add_argument(
+        "--execute",
+        action="store_true",
+        help="execute_workflow (the row's client path) for start then result()",
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -243,7 +268,10 @@ def main() -> None:
         if child.stdout is None or child.stdout.readline().strip() != "ready":
             raise SystemExit(f"the worker process did not start ({child.wait()})")
         try:
-            asyncio.run((measure_signals if args.signals else measure)(args.dsn, args.runs, args.rate))
+            if args.signals:
+                asyncio.run(measure_signals(args.dsn, args.runs, args.rate))
+            else:
+                asyncio.run(measure(args.dsn, args.runs, args.rate, args.execute))
         finally:
             if child.stdin is not None:
                 child.stdin.close()
