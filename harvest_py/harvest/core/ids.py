@@ -1,10 +1,10 @@
 """Execution ids: a UUID whose first two bytes carry the shard number.
 
-(The next six bytes are the minting transaction's clock, so one shard's ids sort by when
-their runs started; nothing reads them back.) The same encoding as ``harvest._new_execution_id`` and ``harvest.shard_of`` in
-``functions/core.sql``, so any id routes to its shard with no directory. And the
-decision partition of a workflow id (owner mode), as ``harvest.partition_of`` in
-``functions/owners.sql``.
+The next six bytes are the minting transaction's clock, so one shard's ids sort by when
+their runs started (nothing reads them back). The same encoding as
+``harvest._new_execution_id`` and ``harvest.shard_of`` in ``functions/core.sql``, so any
+id routes to its shard with no directory. And the decision partition of a workflow id
+(owner mode), as ``harvest.partition_of`` in ``functions/owners.sql``.
 """
 
 from __future__ import annotations
