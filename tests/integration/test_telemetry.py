@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from harvest import Client
 
 HERE = Path(__file__).parent
@@ -45,9 +47,14 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_one_trace_across_two_worker_processes_and_json_logs(db: str, tmp_path: Path) -> None:
+# B with a cache, and B without one: a task of B's that misses its cache (every task without
+# one; under load now and then with one: a CI run at load 7 saw it) replays as a new root.
+@pytest.mark.parametrize("b_cache_size", [1000, 0], ids=["b-cached", "b-replays"])
+def test_one_trace_across_two_worker_processes_and_json_logs(
+    db: str, tmp_path: Path, b_cache_size: int
+) -> None:
     a = _spawn(db, "tp", tmp_path, "a", 0)
-    b = _spawn(db, "tp_act,tp_child", tmp_path, "b", 1000)
+    b = _spawn(db, "tp_act,tp_child", tmp_path, "b", b_cache_size)
     try:
         with Client(db) as client:
             deadline = time.monotonic() + 30
@@ -74,9 +81,15 @@ def test_one_trace_across_two_worker_processes_and_json_logs(db: str, tmp_path: 
     # The activity spans (both in B) and the parent's first task (in A) are in the run's trace.
     activities = by_name["harvest.activity.execute"]
     assert len(activities) == 3 and all(s["trace_id"] == run_trace for s in activities)
-    assert all(s["trace_id"] == run_trace for s in spans_b), (
+    b_replays = [s for s in spans_b if s["attributes"].get("harvest.replay") is True]
+    assert all(s["trace_id"] == run_trace for s in spans_b if s not in b_replays), (
         "B's spans (activities, the child's and the grandchild's tasks) are in the root run's trace"
     )
+    # A task that replayed the whole history is a new root linked to the run's trace
+    # (docs/observability.md), in B as in A.
+    assert all(run_trace in s["links"] for s in b_replays)
+    if b_cache_size == 0:
+        assert b_replays, "B without a cache replays the child's and the grandchild's later tasks"
     first_task = [s for s in by_name["harvest.workflow.task"] if s in spans_a]
     assert first_task and first_task[0]["trace_id"] == run_trace
     # The parent's activity span is the child of the workflow task span (in the other process)
