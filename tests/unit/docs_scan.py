@@ -18,7 +18,7 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
 
 
 def doc_pages(*, examples: bool = True) -> list[Path]:
-    pages = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+    pages = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
     if examples:
         pages += sorted((ROOT / "examples").glob("*/README*"))
     return pages

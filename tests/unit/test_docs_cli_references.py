@@ -35,9 +35,7 @@ SHELL_BLOCKS = {"", "sh", "bash", "shell", "console", "text", "ini"}
 # `harvest` as a command: after a start, a separator or a path (`.venv/bin/harvest`)
 COMMAND = re.compile(r"(?:(?<=^)|(?<=[\s;|&(`=]))((?:[\w.~-]*/)*)harvest(?=\s|$)")
 ENV = r"(?:[A-Za-z_]\w*=\S*\s+)*"
-CONTEXT = re.compile(
-    rf"(?:^\s*(?:\$\s+)?{ENV}|(?:\||&&|;|\$\(|`|\bexec|-m)\s*{ENV}|ExecStart=)$"
-)
+CONTEXT = re.compile(rf"(?:^\s*(?:\$\s+)?{ENV}|(?:\||&&|;|\$\(|`|\bexec|-m)\s*{ENV}|ExecStart=)$")
 # where a command line ends (quotes are not parsed: no doc puts these inside an argument)
 END = re.compile(r"\s(?:\||&&|;|#|>|2>|<<)(?:\s|$)|\)\s*$|`|;\s*$")
 FIRST_WORD = re.compile(r"^(?:-.*|[a-z][a-z-]*(?:[|/][a-z-]*)*|[<\[].*)$")
@@ -131,9 +129,12 @@ def _check(command: click.Command, path: str, words: list[str], ctx: click.Conte
         word = words[i]
         i += 1
         run_command = getattr(command, "run_command", None)  # `harvest worker TARGET [OPTIONS]`
-        if isinstance(run_command, click.Command) and word not in ("--help", "-h"):
-            if word not in command.list_commands(ctx) and not PLACEHOLDER.match(word):
-                command, ctx = run_command, click.Context(run_command, info_name="run", parent=ctx)
+        if (
+            isinstance(run_command, click.Command)
+            and word not in ("--help", "-h", *command.list_commands(ctx))
+            and not PLACEHOLDER.match(word)
+        ):
+            command, ctx = run_command, click.Context(run_command, info_name="run", parent=ctx)
         if word.startswith("-") and len(word) > 1 and not word[1:2].isdigit():
             name, has_value = word.split("=", 1)[0], "=" in word
             options = _options(command, ctx)
@@ -213,7 +214,10 @@ def test_the_check_itself(line: str, problem: str | None) -> None:
         ("HARVEST_URL=http://x/api HARVEST_TOKEN=$T harvest workflow get $ID", ["harvest workflow get $ID"]),
         ("harvest dlq list -o json | jq '.[]' | harvest x", ["harvest dlq list -o json", "harvest x"]),
         ("harvest health   # GET /health/ready", ["harvest health"]),
-        ("ExecStart=/opt/a/.venv/bin/harvest worker m:app --concurrency 20", ["harvest worker m:app --concurrency 20"]),
+        (
+            "ExecStart=/opt/a/.venv/bin/harvest worker m:app --concurrency 20",
+            ["harvest worker m:app --concurrency 20"],
+        ),
         ("no harvest role can read harvest.api_tokens", []),
         ("the schema harvest is", []),
     ],

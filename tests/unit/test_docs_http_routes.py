@@ -158,7 +158,11 @@ def test_the_docs_name_routes() -> None:
 
 
 def test_every_route_the_docs_name_exists() -> None:
-    missing = [f"{n.place}: `{n.method} {n.path}`: no such route" for n in named_routes() if not exists(n.method, n.path)]
+    missing = [
+        f"{n.place}: `{n.method} {n.path}`: no such route"
+        for n in named_routes()
+        if not exists(n.method, n.path)
+    ]
     assert not missing, "the docs name routes the management API does not have:\n" + "\n".join(missing)
 
 
@@ -178,7 +182,8 @@ def test_every_route_is_documented() -> None:
         if route[0] != "ui"
         for method in sorted(methods - {"HEAD"})
         if not any(
-            len(doc) == len(route) and all(d == r or _segment_matches(d, r) for d, r in zip(doc, route, strict=True))
+            len(doc) == len(route)
+            and all(d == r or _segment_matches(d, r) for d, r in zip(doc, route, strict=True))
             for doc in named.get(method, [])
         )
     ]

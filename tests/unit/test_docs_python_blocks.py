@@ -170,7 +170,8 @@ def _keywords(call: ast.Call, roots: dict[str, Any]) -> Iterator[str]:
     names = {p.name for p in parameters if p.kind is not inspect.Parameter.POSITIONAL_ONLY}
     for keyword in call.keywords:
         if keyword.arg is not None and keyword.arg not in names:
-            yield f"`{'.'.join(chain)}({keyword.arg}=...)`: no parameter {keyword.arg} (has: {', '.join(sorted(names))})"
+            have = ", ".join(sorted(names))
+            yield f"`{'.'.join(chain)}({keyword.arg}=...)`: no parameter {keyword.arg} (has: {have})"
 
 
 def test_the_docs_have_python_blocks() -> None:
@@ -201,11 +202,20 @@ def test_skips_are_rare() -> None:
         ("from harvest import Nope", ["`from harvest import Nope`: harvest has no Nope"]),
         ("from harvest.nope import X", ["`from harvest.nope import ...`: no module harvest.nope"]),
         ("import harvest\nharvest.testing.WorkflowEnvironment", []),
-        ("import harvest\nharvest.testing.Nope", ["`harvest.testing.Nope`: harvest.testing has no attribute Nope"]),
-        ("from harvest import RetryPolicy\nRetryPolicy.nope()", ["`RetryPolicy.nope`: RetryPolicy has no attribute nope"]),
+        (
+            "import harvest\nharvest.testing.Nope",
+            ["`harvest.testing.Nope`: harvest.testing has no attribute Nope"],
+        ),
+        (
+            "from harvest import RetryPolicy\nRetryPolicy.nope()",
+            ["`RetryPolicy.nope`: RetryPolicy has no attribute nope"],
+        ),
         ("from harvest import App\nApp = object()\nApp.whatever", []),
         ("@activity(priority=5)\n", ["does not parse"]),
-        ("from harvest import activity\n@activity(prio=5)\nasync def a(ctx): ...", ["`activity(prio=...)`: no parameter prio"]),
+        (
+            "from harvest import activity\n@activity(prio=5)\nasync def a(ctx): ...",
+            ["`activity(prio=...)`: no parameter prio"],
+        ),
         ("from harvest import RetryPolicy\nRetryPolicy.exponential(max_attempts=2, initial='1s')", []),
     ],
 )
