@@ -39,7 +39,8 @@ CONTEXT = re.compile(rf"(?:^\s*(?:\$\s+)?{ENV}|(?:\||&&|;|\$\(|`|\bexec|-m)\s*{E
 # where a command line ends (quotes are not parsed: no doc puts these inside an argument)
 END = re.compile(r"\s(?:\||&&|;|#|>|2>|<<)(?:\s|$)|\)\s*$|`|;\s*$")
 FIRST_WORD = re.compile(r"^(?:-.*|[a-z][a-z-]*(?:[|/][a-z-]*)*|[<\[].*)$")
-PLACEHOLDER = re.compile(r"^(?:<.*>|[A-Z][A-Z0-9_-]*|\.\.\.|…|\$\w+|\{.*\})$")
+PLACEHOLDER = re.compile(r"^(?:<.*>|[A-Z][A-Z0-9_-]*|options|args|\.\.\.|…|\$\w+|\{.*\})$")
+MAX_OPEN = 5
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,26 @@ class Reference:
     line: str  # the command line as the doc shows it, from `harvest`
 
 
+def _unclosed(line: str) -> bool:
+    try:
+        shlex.split(line, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
 def _logical_lines(text: str, first: int) -> Iterator[tuple[int, str]]:
-    """A block's lines with backslash continuations joined, each with its first line."""
-    pending, start = "", first
+    """A block's lines with backslash continuations, and quotes left open (a JSON argument over
+    three lines, at most MAX_OPEN), joined; each with its first line."""
+    pending, start, held = "", first, 0
     for offset, line in enumerate(text.splitlines()):
         if not pending:
-            start = first + offset
+            start, held = first + offset, 0
         if line.rstrip().endswith("\\"):
             pending += line.rstrip()[:-1] + " "
+            continue
+        if held < MAX_OPEN and "harvest " in pending + line and _unclosed(pending + line):
+            pending, held = pending + line + " ", held + 1
             continue
         yield start, pending + line
         pending = ""
@@ -117,6 +130,30 @@ def _takes_value(param: click.Parameter) -> bool:
     return not (isinstance(param, click.Option) and (param.is_flag or param.count))
 
 
+def _choice(param: click.Parameter, value: str) -> list[str]:
+    """A literal value of a choice option must be one of its choices (`table|json`: each)."""
+    if not isinstance(param.type, click.Choice) or PLACEHOLDER.match(value):
+        return []
+    choices = [str(c) for c in param.type.choices]
+    fold = (lambda v: v.lower()) if not param.type.case_sensitive else (lambda v: v)
+    return [
+        f"{v!r} is not one of {', '.join(choices)}"
+        for v in re.split(r"[|/]", value)
+        if fold(v) not in {fold(c) for c in choices}
+    ]
+
+
+def _arguments(command: click.Command) -> str:
+    return " ".join(p.human_readable_name for p in command.params if isinstance(p, click.Argument)) or "none"
+
+
+def _max_arguments(command: click.Command) -> float:
+    arguments = [p for p in command.params if isinstance(p, click.Argument)]
+    if any(p.nargs < 0 for p in arguments):
+        return float("inf")
+    return sum(p.nargs for p in arguments)
+
+
 def check(line: str) -> list[str]:
     """What is wrong with one command line ([] when nothing)."""
     return _check(main, "harvest", _words(line), click.Context(main, info_name="harvest"))
@@ -124,7 +161,7 @@ def check(line: str) -> list[str]:
 
 def _check(command: click.Command, path: str, words: list[str], ctx: click.Context) -> list[str]:
     problems: list[str] = []
-    i = 0
+    i = positionals = 0
     while i < len(words):
         word = words[i]
         i += 1
@@ -135,19 +172,28 @@ def _check(command: click.Command, path: str, words: list[str], ctx: click.Conte
             and not PLACEHOLDER.match(word)
         ):
             command, ctx = run_command, click.Context(run_command, info_name="run", parent=ctx)
+            positionals = 0
         if word.startswith("-") and len(word) > 1 and not word[1:2].isdigit():
             name, has_value = word.split("=", 1)[0], "=" in word
             options = _options(command, ctx)
             param = options.get(name)
             if param is None:
+                positionals = -1_000  # its value, if it takes one, is not an argument
                 have = ", ".join(sorted(o for o in options if o.startswith("--")))
                 problems.append(f"no option {name} on `{path}` (has: {have or 'none'})")
                 continue
-            if _takes_value(param) and not has_value:
-                i += param.nargs if param.nargs > 0 else 1
+            if not _takes_value(param):
+                continue
+            count = param.nargs if param.nargs > 0 else 1
+            values = [word.split("=", 1)[1]] if has_value else words[i : i + count]
+            i += 0 if has_value else count
+            problems += [f"`{path} {name}`: {p}" for v in values for p in _choice(param, v)]
             continue
         if not isinstance(command, click.Group):
-            continue  # a positional argument
+            positionals += 1
+            if positionals > _max_arguments(command) and not PLACEHOLDER.match(word):
+                problems.append(f"`{path}` takes no argument {word!r} (its arguments: {_arguments(command)})")
+            continue
         if PLACEHOLDER.match(word):
             return problems  # some subcommand: what follows cannot be checked
         names = command.list_commands(ctx)
@@ -163,6 +209,7 @@ def _check(command: click.Command, path: str, words: list[str], ctx: click.Conte
             sub = command.get_command(ctx, word)
             assert sub is not None
             command, path, ctx = sub, f"{path} {word}", click.Context(sub, info_name=word, parent=ctx)
+            positionals = 0
         else:
             problems.append(f"no command `{path} {word}` (has: {', '.join(names)})")
             return problems
@@ -197,6 +244,10 @@ def test_every_command_line_in_the_docs_exists() -> None:
         ("harvest workflow lst", "no command `harvest workflow lst`"),
         ("harvest workflow list --output json --format x", "no option --format"),
         ("harvest --nope workflow list", "no option --nope on `harvest` "),
+        ("harvest workflow list -o yaml", "`harvest workflow list -o`: 'yaml' is not one of"),
+        ("harvest migrate status --output table|jsn", "`harvest migrate status --output`: 'jsn' is not"),
+        ("harvest workflow get <id> extra", "`harvest workflow get` takes no argument 'extra'"),
+        ("harvest workflow get <id> ...", None),
     ],
 )
 def test_the_check_itself(line: str, problem: str | None) -> None:
@@ -232,4 +283,6 @@ def test_continuations_are_joined() -> None:
         (10, "$ harvest workflow start checkout --workflow-id a      --input-json '{}'"),
         (12, "harvest dag list"),
     ]
+    text = "harvest workflow start a --input-json \\\n  '[{\"a\": 1,\n    \"b\": 2}]'\nharvest dag list\nerror: the DSN's user\nharvest dag list"
+    assert [n for n, _ in _logical_lines(text, 1)] == [1, 4, 5, 6]
     assert ROOT.exists()

@@ -8,7 +8,13 @@ The pages: docs/**/*.md, README.md and examples/*/README* (tests/unit/docs_scan.
   module imports.
 - `harvest.x.Y` (with `import harvest`) and `A.attr` (A imported from harvest and not bound
   again in the block): each attribute of the chain exists (a submodule is imported when the
-  attribute is one).
+  attribute is one); a call of a Harvest callable passes only keywords its signature has.
+- `ctx.name` (in a block, or an inline span starting `ctx.`) is an attribute of a workflow's
+  or an activity's context (WorkflowContext, ActivityContext and its local and process kinds).
+- An inline span naming a Python object of the package (`harvest.SignalTimeout`,
+  `harvest.errors.SchemaMismatch`, `harvest.testing.WorkflowEnvironment.sleep`: a capitalised
+  name after `harvest.`; lowercase `harvest.x` is the SQL schema's) exists; not on the pages
+  that record past branches (performance.md, benchmarks.md).
 
 The skip marker: a block that is deliberately not Python on its own (a pseudo-signature, a
 diff) is skipped only when the line right before its fence is
@@ -24,13 +30,15 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 import textwrap
 from collections.abc import Iterator
+from functools import cache
 from types import ModuleType
 from typing import Any, cast
 
 import pytest
-from docs_scan import Block, doc_pages, split_page, where
+from docs_scan import Block, doc_pages, inline_spans, split_page, where
 
 PYTHON = {"python", "py", "python3"}
 MARKER = "<!-- docs-check: fragment"
@@ -140,6 +148,8 @@ def problems(block: Block) -> Iterator[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             yield from _keywords(node, roots)
+    if "ctx" not in roots:
+        yield from _context_problems(tree)
 
 
 def _resolve(chain: list[str], roots: dict[str, Any]) -> Any:
@@ -172,6 +182,76 @@ def _keywords(call: ast.Call, roots: dict[str, Any]) -> Iterator[str]:
         if keyword.arg is not None and keyword.arg not in names:
             have = ", ".join(sorted(names))
             yield f"`{'.'.join(chain)}({keyword.arg}=...)`: no parameter {keyword.arg} (has: {have})"
+
+
+# `ctx.` names a page mentions on purpose although no context has them, each with its reason.
+NOT_CONTEXT = {"signal_handler": "internals.md: says it is not part of the contract"}
+HISTORY_PAGES = ("docs/performance.md", "docs/benchmarks.md")
+OBJECT_SPAN = re.compile(r"^(harvest(?:\.[a-z_]\w*)*\.[A-Z]\w*)(?:\.(\w+))?(?:\(.*\))?$")
+CTX = re.compile(r"\bctx\.(\w+)")
+
+
+@cache
+def context_attributes() -> frozenset[str]:
+    """What `ctx` has in a workflow or an activity: the classes' names and what __init__ sets."""
+    from harvest.runtime.context import WorkflowContext
+    from harvest.runtime.local import LocalActivityContext
+    from harvest.worker.activities import ActivityContext
+    from harvest.worker.executors import ProcessActivityContext
+
+    found: set[str] = set()
+    for cls in (WorkflowContext, ActivityContext, LocalActivityContext, ProcessActivityContext):
+        found |= set(dir(cls))
+        for klass in cls.__mro__:
+            found |= set(getattr(klass, "__slots__", ()) or ()) | set(getattr(klass, "__annotations__", {}))
+            if klass.__module__.startswith("harvest"):
+                found |= set(re.findall(r"self\.(\w+)\s*(?::[^=\n]*)?=", inspect.getsource(klass)))
+    return frozenset(found)
+
+
+def _context_problems(tree: ast.Module) -> Iterator[str]:
+    seen: set[str] = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id == "ctx" and node.attr not in context_attributes() and node.attr not in seen:
+            seen.add(node.attr)
+            yield f"`ctx.{node.attr}`: no context has {node.attr}"
+
+
+def span_problems(text: str) -> list[str]:
+    """What is wrong with one inline code span ([] when nothing, or when it names no object)."""
+    problems = [
+        f"`ctx.{name}`: no context has {name}"
+        for name in CTX.findall(text)
+        if text.startswith("ctx.")
+        if name not in context_attributes() and name not in NOT_CONTEXT
+    ]
+    match = OBJECT_SPAN.match(text)
+    if match:
+        chain = [*match.group(1).split("."), *([match.group(2)] if match.group(2) else [])]
+        value: Any = importlib.import_module("harvest")
+        for i, name in enumerate(chain[1:], 1):
+            found, value = _attribute(value, name)
+            if not found:
+                problems.append(
+                    f"`{'.'.join(chain[: i + 1])}`: {'.'.join(chain[:i])} has no attribute {name}"
+                )
+                break
+    return problems
+
+
+def test_inline_python_names_exist() -> None:
+    failures, checked = [], 0
+    for page in doc_pages():
+        if where(page, 0).startswith(HISTORY_PAGES):
+            continue
+        for span in inline_spans(page, split_page(page)[1]):
+            if span.text.startswith("ctx.") or OBJECT_SPAN.match(span.text):
+                checked += 1
+                failures += [f"{where(page, span.line)}: {p}" for p in span_problems(span.text)]
+    assert checked >= 100, f"only {checked} inline python names found: has the scan broken?"
+    assert not failures, "the docs name python objects that do not exist:\n" + "\n".join(failures)
 
 
 def test_the_docs_have_python_blocks() -> None:
@@ -217,6 +297,7 @@ def test_skips_are_rare() -> None:
             ["`activity(prio=...)`: no parameter prio"],
         ),
         ("from harvest import RetryPolicy\nRetryPolicy.exponential(max_attempts=2, initial='1s')", []),
+        ("async def w(ctx):\n    await ctx.sleep('1s')\n    ctx.nope()", ["`ctx.nope`: no context has nope"]),
     ],
 )
 def test_the_check_itself(source: str, expected: list[str]) -> None:
@@ -226,3 +307,13 @@ def test_the_check_itself(source: str, expected: list[str]) -> None:
     assert len(found) == len(expected)
     for problem, start in zip(found, expected, strict=True):
         assert problem.startswith(start), problem
+
+
+def test_the_span_check_itself() -> None:
+    assert span_problems("ctx.execute_activity(charge, order)") == []
+    assert span_problems("ctx.heartbeat_details") == []
+    assert span_problems("ctx.sleeep('1s')") == ["`ctx.sleeep`: no context has sleeep"]
+    assert span_problems("harvest.errors.SchemaMismatch") == []
+    assert span_problems("harvest.testing.WorkflowEnvironment.sleep") == []
+    assert span_problems("harvest.Nope") == ["`harvest.Nope`: harvest has no attribute Nope"]
+    assert span_problems("harvest.start_workflow(p_name)") == []  # the SQL function: not checked
