@@ -283,6 +283,9 @@ def test_continuations_are_joined() -> None:
         (10, "$ harvest workflow start checkout --workflow-id a      --input-json '{}'"),
         (12, "harvest dag list"),
     ]
-    text = "harvest workflow start a --input-json \\\n  '[{\"a\": 1,\n    \"b\": 2}]'\nharvest dag list\nerror: the DSN's user\nharvest dag list"
+    text = (
+        'harvest workflow start a --input-json \\\n  \'[{"a": 1,\n    "b": 2}]\'\n'  # a quote over lines
+        "harvest dag list\nerror: the DSN's user\nharvest dag list"  # an apostrophe outside a command
+    )
     assert [n for n, _ in _logical_lines(text, 1)] == [1, 4, 5, 6]
     assert ROOT.exists()
