@@ -331,3 +331,45 @@ async def wf_held_decision(ctx, tag: str) -> str:
 
 
 app = App(workflows=[*app.workflows.values(), wf_held_decision], activities=list(app.activities.values()))
+
+
+# ------------------------------------------------------------- a def activity that does not end
+def _blocked(ctx: Any) -> str:
+    """Blocks its thread or process for ten minutes (nothing can cancel it there), once it has
+    written the file ``CHAOS_BLOCKED_MARK`` names."""
+    import pathlib
+    import time
+
+    pathlib.Path(os.environ["CHAOS_BLOCKED_MARK"]).touch()
+    time.sleep(600)
+    return "late"
+
+
+@activity(start_to_close=600)
+def blocked_in_thread(ctx) -> str:
+    return _blocked(ctx)
+
+
+@activity(start_to_close=600, executor="process")
+def blocked_in_process(ctx) -> str:
+    return _blocked(ctx)
+
+
+@activity(local=True, start_to_close=600)
+def blocked_local(ctx) -> str:
+    return _blocked(ctx)
+
+
+@workflow
+async def wf_blocked(ctx, executor: str) -> str:
+    """One ``def`` activity that blocks its thread (``executor`` "thread"), its process
+    ("process"), or a local one's thread ("local", in the workflow task)."""
+    if executor == "local":
+        return await ctx.execute_local_activity(blocked_local)
+    return await ctx.execute_activity(blocked_in_process if executor == "process" else blocked_in_thread)
+
+
+app = App(
+    workflows=[*app.workflows.values(), wf_blocked],
+    activities=[*app.activities.values(), blocked_in_thread, blocked_in_process, blocked_local],
+)

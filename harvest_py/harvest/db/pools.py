@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import select
 import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
@@ -65,14 +66,67 @@ def _idle_too_long(conn: Any) -> bool:
     return since is not None and time.monotonic() - since > IDLE_CHECK_SECS
 
 
+# A connection idle in the pool has nothing to read unless its server spoke since it was
+# returned: a backend that ended (a server restart or shutdown, pg_terminate_backend,
+# idle_session_timeout) sends its FATAL error (57P01, 57P05, ...) and closes the socket. The
+# call lent it would send its statement into a dead connection and raise AdminShutdown or
+# "server closed the connection unexpectedly" though nothing ran. One poll of the socket (no
+# wait, no round trip) finds that before anything is sent: the connection is then pinged
+# (what else it may have read, a notice, leaves it usable) and, dead, replaced by the pool.
+def _server_spoke(conn: Any) -> bool:
+    if conn.closed:  # the pool replaces it
+        return True
+    poller = getattr(conn, "_harvest_poller", None)
+    if poller is None:
+        poller = conn._harvest_poller = _Poller(conn.pgconn.socket)
+    return poller.readable()
+
+
+class _Poller:
+    """One socket, polled for input without waiting (select() where there is no poll())."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.poll: Any = None
+        if hasattr(select, "poll"):
+            self.poll = select.poll()
+            self.poll.register(fd, select.POLLIN)
+
+    def readable(self) -> bool:
+        if self.poll is None:
+            return bool(select.select([self.fd], [], [], 0)[0])
+        return bool(self.poll.poll(0))
+
+
+def _needs_check(conn: Any) -> bool:
+    return _idle_too_long(conn) or _server_spoke(conn)
+
+
+# A dead connection found, the pool's other idle ones most likely went with it (a server
+# restart ends every backend): they are checked at once (psycopg_pool's ``check``: each
+# pinged, the dead replaced) before the pool lends the next. Found one at a time instead,
+# each after the first would cost the call psycopg_pool's growing pause (1 s, 2 s, 4 s, ...)
+# and a pool of many could time out.
+
+
 async def _async_idle_check(conn: Any) -> None:
-    if _idle_too_long(conn):
-        await AsyncConnectionPool.check_connection(conn)
+    if _needs_check(conn):
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            if (pool := getattr(conn, "_pool", None)) is not None:
+                await pool.check()
+            raise
 
 
 def _idle_check(conn: Any) -> None:
-    if _idle_too_long(conn):
-        ConnectionPool.check_connection(conn)
+    if _needs_check(conn):
+        try:
+            ConnectionPool.check_connection(conn)
+        except Exception:
+            if (pool := getattr(conn, "_pool", None)) is not None:
+                pool.check()
+            raise
 
 
 def _most_recent_first(pool: Any) -> None:

@@ -257,10 +257,12 @@ class ThreadWaiting(Protocol):
 
 
 # A pooled connection whose server restarted (or whose backend an admin terminated) since it
-# was pooled answers its next statement with AdminShutdown (57P01) without running it: a
-# terminated backend commits nothing. A wait on pooled connections (below) then makes the call
-# again on the next connection, as many times as a pool may hold such connections. The
-# waits' calls read, or mark a waiter, which is idempotent.
+# was pooled is not lent: the pool sees the ending backend's message on its socket
+# (harvest.db.pools, ``_server_spoke``). One that ends in the moment between the poll and the
+# statement, or while the statement runs, fails the call with AdminShutdown (57P01). A wait on
+# pooled connections (below) then makes the call again on the next connection, a bounded
+# number of times: the waits' calls read, or mark a waiter, which is idempotent. Any other
+# call's AdminShutdown is the caller's (its statement may have committed).
 STALE_CONNECTION_ATTEMPTS = 8
 
 

@@ -9,13 +9,17 @@ running it again.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harvest.core.errors import ActivityFailure, PayloadError
 from harvest.core.idempotency import IdempotencyKey
 from harvest.core.payload import encode
+from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition
 
 __all__ = ["LOCAL_MAX_BACKOFF", "LocalActivityContext", "run_local_activity"]
@@ -95,8 +99,22 @@ async def run_local_activity(
         attempt += 1
 
 
+# A local ``def`` activity's thread: as many as the loop's default executor would have, in a
+# pool whose threads do not hold the process at its exit (a worker stopped during a blocked
+# local activity goes at its grace; harvest.core.threads).
+_threads: DaemonThreads | None = None
+
+
+def _in_thread(fn: Any, ctx: Any, args: tuple[Any, ...]) -> Any:
+    global _threads
+    if _threads is None:
+        _threads = DaemonThreads(min(32, (os.cpu_count() or 1) + 4), "harvest-local-activity")
+    call = functools.partial(contextvars.copy_context().run, fn, ctx, *args)
+    return asyncio.get_running_loop().run_in_executor(_threads, call)
+
+
 async def _call(defn: ActivityDefinition, ctx: Any, args: tuple[Any, ...]) -> Any:
-    coro = defn.fn(ctx, *args) if defn.is_async else asyncio.to_thread(defn.fn, ctx, *args)
+    coro = defn.fn(ctx, *args) if defn.is_async else _in_thread(defn.fn, ctx, args)
     try:
         return await asyncio.wait_for(coro, timeout=defn.start_to_close or None)
     except TimeoutError:

@@ -16,13 +16,14 @@ import functools
 import multiprocessing
 import os
 import pickle
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
 from harvest.core.errors import ActivityFailure, ConfigError
 from harvest.core.idempotency import IdempotencyKey
+from harvest.core.threads import DaemonThreads
 from harvest.declare.definitions import ActivityDefinition, App
 
 __all__ = ["ActivityExecutors", "ProcessActivityContext", "check_process_activities"]
@@ -85,7 +86,7 @@ class ActivityExecutors:
     def __init__(self, threads: int, processes: int | None):
         self.thread_count = threads
         self.process_count = processes or os.cpu_count() or 1
-        self.threads = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="harvest-activity")
+        self.threads = DaemonThreads(threads, "harvest-activity")
         self._processes: ProcessPoolExecutor | None = None
 
     def _process_pool(self) -> Executor:
@@ -141,7 +142,15 @@ class ActivityExecutors:
             ) from None
 
     def shutdown(self) -> None:
+        """At the worker's stop, after its drain: what still runs here was released (another
+        worker runs it again), so nothing waits for it. A thread runs on and ends with the
+        process (:class:`DaemonThreads`); the processes are terminated, since the pool's exit
+        would otherwise wait for the calls they run."""
         self.threads.shutdown(wait=False, cancel_futures=True)
         if self._processes is not None:
-            self._processes.shutdown(wait=False, cancel_futures=True)
-            self._processes = None
+            pool, self._processes = self._processes, None
+            # (shutdown forgets them; Python 3.14's terminate_workers would say it outright)
+            processes = list((getattr(pool, "_processes", None) or {}).values())
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in processes:
+                process.terminate()

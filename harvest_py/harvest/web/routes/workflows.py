@@ -14,9 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from harvest.client.client import CONFLICT_POLICIES, REUSE_POLICIES
+from harvest.client.export_batch import resolved
+from harvest.core.codecs import refs_in
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument, NotFound
 from harvest.core.payload import redact
+from harvest.db.steps import arun_steps
 from harvest.web.routes import (
     ANY,
     BOOLEAN,
@@ -155,6 +158,18 @@ def _terminal(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+async def _terminal_resolved(call: Call, execution_id: str, row: dict[str, Any]) -> dict[str, Any]:
+    """:func:`_terminal` with an offloaded result (or failure) read back from the run's database
+    (``harvest.payloads``), as `harvest workflow result` and the clients give it; codec envelopes
+    stay as stored (the server holds no keys)."""
+    out = _terminal(row)
+    key = "output" if "output" in out else "error"
+    if refs_in(out[key]):
+        value = out[key]
+        out[key] = await call.routed(execution_id, lambda sql: arun_steps(resolved(value), sql))
+    return out
+
+
 def _successor(row: dict[str, Any]) -> str | None:
     if row.get("status") != "CONTINUED_AS_NEW":
         return None
@@ -206,7 +221,7 @@ async def workflow_result(call: Call, args: dict[str, Any], _: Any) -> Any:
                         await asyncio.wait_for(woken.wait(), min(remaining, 5.0))
             successor = _successor(row)
             if successor is None:
-                return _terminal(row)
+                return await _terminal_resolved(call, current, row)
             current = successor
         raise InvalidArgument(f"workflow {args['execution_id']} continued as new more than 100 times")
     finally:
