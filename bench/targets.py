@@ -608,8 +608,8 @@ PROPOSED: list[Proposed] = [
 
 
 def evaluate_proposed(results: dict, proposed: list[Proposed] = PROPOSED) -> list[dict]:
-    """The proposed measures' rows, as evaluate's: never a figure the run lacks."""
-    results = with_claim_cost(results)
+    """The proposed measures' rows, as evaluate's: never a figure the run lacks. The claim row
+    reads results["claim_cost"] (with_claim_cost adds the committed one)."""
     rows = []
     for p in proposed:
         row = {"key": p.key, "measure": p.measure, "goal": p.goal, "replaces": p.replaces}
