@@ -20,6 +20,9 @@ every call of a run does at the latency rows' rate, against back to back (docs/p
 ``complete_workflow_tasks`` scheduling and handing the activity the workflow runs on it; the
 activity's result and the run's close follow, not timed): each call's wall p50 and their sum,
 what the signal row's p50 is set against in ``make bench`` (bench/targets.py, proposed measures).
+``--merged-claim``: in both, the claim and the decision in one transaction (BEGIN timed with the
+claim, COMMIT with the decision), as a worker woken with nothing in flight sends them (docs/internals.md,
+"A claim that decides"); ``make bench`` measures it so, the rows' own path.
 
     python bench/call_cost.py --dsn D --runs 300 --batch 1
     python bench/call_cost.py --dsn D --runs 200 --gaps 0,0.002,0.01,0.05
@@ -78,18 +81,25 @@ def one_round(
     cost: dict[str, int],
     gap: float = 0.0,
     walls: dict[str, list[float]] | None = None,
+    merged: bool = False,
 ) -> None:
     """One batch of runs through the path, each call's backend CPU added to ``cost``; with
     ``gap``, the connection idle that many seconds before each call, and with ``walls``, each
-    call's wall clock (ms) appended to its step's list."""
+    call's wall clock (ms) appended to its step's list. With ``merged``, the claim and the
+    decision share one transaction, as a woken idle worker sends them (docs/internals.md, "A
+    claim that decides"): the claim's BEGIN is timed with it, the COMMIT with the decision."""
 
     def call(step: str, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         if gap:
             time.sleep(gap)
         before = on_cpu_ns(pid)
         began = time.perf_counter()
+        if merged and step == "claim_tasks":
+            conn.execute("BEGIN")
         cur = conn.execute(sql, params, prepare=True)
         rows = cur.fetchall()
+        if merged and step == "complete_workflow_tasks":
+            conn.execute("COMMIT")
         if walls is not None:
             walls[step].append((time.perf_counter() - began) * 1000)
         cost[step] += on_cpu_ns(pid) - before
@@ -159,15 +169,21 @@ def one_round(
 SIGNAL_STEPS = ("signal_workflow", "claim_tasks", "complete_workflow_tasks")
 
 
-def signal_round(conn: psycopg.Connection, queue: str, worker: str, walls: dict[str, list[float]]) -> None:
+def signal_round(
+    conn: psycopg.Connection, queue: str, worker: str, walls: dict[str, list[float]], merged: bool = False
+) -> None:
     """One run through the signal row's path: started, its first task decided with no command
     (it waits for a signal; not timed), then the three timed calls from the signal to the
-    activity handed, then the activity's result closing the run (not timed)."""
+    activity handed, then the activity's result closing the run (not timed). ``merged`` as in one_round."""
 
     def call(step: str | None, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         began = time.perf_counter()
+        if merged and sql == claim:
+            conn.execute("BEGIN")
         cur = conn.execute(sql, params, prepare=True)
         rows = cur.fetchall()
+        if merged and sql == decide:
+            conn.execute("COMMIT")
         if step is not None:
             walls[step].append((time.perf_counter() - began) * 1000)
         names = [d.name for d in cur.description or []]
@@ -227,15 +243,22 @@ def signal_round(conn: psycopg.Connection, queue: str, worker: str, walls: dict[
     )
 
 
-def signal_calls(conn: psycopg.Connection, queue: str, worker: str, runs: int, warmup: int) -> dict[str, Any]:
+def signal_calls(
+    conn: psycopg.Connection, queue: str, worker: str, runs: int, warmup: int, merged: bool = False
+) -> dict[str, Any]:
     """The signal row's three calls back to back: per call its wall p50 (ms), and their sum."""
     walls: dict[str, list[float]] = {step: [] for step in SIGNAL_STEPS}
     for _ in range(warmup):
-        signal_round(conn, queue, worker, {step: [] for step in SIGNAL_STEPS})
+        signal_round(conn, queue, worker, {step: [] for step in SIGNAL_STEPS}, merged)
     for _ in range(runs):
-        signal_round(conn, queue, worker, walls)
+        signal_round(conn, queue, worker, walls, merged)
     row = {step: {"wall_ms_p50": round(statistics.median(walls[step]), 3)} for step in SIGNAL_STEPS}
-    return {"runs": runs, **row, "wall_ms_sum": round(sum(r["wall_ms_p50"] for r in row.values()), 3)}
+    return {
+        "runs": runs,
+        "merged_claim": merged,
+        **row,
+        "wall_ms_sum": round(sum(r["wall_ms_p50"] for r in row.values()), 3),
+    }
 
 
 def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str, str]:
@@ -266,7 +289,7 @@ def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str,
 
 
 def by_gap(
-    conn: psycopg.Connection, pid: int, queue: str, worker: str, runs: int, gaps: str
+    conn: psycopg.Connection, pid: int, queue: str, worker: str, runs: int, gaps: str, merged: bool = False
 ) -> dict[str, Any]:
     """One run per round, the gaps in turn ten rounds each: per gap and step, the call's wall
     p50 and its backend's CPU per call (ms), and the five calls' wall p50s summed."""
@@ -277,8 +300,8 @@ def by_gap(
     for _ in range(blocks):
         for g in pauses:
             for _ in range(10):
-                one_round(conn, pid, queue, worker, 1, cost[g], g, walls[g])
-    out: dict[str, Any] = {"runs_per_gap": blocks * 10}
+                one_round(conn, pid, queue, worker, 1, cost[g], g, walls[g], merged)
+    out: dict[str, Any] = {"runs_per_gap": blocks * 10, "merged_claim": merged}
     for g in pauses:
         row = {
             step: {
@@ -317,6 +340,11 @@ def main() -> None:
         action="store_true",
         help="with --gaps: also the signal round trip's three calls back to back (signal_calls)",
     )
+    parser.add_argument(
+        "--merged-claim",
+        action="store_true",
+        help="with --gaps: the claim and the decision in one transaction, as a woken idle worker sends them",
+    )
     args = parser.parse_args()
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         pid, queue, worker = prepare(conn, args.registrations)
@@ -324,9 +352,11 @@ def main() -> None:
         for _ in range(max(1, args.warmup // args.batch)):
             one_round(conn, pid, queue, worker, args.batch, warm)
         if args.gaps:
-            out = by_gap(conn, pid, queue, worker, args.runs, args.gaps)
+            out = by_gap(conn, pid, queue, worker, args.runs, args.gaps, args.merged_claim)
             if args.signal_calls:
-                out["signal_calls"] = signal_calls(conn, queue, worker, args.runs, args.warmup)
+                out["signal_calls"] = signal_calls(
+                    conn, queue, worker, args.runs, args.warmup, args.merged_claim
+                )
             print(json.dumps(out))
             return
         if args.statements:

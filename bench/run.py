@@ -353,6 +353,7 @@ def summarize(results: dict) -> dict:
     if results.get("call_cost"):
         s["calls_back_to_back"] = {
             "runs": results["call_cost"]["runs_per_gap"],
+            "merged_claim": results["call_cost"].get("merged_claim", False),
             **results["call_cost"]["gap_0ms"],
             "signal_calls": results["call_cost"].get("signal_calls"),
         }
@@ -520,6 +521,7 @@ def main() -> None:
             "--gaps",
             "0",
             "--signal-calls",
+            "--merged-claim",
             template=template,
         )
 

@@ -30,19 +30,23 @@ def test_the_signal_rows_calls_run_back_to_back_and_close_their_runs(db):
     with psycopg.connect(db, autocommit=True) as conn:
         _pid, queue, worker = call_cost.prepare(conn)
         out = call_cost.signal_calls(conn, queue, worker, runs=3, warmup=1)
-        assert out["runs"] == 3
+        assert out["runs"] == 3 and out["merged_claim"] is False
+        # The claim and the decision in one transaction, as a woken idle worker sends them.
+        merged = call_cost.signal_calls(conn, queue, worker, runs=2, warmup=0, merged=True)
+        assert merged["merged_claim"] is True
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
         steps = ("signal_workflow", "claim_tasks", "complete_workflow_tasks")
         assert out["wall_ms_sum"] == round(sum(out[s]["wall_ms_p50"] for s in steps), 3)
         rows = conn.execute(
             "SELECT status, count(*) FROM harvest.executions WHERE queue = %s GROUP BY status", (queue,)
         ).fetchall()
-        assert rows == [("COMPLETED", 4)]
+        assert rows == [("COMPLETED", 6)]
         signals = conn.execute(
             "SELECT count(*) FROM harvest.events e JOIN harvest.executions x ON x.id = e.execution_id"
             " WHERE x.queue = %s AND e.event_type = 'SignalReceived'",
             (queue,),
         ).fetchone()[0]
-        assert signals == 4
+        assert signals == 6
 
 
 def test_the_floor_reads_the_servers_cpu_per_run(db):

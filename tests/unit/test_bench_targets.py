@@ -309,6 +309,10 @@ def test_proposed_rows_are_computed_from_the_results():
     assert r["remote_start_result_vs_calls"]["status"] == T.MISSED  # p99 12 > 3x 2.5
     assert r["signal_vs_calls"]["value"] == pytest.approx(5.4 / 3.5)
     assert "signal_workflow + claim_tasks + complete_workflow_tasks" in r["signal_vs_calls"]["detail"]
+    assert "committed apart" in r["signal_vs_calls"]["detail"]  # the fixture's calls were not merged
+    merged = proposed_sample()
+    merged["summary"]["calls_back_to_back"]["merged_claim"] = True
+    assert "in one transaction" in proposed(merged)["start_result_vs_calls"]["detail"]
     # SQL efficiency at one client, by server CPU: the floor's / the SQL path's.
     assert r["sql_efficiency_cpu"]["value"] == pytest.approx(0.55)
     assert r["sql_efficiency_cpu"]["status"] == T.MET and r["sql_efficiency_cpu"]["figure"] == "55%"
