@@ -15,6 +15,15 @@ wall clock besides its backend's CPU, per gap: what a call costs when it comes a
 every call of a run does at the latency rows' rate, against back to back (docs/performance.md,
 "Latency rows, eleventh cut").
 
+``--signal-calls``: besides, the signal round trip's calls back to back on the same connection
+(a run waiting for a signal: ``signal_workflow``, ``claim_tasks`` of the woken workflow task, and
+``complete_workflow_tasks`` scheduling and handing the activity the workflow runs on it; the
+activity's result and the run's close follow, not timed): each call's wall p50 and their sum,
+what the signal row's p50 is set against in ``make bench`` (bench/targets.py, proposed measures).
+``--merged-claim``: in both, the claim and the decision in one transaction (BEGIN timed with the
+claim, COMMIT with the decision), as a worker woken with nothing in flight sends them (docs/internals.md,
+"A claim that decides"); ``make bench`` measures it so, the rows' own path.
+
     python bench/call_cost.py --dsn D --runs 300 --batch 1
     python bench/call_cost.py --dsn D --runs 200 --gaps 0,0.002,0.01,0.05
 """
@@ -72,18 +81,25 @@ def one_round(
     cost: dict[str, int],
     gap: float = 0.0,
     walls: dict[str, list[float]] | None = None,
+    merged: bool = False,
 ) -> None:
     """One batch of runs through the path, each call's backend CPU added to ``cost``; with
     ``gap``, the connection idle that many seconds before each call, and with ``walls``, each
-    call's wall clock (ms) appended to its step's list."""
+    call's wall clock (ms) appended to its step's list. With ``merged``, the claim and the
+    decision share one transaction, as a woken idle worker sends them (docs/internals.md, "A
+    claim that decides"): the claim's BEGIN is timed with it, the COMMIT with the decision."""
 
     def call(step: str, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         if gap:
             time.sleep(gap)
         before = on_cpu_ns(pid)
         began = time.perf_counter()
+        if merged and step == "claim_tasks":
+            conn.execute("BEGIN")
         cur = conn.execute(sql, params, prepare=True)
         rows = cur.fetchall()
+        if merged and step == "complete_workflow_tasks":
+            conn.execute("COMMIT")
         if walls is not None:
             walls[step].append((time.perf_counter() - began) * 1000)
         cost[step] += on_cpu_ns(pid) - before
@@ -150,6 +166,101 @@ def one_round(
         )
 
 
+SIGNAL_STEPS = ("signal_workflow", "claim_tasks", "complete_workflow_tasks")
+
+
+def signal_round(
+    conn: psycopg.Connection, queue: str, worker: str, walls: dict[str, list[float]], merged: bool = False
+) -> None:
+    """One run through the signal row's path: started, its first task decided with no command
+    (it waits for a signal; not timed), then the three timed calls from the signal to the
+    activity handed, then the activity's result closing the run (not timed). ``merged`` as in one_round."""
+
+    def call(step: str | None, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        began = time.perf_counter()
+        if merged and sql == claim:
+            conn.execute("BEGIN")
+        cur = conn.execute(sql, params, prepare=True)
+        rows = cur.fetchall()
+        if merged and sql == decide:
+            conn.execute("COMMIT")
+        if step is not None:
+            walls[step].append((time.perf_counter() - began) * 1000)
+        names = [d.name for d in cur.description or []]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    claim = "SELECT * FROM harvest.claim_tasks(%s, %s, 1, 30.0)"
+    decide = (
+        "SELECT * FROM harvest.complete_workflow_tasks(%s, %s, %s, %s, %s::jsonb[], %s::integer[],"
+        " 50000, 52428800, NULL)"
+    )
+
+    def decided(step: str | None, commands: list[dict[str, Any]], slots: int) -> dict[str, Any]:
+        (task,) = call(step and "claim_tasks", claim, (worker, [queue]))
+        (row,) = call(
+            step and "complete_workflow_tasks",
+            decide,
+            (
+                worker,
+                [task["task_id"]],
+                [task["fencing_token"]],
+                [task["new_events_after"] + len(task["new_events"])],
+                [Jsonb(commands)],
+                [slots],
+            ),
+        )
+        if row["outcome"] != "completed" or (slots and not row["handed"]):
+            raise SystemExit(f"decision: {row}")
+        return row
+
+    (started,) = call(None, "SELECT * FROM harvest.start_workflows(%s)", (Jsonb([dict(START, queue=queue)]),))
+    decided(None, [], 0)  # the run waits for its signal
+    call(
+        "signal_workflow",
+        "SELECT harvest.signal_workflow(%s, 'ping', %s)",
+        (started["execution_id"], Jsonb(1)),
+    )
+    command = {
+        "type": "schedule_activity",
+        "seq": 1,
+        "name": "noop",
+        "input": [1],
+        "queue": queue,
+        "options": OPTIONS,
+    }
+    row = decided("signal", [command], 1)
+    handed = row["handed"][0]
+    decision = {
+        "after": row["last_event_id"],
+        "result_text": "1",
+        "hand_off_slots": 1,
+        "commands": [{"type": "complete_workflow", "result": 1}],
+    }
+    call(
+        None,
+        "SELECT * FROM harvest.complete_activities(%s, %s, %s, %s::jsonb[], true, 30, %s::jsonb[], 50000, 52428800)",
+        (worker, [handed["task_id"]], [handed["fencing_token"]], [Jsonb(1)], [Jsonb(decision)]),
+    )
+
+
+def signal_calls(
+    conn: psycopg.Connection, queue: str, worker: str, runs: int, warmup: int, merged: bool = False
+) -> dict[str, Any]:
+    """The signal row's three calls back to back: per call its wall p50 (ms), and their sum."""
+    walls: dict[str, list[float]] = {step: [] for step in SIGNAL_STEPS}
+    for _ in range(warmup):
+        signal_round(conn, queue, worker, {step: [] for step in SIGNAL_STEPS}, merged)
+    for _ in range(runs):
+        signal_round(conn, queue, worker, walls, merged)
+    row = {step: {"wall_ms_p50": round(statistics.median(walls[step]), 3)} for step in SIGNAL_STEPS}
+    return {
+        "runs": runs,
+        "merged_claim": merged,
+        **row,
+        "wall_ms_sum": round(sum(r["wall_ms_p50"] for r in row.values()), 3),
+    }
+
+
 def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str, str]:
     """A worker and a queue of this run's own: (backend pid, queue, worker id). With
     ``registrations``, first that many other (queue, workflow) registrations and as many
@@ -178,7 +289,7 @@ def prepare(conn: psycopg.Connection, registrations: int = 0) -> tuple[int, str,
 
 
 def by_gap(
-    conn: psycopg.Connection, pid: int, queue: str, worker: str, runs: int, gaps: str
+    conn: psycopg.Connection, pid: int, queue: str, worker: str, runs: int, gaps: str, merged: bool = False
 ) -> dict[str, Any]:
     """One run per round, the gaps in turn ten rounds each: per gap and step, the call's wall
     p50 and its backend's CPU per call (ms), and the five calls' wall p50s summed."""
@@ -189,8 +300,8 @@ def by_gap(
     for _ in range(blocks):
         for g in pauses:
             for _ in range(10):
-                one_round(conn, pid, queue, worker, 1, cost[g], g, walls[g])
-    out: dict[str, Any] = {"runs_per_gap": blocks * 10}
+                one_round(conn, pid, queue, worker, 1, cost[g], g, walls[g], merged)
+    out: dict[str, Any] = {"runs_per_gap": blocks * 10, "merged_claim": merged}
     for g in pauses:
         row = {
             step: {
@@ -224,6 +335,16 @@ def main() -> None:
         "--gaps",
         help="comma-separated seconds idle before each call, taken in turn (wall and CPU per gap)",
     )
+    parser.add_argument(
+        "--signal-calls",
+        action="store_true",
+        help="with --gaps: also the signal round trip's three calls back to back (signal_calls)",
+    )
+    parser.add_argument(
+        "--merged-claim",
+        action="store_true",
+        help="with --gaps: the claim and the decision in one transaction, as a woken idle worker sends them",
+    )
     args = parser.parse_args()
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         pid, queue, worker = prepare(conn, args.registrations)
@@ -231,7 +352,12 @@ def main() -> None:
         for _ in range(max(1, args.warmup // args.batch)):
             one_round(conn, pid, queue, worker, args.batch, warm)
         if args.gaps:
-            print(json.dumps(by_gap(conn, pid, queue, worker, args.runs, args.gaps)))
+            out = by_gap(conn, pid, queue, worker, args.runs, args.gaps, args.merged_claim)
+            if args.signal_calls:
+                out["signal_calls"] = signal_calls(
+                    conn, queue, worker, args.runs, args.warmup, args.merged_claim
+                )
+            print(json.dumps(out))
             return
         if args.statements:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")

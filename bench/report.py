@@ -218,6 +218,11 @@ def markdown(results: dict) -> str:
             if s.get("targets") and "status" in s["targets"][0]
             else targets.evaluate(targets.with_claim_cost(results))
         ),
+        "",
+        # Results saved before the proposed measures have none: evaluate anew (not measured).
+        *targets.proposed_markdown(
+            s.get("proposed") or targets.evaluate_proposed(targets.with_claim_cost(results))
+        ),
     ]
     return "\n".join(lines) + "\n"
 
@@ -494,6 +499,8 @@ def main() -> None:
     path.with_suffix(".md").write_text(markdown(results))
     plot(results, path.with_suffix(".png"))
     print(ratios(results))
+    proposed = results["summary"].get("proposed")
+    print(targets.proposed_summary(proposed or targets.evaluate_proposed(targets.with_claim_cost(results))))
 
 
 if __name__ == "__main__":

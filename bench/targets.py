@@ -389,9 +389,287 @@ def markdown(rows: list[dict]) -> list[str]:
     return lines
 
 
+# Proposed measures: NOT issue 20's targets. Four of the issue's rows were found to measure the
+# machine more than the code (docs/performance.md); the closing notes proposed these beside
+# them. They are printed apart, each with the row it would replace and why; the issue's rows,
+# goals and met / missed above are unchanged.
+
+
+@dataclass(frozen=True)
+class Proposed:
+    key: str
+    measure: str
+    goal: str  # printed as is
+    replaces: str  # the issue target it would replace, and why (one line)
+    compute: Callable[[dict], tuple[float, bool, str, str]]  # -> (value, met, figure, detail)
+    unmeasured: str
+
+
+def _calls(r: dict) -> dict:
+    """The latency rows' calls measured back to back in the run (bench/call_cost.py --gaps 0)."""
+    calls = (r.get("summary") or {}).get("calls_back_to_back")
+    if not calls:
+        raise NotMeasured(
+            "this run did not measure the rows' calls back to back (bench/call_cost.py, in make bench"
+            " since the proposed measures)"
+        )
+    return calls
+
+
+START_CALLS = (
+    "start_workflows",
+    "claim_tasks",
+    "complete_workflow_tasks",
+    "complete_activities",
+    "wait_for_result",
+)
+
+
+def _against_calls(row: str, calls_of: Callable[[dict], tuple[float, str]]) -> Callable[[dict], tuple]:
+    def compute(r: dict) -> tuple[float, bool, str, str]:
+        lat = _s(r, row)
+        floor, summed = calls_of(_calls(r))
+        ratio, tail = lat["p50_ms"] / floor, lat["p99_ms"] / lat["p50_ms"]
+        return (
+            ratio,
+            ratio <= 1.3 and tail <= 3.0,
+            f"{ratio:.2f}x; p99 {tail:.2f}x p50",
+            (
+                f"p50 {lat['p50_ms']:.2f} ms, p99 {lat['p99_ms']:.2f} ms (n={lat['n']}) against {floor:.2f} ms: "
+                f"{summed}, back to back on one connection in this run"
+            ),
+        )
+
+    return compute
+
+
+def _merged(flagged: dict) -> str:
+    """How the claim and the decision were sent: as a woken idle worker sends them, or apart."""
+    if flagged.get("merged_claim"):
+        return "claim and decision in one transaction, as a woken idle worker sends them"
+    return "claim and decision committed apart (a woken idle worker commits them as one)"
+
+
+def _start_calls(c: dict) -> tuple[float, str]:
+    walls = [c[step]["wall_ms_p50"] for step in START_CALLS]
+    listed = ", ".join(f"{step} {w:.2f}" for step, w in zip(START_CALLS, walls, strict=True))
+    return sum(walls), (
+        f"the one-activity run's five calls' wall p50s summed ({listed}; {_merged(c)}; {c.get('runs', '?')} runs)"
+    )
+
+
+def _dispatch_calls(c: dict) -> tuple[float, str]:
+    wall = c["complete_workflow_tasks"]["wall_ms_p50"]
+    return wall, (
+        "the decision that schedules and hands the activity (complete_workflow_tasks, its commit included) wall p50"
+    )
+
+
+def _signal_calls(c: dict) -> tuple[float, str]:
+    sig = c.get("signal_calls")
+    if not sig:
+        raise NotMeasured(
+            "this run did not measure the signal row's calls back to back (call_cost.py --signal-calls)"
+        )
+    steps = ("signal_workflow", "claim_tasks", "complete_workflow_tasks")
+    listed = ", ".join(f"{step} {sig[step]['wall_ms_p50']:.2f}" for step in steps)
+    return sig["wall_ms_sum"], (
+        f"signal_workflow + claim_tasks + complete_workflow_tasks wall p50s summed ({listed}; {_merged(sig)}; "
+        f"{sig['runs']} runs)"
+    )
+
+
+def _runs(r: dict, section: str) -> dict:
+    """The one-client run of a section's client-count sweep."""
+    return next(x for x in (r.get(section) or {}).get("runs", []) if x["clients"] == 1)
+
+
+def _sql_efficiency_cpu(r: dict) -> tuple[float, bool, str, str]:
+    floor = _runs(r, "raw_row_floor").get("server_cpu_ms_per_run")
+    sql = _runs(r, "sql_path").get("server_cpu_ms_per_wf")
+    if floor is None:
+        raise NotMeasured(
+            "this run's raw-row floor did not read the server's CPU (floor.py, since the proposed measures)"
+        )
+    value = floor / sql
+    return (
+        value,
+        value >= 0.5,
+        f"{value:.0%}",
+        (
+            f"server CPU per run at one client: the raw-row floor {floor:.3f} ms (pgbench, 50 runs a transaction) "
+            f"vs the SQL path {sql:.3f} ms (50 runs a call)"
+        ),
+    )
+
+
+def _worker_cpu(r: dict) -> tuple[float, bool, str, str]:
+    drain = _s(r, "harvest_cpu_ms_per_workflow", "server")
+    sql = _s(r, "sql_path_server_cpu_ms_per_wf")
+    value = drain / sql
+    one = (r.get("summary") or {}).get("sql_path_1_client_server_cpu_ms_per_wf")
+    return (
+        value,
+        value <= 1.33,
+        f"{value:.2f}x",
+        (
+            f"server CPU per workflow: the canonical drain {drain:.2f} ms vs the SQL path's {sql:.3f} ms "
+            "(its best client count, 50 runs a call" + (f"; at one client {one:.3f} ms" if one else "") + ")"
+        ),
+    )
+
+
+def _claim_buffers(r: dict) -> tuple[float, bool, str, str]:
+    cost = r.get("claim_cost")
+    if not cost:
+        raise NotMeasured("no bench/results/claim_cost.json (bench/claim_gates.py, by hand)")
+    by_depth = {row["pending"]: row for row in cost["rows"]}
+    low, deep = by_depth.get(1_000, {}), by_depth.get(10_000_000, {})
+    if low.get("buffers_median") is None or deep.get("buffers_median") is None:
+        raise NotMeasured(
+            "bench/results/claim_cost.json has no buffers per claim at 1,000 and 10,000,000 pending"
+        )
+    value = deep["buffers_median"] / low["buffers_median"]
+    read = ""
+    if deep.get("buffers_read_median") is not None:
+        read = f", {deep['buffers_read_median']:,.0f} of them read from outside shared buffers at 10M"
+    return (
+        value,
+        value <= 1.5,
+        f"{value:.2f}x",
+        (
+            f"buffers per claim_tasks(limit {cost.get('batch', '?')}), median: {deep['buffers_median']:,.0f} at "
+            f"10,000,000 vs {low['buffers_median']:,.0f} at 1,000 pending{read}; measured by hand "
+            f"{cost['measured_at'][:10]}, not in this run"
+        ),
+    )
+
+
+_LATENCY_WHY = (
+    "at 20 runs/s every call comes after a pause, and on this machine a core that has just been idle runs "
+    "the same work 1.6-1.9x slower (docs/performance.md, latency11): the fixed ms goal measures the machine; "
+    "the row against its own calls, summed back to back in the same run, measures what the code adds"
+)
+
+PROPOSED: list[Proposed] = [
+    Proposed(
+        "dispatch_vs_calls",
+        "activity dispatch against its own call",
+        "p50 <= 1.3x the call's back-to-back wall; p99 <= 3x p50",
+        "would replace activity dispatch p50 <= 1 ms and p99 <= 5 ms: " + _LATENCY_WHY,
+        _against_calls("dispatch", _dispatch_calls),
+        "the latency row or the call costs did not run",
+    ),
+    Proposed(
+        "start_result_vs_calls",
+        "start -> result (same process) against its own calls",
+        "p50 <= 1.3x the calls' back-to-back sum; p99 <= 3x p50",
+        "not an issue target (the same-process start -> result row); beside the one below, without its second process",
+        _against_calls("steady_start_to_result", _start_calls),
+        "the latency row or the call costs did not run",
+    ),
+    Proposed(
+        "remote_start_result_vs_calls",
+        "start -> result from another process against its own calls",
+        "p50 <= 1.3x the calls' back-to-back sum; p99 <= 3x p50",
+        "would replace start -> result p50 <= 3 ms and p99 <= 10 ms: " + _LATENCY_WHY,
+        _against_calls("remote_start_to_result", _start_calls),
+        "the remote start -> result row or the call costs did not run",
+    ),
+    Proposed(
+        "signal_vs_calls",
+        "signal round trip against its own calls",
+        "p50 <= 1.3x the calls' back-to-back sum; p99 <= 3x p50",
+        "would replace signal round trip p50 <= 3 ms: " + _LATENCY_WHY,
+        _against_calls("signal_round_trip", _signal_calls),
+        "the signal row or the call costs did not run",
+    ),
+    Proposed(
+        "sql_efficiency_cpu",
+        "SQL efficiency at one client: raw-row floor's server CPU per run / the SQL path's",
+        ">= 50%",
+        "would replace SQL efficiency (best throughput of 1, 2, 4 clients): throughput at several clients is "
+        "bound by commits in parallel and by the cores, so it measured the machine; one backend's CPU per run "
+        "measures the SQL's cost",
+        _sql_efficiency_cpu,
+        "the SQL path or the raw-row floor did not run at one client",
+    ),
+    Proposed(
+        "worker_efficiency_cpu",
+        "worker efficiency as server CPU: canonical drain / the SQL path, per workflow",
+        "<= 1.33x",
+        "would replace worker efficiency >= 75% of the SQL path's throughput: on two shared cores the worker's own "
+        "Python caps it near 53-55% whatever the code (docs/benchmarks.md); the server work the worker causes "
+        "per workflow is what the worker's code decides",
+        _worker_cpu,
+        "the drain's or the SQL path's server CPU was not measured",
+    ),
+    Proposed(
+        "claim_10m_buffers",
+        "claim at 10M pending by buffers per claim vs 1K",
+        "<= 1.5x",
+        "would replace the claim's time at 10M / at 1K <= 1.5x: the 10M database is nearly the machine's memory, "
+        "so the time ratio measures page reads from outside shared buffers; buffers touched per claim are the "
+        "claim's work whatever the machine's caches",
+        _claim_buffers,
+        "bench/results/claim_cost.json is not readable",
+    ),
+]
+
+
+def evaluate_proposed(results: dict, proposed: list[Proposed] = PROPOSED) -> list[dict]:
+    """The proposed measures' rows, as evaluate's: never a figure the run lacks. The claim row
+    reads results["claim_cost"] (with_claim_cost adds the committed one)."""
+    rows = []
+    for p in proposed:
+        row = {"key": p.key, "measure": p.measure, "goal": p.goal, "replaces": p.replaces}
+        try:
+            value, met, figure, detail = p.compute(results)
+        except NotMeasured as exc:
+            row.update(status=NOT_MEASURED, figure=None, detail=str(exc))
+        except (KeyError, TypeError, ZeroDivisionError, StopIteration):
+            row.update(status=NOT_MEASURED, figure=None, detail=p.unmeasured)
+        else:
+            row.update(status=MET if met else MISSED, value=value, figure=figure, detail=detail)
+        rows.append(row)
+    return rows
+
+
+PROPOSED_TITLE = "Proposed measures (not issue 20's targets)"
+
+
+def proposed_markdown(rows: list[dict]) -> list[str]:
+    lines = [
+        (
+            f"{PROPOSED_TITLE}: the closing notes' replacements for four of the issue's measures that read"
+            " the machine more than the code; the issue's targets above and their met / missed are unchanged."
+        ),
+        "",
+        "| measure | proposed goal | figure | result | detail | would replace, and why |",
+        "| --- | --- | ---: | --- | --- | --- |",
+    ]
+    for r in rows:
+        status = {MET: "met", MISSED: "**missed**", NOT_MEASURED: "not measured"}[r["status"]]
+        lines.append(
+            f"| {r['measure']} | {r['goal']} | {r['figure'] or '-'} | {status} | {r['detail']} | {r['replaces']} |"
+        )
+    return lines
+
+
+def proposed_summary(rows: list[dict]) -> str:
+    """One console line: each proposed measure's figure and result."""
+    return f"{PROPOSED_TITLE}: " + "; ".join(
+        f"{r['key']} {r['figure']} {r['status']}" if r["figure"] else f"{r['key']} {r['status']}"
+        for r in rows
+    )
+
+
 def main() -> None:
     path = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results" / "latest.json")
-    print("\n".join(markdown(evaluate(with_claim_cost(json.loads(path.read_text()))))))
+    results = with_claim_cost(json.loads(path.read_text()))
+    print("\n".join(markdown(evaluate(results))))
+    print()
+    print("\n".join(proposed_markdown(evaluate_proposed(results))))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
@@ -40,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 
 import psycopg
 from ceiling import bin_dir
-from common import emit, settle_stats
+from common import emit, server_cpu_seconds, settle_stats
 
 RUNS_PER_TRANSACTION = 50
 STRIDE = 5000  # generated bigint keys: batch * STRIDE + k * 50 + g (k < 100 writes per run and table)
@@ -279,17 +280,42 @@ def run_pgbench(dsn: str, script: str, clients: int, seconds: float) -> dict:
             url.username or "postgres",
             url.path.lstrip("/"),
         ]
+        server0 = server_cpu_seconds(dsn)
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        _backends_gone(dsn)
+        server_s = server_cpu_seconds(dsn) - server0
     finally:
         os.unlink(path)
     if proc.returncode != 0:
         raise RuntimeError(f"pgbench failed ({proc.returncode}): {proc.stderr[-2000:]}")
     tps = float(re.search(r"tps = ([\d.]+)", proc.stdout).group(1))
+    scripts = int(re.search(r"number of transactions actually processed: (\d+)", proc.stdout).group(1))
     return {
         "clients": clients,
         "scripts_per_s": round(tps, 1),
         "runs_per_s": round(tps * RUNS_PER_TRANSACTION, 1),
+        # The whole server's CPU (every backend, the postmaster's helpers) per run, as the SQL
+        # path's server_cpu_ms_per_wf: at one client the floor's server work per run beside it.
+        "server_cpu_ms_per_run": round(server_s * 1000 / (scripts * RUNS_PER_TRANSACTION), 4)
+        if scripts
+        else None,
     }
+
+
+def _backends_gone(dsn: str, timeout: float = 2.0) -> None:
+    """Wait until pgbench's backends have left the database, and a moment for the postmaster to
+    reap them: an exited backend's CPU is in the server's reading only once it is reaped."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            others = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+            if not others:
+                break
+            time.sleep(0.01)
+    time.sleep(0.1)
 
 
 def statements(dsn: str, script: str, limit: int = 12) -> list[dict] | None:

@@ -248,3 +248,122 @@ def test_fan_out_summary_takes_each_side_at_its_best_setting():
     assert s["pgqueuer_best"]["server_ms_per_job"] == 0.05
     assert s["fan_out_vs_pgqueuer"] == pytest.approx(0.5)
     assert "Harvest concurrency=200" in rows({"summary": s})["fan_out_vs_pgqueuer"]["detail"]
+
+
+# Proposed measures (not issue 20's targets): printed beside the targets, never changing them.
+
+
+def _calls(step_ms: float = 1.0) -> dict:
+    steps = (
+        "start_workflows",
+        "claim_tasks",
+        "complete_workflow_tasks",
+        "complete_activities",
+        "wait_for_result",
+    )
+    return {
+        "runs": 200,
+        **{step: {"wall_ms_p50": step_ms, "cpu_ms": step_ms / 2} for step in steps},
+        "signal_calls": {
+            "runs": 200,
+            "signal_workflow": {"wall_ms_p50": 1.0},
+            "claim_tasks": {"wall_ms_p50": 1.0},
+            "complete_workflow_tasks": {"wall_ms_p50": 1.5},
+            "wall_ms_sum": 3.5,
+        },
+    }
+
+
+def proposed_sample() -> dict:
+    results = sample()
+    s = results["summary"]
+    s["steady_start_to_result"] = _lat(6.0, 12.0)
+    s["calls_back_to_back"] = _calls(1.0)  # five calls of 1 ms: 5 ms back to back
+    s["harvest_cpu_ms_per_workflow"] = {"server": 1.2, "client": 0.5}
+    s["sql_path_server_cpu_ms_per_wf"] = 0.8
+    s["sql_path_1_client_server_cpu_ms_per_wf"] = 0.6
+    results["sql_path"] = {
+        "runs": [{"clients": 1, "server_cpu_ms_per_wf": 0.6}, {"clients": 2, "server_cpu_ms_per_wf": 0.8}]
+    }
+    results["raw_row_floor"] = {"runs": [{"clients": 1, "server_cpu_ms_per_run": 0.33}, {"clients": 2}]}
+    cost = _claim_cost((1_000, 7.0), (10_000_000, 16.0))
+    cost["rows"][0]["buffers_median"], cost["rows"][1]["buffers_median"] = 2500.0, 3300.0
+    cost["rows"][1]["buffers_read_median"] = 95.0
+    results["claim_cost"] = cost
+    return results
+
+
+def proposed(results: dict) -> dict[str, dict]:
+    return {r["key"]: r for r in T.evaluate_proposed(results)}
+
+
+def test_proposed_rows_are_computed_from_the_results():
+    r = proposed(proposed_sample())
+    # Latency rows: p50 / the row's own calls back to back; met needs p99 <= 3x p50 as well.
+    assert r["dispatch_vs_calls"]["value"] == pytest.approx(1.6)  # 1.6 ms / the decision's 1 ms
+    assert r["dispatch_vs_calls"]["status"] == T.MISSED
+    assert r["start_result_vs_calls"]["value"] == pytest.approx(1.2)  # 6 / 5
+    assert r["start_result_vs_calls"]["status"] == T.MET  # p99 12 = 2x p50
+    assert r["start_result_vs_calls"]["figure"] == "1.20x; p99 2.00x p50"
+    assert r["remote_start_result_vs_calls"]["value"] == pytest.approx(0.5)  # 2.5 / 5
+    assert r["remote_start_result_vs_calls"]["status"] == T.MISSED  # p99 12 > 3x 2.5
+    assert r["signal_vs_calls"]["value"] == pytest.approx(5.4 / 3.5)
+    assert "signal_workflow + claim_tasks + complete_workflow_tasks" in r["signal_vs_calls"]["detail"]
+    assert "committed apart" in r["signal_vs_calls"]["detail"]  # the fixture's calls were not merged
+    merged = proposed_sample()
+    merged["summary"]["calls_back_to_back"]["merged_claim"] = True
+    assert "in one transaction" in proposed(merged)["start_result_vs_calls"]["detail"]
+    # SQL efficiency at one client, by server CPU: the floor's / the SQL path's.
+    assert r["sql_efficiency_cpu"]["value"] == pytest.approx(0.55)
+    assert r["sql_efficiency_cpu"]["status"] == T.MET and r["sql_efficiency_cpu"]["figure"] == "55%"
+    # The drain's server CPU per workflow / the SQL path's.
+    assert r["worker_efficiency_cpu"]["value"] == pytest.approx(1.5)
+    assert r["worker_efficiency_cpu"]["status"] == T.MISSED
+    assert "at one client 0.600 ms" in r["worker_efficiency_cpu"]["detail"]
+    # The claim by buffers per claim.
+    assert r["claim_10m_buffers"]["value"] == pytest.approx(1.32)
+    assert r["claim_10m_buffers"]["status"] == T.MET
+    assert "95 of them read" in r["claim_10m_buffers"]["detail"]
+    for row in r.values():
+        assert row["replaces"]
+
+
+def test_proposed_rows_leave_the_issue_targets_as_they_are():
+    results = proposed_sample()
+    before = T.evaluate(results)
+    T.evaluate_proposed(results)
+    assert T.evaluate(results) == before
+    assert [t.key for t in T.TARGETS].count("dispatch_p50") == 1
+    assert {row["key"] for row in before}.isdisjoint(p.key for p in T.PROPOSED)
+
+
+def test_proposed_rows_without_their_data_are_not_measured():
+    r = proposed({"summary": {}})
+    for row in r.values():
+        assert row["status"] == T.NOT_MEASURED and row["figure"] is None and row["detail"]
+    # A run saved before the proposed measures: its json lacks the calls and the floor's CPU.
+    old = sample()
+    old["sql_path"] = {"runs": [{"clients": 1, "server_cpu_ms_per_wf": 0.6}]}
+    old["raw_row_floor"] = {"runs": [{"clients": 1, "runs_per_s": 5000.0}]}
+    old["claim_cost"] = _claim_cost((1_000, 7.0), (10_000_000, 16.0))  # times only, no buffers
+    r = proposed(old)
+    assert r["dispatch_vs_calls"]["status"] == T.NOT_MEASURED
+    assert "back to back" in r["dispatch_vs_calls"]["detail"]
+    assert r["sql_efficiency_cpu"]["status"] == T.NOT_MEASURED
+    assert "server's CPU" in r["sql_efficiency_cpu"]["detail"]
+    assert r["claim_10m_buffers"]["status"] == T.NOT_MEASURED
+    assert "no buffers" in r["claim_10m_buffers"]["detail"]
+    no_signals = proposed_sample()
+    del no_signals["summary"]["calls_back_to_back"]["signal_calls"]
+    r = proposed(no_signals)
+    assert r["signal_vs_calls"]["status"] == T.NOT_MEASURED
+    assert r["dispatch_vs_calls"]["status"] == T.MISSED
+
+
+def test_the_proposed_table_is_apart_and_prints_every_row():
+    lines = T.proposed_markdown(T.evaluate_proposed(proposed_sample()))
+    assert lines[0].startswith("Proposed measures (not issue 20's targets)")
+    assert len([line for line in lines if line.startswith("| ") and "---" not in line]) == 1 + len(T.PROPOSED)
+    assert "would replace signal round trip p50 <= 3 ms" in "\n".join(lines)
+    line = T.proposed_summary(T.evaluate_proposed({"summary": {}}))
+    assert line.startswith("Proposed measures (not issue 20's targets): ") and "not measured" in line
