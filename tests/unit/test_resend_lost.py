@@ -230,3 +230,17 @@ def test_a_single_report_is_sent_again_until_it_commits_and_its_stale_repeat_is_
     with pytest.raises(InvalidArgument):
         asyncio.run(resend_lost(report([InvalidArgument("bad")]), "a failure"))
     assert calls == ["send"]
+
+
+def test_each_repeat_of_a_batch_is_counted_as_a_connection_retry() -> None:
+    db = Database(lose=["before", "before"])
+    worker = FakeWorker(db)
+
+    async def main():
+        return await CompletionBatcher(worker).complete(1, 1, 1)
+
+    assert asyncio.run(main()) == Recorded()
+    retried = worker.metrics.registry.get_sample_value(
+        "harvest_db_transaction_retry_total", {"site": "activity_completion", "reason": "connection"}
+    )
+    assert retried == 2
