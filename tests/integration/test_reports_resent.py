@@ -37,6 +37,18 @@ def refuse(ctx) -> None:
     raise ValueError("no")
 
 
+@activity(start_to_close="300s")
+async def beats(ctx) -> str:
+    ran.append("beats")
+    await ctx.aheartbeat({"beat": 1})
+    return "beaten"
+
+
+@workflow
+async def one_heartbeat(ctx) -> str:
+    return await ctx.execute_activity(beats)
+
+
 @workflow
 async def one_answer(ctx, n: int) -> int:
     return await ctx.execute_activity(answer, n)
@@ -53,7 +65,7 @@ async def no_activity(ctx, n: int) -> int:
     return n * 2
 
 
-APP = App(workflows=[one_answer, one_refusal, no_activity], activities=[answer, refuse])
+APP = App(workflows=[one_answer, one_refusal, no_activity, one_heartbeat], activities=[answer, refuse, beats])
 
 
 class Gate:
@@ -62,12 +74,17 @@ class Gate:
 
     def __init__(self, db: str, event_type: str):
         self.admin = psycopg.connect(db, autocommit=True)
+        if event_type == "heartbeat":  # a heartbeat writes no event: its task's update waits
+            table, when = "tasks", "NEW.heartbeat_details IS DISTINCT FROM OLD.heartbeat_details"
+        else:
+            table, when = "events", f"NEW.event_type = '{event_type}'"
+        self.table = table
         self.admin.execute(
             f"""
             CREATE FUNCTION public.resend_gate() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN PERFORM pg_advisory_xact_lock({GATE}); RETURN NEW; END $$;
-            CREATE TRIGGER resend_gate BEFORE INSERT ON harvest.events FOR EACH ROW
-            WHEN (NEW.event_type = '{event_type}') EXECUTE FUNCTION public.resend_gate();
+            CREATE TRIGGER resend_gate BEFORE {"UPDATE" if table == "tasks" else "INSERT"} ON harvest.{table}
+            FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION public.resend_gate();
             """
         )
         self.admin.execute("SELECT pg_advisory_lock(%s)", [GATE])
@@ -98,7 +115,7 @@ class Gate:
         self.admin.execute("SELECT pg_advisory_unlock(%s)", [GATE])
 
     def close(self) -> None:
-        self.admin.execute("DROP TRIGGER IF EXISTS resend_gate ON harvest.events")
+        self.admin.execute(f"DROP TRIGGER IF EXISTS resend_gate ON harvest.{self.table}")
         self.admin.execute("DROP FUNCTION IF EXISTS public.resend_gate()")
         self.admin.close()
 
@@ -173,3 +190,17 @@ def test_a_decision_whose_connection_failed_is_sent_again_without_waiting_for_it
     closed.open()
     assert handle.result(timeout=60) == 42
     assert ran == ["decided"]  # decided once: no lease expiry, no replay
+
+
+def test_a_heartbeat_whose_connection_failed_is_sent_again(
+    db: str, gate, start_worker, client: Client
+) -> None:
+    ran.clear()
+    closed = gate("heartbeat")
+    start_worker(APP)
+    handle = client.start_workflow(one_heartbeat)
+    closed.terminate_waiting(SENDS)
+    closed.open()
+    assert handle.result(timeout=60) == "beaten"
+    assert ran == ["beats"]  # the heartbeat's lost connection did not fail the attempt
+    assert "ActivityFailed" not in _events(db, handle.execution_id)
