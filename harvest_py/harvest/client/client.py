@@ -1668,7 +1668,7 @@ class _StartBatcher(GroupCommit):
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         return cast("list[dict[str, Any]]", await self._sql.start_workflows([call for (call,) in items]))
 
-    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]], resent: bool = False) -> None:
         by_n = {row["n"]: row for row in rows}
         for n, (_call, future) in enumerate(batch, start=1):
             if future.done():

@@ -52,7 +52,7 @@ def parse_dsn(dsn: str, what: str = "the database URL") -> dict[str, Any]:
     try:
         return conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as exc:
-        raise ConfigError(f"{what} cannot be used: {redact(_one_line(exc), dsn)}") from None
+        raise ConfigError(f"{what} cannot be used: {redact(one_line(exc), dsn)}") from None
 
 
 def describe_dsn(dsn: str) -> str:
@@ -164,7 +164,7 @@ _PERMANENT = re.compile(
 )
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     """libpq's first line is the cause ("Connection refused"); later lines are hints."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if not lines:
@@ -186,7 +186,7 @@ def is_permanent(exc: BaseException) -> bool:
 
 def connection_error(exc: psycopg.Error, dsn: str) -> ConfigError | DatabaseUnavailable:
     """The HarvestError for a failed connect: one line, the cause named, no password."""
-    reason = redact(_one_line(exc), dsn)
+    reason = redact(one_line(exc), dsn)
     if isinstance(exc, psycopg.ProgrammingError):
         return ConfigError(
             f"the database URL cannot be used: {reason} (check its syntax: "

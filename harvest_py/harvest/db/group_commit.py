@@ -13,6 +13,11 @@ waiting takes half and leaves the rest to a second flush that starts with it. On
 flush at a time keeps one backend busy and the server's other core idle while the
 worker's slots wait on it (docs/performance.md, "Two result flushes in flight").
 
+A worker's batch (``resends_lost``) whose connection failed under it (a server restart, a
+terminated backend, a network blip) is sent again, with a short pause, until the database
+answers (db/resend.py); the items' fencing tokens make a repeat of a batch that had committed
+a refusal, answered as :class:`harvest.db.resend.RefusedOnResend`.
+
 Used by the worker for activity results and decisions (worker/completions.py)
 and by ``AsyncClient`` for starts (client/client.py).
 """
@@ -22,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import Any
+
+from harvest.db.resend import connection_lost, resend_pause, warn_lost
 
 log = logging.getLogger("harvest")
 
@@ -97,9 +104,18 @@ class GroupCommit:
         finally:
             self._flushing -= 1
 
-    async def _flush(self, batch: list[tuple[Any, ...]]) -> None:
+    async def _flush(self, batch: list[tuple[Any, ...]], resent: bool = False) -> None:
         try:
-            rows = await self._send([item[:-1] for item in batch])
+            try:
+                rows = await self._send([item[:-1] for item in batch])
+            except Exception as exc:
+                if not (self.resends_lost and connection_lost(exc)):
+                    raise
+                resent = True
+                answered = await self._resend(batch, exc)
+                if answered is None:
+                    return  # every caller has gone (a stop): nothing is left to send
+                rows = answered
         except Exception as exc:
             if not self._retry_alone(batch, exc):
                 raise
@@ -112,14 +128,37 @@ class GroupCommit:
             )
             for item in batch:
                 try:
-                    await self._flush([self._alone(item)])
+                    await self._flush([self._alone(item)], resent)
                 except Exception as item_exc:
                     if not item[-1].done():
                         item[-1].set_exception(item_exc)
             return
         self.batches += 1
         self.items += len(batch)
-        self._settle(batch, rows)
+        self._settle(batch, rows, resent)
+
+    async def _resend(self, batch: list[tuple[Any, ...]], exc: Exception) -> list[dict[str, Any]] | None:
+        """Send a batch whose connection failed again (harvest/db/resend.py) until the database
+        answers: its rows, or None once every caller has gone (cancelled by a stop). A repeat's
+        error that is not a lost connection is raised (the database's answer)."""
+        warn_lost(f"a batch of {len(batch)} {self.what}", exc)
+        sends = 1
+        while True:
+            self._retried(exc)
+            await asyncio.sleep(resend_pause(sends))
+            pending = [item for item in batch if not item[-1].done()]
+            if not pending:
+                return None
+            batch[:] = pending
+            try:
+                rows = await self._send([item[:-1] for item in batch])
+            except Exception as again:
+                if not connection_lost(again):
+                    raise
+                exc, sends = again, sends + 1
+                continue
+            log.info("the database answered a batch of %d %s at send %d", len(batch), self.what, sends + 1)
+            return rows
 
     async def _send(self, items: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         """Commit the items (each without its future); one row per item."""
@@ -129,8 +168,14 @@ class GroupCommit:
         """How many of the first ``take`` waiting items the next flush carries (at least one)."""
         return take
 
-    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
-        """Resolve each item's future from the rows, skipping a done one (a cancelled caller's)."""
+    # Whether a batch whose connection failed is sent again until the database answers
+    # (harvest/db/resend.py): a worker's reports of the tasks it holds, made safe to repeat by
+    # their fencing tokens. Off for a batch a repeat could apply twice.
+    resends_lost = False
+
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]], resent: bool = False) -> None:
+        """Resolve each item's future from the rows, skipping a done one (a cancelled caller's);
+        ``resent``: the rows answer a batch sent again after its connection failed."""
         raise NotImplementedError
 
     def _retry_alone(self, batch: list[tuple[Any, ...]], exc: Exception) -> bool:

@@ -62,6 +62,9 @@ OTHER_KEYS = "_other"
 
 # The reason label of harvest_db_transaction_retry_total for the SQLSTATEs a retry is for.
 _RETRY_REASONS = {"40P01": "deadlock", "40001": "serialization_failure", "55P03": "lock_not_available"}
+# A session the server ended under the call (a terminated backend, a shutdown): reason "connection",
+# as a connection that failed with no SQLSTATE (harvest/db/resend.py).
+_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"})
 
 
 def retry_reason(exc: BaseException) -> str:
@@ -69,7 +72,9 @@ def retry_reason(exc: BaseException) -> str:
     state = getattr(exc, "sqlstate", None)
     if state in _RETRY_REASONS:
         return _RETRY_REASONS[state]
-    return "connection" if type(exc).__name__ in ("OperationalError", "PoolTimeout") else "other"
+    if type(exc).__name__ in ("OperationalError", "PoolTimeout") or state in _SESSION_ENDED:
+        return "connection"
+    return "other"
 
 
 def available() -> bool:

@@ -14,6 +14,7 @@ from harvest.core.deprecation import renamed_attribute
 from harvest.core.errors import ActivityFailure, PayloadError, PayloadTooLarge, StaleTask
 from harvest.core.idempotency import IdempotencyKey
 from harvest.core.task_token import TaskToken
+from harvest.db.resend import RefusedOnResend, resend_lost
 from harvest.telemetry import tracing
 from harvest.telemetry.logs import LOG_FIELDS, log_fields
 from harvest.worker.decide_ahead import decide_ahead
@@ -104,8 +105,10 @@ class ActivityContext:
         payload.check_size(
             encoded, f"the heartbeat details of activity {self.activity_name}", self._worker.max_payload_bytes
         )
-        self.cancel_requested = await lane_of(self._task).sql.heartbeat_activity(
-            self._task["task_id"], self._task["fencing_token"], encoded
+        sql, task = lane_of(self._task).sql, self._task
+        self.cancel_requested = await resend_lost(
+            lambda: sql.heartbeat_activity(task["task_id"], task["fencing_token"], encoded),
+            f"a heartbeat of activity {self.activity_name} (task {task['task_id']})",
         )
         return self.cancel_requested
 
@@ -244,8 +247,22 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
         report["message"] = report["message"][:_MESSAGE_CUT]
         while payload.payload_size(report) > limit and report["message"]:
             report["message"] = report["message"][: len(report["message"]) // 2]
+    sql = lane_of(task).sql
     try:
-        outcome = await lane_of(task).sql.fail_activity(task["task_id"], task["fencing_token"], report)
+        outcome = await resend_lost(
+            lambda: sql.fail_activity(task["task_id"], task["fencing_token"], report),
+            f"the failure of activity {task['activity_name']} (task {task['task_id']})",
+        )
+    except RefusedOnResend:
+        # Sent again after its connection failed: the first send had recorded it (or the
+        # lease passed meanwhile and another attempt owns the invocation).
+        log.info(
+            "activity %s (task %s): its failure was already recorded (its first report's "
+            "connection failed after the commit) or its lease passed meanwhile",
+            task["activity_name"],
+            task["task_id"],
+        )
+        return
     except StaleTask as stale:
         log.warning(
             "activity %s (task %s) failed after its lease was lost: %s",
@@ -331,7 +348,10 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
                     result = await worker.executors.run(definition, ctx, args, kwargs)
         except CompleteAsync:
             # Completed elsewhere: the task stays running under its lease, held by no worker.
-            detached = await lane_of(task).sql.detach_activity(task_id, token)
+            detached = await resend_lost(
+                lambda: sql.detach_activity(task_id, token),
+                f"the detach of activity {task['activity_name']} (task {task_id})",
+            )
             log.info(
                 "activity %s (task %s) will be completed by its task token%s",
                 task["activity_name"],
@@ -371,6 +391,17 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         # The server's limit is lower than ours (it is the authority): the same result
         # would be refused on every attempt, so the activity fails for good, typed.
         await _report_failure(worker, task, _typed(exc))
+        return
+    except RefusedOnResend:
+        # Sent again after its connection failed (db/resend.py) and refused: the first send
+        # had recorded it (what its lost answer carried, a handed or claimed task, waits for
+        # its lease), or the lease passed meanwhile. Nothing is left to do.
+        log.info(
+            "activity %s (task %s): its result was already recorded (its first report's "
+            "connection failed after the commit) or its lease passed meanwhile",
+            task["activity_name"],
+            task_id,
+        )
         return
     except StaleTask as stale:
         # Another attempt owns the invocation now; its result will be the one recorded.

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from harvest.core.errors import HarvestError, InvalidArgument, PayloadTooLarge, StaleTask
 from harvest.db.group_commit import MAX_BATCH, GroupCommit
+from harvest.db.resend import RefusedOnResend
 from harvest.telemetry.metrics import retry_reason
 
 # Flushes of one batcher in flight at once (db/group_commit.py): while one batch commits, the
@@ -110,7 +111,11 @@ class _TaskGroupCommit(GroupCommit):
                 cast("ShardLane", self._on), [item[0] for item in items], self.publishes
             )
 
-    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
+    # A batch whose connection failed is sent again until the database answers (db/resend.py):
+    # each item's fencing token makes a repeat of a committed send a refusal, not a second commit.
+    resends_lost = True
+
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]], resent: bool = False) -> None:
         by_id = {row["task_id"]: row for row in rows}
         for item in batch:
             task_id, future = item[0], item[-1]
@@ -122,7 +127,11 @@ class _TaskGroupCommit(GroupCommit):
             elif row["outcome"] == "completed":
                 future.set_result(self._answer(row))
             else:
-                future.set_exception(refusal(row))
+                refused = refusal(row)
+                if resent and type(refused) is StaleTask:
+                    # The first send may have committed it: done, not a lost lease.
+                    refused = RefusedOnResend(f"{refused} (sent again after its connection failed)")
+                future.set_exception(refused)
 
     def _answer(self, row: dict[str, Any]) -> Any:
         raise NotImplementedError
@@ -191,7 +200,7 @@ class CompletionBatcher(_TaskGroupCommit):
         task_id, token, result, _decision, future = item
         return task_id, token, result, None, future
 
-    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]]) -> None:
+    def _settle(self, batch: list[tuple[Any, ...]], rows: list[dict[str, Any]], resent: bool = False) -> None:
         claimed = [row["handed"] for row in rows if row["outcome"] == "claimed"]
         if claimed:
             self.claimed += len(claimed)
@@ -214,7 +223,7 @@ class CompletionBatcher(_TaskGroupCommit):
                     self._worker.run_claimed(task)
             else:
                 last["claimed"] = claimed
-        super()._settle(batch, rows)
+        super()._settle(batch, rows, resent)
 
     def _answer(self, row: dict[str, Any]) -> Recorded:
         return Recorded(row["handed"], row.get("decided"), row.get("claimed"))

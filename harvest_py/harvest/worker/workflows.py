@@ -26,6 +26,7 @@ from harvest.core.errors import (
 )
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
+from harvest.db.resend import RefusedOnResend
 from harvest.runtime import WorkflowRun
 from harvest.shard.children import place_child
 from harvest.shard.router import ShardRouter
@@ -497,8 +498,15 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
             )
     except StaleTask as stale:
         # A lost lease, or (owner mode) a partition another worker acquired: nothing of
-        # the decision was written, and the run's cached state goes with it.
-        log.warning("workflow task for %s was refused: %s", execution_id, stale)
+        # the decision was written, and the run's cached state goes with it. (Refused when
+        # sent again after its connection failed, db/resend.py: the first send had most
+        # likely committed it, and the cached run is dropped all the same.)
+        log.log(
+            logging.INFO if isinstance(stale, RefusedOnResend) else logging.WARNING,
+            "workflow task for %s was refused: %s",
+            execution_id,
+            stale,
+        )
         if task.get("owner_epoch") is not None:
             lane_of(task).owners.forget_run(execution_id)
         run.close()
