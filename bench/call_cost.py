@@ -72,6 +72,18 @@ def on_cpu_ns(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
+def noop_activity(queue: str) -> dict:
+    """The decision's command both sequences send: one no-op activity on ``queue``."""
+    return {
+        "type": "schedule_activity",
+        "seq": 1,
+        "name": "noop",
+        "input": [1],
+        "queue": queue,
+        "options": OPTIONS,
+    }
+
+
 def one_round(
     conn: psycopg.Connection,
     pid: int,
@@ -114,14 +126,7 @@ def one_round(
     if len(claimed) != batch:
         raise SystemExit(f"claimed {len(claimed)} of {batch}")
     tasks = claimed
-    command = {
-        "type": "schedule_activity",
-        "seq": 1,
-        "name": "noop",
-        "input": [1],
-        "queue": queue,
-        "options": OPTIONS,
-    }
+    command = noop_activity(queue)
     decided = call(
         "complete_workflow_tasks",
         "SELECT * FROM harvest.complete_workflow_tasks(%s, %s, %s, %s, %s::jsonb[], %s::integer[], 50000, 52428800, NULL)",
@@ -220,14 +225,7 @@ def signal_round(
         "SELECT harvest.signal_workflow(%s, 'ping', %s)",
         (started["execution_id"], Jsonb(1)),
     )
-    command = {
-        "type": "schedule_activity",
-        "seq": 1,
-        "name": "noop",
-        "input": [1],
-        "queue": queue,
-        "options": OPTIONS,
-    }
+    command = noop_activity(queue)
     row = decided("signal", [command], 1)
     handed = row["handed"][0]
     decision = {
