@@ -25,7 +25,9 @@ def test_an_offloaded_result_is_read_back(db: str, start_worker) -> None:
         handle = client.start_workflow(long_text, 500)
         assert handle.result(timeout=30) == "x" * 500
     with api_client(db, app=APP) as api:
-        body = api.get(f"/workflows/{handle.execution_id}/result", params={"wait": "5s"}).json()
+        answer = api.get(f"/workflows/{handle.execution_id}/result", params={"wait": "5s"})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
         assert body["state"] == "COMPLETED" and body["output"] == "x" * 500
     cli = harvest(db, "workflow", "result", handle.execution_id)
     assert cli.returncode == 0 and cli.stdout.strip() == '"' + "x" * 500 + '"'

@@ -52,6 +52,11 @@ class RefusedOnResend(StaleTask):
     had committed (its answer was lost with the connection), or the attempt's lease passed
     meanwhile. Either way the report has nothing left to do; not a lost lease to warn of."""
 
+    @classmethod
+    def of(cls, stale: StaleTask) -> RefusedOnResend:
+        """``stale``, the refusal of a report sent again, as this (the message says so)."""
+        return cls(f"{stale} (sent again after its connection failed)")
+
 
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` is a failed connection (the statement may or may not have run) rather
@@ -94,7 +99,7 @@ async def resend_lost(call: Callable[[], Awaitable[T]], what: str) -> T:
         except StaleTask as stale:
             if sends == 0 or isinstance(stale, RefusedOnResend):
                 raise
-            raise RefusedOnResend(f"{stale} (sent again after its connection failed)") from stale
+            raise RefusedOnResend.of(stale) from stale
         except Exception as exc:
             if not connection_lost(exc):
                 raise

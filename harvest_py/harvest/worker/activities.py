@@ -230,6 +230,18 @@ def _typed(exc: BaseException) -> ActivityFailure:
     return ActivityFailure.from_exception(exc)
 
 
+def _already_recorded(task: dict[str, Any], what: str) -> None:
+    """A report sent again after its connection failed (db/resend.py) was refused: the first
+    send had recorded it, or the lease passed meanwhile. Nothing is left to do."""
+    log.info(
+        "activity %s (task %s): its %s was already recorded (its first report's connection "
+        "failed after the commit) or its lease passed meanwhile",
+        task["activity_name"],
+        task["task_id"],
+        what,
+    )
+
+
 async def _report_failure(worker: Worker, task: dict[str, Any], failure: ActivityFailure) -> None:
     """Send an attempt's failure (fail_activity), made small enough to be stored."""
     report = failure.to_json()
@@ -254,14 +266,7 @@ async def _report_failure(worker: Worker, task: dict[str, Any], failure: Activit
             f"the failure of activity {task['activity_name']} (task {task['task_id']})",
         )
     except RefusedOnResend:
-        # Sent again after its connection failed: the first send had recorded it (or the
-        # lease passed meanwhile and another attempt owns the invocation).
-        log.info(
-            "activity %s (task %s): its failure was already recorded (its first report's "
-            "connection failed after the commit) or its lease passed meanwhile",
-            task["activity_name"],
-            task["task_id"],
-        )
+        _already_recorded(task, "failure")
         return
     except StaleTask as stale:
         log.warning(
@@ -393,15 +398,8 @@ async def _run_activity_task(worker: Worker, task: dict[str, Any], execution_id:
         await _report_failure(worker, task, _typed(exc))
         return
     except RefusedOnResend:
-        # Sent again after its connection failed (db/resend.py) and refused: the first send
-        # had recorded it (what its lost answer carried, a handed or claimed task, waits for
-        # its lease), or the lease passed meanwhile. Nothing is left to do.
-        log.info(
-            "activity %s (task %s): its result was already recorded (its first report's "
-            "connection failed after the commit) or its lease passed meanwhile",
-            task["activity_name"],
-            task_id,
-        )
+        # (What the lost answer carried, a handed or claimed task, waits for its lease.)
+        _already_recorded(task, "result")
         return
     except StaleTask as stale:
         # Another attempt owns the invocation now; its result will be the one recorded.

@@ -130,7 +130,7 @@ class _TaskGroupCommit(GroupCommit):
                 refused = refusal(row)
                 if resent and type(refused) is StaleTask:
                     # The first send may have committed it: done, not a lost lease.
-                    refused = RefusedOnResend(f"{refused} (sent again after its connection failed)")
+                    refused = RefusedOnResend.of(refused)
                 future.set_exception(refused)
 
     def _answer(self, row: dict[str, Any]) -> Any:
