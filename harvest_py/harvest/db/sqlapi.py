@@ -2112,14 +2112,16 @@ class OpenClaim:
             # failure): psycopg raises that, then, leaving pipeline mode with the Sync's own
             # result still unread, "cannot exit pipeline mode while busy" over it. The server's
             # error is the one to raise (_give_back reads what was left).
-            raise _server_error(failed) from None
+            server = _server_error(failed)
+            failed.__context__ = None  # (no cycle: raised here, the server's error takes failed as context)
+            raise server from None
 
     async def _give_back(self) -> None:
         if self._pipeline is not None:
             with contextlib.suppress(Exception):
                 await self._end(None)
         conn = self._conn
-        if not await _out_of_pipeline(conn):
+        if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF and not await _out_of_pipeline(conn):
             # Deliberately discarded (the pool opens another): its state is not known.
             await conn.close()
         elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -2143,12 +2145,10 @@ PIPELINE_SETTLE_SECS = 1.0
 
 
 async def _out_of_pipeline(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Take ``conn`` out of pipeline mode if a failure left it there: read the results left
-    unread (after a commit that failed at the Sync, the Sync's own), then leave pipeline mode.
-    Whether it is out (False: it could not be read within PIPELINE_SETTLE_SECS)."""
+    """Take ``conn`` out of the pipeline mode a failure left it in: read the results left unread
+    (after a commit that failed at the Sync, the Sync's own), then leave pipeline mode. Whether
+    it is out (False: it could not be read within PIPELINE_SETTLE_SECS)."""
     pgconn = conn.pgconn
-    if pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF:
-        return True
     loop = asyncio.get_running_loop()
     try:
         async with asyncio.timeout(PIPELINE_SETTLE_SECS):
