@@ -10,9 +10,11 @@ leaves the task pending as it was, with no lease to wait out. The chaos test
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import psycopg
+import pytest
 from history_helpers import comparable_history
 
 from harvest import App, Client, activity, workflow
@@ -227,3 +229,71 @@ def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_ho
     assert worker.worker.claims_decided == 0
     assert ran == [3]
     assert [kind for kind, _ in comparable_history(db, handle.execution_id)].count("ActivityScheduled") == 1
+
+
+def _fail_at_commit(db: str, table: str, when: str) -> None:
+    """A deferred trigger on ``table`` that fails the commit (SQLSTATE 40001) of the first
+    transaction whose row matches ``when``: the error comes at the Sync, after every statement."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE public.commit_failures")
+        conn.execute(
+            f"""
+            CREATE FUNCTION public.fail_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {when} AND nextval('public.commit_failures') = 1 THEN
+                    RAISE EXCEPTION 'commit refused by the test' USING ERRCODE = '40001';
+                END IF;
+                RETURN NULL;
+            END $$"""
+        )
+        conn.execute(
+            f"CREATE CONSTRAINT TRIGGER fail_commit AFTER INSERT OR UPDATE ON harvest.{table} "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fail_commit()"
+        )
+
+
+def test_a_claim_whose_commit_fails_raises_the_servers_error_and_gives_back_a_clean_connection(db):
+    # The commit at the Sync fails: psycopg's "cannot exit pipeline mode while busy" hid the
+    # server's error, and the connection went back to the pool still in pipeline mode.
+    _fail_at_commit(db, "tasks", "NEW.status = 'running'")
+    with Client(db) as client:
+        handle = client.start_workflow(one_step, 1, workflow_id="commit-fails")
+
+    async def main() -> None:
+        pool = await open_async_pool(db, min_size=1, max_size=1)
+        try:
+            api = AsyncSqlApi(pool)
+            _, claim = await claim_tasks_open(api, "w1", ["default"], 10, 30.0)
+            with pytest.raises(psycopg.errors.SerializationFailure, match="commit refused by the test"):
+                await claim.commit()
+            assert _workflow_task(db, handle.execution_id) == ("pending", 0, None)
+            # The one connection came back out of pipeline mode, idle, and is used again.
+            async with pool.connection() as conn:
+                assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+                assert await (await conn.execute("SELECT 42")).fetchone() == (42,)
+            assert pool.get_stats().get("returns_bad", 0) == 0
+            rows, claim = await claim_tasks_open(api, "w1", ["default"], 10, 30.0)
+            assert len(rows) == 1
+            await claim.commit()
+            assert _workflow_task(db, handle.execution_id) == ("running", 1, "w1")
+        finally:
+            await pool.close()
+
+    asyncio.run(main())
+
+
+def test_a_claim_and_decision_whose_commit_fails_are_logged_with_the_servers_error(db, start_worker, caplog):
+    ran.clear()
+    _fail_at_commit(db, "events", "NEW.event_type = 'ActivityScheduled'")
+    worker = start_worker(APP)
+    time.sleep(0.2)  # asleep: the start wakes it
+    with caplog.at_level(logging.WARNING), Client(db) as client:
+        handle = client.start_workflow(one_step, 5, workflow_id="decision-commit-fails")
+        assert handle.result(timeout=30) == 6
+    assert worker.worker.claims_rolled_back == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    rolled_back = [m for m in warnings if "its claim and decision were rolled back" in m]
+    assert len(rolled_back) == 1, warnings
+    assert rolled_back[0].endswith("commit refused by the test (SQLSTATE 40001)"), rolled_back
+    assert not [m for m in warnings if "pipeline" in m or "connection" in m], warnings
+    assert ran == [5]

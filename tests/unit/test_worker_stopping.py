@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 
 import pytest
 
-from harvest.worker import stopping
+from harvest.worker import event_loop, stopping
 
 
 async def _loses_the_first_cancellation(ran: list[str]) -> None:
@@ -81,3 +82,31 @@ def test_a_failed_task_is_reaped_without_an_unretrieved_exception_report() -> No
 
     asyncio.run(main())
     assert reports == []
+
+
+def test_a_process_loop_ends_though_a_task_ignores_its_cancellation(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # harvest worker's loop (worker/event_loop.py): asyncio.run's own end would wait for the
+    # stuck task forever. One a stop already left behind (and named) is not waited for again.
+    monkeypatch.setattr(event_loop, "LEFTOVER_WAIT_SECS", 0.05)
+    caplog.set_level(logging.WARNING, logger="harvest.worker")
+
+    async def main() -> str:
+        left = asyncio.create_task(_never_ends(), name="in-flight-1")
+        await asyncio.sleep(0)
+        await stopping.cancel_and_wait([left], "in-flight")
+        others.append(asyncio.create_task(_never_ends(), name="other-1"))
+        await asyncio.sleep(0)
+        return "returned"
+
+    others: list[asyncio.Task[None]] = []
+    answers: list[str] = []
+    runs = threading.Thread(
+        target=lambda: answers.append(event_loop.choose_event_loop("asyncio").run(main())), daemon=True
+    )
+    runs.start()
+    runs.join(30)  # (a bound that only tells an end from a hang)
+    assert answers == ["returned"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert "1 task(s) still running 0s after their cancellation" in " ".join(messages)  # other-1 only

@@ -210,6 +210,19 @@ def database_error_message(exc: psycopg.Error) -> tuple[str, int]:
     return (exc.diag.message_primary or str(exc)).strip().splitlines()[0], 1
 
 
+def error_line(exc: BaseException) -> str:
+    """An error in one line for a log: the server's first line and its SQLSTATE ("canceling
+    statement due to lock timeout (SQLSTATE 55P03)"), else the client's first line. Neither
+    carries the DSN: the server's message never does, and libpq's "connection to server at
+    ... failed:" prefix is cut (:func:`one_line`)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    if sqlstate is None or diag is None:
+        return one_line(exc)
+    lines = (diag.message_primary or str(exc)).strip().splitlines()
+    return f"{lines[0] if lines else type(exc).__name__} (SQLSTATE {sqlstate})"
+
+
 def connect(dsn: str, *, autocommit: bool = False, connect_timeout: int = 10) -> psycopg.Connection:
     """Open a connection, or raise a HarvestError naming host and database, never the password."""
     warn_if_unverified_tls(dsn)

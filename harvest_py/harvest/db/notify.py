@@ -29,7 +29,10 @@ log = logging.getLogger("harvest.db.notify")
 
 
 class _Settable(Protocol):
+    """An asyncio or a threading event."""
+
     def set(self) -> None: ...
+    def is_set(self) -> bool: ...
 
 
 E = TypeVar("E", bound=_Settable)
@@ -93,20 +96,53 @@ class _Waiters(Generic[E]):
             event.set()
 
 
-class NotificationHub:
-    """LISTEN on ``channel`` (one of :mod:`harvest.db.channels`) over one connection to ``dsn``."""
+class _Hub(Generic[E]):
+    """What both hubs share: the channel, the waiters by payload, and whether the LISTEN is up
+    (``_ready``, an event of the same kind as the waiters')."""
 
-    def __init__(self, dsn: str, channel: str = channels.DONE):
+    _ready: E
+
+    def __init__(self, dsn: str, channel: str):
         channels.listen(channel)  # an unknown channel fails here
         self.dsn, self.channel = dsn, channel
-        self._waiters: _Waiters[asyncio.Event] = _Waiters()
-        self._task: asyncio.Task[None] | None = None
-        self._ready = asyncio.Event()
+        self._waiters: _Waiters[E] = _Waiters()
 
     @property
     def waiters(self) -> int:
         """How many waits are registered now."""
         return len(self._waiters)
+
+    def listening_since(self) -> int | None:
+        """A token that stays the same while the LISTEN stays up (None while it is not): a wait
+        registered after a start, with the same token as before it, has missed no notification
+        since (those no wait was registered for are kept: ``waiting`` sees them)."""
+        return self._waiters.epoch if self._ready.is_set() else None
+
+    @contextlib.contextmanager
+    def _registered(self, payload: str, event: E) -> Iterator[E]:
+        """``event``, registered for ``payload`` while the block runs (each hub's ``waiting``)."""
+        self._waiters.add(payload, event)
+        try:
+            yield event
+        finally:
+            self._waiters.discard(payload, event)
+
+    def _lost(self, exc: BaseException) -> None:
+        """The one warning of a LISTEN whose connection failed (its DSN's password never shown)."""
+        log.warning(
+            "harvest: LISTEN %s lost its connection (%s); reconnecting",
+            self.channel,
+            redact(str(exc), self.dsn),
+        )
+
+
+class NotificationHub(_Hub[asyncio.Event]):
+    """LISTEN on ``channel`` (one of :mod:`harvest.db.channels`) over one connection to ``dsn``."""
+
+    def __init__(self, dsn: str, channel: str = channels.DONE):
+        super().__init__(dsn, channel)
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
 
     async def start(self, timeout: float = 10.0) -> None:
         """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the hub
@@ -124,22 +160,12 @@ class NotificationHub:
             self._task = None
         self._waiters.wake_all()
 
-    def listening_since(self) -> int | None:
-        """A token that stays the same while the LISTEN stays up (None while it is not): a wait
-        registered after a start, with the same token as before it, has missed no notification
-        since (those no wait was registered for are kept: :meth:`waiting` sees them)."""
-        return self._waiters.epoch if self._ready.is_set() else None
-
     @contextlib.asynccontextmanager
     async def waiting(self, payload: str) -> AsyncIterator[asyncio.Event]:
         """An event set when a NOTIFY with ``payload`` arrives (or the connection drops) while
         the block runs. Register first, then read, then wait on the event."""
-        event = asyncio.Event()
-        self._waiters.add(payload, event)
-        try:
+        with self._registered(payload, asyncio.Event()) as event:
             yield event
-        finally:
-            self._waiters.discard(payload, event)
 
     async def _run(self) -> None:
         while True:
@@ -154,31 +180,24 @@ class NotificationHub:
             except asyncio.CancelledError:
                 raise
             except (DatabaseError, OSError, Exception) as exc:
-                log.warning("harvest: LISTEN %s lost its connection (%s); reconnecting", self.channel, exc)
+                self._lost(exc)
             self._ready.clear()
             self._waiters.wake_all()
             await asyncio.sleep(RECONNECT_SECS)
 
 
-class ThreadNotificationHub:
+class ThreadNotificationHub(_Hub[threading.Event]):
     """:class:`NotificationHub` for threads: LISTEN on ``channel`` over one connection to ``dsn``,
     read by a daemon thread that wakes the :class:`threading.Event` of each waiter registered for
     a notification's payload (and every waiter when the connection drops)."""
 
     def __init__(self, dsn: str, channel: str = channels.DONE):
-        channels.listen(channel)  # an unknown channel fails here
-        self.dsn, self.channel = dsn, channel
-        self._waiters: _Waiters[threading.Event] = _Waiters()
+        super().__init__(dsn, channel)
         self._lock = threading.Lock()  # guards _thread
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._stop_r, self._stop_w = -1, -1  # a pipe: close() writes to it to end the thread's select
-
-    @property
-    def waiters(self) -> int:
-        """How many waits are registered now."""
-        return len(self._waiters)
 
     def start(self, timeout: float = 10.0) -> None:
         """Start listening; returns once the LISTEN is in place (or ``timeout`` passed: the thread
@@ -207,22 +226,10 @@ class ThreadNotificationHub:
             os.close(self._stop_w)
         self._waiters.wake_all()
 
-    def listening_since(self) -> int | None:
-        """A token that stays the same while the LISTEN stays up (None while it is not): a wait
-        registered after a start, with the same token as before it, has missed no notification
-        since (those no wait was registered for are kept: :meth:`waiting` sees them)."""
-        return self._waiters.epoch if self._ready.is_set() else None
-
-    @contextlib.contextmanager
-    def waiting(self, payload: str) -> Iterator[threading.Event]:
+    def waiting(self, payload: str) -> contextlib.AbstractContextManager[threading.Event]:
         """An event set when a NOTIFY with ``payload`` arrives (or the connection drops) while
         the block runs. Register first, then read, then wait on the event."""
-        event = threading.Event()
-        self._waiters.add(payload, event)
-        try:
-            yield event
-        finally:
-            self._waiters.discard(payload, event)
+        return self._registered(payload, threading.Event())
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -234,11 +241,7 @@ class ThreadNotificationHub:
                     self._read(conn.pgconn)
             except Exception as exc:
                 if not self._stop.is_set():
-                    log.warning(
-                        "harvest: LISTEN %s lost its connection (%s); reconnecting",
-                        self.channel,
-                        redact(str(exc), self.dsn),
-                    )
+                    self._lost(exc)
             self._ready.clear()
             self._waiters.wake_all()
             self._stop.wait(RECONNECT_SECS)

@@ -31,16 +31,12 @@ import psycopg
 import psycopg_pool
 
 from harvest.core.errors import HarvestError, StaleTask
+from harvest.core.sqlstates import session_ended
 from harvest.db.connection import one_line
 
 log = logging.getLogger("harvest.worker")
 
 T = TypeVar("T")
-
-# SQLSTATEs of a connection that failed under the statement: class 08 (connection exception),
-# and the server ending the session (57P01 admin shutdown, pg_terminate_backend; 57P02 crash
-# shutdown; 57P03 cannot connect now, a server starting or stopping).
-_LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
 
 # The pause before the second send, doubled for each later one up to RESEND_PAUSE_MAX (jittered).
 RESEND_PAUSE = 0.05
@@ -68,7 +64,7 @@ def connection_lost(exc: BaseException) -> bool:
     state = exc.sqlstate
     # No SQLSTATE: the client's own error ("server closed the connection unexpectedly",
     # "consuming input failed", a connect that failed, a pool that had no connection to lend).
-    return state is None or state.startswith("08") or state in _LOST_STATES
+    return state is None or session_ended(state)
 
 
 def resend_pause(sends: int) -> float:

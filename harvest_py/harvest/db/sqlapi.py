@@ -2103,18 +2103,76 @@ class OpenClaim:
 
     async def _end(self, exc: BaseException | None) -> None:
         pipeline, self._pipeline = self._pipeline, None
-        if pipeline is not None:
+        if pipeline is None:
+            return
+        try:
             await pipeline.__aexit__(type(exc) if exc else None, exc, None)
+        except psycopg.OperationalError as failed:
+            # The commit at the Sync failed (a lock wait past lock_timeout, a serialization
+            # failure): psycopg raises that, then, leaving pipeline mode with the Sync's own
+            # result still unread, "cannot exit pipeline mode while busy" over it. The server's
+            # error is the one to raise (_give_back reads what was left).
+            server = _server_error(failed)
+            failed.__context__ = None  # (no cycle: raised here, the server's error takes failed as context)
+            raise server from None
 
     async def _give_back(self) -> None:
         if self._pipeline is not None:
             with contextlib.suppress(Exception):
                 await self._end(None)
         conn = self._conn
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF and not await _out_of_pipeline(conn):
+            # Deliberately discarded (the pool opens another): its state is not known.
+            await conn.close()
+        elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             with contextlib.suppress(Exception):
                 await conn.rollback()
         await self._pool.putconn(conn)
+
+
+def _server_error(exc: psycopg.Error) -> psycopg.Error:
+    """The server's error under ``exc`` (psycopg's own, raised while handling it), or ``exc``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg.Error) and seen.sqlstate is not None:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return exc
+
+
+# How long a connection left in pipeline mode is read for the rest of its results.
+PIPELINE_SETTLE_SECS = 1.0
+
+
+async def _out_of_pipeline(conn: psycopg.AsyncConnection[Any]) -> bool:
+    """Take ``conn`` out of the pipeline mode a failure left it in: read the results left unread
+    (after a commit that failed at the Sync, the Sync's own), then leave pipeline mode. Whether
+    it is out (False: it could not be read within PIPELINE_SETTLE_SECS)."""
+    pgconn = conn.pgconn
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(PIPELINE_SETTLE_SECS):
+            while True:
+                with contextlib.suppress(psycopg.OperationalError):  # results are left to read
+                    pgconn.exit_pipeline_mode()
+                    return True
+                while pgconn.is_busy():
+                    readable: asyncio.Future[None] = loop.create_future()
+                    fd = pgconn.socket
+                    loop.add_reader(fd, _set_once, readable)
+                    try:
+                        await readable
+                    finally:
+                        loop.remove_reader(fd)
+                    pgconn.consume_input()
+                pgconn.get_result()
+    except (TimeoutError, psycopg.Error, OSError):
+        return False
+
+
+def _set_once(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def claim_tasks_open(

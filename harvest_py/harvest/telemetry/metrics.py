@@ -30,6 +30,7 @@ from types import EllipsisType
 from typing import Any, cast
 
 from harvest.core.errors import ConfigError
+from harvest.core.sqlstates import session_ended
 
 try:  # the `metrics` extra
     import prometheus_client as _prom
@@ -62,9 +63,6 @@ OTHER_KEYS = "_other"
 
 # The reason label of harvest_db_transaction_retry_total for the SQLSTATEs a retry is for.
 _RETRY_REASONS = {"40P01": "deadlock", "40001": "serialization_failure", "55P03": "lock_not_available"}
-# A session the server ended under the call (a terminated backend, a shutdown): reason "connection",
-# as a connection that failed with no SQLSTATE (harvest/db/resend.py).
-_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004"})
 
 
 def retry_reason(exc: BaseException) -> str:
@@ -72,7 +70,9 @@ def retry_reason(exc: BaseException) -> str:
     state = getattr(exc, "sqlstate", None)
     if state in _RETRY_REASONS:
         return _RETRY_REASONS[state]
-    if type(exc).__name__ in ("OperationalError", "PoolTimeout") or state in _SESSION_ENDED:
+    # A connection that failed with no SQLSTATE, or a session that ended under the call (the
+    # same SQLSTATEs harvest/db/resend.py sends a report again for).
+    if type(exc).__name__ in ("OperationalError", "PoolTimeout") or session_ended(state):
         return "connection"
     return "other"
 

@@ -16,7 +16,9 @@ whichever loop the worker runs on; async activities run on the worker's loop.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,11 +41,57 @@ class EventLoopChoice:
     loop_factory: Callable[[], asyncio.AbstractEventLoop] | None
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
-        """``asyncio.run(main)`` on this loop."""
+        """``asyncio.run(main)`` on this loop, its end bounded: asyncio's own end cancels the
+        tasks still running and waits for them, forever for one whose code ignores its
+        cancellation (an async activity that catches CancelledError and goes on awaiting, left
+        behind by the worker's stop: docs/failures.md). Here such a task is waited for up to
+        LEFTOVER_WAIT_SECS, then the loop is closed without it and the process exits."""
         import asyncio
 
-        with asyncio.Runner(loop_factory=self.loop_factory) as runner:
+        runner = asyncio.Runner(loop_factory=self.loop_factory)
+        try:
             return runner.run(main)
+        finally:
+            loop = runner.get_loop()
+            if _ended_leftovers(loop):
+                runner.close()
+            else:
+                with contextlib.suppress(Exception):
+                    loop.run_until_complete(loop.shutdown_asyncgens())
+                asyncio.set_event_loop(None)
+                loop.close()
+
+
+# How long the tasks still running when a process' main coroutine returned are waited for.
+LEFTOVER_WAIT_SECS = 5.0
+# Tasks a closed loop was left with: kept, so that none is destroyed before the process ends.
+_LEFT_BEHIND: list[Any] = []
+
+
+def _ended_leftovers(loop: asyncio.AbstractEventLoop) -> bool:
+    """Cancel the tasks ``loop`` still runs and wait for them, bounded: whether all ended. Those
+    a worker's stop already left behind (and named) are not waited for again."""
+    import asyncio
+
+    from harvest.worker.stopping import LEFT_BEHIND
+
+    running = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    if not running:
+        return True
+    tasks = [task for task in running if task not in LEFT_BEHIND]
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        _, pending = loop.run_until_complete(asyncio.wait(tasks, timeout=LEFTOVER_WAIT_SECS))
+        if pending:
+            logging.getLogger("harvest.worker").warning(
+                "%d task(s) still running %.0fs after their cancellation: the process ends without them",
+                len(pending),
+                LEFTOVER_WAIT_SECS,
+            )
+    left = [task for task in running if not task.done()]
+    _LEFT_BEHIND.extend(left)
+    return not left
 
 
 def choose_event_loop(choice: str = "auto") -> EventLoopChoice:

@@ -1,28 +1,41 @@
-"""Ending a worker's background tasks so that a stop always ends.
+"""Ending a worker's background tasks, and at its grace its in-flight ones, so that a stop
+always ends.
 
 ``task.cancel()`` followed by ``gather`` waits forever for a task that lost its
 cancellation: a driver call that turns the CancelledError into an ordinary error,
-caught by a loop that retries. The worker then never returns from ``run`` and its
-listeners keep polling a database nobody serves any more. So each wait is bounded:
-a task still running after ``STOP_WAIT_SECS`` is cancelled once more (a lost
-cancellation is a race of one moment) and, if it still runs, named in the log and
-left behind rather than holding the stop hostage."""
+caught by a loop that retries, or user code (an async activity) that catches it and
+goes on awaiting. The worker then never returns from ``run`` and its listeners keep
+polling a database nobody serves any more. So each wait is bounded: a task still
+running after ``STOP_WAIT_SECS`` is cancelled once more (a lost cancellation is a race
+of one moment) and, if it still runs, named in the log and left behind rather than
+holding the stop hostage."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 log = logging.getLogger("harvest.worker")
 
 STOP_WAIT_SECS = 5.0
 
+# The tasks a stop left behind, named in its log (the process' end does not wait for them
+# again: harvest/worker/event_loop.py).
+LEFT_BEHIND: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
 
-async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], what: str) -> None:
-    """Cancel ``tasks`` and wait for them, bounded (see the module's note)."""
+
+async def cancel_and_wait(
+    tasks: Iterable[asyncio.Task[Any]],
+    what: str,
+    describe: Callable[[asyncio.Task[Any]], str] = asyncio.Task.get_name,
+    then: str = "left behind",
+) -> set[asyncio.Task[Any]]:
+    """Cancel ``tasks`` and wait for them, bounded (see the module's note): those left behind,
+    each named by ``describe`` in the warning, which says ``then`` of them."""
     tasks = list(tasks)
     pending = {task for task in tasks if not task.done()}
     for task in pending:
@@ -39,10 +52,13 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any]], what: str) -> None
             with contextlib.suppress(BaseException):
                 task.exception()  # retrieved, so asyncio does not report it at exit
     if pending:
+        LEFT_BEHIND.update(pending)
         log.warning(
-            "%d %s task(s) did not stop within %.0fs of their cancellation; left behind: %s",
+            "%d %s task(s) did not stop within %.0fs of their cancellation; %s: %s",
             len(pending),
             what,
             2 * STOP_WAIT_SECS,
-            ", ".join(sorted(task.get_name() for task in pending)),
+            then,
+            ", ".join(sorted(describe(task) for task in pending)),
         )
+    return pending

@@ -230,6 +230,8 @@ class Worker:
         self._stopping = asyncio.Event()
         # Keyed by _key: (shard, task id, fencing token).
         self._inflight: dict[tuple[int, int, int], asyncio.Task[Any]] = {}
+        # The task each of those runs (what a stop that leaves one behind names).
+        self._held: dict[tuple[int, int, int], dict[str, Any]] = {}
         # Slots promised to hand-offs a commit in flight may return (see reserve_slots).
         self._reserved = 0
         # When the slot of each task in flight was last claimed: a hand-off passes the
@@ -544,9 +546,16 @@ class Worker:
                     self.worker_id,
                     len(pending),
                 )
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+            # Each handler hands its task back as it takes the cancellation (_guard). One whose
+            # code ignores it (an async activity, or a workflow's local activity, that catches
+            # CancelledError and goes on awaiting) is left running after a bounded wait, and
+            # stop_worker below releases its task as the others' (docs/failures.md).
+            await cancel_and_wait(
+                pending,
+                "in-flight",
+                describe=self._describe_in_flight,
+                then="their code ignores asyncio.CancelledError; left running, their tasks released",
+            )
         for lane in self.lanes:
             if not lane.usable:
                 # Down now: its row goes stale and its leases expire into other hands.
@@ -563,6 +572,19 @@ class Worker:
                 continue
             if released:
                 log.info("worker %s released %d unfinished task(s)", self.worker_id, released)
+
+    def _describe_in_flight(self, handle: asyncio.Task[Any]) -> str:
+        """The activity or workflow an in-flight task runs, for a stop that leaves it behind."""
+        key = next((k for k, h in self._inflight.items() if h is handle), None)
+        task = self._held.get(key) if key is not None else None
+        if task is None:
+            return handle.get_name()
+        if task["kind"] == "workflow":
+            return f"workflow {task['workflow_name']} (task {task['task_id']}, run {task['execution_id']})"
+        return (
+            f"activity {task['activity_name']} (task {task['task_id']}, "
+            f"workflow {task['workflow_name']} run {task['execution_id']})"
+        )
 
     # -- claiming ------------------------------------------------------------------------
     async def _claim_loop(self) -> None:
@@ -862,6 +884,7 @@ class Worker:
         self._slot_claimed_at[key] = self._now() if slot_claimed_at is None else slot_claimed_at
         handle = asyncio.create_task(self._guard(runner, task))
         self._inflight[key] = handle
+        self._held[key] = task
 
     async def _guard(
         self, runner: Callable[[Worker, dict[str, Any]], Awaitable[Any]], task: dict[str, Any]
@@ -888,6 +911,7 @@ class Worker:
                     await claim.commit()
             key = _key(task)
             self._inflight.pop(key, None)
+            self._held.pop(key, None)
             self._slot_claimed_at.pop(key, None)
             self.completed_tasks += 1
             self._finished(task)

@@ -26,6 +26,7 @@ from harvest.core.errors import (
 )
 from harvest.core.ids import shard_of
 from harvest.core.statuses import LIVE_STATUSES
+from harvest.db.connection import error_line
 from harvest.db.resend import RefusedOnResend
 from harvest.runtime import WorkflowRun
 from harvest.shard.children import place_child
@@ -584,7 +585,7 @@ async def decide_in_claim(
             worker.worker_id, [decision], worker.history_event_hard_cap, worker.history_byte_hard_cap
         )
     except Exception as exc:
-        raise ClaimRolledBack(str(exc)) from exc
+        raise ClaimRolledBack(error_line(exc)) from exc  # (the server's line and SQLSTATE)
     if rows is None:
         return None
     row = rows[0]

@@ -1,0 +1,39 @@
+"""One classification of "the session ended or its connection failed under the call"
+(harvest/core/sqlstates.py), read by the report resends (harvest/db/resend.py) and by the
+transaction-retry metric's ``connection`` reason (harvest/telemetry/metrics.py)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from harvest.core.sqlstates import session_ended
+from harvest.db.resend import connection_lost
+from harvest.telemetry.metrics import retry_reason
+
+ENDED = ["08000", "08001", "08003", "08004", "08006", "08007", "08P01", "57P01", "57P02", "57P03"]
+ANSWERS = ["40001", "40P01", "55P03", "57014", "57P04", "53300", "23505", "P0001", "HR002"]
+
+
+@pytest.mark.parametrize("sqlstate", ENDED)
+def test_a_session_that_ended_is_a_lost_connection_to_the_resends_and_the_metric(sqlstate: str) -> None:
+    exc = psycopg.errors.lookup(sqlstate)("ended")
+    assert session_ended(sqlstate)
+    assert connection_lost(exc)
+    assert retry_reason(exc) == "connection"
+
+
+@pytest.mark.parametrize("sqlstate", ANSWERS)
+def test_the_databases_answers_are_not(sqlstate: str) -> None:
+    assert not session_ended(sqlstate)
+    try:
+        exc = psycopg.errors.lookup(sqlstate)("an answer")
+    except KeyError:  # a Harvest SQLSTATE: psycopg has no class for it
+        exc = psycopg.DatabaseError("an answer")
+    assert not connection_lost(exc)
+    assert retry_reason(exc) != "connection"
+
+
+def test_no_sqlstate_is_not_a_session_that_ended() -> None:
+    # (A failure with no SQLSTATE is the client's own: each caller says what it is.)
+    assert not session_ended(None)
