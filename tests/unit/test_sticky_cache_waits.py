@@ -195,3 +195,9 @@ def test_a_decision_ahead_never_waits_and_its_hold_is_waited_for() -> None:
         assert await waiting is run
 
     asyncio.run(main())
+
+
+def test_a_worker_without_a_cache_never_waits() -> None:
+    cache = StickyCache(0)  # Worker(cache_size=0): every task replays, none waits for another's run
+    cache.take("e", {"task": 1})
+    assert not cache.held("e")

@@ -111,7 +111,7 @@ class StickyCache:
             self.misses += 1
         else:
             self.hits += 1
-        if holder is not None:
+        if holder is not None and self.capacity > 0:  # (no cache: no run comes back to wait for)
             self._out[execution_id] = holder
         return run
 
