@@ -68,7 +68,14 @@ class DecisionAhead:
             self.decision["owner_epoch"] = epoch
 
     def settle(self, recorded: Recorded | None) -> None:
-        """Take the commit's answer (None: the result was not recorded at all)."""
+        """Take the commit's answer (None: the result was not recorded at all), and give the
+        run back, put back or dropped: its hold ends (StickyCache.release)."""
+        try:
+            self._settle(recorded)
+        finally:
+            self._worker.cache.release(self._execution_id, self._task)
+
+    def _settle(self, recorded: Recorded | None) -> None:
         worker, run = self._worker, self._run
         worker.release_slots(self._grant)
         decided = recorded.decided if recorded is not None else None
@@ -99,9 +106,23 @@ async def decide_ahead(
     if not worker.accepts_hand_off():
         return None
     execution_id = str(task["execution_id"])
-    run = worker.cache.take_settled(execution_id)
+    run = worker.cache.take_settled(execution_id, task)  # (held by this task until released)
     if run is None:
         return None
+    ahead = None
+    try:
+        ahead = await _step(worker, task, execution_id, run, result, plain)
+        return ahead
+    finally:
+        if ahead is None:  # put back or dropped (else DecisionAhead.settle gives it back)
+            worker.cache.release(execution_id, task)
+
+
+async def _step(
+    worker: Worker, task: dict[str, Any], execution_id: str, run: WorkflowRun, result: Any, plain: Any
+) -> DecisionAhead | None:
+    """The decision of ``run`` (taken from the cache) on the result, or None: the run put back
+    or closed."""
     if run.holding:
         # Its results do not wake it until its activities drain: a decision here would be
         # one of the wake-ups the hold saves (and the last result's is refused anyway, the

@@ -7,6 +7,7 @@ replays the whole history on a fresh run. Both paths give the same commands.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import traceback
@@ -60,21 +61,42 @@ def cached_run_bytes(run: WorkflowRun) -> int:
     return CACHED_RUN_BASE_BYTES + run.payload_bytes
 
 
+# How long a workflow task waits for its run while another handler of this worker has it out
+# (StickyCache.wait_back) before it replays the history instead. A run has one workflow task at a
+# time, so that handler's decision (or a decision ahead's result) has already committed: what is
+# left is hearing the answer and a few steps of the loop, a few ms, tens of ms on a loaded machine.
+# The bound is for what cannot be foreseen (an answer whose connection failed, sent again, or a
+# task claimed again after a lost lease while its first handler still runs): ten times the
+# longest wait seen under load, and well under a workflow task's lease (30 s by default), which
+# nothing renews while the task waits (docs/performance.md, "In-flight cache misses").
+STICKY_WAIT_SECS = 0.5
+
+
 class StickyCache:
     """LRU of execution id -> WorkflowRun, bounded in runs (``capacity``) and in the estimated
     bytes of the runs it keeps (``max_bytes``; None: no byte bound): past either, the least
     recently used runs are closed and dropped. A run over ``max_bytes`` by itself is not kept
-    (and evicts nobody)."""
+    (and evicts nobody).
+
+    It also knows which runs are out in a handler of this worker: a take with a ``holder`` (the
+    task taking it, hit or miss) marks the run held until that holder's ``release``, which
+    every such take must end in (a finally), whether the run was put back or dropped. Another
+    workflow task of the run waits for it (``wait_back``) rather than replaying the history
+    while the holder's commit is still being heard of."""
 
     def __init__(self, capacity: int, max_bytes: int | None = None):
         self.capacity = capacity
         self.max_bytes = max_bytes
         self._runs: OrderedDict[str, WorkflowRun] = OrderedDict()
         self._sizes: dict[str, int] = {}  # each cached run's estimate when it was put
+        self._out: dict[str, object] = {}  # execution id -> the holder that has its run out
+        self._back: dict[str, asyncio.Future[None]] = {}  # a run's waiters' wake-up, made by the first
         self.bytes = 0  # their sum
         self.hits = 0
         self.misses = 0
         self.evictions = 0  # runs dropped for either bound
+        self.waits = 0  # takes that waited for a run out in another handler (wait_back)
+        self.wait_timeouts = 0  # of those, waits that ran out (STICKY_WAIT_SECS): a replay
 
     def _forget(self, execution_id: str) -> WorkflowRun | None:
         run = self._runs.pop(execution_id, None)
@@ -82,32 +104,80 @@ class StickyCache:
             self.bytes -= self._sizes.pop(execution_id)
         return run
 
-    def take(self, execution_id: str) -> WorkflowRun | None:
+    def take(self, execution_id: str, holder: object = None) -> WorkflowRun | None:
+        """The cached run, taken out (None: a miss). With ``holder``, the run is out in that
+        holder's hands, hit or miss, until ``release(execution_id, holder)``."""
         run = self._forget(execution_id)
         if run is None:
             self.misses += 1
         else:
             self.hits += 1
+        if holder is not None and self.capacity > 0:  # (no cache: no run comes back to wait for)
+            self._out[execution_id] = holder
         return run
 
-    def take_settled(self, execution_id: str) -> WorkflowRun | None:
-        """The cached run if it has read its whole history (WorkflowRun.settled), taken out."""
+    def take_settled(self, execution_id: str, holder: object) -> WorkflowRun | None:
+        """The cached run if it has read its whole history (WorkflowRun.settled), taken out
+        and held by ``holder`` (see ``take``). Never waits: a run out in another handler is
+        None here (so a decision ahead never waits on a workflow task that may wait on it)."""
         run = self._runs.get(execution_id)
         if run is None or not run.settled:
             return None
+        self._out[execution_id] = holder
         return self._forget(execution_id)
+
+    def held(self, execution_id: str) -> bool:
+        """Whether a handler of this worker has the run out and it is not back."""
+        return execution_id in self._out and execution_id not in self._runs
+
+    async def wait_back(self, execution_id: str, timeout: float) -> None:
+        """Wait while another handler has the run out (``held``): until it puts the run back
+        or releases it (dropped: then return at once, to replay), or ``timeout`` seconds.
+        Returns in the step that saw the run back, so a ``take`` right after gets it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        self.waits += 1
+        while self.held(execution_id):
+            left = deadline - loop.time()
+            if left <= 0:
+                self.wait_timeouts += 1
+                return
+            back = self._back.get(execution_id)
+            if back is None:
+                back = self._back[execution_id] = loop.create_future()
+            # (asyncio.wait leaves the shared future alone on a timeout or a cancellation.)
+            await asyncio.wait((back,), timeout=left)
+
+    def _wake(self, execution_id: str) -> None:
+        back = self._back.pop(execution_id, None)
+        if back is not None and not back.done():
+            back.set_result(None)
+
+    def release(self, execution_id: str, holder: object) -> None:
+        """``holder`` is done with the run (put back or dropped): wake its waiters. A holder
+        whose waiter gave up and took the run itself releases nothing of the newer holder's."""
+        if self._out.get(execution_id) is holder:
+            del self._out[execution_id]
+            if self._back:
+                self._wake(execution_id)
 
     def peek(self, execution_id: str) -> WorkflowRun | None:
         """The cached run, left in place (queries read it; see worker/queries.py)."""
         return self._runs.get(execution_id)
 
     def put(self, execution_id: str, run: WorkflowRun) -> None:
+        if self._back:
+            self._wake(execution_id)  # (its waiters take it in a later step: the put comes first)
         if self.capacity <= 0:
             run.close()
             return
         replaced = self._forget(execution_id)
         if replaced is not None and replaced is not run:
-            replaced.close()  # two tasks of one run raced; the later one's run stays
+            if replaced.last_event_id > run.last_event_id:
+                # Two tasks of one run raced (a waiter gave up and replayed): the run that has
+                # read further in the history stays, whichever was put last.
+                run, replaced = replaced, run
+            replaced.close()
         size, limit = cached_run_bytes(run), self.max_bytes
         if limit is not None and size > limit:
             self.evictions += 1  # over the bound alone: not kept, and nobody else evicted for it
@@ -306,22 +376,34 @@ def _carried_after(task: dict[str, Any], last_event_id: int) -> list[dict[str, A
 
 async def run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
     execution_id = str(task["execution_id"])
+    cache = worker.cache
     # Every line the workflow code logs carries the run (harvest/telemetry/logs.py).
     token = log_fields(
         execution_id=execution_id, workflow_id=task["workflow_id"], workflow=task["workflow_name"]
     )
     try:
+        if cache.held(execution_id) and "_open_claim" not in task:
+            # The handler of the run's previous task (or a decision ahead) has its run out: its
+            # commit is in (a run has one workflow task at a time) but not yet heard of. Wait
+            # for it to put the run back rather than replay the history (docs/internals.md,
+            # "The sticky cache and its handlers"). (A claim that decides is made with nothing
+            # in flight, so it does not find its run held; were it to, it would not keep its
+            # transaction open to wait.)
+            await cache.wait_back(execution_id, STICKY_WAIT_SECS)
+        run = cache.take(execution_id, task)
         if not tracing.ACTIVE:
-            return await _run_workflow_task(worker, task)
-        with _task_span(worker, task, execution_id):
-            return await _run_workflow_task(worker, task)
+            return await _run_workflow_task(worker, task, run)
+        with _task_span(task, execution_id, run):
+            return await _run_workflow_task(worker, task, run)
     finally:
+        # The run is back in the cache (its put woke a waiter already) or dropped: wake a task
+        # of the run waiting for it, to replay. (Nothing, if this one never took it.)
+        cache.release(execution_id, task)
         LOG_FIELDS.reset(token)
 
 
-def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
+def _task_span(task: dict[str, Any], execution_id: str, cached: WorkflowRun | None) -> Any:
     """The workflow task's span: in the run's trace, or a new root for a whole replay."""
-    cached = worker.cache.peek(execution_id)
     fresh = task.get("new_events_after") == 0 and task.get("new_events")
     attributes = {"harvest.workflow": task["workflow_name"], "harvest.queue": task["queue"]}
     if cached is None and not fresh:  # a replay of the whole history: a new root, linked to the run
@@ -333,22 +415,23 @@ def _task_span(worker: Worker, task: dict[str, Any], execution_id: str) -> Any:
     return tracing.span("harvest.workflow.task", execution_id=execution_id, attributes=attributes, **seed)
 
 
-async def _run_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
+async def _run_workflow_task(worker: Worker, task: dict[str, Any], cached: WorkflowRun | None) -> None:
     # A task still running after a third of its lease (a local activity, a long replay)
     # keeps the lease until it ends, so no other worker takes it and runs it again.
     keeper = LeaseKeeper(lane_of(task).sql, task["task_id"], task["fencing_token"], worker.workflow_lease)
     try:
-        await _decide_workflow_task(worker, task)
+        await _decide_workflow_task(worker, task, cached)
     finally:
         keeper.stop()
 
 
-async def _decide_workflow_task(worker: Worker, task: dict[str, Any]) -> None:
+async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: WorkflowRun | None) -> None:
+    """Decide ``task`` on ``run``, its run taken from the cache (None: a miss), which ends put
+    back or closed."""
     execution_id = str(task["execution_id"])
     task_id, token = task["task_id"], task["fencing_token"]
     started = perf_counter()
     replayed = False
-    run = worker.cache.take(execution_id)
     try:
         if run is not None:
             events = _carried_after(task, run.last_event_id)  # we decided it last
