@@ -41,22 +41,23 @@ lint: install
 	$(BIN)/sqlfluff lint --processes 2 $(SQL_FILES)
 	$(BIN)/pytest -q -p no:cacheprovider tests/typing/check_types.py
 
-test: install lint pgtap chromium promtool redis test-python test-pg15
+# Every suite runs side by side (scripts/run-suites.sh): the fast suite in FAST_PARTS processes,
+# each slow group in one, and the PostgreSQL 15 leg (test-pg15) beside them.
+test: install lint pgtap chromium promtool redis
+	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS) scripts/with-debian-pg15.sh $(PYTEST) $(PG15_TESTS)
 
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
 # processes, a headless Chromium, schemathesis over the API) run beside the rest in pytest
 # processes of their own, one per comma-separated group of SLOW_GROUPS (shard alone ~280 s,
-# the other three together ~360 s). SKIP_SLOW=1 leaves them out for a quick local run
-# (`make test SKIP_SLOW=1`); CI runs everything.
+# the other three together ~360 s). The rest, the fast suite, runs in FAST_PARTS processes
+# split by test file (tests/conftest.py, --part): one process alone took ~8-9 minutes, waiting
+# on the database and its workers more than using a core. SKIP_SLOW=1 leaves the slow suites
+# out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
+PYTEST = $(BIN)/pytest -q -p no:cacheprovider
 SLOW_GROUPS = shard,chaos or browser or webfuzz
-SLOW_MARKERS = $(subst $(comma), or ,$(SLOW_GROUPS))
-comma := ,
+FAST_PARTS ?= 2
 test-python: install
-ifeq ($(SKIP_SLOW),1)
-	$(BIN)/pytest -q -p no:cacheprovider -m "not ($(SLOW_MARKERS))" tests
-else
-	scripts/run-suites.sh "$(BIN)/pytest -q -p no:cacheprovider" "$(SLOW_GROUPS)"
-endif
+	SKIP_SLOW=$(SKIP_SLOW) scripts/run-suites.sh "$(PYTEST)" "$(SLOW_GROUPS)" $(FAST_PARTS)
 
 # promtool (Debian's prometheus package) checks the starter alert pack and runs its rule tests
 # (docs/alerts/, tests/unit/test_alert_pack.py).

@@ -1,29 +1,60 @@
 #!/usr/bin/env bash
-# make test-python: each group of slow suites (the pytest marker expressions in $2, separated by
-# commas: several servers, killed processes, a browser) runs in a pytest process of its own
-# beside the rest. They mostly wait on databases and child processes, so the processes overlap
-# on two cores. Each group's output is printed after the others'; the exit status fails if any
-# process failed.
+# make test-python: the suites side by side, each in a process of its own with its own
+# PostgreSQL (they mostly wait on databases, workers and child processes, so they overlap
+# well on two cores).
+#
+#   scripts/run-suites.sh PYTEST_CMD SLOW_GROUPS [FAST_PARTS [BESIDE_CMD...]]
+#
+# SLOW_GROUPS: pytest marker expressions separated by commas (several servers, killed
+# processes, a browser), one process each. The rest (the fast suite, -m "not (...)") runs in
+# FAST_PARTS processes (default 1), split by test file (tests/conftest.py, --part K/N).
+# BESIDE_CMD: one more command run beside them (make test: the PostgreSQL 15 leg).
+# SKIP_SLOW=1 in the environment leaves the slow groups out (the fast suite is the same).
+# The first fast part prints as it goes; every other process's output is printed after it, in
+# turn. The exit status fails if any process failed.
 set -uo pipefail
 pytest_cmd=$1
 IFS=, read -r -a groups <<<"$2"
+parts=${3:-1}
+shift $(($# < 3 ? $# : 3))
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+names=()
 pids=()
 all=""
-for i in "${!groups[@]}"; do
-    group=${groups[$i]}
+for group in "${groups[@]}"; do
     all="${all:+$all or }$group"
-    # shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
-    $pytest_cmd -m "$group" tests >"$dir/$i.log" 2>&1 &
-    pids+=($!)
 done
+fast=(-m "not ($all)")
+[ -n "$all" ] || fast=()
+spawn() { # name, command...
+    local name=$1
+    shift
+    "$@" >"$dir/${#pids[@]}.log" 2>&1 &
+    names+=("$name")
+    pids+=($!)
+}
+[ "${SKIP_SLOW:-}" = 1 ] && groups=()
+for group in "${groups[@]}"; do
+    # shellcheck disable=SC2086  # $pytest_cmd is a command line, split on purpose
+    spawn "slow suites: -m \"$group\"" $pytest_cmd -m "$group" tests
+done
+for ((k = 2; k <= parts; k++)); do
+    # shellcheck disable=SC2086
+    spawn "fast suite, part $k/$parts" $pytest_cmd "${fast[@]}" --part "$k/$parts" tests
+done
+if [ "$#" -gt 0 ]; then
+    spawn "$*" "$@"
+fi
+split=()
+[ "$parts" -gt 1 ] && split=(--part "1/$parts")
+[ "$parts" -gt 1 ] && echo "== fast suite, part 1/$parts =="
 # shellcheck disable=SC2086
-$pytest_cmd -m "not ($all)" tests
+$pytest_cmd "${fast[@]}" "${split[@]}" tests
 failed=$?
-for i in "${!groups[@]}"; do
+for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || failed=1
-    echo "== slow suites: -m \"${groups[$i]}\" =="
+    echo "== ${names[$i]} =="
     cat "$dir/$i.log"
 done
 exit $((failed != 0))

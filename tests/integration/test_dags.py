@@ -113,7 +113,9 @@ APP = App(
 
 
 @pytest.fixture(autouse=True)
-def _reset():
+def _reset(start_worker):
+    # (Asks for start_worker so that it is torn down first: the gate opens before the worker
+    # drains, or a gated task still in flight holds the drain until its 30 s join timeout.)
     RAN.clear()
     SEEN.clear()
     FAIL["transform_b"] = True
