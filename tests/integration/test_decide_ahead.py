@@ -16,8 +16,7 @@ import psycopg
 
 from harvest import App, Client, activity, workflow
 from harvest.testing import WorkflowReplayer
-
-DSN: dict[str, str] = {}
+from harvest.worker import activities as activities_module
 
 
 @activity
@@ -41,9 +40,6 @@ async def branches_on_the_stored_shape(ctx) -> str:
 
 @activity
 def signal_own_workflow(ctx) -> int:
-    """Signal the run that waits on this activity before the result is committed."""
-    with psycopg.connect(DSN["db"], autocommit=True) as conn:
-        conn.execute("SELECT harvest.signal_workflow(%s, 'go', '7'::jsonb)", (ctx.execution_id,))
     return 1
 
 
@@ -108,16 +104,30 @@ def test_a_decision_ahead_sees_the_result_as_stored_and_writes_the_plain_history
     assert histories[0] == histories[1]
 
 
-def test_an_event_that_reached_the_run_first_refuses_the_decision(db, start_worker):
-    DSN["db"] = db
+def test_an_event_that_reached_the_run_first_refuses_the_decision(db, start_worker, monkeypatch):
+    # The signal lands right before the decision ahead takes the run, in the same step of the
+    # worker's loop: its workflow task cannot be claimed first (which would feed the signal to
+    # the cached run and let the decision ahead stand), so the run steps on the result as the
+    # event after its last decision and the database must refuse that.
+    real = activities_module.decide_ahead
+
+    async def signal_first(worker: Any, task: dict[str, Any], *args: Any) -> Any:
+        if task.get("activity_name") == "signal_own_workflow":
+            with psycopg.connect(db, autocommit=True) as conn:
+                conn.execute(
+                    "SELECT harvest.signal_workflow(%s, 'go', '7'::jsonb)", (str(task["execution_id"]),)
+                )
+        return await real(worker, task, *args)
+
+    monkeypatch.setattr(activities_module, "decide_ahead", signal_first)
     app = App(workflows=[waits_for_its_own_signal], activities=[signal_own_workflow])
     worker = start_worker(app)
     with Client(db) as client:
         handle = client.start_workflow(waits_for_its_own_signal, workflow_id="signalled")
         assert handle.result(timeout=30) == [1, 7]
     worker.stop()
-    # The signal landed between the decision ahead and its commit: refused, and the
-    # result was recorded alone; the woken workflow task replayed and finished the run.
+    # Refused, and the result was recorded alone; the woken workflow task replayed and
+    # finished the run.
     assert worker.worker.decided_ahead == 0
     history = _history(db, handle.execution_id)
     kinds = [e["event_type"] for e in history]
