@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from harvest import App, Client, activity, workflow
 from harvest.core.errors import StaleTask
 from harvest.db.sqlapi import AsyncSqlApi
@@ -90,27 +92,26 @@ def test_the_next_task_takes_the_run_its_handler_puts_back_and_reads_none_of_it(
     assert (cache.waits, cache.wait_timeouts) == (1, 0)
 
 
-def test_a_held_run_its_handler_drops_is_replayed_by_the_next_task(db, start_worker, monkeypatch):
-    # The first handler's commit went in, but it hears a refusal (as when its answer was lost
-    # and the resend is refused): it drops the run, and the waiting task replays at once.
-    reads = _hold_first_decision(monkeypatch, "dropped", then_raise=StaleTask("refused on resend"))
+@pytest.mark.parametrize(
+    ("workflow_id", "failure"),
+    [
+        # Its commit went in, but it hears a refusal (as when its answer was lost and the
+        # resend is refused): it drops the run.
+        ("dropped", StaleTask("refused on resend")),
+        # A bug after the commit: the run is dropped with the handler.
+        ("crashed", RuntimeError("a bug after the commit")),
+    ],
+)
+def test_a_held_run_its_handler_drops_is_replayed_by_the_next_task(
+    db, start_worker, monkeypatch, workflow_id, failure
+):
+    # The waiting task is woken at once (no wait runs out) and replays.
+    reads = _hold_first_decision(monkeypatch, workflow_id, then_raise=failure)
     running = start_worker(APP, hand_off=False)
     with Client(db) as client:
-        handle = client.start_workflow(one_activity, "ho", workflow_id="dropped")
+        handle = client.start_workflow(one_activity, "ho", workflow_id=workflow_id)
         assert handle.result(timeout=30) == "ho!"
     running.stop()
     cache = running.worker.cache
     assert reads == [(handle.execution_id, 0)]  # one replay, by the second task
     assert (cache.hits, cache.misses, cache.waits, cache.wait_timeouts) == (0, 2, 1, 0)
-
-
-def test_a_held_run_whose_handler_crashes_is_replayed_by_the_next_task(db, start_worker, monkeypatch):
-    reads = _hold_first_decision(monkeypatch, "crashed", then_raise=RuntimeError("a bug after the commit"))
-    running = start_worker(APP, hand_off=False)
-    with Client(db) as client:
-        handle = client.start_workflow(one_activity, "ha", workflow_id="crashed")
-        assert handle.result(timeout=30) == "ha!"
-    running.stop()
-    cache = running.worker.cache
-    assert reads == [(handle.execution_id, 0)]
-    assert (cache.waits, cache.wait_timeouts) == (1, 0)
