@@ -48,8 +48,8 @@ test: install lint pgtap chromium promtool redis
 
 # The slow suites (markers shard, chaos, browser and webfuzz: several PostgreSQL servers, killed
 # processes, a headless Chromium, schemathesis over the API) run beside the rest in pytest
-# processes of their own, one per comma-separated group of SLOW_GROUPS (shard alone ~280 s,
-# the other three together ~360 s). The rest, the fast suite, runs in FAST_PARTS processes
+# processes of their own, one per comma-separated group of SLOW_GROUPS (in CI with every suite at once,
+# shard ~7-10 min, the other three together ~7-8 min). The rest, the fast suite, runs in FAST_PARTS processes
 # split by test file (tests/conftest.py, --part): one process alone took ~8-9 minutes, waiting
 # on the database and its workers more than using a core. SKIP_SLOW=1 leaves the slow suites
 # out for a quick local run (`make test SKIP_SLOW=1`); CI runs everything.
