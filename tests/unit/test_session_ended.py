@@ -11,7 +11,7 @@ from harvest.core.sqlstates import session_ended
 from harvest.db.resend import connection_lost
 from harvest.telemetry.metrics import retry_reason
 
-ENDED = ["08000", "08001", "08003", "08004", "08006", "08007", "08P01", "57P01", "57P02", "57P03"]
+ENDED = ["08000", "08001", "08003", "08004", "08006", "08007", "08P01", "57P01", "57P02", "57P03", "57P05"]
 ANSWERS = ["40001", "40P01", "55P03", "57014", "57P04", "53300", "23505", "P0001", "HR002"]
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 # The server ending the session under a call: 57P01 admin shutdown (pg_terminate_backend, a
 # fast shutdown), 57P02 crash shutdown (another backend crashed), 57P03 cannot connect now (a
-# server starting or stopping). With class 08 (connection exception), see session_ended.
-_SERVER_ENDED = frozenset({"57P01", "57P02", "57P03"})
+# server starting or stopping), 57P05 idle-session timeout (the server's idle_session_timeout
+# ended a pooled connection while it sat idle: the call on it never ran). With class 08
+# (connection exception), see session_ended.
+_SERVER_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05"})
 
 
 def session_ended(sqlstate: str | None) -> bool:
