@@ -2107,12 +2107,16 @@ class OpenClaim:
             return
         try:
             await pipeline.__aexit__(type(exc) if exc else None, exc, None)
-        except psycopg.OperationalError as failed:
+        except (psycopg.OperationalError, IndexError) as failed:
             # The commit at the Sync failed (a lock wait past lock_timeout, a serialization
             # failure): psycopg raises that, then, leaving pipeline mode with the Sync's own
-            # result still unread, "cannot exit pipeline mode while busy" over it. The server's
-            # error is the one to raise (_give_back reads what was left).
+            # result still unread, "cannot exit pipeline mode while busy" over it (or, when the
+            # results arrive in another order, an IndexError from its own queue of them). The
+            # server's error is the one to raise (_give_back reads what was left).
             server = _server_error(failed)
+            if server is failed and isinstance(failed, IndexError):
+                # psycopg dropped the server's error with its queue: say what is known.
+                raise psycopg.OperationalError(COMMIT_FAILED_AT_SYNC) from None
             failed.__context__ = None  # (no cycle: raised here, the server's error takes failed as context)
             raise server from None
 
@@ -2130,7 +2134,7 @@ class OpenClaim:
         await self._pool.putconn(conn)
 
 
-def _server_error(exc: psycopg.Error) -> psycopg.Error:
+def _server_error(exc: BaseException) -> BaseException:
     """The server's error under ``exc`` (psycopg's own, raised while handling it), or ``exc``."""
     seen: BaseException | None = exc
     while seen is not None:
@@ -2138,6 +2142,10 @@ def _server_error(exc: psycopg.Error) -> psycopg.Error:
             return seen
         seen = seen.__cause__ or seen.__context__
     return exc
+
+
+# What a claim's commit that failed at the Sync raises when the driver kept no server error.
+COMMIT_FAILED_AT_SYNC = "the transaction failed at its commit (the driver kept no error from the server)"
 
 
 # How long a connection left in pipeline mode is read for the rest of its results.

@@ -627,6 +627,17 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
 _STARTS_RUNS = frozenset(("continue_as_new", "start_child_workflow"))
 
 
+def _commits_claim_first(command: dict[str, Any]) -> bool:
+    """Whether a decision with ``command`` must not ride in its claim's transaction: the claim
+    commits first and the decision goes the ordinary way. A start's locks come before any row
+    lock (docs/internals.md, "Lock order") and the claim holds the task's. A local activity's
+    marker records work already done outside the database: a claim rolled back with it (a lock
+    wait past the claim's lock_timeout) would make the task run the activity again."""
+    if command["type"] in _STARTS_RUNS:
+        return True
+    return command["type"] == "record_marker" and command.get("kind") == "local_activity"
+
+
 class ClaimRolledBack(Exception):
     """A decision made in its claim's transaction failed with it (the claim is undone)."""
 
@@ -658,9 +669,7 @@ async def decide_in_claim(
     claim = _take_open_claim(task)
     if claim is None:
         return None
-    if any(c["type"] in _STARTS_RUNS for c in decision[3]):
-        # Its start locks come before any row lock (docs/internals.md, "Lock order"), and the
-        # claim holds the task's: the claim commits first, the decision goes the ordinary way.
+    if any(_commits_claim_first(c) for c in decision[3]):
         await claim.commit()
         return None
     try:
