@@ -209,20 +209,16 @@ def test_a_workflow_task_that_fails_commits_its_claim_first_and_the_attempt_coun
     assert row == ("pending", 1, "UnknownWorkflow")
 
 
-def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_holding_the_task(
-    db, start_worker
-):
-    # The claim holds the task's row while the decision locks the run's: the reverse of the lock
-    # order, so the decision waits on no lock for long (lock_timeout), and gives the task back.
-    # Here the first ActivityScheduled insert waits on an advisory lock the test holds.
-    ran.clear()
+def _event_insert_waits(db: str, event_type: str, lock_key: int) -> None:
+    """Every insert of an ``event_type`` event waits on advisory lock ``lock_key`` (shared), which
+    the test holds to keep a decision waiting there."""
     with psycopg.connect(db, autocommit=True) as conn:
         conn.execute(
-            """
+            f"""
             CREATE FUNCTION public.wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
             BEGIN
-                IF NEW.event_type = 'ActivityScheduled' THEN
-                    PERFORM pg_advisory_xact_lock_shared(4242);
+                IF NEW.event_type = '{event_type}' THEN
+                    PERFORM pg_advisory_xact_lock_shared({lock_key});
                 END IF;
                 RETURN NEW;
             END $$"""
@@ -231,6 +227,16 @@ def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_ho
             "CREATE TRIGGER wait_for_test BEFORE INSERT ON harvest.events "
             "FOR EACH ROW EXECUTE FUNCTION public.wait_for_test()"
         )
+
+
+def test_a_decision_that_waits_on_a_lock_rolls_back_with_its_claim_instead_of_holding_the_task(
+    db, start_worker
+):
+    # The claim holds the task's row while the decision locks the run's: the reverse of the lock
+    # order, so the decision waits on no lock for long (lock_timeout), and gives the task back.
+    # Here the first ActivityScheduled insert waits on an advisory lock the test holds.
+    ran.clear()
+    _event_insert_waits(db, "ActivityScheduled", 4242)
     worker = start_worker(APP)
     time.sleep(0.2)
     with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
@@ -255,21 +261,7 @@ def test_a_decision_that_records_a_local_activity_commits_its_claim_first(db, st
     # advisory lock the test holds.
     local_ran.clear()
     ran.clear()
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute(
-            """
-            CREATE FUNCTION public.marker_waits() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.event_type = 'MarkerRecorded' THEN
-                    PERFORM pg_advisory_xact_lock_shared(4243);
-                END IF;
-                RETURN NEW;
-            END $$"""
-        )
-        conn.execute(
-            "CREATE TRIGGER marker_waits BEFORE INSERT ON harvest.events "
-            "FOR EACH ROW EXECUTE FUNCTION public.marker_waits()"
-        )
+    _event_insert_waits(db, "MarkerRecorded", 4243)
     worker = start_worker(APP)
     time.sleep(0.2)  # asleep: the start wakes it, and its claim may decide
     with psycopg.connect(db, autocommit=True) as holder, Client(db) as client:
