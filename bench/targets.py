@@ -479,18 +479,14 @@ def _signal_calls(c: dict) -> tuple[float, str]:
     )
 
 
-def _runs(r: dict, section: str) -> dict:
-    """The one-client run of a section's client-count sweep."""
-    return next(x for x in (r.get(section) or {}).get("runs", []) if x["clients"] == 1)
-
-
 def _sql_efficiency_cpu(r: dict) -> tuple[float, bool, str, str]:
-    floor = _runs(r, "raw_row_floor").get("server_cpu_ms_per_run")
-    sql = _runs(r, "sql_path").get("server_cpu_ms_per_wf")
+    # Both one-client figures come from the run's summary (bench/run.py reads its sweeps once).
+    floor = (r.get("summary") or {}).get("raw_row_floor_1_client_server_cpu_ms_per_run")
     if floor is None:
         raise NotMeasured(
             "this run's raw-row floor did not read the server's CPU (floor.py, since the proposed measures)"
         )
+    sql = _s(r, "sql_path_1_client_server_cpu_ms_per_wf")
     value = floor / sql
     return (
         value,

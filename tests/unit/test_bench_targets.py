@@ -282,10 +282,7 @@ def proposed_sample() -> dict:
     s["harvest_cpu_ms_per_workflow"] = {"server": 1.2, "client": 0.5}
     s["sql_path_server_cpu_ms_per_wf"] = 0.8
     s["sql_path_1_client_server_cpu_ms_per_wf"] = 0.6
-    results["sql_path"] = {
-        "runs": [{"clients": 1, "server_cpu_ms_per_wf": 0.6}, {"clients": 2, "server_cpu_ms_per_wf": 0.8}]
-    }
-    results["raw_row_floor"] = {"runs": [{"clients": 1, "server_cpu_ms_per_run": 0.33}, {"clients": 2}]}
+    s["raw_row_floor_1_client_server_cpu_ms_per_run"] = 0.33  # (bench/run.py reads both from the sweeps)
     cost = _claim_cost((1_000, 7.0), (10_000_000, 16.0))
     cost["rows"][0]["buffers_median"], cost["rows"][1]["buffers_median"] = 2500.0, 3300.0
     cost["rows"][1]["buffers_read_median"] = 95.0
@@ -343,8 +340,7 @@ def test_proposed_rows_without_their_data_are_not_measured():
         assert row["status"] == T.NOT_MEASURED and row["figure"] is None and row["detail"]
     # A run saved before the proposed measures: its json lacks the calls and the floor's CPU.
     old = sample()
-    old["sql_path"] = {"runs": [{"clients": 1, "server_cpu_ms_per_wf": 0.6}]}
-    old["raw_row_floor"] = {"runs": [{"clients": 1, "runs_per_s": 5000.0}]}
+    old["summary"]["sql_path_1_client_server_cpu_ms_per_wf"] = 0.6  # the floor's CPU is missing
     old["claim_cost"] = _claim_cost((1_000, 7.0), (10_000_000, 16.0))  # times only, no buffers
     r = proposed(old)
     assert r["dispatch_vs_calls"]["status"] == T.NOT_MEASURED
