@@ -11,8 +11,9 @@ from harvest.core.sqlstates import session_ended
 from harvest.db.resend import connection_lost
 from harvest.telemetry.metrics import retry_reason
 
-ENDED = ["08000", "08001", "08003", "08004", "08006", "08007", "08P01", "57P01", "57P02", "57P03", "57P05"]
-ANSWERS = ["40001", "40P01", "55P03", "57014", "57P04", "53300", "23505", "P0001", "HR002"]
+ENDED = ["08000", "08001", "08003", "08004", "08006", "08007", "08P01"]  # class 08
+ENDED += ["57P01", "57P02", "57P03", "57P05", "25P03"]  # the server ended the session
+ANSWERS = ["40001", "40P01", "55P03", "57014", "57P04", "53300", "23505", "P0001", "HR002", "25P02"]
 
 
 @pytest.mark.parametrize("sqlstate", ENDED)
@@ -37,3 +38,9 @@ def test_the_databases_answers_are_not(sqlstate: str) -> None:
 def test_no_sqlstate_is_not_a_session_that_ended() -> None:
     # (A failure with no SQLSTATE is the client's own: each caller says what it is.)
     assert not session_ended(None)
+
+
+def test_a_client_error_with_no_sqlstate_is_lost_only_when_it_is_a_connection_failure() -> None:
+    assert connection_lost(psycopg.OperationalError("server closed the connection unexpectedly"))
+    assert not connection_lost(psycopg.InterfaceError("the connection is closed"))
+    assert not connection_lost(psycopg.ProgrammingError("query parameter missing"))

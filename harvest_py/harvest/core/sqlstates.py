@@ -10,9 +10,11 @@ from __future__ import annotations
 # The server ending the session under a call: 57P01 admin shutdown (pg_terminate_backend, a
 # fast shutdown), 57P02 crash shutdown (another backend crashed), 57P03 cannot connect now (a
 # server starting or stopping), 57P05 idle-session timeout (the server's idle_session_timeout
-# ended a pooled connection while it sat idle: the call on it never ran). With class 08
-# (connection exception), see session_ended.
-_SERVER_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05"})
+# ended a pooled connection while it sat idle: the call on it never ran), 25P03 idle in
+# transaction timeout (the server ended a session left idle inside a transaction, such as a
+# claim held open while its decision was made: the transaction rolled back, nothing of it was
+# written). With class 08 (connection exception), see session_ended.
+_SERVER_ENDED = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03"})
 
 
 def session_ended(sqlstate: str | None) -> bool:

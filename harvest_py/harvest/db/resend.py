@@ -57,14 +57,19 @@ class RefusedOnResend(StaleTask):
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` is a failed connection (the statement may or may not have run) rather
     than the database's answer: only such a failure is sent again."""
-    if isinstance(exc, HarvestError) or not isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, HarvestError) or not isinstance(exc, psycopg.Error):
         return False
     if isinstance(exc, psycopg_pool.PoolClosed):
         return False  # the worker is closing its pools: stopping
     state = exc.sqlstate
-    # No SQLSTATE: the client's own error ("server closed the connection unexpectedly",
-    # "consuming input failed", a connect that failed, a pool that had no connection to lend).
-    return state is None or session_ended(state)
+    if state is None:
+        # The client's own error: only its connection failures ("server closed the connection
+        # unexpectedly", "consuming input failed", a connect that failed, a pool that had no
+        # connection to lend) are OperationalError.
+        return isinstance(exc, psycopg.OperationalError)
+    # (By SQLSTATE, not psycopg's class: 25P03, a session ended idle in a transaction, is
+    # psycopg's InternalError, as its class 25 is.)
+    return session_ended(state)
 
 
 def resend_pause(sends: int) -> float:
