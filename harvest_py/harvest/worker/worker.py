@@ -12,9 +12,10 @@ killed worker's leases expire into another worker's hands. Three loops run:
 
 SIGTERM or SIGINT (or :meth:`Worker.request_stop`) stops claiming, records the worker
 ``draining`` in the registry (the status a remote drain sets), lets in-flight work
-finish within ``shutdown_grace`` seconds while the heartbeat keeps the row fresh,
-releases what is left so another worker takes it at once instead of after a lease
-expiry, and ends ``stopped``.
+finish within ``shutdown_grace`` seconds while the heartbeat keeps the row fresh and the
+query responder answers, only then stops the background loops, releases what is left so
+another worker takes it at once instead of after a lease expiry, and ends ``stopped``
+(Worker._stop).
 
 With several shards (``shards=``, ``WorkerOptions.shard_assignments``) the worker polls each
 assigned shard through its own lane (worker/lanes.py): one pool, registry row, heartbeat,
