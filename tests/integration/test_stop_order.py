@@ -11,6 +11,7 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -69,32 +70,42 @@ def closed_gate():
 
 
 class Said(logging.Handler):
-    """What the worker logs about its drain, in order with what the test records."""
+    """What the worker logs about its drain, in order with what the test records, and the
+    worker's tasks still running when it says it is finishing its in-flight ones (the handler
+    runs on the worker's loop)."""
 
     def __init__(self, order: list[str]) -> None:
         super().__init__(logging.INFO)
         self.order = order
+        self.running_at_drain: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "in-flight task(s)" in record.getMessage():
-            self.order.append(record.getMessage().split(" (")[0].split(" ", 2)[2])
+        message = record.getMessage()
+        if "in-flight task(s)" in message:
+            self.order.append(message.split(" (")[0].split(" ", 2)[2])
+            if message.split(" ")[2] == "finishing":
+                self.running_at_drain = {t.get_name() for t in asyncio.all_tasks() if not t.done()}
 
 
 @pytest.fixture
-def order():
-    said: list[str] = []
-    handler = Said(said)
+def said() -> Iterator[Said]:
+    handler = Said([])
     logger = logging.getLogger("harvest.worker")
     logger.addHandler(handler)
     level = logger.level
     logger.setLevel(logging.INFO)
-    yield said
+    yield handler
     logger.removeHandler(handler)
     logger.setLevel(level)
 
 
+@pytest.fixture
+def order(said: Said) -> list[str]:
+    return said.order
+
+
 def test_a_draining_worker_answers_queries_about_the_runs_it_is_finishing(
-    db: str, start_worker, client: Client, order: list[str]
+    db: str, start_worker, client: Client, order: list[str], said: Said
 ) -> None:
     running = start_worker(app, heartbeat_interval=0.2, shutdown_grace=60)
     worker_id = running.worker.worker_id
@@ -104,6 +115,8 @@ def test_a_draining_worker_answers_queries_about_the_runs_it_is_finishing(
     running.loop.call_soon_threadsafe(running.worker.request_stop)
     wait_until(lambda: worker_status(db, worker_id) == "draining", "the drain to be recorded")
     assert order == ["finishing 1 in-flight task(s)"]
+    # The claim loop has ended; the background services run through the drain.
+    assert {"queries-0", "heartbeat-0", "scanner-0", "task-listener-0"} <= said.running_at_drain
     # Its query responder still runs: the run it is finishing answers (it used to time out).
     assert handle.query("phase", timeout=20) == "holding"
 
