@@ -9,6 +9,7 @@ refusals (unreachable, Redis Cluster, sharded), the config checks, and Redis kil
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -237,6 +238,67 @@ def test_a_reference_to_a_row_another_worker_holds_is_acked_and_not_run(db, redi
         ).fetchone()
     assert row == ("running", "other", task[1])  # still the other worker's claim
     assert ran == {}
+
+
+held_gate = threading.Event()
+held_started = threading.Event()
+
+
+@activity(queue="rd_hold")
+async def held(ctx) -> str:
+    held_started.set()
+    while not held_gate.is_set():
+        await asyncio.sleep(0.02)
+    return "done"
+
+
+@workflow(queue="rd_hold")
+async def holds(ctx) -> str:
+    return await ctx.execute_activity(held)
+
+
+def test_a_stopping_worker_stops_its_consumer_before_its_drain_and_publishes_through_it(
+    db, redis_server, start_worker, client
+) -> None:
+    """The stop's order (Worker._stop): the Redis consumer, which claims, is stopped before the
+    drain begins; the publisher runs on through it (what the work in flight commits is
+    published for the other workers)."""
+    running_at_drain: list[set[str]] = []
+
+    class AtDrain(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:  # (on the worker's loop)
+            if "finishing 1 in-flight task(s)" in record.getMessage():
+                running_at_drain.append({t.get_name() for t in asyncio.all_tasks() if not t.done()})
+
+    handler = AtDrain(logging.INFO)
+    logger = logging.getLogger("harvest.worker")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    held_gate.clear()
+    held_started.clear()
+    try:
+        hold_app = App(workflows=[holds], activities=[held])
+        running = start_worker(hold_app, queues=["rd_hold"], redis_url=redis_server.url, shutdown_grace=60)
+        connected(running)
+        handle = client.start_workflow(holds)
+        assert held_started.wait(30), "the activity did not start"
+        running.loop.call_soon_threadsafe(running.worker.request_stop)
+        deadline = time.monotonic() + 30
+        while not running_at_drain:
+            assert time.monotonic() < deadline, "the drain did not begin"
+            time.sleep(0.02)
+        held_gate.set()
+        running._thread.join(30)
+        assert not running._thread.is_alive()
+    finally:
+        held_gate.set()
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    [names] = running_at_drain
+    assert "redis-consumer" not in names and {"redis-publisher", "queries-0", "heartbeat-0"} <= names
+    start_worker(hold_app, queues=["rd_hold"])
+    assert handle.result(timeout=30) == "done"
 
 
 # -- boot refusals and config ----------------------------------------------------------------------

@@ -110,3 +110,56 @@ def test_a_process_loop_ends_though_a_task_ignores_its_cancellation(
     assert answers == ["returned"]
     messages = [r.getMessage() for r in caplog.records]
     assert "1 task(s) still running 0s after their cancellation" in " ".join(messages)  # other-1 only
+
+
+def test_a_task_left_behind_is_held_until_it_ends_and_no_longer() -> None:
+    # One registry (worker/stopping.py) for both: what a stop named and gave up on, and what a
+    # closed loop was left with (worker/event_loop.py). Held while running, dropped once ended.
+    async def main() -> tuple[bool, bool]:
+        release = asyncio.Event()
+
+        async def late() -> None:
+            while not release.is_set():
+                try:
+                    await release.wait()
+                except asyncio.CancelledError:
+                    pass  # ignores its cancellation until released
+
+        task = asyncio.create_task(late(), name="in-flight-2")
+        await asyncio.sleep(0)
+        await stopping.cancel_and_wait([task], "in-flight")
+        held = stopping.left_behind(task)
+        release.set()
+        await task
+        await asyncio.sleep(0)  # (its done callbacks)
+        return held, stopping.left_behind(task)
+
+    assert asyncio.run(main()) == (True, False)
+
+
+def test_a_claim_that_lands_after_the_drain_began_gives_its_tasks_back() -> None:
+    # A batch of activity results that claimed for the slots it freed (or a Redis claim) in
+    # flight when the stop began: a draining worker releases what it claimed instead of running it.
+    from types import SimpleNamespace
+
+    from harvest import App, Worker
+
+    released: list[tuple[int, int]] = []
+
+    class Sql:
+        async def release_task(self, task_id: int, token: int) -> bool:
+            released.append((task_id, token))
+            return True
+
+    async def main() -> tuple[int, int]:
+        worker = Worker(App(), "postgresql://unused/db")
+        worker._draining = True
+        lane = SimpleNamespace(shard=0, sql=Sql(), dispatched=0)
+        task = {"task_id": 7, "fencing_token": 3, "kind": "activity", "queue": "q", "_lane": lane}
+        worker.run_claimed(task)
+        pending = len(worker._giving_back)
+        await asyncio.wait(list(worker._giving_back))
+        return pending, len(worker._inflight)
+
+    assert asyncio.run(main()) == (1, 0)
+    assert released == [(7, 3)]

@@ -64,8 +64,6 @@ class EventLoopChoice:
 
 # How long the tasks still running when a process' main coroutine returned are waited for.
 LEFTOVER_WAIT_SECS = 5.0
-# Tasks a closed loop was left with: kept, so that none is destroyed before the process ends.
-_LEFT_BEHIND: list[Any] = []
 
 
 def _ended_leftovers(loop: asyncio.AbstractEventLoop) -> bool:
@@ -73,12 +71,12 @@ def _ended_leftovers(loop: asyncio.AbstractEventLoop) -> bool:
     a worker's stop already left behind (and named) are not waited for again."""
     import asyncio
 
-    from harvest.worker.stopping import LEFT_BEHIND
+    from harvest.worker.stopping import leave_behind, left_behind
 
     running = [task for task in asyncio.all_tasks(loop) if not task.done()]
     if not running:
         return True
-    tasks = [task for task in running if task not in LEFT_BEHIND]
+    tasks = [task for task in running if not left_behind(task)]
     for task in tasks:
         task.cancel()
     if tasks:
@@ -90,7 +88,7 @@ def _ended_leftovers(loop: asyncio.AbstractEventLoop) -> bool:
                 LEFTOVER_WAIT_SECS,
             )
     left = [task for task in running if not task.done()]
-    _LEFT_BEHIND.extend(left)
+    leave_behind(left)  # kept: the loop closes without them, and they must not be destroyed pending
     return not left
 
 

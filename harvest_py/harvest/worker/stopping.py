@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -23,9 +22,24 @@ log = logging.getLogger("harvest.worker")
 
 STOP_WAIT_SECS = 5.0
 
-# The tasks a stop left behind, named in its log (the process' end does not wait for them
-# again: harvest/worker/event_loop.py).
-LEFT_BEHIND: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+# The tasks left running: those a stop gave up on and named in its log (the process' end does
+# not wait for them again: harvest/worker/event_loop.py), and those a closed loop was left
+# with. Held until they end, so that none is destroyed while pending (and asyncio's "Task was
+# destroyed but it is pending!" is not what ends the story).
+_LEFT_BEHIND: set[asyncio.Task[Any]] = set()
+
+
+def leave_behind(tasks: Iterable[asyncio.Task[Any]]) -> None:
+    """Keep ``tasks``, left running, until each ends (see _LEFT_BEHIND)."""
+    for task in tasks:
+        if task not in _LEFT_BEHIND and not task.done():
+            _LEFT_BEHIND.add(task)
+            task.add_done_callback(_LEFT_BEHIND.discard)
+
+
+def left_behind(task: asyncio.Task[Any]) -> bool:
+    """Whether ``task`` was left running by a stop (or a closed loop)."""
+    return task in _LEFT_BEHIND
 
 
 async def cancel_and_wait(
@@ -52,7 +66,7 @@ async def cancel_and_wait(
             with contextlib.suppress(BaseException):
                 task.exception()  # retrieved, so asyncio does not report it at exit
     if pending:
-        LEFT_BEHIND.update(pending)
+        leave_behind(pending)
         log.warning(
             "%d %s task(s) did not stop within %.0fs of their cancellation; %s: %s",
             len(pending),

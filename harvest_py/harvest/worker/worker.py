@@ -12,9 +12,10 @@ killed worker's leases expire into another worker's hands. Three loops run:
 
 SIGTERM or SIGINT (or :meth:`Worker.request_stop`) stops claiming, records the worker
 ``draining`` in the registry (the status a remote drain sets), lets in-flight work
-finish within ``shutdown_grace`` seconds while the heartbeat keeps the row fresh,
-releases what is left so another worker takes it at once instead of after a lease
-expiry, and ends ``stopped``.
+finish within ``shutdown_grace`` seconds while the heartbeat keeps the row fresh and the
+query responder answers, only then stops the background loops, releases what is left so
+another worker takes it at once instead of after a lease expiry, and ends ``stopped``
+(Worker._stop).
 
 With several shards (``shards=``, ``WorkerOptions.shard_assignments``) the worker polls each
 assigned shard through its own lane (worker/lanes.py): one pool, registry row, heartbeat,
@@ -52,7 +53,7 @@ from harvest.shard.relay_pump import RelayPump
 from harvest.shard.router import ShardRouter, rendezvous
 from harvest.telemetry.metrics import NULL_METRICS, process_metrics, retry_reason
 from harvest.telemetry.metrics import available as metrics_available
-from harvest.worker import scheduler
+from harvest.worker import scheduler, stopping
 from harvest.worker.activities import run_activity_task
 from harvest.worker.completions import CompletionBatcher, DecisionBatcher
 from harvest.worker.executors import ActivityExecutors, check_process_activities
@@ -269,6 +270,8 @@ class Worker:
 
             self.sampler = MetricsSampler(self.metrics, interval=options.metrics_interval)
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
+        self._draining = False  # the stop's drain has begun (see _stop): nothing claimed runs
+        self._giving_back: set[asyncio.Task[Any]] = set()  # releases of tasks claimed too late
         # What ctx.now() reads in workflows (None: the wall clock; the test kit's time
         # skipping sets its shared test clock here, harvest.testing.WorkflowEnvironment).
         self.clock: Any = None
@@ -339,24 +342,18 @@ class Worker:
                 if self.sampler is not None:
                     sampler = self.sampler.run(lane.dsn, shard)
                     background.append(asyncio.create_task(sampler, name=f"sampler-{shard}"))
+            intake = []  # what claims work besides the claim loop: stopped before the drain begins
             if self.redis is not None and self.run_worker:
-                background += [
-                    asyncio.create_task(self.redis.consume_loop()),
-                    asyncio.create_task(self.redis.publish_loop()),
-                ]
+                intake.append(asyncio.create_task(self.redis.consume_loop(), name="redis-consumer"))
+                # (the publisher runs through the drain: what in-flight work commits is published)
+                background.append(asyncio.create_task(self.redis.publish_loop(), name="redis-publisher"))
             try:
                 if self.run_worker:
                     await self._claim_loop()
                 else:
                     await self._stopping.wait()
             finally:
-                await cancel_and_wait(background, "background")
-                try:
-                    if self.run_worker:
-                        await self._drain()
-                finally:
-                    # The heartbeat outlives the drain: a draining worker is not stale.
-                    await cancel_and_wait(heartbeats, "heartbeat")
+                await self._stop(intake, background, heartbeats)
         finally:
             self.executors.shutdown()
             if self.redis is not None:
@@ -511,10 +508,61 @@ class Worker:
             await self._sleep(delay)
             delay = min(delay * 2, 5.0)
 
+    async def _stop(
+        self,
+        intake: list[asyncio.Task[Any]],
+        background: list[asyncio.Task[Any]],
+        heartbeats: list[asyncio.Task[Any]],
+    ) -> None:
+        """The stop, in this order (docs/failures.md, "Graceful shutdown"):
+
+        1. take no new work: the claim loop has returned, the Redis consumer is stopped, and
+           hand-offs, eager signals and claims with results are refused from here on;
+        2. the drain (:meth:`_drain`): say so and record it on every shard, then finish the
+           tasks in flight within the grace, while every background service still runs: the
+           query responders (a run in flight is still queried and updated), the heartbeats
+           (the row stays fresh; a remote drain's deadline is read), the scanner, retention,
+           the sampler, the Redis publisher;
+        3. cancel the background services and wait for them (bounded: worker/stopping.py);
+        4. release what is left and mark the worker ``stopped`` on every shard
+           (:meth:`_release`); the heartbeats end last.
+
+        The background services used to be cancelled first: the queries of runs in flight went
+        unanswered through the whole drain, and a service slow to take its cancellation held
+        the drain back, so work in flight at the stop could end before the drain was recorded
+        or said what it was finishing."""
+        self._stopping.set()  # (already, unless the claim loop failed)
+        try:
+            try:
+                await cancel_and_wait(intake, "claim")
+                if self.run_worker:
+                    await self._drain()
+            finally:
+                await cancel_and_wait([*intake, *background], "background")
+            if self.run_worker:
+                await self._release()
+        finally:
+            # The heartbeat outlives the drain: a draining worker is not stale.
+            await cancel_and_wait(heartbeats, "heartbeat")
+
     async def _drain(self) -> None:
-        # First say so, on every shard: the fleet (worker list, health, coverage) sees this
-        # worker take no new work while it finishes what it holds (a remote drain has already
-        # said it on its shard).
+        """Say and record on every shard that this worker drains (the fleet's worker list,
+        health and coverage see it take no new work while it finishes what it holds; a remote
+        drain has already recorded it on its shard), then wait for the tasks in flight within
+        the grace (a remote drain's deadline ends it sooner) and cancel those still running."""
+        self._draining = True  # a claim in flight at the stop that lands now gives its tasks back
+        loop = asyncio.get_running_loop()
+        grace = self.shutdown_grace
+        if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
+            grace = max(0.0, min(grace, self._drain_deadline_at - loop.time()))
+        deadline = loop.time() + grace
+        if self._inflight:
+            log.info(
+                "worker %s finishing %d in-flight task(s) (up to %.0fs)",
+                self.worker_id,
+                len(self._inflight),
+                grace,
+            )
         for lane in self.lanes:
             if not lane.usable:
                 continue
@@ -523,16 +571,6 @@ class Worker:
             except Exception as exc:
                 log.warning("worker %s could not record that it is draining: %s", self.worker_id, exc)
         if self._inflight:
-            grace = self.shutdown_grace
-            if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
-                grace = max(0.0, min(grace, self._drain_deadline_at - asyncio.get_running_loop().time()))
-            log.info(
-                "worker %s finishing %d in-flight task(s) (up to %.0fs)",
-                self.worker_id,
-                len(self._inflight),
-                grace,
-            )
-            deadline = asyncio.get_running_loop().time() + grace
             pending: set[asyncio.Task[Any]] = set()
             # Handed-off tasks may join while others finish: wait until none is left.
             while self._inflight:
@@ -549,13 +587,19 @@ class Worker:
             # Each handler hands its task back as it takes the cancellation (_guard). One whose
             # code ignores it (an async activity, or a workflow's local activity, that catches
             # CancelledError and goes on awaiting) is left running after a bounded wait, and
-            # stop_worker below releases its task as the others' (docs/failures.md).
+            # _release releases its task as the others' (docs/failures.md).
             await cancel_and_wait(
                 pending,
                 "in-flight",
                 describe=self._describe_in_flight,
                 then="their code ignores asyncio.CancelledError; left running, their tasks released",
             )
+        if self._giving_back:  # (bounded: _release gives back whatever these did not)
+            await asyncio.wait(list(self._giving_back), timeout=stopping.STOP_WAIT_SECS)
+
+    async def _release(self) -> None:
+        """The stop's end on every shard: release the tasks this worker still holds (another
+        worker takes them at once, no attempt counted) and mark it ``stopped``."""
         for lane in self.lanes:
             if not lane.usable:
                 # Down now: its row goes stale and its leases expire into other hands.
@@ -597,7 +641,9 @@ class Worker:
     async def _claim(self) -> tuple[list[dict[str, Any]], bool]:
         """Claim up to the free slots, one claim per usable shard, starting at the next shard in
         turn (a backlog on one cannot starve another); ``full`` when a batch came back full
-        (or no slot is free)."""
+        (or no slot is free). None once the stop has begun."""
+        if self._stopping.is_set():
+            return [], False
         free = self.concurrency - len(self._inflight) - self._reserved
         if free <= 0:
             await self._set_sleeping(False)  # no room: wake-ups would be wasted
@@ -856,8 +902,29 @@ class Worker:
         return self.concurrency - len(self._inflight) - self._reserved
 
     def run_claimed(self, task: dict[str, Any]) -> None:
-        """Run a task the Redis consumer claimed by name (its ``_lane`` set)."""
+        """Run a task claimed by name (the Redis consumer) or with a batch of activity results
+        (worker/completions.py), its ``_lane`` set. One whose claim was in flight when the
+        stop began and landed after the drain began is given back at once instead (a
+        draining worker starts no work it claimed; what a commit hands it still runs)."""
+        if self._draining:
+            self._give_back(task)
+            return
         self._spawn(task)
+
+    def _give_back(self, task: dict[str, Any]) -> None:
+        """Release a task claimed too late, in the background (the stop's own release of
+        everything this worker holds, _release, covers a release that fails)."""
+        lane = lane_of(task)
+        release = asyncio.create_task(
+            lane.sql.release_task(task["task_id"], task["fencing_token"]), name=f"give-back-{task['task_id']}"
+        )
+        self._giving_back.add(release)
+        release.add_done_callback(self._given_back)
+
+    def _given_back(self, release: asyncio.Task[Any]) -> None:
+        self._giving_back.discard(release)
+        if not release.cancelled() and release.exception() is not None:
+            log.debug("giving back a task claimed while stopping failed: %s", release.exception())
 
     def after_commit(self, lane: ShardLane, task_ids: list[int], kind: str | None) -> None:
         """A batch of these tasks' decisions (``kind`` None) or activity results (``kind``
@@ -945,6 +1012,8 @@ class Worker:
             self.wake()
 
     async def _idle(self) -> None:
+        if self._stopping.is_set():
+            return  # (no sleep mark, no look for work: the claim loop ends)
         if len(self._inflight) < self.concurrency and not self._all_sleeping():
             # A busy worker's own finishing tasks wake this loop (and it claims again),
             # so it asks producers to notify only after BUSY_WAKE_SECS without one:
