@@ -2038,7 +2038,9 @@ OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 # and the COMMIT (or ROLLBACK) that ends it goes before the Sync in the end's. Left to the Sync
 # instead (the extended protocol's implicit transaction), a commit that failed came as an error
 # on the Sync itself, which psycopg's pipeline does not expect there: it raised its own errors
-# over the server's and left the connection in pipeline mode with a result unread.
+# over the server's and left the connection in pipeline mode with a result unread. (The pools
+# are autocommit, harvest/db/pools.py: psycopg sends no BEGIN of its own, so this one is the
+# block's.)
 OPEN_CLAIM_BEGIN = "BEGIN"
 OPEN_CLAIM_COMMIT = "COMMIT"
 OPEN_CLAIM_ROLLBACK = "ROLLBACK"
@@ -2138,6 +2140,8 @@ class OpenClaim:
             await conn.close()
         elif conn.info.transaction_status in _IN_BLOCK:
             # A statement failed (the COMMIT then skipped): the Sync left the block aborted.
+            # (A ROLLBACK statement, not psycopg's rollback(), which would also deallocate the
+            # session's prepared statements: they outlive a rollback.)
             try:
                 await conn.execute(OPEN_CLAIM_ROLLBACK, prepare=False)
             except Exception:
