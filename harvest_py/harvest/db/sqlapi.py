@@ -2041,9 +2041,18 @@ OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 # over the server's and left the connection in pipeline mode with a result unread. (The pools
 # are autocommit, harvest/db/pools.py: psycopg sends no BEGIN of its own, so this one is the
 # block's.)
-OPEN_CLAIM_BEGIN = "BEGIN"
-OPEN_CLAIM_COMMIT = "COMMIT"
-OPEN_CLAIM_ROLLBACK = "ROLLBACK"
+OPEN_CLAIM_BEGIN = b"BEGIN"
+OPEN_CLAIM_COMMIT = b"COMMIT"
+OPEN_CLAIM_ROLLBACK = b"ROLLBACK"
+
+
+async def _queue_command(conn: psycopg.AsyncConnection[Any], command: bytes) -> None:
+    """Queue ``command`` in ``conn``'s pipeline for its next send, as psycopg queues its own
+    BEGIN and COMMIT there (``_exec_command``: no I/O, no wait; its result read in turn, an
+    error raised as any statement's). ``conn.execute`` would also wait on the socket, a turn
+    of the event loop per statement: about 50 us of the worker's CPU per claim for the two
+    (docs/performance.md, "An open claim's commit as a statement")."""
+    await conn.wait(conn._exec_command(command))
 
 
 class OpenClaim:
@@ -2110,7 +2119,7 @@ class OpenClaim:
                 await self._end(OPEN_CLAIM_ROLLBACK)
             await self._give_back()
 
-    async def _end(self, command: LiteralString) -> None:
+    async def _end(self, command: bytes) -> None:
         """Queue ``command`` (COMMIT or ROLLBACK) after what the pipeline holds, then the Sync
         that ends it, and read every result: one round trip. Raises the first statement's
         error: a failed statement's, or the COMMIT's own (a deferred constraint, a
@@ -2120,14 +2129,9 @@ class OpenClaim:
         if pipeline is None:
             return
         try:
-            await self._conn.execute(command, prepare=False)
-        except BaseException:
-            # (an earlier statement's error, read as the command went out: the Sync still ends
-            # the pipeline, and that error is the one raised)
-            with contextlib.suppress(Exception):
-                await pipeline.__aexit__(None, None, None)
-            raise
-        await pipeline.__aexit__(None, None, None)
+            await _queue_command(self._conn, command)
+        finally:
+            await pipeline.__aexit__(None, None, None)
 
     async def _give_back(self) -> None:
         if self._pipeline is not None:  # (the end never went out: a cancellation, an error before it)
@@ -2143,7 +2147,7 @@ class OpenClaim:
             # (A ROLLBACK statement, not psycopg's rollback(), which would also deallocate the
             # session's prepared statements: they outlive a rollback.)
             try:
-                await conn.execute(OPEN_CLAIM_ROLLBACK, prepare=False)
+                await conn.execute("ROLLBACK", prepare=False)
             except Exception:
                 await conn.close()
         await self._pool.putconn(conn)
@@ -2169,7 +2173,7 @@ async def claim_tasks_open(
     claim = OpenClaim(pool, conn, pipeline)
     try:
         with translated_errors():
-            await conn.execute(OPEN_CLAIM_BEGIN, prepare=False)
+            await _queue_command(conn, OPEN_CLAIM_BEGIN)
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(CLAIM_TASKS, claim_tasks(worker_id, queues, limit, workflow_lease_secs))
                 # For the rest of the transaction (the decision): a lock wait past this fails
