@@ -2034,15 +2034,35 @@ class AsyncSqlApi:
 # (set_config(..., true): this transaction only; the claim's own row locks skip, never wait.)
 OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 
+# An open claim's transaction is an explicit block: BEGIN goes first in the claim's round trip,
+# and the COMMIT (or ROLLBACK) that ends it goes before the Sync in the end's. Left to the Sync
+# instead (the extended protocol's implicit transaction), a commit that failed came as an error
+# on the Sync itself, which psycopg's pipeline does not expect there: it raised its own errors
+# over the server's and left the connection in pipeline mode with a result unread. (The pools
+# are autocommit, harvest/db/pools.py: psycopg sends no BEGIN of its own, so this one is the
+# block's.)
+OPEN_CLAIM_BEGIN = b"BEGIN"
+OPEN_CLAIM_COMMIT = b"COMMIT"
+OPEN_CLAIM_ROLLBACK = b"ROLLBACK"
+
+
+async def _queue_command(conn: psycopg.AsyncConnection[Any], command: bytes) -> None:
+    """Queue ``command`` in ``conn``'s pipeline for its next send, as psycopg queues its own
+    BEGIN and COMMIT there (``_exec_command``: no I/O, no wait; its result read in turn, an
+    error raised as any statement's). ``conn.execute`` would also wait on the socket, a turn
+    of the event loop per statement: about 50 us of the worker's CPU per claim for the two
+    (docs/performance.md, "An open claim's commit as a statement")."""
+    await conn.wait(conn._exec_command(command))
+
 
 class OpenClaim:
-    """A claim whose transaction is still open (``claim_tasks_open``): the claim ran
-    in a pipeline with no Sync after it, so its implicit transaction lasts until one comes
-    (the extended query protocol commits at Sync). Ended exactly once, by :meth:`decide` (the
-    decision of the one workflow task it claimed, then the Sync: one commit for both),
-    :meth:`commit` (the claim alone) or :meth:`rollback`; each gives the connection back to
-    the pool. A lost connection or a process that dies in between rolls the claim back: the
-    task stays pending, with no lease to wait out (docs/internals.md, "A claim that decides")."""
+    """A claim whose transaction is still open (``claim_tasks_open``): the claim ran in an
+    explicit transaction block (BEGIN first) in a pipeline with no Sync after it. Ended
+    exactly once, by :meth:`decide` (the decision of the one workflow task it claimed, then
+    COMMIT and the Sync: one commit for both, one round trip), :meth:`commit` (the claim
+    alone) or :meth:`rollback`; each gives the connection back to the pool. A lost connection
+    or a process that dies in between rolls the claim back: the task stays pending, with no
+    lease to wait out (docs/internals.md, "A claim that decides")."""
 
     def __init__(self, pool: Any, conn: psycopg.AsyncConnection[Any], pipeline: Any):
         self._pool, self._conn, self._pipeline = pool, conn, pipeline
@@ -2058,8 +2078,8 @@ class OpenClaim:
     ) -> Rows | None:
         """``complete_workflow_tasks(worker_id, items)`` in the claim's transaction, then its
         commit: one round trip. None when the claim was already ended (its decision goes
-        the ordinary way). Raises as the call would; then nothing of the claim or the
-        decision was written."""
+        the ordinary way). Raises as the call would (a commit that fails raises the server's
+        error as any statement's); then nothing of the claim or the decision was written."""
         async with self._lock:
             if not self.open:
                 return None
@@ -2072,7 +2092,7 @@ class OpenClaim:
                             COMPLETE_WORKFLOW_TASKS,
                             complete_workflow_tasks(worker_id, items, event_cap=event_cap, byte_cap=byte_cap),
                         )
-                        await self._end(None)  # the Sync: the commit, and every result
+                        await self._end(OPEN_CLAIM_COMMIT)  # COMMIT, the Sync, and every result
                         return await cur.fetchall()
             finally:
                 await self._give_back()
@@ -2085,7 +2105,7 @@ class OpenClaim:
             self.open = False
             try:
                 with translated_errors():
-                    await self._end(None)
+                    await self._end(OPEN_CLAIM_COMMIT)
             finally:
                 await self._give_back()
 
@@ -2096,98 +2116,52 @@ class OpenClaim:
                 return
             self.open = False
             with contextlib.suppress(Exception):
-                await self._conn.execute("ROLLBACK")
-            with contextlib.suppress(Exception):
-                await self._end(None)
+                await self._end(OPEN_CLAIM_ROLLBACK)
             await self._give_back()
 
-    async def _end(self, exc: BaseException | None) -> None:
+    async def _end(self, command: bytes) -> None:
+        """Queue ``command`` (COMMIT or ROLLBACK) after what the pipeline holds, then the Sync
+        that ends it, and read every result: one round trip. Raises the first statement's
+        error: a failed statement's, or the COMMIT's own (a deferred constraint, a
+        serialization failure); after a failed statement the COMMIT is skipped and the block
+        is left aborted (_give_back rolls it back)."""
         pipeline, self._pipeline = self._pipeline, None
         if pipeline is None:
             return
         try:
-            await pipeline.__aexit__(type(exc) if exc else None, exc, None)
-        except (psycopg.OperationalError, IndexError) as failed:
-            # The commit at the Sync failed (a lock wait past lock_timeout, a serialization
-            # failure): psycopg raises that, then, leaving pipeline mode with the Sync's own
-            # result still unread, "cannot exit pipeline mode while busy" over it (or, when the
-            # results arrive in another order, an IndexError from its own queue of them). The
-            # server's error is the one to raise (_give_back reads what was left).
-            server = _server_error(failed)
-            if server is failed and isinstance(failed, IndexError):
-                # psycopg dropped the server's error with its queue: say what is known.
-                raise psycopg.OperationalError(COMMIT_FAILED_AT_SYNC) from None
-            failed.__context__ = None  # (no cycle: raised here, the server's error takes failed as context)
-            raise server from None
+            await _queue_command(self._conn, command)
+        finally:
+            await pipeline.__aexit__(None, None, None)
 
     async def _give_back(self) -> None:
-        if self._pipeline is not None:
+        if self._pipeline is not None:  # (the end never went out: a cancellation, an error before it)
             with contextlib.suppress(Exception):
-                await self._end(None)
+                await self._end(OPEN_CLAIM_ROLLBACK)
         conn = self._conn
-        if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF and not await _out_of_pipeline(conn):
-            # Deliberately discarded (the pool opens another): its state is not known.
+        if conn.pgconn.pipeline_status != psycopg.pq.PipelineStatus.OFF:
+            # A lost connection, or a cancellation in the middle of the end: its state is not
+            # known, and it is discarded (the pool opens another).
             await conn.close()
-        elif conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            with contextlib.suppress(Exception):
-                await conn.rollback()
+        elif conn.info.transaction_status in _IN_BLOCK:
+            # A statement failed (the COMMIT then skipped): the Sync left the block aborted.
+            # (A ROLLBACK statement, not psycopg's rollback(), which would also deallocate the
+            # session's prepared statements: they outlive a rollback.)
+            try:
+                await conn.execute("ROLLBACK", prepare=False)
+            except Exception:
+                await conn.close()
         await self._pool.putconn(conn)
 
 
-def _server_error(exc: BaseException) -> BaseException:
-    """The server's error under ``exc`` (psycopg's own, raised while handling it), or ``exc``."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, psycopg.Error) and seen.sqlstate is not None:
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return exc
-
-
-# What a claim's commit that failed at the Sync raises when the driver kept no server error.
-COMMIT_FAILED_AT_SYNC = "the transaction failed at its commit (the driver kept no error from the server)"
-
-
-# How long a connection left in pipeline mode is read for the rest of its results.
-PIPELINE_SETTLE_SECS = 1.0
-
-
-async def _out_of_pipeline(conn: psycopg.AsyncConnection[Any]) -> bool:
-    """Take ``conn`` out of the pipeline mode a failure left it in: read the results left unread
-    (after a commit that failed at the Sync, the Sync's own), then leave pipeline mode. Whether
-    it is out (False: it could not be read within PIPELINE_SETTLE_SECS)."""
-    pgconn = conn.pgconn
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(PIPELINE_SETTLE_SECS):
-            while True:
-                with contextlib.suppress(psycopg.OperationalError):  # results are left to read
-                    pgconn.exit_pipeline_mode()
-                    return True
-                while pgconn.is_busy():
-                    readable: asyncio.Future[None] = loop.create_future()
-                    fd = pgconn.socket
-                    loop.add_reader(fd, _set_once, readable)
-                    try:
-                        await readable
-                    finally:
-                        loop.remove_reader(fd)
-                    pgconn.consume_input()
-                pgconn.get_result()
-    except (TimeoutError, psycopg.Error, OSError):
-        return False
-
-
-def _set_once(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+_IN_BLOCK = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 
 
 async def claim_tasks_open(
     api: AsyncSqlApi, worker_id: str, queues: list[str], limit: int, workflow_lease_secs: float
 ) -> tuple[Rows, OpenClaim]:
     """``claim_tasks`` whose transaction is left open (:class:`OpenClaim`): its rows, and the
-    claim to end. One round trip, as the call's (a flush, no Sync)."""
+    claim to end. One round trip, as the call's (BEGIN, the claim and its lock_timeout, then a
+    flush, no Sync)."""
     pool = api.pool
     conn = await pool.getconn()
     pipeline = conn.pipeline()
@@ -2199,6 +2173,7 @@ async def claim_tasks_open(
     claim = OpenClaim(pool, conn, pipeline)
     try:
         with translated_errors():
+            await _queue_command(conn, OPEN_CLAIM_BEGIN)
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(CLAIM_TASKS, claim_tasks(worker_id, queues, limit, workflow_lease_secs))
                 # For the rest of the transaction (the decision): a lock wait past this fails
