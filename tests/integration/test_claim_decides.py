@@ -132,24 +132,32 @@ def test_an_idle_worker_commits_its_woken_claim_with_the_decision_and_writes_the
     assert sorted(ran) == sorted(list(range(5)) * 2)  # each activity ran once
 
 
+def refuse_once(conn: psycopg.Connection, when: str, condition: str, message: str) -> None:
+    """A trigger (``when``: its timing and table) that fails the first row matching
+    ``condition`` with ``message``; ``public.refusals`` counts the rows that matched."""
+    conn.execute("CREATE SEQUENCE public.refusals")
+    conn.execute(
+        f"""
+        CREATE FUNCTION public.refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF {condition} AND nextval('public.refusals') = 1 THEN
+                RAISE EXCEPTION '{message}';
+            END IF;
+            RETURN NEW;
+        END $$"""
+    )
+    conn.execute(f"CREATE TRIGGER refuse_once {when} FOR EACH ROW EXECUTE FUNCTION public.refuse_once()")
+
+
 def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(db, start_worker, caplog):
     ran.clear()
     with psycopg.connect(db, autocommit=True) as conn:
         # The first ActivityScheduled event written fails its statement: the merged decision's.
-        conn.execute("CREATE SEQUENCE public.refusals")
-        conn.execute(
-            """
-            CREATE FUNCTION public.refuse_first() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.event_type = 'ActivityScheduled' AND nextval('public.refusals') = 1 THEN
-                    RAISE EXCEPTION 'refused once by the test';
-                END IF;
-                RETURN NEW;
-            END $$"""
-        )
-        conn.execute(
-            "CREATE TRIGGER refuse_first BEFORE INSERT ON harvest.events "
-            "FOR EACH ROW EXECUTE FUNCTION public.refuse_first()"
+        refuse_once(
+            conn,
+            "BEFORE INSERT ON harvest.events",
+            "NEW.event_type = 'ActivityScheduled'",
+            "refused once by the test",
         )
     worker = start_worker(APP)
     time.sleep(0.2)  # asleep: the start wakes it
@@ -352,20 +360,8 @@ def test_a_claim_that_fails_raises_the_servers_error_and_gives_back_an_idle_conn
     # A statement that fails in the claim's transaction block leaves the block aborted after the
     # Sync: it is rolled back before the connection goes back to the pool.
     with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE public.claim_refusals")
-        conn.execute(
-            """
-            CREATE FUNCTION public.refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF NEW.status = 'running' AND nextval('public.claim_refusals') = 1 THEN
-                    RAISE EXCEPTION 'claim refused by the test';
-                END IF;
-                RETURN NEW;
-            END $$"""
-        )
-        conn.execute(
-            "CREATE TRIGGER refuse_claim BEFORE UPDATE ON harvest.tasks "
-            "FOR EACH ROW EXECUTE FUNCTION public.refuse_claim()"
+        refuse_once(
+            conn, "BEFORE UPDATE ON harvest.tasks", "NEW.status = 'running'", "claim refused by the test"
         )
     with Client(db) as client:
         handle = client.start_workflow(one_step, 1, workflow_id="claim-fails")
