@@ -2041,12 +2041,12 @@ OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 # over the server's and left the connection in pipeline mode with a result unread. (The pools
 # are autocommit, harvest/db/pools.py: psycopg sends no BEGIN of its own, so this one is the
 # block's.)
-OPEN_CLAIM_BEGIN = "BEGIN"
-OPEN_CLAIM_COMMIT = "COMMIT"
-OPEN_CLAIM_ROLLBACK = "ROLLBACK"
+OPEN_CLAIM_BEGIN: LiteralString = "BEGIN"
+OPEN_CLAIM_COMMIT: LiteralString = "COMMIT"
+OPEN_CLAIM_ROLLBACK: LiteralString = "ROLLBACK"
 
 
-async def _queue_command(conn: psycopg.AsyncConnection[Any], command: str) -> None:
+async def _queue_command(conn: psycopg.AsyncConnection[Any], command: LiteralString) -> None:
     """Queue ``command`` in ``conn``'s pipeline (its result read in turn, an error raised as
     any statement's). Through the public ``execute``, which also looks at the socket once: a
     loop turn, about 35 us of the worker's CPU per claim more than psycopg's private queueing
@@ -2119,7 +2119,7 @@ class OpenClaim:
                 await self._end(OPEN_CLAIM_ROLLBACK)
             await self._give_back()
 
-    async def _end(self, command: str) -> None:
+    async def _end(self, command: LiteralString) -> None:
         """Queue ``command`` (COMMIT or ROLLBACK) after what the pipeline holds, then the Sync
         that ends it, and read every result: one round trip. Raises the first statement's
         error: a failed statement's, or the COMMIT's own (a deferred constraint, a
