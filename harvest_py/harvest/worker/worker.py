@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 from harvest.core.codecs import Payloads
 from harvest.core.errors import DatabaseUnavailable, InvalidArgument, NotFound, PermissionDenied
 from harvest.db import channels
-from harvest.db.connection import connect_async, is_permanent, redact, resolve_dsn
+from harvest.db.connection import connect_async, error_line, is_permanent, redact, resolve_dsn
 from harvest.db.migrate import check_schema_async
 from harvest.db.pools import TRANSIENT, open_async_pool
 from harvest.db.redis_channel import check_url
@@ -923,8 +923,9 @@ class Worker:
 
     def _given_back(self, release: asyncio.Task[Any]) -> None:
         self._giving_back.discard(release)
-        if not release.cancelled() and release.exception() is not None:
-            log.debug("giving back a task claimed while stopping failed: %s", release.exception())
+        exc = None if release.cancelled() else release.exception()
+        if exc is not None:  # (the stop's _release gives it back with the rest)
+            log.debug("giving back a task claimed while stopping failed: %s", error_line(exc))
 
     def after_commit(self, lane: ShardLane, task_ids: list[int], kind: str | None) -> None:
         """A batch of these tasks' decisions (``kind`` None) or activity results (``kind``
