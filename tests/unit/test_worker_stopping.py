@@ -137,9 +137,9 @@ def test_a_task_left_behind_is_held_until_it_ends_and_no_longer() -> None:
     assert asyncio.run(main()) == (True, False)
 
 
-def test_a_claim_that_lands_after_the_drain_began_gives_its_tasks_back() -> None:
+def test_a_claim_that_lands_after_the_stop_began_gives_its_tasks_back() -> None:
     # A batch of activity results that claimed for the slots it freed (or a Redis claim) in
-    # flight when the stop began: a draining worker releases what it claimed instead of running it.
+    # flight when the stop began: a stopping worker releases what it claimed instead of running it.
     from types import SimpleNamespace
 
     from harvest import App, Worker
@@ -153,7 +153,7 @@ def test_a_claim_that_lands_after_the_drain_began_gives_its_tasks_back() -> None
 
     async def main() -> tuple[int, int]:
         worker = Worker(App(), "postgresql://unused/db")
-        worker._draining = True
+        worker._stopping.set()
         lane = SimpleNamespace(shard=0, sql=Sql(), dispatched=0)
         task = {"task_id": 7, "fencing_token": 3, "kind": "activity", "queue": "q", "_lane": lane}
         worker.run_claimed(task)

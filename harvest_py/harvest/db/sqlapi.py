@@ -2040,19 +2040,13 @@ OPEN_CLAIM_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', '20ms', true)"
 # on the Sync itself, which psycopg's pipeline does not expect there: it raised its own errors
 # over the server's and left the connection in pipeline mode with a result unread. (The pools
 # are autocommit, harvest/db/pools.py: psycopg sends no BEGIN of its own, so this one is the
-# block's.)
+# block's.) Each goes through the public ``execute``, unprepared: it also looks at the socket
+# once, about 35 us of the worker's CPU per claim more than psycopg's private queueing of its
+# own BEGIN and COMMIT, which a psycopg release may change (docs/performance.md, "An open
+# claim's commit as a statement").
 OPEN_CLAIM_BEGIN: LiteralString = "BEGIN"
 OPEN_CLAIM_COMMIT: LiteralString = "COMMIT"
 OPEN_CLAIM_ROLLBACK: LiteralString = "ROLLBACK"
-
-
-async def _queue_command(conn: psycopg.AsyncConnection[Any], command: LiteralString) -> None:
-    """Queue ``command`` in ``conn``'s pipeline (its result read in turn, an error raised as
-    any statement's). Through the public ``execute``, which also looks at the socket once: a
-    loop turn, about 35 us of the worker's CPU per claim more than psycopg's private queueing
-    of its own BEGIN and COMMIT; kept public, since a psycopg release may change the private
-    one (docs/performance.md, "An open claim's commit as a statement")."""
-    await conn.execute(command, prepare=False)
 
 
 class OpenClaim:
@@ -2129,7 +2123,7 @@ class OpenClaim:
         if pipeline is None:
             return
         try:
-            await _queue_command(self._conn, command)
+            await self._conn.execute(command, prepare=False)
         finally:
             await pipeline.__aexit__(None, None, None)
 
@@ -2147,7 +2141,7 @@ class OpenClaim:
             # (A ROLLBACK statement, not psycopg's rollback(), which would also deallocate the
             # session's prepared statements: they outlive a rollback.)
             try:
-                await conn.execute("ROLLBACK", prepare=False)
+                await conn.execute(OPEN_CLAIM_ROLLBACK, prepare=False)
             except Exception:
                 await conn.close()
         await self._pool.putconn(conn)
@@ -2173,7 +2167,7 @@ async def claim_tasks_open(
     claim = OpenClaim(pool, conn, pipeline)
     try:
         with translated_errors():
-            await _queue_command(conn, OPEN_CLAIM_BEGIN)
+            await conn.execute(OPEN_CLAIM_BEGIN, prepare=False)
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(CLAIM_TASKS, claim_tasks(worker_id, queues, limit, workflow_lease_secs))
                 # For the rest of the transaction (the decision): a lock wait past this fails

@@ -270,7 +270,6 @@ class Worker:
 
             self.sampler = MetricsSampler(self.metrics, interval=options.metrics_interval)
         self._drain_deadline_at: float | None = None  # loop time at which a remote drain must end
-        self._draining = False  # the stop's drain has begun (see _stop): nothing claimed runs
         self._giving_back: set[asyncio.Task[Any]] = set()  # releases of tasks claimed too late
         # What ctx.now() reads in workflows (None: the wall clock; the test kit's time
         # skipping sets its shared test clock here, harvest.testing.WorkflowEnvironment).
@@ -550,7 +549,6 @@ class Worker:
         health and coverage see it take no new work while it finishes what it holds; a remote
         drain has already recorded it on its shard), then wait for the tasks in flight within
         the grace (a remote drain's deadline ends it sooner) and cancel those still running."""
-        self._draining = True  # a claim in flight at the stop that lands now gives its tasks back
         loop = asyncio.get_running_loop()
         grace = self.shutdown_grace
         if self._drain_deadline_at is not None:  # a remote drain's deadline ends it sooner
@@ -904,9 +902,9 @@ class Worker:
     def run_claimed(self, task: dict[str, Any]) -> None:
         """Run a task claimed by name (the Redis consumer) or with a batch of activity results
         (worker/completions.py), its ``_lane`` set. One whose claim was in flight when the
-        stop began and landed after the drain began is given back at once instead (a
-        draining worker starts no work it claimed; what a commit hands it still runs)."""
-        if self._draining:
+        stop began, and landed after, is given back at once instead (a stopping worker starts
+        no work it claimed; what a commit hands it still runs)."""
+        if self._stopping.is_set():
             self._give_back(task)
             return
         self._spawn(task)
