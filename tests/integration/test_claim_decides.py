@@ -132,33 +132,45 @@ def test_an_idle_worker_commits_its_woken_claim_with_the_decision_and_writes_the
     assert sorted(ran) == sorted(list(range(5)) * 2)  # each activity ran once
 
 
-def refuse_once(conn: psycopg.Connection, when: str, condition: str, message: str) -> None:
-    """A trigger (``when``: its timing and table) that fails the first row matching
-    ``condition`` with ``message``; ``public.refusals`` counts the rows that matched."""
-    conn.execute("CREATE SEQUENCE public.refusals")
-    conn.execute(
-        f"""
-        CREATE FUNCTION public.refuse_once() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN
-            IF {condition} AND nextval('public.refusals') = 1 THEN
-                RAISE EXCEPTION '{message}';
-            END IF;
-            RETURN NEW;
-        END $$"""
-    )
-    conn.execute(f"CREATE TRIGGER refuse_once {when} FOR EACH ROW EXECUTE FUNCTION public.refuse_once()")
+def _refuse(
+    db: str, table: str, condition: str, message: str, *, times: int = 1, at_commit: bool = False
+) -> None:
+    """A trigger on ``harvest.<table>`` that fails the first ``times`` rows written (inserted or
+    updated) that match ``condition``, with ``message``: at the statement, or ``at_commit`` (a
+    deferred constraint trigger: SQLSTATE 40001 at the commit, after every statement).
+    ``public.refusals`` counts the rows that matched."""
+    if at_commit:
+        trigger = f"CONSTRAINT TRIGGER refuse AFTER INSERT OR UPDATE ON harvest.{table} "
+        trigger += "DEFERRABLE INITIALLY DEFERRED"
+        raised = f"RAISE EXCEPTION '{message}' USING ERRCODE = '40001'"
+    else:
+        trigger = f"TRIGGER refuse BEFORE INSERT OR UPDATE ON harvest.{table}"
+        raised = f"RAISE EXCEPTION '{message}'"
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE public.refusals")
+        conn.execute(
+            f"""
+            CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {condition} AND nextval('public.refusals') <= {times} THEN
+                    {raised};
+                END IF;
+                RETURN NEW;
+            END $$"""
+        )
+        conn.execute(f"CREATE {trigger} FOR EACH ROW EXECUTE FUNCTION public.refuse()")
+
+
+def _assert_idle(conn: psycopg.AsyncConnection) -> None:
+    """A pooled connection given back clean: out of pipeline mode, in no transaction."""
+    assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
 
 
 def test_a_decision_the_database_refuses_rolls_its_claim_back_and_is_made_again(db, start_worker, caplog):
     ran.clear()
-    with psycopg.connect(db, autocommit=True) as conn:
-        # The first ActivityScheduled event written fails its statement: the merged decision's.
-        refuse_once(
-            conn,
-            "BEFORE INSERT ON harvest.events",
-            "NEW.event_type = 'ActivityScheduled'",
-            "refused once by the test",
-        )
+    # The first ActivityScheduled event written fails its statement: the merged decision's.
+    _refuse(db, "events", "NEW.event_type = 'ActivityScheduled'", "refused once by the test")
     worker = start_worker(APP)
     time.sleep(0.2)  # asleep: the start wakes it
     with caplog.at_level(logging.WARNING), Client(db) as client:
@@ -294,28 +306,6 @@ def test_a_decision_that_records_a_local_activity_commits_its_claim_first(db, st
     assert ran == [5]
 
 
-def _fail_at_commit(db: str, table: str, when: str, times: int = 1) -> None:
-    """A deferred trigger on ``table`` that fails the commit (SQLSTATE 40001) of the first
-    ``times`` transactions whose row matches ``when``: the error comes at the commit, after
-    every statement."""
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("CREATE SEQUENCE public.commit_failures")
-        conn.execute(
-            f"""
-            CREATE FUNCTION public.fail_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF {when} AND nextval('public.commit_failures') <= {times} THEN
-                    RAISE EXCEPTION 'commit refused by the test' USING ERRCODE = '40001';
-                END IF;
-                RETURN NULL;
-            END $$"""
-        )
-        conn.execute(
-            f"CREATE CONSTRAINT TRIGGER fail_commit AFTER INSERT OR UPDATE ON harvest.{table} "
-            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION public.fail_commit()"
-        )
-
-
 # Claims whose commit fails, one after the other: the old commit at the Sync lost the server's
 # error to psycopg's own (an IndexError in its queue of pipeline results, or "cannot exit
 # pipeline mode while busy") about one time in eight.
@@ -325,7 +315,14 @@ COMMIT_FAILURES = 100
 def test_a_claim_whose_commit_fails_raises_the_servers_error_and_gives_back_a_clean_connection(db):
     # The claim's COMMIT is a statement of its own, before the Sync: its error is the server's,
     # every time, and the connection goes back to the pool out of pipeline mode and idle.
-    _fail_at_commit(db, "tasks", "NEW.status = 'running'", times=COMMIT_FAILURES)
+    _refuse(
+        db,
+        "tasks",
+        "NEW.status = 'running'",
+        "commit refused by the test",
+        times=COMMIT_FAILURES,
+        at_commit=True,
+    )
     with Client(db) as client:
         handle = client.start_workflow(one_step, 1, workflow_id="commit-fails")
 
@@ -341,8 +338,7 @@ def test_a_claim_whose_commit_fails_raises_the_servers_error_and_gives_back_a_cl
                     await claim.commit()
             # The one connection came back out of pipeline mode, idle, and is used again.
             async with pool.connection() as conn:
-                assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
-                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                _assert_idle(conn)
                 assert await (await conn.execute("SELECT 42")).fetchone() == (42,)
             assert _workflow_task(db, handle.execution_id) == ("pending", 0, None)
             assert pool.get_stats().get("returns_bad", 0) == 0
@@ -359,10 +355,7 @@ def test_a_claim_whose_commit_fails_raises_the_servers_error_and_gives_back_a_cl
 def test_a_claim_that_fails_raises_the_servers_error_and_gives_back_an_idle_connection(db, caplog):
     # A statement that fails in the claim's transaction block leaves the block aborted after the
     # Sync: it is rolled back before the connection goes back to the pool.
-    with psycopg.connect(db, autocommit=True) as conn:
-        refuse_once(
-            conn, "BEFORE UPDATE ON harvest.tasks", "NEW.status = 'running'", "claim refused by the test"
-        )
+    _refuse(db, "tasks", "NEW.status = 'running'", "claim refused by the test")
     with Client(db) as client:
         handle = client.start_workflow(one_step, 1, workflow_id="claim-fails")
 
@@ -373,8 +366,7 @@ def test_a_claim_that_fails_raises_the_servers_error_and_gives_back_an_idle_conn
             with pytest.raises(psycopg.errors.RaiseException, match="claim refused by the test"):
                 await claim_tasks_open(api, "w1", ["default"], 10, 30.0)
             async with pool.connection() as conn:
-                assert conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
-                assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                _assert_idle(conn)
             assert _workflow_task(db, handle.execution_id) == ("pending", 0, None)
             rows, claim = await claim_tasks_open(api, "w1", ["default"], 10, 30.0)
             assert len(rows) == 1
@@ -391,7 +383,9 @@ def test_a_claim_that_fails_raises_the_servers_error_and_gives_back_an_idle_conn
 
 def test_a_claim_and_decision_whose_commit_fails_are_logged_with_the_servers_error(db, start_worker, caplog):
     ran.clear()
-    _fail_at_commit(db, "events", "NEW.event_type = 'ActivityScheduled'")
+    _refuse(
+        db, "events", "NEW.event_type = 'ActivityScheduled'", "commit refused by the test", at_commit=True
+    )
     worker = start_worker(APP)
     time.sleep(0.2)  # asleep: the start wakes it
     with caplog.at_level(logging.WARNING), Client(db) as client:
