@@ -121,13 +121,12 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_timing_changed boolean;
 BEGIN
-    SELECT * INTO v_old FROM harvest.schedules AS s WHERE s.name = v_spec ->> 'name' FOR UPDATE;
-    IF FOUND AND p_create_only THEN
-        RAISE EXCEPTION 'schedule % already exists', v_spec ->> 'name' USING ERRCODE = 'HR014',
-            DETAIL = jsonb_build_object('name', v_spec ->> 'name')::text,
-            HINT = 'update it (harvest schedule update), or delete it first';
-    END IF;
-    IF NOT FOUND THEN
+    -- Two sessions putting one new name at once (two workers booting, two operators): the
+    -- insert of the second waits for the first and, once it committed, inserts nothing; the
+    -- second then finds the row, locks it, and goes on as for a schedule that existed.
+    LOOP
+        SELECT * INTO v_old FROM harvest.schedules AS s WHERE s.name = v_spec ->> 'name' FOR UPDATE;
+        EXIT WHEN FOUND;
         INSERT INTO harvest.schedules AS s (
             name, kind, workflow_name, queue, input, cron, interval_secs, timezone, max_active_runs, overlap,
             catchup, catchup_window_secs, jitter_secs, paused, declared, anchor_at, created_at, updated_at
@@ -137,9 +136,17 @@ BEGIN
             (v_spec ->> 'max_active_runs')::integer, v_spec ->> 'overlap', (v_spec ->> 'catchup')::boolean,
             (v_spec ->> 'catchup_window_secs')::bigint, (v_spec ->> 'jitter_secs')::double precision,
             coalesce((p_spec ->> 'paused')::boolean, false), p_declared, v_now, v_now, v_now
-        ) RETURNING * INTO schedule;
-        changed := true;
-        RETURN;
+        ) ON CONFLICT ON CONSTRAINT schedules_name_key DO NOTHING
+        RETURNING * INTO schedule;
+        IF FOUND THEN
+            changed := true;
+            RETURN;
+        END IF;
+    END LOOP;
+    IF p_create_only THEN
+        RAISE EXCEPTION 'schedule % already exists', v_spec ->> 'name' USING ERRCODE = 'HR014',
+            DETAIL = jsonb_build_object('name', v_spec ->> 'name')::text,
+            HINT = 'update it (harvest schedule update), or delete it first';
     END IF;
     IF v_spec = harvest._schedule_spec(v_old) AND v_old.declared = (v_old.declared OR p_declared) THEN
         schedule := v_old;
