@@ -53,15 +53,17 @@ BEGIN
     IF length(p_spec ->> 'cron') > 200 THEN
         RAISE EXCEPTION 'schedule %: cron is longer than 200 characters', v_name USING ERRCODE = 'HR001';
     END IF;
-    IF (p_spec ->> 'interval_secs')::bigint < 1 THEN
-        RAISE EXCEPTION 'schedule %: interval_secs must be at least 1, got %', v_name, p_spec ->> 'interval_secs'
-            USING ERRCODE = 'HR001';
+    -- Durations are bounded as the Python side bounds them (harvest.core.durations: 100 years),
+    -- whose datetime arithmetic computes the slots: past that it overflows.
+    IF NOT (p_spec ->> 'interval_secs')::bigint BETWEEN 1 AND 3155760000 THEN
+        RAISE EXCEPTION 'schedule %: interval_secs must be 1 to 3155760000 (100 years), got %', v_name,
+            p_spec ->> 'interval_secs' USING ERRCODE = 'HR001';
     END IF;
     BEGIN
         PERFORM now() AT TIME ZONE coalesce(p_spec ->> 'timezone', 'UTC');
     EXCEPTION WHEN invalid_parameter_value THEN
         RAISE EXCEPTION 'schedule %: timezone % is unknown', v_name, quote_literal(p_spec ->> 'timezone')
-            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name such as Europe/Paris or UTC';
+            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name, exactly, such as Europe/Paris or UTC';
     END;
     IF coalesce((p_spec ->> 'max_active_runs')::integer, 1) < 1 THEN
         RAISE EXCEPTION 'schedule %: max_active_runs must be at least 1', v_name USING ERRCODE = 'HR001';
@@ -75,11 +77,14 @@ BEGIN
     END IF;
     v_window := coalesce((p_spec ->> 'catchup_window_secs')::bigint,
                          CASE WHEN v_catchup THEN 365 * 86400 ELSE 60 END);
-    IF v_window < 1 THEN
-        RAISE EXCEPTION 'schedule %: catchup_window_secs must be at least 1', v_name USING ERRCODE = 'HR001';
+    IF NOT v_window BETWEEN 1 AND 3155760000 THEN
+        RAISE EXCEPTION 'schedule %: catchup_window_secs must be 1 to 3155760000 (100 years), got %', v_name,
+            v_window USING ERRCODE = 'HR001';
     END IF;
-    IF coalesce((p_spec ->> 'jitter_secs')::double precision, 0) < 0 THEN
-        RAISE EXCEPTION 'schedule %: jitter_secs must not be negative', v_name USING ERRCODE = 'HR001';
+    -- NaN sorts above every number in Postgres: BETWEEN refuses it, and infinity.
+    IF NOT coalesce((p_spec ->> 'jitter_secs')::double precision, 0) BETWEEN 0 AND 3155760000 THEN
+        RAISE EXCEPTION 'schedule %: jitter_secs must be 0 to 3155760000 (100 years), got %', v_name,
+            p_spec ->> 'jitter_secs' USING ERRCODE = 'HR001';
     END IF;
     IF jsonb_typeof(coalesce(p_spec -> 'input', '[]'::jsonb)) <> 'array' THEN
         RAISE EXCEPTION 'schedule %: input must be a JSON array of the workflow''s arguments', v_name
@@ -121,6 +126,17 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_timing_changed boolean;
 BEGIN
+    -- A zone the scheduler's zoneinfo reads: an IANA name, exactly (AT TIME ZONE, above, also
+    -- takes another case, an abbreviation such as PST or a POSIX rule such as UTC+3, which the
+    -- scheduler cannot compute). pg_timezone_names reads every zone (~20 ms): asked only for a
+    -- zone this schedule does not have already (a worker's boot declares unchanged ones).
+    IF v_spec ->> 'timezone' <> 'UTC'
+       AND NOT EXISTS (SELECT 1 FROM harvest.schedules AS s
+                       WHERE s.name = v_spec ->> 'name' AND s.timezone = v_spec ->> 'timezone')
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names AS z WHERE z.name = v_spec ->> 'timezone') THEN
+        RAISE EXCEPTION 'schedule %: timezone % is unknown', v_spec ->> 'name', quote_literal(v_spec ->> 'timezone')
+            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name, exactly, such as Europe/Paris or UTC';
+    END IF;
     -- Two sessions putting one new name at once (two workers booting, two operators): the
     -- insert of the second waits for the first and, once it committed, inserts nothing; the
     -- second then finds the row, locks it, and goes on as for a schedule that existed.

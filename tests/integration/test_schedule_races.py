@@ -7,6 +7,7 @@ the other is started in a thread and the test waits until Postgres says it is bl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -17,7 +18,8 @@ import psycopg
 import pytest
 
 from harvest.core.errors import ScheduleAlreadyExists
-from harvest.db.sqlapi import SqlApi
+from harvest.db.sqlapi import AsyncSqlApi, SqlApi
+from harvest.worker import scheduler
 
 SPEC = {"name": "nightly", "workflow_name": "nightly_wf", "cron": "0 3 * * *", "timezone": "UTC"}
 
@@ -83,3 +85,58 @@ def test_two_operators_creating_one_name_at_once_the_second_is_told_it_exists(
     assert isinstance(got, psycopg.Error) and got.sqlstate == "HR014", repr(got)
     with pytest.raises(ScheduleAlreadyExists):
         SqlApi(conn).create_schedule("nightly", "nightly_wf", cron="0 3 * * *")
+
+
+def _tick_at(db: str, at: str) -> Any:
+    """One scheduler tick (harvest.worker.scheduler.tick) on its own connection at engine time ``at``."""
+
+    async def run() -> Any:
+        async with await psycopg.AsyncConnection.connect(db, autocommit=True) as aconn:
+            await aconn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+            return await scheduler.tick(AsyncSqlApi.on_connection(aconn))
+
+    return asyncio.run(run())
+
+
+BAD_SPECS = {
+    # What the SQL API took and the scheduler could not compute: a zone name Postgres reads
+    # (case-insensitively, or as an abbreviation or a POSIX rule) but zoneinfo does not know,
+    # and numbers past what a duration may be (the scheduler's datetime arithmetic overflowed).
+    "timezone": [("p_cron", "0 3 * * *"), ("p_timezone", "europe/paris")],
+    "timezone abbreviation": [("p_cron", "0 3 * * *"), ("p_timezone", "PST")],
+    "timezone posix": [("p_cron", "0 3 * * *"), ("p_timezone", "UTC+3")],
+    "catchup_window_secs": [("p_interval_secs", 60), ("p_catchup_window_secs", 10**11)],
+    "jitter_secs": [("p_interval_secs", 60), ("p_jitter_secs", 1e300)],
+    "jitter_secs nan": [("p_interval_secs", 60), ("p_jitter_secs", float("nan"))],
+    "jitter_secs infinity": [("p_interval_secs", 60), ("p_jitter_secs", float("inf"))],
+    "interval_secs": [("p_interval_secs", 10**12)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SPECS))
+def test_the_sql_api_refuses_a_schedule_the_scheduler_cannot_compute(conn: psycopg.Connection, case: str) -> None:
+    """create_schedule (psql, role harvest_operator) refuses what the CLI and the HTTP API
+    refuse: one HR001 naming the field, and nothing written."""
+    args = dict(BAD_SPECS[case])
+    named = ", ".join(f"{k} => %({k})s" for k in args)
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(f"SELECT harvest.create_schedule('bad', 'wf', {named})", args)
+    assert caught.value.sqlstate == "HR001", caught.value
+    assert case.split()[0] in str(caught.value), caught.value
+    conn.rollback()
+    assert conn.execute("SELECT count(*) FROM harvest.schedules").fetchone() == (0,)
+
+
+def test_one_schedule_the_scheduler_cannot_compute_stops_no_other(db: str, conn: psycopg.Connection) -> None:
+    """A row no check guards (the owner's UPDATE) that the scheduler's arithmetic cannot take
+    is reported and left; the other schedules of the shard fire on the same tick."""
+    conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
+    api = SqlApi(conn)
+    api.create_schedule("a_bad", "wf", interval_secs=60)
+    api.create_schedule("healthy", "wf", interval_secs=60)
+    conn.execute("UPDATE harvest.schedules SET jitter_secs = 'NaN' WHERE name = 'a_bad'")
+    conn.commit()
+    _tick_at(db, "2030-01-01T00:00:00.5+00:00")  # computes the first slots
+    report = _tick_at(db, "2030-01-01T00:01:00.5+00:00")
+    assert [f["workflow_id"] for f in report.fired] == [f"sched:healthy:{1893456060}"], report
+    assert len(report.errors) == 1 and "a_bad" in report.errors[0], report.errors

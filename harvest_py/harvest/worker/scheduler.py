@@ -143,8 +143,9 @@ async def tick(sql: Any, limit: int = 100, metrics: Any = None) -> TickReport:
     for row in await sql.list_due_schedules(limit):
         try:
             plan = plan_tick(row)
-        except HarvestError as exc:
-            # A spec stored through psql that does not parse: say so, and leave the others be.
+        except Exception as exc:
+            # A spec that does not parse or whose slots cannot be computed (a row written past
+            # the SQL checks): say so, and leave the others be (raised, it stopped them all).
             report.errors.append(f"schedule {row['name']!r}: {exc}")
             log.warning("scheduler: schedule %r cannot be computed: %s", row["name"], exc)
             continue
