@@ -236,16 +236,38 @@ END;
 $$;
 
 -- How many runs a schedule started are still running (a continue-as-new chain
--- counts as its live run: the key is the workflow id).
+-- counts as its live run: the key is the workflow id). A DAG's schedule counts every
+-- live run of the DAG, triggered ones too, as the DAG's max_active_runs does
+-- (_admit_dag_run; the caller holds the DAG's row, _lock_schedule_dag).
 CREATE OR REPLACE FUNCTION harvest._schedule_active_runs(p_schedule harvest.schedules)
 RETURNS integer
 LANGUAGE sql STABLE
 AS $$
-    SELECT count(*)::integer
-    FROM harvest.schedule_firings AS f
-    JOIN harvest.executions AS e
-      ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id AND e.status IN ('RUNNING', 'PAUSED')
-    WHERE f.schedule_id = p_schedule.id AND f.status = 'started';
+    SELECT CASE WHEN p_schedule.kind = 'dag' THEN (
+        SELECT count(*)::integer FROM harvest.executions AS e
+        WHERE e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
+    ) ELSE (
+        SELECT count(*)::integer
+        FROM harvest.schedule_firings AS f
+        JOIN harvest.executions AS e
+          ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
+         AND e.status IN ('RUNNING', 'PAUSED')
+        WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+    ) END;
+$$;
+
+-- A DAG schedule's firing holds its DAG's row, as a trigger does (_admit_dag_run): the
+-- count of the DAG's live runs and its pause are read after a trigger or a pause of the
+-- DAG in flight has committed. Lock order: the schedule's row, then the DAG's.
+CREATE OR REPLACE FUNCTION harvest._lock_schedule_dag(p_schedule harvest.schedules)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_schedule.kind = 'dag' THEN
+        PERFORM 1 FROM harvest.dags AS d WHERE d.dag_name = p_schedule.workflow_name FOR UPDATE;
+    END IF;
+END;
 $$;
 
 -- A firing as the API answers it.
@@ -314,6 +336,7 @@ BEGIN
                    WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except) THEN
         RETURN 0;
     END IF;
+    PERFORM harvest._lock_schedule_dag(p_schedule);
     v_free := p_schedule.max_active_runs - harvest._schedule_active_runs(p_schedule);
     WHILE v_free > 0 LOOP
         SELECT f.id INTO v_id FROM harvest.schedule_firings AS f
@@ -347,6 +370,7 @@ DECLARE
     v_run record;
     v_waiting boolean;
 BEGIN
+    PERFORM harvest._lock_schedule_dag(p_schedule);
     INSERT INTO harvest.schedule_firings AS f (
         schedule_id, slot_at, origin, status, workflow_id, recorded_at, traceparent
     )

@@ -140,3 +140,58 @@ def test_one_schedule_the_scheduler_cannot_compute_stops_no_other(db: str, conn:
     report = _tick_at(db, "2030-01-01T00:01:00.5+00:00")
     assert [f["workflow_id"] for f in report.fired] == [f"sched:healthy:{1893456060}"], report
     assert len(report.errors) == 1 and "a_bad" in report.errors[0], report.errors
+
+
+def _gated_dag(conn: psycopg.Connection) -> None:
+    """A DAG bounded to one RUNNING run, with its schedule (kind dag, every minute), as
+    ``App(dags=[Dag(..., schedule=Schedule.every("1m"), max_active_runs=1)])`` declares them."""
+    conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
+    dag = [{"dag_name": "gated", "queue": "default", "tasks": [], "max_active_runs": 1}]
+    conn.execute("SELECT harvest.register_dags(%s::jsonb)", (json.dumps(dag),))
+    spec = {"name": "gated", "kind": "dag", "workflow_name": "gated", "interval_secs": 60, "max_active_runs": 1}
+    conn.execute("SELECT harvest.declare_schedules(%s::jsonb)", (json.dumps([spec]),))
+    conn.commit()
+    _tick_at(conn.info.dsn, "2030-01-01T00:00:00.5+00:00")  # computes the first slot
+
+
+def _running(conn: psycopg.Connection) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'gated' AND status = 'RUNNING'"
+    ).fetchone()
+    return int(row[0])  # type: ignore[index]  # one row
+
+
+def test_a_dag_schedule_counts_the_dags_triggered_runs(conn: psycopg.Connection) -> None:
+    """The DAG's max_active_runs bounds its RUNNING runs (docs/dags.md): a trigger is refused
+    while a scheduled run is live, and a slot is skipped while a triggered run is live (the
+    schedule counted only the runs it had started itself, and started a second one)."""
+    _gated_dag(conn)
+    conn.execute("SELECT * FROM harvest.trigger_dag('gated')")
+    conn.commit()
+    report = _tick_at(conn.info.dsn, "2030-01-01T00:01:00.5+00:00")
+    assert [(f["status"], f["reason"]) for f in report.fired] == [("skipped", "max_active_runs")], report
+    assert _running(conn) == 1
+
+
+def test_a_dag_trigger_and_its_schedules_tick_at_once_start_one_run(db: str, conn: psycopg.Connection) -> None:
+    """A trigger holds the DAG's row while it starts its run; the tick of the DAG's schedule
+    waits for it and then counts that run: one RUNNING run, the slot skipped. (The tick read
+    neither the DAG's row nor its runs under a lock and started a second run beside it.)"""
+    _gated_dag(conn)
+    with psycopg.connect(db, application_name="trigger") as trigger:
+        trigger.execute("SELECT * FROM harvest.trigger_dag('gated')")  # not committed
+        outcome: dict[str, Any] = {}
+        thread = _in_thread(lambda: _tick_at(db, "2030-01-01T00:01:00.5+00:00"), outcome)
+        deadline = time.monotonic() + 10
+        while thread.is_alive() and not conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE '%%fire_schedule%%')"
+        ).fetchone()[0]:  # type: ignore[index]  # one row
+            assert time.monotonic() < deadline, "the tick neither waited nor ended"
+            time.sleep(0.01)
+        trigger.commit()
+        thread.join(10)
+    report = outcome["result"]
+    assert not isinstance(report, BaseException), report
+    assert _running(conn) == 1
+    assert [(f["status"], f["reason"]) for f in report.fired] == [("skipped", "max_active_runs")], report
