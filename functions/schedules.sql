@@ -282,7 +282,8 @@ AS $$
 $$;
 
 -- Start the run of a recorded firing (status started, or failed with the error when
--- the start raised: an unregistered workflow, a quota, ...; the tick goes on).
+-- the start raised: an unregistered workflow, a quota, ...; the tick goes on). A
+-- failure that passes (a deadlock, ...) is raised: the whole tick rolls back.
 CREATE OR REPLACE FUNCTION harvest._start_firing(p_schedule harvest.schedules, p_firing_id bigint)
 RETURNS harvest.schedule_firings
 LANGUAGE plpgsql
@@ -313,6 +314,12 @@ BEGIN
         WHERE f.id = p_firing_id
         RETURNING * INTO v_firing;
     EXCEPTION WHEN OTHERS THEN
+        -- A failure that passes (a deadlock, a serialization failure, a lock wait, the server's
+        -- resources or shutdown) is not the start's answer: it rolls the tick back, and the next
+        -- tick fires the slot again. Recorded failed, the slot would never start a run.
+        IF left(SQLSTATE, 2) IN ('40', '53', '57', '58', 'XX') OR SQLSTATE = '55P03' THEN
+            RAISE;
+        END IF;
         UPDATE harvest.schedule_firings AS f SET status = 'failed', reason = SQLSTATE || ': ' || SQLERRM
         WHERE f.id = p_firing_id
         RETURNING * INTO v_firing;

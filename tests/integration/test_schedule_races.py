@@ -195,3 +195,35 @@ def test_a_dag_trigger_and_its_schedules_tick_at_once_start_one_run(db: str, con
     assert not isinstance(report, BaseException), report
     assert _running(conn) == 1
     assert [(f["status"], f["reason"]) for f in report.fired] == [("skipped", "max_active_runs")], report
+
+
+def test_a_start_that_fails_for_a_passing_reason_is_fired_again_not_recorded_failed(
+    db: str, conn: psycopg.Connection
+) -> None:
+    """A run's start that meets a deadlock (SQLSTATE 40P01, here a trigger that raises it once
+    at the run's insert) rolls the tick back: the next tick fires the slot. It was recorded as
+    a failed firing, and that slot never started a run; a start that fails for good (an
+    unregistered workflow, a quota) is still recorded failed."""
+    conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
+    SqlApi(conn).create_schedule("flaky", "wf", interval_secs=60)
+    conn.execute("CREATE SEQUENCE public.refusals")
+    conn.execute(
+        """
+        CREATE FUNCTION public.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.workflow_id LIKE 'sched:flaky:%' AND nextval('public.refusals') = 1 THEN
+                RAISE EXCEPTION 'deadlock detected (raised once by the test)' USING ERRCODE = '40P01';
+            END IF;
+            RETURN NEW;
+        END $$"""
+    )
+    conn.execute(
+        "CREATE TRIGGER refuse BEFORE INSERT ON harvest.executions FOR EACH ROW EXECUTE FUNCTION public.refuse()"
+    )
+    conn.commit()
+    _tick_at(db, "2030-01-01T00:00:00.5+00:00")  # computes the first slot
+    with pytest.raises(psycopg.errors.DeadlockDetected):
+        _tick_at(db, "2030-01-01T00:01:00.5+00:00")
+    report = _tick_at(db, "2030-01-01T00:01:01.5+00:00")
+    assert [(f["workflow_id"], f["status"]) for f in report.fired] == [("sched:flaky:1893456060", "started")]
+    assert conn.execute("SELECT count(*) FROM harvest.executions").fetchone() == (1,)
