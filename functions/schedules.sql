@@ -249,11 +249,23 @@ AS $$
     ) ELSE (
         SELECT count(*)::integer
         FROM harvest.schedule_firings AS f
-        JOIN harvest.executions AS e
-          ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-         AND e.status IN ('RUNNING', 'PAUSED')
         WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+          AND harvest._firing_live(p_schedule, f)
     ) END;
+$$;
+
+-- Whether a started firing's run is live: RUNNING or PAUSED, or its start still
+-- deferred by a throttle, debounce or batch (pending_starts: a run to come).
+CREATE OR REPLACE FUNCTION harvest._firing_live(p_schedule harvest.schedules, p_firing harvest.schedule_firings)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM harvest.executions AS e
+                   WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = p_firing.workflow_id
+                     AND e.status IN ('RUNNING', 'PAUSED'))
+        OR (p_firing.reason = 'deferred'
+            AND EXISTS (SELECT 1 FROM harvest.pending_starts AS p
+                        WHERE p.workflow_name = p_schedule.workflow_name AND p.workflow_id = p_firing.workflow_id));
 $$;
 
 -- A DAG schedule's firing holds its DAG's row, as a trigger does (_admit_dag_run): the
@@ -438,7 +450,7 @@ END;
 $$;
 
 -- Keep the newest 1000 firings and misses of a schedule (and every buffered firing
--- and every firing whose run is still live, which the overlap count reads).
+-- and every firing whose run is still live or deferred, which the overlap count reads).
 CREATE OR REPLACE FUNCTION harvest._prune_schedule_history(p_schedule harvest.schedules)
 RETURNS void
 LANGUAGE plpgsql
@@ -452,9 +464,7 @@ BEGIN
     IF v_keep_from IS NOT NULL THEN
         DELETE FROM harvest.schedule_firings AS f
         WHERE f.schedule_id = p_schedule.id AND f.slot_at < v_keep_from AND f.status <> 'buffered'
-          AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
-                          WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-                            AND e.status IN ('RUNNING', 'PAUSED'));
+          AND NOT harvest._firing_live(p_schedule, f);
     END IF;
     SELECT m.id INTO v_miss_from FROM harvest.schedule_misses AS m
     WHERE m.schedule_id = p_schedule.id ORDER BY m.id DESC OFFSET 999 LIMIT 1;

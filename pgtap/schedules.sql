@@ -7,10 +7,10 @@
 -- (the bad fields), harvest._put_schedule and harvest._schedule_spec (create, update,
 -- declare), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
 -- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
--- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row),
+-- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(70);
+SELECT plan(72);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -269,6 +269,18 @@ SELECT * FROM harvest.trigger_dag('nightly_dag');
 SET LOCAL harvest.fake_now = '2031-01-01 00:00:10+00';
 SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('nightly_dag') AS f),
           'skipped:max_active_runs', 'a DAG schedule''s slot counts the DAG''s triggered runs');
+-- A started firing whose start a throttle deferred is a live run to come (harvest._firing_live):
+-- the next slot is skipped, not deferred beside it.
+SELECT harvest.declare_flow_policies('{"workflows": {"paced_wf": {"throttle": {"rps": 0.0001, "burst": 1}}}}');
+SELECT harvest.create_schedule('paced', 'paced_wf', p_interval_secs => 60);
+SELECT harvest.trigger_schedule('paced');
+SELECT pg_temp.finish_runs('paced');
+SET LOCAL harvest.fake_now = '2031-01-01 00:01:00+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced') AS f),
+          'started:deferred', 'a throttled start is deferred');
+SET LOCAL harvest.fake_now = '2031-01-01 00:02:00+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced') AS f),
+          'skipped:max_active_runs', 'a deferred start counts as the schedule''s live run');
 SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
 SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
 

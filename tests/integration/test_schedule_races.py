@@ -227,3 +227,26 @@ def test_a_start_that_fails_for_a_passing_reason_is_fired_again_not_recorded_fai
     report = _tick_at(db, "2030-01-01T00:01:01.5+00:00")
     assert [(f["workflow_id"], f["status"]) for f in report.fired] == [("sched:flaky:1893456060", "started")]
     assert conn.execute("SELECT count(*) FROM harvest.executions").fetchone() == (1,)
+
+
+def test_a_deferred_start_counts_as_the_schedules_live_run(db: str, conn: psycopg.Connection) -> None:
+    """A slot whose start a throttle deferred has a run to come: with max_active_runs=1 and
+    overlap skip the next slot is skipped, not deferred beside it (every minute against a
+    throttle of one an hour piled up 59 deferred starts an hour, without end)."""
+    conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
+    conn.execute(
+        "SELECT harvest.declare_flow_policies(%s::jsonb)",
+        (json.dumps({"workflows": {"paced": {"throttle": {"rps": 1 / 3600, "burst": 1}}}}),),
+    )
+    SqlApi(conn).create_schedule("paced", "paced", interval_secs=60)
+    conn.commit()
+    _tick_at(db, "2030-01-01T00:00:00.5+00:00")  # computes the first slot
+    first = _tick_at(db, "2030-01-01T00:01:00.5+00:00").fired
+    assert [(f["status"], f["reason"]) for f in first] == [("started", None)], first
+    conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (first[0]["execution_id"],))
+    conn.commit()
+    second = _tick_at(db, "2030-01-01T00:02:00.5+00:00").fired
+    assert [(f["status"], f["reason"]) for f in second] == [("started", "deferred")], second
+    third = _tick_at(db, "2030-01-01T00:03:00.5+00:00").fired
+    assert [(f["status"], f["reason"]) for f in third] == [("skipped", "max_active_runs")], third
+    assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone() == (1,)
