@@ -132,3 +132,15 @@ def test_preflight_fails_a_schedule_whose_workflow_is_not_registered(
     assert code == 1 and found["details"]["failures"] == [
         "declared schedule 'nightly' starts unregistered workflow 'report'"
     ]
+
+
+def test_update_of_the_cron_alone_keeps_the_zone(db: str) -> None:
+    """`schedule update NAME --cron ...` changes the expression, in the zone the schedule has:
+    it reset the zone to UTC (a Paris 03:00 schedule moved to 04:00 UTC fired at 05:00 Paris)."""
+    _json(db, "schedule", "create-workflow", "--name", "paris", "--cron", "0 3 * * *", "--tz", "Europe/Paris")
+    updated = _json(db, "schedule", "update", "paris", "--cron", "0 4 * * *")
+    assert (updated["cron"], updated["timezone"]) == ("0 4 * * *", "Europe/Paris")
+    moved = _json(db, "schedule", "update", "paris", "--cron", "0 5 * * *", "--tz", "Asia/Tokyo")
+    assert (moved["cron"], moved["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
+    bad = harvest(db, "schedule", "update", "paris", "--cron", "0 25 * * *")
+    assert bad.returncode == 2 and "the hour field '25'" in bad.stderr

@@ -114,7 +114,9 @@ BAD_SPECS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_SPECS))
-def test_the_sql_api_refuses_a_schedule_the_scheduler_cannot_compute(conn: psycopg.Connection, case: str) -> None:
+def test_the_sql_api_refuses_a_schedule_the_scheduler_cannot_compute(
+    conn: psycopg.Connection, case: str
+) -> None:
     """create_schedule (psql, role harvest_operator) refuses what the CLI and the HTTP API
     refuse: one HR001 naming the field, and nothing written."""
     args = dict(BAD_SPECS[case])
@@ -148,7 +150,13 @@ def _gated_dag(conn: psycopg.Connection) -> None:
     conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
     dag = [{"dag_name": "gated", "queue": "default", "tasks": [], "max_active_runs": 1}]
     conn.execute("SELECT harvest.register_dags(%s::jsonb)", (json.dumps(dag),))
-    spec = {"name": "gated", "kind": "dag", "workflow_name": "gated", "interval_secs": 60, "max_active_runs": 1}
+    spec = {
+        "name": "gated",
+        "kind": "dag",
+        "workflow_name": "gated",
+        "interval_secs": 60,
+        "max_active_runs": 1,
+    }
     conn.execute("SELECT harvest.declare_schedules(%s::jsonb)", (json.dumps([spec]),))
     conn.commit()
     _tick_at(conn.info.dsn, "2030-01-01T00:00:00.5+00:00")  # computes the first slot
@@ -173,7 +181,9 @@ def test_a_dag_schedule_counts_the_dags_triggered_runs(conn: psycopg.Connection)
     assert _running(conn) == 1
 
 
-def test_a_dag_trigger_and_its_schedules_tick_at_once_start_one_run(db: str, conn: psycopg.Connection) -> None:
+def test_a_dag_trigger_and_its_schedules_tick_at_once_start_one_run(
+    db: str, conn: psycopg.Connection
+) -> None:
     """A trigger holds the DAG's row while it starts its run; the tick of the DAG's schedule
     waits for it and then counts that run: one RUNNING run, the slot skipped. (The tick read
     neither the DAG's row nor its runs under a lock and started a second run beside it.)"""
@@ -183,10 +193,13 @@ def test_a_dag_trigger_and_its_schedules_tick_at_once_start_one_run(db: str, con
         outcome: dict[str, Any] = {}
         thread = _in_thread(lambda: _tick_at(db, "2030-01-01T00:01:00.5+00:00"), outcome)
         deadline = time.monotonic() + 10
-        while thread.is_alive() and not conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND query LIKE '%%fire_schedule%%')"
-        ).fetchone()[0]:  # type: ignore[index]  # one row
+        while (
+            thread.is_alive()
+            and not conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE '%%fire_schedule%%')"
+            ).fetchone()[0]
+        ):  # type: ignore[index]  # one row
             assert time.monotonic() < deadline, "the tick neither waited nor ended"
             time.sleep(0.01)
         trigger.commit()
@@ -218,7 +231,8 @@ def test_a_start_that_fails_for_a_passing_reason_is_fired_again_not_recorded_fai
         END $$"""
     )
     conn.execute(
-        "CREATE TRIGGER refuse BEFORE INSERT ON harvest.executions FOR EACH ROW EXECUTE FUNCTION public.refuse()"
+        "CREATE TRIGGER refuse BEFORE INSERT ON harvest.executions"
+        " FOR EACH ROW EXECUTE FUNCTION public.refuse()"
     )
     conn.commit()
     _tick_at(db, "2030-01-01T00:00:00.5+00:00")  # computes the first slot

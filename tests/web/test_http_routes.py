@@ -79,6 +79,21 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
 
 
 # -- schedules ------------------------------------------------------------------------------------
+def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
+    """PATCH {"cron": ...} changes the expression in the zone the schedule has (it reset the
+    zone to UTC); {"cron", "tz"} changes both."""
+    made = api.post(
+        "/admin/schedules/workflow",
+        json={"name": "paris", "workflow_name": "idle", "cron": "0 3 * * *", "tz": "Europe/Paris"},
+    )
+    assert made.status_code == 201, made.text
+    kept = api.patch("/admin/schedules/paris", json={"cron": "0 4 * * *"})
+    assert kept.status_code == 200, kept.text
+    assert (kept.json()["cron"], kept.json()["timezone"]) == ("0 4 * * *", "Europe/Paris")
+    moved = api.patch("/admin/schedules/paris", json={"cron": "0 5 * * *", "tz": "Asia/Tokyo"})
+    assert (moved.json()["cron"], moved.json()["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
+
+
 def test_schedule_routes_answer_every_status(api) -> None:
     made = api.post(
         "/admin/schedules/workflow",

@@ -361,6 +361,8 @@ def update(
     if tz and not cron:
         raise click.UsageError("--tz goes with --cron")
     changes: dict[str, Any] = {**_spec_options(cron, every, tz), **_catchup(catchup, catchup_window)}
+    if not tz:
+        changes.pop("timezone", None)  # --cron alone: the expression, in the zone the schedule has
     for key, value in (
         ("workflow_name", workflow_name),
         ("input", _input(input_json)),

@@ -157,6 +157,8 @@ async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
     if data.get("tz") is not None and data.get("cron") is None:
         raise invalid("tz", "tz goes with cron")
     changes = {**_timing(data), **_options(data)}
+    if data.get("tz") is None:
+        changes.pop("timezone", None)  # cron alone: the expression, in the zone the schedule has
     if not changes:
         raise invalid("body", "nothing to change: give at least one field")
     row = await _on_home(
