@@ -20,7 +20,7 @@ from harvest.declare.schedules import (
     Schedule,
     backfill_slots,
     describe_row,
-    next_fire_times,
+    schedule_view,
 )
 from harvest.shard.fanout import Merged
 from harvest.web.routes import (
@@ -61,7 +61,7 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
 
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "when": describe_row(row), "next_fire_times": next_fire_times(row)}
+    return {**schedule_view(row), "when": describe_row(row)}
 
 
 def _duration(name: str, raw: Any, *, positive: bool = False) -> float:
