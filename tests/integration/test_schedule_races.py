@@ -264,3 +264,26 @@ def test_a_deferred_start_counts_as_the_schedules_live_run(db: str, conn: psycop
     third = _tick_at(db, "2030-01-01T00:03:00.5+00:00").fired
     assert [(f["status"], f["reason"]) for f in third] == [("skipped", "max_active_runs")], third
     assert conn.execute("SELECT count(*) FROM harvest.pending_starts").fetchone() == (1,)
+
+
+def test_one_tick_fires_every_due_schedule_not_only_the_first_page(db: str, conn: psycopg.Connection) -> None:
+    """More schedules due at one slot than a page of list_due_schedules: the tick reads the next
+    page while the last one was full and fired something, so none waits for a later tick (a
+    shard with a few thousand schedules on one minute fired a page a second and missed the
+    last ones past the 60 s grace)."""
+    conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
+    for n in range(5):
+        SqlApi(conn).create_schedule(f"s{n}", "wf", interval_secs=60)
+    conn.commit()
+
+    def tick(at: str) -> Any:
+        async def run() -> Any:
+            async with await psycopg.AsyncConnection.connect(db, autocommit=True) as aconn:
+                await aconn.execute("SELECT set_config('harvest.fake_now', %s, false)", (at,))
+                return await scheduler.tick(AsyncSqlApi.on_connection(aconn), limit=2)
+
+        return asyncio.run(run())
+
+    tick("2030-01-01T00:00:00.5+00:00")  # computes the first slots
+    report = tick("2030-01-01T00:01:00.5+00:00")
+    assert sorted(f["workflow_id"] for f in report.fired) == [f"sched:s{n}:1893456060" for n in range(5)]
