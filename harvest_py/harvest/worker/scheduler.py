@@ -23,7 +23,15 @@ from harvest.telemetry import tracing
 
 log = logging.getLogger("harvest.scheduler")
 
-__all__ = ["MAX_DUE_PER_TICK", "MAX_MISSED_COUNTED", "MAX_PAGES_PER_TICK", "TickPlan", "TickReport", "plan_tick", "tick"]
+__all__ = [
+    "MAX_DUE_PER_TICK",
+    "MAX_MISSED_COUNTED",
+    "MAX_PAGES_PER_TICK",
+    "TickPlan",
+    "TickReport",
+    "plan_tick",
+    "tick",
+]
 
 # At most this many slots fire in one call of fire_schedule (a long catch-up goes on next tick).
 MAX_DUE_PER_TICK = 1000
