@@ -103,7 +103,9 @@ BEGIN
         'overlap', coalesce(p_spec ->> 'overlap', 'skip'),
         'catchup', v_catchup,
         'catchup_window_secs', v_window,
-        'jitter_secs', coalesce((p_spec ->> 'jitter_secs')::double precision, 0));
+        -- A double goes into JSON as numeric: its float output follows the session's
+        -- extra_float_digits (-15 wrote 2.5 as 2), numeric's does not.
+        'jitter_secs', coalesce((p_spec ->> 'jitter_secs')::double precision, 0)::numeric);
     RETURN v_spec;
 EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
     RAISE EXCEPTION 'schedule %: a numeric or boolean field has a value of the wrong type (%)', v_name, SQLERRM
@@ -202,7 +204,7 @@ AS $$
         'interval_secs', p_schedule.interval_secs, 'timezone', p_schedule.timezone,
         'max_active_runs', p_schedule.max_active_runs, 'overlap', p_schedule.overlap,
         'catchup', p_schedule.catchup, 'catchup_window_secs', p_schedule.catchup_window_secs,
-        'jitter_secs', p_schedule.jitter_secs);
+        'jitter_secs', p_schedule.jitter_secs::numeric);  -- numeric: see _check_schedule_spec
 $$;
 
 -- A schedule row as the API answers it (JSON).
@@ -506,7 +508,7 @@ BEGIN
         'name', p_name, 'workflow_name', p_workflow_name, 'cron', p_cron, 'interval_secs', p_interval_secs,
         'timezone', p_timezone, 'input', p_input, 'queue', p_queue, 'max_active_runs', p_max_active_runs,
         'overlap', p_overlap, 'catchup', p_catchup, 'catchup_window_secs', p_catchup_window_secs,
-        'jitter_secs', p_jitter_secs, 'kind', p_kind, 'paused', p_paused)), false, true);
+        'jitter_secs', p_jitter_secs::numeric, 'kind', p_kind, 'paused', p_paused)), false, true);
     PERFORM harvest._audit('schedule.create', p_name, p_operator_id, harvest._schedule_spec(v_put.schedule));
     RETURN harvest._schedule_json(v_put.schedule);
 END;

@@ -287,3 +287,20 @@ def test_one_tick_fires_every_due_schedule_not_only_the_first_page(db: str, conn
     tick("2030-01-01T00:00:00.5+00:00")  # computes the first slots
     report = tick("2030-01-01T00:01:00.5+00:00")
     assert sorted(f["workflow_id"] for f in report.fired) == [f"sched:s{n}:1893456060" for n in range(5)]
+
+
+def test_a_sessions_float_output_setting_changes_no_stored_schedule(conn: psycopg.Connection) -> None:
+    """extra_float_digits is the caller's to set (a low-privilege session, a pg_dump-era
+    driver): the schedule functions carried jitter_secs through JSON with the session's float
+    output, so a session with extra_float_digits = -15 stored 1.25 s as 1, and its update of
+    max_active_runs alone rounded the schedule's jitter (and restarted its slots) for everyone."""
+    api = SqlApi(conn)
+    api.create_schedule("jittery", "wf", interval_secs=60, jitter_secs=2.5)
+    conn.execute("SET extra_float_digits = -15")
+    api.create_schedule("created_rounded", "wf", interval_secs=60, jitter_secs=1.25)
+    before = conn.execute("SELECT anchor_at FROM harvest.schedules WHERE name = 'jittery'").fetchone()
+    api.update_schedule("jittery", {"max_active_runs": 2})
+    conn.execute("RESET extra_float_digits")
+    rows = conn.execute("SELECT name, jitter_secs, anchor_at FROM harvest.schedules ORDER BY name").fetchall()
+    assert [(n, j) for n, j, _ in rows] == [("created_rounded", 1.25), ("jittery", 2.5)]
+    assert rows[1][2] == before[0], "an update of max_active_runs alone does not restart the slots"  # type: ignore[index]
