@@ -657,9 +657,16 @@ BEGIN
         RAISE EXCEPTION 'a backfill takes at most 10000 slots, got %', cardinality(p_slots)
             USING ERRCODE = 'HR001', HINT = 'backfill a shorter range at a time';
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_slots) AS u (s)
-               WHERE u.s IS NULL OR u.s > harvest.now() OR u.s <> date_trunc('second', u.s)) THEN
-        RAISE EXCEPTION 'backfill slots must be whole seconds, not in the future' USING ERRCODE = 'HR001';
+    SELECT u.s INTO v_slot FROM unnest(p_slots) AS u (s)
+    WHERE u.s IS NULL OR u.s <> date_trunc('second', u.s) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'backfill slot % is not a whole second', coalesce(v_slot::text, 'NULL') USING ERRCODE = 'HR001',
+            HINT = 'pass the slots of the schedule (harvest schedule backfill computes them)';
+    END IF;
+    SELECT max(u.s) INTO v_slot FROM unnest(p_slots) AS u (s);
+    IF v_slot > harvest.now() THEN
+        RAISE EXCEPTION 'backfill slot % is in the future (now %)', v_slot, harvest.now() USING ERRCODE = 'HR001',
+            HINT = 'a backfill fires past slots: end the range at or before now';
     END IF;
     FOR v_slot IN SELECT DISTINCT u.s FROM unnest(p_slots) AS u (s) ORDER BY 1 LOOP
         v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap);
