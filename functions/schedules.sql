@@ -425,12 +425,14 @@ BEGIN
         -- cancel_other / terminate_other: the newest slot wins; older waiting ones give way.
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'superseded'
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
+        -- The live runs _schedule_active_runs counts: a DAG's schedule, every live run of the DAG.
         FOR v_run IN
-            SELECT e.id FROM harvest.schedule_firings AS f
-            JOIN harvest.executions AS e
-              ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-             AND e.status IN ('RUNNING', 'PAUSED')
-            WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+            SELECT e.id FROM harvest.executions AS e
+            WHERE e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
+              AND (p_schedule.kind = 'dag'
+                   OR EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                              WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+                                AND f.workflow_id = e.workflow_id))
             ORDER BY e.created_at
         LOOP
             IF p_overlap = 'cancel_other' THEN

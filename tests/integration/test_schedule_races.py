@@ -304,3 +304,18 @@ def test_a_sessions_float_output_setting_changes_no_stored_schedule(conn: psycop
     rows = conn.execute("SELECT name, jitter_secs, anchor_at FROM harvest.schedules ORDER BY name").fetchall()
     assert [(n, j) for n, j, _ in rows] == [("created_rounded", 1.25), ("jittery", 2.5)]
     assert rows[1][2] == before[0], "an update of max_active_runs alone does not restart the slots"  # type: ignore[index]
+
+
+def test_a_dag_schedules_terminate_other_ends_the_dags_triggered_run(conn: psycopg.Connection) -> None:
+    """overlap terminate_other (cancel_other) acts on the live runs the policy counts: for a
+    DAG's schedule every live run of the DAG (it ended only the runs the schedule had started,
+    and started the slot beside a triggered run)."""
+    _gated_dag(conn)
+    conn.execute("SELECT harvest.update_schedule('gated', '{\"overlap\": \"terminate_other\"}')")
+    (triggered,) = conn.execute("SELECT execution_id FROM harvest.trigger_dag('gated')").fetchone()  # type: ignore[misc]
+    conn.commit()
+    report = _tick_at(conn.info.dsn, "2030-01-01T00:01:00.5+00:00")
+    assert [f["status"] for f in report.fired] == ["started"], report
+    status = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (triggered,)).fetchone()
+    assert status == ("TERMINATED",)
+    assert _running(conn) == 1
