@@ -319,3 +319,41 @@ def test_a_dag_schedules_terminate_other_ends_the_dags_triggered_run(conn: psyco
     status = conn.execute("SELECT status FROM harvest.executions WHERE id = %s", (triggered,)).fetchone()
     assert status == ("TERMINATED",)
     assert _running(conn) == 1
+
+
+def test_a_pause_racing_a_tick_either_way_fires_nothing_after_it(db: str, conn: psycopg.Connection) -> None:
+    """(Held as it was.) A pause that waits for a tick's open transaction applies once it
+    commits; a tick that meets a pause's open transaction finds the row busy and fires nothing;
+    after the pause no slot fires, and none is counted missed."""
+    conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
+    SqlApi(conn).create_schedule("minutely", "wf", interval_secs=60)
+    conn.commit()
+    _tick_at(db, "2030-01-01T00:00:00.5+00:00")
+    fire = (
+        "SELECT harvest.fire_schedule(s.id, s.revision, ARRAY['2030-01-01T00:01:00+00'::timestamptz],"
+        " '2030-01-01T00:02:00+00', '2030-01-01T00:02:00+00') FROM harvest.schedules AS s"
+    )
+    with psycopg.connect(db, application_name="ticker") as ticker:
+        ticker.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:01:00.5+00:00', false)")
+        ticker.execute(fire)  # fired, not committed
+        outcome: dict[str, Any] = {}
+        with psycopg.connect(db, application_name="pauser", autocommit=True) as pauser:
+            thread = _in_thread(
+                lambda: pauser.execute("SELECT harvest.pause_schedule('minutely')").fetchone(), outcome
+            )
+            _wait_until_blocked(conn, "pauser")
+            ticker.commit()
+            thread.join(10)
+    assert outcome["result"][0]["paused"] is True and outcome["result"][0]["last_slot_at"].startswith(
+        "2030-01-01T00:01"
+    )
+    with psycopg.connect(db) as pauser:
+        pauser.execute("SELECT harvest.resume_schedule('minutely')")
+        pauser.execute("SELECT harvest.pause_schedule('minutely')")  # held: the row is locked
+        assert _tick_at(db, "2030-01-01T00:05:00.5+00:00").fired == []
+        pauser.commit()
+    assert _tick_at(db, "2030-01-01T00:09:00.5+00:00").fired == []
+    row = conn.execute(
+        "SELECT count(*), (SELECT missed_slots FROM harvest.schedules) FROM harvest.schedule_firings"
+    )
+    assert row.fetchone() == (1, 0)
