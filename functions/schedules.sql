@@ -667,7 +667,7 @@ BEGIN
     END IF;
     SELECT max(u.s) INTO v_slot FROM unnest(p_slots) AS u (s);
     IF v_slot > harvest.now() THEN
-        RAISE EXCEPTION 'backfill slot % is in the future (now %)', v_slot, harvest.now() USING ERRCODE = 'HR001',
+        RAISE EXCEPTION 'backfill slot % is in the future', v_slot USING ERRCODE = 'HR001',
             HINT = 'a backfill fires past slots: end the range at or before now';
     END IF;
     FOR v_slot IN SELECT DISTINCT u.s FROM unnest(p_slots) AS u (s) ORDER BY 1 LOOP
