@@ -357,3 +357,27 @@ def test_a_pause_racing_a_tick_either_way_fires_nothing_after_it(db: str, conn: 
         "SELECT count(*), (SELECT missed_slots FROM harvest.schedules) FROM harvest.schedule_firings"
     )
     assert row.fetchone() == (1, 0)
+
+
+def test_a_schedule_whose_input_is_over_the_payload_limit_is_refused_at_once(
+    conn: psycopg.Connection,
+) -> None:
+    """Every firing of such a schedule failed (HR008 at the run's start), one `failed` row a
+    slot; the create (and an update, a declare) now answers HR008 naming the schedule, and
+    nothing is written."""
+    conn.execute("UPDATE harvest.engine_settings SET max_payload_bytes = 1000 WHERE id")
+    big = json.dumps(["x" * 2000])
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(
+            "SELECT harvest.create_schedule('big', 'wf', p_interval_secs => 60, p_input => %s)", (big,)
+        )
+    assert caught.value.sqlstate == "HR008" and "the input of schedule big" in str(caught.value), caught.value
+    conn.rollback()
+    SqlApi(conn).create_schedule("small", "wf", interval_secs=60)
+    with pytest.raises(psycopg.Error) as caught:
+        conn.execute(
+            "SELECT harvest.update_schedule('small', jsonb_build_object('input', %s::jsonb))", (big,)
+        )
+    assert caught.value.sqlstate == "HR008", caught.value
+    conn.rollback()
+    assert conn.execute("SELECT name, input FROM harvest.schedules").fetchall() == [("small", [])]
