@@ -214,11 +214,13 @@ def test_a_start_that_fails_for_a_passing_reason_is_fired_again_not_recorded_fai
     db: str, conn: psycopg.Connection
 ) -> None:
     """A run's start that meets a deadlock (SQLSTATE 40P01, here a trigger that raises it once
-    at the run's insert) rolls the tick back: the next tick fires the slot. It was recorded as
-    a failed firing, and that slot never started a run; a start that fails for good (an
-    unregistered workflow, a quota) is still recorded failed."""
+    at the run's insert) rolls its schedule's firing back: the next tick fires the slot. It was
+    recorded as a failed firing, and that slot never started a run; a start that fails for good
+    (an unregistered workflow, a quota) is still recorded failed. The tick goes on with the other
+    schedules (one whose starts failed so on every tick held back every schedule after it)."""
     conn.execute("SELECT set_config('harvest.fake_now', '2030-01-01T00:00:00+00:00', false)")
     SqlApi(conn).create_schedule("flaky", "wf", interval_secs=60)
+    SqlApi(conn).create_schedule("steady", "wf", interval_secs=60)
     conn.execute("CREATE SEQUENCE public.refusals")
     conn.execute(
         """
@@ -235,12 +237,16 @@ def test_a_start_that_fails_for_a_passing_reason_is_fired_again_not_recorded_fai
         " FOR EACH ROW EXECUTE FUNCTION public.refuse()"
     )
     conn.commit()
-    _tick_at(db, "2030-01-01T00:00:00.5+00:00")  # computes the first slot
-    with pytest.raises(psycopg.errors.DeadlockDetected):
-        _tick_at(db, "2030-01-01T00:01:00.5+00:00")
+    _tick_at(db, "2030-01-01T00:00:00.5+00:00")  # computes the first slots
+    refused = _tick_at(db, "2030-01-01T00:01:00.5+00:00")
+    assert [e.split(":")[0] for e in refused.errors] == ["schedule 'flaky'"], refused.errors
+    assert "40P01" in refused.errors[0]
+    assert [(f["workflow_id"], f["status"]) for f in refused.fired] == [
+        ("sched:steady:1893456060", "started")
+    ]
     report = _tick_at(db, "2030-01-01T00:01:01.5+00:00")
     assert [(f["workflow_id"], f["status"]) for f in report.fired] == [("sched:flaky:1893456060", "started")]
-    assert conn.execute("SELECT count(*) FROM harvest.executions").fetchone() == (1,)
+    assert conn.execute("SELECT count(*) FROM harvest.executions").fetchone() == (2,)
 
 
 def test_a_deferred_start_counts_as_the_schedules_live_run(db: str, conn: psycopg.Connection) -> None:

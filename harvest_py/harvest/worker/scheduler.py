@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harvest.core.errors import HarvestError
+from harvest.db.connection import error_line
+from harvest.db.resend import connection_lost
 from harvest.declare.schedules import Schedule, jitter_offset
 from harvest.telemetry import tracing
 
@@ -187,6 +189,19 @@ async def _tick_page(sql: Any, rows: list[dict[str, Any]], report: TickReport, m
             # fire_schedule refused the plan (HR001): nothing was written; the others go on.
             report.errors.append(f"schedule {row['name']!r}: {exc}")
             log.warning("scheduler: schedule %r was not fired: %s", row["name"], exc)
+            continue
+        except Exception as exc:
+            if connection_lost(exc):
+                raise  # the database or our connection failed: the tick ends, the next retries it
+            # A failure a run's start passed up (a deadlock, a timeout: _start_firing): this
+            # schedule's firing rolled back and fires next tick; the others go on (one that
+            # failed so on every tick would otherwise hold back every schedule after it).
+            report.errors.append(f"schedule {row['name']!r}: {error_line(exc)}")
+            log.warning(
+                "scheduler: schedule %r was not fired, tried again next tick: %s",
+                row["name"],
+                error_line(exc),
+            )
             continue
         outcome = result.get("outcome")
         if outcome == "busy":
