@@ -53,15 +53,17 @@ BEGIN
     IF length(p_spec ->> 'cron') > 200 THEN
         RAISE EXCEPTION 'schedule %: cron is longer than 200 characters', v_name USING ERRCODE = 'HR001';
     END IF;
-    IF (p_spec ->> 'interval_secs')::bigint < 1 THEN
-        RAISE EXCEPTION 'schedule %: interval_secs must be at least 1, got %', v_name, p_spec ->> 'interval_secs'
-            USING ERRCODE = 'HR001';
+    -- Durations are bounded as the Python side bounds them (harvest.core.durations: 100 years),
+    -- whose datetime arithmetic computes the slots: past that it overflows.
+    IF NOT (p_spec ->> 'interval_secs')::bigint BETWEEN 1 AND 3155760000 THEN
+        RAISE EXCEPTION 'schedule %: interval_secs must be 1 to 3155760000 (100 years), got %', v_name,
+            p_spec ->> 'interval_secs' USING ERRCODE = 'HR001';
     END IF;
     BEGIN
         PERFORM now() AT TIME ZONE coalesce(p_spec ->> 'timezone', 'UTC');
     EXCEPTION WHEN invalid_parameter_value THEN
         RAISE EXCEPTION 'schedule %: timezone % is unknown', v_name, quote_literal(p_spec ->> 'timezone')
-            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name such as Europe/Paris or UTC';
+            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name, exactly, such as Europe/Paris or UTC';
     END;
     IF coalesce((p_spec ->> 'max_active_runs')::integer, 1) < 1 THEN
         RAISE EXCEPTION 'schedule %: max_active_runs must be at least 1', v_name USING ERRCODE = 'HR001';
@@ -75,15 +77,23 @@ BEGIN
     END IF;
     v_window := coalesce((p_spec ->> 'catchup_window_secs')::bigint,
                          CASE WHEN v_catchup THEN 365 * 86400 ELSE 60 END);
-    IF v_window < 1 THEN
-        RAISE EXCEPTION 'schedule %: catchup_window_secs must be at least 1', v_name USING ERRCODE = 'HR001';
+    IF NOT v_window BETWEEN 1 AND 3155760000 THEN
+        RAISE EXCEPTION 'schedule %: catchup_window_secs must be 1 to 3155760000 (100 years), got %', v_name,
+            v_window USING ERRCODE = 'HR001';
     END IF;
-    IF coalesce((p_spec ->> 'jitter_secs')::double precision, 0) < 0 THEN
-        RAISE EXCEPTION 'schedule %: jitter_secs must not be negative', v_name USING ERRCODE = 'HR001';
+    -- NaN sorts above every number in Postgres: BETWEEN refuses it, and infinity.
+    IF NOT coalesce((p_spec ->> 'jitter_secs')::double precision, 0) BETWEEN 0 AND 3155760000 THEN
+        RAISE EXCEPTION 'schedule %: jitter_secs must be 0 to 3155760000 (100 years), got %', v_name,
+            p_spec ->> 'jitter_secs' USING ERRCODE = 'HR001';
     END IF;
     IF jsonb_typeof(coalesce(p_spec -> 'input', '[]'::jsonb)) <> 'array' THEN
         RAISE EXCEPTION 'schedule %: input must be a JSON array of the workflow''s arguments', v_name
             USING ERRCODE = 'HR001';
+    END IF;
+    -- Each run's start would refuse it (HR008): say so now, not with one failed firing a slot.
+    IF octet_length((p_spec -> 'input')::text) > harvest._payload_limit() THEN
+        PERFORM harvest._check_payload(format('the input of schedule %s', v_name), p_spec -> 'input',
+                                       harvest._payload_limit());
     END IF;
     v_spec := jsonb_build_object(
         'name', v_name,
@@ -98,7 +108,9 @@ BEGIN
         'overlap', coalesce(p_spec ->> 'overlap', 'skip'),
         'catchup', v_catchup,
         'catchup_window_secs', v_window,
-        'jitter_secs', coalesce((p_spec ->> 'jitter_secs')::double precision, 0));
+        -- A double goes into JSON as numeric: its float output follows the session's
+        -- extra_float_digits (-15 wrote 2.5 as 2), numeric's does not.
+        'jitter_secs', coalesce((p_spec ->> 'jitter_secs')::double precision, 0)::numeric);
     RETURN v_spec;
 EXCEPTION WHEN invalid_text_representation OR numeric_value_out_of_range THEN
     RAISE EXCEPTION 'schedule %: a numeric or boolean field has a value of the wrong type (%)', v_name, SQLERRM
@@ -121,13 +133,23 @@ DECLARE
     v_now timestamptz := harvest.now();
     v_timing_changed boolean;
 BEGIN
-    SELECT * INTO v_old FROM harvest.schedules AS s WHERE s.name = v_spec ->> 'name' FOR UPDATE;
-    IF FOUND AND p_create_only THEN
-        RAISE EXCEPTION 'schedule % already exists', v_spec ->> 'name' USING ERRCODE = 'HR014',
-            DETAIL = jsonb_build_object('name', v_spec ->> 'name')::text,
-            HINT = 'update it (harvest schedule update), or delete it first';
+    -- A zone the scheduler's zoneinfo reads: an IANA name, exactly (AT TIME ZONE, above, also
+    -- takes another case, an abbreviation such as PST or a POSIX rule such as UTC+3, which the
+    -- scheduler cannot compute). pg_timezone_names reads every zone (~20 ms): asked only for a
+    -- zone this schedule does not have already (a worker's boot declares unchanged ones).
+    IF v_spec ->> 'timezone' <> 'UTC'
+       AND NOT EXISTS (SELECT 1 FROM harvest.schedules AS s
+                       WHERE s.name = v_spec ->> 'name' AND s.timezone = v_spec ->> 'timezone')
+       AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_timezone_names AS z WHERE z.name = v_spec ->> 'timezone') THEN
+        RAISE EXCEPTION 'schedule %: timezone % is unknown', v_spec ->> 'name', quote_literal(v_spec ->> 'timezone')
+            USING ERRCODE = 'HR001', HINT = 'use an IANA zone name, exactly, such as Europe/Paris or UTC';
     END IF;
-    IF NOT FOUND THEN
+    -- Two sessions putting one new name at once (two workers booting, two operators): the
+    -- insert of the second waits for the first and, once it committed, inserts nothing; the
+    -- second then finds the row, locks it, and goes on as for a schedule that existed.
+    LOOP
+        SELECT * INTO v_old FROM harvest.schedules AS s WHERE s.name = v_spec ->> 'name' FOR UPDATE;
+        EXIT WHEN FOUND;
         INSERT INTO harvest.schedules AS s (
             name, kind, workflow_name, queue, input, cron, interval_secs, timezone, max_active_runs, overlap,
             catchup, catchup_window_secs, jitter_secs, paused, declared, anchor_at, created_at, updated_at
@@ -137,9 +159,17 @@ BEGIN
             (v_spec ->> 'max_active_runs')::integer, v_spec ->> 'overlap', (v_spec ->> 'catchup')::boolean,
             (v_spec ->> 'catchup_window_secs')::bigint, (v_spec ->> 'jitter_secs')::double precision,
             coalesce((p_spec ->> 'paused')::boolean, false), p_declared, v_now, v_now, v_now
-        ) RETURNING * INTO schedule;
-        changed := true;
-        RETURN;
+        ) ON CONFLICT ON CONSTRAINT schedules_name_key DO NOTHING
+        RETURNING * INTO schedule;
+        IF FOUND THEN
+            changed := true;
+            RETURN;
+        END IF;
+    END LOOP;
+    IF p_create_only THEN
+        RAISE EXCEPTION 'schedule % already exists', v_spec ->> 'name' USING ERRCODE = 'HR014',
+            DETAIL = jsonb_build_object('name', v_spec ->> 'name')::text,
+            HINT = 'update it (harvest schedule update), or delete it first';
     END IF;
     IF v_spec = harvest._schedule_spec(v_old) AND v_old.declared = (v_old.declared OR p_declared) THEN
         schedule := v_old;
@@ -179,7 +209,7 @@ AS $$
         'interval_secs', p_schedule.interval_secs, 'timezone', p_schedule.timezone,
         'max_active_runs', p_schedule.max_active_runs, 'overlap', p_schedule.overlap,
         'catchup', p_schedule.catchup, 'catchup_window_secs', p_schedule.catchup_window_secs,
-        'jitter_secs', p_schedule.jitter_secs);
+        'jitter_secs', p_schedule.jitter_secs::numeric);  -- numeric: see _check_schedule_spec
 $$;
 
 -- A schedule row as the API answers it (JSON).
@@ -213,16 +243,50 @@ END;
 $$;
 
 -- How many runs a schedule started are still running (a continue-as-new chain
--- counts as its live run: the key is the workflow id).
+-- counts as its live run: the key is the workflow id). A DAG's schedule counts every
+-- live run of the DAG, triggered ones too, as the DAG's max_active_runs does
+-- (_admit_dag_run; the caller holds the DAG's row, _lock_schedule_dag).
 CREATE OR REPLACE FUNCTION harvest._schedule_active_runs(p_schedule harvest.schedules)
 RETURNS integer
 LANGUAGE sql STABLE
 AS $$
-    SELECT count(*)::integer
-    FROM harvest.schedule_firings AS f
-    JOIN harvest.executions AS e
-      ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id AND e.status IN ('RUNNING', 'PAUSED')
-    WHERE f.schedule_id = p_schedule.id AND f.status = 'started';
+    SELECT CASE WHEN p_schedule.kind = 'dag' THEN (
+        SELECT count(*)::integer FROM harvest.executions AS e
+        WHERE e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
+    ) ELSE (
+        SELECT count(*)::integer
+        FROM harvest.schedule_firings AS f
+        WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+          AND harvest._firing_live(p_schedule, f)
+    ) END;
+$$;
+
+-- Whether a started firing's run is live: RUNNING or PAUSED, or its start still
+-- deferred by a throttle, debounce or batch (pending_starts: a run to come).
+CREATE OR REPLACE FUNCTION harvest._firing_live(p_schedule harvest.schedules, p_firing harvest.schedule_firings)
+RETURNS boolean
+LANGUAGE sql STABLE
+AS $$
+    SELECT EXISTS (SELECT 1 FROM harvest.executions AS e
+                   WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = p_firing.workflow_id
+                     AND e.status IN ('RUNNING', 'PAUSED'))
+        OR (p_firing.reason = 'deferred'
+            AND EXISTS (SELECT 1 FROM harvest.pending_starts AS p
+                        WHERE p.workflow_name = p_schedule.workflow_name AND p.workflow_id = p_firing.workflow_id));
+$$;
+
+-- A DAG schedule's firing holds its DAG's row, as a trigger does (_admit_dag_run): the
+-- count of the DAG's live runs and its pause are read after a trigger or a pause of the
+-- DAG in flight has committed. Lock order: the schedule's row, then the DAG's.
+CREATE OR REPLACE FUNCTION harvest._lock_schedule_dag(p_schedule harvest.schedules)
+RETURNS void
+LANGUAGE plpgsql
+AS $$
+BEGIN
+    IF p_schedule.kind = 'dag' THEN
+        PERFORM 1 FROM harvest.dags AS d WHERE d.dag_name = p_schedule.workflow_name FOR UPDATE;
+    END IF;
+END;
 $$;
 
 -- A firing as the API answers it.
@@ -237,7 +301,8 @@ AS $$
 $$;
 
 -- Start the run of a recorded firing (status started, or failed with the error when
--- the start raised: an unregistered workflow, a quota, ...; the tick goes on).
+-- the start raised: an unregistered workflow, a quota, ...; the tick goes on). A
+-- failure that passes (a deadlock, ...) is raised: the whole tick rolls back.
 CREATE OR REPLACE FUNCTION harvest._start_firing(p_schedule harvest.schedules, p_firing_id bigint)
 RETURNS harvest.schedule_firings
 LANGUAGE plpgsql
@@ -268,6 +333,12 @@ BEGIN
         WHERE f.id = p_firing_id
         RETURNING * INTO v_firing;
     EXCEPTION WHEN OTHERS THEN
+        -- A failure that passes (a deadlock, a serialization failure, a lock wait, the server's
+        -- resources or shutdown) is not the start's answer: it rolls the tick back, and the next
+        -- tick fires the slot again. Recorded failed, the slot would never start a run.
+        IF left(SQLSTATE, 2) IN ('40', '53', '57', '58', 'XX') OR SQLSTATE = '55P03' THEN
+            RAISE;
+        END IF;
         UPDATE harvest.schedule_firings AS f SET status = 'failed', reason = SQLSTATE || ': ' || SQLERRM
         WHERE f.id = p_firing_id
         RETURNING * INTO v_firing;
@@ -291,6 +362,7 @@ BEGIN
                    WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except) THEN
         RETURN 0;
     END IF;
+    PERFORM harvest._lock_schedule_dag(p_schedule);
     v_free := p_schedule.max_active_runs - harvest._schedule_active_runs(p_schedule);
     WHILE v_free > 0 LOOP
         SELECT f.id INTO v_id FROM harvest.schedule_firings AS f
@@ -324,6 +396,7 @@ DECLARE
     v_run record;
     v_waiting boolean;
 BEGIN
+    PERFORM harvest._lock_schedule_dag(p_schedule);
     INSERT INTO harvest.schedule_firings AS f (
         schedule_id, slot_at, origin, status, workflow_id, recorded_at, traceparent
     )
@@ -357,12 +430,14 @@ BEGIN
         -- cancel_other / terminate_other: the newest slot wins; older waiting ones give way.
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'superseded'
         WHERE f.schedule_id = p_schedule.id AND f.status = 'buffered' AND f.id <> v_id;
+        -- The live runs _schedule_active_runs counts: a DAG's schedule, every live run of the DAG.
         FOR v_run IN
-            SELECT e.id FROM harvest.schedule_firings AS f
-            JOIN harvest.executions AS e
-              ON e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-             AND e.status IN ('RUNNING', 'PAUSED')
-            WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+            SELECT e.id FROM harvest.executions AS e
+            WHERE e.workflow_name = p_schedule.workflow_name AND e.status IN ('RUNNING', 'PAUSED')
+              AND (p_schedule.kind = 'dag'
+                   OR EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                              WHERE f.schedule_id = p_schedule.id AND f.status = 'started'
+                                AND f.workflow_id = e.workflow_id))
             ORDER BY e.created_at
         LOOP
             IF p_overlap = 'cancel_other' THEN
@@ -384,7 +459,7 @@ END;
 $$;
 
 -- Keep the newest 1000 firings and misses of a schedule (and every buffered firing
--- and every firing whose run is still live, which the overlap count reads).
+-- and every firing whose run is still live or deferred, which the overlap count reads).
 CREATE OR REPLACE FUNCTION harvest._prune_schedule_history(p_schedule harvest.schedules)
 RETURNS void
 LANGUAGE plpgsql
@@ -398,9 +473,7 @@ BEGIN
     IF v_keep_from IS NOT NULL THEN
         DELETE FROM harvest.schedule_firings AS f
         WHERE f.schedule_id = p_schedule.id AND f.slot_at < v_keep_from AND f.status <> 'buffered'
-          AND NOT EXISTS (SELECT 1 FROM harvest.executions AS e
-                          WHERE e.workflow_name = p_schedule.workflow_name AND e.workflow_id = f.workflow_id
-                            AND e.status IN ('RUNNING', 'PAUSED'));
+          AND NOT harvest._firing_live(p_schedule, f);
     END IF;
     SELECT m.id INTO v_miss_from FROM harvest.schedule_misses AS m
     WHERE m.schedule_id = p_schedule.id ORDER BY m.id DESC OFFSET 999 LIMIT 1;
@@ -442,7 +515,7 @@ BEGIN
         'name', p_name, 'workflow_name', p_workflow_name, 'cron', p_cron, 'interval_secs', p_interval_secs,
         'timezone', p_timezone, 'input', p_input, 'queue', p_queue, 'max_active_runs', p_max_active_runs,
         'overlap', p_overlap, 'catchup', p_catchup, 'catchup_window_secs', p_catchup_window_secs,
-        'jitter_secs', p_jitter_secs, 'kind', p_kind, 'paused', p_paused)), false, true);
+        'jitter_secs', p_jitter_secs::numeric, 'kind', p_kind, 'paused', p_paused)), false, true);
     PERFORM harvest._audit('schedule.create', p_name, p_operator_id, harvest._schedule_spec(v_put.schedule));
     RETURN harvest._schedule_json(v_put.schedule);
 END;
@@ -591,9 +664,16 @@ BEGIN
         RAISE EXCEPTION 'a backfill takes at most 10000 slots, got %', cardinality(p_slots)
             USING ERRCODE = 'HR001', HINT = 'backfill a shorter range at a time';
     END IF;
-    IF EXISTS (SELECT 1 FROM unnest(p_slots) AS u (s)
-               WHERE u.s IS NULL OR u.s > harvest.now() OR u.s <> date_trunc('second', u.s)) THEN
-        RAISE EXCEPTION 'backfill slots must be whole seconds, not in the future' USING ERRCODE = 'HR001';
+    SELECT u.s INTO v_slot FROM unnest(p_slots) AS u (s)
+    WHERE u.s IS NULL OR u.s <> date_trunc('second', u.s) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'backfill slot % is not a whole second', coalesce(v_slot::text, 'NULL') USING ERRCODE = 'HR001',
+            HINT = 'pass the slots of the schedule (harvest schedule backfill computes them)';
+    END IF;
+    SELECT max(u.s) INTO v_slot FROM unnest(p_slots) AS u (s);
+    IF v_slot > harvest.now() THEN
+        RAISE EXCEPTION 'backfill slot % is in the future', v_slot USING ERRCODE = 'HR001',
+            HINT = 'a backfill fires past slots: end the range at or before now';
     END IF;
     FOR v_slot IN SELECT DISTINCT u.s FROM unnest(p_slots) AS u (s) ORDER BY 1 LOOP
         v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap);

@@ -7,9 +7,10 @@
 -- (the bad fields), harvest._put_schedule and harvest._schedule_spec (create, update,
 -- declare), harvest._schedule_json, harvest._lock_schedule (HR002), harvest._fire_slot,
 -- harvest._start_firing, harvest._start_buffered, harvest._schedule_active_runs,
+-- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(66);
+SELECT plan(72);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -47,6 +48,16 @@ SELECT throws_ok($$SELECT harvest.create_schedule('daily', 'report_wf', p_cron =
                  'schedule daily already exists', 'a taken name is HR014');
 SELECT throws_ok($$SELECT harvest.create_schedule('bad_tz', 'wf', p_cron => '* * * * *', p_timezone => 'Mars/Base')$$,
                  'HR001', 'schedule bad_tz: timezone ''Mars/Base'' is unknown', 'an unknown zone is HR001 naming it');
+-- What Postgres reads but the scheduler (zoneinfo, datetime) cannot: HR001 naming the field.
+SELECT throws_ok($$SELECT harvest.create_schedule('lower_tz', 'wf', p_cron => '* * * * *', p_timezone => 'europe/paris')$$,
+                 'HR001', 'schedule lower_tz: timezone ''europe/paris'' is unknown',
+                 'a zone name in another case (or an abbreviation, a POSIX rule) is HR001');
+SELECT throws_ok($$SELECT harvest.create_schedule('nan', 'wf', p_interval_secs => 60, p_jitter_secs => 'NaN')$$,
+                 'HR001', 'schedule nan: jitter_secs must be 0 to 3155760000 (100 years), got NaN',
+                 'a jitter of NaN is HR001');
+SELECT throws_ok($$SELECT harvest.create_schedule('w', 'wf', p_interval_secs => 60,
+                                                  p_catchup_window_secs => 100000000000)$$,
+                 'HR001', NULL, 'a catch-up window past 100 years is HR001');
 SELECT throws_ok($$SELECT harvest.create_schedule('both', 'wf', p_cron => '* * * * *', p_interval_secs => 60)$$,
                  'HR001', 'schedule both: give exactly one of cron and interval_secs', 'cron and interval: HR001');
 SELECT throws_ok($$SELECT harvest.create_schedule('ov', 'wf', p_interval_secs => 60, p_overlap => 'stack')$$,
@@ -205,8 +216,9 @@ SELECT is(harvest.backfill_schedule('ov_allow_all',
                                     'allow_all'),
           '{"failed": 0, "skipped": 0, "started": 2, "buffered": 0, "duplicate": 1}'::jsonb,
           'backfill_schedule() fires past slots; a slot already fired is not fired again');
-SELECT throws_ok($$SELECT harvest.backfill_schedule('ov_allow_all', '{2031-01-01 00:00:00+00}')$$, 'HR001', NULL,
-                 'a backfill slot in the future is HR001');
+SELECT throws_ok($$SELECT harvest.backfill_schedule('ov_allow_all', '{2031-01-01 00:00:00+00}')$$, 'HR001',
+                 'backfill slot 2031-01-01 00:00:00+00 is in the future',
+                 'a backfill slot in the future is HR001 naming it');
 
 -- ---------------------------------------------------------------- pause / resume
 SELECT is(harvest.pause_schedule('every', 'maintenance') ->> 'paused', 'true', 'pause_schedule() pauses');
@@ -251,6 +263,25 @@ UPDATE harvest.dags SET paused = false WHERE dag_name = 'nightly_dag';
 SET LOCAL harvest.fake_now = '2031-01-01 00:00:00+00';
 SELECT is((SELECT f ->> 'status' || ':' || coalesce(f ->> 'reason', '-') FROM harvest.trigger_schedule('nightly_dag') AS f),
           'started:-', 'once the DAG is unpaused its slot starts a run');
+-- A DAG's schedule counts the DAG's live runs, a triggered one too (harvest._lock_schedule_dag
+-- holds the DAG's row, harvest._schedule_active_runs counts them), as its max_active_runs does.
+SELECT harvest.update_schedule('nightly_dag', '{"overlap": "skip"}');
+SELECT * FROM harvest.trigger_dag('nightly_dag');
+SET LOCAL harvest.fake_now = '2031-01-01 00:00:10+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('nightly_dag') AS f),
+          'skipped:max_active_runs', 'a DAG schedule''s slot counts the DAG''s triggered runs');
+-- A started firing whose start a throttle deferred is a live run to come (harvest._firing_live):
+-- the next slot is skipped, not deferred beside it.
+SELECT harvest.declare_flow_policies('{"workflows": {"paced_wf": {"throttle": {"rps": 0.0001, "burst": 1}}}}');
+SELECT harvest.create_schedule('paced', 'paced_wf', p_interval_secs => 60);
+SELECT harvest.trigger_schedule('paced');
+SELECT pg_temp.finish_runs('paced');
+SET LOCAL harvest.fake_now = '2031-01-01 00:01:00+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced') AS f),
+          'started:deferred', 'a throttled start is deferred');
+SET LOCAL harvest.fake_now = '2031-01-01 00:02:00+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced') AS f),
+          'skipped:max_active_runs', 'a deferred start counts as the schedule''s live run');
 SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
 SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
 

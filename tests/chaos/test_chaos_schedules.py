@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -95,3 +96,52 @@ def test_three_racing_schedulers_and_a_kill_mid_tick_fire_each_slot_once(db: str
     assert {dt.datetime.fromisoformat(s) for s in held} <= fired
     # The schedulers did race: some tick found the row held by another (busy) or moved on (stale).
     assert sum(d["busy"] + d["stale"] for d in done) > 0, done
+
+
+def test_a_scheduler_killed_holding_a_dag_slot_lets_a_waiting_trigger_through_once(db: str) -> None:
+    """A DAG bounded to one RUNNING run, its schedule every second. A scheduler fires a slot (the
+    run's start written, the schedule's and the DAG's rows locked, not committed); a trigger of
+    the DAG waits for it; the scheduler is SIGKILLed. Its firing rolls back, the trigger starts
+    the one run, and the survivor fires the killed slot again: skipped (max_active_runs), so one
+    run. (The firing did not lock the DAG's row nor count the triggered run: two ran.)"""
+    with psycopg.connect(db, autocommit=True) as conn:
+        dag = [{"dag_name": "gated", "queue": "default", "tasks": [], "max_active_runs": 1}]
+        conn.execute("SELECT harvest.register_dags(%s::jsonb)", (json.dumps(dag),))
+        SqlApi(conn).create_schedule("gated", "gated", cron="* * * * * *", kind="dag")
+    victim = _spawn(db, 30, 30)
+    line = victim.stdout.readline()
+    assert line.startswith("HOLDING"), line
+    held = json.loads(line.split(" ", 1)[1])
+    outcome: dict[str, object] = {}
+
+    def trigger() -> None:
+        with psycopg.connect(db, autocommit=True, application_name="trigger") as conn:
+            outcome["run"] = conn.execute("SELECT execution_id FROM harvest.trigger_dag('gated')").fetchone()
+
+    thread = threading.Thread(target=trigger, daemon=True)
+    thread.start()
+    with psycopg.connect(db, autocommit=True) as watch:
+        deadline = time.monotonic() + 10
+        while not watch.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = 'trigger'"
+            " AND datname = current_database() AND wait_event_type = 'Lock')"
+        ).fetchone()[0]:  # type: ignore[index]  # one row
+            assert time.monotonic() < deadline and thread.is_alive(), "the trigger did not wait for the tick"
+            time.sleep(0.01)
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    thread.join(10)
+    assert outcome.get("run"), outcome
+    survivor = _spawn(db, 2, 0.05)
+    out = survivor.communicate(timeout=60)[0]
+    assert "DONE" in out, out
+
+    with psycopg.connect(db) as conn:
+        running = conn.execute(
+            "SELECT count(*) FROM harvest.executions WHERE workflow_name = 'gated' AND status = 'RUNNING'"
+        ).fetchone()
+        killed = conn.execute(
+            "SELECT status, reason FROM harvest.schedule_firings WHERE slot_at = %s", (held[0],)
+        ).fetchone()
+    assert running == (1,)
+    assert killed == ("skipped", "max_active_runs")

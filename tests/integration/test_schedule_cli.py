@@ -132,3 +132,25 @@ def test_preflight_fails_a_schedule_whose_workflow_is_not_registered(
     assert code == 1 and found["details"]["failures"] == [
         "declared schedule 'nightly' starts unregistered workflow 'report'"
     ]
+
+
+def test_update_of_the_cron_alone_keeps_the_zone(db: str) -> None:
+    """`schedule update NAME --cron ...` changes the expression, in the zone the schedule has:
+    it reset the zone to UTC (a Paris 03:00 schedule moved to 04:00 UTC fired at 05:00 Paris)."""
+    _json(db, "schedule", "create-workflow", "--name", "paris", "--cron", "0 3 * * *", "--tz", "Europe/Paris")
+    updated = _json(db, "schedule", "update", "paris", "--cron", "0 4 * * *")
+    assert (updated["cron"], updated["timezone"]) == ("0 4 * * *", "Europe/Paris")
+    moved = _json(db, "schedule", "update", "paris", "--cron", "0 5 * * *", "--tz", "Asia/Tokyo")
+    assert (moved["cron"], moved["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
+    bad = harvest(db, "schedule", "update", "paris", "--cron", "0 25 * * *")
+    assert bad.returncode == 2 and "the hour field '25'" in bad.stderr
+
+
+def test_get_shows_a_stored_schedule_the_scheduler_cannot_compute(db: str, conn) -> None:
+    """`schedule get` of a cron stored through psql that does not parse shows the schedule and
+    what is wrong (it failed with the parse error and showed nothing)."""
+    conn.execute("SELECT harvest.create_schedule('typo', 'wf', p_cron => '0 25 * * *')")
+    got = _json(db, "schedule", "get", "typo")
+    assert got["next_fire_times"] == [] and "the hour field '25'" in got["problem"]
+    text = harvest(db, "schedule", "get", "typo")
+    assert text.returncode == 0 and "the hour field '25'" in text.stdout, text.stderr

@@ -79,6 +79,38 @@ def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
 
 
 # -- schedules ------------------------------------------------------------------------------------
+def test_a_stored_schedule_the_scheduler_cannot_compute_is_shown_with_its_problem(api, db: str) -> None:
+    """A cron stored through psql that does not parse (SQL cannot parse cron): GET shows the
+    schedule, no next fire times and what is wrong, so it can be fixed with a PATCH; it
+    answered 400 invalid_argument, as if the request were wrong."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        SqlApi(conn).create_schedule("typo", "idle", cron="0 25 * * *")
+    got = api.get("/admin/schedules/typo")
+    assert got.status_code == 200, got.text
+    assert got.json()["next_fire_times"] == [] and "the hour field '25'" in got.json()["problem"]
+    fixed = api.patch("/admin/schedules/typo", json={"cron": "0 23 * * *"})
+    assert (
+        fixed.status_code == 200
+        and "problem" not in fixed.json()
+        and len(fixed.json()["next_fire_times"]) == 5
+    )
+
+
+def test_a_patch_of_the_cron_alone_keeps_the_zone(api) -> None:
+    """PATCH {"cron": ...} changes the expression in the zone the schedule has (it reset the
+    zone to UTC); {"cron", "tz"} changes both."""
+    made = api.post(
+        "/admin/schedules/workflow",
+        json={"name": "paris", "workflow_name": "idle", "cron": "0 3 * * *", "tz": "Europe/Paris"},
+    )
+    assert made.status_code == 201, made.text
+    kept = api.patch("/admin/schedules/paris", json={"cron": "0 4 * * *"})
+    assert kept.status_code == 200, kept.text
+    assert (kept.json()["cron"], kept.json()["timezone"]) == ("0 4 * * *", "Europe/Paris")
+    moved = api.patch("/admin/schedules/paris", json={"cron": "0 5 * * *", "tz": "Asia/Tokyo"})
+    assert (moved.json()["cron"], moved.json()["timezone"]) == ("0 5 * * *", "Asia/Tokyo")
+
+
 def test_schedule_routes_answer_every_status(api) -> None:
     made = api.post(
         "/admin/schedules/workflow",

@@ -763,9 +763,9 @@ def _by_shard(answer: dict[str, Any], rows: list[dict[str, Any]], every: bool = 
 
 
 def _schedule_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A schedule as the SQL returns it: the route's view fields (when, next_fire_times, and the
-    shard it read) are the CLI's to compute."""
-    return {k: v for k, v in row.items() if k not in ("when", "next_fire_times", "shard_id")}
+    """A schedule as the SQL returns it: the route's view fields (when, next_fire_times, problem,
+    and the shard it read) are the CLI's to compute."""
+    return {k: v for k, v in row.items() if k not in ("when", "next_fire_times", "problem", "shard_id")}
 
 
 def _secs(value: float) -> str:

@@ -32,7 +32,7 @@ from harvest.config import shards_configured
 from harvest.core.durations import parse_duration
 from harvest.core.errors import InvalidArgument
 from harvest.db.sqlapi import SqlApi
-from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, backfill_slots, next_fire_times
+from harvest.declare.schedules import OVERLAP_POLICIES, Schedule, backfill_slots, schedule_view
 from harvest.declare.schedules import describe_row as _when
 from harvest.shard.fanout import Merged
 
@@ -65,6 +65,7 @@ GET_KEYS = [
     "paused_note",
     "declared",
     "next_fire_times",
+    "problem",
     "last_slot_at",
     "missed_slots",
     "active_runs",
@@ -221,7 +222,7 @@ def list_(kind: str | None, database_url: str | None, output: str) -> None:
 
 
 def _emit_schedule(data: dict[str, Any], output: str) -> None:
-    data = {**data, "when": _when(data), "next_fire_times": next_fire_times(data, UPCOMING)}
+    data = {**schedule_view(data, UPCOMING), "when": _when(data)}
 
     def render(d: dict[str, Any]) -> str:
         parts = [mapping(d, [k for k in GET_KEYS if k in d])]
@@ -361,6 +362,8 @@ def update(
     if tz and not cron:
         raise click.UsageError("--tz goes with --cron")
     changes: dict[str, Any] = {**_spec_options(cron, every, tz), **_catchup(catchup, catchup_window)}
+    if not tz:
+        changes.pop("timezone", None)  # --cron alone: the expression, in the zone the schedule has
     for key, value in (
         ("workflow_name", workflow_name),
         ("input", _input(input_json)),

@@ -41,7 +41,9 @@ __all__ = [
     "jitter_offset",
     "next_fire_times",
     "register_schedules",
+    "schedule_problem",
     "schedule_specs",
+    "schedule_view",
     "workflow_id_of",
 ]
 
@@ -253,9 +255,33 @@ def describe_row(row: dict[str, Any]) -> str:
     return f"every {row.get('interval_secs')}s"
 
 
+def schedule_problem(row: dict[str, Any]) -> str | None:
+    """Why the slots of a stored schedule cannot be computed (a cron stored through psql that
+    does not parse: SQL cannot parse cron), or None. The scheduler logs it on each tick."""
+    try:
+        Schedule.from_row(row.get("cron"), row.get("interval_secs"), row.get("timezone"))
+    except InvalidArgument as exc:
+        return str(exc)
+    return None
+
+
 def next_fire_times(row: dict[str, Any], count: int = 5) -> list[str]:
-    """:func:`upcoming_slots` as ISO 8601 text (``harvest schedule get``, the HTTP API)."""
+    """:func:`upcoming_slots` as ISO 8601 text (``harvest schedule get``, the HTTP API); none
+    for a schedule that cannot be computed (:func:`schedule_problem` says why)."""
+    if schedule_problem(row) is not None:
+        return []
     return [s.isoformat() for s in upcoming_slots(row, count)]
+
+
+def schedule_view(row: dict[str, Any], count: int = 5) -> dict[str, Any]:
+    """A stored schedule as ``harvest schedule get`` and the HTTP API show it: its
+    ``next_fire_times``, and its ``problem`` when its slots cannot be computed."""
+    problem = schedule_problem(row)
+    return {
+        **row,
+        "next_fire_times": next_fire_times(row, count),
+        **({"problem": problem} if problem else {}),
+    }
 
 
 def backfill_slots(row: dict[str, Any], start: _dt.datetime, end: _dt.datetime) -> list[_dt.datetime]:

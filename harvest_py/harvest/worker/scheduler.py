@@ -18,15 +18,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harvest.core.errors import HarvestError
+from harvest.db.connection import error_line
+from harvest.db.resend import connection_lost
 from harvest.declare.schedules import Schedule, jitter_offset
 from harvest.telemetry import tracing
 
 log = logging.getLogger("harvest.scheduler")
 
-__all__ = ["MAX_DUE_PER_TICK", "MAX_MISSED_COUNTED", "TickPlan", "TickReport", "plan_tick", "tick"]
+__all__ = [
+    "MAX_DUE_PER_TICK",
+    "MAX_MISSED_COUNTED",
+    "MAX_PAGES_PER_TICK",
+    "TickPlan",
+    "TickReport",
+    "plan_tick",
+    "tick",
+]
 
 # At most this many slots fire in one call of fire_schedule (a long catch-up goes on next tick).
 MAX_DUE_PER_TICK = 1000
+# One tick reads at most this many pages of due schedules (the next one while the last was full).
+MAX_PAGES_PER_TICK = 20
 # Missed slots are counted one by one up to this many per tick; past it the count jumps to the
 # catch-up window (the recorded count is then a lower bound).
 MAX_MISSED_COUNTED = 10_000
@@ -137,14 +149,34 @@ async def _traced_fire(sql: Any, row: dict[str, Any], plan: TickPlan) -> dict[st
 
 async def tick(sql: Any, limit: int = 100, metrics: Any = None) -> TickReport:
     """One scheduler tick over ``sql`` (an AsyncSqlApi of one shard); ``metrics`` (the worker's,
-    harvest/telemetry/metrics.py) counts the missed slots (``harvest_schedule_missed_total``)."""
+    harvest/telemetry/metrics.py) counts the missed slots (``harvest_schedule_missed_total``).
+
+    It reads the due schedules a page of ``limit`` at a time, the next page while the last one
+    was full and moved a schedule on, up to MAX_PAGES_PER_TICK: a page a tick fell behind, and
+    missed slots, once more schedules were due at one slot than a page."""
     report = TickReport()
     report.buffered_started = await sql.start_buffered_firings(limit)
-    for row in await sql.list_due_schedules(limit):
+    seen: set[int] = set()
+    for _ in range(MAX_PAGES_PER_TICK):
+        rows = await sql.list_due_schedules(limit)
+        moved = await _tick_page(sql, [r for r in rows if r["schedule_id"] not in seen], report, metrics)
+        # A fired row leaves the due list; the rows left (held by another scheduler, changed,
+        # or that cannot be computed) come first again, and are not tried twice in a tick.
+        seen.update(r["schedule_id"] for r in rows)
+        if len(rows) < limit or not moved:
+            break
+    return report
+
+
+async def _tick_page(sql: Any, rows: list[dict[str, Any]], report: TickReport, metrics: Any) -> int:
+    """Fire the schedules of one page of ``list_due_schedules``; how many moved on (fired)."""
+    moved = 0
+    for row in rows:
         try:
             plan = plan_tick(row)
-        except HarvestError as exc:
-            # A spec stored through psql that does not parse: say so, and leave the others be.
+        except Exception as exc:
+            # A spec that does not parse or whose slots cannot be computed (a row written past
+            # the SQL checks): say so, and leave the others be (raised, it stopped them all).
             report.errors.append(f"schedule {row['name']!r}: {exc}")
             log.warning("scheduler: schedule %r cannot be computed: %s", row["name"], exc)
             continue
@@ -158,16 +190,30 @@ async def tick(sql: Any, limit: int = 100, metrics: Any = None) -> TickReport:
             report.errors.append(f"schedule {row['name']!r}: {exc}")
             log.warning("scheduler: schedule %r was not fired: %s", row["name"], exc)
             continue
+        except Exception as exc:
+            if connection_lost(exc):
+                raise  # the database or our connection failed: the tick ends, the next retries it
+            # A failure a run's start passed up (a deadlock, a timeout: _start_firing): this
+            # schedule's firing rolled back and fires next tick; the others go on (one that
+            # failed so on every tick would otherwise hold back every schedule after it).
+            report.errors.append(f"schedule {row['name']!r}: {error_line(exc)}")
+            log.warning(
+                "scheduler: schedule %r was not fired, tried again next tick: %s",
+                row["name"],
+                error_line(exc),
+            )
+            continue
         outcome = result.get("outcome")
         if outcome == "busy":
             report.busy += 1
         elif outcome == "stale":
             report.stale += 1
         else:
+            moved += 1
             report.fired.extend(result.get("firings") or [])
             report.missed += int(result.get("missed") or 0)
             if result.get("missed"):
                 log.warning("scheduler: schedule %r missed %s slot(s)", row["name"], result["missed"])
                 if metrics is not None:
                     metrics.missed_schedule(row["name"], int(result["missed"]))
-    return report
+    return moved

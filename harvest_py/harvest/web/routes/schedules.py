@@ -20,7 +20,7 @@ from harvest.declare.schedules import (
     Schedule,
     backfill_slots,
     describe_row,
-    next_fire_times,
+    schedule_view,
 )
 from harvest.shard.fanout import Merged
 from harvest.web.routes import (
@@ -61,7 +61,7 @@ async def _on_home(call: Call, name: str, shard: int | None, fn: Any) -> Any:
 
 
 def _view(row: dict[str, Any]) -> dict[str, Any]:
-    return {**row, "when": describe_row(row), "next_fire_times": next_fire_times(row)}
+    return {**schedule_view(row), "when": describe_row(row)}
 
 
 def _duration(name: str, raw: Any, *, positive: bool = False) -> float:
@@ -157,6 +157,8 @@ async def update_schedule(call: Call, args: dict[str, Any], data: dict[str, Any]
     if data.get("tz") is not None and data.get("cron") is None:
         raise invalid("tz", "tz goes with cron")
     changes = {**_timing(data), **_options(data)}
+    if data.get("tz") is None:
+        changes.pop("timezone", None)  # cron alone: the expression, in the zone the schedule has
     if not changes:
         raise invalid("body", "nothing to change: give at least one field")
     row = await _on_home(
