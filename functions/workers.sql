@@ -173,7 +173,7 @@ DECLARE
     v_settled boolean := true;
 BEGIN
     IF p_sleeping THEN
-        SELECT coalesce(bool_and(pg_try_advisory_xact_lock(1463897925, hashtext(q.name))), true)  -- class 'WAKE'
+        SELECT coalesce(bool_and(pg_try_advisory_xact_lock(1463897925, hashtext(q.name) & 1023)), true)  -- class 'WAKE'
         INTO v_settled
         FROM harvest.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS q (name)
         WHERE w.id = p_worker_id;

@@ -74,16 +74,16 @@ def test_a_producer_that_finds_the_wake_lock_taken_notifies_without_checking(db:
         other.execute("SELECT harvest.register_worker('busy', ARRAY['default'], 'h', 1)")
         client.start_workflow(quick, 1)
         assert list(listener.notifies(timeout=0.3)) == []  # a busy worker: no notification
-        other.execute("SELECT pg_advisory_lock(1463897925, hashtext('default'))")
+        other.execute("SELECT pg_advisory_lock(1463897925, hashtext('default') & 1023)")
         client.start_workflow(quick, 2)  # (returns: the producer did not wait)
         assert [n.payload for n in listener.notifies(timeout=0.5)] == ["default"]
-        other.execute("SELECT pg_advisory_unlock(1463897925, hashtext('default'))")
+        other.execute("SELECT pg_advisory_unlock(1463897925, hashtext('default') & 1023)")
 
 
 def test_the_mark_clears_with_nothing_to_wait_for(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn, psycopg.connect(db) as producer:
         conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'h', 1)")
-        producer.execute("SELECT pg_advisory_xact_lock_shared(1463897925, hashtext('default'))")
+        producer.execute("SELECT pg_advisory_xact_lock_shared(1463897925, hashtext('default') & 1023)")
         clear = "SELECT harvest.set_worker_sleeping('w', false)"
         assert conn.execute(clear).fetchone()[0] is True
         assert _mark(conn, "missing") is True  # a worker not registered has no queue to wait on
