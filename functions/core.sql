@@ -340,11 +340,27 @@ $$;
 -- notifying commits go one at a time; busy workers claim again on their own, so
 -- only a worker that marked itself asleep (set_worker_sleeping) needs the message.
 -- Postgres folds identical notifications within a transaction: one per queue.
+--
+-- The check and a worker's mark race: a producer that checks before the mark is
+-- committed and commits after the worker's last look for work would leave its task
+-- unannounced until the worker's poll interval. So the check is made holding the
+-- queue's wake lock shared until commit (keyed by the name's hash in 1,024 buckets:
+-- a transaction that makes work on many queues holds at most 1,024), and a worker
+-- that has just marked itself asleep looks once more when it can take that lock
+-- exclusively (set_worker_sleeping): every producer that checked without seeing its
+-- mark has committed by then. Neither side waits: a producer that finds the lock
+-- taken (a worker's mark in that instant, or any other session's hold) notifies
+-- without checking.
 CREATE OR REPLACE FUNCTION harvest._notify_queue(p_queue text)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
+    IF NOT pg_try_advisory_xact_lock_shared(1463897925, hashtext(p_queue) & 1023) THEN  -- class 'WAKE'
+        PERFORM pg_notify('harvest_tasks', p_queue);
+        RETURN;
+    END IF;
+    -- (A statement of its own after the lock: its snapshot sees a mark committed before.)
     -- A crashed worker's stale mark stops counting after three missed heartbeats.
     IF EXISTS (
         SELECT 1 FROM harvest.workers AS w

@@ -159,12 +159,27 @@ $$;
 
 -- A worker about to wait for work marks itself asleep (producers then notify its
 -- queues) and clears the mark once it is busy again (producers stop notifying).
+-- Marking, it answers whether every producer that checked its queues for a sleeping
+-- worker without seeing the mark has ended (_notify_queue): each queue's wake lock is
+-- tried exclusively (no producer is made to wait; a producer that finds it taken
+-- notifies without checking) and held until this call commits. After true the worker
+-- looks for work once more and finds what those producers committed; after false it
+-- looks, then calls again (the mark stands) until true, and looks again.
 CREATE OR REPLACE FUNCTION harvest.set_worker_sleeping(p_worker_id text, p_sleeping boolean)
-RETURNS void
+RETURNS boolean
 LANGUAGE plpgsql
 AS $$
+DECLARE
+    v_settled boolean := true;
 BEGIN
+    IF p_sleeping THEN
+        SELECT coalesce(bool_and(pg_try_advisory_xact_lock(1463897925, hashtext(q.name) & 1023)), true)  -- class 'WAKE'
+        INTO v_settled
+        FROM harvest.workers AS w CROSS JOIN LATERAL unnest(w.queues) AS q (name)
+        WHERE w.id = p_worker_id;
+    END IF;
     UPDATE harvest.workers SET sleeping = p_sleeping WHERE id = p_worker_id AND sleeping <> p_sleeping;
+    RETURN v_settled;
 END;
 $$;
 
@@ -461,7 +476,9 @@ COMMENT ON FUNCTION harvest.release_task IS
 'current claim; returns whether it was released. Called by the Python worker (role harvest_worker).';
 COMMENT ON FUNCTION harvest.set_worker_sleeping IS
 'A worker about to wait for work marks itself asleep (producers then notify its queues), and clears the mark once'
-' busy. Called by the Python worker (role harvest_worker).';
+' busy. Marking, returns whether every producer that checked its queues without seeing the mark has committed (the'
+' worker looks for work once more when it has; calls again until it has). Called by the Python worker (role'
+' harvest_worker).';
 COMMENT ON FUNCTION harvest.register_workflows IS
 'Register the workflow names a worker can run on each of its queues; a start of a name not registered on a queue '
 'with registrations is refused (HR010). Returns how many pairs were new. Called by the Python worker at start '

@@ -4,7 +4,7 @@
 -- (harvest._worker_health, harvest._drain_outcome, list_workers, get_worker, get_worker_health,
 -- drain_worker, preview_drain) and harvest.get_worker_drain_deadline, each in a transaction of its own.
 BEGIN;
-SELECT plan(55);
+SELECT plan(57);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -139,9 +139,11 @@ SELECT results_eq($$SELECT status, lease_owner, attempt FROM harvest.tasks WHERE
 
 -- set_worker_sleeping: the mark that tells producers to notify (see _notify_queue).
 SELECT lives_ok($$SELECT harvest.register_worker('sleepy', ARRAY['zq'], 'h', 1)$$, 'setup: a worker on zq');
-SELECT lives_ok($$SELECT harvest.set_worker_sleeping('sleepy', true)$$, 'set_worker_sleeping() marks a worker asleep');
+SELECT is(harvest.set_worker_sleeping('sleepy', true), true,
+          'set_worker_sleeping() marks a worker asleep, no producer of its queues committing');
 SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), true, 'the mark is stored');
-SELECT harvest.set_worker_sleeping('sleepy', false);
+SELECT is(harvest.set_worker_sleeping('sleepy', true), true, 'asked again, the mark stands');
+SELECT is(harvest.set_worker_sleeping('sleepy', false), true, 'cleared: nothing to wait for');
 SELECT is((SELECT sleeping FROM harvest.workers WHERE id = 'sleepy'), false, 'and cleared');
 
 -- register_workflows: the names a worker's App can run on each queue it polls.

@@ -113,6 +113,7 @@ ROW = {
     "moved": {},
     "declared": 1,
     "cleared": True,
+    "settled": True,
     "usage": 0,
     "task_id": 2,
     "stack": {},

@@ -121,7 +121,7 @@ REGISTER_WORKFLOWS = "SELECT harvest.register_workflows(%(queues)s, %(names)s) A
 BEGIN_WORKER_DRAIN = "SELECT harvest.begin_worker_drain(%(worker_id)s) AS status"
 STOP_WORKER = "SELECT harvest.stop_worker(%(worker_id)s) AS released"
 RELEASE_TASK = "SELECT harvest.release_task(%(task_id)s, %(fencing_token)s) AS released"
-WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s)"
+WORKER_SLEEP = "SELECT harvest.set_worker_sleeping(%(worker_id)s, %(sleeping)s) AS settled"
 SCAN = "SELECT harvest.scan(%(limit)s) AS moved"
 LIST_DEAD_LETTERS = """
 SELECT * FROM harvest.list_dead_letters(%(limit)s, %(activity_name)s, %(workflow_name)s, %(before_id)s)
@@ -1192,7 +1192,7 @@ def heartbeat_worker(worker_id: str) -> dict[str, Any]:
     return {"worker_id": worker_id}
 
 
-@call(WORKER_SLEEP, nothing)
+@call(WORKER_SLEEP, column("settled"))
 def set_worker_sleeping(worker_id: str, sleeping: bool) -> dict[str, Any]:
     return {"worker_id": worker_id, "sleeping": sleeping}
 

@@ -92,6 +92,11 @@ CONNECT_WAIT_SECS = 30.0
 # How long a worker with tasks in flight waits for one of them to wake it before it
 # asks producers for a notification (see Worker._idle).
 BUSY_WAKE_SECS = 0.05
+# A worker that has just marked itself asleep while a producer that could not see the mark
+# was still committing (harvest.set_worker_sleeping's answer) asks again after these waits,
+# doubling, and looks for work once it has committed (Worker._idle).
+SETTLE_FIRST_SECS = 0.001
+SETTLE_MAX_SECS = 0.05
 # A claim that decides (Worker._claim_deciding): the longest its transaction stays open for the
 # decision of the workflow task it claimed; past it the claim commits alone and the decision
 # goes the ordinary way (a local activity, a long replay, a busy core).
@@ -245,6 +250,9 @@ class Worker:
         self.claims_decided = 0  # workflow tasks whose decision committed with their claim
         self.claims_rolled_back = 0  # claims rolled back with their decision (a refusal, a lock wait)
         self._woken_claim = False  # the next claim follows a wake-up on an idle worker
+        # Shards where a producer that checked for sleeping workers before our mark was visible
+        # may still be committing: its task came with no notification (Worker._idle).
+        self._unsettled: set[int] = set()
         self._claim_decides_after = 0.0  # (loop time) see CLAIM_DECIDES_PAUSE_SECS
         self._claim_window_ends: set[asyncio.Future[Any]] = set()
         self.handed_tasks = 0  # tasks run by hand-off rather than claimed
@@ -788,8 +796,15 @@ class Worker:
         if lane.sleeping is sleeping:
             return
         try:
-            await lane.sql.set_worker_sleeping(self.worker_id, sleeping)
+            settled = await lane.sql.set_worker_sleeping(self.worker_id, sleeping)
             lane.sleeping = sleeping
+            # Asleep: a producer that checked before the mark was visible and is still
+            # committing sends no notification, and the look that follows would miss its
+            # task (Worker._idle waits for it). Awake: no one to wait for.
+            if sleeping and settled is False:
+                self._unsettled.add(lane.shard)
+            else:
+                self._unsettled.discard(lane.shard)
         except Exception as exc:
             if not lane.note_failure(exc, "updating the sleep mark"):
                 log.warning("could not update the sleep mark: %s", exc)
@@ -1020,14 +1035,19 @@ class Worker:
             if self._inflight and await self._sleep(BUSY_WAKE_SECS):
                 return
             # Mark ourselves asleep, then look once more: work committed before the
-            # mark was visible to its producer came with no notification.
-            await self._set_sleeping(True)
+            # mark was visible to its producer came with no notification. A producer
+            # that checked before then and is still committing gets a look of its own
+            # once it has committed (the wait below).
+            await self._set_sleeping(True)  # (notes the shards where such a producer is committing)
             claimed, _ = await self._claim()
             if claimed:
                 return
+        settle_wait = SETTLE_FIRST_SECS
         while True:
             self._due_only = False
             timeout = self.poll_interval
+            if self._unsettled:
+                timeout = min(timeout, settle_wait)
             if len(self._inflight) < self.concurrency:
                 for lane in self.lanes:
                     if not lane.usable:
@@ -1050,9 +1070,34 @@ class Worker:
                         until = (due - datetime.now(UTC)).total_seconds()
                         timeout = max(0.0, min(timeout, until + 0.005))
             woken = await self._sleep(timeout)
+            if not woken and self._unsettled and not self._stopping.is_set():
+                await self._ask_unsettled()
+                if not self._unsettled:
+                    return  # they have committed: look for their work
+                if timeout == settle_wait:  # (else a due time came: claim)
+                    settle_wait = min(settle_wait * 2, SETTLE_MAX_SECS)
+                    continue
             if not (woken and self._due_only and not self._stopping.is_set()):
                 self._woken_claim = woken and not self._due_only
                 return
+
+    async def _ask_unsettled(self) -> None:
+        """Ask each shard in ``_unsettled`` again whether the producers that checked for sleeping
+        workers before our mark was visible have committed (set_worker_sleeping, the mark
+        already set); those that have leave the set. A shard that cannot answer leaves it too
+        (its poll interval stands)."""
+        for lane in self.lanes:
+            if lane.shard not in self._unsettled:
+                continue
+            settled = True
+            if lane.usable and lane.sleeping is True:
+                try:
+                    settled = await lane.sql.set_worker_sleeping(self.worker_id, True) is not False
+                except Exception as exc:
+                    if not lane.note_failure(exc, "updating the sleep mark"):
+                        log.warning("could not update the sleep mark: %s", error_line(exc))
+            if settled:
+                self._unsettled.discard(lane.shard)
 
     def _all_sleeping(self) -> bool:
         """Whether every shard we can reach has our mark asking its producers to notify us."""
