@@ -9,6 +9,18 @@
 -- heartbeat is older than worker_max_age (default 7 days; NULL keeps them all)
 -- and that leases no task is deleted by the janitor.
 
+-- An interval as text in the postgres style ('30 days 12:30:00.5'), whatever the session's
+-- IntervalStyle (sql_standard wrote '30 12:30:00.5', iso_8601 'P30DT12H30M0.5S'): the
+-- answers, the audit log and the errors of retention read the same for every session. The
+-- SET clause costs a setting's save and restore per call: the retention calls are not hot.
+CREATE OR REPLACE FUNCTION harvest._interval_text(p_interval interval)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET intervalstyle = 'postgres'
+AS $$
+    SELECT p_interval::text;
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.set_retention(
     p_max_age interval, p_batch_size integer DEFAULT NULL,
     p_operator_id text DEFAULT NULL
@@ -18,7 +30,8 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF p_max_age IS NOT NULL AND p_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive (NULL keeps everything)', p_max_age
+        RAISE EXCEPTION 'retention max age % must be positive (NULL keeps everything)',
+            harvest._interval_text(p_max_age)
             USING ERRCODE = 'HR001';
     END IF;
     IF p_batch_size IS NOT NULL AND (p_batch_size < 1 OR p_batch_size > 10000) THEN
@@ -28,7 +41,8 @@ BEGIN
     UPDATE harvest.retention_config
     SET max_age = p_max_age, batch_size = coalesce(p_batch_size, batch_size), updated_at = harvest.now();
     PERFORM harvest._audit('retention.set', NULL, p_operator_id,
-                           jsonb_build_object('max_age', p_max_age, 'batch_size', p_batch_size));
+                           jsonb_build_object('max_age', harvest._interval_text(p_max_age),
+                                              'batch_size', p_batch_size));
     RETURN harvest.get_retention_status();
 END;
 $$;
@@ -53,9 +67,9 @@ BEGIN
     END IF;
     RETURN jsonb_build_object(
         'configured', v_config.max_age IS NOT NULL,
-        'worker_max_age', v_config.worker_max_age::text,
+        'worker_max_age', harvest._interval_text(v_config.worker_max_age),
         'workers_eligible', v_workers_eligible,
-        'max_age', v_config.max_age::text,
+        'max_age', harvest._interval_text(v_config.max_age),
         'max_age_secs', extract(epoch FROM v_config.max_age),
         'batch_size', coalesce(v_config.batch_size, 500),
         'updated_at', v_config.updated_at,
@@ -94,7 +108,8 @@ BEGIN
             HINT = 'SELECT harvest.set_retention(''30 days''), or pass a max age';
     END IF;
     IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive', v_max_age USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
+            USING ERRCODE = 'HR001';
     END IF;
     IF v_batch < 1 OR v_batch > 10000 THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
@@ -174,12 +189,13 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF p_max_age IS NOT NULL AND p_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'worker retention max age % must be positive (NULL keeps every worker row)', p_max_age
+        RAISE EXCEPTION 'worker retention max age % must be positive (NULL keeps every worker row)',
+            harvest._interval_text(p_max_age)
             USING ERRCODE = 'HR001';
     END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config SET worker_max_age = p_max_age, updated_at = harvest.now() WHERE id;
-    PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', p_max_age));
+    PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', harvest._interval_text(p_max_age)));
     RETURN harvest.get_retention_status();
 END;
 $$;
@@ -199,7 +215,8 @@ BEGIN
         RETURN jsonb_build_object('deleted', 0, 'cutoff', NULL, 'worker_max_age', NULL);
     END IF;
     IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'worker retention max age % must be positive', v_max_age USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'worker retention max age % must be positive', harvest._interval_text(v_max_age)
+            USING ERRCODE = 'HR001';
     END IF;
     WITH gone AS (
         DELETE FROM harvest.workers AS w
@@ -211,10 +228,11 @@ BEGIN
     SELECT array_agg(gone.id ORDER BY gone.id) INTO v_ids FROM gone;
     IF v_ids IS NOT NULL OR p_operator_id IS NOT NULL THEN
         PERFORM harvest._audit('retention.prune_workers', NULL, p_operator_id, jsonb_build_object(
-            'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids), 'worker_max_age', v_max_age));
+            'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids),
+            'worker_max_age', harvest._interval_text(v_max_age)));
     END IF;
     RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest.now() - v_max_age,
-                              'worker_max_age', v_max_age::text);
+                              'worker_max_age', harvest._interval_text(v_max_age));
 END;
 $$;
 

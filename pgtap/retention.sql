@@ -1,7 +1,7 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
--- registry rule: _prunable_workers, set_worker_retention, prune_workers.
+-- registry rule: _prunable_workers, set_worker_retention, prune_workers; _interval_text.
 BEGIN;
-SELECT plan(25);
+SELECT plan(28);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -94,6 +94,15 @@ SELECT is(harvest.set_worker_retention(NULL, 'ops') ->> 'worker_max_age', NULL,
           'set_worker_retention(NULL): keep every worker row');
 SET LOCAL harvest.fake_now = '2031-01-01 00:00:00+00';
 SELECT is(harvest.prune_workers() ->> 'deleted', '0', 'with no rule, nothing is deleted, however old');
+
+-- An interval reads in the postgres style whatever the session's IntervalStyle.
+SET LOCAL IntervalStyle = 'iso_8601';
+SELECT is(harvest._interval_text('30 days 12:30:00.5'), '30 days 12:30:00.5',
+          '_interval_text: the postgres style under IntervalStyle iso_8601');
+SELECT lives_ok($$SELECT harvest.set_worker_retention('1 day 02:03:04')$$, 'set_worker_retention under iso_8601');
+SELECT is(harvest.get_retention_status() ->> 'worker_max_age', '1 day 02:03:04',
+          'get_retention_status: worker_max_age in the postgres style under IntervalStyle iso_8601');
+RESET IntervalStyle;
 
 SELECT * FROM finish();
 ROLLBACK;
