@@ -131,7 +131,7 @@ AS $$
 DECLARE
     v_match text[];
 BEGIN
-    v_match := regexp_match(coalesce(p_filter, ''), '^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|!=|=|:|>|<)\s*(.*)$');
+    v_match := regexp_match(coalesce(p_filter, ''), E'^\\s*([A-Za-z0-9_.\\-]+)\\s*(>=|<=|!=|=|:|>|<)\\s*(.*)$');
     IF v_match IS NULL OR v_match[3] = '' THEN
         RAISE EXCEPTION 'search attribute filter "%" is malformed', p_filter USING ERRCODE = 'HR001',
             HINT = 'write key=value (or key:value), or key>value, key>=value, key<value, key<=value, key!=value';
@@ -159,7 +159,7 @@ DECLARE
     v_text text := format('(e.search_attributes ->> %L)', v_key);
     v_is_ts boolean := false;
 BEGIN
-    IF v_value ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+    IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
         -- A number compares numerically; "=" also matches the same text in a string.
         RETURN format('(CASE jsonb_typeof(%s) WHEN ''number'' THEN (%s)::numeric %s %L::numeric%s ELSE false END)',
                       v_attr, v_text, CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value,
@@ -169,7 +169,7 @@ BEGIN
         RETURN format('(CASE WHEN jsonb_typeof(%s) = ''boolean'' THEN (%s)::boolean %s %L::boolean ELSE false END)',
                       v_attr, v_text, CASE v_op WHEN '=' THEN '=' ELSE '<>' END, lower(v_value));
     END IF;
-    IF v_value ~ '^\d{4}-\d{2}-\d{2}' AND v_op NOT IN ('=', '!=') THEN
+    IF v_value ~ E'^\\d{4}-\\d{2}-\\d{2}' AND v_op NOT IN ('=', '!=') THEN
         BEGIN
             PERFORM v_value::timestamptz;
             v_is_ts := true;
@@ -219,12 +219,12 @@ BEGIN
     texts := ARRAY[]::text[];
     FOR v_match IN
         SELECT regexp_matches(p_filter,
-            '\s*(?:"((?:[^"\\]|\\.)*)"|''((?:[^''\\]|\\.)*)''|(>=|<=|!=|<>|=|>|<|\(|\)|,)|([A-Za-z0-9_.:+\-]+)|(\S))',
+            E'\\s*(?:"((?:[^"\\\\]|\\\\.)*)"|''((?:[^''\\\\]|\\\\.)*)''|(>=|<=|!=|<>|=|>|<|\\(|\\)|,)|([A-Za-z0-9_.:+\\-]+)|(\\S))',
             'g')
     LOOP
         IF v_match[1] IS NOT NULL OR v_match[2] IS NOT NULL THEN
             kinds := array_append(kinds, 'value');
-            texts := array_append(texts, regexp_replace(coalesce(v_match[1], v_match[2]), '\\(.)', '\1', 'g'));
+            texts := array_append(texts, regexp_replace(coalesce(v_match[1], v_match[2]), E'\\\\(.)', E'\\1', 'g'));
         ELSIF v_match[3] IS NOT NULL THEN
             kinds := array_append(kinds, 'punct');
             texts := array_append(texts, CASE v_match[3] WHEN '<>' THEN '!=' ELSE v_match[3] END);
@@ -347,7 +347,7 @@ BEGIN
     END IF;
     v_field := p_texts[p_pos];
     IF p_kinds[p_pos] <> 'word' OR upper(v_field) IN ('AND', 'OR', 'IN')
-       OR v_field !~ '^[A-Za-z0-9_.\-]+$' THEN
+       OR v_field !~ E'^[A-Za-z0-9_.\\-]+$' THEN
         RAISE EXCEPTION 'filter: "%" is not a search attribute key, workflow_name or status', v_field
             USING ERRCODE = 'HR001', HINT = v_hint;
     END IF;
@@ -436,7 +436,7 @@ BEGIN
         p_params := array_append(p_params, v_values[v_i]);
         v_type := 'string';
         v_typed := format('$1[%s]', cardinality(p_params));
-        IF v_bare[v_i] AND v_values[v_i] ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+        IF v_bare[v_i] AND v_values[v_i] ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
             v_type := 'number';
             v_typed := v_typed || '::numeric';
         ELSIF v_bare[v_i] AND lower(v_values[v_i]) IN ('true', 'false') THEN
