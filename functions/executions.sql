@@ -101,6 +101,20 @@ AS $$
         'UTF8'), 'base64'), E'\n', '');
 $$;
 
+-- A time as a literal of dynamic SQL that reads back as the same instant in any session:
+-- ISO in UTC with its era. (format's %L of a timestamptz prints it in the session's
+-- DateStyle and zone, and the session reads it back with its timezone_abbreviations:
+-- Asia/Kolkata in the Postgres style prints IST, which the Default set reads as Israel's
+-- +02, so a filter from 03:00 UTC matched from 06:30 on PostgreSQL 15.)
+CREATE OR REPLACE FUNCTION harvest._time_literal(p_at timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT format('%L::timestamptz',
+                  CASE WHEN isfinite(p_at) THEN to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC')
+                       ELSE p_at::text END);
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._decode_cursor(p_cursor text, OUT created_at timestamptz, OUT id uuid)
 LANGUAGE plpgsql IMMUTABLE
 AS $$
@@ -533,10 +547,10 @@ BEGIN
         v_where := v_where || format('e.workflow_name = %L', p_workflow_name);
     END IF;
     IF p_created_after IS NOT NULL THEN
-        v_where := v_where || format('e.created_at >= %L::timestamptz', p_created_after);
+        v_where := v_where || ('e.created_at >= ' || harvest._time_literal(p_created_after));
     END IF;
     IF p_created_before IS NOT NULL THEN
-        v_where := v_where || format('e.created_at < %L::timestamptz', p_created_before);
+        v_where := v_where || ('e.created_at < ' || harvest._time_literal(p_created_before));
     END IF;
     FOREACH v_filter IN ARRAY coalesce(p_search_attributes, ARRAY[]::text[]) LOOP
         v_where := v_where || harvest._search_predicate(harvest._parse_search_filter(v_filter));
@@ -589,9 +603,9 @@ BEGIN
     v_where := v_where || v_filter.o_sql;
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
         SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);
-        v_where := v_where || format('(e.created_at, e.id) %s (%L::timestamptz, %L::uuid)',
+        v_where := v_where || format('(e.created_at, e.id) %s (%s, %L::uuid)',
                                      CASE v_order WHEN 'asc' THEN '>' ELSE '<' END,
-                                     v_cursor.created_at, v_cursor.id);
+                                     harvest._time_literal(v_cursor.created_at), v_cursor.id);
     END IF;
     v_sql := format(
         'SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.queue, e.search_attributes,'
