@@ -21,6 +21,17 @@ AS $$
     SELECT p_interval::text;
 $$;
 
+-- p_age before p_at, its days and months counted in UTC: timestamptz - interval counts them in
+-- the session's zone, so across a daylight-saving change (or a month's end) two janitors in
+-- different zones cut at different instants (America/New_York's 30 days before 1 April were an
+-- hour short of UTC's). Inlined by the planner.
+CREATE OR REPLACE FUNCTION harvest._ago(p_at timestamptz, p_age interval)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (p_at AT TIME ZONE 'UTC' - p_age) AT TIME ZONE 'UTC';
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.set_retention(
     p_max_age interval, p_batch_size integer DEFAULT NULL,
     p_operator_id text DEFAULT NULL
@@ -60,7 +71,7 @@ BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
-        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest.now() - v_config.max_age;
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age);
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
@@ -114,7 +125,7 @@ BEGIN
     IF v_batch < 1 OR v_batch > 10000 THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := harvest.now() - v_max_age;
+    v_cutoff := harvest._ago(harvest.now(), v_max_age);
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
@@ -176,7 +187,7 @@ RETURNS SETOF text
 LANGUAGE sql STABLE
 AS $$
     SELECT w.id FROM harvest.workers AS w
-    WHERE w.last_heartbeat_at < harvest.now() - p_max_age
+    WHERE w.last_heartbeat_at < harvest._ago(harvest.now(), p_max_age)
       AND harvest._worker_health(w) IN ('stopped', 'stale')
       AND NOT EXISTS (SELECT 1 FROM harvest.tasks AS t WHERE t.lease_owner = w.id);
 $$;
@@ -222,7 +233,7 @@ BEGIN
         DELETE FROM harvest.workers AS w
         WHERE w.id IN (SELECT p.id FROM harvest._prunable_workers(v_max_age) AS p (id))
           -- re-checked on the latest row version if a late heartbeat updated it meanwhile
-          AND w.last_heartbeat_at < harvest.now() - v_max_age
+          AND w.last_heartbeat_at < harvest._ago(harvest.now(), v_max_age)
         RETURNING w.id
     )
     SELECT array_agg(gone.id ORDER BY gone.id) INTO v_ids FROM gone;
@@ -231,7 +242,7 @@ BEGIN
             'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids),
             'worker_max_age', harvest._interval_text(v_max_age)));
     END IF;
-    RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest.now() - v_max_age,
+    RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest._ago(harvest.now(), v_max_age),
                               'worker_max_age', harvest._interval_text(v_max_age));
 END;
 $$;

@@ -639,3 +639,31 @@ def test_a_time_filter_selects_the_same_runs_in_any_zone_and_date_style(db: str)
             )
         pages.append(sorted(r[0] for r in first + rest))
     assert pages == [["r0", "r1", "r2"], ["r0", "r1", "r2"]]
+
+
+def test_a_sessions_zone_changes_no_retention_cutoff(db: str) -> None:
+    """harvest.now() - max_age counted the age's days in the session's zone: a janitor in
+    America/New_York cut 30 days before 1 April 2030 12:00 UTC at 13:00 UTC on 2 March (its
+    clocks moved on 10 March), so it deleted a run completed at 12:30 that a janitor in UTC
+    keeps. Days and months now count in UTC (harvest._ago)."""
+    with _session(db) as conn:
+        execution_id = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'r1')"
+        ).fetchone()[0]  # type: ignore[index]
+        conn.execute("SELECT harvest.terminate_workflow(%s, 'done')", (execution_id,))
+        conn.execute(
+            "UPDATE harvest.executions SET completed_at = '2030-03-02 12:30+00' WHERE id = %s",
+            (execution_id,),
+        )
+        conn.execute("SELECT harvest.set_retention('30 days')")
+    counted = []
+    for zone in ("UTC", "America/New_York", "Pacific/Apia"):
+        with _session(db, TimeZone=zone) as conn:
+            conn.execute("SET harvest.fake_now = '2030-04-01 12:00+00'")
+            status = conn.execute("SELECT harvest.get_retention_status()").fetchone()[0]  # type: ignore[index]
+            conn.execute("BEGIN")
+            ran = conn.execute("SELECT harvest.run_retention()").fetchone()[0]  # type: ignore[index]
+            conn.execute("ROLLBACK")
+        counted.append((zone, status["eligible"], ran["deleted"], dt.datetime.fromisoformat(ran["cutoff"])))
+    cutoff = dt.datetime(2030, 3, 2, 12, tzinfo=dt.UTC)
+    assert counted == [(zone, 0, 0, cutoff) for zone in ("UTC", "America/New_York", "Pacific/Apia")]
