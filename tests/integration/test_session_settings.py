@@ -383,6 +383,28 @@ def scenario(conn: psycopg.Connection) -> list[tuple[str, Any]]:
         "list_executions filter",
         "SELECT * FROM harvest.list_executions(p_filter => 'score > 0.05 AND region = eu')",
     )
+    # A run parked on a timer, planned to move to shard 1: its copy (rows as JSON) is what the
+    # target stores.
+    moving = _one(
+        conn,
+        "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'mv', 'mq',"
+        " p_run_timeout_secs => 1800.25)",
+    )[0][0]
+    task = conn.execute(
+        "SELECT task_id, fencing_token FROM harvest.claim_tasks('w1', ARRAY['mq'], 1)"
+    ).fetchone()
+    assert task is not None
+    call(
+        "complete_workflow_task (timer)",
+        "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w1')",
+        (task[0], task[1], Jsonb([{"type": "start_timer", "seq": 1, "duration": 3600.5}])),
+    )
+    migration = call("begin_migration", "SELECT harvest.begin_migration(%s, 1, 'op')", (moving,))
+    call(
+        "get_migration_copy",
+        "SELECT harvest.get_migration_copy(%s)",
+        ((migration[0][0] or {}).get("id") if migration[0][0] != "error" else None,),
+    )
     call("list_audit_log", "SELECT * FROM harvest.list_audit_log()")
     conn.execute("RESET harvest.fake_now")
     return answers
@@ -425,8 +447,10 @@ def normalise(value: Any, ids: dict[str, str]) -> Any:
     return value
 
 
-# Written from the wall clock (now(), not the engine's test clock) or random by design.
-UNCOMPARED = {"secret_hash", "heartbeat_at"}
+# Written from the wall clock (now(), not the engine's test clock) or random by design; and a
+# history's digest, an md5 of its events' stored JSON text, where a time (a timer's fire_at)
+# carries the offset of the session that wrote it (the instants, compared above, are the same).
+UNCOMPARED = {"secret_hash", "heartbeat_at", "digest"}
 
 
 def _sorted(rows: list) -> list:
@@ -667,3 +691,30 @@ def test_a_sessions_zone_changes_no_retention_cutoff(db: str) -> None:
         counted.append((zone, status["eligible"], ran["deleted"], dt.datetime.fromisoformat(ran["cutoff"])))
     cutoff = dt.datetime(2030, 3, 2, 12, tzinfo=dt.UTC)
     assert counted == [(zone, 0, 0, cutoff) for zone in ("UTC", "America/New_York", "Pacific/Apia")]
+
+
+def test_a_sessions_float_digits_change_no_migration_copy(db: str) -> None:
+    """get_migration_copy wrote the run's row and its tasks' rows with to_jsonb, so a
+    rebalancer with extra_float_digits = -15 moved a run timeout of 1800.25 s as 2000 to the
+    target shard (and accept_migration_copy kept a moved-back seal the same way)."""
+    with _session(db) as conn:
+        execution_id = conn.execute(
+            "SELECT execution_id FROM harvest.start_workflow('wf', '[]', 'mv', 'mq',"
+            " p_run_timeout_secs => 1800.25)"
+        ).fetchone()[0]  # type: ignore[index]
+        task = conn.execute(
+            "SELECT task_id, fencing_token FROM harvest.claim_tasks('w1', ARRAY['mq'], 1)"
+        ).fetchone()
+        assert task is not None
+        conn.execute(
+            "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'w1')",
+            (task[0], task[1], Jsonb([{"type": "start_timer", "seq": 1, "duration": 60}])),
+        )
+        conn.execute(
+            "UPDATE harvest.tasks SET priority_aging_secs = 0.75 WHERE execution_id = %s", (execution_id,)
+        )
+        migration = conn.execute("SELECT harvest.begin_migration(%s, 1)", (execution_id,)).fetchone()[0]  # type: ignore[index]
+    with _session(db, extra_float_digits="-15") as conn:
+        copy = conn.execute("SELECT harvest.get_migration_copy(%s)", (migration["id"],)).fetchone()[0]  # type: ignore[index]
+    assert copy["execution"]["run_timeout_secs"] == 1800.25
+    assert [t["priority_aging_secs"] for t in copy["tasks"]] == [0.75]
