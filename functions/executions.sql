@@ -101,6 +101,20 @@ AS $$
         'UTF8'), 'base64'), E'\n', '');
 $$;
 
+-- A time as a literal of dynamic SQL that reads back as the same instant in any session:
+-- ISO in UTC with its era. (format's %L of a timestamptz prints it in the session's
+-- DateStyle and zone, and the session reads it back with its timezone_abbreviations:
+-- Asia/Kolkata in the Postgres style prints IST, which the Default set reads as Israel's
+-- +02, so a filter from 03:00 UTC matched from 06:30 on PostgreSQL 15.)
+CREATE OR REPLACE FUNCTION harvest._time_literal(p_at timestamptz)
+RETURNS text
+LANGUAGE sql STABLE
+AS $$
+    SELECT format('%L::timestamptz',
+                  CASE WHEN isfinite(p_at) THEN to_char(p_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z" BC')
+                       ELSE p_at::text END);
+$$;
+
 CREATE OR REPLACE FUNCTION harvest._decode_cursor(p_cursor text, OUT created_at timestamptz, OUT id uuid)
 LANGUAGE plpgsql IMMUTABLE
 AS $$
@@ -131,7 +145,7 @@ AS $$
 DECLARE
     v_match text[];
 BEGIN
-    v_match := regexp_match(coalesce(p_filter, ''), '^\s*([A-Za-z0-9_.\-]+)\s*(>=|<=|!=|=|:|>|<)\s*(.*)$');
+    v_match := regexp_match(coalesce(p_filter, ''), E'^\\s*([A-Za-z0-9_.\\-]+)\\s*(>=|<=|!=|=|:|>|<)\\s*(.*)$');
     IF v_match IS NULL OR v_match[3] = '' THEN
         RAISE EXCEPTION 'search attribute filter "%" is malformed', p_filter USING ERRCODE = 'HR001',
             HINT = 'write key=value (or key:value), or key>value, key>=value, key<value, key<=value, key!=value';
@@ -159,7 +173,7 @@ DECLARE
     v_text text := format('(e.search_attributes ->> %L)', v_key);
     v_is_ts boolean := false;
 BEGIN
-    IF v_value ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+    IF v_value ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
         -- A number compares numerically; "=" also matches the same text in a string.
         RETURN format('(CASE jsonb_typeof(%s) WHEN ''number'' THEN (%s)::numeric %s %L::numeric%s ELSE false END)',
                       v_attr, v_text, CASE v_op WHEN '!=' THEN '<>' ELSE v_op END, v_value,
@@ -169,7 +183,7 @@ BEGIN
         RETURN format('(CASE WHEN jsonb_typeof(%s) = ''boolean'' THEN (%s)::boolean %s %L::boolean ELSE false END)',
                       v_attr, v_text, CASE v_op WHEN '=' THEN '=' ELSE '<>' END, lower(v_value));
     END IF;
-    IF v_value ~ '^\d{4}-\d{2}-\d{2}' AND v_op NOT IN ('=', '!=') THEN
+    IF v_value ~ E'^\\d{4}-\\d{2}-\\d{2}' AND v_op NOT IN ('=', '!=') THEN
         BEGIN
             PERFORM v_value::timestamptz;
             v_is_ts := true;
@@ -219,12 +233,12 @@ BEGIN
     texts := ARRAY[]::text[];
     FOR v_match IN
         SELECT regexp_matches(p_filter,
-            '\s*(?:"((?:[^"\\]|\\.)*)"|''((?:[^''\\]|\\.)*)''|(>=|<=|!=|<>|=|>|<|\(|\)|,)|([A-Za-z0-9_.:+\-]+)|(\S))',
+            E'\\s*(?:"((?:[^"\\\\]|\\\\.)*)"|''((?:[^''\\\\]|\\\\.)*)''|(>=|<=|!=|<>|=|>|<|\\(|\\)|,)|([A-Za-z0-9_.:+\\-]+)|(\\S))',
             'g')
     LOOP
         IF v_match[1] IS NOT NULL OR v_match[2] IS NOT NULL THEN
             kinds := array_append(kinds, 'value');
-            texts := array_append(texts, regexp_replace(coalesce(v_match[1], v_match[2]), '\\(.)', '\1', 'g'));
+            texts := array_append(texts, regexp_replace(coalesce(v_match[1], v_match[2]), E'\\\\(.)', E'\\1', 'g'));
         ELSIF v_match[3] IS NOT NULL THEN
             kinds := array_append(kinds, 'punct');
             texts := array_append(texts, CASE v_match[3] WHEN '<>' THEN '!=' ELSE v_match[3] END);
@@ -347,7 +361,7 @@ BEGIN
     END IF;
     v_field := p_texts[p_pos];
     IF p_kinds[p_pos] <> 'word' OR upper(v_field) IN ('AND', 'OR', 'IN')
-       OR v_field !~ '^[A-Za-z0-9_.\-]+$' THEN
+       OR v_field !~ E'^[A-Za-z0-9_.\\-]+$' THEN
         RAISE EXCEPTION 'filter: "%" is not a search attribute key, workflow_name or status', v_field
             USING ERRCODE = 'HR001', HINT = v_hint;
     END IF;
@@ -436,7 +450,7 @@ BEGIN
         p_params := array_append(p_params, v_values[v_i]);
         v_type := 'string';
         v_typed := format('$1[%s]', cardinality(p_params));
-        IF v_bare[v_i] AND v_values[v_i] ~ '^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
+        IF v_bare[v_i] AND v_values[v_i] ~ E'^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$' THEN
             v_type := 'number';
             v_typed := v_typed || '::numeric';
         ELSIF v_bare[v_i] AND lower(v_values[v_i]) IN ('true', 'false') THEN
@@ -533,10 +547,10 @@ BEGIN
         v_where := v_where || format('e.workflow_name = %L', p_workflow_name);
     END IF;
     IF p_created_after IS NOT NULL THEN
-        v_where := v_where || format('e.created_at >= %L::timestamptz', p_created_after);
+        v_where := v_where || ('e.created_at >= ' || harvest._time_literal(p_created_after));
     END IF;
     IF p_created_before IS NOT NULL THEN
-        v_where := v_where || format('e.created_at < %L::timestamptz', p_created_before);
+        v_where := v_where || ('e.created_at < ' || harvest._time_literal(p_created_before));
     END IF;
     FOREACH v_filter IN ARRAY coalesce(p_search_attributes, ARRAY[]::text[]) LOOP
         v_where := v_where || harvest._search_predicate(harvest._parse_search_filter(v_filter));
@@ -589,9 +603,9 @@ BEGIN
     v_where := v_where || v_filter.o_sql;
     IF p_cursor IS NOT NULL AND p_cursor <> '' THEN
         SELECT * INTO v_cursor FROM harvest._decode_cursor(p_cursor);
-        v_where := v_where || format('(e.created_at, e.id) %s (%L::timestamptz, %L::uuid)',
+        v_where := v_where || format('(e.created_at, e.id) %s (%s, %L::uuid)',
                                      CASE v_order WHEN 'asc' THEN '>' ELSE '<' END,
-                                     v_cursor.created_at, v_cursor.id);
+                                     harvest._time_literal(v_cursor.created_at), v_cursor.id);
     END IF;
     v_sql := format(
         'SELECT e.id, e.workflow_name, e.workflow_id, e.status, e.queue, e.search_attributes,'

@@ -43,7 +43,7 @@ BEGIN
     IF p_path IS NULL THEN
         RETURN NULL;
     END IF;
-    IF p_path !~ '^input(\.[A-Za-z0-9_\-]+)*$' THEN
+    IF p_path !~ E'^input(\\.[A-Za-z0-9_\\-]+)*$' THEN
         RAISE EXCEPTION 'key path "%" is not input or input.<field>[.<field>...]', p_path
             USING ERRCODE = 'HR001',
             HINT = 'input is the first positional argument; input.tenant_id its field tenant_id';

@@ -166,8 +166,11 @@ BEGIN
     SET override_rps = p_rps, override_burst = coalesce(p_burst, greatest(p_rps, 1)),
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
     WHERE b.bucket_key = v_bucket;
+    -- Doubles go into JSON as numeric: a double's text follows the session's
+    -- extra_float_digits (-15 wrote 1.25 as 1), numeric's does not.
     PERFORM harvest._audit('rate_limit.override', p_activity_name, NULL, jsonb_build_object(
-        'rps', p_rps, 'burst', coalesce(p_burst, greatest(p_rps, 1)), 'ttl_secs', p_ttl_secs));
+        'rps', p_rps::numeric, 'burst', coalesce(p_burst, greatest(p_rps, 1))::numeric,
+        'ttl_secs', p_ttl_secs::numeric));
     RETURN QUERY SELECT * FROM harvest.get_rate_limit(p_activity_name);
 END;
 $$;

@@ -391,8 +391,10 @@ BEGIN
     SET override_rps = p_rps, override_burst = greatest(coalesce(p_burst, p_rps), 1),
         override_expires_at = harvest.now() + make_interval(secs => p_ttl_secs)
     WHERE b.workflow_name = p_workflow_name AND b.gate_key = '';
+    -- numeric in JSON: see set_rate_limit_override
     PERFORM harvest._audit('start_throttle.override', p_workflow_name, p_operator_id, jsonb_build_object(
-        'rps', p_rps, 'burst', greatest(coalesce(p_burst, p_rps), 1), 'ttl_secs', p_ttl_secs));
+        'rps', p_rps::numeric, 'burst', greatest(coalesce(p_burst, p_rps), 1)::numeric,
+        'ttl_secs', p_ttl_secs::numeric));
     RETURN QUERY SELECT * FROM harvest.get_start_throttle(p_workflow_name);
 END;
 $$;

@@ -127,9 +127,9 @@ BEGIN
             'configured', v_max_age IS NOT NULL,
             -- How long the oldest terminal run past max_age has waited for the janitor.
             'lag_secs', CASE WHEN v_max_age IS NOT NULL THEN coalesce((
-                SELECT extract(epoch FROM (v_now - v_max_age) - min(e.completed_at))
+                SELECT extract(epoch FROM harvest._ago(v_now, v_max_age) - min(e.completed_at))
                 FROM harvest.executions AS e
-                WHERE e.status <> 'RUNNING' AND e.completed_at < v_now - v_max_age
+                WHERE e.status <> 'RUNNING' AND e.completed_at < harvest._ago(v_now, v_max_age)
             ), 0) END
         )
     );

@@ -58,7 +58,7 @@ RETURNS jsonb
 LANGUAGE sql STABLE
 AS $$
     SELECT jsonb_build_object(
-        'enabled', o.enabled, 'lease_secs', o.lease_secs, 'updated_at', o.updated_at, 'partitions', 512,
+        'enabled', o.enabled, 'lease_secs', o.lease_secs::numeric, 'updated_at', o.updated_at, 'partitions', 512,
         'owned', (SELECT count(*) FROM harvest.partition_owners AS p
                   WHERE p.worker_id IS NOT NULL AND p.lease_expires_at > harvest.now()))
     FROM harvest.owner_mode AS o WHERE o.id;
@@ -96,8 +96,8 @@ BEGIN
     END IF;
     PERFORM harvest._audit('owner_mode.set', CASE WHEN p_enabled THEN 'on' ELSE 'off' END, p_operator_id,
         jsonb_build_object('enabled', p_enabled, 'previous_enabled', v_previous.enabled,
-                           'lease_secs', coalesce(p_lease_secs, v_previous.lease_secs),
-                           'previous_lease_secs', v_previous.lease_secs));
+                           'lease_secs', coalesce(p_lease_secs, v_previous.lease_secs)::numeric,
+                           'previous_lease_secs', v_previous.lease_secs::numeric));
     RETURN harvest.get_owner_mode();
 END;
 $$;

@@ -205,13 +205,19 @@ BEGIN
             p_migration_id, v_migration.phase), v_migration.execution_id);
     END IF;
     SELECT * INTO v_execution FROM harvest.executions WHERE id = v_migration.execution_id;
+    -- A double column goes into the copy as numeric (harvest._execution_json): its float
+    -- text follows the session's extra_float_digits (-15 moved a run timeout of 1800.25 s
+    -- as 2000), numeric's does not.
     RETURN jsonb_build_object(
         'migration', to_jsonb(v_migration),
         'schema_version', harvest.schema_version(),
-        'execution', to_jsonb(v_execution),
+        'execution', harvest._execution_json(v_execution),
         'events', coalesce((SELECT jsonb_agg(to_jsonb(ev) ORDER BY ev.event_id) FROM harvest.events AS ev
                             WHERE ev.execution_id = v_migration.execution_id), '[]'::jsonb),
-        'tasks', coalesce((SELECT jsonb_agg(to_jsonb(t) - 'id' ORDER BY t.id) FROM harvest.tasks AS t
+        'tasks', coalesce((SELECT jsonb_agg((to_jsonb(t) - 'id')
+                                            || jsonb_build_object('priority_aging_secs', t.priority_aging_secs::numeric)
+                                            ORDER BY t.id)
+                           FROM harvest.tasks AS t
                            WHERE t.execution_id = v_migration.execution_id), '[]'::jsonb),
         -- The offloaded payloads the run wrote or references (a child's input its parent
         -- offloaded, a client's start input): the history's references must resolve there.
@@ -223,6 +229,15 @@ BEGIN
                                              WHERE ev.execution_id = v_migration.execution_id)), '[]'::jsonb),
         'history', harvest.history_digest(v_migration.execution_id));
 END;
+$$;
+
+-- An execution row as JSON that reads back the same in any session: to_jsonb with its one
+-- double column (run_timeout_secs) as numeric, whose text extra_float_digits does not change.
+CREATE OR REPLACE FUNCTION harvest._execution_json(p_execution harvest.executions)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT to_jsonb(p_execution) || jsonb_build_object('run_timeout_secs', p_execution.run_timeout_secs::numeric);
 $$;
 
 -- The columns of the tables a move copies, and the schema version: the rebalancer
@@ -333,7 +348,7 @@ BEGIN
               AND ev.event_id > coalesce((v_prior_seal ->> 'last_event_id')::bigint, 0);
         END IF;
     ELSIF v_existing.id IS NOT NULL AND v_existing.status = 'MIGRATED' THEN
-        v_prior_seal := to_jsonb(v_existing);
+        v_prior_seal := harvest._execution_json(v_existing);
     ELSIF v_existing.id IS NOT NULL THEN
         PERFORM harvest._raise_migration('exists_on_target',
             format('execution %s already exists on shard %s (%s): it cannot be staged here',

@@ -9,6 +9,29 @@
 -- heartbeat is older than worker_max_age (default 7 days; NULL keeps them all)
 -- and that leases no task is deleted by the janitor.
 
+-- An interval as text in the postgres style ('30 days 12:30:00.5'), whatever the session's
+-- IntervalStyle (sql_standard wrote '30 12:30:00.5', iso_8601 'P30DT12H30M0.5S'): the
+-- answers, the audit log and the errors of retention read the same for every session. The
+-- SET clause costs a setting's save and restore per call: the retention calls are not hot.
+CREATE OR REPLACE FUNCTION harvest._interval_text(p_interval interval)
+RETURNS text
+LANGUAGE sql IMMUTABLE
+SET intervalstyle = 'postgres'
+AS $$
+    SELECT p_interval::text;
+$$;
+
+-- p_age before p_at, its days and months counted in UTC: timestamptz - interval counts them in
+-- the session's zone, so across a daylight-saving change (or a month's end) two janitors in
+-- different zones cut at different instants (America/New_York's 30 days before 1 April were an
+-- hour short of UTC's). Inlined by the planner.
+CREATE OR REPLACE FUNCTION harvest._ago(p_at timestamptz, p_age interval)
+RETURNS timestamptz
+LANGUAGE sql IMMUTABLE
+AS $$
+    SELECT (p_at AT TIME ZONE 'UTC' - p_age) AT TIME ZONE 'UTC';
+$$;
+
 CREATE OR REPLACE FUNCTION harvest.set_retention(
     p_max_age interval, p_batch_size integer DEFAULT NULL,
     p_operator_id text DEFAULT NULL
@@ -18,7 +41,8 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF p_max_age IS NOT NULL AND p_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive (NULL keeps everything)', p_max_age
+        RAISE EXCEPTION 'retention max age % must be positive (NULL keeps everything)',
+            harvest._interval_text(p_max_age)
             USING ERRCODE = 'HR001';
     END IF;
     IF p_batch_size IS NOT NULL AND (p_batch_size < 1 OR p_batch_size > 10000) THEN
@@ -28,7 +52,8 @@ BEGIN
     UPDATE harvest.retention_config
     SET max_age = p_max_age, batch_size = coalesce(p_batch_size, batch_size), updated_at = harvest.now();
     PERFORM harvest._audit('retention.set', NULL, p_operator_id,
-                           jsonb_build_object('max_age', p_max_age, 'batch_size', p_batch_size));
+                           jsonb_build_object('max_age', harvest._interval_text(p_max_age),
+                                              'batch_size', p_batch_size));
     RETURN harvest.get_retention_status();
 END;
 $$;
@@ -46,16 +71,16 @@ BEGIN
     SELECT * INTO v_config FROM harvest.retention_config WHERE id;
     IF v_config.max_age IS NOT NULL THEN
         SELECT count(*) INTO v_eligible FROM harvest.executions AS e
-        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest.now() - v_config.max_age;
+        WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < harvest._ago(harvest.now(), v_config.max_age);
     END IF;
     IF v_config.worker_max_age IS NOT NULL THEN
         SELECT count(*) INTO v_workers_eligible FROM harvest._prunable_workers(v_config.worker_max_age) AS w;
     END IF;
     RETURN jsonb_build_object(
         'configured', v_config.max_age IS NOT NULL,
-        'worker_max_age', v_config.worker_max_age::text,
+        'worker_max_age', harvest._interval_text(v_config.worker_max_age),
         'workers_eligible', v_workers_eligible,
-        'max_age', v_config.max_age::text,
+        'max_age', harvest._interval_text(v_config.max_age),
         'max_age_secs', extract(epoch FROM v_config.max_age),
         'batch_size', coalesce(v_config.batch_size, 500),
         'updated_at', v_config.updated_at,
@@ -94,12 +119,13 @@ BEGIN
             HINT = 'SELECT harvest.set_retention(''30 days''), or pass a max age';
     END IF;
     IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'retention max age % must be positive', v_max_age USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'retention max age % must be positive', harvest._interval_text(v_max_age)
+            USING ERRCODE = 'HR001';
     END IF;
     IF v_batch < 1 OR v_batch > 10000 THEN
         RAISE EXCEPTION 'retention batch size % is out of range 1..10000', v_batch USING ERRCODE = 'HR001';
     END IF;
-    v_cutoff := harvest.now() - v_max_age;
+    v_cutoff := harvest._ago(harvest.now(), v_max_age);
     SELECT array_agg(s.id) INTO v_ids FROM (
         SELECT e.id FROM harvest.executions AS e
         WHERE e.status NOT IN ('RUNNING', 'PAUSED') AND e.completed_at < v_cutoff
@@ -161,7 +187,7 @@ RETURNS SETOF text
 LANGUAGE sql STABLE
 AS $$
     SELECT w.id FROM harvest.workers AS w
-    WHERE w.last_heartbeat_at < harvest.now() - p_max_age
+    WHERE w.last_heartbeat_at < harvest._ago(harvest.now(), p_max_age)
       AND harvest._worker_health(w) IN ('stopped', 'stale')
       AND NOT EXISTS (SELECT 1 FROM harvest.tasks AS t WHERE t.lease_owner = w.id);
 $$;
@@ -174,12 +200,13 @@ LANGUAGE plpgsql
 AS $$
 BEGIN
     IF p_max_age IS NOT NULL AND p_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'worker retention max age % must be positive (NULL keeps every worker row)', p_max_age
+        RAISE EXCEPTION 'worker retention max age % must be positive (NULL keeps every worker row)',
+            harvest._interval_text(p_max_age)
             USING ERRCODE = 'HR001';
     END IF;
     INSERT INTO harvest.retention_config (id) VALUES (true) ON CONFLICT DO NOTHING;
     UPDATE harvest.retention_config SET worker_max_age = p_max_age, updated_at = harvest.now() WHERE id;
-    PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', p_max_age));
+    PERFORM harvest._audit('retention.set_workers', NULL, p_operator_id, jsonb_build_object('worker_max_age', harvest._interval_text(p_max_age)));
     RETURN harvest.get_retention_status();
 END;
 $$;
@@ -199,22 +226,24 @@ BEGIN
         RETURN jsonb_build_object('deleted', 0, 'cutoff', NULL, 'worker_max_age', NULL);
     END IF;
     IF v_max_age <= interval '0' THEN
-        RAISE EXCEPTION 'worker retention max age % must be positive', v_max_age USING ERRCODE = 'HR001';
+        RAISE EXCEPTION 'worker retention max age % must be positive', harvest._interval_text(v_max_age)
+            USING ERRCODE = 'HR001';
     END IF;
     WITH gone AS (
         DELETE FROM harvest.workers AS w
         WHERE w.id IN (SELECT p.id FROM harvest._prunable_workers(v_max_age) AS p (id))
           -- re-checked on the latest row version if a late heartbeat updated it meanwhile
-          AND w.last_heartbeat_at < harvest.now() - v_max_age
+          AND w.last_heartbeat_at < harvest._ago(harvest.now(), v_max_age)
         RETURNING w.id
     )
     SELECT array_agg(gone.id ORDER BY gone.id) INTO v_ids FROM gone;
     IF v_ids IS NOT NULL OR p_operator_id IS NOT NULL THEN
         PERFORM harvest._audit('retention.prune_workers', NULL, p_operator_id, jsonb_build_object(
-            'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids), 'worker_max_age', v_max_age));
+            'deleted', coalesce(cardinality(v_ids), 0), 'workers', to_jsonb(v_ids),
+            'worker_max_age', harvest._interval_text(v_max_age)));
     END IF;
-    RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest.now() - v_max_age,
-                              'worker_max_age', v_max_age::text);
+    RETURN jsonb_build_object('deleted', coalesce(cardinality(v_ids), 0), 'cutoff', harvest._ago(harvest.now(), v_max_age),
+                              'worker_max_age', harvest._interval_text(v_max_age));
 END;
 $$;
 

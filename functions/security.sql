@@ -51,7 +51,7 @@ RETURNS text
 LANGUAGE sql IMMUTABLE
 AS $$
     SELECT CASE
-        WHEN p_name LIKE '\_%' THEN NULL
+        WHEN p_name LIKE E'\\_%' THEN NULL
         WHEN p_name IN ('claim_tasks', 'claim_named_tasks', 'complete_workflow_task', 'complete_workflow_tasks',
                         'fail_workflow_task', 'complete_activity',
                         'complete_activities', 'complete_activities_with_claim',
@@ -169,7 +169,7 @@ BEGIN
     LOOP
         IF v_fn.name = '_secure_functions' THEN
             NULL;
-        ELSIF v_fn.name LIKE '\_%' OR v_fn.name IN ('now', 'shard_of', 'partition_of') THEN
+        ELSIF v_fn.name LIKE E'\\_%' OR v_fn.name IN ('now', 'shard_of', 'partition_of') THEN
             -- Helpers only run inside an entry point, which already runs as the owner
             -- with the pinned path; a SET clause would cost a GUC save/restore per call
             -- on the hot path (and stop SQL functions from being inlined).

@@ -101,7 +101,7 @@ ROLLBACK;
 
 -- harvest.list_executions, harvest.count_executions, harvest.get_execution_stack and their helpers.
 BEGIN;
-SELECT plan(46);
+SELECT plan(48);
 SET LOCAL TimeZone = 'UTC';
 
 CREATE TEMP TABLE runs ON COMMIT DROP AS
@@ -268,6 +268,23 @@ SELECT results_eq($$SELECT filter, ids FROM mixed$$,
 SELECT lives_ok($$SELECT * FROM harvest.list_executions(p_status => 'RUNNING',
                       p_search_attributes => ARRAY['flag=true', 'flag>1', 'flag!=false'])$$,
                 'several typed filters of one mixed key compose without a cast error');
+
+-- _time_literal: dynamic SQL's literal of a time reads back as the same instant in a session
+-- whose zone prints an abbreviation the abbreviation set reads as another zone's.
+SET LOCAL DateStyle = 'Postgres, DMY';
+SET LOCAL TimeZone = 'Asia/Kolkata';
+SELECT is(harvest._time_literal('2030-01-02 03:04:05.5+00'),
+          '''2030-01-02T03:04:05.500000Z AD''::timestamptz', '_time_literal: ISO in UTC with its era');
+CREATE TEMP TABLE read_back (at timestamptz) ON COMMIT DROP;
+DO $$ BEGIN
+    EXECUTE 'INSERT INTO read_back SELECT ' || harvest._time_literal('2030-01-02 03:04:05.5+00');
+    EXECUTE 'INSERT INTO read_back SELECT ' || harvest._time_literal('infinity');
+END $$;
+SELECT results_eq($$SELECT at FROM read_back$$,
+                  $$VALUES ('2030-01-02 03:04:05.5+00'::timestamptz), ('infinity')$$,
+                  '... and reads back as the same instant under DateStyle Postgres in Asia/Kolkata');
+SET LOCAL TimeZone = 'UTC';
+SET LOCAL DateStyle = 'ISO, MDY';
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -5,10 +5,10 @@
 -- list_migration_candidates), the target side (accept_migration_copy, activate_migration,
 -- discard_migration_copy, harvest._insert_copied_rows), and the shared reads
 -- (history_digest, get_copy_schema, get_residence, set_migration_forward), with the
--- helpers _raise_migration, _lock_migration, _migration_json. One database plays
+-- helpers _raise_migration, _lock_migration, _migration_json, _execution_json. One database plays
 -- the source (shard 0), then, emptied, the target (shard 1).
 BEGIN;
-SELECT plan(58);
+SELECT plan(59);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -177,6 +177,13 @@ SELECT is((SELECT kind FROM harvest.tasks WHERE execution_id = pg_temp.parked('t
 SELECT throws_ok(format($$SELECT harvest.discard_migration_copy(%L, %s)$$, pg_temp.parked('timer'),
                         (SELECT copy #>> '{migration,id}' FROM copies)), 'HR013', NULL,
                  'discard_migration_copy(): refused over an activated copy');
+
+-- A copied row's double reads back the same whatever the session's float output.
+SET LOCAL extra_float_digits = -15;
+SELECT is(harvest._execution_json(jsonb_populate_record(e, '{"run_timeout_secs": 1800.25}')) ->> 'run_timeout_secs',
+          '1800.25', '_execution_json(): run_timeout_secs as numeric under extra_float_digits -15')
+FROM harvest.executions AS e LIMIT 1;
+RESET extra_float_digits;
 
 SELECT * FROM finish();
 ROLLBACK;

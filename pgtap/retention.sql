@@ -1,7 +1,7 @@
 -- functions/retention.sql: set_retention, get_retention_status, run_retention, and the worker
--- registry rule: _prunable_workers, set_worker_retention, prune_workers.
+-- registry rule: _prunable_workers, set_worker_retention, prune_workers; _interval_text, _ago.
 BEGIN;
-SELECT plan(25);
+SELECT plan(30);
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
 CREATE TEMP TABLE rt ON COMMIT DROP AS
@@ -94,6 +94,24 @@ SELECT is(harvest.set_worker_retention(NULL, 'ops') ->> 'worker_max_age', NULL,
           'set_worker_retention(NULL): keep every worker row');
 SET LOCAL harvest.fake_now = '2031-01-01 00:00:00+00';
 SELECT is(harvest.prune_workers() ->> 'deleted', '0', 'with no rule, nothing is deleted, however old');
+
+-- An interval reads in the postgres style whatever the session's IntervalStyle.
+SET LOCAL IntervalStyle = 'iso_8601';
+SELECT is(harvest._interval_text('30 days 12:30:00.5'), '30 days 12:30:00.5',
+          '_interval_text: the postgres style under IntervalStyle iso_8601');
+SELECT lives_ok($$SELECT harvest.set_worker_retention('1 day 02:03:04')$$, 'set_worker_retention under iso_8601');
+SELECT is(harvest.get_retention_status() ->> 'worker_max_age', '1 day 02:03:04',
+          'get_retention_status: worker_max_age in the postgres style under IntervalStyle iso_8601');
+RESET IntervalStyle;
+
+-- An age counts its days in UTC, whatever the session's zone (New York's clocks moved on
+-- 10 March 2030: its 30 days before 1 April 12:00 UTC ended at 13:00 UTC on 2 March).
+SET LOCAL TimeZone = 'America/New_York';
+SELECT is(harvest._ago('2030-04-01 12:00+00', '30 days'), '2030-03-02 12:00+00'::timestamptz,
+          '_ago: 30 days before, counted in UTC under America/New_York');
+SELECT is(harvest._ago('2030-03-31 00:30+00', '1 mon'), '2030-02-28 00:30+00'::timestamptz,
+          '_ago: a month before, counted in UTC under America/New_York');
+RESET TimeZone;
 
 SELECT * FROM finish();
 ROLLBACK;
