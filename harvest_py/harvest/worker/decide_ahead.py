@@ -112,7 +112,7 @@ async def decide_ahead(
     if not worker.accepts_hand_off():
         return None
     execution_id = str(task["execution_id"])
-    if execution_id in worker.plain_runs:
+    if execution_id in worker.plain_runs.runs:
         # A decision ahead of this run's was refused lately, and something keeps reaching it
         # while its activities run: the plain path costs it no replay (plain_runs.py).
         worker.plain_by_rule += 1

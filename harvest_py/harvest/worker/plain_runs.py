@@ -52,35 +52,36 @@ class PlainRuns:
 
     def __init__(self, capacity: int = CAPACITY):
         self.capacity = capacity
-        self._runs: OrderedDict[str, list[int]] = OrderedDict()
+        # (Read directly on the hot paths, ``execution_id in plain_runs.runs``: no call.)
+        self.runs: OrderedDict[str, list[int]] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._runs)
+        return len(self.runs)
 
     def __contains__(self, execution_id: object) -> bool:
         """Whether the run's results go the plain way (no decision ahead) for now."""
-        return execution_id in self._runs
+        return execution_id in self.runs
 
     def level(self, execution_id: str) -> int:
-        entry = self._runs.get(execution_id)
+        entry = self.runs.get(execution_id)
         return 0 if entry is None else entry[0]
 
     def interleaved(self, execution_id: str) -> None:
         """A decision ahead of the run's was refused, or would have been."""
-        entry = self._runs.get(execution_id)
+        entry = self.runs.get(execution_id)
         if entry is None:
-            self._runs[execution_id] = [1, 0]
-            if len(self._runs) > self.capacity:
-                self._runs.popitem(last=False)
+            self.runs[execution_id] = [1, 0]
+            if len(self.runs) > self.capacity:
+                self.runs.popitem(last=False)
             return
         entry[0] = min(entry[0] + 1, TOP_LEVEL)
         entry[1] = 0
-        self._runs.move_to_end(execution_id)
+        self.runs.move_to_end(execution_id)
 
     def clean(self, execution_id: str) -> None:
         """A workflow task brought the run one activity result alone: a decision ahead on it
         would have stood."""
-        entry = self._runs.get(execution_id)
+        entry = self.runs.get(execution_id)
         if entry is None:
             return
         entry[1] += 1
@@ -88,7 +89,7 @@ class PlainRuns:
             entry[0] -= 1
             entry[1] = 0
             if entry[0] == 0:
-                del self._runs[execution_id]
+                del self.runs[execution_id]
 
     def observe(self, execution_id: str, events: list[dict[str, Any]]) -> None:
         """What a workflow task of a remembered run brought it (the events after its last
@@ -101,4 +102,4 @@ class PlainRuns:
             self.interleaved(execution_id)
 
     def forget(self, execution_id: str) -> None:
-        self._runs.pop(execution_id, None)
+        self.runs.pop(execution_id, None)
