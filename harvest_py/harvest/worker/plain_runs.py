@@ -14,10 +14,11 @@ together. So after a refusal, the run's results go the plain way for a while; th
 by execution id (it outlives the dropped run and the replay), and each workflow task that brings
 the run one of its activity results says whether a decision ahead on that result would have stood:
 
-- a refusal, or a task that brought a result with anything else (a signal, another result):
-  *interleaved*. The run's level goes up by one (to ``TOP_LEVEL``) and its count of clean
-  results starts over.
-- a task that brought one result alone: *clean*. After ``span(level)`` clean results in a row
+- a refusal, or a task that brought a result behind anything else (a signal appended after the
+  run's last decision and before the result): *interleaved*. The run's level goes up by one (to
+  ``TOP_LEVEL``) and its count of clean results starts over.
+- a task whose first new event is a result (what came after it would have woken a task of its
+  own): *clean*. After ``span(level)`` clean results in a row
   (``BASE_SPAN`` at level 1, doubling with each level) the level goes down by one; at level 0
   the run is forgotten and decides ahead again.
 
@@ -93,11 +94,14 @@ class PlainRuns:
 
     def observe(self, execution_id: str, events: list[dict[str, Any]]) -> None:
         """What a workflow task of a remembered run brought it (the events after its last
-        decision): its activity result alone is clean, a result with anything else interleaved,
-        no result says nothing."""
-        if len(events) == 1:
-            if events[0]["event_type"] == "ActivityCompleted":
-                self.clean(execution_id)
+        decision). A decision ahead on its first result would have stood if nothing came before
+        that result (what came after it would have woken a task of its own): a task that starts
+        with a result is clean; one with a result behind anything else (a signal, a timer, a
+        cancel request) interleaved; one with no result says nothing."""
+        if not events:
+            return
+        if events[0]["event_type"] == "ActivityCompleted":
+            self.clean(execution_id)
         elif any(event["event_type"] == "ActivityCompleted" for event in events):
             self.interleaved(execution_id)
 
