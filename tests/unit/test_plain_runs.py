@@ -62,12 +62,14 @@ def test_observed_tasks():
     assert runs.level("r") == 1
     runs.observe("r", [SIGNAL, RESULT])  # a decision ahead on it would have been refused
     assert runs.level("r") == 2
-    runs.observe("r", [SIGNAL, SIGNAL, RESULT, SIGNAL])
+    runs.observe("r", [RESULT, SIGNAL])  # signals at the pace of its activities
     assert runs.level("r") == 3
+    runs.observe("r", [RESULT, RESULT])
+    assert runs.level("r") == 4
     runs.observe("r", [])
-    for events in ([RESULT], [RESULT, SIGNAL], [RESULT, RESULT]) * 8:  # span(3) + span(2)
-        runs.observe("r", events)  # the result first: a decision ahead on it would have stood
-    assert runs.level("r") == 1
+    for _ in range(span(4) + span(3)):
+        runs.observe("r", [RESULT])  # the result alone: a decision ahead on it would have stood
+    assert runs.level("r") == 2
 
 
 def test_bounded_least_recently_marked_first():

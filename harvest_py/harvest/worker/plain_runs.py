@@ -14,11 +14,14 @@ together. So after a refusal, the run's results go the plain way for a while; th
 by execution id (it outlives the dropped run and the replay), and each workflow task that brings
 the run one of its activity results says whether a decision ahead on that result would have stood:
 
-- a refusal, or a task that brought a result behind anything else (a signal appended after the
-  run's last decision and before the result): *interleaved*. The run's level goes up by one (to
-  ``TOP_LEVEL``) and its count of clean results starts over.
-- a task whose first new event is a result (what came after it would have woken a task of its
-  own): *clean*. After ``span(level)`` clean results in a row
+- a refusal, or a task that brought a result with anything else: *interleaved*. A signal before
+  the result would have refused a decision ahead on it; one after it (appended before the task
+  was claimed) would not have, but says that signals reach the run at the pace of its
+  activities, so that the next result's is likely to be refused (counting only the first kind,
+  tried, left runs on the plain path for shorter and made 2-3 times the refusals:
+  docs/performance.md, "Signal storms"). The run's level goes up by one (to ``TOP_LEVEL``) and
+  its count of clean results starts over.
+- a task that brought one result alone: *clean*. After ``span(level)`` clean results in a row
   (``BASE_SPAN`` at level 1, doubling with each level) the level goes down by one; at level 0
   the run is forgotten and decides ahead again.
 
@@ -94,14 +97,12 @@ class PlainRuns:
 
     def observe(self, execution_id: str, events: list[dict[str, Any]]) -> None:
         """What a workflow task of a remembered run brought it (the events after its last
-        decision). A decision ahead on its first result would have stood if nothing came before
-        that result (what came after it would have woken a task of its own): a task that starts
-        with a result is clean; one with a result behind anything else (a signal, a timer, a
-        cancel request) interleaved; one with no result says nothing."""
-        if not events:
-            return
-        if events[0]["event_type"] == "ActivityCompleted":
-            self.clean(execution_id)
+        decision): its activity result alone is clean; a result with anything else (a signal
+        before it, or after it and before the task was claimed) interleaved: signals reach the
+        run at the pace of its activities; no result says nothing."""
+        if len(events) == 1:
+            if events[0]["event_type"] == "ActivityCompleted":
+                self.clean(execution_id)
         elif any(event["event_type"] == "ActivityCompleted" for event in events):
             self.interleaved(execution_id)
 
