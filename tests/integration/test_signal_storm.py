@@ -6,10 +6,14 @@ in the same step of the worker's loop, before the decision ahead takes the run: 
 every decision ahead on it is refused. On its own, each refusal drops the cached run and the
 woken workflow task replays the whole history; after the first one, the run's results go the
 plain way and its cached run takes the signal and the result together, reading no history.
+The worker claims nothing while a result is on its way to the database (an event in its loop),
+so the signal's workflow task is claimed with the result in it, as a busy worker would claim it:
+the rule then sees every ping interleave, whatever the machine's speed.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -18,6 +22,8 @@ from harvest import App, Client, activity, workflow
 from harvest.db.sqlapi import AsyncSqlApi
 from harvest.testing import WorkflowReplayer
 from harvest.worker import activities as activities_module
+from harvest.worker import completions as completions_module
+from harvest.worker import worker as worker_module
 
 PINGS = 6
 
@@ -40,12 +46,16 @@ def _storm(monkeypatch: Any, db: str) -> list[tuple[str, int]]:
     """Send the run its next ping right before each result's decision ahead (the last one's
     excepted), and note each history read as (execution id, after)."""
     reads: list[tuple[str, int]] = []
+    state: dict[str, Any] = {}
     decide_ahead = activities_module.decide_ahead
     get_history = AsyncSqlApi.get_history
+    complete = completions_module.CompletionBatcher.complete
+    claim = worker_module.Worker._claim
 
     async def signal_first(worker: Any, task: dict[str, Any], *args: Any) -> Any:
         i = args[0]  # the result: the ping's number
         if task.get("activity_name") == "pong" and i + 1 < PINGS:
+            state["recorded"] = asyncio.Event()  # (set once the result is in: recorded below)
             with psycopg.connect(db, autocommit=True) as conn:
                 conn.execute(
                     "SELECT harvest.signal_workflow(%s, 'ping', %s::jsonb)",
@@ -53,11 +63,26 @@ def _storm(monkeypatch: Any, db: str) -> list[tuple[str, int]]:
                 )
         return await decide_ahead(worker, task, *args)
 
+    def recorded(self: Any, *args: Any, **kwargs: Any) -> Any:
+        answer = complete(self, *args, **kwargs)
+        event = state.pop("recorded", None)
+        if event is not None:
+            answer.add_done_callback(lambda _: event.set())
+        return answer
+
+    async def claiming(self: Any) -> Any:
+        event = state.get("recorded")
+        if event is not None:
+            await event.wait()  # the signal's task is claimed with the result in it
+        return await claim(self)
+
     async def noted(self: Any, execution_id: Any, after: int = 0, *args: Any, **kwargs: Any) -> Any:
         reads.append((str(execution_id), after))
         return await get_history(self, execution_id, after, *args, **kwargs)
 
     monkeypatch.setattr(activities_module, "decide_ahead", signal_first)
+    monkeypatch.setattr(completions_module.CompletionBatcher, "complete", recorded)
+    monkeypatch.setattr(worker_module.Worker, "_claim", claiming)
     monkeypatch.setattr(AsyncSqlApi, "get_history", noted)
     return reads
 
