@@ -472,6 +472,16 @@ async def bench_signals(
         "send_call": latency_summary(acked),
         "eager": eager,
         "eager_tasks": worker.eager_tasks if eager else 0,
+        # A run's first task is a miss that replays nothing (its claim carries the history):
+        # the misses past one a run are whole-history replays. A decision ahead the database
+        # refused (a signal landed while the activity ran) leaves its run to be replayed,
+        # unless the worker's storm rule kept the run's results on the plain path
+        # (docs/performance.md, "Signal storms"; older checkouts count neither).
+        "cache": {"hits": worker.cache.hits, "misses": worker.cache.misses},
+        "replays": worker.cache.misses - runs,
+        "decided_ahead": worker.decided_ahead,
+        "refused_ahead": getattr(worker, "refused_ahead", None),
+        "plain_by_storm_rule": getattr(worker, "plain_by_rule", None),
         "cpu_ms_per_run": steady,
         "worker_options": WORKER_OPTIONS,
     }

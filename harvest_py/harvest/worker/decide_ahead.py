@@ -12,7 +12,10 @@ The database applies the decision only if the run is where the worker left it
 stored as the run saw it, the hand-off rules met); the history is then exactly
 the one the plain path writes. Otherwise it records the result alone, and the
 worker drops the run: it holds a step that the history does not, and the woken
-workflow task replays the history instead.
+workflow task replays the history instead. The run's next results then go the
+plain way for as long as something keeps reaching it while its activities run
+(worker/plain_runs.py), so that a run receiving a storm of signals does not
+replay on each of them.
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class DecisionAhead:
         decided = recorded.decided if recorded is not None else None
         if decided is None:
             run.close()  # it holds a step the history does not
+            if recorded is not None:  # refused: its next results go the plain way (plain_runs.py)
+                worker.refused_ahead += 1
+                worker.plain_runs.interleaved(self._execution_id)
             return
         worker.decided_ahead += 1
         for handed in decided["handed"]:
@@ -106,6 +112,11 @@ async def decide_ahead(
     if not worker.accepts_hand_off():
         return None
     execution_id = str(task["execution_id"])
+    if execution_id in worker.plain_runs.runs:
+        # A decision ahead of this run's was refused lately, and something keeps reaching it
+        # while its activities run: the plain path costs it no replay (plain_runs.py).
+        worker.plain_by_rule += 1
+        return None
     run = worker.cache.take_settled(execution_id, task)  # (held by this task until released)
     if run is None:
         return None

@@ -60,6 +60,7 @@ from harvest.worker.executors import ActivityExecutors, check_process_activities
 from harvest.worker.lanes import OUTAGE, ShardLane, lane_of
 from harvest.worker.options import WorkerOptions, refuse_auto_with_cells, resolve_shard_assignments
 from harvest.worker.owners import RECENT_HEARTBEATS
+from harvest.worker.plain_runs import PlainRuns
 from harvest.worker.queries import serve_queries
 from harvest.worker.redis_dispatch import RedisDispatch, refuse_sharded
 from harvest.worker.stopping import cancel_and_wait
@@ -259,6 +260,11 @@ class Worker:
         self.eager_tasks = 0  # workflow tasks an eager signal's transaction leased to us
         self._loop: asyncio.AbstractEventLoop | None = None  # the event loop run() runs on
         self.decided_ahead = 0  # decisions committed with the result they decided on
+        self.refused_ahead = 0  # decisions ahead the database refused (the result recorded alone)
+        # Runs whose results go the plain way for now, after a refused decision ahead
+        # (worker/plain_runs.py), and the results that went so instead of deciding ahead.
+        self.plain_runs = PlainRuns()
+        self.plain_by_rule = 0
         self.completed_tasks = 0
         # Process roles (harvest.config): which runtimes this process runs. run_worker is the
         # claim loop (with its registry row, notifications, queries); run_scanner the

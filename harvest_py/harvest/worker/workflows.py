@@ -437,6 +437,8 @@ async def _decide_workflow_task(worker: Worker, task: dict[str, Any], run: Workf
             events = _carried_after(task, run.last_event_id)  # we decided it last
             if events is None:
                 events = await lane_of(task).sql.get_history(execution_id, run.last_event_id)
+            if execution_id in worker.plain_runs.runs:  # would a decision ahead have stood? (plain_runs.py)
+                worker.plain_runs.observe(execution_id, events)
             tracing.link_signals(events)  # the new events: their senders' spans
             try:
                 activation = await run.advance(await _decoded(worker, task, events))
