@@ -10,13 +10,11 @@ with two real sessions and a plain INSERT by the owner (the writer no function g
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
+from race_helpers import in_thread, wait_until_blocked
 
 CHILDREN = {
     "events": (
@@ -45,30 +43,6 @@ def _run(conn: psycopg.Connection) -> str:
     return str(row[0])
 
 
-def _wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
-    """Until the session named ``application_name`` waits on a lock (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while not conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-        " AND datname = current_database() AND wait_event_type = 'Lock')",
-        (application_name,),
-    ).fetchone()[0]:  # type: ignore[index]  # one row
-        assert time.monotonic() < deadline, f"{application_name} never waited on a lock"
-        time.sleep(0.01)
-
-
-def _in_thread(target: Callable[[], Any], outcome: dict[str, Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            outcome["result"] = target()
-        except BaseException as exc:  # the assertion names it
-            outcome["result"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
-
-
 @pytest.mark.parametrize("table", sorted(CHILDREN))
 def test_a_delete_waiting_on_an_insert_cascades_to_the_new_row(
     db: str, conn: psycopg.Connection, table: str
@@ -85,8 +59,8 @@ def test_a_delete_waiting_on_an_insert_cascades_to_the_new_row(
             deleter.execute("DELETE FROM harvest.executions WHERE id = %s", (run_id,))
             deleter.commit()
 
-        thread = _in_thread(delete, outcome)
-        _wait_until_blocked(conn, "deleter")
+        thread = in_thread(delete, outcome)
+        wait_until_blocked(conn, "deleter")
         inserter.commit()
         thread.join(10)
     assert outcome["result"] is None
@@ -107,8 +81,8 @@ def test_an_insert_waiting_on_a_delete_fails(db: str, conn: psycopg.Connection, 
             inserter.execute(CHILDREN[table], (run_id,))
             inserter.commit()
 
-        thread = _in_thread(insert, outcome)
-        _wait_until_blocked(conn, "inserter")
+        thread = in_thread(insert, outcome)
+        wait_until_blocked(conn, "inserter")
         deleter.commit()
         thread.join(10)
     assert isinstance(outcome["result"], psycopg.errors.ForeignKeyViolation)

@@ -9,43 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
+from race_helpers import in_thread, wait_until_blocked
 
 from harvest.core.errors import ScheduleAlreadyExists
 from harvest.db.sqlapi import AsyncSqlApi, SqlApi
 from harvest.worker import scheduler
 
 SPEC = {"name": "nightly", "workflow_name": "nightly_wf", "cron": "0 3 * * *", "timezone": "UTC"}
-
-
-def _wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
-    """Until the session named ``application_name`` waits on a lock (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while not conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-        " AND datname = current_database() AND wait_event_type = 'Lock')",
-        (application_name,),
-    ).fetchone()[0]:  # type: ignore[index]  # one row
-        assert time.monotonic() < deadline, f"{application_name} never waited on a lock"
-        time.sleep(0.01)
-
-
-def _in_thread(target: Callable[[], Any], outcome: dict[str, Any]) -> threading.Thread:
-    def run() -> None:
-        try:
-            outcome["result"] = target()
-        except BaseException as exc:  # the assertion names it
-            outcome["result"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def _race(db: str, conn: psycopg.Connection, first: str, second: str, args: Any) -> Any:
@@ -57,8 +32,8 @@ def _race(db: str, conn: psycopg.Connection, first: str, second: str, args: Any)
     ):
         one.execute(first, args)
         outcome: dict[str, Any] = {}
-        thread = _in_thread(lambda: two.execute(second, args).fetchone(), outcome)
-        _wait_until_blocked(conn, "second")
+        thread = in_thread(lambda: two.execute(second, args).fetchone(), outcome)
+        wait_until_blocked(conn, "second")
         one.commit()
         thread.join(10)
     return outcome["result"]
@@ -191,7 +166,7 @@ def test_a_dag_trigger_and_its_schedules_tick_at_once_start_one_run(
     with psycopg.connect(db, application_name="trigger") as trigger:
         trigger.execute("SELECT * FROM harvest.trigger_dag('gated')")  # not committed
         outcome: dict[str, Any] = {}
-        thread = _in_thread(lambda: _tick_at(db, "2030-01-01T00:01:00.5+00:00"), outcome)
+        thread = in_thread(lambda: _tick_at(db, "2030-01-01T00:01:00.5+00:00"), outcome)
         deadline = time.monotonic() + 10
         while (
             thread.is_alive()
@@ -344,10 +319,10 @@ def test_a_pause_racing_a_tick_either_way_fires_nothing_after_it(db: str, conn: 
         ticker.execute(fire)  # fired, not committed
         outcome: dict[str, Any] = {}
         with psycopg.connect(db, application_name="pauser", autocommit=True) as pauser:
-            thread = _in_thread(
+            thread = in_thread(
                 lambda: pauser.execute("SELECT harvest.pause_schedule('minutely')").fetchone(), outcome
             )
-            _wait_until_blocked(conn, "pauser")
+            wait_until_blocked(conn, "pauser")
             ticker.commit()
             thread.join(10)
     assert outcome["result"][0]["paused"] is True and outcome["result"][0]["last_slot_at"].startswith(

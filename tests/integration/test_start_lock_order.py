@@ -18,34 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg.types.json import Jsonb
+from race_helpers import in_thread, wait_until_blocked
 
 from harvest import App, Client, workflow
 from harvest.core.errors import TransactionConflict, WorkflowNotRunning
 from harvest.db import sqlapi
-
-
-def _wait_until_blocked(conn: psycopg.Connection, application_name: str) -> None:
-    """Until the session named ``application_name`` waits on a lock (10 s at most)."""
-    deadline = time.monotonic() + 10
-    while not conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s"
-        " AND datname = current_database() AND wait_event_type = 'Lock')",
-        (application_name,),
-    ).fetchone()[0]:
-        assert time.monotonic() < deadline, f"{application_name} never waited on a lock"
-        time.sleep(0.01)
-
-
-def _in_thread(target: Callable[[], Any], outcome: dict[str, Any], key: str) -> threading.Thread:
-    def run() -> None:
-        try:
-            outcome[key] = target()
-        except BaseException as exc:  # the assertion below names it
-            outcome[key] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_a_rotation_and_a_signal_with_start_of_its_key_do_not_deadlock(
@@ -81,10 +58,10 @@ def test_a_rotation_and_a_signal_with_start_of_its_key_do_not_deadlock(
                     "'rotor', 'rotor-1', 'tick', '\"x\"')"
                 ).fetchone()
 
-        rotating = _in_thread(rotate, outcome, "rotate")
-        _wait_until_blocked(conn, "rotate")
-        signalling = _in_thread(signal_with_start, outcome, "sws")
-        _wait_until_blocked(conn, "sws")
+        rotating = in_thread(rotate, outcome, "rotate")
+        wait_until_blocked(conn, "rotate")
+        signalling = in_thread(signal_with_start, outcome, "sws")
+        wait_until_blocked(conn, "sws")
         holder.commit()
         rotating.join(20)
         signalling.join(20)
@@ -129,8 +106,8 @@ def test_a_start_racing_a_reset_of_its_key_reads_the_fork(
                     (reuse_policy,),
                 ).fetchone()
 
-        starting = _in_thread(start, outcome, "start")
-        _wait_until_blocked(conn, "start")
+        starting = in_thread(start, outcome, "start")
+        wait_until_blocked(conn, "start")
         resetting.commit()
         starting.join(20)
 
