@@ -45,12 +45,14 @@ APP = App(workflows=[two_steps, step_then_sleep, sleep_first], activities=[step]
 
 
 def asleep(running: Any) -> None:
-    """Wait until the worker's sleep mark is committed, so that a start made now notifies it.
+    """Wait until the worker's sleep mark is committed, so that a start made now notifies it
+    and the worker takes the path these tests count (woken, not the look after its mark).
 
-    A run's result reaches the client before the worker has gone back to sleep; a start made in
-    that window may check for sleeping workers before the mark commits and commit after the
-    worker's last look for work: no notification, and the start waits for the 60 s poll. (Seen
-    once on a loaded machine: the flow's run never started, one due-time read in all.)"""
+    A run's result reaches the client before the worker has gone back to sleep. (Before the
+    queue's wake lock, a start made in that window could check for sleeping workers before the
+    mark committed and commit after the worker's last look: no notification, and the start
+    waited for the 60 s poll; seen once on a loaded machine. tests/integration/test_sleep_mark.py
+    now forces that race.)"""
     deadline = time.monotonic() + 30
     while not running.worker.lanes[0].sleeping:
         assert time.monotonic() < deadline, "the worker did not go to sleep"
