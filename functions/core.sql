@@ -350,13 +350,16 @@ $$;
 -- exclusively (set_worker_sleeping): every producer that checked without seeing its
 -- mark has committed by then. Neither side waits: a producer that finds the lock
 -- taken (a worker's mark in that instant, or any other session's hold) notifies
--- without checking.
+-- without checking. So does a producer whose transaction reads one snapshot
+-- (REPEATABLE READ, SERIALIZABLE: a start inside a caller's own transaction): that
+-- snapshot may predate a mark committed before the lock was taken.
 CREATE OR REPLACE FUNCTION harvest._notify_queue(p_queue text)
 RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF NOT pg_try_advisory_xact_lock_shared(1463897925, hashtext(p_queue) & 1023) THEN  -- class 'WAKE'
+    IF NOT pg_try_advisory_xact_lock_shared(1463897925, hashtext(p_queue) & 1023)  -- class 'WAKE'
+       OR current_setting('transaction_isolation') <> 'read committed' THEN
         PERFORM pg_notify('harvest_tasks', p_queue);
         RETURN;
     END IF;

@@ -80,6 +80,34 @@ def test_a_producer_that_finds_the_wake_lock_taken_notifies_without_checking(db:
         other.execute("SELECT pg_advisory_unlock(1463897925, hashtext('default') & 1023)")
 
 
+@pytest.mark.parametrize(
+    "isolation",
+    [psycopg.IsolationLevel.REPEATABLE_READ, psycopg.IsolationLevel.SERIALIZABLE],
+    ids=["repeatable-read", "serializable"],
+)
+def test_a_producer_reading_one_snapshot_notifies_without_checking(
+    db: str, client: Client, isolation: psycopg.IsolationLevel
+) -> None:
+    """A caller's transaction that took its snapshot before the worker's mark committed: the
+    mark is settled (no producer held the lock) and the worker's look finds nothing, then the
+    start checks in the old snapshot, where no one is asleep. It must notify all the same."""
+    with (
+        psycopg.connect(db, autocommit=True) as listener,
+        psycopg.connect(db, autocommit=True) as worker,
+        psycopg.connect(db) as producer,
+    ):
+        producer.isolation_level = isolation
+        listener.execute("LISTEN harvest_tasks")
+        worker.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'h', 1)")
+        producer.execute("SELECT 1")  # the transaction's snapshot: no one asleep yet
+        assert _mark(worker, "w") is True
+        claim = "SELECT count(*) FROM harvest.claim_tasks('w', ARRAY['default'], 1)"
+        assert worker.execute(claim).fetchone()[0] == 0
+        client.start_workflow(quick, 1, connection=producer)
+        producer.commit()
+        assert [n.payload for n in listener.notifies(timeout=2)] == ["default"]
+
+
 def test_the_mark_clears_with_nothing_to_wait_for(db: str) -> None:
     with psycopg.connect(db, autocommit=True) as conn, psycopg.connect(db) as producer:
         conn.execute("SELECT harvest.register_worker('w', ARRAY['default'], 'h', 1)")
