@@ -121,10 +121,14 @@ def test_schedules_and_dags_over_shards(shards, per_shard_workers) -> None:
     per_shard_workers(demo_app.app, shard_ids=(0, 2))  # each declares the App's schedules and DAG
 
     def registered(shard: int) -> bool:
+        # A worker registers its DAGs, then declares its schedules: wait for both.
         with psycopg.connect(shards.dsns[shard], autocommit=True) as conn:
-            return bool(conn.execute("SELECT 1 FROM harvest.dags WHERE dag_name = 'nightly_etl'").fetchall())
+            return conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM harvest.dags WHERE dag_name = 'nightly_etl') AND"
+                " (SELECT count(*) FROM harvest.schedules WHERE name IN ('greet-yearly', 'nightly_etl')) = 2"
+            ).fetchone()[0]
 
-    wait_for(lambda: registered(0) and registered(2), "both workers to register the DAG")
+    wait_for(lambda: registered(0) and registered(2), "both workers to register the DAG and its schedules")
     headers = {"Authorization": "Bearer operate-token"}
     with TestClient(dashboard_app(config=config, authorizer=TokenScopes(), timeout=TIMEOUT)) as client:
         listed = client.get("/schedules", headers=headers).text
