@@ -71,7 +71,8 @@ def test_a_start_of_a_name_no_worker_registered_is_refused(db: str, start_worker
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert lines[0] == (
         'error: workflow "greeet" is not registered on queue "default" '
-        "(registered there: billing.invoice, greet)"
+        "(registered there: billing.invoice, greet): check the name and the queue, "
+        "or start a worker whose App registers the workflow"
     )
     assert executions(db) == before  # nothing written
 

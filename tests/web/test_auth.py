@@ -88,7 +88,10 @@ def test_no_unknown_or_malformed_token_is_401_and_no_secret_is_logged(
         assert set(response.json()["error"]) == {"code", "message"}
         assert response.json()["error"]["code"] == "unauthenticated"
     assert "Bearer <token>" in missing.json()["error"]["message"]
-    assert unknown.json()["error"]["message"] == "the API token is unknown or revoked"
+    assert unknown.json()["error"]["message"] == (
+        "the API token is unknown or revoked: "
+        "pass a live token (harvest token create) as Authorization: Bearer <token>"
+    )
     everything = caplog.text + "".join(r.text for r in (missing, unknown, basic, empty, low))
     for secret in (*tokens.values(), guess):
         assert secret not in everything

@@ -455,6 +455,9 @@ def from_database_error(exc: Exception) -> HarvestError | None:
         return None
     diag = getattr(exc, "diag", None)
     message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    # The function's HINT says what to do about it; the message alone says only what was wrong.
+    hint = getattr(diag, "message_hint", None)
+    advised = f"{message}: {hint}" if hint else message
     if cls is WorkflowAlreadyExists:
         detail = getattr(diag, "message_detail", None)
         info: dict[str, Any] = {}
@@ -463,38 +466,34 @@ def from_database_error(exc: Exception) -> HarvestError | None:
                 info = json.loads(detail)
             except ValueError:
                 info = {}
-        return WorkflowAlreadyExists(message, info.get("existing_execution_id"), info.get("existing_status"))
+        return WorkflowAlreadyExists(advised, info.get("existing_execution_id"), info.get("existing_status"))
     if cls is QuotaExceeded:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
         return QuotaExceeded(
-            message, info.get("quota"), info.get("key"), info.get("usage"), info.get("limit")
+            advised, info.get("quota"), info.get("key"), info.get("usage"), info.get("limit")
         )
     if cls is PayloadTooLarge:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
-        hint = getattr(diag, "message_hint", None)
-        return PayloadTooLarge(
-            f"{message}: {hint}" if hint else message, info.get("what"), info.get("bytes"), info.get("limit")
-        )
+        return PayloadTooLarge(advised, info.get("what"), info.get("bytes"), info.get("limit"))
     if cls is UnknownWorkflow:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
-        return UnknownWorkflow(message, info.get("workflow_name"), info.get("queue"), info.get("registered"))
+        return UnknownWorkflow(advised, info.get("workflow_name"), info.get("queue"), info.get("registered"))
     if cls is WrongShard:
         try:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
-        hint = getattr(diag, "message_hint", None)
         return WrongShard(
-            f"{message}: {hint}" if hint else message,
+            advised,
             info.get("requested_shard_id"),
             info.get("shard_id"),
         )
@@ -503,9 +502,8 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             info = json.loads(getattr(diag, "message_detail", None) or "{}")
         except ValueError:
             info = {}
-        hint = getattr(diag, "message_hint", None)
         return ExecutionMigrated(
-            f"{message}: {hint}" if hint else message,
+            advised,
             info.get("reason"),
             info.get("execution_id"),
             info.get("shard_id"),
@@ -516,7 +514,7 @@ def from_database_error(exc: Exception) -> HarvestError | None:
             f"{message} (the database role lacks this right; "
             "see the harvest_* roles in docs/security.md, section Roles)"
         )
-    return cls(message)
+    return cls(advised)
 
 
 class SignalTimeout(HarvestError, TimeoutError):
