@@ -347,6 +347,28 @@ BEGIN
 END;
 $$;
 
+-- The most firings one schedule keeps waiting (buffered). A schedule whose runs do not
+-- end (a stuck run under buffer_all, a long catch-up) would otherwise add a row each
+-- slot without end; past this, a slot that would wait is skipped (buffer_full), and a
+-- backfill that would pass it is refused before it fires anything. Equal to the most
+-- slots one backfill takes, so a backfill into an empty buffer always fits.
+CREATE OR REPLACE FUNCTION harvest._max_buffered_firings()
+RETURNS integer
+LANGUAGE sql IMMUTABLE
+AS $$ SELECT 10000 $$;
+
+-- How many firings of a schedule wait (buffered), counting at most the limit.
+CREATE OR REPLACE FUNCTION harvest._buffered_firings(p_schedule_id bigint, p_except bigint DEFAULT NULL)
+RETURNS integer
+LANGUAGE sql STABLE
+AS $$
+    SELECT count(*)::integer FROM (
+        SELECT 1 FROM harvest.schedule_firings AS f
+        WHERE f.schedule_id = p_schedule_id AND f.status = 'buffered' AND f.id IS DISTINCT FROM p_except
+        LIMIT harvest._max_buffered_firings()
+    ) AS waiting;
+$$;
+
 -- Start the buffered firings of a locked schedule, oldest slot first, while it has
 -- fewer live runs than max_active_runs (p_except: a firing being decided now).
 CREATE OR REPLACE FUNCTION harvest._start_buffered(p_schedule harvest.schedules, p_except bigint DEFAULT NULL)
@@ -421,7 +443,9 @@ BEGIN
     ELSIF p_overlap = 'skip' THEN
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'max_active_runs'
         WHERE f.id = v_id RETURNING * INTO v_firing;
-    ELSIF p_overlap = 'buffer_one' AND v_waiting THEN
+    ELSIF (p_overlap = 'buffer_one' AND v_waiting)
+          OR (p_overlap = 'buffer_all' AND v_waiting
+              AND harvest._buffered_firings(p_schedule.id, v_id) >= harvest._max_buffered_firings()) THEN
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'buffer_full'
         WHERE f.id = v_id RETURNING * INTO v_firing;
     ELSIF p_overlap IN ('buffer_one', 'buffer_all') THEN
@@ -653,6 +677,9 @@ DECLARE
     v_firing jsonb;
     v_counts jsonb := '{"started": 0, "buffered": 0, "skipped": 0, "failed": 0, "duplicate": 0}';
     v_key text;
+    v_new integer;
+    v_waiting integer;
+    v_free integer;
 BEGIN
     IF coalesce(p_overlap, '') NOT IN (
         'skip', 'buffer_one', 'buffer_all', 'cancel_other', 'terminate_other', 'allow_all'
@@ -674,6 +701,22 @@ BEGIN
     IF v_slot > harvest.now() THEN
         RAISE EXCEPTION 'backfill slot % is in the future', v_slot USING ERRCODE = 'HR001',
             HINT = 'a backfill fires past slots: end the range at or before now';
+    END IF;
+    IF p_overlap = 'buffer_all' THEN
+        -- Refused whole rather than cut short: the slots that would not fit are the newest,
+        -- and skipping them would leave a gap the operator did not ask for.
+        SELECT count(DISTINCT u.s)::integer INTO v_new FROM unnest(p_slots) AS u (s)
+        WHERE NOT EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
+                          WHERE f.schedule_id = v_schedule.id AND f.slot_at = u.s);
+        v_waiting := harvest._buffered_firings(v_schedule.id);
+        v_free := greatest(v_schedule.max_active_runs - harvest._schedule_active_runs(v_schedule), 0);
+        IF v_waiting + v_new - v_free > harvest._max_buffered_firings() THEN
+            RAISE EXCEPTION 'backfill of % new slot(s) of schedule % would leave % waiting, over the limit of %',
+                v_new, p_name, v_waiting + v_new - v_free, harvest._max_buffered_firings()
+                USING ERRCODE = 'HR001',
+                HINT = format('%s slot(s) of it are already waiting for a free run: backfill a shorter range, '
+                              'or again once they have run, or pass another overlap (skip, allow_all)', v_waiting);
+        END IF;
     END IF;
     FOR v_slot IN SELECT DISTINCT u.s FROM unnest(p_slots) AS u (s) ORDER BY 1 LOOP
         v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap);

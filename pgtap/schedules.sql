@@ -10,7 +10,7 @@
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(72);
+SELECT plan(78);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -282,6 +282,27 @@ SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger
 SET LOCAL harvest.fake_now = '2031-01-01 00:02:00+00';
 SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('paced') AS f),
           'skipped:max_active_runs', 'a deferred start counts as the schedule''s live run');
+-- buffer_all keeps at most harvest._max_buffered_firings() slots waiting; the next is skipped.
+SELECT is(harvest._max_buffered_firings(), 10000, 'a schedule keeps at most 10000 slots waiting');
+SELECT harvest.create_schedule('stacked', 'stacked_wf', p_interval_secs => 60, p_overlap => 'buffer_all');
+SELECT harvest.trigger_schedule('stacked');  -- its run stays live
+INSERT INTO harvest.schedule_firings (schedule_id, slot_at, origin, status, workflow_id, recorded_at)
+SELECT s.id, timestamptz '2020-01-01 00:00:00+00' + make_interval(mins => i), 'schedule', 'buffered',
+       'sched:stacked:' || i, harvest.now()
+FROM harvest.schedules AS s, generate_series(1, 9999) AS i WHERE s.name = 'stacked';
+SELECT is(harvest._buffered_firings((SELECT id FROM harvest.schedules WHERE name = 'stacked')), 9999,
+          '_buffered_firings() counts the waiting slots');
+SET LOCAL harvest.fake_now = '2031-01-01 00:03:00+00';
+SELECT is((SELECT f ->> 'status' FROM harvest.trigger_schedule('stacked') AS f), 'buffered',
+          'the 10000th slot waits');
+SET LOCAL harvest.fake_now = '2031-01-01 00:04:00+00';
+SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('stacked') AS f),
+          'skipped:buffer_full', 'past the limit a slot is skipped, buffer_full');
+SELECT is(harvest._buffered_firings((SELECT id FROM harvest.schedules WHERE name = 'stacked')), 10000,
+          'and counting stops at the limit');
+SELECT throws_ok($$SELECT harvest.backfill_schedule('stacked', ARRAY[timestamptz '2030-06-01 00:00:00+00'])$$,
+                 'HR001', 'backfill of 1 new slot(s) of schedule stacked would leave 10001 waiting, over the limit of 10000',
+                 'a backfill past the limit is refused');
 SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
 SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
 

@@ -253,6 +253,48 @@ def test_overlap_policies(clock, db, overlap, statuses) -> None:
         assert report.buffered_started == 0
 
 
+def test_buffer_all_keeps_at_most_ten_thousand_waiting_slots(clock, db) -> None:
+    """A run that never ends under buffer_all: the waiting slots stop at the limit (later slots
+    are skipped, buffer_full), and a backfill that would pass it is refused before it fires."""
+    c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
+    c.call("create_schedule", "bq", "wf", interval_secs=60, overlap="buffer_all")
+    c.tick()
+    c.walk(dt.datetime(2030, 1, 1, 0, 1, 1, tzinfo=UTC), dt.timedelta(seconds=20))
+    assert [status for _, status, _ in c.firings("bq")] == ["started"]
+    with psycopg.connect(db, autocommit=True) as conn:
+        # 9,998 older slots already waiting, as a long stuck run would have left them.
+        conn.execute(
+            """
+            INSERT INTO harvest.schedule_firings
+                (schedule_id, slot_at, origin, status, workflow_id, recorded_at)
+            SELECT s.id, timestamptz '2029-01-01 00:00:00+00' + make_interval(mins => i), 'schedule',
+                   'buffered', 'sched:bq:' || i, harvest.now()
+            FROM harvest.schedules AS s, generate_series(1, 9998) AS i WHERE s.name = 'bq'
+            """
+        )
+    c.walk(dt.datetime(2030, 1, 1, 0, 2, 1, tzinfo=UTC), dt.timedelta(seconds=20))
+    assert c.firings("bq")[-1][1:] == ("buffered", None)  # the 9,999th
+    backfill = Schedule.every("1m").slots(
+        dt.datetime(2029, 12, 31, 0, 0, tzinfo=UTC), dt.datetime(2029, 12, 31, 0, 3, tzinfo=UTC)
+    )
+    with pytest.raises(InvalidArgument) as refused:
+        c.call("backfill_schedule", "bq", backfill)  # 3 new slots: 10,002 would wait
+    message = str(refused.value)
+    assert "of 3 new slot(s) of schedule bq would leave 10002 waiting, over the limit of 10000" in message
+    assert "9999 slot(s) of it are already waiting" in message  # what to do: the hint
+    assert c.call("get_schedule", "bq")["buffered"] == 9999, "a refused backfill writes nothing"
+    assert c.call("backfill_schedule", "bq", backfill[:1])["buffered"] == 1  # exactly at the limit
+    c.walk(dt.datetime(2030, 1, 1, 0, 4, 1, tzinfo=UTC), dt.timedelta(seconds=20))
+    assert [f[1:] for f in c.firings("bq")[-2:]] == [("skipped", "buffer_full")] * 2
+    assert c.call("get_schedule", "bq")["buffered"] == 10000
+    assert c.call("backfill_schedule", "bq", backfill[1:], "skip")["skipped"] == 2  # another overlap goes
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute(
+            "SELECT harvest.terminate_workflow(id, 'done') FROM harvest.executions WHERE status = 'RUNNING'"
+        )
+    assert c.tick().buffered_started == 1  # the oldest waiting slot runs when the run ends
+
+
 def test_pause_resume_trigger_backfill_and_declared_upsert(clock, db) -> None:
     c = clock(dt.datetime(2030, 1, 1, 0, 0, 30, tzinfo=UTC))
 
