@@ -1,13 +1,41 @@
 -- Reset: recover a running top-level workflow stuck on history its current code
 -- can no longer replay. The source run ends TERMINATED; a fork on the same shard
 -- carries the history through a completed boundary, gets a WorkflowResetFork
--- marker, and is queued to run under the current code.
+-- marker, and is queued to run under the current code. The offloaded payloads it
+-- carries are its own copies (the source's erasure or retention leaves them).
 --
 -- A boundary is valid when nothing issued at or before it is still unresolved
 -- there (activities, timers, children, updates, external signals and cancels)
 -- and it does not cut a workflow
 -- task's command group in half. Terminal runs, child runs and continue-as-new
 -- successors are refused. dry_run reports the plan and writes nothing.
+
+-- p_data with each offload reference named in p_renamed ({old id: new id}) pointing at the
+-- new id. jsonb prints every key as "key": value whatever the session's settings, and a
+-- quote inside a string is printed escaped, so the text below matches the reference's key and
+-- value and nothing inside a string.
+CREATE OR REPLACE FUNCTION harvest._renamed_refs(p_data jsonb, p_renamed jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE
+AS $$
+DECLARE
+    v_text text;
+    v_old text;
+BEGIN
+    IF p_data IS NULL OR p_renamed IS NULL OR p_renamed = '{}'::jsonb THEN
+        RETURN p_data;
+    END IF;
+    v_text := p_data::text;
+    IF strpos(v_text, '"_harvest_ref": "') = 0 THEN
+        RETURN p_data;
+    END IF;
+    FOR v_old IN SELECT jsonb_object_keys(p_renamed) LOOP
+        v_text := replace(v_text, '"_harvest_ref": "' || v_old || '"',
+                          '"_harvest_ref": "' || (p_renamed ->> v_old) || '"');
+    END LOOP;
+    RETURN v_text::jsonb;
+END;
+$$;
 
 -- Problems that make p_to_event an invalid reset point, as readable lines.
 CREATE OR REPLACE FUNCTION harvest._reset_problems(p_execution harvest.executions, p_to_event bigint)
@@ -105,6 +133,7 @@ DECLARE
     v_pending_signals integer;
     v_signal record;
     v_plan jsonb;
+    v_renamed jsonb;
 BEGIN
     IF p_reason IS NULL OR btrim(p_reason) = '' THEN
         RAISE EXCEPTION 'a reset needs a reason' USING ERRCODE = 'HR001',
@@ -150,6 +179,18 @@ BEGIN
 
     -- This database's shard: a moved run's id names its origin shard.
     v_fork_id := harvest._new_execution_id(harvest.get_shard_id());
+    -- The offloaded payloads the fork carries (its input, the carried events, the signals it
+    -- takes over) are copied under new ids that the fork owns, and its references renamed:
+    -- the source's erasure or deletion must not take the fork's history with it.
+    SELECT coalesce(jsonb_object_agg(r.id, gen_random_uuid()), '{}'::jsonb) INTO v_renamed
+    FROM (
+        SELECT harvest._payload_refs(v_source.input) AS id
+        UNION
+        SELECT harvest._payload_refs(ev.event_data) FROM harvest.events AS ev
+        WHERE ev.execution_id = p_execution_id
+          AND (ev.event_id <= p_to_event OR (p_signal_reapply = 'buffer' AND ev.event_type = 'SignalReceived'))
+    ) AS r
+    WHERE EXISTS (SELECT 1 FROM harvest.payloads AS p WHERE p.id = r.id);
     INSERT INTO harvest.executions (
         id, workflow_name, workflow_id, queue, input, search_attributes, created_at,
         execution_timeout_at, timeout_at, run_timeout_secs, concurrency_key, quota_key,
@@ -157,16 +198,21 @@ BEGIN
     )
     -- The fork keeps the source's deadlines and its flow-control keys (per-key
     -- concurrency and quotas count it like the run it replaces).
-    SELECT v_fork_id, s.workflow_name, s.workflow_id, s.queue, s.input, s.search_attributes, v_now,
+    SELECT v_fork_id, s.workflow_name, s.workflow_id, s.queue, harvest._renamed_refs(s.input, v_renamed),
+           s.search_attributes, v_now,
            s.execution_timeout_at, s.timeout_at, s.run_timeout_secs, s.concurrency_key, s.quota_key,
            p_to_event,
            (SELECT coalesce(sum(harvest._event_bytes(ev.event_data)), 0) FROM harvest.events AS ev
             WHERE ev.execution_id = s.id AND ev.event_id <= p_to_event)
     FROM harvest.executions AS s WHERE s.id = p_execution_id;
     INSERT INTO harvest.events (execution_id, event_id, event_type, event_data, created_at)
-    SELECT v_fork_id, ev.event_id, ev.event_type, ev.event_data, ev.created_at
+    SELECT v_fork_id, ev.event_id, ev.event_type, harvest._renamed_refs(ev.event_data, v_renamed), ev.created_at
     FROM harvest.events AS ev
     WHERE ev.execution_id = p_execution_id AND ev.event_id <= p_to_event;
+    INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
+    SELECT (v_renamed ->> p.id::text)::uuid, v_fork_id, v_now, p.bytes, p.data, p.erased_at
+    FROM harvest.payloads AS p
+    WHERE v_renamed ? p.id::text;
     PERFORM harvest._append_event(v_fork_id, 'WorkflowResetFork', jsonb_build_object(
         'source_execution_id', p_execution_id, 'to_event', p_to_event, 'reason', p_reason,
         'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply));
@@ -177,7 +223,8 @@ BEGIN
               AND ev.event_type = 'SignalReceived'
             ORDER BY ev.event_id
         LOOP
-            PERFORM harvest._append_event(v_fork_id, 'SignalReceived', v_signal.event_data);
+            PERFORM harvest._append_event(v_fork_id, 'SignalReceived',
+                                          harvest._renamed_refs(v_signal.event_data, v_renamed));
         END LOOP;
     END IF;
     PERFORM harvest._ensure_workflow_task(v_fork_id);

@@ -4,7 +4,7 @@
 -- history_bytes). harvest.count_versions is tested in pgtap/executions.sql; here, only
 -- that a fork carries the version markers it copied.
 BEGIN;
-SELECT plan(94);
+SELECT plan(96);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL DateStyle = 'ISO, MDY';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
@@ -389,5 +389,15 @@ SELECT is((SELECT count(*) FROM harvest.audit_log WHERE operation = 'workflow.re
           (SELECT count(*) FROM harvest.events WHERE event_type = 'WorkflowResetFork'),
           'one workflow.reset row per fork: dry runs and refused resets write none');
 
+-- A fork's offload references are renamed to its own copies; nothing inside a string moves.
+SELECT is(harvest._renamed_refs(
+              '{"result": {"_harvest_ref": "00000000-0000-4000-8000-000000000001", "bytes": 9},
+                "note": "\"_harvest_ref\": \"00000000-0000-4000-8000-000000000001\""}'::jsonb,
+              '{"00000000-0000-4000-8000-000000000001": "00000000-0000-4000-8000-000000000002"}'),
+          '{"result": {"_harvest_ref": "00000000-0000-4000-8000-000000000002", "bytes": 9},
+            "note": "\"_harvest_ref\": \"00000000-0000-4000-8000-000000000001\""}'::jsonb,
+          '_renamed_refs() renames a reference and leaves the same text inside a string alone');
+SELECT is(harvest._renamed_refs('{"a": 1}'::jsonb, '{}'::jsonb), '{"a": 1}'::jsonb,
+          '_renamed_refs() with nothing to rename returns the data');
 SELECT * FROM finish();
 ROLLBACK;

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 
 import psycopg
 import pytest
@@ -351,3 +352,66 @@ def test_a_plain_activity_input_and_result_skip_the_payload_codecs(db, start_wor
         kind == "decode" and isinstance(value, list) and value and "event_type" in value[0]
         for kind, value in seen
     )  # (the spy saw the history's decode: it was in place)
+
+
+@workflow
+async def hoard(ctx, blob: str) -> dict:
+    got = await ctx.execute_activity(bulky, 3000)
+    go = await ctx.wait_for_signal("go")
+    await ctx.wait_for_signal("finish")  # sent once the source is gone: the fork replays all of it
+    return {
+        "input": blob[:5],
+        "input_len": len(blob),
+        "got": got[: len(SECRET)],
+        "got_len": len(got),
+        "go": go,
+    }
+
+
+def test_a_reset_fork_owns_copies_of_the_offloaded_payloads_it_carries(db, start_worker):
+    """A fork's history carries the source's offload references: it gets its own copies of those
+    rows, so erasing the source (or retention deleting it) leaves the fork replayable."""
+    policy = Payloads(offload_bytes=1024)
+    # cache_size=0: each of the fork's workflow tasks replays its history, references resolved.
+    start_worker(App([hoard], [bulky], codecs=policy), cache_size=0)
+    with Client(db, codecs=policy) as client:
+        source = client.start_workflow(hoard, "input" + "x" * 3000, workflow_id="hoard-1")
+        deadline = time.monotonic() + 20
+        plan: dict = {}
+        while not plan.get("valid"):  # the first point after the activity's result is decided
+            assert time.monotonic() < deadline, plan
+            history = source.history()
+            if any(e["event_type"] == "ActivityCompleted" for e in history):
+                plan = source.reset(history[-1]["event_id"], "new code", dry_run=True)
+            time.sleep(0.05)
+        source.signal("go", "late " + "y" * 2000)  # after the point: taken over with buffer
+        plan = source.reset(plan["to_event"], "new code", signal_reapply="buffer")
+        fork_id = plan["new_execution_id"]
+        with psycopg.connect(db, autocommit=True) as conn:
+            assert SqlApi(conn).erase_payloads(source.execution_id, "ops")["offloaded"] >= 3
+            conn.execute("DELETE FROM harvest.executions WHERE id = %s", (source.execution_id,))  # retention
+            refs = conn.execute(
+                """
+                SELECT array_agg(DISTINCT r ORDER BY r) FROM (
+                    SELECT harvest._payload_refs(input) AS r FROM harvest.executions WHERE id = %(fork)s
+                    UNION ALL SELECT harvest._payload_refs(event_data) FROM harvest.events
+                    WHERE execution_id = %(fork)s
+                ) AS s
+                """,
+                {"fork": fork_id},
+            ).fetchone()[0]
+            owned = conn.execute(
+                "SELECT array_agg(id ORDER BY id) FROM harvest.payloads"
+                " WHERE execution_id = %s AND erased_at IS NULL",
+                (fork_id,),
+            ).fetchone()[0]
+        assert len(refs) >= 3 and refs == owned  # the input, the result, the signal ...: the fork's own
+        fork = client.get_handle(fork_id, hoard)
+        fork.signal("finish", None)
+        assert fork.result(timeout=30) == {
+            "input": "input",
+            "input_len": 3005,
+            "got": SECRET,
+            "got_len": len(SECRET) + 6000,
+            "go": "late " + "y" * 2000,
+        }
