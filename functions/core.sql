@@ -157,8 +157,9 @@ BEGIN
         RAISE EXCEPTION '% is % bytes, over the payload limit of % bytes', p_what, v_bytes, p_limit
             USING ERRCODE = 'HR008',
             DETAIL = jsonb_build_object('what', p_what, 'bytes', v_bytes, 'limit', p_limit)::text,
-            HINT = 'keep large data outside the engine (a table, object storage) and pass a reference '
-                   'to it; the limit is harvest.engine_settings.max_payload_bytes';
+            HINT = 'offload it (codecs=Payloads(offload_bytes=...), docs/payloads.md) or keep large data outside '
+                   'the engine (a table, object storage) and pass a reference to it; the limit is '
+                   'harvest.engine_settings.max_payload_bytes';
     END IF;
 END;
 $$;

@@ -67,10 +67,11 @@ __all__ = [
 
 _ABSENT = object()
 
-# What a large payload should become instead (the engine's own offload store is future work).
+# What a large payload should become instead (the same words as functions/core.sql's HR008).
 PAYLOAD_HINT = (
-    "keep large data outside the engine (a table, object storage) and pass a reference "
-    "to it; the limit is harvest.engine_settings.max_payload_bytes"
+    "offload it (codecs=Payloads(offload_bytes=...), docs/payloads.md) or keep large data outside "
+    "the engine (a table, object storage) and pass a reference to it; the limit is "
+    "harvest.engine_settings.max_payload_bytes"
 )
 
 
