@@ -248,3 +248,39 @@ def test_a_shard_that_hangs_is_partial_within_the_cli_timeout(shards, silent_ser
     assert data["status"] == "partial" and data["unavailable_shards"] == [2]
     assert [r["worker_id"] for r in data["workers"]] == ["w0"]
     assert took < 5, f"the hung shard held the read {took:.1f} s"
+
+
+def _expired(shards, shard: int, name: str) -> None:
+    """A run on ``shard`` that ended 40 days ago."""
+    with shards.connect(shard) as conn:
+        conn.execute("SELECT harvest.start_workflow('wf', p_workflow_id => %s)", (name,))
+        ended = "SELECT harvest.terminate_workflow(id, 'x') FROM harvest.executions WHERE workflow_id = %s"
+        conn.execute(ended, (name,))
+        conn.execute(
+            "UPDATE harvest.executions SET completed_at = now() - interval '40 days' WHERE workflow_id = %s",
+            (name,),
+        )
+
+
+def test_retention_run_now_sweeps_every_shard(shards) -> None:
+    """`retention run-now` over SQL with [shards] sweeps every shard in turn, as the HTTP route
+    does (it swept the database of --database-url only), and prints the totals with each
+    shard's; a shard it cannot reach is named and it exits 1; a shard that refuses says which."""
+    for s, n in ((0, 2), (1, 0), (2, 1)):
+        for i in range(n):
+            _expired(shards, s, f"old-{s}-{i}")
+    result = _run(_env(shards), "retention", "run-now")
+    assert result.exit_code == 2 and "shard 0: retention is not configured" in result.stderr
+    assert _json(_env(shards), "retention", "set", "--max-age", "30 days")[0].exit_code == 0
+    _expired(shards, 1, "old-1-late")
+    result, data = _stopped(shards, 1, "retention", "run-now")
+    assert result.exit_code == 1
+    assert "shard(s) 1 could not be reached and were not swept" in result.stderr
+    assert (data["deleted"], data["unavailable_shards"]) == (3, [1])
+    assert [(r["shard_id"], r["deleted"]) for r in data["shards"]] == [(0, 2), (2, 1)]
+    result, data = _json(_env(shards), "retention", "run-now")
+    assert result.exit_code == 0 and data["deleted"] == 1 and data["unavailable_shards"] == []
+    swept = [(r["shard_id"], r["deleted"], r["remaining"]) for r in data["shards"]]
+    assert swept == [(0, 0, 0), (1, 1, 0), (2, 0, 0)]
+    text = _run(_env(shards), "retention", "run-now").stdout
+    assert text.startswith("deleted 0 execution(s)") and "\n  shard 2: deleted 0, 0 remaining" in text

@@ -685,13 +685,9 @@ class HttpApi:
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
         answer = self.http.post("/admin/retention/run-now", body, scope="admin", timeout=budget)
         shards = answer.get("shards") or []
-        if len(shards) == 1:
+        if len(shards) == 1 and not answer.get("unavailable_shards"):
             return _untagged(shards[0])
-        keys = ("deleted", "batches", "workers_deleted")
-        out: dict[str, Any] = {k: sum(r.get(k) or 0 for r in shards) for k in keys}
-        out["remaining"] = sum(r.get("remaining") or 0 for r in shards)
-        out["cutoff"] = min((r["cutoff"] for r in shards if r.get("cutoff")), default=None)
-        return out
+        return answer  # every shard's answer: the command adds them up (cli/retention.py)
 
     # audit
     def list_audit_log(

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from harvest.cli.output import (
+    cli_config,
     database_url_option,
     emit,
     mapping,
@@ -15,8 +16,11 @@ from harvest.cli.output import (
     progress,
     sql_api,
 )
-from harvest.cli.shards import deployment_read, emit_merged, fail_if_unreached
-from harvest.shard.fanout import FanOut, Merged
+from harvest.cli.output import selected as http_selected
+from harvest.cli.shards import deployment_read, emit_merged, fail_if_unreached, shard_writers
+from harvest.config import shards_configured
+from harvest.core.errors import DatabaseUnavailable, HarvestError
+from harvest.shard.fanout import FanOut, Merged, fan_out
 
 STATUS_KEYS = [
     "configured",
@@ -126,13 +130,21 @@ def run_now(
     output: str,
 ) -> None:
     """Delete expired terminal executions now, batch by batch, until none remain (and the
-    stopped or stale worker rows the worker rule lets go)."""
-    with sql_api(database_url, read_only=False) as sql:
-        sweep = getattr(sql, "sweep_retention", None)
-        if sweep is not None:  # over HTTP the server sweeps (503 where its janitor does not run)
-            data = sweep(max_age, batch_size, max_batches, operator)
-        else:
-            data = _sweep(sql, max_age, batch_size, max_batches, operator, output)
+    stopped or stale worker rows the worker rule lets go). On shards (over SQL with [shards], or
+    HTTP to a sharded server) every shard is swept, one after the other, and the totals printed;
+    a shard that could not be reached is named and the command exits 1."""
+    config = cli_config()
+    if http_selected(database_url) is None and shards_configured(config):
+        data = _sweep_shards(config, database_url, max_age, batch_size, max_batches, operator, output)
+    else:
+        with sql_api(database_url, read_only=False) as sql:
+            sweep = getattr(sql, "sweep_retention", None)
+            if sweep is not None:  # over HTTP the server sweeps (503 where its janitor does not run)
+                data = sweep(max_age, batch_size, max_batches, operator)
+                if "shards" in data:  # a sharded server: each shard's answer
+                    data = sharded_totals(data["shards"], data.get("unavailable_shards") or [])
+            else:
+                data = _sweep(sql, max_age, batch_size, max_batches, operator, output)
     emit(
         data,
         output,
@@ -140,8 +152,60 @@ def run_now(
             f"deleted {d['deleted']} execution(s) in {d['batches']} batch(es); "
             f"{d['remaining']} remaining (cutoff {d['cutoff']}); "
             f"deleted {d['workers_deleted']} worker row(s)"
+            + "".join(
+                f"\n  shard {r['shard_id']}: deleted {r['deleted']}, {r['remaining']} remaining"
+                for r in d.get("shards", ())
+            )
         ),
     )
+    fail_if_unreached(data.get("unavailable_shards") or [], "were not swept")
+
+
+def _sweep_shards(
+    config: Any,
+    database_url: Any,
+    max_age: Any,
+    batch_size: Any,
+    max_batches: int,
+    operator: Any,
+    output: str,
+) -> dict[str, Any]:
+    """Every readable shard swept in turn (a sweep may take many batches, so no shard is cut off
+    by shards.cli_timeout, and each has its own progress bar); the totals, as over HTTP."""
+    results: dict[int, Any] = {}
+    unavailable: list[int] = []
+    with shard_writers(config, database_url) as apis:
+        for shard in sorted(apis):
+            try:
+                fan = fan_out(
+                    apis,
+                    lambda api: _sweep(api, max_age, batch_size, max_batches, operator, output),
+                    shards=[shard],
+                    concurrent=False,
+                )
+            except HarvestError as exc:  # a refusal (retention not configured there, ...): say where
+                exc.args = (f"shard {shard}: {exc}", *exc.args[1:])
+                raise
+            results.update(fan.results)
+            unavailable.extend(fan.unavailable_shards)
+    if not results:
+        shards = ", ".join(str(s) for s in unavailable)
+        raise DatabaseUnavailable(
+            f"no shard could be swept (shard(s) {shards} unreachable); retry when one is up"
+        )
+    swept = [{"shard_id": s, **r} for s, r in sorted(results.items())]
+    return sharded_totals(swept, unavailable)
+
+
+def sharded_totals(shards: list[dict[str, Any]], unavailable: list[int]) -> dict[str, Any]:
+    """The sweep's totals over the shards' answers (over SQL and over HTTP alike): the counts
+    summed, the earliest cutoff, each shard's answer under ``shards`` and the shards missed."""
+    out: dict[str, Any] = {k: sum(r.get(k) or 0 for r in shards) for k in SWEEP_COUNTS}
+    out["cutoff"] = min((r["cutoff"] for r in shards if r.get("cutoff")), default=None)
+    return {**out, "shards": shards, "unavailable_shards": list(unavailable)}
+
+
+SWEEP_COUNTS = ("deleted", "batches", "remaining", "workers_deleted")
 
 
 def _sweep(
