@@ -683,7 +683,8 @@ class HttpApi:
             "operator_id": operator,
         }
         budget = max(self.http.settings.timeout, BULK_WRITE_SECS)
-        answer = self.http.post("/admin/retention/run-now", body, scope="admin", timeout=budget)
+        path = "/admin/retention/run-now"
+        answer: dict[str, Any] = self.http.post(path, body, scope="admin", timeout=budget)
         shards = answer.get("shards") or []
         if len(shards) == 1 and not answer.get("unavailable_shards"):
             return _untagged(shards[0])
