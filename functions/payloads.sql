@@ -178,7 +178,8 @@ BEGIN
         UNION ALL SELECT harvest._payload_refs(t.input) FROM harvest.tasks AS t WHERE t.execution_id = p_execution_id
         UNION ALL SELECT harvest._payload_refs(d.input) FROM harvest.dead_letters AS d
         WHERE d.execution_id = p_execution_id
-        -- A query's large answer is stored with no run: found through its request.
+        -- A query's large answer stored with no run (by an earlier worker, or for a run gone
+        -- meanwhile): found through its request while that is kept.
         UNION ALL SELECT harvest._payload_refs(jsonb_build_array(q.arg, q.answer)) FROM harvest.query_requests AS q
         WHERE q.execution_id = p_execution_id
     ) AS refs;

@@ -150,8 +150,9 @@ BEGIN
     WHERE w.since < v_cutoff AND NOT EXISTS (
         SELECT 1 FROM harvest.executions AS e
         WHERE e.id = w.execution_id AND e.status IN ('RUNNING', 'PAUSED'));
-    -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer,
-    -- a writer that named no run. A run's own rows go with it (ON DELETE CASCADE); a client's
+    -- Offloaded payloads no run owns (payloads.sql) past the window: a query's large answer
+    -- whose run was gone when it was stored (or stored by an earlier worker), a writer that
+    -- named no run. A run's own rows go with it (ON DELETE CASCADE); a client's
     -- start input is owned by its run from the start's transaction on, so no live run
     -- references a run-less row. A start a throttle, debounce or batch holds back has no run
     -- yet: the rows its input references are kept until it is released, which hands them to

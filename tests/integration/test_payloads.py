@@ -415,3 +415,25 @@ def test_a_reset_fork_owns_copies_of_the_offloaded_payloads_it_carries(db, start
             "got_len": len(SECRET) + 6000,
             "go": "late " + "y" * 2000,
         }
+
+
+def test_a_large_query_answer_is_the_runs_own_and_erased_with_it(db, start_worker):
+    """A worker offloads a large query answer as the run's row: erasing the run erases it even
+    after its query request has expired (it used to be stored with no run, found only through
+    the request), and retention deleting the run deletes it."""
+    start_worker(App([vault], [seal], queries=[peek], codecs=Payloads(offload_bytes=1024)))
+    with Client(db) as client:
+        handle = client.start_workflow(vault, {"ssn": SECRET}, workflow_id="query-big")
+        deadline = time.monotonic() + 20
+        while not any(e["event_type"] == "WorkflowTaskCompleted" for e in handle.history()):
+            assert time.monotonic() < deadline, "the run's first workflow task did not complete"
+            time.sleep(0.05)
+        assert handle.query("peek", "p" * 2000) == "p" * 2000 + SECRET
+        handle.signal("note", {"text": "done"})
+        handle.result(timeout=30)
+    with psycopg.connect(db, autocommit=True) as conn:
+        holding = "SELECT execution_id::text FROM harvest.payloads WHERE data::text LIKE %s"
+        assert conn.execute(holding, (f"%{SECRET}%",)).fetchall() == [(handle.execution_id,)]
+        conn.execute("DELETE FROM harvest.query_requests")  # the request expired
+        assert SqlApi(conn).erase_payloads(handle.execution_id, "ops")["offloaded"] == 1
+        assert conn.execute(holding, (f"%{SECRET}%",)).fetchall() == []

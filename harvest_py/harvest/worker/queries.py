@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from harvest.core import payload
-from harvest.core.errors import PayloadTooLarge
+from harvest.core.errors import ExecutionMigrated, NotFound, PayloadTooLarge
 from harvest.db import channels
 from harvest.db.connection import connect_async, redact
 from harvest.runtime import WorkflowRun
@@ -167,7 +167,7 @@ class QueryResponder:
             log.info(
                 "%s %r on %s: cannot rebuild the workflow state: %s", kind, name, request["execution_id"], exc
             )
-            await self._reply(request_id, None, failure_of(exc))
+            await self._reply(request, None, failure_of(exc))
             return "rejected"
         try:
             if kind == "query":
@@ -179,16 +179,16 @@ class QueryResponder:
                     answer, error = None, failure_of(exc)
                 except Exception as exc:
                     answer, error = None, failure_of(self._explain(run, exc))
-                await self._reply(request_id, answer, error)
+                await self._reply(request, answer, error)
                 return None
             try:
                 run.handlers.validate_update(name, request["arg"])
             except UnknownHandler as exc:
                 if run.through != 0:  # a run that has stepped: its handlers are all known
-                    await self._reply(request_id, None, failure_of(exc))
+                    await self._reply(request, None, failure_of(exc))
                     return "rejected"
             except Exception as exc:
-                await self._reply(request_id, None, failure_of(exc))
+                await self._reply(request, None, failure_of(exc))
                 return "rejected"
             await self.lane.sql.accept_update(request_id, w.worker_id)
             self.answered += 1
@@ -206,12 +206,24 @@ class QueryResponder:
                 if evicted is not None:
                     evicted.close()
 
-    async def _reply(self, request_id: int, answer: Any, error: dict[str, Any] | None) -> None:
+    async def _reply(self, request: dict[str, Any], answer: Any, error: dict[str, Any] | None) -> None:
         w = self.worker
-        answer = await w.payloads.encode(self.lane.sql, None, answer)
-        error = await w.payloads.encode_failure(self.lane.sql, None, error)
-        await self.lane.sql.answer_query(request_id, w.worker_id, answer, error)
+        try:
+            # A large answer is stored as the run's own: erased and deleted with it.
+            answer, error = await self._encoded(str(request["execution_id"]), answer, error)
+        except (NotFound, ExecutionMigrated):
+            # The run is gone, or moved, since the request: the answer's rows go run-less
+            # (retention's run-less sweep deletes them).
+            answer, error = await self._encoded(None, answer, error)
+        await self.lane.sql.answer_query(request["request_id"], w.worker_id, answer, error)
         self.answered += 1
+
+    async def _encoded(
+        self, execution_id: str | None, answer: Any, error: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, Any] | None]:
+        payloads, sql = self.worker.payloads, self.lane.sql
+        encoded = await payloads.encode(sql, execution_id, answer)
+        return encoded, await payloads.encode_failure(sql, execution_id, error)
 
     @staticmethod
     def _explain(run: WorkflowRun, exc: Exception) -> Exception:
