@@ -837,6 +837,33 @@ BEGIN
 END;
 $$;
 
+-- Delete the declared schedules of p_homes' names here ({name: the shard that is its home
+-- now}): a worker whose router homes a schedule of its App on another shard (a reshard moved
+-- the home) removes the copy left on the old one, so it does not fire beside the new home's.
+-- A schedule an operator created (not declared) is kept; each deletion is audited. Returns
+-- how many were deleted.
+CREATE OR REPLACE FUNCTION harvest.delete_moved_schedules(p_homes jsonb)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_name text;
+    v_deleted integer := 0;
+BEGIN
+    IF jsonb_typeof(p_homes) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'homes must be a JSON object of schedule name -> home shard' USING ERRCODE = 'HR001';
+    END IF;
+    FOR v_name IN
+        DELETE FROM harvest.schedules AS s WHERE s.declared AND p_homes ? s.name RETURNING s.name
+    LOOP
+        v_deleted := v_deleted + 1;
+        PERFORM harvest._audit('schedule.delete_moved', v_name, NULL, jsonb_build_object(
+            'reason', 'its home is another shard', 'home_shard', p_homes -> v_name));
+    END LOOP;
+    RETURN v_deleted;
+END;
+$$;
+
 -- The unpaused schedules whose next slot is due or not computed yet, most overdue
 -- first, with what the scheduler needs to compute slots, and the engine's clock.
 CREATE OR REPLACE FUNCTION harvest.list_due_schedules(p_limit integer DEFAULT 100)
@@ -1008,6 +1035,10 @@ COMMENT ON FUNCTION harvest.count_schedule_misses IS
 COMMENT ON FUNCTION harvest.declare_schedules IS
 'Upsert the schedules an App declares at worker boot: unchanged ones stay as they are, a runtime pause is '
 'never undone; returns how many changed. Called by the worker (role harvest_worker).';
+COMMENT ON FUNCTION harvest.delete_moved_schedules IS
+'Delete the declared schedules of these names here, whose home is now another shard (p_homes: name -> home '
+'shard), so a schedule moved by a reshard does not fire on both; operator-created ones are kept; audited as '
+'schedule.delete_moved. Called by the worker at boot (role harvest_worker).';
 COMMENT ON FUNCTION harvest.list_due_schedules IS
 'The unpaused schedules whose next slot is due or not computed yet, with the engine clock, for the scheduler to '
 'compute slots from. Called by the scheduler (role harvest_worker).';

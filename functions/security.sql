@@ -68,7 +68,8 @@ AS $$
                         'release_cross_shard_child', 'start_cross_shard_child', 'get_cross_shard_child',
                         'cancel_cross_shard_child', 'detach_activity', 'record_llm_call')
             THEN 'harvest_worker'
-        WHEN p_name IN ('declare_schedules', 'list_due_schedules', 'fire_schedule', 'start_buffered_firings')
+        WHEN p_name IN ('declare_schedules', 'delete_moved_schedules', 'list_due_schedules', 'fire_schedule',
+                        'start_buffered_firings')
             THEN 'harvest_worker'
         WHEN p_name IN ('list_schedules', 'get_schedule', 'count_schedule_misses') THEN 'harvest_reader'
         WHEN p_name IN ('create_schedule', 'update_schedule', 'delete_schedule', 'pause_schedule', 'resume_schedule',

@@ -10,7 +10,7 @@
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(78);
+SELECT plan(82);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -303,6 +303,19 @@ SELECT is(harvest._buffered_firings((SELECT id FROM harvest.schedules WHERE name
 SELECT throws_ok($$SELECT harvest.backfill_schedule('stacked', ARRAY[timestamptz '2030-06-01 00:00:00+00'])$$,
                  'HR001', 'backfill of 1 new slot(s) of schedule stacked would leave 10001 waiting, over the limit of 10000',
                  'a backfill past the limit is refused');
+-- delete_moved_schedules: a declared copy whose home is another shard goes; an operator's stays.
+SELECT harvest.declare_schedules('[{"name": "moved", "workflow_name": "moved_wf", "interval_secs": 60}]');
+SELECT harvest.create_schedule('handmade', 'moved_wf', p_interval_secs => 60);
+SELECT is(harvest.delete_moved_schedules('{"moved": 2, "handmade": 2, "absent": 1}'), 1,
+          'delete_moved_schedules() deletes the declared schedules named and counts them');
+SELECT is((SELECT array_agg(name ORDER BY name) FROM harvest.schedules WHERE name IN ('moved', 'handmade')),
+          ARRAY['handmade'], 'an operator-created schedule of a named name is kept');
+SELECT is((SELECT details ->> 'home_shard' FROM harvest.audit_log
+           WHERE operation = 'schedule.delete_moved' AND target = 'moved'), '2',
+          'each deletion is audited with the home shard');
+SELECT throws_ok($$SELECT harvest.delete_moved_schedules('["moved"]')$$, 'HR001',
+                 'homes must be a JSON object of schedule name -> home shard',
+                 'delete_moved_schedules() refuses anything but an object');
 SELECT is(harvest.delete_schedule('daily'), true, 'delete_schedule() deletes');
 SELECT is(harvest.delete_schedule('daily'), false, 'and answers false the second time');
 

@@ -15,6 +15,8 @@ from click.testing import CliRunner
 
 from harvest import App, Schedule, Worker, WorkflowSchedule, workflow
 from harvest.cli.main import main
+from harvest.db.sqlapi import SqlApi
+from harvest.declare.schedules import schedule_specs
 from harvest.shard.router import ShardRouter
 
 pytestmark = pytest.mark.shard
@@ -84,6 +86,13 @@ def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it
         workflows=[shard_tick],
         schedules=[WorkflowSchedule(n, Schedule.cron("* * * * * *"), workflow=shard_tick) for n in names],
     )
+    # A reshard moved every home: copies declared where they lived before (each on the next
+    # shard), and a schedule an operator made there by hand under the same kind of name.
+    specs = {spec["name"]: spec for spec in schedule_specs(app)}
+    for name in names:
+        with shards.connect((ROUTER.schedule_home(name) + 1) % 3) as conn:
+            SqlApi(conn).declare_schedules([specs[name]])
+            conn.execute("SELECT harvest.create_schedule('by-hand', 'shard_tick', p_interval_secs => 3600)")
     worker = Worker(app, shards=dict(shards.dsns), router=ROUTER, scan_interval=0.2, poll_interval=0.3)
     loop: list[asyncio.AbstractEventLoop] = []
 
@@ -113,7 +122,20 @@ def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it
         loop[0].call_soon_threadsafe(worker.request_stop)
         thread.join(60)
     for shard in (0, 1, 2):
-        here = [r[0] for r in _rows(shards, shard, "SELECT name FROM harvest.schedules ORDER BY name")]
-        assert here == sorted(n for n in names if ROUTER.schedule_home(n) == shard)
+        here = [
+            r[0]
+            for r in _rows(shards, shard, "SELECT name FROM harvest.schedules WHERE declared ORDER BY name")
+        ]
+        assert here == sorted(n for n in names if ROUTER.schedule_home(n) == shard), "the old copies are gone"
         runs = _rows(shards, shard, "SELECT DISTINCT split_part(workflow_id, ':', 2) FROM harvest.executions")
-        assert {r[0] for r in runs} <= set(here), "a schedule fires on its own shard only"
+        assert {r[0] for r in runs} <= {*here, "by-hand"}, "a schedule fires on its own shard only"
+        moved = [n for n in names if (ROUTER.schedule_home(n) + 1) % 3 == shard]
+        if moved:
+            assert _rows(shards, shard, "SELECT name FROM harvest.schedules WHERE NOT declared") == [
+                ("by-hand",)
+            ]
+            audited = (
+                "SELECT target, details ->> 'home_shard' FROM harvest.audit_log"
+                " WHERE operation = 'schedule.delete_moved'"
+            )
+            assert _rows(shards, shard, audited) == [(n, str(ROUTER.schedule_home(n))) for n in moved]

@@ -1715,6 +1715,11 @@ def declare_schedules(schedules: list[dict[str, Any]]) -> dict[str, Any]:
     return {"schedules": _jsonb(schedules)}
 
 
+@call("SELECT harvest.delete_moved_schedules(%(homes)s) AS deleted", column("deleted"))
+def delete_moved_schedules(homes: dict[str, Any]) -> dict[str, Any]:
+    return {"homes": _jsonb(homes)}
+
+
 @call("SELECT * FROM harvest.list_due_schedules(%(limit)s)")
 def list_due_schedules(limit: int = 100) -> dict[str, Any]:
     return {"limit": limit}

@@ -454,10 +454,23 @@ class Worker:
         # Flow-control policies of this App (docs/flow-control.md), read by start_workflow.
         await lane.sql.declare_flow_policies(self.app.flow_policies())
         # The App's schedules homed on this shard (docs/schedules.md): upserted, a pause kept.
-        homed = [spec for spec in schedule_specs(self.app) if self._schedule_home(spec["name"]) == lane.shard]
+        specs = schedule_specs(self.app)
+        homes = {spec["name"]: self._schedule_home(spec["name"]) for spec in specs}
+        homed = [spec for spec in specs if homes[spec["name"]] == lane.shard]
         if homed:
             changed = await lane.sql.declare_schedules(homed)
             log.info("declared %d schedule(s) (%d changed)", len(homed), changed)
+        # Those homed on another shard of the router's: a copy left here by a reshard would fire
+        # beside its new home's. (Without a router a worker knows its own shards only.)
+        elsewhere = {name: home for name, home in homes.items() if home != lane.shard}
+        if elsewhere and self.router is not None:
+            removed = await lane.sql.delete_moved_schedules(elsewhere)
+            if removed:
+                log.warning(
+                    "removed %d declared schedule(s) from shard %d: their home is now another shard",
+                    removed,
+                    lane.shard,
+                )
         lane.ready = True
 
     def _schedule_home(self, name: str) -> int:
