@@ -7,8 +7,9 @@
 
 -- A new token named p_name with scope read, operate or admin (the roles harvest_reader,
 -- harvest_operator, harvest_admin); returns its secret, which is never shown again.
-CREATE OR REPLACE FUNCTION harvest.create_api_token(p_name text, p_scope text)
-RETURNS TABLE (token_id bigint, name text, scope text, secret text, created_at timestamptz)
+-- p_expires_in: it authenticates nothing after that long (NULL: until it is revoked).
+CREATE OR REPLACE FUNCTION harvest.create_api_token(p_name text, p_scope text, p_expires_in interval DEFAULT NULL)
+RETURNS TABLE (token_id bigint, name text, scope text, secret text, created_at timestamptz, expires_at timestamptz)
 LANGUAGE plpgsql
 AS $$
 #variable_conflict use_column
@@ -16,6 +17,7 @@ DECLARE
     v_secret text;
     v_id bigint;
     v_now timestamptz := harvest.now();
+    v_expires_at timestamptz;
 BEGIN
     IF p_name IS NULL OR btrim(p_name) = '' OR length(p_name) > 100 THEN
         RAISE EXCEPTION 'token name "%" is empty or longer than 100 characters', coalesce(p_name, '')
@@ -25,31 +27,40 @@ BEGIN
         RAISE EXCEPTION 'unknown token scope "%"', coalesce(p_scope, '')
             USING ERRCODE = 'HR001', HINT = 'use read, operate or admin';
     END IF;
+    IF p_expires_in IS NOT NULL AND (p_expires_in <= interval '0' OR p_expires_in > interval '100 years') THEN
+        RAISE EXCEPTION 'a token''s lifetime must be positive and at most 100 years, got %',
+            harvest._interval_text(p_expires_in)
+            USING ERRCODE = 'HR001', HINT = 'e.g. 90 days; leave it out for a token that lives until it is revoked';
+    END IF;
+    v_expires_at := v_now + p_expires_in;
     -- gen_random_uuid() draws from the server's strong random source: two of them,
     -- less their fixed version and variant bits, are 244 random bits.
     v_secret := 'hvt_' || replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '');
     BEGIN
-        INSERT INTO harvest.api_tokens AS t (name, scope, secret_hash, created_at, created_by)
-        VALUES (p_name, p_scope, sha256(convert_to(v_secret, 'UTF8')), v_now, session_user)
+        INSERT INTO harvest.api_tokens AS t (name, scope, secret_hash, created_at, created_by, expires_at)
+        VALUES (p_name, p_scope, sha256(convert_to(v_secret, 'UTF8')), v_now, session_user, v_expires_at)
         RETURNING t.id INTO v_id;
     EXCEPTION WHEN unique_violation THEN
         RAISE EXCEPTION 'a live API token named "%" exists', p_name
             USING ERRCODE = 'HR021', HINT = 'revoke it first (harvest token revoke), or choose another name';
     END;
-    PERFORM harvest._audit('token.create', p_name, NULL, jsonb_build_object('token_id', v_id, 'scope', p_scope));
-    RETURN QUERY SELECT v_id, p_name, p_scope, v_secret, v_now;
+    PERFORM harvest._audit('token.create', p_name, NULL, jsonb_build_object(
+        'token_id', v_id, 'scope', p_scope,
+        'expires_at', to_char(v_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')));
+    RETURN QUERY SELECT v_id, p_name, p_scope, v_secret, v_now, v_expires_at;
 END;
 $$;
 
--- The tokens, without their secrets (nor their hashes), live ones first.
+-- The tokens, without their secrets (nor their hashes), live ones first (an expired one is
+-- listed among them, with its expires_at, until it is revoked).
 CREATE OR REPLACE FUNCTION harvest.list_api_tokens(p_include_revoked boolean DEFAULT false)
 RETURNS TABLE (
     token_id bigint, name text, scope text, created_at timestamptz, created_by text,
-    revoked_at timestamptz, revoked_by text
+    revoked_at timestamptz, revoked_by text, expires_at timestamptz
 )
 LANGUAGE sql STABLE
 AS $$
-    SELECT t.id, t.name, t.scope, t.created_at, t.created_by, t.revoked_at, t.revoked_by
+    SELECT t.id, t.name, t.scope, t.created_at, t.created_by, t.revoked_at, t.revoked_by, t.expires_at
     FROM harvest.api_tokens AS t
     WHERE coalesce(p_include_revoked, false) OR t.revoked_at IS NULL
     ORDER BY t.revoked_at IS NOT NULL, t.name, t.id;
@@ -76,27 +87,36 @@ END;
 $$;
 
 -- The name and scope of the live token whose secret hashes to p_secret_hash; HR020 for
--- an unknown or revoked one (the message names neither the hash nor the secret).
+-- an unknown, revoked or expired one (the message names neither the hash nor the secret;
+-- an expired one says so, to whoever holds its secret).
 CREATE OR REPLACE FUNCTION harvest.authenticate_api_token(p_secret_hash bytea)
 RETURNS TABLE (name text, scope text)
 LANGUAGE plpgsql STABLE
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_token harvest.api_tokens;
 BEGIN
-    RETURN QUERY SELECT t.name, t.scope FROM harvest.api_tokens AS t
+    SELECT * INTO v_token FROM harvest.api_tokens AS t
     WHERE t.secret_hash = p_secret_hash AND t.revoked_at IS NULL;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the API token is unknown or revoked'
             USING ERRCODE = 'HR020', HINT = 'pass a live token (harvest token create) as Authorization: Bearer <token>';
     END IF;
+    IF v_token.expires_at <= harvest.now() THEN
+        RAISE EXCEPTION 'the API token expired at %', to_char(v_token.expires_at AT TIME ZONE 'UTC',
+                                                              'YYYY-MM-DD HH24:MI:SS "UTC"')
+            USING ERRCODE = 'HR020', HINT = 'an admin creates a new token (harvest token create) and revokes this one';
+    END IF;
+    RETURN QUERY SELECT v_token.name, v_token.scope;
 END;
 $$;
 
 -- Comments: \df+ harvest.* documents the API.
 COMMENT ON FUNCTION harvest.create_api_token IS
 'Create an API token of scope read, operate or admin and return its secret, shown this once (stored as its '
-'SHA-256); audited as token.create; HR001 for a bad name or scope, HR021 when a live token has the name. For admins '
-'(role harvest_admin).';
+'SHA-256); p_expires_in bounds its life (NULL: until revoked); audited as token.create; HR001 for a bad name, scope '
+'or lifetime, HR021 when a live token has the name. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.list_api_tokens IS
 'The API tokens (live ones, or all with p_include_revoked) with scope, creator and revocation, never a secret or '
 'hash. For admins (role harvest_admin).';
@@ -104,5 +124,6 @@ COMMENT ON FUNCTION harvest.revoke_api_token IS
 'Revoke the live API token of that name; it authenticates nothing from the commit on; audited as token.revoke; '
 'HR002 when none is live. For admins (role harvest_admin).';
 COMMENT ON FUNCTION harvest.authenticate_api_token IS
-'The name and scope of the live token whose secret has this SHA-256, or HR020 (unknown or revoked). Called by the '
+'The name and scope of the live token whose secret has this SHA-256, or HR020 (unknown, revoked or expired). '
+'Called by the '
 'web process before it lowers its role to the scope''s (role harvest_reader).';

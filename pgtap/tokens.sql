@@ -1,6 +1,6 @@
 -- functions/tokens.sql: harvest.create_api_token, list_api_tokens, revoke_api_token, authenticate_api_token.
 BEGIN;
-SELECT plan(20);
+SELECT plan(24);
 
 CREATE TEMP TABLE minted (name text PRIMARY KEY, secret text);
 GRANT ALL ON minted TO PUBLIC;
@@ -60,6 +60,23 @@ SELECT results_eq($$SELECT a.scope FROM harvest.authenticate_api_token(
                         (SELECT sha256(convert_to(secret, 'UTF8')) FROM minted WHERE name = 'again')) AS a$$,
                   $$VALUES ('admin'::text)$$, 'authenticate_api_token(): open to a reader');
 RESET ROLE;
+
+-- A token with a lifetime: listed with its expiry, refused from then on (the engine's clock).
+SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
+INSERT INTO minted SELECT t.name, t.secret FROM harvest.create_api_token('brief', 'read', interval '1 day') AS t;
+SELECT is((SELECT expires_at FROM harvest.list_api_tokens() WHERE name = 'brief'),
+          timestamptz '2030-01-02 00:00:00+00', 'create_api_token() with a lifetime: listed with its expiry');
+SET LOCAL harvest.fake_now = '2030-01-02 00:00:00+00';
+SELECT throws_ok($$SELECT * FROM harvest.authenticate_api_token(
+                       (SELECT sha256(convert_to(secret, 'UTF8')) FROM minted WHERE name = 'brief'))$$,
+                 'HR020', 'the API token expired at 2030-01-02 00:00:00 UTC',
+                 'authenticate_api_token() of an expired token: HR020 naming when');
+SELECT throws_ok($$SELECT * FROM harvest.create_api_token('x', 'read', interval '0')$$, 'HR001',
+                 'a token''s lifetime must be positive and at most 100 years, got 00:00:00',
+                 'create_api_token() of a lifetime of zero: HR001');
+SELECT is((SELECT details ->> 'expires_at' FROM harvest.audit_log
+           WHERE operation = 'token.create' AND target = 'brief'), '2030-01-02T00:00:00Z',
+          'the audit row of the create carries the expiry in UTC');
 
 SELECT * FROM finish();
 ROLLBACK;

@@ -2,7 +2,8 @@
 -- scope (read, operate, admin: the roles harvest_reader, harvest_operator and
 -- harvest_admin) and the SHA-256 of the secret, never the secret itself. A revoked
 -- token keeps its row (who revoked it, when) and no longer authenticates; its name
--- may be given to a new token.
+-- may be given to a new token. A token with expires_at authenticates nothing from then on
+-- (it keeps its name until it is revoked).
 
 CREATE TABLE harvest.api_tokens (
     id bigint GENERATED ALWAYS AS IDENTITY,
@@ -13,6 +14,7 @@ CREATE TABLE harvest.api_tokens (
     created_by text NOT NULL,
     revoked_at timestamptz,
     revoked_by text,
+    expires_at timestamptz,
     CONSTRAINT api_tokens_pkey PRIMARY KEY (id),
     CONSTRAINT api_tokens_scope_known CHECK (scope IN ('read', 'operate', 'admin')),
     CONSTRAINT api_tokens_name_shape CHECK (btrim(name) <> '' AND length(name) <= 100),

@@ -114,6 +114,43 @@ def test_a_revoked_token_is_refused_at_the_next_request(db: str, tokens: dict[st
     assert run(main()) == [200, 401]
 
 
+def test_an_expired_token_is_refused_and_says_so(db: str) -> None:
+    """A token made with a lifetime authenticates until then and is refused (401) after, with a
+    message naming its expiry and what to do, never its secret."""
+    made = _harvest(db, "token", "create", "nightly", "--scope", "read", "--expires-in", "90d", "-o", "json")
+    assert made.returncode == 0, made.stderr
+    secret, expires = json.loads(made.stdout)["secret"], json.loads(made.stdout)["expires_at"]
+    bad = _harvest(db, "token", "create", "never", "--scope", "read", "--expires-in", "0s")
+    assert bad.returncode == 2 and "--expires-in: '0s' is not a positive finite duration" in bad.stderr
+    with psycopg.connect(db, autocommit=True) as conn:
+        lifetime = conn.execute(
+            "SELECT expires_at - created_at FROM harvest.api_tokens WHERE name = 'nightly'"
+        )
+        assert lifetime.fetchone()[0].days == 90 and expires is not None
+
+    async def main() -> list[httpx.Response]:
+        authorizer = authorizer_for(db)
+        app = make_app(authorizer)
+        try:
+            before = await _get(app, "/read", secret)
+            async with await psycopg.AsyncConnection.connect(db, autocommit=True) as conn:
+                past = "UPDATE harvest.api_tokens SET expires_at = '2026-01-02 03:04:05+00' WHERE name = %s"
+                await conn.execute(past, ("nightly",))
+            return [before, await _get(app, "/read", secret)]
+        finally:
+            await authorizer.aclose()
+
+    before, after = run(main())
+    assert (before.status_code, after.status_code) == (200, 401)
+    message = after.json()["error"]["message"]
+    assert message.startswith(
+        "the API token expired at 2026-01-02 03:04:05 UTC: an admin creates a new token"
+    )
+    assert secret not in after.text
+    listed = json.loads(_harvest(db, "token", "list", "-o", "json").stdout)
+    assert [(t["name"], t["expires_at"] is not None) for t in listed] == [("nightly", True)]
+
+
 def test_the_database_refuses_what_the_tokens_role_lacks(db: str, web_login: str) -> None:
     """A request lowered to harvest_reader (SET ROLE by the web login) cannot cancel: the
     database says no (42501) even if a route forgot its scope; as harvest_operator it can, and

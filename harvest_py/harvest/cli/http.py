@@ -700,8 +700,9 @@ class HttpApi:
         return [_untagged(r) for r in answer["entries"]]
 
     # tokens
-    def create_api_token(self, name: str, scope: str) -> dict[str, Any]:
-        return _obj(self.http.post("/admin/tokens", {"name": name, "scope": scope}, scope="admin"))
+    def create_api_token(self, name: str, scope: str, expires_in_secs: float | None = None) -> dict[str, Any]:
+        body = {"name": name, "scope": scope, "expires_in_secs": expires_in_secs}
+        return _obj(self.http.post("/admin/tokens", body, scope="admin"))
 
     def list_api_tokens(self, include_revoked: bool = False) -> list[dict[str, Any]]:
         return _rows(self.http.get("/admin/tokens", include_revoked=include_revoked)["tokens"])

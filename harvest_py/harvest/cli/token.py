@@ -6,8 +6,9 @@ from __future__ import annotations
 import click
 
 from harvest.cli.output import database_url_option, emit, mapping, output_option, sql_api, table
+from harvest.core.durations import parse_duration
 
-COLUMNS = ["token_id", "name", "scope", "created_at", "created_by", "revoked_at", "revoked_by"]
+COLUMNS = ["token_id", "name", "scope", "created_at", "created_by", "expires_at", "revoked_at", "revoked_by"]
 
 
 @click.group()
@@ -23,14 +24,21 @@ def token() -> None:
     required=True,
     help="read (harvest_reader), operate (harvest_operator) or admin (harvest_admin).",
 )
+@click.option(
+    "--expires-in",
+    default=None,
+    help="Refuse the token after this long, e.g. 90d, 12h (default: it lives until revoked).",
+)
 @database_url_option
 @output_option
-def create(name: str, scope: str, database_url: str | None, output: str) -> None:
+def create(name: str, scope: str, expires_in: str | None, database_url: str | None, output: str) -> None:
     """Create a token and print its secret. It is shown this once: store it now (the database
     keeps only its SHA-256)."""
+    lifetime = None if expires_in is None else parse_duration(expires_in, "--expires-in", positive=True)
     with sql_api(database_url, read_only=False) as sql:
-        made = sql.create_api_token(name, scope)
-    emit(made, output, lambda d: mapping(d, ["token_id", "name", "scope", "created_at", "secret"]))
+        made = sql.create_api_token(name, scope, lifetime)
+    shown = ["token_id", "name", "scope", "created_at", "expires_at", "secret"]
+    emit(made, output, lambda d: mapping(d, shown))
     if output != "json":
         click.echo(
             "store the secret now: it is not shown again (send it as Authorization: Bearer <secret>)",

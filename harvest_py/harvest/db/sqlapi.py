@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as _dt
 import inspect
 import random
 import time
@@ -276,7 +277,7 @@ WORKER_HEALTH = "SELECT harvest.get_worker_health() AS health"
 DRAIN_WORKER = "SELECT harvest.drain_worker(%(worker_id)s, %(deadline)s, %(operator)s) AS result"
 DRAIN_PREVIEW = "SELECT * FROM harvest.preview_drain(%(queue)s, %(worker_id)s)"
 LIST_AUDIT_LOG = "SELECT * FROM harvest.list_audit_log(%(limit)s, %(operation)s)"
-CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s)"
+CREATE_API_TOKEN = "SELECT * FROM harvest.create_api_token(%(name)s, %(scope)s, %(expires_in)s)"
 LIST_API_TOKENS = "SELECT * FROM harvest.list_api_tokens(%(include_revoked)s)"
 REVOKE_API_TOKEN = "SELECT harvest.revoke_api_token(%(name)s) AS token_id"
 AUTHENTICATE_API_TOKEN = "SELECT * FROM harvest.authenticate_api_token(%(secret_hash)s)"
@@ -1821,9 +1822,11 @@ def retry_dag_run(execution_id: str, operator: str | None = None) -> dict[str, A
 
 
 @call(CREATE_API_TOKEN, first)
-def create_api_token(name: str, scope: str) -> dict[str, Any]:
-    """A new token: ``token_id``, ``name``, ``scope``, ``secret`` (shown this once), ``created_at``."""
-    return {"name": name, "scope": scope}
+def create_api_token(name: str, scope: str, expires_in_secs: float | None = None) -> dict[str, Any]:
+    """A new token: ``token_id``, ``name``, ``scope``, ``secret`` (shown this once), ``created_at``,
+    ``expires_at`` (None: it lives until revoked; else ``expires_in_secs`` from now)."""
+    lifetime = None if expires_in_secs is None else _dt.timedelta(seconds=expires_in_secs)
+    return {"name": name, "scope": scope, "expires_in": lifetime}
 
 
 @call(LIST_API_TOKENS)

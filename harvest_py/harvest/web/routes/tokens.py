@@ -10,6 +10,9 @@ from typing import Any
 from harvest.web.routes import BOOLEAN, ROWS, STRING, Call, Endpoint, Param, Reply, body, path, shape
 
 SCOPE = {"type": "string", "enum": ["read", "operate", "admin"]}
+# A token's life in seconds (absent or null: until revoked); at most 100 years as the SQL counts
+# them (interval '100 years', compared as 36,000 days).
+LIFETIME = {"type": "number", "minimum": 0.001, "maximum": 36_000 * 86400}
 
 
 async def list_tokens(call: Call, args: dict[str, Any], _: Any) -> Any:
@@ -18,7 +21,8 @@ async def list_tokens(call: Call, args: dict[str, Any], _: Any) -> Any:
 
 
 async def create_token(call: Call, args: dict[str, Any], data: dict[str, Any]) -> Any:
-    made = await call.on_shard(None, lambda sql: sql.create_api_token(data["name"], data["scope"]))
+    lifetime = data.get("expires_in_secs")
+    made = await call.on_shard(None, lambda sql: sql.create_api_token(data["name"], data["scope"], lifetime))
     return Reply(made, 201, {"Cache-Control": "no-store"})
 
 
@@ -45,7 +49,7 @@ ENDPOINTS = [
         "admin",
         create_token,
         "Create a token; its secret is in this answer only (the database keeps its SHA-256).",
-        body=body({"name": STRING, "scope": SCOPE}, ("name", "scope")),
+        body=body({"name": STRING, "scope": SCOPE, "expires_in_secs": LIFETIME}, ("name", "scope")),
         responses={201: "Created", 409: "A live token has that name (HR021)"},
         tag="admin",
         shape=shape(token_id={"type": "integer"}, name=STRING, scope=STRING, secret=STRING),
