@@ -404,9 +404,11 @@ $$;
 -- (a slot already recorded is answered as status duplicate and nothing happens),
 -- start older buffered firings first, then start, skip or buffer this one.
 -- p_traceparent: the firing's span (its run continues it, whenever it starts).
+-- p_room_checked: the caller made sure every slot it fires fits under the waiting limit
+-- (a backfill's check), so no slot counts the waiting ones again.
 CREATE OR REPLACE FUNCTION harvest._fire_slot(
     p_schedule harvest.schedules, p_slot timestamptz, p_origin text, p_overlap text,
-    p_traceparent text DEFAULT NULL
+    p_traceparent text DEFAULT NULL, p_room_checked boolean DEFAULT false
 )
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -445,6 +447,7 @@ BEGIN
         WHERE f.id = v_id RETURNING * INTO v_firing;
     ELSIF (p_overlap = 'buffer_one' AND v_waiting)
           OR (p_overlap = 'buffer_all' AND v_waiting
+              AND NOT p_room_checked
               AND harvest._buffered_firings(p_schedule.id, v_id) >= harvest._max_buffered_firings()) THEN
         UPDATE harvest.schedule_firings AS f SET status = 'skipped', reason = 'buffer_full'
         WHERE f.id = v_id RETURNING * INTO v_firing;
@@ -708,8 +711,14 @@ BEGIN
         SELECT count(DISTINCT u.s)::integer INTO v_new FROM unnest(p_slots) AS u (s)
         WHERE NOT EXISTS (SELECT 1 FROM harvest.schedule_firings AS f
                           WHERE f.schedule_id = v_schedule.id AND f.slot_at = u.s);
-        v_waiting := harvest._buffered_firings(v_schedule.id);
         v_free := greatest(v_schedule.max_active_runs - harvest._schedule_active_runs(v_schedule), 0);
+        -- Counted far enough past the limit to decide (a schedule holding more than the limit
+        -- from before it is refused too), no further.
+        SELECT count(*)::integer INTO v_waiting FROM (
+            SELECT 1 FROM harvest.schedule_firings AS f
+            WHERE f.schedule_id = v_schedule.id AND f.status = 'buffered'
+            LIMIT harvest._max_buffered_firings() + v_free + 1
+        ) AS waiting;
         IF v_waiting + v_new - v_free > harvest._max_buffered_firings() THEN
             RAISE EXCEPTION 'backfill of % new slot(s) of schedule % would leave % waiting, over the limit of %',
                 v_new, p_name, v_waiting + v_new - v_free, harvest._max_buffered_firings()
@@ -719,7 +728,7 @@ BEGIN
         END IF;
     END IF;
     FOR v_slot IN SELECT DISTINCT u.s FROM unnest(p_slots) AS u (s) ORDER BY 1 LOOP
-        v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap);
+        v_firing := harvest._fire_slot(v_schedule, v_slot, 'backfill', p_overlap, NULL, p_overlap = 'buffer_all');
         v_key := CASE WHEN v_firing ? 'duplicate' THEN 'duplicate' ELSE v_firing ->> 'status' END;
         v_counts := jsonb_set(v_counts, ARRAY[v_key], to_jsonb((v_counts ->> v_key)::integer + 1));
     END LOOP;

@@ -298,10 +298,13 @@ SELECT is((SELECT f ->> 'status' FROM harvest.trigger_schedule('stacked') AS f),
 SET LOCAL harvest.fake_now = '2031-01-01 00:04:00+00';
 SELECT is((SELECT f ->> 'status' || ':' || (f ->> 'reason') FROM harvest.trigger_schedule('stacked') AS f),
           'skipped:buffer_full', 'past the limit a slot is skipped, buffer_full');
+INSERT INTO harvest.schedule_firings (schedule_id, slot_at, origin, status, workflow_id, recorded_at)
+SELECT s.id, timestamptz '2019-01-01 00:00:00+00', 'schedule', 'buffered', 'sched:stacked:0', harvest.now()
+FROM harvest.schedules AS s WHERE s.name = 'stacked';
 SELECT is(harvest._buffered_firings((SELECT id FROM harvest.schedules WHERE name = 'stacked')), 10000,
-          'and counting stops at the limit');
+          'counting stops at the limit (10001 waiting)');
 SELECT throws_ok($$SELECT harvest.backfill_schedule('stacked', ARRAY[timestamptz '2030-06-01 00:00:00+00'])$$,
-                 'HR001', 'backfill of 1 new slot(s) of schedule stacked would leave 10001 waiting, over the limit of 10000',
+                 'HR001', 'backfill of 1 new slot(s) of schedule stacked would leave 10002 waiting, over the limit of 10000',
                  'a backfill past the limit is refused');
 -- delete_moved_schedules: a declared copy whose home is another shard goes; an operator's stays.
 SELECT harvest.declare_schedules('[{"name": "moved", "workflow_name": "moved_wf", "interval_secs": 60}]');

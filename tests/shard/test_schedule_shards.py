@@ -139,3 +139,36 @@ def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it
                 " WHERE operation = 'schedule.delete_moved'"
             )
             assert _rows(shards, shard, audited) == [(n, str(ROUTER.schedule_home(n))) for n in moved]
+
+
+def test_a_copy_stays_while_no_worker_of_the_fleet_has_declared_its_home(shards) -> None:
+    """A worker that does not poll a schedule's home never declares it there, so it does not
+    delete the copy on its own shards: the schedule keeps firing somewhere until the home's
+    worker comes up."""
+    name = next(f"stay{i}" for i in range(1000) if ROUTER.schedule_home(f"stay{i}") == 1)
+    app = App(
+        workflows=[shard_tick],
+        schedules=[WorkflowSchedule(name, Schedule.every("1h"), workflow=shard_tick)],
+    )
+    with shards.connect(2) as conn:
+        SqlApi(conn).declare_schedules(schedule_specs(app))
+    only = {s: shards.dsns[s] for s in (0, 2)}
+    worker = Worker(app, shards=only, router=ROUTER, scan_interval=0.2, poll_interval=0.3)
+    loop: list[asyncio.AbstractEventLoop] = []
+
+    async def go() -> None:
+        loop.append(asyncio.get_running_loop())
+        await worker.run()
+
+    thread = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not all(lane.ready for lane in worker.lanes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert all(lane.ready for lane in worker.lanes)
+    finally:
+        loop[0].call_soon_threadsafe(worker.request_stop)
+        thread.join(60)
+    assert _rows(shards, 2, "SELECT name FROM harvest.schedules") == [(name,)]
+    assert _rows(shards, 1, "SELECT name FROM harvest.schedules") == []

@@ -172,6 +172,9 @@ class Worker:
             refuse_auto_with_cells(options.shard_assignments, router.reserved)
         self.shard_assignments = resolve_shard_assignments(options.shard_assignments, dsns)
         self.router = router
+        # Declared schedules this worker upserted on their router home, by name: only those may
+        # have their copies on its other shards deleted (_delete_moved_schedules).
+        self._declared_homes: dict[str, int] = {}
         self.queues = sorted(queues or app.queues or {"default"})
         self.concurrency = concurrency
         self.claim_batch = max(1, min(claim_batch, concurrency))
@@ -460,18 +463,34 @@ class Worker:
         if homed:
             changed = await lane.sql.declare_schedules(homed)
             log.info("declared %d schedule(s) (%d changed)", len(homed), changed)
-        # Those homed on another shard of the router's: a copy left here by a reshard would fire
-        # beside its new home's. (Without a router a worker knows its own shards only.)
-        elsewhere = {name: home for name, home in homes.items() if home != lane.shard}
-        if elsewhere and self.router is not None:
-            removed = await lane.sql.delete_moved_schedules(elsewhere)
-            if removed:
-                log.warning(
-                    "removed %d declared schedule(s) from shard %d: their home is now another shard",
-                    removed,
-                    lane.shard,
-                )
+        if self.router is not None:
+            # A copy a reshard left on a shard that is no longer the home would fire beside the
+            # new home's. Deleted only once this worker has the home's row: the copies on the
+            # shards already up now, this shard's of those declared elsewhere before it.
+            # (Without a router a worker knows its own shards only: nothing is deleted.)
+            moved = {spec["name"]: lane.shard for spec in homed}
+            self._declared_homes.update(moved)
+            for other in self.lanes:
+                if other is not lane and other.ready and moved:
+                    await self._delete_moved_schedules(other, moved)
+            elsewhere = {name: home for name, home in self._declared_homes.items() if home != lane.shard}
+            await self._delete_moved_schedules(lane, elsewhere)
         lane.ready = True
+
+    async def _delete_moved_schedules(self, lane: ShardLane, homes: dict[str, int]) -> None:
+        if not homes:
+            return
+        try:
+            removed = await lane.sql.delete_moved_schedules(homes)
+        except Exception as exc:  # a cleanup (a shard down, ...): the lane's next set-up tries again
+            log.warning("could not remove moved schedules from shard %d: %s", lane.shard, exc)
+            return
+        if removed:
+            log.warning(
+                "removed %d declared schedule(s) from shard %d: their home is now another shard",
+                removed,
+                lane.shard,
+            )
 
     def _schedule_home(self, name: str) -> int:
         """The shard a declared schedule lives and fires on: this database, or on shards the
