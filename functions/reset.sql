@@ -29,9 +29,12 @@ BEGIN
     IF strpos(v_text, '"_harvest_ref": "') = 0 THEN
         RETURN p_data;
     END IF;
-    FOR v_old IN SELECT jsonb_object_keys(p_renamed) LOOP
-        v_text := replace(v_text, '"_harvest_ref": "' || v_old || '"',
-                          '"_harvest_ref": "' || (p_renamed ->> v_old) || '"');
+    -- The references in this value only (a run's history may hold thousands).
+    FOR v_old IN SELECT DISTINCT r::text FROM harvest._payload_refs(p_data) AS r LOOP
+        IF p_renamed ? v_old THEN
+            v_text := replace(v_text, '"_harvest_ref": "' || v_old || '"',
+                              '"_harvest_ref": "' || (p_renamed ->> v_old) || '"');
+        END IF;
     END LOOP;
     RETURN v_text::jsonb;
 END;
@@ -212,7 +215,7 @@ BEGIN
     INSERT INTO harvest.payloads (id, execution_id, created_at, bytes, data, erased_at)
     SELECT (v_renamed ->> p.id::text)::uuid, v_fork_id, v_now, p.bytes, p.data, p.erased_at
     FROM harvest.payloads AS p
-    WHERE v_renamed ? p.id::text;
+    WHERE p.id IN (SELECT k::uuid FROM jsonb_object_keys(v_renamed) AS k);  -- by the primary key
     PERFORM harvest._append_event(v_fork_id, 'WorkflowResetFork', jsonb_build_object(
         'source_execution_id', p_execution_id, 'to_event', p_to_event, 'reason', p_reason,
         'operator_id', p_operator_id, 'signal_reapply', p_signal_reapply));
