@@ -265,19 +265,25 @@ def _expired(shards, shard: int, name: str) -> None:
 def test_retention_run_now_sweeps_every_shard(shards) -> None:
     """`retention run-now` over SQL with [shards] sweeps every shard in turn, as the HTTP route
     does (it swept the database of --database-url only), and prints the totals with each
-    shard's; a shard it cannot reach is named and it exits 1; a shard that refuses says which."""
+    shard's; a shard it cannot reach is named and it exits 1; a shard that refuses is named and
+    the others are swept all the same."""
     for s, n in ((0, 2), (1, 0), (2, 1)):
         for i in range(n):
             _expired(shards, s, f"old-{s}-{i}")
     result = _run(_env(shards), "retention", "run-now")
     assert result.exit_code == 2 and "shard 0: retention is not configured" in result.stderr
+    with shards.connect(0) as conn:  # configured on one shard: it is swept, the others named
+        conn.execute("SELECT harvest.set_retention('30 days')")
+    result = _run(_env(shards), "--output", "json", "retention", "run-now")
+    assert result.exit_code == 2 and json.loads(result.stdout)["deleted"] == 2
+    assert "shard 1: retention is not configured" in result.stderr and "; shard 2: " in result.stderr
     assert _json(_env(shards), "retention", "set", "--max-age", "30 days")[0].exit_code == 0
     _expired(shards, 1, "old-1-late")
     result, data = _stopped(shards, 1, "retention", "run-now")
     assert result.exit_code == 1
     assert "shard(s) 1 could not be reached and were not swept" in result.stderr
-    assert (data["deleted"], data["unavailable_shards"]) == (3, [1])
-    assert [(r["shard_id"], r["deleted"]) for r in data["shards"]] == [(0, 2), (2, 1)]
+    assert (data["deleted"], data["unavailable_shards"]) == (1, [1])
+    assert [(r["shard_id"], r["deleted"]) for r in data["shards"]] == [(0, 0), (2, 1)]
     result, data = _json(_env(shards), "retention", "run-now")
     assert result.exit_code == 0 and data["deleted"] == 1 and data["unavailable_shards"] == []
     swept = [(r["shard_id"], r["deleted"], r["remaining"]) for r in data["shards"]]

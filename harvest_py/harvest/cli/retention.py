@@ -145,20 +145,20 @@ def run_now(
                     data = sharded_totals(data["shards"], data.get("unavailable_shards") or [])
             else:
                 data = _sweep(sql, max_age, batch_size, max_batches, operator, output)
-    emit(
-        data,
-        output,
-        lambda d: (
-            f"deleted {d['deleted']} execution(s) in {d['batches']} batch(es); "
-            f"{d['remaining']} remaining (cutoff {d['cutoff']}); "
-            f"deleted {d['workers_deleted']} worker row(s)"
-            + "".join(
-                f"\n  shard {r['shard_id']}: deleted {r['deleted']}, {r['remaining']} remaining"
-                for r in d.get("shards", ())
-            )
-        ),
-    )
+    emit(data, output, _render)
     fail_if_unreached(data.get("unavailable_shards") or [], "were not swept")
+
+
+def _render(d: dict[str, Any]) -> str:
+    return (
+        f"deleted {d['deleted']} execution(s) in {d['batches']} batch(es); "
+        f"{d['remaining']} remaining (cutoff {d['cutoff']}); "
+        f"deleted {d['workers_deleted']} worker row(s)"
+        + "".join(
+            f"\n  shard {r['shard_id']}: deleted {r['deleted']}, {r['remaining']} remaining"
+            for r in d.get("shards", ())
+        )
+    )
 
 
 def _sweep_shards(
@@ -174,6 +174,7 @@ def _sweep_shards(
     by shards.cli_timeout, and each has its own progress bar); the totals, as over HTTP."""
     results: dict[int, Any] = {}
     unavailable: list[int] = []
+    refused: list[tuple[int, HarvestError]] = []
     with shard_writers(config, database_url) as apis:
         for shard in sorted(apis):
             try:
@@ -183,11 +184,19 @@ def _sweep_shards(
                     shards=[shard],
                     concurrent=False,
                 )
-            except HarvestError as exc:  # a refusal (retention not configured there, ...): say where
-                exc.args = (f"shard {shard}: {exc}", *exc.args[1:])
-                raise
+            except HarvestError as exc:  # a refusal (retention not configured there, ...): the
+                refused.append((shard, exc))  # other shards are swept all the same
+                continue
             results.update(fan.results)
             unavailable.extend(fan.unavailable_shards)
+    if refused:
+        # What was swept is printed, then the refusals, each naming its shard (exit: the first's).
+        if results:
+            swept = [{"shard_id": s, **r} for s, r in sorted(results.items())]
+            emit(sharded_totals(swept, unavailable), output, _render)
+        first = refused[0][1]
+        first.args = ("; ".join(f"shard {s}: {exc}" for s, exc in refused), *first.args[1:])
+        raise first
     if not results:
         shards = ", ".join(str(s) for s in unavailable)
         raise DatabaseUnavailable(
