@@ -27,12 +27,16 @@ BEGIN
         RAISE EXCEPTION 'unknown token scope "%"', coalesce(p_scope, '')
             USING ERRCODE = 'HR001', HINT = 'use read, operate or admin';
     END IF;
-    IF p_expires_in IS NOT NULL AND (p_expires_in <= interval '0' OR p_expires_in > interval '100 years') THEN
+    -- (In seconds: 100 years as the CLI's durations count them, 365.25 days each.)
+    IF p_expires_in IS NOT NULL
+       AND (extract(EPOCH FROM p_expires_in) <= 0 OR extract(EPOCH FROM p_expires_in) > 3155760000) THEN
         RAISE EXCEPTION 'a token''s lifetime must be positive and at most 100 years, got %',
             harvest._interval_text(p_expires_in)
             USING ERRCODE = 'HR001', HINT = 'e.g. 90 days; leave it out for a token that lives until it is revoked';
     END IF;
-    v_expires_at := v_now + p_expires_in;
+    -- Days and months counted in UTC, not in the session's zone (a DST change in between
+    -- would move the expiry by an hour).
+    v_expires_at := (v_now AT TIME ZONE 'UTC' + p_expires_in) AT TIME ZONE 'UTC';
     -- gen_random_uuid() draws from the server's strong random source: two of them,
     -- less their fixed version and variant bits, are 244 random bits.
     v_secret := 'hvt_' || replace(gen_random_uuid()::text, '-', '') || replace(gen_random_uuid()::text, '-', '');

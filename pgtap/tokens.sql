@@ -1,6 +1,6 @@
 -- functions/tokens.sql: harvest.create_api_token, list_api_tokens, revoke_api_token, authenticate_api_token.
 BEGIN;
-SELECT plan(24);
+SELECT plan(25);
 
 CREATE TEMP TABLE minted (name text PRIMARY KEY, secret text);
 GRANT ALL ON minted TO PUBLIC;
@@ -78,5 +78,10 @@ SELECT is((SELECT details ->> 'expires_at' FROM harvest.audit_log
            WHERE operation = 'token.create' AND target = 'brief'), '2030-01-02T00:00:00Z',
           'the audit row of the create carries the expiry in UTC');
 
+-- A day is 24 hours of UTC whatever the session's zone (New York springs forward on 10 March).
+SET LOCAL TimeZone = 'America/New_York';
+SET LOCAL harvest.fake_now = '2030-03-09 12:00:00+00';
+SELECT is((SELECT t.expires_at FROM harvest.create_api_token('dst', 'read', interval '1 day') AS t),
+          timestamptz '2030-03-10 12:00:00+00', 'create_api_token(): the lifetime counts days in UTC');
 SELECT * FROM finish();
 ROLLBACK;

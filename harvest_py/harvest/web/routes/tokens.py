@@ -10,9 +10,9 @@ from typing import Any
 from harvest.web.routes import BOOLEAN, ROWS, STRING, Call, Endpoint, Param, Reply, body, path, shape
 
 SCOPE = {"type": "string", "enum": ["read", "operate", "admin"]}
-# A token's life in seconds (absent or null: until revoked); at most 100 years as the SQL counts
-# them (interval '100 years', compared as 36,000 days).
-LIFETIME = {"type": "number", "minimum": 0.001, "maximum": 36_000 * 86400}
+# A token's life in seconds (absent or null: until revoked); at most 100 years of 365.25 days,
+# as the SQL and the CLI's durations count them.
+LIFETIME = {"type": "number", "minimum": 0.001, "maximum": 3_155_760_000}
 
 
 async def list_tokens(call: Call, args: dict[str, Any], _: Any) -> Any:
