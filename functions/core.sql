@@ -157,8 +157,8 @@ BEGIN
         RAISE EXCEPTION '% is % bytes, over the payload limit of % bytes', p_what, v_bytes, p_limit
             USING ERRCODE = 'HR008',
             DETAIL = jsonb_build_object('what', p_what, 'bytes', v_bytes, 'limit', p_limit)::text,
-            HINT = 'offload it (codecs=Payloads(offload_bytes=...), docs/payloads.md) or keep large data outside '
-                   'the engine (a table, object storage) and pass a reference to it; the limit is '
+            HINT = 'keep large data outside the engine (a table, object storage; Payloads(offload_bytes=...) does it '
+                   'for what a worker or client writes, docs/payloads.md) and pass a reference; the limit is '
                    'harvest.engine_settings.max_payload_bytes';
     END IF;
 END;
@@ -359,8 +359,13 @@ RETURNS void
 LANGUAGE plpgsql
 AS $$
 BEGIN
-    IF NOT pg_try_advisory_xact_lock_shared(1463897925, hashtext(p_queue) & 1023)  -- class 'WAKE'
-       OR current_setting('transaction_isolation') <> 'read committed' THEN
+    -- (The isolation first: a snapshot transaction notifies without taking the lock, which
+    -- would make idle workers ask again until it commits.)
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        PERFORM pg_notify('harvest_tasks', p_queue);
+        RETURN;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock_shared(1463897925, hashtext(p_queue) & 1023) THEN  -- class 'WAKE'
         PERFORM pg_notify('harvest_tasks', p_queue);
         RETURN;
     END IF;

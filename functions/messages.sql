@@ -422,8 +422,10 @@ BEGIN
 END;
 $$;
 
--- The cleaner: delete requests past their deadline (answered or not). Returns
--- how many went.
+-- The cleaner: delete requests past their deadline (answered or not), and the offloaded
+-- rows a query's answer was stored in (the worker stores them as the run's, so erasure finds
+-- them; nothing else references them, and a run queried all day would pile them up).
+-- An update's answer is its UpdateCompleted event's: its rows stay. Returns how many went.
 CREATE OR REPLACE FUNCTION harvest.expire_query_requests(p_limit integer DEFAULT 1000)
 RETURNS integer
 LANGUAGE plpgsql
@@ -437,9 +439,20 @@ BEGIN
         ORDER BY r.expires_at
         LIMIT greatest(coalesce(p_limit, 1000), 1)
         FOR UPDATE SKIP LOCKED
+    ),
+
+    deleted AS (
+        DELETE FROM harvest.query_requests AS r USING gone WHERE r.id = gone.id
+        RETURNING r.kind, r.answer, r.error
+    ),
+
+    answers AS (
+        DELETE FROM harvest.payloads AS p
+        WHERE p.id IN (SELECT harvest._payload_refs(jsonb_build_array(d.answer, d.error))
+                       FROM deleted AS d WHERE d.kind = 'query')
     )
-    DELETE FROM harvest.query_requests AS r USING gone WHERE r.id = gone.id;
-    GET DIAGNOSTICS v_count = ROW_COUNT;
+
+    SELECT count(*) INTO v_count FROM deleted;
     RETURN v_count;
 END;
 $$;

@@ -434,6 +434,25 @@ def test_a_large_query_answer_is_the_runs_own_and_erased_with_it(db, start_worke
     with psycopg.connect(db, autocommit=True) as conn:
         holding = "SELECT execution_id::text FROM harvest.payloads WHERE data::text LIKE %s"
         assert conn.execute(holding, (f"%{SECRET}%",)).fetchall() == [(handle.execution_id,)]
-        conn.execute("DELETE FROM harvest.query_requests")  # the request expired
+        conn.execute("DELETE FROM harvest.query_requests")  # the request is gone
         assert SqlApi(conn).erase_payloads(handle.execution_id, "ops")["offloaded"] == 1
         assert conn.execute(holding, (f"%{SECRET}%",)).fetchall() == []
+
+
+def test_a_large_query_answer_goes_when_its_request_expires(db, start_worker):
+    """The run's rows of a query's answer are deleted with the expired request (a run queried
+    all day does not pile them up); the rows of the run's own history stay."""
+    start_worker(App([vault], [seal], queries=[peek], codecs=Payloads(offload_bytes=1024)))
+    with Client(db) as client:
+        handle = client.start_workflow(vault, {"ssn": "small"}, workflow_id="query-expiry")
+        deadline = time.monotonic() + 20
+        while not any(e["event_type"] == "WorkflowTaskCompleted" for e in handle.history()):
+            assert time.monotonic() < deadline, "the run's first workflow task did not complete"
+            time.sleep(0.05)
+        assert handle.query("peek", "q" * 2000) == "q" * 2000 + "small"
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = "SELECT count(*) FROM harvest.payloads WHERE execution_id = %s"
+        assert conn.execute(rows, (handle.execution_id,)).fetchone()[0] == 1  # the answer
+        conn.execute("SELECT set_config('harvest.fake_now', '2100-01-01T00:00:00Z', false)")
+        assert conn.execute("SELECT harvest.expire_query_requests()").fetchone()[0] == 1
+        assert conn.execute(rows, (handle.execution_id,)).fetchone()[0] == 0

@@ -69,8 +69,8 @@ _ABSENT = object()
 
 # What a large payload should become instead (the same words as functions/core.sql's HR008).
 PAYLOAD_HINT = (
-    "offload it (codecs=Payloads(offload_bytes=...), docs/payloads.md) or keep large data outside "
-    "the engine (a table, object storage) and pass a reference to it; the limit is "
+    "keep large data outside the engine (a table, object storage; Payloads(offload_bytes=...) does it "
+    "for what a worker or client writes, docs/payloads.md) and pass a reference; the limit is "
     "harvest.engine_settings.max_payload_bytes"
 )
 
