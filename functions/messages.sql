@@ -422,6 +422,26 @@ BEGIN
 END;
 $$;
 
+-- A run's update requests no worker has accepted yet (pending, or running: a worker is
+-- validating one), oldest first, with how many live workers poll the run's queue (none: it
+-- waits for one to start). Accepted ones are in the history (UpdateAccepted).
+CREATE OR REPLACE FUNCTION harvest.list_update_requests(p_execution_id uuid)
+RETURNS TABLE (
+    request_id bigint, update_id text, name text, status text, queue text, created_at timestamptz,
+    expires_at timestamptz, claimed_by text, live_workers integer
+)
+LANGUAGE sql STABLE
+AS $$
+    SELECT r.id, r.update_id, r.name, r.status, r.queue, r.created_at, r.expires_at, r.claimed_by,
+           (SELECT count(*)::integer FROM harvest.workers AS w
+            WHERE w.status = 'active' AND r.queue = ANY(w.queues)
+              AND w.last_heartbeat_at > harvest.now() - make_interval(secs => 2 * w.heartbeat_interval_secs))
+    FROM harvest.query_requests AS r
+    WHERE r.execution_id = p_execution_id AND r.kind = 'update' AND r.status IN ('pending', 'running')
+      AND r.expires_at > harvest.now()
+    ORDER BY r.created_at, r.id;
+$$;
+
 -- The cleaner: delete requests past their deadline (answered or not), and the offloaded
 -- rows a query's answer was stored in (the worker stores them as the run's, so erasure finds
 -- them; nothing else references them, and a run queried all day would pile them up).
@@ -481,6 +501,9 @@ COMMENT ON FUNCTION harvest.accept_update IS
 COMMENT ON FUNCTION harvest.get_query_request IS
 'A query or update request with its run''s status and how many live workers poll the run''s queue; HR002 once it '
 'is gone. Called by waiting clients (role harvest_operator).';
+COMMENT ON FUNCTION harvest.list_update_requests IS
+'The update requests of a run that no worker has accepted yet (pending or being validated), with the live '
+'workers polling its queue. Read by the dashboard (role harvest_reader).';
 COMMENT ON FUNCTION harvest.expire_query_requests IS
 'Delete query and update requests past their deadline, answered or not; returns how many went. Called by the '
 'worker''s cleaner (role harvest_worker).';

@@ -4,7 +4,7 @@
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(113);
+SELECT plan(115);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -118,6 +118,9 @@ SELECT throws_ok(format($$SELECT * FROM harvest.request_update(%L, 'decide', 'nu
 SELECT is(pg_temp.last_event_id(pg_temp.run('a')), 2::bigint, 'requesting an update writes no history');
 
 DELETE FROM harvest.query_requests WHERE kind = 'update' AND update_id <> 'u1';
+SELECT results_eq($$SELECT update_id, name, status, queue, live_workers FROM harvest.list_update_requests(pg_temp.run('a'))$$,
+                  $$VALUES ('u1'::text, 'decide'::text, 'pending'::text, 'qq_a'::text, 0)$$,
+                  'list_update_requests(): the update no worker has accepted, with its queue''s live workers (none on the test clock)');
 CREATE TEMP TABLE cu ON COMMIT DROP AS SELECT * FROM harvest.claim_query_requests('w1', ARRAY['qq_a']);
 SELECT results_eq($$SELECT kind, update_id, name FROM cu$$, $$VALUES ('update'::text, 'u1'::text, 'decide'::text)$$,
                   'a worker claims the update to validate it');
@@ -132,6 +135,8 @@ SELECT results_eq(
 SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('a')$$,
                   $$VALUES ('workflow'::text, 'pending'::text)$$, 'the workflow is woken');
 SELECT is((pg_temp.req((SELECT request_id FROM u1))).status, 'accepted', 'the request is accepted');
+SELECT is_empty($$SELECT * FROM harvest.list_update_requests(pg_temp.run('a'))$$,
+                'list_update_requests(): an accepted update is no longer listed (it is in the history)');
 SELECT is(harvest.accept_update((SELECT request_id FROM u1), 'w1'), NULL, 'accepting twice returns NULL');
 INSERT INTO ids VALUES ('q4', harvest.request_query(pg_temp.run('a'), 'status', 'null', 60));
 SELECT is((SELECT count(*) FROM harvest.claim_query_requests('w1', ARRAY['qq_a'])), 1::bigint, 'setup: claim a query');

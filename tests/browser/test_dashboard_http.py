@@ -61,6 +61,22 @@ def test_every_page_renders_real_data_for_a_read_token(ui: TestClient, demo: Dem
     assert 'id="tree"' in family.text and "approval" in family.text
 
 
+def test_an_update_no_worker_has_accepted_is_listed_with_why(ui: TestClient, demo: Demo) -> None:
+    """A run on a queue no live worker polls: its requested update waits, and the page says so
+    (before, only accepted updates were listed, from the history)."""
+    with psycopg.connect(demo.dsn, autocommit=True) as conn:
+        started = "SELECT execution_id FROM harvest.start_workflow('parked', p_queue => 'nobody')"
+        (run,) = conn.execute(started).fetchone()
+        conn.execute("SELECT * FROM harvest.request_update(%s, 'approve', '\"yes\"', 'ask-1', 60)", (run,))
+    page = ui.get(f"/workflows/{run}", headers=READ)
+    assert page.status_code == 200
+    assert re.search(
+        r'id="requested-updates"><li><strong>approve</strong> <span class="mono">ask-1</span> '
+        r'<span class="muted">requested .*?, no live worker polls queue nobody</span>',
+        page.text,
+    )
+
+
 def test_no_token_is_401_and_the_login_cookie_signs_in(ui: TestClient) -> None:
     assert ui.get("/workers").status_code == 401
     signed = ui.post("/login", data={"token": "read-token"}, follow_redirects=False)

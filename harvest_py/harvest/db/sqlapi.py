@@ -1821,6 +1821,12 @@ def retry_dag_run(execution_id: str, operator: str | None = None) -> dict[str, A
     return {"execution_id": execution_id, "operator": operator}
 
 
+@call("SELECT * FROM harvest.list_update_requests(%(execution_id)s)")
+def list_update_requests(execution_id: str) -> dict[str, Any]:
+    """The run's update requests no worker has accepted yet, oldest first."""
+    return {"execution_id": execution_id}
+
+
 @call(CREATE_API_TOKEN, first)
 def create_api_token(name: str, scope: str, expires_in_secs: float | None = None) -> dict[str, Any]:
     """A new token: ``token_id``, ``name``, ``scope``, ``secret`` (shown this once), ``created_at``,

@@ -376,13 +376,14 @@ class Dashboard:
         full = request.query_params.get("payloads") == "full" and principal.allows("operate")
         sharded = self.source.sharded
 
-        async def read(api: Any) -> tuple[Any, Any, Any]:
+        async def read(api: Any) -> tuple[Any, Any, Any, Any]:
             row = resident(await api.get_execution(execution_id), sharded)
-            return row, await api.get_execution_stack(execution_id), await api.get_history(execution_id)
+            stack, history = await api.get_execution_stack(execution_id), await api.get_history(execution_id)
+            return row, stack, history, await api.list_update_requests(execution_id)
 
-        row, stack, history = await self.source.routed(execution_id, principal, read)
+        row, stack, history, requested = await self.source.routed(execution_id, principal, read)
         tree = await self.source.reads(principal).list_tree(execution_id, depth=10)
-        page = views.execution_page(row, stack, history, full=full)
+        page = views.execution_page(row, stack, history, full=full, requested=requested)
         total = len(page["events"])
         if request.query_params.get("history") != "all":
             page["events"] = page["events"][-HISTORY_SHOWN:]  # a long history: its tail, and a link

@@ -125,10 +125,16 @@ KIND = {
 
 
 def execution_page(
-    execution: dict[str, Any], stack: dict[str, Any], history: list[dict[str, Any]], *, full: bool
+    execution: dict[str, Any],
+    stack: dict[str, Any],
+    history: list[dict[str, Any]],
+    *,
+    full: bool,
+    requested: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The parts of the execution page: the run (payloads redacted unless ``full``), what it
-    waits on, the timeline, its signals and the updates accepted but not completed."""
+    waits on, the timeline, its signals, the updates accepted but not completed and those
+    requested and not yet accepted (``requested``, list_update_requests)."""
     show: Callable[[Any], Any] = (lambda v: v) if full else redact
     events = []
     signals = []
@@ -176,6 +182,7 @@ def execution_page(
         "events": events,
         "signals": signals,
         "pending_updates": list(accepted.values()),
+        "requested_updates": list(requested or []),
         # Reset points to offer: the last event before each workflow task (the end of a batch
         # the run had seen); the database checks the boundary is a completed one.
         "resettable": [e["event_id"] - 1 for e in events if e["event_type"] == "WorkflowTaskCompleted"],
