@@ -6,9 +6,11 @@ upserts each declared schedule on its home only, and each shard's scanner fires 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
@@ -75,6 +77,27 @@ def test_the_cli_creates_on_the_home_shard_and_lists_every_shard(shards) -> None
     assert _rows(shards, ROUTER.schedule_home(names[1]), "SELECT paused FROM harvest.schedules") == [(True,)]
 
 
+@contextlib.contextmanager
+def _running(worker: Worker) -> Iterator[Worker]:
+    """The worker run on a thread of its own until the block ends."""
+    loop: list[asyncio.AbstractEventLoop] = []
+
+    async def go() -> None:
+        loop.append(asyncio.get_running_loop())
+        await worker.run()
+
+    thread = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        while not loop and thread.is_alive():
+            time.sleep(0.01)
+        if loop:
+            loop[0].call_soon_threadsafe(worker.request_stop)
+        thread.join(60)
+
+
 @workflow(name="shard_tick")
 async def shard_tick(ctx) -> str:
     return "ok"
@@ -94,15 +117,7 @@ def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it
             SqlApi(conn).declare_schedules([specs[name]])
             conn.execute("SELECT harvest.create_schedule('by-hand', 'shard_tick', p_interval_secs => 3600)")
     worker = Worker(app, shards=dict(shards.dsns), router=ROUTER, scan_interval=0.2, poll_interval=0.3)
-    loop: list[asyncio.AbstractEventLoop] = []
-
-    async def go() -> None:
-        loop.append(asyncio.get_running_loop())
-        await worker.run()
-
-    thread = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
-    thread.start()
-    try:
+    with _running(worker):
         deadline = time.monotonic() + 40
         while time.monotonic() < deadline:
             done = {
@@ -118,9 +133,6 @@ def test_a_worker_on_every_shard_declares_each_schedule_on_its_home_and_fires_it
                 break
             time.sleep(0.2)
         assert all(v >= 2 for v in done.values()), done
-    finally:
-        loop[0].call_soon_threadsafe(worker.request_stop)
-        thread.join(60)
     for shard in (0, 1, 2):
         here = [
             r[0]
@@ -154,21 +166,10 @@ def test_a_copy_stays_while_no_worker_of_the_fleet_has_declared_its_home(shards)
         SqlApi(conn).declare_schedules(schedule_specs(app))
     only = {s: shards.dsns[s] for s in (0, 2)}
     worker = Worker(app, shards=only, router=ROUTER, scan_interval=0.2, poll_interval=0.3)
-    loop: list[asyncio.AbstractEventLoop] = []
-
-    async def go() -> None:
-        loop.append(asyncio.get_running_loop())
-        await worker.run()
-
-    thread = threading.Thread(target=lambda: asyncio.run(go()), daemon=True)
-    thread.start()
-    try:
+    with _running(worker):
         deadline = time.monotonic() + 30
         while not all(lane.ready for lane in worker.lanes) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert all(lane.ready for lane in worker.lanes)
-    finally:
-        loop[0].call_soon_threadsafe(worker.request_stop)
-        thread.join(60)
     assert _rows(shards, 2, "SELECT name FROM harvest.schedules") == [(name,)]
     assert _rows(shards, 1, "SELECT name FROM harvest.schedules") == []
