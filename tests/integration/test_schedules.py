@@ -386,8 +386,9 @@ def test_a_worker_declares_its_schedules_and_fires_them(db, start_worker) -> Non
     fires every second, and the runs complete; a process whose scheduler is off fires nothing."""
 
     @workflow(name="tick_wf")
-    async def tick_wf(ctx, n: int) -> int:
-        return n + 1
+    async def tick_wf(ctx, n: int) -> dict:
+        name, slot = ctx.info.schedule_slot  # the slot this run was fired for
+        return {"n": n + 1, "schedule": name, "slot": int(slot.timestamp())}
 
     app = App(
         workflows=[tick_wf],
@@ -408,7 +409,8 @@ def test_a_worker_declares_its_schedules_and_fires_them(db, start_worker) -> Non
             time.sleep(0.2)
             done = conn.execute(
                 "SELECT count(*) FROM harvest.executions WHERE workflow_id LIKE 'sched:secondly:%' "
-                "AND status = 'COMPLETED' AND output = '42'"
+                "AND status = 'COMPLETED' AND output ->> 'n' = '42' AND output ->> 'schedule' = 'secondly' "
+                "AND workflow_id = 'sched:secondly:' || (output ->> 'slot')"
             ).fetchone()[0]
         assert done >= 3
         declared = conn.execute(

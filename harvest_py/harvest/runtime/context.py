@@ -54,6 +54,10 @@ class ContinueAsNew(BaseException):
         self.input = input
 
 
+# A schedule's run has the workflow id sched:{name}:{unix seconds} (functions/schedules.sql).
+SCHEDULE_ID_PREFIX = "sched:"
+
+
 @dataclass(frozen=True)
 class WorkflowInfo:
     workflow_id: str
@@ -62,6 +66,18 @@ class WorkflowInfo:
     queue: str
 
     task_queue = renamed_attribute("queue", "WorkflowInfo.task_queue")
+
+    @property
+    def schedule_slot(self) -> tuple[str, _dt.datetime] | None:
+        """(the schedule's name, the slot) when a schedule fired this run, read from its
+        workflow id, ``sched:{name}:{unix seconds}`` (docs/schedules.md): the same in every
+        replay and for a continue-as-new successor. None for any other id."""
+        if not self.workflow_id.startswith(SCHEDULE_ID_PREFIX):
+            return None
+        name, _, seconds = self.workflow_id[len(SCHEDULE_ID_PREFIX) :].rpartition(":")
+        if not name or not seconds.isdigit():
+            return None
+        return name, _dt.datetime.fromtimestamp(int(seconds), _dt.UTC)
 
 
 class _ReplayAwareLogger(logging.LoggerAdapter[logging.Logger]):
