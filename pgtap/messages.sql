@@ -4,7 +4,7 @@
 -- complete_workflow_task), harvest.get_query_request, harvest.expire_query_requests
 -- and the helpers harvest._check_query_args and harvest._notify_query_answer.
 BEGIN;
-SELECT plan(115);
+SELECT plan(116);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -135,6 +135,11 @@ SELECT results_eq(
 SELECT results_eq($$SELECT kind, status FROM harvest.tasks WHERE execution_id = pg_temp.run('a')$$,
                   $$VALUES ('workflow'::text, 'pending'::text)$$, 'the workflow is woken');
 SELECT is((pg_temp.req((SELECT request_id FROM u1))).status, 'accepted', 'the request is accepted');
+SELECT set_config('t.run_a', pg_temp.run('a')::text, true);
+SET LOCAL ROLE harvest_worker;
+SELECT throws_ok($$SELECT * FROM harvest.list_update_requests(current_setting('t.run_a')::uuid)$$, '42501', NULL,
+                 'list_update_requests(): refused to a worker (a reader''s call)');
+RESET ROLE;
 SELECT is_empty($$SELECT * FROM harvest.list_update_requests(pg_temp.run('a'))$$,
                 'list_update_requests(): an accepted update is no longer listed (it is in the history)');
 SELECT is(harvest.accept_update((SELECT request_id FROM u1), 'w1'), NULL, 'accepting twice returns NULL');

@@ -10,7 +10,7 @@
 -- harvest._lock_schedule_dag (a DAG schedule's firing holds the DAG's row), harvest._firing_live,
 -- harvest._firing_json and harvest._prune_schedule_history (every tick that fired).
 BEGIN;
-SELECT plan(82);
+SELECT plan(84);
 SET LOCAL TimeZone = 'UTC';
 SET LOCAL harvest.fake_now = '2030-01-01 00:00:00+00';
 
@@ -316,6 +316,14 @@ SELECT is((SELECT array_agg(name ORDER BY name) FROM harvest.schedules WHERE nam
 SELECT is((SELECT details ->> 'home_shard' FROM harvest.audit_log
            WHERE operation = 'schedule.delete_moved' AND target = 'moved'), '2',
           'each deletion is audited with the home shard');
+SET LOCAL ROLE harvest_operator;
+SELECT throws_ok($$SELECT harvest.delete_moved_schedules('{"x": 1}')$$, '42501', NULL,
+                 'delete_moved_schedules(): refused to an operator (a worker''s call)');
+RESET ROLE;
+SET LOCAL ROLE harvest_reader;
+SELECT throws_ok($$SELECT harvest.delete_moved_schedules('{"x": 1}')$$, '42501', NULL,
+                 'delete_moved_schedules(): refused to a reader');
+RESET ROLE;
 SELECT throws_ok($$SELECT harvest.delete_moved_schedules('["moved"]')$$, 'HR001',
                  'homes must be a JSON object of schedule name -> home shard',
                  'delete_moved_schedules() refuses anything but an object');
