@@ -13,6 +13,10 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 SCHEDULE = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s)"
+SCHEDULE_AS_DECIDER = "SELECT * FROM harvest.complete_workflow_task(%s, %s, 1, %s, 'decider')"
+WORKFLOW_TASK = (
+    "SELECT id, status, lease_owner FROM harvest.tasks WHERE execution_id = %s AND kind = 'workflow'"
+)
 
 
 def _run_with_activities(conn: psycopg.Connection, workflow_id: str, n: int) -> str:
@@ -93,3 +97,51 @@ def test_a_task_deleted_while_the_batch_waited_for_its_run_is_refused_as_gone(db
         thread.join(30)
     assert outcome == {held[0][0]: "completed", held[1][0]: "completed", held[2][0]: "gone"}
     assert _completed(conn, run) == [("1", "1"), ("2", "2")]
+
+
+def _decided_with_activity(conn: psycopg.Connection, workflow_id: str) -> tuple[str, tuple[int, int, int]]:
+    """A run on wq decided by worker "decider", whose one activity (fq) decider holds: its
+    execution id and the activity's (task id, fencing token, seq)."""
+    conn.execute("SELECT harvest.start_workflow('fan', '[]', %s, 'wq')", (workflow_id,))
+    task_id, token, execution_id = conn.execute(
+        "SELECT task_id, fencing_token, execution_id FROM harvest.claim_tasks('decider', ARRAY['wq'], 1)"
+    ).fetchone()
+    commands = [{"type": "schedule_activity", "seq": 1, "name": "noop", "queue": "fq"}]
+    conn.execute(SCHEDULE_AS_DECIDER, (task_id, token, Jsonb(commands)))
+    return str(execution_id), _claim(conn, "decider", 1)[0]
+
+
+def _handed(conn: psycopg.Connection, worker: str, held: tuple[int, int, int], result: str):
+    return conn.execute(
+        "SELECT outcome, handed FROM harvest.complete_activities(%s, %s, %s, %s::jsonb[], true)",
+        (worker, [held[0]], [held[1]], [Jsonb(result)]),
+    ).fetchone()
+
+
+def test_a_result_takes_over_a_pending_workflow_task_but_not_one_a_claim_holds(db, conn):
+    """The result of a run decided by its worker takes over the run's pending workflow task
+    (functions/claim.sql, _hand_workflow_task); one locked by a claim in flight is the
+    claim's: the result neither waits for it nor takes it."""
+    for worker in ("decider", "other"):
+        conn.execute("SELECT harvest.register_worker(%s, ARRAY['wq', 'fq'], 'host', 1)", (worker,))
+    run, held = _decided_with_activity(conn, "take-free")
+    conn.execute("SELECT harvest.signal_workflow(%s, 'ping', '1')", (run,))
+    pending, status, _ = conn.execute(WORKFLOW_TASK, (run,)).fetchone()
+    assert status == "pending"
+    outcome, handed = _handed(conn, "decider", held, "r")
+    assert (outcome, handed["task_id"]) == ("completed", pending)
+    assert [e["event_type"] for e in handed["new_events"]] == ["SignalReceived", "ActivityCompleted"]
+
+    run, held = _decided_with_activity(conn, "take-held")
+    conn.execute("SELECT harvest.signal_workflow(%s, 'ping', '1')", (run,))
+    with psycopg.connect(db) as claim, psycopg.connect(db, autocommit=True) as batch:
+        # Worker "other" claims the pending task in a transaction still open (as a claim
+        # that decides in its own transaction keeps it: worker.py, _claim_deciding).
+        claimed = claim.execute("SELECT task_id FROM harvest.claim_tasks('other', ARRAY['wq'], 1)").fetchall()
+        assert len(claimed) == 1
+        batch.execute("SET lock_timeout = '5s'")  # a wait for the claim's lock fails the test
+        outcome, handed = _handed(batch, "decider", held, "r")
+        assert (outcome, handed) == ("completed", None)
+        claim.commit()
+    assert conn.execute(WORKFLOW_TASK, (run,)).fetchone() == (claimed[0][0], "running", "other")
+    assert [r[0] for r in _completed(conn, run)] == ["1"]
